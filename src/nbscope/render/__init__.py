@@ -1,0 +1,1 @@
+"""Renderers: terminal (rich), markdown and HTML views of run records."""

@@ -1,0 +1,141 @@
+"""Terminal views (rich tables) of fingerprints, run lists and records."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from nbscope import fingerprint as fp
+from nbscope.record import RunRecord
+
+console = Console(highlight=False)
+
+# Run kind -> "module:function" that prints its measurements; loaded only when needed.
+RECORD_VIEWS: dict[str, str] = {
+    "profile": "nbscope.render.ledger:print_profile",
+    "trace": "nbscope.render.ledger:print_profile",
+    "bench": "nbscope.render.bench:print_bench",
+    "pathways": "nbscope.render.pathways:print_pathways",
+    "loops": "nbscope.render.loops:print_loops",
+    "audit": "nbscope.render.audit:print_audit",
+}
+
+
+def format_value(value: Any) -> str:
+    if fp.is_absent(value):
+        return f"[dim]absent: {value['absent']}[/dim]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def format_bytes(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return format_value(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= 1024
+    return str(value)
+
+
+def format_seconds(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    if value >= 100:
+        return f"{value:.0f} s"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:
+    table = Table(title=f"nbscope fingerprint · digest {fingerprint.get('digest')}", show_lines=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for path, value in fp.flatten(fingerprint).items():
+        if path.startswith("blas.pools.") or path == "digest":
+            continue
+        shown = format_bytes(value) if path.endswith("_bytes") else format_value(value)
+        table.add_row(path, shown)
+    console.print(table)
+
+
+def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b: str) -> None:
+    if not rows:
+        console.print("The fingerprints agree on every compared field.")
+        return
+    table = Table(title=f"{len(rows)} field(s) differ")
+    table.add_column("field", style="bold")
+    table.add_column(name_a)
+    table.add_column(name_b)
+    for path, a, b in rows:
+        table.add_row(path, format_value(a), format_value(b))
+    console.print(table)
+
+
+def print_run_list(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        console.print("No runs stored yet.")
+        return
+    table = Table()
+    for column in ("id", "started (UTC)", "kind", "target", "status", "machine", "digest", "headline"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        headline = ", ".join(
+            f"{k}={format_seconds(v) if k.endswith('_s') else v}" for k, v in row["headline"].items()
+        )
+        table.add_row(
+            str(row["id"]),
+            row["started_at"][:19].replace("T", " "),
+            row["kind"],
+            row["target"],
+            row["status"],
+            row["machine"],
+            row["digest"],
+            headline,
+        )
+    console.print(table)
+
+
+def print_record_header(record: RunRecord) -> None:
+    run = f"run {record.run_id}" if record.run_id else "run"
+    console.print(
+        f"[bold]{run}[/bold] · {record.kind} · {record.target} · {record.status} · "
+        f"{record.started_at[:19].replace('T', ' ')} UTC · {fp.summary(record.fingerprint)} · "
+        f"digest {record.digest}"
+    )
+    if record.settings:
+        settings = ", ".join(f"{k}={v}" for k, v in record.settings.items() if v not in (None, [], {}, ""))
+        if settings:
+            console.print(f"[dim]settings: {settings}[/dim]")
+
+
+def _view(kind: str) -> Callable[[RunRecord], None] | None:
+    target = RECORD_VIEWS.get(kind)
+    if target is None:
+        return None
+    module_name, _, function = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        return None
+    return getattr(module, function, None)
+
+
+def print_record(record: RunRecord) -> None:
+    view = _view(record.kind)
+    if view is not None:
+        view(record)
+        return
+    print_record_header(record)
+    console.print_json(json.dumps(record.measurements, default=str))
