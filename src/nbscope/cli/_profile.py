@@ -1,0 +1,115 @@
+"""``nbscope profile`` and ``nbscope trace``."""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+
+
+def _progress(total: int, enabled: bool) -> tuple[Any, Any, Any]:
+    """Live progress on a terminal: the current cell and the elapsed time."""
+    if not enabled:
+        return nullcontext(), None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from nbscope.render.terminal import console
+
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    )
+    task = progress.add_task("starting kernel", total=total)
+
+    def started(cell: Any) -> None:
+        where = f" line {cell.line}" if cell.line else ""
+        progress.update(task, description=f"cell {cell.index + 1}{where}: {cell.first_line[:40]}")
+
+    def done(_: Any) -> None:
+        progress.advance(task)
+
+    return progress, started, done
+
+
+@app.command()
+def profile(
+    path: Annotated[Path, typer.Argument(help="Notebook: .ipynb or MyST .md")],
+    db: DbOption = None,
+    timeout: Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")] = None,
+    on_error: Annotated[str, typer.Option("--on-error", help="continue | stop")] = "continue",
+    kernel: Annotated[str | None, typer.Option(help="Kernel name (default: the notebook's).")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable.")] = None,
+    jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")] = None,
+    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR")] = "off",
+    repeat: Annotated[int, typer.Option(help="Run N times, each in a fresh kernel; report medians.")] = 1,
+    top: Annotated[int, typer.Option(help="Show the N slowest cells.")] = 15,
+    all_cells: Annotated[bool, typer.Option("--all", help="Show every cell, in notebook order.")] = False,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+    backends: Annotated[
+        str | None, typer.Option("--backends", help="Comma-separated JAX platforms: profile once per backend and compare.")
+    ] = None,
+) -> None:
+    """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory."""
+    from nbscope import notebook as notebook_module
+    from nbscope.profile import ProfileOptions, parse_env
+    from nbscope.profile import profile as run_profile
+    from nbscope.render import ledger
+    from nbscope.render.terminal import console
+
+    options = ProfileOptions(
+        timeout=timeout, on_error=on_error, kernel=kernel, env=parse_env(env or []),
+        jax_platform=jax_platform, jax_cache=jax_cache, repeat=repeat,
+    )
+    options.validate()
+    store = open_store(db)
+    if backends:
+        from nbscope.cli._compare import profile_backends  # issue E: per-backend runs and their comparison
+
+        profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown)
+        return
+    cells = len(notebook_module.read(path).code_cells) * repeat
+    interactive = console.is_terminal and not (as_json or markdown)
+    progress, started, done = _progress(cells, interactive)
+    with progress:
+        record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
+    if as_json:
+        print(record.to_json())
+    elif markdown:
+        print(ledger.profile_markdown(record, top=None if all_cells else top, notebook_order=all_cells))
+    else:
+        ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
+        console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def trace(
+    ctx: typer.Context,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    source: Annotated[
+        list[Path] | None,
+        typer.Option("--source", help="Notebook sources to match kernels against (default: found under the working dir)."),
+    ] = None,
+) -> None:
+    """Run a command that starts Jupyter kernels (jupyter-book build, nbconvert --execute, papermill)
+    with the probe injected, and store one profile per executed notebook: nbscope trace -- COMMAND ..."""
+    from nbscope.trace import trace_command
+
+    command = list(ctx.args)
+    records = trace_command(command, store=open_store(db), sources=source)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
+        return
+    from nbscope.render import ledger
+    from nbscope.render.terminal import console
+
+    for record in records:
+        ledger.print_profile(record, top=10)
+        console.print(f"[dim]saved as run {record.run_id}[/dim]\n")

@@ -1,0 +1,125 @@
+"""Reading notebooks: ``.ipynb`` and MyST ``.md`` (with each cell's line in the source file)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from nbscope._errors import NbscopeError
+
+MYST_SUFFIXES = (".md", ".myst", ".mystnb")
+
+
+def source_hash(source: str) -> str:
+    """First 16 hex digits of SHA-256 of the source without trailing whitespace.
+
+    The probe computes the same hash inside the kernel (``_nbscope_probe.source_hash``); it pairs cells
+    across runs, machines and pathways (nbclient, MyST conversion and jupyter-book give equal sources).
+    """
+    return hashlib.sha256(source.rstrip().encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass
+class CodeCell:
+    """One code cell and where it sits."""
+
+    index: int  # among code cells
+    cell_index: int  # among all cells
+    source: str
+    source_hash: str
+    line: int | None  # 1-based line of the cell in a MyST file
+    tags: list[str]
+
+    @property
+    def first_line(self) -> str:
+        for text in self.source.splitlines():
+            if text.strip():
+                return text.strip()
+        return ""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "cell_index": self.cell_index,
+            "source_hash": self.source_hash,
+            "line": self.line,
+            "first_line": self.first_line[:120],
+            "tags": self.tags,
+        }
+
+
+@dataclass
+class Notebook:
+    """A notebook read from disk, ready for nbclient."""
+
+    path: Path
+    format: str  # "ipynb" or "myst"
+    nb: nbformat.NotebookNode
+    code_cells: list[CodeCell]
+
+    @property
+    def kernel_name(self) -> str:
+        return str(self.nb.metadata.get("kernelspec", {}).get("name") or "python3")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "cells": len(self.nb.cells),
+            "code_cells": len(self.code_cells),
+            "kernel": self.kernel_name,
+        }
+
+
+def _read_myst(path: Path, text: str) -> nbformat.NotebookNode:
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    try:
+        return read_myst_markdown_notebook(text, add_source_map=True, path=path)
+    except Exception as exc:  # myst-nb raises several types for malformed files
+        raise NbscopeError(f"{path}: not a readable MyST notebook ({exc})") from None
+
+
+def read(path: str | Path) -> Notebook:
+    """Read an ``.ipynb`` or MyST ``.md`` notebook; errors are one-line NbscopeErrors."""
+    path = Path(path)
+    if not path.exists():
+        raise NbscopeError(f"{path}: no such file")
+    if path.is_dir():
+        raise NbscopeError(f"{path} is a directory, not a notebook")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise NbscopeError(f"{path} is not a text file, so not a notebook") from None
+    if path.suffix.lower() == ".ipynb":
+        try:
+            nb = nbformat.reads(text, as_version=4)
+        except Exception as exc:
+            raise NbscopeError(f"{path}: not a valid .ipynb notebook ({type(exc).__name__})") from None
+        fmt, lines = "ipynb", None
+    elif path.suffix.lower() in MYST_SUFFIXES:
+        nb = _read_myst(path, text)
+        fmt = "myst"
+        lines = nb.metadata.pop("source_map", None)
+    else:
+        raise NbscopeError(f"{path}: unsupported notebook type {path.suffix!r} (use .ipynb or MyST .md)")
+    code_cells = []
+    for cell_index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        tags = list(cell.get("metadata", {}).get("tags", []) or [])
+        code_cells.append(
+            CodeCell(
+                index=len(code_cells),
+                cell_index=cell_index,
+                source=cell.source,
+                source_hash=source_hash(cell.source),
+                line=lines[cell_index] if lines and cell_index < len(lines) else None,
+                tags=tags,
+            )
+        )
+    return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells)

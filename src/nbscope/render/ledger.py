@@ -1,0 +1,148 @@
+"""The per-cell ledger of a profile: terminal table and markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from nbscope.record import RunRecord
+from nbscope.render.terminal import console, format_bytes, format_seconds, print_record_header
+
+STATUS_FLAGS = {
+    "error": "[red]error[/red]",
+    "expected-error": "expected error",
+    "timeout": "[red]TIMEOUT[/red]",
+    "kernel-died": "[red]KERNEL DIED[/red]",
+    "not-run": "[dim]not run[/dim]",
+    "skipped": "[dim]skipped[/dim]",
+}
+
+
+def cell_flags(cell: dict[str, Any], *, markup: bool = True) -> list[str]:
+    """Short notes on a cell: status, cache hits, eager compiles, alarms."""
+    flags = []
+    status = cell.get("status")
+    if status in STATUS_FLAGS:
+        flag = STATUS_FLAGS[status]
+        if cell.get("error") and status in ("error", "expected-error"):
+            flag += f" {cell['error'].get('name')}"
+        flags.append(flag)
+    jax = cell.get("jax") or {}
+    if jax.get("cache_hits"):
+        flags.append(f"{jax['cache_hits']} cache hit(s)")
+    if cell.get("alarms"):
+        flags.append("[yellow]XLA slow-compile alarm[/yellow]")
+    numba = cell.get("numba") or {}
+    if numba.get("compiles"):
+        flags.append(f"numba ×{numba['compiles']}")
+    if cell.get("spread") is not None and cell["spread"] > 0.1:
+        flags.append(f"spread {cell['spread']:.0%}")
+    text = flags
+    if not markup:
+        import re
+
+        text = [re.sub(r"\[/?[a-z ]+\]", "", f) for f in flags]
+    return text
+
+
+def compile_text(cell: dict[str, Any]) -> str:
+    jax = cell.get("jax") or {}
+    parts = []
+    if jax.get("compiles"):
+        kinds = [f"{jax[k + '_compiles']} {k}" for k in ("user", "eager", "library") if jax.get(k + "_compiles")]
+        parts.append(f"{jax['compiles']} ({', '.join(kinds)})" if kinds else str(jax["compiles"]))
+    numba = cell.get("numba") or {}
+    if numba.get("compiles"):
+        parts.append(f"{numba['compiles']} numba")
+    return " + ".join(parts) or "–"
+
+
+def ordered_cells(record: RunRecord, *, top: int | None, notebook_order: bool) -> list[dict[str, Any]]:
+    cells = list(record.measurements.get("cells", []))
+    if not notebook_order:
+        cells.sort(key=lambda c: c.get("wall_s") or 0.0, reverse=True)
+    return cells[:top] if top else cells
+
+
+def print_profile(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> None:
+    print_record_header(record)
+    m = record.measurements
+    cells = ordered_cells(record, top=top, notebook_order=notebook_order)
+    total_cells = len(m.get("cells", []))
+    title = "cells in notebook order" if notebook_order else f"slowest {len(cells)} of {total_cells} cells"
+    table = Table(title=title, title_justify="left")
+    for column, justify in (
+        ("#", "right"),
+        ("line", "right"),
+        ("source", "left"),
+        ("wall", "right"),
+        ("compile", "right"),
+        ("run", "right"),
+        ("compiles", "right"),
+        ("flags", "left"),
+    ):
+        table.add_column(column, justify=justify, overflow="fold" if column == "source" else "ellipsis")
+    for cell in cells:
+        table.add_row(
+            str(cell["index"] + 1),
+            str(cell.get("line") or ""),
+            (cell.get("first_line") or "")[:48],
+            format_seconds(cell.get("wall_s")),
+            format_seconds(cell.get("compile_s")) if cell.get("compile_s") else "–",
+            format_seconds(cell.get("run_s")),
+            compile_text(cell),
+            ", ".join(cell_flags(cell)),
+        )
+    console.print(table)
+    print_summary(record)
+
+
+def print_summary(record: RunRecord) -> None:
+    t = record.measurements.get("totals", {})
+    wall = t.get("wall_s") or 0.0
+    share = (t.get("compile_s") or 0.0) / wall if wall else 0.0
+    console.print(
+        f"[bold]total[/bold] {format_seconds(wall)} in {t.get('cells_run', 0)}/{t.get('cells', 0)} cells · "
+        f"compile {format_seconds(t.get('compile_s'))} ({share:.0%}) · run {format_seconds(t.get('run_s'))} · "
+        f"kernel start {format_seconds(t.get('kernel_start_s'))}"
+    )
+    console.print(
+        f"JAX compiles {t.get('compiles', 0)} (user {t.get('user_compiles', 0)}, eager {t.get('eager_compiles', 0)}, "
+        f"library {t.get('library_compiles', 0)}) · Numba compiles {t.get('numba_compiles', 0)} · "
+        f"persistent cache {t.get('cache_state')} (hits {t.get('cache_hits', 0)}, misses {t.get('cache_misses', 0)})"
+        f" · peak RSS {format_bytes(t.get('peak_rss_bytes'))}"
+    )
+    failed = [c for c in record.measurements.get("cells", []) if c.get("status") in ("error", "timeout", "kernel-died")]
+    for cell in failed:
+        error = cell.get("error") or {}
+        console.print(
+            f"[red]cell {cell['index'] + 1}{' (line ' + str(cell['line']) + ')' if cell.get('line') else ''}: "
+            f"{cell['status']}[/red] {error.get('name', '')}: {error.get('message', '')[:160]}"
+        )
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> str:
+    """A GitHub-ready table of the ledger, in the style of the original investigation."""
+    t = record.measurements.get("totals", {})
+    lines = [
+        f"### nbscope profile: `{_md(record.target)}`",
+        "",
+        f"Machine: {_md(record.fingerprint.get('cpu', {}).get('model', '?') if isinstance(record.fingerprint.get('cpu', {}).get('model'), str) else '?')}"
+        f" · digest `{record.digest}` · total **{format_seconds(t.get('wall_s'))}**, compile "
+        f"{format_seconds(t.get('compile_s'))}, {t.get('compiles', 0)} JAX compiles",
+        "",
+        "| Cell | Line | Source | Wall | Compile | Run | Compiles | Notes |",
+        "|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for cell in ordered_cells(record, top=top, notebook_order=notebook_order):
+        lines.append(
+            f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{_md((cell.get('first_line') or '')[:60])}` | "
+            f"{format_seconds(cell.get('wall_s'))} | {format_seconds(cell.get('compile_s'))} | "
+            f"{format_seconds(cell.get('run_s'))} | {compile_text(cell)} | {_md(', '.join(cell_flags(cell, markup=False)))} |"
+        )
+    return "\n".join(lines) + "\n"
