@@ -321,10 +321,14 @@ def _gpus(nvml: ModuleType | None = None) -> dict[str, Any]:
             "cuda_driver_version": _cuda_version(_safe(nvml.nvmlSystemGetCudaDriverVersion)),
         }
         devices = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            devices.append(_gpu_device(nvml, index, handle))
-        result["devices"] = devices
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices.append(_gpu_device(nvml, index, handle))
+        except Exception as exc:  # a device lost or NVML failing mid-listing: no partial list
+            result["devices"] = absent(f"NVML could not list devices: {type(exc).__name__}: {exc}".strip())
+        else:
+            result["devices"] = devices
         return result
     finally:
         _safe(nvml.nvmlShutdown)

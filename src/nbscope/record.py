@@ -123,7 +123,7 @@ def validate(document: Any, *, source: str = "document") -> None:
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise NbscopeError(f"{source} is not an nbscope run record (no \"format\": \"{FORMAT_NAME}\")")
     version = document.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):  # JSON true is not a version
         raise NbscopeError(f"{source}: schema_version is missing or not an integer")
     if version > SCHEMA_VERSION:
         raise NbscopeError(

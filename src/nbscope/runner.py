@@ -215,7 +215,7 @@ def execute(
     status = "ok"
     stopped = interrupted = False
     started = time.perf_counter()
-    kernel_log = open(home.root / "kernel.log", "wb")  # noqa: SIM115  (closed below)
+    kernel_log = open(home.root / "kernel.log", "wb")
     try:
         try:
             # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not

@@ -71,7 +71,11 @@ class Store:
             try:
                 connection.execute("PRAGMA busy_timeout = 60000")
                 connection.execute("PRAGMA journal_mode = WAL")
-                connection.executescript(_SCHEMA)
+                if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+                    # Create the tables holding the write lock from the start: a plain CREATE TABLE upgrades a
+                    # read to a write, which fails at once ("database is locked") when another process has
+                    # just created them, instead of waiting for busy_timeout.
+                    connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
             except sqlite3.DatabaseError as exc:
                 raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
             yield connection
