@@ -30,7 +30,8 @@ class ProbeHome:
         self.root.mkdir(parents=True, exist_ok=True)
         self.lib = self.root / "lib"
         self.lib.mkdir(exist_ok=True)
-        shutil.copyfile(PROBE_FILE, self.lib / PROBE_FILE.name)
+        for module in PROBE_FILE.parent.glob("_nbscope_*.py"):  # the probe and its optional parts
+            shutil.copyfile(module, self.lib / module.name)
         self.kernels = self.root / "share" / "kernels"
 
     def env(
@@ -39,6 +40,7 @@ class ProbeHome:
         out_file: str | Path | None = None,
         out_dir: str | Path | None = None,
         nvml: bool = False,
+        timeline_dir: str | Path | None = None,
         base: dict[str, str] | None = None,
         kernelspecs: bool = False,
     ) -> dict[str, str]:
@@ -51,6 +53,8 @@ class ProbeHome:
             env["NBSCOPE_PROBE_DIR"] = str(out_dir)
         if nvml:
             env["NBSCOPE_PROBE_NVML"] = "1"
+        if timeline_dir is not None:
+            env["NBSCOPE_PROBE_TIMELINE"] = str(timeline_dir)
         if kernelspecs:
             share = str(self.kernels.parent)
             env["JUPYTER_PATH"] = os.pathsep.join(p for p in (share, env.get("JUPYTER_PATH", "")) if p)

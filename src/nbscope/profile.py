@@ -32,6 +32,8 @@ class ProfileOptions:
     jax_cache: str = "off"  # off | cold | warm | a folder
     repeat: int = 1
     cache_root: Path | None = None  # where "cold"/"warm" keep their cache; default beside the store
+    timeline: bool = False  # per-cell jax.profiler trace summaries (opt-in: it costs time)
+    keep_traces: Path | None = None
 
     def validate(self) -> None:
         if self.on_error not in ("continue", "stop"):
@@ -51,6 +53,7 @@ class ProfileOptions:
             "jax_cache": self.jax_cache,
             "env": self.env,
             "repeat": self.repeat,
+            "timeline": self.timeline,
         }
 
 
@@ -210,6 +213,8 @@ def profile(
                     kernel_name=options.kernel,
                     env={**cache_env, **env},
                     nvml=_gpus_present(fingerprint),
+                    timeline=options.timeline,
+                    keep_traces=options.keep_traces,
                 ),
                 live_path=live_path,
                 on_cell_start=on_cell_start,

@@ -32,6 +32,8 @@ class ExecutionOptions:
     kernel_name: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # overrides for the kernel's environment
     nvml: bool = False  # read GPU memory through NVML in the kernel
+    timeline: bool = False  # a jax.profiler trace per cell, summarised by nbscope.timeline
+    keep_traces: Path | None = None  # keep the raw traces here (for Perfetto)
     startup_timeout: float = 120.0
 
 
@@ -196,7 +198,11 @@ def execute(
     probe_out = home.root / "probe.jsonl"
     reader = ProbeReader(probe_out)
     live = LiveFile(live_path)
-    env = home.env(out_file=probe_out, nvml=options.nvml)
+    timeline_dir = None
+    if options.timeline:
+        timeline_dir = options.keep_traces or home.root / "traces"
+        Path(timeline_dir).mkdir(parents=True, exist_ok=True)
+    env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
     env.update(options.env)
     nb = notebook.nb
     client = NotebookClient(
@@ -269,6 +275,8 @@ def execute(
                              "message": f"cell exceeded --timeout {options.timeout:g} s" if outcome == "timeout"
                              else "the kernel died while running this cell"}
                 record = merge_cell(code_cell, probe, **runner_fields)
+                if probe is not None and probe.get("timeline_trace"):
+                    record["timeline"] = _summarise_timeline(probe["timeline_trace"], record)
                 if error is not None:
                     record["error"] = error
                     if record["status"] == "ok":
@@ -304,6 +312,16 @@ def execute(
     return Execution(
         cells=cells, runner=runner, kernel=reader.kernel, status=status, executed_nb=nb, interrupted=interrupted
     )
+
+
+def _summarise_timeline(trace: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+    """Read a cell's jax.profiler trace outside the kernel, so summarising never adds to its wall time."""
+    from nbscope.timeline import summarise_cell
+
+    try:
+        return summarise_cell(trace, record)
+    except Exception as exc:  # a broken trace must not lose the cell's other figures
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _interrupt(client: Any) -> None:

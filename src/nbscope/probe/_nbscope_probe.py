@@ -9,6 +9,7 @@ Configuration comes from the environment:
   NBSCOPE_PROBE_OUT   JSON-lines file to append to, or
   NBSCOPE_PROBE_DIR   a folder; the probe writes ``<pid>-<ns>.jsonl`` there (one file per kernel)
   NBSCOPE_PROBE_NVML  "1": also read this process's GPU memory through NVML
+  NBSCOPE_PROBE_TIMELINE  a folder: record a jax.profiler trace per cell there (``_nbscope_timeline``)
 
 Line types: ``kernel`` (once), ``start`` (a cell began: lets a reader name the cell that killed a
 kernel), ``cell`` (a cell finished). Field meanings are documented in docs/run-record.md.
@@ -136,6 +137,7 @@ class Probe:
         self.numba_current: dict[str, Any] | None = None
         self.gpu = _GpuMemory() if os.environ.get("NBSCOPE_PROBE_NVML") == "1" else None
         self.gpu_before: int | None = None
+        self.timeline = _load_timeline(os.environ.get("NBSCOPE_PROBE_TIMELINE"))
         self._write(
             {
                 "type": "kernel",
@@ -163,11 +165,14 @@ class Probe:
         self.peak_reset = _reset_peak_rss()
         if self.gpu is not None:
             self.gpu_before = self.gpu.used_bytes()
+        if self.timeline is not None:
+            self.timeline.start(self.sequence)
         self.cell_start_unix = time.time()
         self.cell_start = time.perf_counter()
 
     def post_run_cell(self, result: Any) -> None:
         wall = time.perf_counter() - self.cell_start
+        trace = self.timeline.stop(self.sequence) if self.timeline is not None else None
         counters = self.counters
         error = result.error_in_exec or result.error_before_exec
         info = getattr(result, "info", None)
@@ -193,6 +198,8 @@ class Probe:
             },
             "gpu_memory": None,
         }
+        if trace is not None:
+            record["timeline_trace"] = trace
         if self.gpu is not None:
             record["gpu_memory"] = {"before_bytes": self.gpu_before, "after_bytes": self.gpu.used_bytes()}
         if self.request_start is None:
@@ -464,6 +471,18 @@ class _GpuMemory:
         except Exception:
             return None
         return total
+
+
+def _load_timeline(folder: str | None) -> Any:
+    """The optional per-cell jax.profiler tracer (``_nbscope_timeline.py`` beside this file)."""
+    if not folder:
+        return None
+    try:
+        import _nbscope_timeline
+    except ImportError as exc:
+        print(f"nbscope probe: timeline unavailable: {exc!r}", file=sys.__stderr__)
+        return None
+    return _nbscope_timeline.Timeline(folder)
 
 
 class _ImportWatcher:
