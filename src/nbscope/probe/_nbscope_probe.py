@@ -148,6 +148,8 @@ class Probe:
                 "executable": sys.executable,
                 "started_unix": time.time(),
                 "session": os.environ.get("JPY_SESSION_NAME"),
+                "jax_cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
+                "jax_platforms": os.environ.get("JAX_PLATFORMS"),
             }
         )
 
