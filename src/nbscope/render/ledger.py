@@ -82,7 +82,7 @@ def print_profile(record: RunRecord, *, top: int | None = 15, notebook_order: bo
         ("compiles", "right"),
         ("flags", "left"),
     ):
-        table.add_column(column, justify=justify, overflow="fold" if column == "source" else "ellipsis")
+        table.add_column(column, justify=justify, no_wrap=True, max_width=48 if column == "source" else None)
     for cell in cells:
         table.add_row(
             str(cell["index"] + 1),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,6 +15,8 @@ from nbscope import fingerprint as fp
 from nbscope.record import RunRecord
 
 console = Console(highlight=False)
+if not console.is_terminal and "COLUMNS" not in os.environ:
+    console.width = 140  # piped into a file or CI log: rich's 80 columns would wrap every table row
 
 # Run kind -> "module:function" that prints its measurements; loaded only when needed.
 RECORD_VIEWS: dict[str, str] = {
