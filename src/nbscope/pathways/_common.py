@@ -1,0 +1,89 @@
+"""What every pathway returns, the options they share, and the clean-up that leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+# Every process a pathway starts inherits this variable (with a per-run value), so a leftover can be
+# found afterwards even when it was re-parented to init, as jupyter_server processes are after a
+# failed jupyter-book 2 build.
+TOKEN_VARIABLE = "NBSCOPE_PATHWAYS_RUN"
+
+
+@dataclass
+class PathwayOptions:
+    """Settings that every pathway honours."""
+
+    timeout: float | None = None  # per cell, seconds
+    kernel: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # overrides for the notebook's process
+    jax_platform: str | None = None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def process_env(self) -> dict[str, str]:
+        """Overrides for every process a pathway starts (never applied to this process)."""
+        env = dict(self.env)
+        if self.jax_platform:
+            env["JAX_PLATFORMS"] = self.jax_platform
+        env[TOKEN_VARIABLE] = self.token
+        return env
+
+
+@dataclass
+class PathwayResult:
+    """One run of a notebook through one pathway."""
+
+    name: str
+    status: str  # ok | partial | error | skipped
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, Any] = field(default_factory=dict)
+    runner: dict[str, Any] = field(default_factory=dict)
+    overheads: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None  # why the pathway did not run
+    error: str | None = None  # one line, when status is "error"
+
+
+def skipped(name: str, reason: str) -> PathwayResult:
+    return PathwayResult(name=name, status="skipped", skipped=reason, runner={"pathway": name})
+
+
+def reap(token: str, *, grace_s: float = 3.0) -> list[dict[str, Any]]:
+    """Kill every process that still carries this run's token; returns what was found (pid, name)."""
+    import psutil
+
+    own = os.getpid()
+    found = []
+    for process in psutil.process_iter(["pid", "name"]):
+        if process.info["pid"] == own:
+            continue
+        try:
+            if process.environ().get(TOKEN_VARIABLE) != token:
+                continue
+            found.append(process)
+        except (psutil.Error, OSError):
+            continue  # gone, or another user's process whose environment we may not read
+    if not found:
+        return []
+    described = []
+    for process in found:
+        try:
+            described.append({"pid": process.pid, "name": process.name(), "cmdline": " ".join(process.cmdline())[:200]})
+            process.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(found, timeout=grace_s)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    return described
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "")[:limit]

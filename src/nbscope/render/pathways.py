@@ -1,0 +1,174 @@
+"""Views of a ``pathways`` record: per-pathway totals and fixed costs, per-cell walls side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from nbscope.record import RunRecord
+from nbscope.render.terminal import console, format_seconds, print_record_header
+
+# Each pathway's fixed cost outside the cells, in the order shown.
+OVERHEAD_LABELS = (
+    ("process_start_s", "process start"),
+    ("kernel_start_s", "kernel start"),
+    ("book_outside_execution_s", "book outside execution"),
+    ("execution_outside_cells_s", "book kernel start + messaging"),
+    ("shutdown_s", "shutdown"),
+)
+
+
+def _elapsed(entry: dict[str, Any]) -> Any:
+    if entry.get("elapsed_s") is not None:
+        return entry["elapsed_s"]
+    runner = entry.get("runner") or {}
+    return runner.get("build_s") if runner.get("build_s") is not None else runner.get("total_s")
+
+
+def _compile(totals: dict[str, Any]) -> str:
+    return format_seconds(totals.get("compile_s")) if totals.get("compile_s") else "–"
+
+
+def overheads_text(entry: dict[str, Any]) -> str:
+    overheads = entry.get("overheads") or {}
+    parts = [f"{label} {format_seconds(overheads[key])}" for key, label in OVERHEAD_LABELS
+             if isinstance(overheads.get(key), (int, float))]
+    return ", ".join(parts) or "–"
+
+
+def _pathway_note(entry: dict[str, Any]) -> str:
+    if entry.get("skipped"):
+        return f"skipped: {entry['skipped']}"
+    if entry.get("error"):
+        return f"error: {entry['error']}"
+    executed = (entry.get("overheads") or {}).get("book_executed_s")
+    if isinstance(executed, (int, float)):
+        return f"book log: executed in {executed:.2f} s"
+    return ""
+
+
+def _cell_flag(row: dict[str, Any], *, markup: bool) -> str:
+    if row.get("ran_differently"):
+        statuses = ", ".join(f"{n} {e.get('status')}" for n, e in row["by_pathway"].items())
+        return f"[yellow]{statuses}[/yellow]" if markup else statuses
+    if row.get("compared") and row.get("differs"):
+        text = f"{row['slowest']} slower by {format_seconds(row.get('delta_s'))}"
+        return f"[red]{text}[/red]" if markup else text
+    statuses = {e.get("status") for e in row["by_pathway"].values()}
+    if statuses and statuses != {"ok"}:
+        return "/".join(sorted(str(s) for s in statuses))
+    return ""
+
+
+def _names(record: RunRecord) -> list[str]:
+    pathways = record.measurements.get("pathways") or {}
+    return [n for n, e in pathways.items() if e.get("status") not in ("skipped", "error", "not-run")]
+
+
+def print_pathways(record: RunRecord) -> None:
+    """Terminal view: pathways table, cells side by side, then the verdict."""
+    print_record_header(record)
+    m = record.measurements
+    pathways = m.get("pathways") or {}
+    table = Table(title="pathways", title_justify="left")
+    for column, justify in (("pathway", "left"), ("status", "left"), ("cells", "right"), ("compile", "right"),
+                            ("elapsed", "right"), ("fixed costs outside cells", "left"), ("note", "left")):
+        table.add_column(column, justify=justify)
+    for name, entry in pathways.items():
+        totals = entry.get("totals") or {}
+        table.add_row(
+            name, str(entry.get("status")), format_seconds(totals.get("wall_s")), _compile(totals),
+            format_seconds(_elapsed(entry)), overheads_text(entry), _pathway_note(entry),
+        )
+    console.print(table)
+    names = _names(record)
+    cells = Table(title="cells (wall; compile in brackets)", title_justify="left")
+    for column, justify in (("#", "right"), ("line", "right"), ("source", "left")):
+        cells.add_column(column, justify=justify, overflow="fold" if column == "source" else "ellipsis")
+    for name in names:
+        cells.add_column(name, justify="right")
+    cells.add_column("note", justify="left")
+    for row in m.get("cells") or []:
+        values = []
+        for name in names:
+            entry = row["by_pathway"].get(name) or {}
+            text = format_seconds(entry.get("wall_s"))
+            if entry.get("compile_s"):
+                text += f" [dim]({format_seconds(entry['compile_s'])})[/dim]"
+            values.append(text)
+        cells.add_row(str(int(row.get("index") or 0) + 1), str(row.get("line") or ""),
+                      (row.get("first_line") or "")[:44], *values, _cell_flag(row, markup=True))
+    console.print(cells)
+    totals = m.get("totals") or {}
+    console.print(
+        f"{totals.get('cells_paired', 0)}/{totals.get('cells', 0)} cells paired across {len(names)} pathway(s), "
+        f"{totals.get('cells_compared', 0)} compared, {totals.get('cells_differing', 0)} differ beyond noise · "
+        f"whole run {format_seconds(totals.get('wall_s'))}"
+    )
+    figures = m.get("figures")
+    if figures:
+        print_figures(figures, names)
+    console.print(f"[bold]verdict:[/bold] {m.get('verdict', '')}")
+
+
+def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
+    """Bench figures (steady-state medians) per pathway, for ``nbscope bench --pathway``."""
+    table = Table(title="bench figures (steady median; first call in brackets)", title_justify="left")
+    table.add_column("figure")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("note")
+    for figure in figures:
+        values = []
+        for name in names:
+            entry = figure["by_pathway"].get(name) or {}
+            text = format_seconds(entry.get("median_s"))
+            if entry.get("first_s") is not None:
+                text += f" [dim]({format_seconds(entry['first_s'])})[/dim]"
+            values.append(text)
+        note = f"[red]differs ×{figure['ratio']:.2f}[/red]" if figure.get("differs") else ""
+        table.add_row(figure.get("label") or figure.get("key"), *values, note)
+    console.print(table)
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def pathways_markdown(record: RunRecord) -> str:
+    """GitHub-ready tables: pathways with their fixed costs, then cells side by side, then the verdict."""
+    m = record.measurements
+    pathways = m.get("pathways") or {}
+    names = _names(record)
+    lines = [
+        f"### nbscope pathways: `{_md(record.target)}`",
+        "",
+        f"**Verdict:** {_md(m.get('verdict', ''))}",
+        "",
+        "| Pathway | Status | Cells | Compile | Elapsed | Fixed costs outside cells | Note |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for name, entry in pathways.items():
+        totals = entry.get("totals") or {}
+        lines.append(
+            f"| {name} | {entry.get('status')} | {format_seconds(totals.get('wall_s'))} | "
+            f"{_compile(totals)} | {format_seconds(_elapsed(entry))} | "
+            f"{_md(overheads_text(entry))} | {_md(_pathway_note(entry))} |"
+        )
+    lines += ["", "| Cell | Line | Source | " + " | ".join(names) + " | Note |",
+              "|---:|---:|---|" + "---:|" * len(names) + "---|"]
+    for row in m.get("cells") or []:
+        values = [format_seconds((row["by_pathway"].get(n) or {}).get("wall_s")) for n in names]
+        lines.append(
+            f"| {int(row.get('index') or 0) + 1} | {row.get('line') or ''} | `{_md((row.get('first_line') or '')[:60])}` | "
+            + " | ".join(values) + f" | {_md(_cell_flag(row, markup=False))} |"
+        )
+    figures = m.get("figures")
+    if figures:
+        lines += ["", "| Figure | " + " | ".join(names) + " | Note |", "|---|" + "---:|" * len(names) + "---|"]
+        for figure in figures:
+            values = [format_seconds((figure["by_pathway"].get(n) or {}).get("median_s")) for n in names]
+            note = f"differs ×{figure['ratio']:.2f}" if figure.get("differs") else ""
+            lines.append(f"| {_md(figure.get('label') or figure.get('key'))} | " + " | ".join(values) + f" | {note} |")
+    return "\n".join(lines) + "\n"
