@@ -1,0 +1,425 @@
+"""Static reading of notebook cell sources: jitted functions, loops inside them, timing regions.
+
+Records keep only a hash and the first line of each cell, so rules that need code read the notebook
+again (``_context.load_sources``). Everything here works on the Python that IPython would run: magics
+(``%timeit``, ``!pip``) are first turned into ``get_ipython().run_line_magic(...)`` calls.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_JIT_NAMES = ("jit", "pjit", "filter_jit")
+_LOOP_PRIMITIVES = ("scan", "fori_loop", "while_loop", "associative_scan", "map")
+_TIMER_FUNCTIONS = {
+    "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
+    "time.perf_counter_ns", "time.monotonic_ns", "perf_counter", "perf_counter_ns", "monotonic",
+    "default_timer", "timeit.default_timer", "tic", "toc", "qe.tic", "qe.toc", "quantecon.tic", "quantecon.toc",
+    "qe.tac", "tac", "datetime.now", "datetime.datetime.now",
+}
+_TIMER_CONTEXTS = ("Timer", "timer", "Timing", "timing", "timed", "stopwatch")
+# Calls that wait for a JAX result: whatever consumes its values on the host.
+_SYNC_ATTRIBUTES = ("block_until_ready", "item", "tolist", "device_get", "copy_to_host_async")
+_SYNC_CALLS = {"float", "int", "bool", "complex", "print", "np.asarray", "np.array", "numpy.asarray",
+               "numpy.array", "onp.asarray", "onp.array", "jax.device_get", "jax.block_until_ready", "repr", "str"}
+_NUMPY_NAMES = ("np", "numpy", "onp")
+_NOT_WORK = {"jax.devices", "jax.device_count", "jax.config.update", "jax.default_backend", "jax.block_until_ready",
+             "jax.local_devices", "jax.device_get", "jax.print_environment_info", "jax.jit", "jax.vmap", "jax.grad"}
+
+
+def to_python(source: str) -> str:
+    """The cell as plain Python: IPython's own transforms, or magic lines blanked when IPython is absent."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return str(TransformerManager().transform_cell(source))
+    except Exception:  # IPython missing or a transform error: keep the Python lines only
+        return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(to_python(source))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def dotted(node: ast.AST) -> str:
+    """``jax.numpy.sum`` for an attribute chain, ``f`` for a name, ``""`` otherwise."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _is_jit(node: ast.AST) -> tuple[bool, bool]:
+    """Whether an expression is a jit decorator; the second flag says it has static arguments."""
+    if isinstance(node, ast.Call):
+        name = dotted(node.func)
+        keywords = {k.arg for k in node.keywords}
+        static = bool(keywords & {"static_argnums", "static_argnames"})
+        if name.split(".")[-1] in _JIT_NAMES:
+            return True, static
+        if name.split(".")[-1] == "partial" and node.args:
+            inner, _ = _is_jit(node.args[0])
+            return inner, static
+        return False, False
+    return dotted(node).split(".")[-1] in _JIT_NAMES, False
+
+
+@dataclass
+class Loop:
+    line: int  # line within the cell (1-based)
+    kind: str  # "for" or "while"
+    iterates: str  # the iterable or condition, as written
+    trips: int | None  # a literal trip count when it can be read (range(200), n = 200 elsewhere)
+    function: str  # the function it is written in
+
+
+@dataclass
+class Function:
+    """A function defined in a notebook cell."""
+
+    name: str
+    cell: int  # code-cell index
+    line: int
+    jitted: bool = False
+    static_args: bool = False
+    loops: list[Loop] = field(default_factory=list)
+    primitives: list[str] = field(default_factory=list)  # lax.scan, fori_loop, ... called in its body
+    calls: set[str] = field(default_factory=set)
+
+
+@dataclass
+class NotebookCode:
+    """What the cells of one notebook define and call."""
+
+    functions: dict[str, Function] = field(default_factory=dict)  # the last definition of each name
+    definitions: list[Function] = field(default_factory=list)  # every definition, in notebook order
+    constants: dict[str, int] = field(default_factory=dict)
+    calls_by_cell: dict[int, set[str]] = field(default_factory=dict)
+    x64_cells: list[int] = field(default_factory=list)  # cells that turn jax_enable_x64 on
+    numba_functions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jax_aliases: set[str] = field(default_factory=set)  # jax, jnp, lax, random (from jax)
+    numba_aliases: set[str] = field(default_factory=set)  # numba, nb
+    numba_names: set[str] = field(default_factory=set)  # njit, jit, prange imported from numba
+
+    @property
+    def jitted(self) -> set[str]:
+        return {name for name, function in self.functions.items() if function.jitted}
+
+    def function_at(self, name: str, at: int | None = None) -> Function | None:
+        """The definition of ``name`` in force at code cell ``at`` (the last one at or before it)."""
+        if at is None:
+            return self.functions.get(name)
+        found = None
+        for function in self.definitions:
+            if function.name == name and function.cell <= at:
+                found = function
+        return found
+
+    def jitted_at(self, at: int) -> set[str]:
+        """Names bound to jitted functions when cell ``at`` runs (a later ``@jax.jit def f`` does not count)."""
+        latest: dict[str, Function] = {}
+        for function in self.definitions:
+            if function.cell <= at:
+                latest[function.name] = function
+        return {name for name, function in latest.items() if function.jitted}
+
+    def defined_plain_at(self, at: int) -> set[str]:
+        """Names bound to plain (not jitted) notebook functions when cell ``at`` runs."""
+        latest: dict[str, Function] = {}
+        for function in self.definitions:
+            if function.cell <= at:
+                latest[function.name] = function
+        return {name for name, function in latest.items() if not function.jitted}
+
+    def traced_by(self, name: str, at: int | None = None) -> list[Function]:
+        """The function and every notebook function it calls (all are traced into its program)."""
+        seen: dict[str, Function] = {}
+        stack = [name]
+        while stack:
+            current = stack.pop()
+            function = self.function_at(current, at)
+            if function is None or current in seen:
+                continue
+            seen[current] = function
+            stack.extend(function.calls)
+        return list(seen.values())
+
+    def loops_in(self, name: str, at: int | None = None) -> list[Loop]:
+        return [loop for function in self.traced_by(name, at) for loop in function.loops]
+
+    def primitives_in(self, name: str, at: int | None = None) -> list[str]:
+        return sorted({p for function in self.traced_by(name, at) for p in function.primitives})
+
+
+def _int_value(node: ast.AST, constants: Mapping[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    return None
+
+
+def _trips(node: ast.For, constants: Mapping[str, int]) -> int | None:
+    iterable = node.iter
+    if isinstance(iterable, ast.Call) and dotted(iterable.func) == "range":
+        args = [_int_value(a, constants) for a in iterable.args]
+        if len(args) == 1 and args[0] is not None:
+            return max(0, args[0])
+        if len(args) >= 2 and None not in args[:2]:
+            step = args[2] if len(args) > 2 and args[2] else 1
+            return max(0, (args[1] - args[0] + step - 1) // step) if step > 0 else None
+    if isinstance(iterable, (ast.List, ast.Tuple)):
+        return len(iterable.elts)
+    return None
+
+
+def analyse(sources: Mapping[int, str]) -> NotebookCode:
+    """Read every cell (code-cell index -> source) once."""
+    code = NotebookCode()
+    trees: dict[int, ast.Module] = {}
+    for index, source in sorted(sources.items()):
+        tree = parse(source)
+        if tree is None:
+            continue
+        trees[index] = tree
+        for node in tree.body:  # module-level integer constants: n = 200, N = 10_000_000
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = _int_value(node.value, {})
+                if value is not None:
+                    code.constants[node.targets[0].id] = value
+    for tree in trees.values():
+        _imports(code, tree)
+    if not code.jax_aliases:
+        code.jax_aliases = {"jax", "jnp", "lax"}  # the usual names, when no import was readable
+    for index, tree in trees.items():
+        _collect(code, index, tree)
+    return code
+
+
+def _imports(code: NotebookCode, tree: ast.Module) -> None:
+    """Which local names stand for jax and numba (``import jax.numpy as jnp``, ``from numba import njit``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                root = alias.name.split(".")[0]
+                bound = alias.asname or root
+                if root == "jax":
+                    code.jax_aliases.add(bound)
+                elif root == "numba":
+                    code.numba_aliases.add(bound)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            for alias in node.names:
+                bound = alias.asname or alias.name
+                if root == "jax":
+                    code.jax_aliases.add(bound)
+                elif root == "numba":
+                    code.numba_names.add(bound)
+
+
+def _decorator_kind(code: NotebookCode, decorator: ast.AST) -> str | None:
+    """"jax" for a JAX jit decorator, "numba" for a Numba one, None otherwise."""
+    name = dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+    root = name.split(".")[0]
+    if root in code.numba_aliases or (name in code.numba_names and name not in code.jax_aliases):
+        return "numba"
+    jitted, _ = _is_jit(decorator)
+    return "jax" if jitted else None
+
+
+def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
+    calls: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = Function(name=node.name, cell=index, line=node.lineno)
+            for decorator in node.decorator_list:
+                kind = _decorator_kind(code, decorator)
+                if kind == "jax":
+                    function.jitted = True
+                    function.static_args = _is_jit(decorator)[1]
+                elif kind == "numba":
+                    code.numba_functions[node.name] = {
+                        "cell": index,
+                        "line": node.lineno,
+                        "cache": isinstance(decorator, ast.Call)
+                        and any(k.arg == "cache" and getattr(k.value, "value", False) is True for k in decorator.keywords),
+                    }
+            _scan_body(code, function, node)
+            # A later definition of the same name (a corrected version) replaces the earlier one.
+            code.functions[node.name] = function
+            code.definitions.append(function)
+        elif isinstance(node, ast.Call):
+            name = dotted(node.func)
+            if name:
+                calls.add(name)
+            if name.split(".")[-1] in _JIT_NAMES and node.args and isinstance(node.args[0], ast.Name):
+                # g = jax.jit(f): f is traced under its own name
+                static = any(k.arg in ("static_argnums", "static_argnames") for k in node.keywords)
+                target = code.function_at(node.args[0].id, index)
+                if target is not None:
+                    target.jitted = True
+                    target.static_args = target.static_args or static
+            if name.endswith("config.update") and len(node.args) > 1:
+                first, value = node.args[0], node.args[1]
+                if isinstance(first, ast.Constant) and first.value == "jax_enable_x64":
+                    if isinstance(value, ast.Constant) and value.value:
+                        code.x64_cells.append(index)
+    code.calls_by_cell[index] = calls
+
+
+def _scan_body(code: NotebookCode, function: Function, node: ast.AST) -> None:
+    for child in ast.walk(node):
+        if child is node:
+            continue
+        if isinstance(child, ast.For):
+            function.loops.append(
+                Loop(child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, code.constants), function.name)
+            )
+        elif isinstance(child, ast.While):
+            function.loops.append(Loop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name))
+        elif isinstance(child, ast.Call):
+            name = dotted(child.func)
+            last = name.split(".")[-1]
+            if last in _LOOP_PRIMITIVES and (last != "map" or name.endswith("lax.map")):
+                function.primitives.append(f"lax.{last}")
+            elif name and "." not in name:
+                function.calls.add(name)
+
+
+# ---- timing regions -----------------------------------------------------------------------------
+
+
+@dataclass
+class TimedRegion:
+    """Code whose duration a cell measures."""
+
+    how: str  # "%timeit", "%time", "with qe.Timer", "time.perf_counter", ...
+    line: int
+    nodes: list[ast.AST]
+
+
+def _timeit_statement(argument: str) -> str:
+    """The statement of a ``%timeit -n 3 -r 1 f(x)`` line, without its options."""
+    tokens = argument.strip().split()
+    takes_value = {"-n", "-r", "-p", "-u"}
+    i = 0
+    while i < len(tokens) and tokens[i].startswith("-"):
+        i += 2 if tokens[i] in takes_value else 1
+    return " ".join(tokens[i:])
+
+
+def _parse_fragment(text: str) -> list[ast.AST]:
+    try:
+        return list(ast.parse(text).body)
+    except SyntaxError:
+        return []
+
+
+def _magic_region(node: ast.Call) -> TimedRegion | None:
+    # get_ipython().run_line_magic(...): the receiver is a call, so match the attribute alone.
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else dotted(node.func)
+    if name not in ("run_line_magic", "run_cell_magic") or len(node.args) < 2:
+        return None
+    magic = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+    if magic not in ("time", "timeit", "prun"):
+        return None
+    if name.endswith("run_line_magic"):
+        text = node.args[1].value if isinstance(node.args[1], ast.Constant) else ""
+        body = _parse_fragment(_timeit_statement(str(text)))
+        return TimedRegion(f"%{magic}", node.lineno, body)
+    text = node.args[2].value if len(node.args) > 2 and isinstance(node.args[2], ast.Constant) else ""
+    setup = node.args[1].value if isinstance(node.args[1], ast.Constant) else ""
+    statement = _timeit_statement(str(setup))
+    return TimedRegion(f"%%{magic}", node.lineno, _parse_fragment(str(text)) + _parse_fragment(statement))
+
+
+def _is_timer_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and dotted(node.func) in _TIMER_FUNCTIONS
+
+
+def _contains_timer(node: ast.AST) -> bool:
+    return any(_is_timer_call(child) for child in ast.walk(node))
+
+
+def timed_regions(tree: ast.Module) -> list[TimedRegion]:
+    regions: list[TimedRegion] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            region = _magic_region(node)
+            if region is not None:
+                regions.append(region)
+            elif dotted(node.func) in ("timeit.timeit", "timeit.repeat", "timeit") and node.args:
+                stmt = node.args[0]
+                if isinstance(stmt, ast.Lambda):
+                    regions.append(TimedRegion("timeit.timeit", node.lineno, [stmt.body]))
+                elif isinstance(stmt, ast.Constant) and isinstance(stmt.value, str):
+                    regions.append(TimedRegion("timeit.timeit", node.lineno, _parse_fragment(stmt.value)))
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                expr = item.context_expr
+                name = dotted(expr.func if isinstance(expr, ast.Call) else expr)
+                if name and name.split(".")[-1].startswith(_TIMER_CONTEXTS):
+                    regions.append(TimedRegion(f"with {name}", node.lineno, list(node.body)))
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            for block in (body, getattr(node, "orelse", None) or []):
+                marks = [i for i, statement in enumerate(block) if _contains_timer(statement)]
+                # The timed work is what runs between the first and the last clock read; the statements that
+                # read the clock are left out (``print(time.time() - t0)`` prints after the clock stopped).
+                if len(marks) >= 2 and marks[-1] - marks[0] > 1:
+                    span = block[marks[0] + 1 : marks[-1]]
+                    first = next(c for c in ast.walk(block[marks[0]]) if _is_timer_call(c))
+                    regions.append(TimedRegion(dotted(first.func), block[marks[0]].lineno, span))
+    return regions
+
+
+def _walk(nodes: Iterable[ast.AST]) -> Iterator[ast.AST]:
+    for node in nodes:
+        yield from ast.walk(node)
+
+
+def jax_calls(nodes: Iterable[ast.AST], jitted: Iterable[str], jax_aliases: Iterable[str]) -> list[str]:
+    """Calls in the code that start JAX work: jax/jnp/lax functions and the notebook's jitted functions."""
+    jitted, aliases = set(jitted), set(jax_aliases)
+    found = []
+    for node in _walk(nodes):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Call) and _is_jit(node.func.func)[0]:
+                found.append(f"{dotted(node.func.func)}(...)(...)")  # jax.jit(f)(x): compiles and runs
+                continue
+            name = dotted(node.func)
+            if not name or name in _NOT_WORK or name.startswith("jax.config"):
+                continue
+            if name.split(".")[0] in aliases and "." in name or name in jitted:
+                found.append(name)
+    return found
+
+
+def synchronisations(nodes: Iterable[ast.AST]) -> list[str]:
+    """Anything in the code that waits for a JAX result (explicitly or by reading its values)."""
+    found = []
+    for node in _walk(nodes):
+        if isinstance(node, ast.Call):
+            name = dotted(node.func)
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_ATTRIBUTES:
+                found.append(node.func.attr)
+            elif name in _SYNC_CALLS or (name.split(".")[0] in _NUMPY_NAMES and node.args):
+                found.append(name)  # a NumPy function given a JAX array copies it to the host: it waits
+        elif isinstance(node, ast.JoinedStr):
+            found.append("f-string")  # formatting a value reads it
+    return found
+
+
+def strip_comments(text: str) -> str:
+    return re.sub(r"#.*", "", text)

@@ -1,0 +1,260 @@
+"""Terminal and markdown views of comparisons, diagnoses and backend recommendations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich.panel import Panel
+from rich.table import Table
+
+from nbscope.render.terminal import console, format_bytes, format_seconds
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+MATCH_NOTE = {"hash": "", "order": "edited", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _cell_name(row: Mapping[str, Any]) -> str:
+    ia, ib = row.get("index_a"), row.get("index_b")
+    if ia is not None and ib is not None and ia != ib:
+        number = f"{ia + 1}→{ib + 1}"
+    else:
+        number = str((ia if ia is not None else ib) + 1)
+    return f"cell {number}" + (f" · line {row['line']}" if row.get("line") else "")
+
+
+def _side(figures: Mapping[str, Any] | None, *, markup: bool = True) -> str:
+    if figures is None:
+        return "–"
+    text = format_seconds(figures.get("wall_s"))
+    if figures.get("compile_s"):
+        text += f" (compile {format_seconds(figures['compile_s'])})"
+    if figures.get("status") not in (None, "ok", "expected-error"):
+        text += f" [red]{figures['status']}[/red]" if markup else f" {figures['status']}"
+    return text
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value, default=str)
+        return text if len(text) <= 100 else text[:97] + "…"
+    return str(value)
+
+
+def _run_title(summary: Mapping[str, Any]) -> str:
+    settings = summary.get("settings") or {}
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k in ("jax_platform", "jax_cache", "pathway") and v)
+    return f"{summary.get('label')} · {summary.get('platform')} · {summary.get('machine')}" + (f" · {shown}" if shown else "")
+
+
+# ---- comparison ---------------------------------------------------------------------------------
+
+
+def print_comparison(comparison: Any, *, top: int | None = None) -> None:
+    """A table of paired cells (notebook order; ``top`` keeps the largest differences), totals, differences."""
+    data = comparison.to_dict()
+    console.print(f"[bold]A[/bold] = {_run_title(data['a'])}")
+    console.print(f"[bold]B[/bold] = {_run_title(data['b'])}")
+    pairing = data["pairing"]
+    note = "every cell paired" if pairing["all_paired"] else f"{pairing['only_a']} only in A, {pairing['only_b']} only in B"
+    console.print(
+        f"[dim]{pairing['cells_a']} vs {pairing['cells_b']} cells: {pairing['by_hash']} paired by source hash, "
+        f"{pairing['by_order'] + pairing['by_similarity']} by position/similarity; {note}[/dim]"
+    )
+    rows = list(data["cells"])
+    if top:
+        rows = sorted(rows, key=lambda r: abs(r.get("delta_s") or 0.0), reverse=True)[:top]
+    table = Table(title_justify="left", title="cells" if not top else f"{len(rows)} largest differences")
+    for column, justify in (("cell", "left"), ("source", "left"), ("A", "right"), ("B", "right"),
+                            ("winner", "left"), ("pairing", "left")):
+        table.add_column(column, justify=justify, overflow="fold" if column == "source" else "ellipsis")
+    for row in rows:
+        winner = row.get("text") or "–"
+        style = "green" if row.get("winner") == "B" else "red" if row.get("winner") == "A" else "dim"
+        table.add_row(
+            _cell_name(row), (row.get("first_line") or "")[:44], _side(row.get("a")), _side(row.get("b")),
+            f"[{style}]{winner}[/{style}]", MATCH_NOTE.get(row.get("match", ""), ""),
+        )
+    console.print(table)
+    print_totals(data["totals"])
+    print_differences(data["differences"])
+
+
+def print_totals(totals: Mapping[str, Any]) -> None:
+    table = Table(title="totals", title_justify="left")
+    for column in ("figure", "A", "B", "winner"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for key, entry in totals.items():
+        a, b = entry.get("a"), entry.get("b")
+        if a is None and b is None:
+            continue
+        fmt = format_seconds if key.endswith("_s") else format_bytes if key.endswith("_bytes") else _value
+        table.add_row(key, fmt(a), fmt(b), entry.get("text", ""))
+    console.print(table)
+
+
+def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
+    if not differences:
+        console.print("Settings and fingerprints agree on every compared field.")
+        return
+    table = Table(title=f"{len(differences)} difference(s) that could explain the figures", title_justify="left")
+    for column in ("field", "A", "B", "why it matters"):
+        table.add_column(column, overflow="fold")
+    for row in differences:
+        table.add_row(row["field"], _value(row.get("a")), _value(row.get("b")), row.get("why") or row.get("note") or "")
+    console.print(table)
+
+
+def comparison_markdown(comparison: Any) -> str:
+    """GitHub-ready: ``| Benchmark | A | B | Winner |`` with "B 3.1× faster", then totals and differences."""
+    data = comparison.to_dict()
+    lines = [
+        f"### nbscope compare: `{_md(data['a']['target'])}`",
+        "",
+        f"- **A** = {_md(_run_title(data['a']))}",
+        f"- **B** = {_md(_run_title(data['b']))}",
+        "",
+        "| Benchmark | A | B | Winner |",
+        "|---|---:|---:|---|",
+    ]
+    for row in data["cells"]:
+        name = f"{_cell_name(row)}: `{_md((row.get('first_line') or '')[:60])}`"
+        if row.get("match") not in ("hash", None):
+            name += f" ({MATCH_NOTE.get(row['match'], row['match'])})"
+        lines.append(f"| {name} | {_md(_side(row.get('a'), markup=False))} | {_md(_side(row.get('b'), markup=False))} | "
+                     f"{row.get('text') or '–'} |")
+    totals = data["totals"]
+    for key in ("wall_s", "compile_s", "run_s"):
+        entry = totals.get(key) or {}
+        lines.append(f"| **total {key[:-2]}** | **{format_seconds(entry.get('a'))}** | **{format_seconds(entry.get('b'))}** | "
+                     f"**{entry.get('text', '–')}** |")
+    differences = data["differences"]
+    lines += ["", f"**Differences that could explain the figures** ({len(differences)}):" if differences
+              else "Settings and fingerprints agree on every compared field.", ""]
+    for row in differences:
+        why = f" — {row['why']}" if row.get("why") else ""
+        lines.append(f"- `{_md(row['field'])}`: {_md(_value(row.get('a')))} → {_md(_value(row.get('b')))}{_md(why)}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- findings -----------------------------------------------------------------------------------
+
+
+def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for key, value in evidence.items():
+        if key == "seconds_at_stake" or value in (None, [], {}):
+            continue
+        if key.endswith("_s") and isinstance(value, (int, float)):
+            shown = format_seconds(value)
+        elif key.endswith("_bytes") and isinstance(value, (int, float)):
+            shown = format_bytes(value)
+        else:
+            shown = _value(value)
+        lines.append(f"  {key}: {shown}")
+    return lines
+
+
+def _where(finding: Any, cells: Mapping[int, Mapping[str, Any]]) -> str:
+    if finding.cell_index is None:
+        return "notebook"
+    cell = cells.get(finding.cell_index) or {}
+    line = f" · line {cell['line']}" if cell.get("line") else ""
+    return f"cell {finding.cell_index + 1}{line}"
+
+
+def print_findings(findings: Any, record: Any = None, *, limit: int | None = None) -> None:
+    """Each finding as a card: severity, where, summary, evidence, fix; then what was not evaluated."""
+    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    shown = list(findings)[:limit] if limit else list(findings)
+    if not shown:
+        console.print("[green]No findings[/green]: no rule fired on this run.")
+    for finding in shown:
+        style = SEVERITY_STYLE.get(finding.severity, "")
+        body = [f"[bold]{finding.summary}[/bold]", "", "[dim]evidence[/dim]", *_evidence_lines(finding.evidence),
+                "", f"[green]fix[/green]: {finding.fix}"]
+        console.print(Panel(
+            "\n".join(body),
+            title=f"[{style}]{finding.severity}[/{style}] · {finding.title} · {_where(finding, cells)}",
+            subtitle=f"{finding.rule} · confidence {finding.confidence:.0%}",
+            title_align="left", subtitle_align="right", border_style=style or "white",
+        ))
+    if limit and len(findings) > limit:
+        console.print(f"[dim]… {len(findings) - limit} more finding(s); --json lists all[/dim]")
+    for skip in getattr(findings, "skipped", []):
+        where = f" (cell {skip.cell_index + 1})" if skip.cell_index is not None else ""
+        console.print(f"[dim]not evaluated: {skip.rule}{where}: {skip.reason}[/dim]")
+    for note in getattr(findings, "notes", []):
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def findings_markdown(findings: Any, record: Any = None) -> str:
+    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    lines = ["### nbscope diagnose" + (f": `{_md(record.target)}`" if record is not None else ""), ""]
+    if not findings:
+        lines.append("No rule fired on this run.")
+    for finding in findings:
+        lines += [
+            f"**{finding.severity}** · {_md(finding.title)} · {_where(finding, cells)} · confidence {finding.confidence:.0%}",
+            "",
+            f"{_md(finding.summary)}",
+            "",
+            f"*Fix*: {_md(finding.fix)}",
+            "",
+        ]
+    skipped = list(getattr(findings, "skipped", []))
+    if skipped:
+        lines.append("Not evaluated: " + "; ".join(f"{s.rule}: {_md(s.reason)}" for s in skipped))
+    return "\n".join(lines) + "\n"
+
+
+# ---- recommendation -----------------------------------------------------------------------------
+
+
+def print_recommendation(recommendation: Mapping[str, Any]) -> None:
+    choice = recommendation.get("recommendation")
+    if choice is None:
+        console.print(f"[dim]no backend recommendation: {recommendation.get('reason')}[/dim]")
+        return
+    estimates = recommendation.get("estimates") or {}
+    shown = " · ".join(f"{k[:-2]} {format_seconds(v)}" for k, v in estimates.items() if v is not None)
+    console.print(f"[bold]recommended backend: {choice}[/bold] — {recommendation.get('reason')}")
+    console.print(f"estimated totals: {shown}")
+    for pin in recommendation.get("pinned") or []:
+        names = ", ".join(pin.get("functions") or []) or "(cell)"
+        console.print(f"  pin to CPU: cell {pin['cell'] + 1}{' line ' + str(pin['line']) if pin.get('line') else ''} "
+                      f"{names}: saves {format_seconds(pin.get('saving_s'))}")
+    for caveat in recommendation.get("caveats") or []:
+        console.print(f"[dim]caveat: {caveat}[/dim]")
+
+
+def recommendation_markdown(recommendation: Mapping[str, Any]) -> str:
+    choice = recommendation.get("recommendation")
+    if choice is None:
+        return f"No backend recommendation: {_md(recommendation.get('reason'))}\n"
+    estimates = recommendation.get("estimates") or {}
+    lines = [f"**Recommended backend: {choice}** — {_md(recommendation.get('reason'))}", "",
+             "| Backend | Estimated total |", "|---|---:|"]
+    for key, value in estimates.items():
+        if value is not None:
+            lines.append(f"| {key[:-2]} | {format_seconds(value)} |")
+    pins = recommendation.get("pinned") or []
+    if pins:
+        lines += ["", "Pinned to the CPU in the mixed estimate:"]
+        for pin in pins:
+            lines.append(f"- cell {pin['cell'] + 1}: {', '.join(pin.get('functions') or []) or '(cell)'} "
+                         f"(saves {format_seconds(pin.get('saving_s'))})")
+    return "\n".join(lines) + "\n"
+
+
+def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
+    for item in unavailable:
+        run = f" (run {item['run_id']})" if item.get("run_id") else ""
+        console.print(f"[yellow]backend {item['backend']} unavailable{run}[/yellow]: {item['reason']}")

@@ -1,0 +1,55 @@
+"""Helpers shared by test_compare.py and test_diagnose_*.py (issue E): profile a test notebook in a real
+kernel, load recorded fixtures, pick findings."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from nbscope import notebook as notebook_module
+from nbscope import record as record_module
+from nbscope.diagnose import Finding
+from nbscope.profile import ProfileOptions, profile
+from nbscope.record import RunRecord
+
+FILES = Path(__file__).resolve().parent / "files"
+RECORDS = FILES / "records"
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+def profile_notebook(name: str, folder: Path, **options: Any) -> RunRecord:
+    """Profile ``tests/files/<name>.ipynb`` in a fresh kernel; caches and side files stay under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    options.setdefault("cache_root", folder / "jax-cache")
+    return profile(FILES / f"{name}.ipynb", ProfileOptions(**options), live_path=folder / f"{name}.jsonl")
+
+
+def sources_of(name: str) -> dict[str, str]:
+    """Cell sources by hash of a test notebook (what diagnose would re-read from the record's path)."""
+    notebook = notebook_module.read(FILES / f"{name}.ipynb")
+    return {cell.source_hash: cell.source for cell in notebook.code_cells}
+
+
+def load_record(name: str) -> RunRecord:
+    return record_module.load(RECORDS / f"{name}.json")
+
+
+def edited(record: RunRecord) -> RunRecord:
+    """A deep copy to edit in a test without touching the loaded fixture."""
+    return RunRecord.from_dict(copy.deepcopy(record.to_dict()))
+
+
+def fired(findings: list[Finding], rule: str, cell: int | None = ...) -> list[Finding]:  # type: ignore[assignment]
+    """Findings of ``rule`` (on code cell ``cell`` when given; ``None`` = notebook level)."""
+    return [f for f in findings if f.rule == rule and (cell is ... or f.cell_index == cell)]
+
+
+def fixture_builder() -> Any:
+    """tests/files/records/make_fixtures.py as a module (to derive GPU variants of real records)."""
+    spec = importlib.util.spec_from_file_location("make_fixtures", RECORDS / "make_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

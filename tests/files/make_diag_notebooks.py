@@ -1,0 +1,258 @@
+"""Writes the small diag_*.ipynb notebooks that tests/test_diagnose_*.py profile (run once: python make_diag_notebooks.py).
+
+Each pattern comes as a pair: the notebook that shows it and a corrected (or clean) one on which the
+rule must not fire.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+
+IMPORTS = "import jax\nimport jax.numpy as jnp"
+
+NOTEBOOKS: dict[str, list[str]] = {
+    # A Python loop of 200 steps inside jit: traced 200 times, compile grows with the length.
+    "diag_unrolled_loop": [
+        IMPORTS,
+        "@jax.jit\n"
+        "def simulate(x):\n"
+        "    # a Python loop inside jit: unrolled into 200 copies of the body\n"
+        "    for t in range(200):\n"
+        "        x = 0.9 * jnp.sin(x) + 0.1 * x * x\n"
+        "    return x\n"
+        "\n"
+        "y = simulate(jnp.ones(1000)).block_until_ready()",
+    ],
+    "diag_unrolled_loop_fixed": [
+        IMPORTS,
+        "@jax.jit\n"
+        "def simulate(x):\n"
+        "    def step(t, x):\n"
+        "        return 0.9 * jnp.sin(x) + 0.1 * x * x\n"
+        "    return jax.lax.fori_loop(0, 200, step, x)\n"
+        "\n"
+        "y = simulate(jnp.ones(1000)).block_until_ready()",
+    ],
+    # Timing JAX work without waiting for it.
+    "diag_unsync_timing": [
+        "import time\nimport numpy as np\n" + IMPORTS,
+        "@jax.jit\n"
+        "def step(a):\n"
+        "    return jnp.tanh(a @ a)\n"
+        "\n"
+        "a = jnp.ones((300, 300)) / 300\n"
+        "step(a).block_until_ready()  # compile outside the timing",
+        "start = time.perf_counter()\n"
+        "b = step(a)\n"
+        "elapsed = time.perf_counter() - start\n"
+        "print(f\"step: {elapsed * 1e3:.3f} ms\")",
+        "%timeit -n 5 -r 1 step(a)",
+        "# NumPy is synchronous: timing it this way is fine\n"
+        "m = np.ones((300, 300))\n"
+        "start = time.perf_counter()\n"
+        "n = np.tanh(m @ m)\n"
+        "print(f\"numpy: {(time.perf_counter() - start) * 1e3:.3f} ms\")",
+    ],
+    "diag_unsync_timing_fixed": [
+        "import time\nimport numpy as np\n" + IMPORTS,
+        "@jax.jit\n"
+        "def step(a):\n"
+        "    return jnp.tanh(a @ a)\n"
+        "\n"
+        "a = jnp.ones((300, 300)) / 300\n"
+        "step(a).block_until_ready()  # compile outside the timing",
+        "start = time.perf_counter()\n"
+        "b = step(a).block_until_ready()\n"
+        "elapsed = time.perf_counter() - start\n"
+        "print(f\"step: {elapsed * 1e3:.3f} ms\")",
+        "%timeit -n 5 -r 1 step(a).block_until_ready()",
+        "# NumPy is synchronous: timing it this way is fine\n"
+        "m = np.ones((300, 300))\n"
+        "start = time.perf_counter()\n"
+        "n = np.tanh(m @ m)\n"
+        "print(f\"numpy: {(time.perf_counter() - start) * 1e3:.3f} ms\")",
+    ],
+    # One function compiled for eight shapes; a lambda jitted anew on every call.
+    "diag_retrace": [
+        "import numpy as np\n" + IMPORTS,
+        "@jax.jit\n"
+        "def normalise(x):\n"
+        "    return (x - x.mean()) / x.std()",
+        "# a new length on every call: one compile per shape\n"
+        "for n in range(100, 108):\n"
+        "    normalise(np.linspace(0, 1, n, dtype=np.float32)).block_until_ready()",
+        "# a jitted lambda created anew on every call: it never hits the compile cache\n"
+        "x = jnp.ones(100)\n"
+        "for i in range(5):\n"
+        "    y = jax.jit(lambda v: v * 2.0 + 1.0)(x)",
+    ],
+    "diag_retrace_fixed": [
+        "import numpy as np\n" + IMPORTS,
+        "@jax.jit\n"
+        "def normalise(x):\n"
+        "    return (x - x.mean()) / x.std()",
+        "# one shape for every call: one compile\n"
+        "for n in range(100, 108):\n"
+        "    normalise(np.linspace(0, n, 128, dtype=np.float32)).block_until_ready()",
+        "# the jit created once, outside the loop\n"
+        "double = jax.jit(lambda v: v * 2.0 + 1.0)\n"
+        "x = jnp.ones(100)\n"
+        "for i in range(5):\n"
+        "    y = double(x)",
+    ],
+    # Eager operations on a new shape per iteration: each op compiles again for each shape.
+    "diag_eager_flood": [
+        IMPORTS,
+        "total = 0.0\n"
+        "for n in range(1, 11):\n"
+        "    v = jnp.ones(n) * 2.0 + 1.0\n"
+        "    total += float(jnp.sum(v * v))\n"
+        "print(total)",
+    ],
+    "diag_eager_flood_fixed": [
+        IMPORTS,
+        "@jax.jit\n"
+        "def term(v, n):\n"
+        "    w = jnp.where(jnp.arange(v.shape[0]) < n, v * 2.0 + 1.0, 0.0)\n"
+        "    return jnp.sum(w * w)\n"
+        "\n"
+        "v = jnp.ones(10)\n"
+        "total = sum(float(term(v, n)) for n in range(1, 11))\n"
+        "print(total)",
+    ],
+    # Real compiles worth caching (linear algebra compiles take ~0.2-1 s each on a small CPU).
+    "diag_cold_cache": [
+        IMPORTS,
+        "@jax.jit\n"
+        "def solve(a, b):\n"
+        "    return jnp.linalg.solve(a, b)\n"
+        "\n"
+        "@jax.jit\n"
+        "def spectrum(a):\n"
+        "    return jnp.linalg.eigh(a)[0]\n"
+        "\n"
+        "@jax.jit\n"
+        "def inverse(a):\n"
+        "    return jnp.linalg.inv(a)\n"
+        "\n"
+        "a = jnp.eye(50) * 2.0\n"
+        "b = jnp.ones(50)\n"
+        "x = solve(a, b).block_until_ready()\n"
+        "w = spectrum(a).block_until_ready()\n"
+        "ai = inverse(a).block_until_ready()",
+    ],
+    # A notebook so small that importing JAX and the first PRNG call are most of its time.
+    "diag_first_call": [
+        IMPORTS,
+        "key = jax.random.key(0)\n"
+        "x = jax.random.normal(key, (100,))\n"
+        "print(float(x.mean()))",
+    ],
+    "diag_first_call_clean": [
+        "import time\n" + IMPORTS,
+        "x = jnp.arange(10.0)\n"
+        "print(float(x.sum()))",
+        "# the notebook's real work (a stand-in for a long computation)\n"
+        "time.sleep(5)",
+    ],
+    # lax.scan with a tiny body: cheap on a CPU, latency-bound on a GPU (GPU figures are synthetic).
+    "diag_latency_loop": [
+        IMPORTS + "\nfrom functools import partial\nfrom jax import lax",
+        "@partial(jax.jit, static_argnums=(1,))\n"
+        "def logistic_path(x0, n, r=3.9):\n"
+        "    def update(x, _):\n"
+        "        x = r * x * (1 - x)\n"
+        "        return x, x\n"
+        "    _, path = lax.scan(update, x0, None, length=n)\n"
+        "    return path",
+        "path = logistic_path(0.2, 1_000_000).block_until_ready()",
+        "path = logistic_path(0.2, 1_000_000).block_until_ready()",
+        "@jax.jit\n"
+        "def bump(x):\n"
+        "    return jnp.max(jnp.cos(x ** 2) / (1 + x ** 2))\n"
+        "\n"
+        "grid = jnp.linspace(-3, 3, 4_000_000)\n"
+        "m = bump(grid).block_until_ready()",
+        "m = bump(grid).block_until_ready()",
+    ],
+    # One compile, then real work: compile is a small share of the cell (clean for compile-bound).
+    "diag_compute_bound": [
+        IMPORTS,
+        "@jax.jit\n"
+        "def power_step(m):\n"
+        "    return jnp.tanh(m @ m)\n"
+        "\n"
+        "m = jnp.ones((1000, 1000)) / 1000\n"
+        "for _ in range(30):\n"
+        "    m = power_step(m)\n"
+        "m.block_until_ready()",
+    ],
+    # Numba functions compiled in every run (no cache=True) and the same with cache=True.
+    "diag_numba_cache": [
+        "import numpy as np\nimport numba",
+        "@numba.njit\n"
+        "def logistic(x0, n):\n"
+        "    x = np.empty(n)\n"
+        "    x[0] = x0\n"
+        "    for t in range(n - 1):\n"
+        "        x[t + 1] = 3.9 * x[t] * (1 - x[t])\n"
+        "    return x\n"
+        "\n"
+        "@numba.njit\n"
+        "def mean(x):\n"
+        "    total = 0.0\n"
+        "    for value in x:\n"
+        "        total += value\n"
+        "    return total / len(x)\n"
+        "\n"
+        "print(mean(logistic(0.2, 100_000)))",
+    ],
+    "diag_numba_cache_fixed": [
+        "import numpy as np\nimport numba",
+        "@numba.njit(cache=True)\n"
+        "def logistic(x0, n):\n"
+        "    x = np.empty(n)\n"
+        "    x[0] = x0\n"
+        "    for t in range(n - 1):\n"
+        "        x[t + 1] = 3.9 * x[t] * (1 - x[t])\n"
+        "    return x\n"
+        "\n"
+        "@numba.njit(cache=True)\n"
+        "def mean(x):\n"
+        "    total = 0.0\n"
+        "    for value in x:\n"
+        "        total += value\n"
+        "    return total / len(x)\n"
+        "\n"
+        "print(mean(logistic(0.2, 100_000)))",
+    ],
+    # float64 throughout (GPU figures are synthetic: a T4 has 1/32-rate float64).
+    "diag_x64": [
+        "import jax\njax.config.update(\"jax_enable_x64\", True)\nimport jax.numpy as jnp",
+        "@jax.jit\n"
+        "def smooth(x):\n"
+        "    return jnp.cumsum(jnp.sin(x) * jnp.cos(x)) / x.size\n"
+        "\n"
+        "x = jnp.linspace(0, 10, 2_000_000)\n"
+        "y = smooth(x).block_until_ready()",
+        "y = smooth(x).block_until_ready()",
+    ],
+}
+
+
+def write_all() -> None:
+    for name, cells in NOTEBOOKS.items():
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+        for index, cell in enumerate(nb.cells):
+            cell["id"] = f"{name.replace('_', '-')}-{index}"  # stable ids: regenerating gives identical files
+        nbformat.write(nb, HERE / f"{name}.ipynb")
+
+
+if __name__ == "__main__":
+    write_all()

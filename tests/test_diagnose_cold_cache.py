@@ -1,0 +1,55 @@
+"""Rule cold-cache: JAX persistent cache cold vs warm (real kernels), Numba functions without cache=True."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_support import fired, profile_notebook
+from nbscope.diagnose import diagnose
+
+
+@pytest.fixture(scope="module")
+def jax_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("cache")
+    return {mode: profile_notebook("diag_cold_cache", folder, jax_cache=mode) for mode in ("cold", "warm")}
+
+
+def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
+    cold = jax_runs["cold"]
+    [finding] = fired(diagnose(cold), "cold-cache")
+    assert finding.cell_index is None and finding.evidence["cache_state"] == "cold"
+    backend = sum((c.get("jax") or {}).get("backend_s") or 0.0 for c in cold.measurements["cells"])
+    assert finding.evidence["saving_s"] == pytest.approx(backend, abs=1e-3)
+    assert "upper bound" in finding.evidence["saving_is"]
+    assert "JAX_COMPILATION_CACHE_DIR" in finding.fix
+
+
+def test_warm_run_gives_the_measured_saving(jax_runs: dict) -> None:
+    cold, warm = jax_runs["cold"], jax_runs["warm"]
+    assert warm.measurements["totals"]["cache_state"] == "warm" and warm.measurements["totals"]["cache_hits"] > 0
+    [finding] = fired(diagnose(cold, other=warm), "cold-cache")
+    assert finding.evidence["saving_is"].startswith("measured")
+    assert finding.evidence["warm_cache_hits"] == warm.measurements["totals"]["cache_hits"]
+    assert finding.evidence["saving_s"] > 0
+
+
+def test_silent_on_the_warm_run(jax_runs: dict) -> None:
+    assert not fired(diagnose(jax_runs["warm"]), "cold-cache")
+
+
+@pytest.fixture(scope="module")
+def numba_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("numba")
+    env = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}  # cache=True must not write beside the notebook
+    return {name: profile_notebook(name, folder, env=env) for name in ("diag_numba_cache", "diag_numba_cache_fixed")}
+
+
+def test_numba_without_cache_fires(numba_runs: dict) -> None:
+    [finding] = fired(diagnose(numba_runs["diag_numba_cache"]), "cold-cache")
+    assert set(finding.evidence["uncached_functions"]) == {"logistic", "mean"}
+    assert finding.evidence["cache_hits"] == "not recorded by the probe"
+    assert "cache=True" in finding.fix
+
+
+def test_numba_with_cache_true_is_silent(numba_runs: dict) -> None:
+    assert not fired(diagnose(numba_runs["diag_numba_cache_fixed"]), "cold-cache")

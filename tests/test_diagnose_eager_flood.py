@@ -1,0 +1,29 @@
+"""Rule eager-flood: eager array operations on a new shape per iteration, each compiled again."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_support import fired, profile_notebook
+from nbscope.diagnose import diagnose
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("eager")
+    return {name: profile_notebook(name, folder) for name in ("diag_eager_flood", "diag_eager_flood_fixed")}
+
+
+def test_fires_on_the_loop_cell(runs: dict) -> None:
+    [finding] = fired(diagnose(runs["diag_eager_flood"]), "eager-flood")
+    assert finding.cell_index == 1
+    evidence = finding.evidence
+    assert evidence["eager_compiles"] >= 40  # 10 sizes × (ones, 2 multiplies, add, sum)
+    assert {"multiply", "add", "broadcast_in_dim"} <= set(evidence["ops"])
+    assert evidence["distinct_shapes"] >= 10
+    assert evidence["eager_compile_s"] > 0.3
+    assert "jax.jit" in finding.fix
+
+
+def test_silent_when_the_loop_is_one_jitted_function(runs: dict) -> None:
+    assert not fired(diagnose(runs["diag_eager_flood_fixed"]), "eager-flood")

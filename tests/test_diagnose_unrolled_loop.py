@@ -1,0 +1,63 @@
+"""Rule unrolled-loop: a Python loop of 200 steps inside a jitted function, on a real CPU kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diag_support import fired, profile_notebook, sources_of
+from nbscope.diagnose import diagnose
+from nbscope.diagnose._source import analyse
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("unrolled")
+    return {name: profile_notebook(name, folder) for name in ("diag_unrolled_loop", "diag_unrolled_loop_fixed")}
+
+
+def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> None:
+    record = runs["diag_unrolled_loop"]
+    findings = diagnose(record)
+    [finding] = fired(findings, "unrolled-loop")
+    assert finding.cell_index == 1  # the cell that defines and calls `simulate`
+    evidence = finding.evidence
+    assert evidence["function"] == "simulate"
+    assert evidence["loop"]["trips"] == 200 and evidence["loop"]["kind"] == "for"
+    measured = record.measurements["cells"][1]["compile_s"]
+    assert 0 < evidence["compile_s"] <= measured + 1e-9  # the function's own compile, from the record
+    assert evidence["per_compile_s"] >= 0.2
+    assert "fori_loop" in finding.fix and "(0, 200," in finding.fix
+    assert "simulate" in finding.summary and "200 steps" in finding.summary
+    assert finding.severity in ("high", "medium") and finding.confidence >= 0.7
+    assert not [s for s in findings.skipped if s.rule == "unrolled-loop"]  # type: ignore[attr-defined]
+
+
+def test_silent_on_fori_loop_version(runs: dict) -> None:
+    assert not fired(diagnose(runs["diag_unrolled_loop_fixed"]), "unrolled-loop")
+
+
+def test_needs_sources_says_so(runs: dict, tmp_path: Path) -> None:
+    findings = diagnose(runs["diag_unrolled_loop"], sources={})
+    assert not fired(findings, "unrolled-loop")
+    reasons = [s.reason for s in findings.skipped if s.rule == "unrolled-loop"]  # type: ignore[attr-defined]
+    assert reasons and "sources" in reasons[0]
+
+
+def test_source_analysis_follows_calls_and_literal_lengths() -> None:
+    code = analyse({
+        0: "N = 64\n\ndef body(x):\n    for _ in range(N):\n        x = x + 1\n    return x",
+        1: "import jax\n\n@jax.jit\ndef outer(x):\n    return body(x)\n\ng = jax.jit(lambda x: x)",
+        2: "def plain(x):\n    for i in range(3):\n        pass",
+    })
+    assert code.functions["outer"].jitted and not code.functions["body"].jitted
+    [loop] = code.loops_in("outer")  # found through the call to `body`
+    assert loop.trips == 64 and loop.function == "body"
+    assert "plain" not in code.jitted
+
+
+def test_unrolled_source_from_notebook_file() -> None:
+    sources = sources_of("diag_unrolled_loop")
+    code = analyse(dict(enumerate(sources.values())))
+    assert [loop.trips for loop in code.loops_in("simulate")] == [200]

@@ -1,0 +1,65 @@
+"""Rule unsynchronised-timing: timing JAX work without block_until_ready, on real CPU kernels, and the
+static reading of timed regions."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_support import fired, profile_notebook
+from nbscope.diagnose import _source, diagnose
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("unsync")
+    return {name: profile_notebook(name, folder) for name in ("diag_unsync_timing", "diag_unsync_timing_fixed")}
+
+
+def test_fires_on_the_unsynchronised_cells_only(runs: dict) -> None:
+    findings = fired(diagnose(runs["diag_unsync_timing"]), "unsynchronised-timing")
+    by_cell = {f.cell_index: f for f in findings}
+    assert set(by_cell) == {2, 3}  # perf_counter around step(a); %timeit step(a). Not the NumPy cell 4.
+    assert by_cell[2].evidence["regions"][0]["jax_calls"] == ["step"]
+    assert by_cell[2].evidence["regions"][0]["how"] == "time.perf_counter"
+    assert by_cell[3].evidence["regions"][0]["how"] == "%timeit"
+    assert "block_until_ready" in by_cell[2].fix
+    assert "not checked" in by_cell[2].evidence["reported_times"]  # outputs are not in records: says so
+
+
+def test_silent_on_the_corrected_notebook(runs: dict) -> None:
+    assert not fired(diagnose(runs["diag_unsync_timing_fixed"]), "unsynchronised-timing")
+
+
+def _unsynced(source: str, jitted: set[str] | None = None) -> list[str]:
+    tree = _source.parse(source)
+    assert tree is not None
+    hits = []
+    for region in _source.timed_regions(tree):
+        if _source.jax_calls(region.nodes, jitted or set(), {"jax", "jnp", "lax"}) and not _source.synchronisations(region.nodes):
+            hits.append(region.how)
+    return hits
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("with qe.Timer():\n    y = jnp.cos(x)", ["with qe.Timer"]),
+        ("with qe.Timer():\n    y = jnp.cos(x)\n    jax.block_until_ready(y)", []),
+        ("with qe.Timer():\n    z = jnp.max(f(x)).block_until_ready()", []),
+        ("%%timeit\ny = jnp.cos(x)", ["%%timeit"]),
+        ("%time y = jnp.cos(x).block_until_ready()", []),
+        ("t = timeit.timeit(lambda: jnp.cos(x), number=10)", ["timeit.timeit"]),
+        ("t0 = time.time()\ny = np.cos(x)\nprint(time.time() - t0)", []),  # NumPy: synchronous
+        ("t0 = time.time()\ny = jnp.cos(x)\nprint(float(y[0]))\nt1 = time.time()", []),  # float() waits
+        ("t0 = time.time()\ny = g(x)\nt1 = time.time()", ["time.time"]),  # g is a jitted function
+        ("for n in sizes:\n    s = perf_counter()\n    jnp.ones(n)\n    e = perf_counter()", ["perf_counter"]),
+    ],
+)
+def test_timed_regions(source: str, expected: list[str]) -> None:
+    assert _unsynced(source, {"g"}) == expected
+
+
+def test_no_sources_is_reported_not_guessed(runs: dict) -> None:
+    findings = diagnose(runs["diag_unsync_timing"], sources={})
+    assert not fired(findings, "unsynchronised-timing")
+    assert any(s.rule == "unsynchronised-timing" for s in findings.skipped)  # type: ignore[attr-defined]
