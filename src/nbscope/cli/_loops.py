@@ -1,0 +1,79 @@
+"""``nbscope loops``: per-iteration cost of a loop from a sweep of trip counts, per device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, open_store
+
+
+def _trip_counts(text: str | None) -> list[int] | None:
+    from nbscope._errors import NbscopeError
+
+    if not text:
+        return None
+    try:
+        return [int(float(part)) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise NbscopeError(f"--trips expects comma-separated trip counts, got {text!r}") from None
+
+
+@app.command()
+def loops(
+    target: Annotated[
+        str | None,
+        typer.Argument(help="MODULE:FUNCTION; FUNCTION(n) runs the loop n times. Default: the built-in logistic-map lax.scan."),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer trip counts and samples (≈10 s).")] = False,
+    trips: Annotated[
+        str | None, typer.Option("--trips", metavar="N,N,...", help="Trip counts to sweep (default 1k … 1M).")
+    ] = None,
+    at: Annotated[int, typer.Option("--at", metavar="N", help="Extrapolate the fit to this trip count.")] = 10_000_000,
+    device: Annotated[
+        str, typer.Option("--device", metavar="default,cpu", help="Where to run: the default device and/or pinned to the CPU.")
+    ] = "default,cpu",
+    samples: Annotated[int | None, typer.Option("--samples", help="Timed samples per trip count (median kept).")] = None,
+    xla_dump: Annotated[
+        Path | None, typer.Option("--xla-dump", metavar="DIR", help="Dump XLA's HLO here (XLA_FLAGS=--xla_dump_to).")
+    ] = None,
+    jax_platform: Annotated[
+        str | None, typer.Option("--jax-platform", metavar="PLATFORM", help="JAX_PLATFORMS for the sweep (cpu, cuda, ...).")
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Sweep a loop's trip count, fit time = a + b·n, report µs per iteration and extrapolate (fresh process)."""
+    from rich.console import Console
+
+    from nbscope.loops import LoopOptions, run_loops
+
+    options = LoopOptions(
+        target=target, quick=quick, trip_counts=_trip_counts(trips), at=at,
+        placements=[p.strip() for p in device.split(",") if p.strip()], samples=samples, xla_dump=xla_dump,
+        jax_platform=jax_platform,
+    )
+    options.validate()
+    store = open_store(db)  # refuse a bad --db before measuring
+    status = Console(stderr=True, highlight=False)
+
+    def progress(event: dict[str, Any]) -> None:
+        if as_json:
+            return
+        if event.get("event") == "sweep":
+            status.print(f"[dim]loops: sweeping on {event['placement']} ({event['device']}) …[/dim]")
+        elif event.get("event") == "point":
+            status.print(f"[dim]  {event['n']:>10,} trips  {event['seconds'] * 1e3:9.3f} ms[/dim]")
+
+    record = run_loops(options, store=store, progress=progress)
+    if as_json:
+        print(record.to_json())
+    else:
+        from nbscope.render.loops import print_loops
+        from nbscope.render.terminal import console
+
+        print_loops(record)
+        console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
