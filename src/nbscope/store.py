@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -45,6 +46,19 @@ def default_path() -> Path:
     return Path(env) if env else DEFAULT_DB
 
 
+def _set_wal(connection: sqlite3.Connection) -> None:
+    # Turning a new file into WAL upgrades a read lock to a write lock, which SQLite refuses at once
+    # ("database is locked", no busy wait) while another process does the same: retry for a while.
+    for attempt in range(500):
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != sqlite3.SQLITE_BUSY or attempt == 499:
+                raise
+            time.sleep(0.01)
+
+
 class Store:
     """Runs saved as whole JSON documents plus the columns `nbscope runs` lists."""
 
@@ -70,11 +84,9 @@ class Store:
         with closing(connection):
             try:
                 connection.execute("PRAGMA busy_timeout = 60000")
-                connection.execute("PRAGMA journal_mode = WAL")
+                _set_wal(connection)
                 if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
-                    # Create the tables holding the write lock from the start: a plain CREATE TABLE upgrades a
-                    # read to a write, which fails at once ("database is locked") when another process has
-                    # just created them, instead of waiting for busy_timeout.
+                    # Tables missing: create them under the write lock, taken (waiting on busy_timeout) up front.
                     connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
             except sqlite3.DatabaseError as exc:
                 raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None

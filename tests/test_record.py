@@ -1,0 +1,194 @@
+"""The run record: JSON round trip and one-line refusals of documents it cannot read."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nbscope._errors import NbscopeError
+from nbscope.record import (
+    FORMAT_NAME,
+    REQUIRED_FIELDS,
+    SCHEMA_VERSION,
+    RunRecord,
+    dump,
+    load,
+    loads,
+    utc_now,
+    validate,
+)
+
+FINGERPRINT = {
+    "fingerprint_version": 1,
+    "cpu": {"model": "Test CPU", "logical_cores": 4},
+    "digest": "0123456789ab",
+}
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def make_record(**changes: Any) -> RunRecord:
+    fields: dict[str, Any] = {
+        "kind": "profile",
+        "target": "lectures/jax_intro.md",
+        "fingerprint": FINGERPRINT,
+        "measurements": {
+            "totals": {"cells": 2, "wall_s": 1.5, "compile_s": 0.25, "compiles": 3, "peak_rss_bytes": 10**9},
+            "cells": [{"index": 0, "wall_s": 1.0, "error": None}, {"index": 1, "wall_s": 0.5, "error": None}],
+        },
+        "settings": {"kernel": "python3", "timeout": 600, "env": {"JAX_PLATFORMS": "cpu"}},
+        "command": ["nbscope", "profile", "lectures/jax_intro.md"],
+    }
+    fields.update(changes)
+    return RunRecord(**fields)
+
+
+def assert_one_line_error(excinfo: pytest.ExceptionInfo[NbscopeError], *words: str) -> str:
+    message = str(excinfo.value)
+    assert message and "\n" not in message, message
+    for word in words:
+        assert word in message, (word, message)
+    return message
+
+
+def test_new_record_envelope() -> None:
+    record = make_record()
+    document = record.to_dict()
+    assert document["format"] == FORMAT_NAME == "nbscope-run"
+    assert document["schema_version"] == SCHEMA_VERSION == 1
+    assert isinstance(document["tool_version"], str) and document["tool_version"]
+    assert TIMESTAMP.match(document["started_at"]), document["started_at"]
+    assert document["ended_at"] is None and document["status"] == "ok"
+    assert "run_id" not in document
+    assert record.digest == "0123456789ab"
+    validate(document)
+
+
+def test_finish_sets_end_time_and_status() -> None:
+    record = make_record().finish("partial")
+    assert TIMESTAMP.match(record.ended_at or "")
+    assert record.ended_at >= record.started_at
+    assert record.status == "partial"
+    assert make_record().finish().status == "ok"
+
+
+def test_utc_now_format() -> None:
+    assert TIMESTAMP.match(utc_now())
+
+
+def test_round_trip_through_json() -> None:
+    record = make_record().finish()
+    text = record.to_json()
+    again = loads(text)
+    assert again.to_dict() == record.to_dict()
+    assert again.to_json() == text
+    compact = record.to_json(indent=None)
+    assert "\n" not in compact and json.loads(compact) == record.to_dict()
+
+
+def test_round_trip_through_a_file(tmp_path: Path) -> None:
+    record = make_record().finish("error")
+    path = dump(record, tmp_path / "sub" / "run.json")
+    assert path.exists() and not (tmp_path / "sub" / "run.json.tmp").exists()
+    assert load(path).to_dict() == record.to_dict()
+
+
+def test_numpy_values_and_paths_are_written_as_plain_json() -> None:
+    record = make_record(
+        measurements={"totals": {"wall_s": np.float64(0.5), "cells": np.int64(3)}, "where": Path("/tmp/x")},
+        settings={"tags": {"b", "a"}},
+    )
+    document = json.loads(record.to_json())
+    assert document["measurements"] == {"totals": {"wall_s": 0.5, "cells": 3}, "where": "/tmp/x"}
+    assert document["settings"] == {"tags": ["a", "b"]}
+    with pytest.raises(TypeError, match="not JSON serialisable"):
+        make_record(measurements={"x": object()}).to_json()
+
+
+def test_headline_picks_the_totals_runs_lists() -> None:
+    assert make_record().headline() == {"wall_s": 1.5, "compile_s": 0.25, "cells": 2, "compiles": 3}
+    assert make_record(measurements={}).headline() == {}
+
+
+def test_unknown_fields_are_ignored_and_optional_ones_defaulted() -> None:
+    document = make_record().to_dict()
+    document["added_in_a_later_minor_version"] = {"x": 1}
+    for optional in ("settings", "ended_at", "status"):
+        del document[optional]
+    record = RunRecord.from_dict(document)
+    assert record.settings == {} and record.ended_at is None and record.status == "ok"
+
+
+def test_not_json_is_refused_with_one_line() -> None:
+    with pytest.raises(NbscopeError) as excinfo:
+        loads("this is not json\n{", source="notes.txt")
+    assert_one_line_error(excinfo, "notes.txt", "not valid JSON", "line 1")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [[1, 2, 3], "a string", 42, None, {"kind": "profile"}, {"format": "something-else", "schema_version": 1}],
+    ids=["list", "string", "number", "null", "no-format", "other-format"],
+)
+def test_json_that_is_not_a_record_is_refused(document: Any) -> None:
+    with pytest.raises(NbscopeError) as excinfo:
+        loads(json.dumps(document), source="thing.json")
+    assert_one_line_error(excinfo, "thing.json", "not an nbscope run record")
+
+
+def test_newer_schema_version_is_refused() -> None:
+    document = make_record().to_dict()
+    document["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(NbscopeError) as excinfo:
+        loads(json.dumps(document), source="future.json")
+    assert_one_line_error(excinfo, "future.json", f"schema version {SCHEMA_VERSION + 1}", "upgrade nbscope")
+
+
+@pytest.mark.parametrize("version", [None, "1", 1.0, True])
+def test_mistyped_schema_version_is_refused(version: Any) -> None:
+    document = make_record().to_dict()
+    document["schema_version"] = version
+    with pytest.raises(NbscopeError) as excinfo:
+        loads(json.dumps(document), source="odd.json")
+    assert_one_line_error(excinfo, "odd.json", "schema_version")
+
+
+@pytest.mark.parametrize("name", [n for n in REQUIRED_FIELDS if n not in ("format", "schema_version")])
+def test_missing_required_field_is_refused(name: str) -> None:
+    document = make_record().to_dict()
+    del document[name]
+    with pytest.raises(NbscopeError) as excinfo:
+        loads(json.dumps(document), source="short.json")
+    assert_one_line_error(excinfo, "short.json", repr(name), "missing")
+
+
+@pytest.mark.parametrize("name, value", [("kind", 3), ("command", "nbscope profile"), ("measurements", [])])
+def test_mistyped_required_field_is_refused(name: str, value: Any) -> None:
+    document = make_record().to_dict()
+    document[name] = value
+    with pytest.raises(NbscopeError) as excinfo:
+        RunRecord.from_dict(document, source="typed.json")
+    assert_one_line_error(excinfo, "typed.json", repr(name))
+
+
+def test_load_refuses_missing_binary_and_non_json_files(tmp_path: Path) -> None:
+    with pytest.raises(NbscopeError) as excinfo:
+        load(tmp_path / "nope.json")
+    assert_one_line_error(excinfo, "nope.json", "no such file")
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    with pytest.raises(NbscopeError) as excinfo:
+        load(binary)
+    assert_one_line_error(excinfo, "blob.bin", "not a text file")
+    text = tmp_path / "not-json.txt"
+    text.write_text("hello\nworld\n")
+    with pytest.raises(NbscopeError) as excinfo:
+        load(text)
+    assert_one_line_error(excinfo, "not-json.txt", "not valid JSON")
+    with pytest.raises(NbscopeError) as excinfo:
+        load(tmp_path)
+    assert_one_line_error(excinfo, "cannot read")
