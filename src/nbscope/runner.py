@@ -291,7 +291,7 @@ def execute(
                     status, stopped = "partial", True
                 elif outcome == "timeout":
                     status = "partial"
-                    _interrupt(client)
+                    _interrupt(client, cell)
                     stopped = options.on_error == "stop"
                 elif record["status"] == "error" and options.on_error == "stop":
                     status, stopped = "partial", True
@@ -324,14 +324,25 @@ def _summarise_timeline(trace: Any, record: dict[str, Any]) -> dict[str, Any] | 
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _interrupt(client: Any) -> None:
-    """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient)."""
+def _interrupt(client: Any, cell: Any, wait_s: float = 5.0) -> None:
+    """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient).
+
+    nbclient leaves the timed-out cell's IOPub reader task running; until it has read that cell's
+    ``idle`` status it takes (and drops) the next cell's messages, which loses that cell's busy/idle
+    timestamps or stalls it for ``iopub_timeout``. Run the event loop until it is done.
+    """
+    import asyncio
+
     from nbclient.util import run_sync
 
     try:
         run_sync(client.km.interrupt_kernel)()
     except Exception:
-        pass
+        return
+    timing = cell.get("metadata", {}).get("execution", {})
+    deadline = time.monotonic() + wait_s
+    while "iopub.status.idle" not in timing and time.monotonic() < deadline:
+        run_sync(asyncio.sleep)(0.01)
 
 
 def _ensure_dead(client: Any) -> None:

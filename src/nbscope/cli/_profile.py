@@ -55,6 +55,12 @@ def profile(
     backends: Annotated[
         str | None, typer.Option("--backends", help="Comma-separated JAX platforms: profile once per backend and compare.")
     ] = None,
+    timeline: Annotated[
+        bool, typer.Option("--timeline", help="Trace each cell with jax.profiler: device busy, ops, dispatch, copies, class.")
+    ] = False,
+    keep_traces: Annotated[
+        Path | None, typer.Option("--keep-traces", metavar="DIR", help="Keep the raw traces here (implies --timeline).")
+    ] = None,
 ) -> None:
     """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory."""
     from nbscope import notebook as notebook_module
@@ -66,6 +72,7 @@ def profile(
     options = ProfileOptions(
         timeout=timeout, on_error=on_error, kernel=kernel, env=parse_env(env or []),
         jax_platform=jax_platform, jax_cache=jax_cache, repeat=repeat,
+        timeline=timeline or keep_traces is not None, keep_traces=keep_traces.resolve() if keep_traces else None,
     )
     options.validate()
     store = open_store(db)
@@ -85,6 +92,10 @@ def profile(
         print(ledger.profile_markdown(record, top=None if all_cells else top, notebook_order=all_cells))
     else:
         ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
+        if options.timeline:
+            from nbscope.timeline import print_timeline
+
+            print_timeline(record)
         console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
 
 

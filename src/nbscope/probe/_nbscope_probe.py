@@ -141,6 +141,9 @@ class Probe:
         self.cell_start_unix = 0.0
         self.request_start: float | None = None  # set once the kernel's execute_request is wrapped
         self.pending: dict[str, Any] | None = None
+        self.status_hooked = False  # the kernel's busy/idle status messages are seen (see _hook_status)
+        self.busy_at: float | None = None  # when the current shell request's "busy" went out
+        self.held: dict[str, Any] | None = None  # a finished cell's line, written as "idle" goes out
         self.rss_before: int | None = None
         self.memory = _ProcMemory()
         self.peak_reset = False
@@ -235,7 +238,10 @@ class Probe:
         """Time the kernel's whole execute_request (what nbclient sees as busy→idle), not just the code.
 
         ipykernel spends ~1.5 ms before ``pre_run_cell`` and ~1 ms after ``post_run_cell`` (transforms,
-        history, reply); a cell's wall time includes it, and the record reports it as overhead.
+        history, reply); a cell's wall time includes it, and the record reports it as overhead. Around
+        the handler it also runs hooks and flushes stdout/stderr through its IO thread, which on a busy
+        machine adds several ms: where the kernel's status messages can be hooked (``_hook_status``),
+        wall time runs from the ``busy`` message to the ``idle`` one, the very points nbclient times.
         """
         kernel = getattr(self.shell, "kernel", None)
         handlers = getattr(kernel, "shell_handlers", None)
@@ -256,13 +262,49 @@ class Probe:
 
         handlers["execute_request"] = execute_request
         self.request_start = 0.0
+        self._hook_status(kernel)
         return True
+
+    def _hook_status(self, kernel: Any) -> None:
+        """Note when the kernel publishes a shell request's ``busy`` and ``idle`` status."""
+        publish = getattr(kernel, "_publish_status", None)
+        if not callable(publish):
+            return
+        probe = self
+
+        def _publish_status(status: Any, *args: Any, **kwargs: Any) -> Any:
+            if (args[0] if args else kwargs.get("channel", "shell")) == "shell":
+                if status == "busy":
+                    probe.busy_at = time.perf_counter()
+                elif status == "idle":
+                    probe.write_held(time.perf_counter())  # before "idle" leaves: the runner finds the line
+                    probe.busy_at = None
+            return publish(status, *args, **kwargs)
+
+        try:
+            kernel._publish_status = _publish_status
+        except (AttributeError, TypeError):
+            return
+        self.status_hooked = True
 
     def finish_request(self, request_s: float) -> None:
         record, self.pending = self.pending, None
-        if record is not None:
-            record["wall_s"] = request_s
+        if record is None:
+            return
+        record["wall_s"] = request_s
+        self.write_held(None)  # a line still held (its "idle" never came): write it as it is
+        if self.status_hooked and self.busy_at is not None:
+            self.held = record  # written, with busy→idle as wall time, when "idle" goes out
+        else:
             self._write(record)
+
+    def write_held(self, idle_at: float | None) -> None:
+        record, self.held = self.held, None
+        if record is None:
+            return
+        if idle_at is not None and self.busy_at is not None:
+            record["wall_s"] = idle_at - self.busy_at
+        self._write(record)
 
     # ---- JAX ----------------------------------------------------------------------------------
     def attach_jax(self, jax_module: types.ModuleType) -> None:
@@ -465,7 +507,7 @@ def _shape_handler(probe: Probe) -> Any:
 
 def _short_shapes(text: str) -> str:
     # "(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))" -> "float32[3], int32[]"
-    return ", ".join(re.findall(r"ShapedArray\(([^,)]+)", text)) or text[:200]
+    return ", ".join(re.findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
 
 
 class _GpuMemory:

@@ -1,0 +1,94 @@
+"""End to end: the two real lectures in ../shared/corpus profile on CPU (slow: about 30 s and 55 s)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from nbscope.profile import ProfileOptions, profile
+from nbscope.record import RunRecord
+from nbscope.store import Store
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+NEEDED = ("jax", "numpy", "numba", "matplotlib", "quantecon")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.corpus,
+    pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus folder {CORPUS} is absent"),
+    pytest.mark.skipif(
+        any(importlib.util.find_spec(name) is None for name in NEEDED),
+        reason=f"the lectures need {', '.join(NEEDED)} installed",
+    ),
+]
+
+
+def fence_lines(path: Path) -> list[int]:
+    """1-based lines of the ```{code-cell} fences, found independently of myst-nb."""
+    return [
+        number
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if re.match(r"^(`{3,}|~{3,})\{code-cell\}", text)
+    ]
+
+
+def run_lecture(name: str, tmp_path: Path) -> RunRecord:
+    path = CORPUS / name
+    store = Store(tmp_path / "db" / "nbscope.db")
+    record = profile(path, ProfileOptions(jax_platform="cpu"), store=store, live_path=tmp_path / "live.jsonl")
+    assert store.count() == 1
+    cells = record.measurements["cells"]
+    assert record.measurements["notebook"]["format"] == "myst"
+    # every code cell is listed, in order, with the line of its fence in the .md file
+    assert [c["line"] for c in cells] == fence_lines(path)
+    assert [c["index"] for c in cells] == list(range(len(cells)))
+    assert all(c["wall_s"] is not None and c["compile_s"] is not None and c["run_s"] is not None for c in cells)
+    return record
+
+
+def test_numpy_vs_numba_vs_jax(tmp_path: Path) -> None:
+    record = run_lecture("numpy_vs_numba_vs_jax.md", tmp_path)
+    cells = record.measurements["cells"]
+    failed = [(c["line"], c["status"], c["error"]) for c in cells if c["status"] != "ok"]
+    assert not failed
+    assert record.status == "ok"
+    sources = {c.source_hash: c.source for c in _code_cells(CORPUS / "numpy_vs_numba_vs_jax.md")}
+    qm = [c for c in cells if "qm_jax" in sources[c["source_hash"]]]
+    assert len(qm) == 3  # the definition and two timed calls
+    definition, first_call, second_call = qm
+    assert definition["jax"]["compiles"] == 0
+    # the first call compiles and runs, and the ledger tells the two apart
+    assert first_call["jax"]["user_compiles"] >= 1
+    assert "qm_jax" in {f["name"] for f in first_call["jax"]["functions"] if f["kind"] == "user"}
+    assert first_call["compile_s"] > 0 and first_call["run_s"] > 0
+    assert first_call["compile_s"] + first_call["run_s"] <= first_call["wall_s"] + 1e-9
+    # the second call reuses the compiled program
+    assert second_call["jax"]["compiles"] == 0 and second_call["compile_s"] == 0 and second_call["run_s"] > 0
+    totals = record.measurements["totals"]
+    assert totals["numba_compiles"] >= 1 and totals["user_compiles"] >= 1
+    assert totals["cells"] == totals["cells_ok"] == len(cells)
+
+
+def test_jax_intro(tmp_path: Path) -> None:
+    record = run_lecture("jax_intro.md", tmp_path)
+    cells = record.measurements["cells"]
+    expected = [c for c in cells if "raises-exception" in c["tags"]]
+    assert len(expected) == 1
+    assert expected[0]["status"] == "expected-error"
+    assert expected[0]["error"]["name"] == "TypeError"
+    assert expected[0]["line"] == 173
+    others = [(c["line"], c["status"], c["error"]) for c in cells if c is not expected[0] and c["status"] != "ok"]
+    assert not others
+    assert record.status == "ok"
+    totals = record.measurements["totals"]
+    assert totals["compiles"] > 0 and totals["user_compiles"] > 0 and totals["eager_compiles"] > 0
+    assert totals["cells_ok"] == len(cells)
+
+
+def _code_cells(path: Path) -> list:
+    from nbscope import notebook
+
+    return notebook.read(path).code_cells
