@@ -268,6 +268,10 @@ def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
     assert warm_cell["functions"][0]["cache_hits"] == 3
     saving = c["compile_s"] - w["compile_s"]  # measured, not JAX's compile_time_saved (whole seconds)
     assert saving > 0, (c["compile_s"], w["compile_s"])
+    # The warm run's record names its cold baseline and the saving, so the ledger can show it.
+    assert w["cache_baseline_run"] == cold.run_id
+    assert w["cache_saving_s"] == pytest.approx(saving)
+    assert "cache_saving_s" not in c
 
 
 # ---- side file, repeats ----------------------------------------------------------------------------------

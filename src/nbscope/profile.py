@@ -42,6 +42,14 @@ class ProfileOptions:
             raise NbscopeError("--repeat must be at least 1")
         if self.timeout is not None and self.timeout <= 0:
             raise NbscopeError("--timeout must be a positive number of seconds")
+        if self.jax_cache not in JAX_CACHE_MODES:
+            folder = Path(self.jax_cache).expanduser()
+            looks_like_path = os.sep in self.jax_cache or self.jax_cache.startswith((".", "~"))
+            if not (folder.is_dir() or looks_like_path):
+                raise NbscopeError(
+                    f"--jax-cache must be off, cold, warm or a folder (an existing one, or a path with "
+                    f"'{os.sep}'), not {self.jax_cache!r}"
+                )
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -201,10 +209,9 @@ def profile(
     executions: list[Execution] = []
     cache_state = "off"
     try:
-        for repeat in range(options.repeat):
-            # Repeats after a cold first run reuse the cache it filled: that is what "warm" means.
-            mode = "warm" if options.jax_cache == "cold" and repeat > 0 else options.jax_cache
-            cache_env, cache_state = jax_cache_env(mode, cache_root)
+        for _ in range(options.repeat):
+            # "cold" empties the cache before every repeat, so medians over repeats stay cold ones.
+            cache_env, cache_state = jax_cache_env(options.jax_cache, cache_root)
             execution = execute(
                 notebook_module.read(path) if executions else notebook,  # a fresh copy per repeat
                 ExecutionOptions(
@@ -226,6 +233,7 @@ def profile(
     finally:
         _fill(record, notebook, executions, cache_state, live_path)
         if store is not None:
+            _cache_saving(record, store)
             store.save(record)
     if executions and executions[-1].interrupted:
         raise KeyboardInterrupt
@@ -256,6 +264,22 @@ def _fill(
         "live_file": str(live),
     }
     record.finish(status)
+
+
+def _cache_saving(record: RunRecord, store: Any) -> None:
+    """For a warm-cache run: compile time saved against the latest cold run of the same notebook and
+    environment (measured cold vs warm: JAX's own compile_time_saved is wrong under 1 s)."""
+    totals_ = record.measurements["totals"]
+    if totals_.get("cache_state") != "warm":
+        return
+    for row in store.list(kind="profile", target=record.target, digest=record.digest, limit=50):
+        earlier = store.get(row["id"])
+        if earlier.measurements.get("totals", {}).get("cache_state") == "cold":
+            cold = earlier.measurements["totals"]
+            totals_["cache_baseline_run"] = row["id"]
+            totals_["cache_saving_s"] = (cold.get("compile_s") or 0.0) - (totals_.get("compile_s") or 0.0)
+            totals_["cold_compiles"] = cold.get("compiles")
+            return
 
 
 def _target_name(path: Path) -> str:

@@ -230,7 +230,7 @@ def _run(command: list[str], *, cwd: Path, env: dict[str, str], echo: bool) -> t
     return process.wait(), "".join(chunks)
 
 
-def trace_command(command: list[str], *, store: Any = None, sources: list[Path] | None = None) -> list[RunRecord]:
+def trace_command(command: list[str], *, store: Any = None, sources: list[Path] | None = None) -> TraceResult:
     """The CLI's ``trace``: run, store, and fail with one line when nothing was traced."""
     result = run_traced(command, sources=sources, store=store)
     if not result.records:
@@ -238,4 +238,4 @@ def trace_command(command: list[str], *, store: Any = None, sources: list[Path] 
         raise NbscopeError(
             f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}"
         )
-    return result.records
+    return result

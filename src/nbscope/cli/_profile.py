@@ -114,13 +114,22 @@ def trace(
     from nbscope.trace import trace_command
 
     command = list(ctx.args)
-    records = trace_command(command, store=open_store(db), sources=source)
+    result = trace_command(command, store=open_store(db), sources=source)
+    records = result.records
     if as_json:
         print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
-        return
+    else:
+        _print_traced(records, result.returncode)
+    if result.returncode:
+        raise typer.Exit(result.returncode)  # what was measured is stored; the failure still shows
+
+
+def _print_traced(records: list[Any], returncode: int) -> None:
     from nbscope.render import ledger
     from nbscope.render.terminal import console
 
     for record in records:
         ledger.print_profile(record, top=10)
         console.print(f"[dim]saved as run {record.run_id}[/dim]\n")
+    if returncode:
+        console.print(f"[red]the traced command exited {returncode}[/red]")

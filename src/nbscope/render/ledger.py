@@ -113,6 +113,11 @@ def print_summary(record: RunRecord) -> None:
         f"persistent cache {t.get('cache_state')} (hits {t.get('cache_hits', 0)}, misses {t.get('cache_misses', 0)})"
         f" · peak RSS {format_bytes(t.get('peak_rss_bytes'))}"
     )
+    if t.get("cache_saving_s") is not None:
+        console.print(
+            f"warm cache saved {format_seconds(t['cache_saving_s'])} of compile time against cold run "
+            f"{t['cache_baseline_run']} ({t.get('cold_compiles')} compiles then, {t.get('compiles', 0)} now)"
+        )
     failed = [c for c in record.measurements.get("cells", []) if c.get("status") in ("error", "timeout", "kernel-died")]
     for cell in failed:
         error = cell.get("error") or {}
