@@ -1,0 +1,135 @@
+"""``nbscope audit`` and ``nbscope merge``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+
+HtmlOption = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")]
+OutputOption = Annotated[
+    Path | None, typer.Option("-o", "--output", help="Write the audit, with its runs, to this JSON file (for merge).")
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
+
+
+def _progress(quiet: bool) -> Any:
+    """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from nbscope.render.terminal import format_seconds
+
+    err = Console(stderr=True, highlight=False)
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if quiet:
+            return
+        if kind == "plan":
+            unavailable = [f"{b} ({i.get('reason')})" for b, i in data["availability"].items() if not i["available"]]
+            line = (f"audit: {data['notebooks']} notebooks"
+                    + (f" (shard of {data['in_book']})" if data["in_book"] != data["notebooks"] else "")
+                    + f", {data['jobs']} to profile, {data['reused']} reused from the store")
+            err.print(escape(line))
+            for text in unavailable:
+                err.print(f"[yellow]unavailable: {escape(text)}[/yellow]")
+        elif kind == "start":
+            where = f" on GPU {data['gpu']}" if data.get("gpu") else ""
+            verb = "queued" if data.get("queued") else "start"
+            err.print(f"[dim]{verb} {escape(data['path'])} ({data['backend']}{escape(where)})[/dim]")
+        elif kind == "retry":
+            err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")
+        elif kind == "done":
+            entry = data["entry"]
+            status = entry["status"]
+            colour = "green" if status == "ok" and not entry.get("cells_failed") else "yellow" if status != "error" else "red"
+            detail = format_seconds(entry.get("wall_s")) if entry.get("wall_s") is not None else escape(str(entry.get("error")))
+            failed = f", {entry['cells_failed']} cell(s) failed" if entry.get("cells_failed") else ""
+            run = f" · run {entry['run_id']}" if entry.get("run_id") else ""
+            err.print(f"[{data['done']}/{data['total']}] {escape(entry['path'])} {entry['backend']}: "
+                      f"[{colour}]{status}[/{colour}] {detail}{failed}{run}")
+
+    return on_event
+
+
+def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None) -> None:
+    from nbscope.audit import export_audit
+    from nbscope.render.audit import audit_html, audit_markdown, print_audit
+    from nbscope.render.terminal import console
+
+    if output is not None:
+        export_audit(record, output, store=store)
+    if html_path is not None:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(audit_html(record), encoding="utf-8")
+    if as_json:
+        print(record.to_json())
+    elif markdown:
+        print(audit_markdown(record))
+    else:
+        print_audit(record)
+        saved = f"saved as run {record.run_id} in {store.path}" if record.run_id else ""
+        written = ", ".join(str(p) for p in (output, html_path) if p is not None)
+        console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {written}' if written else '') if x)}[/dim]")
+
+
+@app.command()
+def audit(
+    targets: Annotated[
+        list[str], typer.Argument(help="Book folder (with _toc.yml or myst.yml), a _toc.yml / myst.yml, notebooks, or a glob.")
+    ],
+    backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends: cpu, cuda (gpu), rocm, tpu.")] = "cpu",
+    workers: Annotated[int, typer.Option("--workers", "-j", help="CPU-backend notebooks at once (parallel runs share cores).")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Profile again notebooks already profiled unchanged here.")] = False,
+    shard: Annotated[str | None, typer.Option("--shard", help="Only shard i of n (e.g. 2/4); join with nbscope merge.")] = None,
+    dask: Annotated[str | None, typer.Option("--dask", help="Dask scheduler address (tcp://host:8786), or local[:N].")] = None,
+    share_gpu: Annotated[bool, typer.Option("--share-gpu", help="Let notebooks share a GPU, each capped to its memory share.")] = False,
+    jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="With --share-gpu: notebooks per GPU at once.")] = 2,
+    timeout: Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")] = None,
+    output: OutputOption = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+    html_path: HtmlOption = None,
+    quiet: QuietOption = False,
+    db: DbOption = None,
+) -> None:
+    """Profile every notebook of a book on each backend: per lecture CPU vs GPU, the winner and the top cause.
+
+    Resumable: a notebook already profiled with the same file, backend and environment is reused.
+    """
+    from nbscope.audit import AuditOptions, parse_backends
+    from nbscope.audit import audit as run_audit
+
+    options = AuditOptions(
+        backends=parse_backends(backends), workers=workers, force=force, shard=shard, dask=dask,
+        share_gpu=share_gpu, jobs_per_gpu=jobs_per_gpu, timeout=timeout,
+    )
+    options.validate()
+    store = open_store(db)
+    record = run_audit(targets, options, store=store, on_event=_progress(quiet))
+    _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
+
+
+@app.command()
+def merge(
+    files: Annotated[list[Path], typer.Argument(help="Audit JSON files written by nbscope audit -o.")],
+    output: OutputOption = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+    html_path: HtmlOption = None,
+    db: DbOption = None,
+) -> None:
+    """Join audit files (CI shards, or CPU and GPU runners' audits) into one audit; their runs are imported."""
+    from nbscope.audit import merge as run_merge
+
+    store = open_store(db)
+    record = run_merge(files, store=store)
+    _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
+    missing = (record.measurements.get("coverage") or {}).get("missing")
+    if missing and not as_json:
+        print(f"nbscope: warning: {len(missing)} notebook(s) of the book are in none of the files", file=sys.stderr)

@@ -1,0 +1,193 @@
+"""Views of an audit: terminal table, GitHub markdown, and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from nbscope.record import RunRecord
+from nbscope.render.terminal import console, format_seconds, print_record_header
+
+
+def _lectures(record: RunRecord) -> list[dict[str, Any]]:
+    return list(record.measurements.get("lectures") or [])
+
+
+def _gpu_backend(record: RunRecord) -> str | None:
+    rows = _lectures(record)
+    return rows[0].get("gpu_backend") if rows else None
+
+
+def _backend_cell(row: dict[str, Any], backend: str | None) -> str:
+    """A lecture's total on one backend, or why there is none."""
+    if backend is None:
+        return "–"
+    run = (row.get("backends") or {}).get(backend)
+    if not run:
+        return "–"
+    status = run.get("status")
+    if status == "unavailable":
+        return "unavailable"
+    if status == "error":
+        return "error"
+    if status == "not-run":
+        return "not run"
+    text = format_seconds(run.get("wall_s"))
+    if status == "partial":
+        text += " (partial)"
+    if run.get("cells_failed"):
+        text += f" ({run['cells_failed']} failed)"
+    return text
+
+
+def winner_text(row: dict[str, Any]) -> str:
+    winner, ratio = row.get("winner"), row.get("ratio")
+    if winner is None:
+        return "–"
+    if winner == "tie":
+        return f"tie (within {ratio:.2f}×)" if ratio else "tie"
+    return f"{winner} {ratio:.1f}× faster" if ratio else str(winner)
+
+
+def _cause(row: dict[str, Any]) -> tuple[str, str]:
+    finding = row.get("top_finding") or {}
+    title = finding.get("title") or finding.get("rule") or ""
+    if title and finding.get("backend"):
+        title += f" ({finding['backend']})"
+    return title, row.get("action") or ""
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _failures(record: RunRecord) -> list[dict[str, Any]]:
+    return [e for e in record.measurements.get("notebooks", []) if e.get("status") in ("error", "not-run")]
+
+
+def print_audit(record: RunRecord) -> None:
+    """The audit in the terminal: one row per lecture, then the summary line."""
+    print_record_header(record)
+    m = record.measurements
+    gpu = _gpu_backend(record)
+    table = Table(title=f"audit · {m.get('totals', {}).get('notebooks', 0)} notebooks")
+    for column, justify in (("lecture", "left"), ("cpu", "right"), (gpu or "gpu", "right"), ("winner", "left"),
+                            ("top cause", "left"), ("recommended action", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in _lectures(record):
+        cause, action = _cause(row)
+        table.add_row(escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), winner_text(row),
+                      escape(cause), escape(_clip(action, 240)))
+    console.print(table)
+    for backend, info in (m.get("backends") or {}).items():
+        if not info.get("available"):
+            console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.get('reason')))}")
+    for entry in _failures(record):
+        console.print(f"[red]{escape(entry['path'])} on {escape(entry['backend'])}: {entry['status']}[/red] "
+                      f"{escape(str(entry.get('error') or ''))[:200]}")
+    coverage = m.get("coverage") or {}
+    if coverage.get("missing"):
+        console.print(f"[red]missing from the merged files: {escape(', '.join(coverage['missing']))}[/red]")
+    t = m.get("totals") or {}
+    console.print(
+        f"[bold]{escape(m.get('summary', ''))}[/bold] · profiled {t.get('profiled', 0)}, reused {t.get('reused', 0)}, "
+        f"failed {t.get('failed', 0)} · audit wall {format_seconds(t.get('wall_s'))}"
+    )
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def audit_markdown(record: RunRecord) -> str:
+    """A GitHub-ready table: Lecture | CPU | GPU | Winner | Top cause | Recommended action."""
+    m = record.measurements
+    gpu = _gpu_backend(record)
+    lines = [
+        f"### nbscope audit: `{_md(record.target)}`",
+        "",
+        f"**{_md(m.get('summary', ''))}**",
+        "",
+        f"| Lecture | CPU | {_md(gpu or 'GPU')} | Winner | Top cause | Recommended action |",
+        "|---|---:|---:|---|---|---|",
+    ]
+    for row in _lectures(record):
+        cause, action = _cause(row)
+        lines.append(f"| `{_md(row['path'])}` | {_backend_cell(row, 'cpu')} | {_backend_cell(row, gpu)} | "
+                     f"{winner_text(row)} | {_md(cause)} | {_md(_clip(action, 300))} |")
+    notes = [f"- {_md(b)} unavailable: {_md(i.get('reason'))}" for b, i in (m.get("backends") or {}).items()
+             if not i.get("available")]
+    notes += [f"- `{_md(e['path'])}` on {_md(e['backend'])}: {e['status']} {_md(e.get('error') or '')[:200]}"
+              for e in _failures(record)]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def audit_html(record: RunRecord) -> str:
+    """One self-contained HTML page; uses the report module's audit view when it has one."""
+    try:
+        from nbscope.render import html as report_html
+    except ImportError:
+        report_html = None
+    for name in ("audit_html", "render_audit", "audit_report"):
+        function = getattr(report_html, name, None)
+        if callable(function):
+            try:
+                result = function(record)
+            except Exception:  # its view failing must not lose the audit: fall back to the plain page
+                break
+            if isinstance(result, str):
+                return result
+    return _plain_html(record)
+
+
+_PLAIN_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: .3em .6em; vertical-align: top; }
+th { background: #f3f3f3; } td:nth-child(2), td:nth-child(3) { text-align: right; white-space: nowrap; }
+.meta { color: #666; }
+"""
+
+
+def _plain_html(record: RunRecord) -> str:
+    e = html.escape
+    m = record.measurements
+    gpu = _gpu_backend(record)
+    rows = []
+    for row in _lectures(record):
+        cause, action = _cause(row)
+        rows.append(
+            "<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in (
+                row["path"], _backend_cell(row, "cpu"), _backend_cell(row, gpu), winner_text(row), cause, action)) + "</tr>"
+        )
+    notes = [f"<li>{e(b)} unavailable: {e(str(i.get('reason')))}</li>" for b, i in (m.get("backends") or {}).items()
+             if not i.get("available")]
+    notes += [f"<li>{e(x['path'])} on {e(x['backend'])}: {e(x['status'])} {e(str(x.get('error') or ''))}</li>"
+              for x in _failures(record)]
+    head = "".join(f"<th>{e(h)}</th>" for h in ("Lecture", "CPU", gpu or "GPU", "Winner", "Top cause", "Recommended action"))
+    style, csp = _PLAIN_STYLE, "default-src 'none'; style-src 'unsafe-inline'"
+    try:  # the report module's look and content policy, so audit pages match nbscope's other reports
+        from nbscope.render import html as report_html
+
+        style = str(report_html.STYLE) + _PLAIN_STYLE
+        csp = str(report_html.CSP)
+    except (ImportError, AttributeError):
+        pass
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
+<title>nbscope audit: {e(record.target)}</title>
+<style>{style}</style></head>
+<body>
+<h1>nbscope audit: {e(record.target)}</h1>
+<p class="meta">{e(record.started_at)} · {e(record.status)} · digest {e(record.digest)}</p>
+<p><strong>{e(str(m.get('summary', '')))}</strong></p>
+<table><thead><tr>{head}</tr></thead><tbody>
+{chr(10).join(rows)}
+</tbody></table>
+{('<ul>' + ''.join(notes) + '</ul>') if notes else ''}
+</body></html>
+"""
