@@ -1,0 +1,172 @@
+"""``nbscope history``, ``gate``, ``import-jupyter-cache`` and ``report``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nbscope._errors import NbscopeError
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+
+
+@app.command()
+def history(
+    target: Annotated[str, typer.Argument(help="Notebook (as `nbscope runs` lists it) or benchmark suite.")],
+    db: DbOption = None,
+    metric: Annotated[str, typer.Option(help="Figure from the run totals (or the cell with --cell): wall_s, compile_s, ...")] = "wall_s",
+    cell: Annotated[
+        str | None, typer.Option(help="One cell instead of the total: #N (1-based), a source-hash prefix or source text.")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="Only runs of this kind (profile, jupyter-cache, bench, ...).")] = None,
+    digest: Annotated[str | None, typer.Option(help="Only runs in this environment (fingerprint digest).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most the newest N runs per environment.")] = None,
+    min_size: Annotated[int, typer.Option("--min-size", help="Fewest runs on each side of a change point.")] = 2,
+    threshold: Annotated[float, typer.Option(help="Change score needed (shift in noise units, size-weighted).")] = 4.0,
+    rel_floor: Annotated[float, typer.Option("--rel-floor", help="Ignore shifts below this fraction of the level.")] = 0.10,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+) -> None:
+    """A target's figures over time, per environment digest, with change points and a sparkline."""
+    from nbscope.history import ChangeOptions
+    from nbscope.history import history as build_history
+    from nbscope.render.gate import history_markdown, print_history
+
+    if min_size < 1:
+        raise NbscopeError("--min-size must be at least 1")
+    options = ChangeOptions(min_size=min_size, k=threshold, rel_floor=rel_floor)
+    result = build_history(
+        open_store(db), target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit, options=options
+    )
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+    elif markdown:
+        print(history_markdown(result))
+    else:
+        print_history(result)
+
+
+@app.command()
+def gate(
+    candidate: Annotated[
+        str, typer.Option("--candidate", help="Run id, exported run JSON, or 'latest' (newest run, of --target if given).")
+    ] = "latest",
+    baseline: Annotated[
+        str, typer.Option("--baseline", help="Run id, run JSON, or 'latest': the newest earlier run with the candidate's target, kind and digest.")
+    ] = "latest",
+    target: Annotated[str | None, typer.Option(help="With --candidate latest: the notebook.")] = None,
+    db: DbOption = None,
+    max_slowdown: Annotated[str, typer.Option("--max-slowdown", help="Allowed slowdown: 10%, 0.1 or 1.1x.")] = "10%",
+    alpha: Annotated[float, typer.Option(help="Significance level of the Mann–Whitney test (with --repeat samples).")] = 0.05,
+    min_cell: Annotated[float, typer.Option("--min-cell", help="Cells faster than this (s) in both runs are not judged.")] = 0.05,
+    floor: Annotated[float, typer.Option(help="Absolute changes below this (s) are noise.")] = 0.02,
+    mad_k: Annotated[float, typer.Option("--mad-k", help="... and so are changes below K × the samples' MAD.")] = 3.0,
+    history: Annotated[
+        int,
+        typer.Option(
+            "--history",
+            help="Estimate run-to-run noise from up to N earlier runs of the notebook in the same environment (0: off).",
+        ),
+    ] = 10,
+    ignore_status: Annotated[
+        bool, typer.Option("--ignore-status", help="Do not fail when a cell that ran in the baseline fails now.")
+    ] = False,
+    everything: Annotated[bool, typer.Option("--all", help="List every cell, not only those that moved.")] = False,
+    summary: Annotated[
+        Path | None,
+        typer.Option("--summary", help="Append the markdown summary to this file (e.g. \"$GITHUB_STEP_SUMMARY\")."),
+    ] = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+) -> None:
+    """Fail (exit 1) when a candidate run is significantly slower than a baseline, per cell or in total."""
+    from nbscope.gate import GateOptions, history_runs, latest_baseline, latest_run, parse_slowdown
+    from nbscope.gate import gate as run_gate
+    from nbscope.render.gate import gate_markdown, print_gate
+    from nbscope.store import resolve_run
+
+    store = open_store(db)
+    options = GateOptions(
+        max_slowdown=parse_slowdown(max_slowdown), alpha=alpha, min_cell_s=min_cell, abs_floor_s=floor,
+        mad_k=mad_k, check_status=not ignore_status,
+    )
+    options.validate()
+    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store)
+    base = latest_baseline(store, cand) if baseline == "latest" else resolve_run(baseline, store)
+    if history < 0:
+        raise NbscopeError("--history must be 0 or more")
+    earlier = history_runs(store, cand, history)
+    result = run_gate(base, cand, options, history=earlier)
+    text = gate_markdown(result, everything=everything)
+    if summary is not None:
+        if summary.is_dir():
+            raise NbscopeError(f"--summary {summary} is a directory")
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+    elif markdown:
+        print(text)
+    else:
+        print_gate(result, everything=everything)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command("import-jupyter-cache")
+def import_jupyter_cache(
+    path: Annotated[Path, typer.Argument(help="jupyter-cache folder (e.g. _build/.jupyter_cache), its global.db, or the book's folder.")],
+    db: DbOption = None,
+    fingerprint: Annotated[
+        Path | None,
+        typer.Option(help="Fingerprint of the machine that built the book (`nbscope info --json` output); default: this machine."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Turn jupyter-book's cached execution times into runs (kind jupyter-cache), one per notebook execution."""
+    from nbscope import api
+    from nbscope.jupyter_cache_import import import_cache
+
+    given = api.load_fingerprint(fingerprint) if fingerprint is not None else None
+    store = open_store(db)
+    records, skipped = import_cache(
+        path, store, fingerprint=given, fingerprint_source=str(fingerprint) if fingerprint else None
+    )
+    if as_json:
+        print(json.dumps({"imported": [r.to_dict() | {"run_id": r.run_id} for r in records], "skipped": skipped},
+                         indent=1, default=str))
+        return
+    from rich.markup import escape
+
+    from nbscope.render.terminal import console, format_seconds
+
+    for record in records:
+        console.print(
+            f"run {record.run_id}: {escape(record.target)} · {format_seconds(record.measurements['totals']['wall_s'])}"
+            f" · executed {record.started_at[:19].replace('T', ' ')} UTC",
+            highlight=False,
+        )
+    console.print(f"imported {len(records)} run(s) into {escape(str(store.path))}; {skipped} already there", highlight=False)
+
+
+@app.command()
+def report(
+    runs: Annotated[list[str], typer.Argument(help="Run ids or exported run JSON files; the first is the baseline.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
+    db: DbOption = None,
+    title: Annotated[str | None, typer.Option(help="Page title.")] = None,
+    no_history: Annotated[bool, typer.Option("--no-history", help="Leave out the history chart.")] = False,
+    metric: Annotated[str, typer.Option(help="Figure of the history chart.")] = "wall_s",
+) -> None:
+    """One self-contained HTML report (no network): fingerprints, waterfalls, compared runs, pathways,
+    loop sweeps, diagnoses and history, plots as inline SVG."""
+    from nbscope.render.html import write_report
+    from nbscope.store import resolve_run
+
+    store = open_store(db)
+    records = [resolve_run(reference, store) for reference in runs]
+    history_store = None if no_history or not store.path.exists() else store
+    path = write_report(records, output, store=history_store, title=title, history_metric=metric)
+    print(f"report written to {path} ({path.stat().st_size // 1024} KiB)")

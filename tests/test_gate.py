@@ -1,0 +1,347 @@
+"""``nbscope gate``: statistics, pairing, verdicts on synthetic records, and the acceptance runs on real
+kernels (a cell made 3× slower fails the gate and is named; an unchanged notebook passes)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbscope._errors import NbscopeError
+from nbscope.gate import (
+    GateOptions,
+    gate,
+    latest_baseline,
+    mann_whitney_greater,
+    pair_cells,
+    parse_slowdown,
+)
+from nbscope.record import RunRecord
+from nbscope.render.gate import gate_markdown, print_gate
+from nbscope.store import Store
+
+FILES = Path(__file__).resolve().parent / "files"
+NOTEBOOK = FILES / "gate_sleep.ipynb"
+
+
+def make_cell(index: int, wall: float, samples: list[float] | None = None, *, source: str | None = None,
+              status: str = "ok") -> dict[str, Any]:
+    cell: dict[str, Any] = {
+        "index": index, "cell_index": index + 1, "source_hash": source or f"hash{index:012d}", "line": None,
+        "first_line": f"work({index})", "status": status, "error": None, "wall_s": wall,
+        "compile_s": 0.0, "run_s": wall,
+    }
+    if status == "error":
+        cell["error"] = {"name": "ValueError", "message": "boom"}
+    if samples is not None:
+        cell["samples"] = {"wall_s": samples, "compile_s": [0.0] * len(samples)}
+    return cell
+
+
+def make_record(cells: list[dict[str, Any]], *, digest: str = "d1", started: str = "2026-01-01T00:00:00.000Z",
+                kind: str = "profile", target: str = "nb.ipynb", repeats: int = 1) -> RunRecord:
+    return RunRecord(
+        kind=kind, target=target, fingerprint={"digest": digest, "cpu": {"model": "Test CPU", "logical_cores": 2}},
+        measurements={
+            "totals": {"wall_s": sum(c["wall_s"] for c in cells), "cells": len(cells)},
+            "cells": cells, "repeats": repeats,
+        },
+        settings={"repeat": repeats}, command=["test"], started_at=started,
+    )
+
+
+# --- statistics ------------------------------------------------------------------------------------------
+
+
+def test_mann_whitney_exact_small_cases() -> None:
+    # Complete separation of 3 vs 3: one arrangement of C(6, 3) = 20.
+    assert mann_whitney_greater([4, 5, 6], [1, 2, 3]) == pytest.approx(1 / 20)
+    assert mann_whitney_greater([1, 2, 3], [4, 5, 6]) == pytest.approx(1.0)
+    assert mann_whitney_greater([7, 8, 9, 10, 11], [1, 2, 3, 4, 5]) == pytest.approx(1 / 252)
+    with pytest.raises(ValueError):
+        mann_whitney_greater([], [1.0])
+
+
+def test_mann_whitney_agrees_with_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(7)
+    for trial in range(60):
+        n, m = rng.randint(2, 8), rng.randint(2, 8)
+        digits = 1 if trial % 2 else 6  # every other trial has ties
+        x = [round(rng.gauss(1.2, 0.3), digits) for _ in range(n)]
+        y = [round(rng.gauss(1.0, 0.3), digits) for _ in range(m)]
+        if len(set(x + y)) == 1:
+            continue
+        expected = stats.mannwhitneyu(x, y, alternative="greater", method="auto").pvalue
+        assert mann_whitney_greater(x, y) == pytest.approx(expected, abs=1e-9), (x, y)
+
+
+@pytest.mark.parametrize(("text", "value"), [("10%", 0.10), ("0.25", 0.25), ("1.5x", 0.5), (" 0% ", 0.0)])
+def test_parse_slowdown(text: str, value: float) -> None:
+    assert parse_slowdown(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["fast", "-5%", "0.5x", "nan"])
+def test_parse_slowdown_rejects(text: str) -> None:
+    with pytest.raises(NbscopeError):
+        parse_slowdown(text)
+
+
+# --- pairing ---------------------------------------------------------------------------------------------
+
+
+def test_pairing_by_source_hash_with_edits_inserts_and_duplicates() -> None:
+    base = [make_cell(0, 1, source="a"), make_cell(1, 1, source="b"), make_cell(2, 1, source="c"),
+            make_cell(3, 1, source="a")]
+    cand = [make_cell(0, 1, source="a"), make_cell(1, 1, source="B"), make_cell(2, 1, source="new1"),
+            make_cell(3, 1, source="new2"), make_cell(4, 1, source="c"), make_cell(5, 1, source="a")]
+    pairs = pair_cells(base, cand)
+    described = [(b and b["source_hash"], c and c["source_hash"], changed) for b, c, changed in pairs]
+    assert ("a", "a", False) in described
+    assert ("c", "c", False) in described
+    assert described.count(("a", "a", False)) == 2  # the repeated source pairs with its own repeat
+    assert all(b is None or c is None or changed or b == c for b, c, changed in described)
+    unpaired_new = [c for b, c, _ in described if b is None]
+    assert set(unpaired_new) <= {"B", "new1", "new2"}
+    assert len(pairs) >= len(cand)
+
+
+def test_edited_cell_at_same_place_pairs_by_position() -> None:
+    base = [make_cell(0, 0.5, source="a"), make_cell(1, 0.5, source="b"), make_cell(2, 0.5, source="c")]
+    cand = [make_cell(0, 0.5, source="a"), make_cell(1, 2.0, source="b2"), make_cell(2, 0.5, source="c")]
+    result = gate(make_record(base), make_record(cand))
+    edited = result.cells[1]
+    assert edited.source_changed and edited.verdict == "regression" and "source changed" in edited.note
+
+
+# --- verdicts on synthetic records -----------------------------------------------------------------------
+
+
+def test_single_samples_regression_named_and_tiny_cells_ignored() -> None:
+    base = make_record([make_cell(0, 0.010), make_cell(1, 0.50), make_cell(2, 0.30)])
+    cand = make_record([make_cell(0, 0.040), make_cell(1, 1.50), make_cell(2, 0.325)],
+                       started="2026-01-02T00:00:00.000Z")
+    result = gate(base, cand, GateOptions(max_slowdown=0.10))
+    verdicts = [c.verdict for c in result.cells]
+    assert verdicts == ["below-floor", "regression", "unchanged"]  # 10 → 40 ms is 4× but tiny
+    assert not result.passed and result.exit_code == 1
+    assert any("cell 2" in reason and "work(1)" in reason for reason in result.reasons())
+    assert any("no significance test" in w for w in result.warnings)
+
+
+def test_samples_decide_significance() -> None:
+    noisy_base = [0.50, 0.80, 0.55, 0.75, 0.60]
+    noisy_cand = [0.62, 0.85, 0.58, 0.90, 0.66]  # median ×1.1+, but overlapping samples
+    base = make_record([make_cell(0, 0.60, noisy_base)], repeats=5)
+    cand = make_record([make_cell(0, 0.66, noisy_cand)], repeats=5, started="2026-01-02T00:00:00.000Z")
+    result = gate(base, cand, GateOptions(max_slowdown=0.05, mad_k=0.0))
+    assert result.cells[0].test == "mann-whitney"
+    assert result.cells[0].verdict == "not-significant" and result.passed
+
+    clean = make_record([make_cell(0, 0.60, [0.59, 0.60, 0.61])], repeats=3)
+    slow = make_record([make_cell(0, 1.80, [1.79, 1.80, 1.82])], repeats=3, started="2026-01-02T00:00:00.000Z")
+    result = gate(clean, slow)
+    assert result.cells[0].verdict == "regression"
+    assert result.cells[0].p_value == pytest.approx(0.05)
+    assert result.total.test == "mann-whitney" and result.total.verdict == "regression"
+
+
+def test_mad_noise_floor() -> None:
+    base = make_record([make_cell(0, 1.0, [0.7, 1.0, 1.3])], repeats=3)
+    cand = make_record([make_cell(0, 1.5, [1.4, 1.5, 1.6])], repeats=3, started="2026-01-02T00:00:00.000Z")
+    result = gate(base, cand, GateOptions(mad_k=3.0))  # floor 3 × MAD 0.3 = 0.9 s > 0.5 s change
+    assert result.cells[0].floor_s == pytest.approx(0.9)
+    assert result.cells[0].verdict == "below-floor"
+
+
+def test_failed_cell_fails_the_gate_unless_ignored() -> None:
+    base = make_record([make_cell(0, 0.2), make_cell(1, 0.2)])
+    cand = make_record([make_cell(0, 0.2), make_cell(1, 0.01, status="error")], started="2026-01-02T00:00:00.000Z")
+    result = gate(base, cand)
+    assert result.cells[1].verdict == "failed" and "ValueError" in result.cells[1].note
+    assert not result.passed
+    assert gate(base, cand, GateOptions(check_status=False)).passed
+    both = make_record([make_cell(0, 0.2), make_cell(1, 0.01, status="error")])
+    again = gate(both, make_record([make_cell(0, 0.2), make_cell(1, 0.01, status="error")]))
+    assert again.cells[1].verdict == "unchanged" and "error in both" in again.cells[1].note and again.passed
+
+
+def test_faster_and_new_cells_do_not_fail() -> None:
+    base = make_record([make_cell(0, 1.0, source="a")])
+    cand = make_record([make_cell(0, 0.5, source="a"), make_cell(1, 5.0, source="z")],
+                       started="2026-01-02T00:00:00.000Z")
+    result = gate(base, cand)
+    assert [c.verdict for c in result.cells] == ["faster", "new"]
+    assert result.passed and result.total.verdict == "faster"
+
+
+def test_totals_only_for_jupyter_cache_runs() -> None:
+    def run(seconds: float) -> RunRecord:
+        return RunRecord(kind="jupyter-cache", target="book/a.md", fingerprint={"digest": "d"},
+                         measurements={"totals": {"wall_s": seconds}}, command=[])
+
+    result = gate(run(10.0), run(14.0))
+    assert result.cells == [] and result.total.verdict == "regression"
+    assert gate(run(10.0), run(10.5)).passed
+
+
+def test_bad_input() -> None:
+    bench = RunRecord(kind="bench", target="suite", fingerprint={"digest": "d"}, measurements={"totals": {}}, command=[])
+    profile_run = make_record([make_cell(0, 1.0)])
+    with pytest.raises(NbscopeError, match="bench"):
+        gate(bench, profile_run)
+    profile_run.run_id = 4
+    with pytest.raises(NbscopeError, match="same run"):
+        gate(profile_run, profile_run)
+    with pytest.raises(NbscopeError):
+        gate(profile_run, make_record([make_cell(0, 1.0)]), GateOptions(alpha=2.0))
+
+
+def test_warnings_for_other_environment_and_target() -> None:
+    result = gate(make_record([make_cell(0, 1.0)], digest="aaa"),
+                  make_record([make_cell(0, 1.0)], digest="bbb", target="other.ipynb"))
+    assert any("different environments" in w for w in result.warnings)
+    assert any("different targets" in w for w in result.warnings)
+
+
+def test_history_sets_the_run_to_run_noise_floor() -> None:
+    base = make_record([make_cell(0, 1.0), make_cell(1, 0.5)])
+    cand = make_record([make_cell(0, 1.5), make_cell(1, 1.5)], started="2026-01-09T00:00:00.000Z")
+    assert [c.verdict for c in gate(base, cand).cells] == ["regression", "regression"]
+    history = [
+        make_record([make_cell(0, wall), make_cell(1, 0.5)], started=f"2026-01-0{day}T00:00:00.000Z")
+        for day, wall in zip(range(2, 7), (0.6, 1.0, 1.4, 0.8, 1.2), strict=True)
+    ]
+    result = gate(base, cand, history=history)
+    first, second = result.cells
+    assert first.history_mad_s == pytest.approx(0.2) and first.history_runs == 5
+    assert first.floor_s == pytest.approx(0.6) and first.verdict == "below-floor"  # +0.5 s is within the noise
+    assert second.history_mad_s == 0.0 and second.verdict == "regression"  # a steady cell made 3× slower
+    assert result.history_runs == 5 and result.to_dict()["history_runs"] == 5
+    few = gate(base, cand, history=history[:2])
+    assert any("run-to-run noise not estimated" in w for w in few.warnings) and few.cells[0].verdict == "regression"
+
+
+def test_history_runs_from_the_store(tmp_db: Path) -> None:
+    from nbscope.gate import history_runs
+
+    store = Store(tmp_db)
+    ids = [store.save(make_record([make_cell(0, 1.0)], started=f"2026-01-0{day}T00:00:00.000Z")) for day in range(1, 7)]
+    store.save(make_record([make_cell(0, 1.0)], digest="other", started="2026-01-02T12:00:00.000Z"))
+    candidate = store.get(ids[4])
+    assert [r.run_id for r in history_runs(store, candidate, 3)] == [ids[3], ids[2], ids[1]]
+    assert history_runs(store, candidate, 0) == []
+
+
+def test_busy_machine_warning() -> None:
+    base = make_record([make_cell(0, 1.0)])
+    cand = make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z")
+    cand.fingerprint["cpu"]["load_average"] = [7.5, 6.0, 5.0]
+    base.fingerprint["cpu"]["load_average"] = [0.4, 0.5, 0.5]
+    result = gate(base, cand)
+    assert [w for w in result.warnings if "busy" in w] == [
+        "the machine was busy when the candidate run started (load average 7.5 on 2 cores): its timings may be "
+        "inflated and false alarms are likely"
+    ]
+    assert result.candidate["load_average"] == 7.5
+
+
+def test_latest_baseline_same_target_digest_kind(tmp_db: Path) -> None:
+    store = Store(tmp_db)
+    ids = {}
+    for name, digest, target, started in [
+        ("old", "d1", "nb.ipynb", "2026-01-01T00:00:00.000Z"),
+        ("other-digest", "d2", "nb.ipynb", "2026-01-02T00:00:00.000Z"),
+        ("other-target", "d1", "x.ipynb", "2026-01-02T00:00:00.000Z"),
+        ("prev", "d1", "nb.ipynb", "2026-01-03T00:00:00.000Z"),
+        ("cand", "d1", "nb.ipynb", "2026-01-04T00:00:00.000Z"),
+        ("later", "d1", "nb.ipynb", "2026-01-05T00:00:00.000Z"),
+    ]:
+        ids[name] = store.save(make_record([make_cell(0, 1.0)], digest=digest, target=target, started=started))
+    candidate = store.get(ids["cand"])
+    assert latest_baseline(store, candidate).run_id == ids["prev"]
+    with pytest.raises(NbscopeError, match="no earlier"):
+        latest_baseline(store, store.get(ids["old"]))
+
+
+def test_markdown_escapes_and_names_cells() -> None:
+    base = make_record([make_cell(0, 0.5)])
+    slow_cell = make_cell(0, 2.0)
+    slow_cell["first_line"] = "x = a | b  # <script>`tick`"
+    result = gate(base, make_record([slow_cell], started="2026-01-02T00:00:00.000Z"))
+    text = gate_markdown(result)
+    assert text.startswith("### ❌ nbscope gate failed")
+    assert "\\|" in text and "<script>" not in text.replace("`x = a \\| b  # <script>'tick'`", "")
+    assert "| 1 |" in text
+    print_gate(result)  # renders without markup errors
+
+
+# --- real kernels ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Three profiles of gate_sleep.ipynb with --repeat 4: baseline, unchanged, cell 2 made 3× slower.
+
+    Four samples a side let the test reach p < 0.05 with one overlapping sample (a shared machine can
+    stretch a 0.1 s sleep now and then); three would need complete separation (p = 0.05 exactly)."""
+    from nbscope.profile import ProfileOptions, profile
+
+    folder = tmp_path_factory.mktemp("gate")
+    store = Store(folder / "nbscope.db")
+    runs = {}
+    for name, seconds in (("base", "0.1"), ("same", "0.1"), ("slow", "0.3")):
+        record = profile(NOTEBOOK, ProfileOptions(repeat=4, env={"NBSCOPE_GATE_SLOW": seconds}), store=store,
+                         live_path=folder / f"{name}.jsonl")
+        assert record.status == "ok", record.measurements.get("cells")
+        runs[name] = record.run_id
+    return {"db": store.path, **runs}
+
+
+@pytest.mark.slow
+def test_gate_three_times_slower_cell_exits_1_and_names_it(gate_runs: dict[str, Any], run_cli: Any,
+                                                           tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
+                   gate_runs["slow"], "--max-slowdown", "10%", "--summary", summary)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL" in done.stdout and "cell 2" in done.stdout and "NBSCOPE_GATE_SLOW" in done.stdout
+    text = summary.read_text()
+    assert "❌ nbscope gate failed" in text and "- cell 2: time.sleep" in text
+
+    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
+                   gate_runs["slow"], "--json")
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    failing = [c for c in result["cells"] if c["verdict"] == "regression"]
+    assert [c["index"] for c in failing] == [1]
+    assert failing[0]["ratio"] > 2 and failing[0]["p_value"] <= 0.05 and failing[0]["test"] == "mann-whitney"
+    assert result["passed"] is False and any("cell 2" in r for r in result["reasons"])
+
+
+@pytest.mark.slow
+def test_gate_unchanged_notebook_exits_0(gate_runs: dict[str, Any], run_cli: Any) -> None:
+    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
+                   gate_runs["same"], "--markdown")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "✅ nbscope gate passed" in done.stdout
+
+
+@pytest.mark.slow
+def test_gate_latest_baseline_and_candidate(gate_runs: dict[str, Any], run_cli: Any) -> None:
+    # The newest run is the slow one; its latest baseline is the unchanged run before it.
+    done = run_cli("gate", "--db", gate_runs["db"], "--json")
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    assert result["candidate"]["run_id"] == gate_runs["slow"]
+    assert result["baseline"]["run_id"] == gate_runs["same"]
+
+
+def test_gate_cli_bad_input(run_cli: Any, tmp_db: Path) -> None:
+    done = run_cli("gate", "--db", tmp_db, "--max-slowdown", "lots")
+    assert done.returncode == 2 and "error" in done.stderr and done.stderr.count("\n") == 1
+    done = run_cli("gate", "--db", tmp_db)
+    assert done.returncode == 2 and "no run" in done.stderr
