@@ -51,7 +51,8 @@ def base(fake_nvml: Any) -> dict[str, Any]:
 
 def cli_fake_nvml_env(**extra: str) -> dict[str, str | None]:
     path = os.pathsep.join(p for p in (str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "GITHUB_ACTIONS": None, "CI": None, **extra}
+    # NBSCOPE_NVML=force: load "pynvml" (the fake) although this machine has no NVIDIA driver.
+    return {"PYTHONPATH": path, "GITHUB_ACTIONS": None, "CI": None, "NBSCOPE_NVML": "force", **extra}
 
 
 # --- every field, and absent-with-reason ----------------------------------------------------------
@@ -144,8 +145,18 @@ def test_without_nvml_the_gpu_devices_are_absent_with_a_reason(monkeypatch: pyte
     assert real["devices"]["absent"]
     # No binding installed at all.
     monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setenv("NBSCOPE_NVML", "force")
     gpu = fp.collect()["gpu"]
     assert gpu == {"devices": {"absent": "nvidia-ml-py (pynvml) not installed"}}
+
+
+def test_nvml_is_not_loaded_without_an_nvidia_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fp, "_nvidia_driver_present", lambda: False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing it would now fail loudly
+    monkeypatch.delenv("NBSCOPE_NVML", raising=False)
+    assert fp.collect()["gpu"]["devices"]["absent"].startswith("no NVIDIA driver")
+    monkeypatch.setenv("NBSCOPE_NVML", "off")
+    assert fp.collect()["gpu"]["devices"] == {"absent": "NVML disabled by NBSCOPE_NVML=off"}
 
 
 def test_nvml_driver_not_loaded_is_absent_not_an_error(fake_nvml: Any) -> None:
