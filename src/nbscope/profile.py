@@ -200,7 +200,7 @@ def profile(
     )
     record = RunRecord(
         kind="profile",
-        target=_target_name(notebook.path),
+        target=target_name(notebook.path),
         fingerprint=fingerprint,
         settings=options.settings(),
     )
@@ -282,11 +282,12 @@ def _cache_saving(record: RunRecord, store: Any) -> None:
             return
 
 
-def _target_name(path: Path) -> str:
-    """A notebook's path relative to the working directory when inside it, else absolute."""
+def target_name(path: Path, root: Path | None = None) -> str:
+    """A notebook's name in the store: its path relative to ``root`` (default: the working directory)
+    when inside it, else absolute; the same notebook gets the same name from every command."""
     resolved = path.resolve()
     try:
-        return str(resolved.relative_to(Path.cwd().resolve()))
+        return str(resolved.relative_to((root or Path.cwd()).resolve()))
     except ValueError:
         return str(resolved)
 

@@ -22,7 +22,7 @@ from nbscope import fingerprint as fp
 from nbscope import notebook as notebook_module
 from nbscope._errors import NbscopeError
 from nbscope.inject import ProbeHome
-from nbscope.profile import totals
+from nbscope.profile import target_name, totals
 from nbscope.record import RunRecord
 from nbscope.runner import merge_cell
 
@@ -182,7 +182,7 @@ def run_traced(
         cells, status = cells_from_log(nb, log)
         record = RunRecord(
             kind="trace",
-            target=_relative(nb.path, cwd),
+            target=target_name(nb.path, cwd),
             fingerprint=fingerprint,
             settings={"pathway": "trace", "traced_command": command},
         )
@@ -205,13 +205,6 @@ def run_traced(
 def _cache_state(header: dict[str, Any] | None) -> str:
     # "cold" becomes "warm" in totals() when the run saw cache hits.
     return "cold" if header and header.get("jax_cache_dir") else "off"
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path.resolve())
 
 
 def _run(command: list[str], *, cwd: Path, env: dict[str, str], echo: bool) -> tuple[int, str]:

@@ -16,6 +16,7 @@ from nbscope.audit import _report
 from nbscope.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.audit._jobs import Job, file_hash
 from nbscope.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
+from nbscope.profile import target_name
 from nbscope.record import RunRecord
 
 # Backend names and the JAX_PLATFORMS value each runs under.
@@ -102,14 +103,6 @@ def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_pe
     return result
 
 
-def _target_name(path: Path) -> str:
-    """As ``nbscope profile`` names a notebook in the store: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path.resolve())
-
-
 def find_previous(
     store: Any, target: str, source_hash: str, backend: str, digests: set[str]
 ) -> tuple[RunRecord | None, float | None]:
@@ -189,7 +182,7 @@ def audit(
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         for key in selected:
             path = by_key[key]
-            source_hash, target = file_hash(path), _target_name(path)
+            source_hash, target = file_hash(path), target_name(path)
             for backend in options.backends:
                 if not availability[backend]["available"]:
                     entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
@@ -280,7 +273,7 @@ def _as_list(targets: str | Path | Sequence[str | Path]) -> list[str | Path]:
 
 
 def _book_target(book: Book) -> str:
-    return _target_name(book.config) if book.config is not None else _target_name(book.root)
+    return target_name(book.config) if book.config is not None else target_name(book.root)
 
 
 def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict[str, Any] | None:

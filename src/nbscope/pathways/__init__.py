@@ -43,6 +43,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.pathways._common import PathwayOptions, PathwayResult
+from nbscope.profile import target_name
 from nbscope.record import RunRecord
 
 __all__ = [
@@ -101,14 +102,6 @@ def _run_one(
     return run_book2(notebook, options, fingerprint=fingerprint)
 
 
-def _target_name(path: Path) -> str:
-    resolved = path.resolve()
-    try:
-        return str(resolved.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(resolved)
-
-
 def run_pathways(
     path: str | Path,
     via: str | Iterable[str] | None = DEFAULT_VIA,
@@ -145,7 +138,7 @@ def run_pathways(
     options = PathwayOptions(timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform)
     record = RunRecord(
         kind="pathways",
-        target=target or _target_name(notebook.path),
+        target=target or target_name(notebook.path),
         fingerprint=fingerprint,
         settings={
             "via": names,
