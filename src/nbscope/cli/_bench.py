@@ -1,0 +1,97 @@
+"""``nbscope bench``: the hardware benchmark suite."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+
+
+@app.command()
+def bench(
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            metavar="GROUP[,GROUP]",
+            help="Run only these groups: python, numpy, numba, jax, multi-size, dispatch, transfer, loops.",
+        ),
+    ] = None,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            metavar="float32|float64|both",
+            help="Float dtype for NumPy, Numba and JAX alike (float64 turns on jax_enable_x64 in the JAX groups).",
+        ),
+    ] = "float32",
+    size: Annotated[
+        str,
+        typer.Option(
+            "--size",
+            metavar="quick|default|seed",
+            help="Problem sizes: quick (≈20 s), default, or seed (the original suite: 10 M int sum, 1 M "
+            "square roots, 3000² matmul, 50 M elements).",
+        ),
+    ] = "default",
+    jax_platform: Annotated[
+        str | None,
+        typer.Option("--jax-platform", metavar="PLATFORM", help="JAX_PLATFORMS for the JAX groups (cpu, cuda, ...)."),
+    ] = None,
+    pathway: Annotated[
+        str | None,
+        typer.Option(
+            "--pathway",
+            metavar="PATHWAY[,PATHWAY]",
+            help="Run the workloads as notebook cells through these pathways (script, kernel, book, book2) and compare.",
+        ),
+    ] = None,
+    repeat: Annotated[int, typer.Option("--repeat", help="With --pathway: runs per pathway.")] = 1,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+) -> None:
+    """Benchmark this machine: each group in a fresh process, first calls apart, steady state from repeats.
+
+    Groups whose library is missing are skipped with the reason; the exit status is 1 when a group failed.
+    """
+    from rich.console import Console
+
+    from nbscope.bench import run_bench
+
+    status_console = Console(stderr=True, highlight=False)
+
+    def progress(event: str, payload: dict[str, Any]) -> None:
+        if event == "start":
+            status_console.print(f"[dim]bench: {payload['group']} ({payload['dtype']}) …[/dim]")
+        elif payload.get("status") != "ok":
+            status_console.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload.get('reason')}[/dim]")
+
+    store = open_store(db)  # refuse a bad --db before spending minutes measuring
+    if pathway:
+        from nbscope.cli._pathways import bench_through_pathways
+
+        bench_through_pathways(
+            pathway, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
+            repeat=repeat, store=store, as_json=as_json, markdown=markdown,
+        )
+        return
+    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
+    store.save(record)
+    if as_json:
+        print(record.to_json())
+    elif markdown:
+        from nbscope.render.bench import bench_markdown
+
+        print(bench_markdown(record), end="")
+    else:
+        from nbscope.render.bench import print_bench
+
+        print_bench(record)
+    if record.measurements.get("totals", {}).get("interrupted"):
+        raise KeyboardInterrupt
+    if record.measurements.get("totals", {}).get("groups_failed"):
+        raise typer.Exit(1)
