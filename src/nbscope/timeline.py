@@ -224,17 +224,10 @@ def _read_host_line(result: TraceEvents, line: Any, line_id: int, first: Any, la
             dispatch.append((start, end))
         elif what == "dispatch":
             dispatch.append((start, end))
-        elif what == "compile":
-            result.compile.append((start, end))
-            busy.append((start, end))
-        elif what == "sync":
-            result.syncs.append((start, end))
-            busy.append((start, end))
-        elif what == "h2d":
-            result.h2d.append((start, end))
-            busy.append((start, end))
-        elif what == "d2h":
-            result.d2h.append((start, end))
+        elif what in ("compile", "sync", "h2d", "d2h"):  # host busy with something other than dispatch
+            {"compile": result.compile, "sync": result.syncs, "h2d": result.h2d, "d2h": result.d2h}[what].append(
+                (start, end)
+            )
             busy.append((start, end))
         elif what == "launch":
             result.launches += 1

@@ -55,20 +55,7 @@ def pathways(
         path, names, repeat, store, timeout=timeout, kernel=kernel, env=overrides, jax_platform=jax_platform,
         progress=stderr_progress(),
     )
-    if as_json:
-        print(record.to_json())
-    elif markdown:
-        from nbscope.render.pathways import pathways_markdown
-
-        print(pathways_markdown(record), end="")
-    else:
-        from nbscope.render.pathways import print_pathways
-        from nbscope.render.terminal import console
-
-        print_pathways(record)
-        console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
-    if record.status == "error":
-        raise typer.Exit(1)
+    _emit(record, as_json=as_json, markdown=markdown, store=store)
 
 
 def bench_through_pathways(
@@ -91,6 +78,11 @@ def bench_through_pathways(
         via=parse_via(pathway), only=only, dtype=dtype, size=size, jax_platform=jax_platform, repeat=repeat,
         store=store, progress=stderr_progress(),
     )
+    _emit(record, as_json=as_json, markdown=markdown, store=store)
+
+
+def _emit(record: Any, *, as_json: bool, markdown: bool, store: Any) -> None:
+    """Print a pathways record as JSON, markdown or tables; exit 1 when the run failed."""
     if as_json:
         print(record.to_json())
     elif markdown:
@@ -99,7 +91,10 @@ def bench_through_pathways(
         print(pathways_markdown(record), end="")
     else:
         from nbscope.render.pathways import print_pathways
+        from nbscope.render.terminal import console
 
         print_pathways(record)
+        if store is not None and record.run_id is not None:
+            console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
     if record.status == "error":
         raise typer.Exit(1)
