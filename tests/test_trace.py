@@ -7,14 +7,17 @@ kernel, a few seconds), command-line errors, and a jupyter-book 1 build (slow).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import nbformat
+import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
@@ -234,3 +237,17 @@ def test_trace_jupyter_book_build(tmp_path: Path) -> None:
     assert jax_cells[2]["jax"]["user_compiles"] == 2
     assert records["jaxpage.md"].measurements["totals"]["compiles"] == 2
     assert records["plain.ipynb"].measurements["totals"]["compiles"] == 0
+
+
+def test_a_traced_command_past_its_timeout_is_stopped_with_its_children(tmp_path: Path) -> None:
+    from nbscope.trace import _run
+
+    marker = f"nbscope-trace-timeout-{os.getpid()}"
+    started = time.perf_counter()
+    code, output = _run(
+        ["bash", "-c", f"sleep 60 & exec -a {marker} sleep 60"], cwd=tmp_path, env=dict(os.environ), echo=False, timeout=1.0
+    )
+    assert time.perf_counter() - started < 20
+    assert code != 0 and "ran past its 1 s limit" in output
+    time.sleep(0.5)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]

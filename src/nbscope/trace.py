@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -155,6 +157,7 @@ def run_traced(
     echo: bool = True,
     store: Any = None,
     fingerprint: dict[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> TraceResult:
     """Run ``command`` with the probe injected into every IPython kernel it starts."""
     if not command:
@@ -167,7 +170,7 @@ def run_traced(
         probe_dir = home.root / "kernels-out"
         run_env = home.env(out_dir=probe_dir, base={**os.environ, **(env or {})}, kernelspecs=True)
         started_at = time.perf_counter()
-        output = _run(command, cwd=cwd, env=run_env, echo=echo)
+        output = _run(command, cwd=cwd, env=run_env, echo=echo, timeout=timeout)
         wall = time.perf_counter() - started_at
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
     finally:
@@ -207,25 +210,54 @@ def _cache_state(header: dict[str, Any] | None) -> str:
     return "cold" if header and header.get("jax_cache_dir") else "off"
 
 
-def _run(command: list[str], *, cwd: Path, env: dict[str, str], echo: bool) -> tuple[int, str]:
+def _run(
+    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
+) -> tuple[int, str]:
     try:
+        # Its own process group, so a timeout ends the command and the kernels it started together.
         process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", start_new_session=True,
         )
     except FileNotFoundError:
         raise NbscopeError(f"command not found: {command[0]}") from None
+    timer = threading.Timer(timeout, _kill_group, (process,)) if timeout else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     chunks = []
     assert process.stdout is not None
-    for line in process.stdout:
-        chunks.append(line)
-        if echo:
-            sys.stderr.write(line)
-    return process.wait(), "".join(chunks)
+    try:
+        for line in process.stdout:
+            chunks.append(line)
+            if echo:
+                sys.stderr.write(line)
+        returncode = process.wait()
+    except BaseException:
+        _kill_group(process)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if timeout and returncode == -signal.SIGKILL:
+        chunks.append(f"nbscope: the command ran past its {timeout:g} s limit and was stopped\n")
+    return returncode, "".join(chunks)
 
 
-def trace_command(command: list[str], *, store: Any = None, sources: list[Path] | None = None) -> TraceResult:
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def trace_command(
+    command: list[str], *, store: Any = None, sources: list[Path] | None = None, timeout: float | None = None
+) -> TraceResult:
     """The CLI's ``trace``: run, store, and fail with one line when nothing was traced."""
-    result = run_traced(command, sources=sources, store=store)
+    if timeout is not None and timeout <= 0:
+        raise NbscopeError("--timeout must be a positive number of seconds")
+    result = run_traced(command, sources=sources, store=store, timeout=timeout)
     if not result.records:
         hint = f"; the command exited {result.returncode}" if result.returncode else ""
         raise NbscopeError(

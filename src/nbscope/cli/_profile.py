@@ -108,13 +108,16 @@ def trace(
         list[Path] | None,
         typer.Option("--source", help="Notebook sources to match kernels against (default: found under the working dir)."),
     ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Stop the command (and its kernels) after this many seconds.")
+    ] = None,
 ) -> None:
     """Run a command that starts Jupyter kernels (jupyter-book build, nbconvert --execute, papermill)
     with the probe injected, and store one profile per executed notebook: nbscope trace -- COMMAND ..."""
     from nbscope.trace import trace_command
 
     command = list(ctx.args)
-    result = trace_command(command, store=open_store(db), sources=source)
+    result = trace_command(command, store=open_store(db), sources=source, timeout=timeout)
     records = result.records
     if as_json:
         print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
