@@ -18,7 +18,6 @@ from nbscope._version import __version__
 
 FORMAT_NAME = "nbscope-run"
 SCHEMA_VERSION = 1
-RUN_KINDS = ("profile", "bench", "pathways", "loops", "audit", "jupyter-cache", "trace")
 REQUIRED_FIELDS = {
     "format": str,
     "schema_version": int,

@@ -21,9 +21,9 @@ from nbscope.record import RunRecord
 
 DEFAULT_DB = Path(".nbscope") / "nbscope.db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-STORE_VERSION = 1
+STORE_VERSION = 1  # the meta table's store_version: what a future migration starts from
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     started_at TEXT NOT NULL,
@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_target ON runs (target, digest, started_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('store_version', '{STORE_VERSION}');
 """
 
 
