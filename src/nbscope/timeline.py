@@ -198,6 +198,13 @@ def _stats(event: Any) -> dict[str, Any]:
         return {}
 
 
+def _span(event: Any, first: Any, last: Any) -> tuple[int, int, Any, Any]:
+    """An event's start and end (ns), and the trace's first and last instants widened to cover it."""
+    start = event.start_ns
+    end = start + event.duration_ns
+    return start, end, (start if first is None or start < first else first), (end if last is None or end > last else last)
+
+
 def _read_host_line(result: TraceEvents, line: Any, line_id: int, first: Any, last: Any) -> tuple[Any, Any]:
     kinds: dict[str, tuple[str, str | None]] = {}  # event name -> (kind, module), decided once per name
     dispatch: list[Interval] = []
@@ -205,10 +212,7 @@ def _read_host_line(result: TraceEvents, line: Any, line_id: int, first: Any, la
     for event in line.events:
         result.events += 1
         name = event.name
-        start = event.start_ns
-        end = start + event.duration_ns
-        first = start if first is None or start < first else first
-        last = end if last is None or end > last else last
+        start, end, first, last = _span(event, first, last)
         kind = kinds.get(name)
         if kind is None:
             kind = _host_kind(name, event)
@@ -281,10 +285,7 @@ def _read_device_line(
     for event in line.events:
         result.events += 1
         name = event.name
-        start = event.start_ns
-        end = start + event.duration_ns
-        first = start if first is None or start < first else first
-        last = end if last is None or end > last else last
+        start, end, first, last = _span(event, first, last)
         if is_stream and "memcpy" in name.lower():
             size = None
             if memcpy_read < MEMCPY_STATS_LIMIT:
