@@ -1,0 +1,258 @@
+"""The cell model: how a cell's figures derive, how repeats combine, notebook totals, and cell pairing.
+
+Every command that reads cells goes through here, so ``wall = compile + run + overhead`` means the
+same thing everywhere and two runs pair the same way in ``compare``, ``gate``, ``pathways``,
+``diagnose`` and the report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Cells whose sources changed pair up when their texts are at least this similar.
+SIMILARITY_THRESHOLD = 0.6
+# Statuses of a cell that ran to its end (an expected error is the notebook's own intent).
+FINISHED = ("ok", "expected-error")
+FAILED = ("error", "timeout", "kernel-died")
+
+
+def number(value: Any) -> float | None:
+    """A finite real number, or None (bools, strings, NaN and infinities are not figures)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+# ---- one cell ------------------------------------------------------------------------------------
+
+
+def derive(cell: dict[str, Any]) -> dict[str, Any]:
+    """compile_s, run_s, overhead_s and compile_share from a cell's wall, code time and compile events.
+
+    ``wall`` is the kernel's whole request (busy → idle), ``code`` the time inside the cell's code:
+    ``wall = compile + run + overhead`` with ``run = code − compile`` and ``overhead = wall − code``.
+    """
+    jax, numba = cell.get("jax") or {}, cell.get("numba") or {}
+    wall = number(cell.get("wall_s"))
+    if wall is None:
+        return cell
+    compile_s = sum(number(jax.get(key)) or 0.0 for key in ("trace_s", "lower_s", "backend_s"))
+    compile_s += number(numba.get("compile_s")) or 0.0
+    code = number(cell.get("code_s"))
+    code = wall if code is None else code
+    cell["compile_s"] = compile_s
+    cell["run_s"] = max(0.0, code - compile_s)
+    cell["overhead_s"] = max(0.0, wall - code)
+    cell["compile_share"] = min(1.0, compile_s / wall) if wall > 0 else 0.0
+    return cell
+
+
+def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per cell with medians over repeats; ``samples`` keeps each repeat's figures.
+
+    The medians are taken per quantity (wall, code, compile), then derived as for a single run, so
+    ``run_s`` is ``median(code) − median(compile)`` with or without repeats.
+    """
+    combined = []
+    for cells in zip(*executions, strict=True):
+        base = dict(cells[-1])  # the last repeat's details (compiles, status) stand for the cell
+        walls = [w for w in (number(c.get("wall_s")) for c in cells) if w is not None]
+        codes = [w for w in (number(c.get("code_s")) for c in cells) if w is not None]
+        compiles = [w for w in (number(c.get("compile_s")) for c in cells) if w is not None]
+        base["samples"] = {
+            "wall_s": walls, "code_s": codes, "compile_s": compiles, "status": [c.get("status") for c in cells]
+        }
+        if walls:
+            median = statistics.median(walls)
+            base["wall_s"] = median
+            base["code_s"] = statistics.median(codes) if codes else None
+            base["spread"] = statistics.median(abs(w - median) for w in walls) / median if median > 0 else 0.0
+            compile_s = statistics.median(compiles) if compiles else 0.0
+            code = base["code_s"] if base["code_s"] is not None else median
+            base["compile_s"] = compile_s
+            base["run_s"] = max(0.0, code - compile_s)
+            base["overhead_s"] = max(0.0, median - code)
+            base["compile_share"] = min(1.0, compile_s / median) if median > 0 else 0.0
+        worst = next((c for c in cells if c.get("status") not in (*FINISHED, "skipped")), None)
+        if worst is not None:
+            base["status"], base["error"] = worst.get("status"), worst.get("error")
+        combined.append(base)
+    return combined
+
+
+def label(cell: Mapping[str, Any]) -> str:
+    """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
+    index = cell.get("index")
+    name = f"cell {index + 1}" if isinstance(index, int) else "cell ?"
+    return f"{name} (line {cell['line']})" if cell.get("line") else name
+
+
+# ---- a notebook's cells --------------------------------------------------------------------------
+
+
+def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_state: str) -> dict[str, Any]:
+    """Per-notebook figures from cell records."""
+
+    def total(key: str, sub: str | None = None) -> float:
+        values = [((c.get(sub) or {}).get(key) if sub else c.get(key)) for c in cells]
+        return sum(v for v in (number(v) for v in values) if v is not None)
+
+    peaks = [(c.get("rss") or {}).get("peak_bytes") for c in cells]
+    hits = int(total("cache_hits", "jax"))
+    if cache_state == "cold" and hits:
+        cache_state = "warm"  # a cold cache that still hit: the notebook compiled the same thing twice
+    return {
+        "cells": len(cells),
+        "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped")),
+        "cells_ok": sum(1 for c in cells if c.get("status") in FINISHED),
+        "cells_failed": sum(1 for c in cells if c.get("status") in FAILED),
+        "wall_s": total("wall_s"),
+        "compile_s": total("compile_s"),
+        "run_s": total("run_s"),
+        "compiles": int(total("compiles", "jax")),
+        "user_compiles": int(total("user_compiles", "jax")),
+        "eager_compiles": int(total("eager_compiles", "jax")),
+        "library_compiles": int(total("library_compiles", "jax")),
+        "numba_compiles": int(total("compiles", "numba")),
+        "numba_compile_s": total("compile_s", "numba"),
+        "cache_state": cache_state,
+        "cache_hits": hits,
+        "cache_misses": int(total("cache_misses", "jax")),
+        "cache_retrieval_s": total("cache_retrieval_s", "jax"),
+        "kernel_start_s": runner.get("kernel_start_s"),
+        "execute_s": runner.get("execute_s"),
+        "peak_rss_bytes": max((p for p in peaks if isinstance(p, int) and not isinstance(p, bool)), default=None),
+    }
+
+
+def target_name(path: str | Path, root: Path | None = None) -> str:
+    """A notebook's name in the store: its path relative to ``root`` (default: the working directory)
+    when inside it, else absolute; the same notebook gets the same name from every command."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to((root or Path.cwd()).resolve()))
+    except ValueError:
+        return str(resolved)
+
+
+# ---- pairing cells across runs -------------------------------------------------------------------
+
+
+@dataclass
+class CellPair:
+    """One row of a pairing: a cell of A, of B, or of both, and how they were matched.
+
+    ``match`` is ``"hash"`` (same source, same place), ``"moved"`` (same source, elsewhere),
+    ``"edited"`` (source changed in place), ``"similar"`` (source changed, matched by text),
+    ``"only-a"`` or ``"only-b"``.
+    """
+
+    a: dict[str, Any] | None
+    b: dict[str, Any] | None
+    match: str
+    similarity: float | None = None
+
+    @property
+    def source_changed(self) -> bool:
+        return self.match in ("edited", "similar")
+
+    @property
+    def paired(self) -> bool:
+        return self.a is not None and self.b is not None
+
+
+def cell_keys(cells: Sequence[Mapping[str, Any]], side: str = "") -> list[str]:
+    """A key per cell: its source hash, with an occurrence number from the second time a source repeats,
+    so a duplicated cell pairs with its own twin. A cell without a hash gets a key of its own, which
+    never equals a key of another ``side``."""
+    seen: dict[str, int] = {}
+    keys = []
+    for position, cell in enumerate(cells):
+        digest = str(cell.get("source_hash") or f"no-hash@{side}{position}")
+        seen[digest] = seen.get(digest, 0) + 1
+        keys.append(f"{digest}#{seen[digest]}" if seen[digest] > 1 else digest)
+    return keys
+
+
+def _text(cell: Mapping[str, Any], sources: Mapping[str, str] | None) -> str:
+    if sources and cell.get("source_hash") in sources:
+        return sources[cell["source_hash"]]
+    return str(cell.get("first_line") or "")
+
+
+def _similarity(a: Mapping[str, Any], b: Mapping[str, Any], sources: Mapping[str, str] | None) -> float:
+    return round(difflib.SequenceMatcher(a=_text(a, sources), b=_text(b, sources), autojunk=False).ratio(), 3)
+
+
+def _pair_gap(
+    block_a: list[dict[str, Any]], block_b: list[dict[str, Any]], sources: Mapping[str, str] | None
+) -> list[CellPair]:
+    """Cells between two equal stretches: edited in place when the counts agree, else by similarity."""
+    if block_a and len(block_a) == len(block_b):
+        return [CellPair(a, b, "edited", _similarity(a, b, sources)) for a, b in zip(block_a, block_b, strict=True)]
+    pairs: list[CellPair] = []
+    j = 0
+    for a in block_a:
+        best, best_k = 0.0, None
+        for k in range(j, len(block_b)):
+            score = _similarity(a, block_b[k], sources)
+            if score > best:
+                best, best_k = score, k
+        if best_k is not None and best >= SIMILARITY_THRESHOLD:
+            pairs.extend(CellPair(None, b, "only-b") for b in block_b[j:best_k])
+            pairs.append(CellPair(a, block_b[best_k], "similar", best))
+            j = best_k + 1
+        else:
+            pairs.append(CellPair(a, None, "only-a"))
+    pairs.extend(CellPair(None, b, "only-b") for b in block_b[j:])
+    return pairs
+
+
+def pair_cells(
+    cells_a: Sequence[dict[str, Any]],
+    cells_b: Sequence[dict[str, Any]],
+    *,
+    sources: Mapping[str, str] | None = None,
+) -> list[CellPair]:
+    """Pair the cells of two runs of a notebook (A, B), in notebook order.
+
+    Equal sources pair by hash in order (a repeated source with its own repeat); a cell whose source
+    is in both runs but at another place pairs as ``moved``; between equal stretches, cells edited in
+    place pair by position, others by text similarity (``sources`` maps a source hash to its full
+    text, else first lines are compared); the rest are only in A or only in B.
+    """
+    keys_a, keys_b = cell_keys(cells_a, "a"), cell_keys(cells_b, "b")
+    matcher = difflib.SequenceMatcher(a=keys_a, b=keys_b, autojunk=False)
+    opcodes = matcher.get_opcodes()
+    # A source in both runs that the in-order match left out was moved: pair it before anything else.
+    unmatched_a = {keys_a[i]: i for op, a0, a1, _, _ in opcodes if op != "equal" for i in range(a0, a1)}
+    moved_b = {
+        j: unmatched_a[keys_b[j]]
+        for op, _, _, b0, b1 in opcodes
+        if op != "equal"
+        for j in range(b0, b1)
+        if keys_b[j] in unmatched_a and not keys_b[j].startswith("no-hash@")
+    }
+    moved_a = set(moved_b.values())
+    pairs: list[CellPair] = []
+    for op, a0, a1, b0, b1 in opcodes:
+        if op == "equal":
+            pairs.extend(CellPair(cells_a[a0 + k], cells_b[b0 + k], "hash") for k in range(a1 - a0))
+            continue
+        rest_a = [cells_a[i] for i in range(a0, a1) if i not in moved_a]
+        gap: list[dict[str, Any]] = []
+        for j in range(b0, b1):
+            if j in moved_b:
+                pairs.extend(_pair_gap(rest_a, gap, sources))
+                rest_a, gap = [], []
+                pairs.append(CellPair(cells_a[moved_b[j]], cells_b[j], "moved"))
+            else:
+                gap.append(cells_b[j])
+        pairs.extend(_pair_gap(rest_a, gap, sources))
+    return pairs
