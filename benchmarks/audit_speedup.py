@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbscope.audit import AuditOptions, audit
-from nbscope.store import Store
+from nbscope.api.audit import AuditOptions, audit
+from nbscope.record.store import Store
 
 DEFAULT_BOOK = Path(__file__).resolve().parents[1] / "tests" / "files" / "audit_book"
 

@@ -4,7 +4,7 @@ Runs ``nbscope bench --size quick`` twice back to back (through the Python API, 
 runs in its own fresh process) and, for every figure that reports a spread (steady-state medians and
 fitted per-iteration slopes), checks whether the two runs' intervals ``median ± spread·median``
 overlap. The reported uncertainty is the spread raised to the machine's own drift during the run
-(a fixed reference workload, see ``nbscope.bench._stats.steadiness``); the share within the spread
+(a fixed reference workload, see ``nbscope.collect.bench._stats.steadiness``); the share within the spread
 alone is printed too. First calls, single samples without a spread, are listed separately.
 
 Usage: python benchmarks/bench_repeatability.py [--size quick] [--dtype float32] [--only GROUPS] [--json OUT]
@@ -20,8 +20,8 @@ import sys
 import time
 from typing import Any
 
-from nbscope.bench import BUSY_CORES_WARN, _stats, run_bench
-from nbscope.record import RunRecord
+from nbscope.collect.bench import BUSY_CORES_WARN, _stats, run_bench
+from nbscope.record.run import RunRecord
 
 
 def figures_by_key(record: RunRecord) -> dict[str, dict[str, Any]]:

@@ -31,11 +31,11 @@ from typing import Any
 
 import nbformat
 
-from nbscope import fingerprint as fp
-from nbscope.gate import GateOptions, gate, parse_slowdown
-from nbscope.profile import ProfileOptions, profile
-from nbscope.record import RunRecord
-from nbscope.store import Store
+from nbscope.analyse.gate import GateOptions, gate, parse_slowdown
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 THRESHOLDS = ("5%", "10%", "20%", "50%")
 SCALE_VARIABLE = "NBSCOPE_BENCH_SCALE"

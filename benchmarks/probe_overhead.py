@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from nbscope.notebook import read
-from nbscope.runner import ExecutionOptions, execute
+from nbscope.collect.notebook import read
+from nbscope.collect.runner import ExecutionOptions, execute
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LECTURE = ROOT.parent / "shared" / "corpus" / "numpy_vs_numba_vs_jax.md"

@@ -27,7 +27,7 @@ FALLBACK = ROOT / "tests" / "files" / "timeline_tiny.ipynb"
 
 
 def _profile(path: Path, timeline: bool) -> dict[str, Any]:
-    from nbscope.profile import ProfileOptions, profile
+    from nbscope.api.profile import ProfileOptions, profile
 
     started = time.perf_counter()
     record = profile(path, ProfileOptions(timeline=timeline), fingerprint={"digest": "bench"})

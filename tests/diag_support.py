@@ -8,11 +8,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from nbscope import notebook as notebook_module
-from nbscope import record as record_module
-from nbscope.diagnose import Finding
-from nbscope.profile import ProfileOptions, profile
-from nbscope.record import RunRecord
+from nbscope.analyse.diagnose import Finding
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.collect import notebook as notebook_module
+from nbscope.record import run as record_module
+from nbscope.record.run import RunRecord
 
 FILES = Path(__file__).resolve().parent / "files"
 RECORDS = FILES / "records"

@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from nbscope import fingerprint as fp
 from nbscope._errors import NbscopeError
-from nbscope.audit import (
+from nbscope.api.audit import (
     AuditOptions,
     Job,
     LocalScheduler,
@@ -34,8 +33,9 @@ from nbscope.audit import (
     parse_shard,
     select_shard,
 )
-from nbscope.record import RunRecord
-from nbscope.store import Store
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 BOOK = Path(__file__).resolve().parent / "files" / "audit_book"
 NOTEBOOKS = [

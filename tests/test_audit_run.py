@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from nbscope.store import Store
+from nbscope.record.store import Store
 
 TESTS = Path(__file__).resolve().parent
 BOOK = TESTS / "files" / "audit_book"
@@ -99,7 +99,7 @@ def test_second_audit_reuses_every_notebook(local_audit: dict[str, Any]) -> None
 
 def test_dask_local_cluster_gives_the_same_notebook_records(local_audit: dict[str, Any], tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
-    from nbscope.audit import AuditOptions, audit, export_audit
+    from nbscope.api.audit import AuditOptions, audit, export_audit
 
     store = Store(tmp_path / "dask.db")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,

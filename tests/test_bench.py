@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.bench import _stats, count_figures, run_bench
-from nbscope.bench._config import Budget, parse_groups
-from nbscope.bench._runner import run_worker
-from nbscope.record import RunRecord
+from nbscope.collect.bench import _stats, count_figures, run_bench
+from nbscope.collect.bench._config import Budget, parse_groups
+from nbscope.collect.bench._runner import run_worker
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 from nbscope.render.bench import bench_markdown, print_bench
-from nbscope.store import Store
 
 FAKE_FINGERPRINT = {"digest": "0123456789ab", "cpu": {"model": "test CPU", "logical_cores": 2}, "gpu": {}}
 
@@ -313,7 +313,7 @@ def test_worker_module_runs_as_a_script(tmp_path: Path) -> None:
 
     out = tmp_path / "r.json"
     subprocess.run(
-        [sys.executable, "-m", "nbscope.bench._worker", "python", "--out", str(out),
+        [sys.executable, "-m", "nbscope.collect.bench._worker", "python", "--out", str(out),
          "--param", "python.int_sum_n=1000", "--param", "python.sqrt_n=1000"],
         check=True, timeout=60,
     )
@@ -339,7 +339,7 @@ def test_loops_pinned_to_the_cpu_and_fitted() -> None:
 
 
 def test_jax_platform_reaches_only_the_jax_groups(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbscope.bench._runner import worker_env
+    from nbscope.collect.bench._runner import worker_env
 
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     assert worker_env("loops", "cpu")["JAX_PLATFORMS"] == "cpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from nbscope.cells import combine_repeats, derive, pair_cells, totals
+from nbscope.record.cells import combine_repeats, derive, pair_cells, totals
 
 
 def cell(source: str, index: int = 0, **figures: Any) -> dict[str, Any]:

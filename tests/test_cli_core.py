@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from nbscope._version import __version__
-from nbscope.record import RunRecord
-from nbscope.store import Store
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 CORE_COMMANDS = ("info", "runs", "show", "export", "import")
 WIDE = {"COLUMNS": "200"}

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from diag_support import CORPUS, FILES, RECORDS, edited, load_record, profile_notebook
-from nbscope import compare as compare_module
-from nbscope import record as record_module
 from nbscope._errors import NbscopeError
+from nbscope.analyse import compare as compare_module
+from nbscope.analyse.diagnose import diagnose
 from nbscope.cli._compare import backend_unavailable, parse_backends
-from nbscope.diagnose import diagnose
+from nbscope.record import run as record_module
 from nbscope.render.compare import comparison_markdown
 
 
@@ -156,7 +156,7 @@ def test_cli_errors_are_one_line(run_cli, tmp_path: Path) -> None:
 
 def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, tmp_path: Path) -> None:
     db = tmp_path / "store.db"
-    from nbscope.store import Store
+    from nbscope.record.store import Store
 
     store = Store(db)
     for mode in ("cold", "warm"):
@@ -189,7 +189,7 @@ def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path
 @pytest.mark.corpus
 @pytest.mark.skipif(not (CORPUS / "numpy_vs_numba_vs_jax.md").exists(), reason=f"corpus lecture not found under {CORPUS}")
 def test_corpus_cold_vs_warm_pairs_every_cell(tmp_path: Path) -> None:
-    from nbscope.profile import ProfileOptions, profile
+    from nbscope.api.profile import ProfileOptions, profile
 
     lecture = CORPUS / "numpy_vs_numba_vs_jax.md"
     runs = [
@@ -223,10 +223,10 @@ def test_rules_survive_partial_records() -> None:
 
 
 def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_path: Path) -> None:
-    import nbscope.profile
+    import nbscope.api.profile
+    from nbscope.api.profile import ProfileOptions
     from nbscope.cli._compare import profile_backends
-    from nbscope.profile import ProfileOptions
-    from nbscope.store import Store
+    from nbscope.record.store import Store
 
     fixtures = {"cpu": load_record("cpu_latency_loop"), "cuda": load_record("synthetic_t4_latency_loop")}
     store = Store(tmp_path / "s.db")
@@ -237,7 +237,7 @@ def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_p
         store.save(record)
         return record
 
-    monkeypatch.setattr(nbscope.profile, "profile", fake_profile)
+    monkeypatch.setattr(nbscope.api.profile, "profile", fake_profile)
     profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store, as_json=True, markdown=False)
     document = json.loads(capsys.readouterr().out)
     assert [b["available"] for b in document["backends"]] == [True, True]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nbscope.profile import ProfileOptions, profile
-from nbscope.record import RunRecord
-from nbscope.store import Store
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NEEDED = ("jax", "numpy", "numba", "matplotlib", "quantecon")
@@ -89,6 +89,6 @@ def test_jax_intro(tmp_path: Path) -> None:
 
 
 def _code_cells(path: Path) -> list:
-    from nbscope import notebook
+    from nbscope.collect import notebook
 
     return notebook.read(path).code_cells

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diag_support import fired, profile_notebook
-from nbscope.diagnose import diagnose
+from nbscope.analyse.diagnose import diagnose
 
 
 @pytest.fixture(scope="module")

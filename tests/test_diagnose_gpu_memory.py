@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from diag_support import edited, fired, load_record, sources_of
-from nbscope.diagnose import diagnose
+from nbscope.analyse.diagnose import diagnose
 
 SOURCES = sources_of("diag_latency_loop")
 

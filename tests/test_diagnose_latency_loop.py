@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from diag_support import edited, fired, load_record, profile_notebook, sources_of
-from nbscope.diagnose import diagnose, recommend
+from nbscope.analyse.diagnose import diagnose, recommend
 
 SOURCES = sources_of("diag_latency_loop")
 

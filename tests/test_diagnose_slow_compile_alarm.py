@@ -4,7 +4,7 @@ in a CPU run short enough for tests), and real runs without alarms."""
 from __future__ import annotations
 
 from diag_support import fired, load_record, sources_of
-from nbscope.diagnose import diagnose
+from nbscope.analyse.diagnose import diagnose
 
 SOURCES = sources_of("diag_unrolled_loop")
 

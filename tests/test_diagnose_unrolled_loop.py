@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from diag_support import fired, profile_notebook, sources_of
-from nbscope.diagnose import diagnose
-from nbscope.diagnose._source import analyse
+from nbscope.analyse.diagnose import diagnose
+from nbscope.analyse.diagnose._source import analyse
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diag_support import fired, profile_notebook
-from nbscope.diagnose import _source, diagnose
+from nbscope.analyse.diagnose import _source, diagnose
 
 
 @pytest.fixture(scope="module")

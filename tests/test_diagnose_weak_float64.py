@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from diag_support import fired, fixture_builder, load_record, sources_of
-from nbscope.diagnose import diagnose
-from nbscope.record import RunRecord
+from nbscope.analyse.diagnose import diagnose
+from nbscope.record.run import RunRecord
 
 SOURCES = sources_of("diag_x64")
 

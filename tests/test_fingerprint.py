@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from nbscope import fingerprint as fp
+from nbscope.collect import fingerprint as fp
 
-# The packages issue A names, listed here on purpose rather than read from nbscope.fingerprint.
+# The packages issue A names, listed here on purpose rather than read from nbscope.collect.fingerprint.
 ISSUE_PACKAGES = ("numpy", "scipy", "numba", "jax", "jaxlib", "nbclient", "ipykernel", "jupytext", "myst-nb",
                   "jupyter-book")
 FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"
@@ -342,7 +342,7 @@ def test_info_jax_reports_the_runtime(run_cli: Any) -> None:
 
 
 def test_without_jax_flag_jax_is_not_imported() -> None:
-    code = "import sys; from nbscope import fingerprint as f; f.collect(); print('jax' in sys.modules, 'numba' in sys.modules)"
+    code = "import sys; from nbscope.collect import fingerprint as f; f.collect(); print('jax' in sys.modules, 'numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
@@ -456,7 +456,7 @@ def test_info_diff_table(tmp_path: Path, base: dict[str, Any], run_cli: Any) -> 
 
 
 def test_info_diff_reads_a_run_record(tmp_path: Path, base: dict[str, Any], run_cli: Any) -> None:
-    from nbscope.record import RunRecord
+    from nbscope.record.run import RunRecord
 
     a, b = changed_pair(tmp_path, base)
     record_path = tmp_path / "run.json"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.gate import (
+from nbscope.analyse.gate import (
     GateOptions,
     gate,
     latest_baseline,
@@ -19,9 +19,9 @@ from nbscope.gate import (
     pair_cells,
     parse_slowdown,
 )
-from nbscope.record import RunRecord
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 from nbscope.render.gate import gate_markdown, print_gate
-from nbscope.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 NOTEBOOK = FILES / "gate_sleep.ipynb"
@@ -226,7 +226,7 @@ def test_history_sets_the_run_to_run_noise_floor() -> None:
 
 
 def test_history_runs_from_the_store(tmp_db: Path) -> None:
-    from nbscope.gate import history_runs
+    from nbscope.analyse.gate import history_runs
 
     store = Store(tmp_db)
     ids = [store.save(make_record([make_cell(0, 1.0)], started=f"2026-01-0{day}T00:00:00.000Z")) for day in range(1, 7)]
@@ -288,7 +288,7 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     Four samples a side let the test reach p < 0.05 with one overlapping sample (a shared machine can
     stretch a 0.1 s sleep now and then); three would need complete separation (p = 0.05 exactly)."""
-    from nbscope.profile import ProfileOptions, profile
+    from nbscope.api.profile import ProfileOptions, profile
 
     folder = tmp_path_factory.mktemp("gate")
     store = Store(folder / "nbscope.db")

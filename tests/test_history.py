@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.history import ChangeOptions, detect_changes, find_cell, history, noise_sigma, sparkline
-from nbscope.record import RunRecord
-from nbscope.store import Store
+from nbscope.analyse.history import ChangeOptions, detect_changes, find_cell, history, noise_sigma, sparkline
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 
 def make_record(total: float, *, digest: str = "d1", day: int = 1, target: str = "lecture.md",

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.jupyter_cache_import import find_database, import_cache, read_cache
-from nbscope.store import Store
+from nbscope.collect.jupyter_cache import find_database, import_cache, read_cache
+from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 FINGERPRINT = {"fingerprint_version": 1, "cpu": {"model": "CI runner CPU", "logical_cores": 4}}

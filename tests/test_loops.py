@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.loops import LoopOptions, extrapolate, linear_fit, load_target, parse_target, run_loops
-from nbscope.store import Store
+from nbscope.collect.loops import LoopOptions, extrapolate, linear_fit, load_target, parse_target, run_loops
+from nbscope.record.store import Store
 
 
 def test_linear_fit_recovers_a_line() -> None:

@@ -9,11 +9,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbscope import notebook
 from nbscope._errors import NbscopeError
-from nbscope.probe import _nbscope_probe
-from nbscope.profile import ProfileOptions, profile
-from nbscope.store import Store
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.collect import notebook
+from nbscope.collect.probe import _nbscope_probe
+from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 MYST = FILES / "myst_lines.md"

@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.pathways import parse_via, run_pathways
-from nbscope.pathways._common import PathwayResult
-from nbscope.pathways._pair import pair_cells, verdict
-from nbscope.record import RunRecord
+from nbscope.analyse.pathways import pair_cells, verdict
+from nbscope.api.pathways import parse_via, run_pathways
+from nbscope.collect.pathways._common import PathwayResult
+from nbscope.record.run import RunRecord
 
 FILES = Path(__file__).resolve().parent / "files"
 SMALL = FILES / "pathways_small.md"
@@ -150,9 +150,9 @@ def test_cells_that_failed_are_paired_but_not_compared() -> None:
 
 
 def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: Path, tmp_db: Path) -> None:
+    from nbscope.record.store import Store
     from nbscope.render.pathways import pathways_markdown, print_pathways
     from nbscope.render.terminal import print_record
-    from nbscope.store import Store
 
     store = Store(tmp_db)
     events: list[tuple[str, str]] = []
@@ -194,7 +194,7 @@ def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: P
 
 
 def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path) -> None:
-    from nbscope.pathways._book import book2_command
+    from nbscope.collect.pathways._book import book2_command
 
     command, reason = book2_command()
     if command is not None:
@@ -231,7 +231,7 @@ def test_cli_pathways_timeouts_and_kernel_only_magics(run_cli: Any, tmp_db: Path
 
 def test_bench_workloads_through_pathways(isolated_tmp: Path, tmp_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nbscope.cli._pathways import bench_through_pathways
-    from nbscope.store import Store
+    from nbscope.record.store import Store
 
     # What `nbscope bench --pathway script,kernel --only python --size quick --json` calls.
     bench_through_pathways("script,kernel", only=["python"], dtype="float32", size="quick", jax_platform=None,

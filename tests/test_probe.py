@@ -17,11 +17,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbscope.probe import PROBE_FILE, PROBE_MODULE
-from nbscope.profile import ProfileOptions, profile
-from nbscope.record import RunRecord
-from nbscope.runner import ProbeReader
-from nbscope.store import Store
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.collect.probe import PROBE_FILE, PROBE_MODULE
+from nbscope.collect.runner import ProbeReader
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}

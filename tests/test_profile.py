@@ -17,10 +17,10 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbscope import notebook as notebook_module
-from nbscope.profile import ProfileOptions, profile
-from nbscope.record import RunRecord, loads
-from nbscope.store import Store
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.collect import notebook as notebook_module
+from nbscope.record.run import RunRecord, loads
+from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.record import (
+from nbscope.record.run import (
     FORMAT_NAME,
     REQUIRED_FIELDS,
     SCHEMA_VERSION,

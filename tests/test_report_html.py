@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.record import RunRecord
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 from nbscope.render import html as html_report
-from nbscope.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 NOTEBOOK = FILES / "gate_sleep.ipynb"
@@ -31,7 +31,7 @@ needs_chromium = pytest.mark.skipif(
 
 
 class Finding:
-    """What nbscope.diagnose returns, as its interface says (a stand-in when the real one is absent)."""
+    """What nbscope.analyse.diagnose returns, as its interface says (a stand-in when the real one is absent)."""
 
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
@@ -85,7 +85,7 @@ def synthetic_loops() -> RunRecord:
 def report_file(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Two real profiles of gate_sleep.ipynb (cell 2 made 3× slower in the second), history in the store,
     a pathways and a loops record, and diagnosis cards from a stand-in diagnose()."""
-    from nbscope.profile import ProfileOptions, profile
+    from nbscope.api.profile import ProfileOptions, profile
 
     folder = tmp_path_factory.mktemp("report")
     store = Store(folder / "nbscope.db")
@@ -95,17 +95,17 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                             live_path=folder / f"{seconds}.jsonl"))
     pathways, loops = synthetic_pathways(), synthetic_loops()
     pathways.fingerprint = loops.fingerprint = runs[0].fingerprint  # measured on the same machine
-    module = types.ModuleType("nbscope.diagnose")
+    module = types.ModuleType("nbscope.analyse.diagnose")
     module.diagnose = fake_diagnose  # type: ignore[attr-defined]
-    saved = sys.modules.get("nbscope.diagnose")
-    sys.modules["nbscope.diagnose"] = module
+    saved = sys.modules.get("nbscope.analyse.diagnose")
+    sys.modules["nbscope.analyse.diagnose"] = module
     try:
         path = html_report.write_report([*runs, pathways, loops], folder / "report.html", store=store)
     finally:
         if saved is None:
-            sys.modules.pop("nbscope.diagnose", None)
+            sys.modules.pop("nbscope.analyse.diagnose", None)
         else:
-            sys.modules["nbscope.diagnose"] = saved
+            sys.modules["nbscope.analyse.diagnose"] = saved
     return {"path": path, "text": path.read_text(encoding="utf-8"), "store": store, "runs": runs, "folder": folder}
 
 
@@ -191,11 +191,11 @@ def test_report_without_optional_parts(tmp_path: Path) -> None:
 
 
 def test_report_with_the_real_diagnosis() -> None:
-    pytest.importorskip("nbscope.diagnose")
+    pytest.importorskip("nbscope.analyse.diagnose")
     stored = FILES / "records" / "cpu_unrolled_loop.json"
     if not stored.is_file():
         pytest.skip(f"{stored} is not there")
-    from nbscope import record as record_module
+    from nbscope.record import run as record_module
 
     text = html_report.report([record_module.load(stored)])
     assert "<h2>Diagnosis</h2>" in text

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.record import RunRecord, dump
-from nbscope.store import SQLITE_MAGIC, Store, default_path, resolve_run
+from nbscope.record.run import RunRecord, dump
+from nbscope.record.store import SQLITE_MAGIC, Store, default_path, resolve_run
 
 FINGERPRINT_A = {
     "fingerprint_version": 1,
@@ -170,8 +170,8 @@ def test_resolve_run_by_id_or_file(tmp_db: Path, tmp_path: Path) -> None:
 WRITER = r"""
 import sys, time
 from pathlib import Path
-from nbscope.record import RunRecord
-from nbscope.store import Store
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 db, tag, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 store = Store(db)

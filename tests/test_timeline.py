@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from nbscope import timeline
-from nbscope.probe import PROBE_FILE
-from nbscope.timeline import TraceEvents, _Op, summarise, summarise_cell
+from nbscope.collect import timeline
+from nbscope.collect.probe import PROBE_FILE
+from nbscope.collect.timeline import TraceEvents, _Op, summarise, summarise_cell
 
 FILES = Path(__file__).resolve().parent / "files"
 MS = 1_000_000  # nanoseconds
@@ -182,7 +182,7 @@ def test_temporary_trace_is_deleted_after_summarising(traced: dict[str, Any]) ->
 
 @pytest.mark.slow
 def test_scan_and_matmul_cells_get_different_timelines(tmp_path: Path) -> None:
-    from nbscope.profile import ProfileOptions, profile
+    from nbscope.api.profile import ProfileOptions, profile
 
     record = profile(
         FILES / "timeline_scan_matmul.ipynb", ProfileOptions(timeline=True), live_path=tmp_path / "live.jsonl"

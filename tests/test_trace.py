@@ -21,9 +21,9 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from nbscope import notebook as notebook_module
-from nbscope.store import Store
-from nbscope.trace import KernelLog, cells_from_log, discover_sources, match, read_kernel_log
+from nbscope.api.trace import KernelLog, cells_from_log, discover_sources, match, read_kernel_log
+from nbscope.collect import notebook as notebook_module
+from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -240,7 +240,7 @@ def test_trace_jupyter_book_build(tmp_path: Path) -> None:
 
 
 def test_a_traced_command_past_its_timeout_is_stopped_with_its_children(tmp_path: Path) -> None:
-    from nbscope.trace import _run
+    from nbscope.api.trace import _run
 
     marker = f"nbscope-trace-timeout-{os.getpid()}"
     started = time.perf_counter()

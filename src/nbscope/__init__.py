@@ -12,12 +12,12 @@ from nbscope._version import __version__
 
 _LAZY = {
     "NbscopeError": "nbscope._errors",
-    "RunRecord": "nbscope.record",
-    "Store": "nbscope.store",
-    "collect_fingerprint": "nbscope.api",
-    "diff_fingerprints": "nbscope.api",
-    "load_fingerprint": "nbscope.api",
-    "profile": "nbscope.api",
+    "RunRecord": "nbscope.record.run",
+    "Store": "nbscope.record.store",
+    "collect_fingerprint": "nbscope.api.info",
+    "diff_fingerprints": "nbscope.api.info",
+    "load_fingerprint": "nbscope.api.info",
+    "profile": "nbscope.api.info",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,7 +1,7 @@
 """A fake ``pynvml`` (nvidia-ml-py) with two GPUs, for tests on machines without one.
 
 Put this folder first on ``PYTHONPATH`` (``import pynvml`` then finds it) or load the file and pass the
-module to ``nbscope.fingerprint.collect(nvml=...)``. It imitates the parts of nvidia-ml-py's API that
+module to ``nbscope.collect.fingerprint.collect(nvml=...)``. It imitates the parts of nvidia-ml-py's API that
 nbscope calls, with the same names, argument order, return types and error classes:
 
 - device 0: Tesla T4, compute capability 7.5, 15360 MiB, no MIG support (``NVMLError_NotSupported``);

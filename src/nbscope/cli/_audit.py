@@ -58,7 +58,7 @@ def _progress(quiet: bool) -> Any:
 
 
 def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None) -> None:
-    from nbscope.audit import export_audit
+    from nbscope.api.audit import export_audit
     from nbscope.render.audit import audit_html, audit_markdown, print_audit
     from nbscope.render.terminal import console
 
@@ -102,8 +102,8 @@ def audit(
 
     Resumable: a notebook already profiled with the same file, backend and environment is reused.
     """
-    from nbscope.audit import AuditOptions, parse_backends
-    from nbscope.audit import audit as run_audit
+    from nbscope.api.audit import AuditOptions, parse_backends
+    from nbscope.api.audit import audit as run_audit
 
     options = AuditOptions(
         backends=parse_backends(backends), workers=workers, force=force, shard=shard, dask=dask,
@@ -125,7 +125,7 @@ def merge(
     db: DbOption = None,
 ) -> None:
     """Join audit files (CI shards, or CPU and GPU runners' audits) into one audit; their runs are imported."""
-    from nbscope.audit import merge as run_merge
+    from nbscope.api.audit import merge as run_merge
 
     store = open_store(db)
     record = run_merge(files, store=store)

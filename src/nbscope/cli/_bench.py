@@ -60,7 +60,7 @@ def bench(
     """
     from rich.console import Console
 
-    from nbscope.bench import run_bench
+    from nbscope.collect.bench import run_bench
 
     status_console = Console(stderr=True, highlight=False)
 

@@ -20,7 +20,7 @@ UNAVAILABLE_MARKERS = ("Unable to initialize backend", "not in the list of known
 
 
 def _sources(*records: Any) -> dict[str, str]:
-    from nbscope.diagnose._base import load_sources
+    from nbscope.analyse.diagnose._base import load_sources
 
     merged: dict[str, str] = {}
     for record in records:
@@ -40,10 +40,10 @@ def compare_command(
 ) -> None:
     """Two profile runs side by side: cells paired by source, wall/compile/run per side, winner, totals, and the
     settings and machine differences that could explain them."""
-    from nbscope import compare as compare_module
-    from nbscope.diagnose import recommend
+    from nbscope.analyse import compare as compare_module
+    from nbscope.analyse.diagnose import recommend
+    from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
-    from nbscope.store import resolve_run
 
     store = open_store(db)
     run_a, run_b = resolve_run(a, store), resolve_run(b, store)
@@ -83,17 +83,17 @@ def diagnose_command(
     markdown: MarkdownOption = False,
 ) -> None:
     """Named causes of slow or wrongly timed cells, each with its evidence and a concrete fix."""
-    from nbscope.diagnose import diagnose
+    from nbscope.analyse.diagnose import diagnose
+    from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
     from nbscope.render.terminal import print_record_header
-    from nbscope.store import resolve_run
 
     store = open_store(db)
     record = resolve_run(run, store)
     other_record = resolve_run(other, store) if other else None
     sources = None
     if notebook is not None:
-        from nbscope import notebook as notebook_module
+        from nbscope.collect import notebook as notebook_module
 
         sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
     findings = diagnose(record, other=other_record, sources=sources, rules=rule)
@@ -139,9 +139,9 @@ def profile_backends(
 
     A backend that cannot start (no CUDA on this machine, an unknown platform) is reported, not fatal.
     """
-    from nbscope import compare as compare_module
-    from nbscope.diagnose import diagnose, recommend
-    from nbscope.profile import profile as run_profile
+    from nbscope.analyse import compare as compare_module
+    from nbscope.analyse.diagnose import diagnose, recommend
+    from nbscope.api.profile import profile as run_profile
     from nbscope.render import compare as view
     from nbscope.render.terminal import console
 

@@ -24,7 +24,7 @@ def info(
     all_fields: Annotated[bool, typer.Option("--all", help="With --diff: include volatile fields (load, clocks).")] = False,
 ) -> None:
     """The machine fingerprint: CPU, memory, BLAS, GPUs, library versions, settings that change timings."""
-    from nbscope import api
+    from nbscope.api import info as api
     from nbscope.render import terminal
 
     if diff is not None:
@@ -66,8 +66,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Print one run."""
+    from nbscope.record.store import resolve_run
     from nbscope.render import terminal
-    from nbscope.store import resolve_run
 
     record = resolve_run(run_id, open_store(db))
     if as_json:
@@ -83,7 +83,7 @@ def export(
     db: DbOption = None,
 ) -> None:
     """Write one run as a JSON record (to move it to another machine)."""
-    from nbscope import record as record_module
+    from nbscope.record import run as record_module
 
     record = open_store(db).get(run_id)
     if output.is_dir():
@@ -98,7 +98,7 @@ def import_(
     db: DbOption = None,
 ) -> None:
     """Add exported runs (from another machine, a CI artifact) to the store."""
-    from nbscope import record as record_module
+    from nbscope.record import run as record_module
 
     records = [record_module.load(path) for path in files]  # validate all before writing any
     store = open_store(db)

@@ -31,8 +31,8 @@ def history(
     markdown: MarkdownOption = False,
 ) -> None:
     """A target's figures over time, per environment digest, with change points and a sparkline."""
-    from nbscope.history import ChangeOptions
-    from nbscope.history import history as build_history
+    from nbscope.analyse.history import ChangeOptions
+    from nbscope.analyse.history import history as build_history
     from nbscope.render.gate import history_markdown, print_history
 
     if min_size < 1:
@@ -83,10 +83,10 @@ def gate(
     markdown: MarkdownOption = False,
 ) -> None:
     """Fail (exit 1) when a candidate run is significantly slower than a baseline, per cell or in total."""
-    from nbscope.gate import GateOptions, history_runs, latest_baseline, latest_run, parse_slowdown
-    from nbscope.gate import gate as run_gate
+    from nbscope.analyse.gate import GateOptions, history_runs, latest_baseline, latest_run, parse_slowdown
+    from nbscope.analyse.gate import gate as run_gate
+    from nbscope.record.store import resolve_run
     from nbscope.render.gate import gate_markdown, print_gate
-    from nbscope.store import resolve_run
 
     store = open_store(db)
     options = GateOptions(
@@ -126,8 +126,8 @@ def import_jupyter_cache(
     as_json: JsonOption = False,
 ) -> None:
     """Turn jupyter-book's cached execution times into runs (kind jupyter-cache), one per notebook execution."""
-    from nbscope import api
-    from nbscope.jupyter_cache_import import import_cache
+    from nbscope.api import info as api
+    from nbscope.collect.jupyter_cache import import_cache
 
     given = api.load_fingerprint(fingerprint) if fingerprint is not None else None
     store = open_store(db)
@@ -162,8 +162,8 @@ def report(
 ) -> None:
     """One self-contained HTML report (no network): fingerprints, waterfalls, compared runs, pathways,
     loop sweeps, diagnoses and history, plots as inline SVG."""
+    from nbscope.record.store import resolve_run
     from nbscope.render.html import write_report
-    from nbscope.store import resolve_run
 
     store = open_store(db)
     records = [resolve_run(reference, store) for reference in runs]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nbscope.store import Store
+from nbscope.record.store import Store
 
 DbOption = Annotated[
     Path | None,

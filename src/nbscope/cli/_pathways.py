@@ -45,8 +45,8 @@ def pathways(
 ) -> None:
     """Run a notebook through a script, a Jupyter kernel and a jupyter-book build; pair its cells and say
     whether the pathway explains a difference, with each pathway's fixed costs apart from the cells."""
-    from nbscope.pathways import parse_via, run_pathways
-    from nbscope.profile import parse_env
+    from nbscope.api.pathways import parse_via, run_pathways
+    from nbscope.api.profile import parse_env
 
     names = parse_via(via)  # one-line errors before anything starts
     overrides = parse_env(env or [])
@@ -72,7 +72,7 @@ def bench_through_pathways(
 ) -> None:
     """``nbscope bench --pathway script,kernel,book``: the suite's workloads through each pathway, printed
     like ``nbscope pathways`` (called by cli/_bench.py)."""
-    from nbscope.pathways import parse_via, run_bench_pathways
+    from nbscope.api.pathways import parse_via, run_bench_pathways
 
     record = run_bench_pathways(
         via=parse_via(pathway), only=only, dtype=dtype, size=size, jax_platform=jax_platform, repeat=repeat,

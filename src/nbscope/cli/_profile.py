@@ -63,9 +63,9 @@ def profile(
     ] = None,
 ) -> None:
     """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory."""
-    from nbscope import notebook as notebook_module
-    from nbscope.profile import ProfileOptions, parse_env
-    from nbscope.profile import profile as run_profile
+    from nbscope.api.profile import ProfileOptions, parse_env
+    from nbscope.api.profile import profile as run_profile
+    from nbscope.collect import notebook as notebook_module
     from nbscope.render import ledger
     from nbscope.render.terminal import console
 
@@ -93,7 +93,7 @@ def profile(
     else:
         ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
         if options.timeline:
-            from nbscope.timeline import print_timeline
+            from nbscope.collect.timeline import print_timeline
 
             print_timeline(record)
         console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
@@ -114,7 +114,7 @@ def trace(
 ) -> None:
     """Run a command that starts Jupyter kernels (jupyter-book build, nbconvert --execute, papermill)
     with the probe injected, and store one profile per executed notebook: nbscope trace -- COMMAND ..."""
-    from nbscope.trace import trace_command
+    from nbscope.api.trace import trace_command
 
     command = list(ctx.args)
     result = trace_command(command, store=open_store(db), sources=source, timeout=timeout)

@@ -8,7 +8,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from nbscope.record import RunRecord
+from nbscope.record.run import RunRecord
 from nbscope.render.terminal import console, format_seconds, print_record_header
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from nbscope.record import RunRecord
+from nbscope.record.run import RunRecord
 from nbscope.render.terminal import console, format_bytes, format_seconds, print_record_header
 
 
@@ -161,7 +161,7 @@ def print_bench(record: RunRecord) -> None:
 
 def bench_markdown(record: RunRecord) -> str:
     """A GitHub-ready markdown table of every row, in the seed's style (Benchmark | time | ...)."""
-    from nbscope import fingerprint as fp
+    from nbscope.collect import fingerprint as fp
 
     settings = record.settings or {}
     lines = [

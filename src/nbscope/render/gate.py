@@ -7,8 +7,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from nbscope.gate import Comparison, GateResult
-from nbscope.history import History
+from nbscope.analyse.gate import Comparison, GateResult
+from nbscope.analyse.history import History
 from nbscope.render.terminal import console, format_seconds
 
 VERDICT_STYLE = {

@@ -4,7 +4,7 @@ Sections, each present only when the runs hold what it needs: the runs, the gate
 against the first (two profile runs), the fingerprints, per profile a waterfall of its cells (compile
 and run stacked) and its ledger, side-by-side bars of cells paired by source hash across runs, the
 pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), diagnosis cards (when
-:mod:`nbscope.diagnose` is installed) and the history of each target in the store.
+:mod:`nbscope.analyse.diagnose` is installed) and the history of each target in the store.
 
 Every text from a notebook or a record goes through :func:`html.escape`; plots are drawn by matplotlib
 (Agg figures saved as SVG with text kept as ``<text>``, which matplotlib escapes), and a
@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nbscope import fingerprint as fp
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
-from nbscope.gate import cell_keys
-from nbscope.record import RunRecord
+from nbscope.analyse.gate import cell_keys
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
 
 CELL_KINDS = ("profile", "trace")
 MAX_WATERFALL_CELLS = 150
@@ -250,7 +250,7 @@ def _parse_time(text: str) -> dt.datetime:
 
 
 def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
-    """Each series of a :class:`nbscope.history.History` over time; change points as dashed lines with
+    """Each series of a :class:`nbscope.analyse.history.History` over time; change points as dashed lines with
     their ratio; the segment medians as steps; runs in the report drawn larger."""
     series = [s for s in result.series if any(p.value is not None for p in s.points)]
     if not series:
@@ -453,7 +453,7 @@ def _gate_section(records: list[RunRecord]) -> str:
     if len(runs) < 2:
         return ""  # gating pairs cells of one notebook: it needs two runs of the same target
     runs = [runs[0], runs[-1]]
-    from nbscope.gate import gate
+    from nbscope.analyse.gate import gate
     from nbscope.render.gate import VERDICT_MARK
 
     def mark(verdict: str) -> str:
@@ -541,7 +541,7 @@ def _finding_value(finding: Any, name: str) -> Any:
 
 def _diagnosis_section(records: list[RunRecord]) -> str:
     try:
-        from nbscope.diagnose import diagnose
+        from nbscope.analyse.diagnose import diagnose
     except ImportError:
         return ""
     cards = []
@@ -592,7 +592,7 @@ def _diagnosis_section(records: list[RunRecord]) -> str:
 def _history_section(records: list[RunRecord], store: Any, metric: str) -> str:
     if store is None:
         return ""
-    from nbscope.history import history
+    from nbscope.analyse.history import history
 
     parts = []
     ids = [r.run_id for r in records if r.run_id is not None]

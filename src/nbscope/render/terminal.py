@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from nbscope import fingerprint as fp
-from nbscope.record import RunRecord
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
 
 console = Console(highlight=False)
 if not console.is_terminal and "COLUMNS" not in os.environ:

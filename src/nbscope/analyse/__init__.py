@@ -1,0 +1,1 @@
+"""Stage 3, analyse: compare, diagnose, gate, history, timelines and forecasts; returns data, never prints."""

@@ -1,0 +1,273 @@
+"""From per-run entries to the audit's measurements: per lecture CPU vs GPU, the winner, the top cause.
+
+Everything here works on entries alone (not on the full profile records), so that ``nbscope merge`` can
+rebuild an audit from shard files made on other machines.
+
+``measurements`` of a run of kind ``audit``:
+
+- ``totals``: ``notebooks``, ``runs`` (measured), ``profiled`` (this time), ``reused`` (from the store),
+  ``failed``, ``partial``, ``not_run``, ``unavailable``, ``cells_failed``, ``wall_s`` (the audit's own
+  wall time; ``null`` for a merge), ``cpu_s`` / ``gpu_s`` (sums of notebook totals), ``compile_s``,
+  ``compared`` (lectures with both a CPU and a GPU run) and ``slower_on_gpu``;
+- ``notebooks``: one entry per notebook and backend: ``path`` (book-relative), ``target``, ``source_hash``
+  (whole file), ``backend``, ``run_id`` (its profile in the store), ``status`` (``ok`` / ``partial`` from the
+  profile, or ``error``, ``unavailable``, ``not-run``), ``reused``, ``wall_s``, ``compile_s``, ``run_s``,
+  ``execute_s``, ``kernel_start_s``, ``elapsed_s``, ``cells``, ``cells_failed``, ``compiles``,
+  ``top_finding`` (the strongest diagnosis finding as a dict, or ``null``), ``findings``, ``digest``,
+  ``machine``, ``worker``, ``gpu``, ``error``;
+- ``lectures``: per notebook ``cpu_s``, ``gpu_s``, ``gpu_backend``, ``winner`` (a backend, ``tie`` or
+  ``null``), ``ratio`` (slower / faster), ``top_finding`` (of the slower run), ``action`` (its fix);
+- ``backends`` (availability, with the reason when unavailable), ``discovery``, ``shard``, ``summary``
+  ("N of M lectures are slower on the GPU"); a merge adds ``merged_from`` and ``coverage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nbscope.record.run import RunRecord
+
+# Entry statuses: a run's own (ok / partial / error), or why there is no run.
+MEASURED = ("ok", "partial")
+# How much faster one backend must be to be called the winner; closer than this is a tie (timings on
+# shared machines vary by ±20 %, see the project's facts; 10 % still separates clear cases).
+TIE_RATIO = 1.10
+
+
+def is_gpu_backend(backend: str) -> bool:
+    return backend != "cpu"
+
+
+def _finding_dict(finding: Any) -> dict[str, Any]:
+    if hasattr(finding, "to_dict"):
+        return dict(finding.to_dict())
+    if isinstance(finding, dict):
+        return dict(finding)
+    return {k: getattr(finding, k, None) for k in ("rule", "title", "summary", "fix", "severity", "confidence",
+                                                   "cell_index", "evidence")}
+
+
+def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """Diagnosed findings of a profile, most important first (diagnose's own order); ``None`` and a reason
+    when diagnosis is unavailable. ``other`` is the same notebook on the other backend, used as evidence."""
+    try:
+        from nbscope.analyse.diagnose import diagnose
+    except ImportError:
+        return None, "nbscope.analyse.diagnose is not available in this installation"
+    except Exception as exc:  # a broken diagnose module must cost the audit its causes, not its results
+        return None, f"nbscope.analyse.diagnose failed to load: {type(exc).__name__}: {exc}"
+    try:
+        try:
+            found = diagnose(record, other=other) if other is not None else diagnose(record)
+        except TypeError:  # a diagnose without ``other``
+            found = diagnose(record)
+        return [_finding_dict(f) for f in found], None
+    except Exception as exc:  # one record the rules trip over must not end the audit
+        return None, f"diagnosis failed: {type(exc).__name__}: {exc}"
+
+
+def recommendation_of(cpu: RunRecord, gpu: RunRecord) -> dict[str, Any] | None:
+    """diagnose.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available."""
+    try:
+        from nbscope.analyse.diagnose import recommend
+
+        result = recommend(cpu, gpu)
+    except Exception:  # unavailable or failing: the winner from the totals still stands
+        return None
+    if not isinstance(result, dict) or result.get("recommendation") is None:
+        return None
+    return {k: result.get(k) for k in ("recommendation", "reason", "estimates", "pinned", "caveats")}
+
+
+def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, Any]], RunRecord | None]) -> None:
+    """Fill each measured entry's ``top_finding`` (and the GPU entry's ``recommendation``) in place.
+
+    Runs after all results are in, so that a GPU run is diagnosed with the same notebook's CPU run as
+    evidence whichever finished first. ``load`` gives an entry's profile record (or None).
+    """
+    by_key: dict[str, dict[str, dict[str, Any]]] = {}
+    for entry in entries:
+        by_key.setdefault(entry["path"], {})[entry["backend"]] = entry
+    for runs in by_key.values():
+        records = {b: load(e) for b, e in runs.items() if _measured(e)}
+        cpu = records.get("cpu")
+        for backend, record in records.items():
+            if record is None:
+                continue
+            findings, why_not = findings_of(record, cpu if is_gpu_backend(backend) else None)
+            runs[backend].update(top_finding=findings[0] if findings else None,
+                                 findings=len(findings) if findings is not None else None, diagnosis=why_not)
+            if is_gpu_backend(backend) and cpu is not None:
+                runs[backend]["recommendation"] = recommendation_of(cpu, record)
+
+
+def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash: str, reused: bool,
+                      extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One audit entry (a notebook on a backend) from its profile record."""
+    from nbscope.collect import fingerprint as fp
+
+    totals = record.measurements.get("totals") or {}
+    runner = record.measurements.get("runner") or {}
+    audit = record.measurements.get("audit") or {}
+    entry = {
+        "path": key,
+        "target": record.target,
+        "source_hash": source_hash,
+        "backend": backend,
+        "run_id": record.run_id,
+        "status": record.status,
+        "reused": reused,
+        "wall_s": totals.get("wall_s"),
+        "compile_s": totals.get("compile_s"),
+        "run_s": totals.get("run_s"),
+        "execute_s": runner.get("execute_s"),
+        "kernel_start_s": runner.get("kernel_start_s"),
+        "elapsed_s": audit.get("elapsed_s"),
+        "cells": totals.get("cells"),
+        "cells_failed": totals.get("cells_failed"),
+        "compiles": totals.get("compiles"),
+        "top_finding": None,  # filled by diagnose_entries once every run is in
+        "findings": None,
+        "diagnosis": None,
+        "recommendation": None,
+        "digest": record.digest,
+        "machine": fp.summary(record.fingerprint),
+        "worker": audit.get("worker"),
+        "gpu": audit.get("gpu"),
+        "started_at": record.started_at,
+        "error": None,
+    }
+    entry.update(extra or {})
+    return entry
+
+
+def bare_entry(key: str, backend: str, source_hash: str | None, status: str, error: str | None,
+               target: str | None = None) -> dict[str, Any]:
+    """An entry without a run: ``unavailable`` backend, ``error`` (no record), or ``not-run`` (interrupted)."""
+    return {
+        "path": key, "target": target, "source_hash": source_hash, "backend": backend, "run_id": None,
+        "status": status, "reused": False, "wall_s": None, "compile_s": None, "run_s": None, "execute_s": None,
+        "kernel_start_s": None, "elapsed_s": None, "cells": None, "cells_failed": None, "compiles": None,
+        "top_finding": None, "findings": None, "diagnosis": None, "recommendation": None, "digest": None, "machine": None,
+        "worker": None, "gpu": None, "started_at": None, "error": error,
+    }
+
+
+def _measured(entry: dict[str, Any] | None) -> bool:
+    return bool(entry) and entry.get("status") in MEASURED and isinstance(entry.get("wall_s"), (int, float))
+
+
+def lectures(entries: list[dict[str, Any]], backends: list[str]) -> list[dict[str, Any]]:
+    """One row per notebook: CPU total, GPU total, winner and the top diagnosed cause with its fix."""
+    order: list[str] = []
+    by_key: dict[str, dict[str, dict[str, Any]]] = {}
+    for entry in entries:
+        if entry["path"] not in by_key:
+            order.append(entry["path"])
+            by_key[entry["path"]] = {}
+        by_key[entry["path"]][entry["backend"]] = entry
+    gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
+    rows = []
+    for key in order:
+        runs = by_key[key]
+        cpu, gpu = runs.get("cpu"), runs.get(gpu_backend) if gpu_backend else None
+        row: dict[str, Any] = {
+            "path": key,
+            "backends": {b: {"status": e.get("status"), "wall_s": e.get("wall_s"), "run_id": e.get("run_id"),
+                             "cells_failed": e.get("cells_failed"), "error": e.get("error")} for b, e in runs.items()},
+            "cpu_s": cpu.get("wall_s") if _measured(cpu) else None,
+            "gpu_backend": gpu_backend,
+            "gpu_s": gpu.get("wall_s") if _measured(gpu) else None,
+            "winner": None,
+            "ratio": None,
+            "incomplete": any((e.get("cells_failed") or 0) > 0 or e.get("status") != "ok"
+                              for e in runs.values() if e.get("status") != "unavailable"),
+        }
+        if _measured(cpu) and _measured(gpu):
+            fast, slow = sorted((row["cpu_s"], row["gpu_s"]))
+            row["ratio"] = slow / fast if fast > 0 else None
+            if row["ratio"] is not None and row["ratio"] < TIE_RATIO:
+                row["winner"] = "tie"
+            else:
+                row["winner"] = "cpu" if row["cpu_s"] < row["gpu_s"] else gpu_backend
+        # The cause worth naming is the one behind the slower run; with one run, that run's.
+        measured = [e for e in runs.values() if _measured(e)]
+        measured.sort(key=lambda e: e["wall_s"], reverse=True)
+        top = next(((e["backend"], e["top_finding"]) for e in measured if e.get("top_finding")), None)
+        row["top_finding"] = dict(top[1], backend=top[0]) if top else None
+        row["recommendation"] = next((e["recommendation"] for e in runs.values() if e.get("recommendation")), None)
+        row["action"] = top[1].get("fix") if top else None
+        if row["action"] is None and row["recommendation"]:
+            rec = row["recommendation"]
+            row["action"] = f"run it on {rec['recommendation']}: {rec.get('reason') or ''}".rstrip(": ")
+        rows.append(row)
+    return rows
+
+
+def summary_text(rows: list[dict[str, Any]], backends: list[str], availability: dict[str, dict[str, Any]]) -> str:
+    """"N of M lectures are slower on the GPU", or why no lecture could be compared."""
+    gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
+    if gpu_backend is None:
+        measured = sum(1 for r in rows if r["cpu_s"] is not None)
+        return f"{measured} of {len(rows)} lectures profiled on cpu; no GPU backend was asked for"
+    compared = [r for r in rows if r["cpu_s"] is not None and r["gpu_s"] is not None]
+    if not compared:
+        reason = (availability.get(gpu_backend) or {}).get("reason")
+        why = f": {gpu_backend} unavailable ({reason})" if reason else ""
+        return f"0 of {len(rows)} lectures could be compared on cpu and {gpu_backend}{why}"
+    slower = sum(1 for r in compared if r["gpu_s"] > r["cpu_s"])
+    text = f"{slower} of {len(compared)} lectures are slower on the GPU ({gpu_backend})"
+    if len(compared) < len(rows):
+        text += f"; {len(rows) - len(compared)} of {len(rows)} could not be compared"
+    return text
+
+
+def measurements(
+    entries: list[dict[str, Any]],
+    *,
+    backends: list[str],
+    availability: dict[str, dict[str, Any]],
+    discovery: dict[str, Any],
+    wall_s: float | None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The audit record's ``measurements``."""
+    rows = lectures(entries, backends)
+    gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
+    compared = [r for r in rows if r["cpu_s"] is not None and r["gpu_s"] is not None]
+
+    def count(*statuses: str) -> int:
+        return sum(1 for e in entries if e.get("status") in statuses)
+
+    def backend_total(backend: str | None) -> float | None:
+        values = [e["wall_s"] for e in entries if e.get("backend") == backend and _measured(e)]
+        return sum(values) if values else None
+
+    totals = {
+        "notebooks": len(rows),
+        "runs": count(*MEASURED),
+        "profiled": sum(1 for e in entries if e.get("status") in MEASURED and not e.get("reused")),
+        "reused": sum(1 for e in entries if e.get("reused")),
+        "failed": count("error"),
+        "partial": count("partial"),
+        "not_run": count("not-run"),
+        "unavailable": count("unavailable"),
+        "cells_failed": sum(e.get("cells_failed") or 0 for e in entries),
+        "wall_s": wall_s,
+        "cpu_s": backend_total("cpu"),
+        "gpu_s": backend_total(gpu_backend),
+        "compile_s": sum(e.get("compile_s") or 0.0 for e in entries if _measured(e)),
+        "compared": len(compared),
+        "slower_on_gpu": sum(1 for r in compared if r["gpu_s"] > r["cpu_s"]),
+    }
+    result = {
+        "totals": totals,
+        "backends": availability,
+        "discovery": discovery,
+        "notebooks": entries,
+        "lectures": rows,
+        "summary": summary_text(rows, backends, availability),
+    }
+    result.update(extra or {})
+    return result

@@ -1,0 +1,278 @@
+"""Diagnosis: named causes of slow (or wrongly timed) cells, each with its evidence and a concrete fix.
+
+Each rule is a small module (``_<rule>.py``) exposing ``RULE``; ``RULES`` lists them in the order they
+run. A rule reads the run record (and, when it needs code, the notebook's cell sources, re-read from the
+path the record names or passed as ``sources``). A rule that lacks the data it needs adds a ``Skip``
+saying what is missing instead of guessing.
+
+Public interface (used by the HTML report and the fleet audit)::
+
+    diagnose(record, *, other=None) -> list[Finding]      # most important first; .skipped lists Skips
+    recommend(a, b) -> dict                              # backend choice with estimated cpu/gpu/mixed totals
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nbscope.analyse import compare as compare_module
+from nbscope.analyse.diagnose import (
+    _cold_cache,
+    _compile_bound,
+    _eager_flood,
+    _first_call,
+    _gpu_memory,
+    _latency_loop,
+    _retrace_churn,
+    _slow_compile_alarm,
+    _unrolled_loop,
+    _unsynchronised_timing,
+    _weak_float64,
+)
+from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip, load_sources
+from nbscope.record.run import RunRecord
+
+__all__ = ["RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "recommend", "rule_names"]
+
+RULES: list[Rule] = [
+    _unrolled_loop.RULE,
+    _retrace_churn.RULE,
+    _latency_loop.RULE,
+    _weak_float64.RULE,
+    _gpu_memory.RULE,
+    _slow_compile_alarm.RULE,
+    _compile_bound.RULE,
+    _eager_flood.RULE,
+    _cold_cache.RULE,
+    _first_call.RULE,
+    _unsynchronised_timing.RULE,
+]
+
+
+def rule_names() -> list[str]:
+    return [rule.name for rule in RULES]
+
+
+class Findings(list[Finding]):
+    """The findings of one diagnosis (a plain list of Finding), plus what could not be evaluated."""
+
+    def __init__(self, findings: Iterable[Finding] = (), *, skipped: Iterable[Skip] = (), notes: Iterable[str] = ()) -> None:
+        super().__init__(findings)
+        self.skipped: list[Skip] = list(skipped)
+        self.notes: list[str] = list(notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "findings": [f.to_dict() for f in self],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "notes": self.notes,
+            "rules": rule_names(),
+        }
+
+
+_GENERIC = {rule.name for rule in RULES if rule.generic}
+
+
+def _order(finding: Finding) -> tuple[int, bool, float, float, int]:
+    return (
+        SEVERITIES.index(finding.severity) if finding.severity in SEVERITIES else len(SEVERITIES),
+        finding.rule in _GENERIC,
+        -finding.seconds_at_stake,
+        -finding.confidence,
+        finding.cell_index if finding.cell_index is not None else -1,
+    )
+
+
+def diagnose(
+    record: RunRecord,
+    *,
+    other: RunRecord | None = None,
+    sources: Mapping[str, str] | None = None,
+    rules: Iterable[str] | None = None,
+) -> list[Finding]:
+    """Run every rule on a profile run; most important first.
+
+    ``other`` is a second run of the same notebook (a CPU run for a GPU one, a warm-cache run for a cold
+    one) that some rules use as measured evidence. ``sources`` maps a cell's source hash to its source;
+    by default the notebook is re-read from the path in the record. The returned list is a
+    :class:`Findings`: ``.skipped`` says which rules (or parts) could not be evaluated and why.
+    """
+    compare_module.check_profile(record, "the run")
+    if other is not None:
+        compare_module.check_profile(other, "the other run")
+    wanted = set(rules) if rules is not None else None
+    if wanted is not None:
+        unknown = wanted - set(rule_names())
+        if unknown:
+            from nbscope._errors import NbscopeError
+
+            raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
+    ctx = Context(record, other=other, sources=sources)
+    findings: list[Finding] = []
+    skipped: list[Skip] = []
+    for rule in RULES:
+        if wanted is not None and rule.name not in wanted:
+            continue
+        try:
+            for outcome in rule.evaluate(ctx):
+                (findings if isinstance(outcome, Finding) else skipped).append(outcome)  # type: ignore[arg-type]
+        except Exception as exc:  # one broken rule must not hide the others' findings
+            skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
+    _link(findings)
+    notes = [ctx.sources_note] if ctx.sources_note else []
+    return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes)
+
+
+def _link(findings: list[Finding]) -> None:
+    """A generic finding on a cell names the specific findings on the same cell (its likely causes)."""
+    specific: dict[int, list[str]] = {}
+    for finding in findings:
+        if finding.rule not in _GENERIC and finding.cell_index is not None:
+            specific.setdefault(finding.cell_index, []).append(finding.rule)
+    for finding in findings:
+        if finding.rule in _GENERIC and finding.cell_index in specific:
+            finding.evidence["see_also"] = sorted(set(specific[finding.cell_index]))
+
+
+# ---- backend recommendation -------------------------------------------------------------------------
+
+PIN_MIN_GAIN_S = 0.1  # a cell moves to the CPU only if that saves at least this ...
+PIN_MIN_RATIO = 1.3  # ... and the accelerator is at least this much slower on it
+MIXED_MIN_GAIN = 0.05  # mixed must beat the best single backend by 5 % to be worth the extra code
+
+
+def _jax_work(cell: Mapping[str, Any] | None, calls: set[str], jitted: set[str]) -> set[str]:
+    """User JAX functions a cell compiles or (by its source) calls."""
+    if cell is None:
+        return set()
+    names = {str(f.get("name")) for f in (cell.get("jax") or {}).get("functions") or [] if f.get("kind") == "user"}
+    names |= calls & jitted
+    return names
+
+
+def recommend(a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Which backend this notebook should use, from the measured per-cell figures of a CPU and a GPU run.
+
+    Estimates: ``cpu_s`` and ``gpu_s`` add each run's measured cell times; ``mixed_s`` is the GPU run with
+    every JAX cell that ran faster on the CPU taken at its CPU time (those cells pinned to the CPU).
+
+    Returns ``{"recommendation": "cpu" | "gpu" | "mixed" | None, "reason": str, "estimates": {"cpu_s",
+    "gpu_s", "mixed_s" (None when nothing is worth pinning)}, "pinned": [{"cell", "line", "first_line",
+    "functions", "cpu_s", "gpu_s", "saving_s"}], "faster_on_accelerator": [...], "accelerator": "gpu",
+    "same_host": bool, "caveats": [str], "runs": {...}}``. The accelerator key is the platform name
+    (``gpu`` for CUDA/ROCm, ``tpu``). Two runs on one backend give ``recommendation`` None with a reason.
+    """
+    compare_module.check_profile(a, "A")
+    compare_module.check_profile(b, "B")
+    pa, pb = compare_module.platform_of(a)["platform"], compare_module.platform_of(b)["platform"]
+    result: dict[str, Any] = {
+        "runs": {"a": {"run_id": a.run_id, "platform": pa}, "b": {"run_id": b.run_id, "platform": pb}},
+        "recommendation": None,
+        "estimates": None,
+        "pinned": [],
+        "caveats": [],
+    }
+    if pa == pb:
+        result["reason"] = f"both runs used the {pa} backend: nothing to choose between"
+        return result
+    if "cpu" not in (pa, pb):
+        result["reason"] = f"neither run used the CPU ({pa} vs {pb}): no mixed estimate"
+        ta, tb = ((r.measurements.get("totals") or {}).get("wall_s") for r in (a, b))
+        if isinstance(ta, (int, float)) and isinstance(tb, (int, float)):
+            result["recommendation"] = pa if ta <= tb else pb
+            result["estimates"] = {f"{pa}_s": ta, f"{pb}_s": tb}
+        return result
+    cpu, acc = (a, b) if pa == "cpu" else (b, a)
+    acc_name = pb if pa == "cpu" else pa
+    if sources is None:
+        sources, _ = load_sources(acc)
+        if not sources:
+            sources, _ = load_sources(cpu)
+    from nbscope.analyse.diagnose._source import analyse
+
+    index_of = {c.get("source_hash"): int(c["index"]) for c in acc.measurements["cells"]}
+    code = analyse({index_of[h]: s for h, s in sources.items() if h in index_of})
+    jitted = code.jitted
+    pairs = compare_module.pair_cells(acc.measurements["cells"], cpu.measurements["cells"], sources=sources)
+    cpu_total = sum(float(c.get("wall_s") or 0.0) for c in cpu.measurements["cells"])
+    acc_total = sum(float(c.get("wall_s") or 0.0) for c in acc.measurements["cells"])
+    mixed = acc_total
+    pinned, faster_on_acc = [], []
+    for pair in pairs:
+        if pair.a is None or pair.b is None:
+            continue
+        wa, wc = pair.a.get("wall_s"), pair.b.get("wall_s")
+        if not isinstance(wa, (int, float)) or not isinstance(wc, (int, float)):
+            continue
+        calls = code.calls_by_cell.get(int(pair.a["index"]), set())
+        functions = _jax_work(pair.a, calls, jitted) | _jax_work(pair.b, calls, jitted)
+        entry = {
+            "cell": pair.a["index"],
+            "line": pair.a.get("line"),
+            "first_line": pair.a.get("first_line"),
+            "functions": sorted(functions),
+            "cpu_s": round(wc, 4),
+            f"{acc_name}_s": round(wa, 4),
+        }
+        gain = wa - wc
+        # Only cells with JAX work can be pinned; a NumPy cell runs on the host CPU either way.
+        if functions and gain >= PIN_MIN_GAIN_S and (wc <= 0 or wa / wc >= PIN_MIN_RATIO):
+            entry["saving_s"] = round(gain, 4)
+            pinned.append(entry)
+            mixed -= gain
+        elif wc - wa >= PIN_MIN_GAIN_S:
+            entry["saving_s"] = round(wc - wa, 4)
+            faster_on_acc.append(entry)
+    estimates = {"cpu_s": round(cpu_total, 4), f"{acc_name}_s": round(acc_total, 4), "mixed_s": round(mixed, 4) if pinned else None}
+    best_single = "cpu" if cpu_total <= acc_total else acc_name
+    best_single_s = min(cpu_total, acc_total)
+    if pinned and mixed < best_single_s * (1 - MIXED_MIN_GAIN):
+        choice = "mixed"
+    else:
+        choice = best_single
+    pinned_names = sorted({n for p in pinned for n in p["functions"]})
+    if choice == "mixed":
+        reason = (
+            f"{acc_name.upper()} with {', '.join(pinned_names) or 'the listed cells'} pinned to the CPU: "
+            f"{_s(mixed)} vs {_s(cpu_total)} on CPU and {_s(acc_total)} on {acc_name.upper()}"
+        )
+    elif choice == "cpu":
+        worst = max(pinned, key=lambda p: p["saving_s"], default=None)
+        reason = f"CPU {_s(cpu_total)} vs {acc_name.upper()} {_s(acc_total)}" + (
+            f"; the {acc_name.upper()} loses most in cell {worst['cell'] + 1} ({', '.join(worst['functions'])}: "
+            f"{_s(worst[f'{acc_name}_s'])} vs {_s(worst['cpu_s'])})" if worst else ""
+        )
+    else:
+        reason = f"{acc_name.upper()} {_s(acc_total)} vs CPU {_s(cpu_total)}"
+    caveats = [
+        "estimates add measured cell times (kernel start excluded); pinning moves a function's inputs between "
+        "devices, which these runs did not measure",
+    ]
+    cpu_model = (cpu.fingerprint.get("cpu") or {}).get("model")
+    acc_model = (acc.fingerprint.get("cpu") or {}).get("model")
+    same_host = cpu_model == acc_model and (cpu.fingerprint.get("cpu") or {}).get("logical_cores") == (
+        acc.fingerprint.get("cpu") or {}
+    ).get("logical_cores")
+    if not same_host:
+        caveats.append(f"the runs come from different hosts ({cpu_model} vs {acc_model}): CPU-pinned figures are "
+                       "those of the CPU run's host")
+    result.update(
+        recommendation=choice,
+        reason=reason,
+        estimates=estimates,
+        pinned=pinned,
+        faster_on_accelerator=sorted(faster_on_acc, key=lambda p: -p["saving_s"])[:5],
+        accelerator=acc_name,
+        same_host=same_host,
+        caveats=caveats,
+    )
+    result["runs"] = {"cpu": {"run_id": cpu.run_id, "total_s": round(cpu_total, 4)},
+                      acc_name: {"run_id": acc.run_id, "total_s": round(acc_total, 4)}}
+    return result
+
+
+def _s(value: float) -> str:
+    from nbscope.render.terminal import format_seconds
+
+    return format_seconds(value)

@@ -1,0 +1,267 @@
+"""What every diagnosis rule shares: the Finding, the Skip, the rule registry entry and the context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse import compare as compare_module
+from nbscope.analyse.diagnose import _source
+from nbscope.record.run import RunRecord
+
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass
+class Finding:
+    """A named cause, with the evidence it rests on and the change that removes it."""
+
+    rule: str  # e.g. "unrolled-loop"
+    title: str  # short human title
+    cell_index: int | None  # code-cell index (record cell "index"), None for notebook-level
+    severity: str  # "high" | "medium" | "low"
+    confidence: float  # 0..1
+    evidence: dict[str, Any]
+    summary: str  # one line
+    fix: str  # concrete change to make
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def seconds_at_stake(self) -> float:
+        value = self.evidence.get("seconds_at_stake")
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+@dataclass
+class Skip:
+    """A rule that could not be evaluated (or only partly), and the data it would need."""
+
+    rule: str
+    reason: str
+    cell_index: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Outcome = Finding | Skip
+
+
+@dataclass
+class Rule:
+    name: str
+    title: str
+    needs: str  # the data the rule reads
+    evaluate: Callable[[Context], Iterable[Outcome]]
+    # A generic rule names a symptom (compile-bound, cold cache); a specific one names a cause with its fix.
+    # At equal severity specific findings come first, and a generic finding points to them.
+    generic: bool = False
+
+
+def severity(seconds: float, total: float | None, *, floor: str = "low") -> str:
+    """High when the cause costs a quarter of the notebook or ≥ 10 s; medium from 1 s or 5 %."""
+    share = seconds / total if total else 0.0
+    if seconds >= 10 or (share >= 0.25 and seconds >= 1):
+        level = "high"
+    elif seconds >= 1 or (share >= 0.05 and seconds >= 0.2):
+        level = "medium"
+    else:
+        level = "low"
+    return level if SEVERITIES.index(level) <= SEVERITIES.index(floor) else floor
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
+    line = f" (line {cell['line']})" if cell.get("line") else ""
+    return f"cell {cell.get('index', 0) + 1}{line}"
+
+
+def seconds(value: float | None) -> str:
+    from nbscope.render.terminal import format_seconds
+
+    return format_seconds(value)
+
+
+@dataclass
+class FunctionStats:
+    """One JAX function's compiles over the whole run."""
+
+    name: str
+    kind: str
+    count: int = 0  # backend compile events, cache hits included
+    cache_hits: int = 0
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    backend_s: float = 0.0
+    shapes: list[str] = field(default_factory=list)
+    cells: dict[int, int] = field(default_factory=dict)  # code-cell index -> compile events there
+    cell_seconds: dict[int, float] = field(default_factory=dict)  # code-cell index -> compile seconds there
+
+    @property
+    def main_cell(self) -> int | None:
+        """The cell where this function cost the most compile time."""
+        return max(self.cell_seconds, key=lambda i: self.cell_seconds[i]) if self.cell_seconds else None
+
+    @property
+    def compiles(self) -> int:
+        return self.count - self.cache_hits
+
+    def add(self, index: int, entry: Mapping[str, Any]) -> None:
+        """Add one cell's entry from ``cell["jax"]["functions"]``."""
+        if entry.get("kind") == "user":
+            self.kind = "user"
+        self.count += int(entry.get("count") or 0)
+        self.cache_hits += int(entry.get("cache_hits") or 0)
+        spent = 0.0
+        for key in ("trace_s", "lower_s", "backend_s"):
+            value = float(entry.get(key) or 0.0)
+            setattr(self, key, getattr(self, key) + value)
+            spent += value
+        self.shapes.extend(str(s) for s in entry.get("shapes") or [])
+        self.cells[index] = self.cells.get(index, 0) + int(entry.get("count") or 0)
+        self.cell_seconds[index] = self.cell_seconds.get(index, 0.0) + spent
+
+    @property
+    def compile_s(self) -> float:
+        return self.trace_s + self.lower_s + self.backend_s
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "function": self.name,
+            "kind": self.kind,
+            "compiles": self.compiles,
+            "cache_hits": self.cache_hits,
+            "compile_s": round(self.compile_s, 4),
+            "trace_s": round(self.trace_s, 4),
+            "lower_s": round(self.lower_s, 4),
+            "backend_s": round(self.backend_s, 4),
+            "shapes": self.shapes,
+            "compiles_per_cell": {str(k): v for k, v in sorted(self.cells.items())},
+        }
+
+
+def load_sources(record: RunRecord) -> tuple[dict[str, str], str | None]:
+    """Cell sources by hash, re-read from the notebook the run profiled; a note says what is missing.
+
+    Only sources whose hash equals the record's are returned: a notebook edited since the run must not
+    lend its new code to old figures.
+    """
+    from nbscope.collect import notebook as notebook_module
+
+    candidates = []
+    described = (record.measurements.get("notebook") or {}).get("path")
+    for value in (described, record.target):
+        if value and value not in candidates:
+            candidates.append(value)
+    wanted = {c.get("source_hash") for c in record.measurements.get("cells", [])}
+    for value in candidates:
+        path = Path(value)
+        if not path.is_file():
+            continue
+        try:
+            notebook = notebook_module.read(path)
+        except NbscopeError:
+            continue
+        sources = {c.source_hash: c.source for c in notebook.code_cells if c.source_hash in wanted}
+        missing = len(wanted - set(sources))
+        note = f"{missing} cell(s) of {path} changed since the run: their source is not used" if missing else None
+        return sources, note
+    shown = " or ".join(candidates) or "no path recorded"
+    return {}, f"notebook not found ({shown}); pass sources= or run from the notebook's directory"
+
+
+class Context:
+    """One record under diagnosis, with what the rules derive from it (computed once)."""
+
+    def __init__(
+        self, record: RunRecord, *, other: RunRecord | None = None, sources: Mapping[str, str] | None = None
+    ) -> None:
+        self.record = record
+        self.other = other
+        if sources is None:
+            self.sources, self.sources_note = load_sources(record)
+        else:
+            self.sources, self.sources_note = dict(sources), None
+        self.cells: list[dict[str, Any]] = list(record.measurements.get("cells") or [])
+        self.totals: dict[str, Any] = dict(record.measurements.get("totals") or {})
+
+    @property
+    def total_wall(self) -> float:
+        wall = self.totals.get("wall_s")
+        if isinstance(wall, (int, float)):
+            return float(wall)
+        return sum(c.get("wall_s") or 0.0 for c in self.cells)
+
+    @cached_property
+    def platform(self) -> dict[str, Any]:
+        return compare_module.platform_of(self.record)
+
+    @cached_property
+    def x64(self) -> dict[str, Any]:
+        return compare_module.x64_of(self.record)
+
+    def source(self, cell: Mapping[str, Any]) -> str | None:
+        return self.sources.get(str(cell.get("source_hash")))
+
+    @cached_property
+    def code(self) -> _source.NotebookCode:
+        by_index = {}
+        for cell in self.cells:
+            text = self.source(cell)
+            if text is not None:
+                by_index[int(cell["index"])] = text
+        return _source.analyse(by_index)
+
+    @property
+    def has_sources(self) -> bool:
+        return bool(self.sources)
+
+    def missing_sources(self) -> str:
+        return self.sources_note or "cell sources unavailable"
+
+    def cell(self, index: int) -> dict[str, Any] | None:
+        for cell in self.cells:
+            if cell.get("index") == index:
+                return cell
+        return None
+
+    @cached_property
+    def functions(self) -> dict[str, FunctionStats]:
+        """Every JAX function's compiles over the run, by name."""
+        stats: dict[str, FunctionStats] = {}
+        for cell in self.cells:
+            for entry in (cell.get("jax") or {}).get("functions") or []:
+                name = str(entry.get("name"))
+                item = stats.setdefault(name, FunctionStats(name=name, kind=str(entry.get("kind"))))
+                item.add(int(cell["index"]), entry)
+        return stats
+
+    def functions_in(self, cell: Mapping[str, Any]) -> dict[str, FunctionStats]:
+        """The JAX functions compiled in one cell."""
+        stats: dict[str, FunctionStats] = {}
+        for entry in (cell.get("jax") or {}).get("functions") or []:
+            name = str(entry.get("name"))
+            stats.setdefault(name, FunctionStats(name=name, kind=str(entry.get("kind")))).add(int(cell["index"]), entry)
+        return stats
+
+    @cached_property
+    def other_cells(self) -> dict[int, dict[str, Any]]:
+        """This record's cell index -> the paired cell of ``other``."""
+        if self.other is None:
+            return {}
+        pairs = compare_module.pair_cells(self.cells, self.other.measurements.get("cells") or [], sources=self.sources)
+        return {int(p.a["index"]): p.b for p in pairs if p.a is not None and p.b is not None}
+
+    @cached_property
+    def other_platform(self) -> dict[str, Any] | None:
+        return compare_module.platform_of(self.other) if self.other is not None else None
+
+    def ran(self, cell: Mapping[str, Any]) -> bool:
+        return cell.get("status") in ("ok", "error", "expected-error", "timeout", "kernel-died") and isinstance(
+            cell.get("wall_s"), (int, float)
+        )

@@ -1,0 +1,126 @@
+"""Cold caches: the JAX persistent compile cache off or cold, Numba functions compiled without
+``cache=True``; and what a warm cache would save, measured when a warm run is given as ``other``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+
+NAME = "cold-cache"
+MIN_BACKEND_S = 0.5  # backend compile seconds worth caching
+MIN_SHARE = 0.05
+MIN_NUMBA_S = 0.5
+
+
+def _backend_s(cells: list[dict[str, Any]]) -> float:
+    return sum(float((c.get("jax") or {}).get("backend_s") or 0.0) for c in cells)
+
+
+def _jax(ctx: Context) -> Iterator[Outcome]:
+    state = ctx.totals.get("cache_state")
+    backend = _backend_s(ctx.cells)
+    wall = ctx.total_wall
+    if state not in ("off", "cold") or backend < MIN_BACKEND_S or (wall and backend / wall < MIN_SHARE):
+        return
+    evidence: dict[str, Any] = {
+        "cache_state": state,
+        "jax_cache_setting": (ctx.record.settings or {}).get("jax_cache"),
+        "backend_compile_s": round(backend, 4),
+        "compile_s": ctx.totals.get("compile_s"),
+        "compiles": ctx.totals.get("compiles"),
+        "cache_hits": ctx.totals.get("cache_hits"),
+    }
+    other = ctx.other
+    other_totals = (other.measurements.get("totals") or {}) if other is not None else {}
+    if other is not None and other.target == ctx.record.target and other_totals.get("cache_state") == "warm":
+        other_backend = _backend_s(other.measurements.get("cells") or [])
+        saved = backend - other_backend
+        evidence.update(
+            warm_run=other.run_id,
+            warm_backend_compile_s=round(other_backend, 4),
+            warm_cache_hits=other_totals.get("cache_hits"),
+            saving_s=round(saved, 4),
+            saving_is="measured: this run minus the warm run",
+            seconds_at_stake=round(max(saved, 0.0), 4),
+        )
+        saving = f"the warm run {other.run_id or ''} measured {seconds(saved)} less backend compile"
+        confidence = 0.95
+    else:
+        evidence.update(
+            saving_s=round(backend, 4),
+            saving_is="upper bound: the backend compile seconds measured here (a hit still costs a retrieval; tracing "
+            "and lowering remain)",
+            seconds_at_stake=round(backend, 4),
+        )
+        saving = f"a warm cache would save up to {seconds(backend)} of backend compile"
+        confidence = 0.8
+    yield Finding(
+        rule=NAME,
+        title="JAX persistent compile cache " + ("off" if state == "off" else "cold"),
+        cell_index=None,
+        severity=severity(evidence["seconds_at_stake"], wall),
+        confidence=confidence,
+        evidence=evidence,
+        summary=f"the persistent compile cache was {state}: {ctx.totals.get('compiles')} compiles, {saving}",
+        fix=(
+            "Keep compiled programs between runs: set JAX_COMPILATION_CACHE_DIR to a folder that persists (in CI, "
+            "restore it with actions/cache) with JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and "
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 (small compiles are not cached by default); "
+            "`nbscope profile --jax-cache warm` measures the gain."
+        ),
+    )
+
+
+def _numba(ctx: Context) -> Iterator[Outcome]:
+    numba_s = float(ctx.totals.get("numba_compile_s") or 0.0)
+    if numba_s < MIN_NUMBA_S:
+        return
+    compiled: dict[str, float] = {}
+    for cell in ctx.cells:
+        for entry in (cell.get("numba") or {}).get("functions") or []:
+            name = str(entry.get("name"))
+            compiled[name] = compiled.get(name, 0.0) + float(entry.get("seconds") or 0.0)
+    if not ctx.has_sources:
+        yield Skip(NAME, f"Numba compiled for {seconds(numba_s)}; whether its functions use cache=True needs the cell "
+                         f"sources ({ctx.missing_sources()}); the probe does not record Numba cache hits")
+        return
+    notebook = ctx.code.numba_functions
+    uncached = {n: s for n, s in compiled.items() if n in notebook and not notebook[n]["cache"]}
+    cached = {n: s for n, s in compiled.items() if n in notebook and notebook[n]["cache"]}
+    library = {n: s for n, s in compiled.items() if n not in notebook}
+    at_stake = sum(uncached.values())
+    if at_stake < MIN_NUMBA_S:
+        return
+    yield Finding(
+        rule=NAME,
+        title="Numba cache off",
+        cell_index=None,
+        severity=severity(at_stake, ctx.total_wall),
+        confidence=0.85,  # from the decorators; Numba's own cache hits are not recorded by the probe
+        evidence={
+            "numba_compile_s": round(numba_s, 4),
+            "uncached_functions": {n: round(s, 4) for n, s in sorted(uncached.items(), key=lambda i: -i[1])},
+            "cached_functions_compiled_anyway": {n: round(s, 4) for n, s in cached.items()} or None,
+            "library_functions": {n: round(s, 4) for n, s in library.items()} or None,
+            "cache_hits": "not recorded by the probe",
+            "seconds_at_stake": round(at_stake, 4),
+        },
+        summary=(
+            f"Numba compiled {len(uncached)} notebook function(s) without cache=True: {seconds(at_stake)} "
+            f"({', '.join(sorted(uncached, key=lambda n: -uncached[n])[:3])}) recompiled in every run"
+        ),
+        fix=(
+            "Add `cache=True` to the Numba decorators (`@numba.jit(cache=True)`, also with parallel=True) so later runs "
+            "load the compiled code from __pycache__ (keep that folder in CI)."
+        ),
+    )
+
+
+def evaluate(ctx: Context) -> Iterator[Outcome]:
+    yield from _jax(ctx)
+    yield from _numba(ctx)
+
+
+RULE = Rule(NAME, "Cold caches", "cache state, backend compile seconds, Numba compiles and decorators (source)", evaluate, generic=True)

@@ -1,0 +1,53 @@
+"""Eager-op flood: many small compiles of eager operations (``jnp.ones(n)``, ``x * 2`` on a new shape),
+each costing milliseconds, typically a Python loop of array operations outside jit."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
+
+NAME = "eager-flood"
+MIN_EAGER_COMPILES = 20
+MIN_EAGER_S = 0.3
+
+
+def evaluate(ctx: Context) -> Iterator[Outcome]:
+    for cell in ctx.cells:
+        jax = cell.get("jax") or {}
+        eager = [f for f in jax.get("functions") or [] if f.get("kind") == "eager"]
+        compiles = sum(int(f.get("count") or 0) - int(f.get("cache_hits") or 0) for f in eager)
+        spent = sum(float(f.get(k) or 0.0) for f in eager for k in ("trace_s", "lower_s", "backend_s"))
+        if compiles < MIN_EAGER_COMPILES or spent < MIN_EAGER_S:
+            continue
+        ops = Counter({str(f.get("name")): int(f.get("count") or 0) for f in eager})
+        shapes = {s for f in eager for s in f.get("shapes") or []}
+        wall = float(cell.get("wall_s") or 0.0)
+        yield Finding(
+            rule=NAME,
+            title="Eager-op compile flood",
+            cell_index=cell["index"],
+            severity=severity(spent, ctx.total_wall),
+            confidence=0.9,
+            evidence={
+                "eager_compiles": compiles,
+                "eager_compile_s": round(spent, 4),
+                "wall_s": round(wall, 4),
+                "share_of_cell": round(spent / wall, 3) if wall else None,
+                "ops": dict(ops.most_common(8)),
+                "distinct_shapes": len(shapes),
+                "seconds_at_stake": round(spent, 4),
+            },
+            summary=(
+                f"{cell_label(cell)} compiles {compiles} eager operations ({', '.join(n for n, _ in ops.most_common(3))}, "
+                f"…) on {len(shapes)} argument shapes: {seconds(spent)} of {seconds(wall)}"
+            ),
+            fix=(
+                "Put the array work of the loop into one `@jax.jit` function (one compile instead of one per operation "
+                "and shape), keep shapes fixed across iterations, or use NumPy for small arrays handled one by one."
+            ),
+        )
+
+
+RULE = Rule(NAME, "Eager-op compile flood", "per-cell JAX compiles classified as eager, with their shapes", evaluate)

@@ -1,0 +1,90 @@
+"""First-call costs dominating a small notebook: importing JAX, initialising its backend and compiling
+the PRNG (the first ``jax.random.normal`` costs ~1 s of compiles on a small CPU) are one-off costs that
+swamp a notebook whose own work is small."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any
+
+from nbscope.analyse.diagnose import _source
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label, seconds
+
+NAME = "first-call"
+MAX_NOTEBOOK_S = 30.0  # "small notebook"
+MIN_SHARE = 0.4
+PRNG_MARKERS = ("threefry", "random", "normal", "uniform", "randint", "bernoulli", "gamma", "choice",
+                "permutation", "_split", "fold_in", "prng", "_seed")
+
+
+def _is_prng(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in PRNG_MARKERS)
+
+
+def _imports_only(source: str | None) -> bool:
+    tree = _source.parse(source) if source is not None else None
+    return tree is not None and bool(tree.body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
+
+
+def evaluate(ctx: Context) -> Iterator[Outcome]:
+    wall = ctx.total_wall
+    jax_cells = [c for c in ctx.cells if c.get("jax") is not None]
+    if not jax_cells or wall <= 0 or wall >= MAX_NOTEBOOK_S:
+        return
+    if not ctx.has_sources:
+        yield Skip(NAME, f"needs the cell sources to tell the import cell from work: {ctx.missing_sources()}")
+        return
+    import_cell = jax_cells[0]  # the probe attaches to JAX during the cell that imports it
+    import_s = float(import_cell.get("wall_s") or 0.0) if _imports_only(ctx.source(import_cell)) else None
+    prng: dict[str, Any] = {}
+    seen: set[str] = set()
+    for cell in ctx.cells:
+        for entry in (cell.get("jax") or {}).get("functions") or []:
+            name = str(entry.get("name"))
+            if entry.get("kind") == "eager" and _is_prng(name) and name not in seen:
+                seen.add(name)
+                spent = sum(float(entry.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
+                prng[name] = {"cell": cell["index"], "compile_s": round(spent, 4)}
+    prng_s = sum(item["compile_s"] for item in prng.values())
+    first_call_s = (import_s or 0.0) + prng_s
+    share = first_call_s / wall
+    if share < MIN_SHARE:
+        return
+    first_op = next((c for c in ctx.cells if (c.get("jax") or {}).get("compiles")), None)
+    yield Finding(
+        rule=NAME,
+        title="First-call costs dominate a small notebook",
+        cell_index=None,
+        severity="low",  # one-off costs; the fix is in how the notebook is timed or run, not in its code
+        confidence=0.8,
+        evidence={
+            "notebook_wall_s": round(wall, 4),
+            "first_call_s": round(first_call_s, 4),
+            "share": round(share, 3),
+            "import_cell": import_cell["index"],
+            "import_s": round(import_s, 4) if import_s is not None else "not separable: the import cell also does work",
+            "prng_first_compiles": prng,
+            "prng_compile_s": round(prng_s, 4),
+            "backend_init": (
+                "not measured separately (JAX emits no event for it): it is inside the run time of "
+                + (cell_label(first_op) if first_op else "the first cell that runs a JAX operation")
+            ),
+            "seconds_at_stake": round(first_call_s, 4),
+        },
+        summary=(
+            f"{share:.0%} of this {seconds(wall)} notebook is first-call cost: importing JAX"
+            + (f" {seconds(import_s)}" if import_s is not None else "")
+            + (f", first PRNG compiles {seconds(prng_s)}" if prng else "")
+            + ", plus backend start-up (not separately measured)"
+        ),
+        fix=(
+            "Treat these as fixed start-up costs, not the cost of the method: warm up (one call) before timing; keep "
+            "the persistent compile cache (JAX_COMPILATION_CACHE_DIR) so the PRNG programs are not recompiled each run; "
+            "for tiny arrays NumPy avoids them entirely."
+        ),
+    )
+
+
+RULE = Rule(NAME, "First-call costs", "cell sources (import cell), eager PRNG compiles, notebook wall time", evaluate, generic=True)

@@ -1,0 +1,76 @@
+"""Unsynchronised timing: a cell times JAX work without waiting for it.
+
+JAX dispatches asynchronously (on CPU too), so ``time.perf_counter()`` around ``f(x)`` measures the
+dispatch, not the computation. Found statically in the cell source: a timed region (``%time``,
+``%timeit``, ``with qe.Timer()``, ``timeit.timeit``, or the statements between two clock reads) that
+starts JAX work and contains nothing that waits for a result (``block_until_ready``, ``.item()``,
+``float()``, ``print``, ``np.asarray``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from nbscope.analyse.diagnose import _source
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label
+
+NAME = "unsynchronised-timing"
+
+
+def evaluate(ctx: Context) -> Iterator[Outcome]:
+    if not any(c.get("jax") for c in ctx.cells):
+        return  # JAX never imported: nothing can run asynchronously
+    if not ctx.has_sources:
+        yield Skip(NAME, f"needs the cell sources to find timed regions: {ctx.missing_sources()}")
+        return
+    code = ctx.code
+    compiled_at: dict[str, int] = {}  # user function -> first cell where it compiled
+    for name, stats in ctx.functions.items():
+        if stats.kind == "user" and name != "<lambda>" and stats.cells:
+            compiled_at[name] = min(stats.cells)
+    for cell in ctx.cells:
+        source = ctx.source(cell)
+        tree = _source.parse(source) if source is not None else None
+        if tree is None:
+            continue
+        index = int(cell["index"])
+        # Names that are JAX functions when this cell runs: jitted in the source so far, or compiled by JAX
+        # by now and not bound to a plain Python function (the lecture's NumPy `f` later becomes a jitted `f`).
+        plain = code.defined_plain_at(index)
+        jitted = code.jitted_at(index) | {n for n, first in compiled_at.items() if first <= index and n not in plain}
+        unsynced = []
+        for region in _source.timed_regions(tree):
+            work = _source.jax_calls(region.nodes, jitted, code.jax_aliases)
+            if work and not _source.synchronisations(region.nodes):
+                unsynced.append({"how": region.how, "line_in_cell": region.line, "jax_calls": sorted(set(work))[:8]})
+        if not unsynced:
+            continue
+        first = unsynced[0]
+        direct = any(name.split(".")[0] in code.jax_aliases or name in code.jitted_at(index)
+                     for r in unsynced for name in r["jax_calls"])
+        yield Finding(
+            rule=NAME,
+            title="Unsynchronised timing",
+            cell_index=cell["index"],
+            severity="medium",  # the printed figures are wrong; nothing is slow because of it
+            confidence=0.85 if direct else 0.7,
+            evidence={
+                "regions": unsynced,
+                "synchronisation_found": False,
+                "cell_wall_s": cell.get("wall_s"),
+                "reported_times": "not checked: run records keep no cell outputs",
+                "seconds_at_stake": 0.0,
+            },
+            summary=(
+                f"{cell_label(cell)} times {', '.join(f'`{n}`' for n in first['jax_calls'][:3])} with {first['how']} but never "
+                "waits for the result: it measures JAX's asynchronous dispatch, not the computation"
+            ),
+            fix=(
+                "Wait for the result inside the timed region: `f(x).block_until_ready()` (or "
+                "`jax.block_until_ready(out)` for pytrees), e.g. `%timeit f(x).block_until_ready()`; time a second call "
+                "so the compile is not included."
+            ),
+        )
+
+
+RULE = Rule(NAME, "Unsynchronised timing", "cell sources (timed regions, JAX calls, synchronisation)", evaluate)

@@ -1,0 +1,321 @@
+"""``nbscope history``: a notebook's (or benchmark's) figures over time, per environment digest.
+
+Runs of one target are grouped into series by (kind, fingerprint digest): only runs in the same
+environment are comparable. In each series, change points are found by binary segmentation on
+medians: among the splits of a segment whose two sides each have most of their values nearer their
+own median than the other side's, the one that maximises the shift of medians, scaled by the noise
+(estimated robustly from successive differences) and by the segment sizes, is kept when that score
+exceeds ``k`` and the shift exceeds a noise floor ``max(abs_floor, rel_floor × the level before)``;
+both halves are then searched again. A newest run that departs from the level before it by the same
+tests is reported as a tentative change (one run cannot confirm a level).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.record.run import RunRecord
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass
+class ChangeOptions:
+    """Sensitivity of change-point detection."""
+
+    min_size: int = 2  # fewest runs on each side of a change
+    k: float = 4.0  # score threshold (a z-like value: shift / noise × sqrt(n_left·n_right / n))
+    rel_floor: float = 0.10  # shifts below this fraction of the level before are ignored
+    abs_floor: float = 0.02  # ... and so are shifts below this (seconds for *_s metrics)
+    max_changes: int = 10
+
+
+@dataclass
+class ChangePoint:
+    """A level shift: from ``index`` on (0-based position in the series) the median moved."""
+
+    index: int
+    run_id: int | None
+    started_at: str
+    before: float
+    after: float
+    delta: float
+    ratio: float | None
+    score: float
+    tentative: bool = False  # the newest run alone: a change if the next runs confirm it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Point:
+    run_id: int | None
+    started_at: str
+    value: float | None
+    status: str
+    samples: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Series:
+    """The runs of one target in one environment, oldest first."""
+
+    kind: str
+    digest: str
+    machine: str
+    points: list[Point]
+    changes: list[ChangePoint] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float | None]:
+        return [p.value for p in self.points]
+
+    def to_dict(self) -> dict[str, Any]:
+        values = [v for v in self.values if v is not None]
+        return {
+            "kind": self.kind,
+            "digest": self.digest,
+            "machine": self.machine,
+            "runs": len(self.points),
+            "latest": values[-1] if values else None,
+            "median": statistics.median(values) if values else None,
+            "min": min(values) if values else None,
+            "max": max(values) if values else None,
+            "sparkline": sparkline(self.values),
+            "points": [p.to_dict() for p in self.points],
+            "changes": [c.to_dict() for c in self.changes],
+        }
+
+
+@dataclass
+class History:
+    target: str
+    metric: str
+    cell: str | None
+    series: list[Series]
+
+    @property
+    def unit(self) -> str:
+        return "s" if self.metric.endswith("_s") else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "metric": self.metric,
+            "cell": self.cell,
+            "series": [s.to_dict() for s in self.series],
+        }
+
+
+# --- change points ---------------------------------------------------------------------------------------
+
+
+def noise_sigma(values: Sequence[float]) -> float:
+    """Robust noise estimate: MAD of successive differences, scaled to a normal σ.
+
+    A level shift changes only one difference, so it barely moves this estimate.
+    """
+    diffs = [abs(b - a) for a, b in zip(values, values[1:], strict=False)]
+    if not diffs:
+        return 0.0
+    return 1.4826 * statistics.median(diffs) / math.sqrt(2)
+
+
+def _consistent(side: Sequence[float], own: float, other: float) -> bool:
+    """More than half of a side's values lie nearer its own level than the other side's."""
+    return sum(abs(v - own) < abs(v - other) for v in side) * 2 > len(side)
+
+
+def detect_changes(values: Sequence[float], options: ChangeOptions | None = None) -> list[tuple[int, float]]:
+    """Change points of a series as (first index of the new level, score), in series order."""
+    options = options or ChangeOptions()
+    values = list(values)
+    sigma = noise_sigma(values)
+    found: list[tuple[int, float]] = []
+
+    def search(lo: int, hi: int) -> None:
+        if hi - lo < 2 * options.min_size or len(found) >= options.max_changes:
+            return
+        best: tuple[float, int, float] | None = None
+        for split in range(lo + options.min_size, hi - options.min_size + 1):
+            left, right = values[lo:split], values[split:hi]
+            low, high = statistics.median(left), statistics.median(right)
+            shift = high - low
+            if not (_consistent(left, low, high) and _consistent(right, high, low)):
+                continue  # an outlier dragging a small side's median, not a level shift
+            weight = math.sqrt(len(left) * len(right) / (hi - lo))
+            # Without noise (identical repeats) every shift is "infinitely" significant: rank by size.
+            score = abs(shift) * weight / (sigma if sigma > 0 else 1e-12)
+            if best is None or score > best[0]:
+                best = (score, split, shift)
+        if best is None:
+            return
+        score, split, shift = best
+        level = abs(statistics.median(values[lo:split]))
+        if score < options.k or abs(shift) < max(options.abs_floor, options.rel_floor * level):
+            return
+        found.append((split, score))
+        search(lo, split)
+        search(split, hi)
+
+    search(0, len(values))
+    return sorted(found)
+
+
+def latest_shift(values: Sequence[float], start: int, options: ChangeOptions | None = None) -> float | None:
+    """Score of the newest value against the level of ``values[start:-1]``, when it passes the same
+    tests as a change point (with one run on the new side); else None."""
+    options = options or ChangeOptions()
+    level_values = list(values[start:-1])
+    if len(level_values) < options.min_size or len(values) < 3:
+        return None
+    sigma = noise_sigma(values[:-1])
+    level = statistics.median(level_values)
+    shift = values[-1] - level
+    n = len(level_values)
+    score = abs(shift) * math.sqrt(n / (n + 1)) / (sigma if sigma > 0 else 1e-12)
+    if score < options.k or abs(shift) < max(options.abs_floor, options.rel_floor * abs(level)):
+        return None
+    return score
+
+
+def change_points(points: list[Point], options: ChangeOptions | None = None) -> list[ChangePoint]:
+    """Change points of a series of points (points without a value are skipped); a last run that
+    departs from the level before it is reported as a tentative change."""
+    measured = [p for p in points if p.value is not None]
+    values = [float(p.value) for p in measured if p.value is not None]
+    indices = detect_changes(values, options)
+    start = indices[-1][0] if indices else 0
+    tentative = latest_shift(values, start, options) if len(values) - start > 1 else None
+    if tentative is not None:
+        indices.append((len(values) - 1, tentative))
+    bounds = [0, *(i for i, _ in indices), len(values)]
+    changes = []
+    for n, (index, score) in enumerate(indices):
+        before = statistics.median(values[bounds[n] : index])
+        after = statistics.median(values[index : bounds[n + 2]])
+        point = measured[index]
+        changes.append(
+            ChangePoint(
+                index=points.index(point),
+                run_id=point.run_id,
+                started_at=point.started_at,
+                before=before,
+                after=after,
+                delta=after - before,
+                ratio=after / before if before else None,
+                score=min(score, 1e9),
+                tentative=tentative is not None and index == len(values) - 1,
+            )
+        )
+    return changes
+
+
+def sparkline(values: Sequence[float | None]) -> str:
+    """One character per value, from ▁ (lowest) to █ (highest); a space for a missing value."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return ""
+    low, high = min(present), max(present)
+    span = high - low
+    chars = []
+    for value in values:
+        if value is None:
+            chars.append(" ")
+        elif span <= 0:
+            chars.append(SPARK_BARS[3])
+        else:
+            chars.append(SPARK_BARS[min(len(SPARK_BARS) - 1, int((value - low) / span * len(SPARK_BARS)))])
+    return "".join(chars)
+
+
+# --- reading the store -----------------------------------------------------------------------------------
+
+
+def find_cell(cells: list[dict[str, Any]], selector: str) -> dict[str, Any] | None:
+    """A cell by source-hash prefix, by ``#N`` / ``N`` (1-based, as the ledger numbers them), or by a
+    unique substring of its first line."""
+    selector = selector.strip()
+    number = selector.removeprefix("#")
+    if number.isdigit():
+        wanted = int(number) - 1
+        return next((c for c in cells if c.get("index") == wanted), None)
+    by_hash = [c for c in cells if str(c.get("source_hash") or "").startswith(selector)]
+    if by_hash and len(selector) >= 4:
+        return by_hash[0]
+    by_text = [c for c in cells if selector in str(c.get("first_line") or "")]
+    return by_text[0] if by_text else None
+
+
+def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tuple[float | None, list[float]]:
+    """The figure ``metric`` of a run (from ``totals``, or from one cell), with repeated samples if any."""
+    measurements = record.measurements
+    if cell is not None:
+        found = find_cell(list(measurements.get("cells") or []), cell)
+        if found is None:
+            return None, []
+        value = found.get(metric)
+        samples = (found.get("samples") or {}).get(metric) or []
+    else:
+        value = (measurements.get("totals") or {}).get(metric)
+        samples = []
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None, []
+    return float(value), [float(s) for s in samples if isinstance(s, (int, float))]
+
+
+def history(
+    store: Any,
+    target: str,
+    *,
+    metric: str = "wall_s",
+    cell: str | None = None,
+    kind: str | None = None,
+    digest: str | None = None,
+    limit: int | None = None,
+    options: ChangeOptions | None = None,
+) -> History:
+    """The series of ``target``'s runs in ``store``, one per (kind, digest), oldest run first."""
+    rows = store.list(target=target, kind=kind, digest=digest)
+    if not rows:
+        known = sorted({r["target"] for r in store.list(limit=500)})
+        hint = f"; stored targets: {', '.join(known[:8])}" if known else ""
+        raise NbscopeError(f"no runs of {target!r} in {store.path}{hint}")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["kind"], row["digest"]), []).append(row)
+    series = []
+    for (run_kind, run_digest), group in groups.items():
+        group.sort(key=lambda r: (r["started_at"], r["id"]))
+        if limit:
+            group = group[-limit:]
+        points = []
+        for row in group:
+            record = store.get(row["id"])
+            value, samples = metric_value(record, metric, cell)
+            points.append(Point(row["id"], row["started_at"], value, row["status"], samples))
+        if all(p.value is None for p in points):
+            continue
+        series.append(
+            Series(
+                kind=run_kind,
+                digest=run_digest,
+                machine=group[-1]["machine"],
+                points=points,
+                changes=change_points(points, options),
+            )
+        )
+    if not series:
+        what = f"cell {cell!r} " if cell else ""
+        raise NbscopeError(f"the runs of {target!r} have no {what}figure {metric!r}")
+    series.sort(key=lambda s: s.points[-1].started_at, reverse=True)
+    return History(target=target, metric=metric, cell=cell, series=series)

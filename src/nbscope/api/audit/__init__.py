@@ -1,0 +1,37 @@
+"""Fleet audit: every notebook of a book, per backend, scheduled safely, on one machine or a Dask cluster.
+
+- :func:`discover` finds a book's notebooks (jupyter-book 1 ``_toc.yml``, mystmd ``myst.yml``, a folder,
+  a glob); :func:`select_shard` deals them into CI shards.
+- :func:`audit` profiles each on each backend (CPU jobs in parallel, GPU jobs one per GPU), resuming from
+  runs already in the store, and returns an audit record (kind ``audit``).
+- :func:`export_audit` writes an audit with its runs; :func:`merge` joins such files into one audit.
+"""
+
+from __future__ import annotations
+
+from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
+from nbscope.api.audit._jobs import Job, file_hash, run_job
+from nbscope.api.audit._merge import export_audit, load_audit, merge
+from nbscope.api.audit._run import AuditOptions, audit, local_availability, parse_backends
+from nbscope.api.audit._schedule import GpuSlot, LocalScheduler, gpu_slots, memory_fraction
+
+__all__ = [
+    "AuditOptions",
+    "Book",
+    "GpuSlot",
+    "Job",
+    "LocalScheduler",
+    "audit",
+    "discover",
+    "export_audit",
+    "file_hash",
+    "gpu_slots",
+    "load_audit",
+    "local_availability",
+    "memory_fraction",
+    "merge",
+    "parse_backends",
+    "parse_shard",
+    "run_job",
+    "select_shard",
+]

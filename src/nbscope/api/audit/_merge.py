@@ -1,0 +1,169 @@
+"""Audit files: exporting one (with its profile runs embedded) and merging shards into one audit.
+
+An exported audit is a run record of kind ``audit`` with one extra top-level field, ``runs``: the
+profile records its entries point to, keyed by their run id in the exporting store. Readers that do not
+know the field ignore it; ``nbscope merge`` imports those runs into the local store, so ``show`` and
+``compare`` work on a merged audit as on a local one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse import audit as _report
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
+
+# Which entry wins when two files hold the same notebook on the same backend: a measured run beats a
+# failed one, which beats "unavailable" (a CPU runner reports cuda unavailable; the GPU runner's file
+# has the real run).
+_PRIORITY = {"ok": 3, "partial": 3, "error": 2, "not-run": 1, "unavailable": 0}
+
+
+def export_audit(record: RunRecord, path: str | Path, *, store: Any = None) -> Path:
+    """Write an audit record to ``path``, with the profile runs it refers to when ``store`` has them."""
+    document = record.to_dict()
+    runs: dict[str, Any] = {}
+    if store is not None:
+        for entry in record.measurements.get("notebooks", []):
+            run_id = entry.get("run_id")
+            if isinstance(run_id, int) and str(run_id) not in runs:
+                try:
+                    runs[str(run_id)] = store.get(run_id).to_dict()
+                except NbscopeError:
+                    pass  # pruned from the store: the entry's figures still stand
+    document["runs"] = runs
+    path = Path(path)
+    if path.is_dir():
+        raise NbscopeError(f"-o {path} is a directory; give a file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1, default=str))
+    tmp.replace(path)
+    return path
+
+
+def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
+    """An audit file as a record, and its embedded runs (``{}`` when none)."""
+    from nbscope.record import run as record_module
+
+    path = Path(path)
+    record = record_module.load(path)  # validates the envelope with a one-line error
+    if record.kind != "audit":
+        raise NbscopeError(f"{path} is a {record.kind} run, not an audit")
+    document = json.loads(path.read_text(encoding="utf-8"))
+    runs = document.get("runs") or {}
+    if not isinstance(runs, dict):
+        raise NbscopeError(f"{path}: 'runs' must be an object of run records")
+    if not isinstance(record.measurements.get("notebooks"), list):
+        raise NbscopeError(f"{path}: audit has no 'notebooks' list")
+    return record, runs
+
+
+def _import_run(store: Any, document: dict[str, Any], source: str) -> int | None:
+    """Save an embedded run in ``store`` (once: the same run merged twice keeps its first id)."""
+    try:
+        run = RunRecord.from_dict(document, source=source)
+    except NbscopeError:
+        return None
+    for row in store.list(target=run.target, digest=run.digest, kind=run.kind):
+        if row["started_at"] == run.started_at:
+            return int(row["id"])
+    return store.save(run)
+
+
+def merge(
+    paths: Sequence[str | Path], *, store: Any = None, fingerprint: dict[str, Any] | None = None
+) -> RunRecord:
+    """One audit from several audit files (CI shards, or a CPU runner's and a GPU runner's audits)."""
+    if not paths:
+        raise NbscopeError("give at least one audit file to merge")
+    loaded = [(Path(p), *load_audit(p)) for p in paths]
+    chosen: dict[tuple[str, str], tuple[tuple[int, int], dict[str, Any]]] = {}
+    order: list[str] = []
+    backends: list[str] = []
+    availability: dict[str, dict[str, Any]] = {}
+    expected: list[str] = []
+    inputs = []
+    embedded: dict[tuple[str, int], dict[str, Any]] = {}
+    for position, (path, record, runs) in enumerate(loaded):
+        for old_id, document in runs.items():
+            if str(old_id).isdigit() and isinstance(document, dict):
+                embedded[str(path), int(old_id)] = document
+        m = record.measurements
+        id_map: dict[int, int | None] = {}
+        if store is not None:
+            for old_id, document in runs.items():
+                if str(old_id).isdigit() and isinstance(document, dict):
+                    id_map[int(old_id)] = _import_run(store, document, f"{path} run {old_id}")
+        for backend in record.settings.get("backends") or []:
+            if backend not in backends:
+                backends.append(backend)
+        for backend, info in (m.get("backends") or {}).items():
+            if backend not in backends:
+                backends.append(backend)
+            if not availability.get(backend, {}).get("available"):
+                availability[backend] = info
+        for key in (m.get("discovery") or {}).get("notebooks") or []:
+            if key not in expected:
+                expected.append(key)
+        for entry in m["notebooks"]:
+            if not isinstance(entry, dict) or "path" not in entry or "backend" not in entry:
+                raise NbscopeError(f"{path}: an entry of 'notebooks' lacks path or backend")
+            entry = dict(entry)
+            if entry["backend"] not in backends:
+                backends.append(entry["backend"])
+            if entry.get("run_id") is not None:
+                entry["source_run_id"] = entry["run_id"]
+                entry["run_id"] = id_map.get(entry["run_id"]) if store is not None else None
+            entry["source_file"] = str(path)
+            if entry["path"] not in order:
+                order.append(entry["path"])
+            key = (entry["path"], entry["backend"])
+            rank = (_PRIORITY.get(entry.get("status"), 0), position)  # ties: the file given later wins
+            if key not in chosen or rank >= chosen[key][0]:
+                chosen[key] = (rank, entry)
+        inputs.append({
+            "file": str(path), "target": record.target, "started_at": record.started_at, "status": record.status,
+            "digest": record.digest, "machine": fp.summary(record.fingerprint), "shard": record.settings.get("shard"),
+            "wall_s": (m.get("totals") or {}).get("wall_s"), "runs_imported": sum(1 for v in id_map.values() if v),
+        })
+    entries = [chosen[k, b][1] for k in order for b in backends if (k, b) in chosen]
+
+    def load_run(entry: dict[str, Any]) -> RunRecord | None:
+        document = embedded.get((entry["source_file"], entry.get("source_run_id")))
+        if document is not None:
+            try:
+                return RunRecord.from_dict(document, source=f"{entry['source_file']} run {entry.get('source_run_id')}")
+            except NbscopeError:
+                return None
+        return None
+
+    # Diagnosed again: a GPU run from one file now has the CPU run of another file as evidence.
+    _report.diagnose_entries(entries, load_run)
+    covered = set(order)
+    missing = [k for k in expected if k not in covered]
+    unexpected = [k for k in order if expected and k not in expected]
+    shards = sorted({i["shard"] for i in inputs if i["shard"]})
+    record = RunRecord(
+        kind="audit",
+        target=loaded[0][1].target,
+        fingerprint=fingerprint or fp.collect(),
+        settings={"merged": [str(p) for p in paths], "backends": backends},
+    )
+    record.measurements = _report.measurements(
+        entries, backends=backends, availability=availability,
+        discovery={"source": "merge", "notebooks": expected or order, "skipped": []},
+        wall_s=None,
+        extra={"merged_from": inputs, "coverage": {"expected": len(expected) or len(order), "covered": len(covered),
+                                                   "missing": missing, "unexpected": unexpected, "shards": shards}},
+    )
+    partial = missing or any(i["status"] != "ok" for i in inputs)
+    record.finish("partial" if partial else "ok")
+    if store is not None:
+        store.save(record)
+    return record

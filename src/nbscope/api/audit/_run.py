@@ -1,0 +1,313 @@
+"""``nbscope audit``: profile every notebook of a book, per backend, resumably, on this machine or Dask."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse import audit as _report
+from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
+from nbscope.api.audit._jobs import Job, file_hash
+from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
+from nbscope.api.profile import target_name
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
+
+# Backend names and the JAX_PLATFORMS value each runs under.
+BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}
+EventCallback = Callable[[str, dict[str, Any]], None]
+# Stored runs looked at per notebook when searching for one to reuse (newest first).
+LOOKUP_LIMIT = 200
+
+
+@dataclass
+class AuditOptions:
+    """What shapes an audit; stored as the audit record's ``settings``."""
+
+    backends: list[str] = field(default_factory=lambda: ["cpu"])
+    workers: int = 1
+    force: bool = False
+    shard: str | None = None  # "i/n"
+    dask: str | None = None  # scheduler address, or local[:N]
+    share_gpu: bool = False
+    jobs_per_gpu: int = 2  # notebooks per GPU at once with share_gpu
+    timeout: float | None = None  # per cell, seconds
+
+    def validate(self) -> None:
+        if not self.backends:
+            raise NbscopeError("--backends needs at least one backend (for example cpu or cpu,cuda)")
+        for backend in self.backends:
+            if backend not in BACKENDS:
+                raise NbscopeError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
+        if len({BACKENDS[b] for b in self.backends}) != len(self.backends):  # gpu is another name for cuda
+            raise NbscopeError(f"--backends lists a backend twice: {','.join(self.backends)} (gpu means cuda)")
+        if self.workers < 1:
+            raise NbscopeError("--workers must be at least 1")
+        if self.jobs_per_gpu < 1:
+            raise NbscopeError("--jobs-per-gpu must be at least 1")
+        if self.timeout is not None and self.timeout <= 0:
+            raise NbscopeError("--timeout must be a positive number of seconds")
+        if self.shard is not None:
+            parse_shard(self.shard)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "backends": self.backends,
+            "workers": self.workers,
+            "force": self.force,
+            "shard": self.shard,
+            "dask": self.dask,
+            "share_gpu": self.share_gpu,
+            "jobs_per_gpu": self.jobs_per_gpu if self.share_gpu else 1,
+            "timeout": self.timeout,
+        }
+
+
+def parse_backends(text: str) -> list[str]:
+    """``"cpu,cuda"`` to ``["cpu", "cuda"]``, validated."""
+    backends = [b.strip().lower() for b in (text or "").split(",") if b.strip()]
+    AuditOptions(backends=backends).validate()
+    return backends
+
+
+def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1) -> dict[str, dict[str, Any]]:
+    """Which backends this machine can run, from its fingerprint; an unavailable one says why."""
+    result: dict[str, dict[str, Any]] = {}
+    for backend in backends:
+        platform = BACKENDS[backend]
+        if platform == "cpu":
+            result[backend] = {"available": True, "platform": platform, "reason": None}
+        elif platform == "cuda":
+            slots = gpu_slots(fingerprint, jobs_per_gpu)
+            if slots:
+                result[backend] = {"available": True, "platform": platform, "reason": None,
+                                   "devices": [s.label for s in slots]}
+            else:
+                devices = (fingerprint.get("gpu") or {}).get("devices")
+                if gpu_devices(fingerprint):
+                    reason = "CUDA_VISIBLE_DEVICES hides every GPU in the fingerprint"
+                elif fp.is_absent(devices):
+                    reason = f"no GPU devices in the fingerprint ({devices['absent']})"
+                else:
+                    reason = "no GPU devices in the fingerprint"
+                result[backend] = {"available": False, "platform": platform, "reason": reason}
+        else:
+            result[backend] = {"available": False, "platform": platform,
+                               "reason": f"nbscope finds GPUs through NVML only: it cannot schedule {backend} safely"}
+    return result
+
+
+def find_previous(
+    store: Any, target: str, source_hash: str, backend: str, digests: set[str]
+) -> tuple[RunRecord | None, float | None]:
+    """A stored audit run to reuse (same file hash, backend and environment digest), and a duration estimate.
+
+    The estimate (the last run of this notebook on this backend, on any machine) lets the scheduler start
+    long notebooks first, which shortens the whole audit.
+    """
+    if store is None:
+        return None, None
+    reusable, estimate = None, None
+    for row in store.list(kind="profile", target=target, limit=LOOKUP_LIMIT):
+        record = store.get(row["id"])
+        audit = record.measurements.get("audit") or {}
+        if audit.get("backend") != backend:
+            continue
+        if estimate is None:
+            runner = record.measurements.get("runner") or {}
+            estimate = runner.get("total_s") or (record.measurements.get("totals") or {}).get("wall_s")
+        if audit.get("source_hash") == source_hash and record.digest in digests:
+            reusable = record
+            break
+    return reusable, estimate
+
+
+def audit(
+    targets: str | Path | Sequence[str | Path],
+    options: AuditOptions | None = None,
+    *,
+    store: Any = None,
+    on_event: EventCallback | None = None,
+    fingerprint: dict[str, Any] | None = None,
+    executor_factory: ExecutorFactory | None = None,
+    job_function: JobFunction | None = None,
+) -> RunRecord:
+    """Profile every notebook of a book on each backend; returns (and stores) an audit record.
+
+    Each notebook's profile is saved in ``store`` as soon as it finishes, so an audit that is killed
+    keeps them, and a later audit reuses them (same file hash, backend and environment digest) unless
+    ``options.force``. Ctrl-C saves a partial audit record, then re-raises KeyboardInterrupt.
+    """
+    options = options or AuditOptions()
+    options.validate()
+    emit = on_event or (lambda kind, data: None)
+    book = discover(targets)
+    keys = book.keys
+    selected = select_shard(keys, *parse_shard(options.shard)) if options.shard else keys
+    fingerprint = fingerprint or fp.collect()
+    started = time.perf_counter()
+    record = RunRecord(kind="audit", target=_book_target(book), fingerprint=fingerprint,
+                       settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]})
+    runner: Any = None
+    if options.dask:
+        from nbscope.api.audit._dask import DaskRunner
+
+        runner = DaskRunner(options.dask, workers=options.workers)
+    try:
+        if runner is not None:
+            gpu_ok, gpu_reason = runner.gpu_availability()
+            availability = {
+                b: ({"available": True, "platform": BACKENDS[b], "reason": None} if BACKENDS[b] == "cpu" or gpu_ok else
+                    {"available": False, "platform": BACKENDS[b], "reason": gpu_reason if BACKENDS[b] == "cuda" else
+                     f"nbscope finds GPUs through NVML only: it cannot schedule {b} safely"})
+                for b in options.backends
+            }
+            digests = runner.digests()
+            record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": fp.summary(f)}
+                                              for a, f in runner.fingerprints.items()}
+        else:
+            availability = local_availability(options.backends, fingerprint, options.jobs_per_gpu if options.share_gpu else 1)
+            digests = {str(fingerprint.get("digest"))}
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        loaded: dict[tuple[str, str], RunRecord] = {}  # the profile behind each measured entry
+        jobs: list[Job] = []
+        estimates: dict[int, float] = {}
+        by_key = dict(zip(keys, book.notebooks, strict=True))
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        for key in selected:
+            path = by_key[key]
+            source_hash, target = file_hash(path), target_name(path)
+            for backend in options.backends:
+                if not availability[backend]["available"]:
+                    entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
+                                                               availability[backend]["reason"], target)
+                    continue
+                previous, estimate = find_previous(store, target, source_hash, backend, digests)
+                if previous is not None and not options.force:
+                    entries[key, backend] = _report.entry_from_record(
+                        previous, key=key, backend=backend, source_hash=source_hash, reused=True)
+                    loaded[key, backend] = previous
+                    continue
+                index = len(jobs)
+                live = None
+                if runner is None and store is not None:
+                    live = str(Path(store.path).parent / "live" / f"{stamp}-audit-{os.getpid()}-{index}.jsonl")
+                jobs.append(Job(
+                    key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
+                    source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
+                    content=path.read_bytes() if runner is not None else None,
+                ))
+                entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
+                if estimate is not None:
+                    estimates[index] = estimate
+        # Longest first, so that no long notebook starts last while the other workers idle: notebooks never
+        # run go first (any may be the longest), biggest file first (lectures with more code tend to run
+        # longer); then the rest by their last measured duration.
+        sizes = {j.index: Path(j.path).stat().st_size for j in jobs}
+        jobs.sort(key=lambda j: (j.index in estimates, -estimates.get(j.index, sizes[j.index]), j.index))
+        emit("plan", {"notebooks": len(selected), "in_book": len(keys), "jobs": len(jobs),
+                      "reused": sum(1 for e in entries.values() if e.get("reused")),
+                      "availability": availability, "skipped": book.skipped})
+        interrupted = False
+        done = 0
+
+        def execute(batch: list[Job]) -> Any:
+            if runner is not None:
+                # Dask takes every job at once and starts each when a worker is free: report them as queued.
+                return runner.run(batch, share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu,
+                                  on_start=lambda job: emit("start", {**_job_event(job), "queued": True}))
+            scheduler = LocalScheduler(
+                options.workers, gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
+                share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu, fingerprint=fingerprint,
+                executor_factory=executor_factory, job_function=job_function,
+            )
+            return scheduler.run(batch, on_start=lambda job: emit("start", _job_event(job)))
+
+        try:
+            # A job that failed for a reason outside its notebook (a kernel that did not start, a pool
+            # process that died: transient on a loaded machine) gets one more try, after the others.
+            retry: list[Job] = []
+            for attempt, batch in enumerate((jobs, retry)):
+                for job, result in execute(batch):
+                    if attempt == 0 and not result.get("ok") and result.get("retryable"):
+                        retry.append(job)
+                        emit("retry", {"path": job.key, "backend": job.backend, "error": result.get("error")})
+                        continue
+                    entry, profile_record = _save_result(store, job, result, record.target)
+                    if profile_record is not None:
+                        loaded[job.key, job.backend] = profile_record
+                    entry["attempts"] = attempt + 1
+                    entries[job.key, job.backend] = entry
+                    done += 1
+                    emit("done", {"entry": entry, "done": done, "total": len(jobs)})
+        except KeyboardInterrupt:
+            interrupted = True
+        ordered = [entries[k, b] for k in selected for b in options.backends]
+        _report.diagnose_entries(ordered, lambda e: loaded.get((e["path"], e["backend"])))
+        record.measurements.update(_report.measurements(
+            ordered, backends=options.backends, availability=availability,
+            discovery={**book.describe(), "selected": selected},
+            wall_s=time.perf_counter() - started,
+            extra={"shard": _shard_info(options.shard, selected, keys)},
+        ))
+        failed = any(e["status"] in ("error", "not-run") for e in ordered)
+        record.finish("partial" if interrupted or failed else "ok")
+        if store is not None:
+            store.save(record)
+        if interrupted:
+            raise KeyboardInterrupt
+        return record
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+def _as_list(targets: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    return [targets] if isinstance(targets, (str, Path)) else list(targets)
+
+
+def _book_target(book: Book) -> str:
+    return target_name(book.config) if book.config is not None else target_name(book.root)
+
+
+def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict[str, Any] | None:
+    if not shard:
+        return None
+    index, count = parse_shard(shard)
+    return {"index": index, "count": count, "notebooks": len(selected), "in_book": len(keys)}
+
+
+def _job_event(job: Job) -> dict[str, Any]:
+    return {"path": job.key, "backend": job.backend, "gpu": job.gpu}
+
+
+def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str) -> tuple[dict[str, Any], RunRecord | None]:
+    """Store a finished job's profile (tagged with what resuming needs); its audit entry and the record."""
+    if not result.get("ok") or not isinstance(result.get("record"), dict):
+        entry = _report.bare_entry(job.key, job.backend, job.source_hash, "error", result.get("error") or "no result",
+                                   job.target)
+        return entry, None
+    record = RunRecord.from_dict(result["record"], source=f"the result of {job.key}")
+    record.target = job.target  # the same name as `nbscope profile` gives it here, wherever it ran
+    record.command = list(sys.argv)  # a pool worker's argv says nothing; the audit's command does
+    record.measurements["audit"] = {
+        "path": job.key,
+        "book": book_target,
+        "source_hash": job.source_hash,
+        "backend": job.backend,
+        "gpu": job.gpu,
+        "env": job.env,
+        "worker": result.get("worker"),
+        "elapsed_s": result.get("elapsed_s"),
+    }
+    if store is not None:
+        store.save(record)
+    entry = _report.entry_from_record(record, key=job.key, backend=job.backend, source_hash=job.source_hash,
+                                      reused=False)
+    return entry, record

@@ -1,0 +1,188 @@
+"""Running audit jobs on this machine: CPU jobs up to ``--workers`` at once, GPU jobs one per GPU.
+
+JAX preallocates 75 % of a GPU's memory per process, so two unguarded JAX kernels on one GPU starve
+each other (book builds lost kernels that way). Each GPU therefore runs one notebook at a time, pinned
+with ``CUDA_VISIBLE_DEVICES``; with ``--share-gpu`` it runs ``jobs_per_gpu`` at once, each kernel
+capped by ``XLA_PYTHON_CLIENT_MEM_FRACTION`` to its share.
+
+Jobs run in a pool of separate processes (each then starts its kernel): a crash or a stuck event loop
+in one cannot touch the others, and nbclient's asyncio use needs no thread care.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.api.audit._jobs import Job, init_local_worker, run_job
+
+# Memory left to the CUDA contexts and cuDNN/cuBLAS workspaces outside XLA's pools when a GPU is shared.
+SHARED_GPU_HEADROOM = 0.10
+
+JobFunction = Callable[[Job, dict[str, Any] | None], dict[str, Any]]
+ExecutorFactory = Callable[[int], Executor]
+
+
+@dataclass
+class GpuSlot:
+    """One GPU as the scheduler sees it."""
+
+    device: str  # the CUDA_VISIBLE_DEVICES value that selects it
+    label: str
+    capacity: int  # notebooks at once
+    running: int = 0
+
+
+def gpu_devices(fingerprint: dict[str, Any]) -> list[dict[str, Any]]:
+    devices = (fingerprint.get("gpu") or {}).get("devices")
+    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+
+
+def gpu_slots(fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None) -> list[GpuSlot]:
+    """The GPUs jobs may use: the fingerprint's devices, narrowed to an existing ``CUDA_VISIBLE_DEVICES``.
+
+    Devices are named by UUID where NVML gave one: NVML numbers GPUs in PCI order, CUDA by default
+    fastest first, so an index could pin a job to a different GPU than the one listed.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    allowed = None if visible is None else {v.strip() for v in visible.split(",") if v.strip()}
+    slots = []
+    for position, device in enumerate(gpu_devices(fingerprint)):
+        index = str(device.get("index", position))
+        uuid = device.get("uuid") if isinstance(device.get("uuid"), str) else None
+        if allowed is not None and index not in allowed and (uuid is None or uuid not in allowed):
+            continue
+        name = device.get("name") if isinstance(device.get("name"), str) else "GPU"
+        slots.append(GpuSlot(device=uuid or index, label=f"{index}: {name}", capacity=max(1, jobs_per_gpu)))
+    return slots
+
+
+def memory_fraction(jobs_per_gpu: int) -> str:
+    """Each sharing kernel's XLA_PYTHON_CLIENT_MEM_FRACTION: an equal share of what the headroom leaves."""
+    share = (1.0 - SHARED_GPU_HEADROOM) / max(1, jobs_per_gpu)
+    return f"{int(share * 100) / 100:.2f}"  # rounded down: shares must never add up to more than the GPU
+
+
+def gpu_env(slot: GpuSlot | None, share: bool, jobs_per_gpu: int) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if slot is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.device
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # an index then means NVML's (and nvidia-smi's) numbering
+    if share:
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = memory_fraction(jobs_per_gpu)
+    return env
+
+
+def process_pool(workers: int) -> Executor:
+    # spawn, not fork: the parent may hold threads (progress, SQLite) that a fork would copy mid-state.
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=init_local_worker,
+        initargs=(os.getpid(),),
+    )
+
+
+class LocalScheduler:
+    """Feeds jobs to an executor while respecting CPU and per-GPU limits; yields results as they finish."""
+
+    def __init__(
+        self,
+        cpu_workers: int,
+        gpus: list[GpuSlot],
+        *,
+        share_gpu: bool = False,
+        jobs_per_gpu: int = 1,
+        fingerprint: dict[str, Any] | None = None,
+        executor_factory: ExecutorFactory | None = None,
+        job_function: JobFunction | None = None,
+    ) -> None:
+        if cpu_workers < 1:
+            raise NbscopeError("--workers must be at least 1")
+        self.cpu_workers = cpu_workers
+        self.gpus = gpus
+        self.share_gpu = share_gpu
+        self.jobs_per_gpu = jobs_per_gpu if share_gpu else 1
+        self.fingerprint = fingerprint
+        self.executor_factory = executor_factory or process_pool
+        self.job_function = job_function or run_job
+        self.executor: Executor | None = None
+
+    def run(self, jobs: list[Job], on_start: Callable[[Job], None] | None = None) -> Iterator[tuple[Job, dict[str, Any]]]:
+        """Run every job; yields ``(job as run, result)`` in completion order."""
+        if not jobs:
+            return
+        if any(j.is_gpu for j in jobs) and not self.gpus:
+            raise NbscopeError("GPU jobs were planned but this machine lists no GPU")
+        size = min(len(jobs), self.cpu_workers + sum(g.capacity for g in self.gpus))
+        pending = deque(jobs)
+        running: dict[Future[dict[str, Any]], tuple[Job, GpuSlot | None]] = {}
+        cpu_busy = 0
+        self.executor = self.executor_factory(size)
+        try:
+            while pending or running:
+                # Start every job a free slot allows, in plan order; a job waiting for a GPU does not
+                # hold back CPU jobs behind it.
+                for planned in list(pending):
+                    job, slot = planned, None
+                    if job.is_gpu:
+                        slot = next((g for g in self.gpus if g.running < g.capacity), None)
+                        if slot is None:
+                            continue
+                        slot.running += 1
+                        job = replace(job, gpu=slot.device, env={**job.env, **gpu_env(slot, self.share_gpu, self.jobs_per_gpu)})
+                    else:
+                        if cpu_busy >= self.cpu_workers:
+                            continue
+                        cpu_busy += 1
+                    pending.remove(planned)
+                    if on_start is not None:
+                        on_start(job)
+                    running[self.executor.submit(self.job_function, job, self.fingerprint)] = (job, slot)
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                broken = False
+                for future in done:
+                    job, slot = running.pop(future)
+                    if slot is not None:
+                        slot.running -= 1
+                    else:
+                        cpu_busy -= 1
+                    try:
+                        result = future.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        result = _failed(job, "a worker process died (this notebook or one running beside it)")
+                    except Exception as exc:
+                        result = _failed(job, f"{type(exc).__name__}: {exc}")
+                    yield job, result
+                if broken:  # every job still in that pool is lost with it; carry on in a fresh one
+                    self.executor.shutdown(wait=False, cancel_futures=True)
+                    self.executor = self.executor_factory(size)
+        finally:
+            self.close(kill=bool(running))
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stop the pool; with ``kill`` (an interrupted audit) end its processes now, and so their kernels."""
+        executor, self.executor = self.executor, None
+        if executor is None:
+            return
+        processes = list(getattr(executor, "_processes", {}).values()) if kill else []
+        executor.shutdown(wait=not kill, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.kill()  # the kernels notice their parent is gone and exit (ipykernel's parent poller)
+        for process in processes:
+            process.join(timeout=10)
+
+
+def _failed(job: Job, error: str) -> dict[str, Any]:
+    return {"key": job.key, "backend": job.backend, "ok": False, "record": None, "error": error, "worker": None,
+            "elapsed_s": None, "retryable": True}

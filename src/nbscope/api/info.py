@@ -1,0 +1,35 @@
+"""The Python API behind the CLI. Each function here is what one command does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.collect import fingerprint as _fp
+
+
+def collect_fingerprint(*, include_jax: bool = False) -> dict[str, Any]:
+    """This machine's fingerprint (see :mod:`nbscope.collect.fingerprint`)."""
+    return _fp.collect(include_jax=include_jax)
+
+
+def load_fingerprint(path: str | Path) -> dict[str, Any]:
+    """A fingerprint from a file: ``nbscope info --json`` output or a whole run record."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NbscopeError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise NbscopeError(f"{path} is not a JSON fingerprint") from None
+    if isinstance(document, dict) and isinstance(document.get("fingerprint"), dict):
+        document = document["fingerprint"]
+    if not isinstance(document, dict) or "fingerprint_version" not in document:
+        raise NbscopeError(f"{path} is neither a fingerprint nor a run record")
+    return document
+
+
+def diff_fingerprints(a: str | Path, b: str | Path, *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
+    return _fp.diff(load_fingerprint(a), load_fingerprint(b), include_volatile=include_volatile)

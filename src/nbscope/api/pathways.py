@@ -1,0 +1,317 @@
+"""``nbscope pathways``: one notebook through a script, a Jupyter kernel and jupyter-book, side by side.
+
+Answers "is Jupyter (or the book) the cause?": each pathway runs the same code cells with the same
+probe, cells are paired by source hash, and each pathway's fixed costs (process start, kernel start,
+the book's build outside execution) are kept apart from the cells. The result is a run record of
+kind ``pathways`` (format in docs/run-record.md and below).
+
+Pathways:
+  script  a fresh Python process without Jupyter; an in-process IPython shell runs each cell
+  kernel  ``nbscope profile``: nbclient and a fresh IPython kernel
+  book    a jupyter-book 1 build of a temporary book holding the notebook (the book's own execution)
+  book2   jupyter-book 2 (mystmd) where installed; otherwise skipped with the reason
+
+Measurements (other readers, e.g. the HTML report, rely on these names)::
+
+  totals    cells, cells_paired, cells_compared, cells_differing, pathways, pathways_ran,
+            pathways_skipped, wall_s (the whole run), cells_wall_s {pathway: s}, max_spread,
+            max_load_average, cpus, interrupted
+  pathways  {name: {status, totals (as a profile's, plus process_start_s / book_build_s /
+            book_executed_s), runner, overheads {process_start_s | kernel_start_s |
+            book_outside_execution_s, book_build_s, book_executed_s, execution_outside_cells_s,
+            shutdown_s}, skipped (reason or null), error?, repeats, elapsed_s,
+            overhead_samples?}}
+  cells     [{source_hash, index, line, first_line, by_pathway {name: {wall_s, compile_s, run_s,
+            status, compiles, error?, skip_reason?, samples?, spread?}}, paired, compared, differs,
+            delta_s?, tolerance_s?, slowest?, fastest?, ran_differently}]
+  verdict   one line
+  notebook  the notebook's description (as in a profile)
+  figures   (``nbscope bench --pathway`` only) [{key, label, group, dtype, by_pathway {name:
+            {median_s, spread, first_s, samples}}, differs, ratio, slowest?}]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.api.profile import target_name
+from nbscope.collect.pathways._common import PathwayOptions, PathwayResult
+from nbscope.record.run import RunRecord
+
+__all__ = [
+    "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "parse_via", "run_bench_pathways", "run_pathways",
+]
+
+PATHWAYS = ("script", "kernel", "book", "book2")
+DEFAULT_VIA = ("script", "kernel", "book")
+
+# progress(event, payload): "start" {"pathway", "repeat"} before a run, "done" {"pathway", "repeat",
+# "status", "reason"} after it.
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+# Extra environment for one run of one pathway (name, repeat): lets a caller tell runs apart.
+EnvHook = Callable[[str, int], dict[str, str]]
+
+
+def parse_via(via: str | Iterable[str] | None) -> list[str]:
+    """Pathway names from ``script,kernel`` or a list; one-line error for an unknown name."""
+    if via is None:
+        return list(DEFAULT_VIA)
+    values = [via] if isinstance(via, str) else list(via)
+    names: list[str] = []
+    for value in values:
+        for raw in str(value).split(","):
+            name = raw.strip().lower()
+            if name in ("jupyter-book", "jb", "book1"):
+                name = "book"
+            if not name:
+                continue
+            if name not in PATHWAYS:
+                raise NbscopeError(f"unknown pathway {raw.strip()!r} for --via; choose from {', '.join(PATHWAYS)}")
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise NbscopeError(f"--via names no pathway; choose from {', '.join(PATHWAYS)}")
+    return names
+
+
+def _run_one(
+    name: str, notebook: Any, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
+) -> PathwayResult:
+    if name == "script":
+        from nbscope.collect.pathways._script import run_script
+
+        return run_script(notebook, options)
+    if name == "kernel":
+        from nbscope.collect.pathways._kernel import run_kernel
+
+        return run_kernel(notebook.path, options, fingerprint=fingerprint, live_path=live_dir / "kernel.jsonl")
+    if name == "book":
+        from nbscope.collect.pathways._book import run_book
+
+        return run_book(notebook, options, fingerprint=fingerprint)
+    from nbscope.collect.pathways._book import run_book2
+
+    return run_book2(notebook, options, fingerprint=fingerprint)
+
+
+def run_pathways(
+    path: str | Path,
+    via: str | Iterable[str] | None = DEFAULT_VIA,
+    repeat: int = 1,
+    store: Any = None,
+    *,
+    timeout: float | None = None,
+    kernel: str | None = None,
+    env: dict[str, str] | None = None,
+    jax_platform: str | None = None,
+    fingerprint: dict[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+    env_hook: EnvHook | None = None,
+    target: str | None = None,
+) -> RunRecord:
+    """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record.
+
+    Repeats are interleaved, each starting with the next pathway (script, kernel, book, then kernel,
+    book, script, ...), so that a drift in the machine's speed and the first run's cold file cache fall
+    on every pathway alike. A pathway that fails or cannot run is reported, never raised; bad
+    input (no such notebook, an unknown pathway) raises :class:`NbscopeError`. Saved in ``store`` when
+    given.
+    """
+    from nbscope.collect import fingerprint as fp
+    from nbscope.collect import notebook as notebook_module
+
+    names = parse_via(via)
+    if repeat < 1:
+        raise NbscopeError("--repeat must be at least 1")
+    if timeout is not None and timeout <= 0:
+        raise NbscopeError("--timeout must be a positive number of seconds")
+    notebook = notebook_module.read(path)
+    fingerprint = fingerprint or fp.collect()
+    options = PathwayOptions(timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform)
+    record = RunRecord(
+        kind="pathways",
+        target=target or target_name(notebook.path),
+        fingerprint=fingerprint,
+        settings={
+            "via": names,
+            "repeat": repeat,
+            "timeout": timeout,
+            "kernel": kernel,
+            "env": dict(env or {}),
+            "jax_platform": jax_platform,
+        },
+    )
+    results: dict[str, list[PathwayResult]] = {name: [] for name in names}
+    started = time.perf_counter()
+    interrupted = False
+    with tempfile.TemporaryDirectory(prefix="nbscope-pathways-") as live:
+        try:
+            for number in range(repeat):
+                # Rotate the order on each repeat: the first pathway of a run reads the packages from a
+                # cold file cache and would otherwise always pay for that.
+                for name in names[number % len(names):] + names[: number % len(names)]:
+                    if results[name] and results[name][-1].status in ("skipped", "error"):
+                        continue  # it will not do better the next time
+                    run_options = options
+                    if env_hook is not None:
+                        run_options = replace(options, env={**options.env, **env_hook(name, number)})
+                    if progress:
+                        progress("start", {"pathway": name, "repeat": number})
+                    load_before = _load_average()
+                    result = _run_one(name, notebook, run_options, fingerprint, Path(live))
+                    result.runner["load_average"] = [load_before, _load_average()]
+                    results[name].append(result)
+                    if progress:
+                        progress("done", {"pathway": name, "repeat": number, "status": result.status,
+                                          "reason": result.skipped or result.error})
+        except KeyboardInterrupt:
+            interrupted = True
+    record.measurements = measurements(notebook, results, time.perf_counter() - started, repeat=repeat)
+    record.measurements["totals"]["interrupted"] = interrupted
+    statuses = [entry["status"] for entry in record.measurements["pathways"].values()]
+    ran = [s for s in statuses if s not in ("skipped", "error", "not-run")]
+    if not ran:
+        status = "error"
+    elif interrupted or any(s not in ("ok", "skipped") for s in statuses):
+        status = "partial"
+    else:
+        status = "ok"
+    record.finish(status)
+    if store is not None:
+        store.save(record)
+    if interrupted:
+        raise KeyboardInterrupt
+    return record
+
+
+def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dict[str, Any], PathwayResult | None]:
+    """One pathway's entry over its repeats, and the result whose cells stand for it."""
+    from nbscope.analyse.pathways import combine_overheads
+    from nbscope.api.profile import combine_repeats, totals
+
+    if not runs:
+        return {"status": "not-run", "totals": {}, "runner": {}, "overheads": {}, "skipped": "interrupted"}, None
+    last = runs[-1]
+    if last.status == "skipped":
+        return {"status": "skipped", "totals": {}, "runner": last.runner, "overheads": {}, "skipped": last.skipped}, None
+    complete = [r for r in runs if r.cells and len(r.cells) == cell_count]
+    if not complete:
+        entry = {"status": "error", "totals": {}, "runner": last.runner, "overheads": {}, "skipped": None,
+                 "error": last.error or "no cell records"}
+        return entry, None
+    combined = PathwayResult(name, last.status, runner=dict(complete[-1].runner))
+    combined.cells = combine_repeats([r.cells for r in complete]) if len(complete) > 1 else complete[-1].cells
+    result_totals = dict(complete[-1].totals)
+    result_totals.update(totals(combined.cells, combined.runner, str(result_totals.get("cache_state") or "off")))
+    overheads, samples = combine_overheads(complete)
+    for key, value in overheads.items():
+        if key in result_totals or key.startswith("book_"):
+            result_totals[key] = value
+    statuses = {r.status for r in runs}
+    status = "ok" if statuses == {"ok"} else "error" if statuses == {"error"} else "partial"
+    elapsed = [e for e in (_elapsed(r.runner) for r in complete) if e is not None]
+    entry: dict[str, Any] = {
+        "status": status,
+        "totals": result_totals,
+        "runner": combined.runner,
+        "overheads": overheads,
+        "skipped": None,
+        "repeats": len(runs),
+        # Spawn (or build command) to exit, median over repeats.
+        "elapsed_s": statistics.median(elapsed) if elapsed else None,
+    }
+    if samples:
+        entry["overhead_samples"] = samples
+        entry["repeat_runners"] = [r.runner for r in runs]
+    errors = [r.error for r in runs if r.error]
+    if errors:
+        entry["error"] = errors[-1]
+    return entry, combined
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _elapsed(runner: dict[str, Any]) -> float | None:
+    value = runner.get("build_s") if runner.get("build_s") is not None else runner.get("total_s")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def measurements(
+    notebook: Any, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1
+) -> dict[str, Any]:
+    """The ``pathways`` record's measurements from each pathway's runs."""
+    from nbscope.analyse.pathways import pair_cells, verdict
+    from nbscope.collect.runner import merge_cell
+
+    cell_count = len(notebook.code_cells)
+    pathways: dict[str, Any] = {}
+    combined: dict[str, PathwayResult] = {}
+    for name, runs in results.items():
+        entry, result = _combine(name, runs, cell_count)
+        pathways[name] = entry
+        if result is not None:
+            combined[name] = result
+    reference = [merge_cell(c, None) for c in notebook.code_cells]
+    rows = pair_cells(reference, combined)
+    ran = [n for n, e in pathways.items() if e["status"] not in ("skipped", "error", "not-run")]
+    execution = {
+        n: sum(float(c["wall_s"]) for c in combined[n].cells if isinstance(c.get("wall_s"), (int, float)))
+        for n in combined
+    }
+    loads = [v for runs in results.values() for r in runs for v in (r.runner.get("load_average") or []) if v is not None]
+    max_load = max(loads, default=None)
+    busy = max_load is not None and max_load > _cpus()
+    return {
+        "notebook": notebook.describe(),
+        "totals": {
+            "cells": cell_count,
+            "cells_paired": sum(1 for r in rows if r["paired"]),
+            "cells_compared": sum(1 for r in rows if r["compared"]),
+            "cells_differing": sum(1 for r in rows if r["compared"] and r["differs"]),
+            "pathways": len(pathways),
+            "pathways_ran": len(ran),
+            "pathways_skipped": sum(1 for e in pathways.values() if e["status"] == "skipped"),
+            "wall_s": wall_s,
+            "cells_wall_s": execution,
+            "max_spread": _max_spread(rows),
+            "max_load_average": max_load,
+            "cpus": _cpus(),
+        },
+        "pathways": pathways,
+        "cells": rows,
+        "verdict": verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy else None),
+    }
+
+
+def _max_spread(rows: list[dict[str, Any]]) -> float | None:
+    spreads = [
+        e["spread"] for r in rows for e in r["by_pathway"].values() if isinstance(e.get("spread"), (int, float))
+    ]
+    return max(spreads) if spreads else None
+
+
+def run_bench_pathways(**kwargs: Any) -> RunRecord:
+    """The bench suite's workloads through the pathways (see ``nbscope.collect.pathways._bench``)."""
+    from nbscope.collect.pathways._bench import run_bench_pathways as run
+
+    return run(**kwargs)

@@ -1,0 +1,266 @@
+"""``nbscope trace -- COMMAND``: per-cell ledgers from tools that start kernels by name.
+
+The command runs with a probe home on ``JUPYTER_PATH`` (kernelspec copies that load the probe) and
+``NBSCOPE_PROBE_DIR`` set, so every IPython kernel it starts (jupyter-book, nbconvert, papermill,
+jupyter execute) writes one JSON-lines file. Afterwards each file is matched to a notebook source by
+its cells' hashes and stored as a run of kind ``trace``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.api.profile import target_name, totals
+from nbscope.collect import fingerprint as fp
+from nbscope.collect import notebook as notebook_module
+from nbscope.collect.inject import ProbeHome
+from nbscope.collect.runner import merge_cell
+from nbscope.record.run import RunRecord
+
+SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
+MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count
+
+
+@dataclass
+class KernelLog:
+    """What one kernel's probe wrote."""
+
+    path: Path
+    header: dict[str, Any] | None = None
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    started: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def hashes(self) -> list[str]:
+        return [c["hash"] for c in self.cells] + [s["hash"] for s in self.unfinished]
+
+    @property
+    def unfinished(self) -> list[dict[str, Any]]:
+        done = {c["seq"] for c in self.cells}
+        return [s for s in self.started if s["seq"] not in done]
+
+
+@dataclass
+class TraceResult:
+    records: list[RunRecord]
+    returncode: int
+    output: str
+    wall_s: float
+    unmatched_kernels: int = 0
+
+
+def read_kernel_log(path: Path) -> KernelLog:
+    log = KernelLog(path)
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a kernel killed mid-write leaves a partial last line
+        kind = record.get("type")
+        if kind == "kernel":
+            log.header = record
+        elif kind == "cell":
+            log.cells.append(record)
+        elif kind == "start":
+            log.started.append(record)
+    return log
+
+
+def discover_sources(root: Path) -> list[Path]:
+    """Notebook files under ``root`` (``.ipynb`` and MyST ``.md`` with a kernelspec), build folders skipped."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if name.endswith(".ipynb"):
+                found.append(path)
+            elif name.endswith(".md") and _looks_like_myst_notebook(path):
+                found.append(path)
+    return sorted(found)
+
+
+def _looks_like_myst_notebook(path: Path) -> bool:
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return "{code-cell}" in head or ("kernelspec:" in head and head.startswith("---"))
+
+
+def _load_sources(paths: Iterable[Path]) -> list[notebook_module.Notebook]:
+    notebooks = []
+    for path in paths:
+        try:
+            notebooks.append(notebook_module.read(path))
+        except NbscopeError:
+            continue
+    return notebooks
+
+
+def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_module.Notebook | None:
+    """The source whose code cells best cover the hashes this kernel executed."""
+    hashes = log.hashes
+    if not hashes:
+        return None
+    best, best_share = None, 0.0
+    for nb in sources:
+        own = {c.source_hash for c in nb.code_cells}
+        share = sum(h in own for h in hashes) / len(hashes)
+        if share > best_share:
+            best, best_share = nb, share
+    return best if best_share >= MIN_MATCH_SHARE else None
+
+
+def cells_from_log(nb: notebook_module.Notebook, log: KernelLog) -> tuple[list[dict[str, Any]], str]:
+    """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it."""
+    by_hash: dict[str, list[dict[str, Any]]] = {}
+    for line in log.cells:
+        by_hash.setdefault(line["hash"], []).append(line)
+    died = {s["hash"] for s in log.unfinished}
+    cells, status = [], "ok"
+    for code_cell in nb.code_cells:
+        queue = by_hash.get(code_cell.source_hash)
+        if queue:
+            record = merge_cell(code_cell, queue.pop(0))
+            if record["status"] == "error" and "raises-exception" in code_cell.tags:
+                record["status"] = "expected-error"
+        elif code_cell.source_hash in died:
+            record = merge_cell(code_cell, None, status="kernel-died")
+            record["error"] = {"name": "DeadKernelError", "message": "the kernel died while running this cell"}
+            status = "partial"
+            died.discard(code_cell.source_hash)
+        else:
+            skipped = not code_cell.source.strip() or "skip-execution" in code_cell.tags
+            record = merge_cell(code_cell, None, status="skipped" if skipped else "not-run")
+        cells.append(record)
+    return cells, status
+
+
+def run_traced(
+    command: list[str],
+    *,
+    sources: list[Path] | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    echo: bool = True,
+    store: Any = None,
+    fingerprint: dict[str, Any] | None = None,
+    timeout: float | None = None,
+) -> TraceResult:
+    """Run ``command`` with the probe injected into every IPython kernel it starts."""
+    if not command:
+        raise NbscopeError("nothing to trace: give a command after --, e.g. nbscope trace -- jupyter-book build book/")
+    cwd = Path(cwd or Path.cwd())
+    fingerprint = fingerprint or fp.collect()
+    home = ProbeHome()
+    try:
+        home.override_kernelspecs()
+        probe_dir = home.root / "kernels-out"
+        run_env = home.env(out_dir=probe_dir, base={**os.environ, **(env or {})}, kernelspecs=True)
+        started_at = time.perf_counter()
+        output = _run(command, cwd=cwd, env=run_env, echo=echo, timeout=timeout)
+        wall = time.perf_counter() - started_at
+        logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
+    finally:
+        home.cleanup()
+    notebooks = _load_sources(sources if sources else discover_sources(cwd))
+    records, unmatched = [], 0
+    for log in logs:
+        nb = match(log, notebooks)
+        if nb is None:
+            unmatched += bool(log.hashes)
+            continue
+        cells, status = cells_from_log(nb, log)
+        record = RunRecord(
+            kind="trace",
+            target=target_name(nb.path, cwd),
+            fingerprint=fingerprint,
+            settings={"pathway": "trace", "traced_command": command},
+        )
+        runner = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": output[0]}
+        record.measurements = {
+            "notebook": nb.describe(),
+            "runner": runner,
+            "kernel": log.header,
+            "totals": totals(cells, runner, _cache_state(log.header)),
+            "cells": cells,
+            "repeats": 1,
+        }
+        record.finish(status)
+        if store is not None:
+            store.save(record)
+        records.append(record)
+    return TraceResult(records=records, returncode=output[0], output=output[1], wall_s=wall, unmatched_kernels=unmatched)
+
+
+def _cache_state(header: dict[str, Any] | None) -> str:
+    # "cold" becomes "warm" in totals() when the run saw cache hits.
+    return "cold" if header and header.get("jax_cache_dir") else "off"
+
+
+def _run(
+    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
+) -> tuple[int, str]:
+    try:
+        # Its own process group, so a timeout ends the command and the kernels it started together.
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise NbscopeError(f"command not found: {command[0]}") from None
+    timer = threading.Timer(timeout, _kill_group, (process,)) if timeout else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    chunks = []
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            chunks.append(line)
+            if echo:
+                sys.stderr.write(line)
+        returncode = process.wait()
+    except BaseException:
+        _kill_group(process)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if timeout and returncode == -signal.SIGKILL:
+        chunks.append(f"nbscope: the command ran past its {timeout:g} s limit and was stopped\n")
+    return returncode, "".join(chunks)
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def trace_command(
+    command: list[str], *, store: Any = None, sources: list[Path] | None = None, timeout: float | None = None
+) -> TraceResult:
+    """The CLI's ``trace``: run, store, and fail with one line when nothing was traced."""
+    if timeout is not None and timeout <= 0:
+        raise NbscopeError("--timeout must be a positive number of seconds")
+    result = run_traced(command, sources=sources, store=store, timeout=timeout)
+    if not result.records:
+        hint = f"; the command exited {result.returncode}" if result.returncode else ""
+        raise NbscopeError(
+            f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}"
+        )
+    return result

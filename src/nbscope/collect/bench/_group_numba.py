@@ -1,0 +1,88 @@
+"""Numba: a serial and a ``prange`` kernel over a float array, compile and steady state apart.
+
+Both kernels read every element and return a value that depends on all of them, so LLVM cannot fold
+them into a formula (the seed's integer-sum loop was folded and measured nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numba
+from numba import prange
+from numba.core import event
+
+from nbscope.collect.bench._arrays import host_array
+from nbscope.collect.bench._context import Context, count_label
+
+_compile_s: list[float] = []  # outermost compiles only: nested ones (overloads) overlap them
+
+
+class _CompileListener(event.Listener):
+    def __init__(self) -> None:
+        self.depth = 0
+        self.started = 0.0
+
+    def on_start(self, event: Any) -> None:
+        self.depth += 1
+        if self.depth == 1:
+            self.started = time.perf_counter()
+
+    def on_end(self, event: Any) -> None:
+        if self.depth == 1:
+            _compile_s.append(time.perf_counter() - self.started)
+        self.depth = max(self.depth - 1, 0)
+
+
+@contextmanager
+def compile_probe() -> Iterator[dict[str, Any]]:
+    mark = len(_compile_s)
+    result: dict[str, Any] = {}
+    try:
+        yield result
+    finally:
+        seen = _compile_s[mark:]
+        result["compile_s"] = sum(seen)
+        result["compiles"] = len(seen)
+
+
+def sqrt_sum(x: Any) -> float:
+    # An in-order float reduction (no fastmath, so no reassociation): it stays a real loop.
+    total = 0.0
+    for i in range(x.size):
+        total += math.sqrt(x[i])
+    return total
+
+
+def sum_squares(x: Any) -> float:
+    total = 0.0
+    for i in prange(x.size):
+        total += x[i] * x[i]
+    return total
+
+
+def run(ctx: Context) -> None:
+    event.register("numba:compile", _CompileListener())
+    ctx.info["numba_version"] = numba.__version__
+    ctx.info["numba_threads"] = numba.get_num_threads()
+
+    n = ctx.param("n")
+    x = host_array(n, ctx.dtype, seed=3)
+    serial = numba.njit(sqrt_sum)
+    ctx.bench(
+        "serial", f"Numba serial sqrt sum {count_label(n)}", lambda: serial(x),
+        params={"n": n}, device="cpu", compile_probe=compile_probe, work=(n / 1e9, "G elem/s"),
+    )
+    parallel = numba.njit(parallel=True)(sum_squares)
+    ctx.bench(
+        "prange", f"Numba prange sum of squares {count_label(n)}", lambda: parallel(x),
+        params={"n": n}, device="cpu", compile_probe=compile_probe, work=(n / 1e9, "G elem/s"),
+    )
+    try:
+        ctx.info["threading_layer"] = numba.threading_layer()
+    except ValueError:  # raised when no parallel kernel has run
+        pass

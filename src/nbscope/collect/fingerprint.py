@@ -1,0 +1,508 @@
+"""The machine fingerprint: hardware, libraries and settings that change numerical timings.
+
+Everything here reads /proc, sysfs and package metadata directly; nothing imports jax or numba
+(py-cpuinfo alone takes over a second; a JAX backend grabs GPU memory). A field that cannot be read is
+given as ``{"absent": "<reason>"}``, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from nbscope.collect._gpu_classes import fp64_class
+
+FINGERPRINT_VERSION = 1
+
+VERSIONED_PACKAGES = (
+    "numpy",
+    "scipy",
+    "numba",
+    "jax",
+    "jaxlib",
+    "nbclient",
+    "ipykernel",
+    "jupytext",
+    "myst-nb",
+    "jupyter-book",
+    "jupyter-cache",
+    "matplotlib",
+)
+
+# Prefixes of environment variables that change what a notebook measures.
+RESULT_ENV_PREFIXES = ("JAX_", "XLA_", "NUMBA_", "MKL_", "OPENBLAS_", "TF_CPP_")
+RESULT_ENV_NAMES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+# Fields (dotted paths) that move between two readings of the same environment; left out of the
+# digest and, unless asked for, out of ``diff``.
+VOLATILE_FIELDS = (
+    "collected_at",
+    "collection_s",
+    "host.hostname",
+    "cpu.mhz",
+    "cpu.load_average",
+    "memory.available_bytes",
+    "ci",
+    "jax_runtime",
+)
+VOLATILE_GPU_FIELDS = ("clocks", "memory_used_bytes", "memory_free_bytes", "temperature_c", "uuid")
+
+
+def absent(reason: str) -> dict[str, str]:
+    return {"absent": reason}
+
+
+def is_absent(value: object) -> bool:
+    return isinstance(value, dict) and set(value) == {"absent"}
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _host() -> dict[str, Any]:
+    uname = platform.uname()
+    return {
+        "hostname": socket.gethostname(),
+        "os": uname.system,
+        "os_release": _os_release_name(),
+        "kernel": uname.release,
+        "architecture": uname.machine,
+    }
+
+
+def _os_release_name() -> str | dict[str, str]:
+    text = _read("/etc/os-release")
+    if text is None:
+        return platform.platform()
+    for line in text.splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return absent("no PRETTY_NAME in /etc/os-release")
+
+
+def _cpu() -> dict[str, Any]:
+    info: dict[str, Any] = {"logical_cores": os.cpu_count()}
+    text = _read("/proc/cpuinfo")
+    if text is None:
+        info.update(model=platform.processor() or absent("/proc/cpuinfo not readable"))
+        info["physical_cores"] = absent("/proc/cpuinfo not readable")
+        info["mhz"] = absent("/proc/cpuinfo not readable")
+    else:
+        model = None
+        cores: set[tuple[str, str]] = set()
+        physical_id = core_id = ""
+        mhz: list[float] = []
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key in ("model name", "Model", "cpu model") and model is None:
+                model = value
+            elif key == "physical id":
+                physical_id = value
+            elif key == "core id":
+                core_id = value
+                cores.add((physical_id, core_id))
+            elif key == "cpu MHz":
+                try:
+                    mhz.append(float(value))
+                except ValueError:
+                    pass
+        info["model"] = model or absent("no model name in /proc/cpuinfo")
+        info["physical_cores"] = len(cores) if cores else absent("no core ids in /proc/cpuinfo")
+        info["mhz"] = round(sum(mhz) / len(mhz), 1) if mhz else absent("no cpu MHz in /proc/cpuinfo")
+    max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    info["max_mhz"] = round(int(max_khz) / 1000, 1) if max_khz else absent("no cpufreq in sysfs")
+    try:
+        info["affinity_cores"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        info["affinity_cores"] = absent("sched_getaffinity unavailable")
+    info["cgroup_cpu_limit"] = _cgroup_cpu_limit()
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        info["load_average"] = absent("getloadavg unavailable")
+    return info
+
+
+def _cgroup_cpu_limit() -> float | dict[str, str]:
+    text = _read("/sys/fs/cgroup/cpu.max")
+    if text is None:
+        return absent("no cgroup v2 cpu.max")
+    quota, _, period = text.strip().partition(" ")
+    if quota == "max":
+        return absent("no cgroup CPU quota")
+    return round(int(quota) / int(period or 100000), 2)
+
+
+def _memory() -> dict[str, Any]:
+    text = _read("/proc/meminfo")
+    if text is None:
+        return {"total_bytes": absent("/proc/meminfo not readable")}
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * 1024
+    return {
+        "total_bytes": values.get("MemTotal", absent("no MemTotal")),
+        "available_bytes": values.get("MemAvailable", absent("no MemAvailable")),
+    }
+
+
+def installed_distributions() -> dict[str, str]:
+    """Normalised distribution name -> version, read from ``*.dist-info`` folder names on sys.path.
+
+    Much faster than ``importlib.metadata.distributions()``, which opens every METADATA file.
+    """
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                stem = name[: -len(".dist-info")]
+                dist, _, version = stem.partition("-")
+                found.setdefault(dist.lower().replace("_", "-").replace(".", "-"), version)
+    return found
+
+
+def _versions() -> dict[str, Any]:
+    installed = installed_distributions()
+    versions: dict[str, Any] = {"python": platform.python_version(), "implementation": sys.implementation.name}
+    for name in VERSIONED_PACKAGES:
+        versions[name] = installed.get(name) or absent("not installed")
+    versions["jax_plugins"] = {
+        name: version
+        for name, version in sorted(installed.items())
+        if name.startswith(("jax-cuda", "jax-rocm", "libtpu", "jax-tpu"))
+    }
+    return versions
+
+
+def _load_numpy_blas_alone() -> bool:
+    """Load the BLAS that a NumPy wheel bundles (``numpy.libs/*openblas*``) without importing NumPy.
+
+    Importing NumPy costs ~0.1 s; loading its OpenBLAS alone is enough for threadpoolctl to read the
+    library, version and thread count that NumPy will use.
+    """
+    import ctypes
+
+    spec = importlib.util.find_spec("numpy")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    libs = Path(next(iter(spec.submodule_search_locations))).parent / "numpy.libs"
+    candidates = sorted(libs.glob("*openblas*.so*")) if libs.is_dir() else []
+    if not candidates:
+        return False
+    try:
+        ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_LOCAL)
+    except OSError:
+        return False
+    return True
+
+
+def _blas() -> dict[str, Any] | dict[str, str]:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError as exc:
+        return absent(f"{exc.name} not installed")
+    if not _load_numpy_blas_alone():
+        try:
+            import numpy  # noqa: F401  (threadpoolctl sees only libraries already loaded)
+        except ImportError:
+            return absent("numpy not installed")
+    pools = []
+    for pool in threadpool_info():
+        pools.append(
+            {
+                "api": pool.get("user_api"),
+                "library": pool.get("internal_api"),
+                "version": pool.get("version"),
+                "threads": pool.get("num_threads"),
+                "architecture": pool.get("architecture"),
+                "threading_layer": pool.get("threading_layer"),
+                "path": pool.get("filepath"),
+            }
+        )
+    blas = [p for p in pools if p["api"] == "blas"]
+    if not blas:
+        return {"pools": pools, "library": absent("numpy loaded no BLAS")}
+    first = blas[0]
+    return {
+        "library": first["library"],
+        "version": first["version"],
+        "threads": first["threads"],
+        "architecture": first["architecture"],
+        "pools": pools,
+    }
+
+
+def _numba_threading() -> dict[str, Any] | dict[str, str]:
+    # Importing numba costs ~0.5 s, so read its configuration and which layers it ships instead.
+    spec = importlib.util.find_spec("numba")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return absent("numba not installed")
+    ufunc_dir = Path(next(iter(spec.submodule_search_locations))) / "np" / "ufunc"
+    available = set()
+    for path in ufunc_dir.glob("*"):
+        for layer, stem in (("tbb", "tbbpool"), ("omp", "omppool"), ("workqueue", "workqueue")):
+            if path.name.startswith(stem) and path.suffix in (".so", ".pyd"):
+                available.add(layer)
+    threads_env = os.environ.get("NUMBA_NUM_THREADS")
+    return {
+        "layer": os.environ.get("NUMBA_THREADING_LAYER", "default"),
+        "available_layers": sorted(available),
+        "threads": int(threads_env) if threads_env and threads_env.isdigit() else os.cpu_count(),
+        "threads_source": "NUMBA_NUM_THREADS" if threads_env else "cpu count",
+    }
+
+
+def _environment() -> dict[str, str]:
+    return {
+        key: value
+        for key, value in sorted(os.environ.items())
+        if key.startswith(RESULT_ENV_PREFIXES) or key in RESULT_ENV_NAMES
+    }
+
+
+def _ci() -> dict[str, Any] | dict[str, str]:
+    env = os.environ
+    if env.get("GITHUB_ACTIONS") == "true":
+        info = {
+            "provider": "github-actions",
+            "runner_name": env.get("RUNNER_NAME"),
+            "runner_os": env.get("RUNNER_OS"),
+            "runner_arch": env.get("RUNNER_ARCH"),
+            "workflow": env.get("GITHUB_WORKFLOW"),
+            "run_id": env.get("GITHUB_RUN_ID"),
+            "repository": env.get("GITHUB_REPOSITORY"),
+            "sha": env.get("GITHUB_SHA"),
+        }
+        labels = {k: v for k, v in env.items() if k.startswith("RUNS_ON_")}
+        if labels:
+            info["runs_on"] = labels
+        return info
+    if env.get("CI"):
+        return {"provider": "generic", "ci": env.get("CI")}
+    return absent("not running under CI")
+
+
+def _nvidia_driver_present() -> bool:
+    return os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidiactl")
+
+
+def _gpus(nvml: ModuleType | None = None) -> dict[str, Any]:
+    """GPUs through NVML; ``nvml`` replaces the ``pynvml`` module (tests pass a fake one)."""
+    if nvml is None:
+        mode = os.environ.get("NBSCOPE_NVML", "auto").lower()
+        if mode == "off":
+            return {"devices": absent("NVML disabled by NBSCOPE_NVML=off")}
+        if mode != "force" and not _nvidia_driver_present():
+            # Loading NVML just to hear "library not found" costs ~40 ms of `nbscope info`'s 0.5 s.
+            return {"devices": absent("no NVIDIA driver (no /proc/driver/nvidia, no /dev/nvidiactl)")}
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return {"devices": absent("nvidia-ml-py (pynvml) not installed")}
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return {"devices": absent(f"NVML unavailable: {type(exc).__name__}: {exc}".strip())}
+    try:
+        result: dict[str, Any] = {
+            "driver_version": _text(_safe(nvml.nvmlSystemGetDriverVersion)),
+            "cuda_driver_version": _cuda_version(_safe(nvml.nvmlSystemGetCudaDriverVersion)),
+        }
+        devices = []
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices.append(_gpu_device(nvml, index, handle))
+        except Exception as exc:  # a device lost or NVML failing mid-listing: no partial list
+            result["devices"] = absent(f"NVML could not list devices: {type(exc).__name__}: {exc}".strip())
+        else:
+            result["devices"] = devices
+        return result
+    finally:
+        _safe(nvml.nvmlShutdown)
+
+
+def _gpu_device(nvml: ModuleType, index: int, handle: Any) -> dict[str, Any]:
+    memory = _safe(nvml.nvmlDeviceGetMemoryInfo, handle)
+    capability = _safe(nvml.nvmlDeviceGetCudaComputeCapability, handle)
+    cc = f"{capability[0]}.{capability[1]}" if isinstance(capability, tuple) else None
+    mig = _safe(nvml.nvmlDeviceGetMigMode, handle)
+
+    def clock(kind_name: str, max_clock: bool) -> Any:
+        kind = getattr(nvml, kind_name, None)
+        if kind is None:
+            return absent(f"{kind_name} unknown to this NVML binding")
+        getter = nvml.nvmlDeviceGetMaxClockInfo if max_clock else nvml.nvmlDeviceGetClockInfo
+        return _safe(getter, handle, kind)
+
+    return {
+        "index": index,
+        "name": _text(_safe(nvml.nvmlDeviceGetName, handle)),
+        "uuid": _text(_safe(nvml.nvmlDeviceGetUUID, handle)),
+        "memory_total_bytes": getattr(memory, "total", memory),
+        "memory_used_bytes": getattr(memory, "used", memory),
+        "memory_free_bytes": getattr(memory, "free", memory),
+        "compute_capability": cc or absent("compute capability not reported"),
+        "fp64_class": fp64_class(cc),
+        "clocks": {
+            "sm_mhz": clock("NVML_CLOCK_SM", False),
+            "sm_max_mhz": clock("NVML_CLOCK_SM", True),
+            "memory_mhz": clock("NVML_CLOCK_MEM", False),
+            "memory_max_mhz": clock("NVML_CLOCK_MEM", True),
+        },
+        "persistence_mode": _enabled(_safe(nvml.nvmlDeviceGetPersistenceMode, handle)),
+        "mig_mode": _enabled(mig[0]) if isinstance(mig, (tuple, list)) else mig,
+    }
+
+
+def _safe(function: Any, *args: Any) -> Any:
+    try:
+        return function(*args)
+    except Exception as exc:
+        return absent(f"{getattr(function, '__name__', 'NVML call')}: {type(exc).__name__}")
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _enabled(value: Any) -> Any:
+    return bool(value) if isinstance(value, int) else value
+
+
+def _cuda_version(value: Any) -> Any:
+    if isinstance(value, int):
+        return f"{value // 1000}.{(value % 1000) // 10}"
+    return value
+
+
+def jax_runtime() -> dict[str, Any]:
+    """JAX backend, devices and x64 flag. Imports jax and initialises a backend: opt-in only."""
+    try:
+        import jax
+    except ImportError:
+        return absent("jax not installed")
+    try:
+        devices = jax.devices()
+    except RuntimeError as exc:
+        return absent(f"no JAX backend: {exc}")
+    return {
+        "default_backend": jax.default_backend(),
+        "x64": bool(jax.config.read("jax_enable_x64")),
+        "devices": [
+            {
+                "id": d.id,
+                "platform": d.platform,
+                "kind": getattr(d, "device_kind", None),
+                "compute_capability": getattr(d, "compute_capability", None),
+            }
+            for d in devices
+        ],
+    }
+
+
+def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dict[str, Any]:
+    """Read the fingerprint of this machine and Python environment."""
+    start = time.perf_counter()
+    fingerprint: dict[str, Any] = {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": _host(),
+        "cpu": _cpu(),
+        "memory": _memory(),
+        "blas": _blas(),
+        "numba_threading": _numba_threading(),
+        "gpu": _gpus(nvml),
+        "versions": _versions(),
+        "environment": _environment(),
+        "ci": _ci(),
+        "jax_runtime": jax_runtime() if include_jax else absent("not collected: pass --jax"),
+    }
+    fingerprint["digest"] = digest(fingerprint)
+    fingerprint["collection_s"] = round(time.perf_counter() - start, 4)
+    return fingerprint
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted paths to leaves; lists of GPUs and pools are indexed (``gpu.devices.0.name``)."""
+    if isinstance(value, Mapping) and not is_absent(value):
+        items: Iterable[tuple[str, Any]] = value.items()
+    elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        items = ((str(i), v) for i, v in enumerate(value))
+    else:
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, child in items:
+        flat.update(flatten(child, f"{prefix}.{key}" if prefix else str(key)))
+    if not flat and prefix:
+        flat[prefix] = value
+    return flat
+
+
+def _is_volatile(path: str) -> bool:
+    if path == "digest" or path.startswith("blas.pools."):
+        return True
+    for field in VOLATILE_FIELDS:
+        if path == field or path.startswith(field + "."):
+            return True
+    parts = path.split(".")
+    return path.startswith("gpu.devices.") and len(parts) > 3 and parts[3] in VOLATILE_GPU_FIELDS
+
+
+def comparable_fields(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields that make two environments comparable: what the digest covers."""
+    return {k: v for k, v in flatten(fingerprint).items() if not _is_volatile(k)}
+
+
+def digest(fingerprint: Mapping[str, Any]) -> str:
+    """A short stable hash over the comparable fields (12 hex digits)."""
+    canonical = json.dumps(comparable_fields(fingerprint), sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
+    """Fields that differ between two fingerprints, as ``(path, a_value, b_value)``."""
+    flat_a, flat_b = flatten(a), flatten(b)
+    rows = []
+    for path in sorted(set(flat_a) | set(flat_b)):
+        if not include_volatile and _is_volatile(path):
+            continue
+        missing = absent("field not present")
+        va, vb = flat_a.get(path, missing), flat_b.get(path, missing)
+        if va != vb:
+            rows.append((path, va, vb))
+    return rows
+
+
+def summary(fingerprint: Mapping[str, Any]) -> str:
+    """One line naming the machine: CPU, cores and GPUs."""
+    cpu = fingerprint.get("cpu", {})
+    model = cpu.get("model")
+    text = f"{model if isinstance(model, str) else '?'} ×{cpu.get('logical_cores', '?')}"
+    devices = fingerprint.get("gpu", {}).get("devices")
+    if isinstance(devices, list) and devices:
+        names = sorted({str(d.get("name")) for d in devices})
+        text += " + " + ", ".join(f"{sum(str(d.get('name')) == n for d in devices)}× {n}" for n in names)
+    return text

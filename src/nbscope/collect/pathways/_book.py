@@ -1,0 +1,254 @@
+"""The book pathways: a real jupyter-book build of a temporary book holding the notebook.
+
+jupyter-book 1 (Sphinx + myst-nb) executes the notebook itself, through jupyter-cache and nbclient;
+nbscope only injects its probe into the kernel the book starts (``nbscope.api.trace.run_traced``), so the
+cells measured are the book's own execution, not a re-run. The book reports one figure of its own,
+the log line ``Executed notebook in X seconds``; the build's wall time minus that figure is the book's
+fixed cost outside execution (Sphinx start-up, reading, writing HTML).
+
+jupyter-book 2 is a different program (mystmd, Node.js) under the same PyPI name; it runs only where
+it is installed, and is otherwise reported as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nbscope.collect.notebook import Notebook
+from nbscope.collect.pathways._common import PathwayOptions, PathwayResult, one_line, reap, skipped
+
+EXECUTED = re.compile(r"Executed notebook in ([0-9]+(?:\.[0-9]+)?) seconds")
+FAILED = re.compile(r"Executing notebook failed: ?([^\s\[]*)")
+# Never linked into the temporary book: they would change its configuration or cost a long walk.
+NOT_LINKED = {"_config.yml", "_toc.yml", "conf.py", "myst.yml", "_build", "node_modules", "__pycache__", "venv"}
+NO_TIMEOUT = -1  # jupyter-book's value for "no per-cell limit"
+
+
+def jupyter_book_version() -> str | None:
+    try:
+        return importlib.metadata.version("jupyter-book")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _major(version: str | None) -> int | None:
+    match = re.match(r"(\d+)", version or "")
+    return int(match.group(1)) if match else None
+
+
+def _executable(name: str) -> str | None:
+    # Prefer the one installed beside this interpreter: same environment as the other pathways.
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def _link_siblings(notebook: Path, book: Path) -> list[str]:
+    """Link the notebook's neighbours into the book, so relative paths (data files) still resolve.
+
+    myst-nb runs the kernel in the page's folder, which is the temporary book, not the notebook's own
+    folder as in the other pathways. Hidden entries and build folders are left out.
+    """
+    linked = []
+    for entry in sorted(notebook.parent.iterdir()):
+        if entry.name == notebook.name or entry.name.startswith(".") or entry.name in NOT_LINKED:
+            continue
+        try:
+            (book / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+        except OSError:
+            continue
+        linked.append(entry.name)
+    return linked
+
+
+def write_book(notebook: Path, book: Path, timeout: float | None) -> dict[str, Any]:
+    """A minimal jupyter-book 1 project whose only page is the notebook; returns its settings."""
+    linked = _link_siblings(notebook, book)
+    shutil.copyfile(notebook, book / notebook.name)
+    config: dict[str, Any] = {
+        "title": "nbscope pathways",
+        # Only the notebook is a page: linked neighbours (other notebooks) are neither read nor run.
+        "only_build_toc_files": True,
+        "exclude_patterns": [*linked, *(f"{name}/**" for name in linked)],
+        "execute": {
+            # A clean build with forced execution, the nbclient path of a book build.
+            "execute_notebooks": "force",
+            "timeout": int(timeout) if timeout else NO_TIMEOUT,
+            # As `nbscope profile` does: a failing cell does not stop the cells after it.
+            "allow_errors": True,
+        },
+    }
+    # JSON is YAML: no YAML writer needed, and names with odd characters stay quoted.
+    (book / "_config.yml").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    (book / "_toc.yml").write_text(
+        json.dumps({"format": "jb-book", "root": notebook.stem}, indent=1), encoding="utf-8"
+    )
+    return {"execute": config["execute"], "linked_siblings": len(linked)}
+
+
+def run_book(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, Any]) -> PathwayResult:
+    """Build a temporary jupyter-book 1 book of the notebook and measure the book's own execution."""
+    version = jupyter_book_version()
+    if version is None:
+        return skipped("book", "jupyter-book is not installed (pip install 'jupyter-book<2')")
+    if _major(version) != 1:
+        return skipped("book", f"jupyter-book {version} is jupyter-book 2 (mystmd); see --via book2")
+    executable = _executable("jupyter-book")
+    if executable is None:
+        return skipped("book", f"jupyter-book {version} is installed but its command is not on PATH")
+    source = notebook.path.resolve()
+    root = Path(tempfile.mkdtemp(prefix="nbscope-book-"))
+    try:
+        settings = write_book(source, root, options.timeout)
+        command = [executable, "build", "--all", str(root)]
+        return _build("book", command, source, root, options, fingerprint, version, settings)
+    finally:
+        reap(options.token)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _build(
+    name: str,
+    command: list[str],
+    source: Path,
+    root: Path,
+    options: PathwayOptions,
+    fingerprint: dict[str, Any],
+    version: str | None,
+    settings: dict[str, Any],
+) -> PathwayResult:
+    from nbscope.api.trace import run_traced
+
+    result = run_traced(command, sources=[source], cwd=root, env=options.process_env(), echo=False, fingerprint=fingerprint)
+    runner: dict[str, Any] = {
+        "pathway": name,
+        "command": [Path(command[0]).name, *command[1:-1], "<temporary book>"] if name == "book" else command,
+        "jupyter_book_version": version,
+        "returncode": result.returncode,
+        "build_s": result.wall_s,
+        **settings,
+    }
+    executed = [float(m) for m in EXECUTED.findall(result.output)]
+    failed = FAILED.findall(result.output)
+    runner["executed_s"] = executed[-1] if executed else None
+    runner["execution_failed"] = failed[-1] if failed else None
+    if not result.records:
+        return PathwayResult(
+            name, "error", runner=runner | {"output_tail": result.output[-2000:]},
+            error=f"{command[0]} exited {result.returncode}; no kernel it started ran the notebook's cells: "
+            f"{one_line(result.output)}",
+        )
+    record = result.records[0]
+    m = record.measurements
+    header = m.get("kernel") or {}
+    # Which kernel the cells came from: one the book started, in the book's folder (not a re-run).
+    runner["kernel"] = {key: header.get(key) for key in ("pid", "cwd", "executable", "started_unix")}
+    cells = list(m["cells"])
+    if runner["execution_failed"] == "CellTimeoutError":
+        for cell in cells:
+            # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
+            # kernel did not survive, a cell that started and never finished).
+            interrupted = cell.get("status") == "error" and (cell.get("error") or {}).get("name") == "KeyboardInterrupt"
+            if interrupted or cell.get("status") == "kernel-died":
+                cell["status"] = "timeout"
+                cell["error"] = {"name": "CellTimeoutError", "message": f"cell exceeded --timeout {options.timeout:g} s"}
+    cell_wall = sum(c["wall_s"] for c in cells if isinstance(c.get("wall_s"), (int, float)))
+    overheads: dict[str, Any] = {"book_build_s": result.wall_s, "book_executed_s": runner["executed_s"]}
+    if runner["executed_s"] is not None:
+        overheads["book_outside_execution_s"] = max(0.0, result.wall_s - runner["executed_s"])
+        # Inside the book's execution but outside cells: kernel start and shutdown, messaging.
+        overheads["execution_outside_cells_s"] = max(0.0, runner["executed_s"] - cell_wall)
+    else:
+        # No figure from the book (jupyter-book 2, or a failed execution): the cells stand for execution.
+        overheads["book_outside_execution_s"] = max(0.0, result.wall_s - cell_wall)
+        overheads["book_outside_execution_basis"] = "build wall minus the cells' walls (the book reported no execution time)"
+    status = record.status
+    if result.returncode != 0 or runner["execution_failed"]:
+        status = "partial"
+        runner["output_tail"] = result.output[-2000:]
+    result_totals = dict(m.get("totals") or {})
+    result_totals.update(book_build_s=result.wall_s, book_executed_s=runner["executed_s"])
+    return PathwayResult(name, status, cells=cells, totals=result_totals, runner=runner, overheads=overheads)
+
+
+# ---- jupyter-book 2 (mystmd) -------------------------------------------------------------------
+
+MIN_NODE = 18
+
+
+def _node_major() -> int | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    try:
+        text = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _major(text.strip().lstrip("v"))
+
+
+def book2_command() -> tuple[list[str] | None, str | None]:
+    """The jupyter-book 2 command, or why there is none."""
+    version = jupyter_book_version()
+    command: list[str] | None = None
+    if _major(version) is not None and (_major(version) or 0) >= 2 and _executable("jupyter-book"):
+        command = [str(_executable("jupyter-book"))]
+    elif shutil.which("myst"):
+        command = [str(shutil.which("myst"))]
+    if command is None:
+        have = f"jupyter-book {version} (version 1)" if version else "no jupyter-book"
+        return None, (
+            f"jupyter-book 2 (mystmd) is not installed: this environment has {have} and no `myst` command; "
+            f"it is a Node.js program under the same PyPI name and needs Node ≥ {MIN_NODE} and network access "
+            "for its site theme"
+        )
+    node = _node_major()
+    if node is None or node < MIN_NODE:
+        return None, f"jupyter-book 2 (mystmd) needs Node.js ≥ {MIN_NODE}; found {'none' if node is None else node}"
+    return command, None
+
+
+def run_book2(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, Any]) -> PathwayResult:
+    """A jupyter-book 2 build where it is installed; otherwise skipped with the reason.
+
+    It starts a Jupyter Server for its kernels (which refuses root unless allowed) and fetches its site
+    theme from the internet; every process it starts carries this run's token and is reaped after.
+    """
+    command, reason = book2_command()
+    if command is None:
+        return skipped("book2", reason or "jupyter-book 2 is not available")
+    source = notebook.path.resolve()
+    root = Path(tempfile.mkdtemp(prefix="nbscope-book2-"))
+    try:
+        linked = _link_siblings(source, root)
+        shutil.copyfile(source, root / source.name)
+        project = {
+            "version": 1,
+            "project": {"title": "nbscope pathways", "toc": [{"file": source.name}]},
+            "site": {"template": "book-theme"},
+        }
+        (root / "myst.yml").write_text(json.dumps(project, indent=1), encoding="utf-8")
+        env_options = PathwayOptions(
+            timeout=options.timeout, kernel=options.kernel, env=dict(options.env),
+            jax_platform=options.jax_platform, token=options.token,
+        )
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            # Jupyter Server refuses to run as root unless told; a private config dir says so.
+            config_dir = root / ".jupyter-config"
+            config_dir.mkdir()
+            (config_dir / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}))
+            env_options.env["JUPYTER_CONFIG_DIR"] = str(config_dir)
+        settings = {"linked_siblings": len(linked), "execute": {"execute": True}}
+        return _build("book2", [*command, "build", "--execute", "--html"], source, root, env_options, fingerprint,
+                      jupyter_book_version(), settings)
+    finally:
+        reap(options.token)
+        shutil.rmtree(root, ignore_errors=True)

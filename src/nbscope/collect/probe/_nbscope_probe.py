@@ -1,0 +1,619 @@
+"""The in-kernel probe: per-cell wall time, JAX and Numba compiles, memory, written as JSON lines.
+
+Loaded into an IPython kernel at start (see ``nbscope.collect.inject``) by file path, so it must work in any
+kernel environment: standard library only, nothing heavy at start, and never ``import jax`` or
+``import numba`` itself. Listeners attach when the notebook imports those packages (an import hook
+on ``sys.meta_path``), so compiles in the importing cell are still counted.
+
+Configuration comes from the environment:
+  NBSCOPE_PROBE_OUT   JSON-lines file to append to, or
+  NBSCOPE_PROBE_DIR   a folder; the probe writes ``<pid>-<ns>.jsonl`` there (one file per kernel)
+  NBSCOPE_PROBE_NVML  "1": also read this process's GPU memory through NVML
+  NBSCOPE_PROBE_TIMELINE  a folder: record a jax.profiler trace per cell there (``_nbscope_timeline``)
+
+Line types: ``kernel`` (once), ``start`` (a cell began: lets a reader name the cell that killed a
+kernel), ``cell`` (a cell finished). Field meanings are documented in docs/run-record.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+import types
+from typing import Any
+
+PROBE_VERSION = 1
+_ALARM_MARKERS = ("slow_operation_alarm", "Very slow compile", "Constant folding an instruction is taking")
+_WRAPPED_NAME = re.compile(r"^[\w.]+\((.*)\)$")
+_SKIP_MODULES = ("jax", "jaxlib", "contextlib", "functools", "importlib", "_nbscope_probe", "threading", "logging")
+
+
+def source_hash(source: str) -> str:
+    """Identical to nbscope.collect.notebook.source_hash (kept apart: the probe imports nothing of nbscope)."""
+    return hashlib.sha256(source.rstrip().encode("utf-8")).hexdigest()[:16]
+
+
+def _base_name(fun_name: str) -> str:
+    match = _WRAPPED_NAME.match(fun_name)
+    return match.group(1) if match else fun_name
+
+
+class _ProcMemory:
+    """Resident memory of this process from /proc, through descriptors kept open (a few µs a read)."""
+
+    def __init__(self) -> None:
+        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self.statm = self._open("/proc/self/statm", os.O_RDONLY)
+        self.clear_refs = self._open("/proc/self/clear_refs", os.O_WRONLY)
+
+    @staticmethod
+    def _open(path: str, flags: int) -> int | None:
+        try:
+            return os.open(path, flags)
+        except OSError:
+            return None
+
+    def rss_bytes(self) -> int | None:
+        if self.statm is None:
+            return None
+        try:
+            return int(os.pread(self.statm, 256, 0).split()[1]) * self.page
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def peak_bytes(self) -> int | None:
+        # ru_maxrss follows the VmHWM reset below and costs ~1 µs (reading /proc/self/status: ~40 µs).
+        try:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        except (ImportError, OSError):
+            return None
+
+    def reset_peak(self) -> bool:
+        # Writing "5" to clear_refs resets VmHWM (Linux >= 4.0): a per-cell peak, not a lifetime one.
+        if self.clear_refs is None:
+            return False
+        try:
+            os.write(self.clear_refs, b"5")
+            return True
+        except OSError:
+            return False
+
+
+class _CellCounters:
+    """What one cell compiled; reset at each cell start."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, dict[str, Any]] = {}
+        self.trace_s = self.lower_s = self.backend_s = 0.0
+        self.backend_events = 0
+        self.cache_requests = self.cache_hits = self.cache_misses = 0
+        self.cache_retrieval_s = self.cache_saved_s = 0.0
+        self.hit_pending = False
+        self.numba: list[dict[str, Any]] = []
+        self.alarms: list[str] = []
+
+    def function(self, fun_name: str) -> dict[str, Any]:
+        name = _base_name(fun_name)
+        entry = self.functions.get(name)
+        if entry is None:
+            entry = {
+                "name": name,
+                "count": 0,
+                "trace_s": 0.0,
+                "lower_s": 0.0,
+                "backend_s": 0.0,
+                "cache_hits": 0,
+                "shapes": [],
+                "caller": _caller_module(),
+            }
+            self.functions[name] = entry
+        return entry
+
+
+def _caller_module() -> str:
+    """The module of the first frame outside JAX: ``__main__`` for notebook code."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith(_SKIP_MODULES):
+            return module
+        frame = frame.f_back
+    return ""
+
+
+class Probe:
+    """Per-cell measurements in one kernel process."""
+
+    def __init__(self, shell: Any, out_path: str) -> None:
+        self.shell = shell
+        self.out_path = out_path
+        self.out = open(out_path, "a", buffering=1, encoding="utf-8")
+        self.sequence = 0
+        self.counters = _CellCounters()
+        self.cell_start = 0.0
+        self.cell_start_unix = 0.0
+        self.request_start: float | None = None  # set once the kernel's execute_request is wrapped
+        self.pending: dict[str, Any] | None = None
+        self.status_hooked = False  # the kernel's busy/idle status messages are seen (see _hook_status)
+        self.busy_at: float | None = None  # when the current shell request's "busy" went out
+        self.held: dict[str, Any] | None = None  # a finished cell's line, written as "idle" goes out
+        self.rss_before: int | None = None
+        self.memory = _ProcMemory()
+        self.peak_reset = False
+        self.jax_attached = False
+        self.numba_attached = False
+        self.cache_state: str | None = None
+        self.numba_depth = 0
+        self.numba_started = 0.0
+        self.numba_current: dict[str, Any] | None = None
+        self.gpu = _GpuMemory() if os.environ.get("NBSCOPE_PROBE_NVML") == "1" else None
+        self.gpu_before: int | None = None
+        self.timeline = _load_timeline(os.environ.get("NBSCOPE_PROBE_TIMELINE"))
+        self._write(
+            {
+                "type": "kernel",
+                "probe_version": PROBE_VERSION,
+                "pid": os.getpid(),
+                "cwd": os.getcwd(),
+                "python": sys.version.split()[0],
+                "executable": sys.executable,
+                "started_unix": time.time(),
+                "session": os.environ.get("JPY_SESSION_NAME"),
+                "jax_cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
+                "jax_platforms": os.environ.get("JAX_PLATFORMS"),
+            }
+        )
+
+    # ---- output -------------------------------------------------------------------------------
+    def _write(self, record: dict[str, Any]) -> None:
+        self.out.write(json.dumps(record, default=str) + "\n")
+
+    # ---- IPython events -----------------------------------------------------------------------
+    def pre_run_cell(self, info: Any) -> None:
+        self.sequence += 1
+        self.counters = _CellCounters()
+        source = getattr(info, "raw_cell", "") or ""
+        self._write({"type": "start", "seq": self.sequence, "hash": source_hash(source)})
+        self.rss_before = self.memory.rss_bytes()
+        self.peak_reset = self.memory.reset_peak()
+        if self.gpu is not None:
+            self.gpu_before = self.gpu.used_bytes()
+        if self.timeline is not None:
+            self.timeline.start(self.sequence)
+        self.cell_start_unix = time.time()
+        self.cell_start = time.perf_counter()
+
+    def post_run_cell(self, result: Any) -> None:
+        wall = time.perf_counter() - self.cell_start
+        trace = self.timeline.stop(self.sequence) if self.timeline is not None else None
+        counters = self.counters
+        error = result.error_in_exec or result.error_before_exec
+        info = getattr(result, "info", None)
+        source = getattr(info, "raw_cell", "") or ""
+        record: dict[str, Any] = {
+            "type": "cell",
+            "seq": self.sequence,
+            "hash": source_hash(source),
+            "execution_count": result.execution_count,
+            "wall_s": wall,
+            "code_s": wall,
+            "started_unix": self.cell_start_unix,
+            "status": "error" if error is not None else "ok",
+            "error": None if error is None else {"name": type(error).__name__, "message": str(error)[:500]},
+            "jax": self._jax_summary(counters) if self.jax_attached else None,
+            "numba": self._numba_summary(counters) if self.numba_attached else None,
+            "alarms": counters.alarms,
+            "rss": self._rss_record(),
+            "gpu_memory": None,
+        }
+        if trace is not None:
+            record["timeline_trace"] = trace
+        if self.gpu is not None:
+            record["gpu_memory"] = {"before_bytes": self.gpu_before, "after_bytes": self.gpu.used_bytes()}
+        if self.request_start is None:
+            self._write(record)
+        else:
+            self.pending = record  # written when the kernel's execute_request handler returns
+
+    def _rss_record(self) -> dict[str, Any]:
+        after, peak = self.memory.rss_bytes(), self.memory.peak_bytes()
+        # The kernel updates the high-water mark lazily: never report a peak below what was seen.
+        seen = [v for v in (self.rss_before, after, peak) if v is not None]
+        return {
+            "before_bytes": self.rss_before,
+            "after_bytes": after,
+            "peak_bytes": max(seen) if seen else None,
+            "peak_is_per_cell": self.peak_reset,
+        }
+
+    # ---- the kernel's request ----------------------------------------------------------------
+    def wrap_execute_request(self) -> bool:
+        """Time the kernel's whole execute_request (what nbclient sees as busy→idle), not just the code.
+
+        ipykernel spends ~1.5 ms before ``pre_run_cell`` and ~1 ms after ``post_run_cell`` (transforms,
+        history, reply); a cell's wall time includes it, and the record reports it as overhead. Around
+        the handler it also runs hooks and flushes stdout/stderr through its IO thread, which on a busy
+        machine adds several ms: where the kernel's status messages can be hooked (``_hook_status``),
+        wall time runs from the ``busy`` message to the ``idle`` one, the very points nbclient times.
+        """
+        kernel = getattr(self.shell, "kernel", None)
+        handlers = getattr(kernel, "shell_handlers", None)
+        if not isinstance(handlers, dict) or "execute_request" not in handlers:
+            return False
+        original = handlers["execute_request"]
+        probe = self
+
+        async def execute_request(*args: Any, **kwargs: Any) -> Any:
+            probe.request_start = time.perf_counter()
+            try:
+                result = original(*args, **kwargs)
+                if hasattr(result, "__await__"):
+                    result = await result
+                return result
+            finally:
+                probe.finish_request(time.perf_counter() - probe.request_start)
+
+        handlers["execute_request"] = execute_request
+        self.request_start = 0.0
+        self._hook_status(kernel)
+        return True
+
+    def _hook_status(self, kernel: Any) -> None:
+        """Note when the kernel publishes a shell request's ``busy`` and ``idle`` status."""
+        publish = getattr(kernel, "_publish_status", None)
+        if not callable(publish):
+            return
+        probe = self
+
+        def _publish_status(status: Any, *args: Any, **kwargs: Any) -> Any:
+            if (args[0] if args else kwargs.get("channel", "shell")) == "shell":
+                if status == "busy":
+                    probe.busy_at = time.perf_counter()
+                elif status == "idle":
+                    probe.write_held(time.perf_counter())  # before "idle" leaves: the runner finds the line
+                    probe.busy_at = None
+            return publish(status, *args, **kwargs)
+
+        try:
+            kernel._publish_status = _publish_status
+        except (AttributeError, TypeError):
+            return
+        self.status_hooked = True
+
+    def finish_request(self, request_s: float) -> None:
+        record, self.pending = self.pending, None
+        if record is None:
+            return
+        record["wall_s"] = request_s
+        self.write_held(None)  # a line still held (its "idle" never came): write it as it is
+        if self.status_hooked and self.busy_at is not None:
+            self.held = record  # written, with busy→idle as wall time, when "idle" goes out
+        else:
+            self._write(record)
+
+    def write_held(self, idle_at: float | None) -> None:
+        record, self.held = self.held, None
+        if record is None:
+            return
+        if idle_at is not None and self.busy_at is not None:
+            record["wall_s"] = idle_at - self.busy_at
+        self._write(record)
+
+    # ---- JAX ----------------------------------------------------------------------------------
+    def attach_jax(self, jax_module: types.ModuleType) -> None:
+        if self.jax_attached:
+            return
+        import logging
+
+        from jax import monitoring
+
+        monitoring.register_event_duration_secs_listener(self._on_jax_duration)
+        monitoring.register_event_listener(self._on_jax_event)
+        # JAX logs each compile's argument shapes at DEBUG level; capture them without printing.
+        logger = logging.getLogger("jax._src.interpreters.pxla")
+        if logger.level == logging.NOTSET or logger.level > logging.DEBUG:
+            logger.setLevel(logging.DEBUG)
+        logger.addHandler(_shape_handler(self))
+        self.jax_attached = True
+
+    def _on_jax_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
+        counters = self.counters
+        fun_name = kwargs.get("fun_name")
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            counters.trace_s += seconds
+            if fun_name:
+                counters.function(fun_name)["trace_s"] += seconds
+        elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            counters.lower_s += seconds
+            if fun_name:
+                counters.function(fun_name)["lower_s"] += seconds
+        elif event == "/jax/core/compile/backend_compile_duration":
+            counters.backend_s += seconds
+            counters.backend_events += 1
+            if fun_name:
+                entry = counters.function(fun_name)
+                entry["backend_s"] += seconds
+                entry["count"] += 1
+                if counters.hit_pending:
+                    entry["cache_hits"] += 1
+            counters.hit_pending = False
+        elif event == "/jax/compilation_cache/cache_retrieval_time_sec":
+            counters.cache_retrieval_s += seconds
+        elif event == "/jax/compilation_cache/compile_time_saved_sec":
+            counters.cache_saved_s += seconds
+
+    def _on_jax_event(self, event: str, **kwargs: Any) -> None:
+        counters = self.counters
+        if event == "/jax/compilation_cache/compile_requests_use_cache":
+            counters.cache_requests += 1
+        elif event == "/jax/compilation_cache/cache_hits":
+            counters.cache_hits += 1
+            counters.hit_pending = True
+        elif event == "/jax/compilation_cache/cache_misses":
+            counters.cache_misses += 1
+        elif event == "/jax/compilation_cache/tasks_using_cache":
+            self.cache_state = "on"
+        elif event == "/jax/compilation_cache/task_disabled_cache":
+            self.cache_state = "disabled"
+
+    def _jax_summary(self, counters: _CellCounters) -> dict[str, Any]:
+        notebook_names = self._notebook_function_names() if counters.functions else set()
+        kinds = {"user": 0, "eager": 0, "library": 0}
+        functions = []
+        for entry in counters.functions.values():
+            caller = entry.pop("caller")
+            name = entry["name"]
+            if name in notebook_names or (name.startswith("<") and caller == "__main__"):
+                kind = "user"
+            elif caller not in ("__main__", "") and not caller.startswith("IPython"):
+                kind = "library"
+            else:
+                kind = "eager"
+            entry["kind"] = kind
+            entry["caller"] = caller
+            kinds[kind] += entry["count"] - entry["cache_hits"]
+            functions.append(entry)
+        return {
+            "compiles": counters.backend_events - counters.cache_hits,
+            "backend_events": counters.backend_events,
+            "user_compiles": kinds["user"],
+            "eager_compiles": kinds["eager"],
+            "library_compiles": kinds["library"],
+            "trace_s": counters.trace_s,
+            "lower_s": counters.lower_s,
+            "backend_s": counters.backend_s,
+            "cache_state": self.cache_state,
+            "cache_requests": counters.cache_requests,
+            "cache_hits": counters.cache_hits,
+            "cache_misses": counters.cache_misses,
+            "cache_retrieval_s": counters.cache_retrieval_s,
+            "cache_saved_s": counters.cache_saved_s,
+            "functions": functions,
+        }
+
+    def _notebook_function_names(self) -> set[str]:
+        """Names of functions defined in notebook code (nested ones too), from the user namespace."""
+        names: set[str] = set()
+        seen: set[int] = set()
+
+        def add_code(code: types.CodeType) -> None:
+            if id(code) in seen:
+                return
+            seen.add(id(code))
+            names.add(code.co_name)
+            for const in code.co_consts:
+                if isinstance(const, types.CodeType):
+                    add_code(const)
+
+        for value in list(self.shell.user_ns.values()):
+            for _ in range(5):  # unwrap jax.jit / functools.wraps / partial layers
+                inner = getattr(value, "__wrapped__", None) or getattr(value, "func", None)
+                if inner is None or inner is value:
+                    break
+                value = inner
+            if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+                add_code(value.__code__)
+            elif isinstance(value, type) and value.__module__ == "__main__":
+                for member in vars(value).values():
+                    member = getattr(member, "__func__", member)
+                    if isinstance(member, types.FunctionType):
+                        add_code(member.__code__)
+        return names
+
+    # ---- Numba --------------------------------------------------------------------------------
+    def attach_numba(self, numba_module: types.ModuleType) -> None:
+        if self.numba_attached:
+            return
+        from numba.core import event
+
+        probe = self
+
+        class _CompileListener(event.Listener):
+            # Nested compiles (overloads) emit their own overlapping events: count the outermost only.
+            def on_start(self, ev: Any) -> None:
+                probe.numba_depth += 1
+                if probe.numba_depth == 1:
+                    data = ev.data or {}
+                    dispatcher = data.get("dispatcher")
+                    function = getattr(dispatcher, "py_func", None)
+                    probe.numba_current = {
+                        "name": getattr(function, "__qualname__", str(dispatcher)),
+                        "signature": str(data.get("args")),
+                    }
+                    probe.numba_started = time.perf_counter()
+
+            def on_end(self, ev: Any) -> None:
+                probe.numba_depth = max(0, probe.numba_depth - 1)
+                if probe.numba_depth == 0 and probe.numba_current is not None:
+                    probe.numba_current["seconds"] = time.perf_counter() - probe.numba_started
+                    probe.counters.numba.append(probe.numba_current)
+                    probe.numba_current = None
+
+        event.register("numba:compile", _CompileListener())
+        self.numba_attached = True
+
+    def _numba_summary(self, counters: _CellCounters) -> dict[str, Any]:
+        return {
+            "compiles": len(counters.numba),
+            "compile_s": sum(f["seconds"] for f in counters.numba),
+            "functions": counters.numba,
+        }
+
+    # ---- stderr alarms ------------------------------------------------------------------------
+    def watch_stderr(self) -> None:
+        """XLA's C++ logging reaches ipykernel's captured stderr; note slow-compile alarms in it."""
+        stream = sys.stderr
+        original = getattr(stream, "write", None)
+        if original is None:
+            return
+        probe = self
+
+        def write(text: str) -> int:
+            if isinstance(text, str) and any(marker in text for marker in _ALARM_MARKERS):
+                for line in text.splitlines():
+                    if any(marker in line for marker in _ALARM_MARKERS):
+                        probe.counters.alarms.append(line.strip()[:300])
+            return original(text)
+
+        try:
+            stream.write = write
+        except (AttributeError, TypeError):
+            pass
+
+
+def _shape_handler(probe: Probe) -> Any:
+    """A logging handler that reads each compile's argument shapes from JAX's DEBUG log."""
+    import logging  # JAX imported it already: free here
+
+    class ShapeHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.msg
+            if isinstance(message, str) and message.startswith("Compiling ") and record.args:
+                try:
+                    fun_name, shapes = str(record.args[0]), str(record.args[1])
+                except (IndexError, TypeError):
+                    return
+                probe.counters.function(fun_name)["shapes"].append(_short_shapes(shapes))
+
+    return ShapeHandler(level=logging.DEBUG)
+
+
+def _short_shapes(text: str) -> str:
+    # "(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))" -> "float32[3], int32[]"
+    return ", ".join(re.findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
+
+
+class _GpuMemory:
+    """GPU memory used by this process, through NVML (only when asked: importing pynvml costs ~10 ms)."""
+
+    def __init__(self) -> None:
+        self.nvml: Any = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:
+            self.nvml = None
+
+    def used_bytes(self) -> int | None:
+        if self.nvml is None:
+            return None
+        pid, total = os.getpid(), 0
+        try:
+            for handle in self.handles:
+                for process in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if process.pid == pid and process.usedGpuMemory:
+                        total += process.usedGpuMemory
+        except Exception:
+            return None
+        return total
+
+
+def _load_timeline(folder: str | None) -> Any:
+    """The optional per-cell jax.profiler tracer (``_nbscope_timeline.py`` beside this file)."""
+    if not folder:
+        return None
+    try:
+        import _nbscope_timeline
+    except ImportError as exc:
+        print(f"nbscope probe: timeline unavailable: {exc!r}", file=sys.__stderr__)
+        return None
+    return _nbscope_timeline.Timeline(folder)
+
+
+class _ImportWatcher:
+    """A ``sys.meta_path`` finder that runs a callback right after a watched package finishes importing."""
+
+    def __init__(self, callbacks: dict[str, Any]) -> None:
+        self.callbacks = dict(callbacks)
+        self.busy: set[str] = set()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        callback = self.callbacks.get(name)
+        if callback is None or name in self.busy:
+            return None
+        self.busy.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        original = spec.loader.exec_module
+        watcher = self
+
+        def exec_module(module: types.ModuleType) -> None:
+            original(module)
+            watcher.callbacks.pop(name, None)
+            try:
+                callback(module)
+            except Exception as exc:  # a probe failure must never break the notebook
+                print(f"nbscope probe: could not attach to {name}: {exc!r}", file=sys.__stderr__)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def invalidate_caches(self) -> None: ...
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """IPython extension entry point (``--InteractiveShellApp.extra_extensions=_nbscope_probe``)."""
+    global _PROBE
+    if _PROBE is None:
+        _PROBE = install(shell)
+
+
+_PROBE: Probe | None = None
+
+
+def install(shell: Any) -> Probe | None:
+    """Start the probe in this IPython shell (called by the kernel start-up file)."""
+    out = os.environ.get("NBSCOPE_PROBE_OUT")
+    if not out:
+        folder = os.environ.get("NBSCOPE_PROBE_DIR")
+        if not folder:
+            return None
+        os.makedirs(folder, exist_ok=True)
+        out = os.path.join(folder, f"{os.getpid()}-{time.time_ns()}.jsonl")
+    probe = Probe(shell, out)
+    shell.events.register("pre_run_cell", probe.pre_run_cell)
+    shell.events.register("post_run_cell", probe.post_run_cell)
+    probe.watch_stderr()
+    probe.wrap_execute_request()
+    callbacks = {"jax": probe.attach_jax, "numba": probe.attach_numba}
+    for name, callback in list(callbacks.items()):
+        if name in sys.modules:
+            callback(sys.modules[name])
+            del callbacks[name]
+    if callbacks:
+        sys.meta_path.insert(0, _ImportWatcher(callbacks))
+    return probe

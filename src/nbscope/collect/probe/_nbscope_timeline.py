@@ -1,0 +1,130 @@
+"""Per-cell ``jax.profiler`` traces inside the kernel (``nbscope profile --timeline``).
+
+Loaded by ``_nbscope_probe`` when ``NBSCOPE_PROBE_TIMELINE=<folder>`` is set. Standard library only at
+import, and it never imports JAX itself: a cell gets a trace only once the notebook has imported jax
+(``start`` does nothing before). Each traced cell writes ``<folder>/cell-<seq>/plugins/profile/<ts>/
+<host>.xplane.pb``, the layout ``jax.profiler.trace`` uses; nbscope reads it *outside* the kernel
+(``nbscope.collect.timeline.summarise_cell``), so summarising never adds to a cell's time.
+
+Two ways to record:
+
+* traces that nbscope deletes after summarising (the folder is the run's temporary probe home): a bare
+  profiler session whose XSpace is written as is. ``jax.profiler.stop_trace`` also converts every trace
+  to ``trace.json.gz``, which doubled the stop time of a 400 000-event trace (12 s → 4–6 s measured);
+* traces kept with ``--keep-traces``: ``jax.profiler.start_trace``/``stop_trace``, whose
+  ``trace.json.gz`` opens in Perfetto.
+
+Both methods are called from IPython's pre/post-run events: they must never raise, or IPython would
+print a traceback into the notebook's outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+
+class Timeline:
+    """One ``jax.profiler`` trace per cell, in its own sub-folder of ``folder``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = os.path.abspath(folder)  # the path goes back to nbscope, whose cwd differs
+        # The probe home marks its temporary folders with the probe's own copy (see nbscope.collect.inject).
+        self.temporary = os.path.basename(self.folder) == "traces" and os.path.isfile(
+            os.path.join(os.path.dirname(self.folder), "lib", "_nbscope_probe.py")
+        )
+        self.current: str | None = None  # the running trace's folder
+        self.session: Any = None  # the bare profiler session (temporary traces only)
+        self.skipped: str | None = None  # why the current cell has no trace (reported by stop)
+        self.options: Any = None
+
+    def start(self, seq: int) -> None:
+        self.current, self.session, self.skipped = None, None, None
+        jax = sys.modules.get("jax")
+        if jax is None:  # importing jax here would cost the cell ~0.7 s and change what it measures
+            return
+        try:
+            profiler = sys.modules.get("jax.profiler") or getattr(jax, "profiler", None)
+            if profiler is None:  # a half-imported jax (the import failed or is still running)
+                return
+            if self.options is None:
+                self.options = _options(profiler)
+            target = os.path.join(self.folder, f"cell-{seq:04d}")
+            if os.path.exists(target):  # a second kernel writing to a kept-traces folder (--repeat)
+                target = f"{target}-{os.getpid()}"
+            self.session = _bare_session(self.options) if self.temporary else None
+            if self.session is None:
+                try:
+                    profiler.start_trace(target, profiler_options=self.options)
+                except TypeError:  # a JAX whose start_trace takes no options: its defaults apply
+                    profiler.start_trace(target)
+            self.current = target
+        except Exception as exc:  # e.g. the notebook runs its own jax.profiler trace
+            self.skipped = f"{type(exc).__name__}: {exc}"[:300]
+
+    def stop(self, seq: int) -> dict[str, Any] | None:
+        """Stop the cell's trace; the result is stored in the probe line as ``timeline_trace``."""
+        if self.current is None:
+            return {"skipped": self.skipped, "seq": seq} if self.skipped else None
+        target, self.current = self.current, None
+        session, self.session = self.session, None
+        started = time.perf_counter()
+        try:
+            if session is not None:
+                _write_xspace(target, session.stop())
+            else:
+                profiler = sys.modules.get("jax.profiler")
+                if profiler is None:
+                    raise RuntimeError("jax.profiler is gone")
+                profiler.stop_trace()
+        except Exception as exc:  # the notebook stopped our trace itself, or the trace failed
+            return {"path": target, "seq": seq, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        # Collecting and writing the trace happens here, in post_run_cell: outside the probe's code
+        # time but inside the kernel's request; the summary reports it so a reader can tell them apart.
+        return {"path": target, "seq": seq, "stop_s": time.perf_counter() - started}
+
+
+def _options(profiler: Any) -> Any:
+    """Profiler options without the Python tracer.
+
+    By default jax.profiler records every Python function call: a cell that runs a Python loop would
+    record millions of events and run many times slower. The host and device tracers stay on: they hold
+    the XLA ops, dispatches, transfers and waits that the summary reads.
+    """
+    factory = getattr(profiler, "ProfileOptions", None)
+    if factory is None:  # older JAX: start_trace has no options, the defaults apply
+        return None
+    options = factory()
+    try:
+        options.python_tracer_level = 0
+    except (AttributeError, TypeError):
+        pass
+    return options
+
+
+def _bare_session(options: Any) -> Any:
+    """A profiler session without jax.profiler's export step, or None where this JAX lacks one."""
+    if options is None:
+        return None
+    try:
+        from jax._src import xla_bridge
+        from jax._src.lib import _profiler
+    except ImportError:
+        return None
+    # As start_trace does: initialise the backends first, or their tracers are not registered.
+    xla_bridge.get_backend()
+    return _profiler.ProfilerSession(options)
+
+
+def _write_xspace(target: str, data: bytes) -> str:
+    """Write a serialised XSpace where jax.profiler would: ``plugins/profile/<ts>/<host>.xplane.pb``."""
+    stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.gmtime())
+    folder = os.path.join(target, "plugins", "profile", stamp)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{socket.gethostname() or 'host'}.xplane.pb")
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return path

@@ -1,0 +1,89 @@
+"""The package's layout: stages in order, no import from a later stage, every module says what it is for."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "nbscope"
+# The pipeline's stages in order; ``api`` (runs jobs) and ``render`` (formats results) both sit after
+# the analysis and never import each other; the CLI is the face over all of them.
+STAGES = {"collect": 1, "record": 2, "analyse": 3, "api": 4, "render": 4, "cli": 5}
+# The CLI's own shared pieces; other CLI modules never import each other.
+CLI_SHARED = {"nbscope.cli", "nbscope.cli._options"}
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found.append((".".join(parts), path))
+    return found
+
+
+def stage(module: str) -> tuple[str, int]:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in STAGES:
+        return "base", 0
+    return parts[1], STAGES[parts[1]]
+
+
+def imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            names.add(source)
+            names.update(f"{source}.{alias.name}" for alias in node.names)
+    return {n for n in names if n == "nbscope" or n.startswith("nbscope.")}
+
+
+def known(name: str, all_modules: set[str]) -> str | None:
+    """The module an imported name refers to (``from a import b`` may name a function of ``a``)."""
+    while name and name not in all_modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_the_top_level_shows_the_stages() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert set(STAGES) <= folders
+    loose = {p.name for p in PACKAGE.glob("*.py")}
+    assert loose <= {"__init__.py", "__main__.py", "_errors.py", "_version.py", "_units.py"}
+
+
+@pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
+def test_no_import_from_a_later_stage(module: str, path: Path) -> None:
+    all_modules = {m for m, _ in modules()}
+    own_name, own = stage(module)
+    bad = []
+    for name in imports(module, path):
+        target = known(name, all_modules)
+        if target is None or target == "nbscope":
+            continue
+        their_name, theirs = stage(target)
+        if theirs > own or (theirs == own and their_name != own_name):
+            bad.append(target)
+        elif own_name == their_name == "cli" and target not in CLI_SHARED and target != module:
+            bad.append(target)
+    assert not bad, f"{module} ({own_name}) imports {sorted(set(bad))}"
+
+
+@pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
+def test_every_module_says_what_it_is_for(module: str, path: Path) -> None:
+    if path.name == "__main__.py" or path.name == "_version.py":
+        return
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
+    assert docstring and len(docstring.splitlines()[0]) > 10, f"{module} has no docstring saying what it is for"
