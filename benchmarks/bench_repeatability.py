@@ -20,7 +20,8 @@ import sys
 import time
 from typing import Any
 
-from nbscope.collect.bench import BUSY_CORES_WARN, _stats, run_bench
+from nbscope.api.bench import BUSY_CORES_WARN, run_bench
+from nbscope.collect.bench import _stats
 from nbscope.record.run import RunRecord
 
 

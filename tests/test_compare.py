@@ -11,7 +11,7 @@ from diag_support import CORPUS, FILES, RECORDS, edited, load_record, profile_no
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import diagnose
-from nbscope.cli._compare import backend_unavailable, parse_backends
+from nbscope.api.backends import backend_unavailable, parse_backends
 from nbscope.record import run as record_module
 from nbscope.render.compare import comparison_markdown
 
@@ -122,7 +122,9 @@ def test_backend_unavailable_detection() -> None:
         "name": "RuntimeError", "message": "Unable to initialize backend 'cuda': no devices"})
     assert "Unable to initialize backend" in backend_unavailable(named)
     with pytest.raises(NbscopeError, match="at least two"):
-        parse_backends("cpu, cpu")
+        parse_backends("cpu", at_least=2)
+    with pytest.raises(NbscopeError, match="twice"):
+        parse_backends("cpu, gpu, cuda")
 
 
 # ---- command line -----------------------------------------------------------------------------------
@@ -224,9 +226,10 @@ def test_rules_survive_partial_records() -> None:
 
 def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_path: Path) -> None:
     import nbscope.api.profile
+    from nbscope.api.backends import profile_backends
     from nbscope.api.profile import ProfileOptions
-    from nbscope.cli._compare import profile_backends
     from nbscope.record.store import Store
+    from nbscope.render.compare import backends_markdown
 
     fixtures = {"cpu": load_record("cpu_latency_loop"), "cuda": load_record("synthetic_t4_latency_loop")}
     store = Store(tmp_path / "s.db")
@@ -238,14 +241,13 @@ def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_p
         return record
 
     monkeypatch.setattr(nbscope.api.profile, "profile", fake_profile)
-    profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store, as_json=True, markdown=False)
-    document = json.loads(capsys.readouterr().out)
+    result = profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store)
+    document = json.loads(json.dumps(result.to_dict(), default=str))
     assert [b["available"] for b in document["backends"]] == [True, True]
     assert document["comparison"]["pairing"]["all_paired"]
     assert document["recommendation"]["accelerator"] == "gpu"
     assert [p["cell"] for p in document["recommendation"]["pinned"]] == [2, 3]
     rules = {f["rule"] for f in document["diagnosis"]["cuda"]["findings"]}
     assert "latency-bound-loop" in rules  # the CPU run is the evidence
-    profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store, as_json=False, markdown=True)
-    text = capsys.readouterr().out
+    text = backends_markdown(profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store))
     assert "| Benchmark | A | B | Winner |" in text and "Recommended backend" in text

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.collect.jupyter_cache import find_database, import_cache, read_cache
+from nbscope.record.jupyter_cache import find_database, import_cache, read_cache
 from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.collect.loops import LoopOptions, extrapolate, linear_fit, load_target, parse_target, run_loops
+from nbscope.api.loops import run_loops
+from nbscope.collect.loops import LoopOptions, extrapolate, linear_fit, load_target, parse_target
 from nbscope.record.store import Store
 
 

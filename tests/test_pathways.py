@@ -14,7 +14,7 @@ import pytest
 from nbscope._errors import NbscopeError
 from nbscope.analyse.pathways import pair_cells, verdict
 from nbscope.api.pathways import parse_via, run_pathways
-from nbscope.collect.pathways._common import PathwayResult
+from nbscope.api.pathways._common import PathwayResult
 from nbscope.record.run import RunRecord
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -194,7 +194,7 @@ def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: P
 
 
 def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path) -> None:
-    from nbscope.collect.pathways._book import book2_command
+    from nbscope.api.pathways._book import book2_command
 
     command, reason = book2_command()
     if command is not None:
@@ -229,14 +229,13 @@ def test_cli_pathways_timeouts_and_kernel_only_magics(run_cli: Any, tmp_db: Path
     assert _leftover_paths(isolated_tmp) == []
 
 
-def test_bench_workloads_through_pathways(isolated_tmp: Path, tmp_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from nbscope.cli._pathways import bench_through_pathways
+def test_bench_workloads_through_pathways(isolated_tmp: Path, tmp_db: Path) -> None:
+    from nbscope.api.pathways import run_bench_pathways
     from nbscope.record.store import Store
 
     # What `nbscope bench --pathway script,kernel --only python --size quick --json` calls.
-    bench_through_pathways("script,kernel", only=["python"], dtype="float32", size="quick", jax_platform=None,
-                           store=Store(tmp_db), as_json=True)
-    record = RunRecord.from_dict(json.loads(capsys.readouterr().out))
+    record = run_bench_pathways(via=["script", "kernel"], only=["python"], dtype="float32", size="quick",
+                                jax_platform=None, store=Store(tmp_db))
     m = record.measurements
     assert record.kind == "pathways" and record.target == "bench:quick"
     assert m["totals"]["cells_paired"] == m["totals"]["cells"] == 2

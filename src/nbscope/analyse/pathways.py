@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nbscope.collect.pathways._common import PathwayResult
+from nbscope._units import seconds
+from nbscope.record import cells as cell_model
 
 # Timings on a shared machine vary by about ±20 %; a cell differs only beyond the larger of these, or
 # beyond 3 median absolute deviations when --repeat gave samples.
@@ -52,17 +53,6 @@ def _brief(cell: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _keyed(cells: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Cells by (source hash, occurrence): identical cells in one notebook still pair in order."""
-    seen: dict[str, int] = {}
-    keyed = {}
-    for cell in cells:
-        digest = str(cell.get("source_hash"))
-        keyed[(digest, seen.get(digest, 0))] = cell
-        seen[digest] = seen.get(digest, 0) + 1
-    return keyed
-
-
 def tolerance(entries: list[Mapping[str, Any]]) -> float:
     """How far apart two walls of one cell may be and still count as the same."""
     walls = [w for w in (_number(e.get("wall_s")) for e in entries) if w is not None]
@@ -75,12 +65,16 @@ def tolerance(entries: list[Mapping[str, Any]]) -> float:
     return tol
 
 
-def pair_cells(reference: list[dict[str, Any]], results: Mapping[str, PathwayResult]) -> list[dict[str, Any]]:
-    """One row per code cell of ``reference`` (the notebook's cells) with each pathway's figures."""
-    ran = {name: _keyed(r.cells) for name, r in results.items() if r.cells}
+def pair_cells(reference: list[dict[str, Any]], results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per code cell of ``reference`` (the notebook's cells) with each pathway's figures
+    (``results`` maps a pathway's name to its result, whose ``cells`` ran that notebook)."""
+    ran = {
+        name: {id(p.a): p.b for p in cell_model.pair_cells(reference, r.cells) if p.match == "hash"}
+        for name, r in results.items() if r.cells
+    }
     rows = []
-    for key, cell in _keyed(reference).items():
-        by_pathway = {name: _brief(cells[key]) for name, cells in ran.items() if key in cells}
+    for cell in reference:
+        by_pathway = {name: _brief(paired[id(cell)]) for name, paired in ran.items() if id(cell) in paired}
         row: dict[str, Any] = {
             "source_hash": cell.get("source_hash"),
             "index": cell.get("index"),
@@ -105,19 +99,6 @@ def pair_cells(reference: list[dict[str, Any]], results: Mapping[str, PathwayRes
     return rows
 
 
-def fmt_s(value: Any) -> str:
-    number = _number(value)
-    if number is None:
-        return "–"
-    if number >= 100:
-        return f"{number:.0f} s"
-    if number >= 1:
-        return f"{number:.2f} s"
-    if number >= 0.001:
-        return f"{number * 1e3:.0f} ms"
-    return f"{number * 1e6:.0f} µs"
-
-
 def _cell_name(row: Mapping[str, Any]) -> str:
     where = f" (line {row['line']})" if row.get("line") else ""
     return f"cell {int(row.get('index') or 0) + 1}{where}"
@@ -130,7 +111,7 @@ def fixed_overheads(pathways: Mapping[str, Mapping[str, Any]]) -> list[str]:
         for key, label in OVERHEAD_NAMES.items():
             value = _number(overheads.get(key))
             if value is not None:
-                parts.append(f"{label} {fmt_s(value)} ({name})")
+                parts.append(f"{label} {seconds(value)} ({name})")
     return parts
 
 
@@ -155,7 +136,7 @@ def verdict(
         return f"{only}: nothing to compare" + (f" ({'; '.join(not_run)})" if not_run else "")
     compared = [r for r in rows if r.get("compared")]
     execution = {n: sum(float(r["by_pathway"][n]["wall_s"]) for r in compared) for n in ran}
-    execution_text = ", ".join(f"{n} {fmt_s(s)}" for n, s in execution.items())
+    execution_text = ", ".join(f"{n} {seconds(s)}" for n, s in execution.items())
     differing = sorted((r for r in compared if r.get("differs")), key=lambda r: -float(r["delta_s"]))
     different_runs = [r for r in rows if r.get("ran_differently")]
     tail = ""
@@ -171,7 +152,7 @@ def verdict(
     material = max(MATERIAL_S, MATERIAL_SHARE * statistics.median(execution.values()))
     if not differing or moved < material:
         small = (
-            f" but for {len(differing)} small difference(s) totalling {fmt_s(moved)}" if differing else ""
+            f" but for {len(differing)} small difference(s) totalling {seconds(moved)}" if differing else ""
         )
         # On a busy machine the noise is wide, so "within noise" is a weaker statement: say so.
         busy_note = f"; the machine was busy (load average up to {busy[0]:.1f} on {busy[1]} CPUs)" if busy else ""
@@ -183,8 +164,8 @@ def verdict(
     for row in differing[:3]:
         walls = row["by_pathway"]
         shown.append(
-            f"{_cell_name(row)} {row['slowest']} {fmt_s(walls[row['slowest']]['wall_s'])} vs "
-            f"{row['fastest']} {fmt_s(walls[row['fastest']]['wall_s'])}"
+            f"{_cell_name(row)} {row['slowest']} {seconds(walls[row['slowest']]['wall_s'])} vs "
+            f"{row['fastest']} {seconds(walls[row['fastest']]['wall_s'])}"
         )
     caution = ""
     if busy is not None:
@@ -195,12 +176,12 @@ def verdict(
     elif repeat == 1:
         caution = " (a single run: --repeat 3 tells a pathway effect from noise)"
     return (
-        f"the pathway explains {fmt_s(moved)}{caution}: {len(differing)} of {len(compared)} cells differ beyond "
+        f"the pathway explains {seconds(moved)}{caution}: {len(differing)} of {len(compared)} cells differ beyond "
         f"noise ({'; '.join(shown)}; cells total {execution_text}); {overhead_text}{tail}"
     )
 
 
-def combine_overheads(results: list[PathwayResult]) -> tuple[dict[str, Any], dict[str, list[float]] | None]:
+def combine_overheads(results: Sequence[Any]) -> tuple[dict[str, Any], dict[str, list[float]] | None]:
     """Medians of each fixed cost over repeats, and the samples when there were several."""
     keys: list[str] = []
     for result in results:

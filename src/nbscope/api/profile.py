@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from nbscope.collect.runner import (
     execute,
     merge_cell,
 )
+from nbscope.record.cells import combine_repeats, derive, target_name, totals
 from nbscope.record.run import RunRecord
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
@@ -112,67 +112,6 @@ def _gpus_present(fingerprint: dict[str, Any]) -> bool:
     return isinstance(devices, list) and bool(devices)
 
 
-def totals(cells: list[dict[str, Any]], runner: dict[str, Any], cache_state: str) -> dict[str, Any]:
-    """Per-notebook figures from cell records."""
-
-    def total(key: str, sub: str | None = None) -> float:
-        values = [((c.get(sub) or {}).get(key) if sub else c.get(key)) for c in cells]
-        return sum(v for v in values if isinstance(v, (int, float)))
-
-    peaks = [(c.get("rss") or {}).get("peak_bytes") for c in cells]
-    hits = int(total("cache_hits", "jax"))
-    if cache_state == "cold" and hits:
-        cache_state = "warm"  # a cold cache that still hit: the notebook compiled the same thing twice
-    return {
-        "cells": len(cells),
-        "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped")),
-        "cells_ok": sum(1 for c in cells if c.get("status") in ("ok", "expected-error")),
-        "cells_failed": sum(1 for c in cells if c.get("status") in ("error", "timeout", "kernel-died")),
-        "wall_s": total("wall_s"),
-        "compile_s": total("compile_s"),
-        "run_s": total("run_s"),
-        "compiles": int(total("compiles", "jax")),
-        "user_compiles": int(total("user_compiles", "jax")),
-        "eager_compiles": int(total("eager_compiles", "jax")),
-        "library_compiles": int(total("library_compiles", "jax")),
-        "numba_compiles": int(total("compiles", "numba")),
-        "numba_compile_s": total("compile_s", "numba"),
-        "cache_state": cache_state,
-        "cache_hits": hits,
-        "cache_misses": int(total("cache_misses", "jax")),
-        "cache_retrieval_s": total("cache_retrieval_s", "jax"),
-        "kernel_start_s": runner.get("kernel_start_s"),
-        "execute_s": runner.get("execute_s"),
-        "peak_rss_bytes": max((p for p in peaks if isinstance(p, int)), default=None),
-    }
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def combine_repeats(executions: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One record per cell with medians over repeats; ``samples`` keeps each repeat's figures."""
-    combined = []
-    for cells in zip(*executions, strict=True):
-        base = dict(cells[-1])  # the last repeat's details (compiles, status) stand for the cell
-        walls = [c["wall_s"] for c in cells if isinstance(c.get("wall_s"), (int, float))]
-        compiles = [c["compile_s"] for c in cells if isinstance(c.get("compile_s"), (int, float))]
-        base["samples"] = {"wall_s": walls, "compile_s": compiles, "status": [c.get("status") for c in cells]}
-        if walls:
-            median = statistics.median(walls)
-            base["wall_s"] = median
-            base["spread"] = statistics.median(abs(w - median) for w in walls) / median if median > 0 else 0.0
-            base["compile_s"] = _median(compiles)
-            base["run_s"] = max(0.0, median - (base["compile_s"] or 0.0))
-            base["compile_share"] = min(1.0, (base["compile_s"] or 0.0) / median) if median > 0 else 0.0
-        if any(c.get("status") not in ("ok", "expected-error", "skipped") for c in cells):
-            worst = next(c for c in cells if c.get("status") not in ("ok", "expected-error", "skipped"))
-            base["status"], base["error"] = worst.get("status"), worst.get("error")
-        combined.append(base)
-    return combined
-
-
 def default_live_path(store_path: Path | None) -> Path:
     root = store_path.parent if store_path is not None else Path(".nbscope")
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -255,6 +194,8 @@ def _fill(
         runner: dict[str, Any] = {"pathway": "kernel"}
         status, kernel = "partial", None
     else:
+        for execution in executions:
+            execution.cells = [derive(c) for c in execution.cells]
         complete = [e for e in executions if len(e.cells) == len(notebook.code_cells)]
         cells = combine_repeats([e.cells for e in complete]) if len(complete) > 1 else executions[-1].cells
         runner = dict(executions[-1].runner)
@@ -287,15 +228,4 @@ def _cache_saving(record: RunRecord, store: Any) -> None:
             totals_["cache_saving_s"] = (cold.get("compile_s") or 0.0) - (totals_.get("compile_s") or 0.0)
             totals_["cold_compiles"] = cold.get("compiles")
             return
-
-
-def target_name(path: Path, root: Path | None = None) -> str:
-    """A notebook's name in the store: its path relative to ``root`` (default: the working directory)
-    when inside it, else absolute; the same notebook gets the same name from every command."""
-    resolved = path.resolve()
-    try:
-        return str(resolved.relative_to((root or Path.cwd()).resolve()))
-    except ValueError:
-        return str(resolved)
-
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.api.profile import target_name, totals
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.runner import merge_cell
+from nbscope.record.cells import derive, target_name, totals
 from nbscope.record.run import RunRecord
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
@@ -144,7 +144,7 @@ def cells_from_log(nb: notebook_module.Notebook, log: KernelLog) -> tuple[list[d
         else:
             skipped = not code_cell.source.strip() or "skip-execution" in code_cell.tags
             record = merge_cell(code_cell, None, status="skipped" if skipped else "not-run")
-        cells.append(record)
+        cells.append(derive(record))
     return cells, status
 
 

@@ -1,6 +1,7 @@
 """The command-line face of nbscope: thin commands over the Python API.
 
-Each feature registers its commands from its own module (``cli/_<feature>.py``) so features stay apart.
+Each feature registers its commands from its own module (``cli/_<feature>.py``): a module parses options,
+calls one function of the library and renders what it returns.
 """
 
 from __future__ import annotations
@@ -39,14 +40,7 @@ def _root(
 
 def _register_commands() -> None:
     # Imported for their side effect of adding commands to ``app``.
-    from nbscope.cli import _core  # noqa: F401
-
-    for name in ("_profile", "_bench", "_pathways", "_compare", "_loops", "_history", "_audit"):
-        try:
-            __import__(f"nbscope.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"nbscope.cli.{name}":
-                raise
+    from nbscope.cli import _audit, _bench, _compare, _core, _history, _loops, _pathways, _profile  # noqa: F401
 
 
 def _wants_version(argv: list[str]) -> bool:

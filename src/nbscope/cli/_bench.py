@@ -60,7 +60,7 @@ def bench(
     """
     from rich.console import Console
 
-    from nbscope.collect.bench import run_bench
+    from nbscope.api.bench import run_bench
 
     status_console = Console(stderr=True, highlight=False)
 
@@ -72,12 +72,16 @@ def bench(
 
     store = open_store(db)  # refuse a bad --db before spending minutes measuring
     if pathway:
-        from nbscope.cli._pathways import bench_through_pathways
+        from nbscope.api.pathways import parse_via, run_bench_pathways
+        from nbscope.render.pathways import emit_pathways, pathways_progress
 
-        bench_through_pathways(
-            pathway, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
-            repeat=repeat, store=store, as_json=as_json, markdown=markdown,
+        record = run_bench_pathways(
+            via=parse_via(pathway), only=only, dtype=dtype, size=size, jax_platform=jax_platform, repeat=repeat,
+            store=store, progress=pathways_progress(),
         )
+        emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)
+        if record.status == "error":
+            raise typer.Exit(1)
         return
     record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
     store.save(record)

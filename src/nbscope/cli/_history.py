@@ -127,7 +127,7 @@ def import_jupyter_cache(
 ) -> None:
     """Turn jupyter-book's cached execution times into runs (kind jupyter-cache), one per notebook execution."""
     from nbscope.api import info as api
-    from nbscope.collect.jupyter_cache import import_cache
+    from nbscope.record.jupyter_cache import import_cache
 
     given = api.load_fingerprint(fingerprint) if fingerprint is not None else None
     store = open_store(db)

@@ -49,7 +49,8 @@ def loops(
     """Sweep a loop's trip count, fit time = a + b·n, report µs per iteration and extrapolate (fresh process)."""
     from rich.console import Console
 
-    from nbscope.collect.loops import LoopOptions, run_loops
+    from nbscope.api.loops import run_loops
+    from nbscope.collect.loops import LoopOptions
 
     options = LoopOptions(
         target=target, quick=quick, trip_counts=_trip_counts(trips), at=at,

@@ -77,9 +77,7 @@ def profile(
     options.validate()
     store = open_store(db)
     if backends:
-        from nbscope.cli._compare import profile_backends  # issue E: per-backend runs and their comparison
-
-        profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown)
+        _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown)
         return
     cells = len(notebook_module.read(path).code_cells) * repeat
     interactive = console.is_terminal and not (as_json or markdown)
@@ -93,10 +91,29 @@ def profile(
     else:
         ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
         if options.timeline:
-            from nbscope.collect.timeline import print_timeline
+            from nbscope.render.timeline import print_timeline
 
             print_timeline(record)
         console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
+
+
+def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool) -> None:
+    from nbscope.api.backends import parse_backends, profile_backends
+    from nbscope.render import compare as view
+    from nbscope.render.terminal import console
+
+    names = parse_backends(backends, at_least=2)
+    quiet = as_json or markdown
+    result = profile_backends(
+        path, options, names, store=store,
+        on_backend=None if quiet else lambda b: console.print(f"[dim]profiling with JAX_PLATFORMS={b} …[/dim]"),
+    )
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+    elif markdown:
+        print(view.backends_markdown(result), end="")
+    else:
+        view.print_backends(result, store_path=store.path)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

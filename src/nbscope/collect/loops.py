@@ -1,4 +1,4 @@
-"""``nbscope loops``: the cost of one loop iteration, per device, from a sweep of trip counts.
+"""The loop sweep behind ``nbscope loops``: the cost of one loop iteration, per device, from a sweep of trip counts.
 
 A loop's time is ``a + b·n``: ``a`` is what a call costs whatever its length (dispatch, launch, copying
 the result), ``b`` what one more iteration costs. On a CPU, XLA compiles a small ``lax.scan`` into one
@@ -203,59 +203,6 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
             why = tail[-1] if tail else f"exit status {process.returncode}"
             raise NbscopeError(f"loop sweep failed: {why[:300]}")
         return result
-
-
-def run_loops(
-    options: LoopOptions | None = None,
-    *,
-    store: Any = None,
-    progress: Progress | None = None,
-    fingerprint: dict[str, Any] | None = None,
-) -> Any:
-    """Sweep trip counts, fit, extrapolate; returns a ``loops`` RunRecord (saved in ``store`` if given)."""
-    from nbscope.collect import fingerprint as fp
-    from nbscope.record.run import RunRecord
-
-    options = options or LoopOptions()
-    options.validate()
-    fingerprint = fingerprint or fp.collect()
-    started = time.perf_counter()
-    result = run_worker(options, progress)
-    settings = options.resolved()
-    settings.pop("timeout_s", None)
-    record = RunRecord(kind="loops", target=options.target or BUILTIN_TARGET, fingerprint=fingerprint,
-                       settings=settings)
-    sweeps = result["sweeps"]
-    estimates = [
-        {"device": s["device"], "placement": s["placement"], "seconds": extrapolate(s["fit"], options.at),
-         "measured_up_to": max(s["trip_counts"])}
-        for s in sweeps if s.get("fit")
-    ]
-    dump = None
-    if options.xla_dump is not None:
-        files = [p for p in options.xla_dump.rglob("*") if p.is_file()]
-        dump = {"dir": str(options.xla_dump.resolve()), "files": len(files)}
-    fits = [s["fit"] for s in sweeps if s.get("fit")]
-    record.measurements = {
-        "totals": {
-            "sweeps": len(sweeps),
-            "wall_s": time.perf_counter() - started,
-            "us_per_iter": fits[0]["us_per_iter"] if fits else None,
-            "r2_min": min((f["r2"] for f in fits if f.get("r2") is not None), default=None),
-            "at": options.at,
-            "at_s": estimates[0]["seconds"] if estimates else None,
-        },
-        "loop": result.get("loop"),
-        "jax": result.get("jax"),
-        "sweeps": sweeps,
-        "extrapolation": {"trip_count": options.at, "estimates": estimates},
-        "notes": result.get("notes", []),
-        "xla_dump": dump,
-    }
-    record.finish("ok" if fits else "partial")
-    if store is not None:
-        store.save(record)
-    return record
 
 
 # ---- the worker: runs in a fresh process ----------------------------------------------------------

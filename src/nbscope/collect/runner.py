@@ -147,25 +147,7 @@ def merge_cell(code_cell: CodeCell, probe: dict[str, Any] | None, **runner_field
     record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
     if record["wall_s"] is None and record["roundtrip_s"] is not None:
         record["wall_s"] = record["roundtrip_s"]
-    derive(record)
-    return record
-
-
-def derive(record: dict[str, Any]) -> dict[str, Any]:
-    """compile_s, run_s and compile_share from a cell's JAX and Numba figures."""
-    jax, numba = record.get("jax") or {}, record.get("numba") or {}
-    wall = record.get("wall_s")
-    if wall is None:
-        return record
-    compile_s = (jax.get("trace_s") or 0.0) + (jax.get("lower_s") or 0.0) + (jax.get("backend_s") or 0.0)
-    compile_s += numba.get("compile_s") or 0.0
-    code = record.get("code_s")
-    code = wall if code is None else code
-    record["compile_s"] = compile_s
-    record["run_s"] = max(0.0, code - compile_s)
-    record["overhead_s"] = max(0.0, wall - code)
-    record["compile_share"] = min(1.0, compile_s / wall) if wall > 0 else 0.0
-    return record
+    return record  # compile_s, run_s, overhead_s: derived by the cell model (nbscope.record.cells)
 
 
 class LiveFile:

@@ -258,3 +258,32 @@ def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
     for item in unavailable:
         run = f" (run {item['run_id']})" if item.get("run_id") else ""
         console.print(f"[yellow]backend {item['backend']} unavailable{run}[/yellow]: {item['reason']}")
+
+
+def backends_markdown(result: Any) -> str:
+    """``profile --backends`` as markdown: unavailable backends, the comparison, the recommendation."""
+    text = ""
+    for item in result.unavailable:
+        text += f"- backend **{item['backend']}** unavailable: {item['reason']}\n"
+    if result.comparison is not None:
+        text += ("\n" if text else "") + comparison_markdown(result.comparison)
+    if result.recommendation is not None:
+        text += "\n" + recommendation_markdown(result.recommendation)
+    return text
+
+
+def print_backends(result: Any, *, store_path: Any = None) -> None:
+    """``profile --backends`` on the terminal: comparison, recommendation and each run's findings."""
+    print_unavailable(result.unavailable)
+    if result.comparison is not None:
+        print_comparison(result.comparison)
+        if result.recommendation is not None:
+            print_recommendation(result.recommendation)
+    elif result.available:
+        console.print(f"only the {result.available[0]['backend']} backend ran: nothing to compare")
+    for backend, findings in result.findings.items():
+        console.print(f"\n[bold]diagnosis of the {backend} run[/bold]")
+        print_findings(findings, result.record_of(backend), limit=5)
+    saved = ", ".join(f"{r['backend']}: run {r['run_id']}" for r in result.runs if r["run_id"])
+    if saved:
+        console.print(f"[dim]saved {saved} in {store_path}[/dim]")

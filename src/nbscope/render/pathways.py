@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
@@ -172,3 +173,29 @@ def pathways_markdown(record: RunRecord) -> str:
             note = f"differs ×{figure['ratio']:.2f}" if figure.get("differs") else ""
             lines.append(f"| {_md(figure.get('label') or figure.get('key'))} | " + " | ".join(values) + f" | {note} |")
     return "\n".join(lines) + "\n"
+
+
+def pathways_progress() -> Any:
+    """Progress lines on stderr, so --json and --markdown output stays clean on stdout."""
+    status = Console(stderr=True, highlight=False)
+
+    def progress(event: str, payload: dict[str, Any]) -> None:
+        run = f" (repeat {payload['repeat'] + 1})" if payload.get("repeat") else ""
+        if event == "start":
+            status.print(f"[dim]pathways: {payload['pathway']}{run} …[/dim]")
+        elif payload.get("status") != "ok":
+            status.print(f"[dim]pathways: {payload['pathway']}{run}: {payload['status']} – {payload.get('reason')}[/dim]")
+
+    return progress
+
+
+def emit_pathways(record: Any, *, as_json: bool, markdown: bool, store_path: Any = None) -> None:
+    """A pathways record as JSON, markdown or tables."""
+    if as_json:
+        print(record.to_json())
+    elif markdown:
+        print(pathways_markdown(record), end="")
+    else:
+        print_pathways(record)
+        if store_path is not None and record.run_id is not None:
+            console.print(f"[dim]saved as run {record.run_id} in {store_path}[/dim]")

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 
@@ -40,25 +41,12 @@ def format_value(value: Any) -> str:
 
 
 def format_bytes(value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return format_value(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
-        value /= 1024
-    return str(value)
+    text = units.size(value)
+    return format_value(value) if text is None else text
 
 
 def format_seconds(value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return "–"
-    if value >= 100:
-        return f"{value:.0f} s"
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value * 1e6:.0f} µs"
+    return units.seconds(value)
 
 
 def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:

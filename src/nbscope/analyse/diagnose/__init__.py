@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import (
     _cold_cache,
@@ -272,7 +273,4 @@ def recommend(a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None =
     return result
 
 
-def _s(value: float) -> str:
-    from nbscope.render.terminal import format_seconds
-
-    return format_seconds(value)
+_s = units.seconds

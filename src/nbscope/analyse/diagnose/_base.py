@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _source
@@ -81,10 +82,7 @@ def cell_label(cell: Mapping[str, Any]) -> str:
     return f"cell {cell.get('index', 0) + 1}{line}"
 
 
-def seconds(value: float | None) -> str:
-    from nbscope.render.terminal import format_seconds
-
-    return format_seconds(value)
+seconds = units.seconds
 
 
 @dataclass
@@ -173,6 +171,14 @@ def load_sources(record: RunRecord) -> tuple[dict[str, str], str | None]:
         return sources, note
     shown = " or ".join(candidates) or "no path recorded"
     return {}, f"notebook not found ({shown}); pass sources= or run from the notebook's directory"
+
+
+def sources_of(*records: RunRecord) -> dict[str, str]:
+    """The cell sources of several runs' notebooks, merged by hash."""
+    merged: dict[str, str] = {}
+    for record in records:
+        merged.update(load_sources(record)[0])
+    return merged
 
 
 class Context:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash, run_job
 from nbscope.api.audit._merge import export_audit, load_audit, merge
-from nbscope.api.audit._run import AuditOptions, audit, local_availability, parse_backends
+from nbscope.api.audit._run import AuditOptions, audit, local_availability
 from nbscope.api.audit._schedule import GpuSlot, LocalScheduler, gpu_slots, memory_fraction
+from nbscope.api.backends import parse_backends
 
 __all__ = [
     "AuditOptions",

@@ -15,12 +15,12 @@ from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
-from nbscope.api.profile import target_name
+from nbscope.api.backends import BACKENDS, parse_backends
 from nbscope.collect import fingerprint as fp
+from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 
 # Backend names and the JAX_PLATFORMS value each runs under.
-BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}
 EventCallback = Callable[[str, dict[str, Any]], None]
 # Stored runs looked at per notebook when searching for one to reuse (newest first).
 LOOKUP_LIMIT = 200
@@ -40,13 +40,7 @@ class AuditOptions:
     timeout: float | None = None  # per cell, seconds
 
     def validate(self) -> None:
-        if not self.backends:
-            raise NbscopeError("--backends needs at least one backend (for example cpu or cpu,cuda)")
-        for backend in self.backends:
-            if backend not in BACKENDS:
-                raise NbscopeError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
-        if len({BACKENDS[b] for b in self.backends}) != len(self.backends):  # gpu is another name for cuda
-            raise NbscopeError(f"--backends lists a backend twice: {','.join(self.backends)} (gpu means cuda)")
+        parse_backends(",".join(self.backends))
         if self.workers < 1:
             raise NbscopeError("--workers must be at least 1")
         if self.jobs_per_gpu < 1:
@@ -67,13 +61,6 @@ class AuditOptions:
             "jobs_per_gpu": self.jobs_per_gpu if self.share_gpu else 1,
             "timeout": self.timeout,
         }
-
-
-def parse_backends(text: str) -> list[str]:
-    """``"cpu,cuda"`` to ``["cpu", "cuda"]``, validated."""
-    backends = [b.strip().lower() for b in (text or "").split(",") if b.strip()]
-    AuditOptions(backends=backends).validate()
-    return backends
 
 
 def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1) -> dict[str, dict[str, Any]]:

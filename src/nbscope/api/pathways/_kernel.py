@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.collect.pathways._common import PathwayOptions, PathwayResult, one_line, reap
+from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap
 
 
 def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, Any], live_path: Path) -> PathwayResult:

@@ -1,6 +1,6 @@
 """The script pathway: the notebook's code cells in a fresh Python process, without Jupyter.
 
-The worker (``_script_worker.py``) runs the cells in an in-process IPython shell with the same probe
+The worker (``nbscope/collect/script_worker.py``) runs the cells in an in-process IPython shell with the same probe
 a kernel gets; this side starts it, enforces the per-cell timeout, and turns the probe's lines into
 cell records of the same schema as ``nbscope profile``.
 """
@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nbscope.api.profile import totals
+from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
-from nbscope.collect.pathways._common import PathwayOptions, PathwayResult, one_line, reap
 from nbscope.collect.runner import ProbeReader, merge_cell
+from nbscope.record.cells import derive, totals
 
-WORKER_FILE = Path(__file__).with_name("_script_worker.py")
+WORKER_FILE = Path(__file__).parents[2] / "collect" / "script_worker.py"
 WORKER_MODULE = "_nbscope_script_worker"
 POLL_S = 0.05
 
@@ -223,5 +223,5 @@ def _cells(
                 }
         else:
             record = merge_cell(code_cell, None)  # not-run: after a timeout or a dead process
-        cells.append(record)
+        cells.append(derive(record))
     return cells

@@ -19,6 +19,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
+from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 
 DB_NAME = "global.db"
@@ -84,16 +85,6 @@ def read_cache(path: str | Path) -> list[dict[str, Any]]:
             }
         )
     return result
-
-
-def target_name(uri: str, root: Path | None = None) -> str:
-    """The notebook as profile names it: relative to ``root`` (the working directory) when inside it."""
-    path = Path(uri)
-    root = (root or Path.cwd()).resolve()
-    try:
-        return str(path.resolve().relative_to(root))
-    except (ValueError, OSError):
-        return str(path)
 
 
 def to_records(

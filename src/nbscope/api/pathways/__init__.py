@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.api.profile import target_name
-from nbscope.collect.pathways._common import PathwayOptions, PathwayResult
+from nbscope.api.pathways._common import PathwayOptions, PathwayResult
+from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 
 __all__ = [
@@ -86,18 +86,18 @@ def _run_one(
     name: str, notebook: Any, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
 ) -> PathwayResult:
     if name == "script":
-        from nbscope.collect.pathways._script import run_script
+        from nbscope.api.pathways._script import run_script
 
         return run_script(notebook, options)
     if name == "kernel":
-        from nbscope.collect.pathways._kernel import run_kernel
+        from nbscope.api.pathways._kernel import run_kernel
 
         return run_kernel(notebook.path, options, fingerprint=fingerprint, live_path=live_dir / "kernel.jsonl")
     if name == "book":
-        from nbscope.collect.pathways._book import run_book
+        from nbscope.api.pathways._book import run_book
 
         return run_book(notebook, options, fingerprint=fingerprint)
-    from nbscope.collect.pathways._book import run_book2
+    from nbscope.api.pathways._book import run_book2
 
     return run_book2(notebook, options, fingerprint=fingerprint)
 
@@ -195,7 +195,7 @@ def run_pathways(
 def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dict[str, Any], PathwayResult | None]:
     """One pathway's entry over its repeats, and the result whose cells stand for it."""
     from nbscope.analyse.pathways import combine_overheads
-    from nbscope.api.profile import combine_repeats, totals
+    from nbscope.record.cells import combine_repeats, totals
 
     if not runs:
         return {"status": "not-run", "totals": {}, "runner": {}, "overheads": {}, "skipped": "interrupted"}, None
@@ -311,7 +311,7 @@ def _max_spread(rows: list[dict[str, Any]]) -> float | None:
 
 
 def run_bench_pathways(**kwargs: Any) -> RunRecord:
-    """The bench suite's workloads through the pathways (see ``nbscope.collect.pathways._bench``)."""
-    from nbscope.collect.pathways._bench import run_bench_pathways as run
+    """The bench suite's workloads through the pathways (see ``nbscope.api.pathways._bench``)."""
+    from nbscope.api.pathways._bench import run_bench_pathways as run
 
     return run(**kwargs)

@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap, skipped
 from nbscope.collect.notebook import Notebook
-from nbscope.collect.pathways._common import PathwayOptions, PathwayResult, one_line, reap, skipped
 
 EXECUTED = re.compile(r"Executed notebook in ([0-9]+(?:\.[0-9]+)?) seconds")
 FAILED = re.compile(r"Executing notebook failed: ?([^\s\[]*)")

@@ -1,0 +1,41 @@
+"""Plain-text units (seconds, bytes) shared by analyses and renderers; no rich, no markup."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def number(value: Any) -> float | None:
+    """A finite real number, or None (bools, strings, NaN and infinities are not figures)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def seconds(value: Any) -> str:
+    """``1.23 s``, ``45.6 ms``, ``8 µs``; ``–`` when not a number."""
+    value = number(value)
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:.0f} s"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 0.1:
+        return f"{value * 1e3:.0f} ms"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def size(value: Any) -> str | None:
+    """``1.5 GiB``; None when not a number."""
+    value = number(value)
+    if value is None:
+        return None
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= 1024
+    return str(value)

@@ -1,0 +1,127 @@
+"""The job behind ``nbscope profile --backends``: one run per JAX backend, compared, diagnosed, and a
+recommendation of where each cell should run."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse import compare as compare_module
+from nbscope.analyse.diagnose import Findings, diagnose, recommend
+from nbscope.analyse.diagnose._base import sources_of
+from nbscope.api import profile as profile_job
+
+# Backend names as JAX_PLATFORMS takes them; "gpu" is another name for "cuda".
+BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}
+# Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
+# AssertionError instead, which the "no JAX work ran" test below catches).
+UNAVAILABLE_MARKERS = ("Unable to initialize backend", "not in the list of known backends", "No visible GPU",
+                       "no supported devices", "CUDA_ERROR_NO_DEVICE", "Unknown backend")
+
+
+def parse_backends(text: str | None, *, at_least: int = 1) -> list[str]:
+    """``"cpu, CUDA"`` to ``["cpu", "cuda"]``: known names, none twice (gpu means cuda), at least ``at_least``."""
+    backends = [b.strip().lower() for b in (text or "").split(",") if b.strip()]
+    if not backends:
+        raise NbscopeError("--backends needs at least one backend (for example cpu or cpu,cuda)")
+    for backend in backends:
+        if backend not in BACKENDS:
+            raise NbscopeError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
+    if len({BACKENDS[b] for b in backends}) != len(backends):
+        raise NbscopeError(f"--backends lists a backend twice: {','.join(backends)} (gpu means cuda)")
+    if len(backends) < at_least:
+        raise NbscopeError(
+            f"--backends needs at least {'two' if at_least == 2 else at_least} JAX platforms separated by commas "
+            f"(e.g. cpu,cuda), got {text!r}"
+        )
+    return backends
+
+
+def backend_unavailable(record: Any) -> str | None:
+    """Why a run shows its JAX backend could not start, or None when JAX work ran."""
+    cells = record.measurements.get("cells") or []
+    for cell in cells:
+        message = f"{(cell.get('error') or {}).get('name', '')}: {(cell.get('error') or {}).get('message', '')}"
+        if any(marker in message for marker in UNAVAILABLE_MARKERS):
+            return f"cell {cell['index'] + 1}: {message.strip()[:200]}"
+    jax_cells = [c for c in cells if c.get("jax") is not None and c.get("status") not in ("skipped", "not-run")]
+    failed = [c for c in jax_cells if c.get("status") in ("error", "kernel-died")]
+    compiles = (record.measurements.get("totals") or {}).get("compiles") or 0
+    if failed and not compiles:
+        # JAX was imported but not one operation compiled, and cells failed: the backend never came up.
+        first = failed[0].get("error") or {}
+        return (f"no JAX operation ran: {len(failed)} of {len(jax_cells)} cells after `import jax` failed "
+                f"(first: cell {failed[0]['index'] + 1} {first.get('name', '')} {first.get('message', '')})").strip()
+    return None
+
+
+@dataclass
+class BackendsResult:
+    """Each backend's run (or why it could not run), their comparison, the recommendation and findings."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    comparison: compare_module.Comparison | None = None
+    recommendation: dict[str, Any] | None = None
+    findings: dict[str, Findings] = field(default_factory=dict)
+
+    @property
+    def available(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if r["available"]]
+
+    @property
+    def unavailable(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if not r["available"]]
+
+    def record_of(self, backend: str) -> Any:
+        return next(r["record"] for r in self.runs if r["backend"] == backend)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backends": [{k: v for k, v in r.items() if k != "record"} for r in self.runs],
+            "comparison": self.comparison.to_dict() if self.comparison else None,
+            "recommendation": self.recommendation,
+            "diagnosis": {k: v.to_dict() for k, v in self.findings.items()},
+        }
+
+
+def profile_backends(
+    path: str | Path,
+    options: Any,
+    backends: str | list[str],
+    *,
+    store: Any = None,
+    on_backend: Callable[[str], None] | None = None,
+) -> BackendsResult:
+    """Profile a notebook once per JAX backend, then compare the runs and recommend a backend.
+
+    A backend that cannot start (no CUDA on this machine, an unknown platform) is reported, not fatal.
+    """
+    names = parse_backends(backends, at_least=2) if isinstance(backends, str) else backends
+    result = BackendsResult()
+    for backend in names:
+        if on_backend is not None:
+            on_backend(backend)
+        try:
+            record = profile_job.profile(path, dataclasses.replace(options, jax_platform=backend), store=store)
+        except NbscopeError as exc:  # the kernel would not start under this backend's settings
+            result.runs.append({"backend": backend, "run_id": None, "available": False, "reason": str(exc),
+                                "record": None})
+            continue
+        reason = backend_unavailable(record)
+        result.runs.append({"backend": backend, "run_id": record.run_id, "available": reason is None,
+                            "reason": reason, "record": record, "status": record.status})
+    available = result.available
+    if len(available) >= 2:
+        first, second = available[0]["record"], available[1]["record"]
+        sources = sources_of(first)
+        result.comparison = compare_module.compare(first, second, sources=sources)
+        result.recommendation = recommend(first, second, sources=sources)
+        for entry, other in ((available[0], second), (available[1], first)):
+            result.findings[entry["backend"]] = diagnose(entry["record"], other=other, sources=sources)
+    elif len(available) == 1:
+        result.findings[available[0]["backend"]] = diagnose(available[0]["record"])
+    return result

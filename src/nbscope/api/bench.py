@@ -1,0 +1,185 @@
+"""The job behind ``nbscope bench``: a hardware benchmark suite whose figures can be trusted and compared.
+
+Groups (python, numpy, numba, jax, multi-size, dispatch, transfer, loops) each run in a fresh
+subprocess; every steady-state figure comes from calibrated repeated samples (median, min, MAD,
+relative spread), the first call is its own figure (split into compile and run where a compiler is
+involved), and every figure carries its dtype. The result is a run record of kind ``bench``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from nbscope.collect import fingerprint as fp
+from nbscope.collect.bench import _stats
+from nbscope.collect.bench._config import (
+    BUDGETS,
+    DEFAULT_DTYPE,
+    DEFAULT_SIZE,
+    GROUPS,
+    SIZES,
+    TIMEOUTS_S,
+    dtypes_for,
+    parse_dtypes,
+    parse_groups,
+    parse_size,
+    sizes_for,
+)
+from nbscope.collect.bench._runner import run_worker
+from nbscope.record.run import RunRecord
+
+__all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
+
+# Average cores used by other processes during a group above which its figures are flagged.
+BUSY_CORES_WARN = 0.25
+
+# progress(event, payload): event "start" (payload {"group", "dtype"}) or "done" (payload: the group run).
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+
+
+def run_bench(
+    *,
+    only: Iterable[str] | None = None,
+    dtype: str = DEFAULT_DTYPE,
+    size: str = DEFAULT_SIZE,
+    jax_platform: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
+    progress: ProgressCallback | None = None,
+    fingerprint: dict[str, Any] | None = None,
+) -> RunRecord:
+    """Run the suite (or the ``only`` groups) and return its run record, not yet stored.
+
+    ``overrides`` replaces problem sizes (``{"numba.n": 4_000_000}``); user errors (an unknown group,
+    dtype or size) raise :class:`nbscope.NbscopeError`. An interrupt stops the suite and returns what
+    was measured, with status ``partial``.
+    """
+    groups = parse_groups(only)
+    dtypes = parse_dtypes(dtype)
+    size = parse_size(size)
+    sizes = sizes_for(size, overrides)  # validates the override keys
+    started = time.perf_counter()  # the suite's wall time includes reading the fingerprint
+    if fingerprint is None:
+        fingerprint = fp.collect()
+    record = RunRecord(
+        kind="bench",
+        target=f"suite:{size}",
+        fingerprint=fingerprint,
+        settings={
+            "size": size,
+            "dtype": dtype.strip().lower(),
+            "dtypes": dtypes,
+            "only": groups if only else None,
+            "jax_platform": jax_platform,
+            "overrides": overrides or None,
+        },
+    )
+    results: dict[str, dict[str, Any]] = {}
+    interrupted = False
+    try:
+        for group in groups:
+            runs = results.setdefault(group, {"runs": []})["runs"]
+            for group_dtype in dtypes_for(group, dtypes):
+                if progress:
+                    progress("start", {"group": group, "dtype": group_dtype})
+                run = run_worker(
+                    group,
+                    group_dtype,
+                    size,
+                    timeout_s=timeout_s or TIMEOUTS_S[size],
+                    jax_platform=jax_platform,
+                    overrides={k: v for k, v in (overrides or {}).items() if k.startswith(group + ".")},
+                )
+                runs.append(run)
+                if progress:
+                    progress("done", run)
+    except KeyboardInterrupt:
+        interrupted = True
+    wall = time.perf_counter() - started
+    record.measurements = _measurements(results, sizes, wall, interrupted)
+    failed = any(g["status"] == "error" for g in record.measurements["groups"].values())
+    return record.finish("partial" if interrupted or failed else "ok")
+
+
+def _measurements(
+    results: dict[str, dict[str, Any]], sizes: dict[str, Any], wall: float, interrupted: bool
+) -> dict[str, Any]:
+    groups: dict[str, Any] = {}
+    for name, entry in results.items():
+        runs = entry["runs"]
+        if not runs:
+            continue
+        statuses = [run["status"] for run in runs]
+        status = "error" if "error" in statuses else "skipped" if all(s == "skipped" for s in statuses) else "ok"
+        reasons = sorted({run["reason"] for run in runs if run.get("reason")})
+        background = max((run.get("background_cores") or 0.0 for run in runs), default=0.0)
+        warnings = []
+        if background > BUSY_CORES_WARN:
+            warnings.append(
+                f"other processes kept {background:.1f} core(s) busy while this group ran: its figures are "
+                "slower and noisier than this machine alone"
+            )
+        groups[name] = {
+            "title": GROUPS[name].title,
+            "status": status,
+            "reason": "; ".join(reasons) or None,
+            "wall_s": sum(run.get("wall_s") or 0.0 for run in runs),
+            "peak_rss_bytes": max((run.get("peak_rss_bytes") or 0 for run in runs), default=None),
+            "background_cores": background,
+            "warnings": warnings,
+            "sizes": {k.partition(".")[2]: v for k, v in sizes.items() if k.startswith(name + ".")},
+            "runs": [
+                {
+                    key: run.get(key)
+                    for key in (
+                        "dtype", "status", "reason", "wall_s", "worker_s", "cpu_s", "background_cores", "peak_rss_bytes", "exit_code",
+                        "import_s", "info", "notes", "traceback", "reference_s",
+                    )
+                    if run.get(key) is not None
+                }
+                for run in runs
+            ],
+            "figures": [figure for run in runs for figure in run.get("figures", [])],
+        }
+    figures = [figure for group in groups.values() for figure in group["figures"]]
+    reference = [t for entry in results.values() for run in entry["runs"] for t in run.get("reference_s") or []]
+    machine = _stats.steadiness(reference)
+    machine_spread = (machine or {}).get("spread") or 0.0
+    for figure in figures:
+        for part in ("steady", "fit"):
+            block = figure.get(part)
+            if block and block.get("spread") is not None:
+                # What a figure is known to: its own spread, or the machine's drift if that is larger.
+                block["uncertainty"] = max(block["spread"], machine_spread)
+    warnings = []
+    if machine_spread > _stats.SPREAD_WARN:
+        warnings.append(
+            f"this machine was unsteady: a fixed reference workload's time varied ±{machine_spread:.0%} during "
+            "the run (10–90 % range), so no figure is known better than that"
+        )
+    return {
+        "totals": {
+            "figures": count_figures(figures),
+            "rows": len(figures),
+            "wall_s": wall,
+            "groups": len(groups),
+            "groups_ok": sum(g["status"] == "ok" for g in groups.values()),
+            "groups_skipped": sum(g["status"] == "skipped" for g in groups.values()),
+            "groups_failed": sum(g["status"] == "error" for g in groups.values()),
+            "warnings": sum(len(f.get("warnings") or []) for f in figures),
+            "peak_rss_bytes": max((g["peak_rss_bytes"] or 0 for g in groups.values()), default=None),
+            "background_cores": max((g["background_cores"] for g in groups.values()), default=0.0),
+            "interrupted": interrupted,
+            "machine_spread": machine_spread if machine else None,
+        },
+        "machine": machine,
+        "warnings": warnings,
+        "groups": groups,
+    }
+
+
+def count_figures(figures: Iterable[dict[str, Any]]) -> int:
+    """Timed values reported: each first call, each steady state and each fitted slope is one figure."""
+    return sum((f.get("first") is not None) + (f.get("steady") is not None) + (f.get("fit") is not None) for f in figures)

@@ -1,0 +1,60 @@
+"""The job behind ``nbscope loops``: run the trip-count sweep in a fresh process and record its fit."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nbscope.collect import fingerprint as fp
+from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
+from nbscope.record.run import RunRecord
+
+
+def run_loops(
+    options: LoopOptions | None = None,
+    *,
+    store: Any = None,
+    progress: Progress | None = None,
+    fingerprint: dict[str, Any] | None = None,
+) -> Any:
+    """Sweep trip counts, fit, extrapolate; returns a ``loops`` RunRecord (saved in ``store`` if given)."""
+    options = options or LoopOptions()
+    options.validate()
+    fingerprint = fingerprint or fp.collect()
+    started = time.perf_counter()
+    result = run_worker(options, progress)
+    settings = options.resolved()
+    settings.pop("timeout_s", None)
+    record = RunRecord(kind="loops", target=options.target or BUILTIN_TARGET, fingerprint=fingerprint,
+                       settings=settings)
+    sweeps = result["sweeps"]
+    estimates = [
+        {"device": s["device"], "placement": s["placement"], "seconds": extrapolate(s["fit"], options.at),
+         "measured_up_to": max(s["trip_counts"])}
+        for s in sweeps if s.get("fit")
+    ]
+    dump = None
+    if options.xla_dump is not None:
+        files = [p for p in options.xla_dump.rglob("*") if p.is_file()]
+        dump = {"dir": str(options.xla_dump.resolve()), "files": len(files)}
+    fits = [s["fit"] for s in sweeps if s.get("fit")]
+    record.measurements = {
+        "totals": {
+            "sweeps": len(sweeps),
+            "wall_s": time.perf_counter() - started,
+            "us_per_iter": fits[0]["us_per_iter"] if fits else None,
+            "r2_min": min((f["r2"] for f in fits if f.get("r2") is not None), default=None),
+            "at": options.at,
+            "at_s": estimates[0]["seconds"] if estimates else None,
+        },
+        "loop": result.get("loop"),
+        "jax": result.get("jax"),
+        "sweeps": sweeps,
+        "extrapolation": {"trip_count": options.at, "estimates": estimates},
+        "notes": result.get("notes", []),
+        "xla_dump": dump,
+    }
+    record.finish("ok" if fits else "partial")
+    if store is not None:
+        store.save(record)
+    return record

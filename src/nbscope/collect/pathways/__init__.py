@@ -1,1 +1,0 @@
-"""Executors that run one notebook as a plain script, in a kernel, or in a jupyter-book build."""
