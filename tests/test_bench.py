@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.collect.bench import _stats, count_figures, run_bench
+from nbscope.api.bench import count_figures, run_bench
+from nbscope.collect.bench import _stats
 from nbscope.collect.bench._config import Budget, parse_groups
 from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord

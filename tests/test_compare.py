@@ -37,7 +37,7 @@ def test_edited_inserted_and_removed_cells() -> None:
     b = [_cell(0, "h0", "import jax"), _cell(1, "new", "x = f(2000)"), _cell(2, "h2", "plot(x)")]
     pairs = compare_module.pair_cells(a, b)
     assert [(p.match, p.a and p.a["index"], p.b and p.b["index"]) for p in pairs] == [
-        ("hash", 0, 0), ("order", 1, 1), ("hash", 2, 2), ("only-a", 3, None)]
+        ("hash", 0, 0), ("edited", 1, 1), ("hash", 2, 2), ("only-a", 3, None)]
     assert pairs[1].similarity is not None and pairs[1].similarity > 0.8
 
 

@@ -8,8 +8,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import types
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse.report import report_data
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render import html as html_report
@@ -84,7 +83,7 @@ def synthetic_loops() -> RunRecord:
 @pytest.fixture(scope="module")
 def report_file(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Two real profiles of gate_sleep.ipynb (cell 2 made 3× slower in the second), history in the store,
-    a pathways and a loops record, and diagnosis cards from a stand-in diagnose()."""
+    a pathways and a loops record, and diagnosis cards with hostile text in place of the real findings."""
     from nbscope.api.profile import ProfileOptions, profile
 
     folder = tmp_path_factory.mktemp("report")
@@ -95,17 +94,10 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                             live_path=folder / f"{seconds}.jsonl"))
     pathways, loops = synthetic_pathways(), synthetic_loops()
     pathways.fingerprint = loops.fingerprint = runs[0].fingerprint  # measured on the same machine
-    module = types.ModuleType("nbscope.analyse.diagnose")
-    module.diagnose = fake_diagnose  # type: ignore[attr-defined]
-    saved = sys.modules.get("nbscope.analyse.diagnose")
-    sys.modules["nbscope.analyse.diagnose"] = module
-    try:
-        path = html_report.write_report([*runs, pathways, loops], folder / "report.html", store=store)
-    finally:
-        if saved is None:
-            sys.modules.pop("nbscope.analyse.diagnose", None)
-        else:
-            sys.modules["nbscope.analyse.diagnose"] = saved
+    data = report_data([*runs, pathways, loops], store=store)
+    # Findings with hostile text, in place of the real ones (which find nothing to say about sleeps).
+    data.diagnoses = [(i, fake_diagnose(r)) for i, r in enumerate(data.records) if r.kind == "profile"]
+    path = html_report.write_report(data, folder / "report.html")
     return {"path": path, "text": path.read_text(encoding="utf-8"), "store": store, "runs": runs, "folder": folder}
 
 
@@ -181,13 +173,13 @@ def test_report_content(report_file: dict[str, Any]) -> None:
 
 def test_report_without_optional_parts(tmp_path: Path) -> None:
     record = synthetic_loops()
-    text = html_report.report([record])
+    text = html_report.report(report_data([record]))
     assert "<h2>Loop sweeps</h2>" in text and "<h2>History</h2>" not in text and "<h2>Gate" not in text
     bench = RunRecord(kind="bench", target="suite", fingerprint={"digest": "x"},
                       measurements={"totals": {"wall_s": 3.0, "groups": 2}}, command=[])
-    assert "bench totals" in html_report.report([bench])
+    assert "bench totals" in html_report.report(report_data([bench]))
     with pytest.raises(NbscopeError, match="at least one"):
-        html_report.report([])
+        html_report.report(report_data([]))
 
 
 def test_report_with_the_real_diagnosis() -> None:
@@ -197,7 +189,7 @@ def test_report_with_the_real_diagnosis() -> None:
         pytest.skip(f"{stored} is not there")
     from nbscope.record import run as record_module
 
-    text = html_report.report([record_module.load(stored)])
+    text = html_report.report(report_data([record_module.load(stored)]))
     assert "<h2>Diagnosis</h2>" in text
     assert text.count('<div class="card') >= 1 or "No findings." in text
 
@@ -211,7 +203,7 @@ def test_report_cli(report_file: dict[str, Any], run_cli: Any, tmp_path: Path) -
     done = run_cli("report", "999", "--db", report_file["store"].path, "-o", output)
     assert done.returncode == 2 and "no run with id 999" in done.stderr
     with pytest.raises(NbscopeError, match="directory"):
-        html_report.write_report(report_file["runs"][:1], tmp_path)
+        html_report.write_report(report_data(report_file["runs"][:1]), tmp_path)
 
 
 def chromium(*args: str, profile: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:

@@ -1,28 +1,26 @@
 """``nbscope compare``: two profile runs of a notebook side by side.
 
-Cells are paired by source hash (in notebook order, so a cell that appears twice pairs with its own
-twin); cells whose source changed are paired by position and similarity of their first lines. For each
+Cells are paired by the cell model's one pairing function (:func:`nbscope.record.cells.pair_cells`):
+by source hash, moved cells by hash elsewhere, edited cells by position and similarity. For each
 pair the wall, compile and run times of both sides, their ratio and the winner; then the totals; then
 every difference in settings and machine fingerprint that could explain the figures.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
+from nbscope.record.cells import CellPair, pair_cells
 from nbscope.record.run import RunRecord
 
 PROFILE_KINDS = ("profile", "trace")
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
 TIE_SECONDS = 0.005
-# Cells whose sources changed pair up when their first lines are at least this similar.
-SIMILARITY_THRESHOLD = 0.6
 
 TOTAL_KEYS = (
     "wall_s",
@@ -155,76 +153,6 @@ def x64_of(record: RunRecord) -> dict[str, Any]:
     return {"x64": None, "source": "no JAX compile shapes and no x64 setting recorded", "cells": []}
 
 
-# ---- pairing ------------------------------------------------------------------------------------
-
-
-@dataclass
-class CellPair:
-    """One row of a comparison: a cell of A, of B, or of both."""
-
-    a: dict[str, Any] | None
-    b: dict[str, Any] | None
-    match: str  # "hash", "order", "similar", "only-a", "only-b"
-    similarity: float | None = None
-
-
-def _text(cell: Mapping[str, Any], sources: Mapping[str, str] | None) -> str:
-    if sources and cell.get("source_hash") in sources:
-        return sources[cell["source_hash"]]
-    return str(cell.get("first_line") or "")
-
-
-def pair_cells(
-    cells_a: Sequence[dict[str, Any]],
-    cells_b: Sequence[dict[str, Any]],
-    *,
-    sources: Mapping[str, str] | None = None,
-) -> list[CellPair]:
-    """Pair cells by source hash in order; pair the rest by position and similarity (difflib)."""
-    # A cell without a hash never equals another one: it is paired by position and similarity instead.
-    hashes_a = [c.get("source_hash") or ("no-hash", "a", i) for i, c in enumerate(cells_a)]
-    hashes_b = [c.get("source_hash") or ("no-hash", "b", i) for i, c in enumerate(cells_b)]
-    matcher = difflib.SequenceMatcher(a=hashes_a, b=hashes_b, autojunk=False)
-    pairs: list[CellPair] = []
-    for op, a0, a1, b0, b1 in matcher.get_opcodes():
-        if op == "equal":
-            pairs.extend(CellPair(cells_a[i], cells_b[j], "hash") for i, j in zip(range(a0, a1), range(b0, b1), strict=True))
-            continue
-        pairs.extend(_pair_changed(list(cells_a[a0:a1]), list(cells_b[b0:b1]), sources))
-    return pairs
-
-
-def _pair_changed(
-    block_a: list[dict[str, Any]], block_b: list[dict[str, Any]], sources: Mapping[str, str] | None
-) -> list[CellPair]:
-    """Cells between two hash-equal stretches: edited, inserted or removed cells."""
-    if block_a and len(block_a) == len(block_b):
-        # Same count in the same gap: the cells were edited in place; keep position, note similarity.
-        return [
-            CellPair(a, b, "order", _similarity(a, b, sources)) for a, b in zip(block_a, block_b, strict=True)
-        ]
-    pairs: list[CellPair] = []
-    j = 0
-    for a in block_a:
-        best, best_k = 0.0, None
-        for k in range(j, len(block_b)):
-            score = _similarity(a, block_b[k], sources)
-            if score > best:
-                best, best_k = score, k
-        if best_k is not None and best >= SIMILARITY_THRESHOLD:
-            pairs.extend(CellPair(None, b, "only-b") for b in block_b[j:best_k])
-            pairs.append(CellPair(a, block_b[best_k], "similar", best))
-            j = best_k + 1
-        else:
-            pairs.append(CellPair(a, None, "only-a"))
-    pairs.extend(CellPair(None, b, "only-b") for b in block_b[j:])
-    return pairs
-
-
-def _similarity(a: Mapping[str, Any], b: Mapping[str, Any], sources: Mapping[str, str] | None) -> float:
-    return round(difflib.SequenceMatcher(a=_text(a, sources), b=_text(b, sources), autojunk=False).ratio(), 3)
-
-
 # ---- comparison ---------------------------------------------------------------------------------
 
 
@@ -286,7 +214,8 @@ class Comparison:
                 "cells_a": len(self.a.measurements.get("cells", [])),
                 "cells_b": len(self.b.measurements.get("cells", [])),
                 "by_hash": sum(p.match == "hash" for p in self.pairs),
-                "by_order": sum(p.match == "order" for p in self.pairs),
+                "by_order": sum(p.match == "edited" for p in self.pairs),
+                "by_move": sum(p.match == "moved" for p in self.pairs),
                 "by_similarity": sum(p.match == "similar" for p in self.pairs),
                 "only_a": sum(p.match == "only-a" for p in self.pairs),
                 "only_b": sum(p.match == "only-b" for p in self.pairs),

@@ -20,7 +20,6 @@ The gate fails (exit code 1 on the command line) on any ``regression`` or ``fail
 
 from __future__ import annotations
 
-import difflib
 import math
 import statistics
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.record.cells import cell_keys, pair_cells
 from nbscope.record.run import RunRecord
 
 OK_STATUSES = ("ok", "expected-error")
@@ -139,42 +139,6 @@ def _groupby(values: list[float]) -> list[tuple[float, list[float]]]:
         else:
             groups.append((value, [value]))
     return groups
-
-
-# --- pairing ---------------------------------------------------------------------------------------------
-
-
-def cell_keys(cells: list[dict[str, Any]]) -> list[str]:
-    """source_hash with an occurrence number, so a repeated cell source pairs with its own repeat."""
-    seen: dict[str, int] = {}
-    keys = []
-    for cell in cells:
-        digest = str(cell.get("source_hash") or f"index-{cell.get('index')}")
-        seen[digest] = seen.get(digest, 0) + 1
-        keys.append(f"{digest}#{seen[digest]}" if seen[digest] > 1 else digest)
-    return keys
-
-
-def pair_cells(
-    base: list[dict[str, Any]], cand: list[dict[str, Any]]
-) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None, bool]]:
-    """(baseline cell, candidate cell, source_changed) in candidate order, unpaired ones with None.
-
-    Cells with equal sources pair by hash; between such anchors, edited cells in the same number pair
-    by position (``source_changed`` True); the rest are new or removed.
-    """
-    keys_a, keys_b = cell_keys(base), cell_keys(cand)
-    pairs: list[tuple[dict[str, Any] | None, dict[str, Any] | None, bool]] = []
-    matcher = difflib.SequenceMatcher(a=keys_a, b=keys_b, autojunk=False)
-    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
-        if tag == "equal":
-            pairs.extend((base[a0 + i], cand[b0 + i], False) for i in range(a1 - a0))
-        elif tag == "replace" and a1 - a0 == b1 - b0:
-            pairs.extend((base[a0 + i], cand[b0 + i], True) for i in range(a1 - a0))
-        else:
-            pairs.extend((base[i], None, False) for i in range(a0, a1))
-            pairs.extend((None, cand[i], False) for i in range(b0, b1))
-    return pairs
 
 
 # --- comparison ------------------------------------------------------------------------------------------
@@ -511,7 +475,7 @@ def gate(
         keys = dict(zip(map(id, cand_cells), cell_keys(cand_cells), strict=True))
         comparisons = [
             _compare_cells(b, c, changed, options, noise, keys.get(id(c)) if c is not None else None)
-            for b, c, changed in pair_cells(base_cells, cand_cells)
+            for b, c, changed in ((p.a, p.b, p.source_changed) for p in pair_cells(base_cells, cand_cells))
         ]
     total = _total(comparisons, baseline, candidate, options, noise)
     repeats = (run_summary(baseline)["repeats"], run_summary(candidate)["repeats"])

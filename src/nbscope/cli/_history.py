@@ -162,11 +162,13 @@ def report(
 ) -> None:
     """One self-contained HTML report (no network): fingerprints, waterfalls, compared runs, pathways,
     loop sweeps, diagnoses and history, plots as inline SVG."""
+    from nbscope.analyse.report import report_data
     from nbscope.record.store import resolve_run
     from nbscope.render.html import write_report
 
     store = open_store(db)
     records = [resolve_run(reference, store) for reference in runs]
     history_store = None if no_history or not store.path.exists() else store
-    path = write_report(records, output, store=history_store, title=title, history_metric=metric)
+    data = report_data(records, store=history_store, history_metric=metric)
+    path = write_report(data, output, title=title)
     print(f"report written to {path} ({path.stat().st_size // 1024} KiB)")

@@ -12,7 +12,7 @@ from rich.table import Table
 from nbscope.render.terminal import console, format_bytes, format_seconds
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-MATCH_NOTE = {"hash": "", "order": "edited", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
+MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
 
 
 def _md(text: Any) -> str:
@@ -66,7 +66,7 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
     note = "every cell paired" if pairing["all_paired"] else f"{pairing['only_a']} only in A, {pairing['only_b']} only in B"
     console.print(
         f"[dim]{pairing['cells_a']} vs {pairing['cells_b']} cells: {pairing['by_hash']} paired by source hash, "
-        f"{pairing['by_order'] + pairing['by_similarity']} by position/similarity; {note}[/dim]"
+        f"{pairing['by_order'] + pairing['by_similarity'] + pairing.get('by_move', 0)} moved, edited or similar; {note}[/dim]"
     )
     rows = list(data["cells"])
     if top:

@@ -1,0 +1,74 @@
+"""What a report shows beyond the runs themselves: the gate of the last run against the first, each
+profile's diagnosis, and each target's history. Computed here once; the HTML renderer only formats it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.diagnose import Findings, diagnose
+from nbscope.analyse.gate import GateResult, gate
+from nbscope.analyse.history import History, history
+from nbscope.record.run import RunRecord
+
+CELL_KINDS = ("profile", "trace")
+
+
+@dataclass
+class ReportData:
+    """The runs of a report (the first is the baseline) and the analyses of them."""
+
+    records: list[RunRecord]
+    gate: GateResult | None = None
+    gate_runs: tuple[int, int] | None = None  # positions in ``records`` of baseline and candidate
+    gate_error: str | None = None
+    diagnoses: list[tuple[int, Findings]] = field(default_factory=list)  # (position, findings)
+    notes: list[str] = field(default_factory=list)  # runs that could not be diagnosed, and why
+    histories: list[tuple[str, History]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # further sections' data, by section name
+
+
+def _gate(data: ReportData) -> None:
+    records = data.records
+    runs = [r for r in records if r.kind in CELL_KINDS and r.measurements.get("cells")]
+    runs = [r for r in runs if runs and r.target == runs[-1].target]
+    if len(runs) < 2:
+        return  # gating pairs cells of one notebook: it needs two runs of the same target
+    data.gate_runs = (records.index(runs[0]), records.index(runs[-1]))
+    try:
+        data.gate = gate(runs[0], runs[-1])
+    except NbscopeError as exc:
+        data.gate_error = str(exc)
+
+
+def _diagnoses(data: ReportData) -> None:
+    for position, record in enumerate(data.records):
+        if record.kind not in CELL_KINDS:
+            continue
+        # The run before it of the same notebook, if any, is what diagnose() may compare it with.
+        previous = [r for r in data.records[:position] if r.kind in CELL_KINDS and r.target == record.target]
+        try:
+            data.diagnoses.append((position, diagnose(record, other=previous[-1] if previous else None)))
+        except NbscopeError as exc:
+            data.notes.append(f"run {record.run_id or position + 1} not diagnosed: {exc}")
+
+
+def _histories(data: ReportData, store: Any, metric: str) -> None:
+    for target in dict.fromkeys(r.target for r in data.records):
+        try:
+            data.histories.append((target, history(store, target, metric=metric)))
+        except NbscopeError:
+            continue
+
+
+def report_data(records: list[RunRecord], *, store: Any = None, history_metric: str = "wall_s") -> ReportData:
+    """Every analysis a report of ``records`` shows; ``store`` (optional) supplies the histories."""
+    if not records:
+        raise NbscopeError("report needs at least one run")
+    data = ReportData(records=list(records))
+    _gate(data)
+    _diagnoses(data)
+    if store is not None:
+        _histories(data, store, history_metric)
+    return data

@@ -1,0 +1,71 @@
+"""Shared pieces of the HTML report: escaping, tables, names and the constants of its plots."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from nbscope import _units
+from nbscope.record.run import RunRecord
+
+_seconds = _units.seconds
+CELL_KINDS = ("profile", "trace")
+MAX_WATERFALL_CELLS = 150
+MAX_BAR_CELLS = 30
+COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+COMPILE_COLOR = "#dd8452"
+RUN_COLOR = "#4c72b0"
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:"
+
+
+def e(value: Any) -> str:
+    """HTML-escaped text of any value."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def e_code(value: Any) -> str:
+    """Escaped text whose `backtick spans` become <code> (after escaping, so nothing else is markup)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", e(value))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _short(text: Any, width: int = 40) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def run_name(record: RunRecord, position: int) -> str:
+    return f"run {record.run_id}" if record.run_id is not None else f"record {position + 1}"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = (),
+           row_class: Callable[[int], str] | None = None) -> str:
+    """An HTML table; cells are escaped unless given as ``Markup``."""
+    right = set(numeric)
+    out = ["<table><thead><tr>", *(f"<th>{e(h)}</th>" for h in headers), "</tr></thead><tbody>"]
+    for number, row in enumerate(rows):
+        css = row_class(number) if row_class else ""
+        out.append(f'<tr class="{e(css)}">' if css else "<tr>")
+        for column, value in enumerate(row):
+            text = value.html if isinstance(value, Markup) else e(value)
+            out.append(f'<td class="n">{text}</td>' if column in right else f"<td>{text}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+class Markup:
+    """Already-escaped HTML for :func:`_table`."""
+
+    def __init__(self, html_text: str) -> None:
+        self.html = html_text
+
+

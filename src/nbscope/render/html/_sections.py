@@ -1,0 +1,283 @@
+"""The HTML report's sections, each formatting data it is given (runs, analyses); none computes one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from nbscope.analyse.report import ReportData
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord
+from nbscope.render.gate import VERDICT_MARK
+from nbscope.render.html._base import (
+    MAX_WATERFALL_CELLS,
+    Markup,
+    _number,
+    _seconds,
+    _short,
+    _table,
+    e,
+    e_code,
+    run_name,
+)
+from nbscope.render.html._plots import history_svg, loops_svg, pathways_svg, waterfall_svg
+
+
+def _runs_section(records: list[RunRecord]) -> str:
+    rows = []
+    for position, record in enumerate(records):
+        headline = ", ".join(
+            f"{k} {_seconds(v) if k.endswith('_s') else v}" for k, v in record.headline().items()
+        )
+        rows.append(
+            (run_name(record, position), record.kind, Markup(f"<code>{e(record.target)}</code>"), record.status,
+             record.started_at[:19].replace("T", " "), fp.summary(record.fingerprint), record.digest, headline)
+        )
+    headers = ("run", "kind", "target", "status", "started (UTC)", "machine", "digest", "headline")
+    return "<h2>Runs</h2>" + _table(headers, rows)
+
+
+KEY_FIELDS = (
+    "cpu.model", "cpu.logical_cores", "memory.total_bytes", "blas.library", "blas.threads", "gpu.devices.0.name",
+    "gpu.devices.0.fp64_class", "gpu.driver_version", "versions.python", "versions.jax", "versions.jaxlib",
+    "versions.numpy", "versions.numba", "environment", "digest",
+)
+
+
+def _fingerprint_section(records: list[RunRecord]) -> str:
+    """Key fields of each run's environment, the comparable fields that differ, then all fields folded."""
+    flats = [fp.flatten(r.fingerprint) for r in records]
+    paths: list[str] = []
+    for flat in flats:
+        paths.extend(p for p in flat if p not in paths and not p.startswith("blas.pools."))
+    comparable = set().union(*(fp.comparable_fields(r.fingerprint) for r in records))
+    missing = {"absent": "not recorded"}
+
+    def show(path: str, value: Any) -> str:
+        if fp.is_absent(value):
+            return f"absent: {value['absent']}"
+        if path.endswith("_bytes") and _number(value) is not None:
+            from nbscope.render.terminal import format_bytes
+
+            return format_bytes(value)
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, default=str)
+        return str(value)
+
+    def rows_for(selected: Iterable[str]) -> list[tuple[str, ...]]:
+        return [(path, *(show(path, flat.get(path, missing)) for flat in flats)) for path in selected]
+
+    headers = ("field", *(f"{run_name(r, i)}" for i, r in enumerate(records)))
+    differing = [
+        p for p in paths
+        if len(records) > 1 and p in comparable and len({show(p, f.get(p, missing)) for f in flats}) > 1
+    ]
+    key = [p for p in KEY_FIELDS if any(p in f for f in flats) and p not in differing]
+    out = ["<h2>Fingerprint</h2>"]
+    if len(records) > 1:
+        if differing:
+            out.append(f"<p>{len(differing)} comparable field(s) differ between the runs' environments:</p>")
+            out.append(_table(headers, rows_for(differing[:12]), row_class=lambda _: "diff"))
+            if len(differing) > 12:
+                out.append(f"<details><summary>{len(differing) - 12} more differing fields</summary>"
+                           f"{_table(headers, rows_for(differing[12:]), row_class=lambda _: 'diff')}</details>")
+        else:
+            out.append("<p>All comparable fields agree: the runs share one environment.</p>")
+    out.append(_table(headers, rows_for(key)))
+    out.append(f"<details><summary>all {len(paths)} fields</summary>{_table(headers, rows_for(paths))}</details>")
+    return "".join(out)
+
+
+def _cell_table(record: RunRecord) -> str:
+    from nbscope.render.ledger import cell_flags, compile_text
+
+    rows = []
+    for cell in record.measurements.get("cells") or []:
+        error = cell.get("error") or {}
+        message = f"{error.get('name', '')}: {error.get('message', '')}" if error else ""
+        rows.append(
+            (int(cell.get("index", 0)) + 1, cell.get("line") or "", Markup(f'<span class="src">{e(cell.get("first_line"))}</span>'),
+             cell.get("status"), _seconds(cell.get("wall_s")), _seconds(cell.get("compile_s")),
+             _seconds(cell.get("run_s")), compile_text(cell), ", ".join(cell_flags(cell, markup=False)),
+             _short(message, 200))
+        )
+    headers = ("#", "line", "source", "status", "wall", "compile", "run", "compiles", "notes", "error")
+    return f"<details><summary>all {len(rows)} cells</summary>{_table(headers, rows, numeric=(0, 1, 4, 5, 6))}</details>"
+
+
+def _totals_table(totals: dict[str, Any]) -> str:
+    rows = []
+    for key, value in totals.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value, default=str)
+        elif key.endswith("_s"):
+            value = _seconds(value)
+        elif key.endswith("_bytes") and _number(value) is not None:
+            from nbscope.render.terminal import format_bytes
+
+            value = format_bytes(value)
+        rows.append((key, value))
+    return _table(("total", "value"), rows, numeric=(1,))
+
+
+def _profile_section(record: RunRecord, position: int) -> str:
+    totals = record.measurements.get("totals") or {}
+    wall = _number(totals.get("wall_s")) or 0.0
+    compile_s = _number(totals.get("compile_s")) or 0.0
+    share = f" ({compile_s / wall:.0%})" if wall else ""
+    head = (
+        f"<h3>{e(run_name(record, position))}: <code>{e(record.target)}</code></h3>"
+        f"<p class=\"meta\">{e(record.kind)} · {e(record.status)} · total {e(_seconds(wall))} · compile "
+        f"{e(_seconds(compile_s))}{e(share)} · {e(totals.get('compiles', 0))} JAX compiles · "
+        f"{e(totals.get('cells_run', totals.get('cells', 0)))}/{e(totals.get('cells', 0))} cells run · "
+        f"repeats {e(record.measurements.get('repeats', 1))}</p>"
+    )
+    plot = waterfall_svg(record)
+    cells = record.measurements.get("cells") or []
+    more = (f'<p class="note">first {MAX_WATERFALL_CELLS} of {len(cells)} cells shown</p>'
+            if len(cells) > MAX_WATERFALL_CELLS else "")
+    return head + (plot or '<p class="note">no cell timings</p>') + more + _cell_table(record)
+
+
+def _pathways_section(record: RunRecord, position: int) -> str:
+    pathways = record.measurements.get("pathways") or {}
+    if not isinstance(pathways, dict) or not pathways:
+        return ""
+    keys: list[str] = []
+    for entry in pathways.values():
+        keys.extend(k for k in (entry.get("totals") or {}) if k not in keys)
+    rows = []
+    for name, entry in pathways.items():
+        totals = entry.get("totals") or {}
+        rows.append((name, *[
+            _seconds(totals.get(k)) if k.endswith("_s") else
+            (json.dumps(totals.get(k), default=str) if isinstance(totals.get(k), (dict, list)) else totals.get(k, ""))
+            for k in keys
+        ]))
+    plot = pathways_svg(record) or ""
+    names = list(pathways)
+    cell_rows = []
+    for cell in record.measurements.get("cells") or []:
+        by = cell.get("by_pathway") if isinstance(cell.get("by_pathway"), dict) else {}
+        cell_rows.append((
+            int(cell.get("index", 0)) + 1, cell.get("line") or "",
+            Markup(f'<span class="src">{e(cell.get("first_line"))}</span>'),
+            *[f"{_seconds((by.get(n) or {}).get('wall_s'))} ({(by.get(n) or {}).get('status', '–')})" for n in names],
+        ))
+    cells = (f"<details><summary>all {len(cell_rows)} cells</summary>"
+             f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>")
+    return (
+        f"<h3>{e(run_name(record, position))}: pathways of <code>{e(record.target)}</code></h3>"
+        + _table(("pathway", *keys), rows, numeric=range(1, len(keys) + 1)) + plot + cells
+    )
+
+
+def _loops_section(record: RunRecord, position: int) -> str:
+    sweeps = [s for s in record.measurements.get("sweeps") or [] if isinstance(s, dict)]
+    if not sweeps:
+        return ""
+    rows = []
+    for sweep in sweeps:
+        fit = sweep.get("fit") or {}
+        us, a, b, r2 = (_number(fit.get(k)) for k in ("us_per_iter", "a_s", "b_s", "r2"))
+        rows.append((sweep.get("device", ""), sweep.get("loop", ""), len(sweep.get("trip_counts") or []),
+                     "–" if us is None else f"{us:.4g}", _seconds(a), "–" if b is None else f"{b:.3g}",
+                     "–" if r2 is None else f"{r2:.4f}"))
+    return (
+        f"<h3>{e(run_name(record, position))}: loop sweeps of <code>{e(record.target)}</code></h3>"
+        + _table(("device", "loop", "points", "µs/iter", "a (fixed)", "b (s/iter)", "r²"), rows,
+                 numeric=(2, 3, 4, 5, 6))
+        + (loops_svg(record) or "")
+    )
+
+
+def _field(finding: Any, name: str) -> Any:
+    if isinstance(finding, dict):
+        return finding.get(name)
+    return getattr(finding, name, None)
+
+
+def diagnosis(data: ReportData) -> str:
+    cards = []
+    notes = list(data.notes)
+    for position, findings in data.diagnoses:
+        record = data.records[position]
+        for finding in findings:
+            severity = str(_field(finding, "severity") or "info")
+            index = _field(finding, "cell_index")
+            where = f" · cell {int(index) + 1}" if isinstance(index, int) else ""
+            confidence = _field(finding, "confidence")
+            confidence_text = f" · confidence {confidence:.0%}" if isinstance(confidence, float) and confidence <= 1 else (
+                f" · confidence {confidence}" if confidence is not None else "")
+            evidence = _field(finding, "evidence") or {}
+            evidence_rows = [
+                (k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) for k, v in evidence.items()
+            ] if isinstance(evidence, dict) else []
+            fix = _field(finding, "fix")
+            cards.append(
+                f'<div class="card {e(severity.lower())}"><h3>{e(_field(finding, "title"))}</h3>'
+                f'<p class="meta">{e(run_name(record, position))}{e(where)} · {e(severity)}{e(confidence_text)} · '
+                f'rule <code>{e(_field(finding, "rule"))}</code></p>'
+                f"<p>{e_code(_field(finding, 'summary'))}</p>"
+                + (f"<p><b>Fix:</b> {e_code(fix)}</p>" if fix else "")
+                + (f"<details><summary>evidence</summary>{_table(('item', 'value'), evidence_rows)}</details>"
+                   if evidence_rows else "")
+                + "</div>"
+            )
+    if not cards and not notes:
+        return "<h2>Diagnosis</h2><p>No findings.</p>"
+    return (
+        "<h2>Diagnosis</h2>" + "".join(f'<p class="note">{e(n)}</p>' for n in notes)
+        + f'<div class="cards">{"".join(cards)}</div>'
+    )
+
+
+def history(data: ReportData) -> str:
+    parts = []
+    ids = [r.run_id for r in data.records if r.run_id is not None]
+    for target, result in data.histories:
+        plot = history_svg(result, highlight=ids)
+        if plot is None:
+            continue
+        changes = [
+            (s.digest, c.run_id, c.started_at[:19].replace("T", " "), _seconds(c.before), _seconds(c.after),
+             f"×{c.ratio:.2f}" if c.ratio else "–")
+            for s in result.series for c in s.changes
+        ]
+        counts = ", ".join(f"{len(s.points)} {s.kind} runs on digest {s.digest}" for s in result.series)
+        parts.append(
+            f"<h3><code>{e(target)}</code></h3><p class=\"meta\">{e(counts)}</p>{plot}"
+            + (_table(("digest", "run", "started (UTC)", "before", "after", "ratio"), changes, numeric=(1, 3, 4, 5))
+               if changes else '<p class="note">no change point</p>')
+        )
+    return "<h2>History</h2>" + "".join(parts) if parts else ""
+
+
+def gate(data: ReportData) -> str:
+    if data.gate_runs is None:
+        return ""  # gating pairs cells of one notebook: it needs two runs of the same target
+    if data.gate is None:
+        return f"<h2>Gate</h2><p class=\"note\">{e(data.gate_error)}</p>"
+    records, result = data.records, data.gate
+    runs = [records[data.gate_runs[0]], records[data.gate_runs[1]]]
+
+    def mark(verdict: str) -> str:
+        return VERDICT_MARK.get(verdict, verdict).removeprefix("❌ ").removeprefix("✅ ").removeprefix("⚠️ ")
+
+    verdict = '<span class="pass">PASS</span>' if result.passed else '<span class="fail">FAIL</span>'
+    rows = []
+    for c in [*[c for c in result.cells if c.verdict not in ("unchanged", "below-floor")], result.total]:
+        rows.append(
+            (Markup(f'<span class="src">{e(c.label)}</span>'), _seconds(c.base_s), _seconds(c.cand_s),
+             "–" if c.ratio is None else f"×{c.ratio:.2f}", "–" if c.p_value is None else f"{c.p_value:.3g}",
+             Markup(f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
+                    + (f" ({e(c.note)})" if c.note else "")))
+        )
+    notes = "".join(f'<p class="note">{e(w)}</p>' for w in result.warnings)
+    return (
+        f"<h2>Gate: {verdict}</h2><p>{e(run_name(runs[1], records.index(runs[1])))} against "
+        f"{e(run_name(runs[0], records.index(runs[0])))}, max slowdown {result.options.max_slowdown:.0%}, "
+        f"α = {result.options.alpha:g}; cells that moved, then the total.</p>{notes}"
+        + _table(("cell", "baseline", "candidate", "ratio", "p", "verdict"), rows, numeric=(1, 2, 3, 4))
+    )
