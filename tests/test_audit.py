@@ -361,12 +361,12 @@ def test_merge_refuses_what_is_not_an_audit(tmp_path: Path, no_gpu: dict[str, An
 
 
 def test_reports_escape_notebook_text(tmp_path: Path, no_gpu: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    from nbscope.render.audit import _plain_html, audit_html, audit_markdown, print_audit
+    from nbscope.render.audit import audit_html, audit_markdown, print_audit
 
     page = tmp_path / "<script>alert(1) [red]x.md"
     shutil.copy(BOOK / "jax_small.md", page)
     record = _fake_audit(page, Store(tmp_path / "s.db"), no_gpu, Recorder(), backends=["cpu", "cuda"])
-    for text in (_plain_html(record), audit_html(record)):
+    for text in (audit_html(record),):
         assert "<script>alert" not in text and "&lt;script&gt;alert(1)" in text
     markdown = audit_markdown(record)
     assert "| Lecture | CPU | cuda | Winner |" in markdown and "cuda unavailable" in markdown

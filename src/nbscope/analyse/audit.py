@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nbscope._errors import NbscopeError
+from nbscope.analyse.diagnose import diagnose, recommend
 from nbscope.record.run import RunRecord
 
 # Entry statuses: a run's own (ok / partial / error), or why there is no run.
@@ -39,41 +41,20 @@ def is_gpu_backend(backend: str) -> bool:
     return backend != "cpu"
 
 
-def _finding_dict(finding: Any) -> dict[str, Any]:
-    if hasattr(finding, "to_dict"):
-        return dict(finding.to_dict())
-    if isinstance(finding, dict):
-        return dict(finding)
-    return {k: getattr(finding, k, None) for k in ("rule", "title", "summary", "fix", "severity", "confidence",
-                                                   "cell_index", "evidence")}
-
-
 def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list[dict[str, Any]] | None, str | None]:
     """Diagnosed findings of a profile, most important first (diagnose's own order); ``None`` and a reason
     when diagnosis is unavailable. ``other`` is the same notebook on the other backend, used as evidence."""
     try:
-        from nbscope.analyse.diagnose import diagnose
-    except ImportError:
-        return None, "nbscope.analyse.diagnose is not available in this installation"
-    except Exception as exc:  # a broken diagnose module must cost the audit its causes, not its results
-        return None, f"nbscope.analyse.diagnose failed to load: {type(exc).__name__}: {exc}"
-    try:
-        try:
-            found = diagnose(record, other=other) if other is not None else diagnose(record)
-        except TypeError:  # a diagnose without ``other``
-            found = diagnose(record)
-        return [_finding_dict(f) for f in found], None
-    except Exception as exc:  # one record the rules trip over must not end the audit
-        return None, f"diagnosis failed: {type(exc).__name__}: {exc}"
+        return [f.to_dict() for f in diagnose(record, other=other)], None
+    except NbscopeError as exc:  # a record the rules cannot read costs the audit its causes, not its results
+        return None, f"diagnosis failed: {exc}"
 
 
 def recommendation_of(cpu: RunRecord, gpu: RunRecord) -> dict[str, Any] | None:
     """diagnose.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available."""
     try:
-        from nbscope.analyse.diagnose import recommend
-
         result = recommend(cpu, gpu)
-    except Exception:  # unavailable or failing: the winner from the totals still stands
+    except NbscopeError:  # the winner from the totals still stands
         return None
     if not isinstance(result, dict) or result.get("recommendation") is None:
         return None

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
+from nbscope.render import html as report_html
 from nbscope.render.terminal import console, format_seconds, print_record_header
 
 
@@ -127,25 +128,7 @@ def audit_markdown(record: RunRecord) -> str:
     return "\n".join(lines) + "\n"
 
 
-def audit_html(record: RunRecord) -> str:
-    """One self-contained HTML page; uses the report module's audit view when it has one."""
-    try:
-        from nbscope.render import html as report_html
-    except ImportError:
-        report_html = None
-    for name in ("audit_html", "render_audit", "audit_report"):
-        function = getattr(report_html, name, None)
-        if callable(function):
-            try:
-                result = function(record)
-            except Exception:  # its view failing must not lose the audit: fall back to the plain page
-                break
-            if isinstance(result, str):
-                return result
-    return _plain_html(record)
-
-
-_PLAIN_STYLE = """
+_AUDIT_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: .3em .6em; vertical-align: top; }
 th { background: #f3f3f3; } td:nth-child(2), td:nth-child(3) { text-align: right; white-space: nowrap; }
@@ -153,7 +136,8 @@ th { background: #f3f3f3; } td:nth-child(2), td:nth-child(3) { text-align: right
 """
 
 
-def _plain_html(record: RunRecord) -> str:
+def audit_html(record: RunRecord) -> str:
+    """One self-contained HTML page (no scripts, no network) with the look of nbscope's other reports."""
     e = html.escape
     m = record.measurements
     gpu = _gpu_backend(record)
@@ -169,14 +153,7 @@ def _plain_html(record: RunRecord) -> str:
     notes += [f"<li>{e(x['path'])} on {e(x['backend'])}: {e(x['status'])} {e(str(x.get('error') or ''))}</li>"
               for x in _failures(record)]
     head = "".join(f"<th>{e(h)}</th>" for h in ("Lecture", "CPU", gpu or "GPU", "Winner", "Top cause", "Recommended action"))
-    style, csp = _PLAIN_STYLE, "default-src 'none'; style-src 'unsafe-inline'"
-    try:  # the report module's look and content policy, so audit pages match nbscope's other reports
-        from nbscope.render import html as report_html
-
-        style = str(report_html.STYLE) + _PLAIN_STYLE
-        csp = str(report_html.CSP)
-    except (ImportError, AttributeError):
-        pass
+    style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
 <title>nbscope audit: {e(record.target)}</title>
