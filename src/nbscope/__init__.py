@@ -14,10 +14,14 @@ _LAZY = {
     "NbscopeError": "nbscope._errors",
     "RunRecord": "nbscope.record.run",
     "Store": "nbscope.record.store",
+    "bench": "nbscope.api.public",
     "collect_fingerprint": "nbscope.api.info",
+    "compare": "nbscope.api.public",
+    "diagnose": "nbscope.api.public",
     "diff_fingerprints": "nbscope.api.info",
     "load_fingerprint": "nbscope.api.info",
-    "profile": "nbscope.api.info",
+    "open_store": "nbscope.api.public",
+    "profile": "nbscope.api.public",
 }
 
 __all__ = ["__version__", *_LAZY]

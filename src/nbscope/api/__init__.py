@@ -1,1 +1,2 @@
-"""The public Python API: each function runs one job (collect, then record, then analyse) and returns data."""
+"""The jobs behind the commands (profile, trace, pathways, audit, bench, loops, backends): each runs
+collect, then record (then analyse) and returns data; ``public.py`` holds what ``import nbscope`` offers."""
