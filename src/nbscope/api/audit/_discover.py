@@ -172,6 +172,26 @@ def _glob_entry(config: Path, pattern: Any, *, add_suffixes: bool) -> list[Path]
     return sorted(found)
 
 
+
+def _walk_toc(
+    path: Path, entries: Any, key: str, pages: list[Path], *, children: tuple[str, ...], pattern: str,
+    add_suffixes: bool,
+) -> None:
+    """Pages of a table of contents in order: ``file`` entries, ``pattern`` globs, then each child list."""
+    if not isinstance(entries, list):
+        raise NbscopeError(f"{path}: '{key}' must be a list of entries")
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise NbscopeError(f"{path}: each entry under '{key}' must be a mapping, not {entry!r}")
+        if "file" in entry:
+            pages.append(_resolve_entry(path, entry["file"]))
+        if pattern in entry:
+            pages.extend(_glob_entry(path, entry[pattern], add_suffixes=add_suffixes))
+        for child in children:
+            if child in entry:
+                _walk_toc(path, entry[child], child, pages, children=children, pattern=pattern,
+                          add_suffixes=add_suffixes)
+
 def read_toc(path: Path) -> list[Path]:
     """Pages of a jupyter-book 1 ``_toc.yml`` in reading order: root, then parts/chapters/sections."""
     data = _load_yaml(path)
@@ -181,23 +201,9 @@ def read_toc(path: Path) -> list[Path]:
     if "root" in data:
         pages.append(_resolve_entry(path, data["root"]))
 
-    def walk(entries: Any, key: str) -> None:
-        if not isinstance(entries, list):
-            raise NbscopeError(f"{path}: '{key}' must be a list of entries")
-        for entry in entries:
-            if not isinstance(entry, dict):
-                raise NbscopeError(f"{path}: each entry under '{key}' must be a mapping, not {entry!r}")
-            if "file" in entry:
-                pages.append(_resolve_entry(path, entry["file"]))
-            if "glob" in entry:
-                pages.extend(_glob_entry(path, entry["glob"], add_suffixes=True))
-            for child in TOC_CHILD_KEYS:
-                if child in entry:
-                    walk(entry[child], child)
-
     for key in TOC_CHILD_KEYS:
         if key in data:
-            walk(data[key], key)
+            _walk_toc(path, data[key], key, pages, children=TOC_CHILD_KEYS, pattern="glob", add_suffixes=True)
     if not pages:
         raise NbscopeError(f"{path}: the table of contents names no files")
     return pages
@@ -219,20 +225,7 @@ def read_myst_yml(path: Path) -> list[Path]:
         return scan_directory(path.parent)
     pages: list[Path] = []
 
-    def walk(entries: Any) -> None:
-        if not isinstance(entries, list):
-            raise NbscopeError(f"{path}: 'toc' and 'children' must be lists of entries")
-        for entry in entries:
-            if not isinstance(entry, dict):
-                raise NbscopeError(f"{path}: each toc entry must be a mapping, not {entry!r}")
-            if "file" in entry:
-                pages.append(_resolve_entry(path, entry["file"]))
-            if "pattern" in entry:
-                pages.extend(_glob_entry(path, entry["pattern"], add_suffixes=False))
-            if "children" in entry:
-                walk(entry["children"])
-
-    walk(toc)
+    _walk_toc(path, toc, "toc", pages, children=("children",), pattern="pattern", add_suffixes=False)
     if not pages:
         raise NbscopeError(f"{path}: project.toc names no files")
     return pages

@@ -65,6 +65,14 @@ TIMEOUTS_S: dict[str, float] = {"quick": 120.0, "default": 600.0, "seed": 1800.0
 
 MULTI_SIZES = [100, 500, 1000, 2000, 3000]  # the seed's "lecture simulation"
 
+# Sizes every preset shares. The loop trips are bounded so that a GPU, which needs µs of host work per
+# iteration, still finishes quickly.
+_EVERY_PRESET: dict[str, Any] = {
+    "multi-size.sizes": MULTI_SIZES,
+    "loops.trips": [1_000, 10_000, 30_000, 100_000],
+    "loops.pin_cpu": "auto",  # "always": run the pinned-CPU variant even when the CPU is the default
+}
+
 # Problem sizes per preset, keyed "<group>.<parameter>". "seed" is the suite this project started from.
 SIZES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -76,12 +84,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "jax.matmul_small_n": 200,
         "jax.matmul_large_n": 1000,
         "jax.elementwise_n": 2_000_000,
-        "multi-size.sizes": MULTI_SIZES,
         "multi-size.steady": False,  # first calls only: the steady matmul is the jax group's figure
         "transfer.bytes": 8 * 2**20,
-        # Bounded so that a GPU, which needs µs of host work per iteration, still finishes quickly.
-        "loops.trips": [1_000, 10_000, 30_000, 100_000],
-        "loops.pin_cpu": "auto",  # "always": run the pinned-CPU variant even when the CPU is the default
     },
     "default": {
         "python.int_sum_n": 5_000_000,
@@ -92,11 +96,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "jax.matmul_small_n": 1000,
         "jax.matmul_large_n": 2000,
         "jax.elementwise_n": 10_000_000,
-        "multi-size.sizes": MULTI_SIZES,
         "multi-size.steady": True,
         "transfer.bytes": 64 * 2**20,
-        "loops.trips": [1_000, 10_000, 30_000, 100_000],
-        "loops.pin_cpu": "auto",  # "always": run the pinned-CPU variant even when the CPU is the default
     },
     "seed": {
         "python.int_sum_n": 10_000_000,
@@ -107,13 +108,13 @@ SIZES: dict[str, dict[str, Any]] = {
         "jax.matmul_small_n": 1000,
         "jax.matmul_large_n": 3000,
         "jax.elementwise_n": 50_000_000,
-        "multi-size.sizes": MULTI_SIZES,
         "multi-size.steady": True,
         "transfer.bytes": 64 * 2**20,  # the seed suite had no transfer figure: as "default"
-        "loops.trips": [1_000, 10_000, 30_000, 100_000],
-        "loops.pin_cpu": "auto",  # "always": run the pinned-CPU variant even when the CPU is the default
     },
 }
+
+for _preset in SIZES.values():
+    _preset.update(_EVERY_PRESET)
 
 # A loop trip count whose first call takes longer than this ends the series (a slow device).
 LOOP_CALL_LIMIT_S = 2.0
