@@ -261,6 +261,10 @@ def audit(
         if store is not None:
             store.save(record)
         if interrupted:
+            if record.run_id is not None:
+                from nbscope import _signals
+
+                _signals.note_saved(f"partial audit run {record.run_id} (the notebooks that finished are runs of their own)")
             raise KeyboardInterrupt
         return record
     finally:
@@ -308,6 +312,8 @@ def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str)
     }
     if store is not None:
         store.save(record)
+        if job.live_path:
+            Path(job.live_path).unlink(missing_ok=True)  # its cells are in the store now
     entry = _report.entry_from_record(record, key=job.key, backend=job.backend, source_hash=job.source_hash,
                                       reused=False)
     return entry, record

@@ -81,6 +81,10 @@ def bench(
         return
     record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
     store.save(record)
+    if record.measurements.get("totals", {}).get("interrupted"):
+        from nbscope import _signals
+
+        _signals.note_saved(f"partial run {record.run_id}")
     if as_json:
         print(record.to_json())
     elif markdown:
