@@ -3,7 +3,7 @@
 ``nbscope profile`` (and each notebook of ``nbscope audit``) writes ``<store folder>/live/<stamp>-<pid>-<id>.jsonl``:
 one header line (``{"type": "run", ...}``: what ran, where, with which settings), then per execution (one
 per ``--repeat``) an ``{"type": "execution", ...}`` line followed by one line per code cell, as each
-finishes. Once the run is in the store the file is removed. A file that stays behind belongs to a run
+finishes (and, before the first, the probe's ``{"type": "kernel", ...}`` line). Once the run is in the store the file is removed. A file that stays behind belongs to a run
 that was killed before it could be stored (SIGKILL, a crash, a full disk): ``nbscope runs --unfinished``
 lists it and ``nbscope import FILE`` stores it as a partial run, then removes it.
 """
@@ -76,6 +76,18 @@ def write_header(
     })
 
 
+def remove_live_file(path: Path) -> None:
+    """Remove a live file once its run is stored; only a file that starts with nbscope's header, so that
+    nothing nbscope did not write is ever deleted."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            first = json.loads(handle.readline() or "null")
+    except (OSError, json.JSONDecodeError):
+        return
+    if isinstance(first, dict) and first.get("type") == "run" and first.get("format") == LIVE_FORMAT:
+        path.unlink(missing_ok=True)
+
+
 def write_execution(path: Path, number: int, cache_state: str) -> None:
     """Marks the start of one execution (one per repeat); its cell lines follow."""
     _append(path, {"type": "execution", "number": number, "cache_state": cache_state, "started_unix": time.time()})
@@ -132,10 +144,12 @@ def read_live(path: str | Path) -> LiveRun:
         elif run is None:
             continue
         elif kind == "execution":
-            run.executions.append({"cache_state": item.get("cache_state") or "off", "cells": []})
+            run.executions.append({"cache_state": item.get("cache_state") or "off", "cells": [], "kernel": None})
+        elif kind == "kernel" and run.executions:
+            run.executions[-1]["kernel"] = item  # the probe's header of that execution's kernel
         elif kind is None and "source_hash" in item:
             if not run.executions:
-                run.executions.append({"cache_state": "off", "cells": []})
+                run.executions.append({"cache_state": "off", "cells": [], "kernel": None})
             run.executions[-1]["cells"].append(item)
     if run is None:
         raise NbscopeError(f"{path} is not an nbscope live file with a header (an older nbscope wrote it, or another program)")
@@ -159,7 +173,8 @@ def recover(path: str | Path) -> RunRecord:
         # The cells the killed run never reached: as a run cut short records them.
         cells += [merge_described(c, None) for c in described[len(cells):]]
         runner = {"pathway": "kernel", "recovered_from": str(path)}
-        executions.append(Execution(cells=cells, runner=runner, kernel=None, status="partial", interrupted=number == len(run.executions) - 1))
+        executions.append(Execution(cells=cells, runner=runner, kernel=entry["kernel"], status="partial",
+                                    interrupted=number == len(run.executions) - 1))
     cache_state = run.executions[-1]["cache_state"] if run.executions else "off"
     record = RunRecord(
         kind=str(header.get("kind") or "profile"),
@@ -220,7 +235,7 @@ def recover_unfinished(path: str | Path) -> RunRecord:
 def store_recovered(path: str | Path, record: RunRecord, store: Any) -> int:
     """Save a recovered run, then remove its live file (its content is in the store now)."""
     run_id = store.save(record)
-    Path(path).unlink(missing_ok=True)
+    remove_live_file(Path(path))
     return run_id
 
 

@@ -326,7 +326,7 @@ def profile_until_stopped(
         done = record.measurements["totals"]
         _signals.note_saved(f"partial run {record.run_id} ({done['cells_run']} of {done['cells']} cells ran)")
     if owned_live and (store is not None or not interrupted):
-        live_path.unlink(missing_ok=True)  # its cells are in the record now
+        live.remove_live_file(live_path)  # its cells are in the record now
     return record, interrupted
 
 

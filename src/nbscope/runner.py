@@ -224,7 +224,7 @@ def execute(
     cells: list[dict[str, Any]] = []
     runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None, "execute_s": None}
     status = "ok"
-    stopped = interrupted = False
+    stopped = interrupted = kernel_written = False
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     try:
@@ -286,6 +286,9 @@ def execute(
                 if record["status"] == "error" and "raises-exception" in code_cell.tags:
                     record["status"] = "expected-error"
                 cells.append(record)
+                if reader.kernel is not None and not kernel_written:
+                    live.write(reader.kernel)  # the probe's kernel header: a recovered run names its kernel
+                    kernel_written = True
                 live.write(record)
                 if on_cell_done is not None:
                     on_cell_done(record)
