@@ -205,6 +205,51 @@ def test_a_signal_during_a_traced_book_build_saves_its_partial_run_and_stops_its
     assert_nothing_left(marker, record.measurements["kernel"]["pid"], child, *(k.pid for k in kernels))
 
 
+# ---- pathways and audit ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigterm_during_pathways_keeps_the_pathway_it_cut_short(tmp_path: Path, marker: str) -> None:
+    db = tmp_path / "db" / "nbscope.db"
+    started = tmp_path / "started"
+    process = start_nbscope(["pathways", str(NOTEBOOK), "--via", "script,kernel", "--db", str(db)],
+                            cwd=tmp_path, marker=marker, started=started)
+    wait_until_cell_runs(process, started)  # in the script pathway, which runs first
+    child = int(started.read_text())
+    stderr = stop(process, signal.SIGTERM)
+
+    assert process.returncode == 143, stderr[-3000:]
+    [record] = Store(db).records(kind="pathways")
+    assert record.status == "partial" and record.measurements["totals"]["interrupted"] is True
+    script, kernel = (record.measurements["pathways"][name] for name in ("script", "kernel"))
+    assert script["status"] == "partial" and kernel["status"] == "not-run"
+    assert [row["by_pathway"]["script"]["status"] for row in record.measurements["cells"]] == ["ok", "not-run", "not-run"]
+    assert f"saved partial run {record.run_id}" in stderr
+    assert_nothing_left(marker, child)
+
+
+@pytest.mark.slow
+def test_sigterm_during_audit_saves_the_running_notebook_and_the_audit(tmp_path: Path, marker: str) -> None:
+    db = tmp_path / "db" / "nbscope.db"
+    started = tmp_path / "started"
+    process = start_nbscope(["audit", str(NOTEBOOK), "--db", str(db), "-q"], cwd=tmp_path, marker=marker, started=started)
+    wait_until_cell_runs(process, started)
+    child = int(started.read_text())
+    stderr = stop(process, signal.SIGTERM)
+
+    assert process.returncode == 143, stderr[-3000:]
+    [audit] = Store(db).records(kind="audit")
+    [profile] = Store(db).records(kind="profile")
+    assert audit.status == "partial"
+    [entry] = audit.measurements["notebooks"]
+    assert entry["status"] == "not-run" and entry["run_id"] == profile.run_id  # a partial wall is not compared
+    assert_stopped_run(profile)
+    assert profile.measurements["audit"]["interrupted"] is True
+    assert f"saved partial run {profile.run_id}" in stderr and f"partial audit run {audit.run_id}" in stderr
+    assert not list(live_folder(db).glob("*.jsonl"))
+    assert_nothing_left(marker, profile.measurements["kernel"]["pid"], child)
+
+
 # ---- killed outright: the live file is recoverable ----------------------------------------------------
 
 
@@ -237,6 +282,7 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
     record = Store(db).get(1)
     assert_stopped_run(record)
     assert record.target == str(NOTEBOOK) and record.measurements["recovered_from"] == str(live)
+    assert isinstance(record.measurements["kernel"]["pid"], int)  # the probe's kernel header was kept too
     assert not live.exists()  # in the store now: nothing piles up
     again = subprocess.run([*nbscope, "runs", "--db", str(db), "--unfinished"], cwd=tmp_path, env=env,
                            capture_output=True, text=True)
@@ -255,7 +301,7 @@ def test_a_stored_run_leaves_no_live_file_and_a_named_one_stays(tmp_path: Path) 
     named = tmp_path / "mine.jsonl"
     record = profile(path, ProfileOptions(), store=store, live_path=named)
     lines = [json.loads(line) for line in named.read_text().splitlines()]
-    assert [line.get("type") for line in lines] == ["run", "execution", None, None]
+    assert [line.get("type") for line in lines] == ["run", "execution", "kernel", None, None]
     assert record.measurements["live_file"] == str(named)
 
 
