@@ -315,13 +315,17 @@ def profile_until_stopped(
         interrupted = True
     finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
         fill_measurements(record, notebook.describe(), described, executions, cache_state, live_path)
-        if interrupted:
-            record.status = "partial"
+        if interrupted and len(executions) < options.repeat:
+            record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
         if owned_live:
             record.measurements["live_file"] = None  # removed below once stored
         if store is not None:
             _cache_saving(record, store)
-            store.save(record)
+            try:
+                store.save(record)
+            except KeyboardInterrupt:  # the signal came while saving: the next one is only noted, so save
+                interrupted = True
+                store.save(record)
     if interrupted and store is not None:
         done = record.measurements["totals"]
         _signals.note_saved(f"partial run {record.run_id} ({done['cells_run']} of {done['cells']} cells ran)")

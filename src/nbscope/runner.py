@@ -311,7 +311,10 @@ def execute(
         finally:
             runner["execute_s"] = time.perf_counter() - execute_start
             shutdown_started = time.perf_counter()
-            _shut_down(client, context, runner)
+            try:
+                _shut_down(client, context, runner)
+            except KeyboardInterrupt:  # the cells are all measured: keep them, and let the caller stop
+                interrupted = True
             runner["shutdown_s"] = time.perf_counter() - shutdown_started
     finally:
         try:
