@@ -17,7 +17,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbscope.api.profile import ProfileOptions, profile
+from nbscope.api.profile import CACHE_MARKER, ProfileOptions, profile
 from nbscope.collect import notebook as notebook_module
 from nbscope.record.run import RunRecord, loads
 from nbscope.record.store import Store
@@ -208,8 +208,9 @@ def test_kernel_death_is_recorded_at_the_cell_and_the_run_saved(tmp_path: Path, 
     stored = only_record(store)
     assert stored.status == "partial"
     assert [c["status"] for c in stored.measurements["cells"]] == ["ok", "ok", "kernel-died", "not-run", "not-run"]
-    # what was measured also streamed to the side file, one line per code cell
-    assert [json.loads(line)["status"] for line in live.read_text().splitlines()] == [c["status"] for c in cells]
+    # what was measured also streamed to the side file, one line per code cell (after its typed header lines)
+    lines = [line for line in map(json.loads, live.read_text().splitlines()) if "type" not in line]
+    assert [line["status"] for line in lines] == [c["status"] for c in cells]
 
 
 # ---- timing --------------------------------------------------------------------------------------------
@@ -256,7 +257,7 @@ def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
     notebook = FILES / "recompile_shapes.ipynb"
     cold = profile(notebook, ProfileOptions(jax_cache="cold", cache_root=cache_root), store=store, live_path=tmp_path / "a.jsonl")
     warm = profile(notebook, ProfileOptions(jax_cache="warm", cache_root=cache_root), store=store, live_path=tmp_path / "b.jsonl")
-    assert any(cache_root.iterdir())  # the cold run filled the cache
+    assert any(p.name != CACHE_MARKER for p in cache_root.iterdir())  # the cold run filled the cache
     c, w = cold.measurements["totals"], warm.measurements["totals"]
     assert c["cache_state"] == "cold" and w["cache_state"] == "warm"
     assert c["cache_hits"] == 0 and c["cache_misses"] == 3 and c["compiles"] == 3
@@ -280,10 +281,11 @@ def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
 def test_live_file_has_one_line_per_code_cell(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     notebook = FILES / "myst_lines.md"
-    record = profile(notebook, ProfileOptions(), store=store)  # default side file: beside the store
-    live = Path(record.measurements["live_file"])
-    assert live.parent == store.path.parent / "live"
-    lines = [json.loads(line) for line in live.read_text().splitlines()]
+    live = tmp_path / "live.jsonl"  # a side file the caller names stays (the default one goes once stored)
+    record = profile(notebook, ProfileOptions(), store=store, live_path=live)
+    assert Path(record.measurements["live_file"]) == live
+    # a header (what ran, to recover the run from) and one per execution, then the cells
+    lines = [line for line in map(json.loads, live.read_text().splitlines()) if "type" not in line]
     code_cells = notebook_module.read(notebook).code_cells
     assert len(lines) == len(code_cells) == 4
     assert [line["source_hash"] for line in lines] == [c.source_hash for c in code_cells]

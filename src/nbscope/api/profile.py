@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from nbscope.collect.runner import (
     ExecutionOptions,
     StartCallback,
     execute,
-    merge_cell,
+    merge_described,
 )
 from nbscope.record.cells import combine_repeats, derive, target_name, totals
 from nbscope.record.run import RunRecord
@@ -83,21 +82,27 @@ def parse_env(pairs: Iterable[str]) -> dict[str, str]:
     return env
 
 
+# Written into every cache folder nbscope makes; "cold" empties only folders that carry it.
+CACHE_MARKER = ".nbscope-jax-cache"
+CACHE_MARKER_TEXT = "This folder was made by nbscope for JAX's compile cache; `--jax-cache cold` empties it.\n"
+
+
 def jax_cache_env(mode: str, cache_root: Path) -> tuple[dict[str, str], str]:
     """Environment for a JAX persistent-cache mode, and the cache state it starts in."""
     if mode == "off":
         return {}, "off"
     if mode == "cold":
         folder = cache_root
-        shutil.rmtree(folder, ignore_errors=True)
+        _empty_owned_folder(folder)
     elif mode == "warm":
         folder = cache_root
+        _make_owned_folder(folder)
     else:
         folder = Path(mode)
         if folder.exists() and not folder.is_dir():
             raise NbscopeError(f"--jax-cache {mode}: not a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    state = "warm" if any(folder.iterdir()) else "cold"
+    state = "warm" if any(entry.name != CACHE_MARKER for entry in folder.iterdir()) else "cold"
     env = {
         "JAX_COMPILATION_CACHE_DIR": str(folder.resolve()),
         # JAX caches only compiles over 1 s by default: a notebook's many small compiles would be missed.
@@ -107,15 +112,53 @@ def jax_cache_env(mode: str, cache_root: Path) -> tuple[dict[str, str], str]:
     return env, state
 
 
+def owns_folder(folder: Path) -> bool:
+    """Whether nbscope made this cache folder (it holds the marker nbscope wrote)."""
+    marker = folder / CACHE_MARKER
+    try:
+        return marker.is_file() and not marker.is_symlink() and marker.read_text(encoding="utf-8") == CACHE_MARKER_TEXT
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _make_owned_folder(folder: Path) -> None:
+    """Create the cache folder with nbscope's marker; an existing empty folder is adopted, one with
+    files in it is used as it is (and never emptied)."""
+    if folder.exists() and not folder.is_dir():
+        raise NbscopeError(f"--jax-cache: {folder} exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    if not owns_folder(folder) and not any(folder.iterdir()):
+        (folder / CACHE_MARKER).write_text(CACHE_MARKER_TEXT, encoding="utf-8")
+
+
+def _empty_owned_folder(folder: Path) -> None:
+    """Empty a cache folder for a cold start; refuse a folder nbscope did not make."""
+    _check_can_empty(folder)
+    _make_owned_folder(folder)
+    if not owns_folder(folder):
+        _check_can_empty(folder)  # files appeared since: still refuse
+    try:
+        for entry in folder.iterdir():
+            if entry.name == CACHE_MARKER:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()  # a link goes, never what it points to
+    except OSError as exc:
+        raise NbscopeError(f"--jax-cache cold: cannot empty {folder}: {exc.strerror or exc}") from None
+
+
 def _gpus_present(fingerprint: dict[str, Any]) -> bool:
     devices = fingerprint.get("gpu", {}).get("devices")
     return isinstance(devices, list) and bool(devices)
 
 
 def default_live_path(store_path: Path | None) -> Path:
-    root = store_path.parent if store_path is not None else Path(".nbscope")
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return root / "live" / f"{stamp}-{os.getpid()}.jsonl"
+    """A fresh live file beside the store (see :mod:`nbscope.api.live`)."""
+    from nbscope.api.live import new_live_path
+
+    return new_live_path(store_path)
 
 
 def profile(
@@ -131,33 +174,69 @@ def profile(
     """Profile a notebook per cell; saves the run in ``store`` (a :class:`nbscope.Store`) when given.
 
     A failing cell, a timeout or a dead kernel never raises: the record says so (status ``partial``)
-    and keeps everything measured before it. Ctrl-C saves the run, then re-raises KeyboardInterrupt.
+    and keeps everything measured before it. Ctrl-C (or SIGTERM / SIGHUP under the CLI) saves the run,
+    then re-raises KeyboardInterrupt.
     """
+    record, interrupted = profile_until_stopped(
+        path, options, store=store, live_path=live_path, on_cell_start=on_cell_start, on_cell_done=on_cell_done,
+        fingerprint=fingerprint,
+    )
+    if interrupted:
+        raise KeyboardInterrupt
+    return record
+
+
+def profile_until_stopped(
+    path: str | Path,
+    options: ProfileOptions | None = None,
+    *,
+    store: Any = None,
+    live_path: Path | None = None,
+    on_cell_start: StartCallback | None = None,
+    on_cell_done: CellCallback | None = None,
+    fingerprint: dict[str, Any] | None = None,
+) -> tuple[RunRecord, bool]:
+    """:func:`profile` that returns ``(record, interrupted)`` instead of re-raising an interrupt, so a
+    caller (the kernel pathway) can keep the partial record; the record is saved in ``store`` either way.
+
+    The live file (see :mod:`nbscope.api.live`) is removed once the record is stored (or returned, without a
+    store) when nbscope chose its path; a ``live_path`` the caller names stays.
+    """
+    from nbscope import _signals
+    from nbscope.api import live
+
     options = options or ProfileOptions()
     options.validate()
     notebook = notebook_module.read(path)
-    fingerprint = fingerprint or fp.collect()
-    env = dict(options.env)
-    if options.jax_platform:
-        env["JAX_PLATFORMS"] = options.jax_platform
     store_path = getattr(store, "path", None)
     cache_root = options.cache_root or (
         (store_path.parent if store_path is not None else Path(".nbscope")) / "jax-cache"
     )
+    if options.jax_cache == "cold":
+        _check_can_empty(cache_root)  # refuse before anything runs or is stored
+    fingerprint = fingerprint or fp.collect()
+    env = dict(options.env)
+    if options.jax_platform:
+        env["JAX_PLATFORMS"] = options.jax_platform
     record = RunRecord(
         kind="profile",
         target=target_name(notebook.path),
         fingerprint=fingerprint,
         settings=options.settings(),
     )
+    owned_live = live_path is None
     if live_path is None:
         live_path = default_live_path(store_path)
+    described = [c.describe() for c in notebook.code_cells]
+    live.write_header(live_path, record, notebook.describe(), described, store_path)
     executions: list[Execution] = []
     cache_state = "off"
+    interrupted = False
     try:
-        for _ in range(options.repeat):
+        for number in range(options.repeat):
             # "cold" empties the cache before every repeat, so medians over repeats stay cold ones.
             cache_env, cache_state = jax_cache_env(options.jax_cache, cache_root)
+            live.write_execution(live_path, number, cache_state)
             execution = execute(
                 notebook_module.read(path) if executions else notebook,  # a fresh copy per repeat
                 ExecutionOptions(
@@ -174,42 +253,74 @@ def profile(
                 on_cell_done=on_cell_done,
             )
             executions.append(execution)
-            if execution.interrupted or execution.status != "ok":
+            if execution.interrupted:
+                interrupted = True
                 break
-    finally:
-        _fill(record, notebook, executions, cache_state, live_path)
+            if execution.status != "ok":
+                break
+    except KeyboardInterrupt:  # between cells' reach: starting a kernel, between repeats
+        interrupted = True
+    finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
+        fill_measurements(record, notebook.describe(), described, executions, cache_state, live_path)
+        if interrupted and len(executions) < options.repeat:
+            record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
+        if owned_live:
+            record.measurements["live_file"] = None  # removed below once stored
         if store is not None:
             _cache_saving(record, store)
-            store.save(record)
-    if executions and executions[-1].interrupted:
-        raise KeyboardInterrupt
-    return record
+            try:
+                store.save(record)
+            except KeyboardInterrupt:  # the signal came while saving: the next one is only noted, so save
+                interrupted = True
+                store.save(record)
+    if interrupted and store is not None:
+        done = record.measurements["totals"]
+        _signals.note_saved(f"partial run {record.run_id} ({done['cells_run']} of {done['cells']} cells ran)")
+    if owned_live and (store is not None or not interrupted):
+        live.remove_live_file(live_path)  # its cells are in the record now
+    return record, interrupted
 
 
-def _fill(
-    record: RunRecord, notebook: notebook_module.Notebook, executions: list[Execution], cache_state: str, live: Path
+def _check_can_empty(folder: Path) -> None:
+    """``--jax-cache cold`` on a folder with files that nbscope did not make: a one-line refusal."""
+    if folder.is_dir() and not owns_folder(folder) and any(folder.iterdir()):
+        raise NbscopeError(
+            f"--jax-cache cold: {folder} holds files and was not made by nbscope (no {CACHE_MARKER} in it); "
+            "nbscope empties only folders it made: move it away, or pass --jax-cache DIR to use it as a cache"
+        )
+
+
+def fill_measurements(
+    record: RunRecord,
+    notebook: dict[str, Any],
+    code_cells: list[dict[str, Any]],
+    executions: list[Execution],
+    cache_state: str,
+    live: Path | None,
 ) -> None:
+    """A profile record's measurements from its executions (``notebook`` and ``code_cells`` as described
+    by ``Notebook.describe()`` / ``CodeCell.describe()``), and its status."""
     if not executions:
-        cells = [merge_cell(c, None) for c in notebook.code_cells]
+        cells = [merge_described(c, None) for c in code_cells]
         runner: dict[str, Any] = {"pathway": "kernel"}
         status, kernel = "partial", None
     else:
         for execution in executions:
             execution.cells = [derive(c) for c in execution.cells]
-        complete = [e for e in executions if len(e.cells) == len(notebook.code_cells)]
+        complete = [e for e in executions if len(e.cells) == len(code_cells)]
         cells = combine_repeats([e.cells for e in complete]) if len(complete) > 1 else executions[-1].cells
         runner = dict(executions[-1].runner)
         status = "ok" if all(e.status == "ok" for e in executions) else "partial"
         kernel = executions[-1].kernel
     record.measurements = {
-        "notebook": notebook.describe(),
+        "notebook": notebook,
         "runner": runner,
         "kernel": kernel,
         "totals": totals(cells, runner, cache_state),
         "cells": cells,
         "repeats": len(executions),
         "repeat_runners": [e.runner for e in executions] if len(executions) > 1 else None,
-        "live_file": str(live),
+        "live_file": str(live) if live is not None else None,
     }
     record.finish(status)
 

@@ -15,12 +15,15 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbscope import _signals
 from nbscope._errors import NbscopeError
+from nbscope._processes import reap
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
@@ -30,6 +33,8 @@ from nbscope.record.run import RunRecord
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
 MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count
+# Inherited by every process the traced command starts, kernels in their own sessions included.
+TOKEN_VARIABLE = "NBSCOPE_TRACE_RUN"
 
 
 @dataclass
@@ -58,6 +63,7 @@ class TraceResult:
     output: str
     wall_s: float
     unmatched_kernels: int = 0
+    interrupted: bool = False  # a stop signal ended the command; the records hold what ran before it
 
 
 def read_kernel_log(path: Path) -> KernelLog:
@@ -123,8 +129,11 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
     return best if best_share >= MIN_MATCH_SHARE else None
 
 
-def cells_from_log(nb: notebook_module.Notebook, log: KernelLog) -> tuple[list[dict[str, Any]], str]:
-    """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it."""
+def cells_from_log(
+    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False
+) -> tuple[list[dict[str, Any]], str]:
+    """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
+    unless nbscope itself was ``stopped`` (a signal): then that cell did not run to its end."""
     by_hash: dict[str, list[dict[str, Any]]] = {}
     for line in log.cells:
         by_hash.setdefault(line["hash"], []).append(line)
@@ -136,6 +145,10 @@ def cells_from_log(nb: notebook_module.Notebook, log: KernelLog) -> tuple[list[d
             record = merge_cell(code_cell, queue.pop(0))
             if record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
+        elif code_cell.source_hash in died and stopped:
+            record = merge_cell(code_cell, None, status="not-run")  # as `profile` records an interrupted cell
+            status = "partial"
+            died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died:
             record = merge_cell(code_cell, None, status="kernel-died")
             record["error"] = {"name": "DeadKernelError", "message": "the kernel died while running this cell"}
@@ -165,12 +178,20 @@ def run_traced(
     cwd = Path(cwd or Path.cwd())
     fingerprint = fingerprint or fp.collect()
     home = ProbeHome()
+    interrupted = False
     try:
         home.override_kernelspecs()
         probe_dir = home.root / "kernels-out"
         run_env = home.env(out_dir=probe_dir, base={**os.environ, **(env or {})}, kernelspecs=True)
+        token = uuid.uuid4().hex
+        run_env[TOKEN_VARIABLE] = token
         started_at = time.perf_counter()
-        output = _run(command, cwd=cwd, env=run_env, echo=echo, timeout=timeout)
+        try:
+            returncode, output, interrupted = _run_command(command, cwd=cwd, env=run_env, echo=echo, timeout=timeout)
+        finally:
+            # Kernels run in sessions of their own, outside the command's process group: whatever the
+            # command left running (all of it, after a signal) is found by the token they inherited.
+            reap(TOKEN_VARIABLE, token)
         wall = time.perf_counter() - started_at
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
     finally:
@@ -182,14 +203,17 @@ def run_traced(
         if nb is None:
             unmatched += bool(log.hashes)
             continue
-        cells, status = cells_from_log(nb, log)
+        cells, status = cells_from_log(nb, log, stopped=interrupted)
         record = RunRecord(
             kind="trace",
             target=target_name(nb.path, cwd),
             fingerprint=fingerprint,
             settings={"pathway": "trace", "traced_command": command},
         )
-        runner = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": output[0]}
+        runner = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": returncode}
+        if interrupted:
+            signum = _signals.received()
+            runner["interrupted"] = _signals.signal_name(signum) if signum else "KeyboardInterrupt"
         record.measurements = {
             "notebook": nb.describe(),
             "runner": runner,
@@ -198,11 +222,16 @@ def run_traced(
             "cells": cells,
             "repeats": 1,
         }
-        record.finish(status)
+        record.finish("partial" if interrupted else status)
         if store is not None:
             store.save(record)
+            if interrupted:
+                _signals.note_saved(f"partial run {record.run_id} ({record.target})")
         records.append(record)
-    return TraceResult(records=records, returncode=output[0], output=output[1], wall_s=wall, unmatched_kernels=unmatched)
+    return TraceResult(
+        records=records, returncode=returncode, output=output, wall_s=wall, unmatched_kernels=unmatched,
+        interrupted=interrupted,
+    )
 
 
 def _cache_state(header: dict[str, Any] | None) -> str:
@@ -213,8 +242,20 @@ def _cache_state(header: dict[str, Any] | None) -> str:
 def _run(
     command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
 ) -> tuple[int, str]:
+    """Run the command to its end (or ``timeout``); an interrupt stops it and is raised again."""
+    returncode, output, interrupted = _run_command(command, cwd=cwd, env=env, echo=echo, timeout=timeout)
+    if interrupted:
+        raise KeyboardInterrupt
+    return returncode, output
+
+
+def _run_command(
+    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
+) -> tuple[int, str, bool]:
+    """``(returncode, output, interrupted)``: on Ctrl-C, SIGTERM or SIGHUP the command's process group is
+    stopped and what it printed so far is kept."""
     try:
-        # Its own process group, so a timeout ends the command and the kernels it started together.
+        # Its own process group, so a timeout or a signal ends the command and its children together.
         process = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             errors="replace", start_new_session=True,
@@ -226,12 +267,17 @@ def _run(
         timer.daemon = True
         timer.start()
     chunks = []
+    interrupted = False
     assert process.stdout is not None
     try:
         for line in process.stdout:
             chunks.append(line)
             if echo:
-                sys.stderr.write(line)
+                _echo(line)
+        returncode = process.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        _kill_group(process)
         returncode = process.wait()
     except BaseException:
         _kill_group(process)
@@ -239,9 +285,16 @@ def _run(
     finally:
         if timer is not None:
             timer.cancel()
-    if timeout and returncode == -signal.SIGKILL:
+    if timeout and returncode == -signal.SIGKILL and not interrupted:
         chunks.append(f"nbscope: the command ran past its {timeout:g} s limit and was stopped\n")
-    return returncode, "".join(chunks)
+    return returncode, "".join(chunks), interrupted
+
+
+def _echo(line: str) -> None:
+    try:
+        sys.stderr.write(line)
+    except (OSError, ValueError):  # a terminal closed by SIGHUP: keep reading the command's output
+        pass
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
@@ -258,6 +311,8 @@ def trace_command(
     if timeout is not None and timeout <= 0:
         raise NbscopeError("--timeout must be a positive number of seconds")
     result = run_traced(command, sources=sources, store=store, timeout=timeout)
+    if result.interrupted:
+        raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
     if not result.records:
         hint = f"; the command exited {result.returncode}" if result.returncode else ""
         raise NbscopeError(

@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from nbscope import _signals
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
 
@@ -50,17 +51,44 @@ def _wants_version(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: one-line errors with exit code 2 instead of tracebacks."""
+    """Console entry point: one-line errors with exit code 2 instead of tracebacks; on SIGINT, SIGTERM or
+    SIGHUP, what was measured is saved and the exit code is 128 + the signal (130, 143, 129)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)
     _register_commands()
+    with _signals.handled():
+        try:
+            app(args=args, prog_name="nbscope", standalone_mode=True)
+        except NbscopeError as exc:
+            _print_error(f"nbscope: error: {exc}")
+            raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
+        except KeyboardInterrupt:
+            _stopped()
+        except SystemExit:
+            # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
+            if _signals.received() is None:
+                raise
+            _stopped()
+        except OSError:
+            # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
+            if _signals.received() is None:
+                raise
+            _stopped()
+
+
+def _stopped() -> None:
+    signum = _signals.received()
+    why = f"stopped by {_signals.signal_name(signum)}" if signum else "interrupted"
+    saved = _signals.saved()
+    tail = f"; saved {', '.join(saved)}" if saved else ""
+    _print_error(f"nbscope: {why}{tail}")
+    raise SystemExit(_signals.exit_code()) from None
+
+
+def _print_error(text: str) -> None:
     try:
-        app(args=args, prog_name="nbscope", standalone_mode=True)
-    except NbscopeError as exc:
-        print(f"nbscope: error: {exc}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        print("nbscope: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

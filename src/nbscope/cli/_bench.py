@@ -60,7 +60,7 @@ def bench(
     """
     from rich.console import Console
 
-    from nbscope.api.bench import run_bench
+    from nbscope.api.info.bench import run_bench
 
     status_console = Console(stderr=True, highlight=False)
 
@@ -85,6 +85,10 @@ def bench(
         return
     record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
     store.save(record)
+    if record.measurements.get("totals", {}).get("interrupted"):
+        from nbscope import _signals
+
+        _signals.note_saved(f"partial run {record.run_id}")
     if as_json:
         print(record.to_json())
     elif markdown:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -48,15 +48,71 @@ def runs(
     target: Annotated[str | None, typer.Option(help="Only runs of this notebook or benchmark.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
     as_json: JsonOption = False,
+    unfinished: Annotated[
+        bool, typer.Option("--unfinished", help="List runs killed before they were stored (import them with `nbscope import FILE`).")
+    ] = False,
 ) -> None:
     """List stored runs: id, time, kind, target, machine, digest, headline totals."""
     from nbscope.render import terminal
 
-    rows = open_store(db).list(kind=kind, target=target, limit=limit)
+    store = open_store(db)
+    if unfinished:
+        _list_unfinished(store, as_json=as_json)
+        return
+    rows = store.list(kind=kind, target=target, limit=limit)
     if as_json:
         print(json.dumps(rows, indent=1))
     else:
         terminal.print_run_list(rows)
+        _mention_unfinished(store)
+
+
+def _list_unfinished(store: Any, *, as_json: bool) -> None:
+    """``runs --unfinished``: the live files of runs that ended before they were stored (one line each,
+    never wrapped, so the import command can be copied)."""
+    from nbscope.api import live
+
+    found = live.unfinished(live.live_folder(store.path))
+    if as_json:
+        print(json.dumps(found, indent=1))
+        return
+    if not found:
+        print("No unfinished runs.")
+        return
+    for item in found:
+        path = item["path"]
+        if item["state"] == "unreadable":
+            print(f"{path}: cannot be imported: {item['reason']}")
+            continue
+        what = f"{item['kind']} {item['target']}, started {str(item['started_at'])[:19].replace('T', ' ')} UTC"
+        done = f"{item['cells_measured']} of {item['code_cells']} cells measured"
+        if item["state"] == "running":
+            print(f"{path}: {what}: still running (process {item.get('pid')}), {done} so far")
+        else:
+            print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}")
+
+
+def _mention_unfinished(store: Any) -> None:
+    from nbscope.api import live
+    from nbscope.render.terminal import console
+
+    waiting = [i for i in live.unfinished(live.live_folder(store.path)) if i["state"] == "unfinished"]
+    if waiting:
+        console.print(
+            f"[yellow]{len(waiting)} unfinished run(s) were killed before they were stored: "
+            "see nbscope runs --unfinished[/yellow]",
+            soft_wrap=True,
+        )
+
+
+def _store_live(path: Path, record: Any, store: Any) -> None:
+    """``nbscope import LIVEFILE.jsonl``: store an unfinished run as a partial run; the file is removed."""
+    from nbscope.api import live
+
+    live.store_recovered(path, record, store)
+    totals = record.measurements.get("totals") or {}
+    print(f"{path}: imported as run {record.run_id} (partial: {totals.get('cells_run')} of {totals.get('cells')} "
+          "cells ran); the live file is removed")
 
 
 @app.command()
@@ -94,14 +150,23 @@ def export(
 
 @app.command("import")
 def import_(
-    files: Annotated[list[Path], typer.Argument(help="Run JSON files written by `nbscope export` or --json.")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Run JSON files written by `nbscope export` or --json, or live files of unfinished runs (.jsonl)."),
+    ],
     db: DbOption = None,
 ) -> None:
     """Add exported runs (from another machine, a CI artifact) to the store."""
+    from nbscope.api import live
     from nbscope.record import run as record_module
 
+    # Live files are unfinished runs (nbscope runs --unfinished); the others are run records.
+    recovered = [(path, live.recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
+    files = [path for path in files if path.suffix != ".jsonl"]
     records = [record_module.load(path) for path in files]  # validate all before writing any
     store = open_store(db)
+    for path, partial in recovered:
+        _store_live(path, partial, store)
     for path, record in zip(files, records, strict=True):
         run_id = store.save(record)
         print(f"{path}: imported as run {run_id}")

@@ -46,7 +46,7 @@ def profile(
     kernel: Annotated[str | None, typer.Option(help="Kernel name (default: the notebook's).")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable.")] = None,
     jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")] = None,
-    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR")] = "off",
+    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR (cold empties only the folder nbscope made beside --db)")] = "off",
     repeat: Annotated[int, typer.Option(help="Run N times, each in a fresh kernel; report medians.")] = 1,
     top: Annotated[int, typer.Option(help="Show the N slowest cells.")] = 15,
     all_cells: Annotated[bool, typer.Option("--all", help="Show every cell, in notebook order.")] = False,
@@ -98,7 +98,7 @@ def profile(
 
 
 def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool) -> None:
-    from nbscope.api.backends import parse_backends, profile_backends
+    from nbscope.api.info.backends import parse_backends, profile_backends
     from nbscope.render import compare as view
     from nbscope.render.terminal import console
 

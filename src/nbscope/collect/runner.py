@@ -122,7 +122,12 @@ def _output_error(cell: Any) -> dict[str, str] | None:
 
 def merge_cell(code_cell: CodeCell, probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
     """One cell record from the notebook's cell, the probe's line and the runner's observations."""
-    record = code_cell.describe()
+    return merge_described(code_cell.describe(), probe, **runner_fields)
+
+
+def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
+    """:func:`merge_cell` from a cell's description (``CodeCell.describe()``), e.g. one kept in a live file."""
+    record = dict(description)
     record.update(
         execution_count=None,
         status="not-run",
@@ -201,17 +206,20 @@ def execute(
     cells: list[dict[str, Any]] = []
     runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None, "execute_s": None}
     status = "ok"
-    stopped = interrupted = False
+    stopped = interrupted = kernel_written = False
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     try:
+        # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
+        # user's terminal.
+        context = client.setup_kernel(env=env, stdout=kernel_log, stderr=kernel_log)
         try:
-            # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not
-            # to the user's terminal.
-            context = client.setup_kernel(env=env, stdout=kernel_log, stderr=kernel_log)
             context.__enter__()
-        except Exception as exc:
-            raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {_one_line(exc)}") from None
+        except BaseException as exc:  # a failed or interrupted start must not leave a kernel behind
+            _ensure_dead(client, _kernel_family(client))
+            if isinstance(exc, Exception):
+                raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {_one_line(exc)}") from None
+            raise
         runner["kernel_start_s"] = time.perf_counter() - started
         execute_start = time.perf_counter()
         try:
@@ -228,12 +236,6 @@ def execute(
                 outcome, error = "ran", None
                 try:
                     client.execute_cell(cell, code_cell.cell_index)
-                except KeyboardInterrupt:
-                    status, stopped, interrupted = "partial", True, True
-                    record = merge_cell(code_cell, None, status="not-run")
-                    cells.append(record)
-                    live.write(record)
-                    continue
                 except CellTimeoutError:
                     outcome = "timeout"
                 except DeadKernelError:
@@ -266,6 +268,9 @@ def execute(
                 if record["status"] == "error" and "raises-exception" in code_cell.tags:
                     record["status"] = "expected-error"
                 cells.append(record)
+                if reader.kernel is not None and not kernel_written:
+                    live.write(reader.kernel)  # the probe's kernel header: a recovered run names its kernel
+                    kernel_written = True
                 live.write(record)
                 if on_cell_done is not None:
                     on_cell_done(record)
@@ -277,16 +282,27 @@ def execute(
                     stopped = options.on_error == "stop"
                 elif record["status"] == "error" and options.on_error == "stop":
                     status, stopped = "partial", True
+        except KeyboardInterrupt:
+            # Ctrl-C, SIGTERM or SIGHUP (under the CLI): the running cell and those after it did not run;
+            # what finished is returned, and the caller saves it and stops.
+            status, interrupted = "partial", True
+            for code_cell in notebook.code_cells[len(cells):]:
+                record = merge_cell(code_cell, None)
+                cells.append(record)
+                live.write(record)
         finally:
             runner["execute_s"] = time.perf_counter() - execute_start
             shutdown_started = time.perf_counter()
             try:
-                context.__exit__(None, None, None)
-            finally:
-                _ensure_dead(client)
-                runner["shutdown_s"] = time.perf_counter() - shutdown_started
+                _shut_down(client, context, runner)
+            except KeyboardInterrupt:  # the cells are all measured: keep them, and let the caller stop
+                interrupted = True
+            runner["shutdown_s"] = time.perf_counter() - shutdown_started
     finally:
-        reader.poll()
+        try:
+            reader.poll()
+        except Exception:  # a malformed probe line must not lose the cells already measured
+            pass
         kernel_log.close()
         runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if status != "ok" else None
         home.cleanup()
@@ -327,13 +343,64 @@ def _interrupt(client: Any, cell: Any, wait_s: float = 5.0) -> None:
         run_sync(asyncio.sleep)(0.01)
 
 
-def _ensure_dead(client: Any) -> None:
-    """A kernel that ignored shutdown must not outlive the run."""
+def _shut_down(client: Any, context: Any, runner: dict[str, Any]) -> None:
+    """Stop the kernel and everything it started; a failing shutdown is noted, never raised, so the
+    cells measured are still returned."""
+    family = _kernel_family(client)
+    try:
+        context.__exit__(None, None, None)
+    except Exception as exc:
+        runner["shutdown_error"] = _one_line(exc)
+    finally:
+        _ensure_dead(client, family)
+
+
+def _kernel_process(client: Any) -> Any:
     provisioner = getattr(getattr(client, "km", None), "provisioner", None)
-    process = getattr(provisioner, "process", None)
+    return getattr(provisioner, "process", None)
+
+
+def _kernel_family(client: Any) -> tuple[int | None, list[Any]]:
+    """The kernel's process group (when it leads one: jupyter_client starts each kernel in a session of
+    its own) and its descendants (processes a notebook started), found while the kernel still lives:
+    once it is gone they belong to init and can no longer be told apart."""
+    import os
+
+    process = _kernel_process(client)
+    if process is None or process.poll() is not None:
+        return None, []
+    try:
+        group = process.pid if os.getpgid(process.pid) == process.pid else None
+    except OSError:
+        group = None
+    try:
+        import psutil
+
+        return group, list(psutil.Process(process.pid).children(recursive=True))
+    except Exception:
+        return group, []
+
+
+def _ensure_dead(client: Any, family: tuple[int | None, list[Any]] = (None, [])) -> None:
+    """A kernel that ignored shutdown must not outlive the run, nor any process it started."""
+    import os
+    import signal
+
+    process = _kernel_process(client)
     if process is not None and process.poll() is None:
         process.kill()
         process.wait(timeout=10)
+    group, children = family
+    if group is not None:
+        try:
+            os.killpg(group, signal.SIGKILL)  # a group keeps its id while any member lives
+        except OSError:  # empty: nothing left in it
+            pass
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # already gone
+            pass
 
 
 def _log_tail(path: Path, limit: int = 2000) -> str | None:

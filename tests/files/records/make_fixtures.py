@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nbscope.api.profile import totals
 from nbscope.collect import fingerprint as fp
+from nbscope.record.cells import totals
 
 HERE = Path(__file__).resolve().parent
 FAKE_NVML = HERE.parents[1] / "fake_nvml" / "pynvml.py"

@@ -15,7 +15,7 @@ from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
-from nbscope.api.backends import BACKENDS, parse_backends
+from nbscope.api.info.backends import BACKENDS, parse_backends
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
@@ -104,8 +104,8 @@ def find_previous(
     for row in store.list(kind="profile", target=target, limit=LOOKUP_LIMIT):
         record = store.get(row["id"])
         audit = record.measurements.get("audit") or {}
-        if audit.get("backend") != backend:
-            continue
+        if audit.get("backend") != backend or audit.get("interrupted"):
+            continue  # an interrupted notebook runs again
         if estimate is None:
             runner = record.measurements.get("runner") or {}
             estimate = runner.get("total_s") or (record.measurements.get("totals") or {}).get("wall_s")
@@ -235,6 +235,11 @@ def audit(
                     emit("done", {"entry": entry, "done": done, "total": len(jobs)})
         except KeyboardInterrupt:
             interrupted = True
+            # The notebooks that were running when the audit stopped: their pool processes are gone, and
+            # the cells they finished are in their live files. Store those as partial runs.
+            for job in jobs:
+                if entries[job.key, job.backend]["status"] == "not-run" and job.live_path:
+                    _save_interrupted(store, job, entries)
         ordered = [entries[k, b] for k in selected for b in options.backends]
         _report.diagnose_entries(ordered, lambda e: loaded.get((e["path"], e["backend"])))
         record.measurements.update(_report.measurements(
@@ -248,6 +253,10 @@ def audit(
         if store is not None:
             store.save(record)
         if interrupted:
+            if record.run_id is not None:
+                from nbscope import _signals
+
+                _signals.note_saved(f"partial audit run {record.run_id} (the notebooks that finished are runs of their own)")
             raise KeyboardInterrupt
         return record
     finally:
@@ -274,6 +283,29 @@ def _job_event(job: Job) -> dict[str, Any]:
     return {"path": job.key, "backend": job.backend, "gpu": job.gpu}
 
 
+def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Store what an interrupted notebook measured (from its live file) as a partial profile run. Its audit
+    entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
+    from nbscope import _signals
+    from nbscope.api import live
+
+    path = Path(str(job.live_path))
+    if store is None or not path.is_file():
+        return
+    try:
+        record = live.recover(path)
+    except NbscopeError:
+        return  # nothing recoverable (the worker had not written its header yet)
+    record.measurements["audit"] = {"path": job.key, "source_hash": job.source_hash, "backend": job.backend,
+                                    "gpu": job.gpu, "env": job.env, "interrupted": True}
+    run_id = live.store_recovered(path, record, store)
+    done = record.measurements["totals"]
+    entry = entries[job.key, job.backend]
+    entry["run_id"] = run_id
+    entry["error"] = f"interrupted while it ran: {done['cells_run']} of {done['cells']} cells saved as partial run {run_id}"
+    _signals.note_saved(f"partial run {run_id} ({job.key})")
+
+
 def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str) -> tuple[dict[str, Any], RunRecord | None]:
     """Store a finished job's profile (tagged with what resuming needs); its audit entry and the record."""
     if not result.get("ok") or not isinstance(result.get("record"), dict):
@@ -295,6 +327,10 @@ def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str)
     }
     if store is not None:
         store.save(record)
+        if job.live_path:
+            from nbscope.api.live import remove_live_file
+
+            remove_live_file(Path(job.live_path))  # its cells are in the store now
     entry = _report.entry_from_record(record, key=job.key, backend=job.backend, source_hash=job.source_hash,
                                       reused=False)
     return entry, record

@@ -175,12 +175,34 @@ class LocalScheduler:
         if executor is None:
             return
         processes = list(getattr(executor, "_processes", {}).values()) if kill else []
+        # The kernels a pool process started (each in a session of its own) and what they started: found
+        # before their parent goes, since after that they belong to init.
+        descendants = _descendants([p.pid for p in processes if p.pid is not None]) if kill else []
         executor.shutdown(wait=not kill, cancel_futures=True)
         for process in processes:
             if process.is_alive():
-                process.kill()  # the kernels notice their parent is gone and exit (ipykernel's parent poller)
+                process.kill()
+        for child in descendants:
+            try:
+                child.kill()
+            except Exception:  # already gone
+                pass
         for process in processes:
             process.join(timeout=10)
+
+
+def _descendants(pids: list[int]) -> list[Any]:
+    try:
+        import psutil
+    except ImportError:
+        return []
+    found = []
+    for pid in pids:
+        try:
+            found += psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            continue
+    return found
 
 
 def _failed(job: Job, error: str) -> dict[str, Any]:

@@ -123,8 +123,44 @@ def run_pathways(
     book, script, ...), so that a drift in the machine's speed and the first run's cold file cache fall
     on every pathway alike. A pathway that fails or cannot run is reported, never raised; bad
     input (no such notebook, an unknown pathway) raises :class:`NbscopeError`. Saved in ``store`` when
-    given.
+    given. Ctrl-C (or SIGTERM / SIGHUP under the CLI) keeps every run so far, the one cut short included,
+    saves the record (status ``partial``), then re-raises KeyboardInterrupt.
     """
+    record, interrupted = pathways_until_stopped(
+        path, via, repeat, timeout=timeout, kernel=kernel, env=env, jax_platform=jax_platform,
+        fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=target,
+    )
+    save_and_stop(record, store, interrupted)
+    return record
+
+
+def save_and_stop(record: RunRecord, store: Any, interrupted: bool) -> None:
+    """Store the record; after an interrupt, say so and re-raise it."""
+    from nbscope import _signals
+
+    if store is not None:
+        store.save(record)
+    if interrupted:
+        if record.run_id is not None:
+            _signals.note_saved(f"partial run {record.run_id}")
+        raise KeyboardInterrupt
+
+
+def pathways_until_stopped(
+    path: str | Path,
+    via: str | Iterable[str] | None = DEFAULT_VIA,
+    repeat: int = 1,
+    *,
+    timeout: float | None = None,
+    kernel: str | None = None,
+    env: dict[str, str] | None = None,
+    jax_platform: str | None = None,
+    fingerprint: dict[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+    env_hook: EnvHook | None = None,
+    target: str | None = None,
+) -> tuple[RunRecord, bool]:
+    """:func:`run_pathways` without storing: ``(record, interrupted)``."""
     from nbscope.collect import fingerprint as fp
     from nbscope.collect import notebook as notebook_module
 
@@ -169,6 +205,8 @@ def run_pathways(
                     result = _run_one(name, notebook, run_options, fingerprint, Path(live))
                     result.runner["load_average"] = [load_before, _load_average()]
                     results[name].append(result)
+                    if result.interrupted:
+                        raise KeyboardInterrupt  # its cells so far are kept; no other pathway starts
                     if progress:
                         progress("done", {"pathway": name, "repeat": number, "status": result.status,
                                           "reason": result.skipped or result.error})
@@ -185,11 +223,7 @@ def run_pathways(
     else:
         status = "ok"
     record.finish(status)
-    if store is not None:
-        store.save(record)
-    if interrupted:
-        raise KeyboardInterrupt
-    return record
+    return record, interrupted
 
 
 def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dict[str, Any], PathwayResult | None]:

@@ -21,7 +21,7 @@ from typing import Any
 import nbformat
 
 from nbscope.analyse.pathways import REL_TOL
-from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, run_pathways
+from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped, save_and_stop
 from nbscope.record.run import RunRecord
 
 OUT_VARIABLE = "NBSCOPE_BENCH_OUT"
@@ -90,8 +90,8 @@ def run_bench_pathways(
         def env_hook(name: str, number: int) -> dict[str, str]:
             return {OUT_VARIABLE: str(outputs / f"{name}-{number}.jsonl")}
 
-        record = run_pathways(
-            path, via, repeat, None, timeout=TIMEOUTS_S[size], jax_platform=jax_platform,
+        record, interrupted = pathways_until_stopped(
+            path, via, repeat, timeout=TIMEOUTS_S[size], jax_platform=jax_platform,
             fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=f"bench:{size}",
         )
         record.settings.update(size=size, dtype=dtype, only=groups if only else None)
@@ -101,8 +101,7 @@ def run_bench_pathways(
     record.measurements["totals"]["figures"] = len(figures)
     record.measurements["totals"]["figures_differing"] = len(differing)
     record.measurements["verdict"] = figures_verdict(figures, record.measurements["verdict"])
-    if store is not None:
-        store.save(record)
+    save_and_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
     return record
 
 

@@ -141,10 +141,14 @@ def _build(
     runner["executed_s"] = executed[-1] if executed else None
     runner["execution_failed"] = failed[-1] if failed else None
     if not result.records:
+        reason = (
+            "stopped before a kernel it started ran a cell" if result.interrupted
+            else f"{command[0]} exited {result.returncode}; no kernel it started ran the notebook's cells: "
+            f"{one_line(result.output)}"
+        )
         return PathwayResult(
-            name, "error", runner=runner | {"output_tail": result.output[-2000:]},
-            error=f"{command[0]} exited {result.returncode}; no kernel it started ran the notebook's cells: "
-            f"{one_line(result.output)}",
+            name, "error", runner=runner | {"output_tail": result.output[-2000:]}, error=reason,
+            interrupted=result.interrupted,
         )
     record = result.records[0]
     m = record.measurements
@@ -171,12 +175,17 @@ def _build(
         overheads["book_outside_execution_s"] = max(0.0, result.wall_s - cell_wall)
         overheads["book_outside_execution_basis"] = "build wall minus the cells' walls (the book reported no execution time)"
     status = record.status
-    if result.returncode != 0 or runner["execution_failed"]:
+    if result.interrupted:
+        runner["interrupted"] = record.measurements["runner"].get("interrupted")
+    if result.returncode != 0 or runner["execution_failed"] or result.interrupted:
         status = "partial"
         runner["output_tail"] = result.output[-2000:]
     result_totals = dict(m.get("totals") or {})
     result_totals.update(book_build_s=result.wall_s, book_executed_s=runner["executed_s"])
-    return PathwayResult(name, status, cells=cells, totals=result_totals, runner=runner, overheads=overheads)
+    return PathwayResult(
+        name, status, cells=cells, totals=result_totals, runner=runner, overheads=overheads,
+        interrupted=result.interrupted,
+    )
 
 
 # ---- jupyter-book 2 (mystmd) -------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,7 @@ class PathwayResult:
     overheads: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None  # why the pathway did not run
     error: str | None = None  # one line, when status is "error"
+    interrupted: bool = False  # a stop signal cut this run short: keep it, run nothing more
 
 
 def skipped(name: str, reason: str) -> PathwayResult:
@@ -52,36 +52,9 @@ def skipped(name: str, reason: str) -> PathwayResult:
 
 def reap(token: str, *, grace_s: float = 3.0) -> list[dict[str, Any]]:
     """Kill every process that still carries this run's token; returns what was found (pid, name)."""
-    import psutil
+    from nbscope._processes import reap as reap_marked
 
-    own = os.getpid()
-    found = []
-    for process in psutil.process_iter(["pid", "name"]):
-        if process.info["pid"] == own:
-            continue
-        try:
-            if process.environ().get(TOKEN_VARIABLE) != token:
-                continue
-            found.append(process)
-        except (psutil.Error, OSError):
-            continue  # gone, or another user's process whose environment we may not read
-    if not found:
-        return []
-    described = []
-    for process in found:
-        try:
-            described.append({"pid": process.pid, "name": process.name(), "cmdline": " ".join(process.cmdline())[:200]})
-            process.terminate()
-        except psutil.Error:
-            continue
-    _, alive = psutil.wait_procs(found, timeout=grace_s)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
-    return described
+    return reap_marked(TOKEN_VARIABLE, token, grace_s=grace_s)
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -10,10 +10,10 @@ from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line
 
 
 def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, Any], live_path: Path) -> PathwayResult:
-    from nbscope.api.profile import ProfileOptions, profile
+    from nbscope.api.profile import ProfileOptions, profile_until_stopped
 
     try:
-        record = profile(
+        record, interrupted = profile_until_stopped(
             path,
             ProfileOptions(timeout=options.timeout, kernel=options.kernel, env=options.process_env()),
             fingerprint=fingerprint,
@@ -35,4 +35,5 @@ def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, An
         totals=result_totals,
         runner=runner,
         overheads={"kernel_start_s": runner.get("kernel_start_s"), "shutdown_s": runner.get("shutdown_s")},
+        interrupted=interrupted,
     )

@@ -118,8 +118,12 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
             )
         except OSError as exc:
             return PathwayResult("script", "error", runner=runner, error=f"could not start {python}: {exc}")
+        interrupted = False
         try:
             timed_out = _wait(process, events_file, reader, options.timeout)
+        except KeyboardInterrupt:  # keep the cells that finished, as the other pathways do
+            _kill(process)
+            interrupted = True
         except BaseException:
             _kill(process)
             raise
@@ -133,10 +137,12 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     output = log_file.read_text(encoding="utf-8", errors="replace")
     if worker is None:
         return PathwayResult(
-            "script", "error", runner=runner,
-            error=f"the script process exited with code {process.returncode} before running a cell: {one_line(output)}",
+            "script", "error", runner=runner, interrupted=interrupted,
+            error="stopped before the script process ran a cell" if interrupted else
+            f"the script process exited with code {process.returncode} before running a cell: {one_line(output)}",
         )
-    cells = _cells(notebook, events, reader, timed_out, options.timeout, process.returncode, exited_unix)
+    cells = _cells(notebook, events, reader, timed_out, options.timeout, process.returncode, exited_unix,
+                   interrupted=interrupted)
     last_end = max((c["started_unix"] + c["wall_s"] for c in cells if c.get("started_unix") and c.get("wall_s")), default=None)
     runner.update(
         # Spawn to the first cell: interpreter start, IPython import and shell, probe (a kernel's start).
@@ -147,7 +153,7 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
         shutdown_s=exited_unix - done["unix"] if done else None,
         matplotlib_backend=worker.get("matplotlib_backend"),
     )
-    status = "ok" if done is not None and process.returncode == 0 and timed_out is None else "partial"
+    status = "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
     if status != "ok":
         runner["output_tail"] = output[-2000:] or None
     cache_state = "cold" if env.get("JAX_COMPILATION_CACHE_DIR") else "off"
@@ -160,6 +166,7 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
         totals=result_totals,
         runner=runner,
         overheads={"process_start_s": runner["process_start_s"], "shutdown_s": runner["shutdown_s"]},
+        interrupted=interrupted,
     )
 
 
@@ -194,6 +201,8 @@ def _cells(
     timeout: float | None,
     returncode: int | None,
     exited_unix: float,
+    *,
+    interrupted: bool = False,
 ) -> list[dict[str, Any]]:
     skips = {e["index"]: e["reason"] for e in events if e.get("type") == "skip"}
     runs = {e["index"]: (seq, e) for seq, e in enumerate((e for e in events if e.get("type") == "run"), start=1)}
@@ -212,6 +221,8 @@ def _cells(
                 record = merge_cell(code_cell, probe)
                 if record["status"] == "error" and "raises-exception" in code_cell.tags:
                     record["status"] = "expected-error"
+            elif interrupted:
+                record = merge_cell(code_cell, None, status="not-run")  # stopped by nbscope, as `profile` records it
             elif code_cell.index == timed_out:
                 record = merge_cell(code_cell, None, status="timeout", wall_s=exited_unix - run["unix"])
                 record["error"] = {"name": "CellTimeoutError", "message": f"cell exceeded --timeout {timeout:g} s"}

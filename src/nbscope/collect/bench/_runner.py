@@ -62,12 +62,15 @@ def run_worker(
                 stdout=stderr,
                 stderr=stderr,
                 env=worker_env(group, jax_platform),
+                # Its own process group: a timeout or a stop signal ends it with anything it started, and a
+                # terminal's Ctrl-C reaches nbscope alone, which then stops it.
+                start_new_session=True,
             )
             timed_out = threading.Event()
 
             def kill() -> None:
                 timed_out.set()
-                process.kill()
+                _kill_group(process)
 
             timer = threading.Timer(timeout_s, kill)
             timer.start()
@@ -75,7 +78,7 @@ def run_worker(
                 # wait4 gives this child's own resource usage (RUSAGE_CHILDREN would mix all children).
                 _, status, usage = _wait4(process.pid)
             except BaseException:
-                process.kill()
+                _kill_group(process)
                 process.wait()
                 raise
             finally:
@@ -105,6 +108,13 @@ def run_worker(
             # steal time) competing with the benchmark. Averaged over the run, in cores.
             result["background_cores"] = max(busy_after - busy_before - result["cpu_s"], 0.0) / wall
         return result
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:  # the group is empty: the worker is gone already
+        pass
 
 
 def cpu_busy_s() -> float | None:
