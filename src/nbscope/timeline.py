@@ -511,7 +511,7 @@ def print_timeline(record: Any) -> None:
 
     cells = [c for c in record.measurements.get("cells", []) if c.get("timeline")]
     if not cells:
-        console.print("[dim]timeline: no cell was traced (cells run before `import jax` are not)[/dim]")
+        console.print("[dim]timeline: no cell was traced (only cells after the notebook's own first JAX work are)[/dim]")
         return
     table = Table(title="device timeline per cell")
     for column in ("cell", "line", "code time", "device busy", "ops", "per op", "dispatch", "copies", "waits",
