@@ -18,8 +18,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from nbscope.api.profile import ProfileOptions, profile
+from nbscope.collect import notebook as notebook_module
 from nbscope.collect.probe import PROBE_FILE, PROBE_MODULE
-from nbscope.collect.runner import ProbeReader
+from nbscope.collect.runner import Execution, ExecutionOptions, ProbeReader, execute
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
@@ -138,6 +139,74 @@ def test_numba_counts_outermost_compiles_per_type(profiled: Callable[[str], RunR
         assert 0 < cell["compile_s"] <= cell["wall_s"]
     assert record.measurements["totals"]["numba_compiles"] == 2
     assert record.measurements["totals"]["compiles"] == 0
+
+
+# ---- the probe changes nothing in the notebook ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def executed() -> Callable[[str], Execution]:
+    """``executed(name)``: ``tests/files/<name>`` run once in a real kernel, outputs kept."""
+    done: dict[str, Execution] = {}
+
+    def run(name: str) -> Execution:
+        if name not in done:
+            done[name] = execute(notebook_module.read(FILES / name), ExecutionOptions())
+        return done[name]
+
+    return run
+
+
+def outputs_text(execution: Execution, index: int) -> str:
+    """Everything cell ``index`` (0-based, among code cells) showed: streams, results, errors."""
+    cell = [c for c in execution.executed_nb.cells if c.cell_type == "code"][index]
+    return "\n".join(
+        str(o.get("text") or o.get("data") or "") + " ".join(str(o.get(k, "")) for k in ("ename", "evalue"))
+        for o in cell.outputs
+    )
+
+
+def test_jax_compile_logs_stay_out_of_cell_outputs(executed: Callable[[str], Execution]) -> None:
+    """With ``logging.basicConfig()`` the root handler prints every record reaching it: the probe's DEBUG
+    records (JAX's compile shapes) must not, while records the notebook asks for still do."""
+    run = executed("probe_quiet_logging.ipynb")
+    cells = run.cells
+    assert [c["status"] for c in cells] == ["ok"] * 5, [c.get("error") for c in cells]
+    for index in (1, 2, 3):
+        text = outputs_text(run, index)
+        assert "Compiling" not in text and "DEBUG" not in text, text
+    # the probe still read the compile's argument shapes from the record it kept from printing
+    [double] = [f for f in jax_of(cells[2])["functions"] if f["name"] == "double"]
+    assert double["shapes"] == ["float32[3]"] and double["kind"] == "user"
+    # jax_log_compiles: the notebook asked for those WARNING records, and they reached its handlers
+    assert "Compiling" in outputs_text(run, 4)
+    [double] = [f for f in jax_of(cells[4])["functions"] if f["name"] == "double"]
+    assert double["shapes"] == ["float32[4]"]
+
+
+def test_odd_objects_in_the_namespace_do_not_break_the_cell(executed: Callable[[str], Execution]) -> None:
+    """Objects whose ``__getattr__`` answers anything or raises KeyError: no "Error in callback", and the
+    cell keeps its measurements."""
+    run = executed("probe_odd_namespace.ipynb")
+    cells = run.cells
+    assert [c["status"] for c in cells] == ["ok"] * 3, [c.get("error") for c in cells]
+    text = outputs_text(run, 2)
+    assert "Error in callback" not in text and "KeyError" not in text, text
+    jax = jax_of(cells[2])
+    assert jax["user_compiles"] == 1
+    assert {f["name"]: f["kind"] for f in jax["functions"]}["double"] == "user"
+
+
+def test_a_library_named_jax_something_is_not_jax(executed: Callable[[str], Execution]) -> None:
+    """``jaxlike_library`` (as jaxopt or jaxtyping): compiles it triggers are a library's, not eager ops."""
+    cells = executed("probe_jax_named_package.ipynb").cells
+    assert [c["status"] for c in cells] == ["ok"] * 3, [c.get("error") for c in cells]
+    library = jax_of(cells[1])
+    assert library["compiles"] >= 1
+    assert library["library_compiles"] == library["compiles"] and library["eager_compiles"] == 0
+    assert {f["caller"] for f in library["functions"]} == {"jaxlike_library"}
+    notebook = jax_of(cells[2])  # jnp called from the notebook itself: eager, as before
+    assert notebook["compiles"] >= 1 and notebook["eager_compiles"] == notebook["compiles"]
 
 
 def test_user_ipython_profile_keeps_working(tmp_path: Path) -> None:
@@ -265,6 +334,91 @@ def test_compiles_from_another_package_are_library(tmp_path: Path) -> None:
     cell = read_lines(tmp_path / "probe.jsonl")[-1]
     assert (cell["jax"]["library_compiles"], cell["jax"]["user_compiles"]) == (1, 0)
     assert cell["jax"]["functions"][0]["caller"] == "quantecon.fake"
+
+
+def test_packages_named_like_jax_are_callers_of_their_own(tmp_path: Path) -> None:
+    """Only ``jax``, ``jaxlib`` and their submodules are JAX's frames: ``jaxopt`` is a library."""
+    probe = probe_module.Probe(FakeShell({}), str(tmp_path / "probe.jsonl"))
+    probe.jax_attached = True
+    for module in ("jaxopt._src.gradient_descent", "jaxtyping", "jaxlibrary"):
+        library: dict[str, Any] = {"__name__": module, "probe": probe, "fake_compile": fake_compile}
+        run_cell(probe, "solver.run()", lambda library=library: exec("fake_compile(probe, 'solve')", library))
+        cell = read_lines(tmp_path / "probe.jsonl")[-1]
+        assert (cell["jax"]["library_compiles"], cell["jax"]["eager_compiles"]) == (1, 0), module
+        assert cell["jax"]["functions"][0]["caller"] == module
+    probe.out.close()
+
+
+def test_namespace_objects_are_read_without_running_their_code(tmp_path: Path) -> None:
+    """Jitted, wrapped and partial functions are unwrapped from what they store; an object whose
+    ``__getattr__`` answers anything (even with a notebook function) or raises is passed over."""
+    import functools
+
+    main: dict[str, Any] = {"__name__": "__main__", "functools": functools}
+    exec(
+        "def step(x):\n    return x + 1\n"
+        "def impostor(x):\n    return x\n"
+        "def inner(x):\n    return x\n"
+        "@functools.wraps(inner)\ndef wrapper(x):\n    return inner(x)\n"
+        "class Anything:\n    def __getattr__(self, name):\n        return impostor\n"
+        "class Strict:\n    def __getattr__(self, name):\n        raise KeyError(name)\n"
+        "    def __getattribute__(self, name):\n        raise KeyError(name)\n"
+        "class Model:\n    member = Strict()\n    other = Anything()\n"
+        "    def method(self):\n        return 1\n"
+        "    @staticmethod\n    def helper():\n        return 2\n",
+        main,
+    )
+    namespace = {
+        "partial_step": functools.partial(main["step"], 1),
+        "wrapper": main["wrapper"],
+        "anything": main["Anything"](),
+        "strict": main["Strict"](),
+        "Model": main["Model"],
+    }
+    probe = probe_module.Probe(FakeShell(namespace), str(tmp_path / "probe.jsonl"))
+    names = probe._notebook_function_names()
+    probe.out.close()
+    assert names == {"step", "inner", "method", "helper"}
+
+
+def test_compile_shape_records_are_read_but_not_passed_on(tmp_path: Path) -> None:
+    """The probe lowers JAX's logger to read its DEBUG records; only what the notebook's own set-up would
+    have let through reaches the handlers above it."""
+    import logging
+
+    class Seen(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    parent = logging.getLogger("nbscope_test_probe")  # stands for the root logger after basicConfig()
+    parent.propagate = False
+    parent.setLevel(logging.WARNING)
+    seen = Seen()
+    parent.addHandler(seen)
+    logger = logging.getLogger("nbscope_test_probe.pxla")
+    probe = probe_module.Probe(FakeShell({}), str(tmp_path / "probe.jsonl"))
+    probe_module._capture_compile_shapes(probe, logger)
+    message = "Compiling %s with global shapes and types %s. Argument mapping: %s."
+    try:
+        logger.debug(message, "jit(f)", "(ShapedArray(float32[3]),)", "()")
+        assert seen.messages == []
+        assert probe.counters.functions["f"]["shapes"] == ["float32[3]"]
+        logger.warning(message, "jit(f)", "(ShapedArray(float32[4]),)", "()")  # as with jax_log_compiles
+        assert len(seen.messages) == 1 and "float32[4]" in seen.messages[0]
+        logger.setLevel(logging.DEBUG)  # the notebook asks for this logger's DEBUG records itself
+        logger.debug(message, "jit(f)", "(ShapedArray(float32[5]),)", "()")
+        assert len(seen.messages) == 2
+        assert probe.counters.functions["f"]["shapes"] == ["float32[3]", "float32[4]", "float32[5]"]
+    finally:
+        parent.removeHandler(seen)
+        for item in list(logger.filters):
+            logger.removeFilter(item)
+        logger.setLevel(logging.NOTSET)
+        probe.out.close()
 
 
 class FakeKernel:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -15,6 +16,10 @@ from nbscope.collect.probe import PROBE_FILE
 from nbscope.collect.timeline import TraceEvents, _Op, summarise, summarise_cell
 
 FILES = Path(__file__).resolve().parent / "files"
+_TRACER_SPEC = importlib.util.spec_from_file_location("_nbscope_timeline", PROBE_FILE.with_name("_nbscope_timeline.py"))
+assert _TRACER_SPEC is not None and _TRACER_SPEC.loader is not None
+_nbscope_timeline = importlib.util.module_from_spec(_TRACER_SPEC)  # the in-kernel tracer, by its file
+_TRACER_SPEC.loader.exec_module(_nbscope_timeline)
 MS = 1_000_000  # nanoseconds
 
 
@@ -119,6 +124,10 @@ t.start(1)
 out["before_jax"] = t.stop(1)
 out["jax_imported"] = "jax" in sys.modules
 import jax, jax.numpy as jnp
+from jax._src import xla_bridge
+t.start(1)
+out["before_backends"] = t.stop(1)
+out["tracer_started_backends"] = xla_bridge.backends_are_initialized()
 x = jnp.ones((300, 300))
 (x @ x).block_until_ready()
 for name, folder in (("kept", kept), ("temporary", temporary)):
@@ -148,6 +157,30 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_tracer_waits_for_the_notebook_to_import_jax(traced: dict[str, Any]) -> None:
     assert traced["before_jax"] is None
     assert traced["jax_imported"] is False
+
+
+def test_tracer_waits_for_the_notebook_to_start_jax_backends(traced: dict[str, Any]) -> None:
+    """Tracing starts JAX's backends: until the notebook's code has, a cell is not traced, and says why."""
+    assert traced["before_backends"] == {"skipped": _nbscope_timeline.BACKENDS_NOT_STARTED, "seq": 1}
+    assert traced["tracer_started_backends"] is False
+
+
+@pytest.mark.slow
+def test_timeline_leaves_backend_start_to_the_notebook(tmp_path: Path) -> None:
+    """A cell may configure JAX between ``import jax`` and its first JAX work (here jax_num_cpu_devices,
+    which JAX refuses once its backends started): under --timeline it still runs as written."""
+    from nbscope.api.profile import ProfileOptions, profile
+
+    record = profile(
+        FILES / "timeline_backend_after_import.ipynb", ProfileOptions(timeline=True), live_path=tmp_path / "live.jsonl"
+    )
+    cells = record.measurements["cells"]
+    assert [c["status"] for c in cells] == ["ok"] * 3, [c.get("error") for c in cells]
+    assert cells[0].get("timeline") is None  # jax not imported yet
+    configure = cells[1]["timeline"]
+    assert configure["classification"] is None and configure["skipped"] == _nbscope_timeline.BACKENDS_NOT_STARTED
+    assert "no timeline (JAX had not started its backends" in timeline.short_text(configure)
+    assert cells[2]["timeline"]["ops"] >= 1  # the notebook started the backends: later cells are traced
 
 
 def test_kept_trace_is_a_jax_profiler_trace_and_stays(traced: dict[str, Any]) -> None:

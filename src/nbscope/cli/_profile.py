@@ -19,7 +19,7 @@ def _progress(total: int, enabled: bool) -> tuple[Any, Any, Any]:
         return nullcontext(), None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from nbscope.render.terminal import console
+    from nbscope.render.terminal import console, literal
 
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -29,7 +29,7 @@ def _progress(total: int, enabled: bool) -> tuple[Any, Any, Any]:
 
     def started(cell: Any) -> None:
         where = f" line {cell.line}" if cell.line else ""
-        progress.update(task, description=f"cell {cell.index + 1}{where}: {cell.first_line[:40]}")
+        progress.update(task, description=f"cell {cell.index + 1}{where}: {literal(cell.first_line[:40])}")
 
     def done(_: Any) -> None:
         progress.advance(task)
@@ -67,7 +67,7 @@ def profile(
     from nbscope.api.profile import profile as run_profile
     from nbscope.collect import notebook as notebook_module
     from nbscope.render import ledger
-    from nbscope.render.terminal import console
+    from nbscope.render.terminal import console, literal
 
     options = ProfileOptions(
         timeout=timeout, on_error=on_error, kernel=kernel, env=parse_env(env or []),
@@ -94,7 +94,7 @@ def profile(
             from nbscope.render.timeline import print_timeline
 
             print_timeline(record)
-        console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
+        console.print(f"[dim]saved as run {record.run_id} in {literal(store.path)}[/dim]")
 
 
 def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool) -> None:

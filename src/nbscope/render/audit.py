@@ -75,19 +75,19 @@ def print_audit(record: RunRecord) -> None:
     m = record.measurements
     gpu = _gpu_backend(record)
     table = Table(title=f"audit · {m.get('totals', {}).get('notebooks', 0)} notebooks")
-    for column, justify in (("lecture", "left"), ("cpu", "right"), (gpu or "gpu", "right"), ("winner", "left"),
+    for column, justify in (("lecture", "left"), ("cpu", "right"), (escape(gpu or "gpu"), "right"), ("winner", "left"),
                             ("top cause", "left"), ("recommended action", "left")):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in _lectures(record):
         cause, action = _cause(row)
-        table.add_row(escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), winner_text(row),
+        table.add_row(escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), escape(winner_text(row)),
                       escape(cause), escape(_clip(action, 240)))
     console.print(table)
     for backend, info in (m.get("backends") or {}).items():
         if not info.get("available"):
             console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.get('reason')))}")
     for entry in _failures(record):
-        console.print(f"[red]{escape(entry['path'])} on {escape(entry['backend'])}: {entry['status']}[/red] "
+        console.print(f"[red]{escape(entry['path'])} on {escape(entry['backend'])}: {escape(str(entry['status']))}[/red] "
                       f"{escape(str(entry.get('error') or ''))[:200]}")
     coverage = m.get("coverage") or {}
     if coverage.get("missing"):

@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import console, format_bytes, format_seconds, print_record_header
+from nbscope.render.terminal import console, format_bytes, format_seconds, literal, print_record_header
 
 
 def _steady(figure: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -69,9 +69,9 @@ def compile_text(figure: Mapping[str, Any]) -> str:
 
 
 def _group_heading(name: str, group: Mapping[str, Any], dtypes: list[str]) -> str:
-    parts = [f"[bold]{name}[/bold]", str(group.get("title") or "")]
+    parts = [f"[bold]{literal(name)}[/bold]", literal(group.get("title") or "")]
     if len(dtypes) == 1:
-        parts.append(dtypes[0])
+        parts.append(literal(dtypes[0]))
     runs = len(group.get("runs") or [])
     parts.append(f"{format_seconds(group.get('wall_s'))} in {runs} process{'es' if runs > 1 else ''}")
     if group.get("peak_rss_bytes"):
@@ -85,7 +85,7 @@ def print_bench(record: RunRecord) -> None:
     measurements = record.measurements
     for name, group in (measurements.get("groups") or {}).items():
         if group.get("status") == "skipped":
-            console.print(f"[yellow]{name}: skipped[/yellow] – {group.get('reason')}")
+            console.print(f"[yellow]{literal(name)}: skipped[/yellow] – {literal(group.get('reason'))}")
             continue
         figures = group.get("figures") or []
         dtypes = sorted({str(f.get("dtype")) for f in figures})
@@ -104,11 +104,11 @@ def print_bench(record: RunRecord) -> None:
                 # A high spread is visible in its column; other warnings need words.
                 other = [w for w in warnings if "spread" not in w]
                 if other:
-                    footnotes.append(f"[yellow]⚠ {figure.get('label')}: {'; '.join(other)}[/yellow]")
+                    footnotes.append(f"[yellow]⚠ {literal(figure.get('label'))}: {literal('; '.join(other))}[/yellow]")
             if figure.get("note"):
                 notes.setdefault(str(figure["note"]), []).append(str(figure.get("label")))
             minimum = _steady(figure).get("min_s")
-            cells = [str(figure.get("label")), *([str(figure.get("dtype"))] if len(dtypes) > 1 else [])]
+            cells = [literal(figure.get("label")), *([literal(figure.get("dtype"))] if len(dtypes) > 1 else [])]
             cells += [
                 first_text(figure),
                 compile_text(figure),
@@ -116,7 +116,7 @@ def print_bench(record: RunRecord) -> None:
                 format_seconds(minimum) if minimum is not None else "–",
                 spread,
                 samples_text(figure),
-                throughput_text(figure),
+                literal(throughput_text(figure)),
             ]
             table.add_row(*cells)
         if figures:
@@ -125,12 +125,13 @@ def print_bench(record: RunRecord) -> None:
             console.print(_group_heading(name, group, dtypes))
         for note, labels in notes.items():
             where = ", ".join(labels) if len(labels) <= 2 else f"{len(labels)} rows"
-            footnotes.append(f"[dim]{where}: {note}[/dim]")
-        footnotes.extend(f"[yellow]⚠ {warning}[/yellow]" for warning in group.get("warnings") or [])
+            footnotes.append(f"[dim]{literal(where)}: {literal(note)}[/dim]")
+        footnotes.extend(f"[yellow]⚠ {literal(warning)}[/yellow]" for warning in group.get("warnings") or [])
         for run in group.get("runs") or []:
-            footnotes.extend(f"[dim]{note}[/dim]" for note in run.get("notes") or [])
+            footnotes.extend(f"[dim]{literal(note)}[/dim]" for note in run.get("notes") or [])
             if run.get("status") == "error":
-                footnotes.append(f"[red]{name} ({run.get('dtype')}) failed:[/red] {run.get('reason')}")
+                footnotes.append(f"[red]{literal(name)} ({literal(run.get('dtype'))}) failed:[/red] "
+                                 f"{literal(run.get('reason'))}")
         for line in dict.fromkeys(footnotes):  # a note shared by several rows once
             console.print(f"  {line}")
     totals = measurements.get("totals") or {}

@@ -9,7 +9,7 @@ from typing import Any
 from rich.panel import Panel
 from rich.table import Table
 
-from nbscope.render.terminal import console, format_bytes, format_seconds
+from nbscope.render.terminal import console, format_bytes, format_seconds, literal
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
@@ -35,7 +35,7 @@ def _side(figures: Mapping[str, Any] | None, *, markup: bool = True) -> str:
     if figures.get("compile_s"):
         text += f" (compile {format_seconds(figures['compile_s'])})"
     if figures.get("status") not in (None, "ok", "expected-error"):
-        text += f" [red]{figures['status']}[/red]" if markup else f" {figures['status']}"
+        text += f" [red]{literal(figures['status'])}[/red]" if markup else f" {figures['status']}"
     return text
 
 
@@ -60,27 +60,29 @@ def _run_title(summary: Mapping[str, Any]) -> str:
 def print_comparison(comparison: Any, *, top: int | None = None) -> None:
     """A table of paired cells (notebook order; ``top`` keeps the largest differences), totals, differences."""
     data = comparison.to_dict()
-    console.print(f"[bold]A[/bold] = {_run_title(data['a'])}")
-    console.print(f"[bold]B[/bold] = {_run_title(data['b'])}")
+    console.print(f"[bold]A[/bold] = {literal(_run_title(data['a']))}")
+    console.print(f"[bold]B[/bold] = {literal(_run_title(data['b']))}")
     pairing = data["pairing"]
     note = "every cell paired" if pairing["all_paired"] else f"{pairing['only_a']} only in A, {pairing['only_b']} only in B"
-    console.print(
-        f"[dim]{pairing['cells_a']} vs {pairing['cells_b']} cells: {pairing['by_hash']} paired by source hash, "
-        f"{pairing['by_order'] + pairing['by_similarity'] + pairing.get('by_move', 0)} moved, edited or similar; {note}[/dim]"
-    )
+    console.print(literal(
+        f"{pairing['cells_a']} vs {pairing['cells_b']} cells: {pairing['by_hash']} paired by source hash, "
+        f"{pairing['by_order'] + pairing['by_similarity'] + pairing.get('by_move', 0)} moved, edited or similar; {note}"
+    ), style="dim")
     rows = list(data["cells"])
     if top:
         rows = sorted(rows, key=lambda r: abs(r.get("delta_s") or 0.0), reverse=True)[:top]
     table = Table(title_justify="left", title="cells" if not top else f"{len(rows)} largest differences")
     for column, justify in (("cell", "left"), ("source", "left"), ("A", "right"), ("B", "right"),
                             ("winner", "left"), ("pairing", "left")):
-        table.add_column(column, justify=justify, overflow="fold" if column == "source" else "ellipsis")
+        # The cell column ("cell 3→4 · line 120") never shrinks: a narrow console takes room from the others.
+        table.add_column(column, justify=justify, no_wrap=column == "cell",
+                         overflow="fold" if column == "source" else "ellipsis")
     for row in rows:
         winner = row.get("text") or "–"
         style = "green" if row.get("winner") == "B" else "red" if row.get("winner") == "A" else "dim"
         table.add_row(
-            _cell_name(row), (row.get("first_line") or "")[:44], _side(row.get("a")), _side(row.get("b")),
-            f"[{style}]{winner}[/{style}]", MATCH_NOTE.get(row.get("match", ""), ""),
+            literal(_cell_name(row)), literal((row.get("first_line") or "")[:44]), _side(row.get("a")),
+            _side(row.get("b")), f"[{style}]{literal(winner)}[/{style}]", MATCH_NOTE.get(row.get("match", ""), ""),
         )
     console.print(table)
     print_totals(data["totals"])
@@ -96,7 +98,7 @@ def print_totals(totals: Mapping[str, Any]) -> None:
         if a is None and b is None:
             continue
         fmt = format_seconds if key.endswith("_s") else format_bytes if key.endswith("_bytes") else _value
-        table.add_row(key, fmt(a), fmt(b), entry.get("text", ""))
+        table.add_row(literal(key), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", "")))
     console.print(table)
 
 
@@ -108,7 +110,8 @@ def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
     for column in ("field", "A", "B", "why it matters"):
         table.add_column(column, overflow="fold")
     for row in differences:
-        table.add_row(row["field"], _value(row.get("a")), _value(row.get("b")), row.get("why") or row.get("note") or "")
+        table.add_row(literal(row["field"]), literal(_value(row.get("a"))), literal(_value(row.get("b"))),
+                      literal(row.get("why") or row.get("note") or ""))
     console.print(table)
 
 
@@ -159,7 +162,7 @@ def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
         else:
             shown = _value(value)
         lines.append(f"  {key}: {shown}")
-    return lines
+    return lines  # plain text: print_findings escapes it
 
 
 def _where(finding: Any, cells: Mapping[int, Mapping[str, Any]]) -> str:
@@ -178,21 +181,23 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
         console.print("[green]No findings[/green]: no rule fired on this run.")
     for finding in shown:
         style = SEVERITY_STYLE.get(finding.severity, "")
-        body = [f"[bold]{finding.summary}[/bold]", "", "[dim]evidence[/dim]", *_evidence_lines(finding.evidence),
-                "", f"[green]fix[/green]: {finding.fix}"]
+        severity = f"[{style}]{literal(finding.severity)}[/{style}]" if style else literal(finding.severity)
+        body = [f"[bold]{literal(finding.summary)}[/bold]", "", "[dim]evidence[/dim]",
+                *(literal(line) for line in _evidence_lines(finding.evidence)),
+                "", f"[green]fix[/green]: {literal(finding.fix)}"]
         console.print(Panel(
             "\n".join(body),
-            title=f"[{style}]{finding.severity}[/{style}] · {finding.title} · {_where(finding, cells)}",
-            subtitle=f"{finding.rule} · confidence {finding.confidence:.0%}",
+            title=f"{severity} · {literal(finding.title)} · {literal(_where(finding, cells))}",
+            subtitle=literal(f"{finding.rule} · confidence {finding.confidence:.0%}"),
             title_align="left", subtitle_align="right", border_style=style or "white",
         ))
     if limit and len(findings) > limit:
         console.print(f"[dim]… {len(findings) - limit} more finding(s); --json lists all[/dim]")
     for skip in getattr(findings, "skipped", []):
         where = f" (cell {skip.cell_index + 1})" if skip.cell_index is not None else ""
-        console.print(f"[dim]not evaluated: {skip.rule}{where}: {skip.reason}[/dim]")
+        console.print(f"[dim]not evaluated: {literal(skip.rule)}{where}: {literal(skip.reason)}[/dim]")
     for note in getattr(findings, "notes", []):
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {literal(note)}[/dim]")
 
 
 def findings_markdown(findings: Any, record: Any = None) -> str:
@@ -221,18 +226,18 @@ def findings_markdown(findings: Any, record: Any = None) -> str:
 def print_recommendation(recommendation: Mapping[str, Any]) -> None:
     choice = recommendation.get("recommendation")
     if choice is None:
-        console.print(f"[dim]no backend recommendation: {recommendation.get('reason')}[/dim]")
+        console.print(f"[dim]no backend recommendation: {literal(recommendation.get('reason'))}[/dim]")
         return
     estimates = recommendation.get("estimates") or {}
     shown = " · ".join(f"{k[:-2]} {format_seconds(v)}" for k, v in estimates.items() if v is not None)
-    console.print(f"[bold]recommended backend: {choice}[/bold] — {recommendation.get('reason')}")
-    console.print(f"estimated totals: {shown}")
+    console.print(f"[bold]recommended backend: {literal(choice)}[/bold] — {literal(recommendation.get('reason'))}")
+    console.print(f"estimated totals: {literal(shown)}")
     for pin in recommendation.get("pinned") or []:
         names = ", ".join(pin.get("functions") or []) or "(cell)"
-        console.print(f"  pin to CPU: cell {pin['cell'] + 1}{' line ' + str(pin['line']) if pin.get('line') else ''} "
-                      f"{names}: saves {format_seconds(pin.get('saving_s'))}")
+        console.print(literal(f"  pin to CPU: cell {pin['cell'] + 1}{' line ' + str(pin['line']) if pin.get('line') else ''} "
+                              f"{names}: saves {format_seconds(pin.get('saving_s'))}"))
     for caveat in recommendation.get("caveats") or []:
-        console.print(f"[dim]caveat: {caveat}[/dim]")
+        console.print(f"[dim]caveat: {literal(caveat)}[/dim]")
 
 
 def recommendation_markdown(recommendation: Mapping[str, Any]) -> str:
@@ -257,7 +262,8 @@ def recommendation_markdown(recommendation: Mapping[str, Any]) -> str:
 def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
     for item in unavailable:
         run = f" (run {item['run_id']})" if item.get("run_id") else ""
-        console.print(f"[yellow]backend {item['backend']} unavailable{run}[/yellow]: {item['reason']}")
+        console.print(f"[yellow]backend {literal(item['backend'])} unavailable{literal(run)}[/yellow]: "
+                      f"{literal(item['reason'])}")
 
 
 def backends_markdown(result: Any) -> str:
@@ -280,10 +286,10 @@ def print_backends(result: Any, *, store_path: Any = None) -> None:
         if result.recommendation is not None:
             print_recommendation(result.recommendation)
     elif result.available:
-        console.print(f"only the {result.available[0]['backend']} backend ran: nothing to compare")
+        console.print(f"only the {literal(result.available[0]['backend'])} backend ran: nothing to compare")
     for backend, findings in result.findings.items():
-        console.print(f"\n[bold]diagnosis of the {backend} run[/bold]")
+        console.print(f"\n[bold]diagnosis of the {literal(backend)} run[/bold]")
         print_findings(findings, result.record_of(backend), limit=5)
     saved = ", ".join(f"{r['backend']}: run {r['run_id']}" for r in result.runs if r["run_id"])
     if saved:
-        console.print(f"[dim]saved {saved} in {store_path}[/dim]")
+        console.print(literal(f"saved {saved} in {store_path}"), style="dim")

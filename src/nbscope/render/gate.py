@@ -76,8 +76,8 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
         f"{verdict} · gate on {escape(str(result.candidate.get('target')))} · max slowdown {result.options.max_slowdown:.0%}"
         f" · α={result.options.alpha:g}"
     )
-    console.print(f"[dim]baseline  {_run_text(result.baseline)}[/dim]")
-    console.print(f"[dim]candidate {_run_text(result.candidate)}[/dim]")
+    console.print(f"[dim]baseline  {escape(_run_text(result.baseline))}[/dim]")
+    console.print(f"[dim]candidate {escape(_run_text(result.candidate))}[/dim]")
     if result.history_runs:
         console.print(f"[dim]run-to-run noise from {result.history_runs} earlier runs[/dim]")
     for warning in result.warnings:
@@ -177,7 +177,7 @@ def print_history(result: History, *, show_points: int = 12) -> None:
     for series in result.series:
         values = [v for v in series.values if v is not None]
         console.print(
-            f"\n[bold]{series.kind}[/bold] on {escape(series.machine)} · digest {series.digest} · {len(series.points)} runs · "
+            f"\n[bold]{escape(series.kind)}[/bold] on {escape(series.machine)} · digest {escape(str(series.digest))} · {len(series.points)} runs · "
             f"latest {_value(values[-1] if values else None, result.unit)} · median "
             f"{_value(series.to_dict()['median'], result.unit)} · range {_value(min(values), result.unit)}–"
             f"{_value(max(values), result.unit)}",
@@ -193,7 +193,7 @@ def print_history(result: History, *, show_points: int = 12) -> None:
         for change in series.changes:
             ratio = f" (×{change.ratio:.2f})" if change.ratio else ""
             console.print(
-                f"  [yellow]{'tentative change (newest run only)' if change.tentative else 'change'}[/yellow] at run {change.run_id} ({change.started_at[:19].replace('T', ' ')}): "
+                f"  [yellow]{'tentative change (newest run only)' if change.tentative else 'change'}[/yellow] at run {change.run_id} ({escape(change.started_at[:19].replace('T', ' '))}): "
                 f"{_value(change.before, result.unit)} → {_value(change.after, result.unit)}{ratio}",
                 highlight=False,
             )
@@ -204,7 +204,7 @@ def print_history(result: History, *, show_points: int = 12) -> None:
             table.add_column(column)
         for point in series.points[-show_points:]:
             table.add_row(
-                str(point.run_id), point.started_at[:19].replace("T", " "), point.status,
+                str(point.run_id), escape(point.started_at[:19].replace("T", " ")), escape(str(point.status)),
                 _value(point.value, result.unit),
             )
         console.print(table)

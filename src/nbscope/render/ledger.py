@@ -7,43 +7,48 @@ from typing import Any
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import console, format_bytes, format_seconds, print_record_header
+from nbscope.render.terminal import (
+    console,
+    format_bytes,
+    format_seconds,
+    literal,
+    print_record_header,
+    source_text,
+)
 
+# status -> (style, text) of its flag
 STATUS_FLAGS = {
-    "error": "[red]error[/red]",
-    "expected-error": "expected error",
-    "timeout": "[red]TIMEOUT[/red]",
-    "kernel-died": "[red]KERNEL DIED[/red]",
-    "not-run": "[dim]not run[/dim]",
-    "skipped": "[dim]skipped[/dim]",
+    "error": ("red", "error"),
+    "expected-error": ("", "expected error"),
+    "timeout": ("red", "TIMEOUT"),
+    "kernel-died": ("red", "KERNEL DIED"),
+    "not-run": ("dim", "not run"),
+    "skipped": ("dim", "skipped"),
 }
 
 
 def cell_flags(cell: dict[str, Any], *, markup: bool = True) -> list[str]:
-    """Short notes on a cell: status, cache hits, eager compiles, alarms."""
-    flags = []
+    """Short notes on a cell: status, cache hits, eager compiles, alarms (rich markup, or plain text)."""
+    flags: list[tuple[str, str]] = []
     status = cell.get("status")
     if status in STATUS_FLAGS:
-        flag = STATUS_FLAGS[status]
+        style, flag = STATUS_FLAGS[status]
         if cell.get("error") and status in ("error", "expected-error"):
             flag += f" {cell['error'].get('name')}"
-        flags.append(flag)
+        flags.append((style, flag))
     jax = cell.get("jax") or {}
     if jax.get("cache_hits"):
-        flags.append(f"{jax['cache_hits']} cache hit(s)")
+        flags.append(("", f"{jax['cache_hits']} cache hit(s)"))
     if cell.get("alarms"):
-        flags.append("[yellow]XLA slow-compile alarm[/yellow]")
+        flags.append(("yellow", "XLA slow-compile alarm"))
     numba = cell.get("numba") or {}
     if numba.get("compiles"):
-        flags.append(f"numba ×{numba['compiles']}")
+        flags.append(("", f"numba ×{numba['compiles']}"))
     if cell.get("spread") is not None and cell["spread"] > 0.1:
-        flags.append(f"spread {cell['spread']:.0%}")
-    text = flags
+        flags.append(("", f"spread {cell['spread']:.0%}"))
     if not markup:
-        import re
-
-        text = [re.sub(r"\[/?[a-z ]+\]", "", f) for f in flags]
-    return text
+        return [text for _, text in flags]
+    return [f"[{style}]{literal(text)}[/{style}]" if style else literal(text) for style, text in flags]
 
 
 def compile_text(cell: dict[str, Any]) -> str:
@@ -82,12 +87,15 @@ def print_profile(record: RunRecord, *, top: int | None = 15, notebook_order: bo
         ("compiles", "right"),
         ("flags", "left"),
     ):
-        table.add_column(column, justify=justify, no_wrap=True, max_width=48 if column == "source" else None)
+        # A narrow console takes its room from source, compiles and flags (source is cut with "…", the
+        # others wrap); the cell number, line and times keep their width.
+        shrinks = column in ("source", "compiles", "flags")
+        table.add_column(column, justify=justify, no_wrap=not shrinks, max_width=48 if column == "source" else None)
     for cell in cells:
         table.add_row(
-            str(cell["index"] + 1),
-            str(cell.get("line") or ""),
-            (cell.get("first_line") or "")[:48],
+            literal(cell["index"] + 1),
+            literal(cell.get("line") or ""),
+            source_text((cell.get("first_line") or "")[:48]),
             format_seconds(cell.get("wall_s")),
             format_seconds(cell.get("compile_s")) if cell.get("compile_s") else "–",
             format_seconds(cell.get("run_s")),
@@ -103,27 +111,29 @@ def print_summary(record: RunRecord) -> None:
     wall = t.get("wall_s") or 0.0
     share = (t.get("compile_s") or 0.0) / wall if wall else 0.0
     console.print(
-        f"[bold]total[/bold] {format_seconds(wall)} in {t.get('cells_run', 0)}/{t.get('cells', 0)} cells · "
+        f"[bold]total[/bold] {format_seconds(wall)} in {literal(t.get('cells_run', 0))}/{literal(t.get('cells', 0))} cells · "
         f"compile {format_seconds(t.get('compile_s'))} ({share:.0%}) · run {format_seconds(t.get('run_s'))} · "
         f"kernel start {format_seconds(t.get('kernel_start_s'))}"
     )
-    console.print(
+    console.print(literal(
         f"JAX compiles {t.get('compiles', 0)} (user {t.get('user_compiles', 0)}, eager {t.get('eager_compiles', 0)}, "
         f"library {t.get('library_compiles', 0)}) · Numba compiles {t.get('numba_compiles', 0)} · "
         f"persistent cache {t.get('cache_state')} (hits {t.get('cache_hits', 0)}, misses {t.get('cache_misses', 0)})"
         f" · peak RSS {format_bytes(t.get('peak_rss_bytes'))}"
-    )
+    ))
     if t.get("cache_saving_s") is not None:
         console.print(
             f"warm cache saved {format_seconds(t['cache_saving_s'])} of compile time against cold run "
-            f"{t['cache_baseline_run']} ({t.get('cold_compiles')} compiles then, {t.get('compiles', 0)} now)"
+            f"{literal(t['cache_baseline_run'])} ({literal(t.get('cold_compiles'))} compiles then, "
+            f"{literal(t.get('compiles', 0))} now)"
         )
     failed = [c for c in record.measurements.get("cells", []) if c.get("status") in ("error", "timeout", "kernel-died")]
     for cell in failed:
         error = cell.get("error") or {}
+        where = f"cell {cell['index'] + 1}" + (f" (line {cell['line']})" if cell.get("line") else "")
         console.print(
-            f"[red]cell {cell['index'] + 1}{' (line ' + str(cell['line']) + ')' if cell.get('line') else ''}: "
-            f"{cell['status']}[/red] {error.get('name', '')}: {error.get('message', '')[:160]}"
+            f"[red]{literal(where)}: {literal(cell['status'])}[/red] "
+            f"{literal(error.get('name', ''))}: {literal(str(error.get('message', ''))[:160])}"
         )
 
 

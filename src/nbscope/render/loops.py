@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import console, format_seconds, print_record_header
+from nbscope.render.terminal import console, format_seconds, literal, print_record_header
 
 
 def _per_iter(seconds: float, trips: int) -> str:
@@ -31,9 +31,9 @@ def print_loops(record: RunRecord) -> None:
     measurements = record.measurements
     loop = measurements.get("loop") or {}
     if loop.get("description"):
-        console.print(f"loop: {loop['description']}")
+        console.print(f"loop: {literal(loop['description'])}")
     for sweep in measurements.get("sweeps", []):
-        table = Table(title=f"{sweep.get('placement')} · {sweep.get('device')} ({sweep.get('platform')})")
+        table = Table(title=literal(f"{sweep.get('placement')} · {sweep.get('device')} ({sweep.get('platform')})"))
         table.add_column("trips", justify="right")
         table.add_column("time (median)", justify="right")
         table.add_column("per iteration", justify="right")
@@ -57,11 +57,11 @@ def print_loops(record: RunRecord) -> None:
     for estimate in extrapolation.get("estimates", []):
         beyond = " (beyond the measured range)" if extrapolation["trip_count"] > estimate["measured_up_to"] else ""
         console.print(
-            f"at {extrapolation['trip_count']:,} trips on {estimate['placement']} ({estimate['device']}): "
+            f"at {extrapolation['trip_count']:,} trips on {literal(estimate['placement'])} ({literal(estimate['device'])}): "
             f"[bold]{format_seconds(estimate['seconds'])}[/bold]{beyond}"
         )
     for note in measurements.get("notes", []):
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {literal(note)}[/dim]")
     dump = measurements.get("xla_dump")
     if dump:
-        console.print(f"[dim]XLA dump: {dump['files']} files in {dump['dir']}[/dim]")
+        console.print(f"[dim]XLA dump: {literal(dump['files'])} files in {literal(dump['dir'])}[/dim]")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import console, format_seconds, print_record_header
+from nbscope.render.terminal import console, format_seconds, literal, print_record_header
 
 # Each pathway's fixed cost outside the cells, in the order shown.
 OVERHEAD_LABELS = (
@@ -52,13 +52,14 @@ def _pathway_note(entry: dict[str, Any]) -> str:
 def _cell_flag(row: dict[str, Any], *, markup: bool) -> str:
     if row.get("ran_differently"):
         statuses = ", ".join(f"{n} {e.get('status')}" for n, e in row["by_pathway"].items())
-        return f"[yellow]{statuses}[/yellow]" if markup else statuses
+        return f"[yellow]{literal(statuses)}[/yellow]" if markup else statuses
     if row.get("compared") and row.get("differs"):
         text = f"{row['slowest']} slower by {format_seconds(row.get('delta_s'))}"
-        return f"[red]{text}[/red]" if markup else text
+        return f"[red]{literal(text)}[/red]" if markup else text
     statuses = {e.get("status") for e in row["by_pathway"].values()}
     if statuses and statuses != {"ok"}:
-        return "/".join(sorted(str(s) for s in statuses))
+        text = "/".join(sorted(str(s) for s in statuses))
+        return literal(text) if markup else text
     return ""
 
 
@@ -79,16 +80,18 @@ def print_pathways(record: RunRecord) -> None:
     for name, entry in pathways.items():
         totals = entry.get("totals") or {}
         table.add_row(
-            name, str(entry.get("status")), format_seconds(totals.get("wall_s")), _compile(totals),
-            format_seconds(_elapsed(entry)), overheads_text(entry), _pathway_note(entry),
+            literal(name), literal(entry.get("status")), format_seconds(totals.get("wall_s")), _compile(totals),
+            format_seconds(_elapsed(entry)), literal(overheads_text(entry)), literal(_pathway_note(entry)),
         )
     console.print(table)
     names = _names(record)
     cells = Table(title="cells (wall; compile in brackets)", title_justify="left")
     for column, justify in (("#", "right"), ("line", "right"), ("source", "left")):
-        cells.add_column(column, justify=justify, overflow="fold" if column == "source" else "ellipsis")
+        # the cell number and line never shrink: a narrow console takes room from the other columns
+        cells.add_column(column, justify=justify, no_wrap=column != "source",
+                         overflow="fold" if column == "source" else "ellipsis")
     for name in names:
-        cells.add_column(name, justify="right")
+        cells.add_column(literal(name), justify="right")
     cells.add_column("note", justify="left")
     for row in m.get("cells") or []:
         values = []
@@ -98,8 +101,8 @@ def print_pathways(record: RunRecord) -> None:
             if entry.get("compile_s"):
                 text += f" [dim]({format_seconds(entry['compile_s'])})[/dim]"
             values.append(text)
-        cells.add_row(str(int(row.get("index") or 0) + 1), str(row.get("line") or ""),
-                      (row.get("first_line") or "")[:44], *values, _cell_flag(row, markup=True))
+        cells.add_row(str(int(row.get("index") or 0) + 1), literal(row.get("line") or ""),
+                      literal((row.get("first_line") or "")[:44]), *values, _cell_flag(row, markup=True))
     console.print(cells)
     totals = m.get("totals") or {}
     console.print(
@@ -110,7 +113,7 @@ def print_pathways(record: RunRecord) -> None:
     figures = m.get("figures")
     if figures:
         print_figures(figures, names)
-    console.print(f"[bold]verdict:[/bold] {m.get('verdict', '')}")
+    console.print(f"[bold]verdict:[/bold] {literal(m.get('verdict', ''))}")
 
 
 def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
@@ -118,7 +121,7 @@ def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
     table = Table(title="bench figures (steady median; first call in brackets)", title_justify="left")
     table.add_column("figure")
     for name in names:
-        table.add_column(name, justify="right")
+        table.add_column(literal(name), justify="right")
     table.add_column("note")
     for figure in figures:
         values = []
@@ -129,7 +132,7 @@ def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
                 text += f" [dim]({format_seconds(entry['first_s'])})[/dim]"
             values.append(text)
         note = f"[red]differs ×{figure['ratio']:.2f}[/red]" if figure.get("differs") else ""
-        table.add_row(figure.get("label") or figure.get("key"), *values, note)
+        table.add_row(literal(figure.get("label") or figure.get("key")), *values, note)
     console.print(table)
 
 

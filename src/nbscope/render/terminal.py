@@ -9,7 +9,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
@@ -30,14 +32,29 @@ RECORD_VIEWS: dict[str, str] = {
 }
 
 
+def literal(value: Any) -> str:
+    """``value`` as rich markup that prints exactly as written.
+
+    Everything a record holds (sources, error messages, function names, paths, reasons) goes through
+    this: ``y = x[i]`` would otherwise print as ``y = x`` in italics, and ``[/x]`` raise a MarkupError.
+    """
+    return escape(str(value))
+
+
+def source_text(text: str) -> Text:
+    """A source line for a table cell: as written, on one line, cut with "…" where the column is narrow."""
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
 def format_value(value: Any) -> str:
+    """A fingerprint or settings value as rich markup (escaped)."""
     if fp.is_absent(value):
-        return f"[dim]absent: {value['absent']}[/dim]"
+        return f"[dim]absent: {literal(value['absent'])}[/dim]"
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
-    return str(value)
+        return literal(json.dumps(value, default=str))
+    return literal(value)
 
 
 def format_bytes(value: Any) -> str:
@@ -57,7 +74,7 @@ def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:
         if path.startswith("blas.pools.") or path == "digest":
             continue
         shown = format_bytes(value) if path.endswith("_bytes") else format_value(value)
-        table.add_row(path, shown)
+        table.add_row(literal(path), shown)
     console.print(table)
 
 
@@ -70,7 +87,7 @@ def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b
     table.add_column(name_a)
     table.add_column(name_b)
     for path, a, b in rows:
-        table.add_row(path, format_value(a), format_value(b))
+        table.add_row(literal(path), format_value(a), format_value(b))
     console.print(table)
 
 
@@ -86,14 +103,14 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
             f"{k}={format_seconds(v) if k.endswith('_s') else v}" for k, v in row["headline"].items()
         )
         table.add_row(
-            str(row["id"]),
-            row["started_at"][:19].replace("T", " "),
-            row["kind"],
-            row["target"],
-            row["status"],
-            row["machine"],
-            row["digest"],
-            headline,
+            literal(row["id"]),
+            literal(str(row["started_at"])[:19].replace("T", " ")),
+            literal(row["kind"]),
+            literal(row["target"]),
+            literal(row["status"]),
+            literal(row["machine"]),
+            literal(row["digest"]),
+            literal(headline),
         )
     console.print(table)
 
@@ -101,14 +118,14 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
 def print_record_header(record: RunRecord) -> None:
     run = f"run {record.run_id}" if record.run_id else "run"
     console.print(
-        f"[bold]{run}[/bold] · {record.kind} · {record.target} · {record.status} · "
-        f"{record.started_at[:19].replace('T', ' ')} UTC · {fp.summary(record.fingerprint)} · "
-        f"digest {record.digest}"
+        f"[bold]{literal(run)}[/bold] · {literal(record.kind)} · {literal(record.target)} · {literal(record.status)} · "
+        f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(fp.summary(record.fingerprint))} · "
+        f"digest {literal(record.digest)}"
     )
     if record.settings:
         settings = ", ".join(f"{k}={v}" for k, v in record.settings.items() if v not in (None, [], {}, ""))
         if settings:
-            console.print(f"[dim]settings: {settings}[/dim]")
+            console.print(f"[dim]settings: {literal(settings)}[/dim]")
 
 
 def _view(kind: str) -> Callable[[RunRecord], None] | None:

@@ -17,6 +17,7 @@ kernel), ``cell`` (a cell finished). Field meanings are documented in docs/run-r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -30,7 +31,10 @@ from typing import Any
 PROBE_VERSION = 1
 _ALARM_MARKERS = ("slow_operation_alarm", "Very slow compile", "Constant folding an instruction is taking")
 _WRAPPED_NAME = re.compile(r"^[\w.]+\((.*)\)$")
+# Packages whose frames stand between a compile and the code that asked for it: these names and their
+# submodules only ("jaxopt" or "jaxtyping" are libraries of their own, not JAX).
 _SKIP_MODULES = ("jax", "jaxlib", "contextlib", "functools", "importlib", "_nbscope_probe", "threading", "logging")
+_SKIP_PREFIXES = tuple(f"{name}." for name in _SKIP_MODULES)
 
 
 def source_hash(source: str) -> str:
@@ -122,7 +126,9 @@ def _caller_module() -> str:
     frame = sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if not module.startswith(_SKIP_MODULES):
+        if not isinstance(module, str):
+            return ""
+        if module not in _SKIP_MODULES and not module.startswith(_SKIP_PREFIXES):
             return module
         frame = frame.f_back
     return ""
@@ -206,7 +212,7 @@ class Probe:
             "code_s": wall,
             "started_unix": self.cell_start_unix,
             "status": "error" if error is not None else "ok",
-            "error": None if error is None else {"name": type(error).__name__, "message": str(error)[:500]},
+            "error": None if error is None else {"name": type(error).__name__, "message": _error_message(error)},
             "jax": self._jax_summary(counters) if self.jax_attached else None,
             "numba": self._numba_summary(counters) if self.numba_attached else None,
             "alarms": counters.alarms,
@@ -316,11 +322,7 @@ class Probe:
 
         monitoring.register_event_duration_secs_listener(self._on_jax_duration)
         monitoring.register_event_listener(self._on_jax_event)
-        # JAX logs each compile's argument shapes at DEBUG level; capture them without printing.
-        logger = logging.getLogger("jax._src.interpreters.pxla")
-        if logger.level == logging.NOTSET or logger.level > logging.DEBUG:
-            logger.setLevel(logging.DEBUG)
-        logger.addHandler(_shape_handler(self))
+        _capture_compile_shapes(self, logging.getLogger("jax._src.interpreters.pxla"))
         self.jax_attached = True
 
     def _on_jax_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
@@ -399,7 +401,12 @@ class Probe:
         }
 
     def _notebook_function_names(self) -> set[str]:
-        """Names of functions defined in notebook code (nested ones too), from the user namespace."""
+        """Names of functions defined in notebook code (nested ones too), from the user namespace.
+
+        Objects in the namespace are the notebook's: their ``__getattr__`` may answer anything or raise
+        anything, so they are read through ``_wrapped`` (no user code runs) and one that still
+        fails is passed over alone. An exception here would reach IPython as "Error in callback".
+        """
         names: set[str] = set()
         seen: set[int] = set()
 
@@ -412,19 +419,32 @@ class Probe:
                 if isinstance(const, types.CodeType):
                     add_code(const)
 
-        for value in list(self.shell.user_ns.values()):
-            for _ in range(5):  # unwrap jax.jit / functools.wraps / partial layers
-                inner = getattr(value, "__wrapped__", None) or getattr(value, "func", None)
-                if inner is None or inner is value:
-                    break
-                value = inner
-            if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+        def add_function(value: Any) -> None:
+            # type(), not isinstance(): isinstance may ask the object for __class__, running its code
+            if type(value) in (staticmethod, classmethod, types.MethodType):
+                value = value.__func__
+            if type(value) is types.FunctionType and value.__module__ == "__main__":
                 add_code(value.__code__)
-            elif isinstance(value, type) and value.__module__ == "__main__":
-                for member in vars(value).values():
-                    member = getattr(member, "__func__", member)
-                    if isinstance(member, types.FunctionType):
-                        add_code(member.__code__)
+
+        for value in list(self.shell.user_ns.values()):
+            try:
+                is_class = issubclass(type(value), type)  # type(): isinstance may run the object's code
+                if not is_class and not callable(value):  # arrays, modules, data: nothing JAX compiles
+                    continue
+                for _ in range(0 if is_class else 5):  # unwrap jax.jit, functools.wraps, partial
+                    inner = _wrapped(value)
+                    if inner is None or inner is value:
+                        break
+                    value = inner
+                if is_class:
+                    attributes = _class_attributes(value)
+                    if attributes.get("__module__") == "__main__":
+                        for member in attributes.values():
+                            add_function(member)
+                else:
+                    add_function(value)
+            except Exception:  # one odd object must not cost the cell its record
+                continue
         return names
 
     # ---- Numba --------------------------------------------------------------------------------
@@ -488,21 +508,94 @@ class Probe:
             pass
 
 
-def _shape_handler(probe: Probe) -> Any:
-    """A logging handler that reads each compile's argument shapes from JAX's DEBUG log."""
+# Below DEBUG: JAX logs nothing at this level, and a level the notebook sets itself (even DEBUG) differs
+# from it, which tells the probe the notebook took over the logger.
+_PROBE_LOG_LEVEL = 9
+
+
+def _capture_compile_shapes(probe: Probe, logger: Any) -> None:
+    """Read each compile's argument shapes from the DEBUG record JAX logs, without printing anything.
+
+    JAX only creates that record when its logger is enabled for DEBUG, so the probe lowers the logger's
+    level; a filter on the logger reads the record and then drops every record the notebook's own logging
+    set-up would not have let through. With ``logging.basicConfig()`` the root handler prints whatever
+    reaches it, whatever its level, so without the filter the DEBUG records would appear in cell outputs.
+    """
     import logging  # JAX imported it already: free here
 
-    class ShapeHandler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
+    original_level = logger.level
+
+    def user_threshold() -> int:
+        if logger.level != _PROBE_LOG_LEVEL:  # the notebook set this logger's level itself since
+            return logging.NOTSET
+        if original_level != logging.NOTSET:
+            return original_level
+        parent = logger.parent
+        return parent.getEffectiveLevel() if parent is not None else logging.WARNING
+
+    def keep(record: Any) -> bool:
+        try:
             message = record.msg
             if isinstance(message, str) and message.startswith("Compiling ") and record.args:
-                try:
-                    fun_name, shapes = str(record.args[0]), str(record.args[1])
-                except (IndexError, TypeError):
-                    return
+                fun_name, shapes = str(record.args[0]), str(record.args[1])
                 probe.counters.function(fun_name)["shapes"].append(_short_shapes(shapes))
+            return record.levelno >= user_threshold()
+        except Exception:  # a probe failure must never break the notebook's logging
+            return True
 
-    return ShapeHandler(level=logging.DEBUG)
+    if original_level == logging.NOTSET or original_level > logging.DEBUG:
+        logger.setLevel(_PROBE_LOG_LEVEL)
+    logger.addFilter(keep)
+
+
+def _error_message(error: BaseException) -> str:
+    """The cell's exception as text; an exception whose ``__str__`` itself fails is named, not raised."""
+    try:
+        return str(error)[:500]
+    except Exception as exc:
+        return f"(its message could not be read: {type(exc).__name__})"
+
+
+def _wrapped(value: Any) -> Any:
+    """What a wrapper wraps (``__wrapped__``, or ``func`` of a partial), read without running user code."""
+    kind = type(value)
+    if kind is types.FunctionType:  # functools.wraps stores __wrapped__ in the function's own dict
+        return value.__dict__.get("__wrapped__")
+    if kind is functools.partial:
+        return value.func
+    inner = _stored_attribute(value, "__wrapped__")
+    return inner if inner is not None else _stored_attribute(value, "func")
+
+
+# The type's own accessors, read once: looking ``__mro__`` or ``__dict__`` up on an object or class would go
+# through its (meta)class, which the notebook may have written.
+_MRO_OF = type.__dict__["__mro__"].__get__
+_DICT_OF_CLASS = type.__dict__["__dict__"].__get__
+_SLOTS = (types.MemberDescriptorType, types.GetSetDescriptorType)
+
+
+def _stored_attribute(value: Any, name: str) -> Any:
+    """``value.name`` where it is data stored on the instance (its dict, or a C-level slot), else None.
+
+    Never runs the notebook's code: ``__getattr__``, ``__getattribute__`` and properties are not called, so
+    an object that answers every attribute (a mock, a lazy proxy) is not taken for a jitted function. The
+    same lookup as ``inspect.getattr_static``, limited to what the probe needs, at a fraction of its cost.
+    """
+    try:
+        for klass in _MRO_OF(type(value)):
+            found = _DICT_OF_CLASS(klass).get(name)
+            if found is not None:
+                # a slot (functools.partial.func) is the instance's data; a method or property is not
+                return found.__get__(value, type(value)) if isinstance(found, _SLOTS) else None
+        instance_dict = object.__getattribute__(value, "__dict__")  # as getattr_static reads it
+    except Exception:
+        return None
+    return instance_dict.get(name) if type(instance_dict) is dict else None
+
+
+def _class_attributes(cls: type) -> dict[str, Any]:
+    """A class's own attributes (``vars(cls)`` without asking its metaclass)."""
+    return dict(_DICT_OF_CLASS(cls))
 
 
 def _short_shapes(text: str) -> str:

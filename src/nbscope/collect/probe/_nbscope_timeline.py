@@ -15,7 +15,9 @@ Two ways to record:
   ``trace.json.gz`` opens in Perfetto.
 
 Both methods are called from IPython's pre/post-run events: they must never raise, or IPython would
-print a traceback into the notebook's outputs.
+print a traceback into the notebook's outputs. Starting a trace starts JAX's backends, so a cell gets a
+trace only once the notebook's own code has started them: the cell that first runs JAX work is not
+traced (its record says why), and a cell may still configure JAX before that.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import socket
 import sys
 import time
 from typing import Any
+
+BACKENDS_NOT_STARTED = "JAX had not started its backends when the cell began (tracing would have started them)"
 
 
 class Timeline:
@@ -49,6 +53,11 @@ class Timeline:
         try:
             profiler = sys.modules.get("jax.profiler") or getattr(jax, "profiler", None)
             if profiler is None:  # a half-imported jax (the import failed or is still running)
+                return
+            if not _backends_started():
+                # Tracing starts JAX's backends; before the notebook has done so itself, that would run
+                # ahead of the cell's own code (a cell may set jax_num_cpu_devices, XLA_FLAGS, ...).
+                self.skipped = BACKENDS_NOT_STARTED
                 return
             if self.options is None:
                 self.options = _options(profiler)
@@ -85,6 +94,17 @@ class Timeline:
         # Collecting and writing the trace happens here, in post_run_cell: outside the probe's code
         # time but inside the kernel's request; the summary reports it so a reader can tell them apart.
         return {"path": target, "seq": seq, "stop_s": time.perf_counter() - started}
+
+
+def _backends_started() -> bool:
+    """Whether JAX has started its backends (never starts them itself)."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is None:
+        return False
+    started = getattr(bridge, "backends_are_initialized", None)
+    if callable(started):
+        return bool(started())
+    return bool(getattr(bridge, "_backends", None))  # an older JAX: its registry of started backends
 
 
 def _options(profiler: Any) -> Any:
