@@ -60,7 +60,7 @@ def bench(
     """
     from rich.console import Console
 
-    from nbscope.api.info.bench import run_bench
+    from nbscope.api.bench import run_bench
 
     status_console = Console(stderr=True, highlight=False)
 

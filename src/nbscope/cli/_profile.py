@@ -98,7 +98,7 @@ def profile(
 
 
 def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool) -> None:
-    from nbscope.api.info.backends import parse_backends, profile_backends
+    from nbscope.api.backends import parse_backends, profile_backends
     from nbscope.render import compare as view
     from nbscope.render.terminal import console
 
