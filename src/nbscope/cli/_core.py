@@ -103,5 +103,8 @@ def import_(
     records = [record_module.load(path) for path in files]  # validate all before writing any
     store = open_store(db)
     for path, record in zip(files, records, strict=True):
-        run_id = store.save(record)
-        print(f"{path}: imported as run {run_id}")
+        run_id, added = store.add(record)
+        if added:
+            print(f"{path}: imported as run {run_id}")
+        else:
+            print(f"{path}: already in {store.path} as run {run_id}; not imported again")
