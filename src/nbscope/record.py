@@ -216,7 +216,7 @@ _CELL: Spec = {
     "status": "string",
     "tags": "array",
     "error": {"name": "string", "message": "string"},
-    "samples": ("map", ("array", "number")),
+    "samples": "object",  # per repeat: wall_s, compile_s (times, checked as such), status
     "jax": {**_COUNTS, "cache_state": "string", "functions": ("array", _FUNCTION)},
     "numba": {**_COUNTS, "functions": ("array", "object")},
     "alarms": "array",
