@@ -347,6 +347,9 @@ def resolve_run(reference: str, store: Store) -> RunRecord:
         return store.get(int(reference))
     if Path(reference).exists():
         record = record_module.load(reference)
-        record.run_id = store.find(record)  # the same run stored already keeps its id (gate verdicts, baselines)
+        try:  # the same run stored already keeps its id (gate verdicts, baselines)
+            record.run_id = store.find(record)
+        except NbscopeError:
+            pass  # a store this nbscope cannot use does not stop reading a file; commands that need it say so
         return record
     raise NbscopeError(f"{reference!r} is neither a run id in {store.path} nor an existing file")
