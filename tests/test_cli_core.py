@@ -189,7 +189,8 @@ def test_import_of_a_profile_json_written_by_json_output(run_cli: Any, tmp_db: P
     path.write_text(saved_run(tmp_path / "elsewhere.db").to_json())
     result = run_cli("import", path, path, "--db", tmp_db)
     assert result.returncode == 0, result.stderr
-    assert Store(tmp_db).count() == 2
+    assert Store(tmp_db).count() == 1  # the same run twice is stored once
+    assert result.stdout.splitlines()[1] == f"{path}: already in {tmp_db} as run 1; not imported again"
 
 
 # --- acceptance errors: one line on stderr, exit 2, nothing touched ---------------------------------

@@ -345,3 +345,165 @@ def test_gate_cli_bad_input(run_cli: Any, tmp_db: Path) -> None:
     assert done.returncode == 2 and "error" in done.stderr and done.stderr.count("\n") == 1
     done = run_cli("gate", "--db", tmp_db)
     assert done.returncode == 2 and "no run" in done.stderr
+
+
+# --- what the gate may not take for granted: missing figures, the automatic baseline -----------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None, float("inf")], ids=["nan", "missing", "inf"])
+def test_missing_or_nan_figures_fail_never_unchanged(bad: float | None) -> None:
+    base = make_record([make_cell(0, 1.0), make_cell(1, 1.0)])
+    cand = make_record([make_cell(0, 1.0), make_cell(1, 1.0)], started="2026-01-02T00:00:00.000Z")
+    cand.measurements["cells"][1]["wall_s"] = bad
+    result = gate(base, cand)
+    assert [c.verdict for c in result.cells] == ["below-floor", "failed"]
+    assert "no wall time in the candidate" in result.cells[1].note and not result.passed
+    assert result.reasons() == ["cell 2: work(1): no wall time in the candidate (missing or not a finite number)"]
+    # Per-notebook figures only (no cells): the total is what fails.
+    totals_base = make_record([], kind="jupyter-cache")
+    totals_cand = make_record([], kind="jupyter-cache", started="2026-01-02T00:00:00.000Z")
+    totals_base.measurements["totals"]["wall_s"] = 5.0
+    totals_cand.measurements["totals"]["wall_s"] = bad
+    result = gate(totals_base, totals_cand)
+    assert result.total.verdict == "failed" and result.exit_code == 1
+
+
+def test_nan_in_an_imported_record_fails_the_gate_on_the_command_line(run_cli: Any, tmp_path: Path) -> None:
+    base = make_record([make_cell(0, 1.0)])
+    cand = make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z")
+    cand.measurements["cells"][0]["wall_s"] = float("nan")
+    (tmp_path / "base.json").write_text(base.to_json())
+    (tmp_path / "cand.json").write_text(cand.to_json())
+    assert "NaN" in (tmp_path / "cand.json").read_text()
+    done = run_cli("gate", "--baseline", "base.json", "--candidate", "cand.json", "--db", tmp_path / "s.db", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["cells"][0]["verdict"] == "failed" and result["passed"] is False
+
+
+def baseline_store(db: Path) -> dict[str, int]:
+    """Runs of nb.ipynb, one a day: only some may stand as a baseline for the candidate of day 9."""
+    store = Store(db)
+    ids = {}
+    for day, name, status, repeats in [
+        (1, "first", "ok", 1),
+        (2, "passed", "ok", 1),
+        (3, "unjudged", "ok", 1),
+        (4, "partial", "partial", 1),
+        (5, "repeated", "ok", 4),  # other settings: medians of 4 runs
+        (6, "failed", "ok", 1),
+        (9, "cand", "ok", 1),
+    ]:
+        record = make_record([make_cell(0, 1.0)], started=f"2026-01-0{day}T00:00:00.000Z", repeats=repeats)
+        record.status = status
+        ids[name] = store.save(record)
+    store.record_verdict(ids["passed"], baseline_id=ids["first"], passed=True, reasons=[])
+    store.record_verdict(ids["failed"], baseline_id=ids["passed"], passed=True, reasons=[])
+    store.record_verdict(ids["failed"], baseline_id=ids["passed"], passed=False, reasons=["cell 1: slower"])  # latest counts
+    return ids
+
+
+def test_automatic_baseline_is_the_last_run_that_passed(tmp_db: Path) -> None:
+    from nbscope.analyse.gate import history_runs
+
+    ids = baseline_store(tmp_db)
+    store = Store(tmp_db)
+    candidate = store.get(ids["cand"])
+    notes: list[str] = []
+    assert latest_baseline(store, candidate, notes).run_id == ids["passed"]
+    assert notes == [
+        f"baseline run {ids['passed']} is the last run that passed the gate; newer runs passed over: "
+        f"run {ids['unjudged']} (not judged by the gate); run {ids['failed']} (failed the gate); "
+        f"run {ids['repeated']} (other settings); run {ids['partial']} (status partial)"
+    ]
+    assert [r.run_id for r in history_runs(store, candidate, 10)] == [ids["unjudged"], ids["passed"], ids["first"]]
+
+
+def test_automatic_baseline_before_any_run_passed_is_the_newest_comparable(tmp_db: Path) -> None:
+    store = Store(tmp_db)
+    first = store.save(make_record([make_cell(0, 1.0)], started="2026-01-01T00:00:00.000Z"))
+    second = store.save(make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z"))
+    third = store.save(make_record([make_cell(0, 1.0)], started="2026-01-03T00:00:00.000Z"))
+    notes: list[str] = []
+    assert latest_baseline(store, store.get(third), notes).run_id == second and notes == []
+    store.record_verdict(second, baseline_id=first, passed=False, reasons=["cell 1: slower"])
+    assert latest_baseline(store, store.get(third), notes).run_id == first
+    assert notes == [f"baseline run {first} is the newest comparable run; newer runs passed over: run {second} (failed the gate)"]
+
+
+def test_no_baseline_says_what_was_left_out(tmp_db: Path) -> None:
+    store = Store(tmp_db)
+    partial = make_record([make_cell(0, 1.0)], started="2026-01-01T00:00:00.000Z")
+    partial.status = "partial"
+    partial_id = store.save(partial)
+    repeated_id = store.save(make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z", repeats=3))
+    cand = store.get(store.save(make_record([make_cell(0, 1.0)], started="2026-01-03T00:00:00.000Z")))
+    with pytest.raises(NbscopeError) as excinfo:
+        latest_baseline(store, cand)
+    message = str(excinfo.value)
+    assert "\n" not in message and "same settings (default settings)" in message and "--baseline" in message
+    assert f"run {repeated_id}: other settings" in message and f"run {partial_id}: status partial" in message
+
+
+def test_different_settings_are_named() -> None:
+    result = gate(make_record([make_cell(0, 1.0)], repeats=1),
+                  make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z", repeats=4))
+    assert any(w.startswith("different measurement settings (default settings vs repeat 4)") for w in result.warnings)
+    assert result.candidate["settings"]["repeat"] == 4
+
+
+def test_the_command_records_its_verdict_and_skips_a_failed_run_next_time(tmp_db: Path, run_cli: Any) -> None:
+    store = Store(tmp_db)
+    base = store.save(make_record([make_cell(0, 1.0)], started="2026-01-01T00:00:00.000Z"))
+    slow = store.save(make_record([make_cell(0, 3.0)], started="2026-01-02T00:00:00.000Z"))
+    done = run_cli("gate", "--db", tmp_db, "--json")
+    assert done.returncode == 1 and json.loads(done.stdout)["baseline"]["run_id"] == base
+    assert store.verdicts()[slow]["passed"] is False and store.verdicts()[slow]["baseline_id"] == base
+    rerun = store.save(make_record([make_cell(0, 1.0)], started="2026-01-03T00:00:00.000Z"))
+    done = run_cli("gate", "--db", tmp_db, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["candidate"]["run_id"] == rerun and result["baseline"]["run_id"] == base
+    assert f"run {slow} (failed the gate)" in " ".join(result["warnings"])
+    assert store.verdicts()[rerun]["passed"] is True
+
+
+@pytest.mark.slow
+def test_a_regressed_candidate_then_an_unchanged_rerun_is_judged_against_the_last_passing_run(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """Real kernels: cell 2 sleeps 0.1 s, or 2 s in the regressed run. The thresholds (×4 slowdown, 0.5 s
+    floor) are far from both effects: a 20× slower cell fails at any machine speed, a 0.1 s cell never
+    moves by 0.5 s. Judged against the regressed run, the rerun would be 'faster'; against the last
+    passing run it is unchanged."""
+    from nbscope.api.profile import ProfileOptions, profile
+
+    store = Store(tmp_path / "nbscope.db")
+    loose = ("--max-slowdown", "300%", "--floor", "0.5", "--json", "--db", store.path)
+
+    def profiled(seconds: str) -> int:
+        record = profile(NOTEBOOK, ProfileOptions(env={"NBSCOPE_GATE_SLOW": seconds}), store=store,
+                         live_path=tmp_path / f"live-{seconds}-{store.count()}.jsonl")
+        assert record.status == "ok" and record.run_id is not None, record.measurements.get("cells")
+        return record.run_id
+
+    def gated() -> tuple[int, dict[str, Any]]:
+        done = run_cli("gate", *loose)
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    first = profiled("0.1")
+    passing = profiled("0.1")
+    code, result = gated()
+    assert code == 0 and result["baseline"]["run_id"] == first and result["candidate"]["run_id"] == passing
+    regressed = profiled("2")
+    code, result = gated()
+    assert code == 1 and result["baseline"]["run_id"] == passing
+    assert [c["index"] for c in result["cells"] if c["verdict"] == "regression"] == [1]
+    rerun = profiled("0.1")
+    code, result = gated()
+    assert code == 0, result
+    assert result["candidate"]["run_id"] == rerun and result["baseline"]["run_id"] == passing
+    slow_cell = next(c for c in result["cells"] if c["index"] == 1)
+    assert slow_cell["verdict"] in ("unchanged", "below-floor")
+    assert f"run {regressed} (failed the gate)" in " ".join(result["warnings"])

@@ -138,3 +138,27 @@ def test_history_cli(store: Store, run_cli: Any) -> None:
     assert done.stdout.startswith("### nbscope history: `lecture.md`") and "| Run |" in done.stdout
     done = run_cli("history", "nope.md", "--db", store.path)
     assert done.returncode == 2 and "no runs of 'nope.md'" in done.stderr
+
+
+def test_history_series_are_split_by_measurement_settings(tmp_db: Path, run_cli: Any) -> None:
+    store = Store(tmp_db)
+    for day in range(1, 5):
+        store.save(make_record(10.0, day=day))
+        repeated = make_record(12.0, day=day + 10)
+        repeated.settings = {"repeat": 4, "jax_cache": "warm"}
+        store.save(repeated)
+    nan_run = make_record(10.0, day=20)
+    nan_run.measurements["totals"]["wall_s"] = float("nan")
+    store.save(nan_run)
+    result = history(store, "lecture.md")
+    assert sorted((s.settings["repeat"], s.settings["jax_cache"], len(s.points)) for s in result.series) == [
+        (1, "off", 5), (4, "warm", 4),
+    ]
+    plain = next(s for s in result.series if s.settings["repeat"] == 1)
+    assert plain.points[-1].value is None and plain.changes == []  # NaN is a gap, not a level
+    done = run_cli("history", "lecture.md", "--db", tmp_db)
+    assert done.returncode == 0, done.stderr
+    assert "digest d1 · cache warm · repeat 4 · 4 runs" in done.stdout
+    assert "digest d1 · 5 runs" in done.stdout
+    data = json.loads(run_cli("history", "lecture.md", "--db", tmp_db, "--json").stdout)
+    assert {s["settings"]["repeat"] for s in data["series"]} == {1, 4}

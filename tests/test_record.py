@@ -192,3 +192,85 @@ def test_load_refuses_missing_binary_and_non_json_files(tmp_path: Path) -> None:
     with pytest.raises(NbscopeError) as excinfo:
         load(tmp_path)
     assert_one_line_error(excinfo, "cannot read")
+
+
+# --- the shape of measurements: records from elsewhere are refused with the field named --------------------
+
+RECORDS = Path(__file__).resolve().parent / "files" / "records"
+
+
+def test_every_recorded_fixture_passes_the_shape_checks() -> None:
+    paths = sorted(RECORDS.glob("*.json"))
+    assert paths
+    for path in paths:
+        assert load(path).measurements["cells"], path
+
+
+def _cells(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return document["measurements"]["cells"]
+
+
+@pytest.mark.parametrize(
+    "change, field, found, wanted",
+    [
+        (lambda d: d["measurements"].__setitem__("cells", {"0": {}}), "measurements.cells", "an object", "an array"),
+        (lambda d: _cells(d).__setitem__(1, "cell"), "measurements.cells[1]", "a string", "an object"),
+        (lambda d: _cells(d)[1].__setitem__("wall_s", "0.5"), "measurements.cells[1].wall_s", "a string", "a number"),
+        (lambda d: _cells(d)[0].__setitem__("wall_s", True), "measurements.cells[0].wall_s", "a boolean", "a number"),
+        (lambda d: _cells(d)[0].__setitem__("index", None), "measurements.cells[0].index", "null", "an integer"),
+        (lambda d: _cells(d)[0].__setitem__("index", 0.5), "measurements.cells[0].index", "a number", "an integer"),
+        (lambda d: _cells(d)[0].__setitem__("samples", {"wall_s": [1.0, "x"]}),
+         "measurements.cells[0].samples.wall_s[1]", "a string", "a number"),
+        (lambda d: _cells(d)[0].__setitem__("jax", {"functions": [{"name": "f", "count": "2"}]}),
+         "measurements.cells[0].jax.functions[0].count", "a string", "a number"),
+        (lambda d: _cells(d)[0].__setitem__("rss", {"peak_bytes": "1 GB"}),
+         "measurements.cells[0].rss.peak_bytes", "a string", "a number"),
+        (lambda d: _cells(d)[0].__setitem__("error", "boom"), "measurements.cells[0].error", "a string", "an object"),
+        (lambda d: d["measurements"].__setitem__("totals", [1.5]), "measurements.totals", "an array", "an object"),
+        (lambda d: d["measurements"]["totals"].__setitem__("wall_s", {"median": "1.5"}),
+         "measurements.totals.wall_s.median", "a string", "a number"),
+        (lambda d: d["measurements"].__setitem__("notebook", {"path": ["a.md"]}),
+         "measurements.notebook.path", "an array", "a string"),
+        (lambda d: d.__setitem__("settings", ["--repeat", "3"]), "field 'settings'", "an array", "an object"),
+        (lambda d: d.__setitem__("status", 0), "field 'status'", "a number", "a string"),
+    ],
+    ids=["cells-object", "cell-string", "wall-string", "wall-bool", "index-null", "index-float", "sample",
+         "function-count", "rss", "error", "totals-array", "nested-time", "notebook-path", "settings", "status"],
+)
+def test_malformed_measurements_are_refused_naming_the_field(change: Any, field: str, found: str, wanted: str) -> None:
+    document = make_record().to_dict()
+    change(document)
+    with pytest.raises(NbscopeError) as excinfo:
+        RunRecord.from_dict(json.loads(json.dumps(document)), source="shared.json")
+    assert_one_line_error(excinfo, f"shared.json: {field} is {found}, not {wanted}")
+
+
+def test_unknown_and_null_fields_in_measurements_are_accepted() -> None:
+    document = make_record().to_dict()
+    cell = _cells(document)[0]
+    cell.update({"jax": None, "numba": None, "line": None, "new_field": ["anything", {"x": "y"}], "code_s": None})
+    document["measurements"]["totals"]["wall_s"] = float("nan")  # a number: the gate decides what NaN means
+    document["measurements"]["extra"] = {"first_call_s": [0.1, None], "import_s": {"numpy": 0.2}}
+    record = loads(json.dumps(document), source="ok.json")
+    assert record.measurements["extra"]["import_s"] == {"numpy": 0.2}
+
+
+def test_content_hash_is_the_same_for_the_same_run_only() -> None:
+    record = make_record(started_at="2026-01-01T00:00:00.000Z")
+    again = loads(record.to_json(), source="exported.json")
+    assert again.content_hash() == record.content_hash() and len(record.content_hash()) == 64
+    other = make_record(started_at="2026-01-01T00:00:00.001Z")
+    assert other.content_hash() != record.content_hash()
+
+
+def test_measurement_settings() -> None:
+    from nbscope.record.run import describe_settings
+
+    assert make_record().measurement_settings() == {
+        "jax_platform": None, "jax_cache": "off", "timeline": False, "repeat": 1,
+    }
+    record = make_record(settings={"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
+                                   "timeout": 60, "env": {"X": "1"}})
+    assert record.measurement_settings() == {"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4}
+    assert describe_settings(record.measurement_settings()) == "backend cpu · cache warm · timeline · repeat 4"
+    assert describe_settings(make_record().measurement_settings()) == "default settings"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +242,167 @@ def test_many_connections_creating_a_new_store_at_once(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
     assert errors == []
+
+
+# --- versions, migrations, duplicates and unreadable rows ---------------------------------------------------
+
+V1_SCHEMA = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, started_at TEXT NOT NULL, ended_at TEXT, kind TEXT NOT NULL,
+    target TEXT NOT NULL, status TEXT NOT NULL, machine TEXT NOT NULL, digest TEXT NOT NULL,
+    headline TEXT NOT NULL, document TEXT NOT NULL
+);
+CREATE INDEX runs_target ON runs (target, digest, started_at);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def write_v1_store(path: Path, records: list[RunRecord], *, with_version: bool = True) -> None:
+    """A store as nbscope wrote it before version 2 (no content hash), built with sqlite3 directly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing_db(path) as db:
+        db.executescript(V1_SCHEMA)
+        if with_version:
+            db.execute("INSERT INTO meta VALUES ('store_version', '1')")
+        for record in records:
+            db.execute(
+                "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, headline, document)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.started_at, record.ended_at, record.kind, record.target, record.status, "CPU A ×2",
+                 record.digest, json.dumps(record.headline()), record.to_json(indent=None)),
+            )
+        db.commit()
+
+
+def store_version(path: Path) -> str:
+    with closing_db(path) as db:
+        return str(db.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone()[0])
+
+
+def closing_db(path: Path) -> closing[sqlite3.Connection]:
+    return closing(sqlite3.connect(path))
+
+
+@pytest.mark.parametrize("with_version", [True, False], ids=["version-1", "before-versions"])
+def test_an_older_store_is_migrated_and_keeps_every_run(tmp_db: Path, with_version: bool) -> None:
+    first = make_record("a.md", started_at="2025-01-01T00:00:00.000Z", wall=1.0)
+    second = make_record("a.md", started_at="2025-01-02T00:00:00.000Z", wall=2.0)
+    write_v1_store(tmp_db, [first, second, first], with_version=with_version)  # imported twice back then
+    store = Store(tmp_db)
+    assert [r["id"] for r in store.list()] == [2, 3, 1]  # nothing dropped, not even the old duplicate
+    assert store.version() == 2 and store_version(tmp_db) == "2"
+    with closing_db(tmp_db) as db:
+        hashes = dict(db.execute("SELECT id, content_hash FROM runs").fetchall())
+    assert hashes[1] == hashes[3] == first.content_hash() and hashes[2] == second.content_hash()
+    assert store.add(second) == (2, False)  # the migrated hashes make a re-import a no-op
+    assert store.count() == 3
+
+
+def test_a_newer_store_is_refused_in_one_line_and_left_alone(tmp_db: Path, run_cli: Any) -> None:
+    Store(tmp_db).save(make_record(started_at="2025-01-01T00:00:00.000Z"))
+    with closing_db(tmp_db) as db:
+        db.execute("UPDATE meta SET value = '3' WHERE key = 'store_version'")
+        db.commit()
+    before = tmp_db.read_bytes()
+    for command in (("runs",), ("show", "1"), ("history", "a.md"), ("gate",)):
+        done = run_cli(*command, "--db", tmp_db)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "nbscope store of version 3" in done.stderr and "upgrade nbscope" in done.stderr
+    assert tmp_db.read_bytes() == before
+    with pytest.raises(NbscopeError, match="version 3"):
+        Store(tmp_db).save(make_record(started_at="2025-01-02T00:00:00.000Z"))
+    assert store_version(tmp_db) == "3" and tmp_db.read_bytes() == before
+
+
+def test_an_sqlite_file_of_another_program_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "app.db"
+    with closing_db(other) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+        db.commit()
+    before = other.read_bytes()
+    with pytest.raises(NbscopeError, match="not an nbscope store") as excinfo:
+        Store(other).count()
+    assert "\n" not in str(excinfo.value) and other.read_bytes() == before
+
+
+def test_the_same_run_is_stored_once(tmp_db: Path, tmp_path: Path, run_cli: Any) -> None:
+    store = Store(tmp_db)
+    record = make_record(started_at="2025-01-01T00:00:00.000Z")
+    assert store.add(record) == (1, True)
+    copy = RunRecord.from_dict(json.loads(record.to_json()))
+    assert store.add(copy) == (1, False) and copy.run_id == 1
+    assert store.save(make_record(started_at="2025-01-01T00:00:00.001Z")) == 2  # another run: kept
+    exported = tmp_path / "run1.json"
+    assert run_cli("export", "1", "-o", exported, "--db", tmp_db).returncode == 0
+    other_db = tmp_path / "other.db"
+    done = run_cli("import", exported, "--db", other_db)
+    assert done.returncode == 0 and done.stdout == f"{exported}: imported as run 1\n"
+    for db in (other_db, tmp_db):  # again into the same store, and back into the store it came from
+        done = run_cli("import", exported, "--db", db)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{exported}: already in {db} as run 1; not imported again\n"
+    assert Store(other_db).count() == 1 and store.count() == 2
+    assert resolve_run(str(exported), store).run_id == 1  # a file of a stored run is that run
+
+
+def corrupt_store(db: Path) -> dict[str, int]:
+    """Five runs of a.md (one a day), then run 2's document broken and run 4 made a newer schema's."""
+    store = Store(db)
+    ids = {
+        f"day{day}": store.save(make_record(started_at=f"2025-01-0{day}T00:00:00.000Z", wall=1.0 + day / 100))
+        for day in range(1, 6)
+    }
+    newer = json.loads(store.get(ids["day4"]).to_json())
+    newer["schema_version"] = 99
+    with closing_db(db) as connection:
+        connection.execute("UPDATE runs SET document = ? WHERE id = ?", ('{"format": "nbscope-run", "kind": ', ids["day2"]))
+        connection.execute("UPDATE runs SET document = ? WHERE id = ?", (json.dumps(newer), ids["day4"]))
+        connection.commit()
+    return ids
+
+
+def test_unreadable_rows_are_skipped_and_reported_once(tmp_db: Path) -> None:
+    ids = corrupt_store(tmp_db)
+    reported: list[str] = []
+    store = Store(tmp_db, on_skip=reported.append)
+    readable = [ids["day5"], ids["day3"], ids["day1"]]
+    assert [r["id"] for r in store.list()] == readable
+    assert [r.run_id for r in store.records(target="a.md")] == readable
+    assert [r["id"] for r in store.list(limit=2)] == readable[:2]
+    latest = store.latest(target="a.md")
+    assert latest is not None and latest.run_id == ids["day5"]
+    assert len(reported) == 2 and all("\n" not in line for line in reported)
+    assert f"run {ids['day2']} in {tmp_db} is not valid JSON" in reported[1]
+    assert "schema version 99" in reported[0] and reported[0].endswith(f"run {ids['day4']} skipped")
+    with pytest.raises(NbscopeError, match="not valid JSON"):  # asked for by id, it is an error
+        store.get(ids["day2"])
+
+
+def test_runs_history_gate_and_report_go_past_an_unreadable_row(tmp_db: Path, tmp_path: Path, run_cli: Any) -> None:
+    ids = corrupt_store(tmp_db)
+
+    def warnings(stderr: str) -> list[str]:
+        lines = stderr.splitlines()
+        assert all(line.startswith("nbscope: warning: ") for line in lines), stderr
+        return lines
+
+    done = run_cli("runs", "--db", tmp_db, "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["id"] for r in json.loads(done.stdout)] == [ids["day5"], ids["day3"], ids["day1"]]
+    assert len(warnings(done.stderr)) == 2
+    done = run_cli("history", "a.md", "--db", tmp_db, "--json")
+    assert done.returncode == 0, done.stderr
+    (series,) = json.loads(done.stdout)["series"]
+    assert [p["run_id"] for p in series["points"]] == [ids["day1"], ids["day3"], ids["day5"]]
+    assert len(warnings(done.stderr)) == 2
+    done = run_cli("gate", "--db", tmp_db, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["candidate"]["run_id"] == ids["day5"] and result["baseline"]["run_id"] == ids["day3"]
+    assert len(warnings(done.stderr)) == 2
+    done = run_cli("report", ids["day5"], ids["day1"], "--db", tmp_db, "-o", tmp_path / "r.html")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "r.html").stat().st_size > 0 and len(warnings(done.stderr)) == 2
+    done = run_cli("show", ids["day2"], "--db", tmp_db)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not valid JSON" in done.stderr

@@ -13,9 +13,15 @@ position and flagged). For each pair, and for the notebook total, the gate decid
   the candidate's samples are larger with ``p <= alpha``;
 * ``not-significant``: slower by more than ``max_slowdown`` but the test does not support it;
 * ``faster`` / ``unchanged``; ``failed`` when a cell that ran in the baseline fails in the candidate
-  (error, timeout, dead kernel, not run); ``new`` / ``removed`` for unpaired cells.
+  (error, timeout, dead kernel, not run), or when a figure to compare is missing or not a finite number
+  (a record from elsewhere cannot pass by having no figures); ``new`` / ``removed`` for unpaired cells.
 
 The gate fails (exit code 1 on the command line) on any ``regression`` or ``failed`` verdict.
+
+The automatic baseline (:func:`latest_baseline`) is an earlier complete run (status ``ok``) of the same
+target, kind and environment digest, measured with the same settings (backend, JAX cache mode, timeline,
+repeat count), that did not fail the gate: the last one that passed it, else (no run has passed yet) the
+newest one never judged. The command line records each verdict in the store.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.record.cells import cell_keys, pair_cells
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, describe_settings
 
 OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run")
@@ -235,7 +241,10 @@ class GateResult:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number, else None (NaN and infinities are not measurements)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _samples(cell: dict[str, Any]) -> list[float]:
@@ -258,7 +267,10 @@ def judge(
     """Fill delta, ratio, floor, p-value and verdict of a comparison whose figures are set."""
     base, cand = comparison.base_s, comparison.cand_s
     if base is None or cand is None:
-        comparison.verdict = "not-comparable"
+        # Both ran, yet a figure is missing or NaN: a broken record must not pass as "unchanged".
+        sides = " and ".join(name for name, value in (("baseline", base), ("candidate", cand)) if value is None)
+        comparison.verdict = "failed"
+        comparison.note = f"no wall time in the {sides} (missing or not a finite number)"
         return comparison
     comparison.delta_s = cand - base
     comparison.ratio = cand / base if base > 0 else (math.inf if cand > 0 else 1.0)
@@ -390,6 +402,7 @@ def run_summary(record: RunRecord) -> dict[str, Any]:
         "started_at": record.started_at,
         "digest": record.digest,
         "repeats": record.measurements.get("repeats") or (record.settings or {}).get("repeat") or 1,
+        "settings": record.measurement_settings(),
         "wall_s": _number((record.measurements.get("totals") or {}).get("wall_s")),
         "load_average": _load(record),
     }
@@ -451,6 +464,12 @@ def gate(
         )
     if baseline.kind != candidate.kind:
         warnings.append(f"different kinds of run: {baseline.kind} vs {candidate.kind}")
+    base_settings, cand_settings = baseline.measurement_settings(), candidate.measurement_settings()
+    if base_settings != cand_settings:
+        warnings.append(
+            f"different measurement settings ({describe_settings(base_settings)} vs {describe_settings(cand_settings)}): "
+            "the runs do not measure the same thing"
+        )
     for record, name in ((baseline, "baseline"), (candidate, "candidate")):
         if record.status != "ok":
             warnings.append(f"the {name} run's status is {record.status}")
@@ -495,37 +514,77 @@ def gate(
     )
 
 
-def latest_baseline(store: Any, candidate: RunRecord) -> RunRecord:
-    """The newest stored run with the candidate's target, digest and kind, other than the candidate.
+def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
+    """Stored runs that may stand for the candidate's past, newest first, and those left out by reason.
 
-    Only runs that started no later than the candidate count, and runs with status ``ok`` are preferred.
+    Same target, kind and digest; started no later than the candidate (any time for a candidate from a
+    file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
     """
-    rows = store.list(target=candidate.target, digest=candidate.digest, kind=candidate.kind)
-    rows = [
-        r for r in rows
-        if r["id"] != candidate.run_id and (candidate.run_id is None or r["started_at"] <= candidate.started_at)
-    ]
-    rows.sort(key=lambda r: (r["status"] == "ok", r["started_at"], r["id"]), reverse=True)
-    if not rows:
+    settings = candidate.measurement_settings()
+    verdicts = store.verdicts()
+    kept: list[RunRecord] = []
+    left_out: dict[str, list[RunRecord]] = {}
+    for record in store.records(target=candidate.target, digest=candidate.digest, kind=candidate.kind):
+        if candidate.run_id is not None and (
+            record.run_id == candidate.run_id or record.started_at > candidate.started_at
+        ):
+            continue
+        if record.status != "ok":
+            reason = f"status {record.status}"
+        elif record.measurement_settings() != settings:
+            reason = "other settings"
+        elif not verdicts.get(record.run_id, {}).get("passed", True):
+            reason = "failed the gate"
+        else:
+            kept.append(record)
+            continue
+        left_out.setdefault(reason, []).append(record)
+    return kept, left_out
+
+
+def _runs_text(records: list[RunRecord], most: int = 5) -> str:
+    ids = [str(r.run_id) for r in records]
+    if len(ids) == 1:
+        return f"run {ids[0]}"
+    return f"runs {', '.join(ids[:most])}" + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = None) -> RunRecord:
+    """The run a candidate is judged against when none is named: among the earlier runs with its target,
+    kind, digest and measurement settings, complete (status ``ok``) and not failed by the gate, the last
+    one that passed the gate, else the newest one never judged.
+
+    ``notes`` receives one line naming the chosen run and the newer runs passed over, when there are any.
+    """
+    kept, left_out = _comparable_earlier(store, candidate)
+    if not kept:
+        why = "; ".join(f"{_runs_text(records)}: {reason}" for reason, records in left_out.items())
         raise NbscopeError(
-            f"no earlier {candidate.kind} run of {candidate.target} with digest {candidate.digest} in {store.path} "
-            "to use as the baseline"
+            f"no earlier complete {candidate.kind} run of {candidate.target} with digest {candidate.digest} and the "
+            f"same settings ({describe_settings(candidate.measurement_settings())}) that did not fail the gate, in "
+            f"{store.path}" + (f" (left out: {why})" if why else "") + "; name one with --baseline"
         )
-    return store.get(rows[0]["id"])
+    verdicts = store.verdicts()
+    passed = [r for r in kept if verdicts.get(r.run_id, {}).get("passed")]
+    chosen = passed[0] if passed else kept[0]
+    newer = {"not judged by the gate": kept[: kept.index(chosen)]}
+    for reason, records in left_out.items():
+        newer[reason] = [r for r in records if (r.started_at, r.run_id or 0) > (chosen.started_at, chosen.run_id or 0)]
+    passed_over = "; ".join(f"{_runs_text(records)} ({reason})" for reason, records in newer.items() if records)
+    if notes is not None and passed_over:
+        how = "the last run that passed the gate" if passed else "the newest comparable run"
+        notes.append(f"baseline run {chosen.run_id} is {how}; newer runs passed over: {passed_over}")
+    return chosen
 
 
 def history_runs(store: Any, candidate: RunRecord, count: int) -> list[RunRecord]:
-    """Up to ``count`` newest stored runs that started before the candidate, with its target, digest and
-    kind (status ok): the run-to-run noise of this notebook in this environment."""
+    """Up to ``count`` newest stored runs that started before the candidate, with its target, digest,
+    kind and measurement settings, complete and not failed by the gate: the run-to-run noise of this
+    notebook in this environment."""
     if count <= 0:
         return []
-    rows = store.list(target=candidate.target, digest=candidate.digest, kind=candidate.kind)
-    rows = [
-        r for r in rows
-        if r["id"] != candidate.run_id and r["status"] == "ok" and r["started_at"] < candidate.started_at
-    ]
-    rows.sort(key=lambda r: (r["started_at"], r["id"]), reverse=True)
-    return [store.get(r["id"]) for r in rows[:count]]
+    kept, _ = _comparable_earlier(store, candidate)
+    return [r for r in kept if r.started_at < candidate.started_at][:count]
 
 
 def latest_run(store: Any, target: str | None) -> RunRecord:

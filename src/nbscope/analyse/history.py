@@ -1,7 +1,8 @@
 """``nbscope history``: a notebook's (or benchmark's) figures over time, per environment digest.
 
-Runs of one target are grouped into series by (kind, fingerprint digest): only runs in the same
-environment are comparable. In each series, change points are found by binary segmentation on
+Runs of one target are grouped into series by (kind, fingerprint digest, measurement settings): only
+runs in the same environment, measured the same way (backend, JAX cache mode, timeline, repeat count),
+are comparable. In each series, change points are found by binary segmentation on
 medians: among the splits of a segment whose two sides each have most of their values nearer their
 own median than the other side's, the one that maximises the shift of medians, scaled by the noise
 (estimated robustly from successive differences) and by the segment sizes, is kept when that score
@@ -12,6 +13,7 @@ tests is reported as a tentative change (one run cannot confirm a level).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -19,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.record.run import RunRecord
+from nbscope.collect import fingerprint as fp
+from nbscope.record.run import RunRecord, describe_settings
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
 
@@ -67,13 +70,18 @@ class Point:
 
 @dataclass
 class Series:
-    """The runs of one target in one environment, oldest first."""
+    """The runs of one target in one environment with one set of measurement settings, oldest first."""
 
     kind: str
     digest: str
     machine: str
     points: list[Point]
     changes: list[ChangePoint] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings_text(self) -> str:
+        return describe_settings(self.settings)
 
     @property
     def values(self) -> list[float | None]:
@@ -85,6 +93,7 @@ class Series:
             "kind": self.kind,
             "digest": self.digest,
             "machine": self.machine,
+            "settings": self.settings,
             "runs": len(self.points),
             "latest": values[-1] if values else None,
             "median": statistics.median(values) if values else None,
@@ -268,9 +277,13 @@ def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tup
     else:
         value = (measurements.get("totals") or {}).get(metric)
         samples = []
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None, []
-    return float(value), [float(s) for s in samples if isinstance(s, (int, float))]
+    if not _finite(value):
+        return None, []  # NaN or a missing figure is a gap in the series, not a level
+    return float(value), [float(s) for s in samples if _finite(s)]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def history(
@@ -284,34 +297,36 @@ def history(
     limit: int | None = None,
     options: ChangeOptions | None = None,
 ) -> History:
-    """The series of ``target``'s runs in ``store``, one per (kind, digest), oldest run first."""
-    rows = store.list(target=target, kind=kind, digest=digest)
-    if not rows:
+    """The series of ``target``'s runs in ``store``, one per (kind, digest, measurement settings), oldest
+    run first. Rows the store cannot read are left out (the store reports them)."""
+    records = store.records(target=target, kind=kind, digest=digest)
+    if not records:
         known = sorted({r["target"] for r in store.list(limit=500)})
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""
         raise NbscopeError(f"no runs of {target!r} in {store.path}{hint}")
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["kind"], row["digest"]), []).append(row)
+    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for record in records:
+        settings_key = json.dumps(record.measurement_settings(), sort_keys=True, default=str)
+        groups.setdefault((record.kind, record.digest, settings_key), []).append(record)
     series = []
-    for (run_kind, run_digest), group in groups.items():
-        group.sort(key=lambda r: (r["started_at"], r["id"]))
+    for (run_kind, run_digest, _), group in groups.items():
+        group.sort(key=lambda r: (r.started_at, r.run_id or 0))
         if limit:
             group = group[-limit:]
         points = []
-        for row in group:
-            record = store.get(row["id"])
+        for record in group:
             value, samples = metric_value(record, metric, cell)
-            points.append(Point(row["id"], row["started_at"], value, row["status"], samples))
+            points.append(Point(record.run_id, record.started_at, value, record.status, samples))
         if all(p.value is None for p in points):
             continue
         series.append(
             Series(
                 kind=run_kind,
                 digest=run_digest,
-                machine=group[-1]["machine"],
+                machine=fp.summary(group[-1].fingerprint),
                 points=points,
                 changes=change_points(points, options),
+                settings=group[-1].measurement_settings(),
             )
         )
     if not series:

@@ -168,5 +168,8 @@ def import_(
     for path, partial in recovered:
         _store_live(path, partial, store)
     for path, record in zip(files, records, strict=True):
-        run_id = store.save(record)
-        print(f"{path}: imported as run {run_id}")
+        run_id, added = store.add(record)
+        if added:
+            print(f"{path}: imported as run {run_id}")
+        else:
+            print(f"{path}: already in {store.path} as run {run_id}; not imported again")

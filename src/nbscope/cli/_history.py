@@ -55,7 +55,12 @@ def gate(
         str, typer.Option("--candidate", help="Run id, exported run JSON, or 'latest' (newest run, of --target if given).")
     ] = "latest",
     baseline: Annotated[
-        str, typer.Option("--baseline", help="Run id, run JSON, or 'latest': the newest earlier run with the candidate's target, kind and digest.")
+        str,
+        typer.Option(
+            "--baseline",
+            help="Run id, run JSON, or 'latest': the last earlier complete run with the candidate's target, kind, "
+            "digest and settings that passed the gate (else the newest never judged; runs that failed are skipped).",
+        ),
     ] = "latest",
     target: Annotated[str | None, typer.Option(help="With --candidate latest: the notebook.")] = None,
     db: DbOption = None,
@@ -94,12 +99,17 @@ def gate(
         mad_k=mad_k, check_status=not ignore_status,
     )
     options.validate()
-    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store)
-    base = latest_baseline(store, cand) if baseline == "latest" else resolve_run(baseline, store)
     if history < 0:
         raise NbscopeError("--history must be 0 or more")
+    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store)
+    notes: list[str] = []
+    base = latest_baseline(store, cand, notes) if baseline == "latest" else resolve_run(baseline, store)
     earlier = history_runs(store, cand, history)
     result = run_gate(base, cand, options, history=earlier)
+    result.warnings[:0] = notes
+    if cand.run_id is not None:
+        # Remembered so that a run that failed is never the next automatic baseline.
+        store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
     text = gate_markdown(result, everything=everything)
     if summary is not None:
         if summary.is_dir():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -17,5 +18,11 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 MarkdownOption = Annotated[bool, typer.Option("--markdown", help="Print a GitHub-ready markdown table.")]
 
 
+def warn(message: str) -> None:
+    """One line on stderr that does not stop the command."""
+    print(f"nbscope: warning: {message}", file=sys.stderr)
+
+
 def open_store(db: Path | None) -> Store:
-    return Store(db)
+    """The run store; a row it cannot read is reported on stderr (one line) and left out."""
+    return Store(db, on_skip=warn)

@@ -6,9 +6,11 @@ The format is documented in ``docs/run-record.md``. Loading validates the envelo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,16 @@ class RunRecord:
     @property
     def digest(self) -> str:
         return str(self.fingerprint.get("digest", ""))
+
+    def measurement_settings(self) -> dict[str, Any]:
+        """The settings that change what a run measures: only runs that agree on them are compared by
+        the automatic gate baseline or put in one history series."""
+        return measurement_settings(self.settings)
+
+    def content_hash(self) -> str:
+        """SHA-256 of the document as JSON with sorted keys: the same run exported and imported again has
+        the same hash, so the store keeps it once."""
+        return content_hash(json.loads(self.to_json(indent=None)))
 
     def finish(self, status: str | None = None) -> RunRecord:
         self.ended_at = utc_now()
@@ -107,6 +119,43 @@ class RunRecord:
         return {k: totals[k] for k in keys if k in totals}
 
 
+MEASUREMENT_SETTINGS = ("jax_platform", "jax_cache", "timeline", "repeat")
+
+
+def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
+    (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;
+    absent ones as the defaults a run without them had."""
+    settings = settings or {}
+    repeat = settings.get("repeat")
+    return {
+        "jax_platform": settings.get("jax_platform") or None,
+        "jax_cache": settings.get("jax_cache") or "off",
+        "timeline": bool(settings.get("timeline")),
+        "repeat": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
+    }
+
+
+def describe_settings(settings: Mapping[str, Any]) -> str:
+    """``backend cpu · cache warm · timeline · repeat 4`` (defaults left out; ``default settings`` if all are)."""
+    parts = []
+    if settings.get("jax_platform"):
+        parts.append(f"backend {settings['jax_platform']}")
+    if settings.get("jax_cache") not in (None, "off"):
+        parts.append(f"cache {settings['jax_cache']}")
+    if settings.get("timeline"):
+        parts.append("timeline")
+    if settings.get("repeat", 1) != 1:
+        parts.append(f"repeat {settings['repeat']}")
+    return " · ".join(parts) or "default settings"
+
+
+def content_hash(document: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a parsed run document written as JSON with sorted keys."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=_json_default)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
@@ -132,6 +181,171 @@ def validate(document: Any, *, source: str = "document") -> None:
     for name, kind in REQUIRED_FIELDS.items():
         if not isinstance(document.get(name), kind):
             raise NbscopeError(f"{source}: field {name!r} is missing or not a {kind.__name__}")
+    for name in ("ended_at", "status"):
+        if document.get(name) is not None and not isinstance(document[name], str):
+            raise NbscopeError(f"{source}: field {name!r} is {_a(_json_type(document[name]))}, not a string")
+    if document.get("settings") is not None and not isinstance(document["settings"], dict):
+        raise NbscopeError(f"{source}: field 'settings' is {_a(_json_type(document['settings']))}, not an object")
+    spec = MEASUREMENTS.get(document["kind"], _COMMON)
+    _check(document["measurements"], spec, "measurements", source)
+
+
+# --- the shape of measurements -----------------------------------------------------------------------------
+# Records come from other machines and CI artifacts: every reader trusts the types below, so a record that
+# breaks them is refused on load with the field named, instead of failing somewhere inside a command.
+# A spec is a JSON type name ("number", "integer", "string", "boolean", "object", "array"; all allow null),
+# a dict (an object whose listed fields have those specs), ("array", spec) or ("map", spec) (an object's
+# values). Fields not listed are free, except that times and sizes (``*_s``, ``*_bytes``) are numbers,
+# or arrays or objects of numbers, everywhere.
+
+Spec = Any
+_NUMBERS = {n: "number" for n in ("compile_share", "spread")}
+_COUNTS = {n: "number" for n in (
+    "cells", "cells_run", "cells_ok", "cells_failed", "compiles", "backend_events", "user_compiles",
+    "eager_compiles", "library_compiles", "numba_compiles", "cache_requests", "cache_hits", "cache_misses",
+    "figures", "notebooks", "count",
+)}
+_FUNCTION: Spec = {"name": "string", "kind": "string", "shapes": "array", **_COUNTS}
+_CELL: Spec = {
+    "index": "integer!",
+    "cell_index": "integer",
+    "line": "integer",
+    "execution_count": "integer",
+    "source_hash": "string",
+    "first_line": "string",
+    "status": "string",
+    "tags": "array",
+    "error": {"name": "string", "message": "string"},
+    "samples": "object",  # per repeat: wall_s, compile_s (times, checked as such), status
+    "jax": {**_COUNTS, "cache_state": "string", "functions": ("array", _FUNCTION)},
+    "numba": {**_COUNTS, "functions": ("array", "object")},
+    "alarms": "array",
+    "rss": "object",
+    "gpu_memory": "object",
+    "timeline": {"classification": "string", "top_ops": ("array", "object")},
+    **_NUMBERS,
+}
+_COMMON: Spec = {"totals": {**_COUNTS, "cache_state": "string"}, "cells": ("array", "object")}
+MEASUREMENTS: dict[str, Spec] = {
+    kind: {
+        **_COMMON,
+        "notebook": {"path": "string", "format": "string"},
+        "runner": "object",
+        "kernel": "object",
+        "cells": ("array", _CELL),
+        "repeats": "integer",
+        "live_file": "string",
+    }
+    for kind in ("profile", "trace")
+}
+MEASUREMENTS["bench"] = {**_COMMON, "groups": ("map", "object"), "machine": "object"}
+MEASUREMENTS["pathways"] = {**_COMMON, "pathways": ("map", "object"), "verdict": "string"}
+MEASUREMENTS["loops"] = {**_COMMON, "sweeps": ("array", "object")}
+MEASUREMENTS["audit"] = {**_COMMON, "notebooks": ("array", "object"), "lectures": "array"}
+MEASUREMENTS["jupyter-cache"] = {**_COMMON, "notebook": {"path": "string"}}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_SIMPLE = {
+    "number": _is_number,
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def _a(type_name: str) -> str:
+    return "null" if type_name == "null" else ("an " if type_name[0] in "aeiou" else "a ") + type_name
+
+
+def _refuse(source: str, where: str, value: Any, wanted: str) -> NbscopeError:
+    return NbscopeError(f"{source}: {where} is {_a(_json_type(value))}, not {_a(wanted)}")
+
+
+def _is_measure(name: str) -> bool:
+    return name.endswith(("_s", "_bytes"))
+
+
+def _check_measure(value: Any, where: str, source: str) -> None:
+    """A time or size: a number or null, or an array or object of them."""
+    if value is None or _is_number(value):
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_measure(item, f"{where}[{i}]", source)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_measure(item, f"{where}.{key}", source)
+    else:
+        raise _refuse(source, where, value, "number")
+
+
+def _check(value: Any, spec: Spec, where: str, source: str) -> None:
+    if isinstance(spec, str):
+        required = spec.endswith("!")
+        name = spec.rstrip("!")
+        if (value is None and not required) or (value is not None and _SIMPLE[name](value)):
+            if isinstance(value, (dict, list)):
+                _check_free(value, where, source)
+            return
+        raise _refuse(source, where, value, name)
+    if isinstance(spec, tuple):
+        container, item_spec = spec
+        if value is None:
+            return
+        if container == "array":
+            if not isinstance(value, list):
+                raise _refuse(source, where, value, "array")
+            for i, item in enumerate(value):
+                _check(item, item_spec, f"{where}[{i}]", source)
+        else:
+            if not isinstance(value, dict):
+                raise _refuse(source, where, value, "object")
+            for key, item in value.items():
+                _check(item, item_spec, f"{where}.{key}", source)
+        return
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise _refuse(source, where, value, "object")
+    for key, item in value.items():
+        if key in spec:
+            _check(item, spec[key], f"{where}.{key}", source)
+        elif _is_measure(str(key)):
+            _check_measure(item, f"{where}.{key}", source)
+        elif isinstance(item, (dict, list)):
+            _check_free(item, f"{where}.{key}", source)
+
+
+def _check_free(value: Any, where: str, source: str) -> None:
+    """Fields with no spec of their own: only their times and sizes are checked."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, (dict, list)):
+                _check_free(item, f"{where}[{i}]", source)
+    elif isinstance(value, dict):
+        _check(value, {}, where, source)
 
 
 def loads(text: str, *, source: str = "document") -> RunRecord:

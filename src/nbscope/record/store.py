@@ -6,25 +6,31 @@ path overrides it. A file that exists but is not SQLite is refused and never ove
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._version import __version__
 from nbscope.collect import fingerprint as fp
+from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord
 
 DEFAULT_DB = Path(".nbscope") / "nbscope.db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-STORE_VERSION = 1  # the meta table's store_version: what a future migration starts from
+# The meta table's store_version. 1: runs and meta. 2: runs.content_hash (a run is stored once) and
+# gate_verdicts (what `nbscope gate` decided about a run). Older stores are migrated on first use; a
+# newer one is refused, untouched.
+STORE_VERSION = 2
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS runs (
+_SCHEMA_V1 = (
+    """CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     started_at TEXT NOT NULL,
     ended_at TEXT,
@@ -35,11 +41,40 @@ CREATE TABLE IF NOT EXISTS runs (
     digest TEXT NOT NULL,
     headline TEXT NOT NULL,
     document TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_target ON runs (target, digest, started_at);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('store_version', '{STORE_VERSION}');
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS runs_target ON runs (target, digest, started_at)",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+
+
+def _migrate_to_2(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE runs ADD COLUMN content_hash TEXT")
+    for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
+        db.execute("UPDATE runs SET content_hash = ? WHERE id = ?", (_document_hash(document), run_id))
+    db.execute("CREATE INDEX IF NOT EXISTS runs_content ON runs (content_hash)")
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS gate_verdicts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL,
+    baseline_id INTEGER,
+    passed INTEGER NOT NULL,
+    judged_at TEXT NOT NULL,
+    reasons TEXT NOT NULL
+)"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS gate_verdicts_run ON gate_verdicts (run_id, id)")
+
+
+MIGRATIONS = {1: _migrate_to_2}  # from version N to N + 1
+
+
+def _document_hash(text: str) -> str:
+    """The content hash of a stored document; the text's own hash when it is not JSON (a corrupt row)."""
+    try:
+        document = json.loads(text)
+    except (TypeError, ValueError):
+        return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
+    return record_module.content_hash(document) if isinstance(document, dict) else hashlib.sha256(text.encode()).hexdigest()
 
 
 def default_path() -> Path:
@@ -60,11 +95,21 @@ def _set_wal(connection: sqlite3.Connection) -> None:
             time.sleep(0.01)
 
 
-class Store:
-    """Runs saved as whole JSON documents plus the columns `nbscope runs` lists."""
+SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest")
 
-    def __init__(self, path: str | Path | None = None) -> None:
+
+class Store:
+    """Runs saved as whole JSON documents plus the columns `nbscope runs` lists.
+
+    A row that cannot be read (a corrupt document, a record schema newer than this nbscope's) is left
+    out of every listing and reported once through ``on_skip`` (and kept in ``skipped``): one bad row
+    does not stop ``runs``, ``history``, ``gate`` or ``report``. Asked for by its id, it is an error.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, on_skip: Callable[[str], None] | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.on_skip = on_skip
+        self.skipped: dict[int, str] = {}
         self._check_file()
 
     def _check_file(self) -> None:
@@ -74,6 +119,54 @@ class Store:
             with open(self.path, "rb") as handle:
                 if handle.read(16) != SQLITE_MAGIC:
                     raise NbscopeError(f"--db {self.path} exists and is not an SQLite database; refusing to touch it")
+
+    def _version(self, db: sqlite3.Connection) -> int | None:
+        """The store version, None for a file with no tables yet; refuses a store this nbscope cannot use."""
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables - {"sqlite_sequence"}:
+            return None
+        if "runs" not in tables and "meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5])
+            raise NbscopeError(
+                f"--db {self.path} is an SQLite database but not an nbscope store (tables: {shown}); refusing to touch it"
+            )
+        row = db.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone() if "meta" in tables else None
+        if row is None:
+            return 1  # stores from before the version was written
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            raise NbscopeError(f"{self.path}: store_version {row[0]!r} is not a number; not an nbscope store this version can read") from None
+        if version > STORE_VERSION:
+            raise NbscopeError(
+                f"{self.path} is an nbscope store of version {version}; this nbscope ({__version__}) reads up to "
+                f"version {STORE_VERSION}: upgrade nbscope"
+            )
+        return version
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """Create the tables of a new store, or migrate an older one, under the write lock."""
+        version = self._version(db)  # before WAL: a store this nbscope refuses is not changed at all
+        _set_wal(db)
+        if version == STORE_VERSION:
+            return
+        db.execute("BEGIN IMMEDIATE")  # waits on busy_timeout; another process may migrate meanwhile
+        try:
+            version = self._version(db)
+            if version is None:
+                for statement in _SCHEMA_V1:
+                    db.execute(statement)
+                version = 1
+            while version < STORE_VERSION:
+                MIGRATIONS[version](db)
+                version += 1
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),)
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -85,17 +178,30 @@ class Store:
         with closing(connection):
             try:
                 connection.execute("PRAGMA busy_timeout = 60000")
-                _set_wal(connection)
-                if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
-                    # Tables missing: create them under the write lock, taken (waiting on busy_timeout) up front.
-                    connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+                self._prepare(connection)
             except sqlite3.DatabaseError as exc:
                 raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
             yield connection
 
-    def save(self, record: RunRecord) -> int:
-        """Insert a run and return its id."""
+    def _skip(self, run_id: int, reason: str) -> None:
+        if run_id in self.skipped:
+            return
+        self.skipped[run_id] = reason
+        if self.on_skip is not None:
+            self.on_skip(f"{reason}; run {run_id} skipped")
+
+    def _parse(self, run_id: int, document: Any) -> RunRecord:
+        source = f"run {run_id} in {self.path}"
+        if not isinstance(document, str):
+            raise NbscopeError(f"{source} has no JSON document")
+        record = record_module.loads(document, source=source)
+        record.run_id = run_id
+        return record
+
+    def add(self, record: RunRecord) -> tuple[int, bool]:
+        """Save a run unless the store holds one with the same content: (its id, whether it was added)."""
         document = record.to_json(indent=None)
+        digest = record_module.content_hash(json.loads(document))
         row = (
             record.started_at,
             record.ended_at,
@@ -106,30 +212,70 @@ class Store:
             record.digest,
             json.dumps(record.headline()),
             document,
+            digest,
         )
         with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
             try:
-                cursor = db.execute(
-                    "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, headline, document)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
+                found = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (digest,)).fetchone()
+                if found is None:
+                    cursor = db.execute(
+                        "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, headline,"
+                        " document, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        row,
+                    )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        record.run_id = int(cursor.lastrowid or 0)
-        return record.run_id
+        record.run_id = int(found[0]) if found is not None else int(cursor.lastrowid or 0)
+        return record.run_id, found is None
+
+    def save(self, record: RunRecord) -> int:
+        """Insert a run and return its id (the existing run's id when the same run is stored already)."""
+        return self.add(record)[0]
+
+    def find(self, record: RunRecord) -> int | None:
+        """The id of the stored run with this record's content, if any (never creates the store)."""
+        if not self.path.exists():
+            return None
+        digest = record.content_hash()
+        with self._connect() as db:
+            found = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (digest,)).fetchone()
+        return int(found[0]) if found is not None else None
 
     def get(self, run_id: int) -> RunRecord:
         with self._connect() as db:
             row = db.execute("SELECT document FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise NbscopeError(f"no run with id {run_id} in {self.path}")
-        record = RunRecord.from_dict(json.loads(row[0]), source=f"run {run_id}")
-        record.run_id = run_id
-        return record
+        return self._parse(run_id, row[0])
+
+    def _readable(
+        self, *, kind: str | None, target: str | None, digest: str | None, limit: int | None
+    ) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
+        """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows."""
+        clauses, params = [], []
+        for column, value in (("kind", kind), ("target", target), ("digest", digest)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        sql = f"SELECT {', '.join(SUMMARY_COLUMNS)}, document FROM runs"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY started_at DESC, id DESC"
+        given = 0
+        with self._connect() as db:
+            for row in db.execute(sql, params):  # row by row: `runs --limit 5` reads five documents
+                if limit and given >= limit:
+                    return
+                try:
+                    record = self._parse(int(row[0]), row[-1])
+                except NbscopeError as exc:
+                    self._skip(int(row[0]), str(exc))
+                    continue
+                given += 1
+                yield row[:-1], record
 
     def list(
         self,
@@ -139,47 +285,71 @@ class Store:
         digest: str | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Run summaries, newest first."""
-        clauses, params = [], []
-        for column, value in (("kind", kind), ("target", target), ("digest", digest)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        sql = "SELECT id, started_at, ended_at, kind, target, status, machine, digest, headline FROM runs"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY started_at DESC, id DESC"
-        if limit:
-            sql += f" LIMIT {int(limit)}"
-        with self._connect() as db:
-            rows = db.execute(sql, params).fetchall()
-        names = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "headline")
+        """Summaries of the readable runs, newest first."""
         result = []
-        for row in rows:
-            item = dict(zip(names, row, strict=True))
-            item["headline"] = json.loads(item["headline"])
+        for row, record in self._readable(kind=kind, target=target, digest=digest, limit=limit):
+            item = dict(zip(SUMMARY_COLUMNS, row, strict=True))
+            item["headline"] = record.headline()
             result.append(item)
         return result
 
-    def records(self, **filters: Any) -> list[RunRecord]:
-        """Whole records matching ``list``'s filters, newest first."""
-        return [self.get(item["id"]) for item in self.list(**filters)]
+    def records(
+        self,
+        *,
+        kind: str | None = None,
+        target: str | None = None,
+        digest: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Whole records matching ``list``'s filters, newest first (unreadable rows skipped and reported)."""
+        return [record for _, record in self._readable(kind=kind, target=target, digest=digest, limit=limit)]
 
     def latest(self, *, target: str, digest: str | None = None, kind: str | None = None) -> RunRecord | None:
-        rows = self.list(target=target, digest=digest, kind=kind, limit=1)
-        return self.get(rows[0]["id"]) if rows else None
+        found = self.records(target=target, digest=digest, kind=kind, limit=1)
+        return found[0] if found else None
 
     def count(self) -> int:
         with self._connect() as db:
             return int(db.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
 
+    def version(self) -> int:
+        """The store's version (migrating an older store first)."""
+        with self._connect() as db:
+            return self._version(db) or STORE_VERSION
+
+    # --- gate verdicts -----------------------------------------------------------------------------------
+
+    def record_verdict(self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: list[str]) -> None:
+        """Remember that ``nbscope gate`` passed or failed run ``run_id`` (against ``baseline_id``)."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO gate_verdicts (run_id, baseline_id, passed, judged_at, reasons) VALUES (?, ?, ?, ?, ?)",
+                (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
+            )
+
+    def verdicts(self) -> dict[int, dict[str, Any]]:
+        """The latest gate verdict of every judged run: run id -> {passed, baseline_id, judged_at}."""
+        if not self.path.exists():
+            return {}
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts ORDER BY id"
+            ).fetchall()
+        return {
+            int(run_id): {"passed": bool(passed), "baseline_id": baseline_id, "judged_at": judged_at}
+            for run_id, baseline_id, passed, judged_at in rows
+        }
+
 
 def resolve_run(reference: str, store: Store) -> RunRecord:
     """A run given as a store id (``12``) or a path to an exported JSON record."""
-    from nbscope.record import run as record_module
-
     if reference.isdigit():
         return store.get(int(reference))
     if Path(reference).exists():
-        return record_module.load(reference)
+        record = record_module.load(reference)
+        try:  # the same run stored already keeps its id (gate verdicts, baselines)
+            record.run_id = store.find(record)
+        except NbscopeError:
+            pass  # a store this nbscope cannot use does not stop reading a file; commands that need it say so
+        return record
     raise NbscopeError(f"{reference!r} is neither a run id in {store.path} nor an existing file")

@@ -171,13 +171,20 @@ def _value(value: float | None, unit: str) -> str:
     return format_seconds(value) if unit == "s" else f"{value:g}"
 
 
+def _settings(series: Any) -> str:
+    """`` · repeat 4 · timeline`` for a series measured with other than the default settings, else empty."""
+    text = series.settings_text
+    return "" if text == "default settings" else f" · {text}"
+
+
 def print_history(result: History, *, show_points: int = 12) -> None:
     what = f"cell {result.cell} · " if result.cell else ""
     console.print(f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{result.metric}", highlight=False)
     for series in result.series:
         values = [v for v in series.values if v is not None]
         console.print(
-            f"\n[bold]{escape(series.kind)}[/bold] on {escape(series.machine)} · digest {escape(str(series.digest))} · {len(series.points)} runs · "
+            f"\n[bold]{escape(series.kind)}[/bold] on {escape(series.machine)} · digest {escape(str(series.digest))}{escape(_settings(series))} · "
+            f"{len(series.points)} runs · "
             f"latest {_value(values[-1] if values else None, result.unit)} · median "
             f"{_value(series.to_dict()['median'], result.unit)} · range {_value(min(values), result.unit)}–"
             f"{_value(max(values), result.unit)}",
@@ -216,7 +223,8 @@ def history_markdown(result: History) -> str:
     for series in result.series:
         data = series.to_dict()
         lines += [
-            f"**{series.kind}** on {_md(series.machine)} · digest `{series.digest}` · {data['runs']} runs · "
+            f"**{series.kind}** on {_md(series.machine)} · digest `{series.digest}`{_md(_settings(series))} · "
+            f"{data['runs']} runs · "
             f"`{data['sparkline']}`",
             "",
         ]

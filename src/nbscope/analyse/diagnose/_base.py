@@ -143,22 +143,32 @@ class FunctionStats:
         }
 
 
-def load_sources(record: RunRecord) -> tuple[dict[str, str], str | None]:
+def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[dict[str, str], str | None]:
     """Cell sources by hash, re-read from the notebook the run profiled; a note says what is missing.
 
     Only sources whose hash equals the record's are returned: a notebook edited since the run must not
-    lend its new code to old figures.
+    lend its new code to old figures. A record may come from anywhere (an import, a CI artifact), so the
+    paths it names are only opened when they resolve inside ``root`` (default: the working directory);
+    a notebook elsewhere is read only when the user names it (``--notebook``).
     """
     from nbscope.collect import notebook as notebook_module
 
     candidates = []
     described = (record.measurements.get("notebook") or {}).get("path")
     for value in (described, record.target):
-        if value and value not in candidates:
+        if isinstance(value, str) and value and value not in candidates:
             candidates.append(value)
-    wanted = {c.get("source_hash") for c in record.measurements.get("cells", [])}
+    wanted = {c.get("source_hash") for c in record.measurements.get("cells") or []}
+    base = (root or Path.cwd()).resolve()
+    outside = []
     for value in candidates:
-        path = Path(value)
+        try:
+            path = (base / value).resolve()  # an absolute path stays itself
+        except (OSError, ValueError):
+            continue
+        if not path.is_relative_to(base):
+            outside.append(value)
+            continue
         if not path.is_file():
             continue
         try:
@@ -167,10 +177,15 @@ def load_sources(record: RunRecord) -> tuple[dict[str, str], str | None]:
             continue
         sources = {c.source_hash: c.source for c in notebook.code_cells if c.source_hash in wanted}
         missing = len(wanted - set(sources))
-        note = f"{missing} cell(s) of {path} changed since the run: their source is not used" if missing else None
+        note = f"{missing} cell(s) of {value} changed since the run: their source is not used" if missing else None
         return sources, note
+    if outside:
+        return {}, (
+            f"the run's notebook {outside[0]} is outside the working directory, so it is not read without being "
+            "named: pass it with --notebook (sources= in Python)"
+        )
     shown = " or ".join(candidates) or "no path recorded"
-    return {}, f"notebook not found ({shown}); pass sources= or run from the notebook's directory"
+    return {}, f"notebook not found ({shown}); pass it with --notebook or run from the notebook's directory"
 
 
 def sources_of(*records: RunRecord) -> dict[str, str]:
