@@ -11,13 +11,9 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.gate import (
-    GateOptions,
-    gate,
-    latest_baseline,
-    mann_whitney_greater,
-    parse_slowdown,
-)
+from nbscope.analyse._stats import mann_whitney_greater
+from nbscope.analyse.gate import GateOptions, gate, parse_slowdown
+from nbscope.api.gate import history_runs, latest_baseline
 from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
@@ -226,7 +222,6 @@ def test_history_sets_the_run_to_run_noise_floor() -> None:
 
 
 def test_history_runs_from_the_store(tmp_db: Path) -> None:
-    from nbscope.analyse.gate import history_runs
 
     store = Store(tmp_db)
     ids = [store.save(make_record([make_cell(0, 1.0)], started=f"2026-01-0{day}T00:00:00.000Z")) for day in range(1, 7)]
@@ -404,7 +399,6 @@ def baseline_store(db: Path) -> dict[str, int]:
 
 
 def test_automatic_baseline_is_the_last_run_that_passed(tmp_db: Path) -> None:
-    from nbscope.analyse.gate import history_runs
 
     ids = baseline_store(tmp_db)
     store = Store(tmp_db)

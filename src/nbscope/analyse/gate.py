@@ -1,4 +1,4 @@
-"""``nbscope gate``: is a candidate run significantly slower than a baseline run?
+"""The gate's judgement: is a candidate run significantly slower than a baseline run?
 
 Cells are paired across the two runs by ``source_hash`` (an edited cell at the same place is paired by
 position and flagged). For each pair, and for the notebook total, the gate decides:
@@ -18,22 +18,17 @@ position and flagged). For each pair, and for the notebook total, the gate decid
 
 The gate fails (exit code 1 on the command line) on any ``regression`` or ``failed`` verdict.
 
-The automatic baseline (:func:`latest_baseline`) is an earlier complete run (status ``ok``) of the same
-target, kind and environment digest, measured with the same settings (backend, JAX cache mode, timeline,
-repeat count), that did not fail the gate: the last one that passed it, else (no run has passed yet) the
-newest one never judged. The command line records each verdict in the store.
+Which stored runs are the baseline and the noise history is the job of :mod:`nbscope.api.gate`.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse._stats import mad, mann_whitney_greater
 from nbscope.record.cells import cell_keys, pair_cells
 from nbscope.record.run import RunRecord, describe_settings
 
@@ -81,70 +76,6 @@ def parse_slowdown(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise NbscopeError(f"--max-slowdown must be 0 or more, not {text!r}")
     return value
-
-
-# --- statistics ------------------------------------------------------------------------------------------
-
-
-def mad(values: Sequence[float]) -> float:
-    """Median absolute deviation (unscaled); 0 for fewer than 2 values."""
-    if len(values) < 2:
-        return 0.0
-    median = statistics.median(values)
-    return statistics.median(abs(v - median) for v in values)
-
-
-@lru_cache(maxsize=256)
-def _u_distribution(n: int, m: int) -> tuple[int, ...]:
-    """Counts of arrangements giving each U (pairs x > y) for samples of sizes n and m without ties."""
-    if n == 0 or m == 0:
-        return (1,)
-    # The largest of the n + m values is either an x (beats all m y's) or a y (beats nothing).
-    with_x = _u_distribution(n - 1, m)
-    with_y = _u_distribution(n, m - 1)
-    counts = [0] * (n * m + 1)
-    for u, count in enumerate(with_x):
-        counts[u + m] += count
-    for u, count in enumerate(with_y):
-        counts[u] += count
-    return tuple(counts)
-
-
-def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
-    """One-sided p-value of the Mann–Whitney U test for "x tends to be larger than y".
-
-    Exact (by the distribution of U) when there are no ties and both samples have at most 30 values,
-    else the normal approximation with tie and continuity corrections (as scipy's ``method="auto"``).
-    """
-    n, m = len(x), len(y)
-    if n == 0 or m == 0:
-        raise ValueError("both samples need at least one value")
-    u = sum((xi > yj) + 0.5 * (xi == yj) for xi in x for yj in y)
-    combined = sorted([*x, *y])
-    tie_groups = [len(list(g)) for _, g in _groupby(combined)]
-    has_ties = any(t > 1 for t in tie_groups)
-    if not has_ties and n <= 30 and m <= 30:
-        counts = _u_distribution(n, m)
-        total = math.comb(n + m, n)
-        return min(1.0, sum(counts[math.ceil(u - 1e-9):]) / total)
-    mean = n * m / 2
-    total_n = n + m
-    tie_term = sum(t**3 - t for t in tie_groups) / (total_n * (total_n - 1))
-    variance = n * m / 12 * ((total_n + 1) - tie_term)
-    if variance <= 0:
-        return 1.0
-    z = (u - mean - 0.5) / math.sqrt(variance)
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def _groupby(values: list[float]) -> list[tuple[float, list[float]]]:
-    groups: list[tuple[float, list[float]]] = []
-    for value in values:
-        if groups and groups[-1][0] == value:
-            groups[-1][1].append(value)
-        else:
-            groups.append((value, [value]))
-    return groups
 
 
 # --- comparison ------------------------------------------------------------------------------------------
@@ -512,85 +443,3 @@ def gate(
         warnings=warnings,
         history_runs=len(history),
     )
-
-
-def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
-    """Stored runs that may stand for the candidate's past, newest first, and those left out by reason.
-
-    Same target, kind and digest; started no later than the candidate (any time for a candidate from a
-    file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
-    """
-    settings = candidate.measurement_settings()
-    verdicts = store.verdicts()
-    kept: list[RunRecord] = []
-    left_out: dict[str, list[RunRecord]] = {}
-    for record in store.records(target=candidate.target, digest=candidate.digest, kind=candidate.kind):
-        if candidate.run_id is not None and (
-            record.run_id == candidate.run_id or record.started_at > candidate.started_at
-        ):
-            continue
-        if record.status != "ok":
-            reason = f"status {record.status}"
-        elif record.measurement_settings() != settings:
-            reason = "other settings"
-        elif not verdicts.get(record.run_id, {}).get("passed", True):
-            reason = "failed the gate"
-        else:
-            kept.append(record)
-            continue
-        left_out.setdefault(reason, []).append(record)
-    return kept, left_out
-
-
-def _runs_text(records: list[RunRecord], most: int = 5) -> str:
-    ids = [str(r.run_id) for r in records]
-    if len(ids) == 1:
-        return f"run {ids[0]}"
-    return f"runs {', '.join(ids[:most])}" + (f" and {len(ids) - most} more" if len(ids) > most else "")
-
-
-def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = None) -> RunRecord:
-    """The run a candidate is judged against when none is named: among the earlier runs with its target,
-    kind, digest and measurement settings, complete (status ``ok``) and not failed by the gate, the last
-    one that passed the gate, else the newest one never judged.
-
-    ``notes`` receives one line naming the chosen run and the newer runs passed over, when there are any.
-    """
-    kept, left_out = _comparable_earlier(store, candidate)
-    if not kept:
-        why = "; ".join(f"{_runs_text(records)}: {reason}" for reason, records in left_out.items())
-        raise NbscopeError(
-            f"no earlier complete {candidate.kind} run of {candidate.target} with digest {candidate.digest} and the "
-            f"same settings ({describe_settings(candidate.measurement_settings())}) that did not fail the gate, in "
-            f"{store.path}" + (f" (left out: {why})" if why else "") + "; name one with --baseline"
-        )
-    verdicts = store.verdicts()
-    passed = [r for r in kept if verdicts.get(r.run_id, {}).get("passed")]
-    chosen = passed[0] if passed else kept[0]
-    newer = {"not judged by the gate": kept[: kept.index(chosen)]}
-    for reason, records in left_out.items():
-        newer[reason] = [r for r in records if (r.started_at, r.run_id or 0) > (chosen.started_at, chosen.run_id or 0)]
-    passed_over = "; ".join(f"{_runs_text(records)} ({reason})" for reason, records in newer.items() if records)
-    if notes is not None and passed_over:
-        how = "the last run that passed the gate" if passed else "the newest comparable run"
-        notes.append(f"baseline run {chosen.run_id} is {how}; newer runs passed over: {passed_over}")
-    return chosen
-
-
-def history_runs(store: Any, candidate: RunRecord, count: int) -> list[RunRecord]:
-    """Up to ``count`` newest stored runs that started before the candidate, with its target, digest,
-    kind and measurement settings, complete and not failed by the gate: the run-to-run noise of this
-    notebook in this environment."""
-    if count <= 0:
-        return []
-    kept, _ = _comparable_earlier(store, candidate)
-    return [r for r in kept if r.started_at < candidate.started_at][:count]
-
-
-def latest_run(store: Any, target: str | None) -> RunRecord:
-    """The newest stored profile/trace/jupyter-cache run (of ``target`` when given)."""
-    rows = [r for r in store.list(target=target) if r["kind"] in (*CELL_KINDS, "jupyter-cache")]
-    if not rows:
-        where = f" of {target}" if target else ""
-        raise NbscopeError(f"no run{where} in {store.path} to use as the candidate")
-    return store.get(rows[0]["id"])

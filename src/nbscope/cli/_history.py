@@ -88,9 +88,8 @@ def gate(
     markdown: MarkdownOption = False,
 ) -> None:
     """Fail (exit 1) when a candidate run is significantly slower than a baseline, per cell or in total."""
-    from nbscope.analyse.gate import GateOptions, history_runs, latest_baseline, latest_run, parse_slowdown
-    from nbscope.analyse.gate import gate as run_gate
-    from nbscope.record.store import resolve_run
+    from nbscope.analyse.gate import GateOptions, parse_slowdown
+    from nbscope.api.gate import gate_stored
     from nbscope.render.gate import gate_markdown, print_gate
 
     store = open_store(db)
@@ -99,17 +98,8 @@ def gate(
         mad_k=mad_k, check_status=not ignore_status,
     )
     options.validate()
-    if history < 0:
-        raise NbscopeError("--history must be 0 or more")
-    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store)
-    notes: list[str] = []
-    base = latest_baseline(store, cand, notes) if baseline == "latest" else resolve_run(baseline, store)
-    earlier = history_runs(store, cand, history)
-    result = run_gate(base, cand, options, history=earlier)
-    result.warnings[:0] = notes
-    if cand.run_id is not None:
-        # Remembered so that a run that failed is never the next automatic baseline.
-        store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
+    result = gate_stored(store, candidate=candidate, baseline=baseline, target=target, options=options,
+                         history=history)
     text = gate_markdown(result, everything=everything)
     if summary is not None:
         if summary.is_dir():

@@ -1,0 +1,124 @@
+"""The job behind ``nbscope gate``: pick the candidate and baseline runs from the store, judge them, and
+remember the verdict so that a run that failed is never the next automatic baseline.
+
+The automatic baseline (:func:`latest_baseline`) is an earlier complete run (status ``ok``) of the same
+target, kind and environment digest, measured with the same settings (backend, JAX cache mode, timeline,
+repeat count), that did not fail the gate: the last one that passed it, else (no run has passed yet) the
+newest one never judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.gate import CELL_KINDS, GateOptions, GateResult, gate
+from nbscope.record.run import RunRecord, describe_settings
+from nbscope.record.store import resolve_run
+
+
+def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
+    """Stored runs that may stand for the candidate's past, newest first, and those left out by reason.
+
+    Same target, kind and digest; started no later than the candidate (any time for a candidate from a
+    file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
+    """
+    settings = candidate.measurement_settings()
+    verdicts = store.verdicts()
+    kept: list[RunRecord] = []
+    left_out: dict[str, list[RunRecord]] = {}
+    for record in store.records(target=candidate.target, digest=candidate.digest, kind=candidate.kind):
+        if candidate.run_id is not None and (
+            record.run_id == candidate.run_id or record.started_at > candidate.started_at
+        ):
+            continue
+        if record.status != "ok":
+            reason = f"status {record.status}"
+        elif record.measurement_settings() != settings:
+            reason = "other settings"
+        elif not verdicts.get(record.run_id, {}).get("passed", True):
+            reason = "failed the gate"
+        else:
+            kept.append(record)
+            continue
+        left_out.setdefault(reason, []).append(record)
+    return kept, left_out
+
+
+def _runs_text(records: list[RunRecord], most: int = 5) -> str:
+    ids = [str(r.run_id) for r in records]
+    if len(ids) == 1:
+        return f"run {ids[0]}"
+    return f"runs {', '.join(ids[:most])}" + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = None) -> RunRecord:
+    """The run a candidate is judged against when none is named: among the earlier runs with its target,
+    kind, digest and measurement settings, complete (status ``ok``) and not failed by the gate, the last
+    one that passed the gate, else the newest one never judged.
+
+    ``notes`` receives one line naming the chosen run and the newer runs passed over, when there are any.
+    """
+    kept, left_out = _comparable_earlier(store, candidate)
+    if not kept:
+        why = "; ".join(f"{_runs_text(records)}: {reason}" for reason, records in left_out.items())
+        raise NbscopeError(
+            f"no earlier complete {candidate.kind} run of {candidate.target} with digest {candidate.digest} and the "
+            f"same settings ({describe_settings(candidate.measurement_settings())}) that did not fail the gate, in "
+            f"{store.path}" + (f" (left out: {why})" if why else "") + "; name one with --baseline"
+        )
+    verdicts = store.verdicts()
+    passed = [r for r in kept if verdicts.get(r.run_id, {}).get("passed")]
+    chosen = passed[0] if passed else kept[0]
+    newer = {"not judged by the gate": kept[: kept.index(chosen)]}
+    for reason, records in left_out.items():
+        newer[reason] = [r for r in records if (r.started_at, r.run_id or 0) > (chosen.started_at, chosen.run_id or 0)]
+    passed_over = "; ".join(f"{_runs_text(records)} ({reason})" for reason, records in newer.items() if records)
+    if notes is not None and passed_over:
+        how = "the last run that passed the gate" if passed else "the newest comparable run"
+        notes.append(f"baseline run {chosen.run_id} is {how}; newer runs passed over: {passed_over}")
+    return chosen
+
+
+def history_runs(store: Any, candidate: RunRecord, count: int) -> list[RunRecord]:
+    """Up to ``count`` newest stored runs that started before the candidate, with its target, digest,
+    kind and measurement settings, complete and not failed by the gate: the run-to-run noise of this
+    notebook in this environment."""
+    if count <= 0:
+        return []
+    kept, _ = _comparable_earlier(store, candidate)
+    return [r for r in kept if r.started_at < candidate.started_at][:count]
+
+
+def latest_run(store: Any, target: str | None) -> RunRecord:
+    """The newest stored profile/trace/jupyter-cache run (of ``target`` when given)."""
+    rows = [r for r in store.list(target=target) if r["kind"] in (*CELL_KINDS, "jupyter-cache")]
+    if not rows:
+        where = f" of {target}" if target else ""
+        raise NbscopeError(f"no run{where} in {store.path} to use as the candidate")
+    return store.get(rows[0]["id"])
+
+
+def gate_stored(
+    store: Any,
+    *,
+    candidate: str = "latest",
+    baseline: str = "latest",
+    target: str | None = None,
+    options: GateOptions | None = None,
+    history: int = 10,
+) -> GateResult:
+    """Judge a candidate run against a baseline (each a run id, a run JSON file or ``latest``), with the
+    run-to-run noise of up to ``history`` earlier comparable runs; the verdict is stored with the
+    candidate when it is a stored run."""
+    if history < 0:
+        raise NbscopeError("--history must be 0 or more")
+    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store)
+    notes: list[str] = []
+    base = latest_baseline(store, cand, notes) if baseline == "latest" else resolve_run(baseline, store)
+    result = gate(base, cand, options, history=history_runs(store, cand, history))
+    result.warnings[:0] = notes
+    if cand.run_id is not None:
+        # Remembered so that a run that failed is never the next automatic baseline.
+        store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
+    return result
