@@ -7,35 +7,18 @@ them into a formula (the seed's integer-sum loop was folded and measured nothing
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numba
 from numba import prange
-from numba.core import event
 
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import Context, count_label
+from nbscope.collect.probe._nbscope_events import register_numba_listener
 
 _compile_s: list[float] = []  # outermost compiles only: nested ones (overloads) overlap them
-
-
-class _CompileListener(event.Listener):
-    def __init__(self) -> None:
-        self.depth = 0
-        self.started = 0.0
-
-    def on_start(self, event: Any) -> None:
-        self.depth += 1
-        if self.depth == 1:
-            self.started = time.perf_counter()
-
-    def on_end(self, event: Any) -> None:
-        if self.depth == 1:
-            _compile_s.append(time.perf_counter() - self.started)
-        self.depth = max(self.depth - 1, 0)
 
 
 @contextmanager
@@ -66,7 +49,7 @@ def sum_squares(x: Any) -> float:
 
 
 def run(ctx: Context) -> None:
-    event.register("numba:compile", _CompileListener())
+    register_numba_listener(None, lambda _, seconds: _compile_s.append(seconds))
     ctx.info["numba_version"] = numba.__version__
     ctx.info["numba_threads"] = numba.get_num_threads()
 

@@ -13,23 +13,19 @@ from typing import Any
 
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import Context
+from nbscope.collect.probe import _nbscope_events as events
 
 __all__ = ["compile_probe", "device_name", "host_array", "on_device", "setup"]
 
-_COMPILE_PREFIX = "/jax/core/compile/"
-_PHASES = {
-    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
-    "/jax/core/compile/backend_compile_duration": "backend_s",
-}
-_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_PHASES = events.JAX_COMPILE_PHASES
+_CACHE_HIT = events.CACHE_HITS
 
 _events: list[tuple[str, float]] = []  # (event, seconds); listeners are process-global: register once
 _registered = False
 
 
 def _on_duration(event: str, duration: float, **_: Any) -> None:
-    if event.startswith(_COMPILE_PREFIX):
+    if event in _PHASES:
         _events.append((event, float(duration)))
 
 
@@ -87,7 +83,7 @@ def compile_probe() -> Iterator[dict[str, Any]]:
                 hits += 1
             elif event in _PHASES:
                 phases[_PHASES[event]] += seconds
-        backend_events = sum(1 for event, _ in seen if event == "/jax/core/compile/backend_compile_duration")
+        backend_events = sum(1 for event, _ in seen if event == events.JAX_BACKEND)
         result.update(phases)
         result["compile_s"] = sum(phases.values())
         result["compiles"] = backend_events - hits  # a persistent-cache hit also reports a backend duration

@@ -28,6 +28,11 @@ import time
 import types
 from typing import Any
 
+try:  # beside this file in the kernel's probe home
+    import _nbscope_events
+except ImportError:  # imported as part of the nbscope package
+    from nbscope.collect.probe import _nbscope_events
+
 PROBE_VERSION = 1
 _ALARM_MARKERS = ("slow_operation_alarm", "Very slow compile", "Constant folding an instruction is taking")
 _WRAPPED_NAME = re.compile(r"^[\w.]+\((.*)\)$")
@@ -156,8 +161,6 @@ class Probe:
         self.jax_attached = False
         self.numba_attached = False
         self.cache_state: str | None = None
-        self.numba_depth = 0
-        self.numba_started = 0.0
         self.numba_current: dict[str, Any] | None = None
         self.gpu = _GpuMemory() if os.environ.get("NBSCOPE_PROBE_NVML") == "1" else None
         self.gpu_before: int | None = None
@@ -328,15 +331,15 @@ class Probe:
     def _on_jax_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
         counters = self.counters
         fun_name = kwargs.get("fun_name")
-        if event == "/jax/core/compile/jaxpr_trace_duration":
+        if event == _nbscope_events.JAX_TRACE:
             counters.trace_s += seconds
             if fun_name:
                 counters.function(fun_name)["trace_s"] += seconds
-        elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+        elif event == _nbscope_events.JAX_LOWER:
             counters.lower_s += seconds
             if fun_name:
                 counters.function(fun_name)["lower_s"] += seconds
-        elif event == "/jax/core/compile/backend_compile_duration":
+        elif event == _nbscope_events.JAX_BACKEND:
             counters.backend_s += seconds
             counters.backend_events += 1
             if fun_name:
@@ -346,23 +349,23 @@ class Probe:
                 if counters.hit_pending:
                     entry["cache_hits"] += 1
             counters.hit_pending = False
-        elif event == "/jax/compilation_cache/cache_retrieval_time_sec":
+        elif event == _nbscope_events.CACHE_RETRIEVAL:
             counters.cache_retrieval_s += seconds
-        elif event == "/jax/compilation_cache/compile_time_saved_sec":
+        elif event == _nbscope_events.CACHE_SAVED:
             counters.cache_saved_s += seconds
 
     def _on_jax_event(self, event: str, **kwargs: Any) -> None:
         counters = self.counters
-        if event == "/jax/compilation_cache/compile_requests_use_cache":
+        if event == _nbscope_events.CACHE_REQUESTS:
             counters.cache_requests += 1
-        elif event == "/jax/compilation_cache/cache_hits":
+        elif event == _nbscope_events.CACHE_HITS:
             counters.cache_hits += 1
             counters.hit_pending = True
-        elif event == "/jax/compilation_cache/cache_misses":
+        elif event == _nbscope_events.CACHE_MISSES:
             counters.cache_misses += 1
-        elif event == "/jax/compilation_cache/tasks_using_cache":
+        elif event == _nbscope_events.CACHE_TASKS_USING:
             self.cache_state = "on"
-        elif event == "/jax/compilation_cache/task_disabled_cache":
+        elif event == _nbscope_events.CACHE_TASK_DISABLED:
             self.cache_state = "disabled"
 
     def _jax_summary(self, counters: _CellCounters) -> dict[str, Any]:
@@ -451,32 +454,24 @@ class Probe:
     def attach_numba(self, numba_module: types.ModuleType) -> None:
         if self.numba_attached:
             return
-        from numba.core import event
-
         probe = self
 
-        class _CompileListener(event.Listener):
-            # Nested compiles (overloads) emit their own overlapping events: count the outermost only.
-            def on_start(self, ev: Any) -> None:
-                probe.numba_depth += 1
-                if probe.numba_depth == 1:
-                    data = ev.data or {}
-                    dispatcher = data.get("dispatcher")
-                    function = getattr(dispatcher, "py_func", None)
-                    probe.numba_current = {
-                        "name": getattr(function, "__qualname__", str(dispatcher)),
-                        "signature": str(data.get("args")),
-                    }
-                    probe.numba_started = time.perf_counter()
+        def started(ev: Any) -> None:
+            data = ev.data or {}
+            dispatcher = data.get("dispatcher")
+            function = getattr(dispatcher, "py_func", None)
+            probe.numba_current = {
+                "name": getattr(function, "__qualname__", str(dispatcher)),
+                "signature": str(data.get("args")),
+            }
 
-            def on_end(self, ev: Any) -> None:
-                probe.numba_depth = max(0, probe.numba_depth - 1)
-                if probe.numba_depth == 0 and probe.numba_current is not None:
-                    probe.numba_current["seconds"] = time.perf_counter() - probe.numba_started
-                    probe.counters.numba.append(probe.numba_current)
-                    probe.numba_current = None
+        def ended(ev: Any, seconds: float) -> None:
+            if probe.numba_current is not None:
+                probe.numba_current["seconds"] = seconds
+                probe.counters.numba.append(probe.numba_current)
+                probe.numba_current = None
 
-        event.register("numba:compile", _CompileListener())
+        _nbscope_events.register_numba_listener(started, ended)
         self.numba_attached = True
 
     def _numba_summary(self, counters: _CellCounters) -> dict[str, Any]:
