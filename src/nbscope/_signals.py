@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Signals after the first that are noted but not raised, so that the partial run gets saved.
@@ -54,6 +55,17 @@ def exit_code(default: int = signal.SIGINT) -> int:
 def note_saved(text: str) -> None:
     """Remember what was saved while stopping (e.g. ``partial run 12``), for the closing message."""
     _saved.append(text)
+
+
+def store_then_stop(record: Any, store: Any, interrupted: bool, what: str = "partial run {id}") -> None:
+    """Save ``record`` in ``store`` (when given); after an interrupt, note what was saved (``what`` with the
+    run's ``{id}``) and re-raise it."""
+    if store is not None:
+        store.save(record)
+    if interrupted:
+        if record.run_id is not None:
+            note_saved(what.format(id=record.run_id))
+        raise KeyboardInterrupt
 
 
 def saved() -> list[str]:

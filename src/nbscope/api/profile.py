@@ -161,26 +161,15 @@ def default_live_path(store_path: Path | None) -> Path:
     return new_live_path(store_path)
 
 
-def profile(
-    path: str | Path,
-    options: ProfileOptions | None = None,
-    *,
-    store: Any = None,
-    live_path: Path | None = None,
-    on_cell_start: StartCallback | None = None,
-    on_cell_done: CellCallback | None = None,
-    fingerprint: dict[str, Any] | None = None,
-) -> RunRecord:
-    """Profile a notebook per cell; saves the run in ``store`` (a :class:`nbscope.Store`) when given.
+def profile(path: str | Path, options: ProfileOptions | None = None, **keywords: Any) -> RunRecord:
+    """Profile a notebook per cell; saves the run in ``store`` (a :class:`nbscope.Store`) when given
+    (``keywords``: those of :func:`profile_until_stopped`).
 
     A failing cell, a timeout or a dead kernel never raises: the record says so (status ``partial``)
     and keeps everything measured before it. Ctrl-C (or SIGTERM / SIGHUP under the CLI) saves the run,
     then re-raises KeyboardInterrupt.
     """
-    record, interrupted = profile_until_stopped(
-        path, options, store=store, live_path=live_path, on_cell_start=on_cell_start, on_cell_done=on_cell_done,
-        fingerprint=fingerprint,
-    )
+    record, interrupted = profile_until_stopped(path, options, **keywords)
     if interrupted:
         raise KeyboardInterrupt
     return record

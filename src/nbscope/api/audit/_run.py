@@ -250,14 +250,10 @@ def audit(
         ))
         failed = any(e["status"] in ("error", "not-run") for e in ordered)
         record.finish("partial" if interrupted or failed else "ok")
-        if store is not None:
-            store.save(record)
-        if interrupted:
-            if record.run_id is not None:
-                from nbscope import _signals
+        from nbscope import _signals
 
-                _signals.note_saved(f"partial audit run {record.run_id} (the notebooks that finished are runs of their own)")
-            raise KeyboardInterrupt
+        what = "partial audit run {id} (the notebooks that finished are runs of their own)"
+        _signals.store_then_stop(record, store, interrupted, what)
         return record
     finally:
         if runner is not None:

@@ -102,22 +102,10 @@ def _run_one(
     return run_book2(notebook, options, fingerprint=fingerprint)
 
 
-def run_pathways(
-    path: str | Path,
-    via: str | Iterable[str] | None = DEFAULT_VIA,
-    repeat: int = 1,
-    store: Any = None,
-    *,
-    timeout: float | None = None,
-    kernel: str | None = None,
-    env: dict[str, str] | None = None,
-    jax_platform: str | None = None,
-    fingerprint: dict[str, Any] | None = None,
-    progress: ProgressCallback | None = None,
-    env_hook: EnvHook | None = None,
-    target: str | None = None,
-) -> RunRecord:
-    """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record.
+def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA, repeat: int = 1,
+                 store: Any = None, **options: Any) -> RunRecord:
+    """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record
+    (``options``: those of :func:`pathways_until_stopped`).
 
     Repeats are interleaved, each starting with the next pathway (script, kernel, book, then kernel,
     book, script, ...), so that a drift in the machine's speed and the first run's cold file cache fall
@@ -126,24 +114,11 @@ def run_pathways(
     given. Ctrl-C (or SIGTERM / SIGHUP under the CLI) keeps every run so far, the one cut short included,
     saves the record (status ``partial``), then re-raises KeyboardInterrupt.
     """
-    record, interrupted = pathways_until_stopped(
-        path, via, repeat, timeout=timeout, kernel=kernel, env=env, jax_platform=jax_platform,
-        fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=target,
-    )
-    save_and_stop(record, store, interrupted)
-    return record
-
-
-def save_and_stop(record: RunRecord, store: Any, interrupted: bool) -> None:
-    """Store the record; after an interrupt, say so and re-raise it."""
     from nbscope import _signals
 
-    if store is not None:
-        store.save(record)
-    if interrupted:
-        if record.run_id is not None:
-            _signals.note_saved(f"partial run {record.run_id}")
-        raise KeyboardInterrupt
+    record, interrupted = pathways_until_stopped(path, via, repeat, **options)
+    _signals.store_then_stop(record, store, interrupted)
+    return record
 
 
 def pathways_until_stopped(

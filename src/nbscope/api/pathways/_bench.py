@@ -20,8 +20,9 @@ from typing import Any
 
 import nbformat
 
+from nbscope import _signals
 from nbscope.analyse.pathways import REL_TOL
-from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped, save_and_stop
+from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped
 from nbscope.record.run import RunRecord
 
 OUT_VARIABLE = "NBSCOPE_BENCH_OUT"
@@ -101,7 +102,7 @@ def run_bench_pathways(
     record.measurements["totals"]["figures"] = len(figures)
     record.measurements["totals"]["figures_differing"] = len(differing)
     record.measurements["verdict"] = figures_verdict(figures, record.measurements["verdict"])
-    save_and_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
+    _signals.store_then_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
     return record
 
 
