@@ -1,0 +1,1 @@
+"""Analyses of run records: they return data and never print."""
