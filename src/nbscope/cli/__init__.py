@@ -41,7 +41,7 @@ def _register_commands() -> None:
     # Imported for their side effect of adding commands to ``app``.
     from nbscope.cli import _core  # noqa: F401
 
-    for name in ("_profile", "_bench", "_pathways", "_compare", "_loops", "_history", "_audit"):
+    for name in ("_profile", "_bench", "_pathways", "_compare", "_loops", "_history", "_audit", "_forecast"):
         try:
             __import__(f"nbscope.cli.{name}")
         except ModuleNotFoundError as exc:

@@ -13,7 +13,7 @@ every live program. Here:
   figures scaled, and the cell says so (``sampled``). On a GPU, executions come from the device plane's
   ``XLA Modules`` line instead (module names only).
 * **transfers**: host→device copies (``DevicePut…``) and device→host conversions (``np.asarray``) are
-  counted. The CPU trace carries no sizes: a copy made while a jitted call parses its arguments moved
+  counted, with the time they took on the CPU. The CPU trace carries no sizes: a copy made while a jitted call parses its arguments moved
   one of that program's parameters, so its bytes lie between the smallest and the largest parameter;
   other copies have no size here (``unsized``).
 
@@ -169,7 +169,7 @@ class ProgramCollector:
         op_events: list[tuple[Any, int, int, int]] = []  # (event, start, end, line id)
         calls: dict[int, list[tuple[int, int, str]]] = {}
         h2d: list[tuple[int, int, int]] = []
-        d2h = 0
+        d2h: list[tuple[int, int]] = []
         gpu_modules: dict[str, int] = {}
         line_id = 0
         for plane in data.planes:
@@ -199,7 +199,8 @@ class ProgramCollector:
                         start = int(event.start_ns)
                         h2d.append((start, start + int(event.duration_ns), line_id))
                     elif event_name in _D2H:
-                        d2h += 1
+                        start = int(event.start_ns)
+                        d2h.append((start, start + int(event.duration_ns)))
         step = max(1, math.ceil(len(op_events) / MAX_STAT_READS))
         runs: dict[int, set[int]] = {}
         spans: dict[int, list[tuple[int, int]]] = {}
@@ -242,7 +243,11 @@ class ProgramCollector:
         result["cpu_busy_s"] = covered(union((s, e) for _, s, e, _ in op_events)) / 1e9
         result["transfers"] = self._transfers(h2d, d2h, calls)
 
-    def _transfers(self, h2d: list[tuple[int, int, int]], d2h: int, calls: dict[int, list[tuple[int, int, str]]]) -> dict[str, Any]:
+    def _transfers(
+        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]]
+    ) -> dict[str, Any]:
+        from nbscope.timeline import covered, union
+
         low = high = 0
         sized = unsized = 0
         by_function: dict[str, list[dict[str, Any]]] = {}
@@ -261,8 +266,11 @@ class ProgramCollector:
                 sized += 1
             else:
                 unsized += 1
-        return {"host_to_device": len(h2d), "device_to_host": d2h, "sized": sized, "unsized": unsized,
-                "bytes_low": low, "bytes_high": high}
+        # On a CPU these copies are host work (a memcpy, or nothing when the buffer is shared): the
+        # forecast takes their time out of the cell's host time and puts its own transfer term in.
+        seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h)) / 1e9
+        return {"host_to_device": len(h2d), "device_to_host": len(d2h), "sized": sized, "unsized": unsized,
+                "bytes_low": low, "bytes_high": high, "cpu_s": seconds}
 
 
 def _kernel_names(text: str) -> set[str]:
