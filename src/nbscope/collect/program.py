@@ -53,8 +53,9 @@ def function_of(module: str) -> str:
     """The jitted function behind a module name (``jit_qm_jax`` → ``qm_jax``)."""
     for prefix in ("jit_", "pmap_", "xmap_"):
         if module.startswith(prefix):
-            return module[len(prefix):]
-    return module
+            module = module[len(prefix):]
+            break
+    return "<lambda>" if re.fullmatch(r"_lambda_?", module) else module
 
 
 class ProgramCollector:
@@ -310,6 +311,8 @@ def _loop_origin(source: dict[str, Any] | None, cells: list[CodeCell], current: 
                 match = _LOOP_CALL.search(text)
                 if match:
                     origin["kind"] = f"lax.{match.group(1)}"
+                else:  # a loop a library call made (jax.random's threefry rounds, a solver's iterations)
+                    origin["kind"] = f"loop inside {text.strip()[:80]}"
                 break
     return origin
 

@@ -32,6 +32,16 @@ def seconds_range(low: float | None, high: float | None) -> str:
     return f"{low_text}–{high_text}"
 
 
+def dominant_words(outcome: dict[str, Any]) -> str:
+    """The dominant term; when that is carried-over host or compile time, the main JAX term too."""
+    dominant = outcome.get("dominant") or {}
+    words = dominant.get("words") or ""
+    jax = outcome.get("jax_dominant") or {}
+    if dominant.get("kind") in ("host", "compile") and jax.get("words"):
+        words += f"; on the GPU: {jax['words']} ({seconds_range(jax.get('low_s'), jax.get('high_s'))})"
+    return words
+
+
 def _cells_in_order(result: dict[str, Any], device: str, top: int | None, show_all: bool) -> list[dict[str, Any]]:
     cells = {c["index"]: c for c in result["cells"]}
     if show_all:
@@ -75,7 +85,7 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
         for cell in _cells_in_order(result, key, top, show_all):
             outcome = cell["gpu"][key]
             style = VERDICT_STYLE.get(outcome["verdict"], "")
-            dominant = (outcome.get("dominant") or {}).get("words", "")
+            dominant = dominant_words(outcome)
             table.add_row(
                 str(cell["index"] + 1), str(cell.get("line") or ""), (cell.get("first_line") or "")[:40],
                 format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
@@ -136,7 +146,7 @@ def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all:
             for cell in rows:
                 outcome = cell["gpu"][key]
                 code = (cell.get("first_line") or "").replace("|", "\\|")[:40]
-                dominant = ((outcome.get("dominant") or {}).get("words") or "").replace("|", "\\|")
+                dominant = dominant_words(outcome).replace("|", "\\|")
                 lines.append(
                     f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{code}` | {format_seconds(cell['cpu']['wall_s'])} "
                     f"| {seconds_range(outcome['low_s'], outcome['high_s'])} | {outcome['verdict']} | {dominant} |"

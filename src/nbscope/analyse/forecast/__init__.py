@@ -73,9 +73,9 @@ def forecast(
 ) -> dict[str, Any]:
     """The forecast of a profile run on each named GPU (see the module docstring for its parts)."""
     label = run_label or (f"run {record.run_id}" if record.run_id is not None else "the run")
-    check_record(record, label)
     table = table or load_table(devices_file)
     devices = resolve(table, gpus)
+    check_record(record, label)
     measurements = record.measurements
     programs = (measurements.get("programs") or {}).get("programs") or {}
     sources = _notebook_sources(record, notebook_path)
@@ -189,6 +189,7 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
     highs = [t.high_s for t in terms]
     high = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
     dominant = _dominant(terms)
+    jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
     jax_work = bool(cell.executions) or cell.compile_s > 0
     verdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
     return {
@@ -197,6 +198,7 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
         "cpu_s": cell.wall,
         "verdict": verdict,
         "dominant": dominant.as_dict() if dominant else None,
+        "jax_dominant": jax_term.as_dict() if jax_term else None,
         "terms": [t.as_dict() for t in sorted(terms, key=_weight, reverse=True)],
         "missing_programs": missing,
     }

@@ -112,11 +112,11 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
     trips_of = {loop["id"]: loop.get("trip_count") for loop in loops}
     parent_of = {loop["id"]: loop.get("parent") for loop in loops}
     for loop in loops:
-        iterations: float | None = 1.0
+        iterations: int | None = 1
         node: str | None = loop["id"]
         while node is not None:
             trips = trips_of.get(node)
-            iterations = None if trips is None or iterations is None else iterations * trips
+            iterations = None if trips is None or iterations is None else iterations * int(trips)
             node = parent_of.get(node)
         over_low, over_high, figure = _iteration_overhead(loop, device, model)
         body_low, body_high, body_bound = _roofline(loop.get("per_iteration") or {}, device, model)
