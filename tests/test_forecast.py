@@ -226,9 +226,14 @@ def _loop_terms(result: dict[str, Any], device: str = "t4") -> list[dict[str, An
     return [t for cell in result["cells"] for t in cell["gpu"][device]["terms"] if t["kind"] == "loop"]
 
 
+@pytest.fixture(scope="module")
+def scan_record() -> RunRecord:
+    return _profiled("forecast_scan.md")
+
+
 @pytest.mark.slow
-def test_scan_forecast_is_linear_in_its_length() -> None:
-    record = _profiled("forecast_scan.md")
+def test_scan_forecast_is_linear_in_its_length(scan_record: RunRecord) -> None:
+    record = scan_record
     table = load_table(environ={})
     result = forecast(record, "t4", table=table)
     terms = {t["iterations"]: t for t in _loop_terms(result)}
@@ -320,3 +325,36 @@ def test_forecast_help_says_what_the_numbers_mean(run_cli: Any) -> None:
     text = " ".join(result.stdout.split())
     for phrase in ("carried over as measured", "not forecast", "per-iteration", "--calibrate-from"):
         assert phrase in text
+
+
+@pytest.mark.slow
+def test_forecast_against_a_measured_run_pairs_cells_and_leaves_compile_out(scan_record: RunRecord) -> None:
+    from nbscope.analyse.forecast.measured import against_measured
+
+    result = forecast(scan_record, "t4")
+    # Any profile of the same notebook pairs; here the CPU run itself stands for the measured one.
+    comparison = against_measured(result, scan_record, "t4")
+    ran = [c for c in scan_record.measurements["cells"] if c.get("wall_s") is not None]
+    assert comparison["paired"] == len(ran)
+    for row, cell in zip(comparison["cells"], result["cells"], strict=True):
+        outcome = cell["gpu"]["t4"]
+        assert row["forecast_low_s"] == pytest.approx(max(0.0, outcome["low_s"] - cell["cpu"]["compile_s"]))
+        assert row["measured_s"] == pytest.approx(max(0.0, cell["cpu"]["wall_s"] - cell["cpu"]["compile_s"]))
+        assert row["within"] == (row["forecast_low_s"] <= row["measured_s"] <= row["forecast_high_s"])
+    other = RunRecord(kind="profile", target="other.md", fingerprint={}, measurements={"cells": [{"source_hash": "x"}]})
+    with pytest.raises(NbscopeError, match="shares no cell"):
+        against_measured(result, other, "t4")
+
+
+@pytest.mark.slow
+def test_report_has_a_forecast_section_for_runs_with_program_data(scan_record: RunRecord) -> None:
+    from nbscope.render.html import report
+
+    scan_record.settings["forecast"] = ["t4", "h200"]
+    text = report([scan_record])
+    section = text[text.index("<h2>GPU forecast</h2>"):]
+    assert "NVIDIA T4" in section and "NVIDIA H200" in section
+    assert "lax.scan of 100,000 iterations" in section
+    assert "<svg" in section and "<script" not in text
+    plain = RunRecord(kind="profile", target="x.md", fingerprint={}, measurements={"cells": []})
+    assert "GPU forecast" not in report([plain])

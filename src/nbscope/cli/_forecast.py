@@ -61,6 +61,10 @@ def forecast_command(
     base: Annotated[str | None, typer.Option("--base", help="With --calibrate-from: take figures the runs lack from this device.")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="With --calibrate-from: append the entry to this device file.")] = None,
     list_devices: Annotated[bool, typer.Option("--list", help="List the device table with each figure's source.")] = False,
+    measured: Annotated[
+        str | None,
+        typer.Option("--measured", metavar="RUN", help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error."),
+    ] = None,
 ) -> None:
     from nbscope.analyse.forecast.devices import load_table
 
@@ -81,6 +85,13 @@ def forecast_command(
     record = resolve_run(run, store)
     label = f"run {run}" if run.isdigit() else run
     result = forecast(record, gpu, table=table, notebook_path=notebook, run_label=label)
+    if measured is not None:
+        from nbscope.analyse.forecast.measured import against_measured
+
+        other = resolve_run(measured, store)
+        if other.run_id is None and measured.isdigit():
+            other.run_id = int(measured)
+        result["measured"] = [against_measured(result, other, d["key"]) for d in result["devices"]]
     if as_json:
         print(json.dumps(result, indent=1, default=str))
     elif markdown:

@@ -110,10 +110,40 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
                 f"  gains on the GPU: {entry['function']} {format_seconds(entry['cpu_s'])} here → "
                 f"{seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])}"
             )
+    for comparison in result.get("measured") or []:
+        print_measured(comparison, result)
     for note in result["notes"]:
         console.print(f"[dim]note: {note}[/dim]")
     console.print(f"[dim]{MEANING}[/dim]")
     _print_figures(result)
+
+
+def print_measured(comparison: dict[str, Any], result: dict[str, Any]) -> None:
+    """Forecast vs a real GPU run, per cell (compile time left out of both sides)."""
+    key = comparison["device"]
+    run = comparison["measured_run"]
+    title = f"forecast ({key}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} (run {run.get('id')})"
+    table = Table(title=title)
+    for column, justify in (("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
+                            ("forecast", "right"), ("measured", "right"), ("error", "right"), ("in range", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in comparison["cells"]:
+        if row["measured_s"] is None:
+            continue
+        error = row["error"]
+        table.add_row(
+            str(row["index"] + 1), str(row.get("line") or ""), (row.get("first_line") or "")[:36],
+            format_seconds(row["cpu_s"]), seconds_range(row["forecast_low_s"], row["forecast_high_s"]),
+            format_seconds(row["measured_s"]), "–" if error is None else f"{error:+.0%}",
+            "yes" if row["within"] else "no",
+        )
+    console.print(table)
+    total = comparison["total"]
+    console.print(
+        f"total without compile: forecast {seconds_range(total['forecast_low_s'], total['forecast_high_s'])}, "
+        f"measured {format_seconds(total['measured_s'])}; {comparison['within']} of {comparison['paired']} cells "
+        "within the forecast range (error: forecast midpoint vs measured, compile left out of both)"
+    )
 
 
 def _print_figures(result: dict[str, Any]) -> None:
@@ -159,6 +189,17 @@ def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all:
             if entry["change"].get("example"):
                 lines += ["", "  ```python", *[f"  {ln}" for ln in entry["change"]["example"].splitlines()], "  ```"]
         lines.append("")
+    for comparison in result.get("measured") or []:
+        lines += [f"### forecast ({comparison['device']}) vs measured (run {comparison['measured_run'].get('id')})", "",
+                  "| cell | line | CPU | forecast | measured | error | in range |", "|---:|---:|---:|---:|---:|---:|---|"]
+        for row in comparison["cells"]:
+            if row["measured_s"] is None:
+                continue
+            error = "–" if row["error"] is None else f"{row['error']:+.0%}"
+            lines.append(f"| {row['index'] + 1} | {row.get('line') or ''} | {format_seconds(row['cpu_s'])} | "
+                         f"{seconds_range(row['forecast_low_s'], row['forecast_high_s'])} | "
+                         f"{format_seconds(row['measured_s'])} | {error} | {'yes' if row['within'] else 'no'} |")
+        lines.append("")
     lines += [f"_{MEANING}_", ""]
     lines += [f"_note: {note}_" for note in result["notes"]]
     return "\n".join(lines).rstrip() + "\n"
@@ -180,3 +221,97 @@ def print_device_table(table: Any) -> None:
         grid.add_row(name, _figure_text(figure.as_dict()), figure.basis, figure.source)
     console.print(grid)
     console.print(f"[dim]files: {', '.join(table.files)}[/dim]")
+
+
+# ---- the HTML report's section (nbscope report) ---------------------------------------------------------
+
+MAX_PLOT_CELLS = 30
+
+
+def forecast_svg(result: dict[str, Any]) -> str | None:
+    """Per cell the measured CPU time and each GPU's forecast (bar to the low end, whisker to the high
+    end; an open-ended range draws an arrow), log time axis, the cells the GPU changes most first."""
+    from nbscope.render.html import COLORS, _figure, _label, _plain, svg
+
+    if not result["devices"]:
+        return None
+    first = result["devices"][0]["key"]
+    order = result["notebook"][first]["ranking"][:MAX_PLOT_CELLS]
+    cells = {c["index"]: c for c in result["cells"]}
+    rows = [cells[i] for i in order if i in cells]
+    if not rows:
+        return None
+    series = 1 + len(result["devices"])
+    figure = _figure(10, max(2.4, 0.26 * len(rows) * series * 0.7 + 1.5))
+    axes = figure.subplots()
+    height = 0.8 / series
+    floor = 1e-4
+    cpu = [max(c["cpu"]["wall_s"], floor) for c in rows]
+    positions = [i - 0.4 + height * 0.5 for i in range(len(rows))]
+    axes.barh(positions, cpu, height=height, color="#8c8c8c", label="CPU (measured)")
+    for number, device in enumerate(result["devices"], start=1):
+        key = device["key"]
+        lows = [max(c["gpu"][key]["low_s"], floor) for c in rows]
+        highs = [c["gpu"][key]["high_s"] for c in rows]
+        upper = [(h - low) if h is not None else low * 9 for h, low in zip(highs, lows, strict=True)]
+        positions = [i - 0.4 + height * (number + 0.5) for i in range(len(rows))]
+        axes.barh(positions, lows, height=height, color=COLORS[(number - 1) % len(COLORS)],
+                  xerr=[[0] * len(lows), upper], capsize=2, label=_plain(f"{device['name']} (forecast)"))
+    axes.set_xscale("log")
+    axes.set_yticks(range(len(rows)), [_label(c) for c in rows], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds (log scale)")
+    axes.set_title("CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)", fontsize=10)
+    axes.grid(axis="x", alpha=0.3)
+    figure.legend(fontsize=8, loc="outside lower center", ncols=min(3, series))
+    return svg(figure)
+
+
+def forecast_html(result: dict[str, Any]) -> str:
+    """The report section of one forecast: plot, verdicts and the changes to make."""
+    from nbscope.render.html import Markup, _table, e, e_code
+
+    run = result["run"]
+    parts = [f"<h3>{e(run['target'])} (run {e(run.get('id'))})</h3>"]
+    plot = forecast_svg(result)
+    if plot:
+        parts.append(plot)
+    for device in result["devices"]:
+        key = device["key"]
+        notebook = result["notebook"][key]
+        parts.append(f"<p><strong>{e(_headline(result, key))}</strong></p>")
+        rows = []
+        for index in notebook["ranking"][:MAX_PLOT_CELLS]:
+            cell = next(c for c in result["cells"] if c["index"] == index)
+            outcome = cell["gpu"][key]
+            rows.append((cell["index"] + 1, cell.get("line") or "", Markup(f"<code>{e(cell.get('first_line'))}</code>"),
+                         format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
+                         outcome["verdict"], dominant_words(outcome)))
+        if rows:
+            parts.append(_table(("cell", "line", "code", "CPU", f"{key.upper()} forecast", "verdict", "dominant term"),
+                                rows, numeric=(0, 1, 3, 4)))
+        for entry in notebook["keep_on_cpu"]:
+            example = entry["change"].get("example")
+            parts.append(f"<p>Keep <code>{e(entry['function'])}</code> on the CPU: {e_code(entry['change']['text'])}</p>"
+                         + (f'<pre class="src">{e(example)}</pre>' if example else ""))
+    parts.append(f'<p class="note">{e(MEANING)}</p>')
+    parts.extend(f'<p class="note">{e(note)}</p>' for note in result["notes"])
+    return "".join(parts)
+
+
+def report_section(records: list[Any]) -> str:
+    """``<h2>GPU forecast</h2>`` for the profile runs that hold program data (GPUs: those named with
+    ``--forecast`` when the run was recorded, else the T4), or "" when none does."""
+    from nbscope._errors import NbscopeError
+    from nbscope.analyse.forecast import forecast
+
+    parts = []
+    for record in records:
+        if record.kind not in ("profile", "trace") or not record.measurements.get("programs"):
+            continue
+        gpus = list((record.settings or {}).get("forecast") or []) or ["t4"]
+        try:
+            parts.append(forecast_html(forecast(record, gpus)))
+        except NbscopeError as exc:  # e.g. a GPU named at profile time that a device file no longer has
+            parts.append(f'<p class="note">forecast of run {record.run_id}: {exc}</p>')
+    return "<h2>GPU forecast</h2>" + "".join(parts) if parts else ""

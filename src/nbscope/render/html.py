@@ -3,7 +3,8 @@
 Sections, each present only when the runs hold what it needs: the runs, the gate of the last run
 against the first (two profile runs), the fingerprints, per profile a waterfall of its cells (compile
 and run stacked) and its ledger, side-by-side bars of cells paired by source hash across runs, the
-pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), diagnosis cards (when
+pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), the GPU forecast (profiles
+recorded with program data), diagnosis cards (when
 :mod:`nbscope.diagnose` is installed) and the history of each target in the store.
 
 Every text from a notebook or a record goes through :func:`html.escape`; plots are drawn by matplotlib
@@ -618,6 +619,13 @@ def _history_section(records: list[RunRecord], store: Any, metric: str) -> str:
     return "<h2>History</h2>" + "".join(parts) if parts else ""
 
 
+def _forecast_section(records: list[RunRecord]) -> str:
+    """The GPU forecast of profile runs recorded with program data (``nbscope.render.forecast``)."""
+    from nbscope.render.forecast import report_section
+
+    return report_section(records)
+
+
 def report(
     records: list[RunRecord], *, store: Any = None, title: str | None = None, history_metric: str = "wall_s"
 ) -> str:
@@ -649,6 +657,7 @@ def report(
     others = [(i, r) for i, r in enumerate(records) if r.kind not in (*CELL_KINDS, "pathways", "loops")]
     for i, r in others:
         body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + _totals_table(r.measurements.get("totals") or {}))
+    body.append(_forecast_section(records))
     body.append(_diagnosis_section(records))
     body.append(_history_section(records, store, history_metric))
     return (

@@ -135,6 +135,7 @@ def _cell_entry(cell: _Cell, programs: dict[str, Any]) -> dict[str, Any]:
     record = cell.record
     return {
         "index": record.get("index"),
+        "source_hash": record.get("source_hash"),
         "line": record.get("line"),
         "first_line": record.get("first_line"),
         "status": record.get("status"),

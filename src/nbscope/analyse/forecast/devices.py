@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,18 @@ def load_table(devices_file: str | Path | None = None, environ: dict[str, str] |
     return table
 
 
+def _by_name(table: DeviceTable, name: str) -> Device | None:
+    """The one device whose name or a ``match`` entry equals ``name``, else the one whose ``match``
+    entry appears in it as a word (``Tesla T4``, ``NVIDIA A100-SXM4-80GB``: what NVML reports)."""
+    lowered = name.lower()
+    exact = [d for d in table.devices.values() if d.name.lower() == lowered or any(m.lower() == lowered for m in d.match)]
+    if len(exact) == 1:
+        return exact[0]
+    words = [d for d in table.devices.values()
+             if any(re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in d.match)]
+    return words[0] if len(words) == 1 else None
+
+
 def resolve(table: DeviceTable, names: str | list[str]) -> list[Device]:
     """Devices by key (``t4``) or by a name they match (``Tesla T4``), in the order given."""
     wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
@@ -221,10 +234,7 @@ def resolve(table: DeviceTable, names: str | list[str]) -> list[Device]:
     for name in wanted:
         device = table.devices.get(name.lower())
         if device is None:
-            lowered = name.lower()
-            matches = [d for d in table.devices.values()
-                       if any(m.lower() == lowered for m in d.match) or d.name.lower() == lowered]
-            device = matches[0] if len(matches) == 1 else None
+            device = _by_name(table, name)
         if device is None:
             raise NbscopeError(
                 f"unknown GPU {name!r}: known are {table.known()}; add one in a device file "
