@@ -358,3 +358,12 @@ def test_report_has_a_forecast_section_for_runs_with_program_data(scan_record: R
     assert "<svg" in section and "<script" not in text
     plain = RunRecord(kind="profile", target="x.md", fingerprint={}, measurements={"cells": []})
     assert "GPU forecast" not in report([plain])
+
+
+@pytest.mark.slow
+def test_program_data_and_timeline_share_one_trace() -> None:
+    record = profile(FILES / "forecast_scan.md", ProfileOptions(programs=True, timeline=True),
+                     fingerprint={"digest": "test"})
+    cells = [c for c in record.measurements["cells"] if (c.get("programs") or {}).get("executions")]
+    assert [e["count"] for c in cells for e in c["programs"]["executions"] if "logistic" in e["program"]] == [1, 1, 1]
+    assert all(c["programs"]["trace"] == "read" and c.get("timeline", {}).get("classification") for c in cells)

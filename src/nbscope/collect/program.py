@@ -17,8 +17,8 @@ every live program. Here:
   one of that program's parameters, so its bytes lie between the smallest and the largest parameter;
   other copies have no size here (``unsized``).
 
-Programs compiled in a cell whose trace is missing (the notebook started JAX's backend in that very
-cell, or ran its own profiler) count as run at least once, labelled ``count_basis: "compiled"``.
+Programs compiled in a cell whose trace is missing (the cell imported jax itself, or the notebook ran
+its own profiler) count as run at least once, labelled ``count_basis: "compiled"``.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class ProgramCollector:
             except Exception as exc:
                 result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
-            result["trace"] = probe.get("trace_error") or "none (JAX's backend not started before the cell)"
+            result["trace"] = probe.get("trace_error") or "no trace"
         counted = {e["program"] for e in result["executions"]}
         for key in new_programs:
             if key not in counted and result["trace"] != "read":

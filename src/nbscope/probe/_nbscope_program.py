@@ -67,6 +67,8 @@ class Programs:
             result["shared"] = True
         elif self.skipped:
             result["trace_error"] = self.skipped
+        elif not self.shared:
+            result["trace_error"] = "no trace: the notebook had not imported jax when the cell started"
         result["trace_stop_s"] = time.perf_counter() - started
         if compiled:
             started = time.perf_counter()
