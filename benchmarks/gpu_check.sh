@@ -64,13 +64,14 @@ EOF
 }
 
 log "nbscope loops --quick"
-timeout 150 $NBSCOPE loops --quick --db "$DB"
+timeout 120 $NBSCOPE loops --quick --db "$DB"
 LOOPS=$(run_id loops)
 CALIBRATE=(--calibrate-from "$LOOPS")
 
-if [ $((SECONDS - started)) -lt 150 ]; then
+# Budget: 8 minutes in all; the lecture's two 10 M-step scans alone take ~3 minutes on a T4.
+if [ $((SECONDS - started)) -lt 100 ]; then
     log "nbscope bench --size quick (loops, jax, transfer, dispatch)"
-    if timeout 150 $NBSCOPE bench --size quick --only loops,jax,transfer,dispatch --db "$DB"; then
+    if timeout 90 $NBSCOPE bench --size quick --only loops,jax,transfer,dispatch --db "$DB"; then
         CALIBRATE+=(--calibrate-from "$(run_id bench)")
     else
         echo "bench did not finish in time: calibrating from the loops run alone"
@@ -84,7 +85,7 @@ rm -f "$OUT/devices.toml"
 $NBSCOPE forecast "${CALIBRATE[@]}" --db "$DB" --name measured --base "$BASE" -o "$OUT/devices.toml"
 
 log "profile $LECTURE on cpu and cuda"
-timeout 330 $NBSCOPE profile "$LECTURE" --backends cpu,cuda --programs --db "$DB" --json > "$OUT/backends.json"
+timeout 270 $NBSCOPE profile "$LECTURE" --backends cpu,cuda --programs --db "$DB" --json > "$OUT/backends.json"
 read -r CPU_RUN GPU_RUN < <(python3 - "$OUT/backends.json" <<'EOF'
 import json, sys
 runs = {r["backend"]: r for r in json.load(open(sys.argv[1]))["backends"]}
