@@ -64,7 +64,7 @@ EOF
 }
 
 log "nbscope loops --quick"
-timeout 120 $NBSCOPE loops --quick --db "$DB"
+timeout 120 $NBSCOPE loops --quick --db "$DB" || fail "nbscope loops failed or took over 120 s"
 LOOPS=$(run_id loops)
 CALIBRATE=(--calibrate-from "$LOOPS")
 
@@ -85,7 +85,8 @@ rm -f "$OUT/devices.toml"
 $NBSCOPE forecast "${CALIBRATE[@]}" --db "$DB" --name measured --base "$BASE" -o "$OUT/devices.toml"
 
 log "profile $LECTURE on cpu and cuda"
-timeout 270 $NBSCOPE profile "$LECTURE" --backends cpu,cuda --programs --db "$DB" --json > "$OUT/backends.json"
+timeout 270 $NBSCOPE profile "$LECTURE" --backends cpu,cuda --programs --db "$DB" --json > "$OUT/backends.json" \
+    || fail "profiling the lecture failed or took over 270 s (what was measured is in $DB)"
 read -r CPU_RUN GPU_RUN < <(python3 - "$OUT/backends.json" <<'EOF'
 import json, sys
 runs = {r["backend"]: r for r in json.load(open(sys.argv[1]))["backends"]}
