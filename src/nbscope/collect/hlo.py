@@ -25,7 +25,6 @@ into the ``programs`` entry documented in docs/run-record.md:
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -592,17 +591,3 @@ def _output_bytes(module: Module) -> int:
         return 0
     root = next((i for i in entry.instructions if i.root), None)
     return shape_bytes(root.shape) if root is not None else 0
-
-
-def entry_markers(text: str) -> list[str]:
-    """Names of the entry computation's kernel instructions, in order: each runs once per execution,
-    so a trace event with one of these names (and this program's id) marks one run of the program."""
-    module = parse(text)
-    entry = module.computations.get(module.entry)
-    if entry is None:
-        return []
-    return [i.name for i in entry.instructions if i.opcode not in NO_KERNEL]
-
-
-def finite(value: float) -> float | None:
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None

@@ -99,13 +99,10 @@ def forecast(
             "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
             "so the forecast is its host work as measured"
         )
-    per_device_cells: dict[str, list[dict[str, Any]]] = {d.key: [] for d in devices}
     for cell in ran:
         entry = _cell_entry(cell, programs)
         for device in devices:
-            outcome = _cell_forecast(cell, programs, device, table)
-            entry["gpu"][device.key] = outcome
-            per_device_cells[device.key].append(outcome)
+            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table)
         result["cells"].append(entry)
     for device in devices:
         result["notebook"][device.key] = _notebook(result["cells"], device, programs, sources, has_jax)

@@ -105,9 +105,7 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
     key, function = program.get("key"), program.get("function")
     terms: list[Term] = []
     entry = program.get("entry") or {}
-    low, high, bound = _roofline(entry, device, model)
-    work_low, work_high = low, high
-    work_bounds = [bound] if (low or high) else []
+    work_low, work_high, work_bound = _roofline(entry, device, model)
     loops = program.get("loops") or []
     trips_of = {loop["id"]: loop.get("trip_count") for loop in loops}
     parent_of = {loop["id"]: loop.get("parent") for loop in loops}
@@ -119,7 +117,7 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
             iterations = None if trips is None or iterations is None else iterations * int(trips)
             node = parent_of.get(node)
         over_low, over_high, figure = _iteration_overhead(loop, device, model)
-        body_low, body_high, body_bound = _roofline(loop.get("per_iteration") or {}, device, model)
+        body_low, body_high, _ = _roofline(loop.get("per_iteration") or {}, device, model)
         per_low, per_high = over_low + body_low, over_high + body_high
         bounded_by = None
         if iterations is None:
@@ -148,13 +146,9 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
                      "per_iteration_high_s": per_high, "figure": figure, "bound": bounded_by,
                      "call": loop.get("call"), "syncs_per_iteration": loop.get("syncs_per_iteration")},
         ))
-        # Work done inside the body scales with the iterations too, but it is part of the loop term: the
-        # loop's words name the per-iteration cost, the work term names the arithmetic outside loops.
-        if body_low or body_high:
-            work_bounds.append(body_bound)
+    # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:
-        terms.append(Term(kind="work", low_s=work_low, high_s=work_high,
-                          words=_work_words(entry, device, work_bounds[0] if work_bounds else "memory"),
+        terms.append(Term(kind="work", low_s=work_low, high_s=work_high, words=_work_words(entry, device, work_bound),
                           program=key, function=function))
     kernels = int(entry.get("kernels") or 0)
     launch = device.figure("launch_us")
