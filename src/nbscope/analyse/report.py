@@ -1,5 +1,5 @@
 """What a report shows beyond the runs themselves: the gate of the last run against the first, each
-profile's diagnosis, and each target's history. Computed here once; the HTML renderer only formats it."""
+profile's GPU forecast (runs with program data) and diagnosis, and each target's history. Computed here once; the HTML renderer only formats it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Findings, diagnose
+from nbscope.analyse.forecast import forecast
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, history
 from nbscope.record.run import RunRecord
@@ -26,7 +27,8 @@ class ReportData:
     diagnoses: list[tuple[int, Findings]] = field(default_factory=list)  # (position, findings)
     notes: list[str] = field(default_factory=list)  # runs that could not be diagnosed, and why
     histories: list[tuple[str, History]] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)  # further sections' data, by section name
+    forecasts: list[dict[str, Any]] = field(default_factory=list)  # GPU forecasts of runs with program data
+    forecast_notes: list[str] = field(default_factory=list)
 
 
 def _gate(data: ReportData) -> None:
@@ -62,12 +64,26 @@ def _histories(data: ReportData, store: Any, metric: str) -> None:
             continue
 
 
+def _forecasts(data: ReportData) -> None:
+    """Each profile run recorded with program data, forecast on the GPUs named when it was recorded
+    (``--forecast``), else on the T4."""
+    for record in data.records:
+        if record.kind not in CELL_KINDS or not record.measurements.get("programs"):
+            continue
+        gpus = list((record.settings or {}).get("forecast") or []) or ["t4"]
+        try:
+            data.forecasts.append(forecast(record, gpus))
+        except NbscopeError as exc:  # e.g. a GPU named at profile time that a device file no longer has
+            data.forecast_notes.append(f"forecast of run {record.run_id}: {exc}")
+
+
 def report_data(records: list[RunRecord], *, store: Any = None, history_metric: str = "wall_s") -> ReportData:
     """Every analysis a report of ``records`` shows; ``store`` (optional) supplies the histories."""
     if not records:
         raise NbscopeError("report needs at least one run")
     data = ReportData(records=list(records))
     _gate(data)
+    _forecasts(data)
     _diagnoses(data)
     if store is not None:
         _histories(data, store, history_metric)

@@ -40,6 +40,12 @@ class ProfileOptions:
     cache_root: Path | None = None  # where "cold"/"warm" keep their cache; default beside the store
     timeline: bool = False  # per-cell jax.profiler trace summaries (opt-in: it costs time)
     keep_traces: Path | None = None
+    programs: bool = False  # per-cell program data for the GPU forecast (implied by ``forecast``)
+    forecast: list[str] = field(default_factory=list)  # GPUs to forecast for (nbscope.analyse.forecast)
+
+    @property
+    def collects_programs(self) -> bool:
+        return self.programs or bool(self.forecast)
 
     def validate(self) -> None:
         if self.on_error not in ("continue", "stop"):
@@ -68,6 +74,8 @@ class ProfileOptions:
             "env": self.env,
             "repeat": self.repeat,
             "timeline": self.timeline,
+            "programs": self.collects_programs,
+            "forecast": list(self.forecast),
         }
 
 
@@ -236,6 +244,7 @@ def profile_until_stopped(
                     nvml=_gpus_present(fingerprint),
                     timeline=options.timeline,
                     keep_traces=options.keep_traces,
+                    programs=options.collects_programs,
                 ),
                 live_path=live_path,
                 on_cell_start=on_cell_start,
@@ -311,6 +320,8 @@ def fill_measurements(
         "repeat_runners": [e.runner for e in executions] if len(executions) > 1 else None,
         "live_file": str(live) if live is not None else None,
     }
+    if executions and executions[-1].programs is not None:
+        record.measurements["programs"] = executions[-1].programs
     record.finish(status)
 
 

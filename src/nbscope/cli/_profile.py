@@ -61,6 +61,16 @@ def profile(
     keep_traces: Annotated[
         Path | None, typer.Option("--keep-traces", metavar="DIR", help="Keep the raw traces here (implies --timeline).")
     ] = None,
+    forecast: Annotated[
+        str | None,
+        typer.Option("--forecast", metavar="GPU[,GPU...]", help="Record program data and forecast each cell on these GPUs (see `nbscope forecast --help`)."),
+    ] = None,
+    programs: Annotated[
+        bool, typer.Option("--programs", help="Record program data (executions, loops, work) for a later `nbscope forecast`.")
+    ] = False,
+    devices: Annotated[
+        Path | None, typer.Option("--devices", metavar="FILE", help="With --forecast: a device file adding or overriding GPUs.")
+    ] = None,
 ) -> None:
     """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory."""
     from nbscope.api.profile import ProfileOptions, parse_env
@@ -75,6 +85,8 @@ def profile(
         timeline=timeline or keep_traces is not None, keep_traces=keep_traces.resolve() if keep_traces else None,
     )
     options.validate()
+    gpus = _forecast_gpus(forecast, devices)  # an unknown GPU is refused before anything runs
+    options.programs, options.forecast = programs or bool(gpus), [d.key for d in gpus]
     store = open_store(db)
     if backends:
         _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown)
@@ -88,12 +100,22 @@ def profile(
         print(record.to_json())
     elif markdown:
         print(ledger.profile_markdown(record, top=None if all_cells else top, notebook_order=all_cells))
+        if gpus:
+            from nbscope.analyse.forecast import forecast as run_forecast
+            from nbscope.render.forecast import forecast_markdown
+
+            print(forecast_markdown(run_forecast(record, options.forecast, devices_file=devices, notebook_path=path)))
     else:
         ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
         if options.timeline:
             from nbscope.render.timeline import print_timeline
 
             print_timeline(record)
+        if gpus:
+            from nbscope.analyse.forecast import forecast as run_forecast
+            from nbscope.render.forecast import print_forecast
+
+            print_forecast(run_forecast(record, options.forecast, devices_file=devices, notebook_path=path))
         console.print(f"[dim]saved as run {record.run_id} in {literal(store.path)}[/dim]")
 
 
@@ -114,6 +136,15 @@ def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as
         print(view.backends_markdown(result), end="")
     else:
         view.print_backends(result, store_path=store.path)
+
+
+def _forecast_gpus(names: str | None, devices: Path | None) -> list[Any]:
+    """The GPUs of ``--forecast`` from the device table (one-line error for an unknown one)."""
+    if not names:
+        return []
+    from nbscope.analyse.forecast.devices import load_table, resolve
+
+    return resolve(load_table(devices), names)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

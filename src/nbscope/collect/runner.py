@@ -34,6 +34,7 @@ class ExecutionOptions:
     nvml: bool = False  # read GPU memory through NVML in the kernel
     timeline: bool = False  # a jax.profiler trace per cell, summarised by nbscope.collect.timeline
     keep_traces: Path | None = None  # keep the raw traces here (for Perfetto)
+    programs: bool = False  # program data per cell for the GPU forecast (nbscope.collect.program)
     startup_timeout: float = 120.0
 
 
@@ -47,6 +48,7 @@ class Execution:
     status: str  # ok | partial
     executed_nb: Any = None
     interrupted: bool = False  # Ctrl-C: the caller saves what was measured, then stops
+    programs: dict[str, Any] | None = None  # with ExecutionOptions.programs: the run's program table
 
 
 class ProbeReader:
@@ -191,6 +193,7 @@ def execute(
         Path(timeline_dir).mkdir(parents=True, exist_ok=True)
     env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
     env.update(options.env)
+    programs = _program_collector(notebook, options, home.root, env)
     nb = notebook.nb
     client = NotebookClient(
         nb,
@@ -259,6 +262,8 @@ def execute(
                              "message": f"cell exceeded --timeout {options.timeout:g} s" if outcome == "timeout"
                              else "the kernel died while running this cell"}
                 record = merge_cell(code_cell, probe, **runner_fields)
+                if programs is not None and probe is not None and probe.get("programs"):
+                    record["programs"] = _collect_programs(programs, probe["programs"], record)
                 if probe is not None and probe.get("timeline_trace"):
                     record["timeline"] = _summarise_timeline(probe["timeline_trace"], record)
                 if error is not None:
@@ -308,8 +313,27 @@ def execute(
         home.cleanup()
     runner["total_s"] = time.perf_counter() - started
     return Execution(
-        cells=cells, runner=runner, kernel=reader.kernel, status=status, executed_nb=nb, interrupted=interrupted
+        cells=cells, runner=runner, kernel=reader.kernel, status=status, executed_nb=nb, interrupted=interrupted,
+        programs=programs.finish() if programs is not None else None,
     )
+
+
+def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str]) -> Any:
+    """With ``programs``: where the probe writes program data, and the collector that reads it."""
+    if not options.programs:
+        return None
+    from nbscope.collect.program import ProgramCollector
+
+    env["NBSCOPE_PROBE_PROGRAMS"] = str(root / "programs")
+    return ProgramCollector(notebook.code_cells)
+
+
+def _collect_programs(collector: Any, probe_programs: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """A cell's program data, read outside the kernel so it never adds to the cell's time."""
+    try:
+        return collector.cell(probe_programs, record)
+    except Exception as exc:  # broken program data must not lose the cell's other figures
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _summarise_timeline(trace: Any, record: dict[str, Any]) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ Configuration comes from the environment:
   NBSCOPE_PROBE_DIR   a folder; the probe writes ``<pid>-<ns>.jsonl`` there (one file per kernel)
   NBSCOPE_PROBE_NVML  "1": also read this process's GPU memory through NVML
   NBSCOPE_PROBE_TIMELINE  a folder: record a jax.profiler trace per cell there (``_nbscope_timeline``)
+  NBSCOPE_PROBE_PROGRAMS  a folder: record program runs and HLO per cell there (``_nbscope_program``)
 
 Line types: ``kernel`` (once), ``start`` (a cell began: lets a reader name the cell that killed a
 kernel), ``cell`` (a cell finished). Field meanings are documented in docs/run-record.md.
@@ -165,6 +166,7 @@ class Probe:
         self.gpu = _GpuMemory() if os.environ.get("NBSCOPE_PROBE_NVML") == "1" else None
         self.gpu_before: int | None = None
         self.timeline = _load_timeline(os.environ.get("NBSCOPE_PROBE_TIMELINE"))
+        self.programs = _load_programs(os.environ.get("NBSCOPE_PROBE_PROGRAMS"))
         self._write(
             {
                 "type": "kernel",
@@ -196,6 +198,8 @@ class Probe:
             self.gpu_before = self.gpu.used_bytes()
         if self.timeline is not None:
             self.timeline.start(self.sequence)
+        if self.programs is not None:
+            self.programs.start(self.sequence, shared=self.timeline is not None)
         self.cell_start_unix = time.time()
         self.cell_start = time.perf_counter()
 
@@ -203,6 +207,9 @@ class Probe:
         wall = time.perf_counter() - self.cell_start
         trace = self.timeline.stop(self.sequence) if self.timeline is not None else None
         counters = self.counters
+        programs = None
+        if self.programs is not None:
+            programs = self.programs.stop(self.sequence, compiled=counters.backend_events > 0, timeline_trace=trace)
         error = result.error_in_exec or result.error_before_exec
         info = getattr(result, "info", None)
         source = getattr(info, "raw_cell", "") or ""
@@ -224,6 +231,8 @@ class Probe:
         }
         if trace is not None:
             record["timeline_trace"] = trace
+        if programs is not None:
+            record["programs"] = programs
         if self.gpu is not None:
             record["gpu_memory"] = {"before_bytes": self.gpu_before, "after_bytes": self.gpu.used_bytes()}
         if self.request_start is None:
@@ -636,6 +645,18 @@ def _load_timeline(folder: str | None) -> Any:
         print(f"nbscope probe: timeline unavailable: {exc!r}", file=sys.__stderr__)
         return None
     return _nbscope_timeline.Timeline(folder)
+
+
+def _load_programs(folder: str | None) -> Any:
+    """The optional per-cell program recorder (``_nbscope_program.py`` beside this file)."""
+    if not folder:
+        return None
+    try:
+        import _nbscope_program
+    except ImportError as exc:
+        print(f"nbscope probe: program data unavailable: {exc!r}", file=sys.__stderr__)
+        return None
+    return _nbscope_program.load(folder)
 
 
 class _ImportWatcher:

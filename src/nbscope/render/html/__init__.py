@@ -3,7 +3,8 @@
 Sections, each present only when the runs hold what it needs: the runs, the gate of the last run
 against the first (two profile runs), the fingerprints, per profile a waterfall of its cells (compile
 and run stacked) and its ledger, side-by-side bars of cells paired by source hash across runs, the
-pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), diagnosis cards (when
+pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), the GPU forecast (profiles
+recorded with program data), diagnosis cards (when
 :mod:`nbscope.analyse.diagnose` is installed) and the history of each target in the store.
 
 Every text from a notebook or a record goes through :func:`html.escape`; plots are drawn by matplotlib
@@ -19,6 +20,7 @@ from pathlib import Path
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
 from nbscope.analyse.report import ReportData
+from nbscope.render.forecast import report_section as forecast_section
 from nbscope.render.html import _sections as sections
 from nbscope.render.html._base import CELL_KINDS, CSP, e, run_name
 from nbscope.render.html._plots import _figure, _plain, side_by_side_svg, svg
@@ -78,6 +80,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
     others = [(i, r) for i, r in enumerate(records) if r.kind not in (*CELL_KINDS, "pathways", "loops")]
     for i, r in others:
         body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + sections._totals_table(r.measurements.get("totals") or {}))
+    body.append(forecast_section(data))
     body.append(sections.diagnosis(data))
     body.append(sections.history(data))
     return (

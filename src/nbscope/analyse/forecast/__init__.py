@@ -1,0 +1,337 @@
+"""``nbscope forecast``: what a notebook profiled on a CPU will do on a named GPU, per cell, and why.
+
+Reads a profile run recorded with program data (``nbscope profile --forecast GPU`` or ``--programs``)
+and returns data; ``nbscope.render.forecast`` formats it. Per cell and GPU:
+
+* **host** work (Python, NumPy, Numba and everything outside JAX's compiled programs) is carried over as
+  measured on the CPU: a GPU does not change it;
+* **compile**: JAX's trace, lowering and backend compile, carried over as measured on this CPU and
+  marked *not forecast* (XLA:GPU compiles differently);
+* each **program execution** (counted in the cell's trace) is forecast from its HLO by
+  :mod:`nbscope.analyse.forecast.model`: loops, work, launches, dispatch; plus host↔device **transfers**.
+
+Each figure is a low–high range carried from the device table's ranges. The cell's **verdict** compares
+the range with the cell's measured time (10 % margin): ``faster``, ``slower``, ``similar`` or
+``unchanged`` (no JAX work). The notebook's verdict adds the plan that a GPU would need: which jitted
+functions to keep on the CPU (their GPU time exceeds their measured CPU time), with the code change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
+from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
+
+FORECAST_VERSION = 1
+MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
+MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
+CPU_DEVICE = 'jax.devices("cpu")[0]'
+RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
+
+
+@dataclass
+class _Cell:
+    record: dict[str, Any]
+    wall: float
+    compile_s: float
+    host_s: float
+    executions: list[dict[str, Any]]
+
+
+def _jax_compile(cell: dict[str, Any]) -> float:
+    jax = cell.get("jax") or {}
+    return sum(float(jax.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
+
+
+def uses_jax(record: Any) -> bool:
+    return any(c.get("jax") for c in record.measurements.get("cells") or [])
+
+
+def check_record(record: Any, run_label: str) -> None:
+    """Refuse a run the forecast cannot read, with the command that records what it needs."""
+    if record.kind not in ("profile", "trace"):
+        raise NbscopeError(f"{run_label} is a {record.kind} run: forecast reads a notebook profile ({RECORDED_BY})")
+    if uses_jax(record) and not record.measurements.get("programs"):
+        raise NbscopeError(
+            f"{run_label} was recorded without program data, which the forecast needs: profile the notebook "
+            f"with `{RECORDED_BY}` (or `--programs`)"
+        )
+
+
+def forecast(
+    record: Any,
+    gpus: str | list[str],
+    *,
+    table: DeviceTable | None = None,
+    devices_file: str | Path | None = None,
+    notebook_path: str | Path | None = None,
+    run_label: str | None = None,
+) -> dict[str, Any]:
+    """The forecast of a profile run on each named GPU (see the module docstring for its parts)."""
+    label = run_label or (f"run {record.run_id}" if record.run_id is not None else "the run")
+    table = table or load_table(devices_file)
+    devices = resolve(table, gpus)
+    check_record(record, label)
+    measurements = record.measurements
+    programs = (measurements.get("programs") or {}).get("programs") or {}
+    sources = _notebook_sources(record, notebook_path)
+    cells = [_measured(c) for c in measurements.get("cells") or []]
+    ran = [c for c in cells if c is not None]
+    has_jax = uses_jax(record)
+    result: dict[str, Any] = {
+        "version": FORECAST_VERSION,
+        "run": {"id": record.run_id, "target": record.target, "started_at": record.started_at,
+                "digest": record.digest, "cpu": ((record.fingerprint.get("cpu") or {}).get("model"))},
+        "has_jax": has_jax,
+        "devices": [d.as_dict() for d in devices],
+        "model": {k: v.as_dict() for k, v in table.model.items()},
+        "device_files": table.files,
+        "cells": [],
+        "notebook": {},
+        "notes": list((measurements.get("programs") or {}).get("notes") or []),
+    }
+    if not has_jax:
+        result["notes"].append(
+            "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
+            "so the forecast is its host work as measured"
+        )
+    for cell in ran:
+        entry = _cell_entry(cell, programs)
+        for device in devices:
+            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table)
+        result["cells"].append(entry)
+    for device in devices:
+        result["notebook"][device.key] = _notebook(result["cells"], device, programs, sources, has_jax)
+    return result
+
+
+# ---- cells ---------------------------------------------------------------------------------------
+
+def _measured(cell: dict[str, Any]) -> _Cell | None:
+    wall = cell.get("wall_s")
+    if not isinstance(wall, (int, float)) or cell.get("status") in ("not-run", "skipped"):
+        return None
+    compile_s = _jax_compile(cell)
+    data = cell.get("programs") or {}
+    executions = [e for e in data.get("executions") or [] if e.get("program")]
+    busy = data.get("cpu_busy_s")
+    if not isinstance(busy, (int, float)):
+        busy = sum(float(e.get("cpu_s") or 0.0) for e in executions)
+    transfers = data.get("transfers") or {}
+    copies = float(transfers.get("cpu_s") or 0.0)  # replaced by the forecast's own transfer term
+    host = max(0.0, float(wall) - compile_s - float(busy) - copies)
+    return _Cell(record=cell, wall=float(wall), compile_s=min(compile_s, float(wall)), host_s=host,
+                 executions=executions)
+
+
+def _cell_entry(cell: _Cell, programs: dict[str, Any]) -> dict[str, Any]:
+    record = cell.record
+    return {
+        "index": record.get("index"),
+        "source_hash": record.get("source_hash"),
+        "line": record.get("line"),
+        "first_line": record.get("first_line"),
+        "status": record.get("status"),
+        "cpu": {"wall_s": cell.wall, "compile_s": cell.compile_s, "host_s": cell.host_s,
+                "jax_s": max(0.0, cell.wall - cell.compile_s - cell.host_s)},
+        "programs": [
+            {"program": e["program"], "function": (programs.get(e["program"]) or {}).get("function"),
+             "kind": (programs.get(e["program"]) or {}).get("kind"), "count": _count(e),
+             "count_basis": e.get("count_basis"), "cpu_s": e.get("cpu_s")}
+            for e in cell.executions
+        ],
+        "trace": (record.get("programs") or {}).get("trace"),
+        "gpu": {},
+    }
+
+
+def _count(execution: dict[str, Any]) -> int:
+    count = execution.get("count")
+    if isinstance(count, int):
+        return count
+    return int(execution.get("sampled_runs") or 1)  # sampled: at least the runs seen
+
+
+def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table: DeviceTable) -> dict[str, Any]:
+    terms: list[Term] = []
+    if cell.host_s > 0:
+        terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
+                          words=f"host work (Python, NumPy, Numba) carried over as measured: {cell.host_s:.3g} s"))
+    if cell.compile_s > 0:
+        terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
+                          words=f"JAX compile as measured on this CPU ({cell.compile_s:.3g} s, not forecast)"))
+    missing = []
+    for execution in cell.executions:
+        program = programs.get(execution["program"])
+        if program is None:
+            missing.append(execution["program"])
+            continue
+        count = _count(execution)
+        cpu_each = (float(execution["cpu_s"]) / count) if execution.get("cpu_s") and count else None
+        for term in program_terms(program, device, table.model, cpu_each):
+            scaled = term.scaled(count)
+            scaled.details["calls"] = count
+            if count > 1 and term.kind in ("loop", "work"):
+                scaled.words = f"{count} calls × {term.words}"
+            elif count > 1:
+                scaled.words = f"{count} × {term.words}"
+            terms.append(scaled)
+    transfer = transfer_term((cell.record.get("programs") or {}).get("transfers"), device, table.model)
+    if transfer is not None:
+        terms.append(transfer)
+    low = sum(t.low_s for t in terms)
+    highs = [t.high_s for t in terms]
+    high = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
+    dominant = _dominant(terms)
+    jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
+    jax_work = bool(cell.executions) or cell.compile_s > 0
+    verdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
+    return {
+        "low_s": low,
+        "high_s": high,
+        "cpu_s": cell.wall,
+        "verdict": verdict,
+        "dominant": dominant.as_dict() if dominant else None,
+        "jax_dominant": jax_term.as_dict() if jax_term else None,
+        "terms": [t.as_dict() for t in sorted(terms, key=_weight, reverse=True)],
+        "missing_programs": missing,
+    }
+
+
+def _weight(term: Term) -> float:
+    return float("inf") if term.high_s is None else (term.low_s + term.high_s) / 2
+
+
+def _dominant(terms: list[Term]) -> Term | None:
+    return max(terms, key=_weight) if terms else None
+
+
+def _verdict(cpu: float, low: float, high: float | None) -> str:
+    if high is not None and high < cpu * (1 - MARGIN):
+        return "faster"
+    if low > cpu * (1 + MARGIN):
+        return "slower"
+    return "similar"
+
+
+# ---- the notebook ----------------------------------------------------------------------------------
+
+def _notebook(cells: list[dict[str, Any]], device: Device, programs: dict[str, Any],
+              sources: dict[int, str], has_jax: bool) -> dict[str, Any]:
+    cpu_total = sum(c["cpu"]["wall_s"] for c in cells)
+    outcomes = [c["gpu"][device.key] for c in cells]
+    low = sum(o["low_s"] for o in outcomes)
+    high = None if any(o["high_s"] is None for o in outcomes) else sum(o["high_s"] for o in outcomes)
+    if not has_jax:
+        return {"cpu_s": cpu_total, "low_s": low, "high_s": high, "all_on_gpu": "unchanged", "verdict": "unchanged",
+                "keep_on_cpu": [], "plan": None, "ranking": [], "gains": []}
+    # Per jitted function: its forecast GPU time against its CPU time measured in the trace.
+    functions: dict[str, dict[str, Any]] = {}
+    for cell in cells:
+        outcome = cell["gpu"][device.key]
+        for term in outcome["terms"]:
+            name = term.get("function")
+            if not name or term.get("kind") in ("host", "compile", "transfer"):
+                continue
+            entry = functions.setdefault(name, {"function": name, "gpu_low_s": 0.0, "gpu_high_s": 0.0,
+                                               "cpu_s": 0.0, "cells": [], "kind": None, "programs": set()})
+            entry["gpu_low_s"] += term["low_s"]
+            entry["gpu_high_s"] = None if entry["gpu_high_s"] is None or term["high_s"] is None else (
+                entry["gpu_high_s"] + term["high_s"])
+            entry["programs"].add(term.get("program"))
+            if cell["index"] not in entry["cells"]:
+                entry["cells"].append(cell["index"])
+        for execution in cell["programs"]:
+            name = execution.get("function")
+            if name in functions:
+                functions[name]["cpu_s"] += float(execution.get("cpu_s") or 0.0)
+                functions[name]["kind"] = functions[name]["kind"] or execution.get("kind")
+    threshold = max(MATERIAL_S, 0.01 * cpu_total)
+    keep, gains = [], []
+    for entry in functions.values():
+        entry["programs"] = sorted(p for p in entry["programs"] if p)
+        slower_by = entry["gpu_low_s"] - entry["cpu_s"]
+        if slower_by > threshold and entry["gpu_low_s"] > entry["cpu_s"] * (1 + MARGIN):
+            entry["slower_by_s"] = slower_by
+            entry["change"] = _code_change(entry, cells, sources)
+            keep.append(entry)
+        elif entry["gpu_high_s"] is not None and entry["cpu_s"] - entry["gpu_high_s"] > threshold:
+            entry["faster_by_s"] = entry["cpu_s"] - entry["gpu_high_s"]
+            gains.append(entry)
+    keep.sort(key=lambda e: -e["slower_by_s"])
+    gains.sort(key=lambda e: -e["faster_by_s"])
+    plan_low, plan_high = low, high
+    kept = {e["function"] for e in keep}
+    for entry in keep:
+        plan_low += entry["cpu_s"] - entry["gpu_low_s"]
+        if plan_high is not None and entry["gpu_high_s"] is not None:
+            plan_high += entry["cpu_s"] - entry["gpu_high_s"]
+    all_on_gpu = _verdict(cpu_total, low, high)
+    if keep and gains and plan_high is not None and plan_high < cpu_total * (1 - MARGIN):
+        verdict = "mixed"
+    else:
+        verdict = all_on_gpu
+    ranking = sorted(
+        (c for c in cells if c["gpu"][device.key]["verdict"] != "unchanged"),
+        key=lambda c: (-(c["gpu"][device.key]["low_s"] - c["cpu"]["wall_s"]), -c["gpu"][device.key]["low_s"]),
+    )
+    return {
+        "cpu_s": cpu_total,
+        "low_s": low,
+        "high_s": high,
+        "all_on_gpu": all_on_gpu,
+        "verdict": verdict,
+        "keep_on_cpu": [_public(e) for e in keep],
+        "gains": [_public(e) for e in gains],
+        "plan": {"keep_on_cpu": sorted(kept), "low_s": max(0.0, plan_low),
+                 "high_s": None if plan_high is None else max(0.0, plan_high)} if keep else None,
+        "ranking": [c["index"] for c in ranking],
+    }
+
+
+def _public(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "programs"} | {"programs": entry["programs"]}
+
+
+def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: dict[int, str]) -> dict[str, Any]:
+    """The change that keeps a function on the CPU: run its calls under ``jax.default_device(cpu)``."""
+    name = entry["function"]
+    lines = [c.get("line") for c in cells if c["index"] in entry["cells"]]
+    where = ", ".join(str(line) for line in lines if line) or ", ".join(str(i + 1) for i in entry["cells"])
+    place = "lines" if any(lines) else "cells"
+    example = None
+    for index in entry["cells"]:
+        source = sources.get(index)
+        if not source:
+            continue
+        call = next((ln for ln in source.splitlines() if f"{name}(" in ln and not ln.lstrip().startswith("def ")), None)
+        if call is not None:
+            example = f"with jax.default_device({CPU_DEVICE}):\n    {call.strip()}"
+            break
+    user = entry.get("kind") in ("user", "library")
+    what = f"the calls of `{name}`" if user else "the code of these cells"
+    return {
+        "text": (f"run {what} (cells at {place} {where}) inside "
+                 f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the GPU move with "
+                 f"`jax.device_put(x, {CPU_DEVICE})` (`jax.jit(..., backend=\"cpu\")` is deprecated)"),
+        "example": example,
+    }
+
+
+def _notebook_sources(record: Any, notebook_path: str | Path | None) -> dict[int, str]:
+    """Code cell sources by index, from the profiled notebook when it is there and unchanged."""
+    from nbscope.analyse.diagnose._base import load_sources
+
+    by_hash: dict[str, str] = {}
+    if notebook_path:
+        from nbscope.collect import notebook as notebook_module
+
+        by_hash = {c.source_hash: c.source for c in notebook_module.read(notebook_path).code_cells}
+    else:
+        by_hash, _ = load_sources(record)
+    return {c.get("index"): by_hash[c["source_hash"]] for c in record.measurements.get("cells") or []
+            if c.get("source_hash") in by_hash}

@@ -1,0 +1,170 @@
+"""A device entry for the forecast's table from runs measured on that GPU (``nbscope forecast
+--calibrate-from RUN ...``).
+
+* an ``nbscope loops`` run of the built-in loop (the lecture's ``lax.scan``, static length) gives
+  ``loop_iteration_us``: the fitted slope on the default (GPU) device, as a range from the fit's slope
+  to the slope of its two longest loops;
+* an ``nbscope bench`` run gives, from its GPU figures: ``loop_iteration_us`` (``loops.scan`` slope),
+  ``sync_iteration_us`` (``loops.fori_loop`` with a traced bound: a ``while`` whose trip count the
+  GPU learns each iteration), ``fp32_tflops`` / ``fp64_tflops`` (the large matmul's achieved rate: a
+  floor under the peak), ``memory_gbs`` (the elementwise kernel's bytes per second: a floor),
+  ``host_link_gbs`` (``transfer.host_to_device``) and ``dispatch_us`` (``dispatch.round_trip``).
+
+Figures the runs do not give come from ``--base`` (a device of the table) and keep their own source.
+Every calibrated figure's source names the run, the GPU, the date and the nbscope version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast.devices import DEVICE_FIGURES, Device, Figure
+
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
+def _provenance(record: Any, what: str, device: str) -> str:
+    run = f"run {record.run_id}" if record.run_id is not None else "an imported run"
+    return (f"calibrated: {what} on {device}, nbscope {record.kind} {run} of {record.started_at[:10]} "
+            f"(nbscope {record.tool_version}, fingerprint {record.digest or '?'})")
+
+
+def _gpu_sweep(record: Any) -> dict[str, Any] | None:
+    for sweep in record.measurements.get("sweeps") or []:
+        if sweep.get("placement") == "default" and str(sweep.get("platform") or "").lower() in GPU_PLATFORMS:
+            return sweep
+    return None
+
+
+def _from_loops(record: Any, found: dict[str, Figure], names: list[str]) -> None:
+    sweep = _gpu_sweep(record)
+    if sweep is None:
+        raise NbscopeError(f"{_label(record)}: no sweep on a GPU (run `nbscope loops` on the GPU machine)")
+    if record.target != "builtin:logistic-map":
+        raise NbscopeError(
+            f"{_label(record)} timed {record.target}; calibration needs the built-in loop (`nbscope loops` "
+            "without a target), whose body is the one the table's per-iteration figures describe"
+        )
+    fit = sweep.get("fit") or {}
+    slopes = [v for v in (fit.get("us_per_iter"), fit.get("us_per_iter_top")) if isinstance(v, (int, float)) and v > 0]
+    if not slopes:
+        raise NbscopeError(f"{_label(record)}: the GPU sweep has no fitted slope")
+    device = str(sweep.get("device_kind") or sweep.get("device") or "the GPU")
+    names.append(device)
+    found["loop_iteration_us"] = Figure(min(slopes), max(slopes), "calibrated",
+                                        _provenance(record, "lax.scan per-iteration slope", device))
+
+
+def _figures(record: Any) -> dict[str, dict[str, Any]]:
+    groups = record.measurements.get("groups") or {}
+    return {f.get("key", ""): f for group in groups.values() for f in group.get("figures") or []}
+
+
+def _on_gpu(figure: dict[str, Any]) -> bool:
+    return str(figure.get("device") or "").split(":", 1)[0].lower() in GPU_PLATFORMS
+
+
+def _device_of(figure: dict[str, Any]) -> str:
+    text = str(figure.get("device") or "the GPU")
+    return text[text.find("(") + 1 : text.rfind(")")] if "(" in text and text.endswith(")") else text
+
+
+def _from_bench(record: Any, found: dict[str, Figure], names: list[str]) -> None:
+    figures = {k: f for k, f in _figures(record).items() if _on_gpu(f)}
+    if not figures:
+        raise NbscopeError(f"{_label(record)}: no figure measured on a GPU (run `nbscope bench` on the GPU machine)")
+
+    def pick(prefix: str) -> dict[str, Any] | None:
+        for key in sorted(figures):
+            if key.startswith(prefix):
+                return figures[key]
+        return None
+
+    def add(name: str, low: float, high: float, what: str, figure: dict[str, Any]) -> None:
+        device = _device_of(figure)
+        names.append(device)
+        found[name] = Figure(low, high, "calibrated", _provenance(record, what, device))
+
+    for name, prefix, what in (("loop_iteration_us", "loops.scan_default_per_iter", "lax.scan per-iteration slope"),
+                               ("sync_iteration_us", "loops.fori_loop_default_per_iter",
+                                "fori_loop (traced bound) per-iteration slope")):
+        figure = pick(prefix)
+        fit = (figure or {}).get("fit") or {}
+        slope = fit.get("per_iter_us")
+        if figure is not None and isinstance(slope, (int, float)) and slope > 0:
+            spread = fit.get("spread") or 0.0
+            add(name, slope * (1 - min(spread, 0.5)), slope * (1 + min(spread, 0.5)), what, figure)
+    for name, prefix, what in (("fp32_tflops", "jax.matmul_large[float32]", "large matmul rate (a floor under the peak)"),
+                               ("fp64_tflops", "jax.matmul_large[float64]", "large matmul rate (a floor under the peak)")):
+        figure = pick(prefix)
+        rate = ((figure or {}).get("throughput") or {}).get("value")
+        if figure is not None and isinstance(rate, (int, float)) and rate > 0:
+            add(name, rate / 1e3, rate / 1e3, what, figure)  # GFLOP/s → TFLOP/s
+    figure = pick("jax.elementwise[")
+    rate = ((figure or {}).get("throughput") or {}).get("value")
+    if figure is not None and isinstance(rate, (int, float)) and rate > 0:
+        width = 8 if "float64" in figure.get("key", "") else 4
+        # Read x, write the result: two values per element (a floor: the kernel may not be memory-bound).
+        add("memory_gbs", rate * 2 * width, rate * 2 * width, "elementwise bytes per second (a floor)", figure)
+    figure = pick("transfer.host_to_device")
+    rate = ((figure or {}).get("throughput") or {}).get("value")
+    if figure is not None and isinstance(rate, (int, float)) and rate > 0:
+        add("host_link_gbs", rate, rate, "host→device copy rate", figure)
+    figure = pick("dispatch.round_trip")
+    median = ((figure or {}).get("steady") or {}).get("median_s")
+    if figure is not None and isinstance(median, (int, float)) and median > 0:
+        add("dispatch_us", median * 1e6, median * 1e6, "tiny jitted call round trip", figure)
+
+
+def _label(record: Any) -> str:
+    return f"run {record.run_id}" if record.run_id is not None else f"the {record.kind} run"
+
+
+def calibrate(records: list[Any], key: str, base: Device | None) -> dict[str, Any]:
+    """A device entry (``devices.toml`` format, as a dict) from loops and bench runs on one GPU."""
+    found: dict[str, Figure] = {}
+    names: list[str] = []
+    for record in records:
+        if record.kind == "loops":
+            _from_loops(record, found, names)
+        elif record.kind == "bench":
+            _from_bench(record, found, names)
+        else:
+            raise NbscopeError(f"{_label(record)} is a {record.kind} run: calibration reads `nbscope loops` and "
+                               "`nbscope bench` runs made on the GPU")
+    if not found:
+        raise NbscopeError("the runs hold no GPU figure the forecast uses")
+    gpu_names = sorted(set(names))
+    figures: dict[str, Figure] = dict(base.figures) if base is not None else {}
+    figures.update(found)
+    missing = [name for name in DEVICE_FIGURES if name not in figures]
+    if missing:
+        raise NbscopeError(f"the runs do not give {', '.join(missing)}: pass --base DEVICE to take those from "
+                           "a device of the table")
+    return {
+        "key": key.lower(),
+        "name": gpu_names[0] if len(gpu_names) == 1 else (base.name if base else key),
+        "match": gpu_names or ([key] if base is None else base.match),
+        "compute_capability": base.compute_capability if base else None,
+        "figures": figures,
+        "calibrated": sorted(found),
+        "base": base.key if base else None,
+    }
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_toml(entry: dict[str, Any]) -> str:
+    """The entry as a ``[devices.KEY]`` table for a device file."""
+    lines = [f"[devices.{entry['key']}]", f"name = {_toml_string(entry['name'])}",
+             "match = [" + ", ".join(_toml_string(m) for m in entry["match"]) + "]"]
+    if entry.get("compute_capability"):
+        lines.append(f"compute_capability = {_toml_string(entry['compute_capability'])}")
+    for name in DEVICE_FIGURES:
+        figure: Figure = entry["figures"][name]
+        amount = f"value = {figure.low:.6g}" if figure.low == figure.high else f"low = {figure.low:.6g}, high = {figure.high:.6g}"
+        lines.append(f"{name} = {{ {amount}, basis = {_toml_string(figure.basis)}, source = {_toml_string(figure.source)} }}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,198 @@
+"""The time one execution of a compiled program takes on a GPU, as a low–high range of named terms.
+
+The terms (docs/forecast.md explains each and where its constants come from):
+
+* **loop**: a ``while`` (``lax.scan``, ``fori_loop``, ``while_loop``) runs its body with the host
+  involved every iteration on XLA:GPU. Each iteration costs the device's per-iteration figure
+  (``loop_iteration_us`` for a known trip count; ``sync_iteration_us`` when the iteration waits for the
+  host: an unknown trip count or a ``cond`` in the body), one launch per kernel beyond the reference body,
+  plus the body's own work. Iterations are trip count × the enclosing loops' trip counts. An unknown
+  trip count has no upper bound unless the program's CPU time per execution gives one:
+  ``cpu_s / cpu_iteration_floor_ns`` iterations at most, labelled as a bound.
+* **work**: the program's flops, transcendentals (as flop-equivalents) and bytes outside and inside its
+  loops, each region on a roofline: ``max(compute, memory)`` with compute at 50–90 % of the dtype's peak
+  and memory at 60–90 % of peak bandwidth.
+* **launch**: one launch per kernel of the entry computation; **dispatch**: the host side of one jitted
+  call on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbscope.analyse.forecast.devices import Device, Figure
+
+# A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
+# the iterations of a loop whose trip count is only known at run time, from the program's CPU time.
+CPU_ITERATION_FLOOR_S = 1e-9
+
+
+@dataclass
+class Term:
+    """One named part of a forecast: ``low_s``–``high_s`` (``high_s`` None: no upper bound)."""
+
+    kind: str  # loop | work | launch | dispatch | transfer | host | compile
+    low_s: float
+    high_s: float | None
+    words: str
+    program: str | None = None
+    function: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "low_s": self.low_s, "high_s": self.high_s, "words": self.words,
+                "program": self.program, "function": self.function, **self.details}
+
+    def scaled(self, times: float) -> Term:
+        return Term(self.kind, self.low_s * times, None if self.high_s is None else self.high_s * times,
+                    self.words, self.program, self.function, dict(self.details))
+
+
+def _roofline(work: dict[str, Any], device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
+    """(low, high) seconds for some work on the device, and whether compute or memory bounds it."""
+    flops = float(work.get("flops") or 0.0)
+    flops64 = min(flops, float(work.get("flops_f64") or 0.0))
+    trans = float(work.get("transcendentals") or 0.0)
+    trans64 = min(trans, float(work.get("transcendentals_f64") or 0.0))
+    nbytes = float(work.get("bytes") or 0.0)
+    fp32, fp64 = device.figure("fp32_tflops"), device.figure("fp64_tflops")
+    eff, mem_eff = model["compute_efficiency"], model["memory_efficiency"]
+    t32, t64 = model["transcendental_flops_f32"], model["transcendental_flops_f64"]
+    bandwidth = device.figure("memory_gbs")
+
+    def compute(peak32: float, peak64: float, share: float, per32: float, per64: float) -> float:
+        ops32 = (flops - flops64) + (trans - trans64) * per32
+        ops64 = flops64 + trans64 * per64
+        return ops32 / (peak32 * 1e12 * share) + ops64 / (peak64 * 1e12 * share)
+
+    compute_low = compute(fp32.high, fp64.high, eff.high, t32.low, t64.low)
+    compute_high = compute(fp32.low, fp64.low, eff.low, t32.high, t64.high)
+    memory_low = nbytes / (bandwidth.high * 1e9 * mem_eff.high)
+    memory_high = nbytes / (bandwidth.low * 1e9 * mem_eff.low)
+    bound = "compute" if compute_high >= memory_high else "memory"
+    return max(compute_low, memory_low), max(compute_high, memory_high), bound
+
+
+def _iteration_overhead(loop: dict[str, Any], device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
+    """Per-iteration cost of the loop machinery (seconds, low and high) and which figure it uses."""
+    known, sync, launch = device.figure("loop_iteration_us"), device.figure("sync_iteration_us"), device.figure("launch_us")
+    syncs = int(loop.get("syncs_per_iteration") or 0)
+    extra = max(0, int(loop.get("kernels_per_iteration") or 0) - int(model["reference_body_kernels"].low))
+    if syncs:
+        low = sync.low + (syncs - 1) * max(0.0, sync.low - known.low) + extra * launch.low
+        high = sync.high + (syncs - 1) * max(0.0, sync.high - known.high) + extra * launch.high
+        figure = "sync_iteration_us"
+    else:
+        low, high = known.low + extra * launch.low, known.high + extra * launch.high
+        figure = "loop_iteration_us"
+    if loop.get("select_conds") and not syncs:
+        # A cond XLA:CPU turned into a select may stay a conditional (a sync) on the GPU.
+        high = sync.high + extra * launch.high
+    return low * 1e-6, high * 1e-6, figure
+
+
+def loop_name(loop: dict[str, Any]) -> str:
+    kind = loop.get("kind")
+    if kind:
+        return str(kind)
+    return "counted loop (lax.scan / fori_loop)" if loop.get("trip_count") is not None else "lax.while_loop"
+
+
+def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figure],
+                  cpu_s_per_execution: float | None = None) -> list[Term]:
+    """The terms of one execution of ``program`` on ``device``."""
+    key, function = program.get("key"), program.get("function")
+    terms: list[Term] = []
+    entry = program.get("entry") or {}
+    work_low, work_high, work_bound = _roofline(entry, device, model)
+    loops = program.get("loops") or []
+    trips_of = {loop["id"]: loop.get("trip_count") for loop in loops}
+    parent_of = {loop["id"]: loop.get("parent") for loop in loops}
+    for loop in loops:
+        iterations: int | None = 1
+        node: str | None = loop["id"]
+        while node is not None:
+            trips = trips_of.get(node)
+            iterations = None if trips is None or iterations is None else iterations * int(trips)
+            node = parent_of.get(node)
+        over_low, over_high, figure = _iteration_overhead(loop, device, model)
+        body_low, body_high, _ = _roofline(loop.get("per_iteration") or {}, device, model)
+        per_low, per_high = over_low + body_low, over_high + body_high
+        bounded_by = None
+        if iterations is None:
+            low_iterations: float = 1.0
+            high_iterations = None
+            if cpu_s_per_execution:
+                high_iterations = cpu_s_per_execution / CPU_ITERATION_FLOOR_S
+                bounded_by = (f"trip count unknown (known only at run time): at most ≈{high_iterations:,.0f} "
+                              f"iterations, the program's CPU time at ≥ {CPU_ITERATION_FLOOR_S * 1e9:g} ns each")
+            else:
+                bounded_by = "trip count unknown (known only at run time): no upper bound"
+        else:
+            low_iterations = high_iterations = iterations
+        name = loop_name(loop)
+        count = f"{iterations:,.0f} iterations" if iterations is not None else "an unknown number of iterations"
+        per_text = (f"{over_low * 1e6:.3g}–{over_high * 1e6:.3g} µs" if over_low != over_high
+                    else f"{over_low * 1e6:.3g} µs")
+        why = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
+        terms.append(Term(
+            kind="loop",
+            low_s=low_iterations * per_low,
+            high_s=None if high_iterations is None else high_iterations * per_high,
+            words=f"{name} of {count} × {per_text} ({why})",
+            program=key, function=function,
+            details={"loop": loop["id"], "iterations": iterations, "per_iteration_low_s": per_low,
+                     "per_iteration_high_s": per_high, "figure": figure, "bound": bounded_by,
+                     "call": loop.get("call"), "syncs_per_iteration": loop.get("syncs_per_iteration")},
+        ))
+    # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
+    if work_low or work_high:
+        terms.append(Term(kind="work", low_s=work_low, high_s=work_high, words=_work_words(entry, device, work_bound),
+                          program=key, function=function))
+    kernels = int(entry.get("kernels") or 0)
+    launch = device.figure("launch_us")
+    if kernels:
+        terms.append(Term(kind="launch", low_s=kernels * launch.low * 1e-6, high_s=kernels * launch.high * 1e-6,
+                          words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
+                          program=key, function=function, details={"kernels": kernels}))
+    dispatch = device.figure("dispatch_us")
+    terms.append(Term(kind="dispatch", low_s=dispatch.low * 1e-6, high_s=dispatch.high * 1e-6,
+                      words=f"jitted call × {dispatch.text(' µs')}", program=key, function=function))
+    return terms
+
+
+def _work_words(work: dict[str, Any], device: Device, bound: str) -> str:
+    flops = float(work.get("flops") or 0.0) + float(work.get("transcendentals") or 0.0)
+    nbytes = float(work.get("bytes") or 0.0)
+    f64 = float(work.get("flops_f64") or 0.0) + float(work.get("transcendentals_f64") or 0.0)
+    if bound == "compute":
+        dtype = "float64" if f64 > flops / 2 else "float32"
+        peak = device.figure("fp64_tflops" if dtype == "float64" else "fp32_tflops")
+        return f"{dtype} arithmetic: {_si(flops)}FLOP at {peak.text(' TFLOP/s')} peak"
+    return f"memory traffic: {_si(nbytes)}B at {device.figure('memory_gbs').text(' GB/s')}"
+
+
+def _si(value: float) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.3g} {prefix}"
+    return f"{value:.3g} "
+
+
+def transfer_term(transfers: dict[str, Any] | None, device: Device, model: dict[str, Figure]) -> Term | None:
+    """Host↔device copies of a cell: their bytes over the host link plus a fixed cost each."""
+    if not transfers:
+        return None
+    copies = int(transfers.get("host_to_device") or 0) + int(transfers.get("device_to_host") or 0)
+    if not copies:
+        return None
+    link, latency = device.figure("host_link_gbs"), model["transfer_latency_us"]
+    low_bytes, high_bytes = float(transfers.get("bytes_low") or 0), float(transfers.get("bytes_high") or 0)
+    low = copies * latency.low * 1e-6 + low_bytes / (link.high * 1e9)
+    high = copies * latency.high * 1e-6 + high_bytes / (link.low * 1e9)
+    size = f"{_si(high_bytes)}B" if high_bytes == low_bytes else f"{_si(low_bytes)}B–{_si(high_bytes)}B"
+    unsized = int(transfers.get("unsized") or 0)
+    words = f"{copies} host↔device cop{'ies' if copies != 1 else 'y'} ({size} at {link.text(' GB/s')}"
+    words += f"; {unsized} of unknown size)" if unsized else ")"
+    return Term(kind="transfer", low_s=low, high_s=high, words=words, details={"copies": copies})

@@ -1,0 +1,139 @@
+"""``nbscope forecast``: a profile run's time on a named GPU, per cell, from a CPU run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from nbscope._errors import NbscopeError
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast.devices import DeviceTable
+    from nbscope.record.store import Store
+
+DevicesOption = Annotated[
+    Path | None,
+    typer.Option("--devices", metavar="FILE",
+                 help="Device file adding or overriding GPUs (default: $NBSCOPE_DEVICES, ~/.config/nbscope/devices.toml)."),
+]
+
+HELP = """Forecast a notebook's time on a GPU from a run profiled on a CPU, per cell, and why.
+
+RUN is a profile recorded with program data: `nbscope profile NOTEBOOK --forecast t4` (or --programs).
+
+What the numbers mean: CPU is the cell's time measured in that run. The GPU forecast is a low–high
+range in seconds: host work (Python, NumPy, Numba) and JAX compile time are carried over as measured
+(compile is not forecast: XLA:GPU compiles differently), and every JAX program run the cell made is
+forecast from its optimised HLO: loops at the GPU's per-iteration cost (µs per iteration, host-driven;
+more when an iteration waits for the host), arithmetic and memory traffic on a roofline of the GPU's
+peak FLOP/s and bandwidth, kernel launches, jitted-call dispatch and host↔device copies. The dominant
+term names what decides the cell ("lax.scan of 10,000,000 iterations × 8–8.2 µs"). Verdicts: faster or
+slower beyond ±10 %, else similar; the notebook's verdict says which functions to keep on the CPU and
+the code change.
+
+Each device figure has a source (datasheet, published measurement, or derived and labelled so): see
+--json, docs/forecast.md, and calibrate a GPU you have with --calibrate-from on `nbscope loops` and
+`nbscope bench` runs made on it.
+"""
+
+
+@app.command("forecast", help=HELP)
+def forecast_command(
+    run: Annotated[str | None, typer.Argument(help="Profile run: a run id in the store or an exported JSON file.")] = None,
+    gpu: Annotated[str, typer.Option("--gpu", metavar="GPU[,GPU...]", help="GPUs of the device table (t4, l4, a10g, a100, h100, h200, or your own).")] = "t4",
+    devices: DevicesOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+    top: Annotated[int, typer.Option(help="Show the N cells the GPU changes most.")] = 15,
+    all_cells: Annotated[bool, typer.Option("--all", help="Show every cell, in notebook order.")] = False,
+    notebook: Annotated[Path | None, typer.Option("--notebook", help="The profiled notebook, for exact code changes (default: its recorded path).")] = None,
+    calibrate_from: Annotated[
+        list[str] | None,
+        typer.Option("--calibrate-from", metavar="RUN", help="Build a device entry from `nbscope loops` / `nbscope bench` runs made on a GPU (repeatable)."),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="With --calibrate-from: the new device's key.")] = None,
+    base: Annotated[str | None, typer.Option("--base", help="With --calibrate-from: take figures the runs lack from this device.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="With --calibrate-from: append the entry to this device file.")] = None,
+    list_devices: Annotated[bool, typer.Option("--list", help="List the device table with each figure's source.")] = False,
+    measured: Annotated[
+        str | None,
+        typer.Option("--measured", metavar="RUN", help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error."),
+    ] = None,
+) -> None:
+    from nbscope.analyse.forecast.devices import load_table
+
+    table = load_table(devices)
+    if list_devices:
+        _list(table, as_json)
+        return
+    store = open_store(db)
+    if calibrate_from:
+        _calibrate(calibrate_from, name, base, output, table, store, as_json)
+        return
+    if run is None:
+        raise NbscopeError("give a profile RUN (a run id or an exported JSON file), or --calibrate-from RUN, or --list")
+    from nbscope.analyse.forecast import forecast
+    from nbscope.record.store import resolve_run
+    from nbscope.render import forecast as view
+
+    record = resolve_run(run, store)
+    label = f"run {run}" if run.isdigit() else run
+    result = forecast(record, gpu, table=table, notebook_path=notebook, run_label=label)
+    if measured is not None:
+        from nbscope.analyse.forecast.measured import against_measured
+
+        other = resolve_run(measured, store)
+        if other.run_id is None and measured.isdigit():
+            other.run_id = int(measured)
+        result["measured"] = [against_measured(result, other, d["key"]) for d in result["devices"]]
+    if as_json:
+        print(json.dumps(result, indent=1, default=str))
+    elif markdown:
+        print(view.forecast_markdown(result, top=None if all_cells else top, show_all=all_cells))
+    else:
+        view.print_forecast(result, top=None if all_cells else top, show_all=all_cells)
+
+
+def _list(table: DeviceTable, as_json: bool) -> None:
+    from nbscope.render.forecast import print_device_table
+
+    if as_json:
+        print(json.dumps({"devices": [d.as_dict() for d in table.devices.values()],
+                          "model": {k: v.as_dict() for k, v in table.model.items()}, "files": table.files}, indent=1))
+    else:
+        print_device_table(table)
+
+
+def _calibrate(runs: list[str], name: str | None, base: str | None, output: Path | None, table: DeviceTable,
+               store: Store, as_json: bool) -> None:
+    from nbscope.analyse.forecast.calibrate import calibrate, to_toml
+    from nbscope.analyse.forecast.devices import resolve
+    from nbscope.record.store import resolve_run
+
+    if not name:
+        raise NbscopeError("--calibrate-from needs --name KEY for the new device (e.g. --name my-a100)")
+    records = [resolve_run(r, store) for r in runs]
+    for reference, record in zip(runs, records, strict=True):
+        if record.run_id is None and reference.isdigit():
+            record.run_id = int(reference)
+    base_device = resolve(table, base)[0] if base else None
+    entry = calibrate(records, name, base_device)
+    text = to_toml(entry)
+    if as_json:
+        print(json.dumps({**entry, "figures": {k: v.as_dict() for k, v in entry["figures"].items()}}, indent=1))
+    else:
+        print(text, end="")
+    if output is not None:
+        existing = output.read_text(encoding="utf-8") if output.is_file() else ""
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(existing + ("\n" if existing and not existing.endswith("\n\n") else "") + text, encoding="utf-8")
+        from nbscope.analyse.forecast.devices import load_table
+
+        load_table(output)  # refuse to leave a file the forecast cannot read
+        print(f"# appended to {output}: use it with --devices {output} or NBSCOPE_DEVICES={output}")

@@ -1,0 +1,130 @@
+"""The optimised HLO that a ``jax.profiler`` session with ``enable_hlo_proto`` stores in its XSpace.
+
+``jax.profiler.ProfileData`` reads planes, lines and events, but not a plane's event *metadata*, where
+the profiler keeps one ``HloProto`` per live program (plane ``/host:metadata``, one metadata entry per
+program named ``<module>(<program id>)`` with the stats ``Hlo Proto`` and ``program_id``). This reads
+them from the protobuf wire format directly (field numbers from tsl/profiler/protobuf/xplane.proto):
+
+    XSpace.planes = 1; XPlane.name = 2, .event_metadata = 4 (map<int64, XEventMetadata>),
+    .stat_metadata = 5 (map<int64, XStatMetadata>); XEventMetadata.name = 2, .stats = 5;
+    XStatMetadata.name = 2; XStat.metadata_id = 1, .int64_value = 4, .uint64_value = 3,
+    .bytes_value = 6; HloProto.hlo_module = 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass
+class HloProgram:
+    """One program's optimised HLO module (serialised ``HloModuleProto``) and its id in the process."""
+
+    name: str  # "jit_qm_jax(0)"
+    module: str  # "jit_qm_jax"
+    program_id: int | None
+    module_proto: bytes
+
+
+def _varint(buffer: memoryview, index: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = buffer[index]
+        index += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, index
+        shift += 7
+
+
+def fields(buffer: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """(field number, wire type, value) of one protobuf message; length-delimited values as views."""
+    index, end = 0, len(buffer)
+    while index < end:
+        key, index = _varint(buffer, index)
+        number, wire = key >> 3, key & 7
+        value: int | memoryview
+        if wire == 0:
+            value, index = _varint(buffer, index)
+        elif wire == 2:
+            length, index = _varint(buffer, index)
+            value = buffer[index : index + length]
+            index += length
+        elif wire == 1:
+            value = int.from_bytes(buffer[index : index + 8], "little")
+            index += 8
+        elif wire == 5:
+            value = int.from_bytes(buffer[index : index + 4], "little")
+            index += 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield number, wire, value
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _map_value(entry: memoryview) -> memoryview | None:
+    for number, wire, value in fields(entry):
+        if number == 2 and wire == 2 and isinstance(value, memoryview):
+            return value
+    return None
+
+
+def hlo_programs(xspace: bytes) -> list[HloProgram]:
+    """The programs whose HLO a session with ``enable_hlo_proto`` recorded (empty if none)."""
+    programs: list[HloProgram] = []
+    for number, wire, plane in fields(memoryview(xspace)):
+        if number != 1 or wire != 2 or not isinstance(plane, memoryview):
+            continue
+        name, metadata, stat_names = "", [], {}
+        for field, field_wire, value in fields(plane):
+            if field_wire != 2 or not isinstance(value, memoryview):
+                continue
+            if field == 2:
+                name = bytes(value).decode("utf-8", "replace")
+            elif field == 4:
+                metadata.append(value)
+            elif field == 5:
+                stat = _map_value(value)
+                if stat is not None:
+                    parts = {f: v for f, _, v in fields(stat)}
+                    identifier, stat_name = parts.get(1), parts.get(2)
+                    if isinstance(identifier, int) and isinstance(stat_name, memoryview):
+                        stat_names[identifier] = bytes(stat_name).decode("utf-8", "replace")
+        if name != "/host:metadata":
+            continue
+        for entry in metadata:
+            event = _map_value(entry)
+            if event is not None:
+                program = _program(event, stat_names)
+                if program is not None:
+                    programs.append(program)
+    return programs
+
+
+def _program(event: memoryview, stat_names: dict[int, str]) -> HloProgram | None:
+    name, proto, program_id = "", None, None
+    for field, _wire, value in fields(event):
+        if field == 2 and isinstance(value, memoryview):
+            name = bytes(value).decode("utf-8", "replace")
+        elif field == 5 and isinstance(value, memoryview):
+            stat = {f: v for f, _, v in fields(value)}
+            kind = stat_names.get(stat.get(1, -1) if isinstance(stat.get(1), int) else -1, "")
+            if kind == "Hlo Proto" and isinstance(stat.get(6), memoryview):
+                proto = stat[6]
+            elif kind == "program_id":
+                raw = stat.get(4, stat.get(3))
+                program_id = _signed(raw) if isinstance(raw, int) else None
+    if proto is None:
+        return None
+    module = None
+    for field, wire, value in fields(proto):
+        if field == 1 and wire == 2 and isinstance(value, memoryview):
+            module = bytes(value)
+    if module is None:
+        return None
+    base = name.rsplit("(", 1)[0] if name.endswith(")") else name
+    return HloProgram(name=name, module=base, program_id=program_id, module_proto=module)

@@ -1,0 +1,593 @@
+"""What one compiled program does, read from its optimised HLO: loops, trip counts, syncs, work, dtypes.
+
+Input is the text XLA prints for an optimised module (``HloModule.to_string()``); ``describe`` turns it
+into the ``programs`` entry documented in docs/run-record.md:
+
+* **Regions.** A program runs as its entry computation plus, per ``while``, a body and a condition run
+  once per iteration (loops nest). A ``call`` is part of its caller; fusions are one kernel each.
+* **Trip counts** come from the ``known_trip_count`` XLA's ``WhileLoopTripCountAnnotator`` writes into a
+  ``while``'s ``backend_config`` (``lax.scan`` and ``fori_loop`` with concrete bounds). A loop without one
+  (``while_loop``, ``fori_loop`` with traced bounds) has a count only known at run time: ``None`` here.
+* **Syncs.** XLA:GPU copies a ``conditional``'s branch index to the host and waits, and does the same
+  with the predicate of a ``while`` without a known trip count (openxla ``conditional_thunk.cc``,
+  ``while_thunk.cc``): each such loop iteration waits for the host. XLA:CPU turns a ``cond`` with cheap
+  branches into a ``select`` (``conditional-to-select``); its instructions keep ``/cond/`` in their
+  ``op_name``, so such a loop is flagged as *possibly* syncing (``select_conds``).
+* **Work.** Per region, flops, transcendentals and bytes accessed from XLA's own cost analysis of that
+  region alone (a sub-module whose entry is the region; XLA counts a ``while`` body once, so the
+  regions are costed apart and multiplied by trip counts here), or where jaxlib's cost analysis is
+  unavailable or refuses the sub-module, an estimate from the HLO text (elementwise ops: one flop per
+  element, ``dot``: 2·M·N·K, bytes: kernel operands and results), labelled ``estimate``.
+* **Dtypes.** The floating-point types of the work, and the share of flops done in float64 (which
+  weak-FP64 GPUs run 32–64× slower), counted per element from the instruction shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+ELEMENT_BYTES = {
+    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8,
+    "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
+}
+FLOAT64 = {"f64", "c128"}
+FLOATS = {"f16", "bf16", "f32", "f64", "c64", "c128"}
+_SHAPE = re.compile(r"\b(pred|[su](?:4|8|16|32|64)|f8\w*|bf16|f16|f32|f64|c64|c128|token)\[([0-9,]*)\]")
+# Instructions that run no kernel of their own (views, plumbing, literals).
+NO_KERNEL = {
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "add-dependency",
+    "opt-barrier", "partition-id", "replica-id", "domain",
+}
+TRANSCENDENTAL = {
+    "cosine", "sine", "tan", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic",
+    "power", "rsqrt", "sqrt", "cbrt", "tanh", "atan2", "erf",
+}
+# Ops that are arithmetic on each element (one flop per element, as XLA's cost analysis counts them).
+_NOT_ARITHMETIC = NO_KERNEL | {
+    "broadcast", "reshape", "transpose", "copy", "slice", "dynamic-slice", "dynamic-update-slice",
+    "concatenate", "pad", "iota", "convert", "bitcast-convert", "reverse", "gather", "scatter", "while",
+    "conditional", "call", "fusion", "custom-call", "rng", "rng-bit-generator", "sort", "infeed", "outfeed",
+    "copy-start", "copy-done", "send", "recv", "send-done", "recv-done", "get-dimension-size",
+}
+_HEADER_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_CALLED = re.compile(
+    r"\b(calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)"
+    r"|\b(branch_computations|called_computations)=\{([^}]*)\}"
+)
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
+_COND_BRANCH = re.compile(r"/(cond|switch)/branch_\d+")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
+_COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+)\s")
+_ASSIGN = re.compile(r"^\s*(ROOT )?%?([\w.\-]+) = ")
+
+
+@dataclass
+class Instruction:
+    name: str
+    shape: str
+    opcode: str
+    text: str
+    called: list[str] = field(default_factory=list)
+    root: bool = False
+
+    @property
+    def trip_count(self) -> int | None:
+        config = self.backend_config()
+        try:
+            return int(config["known_trip_count"]["n"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def backend_config(self) -> dict[str, Any]:
+        marker = self.text.find("backend_config=")
+        if marker < 0:
+            return {}
+        start = self.text.find("{", marker)
+        if start < 0:
+            return {}
+        depth = 0
+        for index in range(start, len(self.text)):
+            char = self.text[index]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        value = json.loads(self.text[start : index + 1])
+                    except json.JSONDecodeError:
+                        return {}
+                    return value if isinstance(value, dict) else {}
+        return {}
+
+    @property
+    def op_name(self) -> str:
+        match = _OP_NAME.search(self.text)
+        return match.group(1) if match else ""
+
+    @property
+    def frame(self) -> int | None:
+        match = _FRAME_ID.search(self.text)
+        return int(match.group(1)) if match else None
+
+
+@dataclass
+class Computation:
+    name: str
+    entry: bool
+    lines: list[str]
+    instructions: list[Instruction]
+
+
+@dataclass
+class Module:
+    name: str
+    computations: dict[str, Computation]
+    entry: str
+    files: dict[int, str]
+    functions: dict[int, str]
+    locations: dict[int, dict[str, int]]
+    frames: dict[int, tuple[int, int]]  # frame id -> (file location id, parent frame id)
+
+    def source(self, frame_id: int | None) -> dict[str, Any] | None:
+        """The innermost source location of a stack frame: file, function, line, columns."""
+        if frame_id is None or frame_id not in self.frames:
+            return None
+        location = self.locations.get(self.frames[frame_id][0])
+        if location is None:
+            return None
+        return {
+            "file": self.files.get(location.get("file_name_id", -1)),
+            "function": self.functions.get(location.get("function_name_id", -1)),
+            "line": location.get("line"),
+            "end_line": location.get("end_line"),
+            "column": location.get("column"),
+            "end_column": location.get("end_column"),
+        }
+
+
+# ---- parsing -----------------------------------------------------------------------------------
+
+def _split_shape(rest: str) -> tuple[str, str]:
+    """``(s32[], f32[]) while(...)`` → shape ``(s32[], f32[])`` and the remainder ``while(...)``."""
+    if rest.startswith("("):
+        depth = 0
+        for index, char in enumerate(rest):
+            depth += char == "("
+            depth -= char == ")"
+            if depth == 0:
+                return rest[: index + 1], rest[index + 1 :].lstrip()
+        return rest, ""
+    shape, _, remainder = rest.partition(" ")
+    return shape, remainder
+
+
+def _instruction(line: str) -> Instruction | None:
+    match = _ASSIGN.match(line)
+    if match is None:
+        return None
+    shape, remainder = _split_shape(line[match.end() :])
+    opcode = remainder.split("(", 1)[0].strip()
+    called: list[str] = []
+    for single_key, single, list_key, many in _CALLED.findall(remainder):
+        if single_key and single:
+            called.append(single)
+        elif list_key and many:
+            called.extend(part.strip().lstrip("%") for part in many.split(",") if part.strip())
+    return Instruction(name=match.group(2), shape=shape, opcode=opcode, text=remainder, called=called,
+                       root=bool(match.group(1)))
+
+
+def _table_entry(line: str) -> tuple[int, str] | None:
+    head, _, rest = line.strip().partition(" ")
+    return (int(head), rest) if head.isdigit() else None
+
+
+def _braced(text: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", text)}
+
+
+def parse(text: str) -> Module:
+    """Parse an HLO module as XLA prints it (with or without metadata tables)."""
+    lines = text.splitlines()
+    name_match = re.match(r"HloModule\s+([\w.\-]+)", lines[0] if lines else "")
+    module = Module(name=name_match.group(1) if name_match else "", computations={}, entry="",
+                    files={}, functions={}, locations={}, frames={})
+    table: str | None = None
+    current: Computation | None = None
+    for line in lines[1:]:
+        stripped = line.strip()
+        if current is not None:
+            current.lines.append(line)
+            if stripped == "}" and not line.startswith(" "):
+                current = None
+                continue
+            instruction = _instruction(line)
+            if instruction is not None:
+                current.instructions.append(instruction)
+            continue
+        if stripped in _HEADER_TABLES:
+            table = stripped
+            continue
+        if not stripped:
+            table = None
+            continue
+        if table is not None:
+            entry = _table_entry(stripped)
+            if entry is None:
+                continue
+            key, value = entry
+            if table == "FileNames":
+                module.files[key] = value.strip('"')
+            elif table == "FunctionNames":
+                module.functions[key] = value.strip('"')
+            elif table == "FileLocations":
+                module.locations[key] = _braced(value)
+            else:
+                parts = _braced(value)
+                module.frames[key] = (parts.get("file_location_id", -1), parts.get("parent_frame_id", -1))
+            continue
+        if stripped.endswith("{") and not line.startswith(" "):
+            match = _COMPUTATION.match(line)
+            if match:
+                current = Computation(name=match.group(2), entry=bool(match.group(1)), lines=[line], instructions=[])
+                module.computations[current.name] = current
+                if current.entry:
+                    module.entry = current.name
+    return module
+
+
+# ---- shapes --------------------------------------------------------------------------------------
+
+def shape_arrays(shape: str) -> list[tuple[str, int]]:
+    """(element type, element count) of each array in a (possibly tuple) shape."""
+    arrays = []
+    for dtype, dims in _SHAPE.findall(shape):
+        count = 1
+        for dim in dims.split(","):
+            if dim.strip():
+                count *= int(dim)
+        arrays.append((dtype, count))
+    return arrays
+
+
+def shape_bytes(shape: str) -> int:
+    return sum(ELEMENT_BYTES.get(dtype, 4) * count for dtype, count in shape_arrays(shape) if dtype != "token")
+
+
+def _elements(shape: str) -> tuple[str | None, int]:
+    arrays = shape_arrays(shape)
+    if not arrays:
+        return None, 0
+    return arrays[0][0], sum(count for _, count in arrays)
+
+
+# ---- regions, kernels and loops ------------------------------------------------------------------
+
+@dataclass
+class Region:
+    """Code that runs as a unit: the entry, or one iteration of a loop's body plus its condition."""
+
+    key: str  # "entry" or the while instruction's name
+    computations: list[str]  # entry, or [body, condition]
+    parent: str | None = None
+    instruction: Instruction | None = None  # the while
+    kernels: int = 0
+    conditionals: int = 0
+    select_conds: int = 0  # instructions with /cond/ in their op_name but no conditional left
+    children: list[str] = field(default_factory=list)
+
+
+class _Walker:
+    """Sorts a module's computations into regions: which computations run how often."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.regions: dict[str, Region] = {}
+
+    def walk(self) -> dict[str, Region]:
+        entry = Region(key="entry", computations=[self.module.entry])
+        self.regions["entry"] = entry
+        self._visit(self.module.entry, entry, set())
+        for region in self.regions.values():
+            if region.conditionals:  # a real conditional already syncs: a converted one adds nothing
+                region.select_conds = 0
+        return self.regions
+
+    def _visit(self, name: str, region: Region, stack: set[str]) -> None:
+        computation = self.module.computations.get(name)
+        if computation is None or name in stack:
+            return
+        stack = stack | {name}
+        for instruction in computation.instructions:
+            opcode = instruction.opcode
+            if opcode == "while":
+                self._loop(instruction, region, stack)
+            elif opcode == "call":
+                for callee in instruction.called:
+                    self._visit(callee, region, stack)
+            elif opcode == "conditional":
+                region.conditionals += 1
+                region.kernels += 1  # the branch index is computed, copied to the host, waited for
+                before = region.kernels
+                branch_kernels = []
+                for branch in instruction.called:
+                    region.kernels = before
+                    self._visit(branch, region, stack)
+                    branch_kernels.append(region.kernels - before)
+                region.kernels = before + max(branch_kernels, default=0)
+            elif opcode not in NO_KERNEL:
+                region.kernels += 1
+                if region.key != "entry" and _COND_BRANCH.search(instruction.op_name):
+                    region.select_conds += 1
+
+    def _loop(self, instruction: Instruction, parent: Region, stack: set[str]) -> None:
+        body = next((c for c in instruction.called if c in self._attr(instruction, "body")), None)
+        condition = next((c for c in instruction.called if c in self._attr(instruction, "condition")), None)
+        key = instruction.name
+        while key in self.regions:
+            key += "'"
+        loop = Region(key=key, computations=[c for c in (body, condition) if c], parent=parent.key,
+                      instruction=instruction)
+        self.regions[key] = loop
+        parent.children.append(key)
+        for computation in loop.computations:
+            self._visit(computation, loop, stack)
+
+    @staticmethod
+    def _attr(instruction: Instruction, attribute: str) -> str:
+        match = re.search(rf"\b{attribute}=%?([\w.\-]+)", instruction.text)
+        return match.group(1) if match else ""
+
+
+# ---- work -------------------------------------------------------------------------------------
+
+Costs = dict[str, float]
+CostFunction = Callable[[str], Costs | None]  # sub-module text -> {"flops", "transcendentals", "bytes"}
+
+
+def _callees(module: Module, name: str, seen: set[str]) -> list[str]:
+    """Computations ``name`` calls, transitively, callees first."""
+    order: list[str] = []
+    computation = module.computations.get(name)
+    if computation is None:
+        return order
+    for instruction in computation.instructions:
+        for callee in instruction.called:
+            if callee not in seen and callee in module.computations:
+                seen.add(callee)
+                order.extend(_callees(module, callee, seen))
+                order.append(callee)
+    return order
+
+
+def submodule_text(module: Module, computation: str) -> str:
+    """A module whose entry is ``computation`` (with what it calls), for costing one region alone."""
+    seen = {computation}
+    parts = [f"HloModule region_{re.sub(r'[^A-Za-z0-9_]', '_', computation)}", ""]
+    for callee in _callees(module, computation, seen):
+        lines = list(module.computations[callee].lines)
+        lines[0] = lines[0].replace("ENTRY ", "", 1)
+        parts.extend([*lines, ""])
+    lines = list(module.computations[computation].lines)
+    if not lines[0].startswith("ENTRY "):
+        lines[0] = "ENTRY " + lines[0]
+    parts.extend(lines)
+    return "\n".join(parts) + "\n"
+
+
+@dataclass
+class Work:
+    flops: float = 0.0
+    transcendentals: float = 0.0
+    bytes: float = 0.0
+    flops_f64: float = 0.0  # of ``flops``: float64 / complex128 ones
+    transcendentals_f64: float = 0.0
+    dtypes: set[str] = field(default_factory=set)
+
+    def add(self, other: Work, times: float = 1.0) -> None:
+        self.flops += other.flops * times
+        self.transcendentals += other.transcendentals * times
+        self.bytes += other.bytes * times
+        self.flops_f64 += other.flops_f64 * times
+        self.transcendentals_f64 += other.transcendentals_f64 * times
+        self.dtypes |= other.dtypes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "flops": self.flops, "transcendentals": self.transcendentals, "bytes": self.bytes,
+            "flops_f64": self.flops_f64, "transcendentals_f64": self.transcendentals_f64,
+        }
+
+
+def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
+    """Work of computations from their text: flops per element, dot 2·M·N·K, kernel operand bytes."""
+    work = Work()
+    shapes: dict[str, str] = {}
+    for computation in module.computations.values():
+        for instruction in computation.instructions:
+            shapes[instruction.name] = instruction.shape
+
+    def arithmetic(name: str, seen: set[str]) -> None:
+        computation = module.computations.get(name)
+        if computation is None or name in seen:
+            return
+        seen = seen | {name}
+        for instruction in computation.instructions:
+            opcode = instruction.opcode
+            dtype, elements = _elements(instruction.shape)
+            if dtype in FLOATS:
+                work.dtypes.add(dtype)
+            if opcode in ("fusion", "call", "conditional", "reduce", "reduce-window", "map", "sort", "scatter",
+                          "select-and-scatter", "all-reduce"):
+                for callee in instruction.called:
+                    arithmetic(callee, seen)
+            if opcode == "while":
+                if include_loops:
+                    for callee in instruction.called:
+                        arithmetic(callee, seen)
+                continue
+            if opcode in ("dot", "convolution"):
+                depth = 1
+                operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
+                match = _CONTRACTING.search(instruction.text)
+                if operands and match and operands[0] in shapes:
+                    lhs = _SHAPE.search(shapes[operands[0]])
+                    if lhs:
+                        dims = [int(d) for d in lhs.group(2).split(",") if d.strip()]
+                        for index in match.group(1).split(","):
+                            if index.strip() and int(index) < len(dims):
+                                depth *= dims[int(index)]
+                flops = 2.0 * elements * depth
+                work.flops += flops
+                if dtype in FLOAT64:
+                    work.flops_f64 += flops
+            elif opcode in TRANSCENDENTAL:
+                work.transcendentals += elements
+                if dtype in FLOAT64:
+                    work.transcendentals_f64 += elements
+            elif opcode not in _NOT_ARITHMETIC and dtype is not None:
+                work.flops += elements
+                if dtype in FLOAT64:
+                    work.flops_f64 += elements
+
+    def traffic(name: str, seen: set[str]) -> None:
+        computation = module.computations.get(name)
+        if computation is None or name in seen:
+            return
+        seen = seen | {name}
+        for instruction in computation.instructions:
+            if instruction.opcode == "call" or (instruction.opcode == "while" and include_loops):
+                for callee in instruction.called:
+                    traffic(callee, seen)
+                continue
+            if instruction.opcode in NO_KERNEL or instruction.opcode in ("while", "conditional"):
+                continue
+            operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
+            work.bytes += shape_bytes(instruction.shape) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
+
+    for name in names:
+        arithmetic(name, set())
+        traffic(name, set())
+    return work
+
+
+def _region_work(module: Module, region: Region, cost: CostFunction | None) -> tuple[Work, str]:
+    """One execution of a region (for a loop: one iteration), nested loops excluded."""
+    estimate = _estimate(module, region.computations, include_loops=False)
+    if cost is None:
+        return estimate, "estimate"
+    measured = Work(dtypes=set(estimate.dtypes))
+    for name in region.computations:
+        total = cost(submodule_text(module, name))
+        if total is None:
+            return estimate, "estimate"
+        measured.flops += total.get("flops", 0.0)
+        measured.transcendentals += total.get("transcendentals", 0.0)
+        measured.bytes += total.get("bytes", 0.0)
+    return measured, "xla-cost-analysis"
+
+
+def _subtract_children(work: Work, children: list[Work]) -> Work:
+    own = Work(dtypes=set(work.dtypes))
+    own.flops = max(0.0, work.flops - sum(c.flops for c in children))
+    own.transcendentals = max(0.0, work.transcendentals - sum(c.transcendentals for c in children))
+    own.bytes = max(0.0, work.bytes - sum(c.bytes for c in children))
+    return own
+
+
+def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
+    """The ``programs`` entry of one optimised HLO module (see the module docstring)."""
+    module = parse(text)
+    if not module.entry:
+        raise ValueError("no ENTRY computation in the HLO text")
+    regions = _Walker(module).walk()
+    # XLA's cost of a sub-module covers everything it calls, loop bodies included once: the region's own
+    # work is its total minus its child loops' totals (their bodies and conditions, counted once).
+    totals: dict[str, Work] = {}
+    sources: set[str] = set()
+    for key, region in regions.items():
+        work, source = _region_work(module, region, cost)
+        totals[key] = work
+        sources.add(source)
+    own: dict[str, Work] = {}
+    for key, region in regions.items():
+        if sources == {"xla-cost-analysis"}:
+            own[key] = _subtract_children(totals[key], [totals[child] for child in region.children])
+        else:
+            own[key] = totals[key]  # the estimate never includes nested loops
+        estimate = _estimate(module, region.computations, include_loops=False)
+        share = estimate.flops_f64 / estimate.flops if estimate.flops else 0.0
+        tshare = estimate.transcendentals_f64 / estimate.transcendentals if estimate.transcendentals else 0.0
+        own[key].flops_f64 = own[key].flops * share
+        own[key].transcendentals_f64 = own[key].transcendentals * tshare
+    loops = []
+    multipliers: dict[str, float | None] = {"entry": 1.0}
+    for key, region in regions.items():
+        if region.instruction is None:
+            continue
+        trips = region.instruction.trip_count
+        parent = multipliers.get(region.parent or "entry")
+        multipliers[key] = parent * trips if parent is not None and trips is not None else None
+        loops.append(_loop_entry(module, region, own[key], trips, parent))
+    total = Work()
+    complete = True
+    for key in regions:
+        multiplier = multipliers.get(key)
+        if multiplier is None:
+            complete = False
+            multiplier = 1.0  # at least one iteration: the totals are then a lower bound
+        total.add(own[key], multiplier)
+    entry = regions["entry"]
+    dtypes = sorted(set().union(*(w.dtypes for w in own.values())))
+    return {
+        "module": module.name,
+        "entry": {"kernels": entry.kernels, "conditionals": entry.conditionals, **own["entry"].as_dict()},
+        "loops": loops,
+        "per_execution": {**total.as_dict(), "complete": complete},
+        "float_dtypes": [d for d in dtypes if d in FLOATS],
+        "cost_source": "xla-cost-analysis" if sources == {"xla-cost-analysis"} else "estimate",
+        "parameters_bytes": _parameter_bytes(module),
+        "output_bytes": _output_bytes(module),
+    }
+
+
+def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, outer: float | None) -> dict[str, Any]:
+    assert region.instruction is not None
+    instruction = region.instruction
+    syncs = region.conditionals + (0 if trips is not None else 1)
+    return {
+        "id": region.key,
+        "parent": None if region.parent == "entry" else region.parent,
+        "trip_count": trips,
+        "trip_count_source": "static" if trips is not None else None,
+        "outer_iterations": outer,
+        "kernels_per_iteration": region.kernels,
+        "conditionals_per_iteration": region.conditionals,
+        "select_conds": region.select_conds,
+        "syncs_per_iteration": syncs,
+        "per_iteration": work.as_dict(),
+        "source": module.source(instruction.frame),
+        "op_name": instruction.op_name,
+        "body": region.computations[0] if region.computations else None,
+    }
+
+
+def _parameter_bytes(module: Module) -> list[int]:
+    entry = module.computations.get(module.entry)
+    if entry is None:
+        return []
+    return [shape_bytes(i.shape) for i in entry.instructions if i.opcode == "parameter"]
+
+
+def _output_bytes(module: Module) -> int:
+    entry = module.computations.get(module.entry)
+    if entry is None:
+        return 0
+    root = next((i for i in entry.instructions if i.root), None)
+    return shape_bytes(root.shape) if root is not None else 0

@@ -1,0 +1,328 @@
+"""Program data for ``nbscope profile --forecast``: what each cell's compiled JAX programs are and how
+often they ran, read in the nbscope process from what the probe wrote (``probe/_nbscope_program.py``).
+
+Per cell the probe leaves a ``jax.profiler`` trace and, after a cell that compiled, the optimised HLO of
+every live program. Here:
+
+* each new program's HLO is described by :func:`nbscope.collect.hlo.describe` (loops, trip counts,
+  syncs, work, dtypes) and kept in the run's ``programs`` table, keyed ``<module>#<program id>``;
+* the cell's trace is read for **executions**: XLA:CPU records every thunk it runs with its program's
+  ``hlo_module``, ``program_id`` and a ``run_id`` per execution, so a program's executions are its
+  distinct run ids and its CPU time the union of its thunks' spans. Reading an event's stats costs
+  ~35 µs (jax 0.10.2), so beyond ``MAX_STAT_READS`` events per cell the rest are sampled evenly and the
+  figures scaled, and the cell says so (``sampled``). On a GPU, executions come from the device plane's
+  ``XLA Modules`` line instead (module names only).
+* **transfers**: host→device copies (``DevicePut…``) and device→host conversions (``np.asarray``) are
+  counted, with the time they took on the CPU. The CPU trace carries no sizes: a copy made while a jitted call parses its arguments moved
+  one of that program's parameters, so its bytes lie between the smallest and the largest parameter;
+  other copies have no size here (``unsized``).
+
+Programs compiled in a cell whose trace is missing (the cell imported jax itself, or the notebook ran
+its own profiler) count as run at least once, labelled ``count_basis: "compiled"``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from nbscope.collect import hlo
+from nbscope.collect._xla import XlaTools
+from nbscope.collect._xspace import hlo_programs
+from nbscope.collect.notebook import CodeCell
+
+PROGRAMS_VERSION = 1
+MAX_STAT_READS = 40_000  # ≈ 1.5 s of stats reads per cell, outside the kernel
+_H2D = ("DevicePut", "DevicePutWithSharding", "batched_copy_array_to_devices_with_sharding",
+        "BufferFromPyval", "TransferToDevice", "TransferLiteralToDevice")
+_D2H = ("np.asarray(jax.Array)", "CopyToHost", "CopyRawToHost", "ToLiteral", "TransferFromDevice",
+        "TransferLiteralFromDevice")
+_CALL = re.compile(r"^(PjitFunction|PmapFunction)\((.*)\)$")
+_LOOP_CALL = re.compile(r"\b(?:jax\.)?(?:lax\.)?(scan|fori_loop|while_loop|map|associative_scan)\s*\(")
+
+
+def _normal(name: str) -> str:
+    """A function or module name with everything but letters and digits dropped: ``<lambda>`` and
+    ``jit__lambda`` both become ``lambda``."""
+    return re.sub(r"[^A-Za-z0-9]", "", name)
+
+
+def function_of(module: str) -> str:
+    """The jitted function behind a module name (``jit_qm_jax`` → ``qm_jax``)."""
+    for prefix in ("jit_", "pmap_", "xmap_"):
+        if module.startswith(prefix):
+            module = module[len(prefix):]
+            break
+    return "<lambda>" if re.fullmatch(r"_lambda_?", module) else module
+
+
+class ProgramCollector:
+    """Collects program data over one execution of a notebook (one kernel)."""
+
+    def __init__(self, code_cells: list[CodeCell]) -> None:
+        self.code_cells = code_cells
+        self.programs: dict[str, dict[str, Any]] = {}
+        self.key_of: dict[int, str] = {}  # program id → key
+        self.op_names: dict[int, set[str]] = {}  # program id → names of its kernel instructions
+        self.all_op_names: set[str] = set()
+        self.notes: list[str] = []
+        self._xla: XlaTools | None = None
+        self._profile_data: Any = None
+
+    # ---- per cell ------------------------------------------------------------------------------
+    def cell(self, probe: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+        """The cell's ``programs`` field from the probe's line (and the cell record so far)."""
+        result: dict[str, Any] = {"executions": [], "transfers": None, "sampled": False, "trace": None}
+        new_programs: list[str] = []
+        if probe.get("programs"):
+            try:
+                new_programs = self._read_programs(Path(probe["programs"]), record)
+            except Exception as exc:  # a broken file must not lose the cell's other figures
+                self.notes.append(f"cell {record.get('index', 0) + 1}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.get("programs_error"):
+            result["hlo_error"] = probe["programs_error"]
+        result["new_programs"] = new_programs
+        trace = probe.get("trace")
+        if trace:
+            try:
+                self._read_trace(Path(trace), result)
+                result["trace"] = "read"
+            except Exception as exc:
+                result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
+        else:
+            result["trace"] = probe.get("trace_error") or "no trace"
+        counted = {e["program"] for e in result["executions"]}
+        for key in new_programs:
+            if key not in counted and result["trace"] != "read":
+                # Compiled here, so called here at least once; how often is not known.
+                result["executions"].append({"program": key, "count": 1, "count_basis": "compiled", "cpu_s": None})
+        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s")}
+        if not probe.get("shared"):
+            _remove(trace)
+        _remove(probe.get("programs"))
+        return result
+
+    def finish(self) -> dict[str, Any]:
+        """The run's ``measurements.programs``."""
+        xla = self._xla
+        return {
+            "version": PROGRAMS_VERSION,
+            "programs": self.programs,
+            "cost_source": (
+                None if xla is None else ("xla-cost-analysis" if xla.available and xla.error is None else "estimate")
+            ),
+            "notes": self.notes + ([xla.error] if xla is not None and xla.error else []),
+        }
+
+    # ---- HLO -----------------------------------------------------------------------------------
+    def _tools(self) -> XlaTools:
+        if self._xla is None:
+            self._xla = XlaTools()
+        return self._xla
+
+    def _read_programs(self, path: Path, record: dict[str, Any]) -> list[str]:
+        tools = self._tools()
+        if not tools.available:
+            return []
+        new = []
+        functions = {(_normal(f.get("name", ""))): f for f in ((record.get("jax") or {}).get("functions") or [])}
+        for program in hlo_programs(path.read_bytes()):
+            if program.program_id is not None and program.program_id in self.key_of:
+                continue
+            key = f"{program.module}#{program.program_id}"
+            text = tools.module_text(program.module_proto)
+            try:
+                description = hlo.describe(text, tools.cost)
+            except Exception as exc:
+                self.notes.append(f"{key}: HLO not understood: {type(exc).__name__}: {exc}"[:300])
+                continue
+            function = function_of(program.module)
+            compiled = functions.get(_normal(function))
+            description.update(
+                key=key,
+                program_id=program.program_id,
+                function=function,
+                kind=(compiled or {}).get("kind", "unknown"),
+                first_cell=record.get("index"),
+            )
+            for loop in description["loops"]:
+                loop.update(_loop_origin(loop.get("source"), self.code_cells, record.get("index")))
+            self.programs[key] = description
+            if program.program_id is not None:
+                self.key_of[program.program_id] = key
+                names = _kernel_names(text)
+                self.op_names[program.program_id] = names
+                self.all_op_names |= names
+            new.append(key)
+        return new
+
+    # ---- the trace -----------------------------------------------------------------------------
+    def _read_trace(self, path: Path, result: dict[str, Any]) -> None:
+        from nbscope.collect.timeline import covered, find_xplane, union
+
+        if self._profile_data is None:
+            from jax.profiler import ProfileData
+
+            self._profile_data = ProfileData
+        data = self._profile_data.from_file(str(find_xplane(path)))
+        op_events: list[tuple[Any, int, int, int]] = []  # (event, start, end, line id)
+        calls: dict[int, list[tuple[int, int, str]]] = {}
+        h2d: list[tuple[int, int, int]] = []
+        d2h: list[tuple[int, int]] = []
+        gpu_modules: dict[str, int] = {}
+        line_id = 0
+        for plane in data.planes:
+            name = plane.name
+            if name.startswith("/device:"):
+                for line in plane.lines:
+                    if line.name == "XLA Modules":
+                        for event in line.events:
+                            gpu_modules[event.name] = gpu_modules.get(event.name, 0) + 1
+                continue
+            if not name.startswith("/host:") or name == "/host:metadata":
+                continue
+            for line in plane.lines:
+                line_id += 1
+                for event in line.events:
+                    event_name = event.name
+                    if event_name in self.all_op_names:
+                        start = int(event.start_ns)
+                        op_events.append((event, start, start + int(event.duration_ns), line_id))
+                    elif event_name.startswith(("PjitFunction(", "PmapFunction(")):
+                        start = int(event.start_ns)
+                        match = _CALL.match(event_name)
+                        calls.setdefault(line_id, []).append(
+                            (start, start + int(event.duration_ns), match.group(2) if match else "")
+                        )
+                    elif event_name in _H2D:
+                        start = int(event.start_ns)
+                        h2d.append((start, start + int(event.duration_ns), line_id))
+                    elif event_name in _D2H:
+                        start = int(event.start_ns)
+                        d2h.append((start, start + int(event.duration_ns)))
+        step = max(1, math.ceil(len(op_events) / MAX_STAT_READS))
+        runs: dict[int, set[int]] = {}
+        spans: dict[int, list[tuple[int, int]]] = {}
+        unknown_modules: dict[str, set[int]] = {}
+        for index in range(0, len(op_events), step):
+            event, start, end, _ = op_events[index]
+            try:
+                stats = dict(event.stats)
+            except Exception:
+                continue
+            program_id = stats.get("program_id")
+            if not isinstance(program_id, int):
+                continue
+            run = stats.get("run_id")
+            if program_id not in self.key_of:
+                module = str(stats.get("hlo_module", "?"))
+                unknown_modules.setdefault(module, set()).add(run if isinstance(run, int) else index)
+                continue
+            runs.setdefault(program_id, set()).add(run if isinstance(run, int) else index)
+            spans.setdefault(program_id, []).append((start, end))
+        result["sampled"] = step > 1
+        executions = []
+        for program_id, run_ids in runs.items():
+            executions.append({
+                "program": self.key_of[program_id],
+                "count": len(run_ids) if step == 1 else None,
+                "count_basis": "trace" if step == 1 else "sampled",
+                "sampled_runs": len(run_ids) if step > 1 else None,
+                "cpu_s": covered(union(spans[program_id])) / 1e9 * step,
+            })
+        for module, count in gpu_modules.items():  # a GPU trace: executions per module name
+            base = module.rsplit("(", 1)[0]
+            keys = [k for k, p in self.programs.items() if p["module"] == base]
+            if keys:
+                executions.append({"program": keys[-1], "count": count, "count_basis": "device trace", "cpu_s": None})
+        executions.sort(key=lambda e: -(e.get("cpu_s") or 0.0))
+        result["executions"] = executions
+        if unknown_modules:
+            result["uncaptured"] = {m: len(r) for m, r in unknown_modules.items()}
+        result["cpu_busy_s"] = covered(union((s, e) for _, s, e, _ in op_events)) / 1e9
+        result["transfers"] = self._transfers(h2d, d2h, calls)
+
+    def _transfers(
+        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]]
+    ) -> dict[str, Any]:
+        from nbscope.collect.timeline import covered, union
+
+        low = high = 0
+        sized = unsized = 0
+        by_function: dict[str, list[dict[str, Any]]] = {}
+        for program in self.programs.values():
+            by_function.setdefault(_normal(program["function"]), []).append(program)
+        for start, end, line_id in h2d:
+            function = None
+            for call_start, call_end, name in calls.get(line_id, []):
+                if call_start <= start and end <= call_end:
+                    function = name
+            candidates = by_function.get(_normal(function or ""), []) if function else []
+            parameters = [b for p in candidates[-1:] for b in p.get("parameters_bytes", []) if b > 0]
+            if parameters:
+                low += min(parameters)
+                high += max(parameters)
+                sized += 1
+            else:
+                unsized += 1
+        # On a CPU these copies are host work (a memcpy, or nothing when the buffer is shared): the
+        # forecast takes their time out of the cell's host time and puts its own transfer term in.
+        seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h)) / 1e9
+        return {"host_to_device": len(h2d), "device_to_host": len(d2h), "sized": sized, "unsized": unsized,
+                "bytes_low": low, "bytes_high": high, "cpu_s": seconds}
+
+
+def _kernel_names(text: str) -> set[str]:
+    module = hlo.parse(text)
+    fusion_bodies = {c for comp in module.computations.values() for i in comp.instructions
+                     if i.opcode == "fusion" for c in i.called}
+    return {i.name for name, comp in module.computations.items() if name not in fusion_bodies
+            for i in comp.instructions if i.opcode not in hlo.NO_KERNEL}
+
+
+def _loop_origin(source: dict[str, Any] | None, cells: list[CodeCell], current: int | None) -> dict[str, Any]:
+    """What the loop is in the notebook's words: the call that made it (``lax.scan(...)``), its cell and
+    line, and the loop primitive named there; else what the HLO says (counted or not)."""
+    origin: dict[str, Any] = {"call": None, "cell": None, "kind": None}
+    if source and source.get("line"):
+        function = source.get("function") or ""
+        line = int(source["line"])
+        candidates: list[CodeCell] = []
+        if function and not function.startswith("<"):
+            short = function.rsplit(".", 1)[-1]
+            candidates = [c for c in cells if re.search(rf"\bdef\s+{re.escape(short)}\b", c.source)]
+            if current is not None:
+                earlier = [c for c in candidates if c.index <= current]
+                candidates = earlier or candidates
+        elif current is not None:
+            candidates = [c for c in cells if c.index == current]
+        for cell in reversed(candidates):
+            lines = cell.source.splitlines()
+            if 0 < line <= len(lines):
+                text = lines[line - 1]
+                column, end = source.get("column"), source.get("end_column")
+                if isinstance(column, int) and isinstance(end, int) and source.get("end_line") == line and end > column:
+                    text = text[column:end]
+                origin["call"] = text.strip()[:200]
+                origin["cell"] = cell.index
+                origin["cell_line"] = line
+                match = _LOOP_CALL.search(text)
+                if match:
+                    origin["kind"] = f"lax.{match.group(1)}"
+                else:  # a loop a library call made (jax.random's threefry rounds, a solver's iterations)
+                    origin["kind"] = f"loop inside {text.strip()[:80]}"
+                break
+    return origin
+
+
+def _remove(path: Any) -> None:
+    if not path:
+        return
+    target = Path(str(path))
+    try:
+        if target.is_file():
+            target.unlink()
+    except OSError:
+        pass

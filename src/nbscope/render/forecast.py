@@ -1,0 +1,310 @@
+"""Views of a GPU forecast (``nbscope.analyse.forecast``): terminal tables and markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from nbscope.render.terminal import console, format_seconds
+
+VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim"}
+MEANING = (
+    "CPU: the cell's time measured on this machine. Forecast: low–high seconds on the GPU = host work "
+    "(Python, NumPy, Numba) and JAX compile carried over as measured here (compile is not forecast), plus "
+    "each JAX program run forecast from its HLO with the device table's figures (ranges carried through). "
+    "Verdict: faster / slower beyond ±10 %, else similar; unchanged = no JAX work."
+)
+
+
+def seconds_range(low: float | None, high: float | None) -> str:
+    """``80.5–82.5 s``, ``≥ 12 ms`` (no upper bound) or ``1.2 s``."""
+    if low is None:
+        return "–"
+    if high is None:
+        return f"≥ {format_seconds(low)}"
+    if abs(high - low) <= 0.005 * max(high, 1e-12):
+        return format_seconds(low)
+    low_text, high_text = format_seconds(low), format_seconds(high)
+    low_unit, high_unit = low_text.split()[-1], high_text.split()[-1]
+    if low_unit == high_unit:
+        return f"{low_text.split()[0]}–{high_text}"
+    return f"{low_text}–{high_text}"
+
+
+def dominant_words(outcome: dict[str, Any]) -> str:
+    """The dominant term; when that is carried-over host or compile time, the main JAX term too."""
+    dominant = outcome.get("dominant") or {}
+    words = dominant.get("words") or ""
+    jax = outcome.get("jax_dominant") or {}
+    if dominant.get("kind") in ("host", "compile") and jax.get("words"):
+        words += f"; on the GPU: {jax['words']} ({seconds_range(jax.get('low_s'), jax.get('high_s'))})"
+    return words
+
+
+def _cells_in_order(result: dict[str, Any], device: str, top: int | None, show_all: bool) -> list[dict[str, Any]]:
+    cells = {c["index"]: c for c in result["cells"]}
+    if show_all:
+        return sorted(cells.values(), key=lambda c: c["index"])
+    ranked = [cells[i] for i in result["notebook"][device]["ranking"] if i in cells]
+    return ranked[:top] if top else ranked
+
+
+def _device_name(result: dict[str, Any], key: str) -> str:
+    device = next((d for d in result["devices"] if d["key"] == key), None)
+    return device["name"] if device else key
+
+
+def _headline(result: dict[str, Any], key: str) -> str:
+    notebook = result["notebook"][key]
+    name = _device_name(result, key)
+    total = seconds_range(notebook["low_s"], notebook["high_s"])
+    verdict = notebook["verdict"]
+    cpu = format_seconds(notebook["cpu_s"])
+    if verdict == "unchanged":
+        return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a GPU changes nothing"
+    text = f"{name}: {total} with everything on the GPU vs {cpu} measured on this CPU"
+    if verdict == "mixed":
+        plan = notebook["plan"]
+        return (f"{text}; mixed: {seconds_range(plan['low_s'], plan['high_s'])} with "
+                f"{', '.join(plan['keep_on_cpu'])} kept on the CPU")
+    return f"{text}: {verdict} on the GPU"
+
+
+def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bool = False) -> None:
+    run = result["run"]
+    where = f"run {run['id']}" if run.get("id") is not None else "the run"
+    console.print(f"[bold]GPU forecast[/bold] for {run['target']} ({where}, measured on {run.get('cpu') or 'this CPU'})")
+    for device in result["devices"]:
+        key = device["key"]
+        notebook = result["notebook"][key]
+        table = Table(title=f"per cell on the {device['name']}")
+        for column, justify in (("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
+                                (f"{key.upper()} forecast", "right"), ("verdict", "left"), ("dominant term", "left")):
+            table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for cell in _cells_in_order(result, key, top, show_all):
+            outcome = cell["gpu"][key]
+            style = VERDICT_STYLE.get(outcome["verdict"], "")
+            dominant = dominant_words(outcome)
+            table.add_row(
+                str(cell["index"] + 1), str(cell.get("line") or ""), (cell.get("first_line") or "")[:40],
+                format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
+                f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"], dominant,
+            )
+        if table.row_count:
+            console.print(table)
+        style = VERDICT_STYLE.get(notebook["verdict"], "")
+        console.print(f"[{style}]{_headline(result, key)}[/{style}]" if style else _headline(result, key))
+        for entry in notebook["keep_on_cpu"]:
+            console.print(
+                f"  keep [bold]{entry['function']}[/bold] on the CPU: "
+                f"{seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])} forecast on the {key.upper()} vs "
+                f"{format_seconds(entry['cpu_s'])} measured here"
+            )
+            console.print(f"    {entry['change']['text']}", markup=False)
+            if entry["change"].get("example"):
+                for line in entry["change"]["example"].splitlines():
+                    console.print(f"      {line}", markup=False)
+        for entry in notebook["gains"][:3]:
+            console.print(
+                f"  gains on the GPU: {entry['function']} {format_seconds(entry['cpu_s'])} here → "
+                f"{seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])}"
+            )
+    for comparison in result.get("measured") or []:
+        print_measured(comparison, result)
+    for note in result["notes"]:
+        console.print(f"[dim]note: {note}[/dim]")
+    console.print(f"[dim]{MEANING}[/dim]")
+    _print_figures(result)
+
+
+def print_measured(comparison: dict[str, Any], result: dict[str, Any]) -> None:
+    """Forecast vs a real GPU run, per cell (compile time left out of both sides)."""
+    key = comparison["device"]
+    run = comparison["measured_run"]
+    title = f"forecast ({key}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} (run {run.get('id')})"
+    table = Table(title=title)
+    for column, justify in (("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
+                            ("forecast", "right"), ("measured", "right"), ("error", "right"), ("in range", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in comparison["cells"]:
+        if row["measured_s"] is None:
+            continue
+        error = row["error"]
+        table.add_row(
+            str(row["index"] + 1), str(row.get("line") or ""), (row.get("first_line") or "")[:36],
+            format_seconds(row["cpu_s"]), seconds_range(row["forecast_low_s"], row["forecast_high_s"]),
+            format_seconds(row["measured_s"]), "–" if error is None else f"{error:+.0%}",
+            "yes" if row["within"] else "no",
+        )
+    console.print(table)
+    total = comparison["total"]
+    console.print(
+        f"total without compile: forecast {seconds_range(total['forecast_low_s'], total['forecast_high_s'])}, "
+        f"measured {format_seconds(total['measured_s'])}; {comparison['within']} of {comparison['paired']} cells "
+        "within the forecast range (error: forecast midpoint vs measured, compile left out of both)"
+    )
+
+
+def _print_figures(result: dict[str, Any]) -> None:
+    for device in result["devices"]:
+        figures = device["figures"]
+        parts = []
+        for name, unit in (("loop_iteration_us", " µs/iteration"), ("sync_iteration_us", " µs/synced iteration")):
+            figure = figures[name]
+            parts.append(f"{_figure_text(figure)}{unit} ({figure['basis']})")
+        console.print(f"[dim]{device['key']}: {'; '.join(parts)}; sources: nbscope forecast --json or "
+                      f"docs/forecast.md[/dim]")
+
+
+def _figure_text(figure: dict[str, Any]) -> str:
+    low, high = figure["low"], figure["high"]
+    return f"{low:.3g}" if low == high else f"{low:.3g}–{high:.3g}"
+
+
+def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all: bool = False) -> str:
+    run = result["run"]
+    lines = [f"## GPU forecast: {run['target']}", ""]
+    for device in result["devices"]:
+        key = device["key"]
+        notebook = result["notebook"][key]
+        lines += [f"**{_headline(result, key)}**", ""]
+        rows = _cells_in_order(result, key, top, show_all)
+        if rows:
+            lines += [f"| cell | line | code | CPU | {key.upper()} forecast | verdict | dominant term |",
+                      "|---:|---:|---|---:|---:|---|---|"]
+            for cell in rows:
+                outcome = cell["gpu"][key]
+                code = (cell.get("first_line") or "").replace("|", "\\|")[:40]
+                dominant = dominant_words(outcome).replace("|", "\\|")
+                lines.append(
+                    f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{code}` | {format_seconds(cell['cpu']['wall_s'])} "
+                    f"| {seconds_range(outcome['low_s'], outcome['high_s'])} | {outcome['verdict']} | {dominant} |"
+                )
+            lines.append("")
+        for entry in notebook["keep_on_cpu"]:
+            lines.append(f"- keep `{entry['function']}` on the CPU "
+                         f"({seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])} on the {key.upper()} vs "
+                         f"{format_seconds(entry['cpu_s'])} here): {entry['change']['text']}")
+            if entry["change"].get("example"):
+                lines += ["", "  ```python", *[f"  {ln}" for ln in entry["change"]["example"].splitlines()], "  ```"]
+        lines.append("")
+    for comparison in result.get("measured") or []:
+        lines += [f"### forecast ({comparison['device']}) vs measured (run {comparison['measured_run'].get('id')})", "",
+                  "| cell | line | CPU | forecast | measured | error | in range |", "|---:|---:|---:|---:|---:|---:|---|"]
+        for row in comparison["cells"]:
+            if row["measured_s"] is None:
+                continue
+            error = "–" if row["error"] is None else f"{row['error']:+.0%}"
+            lines.append(f"| {row['index'] + 1} | {row.get('line') or ''} | {format_seconds(row['cpu_s'])} | "
+                         f"{seconds_range(row['forecast_low_s'], row['forecast_high_s'])} | "
+                         f"{format_seconds(row['measured_s'])} | {error} | {'yes' if row['within'] else 'no'} |")
+        lines.append("")
+    lines += [f"_{MEANING}_", ""]
+    lines += [f"_note: {note}_" for note in result["notes"]]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def print_device_table(table: Any) -> None:
+    """The device table (``nbscope forecast --list``): each figure with its basis and source."""
+    for device in table.devices.values():
+        grid = Table(title=f"{device.key}: {device.name} ({device.origin})", show_lines=False)
+        for column in ("figure", "value", "basis", "source"):
+            grid.add_column(column, overflow="fold")
+        for name, figure in device.figures.items():
+            grid.add_row(name, _figure_text(figure.as_dict()), figure.basis, figure.source)
+        console.print(grid)
+    grid = Table(title="model figures (every device)")
+    for column in ("figure", "value", "basis", "source"):
+        grid.add_column(column, overflow="fold")
+    for name, figure in table.model.items():
+        grid.add_row(name, _figure_text(figure.as_dict()), figure.basis, figure.source)
+    console.print(grid)
+    console.print(f"[dim]files: {', '.join(table.files)}[/dim]")
+
+
+# ---- the HTML report's section (nbscope report) ---------------------------------------------------------
+
+MAX_PLOT_CELLS = 30
+
+
+def forecast_svg(result: dict[str, Any]) -> str | None:
+    """Per cell the measured CPU time and each GPU's forecast (bar to the low end, whisker to the high
+    end; an open-ended range draws an arrow), log time axis, the cells the GPU changes most first."""
+    from nbscope.render.html._base import COLORS
+    from nbscope.render.html._plots import _figure, _label, _plain, svg
+
+    if not result["devices"]:
+        return None
+    first = result["devices"][0]["key"]
+    order = result["notebook"][first]["ranking"][:MAX_PLOT_CELLS]
+    cells = {c["index"]: c for c in result["cells"]}
+    rows = [cells[i] for i in order if i in cells]
+    if not rows:
+        return None
+    series = 1 + len(result["devices"])
+    figure = _figure(10, max(2.4, 0.26 * len(rows) * series * 0.7 + 1.5))
+    axes = figure.subplots()
+    height = 0.8 / series
+    floor = 1e-4
+    cpu = [max(c["cpu"]["wall_s"], floor) for c in rows]
+    positions = [i - 0.4 + height * 0.5 for i in range(len(rows))]
+    axes.barh(positions, cpu, height=height, color="#8c8c8c", label="CPU (measured)")
+    for number, device in enumerate(result["devices"], start=1):
+        key = device["key"]
+        lows = [max(c["gpu"][key]["low_s"], floor) for c in rows]
+        highs = [c["gpu"][key]["high_s"] for c in rows]
+        upper = [(h - low) if h is not None else low * 9 for h, low in zip(highs, lows, strict=True)]
+        positions = [i - 0.4 + height * (number + 0.5) for i in range(len(rows))]
+        axes.barh(positions, lows, height=height, color=COLORS[(number - 1) % len(COLORS)],
+                  xerr=[[0] * len(lows), upper], capsize=2, label=_plain(f"{device['name']} (forecast)"))
+    axes.set_xscale("log")
+    axes.set_yticks(range(len(rows)), [_label(c) for c in rows], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds (log scale)")
+    axes.set_title("CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)", fontsize=10)
+    axes.grid(axis="x", alpha=0.3)
+    figure.legend(fontsize=8, loc="outside lower center", ncols=min(3, series))
+    return svg(figure)
+
+
+def forecast_html(result: dict[str, Any]) -> str:
+    """The report section of one forecast: plot, verdicts and the changes to make."""
+    from nbscope.render.html._base import Markup, _table, e, e_code
+
+    run = result["run"]
+    parts = [f"<h3>{e(run['target'])} (run {e(run.get('id'))})</h3>"]
+    plot = forecast_svg(result)
+    if plot:
+        parts.append(plot)
+    for device in result["devices"]:
+        key = device["key"]
+        notebook = result["notebook"][key]
+        parts.append(f"<p><strong>{e(_headline(result, key))}</strong></p>")
+        rows = []
+        for index in notebook["ranking"][:MAX_PLOT_CELLS]:
+            cell = next(c for c in result["cells"] if c["index"] == index)
+            outcome = cell["gpu"][key]
+            rows.append((cell["index"] + 1, cell.get("line") or "", Markup(f"<code>{e(cell.get('first_line'))}</code>"),
+                         format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
+                         outcome["verdict"], dominant_words(outcome)))
+        if rows:
+            parts.append(_table(("cell", "line", "code", "CPU", f"{key.upper()} forecast", "verdict", "dominant term"),
+                                rows, numeric=(0, 1, 3, 4)))
+        for entry in notebook["keep_on_cpu"]:
+            example = entry["change"].get("example")
+            parts.append(f"<p>Keep <code>{e(entry['function'])}</code> on the CPU: {e_code(entry['change']['text'])}</p>"
+                         + (f'<pre class="src">{e(example)}</pre>' if example else ""))
+    parts.append(f'<p class="note">{e(MEANING)}</p>')
+    parts.extend(f'<p class="note">{e(note)}</p>' for note in result["notes"])
+    return "".join(parts)
+
+
+def report_section(data: Any) -> str:
+    """``<h2>GPU forecast</h2>`` for the forecasts a report holds (:func:`nbscope.analyse.report.report_data`
+    forecasts the profile runs recorded with program data), or "" when it holds none."""
+    from nbscope.render.html._base import e
+
+    parts = [forecast_html(result) for result in data.forecasts]
+    parts += [f'<p class="note">{e(note)}</p>' for note in data.forecast_notes]
+    return "<h2>GPU forecast</h2>" + "".join(parts) if parts else ""

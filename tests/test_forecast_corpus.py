@@ -1,0 +1,81 @@
+"""The forecast's acceptance checks on the real lectures in ../shared/corpus (slow: minutes each).
+
+What is asserted comes from counts and the device table (iterations, per-iteration costs, bytes,
+flops), so it holds on a faster or busier machine; the whole-notebook comparison uses the CPU time
+measured in the same run, against which the T4's loop alone is two orders of magnitude larger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbscope.analyse.forecast import forecast
+from nbscope.analyse.forecast.devices import load_table
+from nbscope.api.profile import ProfileOptions, profile
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.corpus,
+    pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus folder {CORPUS} is absent"),
+]
+
+
+def _forecast(name: str, gpus: str) -> tuple[Any, dict[str, Any]]:
+    record = profile(CORPUS / name, ProfileOptions(forecast=gpus.split(",")), fingerprint={"digest": "corpus"})
+    assert record.measurements.get("programs"), "program data was not recorded"
+    return record, forecast(record, gpus, notebook_path=CORPUS / name)
+
+
+def test_seed_lecture_forecast_on_a_t4() -> None:
+    record, result = _forecast("numpy_vs_numba_vs_jax.md", "t4")
+    notebook = result["notebook"]["t4"]
+    cells = {c["index"]: c for c in result["cells"]}
+    qm_cells = [c["index"] for c in result["cells"] if any(p["function"] == "qm_jax" for p in c["programs"])]
+    assert len(qm_cells) == 2  # the lecture calls qm_jax twice
+    # Ranked first: the two qm_jax cells.
+    assert sorted(notebook["ranking"][:2]) == sorted(qm_cells)
+    for index in qm_cells:
+        outcome = cells[index]["gpu"]["t4"]
+        (loop,) = [t for t in outcome["terms"] if t["kind"] == "loop"]
+        assert "lax.scan" in loop["words"] and "10,000,000 iterations" in loop["words"]
+        assert outcome["dominant"]["kind"] == "loop"
+        # Each qm_jax call within [40 s, 160 s] (measured on a T4: 81.6 s).
+        assert 40 <= loop["low_s"] and loop["high_s"] <= 160
+        assert outcome["verdict"] == "slower"
+    # The whole notebook is slower on the T4 than it was on this CPU, and qm_jax should stay on the CPU.
+    assert notebook["low_s"] > notebook["cpu_s"]
+    assert notebook["all_on_gpu"] == "slower"
+    keep = [k["function"] for k in notebook["keep_on_cpu"]]
+    assert keep[0] == "qm_jax"
+    change = notebook["keep_on_cpu"][0]["change"]
+    assert "jax.default_device" in change["text"]
+    assert change["example"] and "qm_jax(0.1, n)" in change["example"]
+
+
+def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:
+    table = load_table(environ={})
+    gpus = ",".join(sorted(table.devices))
+    record, result = _forecast("jax_intro.md", gpus)
+    programs = record.measurements["programs"]["programs"]
+
+    def big_cos(cell: dict[str, Any]) -> bool:
+        for execution in cell["programs"]:
+            program = programs.get(execution["program"]) or {}
+            work = program.get("per_execution") or {}
+            if program.get("function") == "cos" and work.get("transcendentals", 0) >= 10_000_000:
+                return True
+        return False
+
+    cos_cells = [c for c in result["cells"] if big_cos(c)]
+    assert len(cos_cells) >= 4  # cos over 50 M values: twice at n, twice at n + 1
+    for cell in cos_cells:
+        for key in table.devices:
+            outcome = cell["gpu"][key]
+            # On every GPU the cos itself takes milliseconds where this CPU took far longer.
+            (cos_work,) = [t for t in outcome["terms"] if t["kind"] == "work" and t["function"] == "cos"]
+            assert cos_work["high_s"] < 0.05
+            assert outcome["verdict"] == "faster", (cell["index"], key, outcome["low_s"], outcome["cpu_s"])
