@@ -11,13 +11,20 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nbscope._errors import NbscopeError
+from nbscope._errors import NbscopeError, describe
+from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing, output_error, roundtrip
+from nbscope.collect._kernel import ensure_dead, interrupt_cell, kernel_family, shut_down
+from nbscope.collect._sidefiles import LiveFile, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
+
+__all__ = [
+    "CellCallback", "Execution", "ExecutionOptions", "LiveFile", "ProbeReader", "StartCallback", "execute",
+    "merge_cell", "merge_described",
+]
 
 CellCallback = Callable[[dict[str, Any]], None]
 StartCallback = Callable[[CodeCell], None]
@@ -49,126 +56,6 @@ class Execution:
     executed_nb: Any = None
     interrupted: bool = False  # Ctrl-C: the caller saves what was measured, then stops
     programs: dict[str, Any] | None = None  # with ExecutionOptions.programs: the run's program table
-
-
-class ProbeReader:
-    """Reads the probe's JSON lines incrementally."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.kernel: dict[str, Any] | None = None
-        self.cells: dict[int, dict[str, Any]] = {}
-        self.started: dict[int, dict[str, Any]] = {}
-
-    def poll(self) -> None:
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            return
-        complete, _, _ = chunk.rpartition("\n")
-        if not complete:
-            return
-        self.offset += len(complete.encode("utf-8")) + 1
-        for line in complete.splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            kind = record.get("type")
-            if kind == "kernel":
-                self.kernel = record
-            elif kind == "cell":
-                self.cells[record["seq"]] = record
-            elif kind == "start":
-                self.started[record["seq"]] = record
-
-    def take(self, source_hash: str) -> dict[str, Any] | None:
-        """The latest finished probe record for a cell with this hash, removed from the pool."""
-        self.poll()
-        for seq in sorted(self.cells, reverse=True):
-            if self.cells[seq]["hash"] == source_hash:
-                return self.cells.pop(seq)
-        return None
-
-
-def _iso_seconds(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _timing(cell: Any) -> dict[str, float | None]:
-    """nbclient's kernel-clock timestamps for a cell, as Unix seconds."""
-    timing = cell.get("metadata", {}).get("execution", {})
-    return {key: _iso_seconds(timing.get(key)) for key in ("iopub.status.busy", "iopub.status.idle")}
-
-
-def _roundtrip(cell: Any) -> float | None:
-    timing = _timing(cell)
-    busy, idle = timing["iopub.status.busy"], timing["iopub.status.idle"]
-    return idle - busy if busy is not None and idle is not None else None
-
-
-def _output_error(cell: Any) -> dict[str, str] | None:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return {"name": output.get("ename", ""), "message": str(output.get("evalue", ""))[:500]}
-    return None
-
-
-def merge_cell(code_cell: CodeCell, probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
-    """One cell record from the notebook's cell, the probe's line and the runner's observations."""
-    return merge_described(code_cell.describe(), probe, **runner_fields)
-
-
-def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
-    """:func:`merge_cell` from a cell's description (``CodeCell.describe()``), e.g. one kept in a live file."""
-    record = dict(description)
-    record.update(
-        execution_count=None,
-        status="not-run",
-        error=None,
-        wall_s=None,
-        roundtrip_s=None,
-        code_s=None,
-        compile_s=None,
-        run_s=None,
-        overhead_s=None,
-        compile_share=None,
-        jax=None,
-        numba=None,
-        alarms=[],
-        rss=None,
-        gpu_memory=None,
-        output_bytes=0,
-    )
-    if probe is not None:
-        for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory"):
-            record[key] = probe.get(key)
-    record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
-    if record["wall_s"] is None and record["roundtrip_s"] is not None:
-        record["wall_s"] = record["roundtrip_s"]
-    return record  # compile_s, run_s, overhead_s: derived by the cell model (nbscope.record.cells)
-
-
-class LiveFile:
-    """The side file to which cell records stream as each finishes."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record, default=str) + "\n")
 
 
 def execute(
@@ -219,9 +106,9 @@ def execute(
         try:
             context.__enter__()
         except BaseException as exc:  # a failed or interrupted start must not leave a kernel behind
-            _ensure_dead(client, _kernel_family(client))
+            ensure_dead(client, kernel_family(client))
             if isinstance(exc, Exception):
-                raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {_one_line(exc)}") from None
+                raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {describe(exc)}") from None
             raise
         runner["kernel_start_s"] = time.perf_counter() - started
         execute_start = time.perf_counter()
@@ -246,8 +133,8 @@ def execute(
                 elapsed = time.perf_counter() - cell_started
                 probe = reader.take(code_cell.source_hash) if outcome == "ran" else None
                 runner_fields: dict[str, Any] = {
-                    "roundtrip_s": _roundtrip(cell) if outcome == "ran" else None,
-                    "busy_unix": _timing(cell)["iopub.status.busy"] if outcome == "ran" else None,
+                    "roundtrip_s": roundtrip(cell) if outcome == "ran" else None,
+                    "busy_unix": nbclient_timing(cell)["iopub.status.busy"] if outcome == "ran" else None,
                     "output_bytes": len(json.dumps(cell.get("outputs", []))),
                 }
                 if outcome == "ran" and probe is None:
@@ -255,7 +142,7 @@ def execute(
                     runner_fields["status"] = "skipped" if skipped else "ok"
                     if not skipped:  # probe missing (a kernel without IPython events): runner figures only
                         runner_fields["wall_s"] = runner_fields["roundtrip_s"] or elapsed
-                        error = _output_error(cell)
+                        error = output_error(cell)
                 elif outcome != "ran":
                     runner_fields.update(status=outcome, wall_s=elapsed)
                     error = {"name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",
@@ -283,7 +170,7 @@ def execute(
                     status, stopped = "partial", True
                 elif outcome == "timeout":
                     status = "partial"
-                    _interrupt(client, cell)
+                    interrupt_cell(client, cell)
                     stopped = options.on_error == "stop"
                 elif record["status"] == "error" and options.on_error == "stop":
                     status, stopped = "partial", True
@@ -299,7 +186,7 @@ def execute(
             runner["execute_s"] = time.perf_counter() - execute_start
             shutdown_started = time.perf_counter()
             try:
-                _shut_down(client, context, runner)
+                shut_down(client, context, runner)
             except KeyboardInterrupt:  # the cells are all measured: keep them, and let the caller stop
                 interrupted = True
             runner["shutdown_s"] = time.perf_counter() - shutdown_started
@@ -346,95 +233,9 @@ def _summarise_timeline(trace: Any, record: dict[str, Any]) -> dict[str, Any] | 
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _interrupt(client: Any, cell: Any, wait_s: float = 5.0) -> None:
-    """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient).
-
-    nbclient leaves the timed-out cell's IOPub reader task running; until it has read that cell's
-    ``idle`` status it takes (and drops) the next cell's messages, which loses that cell's busy/idle
-    timestamps or stalls it for ``iopub_timeout``. Run the event loop until it is done.
-    """
-    import asyncio
-
-    from nbclient.util import run_sync
-
-    try:
-        run_sync(client.km.interrupt_kernel)()
-    except Exception:
-        return
-    timing = cell.get("metadata", {}).get("execution", {})
-    deadline = time.monotonic() + wait_s
-    while "iopub.status.idle" not in timing and time.monotonic() < deadline:
-        run_sync(asyncio.sleep)(0.01)
-
-
-def _shut_down(client: Any, context: Any, runner: dict[str, Any]) -> None:
-    """Stop the kernel and everything it started; a failing shutdown is noted, never raised, so the
-    cells measured are still returned."""
-    family = _kernel_family(client)
-    try:
-        context.__exit__(None, None, None)
-    except Exception as exc:
-        runner["shutdown_error"] = _one_line(exc)
-    finally:
-        _ensure_dead(client, family)
-
-
-def _kernel_process(client: Any) -> Any:
-    provisioner = getattr(getattr(client, "km", None), "provisioner", None)
-    return getattr(provisioner, "process", None)
-
-
-def _kernel_family(client: Any) -> tuple[int | None, list[Any]]:
-    """The kernel's process group (when it leads one: jupyter_client starts each kernel in a session of
-    its own) and its descendants (processes a notebook started), found while the kernel still lives:
-    once it is gone they belong to init and can no longer be told apart."""
-    import os
-
-    process = _kernel_process(client)
-    if process is None or process.poll() is not None:
-        return None, []
-    try:
-        group = process.pid if os.getpgid(process.pid) == process.pid else None
-    except OSError:
-        group = None
-    try:
-        import psutil
-
-        return group, list(psutil.Process(process.pid).children(recursive=True))
-    except Exception:
-        return group, []
-
-
-def _ensure_dead(client: Any, family: tuple[int | None, list[Any]] = (None, [])) -> None:
-    """A kernel that ignored shutdown must not outlive the run, nor any process it started."""
-    import os
-    import signal
-
-    process = _kernel_process(client)
-    if process is not None and process.poll() is None:
-        process.kill()
-        process.wait(timeout=10)
-    group, children = family
-    if group is not None:
-        try:
-            os.killpg(group, signal.SIGKILL)  # a group keeps its id while any member lives
-        except OSError:  # empty: nothing left in it
-            pass
-    for child in children:
-        try:
-            child.kill()
-        except Exception:  # already gone
-            pass
-
-
 def _log_tail(path: Path, limit: int = 2000) -> str | None:
     try:
         data = path.read_bytes()[-limit:]
     except OSError:
         return None
     return data.decode("utf-8", errors="replace") or None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}"

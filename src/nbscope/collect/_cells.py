@@ -1,0 +1,72 @@
+"""A cell's raw record: the notebook's cell, the probe's line and what nbclient saw (busy → idle, output,
+errors), before the cell model derives compile, run and overhead from it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from nbscope.collect.notebook import CodeCell
+
+
+def iso_seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def nbclient_timing(cell: Any) -> dict[str, float | None]:
+    """nbclient's kernel-clock timestamps for a cell, as Unix seconds."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    return {key: iso_seconds(timing.get(key)) for key in ("iopub.status.busy", "iopub.status.idle")}
+
+
+def roundtrip(cell: Any) -> float | None:
+    timing = nbclient_timing(cell)
+    busy, idle = timing["iopub.status.busy"], timing["iopub.status.idle"]
+    return idle - busy if busy is not None and idle is not None else None
+
+
+def output_error(cell: Any) -> dict[str, str] | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return {"name": output.get("ename", ""), "message": str(output.get("evalue", ""))[:500]}
+    return None
+
+
+def merge_cell(code_cell: CodeCell, probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
+    """One cell record from the notebook's cell, the probe's line and the runner's observations."""
+    return merge_described(code_cell.describe(), probe, **runner_fields)
+
+
+def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
+    """:func:`merge_cell` from a cell's description (``CodeCell.describe()``), e.g. one kept in a live file."""
+    record = dict(description)
+    record.update(
+        execution_count=None,
+        status="not-run",
+        error=None,
+        wall_s=None,
+        roundtrip_s=None,
+        code_s=None,
+        compile_s=None,
+        run_s=None,
+        overhead_s=None,
+        compile_share=None,
+        jax=None,
+        numba=None,
+        alarms=[],
+        rss=None,
+        gpu_memory=None,
+        output_bytes=0,
+    )
+    if probe is not None:
+        for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory"):
+            record[key] = probe.get(key)
+    record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
+    if record["wall_s"] is None and record["roundtrip_s"] is not None:
+        record["wall_s"] = record["roundtrip_s"]
+    return record  # compile_s, run_s, overhead_s: derived by the cell model (nbscope.record.cells)

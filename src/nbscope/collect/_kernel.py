@@ -1,0 +1,90 @@
+"""A notebook kernel's lifecycle under nbclient: interrupting a cell, shutting down, and making sure the
+kernel and every process it started are gone."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nbscope._errors import describe
+
+
+def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> None:
+    """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient).
+
+    nbclient leaves the timed-out cell's IOPub reader task running; until it has read that cell's
+    ``idle`` status it takes (and drops) the next cell's messages, which loses that cell's busy/idle
+    timestamps or stalls it for ``iopub_timeout``. Run the event loop until it is done.
+    """
+    import asyncio
+
+    from nbclient.util import run_sync
+
+    try:
+        run_sync(client.km.interrupt_kernel)()
+    except Exception:
+        return
+    timing = cell.get("metadata", {}).get("execution", {})
+    deadline = time.monotonic() + wait_s
+    while "iopub.status.idle" not in timing and time.monotonic() < deadline:
+        run_sync(asyncio.sleep)(0.01)
+
+
+def shut_down(client: Any, context: Any, runner: dict[str, Any]) -> None:
+    """Stop the kernel and everything it started; a failing shutdown is noted, never raised, so the
+    cells measured are still returned."""
+    family = kernel_family(client)
+    try:
+        context.__exit__(None, None, None)
+    except Exception as exc:
+        runner["shutdown_error"] = describe(exc)
+    finally:
+        ensure_dead(client, family)
+
+
+def kernel_process(client: Any) -> Any:
+    provisioner = getattr(getattr(client, "km", None), "provisioner", None)
+    return getattr(provisioner, "process", None)
+
+
+def kernel_family(client: Any) -> tuple[int | None, list[Any]]:
+    """The kernel's process group (when it leads one: jupyter_client starts each kernel in a session of
+    its own) and its descendants (processes a notebook started), found while the kernel still lives:
+    once it is gone they belong to init and can no longer be told apart."""
+    import os
+
+    process = kernel_process(client)
+    if process is None or process.poll() is not None:
+        return None, []
+    try:
+        group = process.pid if os.getpgid(process.pid) == process.pid else None
+    except OSError:
+        group = None
+    try:
+        import psutil
+
+        return group, list(psutil.Process(process.pid).children(recursive=True))
+    except Exception:
+        return group, []
+
+
+def ensure_dead(client: Any, family: tuple[int | None, list[Any]] = (None, [])) -> None:
+    """A kernel that ignored shutdown must not outlive the run, nor any process it started."""
+    import os
+    import signal
+
+    process = kernel_process(client)
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
+    group, children = family
+    if group is not None:
+        try:
+            os.killpg(group, signal.SIGKILL)  # a group keeps its id while any member lives
+        except OSError:  # empty: nothing left in it
+            pass
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # already gone
+            pass
