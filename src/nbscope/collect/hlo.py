@@ -405,6 +405,15 @@ class Work:
         }
 
 
+def _unvisited(module: Module, name: str, seen: set[str]) -> tuple[list[Any], set[str]]:
+    """A computation's instructions when it is not on the current call path yet (else none), and the
+    path with it."""
+    computation = module.computations.get(name)
+    if computation is None or name in seen:
+        return [], seen
+    return computation.instructions, seen | {name}
+
+
 def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
     """Work of computations from their text: flops per element, dot 2·M·N·K, kernel operand bytes."""
     work = Work()
@@ -414,11 +423,8 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
             shapes[instruction.name] = instruction.shape
 
     def arithmetic(name: str, seen: set[str]) -> None:
-        computation = module.computations.get(name)
-        if computation is None or name in seen:
-            return
-        seen = seen | {name}
-        for instruction in computation.instructions:
+        instructions, seen = _unvisited(module, name, seen)
+        for instruction in instructions:
             opcode = instruction.opcode
             dtype, elements = _elements(instruction.shape)
             if dtype in FLOATS:
@@ -457,11 +463,8 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
                     work.flops_f64 += elements
 
     def traffic(name: str, seen: set[str]) -> None:
-        computation = module.computations.get(name)
-        if computation is None or name in seen:
-            return
-        seen = seen | {name}
-        for instruction in computation.instructions:
+        instructions, seen = _unvisited(module, name, seen)
+        for instruction in instructions:
             if instruction.opcode == "call" or (instruction.opcode == "while" and include_loops):
                 for callee in instruction.called:
                     traffic(callee, seen)
