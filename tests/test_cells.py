@@ -103,3 +103,35 @@ def test_cells_without_hash_are_never_equal() -> None:
     a = [{"index": 0, "first_line": "x = 1"}]
     b = [{"index": 0, "first_line": "x = 1"}]
     assert [p.match for p in pair_cells(a, b)] == ["edited"]
+
+
+def _record(cells_: list[dict[str, Any]]) -> Any:
+    from nbscope.record.run import RunRecord
+
+    return RunRecord(kind="profile", target="nb.ipynb", fingerprint={"digest": "d"}, command=["test"],
+                     measurements={"cells": cells_, "totals": {"wall_s": sum(c["wall_s"] for c in cells_)}})
+
+
+def test_compare_gate_and_report_agree_on_the_pairing() -> None:
+    from nbscope.analyse.compare import compare
+    from nbscope.analyse.gate import gate
+    from nbscope.analyse.report import report_data
+
+    def figures(i: int, source: str, wall: float) -> dict[str, Any]:
+        return cell(source, i, wall_s=wall, compile_s=0.0, run_s=wall)
+
+    # Edited in place ("x = 1", the last cell), moved to the end ("def f"), a duplicated source ("t = time()").
+    a = _record([figures(0, "import jax", 1.0), figures(1, "def f(x): return x", 1.1), figures(2, "x = 1", 1.2),
+                 figures(3, "t = time()", 1.3), figures(4, "y = f(x)", 1.4), figures(5, "t = time()", 1.5),
+                 figures(6, "print('gone')", 1.6)])
+    b = _record([figures(0, "import jax", 2.0), figures(1, "x = 2", 2.2), figures(2, "t = time()", 2.3),
+                 figures(3, "y = f(x)", 2.4), figures(4, "t = time()", 2.5), figures(5, "plt.show()", 2.7),
+                 figures(6, "def f(x): return x", 2.1)])
+    expected = {(1.0, 2.0), (1.1, 2.1), (1.2, 2.2), (1.3, 2.3), (1.4, 2.4), (1.5, 2.5), (1.6, 2.7)}
+    pairs = compare(a, b).pairs
+    assert {p.match for p in pairs} == {"hash", "moved", "edited"}
+    by_compare = {(p.a["wall_s"], p.b["wall_s"]) for p in pairs if p.paired}
+    by_gate = {(c.base_s, c.cand_s) for c in gate(a, b).cells if c.base_s is not None and c.cand_s is not None}
+    report = report_data([a, b])
+    by_report = {(row[0]["wall_s"], row[1]["wall_s"]) for row in report.side_by_side if None not in row}
+    assert by_compare == by_gate == by_report == expected

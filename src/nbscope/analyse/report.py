@@ -11,6 +11,7 @@ from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, history
+from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
 
 CELL_KINDS = ("profile", "trace")
@@ -27,6 +28,10 @@ class ReportData:
     diagnoses: list[tuple[int, Findings]] = field(default_factory=list)  # (position, findings)
     notes: list[str] = field(default_factory=list)  # runs that could not be diagnosed, and why
     histories: list[tuple[str, History]] = field(default_factory=list)
+    # Cells of the profile runs side by side: ``side_by_side_runs`` are positions in ``records``, each row
+    # holds one cell (or None) per such run, paired with the first run's cells by the cell model.
+    side_by_side_runs: list[int] = field(default_factory=list)
+    side_by_side: list[list[dict[str, Any] | None]] = field(default_factory=list)
     forecasts: list[dict[str, Any]] = field(default_factory=list)  # GPU forecasts of runs with program data
     forecast_notes: list[str] = field(default_factory=list)
 
@@ -42,6 +47,23 @@ def _gate(data: ReportData) -> None:
         data.gate = gate(runs[0], runs[-1])
     except NbscopeError as exc:
         data.gate_error = str(exc)
+
+
+def _side_by_side(data: ReportData) -> None:
+    runs = [(i, r) for i, r in enumerate(data.records) if r.kind in CELL_KINDS and r.measurements.get("cells")]
+    if len(runs) < 2:
+        return
+    base = list(runs[0][1].measurements["cells"])
+    rows: list[list[dict[str, Any] | None]] = [[cell] + [None] * (len(runs) - 1) for cell in base]
+    row_of = {id(cell): number for number, cell in enumerate(base)}
+    for column, (_, record) in enumerate(runs[1:], start=1):
+        for pair in pair_cells(base, list(record.measurements["cells"])):
+            if pair.a is not None and pair.b is not None:
+                rows[row_of[id(pair.a)]][column] = pair.b
+            elif pair.b is not None:
+                rows.append([pair.b if k == column else None for k in range(len(runs))])
+    data.side_by_side_runs = [i for i, _ in runs]
+    data.side_by_side = rows
 
 
 def _diagnoses(data: ReportData) -> None:
@@ -83,6 +105,7 @@ def report_data(records: list[RunRecord], *, store: Any = None, history_metric: 
         raise NbscopeError("report needs at least one run")
     data = ReportData(records=list(records))
     _gate(data)
+    _side_by_side(data)
     _forecasts(data)
     _diagnoses(data)
     if store is not None:

@@ -68,7 +68,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
     if profiles:
         body.append("<h2>Cells: waterfall (compile and run stacked)</h2>")
         body.extend(sections._profile_section(r, i) for i, r in profiles)
-    bars = side_by_side_svg(records)
+    bars = side_by_side_svg(data)
     if bars:
         body.append("<h2>Compared runs: cells side by side</h2>" + bars)
     pathways = "".join(sections._pathways_section(r, i) for i, r in enumerate(records) if r.kind == "pathways")

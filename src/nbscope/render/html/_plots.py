@@ -9,11 +9,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
-from nbscope.record.cells import cell_keys
 from nbscope.record.run import RunRecord
 from nbscope.render.html._base import (
-    CELL_KINDS,
     COLORS,
     COMPILE_COLOR,
     MAX_BAR_CELLS,
@@ -115,33 +114,24 @@ def grouped_bars_svg(
     return svg(figure)
 
 
-def side_by_side_svg(records: list[RunRecord]) -> str | None:
-    """Cells paired by source hash across runs: the slowest cells, one bar per run."""
-    runs = [r for r in records if r.kind in CELL_KINDS and r.measurements.get("cells")]
-    if len(runs) < 2:
+def side_by_side_svg(data: ReportData) -> str | None:
+    """Cells paired across runs (:attr:`ReportData.side_by_side`): the slowest cells, one bar per run."""
+    if not data.side_by_side:
         return None
-    by_run: list[dict[str, dict[str, Any]]] = []
-    order: list[str] = []
-    for record in runs:
-        cells = list(record.measurements["cells"])
-        mapping = dict(zip(cell_keys(cells), cells, strict=True))
-        by_run.append(mapping)
-        order.extend(k for k in mapping if k not in order)
+    runs = [data.records[i] for i in data.side_by_side_runs]
 
-    def wall(mapping: dict[str, dict[str, Any]], key: str) -> float | None:
-        return _number(mapping[key].get("wall_s")) if key in mapping else None
+    def wall(cell: dict[str, Any] | None) -> float | None:
+        return _number(cell.get("wall_s")) if cell is not None else None
 
-    slowest = sorted(order, key=lambda k: max((wall(m, k) or 0.0) for m in by_run), reverse=True)[:MAX_BAR_CELLS]
-    keys = [k for k in order if k in slowest]
-    labels = []
-    for key in keys:
-        cell = next(m[key] for m in by_run if key in m)
-        labels.append(_label(cell))
+    slowest = sorted(data.side_by_side, key=lambda row: max((wall(c) or 0.0) for c in row), reverse=True)
+    keep = {id(row) for row in slowest[:MAX_BAR_CELLS]}
+    rows = [row for row in data.side_by_side if id(row) in keep]
+    labels = [_label(next(c for c in row if c is not None)) for row in rows]
     series = [
-        (f"{run_name(r, i)} · {r.digest} · {fp.summary(r.fingerprint)}", [wall(m, k) for k in keys])
-        for i, (r, m) in enumerate(zip(runs, by_run, strict=True))
+        (f"{run_name(r, i)} · {r.digest} · {fp.summary(r.fingerprint)}", [wall(row[k]) for row in rows])
+        for k, (i, r) in enumerate(zip(data.side_by_side_runs, runs, strict=True))
     ]
-    title = f"slowest {len(keys)} cells, paired by source across {len(runs)} runs"
+    title = f"slowest {len(rows)} cells, paired by source across {len(runs)} runs"
     return grouped_bars_svg(labels, series, title=title, xlabel="wall time per cell (s)")
 
 
