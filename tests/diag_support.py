@@ -20,9 +20,14 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
 def profile_notebook(name: str, folder: Path, **options: Any) -> RunRecord:
-    """Profile ``tests/files/<name>.ipynb`` in a fresh kernel; caches and side files stay under ``folder``."""
+    """Profile ``tests/files/<name>.ipynb`` in a fresh kernel; caches and side files stay under ``folder``.
+
+    JAX runs on the CPU unless ``jax_platform`` says otherwise: the test notebooks show CPU behaviour
+    (a GPU, where one is present, would make the compute-bound cells launch-bound and so on).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     options.setdefault("cache_root", folder / "jax-cache")
+    options.setdefault("jax_platform", "cpu")
     return profile(FILES / f"{name}.ipynb", ProfileOptions(**options), live_path=folder / f"{name}.jsonl")
 
 

@@ -27,12 +27,20 @@ NOTEBOOKS = {"sleep_numpy.ipynb", "numpy_stats.md", "chapters/pure_python.md", "
 pytestmark = pytest.mark.slow
 
 
-def nbscope(*args: Any, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def audit_env() -> dict[str, str]:
+    """The environment of the audits here: no default store, and NVML off, so that cuda is unavailable on
+    every machine (a GPU would otherwise add cuda runs; the GPU scheduling is tested with a fake NVML in
+    test_audit.py). All audits of one test share it: their fingerprints must agree to reuse runs."""
     env = dict(os.environ)
     env.pop("NBSCOPE_DB", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    env["NBSCOPE_NVML"] = "off"
+    return env
+
+
+def nbscope(*args: Any, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=audit_env(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def audit_file(*args: Any, cwd: Path, name: str) -> dict[str, Any]:
@@ -80,10 +88,8 @@ def test_local_audit_profiles_every_notebook_and_reports_cuda_unavailable(local_
     assert m["totals"]["notebooks"] == 6 and m["totals"]["profiled"] == 6
     assert len(local_audit["runs"]) == 6
     cuda = [e for e in m["notebooks"] if e["backend"] == "cuda"]
-    if m["backends"]["cuda"]["available"]:
-        pytest.skip("this machine has a GPU: cuda is not unavailable here")
     assert all(e["status"] == "unavailable" for e in cuda) and len(cuda) == 6
-    assert "no GPU devices" in m["backends"]["cuda"]["reason"]
+    assert "no GPU devices" in m["backends"]["cuda"]["reason"] and "NBSCOPE_NVML=off" in m["backends"]["cuda"]["reason"]
     assert m["summary"].startswith("0 of 6 lectures could be compared on cpu and cuda: cuda unavailable")
     html = (local_audit["_folder"] / "a.html").read_text()
     assert "jax_small.md" in html and "<table>" in html
@@ -97,8 +103,10 @@ def test_second_audit_reuses_every_notebook(local_audit: dict[str, Any]) -> None
     assert (totals["reused"], totals["profiled"]) == (6, 0), problems(local_audit)
 
 
-def test_dask_local_cluster_gives_the_same_notebook_records(local_audit: dict[str, Any], tmp_path: Path) -> None:
+def test_dask_local_cluster_gives_the_same_notebook_records(local_audit: dict[str, Any], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     distributed = pytest.importorskip("distributed")
+    monkeypatch.setenv("NBSCOPE_NVML", "off")  # as in the other audits here (the workers inherit it)
     from nbscope.api.audit import AuditOptions, audit, export_audit
 
     store = Store(tmp_path / "dask.db")
@@ -113,13 +121,12 @@ def test_dask_local_cluster_gives_the_same_notebook_records(local_audit: dict[st
     assert len({e["worker"]["pid"] for e in entries}) == 2
     runs = store.list(kind="profile")
     assert len(runs) == 6 and all(r["digest"] == e["digest"] for r in runs for e in entries[:1])
-    assert record.measurements["backends"]["cuda"]["available"] is False
+    assert record.measurements["backends"]["cuda"]["available"] is False  # no worker declares a GPU resource
 
 
 def test_shards_merged_cover_exactly_the_unsharded_audit(local_audit: dict[str, Any], tmp_path: Path) -> None:
     # Both shards at once, as two CI jobs would run them (and in half the time).
-    env = dict(os.environ)
-    env.pop("NBSCOPE_DB", None)
+    env = audit_env()
     processes = [
         subprocess.Popen([sys.executable, "-m", "nbscope", "audit", BOOK, "--shard", f"{i}/2", "--db", tmp_path / f"shard{i}.db",
                           "-o", tmp_path / f"shard{i}.json", "-q"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
@@ -145,8 +152,7 @@ def test_shards_merged_cover_exactly_the_unsharded_audit(local_audit: dict[str, 
 
 def test_killed_audit_resumes_without_rerunning_finished_notebooks(tmp_path: Path) -> None:
     db = tmp_path / "kill.db"
-    env = dict(os.environ)
-    env.pop("NBSCOPE_DB", None)
+    env = audit_env()
     process = subprocess.Popen([sys.executable, "-m", "nbscope", "audit", BOOK, "--workers", "1", "--db", db, "-q"],
                                cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300

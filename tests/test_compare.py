@@ -174,14 +174,24 @@ def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, tmp_path
 
 
 def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path) -> None:
-    result = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,cuda", "--db", tmp_path / "s.db",
-                     "--json", timeout=300)
+    unknown = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,no_such_platform",
+                      "--db", tmp_path / "s.db")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "unknown backend" in unknown.stderr
+    result = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,cuda,tpu",
+                     "--db", tmp_path / "s.db", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     backends = {b["backend"]: b for b in document["backends"]}
     assert backends["cpu"]["available"] is True and backends["cpu"]["run_id"]
-    assert backends["cuda"]["available"] is False and backends["cuda"]["reason"]
-    assert document["comparison"] is None and "cpu" in document["diagnosis"]
+    # CUDA (or a TPU) runs only where such a device and JAX's plugin for it are: then it is compared,
+    # else it says why not, in JAX's own words.
+    for accelerator in ("cuda", "tpu"):
+        if backends[accelerator]["available"]:
+            assert backends[accelerator]["run_id"] and accelerator in document["diagnosis"]
+        else:
+            assert backends[accelerator]["reason"]
+    assert (document["comparison"] is not None) == any(backends[a]["available"] for a in ("cuda", "tpu"))
+    assert "cpu" in document["diagnosis"]
 
 
 # ---- the corpus lecture -------------------------------------------------------------------------------

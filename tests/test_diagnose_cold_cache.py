@@ -7,6 +7,10 @@ import pytest
 from diag_support import fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
 
+# Far below the seconds these notebooks compile for on any machine (here: JAX backend 0.6 s, Numba 1.3 s):
+# whether the rule fires depends on the cache, not on how fast this machine compiles.
+LOW = {"cold-cache": {"min_backend_s": 0.01, "min_numba_s": 0.01}}
+
 
 @pytest.fixture(scope="module")
 def jax_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
@@ -16,7 +20,7 @@ def jax_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
     cold = jax_runs["cold"]
-    [finding] = fired(diagnose(cold), "cold-cache")
+    [finding] = fired(diagnose(cold, thresholds=LOW), "cold-cache")
     assert finding.cell_index is None and finding.evidence["cache_state"] == "cold"
     backend = sum((c.get("jax") or {}).get("backend_s") or 0.0 for c in cold.measurements["cells"])
     assert finding.evidence["saving_s"] == pytest.approx(backend, abs=1e-3)
@@ -27,14 +31,15 @@ def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
 def test_warm_run_gives_the_measured_saving(jax_runs: dict) -> None:
     cold, warm = jax_runs["cold"], jax_runs["warm"]
     assert warm.measurements["totals"]["cache_state"] == "warm" and warm.measurements["totals"]["cache_hits"] > 0
-    [finding] = fired(diagnose(cold, other=warm), "cold-cache")
+    [finding] = fired(diagnose(cold, other=warm, thresholds=LOW), "cold-cache")
     assert finding.evidence["saving_is"].startswith("measured")
     assert finding.evidence["warm_cache_hits"] == warm.measurements["totals"]["cache_hits"]
+    # A compile against a retrieval from the cache, both measured on this machine: the saving is positive.
     assert finding.evidence["saving_s"] > 0
 
 
 def test_silent_on_the_warm_run(jax_runs: dict) -> None:
-    assert not fired(diagnose(jax_runs["warm"]), "cold-cache")
+    assert not fired(diagnose(jax_runs["warm"], thresholds=LOW), "cold-cache")
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +50,11 @@ def numba_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_numba_without_cache_fires(numba_runs: dict) -> None:
-    [finding] = fired(diagnose(numba_runs["diag_numba_cache"]), "cold-cache")
+    [finding] = fired(diagnose(numba_runs["diag_numba_cache"], thresholds=LOW), "cold-cache")
     assert set(finding.evidence["uncached_functions"]) == {"logistic", "mean"}
     assert finding.evidence["cache_hits"] == "not recorded by the probe"
     assert "cache=True" in finding.fix
 
 
 def test_numba_with_cache_true_is_silent(numba_runs: dict) -> None:
-    assert not fired(diagnose(numba_runs["diag_numba_cache_fixed"]), "cold-cache")
+    assert not fired(diagnose(numba_runs["diag_numba_cache_fixed"], thresholds=LOW), "cold-cache")

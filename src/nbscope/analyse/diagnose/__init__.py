@@ -8,11 +8,13 @@ saying what is missing instead of guessing.
 Public interface (used by the HTML report and the fleet audit)::
 
     diagnose(record, *, other=None) -> list[Finding]      # most important first; .skipped lists Skips
+    rule_thresholds() -> dict                            # each rule's thresholds and their defaults
     recommend(a, b) -> dict                              # backend choice with estimated cpu/gpu/mixed totals
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,7 +36,7 @@ from nbscope.analyse.diagnose import (
 from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip, load_sources
 from nbscope.record.run import RunRecord
 
-__all__ = ["RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "recommend", "rule_names"]
+__all__ = ["RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "recommend", "rule_names", "rule_thresholds"]
 
 RULES: list[Rule] = [
     _unrolled_loop.RULE,
@@ -55,21 +57,57 @@ def rule_names() -> list[str]:
     return [rule.name for rule in RULES]
 
 
+def rule_thresholds() -> dict[str, dict[str, float]]:
+    """The thresholds each rule accepts in ``diagnose(thresholds=...)``, with their default values."""
+    return {rule.name: dict(rule.thresholds) for rule in RULES if rule.thresholds}
+
+
+def _checked_thresholds(thresholds: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """The caller's threshold overrides, refused with one line when a rule or a name is unknown."""
+    from nbscope._errors import NbscopeError
+
+    known = rule_thresholds()
+    checked: dict[str, dict[str, float]] = {}
+    for rule, values in thresholds.items():
+        if rule not in known:
+            raise NbscopeError(f"no thresholds for rule {rule!r}; rules with thresholds: {', '.join(known)}")
+        unknown = sorted(set(values) - set(known[rule]))
+        if unknown:
+            raise NbscopeError(f"rule {rule} has no threshold {', '.join(unknown)}; its thresholds: {', '.join(known[rule])}")
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise NbscopeError(f"threshold {rule}.{name} must be a number, not {value!r}")
+        checked[rule] = {name: float(value) for name, value in values.items()}
+    return checked
+
+
 class Findings(list[Finding]):
     """The findings of one diagnosis (a plain list of Finding), plus what could not be evaluated."""
 
-    def __init__(self, findings: Iterable[Finding] = (), *, skipped: Iterable[Skip] = (), notes: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        findings: Iterable[Finding] = (),
+        *,
+        skipped: Iterable[Skip] = (),
+        notes: Iterable[str] = (),
+        thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
         super().__init__(findings)
         self.skipped: list[Skip] = list(skipped)
         self.notes: list[str] = list(notes)
+        # Thresholds the caller set in place of the defaults (empty: every rule used its defaults).
+        self.thresholds: dict[str, dict[str, float]] = {rule: dict(v) for rule, v in (thresholds or {}).items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "findings": [f.to_dict() for f in self],
             "skipped": [s.to_dict() for s in self.skipped],
             "notes": self.notes,
             "rules": rule_names(),
         }
+        if self.thresholds:
+            document["thresholds"] = self.thresholds
+        return document
 
 
 _GENERIC = {rule.name for rule in RULES if rule.generic}
@@ -91,13 +129,17 @@ def diagnose(
     other: RunRecord | None = None,
     sources: Mapping[str, str] | None = None,
     rules: Iterable[str] | None = None,
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[Finding]:
     """Run every rule on a profile run; most important first.
 
     ``other`` is a second run of the same notebook (a CPU run for a GPU one, a warm-cache run for a cold
     one) that some rules use as measured evidence. ``sources`` maps a cell's source hash to its source;
-    by default the notebook is re-read from the path in the record. The returned list is a
-    :class:`Findings`: ``.skipped`` says which rules (or parts) could not be evaluated and why.
+    by default the notebook is re-read from the path in the record. ``thresholds`` overrides rules'
+    thresholds by rule and name (``{"compile-bound": {"min_compile_s": 0.05}}``; see
+    :func:`rule_thresholds`), e.g. to judge a run whose machine compiles much faster or slower than the
+    defaults assume. The returned list is a :class:`Findings`: ``.skipped`` says which rules (or parts)
+    could not be evaluated and why.
     """
     compare_module.check_profile(record, "the run")
     if other is not None:
@@ -109,7 +151,8 @@ def diagnose(
             from nbscope._errors import NbscopeError
 
             raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
-    ctx = Context(record, other=other, sources=sources)
+    overrides = _checked_thresholds(thresholds or {})
+    ctx = Context(record, other=other, sources=sources, thresholds=overrides)
     findings: list[Finding] = []
     skipped: list[Skip] = []
     for rule in RULES:
@@ -122,7 +165,7 @@ def diagnose(
             skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
     _link(findings)
     notes = [ctx.sources_note] if ctx.sources_note else []
-    return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes)
+    return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides)
 
 
 def _link(findings: list[Finding]) -> None:

@@ -63,6 +63,9 @@ class Rule:
     # A generic rule names a symptom (compile-bound, cold cache); a specific one names a cause with its fix.
     # At equal severity specific findings come first, and a generic finding points to them.
     generic: bool = False
+    # The rule's thresholds (seconds, shares, counts) with their default values; a caller may override them
+    # with ``diagnose(thresholds={rule: {name: value}})``, e.g. to judge a run from a much faster machine.
+    thresholds: Mapping[str, float] = field(default_factory=dict)
 
 
 def severity(seconds: float, total: float | None, *, floor: str = "low") -> str:
@@ -200,16 +203,26 @@ class Context:
     """One record under diagnosis, with what the rules derive from it (computed once)."""
 
     def __init__(
-        self, record: RunRecord, *, other: RunRecord | None = None, sources: Mapping[str, str] | None = None
+        self,
+        record: RunRecord,
+        *,
+        other: RunRecord | None = None,
+        sources: Mapping[str, str] | None = None,
+        thresholds: Mapping[str, Mapping[str, float]] | None = None,
     ) -> None:
         self.record = record
         self.other = other
+        self.threshold_overrides = {rule: dict(values) for rule, values in (thresholds or {}).items()}
         if sources is None:
             self.sources, self.sources_note = load_sources(record)
         else:
             self.sources, self.sources_note = dict(sources), None
         self.cells: list[dict[str, Any]] = list(record.measurements.get("cells") or [])
         self.totals: dict[str, Any] = dict(record.measurements.get("totals") or {})
+
+    def limits(self, rule: str, defaults: Mapping[str, float]) -> dict[str, float]:
+        """A rule's thresholds: its defaults, with the values the caller passed for that rule."""
+        return {**defaults, **self.threshold_overrides.get(rule, {})}
 
     @property
     def total_wall(self) -> float:

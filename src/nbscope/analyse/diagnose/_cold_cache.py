@@ -9,9 +9,11 @@ from typing import Any
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
 
 NAME = "cold-cache"
-MIN_BACKEND_S = 0.5  # backend compile seconds worth caching
-MIN_SHARE = 0.05
-MIN_NUMBA_S = 0.5
+THRESHOLDS = {
+    "min_backend_s": 0.5,  # backend compile seconds worth caching ...
+    "min_share": 0.05,  # ... when they are at least this share of the notebook's wall time
+    "min_numba_s": 0.5,  # Numba compile seconds (of functions without cache=True) worth caching
+}
 
 
 def _backend_s(cells: list[dict[str, Any]]) -> float:
@@ -19,10 +21,11 @@ def _backend_s(cells: list[dict[str, Any]]) -> float:
 
 
 def _jax(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
     state = ctx.totals.get("cache_state")
     backend = _backend_s(ctx.cells)
     wall = ctx.total_wall
-    if state not in ("off", "cold") or backend < MIN_BACKEND_S or (wall and backend / wall < MIN_SHARE):
+    if state not in ("off", "cold") or backend < limit["min_backend_s"] or (wall and backend / wall < limit["min_share"]):
         return
     evidence: dict[str, Any] = {
         "cache_state": state,
@@ -74,8 +77,9 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
 
 
 def _numba(ctx: Context) -> Iterator[Outcome]:
+    min_numba_s = ctx.limits(NAME, THRESHOLDS)["min_numba_s"]
     numba_s = float(ctx.totals.get("numba_compile_s") or 0.0)
-    if numba_s < MIN_NUMBA_S:
+    if numba_s < min_numba_s:
         return
     compiled: dict[str, float] = {}
     for cell in ctx.cells:
@@ -91,7 +95,7 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     cached = {n: s for n, s in compiled.items() if n in notebook and notebook[n]["cache"]}
     library = {n: s for n, s in compiled.items() if n not in notebook}
     at_stake = sum(uncached.values())
-    if at_stake < MIN_NUMBA_S:
+    if at_stake < min_numba_s:
         return
     yield Finding(
         rule=NAME,
@@ -123,4 +127,5 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     yield from _numba(ctx)
 
 
-RULE = Rule(NAME, "Cold caches", "cache state, backend compile seconds, Numba compiles and decorators (source)", evaluate, generic=True)
+RULE = Rule(NAME, "Cold caches", "cache state, backend compile seconds, Numba compiles and decorators (source)", evaluate,
+            generic=True, thresholds=THRESHOLDS)

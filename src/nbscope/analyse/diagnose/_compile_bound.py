@@ -8,10 +8,12 @@ from typing import Any
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
 
 NAME = "compile-bound"
-MIN_COMPILE_S = 0.5  # below this a compile is not worth a finding, whatever its share
-MIN_SHARE = 0.5
-NOTEBOOK_SHARE = 0.4
-NOTEBOOK_MIN_S = 2.0
+THRESHOLDS = {
+    "min_compile_s": 0.5,  # a cell's compile seconds below this are not worth a finding, whatever their share
+    "min_share": 0.5,  # share of the cell's wall time spent compiling
+    "notebook_min_s": 2.0,  # a notebook's compile seconds (spread over cells) worth a finding ...
+    "notebook_share": 0.4,  # ... when they are at least this share of its wall time
+}
 
 
 def _contributors(cell: dict[str, Any]) -> list[dict[str, Any]]:
@@ -49,13 +51,14 @@ def _fix(top: dict[str, Any] | None) -> str:
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
     flagged = 0.0
     for cell in ctx.cells:
         wall, compile_s = cell.get("wall_s"), cell.get("compile_s")
         if not isinstance(wall, (int, float)) or not isinstance(compile_s, (int, float)) or wall <= 0:
             continue
         share = compile_s / wall
-        if compile_s < MIN_COMPILE_S or share < MIN_SHARE:
+        if compile_s < limit["min_compile_s"] or share < limit["min_share"]:
             continue
         flagged += compile_s
         contributors = _contributors(cell)
@@ -87,7 +90,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     if isinstance(total_compile, (int, float)) and wall > 0:
         share = total_compile / wall
         # A notebook whose compiles are spread thin over many cells: no single cell was flagged for most of it.
-        if total_compile >= NOTEBOOK_MIN_S and share >= NOTEBOOK_SHARE and flagged < 0.5 * total_compile:
+        if total_compile >= limit["notebook_min_s"] and share >= limit["notebook_share"] and flagged < 0.5 * total_compile:
             yield Finding(
                 rule=NAME,
                 title="Compile-bound notebook",
@@ -111,4 +114,5 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             )
 
 
-RULE = Rule(NAME, "Compile-bound cell", "per-cell compile_s and wall_s (JAX and Numba compile events)", evaluate, generic=True)
+RULE = Rule(NAME, "Compile-bound cell", "per-cell compile_s and wall_s (JAX and Numba compile events)", evaluate, generic=True,
+            thresholds=THRESHOLDS)

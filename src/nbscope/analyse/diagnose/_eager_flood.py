@@ -9,17 +9,20 @@ from collections.abc import Iterator
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
 
 NAME = "eager-flood"
-MIN_EAGER_COMPILES = 20
-MIN_EAGER_S = 0.3
+THRESHOLDS = {
+    "min_eager_compiles": 20,  # eager-op compiles in one cell ...
+    "min_eager_s": 0.3,  # ... taking at least this many seconds
+}
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
     for cell in ctx.cells:
         jax = cell.get("jax") or {}
         eager = [f for f in jax.get("functions") or [] if f.get("kind") == "eager"]
         compiles = sum(int(f.get("count") or 0) - int(f.get("cache_hits") or 0) for f in eager)
         spent = sum(float(f.get(k) or 0.0) for f in eager for k in ("trace_s", "lower_s", "backend_s"))
-        if compiles < MIN_EAGER_COMPILES or spent < MIN_EAGER_S:
+        if compiles < limit["min_eager_compiles"] or spent < limit["min_eager_s"]:
             continue
         ops = Counter({str(f.get("name")): int(f.get("count") or 0) for f in eager})
         shapes = {s for f in eager for s in f.get("shapes") or []}
@@ -50,4 +53,5 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "Eager-op compile flood", "per-cell JAX compiles classified as eager, with their shapes", evaluate)
+RULE = Rule(NAME, "Eager-op compile flood", "per-cell JAX compiles classified as eager, with their shapes", evaluate,
+            thresholds=THRESHOLDS)

@@ -12,8 +12,10 @@ from nbscope.analyse.diagnose import _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label, seconds
 
 NAME = "first-call"
-MAX_NOTEBOOK_S = 30.0  # "small notebook"
-MIN_SHARE = 0.4
+THRESHOLDS = {
+    "max_notebook_s": 30.0,  # a "small notebook": its wall time below this ...
+    "min_share": 0.4,  # ... with at least this share of it in first-call costs
+}
 PRNG_MARKERS = ("threefry", "random", "normal", "uniform", "randint", "bernoulli", "gamma", "choice",
                 "permutation", "_split", "fold_in", "prng", "_seed")
 
@@ -29,9 +31,10 @@ def _imports_only(source: str | None) -> bool:
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
     wall = ctx.total_wall
     jax_cells = [c for c in ctx.cells if c.get("jax") is not None]
-    if not jax_cells or wall <= 0 or wall >= MAX_NOTEBOOK_S:
+    if not jax_cells or wall <= 0 or wall >= limit["max_notebook_s"]:
         return
     if not ctx.has_sources:
         yield Skip(NAME, f"needs the cell sources to tell the import cell from work: {ctx.missing_sources()}")
@@ -50,7 +53,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     prng_s = sum(item["compile_s"] for item in prng.values())
     first_call_s = (import_s or 0.0) + prng_s
     share = first_call_s / wall
-    if share < MIN_SHARE:
+    if share < limit["min_share"]:
         return
     first_op = next((c for c in ctx.cells if (c.get("jax") or {}).get("compiles")), None)
     yield Finding(
@@ -87,4 +90,5 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-RULE = Rule(NAME, "First-call costs", "cell sources (import cell), eager PRNG compiles, notebook wall time", evaluate, generic=True)
+RULE = Rule(NAME, "First-call costs", "cell sources (import cell), eager PRNG compiles, notebook wall time", evaluate,
+            generic=True, thresholds=THRESHOLDS)

@@ -25,9 +25,11 @@ from nbscope.analyse.diagnose._base import (
 
 NAME = "latency-bound-loop"
 LATENCY_WORDS = ("launch", "latency")
-MIN_RATIO = 3.0  # GPU cell at least this many times slower than the same cell on CPU ...
-MIN_DELTA_S = 0.5  # ... and at least this much slower
-MIN_RUN_S = 1.0  # a loop cell below this is not worth asking for a timeline
+THRESHOLDS = {
+    "min_ratio": 3.0,  # GPU cell at least this many times slower than the same cell on CPU ...
+    "min_delta_s": 0.5,  # ... and at least this much slower
+    "min_run_s": 1.0,  # a loop cell below this is not worth asking for a timeline
+}
 
 
 def _timeline(cell: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -83,6 +85,7 @@ def _fix(functions: Mapping[str, list[str]], on_cpu: bool) -> str:
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
     platform = ctx.platform["platform"]
     other_platform = (ctx.other_platform or {}).get("platform")
     needs_sources = False
@@ -124,7 +127,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         other_wall = (paired or {}).get("wall_s")
         if isinstance(other_wall, (int, float)) and other_wall >= 0:
             ratio = wall / other_wall if other_wall > 0 else float("inf")
-            if ratio >= MIN_RATIO and wall - other_wall >= MIN_DELTA_S:
+            if ratio >= limit["min_ratio"] and wall - other_wall >= limit["min_delta_s"]:
                 at_stake = wall - other_wall
                 yield Finding(
                     rule=NAME,
@@ -142,7 +145,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                     fix=_fix(functions, False),
                 )
             continue
-        if run >= MIN_RUN_S:
+        if run >= limit["min_run_s"]:
             yield Skip(
                 NAME,
                 f"{cell_label(cell)} calls {', '.join(functions)} ({', '.join(sorted({p for v in functions.values() for p in v}))}) "
@@ -154,4 +157,5 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Skip(NAME, f"needs the cell sources to find lax.scan / fori_loop / while_loop: {ctx.missing_sources()}")
 
 
-RULE = Rule(NAME, "Latency-bound loop", "per-cell timeline summary, or a CPU run plus the cell sources (loop primitives)", evaluate)
+RULE = Rule(NAME, "Latency-bound loop", "per-cell timeline summary, or a CPU run plus the cell sources (loop primitives)", evaluate,
+            thresholds=THRESHOLDS)

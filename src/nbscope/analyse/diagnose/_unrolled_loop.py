@@ -13,17 +13,21 @@ from collections.abc import Iterator
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
 
 NAME = "unrolled-loop"
-MIN_COMPILE_S = 0.5  # one compile of the function at least this long ...
-MIN_COMPILE_S_LONG_LOOP = 0.2  # ... or this long with a loop of at least LONG_LOOP literal steps
-LONG_LOOP = 50
+THRESHOLDS = {
+    "min_compile_s": 0.5,  # one compile of the function at least this long ...
+    "min_compile_s_long_loop": 0.2,  # ... or this long with a loop of at least long_loop literal steps
+    "long_loop": 50,
+}
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
+    min_compile_s, long_loop = limit["min_compile_s"], limit["long_loop"]
     candidates = [s for s in ctx.functions.values() if s.kind == "user" and s.compiles > 0]
     if not candidates:
         return
     if not ctx.has_sources:
-        slow = [s.name for s in candidates if s.compile_s / max(1, s.count) >= MIN_COMPILE_S]
+        slow = [s.name for s in candidates if s.compile_s / max(1, s.count) >= min_compile_s]
         if slow:
             yield Skip(NAME, f"needs the cell sources to look for Python loops in {', '.join(slow)}: {ctx.missing_sources()}")
         return
@@ -36,13 +40,14 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         per_compile = stats.compile_s / max(1, stats.count)
         trips = [loop.trips for loop in loops if loop.trips is not None]
         longest = max(trips) if trips else None
-        if not (per_compile >= MIN_COMPILE_S or (longest is not None and longest >= LONG_LOOP and per_compile >= MIN_COMPILE_S_LONG_LOOP)):
+        long_enough = longest is not None and longest >= long_loop
+        if not (per_compile >= min_compile_s or (long_enough and per_compile >= limit["min_compile_s_long_loop"])):
             continue
         loop = max(loops, key=lambda item: item.trips or 0)
         where = ctx.cell(function.cell)
         cell_index = at if at is not None else function.cell
         count = max(1, stats.count)
-        if longest is not None and longest >= LONG_LOOP and per_compile >= MIN_COMPILE_S:
+        if long_enough and per_compile >= min_compile_s:
             confidence = 0.9
         elif longest is None:
             confidence = 0.75  # a loop whose length we cannot read: it may be short
@@ -91,4 +96,5 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "Python loop unrolled inside jit", "cell sources (loops in jitted functions) and per-function compile seconds", evaluate)
+RULE = Rule(NAME, "Python loop unrolled inside jit", "cell sources (loops in jitted functions) and per-function compile seconds",
+            evaluate, thresholds=THRESHOLDS)
