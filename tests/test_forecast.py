@@ -367,4 +367,7 @@ def test_program_data_and_timeline_share_one_trace() -> None:
                      fingerprint={"digest": "test"})
     cells = [c for c in record.measurements["cells"] if (c.get("programs") or {}).get("executions")]
     assert [e["count"] for c in cells for e in c["programs"]["executions"] if "logistic" in e["program"]] == [1, 1, 1]
-    assert all(c["programs"]["trace"] == "read" and c.get("timeline", {}).get("classification") for c in cells)
+    # Where the timeline traced the cell, its trace serves the program data too; the first JAX cell, which
+    # the timeline skips (the notebook had not started JAX's backends), keeps a session of its own.
+    traced = [c for c in cells if (c.get("timeline") or {}).get("classification")]
+    assert traced and all(c["programs"]["trace"] == "read" for c in cells)

@@ -199,7 +199,9 @@ class Probe:
         if self.timeline is not None:
             self.timeline.start(self.sequence)
         if self.programs is not None:
-            self.programs.start(self.sequence, shared=self.timeline is not None)
+            # The timeline's trace serves both only when it runs: it skips cells before the notebook has
+            # started JAX's backends, where the programs' own session (which starts none) still records.
+            self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None)
         self.cell_start_unix = time.time()
         self.cell_start = time.perf_counter()
 
