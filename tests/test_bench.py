@@ -284,13 +284,14 @@ def test_quick_suite_json_covers_every_group(run_cli, tmp_db: Path) -> None:
 
 @pytest.mark.slow
 def test_steady_state_kernels_scale_with_n() -> None:
-    """No dead code: doubling n clearly lengthens the Numba and JAX kernels (a folded loop would not).
+    """No dead code: four times n clearly lengthens the Numba and JAX kernels (a folded loop would not).
 
     Other processes on a small shared machine slow a worker by a factor that changes from one run to the
     next. So sizes are compared within one worker where the group has two (its samples interleave), and
     across workers by the fastest sample of two alternating runs per size. Calls take a few to a few tens
     of ms: long enough that thread wake-ups and XLA's choice of how many threads to use cannot mask the
-    doubling (250 000 against 500 000 elements measured only 1.4× here).
+    growth (250 000 against 500 000 elements measured only 1.4× here). A factor of four in n, judged
+    against a factor of two, leaves room for a busy machine (a folded loop stays near 1×).
     """
     def fastest(group: str, overrides: dict) -> dict[str, float]:
         # JAX on the CPU: on a GPU these sizes take microseconds, and launch latency would hide the doubling.
@@ -301,19 +302,19 @@ def test_steady_state_kernels_scale_with_n() -> None:
         assert {f["dtype"] for f in result["figures"]} == {"float64"}
         return {f["name"]: f["steady"]["min_s"] for f in result["figures"] if f["steady"]}
 
-    def doubled(group: str, key: str, n: int, fixed: dict) -> tuple[dict[str, float], dict[str, float]]:
-        """Fastest figures at n and at 2n, from the runs n, 2n, n, 2n."""
-        runs = [fastest(group, {**fixed, key: size}) for size in (n, 2 * n, n, 2 * n)]
+    def grown(group: str, key: str, n: int, fixed: dict) -> tuple[dict[str, float], dict[str, float]]:
+        """Fastest figures at n and at 4n, from the runs n, 4n, n, 4n."""
+        runs = [fastest(group, {**fixed, key: size}) for size in (n, 4 * n, n, 4 * n)]
         return ({name: min(r[name] for r in runs[0::2]) for name in runs[0]},
                 {name: min(r[name] for r in runs[1::2]) for name in runs[1]})
 
-    small, large = doubled("numba", "numba.n", 8_000_000, {})
+    small, large = grown("numba", "numba.n", 4_000_000, {})
     for name in ("serial", "prange"):
-        assert large[name] / small[name] > 1.5, (name, small[name], large[name])
+        assert large[name] / small[name] > 2, (name, small[name], large[name])
 
     # Matrix products of 400 and 800 in one worker: 8× the flops.
-    small, large = doubled("jax", "jax.elementwise_n", 1_000_000, {"jax.matmul_small_n": 400, "jax.matmul_large_n": 800})
-    assert large["elementwise"] / small["elementwise"] > 1.5, (small, large)
+    small, large = grown("jax", "jax.elementwise_n", 1_000_000, {"jax.matmul_small_n": 400, "jax.matmul_large_n": 800})
+    assert large["elementwise"] / small["elementwise"] > 2, (small, large)
     for figures in (small, large):
         assert figures["matmul_large"] / figures["matmul_small"] > 3, figures
 
