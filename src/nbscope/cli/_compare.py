@@ -22,12 +22,15 @@ def compare_command(
     top: Annotated[int | None, typer.Option(help="Show only the N cells that differ most.")] = None,
 ) -> None:
     """Two profile runs side by side: cells paired by source, wall/compile/run per side, winner, totals, and the
-    settings and machine differences that could explain them."""
+    settings and machine differences that could explain them. A GPU run beside a CPU run recorded with program
+    data (`profile --forecast`) also shows the CPU run's GPU forecast against what the GPU measured, per cell."""
     from nbscope.analyse import compare as compare_module
     from nbscope.analyse.diagnose import recommend
     from nbscope.analyse.diagnose._base import sources_of
+    from nbscope.analyse.forecast.measured import forecast_vs_measured
     from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
+    from nbscope.render import forecast as forecast_view
 
     store = open_store(db)
     run_a, run_b = resolve_run(a, store), resolve_run(b, store)
@@ -35,19 +38,31 @@ def compare_command(
     comparison = compare_module.compare(run_a, run_b, sources=sources)
     platforms = {compare_module.platform_of(r)["platform"] for r in (run_a, run_b)}
     recommendation = recommend(run_a, run_b, sources=sources) if len(platforms) > 1 else None
+    # A GPU run beside a CPU run recorded with program data: the CPU run's forecast against what the GPU measured.
+    measured = forecast_vs_measured(run_a, run_b, sources=sources)
     if as_json:
         document = comparison.to_dict()
         document["recommendation"] = recommendation
+        if measured is not None:
+            document["forecast_vs_measured"] = measured
         print(json.dumps(document, indent=1, default=str))
     elif markdown:
         text = view.comparison_markdown(comparison)
         if recommendation is not None:
             text += "\n" + view.recommendation_markdown(recommendation)
+        if measured is not None:
+            text += "\n" + (forecast_view.measured_markdown(measured["comparison"]) if measured["comparison"]
+                            else f"_forecast vs measured: {measured['note']}_\n")
         print(text, end="")
     else:
         view.print_comparison(comparison, top=top)
         if recommendation is not None:
             view.print_recommendation(recommendation)
+        if measured is not None:
+            if measured["comparison"]:
+                forecast_view.print_measured(measured["comparison"])
+            else:
+                print(f"forecast vs measured: {measured['note']}")
 
 
 @app.command("diagnose")
