@@ -7,9 +7,9 @@ Evidence, strongest first: the cell's ``timeline`` summary classifies it as laun
 its source calls a loop primitive. A slow loop cell on a GPU with neither is reported as not evaluated.
 
 On a CPU run recorded with program data (``nbscope profile --forecast``), the rule fires as a forecast
-risk: a cell whose loops alone are forecast (iterations × the GPU's per-iteration cost, from the device
-table) to take ``min_ratio`` times its measured CPU time and ``min_delta_s`` more, on a GPU the run is
-forecast for (``diagnose(gpus=...)``, else those named at record time, else the T4). A loop whose trip
+risk: a cell forecast to take ``min_ratio`` times its measured CPU time and ``min_delta_s`` more, at
+least half of the difference in its loops (iterations × the GPU's per-iteration cost, from the device
+table), on a GPU the run is forecast for (``diagnose(gpus=...)``, else those named at record time, else the T4). A loop whose trip
 count is only known at run time is never guessed: it is reported as not evaluated when it could matter.
 """
 
@@ -103,7 +103,11 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
     for device in found.devices:
         for row in loop_slowdowns(found.result, device.key):
             cpu = float(row["cpu_s"])
-            if row["loop_low_s"] >= limit["min_ratio"] * cpu and row["loop_low_s"] - cpu >= limit["min_delta_s"]:
+            slower_by = row["gpu_low_s"] - cpu
+            # The cell (compile and host work carried over) is forecast min_ratio times slower, and its loops
+            # alone make at least half of the difference: they are the cause.
+            if (row["gpu_low_s"] >= limit["min_ratio"] * cpu and slower_by >= limit["min_delta_s"]
+                    and row["loop_low_s"] >= slower_by / 2):
                 slow.setdefault(row["index"], {})[device.key] = row
             elif row["loop_high_s"] is None or (
                 any(loop["iterations"] is None for loop in row["loops"])
@@ -115,8 +119,8 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
     for index, rows in slow.items():
         cell = ctx.cell(index) or {"index": index}
         first = next(iter(rows.values()))
-        stake = max(r["loop_low_s"] - float(r["cpu_s"]) for r in rows.values())
-        key_of_worst = max(rows, key=lambda k: rows[k]["loop_low_s"] - float(rows[k]["cpu_s"]))
+        stake = max(r["gpu_low_s"] - float(r["cpu_s"]) for r in rows.values())
+        key_of_worst = max(rows, key=lambda k: rows[k]["gpu_low_s"] - float(rows[k]["cpu_s"]))
         functions = sorted({f for r in rows.values() for f in r["functions"]})
         per_gpu = ", ".join(f"{_forecast.on_a(key)} {_forecast.seconds_range(r['gpu_low_s'], r['gpu_high_s'])}"
                             for key, r in rows.items())
