@@ -197,7 +197,8 @@ def audit_markdown(record: RunRecord) -> str:
                      f"{winner_text(row)} | {_md(cause)} | {_md(_clip(action, 300))} |")
     radius = _forecast(record)
     if radius is not None:
-        lines += ["", f"**{_md(radius['summary'])}** (a forecast from CPU runs, not a measurement)", "",
+        lines += ["", f"#### GPU blast radius (forecast on the {_md(radius.get('gpu_name') or radius.get('gpu'))})", "",
+                  f"**{_md(radius['summary'])}** (a forecast from CPU runs, not a measurement)", "",
                   "| " + " | ".join(_md(h) for h in _headings(radius)) + " |", "|---|---:|---:|---:|---|---|---|"]
         for row in _blast_rows(radius):
             lines.append("| `" + _md(row[0]) + "` | " + " | ".join(_md(v) for v in row[1:]) + " |")

@@ -427,7 +427,8 @@ def recommend_forecast(
               "saving_s": round(e["faster_by_s"], 4)} for e in notebook["gains"][:5]]
     gpu_range = _range(notebook["low_s"], notebook["high_s"])
     kept = ", ".join(e["function"] for e in notebook["keep_on_cpu"])
-    head = f"forecast for the {name} from CPU {label} (no GPU run)"
+    where = f"CPU run {record.run_id}" if record.run_id is not None else "the CPU run"
+    head = f"forecast for the {name} from {where} (no GPU run)"
     if choice == "mixed":
         reason = (f"{head}: GPU with {kept} kept on the CPU, {_range(plan['low_s'], plan['high_s'])}, vs "
                   f"{_s(notebook['cpu_s'])} measured on the CPU and {gpu_range} with everything on the GPU")
