@@ -88,6 +88,21 @@ def test_forecast_gpus_come_from_the_caller_then_the_record(loop_run: RunRecord)
     assert not fired(quiet, "latency-bound-loop")
 
 
+def test_a_loop_of_unknown_trip_count_is_not_guessed(loop_run: RunRecord) -> None:
+    """The same program with its trip count unknown (as a data-dependent while_loop has): no finding, whose
+    number would be a guess, but a note that says why, with the range the forecast can give."""
+    unknown = edited(loop_run)
+    for program in unknown.measurements["programs"]["programs"].values():
+        for loop in program["loops"]:
+            if program["function"] == "logistic_path":
+                loop["trip_count"] = None
+    findings = diagnose(unknown, sources=LATENCY_SOURCES)
+    assert not fired(findings, "latency-bound-loop")
+    skipped = [s for s in findings.skipped if s.rule == "latency-bound-loop"]  # type: ignore[attr-defined]
+    assert {s.cell_index for s in skipped} == {2, 3}
+    assert all("unknown number of iterations" in s.reason and "not guessed" in s.reason for s in skipped)
+
+
 def test_forecast_requests_that_cannot_apply_are_refused_in_one_line(loop_run: RunRecord) -> None:
     plain = load_record("cpu_latency_loop")  # a real CPU run recorded without program data
     assert not fired(diagnose(plain, sources=LATENCY_SOURCES), "latency-bound-loop")  # no forecast, no error

@@ -136,7 +136,7 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             severity=severity(stake, notebook[key_of_worst]["low_s"]),
             confidence=0.7,
             evidence={"platform": ctx.platform["platform"], "cpu_wall_s": round(float(first["cpu_s"]), 4),
-                      "loop_functions": _loop_functions(ctx, cell) if "index" in cell and ctx.has_sources else {},
+                      "loop_functions": _loop_functions(ctx, cell),
                       "forecast_functions": functions,
                       "forecast": figures, "forecast_run": ctx.record.run_id,
                       "seconds_at_stake": round(stake, 4)},
