@@ -30,8 +30,13 @@ def _forecast(name: str, gpus: str) -> tuple[Any, dict[str, Any]]:
     return record, forecast(record, gpus, notebook_path=CORPUS / name)
 
 
-def test_seed_lecture_forecast_on_a_t4() -> None:
-    record, result = _forecast("numpy_vs_numba_vs_jax.md", "t4")
+@pytest.fixture(scope="module")
+def seed() -> tuple[Any, dict[str, Any]]:
+    return _forecast("numpy_vs_numba_vs_jax.md", "t4")
+
+
+def test_seed_lecture_forecast_on_a_t4(seed: tuple[Any, dict[str, Any]]) -> None:
+    record, result = seed
     notebook = result["notebook"]["t4"]
     cells = {c["index"]: c for c in result["cells"]}
     qm_cells = [c["index"] for c in result["cells"] if any(p["function"] == "qm_jax" for p in c["programs"])]
@@ -54,6 +59,29 @@ def test_seed_lecture_forecast_on_a_t4() -> None:
     change = notebook["keep_on_cpu"][0]["change"]
     assert "jax.default_device" in change["text"]
     assert change["example"] and "qm_jax(0.1, n)" in change["example"]
+
+
+def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, dict[str, Any]]) -> None:
+    """On the CPU run alone: the latency-bound loop fires as a T4 forecast on both qm_jax cells, and the
+    recommendation (no GPU run) is the CPU, keeping qm_jax there."""
+    from nbscope.analyse.diagnose import diagnose, recommend
+    from nbscope.collect import notebook as notebook_module
+
+    record, result = seed
+    sources = {c.source_hash: c.source for c in notebook_module.read(CORPUS / "numpy_vs_numba_vs_jax.md").code_cells}
+    qm_cells = {c["index"] for c in result["cells"] if any(p["function"] == "qm_jax" for p in c["programs"])}
+    findings = diagnose(record, sources=sources)
+    loops = [f for f in findings if f.rule == "latency-bound-loop"]
+    assert {f.cell_index for f in loops} == qm_cells
+    for finding in loops:
+        assert finding.forecast == ["t4"] and finding.severity == "high"
+        assert "lax.scan of 10,000,000 iterations" in finding.summary and "`qm_jax`" in finding.summary
+        assert 40 <= finding.evidence["forecast"]["t4"]["loop_low_s"] <= 160
+    assert findings[0].rule == "latency-bound-loop"  # the lecture's biggest risk comes first
+    advice = recommend(record, sources=sources)
+    assert advice["basis"] == "forecast" and advice["recommendation"] == "cpu"
+    assert [p["functions"] for p in advice["pinned"]] == [["qm_jax"]]
+    assert advice["estimates"]["gpu_low_s"] > advice["estimates"]["cpu_s"]
 
 
 def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:

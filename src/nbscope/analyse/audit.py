@@ -18,7 +18,10 @@ rebuild an audit from shard files made on other machines.
 - ``lectures``: per notebook ``cpu_s``, ``gpu_s``, ``gpu_backend``, ``winner`` (a backend, ``tie`` or
   ``null``), ``ratio`` (slower / faster), ``top_finding`` (of the slower run), ``action`` (its fix);
 - ``backends`` (availability, with the reason when unavailable), ``discovery``, ``shard``, ``summary``
-  ("N of M lectures are slower on the GPU"); a merge adds ``merged_from`` and ``coverage``.
+  ("N of M lectures are slower on the GPU"); a merge adds ``merged_from`` and ``coverage``;
+- with ``audit --forecast GPU``: each CPU entry's ``forecast`` (:func:`forecast_summary`), each lecture's
+  ``forecast``, and ``forecast`` (:func:`blast_radius`): per lecture its CPU time, forecast GPU time
+  range, verdict and dominant term, sorted by forecast slowdown.
 """
 
 from __future__ import annotations
@@ -61,8 +64,71 @@ def recommendation_of(cpu: RunRecord, gpu: RunRecord) -> dict[str, Any] | None:
     return {k: result.get(k) for k in ("recommendation", "reason", "estimates", "pinned", "caveats")}
 
 
+def forecast_recommendation_of(cpu: RunRecord) -> dict[str, Any] | None:
+    """diagnose.recommend's backend choice from a CPU run's GPU forecast (no GPU run), if available."""
+    try:
+        result = recommend(cpu)
+    except NbscopeError:
+        return None
+    if result.get("recommendation") is None:
+        return None
+    return {k: result.get(k) for k in ("recommendation", "reason", "basis", "estimates", "pinned", "caveats")}
+
+
+def _dominant(result: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The notebook's largest GPU-side term on ``key`` (loops, work, launches, dispatch, transfers: what the
+    GPU changes), adding up the same term over cells (two calls of one scan in two cells are one term)."""
+    grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for cell in result["cells"]:
+        for term in cell["gpu"][key]["terms"]:
+            if term["kind"] in ("host", "compile"):
+                continue
+            group = grouped.setdefault((term["kind"], term.get("function"), term["words"]), {
+                "kind": term["kind"], "function": term.get("function"), "words": term["words"],
+                "low_s": 0.0, "high_s": 0.0, "cells": [], "lines": []})
+            group["low_s"] += term["low_s"]
+            group["high_s"] = None if group["high_s"] is None or term["high_s"] is None else group["high_s"] + term["high_s"]
+            if cell["index"] not in group["cells"]:
+                group["cells"].append(cell["index"])
+                group["lines"].append(cell.get("line"))
+    if not grouped:
+        return None
+    return max(grouped.values(), key=lambda g: float("inf") if g["high_s"] is None else g["low_s"] + g["high_s"])
+
+
+def forecast_summary(record: RunRecord) -> dict[str, Any] | None:
+    """A CPU run's GPU forecast in brief, per GPU it was recorded for (``profile --forecast``, else the T4):
+    CPU time, forecast range with everything on the GPU, verdicts, the dominant GPU-side term and the
+    functions to keep on the CPU. None when the run holds no program data; ``{"error": ...}`` when the
+    forecast refuses it."""
+    from nbscope.analyse.forecast import forecast
+    from nbscope.analyse.forecast.risks import gpus_of
+
+    if not record.measurements.get("programs"):
+        return None
+    try:
+        result = forecast(record, gpus_of(record))
+    except NbscopeError as exc:
+        return {"error": str(exc)}
+    devices = {}
+    for device in result["devices"]:
+        key = device["key"]
+        notebook = result["notebook"][key]
+        cpu_s = notebook["cpu_s"]
+        devices[key] = {
+            "name": device["name"], "cpu_s": cpu_s, "low_s": notebook["low_s"], "high_s": notebook["high_s"],
+            "verdict": notebook["verdict"], "all_on_gpu": notebook["all_on_gpu"],
+            "slowdown": notebook["low_s"] / cpu_s if cpu_s > 0 else None,
+            "dominant": _dominant(result, key), "keep_on_cpu": [e["function"] for e in notebook["keep_on_cpu"]],
+            "plan": notebook["plan"],
+        }
+    return {"gpus": list(devices), "has_jax": result["has_jax"], "devices": devices, "notes": result["notes"]}
+
+
 def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, Any]], RunRecord | None]) -> None:
-    """Fill each measured entry's ``top_finding`` (and the GPU entry's ``recommendation``) in place.
+    """Fill each measured entry's ``top_finding`` (and the GPU entry's ``recommendation``) in place; a CPU
+    entry whose run holds program data gets its ``forecast`` and, with no GPU run beside it, the
+    forecast's ``recommendation``.
 
     Runs after all results are in, so that a GPU run is diagnosed with the same notebook's CPU run as
     evidence whichever finished first. ``load`` gives an entry's profile record (or None).
@@ -81,6 +147,10 @@ def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, An
                                  findings=len(findings) if findings is not None else None, diagnosis=why_not)
             if is_gpu_backend(backend) and cpu is not None:
                 runs[backend]["recommendation"] = recommendation_of(cpu, record)
+        if cpu is not None and cpu.measurements.get("programs"):
+            runs["cpu"]["forecast"] = forecast_summary(cpu)
+            if not any(is_gpu_backend(b) and r is not None for b, r in records.items()):
+                runs["cpu"]["recommendation"] = forecast_recommendation_of(cpu)
 
 
 def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash: str, reused: bool,
@@ -112,6 +182,7 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         "findings": None,
         "diagnosis": None,
         "recommendation": None,
+        "forecast": None,  # filled by diagnose_entries for a CPU run with program data
         "digest": record.digest,
         "machine": fp.summary(record.fingerprint),
         "worker": audit.get("worker"),
@@ -130,7 +201,8 @@ def bare_entry(key: str, backend: str, source_hash: str | None, status: str, err
         "path": key, "target": target, "source_hash": source_hash, "backend": backend, "run_id": None,
         "status": status, "reused": False, "wall_s": None, "compile_s": None, "run_s": None, "execute_s": None,
         "kernel_start_s": None, "elapsed_s": None, "cells": None, "cells_failed": None, "compiles": None,
-        "top_finding": None, "findings": None, "diagnosis": None, "recommendation": None, "digest": None, "machine": None,
+        "top_finding": None, "findings": None, "diagnosis": None, "recommendation": None, "forecast": None,
+        "digest": None, "machine": None,
         "worker": None, "gpu": None, "started_at": None, "error": error,
     }
 
@@ -178,6 +250,7 @@ def lectures(entries: list[dict[str, Any]], backends: list[str]) -> list[dict[st
         top = next(((e["backend"], e["top_finding"]) for e in measured if e.get("top_finding")), None)
         row["top_finding"] = dict(top[1], backend=top[0]) if top else None
         row["recommendation"] = next((e["recommendation"] for e in runs.values() if e.get("recommendation")), None)
+        row["forecast"] = (cpu or {}).get("forecast") if _measured(cpu) else None
         row["action"] = top[1].get("fix") if top else None
         if row["action"] is None and row["recommendation"]:
             rec = row["recommendation"]
@@ -202,6 +275,42 @@ def summary_text(rows: list[dict[str, Any]], backends: list[str], availability: 
     if len(compared) < len(rows):
         text += f"; {len(rows) - len(compared)} of {len(rows)} could not be compared"
     return text
+
+
+def blast_radius(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The GPU blast radius of a CPU-only fleet run (``audit --forecast``): per lecture with a forecast, its
+    CPU time, the forecast GPU time range with everything on the GPU, the verdict, the dominant term and
+    the functions to keep on the CPU, for the first GPU forecast; sorted by forecast slowdown (low end
+    over CPU time), largest first. None when no lecture has a forecast."""
+    forecast_rows = [r for r in rows if isinstance(r.get("forecast"), dict)]
+    if not forecast_rows:
+        return None
+    gpus: list[str] = []
+    for row in forecast_rows:
+        gpus += [g for g in row["forecast"].get("gpus") or [] if g not in gpus]
+    errors = [{"path": r["path"], "error": r["forecast"]["error"]} for r in forecast_rows if r["forecast"].get("error")]
+    if not gpus:
+        return {"gpu": None, "gpus": [], "lectures": [], "errors": errors, "summary": "no lecture could be forecast"}
+    key = gpus[0]
+    lectures = []
+    for row in forecast_rows:
+        device = (row["forecast"].get("devices") or {}).get(key)
+        if device is None:
+            continue
+        lectures.append({
+            "path": row["path"], "cpu_s": device["cpu_s"], "low_s": device["low_s"], "high_s": device["high_s"],
+            "slowdown": device["slowdown"], "verdict": device["verdict"], "all_on_gpu": device["all_on_gpu"],
+            "dominant": device["dominant"], "keep_on_cpu": device["keep_on_cpu"], "has_jax": row["forecast"]["has_jax"],
+            "gpus": {k: {f: d[f] for f in ("low_s", "high_s", "verdict", "slowdown")}
+                     for k, d in (row["forecast"].get("devices") or {}).items()},
+        })
+    lectures.sort(key=lambda x: (-(x["slowdown"] or 0.0), x["path"]))
+    name = next((d["name"] for r in forecast_rows for k, d in (r["forecast"].get("devices") or {}).items() if k == key), key)
+    slower = sum(1 for x in lectures if x["all_on_gpu"] == "slower")
+    faster = sum(1 for x in lectures if x["all_on_gpu"] == "faster")
+    summary = (f"forecast from CPU runs: {slower} of {len(lectures)} lectures slower on the {name} with everything on "
+               f"the GPU, {faster} faster")
+    return {"gpu": key, "gpu_name": name, "gpus": gpus, "lectures": lectures, "errors": errors, "summary": summary}
 
 
 def measurements(
@@ -250,5 +359,8 @@ def measurements(
         "lectures": rows,
         "summary": summary_text(rows, backends, availability),
     }
+    radius = blast_radius(rows)
+    if radius is not None:
+        result["forecast"] = radius
     result.update(extra or {})
     return result

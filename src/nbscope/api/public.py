@@ -27,7 +27,7 @@ def profile(path: str | Path, *, store: Store | str | Path | None = None, **opti
     """Profile a notebook per cell in a real Jupyter kernel and return its run record.
 
     ``options`` are those of ``nbscope profile``: ``timeout``, ``on_error``, ``kernel``, ``env``,
-    ``jax_platform``, ``jax_cache``, ``repeat``, ``timeline``. With ``store`` (a :class:`Store` or a
+    ``jax_platform``, ``jax_cache``, ``repeat``, ``timeline``, ``programs``, ``forecast`` (GPU keys). With ``store`` (a :class:`Store` or a
     path) the run is saved there too.
     """
     return profile_job.profile(path, profile_job.ProfileOptions(**options), store=_store(store))
@@ -41,7 +41,9 @@ def compare(a: RunRecord, b: RunRecord, *, sources: dict[str, str] | None = None
 
 def diagnose(record: RunRecord, *, other: RunRecord | None = None, **options: Any) -> diagnose_module.Findings:
     """Named causes of slow cells, each with its evidence and fix, most important first (``other``: the
-    same notebook on another backend or cache state, used as evidence; ``sources``, ``rules``)."""
+    same notebook on another backend or cache state, used as evidence; ``sources``, ``rules``,
+    ``thresholds``; ``gpus``: on a CPU run recorded with ``forecast=[...]`` or ``programs=True``, the GPUs
+    the GPU rules are forecast for, default those named when it was recorded, else the T4)."""
     return diagnose_module.diagnose(record, other=other, **options)
 
 

@@ -91,6 +91,12 @@ def audit(
     share_gpu: Annotated[bool, typer.Option("--share-gpu", help="Let notebooks share a GPU, each capped to its memory share.")] = False,
     jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="With --share-gpu: notebooks per GPU at once.")] = 2,
     timeout: Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")] = None,
+    forecast: Annotated[
+        str | None,
+        typer.Option("--forecast", metavar="GPU[,GPU...]",
+                     help="Record program data in the CPU runs and forecast each lecture on these GPUs: the GPU "
+                          "blast radius of a CPU-only fleet (see `nbscope forecast --help`)."),
+    ] = None,
     output: OutputOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
@@ -100,7 +106,9 @@ def audit(
 ) -> None:
     """Profile every notebook of a book on each backend: per lecture CPU vs GPU, the winner and the top cause.
 
-    Resumable: a notebook already profiled with the same file, backend and environment is reused.
+    Resumable: a notebook already profiled with the same file, backend and environment is reused. With
+    --forecast t4, no GPU is needed: each lecture's CPU run is forecast on the T4 (time range, verdict,
+    dominant term), sorted by forecast slowdown, and the GPU rules of diagnose fire as forecast risks.
     """
     from nbscope.api.audit import AuditOptions, parse_backends
     from nbscope.api.audit import audit as run_audit
@@ -108,6 +116,7 @@ def audit(
     options = AuditOptions(
         backends=parse_backends(backends), workers=workers, force=force, shard=shard, dask=dask,
         share_gpu=share_gpu, jobs_per_gpu=jobs_per_gpu, timeout=timeout,
+        forecast=[g.strip() for g in forecast.split(",") if g.strip()] if forecast else [],
     )
     options.validate()
     store = open_store(db)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,12 +22,15 @@ def compare_command(
     top: Annotated[int | None, typer.Option(help="Show only the N cells that differ most.")] = None,
 ) -> None:
     """Two profile runs side by side: cells paired by source, wall/compile/run per side, winner, totals, and the
-    settings and machine differences that could explain them."""
+    settings and machine differences that could explain them. A GPU run beside a CPU run recorded with program
+    data (`profile --forecast`) also shows the CPU run's GPU forecast against what the GPU measured, per cell."""
     from nbscope.analyse import compare as compare_module
     from nbscope.analyse.diagnose import recommend
     from nbscope.analyse.diagnose._base import sources_of
+    from nbscope.analyse.forecast.measured import forecast_vs_measured
     from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
+    from nbscope.render import forecast as forecast_view
 
     store = open_store(db)
     run_a, run_b = resolve_run(a, store), resolve_run(b, store)
@@ -35,19 +38,31 @@ def compare_command(
     comparison = compare_module.compare(run_a, run_b, sources=sources)
     platforms = {compare_module.platform_of(r)["platform"] for r in (run_a, run_b)}
     recommendation = recommend(run_a, run_b, sources=sources) if len(platforms) > 1 else None
+    # A GPU run beside a CPU run recorded with program data: the CPU run's forecast against what the GPU measured.
+    measured = forecast_vs_measured(run_a, run_b, sources=sources)
     if as_json:
         document = comparison.to_dict()
         document["recommendation"] = recommendation
+        if measured is not None:
+            document["forecast_vs_measured"] = measured
         print(json.dumps(document, indent=1, default=str))
     elif markdown:
         text = view.comparison_markdown(comparison)
         if recommendation is not None:
             text += "\n" + view.recommendation_markdown(recommendation)
+        if measured is not None:
+            text += "\n" + (forecast_view.measured_markdown(measured["comparison"]) if measured["comparison"]
+                            else f"_forecast vs measured: {measured['note']}_\n")
         print(text, end="")
     else:
         view.print_comparison(comparison, top=top)
         if recommendation is not None:
             view.print_recommendation(recommendation)
+        if measured is not None:
+            if measured["comparison"]:
+                forecast_view.print_measured(measured["comparison"])
+            else:
+                print(f"forecast vs measured: {measured['note']}")
 
 
 @app.command("diagnose")
@@ -62,11 +77,21 @@ def diagnose_command(
     ] = None,
     rule: Annotated[list[str] | None, typer.Option("--rule", help="Only this rule (repeatable).")] = None,
     limit: Annotated[int | None, typer.Option(help="Show at most N findings.")] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", metavar="GPU[,GPU...]",
+                     help="On a CPU run with program data: forecast the GPU rules for these GPUs "
+                          "(default: those of `profile --forecast`, else t4)."),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
 ) -> None:
-    """Named causes of slow or wrongly timed cells, each with its evidence and a concrete fix."""
+    """Named causes of slow or wrongly timed cells, each with its evidence and a concrete fix.
+
+    On a CPU run recorded with program data (`nbscope profile --forecast t4`), the GPU rules (latency-bound
+    loop, weak float64) fire as forecast risks, labelled "forecast", with the backend recommendation the
+    forecast makes."""
     from nbscope.analyse.diagnose import diagnose
     from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
@@ -80,12 +105,30 @@ def diagnose_command(
         from nbscope.collect import notebook as notebook_module
 
         sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
-    findings = diagnose(record, other=other_record, sources=sources, rules=rule)
+    findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu)
+    recommendation = _forecast_recommendation(record, other_record, gpu, sources)
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
+        if recommendation is not None:
+            document["recommendation"] = recommendation
         print(json.dumps(document, indent=1, default=str))
     elif markdown:
         print(view.findings_markdown(findings, record), end="")
+        if recommendation is not None:
+            print("\n" + view.recommendation_markdown(recommendation), end="")
     else:
         print_record_header(record)
         view.print_findings(findings, record, limit=limit)
+        if recommendation is not None:
+            view.print_recommendation(recommendation)
+
+
+def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any) -> Any:
+    """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
+    from nbscope.analyse.compare import platform_of
+    from nbscope.analyse.diagnose import recommend_forecast
+    from nbscope.analyse.forecast.risks import forecast_unavailable
+
+    if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
+        return None
+    return recommend_forecast(record, gpus=gpu, sources=sources)

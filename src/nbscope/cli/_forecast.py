@@ -38,7 +38,10 @@ the code change.
 
 Each device figure has a source (datasheet, published measurement, or derived and labelled so): see
 --json, docs/forecast.md, and calibrate a GPU you have with --calibrate-from on `nbscope loops` and
-`nbscope bench` runs made on it.
+`nbscope bench` runs made on it. With --measured GPU_RUN (a profile of the same notebook on that GPU),
+each cell's forecast is shown against what the GPU measured, compile left out of both, with the error.
+The same forecast feeds `nbscope diagnose` (GPU rules as forecast risks), `nbscope audit --forecast`
+and `nbscope compare` of a CPU run with a GPU run.
 """
 
 

@@ -69,6 +69,81 @@ def _failures(record: RunRecord) -> list[dict[str, Any]]:
     return [e for e in record.measurements.get("notebooks", []) if e.get("status") in ("error", "not-run")]
 
 
+def _forecast(record: RunRecord) -> dict[str, Any] | None:
+    radius = record.measurements.get("forecast")
+    return radius if isinstance(radius, dict) and radius.get("lectures") is not None else None
+
+
+def _range(low: Any, high: Any) -> str:
+    if not isinstance(low, (int, float)):
+        return "–"
+    if high is None:
+        return f"≥ {format_seconds(low)}"
+    if abs(high - low) <= 0.005 * max(high, 1e-12):
+        return format_seconds(low)
+    low_text, high_text = format_seconds(low), format_seconds(high)
+    if low_text.split()[-1] == high_text.split()[-1]:
+        return f"{low_text.split()[0]}–{high_text}"
+    return f"{low_text}–{high_text}"
+
+
+def _slowdown(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    return f"{value:.0f}×" if value >= 10 else f"{value:.2g}×"
+
+
+def _dominant(lecture: dict[str, Any]) -> str:
+    dominant = lecture.get("dominant")
+    if not lecture.get("has_jax", True):
+        return "no JAX: host work as measured"
+    if not dominant:
+        return "–"
+    where = ", ".join(f"line {line}" if line else f"cell {index + 1}"
+                      for index, line in zip(dominant.get("cells") or [], dominant.get("lines") or [], strict=False))
+    return (f"{dominant['words']} ({_range(dominant.get('low_s'), dominant.get('high_s'))}"
+            + (f", {where})" if where else ")"))
+
+
+def _blast_rows(radius: dict[str, Any]) -> list[tuple[str, ...]]:
+    """lecture, CPU, forecast, slowdown, verdict, dominant term, keep on CPU: one tuple per lecture."""
+    rows = []
+    for lecture in radius["lectures"]:
+        verdict = lecture.get("verdict") or "–"
+        if lecture.get("all_on_gpu") and lecture["all_on_gpu"] != verdict:
+            verdict += f" (all on GPU: {lecture['all_on_gpu']})"
+        rows.append((lecture["path"], format_seconds(lecture.get("cpu_s")), _range(lecture.get("low_s"), lecture.get("high_s")),
+                     _slowdown(lecture.get("slowdown")), verdict, _dominant(lecture),
+                     ", ".join(lecture.get("keep_on_cpu") or []) or "–"))
+    return rows
+
+
+BLAST_HEADINGS = ("lecture", "CPU (measured)", "{gpu} forecast", "slowdown", "verdict", "dominant term", "keep on CPU")
+
+
+def _headings(radius: dict[str, Any]) -> list[str]:
+    return [h.format(gpu=(radius.get("gpu") or "gpu").upper()) for h in BLAST_HEADINGS]
+
+
+def print_blast_radius(record: RunRecord) -> None:
+    """``audit --forecast``: the lectures by forecast slowdown on the first GPU named."""
+    radius = _forecast(record)
+    if radius is None:
+        return
+    table = Table(title=f"GPU blast radius · forecast on the {escape(str(radius.get('gpu_name') or radius.get('gpu')))} "
+                        "from CPU runs, largest slowdown first")
+    for column, justify in zip(_headings(radius), ("left", "right", "right", "right", "left", "left", "left"), strict=True):
+        table.add_column(escape(column), justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in _blast_rows(radius):
+        table.add_row(*(escape(_clip(v, 160)) for v in row))
+    if table.row_count:
+        console.print(table)
+    for error in radius.get("errors") or []:
+        console.print(f"[yellow]no forecast for {escape(error['path'])}:[/yellow] {escape(str(error['error']))}")
+    console.print(f"[bold]{escape(radius['summary'])}[/bold] [dim](a forecast, not a measurement: "
+                  "nbscope forecast RUN shows a lecture's cells; docs/forecast.md)[/dim]")
+
+
 def print_audit(record: RunRecord) -> None:
     """The audit in the terminal: one row per lecture, then the summary line."""
     print_record_header(record)
@@ -83,6 +158,7 @@ def print_audit(record: RunRecord) -> None:
         table.add_row(escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), escape(winner_text(row)),
                       escape(cause), escape(_clip(action, 240)))
     console.print(table)
+    print_blast_radius(record)
     for backend, info in (m.get("backends") or {}).items():
         if not info.get("available"):
             console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.get('reason')))}")
@@ -119,6 +195,13 @@ def audit_markdown(record: RunRecord) -> str:
         cause, action = _cause(row)
         lines.append(f"| `{_md(row['path'])}` | {_backend_cell(row, 'cpu')} | {_backend_cell(row, gpu)} | "
                      f"{winner_text(row)} | {_md(cause)} | {_md(_clip(action, 300))} |")
+    radius = _forecast(record)
+    if radius is not None:
+        lines += ["", f"#### GPU blast radius (forecast on the {_md(radius.get('gpu_name') or radius.get('gpu'))})", "",
+                  f"**{_md(radius['summary'])}** (a forecast from CPU runs, not a measurement)", "",
+                  "| " + " | ".join(_md(h) for h in _headings(radius)) + " |", "|---|---:|---:|---:|---|---|---|"]
+        for row in _blast_rows(radius):
+            lines.append("| `" + _md(row[0]) + "` | " + " | ".join(_md(v) for v in row[1:]) + " |")
     notes = [f"- {_md(b)} unavailable: {_md(i.get('reason'))}" for b, i in (m.get("backends") or {}).items()
              if not i.get("available")]
     notes += [f"- `{_md(e['path'])}` on {_md(e['backend'])}: {e['status']} {_md(e.get('error') or '')[:200]}"
@@ -153,6 +236,13 @@ def audit_html(record: RunRecord) -> str:
     notes += [f"<li>{e(x['path'])} on {e(x['backend'])}: {e(x['status'])} {e(str(x.get('error') or ''))}</li>"
               for x in _failures(record)]
     head = "".join(f"<th>{e(h)}</th>" for h in ("Lecture", "CPU", gpu or "GPU", "Winner", "Top cause", "Recommended action"))
+    radius = _forecast(record)
+    blast = ""
+    if radius is not None:
+        blast_rows = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in _blast_rows(radius))
+        blast = (f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius['summary'])}</strong> "
+                 "(a forecast from CPU runs, not a measurement)</p><table><thead><tr>"
+                 + "".join(f"<th>{e(h)}</th>" for h in _headings(radius)) + f"</tr></thead><tbody>{blast_rows}</tbody></table>")
     style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
@@ -165,6 +255,7 @@ def audit_html(record: RunRecord) -> str:
 <table><thead><tr>{head}</tr></thead><tbody>
 {chr(10).join(rows)}
 </tbody></table>
+{blast}
 {('<ul>' + ''.join(notes) + '</ul>') if notes else ''}
 </body></html>
 """

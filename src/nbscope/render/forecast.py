@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from nbscope.render.terminal import console, format_seconds
@@ -87,9 +88,9 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
             style = VERDICT_STYLE.get(outcome["verdict"], "")
             dominant = dominant_words(outcome)
             table.add_row(
-                str(cell["index"] + 1), str(cell.get("line") or ""), (cell.get("first_line") or "")[:40],
+                str(cell["index"] + 1), str(cell.get("line") or ""), escape((cell.get("first_line") or "")[:40]),
                 format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
-                f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"], dominant,
+                f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"], escape(dominant),
             )
         if table.row_count:
             console.print(table)
@@ -111,18 +112,33 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
                 f"{seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])}"
             )
     for comparison in result.get("measured") or []:
-        print_measured(comparison, result)
+        print_measured(comparison)
     for note in result["notes"]:
         console.print(f"[dim]note: {note}[/dim]")
     console.print(f"[dim]{MEANING}[/dim]")
     _print_figures(result)
 
 
-def print_measured(comparison: dict[str, Any], result: dict[str, Any]) -> None:
+def _error(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.0%}"
+
+
+def _measured_total(comparison: dict[str, Any]) -> str:
+    total = comparison["total"]
+    return (
+        f"total without compile: forecast {seconds_range(total['forecast_low_s'], total['forecast_high_s'])}, "
+        f"measured {format_seconds(total['measured_s'])} (error {_error(total.get('error'))}); "
+        f"{comparison['within']} of {comparison['paired']} cells within the forecast range "
+        "(error: forecast midpoint vs measured, compile left out of both)"
+    )
+
+
+def print_measured(comparison: dict[str, Any], result: dict[str, Any] | None = None) -> None:
     """Forecast vs a real GPU run, per cell (compile time left out of both sides)."""
     key = comparison["device"]
     run = comparison["measured_run"]
-    title = f"forecast ({key}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} (run {run.get('id')})"
+    where = f"run {run['id']}" if run.get("id") is not None else "the GPU run"
+    title = f"forecast ({key}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} ({where})"
     table = Table(title=title)
     for column, justify in (("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
                             ("forecast", "right"), ("measured", "right"), ("error", "right"), ("in range", "left")):
@@ -132,18 +148,33 @@ def print_measured(comparison: dict[str, Any], result: dict[str, Any]) -> None:
             continue
         error = row["error"]
         table.add_row(
-            str(row["index"] + 1), str(row.get("line") or ""), (row.get("first_line") or "")[:36],
+            str(row["index"] + 1), str(row.get("line") or ""), escape((row.get("first_line") or "")[:36]),
             format_seconds(row["cpu_s"]), seconds_range(row["forecast_low_s"], row["forecast_high_s"]),
-            format_seconds(row["measured_s"]), "–" if error is None else f"{error:+.0%}",
+            format_seconds(row["measured_s"]), _error(error),
             "yes" if row["within"] else "no",
         )
     console.print(table)
-    total = comparison["total"]
-    console.print(
-        f"total without compile: forecast {seconds_range(total['forecast_low_s'], total['forecast_high_s'])}, "
-        f"measured {format_seconds(total['measured_s'])}; {comparison['within']} of {comparison['paired']} cells "
-        "within the forecast range (error: forecast midpoint vs measured, compile left out of both)"
-    )
+    console.print(_measured_total(comparison), markup=False)
+    for note in comparison.get("notes") or []:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def measured_markdown(comparison: dict[str, Any]) -> str:
+    """Forecast vs a real GPU run as a markdown table."""
+    run = comparison["measured_run"]
+    where = f"run {run['id']}" if run.get("id") is not None else "the GPU run"
+    lines = [f"### forecast ({comparison['device']}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} "
+             f"({where})", "",
+             "| cell | line | CPU | forecast | measured | error | in range |", "|---:|---:|---:|---:|---:|---:|---|"]
+    for row in comparison["cells"]:
+        if row["measured_s"] is None:
+            continue
+        lines.append(f"| {row['index'] + 1} | {row.get('line') or ''} | {format_seconds(row['cpu_s'])} | "
+                     f"{seconds_range(row['forecast_low_s'], row['forecast_high_s'])} | "
+                     f"{format_seconds(row['measured_s'])} | {_error(row['error'])} | {'yes' if row['within'] else 'no'} |")
+    lines += ["", _measured_total(comparison)]
+    lines += [f"_note: {note}_" for note in comparison.get("notes") or []]
+    return "\n".join(lines) + "\n"
 
 
 def _print_figures(result: dict[str, Any]) -> None:
@@ -190,16 +221,7 @@ def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all:
                 lines += ["", "  ```python", *[f"  {ln}" for ln in entry["change"]["example"].splitlines()], "  ```"]
         lines.append("")
     for comparison in result.get("measured") or []:
-        lines += [f"### forecast ({comparison['device']}) vs measured (run {comparison['measured_run'].get('id')})", "",
-                  "| cell | line | CPU | forecast | measured | error | in range |", "|---:|---:|---:|---:|---:|---:|---|"]
-        for row in comparison["cells"]:
-            if row["measured_s"] is None:
-                continue
-            error = "–" if row["error"] is None else f"{row['error']:+.0%}"
-            lines.append(f"| {row['index'] + 1} | {row.get('line') or ''} | {format_seconds(row['cpu_s'])} | "
-                         f"{seconds_range(row['forecast_low_s'], row['forecast_high_s'])} | "
-                         f"{format_seconds(row['measured_s'])} | {error} | {'yes' if row['within'] else 'no'} |")
-        lines.append("")
+        lines += [measured_markdown(comparison)]
     lines += [f"_{MEANING}_", ""]
     lines += [f"_note: {note}_" for note in result["notes"]]
     return "\n".join(lines).rstrip() + "\n"

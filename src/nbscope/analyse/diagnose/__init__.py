@@ -10,12 +10,13 @@ Public interface (used by the HTML report and the fleet audit)::
     diagnose(record, *, other=None) -> list[Finding]      # most important first; .skipped lists Skips
     rule_thresholds() -> dict                            # each rule's thresholds and their defaults
     recommend(a, b) -> dict                              # backend choice with estimated cpu/gpu/mixed totals
+    recommend(cpu_run) / recommend_forecast(cpu_run)     # the same from a CPU run's GPU forecast (no GPU run)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nbscope import _units as units
@@ -25,6 +26,7 @@ from nbscope.analyse.diagnose import (
     _compile_bound,
     _eager_flood,
     _first_call,
+    _forecast,
     _gpu_memory,
     _latency_loop,
     _retrace_churn,
@@ -36,7 +38,10 @@ from nbscope.analyse.diagnose import (
 from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip, load_sources
 from nbscope.record.run import RunRecord
 
-__all__ = ["RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "recommend", "rule_names", "rule_thresholds"]
+__all__ = [
+    "RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "recommend", "recommend_forecast", "rule_names",
+    "rule_thresholds",
+]
 
 RULES: list[Rule] = [
     _unrolled_loop.RULE,
@@ -130,6 +135,7 @@ def diagnose(
     sources: Mapping[str, str] | None = None,
     rules: Iterable[str] | None = None,
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    gpus: str | Sequence[str] | None = None,
 ) -> list[Finding]:
     """Run every rule on a profile run; most important first.
 
@@ -140,10 +146,19 @@ def diagnose(
     :func:`rule_thresholds`), e.g. to judge a run whose machine compiles much faster or slower than the
     defaults assume. The returned list is a :class:`Findings`: ``.skipped`` says which rules (or parts)
     could not be evaluated and why.
+
+    On a CPU run recorded with program data (``nbscope profile --forecast``), the GPU rules fire as
+    forecast findings (``Finding.forecast`` names the GPUs) for ``gpus`` (device table keys), else the
+    GPUs named when the run was recorded, else the T4. Naming ``gpus`` for a run without program data,
+    or for a GPU run, is refused with one line.
     """
     compare_module.check_profile(record, "the run")
     if other is not None:
         compare_module.check_profile(other, "the other run")
+    if gpus:
+        gpus = [g.strip() for g in gpus.split(",")] if isinstance(gpus, str) else list(gpus)
+        _forecast.check_request(record, gpus, compare_module.platform_of(record)["platform"],
+                                compare_module.label(record, "the run"))
     wanted = set(rules) if rules is not None else None
     if wanted is not None:
         unknown = wanted - set(rule_names())
@@ -152,7 +167,7 @@ def diagnose(
 
             raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
     overrides = _checked_thresholds(thresholds or {})
-    ctx = Context(record, other=other, sources=sources, thresholds=overrides)
+    ctx = Context(record, other=other, sources=sources, thresholds=overrides, gpus=gpus or None)
     findings: list[Finding] = []
     skipped: list[Skip] = []
     for rule in RULES:
@@ -195,29 +210,46 @@ def _jax_work(cell: Mapping[str, Any] | None, calls: set[str], jitted: set[str])
     return names
 
 
-def recommend(a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Which backend this notebook should use, from the measured per-cell figures of a CPU and a GPU run.
+def recommend(
+    a: RunRecord,
+    b: RunRecord | None = None,
+    *,
+    sources: Mapping[str, str] | None = None,
+    gpus: str | Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Which backend this notebook should use, from the measured per-cell figures of a CPU and a GPU run,
+    or, when no GPU run exists, from the GPU forecast of a CPU run recorded with program data.
 
-    Estimates: ``cpu_s`` and ``gpu_s`` add each run's measured cell times; ``mixed_s`` is the GPU run with
-    every JAX cell that ran faster on the CPU taken at its CPU time (those cells pinned to the CPU).
+    Measured (``basis: "measured"``): ``cpu_s`` and ``gpu_s`` add each run's measured cell times;
+    ``mixed_s`` is the GPU run with every JAX cell that ran faster on the CPU taken at its CPU time (those
+    cells pinned to the CPU).
 
-    Returns ``{"recommendation": "cpu" | "gpu" | "mixed" | None, "reason": str, "estimates": {"cpu_s",
-    "gpu_s", "mixed_s" (None when nothing is worth pinning)}, "pinned": [{"cell", "line", "first_line",
-    "functions", "cpu_s", "gpu_s", "saving_s"}], "faster_on_accelerator": [...], "accelerator": "gpu",
-    "same_host": bool, "caveats": [str], "runs": {...}}``. The accelerator key is the platform name
-    (``gpu`` for CUDA/ROCm, ``tpu``). Two runs on one backend give ``recommendation`` None with a reason.
+    Returns ``{"recommendation": "cpu" | "gpu" | "mixed" | None, "reason": str, "basis": "measured" |
+    "forecast", "estimates": {"cpu_s", "gpu_s", "mixed_s" (None when nothing is worth pinning)}, "pinned":
+    [{"cell", "line", "first_line", "functions", "cpu_s", "gpu_s", "saving_s"}], "faster_on_accelerator":
+    [...], "accelerator": "gpu", "same_host": bool, "caveats": [str], "runs": {...}}``. The accelerator key
+    is the platform name (``gpu`` for CUDA/ROCm, ``tpu``). Two runs on one backend give ``recommendation``
+    None with a reason, unless they are CPU runs and one holds program data: then the forecast decides.
+
+    Forecast (``basis: "forecast"``; ``b`` omitted, or two CPU runs): see :func:`recommend_forecast`.
     """
     compare_module.check_profile(a, "A")
+    if b is None:
+        return recommend_forecast(a, gpus=gpus, sources=sources)
     compare_module.check_profile(b, "B")
     pa, pb = compare_module.platform_of(a)["platform"], compare_module.platform_of(b)["platform"]
     result: dict[str, Any] = {
         "runs": {"a": {"run_id": a.run_id, "platform": pa}, "b": {"run_id": b.run_id, "platform": pb}},
         "recommendation": None,
+        "basis": "measured",
         "estimates": None,
         "pinned": [],
         "caveats": [],
     }
     if pa == pb:
+        with_programs = [r for r in (a, b) if r.measurements.get("programs")]
+        if pa == "cpu" and with_programs:
+            return recommend_forecast(with_programs[0], gpus=gpus, sources=sources)
         result["reason"] = f"both runs used the {pa} backend: nothing to choose between"
         return result
     if "cpu" not in (pa, pb):
@@ -317,3 +349,109 @@ def recommend(a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None =
 
 
 _s = units.seconds
+
+
+# ---- backend recommendation from a forecast ---------------------------------------------------------
+
+_CHOICE = {"mixed": "mixed", "slower": "cpu", "similar": "cpu", "faster": "gpu"}
+
+
+def recommend_forecast(
+    record: RunRecord,
+    *,
+    gpus: str | Sequence[str] | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The backend choice for a notebook that has no GPU run: from the GPU forecast of a CPU run recorded
+    with program data (``nbscope profile --forecast``), for ``gpus`` (else those named when it was
+    recorded, else the T4); the choice is made for the first GPU, each GPU's figures are in ``forecast``.
+
+    The same keys as :func:`recommend`, with ``basis: "forecast"``, a reason that says it is a forecast,
+    ``estimates`` as ranges (``cpu_s`` measured; ``gpu_low_s`` / ``gpu_high_s`` with everything on the GPU;
+    ``mixed_low_s`` / ``mixed_high_s`` with the functions the forecast keeps on the CPU), ``pinned`` per
+    such function (its cells, the code change), and ``forecast``: per GPU key its verdict and totals.
+    A run without program data, or one that ran on a GPU, is refused with one line; a run with no JAX
+    gets ``recommendation`` None and says why.
+    """
+    from nbscope.analyse.forecast import forecast, uses_jax
+    from nbscope.analyse.forecast.risks import gpus_of, require_forecast
+
+    compare_module.check_profile(record, "the run")
+    platform = compare_module.platform_of(record)["platform"]
+    label = compare_module.label(record, "the run")
+    require_forecast(record, platform, label)
+    result: dict[str, Any] = {
+        "runs": {"cpu": {"run_id": record.run_id,
+                         "total_s": round(sum(float(c.get("wall_s") or 0.0) for c in record.measurements["cells"]), 4)}},
+        "recommendation": None, "basis": "forecast", "estimates": None, "pinned": [], "faster_on_accelerator": [],
+        "accelerator": "gpu", "caveats": [], "forecast": {},
+    }
+    if not uses_jax(record):
+        result["reason"] = ("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
+                            "GPU the machine has: nothing to choose between")
+        return result
+    forecast_result = forecast(record, gpus_of(record, gpus), sources=sources)
+    for device in forecast_result["devices"]:
+        notebook = forecast_result["notebook"][device["key"]]
+        result["forecast"][device["key"]] = {
+            "name": device["name"], "verdict": notebook["verdict"], "all_on_gpu": notebook["all_on_gpu"],
+            "cpu_s": notebook["cpu_s"], "low_s": notebook["low_s"], "high_s": notebook["high_s"],
+            "keep_on_cpu": [e["function"] for e in notebook["keep_on_cpu"]], "plan": notebook["plan"],
+        }
+    device = forecast_result["devices"][0]
+    key, name = device["key"], device["name"]
+    notebook = forecast_result["notebook"][key]
+    cells = {c["index"]: c for c in forecast_result["cells"]}
+    choice = _CHOICE.get(notebook["verdict"], "cpu")
+    estimates: dict[str, Any] = {"cpu_s": round(notebook["cpu_s"], 4), "gpu_low_s": round(notebook["low_s"], 4),
+                                 "gpu_high_s": None if notebook["high_s"] is None else round(notebook["high_s"], 4)}
+    plan = notebook["plan"]
+    if plan:
+        estimates["mixed_low_s"] = round(plan["low_s"], 4)
+        estimates["mixed_high_s"] = None if plan["high_s"] is None else round(plan["high_s"], 4)
+    pinned = []
+    for entry in notebook["keep_on_cpu"]:
+        first = cells.get(entry["cells"][0]) if entry["cells"] else None
+        pinned.append({
+            "cell": entry["cells"][0] if entry["cells"] else None, "cells": entry["cells"],
+            "line": (first or {}).get("line"), "first_line": (first or {}).get("first_line"),
+            "functions": [entry["function"]], "cpu_s": round(entry["cpu_s"], 4),
+            "gpu_low_s": round(entry["gpu_low_s"], 4),
+            "gpu_high_s": None if entry["gpu_high_s"] is None else round(entry["gpu_high_s"], 4),
+            "saving_s": round(entry["slower_by_s"], 4), "change": entry["change"]["text"],
+            "example": entry["change"].get("example"),
+        })
+    gains = [{"functions": [e["function"]], "cells": e["cells"], "cell": e["cells"][0] if e["cells"] else None,
+              "cpu_s": round(e["cpu_s"], 4), "gpu_low_s": round(e["gpu_low_s"], 4),
+              "gpu_high_s": None if e["gpu_high_s"] is None else round(e["gpu_high_s"], 4),
+              "saving_s": round(e["faster_by_s"], 4)} for e in notebook["gains"][:5]]
+    gpu_range = _range(notebook["low_s"], notebook["high_s"])
+    kept = ", ".join(e["function"] for e in notebook["keep_on_cpu"])
+    where = f"CPU run {record.run_id}" if record.run_id is not None else "the CPU run"
+    head = f"forecast for the {name} from {where} (no GPU run)"
+    if choice == "mixed":
+        reason = (f"{head}: GPU with {kept} kept on the CPU, {_range(plan['low_s'], plan['high_s'])}, vs "
+                  f"{_s(notebook['cpu_s'])} measured on the CPU and {gpu_range} with everything on the GPU")
+    elif choice == "gpu":
+        reason = f"{head}: {gpu_range} on the GPU vs {_s(notebook['cpu_s'])} measured on the CPU"
+    else:
+        why = "slower" if notebook["verdict"] == "slower" else "no faster"
+        reason = f"{head}: {why} on the GPU, {gpu_range} vs {_s(notebook['cpu_s'])} measured on the CPU"
+        if kept:
+            reason += f"; on a GPU, keep {kept} on the CPU"
+    figures = device["figures"]
+    loop = figures["loop_iteration_us"]
+    result.update(
+        recommendation=choice, reason=reason, estimates=estimates, pinned=pinned, faster_on_accelerator=gains,
+        device=key,
+        caveats=[
+            "a forecast from a CPU run, not a measurement: loops at the device table's per-iteration cost "
+            f"({name}: {loop['low']:g}–{loop['high']:g} µs per iteration, {loop['basis']}), work on a roofline of its "
+            "peaks, host work and JAX compile carried over as measured on this CPU (compile is not forecast); "
+            "see docs/forecast.md, and measure with a GPU run (nbscope compare CPU_RUN GPU_RUN) when one exists",
+        ],
+    )
+    return result
+
+
+_range = _forecast.seconds_range

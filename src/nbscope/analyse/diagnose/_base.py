@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -11,7 +11,7 @@ from typing import Any
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
-from nbscope.analyse.diagnose import _source
+from nbscope.analyse.diagnose import _forecast, _source
 from nbscope.record.run import RunRecord
 
 SEVERITIES = ("high", "medium", "low")
@@ -29,6 +29,9 @@ class Finding:
     evidence: dict[str, Any]
     summary: str  # one line
     fix: str  # concrete change to make
+    # The GPUs (device table keys) a forecast finding is about: made from a CPU run's GPU forecast, not
+    # measured. Empty for findings measured in the run.
+    forecast: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,9 +212,11 @@ class Context:
         other: RunRecord | None = None,
         sources: Mapping[str, str] | None = None,
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
+        gpus: Sequence[str] | None = None,
     ) -> None:
         self.record = record
         self.other = other
+        self.forecast_gpus = list(gpus) if gpus else None  # GPUs the GPU rules forecast for on a CPU run
         self.threshold_overrides = {rule: dict(values) for rule, values in (thresholds or {}).items()}
         if sources is None:
             self.sources, self.sources_note = load_sources(record)
@@ -234,6 +239,11 @@ class Context:
     @cached_property
     def platform(self) -> dict[str, Any]:
         return compare_module.platform_of(self.record)
+
+    @cached_property
+    def forecast(self) -> _forecast.ForecastEvidence:
+        """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
+        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus, self.sources)
 
     @cached_property
     def x64(self) -> dict[str, Any]:

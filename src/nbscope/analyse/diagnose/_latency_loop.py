@@ -5,6 +5,12 @@ microseconds per step, where a CPU pays nanoseconds).
 Evidence, strongest first: the cell's ``timeline`` summary classifies it as launch- or latency-bound
 (``nbscope profile --timeline``); or the same cell ran many times faster in a CPU run (``other``) and
 its source calls a loop primitive. A slow loop cell on a GPU with neither is reported as not evaluated.
+
+On a CPU run recorded with program data (``nbscope profile --forecast``), the rule fires as a forecast
+risk: a cell forecast to take ``min_ratio`` times its measured CPU time and ``min_delta_s`` more, at
+least half of the difference in its loops (iterations × the GPU's per-iteration cost, from the device
+table), on a GPU the run is forecast for (``diagnose(gpus=...)``, else those named at record time, else the T4). A loop whose trip
+count is only known at run time is never guessed: it is reported as not evaluated when it could matter.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import (
     Context,
     Finding,
@@ -84,14 +91,120 @@ def _fix(functions: Mapping[str, list[str]], on_cpu: bool) -> str:
     )
 
 
+def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[int, Finding], list[Skip]]:
+    """Forecast findings by cell, on a CPU run with program data; Skips for loops the forecast cannot bound."""
+    from nbscope.analyse.forecast.risks import loop_slowdowns
+
+    found = ctx.forecast
+    if found.result is None:
+        return {}, []
+    slow: dict[int, dict[str, dict[str, Any]]] = {}
+    unbounded: dict[int, dict[str, dict[str, Any]]] = {}
+    for device in found.devices:
+        for row in loop_slowdowns(found.result, device.key):
+            cpu = float(row["cpu_s"])
+            slower_by = row["gpu_low_s"] - cpu
+            # The cell (compile and host work carried over) is forecast min_ratio times slower, and its loops
+            # alone make at least half of the difference: they are the cause.
+            if (row["gpu_low_s"] >= limit["min_ratio"] * cpu and slower_by >= limit["min_delta_s"]
+                    and row["loop_low_s"] >= slower_by / 2):
+                slow.setdefault(row["index"], {})[device.key] = row
+            elif row["loop_high_s"] is None or (
+                any(loop["iterations"] is None for loop in row["loops"])
+                and row["loop_high_s"] - cpu >= limit["min_delta_s"]
+            ):
+                unbounded.setdefault(row["index"], {})[device.key] = row
+    notebook = found.result["notebook"]
+    findings: dict[int, Finding] = {}
+    for index, rows in slow.items():
+        cell = ctx.cell(index) or {"index": index}
+        first = next(iter(rows.values()))
+        stake = max(r["gpu_low_s"] - float(r["cpu_s"]) for r in rows.values())
+        key_of_worst = max(rows, key=lambda k: rows[k]["gpu_low_s"] - float(rows[k]["cpu_s"]))
+        functions = sorted({f for r in rows.values() for f in r["functions"]})
+        per_gpu = ", ".join(f"{_forecast.on_a(key)} {_forecast.seconds_range(r['gpu_low_s'], r['gpu_high_s'])}"
+                            for key, r in rows.items())
+        loops = "; ".join(dict.fromkeys(_loop_words(loop) for loop in first["loops"]))
+        names = f" in {', '.join(f'`{n}`' for n in functions)}" if functions else ""
+        figures = {key: {"gpu_low_s": r["gpu_low_s"], "gpu_high_s": r["gpu_high_s"], "loop_low_s": r["loop_low_s"],
+                         "loop_high_s": r["loop_high_s"], "verdict": r["verdict"],
+                         "loops": [loop["words"] for loop in r["loops"]]} for key, r in rows.items()}
+        findings[index] = Finding(
+            rule=NAME,
+            title=f"Latency-bound loop (forecast: {', '.join(k.upper() for k in rows)})",
+            cell_index=index,
+            severity=severity(stake, notebook[key_of_worst]["low_s"]),
+            confidence=0.7,
+            evidence={"platform": ctx.platform["platform"], "cpu_wall_s": round(float(first["cpu_s"]), 4),
+                      "loop_functions": _loop_functions(ctx, cell),
+                      "forecast_functions": functions,
+                      "forecast": figures, "forecast_run": ctx.record.run_id,
+                      "seconds_at_stake": round(stake, 4)},
+            summary=(
+                f"forecast: {per_gpu} for {cell_label(cell)} vs {seconds(float(first['cpu_s']))} measured on this CPU: "
+                f"{loops}{names}, each iteration paying the GPU's per-iteration cost "
+                f"({_per_iteration(first['loops'])} on the {next(iter(rows)).upper()})"
+            ),
+            fix=_forecast_fix(functions, notebook, rows),
+            forecast=list(rows),
+        )
+    skips = []
+    for index, rows in unbounded.items():
+        if index in findings:
+            continue
+        cell = ctx.cell(index) or {"index": index}
+        key, row = next(iter(rows.items()))
+        loop = next((loop for loop in row["loops"] if loop["iterations"] is None), row["loops"][0])
+        skips.append(Skip(
+            NAME,
+            f"forecast: {cell_label(cell)} runs {loop['words']}: {_forecast.on_a(key)} from "
+            f"{_forecast.seconds_range(row['loop_low_s'], row['loop_high_s'])}; a trip count known only at run "
+            "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
+            index,
+        ))
+    return findings, skips
+
+
+def _loop_words(loop: Mapping[str, Any]) -> str:
+    """``lax.scan of 1,000,000 iterations`` (``2 calls of ...`` when the cell calls it twice)."""
+    iterations = loop.get("iterations")
+    count = f"{iterations:,} iterations" if iterations is not None else "an unknown number of iterations"
+    calls = int(loop.get("calls") or 1)
+    return (f"{calls} calls of " if calls > 1 else "") + f"{loop.get('name') or 'a loop'} of {count}"
+
+
+def _per_iteration(loops: list[dict[str, Any]]) -> str:
+    return str(loops[0].get("overhead_text") or "its per-iteration cost")
+
+
+def _forecast_fix(functions: list[str], notebook: Mapping[str, Any], rows: Mapping[str, Any]) -> str:
+    names = ", ".join(f"`{n}`" for n in functions) or "this cell's loop"
+    keep = {e["function"]: e for key in rows for e in notebook[key]["keep_on_cpu"]}
+    example = next((keep[n]["change"].get("example") for n in functions if n in keep and keep[n]["change"].get("example")),
+                   None)
+    text = (f"Nothing to change on this CPU. Where the notebook runs on a GPU, run {names} on the CPU: wrap the "
+            "call in `with jax.default_device(jax.devices('cpu')[0]):`")
+    if example:
+        text += ", e.g. `" + " ".join(line.strip() for line in example.splitlines()) + "`"
+    return text + "; a jitted function runs where its inputs live, so inputs already on the GPU move with " \
+                  "`jax.device_put(x, jax.devices('cpu')[0])`."
+
+
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     platform = ctx.platform["platform"]
     other_platform = (ctx.other_platform or {}).get("platform")
     needs_sources = False
+    forecast_findings: dict[int, Finding] = {}
+    if platform == "cpu":
+        forecast_findings, forecast_skips = _forecast_outcomes(ctx, limit)
+        yield from forecast_skips
+        yield from forecast_findings.values()
     for cell in ctx.cells:
         if not ctx.ran(cell):
             continue
+        if int(cell["index"]) in forecast_findings:
+            continue  # the forecast finding says more than this CPU's own timeline
         wall, run = float(cell.get("wall_s") or 0.0), float(cell.get("run_s") or 0.0)
         functions = _loop_functions(ctx, cell)
         timeline = _timeline(cell)

@@ -1,18 +1,102 @@
 """Float64 on a GPU with weak float64 throughput: x64 on, and the device's float64 rate is 1/32 of its
-float32 rate or less (T4, consumer and A10/L4-class parts; see ``nbscope.collect._gpu_classes``)."""
+float32 rate or less (T4, consumer and A10/L4-class parts; see ``nbscope.collect._gpu_classes``).
+
+On a CPU run recorded with program data (``nbscope profile --forecast``), the rule fires as a forecast
+risk for each weak-float64 GPU the run is forecast for (``diagnose(gpus=...)``, else those named at
+record time, else the T4): the float64 arithmetic of the compiled programs, forecast on that GPU at its
+float64 rate, against the same programs at its float32 rate; it fires when the difference is at least
+``min_forecast_cost_s``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
 
 NAME = "weak-float64"
+THRESHOLDS = {
+    "min_forecast_cost_s": 0.1,  # forecast only: float64's extra time over float32 on the GPU, whole notebook
+}
+
+
+def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
+    """Forecast findings on a CPU run: what float64 costs on each weak-float64 GPU it is forecast for."""
+    from nbscope.analyse.forecast.risks import float64_costs, fp64_share, weak_float64
+
+    found = ctx.forecast
+    if found.result is None:
+        return
+    limit = ctx.limits(NAME, THRESHOLDS)
+    weak = [d for d in found.devices if weak_float64(d)]
+    costs: dict[str, dict[str, Any]] = {}
+    for device in weak:
+        rows = float64_costs(ctx.record, device, found.table)
+        if not rows:
+            continue
+        f64_low = sum(r["float64_low_s"] for r in rows)
+        f32_low = sum(r["float32_low_s"] for r in rows)
+        highs = [(r["float64_high_s"], r["float32_high_s"]) for r in rows]
+        unbounded = any(a is None or b is None for a, b in highs)
+        extra_low = f64_low - f32_low
+        f64_high = None if unbounded else sum(a for a, _ in highs if a is not None)
+        f32_high = None if unbounded else sum(b for _, b in highs if b is not None)
+        if extra_low >= limit["min_forecast_cost_s"]:
+            costs[device.key] = {
+                "device": device.name, "fp64_share": f"1/{1 / fp64_share(device):.0f}",
+                "float64_low_s": f64_low, "float64_high_s": f64_high, "float32_low_s": f32_low,
+                "float32_high_s": f32_high, "extra_low_s": extra_low,
+                "extra_high_s": None if f64_high is None or f32_high is None else f64_high - f32_high, "rows": rows,
+            }
+    if not costs:
+        return
+    key, worst = max(costs.items(), key=lambda item: item[1]["extra_low_s"])
+    cells = sorted({int(r["index"]) for cost in costs.values() for r in cost["rows"]})
+    functions = sorted({f for cost in costs.values() for r in cost["rows"] for f in r["functions"]})
+    source_cells = ctx.code.x64_cells if ctx.has_sources else []
+    switch = f" (turned on in cell {source_cells[0] + 1})" if source_cells else ""
+    span = _forecast.seconds_range
+    per_gpu = "; ".join(
+        f"{_forecast.on_a(k)} (float64 at {c['fp64_share']} of float32) it takes "
+        f"{span(c['float64_low_s'], c['float64_high_s'])} where float32 would take "
+        f"{span(c['float32_low_s'], c['float32_high_s'])}: {span(c['extra_low_s'], c['extra_high_s'])} more"
+        for k, c in costs.items())
+    names = ", ".join(f"`{f}`" for f in functions[:4]) + (" …" if len(functions) > 4 else "")
+    where = f"cell {cells[0] + 1}" if len(cells) == 1 else f"{len(cells)} cells"
+    yield Finding(
+        rule=NAME,
+        title=f"float64 on a GPU with weak float64 (forecast: {', '.join(k.upper() for k in costs)})",
+        cell_index=cells[0] if len(cells) == 1 else None,
+        severity=severity(worst["extra_low_s"], found.result["notebook"][key]["low_s"]),
+        confidence=0.7,
+        evidence={
+            "platform": ctx.platform["platform"],
+            "float64_cells": cells,
+            "float64_functions": functions,
+            "x64_set_in_cells": source_cells,
+            "forecast": {k: {kk: v for kk, v in c.items() if kk != "rows"} for k, c in costs.items()},
+            "forecast_run": ctx.record.run_id,
+            "seconds_at_stake": round(worst["extra_low_s"], 4),
+        },
+        summary=f"forecast: the float64 arithmetic of {names} in {where}{switch}: {per_gpu}",
+        fix=(
+            f"Nothing to change on this CPU. Where the notebook runs {_forecast.on_a(key)}, keep JAX in float32: drop "
+            f"`jax.config.update('jax_enable_x64', True)`{switch} / JAX_ENABLE_X64, or cast the large arrays with "
+            "`.astype(jnp.float32)`, keeping float64 only where accuracy needs it; or run it on the CPU or on a GPU "
+            "with full-rate float64 (A100, H100)."
+        ),
+        forecast=list(costs),
+    )
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
+    if ctx.platform["platform"] == "cpu":
+        yield from _forecast_outcomes(ctx)  # float64 is full speed on CPUs: only a GPU forecast can say
+        return
     if ctx.platform["platform"] != "gpu":
-        return  # float64 is full speed on CPUs
+        return
     devices = (ctx.record.fingerprint.get("gpu") or {}).get("devices")
     if not isinstance(devices, list) or not devices:
         yield Skip(NAME, f"JAX ran on a GPU but the fingerprint lists no GPU devices ({devices})")
@@ -82,4 +166,6 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-RULE = Rule(NAME, "float64 on a GPU with weak float64", "GPU fp64 class (fingerprint), x64 evidence (shapes, settings, source)", evaluate)
+RULE = Rule(NAME, "float64 on a GPU with weak float64",
+            "GPU fp64 class (fingerprint), x64 evidence (shapes, settings, source); on a CPU run, its GPU forecast",
+            evaluate, thresholds=THRESHOLDS)

@@ -18,6 +18,7 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,15 +71,19 @@ def forecast(
     devices_file: str | Path | None = None,
     notebook_path: str | Path | None = None,
     run_label: str | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The forecast of a profile run on each named GPU (see the module docstring for its parts)."""
+    """The forecast of a profile run on each named GPU (see the module docstring for its parts).
+
+    The cell sources (for the exact code changes) come from ``sources`` (by source hash) when given,
+    else from ``notebook_path``, else from the notebook the run recorded."""
     label = run_label or (f"run {record.run_id}" if record.run_id is not None else "the run")
     table = table or load_table(devices_file)
     devices = resolve(table, gpus)
     check_record(record, label)
     measurements = record.measurements
     programs = (measurements.get("programs") or {}).get("programs") or {}
-    sources = _notebook_sources(record, notebook_path)
+    sources = _notebook_sources(record, notebook_path, sources)
     cells = [_measured(c) for c in measurements.get("cells") or []]
     ran = [c for c in cells if c is not None]
     has_jax = uses_jax(record)
@@ -322,12 +327,15 @@ def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: di
     }
 
 
-def _notebook_sources(record: Any, notebook_path: str | Path | None) -> dict[int, str]:
+def _notebook_sources(record: Any, notebook_path: str | Path | None,
+                      given: Mapping[str, str] | None = None) -> dict[int, str]:
     """Code cell sources by index, from the profiled notebook when it is there and unchanged."""
     from nbscope.analyse.diagnose._base import load_sources
 
     by_hash: dict[str, str] = {}
-    if notebook_path:
+    if given:
+        by_hash = dict(given)
+    elif notebook_path:
         from nbscope.collect import notebook as notebook_module
 
         by_hash = {c.source_hash: c.source for c in notebook_module.read(notebook_path).code_cells}

@@ -142,7 +142,8 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
             high_s=None if high_iterations is None else high_iterations * per_high,
             words=f"{name} of {count} × {per_text} ({why})",
             program=key, function=function,
-            details={"loop": loop["id"], "iterations": iterations, "per_iteration_low_s": per_low,
+            details={"loop": loop["id"], "name": name, "overhead_text": per_text,
+                     "iterations": iterations, "per_iteration_low_s": per_low,
                      "per_iteration_high_s": per_high, "figure": figure, "bound": bounded_by,
                      "call": loop.get("call"), "syncs_per_iteration": loop.get("syncs_per_iteration")},
         ))

@@ -38,6 +38,7 @@ class Job:
     live_path: str | None = None  # where cell records stream; None: a temporary file, removed on success
     content: bytes | None = None  # the file itself, for workers that may not share the file system
     index: int = 0
+    forecast: list[str] = field(default_factory=list)  # GPUs to forecast for: record program data (CPU jobs)
 
     @property
     def is_gpu(self) -> bool:
@@ -104,7 +105,8 @@ def run_job(job: Job, fingerprint: dict[str, Any] | None = None) -> dict[str, An
         from nbscope.api.profile import ProfileOptions, profile
 
         path = _notebook_path(job, scratch)
-        options = ProfileOptions(timeout=job.timeout, env=dict(job.env), jax_platform=job.platform)
+        options = ProfileOptions(timeout=job.timeout, env=dict(job.env), jax_platform=job.platform,
+                                 forecast=list(job.forecast))
         record = profile(path, options, store=None, fingerprint=fingerprint or worker_fingerprint(), live_path=live_path)
         result["record"] = record.to_dict()
         result["ok"] = True

@@ -38,9 +38,18 @@ class AuditOptions:
     share_gpu: bool = False
     jobs_per_gpu: int = 2  # notebooks per GPU at once with share_gpu
     timeout: float | None = None  # per cell, seconds
+    # GPUs (device table keys) to forecast each lecture for from its CPU run: the CPU runs record program
+    # data, and the audit gives each lecture's GPU blast radius (nbscope.analyse.audit.forecast_summary).
+    forecast: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         parse_backends(",".join(self.backends))
+        if self.forecast:
+            from nbscope.analyse.forecast.devices import load_table, resolve
+
+            self.forecast = [d.key for d in resolve(load_table(), self.forecast)]  # unknown GPUs: one line
+            if "cpu" not in self.backends:
+                raise NbscopeError("--forecast forecasts from CPU runs: add cpu to --backends")
         if self.workers < 1:
             raise NbscopeError("--workers must be at least 1")
         if self.jobs_per_gpu < 1:
@@ -60,6 +69,7 @@ class AuditOptions:
             "share_gpu": self.share_gpu,
             "jobs_per_gpu": self.jobs_per_gpu if self.share_gpu else 1,
             "timeout": self.timeout,
+            "forecast": list(self.forecast),
         }
 
 
@@ -91,9 +101,10 @@ def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_pe
 
 
 def find_previous(
-    store: Any, target: str, source_hash: str, backend: str, digests: set[str]
+    store: Any, target: str, source_hash: str, backend: str, digests: set[str], *, programs: bool = False
 ) -> tuple[RunRecord | None, float | None]:
-    """A stored audit run to reuse (same file hash, backend and environment digest), and a duration estimate.
+    """A stored audit run to reuse (same file hash, backend and environment digest, and program data when
+    ``programs``: a forecast needs it), and a duration estimate.
 
     The estimate (the last run of this notebook on this backend, on any machine) lets the scheduler start
     long notebooks first, which shortens the whole audit.
@@ -109,7 +120,8 @@ def find_previous(
         if estimate is None:
             runner = record.measurements.get("runner") or {}
             estimate = runner.get("total_s") or (record.measurements.get("totals") or {}).get("wall_s")
-        if audit.get("source_hash") == source_hash and record.digest in digests:
+        if audit.get("source_hash") == source_hash and record.digest in digests and (
+                not programs or record.measurements.get("programs")):
             reusable = record
             break
     return reusable, estimate
@@ -175,7 +187,9 @@ def audit(
                     entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
                                                                availability[backend]["reason"], target)
                     continue
-                previous, estimate = find_previous(store, target, source_hash, backend, digests)
+                forecast = list(options.forecast) if BACKENDS[backend] == "cpu" else []
+                previous, estimate = find_previous(store, target, source_hash, backend, digests,
+                                                   programs=bool(forecast))
                 if previous is not None and not options.force:
                     entries[key, backend] = _report.entry_from_record(
                         previous, key=key, backend=backend, source_hash=source_hash, reused=True)
@@ -188,7 +202,7 @@ def audit(
                 jobs.append(Job(
                     key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
                     source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
-                    content=path.read_bytes() if runner is not None else None,
+                    content=path.read_bytes() if runner is not None else None, forecast=forecast,
                 ))
                 entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
                 if estimate is not None:

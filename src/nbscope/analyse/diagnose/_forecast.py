@@ -1,0 +1,83 @@
+"""Forecast evidence for the GPU rules on a CPU run: the run's GPU forecast, computed once per diagnosis.
+
+On a CPU run that holds program data (``nbscope profile --forecast``), the GPU rules (latency-bound
+loop, weak float64) fire as *forecast* findings: their numbers come from
+:func:`nbscope.analyse.forecast.forecast` for the GPUs named with ``diagnose(gpus=...)``, else those
+named when the run was recorded, else the T4. A finding built on it carries ``forecast`` (the GPU keys)
+and says "forecast:" in its title and summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbscope._errors import NbscopeError
+
+
+@dataclass
+class ForecastEvidence:
+    """The forecast a diagnosis may use, or why there is none (``why_not``)."""
+
+    gpus: list[str]
+    explicit: bool  # the caller named the GPUs
+    result: dict[str, Any] | None = None
+    table: Any = None  # nbscope.analyse.forecast.devices.DeviceTable
+    devices: list[Any] = field(default_factory=list)  # Device, in the order asked
+    why_not: str | None = None
+
+    def name(self, key: str) -> str:
+        device = next((d for d in self.devices if d.key == key), None)
+        return device.name if device is not None else key
+
+
+def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, run_label: str = "the run") -> None:
+    """An explicit ``gpus=`` request: unknown GPUs and runs that cannot be forecast are refused (one line)."""
+    from nbscope.analyse.forecast.devices import load_table, resolve
+    from nbscope.analyse.forecast.risks import gpus_of, require_forecast
+
+    resolve(load_table(), gpus_of(record, list(gpus) if not isinstance(gpus, str) else gpus))
+    require_forecast(record, platform, run_label)
+
+
+def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
+             sources: Mapping[str, str] | None = None) -> ForecastEvidence:
+    """The forecast of ``record`` on the GPUs to diagnose for, or why it has none."""
+    from nbscope.analyse.forecast import forecast
+    from nbscope.analyse.forecast.devices import load_table, resolve
+    from nbscope.analyse.forecast.risks import forecast_unavailable, gpus_of
+
+    names = gpus_of(record, list(gpus) if gpus else None)
+    found = ForecastEvidence(gpus=names, explicit=bool(gpus))
+    found.why_not = forecast_unavailable(record, platform)
+    if found.why_not is not None:
+        return found
+    try:
+        found.table = load_table()
+        found.devices = resolve(found.table, names)
+        found.result = forecast(record, [d.key for d in found.devices], table=found.table,
+                                sources=sources or None)
+    except NbscopeError as exc:  # e.g. a GPU named at record time that the device file no longer has
+        found.result, found.why_not = None, f"no forecast: {exc}"
+    return found
+
+
+def seconds_range(low: float, high: float | None) -> str:
+    """``8.00–8.20 s``, ``≥ 15 µs`` (no upper bound), ``1.2 s`` (one figure)."""
+    from nbscope._units import seconds
+
+    if high is None:
+        return f"≥ {seconds(low)}"
+    if abs(high - low) <= 0.005 * max(high, 1e-12):
+        return seconds(low)
+    low_text, high_text = seconds(low), seconds(high)
+    if low_text.split()[-1] == high_text.split()[-1]:
+        return f"{low_text.split()[0]}–{high_text}"
+    return f"{low_text}–{high_text}"
+
+
+def on_a(key: str) -> str:
+    """``on a T4``, ``on an H100``: the GPU as the findings name it (letters read as words)."""
+    name = key.upper()
+    return f"on {'an' if name[:1] in 'AEFHILMNORSX' else 'a'} {name}"

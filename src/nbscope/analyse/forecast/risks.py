@@ -1,0 +1,143 @@
+"""What a forecast tells the rest of nbscope: the GPUs to forecast for, the loops that make a cell slower
+on a GPU, and what float64 costs on a GPU with weak float64.
+
+``diagnose`` turns these into forecast findings on a CPU run, ``recommend`` into a backend choice when
+no GPU run exists, and ``audit --forecast`` into each lecture's GPU blast radius. Every figure comes
+from :func:`nbscope.analyse.forecast.forecast` (counts from the run × the device table), never from a
+guess: a loop whose trip count is unknown has no upper bound and says so.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast import RECORDED_BY, check_record, uses_jax
+from nbscope.analyse.forecast.devices import Device, DeviceTable
+from nbscope.analyse.forecast.model import program_terms
+from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
+
+DEFAULT_GPUS = ["t4"]  # the GPU of the seed's runner: what a CPU run is forecast for unless told
+F64_KEYS = ("flops_f64", "transcendentals_f64")
+
+
+def gpus_of(record: Any, gpus: str | list[str] | None = None) -> list[str]:
+    """The GPUs to forecast ``record`` for: those given, else those named when it was recorded
+    (``profile --forecast``), else the T4."""
+    if gpus:
+        names = gpus.split(",") if isinstance(gpus, str) else list(gpus)
+        return [n.strip() for n in names if n.strip()]
+    named = (record.settings or {}).get("forecast")
+    return [str(n) for n in named] if isinstance(named, list) and named else list(DEFAULT_GPUS)
+
+
+def forecast_unavailable(record: Any, platform: str | None) -> str | None:
+    """Why a run cannot be forecast for a GPU (None when it can): it ran on an accelerator, or it holds
+    no program data."""
+    if platform not in (None, "cpu"):
+        return f"the run used the {platform} backend: its GPU figures are measured, not forecast"
+    if not uses_jax(record):
+        return "the run has no JAX work: a GPU changes nothing in it"
+    if not (record.measurements or {}).get("programs"):
+        return f"the run was recorded without program data; profile the notebook with `{RECORDED_BY}`"
+    return None
+
+
+def require_forecast(record: Any, platform: str | None, run_label: str) -> None:
+    """Refuse (one line) a run that an explicit forecast request cannot apply to."""
+    check_record(record, run_label)  # the recording command when program data is missing
+    reason = forecast_unavailable(record, platform)
+    if reason is not None and uses_jax(record):
+        raise NbscopeError(f"{run_label}: no GPU forecast: {reason}")
+
+
+# ---- loops -----------------------------------------------------------------------------------------
+
+def loop_slowdowns(result: dict[str, Any], device: str) -> list[dict[str, Any]]:
+    """Per cell, the forecast of its loops on ``device`` against the cell's measured CPU time.
+
+    ``loop_low_s`` / ``loop_high_s`` add the cell's loop terms (``high`` None: a loop of unknown trip
+    count with no bound); ``loops`` names each (``lax.scan of 1,000,000 iterations × 8–8.2 µs``).
+    Cells without loops are left out.
+    """
+    rows = []
+    for cell in result["cells"]:
+        outcome = cell["gpu"][device]
+        loops = [t for t in outcome["terms"] if t["kind"] == "loop"]
+        if not loops:
+            continue
+        highs = [t["high_s"] for t in loops]
+        rows.append({
+            "index": cell["index"],
+            "cpu_s": cell["cpu"]["wall_s"],
+            "gpu_low_s": outcome["low_s"],
+            "gpu_high_s": outcome["high_s"],
+            "loop_low_s": sum(t["low_s"] for t in loops),
+            "loop_high_s": None if any(h is None for h in highs) else sum(h for h in highs if h is not None),
+            "verdict": outcome["verdict"],
+            "functions": sorted({t["function"] for t in loops if t.get("function")}),
+            "loops": [{"words": t["words"], "name": t.get("name"), "overhead_text": t.get("overhead_text"),
+                       "calls": t.get("calls", 1), "function": t.get("function"), "iterations": t.get("iterations"),
+                       "figure": t.get("figure"), "call": t.get("call"), "bound": t.get("bound"),
+                       "low_s": t["low_s"], "high_s": t["high_s"]} for t in loops],
+        })
+    return rows
+
+
+# ---- float64 ---------------------------------------------------------------------------------------
+
+def fp64_share(device: Device) -> float:
+    """The device's float64 peak as a share of its float32 peak (mid figures)."""
+    return device.figure("fp64_tflops").mid / device.figure("fp32_tflops").mid
+
+
+def weak_float64(device: Device) -> bool:
+    """Float64 at 1/32 of float32 or less (T4, L4, A10G), the class ``diagnose`` warns about."""
+    return fp64_share(device) <= WEAK_FP64_RATIO * 1.05  # T4: 0.25 / 8.1 ≈ 1/32.4
+
+
+def _as_float32(program: dict[str, Any]) -> dict[str, Any]:
+    """The same program with its float64 arithmetic counted at the float32 rate (same bytes: a float32
+    twin also halves the traffic, so the difference this gives is a lower bound)."""
+    twin = copy.deepcopy(program)
+    regions = [twin.get("entry") or {}] + [loop.get("per_iteration") or {} for loop in twin.get("loops") or []]
+    for region in regions:
+        for key in F64_KEYS:
+            region[key] = 0.0
+    return twin
+
+
+def _has_float64(program: dict[str, Any]) -> bool:
+    regions = [program.get("entry") or {}] + [loop.get("per_iteration") or {} for loop in program.get("loops") or []]
+    return any(float(region.get(key) or 0.0) > 0 for region in regions for key in F64_KEYS)
+
+
+def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[dict[str, Any]]:
+    """Per cell with float64 JAX work: its forecast time on ``device`` as run, and the same programs with
+    their float64 arithmetic at the float32 rate; the difference is what float64 costs there."""
+    programs = ((record.measurements or {}).get("programs") or {}).get("programs") or {}
+    rows = []
+    for cell in (record.measurements or {}).get("cells") or []:
+        executions = [e for e in ((cell.get("programs") or {}).get("executions") or []) if e.get("program")]
+        totals = {"float64_low_s": 0.0, "float64_high_s": 0.0, "float32_low_s": 0.0, "float32_high_s": 0.0}
+        functions: set[str] = set()
+        for execution in executions:
+            program = programs.get(execution["program"])
+            if not program or not _has_float64(program):
+                continue
+            count = execution.get("count") if isinstance(execution.get("count"), int) else int(
+                execution.get("sampled_runs") or 1)
+            for side, variant in (("float64", program), ("float32", _as_float32(program))):
+                # Only arithmetic differs between the twins: loop machinery, launches and dispatch cancel.
+                terms = [t for t in program_terms(variant, device, table.model) if t.kind in ("work", "loop")]
+                totals[f"{side}_low_s"] += count * sum(t.low_s for t in terms)
+                if totals[f"{side}_high_s"] is not None:
+                    highs = [t.high_s for t in terms]
+                    totals[f"{side}_high_s"] = None if any(h is None for h in highs) else (
+                        totals[f"{side}_high_s"] + count * sum(h for h in highs if h is not None))
+            functions.add(str(program.get("function") or program.get("key")))
+        if functions:
+            rows.append({"index": cell.get("index"), "cpu_s": cell.get("wall_s"), "functions": sorted(functions),
+                         **totals})
+    return rows
