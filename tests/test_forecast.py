@@ -219,7 +219,7 @@ def test_calibration_refuses_cpu_only_runs_and_missing_figures() -> None:
 # ---- small notebooks end to end ------------------------------------------------------------------
 
 def _profiled(name: str) -> RunRecord:
-    return profile(FILES / name, ProfileOptions(programs=True), fingerprint={"digest": "test"})
+    return profile(FILES / name, ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"})
 
 
 def _loop_terms(result: dict[str, Any], device: str = "t4") -> list[dict[str, Any]]:
@@ -363,7 +363,7 @@ def test_report_has_a_forecast_section_for_runs_with_program_data(scan_record: R
 
 @pytest.mark.slow
 def test_program_data_and_timeline_share_one_trace() -> None:
-    record = profile(FILES / "forecast_scan.md", ProfileOptions(programs=True, timeline=True),
+    record = profile(FILES / "forecast_scan.md", ProfileOptions(programs=True, timeline=True, jax_platform="cpu"),
                      fingerprint={"digest": "test"})
     cells = [c for c in record.measurements["cells"] if (c.get("programs") or {}).get("executions")]
     assert [e["count"] for c in cells for e in c["programs"]["executions"] if "logistic" in e["program"]] == [1, 1, 1]

@@ -25,7 +25,7 @@ pytestmark = [
 
 
 def _forecast(name: str, gpus: str) -> tuple[Any, dict[str, Any]]:
-    record = profile(CORPUS / name, ProfileOptions(forecast=gpus.split(",")), fingerprint={"digest": "corpus"})
+    record = profile(CORPUS / name, ProfileOptions(forecast=gpus.split(","), jax_platform="cpu"), fingerprint={"digest": "corpus"})
     assert record.measurements.get("programs"), "program data was not recorded"
     return record, forecast(record, gpus, notebook_path=CORPUS / name)
 
