@@ -33,7 +33,7 @@ SCAN_STEPS = 1_000_000  # each logistic_path call in diag_latency_loop
 
 def _profiled(path: Path, tmp: Path, **options: Any) -> RunRecord:
     options.setdefault("jax_platform", "cpu")
-    return profile(path, ProfileOptions(**{"jax_platform": "cpu", **options}), fingerprint={"digest": "test"}, live_path=tmp / f"{path.stem}.jsonl")
+    return profile(path, ProfileOptions(**options), fingerprint={"digest": "test"}, live_path=tmp / f"{path.stem}.jsonl")
 
 
 @pytest.fixture(scope="module")
