@@ -128,13 +128,29 @@ def trace(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Stop the command (and its kernels) after this many seconds.")
     ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="jupyter-book 2: set its execution cache (_build/execute) aside so every page "
+                     "runs; it is put back afterwards."),
+    ] = False,
+    jupyter_book2: Annotated[
+        bool,
+        typer.Option("--jupyter-book2", help="Put the jupyter-book 2 of `nbscope book2-env` first on PATH, so that "
+                     "`jupyter book` runs it where jupyter-book 1 is installed too."),
+    ] = False,
 ) -> None:
-    """Run a command that starts Jupyter kernels (jupyter-book build, nbconvert --execute, papermill)
-    with the probe injected, and store one profile per executed notebook: nbscope trace -- COMMAND ..."""
-    from nbscope.api.trace import trace_command
+    """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
+    --execute, papermill) with the probe injected, and store one profile per executed notebook:
+    nbscope trace -- COMMAND ..."""
+    from nbscope.api.trace import cached_pages_note, trace_command
 
     command = list(ctx.args)
-    result = trace_command(command, store=open_store(db), sources=source, timeout=timeout)
+    result = trace_command(
+        command, store=open_store(db), sources=source, timeout=timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
+    )
+    note = cached_pages_note(result)
+    if note:
+        typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
     if as_json:
         print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
