@@ -153,7 +153,8 @@ def trace(
         typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
     if as_json:
-        print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
+        # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
+        print(json.dumps([r.to_dict() | {"run_id": r.run_id} for r in records], indent=1, default=str))
     else:
         _print_traced(records, result.returncode)
     if result.returncode:
