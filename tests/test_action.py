@@ -3,7 +3,7 @@ with a fake ``$GITHUB_STEP_SUMMARY``, ``$GITHUB_OUTPUT`` and artifact folder, as
 
 Steps that ``uses:`` another action (the artifact upload) are left out: the artifact folder is what it
 would upload. ``${{ inputs.* }}`` and ``${{ steps.*.outputs.* }}`` are filled in, and a step's ``if:``
-of the form ``inputs.NAME == 'VALUE'`` is honoured; any other expression fails the test, so the action
+of the form ``inputs.NAME == 'VALUE'`` (or ``!=``) is honoured; any other expression fails the test, so the action
 cannot grow one that this emulation would silently get wrong.
 """
 
@@ -24,7 +24,7 @@ yaml = pytest.importorskip("yaml")
 
 ACTION = Path(__file__).resolve().parents[1] / "action.yml"
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
-CONDITION = re.compile(r"^inputs\.([\w-]+) == '([^']*)'$")
+CONDITION = re.compile(r"^inputs\.([\w-]+) (==|!=) '([^']*)'$")
 
 # The cell that a commit slows down reads its delay from a file, so its source (and so its pairing with the
 # baseline's cell) stays the same: 0.2 s, then 2 s, far from any noise; the gate allows 100 %.
@@ -79,7 +79,7 @@ def run_action(workspace: Path, artifacts: Path, **given: str) -> ActionRun:
         if condition is not None:
             match = CONDITION.match(condition.strip())
             assert match, f"unsupported if: {condition!r}"
-            if inputs[match[1]] != match[2]:
+            if (inputs[match[1]] == match[3]) != (match[2] == "=="):
                 continue
         env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
         env.pop("NBSCOPE_DB", None)
@@ -180,3 +180,18 @@ def test_a_failing_build_fails_the_action_with_its_exit_code(repository: Path, t
     assert done.exit_code == 3, done.log
     assert "the build exited 3" in done.summary
     assert len(list((tmp_path / "art" / "runs").glob("*.json"))) == 1  # what it measured is still kept
+
+
+@pytest.mark.slow
+def test_gpu_forecasts_go_into_the_summary(repository: Path, tmp_path: Path) -> None:
+    has_forecast = subprocess.run([sys.executable, "-m", "nbscope", "forecast", "--help"], capture_output=True,
+                                  text=True, timeout=120)
+    if has_forecast.returncode != 0:
+        pytest.skip("this nbscope has no `forecast` command")
+    build = f"{Path(sys.executable).parent / 'jupyter-execute'} lecture.ipynb"
+    done = run_action(repository, tmp_path / "art", build=build, install="false", python=sys.executable,
+                      baseline="none", **{"forecast-gpus": "t4"})
+    assert done.exit_code == 0, done.log + done.summary
+    assert "#### GPU forecast: `lecture.ipynb`" in done.summary, done.summary + done.log
+    assert "no GPU forecast" not in done.summary
+    assert (tmp_path / "art" / "forecast.md").read_text() in done.summary
