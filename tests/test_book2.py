@@ -322,3 +322,15 @@ def test_the_book2_pathway_pairs_cells_and_keeps_its_fixed_costs_apart(
     assert overheads["book_executed_s"] >= sleep and overheads["execution_outside_cells_s"] >= 0
     assert entry["runner"]["executed_from"] == "execution cache duration_ms"
     assert sorted(p.name for p in isolated_tmp.iterdir() if p.name.startswith("nbscope-")) == []
+
+
+@pytest.mark.slow
+def test_bench_workloads_through_the_book2_pathway(book2: jupyter_book2.JupyterBook2, isolated_tmp: Path) -> None:
+    from nbscope.api.pathways import run_bench_pathways
+
+    # What `nbscope bench --pathway book2 --only python --size quick` calls.
+    record = run_bench_pathways(via=["book2"], only=["python"], dtype="float32", size="quick", jax_platform=None)
+    m = record.measurements
+    assert m["pathways"]["book2"]["status"] == "ok", m["pathways"]["book2"]
+    assert m["totals"]["cells_paired"] == m["totals"]["cells"] == 2
+    assert m["figures"] and all(f["by_pathway"]["book2"]["median_s"] > 0 for f in m["figures"])
