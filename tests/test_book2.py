@@ -46,6 +46,8 @@ BUILD_LOG = """\
 📖 Built intro.md in 3.41 s.
 📖 Built sleeps.md in 640 ms.
 📚 Built 3 pages for project in 5.79 s.
+🔍 Querying template metadata from https://templates.example/templates/site/myst/book-theme
+request to https://templates.example/templates/site/myst/book-theme failed, reason: getaddrinfo ENOTFOUND
 """
 
 
@@ -59,6 +61,7 @@ def test_the_build_log_gives_pages_cache_hits_errors_and_server_start() -> None:
     assert log.executed == ["intro.md"] and log.cached == ["arrays.md"] and log.halted == ["sleeps.md"]
     assert log.server_start_s == pytest.approx(0.5)  # the lines came 0.5 s apart
     assert log.page_built_s == {"intro.md": pytest.approx(3.41), "sleeps.md": pytest.approx(0.64)}
+    assert log.theme_unreachable and not log.server_failed
     assert not jupyter_book2.read_build_log([(0.0, "Executed notebook in 2.1 seconds\n")]).is_jupyter_book2
 
 
@@ -245,7 +248,10 @@ def test_a_failing_build_leaves_no_server_or_kernel(book2: jupyter_book2.Jupyter
 
 
 @pytest.mark.slow
-def test_stopping_the_build_midway_leaves_nothing_behind(book2: jupyter_book2.JupyterBook2, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["nbscope gets SIGTERM", "the build is killed"])
+def test_stopping_the_build_midway_leaves_nothing_behind(
+    book2: jupyter_book2.JupyterBook2, tmp_path: Path, stop: str
+) -> None:
     book = _copy_book(tmp_path, offline_theme=True)
     page = book / "sleeps.md"
     page.write_text(page.read_text() + "\n```{code-cell} ipython3\ntime.sleep(120)\n```\n")
@@ -266,17 +272,31 @@ def test_stopping_the_build_midway_leaves_nothing_behind(book2: jupyter_book2.Ju
             time.sleep(0.2)
         assert len(seen) == 3, f"kernels seen: {len(seen)}"
         time.sleep(5)  # the page's first three cells take a fraction of a second
-        process.send_signal(signal.SIGTERM)
+        if stop == "nbscope gets SIGTERM":
+            process.send_signal(signal.SIGTERM)
+        else:
+            (build,) = [p for p in psutil.process_iter(["cmdline"]) if "jupyter-book.cjs" in " ".join(p.info["cmdline"] or [])
+                        and _cwd(p) == str(book)]
+            build.kill()  # the Jupyter server and the kernel it started stay behind: nbscope stops them
         _, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    signum = signal.SIGTERM if stop == "nbscope gets SIGTERM" else signal.SIGKILL
+    assert process.returncode == 128 + signum, stderr[-2000:]
     assert _no_process_left(book) == []
     runs = {r.target: r for r in Store(db).records(kind="trace")}
     assert runs["sleeps.md"].status == "partial"
     statuses = [c["status"] for c in runs["sleeps.md"].measurements["cells"]]
-    assert statuses == ["ok", "ok", "ok", "not-run"]
+    # Stopped by a signal, nbscope records the running cell as not run; a build that died took its kernel along.
+    assert statuses == ["ok", "ok", "ok", "not-run" if stop == "nbscope gets SIGTERM" else "kernel-died"]
+
+
+def _cwd(process: psutil.Process) -> str | None:
+    try:
+        return process.cwd()
+    except psutil.Error:
+        return None
 
 
 def _book_kernels(book: Path) -> set[int]:

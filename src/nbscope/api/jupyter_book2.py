@@ -56,6 +56,7 @@ SERVER_STARTING = re.compile(r"Starting new Jupyter server")
 SERVER_STARTED = re.compile(r"Jupyter server started")
 SERVER_FAILED = re.compile(r"Jupyter server did not (?:start|respond)")
 PAGE_BUILT = re.compile(r"Built (?P<page>\S+) in (?P<seconds>[0-9.]+) (?P<unit>ms|s)\b")
+THEME_UNREACHABLE = re.compile(r"request to \S+/templates/\S+ failed")
 HALTED = re.compile(r"(?P<page>\S+) An exception occurred during code execution, halting further execution")
 
 
@@ -295,6 +296,7 @@ class BuildLog:
     page_built_s: dict[str, float] = field(default_factory=dict)
     server_start_s: float | None = None
     server_failed: bool = False
+    theme_unreachable: bool = False  # it could not download its site theme (offline): the build fails after executing
 
     @property
     def is_jupyter_book2(self) -> bool:
@@ -317,6 +319,8 @@ def read_build_log(lines: list[tuple[float, str]]) -> BuildLog:
             log.server_start_s = max(0.0, at - starting)
         elif SERVER_FAILED.search(line):
             log.server_failed = True
+        elif THEME_UNREACHABLE.search(line):
+            log.theme_unreachable = True
         elif match := PAGE_BUILT.search(line):
             seconds = float(match["seconds"]) / (1000.0 if match["unit"] == "ms" else 1.0)
             log.page_built_s[match["page"]] = seconds

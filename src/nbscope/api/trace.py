@@ -397,6 +397,16 @@ def cached_pages_note(result: TraceResult) -> str | None:
     )
 
 
+def theme_note(result: TraceResult) -> str | None:
+    """One line when a jupyter-book 2 build failed only because it could not download its site theme."""
+    if not (result.book2 and result.book2.theme_unreachable and result.returncode):
+        return None
+    return (
+        "jupyter-book 2 could not download its site theme (no network?), so the build failed after executing; "
+        "the executed pages were measured. Offline, build with --md or give the book a local theme (docs/ci.md)"
+    )
+
+
 def trace_command(
     command: list[str],
     *,

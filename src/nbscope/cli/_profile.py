@@ -142,15 +142,15 @@ def trace(
     """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
     nbscope trace -- COMMAND ..."""
-    from nbscope.api.trace import cached_pages_note, trace_command
+    from nbscope.api.trace import cached_pages_note, theme_note, trace_command
 
     command = list(ctx.args)
     result = trace_command(
         command, store=open_store(db), sources=source, timeout=timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
     )
-    note = cached_pages_note(result)
-    if note:
-        typer.echo(f"nbscope: note: {note}", err=True)
+    for note in (cached_pages_note(result), theme_note(result)):
+        if note:
+            typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
     if as_json:
         # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
@@ -158,7 +158,9 @@ def trace(
     else:
         _print_traced(records, result.returncode)
     if result.returncode:
-        raise typer.Exit(result.returncode)  # what was measured is stored; the failure still shows
+        # What was measured is stored; the failure still shows. A command a signal ended exits
+        # 128 + the signal, as a shell reports it.
+        raise typer.Exit(result.returncode if result.returncode > 0 else 128 - result.returncode)
 
 
 def _print_traced(records: list[Any], returncode: int) -> None:
@@ -168,5 +170,7 @@ def _print_traced(records: list[Any], returncode: int) -> None:
     for record in records:
         ledger.print_profile(record, top=10)
         console.print(f"[dim]saved as run {record.run_id}[/dim]\n")
-    if returncode:
+    if returncode > 0:
         console.print(f"[red]the traced command exited {returncode}[/red]")
+    elif returncode < 0:
+        console.print(f"[red]the traced command was ended by signal {-returncode}[/red]")
