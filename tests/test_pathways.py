@@ -195,16 +195,19 @@ def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: P
     assert _leftover_paths(isolated_tmp) == []
 
 
-def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path) -> None:
-    from nbscope.api.pathways._book import book2_command
+def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbscope.api import jupyter_book2
 
-    command, reason = book2_command()
-    if command is not None:
-        pytest.skip("jupyter-book 2 is installed here")
+    # An empty cache folder: nbscope's own jupyter-book 2 environment is not there.
+    monkeypatch.setenv("NBSCOPE_CACHE_DIR", str(isolated_tmp / "empty-cache"))
+    monkeypatch.delenv(jupyter_book2.COMMAND_VARIABLE, raising=False)
+    found = jupyter_book2.find()
+    if found.command:
+        pytest.skip(f"jupyter-book 2 is installed here ({found.origin})")
     record = run_pathways(SMALL, "book2", fingerprint={"digest": "x"})
     entry = record.measurements["pathways"]["book2"]
-    assert entry["status"] == "skipped" and entry["skipped"] == reason
-    assert "jupyter-book 2" in reason or "Node" in reason
+    assert entry["status"] == "skipped" and entry["skipped"] == found.problem
+    assert "nbscope book2-env --install" in entry["skipped"]
     assert record.status == "error" and record.measurements["verdict"].startswith("no pathway ran")
 
 

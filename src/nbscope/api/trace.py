@@ -4,6 +4,12 @@ The command runs with a probe home on ``JUPYTER_PATH`` (kernelspec copies that l
 ``NBSCOPE_PROBE_DIR`` set, so every IPython kernel it starts (jupyter-book, nbconvert, papermill,
 jupyter execute) writes one JSON-lines file. Afterwards each file is matched to a notebook source by
 its cells' hashes and stored as a run of kind ``trace``.
+
+jupyter-book 2 (``jupyter book build --execute``) runs its kernels through a Jupyter server it starts:
+as root nbscope lets that server run (``ServerApp.allow_root`` from a config folder of its own), and
+every process the build started, server included, is stopped afterwards even when the build fails.
+Pages it serves from its execution cache (``_build/execute``) run no kernel and are listed in
+``TraceResult.cached_pages``; ``fresh=True`` sets that cache aside for the build and puts it back after.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 from nbscope import _signals
 from nbscope._errors import NbscopeError
 from nbscope._processes import reap
+from nbscope.api import jupyter_book2
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
@@ -64,6 +71,14 @@ class TraceResult:
     wall_s: float
     unmatched_kernels: int = 0
     interrupted: bool = False  # a stop signal ended the command; the records hold what ran before it
+    # (seconds from the start, line) for each line the command printed
+    timed_output: list[tuple[float, str]] = field(default_factory=list)
+    book2: jupyter_book2.BuildLog | None = None  # what a jupyter-book 2 build's log said, when it was one
+
+    @property
+    def cached_pages(self) -> list[str]:
+        """Pages a jupyter-book 2 build took from its execution cache: no kernel ran them."""
+        return list(self.book2.cached) if self.book2 else []
 
 
 def read_kernel_log(path: Path) -> KernelLog:
@@ -171,8 +186,13 @@ def run_traced(
     store: Any = None,
     fingerprint: dict[str, Any] | None = None,
     timeout: float | None = None,
+    fresh: bool = False,
 ) -> TraceResult:
-    """Run ``command`` with the probe injected into every IPython kernel it starts."""
+    """Run ``command`` with the probe injected into every IPython kernel it starts.
+
+    ``fresh``: a jupyter-book 2 project's execution cache (``_build/execute`` beside ``myst.yml``) is
+    set aside while the command runs, so every page executes, and put back afterwards.
+    """
     if not command:
         raise NbscopeError("nothing to trace: give a command after --, e.g. nbscope trace -- jupyter-book build book/")
     cwd = Path(cwd or Path.cwd())
@@ -185,14 +205,22 @@ def run_traced(
         run_env = home.env(out_dir=probe_dir, base={**os.environ, **(env or {})}, kernelspecs=True)
         token = uuid.uuid4().hex
         run_env[TOKEN_VARIABLE] = token
+        # A Jupyter server (jupyter-book 2 starts one) refuses to run as root unless told it may.
+        run_env.update(jupyter_book2.server_config_for_root(home.root / "jupyter-config"))
+        set_aside = _set_cache_aside(cwd, token) if fresh else None
         started_at = time.perf_counter()
         try:
-            returncode, output, interrupted = _run_command(command, cwd=cwd, env=run_env, echo=echo, timeout=timeout)
+            returncode, output, interrupted, timed = _run_command(
+                command, cwd=cwd, env=run_env, echo=echo, timeout=timeout
+            )
         finally:
             # Kernels run in sessions of their own, outside the command's process group: whatever the
             # command left running (all of it, after a signal) is found by the token they inherited.
             reap(TOKEN_VARIABLE, token)
+            if set_aside is not None:
+                _put_cache_back(*set_aside)
         wall = time.perf_counter() - started_at
+        book2 = jupyter_book2.read_build_log(timed)
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
     finally:
         home.cleanup()
@@ -210,7 +238,13 @@ def run_traced(
             fingerprint=fingerprint,
             settings={"pathway": "trace", "traced_command": command},
         )
-        runner = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": returncode}
+        runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": returncode}
+        if book2.is_jupyter_book2:
+            runner["jupyter_book2"] = {
+                "server_start_s": book2.server_start_s,
+                "page_built_s": book2.page_built_s.get(record.target),
+                "halted_at_error": record.target in book2.halted,
+            }
         if interrupted:
             signum = _signals.received()
             runner["interrupted"] = _signals.signal_name(signum) if signum else "KeyboardInterrupt"
@@ -230,8 +264,51 @@ def run_traced(
         records.append(record)
     return TraceResult(
         records=records, returncode=returncode, output=output, wall_s=wall, unmatched_kernels=unmatched,
-        interrupted=interrupted,
+        interrupted=interrupted, timed_output=timed, book2=book2 if book2.is_jupyter_book2 else None,
     )
+
+
+EXECUTION_CACHE = Path("_build") / "execute"
+
+
+def _book2_project(cwd: Path) -> Path | None:
+    """The jupyter-book 2 project a command run in ``cwd`` builds: the nearest folder with ``myst.yml``."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / "myst.yml").is_file():
+            return folder
+    return None
+
+
+def _set_cache_aside(cwd: Path, token: str) -> tuple[Path, Path] | None:
+    """Move a jupyter-book 2 execution cache out of the build's way; ``(cache, where it went)``."""
+    project = _book2_project(cwd)
+    if project is None:
+        return None
+    cache = project / EXECUTION_CACHE
+    for left in sorted(cache.parent.glob("execute.nbscope-set-aside-*")):
+        _put_cache_back(cache, left)  # from a run killed outright before it could put its cache back
+    if not cache.is_dir():
+        return None
+    aside = cache.with_name(f"execute.nbscope-set-aside-{token[:12]}")
+    cache.rename(aside)
+    return cache, aside
+
+
+def _put_cache_back(cache: Path, aside: Path) -> None:
+    """Return the set-aside entries; where the build wrote an entry under the same key, the user's own
+    entry wins (the cache ends as it was, plus the keys this build added)."""
+    if not aside.is_dir():
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    for entry in aside.iterdir():
+        target = cache / entry.name
+        if target.exists() and not target.is_dir():
+            target.unlink()  # written by the traced build just now
+        entry.replace(target)
+    try:
+        aside.rmdir()
+    except OSError:
+        pass
 
 
 def _cache_state(header: dict[str, Any] | None) -> str:
@@ -243,7 +320,7 @@ def _run(
     command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
 ) -> tuple[int, str]:
     """Run the command to its end (or ``timeout``); an interrupt stops it and is raised again."""
-    returncode, output, interrupted = _run_command(command, cwd=cwd, env=env, echo=echo, timeout=timeout)
+    returncode, output, interrupted, _ = _run_command(command, cwd=cwd, env=env, echo=echo, timeout=timeout)
     if interrupted:
         raise KeyboardInterrupt
     return returncode, output
@@ -251,9 +328,10 @@ def _run(
 
 def _run_command(
     command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
-) -> tuple[int, str, bool]:
-    """``(returncode, output, interrupted)``: on Ctrl-C, SIGTERM or SIGHUP the command's process group is
-    stopped and what it printed so far is kept."""
+) -> tuple[int, str, bool, list[tuple[float, str]]]:
+    """``(returncode, output, interrupted, timed lines)``: on Ctrl-C, SIGTERM or SIGHUP the command's
+    process group is stopped and what it printed so far is kept. Each line comes with the time (seconds
+    from the start) it arrived, which is how a build's phases that it does not time get a duration."""
     try:
         # Its own process group, so a timeout or a signal ends the command and its children together.
         process = subprocess.Popen(
@@ -267,11 +345,14 @@ def _run_command(
         timer.daemon = True
         timer.start()
     chunks = []
+    timed: list[tuple[float, str]] = []
     interrupted = False
+    started = time.perf_counter()
     assert process.stdout is not None
     try:
         for line in process.stdout:
             chunks.append(line)
+            timed.append((time.perf_counter() - started, line))
             if echo:
                 _echo(line)
         returncode = process.wait()
@@ -287,7 +368,7 @@ def _run_command(
             timer.cancel()
     if timeout and returncode == -signal.SIGKILL and not interrupted:
         chunks.append(f"nbscope: the command ran past its {timeout:g} s limit and was stopped\n")
-    return returncode, "".join(chunks), interrupted
+    return returncode, "".join(chunks), interrupted, timed
 
 
 def _echo(line: str) -> None:
@@ -304,16 +385,57 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
         pass
 
 
+def cached_pages_note(result: TraceResult) -> str | None:
+    """One line saying which pages jupyter-book 2 did not execute because its cache had them."""
+    pages = result.cached_pages
+    if not pages:
+        return None
+    shown = ", ".join(pages[:5]) + (f" and {len(pages) - 5} more" if len(pages) > 5 else "")
+    return (
+        f"jupyter-book 2 took {len(pages)} page(s) from its execution cache without running them, so nothing was "
+        f"measured for them: {shown}; trace with --fresh to execute every page (the cache is put back after)"
+    )
+
+
+def theme_note(result: TraceResult) -> str | None:
+    """One line when a jupyter-book 2 build failed only because it could not download its site theme."""
+    if not (result.book2 and result.book2.theme_unreachable and result.returncode):
+        return None
+    return (
+        "jupyter-book 2 could not download its site theme (no network?), so the build failed after executing; "
+        "the executed pages were measured. Offline, build with --md or give the book a local theme (docs/ci.md)"
+    )
+
+
 def trace_command(
-    command: list[str], *, store: Any = None, sources: list[Path] | None = None, timeout: float | None = None
+    command: list[str],
+    *,
+    store: Any = None,
+    sources: list[Path] | None = None,
+    timeout: float | None = None,
+    fresh: bool = False,
+    jupyter_book2_first: bool = False,
 ) -> TraceResult:
-    """The CLI's ``trace``: run, store, and fail with one line when nothing was traced."""
+    """The CLI's ``trace``: run, store, and fail with one line when nothing was traced.
+
+    ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
+    that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
+    """
     if timeout is not None and timeout <= 0:
         raise NbscopeError("--timeout must be a positive number of seconds")
-    result = run_traced(command, sources=sources, store=store, timeout=timeout)
+    env = None
+    if jupyter_book2_first:
+        found = jupyter_book2.find()
+        if not found.usable or found.path_folder is None:
+            raise NbscopeError(found.problem or "jupyter-book 2 is not available")
+        env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
+    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env)
     if result.interrupted:
         raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
     if not result.records:
+        note = cached_pages_note(result)
+        if note:
+            raise NbscopeError(f"no kernel ran: {note}")
         hint = f"; the command exited {result.returncode}" if result.returncode else ""
         raise NbscopeError(
             f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}"

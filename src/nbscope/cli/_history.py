@@ -117,7 +117,8 @@ def gate(
 
 @app.command("import-jupyter-cache")
 def import_jupyter_cache(
-    path: Annotated[Path, typer.Argument(help="jupyter-cache folder (e.g. _build/.jupyter_cache), its global.db, or the book's folder.")],
+    path: Annotated[Path, typer.Argument(help="jupyter-book 1's jupyter-cache (_build/.jupyter_cache or its global.db), "
+                                              "jupyter-book 2's _build/execute, or the book's folder.")],
     db: DbOption = None,
     fingerprint: Annotated[
         Path | None,
@@ -125,7 +126,8 @@ def import_jupyter_cache(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Turn jupyter-book's cached execution times into runs (kind jupyter-cache), one per notebook execution."""
+    """Turn jupyter-book's cached execution times (jupyter-book 1 or 2) into runs (kind jupyter-cache), one per
+    notebook execution."""
     from nbscope.api import info as api
     from nbscope.record.jupyter_cache import import_cache
 

@@ -159,20 +159,39 @@ def trace(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Stop the command (and its kernels) after this many seconds.")
     ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="jupyter-book 2: set its execution cache (_build/execute) aside so every page "
+                     "runs; it is put back afterwards."),
+    ] = False,
+    jupyter_book2: Annotated[
+        bool,
+        typer.Option("--jupyter-book2", help="Put the jupyter-book 2 of `nbscope book2-env` first on PATH, so that "
+                     "`jupyter book` runs it where jupyter-book 1 is installed too."),
+    ] = False,
 ) -> None:
-    """Run a command that starts Jupyter kernels (jupyter-book build, nbconvert --execute, papermill)
-    with the probe injected, and store one profile per executed notebook: nbscope trace -- COMMAND ..."""
-    from nbscope.api.trace import trace_command
+    """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
+    --execute, papermill) with the probe injected, and store one profile per executed notebook:
+    nbscope trace -- COMMAND ..."""
+    from nbscope.api.trace import cached_pages_note, theme_note, trace_command
 
     command = list(ctx.args)
-    result = trace_command(command, store=open_store(db), sources=source, timeout=timeout)
+    result = trace_command(
+        command, store=open_store(db), sources=source, timeout=timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
+    )
+    for note in (cached_pages_note(result), theme_note(result)):
+        if note:
+            typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
     if as_json:
-        print(json.dumps([r.to_dict() for r in records], indent=1, default=str))
+        # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
+        print(json.dumps([r.to_dict() | {"run_id": r.run_id} for r in records], indent=1, default=str))
     else:
         _print_traced(records, result.returncode)
     if result.returncode:
-        raise typer.Exit(result.returncode)  # what was measured is stored; the failure still shows
+        # What was measured is stored; the failure still shows. A command a signal ended exits
+        # 128 + the signal, as a shell reports it.
+        raise typer.Exit(result.returncode if result.returncode > 0 else 128 - result.returncode)
 
 
 def _print_traced(records: list[Any], returncode: int) -> None:
@@ -182,5 +201,7 @@ def _print_traced(records: list[Any], returncode: int) -> None:
     for record in records:
         ledger.print_profile(record, top=10)
         console.print(f"[dim]saved as run {record.run_id}[/dim]\n")
-    if returncode:
+    if returncode > 0:
         console.print(f"[red]the traced command exited {returncode}[/red]")
+    elif returncode < 0:
+        console.print(f"[red]the traced command was ended by signal {-returncode}[/red]")

@@ -6,12 +6,23 @@ executed notebook version (``hashkey``), with the source ``uri``, the time it wa
 ``data`` = ``{"execution_seconds": ...}``. Each row becomes one run of kind ``jupyter-cache`` whose
 ``totals.wall_s`` is that time (per notebook only: jupyter-book never records cells). The database is
 opened read-only; rows already imported (same hashkey and time) are skipped.
+
+jupyter-book 2 keeps its execution cache in ``_build/execute``: one ``<key>.ipynb`` per executed page
+version, whose ``metadata.mystContext`` holds ``kernelspec``, ``timestamp`` (UTC) and ``duration_ms``
+(from the kernel's connection to the last cell's reply; per page, never per cell). The file holds no
+source and no page name: the key is the MD5 of the kernelspec name and the page's executable cells
+(``[{"kind": "block", "content": SOURCE, "raisesException": BOOL}, ...]`` as compact JSON), so nbscope
+computes the key of every page of the project (the folder above ``_build``) and names each entry by
+the page it belongs to. An entry whose page has changed since (or is gone) keeps a name of its own,
+``_build/execute/<key>``. Entries become runs of kind ``jupyter-cache`` as for jupyter-book 1.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -19,10 +30,14 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
+from nbscope.collect import notebook as notebook_module
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 
 DB_NAME = "global.db"
+BOOK2_CACHE = Path("_build") / "execute"
+# Never searched for a book's pages: build output, environments, version control.
+NOT_PAGES = {"_build", "node_modules", "__pycache__", ".git", ".ipynb_checkpoints", "venv", ".venv"}
 
 
 def find_database(path: str | Path) -> Path:
@@ -130,6 +145,124 @@ def _already_imported(store: Any) -> set[tuple[str, str]]:
     return seen
 
 
+# ---- jupyter-book 2 (_build/execute) -------------------------------------------------------------
+
+
+def find_book2_cache(path: str | Path) -> Path | None:
+    """A jupyter-book 2 execution cache folder, given it, the book's ``_build`` or the book's folder."""
+    path = Path(path)
+    for candidate in (path, path / "execute", path / BOOK2_CACHE):
+        if candidate.is_dir() and any(_is_book2_entry(entry) for entry in candidate.glob("*.ipynb")):
+            return candidate
+    return None
+
+
+def _is_book2_entry(path: Path) -> bool:
+    try:
+        return "mystContext" in json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def book2_cache_key(nb: notebook_module.Notebook, kernel_name: str | None = None) -> str:
+    """The key jupyter-book 2 files a page's execution under (``myst-execute``'s ``buildCacheKey``)."""
+    items = [
+        {"kind": "block", "content": cell.source, "raisesException": "raises-exception" in cell.tags}
+        for cell in nb.code_cells
+        if "skip-execution" not in cell.tags
+    ]
+    # JSON.stringify: no spaces, non-ASCII kept as is.
+    text = (kernel_name or nb.kernel_name) + json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def book2_pages(project: Path) -> dict[str, Path]:
+    """Cache key → page, for every notebook page (``.ipynb``, MyST ``.md`` with code cells) under ``project``."""
+    pages: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(project):
+        dirnames[:] = sorted(d for d in dirnames if d not in NOT_PAGES and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith((".md", ".ipynb")):
+                continue
+            try:
+                nb = notebook_module.read(Path(dirpath) / name)
+            except NbscopeError:
+                continue
+            if nb.code_cells:
+                pages.setdefault(book2_cache_key(nb), nb.path)
+    return pages
+
+
+def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
+    """Entries of a jupyter-book 2 execution cache, oldest first: hashkey, page (or None), created,
+    execution_seconds, context."""
+    folder = Path(folder)
+    project = folder.parent.parent if folder.parent.name == "_build" else folder.parent
+    pages = book2_pages(project)
+    rows = []
+    for entry in sorted(folder.glob("*.ipynb")):
+        try:
+            context = json.loads(entry.read_text(encoding="utf-8"))["metadata"]["mystContext"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not an entry of jupyter-book 2's (or an unreadable one)
+        if not isinstance(context, dict):
+            continue
+        milliseconds = context.get("duration_ms")
+        seconds = float(milliseconds) / 1000.0 if isinstance(milliseconds, (int, float)) else None
+        created = context.get("timestamp")
+        if not created:
+            created = dt.datetime.fromtimestamp(entry.stat().st_mtime, dt.UTC).isoformat()
+        page = pages.get(entry.stem)
+        rows.append(
+            {
+                "hashkey": entry.stem,
+                "page": page,
+                "uri": str(page) if page else str(entry.with_suffix("")),
+                "created": _timestamp(created),
+                "execution_seconds": seconds,
+                "context": context,
+                "project": project,
+            }
+        )
+    return sorted(rows, key=lambda row: (row["created"], row["hashkey"]))
+
+
+def book2_records(
+    rows: list[dict[str, Any]],
+    *,
+    fingerprint: dict[str, Any],
+    cache: Path,
+    root: Path | None = None,
+    fingerprint_source: str = "importing machine",
+) -> list[RunRecord]:
+    records = []
+    for row in rows:
+        seconds = row["execution_seconds"]
+        record = RunRecord(
+            kind="jupyter-cache",
+            target=target_name(row["uri"], root),
+            fingerprint=fingerprint,
+            settings={
+                "source": str(cache),
+                "tool": "jupyter-book 2",
+                "uri": row["uri"],
+                "hashkey": row["hashkey"],
+                "page_found": row["page"] is not None,
+                "fingerprint_source": fingerprint_source,
+            },
+            measurements={
+                "notebook": {"path": row["uri"]},
+                "totals": {"wall_s": seconds, "execute_s": seconds, "notebooks": 1},
+                "jupyter_cache": {"data": row["context"], "description": "jupyter-book 2 execution cache entry"},
+            },
+            started_at=row["created"],
+            status="ok" if seconds is not None else "partial",
+        )
+        record.ended_at = row["created"]
+        records.append(record)
+    return records
+
+
 def import_cache(
     path: str | Path,
     store: Any,
@@ -140,22 +273,33 @@ def import_cache(
 ) -> tuple[list[RunRecord], int]:
     """Save one run per cached notebook execution; returns (new runs, rows skipped as already imported).
 
+    ``path`` is a jupyter-book 1 jupyter-cache (folder, ``global.db``, or the book's folder) or a
+    jupyter-book 2 execution cache (``_build/execute``, ``_build`` or the book's folder).
+
     ``fingerprint`` describes the machine that ran the book (for instance ``nbscope info --json`` saved on
     the CI runner); by default it is this machine's, which is right when the book was built here.
     """
-    database = find_database(path)
-    rows = read_cache(database)
+    book2 = find_book2_cache(path) if not Path(path).is_file() else None
+    database = None if book2 is not None else find_database(path)
     if fingerprint is None:
         fingerprint, fingerprint_source = fp.collect(), "importing machine"
     fingerprint = dict(fingerprint)
     if not fingerprint.get("digest"):
         fingerprint["digest"] = fp.digest(fingerprint)
     seen = _already_imported(store)
-    fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
-    records = to_records(
-        fresh, fingerprint=fingerprint, cache=database.parent, root=root,
-        fingerprint_source=fingerprint_source or "given",
-    )
+    if book2 is not None:
+        rows = read_book2_cache(book2)
+        fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
+        records = book2_records(fresh, fingerprint=fingerprint, cache=book2, root=root,
+                                fingerprint_source=fingerprint_source or "given")
+    else:
+        assert database is not None
+        rows = read_cache(database)
+        fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
+        records = to_records(
+            fresh, fingerprint=fingerprint, cache=database.parent, root=root,
+            fingerprint_source=fingerprint_source or "given",
+        )
     for record in records:
         store.save(record)
     return records, len(rows) - len(fresh)

@@ -15,6 +15,8 @@ OVERHEAD_LABELS = (
     ("process_start_s", "process start"),
     ("kernel_start_s", "kernel start"),
     ("book_outside_execution_s", "book outside execution"),
+    ("server_start_s", "of which Jupyter server start"),
+    ("exit_after_log_s", "of which exit after its log ends"),
     ("execution_outside_cells_s", "book kernel start + messaging"),
     ("shutdown_s", "shutdown"),
 )

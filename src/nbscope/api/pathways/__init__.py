@@ -9,7 +9,8 @@ Pathways:
   script  a fresh Python process without Jupyter; an in-process IPython shell runs each cell
   kernel  ``nbscope profile``: nbclient and a fresh IPython kernel
   book    a jupyter-book 1 build of a temporary book holding the notebook (the book's own execution)
-  book2   jupyter-book 2 (mystmd) where installed; otherwise skipped with the reason
+  book2   a jupyter-book 2 (mystmd) build of a temporary MyST project holding the notebook; skipped,
+          with the reason, where jupyter-book 2 is not installed (``nbscope book2-env --install``)
 
 Measurements (other readers, e.g. the HTML report, rely on these names)::
 
@@ -19,7 +20,7 @@ Measurements (other readers, e.g. the HTML report, rely on these names)::
   pathways  {name: {status, totals (as a profile's, plus process_start_s / book_build_s /
             book_executed_s), runner, overheads {process_start_s | kernel_start_s |
             book_outside_execution_s, book_build_s, book_executed_s, execution_outside_cells_s,
-            shutdown_s}, skipped (reason or null), error?, repeats, elapsed_s,
+            server_start_s (book2), shutdown_s}, skipped (reason or null), error?, repeats, elapsed_s,
             overhead_samples?}}
   cells     [{source_hash, index, line, first_line, by_pathway {name: {wall_s, compile_s, run_s,
             status, compiles, error?, skip_reason?, samples?, spread?}}, paired, compared, differs,
@@ -97,7 +98,7 @@ def _run_one(
         from nbscope.api.pathways._book import run_book
 
         return run_book(notebook, options, fingerprint=fingerprint)
-    from nbscope.api.pathways._book import run_book2
+    from nbscope.api.pathways._book2 import run_book2
 
     return run_book2(notebook, options, fingerprint=fingerprint)
 

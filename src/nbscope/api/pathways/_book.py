@@ -6,25 +6,27 @@ cells measured are the book's own execution, not a re-run. The book reports one 
 the log line ``Executed notebook in X seconds``; the build's wall time minus that figure is the book's
 fixed cost outside execution (Sphinx start-up, reading, writing HTML).
 
-jupyter-book 2 is a different program (mystmd, Node.js) under the same PyPI name; it runs only where
-it is installed, and is otherwise reported as skipped with the reason.
+jupyter-book 2 is a different program (mystmd, Node.js) under the same PyPI name: its pathway is
+``_book2.py``, which builds through :func:`build_and_measure` here too.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap, skipped
 from nbscope.collect.notebook import Notebook
+
+if TYPE_CHECKING:
+    from nbscope.api.trace import TraceResult
 
 EXECUTED = re.compile(r"Executed notebook in ([0-9]+(?:\.[0-9]+)?) seconds")
 FAILED = re.compile(r"Executing notebook failed: ?([^\s\[]*)")
@@ -109,13 +111,20 @@ def run_book(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[s
     try:
         settings = write_book(source, root, options.timeout)
         command = [executable, "build", "--all", str(root)]
-        return _build("book", command, source, root, options, fingerprint, version, settings)
+        return build_and_measure("book", command, source, root, options, fingerprint, version, settings, book1_figures)
     finally:
         reap(options.token)
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _build(
+def book1_figures(result: TraceResult, root: Path) -> dict[str, Any]:
+    """What jupyter-book 1 says of its own execution: ``Executed notebook in X seconds`` (or its failure)."""
+    executed = [float(m) for m in EXECUTED.findall(result.output)]
+    failed = FAILED.findall(result.output)
+    return {"executed_s": executed[-1] if executed else None, "execution_failed": failed[-1] if failed else None}
+
+
+def build_and_measure(
     name: str,
     command: list[str],
     source: Path,
@@ -124,22 +133,32 @@ def _build(
     fingerprint: dict[str, Any],
     version: str | None,
     settings: dict[str, Any],
+    book_figures: Callable[[TraceResult, Path], dict[str, Any]],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> PathwayResult:
+    """Run a book build with the probe injected and turn its kernel's cells and the book's own figures
+    (``book_figures``: ``executed_s``, ``execution_failed``, and fixed costs of its own under ``overheads``)
+    into a pathway result."""
     from nbscope.api.trace import run_traced
 
-    result = run_traced(command, sources=[source], cwd=root, env=options.process_env(), echo=False, fingerprint=fingerprint)
+    result = run_traced(
+        command, sources=[source], cwd=root, env={**options.process_env(), **(env or {})}, echo=False,
+        fingerprint=fingerprint, timeout=timeout,
+    )
     runner: dict[str, Any] = {
         "pathway": name,
-        "command": [Path(command[0]).name, *command[1:-1], "<temporary book>"] if name == "book" else command,
+        "command": [Path(command[0]).name, *command[1:-1], "<temporary book>"] if name == "book" else
+        [Path(command[0]).name, *command[1:]],
         "jupyter_book_version": version,
         "returncode": result.returncode,
         "build_s": result.wall_s,
         **settings,
     }
-    executed = [float(m) for m in EXECUTED.findall(result.output)]
-    failed = FAILED.findall(result.output)
-    runner["executed_s"] = executed[-1] if executed else None
-    runner["execution_failed"] = failed[-1] if failed else None
+    figures = book_figures(result, root)
+    own_overheads = figures.pop("overheads", {})
+    runner.update(figures)
     if not result.records:
         reason = (
             "stopped before a kernel it started ran a cell" if result.interrupted
@@ -156,28 +175,29 @@ def _build(
     # Which kernel the cells came from: one the book started, in the book's folder (not a re-run).
     runner["kernel"] = {key: header.get(key) for key in ("pid", "cwd", "executable", "started_unix")}
     cells = list(m["cells"])
-    if runner["execution_failed"] == "CellTimeoutError":
+    if runner.get("execution_failed") == "CellTimeoutError":
+        message = runner.pop("timeout_message", None) or f"cell exceeded --timeout {options.timeout:g} s"
         for cell in cells:
             # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
             # kernel did not survive, a cell that started and never finished).
             interrupted = cell.get("status") == "error" and (cell.get("error") or {}).get("name") == "KeyboardInterrupt"
             if interrupted or cell.get("status") == "kernel-died":
                 cell["status"] = "timeout"
-                cell["error"] = {"name": "CellTimeoutError", "message": f"cell exceeded --timeout {options.timeout:g} s"}
+                cell["error"] = {"name": "CellTimeoutError", "message": message}
     cell_wall = sum(c["wall_s"] for c in cells if isinstance(c.get("wall_s"), (int, float)))
-    overheads: dict[str, Any] = {"book_build_s": result.wall_s, "book_executed_s": runner["executed_s"]}
+    overheads: dict[str, Any] = {"book_build_s": result.wall_s, "book_executed_s": runner["executed_s"], **own_overheads}
     if runner["executed_s"] is not None:
         overheads["book_outside_execution_s"] = max(0.0, result.wall_s - runner["executed_s"])
         # Inside the book's execution but outside cells: kernel start and shutdown, messaging.
         overheads["execution_outside_cells_s"] = max(0.0, runner["executed_s"] - cell_wall)
     else:
-        # No figure from the book (jupyter-book 2, or a failed execution): the cells stand for execution.
+        # No figure from the book (a failed execution): the cells stand for execution.
         overheads["book_outside_execution_s"] = max(0.0, result.wall_s - cell_wall)
         overheads["book_outside_execution_basis"] = "build wall minus the cells' walls (the book reported no execution time)"
     status = record.status
     if result.interrupted:
         runner["interrupted"] = record.measurements["runner"].get("interrupted")
-    if result.returncode != 0 or runner["execution_failed"] or result.interrupted:
+    if result.returncode != 0 or runner.get("execution_failed") or result.interrupted:
         status = "partial"
         runner["output_tail"] = result.output[-2000:]
     result_totals = dict(m.get("totals") or {})
@@ -186,78 +206,3 @@ def _build(
         name, status, cells=cells, totals=result_totals, runner=runner, overheads=overheads,
         interrupted=result.interrupted,
     )
-
-
-# ---- jupyter-book 2 (mystmd) -------------------------------------------------------------------
-
-MIN_NODE = 18
-
-
-def _node_major() -> int | None:
-    node = shutil.which("node")
-    if node is None:
-        return None
-    try:
-        text = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _major(text.strip().lstrip("v"))
-
-
-def book2_command() -> tuple[list[str] | None, str | None]:
-    """The jupyter-book 2 command, or why there is none."""
-    version = jupyter_book_version()
-    command: list[str] | None = None
-    if _major(version) is not None and (_major(version) or 0) >= 2 and _executable("jupyter-book"):
-        command = [str(_executable("jupyter-book"))]
-    elif shutil.which("myst"):
-        command = [str(shutil.which("myst"))]
-    if command is None:
-        have = f"jupyter-book {version} (version 1)" if version else "no jupyter-book"
-        return None, (
-            f"jupyter-book 2 (mystmd) is not installed: this environment has {have} and no `myst` command; "
-            f"it is a Node.js program under the same PyPI name and needs Node ≥ {MIN_NODE} and network access "
-            "for its site theme"
-        )
-    node = _node_major()
-    if node is None or node < MIN_NODE:
-        return None, f"jupyter-book 2 (mystmd) needs Node.js ≥ {MIN_NODE}; found {'none' if node is None else node}"
-    return command, None
-
-
-def run_book2(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, Any]) -> PathwayResult:
-    """A jupyter-book 2 build where it is installed; otherwise skipped with the reason.
-
-    It starts a Jupyter Server for its kernels (which refuses root unless allowed) and fetches its site
-    theme from the internet; every process it starts carries this run's token and is reaped after.
-    """
-    command, reason = book2_command()
-    if command is None:
-        return skipped("book2", reason or "jupyter-book 2 is not available")
-    source = notebook.path.resolve()
-    root = Path(tempfile.mkdtemp(prefix="nbscope-book2-"))
-    try:
-        linked = _link_siblings(source, root)
-        shutil.copyfile(source, root / source.name)
-        project = {
-            "version": 1,
-            "project": {"title": "nbscope pathways", "toc": [{"file": source.name}]},
-            "site": {"template": "book-theme"},
-        }
-        (root / "myst.yml").write_text(json.dumps(project, indent=1), encoding="utf-8")
-        env_options = PathwayOptions(
-            timeout=options.timeout, kernel=options.kernel, env=dict(options.env),
-            jax_platform=options.jax_platform, token=options.token,
-        )
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            # Jupyter Server refuses to run as root unless told; a private config dir says so.
-            config_dir = root / ".jupyter-config"
-            config_dir.mkdir()
-            (config_dir / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}))
-            env_options.env["JUPYTER_CONFIG_DIR"] = str(config_dir)
-        settings = {"linked_siblings": len(linked), "execute": {"execute": True}}
-        return _build("book2", [*command, "build", "--execute", "--html"], source, root, env_options, fingerprint,
-                      jupyter_book_version(), settings)
-    finally:
-        reap(options.token)
-        shutil.rmtree(root, ignore_errors=True)

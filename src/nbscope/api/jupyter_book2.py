@@ -1,0 +1,327 @@
+"""jupyter-book 2 beside jupyter-book 1: where its command comes from, and what its builds need.
+
+jupyter-book 2 is a Node.js program (mystmd) published under the same PyPI name as jupyter-book 1, so
+one Python environment cannot hold both. nbscope therefore keeps jupyter-book 2 in an environment of
+its own, ``<cache>/nbscope/jupyter-book-2`` (``NBSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbscope``,
+else ``~/.cache/nbscope``), made by ``nbscope book2-env --install`` from the package index. Only the
+command comes from there (it is installed without dependencies: the launcher runs ``node`` on the
+bundled program). Its execution runs on the Python side of *this* environment: jupyter-book 2 starts
+``python -m jupyter_server`` with the first ``python`` on PATH, and the server starts kernels by name,
+so nbscope puts its own interpreter first on PATH (``nbscope[book2]`` installs ``jupyter-server``).
+The kernels then see the same packages as in every other pathway.
+
+A jupyter-book 2 that the user installed (``jupyter-book>=2`` in this environment, or
+``NBSCOPE_JUPYTER_BOOK2`` naming a command) is used first.
+
+What a build needs besides the command: Node.js 18, 20 or 22+; as root, ``ServerApp.allow_root`` for
+the Jupyter server (a config folder nbscope adds to ``JUPYTER_CONFIG_PATH``, which keeps the user's own
+config); offline, a local stand-in for the site theme it would otherwise download (the build then
+executes and exits 0 instead of failing after execution).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbscope._errors import NbscopeError
+
+REQUIREMENT = "jupyter-book>=2,<3"
+# The launcher's own imports (used when it has to look for Node.js); the server side is this environment's.
+LAUNCHER_PACKAGES = ("platformdirs", "nodeenv")
+COMMAND_VARIABLE = "NBSCOPE_JUPYTER_BOOK2"
+ENV_FOLDER = "jupyter-book-2"
+MADE_MARKER = ".nbscope-made"
+COMPLETE_MARKER = ".nbscope-complete"
+PATH_FOLDER = "path"  # holds only the `jupyter-book` command, to put first on PATH
+MIN_NODE = 18
+INSTALL_TIMEOUT_S = 600
+# The site template that jupyter-book 2 downloads for a build; a local one with these two keys is enough
+# for the build to go on offline (site content is written, no themed HTML).
+THEME_STAND_IN = "myst: v1\nkind: site\n"
+THEME_FOLDER = Path("_build") / "templates" / "site" / "myst" / "book-theme"
+
+# Lines of a jupyter-book 2 build's log.
+EXECUTING = re.compile(r"Executing notebook \((?P<page>.+?)\)")
+CACHED = re.compile(r"Adding cached notebook outputs \((?P<page>.+?)\)")
+SERVER_STARTING = re.compile(r"Starting new Jupyter server")
+SERVER_STARTED = re.compile(r"Jupyter server started")
+SERVER_FAILED = re.compile(r"Jupyter server did not (?:start|respond)")
+PAGE_BUILT = re.compile(r"Built (?P<page>\S+) in (?P<seconds>[0-9.]+) (?P<unit>ms|s)\b")
+THEME_UNREACHABLE = re.compile(r"request to \S+/templates/\S+ failed")
+HALTED = re.compile(r"(?P<page>\S+) An exception occurred during code execution, halting further execution")
+
+
+def cache_dir() -> Path:
+    """nbscope's cache folder (``NBSCOPE_CACHE_DIR``, ``$XDG_CACHE_HOME/nbscope`` or ``~/.cache/nbscope``)."""
+    given = os.environ.get("NBSCOPE_CACHE_DIR")
+    if given:
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "nbscope"
+
+
+def environment_dir() -> Path:
+    """Where nbscope keeps its own jupyter-book 2."""
+    return cache_dir() / ENV_FOLDER
+
+
+def _bin(env: Path) -> Path:
+    return env / ("Scripts" if os.name == "nt" else "bin")
+
+
+def _this_environment_version() -> str | None:
+    try:
+        return importlib.metadata.version("jupyter-book")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _major(version: str | None) -> int | None:
+    match = re.match(r"v?(\d+)", (version or "").strip())
+    return int(match.group(1)) if match else None
+
+
+@dataclass
+class JupyterBook2:
+    """A jupyter-book 2 command, or why there is none (``command`` is then empty)."""
+
+    command: list[str] = field(default_factory=list)
+    version: str | None = None
+    origin: str = ""  # where it came from: the variable, this environment, nbscope's own, PATH (myst)
+    problem: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.command) and self.problem is None
+
+    @property
+    def path_folder(self) -> Path | None:
+        """A folder to put first on PATH so that `jupyter book` / `jupyter-book` is this one."""
+        if not self.command:
+            return None
+        command = Path(self.command[0])
+        own = environment_dir() / PATH_FOLDER
+        return own if command.parent == _bin(environment_dir()) and own.is_dir() else command.parent
+
+
+def command_version(command: list[str]) -> str | None:
+    try:
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (done.stdout or done.stderr).strip().splitlines()
+    return text[-1].strip().lstrip("v") if done.returncode == 0 and text else None
+
+
+def node_major() -> int | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    try:
+        text = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _major(text)
+
+
+def find() -> JupyterBook2:
+    """The jupyter-book 2 to use: ``NBSCOPE_JUPYTER_BOOK2``, this environment's, nbscope's own, or ``myst``."""
+    found = JupyterBook2()
+    given = os.environ.get(COMMAND_VARIABLE)
+    here = _this_environment_version()
+    beside = Path(sys.executable).parent / "jupyter-book"
+    own = _bin(environment_dir()) / "jupyter-book"
+    if given:
+        found = JupyterBook2([given], origin=f"${COMMAND_VARIABLE}")
+    elif (_major(here) or 0) >= 2 and (beside.exists() or shutil.which("jupyter-book")):
+        found = JupyterBook2([str(beside) if beside.exists() else str(shutil.which("jupyter-book"))],
+                             version=here, origin="this environment")
+    elif _complete(environment_dir()):
+        found = JupyterBook2([str(own)], origin=f"nbscope's own environment ({environment_dir()})")
+    elif shutil.which("myst"):
+        found = JupyterBook2([str(shutil.which("myst"))], origin="mystmd on PATH")
+    else:
+        have = f"jupyter-book {here}" if here else "no jupyter-book"
+        found.problem = (
+            f"jupyter-book 2 is not installed ({have} here): run `nbscope book2-env --install`, which puts it in "
+            f"an environment of its own under {environment_dir()} (it shares jupyter-book 1's package name), "
+            f"or set {COMMAND_VARIABLE} to a jupyter-book 2 command"
+        )
+        return found
+    node = node_major()
+    if node is None or node < MIN_NODE:
+        found.problem = f"jupyter-book 2 needs Node.js {MIN_NODE} or newer; found {'none' if node is None else node}"
+        return found
+    if importlib.util.find_spec("jupyter_server") is None:
+        found.problem = (
+            "jupyter-book 2 runs its kernels through a Jupyter server, and jupyter_server is not installed in "
+            "this environment: pip install 'nbscope[book2]'"
+        )
+        return found
+    found.version = found.version or command_version(found.command)
+    if found.version is None:
+        found.problem = f"{found.command[0]} --version failed: it does not run"
+    elif _major(found.version) is not None and (_major(found.version) or 0) < 2 and found.origin != "mystmd on PATH":
+        found.problem = f"{found.command[0]} is jupyter-book {found.version}, not jupyter-book 2"
+    return found
+
+
+def _complete(env: Path) -> bool:
+    folder = env / PATH_FOLDER
+    return (env / COMPLETE_MARKER).exists() and (folder / "jupyter-book").exists() and (folder / "jupyter").exists()
+
+
+def install(*, quiet: bool = True) -> Path:
+    """Make nbscope's own jupyter-book 2 environment (from the package index); returns its folder.
+
+    The folder gets a marker when it is made and another when the install ran to its end: an interrupted
+    or failed install is made again next time, and a folder nbscope did not make is never touched.
+    """
+    target = environment_dir()
+    if _complete(target) and command_version([str(_bin(target) / "jupyter-book")]):
+        return target
+    if target.exists() and not (target / MADE_MARKER).exists():
+        raise NbscopeError(f"{target} exists and was not made by nbscope: move it away or set NBSCOPE_CACHE_DIR")
+    shutil.rmtree(target, ignore_errors=True)  # an earlier, unfinished install of nbscope's own
+    target.parent.mkdir(parents=True, exist_ok=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(target)],
+        [str(_bin(target) / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+         *(["--quiet"] if quiet else []), "--no-deps", REQUIREMENT, *LAUNCHER_PACKAGES],
+    ]
+    for number, step in enumerate(steps):
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            done = None
+        if number == 0 and target.exists():
+            (target / MADE_MARKER).write_text("made by nbscope book2-env\n", encoding="utf-8")
+        if done is None or done.returncode != 0:
+            lines = [ln.strip() for ln in ((done.stderr + done.stdout) if done else "").splitlines()
+                     if ln.strip() and not ln.startswith("WARNING")]
+            why = f"exited {done.returncode}" if done else f"ran past {INSTALL_TIMEOUT_S} s"
+            if target.exists() and (target / MADE_MARKER).exists():
+                shutil.rmtree(target, ignore_errors=True)
+            raise NbscopeError(
+                f"could not install jupyter-book 2 ({' '.join(step[1:4])} {why}): {lines[-1] if lines else 'no output'}"
+            )
+    if not command_version([str(_bin(target) / "jupyter-book")]):
+        shutil.rmtree(target, ignore_errors=True)
+        raise NbscopeError(f"jupyter-book 2 was installed in {target} but `jupyter-book --version` fails there")
+    write_path_folder(target)
+    (target / COMPLETE_MARKER).write_text(REQUIREMENT + "\n", encoding="utf-8")
+    return target
+
+
+JUPYTER_DISPATCH = """#!/bin/sh
+# Made by nbscope: `jupyter book ...` runs jupyter-book 2 from this folder (jupyter itself would prefer a
+# jupyter-book 1 installed beside it); any other `jupyter ...` goes to the next jupyter on PATH.
+here="$(cd "$(dirname "$0")" && pwd)"
+if [ "$1" = "book" ]; then
+    shift
+    exec "$here/jupyter-book" "$@"
+fi
+PATH="$(printf '%s' "$PATH" | tr ':' '\\n' | grep -vx "$here" | paste -sd: -)"
+export PATH
+exec jupyter "$@"
+"""
+
+
+def write_path_folder(env: Path) -> Path:
+    """``<env>/path``: the command alone, to put first on PATH.
+
+    The environment's bin folder also holds its own ``python``, without jupyter_server, so it must not go
+    first on PATH. This folder holds ``jupyter-book`` and a ``jupyter`` that sends ``jupyter book`` to it.
+    """
+    folder = env / PATH_FOLDER
+    folder.mkdir(exist_ok=True)
+    link = folder / "jupyter-book"
+    if not link.is_symlink():
+        link.symlink_to(Path("..") / _bin(env).name / "jupyter-book")
+    dispatch = folder / "jupyter"
+    dispatch.write_text(JUPYTER_DISPATCH, encoding="utf-8")
+    dispatch.chmod(0o755)
+    return folder
+
+
+def interpreter_first(folder: Path, base_path: str | None = None) -> str:
+    """A PATH whose first ``python`` is this interpreter (a small script in ``folder``), so that the
+    Jupyter server jupyter-book 2 starts, and the kernels it starts, run in this environment."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "python"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
+    script.chmod(0o755)
+    base = os.environ.get("PATH", os.defpath) if base_path is None else base_path
+    return os.pathsep.join([str(folder), base])
+
+
+def server_config_for_root(folder: Path) -> dict[str, str]:
+    """Environment that lets a Jupyter server run as root (only when this process is root; else empty).
+
+    The setting sits in a config folder of nbscope's on ``JUPYTER_CONFIG_PATH``, which comes after the
+    user's own config folder, so the user's settings stay in force.
+    """
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}), encoding="utf-8")
+    existing = os.environ.get("JUPYTER_CONFIG_PATH", "")
+    return {"JUPYTER_CONFIG_PATH": os.pathsep.join(p for p in (str(folder), existing) if p)}
+
+
+def write_theme_stand_in(project: Path) -> Path:
+    """A local stand-in for the book theme in ``project``'s build folder, so the build needs no network."""
+    folder = project / THEME_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "template.yml").write_text(THEME_STAND_IN, encoding="utf-8")
+    return folder
+
+
+@dataclass
+class BuildLog:
+    """What a jupyter-book 2 build's log says, with the times (seconds from the start) its lines arrived."""
+
+    executed: list[str] = field(default_factory=list)  # pages whose notebooks ran
+    cached: list[str] = field(default_factory=list)  # pages served from the execution cache, not run
+    halted: list[str] = field(default_factory=list)  # pages whose execution stopped at an error
+    page_built_s: dict[str, float] = field(default_factory=dict)
+    server_start_s: float | None = None
+    server_failed: bool = False
+    theme_unreachable: bool = False  # it could not download its site theme (offline): the build fails after executing
+
+    @property
+    def is_jupyter_book2(self) -> bool:
+        return bool(self.executed or self.cached or self.server_start_s is not None or self.server_failed)
+
+
+def read_build_log(lines: list[tuple[float, str]]) -> BuildLog:
+    log = BuildLog()
+    starting: float | None = None
+    for at, line in lines:
+        if match := EXECUTING.search(line):
+            log.executed.append(match["page"])
+        elif match := CACHED.search(line):
+            log.cached.append(match["page"])
+        elif match := HALTED.search(line):
+            log.halted.append(match["page"])
+        elif SERVER_STARTING.search(line):
+            starting = at
+        elif SERVER_STARTED.search(line) and starting is not None:
+            log.server_start_s = max(0.0, at - starting)
+        elif SERVER_FAILED.search(line):
+            log.server_failed = True
+        elif THEME_UNREACHABLE.search(line):
+            log.theme_unreachable = True
+        elif match := PAGE_BUILT.search(line):
+            seconds = float(match["seconds"]) / (1000.0 if match["unit"] == "ms" else 1.0)
+            log.page_built_s[match["page"]] = seconds
+    return log
