@@ -22,6 +22,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -269,14 +270,13 @@ def made_by_nbscope(path: Path) -> bool:
 
 
 @contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def _locked(lock_path: Path) -> Iterator[int]:
+    """An exclusive lock on ``lock_path``; yields its file descriptor, which build steps inherit so that
+    the lock outlives a killed nbscope until the pip it started has finished too."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield handle.fileno()
 
 
 def ensure(
@@ -290,7 +290,7 @@ def ensure(
     on an interrupt the half-built folder is removed and the interrupt re-raised."""
     root = Path(root) if root is not None else default_cache_root()
     path = root / spec.key()
-    with _locked(root / f".{spec.key()}.lock"):
+    with _locked(root / f".{spec.key()}.lock") as lock:
         if is_complete(path):
             return Environment(path=path, spec=spec, reused=True)
         if path.exists() or path.is_symlink():
@@ -303,11 +303,11 @@ def ensure(
                 on_progress(f"removing an unfinished environment {path.name} (its build was stopped)")
             shutil.rmtree(path)
         started = time.perf_counter()
-        _build(path, spec, on_progress)
+        _build(path, spec, on_progress, lock)
         return Environment(path=path, spec=spec, reused=False, build_s=time.perf_counter() - started)
 
 
-def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | None) -> None:
+def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | None, lock: int) -> None:
     path.mkdir(parents=True)
     (path / BUILDING_MARKER).write_text(
         "nbscope is building this environment; without .nbscope-env.json beside this file it is unfinished "
@@ -317,7 +317,7 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
     try:
         if on_progress is not None:
             on_progress(f"building environment {path.name}: {' '.join(spec.requirements)}")
-        _run([spec.python, "-m", "venv", "--without-pip", str(path)], path, "create the virtual environment")
+        _run([spec.python, "-m", "venv", "--without-pip", str(path)], path, "create the virtual environment", lock)
         command = [spec.python, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
                    "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
         for folder in spec.find_links:
@@ -329,7 +329,7 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
             (path / "requirements-options.txt").write_text("\n".join(options) + "\n", encoding="utf-8")
             command += ["-r", str(path / "requirements-options.txt")]
         command += [r for r in spec.requirements if not r.startswith("-")]
-        _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")))
+        _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")), lock)
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
@@ -342,26 +342,50 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         raise
 
 
-def _run(command: list[str], path: Path, what: str) -> None:
-    """Run a build step with its output in the build log; stop it on an interrupt."""
+def _run(command: list[str], path: Path, what: str, lock: int) -> None:
+    """Run a build step with its output in the build log; on an interrupt, stop it and every process it
+    started (pip starts another Python) before the caller removes the folder they write into."""
     log_path = path / BUILD_LOG
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(command) + "\n").encode())
         log.flush()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   start_new_session=True, pass_fds=(lock,))
         try:
             returncode = process.wait()
         except BaseException:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop_group(process)
             raise
     if returncode != 0:
         raise NbscopeError(f"could not {what}: {_pip_reason(log_path)}")
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL, to the build step's process group; returns once no member is left (or
+    after a few seconds)."""
+    for signum, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, signum)
+        except OSError:
+            break
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        break
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # what the leader started may outlive it
+    except OSError:
+        pass
+    process.poll()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except OSError:
+            return  # the group is empty
+        time.sleep(0.05)
 
 
 def _pip_reason(log_path: Path) -> str:
@@ -423,7 +447,7 @@ def clear_cache(root: Path | None = None) -> dict[str, Any]:
     removed, freed = [], 0
     for entry in list_environments(root):
         path = Path(entry["path"])
-        with _locked(root / f".{path.name}.lock"):  # not while another nbscope builds it
+        with _locked(root / f".{path.name}.lock"):  # not while another nbscope (or its pip) builds it
             freed += entry["bytes"]
             shutil.rmtree(path, ignore_errors=True)
         (root / f".{path.name}.lock").unlink(missing_ok=True)
