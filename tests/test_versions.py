@@ -314,6 +314,33 @@ def test_an_interrupted_build_is_never_reused(tmp_path: Path, wheels: Path) -> N
     assert not left.exists()
 
 
+@pytest.mark.slow
+def test_sigterm_during_a_variants_run_keeps_the_runs_measured(tmp_path: Path, wheels: Path, env_cache: Path) -> None:
+    db = tmp_path / "store" / "nbscope.db"
+    process = _start(["versions", str(SLOW_NOTEBOOK), "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==1.3",
+                      "--find-links", str(wheels), "--env-cache", str(env_cache), "--db", str(db)], tmp_path)
+    live = db.parent / "live"
+
+    def second_variant_running() -> bool:
+        for path in live.glob("*.jsonl"):
+            try:
+                header = json.loads(path.read_text().splitlines()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if header.get("settings", {}).get("variant", {}).get("requirements") == [f"{PACKAGE}==1.3"]:
+                return True
+        return False
+
+    _wait_for(second_variant_running, timeout=600)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "saved partial run" in stderr
+    runs = sorted(Store(db).list(), key=lambda r: r["id"])
+    assert [r["status"] for r in runs] == ["ok", "partial"]
+    assert Store(db).get(runs[1]["id"]).settings["variant"]["requirements"] == [f"{PACKAGE}==1.3"]
+
+
 def _jax_releases() -> list[str]:
     try:
         return environments.released_versions("jax")
