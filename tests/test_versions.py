@@ -228,6 +228,12 @@ def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(tmp_path: P
     assert missing["run_id"] is None and "7.7" in missing["error"]
     # Nothing half-built is left for the failed variant.
     assert all(e["complete"] for e in environments.list_environments(env_cache))
+    shown = nbscope("versions", SLOW_NOTEBOOK, "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==7.7",
+                    "--find-links", wheels, "--env-cache", env_cache, "--db", tmp_path / "db.sqlite", "--markdown",
+                    cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"| `{PACKAGE}==1.0` |" in shown.stdout  # the variant that ran, as a column
+    assert f"> `{PACKAGE}==7.7` not run: could not install" in shown.stdout
 
 
 @pytest.mark.slow

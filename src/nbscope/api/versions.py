@@ -168,11 +168,8 @@ def profile_versions(
     if not variants:
         raise NbscopeError("name at least one variant: --with 'jax==0.10.2'")
     notebook = notebook_module.read(path)  # a missing or unreadable notebook fails before any build
-    machine = fp.collect()
-    runs = [
-        profile_variant(path, list(v), profile_options, options, store=store, machine=machine, on_event=on_event)
-        for v in variants
-    ]
+    # Each run reads the machine afresh: its load average when it starts is the gate's busy-machine evidence.
+    runs = [profile_variant(path, list(v), profile_options, options, store=store, on_event=on_event) for v in variants]
     return analysis.compare_variants(target_name(notebook.path), runs, options.gate)
 
 
@@ -215,13 +212,12 @@ def bisect(
     result = analysis.BisectResult(
         target=target_name(notebook.path), package=package, good=good, bad=bad, cell=cell, versions=versions
     )
-    machine = fp.collect()
     records: dict[int, Any] = {}
 
     def measure(position: int) -> Any:
         version = versions[position]
         run = profile_variant(path, [f"{package}=={version}"], profile_options, options, store=store,
-                              machine=machine, on_event=on_event)
+                              on_event=on_event)
         if run.record is None:
             result.steps.append(analysis.BisectStep(version=version, run_id=None, verdict="untestable", bad=None,
                                                     error=run.error, profiled=False))

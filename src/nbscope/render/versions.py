@@ -105,21 +105,26 @@ def _md(text: Any) -> str:
     )
 
 
+def _code(text: Any) -> str:
+    """Text for inside a markdown code span in a table cell."""
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
 def versions_markdown(result: VersionsResult) -> str:
     """The same as :func:`print_versions`, as a GitHub-ready markdown table."""
     ran = result.ran
-    lines = [f"### nbscope versions: `{_md(result.target)}`", ""]
+    lines = [f"### nbscope versions: `{_code(result.target)}`", ""]
     if ran:
         header = ["Cell", "First line"]
         for number, variant in enumerate(ran):
-            header.append(f"`{_md(variant.label)}`")
+            header.append(f"`{_code(variant.label)}`")
             if number < len(result.gates):
                 header.append("→")
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "|".join("---:" if h != "First line" else "---" for h in header) + "|")
         verdicts = _verdicts(result)
         for row in result.cells:
-            values = [_cell_name(row), f"`{_md(str(row.get('first_line') or '')[:50])}`"]
+            values = [_cell_name(row), f"`{_code(str(row.get('first_line') or '')[:50])}`"]
             for number, figures in enumerate(row["runs"]):
                 values.append(_wall(figures))
                 if number < len(verdicts):
@@ -138,10 +143,10 @@ def versions_markdown(result: VersionsResult) -> str:
         lines += ["**What differs:**", ""]
         for row in result.differences:
             values = " → ".join(_value(v) for v in row["values"])
-            lines.append(f"- `{_md(row['field'])}`: {_md(values)}" + (f" ({_md(row['why'])})" if row.get("why") else ""))
+            lines.append(f"- `{_code(row['field'])}`: {_md(values)}" + (f" ({_md(row['why'])})" if row.get("why") else ""))
         lines.append("")
     for variant in result.failed:
-        lines.append(f"> `{_md(variant.label)}` not run: {_md(variant.error)}")
+        lines.append(f"> `{_code(variant.label)}` not run: {_md(variant.error)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -214,7 +219,7 @@ def print_bisect(result: BisectResult) -> None:
 
 
 def bisect_markdown(result: BisectResult) -> str:
-    lines = [f"### nbscope bisect: `{_md(result.target)}` · {_md(result.package)} {_md(result.good)} … {_md(result.bad)}",
+    lines = [f"### nbscope bisect: `{_code(result.target)}` · {_md(result.package)} {_md(result.good)} … {_md(result.bad)}",
              "", f"**{_md(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)", "",
              f"| Version | Run | Against {_md(result.good)} | Verdict |", "|---|---:|---:|---|"]
     for step in result.steps:
