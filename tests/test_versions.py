@@ -108,6 +108,18 @@ def test_the_notebooks_imports_are_pinned_at_the_versions_installed_here() -> No
     assert unresolved == ["nbscope_test_slowpkg"]  # not installed here: it must come from the variant
 
 
+def test_a_requirements_file_gives_the_notebooks_requirements_less_the_variants_packages(tmp_path: Path) -> None:
+    from importlib import metadata
+
+    from nbscope.api.versions import VersionsOptions, variant_requirements
+
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# pinned for the lecture\njax==0.10.2  # the variant decides\nscipy>=1.11\n")
+    lines, notes = variant_requirements(read(JAX_NOTEBOOK), ["jax==0.10.1"], VersionsOptions(requirements_file=requirements))
+    assert lines == ["scipy>=1.11", f"ipykernel=={metadata.version('ipykernel')}", "jax==0.10.1"]
+    assert notes == []
+
+
 @pytest.mark.parametrize("releases", range(2, 34))
 def test_bisection_needs_at_most_log2_n_plus_one_profiles(releases: int) -> None:
     """For every position of the first bad release (or none), the search profiles at most
