@@ -41,7 +41,18 @@ def _root(
 
 def _register_commands() -> None:
     # Imported for their side effect of adding commands to ``app``.
-    from nbscope.cli import _audit, _bench, _compare, _core, _forecast, _history, _loops, _pathways, _profile  # noqa: F401
+    from nbscope.cli import (  # noqa: F401
+        _audit,
+        _bench,
+        _compare,
+        _core,
+        _forecast,
+        _history,
+        _loops,
+        _pathways,
+        _profile,
+        _versions,
+    )
 
 
 def _wants_version(argv: list[str]) -> bool:

@@ -164,13 +164,14 @@ def _memory() -> dict[str, Any]:
     }
 
 
-def installed_distributions() -> dict[str, str]:
-    """Normalised distribution name -> version, read from ``*.dist-info`` folder names on sys.path.
+def installed_distributions(paths: Iterable[str] | None = None) -> dict[str, str]:
+    """Normalised distribution name -> version, read from ``*.dist-info`` folder names on sys.path (or in
+    the folders ``paths``, e.g. another environment's site-packages).
 
     Much faster than ``importlib.metadata.distributions()``, which opens every METADATA file.
     """
     found: dict[str, str] = {}
-    for entry in sys.path:
+    for entry in sys.path if paths is None else paths:
         try:
             names = os.listdir(entry or ".")
         except OSError:
@@ -184,8 +185,13 @@ def installed_distributions() -> dict[str, str]:
 
 
 def _versions() -> dict[str, Any]:
-    installed = installed_distributions()
-    versions: dict[str, Any] = {"python": platform.python_version(), "implementation": sys.implementation.name}
+    return versions_from(installed_distributions(), platform.python_version(), sys.implementation.name)
+
+
+def versions_from(installed: Mapping[str, str], python: str, implementation: str) -> dict[str, Any]:
+    """The ``versions`` section for an environment: its Python and its installed distributions
+    (normalised name -> version, as :func:`installed_distributions` reads them)."""
+    versions: dict[str, Any] = {"python": python, "implementation": implementation}
     for name in VERSIONED_PACKAGES:
         versions[name] = installed.get(name) or absent("not installed")
     versions["jax_plugins"] = {

@@ -1,0 +1,232 @@
+"""Views of ``nbscope versions`` (variants side by side, per cell) and ``nbscope bisect`` (the first bad
+release and the evidence), for the terminal and as markdown."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.table import Table
+
+from nbscope.analyse.versions import BisectResult, VersionsResult, target_label, verdicts_by_cell
+from nbscope.collect import fingerprint as fp
+from nbscope.render.gate import VERDICT_MARK, VERDICT_STYLE
+from nbscope.render.terminal import console, format_seconds, literal, source_text
+
+
+def _value(value: Any) -> str:
+    if fp.is_absent(value):
+        return f"absent ({value['absent']})"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _cell_name(row: dict[str, Any]) -> str:
+    return f"{row['index'] + 1}" + (f" (line {row['line']})" if row.get("line") else "")
+
+
+def _wall(figures: dict[str, Any] | None) -> str:
+    if figures is None:
+        return "–"
+    text = format_seconds(figures.get("wall_s"))
+    if figures.get("status") not in ("ok", "expected-error", "skipped"):
+        text += f" {figures.get('status')}"
+    return text
+
+
+def _verdicts(result: VersionsResult) -> list[dict[int, str]]:
+    return [verdicts_by_cell(g["result"]) for g in result.gates]
+
+
+def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
+    """Each variant's wall time per cell, the gate's verdict between consecutive variants, the totals,
+    the fingerprint fields that differ, and the variants that could not run."""
+    ran = result.ran
+    console.print(f"[bold]nbscope versions[/bold] · {literal(result.target)} · {len(ran)} of "
+                  f"{len(result.variants)} variants ran")
+    for variant in result.variants:
+        if variant.ran:
+            record = variant.record
+            where = "reused" if variant.reused else f"built in {format_seconds(variant.build_s)}"
+            console.print(f"[dim]{literal(variant.label)}: run {record.run_id} · {record.status} · "  # type: ignore[union-attr]
+                          f"environment {literal(variant.environment)} ({where})[/dim]")
+    if ran:
+        table = Table(show_lines=False)
+        table.add_column("cell", justify="right")
+        table.add_column("first line", max_width=40, no_wrap=True)
+        for number, variant in enumerate(ran):
+            table.add_column(literal(variant.label), justify="right")
+            if number < len(result.gates):
+                table.add_column("→", justify="left")
+        verdicts = _verdicts(result)
+        for row in result.cells:
+            values: list[Any] = [_cell_name(row), source_text(str(row.get("first_line") or ""))]
+            for number, figures in enumerate(row["runs"]):
+                values.append(_wall(figures))
+                if number < len(verdicts):
+                    index = (row["runs"][number + 1] or {}).get("index")
+                    verdict = verdicts[number].get(index, "") if index is not None else ""
+                    style = VERDICT_STYLE.get(verdict, "")
+                    mark = VERDICT_MARK.get(verdict, verdict)
+                    values.append(f"[{style}]{literal(mark)}[/{style}]" if style else literal(mark))
+            table.add_row(*values)
+        total_row: list[Any] = ["", "[bold]total[/bold]"]
+        for number, totals in enumerate(result.totals):
+            total_row.append(f"[bold]{format_seconds(totals.get('wall_s'))}[/bold]")
+            if number < len(result.gates):
+                total = result.gates[number]["result"].total
+                style = VERDICT_STYLE.get(total.verdict, "")
+                mark = VERDICT_MARK.get(total.verdict, total.verdict)
+                total_row.append(f"[{style}]{literal(mark)}[/{style}]" if style else literal(mark))
+        table.add_row(*total_row)
+        console.print(table)
+    if result.differences:
+        console.print("[bold]what differs between the variants' environments[/bold]")
+        for row in result.differences:
+            values = " → ".join(_value(v) for v in row["values"])
+            why = f" [dim]({literal(row['why'])})[/dim]" if row.get("why") else ""
+            console.print(f"  {literal(row['field'])}: {literal(values)}{why}")
+    elif len(ran) > 1:
+        console.print("[yellow]the variants' environments do not differ in any fingerprint field[/yellow]")
+    for gate in result.gates:
+        for warning in gate["result"].warnings:
+            console.print(f"[yellow]{literal(gate['a'])} → {literal(gate['b'])}: {literal(warning)}[/yellow]")
+    for variant in result.failed:
+        console.print(f"[red]{literal(variant.label)}: not run: {literal(variant.error)}[/red]")
+    if store_path is not None and ran:
+        console.print(f"[dim]runs {', '.join(str(v.record.run_id) for v in ran)} saved in {literal(store_path)}[/dim]")  # type: ignore[union-attr]
+
+
+def _md(text: Any) -> str:
+    return (
+        str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
+        .replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_").replace("\n", " ")
+    )
+
+
+def _code(text: Any) -> str:
+    """Text for inside a markdown code span in a table cell."""
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def versions_markdown(result: VersionsResult) -> str:
+    """The same as :func:`print_versions`, as a GitHub-ready markdown table."""
+    ran = result.ran
+    lines = [f"### nbscope versions: `{_code(result.target)}`", ""]
+    if ran:
+        header = ["Cell", "First line"]
+        for number, variant in enumerate(ran):
+            header.append(f"`{_code(variant.label)}`")
+            if number < len(result.gates):
+                header.append("→")
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join("---:" if h != "First line" else "---" for h in header) + "|")
+        verdicts = _verdicts(result)
+        for row in result.cells:
+            values = [_cell_name(row), f"`{_code(str(row.get('first_line') or '')[:50])}`"]
+            for number, figures in enumerate(row["runs"]):
+                values.append(_wall(figures))
+                if number < len(verdicts):
+                    index = (row["runs"][number + 1] or {}).get("index")
+                    verdict = verdicts[number].get(index, "") if index is not None else ""
+                    values.append(VERDICT_MARK.get(verdict, verdict))
+            lines.append("| " + " | ".join(values) + " |")
+        total_values = ["", "**total**"]
+        for number, totals in enumerate(result.totals):
+            total_values.append(f"**{format_seconds(totals.get('wall_s'))}**")
+            if number < len(result.gates):
+                verdict = result.gates[number]["result"].total.verdict
+                total_values.append(VERDICT_MARK.get(verdict, verdict))
+        lines += ["| " + " | ".join(total_values) + " |", ""]
+    if result.differences:
+        lines += ["**What differs:**", ""]
+        for row in result.differences:
+            values = " → ".join(_value(v) for v in row["values"])
+            lines.append(f"- `{_code(row['field'])}`: {_md(values)}" + (f" ({_md(row['why'])})" if row.get("why") else ""))
+        lines.append("")
+    for variant in result.failed:
+        lines.append(f"> `{_code(variant.label)}` not run: {_md(variant.error)}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _comparison_text(comparison: dict[str, Any] | None) -> str:
+    if not comparison:
+        return "–"
+    ratio = comparison.get("ratio")
+    text = (f"{format_seconds(comparison.get('base_s'))} → {format_seconds(comparison.get('cand_s'))}"
+            + (f" (×{ratio:.2f}" if isinstance(ratio, float) else " (")
+            + (f", p={comparison['p_value']:.3g})" if comparison.get("p_value") is not None else ", no test: too few repeats)"))
+    return text
+
+
+def _evidence_lines(evidence: dict[str, Any]) -> list[str]:
+    lines = []
+    good, bad, moved = evidence.get("good") or {}, evidence.get("bad") or {}, evidence.get("moved") or {}
+    lines.append(
+        f"compile {format_seconds(good.get('compile_s'))} → {format_seconds(bad.get('compile_s'))}, "
+        f"run {format_seconds(good.get('run_s'))} → {format_seconds(bad.get('run_s'))}"
+        + (f": the {moved['mostly']['part']} time grew most ({moved['mostly']['share']:.0%} of the added wall time)"
+           if moved.get("mostly") else "")
+    )
+    counts = evidence.get("compile_counts_changed") or {}
+    if counts:
+        lines.append("compile counts changed: " + ", ".join(
+            f"{name.replace('_', ' ')} {v['good']} → {v['bad']}" for name, v in counts.items()))
+    else:
+        lines.append("compile counts unchanged")
+    for finding in evidence.get("findings_appeared") or []:
+        where = f" (cell {finding['cell_index'] + 1})" if finding.get("cell_index") is not None else ""
+        lines.append(f"new finding{where}: {finding['rule']}: {finding['summary']}")
+    for row in evidence.get("differences") or []:
+        lines.append(f"{row['field']}: {' → '.join(_value(v) for v in row['values'])}")
+    return lines
+
+
+def _headline(result: BisectResult) -> str:
+    on = target_label(result.cell)
+    if result.first_bad is None:
+        return result.note or f"no slowdown found on {on}"
+    return (f"first bad release: {result.package} {result.first_bad} (last good {result.last_good}) on {on}: "
+            f"{_comparison_text(result.slowdown)} against {result.good}")
+
+
+def print_bisect(result: BisectResult) -> None:
+    console.print(
+        f"[bold]nbscope bisect[/bold] · {literal(result.target)} · {literal(result.package)} "
+        f"{literal(result.good)} (good) … {literal(result.bad)} (bad) · {len(result.versions)} releases · "
+        f"{result.profiles} profiles"
+    )
+    table = Table(show_lines=False)
+    for name, justify in (("version", "left"), ("run", "right"), ("against " + result.good, "right"), ("verdict", "left")):
+        table.add_column(literal(name), justify=justify)  # type: ignore[arg-type]
+    for step in result.steps:
+        style = VERDICT_STYLE.get(step.verdict, "")
+        verdict = VERDICT_MARK.get(step.verdict, step.verdict)
+        if step.error:
+            verdict += f": {step.error}"
+        table.add_row(literal(step.version), str(step.run_id or "–"), literal(_comparison_text(step.comparison)),
+                      f"[{style}]{literal(verdict)}[/{style}]" if style else literal(verdict))
+    console.print(table)
+    colour = "bold red" if result.first_bad else "green"
+    console.print(f"[{colour}]{literal(_headline(result))}[/{colour}]")
+    if result.first_bad and result.last_good != result.good:
+        console.print(f"  against {literal(result.last_good)}: {literal(_comparison_text(result.step_slowdown))}")
+    if result.note and result.first_bad:
+        console.print(f"[yellow]{literal(result.note)}[/yellow]")
+    for line in _evidence_lines(result.evidence or {}):
+        console.print(f"  {literal(line)}")
+
+
+def bisect_markdown(result: BisectResult) -> str:
+    lines = [f"### nbscope bisect: `{_code(result.target)}` · {_md(result.package)} {_md(result.good)} … {_md(result.bad)}",
+             "", f"**{_md(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)", "",
+             f"| Version | Run | Against {_md(result.good)} | Verdict |", "|---|---:|---:|---|"]
+    for step in result.steps:
+        verdict = VERDICT_MARK.get(step.verdict, step.verdict) + (f": {_md(step.error)}" if step.error else "")
+        lines.append(f"| {_md(step.version)} | {step.run_id or '–'} | {_md(_comparison_text(step.comparison))} | {verdict} |")
+    lines.append("")
+    if result.note and result.first_bad:
+        lines += [f"> {_md(result.note)}", ""]
+    lines += [f"- {_md(line)}" for line in _evidence_lines(result.evidence or {})]
+    return "\n".join(lines).rstrip() + "\n"
