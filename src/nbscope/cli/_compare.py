@@ -62,11 +62,13 @@ def diagnose_command(
     ] = None,
     rule: Annotated[list[str] | None, typer.Option("--rule", help="Only this rule (repeatable).")] = None,
     limit: Annotated[int | None, typer.Option(help="Show at most N findings.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's whole evidence.")] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
 ) -> None:
-    """Named causes of slow or wrongly timed cells, each with its evidence and a concrete fix."""
+    """Named causes of slow or wrongly timed cells: each a sentence with its numbers, the fix and a few lines of
+    evidence (--verbose: all of it)."""
     from nbscope.analyse.diagnose import diagnose
     from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
@@ -88,4 +90,4 @@ def diagnose_command(
         print(view.findings_markdown(findings, record), end="")
     else:
         print_record_header(record)
-        view.print_findings(findings, record, limit=limit)
+        view.print_findings(findings, record, limit=limit, verbose=verbose)
