@@ -37,6 +37,38 @@ NOTEBOOKS: dict[str, list[str]] = {
         "\n"
         "y = simulate(jnp.ones(1000)).block_until_ready()",
     ],
+    # The issue-15 pattern: cells before and after set n = 50_000_000; the cell that defines the jitted function
+    # sets n = 20 first, so the default `n=n` (evaluated when the def runs), and the loop, has 20 steps.
+    "diag_shadowed_default": [
+        IMPORTS,
+        "n = 50_000_000  # draws for a Monte Carlo estimate elsewhere in the lecture\n"
+        "print(f\"{n:,} draws\")",
+        "n = 20\n"
+        "\n"
+        "@jax.jit\n"
+        "def iterate(x, n=n):\n"
+        "    for t in range(n):\n"
+        "        x = 0.9 * jnp.sin(x) + 0.1 * x * x\n"
+        "    return x\n"
+        "\n"
+        "y = iterate(jnp.ones(1000)).block_until_ready()",
+        "n = 50_000_000  # the Monte Carlo again, later in the lecture: the last `n` of the notebook\n"
+        "print(f\"{n:,} draws\")",
+    ],
+    # A loop whose length is a static argument: each call with a new length compiles a new, longer program.
+    "diag_static_loop": [
+        IMPORTS + "\nfrom functools import partial",
+        "steps = 5_000  # a different `steps` elsewhere in the lecture\n"
+        "grid = jnp.linspace(0.0, 1.0, 1000)",
+        "@partial(jax.jit, static_argnames=(\"steps\",))\n"
+        "def iterate(x, steps):\n"
+        "    for t in range(steps):\n"
+        "        x = 0.9 * jnp.sin(x) + 0.1 * x * x\n"
+        "    return x\n"
+        "\n"
+        "y = iterate(grid, 30).block_until_ready()",
+        "y = iterate(grid, steps=60).block_until_ready()",
+    ],
     # Timing JAX work without waiting for it.
     "diag_unsync_timing": [
         "import time\nimport numpy as np\n" + IMPORTS,

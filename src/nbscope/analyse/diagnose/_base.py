@@ -11,7 +11,7 @@ from typing import Any
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
-from nbscope.analyse.diagnose import _source
+from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.record.run import RunRecord
 
 SEVERITIES = ("high", "medium", "low")
@@ -327,13 +327,23 @@ class Context:
         return self.sources.get(str(cell.get("source_hash")))
 
     @cached_property
-    def code(self) -> _source.NotebookCode:
+    def sources_by_index(self) -> dict[int, str]:
+        """Code-cell index -> source, for the cells whose source is known."""
         by_index = {}
         for cell in self.cells:
             text = self.source(cell)
             if text is not None:
                 by_index[int(cell["index"])] = text
-        return _source.analyse(by_index)
+        return by_index
+
+    @cached_property
+    def code(self) -> _source.NotebookCode:
+        return _source.analyse(self.sources_by_index)
+
+    @cached_property
+    def bindings(self) -> _bindings.Bindings:
+        """What integer names hold at each statement, the notebook run in order (loop lengths)."""
+        return _bindings.Bindings(self.sources_by_index)
 
     @property
     def has_sources(self) -> bool:
