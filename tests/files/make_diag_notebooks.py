@@ -273,6 +273,15 @@ NOTEBOOKS: dict[str, list[str]] = {
         "\n"
         "print(mean(logistic(0.2, 100_000)))",
     ],
+    # A library's Numba function (numba_tables/, beside the notebook) compiled on its first call: the fix belongs
+    # in the notebook cell that calls it, never in the library's decorator.
+    "diag_library_numba": [
+        "import numpy as np\nimport numba_tables as nt",
+        "# the library compiles its Numba kernel on this first call\n"
+        "P = nt.decay_matrix(200)\n"
+        "print(P.shape)",
+        "P = nt.decay_matrix(300)  # same argument types: no compile",
+    ],
     # float64 throughout (GPU figures are synthetic: a T4 has 1/32-rate float64).
     "diag_x64": [
         "import jax\njax.config.update(\"jax_enable_x64\", True)\nimport jax.numpy as jnp",

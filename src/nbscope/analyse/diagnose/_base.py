@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -344,6 +345,21 @@ class Context:
     def bindings(self) -> _bindings.Bindings:
         """What integer names hold at each statement, the notebook run in order (loop lengths)."""
         return _bindings.Bindings(self.sources_by_index)
+
+    def call_into(self, cell_index: int, package: str) -> dict[str, Any] | None:
+        """Where a cell calls into an installed package: ``{"line", "code"}`` (line within the cell, the
+        source line as written), or None when the cell's source does not show it."""
+        source = self.sources_by_index.get(cell_index)
+        tree = self.bindings.trees.get(cell_index) or self.code.trees.get(cell_index)
+        if source is None or tree is None:
+            return None
+        calls = _source.calls_into(tree, self.code.imported, package)
+        if not calls:
+            return None
+        lines = source.splitlines()
+        line = calls[0].lineno
+        code = lines[line - 1].strip() if 0 < line <= len(lines) else ast.unparse(calls[0])
+        return {"line": line, "code": code if len(code) <= 70 else code[:69] + "…"}
 
     @property
     def has_sources(self) -> bool:

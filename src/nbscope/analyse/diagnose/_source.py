@@ -294,7 +294,7 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
                         decorator, ast.Call) else {}
                     code.numba_functions[node.name] = {
                         "cell": index,
-                        "line": node.lineno,
+                        "line": decorator.lineno,  # the decorator: where `cache=True` goes
                         "cache": options.get("cache") is True,
                         "parallel": options.get("parallel") is True,
                     }
@@ -319,6 +319,18 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
                     if isinstance(value, ast.Constant) and value.value:
                         code.x64_cells.append(index)
     code.calls_by_cell[index] = calls
+
+
+def calls_into(tree: ast.Module, imported: Mapping[str, str], package: str) -> list[ast.Call]:
+    """Calls in a cell to what it imported from ``package`` (``qe.tauchen(...)`` after ``import quantecon as qe``),
+    in source order."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            root = dotted(node.func).split(".")[0]
+            if root and imported.get(root, "").split(".")[0] == package:
+                found.append(node)
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
 def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
