@@ -254,19 +254,22 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
 
 
 def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3, width: int = 100) -> list[tuple[str, str]]:
-    """The lines that end ``nbscope profile`` (and ``trace``): the ``top`` findings, two lines each (where and
-    the sentence; the fix), and the command that shows them in full."""
+    """The lines that end ``nbscope profile`` (and ``trace``): the ``top`` findings, two lines each (severity,
+    where, title and the sentence; the fix), and the command that shows them in full."""
     cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
     items = list(findings)
     if not items:
-        return [("green", _one_line(f"no findings: no rule fired on this run ({command} says what could not be "
+        return [("green", _one_line(f"no findings: no rule fired on this run (`{command}` lists what could not be "
                                    "evaluated)", width))]
-    more = f", {len(items) - top} more" if len(items) > top else ""
-    lines = [("bold", _one_line(f"findings ({len(items)}{more}; {command} shows them in full):", width))]
+    shown = f"the top {top} below" if len(items) > top else "below"
+    count = f"{len(items)} finding{'s' if len(items) > 1 else ''}"
+    lines = [("bold", _one_line(f"{count} ({shown}); `{command}` shows them in full:", width))]
     for finding in items[:top]:
-        where = _where(finding, cells)
-        lines.append((SEVERITY_STYLE.get(finding.severity, ""),
-                      _one_line(f"  {finding.severity} · {where} · {finding.title}: {finding.summary}", width)))
+        lead = f"  {finding.severity} · {_where(finding, cells)} · "
+        line = f"{lead}{finding.title}: {finding.summary}"
+        if len(line) > width and len(lead) + len(finding.summary) <= width:
+            line = lead + finding.summary  # the sentence whole rather than the title
+        lines.append((SEVERITY_STYLE.get(finding.severity, ""), _one_line(line, width)))
         lines.append(("green", _one_line(f"    fix: {finding.short_fix()}", width)))
     return lines
 
@@ -363,8 +366,10 @@ def backends_markdown(result: Any) -> str:
     return text
 
 
-def print_backends(result: Any, *, store_path: Any = None) -> None:
-    """``profile --backends`` on the terminal: comparison, recommendation and each run's findings."""
+def print_backends(result: Any, *, store_path: Any = None, commands: Mapping[str, str] | None = None,
+                   diagnosis: bool = True) -> None:
+    """``profile --backends`` on the terminal: comparison, recommendation and each run's top findings (``commands``:
+    the command that shows a backend's findings in full)."""
     print_unavailable(result.unavailable)
     if result.comparison is not None:
         print_comparison(result.comparison)
@@ -372,9 +377,11 @@ def print_backends(result: Any, *, store_path: Any = None) -> None:
             print_recommendation(result.recommendation)
     elif result.available:
         console.print(f"only the {literal(result.available[0]['backend'])} backend ran: nothing to compare")
-    for backend, findings in result.findings.items():
-        console.print(f"\n[bold]diagnosis of the {literal(backend)} run[/bold]")
-        print_findings(findings, result.record_of(backend), limit=5)
     saved = ", ".join(f"{r['backend']}: run {r['run_id']}" for r in result.runs if r["run_id"])
     if saved:
         console.print(literal(f"saved {saved} in {store_path}"), style="dim")
+    for backend, findings in result.findings.items() if diagnosis else ():
+        record = result.record_of(backend)
+        command = (commands or {}).get(backend) or f"nbscope diagnose {getattr(record, 'run_id', None) or 'RUN'}"
+        console.print(f"\n[bold]diagnosis of the {literal(backend)} run[/bold]")
+        print_top_findings(findings, record, command)

@@ -66,10 +66,10 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         severity=severity(evidence["seconds_at_stake"], wall),
         confidence=confidence,
         evidence=evidence,
-        summary=f"the persistent compile cache was {state}: {ctx.totals.get('compiles')} compiles, {saving}",
+        summary=f"{ctx.totals.get('compiles')} compiles with the persistent cache {state}: {saving}",
         highlights=[("backend compile", f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend)),
                     ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}")],
-        action="set JAX_COMPILATION_CACHE_DIR to a folder kept between runs (`--jax-cache warm` measures it)",
+        action="set JAX_COMPILATION_CACHE_DIR to a folder kept between runs",
         fix=(
             "Keep compiled programs between runs: set JAX_COMPILATION_CACHE_DIR to a folder that persists (in CI, "
             "restore it with actions/cache) with JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and "

@@ -157,8 +157,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "seconds_at_stake": round(compile_s, 4),
             },
             summary=(
-                f"{cell_label(cell)} spends {seconds(compile_s)} of {seconds(wall)} ({share:.0%}) compiling"
-                + (f", mostly `{top['name']}` ({top['kind']}, {seconds(top['seconds'])})" if top else "")
+                f"{seconds(compile_s)} of its {seconds(wall)} ({share:.0%}) compiling"
+                + (f", mostly `{top['name']}` ({top['kind']})" if top else "")
             ),
             fix=fix,
             highlights=highlights,

@@ -88,8 +88,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence = 0.75  # a loop whose length we cannot read: it may be short
         else:
             confidence = 0.7
-        notebook_line = (where or {}).get("line") + loop.line - 1 if (where or {}).get("line") else None
-        place = f"line {loop.line} of cell {written_in.cell + 1}" + (f", notebook line {notebook_line}" if notebook_line else "")
+        place = f"line {loop.line} of cell {written_in.cell + 1}"
         evidence = {
             **stats.evidence(),
             "per_compile_s": round(per_compile, 4),
@@ -102,7 +101,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "in_function": loop.function,
                 "defined_in_cell": written_in.cell,
                 "line_in_cell": loop.line,
-                "notebook_line": notebook_line,
+                "cell_line": (where or {}).get("line"),  # the cell's fence in a MyST file
             },
             "all_loops": [{"kind": item.kind, "iterates": item.iterates, "trips": found.trips, "lengths_seen": found.values,
                            "function": item.function} for item, found in lengths],
