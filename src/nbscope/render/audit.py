@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
+from nbscope.analyse.diagnose import Finding
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
 from nbscope.render.terminal import console, format_seconds, print_record_header
@@ -67,6 +69,27 @@ def _clip(text: str, limit: int) -> str:
 
 def _failures(record: RunRecord) -> list[dict[str, Any]]:
     return [e for e in record.measurements.get("notebooks", []) if e.get("status") in ("error", "not-run")]
+
+
+def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> None:
+    """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
+    (``command(run_id)``); the notebooks without findings on one line."""
+    from nbscope.render.compare import print_top_findings
+
+    quiet = []
+    for entry in record.measurements.get("notebooks") or []:
+        findings = entry.get("top_findings")
+        if not entry.get("run_id") or not isinstance(findings, list):
+            continue
+        shown = [Finding.from_dict(f) for f in findings if isinstance(f, dict)]
+        if not shown:
+            quiet.append(f"{entry['path']} ({entry['backend']})")
+            continue
+        console.print(f"\n[bold]{escape(entry['path'])}[/bold] ({escape(entry['backend'])}, run {entry['run_id']})")
+        total = entry.get("findings") if isinstance(entry.get("findings"), int) else len(shown)
+        print_top_findings(shown, None, command(entry["run_id"]), top=len(shown), total=total)
+    if quiet:
+        console.print(f"\n[dim]no findings: {escape(', '.join(quiet))}[/dim]")
 
 
 def print_audit(record: RunRecord) -> None:

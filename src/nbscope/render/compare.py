@@ -253,16 +253,19 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
         console.print(f"[dim]note: {literal(note)}[/dim]")
 
 
-def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3, width: int = 100) -> list[tuple[str, str]]:
-    """The lines that end ``nbscope profile`` (and ``trace``): the ``top`` findings, two lines each (severity,
-    where, title and the sentence; the fix), and the command that shows them in full."""
+def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3, width: int = 100,
+                      total: int | None = None) -> list[tuple[str, str]]:
+    """The lines that end ``nbscope profile`` (and ``trace``, and each notebook of ``audit``): the ``top`` findings,
+    two lines each (severity, where, title and the sentence; the fix), and the command that shows them in full.
+    ``total``: how many findings there are when ``findings`` holds only the first ones."""
     cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
     items = list(findings)
+    count_all = max(total or 0, len(items))
     if not items:
         return [("green", _one_line(f"no findings: no rule fired on this run (`{command}` lists what could not be "
                                    "evaluated)", width))]
-    shown = f"the top {top} below" if len(items) > top else "below"
-    count = f"{len(items)} finding{'s' if len(items) > 1 else ''}"
+    shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
+    count = f"{count_all} finding{'s' if count_all > 1 else ''}"
     lines = [("bold", _one_line(f"{count} ({shown}); `{command}` shows them in full:", width))]
     for finding in items[:top]:
         lead = f"  {finding.severity} · {_where(finding, cells)} · "
@@ -274,8 +277,8 @@ def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3,
     return lines
 
 
-def print_top_findings(findings: Any, record: Any, command: str, *, top: int = 3) -> None:
-    _print_lines(top_findings_text(findings, record, command, top=top, width=console.width))
+def print_top_findings(findings: Any, record: Any, command: str, *, top: int = 3, total: int | None = None) -> None:
+    _print_lines(top_findings_text(findings, record, command, top=top, width=console.width, total=total))
 
 
 def findings_markdown(findings: Any, record: Any = None, *, top: int | None = None, command: str | None = None) -> str:

@@ -49,6 +49,25 @@ class Finding:
         document["action"] = self.short_fix()
         return document
 
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Finding:
+        """A finding from its ``to_dict()`` form (an audit keeps findings as dicts); missing fields are empty."""
+        highlights = document.get("highlights")
+        confidence = document.get("confidence")
+        return cls(
+            rule=str(document.get("rule") or ""),
+            title=str(document.get("title") or document.get("rule") or ""),
+            cell_index=document["cell_index"] if isinstance(document.get("cell_index"), int) else None,
+            severity=str(document.get("severity") or "low"),
+            confidence=float(confidence) if isinstance(confidence, (int, float)) else 0.0,
+            evidence=dict(document.get("evidence") or {}),
+            summary=str(document.get("summary") or ""),
+            fix=str(document.get("fix") or ""),
+            highlights=[(str(item[0]), str(item[1])) for item in highlights if isinstance(item, (list, tuple)) and len(item) == 2]
+            if isinstance(highlights, list) else None,
+            action=str(document["action"]) if document.get("action") else None,
+        )
+
     def evidence_highlights(self) -> list[tuple[str, str]]:
         """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
         if self.highlights is not None:
