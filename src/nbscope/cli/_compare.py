@@ -63,6 +63,11 @@ def diagnose_command(
     rule: Annotated[list[str] | None, typer.Option("--rule", help="Only this rule (repeatable).")] = None,
     limit: Annotated[int | None, typer.Option(help="Show at most N findings.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's whole evidence.")] = False,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option("--threshold", metavar="RULE.NAME=VALUE",
+                     help="Override one rule's threshold, e.g. compile-bound.min_compile_s=0.1 (repeatable)."),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
@@ -82,7 +87,7 @@ def diagnose_command(
         from nbscope.collect import notebook as notebook_module
 
         sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
-    findings = diagnose(record, other=other_record, sources=sources, rules=rule)
+    findings = diagnose(record, other=other_record, sources=sources, rules=rule, thresholds=_thresholds(threshold or []))
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
         print(json.dumps(document, indent=1, default=str))
@@ -91,3 +96,22 @@ def diagnose_command(
     else:
         print_record_header(record)
         view.print_findings(findings, record, limit=limit, verbose=verbose)
+
+
+def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
+    """``RULE.NAME=VALUE`` options as diagnose()'s thresholds (which refuses unknown rules and names)."""
+    from nbscope._errors import NbscopeError
+
+    thresholds: dict[str, dict[str, float]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        rule, dot, name = key.strip().rpartition(".")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not dot or not rule or not name or number is None:
+            raise NbscopeError(f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}")
+        thresholds.setdefault(rule, {})[name] = number
+    return thresholds
+
