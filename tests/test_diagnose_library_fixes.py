@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import edited, fired, profile_notebook
+from diag_support import assert_compact, edited, fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
 
 # Far below the seconds Numba compiles for on any machine (~1 s here): what the finding says is under test,
@@ -31,6 +31,7 @@ def test_the_probe_records_whose_code_numba_compiled(runs: dict) -> None:
 def test_library_function_fix_names_the_calling_cell_not_the_decorator(runs: dict) -> None:
     findings = diagnose(runs["diag_library_numba"], thresholds=LOW)
     [finding] = fired(findings, "compile-bound", 1)
+    assert_compact([finding], runs["diag_library_numba"])
     assert "line 2 of cell 2" in finding.fix and "`P = nt.decay_matrix(200)`" in finding.fix
     assert "numba_tables" in finding.fix
     assert "cache=True` to its decorator" not in finding.fix and "add `cache=True`" not in finding.fix.lower()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, profile_notebook, sources_of
+from diag_support import assert_compact, fired, profile_notebook, sources_of
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._bindings import Bindings, LoopResolver
 from nbscope.analyse.diagnose._source import analyse
@@ -26,6 +26,7 @@ def test_shadowed_default_has_the_20_steps_the_def_bound(runs: dict) -> None:
     record = runs["diag_shadowed_default"]
     assert all(c["status"] == "ok" for c in record.measurements["cells"])
     [finding] = fired(diagnose(record, thresholds=LOW), "unrolled-loop")
+    assert_compact([finding], record)
     loop = finding.evidence["loop"]
     assert loop["trips"] == 20 and loop["lengths_seen"] == [20]
     assert "default `n=n`" in loop["trips_from"] and "cell 3" in loop["trips_from"]
@@ -38,6 +39,7 @@ def test_shadowed_default_has_the_20_steps_the_def_bound(runs: dict) -> None:
 def test_static_argument_lengths_come_from_each_call(runs: dict) -> None:
     record = runs["diag_static_loop"]
     [finding] = fired(diagnose(record, thresholds=LOW), "unrolled-loop")
+    assert_compact([finding], record)
     loop = finding.evidence["loop"]
     # Two calls, two programs: 30 and 60 steps; never the `steps = 5_000` of another cell.
     assert loop["lengths_seen"] == [30, 60] and loop["trips"] is None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_support import edited, fired, profile_notebook, sources_of
+from diag_support import assert_compact, edited, fired, profile_notebook, sources_of
 from nbscope.analyse.diagnose import diagnose, rule_thresholds
 
 # The first call zeroes 1.5 GB (0.4-1 s here, more than 60 ms on any machine) where the repeat makes scattered
@@ -29,6 +29,7 @@ def test_fires_with_the_memory_growth_of_the_first_call(runs: dict) -> None:
     cells = record.measurements["cells"]
     assert all(c["status"] == "ok" for c in cells)
     [finding] = fired(diagnose(record, thresholds=LOW), "slow-first-call")
+    assert_compact([finding], record)
     assert finding.cell_index == 2 and finding.evidence["repeat_cell"] == 3
     first, repeat = cells[2], cells[3]
     evidence = finding.evidence
@@ -85,6 +86,7 @@ def test_repeat_samples_show_a_cell_only_the_first_run_was_slow(tmp_path: Path) 
     assert len(samples) == 3 and samples[0] > 1.0  # the first run slept 1 s building the table
     thresholds = {"slow-first-call": {"min_ratio": 2.0, "min_gap_s": 0.5}}
     [finding] = fired(diagnose(record, thresholds=thresholds), "slow-first-call")
+    assert_compact([finding], record)
     assert finding.cell_index == 1 and finding.evidence["samples_wall_s"] == samples
     assert finding.summary.startswith("first run ") and "median of 2 later runs" in finding.summary
     assert [c["cause"] for c in finding.evidence["causes"]] == ["state outside the kernel"]

@@ -226,8 +226,9 @@ def finding_text(finding: Any, cells: Mapping[int, Mapping[str, Any]], width: in
 
 
 def _print_lines(lines: list[tuple[str, str]]) -> None:
+    """Lines already fitted to the width (a command that cannot be is printed whole, never cut)."""
     for style, line in lines:
-        console.print(Text(line, style=style), no_wrap=True, overflow="ellipsis", crop=True)
+        console.print(Text(line, style=style), no_wrap=True, overflow="ignore", crop=False)
 
 
 def print_findings(findings: Any, record: Any = None, *, limit: int | None = None, verbose: bool = False) -> None:
@@ -262,11 +263,15 @@ def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3,
     items = list(findings)
     count_all = max(total or 0, len(items))
     if not items:
-        return [("green", _one_line(f"no findings: no rule fired on this run (`{command}` lists what could not be "
-                                   "evaluated)", width))]
+        return [("green", line) for line in textwrap.wrap(
+            f"no findings: no rule fired on this run (`{command}` lists what could not be evaluated)",
+            width=max(20, width), break_long_words=False, break_on_hyphens=False)]
     shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
     count = f"{count_all} finding{'s' if count_all > 1 else ''}"
-    lines = [("bold", _one_line(f"{count} ({shown}); `{command}` shows them in full:", width))]
+    # Wrapped, never cut: the command is what the reader copies.
+    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows them in full:", width=max(20, width),
+                            break_long_words=False, break_on_hyphens=False)
+    lines = [("bold", line) for line in heading]
     for finding in items[:top]:
         lead = f"  {finding.severity} · {_where(finding, cells)} · "
         line = f"{lead}{finding.title}: {finding.summary}"

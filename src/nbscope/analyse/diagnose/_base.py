@@ -70,9 +70,12 @@ class Finding:
 
     def evidence_highlights(self) -> list[tuple[str, str]]:
         """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
-        if self.highlights is not None:
-            return [(str(label), str(text)) for label, text in self.highlights][:HIGHLIGHTS]
-        return derived_highlights(self.evidence)
+        lines = ([(str(label), str(text)) for label, text in self.highlights] if self.highlights is not None
+                 else derived_highlights(self.evidence))
+        see_also = self.evidence.get("see_also")
+        if isinstance(see_also, list) and see_also:  # a generic symptom names the specific causes found on its cell
+            lines.insert(0, ("likely cause", ", ".join(f"{rule} (its own finding)" for rule in see_also)))
+        return lines[:HIGHLIGHTS]
 
     def short_fix(self) -> str:
         """The fix in one line: the rule's ``action``, else the fix's first clause."""

@@ -71,10 +71,9 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
                     ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}")],
         action="set JAX_COMPILATION_CACHE_DIR to a folder kept between runs",
         fix=(
-            "Keep compiled programs between runs: set JAX_COMPILATION_CACHE_DIR to a folder that persists (in CI, "
-            "restore it with actions/cache) with JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and "
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 (small compiles are not cached by default); "
-            "`nbscope profile --jax-cache warm` measures the gain."
+            "Set JAX_COMPILATION_CACHE_DIR to a folder kept between runs (in CI, restore it with actions/cache), with "
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 so small "
+            "compiles are cached too; `nbscope profile --jax-cache warm` measures the gain."
         ),
     )
 

@@ -108,9 +108,9 @@ def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tupl
             "set JAX_COMPILATION_CACHE_DIR and keep its argument shapes fixed",
         )
     return (
-        f"`{top['name']}` is compiled here: call it with fixed shapes and dtypes so this compile happens once, and "
-        "persist compiled programs across runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` "
-        "measures the gain); if it is large, see the unrolled-loop and retrace findings for this function.",
+        f"`{top['name']}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once, and keep "
+        "compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` measures "
+        "the gain).",
         f"set JAX_COMPILATION_CACHE_DIR; keep the shapes of `{top['name']}` fixed",
     )
 

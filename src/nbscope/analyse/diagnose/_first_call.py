@@ -89,9 +89,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         ],
         action="warm up before timing; keep JAX_COMPILATION_CACHE_DIR between runs",
         fix=(
-            "Treat these as fixed start-up costs, not the cost of the method: warm up (one call) before timing; keep "
-            "the persistent compile cache (JAX_COMPILATION_CACHE_DIR) so the PRNG programs are not recompiled each run; "
-            "for tiny arrays NumPy avoids them entirely."
+            "These are start-up costs, not the method's: warm up (one call) before timing"
+            + ("; keep JAX_COMPILATION_CACHE_DIR between runs so the PRNG programs are not compiled again" if prng else "")
+            + "; for tiny arrays NumPy avoids them entirely."
         ),
     )
 
