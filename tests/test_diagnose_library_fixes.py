@@ -54,3 +54,14 @@ def test_the_notebooks_own_function_gets_cache_true_at_its_def(runs: dict) -> No
     assert "add `cache=True` to its decorator (cell 2, line" in bound.fix
     [cold] = fired(findings, "cold-cache")
     assert "`logistic` (cell 2, line 1)" in cold.fix
+
+
+def test_a_library_jax_function_gets_the_calling_line(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """tests/files/jaxlike_library.py compiles JAX operations inside its own function: kind "library"."""
+    record = profile_notebook("probe_jax_named_package", tmp_path_factory.mktemp("jax-library"))
+    thresholds = {"compile-bound": {"min_compile_s": 0.001, "min_share": 0.01}}
+    [finding] = fired(diagnose(record, thresholds=thresholds, rules=["compile-bound"]), "compile-bound", 1)
+    assert finding.evidence["compiled"][0]["kind"] == "jax library"
+    assert "line 1 of cell 2 (`jaxlike_library.shifted_ones(5)`, into `jaxlike_library`)" in finding.fix
+    assert_compact([finding], record)
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -368,20 +369,29 @@ class Context:
         """What integer names hold at each statement, the notebook run in order (loop lengths)."""
         return _bindings.Bindings(self.sources_by_index)
 
-    def call_into(self, cell_index: int, package: str) -> dict[str, Any] | None:
-        """Where a cell calls into an installed package: ``{"line", "code"}`` (line within the cell, the
-        source line as written), or None when the cell's source does not show it."""
+    def call_into(self, cell_index: int, package: str | None) -> dict[str, Any] | None:
+        """Where a cell calls into an installed package: ``{"line", "code", "package"}`` (line within the cell,
+        the source line as written), or None when the cell's source does not show it. ``package`` None: the
+        one package other than JAX, NumPy, Numba and the standard library that the cell calls, if only one."""
         source = self.sources_by_index.get(cell_index)
         tree = self.bindings.trees.get(cell_index) or self.code.trees.get(cell_index)
         if source is None or tree is None:
             return None
+        if package is None:
+            called = {self.code.imported[root].split(".")[0] for root in (
+                _source.dotted(n.func).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Call))
+                if root in self.code.imported}
+            candidates = called - set(sys.stdlib_module_names) - {"jax", "jaxlib", "numpy", "numba", "scipy", "matplotlib"}
+            if len(candidates) != 1:
+                return None
+            package = candidates.pop()
         calls = _source.calls_into(tree, self.code.imported, package)
         if not calls:
             return None
         lines = source.splitlines()
         line = calls[0].lineno
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ast.unparse(calls[0])
-        return {"line": line, "code": code if len(code) <= 70 else code[:69] + "…"}
+        return {"line": line, "code": code if len(code) <= 70 else code[:69] + "…", "package": package}
 
     @property
     def has_sources(self) -> bool:

@@ -100,9 +100,13 @@ def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tupl
         )
     if top["kind"] == "jax library":
         on_gpu = ctx.platform.get("platform") == "gpu"
+        call = ctx.call_into(int(cell["index"]), None)
+        caller = (f"line {call['line']} of cell {cell['index'] + 1} (`{call['code']}`, into `{call['package']}`)" if call
+                  else cell_label(cell))
         return (
-            f"`{top['name']}` comes from a library and is compiled during {cell_label(cell)}: call it with the same shapes "
-            "and dtypes each time so it compiles once, and persist compiled programs with JAX_COMPILATION_CACHE_DIR "
+            f"`{top['name']}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
+            "with the same shapes and dtypes each time so it compiles once, and persist compiled programs with "
+            "JAX_COMPILATION_CACHE_DIR "
             "(`nbscope profile --jax-cache warm` measures the gain)"
             + ("; if it is faster on the CPU, call it under `with jax.default_device(jax.devices('cpu')[0]):`." if on_gpu else "."),
             "set JAX_COMPILATION_CACHE_DIR and keep its argument shapes fixed",
