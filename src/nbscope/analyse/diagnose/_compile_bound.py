@@ -68,7 +68,7 @@ def _library_numba_fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any]) 
             "is then paid once per kernel); "
             + ("if the package caches (`cache=True`), NUMBA_CACHE_DIR on a persisted folder keeps it across runs."
                if top.get("cache") is None else "it does not cache, so each new kernel compiles it again."),
-            f"make the call at {caller.split(' (')[0]} once before timing (`{top['name']}` is in {origin}, not yours to edit)")
+            f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top['name']}` is in {origin})")
 
 
 def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tuple[str, str]:

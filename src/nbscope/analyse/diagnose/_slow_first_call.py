@@ -193,7 +193,7 @@ def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -
 
 
 _FIXES = {
-    "first-touch allocation": "time a repeat (or warm up) when you measure the method; to shrink the cost itself, touch "
+    "first-touch allocation": "time a repeat (or warm up first) when you measure the method; to shrink the cost, touch "
                               "less memory: fewer or smaller arrays (every k-th step, float32), allocated once and reused",
     "thread-pool start-up": "make one small parallel call in the setup cell so the threads start before the work you time",
     "lazy imports": "import (and touch once) the package in the notebook's import cell, before the work you time",
@@ -214,7 +214,7 @@ def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: f
         f"{compiled}" + (f"; {lead['evidence']}" if lead else "")
     )
     if lead is not None:
-        fix = f"The {seconds(gap)} are a one-off cost of {lead['cause']}, not of the method: {_FIXES.get(lead['cause'], '')}."
+        fix = f"The {seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
         action = _FIXES.get(lead["cause"], "")
     else:
         fix = (f"The {seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
