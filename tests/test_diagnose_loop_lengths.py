@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import assert_compact, fired, profile_notebook, sources_of
+from diag_support import CORPUS, assert_compact, fired, profile_notebook, sources_of
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._bindings import Bindings, LoopResolver
 from nbscope.analyse.diagnose._source import analyse
+from nbscope.collect import notebook as notebook_module
 
 # Far below what compiling 20 unrolled steps takes on any machine (~0.2 s here): the rule fires on the loop in
 # the source, and these tests check the numbers it states, not this machine's speed.
@@ -100,3 +101,22 @@ def test_timing_magics_run_their_statement_in_the_notebook() -> None:
     }
     [length] = _lengths(cells, "f", [2, 3])
     assert length.values == [10, 22] and (length.start, length.stop) == ("2", "k")
+
+
+def test_the_real_lectures_default_binds_the_n_of_its_own_cell() -> None:
+    """jax_intro.md sets `n = 50_000_000` in earlier cells; the exercise's cell sets `n, β, K = 20, 0.99, 100`
+    and defines `compute_call_price_jax(..., n=n, ...)`: its default is 20 (issue 15)."""
+    lecture = CORPUS / "jax_intro.md"
+    if not lecture.is_file():
+        pytest.skip(f"{lecture} is not there (the shared corpus of real lectures)")
+    cells = {c.index: c.source for c in notebook_module.read(lecture).code_cells}
+    code = analyse(cells)
+    function = code.function_at("compute_call_price_jax")
+    assert function is not None and function.node is not None
+    bindings = Bindings(cells)
+    assert bindings.at(function.cell, function.line)["n"].value == 20
+    assert bindings.at(function.cell, function.line)["M"].value == 10_000_000
+    assert any(bindings.start(i).get("n", None) and bindings.start(i)["n"].value == 50_000_000 for i in cells)
+    resolver = LoopResolver(bindings, code, function, [function.cell + 1])
+    default = resolver._parameter("n", function, resolver.sites[0])
+    assert default.value == 20 and "default `n=n` = 20" in default.origin

@@ -52,17 +52,18 @@ NOTEBOOKS: dict[str, list[str]] = {
         "y = simulate(jnp.ones(1000)).block_until_ready()",
     ],
     # The issue-15 pattern: cells before and after set n = 50_000_000; the cell that defines the jitted function
-    # sets n = 20 first, so the default `n=n` (evaluated when the def runs), and the loop, has 20 steps.
+    # sets n = 20 first (in a tuple, as the real lecture does), so the default `n=n` (evaluated when the def runs),
+    # and the loop, has 20 steps.
     "diag_shadowed_default": [
         IMPORTS,
         "n = 50_000_000  # draws for a Monte Carlo estimate elsewhere in the lecture\n"
         "print(f\"{n:,} draws\")",
-        "n = 20\n"
+        "n, β = 20, 0.9  # as jax_intro.md's exercise sets its parameters\n"
         "\n"
         "@jax.jit\n"
-        "def iterate(x, n=n):\n"
+        "def iterate(x, β=β, n=n):\n"
         "    for t in range(n):\n"
-        "        x = 0.9 * jnp.sin(x) + 0.1 * x * x\n"
+        "        x = β * jnp.sin(x) + 0.1 * x * x\n"
         "    return x\n"
         "\n"
         "y = iterate(jnp.ones(1000)).block_until_ready()",

@@ -164,6 +164,17 @@ class Bindings:
         where = f"cell {cell + 1}, line {statement.lineno}"
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            value_node = statement.value
+            if (len(targets) == 1 and isinstance(targets[0], ast.Tuple) and isinstance(value_node, ast.Tuple)
+                    and len(targets[0].elts) == len(value_node.elts) and all(isinstance(t, ast.Name) for t in targets[0].elts)
+                    and not any(isinstance(v, ast.Starred) for v in value_node.elts)):
+                # `n, β, K = 20, 0.99, 100`: each name its own value (all read before any is bound)
+                values = [evaluate(v, env) for v in value_node.elts]
+                for target, item, value in zip(targets[0].elts, value_node.elts, values, strict=True):
+                    assert isinstance(target, ast.Name)
+                    text = f"`{target.id} = {ast.unparse(item)[:40]}` in `{ast.unparse(statement)[:50]}` ({where})"
+                    env[target.id] = Bound(value.value, text if value.value is not None else f"{text}: {value.origin}")
+                return
             if all(isinstance(t, ast.Name) for t in targets):
                 value = evaluate(statement.value, env)
                 text = f"`{ast.unparse(statement)[:60]}` ({where})"
