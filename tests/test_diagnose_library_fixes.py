@@ -8,6 +8,7 @@ import pytest
 
 from diag_support import assert_compact, edited, fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
+from nbscope.analyse.diagnose._source import analyse
 
 # Far below the seconds Numba compiles for on any machine (~1 s here): what the finding says is under test,
 # not this machine's speed.
@@ -65,3 +66,19 @@ def test_a_library_jax_function_gets_the_calling_line(tmp_path_factory: pytest.T
     assert "line 1 of cell 2 (`jaxlike_library.shifted_ones(5)`, into `jaxlike_library`)" in finding.fix
     assert_compact([finding], record)
 
+
+
+def test_a_redefined_numba_function_is_the_one_in_force_where_it_compiled() -> None:
+    """numpy_vs_numba_vs_jax.md defines `compute_max_numba_parallel` twice (a racy version, then a corrected one):
+    the decorator to edit is the one of the definition the compiling cell called."""
+    code = analyse({
+        0: "import numba",
+        1: "@numba.jit(parallel=True)\ndef f(x):\n    return x",
+        2: "f(1.0)",
+        3: "\n@numba.jit(parallel=True, cache=True)\ndef f(x):\n    return x + 1",
+        4: "f(2.0)",
+    })
+    first, second = code.numba_function_at("f", 2), code.numba_function_at("f", 4)
+    assert first is not None and (first["cell"], first["line"], first["cache"]) == (1, 1, False)
+    assert second is not None and (second["cell"], second["line"], second["cache"]) == (3, 2, True)
+    assert code.numba_function_at("f", 0) is None

@@ -86,12 +86,14 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     compiled: dict[str, float] = {}
     modules: dict[str, Any] = {}
     caches: dict[str, Any] = {}
+    compiled_in: dict[str, list[int]] = {}
     for cell in ctx.cells:
         for entry in (cell.get("numba") or {}).get("functions") or []:
             name = str(entry.get("name"))
             compiled[name] = compiled.get(name, 0.0) + float(entry.get("seconds") or 0.0)
             modules.setdefault(name, entry.get("module"))
             caches.setdefault(name, entry.get("cache"))
+            compiled_in.setdefault(name, []).append(int(cell["index"]))
     recorded = all(modules[n] is not None and caches[n] is not None for n in compiled)
     if not ctx.has_sources and not recorded:
         yield Skip(NAME, f"Numba compiled for {seconds(numba_s)}; whether its functions use cache=True needs the cell "
@@ -112,7 +114,12 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     if at_stake < min_numba_s:
         return
     names = sorted(uncached, key=lambda n: -uncached[n])
-    where = {n: f"cell {notebook[n]['cell'] + 1}, line {notebook[n]['line']}" for n in names if n in notebook}
+    where = {}
+    for n in names:  # the decorators in force where it compiled (a lecture may define a function twice)
+        found = [ctx.code.numba_function_at(n, i) for i in compiled_in[n]] if ctx.has_sources else []
+        places = list(dict.fromkeys((d["cell"], d["line"]) for d in found if d))
+        if places:
+            where[n] = "; ".join(f"cell {c + 1}, line {line}" for c, line in places)
     listed = ", ".join(f"`{n}`" + (f" ({where[n]})" if n in where else "") for n in names[:3])
     yield Finding(
         rule=NAME,

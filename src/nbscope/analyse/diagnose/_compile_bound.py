@@ -34,11 +34,13 @@ def _contributors(cell: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(items, key=lambda item: item["seconds"], reverse=True)
 
 
-def _owner(ctx: Context, top: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
-    """Whose code a compiled Numba function is: ("notebook", its definition {"cell", "line", "cache"} or None when
-    the decorator is not found), ("package", None), or ("unknown", None) for an older record without sources."""
+def _owner(ctx: Context, top: dict[str, Any], cell: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """Whose code a Numba function compiled in ``cell`` is: ("notebook", its definition in force there {"cell",
+    "line", "cache"}, or None when the decorator is not found), ("package", None), or ("unknown", None) for an
+    older record without sources."""
     module = top.get("module")
-    definition = ctx.code.numba_functions.get(str(top["name"]).split(".")[-1]) if ctx.has_sources else None
+    name = str(top["name"]).split(".")[-1]
+    definition = ctx.code.numba_function_at(name, int(cell["index"])) if ctx.has_sources else None
     if module == "__main__" or (module is None and definition is not None):
         return "notebook", definition
     if module is not None or ctx.has_sources:
@@ -76,7 +78,7 @@ def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tupl
     if top is None:
         return "Keep compiles out of the measured work: warm up once, then time a second call.", "warm up before timing"
     if top["kind"] == "numba":
-        owner, own = _owner(ctx, top)
+        owner, own = _owner(ctx, top, cell)
         if owner == "package":
             return _library_numba_fix(ctx, cell, top)
         if owner == "unknown":
@@ -141,7 +143,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         highlights = [("compile", f"{seconds(compile_s)} of {seconds(wall)} ({share:.0%}); run {seconds(cell.get('run_s'))}")]
         if contributors:
             highlights.append(("compiled", _compiled_text(contributors)))
-        if top is not None and top["kind"] == "numba" and _owner(ctx, top)[0] == "package":
+        if top is not None and top["kind"] == "numba" and _owner(ctx, top, cell)[0] == "package":
             highlights.append(("library", f"`{top['name']}` from {top.get('module') or 'a package'}; cache "
                                           + {True: "on", False: "off"}.get(top.get("cache"), "not recorded")))
         yield Finding(

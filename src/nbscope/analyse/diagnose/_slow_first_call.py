@@ -174,7 +174,7 @@ def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -
         })
     earlier = set().union(*(ctx.code.calls_by_cell.get(int(c["index"]), set()) for c in ctx.cells if int(c["index"]) < index))
     calls = ctx.code.calls_by_cell.get(index, set())
-    parallel = sorted(n for n in calls - earlier if (ctx.code.numba_functions.get(n) or {}).get("parallel"))
+    parallel = sorted(n for n in calls - earlier if (ctx.code.numba_function_at(n, index) or {}).get("parallel"))
     if parallel:
         causes.append({"cause": "thread-pool start-up",
                        "evidence": f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here"})

@@ -112,7 +112,8 @@ class NotebookCode:
     constants: dict[str, int] = field(default_factory=dict)
     calls_by_cell: dict[int, set[str]] = field(default_factory=dict)
     x64_cells: list[int] = field(default_factory=list)  # cells that turn jax_enable_x64 on
-    numba_functions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    numba_functions: dict[str, dict[str, Any]] = field(default_factory=dict)  # the last definition of each name
+    numba_definitions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # every one, in notebook order
     jax_aliases: set[str] = field(default_factory=set)  # jax, jnp, lax, random (from jax)
     numba_aliases: set[str] = field(default_factory=set)  # numba, nb
     numba_names: set[str] = field(default_factory=set)  # njit, jit, prange imported from numba
@@ -148,6 +149,16 @@ class NotebookCode:
             if function.cell <= at:
                 latest[function.name] = function
         return {name for name, function in latest.items() if not function.jitted}
+
+    def numba_function_at(self, name: str, at: int | None = None) -> dict[str, Any] | None:
+        """The Numba definition of ``name`` in force at code cell ``at`` (a lecture may define a function twice)."""
+        if at is None:
+            return self.numba_functions.get(name)
+        found = None
+        for defined, info in self.numba_definitions:
+            if defined == name and info["cell"] <= at:
+                found = info
+        return found
 
     def traced_by(self, name: str, at: int | None = None) -> list[Function]:
         """The function and every notebook function it calls (all are traced into its program)."""
@@ -298,6 +309,7 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
                         "cache": options.get("cache") is True,
                         "parallel": options.get("parallel") is True,
                     }
+                    code.numba_definitions.append((node.name, code.numba_functions[node.name]))
             _scan_body(code, function, node)
             # A later definition of the same name (a corrected version) replaces the earlier one.
             code.functions[node.name] = function
