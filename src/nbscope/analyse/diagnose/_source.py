@@ -41,11 +41,20 @@ def to_python(source: str) -> str:
         return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
+def _leading_blank_lines(text: str) -> int:
+    lines = text.splitlines()
+    return next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+
+
 def parse(source: str) -> ast.Module | None:
+    """The cell's Python, with line numbers as in the cell (IPython drops leading blank lines: added back)."""
     try:
-        return ast.parse(to_python(source))
+        python = to_python(source)
+        tree = ast.parse(python)
     except (SyntaxError, ValueError):
         return None
+    offset = _leading_blank_lines(source) - _leading_blank_lines(python)
+    return ast.increment_lineno(tree, offset) if offset > 0 else tree
 
 
 def dotted(node: ast.AST) -> str:
