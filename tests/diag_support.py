@@ -58,3 +58,19 @@ def fixture_builder() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def assert_compact(findings: list[Finding], record: RunRecord | None = None, *, width: int = 100) -> None:
+    """Each finding as `nbscope diagnose` prints it without --verbose fits in 8 lines of ``width`` columns, with
+    its sentence, its fix and at least one labelled evidence line where it has any (issue 15)."""
+    from nbscope.render.compare import FINDING_LINES, finding_text
+
+    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    for finding in findings:
+        lines = [text for _, text in finding_text(finding, cells, width)]
+        assert len(lines) <= FINDING_LINES == 8, (finding.rule, lines)
+        assert all(len(line) <= width for line in lines), (finding.rule, lines)
+        assert any(line.lstrip().startswith("fix: ") for line in lines), (finding.rule, lines)
+        if finding.evidence_highlights():
+            assert any(line.lstrip().startswith("· ") for line in lines), (finding.rule, lines)
+

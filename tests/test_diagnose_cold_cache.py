@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, profile_notebook
+from diag_support import assert_compact, fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
 
 # Far below the seconds these notebooks compile for on any machine (here: JAX backend 0.6 s, Numba 1.3 s):
@@ -21,6 +21,7 @@ def jax_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
     cold = jax_runs["cold"]
     [finding] = fired(diagnose(cold, thresholds=LOW), "cold-cache")
+    assert_compact([finding], cold)
     assert finding.cell_index is None and finding.evidence["cache_state"] == "cold"
     backend = sum((c.get("jax") or {}).get("backend_s") or 0.0 for c in cold.measurements["cells"])
     assert finding.evidence["saving_s"] == pytest.approx(backend, abs=1e-3)
@@ -51,6 +52,7 @@ def numba_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_numba_without_cache_fires(numba_runs: dict) -> None:
     [finding] = fired(diagnose(numba_runs["diag_numba_cache"], thresholds=LOW), "cold-cache")
+    assert_compact([finding], numba_runs["diag_numba_cache"])
     assert set(finding.evidence["uncached_functions"]) == {"logistic", "mean"}
     assert finding.evidence["cache_hits"] == "not recorded by the probe"
     assert "cache=True" in finding.fix

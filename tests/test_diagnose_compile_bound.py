@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, load_record, profile_notebook, sources_of
+from diag_support import assert_compact, fired, load_record, profile_notebook, sources_of
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import diagnose, rule_thresholds
 
@@ -24,6 +24,7 @@ def test_fires_on_the_compiling_cell_and_points_to_the_cause(runs: dict) -> None
     record = runs["diag_unrolled_loop"]
     findings = diagnose(record, thresholds=LOW)
     [finding] = fired(findings, "compile-bound")
+    assert_compact([finding], record)
     cell = record.measurements["cells"][1]
     assert finding.cell_index == 1
     assert finding.evidence["compile_s"] == pytest.approx(cell["compile_s"], abs=1e-3)

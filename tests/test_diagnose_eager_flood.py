@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, profile_notebook
+from diag_support import assert_compact, fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
 
 # Far below what 50 eager compiles take on any machine (2.7 s here): the rule fires on how many eager
@@ -20,6 +20,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_fires_on_the_loop_cell(runs: dict) -> None:
     [finding] = fired(diagnose(runs["diag_eager_flood"], thresholds=LOW), "eager-flood")
+    assert_compact([finding], runs["diag_eager_flood"])
     assert finding.cell_index == 1
     evidence = finding.evidence
     assert evidence["eager_compiles"] >= 40  # 10 sizes × (ones, 2 multiplies, add, sum)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, profile_notebook
+from diag_support import assert_compact, fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
 
 
@@ -17,6 +17,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_fires_on_a_tiny_prng_notebook(runs: dict) -> None:
     record = runs["diag_first_call"]
     [finding] = fired(diagnose(record), "first-call")
+    assert_compact([finding], record)
     evidence = finding.evidence
     assert evidence["import_cell"] == 0
     assert evidence["import_s"] == pytest.approx(record.measurements["cells"][0]["wall_s"], abs=1e-3)

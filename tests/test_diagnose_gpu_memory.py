@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diag_support import edited, fired, load_record, sources_of
+from diag_support import assert_compact, edited, fired, load_record, sources_of
 from nbscope.analyse.diagnose import diagnose
 
 SOURCES = sources_of("diag_latency_loop")
@@ -11,6 +11,7 @@ SOURCES = sources_of("diag_latency_loop")
 def test_fires_on_preallocation_with_another_process() -> None:
     record = load_record("synthetic_t4_gpu_memory")
     [finding] = fired(diagnose(record, sources=SOURCES), "gpu-memory")
+    assert_compact([finding], record)
     evidence = finding.evidence
     assert evidence["kernel_peak_share"] == 0.75
     assert evidence["others_at_start_bytes"] == 4 * 2**30
@@ -33,6 +34,7 @@ def test_out_of_memory_error_is_named() -> None:
     cell = record.measurements["cells"][4]
     cell["status"], cell["error"] = "error", {"name": "XlaRuntimeError", "message": "RESOURCE_EXHAUSTED: Out of memory"}
     [finding] = fired(diagnose(record, sources=SOURCES), "gpu-memory")
+    assert_compact([finding], record)
     assert finding.cell_index == 4 and finding.title == "GPU out of memory"
 
 

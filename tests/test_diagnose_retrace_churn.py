@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, profile_notebook
+from diag_support import assert_compact, fired, profile_notebook
 from nbscope.analyse.diagnose import diagnose
 
 
@@ -16,6 +16,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_new_shapes_are_listed(runs: dict) -> None:
     [finding] = fired(diagnose(runs["diag_retrace"]), "retrace-churn", 2)
+    assert_compact([finding], runs["diag_retrace"])
     evidence = finding.evidence
     assert evidence["function"] == "normalise" and evidence["compiles"] == 8
     assert evidence["cause"] == "new argument shapes"
@@ -25,6 +26,7 @@ def test_new_shapes_are_listed(runs: dict) -> None:
 
 def test_lambda_recreated_per_call(runs: dict) -> None:
     [finding] = fired(diagnose(runs["diag_retrace"]), "retrace-churn", 3)
+    assert_compact([finding], runs["diag_retrace"])
     assert finding.evidence["function"] == "<lambda>" and finding.evidence["compiles"] == 5
     assert finding.evidence["distinct_shapes"] == ["float32[100]"]
     assert "created anew" in finding.evidence["cause"]

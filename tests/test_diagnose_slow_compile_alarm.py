@@ -3,7 +3,7 @@ in a CPU run short enough for tests), and real runs without alarms."""
 
 from __future__ import annotations
 
-from diag_support import fired, load_record, sources_of
+from diag_support import assert_compact, fired, load_record, sources_of
 from nbscope.analyse.diagnose import diagnose
 
 SOURCES = sources_of("diag_unrolled_loop")
@@ -12,6 +12,7 @@ SOURCES = sources_of("diag_unrolled_loop")
 def test_fires_on_the_cell_with_the_alarm() -> None:
     record = load_record("synthetic_cpu_slow_compile_alarm")
     [finding] = fired(diagnose(record, sources=SOURCES), "slow-compile-alarm")
+    assert_compact([finding], record)
     assert finding.cell_index == 1
     assert finding.evidence["alarm_count"] == 2
     assert finding.evidence["largest_compile"] == "simulate"

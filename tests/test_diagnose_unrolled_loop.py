@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_support import fired, profile_notebook, sources_of
+from diag_support import assert_compact, fired, profile_notebook, sources_of
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._base import severity
 from nbscope.analyse.diagnose._source import analyse
@@ -26,6 +26,7 @@ def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> 
     record = runs["diag_unrolled_loop"]
     findings = diagnose(record, thresholds=LOW)
     [finding] = fired(findings, "unrolled-loop")
+    assert_compact([finding], record)
     assert finding.cell_index == 1  # the cell that defines and calls `simulate`
     evidence = finding.evidence
     assert evidence["function"] == "simulate"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import fired, profile_notebook
+from diag_support import assert_compact, fired, profile_notebook
 from nbscope.analyse.diagnose import _source, diagnose
 
 
@@ -17,6 +17,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_fires_on_the_unsynchronised_cells_only(runs: dict) -> None:
     findings = fired(diagnose(runs["diag_unsync_timing"]), "unsynchronised-timing")
+    assert_compact(findings, runs["diag_unsync_timing"])
     by_cell = {f.cell_index: f for f in findings}
     assert set(by_cell) == {2, 3}  # perf_counter around step(a); %timeit step(a). Not the NumPy cell 4.
     assert by_cell[2].evidence["regions"][0]["jax_calls"] == ["step"]

@@ -99,9 +99,9 @@ def test_diagnose_shows_names_as_written(profiled: dict[str, Any]) -> None:
             if function["name"] == "scale":
                 function["name"] = "scale[/x]"
     (root / "renamed.json").write_text(json.dumps(record))
-    out = nbscope("diagnose", "renamed.json", "--db", "db/nbscope.db", cwd=root).stdout
+    out = nbscope("diagnose", "renamed.json", "--db", "db/nbscope.db", "--verbose", cwd=root).stdout
     assert "`scale[/x]` compiled 3 times" in out
-    assert "function: scale[/x]" in out  # evidence
+    assert "function: scale[/x]" in out  # evidence (the whole of it: --verbose)
     assert "Give `scale[/x]` fixed shapes" in out  # fix
 
 

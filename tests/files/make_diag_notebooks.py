@@ -14,6 +14,20 @@ HERE = Path(__file__).resolve().parent
 
 IMPORTS = "import jax\nimport jax.numpy as jnp"
 
+RECORD_PATHS = (
+    "_work = {}\n"
+    "\n"
+    "def record_paths(n_paths, n_steps, every=512):\n"
+    "    \"\"\"Every `every`-th step of n_paths paths, in three work arrays made by the first call and reused.\"\"\"\n"
+    "    key = (n_paths, n_steps)\n"
+    "    if key not in _work:\n"
+    "        _work[key] = [np.empty((n_paths, n_steps)) for _ in range(3)]\n"
+    "    level, drift, noise = _work[key]\n"
+    "    for value, out in enumerate((level, drift, noise)):\n"
+    "        out[:, ::every] = value  # one write per 4 KiB page\n"
+    "    return level[:, ::every].sum()"
+)
+
 NOTEBOOKS: dict[str, list[str]] = {
     # A Python loop of 200 steps inside jit: traced 200 times, compile grows with the length.
     "diag_unrolled_loop": [
@@ -36,6 +50,39 @@ NOTEBOOKS: dict[str, list[str]] = {
         "    return jax.lax.fori_loop(0, 200, step, x)\n"
         "\n"
         "y = simulate(jnp.ones(1000)).block_until_ready()",
+    ],
+    # The issue-15 pattern: cells before and after set n = 50_000_000; the cell that defines the jitted function
+    # sets n = 20 first (in a tuple, as the real lecture does), so the default `n=n` (evaluated when the def runs),
+    # and the loop, has 20 steps.
+    "diag_shadowed_default": [
+        IMPORTS,
+        "n = 50_000_000  # draws for a Monte Carlo estimate elsewhere in the lecture\n"
+        "print(f\"{n:,} draws\")",
+        "n, β = 20, 0.9  # as jax_intro.md's exercise sets its parameters\n"
+        "\n"
+        "@jax.jit\n"
+        "def iterate(x, β=β, n=n):\n"
+        "    for t in range(n):\n"
+        "        x = β * jnp.sin(x) + 0.1 * x * x\n"
+        "    return x\n"
+        "\n"
+        "y = iterate(jnp.ones(1000)).block_until_ready()",
+        "n = 50_000_000  # the Monte Carlo again, later in the lecture: the last `n` of the notebook\n"
+        "print(f\"{n:,} draws\")",
+    ],
+    # A loop whose length is a static argument: each call with a new length compiles a new, longer program.
+    "diag_static_loop": [
+        IMPORTS + "\nfrom functools import partial",
+        "steps = 5_000  # a different `steps` elsewhere in the lecture\n"
+        "grid = jnp.linspace(0.0, 1.0, 1000)",
+        "@partial(jax.jit, static_argnames=(\"steps\",))\n"
+        "def iterate(x, steps):\n"
+        "    for t in range(steps):\n"
+        "        x = 0.9 * jnp.sin(x) + 0.1 * x * x\n"
+        "    return x\n"
+        "\n"
+        "y = iterate(grid, 30).block_until_ready()",
+        "y = iterate(grid, steps=60).block_until_ready()",
     ],
     # Timing JAX work without waiting for it.
     "diag_unsync_timing": [
@@ -240,6 +287,52 @@ NOTEBOOKS: dict[str, list[str]] = {
         "    return total / len(x)\n"
         "\n"
         "print(mean(logistic(0.2, 100_000)))",
+    ],
+    # A library's Numba function (numba_tables/, beside the notebook) compiled on its first call: the fix belongs
+    # in the notebook cell that calls it, never in the library's decorator.
+    "diag_library_numba": [
+        "import numpy as np\nimport numba_tables as nt",
+        "# the library compiles its Numba kernel on this first call\n"
+        "P = nt.decay_matrix(200)\n"
+        "print(P.shape)",
+        "P = nt.decay_matrix(300)  # same argument types: no compile",
+    ],
+    # A first call slowed by first-touch allocation: it allocates three 500 MB work arrays (kept for later calls)
+    # and writes one value per 4 KiB page, so the operating system maps and zeroes 1.5 GB; the identical call in
+    # the next cell finds the pages mapped. Sized for CI machines (24 GiB) and far from noise: zeroing 1.5 GB takes
+    # tens of times longer than the repeat's scattered writes on any machine.
+    "diag_slow_first_call": [
+        "import numpy as np",
+        RECORD_PATHS,
+        "# the first call: allocates and touches 1.5 GB of work arrays\n"
+        "total = record_paths(500, 125_000)",
+        "# the same call again: the work arrays exist\n"
+        "total = record_paths(500, 125_000)",
+    ],
+    # The same call, the work arrays allocated and touched in a setup cell: the first call is as fast as its repeat
+    # (each also waits 0.5 s, a stand-in for a simulation's steady work, so that noise cannot double either).
+    "diag_slow_first_call_clean": [
+        "import time\nimport numpy as np",
+        RECORD_PATHS.replace("    return level[:, ::every].sum()",
+                             "    time.sleep(0.5)  # stands in for the steady work of each call\n"
+                             "    return level[:, ::every].sum()"),
+        "# the work arrays, allocated and written before the calls\n"
+        "_work[(500, 125_000)] = [np.full((500, 125_000), 0.0) for _ in range(3)]",
+        "total = record_paths(500, 125_000)",
+        "total = record_paths(500, 125_000)",
+    ],
+    # A table built on the first run and read back by later runs (`--repeat` runs each in a fresh kernel): only the
+    # first run pays for it. DIAG_DATA_DIR keeps the file out of the source tree.
+    "diag_first_run_data": [
+        "import os\nimport pathlib\nimport time\nimport numpy as np",
+        "path = pathlib.Path(os.environ.get(\"DIAG_DATA_DIR\", \".\")) / \"table.npy\"\n"
+        "if path.exists():\n"
+        "    table = np.load(path)\n"
+        "else:\n"
+        "    time.sleep(1.0)  # stands in for an expensive computation of the table\n"
+        "    table = np.arange(1_000.0)\n"
+        "    np.save(path, table)",
+        "print(table.sum())",
     ],
     # float64 throughout (GPU figures are synthetic: a T4 has 1/32-rate float64).
     "diag_x64": [

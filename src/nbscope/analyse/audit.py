@@ -13,10 +13,11 @@ rebuild an audit from shard files made on other machines.
   (whole file), ``backend``, ``run_id`` (its profile in the store), ``status`` (``ok`` / ``partial`` from the
   profile, or ``error``, ``unavailable``, ``not-run``), ``reused``, ``wall_s``, ``compile_s``, ``run_s``,
   ``execute_s``, ``kernel_start_s``, ``elapsed_s``, ``cells``, ``cells_failed``, ``compiles``,
-  ``top_finding`` (the strongest diagnosis finding as a dict, or ``null``), ``findings``, ``digest``,
+  ``top_finding`` (the strongest diagnosis finding as a dict, or ``null``), ``top_findings`` (the first three),
+  ``findings`` (how many), ``digest``,
   ``machine``, ``worker``, ``gpu``, ``error``;
 - ``lectures``: per notebook ``cpu_s``, ``gpu_s``, ``gpu_backend``, ``winner`` (a backend, ``tie`` or
-  ``null``), ``ratio`` (slower / faster), ``top_finding`` (of the slower run), ``action`` (its fix);
+  ``null``), ``ratio`` (slower / faster), ``top_finding`` (of the slower run), ``action`` (its fix in one line);
 - ``backends`` (availability, with the reason when unavailable), ``discovery``, ``shard``, ``summary``
   ("N of M lectures are slower on the GPU"); a merge adds ``merged_from`` and ``coverage``;
 - with ``audit --forecast GPU``: each CPU entry's ``forecast`` (:func:`forecast_summary`), each lecture's
@@ -38,6 +39,9 @@ MEASURED = ("ok", "partial")
 # How much faster one backend must be to be called the winner; closer than this is a tie (timings on
 # shared machines vary by ±20 %, see the project's facts; 10 % still separates clear cases).
 TIE_RATIO = 1.10
+
+
+TOP_FINDINGS = 3  # findings kept per notebook and backend (the audit shows them; `nbscope diagnose` has all)
 
 
 def is_gpu_backend(backend: str) -> bool:
@@ -143,7 +147,7 @@ def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, An
             if record is None:
                 continue
             findings, why_not = findings_of(record, cpu if is_gpu_backend(backend) else None)
-            runs[backend].update(top_finding=findings[0] if findings else None,
+            runs[backend].update(top_finding=findings[0] if findings else None, top_findings=(findings or [])[:TOP_FINDINGS],
                                  findings=len(findings) if findings is not None else None, diagnosis=why_not)
             if is_gpu_backend(backend) and cpu is not None:
                 runs[backend]["recommendation"] = recommendation_of(cpu, record)
@@ -179,6 +183,7 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         "cells_failed": totals.get("cells_failed"),
         "compiles": totals.get("compiles"),
         "top_finding": None,  # filled by diagnose_entries once every run is in
+        "top_findings": None,
         "findings": None,
         "diagnosis": None,
         "recommendation": None,
@@ -201,7 +206,8 @@ def bare_entry(key: str, backend: str, source_hash: str | None, status: str, err
         "path": key, "target": target, "source_hash": source_hash, "backend": backend, "run_id": None,
         "status": status, "reused": False, "wall_s": None, "compile_s": None, "run_s": None, "execute_s": None,
         "kernel_start_s": None, "elapsed_s": None, "cells": None, "cells_failed": None, "compiles": None,
-        "top_finding": None, "findings": None, "diagnosis": None, "recommendation": None, "forecast": None,
+        "top_finding": None, "top_findings": None, "findings": None, "diagnosis": None, "recommendation": None,
+        "forecast": None,
         "digest": None, "machine": None,
         "worker": None, "gpu": None, "started_at": None, "error": error,
     }
@@ -251,7 +257,7 @@ def lectures(entries: list[dict[str, Any]], backends: list[str]) -> list[dict[st
         row["top_finding"] = dict(top[1], backend=top[0]) if top else None
         row["recommendation"] = next((e["recommendation"] for e in runs.values() if e.get("recommendation")), None)
         row["forecast"] = (cpu or {}).get("forecast") if _measured(cpu) else None
-        row["action"] = top[1].get("fix") if top else None
+        row["action"] = (top[1].get("action") or top[1].get("fix")) if top else None  # the fix in one line
         if row["action"] is None and row["recommendation"]:
             rec = row["recommendation"]
             row["action"] = f"run it on {rec['recommendation']}: {rec.get('reason') or ''}".rstrip(": ")

@@ -57,9 +57,11 @@ def _progress(quiet: bool) -> Any:
     return on_event
 
 
-def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None) -> None:
+def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None,
+          diagnosis: bool = True) -> None:
     from nbscope.api.audit import export_audit
-    from nbscope.render.audit import audit_html, audit_markdown, print_audit
+    from nbscope.record.store import default_path
+    from nbscope.render.audit import audit_html, audit_markdown, print_audit, print_audit_findings
     from nbscope.render.terminal import console
 
     if output is not None:
@@ -73,6 +75,9 @@ def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdo
         print(audit_markdown(record))
     else:
         print_audit(record)
+        if diagnosis:
+            db = "" if Path(store.path).resolve() == default_path().resolve() else f" --db {store.path}"
+            print_audit_findings(record, lambda run_id: f"nbscope diagnose {run_id}{db}")
         saved = f"saved as run {record.run_id} in {store.path}" if record.run_id else ""
         written = ", ".join(str(p) for p in (output, html_path) if p is not None)
         console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {written}' if written else '') if x)}[/dim]")
@@ -102,9 +107,11 @@ def audit(
     markdown: MarkdownOption = False,
     html_path: HtmlOption = None,
     quiet: QuietOption = False,
+    no_diagnose: Annotated[bool, typer.Option("--no-diagnose", help="Do not list each notebook's top findings.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Profile every notebook of a book on each backend: per lecture CPU vs GPU, the winner and the top cause.
+    """Profile every notebook of a book on each backend: per lecture CPU vs GPU, the winner and the top cause; then
+    each notebook's top findings with their fixes.
 
     Resumable: a notebook already profiled with the same file, backend and environment is reused. With
     --forecast t4, no GPU is needed: each lecture's CPU run is forecast on the T4 (time range, verdict,
@@ -121,7 +128,8 @@ def audit(
     options.validate()
     store = open_store(db)
     record = run_audit(targets, options, store=store, on_event=_progress(quiet))
-    _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
+    _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path,
+          diagnosis=not no_diagnose)
 
 
 @app.command()

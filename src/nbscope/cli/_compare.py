@@ -83,11 +83,18 @@ def diagnose_command(
                      help="On a CPU run with program data: forecast the GPU rules for these GPUs "
                           "(default: those of `profile --forecast`, else t4)."),
     ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's whole evidence.")] = False,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option("--threshold", metavar="RULE.NAME=VALUE",
+                     help="Override one rule's threshold, e.g. compile-bound.min_compile_s=0.1 (repeatable)."),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
 ) -> None:
-    """Named causes of slow or wrongly timed cells, each with its evidence and a concrete fix.
+    """Named causes of slow or wrongly timed cells: each a sentence with its numbers, the fix and a few lines of
+    evidence (--verbose: all of it).
 
     On a CPU run recorded with program data (`nbscope profile --forecast t4`), the GPU rules (latency-bound
     loop, weak float64) fire as forecast risks, labelled "forecast", with the backend recommendation the
@@ -105,7 +112,8 @@ def diagnose_command(
         from nbscope.collect import notebook as notebook_module
 
         sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
-    findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu)
+    findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu,
+                        thresholds=_thresholds(threshold or []))
     recommendation = _forecast_recommendation(record, other_record, gpu, sources)
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
@@ -118,7 +126,7 @@ def diagnose_command(
             print("\n" + view.recommendation_markdown(recommendation), end="")
     else:
         print_record_header(record)
-        view.print_findings(findings, record, limit=limit)
+        view.print_findings(findings, record, limit=limit, verbose=verbose)
         if recommendation is not None:
             view.print_recommendation(recommendation)
 
@@ -132,3 +140,22 @@ def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: 
     if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
         return None
     return recommend_forecast(record, gpus=gpu, sources=sources)
+
+
+def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
+    """``RULE.NAME=VALUE`` options as diagnose()'s thresholds (which refuses unknown rules and names)."""
+    from nbscope._errors import NbscopeError
+
+    thresholds: dict[str, dict[str, float]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        rule, dot, name = key.strip().rpartition(".")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not dot or not rule or not name or number is None:
+            raise NbscopeError(f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}")
+        thresholds.setdefault(rule, {})[name] = number
+    return thresholds
+

@@ -12,6 +12,41 @@ import typer
 from nbscope.cli import app
 from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
 
+NoDiagnoseOption = Annotated[
+    bool, typer.Option("--no-diagnose", help="Do not end with the run's top findings (nor add them to --json).")
+]
+TOP_FINDINGS = 3
+
+
+def _diagnose_command(record: Any, store: Any) -> str:
+    """The command that shows a stored run's findings in full."""
+    from nbscope.record.store import default_path
+
+    command = f"nbscope diagnose {record.run_id}"
+    try:
+        same = Path(store.path).resolve() == default_path().resolve()
+    except OSError:
+        same = False
+    return command if same else f"{command} --db {store.path}"
+
+
+def _with_diagnosis(record: Any, findings: Any, why_not: str | None) -> dict[str, Any]:
+    """A run record's document with its findings under "diagnosis" (not part of the stored record)."""
+    document = json.loads(record.to_json())
+    document["diagnosis"] = findings.to_dict() if findings is not None else {"error": why_not}
+    return document
+
+
+def _print_findings_end(record: Any, findings: Any, why_not: str | None, store: Any) -> None:
+    """What ends the main job's output: the top findings, each with its fix, and the command that shows them all."""
+    from nbscope.render import compare as view
+    from nbscope.render.terminal import console, literal
+
+    if findings is None:
+        console.print(f"[dim]no findings: the run could not be diagnosed ({literal(why_not)})[/dim]")
+        return
+    view.print_top_findings(findings, record, _diagnose_command(record, store), top=TOP_FINDINGS)
+
 
 def _progress(total: int, enabled: bool) -> tuple[Any, Any, Any]:
     """Live progress on a terminal: the current cell and the elapsed time."""
@@ -71,9 +106,11 @@ def profile(
     devices: Annotated[
         Path | None, typer.Option("--devices", metavar="FILE", help="With --forecast: a device file adding or overriding GPUs.")
     ] = None,
+    no_diagnose: NoDiagnoseOption = False,
 ) -> None:
-    """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory."""
-    from nbscope.api.profile import ProfileOptions, parse_env
+    """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory; then its top
+    findings (causes with their fixes; `nbscope diagnose RUN` shows them in full)."""
+    from nbscope.api.profile import ProfileOptions, diagnosis_of, parse_env
     from nbscope.api.profile import profile as run_profile
     from nbscope.collect import notebook as notebook_module
     from nbscope.render import ledger
@@ -89,15 +126,17 @@ def profile(
     options.programs, options.forecast = programs or bool(gpus), [d.key for d in gpus]
     store = open_store(db)
     if backends:
-        _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown)
+        _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown, diagnosis=not no_diagnose)
         return
     cells = len(notebook_module.read(path).code_cells) * repeat
     interactive = console.is_terminal and not (as_json or markdown)
     progress, started, done = _progress(cells, interactive)
     with progress:
         record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
+    findings, why_not = (None, "--no-diagnose") if no_diagnose else diagnosis_of(record, path)
     if as_json:
-        print(record.to_json())
+        print(json.dumps(_with_diagnosis(record, findings, why_not), indent=1, default=str) if not no_diagnose
+              else record.to_json())
     elif markdown:
         print(ledger.profile_markdown(record, top=None if all_cells else top, notebook_order=all_cells))
         if gpus:
@@ -105,6 +144,10 @@ def profile(
             from nbscope.render.forecast import forecast_markdown
 
             print(forecast_markdown(run_forecast(record, options.forecast, devices_file=devices, notebook_path=path)))
+        if findings is not None:
+            from nbscope.render.compare import findings_markdown
+
+            print(findings_markdown(findings, record, top=TOP_FINDINGS, command=_diagnose_command(record, store)), end="")
     else:
         ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
         if options.timeline:
@@ -117,9 +160,12 @@ def profile(
 
             print_forecast(run_forecast(record, options.forecast, devices_file=devices, notebook_path=path))
         console.print(f"[dim]saved as run {record.run_id} in {literal(store.path)}[/dim]")
+        if not no_diagnose:
+            _print_findings_end(record, findings, why_not, store)
 
 
-def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool) -> None:
+def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool,
+                      diagnosis: bool) -> None:
     from nbscope.api.backends import parse_backends, profile_backends
     from nbscope.render import compare as view
     from nbscope.render.terminal import console
@@ -131,11 +177,15 @@ def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as
         on_backend=None if quiet else lambda b: console.print(f"[dim]profiling with JAX_PLATFORMS={b} …[/dim]"),
     )
     if as_json:
-        print(json.dumps(result.to_dict(), indent=1, default=str))
+        document = result.to_dict()
+        if not diagnosis:
+            document.pop("diagnosis", None)
+        print(json.dumps(document, indent=1, default=str))
     elif markdown:
         print(view.backends_markdown(result), end="")
     else:
-        view.print_backends(result, store_path=store.path)
+        commands = {r["backend"]: _diagnose_command(result.record_of(r["backend"]), store) for r in result.runs if r["run_id"]}
+        view.print_backends(result, store_path=store.path, commands=commands, diagnosis=diagnosis)
 
 
 def _forecast_gpus(names: str | None, devices: Path | None) -> list[Any]:
@@ -169,38 +219,47 @@ def trace(
         typer.Option("--jupyter-book2", help="Put the jupyter-book 2 of `nbscope book2-env` first on PATH, so that "
                      "`jupyter book` runs it where jupyter-book 1 is installed too."),
     ] = False,
+    no_diagnose: NoDiagnoseOption = False,
 ) -> None:
     """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
     nbscope trace -- COMMAND ..."""
+    from nbscope.api.profile import diagnosis_of
     from nbscope.api.trace import cached_pages_note, theme_note, trace_command
 
     command = list(ctx.args)
+    store = open_store(db)
     result = trace_command(
-        command, store=open_store(db), sources=source, timeout=timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
+        command, store=store, sources=source, timeout=timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
     )
     for note in (cached_pages_note(result), theme_note(result)):
         if note:
             typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
+    diagnoses = [(None, "--no-diagnose") if no_diagnose else diagnosis_of(r) for r in records]
     if as_json:
         # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
-        print(json.dumps([r.to_dict() | {"run_id": r.run_id} for r in records], indent=1, default=str))
+        documents = [(r.to_dict() if no_diagnose else _with_diagnosis(r, *d)) | {"run_id": r.run_id}
+                     for r, d in zip(records, diagnoses, strict=True)]
+        print(json.dumps(documents, indent=1, default=str))
     else:
-        _print_traced(records, result.returncode)
+        _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
     if result.returncode:
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
         raise typer.Exit(result.returncode if result.returncode > 0 else 128 - result.returncode)
 
 
-def _print_traced(records: list[Any], returncode: int) -> None:
+def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any, str | None]] | None, store: Any) -> None:
     from nbscope.render import ledger
     from nbscope.render.terminal import console
 
-    for record in records:
+    for number, record in enumerate(records):
         ledger.print_profile(record, top=10)
-        console.print(f"[dim]saved as run {record.run_id}[/dim]\n")
+        console.print(f"[dim]saved as run {record.run_id}[/dim]")
+        if diagnoses is not None:
+            _print_findings_end(record, *diagnoses[number], store)
+        console.print()
     if returncode > 0:
         console.print(f"[red]the traced command exited {returncode}[/red]")
     elif returncode < 0:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
+from nbscope.analyse.diagnose import Finding
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
 from nbscope.render.terminal import console, format_seconds, print_record_header
@@ -142,6 +144,27 @@ def print_blast_radius(record: RunRecord) -> None:
         console.print(f"[yellow]no forecast for {escape(error['path'])}:[/yellow] {escape(str(error['error']))}")
     console.print(f"[bold]{escape(radius['summary'])}[/bold] [dim](a forecast, not a measurement: "
                   "nbscope forecast RUN shows a lecture's cells; docs/forecast.md)[/dim]")
+
+
+def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> None:
+    """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
+    (``command(run_id)``); the notebooks without findings on one line."""
+    from nbscope.render.compare import print_top_findings
+
+    quiet = []
+    for entry in record.measurements.get("notebooks") or []:
+        findings = entry.get("top_findings")
+        if not entry.get("run_id") or not isinstance(findings, list):
+            continue
+        shown = [Finding.from_dict(f) for f in findings if isinstance(f, dict)]
+        if not shown:
+            quiet.append(f"{entry['path']} ({entry['backend']})")
+            continue
+        console.print(f"\n[bold]{escape(entry['path'])}[/bold] ({escape(entry['backend'])}, run {entry['run_id']})")
+        total = entry.get("findings") if isinstance(entry.get("findings"), int) else len(shown)
+        print_top_findings(shown, None, command(entry["run_id"]), top=len(shown), total=total)
+    if quiet:
+        console.print(f"\n[dim]no findings: {escape(', '.join(quiet))}[/dim]")
 
 
 def print_audit(record: RunRecord) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from nbscope.render.terminal import console, format_bytes, format_seconds, literal
 
@@ -149,20 +150,24 @@ def comparison_markdown(comparison: Any) -> str:
 
 # ---- findings -----------------------------------------------------------------------------------
 
+FINDING_LINES = 8  # a finding without --verbose fits in this many lines, at any console width
+SUMMARY_LINES = 3  # of which the sentence takes at most this many
+
+
+def _value_text(key: str, value: Any) -> str:
+    if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_seconds(value)
+    if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_bytes(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
 
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
-    lines = []
-    for key, value in evidence.items():
-        if key == "seconds_at_stake" or value in (None, [], {}):
-            continue
-        if key.endswith("_s") and isinstance(value, (int, float)):
-            shown = format_seconds(value)
-        elif key.endswith("_bytes") and isinstance(value, (int, float)):
-            shown = format_bytes(value)
-        else:
-            shown = _value(value)
-        lines.append(f"  {key}: {shown}")
-    return lines  # plain text: print_findings escapes it
+    """Every evidence entry as ``key: value`` (plain text; the caller escapes it)."""
+    return [f"{key}: {_value_text(key, value)}" for key, value in evidence.items()
+            if key != "seconds_at_stake" and value not in (None, [], {})]
 
 
 def _where(finding: Any, cells: Mapping[int, Mapping[str, Any]]) -> str:
@@ -173,26 +178,75 @@ def _where(finding: Any, cells: Mapping[int, Mapping[str, Any]]) -> str:
     return f"cell {finding.cell_index + 1}{line}"
 
 
-def print_findings(findings: Any, record: Any = None, *, limit: int | None = None) -> None:
-    """Each finding as a card: severity, where, summary, evidence, fix; then what was not evaluated."""
+def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, width=max(20, width), initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
+def _clip(lines: list[str], keep: int, width: int, note: str = "") -> list[str]:
+    """The first ``keep`` lines, the last one ending with "…" (and ``note``) when lines were dropped."""
+    if len(lines) <= keep:
+        return lines
+    kept = lines[:keep]
+    tail = "…" + note
+    kept[-1] = kept[-1][: max(0, width - len(tail))].rstrip() + tail
+    return kept
+
+
+def _one_line(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
+def finding_text(finding: Any, cells: Mapping[int, Mapping[str, Any]], width: int, *, verbose: bool = False) -> list[tuple[str, str]]:
+    """A finding as (style, plain line) pairs at most ``width`` wide: the header, the sentence, the fix and a
+    few labelled evidence lines; FINDING_LINES at most unless ``verbose`` (which adds the whole evidence)."""
+    style = SEVERITY_STYLE.get(finding.severity, "")
+    header = f"{finding.severity} · {finding.title} · {_where(finding, cells)}"
+    tag = f"{finding.rule} · {finding.confidence:.0%}"
+    if len(header) + len(tag) + 3 <= width:
+        header = header + " " * (width - len(header) - len(tag)) + tag
+    lines = [(style or "bold", _one_line(header, width))]
+    summary = _wrapped(finding.summary, width, "  ", "  ")
+    fix = _wrapped(finding.fix, width, "  fix: ", "       ")
+    highlights = [f"  · {label}: {text}" for label, text in finding.evidence_highlights()]
+    if verbose:
+        lines += [("", line) for line in summary] + [("green", line) for line in fix]
+        lines += [("", line) for item in highlights for line in _wrapped(item.strip(), width, "  ", "      ")]
+        lines.append(("dim", "  evidence:"))
+        for item in _evidence_lines(finding.evidence):
+            lines += [("dim", line) for line in _wrapped(item, width, "    ", "      ")]
+        return lines
+    summary = _clip(summary, SUMMARY_LINES, width)
+    room = FINDING_LINES - 1 - len(summary)
+    fix = _clip(fix, max(1, room - min(1, len(highlights))), width, " (--verbose)")
+    room -= len(fix)
+    lines += [("", line) for line in summary] + [("green", line) for line in fix]
+    lines += [("", _one_line(item, width)) for item in highlights[: max(0, room)]]
+    return lines
+
+
+def _print_lines(lines: list[tuple[str, str]]) -> None:
+    """Lines already fitted to the width (a command that cannot be is printed whole, never cut)."""
+    for style, line in lines:
+        console.print(Text(line, style=style), no_wrap=True, overflow="ignore", crop=False)
+
+
+def print_findings(findings: Any, record: Any = None, *, limit: int | None = None, verbose: bool = False) -> None:
+    """Each finding as a short block (at most FINDING_LINES lines; ``verbose`` adds the whole evidence), then
+    what was not evaluated."""
     cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
     shown = list(findings)[:limit] if limit else list(findings)
     if not shown:
         console.print("[green]No findings[/green]: no rule fired on this run.")
-    for finding in shown:
-        style = SEVERITY_STYLE.get(finding.severity, "")
-        severity = f"[{style}]{literal(finding.severity)}[/{style}]" if style else literal(finding.severity)
-        body = [f"[bold]{literal(finding.summary)}[/bold]", "", "[dim]evidence[/dim]",
-                *(literal(line) for line in _evidence_lines(finding.evidence)),
-                "", f"[green]fix[/green]: {literal(finding.fix)}"]
-        console.print(Panel(
-            "\n".join(body),
-            title=f"{severity} · {literal(finding.title)} · {literal(_where(finding, cells))}",
-            subtitle=literal(f"{finding.rule} · confidence {finding.confidence:.0%}"),
-            title_align="left", subtitle_align="right", border_style=style or "white",
-        ))
+    width = console.width
+    for number, finding in enumerate(shown):
+        if number:
+            console.print()
+        _print_lines(finding_text(finding, cells, width, verbose=verbose))
     if limit and len(findings) > limit:
         console.print(f"[dim]… {len(findings) - limit} more finding(s); --json lists all[/dim]")
+    if shown and not verbose:
+        console.print("[dim]--verbose shows every finding's whole evidence; --json gives it as data[/dim]")
     for skip in getattr(findings, "skipped", []):
         where = f" (cell {skip.cell_index + 1})" if skip.cell_index is not None else ""
         console.print(f"[dim]not evaluated: {literal(skip.rule)}{where}: {literal(skip.reason)}[/dim]")
@@ -200,12 +254,47 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
         console.print(f"[dim]note: {literal(note)}[/dim]")
 
 
-def findings_markdown(findings: Any, record: Any = None) -> str:
+def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3, width: int = 100,
+                      total: int | None = None) -> list[tuple[str, str]]:
+    """The lines that end ``nbscope profile`` (and ``trace``, and each notebook of ``audit``): the ``top`` findings,
+    two lines each (severity, where, title and the sentence; the fix), and the command that shows them in full.
+    ``total``: how many findings there are when ``findings`` holds only the first ones."""
     cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    items = list(findings)
+    count_all = max(total or 0, len(items))
+    if not items:
+        return [("green", line) for line in textwrap.wrap(
+            f"no findings: no rule fired on this run (`{command}` lists what could not be evaluated)",
+            width=max(20, width), break_long_words=False, break_on_hyphens=False)]
+    shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
+    count = f"{count_all} finding{'s' if count_all > 1 else ''}"
+    # Wrapped, never cut: the command is what the reader copies.
+    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows them in full:", width=max(20, width),
+                            break_long_words=False, break_on_hyphens=False)
+    lines = [("bold", line) for line in heading]
+    for finding in items[:top]:
+        lead = f"  {finding.severity} · {_where(finding, cells)} · "
+        line = f"{lead}{finding.title}: {finding.summary}"
+        if len(line) > width and len(lead) + len(finding.summary) <= width:
+            line = lead + finding.summary  # the sentence whole rather than the title
+        lines.append((SEVERITY_STYLE.get(finding.severity, ""), _one_line(line, width)))
+        lines.append(("green", _one_line(f"    fix: {finding.short_fix()}", width)))
+    return lines
+
+
+def print_top_findings(findings: Any, record: Any, command: str, *, top: int = 3, total: int | None = None) -> None:
+    _print_lines(top_findings_text(findings, record, command, top=top, width=console.width, total=total))
+
+
+def findings_markdown(findings: Any, record: Any = None, *, top: int | None = None, command: str | None = None) -> str:
+    """Findings for GitHub: severity, title and where; the sentence; the fix; a few labelled evidence lines.
+    ``top`` keeps the first findings (with ``command``, the one that shows them all)."""
+    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    items = list(findings)
     lines = ["### nbscope diagnose" + (f": `{_md(record.target)}`" if record is not None else ""), ""]
-    if not findings:
+    if not items:
         lines.append("No rule fired on this run.")
-    for finding in findings:
+    for finding in items[:top] if top else items:
         lines += [
             f"**{finding.severity}** · {_md(finding.title)} · {_where(finding, cells)} · confidence {finding.confidence:.0%}",
             "",
@@ -214,8 +303,15 @@ def findings_markdown(findings: Any, record: Any = None) -> str:
             f"*Fix*: {_md(finding.fix)}",
             "",
         ]
+        highlights = finding.evidence_highlights()
+        if highlights:
+            lines += [f"- {_md(label)}: {_md(text)}" for label, text in highlights] + [""]
+    if top and len(items) > top:
+        lines += [f"{len(items) - top} more finding(s)" + (f": `{_md(command)}`" if command else ""), ""]
+    elif command and items:
+        lines += [f"In full: `{_md(command)}`", ""]
     skipped = list(getattr(findings, "skipped", []))
-    if skipped:
+    if skipped and not top:
         lines.append("Not evaluated: " + "; ".join(f"{s.rule}: {_md(s.reason)}" for s in skipped))
     return "\n".join(lines) + "\n"
 
@@ -278,8 +374,10 @@ def backends_markdown(result: Any) -> str:
     return text
 
 
-def print_backends(result: Any, *, store_path: Any = None) -> None:
-    """``profile --backends`` on the terminal: comparison, recommendation and each run's findings."""
+def print_backends(result: Any, *, store_path: Any = None, commands: Mapping[str, str] | None = None,
+                   diagnosis: bool = True) -> None:
+    """``profile --backends`` on the terminal: comparison, recommendation and each run's top findings (``commands``:
+    the command that shows a backend's findings in full)."""
     print_unavailable(result.unavailable)
     if result.comparison is not None:
         print_comparison(result.comparison)
@@ -287,9 +385,11 @@ def print_backends(result: Any, *, store_path: Any = None) -> None:
             print_recommendation(result.recommendation)
     elif result.available:
         console.print(f"only the {literal(result.available[0]['backend'])} backend ran: nothing to compare")
-    for backend, findings in result.findings.items():
-        console.print(f"\n[bold]diagnosis of the {literal(backend)} run[/bold]")
-        print_findings(findings, result.record_of(backend), limit=5)
     saved = ", ".join(f"{r['backend']}: run {r['run_id']}" for r in result.runs if r["run_id"])
     if saved:
         console.print(literal(f"saved {saved} in {store_path}"), style="dim")
+    for backend, findings in result.findings.items() if diagnosis else ():
+        record = result.record_of(backend)
+        command = (commands or {}).get(backend) or f"nbscope diagnose {getattr(record, 'run_id', None) or 'RUN'}"
+        console.print(f"\n[bold]diagnosis of the {literal(backend)} run[/bold]")
+        print_top_findings(findings, record, command)

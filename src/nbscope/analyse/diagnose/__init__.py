@@ -31,6 +31,7 @@ from nbscope.analyse.diagnose import (
     _latency_loop,
     _retrace_churn,
     _slow_compile_alarm,
+    _slow_first_call,
     _unrolled_loop,
     _unsynchronised_timing,
     _weak_float64,
@@ -54,6 +55,7 @@ RULES: list[Rule] = [
     _eager_flood.RULE,
     _cold_cache.RULE,
     _first_call.RULE,
+    _slow_first_call.RULE,
     _unsynchronised_timing.RULE,
 ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -11,15 +13,24 @@ from typing import Any
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
-from nbscope.analyse.diagnose import _forecast, _source
+from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record.run import RunRecord
 
 SEVERITIES = ("high", "medium", "low")
 
 
+HIGHLIGHTS = 3  # labelled evidence lines a finding shows without --verbose
+
+
 @dataclass
 class Finding:
-    """A named cause, with the evidence it rests on and the change that removes it."""
+    """A named cause, with the evidence it rests on and the change that removes it.
+
+    Read as prose: ``title``, ``summary`` (one sentence with the numbers that matter), ``fix``, and a few
+    labelled ``highlights`` chosen for the reader; ``evidence`` keeps everything (``--json``,
+    ``--verbose``, the report's evidence fold). ``highlights`` and ``action`` are optional: a rule that
+    does not set them gets lines derived from its evidence and the first clause of its fix.
+    """
 
     rule: str  # e.g. "unrolled-loop"
     title: str  # short human title
@@ -27,19 +38,116 @@ class Finding:
     severity: str  # "high" | "medium" | "low"
     confidence: float  # 0..1
     evidence: dict[str, Any]
-    summary: str  # one line
-    fix: str  # concrete change to make
+    summary: str  # one sentence with the numbers that matter
+    fix: str  # concrete change to make, in code the reader owns
+    # (label, text) lines for the reader, e.g. ("compile", "1.37 s of 1.43 s (96 %)"); at most HIGHLIGHTS shown.
+    highlights: list[tuple[str, str]] | None = None
+    action: str | None = None  # the fix in one short line, for the list that ends `nbscope profile`
     # The GPUs (device table keys) a forecast finding is about: made from a CPU run's GPU forecast, not
     # measured. Empty for findings measured in the run.
     forecast: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(self)
+        document["highlights"] = [[label, text] for label, text in self.evidence_highlights()]
+        document["action"] = self.short_fix()
+        return document
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Finding:
+        """A finding from its ``to_dict()`` form (an audit keeps findings as dicts); missing fields are empty."""
+        highlights = document.get("highlights")
+        confidence = document.get("confidence")
+        return cls(
+            rule=str(document.get("rule") or ""),
+            title=str(document.get("title") or document.get("rule") or ""),
+            cell_index=document["cell_index"] if isinstance(document.get("cell_index"), int) else None,
+            severity=str(document.get("severity") or "low"),
+            confidence=float(confidence) if isinstance(confidence, (int, float)) else 0.0,
+            evidence=dict(document.get("evidence") or {}),
+            summary=str(document.get("summary") or ""),
+            fix=str(document.get("fix") or ""),
+            highlights=[(str(item[0]), str(item[1])) for item in highlights if isinstance(item, (list, tuple)) and len(item) == 2]
+            if isinstance(highlights, list) else None,
+            action=str(document["action"]) if document.get("action") else None,
+        )
+
+    def evidence_highlights(self) -> list[tuple[str, str]]:
+        """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
+        lines = ([(str(label), str(text)) for label, text in self.highlights] if self.highlights is not None
+                 else derived_highlights(self.evidence))
+        see_also = self.evidence.get("see_also")
+        if isinstance(see_also, list) and see_also:  # a generic symptom names the specific causes found on its cell
+            lines.insert(0, ("likely cause", ", ".join(f"{rule} (its own finding)" for rule in see_also)))
+        return lines[:HIGHLIGHTS]
+
+    def short_fix(self) -> str:
+        """The fix in one line: the rule's ``action``, else the fix's first clause."""
+        return self.action or first_clause(self.fix)
 
     @property
     def seconds_at_stake(self) -> float:
         value = self.evidence.get("seconds_at_stake")
         return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _readable(key: str, value: Any) -> str | None:
+    """An evidence value as a short phrase, or None when it would not help a reader (flags, tables)."""
+    if isinstance(value, bool) or value is None or isinstance(value, dict):
+        return None
+    if isinstance(value, (int, float)):
+        if key.endswith("_s"):
+            return units.seconds(value)
+        if key.endswith("_bytes"):
+            return units.size(value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, list):
+        if not value or not all(isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in value):
+            return None
+        text = ", ".join(str(item) for item in value[:6]) + (" …" if len(value) > 6 else "")
+    else:
+        text = str(value)
+    return text if len(text) <= 90 else text[:89] + "…"
+
+
+def _label(key: str) -> str:
+    for suffix in ("_s", "_bytes"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
+
+
+def derived_highlights(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Up to HIGHLIGHTS labelled lines from a rule's evidence, in its order: numbers with their units and
+    short texts; flags, nested tables and bookkeeping keys are left to --verbose."""
+    lines = []
+    for key, value in evidence.items():
+        if key in ("seconds_at_stake", "see_also") or key.endswith("_source"):
+            continue
+        text = _readable(key, value)
+        if text is not None:
+            lines.append((_label(key), text))
+        if len(lines) == HIGHLIGHTS:
+            break
+    return lines
+
+
+def first_clause(text: str, limit: int = 110) -> str:
+    """The first clause of a fix (up to ``: ``, ``; `` or ``. `` outside backticks and brackets), cut at
+    ``limit`` characters."""
+    depth, quoted = 0, False
+    for position, char in enumerate(text):
+        if char == "`":
+            quoted = not quoted
+        elif not quoted and char in "([{":
+            depth += 1
+        elif not quoted and char in ")]}":
+            depth = max(0, depth - 1)
+        elif not quoted and depth == 0 and char in ":;." and text[position + 1 : position + 2] in (" ", ""):
+            text = text[:position]
+            break
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 @dataclass
@@ -253,13 +361,47 @@ class Context:
         return self.sources.get(str(cell.get("source_hash")))
 
     @cached_property
-    def code(self) -> _source.NotebookCode:
+    def sources_by_index(self) -> dict[int, str]:
+        """Code-cell index -> source, for the cells whose source is known."""
         by_index = {}
         for cell in self.cells:
             text = self.source(cell)
             if text is not None:
                 by_index[int(cell["index"])] = text
-        return _source.analyse(by_index)
+        return by_index
+
+    @cached_property
+    def code(self) -> _source.NotebookCode:
+        return _source.analyse(self.sources_by_index)
+
+    @cached_property
+    def bindings(self) -> _bindings.Bindings:
+        """What integer names hold at each statement, the notebook run in order (loop lengths)."""
+        return _bindings.Bindings(self.sources_by_index)
+
+    def call_into(self, cell_index: int, package: str | None) -> dict[str, Any] | None:
+        """Where a cell calls into an installed package: ``{"line", "code", "package"}`` (line within the cell,
+        the source line as written), or None when the cell's source does not show it. ``package`` None: the
+        one package other than JAX, NumPy, Numba and the standard library that the cell calls, if only one."""
+        source = self.sources_by_index.get(cell_index)
+        tree = self.bindings.trees.get(cell_index) or self.code.trees.get(cell_index)
+        if source is None or tree is None:
+            return None
+        if package is None:
+            called = {self.code.imported[root].split(".")[0] for root in (
+                _source.dotted(n.func).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Call))
+                if root in self.code.imported}
+            candidates = called - set(sys.stdlib_module_names) - {"jax", "jaxlib", "numpy", "numba", "scipy", "matplotlib"}
+            if len(candidates) != 1:
+                return None
+            package = candidates.pop()
+        calls = _source.calls_into(tree, self.code.imported, package)
+        if not calls:
+            return None
+        lines = source.splitlines()
+        line = calls[0].lineno
+        code = lines[line - 1].strip() if 0 < line <= len(lines) else ast.unparse(calls[0])
+        return {"line": line, "code": code if len(code) <= 70 else code[:69] + "…", "package": package}
 
     @property
     def has_sources(self) -> bool:

@@ -66,12 +66,14 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         severity=severity(evidence["seconds_at_stake"], wall),
         confidence=confidence,
         evidence=evidence,
-        summary=f"the persistent compile cache was {state}: {ctx.totals.get('compiles')} compiles, {saving}",
+        summary=f"{ctx.totals.get('compiles')} compiles with the persistent cache {state}: {saving}",
+        highlights=[("backend compile", f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend)),
+                    ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}")],
+        action="set JAX_COMPILATION_CACHE_DIR to a folder kept between runs",
         fix=(
-            "Keep compiled programs between runs: set JAX_COMPILATION_CACHE_DIR to a folder that persists (in CI, "
-            "restore it with actions/cache) with JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and "
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 (small compiles are not cached by default); "
-            "`nbscope profile --jax-cache warm` measures the gain."
+            "Set JAX_COMPILATION_CACHE_DIR to a folder kept between runs (in CI, restore it with actions/cache), with "
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 so small "
+            "compiles are cached too; `nbscope profile --jax-cache warm` measures the gain."
         ),
     )
 
@@ -82,21 +84,43 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     if numba_s < min_numba_s:
         return
     compiled: dict[str, float] = {}
+    modules: dict[str, Any] = {}
+    caches: dict[str, Any] = {}
+    compiled_in: dict[str, list[int]] = {}
     for cell in ctx.cells:
         for entry in (cell.get("numba") or {}).get("functions") or []:
             name = str(entry.get("name"))
             compiled[name] = compiled.get(name, 0.0) + float(entry.get("seconds") or 0.0)
-    if not ctx.has_sources:
+            modules.setdefault(name, entry.get("module"))
+            caches.setdefault(name, entry.get("cache"))
+            compiled_in.setdefault(name, []).append(int(cell["index"]))
+    recorded = all(modules[n] is not None and caches[n] is not None for n in compiled)
+    if not ctx.has_sources and not recorded:
         yield Skip(NAME, f"Numba compiled for {seconds(numba_s)}; whether its functions use cache=True needs the cell "
                          f"sources ({ctx.missing_sources()}); the probe does not record Numba cache hits")
         return
-    notebook = ctx.code.numba_functions
-    uncached = {n: s for n, s in compiled.items() if n in notebook and not notebook[n]["cache"]}
-    cached = {n: s for n, s in compiled.items() if n in notebook and notebook[n]["cache"]}
-    library = {n: s for n, s in compiled.items() if n not in notebook}
+    notebook = ctx.code.numba_functions if ctx.has_sources else {}
+
+    def own(name: str) -> bool:  # the notebook's code: its __module__ is __main__ (older records: defined in the source)
+        return modules[name] == "__main__" or (modules[name] is None and name in notebook)
+
+    def caches_to_disk(name: str) -> bool:
+        return caches[name] is True or (caches[name] is None and bool(notebook.get(name, {}).get("cache")))
+
+    uncached = {n: s for n, s in compiled.items() if own(n) and not caches_to_disk(n)}
+    cached = {n: s for n, s in compiled.items() if own(n) and caches_to_disk(n)}
+    library = {n: s for n, s in compiled.items() if not own(n)}
     at_stake = sum(uncached.values())
     if at_stake < min_numba_s:
         return
+    names = sorted(uncached, key=lambda n: -uncached[n])
+    where = {}
+    for n in names:  # the decorators in force where it compiled (a lecture may define a function twice)
+        found = [ctx.code.numba_function_at(n, i) for i in compiled_in[n]] if ctx.has_sources else []
+        places = list(dict.fromkeys((d["cell"], d["line"]) for d in found if d))
+        if places:
+            where[n] = "; ".join(f"cell {c + 1}, line {line}" for c, line in places)
+    listed = ", ".join(f"`{n}`" + (f" ({where[n]})" if n in where else "") for n in names[:3])
     yield Finding(
         rule=NAME,
         title="Numba cache off",
@@ -105,7 +129,7 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
         confidence=0.85,  # from the decorators; Numba's own cache hits are not recorded by the probe
         evidence={
             "numba_compile_s": round(numba_s, 4),
-            "uncached_functions": {n: round(s, 4) for n, s in sorted(uncached.items(), key=lambda i: -i[1])},
+            "uncached_functions": {n: round(uncached[n], 4) for n in names},
             "cached_functions_compiled_anyway": {n: round(s, 4) for n, s in cached.items()} or None,
             "library_functions": {n: round(s, 4) for n, s in library.items()} or None,
             "cache_hits": "not recorded by the probe",
@@ -113,12 +137,18 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
         },
         summary=(
             f"Numba compiled {len(uncached)} notebook function(s) without cache=True: {seconds(at_stake)} "
-            f"({', '.join(sorted(uncached, key=lambda n: -uncached[n])[:3])}) recompiled in every run"
+            f"({', '.join(names[:3])}) recompiled in every run"
         ),
         fix=(
-            "Add `cache=True` to the Numba decorators (`@numba.jit(cache=True)`, also with parallel=True) so later runs "
-            "load the compiled code from __pycache__ (keep that folder in CI)."
+            f"Add `cache=True` to the Numba decorators of {listed} (`@numba.jit(cache=True)`, also with parallel=True) "
+            "so later runs load the compiled code from __pycache__ (keep that folder in CI)."
         ),
+        highlights=[
+            ("compile", ", ".join(f"`{n}` {seconds(uncached[n])}" for n in names[:4]) + (" …" if len(names) > 4 else "")),
+            *([("library", f"{seconds(sum(library.values()))} compiling package functions (not counted: not yours "
+                           "to decorate)")] if library else []),
+        ],
+        action=f"add `cache=True` to the decorators of {', '.join(f'`{n}`' for n in names[:3])}",
     )
 
 

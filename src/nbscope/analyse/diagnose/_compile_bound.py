@@ -1,4 +1,8 @@
-"""Compile-bound cell: most of a cell's wall time is JAX or Numba compilation, not computation."""
+"""Compile-bound cell: most of a cell's wall time is JAX or Numba compilation, not computation.
+
+The fix is addressed to code the reader owns: ``cache=True`` on the notebook's own Numba functions; for a
+function inside an installed package, the notebook line that calls it and what can be done from there.
+"""
 
 from __future__ import annotations
 
@@ -25,29 +29,101 @@ def _contributors(cell: dict[str, Any]) -> list[dict[str, Any]]:
                       "compiles": int(entry.get("count") or 0) - int(entry.get("cache_hits") or 0)})
     for entry in (cell.get("numba") or {}).get("functions") or []:
         items.append({"name": entry.get("name"), "kind": "numba", "seconds": round(float(entry.get("seconds") or 0.0), 4),
-                      "compiles": 1, "signature": entry.get("signature")})
+                      "compiles": 1, "signature": entry.get("signature"), "module": entry.get("module"),
+                      "cache": entry.get("cache")})
     return sorted(items, key=lambda item: item["seconds"], reverse=True)
 
 
-def _fix(top: dict[str, Any] | None) -> str:
+def _owner(ctx: Context, top: dict[str, Any], cell: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """Whose code a Numba function compiled in ``cell`` is: ("notebook", its definition in force there {"cell",
+    "line", "cache"}, or None when the decorator is not found), ("package", None), or ("unknown", None) for an
+    older record without sources."""
+    module = top.get("module")
+    name = str(top["name"]).split(".")[-1]
+    definition = ctx.code.numba_function_at(name, int(cell["index"])) if ctx.has_sources else None
+    if module == "__main__" or (module is None and definition is not None):
+        return "notebook", definition
+    if module is not None or ctx.has_sources:
+        return "package", None
+    return "unknown", None
+
+
+def _caller(ctx: Context, cell: dict[str, Any], package: str | None) -> str:
+    """"line 2 of cell 3 (`P = nt.decay_matrix(200)`)", or "cell 3" when its source does not show the call."""
+    call = ctx.call_into(int(cell["index"]), package) if package else None
+    if call is None:
+        return cell_label(cell)
+    return f"line {call['line']} of cell {cell['index'] + 1} (`{call['code']}`)"
+
+
+def _library_numba_fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any]) -> tuple[str, str]:
+    module = top.get("module")
+    package = str(module).split(".")[0] if module else None
+    origin = f"`{package}`" if package else "a package (the run did not record which)"
+    caller = _caller(ctx, cell, package)
+    lead = f"`{top['name']}` is in {origin}, not in this notebook; Numba compiles it when {caller} first calls it. "
+    if top.get("cache") is True:
+        return (lead + "It caches to disk, but its cache was empty or not writable here: set NUMBA_CACHE_DIR to a folder "
+                "that persists (in CI, restore it with actions/cache) and the next run loads the compiled code.",
+                "set NUMBA_CACHE_DIR to a folder kept between runs (the library caches its Numba code)")
+    return (lead + "Make that call once, with the argument types of the real work, before anything you time (the compile "
+            "is then paid once per kernel); "
+            + ("if the package caches (`cache=True`), NUMBA_CACHE_DIR on a persisted folder keeps it across runs."
+               if top.get("cache") is None else "it does not cache, so each new kernel compiles it again."),
+            f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top['name']}` is in {origin})")
+
+
+def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tuple[str, str]:
+    """The fix and its one-line form, addressed to code the reader owns."""
     if top is None:
-        return "Keep compiles out of the measured work: warm up once, then time a second call."
+        return "Keep compiles out of the measured work: warm up once, then time a second call.", "warm up before timing"
     if top["kind"] == "numba":
-        return (
-            f"Numba compiles `{top['name']}` on its first call: add `cache=True` to its decorator so later runs load "
-            "the machine code from __pycache__, and time a second call to measure the work itself."
-        )
+        owner, own = _owner(ctx, top, cell)
+        if owner == "package":
+            return _library_numba_fix(ctx, cell, top)
+        if owner == "unknown":
+            return (f"Numba compiles `{top['name']}` on its first call: if the notebook defines it, add `cache=True` to its "
+                    "decorator; if it comes from a package, call it once before anything you time (the sources were not "
+                    "available to tell which).", "cache it (`cache=True`) if it is yours; else warm it up before timing")
+        where = f"cell {own['cell'] + 1}, line {own['line']}" if own else "where it is jitted"
+        if own and own.get("cache"):
+            return (f"`{top['name']}` has `cache=True` ({where}) but was compiled: its cache was empty or not writable; "
+                    "keep __pycache__ (or NUMBA_CACHE_DIR) between runs, e.g. with actions/cache in CI.",
+                    "keep Numba's cache folder between runs")
+        return (f"Numba compiles `{top['name']}` on its first call: add `cache=True` to its decorator ({where}) so later "
+                "runs load the machine code from __pycache__, and time a second call to measure the work itself.",
+                f"add `cache=True` to the decorator of `{top['name']}` ({where})")
     if top["kind"] == "jax eager":
         return (
             f"JAX compiles each eager operation (here `{top['name']}`) the first time it meets a shape and dtype: a "
             "one-off cost that a persistent compile cache (JAX_COMPILATION_CACHE_DIR) removes in later runs; inside "
-            "loops, put the whole step in one jitted function."
+            "loops, put the whole step in one jitted function.",
+            "set JAX_COMPILATION_CACHE_DIR; jit loops of eager operations as one function",
+        )
+    if top["kind"] == "jax library":
+        on_gpu = ctx.platform.get("platform") == "gpu"
+        call = ctx.call_into(int(cell["index"]), None)
+        caller = (f"line {call['line']} of cell {cell['index'] + 1} (`{call['code']}`, into `{call['package']}`)" if call
+                  else cell_label(cell))
+        return (
+            f"`{top['name']}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
+            "with the same shapes and dtypes each time so it compiles once, and persist compiled programs with "
+            "JAX_COMPILATION_CACHE_DIR "
+            "(`nbscope profile --jax-cache warm` measures the gain)"
+            + ("; if it is faster on the CPU, call it under `with jax.default_device(jax.devices('cpu')[0]):`." if on_gpu else "."),
+            "set JAX_COMPILATION_CACHE_DIR and keep its argument shapes fixed",
         )
     return (
-        f"`{top['name']}` is compiled here: call it with fixed shapes and dtypes so this compile happens once, and "
-        "persist compiled programs across runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` "
-        "measures the gain); if it is large, see the unrolled-loop and retrace findings for this function."
+        f"`{top['name']}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once, and keep "
+        "compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` measures "
+        "the gain).",
+        f"set JAX_COMPILATION_CACHE_DIR; keep the shapes of `{top['name']}` fixed",
     )
+
+
+def _compiled_text(contributors: list[dict[str, Any]]) -> str:
+    shown = [f"`{c['name']}` ({c['kind']}) {seconds(c['seconds'])}" for c in contributors[:3]]
+    return ", ".join(shown) + (f", {len(contributors) - 3} more" if len(contributors) > 3 else "")
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
@@ -63,6 +139,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         flagged += compile_s
         contributors = _contributors(cell)
         top = contributors[0] if contributors else None
+        fix, action = _fix(ctx, cell, top)
+        highlights = [("compile", f"{seconds(compile_s)} of {seconds(wall)} ({share:.0%}); run {seconds(cell.get('run_s'))}")]
+        if contributors:
+            highlights.append(("compiled", _compiled_text(contributors)))
+        if top is not None and top["kind"] == "numba" and _owner(ctx, top, cell)[0] == "package":
+            highlights.append(("library", f"`{top['name']}` from {top.get('module') or 'a package'}; cache "
+                                          + {True: "on", False: "off"}.get(top.get("cache"), "not recorded")))
         yield Finding(
             rule=NAME,
             title="Compile-bound cell",
@@ -80,10 +163,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "seconds_at_stake": round(compile_s, 4),
             },
             summary=(
-                f"{cell_label(cell)} spends {seconds(compile_s)} of {seconds(wall)} ({share:.0%}) compiling"
-                + (f", mostly `{top['name']}` ({top['kind']}, {seconds(top['seconds'])})" if top else "")
+                f"{seconds(compile_s)} of its {seconds(wall)} ({share:.0%}) compiling"
+                + (f", mostly `{top['name']}` ({top['kind']})" if top else "")
             ),
-            fix=_fix(top),
+            fix=fix,
+            highlights=highlights,
+            action=action,
         )
     total_compile = ctx.totals.get("compile_s")
     wall = ctx.total_wall
@@ -106,10 +191,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                     "seconds_at_stake": round(total_compile - flagged, 4),
                 },
                 summary=f"the notebook spends {seconds(total_compile)} of {seconds(wall)} ({share:.0%}) compiling, spread over many cells",
+                highlights=[("compiles", f"{ctx.totals.get('compiles')} JAX, {ctx.totals.get('numba_compiles') or 0} Numba"),
+                            ("in flagged cells", seconds(flagged))],
+                action="persist compiled programs: JAX_COMPILATION_CACHE_DIR, Numba cache=True in your own functions",
                 fix=(
                     "Persist compiled programs across runs (JAX_COMPILATION_CACHE_DIR with "
-                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; Numba `cache=True`), and fuse small eager steps into "
-                    "fewer jitted functions."
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; `cache=True` on the notebook's own Numba functions), and "
+                    "fuse small eager steps into fewer jitted functions."
                 ),
             )
 

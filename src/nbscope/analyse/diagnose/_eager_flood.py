@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, seconds, severity
 
 NAME = "eager-flood"
 THRESHOLDS = {
@@ -43,9 +43,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "seconds_at_stake": round(spent, 4),
             },
             summary=(
-                f"{cell_label(cell)} compiles {compiles} eager operations ({', '.join(n for n, _ in ops.most_common(3))}, "
-                f"…) on {len(shapes)} argument shapes: {seconds(spent)} of {seconds(wall)}"
+                f"{compiles} compiles of eager operations on {len(shapes)} argument shapes: {seconds(spent)} of the "
+                f"cell's {seconds(wall)}"
             ),
+            highlights=[("operations", ", ".join(f"{n} ×{k}" for n, k in ops.most_common(4))),
+                        ("shapes", f"{len(shapes)} distinct argument shapes")],
+            action="put the loop's array work into one `@jax.jit` function",
             fix=(
                 "Put the array work of the loop into one `@jax.jit` function (one compile instead of one per operation "
                 "and shape), keep shapes fixed across iterations, or use NumPy for small arrays handled one by one."

@@ -82,10 +82,16 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             + (f", first PRNG compiles {seconds(prng_s)}" if prng else "")
             + ", plus backend start-up (not separately measured)"
         ),
+        highlights=[
+            ("import", seconds(import_s) if import_s is not None else "not separable: the import cell also does work"),
+            ("PRNG compiles", f"{seconds(prng_s)} ({', '.join(list(prng)[:3])})" if prng else "none"),
+            ("notebook", f"{seconds(wall)}; first-call costs {share:.0%}"),
+        ],
+        action="warm up before timing; keep JAX_COMPILATION_CACHE_DIR between runs",
         fix=(
-            "Treat these as fixed start-up costs, not the cost of the method: warm up (one call) before timing; keep "
-            "the persistent compile cache (JAX_COMPILATION_CACHE_DIR) so the PRNG programs are not recompiled each run; "
-            "for tiny arrays NumPy avoids them entirely."
+            "These are start-up costs, not the method's: warm up (one call) before timing"
+            + ("; keep JAX_COMPILATION_CACHE_DIR between runs so the PRNG programs are not compiled again" if prng else "")
+            + "; for tiny arrays NumPy avoids them entirely."
         ),
     )
 

@@ -69,6 +69,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             evidence=evidence,
             summary=f"{where} ran out of GPU memory on the {device.get('name')}"
             + (f" with {_gib(others)} already used by other processes" if crowded else ""),
+            highlights=[("device", f"{device.get('name')}, {_gib(total)}"),
+                        ("others at start", _gib(others) if others is not None else "not recorded")],
+            action="one JAX notebook per GPU, or XLA_PYTHON_CLIENT_MEM_FRACTION per process",
             fix="Run one JAX notebook per GPU at a time, or give each process a share: "
             "XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 (or XLA_PYTHON_CLIENT_PREALLOCATE=false) in its environment; free large "
             "arrays (`del x`) between steps.",
@@ -88,6 +91,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence=0.9,
             evidence=evidence,
             summary=f"on the {device.get('name')}, " + "; ".join(problem),
+            highlights=[("kernel peak", f"{_gib(peak)} of {_gib(total)} ({peak / total:.0%})"),
+                        ("others at start", _gib(others) if others is not None else "not recorded"),
+                        ("allocator settings", ", ".join(f"{k}={v}" for k, v in allocator.items()) or "none")],
+            action="set XLA_PYTHON_CLIENT_PREALLOCATE=false (or a MEM_FRACTION) per kernel",
             fix="For parallel builds set XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_MEM_FRACTION=<share> "
             "per kernel, and never run two JAX kernels on one GPU unguarded (one notebook per GPU at a time).",
         )

@@ -67,16 +67,27 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence = 0.85 if shapes_known else 0.6
         else:
             cause = "new argument shapes"
-            shown = ", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else "") if shapes_known else ""
             summary = (
                 f"`{stats.name}` compiled {stats.compiles} times for {len(distinct) if shapes_known else 'unreported'} "
-                f"shapes ({shown or 'shapes not fully reported by the probe'}): {seconds(extra_s)} of recompiles"
+                f"shapes: {seconds(extra_s)} of recompiles"
             )
             fix = (
                 f"Give `{stats.name}` fixed shapes: pad inputs to one length (or a few bucket sizes) and mask the padding, "
                 "or keep the varying size out of the jitted function; each new shape or dtype compiles a new program."
             )
             confidence = 0.9 if shapes_known else 0.7
+        cells = sorted(stats.cells)
+        highlights = [
+            ("shapes", (", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else "")) if shapes_known
+             else "not fully reported by the probe"),
+            ("compiles", f"{stats.compiles} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
+                         f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"),
+        ]
+        if static:
+            highlights.append(("static arguments", f"`{stats.name}` marks some arguments static; each new value compiles"))
+        action = (f"pass changing values to `{stats.name}` as traced arguments, not static ones" if recreated and static
+                  else "create the jitted function once and reuse it" if recreated
+                  else f"give `{stats.name}` fixed shapes (pad and mask)")
         yield Finding(
             rule=NAME,
             title="Retrace churn",
@@ -94,6 +105,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             },
             summary=summary,
             fix=fix,
+            highlights=highlights,
+            action=action,
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, seconds, severity
 
 NAME = "slow-compile-alarm"
 
@@ -38,10 +38,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "seconds_at_stake": round(compile_s, 4),
             },
             summary=(
-                f"XLA warned in {cell_label(cell)}: "
-                + ("constant folding took too long" if folding else "very slow compile")
-                + (f" ({seconds(compile_s)} compiling, mostly `{top}`)" if top else "")
+                "XLA warned: " + ("constant folding took too long" if folding else "very slow compile")
+                + (f" ({seconds(compile_s)} compiling, mostly `{top}`)" if top else f" ({seconds(compile_s)} compiling)")
             ),
+            highlights=[("alarm", alarms[0][:120]), ("alarms", f"{len(alarms)} in this cell")],
+            action=("pass large arrays as arguments instead of building them inside the jitted function" if folding
+                    else "replace Python loops inside jit with lax.fori_loop / lax.scan"),
             fix=(
                 "Constant folding runs on arrays built from constants inside jit: pass large arrays as arguments "
                 "instead of creating them (jnp.arange/ones of a literal size) inside the jitted function."

@@ -41,11 +41,20 @@ def to_python(source: str) -> str:
         return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
+def _leading_blank_lines(text: str) -> int:
+    lines = text.splitlines()
+    return next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+
+
 def parse(source: str) -> ast.Module | None:
+    """The cell's Python, with line numbers as in the cell (IPython drops leading blank lines: added back)."""
     try:
-        return ast.parse(to_python(source))
+        python = to_python(source)
+        tree = ast.parse(python)
     except (SyntaxError, ValueError):
         return None
+    offset = _leading_blank_lines(source) - _leading_blank_lines(python)
+    return ast.increment_lineno(tree, offset) if offset > 0 else tree
 
 
 def dotted(node: ast.AST) -> str:
@@ -80,8 +89,12 @@ class Loop:
     line: int  # line within the cell (1-based)
     kind: str  # "for" or "while"
     iterates: str  # the iterable or condition, as written
-    trips: int | None  # a literal trip count when it can be read (range(200), n = 200 elsewhere)
+    # A trip count read from the source alone: a literal (range(200)), or a global the notebook assigns once to an
+    # integer. A length that depends on when the function ran (a default, a static argument, a global assigned
+    # twice) is None here: _bindings.loop_length resolves it from the run.
+    trips: int | None
     function: str  # the function it is written in
+    node: ast.For | ast.While | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -96,6 +109,7 @@ class Function:
     loops: list[Loop] = field(default_factory=list)
     primitives: list[str] = field(default_factory=list)  # lax.scan, fori_loop, ... called in its body
     calls: set[str] = field(default_factory=set)
+    node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -107,10 +121,13 @@ class NotebookCode:
     constants: dict[str, int] = field(default_factory=dict)
     calls_by_cell: dict[int, set[str]] = field(default_factory=dict)
     x64_cells: list[int] = field(default_factory=list)  # cells that turn jax_enable_x64 on
-    numba_functions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    numba_functions: dict[str, dict[str, Any]] = field(default_factory=dict)  # the last definition of each name
+    numba_definitions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # every one, in notebook order
     jax_aliases: set[str] = field(default_factory=set)  # jax, jnp, lax, random (from jax)
     numba_aliases: set[str] = field(default_factory=set)  # numba, nb
     numba_names: set[str] = field(default_factory=set)  # njit, jit, prange imported from numba
+    imported: dict[str, str] = field(default_factory=dict)  # local name -> what it imports ("qe" -> "quantecon")
+    trees: dict[int, ast.Module] = field(default_factory=dict, repr=False)  # code-cell index -> parsed cell
 
     @property
     def jitted(self) -> set[str]:
@@ -141,6 +158,16 @@ class NotebookCode:
             if function.cell <= at:
                 latest[function.name] = function
         return {name for name, function in latest.items() if not function.jitted}
+
+    def numba_function_at(self, name: str, at: int | None = None) -> dict[str, Any] | None:
+        """The Numba definition of ``name`` in force at code cell ``at`` (a lecture may define a function twice)."""
+        if at is None:
+            return self.numba_functions.get(name)
+        found = None
+        for defined, info in self.numba_definitions:
+            if defined == name and info["cell"] <= at:
+                found = info
+        return found
 
     def traced_by(self, name: str, at: int | None = None) -> list[Function]:
         """The function and every notebook function it calls (all are traced into its program)."""
@@ -188,16 +215,23 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
     """Read every cell (code-cell index -> source) once."""
     code = NotebookCode()
     trees: dict[int, ast.Module] = {}
+    assigned: dict[str, int] = {}  # how many times each global is bound, in any way
     for index, source in sorted(sources.items()):
         tree = parse(source)
         if tree is None:
             continue
         trees[index] = tree
+        for name in _module_bindings(tree):
+            assigned[name] = assigned.get(name, 0) + 1
         for node in tree.body:  # module-level integer constants: n = 200, N = 10_000_000
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 value = _int_value(node.value, {})
                 if value is not None:
                     code.constants[node.targets[0].id] = value
+    # A constant stands for its name only when the notebook binds that name once: `n = 50_000_000` in one cell and
+    # `n = 20` in another make `n` depend on where it is read (see _bindings).
+    code.constants = {name: value for name, value in code.constants.items() if assigned.get(name) == 1}
+    code.trees = trees
     for tree in trees.values():
         _imports(code, tree)
     if not code.jax_aliases:
@@ -207,13 +241,39 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
     return code
 
 
+def _module_bindings(tree: ast.Module) -> list[str]:
+    """Every global name a cell binds (assignments, loops, imports, definitions; not inside functions)."""
+    names: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(child.name)
+                for sub in ast.walk(child):  # `global n` inside a function rebinds the notebook's n
+                    if isinstance(sub, ast.Global):
+                        names.extend(sub.names)
+                continue
+            if isinstance(child, ast.Lambda):
+                continue
+            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
+                names.append(child.id)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                names.extend((a.asname or a.name).split(".")[0] for a in child.names)
+            visit(child)
+
+    visit(tree)
+    return names
+
+
 def _imports(code: NotebookCode, tree: ast.Module) -> None:
-    """Which local names stand for jax and numba (``import jax.numpy as jnp``, ``from numba import njit``)."""
+    """Which local names stand for jax and numba (``import jax.numpy as jnp``, ``from numba import njit``), and
+    what every imported name stands for (``qe`` -> ``quantecon``)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 root = alias.name.split(".")[0]
                 bound = alias.asname or root
+                code.imported[bound] = alias.name if alias.asname else root
                 if root == "jax":
                     code.jax_aliases.add(bound)
                 elif root == "numba":
@@ -222,6 +282,7 @@ def _imports(code: NotebookCode, tree: ast.Module) -> None:
             root = node.module.split(".")[0]
             for alias in node.names:
                 bound = alias.asname or alias.name
+                code.imported[bound] = f"{node.module}.{alias.name}"
                 if root == "jax":
                     code.jax_aliases.add(bound)
                 elif root == "numba":
@@ -242,19 +303,22 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
     calls: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            function = Function(name=node.name, cell=index, line=node.lineno)
+            function = Function(name=node.name, cell=index, line=node.lineno, node=node)
             for decorator in node.decorator_list:
                 kind = _decorator_kind(code, decorator)
                 if kind == "jax":
                     function.jitted = True
                     function.static_args = _is_jit(decorator)[1]
                 elif kind == "numba":
+                    options = {k.arg: getattr(k.value, "value", None) for k in decorator.keywords} if isinstance(
+                        decorator, ast.Call) else {}
                     code.numba_functions[node.name] = {
                         "cell": index,
-                        "line": node.lineno,
-                        "cache": isinstance(decorator, ast.Call)
-                        and any(k.arg == "cache" and getattr(k.value, "value", False) is True for k in decorator.keywords),
+                        "line": decorator.lineno,  # the decorator: where `cache=True` goes
+                        "cache": options.get("cache") is True,
+                        "parallel": options.get("parallel") is True,
                     }
+                    code.numba_definitions.append((node.name, code.numba_functions[node.name]))
             _scan_body(code, function, node)
             # A later definition of the same name (a corrected version) replaces the earlier one.
             code.functions[node.name] = function
@@ -278,16 +342,48 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
     code.calls_by_cell[index] = calls
 
 
+def calls_into(tree: ast.Module, imported: Mapping[str, str], package: str) -> list[ast.Call]:
+    """Calls in a cell to what it imported from ``package`` (``qe.tauchen(...)`` after ``import quantecon as qe``),
+    in source order."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            root = dotted(node.func).split(".")[0]
+            if root and imported.get(root, "").split(".")[0] == package:
+                found.append(node)
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    args = node.args
+    return [*args.posonlyargs, *args.args, *([args.vararg] if args.vararg else []), *args.kwonlyargs,
+            *([args.kwarg] if args.kwarg else [])]
+
+
+def _locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names local to a function: its parameters and what its body binds (a loop's ``n`` is then not the global)."""
+    names = {a.arg for a in parameters(node)}
+    declared_global: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Global):
+            declared_global.update(child.names)
+        elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+            names.add(child.id)
+    return names - declared_global
+
+
 def _scan_body(code: NotebookCode, function: Function, node: ast.AST) -> None:
     for child in ast.walk(node):
         if child is node:
             continue
         if isinstance(child, ast.For):
+            local = _locals(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+            constants = {k: v for k, v in code.constants.items() if k not in local}
             function.loops.append(
-                Loop(child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, code.constants), function.name)
+                Loop(child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, constants), function.name, child)
             )
         elif isinstance(child, ast.While):
-            function.loops.append(Loop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name))
+            function.loops.append(Loop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name, child))
         elif isinstance(child, ast.Call):
             name = dotted(child.func)
             last = name.split(".")[-1]

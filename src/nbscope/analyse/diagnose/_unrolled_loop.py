@@ -1,6 +1,10 @@
 """Python loop unrolled inside jit: tracing repeats the body per iteration, so compile time grows with
 the loop length (facts: ~1.5 s for 50 steps, ~10 s for 400 on a 2-core CPU).
 
+The loop's length is the one this run used (a literal, the default the ``def`` bound, the static argument
+of the call, the global when the function was traced: see ``_bindings``), or "unknown"; the proposed code
+keeps the bounds as written (``fori_loop(0, n, ...)``), never a number nbscope inferred.
+
 Needs both kinds of evidence: the loop in the source of a jitted function (or a notebook function it
 calls), and a large measured compile for that function. Either alone is not enough: small loops over a
 few layers are fine, and a slow compile has other causes.
@@ -8,9 +12,12 @@ few layers are fine, and a slow compile has other causes.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+from nbscope.analyse.diagnose._bindings import LoopLength, LoopResolver
+from nbscope.analyse.diagnose._source import Loop
 
 NAME = "unrolled-loop"
 THRESHOLDS = {
@@ -18,6 +25,31 @@ THRESHOLDS = {
     "min_compile_s_long_loop": 0.2,  # ... or this long with a loop of at least long_loop literal steps
     "long_loop": 50,
 }
+
+
+def _steps(length: LoopLength) -> str:
+    """"20 steps", "10–300 steps" or "an unknown number of steps"."""
+    if length.trips is not None:
+        return f"{length.trips} steps"
+    if length.values:
+        return f"{length.values[0]}–{length.values[-1]} steps"
+    return "an unknown number of steps"
+
+
+def _longest(length: LoopLength) -> int | None:
+    return length.trips if length.trips is not None else (max(length.values) if length.values else None)
+
+
+def _replacement(loop: Loop, length: LoopLength) -> str:
+    """The code that replaces the loop, with its bounds as written in the function (valid there whatever
+    their value), never a number nbscope inferred."""
+    if loop.kind == "while":
+        return "`jax.lax.while_loop(cond, body, init)`"
+    if length.stop is None:
+        return f"`jax.lax.scan(body, init, {loop.iterates})`"
+    if length.step is not None:
+        return f"`jax.lax.fori_loop(0, len({loop.iterates}), body, init)`"
+    return f"`jax.lax.fori_loop({length.start}, {length.stop}, body, init)`"
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
@@ -38,13 +70,16 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if not loops or function is None:
             continue
         per_compile = stats.compile_s / max(1, stats.count)
-        trips = [loop.trips for loop in loops if loop.trips is not None]
-        longest = max(trips) if trips else None
+        resolver = LoopResolver(ctx.bindings, ctx.code, function, stats.cells)
+        lengths = [(item, resolver.length(item)) for item in loops]
+        known = [n for _, length in lengths if (n := _longest(length)) is not None]
+        longest = max(known) if known else None
         long_enough = longest is not None and longest >= long_loop
         if not (per_compile >= min_compile_s or (long_enough and per_compile >= limit["min_compile_s_long_loop"])):
             continue
-        loop = max(loops, key=lambda item: item.trips or 0)
-        where = ctx.cell(function.cell)
+        loop, length = max(lengths, key=lambda pair: (_longest(pair[1]) or 0, pair[0].kind == "for"))
+        written_in = ctx.code.function_at(loop.function, function.cell) or function
+        where = ctx.cell(written_in.cell)
         cell_index = at if at is not None else function.cell
         count = max(1, stats.count)
         if long_enough and per_compile >= min_compile_s:
@@ -53,26 +88,29 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence = 0.75  # a loop whose length we cannot read: it may be short
         else:
             confidence = 0.7
-        primitive = "lax.while_loop" if loop.kind == "while" else "lax.fori_loop"
-        steps = f" of {loop.trips} steps" if loop.trips else ""
+        place = f"line {loop.line} of cell {written_in.cell + 1}"
         evidence = {
             **stats.evidence(),
             "per_compile_s": round(per_compile, 4),
             "loop": {
                 "kind": loop.kind,
                 "iterates": loop.iterates,
-                "trips": loop.trips,
+                "trips": length.trips,
+                "lengths_seen": length.values,
+                "trips_from": length.origin,
                 "in_function": loop.function,
-                "defined_in_cell": function.cell,
+                "defined_in_cell": written_in.cell,
                 "line_in_cell": loop.line,
-                "notebook_line": (where or {}).get("line") + loop.line - 1 if (where or {}).get("line") else None,
+                "cell_line": (where or {}).get("line"),  # the cell's fence in a MyST file
             },
-            "all_loops": [{"kind": item.kind, "iterates": item.iterates, "trips": item.trips, "function": item.function}
-                          for item in loops],
+            "all_loops": [{"kind": item.kind, "iterates": item.iterates, "trips": found.trips, "lengths_seen": found.values,
+                           "function": item.function} for item, found in lengths],
             "seconds_at_stake": round(stats.compile_s, 4),
         }
-        if loop.trips:
-            evidence["compile_ms_per_step"] = round(per_compile / loop.trips * 1e3, 3)
+        if length.trips:
+            evidence["compile_ms_per_step"] = round(per_compile / length.trips * 1e3, 3)
+        replacement = _replacement(loop, length)
+        header = f"for {ast.unparse(loop.node.target)} in {loop.iterates}" if isinstance(loop.node, ast.For) else f"while {loop.iterates}"
         yield Finding(
             rule=NAME,
             title="Python loop unrolled inside jit",
@@ -81,18 +119,21 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence=confidence,
             evidence=evidence,
             summary=(
-                f"`{stats.name}` unrolls a Python `{loop.kind}` loop{steps} into its XLA program: "
-                f"{seconds(per_compile)} per compile (trace {seconds(stats.trace_s / count)}, lower "
-                f"{seconds(stats.lower_s / count)}, backend {seconds(stats.backend_s / count)})"
-                + (f", {stats.count} compiles" if stats.count > 1 else "")
+                f"`{stats.name}` unrolls a Python `{loop.kind}` loop of {_steps(length)} into its XLA program: "
+                f"{seconds(per_compile)} per compile" + (f", {stats.count} compiles" if stats.count > 1 else "")
             ),
             fix=(
-                f"Replace the Python loop over `{loop.iterates}` in `{loop.function}` (line {loop.line} of cell "
-                f"{function.cell + 1}) with "
-                + (f"`jax.{primitive}(0, {loop.trips}, body, init)`" if loop.kind == "for" and loop.trips else f"`jax.{primitive}`")
-                + (" (or `jax.lax.scan` when each step's output is kept)" if loop.kind == "for" else "")
+                f"Replace the Python loop over `{loop.iterates}` in `{loop.function}` ({place}) with {replacement}"
+                + (" (or `jax.lax.scan` when each step's output is kept)" if loop.kind == "for" and length.stop else "")
                 + ": the body is then compiled once and compile time no longer grows with the number of steps."
             ),
+            highlights=[
+                ("loop", f"`{header}` in `{loop.function}`, {place}"),
+                ("steps", f"{_steps(length)}: {length.origin}" if length.origin != "a literal" else f"{_steps(length)} (literal)"),
+                ("compile", f"{seconds(per_compile)} per compile × {stats.count} (trace {seconds(stats.trace_s / count)}, "
+                            f"lower {seconds(stats.lower_s / count)}, backend {seconds(stats.backend_s / count)})"),
+            ],
+            action=f"use {replacement} for the loop over `{loop.iterates}` in `{loop.function}`",
         )
 
 

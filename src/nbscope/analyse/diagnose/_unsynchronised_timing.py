@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nbscope.analyse.diagnose import _source
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
 
 NAME = "unsynchronised-timing"
 
@@ -62,9 +62,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "seconds_at_stake": 0.0,
             },
             summary=(
-                f"{cell_label(cell)} times {', '.join(f'`{n}`' for n in first['jax_calls'][:3])} with {first['how']} but never "
-                "waits for the result: it measures JAX's asynchronous dispatch, not the computation"
+                f"times {', '.join(f'`{n}`' for n in first['jax_calls'][:3])} with {first['how']} but never waits for the "
+                "result: it measures JAX's asynchronous dispatch, not the computation"
             ),
+            highlights=[("timed", f"{r['how']} at line {r['line_in_cell']}: {', '.join(r['jax_calls'][:3])}")
+                        for r in unsynced[:2]] + [("printed times", "not checked: run records keep no cell outputs")],
+            action="wait inside the timed region: `f(x).block_until_ready()`",
             fix=(
                 "Wait for the result inside the timed region: `f(x).block_until_ready()` (or "
                 "`jax.block_until_ready(out)` for pytrees), e.g. `%timeit f(x).block_until_ready()`; time a second call "

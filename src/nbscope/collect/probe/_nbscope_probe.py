@@ -471,9 +471,13 @@ class Probe:
             data = ev.data or {}
             dispatcher = data.get("dispatcher")
             function = getattr(dispatcher, "py_func", None)
+            cache = getattr(dispatcher, "_cache", None)  # Numba's NullCache unless cache=True
             probe.numba_current = {
                 "name": getattr(function, "__qualname__", str(dispatcher)),
                 "signature": str(data.get("args")),
+                # "__main__" for a notebook's own function; a package's module otherwise (code the reader cannot edit)
+                "module": getattr(function, "__module__", None),
+                "cache": None if cache is None else type(cache).__name__ != "NullCache",
             }
 
         def ended(ev: Any, seconds: float) -> None:

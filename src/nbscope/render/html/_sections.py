@@ -198,6 +198,15 @@ def _field(finding: Any, name: str) -> Any:
     return getattr(finding, name, None)
 
 
+def _highlights(finding: Any) -> list[tuple[str, str]]:
+    """The few labelled evidence lines a finding shows its reader (the rest stays in the evidence fold)."""
+    if isinstance(finding, dict):
+        items = finding.get("highlights")
+        return [(str(i[0]), str(i[1])) for i in items if isinstance(i, (list, tuple)) and len(i) == 2] if isinstance(items, list) else []
+    chosen = getattr(finding, "evidence_highlights", None)
+    return list(chosen()) if callable(chosen) else []
+
+
 def diagnosis(data: ReportData) -> str:
     cards = []
     notes = list(data.notes)
@@ -215,12 +224,15 @@ def diagnosis(data: ReportData) -> str:
                 (k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) for k, v in evidence.items()
             ] if isinstance(evidence, dict) else []
             fix = _field(finding, "fix")
+            highlights = _highlights(finding)
             cards.append(
                 f'<div class="card {e(severity.lower())}"><h3>{e(_field(finding, "title"))}</h3>'
                 f'<p class="meta">{e(run_name(record, position))}{e(where)} · {e(severity)}{e(confidence_text)} · '
                 f'rule <code>{e(_field(finding, "rule"))}</code></p>'
                 f"<p>{e_code(_field(finding, 'summary'))}</p>"
                 + (f"<p><b>Fix:</b> {e_code(fix)}</p>" if fix else "")
+                + ("<ul class=\"highlights\">" + "".join(f"<li><b>{e(label)}</b>: {e_code(text)}</li>" for label, text in highlights)
+                   + "</ul>" if highlights else "")
                 + (f"<details><summary>evidence</summary>{_table(('item', 'value'), evidence_rows)}</details>"
                    if evidence_rows else "")
                 + "</div>"

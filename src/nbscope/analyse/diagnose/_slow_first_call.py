@@ -1,0 +1,293 @@
+"""Slow first call beyond compile: a call that a later cell repeats (same function, same shapes) took much
+longer the first time, and compiling explains only part of it.
+
+Two kinds of second sample: a later cell of the same run that makes the same call (the same statements,
+comments, timing magics and assignment targets aside), where the JAX functions the first call compiled run
+again without compiling (so with the same shapes and dtypes) or, for other code, the names the call reads
+are not rebound in between; or, with ``--repeat``, the cell's later runs in fresh kernels. Each first call
+is compared with its repeat after taking out each one's own compile time.
+
+The likely cause is named only from evidence the run holds: the kernel's memory grew in the first call and
+not in the repeat (first-touch allocation: the operating system maps and zeroes fresh pages), the first
+parallel Numba call or first call into a package in the notebook (thread pools and lazy imports start
+there), reads from the JAX persistent cache. With ``--repeat``, what differs between fresh kernels lies
+outside the kernel (files the cell reads or writes, the OS page cache, persistent caches).
+"""
+
+from __future__ import annotations
+
+import ast
+import statistics
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nbscope import _units as units
+from nbscope.analyse.diagnose import _bindings, _source
+from nbscope.analyse.diagnose._base import (
+    Context,
+    Finding,
+    Outcome,
+    Rule,
+    Skip,
+    cell_label,
+    seconds,
+    severity,
+)
+
+NAME = "slow-first-call"
+THRESHOLDS = {
+    "min_ratio": 1.5,  # the first call, its compile taken out, at least this many times its repeat ...
+    "min_gap_s": 1.0,  # ... and at least this many seconds slower
+    "min_growth_bytes": 256 * 2**20,  # memory growth of the first call worth naming as its cause
+}
+_ALLOCATORS = {"zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like", "eye",
+               "identity", "tile", "repeat", "standard_normal", "normal", "uniform", "random", "integers", "rand", "randn"}
+_ARRAY_ROOTS = ("np", "numpy", "jnp", "onp", "rng", "random", "jax")
+_SILENT = ("print", "display")
+
+
+@dataclass
+class _Pair:
+    first: dict[str, Any]
+    repeat: dict[str, Any]
+    how: str  # why the two cells run the same call with the same shapes
+
+
+def _work_key(tree: ast.Module | None) -> tuple[str, ...]:
+    """The work a cell does, without what does not change it: comments, timing magics, the names results are
+    assigned to, prints."""
+    if tree is None:
+        return ()
+    key = []
+    for statement in tree.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and statement.value is not None:
+            node: ast.AST = statement.value
+        elif isinstance(statement, ast.Expr):
+            node = statement.value
+            if isinstance(node, ast.Call) and _source.dotted(node.func) in _SILENT or isinstance(node, (ast.Name, ast.Constant)):
+                continue
+        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
+            continue
+        else:
+            node = statement
+        key.append(ast.dump(node, annotate_fields=False))
+    return tuple(key) if any("Call" in item for item in key) else ()
+
+
+def _read_names(tree: ast.Module) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _bound(tree: ast.Module | None) -> set[str]:
+    return _bindings._bound_names(tree) if tree is not None else set()
+
+
+def _user_compiled(cell: Mapping[str, Any]) -> set[str]:
+    return {str(f.get("name")) for f in (cell.get("jax") or {}).get("functions") or []
+            if f.get("kind") == "user" and int(f.get("count") or 0) > int(f.get("cache_hits") or 0)}
+
+
+def _compiles(cell: Mapping[str, Any]) -> int:
+    return int((cell.get("jax") or {}).get("compiles") or 0) + int((cell.get("numba") or {}).get("compiles") or 0)
+
+
+def _pairs(ctx: Context) -> list[_Pair]:
+    """Each first call with its fastest repeat in the same kernel."""
+    trees = ctx.bindings.trees
+    ran = [c for c in ctx.cells if c.get("status") == "ok" and isinstance(c.get("wall_s"), (int, float))]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for cell in ran:
+        key = _work_key(trees.get(int(cell["index"])))
+        if key:
+            groups.setdefault(key, []).append(cell)
+    pairs = []
+    for cells in groups.values():
+        first, later = cells[0], cells[1:]
+        index = int(first["index"])
+        compiled = _user_compiled(first)
+        candidates = []
+        for repeat in later:
+            if _compiles(repeat):
+                continue  # it compiled again: new shapes or dtypes, not a repeat
+            tree = trees[int(repeat["index"])]
+            calls = {_source.dotted(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+            if compiled and compiled <= calls:
+                candidates.append((repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes"))
+                continue
+            read = _read_names(tree)
+            between = set().union(*(_bound(trees.get(i)) for i in range(index, int(repeat["index"]) + 1)))
+            if not read & between:
+                candidates.append((repeat, "the same statements on the same names, not rebound in between"))
+        if candidates:
+            repeat, how = min(candidates, key=lambda item: float(item[0]["wall_s"]) - float(item[0].get("compile_s") or 0.0))
+            pairs.append(_Pair(first, repeat, how))
+    return pairs
+
+
+def _growth(cell: Mapping[str, Any]) -> int | None:
+    rss = cell.get("rss") or {}
+    before, after = units.number(rss.get("before_bytes")), units.number(rss.get("after_bytes"))
+    return int(after - before) if before is not None and after is not None else None
+
+
+def _size(value: float | None) -> str:
+    return f"{value / 1e9:.1f} GB" if value is not None and abs(value) >= 1e8 else f"{(value or 0) / 1e6:.0f} MB"
+
+
+def _allocations(ctx: Context, index: int) -> list[str]:
+    """Array allocations in the cell and in the notebook functions it calls: "`np.empty((n, m))` ×3 in `simulate`"."""
+    tree = ctx.bindings.trees.get(index)
+    places: list[tuple[str, ast.AST]] = [("", tree)] if tree is not None else []
+    for name in sorted(ctx.code.calls_by_cell.get(index, set())):
+        for function in ctx.code.traced_by(name, index):
+            if function.node is not None:
+                places.append((function.name, function.node))
+    found: dict[tuple[str, str], int] = {}
+    for where, node in places:
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            name = _source.dotted(call.func)
+            parts = name.split(".")
+            if len(parts) > 1 and parts[-1] in _ALLOCATORS and parts[0] in _ARRAY_ROOTS and (call.args or call.keywords):
+                text = ast.unparse(call)
+                key = (text if len(text) <= 50 else text[:49] + "…", where)
+                found[key] = found.get(key, 0) + 1
+    return [f"`{text}`" + (f" ×{count}" if count > 1 else "") + (f" in `{where}`" if where else "")
+            for (text, where), count in list(found.items())[:3]]
+
+
+def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Evidence for the likely causes of a slow first call in a kernel, strongest first."""
+    limit = ctx.limits(NAME, THRESHOLDS)
+    index = int(first["index"])
+    causes: list[dict[str, Any]] = []
+    grew, grew_again = _growth(first), _growth(repeat)
+    if grew is not None and grew >= limit["min_growth_bytes"] and (grew_again is None or grew_again < grew / 2):
+        allocations = _allocations(ctx, index)
+        again = f", {_size(grew_again)} in the repeat" if grew_again is not None else ""
+        causes.append({
+            "cause": "first-touch allocation",
+            "evidence": f"memory grew {_size(grew)} here{again}"
+                        + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
+            "memory_growth_bytes": grew, "repeat_growth_bytes": grew_again, "allocations": allocations,
+        })
+    earlier = set().union(*(ctx.code.calls_by_cell.get(int(c["index"]), set()) for c in ctx.cells if int(c["index"]) < index))
+    calls = ctx.code.calls_by_cell.get(index, set())
+    parallel = sorted(n for n in calls - earlier if (ctx.code.numba_function_at(n, index) or {}).get("parallel"))
+    if parallel:
+        causes.append({"cause": "thread-pool start-up",
+                       "evidence": f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here"})
+    packages = {ctx.code.imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in ctx.code.imported}
+    used_before = {ctx.code.imported[name.split(".")[0]].split(".")[0] for name in earlier if name.split(".")[0] in ctx.code.imported}
+    fresh = sorted(packages - used_before - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"})
+    if fresh:
+        causes.append({"cause": "lazy imports", "evidence": f"the notebook's first call into {', '.join(fresh)}: modules it "
+                                                            "imports on first use load here"})
+    jax = first.get("jax") or {}
+    hits = int(jax.get("cache_hits") or 0)
+    if hits:
+        causes.append({"cause": "persistent-cache reads", "evidence": f"{hits} programs read from the JAX persistent cache "
+                                                                      f"({seconds(jax.get('cache_retrieval_s'))} retrieving)"})
+    return causes
+
+
+_FIXES = {
+    "first-touch allocation": "time a repeat (or warm up first) when you measure the method; to shrink the cost, touch "
+                              "less memory: fewer or smaller arrays (every k-th step, float32), allocated once and reused",
+    "thread-pool start-up": "make one small parallel call in the setup cell so the threads start before the work you time",
+    "lazy imports": "import (and touch once) the package in the notebook's import cell, before the work you time",
+    "persistent-cache reads": "nothing to fix: reading compiled programs from the cache is faster than compiling them",
+}
+
+
+def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: float, compared: str, how: str,
+             causes: list[dict[str, Any]], extra: dict[str, Any], *, subject: str = "first call") -> Finding:
+    """``compared``: "its repeat in cell 4" or "the median of 2 later runs"."""
+    compile_s = float(first.get("compile_s") or 0.0)
+    gap = first_s - repeat_s
+    ratio = first_s / repeat_s if repeat_s > 0 else float("inf")
+    lead = causes[0] if causes else None
+    compiled = f"not compile ({seconds(compile_s)})" if compile_s > 0 else "no compile"
+    summary = (
+        f"{subject} {ratio:.1f}× slower than {compared} ({seconds(first_s + compile_s)} vs {seconds(repeat_s)}): "
+        f"{compiled}" + (f"; {lead['evidence']}" if lead else "")
+    )
+    if lead is not None:
+        fix = f"The {seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
+        action = _FIXES.get(lead["cause"], "")
+    else:
+        fix = (f"The {seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
+               "than the first call, and profile with `--timeline` to see where the first call spends them.")
+        action = "time a repeat rather than the first call; `--timeline` shows where the first one goes"
+    highlights = [(subject, f"{seconds(first_s + compile_s)}" + (f" with {seconds(compile_s)} compiling" if compile_s > 0 else "")
+                            + f"; {compared}: {seconds(repeat_s)}; gap {seconds(gap)}")]
+    highlights += [(cause["cause"], cause["evidence"]) for cause in causes[1:3]]
+    if len(highlights) < 3:
+        highlights.append(("same call", how))
+    return Finding(
+        rule=NAME,
+        title="Slow first call (not compile)",
+        cell_index=int(first["index"]),
+        severity=severity(gap, ctx.total_wall),
+        confidence=0.8 if causes else 0.6,
+        evidence={
+            "first_s": round(first_s + compile_s, 4), "first_compile_s": round(compile_s, 4),
+            "first_beyond_compile_s": round(first_s, 4), "repeat_s": round(repeat_s, 4), "repeat": compared,
+            "ratio": round(ratio, 2), "gap_s": round(gap, 4), "same_call": how, "causes": causes, **extra,
+            "seconds_at_stake": round(gap, 4),
+        },
+        summary=summary,
+        fix=fix,
+        highlights=highlights,
+        action=action,
+    )
+
+
+def _beyond_compile(wall: Any, compile_s: Any) -> float:
+    return max(0.0, float(wall or 0.0) - float(compile_s or 0.0))
+
+
+def evaluate(ctx: Context) -> Iterator[Outcome]:
+    limit = ctx.limits(NAME, THRESHOLDS)
+    flagged: set[int] = set()
+    if ctx.has_sources:
+        for pair in _pairs(ctx):
+            first_s = _beyond_compile(pair.first["wall_s"], pair.first.get("compile_s"))
+            repeat_s = _beyond_compile(pair.repeat["wall_s"], pair.repeat.get("compile_s"))
+            if first_s - repeat_s < limit["min_gap_s"] or first_s < limit["min_ratio"] * repeat_s:
+                continue
+            flagged.add(int(pair.first["index"]))
+            yield _finding(ctx, pair.first, first_s, repeat_s, f"its repeat in {cell_label(pair.repeat)}", pair.how,
+                           _causes(ctx, pair.first, pair.repeat), {"repeat_cell": int(pair.repeat["index"])})
+    elif any(_compiles(c) for c in ctx.cells):
+        yield Skip(NAME, f"needs the cell sources to find cells that repeat a call: {ctx.missing_sources()}")
+    for cell in ctx.cells:  # --repeat: the same cell in later, fresh kernels
+        samples = cell.get("samples") or {}
+        walls, compiles = samples.get("wall_s") or [], samples.get("compile_s") or []
+        if len(walls) < 2 or len(compiles) != len(walls) or int(cell["index"]) in flagged:
+            continue
+        if any(status != "ok" for status in samples.get("status") or []):
+            continue
+        first_s = _beyond_compile(walls[0], compiles[0])
+        later = statistics.median(_beyond_compile(w, c) for w, c in zip(walls[1:], compiles[1:], strict=True))
+        if first_s - later < limit["min_gap_s"] or first_s < limit["min_ratio"] * later:
+            continue
+        # Each run is a fresh kernel: what only the first run paid (thread pools, imports and memory are paid by
+        # every kernel) was found done by the later ones, outside the kernel.
+        first = dict(cell, wall_s=walls[0], compile_s=compiles[0])
+        causes = [{"cause": "state outside the kernel",
+                   "evidence": f"only the first of {len(walls)} runs, each in a fresh kernel, was slow: files the cell reads "
+                               "or writes, the OS page cache or a persistent cache differ between runs"}]
+        finding = _finding(ctx, first, first_s, later, f"the median of {len(walls) - 1} later runs",
+                           "the same cell in fresh kernels (--repeat)", causes, {"samples_wall_s": walls},
+                           subject="first run")
+        finding.fix = (f"Only the first of {len(walls)} runs paid these {seconds(first_s - later)}: the cell finds something "
+                       "already done in later runs (a data file it wrote, files in the OS page cache, a persistent cache). "
+                       "Expect it in every fresh CI job; keep that state between jobs (e.g. actions/cache) to avoid it.")
+        finding.action = "keep between CI jobs what the first run creates (data files, caches)"
+        yield finding
+
+
+RULE = Rule(NAME, "Slow first call beyond compile", "cells that repeat a call (sources), per-cell wall, compile and "
+            "memory; --repeat samples", evaluate, thresholds=THRESHOLDS)
