@@ -31,7 +31,7 @@ class Finding:
     fix: str  # concrete change to make
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return cell_numbered(asdict(self))
 
     @property
     def seconds_at_stake(self) -> float:
@@ -48,7 +48,17 @@ class Skip:
     cell_index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return cell_numbered(asdict(self))
+
+
+def cell_numbered(document: dict[str, Any]) -> dict[str, Any]:
+    """A finding's or skip's cell in the JSON convention of run records (docs/run-record.md, "Cell numbers"):
+    ``index`` is the code-cell index (0-based, the record cell's ``index``), ``cell`` the number text shows
+    ("cell 3", 1-based among code cells); ``None`` for the notebook as a whole."""
+    index = document.pop("cell_index", None)
+    document["index"] = index
+    document["cell"] = index + 1 if isinstance(index, int) else None
+    return document
 
 
 Outcome = Finding | Skip
