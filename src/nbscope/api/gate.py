@@ -27,6 +27,8 @@ def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecor
     Same target, kind and digest; started no later than the candidate (any time for a candidate from a
     file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
     """
+    if not store.path.exists():
+        return [], {}  # no store: runs named by files have no stored past
     settings = candidate.measurement_settings()
     verdicts = store.verdicts()
     kept: list[RunRecord] = []
