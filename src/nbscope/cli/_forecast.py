@@ -91,7 +91,7 @@ def forecast_command(
     from nbscope.render import forecast as view
 
     record = resolve_run(run, store)
-    label = f"run {run}" if run.isdigit() else run
+    label = f"run {record.run_id}" if record.run_id is not None else run
     result = forecast(record, gpu, table=table, notebook_path=notebook, run_label=label)
     if measured is not None:
         from nbscope.analyse.forecast.measured import against_measured

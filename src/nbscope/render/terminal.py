@@ -72,9 +72,10 @@ def fitted_table(
 ) -> Table:
     """A table that fits ``width`` (default: the console's) and never cuts a figure.
 
-    Number columns keep their full width; when the row is too wide, source columns shrink first (to their
-    ``min_width``), then text columns wrap (to theirs), then source columns shrink to their header.
-    ``rows`` hold rich markup strings or Text.
+    Number columns keep their full width. When a row is too wide, source columns shrink first (to their
+    ``min_width``), then text, figure lists (``parts``) and names (``path``) wrap down to theirs; if that
+    is not enough, each goes down to its header (a figure list to its longest figure). ``rows`` hold rich
+    markup strings or Text.
     """
     width = width or console.width
     kept = [
@@ -94,11 +95,22 @@ def fitted_table(
     def excess() -> int:
         return sum(widths) - room
 
-    for role, floor in (("source", None), ("text", None), ("parts", None), ("path", None), ("source", "header")):
+    # Last, when even those minimums do not fit, every column but the numbers goes down to its header, and a
+    # list of figures down to its longest figure, so that none is split.
+    passes = [(role, "min") for role in ("source", "text", "parts", "path")]
+    passes += [(role, "hard") for role in ("source", "path", "text", "parts")]
+    for role, floor in passes:
         for i, column in enumerate(columns):
             if column.role != role or excess() <= 0:
                 continue
-            least = len(column.header) if floor == "header" else max(len(column.header), column.min_width)
+            if floor == "min":
+                least = max(len(column.header), column.min_width)
+            elif role == "parts":
+                longest = max((len(part.rstrip()) for row in rows
+                               for part in _plain(row[i]).split(WRAP_AFTER[role])), default=0)
+                least = max(len(column.header), longest + len(WRAP_AFTER[role].rstrip()))
+            else:
+                least = len(column.header)
             widths[i] = max(min(widths[i], least), widths[i] - excess())
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   padding=(0, 0, 0, 1))
@@ -122,10 +134,14 @@ def fitted_table(
 WRAP_AFTER = {"path": "/", "parts": " · "}
 
 
+def _plain(value: Any) -> str:
+    return value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
+
+
 def _wrap_after(value: Any, width: int, separator: str) -> Text:
     """Text on as many lines as it needs, broken only after ``separator`` (a part longer than a line is
     folded): a path after "/", a list of figures after " · ", so that "1.23 s" is never split."""
-    plain = value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
+    plain = _plain(value)
     lines: list[str] = []
     line = ""
     for part in plain.replace(separator, separator + "\0").split("\0"):
@@ -222,6 +238,8 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
         return
     columns = list(RUN_LIST_COLUMNS)
     extra = {"digest": console.width >= 100, "machine": console.width >= 140}
+    if console.width < 100:  # the year goes first: "11-30 07:44" (UTC)
+        columns[1] = Column("started", "left", "number")
     if extra["digest"]:
         columns.insert(7, Column("digest", "left", "number"))
     if extra["machine"]:
@@ -230,7 +248,7 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         cells = [
             literal(row["id"]),
-            literal(str(row["started_at"])[:16].replace("T", " ")),
+            literal(str(row["started_at"])[:16].replace("T", " ")[0 if extra["digest"] else 5:]),
             literal(row["kind"]),
             literal(row["target"]),
             literal(row.get("backend") or ""),
