@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nbscope._errors import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -78,6 +79,12 @@ def runs(
     if unfinished:
         _list_unfinished(store, as_json=as_json)
         return
+    if not store.path.exists():
+        from nbscope.api import live
+
+        waiting = [i for i in live.unfinished(live.live_folder(store.path)) if i["state"] == "unfinished"]
+        hint = f"; {len(waiting)} unfinished run(s) beside it: see nbscope runs --unfinished" if waiting else ""
+        raise NbscopeError(f"{store.missing()}{hint}")
     rows = store.list(kind=kind, target=target_aliases(target) if target else None, label=label,
                       limit=None if everything else limit)
     if as_json:

@@ -172,9 +172,8 @@ def project_root(path: str | Path) -> Path:
 def target_name(path: str | Path, base: Path | None = None) -> str:
     """A notebook's name in the store: its path relative to its :func:`project_root`, with ``/``.
 
-    A relative ``path`` is taken from ``base`` (default: the working directory). Names from before
-    nbscope 0.1's project roots were relative to the working directory, or absolute: :func:`target_aliases`
-    finds them too.
+    A relative ``path`` is taken from ``base`` (default: the working directory). Names given before project
+    roots were relative to the working directory, or absolute: :func:`target_aliases` finds them too.
     """
     given = Path(path)
     resolved = (given if given.is_absolute() else (base or Path.cwd()) / given).resolve()
