@@ -453,3 +453,56 @@ def test_every_cell_carries_the_runs_cache_state() -> None:
     assert result["cache_state"] == "warm"  # a cold cache that hit
     assert cells[0]["jax"] == {"cache_state": "warm", "cache_feature": "on", "cache_hits": 0}
     assert cells[2]["jax"]["cache_state"] == "warm" and "cache_feature" not in cells[2]["jax"]
+
+
+# ---- book-level views --------------------------------------------------------------------------------------
+
+
+def test_cells_of_a_book_an_audit_and_a_label(stored: dict[str, Any], run_cli: Any, tmp_path: Path) -> None:
+    db, repo = stored["db"], Path(__file__).resolve().parents[1]
+    # A folder of notebooks: the newest stored profile of each (run 2 for the latency loop, run 3 for the other).
+    book = json.loads(run_cli("cells", FILES, "--db", db, "--json", "--all", cwd=tmp_path).stdout)
+    cells = stored["gpu"]["measurements"]["cells"] + stored["other"]["measurements"]["cells"]
+    assert book["notebooks"] == 2 and book["cells"] == len(cells)
+    assert [r["wall_s"] for r in book["rows"]] == sorted((c["wall_s"] for c in cells), reverse=True)
+    assert {r["run_id"] for r in book["rows"]} == {2, 3}
+    assert "diag_x64.ipynb" in " ".join(book["sets"][0]["missing"])  # in the folder, never profiled here
+    top = book["rows"][0]
+    assert top["cell"] == top["index"] + 1 and abs(sum(r["share"] for r in book["rows"]) - 1) < 1e-9
+    # An audit file as `audit -o` writes it: its notebooks, each with its profile embedded.
+    audit = {
+        "format": "nbscope-run", "schema_version": 1, "tool_version": "0.1.0", "command": ["nbscope", "audit"],
+        "started_at": "2026-12-02T00:00:00.000Z", "ended_at": "2026-12-02T00:01:00.000Z", "status": "ok",
+        "kind": "audit", "target": "tests/files", "settings": {"backends": ["cpu"]}, "fingerprint": stored["cpu"]["fingerprint"],
+        "measurements": {"notebooks": [
+            {"path": "diag_latency_loop.ipynb", "backend": "cpu", "run_id": 41, "status": "ok"},
+            {"path": "diag_x64.ipynb", "backend": "cpu", "run_id": None, "status": "error"},
+        ], "lectures": [], "totals": {"notebooks": 2}},
+        "runs": {"41": stored["cpu"]},
+    }
+    path = write(tmp_path / "audit.json", audit)
+    from_audit = json.loads(run_cli("cells", path, "--db", db, "--json", "-n", "3").stdout)
+    assert len(from_audit["rows"]) == 3 and {r["target"] for r in from_audit["rows"]} == {stored["cpu"]["target"]}
+    assert from_audit["sets"][0]["missing"] == ["diag_x64.ipynb (cpu): error"]
+    text = run_cli("cells", path, "main-gpu", "--db", db, env=NARROW, cwd=repo)
+    assert text.returncode == 0, text.stderr
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80
+    for row in json.loads(run_cli("cells", path, "main-gpu", "--db", db, "--json").stdout)["rows"]:
+        assert units.seconds(row["wall_s"]) in text.stdout
+
+
+def test_lectures_side_by_side(stored: dict[str, Any], run_cli: Any) -> None:
+    db = stored["db"]
+    data = json.loads(run_cli("lectures", "main-cpu", "main-gpu", "--db", db, "--json").stdout)
+    (row,) = data["rows"]
+    assert row["target"] == stored["cpu"]["target"] and data["paired"] == 1
+    assert (row["a"]["run_id"], row["a"]["backend"], row["b"]["run_id"], row["b"]["backend"]) == (1, "cpu", 2, "gpu")
+    wall_a, wall_b = stored["cpu"]["measurements"]["totals"]["wall_s"], stored["gpu"]["measurements"]["totals"]["wall_s"]
+    assert row["winner"] == ("A" if wall_a < wall_b else "B")
+    text = run_cli("lectures", "main-cpu", "main-gpu", "--db", db, env=NARROW).stdout
+    assert units.seconds(wall_a) in text and units.seconds(wall_b) in text and row["text"] in text
+    markdown = run_cli("lectures", "main-cpu", "main-gpu", "--db", db, "--markdown").stdout
+    assert markdown.startswith("### nbscope lectures: A = main-cpu vs B = main-gpu")
+    # Two sets with different notebooks: each alone on its side.
+    apart = json.loads(run_cli("lectures", "1", "3", "--db", db, "--json").stdout)
+    assert [r["text"] for r in apart["rows"]] == ["only in A", "only in B"] and apart["paired"] == 0
