@@ -269,7 +269,7 @@ def print_record_header(record: RunRecord) -> None:
     console.print(
         f"[bold]{literal(run)}[/bold] · {literal(record.kind)} · {literal(record.target)} · {literal(record.status)} · "
         f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(fp.summary(record.fingerprint))} · "
-        f"digest {literal(record.digest)}"
+        f"digest {literal(record.digest)}" + (f" · label {literal(record.label)}" if record.label else "")
     )
     if record.settings:
         settings = ", ".join(f"{k}={v}" for k, v in record.settings.items() if v not in (None, [], {}, ""))
