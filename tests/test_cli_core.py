@@ -134,6 +134,7 @@ def test_info_diff_errors_are_one_line(run_cli: Any, tmp_path: Path) -> None:
 
 
 def test_runs_on_an_empty_store(run_cli: Any, tmp_db: Path) -> None:
+    Store(tmp_db).count()  # an empty store
     result = run_cli("runs", "--db", tmp_db, env=WIDE)
     assert result.returncode == 0, result.stderr
     assert "No runs stored yet." in result.stdout
@@ -152,7 +153,7 @@ def test_runs_and_show(run_cli: Any, tmp_db: Path) -> None:
     table = run_cli("runs", "--db", tmp_db, env=WIDE)
     assert table.returncode == 0, table.stderr
     assert "one.md" in table.stdout and "two.md" in table.stdout and "abcdef012345" in table.stdout
-    assert "wall_s=1.25 s" in table.stdout
+    assert "1.25 s · compile 500 ms · 2 cells" in table.stdout
     filtered = json.loads(run_cli("runs", "--db", tmp_db, "--json", "--target", "one.md").stdout)
     assert [r["id"] for r in filtered] == [1]
     shown = run_cli("show", "1", "--db", tmp_db, "--json")
@@ -229,12 +230,16 @@ def test_show_unknown_id(run_cli: Any, tmp_db: Path) -> None:
     assert_one_line_error(run_cli("show", "999999", "--db", tmp_db), "no run with id 999999")
 
 
-def test_show_unknown_id_with_the_default_store(run_cli: Any) -> None:
-    assert_one_line_error(run_cli("show", "999999"), "999999")
+def test_show_unknown_id_with_the_default_store(run_cli: Any, tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("show", "999999"), "no run store at .nbscope/nbscope.db")
+    assert not (tmp_path / ".nbscope").exists()
 
 
 def test_show_neither_id_nor_file(run_cli: Any, tmp_db: Path) -> None:
-    assert_one_line_error(run_cli("show", "nothing-here.json", "--db", tmp_db), "neither a run id")
+    saved_run(tmp_db)
+    assert_one_line_error(run_cli("show", "nothing-here.json", "--db", tmp_db), "nothing-here.json: no such file")
+    assert_one_line_error(run_cli("show", "no label here", "--db", tmp_db), "not a run reference")
+    assert_one_line_error(run_cli("show", "nolabel", "--db", tmp_db), "no run", "labelled 'nolabel'")
 
 
 def test_export_errors(run_cli: Any, tmp_db: Path, tmp_path: Path) -> None:

@@ -434,12 +434,12 @@ def test_diff_names_exactly_the_changed_fields(tmp_path: Path, base: dict[str, A
 def test_info_diff_json(tmp_path: Path, base: dict[str, Any], run_cli: Any) -> None:
     a, b = changed_pair(tmp_path, base)
     result = run_cli("info", "--diff", a, b, "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # fields differ: exit 1, as diff does
     assert json.loads(result.stdout) == [
         {"field": "blas.threads", "a": base["blas"]["threads"], "b": base["blas"]["threads"] + 7},
         {"field": "versions.jax", "a": base["versions"]["jax"], "b": "0.0.1"},
     ]
-    with_all = run_cli("info", "--diff", a, b, "--json", "--all")
+    with_all = run_cli("info", "--diff", a, b, "--json", "--volatile")
     fields = [row["field"] for row in json.loads(with_all.stdout)]
     assert {"blas.threads", "versions.jax", "cpu.load_average", "digest"} <= set(fields)
 
@@ -447,7 +447,7 @@ def test_info_diff_json(tmp_path: Path, base: dict[str, Any], run_cli: Any) -> N
 def test_info_diff_table(tmp_path: Path, base: dict[str, Any], run_cli: Any) -> None:
     a, b = changed_pair(tmp_path, base)
     result = run_cli("info", "--diff", a, b, env={"COLUMNS": "200"})
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     assert "2 field(s) differ" in result.stdout
     assert "blas.threads" in result.stdout and "versions.jax" in result.stdout
     assert "load_average" not in result.stdout
@@ -464,7 +464,7 @@ def test_info_diff_reads_a_run_record(tmp_path: Path, base: dict[str, Any], run_
         RunRecord(kind="profile", target="x.md", fingerprint=json.loads(b.read_text())).to_json()
     )
     result = run_cli("info", "--diff", a, record_path, "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     assert [row["field"] for row in json.loads(result.stdout)] == ["blas.threads", "versions.jax"]
 
 

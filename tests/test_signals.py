@@ -32,6 +32,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from nbscope.api.live import live_folder
 from nbscope.api.profile import CACHE_MARKER, ProfileOptions, jax_cache_env, owns_folder
 from nbscope.collect.runner import ExecutionOptions, execute
+from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
@@ -273,7 +274,7 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
                                 capture_output=True, text=True)
     [item] = json.loads(unfinished.stdout)
     assert item["path"] == str(live) and item["state"] == "unfinished"
-    assert (item["kind"], item["target"], item["cells_measured"], item["code_cells"]) == ("profile", str(NOTEBOOK), 1, 3)
+    assert (item["kind"], item["target"], item["cells_measured"], item["code_cells"]) == ("profile", target_name(NOTEBOOK), 1, 3)
 
     imported = subprocess.run([*nbscope, "import", str(live), "--db", str(db)], cwd=tmp_path, env=env,
                               capture_output=True, text=True)
@@ -281,7 +282,7 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
     assert "imported as run 1 (partial: 1 of 3 cells ran)" in imported.stdout
     record = Store(db).get(1)
     assert_stopped_run(record)
-    assert record.target == str(NOTEBOOK) and record.measurements["recovered_from"] == str(live)
+    assert record.target == target_name(NOTEBOOK) and record.measurements["recovered_from"] == str(live)
     assert isinstance(record.measurements["kernel"]["pid"], int)  # the probe's kernel header was kept too
     assert not live.exists()  # in the store now: nothing piles up
     again = subprocess.run([*nbscope, "runs", "--db", str(db), "--unfinished"], cwd=tmp_path, env=env,

@@ -165,7 +165,7 @@ def test_resolve_run_by_id_or_file(tmp_db: Path, tmp_path: Path) -> None:
     assert resolve_run(str(run_id), store).to_dict() == record.to_dict()
     path = dump(record, tmp_path / "exported.json")
     assert resolve_run(str(path), store).to_dict() == record.to_dict()
-    with pytest.raises(NbscopeError, match="neither a run id"):
+    with pytest.raises(NbscopeError, match="no-such-thing.json: no such file"):
         resolve_run("no-such-thing.json", store)
 
 
@@ -290,7 +290,7 @@ def test_an_older_store_is_migrated_and_keeps_every_run(tmp_db: Path, with_versi
     write_v1_store(tmp_db, [first, second, first], with_version=with_version)  # imported twice back then
     store = Store(tmp_db)
     assert [r["id"] for r in store.list()] == [2, 3, 1]  # nothing dropped, not even the old duplicate
-    assert store.version() == 2 and store_version(tmp_db) == "2"
+    assert store.version() == 3 and store_version(tmp_db) == "3"
     with closing_db(tmp_db) as db:
         hashes = dict(db.execute("SELECT id, content_hash FROM runs").fetchall())
     assert hashes[1] == hashes[3] == first.content_hash() and hashes[2] == second.content_hash()
@@ -301,18 +301,18 @@ def test_an_older_store_is_migrated_and_keeps_every_run(tmp_db: Path, with_versi
 def test_a_newer_store_is_refused_in_one_line_and_left_alone(tmp_db: Path, run_cli: Any) -> None:
     Store(tmp_db).save(make_record(started_at="2025-01-01T00:00:00.000Z"))
     with closing_db(tmp_db) as db:
-        db.execute("UPDATE meta SET value = '3' WHERE key = 'store_version'")
+        db.execute("UPDATE meta SET value = '4' WHERE key = 'store_version'")
         db.commit()
     before = tmp_db.read_bytes()
     for command in (("runs",), ("show", "1"), ("history", "a.md"), ("gate",)):
         done = run_cli(*command, "--db", tmp_db)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "nbscope store of version 3" in done.stderr and "upgrade nbscope" in done.stderr
+        assert "nbscope store of version 4" in done.stderr and "upgrade nbscope" in done.stderr
     assert tmp_db.read_bytes() == before
-    with pytest.raises(NbscopeError, match="version 3"):
+    with pytest.raises(NbscopeError, match="version 4"):
         Store(tmp_db).save(make_record(started_at="2025-01-02T00:00:00.000Z"))
-    assert store_version(tmp_db) == "3" and tmp_db.read_bytes() == before
+    assert store_version(tmp_db) == "4" and tmp_db.read_bytes() == before
 
 
 def test_an_sqlite_file_of_another_program_is_refused(tmp_path: Path) -> None:

@@ -14,12 +14,19 @@ def number(value: Any) -> float | None:
 
 
 def seconds(value: Any) -> str:
-    """``1.23 s``, ``45.6 ms``, ``8 µs``; ``–`` when not a number."""
+    """``1 h 5 min``, ``25 min 8 s``, ``1.23 s``, ``45.6 ms``, ``8 µs``; ``–`` when not a number."""
     value = number(value)
     if value is None:
         return "–"
-    if value >= 100:
-        return f"{value:.0f} s"
+    if value < 0:
+        return "-" + seconds(-value)
+    if value >= 59.995:  # what would print as 60.00 s
+        whole = round(value)
+        if whole >= 3600:
+            hours, rest = divmod(whole, 3600)
+            return f"{hours} h {round(rest / 60)} min" if round(rest / 60) < 60 else f"{hours + 1} h 0 min"
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes} min {rest} s"
     if value >= 1:
         return f"{value:.2f} s"
     if value >= 0.1:

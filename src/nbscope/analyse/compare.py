@@ -14,8 +14,8 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
-from nbscope.record.cells import CellPair, pair_cells
-from nbscope.record.run import RunRecord
+from nbscope.record.cells import CellPair, pair_cells, same_notebook, shown_line
+from nbscope.record.run import RunRecord, backend_of
 
 PROFILE_KINDS = ("profile", "trace")
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
@@ -94,33 +94,9 @@ def label(record: RunRecord, fallback: str) -> str:
 # ---- platform and dtype -------------------------------------------------------------------------
 
 
-def _platform_word(value: str) -> str:
-    first = value.split(",")[0].strip().lower()
-    if first in ("cuda", "gpu", "rocm"):
-        return "gpu"
-    return first
-
-
 def platform_of(record: RunRecord) -> dict[str, Any]:
-    """The JAX backend a run used, and how we know: ``{"platform": "cpu"|"gpu"|"tpu"|None, "source": ...}``."""
-    settings = record.settings or {}
-    if settings.get("jax_platform"):
-        return {"platform": _platform_word(str(settings["jax_platform"])), "source": "settings.jax_platform"}
-    env = {**(record.fingerprint.get("environment") or {}), **(settings.get("env") or {})}
-    for name in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME"):
-        if env.get(name):
-            return {"platform": _platform_word(str(env[name])), "source": f"environment {name}"}
-    runtime = record.fingerprint.get("jax_runtime")
-    if isinstance(runtime, Mapping) and runtime.get("default_backend"):
-        return {"platform": _platform_word(str(runtime["default_backend"])), "source": "fingerprint.jax_runtime"}
-    devices = (record.fingerprint.get("gpu") or {}).get("devices")
-    plugins = (record.fingerprint.get("versions") or {}).get("jax_plugins") or {}
-    if isinstance(devices, list) and devices and any("cuda" in name for name in plugins):
-        # JAX picks the GPU by default when its CUDA plugin is installed and a device is visible.
-        return {"platform": "gpu", "source": "default: GPU present and jax CUDA plugin installed"}
-    if isinstance(devices, list) and devices and not plugins:
-        return {"platform": "cpu", "source": "default: GPU present but no jax GPU plugin installed"}
-    return {"platform": "cpu", "source": "default: no GPU visible"}
+    """The JAX backend a run used, and how we know (see :func:`nbscope.record.run.backend_of`)."""
+    return backend_of(record)
 
 
 def x64_of(record: RunRecord) -> dict[str, Any]:
@@ -201,6 +177,7 @@ class Comparison:
     label_b: str = "B"
     rows: list[dict[str, Any]] = field(default_factory=list)
     totals: dict[str, Any] = field(default_factory=dict)
+    same_notebook: bool = True  # False: two different notebooks, compared because the caller allowed it
 
     @property
     def paired_all(self) -> bool:
@@ -210,6 +187,7 @@ class Comparison:
         return {
             "a": _run_summary(self.a, self.label_a),
             "b": _run_summary(self.b, self.label_b),
+            "same_notebook": self.same_notebook,
             "pairing": {
                 "cells_a": len(self.a.measurements.get("cells", [])),
                 "cells_b": len(self.b.measurements.get("cells", [])),
@@ -241,13 +219,26 @@ def _run_summary(record: RunRecord, name: str) -> dict[str, Any]:
     }
 
 
-def compare(a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None = None) -> Comparison:
-    """Compare two profile runs (usually of one notebook under different machines or settings)."""
+def compare(
+    a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None = None, allow_different: bool = False
+) -> Comparison:
+    """Compare two profile runs of one notebook (under different machines, settings or versions).
+
+    Runs of two different notebooks (:func:`nbscope.record.cells.same_notebook`) are refused: their
+    totals and paired cells would read as a speed-up. ``allow_different`` compares them anyway, and the
+    comparison says so.
+    """
     check_profile(a, "A")
     check_profile(b, "B")
+    same = same_notebook(a, b)
+    if not same and not allow_different:
+        raise NbscopeError(
+            f"{label(a, 'A')} is of {a.target} and {label(b, 'B')} of {b.target}: different notebooks "
+            "(pass --allow-different to compare them anyway)"
+        )
     pairs = pair_cells(a.measurements["cells"], b.measurements["cells"], sources=sources)
     comparison = Comparison(a=a, b=b, pairs=pairs, differences=differences(a, b),
-                            label_a=label(a, "A"), label_b=label(b, "B"))
+                            label_a=label(a, "A"), label_b=label(b, "B"), same_notebook=same)
     for pair in pairs:
         fa, fb = _figures(pair.a), _figures(pair.b)
         ref = pair.a or pair.b or {}
@@ -256,6 +247,7 @@ def compare(a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None = N
             "index_b": fb["index"] if fb else None,
             "line": ref.get("line"),
             "first_line": ref.get("first_line"),
+            "code_line": shown_line(ref),
             "source_hash": ref.get("source_hash"),
             "match": pair.match,
             "similarity": pair.similarity,

@@ -296,10 +296,15 @@ def history(
     digest: str | None = None,
     limit: int | None = None,
     options: ChangeOptions | None = None,
+    aliases: Sequence[str] | None = None,
 ) -> History:
     """The series of ``target``'s runs in ``store``, one per (kind, digest, measurement settings), oldest
-    run first. Rows the store cannot read are left out (the store reports them)."""
-    records = store.records(target=target, kind=kind, digest=digest)
+    run first. ``aliases``: every name the target's runs may be stored under (its current name first;
+    :func:`nbscope.record.cells.target_aliases`). Rows the store cannot read are left out (the store
+    reports them)."""
+    names = list(aliases) if aliases else [target]
+    target = names[0]
+    records = store.records(target=names, kind=kind, digest=digest)
     if not records:
         known = sorted({r["target"] for r in store.list(limit=500)})
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""

@@ -13,8 +13,12 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, GateOptions, GateResult, gate
+from nbscope.record.cells import target_aliases
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import resolve_run
+
+# The runs a gate judges: per-cell profiles, and jupyter-cache imports (totals only).
+GATE_KINDS = (*CELL_KINDS, "jupyter-cache")
 
 
 def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
@@ -23,11 +27,14 @@ def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecor
     Same target, kind and digest; started no later than the candidate (any time for a candidate from a
     file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
     """
+    if not store.path.exists():
+        return [], {}  # no store: runs named by files have no stored past
     settings = candidate.measurement_settings()
     verdicts = store.verdicts()
     kept: list[RunRecord] = []
     left_out: dict[str, list[RunRecord]] = {}
-    for record in store.records(target=candidate.target, digest=candidate.digest, kind=candidate.kind):
+    names = target_aliases(candidate.target)  # runs stored under the notebook's older names too
+    for record in store.records(target=names, digest=candidate.digest, kind=candidate.kind):
         if candidate.run_id is not None and (
             record.run_id == candidate.run_id or record.started_at > candidate.started_at
         ):
@@ -91,12 +98,14 @@ def history_runs(store: Any, candidate: RunRecord, count: int) -> list[RunRecord
 
 
 def latest_run(store: Any, target: str | None) -> RunRecord:
-    """The newest stored profile/trace/jupyter-cache run (of ``target`` when given)."""
-    rows = [r for r in store.list(target=target) if r["kind"] in (*CELL_KINDS, "jupyter-cache")]
-    if not rows:
+    """The newest stored profile/trace/jupyter-cache run (of ``target`` when given, by any of its names)."""
+    if not store.path.exists():
+        raise store.missing()
+    found = store.latest(target=target_aliases(target) if target else None, kind=list(GATE_KINDS))
+    if found is None:
         where = f" of {target}" if target else ""
         raise NbscopeError(f"no run{where} in {store.path} to use as the candidate")
-    return store.get(rows[0]["id"])
+    return found
 
 
 def gate_stored(
@@ -108,14 +117,19 @@ def gate_stored(
     options: GateOptions | None = None,
     history: int = 10,
 ) -> GateResult:
-    """Judge a candidate run against a baseline (each a run id, a run JSON file or ``latest``), with the
-    run-to-run noise of up to ``history`` earlier comparable runs; the verdict is stored with the
-    candidate when it is a stored run."""
+    """Judge a candidate run against a baseline (each a run reference: an id, ``latest:NOTEBOOK``, a label,
+    a run JSON file; or ``latest``), with the run-to-run noise of up to ``history`` earlier comparable
+    runs; the verdict is stored with the candidate when it is a stored run.
+
+    ``latest`` means: for the candidate, the newest run (of ``target`` when given); for the baseline, the
+    automatic baseline (:func:`latest_baseline`).
+    """
     if history < 0:
         raise NbscopeError("--history must be 0 or more")
-    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store)
+    cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store, kinds=GATE_KINDS)
     notes: list[str] = []
-    base = latest_baseline(store, cand, notes) if baseline == "latest" else resolve_run(baseline, store)
+    base = (latest_baseline(store, cand, notes) if baseline == "latest"
+            else resolve_run(baseline, store, kinds=GATE_KINDS))
     result = gate(base, cand, options, history=history_runs(store, cand, history))
     result.warnings[:0] = notes
     if cand.run_id is not None:

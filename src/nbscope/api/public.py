@@ -33,10 +33,12 @@ def profile(path: str | Path, *, store: Store | str | Path | None = None, **opti
     return profile_job.profile(path, profile_job.ProfileOptions(**options), store=_store(store))
 
 
-def compare(a: RunRecord, b: RunRecord, *, sources: dict[str, str] | None = None) -> compare_module.Comparison:
+def compare(
+    a: RunRecord, b: RunRecord, *, sources: dict[str, str] | None = None, allow_different: bool = False
+) -> compare_module.Comparison:
     """Two profile runs side by side: cells paired by source, per-cell winners, totals, and the settings
     and fingerprint fields that differ (``.to_dict()`` is what ``nbscope compare --json`` prints)."""
-    return compare_module.compare(a, b, sources=sources)
+    return compare_module.compare(a, b, sources=sources, allow_different=allow_different)
 
 
 def diagnose(record: RunRecord, *, other: RunRecord | None = None, **options: Any) -> diagnose_module.Findings:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sys
 
+import click
 import typer
+import typer.main
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError
@@ -44,6 +46,7 @@ def _register_commands() -> None:
     from nbscope.cli import (  # noqa: F401
         _audit,
         _bench,
+        _book,
         _compare,
         _core,
         _forecast,
@@ -53,6 +56,22 @@ def _register_commands() -> None:
         _profile,
         _versions,
     )
+
+
+def build_command() -> click.Command:
+    """The click command behind ``app``, every command registered, with help that shows only real defaults.
+
+    An option or argument without a default (``None``, or a required one) would show ``[default: None]``;
+    it is turned off here, once, for every command, so that commands added later need nothing of their own.
+    """
+    _register_commands()
+    command = typer.main.get_command(app)
+    commands = list(command.commands.values()) if isinstance(command, click.Group) else [command]
+    for sub in [command, *commands]:
+        for param in sub.params:
+            if param.default is None or param.required:
+                param.show_default = False
+    return command
 
 
 def _wants_version(argv: list[str]) -> bool:
@@ -68,10 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)
-    _register_commands()
+    command = build_command()
     with _signals.handled():
         try:
-            app(args=args, prog_name="nbscope", standalone_mode=True)
+            command(args=args, prog_name="nbscope", standalone_mode=True)
         except NbscopeError as exc:
             _print_error(f"nbscope: error: {exc}")
             raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None

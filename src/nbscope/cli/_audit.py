@@ -9,7 +9,15 @@ from typing import Annotated, Any
 import typer
 
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import (
+    DbOption,
+    JsonOption,
+    LabelOption,
+    MarkdownOption,
+    TimeoutOption,
+    open_store,
+    output_file,
+)
 
 HtmlOption = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")]
 OutputOption = Annotated[
@@ -65,7 +73,7 @@ def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdo
     from nbscope.render.terminal import console
 
     if output is not None:
-        export_audit(record, output, store=store)
+        export_audit(record, output_file(output), store=store)
     if html_path is not None:
         html_path.parent.mkdir(parents=True, exist_ok=True)
         html_path.write_text(audit_html(record), encoding="utf-8")
@@ -95,7 +103,7 @@ def audit(
     dask: Annotated[str | None, typer.Option("--dask", help="Dask scheduler address (tcp://host:8786), or local[:N].")] = None,
     share_gpu: Annotated[bool, typer.Option("--share-gpu", help="Let notebooks share a GPU, each capped to its memory share.")] = False,
     jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="With --share-gpu: notebooks per GPU at once.")] = 2,
-    timeout: Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")] = None,
+    timeout: TimeoutOption = None,
     forecast: Annotated[
         str | None,
         typer.Option("--forecast", metavar="GPU[,GPU...]",
@@ -109,6 +117,7 @@ def audit(
     quiet: QuietOption = False,
     no_diagnose: Annotated[bool, typer.Option("--no-diagnose", help="Do not list each notebook's top findings.")] = False,
     db: DbOption = None,
+    label: LabelOption = None,
 ) -> None:
     """Profile every notebook of a book on each backend: per lecture CPU vs GPU, the winner and the top cause; then
     each notebook's top findings with their fixes.

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, open_store
 
 
 @app.command()
@@ -53,6 +53,7 @@ def bench(
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
+    label: LabelOption = None,
 ) -> None:
     """Benchmark this machine: each group in a fresh process, first calls apart, steady state from repeats.
 

@@ -8,34 +8,50 @@ from typing import Annotated, Any
 
 import typer
 
+from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import (
+    DbOption,
+    JsonOption,
+    MarkdownOption,
+    limit_option,
+    open_store,
+    resolve,
+    run_help,
+)
+
+PROFILE_KINDS = ("profile", "trace")
 
 
 @app.command("compare")
 def compare_command(
-    a: Annotated[str, typer.Argument(help="Run A: a run id in the store or an exported run JSON file.")],
-    b: Annotated[str, typer.Argument(help="Run B: a run id in the store or an exported run JSON file.")],
+    a: Annotated[str, typer.Argument(metavar="A", help=run_help("Run A"))],
+    b: Annotated[str, typer.Argument(metavar="B", help=run_help("Run B"))],
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
-    top: Annotated[int | None, typer.Option(help="Show only the N cells that differ most.")] = None,
+    limit: Annotated[
+        int | None, limit_option("Show only the N cells that differ most (default: every cell, in notebook order).")
+    ] = None,
+    allow_different: Annotated[
+        bool,
+        typer.Option("--allow-different", help="Compare runs of two different notebooks (refused otherwise: exit 2)."),
+    ] = False,
 ) -> None:
-    """Two profile runs side by side: cells paired by source, wall/compile/run per side, winner, totals, and the
+    """Two profile runs of a notebook side by side: cells paired by source, wall/compile/run per side, winner, totals, and the
     settings and machine differences that could explain them. A GPU run beside a CPU run recorded with program
     data (`profile --forecast`) also shows the CPU run's GPU forecast against what the GPU measured, per cell."""
     from nbscope.analyse import compare as compare_module
     from nbscope.analyse.diagnose import recommend
     from nbscope.analyse.diagnose._base import sources_of
     from nbscope.analyse.forecast.measured import forecast_vs_measured
-    from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
     from nbscope.render import forecast as forecast_view
 
-    store = open_store(db)
-    run_a, run_b = resolve_run(a, store), resolve_run(b, store)
+    store = open_store(db, read_only=True)
+    run_a, run_b = resolve(a, store, kinds=PROFILE_KINDS), resolve(b, store, kinds=PROFILE_KINDS)
     sources = sources_of(run_a, run_b)
-    comparison = compare_module.compare(run_a, run_b, sources=sources)
+    comparison = compare_module.compare(run_a, run_b, sources=sources, allow_different=allow_different)
     platforms = {compare_module.platform_of(r)["platform"] for r in (run_a, run_b)}
     recommendation = recommend(run_a, run_b, sources=sources) if len(platforms) > 1 else None
     # A GPU run beside a CPU run recorded with program data: the CPU run's forecast against what the GPU measured.
@@ -55,7 +71,7 @@ def compare_command(
                             else f"_forecast vs measured: {measured['note']}_\n")
         print(text, end="")
     else:
-        view.print_comparison(comparison, top=top)
+        view.print_comparison(comparison, top=limit)
         if recommendation is not None:
             view.print_recommendation(recommendation)
         if measured is not None:
@@ -67,16 +83,16 @@ def compare_command(
 
 @app.command("diagnose")
 def diagnose_command(
-    run: Annotated[str, typer.Argument(help="A profile run: run id in the store or an exported run JSON file.")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help=run_help("A profile run"))],
     other: Annotated[
         str | None,
-        typer.Option("--other", help="A second run of the same notebook (CPU run for a GPU run, warm-cache run) used as evidence."),
+        typer.Option("--other", metavar="RUN", help="A second run of the same notebook (CPU run for a GPU run, warm-cache run) used as evidence."),
     ] = None,
     notebook: Annotated[
         Path | None, typer.Option("--notebook", help="The notebook's source, when it is not where the run recorded it.")
     ] = None,
     rule: Annotated[list[str] | None, typer.Option("--rule", help="Only this rule (repeatable).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Show at most N findings.")] = None,
+    limit: Annotated[int | None, limit_option("Show at most N findings.")] = None,
     gpu: Annotated[
         str | None,
         typer.Option("--gpu", metavar="GPU[,GPU...]",
@@ -92,6 +108,10 @@ def diagnose_command(
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", metavar="medium|high", help="Exit 1 when a finding is this severe or worse (as linters do)."),
+    ] = None,
 ) -> None:
     """Named causes of slow or wrongly timed cells: each a sentence with its numbers, the fix and a few lines of
     evidence (--verbose: all of it).
@@ -100,13 +120,13 @@ def diagnose_command(
     loop, weak float64) fire as forecast risks, labelled "forecast", with the backend recommendation the
     forecast makes."""
     from nbscope.analyse.diagnose import diagnose
-    from nbscope.record.store import resolve_run
     from nbscope.render import compare as view
     from nbscope.render.terminal import print_record_header
 
-    store = open_store(db)
-    record = resolve_run(run, store)
-    other_record = resolve_run(other, store) if other else None
+    failing = _fail_on(fail_on)
+    store = open_store(db, read_only=True)
+    record = resolve(run, store, kinds=PROFILE_KINDS)
+    other_record = resolve(other, store, kinds=PROFILE_KINDS) if other else None
     sources = None
     if notebook is not None:
         from nbscope.collect import notebook as notebook_module
@@ -129,6 +149,8 @@ def diagnose_command(
         view.print_findings(findings, record, limit=limit, verbose=verbose)
         if recommendation is not None:
             view.print_recommendation(recommendation)
+    if any(finding.severity in failing for finding in findings):
+        raise typer.Exit(1)
 
 
 def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any) -> Any:
@@ -159,3 +181,12 @@ def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
         thresholds.setdefault(rule, {})[name] = number
     return thresholds
 
+
+def _fail_on(level: str | None) -> tuple[str, ...]:
+    """The severities that make ``diagnose --fail-on LEVEL`` exit 1."""
+    if level is None:
+        return ()
+    levels = {"high": ("high",), "medium": ("high", "medium")}
+    if level not in levels:
+        raise NbscopeError(f"--fail-on {level!r}: use medium or high")
+    return levels[level]

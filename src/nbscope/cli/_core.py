@@ -10,7 +10,17 @@ import typer
 
 from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, open_store
+from nbscope.cli._options import (
+    DbOption,
+    JsonOption,
+    RunArgument,
+    all_option,
+    limit_option,
+    open_store,
+    output_file,
+    output_option,
+    resolve,
+)
 
 
 @app.command()
@@ -21,19 +31,24 @@ def info(
         tuple[Path, Path] | None,
         typer.Option("--diff", metavar="A.json B.json", help="List the fields that differ between two fingerprints."),
     ] = None,
-    all_fields: Annotated[bool, typer.Option("--all", help="With --diff: include volatile fields (load, clocks).")] = False,
+    volatile: Annotated[
+        bool, typer.Option("--volatile", help="With --diff: also compare volatile fields (load, clocks, free memory).")
+    ] = False,
 ) -> None:
-    """The machine fingerprint: CPU, memory, BLAS, GPUs, library versions, settings that change timings."""
+    """The machine fingerprint: CPU, memory, BLAS, GPUs, library versions, settings that change timings.
+
+    With --diff, the exit status is 0 when the fingerprints agree and 1 when fields differ (as in diff).
+    """
     from nbscope.api import info as api
     from nbscope.render import terminal
 
     if diff is not None:
-        rows = api.diff_fingerprints(diff[0], diff[1], include_volatile=all_fields)
+        rows = api.diff_fingerprints(diff[0], diff[1], include_volatile=volatile)
         if as_json:
             print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
         else:
             terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
-        return
+        raise typer.Exit(1 if rows else 0)
     fingerprint = api.collect_fingerprint(include_jax=jax)
     if as_json:
         print(json.dumps(fingerprint, indent=1, default=str))
@@ -45,23 +60,37 @@ def info(
 def runs(
     db: DbOption = None,
     kind: Annotated[str | None, typer.Option(help="Only runs of this kind (profile, bench, ...).")] = None,
-    target: Annotated[str | None, typer.Option(help="Only runs of this notebook or benchmark.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    target: Annotated[
+        str | None, typer.Option(help="Only runs of this notebook (a path, or its name as listed) or benchmark.")
+    ] = None,
+    label: Annotated[str | None, typer.Option("--label", help="Only runs recorded with this --label.")] = None,
+    limit: Annotated[int, limit_option("At most N runs, newest first.")] = 50,
+    everything: Annotated[bool, all_option("Every run (no --limit).")] = False,
     as_json: JsonOption = False,
     unfinished: Annotated[
         bool, typer.Option("--unfinished", help="List runs killed before they were stored (import them with `nbscope import FILE`).")
     ] = False,
 ) -> None:
-    """List stored runs: id, time, kind, target, machine, digest, headline totals."""
+    """List stored runs: id, time, kind, notebook, backend, status, label, digest and the headline figures."""
+    from nbscope.record.cells import target_aliases
     from nbscope.render import terminal
 
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     if unfinished:
         _list_unfinished(store, as_json=as_json)
         return
-    rows = store.list(kind=kind, target=target, limit=limit)
+    if not store.path.exists():
+        from nbscope.api import live
+
+        waiting = [i for i in live.unfinished(live.live_folder(store.path)) if i["state"] == "unfinished"]
+        hint = f"; {len(waiting)} unfinished run(s) beside it: see nbscope runs --unfinished" if waiting else ""
+        raise NbscopeError(f"{store.missing()}{hint}")
+    rows = store.list(kind=kind, target=target_aliases(target) if target else None, label=label,
+                      limit=None if everything else limit)
     if as_json:
         print(json.dumps(rows, indent=1))
+    elif not rows and (kind or target or label):
+        print("No stored run matches.")
     else:
         terminal.print_run_list(rows)
         _mention_unfinished(store)
@@ -117,15 +146,14 @@ def _store_live(path: Path, record: Any, store: Any) -> None:
 
 @app.command()
 def show(
-    run_id: Annotated[str, typer.Argument(help="Run id in the store, or an exported run JSON file.")],
+    run: RunArgument,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Print one run."""
-    from nbscope.record.store import resolve_run
+    """Print one run: a profile's every cell in notebook order, with its figures."""
     from nbscope.render import terminal
 
-    record = resolve_run(run_id, open_store(db))
+    record = resolve(run, open_store(db, read_only=True))
     if as_json:
         print(record.to_json())
     else:
@@ -134,18 +162,18 @@ def show(
 
 @app.command()
 def export(
-    run_id: Annotated[int, typer.Argument(help="Run id in the store.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="JSON file to write.")],
+    run: RunArgument,
+    output: Annotated[Path, output_option("JSON file to write.")],
     db: DbOption = None,
 ) -> None:
     """Write one run as a JSON record (to move it to another machine)."""
     from nbscope.record import run as record_module
 
-    record = open_store(db).get(run_id)
-    if output.is_dir():
-        raise NbscopeError(f"-o {output} is a directory; give a file name")
+    output_file(output)
+    record = resolve(run, open_store(db, read_only=True))
     record_module.dump(record, output)
-    print(f"run {run_id} written to {output}")
+    name = f"run {record.run_id}" if record.run_id is not None else run
+    print(f"{name} written to {output}")
 
 
 @app.command("import")

@@ -10,7 +10,15 @@ import typer
 
 from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import (
+    DbOption,
+    JsonOption,
+    MarkdownOption,
+    all_option,
+    limit_option,
+    open_store,
+    run_help,
+)
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.devices import DeviceTable
@@ -47,14 +55,14 @@ and `nbscope compare` of a CPU run with a GPU run.
 
 @app.command("forecast", help=HELP)
 def forecast_command(
-    run: Annotated[str | None, typer.Argument(help="Profile run: a run id in the store or an exported JSON file.")] = None,
+    run: Annotated[str | None, typer.Argument(metavar="RUN", help=run_help("A profile run"))] = None,
     gpu: Annotated[str, typer.Option("--gpu", metavar="GPU[,GPU...]", help="GPUs of the device table (t4, l4, a10g, a100, h100, h200, or your own).")] = "t4",
     devices: DevicesOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
-    top: Annotated[int, typer.Option(help="Show the N cells the GPU changes most.")] = 15,
-    all_cells: Annotated[bool, typer.Option("--all", help="Show every cell, in notebook order.")] = False,
+    limit: Annotated[int, limit_option("Show the N cells the GPU changes most.")] = 15,
+    all_cells: Annotated[bool, all_option("Show every cell, in notebook order.")] = False,
     notebook: Annotated[Path | None, typer.Option("--notebook", help="The profiled notebook, for exact code changes (default: its recorded path).")] = None,
     calibrate_from: Annotated[
         list[str] | None,
@@ -62,7 +70,7 @@ def forecast_command(
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="With --calibrate-from: the new device's key.")] = None,
     base: Annotated[str | None, typer.Option("--base", help="With --calibrate-from: take figures the runs lack from this device.")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="With --calibrate-from: append the entry to this device file.")] = None,
+    output: Annotated[Path | None, typer.Option("--append-to", metavar="FILE", help="With --calibrate-from: append the entry to this device file.")] = None,
     list_devices: Annotated[bool, typer.Option("--list", help="List the device table with each figure's source.")] = False,
     measured: Annotated[
         str | None,
@@ -75,7 +83,7 @@ def forecast_command(
     if list_devices:
         _list(table, as_json)
         return
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     if calibrate_from:
         _calibrate(calibrate_from, name, base, output, table, store, as_json)
         return
@@ -86,7 +94,7 @@ def forecast_command(
     from nbscope.render import forecast as view
 
     record = resolve_run(run, store)
-    label = f"run {run}" if run.isdigit() else run
+    label = f"run {record.run_id}" if record.run_id is not None else run
     result = forecast(record, gpu, table=table, notebook_path=notebook, run_label=label)
     if measured is not None:
         from nbscope.analyse.forecast.measured import against_measured
@@ -98,9 +106,9 @@ def forecast_command(
     if as_json:
         print(json.dumps(result, indent=1, default=str))
     elif markdown:
-        print(view.forecast_markdown(result, top=None if all_cells else top, show_all=all_cells))
+        print(view.forecast_markdown(result, top=None if all_cells else limit, show_all=all_cells))
     else:
-        view.print_forecast(result, top=None if all_cells else top, show_all=all_cells)
+        view.print_forecast(result, top=None if all_cells else limit, show_all=all_cells)
 
 
 def _list(table: DeviceTable, as_json: bool) -> None:

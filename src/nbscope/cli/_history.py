@@ -10,12 +10,29 @@ import typer
 
 from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import (
+    DbOption,
+    JsonOption,
+    MarkdownOption,
+    all_option,
+    limit_option,
+    open_store,
+    output_file,
+    output_option,
+    resolve,
+    run_help,
+)
 
 
 @app.command()
 def history(
-    target: Annotated[str, typer.Argument(help="Notebook (as `nbscope runs` lists it) or benchmark suite.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET",
+            help="Notebook: a path from anywhere, or its name as `nbscope runs` lists it; or a benchmark suite.",
+        ),
+    ],
     db: DbOption = None,
     metric: Annotated[str, typer.Option(help="Figure from the run totals (or the cell with --cell): wall_s, compile_s, ...")] = "wall_s",
     cell: Annotated[
@@ -23,7 +40,7 @@ def history(
     ] = None,
     kind: Annotated[str | None, typer.Option(help="Only runs of this kind (profile, jupyter-cache, bench, ...).")] = None,
     digest: Annotated[str | None, typer.Option(help="Only runs in this environment (fingerprint digest).")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most the newest N runs per environment.")] = None,
+    limit: Annotated[int | None, limit_option("At most the newest N runs per environment (default: every run).")] = None,
     min_size: Annotated[int, typer.Option("--min-size", help="Fewest runs on each side of a change point.")] = 2,
     threshold: Annotated[float, typer.Option(help="Change score needed (shift in noise units, size-weighted).")] = 4.0,
     rel_floor: Annotated[float, typer.Option("--rel-floor", help="Ignore shifts below this fraction of the level.")] = 0.10,
@@ -33,13 +50,15 @@ def history(
     """A target's figures over time, per environment digest, with change points and a sparkline."""
     from nbscope.analyse.history import ChangeOptions
     from nbscope.analyse.history import history as build_history
+    from nbscope.record.cells import target_aliases
     from nbscope.render.gate import history_markdown, print_history
 
     if min_size < 1:
         raise NbscopeError("--min-size must be at least 1")
     options = ChangeOptions(min_size=min_size, k=threshold, rel_floor=rel_floor)
     result = build_history(
-        open_store(db), target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit, options=options
+        open_store(db, read_only=True), target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit,
+        options=options, aliases=target_aliases(target),
     )
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
@@ -52,17 +71,20 @@ def history(
 @app.command()
 def gate(
     candidate: Annotated[
-        str, typer.Option("--candidate", help="Run id, exported run JSON, or 'latest' (newest run, of --target if given).")
+        str,
+        typer.Option("--candidate", metavar="RUN", help=run_help("The run judged") + " latest: the newest run (of --target if given)."),
     ] = "latest",
     baseline: Annotated[
         str,
         typer.Option(
             "--baseline",
-            help="Run id, run JSON, or 'latest': the last earlier complete run with the candidate's target, kind, "
-            "digest and settings that passed the gate (else the newest never judged; runs that failed are skipped).",
+            metavar="RUN",
+            help=run_help("The run it is judged against") + " latest: the last earlier complete run with the "
+            "candidate's notebook, kind, digest and settings that passed the gate (else the newest never judged; "
+            "runs that failed are skipped).",
         ),
     ] = "latest",
-    target: Annotated[str | None, typer.Option(help="With --candidate latest: the notebook.")] = None,
+    target: Annotated[str | None, typer.Option(help="With --candidate latest: the notebook (a path, or its stored name).")] = None,
     db: DbOption = None,
     max_slowdown: Annotated[str, typer.Option("--max-slowdown", help="Allowed slowdown: 10%, 0.1 or 1.1x.")] = "10%",
     alpha: Annotated[float, typer.Option(help="Significance level of the Mann–Whitney test (with --repeat samples).")] = 0.05,
@@ -79,7 +101,7 @@ def gate(
     ignore_status: Annotated[
         bool, typer.Option("--ignore-status", help="Do not fail when a cell that ran in the baseline fails now.")
     ] = False,
-    everything: Annotated[bool, typer.Option("--all", help="List every cell, not only those that moved.")] = False,
+    everything: Annotated[bool, all_option("List every cell, not only those that moved.")] = False,
     summary: Annotated[
         Path | None,
         typer.Option("--summary", help="Append the markdown summary to this file (e.g. \"$GITHUB_STEP_SUMMARY\")."),
@@ -92,7 +114,7 @@ def gate(
     from nbscope.api.gate import gate_stored
     from nbscope.render.gate import gate_markdown, print_gate
 
-    store = open_store(db)
+    store = open_store(db, read_only=True)  # verdicts are written only to a store that holds the candidate
     options = GateOptions(
         max_slowdown=parse_slowdown(max_slowdown), alpha=alpha, min_cell_s=min_cell, abs_floor_s=floor,
         mad_k=mad_k, check_status=not ignore_status,
@@ -155,8 +177,11 @@ def import_jupyter_cache(
 
 @app.command()
 def report(
-    runs: Annotated[list[str], typer.Argument(help="Run ids or exported run JSON files; the first is the baseline.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
+    runs: Annotated[
+        list[str],
+        typer.Argument(metavar="RUN...", help=run_help("Runs, each") + " The first is the baseline."),
+    ],
+    output: Annotated[Path, output_option("HTML file to write.")] = Path("report.html"),
     db: DbOption = None,
     title: Annotated[str | None, typer.Option(help="Page title.")] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Leave out the history chart.")] = False,
@@ -165,11 +190,11 @@ def report(
     """One self-contained HTML report (no network): fingerprints, waterfalls, compared runs, pathways,
     loop sweeps, diagnoses and history, plots as inline SVG."""
     from nbscope.analyse.report import report_data
-    from nbscope.record.store import resolve_run
     from nbscope.render.html import write_report
 
-    store = open_store(db)
-    records = [resolve_run(reference, store) for reference in runs]
+    output_file(output)
+    store = open_store(db, read_only=True)
+    records = [resolve(reference, store) for reference in runs]
     history_store = None if no_history or not store.path.exists() else store
     data = report_data(records, store=history_store, history_metric=metric)
     path = write_report(data, output, title=title)

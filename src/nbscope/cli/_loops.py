@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, open_store
+from nbscope.cli._options import DbOption, JsonOption, LabelOption, open_store
 
 
 def _trip_counts(text: str | None) -> list[int] | None:
@@ -45,6 +45,7 @@ def loops(
     ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
+    label: LabelOption = None,
 ) -> None:
     """Sweep a loop's trip count, fit time = a + b·n, report µs per iteration and extrapolate (fresh process)."""
     from rich.console import Console

@@ -1,21 +1,113 @@
-"""Options shared by several commands."""
+"""Options shared by several commands, and the CLI side of run references, output files and output formats.
+
+One option means one thing everywhere: ``--limit N`` caps the rows shown, ``--all`` shows every row,
+``--timeout`` is a per-cell limit, ``-o/--output FILE`` writes the command's file, ``--json`` and
+``--markdown`` choose the output format (one of them), ``--label`` names the runs a command records.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import typer
 
-from nbscope.record.store import Store
+from nbscope._errors import NbscopeError
+from nbscope.record.run import LABEL_ENV, RunRecord, check_label
+from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
 
 DbOption = Annotated[
     Path | None,
     typer.Option("--db", envvar="NBSCOPE_DB", help="Run store (SQLite). Default: .nbscope/nbscope.db"),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-MarkdownOption = Annotated[bool, typer.Option("--markdown", help="Print a GitHub-ready markdown table.")]
+
+# The output formats a command prints; naming two is refused (--json --markdown used to give JSON silently).
+_FORMATS = ("--json", "--markdown")
+
+
+def _one_format(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        chosen = ctx.meta.setdefault("nbscope_formats", [])
+        chosen.append(param.opts[0])
+        if len(chosen) > 1:
+            raise NbscopeError(f"{' and '.join(chosen)} are output formats; choose one")
+    return value
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.", callback=_one_format)]
+MarkdownOption = Annotated[
+    bool, typer.Option("--markdown", help="Print a GitHub-ready markdown table.", callback=_one_format)
+]
+
+# ---- runs ------------------------------------------------------------------------------------------
+
+RUN_HELP = f"The run: {RUN_REFERENCE}."
+
+
+def run_help(what: str = "The run") -> str:
+    """Help text of an argument or option that takes a run reference."""
+    return f"{what}: {RUN_REFERENCE}."
+
+
+RunArgument = Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)]
+
+
+def resolve(reference: str, store: Store, *, kinds: Sequence[str] | None = None) -> RunRecord:
+    """The run a reference names (one grammar in every command; see :func:`nbscope.record.store.resolve_run`)."""
+    return resolve_run(reference, store, kinds=kinds)
+
+
+def _set_label(value: str | None) -> str | None:
+    # Every run recorded from here on carries the label, also in worker processes started by this command.
+    label = check_label(value)
+    if label is not None:
+        os.environ[LABEL_ENV] = label
+    return label
+
+
+LabelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--label",
+        envvar=LABEL_ENV,
+        callback=_set_label,
+        help="Label the runs this command records (e.g. main-cpu); name them later as LABEL or LABEL:NOTEBOOK.",
+    ),
+]
+
+# ---- rows, limits, output --------------------------------------------------------------------------
+
+
+def limit_option(help: str) -> Any:
+    """``--limit N`` (``-n``): at most N rows; what the rows are is said in ``help``."""
+    return typer.Option("--limit", "-n", min=1, help=help)
+
+
+def all_option(help: str = "Show every row.") -> Any:
+    """``--all``: every row (where --limit would cut)."""
+    return typer.Option("--all", help=help)
+
+
+TimeoutOption = Annotated[
+    float | None, typer.Option("--timeout", metavar="SECONDS", help="Per-cell time limit in seconds.")
+]
+
+
+def output_option(help: str) -> Any:
+    """``-o/--output FILE``: write the command's file there (folders made, an existing file replaced)."""
+    return typer.Option("-o", "--output", metavar="FILE", help=help)
+
+
+def output_file(path: Path) -> Path:
+    """``path`` ready to be written: a directory is refused in one line, missing folders are made."""
+    if path.is_dir():
+        raise NbscopeError(f"-o {path} is a directory; give a file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def warn(message: str) -> None:
@@ -23,6 +115,7 @@ def warn(message: str) -> None:
     print(f"nbscope: warning: {message}", file=sys.stderr)
 
 
-def open_store(db: Path | None) -> Store:
-    """The run store; a row it cannot read is reported on stderr (one line) and left out."""
-    return Store(db, on_skip=warn)
+def open_store(db: Path | None, *, read_only: bool = False) -> Store:
+    """The run store; a row it cannot read is reported on stderr (one line) and left out. A read-only
+    store (commands that only read runs) is never created: reading one that is not there is an error."""
+    return Store(db, on_skip=warn, read_only=read_only)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, TimeoutOption, open_store
 
 
 @app.command()
@@ -19,13 +19,14 @@ def pathways(
         typer.Option("--via", metavar="PATHWAY[,PATHWAY]", help="script, kernel, book (jupyter-book 1), book2 (jupyter-book 2)."),
     ] = "script,kernel,book",
     repeat: Annotated[int, typer.Option(help="Run each pathway N times (interleaved); report medians and spread.")] = 1,
-    timeout: Annotated[float | None, typer.Option(help="Per-cell time limit in seconds, in every pathway.")] = None,
+    timeout: TimeoutOption = None,
     kernel: Annotated[str | None, typer.Option(help="Kernel name (default: the notebook's).")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the notebook's process; repeatable.")] = None,
     jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS in every pathway.")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
+    label: LabelOption = None,
 ) -> None:
     """Run a notebook through a script, a Jupyter kernel and a jupyter-book build; pair its cells and say
     whether the pathway explains a difference, with each pathway's fixed costs apart from the cells."""

@@ -9,8 +9,18 @@ from typing import Annotated, Any
 
 import typer
 
+from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
+from nbscope.cli._options import (
+    DbOption,
+    JsonOption,
+    LabelOption,
+    MarkdownOption,
+    TimeoutOption,
+    all_option,
+    limit_option,
+    open_store,
+)
 
 NoDiagnoseOption = Annotated[
     bool, typer.Option("--no-diagnose", help="Do not end with the run's top findings (nor add them to --json).")
@@ -76,15 +86,15 @@ def _progress(total: int, enabled: bool) -> tuple[Any, Any, Any]:
 def profile(
     path: Annotated[Path, typer.Argument(help="Notebook: .ipynb or MyST .md")],
     db: DbOption = None,
-    timeout: Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")] = None,
+    timeout: TimeoutOption = None,
     on_error: Annotated[str, typer.Option("--on-error", help="continue | stop")] = "continue",
     kernel: Annotated[str | None, typer.Option(help="Kernel name (default: the notebook's).")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable.")] = None,
     jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")] = None,
     jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR (cold empties only the folder nbscope made beside --db)")] = "off",
     repeat: Annotated[int, typer.Option(help="Run N times, each in a fresh kernel; report medians.")] = 1,
-    top: Annotated[int, typer.Option(help="Show the N slowest cells.")] = 15,
-    all_cells: Annotated[bool, typer.Option("--all", help="Show every cell, in notebook order.")] = False,
+    limit: Annotated[int, limit_option("Show the N slowest cells.")] = 15,
+    all_cells: Annotated[bool, all_option("Show every cell, in notebook order.")] = False,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
     backends: Annotated[
@@ -107,6 +117,7 @@ def profile(
         Path | None, typer.Option("--devices", metavar="FILE", help="With --forecast: a device file adding or overriding GPUs.")
     ] = None,
     no_diagnose: NoDiagnoseOption = False,
+    label: LabelOption = None,
 ) -> None:
     """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory; then its top
     findings (causes with their fixes; `nbscope diagnose RUN` shows them in full)."""
@@ -138,7 +149,7 @@ def profile(
         print(json.dumps(_with_diagnosis(record, findings, why_not), indent=1, default=str) if not no_diagnose
               else record.to_json())
     elif markdown:
-        print(ledger.profile_markdown(record, top=None if all_cells else top, notebook_order=all_cells))
+        print(ledger.profile_markdown(record, top=None if all_cells else limit, notebook_order=all_cells))
         if gpus:
             from nbscope.analyse.forecast import forecast as run_forecast
             from nbscope.render.forecast import forecast_markdown
@@ -149,7 +160,7 @@ def profile(
 
             print(findings_markdown(findings, record, top=TOP_FINDINGS, command=_diagnose_command(record, store)), end="")
     else:
-        ledger.print_profile(record, top=None if all_cells else top, notebook_order=all_cells)
+        ledger.print_profile(record, top=None if all_cells else limit, notebook_order=all_cells)
         if options.timeline:
             from nbscope.render.timeline import print_timeline
 
@@ -206,8 +217,9 @@ def trace(
         list[Path] | None,
         typer.Option("--source", help="Notebook sources to match kernels against (default: found under the working dir)."),
     ] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Stop the command (and its kernels) after this many seconds.")
+    command_timeout: Annotated[
+        float | None,
+        typer.Option("--command-timeout", metavar="SECONDS", help="Stop the whole command (and its kernels) after this many seconds."),
     ] = None,
     fresh: Annotated[
         bool,
@@ -220,6 +232,8 @@ def trace(
                      "`jupyter book` runs it where jupyter-book 1 is installed too."),
     ] = False,
     no_diagnose: NoDiagnoseOption = False,
+    per_cell_timeout: Annotated[float | None, typer.Option("--timeout", hidden=True)] = None,
+    label: LabelOption = None,
 ) -> None:
     """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
@@ -227,10 +241,13 @@ def trace(
     from nbscope.api.profile import diagnosis_of
     from nbscope.api.trace import cached_pages_note, theme_note, trace_command
 
+    if per_cell_timeout is not None:
+        raise NbscopeError("trace has no per-cell --timeout (cells run in the traced command); "
+                           "--command-timeout SECONDS stops the whole command")
     command = list(ctx.args)
     store = open_store(db)
     result = trace_command(
-        command, store=store, sources=source, timeout=timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
+        command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
     )
     for note in (cached_pages_note(result), theme_note(result)):
         if note:

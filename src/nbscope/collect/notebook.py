@@ -41,6 +41,14 @@ class CodeCell:
                 return text.strip()
         return ""
 
+    @property
+    def code_line(self) -> str:
+        """The first line that is code, not a comment (tables show it); the first line if all are comments."""
+        for text in self.source.splitlines():
+            if text.strip() and not text.lstrip().startswith("#"):
+                return text.strip()
+        return self.first_line
+
     def describe(self) -> dict[str, Any]:
         return {
             "index": self.index,
@@ -48,6 +56,7 @@ class CodeCell:
             "source_hash": self.source_hash,
             "line": self.line,
             "first_line": self.first_line[:120],
+            "code_line": self.code_line[:120],
             "tags": self.tags,
         }
 
@@ -60,6 +69,8 @@ class Notebook:
     format: str  # "ipynb" or "myst"
     nb: nbformat.NotebookNode
     code_cells: list[CodeCell]
+    # First 16 hex digits of SHA-256 of the file as stored: with the notebook's name, what identifies it.
+    content_hash: str = ""
 
     @property
     def kernel_name(self) -> str:
@@ -72,6 +83,7 @@ class Notebook:
             "cells": len(self.nb.cells),
             "code_cells": len(self.code_cells),
             "kernel": self.kernel_name,
+            "content_hash": self.content_hash,
         }
 
 
@@ -91,10 +103,12 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{path}: no such file")
     if path.is_dir():
         raise NbscopeError(f"{path} is a directory, not a notebook")
+    data = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise NbscopeError(f"{path} is not a text file, so not a notebook") from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text would: universal newlines
     if path.suffix.lower() == ".ipynb":
         try:
             nb = nbformat.reads(text, as_version=4)
@@ -122,4 +136,5 @@ def read(path: str | Path) -> Notebook:
                 tags=tags,
             )
         )
-    return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells)
+    return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells,
+                    content_hash=hashlib.sha256(data).hexdigest()[:16])

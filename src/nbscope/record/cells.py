@@ -93,11 +93,21 @@ def label(cell: Mapping[str, Any]) -> str:
     return f"{name} (line {cell['line']})" if cell.get("line") else name
 
 
+def shown_line(cell: Mapping[str, Any]) -> str:
+    """The line a table shows for a cell: its first line of code (not a comment), else its first line."""
+    return str(cell.get("code_line") or cell.get("first_line") or "")
+
+
 # ---- a notebook's cells --------------------------------------------------------------------------
 
 
 def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_state: str) -> dict[str, Any]:
-    """Per-notebook figures from cell records."""
+    """Per-notebook figures from cell records; each cell's ``jax.cache_state`` is set to the notebook's.
+
+    The probe hears JAX say once per process whether its compile cache feature is enabled ("on" by default,
+    with or without a cache folder); what a cell's compiles met is the run's cache state (``off``,
+    ``cold``, ``warm``). JAX's word is kept as ``jax.cache_feature``.
+    """
 
     def total(key: str, sub: str | None = None) -> float:
         values = [((c.get(sub) or {}).get(key) if sub else c.get(key)) for c in cells]
@@ -107,6 +117,12 @@ def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_
     hits = int(total("cache_hits", "jax"))
     if cache_state == "cold" and hits:
         cache_state = "warm"  # a cold cache that still hit: the notebook compiled the same thing twice
+    for cell in cells:
+        jax = cell.get("jax")
+        if isinstance(jax, dict) and jax.get("cache_state") != cache_state:
+            if jax.get("cache_state") is not None:
+                jax["cache_feature"] = jax["cache_state"]
+            jax["cache_state"] = cache_state
     return {
         "cells": len(cells),
         "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped")),
@@ -131,14 +147,84 @@ def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_
     }
 
 
-def target_name(path: str | Path, root: Path | None = None) -> str:
-    """A notebook's name in the store: its path relative to ``root`` (default: the working directory)
-    when inside it, else absolute; the same notebook gets the same name from every command."""
+# Files that mark the root of a Jupyter Book (1 and 2).
+BOOK_CONFIGS = ("_toc.yml", "myst.yml")
+
+
+def project_root(path: str | Path) -> Path:
+    """The folder a notebook's name is taken relative to: the root of the git work tree holding it, else
+    the nearest folder above it with a book configuration (``_toc.yml``, ``myst.yml``), else its own folder.
+
+    Any of these is the same from every working directory, so a lecture keeps one name in the store.
+    """
     resolved = Path(path).resolve()
+    folder = resolved if resolved.is_dir() else resolved.parent
+    ancestors = [folder, *folder.parents]
+    for parent in ancestors:
+        if (parent / ".git").exists():  # a directory, or a file in a git worktree
+            return parent
+    for parent in ancestors:
+        if any((parent / name).is_file() for name in BOOK_CONFIGS):
+            return parent
+    return folder
+
+
+def target_name(path: str | Path, base: Path | None = None) -> str:
+    """A notebook's name in the store: its path relative to its :func:`project_root`, with ``/``.
+
+    A relative ``path`` is taken from ``base`` (default: the working directory). Names given before project
+    roots were relative to the working directory, or absolute: :func:`target_aliases` finds them too.
+    """
+    given = Path(path)
+    resolved = (given if given.is_absolute() else (base or Path.cwd()) / given).resolve()
+    root = project_root(resolved)
     try:
-        return str(resolved.relative_to((root or Path.cwd()).resolve()))
+        return resolved.relative_to(root).as_posix()
     except ValueError:
-        return str(resolved)
+        return resolved.as_posix()
+
+
+def target_aliases(target: str, base: Path | None = None) -> list[str]:
+    """Every name a stored run of ``target`` may carry, the current name first.
+
+    ``target`` is a stored name (``lectures/jax_intro.md``) or a path to the notebook, absolute or relative
+    to ``base`` (default: the working directory). When it names a file, the names runs stored before the
+    project-root naming may carry are added: the absolute path and every trailing part of it
+    (``jax_intro.md``, ``lectures/jax_intro.md``, ...), since those runs were named relative to whatever
+    folder nbscope ran in. A name that is not a file (a benchmark suite, a run from another machine) is
+    matched as written.
+    """
+    names = [target]
+    base = base or Path.cwd()
+    given = Path(target)
+    candidates = [given if given.is_absolute() else base / given]
+    if not given.is_absolute():
+        candidates.append(project_root(base) / given)  # a stored name, given from anywhere in the project
+    for candidate in candidates:
+        if not candidate.is_file():
+            continue
+        resolved = candidate.resolve()
+        names.insert(0, target_name(resolved))
+        names.append(resolved.as_posix())
+        parts = resolved.parts
+        names.extend(Path(*parts[i:]).as_posix() for i in range(len(parts) - 1, 0, -1))
+        break
+    return list(dict.fromkeys(names))
+
+
+def same_notebook(a: Any, b: Any) -> bool:
+    """Whether two runs (records) measured one notebook: the same name, or the same file content
+    (``measurements.notebook.content_hash``: a renamed lecture), or names of which one ends the other at a
+    folder boundary (``jax_intro.md`` and ``lectures/jax_intro.md``: a run named before project roots)."""
+    if a.target == b.target:
+        return True
+    hash_a = ((a.measurements or {}).get("notebook") or {}).get("content_hash")
+    hash_b = ((b.measurements or {}).get("notebook") or {}).get("content_hash")
+    if hash_a and hash_a == hash_b:
+        return True
+    parts_a, parts_b = Path(a.target).parts, Path(b.target).parts
+    shorter, longer = sorted((parts_a, parts_b), key=len)
+    return bool(shorter) and longer[len(longer) - len(shorter):] == shorter
 
 
 # ---- pairing cells across runs -------------------------------------------------------------------

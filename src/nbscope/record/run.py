@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -33,6 +35,30 @@ REQUIRED_FIELDS = {
 }
 
 
+# A label names runs for later reference (``--label main-cpu``; ``nbscope show main-cpu``): letters, digits
+# and ``. _ - + /``, not only digits (those are run ids) and not ``latest``; no ``:``, which separates a label
+# from a notebook in a run reference (``main-cpu:lecture.md``).
+LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,99}")
+LABEL_ENV = "NBSCOPE_LABEL"
+
+
+def check_label(label: str | None) -> str | None:
+    """``label`` if it can name runs, None for none; else a one-line NbscopeError."""
+    if label is None or label == "":
+        return None
+    if not LABEL_PATTERN.fullmatch(label) or label.isdigit() or label == "latest":
+        raise NbscopeError(
+            f"label {label!r} cannot name runs: use letters, digits and . _ - + / (at most 100), not only "
+            "digits (those are run ids), not 'latest', no ':'"
+        )
+    return label
+
+
+def default_label() -> str | None:
+    """The label of runs recorded now: ``$NBSCOPE_LABEL`` (what ``--label`` sets), or none."""
+    return check_label(os.environ.get(LABEL_ENV) or None)
+
+
 def utc_now() -> str:
     """An ISO 8601 UTC timestamp with milliseconds."""
     now = time.time()
@@ -54,6 +80,8 @@ class RunRecord:
     status: str = "ok"
     tool_version: str = __version__
     schema_version: int = SCHEMA_VERSION
+    # What the user named the run (``--label``); runs recorded while ``$NBSCOPE_LABEL`` is set carry it.
+    label: str | None = field(default_factory=default_label)
     run_id: int | None = None  # set by the store; not part of the document
 
     @property
@@ -77,7 +105,7 @@ class RunRecord:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "format": FORMAT_NAME,
             "schema_version": self.schema_version,
             "tool_version": self.tool_version,
@@ -91,6 +119,9 @@ class RunRecord:
             "fingerprint": self.fingerprint,
             "measurements": self.measurements,
         }
+        if self.label is not None:  # absent, not null: an unlabelled run's document is as before labels
+            document["label"] = self.label
+        return document
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=_json_default)
@@ -110,6 +141,7 @@ class RunRecord:
             status=document.get("status", "ok"),
             tool_version=document["tool_version"],
             schema_version=document["schema_version"],
+            label=document.get("label"),
         )
 
     def headline(self) -> dict[str, Any]:
@@ -150,6 +182,35 @@ def describe_settings(settings: Mapping[str, Any]) -> str:
     return " · ".join(parts) or "default settings"
 
 
+def _platform_word(value: str) -> str:
+    first = value.split(",")[0].strip().lower()
+    if first in ("cuda", "gpu", "rocm"):
+        return "gpu"
+    return first
+
+
+def backend_of(record: RunRecord) -> dict[str, Any]:
+    """The JAX backend a run used, and how we know: ``{"platform": "cpu"|"gpu"|"tpu"|None, "source": ...}``."""
+    settings = record.settings or {}
+    if settings.get("jax_platform"):
+        return {"platform": _platform_word(str(settings["jax_platform"])), "source": "settings.jax_platform"}
+    env = {**(record.fingerprint.get("environment") or {}), **(settings.get("env") or {})}
+    for name in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME"):
+        if env.get(name):
+            return {"platform": _platform_word(str(env[name])), "source": f"environment {name}"}
+    runtime = record.fingerprint.get("jax_runtime")
+    if isinstance(runtime, Mapping) and runtime.get("default_backend"):
+        return {"platform": _platform_word(str(runtime["default_backend"])), "source": "fingerprint.jax_runtime"}
+    devices = (record.fingerprint.get("gpu") or {}).get("devices")
+    plugins = (record.fingerprint.get("versions") or {}).get("jax_plugins") or {}
+    if isinstance(devices, list) and devices and any("cuda" in name for name in plugins):
+        # JAX picks the GPU by default when its CUDA plugin is installed and a device is visible.
+        return {"platform": "gpu", "source": "default: GPU present and jax CUDA plugin installed"}
+    if isinstance(devices, list) and devices and not plugins:
+        return {"platform": "cpu", "source": "default: GPU present but no jax GPU plugin installed"}
+    return {"platform": "cpu", "source": "default: no GPU visible"}
+
+
 def content_hash(document: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of a parsed run document written as JSON with sorted keys."""
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=_json_default)
@@ -181,7 +242,7 @@ def validate(document: Any, *, source: str = "document") -> None:
     for name, kind in REQUIRED_FIELDS.items():
         if not isinstance(document.get(name), kind):
             raise NbscopeError(f"{source}: field {name!r} is missing or not a {kind.__name__}")
-    for name in ("ended_at", "status"):
+    for name in ("ended_at", "status", "label"):
         if document.get(name) is not None and not isinstance(document[name], str):
             raise NbscopeError(f"{source}: field {name!r} is {_a(_json_type(document[name]))}, not a string")
     if document.get("settings") is not None and not isinstance(document["settings"], dict):
@@ -213,6 +274,7 @@ _CELL: Spec = {
     "execution_count": "integer",
     "source_hash": "string",
     "first_line": "string",
+    "code_line": "string",
     "status": "string",
     "tags": "array",
     "error": {"name": "string", "message": "string"},

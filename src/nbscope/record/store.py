@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,9 @@ from nbscope.record.run import RunRecord
 DEFAULT_DB = Path(".nbscope") / "nbscope.db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The meta table's store_version. 1: runs and meta. 2: runs.content_hash (a run is stored once) and
-# gate_verdicts (what `nbscope gate` decided about a run). Older stores are migrated on first use; a
-# newer one is refused, untouched.
-STORE_VERSION = 2
+# gate_verdicts (what `nbscope gate` decided about a run). 3: runs.label (``--label``, found by run
+# references). Older stores are migrated on first use; a newer one is refused, untouched.
+STORE_VERSION = 3
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -65,7 +65,19 @@ def _migrate_to_2(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS gate_verdicts_run ON gate_verdicts (run_id, id)")
 
 
-MIGRATIONS = {1: _migrate_to_2}  # from version N to N + 1
+def _migrate_to_3(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE runs ADD COLUMN label TEXT")
+    for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
+        try:
+            label = json.loads(document).get("label")
+        except (TypeError, ValueError, AttributeError):
+            continue  # a corrupt row stays unlabelled (and is reported when read)
+        if isinstance(label, str):
+            db.execute("UPDATE runs SET label = ? WHERE id = ?", (label, run_id))
+    db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
+
+
+MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -95,7 +107,9 @@ def _set_wal(connection: sqlite3.Connection) -> None:
             time.sleep(0.01)
 
 
-SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest")
+SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
+# A filter: one value, or any of several (a notebook's current and older names, several kinds).
+Match = str | Sequence[str] | None
 
 
 class Store:
@@ -106,9 +120,17 @@ class Store:
     does not stop ``runs``, ``history``, ``gate`` or ``report``. Asked for by its id, it is an error.
     """
 
-    def __init__(self, path: str | Path | None = None, *, on_skip: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        on_skip: Callable[[str], None] | None = None,
+        read_only: bool = False,
+    ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.on_skip = on_skip
+        # A read-only store never creates a database: reading one that is not there is an error.
+        self.read_only = read_only
         self.skipped: dict[int, str] = {}
         self._check_file()
 
@@ -168,8 +190,16 @@ class Store:
             db.execute("ROLLBACK")
             raise
 
+    def missing(self) -> NbscopeError:
+        """The error of a read-only command given a store that does not exist."""
+        return NbscopeError(
+            f"no run store at {self.path}: nothing was stored there (give the store with --db or NBSCOPE_DB)"
+        )
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only and not self.path.exists():
+            raise self.missing()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -213,6 +243,7 @@ class Store:
             json.dumps(record.headline()),
             document,
             digest,
+            record.label,
         )
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
@@ -221,7 +252,7 @@ class Store:
                 if found is None:
                     cursor = db.execute(
                         "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, headline,"
-                        " document, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " document, content_hash, label) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         row,
                     )
                 db.execute("COMMIT")
@@ -248,18 +279,21 @@ class Store:
         with self._connect() as db:
             row = db.execute("SELECT document FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
-            raise NbscopeError(f"no run with id {run_id} in {self.path}")
+            raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         return self._parse(run_id, row[0])
 
     def _readable(
-        self, *, kind: str | None, target: str | None, digest: str | None, limit: int | None
+        self, *, kind: Match, target: Match, digest: str | None, limit: int | None, label: str | None = None
     ) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
         """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows."""
-        clauses, params = [], []
-        for column, value in (("kind", kind), ("target", target), ("digest", digest)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (("kind", kind), ("target", target), ("digest", digest), ("label", label)):
+            if value is None:
+                continue
+            values = [value] if isinstance(value, str) else list(value)
+            clauses.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
+            params.extend(values)
         sql = f"SELECT {', '.join(SUMMARY_COLUMNS)}, document FROM runs"
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
@@ -280,32 +314,41 @@ class Store:
     def list(
         self,
         *,
-        kind: str | None = None,
-        target: str | None = None,
+        kind: Match = None,
+        target: Match = None,
         digest: str | None = None,
         limit: int | None = None,
+        label: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Summaries of the readable runs, newest first."""
+        """Summaries of the readable runs, newest first, with the JAX backend each used."""
         result = []
-        for row, record in self._readable(kind=kind, target=target, digest=digest, limit=limit):
+        for row, record in self._readable(kind=kind, target=target, digest=digest, limit=limit, label=label):
             item = dict(zip(SUMMARY_COLUMNS, row, strict=True))
             item["headline"] = record.headline()
+            item["backend"] = _backend(record)
             result.append(item)
         return result
 
     def records(
         self,
         *,
-        kind: str | None = None,
-        target: str | None = None,
+        kind: Match = None,
+        target: Match = None,
         digest: str | None = None,
         limit: int | None = None,
+        label: str | None = None,
     ) -> list[RunRecord]:
         """Whole records matching ``list``'s filters, newest first (unreadable rows skipped and reported)."""
-        return [record for _, record in self._readable(kind=kind, target=target, digest=digest, limit=limit)]
+        return [
+            record
+            for _, record in self._readable(kind=kind, target=target, digest=digest, limit=limit, label=label)
+        ]
 
-    def latest(self, *, target: str, digest: str | None = None, kind: str | None = None) -> RunRecord | None:
-        found = self.records(target=target, digest=digest, kind=kind, limit=1)
+    def latest(
+        self, *, target: Match = None, digest: str | None = None, kind: Match = None, label: str | None = None
+    ) -> RunRecord | None:
+        """The newest readable run matching the filters, or None."""
+        found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
 
     def count(self) -> int:
@@ -341,15 +384,69 @@ class Store:
         }
 
 
-def resolve_run(reference: str, store: Store) -> RunRecord:
-    """A run given as a store id (``12``) or a path to an exported JSON record."""
-    if reference.isdigit():
-        return store.get(int(reference))
-    if Path(reference).exists():
-        record = record_module.load(reference)
+def _backend(record: RunRecord) -> str | None:
+    """The backend a run measured on, for listings: an audit's backends, else the JAX backend it used."""
+    if record.kind == "audit":
+        backends = (record.settings or {}).get("backends")
+        return ",".join(map(str, backends)) if isinstance(backends, list) and backends else None
+    return record_module.backend_of(record)["platform"]
+
+
+# The grammar of a run reference, the same in every command that takes a run.
+RUN_REFERENCE = "a run id, latest, latest:NOTEBOOK, a label (LABEL or LABEL:NOTEBOOK) or a run JSON file"
+
+
+def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = None) -> RunRecord:
+    """The run ``reference`` names, in one grammar for every command:
+
+    - ``12``: the run with that id in ``store``;
+    - ``latest``: the newest stored run; ``latest:NOTEBOOK`` the newest of that notebook (a path or a
+      stored name, old names included: :func:`nbscope.record.cells.target_aliases`);
+    - ``run.json``: a run record file (``nbscope export``, ``--json``); the same run stored already keeps
+      its id;
+    - ``main-cpu``: the newest run recorded with ``--label main-cpu``; ``main-cpu:NOTEBOOK`` the newest
+      of that notebook with that label.
+
+    ``latest`` and labels consider only runs of ``kinds`` when given (the command's own kinds). A
+    reference that names nothing is a one-line NbscopeError saying what was looked for.
+    """
+    from nbscope.record.cells import target_aliases
+
+    text = reference.strip()
+    if not text:
+        raise NbscopeError(f"an empty run reference; give {RUN_REFERENCE}")
+    if text.isdigit():
+        return store.get(int(text))
+    path = Path(text)
+    if path.is_file():
+        record = record_module.load(path)
         try:  # the same run stored already keeps its id (gate verdicts, baselines)
             record.run_id = store.find(record)
         except NbscopeError:
             pass  # a store this nbscope cannot use does not stop reading a file; commands that need it say so
         return record
-    raise NbscopeError(f"{reference!r} is neither a run id in {store.path} nor an existing file")
+    if path.is_dir():
+        raise NbscopeError(f"{text} is a directory; give {RUN_REFERENCE}")
+    if path.suffix in (".json", ".jsonl"):
+        raise NbscopeError(f"{text}: no such file")
+    label, _, notebook = text.partition(":")
+    if label == "latest":
+        label = ""
+    elif not record_module.LABEL_PATTERN.fullmatch(label):
+        raise NbscopeError(f"{text!r} is not a run reference: no such file, and not {RUN_REFERENCE}")
+    if ":" in text and not notebook:
+        raise NbscopeError(f"{text!r}: give the notebook after ':' ({label or 'latest'}:lecture.md)")
+    if not store.path.exists():
+        raise store.missing()
+    targets = target_aliases(notebook) if notebook else None
+    record = store.latest(target=targets, kind=list(kinds) if kinds else None, label=label or None)
+    if record is not None:
+        return record
+    runs = f"{'/'.join(kinds)} run" if kinds else "run"
+    of = f" of {notebook}" if notebook else ""
+    if label:
+        raise NbscopeError(
+            f"no {runs}{of} labelled {label!r} in {store.path}, and no file {text!r} "
+            "(label runs with --label when recording them)"
+        )
+    raise NbscopeError(f"no {runs}{of} in {store.path}")

@@ -10,7 +10,15 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from nbscope.render.terminal import console, format_bytes, format_seconds, literal
+from nbscope.render.terminal import (
+    Column,
+    console,
+    fitted_table,
+    format_bytes,
+    format_seconds,
+    literal,
+    source_text,
+)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
@@ -21,12 +29,28 @@ def _md(text: Any) -> str:
 
 
 def _cell_name(row: Mapping[str, Any]) -> str:
+    return f"cell {_cell_number(row)}" + (f" · line {row['line']}" if row.get("line") else "")
+
+
+def _cell_number(row: Mapping[str, Any]) -> str:
+    """``3``, or ``3→4`` for a cell that moved (its number in A, then in B)."""
     ia, ib = row.get("index_a"), row.get("index_b")
     if ia is not None and ib is not None and ia != ib:
-        number = f"{ia + 1}→{ib + 1}"
-    else:
-        number = str((ia if ia is not None else ib) + 1)
-    return f"cell {number}" + (f" · line {row['line']}" if row.get("line") else "")
+        return f"{ia + 1}→{ib + 1}"
+    return str((ia if ia is not None else ib) + 1)
+
+
+def _side_wall(figures: Mapping[str, Any] | None) -> str:
+    if figures is None:
+        return "–"
+    text = format_seconds(figures.get("wall_s"))
+    if figures.get("status") not in (None, "ok", "expected-error"):
+        text += f" [red]{literal(figures['status'])}[/red]"
+    return text
+
+
+def _side_compile(figures: Mapping[str, Any] | None) -> str:
+    return format_seconds(figures.get("compile_s")) if figures and figures.get("compile_s") else "–"
 
 
 def _side(figures: Mapping[str, Any] | None, *, markup: bool = True) -> str:
@@ -52,7 +76,16 @@ def _value(value: Any) -> str:
 def _run_title(summary: Mapping[str, Any]) -> str:
     settings = summary.get("settings") or {}
     shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k in ("jax_platform", "jax_cache", "pathway") and v)
-    return f"{summary.get('label')} · {summary.get('platform')} · {summary.get('machine')}" + (f" · {shown}" if shown else "")
+    return (f"{summary.get('label')} · {summary.get('target')} · {summary.get('platform')} · {summary.get('machine')}"
+            + (f" · {shown}" if shown else ""))
+
+
+def _different_note(data: Mapping[str, Any]) -> str | None:
+    """The warning of a comparison of two different notebooks (made with --allow-different)."""
+    if data.get("same_notebook", True):
+        return None
+    return (f"different notebooks ({data['a']['target']} and {data['b']['target']}), compared with "
+            "--allow-different: the totals and winners compare two programs, not one notebook's speed")
 
 
 # ---- comparison ---------------------------------------------------------------------------------
@@ -63,6 +96,9 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
     data = comparison.to_dict()
     console.print(f"[bold]A[/bold] = {literal(_run_title(data['a']))}")
     console.print(f"[bold]B[/bold] = {literal(_run_title(data['b']))}")
+    different = _different_note(data)
+    if different:
+        console.print(f"[bold yellow]{literal(different)}[/bold yellow]")
     pairing = data["pairing"]
     note = "every cell paired" if pairing["all_paired"] else f"{pairing['only_a']} only in A, {pairing['only_b']} only in B"
     console.print(literal(
@@ -72,19 +108,33 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
     rows = list(data["cells"])
     if top:
         rows = sorted(rows, key=lambda r: abs(r.get("delta_s") or 0.0), reverse=True)[:top]
-    table = Table(title_justify="left", title="cells" if not top else f"{len(rows)} largest differences")
-    for column, justify in (("cell", "left"), ("source", "left"), ("A", "right"), ("B", "right"),
-                            ("winner", "left"), ("pairing", "left")):
-        # The cell column ("cell 3→4 · line 120") never shrinks: a narrow console takes room from the others.
-        table.add_column(column, justify=justify, no_wrap=column == "cell",
-                         overflow="fold" if column == "source" else "ellipsis")
+    # Every figure stays whole on a narrow console: the source gives way; compile columns show from 110.
+    with_compile = console.width >= 110
+    columns = [
+        Column("cell", "right", "number"),
+        Column("line", "right", "number", optional=True),
+        Column("source", "left", "source", min_width=12),
+        Column("A", "right", "number"),
+        Column("B", "right", "number"),
+        *([Column("A compile", "right", "number"), Column("B compile", "right", "number")] if with_compile else []),
+        Column("winner", "left", "number"),
+        Column("pairing", "left", "text", optional=True),
+    ]
+    table_rows = []
     for row in rows:
         winner = row.get("text") or "–"
         style = "green" if row.get("winner") == "B" else "red" if row.get("winner") == "A" else "dim"
-        table.add_row(
-            literal(_cell_name(row)), literal((row.get("first_line") or "")[:44]), _side(row.get("a")),
-            _side(row.get("b")), f"[{style}]{literal(winner)}[/{style}]", MATCH_NOTE.get(row.get("match", ""), ""),
-        )
+        cells = [
+            literal(_cell_number(row)), literal(row.get("line") or ""),
+            source_text(row.get("code_line") or row.get("first_line") or ""),
+            _side_wall(row.get("a")), _side_wall(row.get("b")),
+        ]
+        if with_compile:
+            cells += [_side_compile(row.get("a")), _side_compile(row.get("b"))]
+        cells += [f"[{style}]{literal(winner)}[/{style}]", MATCH_NOTE.get(row.get("match", ""), "")]
+        table_rows.append(cells)
+    title = "cells in notebook order" if not top else f"{len(rows)} largest differences"
+    table = fitted_table(columns, table_rows, title=title)
     console.print(table)
     print_totals(data["totals"])
     print_differences(data["differences"])
@@ -99,7 +149,8 @@ def print_totals(totals: Mapping[str, Any]) -> None:
         if a is None and b is None:
             continue
         fmt = format_seconds if key.endswith("_s") else format_bytes if key.endswith("_bytes") else _value
-        table.add_row(literal(key), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", "")))
+        name = key.removesuffix("_s").removesuffix("_bytes").replace("_", " ")
+        table.add_row(literal(name), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", "")))
     console.print(table)
 
 
@@ -119,17 +170,25 @@ def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
 def comparison_markdown(comparison: Any) -> str:
     """GitHub-ready: ``| Benchmark | A | B | Winner |`` with "B 3.1× faster", then totals and differences."""
     data = comparison.to_dict()
+    a, b = data["a"], data["b"]
+    if data.get("same_notebook", True):
+        title = f"### nbscope compare: `{_md(a['target'])}`, {_md(a['label'])} vs {_md(b['label'])}"
+    else:
+        title = (f"### nbscope compare (different notebooks): {_md(a['label'])} `{_md(a['target'])}` vs "
+                 f"{_md(b['label'])} `{_md(b['target'])}`")
+    different = _different_note(data)
     lines = [
-        f"### nbscope compare: `{_md(data['a']['target'])}`",
+        title,
         "",
-        f"- **A** = {_md(_run_title(data['a']))}",
-        f"- **B** = {_md(_run_title(data['b']))}",
+        *([f"> **Warning**: {_md(different)}", ""] if different else []),
+        f"- **A** = {_md(_run_title(a))}",
+        f"- **B** = {_md(_run_title(b))}",
         "",
         "| Benchmark | A | B | Winner |",
         "|---|---:|---:|---|",
     ]
     for row in data["cells"]:
-        name = f"{_cell_name(row)}: `{_md((row.get('first_line') or '')[:60])}`"
+        name = f"{_cell_name(row)}: `{_md((row.get('code_line') or row.get('first_line') or '')[:60])}`"
         if row.get("match") not in ("hash", None):
             name += f" ({MATCH_NOTE.get(row['match'], row['match'])})"
         lines.append(f"| {name} | {_md(_side(row.get('a'), markup=False))} | {_md(_side(row.get('b'), markup=False))} | "

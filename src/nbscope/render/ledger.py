@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
+from nbscope.record.cells import shown_line
 from nbscope.record.run import RunRecord
 from nbscope.render.terminal import (
+    Column,
     console,
+    fitted_table,
     format_bytes,
     format_seconds,
     literal,
@@ -70,40 +71,49 @@ def ordered_cells(record: RunRecord, *, top: int | None, notebook_order: bool) -
     return cells[:top] if top else cells
 
 
+LEDGER_COLUMNS = (
+    Column("#", "right", "number"),
+    Column("line", "right", "number", optional=True),
+    Column("source", "left", "source", min_width=12),
+    Column("wall", "right", "number"),
+    Column("compile", "right", "number"),
+    Column("run", "right", "number"),
+    Column("compiles", "right", "text", min_width=6),
+    Column("flags", "left", "text", min_width=10, optional=True),
+)
+
+
 def print_profile(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> None:
+    """The ledger: header, a row per cell (the ``top`` slowest, or every cell in notebook order), totals.
+
+    On a narrow console the source column gives way first, then compiles and flags wrap; the cell number,
+    line and times are never cut.
+    """
     print_record_header(record)
     m = record.measurements
     cells = ordered_cells(record, top=top, notebook_order=notebook_order)
     total_cells = len(m.get("cells", []))
     title = "cells in notebook order" if notebook_order else f"slowest {len(cells)} of {total_cells} cells"
-    table = Table(title=title, title_justify="left")
-    for column, justify in (
-        ("#", "right"),
-        ("line", "right"),
-        ("source", "left"),
-        ("wall", "right"),
-        ("compile", "right"),
-        ("run", "right"),
-        ("compiles", "right"),
-        ("flags", "left"),
-    ):
-        # A narrow console takes its room from source, compiles and flags (source is cut with "…", the
-        # others wrap); the cell number, line and times keep their width.
-        shrinks = column in ("source", "compiles", "flags")
-        table.add_column(column, justify=justify, no_wrap=not shrinks, max_width=48 if column == "source" else None)
-    for cell in cells:
-        table.add_row(
+    rows = [
+        (
             literal(cell["index"] + 1),
             literal(cell.get("line") or ""),
-            source_text((cell.get("first_line") or "")[:48]),
+            source_text(shown_line(cell)),
             format_seconds(cell.get("wall_s")),
             format_seconds(cell.get("compile_s")) if cell.get("compile_s") else "–",
             format_seconds(cell.get("run_s")),
-            compile_text(cell),
+            literal(compile_text(cell)),
             ", ".join(cell_flags(cell)),
         )
-    console.print(table)
+        for cell in cells
+    ]
+    console.print(fitted_table(LEDGER_COLUMNS, rows, title=title))
     print_summary(record)
+
+
+def print_every_cell(record: RunRecord) -> None:
+    """``nbscope show RUN`` of a profile: every cell in notebook order."""
+    print_profile(record, top=None, notebook_order=True)
 
 
 def print_summary(record: RunRecord) -> None:
@@ -156,7 +166,7 @@ def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order:
     ]
     for cell in ordered_cells(record, top=top, notebook_order=notebook_order):
         lines.append(
-            f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{_md((cell.get('first_line') or '')[:60])}` | "
+            f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{_md(shown_line(cell)[:60])}` | "
             f"{format_seconds(cell.get('wall_s'))} | {format_seconds(cell.get('compile_s'))} | "
             f"{format_seconds(cell.get('run_s'))} | {compile_text(cell)} | {_md(', '.join(cell_flags(cell, markup=False)))} |"
         )

@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,8 +25,8 @@ if not console.is_terminal and "COLUMNS" not in os.environ:
 
 # Run kind -> "module:function" that prints its measurements; loaded only when needed.
 RECORD_VIEWS: dict[str, str] = {
-    "profile": "nbscope.render.ledger:print_profile",
-    "trace": "nbscope.render.ledger:print_profile",
+    "profile": "nbscope.render.ledger:print_every_cell",
+    "trace": "nbscope.render.ledger:print_every_cell",
     "bench": "nbscope.render.bench:print_bench",
     "pathways": "nbscope.render.pathways:print_pathways",
     "loops": "nbscope.render.loops:print_loops",
@@ -44,6 +46,114 @@ def literal(value: Any) -> str:
 def source_text(text: str) -> Text:
     """A source line for a table cell: as written, on one line, cut with "…" where the column is narrow."""
     return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a :func:`fitted_table`. ``role`` says how it gives way on a narrow console:
+    ``number`` never does (figures are never cut or wrapped), ``source`` gives way first (one line, cut
+    with "…"), ``text`` wraps once the source columns are down to ``min_width``."""
+
+    header: str
+    justify: str = "left"
+    # number | source | text | path (a name that wraps after "/", never mid-word) | parts (wraps after " · ")
+    role: str = "text"
+    min_width: int = 8
+    optional: bool = False  # left out when no row has anything in it
+
+
+def _cell_width(value: Any) -> int:
+    text = value if isinstance(value, Text) else Text.from_markup(str(value))
+    return max((Text(line).cell_len for line in text.plain.splitlines()), default=0)
+
+
+def fitted_table(
+    columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, title: str | None = None, width: int | None = None
+) -> Table:
+    """A table that fits ``width`` (default: the console's) and never cuts a figure.
+
+    Number columns keep their full width. When a row is too wide, source columns shrink first (to their
+    ``min_width``), then text, figure lists (``parts``) and names (``path``) wrap down to theirs; if that
+    is not enough, each goes down to its header (a figure list to its longest figure). ``rows`` hold rich
+    markup strings or Text.
+    """
+    width = width or console.width
+    kept = [
+        i for i, c in enumerate(columns) if not c.optional or any(_cell_width(row[i]) for row in rows)
+    ]
+    if len(kept) < len(columns):
+        columns = [columns[i] for i in kept]
+        rows = [[row[i] for i in kept] for row in rows]
+    natural = [
+        max([len(c.header), *(_cell_width(row[i]) for row in rows)]) for i, c in enumerate(columns)
+    ]
+    widths = list(natural)
+    # box.SIMPLE_HEAD without edges: a rule under the header, two spaces between columns (the divider and
+    # a left padding).
+    room = width - 2 * (len(columns) - 1)
+
+    def excess() -> int:
+        return sum(widths) - room
+
+    # Last, when even those minimums do not fit, every column but the numbers goes down to its header, and a
+    # list of figures down to its longest figure, so that none is split.
+    passes = [(role, "min") for role in ("source", "text", "parts", "path")]
+    passes += [(role, "hard") for role in ("source", "path", "text", "parts")]
+    for role, floor in passes:
+        for i, column in enumerate(columns):
+            if column.role != role or excess() <= 0:
+                continue
+            if floor == "min":
+                least = max(len(column.header), column.min_width)
+            elif role == "parts":
+                longest = max((len(part.rstrip()) for row in rows
+                               for part in _plain(row[i]).split(WRAP_AFTER[role])), default=0)
+                least = max(len(column.header), longest + len(WRAP_AFTER[role].rstrip()))
+            else:
+                least = len(column.header)
+            widths[i] = max(min(widths[i], least), widths[i] - excess())
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 0, 0, 1))
+    for column, size in zip(columns, widths, strict=True):
+        table.add_column(
+            column.header,
+            justify=column.justify,  # type: ignore[arg-type]
+            width=size,
+            no_wrap=column.role != "text",
+            overflow="fold" if column.role == "text" else "ellipsis",
+        )
+    for row in rows:
+        table.add_row(*(
+            _wrap_after(cell, size, WRAP_AFTER[column.role]) if column.role in WRAP_AFTER
+            else cell if isinstance(cell, Text) else str(cell)
+            for cell, column, size in zip(row, columns, widths, strict=True)
+        ))
+    return table
+
+
+WRAP_AFTER = {"path": "/", "parts": " · "}
+
+
+def _plain(value: Any) -> str:
+    return value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
+
+
+def _wrap_after(value: Any, width: int, separator: str) -> Text:
+    """Text on as many lines as it needs, broken only after ``separator`` (a part longer than a line is
+    folded): a path after "/", a list of figures after " · ", so that "1.23 s" is never split."""
+    plain = _plain(value)
+    lines: list[str] = []
+    line = ""
+    for part in plain.replace(separator, separator + "\0").split("\0"):
+        if line and len(line.rstrip()) + len(part.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += part
+        while len(line.rstrip()) > width:
+            lines.append(line[:width])
+            line = line[width:]
+    lines.append(line.rstrip())
+    return Text("\n".join(lines))
 
 
 def format_value(value: Any) -> str:
@@ -91,28 +201,67 @@ def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b
     console.print(table)
 
 
+def headline_text(headline: Mapping[str, Any]) -> str:
+    """A run's headline figures as a reader says them: ``25 min 8 s · compile 3.10 s · 31 cells · 12 compiles``."""
+    parts = []
+    for key, value in headline.items():
+        if key == "wall_s":
+            parts.append(format_seconds(value))
+        elif key.endswith("_s"):
+            parts.append(f"{key[:-2].replace('_', ' ')} {format_seconds(value)}")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            noun = key.replace("_", " ")
+            parts.append(f"{value:g} {noun[:-1] if value == 1 and noun.endswith('s') else noun}")
+        else:
+            parts.append(f"{key.replace('_', ' ')} {value}")
+    return " · ".join(parts)
+
+
+RUN_LIST_COLUMNS = (
+    Column("id", "right", "number"),
+    Column("started (UTC)", "left", "number"),
+    Column("kind", "left", "number"),
+    Column("target", "left", "path", min_width=12),
+    Column("backend", "left", "number", optional=True),
+    Column("status", "left", "number"),
+    Column("label", "left", "path", optional=True),
+    Column("headline", "left", "parts", min_width=16),
+)
+
+
 def print_run_list(rows: list[dict[str, Any]]) -> None:
+    """``nbscope runs``: one row per run; figures in plain units, every column whole at 80 columns but the
+    names (wrapped at "/") and the headline (wrapped at spaces). The environment digest shows from 100
+    columns, the machine from 140."""
     if not rows:
         console.print("No runs stored yet.")
         return
-    table = Table()
-    for column in ("id", "started (UTC)", "kind", "target", "status", "machine", "digest", "headline"):
-        table.add_column(column, overflow="fold")
+    columns = list(RUN_LIST_COLUMNS)
+    extra = {"digest": console.width >= 100, "machine": console.width >= 140}
+    if console.width < 100:  # the year goes first: "11-30 07:44" (UTC)
+        columns[1] = Column("started", "left", "number")
+    if extra["digest"]:
+        columns.insert(7, Column("digest", "left", "number"))
+    if extra["machine"]:
+        columns.insert(7, Column("machine", "left", "source", min_width=16))
+    table_rows = []
     for row in rows:
-        headline = ", ".join(
-            f"{k}={format_seconds(v) if k.endswith('_s') else v}" for k, v in row["headline"].items()
-        )
-        table.add_row(
+        cells = [
             literal(row["id"]),
-            literal(str(row["started_at"])[:19].replace("T", " ")),
+            literal(str(row["started_at"])[:16].replace("T", " ")[0 if extra["digest"] else 5:]),
             literal(row["kind"]),
             literal(row["target"]),
+            literal(row.get("backend") or ""),
             literal(row["status"]),
-            literal(row["machine"]),
-            literal(row["digest"]),
-            literal(headline),
-        )
-    console.print(table)
+            literal(row.get("label") or ""),
+            literal(headline_text(row["headline"])),
+        ]
+        if extra["digest"]:
+            cells.insert(7, literal(row["digest"]))
+        if extra["machine"]:
+            cells.insert(7, literal(row["machine"]))
+        table_rows.append(cells)
+    console.print(fitted_table(columns, table_rows))
 
 
 def print_record_header(record: RunRecord) -> None:
@@ -120,7 +269,7 @@ def print_record_header(record: RunRecord) -> None:
     console.print(
         f"[bold]{literal(run)}[/bold] · {literal(record.kind)} · {literal(record.target)} · {literal(record.status)} · "
         f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(fp.summary(record.fingerprint))} · "
-        f"digest {literal(record.digest)}"
+        f"digest {literal(record.digest)}" + (f" · label {literal(record.label)}" if record.label else "")
     )
     if record.settings:
         settings = ", ".join(f"{k}={v}" for k, v in record.settings.items() if v not in (None, [], {}, ""))

@@ -48,7 +48,7 @@ class Finding:
     forecast: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        document = asdict(self)
+        document = cell_numbered(asdict(self))
         document["highlights"] = [[label, text] for label, text in self.evidence_highlights()]
         document["action"] = self.short_fix()
         return document
@@ -61,7 +61,7 @@ class Finding:
         return cls(
             rule=str(document.get("rule") or ""),
             title=str(document.get("title") or document.get("rule") or ""),
-            cell_index=document["cell_index"] if isinstance(document.get("cell_index"), int) else None,
+            cell_index=next((document[k] for k in ("cell_index", "index") if isinstance(document.get(k), int)), None),
             severity=str(document.get("severity") or "low"),
             confidence=float(confidence) if isinstance(confidence, (int, float)) else 0.0,
             evidence=dict(document.get("evidence") or {}),
@@ -159,7 +159,17 @@ class Skip:
     cell_index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return cell_numbered(asdict(self))
+
+
+def cell_numbered(document: dict[str, Any]) -> dict[str, Any]:
+    """A finding's or skip's cell in the JSON convention of run records (docs/run-record.md, "Cell numbers"):
+    ``index`` is the code-cell index (0-based, the record cell's ``index``), ``cell`` the number text shows
+    ("cell 3", 1-based among code cells); ``None`` for the notebook as a whole."""
+    index = document.pop("cell_index", None)
+    document["index"] = index
+    document["cell"] = index + 1 if isinstance(index, int) else None
+    return document
 
 
 Outcome = Finding | Skip

@@ -1,0 +1,146 @@
+"""Book-level views over many profile runs: the slowest cells of a whole book, and a lecture-by-lecture
+table of two sets of runs (a CPU runner's and a GPU runner's, two branches, two machines).
+
+Each view takes run records (found by :mod:`nbscope.api.book`) and returns plain data; the renderers in
+:mod:`nbscope.render.book` format it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbscope.analyse.compare import platform_of, winner
+from nbscope.record.cells import number, same_notebook, shown_line
+from nbscope.record.run import RunRecord
+
+CELL_KINDS = ("profile", "trace")
+
+
+@dataclass
+class RunSet:
+    """Runs named by one argument (a book, an audit, a label, runs), with what could not be found."""
+
+    name: str
+    records: list[RunRecord] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # notebooks of the book or audit without a stored run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "runs": [r.run_id for r in self.records], "missing": self.missing}
+
+
+def newest_per_notebook(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """One run per notebook, the newest, in the order the notebooks first appear."""
+    chosen: dict[str, RunRecord] = {}
+    for record in records:
+        kept = chosen.get(record.target)
+        if kept is None or (record.started_at, record.run_id or 0) > (kept.started_at, kept.run_id or 0):
+            chosen[record.target] = record
+    return list(chosen.values())
+
+
+def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str, Any]:
+    """The slowest cells across every run of ``runs``, slowest first (``limit=None``: every cell).
+
+    A cell is named by its notebook, its number (``cell`` 1-based among code cells, ``index`` 0-based) and
+    line, with the run it comes from and that run's backend.
+    """
+    rows: list[dict[str, Any]] = []
+    for record in (r for run_set in runs for r in run_set.records):
+        if record.kind not in CELL_KINDS:
+            continue
+        backend = platform_of(record)["platform"]
+        for cell in record.measurements.get("cells") or []:
+            wall = number(cell.get("wall_s"))
+            if wall is None:
+                continue
+            index = cell.get("index")
+            rows.append({
+                "target": record.target,
+                "run_id": record.run_id,
+                "backend": backend,
+                "index": index,
+                "cell": index + 1 if isinstance(index, int) else None,
+                "line": cell.get("line"),
+                "source": shown_line(cell),
+                "source_hash": cell.get("source_hash"),
+                "status": cell.get("status"),
+                "wall_s": wall,
+                "compile_s": number(cell.get("compile_s")),
+                "run_s": number(cell.get("run_s")),
+            })
+    total = sum(r["wall_s"] for r in rows)
+    rows.sort(key=lambda r: r["wall_s"], reverse=True)
+    shown = rows[:limit] if limit else rows
+    for row in shown:
+        row["share"] = row["wall_s"] / total if total > 0 else None
+    notebooks = {r.target for s in runs for r in s.records if r.kind in CELL_KINDS}
+    return {
+        "sets": [s.to_dict() for s in runs],
+        "notebooks": len(notebooks),
+        "cells": len(rows),
+        "wall_s": total,
+        "shown_wall_s": sum(r["wall_s"] for r in shown),
+        "rows": shown,
+    }
+
+
+def _totals(record: RunRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    totals = record.measurements.get("totals") or {}
+    return {
+        "run_id": record.run_id,
+        "backend": platform_of(record)["platform"] if record.kind in CELL_KINDS else None,
+        "status": record.status,
+        "wall_s": number(totals.get("wall_s")),
+        "compile_s": number(totals.get("compile_s")),
+        "cells": totals.get("cells"),
+        "cells_failed": totals.get("cells_failed"),
+    }
+
+
+def by_lecture(a: RunSet, b: RunSet) -> dict[str, Any]:
+    """A row per notebook of either set: its newest run's wall and compile time on each side, and the winner.
+
+    Notebooks pair by name, or as the same notebook under an older name or another name with the same
+    content (:func:`nbscope.record.cells.same_notebook`); one in a single set has the other side empty.
+    """
+    runs_a, runs_b = newest_per_notebook(a.records), newest_per_notebook(b.records)
+    unpaired_b = list(runs_b)
+    rows = []
+    for record_a in runs_a:
+        match = next((r for r in unpaired_b if r.target == record_a.target), None) or next(
+            (r for r in unpaired_b if same_notebook(record_a, r)), None
+        )
+        if match is not None:
+            unpaired_b.remove(match)
+        rows.append(_lecture_row(record_a, match))
+    rows.extend(_lecture_row(None, record_b) for record_b in unpaired_b)
+    both = [r for r in rows if r["a"] and r["b"] and r["a"]["wall_s"] is not None and r["b"]["wall_s"] is not None]
+    total_a = sum(r["a"]["wall_s"] for r in both)
+    total_b = sum(r["b"]["wall_s"] for r in both)
+    wins = {side: sum(1 for r in both if r["winner"] == side) for side in ("A", "B", "tie")}
+    return {
+        "a": a.to_dict(),
+        "b": b.to_dict(),
+        "rows": rows,
+        "paired": len(both),
+        "totals": {"a_wall_s": total_a, "b_wall_s": total_b, **(winner(total_a, total_b) if both else {})},
+        "wins": wins,
+    }
+
+
+def _lecture_row(record_a: RunRecord | None, record_b: RunRecord | None) -> dict[str, Any]:
+    side_a, side_b = _totals(record_a), _totals(record_b)
+    row: dict[str, Any] = {
+        "target": (record_a or record_b).target,  # type: ignore[union-attr]
+        "a": side_a,
+        "b": side_b,
+    }
+    if side_a and side_b:
+        row.update(winner(side_a["wall_s"], side_b["wall_s"]))
+    else:
+        row.update({"winner": None, "factor": None, "text": "only in A" if side_a else "only in B"})
+    return row

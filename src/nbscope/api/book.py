@@ -1,0 +1,101 @@
+"""The runs behind the book-level views (``nbscope cells``, ``nbscope lectures``): what one argument names.
+
+An argument is
+
+- a book (a folder, a ``_toc.yml`` or ``myst.yml``): the newest stored profile of each of its notebooks;
+- an audit (stored, or a file written by ``nbscope audit -o`` / ``nbscope merge -o``): the profiles it refers
+  to, from the file's embedded runs or the store;
+- a label (``main-cpu``): the newest run of each notebook recorded with ``--label main-cpu``;
+- any other run reference (an id, ``latest``, ``latest:NOTEBOOK``, a run JSON file): that run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.book import CELL_KINDS, RunSet, newest_per_notebook
+from nbscope.record.cells import target_aliases
+from nbscope.record.run import LABEL_PATTERN, RunRecord
+from nbscope.record.store import Store, resolve_run
+
+BOOK_FILES = ("_toc.yml", "_toc.yaml", "myst.yml", "myst.yaml")
+
+
+def run_set(reference: str, store: Store) -> RunSet:
+    """The profile runs ``reference`` names (see the module's docstring); a one-line error when none."""
+    path = Path(reference)
+    if path.is_dir() or (path.is_file() and path.name in BOOK_FILES):
+        return _book(reference, store)
+    if path.is_file() or reference.isdigit() or reference == "latest" or reference.startswith("latest:"):
+        record = resolve_run(reference, store, kinds=(*CELL_KINDS, "audit"))
+        if record.kind == "audit":
+            return _audit(reference, record, store, path if path.is_file() else None)
+        if record.kind not in CELL_KINDS:
+            raise NbscopeError(f"{reference} is a {record.kind} run: give profile runs, an audit, a book or a label")
+        return RunSet(reference, [record])
+    label, _, notebook = reference.partition(":")
+    if LABEL_PATTERN.fullmatch(label) and store.path.exists():
+        records = store.records(label=label, kind=list(CELL_KINDS),
+                                target=target_aliases(notebook) if notebook else None)
+        if records:
+            return RunSet(reference, newest_per_notebook(records))
+        audit = store.latest(label=label, kind="audit")
+        if audit is not None:
+            return _audit(reference, audit, store, None)
+    return RunSet(reference, [resolve_run(reference, store, kinds=CELL_KINDS)])  # says what is missing
+
+
+def _book(reference: str, store: Store) -> RunSet:
+    from nbscope.api.audit import discover
+
+    book = discover(reference)
+    found = RunSet(reference)
+    if not store.path.exists():
+        raise store.missing()
+    for notebook in book.notebooks:
+        record = store.latest(target=target_aliases(str(notebook)), kind=list(CELL_KINDS))
+        if record is None:
+            found.missing.append(book.key(notebook))
+        else:
+            found.records.append(record)
+    if not found.records:
+        raise NbscopeError(f"none of the {len(book.notebooks)} notebooks of {reference} has a profile in {store.path}")
+    return found
+
+
+def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) -> RunSet:
+    """The profiles an audit refers to: embedded in its file, else in the store."""
+    embedded: dict[str, Any] = {}
+    if file is not None:
+        document = json.loads(file.read_text(encoding="utf-8"))
+        embedded = document.get("runs") if isinstance(document.get("runs"), dict) else {}
+    found = RunSet(reference)
+    for entry in audit.measurements.get("notebooks") or []:
+        run_id = entry.get("run_id")
+        name = f"{entry.get('path')} ({entry.get('backend')})"
+        if not isinstance(run_id, int):
+            found.missing.append(f"{name}: {entry.get('status')}")
+            continue
+        record = _embedded(embedded.get(str(run_id)), file) if embedded else None
+        if record is None and store.path.exists():
+            try:
+                record = store.get(run_id)
+            except NbscopeError:
+                record = None
+        if record is None or record.kind not in CELL_KINDS:
+            found.missing.append(f"{name}: run {run_id} is not in {file or store.path}")
+        else:
+            found.records.append(record)
+    if not found.records:
+        raise NbscopeError(f"audit {reference} refers to no profile that can be read")
+    return found
+
+
+def _embedded(document: Any, file: Path | None) -> RunRecord | None:
+    if not isinstance(document, dict):
+        return None
+    record = RunRecord.from_dict(document, source=f"{file}: an embedded run")
+    return record

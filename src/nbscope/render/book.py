@@ -1,0 +1,149 @@
+"""Terminal and markdown views of the book-level views: the slowest cells of a book, lecture by lecture."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
+
+CELL_COLUMNS = (
+    Column("notebook", "left", "path", min_width=14),
+    Column("cell", "right", "number"),
+    Column("line", "right", "number", optional=True),
+    Column("source", "left", "source", min_width=12),
+    Column("wall", "right", "number"),
+    Column("compile", "right", "number"),
+    Column("run", "right", "number"),
+    Column("share", "right", "number"),
+    Column("on", "left", "number", optional=True),
+)
+LECTURE_COLUMNS = (
+    Column("notebook", "left", "path", min_width=16),
+    Column("A", "right", "number"),
+    Column("B", "right", "number"),
+    Column("winner", "left", "number"),
+    Column("A compile", "right", "number"),
+    Column("B compile", "right", "number"),
+)
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _share(value: Any) -> str:
+    return f"{value:.0%}" if isinstance(value, float) else "–"
+
+
+def _backends(data: Mapping[str, Any]) -> bool:
+    return len({r.get("backend") for r in data["rows"]}) > 1
+
+
+def print_cells(data: Mapping[str, Any]) -> None:
+    """The slowest cells across the runs, with each cell's share of the total wall time."""
+    rows = data["rows"]
+    several = _backends(data)
+    table_rows = [
+        (
+            literal(row["target"]),
+            literal(row["cell"] if row["cell"] is not None else "?"),
+            literal(row.get("line") or ""),
+            source_text(row.get("source") or ""),
+            format_seconds(row["wall_s"]),
+            format_seconds(row.get("compile_s")) if row.get("compile_s") else "–",
+            format_seconds(row.get("run_s")),
+            _share(row.get("share")),
+            literal(row.get("backend") or "") if several else "",
+        )
+        for row in rows
+    ]
+    title = (f"slowest {len(rows)} of {data['cells']} cells in {data['notebooks']} notebook(s): "
+             f"{format_seconds(data['shown_wall_s'])} of {format_seconds(data['wall_s'])}")
+    console.print(fitted_table(CELL_COLUMNS, table_rows, title=title))
+    _print_missing(data["sets"])
+
+
+def cells_markdown(data: Mapping[str, Any]) -> str:
+    lines = [
+        f"### nbscope cells: slowest {len(data['rows'])} of {data['cells']} cells in {data['notebooks']} notebook(s)",
+        "",
+        f"{format_seconds(data['shown_wall_s'])} of {format_seconds(data['wall_s'])} in all.",
+        "",
+        "| Notebook | Cell | Line | Source | Wall | Compile | Run | Share |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for row in data["rows"]:
+        lines.append(
+            f"| `{_md(row['target'])}` | {row['cell']} | {row.get('line') or ''} | `{_md((row.get('source') or '')[:60])}` | "
+            f"{format_seconds(row['wall_s'])} | {format_seconds(row.get('compile_s'))} | {format_seconds(row.get('run_s'))} | "
+            f"{_share(row.get('share'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _side_wall(side: Mapping[str, Any] | None, key: str = "wall_s") -> str:
+    if not side:
+        return "–"
+    text = format_seconds(side.get(key))
+    if key == "wall_s" and side.get("status") not in (None, "ok"):
+        text += f" ({side['status']})"
+    return text
+
+
+def _side_title(name: str, data: Mapping[str, Any]) -> str:
+    backends = sorted({(r.get(name.lower()) or {}).get("backend") or "?" for r in data["rows"] if r.get(name.lower())})
+    return f"{name} = {data[name.lower()]['name']}" + (f" ({', '.join(backends)})" if backends else "")
+
+
+def print_lectures(data: Mapping[str, Any]) -> None:
+    """A row per notebook: A's and B's wall time, the winner, and the compile time of each."""
+    console.print(f"[bold]{literal(_side_title('A', data))}[/bold]")
+    console.print(f"[bold]{literal(_side_title('B', data))}[/bold]")
+    table_rows = [
+        (
+            literal(row["target"]),
+            _side_wall(row["a"]),
+            _side_wall(row["b"]),
+            literal(row.get("text") or "–"),
+            _side_wall(row["a"], "compile_s"),
+            _side_wall(row["b"], "compile_s"),
+        )
+        for row in data["rows"]
+    ]
+    console.print(fitted_table(LECTURE_COLUMNS, table_rows, title="lecture by lecture"))
+    console.print(literal(_summary(data)))
+    _print_missing([data["a"], data["b"]])
+
+
+def _summary(data: Mapping[str, Any]) -> str:
+    totals, wins = data["totals"], data["wins"]
+    if not data["paired"]:
+        return "no notebook is in both sets"
+    return (f"{data['paired']} notebook(s) in both: A {format_seconds(totals['a_wall_s'])}, "
+            f"B {format_seconds(totals['b_wall_s'])} ({totals.get('text', '–')}); "
+            f"A faster in {wins['A']}, B in {wins['B']}, ties {wins['tie']}")
+
+
+def lectures_markdown(data: Mapping[str, Any]) -> str:
+    lines = [
+        f"### nbscope lectures: A = {_md(data['a']['name'])} vs B = {_md(data['b']['name'])}",
+        "",
+        "| Notebook | A | B | Winner | A compile | B compile |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for row in data["rows"]:
+        lines.append(
+            f"| `{_md(row['target'])}` | {_md(_side_wall(row['a']))} | {_md(_side_wall(row['b']))} | "
+            f"{_md(row.get('text') or '–')} | {_side_wall(row['a'], 'compile_s')} | {_side_wall(row['b'], 'compile_s')} |"
+        )
+    lines += ["", _md(_summary(data))]
+    return "\n".join(lines) + "\n"
+
+
+def _print_missing(sets: list[Mapping[str, Any]]) -> None:
+    for run_set in sets:
+        missing = run_set.get("missing") or []
+        if missing:
+            shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+            console.print(f"[yellow]{literal(run_set['name'])}: no run for {len(missing)}: {literal(shown)}[/yellow]")
