@@ -176,7 +176,8 @@ def _evidence_lines(evidence: dict[str, Any]) -> list[str]:
     else:
         lines.append("compile counts unchanged")
     for finding in evidence.get("findings_appeared") or []:
-        where = f" (cell {finding['cell_index'] + 1})" if finding.get("cell_index") is not None else ""
+        index = finding.get("index", finding.get("cell_index"))
+        where = f" (cell {index + 1})" if isinstance(index, int) else ""
         lines.append(f"new finding{where}: {finding['rule']}: {finding['summary']}")
     for row in evidence.get("differences") or []:
         lines.append(f"{row['field']}: {' → '.join(_value(v) for v in row['values'])}")
