@@ -109,25 +109,28 @@ def to_records(
     cache: Path,
     root: Path | None = None,
     fingerprint_source: str = "importing machine",
+    book2: bool = False,
 ) -> list[RunRecord]:
+    """One ``jupyter-cache`` run per cached execution (``book2``: rows of jupyter-book 2's ``_build/execute``)."""
     records = []
     for row in rows:
         seconds = row["execution_seconds"]
+        if book2:
+            where = {"tool": "jupyter-book 2", "uri": row["uri"], "hashkey": row["hashkey"],
+                     "page_found": row["page"] is not None}
+            cached = {"data": row["context"], "description": "jupyter-book 2 execution cache entry"}
+        else:
+            where = {"uri": row["uri"], "hashkey": row["hashkey"], "cache_pk": row["pk"]}
+            cached = {"data": row["data"], "description": row["description"]}
         record = RunRecord(
             kind="jupyter-cache",
             target=target_name(row["uri"], root),
             fingerprint=fingerprint,
-            settings={
-                "source": str(cache),
-                "uri": row["uri"],
-                "hashkey": row["hashkey"],
-                "cache_pk": row["pk"],
-                "fingerprint_source": fingerprint_source,
-            },
+            settings={"source": str(cache), **where, "fingerprint_source": fingerprint_source},
             measurements={
                 "notebook": {"path": row["uri"]},
                 "totals": {"wall_s": seconds, "execute_s": seconds, "notebooks": 1},
-                "jupyter_cache": {"data": row["data"], "description": row["description"]},
+                "jupyter_cache": cached,
             },
             started_at=row["created"],
             status="ok" if seconds is not None else "partial",
@@ -227,42 +230,6 @@ def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (row["created"], row["hashkey"]))
 
 
-def book2_records(
-    rows: list[dict[str, Any]],
-    *,
-    fingerprint: dict[str, Any],
-    cache: Path,
-    root: Path | None = None,
-    fingerprint_source: str = "importing machine",
-) -> list[RunRecord]:
-    records = []
-    for row in rows:
-        seconds = row["execution_seconds"]
-        record = RunRecord(
-            kind="jupyter-cache",
-            target=target_name(row["uri"], root),
-            fingerprint=fingerprint,
-            settings={
-                "source": str(cache),
-                "tool": "jupyter-book 2",
-                "uri": row["uri"],
-                "hashkey": row["hashkey"],
-                "page_found": row["page"] is not None,
-                "fingerprint_source": fingerprint_source,
-            },
-            measurements={
-                "notebook": {"path": row["uri"]},
-                "totals": {"wall_s": seconds, "execute_s": seconds, "notebooks": 1},
-                "jupyter_cache": {"data": row["context"], "description": "jupyter-book 2 execution cache entry"},
-            },
-            started_at=row["created"],
-            status="ok" if seconds is not None else "partial",
-        )
-        record.ended_at = row["created"]
-        records.append(record)
-    return records
-
-
 def import_cache(
     path: str | Path,
     store: Any,
@@ -290,7 +257,7 @@ def import_cache(
     if book2 is not None:
         rows = read_book2_cache(book2)
         fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
-        records = book2_records(fresh, fingerprint=fingerprint, cache=book2, root=root,
+        records = to_records(fresh, fingerprint=fingerprint, cache=book2, root=root, book2=True,
                                 fingerprint_source=fingerprint_source or "given")
     else:
         assert database is not None
