@@ -147,7 +147,8 @@ def winner(a: float | None, b: float | None) -> dict[str, Any]:
     return {"winner": side, "factor": round(factor, 3), "text": f"{side} {shown}× faster"}
 
 
-def _figures(cell: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def cell_figures(cell: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The figures of one cell that a comparison shows (None for a cell absent from a run)."""
     if cell is None:
         return None
     jax = cell.get("jax") or {}
@@ -240,7 +241,7 @@ def compare(
     comparison = Comparison(a=a, b=b, pairs=pairs, differences=differences(a, b),
                             label_a=label(a, "A"), label_b=label(b, "B"), same_notebook=same)
     for pair in pairs:
-        fa, fb = _figures(pair.a), _figures(pair.b)
+        fa, fb = cell_figures(pair.a), cell_figures(pair.b)
         ref = pair.a or pair.b or {}
         row: dict[str, Any] = {
             "index_a": fa["index"] if fa else None,

@@ -91,19 +91,6 @@ class VersionsResult:
         }
 
 
-def _cell_figures(cell: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if cell is None:
-        return None
-    jax = cell.get("jax") or {}
-    numba = cell.get("numba") or {}
-    return {
-        "index": cell.get("index"),
-        "status": cell.get("status"),
-        **{key: number(cell.get(key)) for key in CELL_FIGURES},
-        "compiles": int(number(jax.get("compiles")) or 0) + int(number(numba.get("compiles")) or 0),
-    }
-
-
 def differing_fields(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
     """Fingerprint fields (the comparable ones, as the digest sees them) whose values are not the same in
     every run, with each run's value and why the field can change timings."""
@@ -145,7 +132,7 @@ def compare_variants(
             "index": index,
             "line": cell.get("line"),
             "first_line": cell.get("first_line"),
-            "runs": [_cell_figures(found.get(index)) for found in per_variant],
+            "runs": [compare_module.cell_figures(found.get(index)) for found in per_variant],
         })
     for variant in ran:
         totals = variant.record.measurements.get("totals") or {}  # type: ignore[union-attr]
