@@ -12,6 +12,7 @@ from rich.table import Table
 from nbscope.analyse.diagnose import Finding
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
+from nbscope.render.forecast import seconds_range as _seconds_range
 from nbscope.render.terminal import console, format_seconds, print_record_header
 
 
@@ -76,19 +77,6 @@ def _forecast(record: RunRecord) -> dict[str, Any] | None:
     return radius if isinstance(radius, dict) and radius.get("lectures") is not None else None
 
 
-def _range(low: Any, high: Any) -> str:
-    if not isinstance(low, (int, float)):
-        return "–"
-    if high is None:
-        return f"≥ {format_seconds(low)}"
-    if abs(high - low) <= 0.005 * max(high, 1e-12):
-        return format_seconds(low)
-    low_text, high_text = format_seconds(low), format_seconds(high)
-    if low_text.split()[-1] == high_text.split()[-1]:
-        return f"{low_text.split()[0]}–{high_text}"
-    return f"{low_text}–{high_text}"
-
-
 def _slowdown(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "–"
@@ -103,7 +91,7 @@ def _dominant(lecture: dict[str, Any]) -> str:
         return "–"
     where = ", ".join(f"line {line}" if line else f"cell {index + 1}"
                       for index, line in zip(dominant.get("cells") or [], dominant.get("lines") or [], strict=False))
-    return (f"{dominant['words']} ({_range(dominant.get('low_s'), dominant.get('high_s'))}"
+    return (f"{dominant['words']} ({_seconds_range(dominant.get('low_s'), dominant.get('high_s'))}"
             + (f", {where})" if where else ")"))
 
 
@@ -114,7 +102,7 @@ def _blast_rows(radius: dict[str, Any]) -> list[tuple[str, ...]]:
         verdict = lecture.get("verdict") or "–"
         if lecture.get("all_on_gpu") and lecture["all_on_gpu"] != verdict:
             verdict += f" (all on GPU: {lecture['all_on_gpu']})"
-        rows.append((lecture["path"], format_seconds(lecture.get("cpu_s")), _range(lecture.get("low_s"), lecture.get("high_s")),
+        rows.append((lecture["path"], format_seconds(lecture.get("cpu_s")), _seconds_range(lecture.get("low_s"), lecture.get("high_s")),
                      _slowdown(lecture.get("slowdown")), verdict, _dominant(lecture),
                      ", ".join(lecture.get("keep_on_cpu") or []) or "–"))
     return rows
