@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
@@ -110,6 +110,16 @@ def _set_wal(connection: sqlite3.Connection) -> None:
 SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
 # A filter: one value, or any of several (a notebook's current and older names, several kinds).
 Match = str | Sequence[str] | None
+
+
+class RunFilters(TypedDict, total=False):
+    """Which stored runs ``Store.list`` and ``Store.records`` give: a value or values per column, and how many."""
+
+    kind: Match
+    target: Match
+    digest: str | None
+    label: str | None
+    limit: int | None
 
 
 class Store:
@@ -282,13 +292,13 @@ class Store:
             raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         return self._parse(run_id, row[0])
 
-    def _readable(
-        self, *, kind: Match, target: Match, digest: str | None, limit: int | None, label: str | None = None
-    ) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
+    def _readable(self, filters: RunFilters) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
         """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows."""
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("kind", kind), ("target", target), ("digest", digest), ("label", label)):
+        limit = filters.get("limit")
+        for column in ("kind", "target", "digest", "label"):
+            value = filters.get(column)
             if value is None:
                 continue
             values = [value] if isinstance(value, str) else list(value)
@@ -311,38 +321,19 @@ class Store:
                 given += 1
                 yield row[:-1], record
 
-    def list(
-        self,
-        *,
-        kind: Match = None,
-        target: Match = None,
-        digest: str | None = None,
-        limit: int | None = None,
-        label: str | None = None,
-    ) -> list[dict[str, Any]]:
+    def list(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """Summaries of the readable runs, newest first, with the JAX backend each used."""
         result = []
-        for row, record in self._readable(kind=kind, target=target, digest=digest, limit=limit, label=label):
+        for row, record in self._readable(filters):
             item = dict(zip(SUMMARY_COLUMNS, row, strict=True))
             item["headline"] = record.headline()
             item["backend"] = _backend(record)
             result.append(item)
         return result
 
-    def records(
-        self,
-        *,
-        kind: Match = None,
-        target: Match = None,
-        digest: str | None = None,
-        limit: int | None = None,
-        label: str | None = None,
-    ) -> list[RunRecord]:
+    def records(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
         """Whole records matching ``list``'s filters, newest first (unreadable rows skipped and reported)."""
-        return [
-            record
-            for _, record in self._readable(kind=kind, target=target, digest=digest, limit=limit, label=label)
-        ]
+        return [record for _, record in self._readable(filters)]
 
     def latest(
         self, *, target: Match = None, digest: str | None = None, kind: Match = None, label: str | None = None
