@@ -25,16 +25,7 @@ from typing import Any
 
 from nbscope import _units as units
 from nbscope.analyse.diagnose import _bindings, _source
-from nbscope.analyse.diagnose._base import (
-    Context,
-    Finding,
-    Outcome,
-    Rule,
-    Skip,
-    cell_label,
-    seconds,
-    severity,
-)
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label, severity
 
 NAME = "slow-first-call"
 THRESHOLDS = {
@@ -188,7 +179,7 @@ def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -
     hits = int(jax.get("cache_hits") or 0)
     if hits:
         causes.append({"cause": "persistent-cache reads", "evidence": f"{hits} programs read from the JAX persistent cache "
-                                                                      f"({seconds(jax.get('cache_retrieval_s'))} retrieving)"})
+                                                                      f"({units.seconds(jax.get('cache_retrieval_s'))} retrieving)"})
     return causes
 
 
@@ -208,20 +199,20 @@ def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: f
     gap = first_s - repeat_s
     ratio = first_s / repeat_s if repeat_s > 0 else float("inf")
     lead = causes[0] if causes else None
-    compiled = f"not compile ({seconds(compile_s)})" if compile_s > 0 else "no compile"
+    compiled = f"not compile ({units.seconds(compile_s)})" if compile_s > 0 else "no compile"
     summary = (
-        f"{subject} {ratio:.1f}× slower than {compared} ({seconds(first_s + compile_s)} vs {seconds(repeat_s)}): "
+        f"{subject} {ratio:.1f}× slower than {compared} ({units.seconds(first_s + compile_s)} vs {units.seconds(repeat_s)}): "
         f"{compiled}" + (f"; {lead['evidence']}" if lead else "")
     )
     if lead is not None:
-        fix = f"The {seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
+        fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
         action = _FIXES.get(lead["cause"], "")
     else:
-        fix = (f"The {seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
+        fix = (f"The {units.seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
                "than the first call, and profile with `--timeline` to see where the first call spends them.")
         action = "time a repeat rather than the first call; `--timeline` shows where the first one goes"
-    highlights = [(subject, f"{seconds(first_s + compile_s)}" + (f" with {seconds(compile_s)} compiling" if compile_s > 0 else "")
-                            + f"; {compared}: {seconds(repeat_s)}; gap {seconds(gap)}")]
+    highlights = [(subject, f"{units.seconds(first_s + compile_s)}" + (f" with {units.seconds(compile_s)} compiling" if compile_s > 0 else "")
+                            + f"; {compared}: {units.seconds(repeat_s)}; gap {units.seconds(gap)}")]
     highlights += [(cause["cause"], cause["evidence"]) for cause in causes[1:3]]
     if len(highlights) < 3:
         highlights.append(("same call", how))
@@ -282,7 +273,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         finding = _finding(ctx, first, first_s, later, f"the median of {len(walls) - 1} later runs",
                            "the same cell in fresh kernels (--repeat)", causes, {"samples_wall_s": walls},
                            subject="first run")
-        finding.fix = (f"Only the first of {len(walls)} runs paid these {seconds(first_s - later)}: the cell finds something "
+        finding.fix = (f"Only the first of {len(walls)} runs paid these {units.seconds(first_s - later)}: the cell finds something "
                        "already done in later runs (a data file it wrote, files in the OS page cache, a persistent cache). "
                        "Expect it in every fresh CI job; keep that state between jobs (e.g. actions/cache) to avoid it.")
         finding.action = "keep between CI jobs what the first run creates (data files, caches)"
