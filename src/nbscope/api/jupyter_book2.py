@@ -50,14 +50,18 @@ THEME_STAND_IN = "myst: v1\nkind: site\n"
 THEME_FOLDER = Path("_build") / "templates" / "site" / "myst" / "book-theme"
 
 # Lines of a jupyter-book 2 build's log.
-EXECUTING = re.compile(r"Executing notebook \((?P<page>.+?)\)")
-CACHED = re.compile(r"Adding cached notebook outputs \((?P<page>.+?)\)")
 SERVER_STARTING = re.compile(r"Starting new Jupyter server")
 SERVER_STARTED = re.compile(r"Jupyter server started")
 SERVER_FAILED = re.compile(r"Jupyter server did not (?:start|respond)")
 PAGE_BUILT = re.compile(r"Built (?P<page>\S+) in (?P<seconds>[0-9.]+) (?P<unit>ms|s)\b")
 THEME_UNREACHABLE = re.compile(r"request to \S+/templates/\S+ failed")
-HALTED = re.compile(r"(?P<page>\S+) An exception occurred during code execution, halting further execution")
+# ... and those naming a page that ran, came from the execution cache or stopped at an error: the
+# ``BuildLog`` list each page goes to.
+PAGE_LINES = (
+    ("executed", re.compile(r"Executing notebook \((?P<page>.+?)\)")),
+    ("cached", re.compile(r"Adding cached notebook outputs \((?P<page>.+?)\)")),
+    ("halted", re.compile(r"(?P<page>\S+) An exception occurred during code execution, halting further execution")),
+)
 
 
 def cache_dir() -> Path:
@@ -303,16 +307,21 @@ class BuildLog:
         return bool(self.executed or self.cached or self.server_start_s is not None or self.server_failed)
 
 
+def _page_line(line: str) -> tuple[str, str] | None:
+    """(``BuildLog`` list, page) for a log line that names a page, else None."""
+    for pages, pattern in PAGE_LINES:
+        if match := pattern.search(line):
+            return pages, match["page"]
+    return None
+
+
 def read_build_log(lines: list[tuple[float, str]]) -> BuildLog:
     log = BuildLog()
     starting: float | None = None
     for at, line in lines:
-        if match := EXECUTING.search(line):
-            log.executed.append(match["page"])
-        elif match := CACHED.search(line):
-            log.cached.append(match["page"])
-        elif match := HALTED.search(line):
-            log.halted.append(match["page"])
+        page = _page_line(line)
+        if page is not None:
+            getattr(log, page[0]).append(page[1])
         elif SERVER_STARTING.search(line):
             starting = at
         elif SERVER_STARTED.search(line) and starting is not None:
