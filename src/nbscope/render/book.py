@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
+from nbscope.render.terminal import (
+    TIME_COLUMNS,
+    Column,
+    cell_columns,
+    console,
+    fitted_table,
+    format_seconds,
+    literal,
+    source_text,
+)
 
 CELL_COLUMNS = (
     Column("notebook", "left", "path", min_width=14),
-    Column("cell", "right", "number"),
-    Column("line", "right", "number", optional=True),
-    Column("source", "left", "source", min_width=12),
-    Column("wall", "right", "number"),
-    Column("compile", "right", "number"),
-    Column("run", "right", "number"),
+    *cell_columns(),
+    *TIME_COLUMNS,
     Column("share", "right", "number"),
     Column("on", "left", "number", optional=True),
 )

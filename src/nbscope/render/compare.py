@@ -10,15 +10,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from nbscope.render.terminal import (
-    Column,
-    console,
-    fitted_table,
-    format_bytes,
-    format_seconds,
-    literal,
-    source_text,
-)
+from nbscope.render import terminal
+from nbscope.render.terminal import Column, console, format_bytes, format_seconds, literal
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
@@ -111,9 +104,7 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
     # Every figure stays whole on a narrow console: the source gives way; compile columns show from 110.
     with_compile = console.width >= 110
     columns = [
-        Column("cell", "right", "number"),
-        Column("line", "right", "number", optional=True),
-        Column("source", "left", "source", min_width=12),
+        *terminal.cell_columns(),
         Column("A", "right", "number"),
         Column("B", "right", "number"),
         *([Column("A compile", "right", "number"), Column("B compile", "right", "number")] if with_compile else []),
@@ -126,7 +117,7 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
         style = "green" if row.get("winner") == "B" else "red" if row.get("winner") == "A" else "dim"
         cells = [
             literal(_cell_number(row)), literal(row.get("line") or ""),
-            source_text(row.get("code_line") or row.get("first_line") or ""),
+            terminal.source_text(row.get("code_line") or row.get("first_line") or ""),
             _side_wall(row.get("a")), _side_wall(row.get("b")),
         ]
         if with_compile:
@@ -134,7 +125,7 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
         cells += [f"[{style}]{literal(winner)}[/{style}]", MATCH_NOTE.get(row.get("match", ""), "")]
         table_rows.append(cells)
     title = "cells in notebook order" if not top else f"{len(rows)} largest differences"
-    table = fitted_table(columns, table_rows, title=title)
+    table = terminal.fitted_table(columns, table_rows, title=title)
     console.print(table)
     print_totals(data["totals"])
     print_differences(data["differences"])

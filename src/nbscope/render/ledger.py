@@ -7,7 +7,9 @@ from typing import Any
 from nbscope.record.cells import shown_line
 from nbscope.record.run import RunRecord
 from nbscope.render.terminal import (
+    TIME_COLUMNS,
     Column,
+    cell_columns,
     console,
     fitted_table,
     format_bytes,
@@ -72,12 +74,8 @@ def ordered_cells(record: RunRecord, *, top: int | None, notebook_order: bool) -
 
 
 LEDGER_COLUMNS = (
-    Column("#", "right", "number"),
-    Column("line", "right", "number", optional=True),
-    Column("source", "left", "source", min_width=12),
-    Column("wall", "right", "number"),
-    Column("compile", "right", "number"),
-    Column("run", "right", "number"),
+    *cell_columns("#"),
+    *TIME_COLUMNS,
     Column("compiles", "right", "text", min_width=6),
     Column("flags", "left", "text", min_width=10, optional=True),
 )

@@ -62,6 +62,19 @@ class Column:
     optional: bool = False  # left out when no row has anything in it
 
 
+def cell_columns(number: str = "cell") -> tuple[Column, Column, Column]:
+    """The columns that say which cell a row is: its number, its line in a MyST file, its code as written."""
+    return (
+        Column(number, "right", "number"),
+        Column("line", "right", "number", optional=True),
+        Column("source", "left", "source", min_width=12),
+    )
+
+
+# A cell's time split, in the ledger's order.
+TIME_COLUMNS = (Column("wall", "right", "number"), Column("compile", "right", "number"), Column("run", "right", "number"))
+
+
 def _cell_width(value: Any) -> int:
     text = value if isinstance(value, Text) else Text.from_markup(str(value))
     return max((Text(line).cell_len for line in text.plain.splitlines()), default=0)
