@@ -54,6 +54,7 @@ def _register_commands() -> None:
         _loops,
         _pathways,
         _profile,
+        _report,
         _versions,
     )
 

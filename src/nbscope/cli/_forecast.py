@@ -10,15 +10,7 @@ import typer
 
 from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import (
-    DbOption,
-    JsonOption,
-    MarkdownOption,
-    all_option,
-    limit_option,
-    open_store,
-    run_help,
-)
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, all_option, limit_option, open_store, run_help
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.devices import DeviceTable

@@ -46,13 +46,12 @@ def pathways(
         raise typer.Exit(1)
 
 
+INSTALL_HELP = "Install jupyter-book 2 in nbscope's own environment (from the package index) when none is found."
+
+
 @app.command("book2-env")
 def book2_env(
-    install: Annotated[
-        bool,
-        typer.Option("--install", help="Install jupyter-book 2 in nbscope's own environment (from the package "
-                     "index) when none is found."),
-    ] = False,
+    install: Annotated[bool, typer.Option("--install", help=INSTALL_HELP)] = False,
     as_json: JsonOption = False,
 ) -> None:
     """The jupyter-book 2 that `pathways --via book2` uses: print a folder to put first on PATH so that

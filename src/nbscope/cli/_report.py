@@ -1,0 +1,37 @@
+"""``nbscope report``: one self-contained HTML page of stored runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, open_store, output_file, output_option, resolve, run_help
+
+
+@app.command()
+def report(
+    runs: Annotated[
+        list[str],
+        typer.Argument(metavar="RUN...", help=run_help("Runs, each") + " The first is the baseline."),
+    ],
+    output: Annotated[Path, output_option("HTML file to write.")] = Path("report.html"),
+    db: DbOption = None,
+    title: Annotated[str | None, typer.Option(help="Page title.")] = None,
+    no_history: Annotated[bool, typer.Option("--no-history", help="Leave out the history chart.")] = False,
+    metric: Annotated[str, typer.Option(help="Figure of the history chart.")] = "wall_s",
+) -> None:
+    """One self-contained HTML report (no network): fingerprints, waterfalls, compared runs, pathways,
+    loop sweeps, diagnoses and history, plots as inline SVG."""
+    from nbscope.analyse.report import report_data
+    from nbscope.render.html import write_report
+
+    output_file(output)
+    store = open_store(db, read_only=True)
+    records = [resolve(reference, store) for reference in runs]
+    history_store = None if no_history or not store.path.exists() else store
+    data = report_data(records, store=history_store, history_metric=metric)
+    path = write_report(data, output, title=title)
+    print(f"report written to {path} ({path.stat().st_size // 1024} KiB)")
