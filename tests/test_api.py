@@ -39,9 +39,24 @@ def test_profile_compare_diagnose_open_store(tmp_path: Path) -> None:
 
 
 def test_bench_runs_one_group(tmp_path: Path) -> None:
-    record = nbscope.bench(only=["python"], size="quick", store=tmp_path / "bench.db")
+    record = nbscope.bench(only=["python"], size="quick", store=tmp_path / "bench.db", label="api-bench")
     assert record.kind == "bench" and record.run_id is not None
     assert record.measurements["totals"]["figures"] > 0
+    assert [r.run_id for r in nbscope.open_store(tmp_path / "bench.db").records(label="api-bench")] == [record.run_id]
+
+
+def test_profile_labels_its_run_and_leaves_the_environment_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NBSCOPE_LABEL", raising=False)
+    store = nbscope.open_store(tmp_path / "api.db")
+    labelled = nbscope.profile(FILES / "gate_tiny.ipynb", store=store, label="api-cpu")
+    plain = nbscope.profile(FILES / "gate_tiny.ipynb", store=store)
+    assert labelled.label == "api-cpu" and plain.label is None
+    assert "NBSCOPE_LABEL" not in os.environ
+    assert [r.run_id for r in store.records(label="api-cpu")] == [labelled.run_id]
+    with pytest.raises(nbscope.NbscopeError, match="cannot name runs"):
+        nbscope.profile(FILES / "gate_tiny.ipynb", label="latest")
 
 
 @pytest.mark.slow

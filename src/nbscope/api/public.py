@@ -10,7 +10,7 @@ from nbscope.analyse import compare as compare_module
 from nbscope.analyse import diagnose as diagnose_module
 from nbscope.api import bench as bench_job
 from nbscope.api import profile as profile_job
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, labelled
 from nbscope.record.store import Store
 
 
@@ -23,14 +23,17 @@ def _store(store: Store | str | Path | None) -> Store | None:
     return store if store is None or isinstance(store, Store) else Store(store)
 
 
-def profile(path: str | Path, *, store: Store | str | Path | None = None, **options: Any) -> RunRecord:
+def profile(
+    path: str | Path, *, store: Store | str | Path | None = None, label: str | None = None, **options: Any
+) -> RunRecord:
     """Profile a notebook per cell in a real Jupyter kernel and return its run record.
 
     ``options`` are those of ``nbscope profile``: ``timeout``, ``on_error``, ``kernel``, ``env``,
     ``jax_platform``, ``jax_cache``, ``repeat``, ``timeline``, ``programs``, ``forecast`` (GPU keys). With ``store`` (a :class:`Store` or a
-    path) the run is saved there too.
+    path) the run is saved there too; ``label`` names it, as ``--label`` does.
     """
-    return profile_job.profile(path, profile_job.ProfileOptions(**options), store=_store(store))
+    with labelled(label):
+        return profile_job.profile(path, profile_job.ProfileOptions(**options), store=_store(store))
 
 
 def compare(
@@ -49,9 +52,11 @@ def diagnose(record: RunRecord, *, other: RunRecord | None = None, **options: An
     return diagnose_module.diagnose(record, other=other, **options)
 
 
-def bench(*, store: Store | str | Path | None = None, **options: Any) -> RunRecord:
-    """Run the hardware suite (``only``, ``dtype``, ``size``, ``jax_platform``) and return its record."""
-    record = bench_job.run_bench(**options)
+def bench(*, store: Store | str | Path | None = None, label: str | None = None, **options: Any) -> RunRecord:
+    """Run the hardware suite (``only``, ``dtype``, ``size``, ``jax_platform``) and return its record
+    (``label`` names it, as ``--label`` does)."""
+    with labelled(label):
+        record = bench_job.run_bench(**options)
     target = _store(store)
     if target is not None:
         target.save(record)

@@ -12,7 +12,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,25 @@ def check_label(label: str | None) -> str | None:
 def default_label() -> str | None:
     """The label of runs recorded now: ``$NBSCOPE_LABEL`` (what ``--label`` sets), or none."""
     return check_label(os.environ.get(LABEL_ENV) or None)
+
+
+@contextmanager
+def labelled(label: str | None) -> Iterator[None]:
+    """Runs recorded inside carry ``label`` (checked first), also those of worker processes started there;
+    ``$NBSCOPE_LABEL`` is restored afterwards. None leaves it as it is."""
+    label = check_label(label)
+    if label is None:
+        yield
+        return
+    before = os.environ.get(LABEL_ENV)
+    os.environ[LABEL_ENV] = label
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(LABEL_ENV, None)
+        else:
+            os.environ[LABEL_ENV] = before
 
 
 def utc_now() -> str:
