@@ -19,6 +19,7 @@ from diag_support import FILES, edited, fired, load_record, sources_of
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import diagnose, recommend
 from nbscope.analyse.forecast import forecast
+from nbscope.analyse.forecast.calibrate import to_toml
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.measured import against_measured, forecast_vs_measured
 from nbscope.api.profile import ProfileOptions, profile
@@ -247,6 +248,28 @@ def test_cli_diagnose_gpu_labels_forecasts_and_refuses_bad_input(loop_run: RunRe
     plain = run_cli("diagnose", FILES / "records" / "cpu_latency_loop.json", "--gpu", "t4")
     assert plain.returncode == 2 and "nbscope profile NOTEBOOK --forecast t4" in plain.stderr
     assert len(plain.stderr.strip().splitlines()) == 1
+
+
+def test_diagnose_forecasts_for_a_gpu_of_the_named_device_file(loop_run: RunRecord, run_cli: Any, tmp_path: Path) -> None:
+    """``diagnose(devices_file=...)`` / ``diagnose --devices FILE``: a GPU only the user's file knows (here the
+    H100's figures under another name) is forecast for, as ``nbscope forecast --devices`` does."""
+    devices = tmp_path / "devices.toml"
+    h100 = load_table(environ={}).devices["h100"]
+    devices.write_text(to_toml({"key": "lab", "name": "Lab GPU", "match": ["Lab"], "figures": h100.figures}))
+    with pytest.raises(NbscopeError, match="unknown GPU 'lab'"):
+        diagnose(loop_run, sources=LATENCY_SOURCES, gpus="lab")
+    lab = fired(diagnose(loop_run, sources=LATENCY_SOURCES, gpus="lab", devices_file=devices), "latency-bound-loop")
+    h100_findings = fired(diagnose(loop_run, sources=LATENCY_SOURCES, gpus="h100"), "latency-bound-loop")
+    assert lab and all(f.forecast == ["lab"] and f.title == "Latency-bound loop (forecast: LAB)" for f in lab)
+    assert [f.evidence["forecast"]["lab"] for f in lab] == [f.evidence["forecast"]["h100"] for f in h100_findings]
+    run_file = tmp_path / "run.json"
+    run_file.write_text(loop_run.to_json())
+    shown = run_cli("diagnose", run_file, "--gpu", "lab", "--devices", devices,
+                    "--notebook", FILES / "diag_latency_loop.ipynb", "--json")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert [f["forecast"] for f in document["findings"] if f["rule"] == "latency-bound-loop"] == [["lab"]] * len(lab)
+    assert list(document["recommendation"]["forecast"]) == ["lab"]
 
 
 # ---- audit --forecast -----------------------------------------------------------------------------------

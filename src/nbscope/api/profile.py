@@ -341,17 +341,20 @@ def _cache_saving(record: RunRecord, store: Any) -> None:
             return
 
 
-def diagnosis_of(record: RunRecord, notebook: str | Path | None = None) -> tuple[Any, str | None]:
+def diagnosis_of(
+    record: RunRecord, notebook: str | Path | None = None, *, devices_file: str | Path | None = None
+) -> tuple[Any, str | None]:
     """The findings of a run just measured (``nbscope.analyse.diagnose.Findings``, most important first), with the
-    cell sources read from ``notebook`` when given (else from the path the record names); ``(None, why)`` when the
-    run cannot be diagnosed. Never raises: the measurements stand without their causes."""
+    cell sources read from ``notebook`` when given (else from the path the record names) and GPUs forecast from
+    ``devices_file`` too; ``(None, why)`` when the run cannot be diagnosed. Never raises: the measurements stand
+    without their causes."""
     from nbscope.analyse.diagnose import diagnose
 
     try:
         sources = None
         if notebook is not None:
             sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
-        return diagnose(record, sources=sources), None
+        return diagnose(record, sources=sources, devices_file=devices_file), None
     except Exception as exc:  # a rule or a source that fails costs the run its findings, not its ledger
         return None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, NbscopeError) else str(exc)
 

@@ -12,6 +12,7 @@ from nbscope._errors import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
+    DevicesOption,
     JsonOption,
     MarkdownOption,
     limit_option,
@@ -99,6 +100,7 @@ def diagnose_command(
                      help="On a CPU run with program data: forecast the GPU rules for these GPUs "
                           "(default: those of `profile --forecast`, else t4)."),
     ] = None,
+    devices: DevicesOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's whole evidence.")] = False,
     threshold: Annotated[
         list[str] | None,
@@ -133,8 +135,8 @@ def diagnose_command(
 
         sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
     findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu,
-                        thresholds=_thresholds(threshold or []))
-    recommendation = _forecast_recommendation(record, other_record, gpu, sources)
+                        thresholds=_thresholds(threshold or []), devices_file=devices)
+    recommendation = _forecast_recommendation(record, other_record, gpu, sources, devices)
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
         if recommendation is not None:
@@ -153,7 +155,7 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
-def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any) -> Any:
+def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None) -> Any:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
     from nbscope.analyse.compare import platform_of
     from nbscope.analyse.diagnose import recommend_forecast
@@ -161,7 +163,7 @@ def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: 
 
     if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
         return None
-    return recommend_forecast(record, gpus=gpu, sources=sources)
+    return recommend_forecast(record, gpus=gpu, sources=sources, devices_file=devices)
 
 
 def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:

@@ -10,17 +10,20 @@ import typer
 
 from nbscope._errors import NbscopeError
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, all_option, limit_option, open_store, run_help
+from nbscope.cli._options import (
+    DbOption,
+    DevicesOption,
+    JsonOption,
+    MarkdownOption,
+    all_option,
+    limit_option,
+    open_store,
+    run_help,
+)
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.devices import DeviceTable
     from nbscope.record.store import Store
-
-DevicesOption = Annotated[
-    Path | None,
-    typer.Option("--devices", metavar="FILE",
-                 help="Device file adding or overriding GPUs (default: $NBSCOPE_DEVICES, ~/.config/nbscope/devices.toml)."),
-]
 
 HELP = """Forecast a notebook's time on a GPU from a run profiled on a CPU, per cell, and why.
 

@@ -92,6 +92,16 @@ def all_option(help: str = "Show every row.") -> Any:
     return typer.Option("--all", help=help)
 
 
+DevicesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--devices",
+        metavar="FILE",
+        help="Device file adding or overriding GPUs of the forecast (default: $NBSCOPE_DEVICES, "
+        "~/.config/nbscope/devices.toml).",
+    ),
+]
+
 TimeoutOption = Annotated[
     float | None, typer.Option("--timeout", metavar="SECONDS", help="Per-cell time limit in seconds.")
 ]

@@ -13,6 +13,7 @@ from nbscope._errors import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
+    DevicesOption,
     JsonOption,
     LabelOption,
     MarkdownOption,
@@ -28,11 +29,11 @@ NoDiagnoseOption = Annotated[
 TOP_FINDINGS = 3
 
 
-def _diagnose_command(record: Any, store: Any) -> str:
-    """The command that shows a stored run's findings in full."""
+def _diagnose_command(record: Any, store: Any, devices: Path | None = None) -> str:
+    """The command that shows a stored run's findings in full (with the device file they were forecast from)."""
     from nbscope.record.store import default_path
 
-    command = f"nbscope diagnose {record.run_id}"
+    command = f"nbscope diagnose {record.run_id}" + (f" --devices {devices}" if devices is not None else "")
     try:
         same = Path(store.path).resolve() == default_path().resolve()
     except OSError:
@@ -47,7 +48,9 @@ def _with_diagnosis(record: Any, findings: Any, why_not: str | None) -> dict[str
     return document
 
 
-def _print_findings_end(record: Any, findings: Any, why_not: str | None, store: Any) -> None:
+def _print_findings_end(
+    record: Any, findings: Any, why_not: str | None, store: Any, devices: Path | None = None
+) -> None:
     """What ends the main job's output: the top findings, each with its fix, and the command that shows them all."""
     from nbscope.render import compare as view
     from nbscope.render.terminal import console, literal
@@ -55,7 +58,7 @@ def _print_findings_end(record: Any, findings: Any, why_not: str | None, store: 
     if findings is None:
         console.print(f"[dim]no findings: the run could not be diagnosed ({literal(why_not)})[/dim]")
         return
-    view.print_top_findings(findings, record, _diagnose_command(record, store), top=TOP_FINDINGS)
+    view.print_top_findings(findings, record, _diagnose_command(record, store, devices), top=TOP_FINDINGS)
 
 
 def _progress(total: int, enabled: bool) -> tuple[Any, Any, Any]:
@@ -113,9 +116,7 @@ def profile(
     programs: Annotated[
         bool, typer.Option("--programs", help="Record program data (executions, loops, work) for a later `nbscope forecast`.")
     ] = False,
-    devices: Annotated[
-        Path | None, typer.Option("--devices", metavar="FILE", help="With --forecast: a device file adding or overriding GPUs.")
-    ] = None,
+    devices: DevicesOption = None,
     no_diagnose: NoDiagnoseOption = False,
     label: LabelOption = None,
 ) -> None:
@@ -144,7 +145,7 @@ def profile(
     progress, started, done = _progress(cells, interactive)
     with progress:
         record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
-    findings, why_not = (None, "--no-diagnose") if no_diagnose else diagnosis_of(record, path)
+    findings, why_not = (None, "--no-diagnose") if no_diagnose else diagnosis_of(record, path, devices_file=devices)
     if as_json:
         print(json.dumps(_with_diagnosis(record, findings, why_not), indent=1, default=str) if not no_diagnose
               else record.to_json())
@@ -158,7 +159,7 @@ def profile(
         if findings is not None:
             from nbscope.render.compare import findings_markdown
 
-            print(findings_markdown(findings, record, top=TOP_FINDINGS, command=_diagnose_command(record, store)), end="")
+            print(findings_markdown(findings, record, top=TOP_FINDINGS, command=_diagnose_command(record, store, devices)), end="")
     else:
         ledger.print_profile(record, top=None if all_cells else limit, notebook_order=all_cells)
         if options.timeline:
@@ -172,7 +173,7 @@ def profile(
             print_forecast(run_forecast(record, options.forecast, devices_file=devices, notebook_path=path))
         console.print(f"[dim]saved as run {record.run_id} in {literal(store.path)}[/dim]")
         if not no_diagnose:
-            _print_findings_end(record, findings, why_not, store)
+            _print_findings_end(record, findings, why_not, store, devices)
 
 
 def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from nbscope import _units as units
@@ -138,6 +139,7 @@ def diagnose(
     rules: Iterable[str] | None = None,
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
     gpus: str | Sequence[str] | None = None,
+    devices_file: str | Path | None = None,
 ) -> list[Finding]:
     """Run every rule on a profile run; most important first.
 
@@ -152,7 +154,8 @@ def diagnose(
     On a CPU run recorded with program data (``nbscope profile --forecast``), the GPU rules fire as
     forecast findings (``Finding.forecast`` names the GPUs) for ``gpus`` (device table keys), else the
     GPUs named when the run was recorded, else the T4. Naming ``gpus`` for a run without program data,
-    or for a GPU run, is refused with one line.
+    or for a GPU run, is refused with one line. ``devices_file`` adds or overrides GPUs of the device
+    table, as ``nbscope forecast --devices`` does (default: ``$NBSCOPE_DEVICES``, then the config folder's).
     """
     compare_module.check_profile(record, "the run")
     if other is not None:
@@ -160,7 +163,7 @@ def diagnose(
     if gpus:
         gpus = [g.strip() for g in gpus.split(",")] if isinstance(gpus, str) else list(gpus)
         _forecast.check_request(record, gpus, compare_module.platform_of(record)["platform"],
-                                compare_module.label(record, "the run"))
+                                compare_module.label(record, "the run"), devices_file=devices_file)
     wanted = set(rules) if rules is not None else None
     if wanted is not None:
         unknown = wanted - set(rule_names())
@@ -169,7 +172,8 @@ def diagnose(
 
             raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
     overrides = _checked_thresholds(thresholds or {})
-    ctx = Context(record, other=other, sources=sources, thresholds=overrides, gpus=gpus or None)
+    ctx = Context(record, other=other, sources=sources, thresholds=overrides, gpus=gpus or None,
+                  devices_file=devices_file)
     findings: list[Finding] = []
     skipped: list[Skip] = []
     for rule in RULES:
@@ -363,6 +367,7 @@ def recommend_forecast(
     *,
     gpus: str | Sequence[str] | None = None,
     sources: Mapping[str, str] | None = None,
+    devices_file: str | Path | None = None,
 ) -> dict[str, Any]:
     """The backend choice for a notebook that has no GPU run: from the GPU forecast of a CPU run recorded
     with program data (``nbscope profile --forecast``), for ``gpus`` (else those named when it was
@@ -392,7 +397,7 @@ def recommend_forecast(
         result["reason"] = ("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
                             "GPU the machine has: nothing to choose between")
         return result
-    forecast_result = forecast(record, gpus_of(record, gpus), sources=sources)
+    forecast_result = forecast(record, gpus_of(record, gpus), sources=sources, devices_file=devices_file)
     for device in forecast_result["devices"]:
         notebook = forecast_result["notebook"][device["key"]]
         result["forecast"][device["key"]] = {

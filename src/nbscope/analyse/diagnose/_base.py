@@ -331,10 +331,12 @@ class Context:
         sources: Mapping[str, str] | None = None,
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
         gpus: Sequence[str] | None = None,
+        devices_file: str | Path | None = None,
     ) -> None:
         self.record = record
         self.other = other
         self.forecast_gpus = list(gpus) if gpus else None  # GPUs the GPU rules forecast for on a CPU run
+        self.devices_file = devices_file  # the user's device file, when not the default one
         self.threshold_overrides = {rule: dict(values) for rule, values in (thresholds or {}).items()}
         if sources is None:
             self.sources, self.sources_note = load_sources(record)
@@ -361,7 +363,8 @@ class Context:
     @cached_property
     def forecast(self) -> _forecast.ForecastEvidence:
         """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
-        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus, self.sources)
+        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus, self.sources,
+                                  devices_file=self.devices_file)
 
     @cached_property
     def x64(self) -> dict[str, Any]:

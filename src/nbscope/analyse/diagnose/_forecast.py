@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
@@ -32,17 +33,18 @@ class ForecastEvidence:
         return device.name if device is not None else key
 
 
-def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, run_label: str = "the run") -> None:
+def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, run_label: str = "the run",
+                  *, devices_file: str | Path | None = None) -> None:
     """An explicit ``gpus=`` request: unknown GPUs and runs that cannot be forecast are refused (one line)."""
     from nbscope.analyse.forecast.devices import load_table, resolve
     from nbscope.analyse.forecast.risks import gpus_of, require_forecast
 
-    resolve(load_table(), gpus_of(record, list(gpus) if not isinstance(gpus, str) else gpus))
+    resolve(load_table(devices_file), gpus_of(record, list(gpus) if not isinstance(gpus, str) else gpus))
     require_forecast(record, platform, run_label)
 
 
 def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
-             sources: Mapping[str, str] | None = None) -> ForecastEvidence:
+             sources: Mapping[str, str] | None = None, *, devices_file: str | Path | None = None) -> ForecastEvidence:
     """The forecast of ``record`` on the GPUs to diagnose for, or why it has none."""
     from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.devices import load_table, resolve
@@ -54,7 +56,7 @@ def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
     if found.why_not is not None:
         return found
     try:
-        found.table = load_table()
+        found.table = load_table(devices_file)
         found.devices = resolve(found.table, names)
         found.result = forecast(record, [d.key for d in found.devices], table=found.table,
                                 sources=sources or None)
