@@ -17,6 +17,19 @@ FAKE_NVML_DIR = TESTS_DIR / "fake_nvml"
 
 
 @pytest.fixture
+def tmp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's temporary files (ours, and those of the tools it starts) go to this folder, so that a
+    leftover is easy to see."""
+    import tempfile
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.fixture
 def tmp_db(tmp_path: Path) -> Path:
     """Path of a run store that does not exist yet (``Store(tmp_db)`` or ``--db tmp_db`` creates it)."""
     return tmp_path / "store" / "nbscope.db"

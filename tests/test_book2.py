@@ -311,15 +311,9 @@ def _book_kernels(book: Path) -> set[int]:
 
 
 @pytest.fixture
-def isolated_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    import tempfile
-
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setenv("TMPDIR", str(folder))
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    yield folder
-    assert _no_process_left(folder) == []
+def isolated_tmp(tmp_folder: Path) -> Iterator[Path]:
+    yield tmp_folder
+    assert _no_process_left(tmp_folder) == []
 
 
 @pytest.mark.slow

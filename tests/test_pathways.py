@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,17 +33,13 @@ def _jupyterish(process: psutil.Process) -> bool:
 
 
 @pytest.fixture
-def isolated_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Temporary folders (ours and the tools' we start) land here, so a leftover is easy to see."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setenv("TMPDIR", str(folder))
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+def isolated_tmp(tmp_folder: Path) -> Iterator[Path]:
+    """``tmp_folder``, and afterwards no Jupyter process of this test left running."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    yield folder
+    yield tmp_folder
     leftovers = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and _jupyterish(p)]
     # Orphans too (a CLI run's children outlive it): anything still using this test's temporary folder.
-    leftovers += [p for p in psutil.process_iter() if p.pid not in before and _uses(p, str(folder))]
+    leftovers += [p for p in psutil.process_iter() if p.pid not in before and _uses(p, str(tmp_folder))]
     assert not leftovers, f"processes left behind: {[' '.join(p.cmdline())[:120] for p in leftovers]}"
 
 
