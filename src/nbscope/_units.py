@@ -46,3 +46,18 @@ def size(value: Any) -> str | None:
             return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
         value /= 1024
     return str(value)
+
+
+def seconds_range(low: Any, high: Any) -> str:
+    """``80.5–82.5 s``, ``≥ 12 ms`` (no upper bound), ``1.2 s`` (one figure); ``–`` without a low figure."""
+    low, high = number(low), number(high)
+    if low is None:
+        return "–"
+    if high is None:
+        return f"≥ {seconds(low)}"
+    if abs(high - low) <= 0.005 * max(high, 1e-12):
+        return seconds(low)
+    low_text, high_text = seconds(low), seconds(high)
+    if low_text.split()[-1] == high_text.split()[-1]:
+        return f"{low_text.split()[0]}–{high_text}"
+    return f"{low_text}–{high_text}"

@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse._stats import mad, mann_whitney_greater
 from nbscope.record.cells import cell_keys, pair_cells
@@ -171,11 +172,7 @@ class GateResult:
         }
 
 
-def _number(value: Any) -> float | None:
-    """A finite number, else None (NaN and infinities are not measurements)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+_number = units.number  # NaN and infinities are not measurements
 
 
 def _samples(cell: dict[str, Any]) -> list[float]:

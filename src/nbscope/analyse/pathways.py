@@ -99,11 +99,6 @@ def pair_cells(reference: list[dict[str, Any]], results: Mapping[str, Any]) -> l
     return rows
 
 
-def _cell_name(row: Mapping[str, Any]) -> str:
-    where = f" (line {row['line']})" if row.get("line") else ""
-    return f"cell {int(row.get('index') or 0) + 1}{where}"
-
-
 def fixed_overheads(pathways: Mapping[str, Mapping[str, Any]]) -> list[str]:
     parts = []
     for name, entry in pathways.items():
@@ -144,7 +139,7 @@ def verdict(
         notes = []
         for row in different_runs[:3]:
             statuses = ", ".join(f"{n} {e['status']}" for n, e in row["by_pathway"].items())
-            notes.append(f"{_cell_name(row)}: {statuses}")
+            notes.append(f"{cell_model.label(row)}: {statuses}")
         tail = f"; {len(different_runs)} cell(s) ran differently ({'; '.join(notes)})"
     if not_run:
         tail += f"; {'; '.join(not_run)}"
@@ -164,7 +159,7 @@ def verdict(
     for row in differing[:3]:
         walls = row["by_pathway"]
         shown.append(
-            f"{_cell_name(row)} {row['slowest']} {seconds(walls[row['slowest']]['wall_s'])} vs "
+            f"{cell_model.label(row)} {row['slowest']} {seconds(walls[row['slowest']]['wall_s'])} vs "
             f"{row['fastest']} {seconds(walls[row['fastest']]['wall_s'])}"
         )
     caution = ""

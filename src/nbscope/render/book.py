@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import (
     TIME_COLUMNS,
     Column,
@@ -33,8 +34,6 @@ LECTURE_COLUMNS = (
 )
 
 
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def _share(value: Any) -> str:

@@ -11,14 +11,13 @@ from rich.table import Table
 from rich.text import Text
 
 from nbscope.render import terminal
+from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import Column, console, format_bytes, format_seconds, literal
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
 
 
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def _cell_name(row: Mapping[str, Any]) -> str:

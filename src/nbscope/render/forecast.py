@@ -7,6 +7,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from nbscope import _units as units
 from nbscope.render.terminal import console, format_seconds
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim"}
@@ -18,19 +19,7 @@ MEANING = (
 )
 
 
-def seconds_range(low: float | None, high: float | None) -> str:
-    """``80.5–82.5 s``, ``≥ 12 ms`` (no upper bound) or ``1.2 s``."""
-    if low is None:
-        return "–"
-    if high is None:
-        return f"≥ {format_seconds(low)}"
-    if abs(high - low) <= 0.005 * max(high, 1e-12):
-        return format_seconds(low)
-    low_text, high_text = format_seconds(low), format_seconds(high)
-    low_unit, high_unit = low_text.split()[-1], high_text.split()[-1]
-    if low_unit == high_unit:
-        return f"{low_text.split()[0]}–{high_text}"
-    return f"{low_text}–{high_text}"
+seconds_range = units.seconds_range
 
 
 def dominant_words(outcome: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 from nbscope.record.cells import shown_line
 from nbscope.record.run import RunRecord
+from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import (
     TIME_COLUMNS,
     Column,
@@ -145,8 +146,6 @@ def print_summary(record: RunRecord) -> None:
         )
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> str:

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nbscope.record.run import RunRecord
+from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import console, format_seconds, literal, print_record_header
 
 # Each pathway's fixed cost outside the cells, in the order shown.
@@ -138,8 +139,6 @@ def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
     console.print(table)
 
 
-def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def pathways_markdown(record: RunRecord) -> str:

@@ -14,6 +14,7 @@ from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
+from nbscope.record import cells
 from nbscope.record.run import RunRecord
 
 SEVERITIES = ("high", "medium", "low")
@@ -201,9 +202,7 @@ def severity(seconds: float, total: float | None, *, floor: str = "low") -> str:
     return level if SEVERITIES.index(level) <= SEVERITIES.index(floor) else floor
 
 
-def cell_label(cell: Mapping[str, Any]) -> str:
-    line = f" (line {cell['line']})" if cell.get("line") else ""
-    return f"cell {cell.get('index', 0) + 1}{line}"
+cell_label = cells.label
 
 
 seconds = units.seconds

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 
 
@@ -65,18 +66,7 @@ def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
     return found
 
 
-def seconds_range(low: float, high: float | None) -> str:
-    """``8.00–8.20 s``, ``≥ 15 µs`` (no upper bound), ``1.2 s`` (one figure)."""
-    from nbscope._units import seconds
-
-    if high is None:
-        return f"≥ {seconds(low)}"
-    if abs(high - low) <= 0.005 * max(high, 1e-12):
-        return seconds(low)
-    low_text, high_text = seconds(low), seconds(high)
-    if low_text.split()[-1] == high_text.split()[-1]:
-        return f"{low_text.split()[0]}–{high_text}"
-    return f"{low_text}–{high_text}"
+seconds_range = units.seconds_range
 
 
 def on_a(key: str) -> str:

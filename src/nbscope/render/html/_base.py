@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -31,10 +30,7 @@ def e_code(value: Any) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", e(value))
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+_number = _units.number
 
 
 def _short(text: Any, width: int = 40) -> str:
