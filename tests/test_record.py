@@ -59,7 +59,7 @@ def test_new_record_envelope() -> None:
     record = make_record()
     document = record.to_dict()
     assert document["format"] == FORMAT_NAME == "nbscope-run"
-    assert document["schema_version"] == SCHEMA_VERSION == 1
+    assert document["schema_version"] == SCHEMA_VERSION == 2
     assert isinstance(document["tool_version"], str) and document["tool_version"]
     assert TIMESTAMP.match(document["started_at"]), document["started_at"]
     assert document["ended_at"] is None and document["status"] == "ok"
@@ -249,10 +249,40 @@ def test_unknown_and_null_fields_in_measurements_are_accepted() -> None:
     document = make_record().to_dict()
     cell = _cells(document)[0]
     cell.update({"jax": None, "numba": None, "line": None, "new_field": ["anything", {"x": "y"}], "code_s": None})
-    document["measurements"]["totals"]["wall_s"] = float("nan")  # a number: the gate decides what NaN means
     document["measurements"]["extra"] = {"first_call_s": [0.1, None], "import_s": {"numpy": 0.2}}
     record = loads(json.dumps(document), source="ok.json")
     assert record.measurements["extra"]["import_s"] == {"numpy": 0.2}
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda d: d["measurements"]["totals"].update(wall_s=float("nan")), "measurements.totals.wall_s is NaN"),
+        (lambda d: _cells(d)[0].update(wall_s=float("inf")), "measurements.cells[0].wall_s is Infinity"),
+        (lambda d: _cells(d)[0].update(compile_s=-1.5), "measurements.cells[0].compile_s is -1.5"),
+        (lambda d: _cells(d)[0].setdefault("samples", {}).update(wall_s=[0.1, -2.0]),
+         "measurements.cells[0].samples.wall_s[1] is -2.0"),
+        (lambda d: _cells(d)[0].update(status="exploded"), "measurements.cells[0].status is 'exploded'"),
+        (lambda d: d.update(status="weird"), "field 'status' is 'weird'"),
+        (lambda d: d.update(kind="nonsense"), "field 'kind' is 'nonsense'"),
+    ],
+    ids=["nan", "infinity", "negative", "negative-sample", "cell-status", "run-status", "kind"],
+)
+def test_untrue_figures_and_unknown_names_are_refused_with_the_field_named(edit: Any, named: str) -> None:
+    document = make_record().to_dict()
+    edit(document)
+    with pytest.raises(NbscopeError, match=re.escape(named)):
+        loads(json.dumps(document), source="bad.json")
+
+
+def test_a_signed_difference_may_be_negative_and_non_finite_figures_are_written_as_null() -> None:
+    document = make_record().to_dict()
+    document["measurements"]["totals"]["cache_saving_s"] = -0.25  # warm slower than cold: a true difference
+    record = loads(json.dumps(document), source="ok.json")
+    record.measurements["totals"]["wall_s"] = float("nan")  # made in memory (e.g. a median of nothing)
+    text = record.to_json()
+    assert "NaN" not in text and json.loads(text)["measurements"]["totals"]["wall_s"] is None
+    assert loads(text, source="again.json").measurements["totals"]["cache_saving_s"] == -0.25
 
 
 def test_content_hash_is_the_same_for_the_same_run_only() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nbscope.analyse.diagnose._base import load_sources
 from nbscope.record.run import RunRecord, load
+from nbscope.record.sources import load_sources
 
 FILES = Path(__file__).resolve().parent / "files"
 RECORD = FILES / "records" / "cpu_unrolled_loop.json"

@@ -12,8 +12,8 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import Findings, diagnose, recommend
-from nbscope.analyse.diagnose._base import sources_of
 from nbscope.api import profile as profile_job
+from nbscope.record.sources import sources_of
 
 # Backend names as JAX_PLATFORMS takes them; "gpu" is another name for "cuda".
 BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}

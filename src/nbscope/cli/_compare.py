@@ -44,8 +44,8 @@ def compare_command(
     data (`profile --forecast`) also shows the CPU run's GPU forecast against what the GPU measured, per cell."""
     from nbscope.analyse import compare as compare_module
     from nbscope.analyse.diagnose import recommend
-    from nbscope.analyse.diagnose._base import sources_of
     from nbscope.analyse.forecast.measured import forecast_vs_measured
+    from nbscope.record.sources import sources_of
     from nbscope.render import compare as view
     from nbscope.render import forecast as forecast_view
 

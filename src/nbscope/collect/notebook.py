@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import nbformat
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+
+if TYPE_CHECKING:  # reading a notebook imports nbformat; commands that only read records never pay for it
+    import nbformat
 
 MYST_SUFFIXES = (".md", ".myst", ".mystnb")
 
@@ -17,8 +19,9 @@ MYST_SUFFIXES = (".md", ".myst", ".mystnb")
 def source_hash(source: str) -> str:
     """First 16 hex digits of SHA-256 of the source without trailing whitespace.
 
-    The probe computes the same hash inside the kernel (``_nbscope_probe.source_hash``); it pairs cells
-    across runs, machines and pathways (nbclient, MyST conversion and jupyter-book give equal sources).
+    The probe computes the same hash inside the kernel (``_nbscope_probe.source_hash``), and so does
+    ``record.sources`` when it checks a recorded source; it pairs cells across runs, machines and pathways
+    (nbclient, MyST conversion and jupyter-book give equal sources).
     """
     return hashlib.sha256(source.rstrip().encode("utf-8")).hexdigest()[:16]
 
@@ -31,8 +34,9 @@ class CodeCell:
     cell_index: int  # among all cells
     source: str
     source_hash: str
-    line: int | None  # 1-based line of the cell in a MyST file
+    line: int | None  # 1-based line where the cell starts in its file (a MyST cell's opening fence)
     tags: list[str]
+    end_line: int | None = None  # 1-based line where it ends (a MyST cell's closing fence)
 
     @property
     def first_line(self) -> str:
@@ -55,6 +59,9 @@ class CodeCell:
             "cell_index": self.cell_index,
             "source_hash": self.source_hash,
             "line": self.line,
+            "end_line": self.end_line,
+            # The code that ran, whole: analyses read it from the record, never from a file edited since.
+            "source": self.source,
             "first_line": self.first_line[:120],
             "code_line": self.code_line[:120],
             "tags": self.tags,
@@ -110,15 +117,18 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{path} is not a text file, so not a notebook") from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text would: universal newlines
     if path.suffix.lower() == ".ipynb":
+        import nbformat
+
         try:
             nb = nbformat.reads(text, as_version=4)
         except Exception as exc:
             raise NbscopeError(f"{path}: not a valid .ipynb notebook ({type(exc).__name__})") from None
-        fmt, lines = "ipynb", None
+        fmt = "ipynb"
+        ranges = _ipynb_line_ranges(text, nb)
     elif path.suffix.lower() in MYST_SUFFIXES:
         nb = _read_myst(path, text)
         fmt = "myst"
-        lines = nb.metadata.pop("source_map", None)
+        ranges = _myst_line_ranges(text, nb.metadata.pop("source_map", None))
     else:
         raise NbscopeError(f"{path}: unsupported notebook type {path.suffix!r} (use .ipynb or MyST .md)")
     code_cells = []
@@ -132,9 +142,56 @@ def read(path: str | Path) -> Notebook:
                 cell_index=cell_index,
                 source=cell.source,
                 source_hash=source_hash(cell.source),
-                line=lines[cell_index] if lines and cell_index < len(lines) else None,
+                line=ranges[cell_index][0] if cell_index < len(ranges) else None,
+                end_line=ranges[cell_index][1] if cell_index < len(ranges) else None,
                 tags=tags,
             )
         )
     return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells,
                     content_hash=hashlib.sha256(data).hexdigest()[:16])
+
+
+LineRange = tuple[int | None, int | None]
+
+
+def _myst_line_ranges(text: str, starts: list[int] | None) -> list[LineRange]:
+    """Each cell's first and last line in a MyST file: from its start (a code cell's opening fence) to the
+    fence that closes it, or for other cells to the line before the next cell starts."""
+    if not starts:
+        return []
+    lines = text.split("\n")
+    ranges: list[LineRange] = []
+    for i, start in enumerate(starts):
+        following = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)
+        end = following
+        opening = lines[start - 1].lstrip() if 0 < start <= len(lines) else ""
+        fence = re.match(r"(`{3,}|~{3,})", opening)
+        if fence:
+            for number in range(start + 1, len(lines) + 1):
+                if lines[number - 1].strip() == fence.group(1):
+                    end = number
+                    break
+        ranges.append((start, max(start, end)))
+    return ranges
+
+
+def _ipynb_line_ranges(text: str, nb: Any) -> list[LineRange]:
+    """Each cell's lines in an ``.ipynb`` file: from its ``"source"`` key to the end of that value.
+
+    Found by reading the JSON text in order; a file whose ``"source"`` keys do not match its cells one to one
+    (a hand-written layout) gets no line ranges rather than wrong ones."""
+    lines = text.split("\n")
+    keys = [number for number, line in enumerate(lines, 1) if re.match(r'\s*"source"\s*:', line)]
+    if len(keys) != len(nb.cells):
+        return []
+    ranges: list[LineRange] = []
+    for number in keys:
+        rest = lines[number - 1].split(":", 1)[1].strip()
+        end = number
+        if rest.startswith("[") and not rest.rstrip(",").endswith("]"):
+            for later in range(number + 1, len(lines) + 1):
+                if lines[later - 1].strip().startswith("]"):
+                    end = later
+                    break
+        ranges.append((number, end))
+    return ranges

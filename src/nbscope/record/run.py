@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -22,7 +23,18 @@ from nbscope._errors import NbscopeError
 from nbscope._version import __version__
 
 FORMAT_NAME = "nbscope-run"
-SCHEMA_VERSION = 1
+# 2: each code cell carries its whole source and its line range (``cells[].source``, ``end_line``); times are
+# finite and never negative; statuses and kinds are from the lists below. A version 1 document still loads:
+# it migrates in memory (its cells' code is then read from the notebook only when unchanged, see
+# ``record.sources``).
+SCHEMA_VERSION = 2
+KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
+RUN_STATUSES = ("ok", "partial", "error")
+CELL_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died", "interrupted", "not-run", "skipped")
+# Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be
+# negative, and is only checked to be finite).
+DURATIONS = ("wall_s", "code_s", "compile_s", "run_s", "overhead_s", "roundtrip_s", "trace_s", "lower_s",
+             "backend_s", "elapsed_s", "median_s", "min_s", "max_s", "mad_s")
 REQUIRED_FIELDS = {
     "format": str,
     "schema_version": int,
@@ -144,11 +156,13 @@ class RunRecord:
         return document
 
     def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=_json_default)
+        # NaN and infinities are not JSON: a figure that is not a number is written as unknown (null).
+        return json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
 
     @classmethod
     def from_dict(cls, document: Any, *, source: str = "document") -> RunRecord:
         validate(document, source=source)
+        document = migrate(document)
         return cls(
             kind=document["kind"],
             target=document["target"],
@@ -233,8 +247,29 @@ def backend_of(record: RunRecord) -> dict[str, Any]:
 
 def content_hash(document: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of a parsed run document written as JSON with sorted keys."""
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=_json_default)
+    text = json.dumps(_finite(document), sort_keys=True, separators=(",", ":"), default=_json_default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def migrate(document: dict[str, Any]) -> dict[str, Any]:
+    """A validated document of an earlier schema version, as this version reads it.
+
+    Version 1 → 2 adds nothing that can be derived: its cells carry no source, which readers see as "code not
+    recorded" (``record.sources`` then reads an unchanged notebook). The document keeps the version it was
+    written with, so that a reader knows which fields it can expect.
+    """
+    return document
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -267,8 +302,39 @@ def validate(document: Any, *, source: str = "document") -> None:
             raise NbscopeError(f"{source}: field {name!r} is {_a(_json_type(document[name]))}, not a string")
     if document.get("settings") is not None and not isinstance(document["settings"], dict):
         raise NbscopeError(f"{source}: field 'settings' is {_a(_json_type(document['settings']))}, not an object")
-    spec = MEASUREMENTS.get(document["kind"], _COMMON)
+    if document["kind"] not in KINDS:
+        raise NbscopeError(f"{source}: field 'kind' is {document['kind']!r}, not one of {', '.join(KINDS)}")
+    if document.get("status") is not None and document["status"] not in RUN_STATUSES:
+        raise NbscopeError(
+            f"{source}: field 'status' is {document['status']!r}, not one of {', '.join(RUN_STATUSES)}"
+        )
+    _check_finite(document, "", source)
+    spec = MEASUREMENTS[document["kind"]]
     _check(document["measurements"], spec, "measurements", source)
+
+
+class _NotANumber(float):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a document's text: Python's json reads them, JSON has no such
+    values, so loading keeps them marked to refuse them with the field named."""
+
+    def __new__(cls, token: str) -> _NotANumber:
+        made = super().__new__(cls, float(token.replace("Infinity", "inf")))
+        made.token = token
+        return made
+
+    token: str
+
+
+def _check_finite(value: Any, where: str, source: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        shown = value.token if isinstance(value, _NotANumber) else repr(value)
+        raise NbscopeError(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{where}.{key}", source)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_finite(item, f"{where}[{i}]", source)
 
 
 # --- the shape of measurements -----------------------------------------------------------------------------
@@ -295,7 +361,9 @@ _CELL: Spec = {
     "source_hash": "string",
     "first_line": "string",
     "code_line": "string",
-    "status": "string",
+    "status": ("enum", CELL_STATUSES),
+    "source": "string",
+    "end_line": "integer",
     "tags": "array",
     "error": {"name": "string", "message": "string"},
     "samples": "object",  # per repeat: wall_s, compile_s (times, checked as such), status
@@ -370,8 +438,12 @@ def _is_measure(name: str) -> bool:
 
 
 def _check_measure(value: Any, where: str, source: str) -> None:
-    """A time or size: a number or null, or an array or object of them."""
-    if value is None or _is_number(value):
+    """A time or size: a number or null, or an array or object of them; a duration is never negative."""
+    if value is None:
+        return
+    if _is_number(value):
+        if value < 0 and where.rpartition(".")[2].split("[")[0] in DURATIONS:
+            raise NbscopeError(f"{source}: {where} is {value!r}: a duration cannot be negative")
         return
     if isinstance(value, list):
         for i, item in enumerate(value):
@@ -395,6 +467,10 @@ def _check(value: Any, spec: Spec, where: str, source: str) -> None:
     if isinstance(spec, tuple):
         container, item_spec = spec
         if value is None:
+            return
+        if container == "enum":
+            if value not in item_spec:
+                raise NbscopeError(f"{source}: {where} is {value!r}, not one of {', '.join(item_spec)}")
             return
         if container == "array":
             if not isinstance(value, list):
@@ -432,7 +508,7 @@ def _check_free(value: Any, where: str, source: str) -> None:
 
 def loads(text: str, *, source: str = "document") -> RunRecord:
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_NotANumber)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     return RunRecord.from_dict(document, source=source)

@@ -37,8 +37,9 @@ from nbscope.analyse.diagnose import (
     _unsynchronised_timing,
     _weak_float64,
 )
-from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip, load_sources
+from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip
 from nbscope.record.run import RunRecord
+from nbscope.record.sources import load_sources
 
 __all__ = [
     "RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "recommend", "recommend_forecast", "rule_names",

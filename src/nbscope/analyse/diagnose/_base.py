@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from nbscope import _units as units
-from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
 from nbscope.record.run import RunRecord
+from nbscope.record.sources import load_sources
 
 SEVERITIES = ("high", "medium", "low")
 
@@ -264,59 +264,6 @@ class FunctionStats:
             "shapes": self.shapes,
             "compiles_per_cell": {str(k): v for k, v in sorted(self.cells.items())},
         }
-
-
-def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[dict[str, str], str | None]:
-    """Cell sources by hash, re-read from the notebook the run profiled; a note says what is missing.
-
-    Only sources whose hash equals the record's are returned: a notebook edited since the run must not
-    lend its new code to old figures. A record may come from anywhere (an import, a CI artifact), so the
-    paths it names are only opened when they resolve inside ``root`` (default: the working directory);
-    a notebook elsewhere is read only when the user names it (``--notebook``).
-    """
-    from nbscope.collect import notebook as notebook_module
-
-    candidates = []
-    described = (record.measurements.get("notebook") or {}).get("path")
-    for value in (described, record.target):
-        if isinstance(value, str) and value and value not in candidates:
-            candidates.append(value)
-    wanted = {c.get("source_hash") for c in record.measurements.get("cells") or []}
-    base = (root or Path.cwd()).resolve()
-    outside = []
-    for value in candidates:
-        try:
-            path = (base / value).resolve()  # an absolute path stays itself
-        except (OSError, ValueError):
-            continue
-        if not path.is_relative_to(base):
-            outside.append(value)
-            continue
-        if not path.is_file():
-            continue
-        try:
-            notebook = notebook_module.read(path)
-        except NbscopeError:
-            continue
-        sources = {c.source_hash: c.source for c in notebook.code_cells if c.source_hash in wanted}
-        missing = len(wanted - set(sources))
-        note = f"{missing} cell(s) of {value} changed since the run: their source is not used" if missing else None
-        return sources, note
-    if outside:
-        return {}, (
-            f"the run's notebook {outside[0]} is outside the working directory, so it is not read without being "
-            "named: pass it with --notebook (sources= in Python)"
-        )
-    shown = " or ".join(candidates) or "no path recorded"
-    return {}, f"notebook not found ({shown}); pass it with --notebook or run from the notebook's directory"
-
-
-def sources_of(*records: RunRecord) -> dict[str, str]:
-    """The cell sources of several runs' notebooks, merged by hash."""
-    merged: dict[str, str] = {}
-    for record in records:
-        merged.update(load_sources(record)[0])
-    return merged
 
 
 class Context:

@@ -26,6 +26,7 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
+from nbscope.record.sources import load_sources
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
@@ -330,8 +331,6 @@ def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: di
 def _notebook_sources(record: Any, notebook_path: str | Path | None,
                       given: Mapping[str, str] | None = None) -> dict[int, str]:
     """Code cell sources by index, from the profiled notebook when it is there and unchanged."""
-    from nbscope.analyse.diagnose._base import load_sources
-
     by_hash: dict[str, str] = {}
     if given:
         by_hash = dict(given)

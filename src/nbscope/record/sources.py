@@ -1,0 +1,106 @@
+"""The code that ran: each cell's source as its run record carries it.
+
+A record made since schema version 2 carries every code cell's whole source (``cells[].source``, with its
+hash and line range), so every analysis reads the code that ran from the record itself, on any machine and
+in any folder, and a notebook edited after its run cannot lend its new code to old figures.
+
+A record made before (schema version 1) carries only each cell's hash and first line. For those, and only
+those, the sources are read from the notebook file when it is present and its cells' hashes match; the
+note returned says exactly what could not be had and why, so that the rules that need code say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.collect.notebook import source_hash
+
+Sources = dict[str, str]  # cell source by its source hash
+
+
+def recorded_sources(record: Any) -> Sources:
+    """The sources the record carries, by hash; a source whose hash is not its cell's is not trusted."""
+    found: Sources = {}
+    for cell in _cells(record):
+        source, wanted = cell.get("source"), cell.get("source_hash")
+        if isinstance(source, str) and isinstance(wanted, str) and source_hash(source) == wanted:
+            found[wanted] = source
+    return found
+
+
+def load_sources(record: Any, *, root: Path | None = None) -> tuple[Sources, str | None]:
+    """Every code cell's source by hash, and a note saying which cells' code is unknown and why (None when
+    none is missing).
+
+    The record's own sources come first. Only for cells it does not carry (a record from before sources were
+    recorded) is the notebook file read, and then only a cell whose hash equals the record's is used. A record
+    may come from anywhere (an import, a CI artifact), so for that fallback the paths it names are only opened
+    when they resolve inside ``root`` (default: the working directory); a notebook elsewhere is read only when
+    the user names it (``--notebook``).
+    """
+    sources = recorded_sources(record)
+    wanted = {c.get("source_hash") for c in _cells(record) if isinstance(c.get("source_hash"), str)}
+    missing = wanted - set(sources)
+    if not missing:
+        return sources, None
+    from_file, note = _from_notebook_file(record, missing, root)
+    sources.update(from_file)
+    return sources, note
+
+
+def sources_of(*records: Any) -> Sources:
+    """The cell sources of several runs, merged by hash."""
+    merged: Sources = {}
+    for record in records:
+        merged.update(load_sources(record)[0])
+    return merged
+
+
+def _cells(record: Any) -> list[Mapping[str, Any]]:
+    cells = (getattr(record, "measurements", None) or {}).get("cells") or []
+    return [c for c in cells if isinstance(c, Mapping)]
+
+
+def _from_notebook_file(record: Any, wanted: set[str], root: Path | None) -> tuple[Sources, str | None]:
+    """Sources of the cells in ``wanted``, read from the run's notebook file when it is there and unchanged."""
+    from nbscope.collect import notebook as notebook_module  # only old records pay for reading notebooks
+
+    version = getattr(record, "schema_version", None)
+    why = (f"the record (schema version {version}) does not carry its cells' code" if version == 1
+           else f"{len(wanted)} cell(s) of the record carry no code")
+    candidates = []
+    described = ((getattr(record, "measurements", None) or {}).get("notebook") or {}).get("path")
+    for value in (described, getattr(record, "target", None)):
+        if isinstance(value, str) and value and value not in candidates:
+            candidates.append(value)
+    base = (root or Path.cwd()).resolve()
+    outside = []
+    for value in candidates:
+        try:
+            path = (base / value).resolve()  # an absolute path stays itself
+        except (OSError, ValueError):
+            continue
+        if not path.is_relative_to(base):
+            outside.append(value)
+            continue
+        if not path.is_file():
+            continue
+        try:
+            notebook = notebook_module.read(path)
+        except NbscopeError:
+            continue
+        found = {c.source_hash: c.source for c in notebook.code_cells if c.source_hash in wanted}
+        changed = len(wanted - set(found))
+        if not changed:
+            return found, None  # the file holds exactly the code that ran
+        return found, f"{why}, and {changed} cell(s) of {value} changed since the run: their code is unknown"
+    if outside:
+        return {}, (
+            f"{why}, and its notebook {outside[0]} is outside the working directory, so it is not read without "
+            "being named: pass it with --notebook (sources= in Python)"
+        )
+    shown = " or ".join(candidates) or "no path recorded"
+    return {}, f"{why}, and its notebook is not here ({shown}): pass it with --notebook"
