@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diag_support import FILES, RECORDS
 
+from diag_support import FILES, RECORDS
 from nbscope.analyse.diagnose import diagnose
 from nbscope.record import run as record_module
 from nbscope.record.sources import load_sources, recorded_sources

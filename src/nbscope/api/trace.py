@@ -69,7 +69,6 @@ class TraceResult:
     returncode: int
     output: str
     wall_s: float
-    unmatched_kernels: int = 0
     interrupted: bool = False  # a stop signal ended the command; the records hold what ran before it
     # (seconds from the start, line) for each line the command printed
     timed_output: list[tuple[float, str]] = field(default_factory=list)
@@ -225,11 +224,10 @@ def run_traced(
     finally:
         home.cleanup()
     notebooks = _load_sources(sources if sources else discover_sources(cwd))
-    records, unmatched = [], 0
+    records = []
     for log in logs:
         nb = match(log, notebooks)
-        if nb is None:
-            unmatched += bool(log.hashes)
+        if nb is None:  # a kernel that ran no notebook of the book (e.g. a helper kernel)
             continue
         cells, status = cells_from_log(nb, log, stopped=interrupted)
         record = RunRecord(
@@ -263,7 +261,7 @@ def run_traced(
                 _signals.note_saved(f"partial run {record.run_id} ({record.target})")
         records.append(record)
     return TraceResult(
-        records=records, returncode=returncode, output=output, wall_s=wall, unmatched_kernels=unmatched,
+        records=records, returncode=returncode, output=output, wall_s=wall,
         interrupted=interrupted, timed_output=timed, book2=book2 if book2.is_jupyter_book2 else None,
     )
 

@@ -185,9 +185,6 @@ class RunRecord:
         return {k: totals[k] for k in keys if k in totals}
 
 
-MEASUREMENT_SETTINGS = ("jax_platform", "jax_cache", "timeline", "repeat")
-
-
 def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
     (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;

@@ -386,14 +386,6 @@ class Context:
                 item.add(int(cell["index"]), entry)
         return stats
 
-    def functions_in(self, cell: Mapping[str, Any]) -> dict[str, FunctionStats]:
-        """The JAX functions compiled in one cell."""
-        stats: dict[str, FunctionStats] = {}
-        for entry in (cell.get("jax") or {}).get("functions") or []:
-            name = str(entry.get("name"))
-            stats.setdefault(name, FunctionStats(name=name, kind=str(entry.get("kind")))).add(int(cell["index"]), entry)
-        return stats
-
     @cached_property
     def other_cells(self) -> dict[int, dict[str, Any]]:
         """This record's cell index -> the paired cell of ``other``."""

@@ -8,7 +8,6 @@ again (``_context.load_sources``). Everything here works on the Python that IPyt
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -516,6 +515,3 @@ def synchronisations(nodes: Iterable[ast.AST]) -> list[str]:
             found.append("f-string")  # formatting a value reads it
     return found
 
-
-def strip_comments(text: str) -> str:
-    return re.sub(r"#.*", "", text)
