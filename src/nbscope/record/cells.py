@@ -44,13 +44,19 @@ def derive(cell: dict[str, Any]) -> dict[str, Any]:
         return cell
     compile_s = sum(number(jax.get(key)) or 0.0 for key in ("trace_s", "lower_s", "backend_s"))
     compile_s += number(numba.get("compile_s")) or 0.0
-    code = number(cell.get("code_s"))
-    code = wall if code is None else code
-    cell["compile_s"] = compile_s
-    cell["run_s"] = max(0.0, code - compile_s)
-    cell["overhead_s"] = max(0.0, wall - code)
-    cell["compile_share"] = min(1.0, compile_s / wall) if wall > 0 else 0.0
+    cell.update(_split(wall, number(cell.get("code_s")), compile_s))
     return cell
+
+
+def _split(wall: float, code: float | None, compile_s: float) -> dict[str, float]:
+    """``wall = compile + run + overhead``: the one place the three parts and the compile share are derived."""
+    code = wall if code is None else code
+    return {
+        "compile_s": compile_s,
+        "run_s": max(0.0, code - compile_s),
+        "overhead_s": max(0.0, wall - code),
+        "compile_share": min(1.0, compile_s / wall) if wall > 0 else 0.0,
+    }
 
 
 def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -73,12 +79,7 @@ def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict
             base["wall_s"] = median
             base["code_s"] = statistics.median(codes) if codes else None
             base["spread"] = statistics.median(abs(w - median) for w in walls) / median if median > 0 else 0.0
-            compile_s = statistics.median(compiles) if compiles else 0.0
-            code = base["code_s"] if base["code_s"] is not None else median
-            base["compile_s"] = compile_s
-            base["run_s"] = max(0.0, code - compile_s)
-            base["overhead_s"] = max(0.0, median - code)
-            base["compile_share"] = min(1.0, compile_s / median) if median > 0 else 0.0
+            base.update(_split(median, base["code_s"], statistics.median(compiles) if compiles else 0.0))
         worst = next((c for c in cells if c.get("status") not in (*FINISHED, "skipped")), None)
         if worst is not None:
             base["status"], base["error"] = worst.get("status"), worst.get("error")
