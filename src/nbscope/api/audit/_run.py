@@ -159,64 +159,12 @@ def audit(
 
         runner = DaskRunner(options.dask, workers=options.workers)
     try:
-        if runner is not None:
-            gpu_ok, gpu_reason = runner.gpu_availability()
-            availability = {
-                b: ({"available": True, "platform": BACKENDS[b], "reason": None} if BACKENDS[b] == "cpu" or gpu_ok else
-                    {"available": False, "platform": BACKENDS[b], "reason": gpu_reason if BACKENDS[b] == "cuda" else
-                     f"nbscope finds GPUs through NVML only: it cannot schedule {b} safely"})
-                for b in options.backends
-            }
-            digests = runner.digests()
-            record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": fp.summary(f)}
-                                              for a, f in runner.fingerprints.items()}
-        else:
-            availability = local_availability(options.backends, fingerprint, options.jobs_per_gpu if options.share_gpu else 1)
-            digests = {str(fingerprint.get("digest"))}
-        entries: dict[tuple[str, str], dict[str, Any]] = {}
-        loaded: dict[tuple[str, str], RunRecord] = {}  # the profile behind each measured entry
-        jobs: list[Job] = []
-        estimates: dict[int, float] = {}
-        by_key = dict(zip(keys, book.notebooks, strict=True))
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        for key in selected:
-            path = by_key[key]
-            source_hash, target = file_hash(path), target_name(path)
-            for backend in options.backends:
-                if not availability[backend]["available"]:
-                    entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
-                                                               availability[backend]["reason"], target)
-                    continue
-                forecast = list(options.forecast) if BACKENDS[backend] == "cpu" else []
-                previous, estimate = find_previous(store, target, source_hash, backend, digests,
-                                                   programs=bool(forecast))
-                if previous is not None and not options.force:
-                    entries[key, backend] = _report.entry_from_record(
-                        previous, key=key, backend=backend, source_hash=source_hash, reused=True)
-                    loaded[key, backend] = previous
-                    continue
-                index = len(jobs)
-                live = None
-                if runner is None and store is not None:
-                    live = str(Path(store.path).parent / "live" / f"{stamp}-audit-{os.getpid()}-{index}.jsonl")
-                jobs.append(Job(
-                    key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
-                    source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
-                    content=path.read_bytes() if runner is not None else None, forecast=forecast,
-                ))
-                entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
-                if estimate is not None:
-                    estimates[index] = estimate
-        # Longest first, so that no long notebook starts last while the other workers idle: notebooks never
-        # run go first (any may be the longest), biggest file first (lectures with more code tend to run
-        # longer); then the rest by their last measured duration.
-        sizes = {j.index: Path(j.path).stat().st_size for j in jobs}
-        jobs.sort(key=lambda j: (j.index in estimates, -estimates.get(j.index, sizes[j.index]), j.index))
-        emit("plan", {"notebooks": len(selected), "in_book": len(keys), "jobs": len(jobs),
-                      "reused": sum(1 for e in entries.values() if e.get("reused")),
+        availability, digests = _where_jobs_can_run(runner, options, fingerprint, record)
+        plan = _plan(selected, dict(zip(keys, book.notebooks, strict=True)), options, availability, digests,
+                     store, remote=runner is not None)
+        emit("plan", {"notebooks": len(selected), "in_book": len(keys), "jobs": len(plan.jobs),
+                      "reused": sum(1 for e in plan.entries.values() if e.get("reused")),
                       "availability": availability, "skipped": book.skipped})
-        interrupted = False
-        done = 0
 
         def execute(batch: list[Job]) -> Any:
             if runner is not None:
@@ -230,32 +178,9 @@ def audit(
             )
             return scheduler.run(batch, on_start=lambda job: emit("start", _job_event(job)))
 
-        try:
-            # A job that failed for a reason outside its notebook (a kernel that did not start, a pool
-            # process that died: transient on a loaded machine) gets one more try, after the others.
-            retry: list[Job] = []
-            for attempt, batch in enumerate((jobs, retry)):
-                for job, result in execute(batch):
-                    if attempt == 0 and not result.get("ok") and result.get("retryable"):
-                        retry.append(job)
-                        emit("retry", {"path": job.key, "backend": job.backend, "error": result.get("error")})
-                        continue
-                    entry, profile_record = _save_result(store, job, result, record.target)
-                    if profile_record is not None:
-                        loaded[job.key, job.backend] = profile_record
-                    entry["attempts"] = attempt + 1
-                    entries[job.key, job.backend] = entry
-                    done += 1
-                    emit("done", {"entry": entry, "done": done, "total": len(jobs)})
-        except KeyboardInterrupt:
-            interrupted = True
-            # The notebooks that were running when the audit stopped: their pool processes are gone, and
-            # the cells they finished are in their live files. Store those as partial runs.
-            for job in jobs:
-                if entries[job.key, job.backend]["status"] == "not-run" and job.live_path:
-                    _save_interrupted(store, job, entries)
-        ordered = [entries[k, b] for k in selected for b in options.backends]
-        _report.diagnose_entries(ordered, lambda e: loaded.get((e["path"], e["backend"])))
+        interrupted = _run_jobs(plan, execute, store, record.target, emit)
+        ordered = [plan.entries[k, b] for k in selected for b in options.backends]
+        _report.diagnose_entries(ordered, lambda e: plan.loaded.get((e["path"], e["backend"])))
         record.measurements.update(_report.measurements(
             ordered, backends=options.backends, availability=availability,
             discovery={**book.describe(), "selected": selected},
@@ -272,6 +197,106 @@ def audit(
     finally:
         if runner is not None:
             runner.close()
+
+
+def _where_jobs_can_run(runner: Any, options: AuditOptions, fingerprint: dict[str, Any],
+                        record: RunRecord) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Each backend's availability (on the Dask workers, or on this machine) and the environment digests a
+    reusable earlier profile may have."""
+    if runner is None:
+        availability = local_availability(options.backends, fingerprint,
+                                          options.jobs_per_gpu if options.share_gpu else 1)
+        return availability, {str(fingerprint.get("digest"))}
+    gpu_ok, gpu_reason = runner.gpu_availability()
+    availability = {
+        b: ({"available": True, "platform": BACKENDS[b], "reason": None} if BACKENDS[b] == "cpu" or gpu_ok else
+            {"available": False, "platform": BACKENDS[b], "reason": gpu_reason if BACKENDS[b] == "cuda" else
+             f"nbscope finds GPUs through NVML only: it cannot schedule {b} safely"})
+        for b in options.backends
+    }
+    record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": fp.summary(f)}
+                                      for a, f in runner.fingerprints.items()}
+    return availability, runner.digests()
+
+
+@dataclass
+class _Plan:
+    """What an audit will do: an entry per (notebook, backend), the jobs to run, the profiles it reuses."""
+
+    entries: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    loaded: dict[tuple[str, str], RunRecord] = field(default_factory=dict)  # the profile behind each entry
+    jobs: list[Job] = field(default_factory=list)
+
+
+def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOptions,
+          availability: dict[str, dict[str, Any]], digests: set[str], store: Any, *, remote: bool) -> _Plan:
+    plan = _Plan()
+    estimates: dict[int, float] = {}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for key in selected:
+        path = by_key[key]
+        source_hash, target = file_hash(path), target_name(path)
+        for backend in options.backends:
+            if not availability[backend]["available"]:
+                plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
+                                                                availability[backend]["reason"], target)
+                continue
+            forecast = list(options.forecast) if BACKENDS[backend] == "cpu" else []
+            previous, estimate = find_previous(store, target, source_hash, backend, digests, programs=bool(forecast))
+            if previous is not None and not options.force:
+                plan.entries[key, backend] = _report.entry_from_record(
+                    previous, key=key, backend=backend, source_hash=source_hash, reused=True)
+                plan.loaded[key, backend] = previous
+                continue
+            index = len(plan.jobs)
+            live = None
+            if not remote and store is not None:
+                live = str(Path(store.path).parent / "live" / f"{stamp}-audit-{os.getpid()}-{index}.jsonl")
+            plan.jobs.append(Job(
+                key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
+                source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
+                content=path.read_bytes() if remote else None, forecast=forecast,
+            ))
+            plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
+            if estimate is not None:
+                estimates[index] = estimate
+    # Longest first, so that no long notebook starts last while the other workers idle: notebooks never
+    # run go first (any may be the longest), biggest file first (lectures with more code tend to run
+    # longer); then the rest by their last measured duration.
+    sizes = {j.index: Path(j.path).stat().st_size for j in plan.jobs}
+    plan.jobs.sort(key=lambda j: (j.index in estimates, -estimates.get(j.index, sizes[j.index]), j.index))
+    return plan
+
+
+def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Any, audit_target: str,
+              emit: EventCallback) -> bool:
+    """Run the plan's jobs, saving each profile as it finishes; True when a stop signal cut the audit short."""
+    done = 0
+    try:
+        # A job that failed for a reason outside its notebook (a kernel that did not start, a pool
+        # process that died: transient on a loaded machine) gets one more try, after the others.
+        retry: list[Job] = []
+        for attempt, batch in enumerate((plan.jobs, retry)):
+            for job, result in execute(batch):
+                if attempt == 0 and not result.get("ok") and result.get("retryable"):
+                    retry.append(job)
+                    emit("retry", {"path": job.key, "backend": job.backend, "error": result.get("error")})
+                    continue
+                entry, profile_record = _save_result(store, job, result, audit_target)
+                if profile_record is not None:
+                    plan.loaded[job.key, job.backend] = profile_record
+                entry["attempts"] = attempt + 1
+                plan.entries[job.key, job.backend] = entry
+                done += 1
+                emit("done", {"entry": entry, "done": done, "total": len(plan.jobs)})
+    except KeyboardInterrupt:
+        # The notebooks that were running when the audit stopped: their pool processes are gone, and
+        # the cells they finished are in their live files. Store those as partial runs.
+        for job in plan.jobs:
+            if plan.entries[job.key, job.backend]["status"] == "not-run" and job.live_path:
+                _save_interrupted(store, job, plan.entries)
+        return True
+    return False
 
 
 def _as_list(targets: str | Path | Sequence[str | Path]) -> list[str | Path]:
