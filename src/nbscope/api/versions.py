@@ -230,6 +230,16 @@ def bisect(
         raise NbscopeError(f"the good version {package}=={good} could not be profiled: {result.steps[-1].error}")
     analysis.check_baseline(baseline, cell)
     result.steps.append(analysis.BisectStep(version=good, run_id=baseline.run_id, verdict="baseline", bad=False))
+    low, high, untestable = _halve(result, baseline, measure, options.gate, on_event)
+    _conclude(result, records, low, high, untestable, options.gate)
+    return result
+
+
+def _halve(result: analysis.BisectResult, baseline: Any, measure: Callable[[int], Any], gate: Any,
+           on_event: EventCallback | None) -> tuple[int, int, set[int]]:
+    """Halve the versions between the last known good and the first known bad until none is left between;
+    returns (last good, first bad — ``len(versions)`` when none is bad, the untestable positions)."""
+    versions, cell = result.versions, result.cell
     low, high = 0, len(versions)  # low: known good; high: known bad (len: nothing known bad yet)
     untestable: set[int] = set()
     while (position := analysis.next_probe(low, high, untestable)) is not None:
@@ -239,7 +249,7 @@ def bisect(
         if record is None:
             untestable.add(position)
             continue
-        comparison = analysis.judge_version(baseline, record, cell, options.gate)
+        comparison = analysis.judge_version(baseline, record, cell, gate)
         if comparison.verdict in ("failed", "not-comparable"):
             untestable.add(position)
             result.steps.append(analysis.BisectStep(
@@ -255,20 +265,27 @@ def bisect(
             high = position
         else:
             low = position
+    return low, high, untestable
+
+
+def _conclude(result: analysis.BisectResult, records: dict[int, Any], low: int, high: int,
+              untestable: set[int], gate: Any) -> None:
+    """The answer: the first bad version (or a range, or none), its slowdown and the evidence for it."""
+    versions, cell = result.versions, result.cell
     result.untestable = [versions[i] for i in sorted(untestable)]
     result.last_good = versions[low]
     if high == len(versions):
-        result.note = (f"no version from {good} to {bad} is significantly slower than {good} on "
-                       f"{analysis.target_label(cell)}")
-        return result
+        result.note = (f"no version from {result.good} to {result.bad} is significantly slower than {result.good} "
+                       f"on {analysis.target_label(cell)}")
+        return
     result.first_bad = versions[high]
     result.ambiguous = [versions[i] for i in range(low + 1, high)]
     if result.ambiguous:
         result.note = (f"the first bad version is one of {', '.join([*result.ambiguous, versions[high]])}: "
                        f"{', '.join(result.ambiguous)} could not be tested")
-    result.slowdown = analysis.judge_version(baseline, records[high], cell, options.gate).to_dict()
+    result.slowdown = analysis.judge_version(records[0], records[high], cell, gate).to_dict()
     result.step_slowdown = (
-        result.slowdown if low == 0 else analysis.judge_version(records[low], records[high], cell, options.gate).to_dict()
+        result.slowdown if low == 0 else analysis.judge_version(records[low], records[high], cell, gate).to_dict()
     )
     from nbscope.analyse.diagnose import diagnose
 
@@ -276,7 +293,6 @@ def bisect(
         records[low], records[high], cell,
         findings_good=diagnose(records[low]), findings_bad=diagnose(records[high]),
     )
-    return result
 
 
 def clear_cache(env_cache: Path | None = None) -> dict[str, Any]:
