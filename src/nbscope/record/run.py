@@ -17,10 +17,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
+
+if TYPE_CHECKING:
+    from nbscope.record.model import NotebookRun
 
 FORMAT_NAME = "nbscope-run"
 # 2: each code cell carries its whole source and its line range (``cells[].source``, ``end_line``); times are
@@ -177,6 +180,13 @@ class RunRecord:
             schema_version=document["schema_version"],
             label=document.get("label"),
         )
+
+    def notebook_run(self) -> NotebookRun:
+        """This run's cells, totals and notebook as typed, read-only objects (a ``profile`` or ``trace`` run;
+        for other kinds, the cells and totals they have)."""
+        from nbscope.record.model import NotebookRun
+
+        return NotebookRun.parse(self.measurements)
 
     def headline(self) -> dict[str, Any]:
         """The few totals that `nbscope runs` lists."""

@@ -14,6 +14,7 @@ from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
+from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
 
@@ -289,6 +290,8 @@ class Context:
         else:
             self.sources, self.sources_note = dict(sources), None
         self.cells: list[dict[str, Any]] = list(record.measurements.get("cells") or [])
+        # The same cells typed (rules move to it one by one; ``cells`` is the recorded JSON).
+        self.run: NotebookRun = record.notebook_run()
         self.totals: dict[str, Any] = dict(record.measurements.get("totals") or {})
 
     def limits(self, rule: str, defaults: Mapping[str, float]) -> dict[str, float]:
@@ -316,8 +319,9 @@ class Context:
     def x64(self) -> dict[str, Any]:
         return compare_module.x64_of(self.record)
 
-    def source(self, cell: Mapping[str, Any]) -> str | None:
-        return self.sources.get(str(cell.get("source_hash")))
+    def source(self, cell: Mapping[str, Any] | Cell) -> str | None:
+        key = cell.source_hash if isinstance(cell, Cell) else cell.get("source_hash")
+        return self.sources.get(str(key))
 
     @cached_property
     def sources_by_index(self) -> dict[int, str]:

@@ -17,20 +17,19 @@ THRESHOLDS = {
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
-    for cell in ctx.cells:
-        jax = cell.get("jax") or {}
-        eager = [f for f in jax.get("functions") or [] if f.get("kind") == "eager"]
-        compiles = sum(int(f.get("count") or 0) - int(f.get("cache_hits") or 0) for f in eager)
-        spent = sum(float(f.get(k) or 0.0) for f in eager for k in ("trace_s", "lower_s", "backend_s"))
+    for cell in ctx.run.cells:
+        eager = cell.jax.of_kind("eager") if cell.jax else ()
+        compiles = sum(f.count - f.cache_hits for f in eager)
+        spent = sum(f.compile_s for f in eager)
         if compiles < limit["min_eager_compiles"] or spent < limit["min_eager_s"]:
             continue
-        ops = Counter({str(f.get("name")): int(f.get("count") or 0) for f in eager})
-        shapes = {s for f in eager for s in f.get("shapes") or []}
-        wall = float(cell.get("wall_s") or 0.0)
+        ops = Counter({f.name: f.count for f in eager})
+        shapes = {s for f in eager for s in f.shapes}
+        wall = cell.wall_s or 0.0
         yield Finding(
             rule=NAME,
             title="Eager-op compile flood",
-            cell_index=cell["index"],
+            cell_index=cell.index,
             severity=severity(spent, ctx.total_wall),
             confidence=0.9,
             evidence={

@@ -10,30 +10,26 @@ NAME = "slow-compile-alarm"
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
-    for cell in ctx.cells:
-        alarms = [str(a) for a in cell.get("alarms") or []]
+    for cell in ctx.run.cells:
+        alarms = [str(a) for a in cell.alarms]
         if not alarms:
             continue
-        compile_s = float(cell.get("compile_s") or 0.0)
+        compile_s = cell.compile_s or 0.0
         folding = any("Constant folding" in a for a in alarms)
-        functions = sorted(
-            ((cell.get("jax") or {}).get("functions") or []),
-            key=lambda f: sum(float(f.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s")),
-            reverse=True,
-        )
-        top = functions[0]["name"] if functions else None
+        functions = sorted(cell.jax.functions if cell.jax else (), key=lambda f: f.compile_s, reverse=True)
+        top = functions[0].name if functions else None
         yield Finding(
             rule=NAME,
             title="XLA slow-compile alarm",
-            cell_index=cell["index"],
+            cell_index=cell.index,
             # XLA only alarms after seconds of work: never less than medium.
-            severity=severity(compile_s or float(cell.get("wall_s") or 0.0), ctx.total_wall, floor="medium"),
+            severity=severity(compile_s or cell.wall_s or 0.0, ctx.total_wall, floor="medium"),
             confidence=1.0,  # XLA printed it
             evidence={
                 "alarms": alarms[:5],
                 "alarm_count": len(alarms),
                 "compile_s": round(compile_s, 4),
-                "wall_s": cell.get("wall_s"),
+                "wall_s": cell.wall_s,
                 "largest_compile": top,
                 "seconds_at_stake": round(compile_s, 4),
             },

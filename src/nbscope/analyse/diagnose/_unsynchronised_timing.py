@@ -18,7 +18,7 @@ NAME = "unsynchronised-timing"
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
-    if not any(c.get("jax") for c in ctx.cells):
+    if not any(c.jax for c in ctx.run.cells):
         return  # JAX never imported: nothing can run asynchronously
     if not ctx.has_sources:
         yield Skip(NAME, f"needs the cell sources to find timed regions: {ctx.missing_sources()}")
@@ -28,12 +28,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     for name, stats in ctx.functions.items():
         if stats.kind == "user" and name != "<lambda>" and stats.cells:
             compiled_at[name] = min(stats.cells)
-    for cell in ctx.cells:
+    for cell in ctx.run.cells:
         source = ctx.source(cell)
         tree = _source.parse(source) if source is not None else None
         if tree is None:
             continue
-        index = int(cell["index"])
+        index = cell.index
         # Names that are JAX functions when this cell runs: jitted in the source so far, or compiled by JAX
         # by now and not bound to a plain Python function (the lecture's NumPy `f` later becomes a jitted `f`).
         plain = code.defined_plain_at(index)
@@ -51,13 +51,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Finding(
             rule=NAME,
             title="Unsynchronised timing",
-            cell_index=cell["index"],
+            cell_index=cell.index,
             severity="medium",  # the printed figures are wrong; nothing is slow because of it
             confidence=0.85 if direct else 0.7,
             evidence={
                 "regions": unsynced,
                 "synchronisation_found": False,
-                "cell_wall_s": cell.get("wall_s"),
+                "cell_wall_s": cell.wall_s,
                 "reported_times": "not checked: run records keep no cell outputs",
                 "seconds_at_stake": 0.0,
             },

@@ -1,0 +1,322 @@
+"""The typed model of a notebook run (``profile`` and ``trace`` records): the run's cells with their JAX and
+Numba figures, its totals and its notebook, as read-only objects with typed attributes.
+
+Why dataclasses: they are in the standard library, so reading a record costs no import (typer is pinned below
+0.17 because pydantic's import alone broke ``nbscope info``'s start-up budget), they are frozen and slotted
+(a record read from the store cannot be changed by a reader), and the validation they need is already done
+once, at load, by ``record.run.validate`` (field names in every error). attrs would add a dependency for
+nothing we use; pydantic would add its import and a second validator.
+
+``RunRecord.profile()`` builds this view from the validated JSON document; the document stays the one thing
+stored and exported (``dict[str, Any]`` only at that boundary). A field a record of an earlier version lacks
+reads as ``None`` (unknown), never as a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int:
+    number = _number(value)
+    return int(number) if number is not None else 0
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class CellError:
+    name: str
+    message: str
+
+    @classmethod
+    def parse(cls, value: Any) -> CellError | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(name=str(value.get("name") or ""), message=str(value.get("message") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class JaxFunction:
+    """One function JAX compiled in a cell: how often, how long each stage took, for which argument shapes."""
+
+    name: str
+    kind: str | None  # user, eager, library
+    count: int
+    cache_hits: int
+    trace_s: float
+    lower_s: float
+    backend_s: float
+    shapes: tuple[str, ...]
+    caller: str | None
+
+    @property
+    def compile_s(self) -> float:
+        return self.trace_s + self.lower_s + self.backend_s
+
+    @property
+    def compiles(self) -> int:
+        """Real compiles: events less persistent-cache hits."""
+        return max(0, self.count - self.cache_hits)
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any]) -> JaxFunction:
+        return cls(
+            name=str(value.get("name")), kind=_text(value.get("kind")), count=_count(value.get("count")),
+            cache_hits=_count(value.get("cache_hits")), trace_s=_number(value.get("trace_s")) or 0.0,
+            lower_s=_number(value.get("lower_s")) or 0.0, backend_s=_number(value.get("backend_s")) or 0.0,
+            shapes=tuple(str(s) for s in value.get("shapes") or ()), caller=_text(value.get("caller")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JaxFigures:
+    """A cell's JAX compile events, summed, and per function."""
+
+    compiles: int
+    user_compiles: int
+    eager_compiles: int
+    library_compiles: int
+    cache_hits: int
+    cache_misses: int
+    trace_s: float
+    lower_s: float
+    backend_s: float
+    cache_state: str | None
+    functions: tuple[JaxFunction, ...]
+
+    @property
+    def compile_s(self) -> float:
+        return self.trace_s + self.lower_s + self.backend_s
+
+    def of_kind(self, kind: str) -> tuple[JaxFunction, ...]:
+        return tuple(f for f in self.functions if f.kind == kind)
+
+    @classmethod
+    def parse(cls, value: Any) -> JaxFigures | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(
+            compiles=_count(value.get("compiles")), user_compiles=_count(value.get("user_compiles")),
+            eager_compiles=_count(value.get("eager_compiles")), library_compiles=_count(value.get("library_compiles")),
+            cache_hits=_count(value.get("cache_hits")), cache_misses=_count(value.get("cache_misses")),
+            trace_s=_number(value.get("trace_s")) or 0.0, lower_s=_number(value.get("lower_s")) or 0.0,
+            backend_s=_number(value.get("backend_s")) or 0.0, cache_state=_text(value.get("cache_state")),
+            functions=tuple(JaxFunction.parse(f) for f in value.get("functions") or () if isinstance(f, Mapping)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NumbaFunction:
+    name: str
+    signature: str | None
+    seconds: float
+    module: str | None
+    cache: bool | None
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any]) -> NumbaFunction:
+        cache = value.get("cache")
+        return cls(name=str(value.get("name")), signature=_text(value.get("signature")),
+                   seconds=_number(value.get("seconds")) or 0.0, module=_text(value.get("module")),
+                   cache=cache if isinstance(cache, bool) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class NumbaFigures:
+    compiles: int
+    compile_s: float
+    functions: tuple[NumbaFunction, ...]
+
+    @classmethod
+    def parse(cls, value: Any) -> NumbaFigures | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(compiles=_count(value.get("compiles")), compile_s=_number(value.get("compile_s")) or 0.0,
+                   functions=tuple(NumbaFunction.parse(f) for f in value.get("functions") or ()
+                                   if isinstance(f, Mapping)))
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """Each repeat's figures of a cell run more than once (``--repeat N``)."""
+
+    wall_s: tuple[float, ...]
+    code_s: tuple[float, ...]
+    compile_s: tuple[float, ...]
+    status: tuple[str | None, ...]
+
+    @classmethod
+    def parse(cls, value: Any) -> Samples | None:
+        if not isinstance(value, Mapping):
+            return None
+
+        def figures(key: str) -> tuple[float, ...]:
+            return tuple(n for n in (_number(v) for v in value.get(key) or ()) if n is not None)
+
+        return cls(wall_s=figures("wall_s"), code_s=figures("code_s"), compile_s=figures("compile_s"),
+                   status=tuple(_text(s) for s in value.get("status") or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One code cell of a run: what ran (its source and where it sits) and what it cost."""
+
+    index: int  # among the notebook's code cells, from 0
+    cell_index: int | None  # among all its cells
+    source_hash: str
+    source: str | None  # the code that ran (None: a record of schema version 1)
+    line: int | None
+    end_line: int | None
+    first_line: str
+    code_line: str
+    tags: tuple[str, ...]
+    status: str
+    error: CellError | None
+    execution_count: int | None
+    wall_s: float | None
+    code_s: float | None
+    roundtrip_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    overhead_s: float | None
+    compile_share: float | None
+    spread: float | None
+    jax: JaxFigures | None
+    numba: NumbaFigures | None
+    samples: Samples | None
+    # Figures that their own modules read (``collect.timeline``, ``collect.program``), kept as recorded.
+    timeline: Mapping[str, Any] | None
+    programs: tuple[Mapping[str, Any], ...]
+    alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
+    rss: Mapping[str, Any]
+    gpu_memory: Mapping[str, Any]
+
+    @property
+    def ran(self) -> bool:
+        return self.status not in ("not-run", "skipped")
+
+    @property
+    def label(self) -> str:
+        """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
+        return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any]) -> Cell:
+        def integer(key: str) -> int | None:
+            item = value.get(key)
+            return item if isinstance(item, int) and not isinstance(item, bool) else None
+
+        return cls(
+            index=integer("index") or 0, cell_index=integer("cell_index"),
+            source_hash=str(value.get("source_hash") or ""), source=_text(value.get("source")),
+            line=integer("line"), end_line=integer("end_line"), first_line=str(value.get("first_line") or ""),
+            code_line=str(value.get("code_line") or value.get("first_line") or ""),
+            tags=tuple(str(t) for t in value.get("tags") or ()), status=str(value.get("status") or "ok"),
+            error=CellError.parse(value.get("error")), execution_count=integer("execution_count"),
+            wall_s=_number(value.get("wall_s")), code_s=_number(value.get("code_s")),
+            roundtrip_s=_number(value.get("roundtrip_s")), compile_s=_number(value.get("compile_s")),
+            run_s=_number(value.get("run_s")), overhead_s=_number(value.get("overhead_s")),
+            compile_share=_number(value.get("compile_share")), spread=_number(value.get("spread")),
+            jax=JaxFigures.parse(value.get("jax")), numba=NumbaFigures.parse(value.get("numba")),
+            samples=Samples.parse(value.get("samples")),
+            timeline=value.get("timeline") if isinstance(value.get("timeline"), Mapping) else None,
+            programs=tuple(p for p in value.get("programs") or () if isinstance(p, Mapping)),
+            alarms=tuple(str(a) for a in value.get("alarms") or ()),
+            rss=_object(value.get("rss")), gpu_memory=_object(value.get("gpu_memory")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """A run's notebook-level figures (what ``nbscope runs`` lists)."""
+
+    wall_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    cells: int
+    cells_run: int
+    cells_ok: int
+    cells_failed: int
+    compiles: int
+    user_compiles: int
+    eager_compiles: int
+    library_compiles: int
+    numba_compiles: int
+    cache_hits: int
+    cache_misses: int
+    cache_state: str | None
+    kernel_start_s: float | None
+    peak_rss_bytes: float | None
+
+    @classmethod
+    def parse(cls, value: Any) -> Totals:
+        value = _object(value)
+        return cls(
+            wall_s=_number(value.get("wall_s")), compile_s=_number(value.get("compile_s")),
+            run_s=_number(value.get("run_s")), cells=_count(value.get("cells")),
+            cells_run=_count(value.get("cells_run")), cells_ok=_count(value.get("cells_ok")),
+            cells_failed=_count(value.get("cells_failed")), compiles=_count(value.get("compiles")),
+            user_compiles=_count(value.get("user_compiles")), eager_compiles=_count(value.get("eager_compiles")),
+            library_compiles=_count(value.get("library_compiles")), numba_compiles=_count(value.get("numba_compiles")),
+            cache_hits=_count(value.get("cache_hits")), cache_misses=_count(value.get("cache_misses")),
+            cache_state=_text(value.get("cache_state")), kernel_start_s=_number(value.get("kernel_start_s")),
+            peak_rss_bytes=_number(value.get("peak_rss_bytes")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookInfo:
+    path: str | None
+    format: str | None  # ipynb or myst
+    kernel: str | None
+    content_hash: str | None
+
+    @classmethod
+    def parse(cls, value: Any) -> NotebookInfo:
+        value = _object(value)
+        return cls(path=_text(value.get("path")), format=_text(value.get("format")),
+                   kernel=_text(value.get("kernel")), content_hash=_text(value.get("content_hash")))
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookRun:
+    """The measurements of a ``profile`` or ``trace`` record, typed."""
+
+    notebook: NotebookInfo
+    cells: tuple[Cell, ...]
+    totals: Totals
+    repeats: int
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """The code that ran, by source hash (cells of a version-1 record carry none)."""
+        return {c.source_hash: c.source for c in self.cells if c.source is not None}
+
+    def cell(self, index: int) -> Cell | None:
+        return next((c for c in self.cells if c.index == index), None)
+
+    @classmethod
+    def parse(cls, measurements: Mapping[str, Any]) -> NotebookRun:
+        repeats = measurements.get("repeats")
+        return cls(
+            notebook=NotebookInfo.parse(measurements.get("notebook")),
+            cells=tuple(Cell.parse(c) for c in measurements.get("cells") or () if isinstance(c, Mapping)),
+            totals=Totals.parse(measurements.get("totals")),
+            repeats=repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1,
+        )
