@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -335,42 +335,33 @@ class Store:
 
     def add(self, record: RunRecord) -> tuple[int, bool]:
         """Save a run unless the store holds one with the same content: (its id, whether it was added)."""
-        document = record.to_json(indent=None)
-        digest = record_module.content_hash(json.loads(document))
-        backend, settings, totals = _summary_values(record)
-        row = (
-            record.started_at,
-            record.ended_at,
-            record.kind,
-            record.target,
-            record.status,
-            fp.summary(record.fingerprint),
-            record.digest,
-            record.label,
-            backend,
-            settings,
-            digest,
-            json.dumps(record.headline()),
-            totals,
-            document,
-        )
+        return self.add_many([record])[0]
+
+    def add_many(self, records: Iterable[RunRecord]) -> list[tuple[int, bool]]:
+        """``add`` for many runs in one transaction (an import of many runs): (id, added) for each."""
+        rows = [(record, _row(record)) for record in records]
+        found: list[tuple[int, bool]] = []
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
             try:
-                found = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (digest,)).fetchone()
-                if found is None:
+                for _, row in rows:
+                    same = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1",
+                                      (row[_CONTENT_HASH],)).fetchone()
+                    if same is not None:
+                        found.append((int(same[0]), False))
+                        continue
                     cursor = db.execute(
-                        "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, label, backend,"
-                        " settings, content_hash, headline, totals, document)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO runs ({', '.join(_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_ROW_COLUMNS))})",
                         row,
                     )
+                    found.append((int(cursor.lastrowid or 0), True))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        record.run_id = int(found[0]) if found is not None else int(cursor.lastrowid or 0)
-        return record.run_id, found is None
+        for (record, _), (run_id, _) in zip(rows, found, strict=True):
+            record.run_id = run_id
+        return found
 
     def save(self, record: RunRecord) -> int:
         """Insert a run and return its id (the existing run's id when the same run is stored already)."""
@@ -504,6 +495,20 @@ class Store:
             int(run_id): {"passed": bool(passed), "baseline_id": baseline_id, "judged_at": judged_at}
             for run_id, baseline_id, passed, judged_at in rows
         }
+
+
+_ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
+                "settings", "content_hash", "headline", "totals", "document")
+_CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
+
+
+def _row(record: RunRecord) -> tuple[Any, ...]:
+    """The values of ``_ROW_COLUMNS`` for a run."""
+    document = record.to_json(indent=None)
+    backend, settings, totals = _summary_values(record)
+    return (record.started_at, record.ended_at, record.kind, record.target, record.status,
+            fp.summary(record.fingerprint), record.digest, record.label, backend, settings,
+            record_module.content_hash(json.loads(document)), json.dumps(record.headline()), totals, document)
 
 
 def _backend(record: RunRecord) -> str | None:
