@@ -152,6 +152,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="nbscope-cli-latency-") as tmp:
         base = Path(tmp) if args.keep is None else args.keep
+        base.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         template = json.loads(args.record.read_text()) if args.record else profiled_template(base)
         profiled_s = time.perf_counter() - started
