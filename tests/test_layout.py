@@ -93,3 +93,70 @@ def test_every_module_says_what_it_is_for(module: str, path: Path) -> None:
         return
     docstring = ast.get_docstring(ast.parse(path.read_text()))
     assert docstring and len(docstring.splitlines()[0]) > 10, f"{module} has no docstring saying what it is for"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the nbscope modules it imports, at module level or inside functions (an import inside a function
+    hides a circle from Python at start-up, not from the design). ``from package import module`` is an edge to
+    the module only: a module's own package is always being imported already."""
+    all_modules = {m for m, _ in modules()}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules():
+        edges = set()
+        for name in imports(module, path):
+            target = known(name, all_modules)
+            if target is None or target == module or module.startswith(target + "."):
+                continue
+            if name != target and f"{name}" in all_modules:
+                target = name
+            edges.add(target)
+        graph[module] = edges
+    for module, edges in graph.items():
+        # ``from a import b`` also names ``a``; when ``b`` is a module of ``a``, only ``b`` is the import.
+        graph[module] = {e for e in edges if not any(o.startswith(e + ".") for o in edges)}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles_even_through_imports_inside_functions() -> None:
+    circles = _circles(_import_graph())
+    assert not circles, "import circles: " + "; ".join(" → ".join(c) for c in circles)
+
+
+def test_the_circle_finder_finds_a_circle_hidden_in_a_function() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]

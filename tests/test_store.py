@@ -16,7 +16,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.record.run import RunRecord, dump
-from nbscope.record.store import SQLITE_MAGIC, Store, default_path, resolve_run
+from nbscope.record.store import SQLITE_MAGIC, STORE_VERSION, Store, default_path, resolve_run
 
 FINGERPRINT_A = {
     "fingerprint_version": 1,
@@ -290,7 +290,7 @@ def test_an_older_store_is_migrated_and_keeps_every_run(tmp_db: Path, with_versi
     write_v1_store(tmp_db, [first, second, first], with_version=with_version)  # imported twice back then
     store = Store(tmp_db)
     assert [r["id"] for r in store.list()] == [2, 3, 1]  # nothing dropped, not even the old duplicate
-    assert store.version() == 3 and store_version(tmp_db) == "3"
+    assert store.version() == STORE_VERSION and store_version(tmp_db) == str(STORE_VERSION)
     with closing_db(tmp_db) as db:
         hashes = dict(db.execute("SELECT id, content_hash FROM runs").fetchall())
     assert hashes[1] == hashes[3] == first.content_hash() and hashes[2] == second.content_hash()
@@ -300,19 +300,20 @@ def test_an_older_store_is_migrated_and_keeps_every_run(tmp_db: Path, with_versi
 
 def test_a_newer_store_is_refused_in_one_line_and_left_alone(tmp_db: Path, run_cli: Any) -> None:
     Store(tmp_db).save(make_record(started_at="2025-01-01T00:00:00.000Z"))
+    newer = STORE_VERSION + 1
     with closing_db(tmp_db) as db:
-        db.execute("UPDATE meta SET value = '4' WHERE key = 'store_version'")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'store_version'", (str(newer),))
         db.commit()
     before = tmp_db.read_bytes()
     for command in (("runs",), ("show", "1"), ("history", "a.md"), ("gate",)):
         done = run_cli(*command, "--db", tmp_db)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "nbscope store of version 4" in done.stderr and "upgrade nbscope" in done.stderr
+        assert f"nbscope store of version {newer}" in done.stderr and "upgrade nbscope" in done.stderr
     assert tmp_db.read_bytes() == before
-    with pytest.raises(NbscopeError, match="version 4"):
+    with pytest.raises(NbscopeError, match=f"version {newer}"):
         Store(tmp_db).save(make_record(started_at="2025-01-02T00:00:00.000Z"))
-    assert store_version(tmp_db) == "4" and tmp_db.read_bytes() == before
+    assert store_version(tmp_db) == str(newer) and tmp_db.read_bytes() == before
 
 
 def test_an_sqlite_file_of_another_program_is_refused(tmp_path: Path) -> None:
@@ -356,8 +357,10 @@ def corrupt_store(db: Path) -> dict[str, int]:
     newer = json.loads(store.get(ids["day4"]).to_json())
     newer["schema_version"] = 99
     with closing_db(db) as connection:
-        connection.execute("UPDATE runs SET document = ? WHERE id = ?", ('{"format": "nbscope-run", "kind": ', ids["day2"]))
-        connection.execute("UPDATE runs SET document = ? WHERE id = ?", (json.dumps(newer), ids["day4"]))
+        # Without the summaries a document gives, as the migration leaves a row whose document it cannot read.
+        unread = "UPDATE runs SET document = ?, settings = NULL, totals = NULL WHERE id = ?"
+        connection.execute(unread, ('{"format": "nbscope-run", "kind": ', ids["day2"]))
+        connection.execute(unread, (json.dumps(newer), ids["day4"]))
         connection.commit()
     return ids
 
@@ -406,3 +409,123 @@ def test_runs_history_gate_and_report_go_past_an_unreadable_row(tmp_db: Path, tm
     assert (tmp_path / "r.html").stat().st_size > 0 and len(warnings(done.stderr)) == 2
     done = run_cli("show", ids["day2"], "--db", tmp_db)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not valid JSON" in done.stderr
+
+
+# --- the store at any size: summary columns, and documents read only for the runs given ----------------------
+
+FILES = Path(__file__).parent / "files"
+STORE_V3 = FILES / "store_v3.db"  # made by nbscope at store version 3 from three of tests/files/records
+RECORDS = FILES / "records"
+
+
+def copy_of(source: Path, folder: Path) -> Path:
+    target = folder / source.name
+    target.write_bytes(source.read_bytes())
+    return target
+
+
+def test_a_version_3_store_file_opens_migrates_and_reads(tmp_path: Path) -> None:
+    path = copy_of(STORE_V3, tmp_path)
+    assert store_version(path) == "3"
+    store = Store(path)
+    assert [r["id"] for r in store.list()] == [3, 2, 1]
+    assert store.version() == STORE_VERSION and store_version(path) == str(STORE_VERSION)
+    expected = {1: "cpu_unrolled_loop", 2: "cpu_latency_loop", 3: "cpu_x64"}
+    for run_id, name in expected.items():
+        stored, original = store.get(run_id).to_dict(), json.loads((RECORDS / f"{name}.json").read_text())
+        original.pop("label", None)
+        stored.pop("label", None)
+        assert stored == original, name
+    rows = {row["id"]: row for row in store.summaries()}
+    for run_id in expected:
+        record = store.get(run_id)
+        assert rows[run_id]["totals"] == record.measurements["totals"] and rows[run_id]["backend"] == "cpu"
+        assert rows[run_id]["settings"] == record.measurement_settings()
+    assert [r["label"] for r in store.list()] == ["main-cpu", "main-cpu", None]
+    assert resolve_run("main-cpu", store).run_id == 3
+    assert resolve_run("main-cpu:tests/files/diag_latency_loop.ipynb", store).run_id == 2
+    assert resolve_run("latest:tests/files/diag_unrolled_loop.ipynb", store).run_id == 1
+    assert store.verdicts()[3]["passed"] is True  # gate verdicts are kept
+    again = RunRecord.from_dict(json.loads((RECORDS / "cpu_unrolled_loop.json").read_text()))
+    assert store.add(again) == (1, False)  # the content hashes came through: a re-import is a no-op
+    assert store.save(make_record(started_at="2025-01-01T00:00:00.000Z")) == 4
+    with closing_db(path) as db:
+        columns = [name for (_, name, *_) in db.execute("PRAGMA table_info(runs)")]
+        indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert columns[-1] == "document"  # the summaries are read without walking a document's overflow pages
+    assert {"runs_started", "runs_target", "runs_lineage", "runs_kind", "runs_label", "runs_content"} <= indexes
+
+
+def test_an_unreadable_row_of_an_older_store_is_migrated_and_skipped(tmp_path: Path, run_cli: Any) -> None:
+    path = copy_of(STORE_V3, tmp_path)
+    with closing_db(path) as db:
+        db.execute("UPDATE runs SET document = 'not json' WHERE id = 2")
+        db.commit()
+    reported: list[str] = []
+    store = Store(path, on_skip=reported.append)
+    assert [r["id"] for r in store.list()] == [3, 1] and len(reported) == 1 and "run 2 skipped" in reported[0]
+    (row,) = [r for r in store.summaries() if r["id"] == 2]
+    assert row["settings"] is None and row["totals"] is None and row["target"] == "tests/files/diag_latency_loop.ipynb"
+    done = run_cli("history", "tests/files/diag_latency_loop.ipynb", "--db", path)
+    assert done.returncode == 2 and "no figure" in done.stderr and "run 2 skipped" in done.stderr, done.stderr
+
+
+def many_runs(db: Path, count: int) -> dict[str, list[int]]:
+    """``count`` runs of a.md and of b.md, alternating, one a minute, the newest of b.md labelled ``nightly``."""
+    store = Store(db)
+    ids: dict[str, list[int]] = {"a.md": [], "b.md": []}
+    for n in range(2 * count):
+        target = "a.md" if n % 2 == 0 else "b.md"
+        record = make_record(target, started_at=f"2025-01-01T{n // 60:02d}:{n % 60:02d}:00.000Z", wall=1.0 + n / 1000)
+        record.label = "nightly" if n == 2 * count - 1 else None
+        ids[target].append(store.save(record))
+    return ids
+
+
+def break_documents(db: Path, keep: set[int]) -> None:
+    """Every document but those of ``keep`` made unreadable, the summary columns left as they are: a
+    command that reads a document it does not return reports it."""
+    with closing_db(db) as connection:
+        connection.execute(f"UPDATE runs SET document = '{{' WHERE id NOT IN ({', '.join(map(str, keep))})")
+        connection.commit()
+
+
+def test_listing_latest_and_references_read_only_the_documents_they_return(tmp_db: Path) -> None:
+    ids = many_runs(tmp_db, 30)
+    newest = sorted(ids["a.md"] + ids["b.md"])[-5:]
+    break_documents(tmp_db, set(newest))
+    reported: list[str] = []
+    store = Store(tmp_db, on_skip=reported.append)
+    assert [r["id"] for r in store.list(limit=5)] == newest[::-1]
+    latest = store.latest()
+    assert latest is not None and latest.run_id == newest[-1]
+    assert resolve_run("latest", store).run_id == newest[-1]
+    assert resolve_run("latest:a.md", store).run_id == ids["a.md"][-1]
+    assert resolve_run("nightly", store).run_id == ids["b.md"][-1]
+    assert resolve_run("nightly:b.md", store).run_id == ids["b.md"][-1]
+    assert resolve_run(str(ids["a.md"][-2]), store).run_id == ids["a.md"][-2]
+    assert [r["id"] for r in store.list(target="b.md", limit=2)] == ids["b.md"][::-1][:2]
+    assert reported == []  # not one of the 55 broken documents was read
+    assert len(store.summaries()) == 60 and store.targets() == ["a.md", "b.md"]
+    # Asked for a sixth, the listing reads on, past every broken document (each reported once).
+    assert [r["id"] for r in store.list(limit=6)] == newest[::-1] and len(reported) == 55
+
+
+def test_history_of_a_total_and_the_gate_baseline_read_only_the_documents_they_use(tmp_db: Path) -> None:
+    from nbscope.analyse.history import history
+    from nbscope.api.gate import history_runs, latest_baseline
+
+    ids = many_runs(tmp_db, 30)
+    candidate, baseline, *earlier = ids["a.md"][::-1]
+    break_documents(tmp_db, {candidate, baseline, *earlier[:3]})
+    reported: list[str] = []
+    store = Store(tmp_db, on_skip=reported.append)
+    (series,) = history(store, "a.md").series  # totals come from the summary columns
+    assert [p.run_id for p in series.points] == ids["a.md"] and series.points[-1].value == pytest.approx(1.058)
+    cand = store.get(candidate)
+    assert latest_baseline(store, cand).run_id == baseline
+    assert [r.run_id for r in history_runs(store, cand, 4)] == [baseline, *earlier[:3]]
+    assert reported == []
+    with pytest.raises(NbscopeError, match="have no cell"):  # a cell's figure is read from each document: all broken
+        history(store, "b.md", cell="#1")
+    assert len(reported) == 30

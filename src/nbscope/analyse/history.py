@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord, describe_settings
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
@@ -282,6 +281,12 @@ def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tup
     return float(value), [float(s) for s in samples if _finite(s)]
 
 
+def _total_value(totals: Any, metric: str) -> tuple[float | None, list[float]]:
+    """The figure ``metric`` of a run's totals (as ``metric_value`` gives it without a cell)."""
+    value = totals.get(metric) if isinstance(totals, dict) else None
+    return (float(value), []) if _finite(value) else (None, [])
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -304,34 +309,46 @@ def history(
     reports them)."""
     names = list(aliases) if aliases else [target]
     target = names[0]
-    records = store.records(target=names, kind=kind, digest=digest)
-    if not records:
-        known = sorted({r["target"] for r in store.list(limit=500)})
+    # The store's summary columns group and order the runs; a run's document is read only for a cell's
+    # figure (a total is in the summaries), and only for the runs the series keep.
+    rows = store.summaries(target=names, kind=kind, digest=digest)
+    if not rows:
+        known = store.targets()
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""
         raise NbscopeError(f"no runs of {target!r} in {store.path}{hint}")
-    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
-    for record in records:
-        settings_key = json.dumps(record.measurement_settings(), sort_keys=True, default=str)
-        groups.setdefault((record.kind, record.digest, settings_key), []).append(record)
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["settings"] is None or row["totals"] is None:  # unreadable when the store was migrated
+            record = store.readable(row["id"])
+            if record is None:
+                continue  # reported by the store
+            row = {**row, "settings": record.measurement_settings(), "totals": record.measurements.get("totals") or {}}
+        settings_key = json.dumps(row["settings"], sort_keys=True, default=str)
+        groups.setdefault((row["kind"], row["digest"], settings_key), []).append(row)
     series = []
     for (run_kind, run_digest, _), group in groups.items():
-        group.sort(key=lambda r: (r.started_at, r.run_id or 0))
+        group.sort(key=lambda r: (r["started_at"], r["id"]))
         if limit:
             group = group[-limit:]
         points = []
-        for record in group:
-            value, samples = metric_value(record, metric, cell)
-            points.append(Point(record.run_id, record.started_at, value, record.status, samples))
+        for row in group:
+            if cell is None:
+                value, samples = _total_value(row["totals"], metric)
+            elif (record := store.readable(row["id"])) is not None:
+                value, samples = metric_value(record, metric, cell)
+            else:
+                continue  # reported by the store
+            points.append(Point(row["id"], row["started_at"], value, row["status"], samples))
         if all(p.value is None for p in points):
             continue
         series.append(
             Series(
                 kind=run_kind,
                 digest=run_digest,
-                machine=fp.summary(group[-1].fingerprint),
+                machine=group[-1]["machine"],
                 points=points,
                 changes=change_points(points, options),
-                settings=group[-1].measurement_settings(),
+                settings=group[-1]["settings"],
             )
         )
     if not series:

@@ -15,45 +15,52 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, GateOptions, GateResult, gate
 from nbscope.record.cells import target_aliases
 from nbscope.record.run import RunRecord, describe_settings
-from nbscope.record.store import resolve_run
+from nbscope.record.store import resolve_run, settings_key
 
 # The runs a gate judges: per-cell profiles, and jupyter-cache imports (totals only).
 GATE_KINDS = (*CELL_KINDS, "jupyter-cache")
 
 
-def _comparable_earlier(store: Any, candidate: RunRecord) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
-    """Stored runs that may stand for the candidate's past, newest first, and those left out by reason.
+def _comparable_earlier(
+    store: Any, candidate: RunRecord
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Stored runs that may stand for the candidate's past, newest first, and those left out by reason:
+    the store's summaries of them (no document is read; :func:`_read_first` reads the one chosen).
 
     Same target, kind and digest; started no later than the candidate (any time for a candidate from a
     file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
     """
     if not store.path.exists():
         return [], {}  # no store: runs named by files have no stored past
-    settings = candidate.measurement_settings()
+    settings = settings_key(candidate.measurement_settings())
     verdicts = store.verdicts()
-    kept: list[RunRecord] = []
-    left_out: dict[str, list[RunRecord]] = {}
+    kept: list[dict[str, Any]] = []
+    left_out: dict[str, list[dict[str, Any]]] = {}
     names = target_aliases(candidate.target)  # runs stored under the notebook's older names too
-    for record in store.records(target=names, digest=candidate.digest, kind=candidate.kind):
-        if candidate.run_id is not None and (
-            record.run_id == candidate.run_id or record.started_at > candidate.started_at
-        ):
+    for row in store.summaries(target=names, digest=candidate.digest, kind=candidate.kind):
+        if candidate.run_id is not None and (row["id"] == candidate.run_id or row["started_at"] > candidate.started_at):
             continue
-        if record.status != "ok":
-            reason = f"status {record.status}"
-        elif record.measurement_settings() != settings:
+        measured = row["settings"]
+        if measured is None:  # its document could not be read when the store was migrated
+            record = store.readable(row["id"])
+            if record is None:
+                continue  # reported by the store, as any unreadable row
+            measured = record.measurement_settings()
+        if row["status"] != "ok":
+            reason = f"status {row['status']}"
+        elif settings_key(measured) != settings:
             reason = "other settings"
-        elif not verdicts.get(record.run_id, {}).get("passed", True):
+        elif not verdicts.get(row["id"], {}).get("passed", True):
             reason = "failed the gate"
         else:
-            kept.append(record)
+            kept.append(row)
             continue
-        left_out.setdefault(reason, []).append(record)
+        left_out.setdefault(reason, []).append(row)
     return kept, left_out
 
 
-def _runs_text(records: list[RunRecord], most: int = 5) -> str:
-    ids = [str(r.run_id) for r in records]
+def _runs_text(rows: list[dict[str, Any]], most: int = 5) -> str:
+    ids = [str(r["id"]) for r in rows]
     if len(ids) == 1:
         return f"run {ids[0]}"
     return f"runs {', '.join(ids[:most])}" + (f" and {len(ids) - most} more" if len(ids) > most else "")
@@ -67,20 +74,25 @@ def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = 
     ``notes`` receives one line naming the chosen run and the newer runs passed over, when there are any.
     """
     kept, left_out = _comparable_earlier(store, candidate)
-    if not kept:
-        why = "; ".join(f"{_runs_text(records)}: {reason}" for reason, records in left_out.items())
+    verdicts = store.verdicts() if kept else {}
+    chosen: RunRecord | None = None
+    while kept and chosen is None:
+        passed = [r for r in kept if verdicts.get(r["id"], {}).get("passed")]
+        row = passed[0] if passed else kept[0]
+        chosen = store.readable(row["id"])  # the only document read
+        if chosen is None:
+            kept.remove(row)  # unreadable: reported by the store, and passed over
+    if chosen is None:
+        why = "; ".join(f"{_runs_text(rows)}: {reason}" for reason, rows in left_out.items())
         raise NbscopeError(
             f"no earlier complete {candidate.kind} run of {candidate.target} with digest {candidate.digest} and the "
             f"same settings ({describe_settings(candidate.measurement_settings())}) that did not fail the gate, in "
             f"{store.path}" + (f" (left out: {why})" if why else "") + "; name one with --baseline"
         )
-    verdicts = store.verdicts()
-    passed = [r for r in kept if verdicts.get(r.run_id, {}).get("passed")]
-    chosen = passed[0] if passed else kept[0]
-    newer = {"not judged by the gate": kept[: kept.index(chosen)]}
-    for reason, records in left_out.items():
-        newer[reason] = [r for r in records if (r.started_at, r.run_id or 0) > (chosen.started_at, chosen.run_id or 0)]
-    passed_over = "; ".join(f"{_runs_text(records)} ({reason})" for reason, records in newer.items() if records)
+    newer = {"not judged by the gate": kept[: kept.index(row)]}
+    for reason, rows in left_out.items():
+        newer[reason] = [r for r in rows if (r["started_at"], r["id"]) > (chosen.started_at, chosen.run_id or 0)]
+    passed_over = "; ".join(f"{_runs_text(rows)} ({reason})" for reason, rows in newer.items() if rows)
     if notes is not None and passed_over:
         how = "the last run that passed the gate" if passed else "the newest comparable run"
         notes.append(f"baseline run {chosen.run_id} is {how}; newer runs passed over: {passed_over}")
@@ -90,11 +102,17 @@ def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = 
 def history_runs(store: Any, candidate: RunRecord, count: int) -> list[RunRecord]:
     """Up to ``count`` newest stored runs that started before the candidate, with its target, digest,
     kind and measurement settings, complete and not failed by the gate: the run-to-run noise of this
-    notebook in this environment."""
+    notebook in this environment. Only their documents are read."""
     if count <= 0:
         return []
     kept, _ = _comparable_earlier(store, candidate)
-    return [r for r in kept if r.started_at < candidate.started_at][:count]
+    found: list[RunRecord] = []
+    for row in kept:
+        if len(found) >= count:
+            break
+        if row["started_at"] < candidate.started_at and (record := store.readable(row["id"])) is not None:
+            found.append(record)
+    return found
 
 
 def latest_run(store: Any, target: str | None) -> RunRecord:

@@ -3,17 +3,54 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import re
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 
-if TYPE_CHECKING:  # reading a notebook imports nbformat; commands that only read records never pay for it
+if TYPE_CHECKING:
     import nbformat
 
 MYST_SUFFIXES = (".md", ".myst", ".mystnb")
+# jsonschema's IRI format checker; importing it builds lark grammars (1-5 s).
+_IRI_GRAMMAR = "rfc3987_syntax"
+
+
+def import_nbformat() -> types.ModuleType:
+    """nbformat, imported only by what reads or runs a notebook (nbclient imports it too: call this first).
+
+    ``import nbformat`` imports jsonschema, whose format checkers import ``rfc3987_syntax`` when it is
+    installed, and that module builds its lark grammars at import: 1-5 s for an IRI checker that reading
+    or running a notebook never calls. While nbformat is imported, that module is stood in for by one
+    whose ``is_valid_syntax`` imports the real module at its first call, so jsonschema still checks IRIs
+    exactly as before, and pays for the grammar only if it does. Afterwards the name is the real module's
+    again for any other importer.
+    """
+    if "nbformat" in sys.modules or _IRI_GRAMMAR in sys.modules or "jsonschema" in sys.modules:
+        import nbformat as module
+
+        return module
+    deferred = None
+    if importlib.util.find_spec(_IRI_GRAMMAR) is not None:
+        deferred = types.ModuleType(_IRI_GRAMMAR)
+
+        def is_valid_syntax(rule: str, value: str) -> bool:
+            return bool(importlib.import_module(_IRI_GRAMMAR).is_valid_syntax(rule, value))
+
+        deferred.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]
+        sys.modules[_IRI_GRAMMAR] = deferred
+    try:
+        import nbformat as module
+    finally:
+        if deferred is not None and sys.modules.get(_IRI_GRAMMAR) is deferred:
+            del sys.modules[_IRI_GRAMMAR]
+    return module
 
 
 def source_hash(source: str) -> str:
@@ -95,6 +132,7 @@ class Notebook:
 
 
 def _read_myst(path: Path, text: str) -> nbformat.NotebookNode:
+    import_nbformat()  # myst-nb builds nbformat notebooks
     from myst_nb.core.read import read_myst_markdown_notebook
 
     try:
@@ -117,10 +155,8 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{path} is not a text file, so not a notebook") from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text would: universal newlines
     if path.suffix.lower() == ".ipynb":
-        import nbformat
-
         try:
-            nb = nbformat.reads(text, as_version=4)
+            nb = import_nbformat().reads(text, as_version=4)
         except Exception as exc:
             raise NbscopeError(f"{path}: not a valid .ipynb notebook ({type(exc).__name__})") from None
         fmt = "ipynb"

@@ -19,7 +19,7 @@ from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing,
 from nbscope.collect._kernel import ensure_dead, interrupt_cell, kernel_family, shut_down
 from nbscope.collect._sidefiles import LiveFile, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
-from nbscope.collect.notebook import CodeCell, Notebook
+from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
 
 __all__ = [
     "CellCallback", "Execution", "ExecutionOptions", "LiveFile", "ProbeReader", "StartCallback", "execute",
@@ -67,6 +67,7 @@ def execute(
     on_cell_done: CellCallback | None = None,
 ) -> Execution:
     """Run every code cell in a fresh kernel; never raises for a failing cell, timeout or dead kernel."""
+    import_nbformat()  # before nbclient, which imports nbformat: without jsonschema's grammar-building import
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 

@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -26,8 +26,10 @@ DEFAULT_DB = Path(".nbscope") / "nbscope.db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The meta table's store_version. 1: runs and meta. 2: runs.content_hash (a run is stored once) and
 # gate_verdicts (what `nbscope gate` decided about a run). 3: runs.label (``--label``, found by run
-# references). Older stores are migrated on first use; a newer one is refused, untouched.
-STORE_VERSION = 3
+# references). 4: the summary columns listings, references, history and the gate read instead of the
+# documents (backend, measurement settings, totals), indexed, and the document last in each row. Older
+# stores are migrated on first use; a newer one is refused, untouched.
+STORE_VERSION = 4
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -45,7 +47,6 @@ _SCHEMA_V1 = (
     "CREATE INDEX IF NOT EXISTS runs_target ON runs (target, digest, started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
-
 
 def _migrate_to_2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN content_hash TEXT")
@@ -77,7 +78,75 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
 
 
-MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3}  # from version N to N + 1
+# Version 4's runs table. The document comes last: SQLite keeps the start of a row in its page and the
+# rest in a chain of overflow pages, so a column stored after a document of several kilobytes is reached
+# only by reading the document. Every other column is small and read without it.
+_RUNS_V4 = """CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    status TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    label TEXT,
+    backend TEXT,
+    settings TEXT,
+    content_hash TEXT,
+    headline TEXT NOT NULL,
+    totals TEXT,
+    document TEXT NOT NULL
+)"""
+# Listing (newest first), `latest`, references by notebook, kind or label, history and the gate's
+# baseline search each walk one of these in order; none sorts or reads documents it does not return.
+_INDEXES_V4 = (
+    "CREATE INDEX runs_started ON runs (started_at)",
+    "CREATE INDEX runs_target ON runs (target, started_at)",
+    "CREATE INDEX runs_lineage ON runs (target, kind, digest, started_at)",
+    "CREATE INDEX runs_kind ON runs (kind, started_at)",
+    "CREATE INDEX runs_label ON runs (label, started_at)",
+    "CREATE INDEX runs_content ON runs (content_hash)",
+)
+_COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label",
+              "content_hash", "headline", "document")
+
+
+def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
+    """The backend, measurement settings and totals columns of a run."""
+    totals = record.measurements.get("totals") if isinstance(record.measurements, dict) else None
+    return (_backend(record), settings_key(record.measurement_settings()),
+            json.dumps(totals if isinstance(totals, dict) else {}, default=str))
+
+
+def _migrate_to_4(db: sqlite3.Connection) -> None:
+    # The table is made again, so that the document is the last column of every row (ALTER TABLE can
+    # only append a column after it); the new columns are filled from each run's document.
+    db.execute("ALTER TABLE runs RENAME TO runs_v3")
+    indexes = db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs_v3' AND sql IS NOT NULL")
+    for (index,) in indexes.fetchall():
+        db.execute(f'DROP INDEX "{index}"')
+    db.execute(_RUNS_V4)
+    columns = ", ".join(_COPIED_V3)
+    db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_v3")
+    # AUTOINCREMENT keeps its high-water mark: an id of a run deleted before is not given again.
+    (seq,) = db.execute("SELECT MAX(seq) FROM sqlite_sequence WHERE name IN ('runs', 'runs_v3')").fetchone()
+    if seq is not None:
+        db.execute("DELETE FROM sqlite_sequence WHERE name = 'runs'")
+        db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('runs', ?)", (seq,))
+    for run_id, document in db.execute("SELECT id, document FROM runs_v3"):  # one document at a time
+        try:
+            record = record_module.loads(document, source=f"run {run_id}")
+        except (NbscopeError, TypeError):
+            continue  # an unreadable row keeps empty summaries (and is reported when read)
+        db.execute("UPDATE runs SET backend = ?, settings = ?, totals = ? WHERE id = ?",
+                   (*_summary_values(record), run_id))
+    db.execute("DROP TABLE runs_v3")
+    for statement in _INDEXES_V4:
+        db.execute(statement)
+
+
+MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -112,6 +181,11 @@ SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "
 Match = str | Sequence[str] | None
 
 
+def settings_key(settings: dict[str, Any]) -> str:
+    """The measurement settings of a run as the store keeps them: equal settings, equal text."""
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+
+
 class RunFilters(TypedDict, total=False):
     """Which stored runs ``Store.list`` and ``Store.records`` give: a value or values per column, and how many."""
 
@@ -120,6 +194,27 @@ class RunFilters(TypedDict, total=False):
     digest: str | None
     label: str | None
     limit: int | None
+
+
+def _where(filters: RunFilters) -> tuple[str, list[Any]]:
+    """The WHERE clause (empty or starting with a space) and its parameters for ``filters``."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column in ("kind", "target", "digest", "label"):
+        value = filters.get(column)
+        if value is None:
+            continue
+        values = [value] if isinstance(value, str) else list(value)
+        clauses.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
+        params.extend(values)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _json_column(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 class Store:
@@ -240,37 +335,33 @@ class Store:
 
     def add(self, record: RunRecord) -> tuple[int, bool]:
         """Save a run unless the store holds one with the same content: (its id, whether it was added)."""
-        document = record.to_json(indent=None)
-        digest = record_module.content_hash(json.loads(document))
-        row = (
-            record.started_at,
-            record.ended_at,
-            record.kind,
-            record.target,
-            record.status,
-            fp.summary(record.fingerprint),
-            record.digest,
-            json.dumps(record.headline()),
-            document,
-            digest,
-            record.label,
-        )
+        return self.add_many([record])[0]
+
+    def add_many(self, records: Iterable[RunRecord]) -> list[tuple[int, bool]]:
+        """``add`` for many runs in one transaction (an import of many runs): (id, added) for each."""
+        rows = [(record, _row(record)) for record in records]
+        found: list[tuple[int, bool]] = []
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
             try:
-                found = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (digest,)).fetchone()
-                if found is None:
+                for _, row in rows:
+                    same = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1",
+                                      (row[_CONTENT_HASH],)).fetchone()
+                    if same is not None:
+                        found.append((int(same[0]), False))
+                        continue
                     cursor = db.execute(
-                        "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, headline,"
-                        " document, content_hash, label) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO runs ({', '.join(_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_ROW_COLUMNS))})",
                         row,
                     )
+                    found.append((int(cursor.lastrowid or 0), True))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        record.run_id = int(found[0]) if found is not None else int(cursor.lastrowid or 0)
-        return record.run_id, found is None
+        for (record, _), (run_id, _) in zip(rows, found, strict=True):
+            record.run_id = run_id
+        return found
 
     def save(self, record: RunRecord) -> int:
         """Insert a run and return its id (the existing run's id when the same run is stored already)."""
@@ -293,26 +384,23 @@ class Store:
         return self._parse(run_id, row[0])
 
     def _readable(self, filters: RunFilters) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
-        """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows."""
-        clauses: list[str] = []
-        params: list[Any] = []
+        """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows.
+
+        The ids are found and ordered in an index first; a document is read and parsed only for a run
+        that is given (or skipped), so ``runs --limit 20`` reads twenty documents in any store.
+        """
         limit = filters.get("limit")
-        for column in ("kind", "target", "digest", "label"):
-            value = filters.get(column)
-            if value is None:
-                continue
-            values = [value] if isinstance(value, str) else list(value)
-            clauses.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
-            params.extend(values)
-        sql = f"SELECT {', '.join(SUMMARY_COLUMNS)}, document FROM runs"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY started_at DESC, id DESC"
+        where, params = _where(filters)
+        ids = f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC"
+        row_sql = f"SELECT {', '.join(SUMMARY_COLUMNS)}, headline, backend, document FROM runs WHERE id = ?"
         given = 0
         with self._connect() as db:
-            for row in db.execute(sql, params):  # row by row: `runs --limit 5` reads five documents
+            for (run_id,) in db.execute(ids, params):  # row by row: the cursor stops where the caller does
                 if limit and given >= limit:
                     return
+                row = db.execute(row_sql, (run_id,)).fetchone()
+                if row is None:
+                    continue  # deleted meanwhile
                 try:
                     record = self._parse(int(row[0]), row[-1])
                 except NbscopeError as exc:
@@ -325,9 +413,10 @@ class Store:
         """Summaries of the readable runs, newest first, with the JAX backend each used."""
         result = []
         for row, record in self._readable(filters):
-            item = dict(zip(SUMMARY_COLUMNS, row, strict=True))
-            item["headline"] = record.headline()
-            item["backend"] = _backend(record)
+            item = dict(zip(SUMMARY_COLUMNS, row[: len(SUMMARY_COLUMNS)], strict=True))
+            headline = _json_column(row[len(SUMMARY_COLUMNS)])
+            item["headline"] = headline if isinstance(headline, dict) else record.headline()
+            item["backend"] = row[len(SUMMARY_COLUMNS) + 1]
             result.append(item)
         return result
 
@@ -341,6 +430,39 @@ class Store:
         """The newest readable run matching the filters, or None."""
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
+
+    def summaries(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
+        """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
+        keys plus ``settings`` (the measurement settings) and ``totals``. A run whose document could not
+        be read when the store was migrated has ``settings`` and ``totals`` None (``readable`` says why)."""
+        where, params = _where(filters)
+        limit = filters.get("limit")
+        columns = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals")
+        sql = f"SELECT {', '.join(columns)} FROM runs{where} ORDER BY started_at DESC, id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        with self._connect() as db:
+            rows = db.execute(sql, params).fetchall()
+        result = []
+        for row in rows:
+            item = dict(zip(columns, row, strict=True))
+            for name in ("headline", "settings", "totals"):
+                item[name] = _json_column(item[name])
+            result.append(item)
+        return result
+
+    def readable(self, run_id: int) -> RunRecord | None:
+        """The run with this id, or None (reported through ``on_skip`` once) when it cannot be read."""
+        try:
+            return self.get(run_id)
+        except NbscopeError as exc:
+            self._skip(run_id, str(exc))
+            return None
+
+    def targets(self, limit: int = 500) -> list[str]:
+        """The names runs are stored under, in order (at most ``limit``)."""
+        with self._connect() as db:
+            return [t for (t,) in db.execute("SELECT DISTINCT target FROM runs ORDER BY target LIMIT ?", (limit,))]
 
     def count(self) -> int:
         with self._connect() as db:
@@ -373,6 +495,20 @@ class Store:
             int(run_id): {"passed": bool(passed), "baseline_id": baseline_id, "judged_at": judged_at}
             for run_id, baseline_id, passed, judged_at in rows
         }
+
+
+_ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
+                "settings", "content_hash", "headline", "totals", "document")
+_CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
+
+
+def _row(record: RunRecord) -> tuple[Any, ...]:
+    """The values of ``_ROW_COLUMNS`` for a run."""
+    document = record.to_json(indent=None)
+    backend, settings, totals = _summary_values(record)
+    return (record.started_at, record.ended_at, record.kind, record.target, record.status,
+            fp.summary(record.fingerprint), record.digest, record.label, backend, settings,
+            record_module.content_hash(json.loads(document)), json.dumps(record.headline()), totals, document)
 
 
 def _backend(record: RunRecord) -> str | None:

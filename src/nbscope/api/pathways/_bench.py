@@ -16,14 +16,15 @@ import statistics
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import nbformat
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _signals
 from nbscope.analyse.pathways import REL_TOL
 from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    import nbformat
 
 OUT_VARIABLE = "NBSCOPE_BENCH_OUT"
 MAD_FACTOR = 3.0
@@ -54,7 +55,9 @@ def _nbscope_bench(group, dtype, size):
 def bench_notebook(groups: list[str], dtypes: list[str], size: str) -> nbformat.NotebookNode:
     """A notebook whose cells are the suite's workloads, one group and dtype per cell."""
     from nbscope.collect.bench._config import dtypes_for
+    from nbscope.collect.notebook import import_nbformat
 
+    nbformat = import_nbformat()
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells.append(nbformat.v4.new_markdown_cell(f"# nbscope bench workloads ({size})"))
@@ -79,12 +82,13 @@ def run_bench_pathways(
 ) -> RunRecord:
     """Run the suite's workloads through each pathway; a ``pathways`` record with bench ``figures``."""
     from nbscope.collect.bench._config import TIMEOUTS_S, parse_dtypes, parse_groups, parse_size
+    from nbscope.collect.notebook import import_nbformat
 
     groups, dtypes, size = parse_groups(only), parse_dtypes(dtype), parse_size(size)
     with tempfile.TemporaryDirectory(prefix="nbscope-bench-pathways-") as tmp:
         folder = Path(tmp)
         path = folder / "nbscope_bench.ipynb"
-        nbformat.write(bench_notebook(groups, dtypes, size), path)
+        import_nbformat().write(bench_notebook(groups, dtypes, size), path)
         outputs = folder / "figures"
         outputs.mkdir()
 
