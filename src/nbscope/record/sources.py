@@ -11,27 +11,24 @@ note returned says exactly what could not be had and why, so that the rules that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.collect.notebook import source_hash
 
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
+
 Sources = dict[str, str]  # cell source by its source hash
 
 
-def recorded_sources(record: Any) -> Sources:
+def recorded_sources(record: RunRecord) -> Sources:
     """The sources the record carries, by hash; a source whose hash is not its cell's is not trusted."""
-    found: Sources = {}
-    for cell in _cells(record):
-        source, wanted = cell.get("source"), cell.get("source_hash")
-        if isinstance(source, str) and isinstance(wanted, str) and source_hash(source) == wanted:
-            found[wanted] = source
-    return found
+    return {key: source for key, source in record.notebook_run().sources.items() if source_hash(source) == key}
 
 
-def load_sources(record: Any, *, root: Path | None = None) -> tuple[Sources, str | None]:
+def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[Sources, str | None]:
     """Every code cell's source by hash, and a note saying which cells' code is unknown and why (None when
     none is missing).
 
@@ -42,7 +39,7 @@ def load_sources(record: Any, *, root: Path | None = None) -> tuple[Sources, str
     the user names it (``--notebook``).
     """
     sources = recorded_sources(record)
-    wanted = {c.get("source_hash") for c in _cells(record) if isinstance(c.get("source_hash"), str)}
+    wanted = {c.source_hash for c in record.notebook_run().cells if c.source_hash}
     missing = wanted - set(sources)
     if not missing:
         return sources, None
@@ -51,7 +48,7 @@ def load_sources(record: Any, *, root: Path | None = None) -> tuple[Sources, str
     return sources, note
 
 
-def sources_of(*records: Any) -> Sources:
+def sources_of(*records: RunRecord) -> Sources:
     """The cell sources of several runs, merged by hash."""
     merged: Sources = {}
     for record in records:
@@ -59,21 +56,15 @@ def sources_of(*records: Any) -> Sources:
     return merged
 
 
-def _cells(record: Any) -> list[Mapping[str, Any]]:
-    cells = (getattr(record, "measurements", None) or {}).get("cells") or []
-    return [c for c in cells if isinstance(c, Mapping)]
-
-
-def _from_notebook_file(record: Any, wanted: set[str], root: Path | None) -> tuple[Sources, str | None]:
+def _from_notebook_file(record: RunRecord, wanted: set[str], root: Path | None) -> tuple[Sources, str | None]:
     """Sources of the cells in ``wanted``, read from the run's notebook file when it is there and unchanged."""
     from nbscope.collect import notebook as notebook_module  # only old records pay for reading notebooks
 
-    version = getattr(record, "schema_version", None)
+    version = record.schema_version
     why = (f"the record (schema version {version}) does not carry its cells' code" if version == 1
            else f"{len(wanted)} cell(s) of the record carry no code")
     candidates = []
-    described = ((getattr(record, "measurements", None) or {}).get("notebook") or {}).get("path")
-    for value in (described, getattr(record, "target", None)):
+    for value in (record.notebook_run().notebook.path, record.target):
         if isinstance(value, str) and value and value not in candidates:
             candidates.append(value)
     base = (root or Path.cwd()).resolve()

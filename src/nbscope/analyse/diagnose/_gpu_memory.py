@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
 
 NAME = "gpu-memory"
 PREALLOCATED_SHARE = 0.6  # a process holding this share of the GPU has preallocated (default 0.75)
@@ -37,13 +37,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     env = {**(ctx.record.fingerprint.get("environment") or {}), **((ctx.record.settings or {}).get("env") or {})}
     allocator = {k: env[k] for k in ALLOCATOR_VARIABLES if k in env}
     others = device.get("memory_used_bytes") if isinstance(device.get("memory_used_bytes"), int) else None
-    readings = [(c, c.get("gpu_memory")) for c in ctx.cells if isinstance(c.get("gpu_memory"), dict)]
-    used = [
-        (cell, reading.get("after_bytes"))
-        for cell, reading in readings
-        if isinstance(reading.get("after_bytes"), int)
-    ]
-    oom = [c for c in ctx.cells if any(m in str((c.get("error") or {}).get("message", "")) + str((c.get("error") or {}).get("name", "")) for m in OOM_MARKERS)]
+    used = [(cell, cell.gpu_memory["after_bytes"]) for cell in ctx.run.cells
+            if isinstance(cell.gpu_memory.get("after_bytes"), int)]
+    oom = [c for c in ctx.run.cells if c.error and any(m in c.error.message + c.error.name for m in OOM_MARKERS)]
     if not used and not oom:
         yield Skip(NAME, "needs per-cell GPU memory of the kernel process (NVML in the kernel); none recorded")
         return
@@ -53,19 +49,19 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         "memory_total_bytes": total,
         "kernel_peak_bytes": peak,
         "kernel_peak_share": round(peak / total, 3),
-        "peak_cell": peak_cell.get("index") if peak_cell else None,
+        "peak_cell": peak_cell.index if peak_cell else None,
         "others_at_start_bytes": others,
         "allocator_settings": allocator or None,
-        "out_of_memory_cells": [c["index"] for c in oom],
+        "out_of_memory_cells": [c.index for c in oom],
         "seconds_at_stake": 0.0,
     }
     preallocated = peak / total >= PREALLOCATED_SHARE and not allocator
     crowded = others is not None and others / total >= OTHERS_SHARE
     full = others is not None and (others + peak) / total >= FULL_SHARE
     if oom:
-        where = cell_label(oom[0])
+        where = oom[0].label
         yield Finding(
-            rule=NAME, title="GPU out of memory", cell_index=oom[0]["index"], severity="high", confidence=0.95,
+            rule=NAME, title="GPU out of memory", cell_index=oom[0].index, severity="high", confidence=0.95,
             evidence=evidence,
             summary=f"{where} ran out of GPU memory on the {device.get('name')}"
             + (f" with {_gib(others)} already used by other processes" if crowded else ""),
