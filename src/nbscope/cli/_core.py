@@ -9,12 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from nbscope._errors import NbscopeError
+from nbscope._files import written_to
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
     JsonOption,
     RunArgument,
     all_option,
+    confirm_written,
     limit_option,
     open_store,
     output_file,
@@ -173,7 +175,7 @@ def export(
     record = resolve(run, open_store(db, read_only=True))
     record_module.dump(record, output)
     name = f"run {record.run_id}" if record.run_id is not None else run
-    print(f"{name} written to {output}")
+    confirm_written(f"{name} written to {written_to(output)}", output)
 
 
 @app.command("import")

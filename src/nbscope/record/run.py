@@ -455,9 +455,9 @@ def load(path: str | Path) -> RunRecord:
 
 
 def dump(record: RunRecord, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(record.to_json())
-    tmp.replace(path)
-    return path
+    """Write a run as JSON to ``path`` (``-`` or ``/dev/stdout``: standard output) by :mod:`nbscope._files`'
+    rules: atomically, and only over a regular file."""
+    from nbscope._files import write_text
+
+    write_text(path, record.to_json() + "\n")
+    return Path(path)
