@@ -29,10 +29,10 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbscope.api.live import live_folder
 from nbscope.api.profile import CACHE_MARKER, ProfileOptions, jax_cache_env, owns_folder
 from nbscope.collect.runner import ExecutionOptions, execute
 from nbscope.record.cells import target_name
+from nbscope.record.live import live_folder
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalSched
 from nbscope.api.backends import BACKENDS, parse_backends
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import target_name
+from nbscope.record.live import new_live_path
 from nbscope.record.run import RunRecord
 
 # Backend names and the JAX_PLATFORMS value each runs under.
@@ -178,7 +178,6 @@ def audit(
         jobs: list[Job] = []
         estimates: dict[int, float] = {}
         by_key = dict(zip(keys, book.notebooks, strict=True))
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         for key in selected:
             path = by_key[key]
             source_hash, target = file_hash(path), target_name(path)
@@ -198,7 +197,7 @@ def audit(
                 index = len(jobs)
                 live = None
                 if runner is None and store is not None:
-                    live = str(Path(store.path).parent / "live" / f"{stamp}-audit-{os.getpid()}-{index}.jsonl")
+                    live = str(new_live_path(store.path, f"audit-{index}"))
                 jobs.append(Job(
                     key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
                     source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
@@ -298,17 +297,18 @@ def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[
     entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
     from nbscope import _signals
     from nbscope.api import live
+    from nbscope.record.live import recover
 
     path = Path(str(job.live_path))
     if store is None or not path.is_file():
         return
     try:
-        record = live.recover(path)
+        record = recover(path)
     except NbscopeError:
         return  # nothing recoverable (the worker had not written its header yet)
     record.measurements["audit"] = {"path": job.key, "source_hash": job.source_hash, "backend": job.backend,
                                     "gpu": job.gpu, "env": job.env, "interrupted": True}
-    run_id = live.store_recovered(path, record, store)
+    run_id = live.store_recovered(path, record, store).record.run_id
     done = record.measurements["totals"]
     entry = entries[job.key, job.backend]
     entry["run_id"] = run_id
@@ -338,7 +338,7 @@ def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str)
     if store is not None:
         store.save(record)
         if job.live_path:
-            from nbscope.api.live import remove_live_file
+            from nbscope.record.live import remove_live_file
 
             remove_live_file(Path(job.live_path))  # its cells are in the store now
     entry = _report.entry_from_record(record, key=job.key, backend=job.backend, source_hash=job.source_hash,
