@@ -16,6 +16,7 @@ from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, St
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord
+from nbscope.record.secrets import env_for_record
 from nbscope.record.store import files_folder, make_folder
 
 __all__ = ["JAX_CACHE_MODES", "ProfileOptions", "fill_measurements", "profile", "profile_until_stopped"]
@@ -31,6 +32,7 @@ class ProfileOptions:
     on_error: str = "continue"
     kernel: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    env_store_values: bool = False  # keep --env values in the record (default: a hash, nbscope.record.secrets)
     jax_platform: str | None = None
     jax_cache: str = "off"  # off | cold | warm | a folder
     repeat: int = 1
@@ -68,7 +70,8 @@ class ProfileOptions:
             "on_error": self.on_error,
             "jax_platform": self.jax_platform,
             "jax_cache": self.jax_cache,
-            "env": self.env,
+            "env": env_for_record(self.env, store_values=self.env_store_values),
+            **({"env_values_stored": True} if self.env_store_values else {}),
             "repeat": self.repeat,
             "timeline": self.timeline,
             "programs": self.collects_programs,

@@ -20,6 +20,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
+from nbscope.record.secrets import command_for_record
 
 FORMAT_NAME = "nbscope-run"
 SCHEMA_VERSION = 1
@@ -94,7 +95,7 @@ class RunRecord:
     fingerprint: dict[str, Any]
     measurements: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    command: list[str] = field(default_factory=lambda: command_for_record(sys.argv))  # --env values hidden
     started_at: str = field(default_factory=utc_now)
     ended_at: str | None = None
     status: str = "ok"

@@ -19,6 +19,7 @@ from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
 from nbscope.record.run import RunRecord
+from nbscope.record.secrets import command_for_record
 
 # Backend names and the JAX_PLATFORMS value each runs under.
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -324,7 +325,7 @@ def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str)
         return entry, None
     record = RunRecord.from_dict(result["record"], source=f"the result of {job.key}")
     record.target = job.target  # the same name as `nbscope profile` gives it here, wherever it ran
-    record.command = list(sys.argv)  # a pool worker's argv says nothing; the audit's command does
+    record.command = command_for_record(sys.argv)  # a pool worker's argv says nothing; the audit's command does
     record.measurements["audit"] = {
         "path": job.key,
         "book": book_target,
