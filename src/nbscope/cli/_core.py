@@ -179,12 +179,26 @@ def export(
     run: RunArgument,
     output: Annotated[Path, output_option("JSON file to write.")],
     db: DbOption = None,
+    portable: Annotated[
+        bool,
+        typer.Option("--portable", help="Drop machine-local paths (home folder, project root, interpreter, kernel "
+                     "folder) for sharing; docs/run-record.md lists the fields."),
+    ] = False,
 ) -> None:
-    """Write one run as a JSON record (to move it to another machine)."""
+    """Write one run as a JSON record (to move it to another machine).
+
+    By default the record is written as stored, so that importing it back finds the same run; --portable
+    drops what only this machine knows (paths) for a record that is shared."""
     from nbscope.record import run as record_module
 
     output_file(output)
     record = resolve(run, open_store(db, read_only=True))
+    if portable:
+        from nbscope.record.portable import portable as portable_document
+
+        run_id = record.run_id
+        record = record_module.RunRecord.from_dict(portable_document(record.to_dict()), source=f"run {run_id}")
+        record.run_id = run_id
     record_module.dump(record, output)
     name = f"run {record.run_id}" if record.run_id is not None else run
     confirm_written(f"{name} written to {written_to(output)}", output)

@@ -23,7 +23,7 @@ from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
 
 DbOption = Annotated[
     Path | None,
-    typer.Option("--db", envvar="NBSCOPE_DB", help="Run store (SQLite). Default: .nbscope/nbscope.db"),
+    typer.Option("--db", envvar="NBSCOPE_DB", help="Run store (SQLite). Default: .nbscope/nbscope.db at the project root (git work tree, book root or this folder)."),
 ]
 
 # The output formats a command prints; naming two is refused (--json --markdown used to give JSON silently).
