@@ -95,7 +95,7 @@ def profile(
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable. Values are stored as hashes (timing settings such as JAX_*, XLA_* stay readable).")] = None,
     env_store_values: Annotated[bool, typer.Option("--env-store-values", help="Store --env values themselves, not their hashes.")] = False,
     jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")] = None,
-    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR (cold empties only the folder nbscope made beside --db)")] = "off",
+    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR (cold removes only what JAX wrote in the store's own cache folder)")] = "off",
     repeat: Annotated[int, typer.Option(help="Run N times, each in a fresh kernel; report medians.")] = 1,
     limit: Annotated[int, limit_option("Show the N slowest cells.")] = 15,
     all_cells: Annotated[bool, all_option("Show every cell, in notebook order.")] = False,
