@@ -236,8 +236,8 @@ def test_an_env_secret_is_never_printed_stored_or_exported(profiled: dict, tmp_p
             assert SECRET.encode() not in path.read_bytes(), path  # the store, its WAL, its live folder
     record = Store(db).get(1)
     hidden = record.settings["env"]["HF_TOKEN"]
-    assert hidden.startswith("<hidden sha256:") and record.settings["env"]["JAX_PLATFORMS"] == "cpu"
-    assert any(arg.startswith("HF_TOKEN=<hidden sha256:") for arg in record.command)
+    assert hidden.startswith("hidden-sha256:") and record.settings["env"]["JAX_PLATFORMS"] == "cpu"
+    assert any(arg.startswith("HF_TOKEN=hidden-sha256:") for arg in record.command)
     outputs = [cli("show", "1", "--db", db, cwd=tmp_path), cli("show", "1", "--json", "--db", db, cwd=tmp_path),
                cli("export", "1", "-o", "-", "--db", db, cwd=tmp_path),
                cli("export", "1", "-o", "-", "--portable", "--db", db, cwd=tmp_path),
@@ -256,7 +256,7 @@ def test_compare_says_a_hidden_value_differs_without_showing_it(profiled: dict, 
         done = cli("compare", "1", "2", "--db", db, *extra, cwd=tmp_path)
         assert done.returncode in (0, 1), done.stderr
         text = done.stdout + done.stderr
-        assert "HF_TOKEN" in text and "<hidden sha256:" in text
+        assert "HF_TOKEN" in text and "hidden-sha256:" in text
         assert SECRET not in text and other not in text
     kept = cli("profile", TINY, "--db", db, "--env", "MY_SETTING=visible", "--env-store-values", "--json", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr

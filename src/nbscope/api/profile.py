@@ -19,8 +19,6 @@ from nbscope.record.run import RunRecord
 from nbscope.record.secrets import env_for_record
 from nbscope.record.store import files_folder, make_folder
 
-__all__ = ["JAX_CACHE_MODES", "ProfileOptions", "fill_measurements", "profile", "profile_until_stopped"]
-
 JAX_CACHE_MODES = ("off", "cold", "warm")
 
 

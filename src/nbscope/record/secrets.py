@@ -1,7 +1,7 @@
 """What a run record keeps of the values given with ``--env NAME=VALUE``: never the value of a variable that
 may hold a secret (``--env HF_TOKEN=...``), only its name and a short hash, so that ``compare`` can still say
 that two runs were given different values. The kernel gets the real value; the record, the live file, every
-listing and every export get ``<hidden sha256:0123456789ab>``.
+listing and every export get ``hidden-sha256:0123456789ab``.
 
 Kept readable: the variables that change what a notebook measures and that nbscope's own analyses read
 (``JAX_PLATFORMS``, ``JAX_ENABLE_X64``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``, ``OMP_NUM_THREADS`` ...: the names
@@ -23,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from nbscope.collect.fingerprint import RESULT_ENV_NAMES, RESULT_ENV_PREFIXES
 
 STORE_VALUES_FLAG = "--env-store-values"
-HIDDEN = re.compile(r"<hidden sha256:[0-9a-f]{12}>")
+# No markup characters: the marker reads the same in a terminal, in markdown (GitHub drops <...>) and in HTML.
+HIDDEN = re.compile(r"hidden-sha256:[0-9a-f]{12}")
 _SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|(^|_)KEY($|_)|API_?KEY|_PAT$")
 
 
 def hidden(value: str) -> str:
     """What is kept of a hidden value: its hash, marked as such."""
-    return f"<hidden sha256:{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}>"
+    return f"hidden-sha256:{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
 def readable(name: str) -> bool:
