@@ -29,10 +29,10 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbscope.api.live import live_folder
-from nbscope.api.profile import CACHE_MARKER, ProfileOptions, jax_cache_env, owns_folder
+from nbscope.api.profile import CACHE_MARKER, ProfileOptions, default_cache_root, jax_cache_env, owns_folder
 from nbscope.collect.runner import ExecutionOptions, execute
 from nbscope.record.cells import target_name
+from nbscope.record.live import live_folder
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
@@ -334,7 +334,7 @@ def test_a_failing_kernel_shutdown_still_returns_the_cells(tmp_path: Path, monke
 
 def test_jax_cache_cold_never_empties_a_folder_nbscope_did_not_make(tmp_path: Path) -> None:
     db = tmp_path / "db" / "nbscope.db"
-    user_folder = db.parent / "jax-cache"
+    user_folder = default_cache_root(db)
     user_folder.mkdir(parents=True)
     (user_folder / "notes.txt").write_text("mine")
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
@@ -354,12 +354,12 @@ def test_jax_cache_cold_empties_the_folder_it_made(tmp_path: Path) -> None:
     folder = tmp_path / "jax-cache"
     env, state = jax_cache_env("warm", folder)  # made by nbscope: it carries the marker
     assert state == "cold" and owns_folder(folder) and env["JAX_COMPILATION_CACHE_DIR"] == str(folder.resolve())
-    (folder / "jit_f-entry").write_bytes(b"compiled")  # what JAX writes there
+    (folder / f"jit_f-{'0' * 64}-cache").write_bytes(b"compiled")  # what JAX writes there
     (folder / "sub").mkdir()
-    (folder / "sub" / "x").write_bytes(b"")
+    (folder / "sub" / "x").write_bytes(b"")  # the user's: stays (tests/test_adversarial_files.py)
     assert jax_cache_env("warm", folder)[1] == "warm"
     assert jax_cache_env("cold", folder)[1] == "cold"
-    assert [p.name for p in folder.iterdir()] == [CACHE_MARKER]
+    assert sorted(p.name for p in folder.iterdir()) == [CACHE_MARKER, "sub"]
     empty = tmp_path / "empty"
     empty.mkdir()  # an empty folder holds nothing to lose: adopted
     assert jax_cache_env("cold", empty)[1] == "cold" and owns_folder(empty)

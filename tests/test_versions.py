@@ -23,6 +23,7 @@ from nbscope.analyse.versions import next_probe
 from nbscope.collect import environments
 from nbscope.collect.notebook import read
 from nbscope.collect.requirements import imported_modules, notebook_requirements
+from nbscope.record.live import live_folder
 from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -337,7 +338,7 @@ def test_sigterm_during_a_variants_run_keeps_the_runs_measured(tmp_path: Path, w
     db = tmp_path / "store" / "nbscope.db"
     process = _start(["versions", str(SLOW_NOTEBOOK), "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==1.3",
                       "--find-links", str(wheels), "--env-cache", str(env_cache), "--db", str(db)], tmp_path)
-    live = db.parent / "live"
+    live = live_folder(db)
 
     def second_variant_running() -> bool:
         for path in live.glob("*.jsonl"):

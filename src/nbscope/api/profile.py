@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,16 +12,12 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
-from nbscope.collect.runner import (
-    CellCallback,
-    Execution,
-    ExecutionOptions,
-    StartCallback,
-    execute,
-    merge_described,
-)
-from nbscope.record.cells import combine_repeats, derive, target_name, totals
+from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, StartCallback, execute
+from nbscope.record.cells import target_name
+from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord
+from nbscope.record.secrets import env_for_record
+from nbscope.record.store import files_folder, make_folder
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
 
@@ -34,6 +30,7 @@ class ProfileOptions:
     on_error: str = "continue"
     kernel: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    env_store_values: bool = False  # keep --env values in the record (default: a hash, nbscope.record.secrets)
     jax_platform: str | None = None
     jax_cache: str = "off"  # off | cold | warm | a folder
     repeat: int = 1
@@ -71,7 +68,8 @@ class ProfileOptions:
             "on_error": self.on_error,
             "jax_platform": self.jax_platform,
             "jax_cache": self.jax_cache,
-            "env": self.env,
+            "env": env_for_record(self.env, store_values=self.env_store_values),
+            **({"env_values_stored": True} if self.env_store_values else {}),
             "repeat": self.repeat,
             "timeline": self.timeline,
             "programs": self.collects_programs,
@@ -92,7 +90,34 @@ def parse_env(pairs: Iterable[str]) -> dict[str, str]:
 
 # Written into every cache folder nbscope makes; "cold" empties only folders that carry it.
 CACHE_MARKER = ".nbscope-jax-cache"
-CACHE_MARKER_TEXT = "This folder was made by nbscope for JAX's compile cache; `--jax-cache cold` empties it.\n"
+CACHE_MARKER_TEXT = (
+    "This folder was made by nbscope for JAX's compile cache; `--jax-cache cold` removes the entries JAX wrote\n"
+    "here (and only those: any other file or folder of yours stays).\n"
+)
+OLD_MARKER_TEXTS = ("This folder was made by nbscope for JAX's compile cache; `--jax-cache cold` empties it.\n",)
+# What JAX's persistent cache writes in its folder (jax/_src/lru_cache.py, checked on jax 0.10.2): one
+# ``<key>-cache`` file per compiled program, ``<key>-atime`` beside it when the cache has a size limit, and a
+# ``.lockfile``; older JAX (GFileCache) wrote ``<key>`` alone. A key is ``<function name>-<sha256 hex>``.
+JAX_ENTRY = re.compile(r".+-[0-9a-f]{64}(-cache|-atime)?")
+JAX_LOCK_FILE = ".lockfile"
+
+
+def default_cache_root(store_path: Path | None, *, make: bool = False) -> Path:
+    """The JAX cache ``--jax-cache cold|warm`` uses: ``jax-cache/`` in the store's own files folder
+    (:func:`nbscope.record.store.files_folder`), never shared with another store; ``make`` creates that
+    files folder (with its ``.gitignore``), not the cache folder itself."""
+    base = files_folder(store_path)
+    if make:
+        make_folder(base, ignored=base)
+    return base / "jax-cache"
+
+
+def is_jax_entry(entry: Path) -> bool:
+    """Whether ``entry`` (in a cache folder) is a file JAX's persistent cache wrote: a regular file, not a link,
+    named as JAX names its entries."""
+    if entry.is_symlink() or not entry.is_file():
+        return False
+    return entry.name == JAX_LOCK_FILE or JAX_ENTRY.fullmatch(entry.name) is not None
 
 
 def jax_cache_env(mode: str, cache_root: Path) -> tuple[dict[str, str], str]:
@@ -110,7 +135,7 @@ def jax_cache_env(mode: str, cache_root: Path) -> tuple[dict[str, str], str]:
         if folder.exists() and not folder.is_dir():
             raise NbscopeError(f"--jax-cache {mode}: not a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    state = "warm" if any(entry.name != CACHE_MARKER for entry in folder.iterdir()) else "cold"
+    state = "warm" if any(is_jax_entry(e) and e.name != JAX_LOCK_FILE for e in folder.iterdir()) else "cold"
     env = {
         "JAX_COMPILATION_CACHE_DIR": str(folder.resolve()),
         # JAX caches only compiles over 1 s by default: a notebook's many small compiles would be missed.
@@ -124,9 +149,10 @@ def owns_folder(folder: Path) -> bool:
     """Whether nbscope made this cache folder (it holds the marker nbscope wrote)."""
     marker = folder / CACHE_MARKER
     try:
-        return marker.is_file() and not marker.is_symlink() and marker.read_text(encoding="utf-8") == CACHE_MARKER_TEXT
+        text = marker.read_text(encoding="utf-8") if marker.is_file() and not marker.is_symlink() else None
     except (OSError, UnicodeDecodeError):
         return False
+    return text == CACHE_MARKER_TEXT or text in OLD_MARKER_TEXTS
 
 
 def _make_owned_folder(folder: Path) -> None:
@@ -140,19 +166,16 @@ def _make_owned_folder(folder: Path) -> None:
 
 
 def _empty_owned_folder(folder: Path) -> None:
-    """Empty a cache folder for a cold start; refuse a folder nbscope did not make."""
+    """Remove JAX's entries from a cache folder for a cold start (:func:`is_jax_entry`); anything else in it,
+    a file or folder of the user's, stays. A folder nbscope did not make is refused."""
     _check_can_empty(folder)
     _make_owned_folder(folder)
     if not owns_folder(folder):
         _check_can_empty(folder)  # files appeared since: still refuse
     try:
         for entry in folder.iterdir():
-            if entry.name == CACHE_MARKER:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()  # a link goes, never what it points to
+            if is_jax_entry(entry):
+                entry.unlink()
     except OSError as exc:
         raise NbscopeError(f"--jax-cache cold: cannot empty {folder}: {exc.strerror or exc}") from None
 
@@ -163,9 +186,7 @@ def _gpus_present(fingerprint: dict[str, Any]) -> bool:
 
 
 def default_live_path(store_path: Path | None) -> Path:
-    """A fresh live file beside the store (see :mod:`nbscope.api.live`)."""
-    from nbscope.api.live import new_live_path
-
+    """A fresh live file in the store's own live folder (see :mod:`nbscope.record.live`)."""
     return new_live_path(store_path)
 
 
@@ -196,19 +217,17 @@ def profile_until_stopped(
     """:func:`profile` that returns ``(record, interrupted)`` instead of re-raising an interrupt, so a
     caller (the kernel pathway) can keep the partial record; the record is saved in ``store`` either way.
 
-    The live file (see :mod:`nbscope.api.live`) is removed once the record is stored (or returned, without a
+    The live file (see :mod:`nbscope.record.live`) is removed once the record is stored (or returned, without a
     store) when nbscope chose its path; a ``live_path`` the caller names stays.
     """
     from nbscope import _signals
-    from nbscope.api import live
+    from nbscope.record import live
 
     options = options or ProfileOptions()
     options.validate()
     notebook = notebook_module.read(path)
     store_path = getattr(store, "path", None)
-    cache_root = options.cache_root or (
-        (store_path.parent if store_path is not None else Path(".nbscope")) / "jax-cache"
-    )
+    cache_root = options.cache_root or default_cache_root(store_path, make=options.jax_cache in ("cold", "warm"))
     if options.jax_cache == "cold":
         _check_can_empty(cache_root)  # refuse before anything runs or is stored
     fingerprint = fingerprint or fp.collect()
@@ -246,7 +265,7 @@ def profile_until_stopped(
                     keep_traces=options.keep_traces,
                     programs=options.collects_programs,
                 ),
-                live_path=live_path,
+                live_sink=live.LiveWriter(live_path),
                 on_cell_start=on_cell_start,
                 on_cell_done=on_cell_done,
             )
@@ -286,43 +305,6 @@ def _check_can_empty(folder: Path) -> None:
             f"--jax-cache cold: {folder} holds files and was not made by nbscope (no {CACHE_MARKER} in it); "
             "nbscope empties only folders it made: move it away, or pass --jax-cache DIR to use it as a cache"
         )
-
-
-def fill_measurements(
-    record: RunRecord,
-    notebook: dict[str, Any],
-    code_cells: list[dict[str, Any]],
-    executions: list[Execution],
-    cache_state: str,
-    live: Path | None,
-) -> None:
-    """A profile record's measurements from its executions (``notebook`` and ``code_cells`` as described
-    by ``Notebook.describe()`` / ``CodeCell.describe()``), and its status."""
-    if not executions:
-        cells = [merge_described(c, None) for c in code_cells]
-        runner: dict[str, Any] = {"pathway": "kernel"}
-        status, kernel = "partial", None
-    else:
-        for execution in executions:
-            execution.cells = [derive(c) for c in execution.cells]
-        complete = [e for e in executions if len(e.cells) == len(code_cells)]
-        cells = combine_repeats([e.cells for e in complete]) if len(complete) > 1 else executions[-1].cells
-        runner = dict(executions[-1].runner)
-        status = "ok" if all(e.status == "ok" for e in executions) else "partial"
-        kernel = executions[-1].kernel
-    record.measurements = {
-        "notebook": notebook,
-        "runner": runner,
-        "kernel": kernel,
-        "totals": totals(cells, runner, cache_state),
-        "cells": cells,
-        "repeats": len(executions),
-        "repeat_runners": [e.runner for e in executions] if len(executions) > 1 else None,
-        "live_file": str(live) if live is not None else None,
-    }
-    if executions and executions[-1].programs is not None:
-        record.measurements["programs"] = executions[-1].programs
-    record.finish(status)
 
 
 def _cache_saving(record: RunRecord, store: Any) -> None:

@@ -15,7 +15,8 @@ from nbscope.record.store import Store
 
 
 def open_store(path: str | Path | None = None) -> Store:
-    """The run store at ``path`` (default ``.nbscope/nbscope.db``, or ``$NBSCOPE_DB``), created on first write."""
+    """The run store at ``path`` (default ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project root of
+    the working directory: the git work tree, else the book's root, else the folder), created on first write."""
     return Store(path)
 
 
@@ -28,7 +29,8 @@ def profile(
 ) -> RunRecord:
     """Profile a notebook per cell in a real Jupyter kernel and return its run record.
 
-    ``options`` are those of ``nbscope profile``: ``timeout``, ``on_error``, ``kernel``, ``env``,
+    ``options`` are those of ``nbscope profile``: ``timeout``, ``on_error``, ``kernel``, ``env`` (values kept
+    as hashes in the record; ``env_store_values=True`` keeps them),
     ``jax_platform``, ``jax_cache``, ``repeat``, ``timeline``, ``programs``, ``forecast`` (GPU keys). With ``store`` (a :class:`Store` or a
     path) the run is saved there too; ``label`` names it, as ``--label`` does.
     """

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nbscope._files import write_text
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -75,8 +76,7 @@ def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdo
     if output is not None:
         export_audit(record, output_file(output), store=store)
     if html_path is not None:
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(audit_html(record), encoding="utf-8")
+        write_text(html_path, audit_html(record), option="--html")
     if as_json:
         print(record.to_json())
     elif markdown:

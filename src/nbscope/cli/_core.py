@@ -9,12 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from nbscope._errors import NbscopeError
+from nbscope._files import written_to
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
     JsonOption,
     RunArgument,
     all_option,
+    confirm_written,
     limit_option,
     open_store,
     output_file,
@@ -68,7 +70,7 @@ def runs(
     everything: Annotated[bool, all_option("Every run (no --limit).")] = False,
     as_json: JsonOption = False,
     unfinished: Annotated[
-        bool, typer.Option("--unfinished", help="List runs killed before they were stored (import them with `nbscope import FILE`).")
+        bool, typer.Option("--unfinished", help="List this store's runs killed before they were stored (import them with `nbscope import FILE`).")
     ] = False,
 ) -> None:
     """List stored runs: id, time, kind, notebook, backend, status, label, digest and the headline figures."""
@@ -80,10 +82,11 @@ def runs(
         _list_unfinished(store, as_json=as_json)
         return
     if not store.path.exists():
-        from nbscope.api import live
+        from nbscope.record import live
 
-        waiting = [i for i in live.unfinished(live.live_folder(store.path)) if i["state"] == "unfinished"]
-        hint = f"; {len(waiting)} unfinished run(s) beside it: see nbscope runs --unfinished" if waiting else ""
+        waiting = [i for i in live.unfinished(store.path) if i["state"] == "unfinished"]
+        hint = (f"; {len(waiting)} unfinished run(s) of it: see nbscope runs --unfinished{_db_option(store)}"
+                if waiting else "")
         raise NbscopeError(f"{store.missing()}{hint}")
     rows = store.list(kind=kind, target=target_aliases(target) if target else None, label=label,
                       limit=None if everything else limit)
@@ -99,9 +102,9 @@ def runs(
 def _list_unfinished(store: Any, *, as_json: bool) -> None:
     """``runs --unfinished``: the live files of runs that ended before they were stored (one line each,
     never wrapped, so the import command can be copied)."""
-    from nbscope.api import live
+    from nbscope.record import live
 
-    found = live.unfinished(live.live_folder(store.path))
+    found = live.unfinished(store.path)
     if as_json:
         print(json.dumps(found, indent=1))
         return
@@ -118,30 +121,41 @@ def _list_unfinished(store: Any, *, as_json: bool) -> None:
         if item["state"] == "running":
             print(f"{path}: {what}: still running (process {item.get('pid')}), {done} so far")
         else:
-            print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}")
+            print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{_db_option(store)}")
+
+
+def _db_option(store: Any) -> str:
+    """`` --db PATH`` for a hint, when the store is not the one commands find without it."""
+    from nbscope.record.store import default_path
+
+    return "" if Path(store.path).resolve() == default_path().resolve() else f" --db {store.path}"
 
 
 def _mention_unfinished(store: Any) -> None:
-    from nbscope.api import live
+    from nbscope.record import live
     from nbscope.render.terminal import console
 
-    waiting = [i for i in live.unfinished(live.live_folder(store.path)) if i["state"] == "unfinished"]
+    waiting = [i for i in live.unfinished(store.path) if i["state"] == "unfinished"]
     if waiting:
         console.print(
             f"[yellow]{len(waiting)} unfinished run(s) were killed before they were stored: "
-            "see nbscope runs --unfinished[/yellow]",
+            f"see nbscope runs --unfinished{_db_option(store)}[/yellow]",
             soft_wrap=True,
         )
 
 
 def _store_live(path: Path, record: Any, store: Any) -> None:
-    """``nbscope import LIVEFILE.jsonl``: store an unfinished run as a partial run; the file is removed."""
+    """``nbscope import LIVEFILE.jsonl``: store an unfinished run as a partial run (once); the file is removed
+    when it is one of this store's live files, and kept otherwise."""
     from nbscope.api import live
 
-    live.store_recovered(path, record, store)
+    done = live.store_recovered(path, record, store)
     totals = record.measurements.get("totals") or {}
-    print(f"{path}: imported as run {record.run_id} (partial: {totals.get('cells_run')} of {totals.get('cells')} "
-          "cells ran); the live file is removed")
+    what = (f"imported as run {record.run_id} (partial: {totals.get('cells_run')} of {totals.get('cells')} cells ran)"
+            if done.added else f"already in {store.path} as run {record.run_id}; not imported again")
+    kept = ("the live file is removed" if done.removed
+            else "the file is kept (it is not one of this store's live files)")
+    print(f"{path}: {what}; {kept}")
 
 
 @app.command()
@@ -165,15 +179,29 @@ def export(
     run: RunArgument,
     output: Annotated[Path, output_option("JSON file to write.")],
     db: DbOption = None,
+    portable: Annotated[
+        bool,
+        typer.Option("--portable", help="Drop machine-local paths (home folder, project root, interpreter, kernel "
+                     "folder) for sharing; docs/run-record.md lists the fields."),
+    ] = False,
 ) -> None:
-    """Write one run as a JSON record (to move it to another machine)."""
+    """Write one run as a JSON record (to move it to another machine).
+
+    By default the record is written as stored, so that importing it back finds the same run; --portable
+    drops what only this machine knows (paths) for a record that is shared."""
     from nbscope.record import run as record_module
 
     output_file(output)
     record = resolve(run, open_store(db, read_only=True))
+    if portable:
+        from nbscope.record.portable import portable as portable_document
+
+        run_id = record.run_id
+        record = record_module.RunRecord.from_dict(portable_document(record.to_dict()), source=f"run {run_id}")
+        record.run_id = run_id
     record_module.dump(record, output)
     name = f"run {record.run_id}" if record.run_id is not None else run
-    print(f"{name} written to {output}")
+    confirm_written(f"{name} written to {written_to(output)}", output)
 
 
 @app.command("import")

@@ -136,9 +136,12 @@ def _calibrate(runs: list[str], name: str | None, base: str | None, output: Path
     else:
         print(text, end="")
     if output is not None:
+        from nbscope._files import check_target, write_text
+
+        check_target(output, option="--append-to")
         existing = output.read_text(encoding="utf-8") if output.is_file() else ""
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(existing + ("\n" if existing and not existing.endswith("\n\n") else "") + text, encoding="utf-8")
+        write_text(output, existing + ("\n" if existing and not existing.endswith("\n\n") else "") + text,
+                   option="--append-to")
         from nbscope.analyse.forecast.devices import load_table
 
         load_table(output)  # refuse to leave a file the forecast cannot read

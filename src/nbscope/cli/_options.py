@@ -17,12 +17,13 @@ import click
 import typer
 
 from nbscope._errors import NbscopeError
+from nbscope._files import check_target, is_stdout
 from nbscope.record.run import LABEL_ENV, RunRecord, check_label
 from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
 
 DbOption = Annotated[
     Path | None,
-    typer.Option("--db", envvar="NBSCOPE_DB", help="Run store (SQLite). Default: .nbscope/nbscope.db"),
+    typer.Option("--db", envvar="NBSCOPE_DB", help="Run store (SQLite). Default: .nbscope/nbscope.db at the project root (git work tree, book root or this folder)."),
 ]
 
 # The output formats a command prints; naming two is refused (--json --markdown used to give JSON silently).
@@ -108,16 +109,20 @@ TimeoutOption = Annotated[
 
 
 def output_option(help: str) -> Any:
-    """``-o/--output FILE``: write the command's file there (folders made, an existing file replaced)."""
-    return typer.Option("-o", "--output", metavar="FILE", help=help)
+    """``-o/--output FILE``: write the command's file there (folders made, an existing regular file replaced
+    atomically; ``-`` or ``/dev/stdout``: standard output)."""
+    return typer.Option("-o", "--output", metavar="FILE", help=f"{help} '-' writes to standard output.")
 
 
-def output_file(path: Path) -> Path:
-    """``path`` ready to be written: a directory is refused in one line, missing folders are made."""
-    if path.is_dir():
-        raise NbscopeError(f"-o {path} is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+def output_file(path: Path, *, option: str = "-o") -> Path:
+    """``path`` checked before the command works: a directory, a link, a device or FIFO, or a folder that cannot
+    be made or written is refused in one line (:func:`nbscope._files.check_target`); ``-`` is standard output."""
+    return check_target(path, option=option)
+
+
+def confirm_written(message: str, path: Path | str | None) -> None:
+    """A command's "written to FILE" line: on stdout, except when the file itself went to stdout."""
+    print(message, file=sys.stderr if path is None or is_stdout(path) else sys.stdout)
 
 
 def warn(message: str) -> None:

@@ -92,9 +92,10 @@ def profile(
     timeout: TimeoutOption = None,
     on_error: Annotated[str, typer.Option("--on-error", help="continue | stop")] = "continue",
     kernel: Annotated[str | None, typer.Option(help="Kernel name (default: the notebook's).")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable. Values are stored as hashes (timing settings such as JAX_*, XLA_* stay readable).")] = None,
+    env_store_values: Annotated[bool, typer.Option("--env-store-values", help="Store --env values themselves, not their hashes.")] = False,
     jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")] = None,
-    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR (cold empties only the folder nbscope made beside --db)")] = "off",
+    jax_cache: Annotated[str, typer.Option("--jax-cache", help="Persistent compile cache: off | cold | warm | DIR (cold removes only what JAX wrote in the store's own cache folder)")] = "off",
     repeat: Annotated[int, typer.Option(help="Run N times, each in a fresh kernel; report medians.")] = 1,
     limit: Annotated[int, limit_option("Show the N slowest cells.")] = 15,
     all_cells: Annotated[bool, all_option("Show every cell, in notebook order.")] = False,
@@ -129,7 +130,7 @@ def profile(
     from nbscope.render.terminal import console, literal
 
     options = ProfileOptions(
-        timeout=timeout, on_error=on_error, kernel=kernel, env=parse_env(env or []),
+        timeout=timeout, on_error=on_error, kernel=kernel, env=parse_env(env or []), env_store_values=env_store_values,
         jax_platform=jax_platform, jax_cache=jax_cache, repeat=repeat,
         timeline=timeline or keep_traces is not None, keep_traces=keep_traces.resolve() if keep_traces else None,
     )

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from nbscope._files import is_stdout
 from nbscope.cli import app
 from nbscope.cli._options import DbOption, open_store, output_file, output_option, resolve, run_help
 
@@ -34,4 +35,5 @@ def report(
     history_store = None if no_history or not store.path.exists() else store
     data = report_data(records, store=history_store, history_metric=metric)
     path = write_report(data, output, title=title)
-    print(f"report written to {path} ({path.stat().st_size // 1024} KiB)")
+    if not is_stdout(path):
+        print(f"report written to {path} ({path.stat().st_size // 1024} KiB)")

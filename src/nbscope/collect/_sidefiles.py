@@ -1,11 +1,12 @@
-"""The JSON-lines side files of a run: the probe's lines read as they arrive, and the live file to
-which each finished cell record streams."""
+"""The JSON-lines side files of a run: the probe's lines read as they arrive, and where each finished cell
+record streams (a :class:`LineSink`: the record stage's live-file writer, ``nbscope.record.live.LiveWriter``,
+owns that file's format; collect only hands it the lines it measured)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
 class ProbeReader:
@@ -51,15 +52,14 @@ class ProbeReader:
         return None
 
 
-class LiveFile:
-    """The side file to which cell records stream as each finishes."""
+class LineSink(Protocol):
+    """Where the runner streams each finished cell record (and the probe's kernel line) as it has it."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+    def write(self, line: dict[str, Any]) -> None: ...
 
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record, default=str) + "\n")
+
+class Discard:
+    """A sink that keeps nothing: a run with no live file."""
+
+    def write(self, line: dict[str, Any]) -> None:
+        pass

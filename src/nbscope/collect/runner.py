@@ -17,12 +17,12 @@ from typing import Any
 from nbscope._errors import NbscopeError, describe
 from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing, output_error, roundtrip
 from nbscope.collect._kernel import ensure_dead, interrupt_cell, kernel_family, shut_down
-from nbscope.collect._sidefiles import LiveFile, ProbeReader
+from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
 
 __all__ = [
-    "CellCallback", "Execution", "ExecutionOptions", "LiveFile", "ProbeReader", "StartCallback", "execute",
+    "CellCallback", "Execution", "ExecutionOptions", "LineSink", "ProbeReader", "StartCallback", "execute",
     "merge_cell", "merge_described",
 ]
 
@@ -62,7 +62,7 @@ def execute(
     notebook: Notebook,
     options: ExecutionOptions,
     *,
-    live_path: Path | None = None,
+    live_sink: LineSink | None = None,
     on_cell_start: StartCallback | None = None,
     on_cell_done: CellCallback | None = None,
 ) -> Execution:
@@ -74,7 +74,7 @@ def execute(
     home = ProbeHome()
     probe_out = home.root / "probe.jsonl"
     reader = ProbeReader(probe_out)
-    live = LiveFile(live_path)
+    live = live_sink if live_sink is not None else Discard()  # each finished cell streams there
     timeline_dir = None
     if options.timeline:
         timeline_dir = options.keep_traces or home.root / "traces"

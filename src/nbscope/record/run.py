@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
+from nbscope.record.secrets import command_for_record
 
 if TYPE_CHECKING:
     from nbscope.record.model import NotebookRun
@@ -109,7 +110,7 @@ class RunRecord:
     fingerprint: dict[str, Any]
     measurements: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    command: list[str] = field(default_factory=lambda: command_for_record(sys.argv))  # --env values hidden
     started_at: str = field(default_factory=utc_now)
     ended_at: str | None = None
     status: str = "ok"
@@ -538,9 +539,9 @@ def load(path: str | Path) -> RunRecord:
 
 
 def dump(record: RunRecord, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(record.to_json())
-    tmp.replace(path)
-    return path
+    """Write a run as JSON to ``path`` (``-`` or ``/dev/stdout``: standard output) by :mod:`nbscope._files`'
+    rules: atomically, and only over a regular file."""
+    from nbscope._files import write_text
+
+    write_text(path, record.to_json() + "\n")
+    return Path(path)

@@ -1,7 +1,14 @@
 """The run store: an embedded SQLite database in WAL mode, safe with concurrent writers.
 
-Default location ``.nbscope/nbscope.db`` under the current directory; ``NBSCOPE_DB`` or an explicit
-path overrides it. A file that exists but is not SQLite is refused and never overwritten.
+One store per project by default: ``.nbscope/nbscope.db`` at the project root of the working directory, the
+same root that names notebooks (:func:`nbscope.record.cells.project_root`: the git work tree, else the book's
+root, else the folder itself), so every command finds it from any subfolder. ``NBSCOPE_DB`` or an explicit
+path overrides it. A file that exists but is not SQLite is refused and never overwritten. The ``.nbscope/``
+folder nbscope makes gets a ``.gitignore`` of its own (``*``), so the store never shows up in git.
+
+What belongs to one store besides its database (the live files of its unfinished runs, the JAX cache
+``--jax-cache cold|warm`` makes) lives in a folder named for it, :func:`files_folder`
+(``nbscope.db`` -> ``nbscope.db.d/``): two stores in one folder never share them.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from nbscope.collect import fingerprint as fp
 from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord
 
-DEFAULT_DB = Path(".nbscope") / "nbscope.db"
+STORE_FOLDER = ".nbscope"
+DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
+GITIGNORE_TEXT = "# made by nbscope: its run store and working files stay out of git\n*\n"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The meta table's store_version. 1: runs and meta. 2: runs.content_hash (a run is stored once) and
 # gate_verdicts (what `nbscope gate` decided about a run). 3: runs.label (``--label``, found by run
@@ -159,8 +168,46 @@ def _document_hash(text: str) -> str:
 
 
 def default_path() -> Path:
+    """The store commands use without ``--db``: ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project
+    root of the working directory (relative when that root is the working directory itself)."""
     env = os.environ.get("NBSCOPE_DB")
-    return Path(env) if env else DEFAULT_DB
+    if env:
+        return Path(env)
+    from nbscope.record.cells import project_root
+
+    here = Path.cwd()
+    root = project_root(here)
+    return DEFAULT_DB if root == here.resolve() else root / DEFAULT_DB
+
+
+def files_folder(store_path: str | Path | None) -> Path:
+    """The folder of what belongs to one store besides its database: ``<store>.d`` beside it (its ``live/``
+    files, its ``jax-cache/``); the default store's when ``store_path`` is None."""
+    path = Path(store_path) if store_path is not None else default_path()
+    return path.with_name(path.name + ".d")
+
+
+def make_folder(folder: Path, *, ignored: Path | None = None) -> Path:
+    """Make ``folder`` (and the folders above it). Of the folders made here, a ``.nbscope`` one and ``ignored``
+    (a store's :func:`files_folder`) get a ``.gitignore`` holding ``*``, so ``git status`` stays clean; a folder
+    that was there already, the user's, is never given one."""
+    folder = Path(folder)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    for made in missing:
+        if made.name == STORE_FOLDER or (ignored is not None and made == Path(ignored)):
+            try:
+                with open(made / ".gitignore", "x", encoding="utf-8") as handle:
+                    handle.write(GITIGNORE_TEXT)
+            except OSError:
+                pass  # a read-only folder: git hygiene is not worth failing a run
+    return folder
+
+
+def store_subfolder(store_path: str | Path | None, name: str) -> Path:
+    """``files_folder(store_path) / name``, made (with the files folder's ``.gitignore`` when it is new)."""
+    base = files_folder(store_path)
+    return make_folder(base / name, ignored=base)
 
 
 def _set_wal(connection: sqlite3.Connection) -> None:
@@ -298,14 +345,15 @@ class Store:
     def missing(self) -> NbscopeError:
         """The error of a read-only command given a store that does not exist."""
         return NbscopeError(
-            f"no run store at {self.path}: nothing was stored there (give the store with --db or NBSCOPE_DB)"
+            f"no run store at {self.path}: nothing was stored there yet; record a first run with "
+            "`nbscope profile NOTEBOOK` (or give another store with --db or NBSCOPE_DB)"
         )
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         if self.read_only and not self.path.exists():
             raise self.missing()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent)
         try:
             connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         except sqlite3.Error as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._files import write_text
 from nbscope.analyse import audit as _report
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
@@ -37,14 +38,8 @@ def export_audit(record: RunRecord, path: str | Path, *, store: Any = None) -> P
                 except NbscopeError:
                     pass  # pruned from the store: the entry's figures still stand
     document["runs"] = runs
-    path = Path(path)
-    if path.is_dir():
-        raise NbscopeError(f"-o {path} is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1, default=str))
-    tmp.replace(path)
-    return path
+    write_text(path, json.dumps(document, indent=1, default=str) + "\n")
+    return Path(path)
 
 
 def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +17,9 @@ from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalSched
 from nbscope.api.backends import BACKENDS, parse_backends
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import target_name
+from nbscope.record.live import new_live_path
 from nbscope.record.run import RunRecord
+from nbscope.record.secrets import command_for_record
 
 # Backend names and the JAX_PLATFORMS value each runs under.
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -232,7 +233,6 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
           availability: dict[str, dict[str, Any]], digests: set[str], store: Any, *, remote: bool) -> _Plan:
     plan = _Plan()
     estimates: dict[int, float] = {}
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     for key in selected:
         path = by_key[key]
         source_hash, target = file_hash(path), target_name(path)
@@ -251,7 +251,7 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
             index = len(plan.jobs)
             live = None
             if not remote and store is not None:
-                live = str(Path(store.path).parent / "live" / f"{stamp}-audit-{os.getpid()}-{index}.jsonl")
+                live = str(new_live_path(store.path, f"audit-{index}"))
             plan.jobs.append(Job(
                 key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
                 source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
@@ -323,17 +323,18 @@ def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[
     entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
     from nbscope import _signals
     from nbscope.api import live
+    from nbscope.record.live import recover
 
     path = Path(str(job.live_path))
     if store is None or not path.is_file():
         return
     try:
-        record = live.recover(path)
+        record = recover(path)
     except NbscopeError:
         return  # nothing recoverable (the worker had not written its header yet)
     record.measurements["audit"] = {"path": job.key, "source_hash": job.source_hash, "backend": job.backend,
                                     "gpu": job.gpu, "env": job.env, "interrupted": True}
-    run_id = live.store_recovered(path, record, store)
+    run_id = live.store_recovered(path, record, store).record.run_id
     done = record.measurements["totals"]
     entry = entries[job.key, job.backend]
     entry["run_id"] = run_id
@@ -349,7 +350,7 @@ def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str)
         return entry, None
     record = RunRecord.from_dict(result["record"], source=f"the result of {job.key}")
     record.target = job.target  # the same name as `nbscope profile` gives it here, wherever it ran
-    record.command = list(sys.argv)  # a pool worker's argv says nothing; the audit's command does
+    record.command = command_for_record(sys.argv)  # a pool worker's argv says nothing; the audit's command does
     record.measurements["audit"] = {
         "path": job.key,
         "book": book_target,
@@ -363,7 +364,7 @@ def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str)
     if store is not None:
         store.save(record)
         if job.live_path:
-            from nbscope.api.live import remove_live_file
+            from nbscope.record.live import remove_live_file
 
             remove_live_file(Path(job.live_path))  # its cells are in the store now
     entry = _report.entry_from_record(record, key=job.key, backend=job.backend, source_hash=job.source_hash,

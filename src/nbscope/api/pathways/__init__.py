@@ -46,6 +46,7 @@ from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
+from nbscope.record.secrets import env_for_record
 
 __all__ = [
     "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "parse_via", "run_bench_pathways", "run_pathways",
@@ -157,7 +158,7 @@ def pathways_until_stopped(
             "repeat": repeat,
             "timeout": timeout,
             "kernel": kernel,
-            "env": dict(env or {}),
+            "env": env_for_record(env or {}),  # values that may be secrets are kept as hashes
             "jax_platform": jax_platform,
         },
     )

@@ -94,10 +94,8 @@ def report(data: ReportData, *, title: str | None = None) -> str:
 
 
 def write_report(data: ReportData, path: str | Path, *, title: str | None = None) -> Path:
-    path = Path(path)
-    if path.is_dir():
-        raise NbscopeError(f"-o {path} is a directory; give a file name")
-    text = report(data, title=title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+    from nbscope._files import check_target, write_text
+
+    check_target(path)  # before the report is built: a bad -o costs nothing
+    write_text(path, report(data, title=title))
+    return Path(path)

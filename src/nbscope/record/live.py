@@ -1,0 +1,348 @@
+"""Live files: a profile's cell records, streamed to disk as each cell finishes, and the partial run they
+hold when the process that wrote them died. This module is the one owner of the format.
+
+``nbscope profile`` (and each notebook of ``nbscope audit``) writes ``<store>.d/live/<stamp>-<pid>-<id>.jsonl``
+(:func:`live_folder`: each store has its own folder, named for it): one header line (``{"type": "run",
+...}``: what ran, where, with which settings, and the run's ``uuid``), then per execution (one per
+``--repeat``) an ``{"type": "execution", ...}`` line followed by one line per code cell, as each finishes
+(and, before the first, the probe's ``{"type": "kernel", ...}`` line). Once the run is in the store the file
+is removed. A file that stays behind belongs to a run that was killed before it could be stored (SIGKILL, a
+crash, a full disk): ``nbscope runs --unfinished`` lists it and ``nbscope import FILE`` stores it as a
+partial run (see :mod:`nbscope.api.live`).
+
+Who writes what: the header and execution lines are written here (:class:`LiveWriter`); the cell and kernel
+lines come from the runner, which measures them, but the collect stage may not import from record (stages
+run one way). So the runner is handed a :class:`LiveWriter` as its ``live_sink``: an object with a
+``write(line)`` method (``collect._sidefiles.LineSink``); what a line is and where it goes stays decided here.
+:func:`fill_measurements` builds a profile record's measurements from executions: the profile itself uses it
+and so does :func:`recover`, which is why it lives here and not in the api stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbscope._errors import NbscopeError
+from nbscope.collect._cells import merge_described
+from nbscope.collect.runner import Execution
+from nbscope.record.cells import combine_repeats, derive, totals
+from nbscope.record.run import RunRecord
+from nbscope.record.store import default_path, files_folder, store_subfolder
+
+LIVE_FORMAT = "nbscope-live"
+LIVE_VERSION = 1
+LIVE_FOLDER = "live"
+
+
+def live_folder(store_path: str | Path | None) -> Path:
+    """Where one store's live files go: ``<store>.d/live`` (``.nbscope/nbscope.db.d/live`` by default)."""
+    return files_folder(store_path) / LIVE_FOLDER
+
+
+def legacy_live_folder(store_path: str | Path | None) -> Path:
+    """Where nbscope before 0.x put live files: ``live/`` beside the database, shared by every store there."""
+    path = Path(store_path) if store_path is not None else default_path()
+    return path.parent / LIVE_FOLDER
+
+
+def new_live_path(store_path: str | Path | None, label: str = "") -> Path:
+    """A fresh live file name in the store's live folder (made, with its ``.gitignore``); unique even for
+    several runs of one process in the same second."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    middle = f"-{label}" if label else ""
+    folder = store_subfolder(store_path, LIVE_FOLDER)
+    return folder / f"{stamp}{middle}-{os.getpid()}-{uuid.uuid4().hex[:6]}.jsonl"
+
+
+def _process_started(pid: int) -> float | None:
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    except Exception:
+        return None
+
+
+class LiveWriter:
+    """Appends the lines of one live file; ``None`` as path writes nothing. The runner gets it as its
+    ``live_sink`` and calls :meth:`write` with each cell record (and the probe's kernel line)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, line: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line, default=str) + "\n")
+
+    def header(
+        self, record: RunRecord, notebook: dict[str, Any], code_cells: list[dict[str, Any]], store_path: Path | None,
+        *, run_uuid: str | None = None,
+    ) -> str:
+        """The first line: enough to rebuild the run record from the cell lines that follow. Returns the run's
+        uuid (its identity: a run imported twice, or from two copies of one file, is stored once)."""
+        run_uuid = run_uuid or uuid.uuid4().hex
+        self.write({
+            "type": "run",
+            "format": LIVE_FORMAT,
+            "version": LIVE_VERSION,
+            "uuid": run_uuid,
+            "kind": record.kind,
+            "target": record.target,
+            "started_at": record.started_at,
+            "command": record.command,
+            "settings": record.settings,
+            "fingerprint": record.fingerprint,
+            "notebook": notebook,
+            "code_cells": code_cells,
+            "store": str(Path(store_path).resolve()) if store_path is not None else None,
+            "pid": os.getpid(),
+            "process_started": _process_started(os.getpid()),
+        })
+        return run_uuid
+
+    def execution(self, number: int, cache_state: str) -> None:
+        """Marks the start of one execution (one per repeat); its cell lines follow."""
+        self.write({"type": "execution", "number": number, "cache_state": cache_state, "started_unix": time.time()})
+
+
+def write_header(
+    path: Path, record: RunRecord, notebook: dict[str, Any], code_cells: list[dict[str, Any]], store_path: Path | None
+) -> str:
+    """:meth:`LiveWriter.header` of the file at ``path``; the run's uuid, also kept in the record."""
+    run_uuid = LiveWriter(path).header(record, notebook, code_cells, store_path)
+    record.measurements.setdefault("run_uuid", run_uuid)
+    return run_uuid
+
+
+def write_execution(path: Path, number: int, cache_state: str) -> None:
+    """:meth:`LiveWriter.execution` of the file at ``path``."""
+    LiveWriter(path).execution(number, cache_state)
+
+
+def _header_of(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            first = json.loads(handle.readline() or "null")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if isinstance(first, dict) and first.get("type") == "run" and first.get("format") == LIVE_FORMAT:
+        return first
+    return None
+
+
+def remove_live_file(path: Path) -> None:
+    """Remove a live file once its run is stored; only a file that starts with nbscope's header, so that
+    nothing nbscope did not write is ever deleted."""
+    if _header_of(Path(path)) is not None and not Path(path).is_symlink():
+        Path(path).unlink(missing_ok=True)
+
+
+def belongs_to(path: str | Path, store_path: str | Path) -> bool:
+    """Whether ``path`` is a live file of this store's: in its live folder, or in the folder older nbscope
+    versions shared (``live/`` beside the database) with a header naming this store. Only such a file is
+    removed once imported; a file given from anywhere else stays."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_file():
+        return False
+    folder = path.resolve().parent
+    if folder == live_folder(store_path).resolve():
+        return True
+    if folder == legacy_live_folder(store_path).resolve():
+        header = _header_of(path)
+        return header is not None and header.get("store") == str(Path(store_path).resolve())
+    return False
+
+
+@dataclass
+class LiveRun:
+    """What a live file holds: its header and, per execution, the cells recorded so far."""
+
+    path: Path
+    header: dict[str, Any]
+    executions: list[dict[str, Any]] = field(default_factory=list)  # {"cache_state", "cells": [...]}
+
+    @property
+    def cells_measured(self) -> int:
+        last = self.executions[-1]["cells"] if self.executions else []
+        return sum(1 for c in last if c.get("status") not in ("not-run", None))
+
+    @property
+    def code_cells(self) -> int:
+        return len(self.header.get("code_cells") or [])
+
+    @property
+    def uuid(self) -> str | None:
+        value = self.header.get("uuid")
+        return value if isinstance(value, str) and value else None
+
+    def running(self) -> bool:
+        """Whether the process that writes this file is still alive (then the run is not unfinished)."""
+        pid, started = self.header.get("pid"), self.header.get("process_started")
+        if not isinstance(pid, int):
+            return False
+        now_started = _process_started(pid)
+        if now_started is None:
+            return False
+        return not isinstance(started, (int, float)) or abs(now_started - started) < 1.0
+
+
+def read_live(path: str | Path) -> LiveRun:
+    """Parse a live file; the last header in it starts the run (a reused path may hold earlier ones)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise NbscopeError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise NbscopeError(f"{path}: cannot read ({exc.strerror})") from None
+    run: LiveRun | None = None
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a process killed mid-write leaves a torn last line
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "run" and item.get("format") == LIVE_FORMAT:
+            run = LiveRun(path, item)
+        elif run is None:
+            continue
+        elif kind == "execution":
+            run.executions.append({"cache_state": item.get("cache_state") or "off", "cells": [], "kernel": None})
+        elif kind == "kernel" and run.executions:
+            run.executions[-1]["kernel"] = item  # the probe's header of that execution's kernel
+        elif kind is None and "source_hash" in item:
+            if not run.executions:
+                run.executions.append({"cache_state": "off", "cells": [], "kernel": None})
+            run.executions[-1]["cells"].append(item)
+    if run is None:
+        raise NbscopeError(f"{path} is not an nbscope live file with a header (an older nbscope wrote it, or another program)")
+    version = run.header.get("version")
+    if not isinstance(version, int) or version > LIVE_VERSION:
+        raise NbscopeError(f"{path}: live file version {version!r}; this nbscope reads up to {LIVE_VERSION}: upgrade nbscope")
+    return run
+
+
+def fill_measurements(
+    record: RunRecord,
+    notebook: dict[str, Any],
+    code_cells: list[dict[str, Any]],
+    executions: list[Execution],
+    cache_state: str,
+    live: Path | None,
+) -> None:
+    """A profile record's measurements from its executions (``notebook`` and ``code_cells`` as described
+    by ``Notebook.describe()`` / ``CodeCell.describe()``), and its status."""
+    if not executions:
+        cells = [merge_described(c, None) for c in code_cells]
+        runner: dict[str, Any] = {"pathway": "kernel"}
+        status, kernel = "partial", None
+    else:
+        for execution in executions:
+            execution.cells = [derive(c) for c in execution.cells]
+        complete = [e for e in executions if len(e.cells) == len(code_cells)]
+        cells = combine_repeats([e.cells for e in complete]) if len(complete) > 1 else executions[-1].cells
+        runner = dict(executions[-1].runner)
+        status = "ok" if all(e.status == "ok" for e in executions) else "partial"
+        kernel = executions[-1].kernel
+    run_uuid = record.measurements.get("run_uuid")
+    record.measurements = {
+        "notebook": notebook,
+        "runner": runner,
+        "kernel": kernel,
+        "totals": totals(cells, runner, cache_state),
+        "cells": cells,
+        "repeats": len(executions),
+        "repeat_runners": [e.runner for e in executions] if len(executions) > 1 else None,
+        "live_file": str(live) if live is not None else None,
+    }
+    if run_uuid is not None:
+        record.measurements["run_uuid"] = run_uuid  # the run's identity, as its live file's header has it
+    if executions and executions[-1].programs is not None:
+        record.measurements["programs"] = executions[-1].programs
+    record.finish(status)
+
+
+def recover(path: str | Path) -> RunRecord:
+    """The partial run a live file holds, as a run record (status ``partial``)."""
+    run = read_live(path)
+    header = run.header
+    described = [c for c in header.get("code_cells") or [] if isinstance(c, dict)]
+    executions = []
+    for number, entry in enumerate(run.executions):
+        cells = list(entry["cells"])
+        # The cells the killed run never reached: as a run cut short records them.
+        cells += [merge_described(c, None) for c in described[len(cells):]]
+        runner = {"pathway": "kernel", "recovered_from": str(path)}
+        executions.append(Execution(cells=cells, runner=runner, kernel=entry["kernel"], status="partial",
+                                    interrupted=number == len(run.executions) - 1))
+    cache_state = run.executions[-1]["cache_state"] if run.executions else "off"
+    record = RunRecord(
+        kind=str(header.get("kind") or "profile"),
+        target=str(header.get("target") or ""),
+        fingerprint=header.get("fingerprint") if isinstance(header.get("fingerprint"), dict) else {},
+        settings=header.get("settings") if isinstance(header.get("settings"), dict) else {},
+        command=header.get("command") if isinstance(header.get("command"), list) else [],
+        started_at=str(header.get("started_at") or ""),
+    )
+    if run.uuid is not None:
+        record.measurements["run_uuid"] = run.uuid
+    fill_measurements(record, header.get("notebook") or {}, described, executions, cache_state, None)
+    record.measurements["recovered_from"] = str(path)
+    record.status = "partial"
+    try:
+        mtime = Path(path).stat().st_mtime
+        record.ended_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mtime)) + f".{int(mtime % 1 * 1000):03d}Z"
+    except OSError:
+        pass
+    return record
+
+
+def _live_files(store_path: str | Path) -> list[Path]:
+    """This store's live files: those in its own live folder, and those of the folder older versions shared
+    whose header names this store."""
+    own = live_folder(store_path)
+    found = sorted(own.glob("*.jsonl")) if own.is_dir() else []
+    legacy = legacy_live_folder(store_path)
+    if legacy.is_dir() and legacy.resolve() != own.resolve():
+        found += [p for p in sorted(legacy.glob("*.jsonl")) if belongs_to(p, store_path)]
+    return found
+
+
+def unfinished(store_path: str | Path) -> list[dict[str, Any]]:
+    """Every live file of the store at ``store_path``, oldest first: path, state (``unfinished``, ``running``
+    or ``unreadable``), what ran and how far it got."""
+    found = []
+    for path in _live_files(store_path):
+        item: dict[str, Any] = {"path": str(path), "state": "unreadable", "started_at": None, "kind": None,
+                                "target": None, "cells_measured": None, "code_cells": None, "executions": None,
+                                "reason": None}
+        try:
+            run = read_live(path)
+        except NbscopeError as exc:
+            item["reason"] = str(exc).removeprefix(f"{path} ").removeprefix(f"{path}: ")
+            found.append(item)
+            continue
+        item.update(
+            state="running" if run.running() else "unfinished",
+            started_at=run.header.get("started_at"),
+            kind=run.header.get("kind"),
+            target=run.header.get("target"),
+            cells_measured=run.cells_measured,
+            code_cells=run.code_cells,
+            executions=len(run.executions),
+            pid=run.header.get("pid"),
+        )
+        found.append(item)
+    return found

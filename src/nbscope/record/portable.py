@@ -1,0 +1,120 @@
+"""A run record without what only this machine knows: for records that are shared (``nbscope export
+--portable``, the GitHub Action's artifacts). docs/run-record.md lists the fields.
+
+- The project root (:func:`nbscope.record.cells.project_root` of the working directory) becomes relative and
+  the home folder becomes ``~``, in every string of the record (error messages and tracebacks included).
+- The command line: an absolute path left after that keeps only its last part (``…/nbscope.db``); the
+  program's own path is ``nbscope``.
+- ``measurements.notebook.path`` becomes the notebook's name in the store (``target``).
+- ``measurements.kernel.cwd`` becomes relative to the project root (else ``…/folder``), and
+  ``measurements.kernel.executable`` the interpreter's file name (``python3``).
+- ``fingerprint.blas.pools[].path``: the library's file name.
+- ``measurements.live_file`` and ``recovered_from`` (live files on this machine): their file names.
+
+Every figure, setting and fingerprint field used to compare runs stays as it was; the fingerprint's digest
+is unchanged. A portable record is marked ``measurements.portable = true``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+ELLIPSIS = "…/"
+
+
+def _last_part(text: str) -> str:
+    name = PurePosixPath(text.replace(os.sep, "/")).name
+    return f"{ELLIPSIS}{name}" if name else text
+
+
+def _absolute(text: str) -> bool:
+    return text.startswith("/") or (len(text) > 2 and text[1] == ":" and text[2] in "\\/")
+
+
+def _mention(folder: str) -> re.Pattern[str] | None:
+    """A folder's path where it stands whole in a text (``/home/me`` in ``/home/me/x``, not in ``/home/mel``)."""
+    folder = folder.rstrip("/")
+    if not folder:
+        return None
+    return re.compile(re.escape(folder) + r"(/|(?=$|[\s'\"`),:;\]]))")
+
+
+class _Localiser:
+    def __init__(self, root: Path, home: Path | None) -> None:
+        self.root = _mention(str(root.resolve()))
+        self.home = _mention(str(home.resolve())) if home is not None else None
+
+    def text(self, value: str) -> str:
+        """Every mention of the project root made relative, of the home folder made ``~``."""
+        if self.root is not None:
+            value = self.root.sub(lambda m: "" if m.group(1) else ".", value)
+        if self.home is not None:
+            value = self.home.sub(lambda m: "~/" if m.group(1) else "~", value)
+        return value
+
+    def walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.walk(v) for k, v in value.items()}
+        return value
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
+
+
+def portable(document: dict[str, Any], *, root: str | Path | None = None, home: str | Path | None = None) -> dict[str, Any]:
+    """A copy of a run document (``RunRecord.to_dict()``) with the machine-local paths dropped (see the module).
+    ``root``: the project root (default: that of the working directory); ``home``: the home folder."""
+    from nbscope.record.cells import project_root
+
+    document = copy.deepcopy(document)
+    root_path = Path(root) if root is not None else project_root(Path.cwd())
+    localiser = _Localiser(root_path, Path(home) if home is not None else _home())
+    measurements = document.get("measurements")
+    if isinstance(measurements, dict):
+        notebook = measurements.get("notebook")
+        if isinstance(notebook, dict) and isinstance(notebook.get("path"), str):
+            notebook["path"] = document.get("target") or _last_part(notebook["path"])
+        kernel = measurements.get("kernel")
+        if isinstance(kernel, dict):
+            if isinstance(kernel.get("executable"), str):
+                kernel["executable"] = PurePosixPath(kernel["executable"].replace("\\", "/")).name
+            if isinstance(kernel.get("cwd"), str):
+                relative = localiser.text(kernel["cwd"])
+                kernel["cwd"] = _last_part(relative) if _absolute(relative) else relative
+        for name in ("live_file", "recovered_from"):
+            if isinstance(measurements.get(name), str):
+                measurements[name] = _last_part(measurements[name])
+        for runner in [measurements.get("runner"), *(measurements.get("repeat_runners") or [])]:
+            if isinstance(runner, dict) and isinstance(runner.get("recovered_from"), str):
+                runner["recovered_from"] = _last_part(runner["recovered_from"])
+        measurements["portable"] = True
+    pools = ((document.get("fingerprint") or {}).get("blas") or {}).get("pools")
+    for pool in pools if isinstance(pools, list) else []:
+        if isinstance(pool, dict) and isinstance(pool.get("path"), str):
+            pool["path"] = PurePosixPath(pool["path"].replace("\\", "/")).name
+    document = localiser.walk(document)
+    command = document.get("command")
+    if isinstance(command, list) and command:
+        args = [str(a) for a in command]
+        program = "nbscope" if PurePosixPath(args[0]).name in ("__main__.py", "nbscope") else PurePosixPath(args[0]).name
+        document["command"] = [program] + [_portable_arg(a) for a in args[1:]]
+    return document
+
+
+def _portable_arg(arg: str) -> str:
+    name, sep, value = arg.partition("=")
+    if sep and arg.startswith("--") and _absolute(value):
+        return f"{name}={_last_part(value)}"
+    return _last_part(arg) if _absolute(arg) else arg

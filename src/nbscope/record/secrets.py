@@ -1,0 +1,77 @@
+"""What a run record keeps of the values given with ``--env NAME=VALUE``: never the value of a variable that
+may hold a secret (``--env HF_TOKEN=...``), only its name and a short hash, so that ``compare`` can still say
+that two runs were given different values. The kernel gets the real value; the record, the live file, every
+listing and every export get ``hidden-sha256:0123456789ab``.
+
+Kept readable: the variables that change what a notebook measures and that nbscope's own analyses read
+(``JAX_PLATFORMS``, ``JAX_ENABLE_X64``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``, ``OMP_NUM_THREADS`` ...: the names
+the machine fingerprint records from the process environment, :data:`nbscope.collect.fingerprint.RESULT_ENV_PREFIXES`),
+unless the name itself says secret (``TOKEN``, ``SECRET``, ``PASSWORD``, ``KEY`` ...). ``--env-store-values``
+keeps every value, for a store that stays on the user's machine.
+
+The hash is an unsalted SHA-256 prefix (12 hex digits, 48 bits): the same value hashes the same on every
+machine, which is what lets ``compare`` tell equal from different across CI runners. It does not protect a
+short or guessable value against someone who tries candidates; a real token (random, 20+ characters) it does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+
+from nbscope.collect.fingerprint import RESULT_ENV_NAMES, RESULT_ENV_PREFIXES
+
+STORE_VALUES_FLAG = "--env-store-values"
+# No markup characters: the marker reads the same in a terminal, in markdown (GitHub drops <...>) and in HTML.
+HIDDEN = re.compile(r"hidden-sha256:[0-9a-f]{12}")
+_SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|(^|_)KEY($|_)|API_?KEY|_PAT$")
+
+
+def hidden(value: str) -> str:
+    """What is kept of a hidden value: its hash, marked as such."""
+    return f"hidden-sha256:{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
+def readable(name: str) -> bool:
+    """Whether ``--env NAME=...`` keeps its value in the record (a timing setting that holds no secret)."""
+    upper = name.upper()
+    if _SECRET_WORDS.search(upper):
+        return False
+    return upper.startswith(RESULT_ENV_PREFIXES) or upper in RESULT_ENV_NAMES
+
+
+def env_for_record(env: Mapping[str, str], *, store_values: bool = False) -> dict[str, str]:
+    """``--env`` as the record keeps it: each value, or its hash (see the module)."""
+    if store_values:
+        return dict(env)
+    return {name: value if readable(name) else hidden(value) for name, value in env.items()}
+
+
+def command_for_record(argv: Sequence[str]) -> list[str]:
+    """A command line as records keep it: the values of ``--env NAME=VALUE`` (and ``--env=NAME=VALUE``)
+    hidden by :func:`env_for_record`'s rule, unless the command itself asked for ``--env-store-values``."""
+    args = [str(a) for a in argv]
+    if STORE_VALUES_FLAG in args:
+        return args
+    result: list[str] = []
+    expect_pair = False
+    for arg in args:
+        if expect_pair:
+            result.append(_hide_pair(arg))
+            expect_pair = False
+        elif arg == "--env":
+            result.append(arg)
+            expect_pair = True
+        elif arg.startswith("--env="):
+            result.append("--env=" + _hide_pair(arg.removeprefix("--env=")))
+        else:
+            result.append(arg)
+    return result
+
+
+def _hide_pair(pair: str) -> str:
+    name, sep, value = pair.partition("=")
+    if not sep:
+        return pair
+    return f"{name}={value if readable(name) else hidden(value)}"
