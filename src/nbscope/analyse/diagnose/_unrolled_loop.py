@@ -79,7 +79,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             continue
         loop, length = max(lengths, key=lambda pair: (_longest(pair[1]) or 0, pair[0].kind == "for"))
         written_in = ctx.code.function_at(loop.function, function.cell) or function
-        where = ctx.cell(written_in.cell)
+        where = ctx.run.cell(written_in.cell)
         cell_index = at if at is not None else function.cell
         count = max(1, stats.count)
         if long_enough and per_compile >= min_compile_s:
@@ -101,7 +101,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "in_function": loop.function,
                 "defined_in_cell": written_in.cell,
                 "line_in_cell": loop.line,
-                "cell_line": (where or {}).get("line"),  # the cell's fence in a MyST file
+                "cell_line": where.line if where else None,  # the cell's fence in a MyST file
             },
             "all_loops": [{"kind": item.kind, "iterates": item.iterates, "trips": found.trips, "lengths_seen": found.values,
                            "function": item.function} for item, found in lengths],
