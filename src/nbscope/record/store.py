@@ -438,22 +438,29 @@ class Store:
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
 
-    def summaries(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
+    def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
-        keys plus ``settings`` (the measurement settings) and ``totals``. A run whose document could not
-        be read when the store was migrated has ``settings`` and ``totals`` None (``readable`` says why)."""
+        keys plus ``settings`` (the measurement settings) and ``totals``; only ``columns`` (and ``id``)
+        when given. A run whose document could not be read when the store was migrated has ``settings``
+        and ``totals`` None (``readable`` says why)."""
         where, params = _where(filters)
         limit = filters.get("limit")
-        columns = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals")
+        known = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals")
+        if columns is None:
+            columns = known
+        elif unknown := set(columns) - set(known):
+            raise ValueError(f"no summary column {', '.join(sorted(unknown))}")
+        columns = ("id", *(c for c in columns if c != "id"))
         sql = f"SELECT {', '.join(columns)} FROM runs{where} ORDER BY started_at DESC, id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         with self._connect() as db:
             rows = db.execute(sql, params).fetchall()
         result = []
+        parsed = [name for name in ("headline", "settings", "totals") if name in columns]
         for row in rows:
             item = dict(zip(columns, row, strict=True))
-            for name in ("headline", "settings", "totals"):
+            for name in parsed:
                 item[name] = _json_column(item[name])
             result.append(item)
         return result
@@ -490,14 +497,18 @@ class Store:
                 (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
             )
 
-    def verdicts(self) -> dict[int, dict[str, Any]]:
-        """The latest gate verdict of every judged run: run id -> {passed, baseline_id, judged_at}."""
+    def verdicts(self, run_ids: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+        """The latest gate verdict of every judged run (of those of ``run_ids`` when given): run id ->
+        {passed, baseline_id, judged_at}."""
         if not self.path.exists():
             return {}
+        sql = "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts"
+        params: list[int] = []
+        if run_ids is not None:
+            params = [int(i) for i in run_ids]
+            sql += f" WHERE run_id IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts ORDER BY id"
-            ).fetchall()
+            rows = db.execute(sql + " ORDER BY id", params).fetchall()
         return {
             int(run_id): {"passed": bool(passed), "baseline_id": baseline_id, "judged_at": judged_at}
             for run_id, baseline_id, passed, judged_at in rows
