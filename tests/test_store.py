@@ -358,9 +358,9 @@ def corrupt_store(db: Path) -> dict[str, int]:
     newer["schema_version"] = 99
     with closing_db(db) as connection:
         # Without the summaries a document gives, as the migration leaves a row whose document it cannot read.
-        unread = "UPDATE runs SET document = ?, settings = NULL, totals = NULL WHERE id = ?"
-        connection.execute(unread, ('{"format": "nbscope-run", "kind": ', ids["day2"]))
-        connection.execute(unread, (json.dumps(newer), ids["day4"]))
+        for run_id, document in ((ids["day2"], '{"format": "nbscope-run", "kind": '), (ids["day4"], json.dumps(newer))):
+            connection.execute("UPDATE documents SET document = ? WHERE run_id = ?", (document, run_id))
+            connection.execute("UPDATE runs SET settings = NULL, totals = NULL WHERE id = ?", (run_id,))
         connection.commit()
     return ids
 
@@ -452,14 +452,15 @@ def test_a_version_3_store_file_opens_migrates_and_reads(tmp_path: Path) -> None
     with closing_db(path) as db:
         columns = [name for (_, name, *_) in db.execute("PRAGMA table_info(runs)")]
         indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert columns[-1] == "document"  # the summaries are read without walking a document's overflow pages
+        documents = db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+    assert "document" not in columns and documents == 4  # the summaries are read without touching a document
     assert {"runs_started", "runs_target", "runs_lineage", "runs_kind", "runs_label", "runs_content"} <= indexes
 
 
 def test_an_unreadable_row_of_an_older_store_is_migrated_and_skipped(tmp_path: Path, run_cli: Any) -> None:
     path = copy_of(STORE_V3, tmp_path)
     with closing_db(path) as db:
-        db.execute("UPDATE runs SET document = 'not json' WHERE id = 2")
+        db.execute("UPDATE runs SET document = 'not json' WHERE id = 2")  # a version-3 store: documents in runs
         db.commit()
     reported: list[str] = []
     store = Store(path, on_skip=reported.append)
@@ -486,7 +487,7 @@ def break_documents(db: Path, keep: set[int]) -> None:
     """Every document but those of ``keep`` made unreadable, the summary columns left as they are: a
     command that reads a document it does not return reports it."""
     with closing_db(db) as connection:
-        connection.execute(f"UPDATE runs SET document = '{{' WHERE id NOT IN ({', '.join(map(str, keep))})")
+        connection.execute(f"UPDATE documents SET document = '{{' WHERE run_id NOT IN ({', '.join(map(str, keep))})")
         connection.commit()
 
 
@@ -529,3 +530,24 @@ def test_history_of_a_total_and_the_gate_baseline_read_only_the_documents_they_u
     with pytest.raises(NbscopeError, match="have no cell"):  # a cell's figure is read from each document: all broken
         history(store, "b.md", cell="#1")
     assert len(reported) == 30
+
+
+def test_a_version_2_store_gets_its_labels_from_the_documents(tmp_path: Path) -> None:
+    path = copy_of(STORE_V3, tmp_path)
+    with closing_db(path) as db:  # version 3 less its label column is version 2
+        db.execute("DROP INDEX runs_label")
+        db.execute("ALTER TABLE runs DROP COLUMN label")
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'store_version'")
+        db.commit()
+    store = Store(path)
+    assert [r["label"] for r in store.list()] == ["main-cpu", "main-cpu", None] and store.version() == STORE_VERSION
+    assert resolve_run("main-cpu:tests/files/diag_latency_loop.ipynb", store).run_id == 2
+
+
+def test_many_runs_are_added_in_one_transaction_each_once(tmp_db: Path) -> None:
+    store = Store(tmp_db)
+    first, second = (make_record(started_at=f"2025-01-0{day}T00:00:00.000Z") for day in (1, 2))
+    copy = RunRecord.from_dict(json.loads(first.to_json()))
+    assert store.add_many([first, second, copy]) == [(1, True), (2, True), (1, False)]
+    assert copy.run_id == 1 and store.count() == 2 and store.add_many([]) == []
+    assert store.get(2).to_dict() == second.to_dict()

@@ -311,7 +311,8 @@ def history(
     target = names[0]
     # The store's summary columns group and order the runs; a run's document is read only for a cell's
     # figure (a total is in the summaries), and only for the runs the series keep.
-    rows = store.summaries(target=names, kind=kind, digest=digest)
+    rows = store.summaries(("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
+                           target=names, kind=kind, digest=digest)
     if not rows:
         known = store.targets()
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""

@@ -33,11 +33,13 @@ def _comparable_earlier(
     if not store.path.exists():
         return [], {}  # no store: runs named by files have no stored past
     settings = settings_key(candidate.measurement_settings())
-    verdicts = store.verdicts()
     kept: list[dict[str, Any]] = []
     left_out: dict[str, list[dict[str, Any]]] = {}
     names = target_aliases(candidate.target)  # runs stored under the notebook's older names too
-    for row in store.summaries(target=names, digest=candidate.digest, kind=candidate.kind):
+    rows = store.summaries(("started_at", "status", "settings"), target=names, digest=candidate.digest,
+                           kind=candidate.kind)
+    verdicts = store.verdicts(row["id"] for row in rows)
+    for row in rows:
         if candidate.run_id is not None and (row["id"] == candidate.run_id or row["started_at"] > candidate.started_at):
             continue
         measured = row["settings"]
@@ -74,7 +76,7 @@ def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = 
     ``notes`` receives one line naming the chosen run and the newer runs passed over, when there are any.
     """
     kept, left_out = _comparable_earlier(store, candidate)
-    verdicts = store.verdicts() if kept else {}
+    verdicts = store.verdicts(row["id"] for row in kept) if kept else {}
     chosen: RunRecord | None = None
     while kept and chosen is None:
         passed = [r for r in kept if verdicts.get(r["id"], {}).get("passed")]

@@ -35,8 +35,8 @@ GITIGNORE_TEXT = "# made by nbscope: its run store and working files stay out of
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The meta table's store_version. 1: runs and meta. 2: runs.content_hash (a run is stored once) and
 # gate_verdicts (what `nbscope gate` decided about a run). 3: runs.label (``--label``, found by run
-# references). 4: the summary columns listings, references, history and the gate read instead of the
-# documents (backend, measurement settings, totals), indexed, and the document last in each row. Older
+# references). 4: runs holds only summary columns (backend, measurement settings and totals added),
+# indexed for listings, references, history and the gate; each run's document is in documents. Older
 # stores are migrated on first use; a newer one is refused, untouched.
 STORE_VERSION = 4
 
@@ -87,9 +87,10 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
 
 
-# Version 4's runs table. The document comes last: SQLite keeps the start of a row in its page and the
-# rest in a chain of overflow pages, so a column stored after a document of several kilobytes is reached
-# only by reading the document. Every other column is small and read without it.
+# Version 4: a run's summary columns in runs, its document in documents. SQLite keeps a row of several
+# kilobytes mostly in a chain of overflow pages, so with the documents in runs, every summary read walks
+# pages of documents it does not need, and the table is as large as the documents. Apart, runs is
+# about 1 KB a run, read through its indexes without touching a document.
 _RUNS_V4 = """CREATE TABLE runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     started_at TEXT NOT NULL,
@@ -104,9 +105,9 @@ _RUNS_V4 = """CREATE TABLE runs (
     settings TEXT,
     content_hash TEXT,
     headline TEXT NOT NULL,
-    totals TEXT,
-    document TEXT NOT NULL
+    totals TEXT
 )"""
+_DOCUMENTS_V4 = "CREATE TABLE documents (run_id INTEGER PRIMARY KEY, document TEXT NOT NULL)"
 # Listing (newest first), `latest`, references by notebook, kind or label, history and the gate's
 # baseline search each walk one of these in order; none sorts or reads documents it does not return.
 _INDEXES_V4 = (
@@ -118,7 +119,7 @@ _INDEXES_V4 = (
     "CREATE INDEX runs_content ON runs (content_hash)",
 )
 _COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label",
-              "content_hash", "headline", "document")
+              "content_hash", "headline")
 
 
 def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
@@ -129,21 +130,23 @@ def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
 
 
 def _migrate_to_4(db: sqlite3.Connection) -> None:
-    # The table is made again, so that the document is the last column of every row (ALTER TABLE can
-    # only append a column after it); the new columns are filled from each run's document.
+    # The documents move to their own table, runs is made again without them (with the new columns,
+    # filled from each run's document), and indexed anew.
     db.execute("ALTER TABLE runs RENAME TO runs_v3")
     indexes = db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs_v3' AND sql IS NOT NULL")
     for (index,) in indexes.fetchall():
         db.execute(f'DROP INDEX "{index}"')
     db.execute(_RUNS_V4)
+    db.execute(_DOCUMENTS_V4)
     columns = ", ".join(_COPIED_V3)
     db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_v3")
+    db.execute("INSERT INTO documents (run_id, document) SELECT id, document FROM runs_v3")
     # AUTOINCREMENT keeps its high-water mark: an id of a run deleted before is not given again.
     (seq,) = db.execute("SELECT MAX(seq) FROM sqlite_sequence WHERE name IN ('runs', 'runs_v3')").fetchone()
     if seq is not None:
         db.execute("DELETE FROM sqlite_sequence WHERE name = 'runs'")
         db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('runs', ?)", (seq,))
-    for run_id, document in db.execute("SELECT id, document FROM runs_v3"):  # one document at a time
+    for run_id, document in db.execute("SELECT run_id, document FROM documents"):  # one document at a time
         try:
             record = record_module.loads(document, source=f"run {run_id}")
         except (NbscopeError, TypeError):
@@ -265,7 +268,7 @@ def _json_column(text: Any) -> Any:
 
 
 class Store:
-    """Runs saved as whole JSON documents plus the columns `nbscope runs` lists.
+    """Runs saved as whole JSON documents plus the summary columns listings, history and the gate read.
 
     A row that cannot be read (a corrupt document, a record schema newer than this nbscope's) is left
     out of every listing and reported once through ``on_skip`` (and kept in ``skipped``): one bad row
@@ -400,9 +403,11 @@ class Store:
                         continue
                     cursor = db.execute(
                         f"INSERT INTO runs ({', '.join(_ROW_COLUMNS)}) VALUES ({', '.join('?' * len(_ROW_COLUMNS))})",
-                        row,
+                        row[:-1],
                     )
-                    found.append((int(cursor.lastrowid or 0), True))
+                    run_id = int(cursor.lastrowid or 0)
+                    db.execute("INSERT INTO documents (run_id, document) VALUES (?, ?)", (run_id, row[-1]))
+                    found.append((run_id, True))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -426,7 +431,8 @@ class Store:
 
     def get(self, run_id: int) -> RunRecord:
         with self._connect() as db:
-            row = db.execute("SELECT document FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = db.execute("SELECT d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?",
+                             (run_id,)).fetchone()
         if row is None:
             raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         return self._parse(run_id, row[0])
@@ -440,7 +446,8 @@ class Store:
         limit = filters.get("limit")
         where, params = _where(filters)
         ids = f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC"
-        row_sql = f"SELECT {', '.join(SUMMARY_COLUMNS)}, headline, backend, document FROM runs WHERE id = ?"
+        columns = ", ".join(f"r.{c}" for c in (*SUMMARY_COLUMNS, "headline", "backend"))
+        row_sql = f"SELECT {columns}, d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?"
         given = 0
         with self._connect() as db:
             for (run_id,) in db.execute(ids, params):  # row by row: the cursor stops where the caller does
@@ -479,22 +486,29 @@ class Store:
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
 
-    def summaries(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
+    def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
-        keys plus ``settings`` (the measurement settings) and ``totals``. A run whose document could not
-        be read when the store was migrated has ``settings`` and ``totals`` None (``readable`` says why)."""
+        keys plus ``settings`` (the measurement settings) and ``totals``; only ``columns`` (and ``id``)
+        when given. A run whose document could not be read when the store was migrated has ``settings``
+        and ``totals`` None (``readable`` says why)."""
         where, params = _where(filters)
         limit = filters.get("limit")
-        columns = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals")
+        known = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals")
+        if columns is None:
+            columns = known
+        elif unknown := set(columns) - set(known):
+            raise ValueError(f"no summary column {', '.join(sorted(unknown))}")
+        columns = ("id", *(c for c in columns if c != "id"))
         sql = f"SELECT {', '.join(columns)} FROM runs{where} ORDER BY started_at DESC, id DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         with self._connect() as db:
             rows = db.execute(sql, params).fetchall()
         result = []
+        parsed = [name for name in ("headline", "settings", "totals") if name in columns]
         for row in rows:
             item = dict(zip(columns, row, strict=True))
-            for name in ("headline", "settings", "totals"):
+            for name in parsed:
                 item[name] = _json_column(item[name])
             result.append(item)
         return result
@@ -531,14 +545,18 @@ class Store:
                 (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
             )
 
-    def verdicts(self) -> dict[int, dict[str, Any]]:
-        """The latest gate verdict of every judged run: run id -> {passed, baseline_id, judged_at}."""
+    def verdicts(self, run_ids: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+        """The latest gate verdict of every judged run (of those of ``run_ids`` when given): run id ->
+        {passed, baseline_id, judged_at}."""
         if not self.path.exists():
             return {}
+        sql = "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts"
+        params: list[int] = []
+        if run_ids is not None:
+            params = [int(i) for i in run_ids]
+            sql += f" WHERE run_id IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts ORDER BY id"
-            ).fetchall()
+            rows = db.execute(sql + " ORDER BY id", params).fetchall()
         return {
             int(run_id): {"passed": bool(passed), "baseline_id": baseline_id, "judged_at": judged_at}
             for run_id, baseline_id, passed, judged_at in rows
@@ -546,12 +564,12 @@ class Store:
 
 
 _ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
-                "settings", "content_hash", "headline", "totals", "document")
+                "settings", "content_hash", "headline", "totals")
 _CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
 
 
 def _row(record: RunRecord) -> tuple[Any, ...]:
-    """The values of ``_ROW_COLUMNS`` for a run."""
+    """The values of ``_ROW_COLUMNS`` for a run, then its document."""
     document = record.to_json(indent=None)
     backend, settings, totals = _summary_values(record)
     return (record.started_at, record.ended_at, record.kind, record.target, record.status,
