@@ -69,8 +69,3 @@ def store_recovered(path: str | Path, record: RunRecord, store: Any) -> Imported
     if removed:
         live_format.remove_live_file(path)
     return Imported(record, existing is None, removed)
-
-
-def import_live(path: str | Path, store: Any) -> Imported:
-    """Store the partial run of an unfinished live file (see :func:`store_recovered`)."""
-    return store_recovered(path, recover_unfinished(path), store)

@@ -212,7 +212,10 @@ def import_(
     ],
     db: DbOption = None,
 ) -> None:
-    """Add exported runs (from another machine, a CI artifact) to the store."""
+    """Add exported runs (from another machine, a CI artifact) to the store.
+
+    Each run is stored once. A live file (.jsonl) of an unfinished run is removed once stored only when it is
+    one of this store's own live files (`nbscope runs --unfinished` lists them); any other file stays."""
     from nbscope.api import live
     from nbscope.record import run as record_module
 
