@@ -421,8 +421,12 @@ def trace_command(
     ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
     that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
     """
+    from nbscope.api.profile import check_store
+
     if timeout is not None and timeout <= 0:
         raise NbscopeError("--timeout must be a positive number of seconds")
+    if store is not None:
+        check_store(store)  # a store the runs could not be saved in is refused before the command runs
     env = None
     if jupyter_book2_first:
         found = jupyter_book2.find()

@@ -6,6 +6,7 @@ calls one function of the library and renders what it returns.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -97,16 +98,52 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
         except KeyboardInterrupt:
             _stopped()
-        except SystemExit:
+        except SystemExit as exc:
             # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
-            if _signals.received() is None:
-                raise
-            _stopped()
+            if _signals.received() is not None:
+                _stopped()
+            if isinstance(sys.stdout, click.utils.PacifyFlushWrapper) and exc.code == 1:
+                # click's answer to a closed output pipe (`nbscope runs | head -1`): the reader had enough. A
+                # command whose exit status is a verdict keeps 1: its verdict was not reached.
+                quiet_stdout()
+                raise SystemExit(1 if _gives_verdict(args) else 0) from None
+            try:
+                sys.stdout.flush()  # now, not at exit, where a closed pipe prints a traceback
+            except (BrokenPipeError, ValueError):
+                quiet_stdout()
+            raise
+        except BrokenPipeError:
+            quiet_stdout()
+            raise SystemExit(0) from None
         except OSError:
             # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
             if _signals.received() is None:
                 raise
             _stopped()
+
+
+# Commands whose exit status says more than "done" (a gate, findings, failed cells or groups).
+VERDICT_COMMANDS = frozenset({"audit", "bench", "bisect", "book2-env", "diagnose", "gate", "import", "info", "loops",
+                              "merge", "pathways", "profile", "trace", "versions"})
+
+
+def _gives_verdict(args: list[str]) -> bool:
+    head = args[: args.index("--")] if "--" in args else args
+    if "--help" in head or "-h" in head:
+        return False
+    command = next((a for a in head if not a.startswith("-")), None)
+    return command in VERDICT_COMMANDS
+
+
+def quiet_stdout() -> None:
+    """The output pipe closed (its reader had enough): what is still to be printed goes nowhere, quietly,
+    as Python's documentation advises (standard output pointed at the null device)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _stopped() -> None:
