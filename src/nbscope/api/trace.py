@@ -145,10 +145,15 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 
 def cells_from_log(
-    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False
+    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, stopped_unix: float | None = None,
+    signal_name: str = "SIGINT",
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
-    unless nbscope itself was ``stopped`` (a signal): then that cell did not run to its end."""
+    unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
+    ``interrupted``, with the time it had run."""
+    from nbscope.collect.runner import interrupted_cell
+
+    started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
     by_hash: dict[str, list[dict[str, Any]]] = {}
     for line in log.cells:
         by_hash.setdefault(line["hash"], []).append(line)
@@ -161,7 +166,9 @@ def cells_from_log(
             if record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
         elif code_cell.source_hash in died and stopped:
-            record = merge_cell(code_cell, None, status="not-run")  # as `profile` records an interrupted cell
+            began = started_unix.get(code_cell.source_hash)
+            elapsed = stopped_unix - began if isinstance(began, (int, float)) and stopped_unix else None
+            record = interrupted_cell(code_cell, elapsed, signal_name)  # as `profile` records it
             status = "partial"
             died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died:
@@ -213,6 +220,7 @@ def run_traced(
             returncode, output, interrupted, timed = _run_command(
                 command, cwd=cwd, env=run_env, echo=echo, timeout=timeout
             )
+            stopped_unix = time.time()  # when an interrupt stopped the command (within its wind-down)
         finally:
             # Kernels run in sessions of their own, outside the command's process group: whatever the
             # command left running (all of it, after a signal) is found by the token they inherited.
@@ -231,7 +239,9 @@ def run_traced(
         if nb is None:
             unmatched += bool(log.hashes)
             continue
-        cells, status = cells_from_log(nb, log, stopped=interrupted)
+        signum = _signals.received()
+        cells, status = cells_from_log(nb, log, stopped=interrupted, stopped_unix=stopped_unix,
+                                       signal_name=_signals.signal_name(signum) if signum else "SIGINT")
         record = RunRecord(
             kind="trace",
             target=target_name(nb.path, cwd),

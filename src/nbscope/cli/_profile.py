@@ -247,7 +247,8 @@ def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as
     else:
         commands = {r["backend"]: _diagnose_command(result.record_of(r["backend"]), store) for r in result.runs if r["run_id"]}
         view.print_backends(result, store_path=store.path, commands=commands, diagnosis=diagnosis)
-    return [r["record"] for r in result.runs if r["record"] is not None]
+    # A backend JAX could not start is reported above, not counted as the notebook failing.
+    return [r["record"] for r in result.runs if r["record"] is not None and r["available"]]
 
 
 def _forecast_gpus(names: str | None, devices: Path | None) -> list[Any]:
