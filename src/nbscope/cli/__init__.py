@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 import typer
@@ -102,9 +104,9 @@ def main(argv: list[str] | None = None) -> None:
             # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
             if _signals.received() is not None:
                 _stopped()
-            if isinstance(sys.stdout, click.utils.PacifyFlushWrapper) and exc.code == 1:
-                # click's answer to a closed output pipe (`nbscope runs | head -1`): the reader had enough. A
-                # command whose exit status is a verdict keeps 1: its verdict was not reached.
+            if exc.code == 1 and _output_closed():
+                # click's or rich's answer to a closed output pipe (`nbscope runs | head -1`): the reader had
+                # enough. A command whose exit status is a verdict keeps 1: its verdict was not reached.
                 quiet_stdout()
                 raise SystemExit(1 if _gives_verdict(args) else 0) from None
             try:
@@ -133,6 +135,30 @@ def _gives_verdict(args: list[str]) -> bool:
         return False
     command = next((a for a in head if not a.startswith("-")), None)
     return command in VERDICT_COMMANDS
+
+
+def _output_closed() -> bool:
+    """Whether standard output met a closed pipe: click then wraps it, rich points it at the null device."""
+    if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+        return True
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
+
+
+@contextmanager
+def output_may_close() -> Iterator[None]:
+    """Around a command's printing: a closed output pipe ends the printing quietly, not the command, whose exit
+    status (a verdict) still follows."""
+    try:
+        yield
+    except BrokenPipeError:
+        quiet_stdout()
+    except SystemExit as exc:  # rich's answer to a closed pipe: standard output at the null device, exit 1
+        if exc.code != 1 or not _output_closed():
+            raise
 
 
 def quiet_stdout() -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from nbscope._errors import NbscopeError
-from nbscope.cli import app, quiet_stdout
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import (
     DbOption,
     DevicesOption,
@@ -157,11 +157,9 @@ def profile(
             record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
     except RunNotStored as exc:  # measured, not stored: the ledger first, then how to store it (exit 2)
         record, not_stored = exc.record, exc
-    try:
+    with output_may_close():  # the reader of the output may have had enough; the exit status still tells
         _print_profile(record, path, options, store, gpus=gpus, devices=devices, as_json=as_json, markdown=markdown,
                        limit=limit, all_cells=all_cells, no_diagnose=no_diagnose or not_stored is not None)
-    except BrokenPipeError:  # the reader of the output had enough; the exit status still tells
-        quiet_stdout()
     if not_stored is not None:
         raise not_stored
     _exit_if_failed([record], allow_errors)
@@ -308,7 +306,7 @@ def trace(
             typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
     diagnoses = [(None, "--no-diagnose") if no_diagnose else diagnosis_of(r) for r in records]
-    try:
+    with output_may_close():  # the reader of the output may have had enough; the exit status still tells
         if as_json:
             # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
             documents = [(r.to_dict() if no_diagnose else _with_diagnosis(r, *d)) | {"run_id": r.run_id}
@@ -316,8 +314,6 @@ def trace(
             print(json.dumps(documents, indent=1, default=str))
         else:
             _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
-    except BrokenPipeError:  # the reader of the output had enough; the exit status still tells
-        quiet_stdout()
     if result.returncode:
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
