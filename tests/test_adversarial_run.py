@@ -319,6 +319,29 @@ def test_a_store_that_fails_after_the_run_gets_the_ledger_then_the_import_comman
     assert [c["status"] for c in record.measurements["cells"]] == ["ok", "ok", "ok"]
 
 
+@pytest.mark.skipif(shutil.which("jupyter") is None, reason="jupyter is not installed")
+def test_a_store_that_fails_after_a_traced_command_keeps_the_runs_in_files_to_import(tmp_path: Path) -> None:
+    shutil.copy(FILES / "store_read_only_midrun.ipynb", tmp_path / "midrun.ipynb")
+    db = full_store(tmp_path / "store" / "nbscope.db", runs=1)
+    (tmp_path / "tmp").mkdir()  # where the run files go (the system's temporary folder, here the test's)
+    try:
+        done = nbscope("trace", "--db", db, "--no-diagnose", "--", "jupyter", "execute", "midrun.ipynb", cwd=tmp_path,
+                       env={"NBSCOPE_TEST_STORE": str(db), "TMPDIR": str(tmp_path / "tmp")})
+    finally:
+        writable_again(db)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "b = a + 1" in done.stdout and "saved as run" not in done.stdout  # the ledger first
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("nbscope: error: the traced runs could not be stored in ") and "Traceback" not in done.stderr
+    command = line.split("`")[1]
+    assert command.startswith(f"nbscope import {tmp_path / 'tmp'}") and command.endswith(f" --db {db}")
+    assert Store(db).count() == 1
+    imported = nbscope(*command.split()[1:], cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    [record] = Store(db).records(kind="trace")
+    assert record.target == "midrun.ipynb" and [c["status"] for c in record.measurements["cells"]] == ["ok"] * 3
+
+
 def test_read_only_commands_never_create_a_store(tmp_path: Path) -> None:
     db = tmp_path / "none" / "nbscope.db"
     for args in (["runs"], ["show", "1"], ["history", "x.ipynb"], ["runs", "--unfinished"]):

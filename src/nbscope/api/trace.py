@@ -74,6 +74,17 @@ class TraceResult:
     # (seconds from the start, line) for each line the command printed
     timed_output: list[tuple[float, str]] = field(default_factory=list)
     book2: jupyter_book2.BuildLog | None = None  # what a jupyter-book 2 build's log said, when it was one
+    # When the store refused the runs after the command ran: why, and the run files that keep them instead.
+    store_error: str | None = None
+    unstored: list[Path] = field(default_factory=list)
+
+    def not_stored_message(self, store_path: Path) -> str | None:
+        """One line: the runs the store refused, where they are kept and the command that stores them later."""
+        if self.store_error is None:
+            return None
+        files = " ".join(str(f) for f in self.unstored)
+        return (f"the traced runs could not be stored in {store_path} ({self.store_error}); they are kept in "
+                f"{files}: store them with `nbscope import {files} --db {store_path}`")
 
     @property
     def cached_pages(self) -> list[str]:
@@ -267,15 +278,39 @@ def run_traced(
             "repeats": 1,
         }
         record.finish("partial" if interrupted else status)
-        if store is not None:
-            store.save(record)
-            if interrupted:
-                _signals.note_saved(f"partial run {record.run_id} ({record.target})")
         records.append(record)
+    store_error, unstored = _store_all(records, store, interrupted)
     return TraceResult(
         records=records, returncode=returncode, output=output, wall_s=wall, unmatched_kernels=unmatched,
         interrupted=interrupted, timed_output=timed, book2=book2 if book2.is_jupyter_book2 else None,
+        store_error=store_error, unstored=unstored,
     )
+
+
+def _store_all(records: list[RunRecord], store: Any, interrupted: bool) -> tuple[str | None, list[Path]]:
+    """Store the traced runs; when the store refuses them, each is written to a run file instead (``nbscope
+    import`` stores it later): ``(why, those files)``."""
+    import sqlite3
+    import tempfile
+
+    from nbscope.record import run as record_module
+
+    if store is None:
+        return None, []
+    for number, record in enumerate(records):
+        try:
+            store.save(record)
+        except (NbscopeError, sqlite3.Error, OSError) as exc:
+            why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
+            folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))
+            files = []
+            for kept in records[number:]:
+                kept.run_id = None
+                files.append(record_module.dump(kept, folder / f"{len(files) + 1}-{Path(kept.target).stem}.json"))
+            return why, files
+        if interrupted:
+            _signals.note_saved(f"partial run {record.run_id} ({record.target})")
+    return None, []
 
 
 EXECUTION_CACHE = Path("_build") / "execute"
@@ -445,6 +480,9 @@ def trace_command(
         env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
     result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env)
     if result.interrupted:
+        not_stored = result.not_stored_message(store.path) if store is not None else None
+        if not_stored is not None:
+            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
         raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
     if not result.records:
         note = cached_pages_note(result)

@@ -314,6 +314,9 @@ def trace(
             print(json.dumps(documents, indent=1, default=str))
         else:
             _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
+    not_stored = result.not_stored_message(store.path)
+    if not_stored is not None:  # the ledgers first, then where the runs are kept and how to store them (exit 2)
+        raise NbscopeError(not_stored)
     if result.returncode:
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
@@ -327,8 +330,9 @@ def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any
 
     for number, record in enumerate(records):
         ledger.print_profile(record, top=10)
-        console.print(f"[dim]saved as run {record.run_id}[/dim]")
-        if diagnoses is not None:
+        if record.run_id is not None:
+            console.print(f"[dim]saved as run {record.run_id}[/dim]")
+        if diagnoses is not None and record.run_id is not None:
             _print_findings_end(record, *diagnoses[number], store)
         console.print()
     if returncode > 0:
