@@ -166,7 +166,8 @@ def test_timeout_cell_is_recorded_and_the_run_saved(run_cli: Callable[..., Any],
     result = run_cli(
         "profile", FILES / "timeout.ipynb", "--timeout", "2", "--json", "--db", db, "--env", f"{MARKER}={kernel_marker}"
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # a timed-out cell fails the run (--allow-errors: exit 0)
+    assert "nbscope: failed: cell 3 of" in result.stderr and "(timeout CellTimeoutError)" in result.stderr
     printed = loads(result.stdout)
     cells = printed.measurements["cells"]
     assert [c["status"] for c in cells] == ["ok", "ok", "timeout", "ok", "ok"]

@@ -42,6 +42,7 @@ MARKER = "NBSCOPE_TEST_SIGNAL_MARKER"
 STARTED = "NBSCOPE_TEST_STARTED"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+STOP_SIGNALS = tuple(EXIT_CODES)
 # Generous limits for a loaded machine; a passing run takes a few seconds of them.
 START_LIMIT_S = 300
 STOP_LIMIT_S = 120
@@ -81,13 +82,30 @@ def marker() -> Iterator[str]:
             pass
 
 
-def start_nbscope(args: list[str], *, cwd: Path, marker: str, started: Path) -> subprocess.Popen[str]:
+def default_stop_signals() -> None:
+    """In the child, before nbscope starts: SIGINT, SIGTERM and SIGHUP do what they do by default. A test
+    runner under ``nohup``, or started as a background job, ignores SIGHUP or SIGINT, and a child inherits
+    that; nbscope rightly keeps a signal ignored that it was started ignoring, so the test sets them itself."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def start_nbscope(
+    args: list[str], *, cwd: Path, marker: str, started: Path, ignored: tuple[int, ...] = ()
+) -> subprocess.Popen[str]:
+    """``python -m nbscope ARGS`` with the stop signals at their defaults, except those ``ignored``."""
     env = dict(os.environ)
     env.pop("NBSCOPE_DB", None)
     env.update({MARKER: marker, STARTED: str(started)})
+
+    def dispositions() -> None:
+        default_stop_signals()
+        for signum in ignored:
+            signal.signal(signum, signal.SIG_IGN)
+
     return subprocess.Popen(
         [sys.executable, "-m", "nbscope", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=dispositions,
     )
 
 
@@ -122,13 +140,22 @@ def assert_nothing_left(marker: str, *pids: int) -> None:
     assert not alive, [f"{p.pid}: {' '.join(p.cmdline())[:160]}" for p in alive]
 
 
-def assert_stopped_run(record: RunRecord) -> None:
-    """The quick cell is kept with its figures; the cell that was running and the one after did not run."""
+def assert_stopped_run(record: RunRecord, signum: int | None = None) -> None:
+    """The quick cell is kept with its figures; the cell that was running is ``interrupted``, with the time it
+    ran and the signal (``signum``; a run recovered from its live file never heard it: ``not-run``); the one
+    after it did not run."""
     assert record.status == "partial"
     cells = record.measurements["cells"]
-    assert [c["status"] for c in cells] == ["ok", "not-run", "not-run"]
     assert cells[0]["wall_s"] is not None and cells[0]["execution_count"] == 1
     assert record.measurements["totals"]["cells_run"] == 1
+    if signum is None:
+        assert [c["status"] for c in cells] == ["ok", "not-run", "not-run"]
+        return
+    assert [c["status"] for c in cells] == ["ok", "interrupted", "not-run"]
+    name = signal.Signals(signum).name
+    assert cells[1]["interrupted_by"] == name and name in cells[1]["error"]["message"]
+    assert cells[1]["wall_s"] > 0  # it ran until the signal came (the test waited for it to start)
+    assert cells[2]["wall_s"] is None
 
 
 # ---- profile -------------------------------------------------------------------------------------------
@@ -149,7 +176,7 @@ def test_a_signal_during_profile_saves_the_partial_run_and_stops_the_kernel(
     assert "Traceback" not in stderr
     [summary] = Store(db).list()
     record = Store(db).get(summary["id"])
-    assert_stopped_run(record)
+    assert_stopped_run(record, signum)
     assert f"nbscope: stopped by {signal.Signals(signum).name}; saved partial run {summary['id']}" in stderr
     kernel_pid = record.measurements["kernel"]["pid"]
     assert_nothing_left(marker, kernel_pid, child)
@@ -200,7 +227,7 @@ def test_a_signal_during_a_traced_book_build_saves_its_partial_run_and_stops_its
     assert process.returncode == EXIT_CODES[signum], stderr[-3000:]
     [record] = Store(db).records(kind="trace")
     assert record.target == "page.ipynb"
-    assert_stopped_run(record)
+    assert_stopped_run(record, signum)
     assert record.measurements["runner"]["interrupted"] == signal.Signals(signum).name
     assert f"saved partial run {record.run_id} (page.ipynb)" in stderr
     assert_nothing_left(marker, record.measurements["kernel"]["pid"], child, *(k.pid for k in kernels))
@@ -244,7 +271,7 @@ def test_sigterm_during_audit_saves_the_running_notebook_and_the_audit(tmp_path:
     assert audit.status == "partial"
     [entry] = audit.measurements["notebooks"]
     assert entry["status"] == "not-run" and entry["run_id"] == profile.run_id  # a partial wall is not compared
-    assert_stopped_run(profile)
+    assert_stopped_run(profile)  # recovered from the worker's live file, which never heard the signal
     assert profile.measurements["audit"]["interrupted"] is True
     assert f"saved partial run {profile.run_id}" in stderr and f"partial audit run {audit.run_id}" in stderr
     assert not list(live_folder(db).glob("*.jsonl"))

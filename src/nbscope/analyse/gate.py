@@ -34,7 +34,7 @@ from nbscope.record.cells import cell_keys, pair_cells
 from nbscope.record.run import RunRecord, describe_settings
 
 OK_STATUSES = ("ok", "expected-error")
-FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run")
+FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
 CELL_KINDS = ("profile", "trace")
 FAILING_VERDICTS = ("regression", "failed")
 

@@ -4,6 +4,7 @@ recommendation of where each cell should run."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import Findings, diagnose, recommend
 from nbscope.api import profile as profile_job
+from nbscope.collect import fingerprint as fp
 from nbscope.record.sources import sources_of
 
 # Backend names as JAX_PLATFORMS takes them; "gpu" is another name for "cuda".
@@ -39,6 +41,35 @@ def parse_backends(text: str | None, *, at_least: int = 1) -> list[str]:
             f"(e.g. cpu,cuda), got {text!r}"
         )
     return backends
+
+
+def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> str | None:
+    """Why this machine has no device for a JAX backend (None when it has one, or for the CPU); GPUs are
+    found through NVML (the machine's fingerprint), ROCm and TPU devices by their device files."""
+    import glob
+
+    platform = BACKENDS.get(backend.strip().lower())
+    if platform == "cuda":
+        fingerprint = fingerprint if fingerprint is not None else fp.collect()
+        devices = (fingerprint.get("gpu") or {}).get("devices")
+        if isinstance(devices, list) and devices:
+            return None
+        why = devices["absent"] if fp.is_absent(devices) else "NVML lists no GPU"
+        return f"this machine has no NVIDIA GPU: {why}"
+    if platform == "rocm" and not os.path.exists("/dev/kfd"):
+        return "this machine has no AMD GPU (no /dev/kfd)"
+    if platform == "tpu" and not (glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*")):
+        return "this machine has no TPU (no /dev/accel*, no /dev/vfio/*)"
+    return None
+
+
+def check_platforms(text: str, fingerprint: dict[str, Any] | None = None, *, option: str = "--backends") -> None:
+    """Refuse (one line, before anything runs) a JAX platform this machine has no device for; names JAX
+    alone knows (a plugin's platform) are left to JAX."""
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        lacks = machine_lacks(name, fingerprint)
+        if lacks:
+            raise NbscopeError(f"{option} {name}: {lacks}; profile on a machine that has one, or leave {name} out")
 
 
 def backend_unavailable(record: Any) -> str | None:
@@ -98,15 +129,23 @@ def profile_backends(
 ) -> BackendsResult:
     """Profile a notebook once per JAX backend, then compare the runs and recommend a backend.
 
-    A backend that cannot start (no CUDA on this machine, an unknown platform) is reported, not fatal.
+    A backend this machine has no device for is refused (NbscopeError) before anything runs; one whose JAX
+    cannot start (a GPU without JAX's CUDA plugin) is reported, not fatal.
     """
     names = parse_backends(backends, at_least=2) if isinstance(backends, str) else backends
+    fingerprint = fp.collect()
+    # Before anything runs: a backend this machine lacks, a bad option or store.
+    check_platforms(",".join(names), fingerprint)
+    profile_job.preflight(path, options, store, fingerprint)
     result = BackendsResult()
     for backend in names:
         if on_backend is not None:
             on_backend(backend)
         try:
-            record = profile_job.profile(path, dataclasses.replace(options, jax_platform=backend), store=store)
+            record = profile_job.profile(path, dataclasses.replace(options, jax_platform=backend), store=store,
+                                         fingerprint=fingerprint)
+        except profile_job.RunNotStored:
+            raise
         except NbscopeError as exc:  # the kernel would not start under this backend's settings
             result.runs.append({"backend": backend, "run_id": None, "available": False, "reason": str(exc),
                                 "record": None})

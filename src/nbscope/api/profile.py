@@ -59,6 +59,9 @@ class ProfileOptions:
                     f"--jax-cache must be off, cold, warm or a folder (an existing one, or a path with "
                     f"'{os.sep}'), not {self.jax_cache!r}"
                 )
+            check_folder_option("--jax-cache", folder)
+        if self.keep_traces is not None:
+            check_folder_option("--keep-traces", Path(self.keep_traces))
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,91 @@ class ProfileOptions:
             "programs": self.collects_programs,
             "forecast": list(self.forecast),
         }
+
+
+def check_folder_option(option: str, folder: Path) -> None:
+    """A folder an option names must be one, or be one nbscope can make: one line otherwise."""
+    if folder.exists() and not folder.is_dir():
+        raise NbscopeError(f"{option} {folder}: exists and is not a folder")
+    if not folder.exists():
+        check_can_create(option, folder)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise NbscopeError(f"{option} {folder}: the folder is not writable")
+
+
+def check_can_create(option: str, path: Path) -> None:
+    """``path`` does not exist yet: its nearest existing parent must be a folder nbscope may write in."""
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NbscopeError(f"{option} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise NbscopeError(f"{option} {path}: cannot create it, {parent} is not writable")
+
+
+def check_kernel(name: str) -> None:
+    """The Jupyter kernel ``name`` is installed (one line naming those that are, otherwise)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    manager = KernelSpecManager()
+    try:
+        manager.get_kernel_spec(name)
+    except NoSuchKernel:
+        installed = ", ".join(sorted(manager.find_kernel_specs())) or "none"
+        raise NbscopeError(
+            f"no Jupyter kernel named {name!r} (installed: {installed}; `jupyter kernelspec list` shows them)"
+        ) from None
+
+
+def check_store(store: Any) -> None:
+    """Before anything runs: the store opens, this nbscope can use it and it takes a write, and its live
+    folder can be written. A store that does not exist yet is not created here (only its folder checked)."""
+    from nbscope.api.live import live_folder
+
+    path = Path(store.path)
+    if path.exists():
+        store.check_writable()
+    else:
+        check_can_create("--db", path)
+    folder = live_folder(path)
+    check_folder_option("live folder", folder)
+
+
+def preflight(
+    path: str | Path, options: ProfileOptions, store: Any = None, fingerprint: dict[str, Any] | None = None
+) -> notebook_module.Notebook:
+    """Every check a profile makes before a kernel starts, so that a bad option, notebook, kernel, backend
+    or store is one line (an NbscopeError) with nothing run, nothing stored and no live file left; the
+    notebook, read."""
+    from nbscope.api.backends import check_platforms
+
+    options.validate()
+    notebook = notebook_module.read(path)
+    check_kernel(options.kernel or notebook.kernel_name)
+    if options.jax_platform:
+        check_platforms(options.jax_platform, fingerprint, option="--jax-platform")
+    if store is not None:
+        check_store(store)
+    return notebook
+
+
+class RunNotStored(NbscopeError):
+    """The run was measured but the store refused it; ``record`` holds it and ``live_file`` keeps its cells."""
+
+    def __init__(self, record: RunRecord, store_path: Path, live_file: Path, why: str) -> None:
+        self.record, self.store_path, self.live_file = record, store_path, live_file
+        super().__init__(
+            f"the run could not be stored in {store_path} ({why}); its cells are kept in {live_file}: "
+            f"store them with `nbscope import {live_file} --db {store_path}`"
+        )
+
+
+def failed_cells(record: RunRecord) -> list[dict[str, Any]]:
+    """The cells that failed a run: an error (a ``raises-exception`` cell's aside), a timeout, a dead kernel."""
+    from nbscope.record.cells import FAILED
+
+    return [c for c in record.measurements.get("cells") or [] if c.get("status") in FAILED]
 
 
 def parse_env(pairs: Iterable[str]) -> dict[str, str]:
@@ -224,13 +312,14 @@ def profile_until_stopped(
     from nbscope.record import live
 
     options = options or ProfileOptions()
-    options.validate()
-    notebook = notebook_module.read(path)
+    fingerprint = fingerprint or fp.collect()
+    notebook = preflight(path, options, store, fingerprint)
     store_path = getattr(store, "path", None)
     cache_root = options.cache_root or default_cache_root(store_path, make=options.jax_cache in ("cold", "warm"))
     if options.jax_cache == "cold":
         _check_can_empty(cache_root)  # refuse before anything runs or is stored
-    fingerprint = fingerprint or fp.collect()
+    if options.jax_cache in ("cold", "warm"):
+        check_folder_option("--jax-cache", cache_root)
     env = dict(options.env)
     if options.jax_platform:
         env["JAX_PLATFORMS"] = options.jax_platform
@@ -248,6 +337,7 @@ def profile_until_stopped(
     executions: list[Execution] = []
     cache_state = "off"
     interrupted = False
+    not_started: NbscopeError | None = None
     try:
         for number in range(options.repeat):
             # "cold" empties the cache before every repeat, so medians over repeats stay cold ones.
@@ -277,25 +367,57 @@ def profile_until_stopped(
                 break
     except KeyboardInterrupt:  # between cells' reach: starting a kernel, between repeats
         interrupted = True
+    except NbscopeError as exc:  # a kernel that would not start
+        if executions:
+            raise  # the repeats that ran are kept (below)
+        not_started = exc
     finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
         fill_measurements(record, notebook.describe(), described, executions, cache_state, live_path)
         if interrupted and len(executions) < options.repeat:
             record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
         if owned_live:
             record.measurements["live_file"] = None  # removed below once stored
-        if store is not None:
-            _cache_saving(record, store)
-            try:
-                store.save(record)
-            except KeyboardInterrupt:  # the signal came while saving: the next one is only noted, so save
-                interrupted = True
-                store.save(record)
-    if interrupted and store is not None:
-        done = record.measurements["totals"]
-        _signals.note_saved(f"partial run {record.run_id} ({done['cells_run']} of {done['cells']} cells ran)")
+        if store is not None and not_started is None:
+            interrupted = _save(record, store, live_path if owned_live else None) or interrupted
+            if interrupted:
+                _signals.note_saved(f"partial run {record.run_id} ({_how_far(record, executions, options.repeat)})")
+    if not_started is not None:  # nothing ran: nothing is stored, and no live file is left
+        if owned_live:
+            live.remove_live_file(live_path)
+        raise not_started
     if owned_live and (store is not None or not interrupted):
         live.remove_live_file(live_path)  # its cells are in the record now
     return record, interrupted
+
+
+def _save(record: RunRecord, store: Any, live_path: Path | None) -> bool:
+    """Store the run (whether a signal came meanwhile); when the store refuses it, :class:`RunNotStored` names
+    the live file that keeps its cells (the record keeps its path then) and the command that stores them later."""
+    import sqlite3
+
+    try:
+        _cache_saving(record, store)
+        try:
+            store.save(record)
+            return False
+        except KeyboardInterrupt:  # the signal came while saving: the next one is only noted, so save
+            store.save(record)
+            return True
+    except (NbscopeError, sqlite3.Error, OSError) as exc:
+        if live_path is None:
+            raise
+        record.measurements["live_file"] = str(live_path)
+        why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
+        raise RunNotStored(record, Path(store.path), live_path, why.removeprefix(f"{store.path}: ")) from None
+
+
+def _how_far(record: RunRecord, executions: list[Execution], repeats: int) -> str:
+    """How much of a stopped run finished: repeats, when several were asked and one finished, else cells."""
+    finished = sum(1 for e in executions if not e.interrupted)
+    if repeats > 1 and finished:
+        return f"{finished} of {repeats} repeats finished"
+    done = record.measurements["totals"]
+    return f"{done['cells_run']} of {done['cells']} cells ran"
 
 
 def _check_can_empty(folder: Path) -> None:

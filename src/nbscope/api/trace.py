@@ -73,6 +73,17 @@ class TraceResult:
     # (seconds from the start, line) for each line the command printed
     timed_output: list[tuple[float, str]] = field(default_factory=list)
     book2: jupyter_book2.BuildLog | None = None  # what a jupyter-book 2 build's log said, when it was one
+    # When the store refused the runs after the command ran: why, and the run files that keep them instead.
+    store_error: str | None = None
+    unstored: list[Path] = field(default_factory=list)
+
+    def not_stored_message(self, store_path: Path) -> str | None:
+        """One line: the runs the store refused, where they are kept and the command that stores them later."""
+        if self.store_error is None:
+            return None
+        files = " ".join(str(f) for f in self.unstored)
+        return (f"the traced runs could not be stored in {store_path} ({self.store_error}); they are kept in "
+                f"{files}: store them with `nbscope import {files} --db {store_path}`")
 
     @property
     def cached_pages(self) -> list[str]:
@@ -144,10 +155,15 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 
 def cells_from_log(
-    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False
+    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, stopped_unix: float | None = None,
+    signal_name: str = "SIGINT",
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
-    unless nbscope itself was ``stopped`` (a signal): then that cell did not run to its end."""
+    unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
+    ``interrupted``, with the time it had run."""
+    from nbscope.collect.runner import interrupted_cell
+
+    started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
     by_hash: dict[str, list[dict[str, Any]]] = {}
     for line in log.cells:
         by_hash.setdefault(line["hash"], []).append(line)
@@ -160,7 +176,9 @@ def cells_from_log(
             if record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
         elif code_cell.source_hash in died and stopped:
-            record = merge_cell(code_cell, None, status="not-run")  # as `profile` records an interrupted cell
+            began = started_unix.get(code_cell.source_hash)
+            elapsed = stopped_unix - began if isinstance(began, (int, float)) and stopped_unix else None
+            record = interrupted_cell(code_cell, elapsed, signal_name)  # as `profile` records it
             status = "partial"
             died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died:
@@ -212,6 +230,7 @@ def run_traced(
             returncode, output, interrupted, timed = _run_command(
                 command, cwd=cwd, env=run_env, echo=echo, timeout=timeout
             )
+            stopped_unix = time.time()  # when an interrupt stopped the command (within its wind-down)
         finally:
             # Kernels run in sessions of their own, outside the command's process group: whatever the
             # command left running (all of it, after a signal) is found by the token they inherited.
@@ -229,7 +248,9 @@ def run_traced(
         nb = match(log, notebooks)
         if nb is None:  # a kernel that ran no notebook of the book (e.g. a helper kernel)
             continue
-        cells, status = cells_from_log(nb, log, stopped=interrupted)
+        signum = _signals.received()
+        cells, status = cells_from_log(nb, log, stopped=interrupted, stopped_unix=stopped_unix,
+                                       signal_name=_signals.signal_name(signum) if signum else "SIGINT")
         record = RunRecord(
             kind="trace",
             target=target_name(nb.path, cwd),
@@ -255,15 +276,39 @@ def run_traced(
             "repeats": 1,
         }
         record.finish("partial" if interrupted else status)
-        if store is not None:
-            store.save(record)
-            if interrupted:
-                _signals.note_saved(f"partial run {record.run_id} ({record.target})")
         records.append(record)
+    store_error, unstored = _store_all(records, store, interrupted)
     return TraceResult(
         records=records, returncode=returncode, output=output, wall_s=wall,
         interrupted=interrupted, timed_output=timed, book2=book2 if book2.is_jupyter_book2 else None,
+        store_error=store_error, unstored=unstored,
     )
+
+
+def _store_all(records: list[RunRecord], store: Any, interrupted: bool) -> tuple[str | None, list[Path]]:
+    """Store the traced runs; when the store refuses them, each is written to a run file instead (``nbscope
+    import`` stores it later): ``(why, those files)``."""
+    import sqlite3
+    import tempfile
+
+    from nbscope.record import run as record_module
+
+    if store is None:
+        return None, []
+    for number, record in enumerate(records):
+        try:
+            store.save(record)
+        except (NbscopeError, sqlite3.Error, OSError) as exc:
+            why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
+            folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))
+            files = []
+            for kept in records[number:]:
+                kept.run_id = None
+                files.append(record_module.dump(kept, folder / f"{len(files) + 1}-{Path(kept.target).stem}.json"))
+            return why, files
+        if interrupted:
+            _signals.note_saved(f"partial run {record.run_id} ({record.target})")
+    return None, []
 
 
 EXECUTION_CACHE = Path("_build") / "execute"
@@ -419,8 +464,12 @@ def trace_command(
     ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
     that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
     """
+    from nbscope.api.profile import check_store
+
     if timeout is not None and timeout <= 0:
         raise NbscopeError("--timeout must be a positive number of seconds")
+    if store is not None:
+        check_store(store)  # a store the runs could not be saved in is refused before the command runs
     env = None
     if jupyter_book2_first:
         found = jupyter_book2.find()
@@ -429,6 +478,9 @@ def trace_command(
         env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
     result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env)
     if result.interrupted:
+        not_stored = result.not_stored_message(store.path) if store is not None else None
+        if not_stored is not None:
+            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
         raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
     if not result.records:
         note = cached_pages_note(result)

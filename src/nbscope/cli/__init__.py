@@ -6,7 +6,10 @@ calls one function of the library and renders what it returns.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 import typer
@@ -97,16 +100,76 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
         except KeyboardInterrupt:
             _stopped()
-        except SystemExit:
+        except SystemExit as exc:
             # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
-            if _signals.received() is None:
-                raise
-            _stopped()
+            if _signals.received() is not None:
+                _stopped()
+            if exc.code == 1 and _output_closed():
+                # click's or rich's answer to a closed output pipe (`nbscope runs | head -1`): the reader had
+                # enough. A command whose exit status is a verdict keeps 1: its verdict was not reached.
+                quiet_stdout()
+                raise SystemExit(1 if _gives_verdict(args) else 0) from None
+            try:
+                sys.stdout.flush()  # now, not at exit, where a closed pipe prints a traceback
+            except (BrokenPipeError, ValueError):
+                quiet_stdout()
+            raise
+        except BrokenPipeError:
+            quiet_stdout()
+            raise SystemExit(0) from None
         except OSError:
             # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
             if _signals.received() is None:
                 raise
             _stopped()
+
+
+# Commands whose exit status says more than "done" (a gate, findings, failed cells or groups).
+VERDICT_COMMANDS = frozenset({"audit", "bench", "bisect", "book2-env", "diagnose", "gate", "import", "info", "loops",
+                              "merge", "pathways", "profile", "trace", "versions"})
+
+
+def _gives_verdict(args: list[str]) -> bool:
+    head = args[: args.index("--")] if "--" in args else args
+    if "--help" in head or "-h" in head:
+        return False
+    command = next((a for a in head if not a.startswith("-")), None)
+    return command in VERDICT_COMMANDS
+
+
+def _output_closed() -> bool:
+    """Whether standard output met a closed pipe: click then wraps it, rich points it at the null device."""
+    if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+        return True
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
+
+
+@contextmanager
+def output_may_close() -> Iterator[None]:
+    """Around a command's printing: a closed output pipe ends the printing quietly, not the command, whose exit
+    status (a verdict) still follows."""
+    try:
+        yield
+    except BrokenPipeError:
+        quiet_stdout()
+    except SystemExit as exc:  # rich's answer to a closed pipe: standard output at the null device, exit 1
+        if exc.code != 1 or not _output_closed():
+            raise
+
+
+def quiet_stdout() -> None:
+    """The output pipe closed (its reader had enough): what is still to be printed goes nowhere, quietly,
+    as Python's documentation advises (standard output pointed at the null device)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _stopped() -> None:

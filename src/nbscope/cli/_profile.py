@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from nbscope._errors import NbscopeError
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import (
     DbOption,
     DevicesOption,
@@ -25,6 +25,11 @@ from nbscope.cli._options import (
 
 NoDiagnoseOption = Annotated[
     bool, typer.Option("--no-diagnose", help="Do not end with the run's top findings (nor add them to --json).")
+]
+AllowErrorsOption = Annotated[
+    bool,
+    typer.Option("--allow-errors", help="Exit 0 although a cell raised, timed out or killed its kernel (as nbclient's "
+                 "and jupyter-book's allow_errors); without it such a run exits 1. The run is stored either way."),
 ]
 TOP_FINDINGS = 3
 
@@ -120,14 +125,14 @@ def profile(
     devices: DevicesOption = None,
     no_diagnose: NoDiagnoseOption = False,
     label: LabelOption = None,
+    allow_errors: AllowErrorsOption = False,
 ) -> None:
     """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory; then its top
-    findings (causes with their fixes; `nbscope diagnose RUN` shows them in full)."""
-    from nbscope.api.profile import ProfileOptions, diagnosis_of, parse_env
+    findings (causes with their fixes; `nbscope diagnose RUN` shows them in full). Exits 1 when a cell failed
+    (an error, a timeout, a dead kernel) unless --allow-errors."""
+    from nbscope.api.profile import ProfileOptions, RunNotStored, parse_env, preflight
     from nbscope.api.profile import profile as run_profile
-    from nbscope.collect import notebook as notebook_module
-    from nbscope.render import ledger
-    from nbscope.render.terminal import console, literal
+    from nbscope.render.terminal import console
 
     options = ProfileOptions(
         timeout=timeout, on_error=on_error, kernel=kernel, env=parse_env(env or []), env_store_values=env_store_values,
@@ -139,13 +144,53 @@ def profile(
     options.programs, options.forecast = programs or bool(gpus), [d.key for d in gpus]
     store = open_store(db)
     if backends:
-        _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown, diagnosis=not no_diagnose)
+        records = _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown,
+                                    diagnosis=not no_diagnose)
+        _exit_if_failed(records, allow_errors)
         return
-    cells = len(notebook_module.read(path).code_cells) * repeat
+    # Options, notebook, kernel, backend and store, checked before a kernel starts (a one-line error).
+    notebook = preflight(path, options, store)
     interactive = console.is_terminal and not (as_json or markdown)
-    progress, started, done = _progress(cells, interactive)
-    with progress:
-        record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
+    progress, started, done = _progress(len(notebook.code_cells) * repeat, interactive)
+    not_stored = None
+    try:
+        with progress:
+            record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
+    except RunNotStored as exc:  # measured, not stored: the ledger first, then how to store it (exit 2)
+        record, not_stored = exc.record, exc
+    with output_may_close():  # the reader of the output may have had enough; the exit status still tells
+        _print_profile(record, path, options, store, gpus=gpus, devices=devices, as_json=as_json, markdown=markdown,
+                       limit=limit, all_cells=all_cells, no_diagnose=no_diagnose or not_stored is not None)
+    if not_stored is not None:
+        raise not_stored
+    _exit_if_failed([record], allow_errors)
+
+
+def _exit_if_failed(records: list[Any], allow_errors: bool) -> None:
+    """Exit 1, with one line on stderr, when a cell of these runs failed: what CI needs to fail a broken lecture."""
+    from nbscope.api.profile import failed_cells
+    from nbscope.record.cells import label
+
+    failed = [(record, cell) for record in records for cell in failed_cells(record)]
+    if not failed or allow_errors:
+        return
+    record, cell = failed[0]
+    error = cell.get("error") or {}
+    what = f"{cell.get('status')}" + (f" {error.get('name')}" if error.get("name") else "")
+    more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+    where = f"run {record.run_id}" if record.run_id is not None else "the run"
+    typer.echo(f"nbscope: failed: {label(cell)} of {record.target} ({what}){more}; {where} is stored "
+               "with what it measured (--allow-errors exits 0 even so)", err=True)
+    raise typer.Exit(1)
+
+
+def _print_profile(record: Any, path: Path, options: Any, store: Any, *, gpus: list[Any], devices: Path | None,
+                   as_json: bool, markdown: bool, limit: int, all_cells: bool, no_diagnose: bool) -> None:
+    """The profile's output: its ledger (JSON, markdown or a table), forecast, timeline and top findings."""
+    from nbscope.api.profile import diagnosis_of
+    from nbscope.render import ledger
+    from nbscope.render.terminal import console, literal
+
     findings, why_not = (None, "--no-diagnose") if no_diagnose else diagnosis_of(record, path, devices_file=devices)
     if as_json:
         print(json.dumps(_with_diagnosis(record, findings, why_not), indent=1, default=str) if not no_diagnose
@@ -172,13 +217,15 @@ def profile(
             from nbscope.render.forecast import print_forecast
 
             print_forecast(run_forecast(record, options.forecast, devices_file=devices, notebook_path=path))
-        console.print(f"[dim]saved as run {record.run_id} in {literal(store.path)}[/dim]")
+        if record.run_id is not None:
+            console.print(f"[dim]saved as run {record.run_id} in {literal(store.path)}[/dim]")
         if not no_diagnose:
             _print_findings_end(record, findings, why_not, store, devices)
 
 
 def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as_json: bool, markdown: bool,
-                      diagnosis: bool) -> None:
+                      diagnosis: bool) -> list[Any]:
+    """Profile once per backend and print their comparison; the runs made."""
     from nbscope.api.backends import parse_backends, profile_backends
     from nbscope.render import compare as view
     from nbscope.render.terminal import console
@@ -199,6 +246,8 @@ def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as
     else:
         commands = {r["backend"]: _diagnose_command(result.record_of(r["backend"]), store) for r in result.runs if r["run_id"]}
         view.print_backends(result, store_path=store.path, commands=commands, diagnosis=diagnosis)
+    # A backend JAX could not start is reported above, not counted as the notebook failing.
+    return [r["record"] for r in result.runs if r["record"] is not None and r["available"]]
 
 
 def _forecast_gpus(names: str | None, devices: Path | None) -> list[Any]:
@@ -236,10 +285,12 @@ def trace(
     no_diagnose: NoDiagnoseOption = False,
     per_cell_timeout: Annotated[float | None, typer.Option("--timeout", hidden=True)] = None,
     label: LabelOption = None,
+    allow_errors: AllowErrorsOption = False,
 ) -> None:
     """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
-    nbscope trace -- COMMAND ..."""
+    nbscope trace -- COMMAND ... Exits with the command's status when it failed, else 1 when a traced cell
+    failed (unless --allow-errors)."""
     from nbscope.api.profile import diagnosis_of
     from nbscope.api.trace import cached_pages_note, theme_note, trace_command
 
@@ -256,17 +307,22 @@ def trace(
             typer.echo(f"nbscope: note: {note}", err=True)
     records = result.records
     diagnoses = [(None, "--no-diagnose") if no_diagnose else diagnosis_of(r) for r in records]
-    if as_json:
-        # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
-        documents = [(r.to_dict() if no_diagnose else _with_diagnosis(r, *d)) | {"run_id": r.run_id}
-                     for r, d in zip(records, diagnoses, strict=True)]
-        print(json.dumps(documents, indent=1, default=str))
-    else:
-        _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
+    with output_may_close():  # the reader of the output may have had enough; the exit status still tells
+        if as_json:
+            # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
+            documents = [(r.to_dict() if no_diagnose else _with_diagnosis(r, *d)) | {"run_id": r.run_id}
+                         for r, d in zip(records, diagnoses, strict=True)]
+            print(json.dumps(documents, indent=1, default=str))
+        else:
+            _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
+    not_stored = result.not_stored_message(store.path)
+    if not_stored is not None:  # the ledgers first, then where the runs are kept and how to store them (exit 2)
+        raise NbscopeError(not_stored)
     if result.returncode:
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
         raise typer.Exit(result.returncode if result.returncode > 0 else 128 - result.returncode)
+    _exit_if_failed(records, allow_errors)
 
 
 def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any, str | None]] | None, store: Any) -> None:
@@ -275,8 +331,9 @@ def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any
 
     for number, record in enumerate(records):
         ledger.print_profile(record, top=10)
-        console.print(f"[dim]saved as run {record.run_id}[/dim]")
-        if diagnoses is not None:
+        if record.run_id is not None:
+            console.print(f"[dim]saved as run {record.run_id}[/dim]")
+        if diagnoses is not None and record.run_id is not None:
             _print_findings_end(record, *diagnoses[number], store)
         console.print()
     if returncode > 0:

@@ -9,8 +9,9 @@ from typing import Any
 from nbscope._errors import describe
 
 
-def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> None:
-    """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient).
+def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> bool:
+    """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient); whether
+    the kernel went idle within ``wait_s`` (False: the cell ignores the interrupt, the kernel is still busy).
 
     nbclient leaves the timed-out cell's IOPub reader task running; until it has read that cell's
     ``idle`` status it takes (and drops) the next cell's messages, which loses that cell's busy/idle
@@ -23,11 +24,12 @@ def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> None:
     try:
         run_sync(client.km.interrupt_kernel)()
     except Exception:
-        return
+        return False
     timing = cell.get("metadata", {}).get("execution", {})
     deadline = time.monotonic() + wait_s
     while "iopub.status.idle" not in timing and time.monotonic() < deadline:
         run_sync(asyncio.sleep)(0.01)
+    return "iopub.status.idle" in timing
 
 
 def shut_down(client: Any, context: Any, runner: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
 from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing, output_error, roundtrip
 from nbscope.collect._kernel import ensure_dead, interrupt_cell, kernel_family, shut_down
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 CellCallback = Callable[[dict[str, Any]], None]
+# How long a timed-out cell may take to stop once interrupted before its kernel is stopped instead.
+INTERRUPT_WAIT_S = 10.0
 StartCallback = Callable[[CodeCell], None]
 
 
@@ -98,6 +101,8 @@ def execute(
     runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None, "execute_s": None}
     status = "ok"
     stopped = interrupted = kernel_written = False
+    running: CodeCell | None = None  # the cell being executed, and since when (for an interrupt)
+    cell_started = 0.0
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     try:
@@ -121,9 +126,9 @@ def execute(
                     live.write(record)
                     continue
                 cell = nb.cells[code_cell.cell_index]
+                running, cell_started = code_cell, time.perf_counter()
                 if on_cell_start is not None:
                     on_cell_start(code_cell)
-                cell_started = time.perf_counter()
                 outcome, error = "ran", None
                 try:
                     client.execute_cell(cell, code_cell.cell_index)
@@ -132,6 +137,7 @@ def execute(
                 except DeadKernelError:
                     outcome = "kernel-died"
                 elapsed = time.perf_counter() - cell_started
+                running = None
                 probe = reader.take(code_cell.source_hash) if outcome == "ran" else None
                 runner_fields: dict[str, Any] = {
                     "roundtrip_s": roundtrip(cell) if outcome == "ran" else None,
@@ -171,16 +177,29 @@ def execute(
                     status, stopped = "partial", True
                 elif outcome == "timeout":
                     status = "partial"
-                    interrupt_cell(client, cell)
-                    stopped = options.on_error == "stop"
+                    if not interrupt_cell(client, cell, wait_s=INTERRUPT_WAIT_S):
+                        # The cell ignores the interrupt: the kernel is still busy with it, so the next cell
+                        # would queue behind it and be blamed for the wait. The kernel is stopped instead.
+                        record["error"]["message"] += (
+                            f"; it ignored the interrupt for {INTERRUPT_WAIT_S:g} s, so the kernel was stopped "
+                            "and the cells after it did not run"
+                        )
+                        runner["interrupt_ignored"] = code_cell.index
+                        stopped = True
+                    else:
+                        stopped = options.on_error == "stop"
                 elif record["status"] == "error" and options.on_error == "stop":
                     status, stopped = "partial", True
-        except KeyboardInterrupt:
-            # Ctrl-C, SIGTERM or SIGHUP (under the CLI): the running cell and those after it did not run;
-            # what finished is returned, and the caller saves it and stops.
+        except KeyboardInterrupt as exc:
+            # Ctrl-C, SIGTERM or SIGHUP (under the CLI): the running cell is recorded as interrupted, with
+            # how long it had run and the signal; those after it did not run. What finished is returned,
+            # and the caller saves it and stops.
             status, interrupted = "partial", True
             for code_cell in notebook.code_cells[len(cells):]:
-                record = merge_cell(code_cell, None)
+                if code_cell is running:
+                    record = interrupted_cell(code_cell, time.perf_counter() - cell_started, stop_signal(exc))
+                else:
+                    record = merge_cell(code_cell, None)
                 cells.append(record)
                 live.write(record)
         finally:
@@ -204,6 +223,21 @@ def execute(
         cells=cells, runner=runner, kernel=reader.kernel, status=status, executed_nb=nb, interrupted=interrupted,
         programs=programs.finish() if programs is not None else None,
     )
+
+
+def stop_signal(exc: BaseException) -> str:
+    """The name of the signal behind an interrupt: SIGTERM or SIGHUP under the CLI, else SIGINT (Ctrl-C)."""
+    signum = getattr(exc, "signum", None) or _signals.received()
+    return _signals.signal_name(signum) if signum else "SIGINT"
+
+
+def interrupted_cell(code_cell: CodeCell, elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
+    """The record of a cell a stop signal cut short: status ``interrupted``, how long it had run (``wall_s``),
+    and the signal (``interrupted_by``)."""
+    seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""
+    record = merge_cell(code_cell, None, status="interrupted", wall_s=elapsed_s, interrupted_by=signal_name)
+    record["error"] = {"name": "Interrupted", "message": f"nbscope was stopped by {signal_name}{seconds} into this cell"}
+    return record
 
 
 def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str]) -> Any:

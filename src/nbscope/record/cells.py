@@ -126,7 +126,7 @@ def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_
             jax["cache_state"] = cache_state
     return {
         "cells": len(cells),
-        "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped")),
+        "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped", "interrupted")),
         "cells_ok": sum(1 for c in cells if c.get("status") in FINISHED),
         "cells_failed": sum(1 for c in cells if c.get("status") in FAILED),
         "wall_s": total("wall_s"),

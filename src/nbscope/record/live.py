@@ -251,8 +251,12 @@ def fill_measurements(
     else:
         for execution in executions:
             execution.cells = [derive(c) for c in execution.cells]
-        complete = [e for e in executions if len(e.cells) == len(code_cells)]
-        cells = combine_repeats([e.cells for e in complete]) if len(complete) > 1 else executions[-1].cells
+        # A repeat counts once it finished: one a signal cut short adds none of its figures to the medians.
+        finished = [e for e in executions if not e.interrupted and len(e.cells) == len(code_cells)]
+        if len(finished) > 1:
+            cells = combine_repeats([e.cells for e in finished])
+        else:
+            cells = (finished or executions)[-1].cells
         runner = dict(executions[-1].runner)
         status = "ok" if all(e.status == "ok" for e in executions) else "partial"
         kernel = executions[-1].kernel

@@ -345,6 +345,25 @@ class Store:
             db.execute("ROLLBACK")
             raise
 
+    def check_writable(self) -> None:
+        """Refuse (one line) an existing store a run could not be saved in: not SQLite, corrupt, of a newer
+        version, or read-only (the file, or the folder SQLite keeps its journal in). A write is tried and
+        rolled back, so nothing changes."""
+        folder = self.path.absolute().parent
+        if not os.access(self.path, os.W_OK):
+            raise NbscopeError(f"--db {self.path} is read-only: a run could not be stored in it")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise NbscopeError(f"--db {self.path}: its folder {folder} is read-only (SQLite writes its journal there)")
+        with self._connect() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute("UPDATE meta SET value = value WHERE key = 'store_version'")
+                finally:
+                    db.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise NbscopeError(f"--db {self.path}: a run could not be stored in it ({exc})") from None
+
     def missing(self) -> NbscopeError:
         """The error of a read-only command given a store that does not exist."""
         return NbscopeError(

@@ -27,6 +27,7 @@ STATUS_FLAGS = {
     "timeout": ("red", "TIMEOUT"),
     "kernel-died": ("red", "KERNEL DIED"),
     "not-run": ("dim", "not run"),
+    "interrupted": ("yellow", "INTERRUPTED"),
     "skipped": ("dim", "skipped"),
 }
 

@@ -35,6 +35,27 @@ except ImportError:  # imported as part of the nbscope package
     from nbscope.collect.probe import _nbscope_events
 
 PROBE_VERSION = 1
+
+# Private references, taken once at load: a notebook that rebinds, deletes or monkeypatches what it imports
+# (``time.perf_counter = ...``, ``del os``, ``json.dumps = ...``) changes none of the probe's figures or lines.
+_perf_counter = time.perf_counter
+_time = time.time
+_time_ns = time.time_ns
+_getpid = os.getpid
+_getcwd = os.getcwd
+_pread = os.pread if hasattr(os, "pread") else None
+_os_write = os.write
+_getframe = sys._getframe
+_sha256 = hashlib.sha256
+_findall = re.findall
+_ENCODE = json.JSONEncoder(default=str).encode
+try:
+    import resource as _resource  # a small C module of the standard library (not on Windows)
+
+    _getrusage: Any = _resource.getrusage
+    _RUSAGE_SELF: Any = _resource.RUSAGE_SELF
+except ImportError:
+    _getrusage = _RUSAGE_SELF = None
 _ALARM_MARKERS = ("slow_operation_alarm", "Very slow compile", "Constant folding an instruction is taking")
 _WRAPPED_NAME = re.compile(r"^[\w.]+\((.*)\)$")
 # Packages whose frames stand between a compile and the code that asked for it: these names and their
@@ -45,7 +66,7 @@ _SKIP_PREFIXES = tuple(f"{name}." for name in _SKIP_MODULES)
 
 def source_hash(source: str) -> str:
     """Identical to nbscope.collect.notebook.source_hash (kept apart: the probe imports nothing of nbscope)."""
-    return hashlib.sha256(source.rstrip().encode("utf-8")).hexdigest()[:16]
+    return _sha256(source.rstrip().encode("utf-8")).hexdigest()[:16]
 
 
 def _base_name(fun_name: str) -> str:
@@ -69,20 +90,20 @@ class _ProcMemory:
             return None
 
     def rss_bytes(self) -> int | None:
-        if self.statm is None:
+        if self.statm is None or _pread is None:
             return None
         try:
-            return int(os.pread(self.statm, 256, 0).split()[1]) * self.page
+            return int(_pread(self.statm, 256, 0).split()[1]) * self.page  # type: ignore[misc]
         except (OSError, ValueError, IndexError):
             return None
 
     def peak_bytes(self) -> int | None:
         # ru_maxrss follows the VmHWM reset below and costs ~1 µs (reading /proc/self/status: ~40 µs).
+        if _getrusage is None:
+            return None
         try:
-            import resource
-
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        except (ImportError, OSError):
+            return int(_getrusage(_RUSAGE_SELF).ru_maxrss) * 1024
+        except (OSError, AttributeError, TypeError, ValueError):
             return None
 
     def reset_peak(self) -> bool:
@@ -90,7 +111,7 @@ class _ProcMemory:
         if self.clear_refs is None:
             return False
         try:
-            os.write(self.clear_refs, b"5")
+            _os_write(self.clear_refs, b"5")
             return True
         except OSError:
             return False
@@ -129,7 +150,7 @@ class _CellCounters:
 
 def _caller_module() -> str:
     """The module of the first frame outside JAX: ``__main__`` for notebook code."""
-    frame = sys._getframe(2)
+    frame = _getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if not isinstance(module, str):
@@ -171,11 +192,11 @@ class Probe:
             {
                 "type": "kernel",
                 "probe_version": PROBE_VERSION,
-                "pid": os.getpid(),
-                "cwd": os.getcwd(),
+                "pid": _getpid(),
+                "cwd": _getcwd(),
                 "python": sys.version.split()[0],
                 "executable": sys.executable,
-                "started_unix": time.time(),
+                "started_unix": _time(),
                 "session": os.environ.get("JPY_SESSION_NAME"),
                 "jax_cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
                 "jax_platforms": os.environ.get("JAX_PLATFORMS"),
@@ -184,14 +205,14 @@ class Probe:
 
     # ---- output -------------------------------------------------------------------------------
     def _write(self, record: dict[str, Any]) -> None:
-        self.out.write(json.dumps(record, default=str) + "\n")
+        self.out.write(_ENCODE(record) + "\n")
 
     # ---- IPython events -----------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
         self.sequence += 1
         self.counters = _CellCounters()
         source = getattr(info, "raw_cell", "") or ""
-        self._write({"type": "start", "seq": self.sequence, "hash": source_hash(source)})
+        self._write({"type": "start", "seq": self.sequence, "hash": source_hash(source), "unix": _time()})
         self.rss_before = self.memory.rss_bytes()
         self.peak_reset = self.memory.reset_peak()
         if self.gpu is not None:
@@ -202,11 +223,11 @@ class Probe:
             # The timeline's trace serves both only when it runs: it skips cells before the notebook has
             # started JAX's backends, where the programs' own session (which starts none) still records.
             self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None)
-        self.cell_start_unix = time.time()
-        self.cell_start = time.perf_counter()
+        self.cell_start_unix = _time()
+        self.cell_start = _perf_counter()
 
     def post_run_cell(self, result: Any) -> None:
-        wall = time.perf_counter() - self.cell_start
+        wall = _perf_counter() - self.cell_start
         trace = self.timeline.stop(self.sequence) if self.timeline is not None else None
         counters = self.counters
         programs = None
@@ -271,14 +292,14 @@ class Probe:
         probe = self
 
         async def execute_request(*args: Any, **kwargs: Any) -> Any:
-            probe.request_start = time.perf_counter()
+            probe.request_start = _perf_counter()
             try:
                 result = original(*args, **kwargs)
                 if hasattr(result, "__await__"):
                     result = await result
                 return result
             finally:
-                probe.finish_request(time.perf_counter() - probe.request_start)
+                probe.finish_request(_perf_counter() - probe.request_start)
 
         handlers["execute_request"] = execute_request
         self.request_start = 0.0
@@ -295,9 +316,9 @@ class Probe:
         def _publish_status(status: Any, *args: Any, **kwargs: Any) -> Any:
             if (args[0] if args else kwargs.get("channel", "shell")) == "shell":
                 if status == "busy":
-                    probe.busy_at = time.perf_counter()
+                    probe.busy_at = _perf_counter()
                 elif status == "idle":
-                    probe.write_held(time.perf_counter())  # before "idle" leaves: the runner finds the line
+                    probe.write_held(_perf_counter())  # before "idle" leaves: the runner finds the line
                     probe.busy_at = None
             return publish(status, *args, **kwargs)
 
@@ -610,7 +631,7 @@ def _class_attributes(cls: type) -> dict[str, Any]:
 
 def _short_shapes(text: str) -> str:
     # "(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))" -> "float32[3], int32[]"
-    return ", ".join(re.findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
+    return ", ".join(_findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
 
 
 class _GpuMemory:
@@ -630,7 +651,7 @@ class _GpuMemory:
     def used_bytes(self) -> int | None:
         if self.nvml is None:
             return None
-        pid, total = os.getpid(), 0
+        pid, total = _getpid(), 0
         try:
             for handle in self.handles:
                 for process in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
@@ -718,7 +739,7 @@ def install(shell: Any) -> Probe | None:
         if not folder:
             return None
         os.makedirs(folder, exist_ok=True)
-        out = os.path.join(folder, f"{os.getpid()}-{time.time_ns()}.jsonl")
+        out = os.path.join(folder, f"{_getpid()}-{_time_ns()}.jsonl")
     probe = Probe(shell, out)
     shell.events.register("pre_run_cell", probe.pre_run_cell)
     shell.events.register("post_run_cell", probe.post_run_cell)
