@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from nbscope.api.backends import machine_lacks
-from nbscope.api.live import live_folder
+from nbscope.collect.platforms import machine_lacks
+from nbscope.record.live import live_folder
 from nbscope.record.run import RunRecord, loads
 from nbscope.record.store import Store
 

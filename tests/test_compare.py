@@ -174,7 +174,7 @@ def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, tmp_path
 
 
 def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path) -> None:
-    from nbscope.api.backends import machine_lacks
+    from nbscope.collect.platforms import machine_lacks
 
     unknown = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,no_such_platform",
                       "--db", tmp_path / "s.db")

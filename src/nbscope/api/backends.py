@@ -4,7 +4,6 @@ recommendation of where each cell should run."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,61 +14,13 @@ from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import Findings, diagnose, recommend
 from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
+from nbscope.collect.platforms import check_platforms, parse_backends
 from nbscope.record.sources import sources_of
 
-# Backend names as JAX_PLATFORMS takes them; "gpu" is another name for "cuda".
-BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
 # AssertionError instead, which the "no JAX work ran" test below catches).
 UNAVAILABLE_MARKERS = ("Unable to initialize backend", "not in the list of known backends", "No visible GPU",
                        "no supported devices", "CUDA_ERROR_NO_DEVICE", "Unknown backend")
-
-
-def parse_backends(text: str | None, *, at_least: int = 1) -> list[str]:
-    """``"cpu, CUDA"`` to ``["cpu", "cuda"]``: known names, none twice (gpu means cuda), at least ``at_least``."""
-    backends = [b.strip().lower() for b in (text or "").split(",") if b.strip()]
-    if not backends:
-        raise NbscopeError("--backends needs at least one backend (for example cpu or cpu,cuda)")
-    for backend in backends:
-        if backend not in BACKENDS:
-            raise NbscopeError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
-    if len({BACKENDS[b] for b in backends}) != len(backends):
-        raise NbscopeError(f"--backends lists a backend twice: {','.join(backends)} (gpu means cuda)")
-    if len(backends) < at_least:
-        raise NbscopeError(
-            f"--backends needs at least {'two' if at_least == 2 else at_least} JAX platforms separated by commas "
-            f"(e.g. cpu,cuda), got {text!r}"
-        )
-    return backends
-
-
-def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> str | None:
-    """Why this machine has no device for a JAX backend (None when it has one, or for the CPU); GPUs are
-    found through NVML (the machine's fingerprint), ROCm and TPU devices by their device files."""
-    import glob
-
-    platform = BACKENDS.get(backend.strip().lower())
-    if platform == "cuda":
-        fingerprint = fingerprint if fingerprint is not None else fp.collect()
-        devices = (fingerprint.get("gpu") or {}).get("devices")
-        if isinstance(devices, list) and devices:
-            return None
-        why = devices["absent"] if fp.is_absent(devices) else "NVML lists no GPU"
-        return f"this machine has no NVIDIA GPU: {why}"
-    if platform == "rocm" and not os.path.exists("/dev/kfd"):
-        return "this machine has no AMD GPU (no /dev/kfd)"
-    if platform == "tpu" and not (glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*")):
-        return "this machine has no TPU (no /dev/accel*, no /dev/vfio/*)"
-    return None
-
-
-def check_platforms(text: str, fingerprint: dict[str, Any] | None = None, *, option: str = "--backends") -> None:
-    """Refuse (one line, before anything runs) a JAX platform this machine has no device for; names JAX
-    alone knows (a plugin's platform) are left to JAX."""
-    for name in (n.strip() for n in text.split(",") if n.strip()):
-        lacks = machine_lacks(name, fingerprint)
-        if lacks:
-            raise NbscopeError(f"{option} {name}: {lacks}; profile on a machine that has one, or leave {name} out")
 
 
 def backend_unavailable(record: Any) -> str | None:

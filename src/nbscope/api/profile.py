@@ -118,7 +118,7 @@ def check_kernel(name: str) -> None:
 def check_store(store: Any) -> None:
     """Before anything runs: the store opens, this nbscope can use it and it takes a write, and its live
     folder can be written. A store that does not exist yet is not created here (only its folder checked)."""
-    from nbscope.api.live import live_folder
+    from nbscope.record.live import live_folder
 
     path = Path(store.path)
     if path.exists():
@@ -135,7 +135,7 @@ def preflight(
     """Every check a profile makes before a kernel starts, so that a bad option, notebook, kernel, backend
     or store is one line (an NbscopeError) with nothing run, nothing stored and no live file left; the
     notebook, read."""
-    from nbscope.api.backends import check_platforms
+    from nbscope.collect.platforms import check_platforms
 
     options.validate()
     notebook = notebook_module.read(path)

@@ -3,6 +3,14 @@
 The runner adds what only it can see: kernel start and shutdown time, nbclient's busy→idle round trip
 per cell, output volume, timeouts and dead kernels. It merges those with the probe's per-cell lines into
 the cell records of docs/run-record.md, streaming each to a JSON-lines side file as it finishes.
+
+Why its own cell loop rather than ``NotebookClient.execute()`` with nbclient's cell hooks
+(``on_cell_start`` / ``on_cell_executed`` / ``on_cell_error``): nbclient's loop ends the whole run at the
+first ``CellTimeoutError`` or ``DeadKernelError`` (they propagate out of ``execute``), so a timed-out
+cell's elapsed time, the interrupt-then-continue of ``--on-error continue``, and the cells after it would
+not be measured; nor could a Ctrl-C be told apart cell by cell (the interrupted cell's elapsed time and the
+signal). The loop below uses nbclient for everything else: kernel set-up, ``execute_cell`` with its
+timing metadata, outputs and errors.
 """
 
 from __future__ import annotations
@@ -129,7 +137,7 @@ def execute(
                 running, cell_started = code_cell, time.perf_counter()
                 if on_cell_start is not None:
                     on_cell_start(code_cell)
-                outcome, error = "ran", None
+                outcome = "ran"
                 try:
                     client.execute_cell(cell, code_cell.cell_index)
                 except CellTimeoutError:
@@ -139,33 +147,7 @@ def execute(
                 elapsed = time.perf_counter() - cell_started
                 running = None
                 probe = reader.take(code_cell.source_hash) if outcome == "ran" else None
-                runner_fields: dict[str, Any] = {
-                    "roundtrip_s": roundtrip(cell) if outcome == "ran" else None,
-                    "busy_unix": nbclient_timing(cell)["iopub.status.busy"] if outcome == "ran" else None,
-                    "output_bytes": len(json.dumps(cell.get("outputs", []))),
-                }
-                if outcome == "ran" and probe is None:
-                    skipped = not cell.source.strip() or "skip-execution" in code_cell.tags
-                    runner_fields["status"] = "skipped" if skipped else "ok"
-                    if not skipped:  # probe missing (a kernel without IPython events): runner figures only
-                        runner_fields["wall_s"] = runner_fields["roundtrip_s"] or elapsed
-                        error = output_error(cell)
-                elif outcome != "ran":
-                    runner_fields.update(status=outcome, wall_s=elapsed)
-                    error = {"name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",
-                             "message": f"cell exceeded --timeout {options.timeout:g} s" if outcome == "timeout"
-                             else "the kernel died while running this cell"}
-                record = merge_cell(code_cell, probe, **runner_fields)
-                if programs is not None and probe is not None and probe.get("programs"):
-                    record["programs"] = _collect_programs(programs, probe["programs"], record)
-                if probe is not None and probe.get("timeline_trace"):
-                    record["timeline"] = _summarise_timeline(probe["timeline_trace"], record)
-                if error is not None:
-                    record["error"] = error
-                    if record["status"] == "ok":
-                        record["status"] = "error"
-                if record["status"] == "error" and "raises-exception" in code_cell.tags:
-                    record["status"] = "expected-error"
+                record = _cell_record(code_cell, cell, outcome, elapsed, probe, options, programs)
                 cells.append(record)
                 if reader.kernel is not None and not kernel_written:
                     live.write(reader.kernel)  # the probe's kernel header: a recovered run names its kernel
@@ -223,6 +205,42 @@ def execute(
         cells=cells, runner=runner, kernel=reader.kernel, status=status, executed_nb=nb, interrupted=interrupted,
         programs=programs.finish() if programs is not None else None,
     )
+
+
+
+def _cell_record(code_cell: CodeCell, cell: Any, outcome: str, elapsed: float, probe: dict[str, Any] | None,
+                 options: ExecutionOptions, programs: Any) -> dict[str, Any]:
+    """One cell's record from how its request ended (``ran``, ``timeout``, ``kernel-died``), the runner's
+    clock, what nbclient wrote into the cell and the probe's line."""
+    error = None
+    runner_fields: dict[str, Any] = {
+        "roundtrip_s": roundtrip(cell) if outcome == "ran" else None,
+        "busy_unix": nbclient_timing(cell)["iopub.status.busy"] if outcome == "ran" else None,
+        "output_bytes": len(json.dumps(cell.get("outputs", []))),
+    }
+    if outcome == "ran" and probe is None:
+        skipped = not cell.source.strip() or "skip-execution" in code_cell.tags
+        runner_fields["status"] = "skipped" if skipped else "ok"
+        if not skipped:  # probe missing (a kernel without IPython events): runner figures only
+            runner_fields["wall_s"] = runner_fields["roundtrip_s"] or elapsed
+            error = output_error(cell)
+    elif outcome != "ran":
+        runner_fields.update(status=outcome, wall_s=elapsed)
+        error = {"name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",
+                 "message": f"cell exceeded --timeout {options.timeout:g} s" if outcome == "timeout"
+                 else "the kernel died while running this cell"}
+    record = merge_cell(code_cell, probe, **runner_fields)
+    if programs is not None and probe is not None and probe.get("programs"):
+        record["programs"] = _collect_programs(programs, probe["programs"], record)
+    if probe is not None and probe.get("timeline_trace"):
+        record["timeline"] = _summarise_timeline(probe["timeline_trace"], record)
+    if error is not None:
+        record["error"] = error
+        if record["status"] == "ok":
+            record["status"] = "error"
+    if record["status"] == "error" and "raises-exception" in code_cell.tags:
+        record["status"] = "expected-error"
+    return record
 
 
 def stop_signal(exc: BaseException) -> str:

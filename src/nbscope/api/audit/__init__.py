@@ -14,7 +14,7 @@ from nbscope.api.audit._jobs import Job, file_hash, run_job
 from nbscope.api.audit._merge import export_audit, load_audit, merge
 from nbscope.api.audit._run import AuditOptions, audit, local_availability
 from nbscope.api.audit._schedule import GpuSlot, LocalScheduler, gpu_slots, memory_fraction
-from nbscope.api.backends import parse_backends
+from nbscope.collect.platforms import parse_backends
 
 __all__ = [
     "AuditOptions",

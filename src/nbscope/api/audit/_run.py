@@ -14,8 +14,8 @@ from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
-from nbscope.api.backends import BACKENDS, parse_backends
 from nbscope.collect import fingerprint as fp
+from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
 from nbscope.record.run import RunRecord
