@@ -60,7 +60,8 @@ def test_the_record_carries_each_cells_whole_source_and_line_range(profiled_else
     assert "for t in range(200):" in simulate["source"]
     assert recorded_sources(record)[simulate["source_hash"]] == simulate["source"]
     text = profiled_elsewhere["notebook"].read_text().split("\n")
-    assert text[simulate["line"] - 1].strip().startswith('"source"') and simulate["end_line"] > simulate["line"]
+    first, last = simulate["lines"]
+    assert text[first - 1].strip().startswith('"source"') and last > first and simulate["line"] is None
 
 
 def test_findings_are_the_same_from_any_folder(profiled_elsewhere: dict[str, Path], run_cli: RunCli,

@@ -71,9 +71,10 @@ class CodeCell:
     cell_index: int  # among all cells
     source: str
     source_hash: str
-    line: int | None  # 1-based line where the cell starts in its file (a MyST cell's opening fence)
+    line: int | None  # 1-based line of the cell's opening fence in a MyST file (what labels show)
     tags: list[str]
-    end_line: int | None = None  # 1-based line where it ends (a MyST cell's closing fence)
+    # The cell's first and last line in its file, 1-based: a MyST cell's fences, an .ipynb cell's "source".
+    lines: tuple[int, int] | None = None
 
     @property
     def first_line(self) -> str:
@@ -96,7 +97,7 @@ class CodeCell:
             "cell_index": self.cell_index,
             "source_hash": self.source_hash,
             "line": self.line,
-            "end_line": self.end_line,
+            "lines": list(self.lines) if self.lines else None,
             # The code that ran, whole: analyses read it from the record, never from a file edited since.
             "source": self.source,
             "first_line": self.first_line[:120],
@@ -178,8 +179,8 @@ def read(path: str | Path) -> Notebook:
                 cell_index=cell_index,
                 source=cell.source,
                 source_hash=source_hash(cell.source),
-                line=ranges[cell_index][0] if cell_index < len(ranges) else None,
-                end_line=ranges[cell_index][1] if cell_index < len(ranges) else None,
+                line=ranges[cell_index][0] if fmt == "myst" and cell_index < len(ranges) else None,
+                lines=ranges[cell_index] if cell_index < len(ranges) else None,
                 tags=tags,
             )
         )
@@ -187,7 +188,7 @@ def read(path: str | Path) -> Notebook:
                     content_hash=hashlib.sha256(data).hexdigest()[:16])
 
 
-LineRange = tuple[int | None, int | None]
+LineRange = tuple[int, int]
 
 
 def _myst_line_ranges(text: str, starts: list[int] | None) -> list[LineRange]:

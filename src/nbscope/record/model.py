@@ -35,6 +35,12 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _line_range(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return (value[0], value[1])
+    return None
+
+
 def _object(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -182,7 +188,7 @@ class Cell:
     source_hash: str
     source: str | None  # the code that ran (None: a record of schema version 1)
     line: int | None
-    end_line: int | None
+    lines: tuple[int, int] | None  # first and last line in its file (None: a record of schema version 1)
     first_line: str
     code_line: str
     tags: tuple[str, ...]
@@ -225,7 +231,7 @@ class Cell:
         return cls(
             index=integer("index") or 0, cell_index=integer("cell_index"),
             source_hash=str(value.get("source_hash") or ""), source=_text(value.get("source")),
-            line=integer("line"), end_line=integer("end_line"), first_line=str(value.get("first_line") or ""),
+            line=integer("line"), lines=_line_range(value.get("lines")), first_line=str(value.get("first_line") or ""),
             code_line=str(value.get("code_line") or value.get("first_line") or ""),
             tags=tuple(str(t) for t in value.get("tags") or ()), status=str(value.get("status") or "ok"),
             error=CellError.parse(value.get("error")), execution_count=integer("execution_count"),

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from nbscope.record.model import NotebookRun
 
 FORMAT_NAME = "nbscope-run"
-# 2: each code cell carries its whole source and its line range (``cells[].source``, ``end_line``); times are
+# 2: each code cell carries its whole source and its line range (``cells[].source``, ``lines``); times are
 # finite and never negative; statuses and kinds are from the lists below. A version 1 document still loads:
 # it migrates in memory (its cells' code is then read from the notebook only when unchanged, see
 # ``record.sources``).
@@ -371,7 +371,7 @@ _CELL: Spec = {
     "code_line": "string",
     "status": ("enum", CELL_STATUSES),
     "source": "string",
-    "end_line": "integer",
+    "lines": ("array", "integer"),
     "tags": "array",
     "error": {"name": "string", "message": "string"},
     "samples": "object",  # per repeat: wall_s, compile_s (times, checked as such), status
