@@ -279,3 +279,31 @@ def test_a_portable_export_carries_no_machine_local_path(profiled: dict, tmp_pat
     assert document["fingerprint"]["digest"] == Store(db).get(1).digest
     imported = cli("import", tmp_path / "shared.json", "--db", tmp_path / "other.db", cwd=tmp_path)
     assert imported.returncode == 0, imported.stderr
+
+
+def test_every_spelling_of_env_on_a_command_line_is_hidden() -> None:
+    from nbscope.record.secrets import command_for_record, env_for_record
+
+    argv = ["nbscope", "profile", "x.md", "--env", f"HF_TOKEN={SECRET}", f"--env=OPENAI_API_KEY={SECRET}",
+            "--env", "JAX_PLATFORMS=cpu", "--env", f"JAX_AUTH_TOKEN={SECRET}"]
+    kept = command_for_record(argv)
+    assert SECRET not in " ".join(kept) and "JAX_PLATFORMS=cpu" in kept
+    assert kept[4].startswith("HF_TOKEN=hidden-sha256:") and kept[5].startswith("--env=OPENAI_API_KEY=hidden-sha256:")
+    assert command_for_record([*argv, "--env-store-values"]) == [*argv, "--env-store-values"]
+    assert env_for_record({"A": "x"}) == env_for_record({"A": "x"}) != env_for_record({"A": "y"})  # compare can tell
+
+
+def test_a_portable_record_replaces_only_whole_folder_names() -> None:
+    from nbscope.record.portable import portable
+
+    document = {"target": "a.md", "command": ["/usr/bin/nbscope", "profile", "/home/me/proj/a.md", "--db=/srv/x.db"],
+                "measurements": {"notebook": {"path": "/home/me/proj/a.md"},
+                                 "kernel": {"cwd": "/elsewhere/run", "executable": "/opt/py/bin/python3"},
+                                 "cells": [{"error": {"message": "see /home/me/proj/a.md and /home/melanie/b"}}]},
+                "fingerprint": {}}
+    shared = portable(document, root="/home/me/proj", home="/home/me")
+    assert shared["command"] == ["nbscope", "profile", "a.md", "--db=…/x.db"]
+    assert shared["measurements"]["notebook"]["path"] == "a.md"
+    assert shared["measurements"]["kernel"] == {"cwd": "…/run", "executable": "python3"}
+    assert shared["measurements"]["cells"][0]["error"]["message"] == "see a.md and /home/melanie/b"
+    assert document["measurements"]["notebook"]["path"] == "/home/me/proj/a.md"  # the original is untouched
