@@ -140,7 +140,10 @@ def profile(
     if backends:
         _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown, diagnosis=not no_diagnose)
         return
-    cells = len(notebook_module.read(path).code_cells) * repeat
+    read = notebook_module.read(path)
+    for warning in read.warnings:  # a MyST file whose structure looks broken still runs, with a warning
+        typer.echo(f"nbscope: warning: {warning}", err=True)
+    cells = len(read.code_cells) * repeat
     interactive = console.is_terminal and not (as_json or markdown)
     progress, started, done = _progress(cells, interactive)
     with progress:
