@@ -227,7 +227,7 @@ def test_history_sets_the_run_to_run_noise_floor() -> None:
     assert first.floor_basis == "history"
     assert second.history_mad_s == 0.0 and second.verdict == "regression"  # a steady cell made 3× slower
     assert result.history_runs == 5 and result.to_dict()["history_runs"] == 5
-    assert result.noise_note.startswith("noise: run-to-run noise of 5 earlier comparable runs")
+    assert result.noise_note.startswith("noise: run-to-run noise of 5 earlier comparable runs (3 σ of a difference)")
     few = gate(base, cand, quiet, history=history[:2])
     assert few.cells[0].verdict == "regression" and few.cells[0].floor_basis == "none"
     # One note says what the verdict rests on; no second, contradictory one.

@@ -450,19 +450,18 @@ def noise_note(comparisons: list[Comparison], history: int, repeats: tuple[int, 
     """One sentence on what the noise floors rest on, the same for the terminal, markdown and JSON."""
     judged = [c for c in comparisons if c.floor_basis != "none"]
     by_history = sum(c.floor_basis == "history" for c in judged)
-    by_model = sum(c.floor_basis == "model" for c in judged)
     unwaited = sum(c.judged == "unwaited" for c in judged)
-    parts = []
-    if history >= MIN_HISTORY and by_history:
-        parts.append(f"run-to-run noise of {history} earlier comparable runs ({options.mad_k:g} × MAD)"
-                     + (f" for {by_history} of {len(judged)} cells" if by_history < len(judged) else ""))
-    if not options.noise_model and not parts:
-        parts.append(f"abs_floor {options.abs_floor_s:g} s and {options.mad_k:g} × MAD of repeats only (noise model off)")
-    elif by_model or not parts:
-        why = (f"{history} earlier comparable run{'s' if history != 1 else ''} here, {MIN_HISTORY} needed for "
-               "run-to-run noise" if history < MIN_HISTORY else "cells without enough history")
-        parts.append(f"floors by each cell's kind and size ({why})")
-    text = "noise: " + "; ".join(parts)
+    runs = f"{history} earlier comparable run{'s' if history != 1 else ''}"
+    if history >= MIN_HISTORY and options.noise_model:
+        text = (f"noise: the larger of each cell's floor by kind and size and the run-to-run noise of {runs} "
+                f"({options.mad_k:g} σ of a difference; it set {by_history} of {len(judged)} floors)")
+    elif history >= MIN_HISTORY:
+        text = f"noise: run-to-run noise of {runs} ({options.mad_k:g} σ of a difference); noise model off"
+    elif options.noise_model:
+        text = f"noise: floors by each cell's kind and size ({runs} here, {MIN_HISTORY} needed for run-to-run noise)"
+    else:
+        text = (f"noise: abs_floor {options.abs_floor_s:g} s and {options.mad_k:g} × MAD of repeats only "
+                f"(noise model off; {runs} here, {MIN_HISTORY} needed for run-to-run noise)")
     if unwaited:
         text += "; each cell's wait for a CPU left out" + (
             f" ({unwaited} of {len(judged)} cells)" if unwaited < len(judged) else "")
