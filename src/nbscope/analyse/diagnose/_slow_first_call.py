@@ -87,6 +87,15 @@ def _compiles(cell: Mapping[str, Any]) -> int:
     return int((cell.get("jax") or {}).get("compiles") or 0) + int((cell.get("numba") or {}).get("compiles") or 0)
 
 
+def _recompiled(cell: Mapping[str, Any], called: set[str]) -> bool:
+    """The cell compiled one of the functions it calls again (new shapes or dtypes: not a repeat), or Numba
+    compiled (new types). Eager and library compiles elsewhere in the cell leave the call the same; its
+    compile time is taken out of both sides anyway."""
+    if int((cell.get("numba") or {}).get("compiles") or 0):
+        return True
+    return bool(_user_compiled(cell) & called)
+
+
 def _pairs(ctx: Context) -> list[_Pair]:
     """Each first call with its fastest repeat in the same kernel."""
     trees = ctx.bindings.trees
@@ -103,10 +112,10 @@ def _pairs(ctx: Context) -> list[_Pair]:
         compiled = _user_compiled(first)
         candidates = []
         for repeat in later:
-            if _compiles(repeat):
-                continue  # it compiled again: new shapes or dtypes, not a repeat
             tree = trees[int(repeat["index"])]
             calls = {_source.dotted(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+            if _recompiled(repeat, calls | compiled):
+                continue  # it compiled again: new shapes or dtypes, not a repeat
             if compiled and compiled <= calls:
                 candidates.append((repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes"))
                 continue
@@ -126,7 +135,7 @@ def _calls_run(ctx: Context, index: int, tree: ast.AST) -> dict[str, ast.Call]:
     ``.block_until_ready()``, ``jnp.max(...)``, a print) does not change the key."""
     jitted = ctx.code.jitted_at(index)
     found: dict[str, ast.Call] = {}
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+    for call in (n for n in _run_here(tree) if isinstance(n, ast.Call)):
         name = _source.dotted(call.func)
         if not name or (name not in jitted and ctx.code.function_at(name, index) is None
                         and ctx.code.numba_function_at(name, index) is None):
@@ -138,12 +147,24 @@ def _calls_run(ctx: Context, index: int, tree: ast.AST) -> dict[str, ast.Call]:
 
 
 def _bound_around(tree: ast.Module, call: ast.Call, *, after: bool) -> set[str]:
-    """Names the cell's top-level statements bind after (or before) the statement holding ``call``."""
+    """Names the cell binds after (or before) the top-level statement holding ``call``, and the names that
+    statement binds itself (a ``for`` target, a ``with ... as``: the call may read them, one value per pass)."""
     holder = next((i for i, statement in enumerate(tree.body) if any(n is call for n in ast.walk(statement))), None)
     if holder is None:
         return set()
     statements = tree.body[holder + 1:] if after else tree.body[:holder]
-    return set().union(*(_bindings._bound_names(statement) for statement in statements))
+    own = tree.body[holder]
+    inner = set() if isinstance(own, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else _bindings._bound_names(own)
+    return inner.union(*(_bindings._bound_names(statement) for statement in statements))
+
+
+def _run_here(tree: ast.AST) -> Iterator[ast.AST]:
+    """The nodes a cell runs when it runs: not the bodies of the functions and lambdas it defines."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        yield from _run_here(node)
 
 
 def _other_work(tree: ast.Module, call: ast.Call) -> tuple[str, ...]:
@@ -180,7 +201,8 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
         for repeat in ran[position + 1:]:
             later = int(repeat["index"])
             shared = sorted(set(calls.get(index, {})) & set(calls.get(later, {})))
-            if not shared or _compiles(repeat):
+            called = {key.split("(")[0] for key in shared}
+            if not shared or _recompiled(repeat, called | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
             between = set().union(*(_bound(trees.get(i)) for i in range(index + 1, later)))
             for key in shared:
