@@ -351,7 +351,7 @@ def _total(
         total.label = "total (whole notebook)"
         if ("total", "wall") in noise:
             total.history_mad_s, total.history_range_s, total.history_runs = noise[("total", "wall")]
-        elif total.base_s is not None and total.cand_s is not None:
+        if total.base_s is not None and total.cand_s is not None:
             total.model_floor_s = noise_model.model_floor(min(total.base_s, total.cand_s))
         return judge(total, options)
     total.label = f"total of {len(counted)} paired cells"
@@ -366,9 +366,9 @@ def _total(
         total.base_judged_s, total.cand_judged_s = total.base_s, total.cand_s
     if ("total", judged) in noise:
         total.history_mad_s, total.history_range_s, total.history_runs = noise[("total", judged)]
-    else:
-        # The machine slows every cell of a run together: the total's floor is the sum of the cells'.
-        total.model_floor_s = sum(c.model_floor_s or 0.0 for c in counted)
+    # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
+    # history may widen it, as a cell's).
+    total.model_floor_s = sum(c.model_floor_s or 0.0 for c in counted)
     # Per-repeat totals, where every counted cell has one sample per repeat.
     lengths_b = {len(c.base_samples) for c in counted}
     lengths_c = {len(c.cand_samples) for c in counted}
