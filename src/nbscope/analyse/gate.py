@@ -514,9 +514,12 @@ def gate(
             warnings.append(f"the {name} run's status is {record.status}")
         load, cores = busy(record)
         if load is not None:
+            cells = list(record.measurements.get("cells") or [])
+            waits = bool(cells) and all(noise_model.wait_of(c) is not None for c in cells if c.get("status") == "ok")
             warnings.append(
                 f"the machine was busy when the {name} run started (load average {load:.1f} on {cores} cores): "
-                "its timings may be inflated and false alarms are likely"
+                + ("its walls are inflated; the verdicts leave out each cell's wait for a CPU" if waits
+                   else "its timings may be inflated and false alarms are likely")
             )
     history = [r for r in history or [] if r is not candidate and (r.run_id is None or r.run_id != candidate.run_id)]
     noise = history_noise(history)
