@@ -124,3 +124,61 @@ def test_myst_profile_records_lines_in_a_real_kernel(tmp_path: Path) -> None:
     # the stored copy says the same
     stored = store.get(record.run_id)
     assert [c["line"] for c in stored.measurements["cells"]] == fence_lines(MYST)
+
+
+# --- malformed notebooks: the error names the field or the line -----------------------------------------
+
+ODD = FILES / "odd"
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("source_number.ipynb", "cells[3].source: 42 is not a string or list of strings"),
+        ("tags_string.ipynb", 'cells[1].metadata.tags: "hide-input" is not a list of strings'),
+        ("execution_count_text.ipynb", "cells[0].execution_count: 'one' is not of type"),
+        ("cell_type_unknown.ipynb", 'cells[1].cell_type: "python" is not code, markdown or raw'),
+        ("no_cells.ipynb", "cells: missing"),
+        ("trailing_comma.ipynb", "line 3, column 43: not valid JSON"),
+        ("bad_option_line.md", "line 13: ':tags [hide-input]' is not a :key: value option line"),
+        ("bad_option_yaml.md", "the code cell's option block is not valid YAML"),
+    ],
+)
+def test_a_malformed_notebook_names_the_field_or_line(name: str, message: str) -> None:
+    with pytest.raises(NbscopeError) as info:
+        notebook.read(ODD / name)
+    text = str(info.value)
+    assert text.startswith(str(ODD / name)) and message in text, text
+    assert "\n" not in text and "Error" not in text  # one line, no exception class names
+
+
+@pytest.mark.parametrize(
+    "name, line, message",
+    [
+        ("unclosed_fence.md", 18, "fence is never closed"),
+        ("unclosed_front_matter.md", 1, "front matter (---) is never closed"),
+    ],
+)
+def test_a_broken_looking_myst_file_reads_with_a_warning(name: str, line: int, message: str) -> None:
+    nb = notebook.read(ODD / name)
+    assert len(nb.warnings) == 1 and f"line {line}: " in nb.warnings[0] and message in nb.warnings[0]
+    fences = fence_lines(ODD / name)
+    assert line in fences or line == 1
+
+
+def test_well_formed_notebooks_get_no_warning() -> None:
+    for path in [MYST, *sorted(FILES.glob("*.md")), *sorted(FILES.glob("*.ipynb"))]:
+        assert notebook.read(path).warnings == [], path
+
+
+def test_source_number_on_the_command_line_is_one_line_exit_2(run_cli: object, tmp_path: Path) -> None:
+    result = run_cli("profile", str(ODD / "source_number.ipynb"), "--db", str(tmp_path / "n.db"))  # type: ignore[operator]
+    assert result.returncode == 2, result.stderr
+    assert "cells[3].source: 42 is not a string or list of strings" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "n.db").exists()
+
+
+def test_profile_prints_the_myst_warning(run_cli: object, tmp_path: Path) -> None:
+    result = run_cli("profile", str(ODD / "unclosed_fence.md"), "--db", str(tmp_path / "n.db"))  # type: ignore[operator]
+    assert result.returncode in (0, 1), result.stderr
+    assert "warning:" in result.stderr and "line 18: this ```{code-cell} fence is never closed" in result.stderr

@@ -4,6 +4,9 @@ Cells are paired by the cell model's one pairing function (:func:`nbscope.record
 by source hash, moved cells by hash elsewhere, edited cells by position and similarity. For each
 pair the wall, compile and run times of both sides, their ratio and the winner; then the totals; then
 every difference in settings and machine fingerprint that could explain the figures.
+
+A winner whose difference the machine's own noise explains (:mod:`nbscope.analyse.noise`: the wait for a
+CPU left out, and the floor of the cell's kind and size) is shown as ``within noise``, never as a speed-up.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellPair, pair_cells, same_notebook, shown_line
 from nbscope.record.run import RunRecord, backend_of
@@ -147,6 +151,15 @@ def winner(a: float | None, b: float | None) -> dict[str, Any]:
     return {"winner": side, "factor": round(factor, 3), "text": f"{side} {shown}× faster"}
 
 
+def within_noise(result: dict[str, Any], floor_s: float, delta_s: float | None, judged: str) -> dict[str, Any]:
+    """A winner that the machine's own noise explains becomes ``within noise``: a tie, with the factor kept."""
+    if result.get("winner") not in ("A", "B") or delta_s is None or abs(delta_s) >= floor_s:
+        return {**result, "within_noise": False}
+    what = "" if judged == "unwaited" else " (walls)"
+    return {**result, "winner": "tie", "within_noise": True,
+            "text": f"within noise{what}", "noise_floor_s": round(floor_s, 6)}
+
+
 def cell_figures(cell: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The figures of one cell that a comparison shows (None for a cell absent from a run)."""
     if cell is None:
@@ -238,6 +251,7 @@ def compare(
             "(pass --allow-different to compare them anyway)"
         )
     pairs = pair_cells(a.measurements["cells"], b.measurements["cells"], sources=sources)
+    floors: list[float] = []
     comparison = Comparison(a=a, b=b, pairs=pairs, differences=differences(a, b),
                             label_a=label(a, "A"), label_b=label(b, "B"), same_notebook=same)
     for pair in pairs:
@@ -261,8 +275,19 @@ def compare(
         )
         row["delta_s"] = wall_b - wall_a if isinstance(wall_a, (int, float)) and isinstance(wall_b, (int, float)) else None
         row.update(winner(wall_a, wall_b))
+        if pair.a is not None and pair.b is not None:
+            pair_noise = noise.pair_noise(pair.a, pair.b)
+            judged_delta = (pair_noise.cand_s - pair_noise.base_s
+                            if pair_noise.base_s is not None and pair_noise.cand_s is not None else None)
+            row.update(within_noise(row, pair_noise.floor_s, judged_delta, pair_noise.judged))
+            floors.append(pair_noise.floor_s)
         comparison.rows.append(row)
     comparison.totals = compare_totals(a, b)
+    # The machine slows every cell of a run together: the totals' noise is the sum of the cells'.
+    if comparison.paired_all and floors:
+        wall = comparison.totals["wall_s"]
+        delta = (wall["b"] - wall["a"]) if all(noise.time_of(wall[k]) is not None for k in ("a", "b")) else None
+        comparison.totals["wall_s"] = within_noise(wall, sum(floors), delta, "wall")
     return comparison
 
 

@@ -150,6 +150,8 @@ def profile(
         return
     # Options, notebook, kernel, backend and store, checked before a kernel starts (a one-line error).
     notebook = preflight(path, options, store)
+    for warning in notebook.warnings:  # a MyST file whose structure looks broken still runs, with a warning
+        typer.echo(f"nbscope: warning: {warning}", err=True)
     interactive = console.is_terminal and not (as_json or markdown)
     progress, started, done = _progress(len(notebook.code_cells) * repeat, interactive)
     not_stored = None

@@ -61,10 +61,11 @@ def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, *
         alarms=[],
         rss=None,
         gpu_memory=None,
+        sched=None,
         output_bytes=0,
     )
     if probe is not None:
-        for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory"):
+        for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory", "sched"):
             record[key] = probe.get(key)
     record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
     if record["wall_s"] is None and record["roundtrip_s"] is not None:

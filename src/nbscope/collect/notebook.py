@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import re
 import sys
 import types
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +118,8 @@ class Notebook:
     code_cells: list[CodeCell]
     # First 16 hex digits of SHA-256 of the file as stored: with the notebook's name, what identifies it.
     content_hash: str = ""
+    # Where the file's structure looks broken but it could still be read (MyST fences, options, front matter).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def kernel_name(self) -> str:
@@ -132,14 +136,159 @@ class Notebook:
         }
 
 
-def _read_myst(path: Path, text: str) -> nbformat.NotebookNode:
+def _read_myst(path: Path, text: str, notes: list[str]) -> nbformat.NotebookNode:
     import_nbformat()  # myst-nb builds nbformat notebooks
     from myst_nb.core.read import read_myst_markdown_notebook
 
     try:
         return read_myst_markdown_notebook(text, add_source_map=True, path=path)
     except Exception as exc:  # myst-nb raises several types for malformed files
-        raise NbscopeError(f"{path}: not a readable MyST notebook ({exc})") from None
+        # Our own look at the structure names the line; myst-nb's message, when we found nothing.
+        why = notes[0] if notes else _one_line(exc)
+        raise NbscopeError(f"{path}: not a readable MyST notebook: {why}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def _where(parts: Any) -> str:
+    """``cells[3].metadata.tags`` from a JSON path."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "the notebook"
+
+
+def _check_cells(data: Any) -> None:
+    """The fields nbscope itself reads, checked before nbformat's schema: the first wrong one, by path."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the notebook: {_short(data)} is not a JSON object")
+    cells = data.get("cells")
+    if not isinstance(cells, list):
+        raise ValueError(f"cells: {_short(cells)} is not a list" if "cells" in data else "cells: missing")
+    for number, cell in enumerate(cells):
+        where = f"cells[{number}]"
+        if not isinstance(cell, dict):
+            raise ValueError(f"{where}: {_short(cell)} is not a JSON object")
+        if cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise ValueError(f"{where}.cell_type: {_short(cell.get('cell_type'))} is not code, markdown or raw")
+        source = cell.get("source")
+        if "source" not in cell:
+            raise ValueError(f"{where}.source: missing")
+        if not (isinstance(source, str) or (isinstance(source, list) and all(isinstance(s, str) for s in source))):
+            raise ValueError(f"{where}.source: {_short(source)} is not a string or list of strings")
+        metadata = cell.get("metadata", {})
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{where}.metadata: {_short(metadata)} is not a JSON object")
+        tags = metadata.get("tags", [])
+        if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+            raise ValueError(f"{where}.metadata.tags: {_short(tags)} is not a list of strings")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _read_ipynb(path: Path, text: str) -> nbformat.NotebookNode:
+    """Parse and check an ``.ipynb``; errors name the JSON line or the field that is wrong."""
+    nbformat = import_nbformat()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NbscopeError(
+            f"{path}: not a valid .ipynb notebook: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
+        ) from None
+    if not isinstance(data, dict):
+        raise NbscopeError(f"{path}: not a valid .ipynb notebook: {_short(data)} is not a JSON object")
+    if data.get("nbformat") != 4:
+        major = data.get("nbformat")
+        if not isinstance(major, int) or major < 1 or major > 4:
+            raise NbscopeError(f"{path}: nbformat: {_short(major)} is not a notebook format version (4 expected)")
+    try:
+        if data.get("nbformat") == 4:
+            _check_cells(data)
+        nb = nbformat.reads(text, as_version=4)
+        _check_cells(nb)
+        with warnings.catch_warnings():  # nbformat.reads has warned already (a missing cell id, ...)
+            warnings.simplefilter("ignore")
+            nbformat.validate(nb)
+    except Exception as exc:  # ours (ValueError), nbformat's schema errors (with a path), and others
+        path_parts = getattr(exc, "absolute_path", None)
+        message = getattr(exc, "message", None)
+        if path_parts is not None and message:
+            text = f"{_where(path_parts)}: {_one_line(Exception(message))}"
+        elif isinstance(exc, ValueError):
+            text = _one_line(exc)
+        else:
+            text = f"{type(exc).__name__}: {_one_line(exc)}"
+        raise NbscopeError(f"{path}: not a valid .ipynb notebook: {text}") from None
+    return nb
+
+
+_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>\S.*)?$")
+_OPTION = re.compile(r"^:[A-Za-z_][\w-]*:(\s|$)")
+
+
+def myst_warnings(text: str) -> list[str]:
+    """Where a MyST notebook's structure looks broken: front matter never closed, a ``{code-cell}``
+    fence never closed (the rest of the file becomes its code), a code cell's option block that is not
+    ``:key: value`` lines or a closed YAML block of ``key: value``. Line numbers are the file's."""
+    import yaml
+
+    found: list[str] = []
+    lines = text.split("\n")
+    start = 0
+    if lines and lines[0].strip() == "---":
+        closing = next((n for n in range(1, len(lines)) if lines[n].strip() in ("---", "...")), None)
+        if closing is None:
+            found.append("line 1: the front matter (---) is never closed: the whole file is read as front matter")
+            return found
+        start = closing + 1
+    number = start
+    while number < len(lines):
+        match = _FENCE.match(lines[number])
+        if not match:
+            number += 1
+            continue
+        fence, info = match["fence"], (match["info"] or "").strip()
+        close = next((n for n in range(number + 1, len(lines))
+                      if re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[n])), None)
+        if info.startswith("{code-cell}"):
+            if close is None:
+                found.append(f"line {number + 1}: this {fence}{{code-cell}} fence is never closed: the rest of the "
+                             "file is read as its code")
+                return found
+            found += _option_warnings(lines, number, close, yaml)
+        number = (close if close is not None else len(lines)) + 1
+    return found
+
+
+def _option_warnings(lines: list[str], fence: int, close: int, yaml: Any) -> list[str]:
+    """Warnings about the option block of the code cell whose fence is at ``fence`` (0-based)."""
+    body = lines[fence + 1 : close]
+    if body and body[0].strip() == "---":
+        end = next((n for n in range(1, len(body)) if body[n].strip() == "---"), None)
+        if end is None:
+            return [f"line {fence + 2}: the code cell's option block (---) is never closed: it is read as code"]
+        try:
+            options = yaml.safe_load("\n".join(body[1:end]))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = fence + 3 + mark.line if mark is not None else fence + 2
+            return [f"line {at}: the code cell's option block is not valid YAML ({getattr(exc, 'problem', None) or exc})"]
+        if options is not None and not isinstance(options, dict):
+            return [f"line {fence + 2}: the code cell's option block is not a mapping of key: value"]
+        return []
+    found = []
+    for offset, line in enumerate(body):
+        if not line.startswith(":"):
+            break
+        if not _OPTION.match(line):
+            found.append(f"line {fence + 2 + offset}: {line.strip()[:40]!r} is not a :key: value option line")
+    return found
 
 
 def read(path: str | Path) -> Notebook:
@@ -155,15 +304,15 @@ def read(path: str | Path) -> Notebook:
     except UnicodeDecodeError:
         raise NbscopeError(f"{path} is not a text file, so not a notebook") from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text would: universal newlines
+    notes: list[str] = []
     if path.suffix.lower() == ".ipynb":
-        try:
-            nb = import_nbformat().reads(text, as_version=4)
-        except Exception as exc:
-            raise NbscopeError(f"{path}: not a valid .ipynb notebook ({type(exc).__name__})") from None
+        nb = _read_ipynb(path, text)
         fmt = "ipynb"
         ranges = _ipynb_line_ranges(text, nb)
     elif path.suffix.lower() in MYST_SUFFIXES:
-        nb = _read_myst(path, text)
+        notes = myst_warnings(text)
+        nb = _read_myst(path, text, notes)
+        notes = [f"{path}: {w}" for w in notes]
         fmt = "myst"
         ranges = _myst_line_ranges(text, nb.metadata.pop("source_map", None))
     else:
@@ -185,7 +334,7 @@ def read(path: str | Path) -> Notebook:
             )
         )
     return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells,
-                    content_hash=hashlib.sha256(data).hexdigest()[:16])
+                    content_hash=hashlib.sha256(data).hexdigest()[:16], warnings=notes)
 
 
 LineRange = tuple[int, int]

@@ -74,6 +74,9 @@ def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict
         base["samples"] = {
             "wall_s": walls, "code_s": codes, "compile_s": compiles, "status": [c.get("status") for c in cells]
         }
+        waits = [number((c.get("sched") or {}).get("wait_s")) for c in cells]
+        if walls and len(waits) == len(walls) and None not in waits:
+            base["samples"]["wait_s"] = waits  # each repeat's wait for a CPU, beside its wall
         if walls:
             median = statistics.median(walls)
             base["wall_s"] = median

@@ -78,8 +78,8 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     )
     console.print(f"[dim]baseline  {escape(_run_text(result.baseline))}[/dim]")
     console.print(f"[dim]candidate {escape(_run_text(result.candidate))}[/dim]")
-    if result.history_runs:
-        console.print(f"[dim]run-to-run noise from {result.history_runs} earlier runs[/dim]")
+    if result.noise_note:
+        console.print(f"[dim]{escape(result.noise_note)}[/dim]", highlight=False)
     for warning in result.warnings:
         console.print(f"[yellow]note:[/yellow] {escape(warning)}", highlight=False)
     rows = _shown(result, everything=everything)
@@ -125,9 +125,7 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
         "",
         f"Baseline {_md(_run_text(result.baseline))} · candidate {_md(_run_text(result.candidate))} · "
         f"max slowdown **{result.options.max_slowdown:.0%}**, α = {result.options.alpha:g}, "
-        f"noise floor max({format_seconds(result.options.abs_floor_s)}, {result.options.mad_k:g}·MAD"
-        + (f" of repeats and of {result.history_runs} earlier runs" if result.history_runs else " of repeats")
-        + f"), cells under {format_seconds(result.options.min_cell_s)} ignored",
+        f"cells under {format_seconds(result.options.min_cell_s)} ignored · {_md(result.noise_note)}",
         "",
         f"**Total**: {format_seconds(total.base_s)} → {format_seconds(total.cand_s)} ({_ratio(total)}, "
         f"{VERDICT_MARK.get(total.verdict, total.verdict)})",

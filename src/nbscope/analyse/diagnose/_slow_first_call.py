@@ -2,7 +2,9 @@
 longer the first time, and compiling explains only part of it.
 
 Two kinds of second sample: a later cell of the same run that makes the same call (the same statements,
-comments, timing magics and assignment targets aside), where the JAX functions the first call compiled run
+comments, timing magics and assignment targets aside; or, whatever surrounds it — ``with Timer():``,
+``%time``, prints, ``.block_until_ready()`` — the same call of the notebook's own function with the same
+arguments), where the JAX functions the first call compiled run
 again without compiling (so with the same shapes and dtypes) or, for other code, the names the call reads
 are not rebound in between; or, with ``--repeat``, the cell's later runs in fresh kernels. Each first call
 is compared with its repeat after taking out each one's own compile time.
@@ -44,6 +46,7 @@ class _Pair:
     first: dict[str, Any]
     repeat: dict[str, Any]
     how: str  # why the two cells run the same call with the same shapes
+    other_work: tuple[str, ...] = ()  # statements of the first cell, beside the call, that also do work
 
 
 def _work_key(tree: ast.Module | None) -> tuple[str, ...]:
@@ -84,6 +87,15 @@ def _compiles(cell: Mapping[str, Any]) -> int:
     return int((cell.get("jax") or {}).get("compiles") or 0) + int((cell.get("numba") or {}).get("compiles") or 0)
 
 
+def _recompiled(cell: Mapping[str, Any], called: set[str]) -> bool:
+    """The cell compiled one of the functions it calls again (new shapes or dtypes: not a repeat), or Numba
+    compiled (new types). Eager and library compiles elsewhere in the cell leave the call the same; its
+    compile time is taken out of both sides anyway."""
+    if int((cell.get("numba") or {}).get("compiles") or 0):
+        return True
+    return bool(_user_compiled(cell) & called)
+
+
 def _pairs(ctx: Context) -> list[_Pair]:
     """Each first call with its fastest repeat in the same kernel."""
     trees = ctx.bindings.trees
@@ -100,10 +112,10 @@ def _pairs(ctx: Context) -> list[_Pair]:
         compiled = _user_compiled(first)
         candidates = []
         for repeat in later:
-            if _compiles(repeat):
-                continue  # it compiled again: new shapes or dtypes, not a repeat
             tree = trees[int(repeat["index"])]
             calls = {_source.dotted(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+            if _recompiled(repeat, calls | compiled):
+                continue  # it compiled again: new shapes or dtypes, not a repeat
             if compiled and compiled <= calls:
                 candidates.append((repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes"))
                 continue
@@ -114,6 +126,105 @@ def _pairs(ctx: Context) -> list[_Pair]:
         if candidates:
             repeat, how = min(candidates, key=lambda item: float(item[0]["wall_s"]) - float(item[0].get("compile_s") or 0.0))
             pairs.append(_Pair(first, repeat, how))
+    return pairs
+
+
+def _calls_run(ctx: Context, index: int, tree: ast.AST) -> dict[str, ast.Call]:
+    """The calls of the notebook's own functions (plain, jitted or Numba) in a cell, by what they run: the
+    function's name and its arguments as written. Whatever wraps them (``with Timer():``, ``%time``, a
+    ``.block_until_ready()``, ``jnp.max(...)``, a print) does not change the key."""
+    jitted = ctx.code.jitted_at(index)
+    found: dict[str, ast.Call] = {}
+    for call in (n for n in _run_here(tree) if isinstance(n, ast.Call)):
+        name = _source.dotted(call.func)
+        if not name or (name not in jitted and ctx.code.function_at(name, index) is None
+                        and ctx.code.numba_function_at(name, index) is None):
+            continue
+        arguments = [ast.dump(a, annotate_fields=False) for a in call.args]
+        arguments += [f"{k.arg}={ast.dump(k.value, annotate_fields=False)}" for k in call.keywords]
+        found.setdefault(f"{name}({', '.join(arguments)})", call)
+    return found
+
+
+def _bound_around(tree: ast.Module, call: ast.Call, *, after: bool) -> set[str]:
+    """Names the cell binds after (or before) the top-level statement holding ``call``, and the names that
+    statement binds itself (a ``for`` target, a ``with ... as``: the call may read them, one value per pass)."""
+    holder = next((i for i, statement in enumerate(tree.body) if any(n is call for n in ast.walk(statement))), None)
+    if holder is None:
+        return set()
+    statements = tree.body[holder + 1:] if after else tree.body[:holder]
+    own = tree.body[holder]
+    inner = set() if isinstance(own, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else _bindings._bound_names(own)
+    return inner.union(*(_bindings._bound_names(statement) for statement in statements))
+
+
+def _run_here(tree: ast.AST) -> Iterator[ast.AST]:
+    """The nodes a cell runs when it runs: not the bodies of the functions and lambdas it defines."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        yield from _run_here(node)
+
+
+def _other_work(tree: ast.Module, call: ast.Call) -> tuple[str, ...]:
+    """The first cell's statements that call something beside the paired call (definitions, imports,
+    prints and constants aside): their time is in the first cell's wall too."""
+    found = []
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+            continue
+        if any(node is call for node in ast.walk(statement)):
+            continue
+        calls = [n for n in ast.walk(statement) if isinstance(n, ast.Call) and _source.dotted(n.func) not in _SILENT]
+        if calls:
+            text = ast.unparse(statement).splitlines()[0]
+            found.append(text if len(text) <= 60 else text[:59] + "…")
+    return tuple(found[:3])
+
+
+def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
+    """First calls paired with a later cell's identical call, whatever surrounds either: a cell that calls
+    the notebook's function ``f`` with the same arguments as an earlier cell, compiles nothing, and reads
+    no name rebound after the earlier call, repeats it with the same shapes."""
+    trees = ctx.bindings.trees
+    ran = [c for c in ctx.cells if c.get("status") == "ok" and isinstance(c.get("wall_s"), (int, float))]
+    calls = {int(c["index"]): _calls_run(ctx, int(c["index"]), trees[int(c["index"])])
+             for c in ran if int(c["index"]) in trees}
+    pairs = []
+    for position, first in enumerate(ran):
+        index = int(first["index"])
+        if index in taken or not calls.get(index):
+            continue
+        compiled = _user_compiled(first)
+        best: tuple[float, dict[str, Any], str, ast.Call] | None = None
+        for repeat in ran[position + 1:]:
+            later = int(repeat["index"])
+            shared = sorted(set(calls.get(index, {})) & set(calls.get(later, {})))
+            called = {key.split("(")[0] for key in shared}
+            if not shared or _recompiled(repeat, called | compiled):
+                continue  # it compiled again: new shapes or dtypes, not a repeat
+            between = set().union(*(_bound(trees.get(i)) for i in range(index + 1, later)))
+            for key in shared:
+                call = calls[later][key]
+                # Also rebound: after the call in the first cell, before it in the repeat's own cell.
+                rebound = between | _bound_around(trees[index], calls[index][key], after=True) \
+                    | _bound_around(trees[later], call, after=False)
+                read = _read_names(ast.Module(body=[ast.Expr(call)], type_ignores=[]))
+                names = {name for name in compiled if name.split(".")[0] in read}
+                if names:
+                    how = f"{', '.join(sorted(names))} ran again without compiling: same shapes and dtypes"
+                elif read & rebound:
+                    continue
+                else:
+                    how = f"the same call, {key.split('(')[0]}(…) on names not rebound in between"
+                cost = float(repeat["wall_s"]) - float(repeat.get("compile_s") or 0.0)
+                if best is None or cost < best[0]:
+                    best = (cost, repeat, how, calls[index][key])
+                break
+        if best is not None:
+            _, repeat, how, call = best
+            pairs.append(_Pair(first, repeat, how, _other_work(trees[index], call)))
     return pairs
 
 
@@ -193,7 +304,8 @@ _FIXES = {
 
 
 def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: float, compared: str, how: str,
-             causes: list[dict[str, Any]], extra: dict[str, Any], *, subject: str = "first call") -> Finding:
+             causes: list[dict[str, Any]], extra: dict[str, Any], *, subject: str = "first call",
+             other_work: tuple[str, ...] = ()) -> Finding:
     """``compared``: "its repeat in cell 4" or "the median of 2 later runs"."""
     compile_s = float(first.get("compile_s") or 0.0)
     gap = first_s - repeat_s
@@ -203,6 +315,7 @@ def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: f
     summary = (
         f"{subject} {ratio:.1f}× slower than {compared} ({units.seconds(first_s + compile_s)} vs {units.seconds(repeat_s)}): "
         f"{compiled}" + (f"; {lead['evidence']}" if lead else "")
+        + (f"; the cell also runs `{'`, `'.join(other_work)}`: part of the gap may be theirs" if other_work else "")
     )
     if lead is not None:
         fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
@@ -221,11 +334,12 @@ def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: f
         title="Slow first call (not compile)",
         cell_index=int(first["index"]),
         severity=severity(gap, ctx.total_wall),
-        confidence=0.8 if causes else 0.6,
+        confidence=(0.8 if causes else 0.6) - (0.2 if other_work else 0.0),
         evidence={
             "first_s": round(first_s + compile_s, 4), "first_compile_s": round(compile_s, 4),
             "first_beyond_compile_s": round(first_s, 4), "repeat_s": round(repeat_s, 4), "repeat": compared,
-            "ratio": round(ratio, 2), "gap_s": round(gap, 4), "same_call": how, "causes": causes, **extra,
+            "ratio": round(ratio, 2), "gap_s": round(gap, 4), "same_call": how, "causes": causes,
+            "other_work": list(other_work), **extra,
             "seconds_at_stake": round(gap, 4),
         },
         summary=summary,
@@ -243,14 +357,16 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     flagged: set[int] = set()
     if ctx.has_sources:
-        for pair in _pairs(ctx):
+        whole = _pairs(ctx)
+        for pair in [*whole, *_call_pairs(ctx, {int(p.first["index"]) for p in whole})]:
             first_s = _beyond_compile(pair.first["wall_s"], pair.first.get("compile_s"))
             repeat_s = _beyond_compile(pair.repeat["wall_s"], pair.repeat.get("compile_s"))
             if first_s - repeat_s < limit["min_gap_s"] or first_s < limit["min_ratio"] * repeat_s:
                 continue
             flagged.add(int(pair.first["index"]))
             yield _finding(ctx, pair.first, first_s, repeat_s, f"its repeat in {cell_label(pair.repeat)}", pair.how,
-                           _causes(ctx, pair.first, pair.repeat), {"repeat_cell": int(pair.repeat["index"])})
+                           _causes(ctx, pair.first, pair.repeat), {"repeat_cell": int(pair.repeat["index"])},
+                           other_work=pair.other_work)
     elif any(_compiles(c) for c in ctx.cells):
         yield Skip(NAME, f"needs the cell sources to find cells that repeat a call: {ctx.missing_sources()}")
     for cell in ctx.cells:  # --repeat: the same cell in later, fresh kernels

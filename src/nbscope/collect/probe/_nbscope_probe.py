@@ -41,6 +41,7 @@ PROBE_VERSION = 1
 _perf_counter = time.perf_counter
 _time = time.time
 _time_ns = time.time_ns
+_process_time = time.process_time
 _getpid = os.getpid
 _getcwd = os.getcwd
 _pread = os.pread if hasattr(os, "pread") else None
@@ -72,6 +73,20 @@ def source_hash(source: str) -> str:
 def _base_name(fun_name: str) -> str:
     match = _WRAPPED_NAME.match(fun_name)
     return match.group(1) if match else fun_name
+
+
+def _thread_sched() -> tuple[float, float, float] | None:
+    """(on-CPU seconds, seconds waiting for a CPU, process CPU seconds) of the calling thread so far.
+
+    The wait is the time the thread was ready to run but another process had the CPU
+    (``/proc/thread-self/schedstat``, Linux): the part of a cell's wall time that load on the machine adds.
+    """
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as handle:
+            on_cpu, waiting = handle.read().split()[:2]
+        return int(on_cpu) / 1e9, int(waiting) / 1e9, _process_time()
+    except (OSError, ValueError):
+        return None
 
 
 class _ProcMemory:
@@ -178,6 +193,7 @@ class Probe:
         self.busy_at: float | None = None  # when the current shell request's "busy" went out
         self.held: dict[str, Any] | None = None  # a finished cell's line, written as "idle" goes out
         self.rss_before: int | None = None
+        self.sched_before: tuple[float, float, float] | None = None
         self.memory = _ProcMemory()
         self.peak_reset = False
         self.jax_attached = False
@@ -224,10 +240,12 @@ class Probe:
             # started JAX's backends, where the programs' own session (which starts none) still records.
             self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None)
         self.cell_start_unix = _time()
+        self.sched_before = _thread_sched()
         self.cell_start = _perf_counter()
 
     def post_run_cell(self, result: Any) -> None:
         wall = _perf_counter() - self.cell_start
+        sched = _thread_sched()
         trace = self.timeline.stop(self.sequence) if self.timeline is not None else None
         counters = self.counters
         programs = None
@@ -251,6 +269,11 @@ class Probe:
             "alarms": counters.alarms,
             "rss": self._rss_record(),
             "gpu_memory": None,
+            "sched": None if sched is None or self.sched_before is None else {
+                "on_cpu_s": sched[0] - self.sched_before[0],  # the cell's thread
+                "wait_s": sched[1] - self.sched_before[1],
+                "cpu_s": sched[2] - self.sched_before[2],  # every thread of the kernel
+            },
         }
         if trace is not None:
             record["timeline_trace"] = trace

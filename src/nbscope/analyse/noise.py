@@ -1,0 +1,173 @@
+"""How much of a change in a cell's time the machine alone explains, when nothing but two runs are known.
+
+A cell's wall time on a shared machine moves for two reasons the notebook does not control:
+
+* **waiting for a CPU.** The probe records, per cell, how long the cell's thread was ready to run but
+  another process had the CPU (``sched.wait_s``, from ``/proc/thread-self/schedstat``). That time is the
+  machine's, not the code's: the gate and ``compare`` judge ``wall − wait`` (the *unwaited* time). On a
+  2-core machine at load 4–12, a single-threaded cell's wall moved 1.2–2.7 s between runs while its
+  unwaited time stayed within ±6 %.
+* **what waiting does not show**: BLAS / XLA / Numba worker threads that contend for cores (their
+  spinning inflates the cell's own CPU time), the page cache and disk behind an import, the first call
+  of a library, timer ticks in a short cell. For these, a relative floor by the cell's type and size,
+  widened by the share of the cell spent waiting for a CPU when other threads did work in it.
+
+The floors below were set from the gate benchmark (``benchmarks/gate_false_alarms.py``): pairs of
+unchanged runs, idle and with a busy loop on one core, on a shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nbscope import _units as units
+
+# Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
+# and no history. "plain": one thread of Python or NumPy; "threaded": other threads of the kernel did work
+# (BLAS, XLA, Numba parallel); "import": mostly importing (page cache, disk, first use of a library);
+# "first-call": mostly compiling (JIT compile times move with the machine like imports do).
+RELATIVE = {"plain": 0.5, "threaded": 1.0, "import": 1.0, "first-call": 1.0}
+# Absolute jitter a cell gets from the scheduler and timers whatever its size.
+JITTER_S = 0.03
+# Short cells move more, relatively: the relative floor grows by 1 + sqrt(SIZE_REF_S / t) for a cell of t s
+# (×2 at 0.25 s, ×1.5 at 1 s, ×1.2 at 6 s). Even time on the CPU varies with what shares the core (a
+# busy SMT sibling, caches, memory bandwidth): a 0.5 s Python loop's unwaited time moved ×1.5 between runs.
+SIZE_REF_S = 0.25
+# Judging walls (a record without the wait for a CPU: older, or not Linux), the wait is part of the
+# figure: a shared machine at a load of twice its cores doubles a cell's wall and more.
+WALL_FACTOR = 2.0
+# With history: the floor is mad_k × the σ of a difference of two runs (σ ≈ 1.4826 × MAD, √2 for two runs),
+# and at least HISTORY_RELATIVE of the smaller side (timings on a shared machine: ±20 %).
+SIGMA_OF_DIFFERENCE = 1.4826 * math.sqrt(2)
+HISTORY_RELATIVE = 0.10
+THREADED_CPU_SHARE = 1.3  # the kernel's CPU time above this × the cell thread's: other threads worked
+
+_IMPORT = re.compile(r"^\s*(import\s|from\s+\S+\s+import\s|%|!|#|$)")
+
+
+def time_of(value: Any) -> float | None:
+    """A time figure, or None when it is missing, not a finite number, or negative (never a measurement)."""
+    number = units.number(value)
+    return number if number is not None and number >= 0 else None
+
+
+def wait_of(cell: Mapping[str, Any] | None) -> float | None:
+    """Seconds the cell waited for a CPU, when the record has a plausible figure (0 ≤ wait ≤ wall)."""
+    if not cell:
+        return None
+    sched = cell.get("sched")
+    wall = time_of(cell.get("wall_s"))
+    wait = time_of(sched.get("wait_s")) if isinstance(sched, Mapping) else None
+    if wait is None or wall is None or wait > wall * 1.01 + 0.005:
+        return None
+    return min(wait, wall)
+
+
+def unwaited(cell: Mapping[str, Any] | None) -> float | None:
+    """The cell's wall time less its wait for a CPU; None when either is unknown."""
+    wall, wait = time_of((cell or {}).get("wall_s")), wait_of(cell)
+    return None if wall is None or wait is None else max(0.0, wall - wait)
+
+
+def kind_of(cell: Mapping[str, Any] | None) -> str:
+    """``plain``, ``threaded``, ``import`` or ``first-call`` (see :data:`RELATIVE`)."""
+    if not cell:
+        return "plain"
+    wall = time_of(cell.get("wall_s")) or 0.0
+    compile_s = time_of(cell.get("compile_s")) or 0.0
+    if wall > 0 and compile_s >= 0.3 * wall:
+        return "first-call"
+    source = str(cell.get("source") or "")
+    lines = source.splitlines() if source else [str(cell.get("first_line") or "")]
+    if lines and any(line.strip() for line in lines) and all(_IMPORT.match(line) for line in lines):
+        return "import"
+    sched = cell.get("sched")
+    if isinstance(sched, Mapping):
+        cpu, own = time_of(sched.get("cpu_s")), time_of(sched.get("on_cpu_s"))
+        if cpu is not None and own is not None and cpu > 0.02 and cpu > THREADED_CPU_SHARE * own:
+            return "threaded"
+    return "plain"
+
+
+@dataclass
+class PairNoise:
+    """What the machine explains of one cell's change between two runs, without history."""
+
+    floor_s: float  # a change of the judged figure smaller than this is noise
+    kind: str  # kind of cell (:func:`kind_of`), the worse of the two sides
+    judged: str  # "unwaited" (wall less wait for a CPU, both sides) or "wall"
+    base_s: float | None  # the judged figure, each side
+    cand_s: float | None
+    contention: float = 0.0  # the larger share of a side's wall spent waiting for a CPU
+
+    @property
+    def text(self) -> str:
+        what = "wall less the wait for a CPU" if self.judged == "unwaited" else "wall"
+        return f"{self.kind} cell, {what}, floor {self.floor_s:.3g} s"
+
+
+_ORDER = ("plain", "threaded", "first-call", "import")
+
+
+def pair_noise(base: Mapping[str, Any] | None, cand: Mapping[str, Any] | None) -> PairNoise:
+    """The noise floor of one cell's change between two single runs (no history, no repeats).
+
+    Judged figure: the unwaited time when both sides have it, else the wall. Floor:
+    ``JITTER_S + RELATIVE[kind] × (1 + sqrt(SIZE_REF_S / t)) × t`` for the smaller side's ``t``; for a threaded cell the relative part grows by
+    ``1 / (1 − contention)``: when a cell's thread waited 90 % of its wall for a CPU, its worker threads
+    were starved as much, and their spinning inflated even the unwaited time.
+    """
+    kinds = [kind_of(c) for c in (base, cand) if c]
+    kind = max(kinds, key=_ORDER.index) if kinds else "plain"
+    free = (unwaited(base), unwaited(cand))
+    if None not in free:
+        judged, figures = "unwaited", free
+    else:
+        judged, figures = "wall", (time_of((base or {}).get("wall_s")), time_of((cand or {}).get("wall_s")))
+    contention = 0.0
+    for cell in (base, cand):
+        wall, wait = time_of((cell or {}).get("wall_s")), wait_of(cell)
+        if wall and wait is not None:
+            contention = max(contention, min(0.95, wait / wall))
+    relative = RELATIVE[kind]
+    if kind == "threaded":
+        relative = relative / (1 - contention)
+    if judged == "wall":
+        relative *= WALL_FACTOR
+    present = [f for f in figures if f is not None]
+    smaller = min(present) if present else 0.0
+    floor = model_floor(smaller, relative)
+    return PairNoise(floor_s=floor, kind=kind, judged=judged, base_s=figures[0], cand_s=figures[1],
+                     contention=contention)
+
+
+def model_floor(smaller: float, relative: float = RELATIVE["plain"]) -> float:
+    """The floor of a change from ``smaller`` seconds for a relative noise ``relative`` (see :data:`SIZE_REF_S`)."""
+    if smaller <= 0:
+        return JITTER_S
+    return JITTER_S + relative * smaller * (1 + math.sqrt(SIZE_REF_S / smaller))
+
+
+def history_floor(mad_s: float, mad_k: float, smaller: float, range_s: float = 0.0) -> float:
+    """The floor from the history's run-to-run noise: ``mad_k`` σ of a difference of two runs, and at least
+    the range the history spanned (run-to-run noise on a shared machine has heavy tails that a MAD of ten
+    runs misses: a value already seen in unchanged runs is noise) and ``HISTORY_RELATIVE`` of the smaller
+    side plus the jitter."""
+    return max(mad_k * SIGMA_OF_DIFFERENCE * mad_s, range_s, JITTER_S + HISTORY_RELATIVE * smaller)
+
+
+def within(base: Mapping[str, Any] | None, cand: Mapping[str, Any] | None) -> bool:
+    """True when the two sides' difference is within what the machine's noise explains."""
+    noise = pair_noise(base, cand)
+    if noise.base_s is None or noise.cand_s is None:
+        return False
+    return abs(noise.cand_s - noise.base_s) < noise.floor_s
+
+
+def finite_ratio(a: float, b: float) -> float:
+    """b / a, infinity for a zero a (and 1 when both are zero)."""
+    return b / a if a > 0 else (math.inf if b > 0 else 1.0)
