@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from diag_support import edited, fired, load_record, profile_notebook, sources_of
-from nbscope.analyse.diagnose import diagnose, recommend
+from nbscope.analyse.diagnose import diagnose
+from nbscope.analyse.recommend import recommend
 
 SOURCES = sources_of("diag_latency_loop")
 

@@ -64,7 +64,8 @@ def test_seed_lecture_forecast_on_a_t4(seed: tuple[Any, dict[str, Any]]) -> None
 def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, dict[str, Any]]) -> None:
     """On the CPU run alone: the latency-bound loop fires as a T4 forecast on both qm_jax cells, and the
     recommendation (no GPU run) is the CPU, keeping qm_jax there."""
-    from nbscope.analyse.diagnose import diagnose, recommend
+    from nbscope.analyse.diagnose import diagnose
+    from nbscope.analyse.recommend import recommend
     from nbscope.collect import notebook as notebook_module
 
     record, result = seed

@@ -17,11 +17,12 @@ import pytest
 
 from diag_support import FILES, edited, fired, load_record, sources_of
 from nbscope._errors import NbscopeError
-from nbscope.analyse.diagnose import diagnose, recommend
+from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.calibrate import to_toml
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.measured import against_measured, forecast_vs_measured
+from nbscope.analyse.recommend import recommend
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store

@@ -379,13 +379,19 @@ def test_missing_or_nan_figures_fail_never_unchanged(bad: float | None) -> None:
     assert result.total.verdict == "failed" and result.exit_code == 1
 
 
-def test_nan_in_an_imported_record_fails_the_gate_on_the_command_line(run_cli: Any, tmp_path: Path) -> None:
+def test_nan_in_an_imported_record_is_refused_and_an_unknown_figure_fails_the_gate(run_cli: Any, tmp_path: Path) -> None:
     base = make_record([make_cell(0, 1.0)])
     cand = make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z")
-    cand.measurements["cells"][0]["wall_s"] = float("nan")
     (tmp_path / "base.json").write_text(base.to_json())
+    # A record written elsewhere with NaN (not JSON, though Python's json reads it): refused, the field named.
+    text = cand.to_json().replace('"wall_s": 1.0', '"wall_s": NaN', 1)
+    (tmp_path / "nan.json").write_text(text)
+    done = run_cli("gate", "--baseline", "base.json", "--candidate", "nan.json", "--db", tmp_path / "s.db")
+    assert done.returncode == 2 and "wall_s is NaN, not a finite number" in done.stderr, done.stderr
+    # nbscope writes a figure it cannot give as a number as null (unknown): the gate fails that cell.
+    cand.measurements["cells"][0]["wall_s"] = float("nan")
     (tmp_path / "cand.json").write_text(cand.to_json())
-    assert "NaN" in (tmp_path / "cand.json").read_text()
+    assert "NaN" not in (tmp_path / "cand.json").read_text()
     done = run_cli("gate", "--baseline", "base.json", "--candidate", "cand.json", "--db", tmp_path / "s.db", "--json")
     assert done.returncode == 1, done.stdout + done.stderr
     result = json.loads(done.stdout)

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.diagnose import diagnose, recommend
+from nbscope.analyse.diagnose import diagnose
+from nbscope.analyse.recommend import recommend
 from nbscope.record.run import RunRecord
 
 # Entry statuses: a run's own (ok / partial / error), or why there is no run.
@@ -58,7 +59,7 @@ def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list
 
 
 def recommendation_of(cpu: RunRecord, gpu: RunRecord) -> dict[str, Any] | None:
-    """diagnose.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available."""
+    """analyse.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available."""
     try:
         result = recommend(cpu, gpu)
     except NbscopeError:  # the winner from the totals still stands
@@ -69,7 +70,7 @@ def recommendation_of(cpu: RunRecord, gpu: RunRecord) -> dict[str, Any] | None:
 
 
 def forecast_recommendation_of(cpu: RunRecord) -> dict[str, Any] | None:
-    """diagnose.recommend's backend choice from a CPU run's GPU forecast (no GPU run), if available."""
+    """analyse.recommend's backend choice from a CPU run's GPU forecast (no GPU run), if available."""
     try:
         result = recommend(cpu)
     except NbscopeError:

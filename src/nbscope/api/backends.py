@@ -11,7 +11,8 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
-from nbscope.analyse.diagnose import Findings, diagnose, recommend
+from nbscope.analyse.diagnose import Findings, diagnose
+from nbscope.analyse.recommend import recommend
 from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import check_platforms, parse_backends

@@ -43,8 +43,8 @@ def compare_command(
     settings and machine differences that could explain them. A GPU run beside a CPU run recorded with program
     data (`profile --forecast`) also shows the CPU run's GPU forecast against what the GPU measured, per cell."""
     from nbscope.analyse import compare as compare_module
-    from nbscope.analyse.diagnose import recommend
     from nbscope.analyse.forecast.measured import forecast_vs_measured
+    from nbscope.analyse.recommend import recommend
     from nbscope.record.sources import sources_of
     from nbscope.render import compare as view
     from nbscope.render import forecast as forecast_view
@@ -158,8 +158,8 @@ def diagnose_command(
 def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None) -> Any:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
     from nbscope.analyse.compare import platform_of
-    from nbscope.analyse.diagnose import recommend_forecast
     from nbscope.analyse.forecast.risks import forecast_unavailable
+    from nbscope.analyse.recommend import recommend_forecast
 
     if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
         return None
