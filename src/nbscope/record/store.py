@@ -7,6 +7,7 @@ path overrides it. A file that exists but is not SQLite is refused and never ove
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import sqlite3
@@ -104,9 +105,11 @@ _DOCUMENTS_V4 = "CREATE TABLE documents (run_id INTEGER PRIMARY KEY, document TE
 _INDEXES_V4 = (
     "CREATE INDEX runs_started ON runs (started_at)",
     "CREATE INDEX runs_target ON runs (target, started_at)",
-    "CREATE INDEX runs_lineage ON runs (target, kind, digest, started_at)",
+    # The gate's baseline search reads every earlier run of a lineage: status and settings come from the index.
+    "CREATE INDEX runs_lineage ON runs (target, kind, digest, started_at, id, status, settings)",
     "CREATE INDEX runs_kind ON runs (kind, started_at)",
     "CREATE INDEX runs_label ON runs (label, started_at)",
+    "CREATE INDEX runs_target_label ON runs (target, label, started_at)",
     "CREATE INDEX runs_content ON runs (content_hash)",
 )
 _COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label",
@@ -211,6 +214,28 @@ def _where(filters: RunFilters) -> tuple[str, list[Any]]:
         clauses.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
         params.extend(values)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _newest_ids(db: sqlite3.Connection, filters: RunFilters) -> Iterator[int]:
+    """The ids of the matching runs, newest first, found lazily in index order (no document is read).
+
+    Runs of several kinds and nothing else (``latest`` of a command's kinds) are one query per kind, each
+    walking the kind's index in time order, merged: SQLite would otherwise sort the ids of every run of
+    those kinds to give the newest. Any other filter has an index of its own (a notebook's runs, a
+    label's) to walk or to sort, whatever the size of the store.
+    """
+    kinds = filters.get("kind")
+    others = [c for c in ("target", "digest", "label") if filters.get(c) is not None]
+    if kinds is not None and not isinstance(kinds, str) and not others:
+        order = "ORDER BY started_at DESC, id DESC"
+        cursors = [db.execute(f"SELECT started_at, id FROM runs WHERE kind = ? {order}", (kind,))
+                   for kind in dict.fromkeys(kinds)]
+        for _, run_id in heapq.merge(*cursors, reverse=True):
+            yield int(run_id)
+        return
+    where, params = _where(filters)
+    for (run_id,) in db.execute(f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC", params):
+        yield int(run_id)
 
 
 def _json_column(text: Any) -> Any:
@@ -396,13 +421,11 @@ class Store:
         that is given (or skipped), so ``runs --limit 20`` reads twenty documents in any store.
         """
         limit = filters.get("limit")
-        where, params = _where(filters)
-        ids = f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC"
         columns = ", ".join(f"r.{c}" for c in (*SUMMARY_COLUMNS, "headline", "backend"))
         row_sql = f"SELECT {columns}, d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?"
         given = 0
         with self._connect() as db:
-            for (run_id,) in db.execute(ids, params):  # row by row: the cursor stops where the caller does
+            for run_id in _newest_ids(db, filters):  # one by one: the cursors stop where the caller does
                 if limit and given >= limit:
                     return
                 row = db.execute(row_sql, (run_id,)).fetchone()
