@@ -49,6 +49,7 @@ _SCHEMA_V1 = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 
+
 def _migrate_to_2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN content_hash TEXT")
     for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
@@ -142,11 +143,10 @@ def _migrate_to_4(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('runs', ?)", (seq,))
     for run_id, document in db.execute("SELECT run_id, document FROM documents"):  # one document at a time
         try:
-            record = record_module.loads(document, source=f"run {run_id}")
-        except (NbscopeError, TypeError):
-            continue  # an unreadable row keeps empty summaries (and is reported when read)
-        db.execute("UPDATE runs SET backend = ?, settings = ?, totals = ? WHERE id = ?",
-                   (*_summary_values(record), run_id))
+            summaries = _summary_values(record_module.loads(document, source=f"run {run_id}"))
+        except Exception:  # any unreadable row: it must not stop the migration of the others
+            continue  # it keeps empty summaries (and is reported when read)
+        db.execute("UPDATE runs SET backend = ?, settings = ?, totals = ? WHERE id = ?", (*summaries, run_id))
     db.execute("DROP TABLE runs_v3")
     for statement in _INDEXES_V4:
         db.execute(statement)
@@ -529,7 +529,10 @@ class Store:
         params: list[int] = []
         if run_ids is not None:
             params = [int(i) for i in run_ids]
-            sql += f" WHERE run_id IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
+            if len(params) > _MOST_PARAMETERS:
+                params = []  # more than one statement takes: every verdict
+            else:
+                sql += f" WHERE run_id IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
         with self._connect() as db:
             rows = db.execute(sql + " ORDER BY id", params).fetchall()
         return {
@@ -538,6 +541,7 @@ class Store:
         }
 
 
+_MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement
 _ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
                 "settings", "content_hash", "headline", "totals")
 _CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
