@@ -461,6 +461,30 @@ class Store:
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
 
+    def newest_per_target(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
+        """The newest readable matching run of each target (each notebook), newest first; only those
+        documents are read (an unreadable newest run is skipped, reported, and the one before it given)."""
+        where, params = _where(filters)
+        sql = (f"SELECT id, target FROM (SELECT id, target, started_at, ROW_NUMBER() OVER (PARTITION BY target"
+               f" ORDER BY started_at DESC, id DESC) AS place FROM runs{where}) WHERE place = ?")
+        found: dict[str, RunRecord] = {}
+        unread: set[str] | None = None  # targets still without a readable run (None: all, at first)
+        place = 1
+        while unread is None or unread:  # again only for a target whose newest runs cannot be read
+            with self._connect() as db:
+                rows = [(i, t) for i, t in db.execute(sql, [*params, place]) if unread is None or t in unread]
+            if not rows:
+                break
+            unread = set()
+            for run_id, target in rows:
+                record = self.readable(run_id)
+                if record is None:
+                    unread.add(target)
+                else:
+                    found[target] = record
+            place += 1
+        return sorted(found.values(), key=lambda r: (r.started_at, r.run_id or 0), reverse=True)
+
     def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
         keys plus ``settings`` (the measurement settings) and ``totals``; only ``columns`` (and ``id``)
