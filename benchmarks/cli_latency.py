@@ -2,7 +2,7 @@
 the same commands on a store of 50 runs.
 
     python benchmarks/cli_latency.py [-n 3] [--record RUN.json] [--notebooks 50] [--runs-each 720] [--json]
-                                     [--keep FOLDER]
+                                     [--keep FOLDER | --stores FOLDER]
 
 The runs are copies of the record of one real profile: by default ``tests/files/forecast_matmul.md``
 profiled here once with ``--forecast t4`` (so that ``forecast`` has program data); ``--record`` takes an
@@ -15,7 +15,8 @@ that read a notebook find it.
 Then, interleaved so that machine load hits every command alike, each command runs ``-n`` times on each
 store in a fresh process, and the best time counts. It prints each command's time at both sizes, its time
 at 36,000 runs as a ratio to ``nbscope --version`` (target at most 2.0) and as a ratio to its time at 50
-runs (target at most 1.2).
+runs (target at most 1.2): in wall time, and in CPU time (user + system), which a busy machine disturbs
+less. ``--keep FOLDER`` leaves the stores there; ``--stores FOLDER`` measures them again without a build.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -128,64 +130,84 @@ def commands(folder: Path, suffix: str) -> dict[str, list[str]]:
     }
 
 
-def timed(args: list[str], folder: Path, db: Path) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(args: list[str], folder: Path, db: Path) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, steadier on a busy machine) of one command in a fresh process."""
     env = {**os.environ, "NBSCOPE_DB": str(db)}
+    cpu = _children_cpu()
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "nbscope", *args], capture_output=True, text=True, cwd=folder, env=env)
     took = time.perf_counter() - started
     if done.returncode not in (0, 1):  # gate exits 1 when it fails its candidate
         sys.exit(f"nbscope {' '.join(args)} failed ({done.returncode}) in {folder}: {done.stderr.strip()}")
-    return took
+    return took, _children_cpu() - cpu
+
+
+def build_or_find(base: Path, args: argparse.Namespace) -> tuple[dict[str, tuple[Path, Path]], dict[str, float], dict]:
+    """The two stores (folder, database) with their build times, and the template record."""
+    sizes = {"big": (base / "big", args.notebooks, args.runs_each), "small": (base / "small", 5, 10)}
+    template_file = base / "template.json"
+    if args.stores is not None:  # built before with --keep
+        template = json.loads(template_file.read_text()) if args.record is None else json.loads(args.record.read_text())
+        return {n: (f, f / "nbscope.db") for n, (f, _, _) in sizes.items()}, {}, template
+    started = time.perf_counter()
+    template = json.loads(args.record.read_text()) if args.record else profiled_template(base)
+    template_file.write_text(json.dumps(template))  # for --stores
+    built = {"template": time.perf_counter() - started}
+    stores = {}
+    for name, (folder, notebooks, runs_each) in sizes.items():
+        path, built[name] = build_store(folder, template, notebooks, runs_each)
+        stores[name] = (folder, path)
+    return stores, built, template
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("-n", "--repeats", type=int, default=3, help="runs of each command on each store (best counts)")
+    parser.add_argument("-n", "--repeats", type=int, default=5, help="runs of each command on each store (best counts)")
     parser.add_argument("--record", type=Path, help="a run JSON file to copy (default: profile forecast_matmul.md once)")
     parser.add_argument("--notebooks", type=int, default=50, help="lectures in the big store (default 50)")
     parser.add_argument("--runs-each", type=int, default=720, help="runs of each lecture in the big store (default 720)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--keep", type=Path, help="build the stores in this new folder and leave them there")
+    parser.add_argument("--stores", type=Path, help="measure the stores --keep left in this folder (no build)")
     args = parser.parse_args()
     if args.keep is not None and args.keep.exists():
         sys.exit(f"--keep {args.keep}: exists already; give a new folder")
 
     with tempfile.TemporaryDirectory(prefix="nbscope-cli-latency-") as tmp:
-        base = Path(tmp) if args.keep is None else args.keep
+        base = args.stores or args.keep or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        template = json.loads(args.record.read_text()) if args.record else profiled_template(base)
-        profiled_s = time.perf_counter() - started
-        sizes = {
-            "big": (base / "big", args.notebooks, args.runs_each),
-            "small": (base / "small", 5, 10),
-        }
-        stores, built = {}, {}
-        for name, (folder, notebooks, runs_each) in sizes.items():
-            stores[name], built[name] = build_store(folder, template, notebooks, runs_each)
-        table = {name: commands(sizes[name][0], source_of(template).suffix) for name in sizes}
+        stores, built, template = build_or_find(base, args)
+        suffix = source_of(template).suffix
+        table = {name: commands(folder, suffix) for name, (folder, _) in stores.items()}
         has_programs = bool(template["measurements"].get("programs"))
         names = [c for c in table["big"] if has_programs or not c.startswith("forecast")]
-        for name in sizes:  # once each, not counted: bytecode and file cache warm
+        for name, (folder, db) in stores.items():  # once each, not counted: bytecode and file cache warm
             for command in names:
-                timed(table[name][command], sizes[name][0], stores[name])
-        best: dict[str, dict[str, float]] = {name: {} for name in sizes}
+                timed(table[name][command], folder, db)
+        best: dict[str, dict[str, tuple[float, float]]] = {name: {} for name in stores}
         for _ in range(args.repeats):
             for command in names:
-                for name in sizes:
-                    took = timed(table[name][command], sizes[name][0], stores[name])
-                    best[name][command] = min(best[name].get(command, took), took)
-        version = best["big"]["--version"]
+                for name, (folder, db) in stores.items():  # interleaved: load hits both sizes alike
+                    wall, cpu = timed(table[name][command], folder, db)
+                    old_wall, old_cpu = best[name].get(command, (wall, cpu))
+                    best[name][command] = (min(wall, old_wall), min(cpu, old_cpu))
+        # --version does not read the store: its best time on either is the one yardstick.
+        version = tuple(min(best[n]["--version"][i] for n in stores) for i in (0, 1))
         rows = []
         for command in names:
-            big, small = best["big"][command], best["small"][command]
-            rows.append({"command": command, "big_s": big, "small_s": small,
-                         "to_version": big / version, "to_small": big / small})
+            (big, big_cpu), (small, small_cpu) = best["big"][command], best["small"][command]
+            rows.append({"command": command, "big_s": big, "small_s": small, "big_cpu_s": big_cpu,
+                         "small_cpu_s": small_cpu, "to_version": big / version[0], "to_small": big / small,
+                         "cpu_to_version": big_cpu / version[1], "cpu_to_small": big_cpu / small_cpu})
         figures = {
             "runs": {"big": args.notebooks * args.runs_each, "small": 50},
-            "store_mb": {name: round(path.stat().st_size / 1e6, 1) for name, path in stores.items()},
+            "store_mb": {name: round(db.stat().st_size / 1e6, 1) for name, (_, db) in stores.items()},
             "built_s": {name: round(took, 1) for name, took in built.items()},
-            "template_s": round(profiled_s, 1),
             "repeats": args.repeats,
             "cpus": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -194,18 +216,22 @@ def main() -> int:
     if args.json:
         print(json.dumps(figures, indent=1))
         return 0
-    print(f"stores: {figures['runs']['big']} runs ({figures['store_mb']['big']} MB, built in {figures['built_s']['big']} s)"
-          f" and {figures['runs']['small']} runs ({figures['built_s']['small']} s); template record in "
-          f"{figures['template_s']} s; best of {args.repeats}; load average {figures['load_average']} on "
-          f"{figures['cpus']} CPUs")
     big_runs, small_runs = (f"{figures['runs'][n]} runs" for n in ("big", "small"))
-    print(f"{'command':<40} {big_runs:>11} {small_runs:>9} {'÷ --version':>12} {'÷ ' + small_runs:>10}")
+    made = (f"built in {figures['built_s']['big']} s (+ {figures['built_s']['template']} s for the template record)"
+            if built else "built before")
+    print(f"stores: {big_runs} ({figures['store_mb']['big']} MB, {made}) and {small_runs}; best of {args.repeats}; "
+          f"load average {figures['load_average']} on {figures['cpus']} CPUs")
+    print(f"{'':<40} {'wall time':^46} | {'CPU time (user + system)':^46}")
+    heads = (big_runs, small_runs, "÷ --version", "÷ " + small_runs)
+    print(f"{'command':<40} " + " ".join(f"{h:>11}" for h in heads) + " | " + " ".join(f"{h:>11}" for h in heads))
     for row in rows:
-        flags = ("" if row["to_version"] <= RATIO_TO_VERSION else " >2.0") + (
-            "" if row["to_small"] <= RATIO_TO_SMALL else " >1.2")
-        print(f"{row['command']:<40} {row['big_s']:>10.3f}s {row['small_s']:>8.3f}s {row['to_version']:>12.2f}"
-              f" {row['to_small']:>10.2f}{flags}")
-    print(f"targets: ÷ --version ≤ {RATIO_TO_VERSION} at {figures['runs']['big']} runs; ÷ 50 runs ≤ {RATIO_TO_SMALL}")
+        wall = (f"{row['big_s']:>10.3f}s {row['small_s']:>10.3f}s {row['to_version']:>11.2f} {row['to_small']:>11.2f}")
+        cpu = (f"{row['big_cpu_s']:>10.3f}s {row['small_cpu_s']:>10.3f}s {row['cpu_to_version']:>11.2f}"
+               f" {row['cpu_to_small']:>11.2f}")
+        misses = [f"÷ --version > {RATIO_TO_VERSION}" for k in ("to_version",) if row[k] > RATIO_TO_VERSION]
+        misses += [f"÷ {small_runs} > {RATIO_TO_SMALL}" for k in ("to_small",) if row[k] > RATIO_TO_SMALL]
+        print(f"{row['command']:<40} {wall} | {cpu}" + (f"  (wall: {', '.join(misses)})" if misses else ""))
+    print(f"targets: ÷ --version ≤ {RATIO_TO_VERSION} at {big_runs}; ÷ {small_runs} ≤ {RATIO_TO_SMALL}")
     return 0
 
 

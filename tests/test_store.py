@@ -551,3 +551,15 @@ def test_many_runs_are_added_in_one_transaction_each_once(tmp_db: Path) -> None:
     assert store.add_many([first, second, copy]) == [(1, True), (2, True), (1, False)]
     assert copy.run_id == 1 and store.count() == 2 and store.add_many([]) == []
     assert store.get(2).to_dict() == second.to_dict()
+
+
+def test_the_newest_run_of_each_notebook_reads_only_those(tmp_db: Path) -> None:
+    ids = many_runs(tmp_db, 30)
+    newest_a, before_a, newest_b = ids["a.md"][-1], ids["a.md"][-2], ids["b.md"][-1]
+    break_documents(tmp_db, {before_a, newest_b})  # a.md's newest is broken: the one before it stands in
+    reported: list[str] = []
+    store = Store(tmp_db, on_skip=reported.append)
+    assert [r.run_id for r in store.newest_per_target()] == [newest_b, before_a]
+    assert len(reported) == 1 and f"run {newest_a} skipped" in reported[0]
+    assert [r.run_id for r in store.newest_per_target(label="nightly")] == [newest_b]
+    assert store.newest_per_target(label="nightly", target="a.md") == []

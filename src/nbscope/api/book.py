@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.book import CELL_KINDS, RunSet, newest_per_notebook
+from nbscope.analyse.book import CELL_KINDS, RunSet
 from nbscope.record.cells import target_aliases
 from nbscope.record.run import LABEL_PATTERN, RunRecord
 from nbscope.record.store import Store, resolve_run
@@ -38,10 +38,10 @@ def run_set(reference: str, store: Store) -> RunSet:
         return RunSet(reference, [record])
     label, _, notebook = reference.partition(":")
     if LABEL_PATTERN.fullmatch(label) and store.path.exists():
-        records = store.records(label=label, kind=list(CELL_KINDS),
-                                target=target_aliases(notebook) if notebook else None)
+        records = store.newest_per_target(label=label, kind=list(CELL_KINDS),
+                                          target=target_aliases(notebook) if notebook else None)
         if records:
-            return RunSet(reference, newest_per_notebook(records))
+            return RunSet(reference, records)
         audit = store.latest(label=label, kind="audit")
         if audit is not None:
             return _audit(reference, audit, store, None)

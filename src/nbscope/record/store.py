@@ -14,6 +14,7 @@ What belongs to one store besides its database (the live files of its unfinished
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import sqlite3
@@ -56,6 +57,7 @@ _SCHEMA_V1 = (
     "CREATE INDEX IF NOT EXISTS runs_target ON runs (target, digest, started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
+
 
 def _migrate_to_2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN content_hash TEXT")
@@ -113,9 +115,11 @@ _DOCUMENTS_V4 = "CREATE TABLE documents (run_id INTEGER PRIMARY KEY, document TE
 _INDEXES_V4 = (
     "CREATE INDEX runs_started ON runs (started_at)",
     "CREATE INDEX runs_target ON runs (target, started_at)",
-    "CREATE INDEX runs_lineage ON runs (target, kind, digest, started_at)",
+    # The gate's baseline search reads every earlier run of a lineage: status and settings come from the index.
+    "CREATE INDEX runs_lineage ON runs (target, kind, digest, started_at, id, status, settings)",
     "CREATE INDEX runs_kind ON runs (kind, started_at)",
     "CREATE INDEX runs_label ON runs (label, started_at)",
+    "CREATE INDEX runs_target_label ON runs (target, label, started_at)",
     "CREATE INDEX runs_content ON runs (content_hash)",
 )
 _COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label",
@@ -148,11 +152,10 @@ def _migrate_to_4(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('runs', ?)", (seq,))
     for run_id, document in db.execute("SELECT run_id, document FROM documents"):  # one document at a time
         try:
-            record = record_module.loads(document, source=f"run {run_id}")
-        except (NbscopeError, TypeError):
-            continue  # an unreadable row keeps empty summaries (and is reported when read)
-        db.execute("UPDATE runs SET backend = ?, settings = ?, totals = ? WHERE id = ?",
-                   (*_summary_values(record), run_id))
+            summaries = _summary_values(record_module.loads(document, source=f"run {run_id}"))
+        except Exception:  # any unreadable row: it must not stop the migration of the others
+            continue  # it keeps empty summaries (and is reported when read)
+        db.execute("UPDATE runs SET backend = ?, settings = ?, totals = ? WHERE id = ?", (*summaries, run_id))
     db.execute("DROP TABLE runs_v3")
     for statement in _INDEXES_V4:
         db.execute(statement)
@@ -258,6 +261,28 @@ def _where(filters: RunFilters) -> tuple[str, list[Any]]:
         clauses.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
         params.extend(values)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _newest_ids(db: sqlite3.Connection, filters: RunFilters) -> Iterator[int]:
+    """The ids of the matching runs, newest first, found lazily in index order (no document is read).
+
+    Runs of several kinds and nothing else (``latest`` of a command's kinds) are one query per kind, each
+    walking the kind's index in time order, merged: SQLite would otherwise sort the ids of every run of
+    those kinds to give the newest. Any other filter has an index of its own (a notebook's runs, a
+    label's) to walk or to sort, whatever the size of the store.
+    """
+    kinds = filters.get("kind")
+    others = [c for c in ("target", "digest", "label") if filters.get(c) is not None]
+    if kinds is not None and not isinstance(kinds, str) and not others:
+        order = "ORDER BY started_at DESC, id DESC"
+        cursors = [db.execute(f"SELECT started_at, id FROM runs WHERE kind = ? {order}", (kind,))
+                   for kind in dict.fromkeys(kinds)]
+        for _, run_id in heapq.merge(*cursors, reverse=True):
+            yield int(run_id)
+        return
+    where, params = _where(filters)
+    for (run_id,) in db.execute(f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC", params):
+        yield int(run_id)
 
 
 def _json_column(text: Any) -> Any:
@@ -463,13 +488,11 @@ class Store:
         that is given (or skipped), so ``runs --limit 20`` reads twenty documents in any store.
         """
         limit = filters.get("limit")
-        where, params = _where(filters)
-        ids = f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC"
         columns = ", ".join(f"r.{c}" for c in (*SUMMARY_COLUMNS, "headline", "backend"))
         row_sql = f"SELECT {columns}, d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?"
         given = 0
         with self._connect() as db:
-            for (run_id,) in db.execute(ids, params):  # row by row: the cursor stops where the caller does
+            for run_id in _newest_ids(db, filters):  # one by one: the cursors stop where the caller does
                 if limit and given >= limit:
                     return
                 row = db.execute(row_sql, (run_id,)).fetchone()
@@ -504,6 +527,30 @@ class Store:
         """The newest readable run matching the filters, or None."""
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
+
+    def newest_per_target(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
+        """The newest readable matching run of each target (each notebook), newest first; only those
+        documents are read (an unreadable newest run is skipped, reported, and the one before it given)."""
+        where, params = _where(filters)
+        sql = (f"SELECT id, target FROM (SELECT id, target, started_at, ROW_NUMBER() OVER (PARTITION BY target"
+               f" ORDER BY started_at DESC, id DESC) AS place FROM runs{where}) WHERE place = ?")
+        found: dict[str, RunRecord] = {}
+        unread: set[str] | None = None  # targets still without a readable run (None: all, at first)
+        place = 1
+        while unread is None or unread:  # again only for a target whose newest runs cannot be read
+            with self._connect() as db:
+                rows = [(i, t) for i, t in db.execute(sql, [*params, place]) if unread is None or t in unread]
+            if not rows:
+                break
+            unread = set()
+            for run_id, target in rows:
+                record = self.readable(run_id)
+                if record is None:
+                    unread.add(target)
+                else:
+                    found[target] = record
+            place += 1
+        return sorted(found.values(), key=lambda r: (r.started_at, r.run_id or 0), reverse=True)
 
     def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
@@ -573,7 +620,10 @@ class Store:
         params: list[int] = []
         if run_ids is not None:
             params = [int(i) for i in run_ids]
-            sql += f" WHERE run_id IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
+            if len(params) > _MOST_PARAMETERS:
+                params = []  # more than one statement takes: every verdict
+            else:
+                sql += f" WHERE run_id IN ({', '.join('?' * len(params))})" if params else " WHERE 0"
         with self._connect() as db:
             rows = db.execute(sql + " ORDER BY id", params).fetchall()
         return {
@@ -582,6 +632,7 @@ class Store:
         }
 
 
+_MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement
 _ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
                 "settings", "content_hash", "headline", "totals")
 _CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
