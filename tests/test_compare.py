@@ -240,7 +240,9 @@ def test_rules_survive_partial_records() -> None:
         json.dumps(findings.to_dict(), default=str)  # type: ignore[attr-defined]
 
 
-def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_path: Path) -> None:
+def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_path: Path, fake_nvml) -> None:
+    import sys
+
     import nbscope.api.profile
     from nbscope.api.backends import profile_backends
     from nbscope.api.profile import ProfileOptions
@@ -257,6 +259,9 @@ def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_p
         return record
 
     monkeypatch.setattr(nbscope.api.profile, "profile", fake_profile)
+    # NVML lists GPUs (tests/fake_nvml), so cuda is not refused as a backend this machine lacks.
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+    monkeypatch.setenv("NBSCOPE_NVML", "force")
     result = profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store)
     document = json.loads(json.dumps(result.to_dict(), default=str))
     assert [b["available"] for b in document["backends"]] == [True, True]

@@ -42,6 +42,10 @@ def backend_unavailable(record: Any) -> str | None:
     return None
 
 
+def _ran_jax(record: Any) -> bool:
+    return any(isinstance(c.get("jax"), dict) for c in record.measurements.get("cells") or [])
+
+
 @dataclass
 class BackendsResult:
     """Each backend's run (or why it could not run), their comparison, the recommendation and findings."""
@@ -103,6 +107,9 @@ def profile_backends(
                                 "record": None})
             continue
         reason = backend_unavailable(record)
+        if reason is None and BACKENDS[backend] != "cpu" and not _ran_jax(record):
+            # JAX_PLATFORMS changes only what JAX runs: this run says nothing about the backend.
+            reason = f"the notebook ran no JAX code, so JAX_PLATFORMS={backend} changed nothing it measured"
         result.runs.append({"backend": backend, "run_id": record.run_id, "available": reason is None,
                             "reason": reason, "record": record, "status": record.status})
     available = result.available
