@@ -15,7 +15,7 @@ from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.recommend import recommend
 from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
-from nbscope.collect.platforms import check_platforms, parse_backends
+from nbscope.collect.platforms import BACKENDS, check_platforms, parse_backends
 from nbscope.record.sources import sources_of
 
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
