@@ -4,6 +4,8 @@ edit of the package's decorator; the notebook's own Numba functions still get `c
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from diag_support import assert_compact, edited, fired, profile_notebook
@@ -16,10 +18,10 @@ LOW = {"compile-bound": {"min_compile_s": 0.01}, "cold-cache": {"min_numba_s": 0
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("library")
-    env = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}
-    return {name: profile_notebook(name, folder, env=env) for name in ("diag_library_numba", "diag_numba_cache")}
+def runs(profiled: Any) -> dict:
+    # diag_numba_cache's profile is the session's one (test_diagnose_cold_cache.py reads it too).
+    env = {"NUMBA_CACHE_DIR": str(profiled.folder / "numba-cache")}
+    return {name: profiled(name, env=env) for name in ("diag_library_numba", "diag_numba_cache")}
 
 
 def test_the_probe_records_whose_code_numba_compiled(runs: dict) -> None:

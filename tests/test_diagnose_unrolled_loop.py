@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from diag_support import assert_compact, fired, profile_notebook, sources_of
+from diag_support import assert_compact, fired, sources_of
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._base import severity
 from nbscope.analyse.diagnose._source import analyse
@@ -17,9 +18,9 @@ LOW = {"unrolled-loop": {"min_compile_s": 0.01, "min_compile_s_long_loop": 0.01}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("unrolled")
-    return {name: profile_notebook(name, folder) for name in ("diag_unrolled_loop", "diag_unrolled_loop_fixed")}
+def runs(profiled: Any) -> dict:
+    # diag_unrolled_loop's profile is the session's one (test_diagnose_compile_bound.py reads it too).
+    return {name: profiled(name) for name in ("diag_unrolled_loop", "diag_unrolled_loop_fixed")}
 
 
 def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> None:
