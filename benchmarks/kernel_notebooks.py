@@ -8,8 +8,8 @@ process started under it that inherits the environment (``python -m nbscope``, a
 builds through jupyter-cache): a ``sitecustomize`` on ``PYTHONPATH`` patches ``nbclient.NotebookClient`` once
 nbclient is imported (never earlier, so no process pays for importing it). Each kernel start appends one JSON
 line (the digest of the notebook's code cells, its folder, the first code line) to the log that
-``NBSCOPE_KERNEL_NOTEBOOKS`` names; the log is written next to pytest's rootdir as
-``kernel-notebooks.jsonl`` unless that variable is already set.
+``NBSCOPE_KERNEL_NOTEBOOKS`` names (a new file in the temporary folder unless it is set; the summary at the
+end of the run says where). Under pytest-xdist every worker appends to the same log.
 
 A notebook is identified by its code, so a test's copy in ``tmp_path`` counts as the notebook it copies; the
 list names a digest after the files of ``tests/files``, ``examples`` and the corpus that have the same code.
@@ -111,7 +111,7 @@ for _entry in (sys.path if __name__ == "sitecustomize" else []):
 
 def pytest_configure(config: Any) -> None:
     if not os.environ.get(LOG_ENV):
-        os.environ[LOG_ENV] = str(Path(str(config.rootpath)) / "kernel-notebooks.jsonl")
+        os.environ[LOG_ENV] = str(Path(tempfile.gettempdir()) / f"nbscope-kernel-notebooks-{os.getpid()}.jsonl")
     site = Path(tempfile.mkdtemp(prefix="nbscope-kernel-notebooks-"))
     (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)

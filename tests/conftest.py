@@ -289,3 +289,30 @@ class Profiled:
 @pytest.fixture(scope="session")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
     return Profiled(tmp_path_factory.mktemp("profiled"))
+
+
+# Under pytest-xdist (``-n 2 --dist loadgroup``, as .ci/run runs): tests that time things against each other
+# or against a model (gate statistics, bench and loop fits, a two-worker audit) run one after another on one
+# worker, so that only one of them at a time shares the machine with the other worker.
+QUIET_FILES = ("test_gate.py", "test_bench.py", "test_loops.py", "test_audit_run.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each file's tests go to one xdist worker (its module-scoped kernels then start once), the files that
+    read the session's ``profiled`` runs go to one worker together (so each is made once), and
+    ``QUIET_FILES`` go to one; a test's own ``xdist_group`` mark wins."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    uses_profiled = {item.path.name for item in items if _uses_session_profiled(item)}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        name = item.path.name
+        group = "quiet" if name in QUIET_FILES else "profiled" if name in uses_profiled else name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uses_session_profiled(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get("profiled", ()) if info is not None else ()
+    return bool(definitions) and definitions[-1].scope == "session"

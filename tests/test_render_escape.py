@@ -10,13 +10,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import cli_env
+from conftest import run_in_process
 from nbscope.analyse.diagnose import Finding, Skip
 from nbscope.collect import notebook as notebook_module
 from nbscope.render import compare as compare_view
@@ -30,12 +29,8 @@ TABLE_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s")
 
 
 def nbscope(*args: str | Path, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m nbscope ARGS`` with its output piped (not a terminal); ``columns`` sets COLUMNS."""
-    done = subprocess.run(
-        [sys.executable, "-m", "nbscope", *map(str, args)],
-        cwd=cwd, env=cli_env({"COLUMNS": None if columns is None else str(columns)}),
-        capture_output=True, text=True, timeout=300,
-    )
+    """``nbscope ARGS`` (in this process) with its output piped (not a terminal); ``columns`` sets COLUMNS."""
+    done = run_in_process(args, env={"COLUMNS": None if columns is None else str(columns)}, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr, done.stderr[-3000:]
     return done
