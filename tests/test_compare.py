@@ -156,6 +156,7 @@ def test_cli_errors_are_one_line(run_cli, tmp_path: Path) -> None:
     assert result.returncode == 2 and "at least two" in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, profiled, tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     from nbscope.record.store import Store
@@ -173,6 +174,7 @@ def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, profiled
     assert document["recommendation"] is None  # both on the CPU
 
 
+@pytest.mark.slow
 def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path) -> None:
     unknown = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,no_such_platform",
                       "--db", tmp_path / "s.db")

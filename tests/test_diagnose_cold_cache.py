@@ -20,6 +20,7 @@ def jax_runs(profiled: Any) -> dict:
     return {mode: profiled("diag_cold_cache", jax_cache=mode) for mode in ("cold", "warm")}
 
 
+@pytest.mark.slow
 def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
     cold = jax_runs["cold"]
     [finding] = fired(diagnose(cold, thresholds=LOW), "cold-cache")
@@ -31,6 +32,7 @@ def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
     assert "JAX_COMPILATION_CACHE_DIR" in finding.fix
 
 
+@pytest.mark.slow
 def test_warm_run_gives_the_measured_saving(jax_runs: dict) -> None:
     cold, warm = jax_runs["cold"], jax_runs["warm"]
     assert warm.measurements["totals"]["cache_state"] == "warm" and warm.measurements["totals"]["cache_hits"] > 0
@@ -41,6 +43,7 @@ def test_warm_run_gives_the_measured_saving(jax_runs: dict) -> None:
     assert finding.evidence["saving_s"] > 0
 
 
+@pytest.mark.slow
 def test_silent_on_the_warm_run(jax_runs: dict) -> None:
     assert not fired(diagnose(jax_runs["warm"], thresholds=LOW), "cold-cache")
 
@@ -53,6 +56,7 @@ def numba_runs(profiled: Any) -> dict:
     return {name: profiled(name, env=env) for name in ("diag_numba_cache", "diag_numba_cache_fixed")}
 
 
+@pytest.mark.slow
 def test_numba_without_cache_fires(numba_runs: dict) -> None:
     [finding] = fired(diagnose(numba_runs["diag_numba_cache"], thresholds=LOW), "cold-cache")
     assert_compact([finding], numba_runs["diag_numba_cache"])
@@ -61,5 +65,6 @@ def test_numba_without_cache_fires(numba_runs: dict) -> None:
     assert "cache=True" in finding.fix
 
 
+@pytest.mark.slow
 def test_numba_with_cache_true_is_silent(numba_runs: dict) -> None:
     assert not fired(diagnose(numba_runs["diag_numba_cache_fixed"], thresholds=LOW), "cold-cache")

@@ -22,6 +22,7 @@ def runs(profiled: Any) -> dict:
     return {name: profiled(name) for name in ("diag_unrolled_loop", "diag_compute_bound")}
 
 
+@pytest.mark.slow
 def test_fires_on_the_compiling_cell_and_points_to_the_cause(runs: dict) -> None:
     record = runs["diag_unrolled_loop"]
     findings = diagnose(record, thresholds=LOW)
@@ -44,6 +45,7 @@ def test_fires_on_the_compiling_cell_and_points_to_the_cause(runs: dict) -> None
         assert order.index("compile-bound") < order.index("unrolled-loop")
 
 
+@pytest.mark.slow
 def test_silent_on_a_compute_bound_cell(runs: dict) -> None:
     record = runs["diag_compute_bound"]
     cell = record.measurements["cells"][1]

@@ -23,6 +23,7 @@ def runs(profiled: Any) -> dict:
     return {name: profiled(name) for name in ("diag_unrolled_loop", "diag_unrolled_loop_fixed")}
 
 
+@pytest.mark.slow
 def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> None:
     record = runs["diag_unrolled_loop"]
     findings = diagnose(record, thresholds=LOW)
@@ -43,10 +44,12 @@ def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> 
     assert not [s for s in findings.skipped if s.rule == "unrolled-loop"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_silent_on_fori_loop_version(runs: dict) -> None:
     assert not fired(diagnose(runs["diag_unrolled_loop_fixed"], thresholds=LOW), "unrolled-loop")
 
 
+@pytest.mark.slow
 def test_needs_sources_says_so(runs: dict, tmp_path: Path) -> None:
     findings = diagnose(runs["diag_unrolled_loop"], sources={}, thresholds=LOW)
     assert not fired(findings, "unrolled-loop")

@@ -54,6 +54,7 @@ def number_and_line_columns(text: str) -> set[tuple[str, str]]:
     return {m.groups() for m in map(TABLE_ROW.match, text.splitlines()) if m}
 
 
+@pytest.mark.slow
 def test_profile_ledger_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     out = profiled["stdout"]
     for line in MARKUP_LINES:
@@ -64,6 +65,7 @@ def test_profile_ledger_shows_sources_as_written(profiled: dict[str, Any]) -> No
     assert number_and_line_columns(out) == profiled["cells"]
 
 
+@pytest.mark.slow
 def test_show_in_a_narrow_terminal_keeps_the_cell_number_and_line_whole(profiled: dict[str, Any]) -> None:
     wide = nbscope("show", "1", "--db", "db/nbscope.db", cwd=profiled["root"]).stdout
     for line in MARKUP_LINES:
@@ -75,6 +77,7 @@ def test_show_in_a_narrow_terminal_keeps_the_cell_number_and_line_whole(profiled
     assert "y = x[i]" in narrow
 
 
+@pytest.mark.slow
 def test_compare_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     out = nbscope("compare", "1", "1", "--db", "db/nbscope.db", cwd=profiled["root"]).stdout
     for line in ('y = x[i]', 'tag = "[/x]"', 'label = "[bold red]not styled', 'z = z + x[i]'):
@@ -82,6 +85,7 @@ def test_compare_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     assert re.search(r"^\s*10\s+134\s", out, re.MULTILINE)  # cell 10, line 134
 
 
+@pytest.mark.slow
 def test_diagnose_shows_names_as_written(profiled: dict[str, Any]) -> None:
     root = profiled["root"]
     out = nbscope("diagnose", "1", "--db", "db/nbscope.db", cwd=root).stdout
