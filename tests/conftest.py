@@ -66,8 +66,8 @@ def run_in_process(
     (:func:`cli_env`), the working folder, ``sys.argv``, file descriptors 1 and 2 (captured, so that the
     output of kernels and commands nbscope starts is captured too, in order), ``sys.stdout``/``sys.stderr``,
     the shared rich console of ``render/terminal.py`` (made at import from the streams and ``COLUMNS``), the
-    signal handlers and ``_signals``' state, warning filters, and the module-level caches listed in
-    ``_IN_PROCESS_STATE``. An exception that escapes ``main`` prints its traceback on the captured stderr with
+    signal handlers and ``_signals``' state, warning filters, typer's terminal settings and the caches in
+    ``_FRESH_CACHES``. An exception that escapes ``main`` prints its traceback on the captured stderr with
     exit code 1, as Python's would. ``timeout`` is not applied (pytest-timeout still is).
     """
     import nbscope.__main__
@@ -100,6 +100,7 @@ def run_in_process(
                                       errors="backslashreplace", write_through=True)
         _fresh_console(terminal.console)
         _fresh_typer_settings()
+        _fresh_caches()
         with warnings.catch_warnings():
             try:
                 main(argv)
@@ -145,13 +146,22 @@ def _in_process_state() -> list[tuple[ModuleType, str]]:
     return state
 
 
-# A command's worker code caches its process's fingerprint (``api/audit/_jobs.py``); typer's help reads
-# the terminal settings once at import.
+# Typer's help reads the terminal settings once, at import.
 _IN_PROCESS_STATE = [
-    ("nbscope.api.audit._jobs", "_FINGERPRINT"),
     ("typer.rich_utils", "FORCE_TERMINAL"),
     ("typer.rich_utils", "MAX_WIDTH"),
 ]
+# Caches a command fills that a new process starts without: (module, name) -> the value at import.
+_FRESH_CACHES = {
+    ("nbscope.api.audit._jobs", "_FINGERPRINT"): None,  # an in-process audit worker's fingerprint
+}
+
+
+def _fresh_caches() -> None:
+    for (module_name, name), value in _FRESH_CACHES.items():
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            setattr(module, name, value)
 
 
 def _fresh_console(console: Any) -> None:
