@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import importlib.util
+import io
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import tempfile
+import traceback
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -20,8 +28,6 @@ FAKE_NVML_DIR = TESTS_DIR / "fake_nvml"
 def tmp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This test's temporary files (ours, and those of the tools it starts) go to this folder, so that a
     leftover is easy to see."""
-    import tempfile
-
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setenv("TMPDIR", str(folder))
@@ -35,9 +41,10 @@ def tmp_db(tmp_path: Path) -> Path:
     return tmp_path / "store" / "nbscope.db"
 
 
-def cli_env(env: Mapping[str, str | None] | None = None) -> dict[str, str]:
-    """This process's environment with ``env`` laid over it; a value of ``None`` removes the variable."""
-    merged = dict(os.environ)
+def cli_env(env: Mapping[str, str | None] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment (or ``base``) with ``env`` laid over it; a value of ``None`` removes the
+    variable."""
+    merged = dict(os.environ if base is None else base)
     merged.pop("NBSCOPE_DB", None)  # tests name their store explicitly
     for key, value in (env or {}).items():
         if value is None:
@@ -47,14 +54,178 @@ def cli_env(env: Mapping[str, str | None] | None = None) -> dict[str, str]:
     return merged
 
 
+def run_in_process(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str | None] | None = None,
+    cwd: str | os.PathLike[str],
+) -> subprocess.CompletedProcess[str]:
+    """``nbscope.cli.main(args)`` in this process, as ``python -m nbscope`` would run it in a new one.
+
+    What a new process would start afresh is set up for the call and put back after it: the environment
+    (:func:`cli_env`), the working folder, ``sys.argv``, file descriptors 1 and 2 (captured, so that the
+    output of kernels and commands nbscope starts is captured too, in order), ``sys.stdout``/``sys.stderr``,
+    the shared rich console of ``render/terminal.py`` (made at import from the streams and ``COLUMNS``), the
+    signal handlers and ``_signals``' state, warning filters, typer's terminal settings and the caches in
+    ``_FRESH_CACHES``. An exception that escapes ``main`` prints its traceback on the captured stderr with
+    exit code 1, as Python's would. ``timeout`` is not applied (pytest-timeout still is).
+    """
+    import nbscope.__main__
+    from nbscope import _signals
+    from nbscope.cli import main
+    from nbscope.render import terminal
+
+    argv = [str(a) for a in args]
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    saved_argv = sys.argv
+    saved_streams = sys.stdout, sys.stderr
+    saved_console = dict(terminal.console.__dict__)
+    saved_state = [(module, name, getattr(module, name)) for module, name in _in_process_state()]
+    saved_signals = {signum: signal.getsignal(signum) for signum in _signals.STOP_SIGNALS}
+    captured = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    for stream in saved_streams:
+        stream.flush()
+    saved_fds = [os.dup(1), os.dup(2)]
+    code: int = 0
+    try:
+        os.environ.clear()
+        os.environ.update(cli_env(env, saved_env))
+        os.chdir(cwd)
+        sys.argv = [nbscope.__main__.__file__, *argv]
+        for fd, file in zip((1, 2), captured, strict=True):
+            os.dup2(file.fileno(), fd)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", write_through=True)
+        _fresh_console(terminal.console)
+        _fresh_typer_settings()
+        _fresh_caches()
+        with warnings.catch_warnings():
+            try:
+                main(argv)
+            except SystemExit as exc:
+                code = _exit_code(exc.code)
+            except Exception:  # as Python does for an uncaught exception
+                traceback.print_exc()
+                code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        for fd, saved in zip((1, 2), saved_fds, strict=True):
+            os.dup2(saved, fd)
+            os.close(saved)
+        sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        terminal.console.__dict__.clear()
+        terminal.console.__dict__.update(saved_console)
+        for module, name, value in saved_state:
+            setattr(module, name, value)
+        for signum, handler in saved_signals.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        _signals._received.clear()
+        _signals._saved.clear()
+    stdout, stderr = (_read_text(file) for file in captured)
+    return subprocess.CompletedProcess([sys.executable, "-m", "nbscope", *argv], code, stdout, stderr)
+
+
+def _in_process_state() -> list[tuple[ModuleType, str]]:
+    """Module-level values a command may set that a new process would not have (put back after each call)."""
+    state = []
+    for module_name, name in _IN_PROCESS_STATE:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            state.append((module, name))
+    return state
+
+
+# Typer's help reads the terminal settings once, at import.
+_IN_PROCESS_STATE = [
+    ("typer.rich_utils", "FORCE_TERMINAL"),
+    ("typer.rich_utils", "MAX_WIDTH"),
+]
+# Caches a command fills that a new process starts without: (module, name) -> the value at import.
+_FRESH_CACHES = {
+    ("nbscope.api.audit._jobs", "_FINGERPRINT"): None,  # an in-process audit worker's fingerprint
+}
+
+
+def _fresh_caches() -> None:
+    for (module_name, name), value in _FRESH_CACHES.items():
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            setattr(module, name, value)
+
+
+def _fresh_console(console: Any) -> None:
+    # As render/terminal.py makes it at import, under this call's streams and environment.
+    type(console).__init__(console, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 140
+
+
+def _fresh_typer_settings() -> None:
+    # As typer.rich_utils reads them at import.
+    import typer.rich_utils as rich_utils
+
+    width = os.environ.get("TERMINAL_WIDTH")
+    rich_utils.MAX_WIDTH = int(width) if width else None
+    forced = os.environ.get("GITHUB_ACTIONS") or os.environ.get("FORCE_COLOR") or os.environ.get("PY_COLORS")
+    rich_utils.FORCE_TERMINAL = False if os.environ.get("_TYPER_FORCE_DISABLE_TERMINAL") else (True if forced else None)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # SystemExit("message"): Python prints it and exits with 1
+    return 1
+
+
+def _read_text(file: Any) -> str:
+    # As subprocess.run(text=True) decodes: universal newlines.
+    file.seek(0)
+    text = file.read().decode("utf-8", errors="replace")
+    file.close()
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 @pytest.fixture
 def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """``run_cli(*args, env=None, cwd=None, timeout=120)``: run ``python -m nbscope *args`` in a subprocess.
+    """``run_cli(*args, env=None, cwd=None, timeout=120)``: run ``nbscope *args`` in this process
+    (:func:`run_in_process`); commands that run notebooks still start real kernels.
 
-    Returns the CompletedProcess (text stdout/stderr, never raises on a non-zero exit). It runs in the
+    Returns a CompletedProcess (text stdout/stderr, never raises on a non-zero exit). It runs in the
     test's ``tmp_path`` unless ``cwd`` is given, so a default ``.nbscope/`` store never lands in the
-    repository. ``env`` overrides variables (``None`` removes one); ``NBSCOPE_DB`` is removed.
+    repository. ``env`` overrides variables (``None`` removes one); ``NBSCOPE_DB`` is removed. A test that
+    needs a real process (signals, the console script, a child's environment, start-up) uses
+    ``run_cli_process``.
     """
+
+    def run(
+        *args: str | os.PathLike[str],
+        env: Mapping[str, str | None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        del timeout  # a subprocess's limit; pytest-timeout bounds an in-process call
+        return run_in_process(args, env=env, cwd=cwd if cwd is not None else tmp_path)
+
+    return run
+
+
+@pytest.fixture
+def run_cli_process(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run_cli_process(*args, env=None, cwd=None, timeout=120)``: ``python -m nbscope *args`` in a new
+    process, for what only a real process shows; otherwise as ``run_cli``."""
 
     def run(
         *args: str | os.PathLike[str],
@@ -88,3 +259,70 @@ def fake_nvml() -> ModuleType:
     module.RETURN_BYTES = False
     module.FAIL = ""
     return module
+
+
+class Profiled:
+    """``profiled(name, **options)``: the session's one real profile of ``tests/files/<name>.ipynb`` with these
+    ``ProfileOptions`` (run in a real kernel the first time it is asked for, as ``diag_support.profile_notebook``
+    runs it), returned as a fresh copy each time, so that no test can change what another one reads.
+
+    A ``jax_cache="warm"`` run follows the ``"cold"`` one of the same notebook and options, in the same cache
+    folder, as a cold-then-warm pair would be run by hand. ``folder`` is the session's folder for paths that
+    options name (``env={"NUMBA_CACHE_DIR": str(profiled.folder / "numba-cache")}``): equal options share a run.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._runs: dict[str, Any] = {}
+
+    def __call__(self, name: str, **options: Any) -> Any:
+        from nbscope.record.run import RunRecord
+
+        key = f"{name} {sorted(options.items())!r}"
+        if key not in self._runs:
+            if options.get("jax_cache") == "warm":
+                self(name, **{**options, "jax_cache": "cold"})
+            self._runs[key] = self._profile(name, options)
+        return RunRecord.from_dict(copy.deepcopy(self._runs[key]))
+
+    def _profile(self, name: str, options: dict[str, Any]) -> dict[str, Any]:
+        from diag_support import profile_notebook
+
+        # One folder (and so one JAX cache) for a notebook and its options but the cache mode.
+        shared = sorted((k, v) for k, v in options.items() if k != "jax_cache")
+        folder = self.folder / f"{name}-{hashlib.sha1(repr(shared).encode()).hexdigest()[:8]}"
+        mode = options.get("jax_cache", "off")
+        record = profile_notebook(name, folder / mode, **{"cache_root": folder / "jax-cache", **options})
+        return record.to_dict()
+
+
+@pytest.fixture(scope="session")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
+    return Profiled(tmp_path_factory.mktemp("profiled"))
+
+
+# Under pytest-xdist (``-n 2 --dist loadgroup``, as .ci/run runs): tests that time things against each other
+# or against a model (gate statistics, bench and loop fits, a two-worker audit) run one after another on one
+# worker, so that only one of them at a time shares the machine with the other worker.
+QUIET_FILES = ("test_gate.py", "test_bench.py", "test_loops.py", "test_audit_run.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each file's tests go to one xdist worker (its module-scoped kernels then start once), the files that
+    read the session's ``profiled`` runs go to one worker together (so each is made once), and
+    ``QUIET_FILES`` go to one; a test's own ``xdist_group`` mark wins."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    uses_profiled = {item.path.name for item in items if _uses_session_profiled(item)}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        name = item.path.name
+        group = "quiet" if name in QUIET_FILES else "profiled" if name in uses_profiled else name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uses_session_profiled(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get("profiled", ()) if info is not None else ()
+    return bool(definitions) and definitions[-1].scope == "session"

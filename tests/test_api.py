@@ -22,6 +22,7 @@ def test_every_advertised_name_imports() -> None:
         nbscope.no_such_name  # noqa: B018
 
 
+@pytest.mark.slow
 def test_profile_compare_diagnose_open_store(tmp_path: Path) -> None:
     store = nbscope.open_store(tmp_path / "api.db")
     first = nbscope.profile(FILES / "gate_tiny.ipynb", store=store)
@@ -45,6 +46,7 @@ def test_bench_runs_one_group(tmp_path: Path) -> None:
     assert [r.run_id for r in nbscope.open_store(tmp_path / "bench.db").records(label="api-bench")] == [record.run_id]
 
 
+@pytest.mark.slow
 def test_profile_labels_its_run_and_leaves_the_environment_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,4 +1,4 @@
-"""The foundation commands through `python -m nbscope`: version, help, info, runs, show, export, import, errors."""
+"""The foundation commands through the command line (`run_cli`): version, help, info, runs, show, export, import, errors."""
 
 from __future__ import annotations
 

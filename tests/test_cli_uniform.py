@@ -1,7 +1,7 @@
 """One CLI to learn once: every command takes runs in one grammar, options mean one thing, exit codes say
 what was found, tables keep every figure at 80 columns, and a notebook has one name from any folder.
 
-Through ``python -m nbscope`` with real profile records (``tests/files/records``: real CPU runs and their
+Through the command line (``run_cli``) with real profile records (``tests/files/records``: real CPU runs and their
 synthetic GPU twins) and, where a name must come from a real run, a real kernel.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_support import CORPUS, FILES, RECORDS, edited, load_record, profile_notebook
+from diag_support import CORPUS, FILES, RECORDS, edited, load_record
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import diagnose
@@ -156,13 +156,14 @@ def test_cli_errors_are_one_line(run_cli, tmp_path: Path) -> None:
     assert result.returncode == 2 and "at least two" in result.stderr
 
 
-def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, profiled, tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     from nbscope.record.store import Store
 
     store = Store(db)
     for mode in ("cold", "warm"):
-        store.save(profile_notebook("diag_cold_cache", tmp_path, jax_cache=mode))
+        store.save(profiled("diag_cold_cache", jax_cache=mode))  # the session's pair (test_diagnose_cold_cache.py)
     result = run_cli("compare", "1", "2", "--db", db, "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
@@ -173,6 +174,7 @@ def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, tmp_path
     assert document["recommendation"] is None  # both on the CPU
 
 
+@pytest.mark.slow
 def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path) -> None:
     from nbscope.collect.platforms import machine_lacks
 

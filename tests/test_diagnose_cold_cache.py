@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from diag_support import assert_compact, fired, profile_notebook
+from diag_support import assert_compact, fired
 from nbscope.analyse.diagnose import diagnose
 
 # Far below the seconds these notebooks compile for on any machine (here: JAX backend 0.6 s, Numba 1.3 s):
@@ -13,11 +15,12 @@ LOW = {"cold-cache": {"min_backend_s": 0.01, "min_numba_s": 0.01}}
 
 
 @pytest.fixture(scope="module")
-def jax_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("cache")
-    return {mode: profile_notebook("diag_cold_cache", folder, jax_cache=mode) for mode in ("cold", "warm")}
+def jax_runs(profiled: Any) -> dict:
+    # The session's cold-then-warm pair (test_compare.py compares it too).
+    return {mode: profiled("diag_cold_cache", jax_cache=mode) for mode in ("cold", "warm")}
 
 
+@pytest.mark.slow
 def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
     cold = jax_runs["cold"]
     [finding] = fired(diagnose(cold, thresholds=LOW), "cold-cache")
@@ -29,6 +32,7 @@ def test_cold_cache_fires_with_measured_backend_compile(jax_runs: dict) -> None:
     assert "JAX_COMPILATION_CACHE_DIR" in finding.fix
 
 
+@pytest.mark.slow
 def test_warm_run_gives_the_measured_saving(jax_runs: dict) -> None:
     cold, warm = jax_runs["cold"], jax_runs["warm"]
     assert warm.measurements["totals"]["cache_state"] == "warm" and warm.measurements["totals"]["cache_hits"] > 0
@@ -39,17 +43,20 @@ def test_warm_run_gives_the_measured_saving(jax_runs: dict) -> None:
     assert finding.evidence["saving_s"] > 0
 
 
+@pytest.mark.slow
 def test_silent_on_the_warm_run(jax_runs: dict) -> None:
     assert not fired(diagnose(jax_runs["warm"], thresholds=LOW), "cold-cache")
 
 
 @pytest.fixture(scope="module")
-def numba_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("numba")
-    env = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}  # cache=True must not write beside the notebook
-    return {name: profile_notebook(name, folder, env=env) for name in ("diag_numba_cache", "diag_numba_cache_fixed")}
+def numba_runs(profiled: Any) -> dict:
+    # cache=True must not write beside the notebook; diag_numba_cache's profile is the session's one
+    # (test_diagnose_library_fixes.py reads it too).
+    env = {"NUMBA_CACHE_DIR": str(profiled.folder / "numba-cache")}
+    return {name: profiled(name, env=env) for name in ("diag_numba_cache", "diag_numba_cache_fixed")}
 
 
+@pytest.mark.slow
 def test_numba_without_cache_fires(numba_runs: dict) -> None:
     [finding] = fired(diagnose(numba_runs["diag_numba_cache"], thresholds=LOW), "cold-cache")
     assert_compact([finding], numba_runs["diag_numba_cache"])
@@ -58,5 +65,6 @@ def test_numba_without_cache_fires(numba_runs: dict) -> None:
     assert "cache=True" in finding.fix
 
 
+@pytest.mark.slow
 def test_numba_with_cache_true_is_silent(numba_runs: dict) -> None:
     assert not fired(diagnose(numba_runs["diag_numba_cache_fixed"], thresholds=LOW), "cold-cache")

@@ -3,9 +3,11 @@ and the thresholds a caller passes to diagnose()."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from diag_support import assert_compact, fired, load_record, profile_notebook, sources_of
+from diag_support import assert_compact, fired, load_record, sources_of
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import diagnose, rule_thresholds
 
@@ -15,11 +17,12 @@ LOW = {"compile-bound": {"min_compile_s": 0.01}, "unrolled-loop": {"min_compile_
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("compile")
-    return {name: profile_notebook(name, folder) for name in ("diag_unrolled_loop", "diag_compute_bound")}
+def runs(profiled: Any) -> dict:
+    # diag_unrolled_loop's profile is the session's one (test_diagnose_unrolled_loop.py reads it too).
+    return {name: profiled(name) for name in ("diag_unrolled_loop", "diag_compute_bound")}
 
 
+@pytest.mark.slow
 def test_fires_on_the_compiling_cell_and_points_to_the_cause(runs: dict) -> None:
     record = runs["diag_unrolled_loop"]
     findings = diagnose(record, thresholds=LOW)
@@ -42,6 +45,7 @@ def test_fires_on_the_compiling_cell_and_points_to_the_cause(runs: dict) -> None
         assert order.index("compile-bound") < order.index("unrolled-loop")
 
 
+@pytest.mark.slow
 def test_silent_on_a_compute_bound_cell(runs: dict) -> None:
     record = runs["diag_compute_bound"]
     cell = record.measurements["cells"][1]

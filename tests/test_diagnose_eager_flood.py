@@ -18,6 +18,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {name: profile_notebook(name, folder) for name in ("diag_eager_flood", "diag_eager_flood_fixed")}
 
 
+@pytest.mark.slow
 def test_fires_on_the_loop_cell(runs: dict) -> None:
     [finding] = fired(diagnose(runs["diag_eager_flood"], thresholds=LOW), "eager-flood")
     assert_compact([finding], runs["diag_eager_flood"])
@@ -31,5 +32,6 @@ def test_fires_on_the_loop_cell(runs: dict) -> None:
     assert "jax.jit" in finding.fix
 
 
+@pytest.mark.slow
 def test_silent_when_the_loop_is_one_jitted_function(runs: dict) -> None:
     assert not fired(diagnose(runs["diag_eager_flood_fixed"], thresholds=LOW), "eager-flood")

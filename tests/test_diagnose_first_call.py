@@ -14,6 +14,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {name: profile_notebook(name, folder) for name in ("diag_first_call", "diag_first_call_clean")}
 
 
+@pytest.mark.slow
 def test_fires_on_a_tiny_prng_notebook(runs: dict) -> None:
     record = runs["diag_first_call"]
     [finding] = fired(diagnose(record), "first-call")
@@ -26,5 +27,6 @@ def test_fires_on_a_tiny_prng_notebook(runs: dict) -> None:
     assert evidence["share"] >= 0.4
 
 
+@pytest.mark.slow
 def test_silent_when_real_work_dominates(runs: dict) -> None:
     assert not fired(diagnose(runs["diag_first_call_clean"]), "first-call")

@@ -32,6 +32,7 @@ def test_fixture_is_labelled_synthetic(gpu) -> None:
     assert note.startswith("SYNTHETIC")
 
 
+@pytest.mark.slow
 def test_fires_with_a_cpu_run_as_evidence(gpu, cpu) -> None:
     findings = fired(diagnose(gpu, other=cpu, sources=SOURCES), "latency-bound-loop")
     assert {f.cell_index for f in findings} == {2, 3}  # both calls of logistic_path, not the vectorised cells
@@ -69,12 +70,14 @@ def test_broken_timeline_is_ignored(gpu) -> None:
     assert not fired(diagnose(record, sources=SOURCES), "latency-bound-loop")
 
 
+@pytest.mark.slow
 def test_silent_on_the_cpu_run(cpu, tmp_path) -> None:
     assert not fired(diagnose(cpu, other=load_record("synthetic_t4_latency_loop"), sources=SOURCES), "latency-bound-loop")
     live = profile_notebook("diag_latency_loop", tmp_path)
     assert not fired(diagnose(live), "latency-bound-loop")
 
 
+@pytest.mark.slow
 def test_recommendation_pins_the_loop_to_the_cpu(gpu, cpu) -> None:
     result = recommend(gpu, cpu, sources=SOURCES)
     assert result["accelerator"] == "gpu"
@@ -92,6 +95,7 @@ def test_recommendation_pins_the_loop_to_the_cpu(gpu, cpu) -> None:
     assert recommend(cpu, gpu, sources=SOURCES)["estimates"] == estimates
 
 
+@pytest.mark.slow
 def test_recommend_same_backend_has_no_choice(cpu) -> None:
     result = recommend(cpu, cpu)
     assert result["recommendation"] is None and "both runs" in result["reason"]

@@ -4,6 +4,8 @@ edit of the package's decorator; the notebook's own Numba functions still get `c
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from diag_support import assert_compact, edited, fired, profile_notebook
@@ -16,12 +18,13 @@ LOW = {"compile-bound": {"min_compile_s": 0.01}, "cold-cache": {"min_numba_s": 0
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("library")
-    env = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}
-    return {name: profile_notebook(name, folder, env=env) for name in ("diag_library_numba", "diag_numba_cache")}
+def runs(profiled: Any) -> dict:
+    # diag_numba_cache's profile is the session's one (test_diagnose_cold_cache.py reads it too).
+    env = {"NUMBA_CACHE_DIR": str(profiled.folder / "numba-cache")}
+    return {name: profiled(name, env=env) for name in ("diag_library_numba", "diag_numba_cache")}
 
 
+@pytest.mark.slow
 def test_the_probe_records_whose_code_numba_compiled(runs: dict) -> None:
     [entry] = runs["diag_library_numba"].measurements["cells"][1]["numba"]["functions"]
     assert entry["name"] == "_fill_decay" and entry["module"] == "numba_tables" and entry["cache"] is False
@@ -29,6 +32,7 @@ def test_the_probe_records_whose_code_numba_compiled(runs: dict) -> None:
     assert {f["module"] for f in own.values()} == {"__main__"}
 
 
+@pytest.mark.slow
 def test_library_function_fix_names_the_calling_cell_not_the_decorator(runs: dict) -> None:
     findings = diagnose(runs["diag_library_numba"], thresholds=LOW)
     [finding] = fired(findings, "compile-bound", 1)
@@ -42,6 +46,7 @@ def test_library_function_fix_names_the_calling_cell_not_the_decorator(runs: dic
     assert not fired(findings, "cold-cache")
 
 
+@pytest.mark.slow
 def test_a_library_that_caches_gets_numba_cache_dir(runs: dict) -> None:
     record = edited(runs["diag_library_numba"])
     record.measurements["cells"][1]["numba"]["functions"][0]["cache"] = True
@@ -49,6 +54,7 @@ def test_a_library_that_caches_gets_numba_cache_dir(runs: dict) -> None:
     assert "NUMBA_CACHE_DIR" in finding.fix and "line 2 of cell 2" in finding.fix
 
 
+@pytest.mark.slow
 def test_the_notebooks_own_function_gets_cache_true_at_its_def(runs: dict) -> None:
     findings = diagnose(runs["diag_numba_cache"], thresholds=LOW)
     [bound] = fired(findings, "compile-bound", 1)
@@ -57,6 +63,7 @@ def test_the_notebooks_own_function_gets_cache_true_at_its_def(runs: dict) -> No
     assert "`logistic` (cell 2, line 1)" in cold.fix
 
 
+@pytest.mark.slow
 def test_a_library_jax_function_gets_the_calling_line(tmp_path_factory: pytest.TempPathFactory) -> None:
     """tests/files/jaxlike_library.py compiles JAX operations inside its own function: kind "library"."""
     record = profile_notebook("probe_jax_named_package", tmp_path_factory.mktemp("jax-library"))

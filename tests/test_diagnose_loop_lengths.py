@@ -23,6 +23,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {name: profile_notebook(name, folder) for name in ("diag_shadowed_default", "diag_static_loop")}
 
 
+@pytest.mark.slow
 def test_shadowed_default_has_the_20_steps_the_def_bound(runs: dict) -> None:
     record = runs["diag_shadowed_default"]
     assert all(c["status"] == "ok" for c in record.measurements["cells"])
@@ -37,6 +38,7 @@ def test_shadowed_default_has_the_20_steps_the_def_bound(runs: dict) -> None:
     assert dict(finding.evidence_highlights())["steps"].startswith("20 steps")
 
 
+@pytest.mark.slow
 def test_static_argument_lengths_come_from_each_call(runs: dict) -> None:
     record = runs["diag_static_loop"]
     [finding] = fired(diagnose(record, thresholds=LOW), "unrolled-loop")

@@ -14,6 +14,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {name: profile_notebook(name, folder) for name in ("diag_retrace", "diag_retrace_fixed")}
 
 
+@pytest.mark.slow
 def test_new_shapes_are_listed(runs: dict) -> None:
     [finding] = fired(diagnose(runs["diag_retrace"]), "retrace-churn", 2)
     assert_compact([finding], runs["diag_retrace"])
@@ -24,6 +25,7 @@ def test_new_shapes_are_listed(runs: dict) -> None:
     assert "pad" in finding.fix
 
 
+@pytest.mark.slow
 def test_lambda_recreated_per_call(runs: dict) -> None:
     [finding] = fired(diagnose(runs["diag_retrace"]), "retrace-churn", 3)
     assert_compact([finding], runs["diag_retrace"])
@@ -33,10 +35,12 @@ def test_lambda_recreated_per_call(runs: dict) -> None:
     assert "out of the loop" in finding.fix
 
 
+@pytest.mark.slow
 def test_silent_when_shapes_fixed_and_jit_hoisted(runs: dict) -> None:
     assert not fired(diagnose(runs["diag_retrace_fixed"]), "retrace-churn")
 
 
+@pytest.mark.slow
 def test_two_lambdas_in_two_cells_are_not_one_function(runs: dict) -> None:
     from diag_support import edited
 

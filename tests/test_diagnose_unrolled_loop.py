@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from diag_support import assert_compact, fired, profile_notebook, sources_of
+from diag_support import assert_compact, fired, sources_of
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._base import severity
 from nbscope.analyse.diagnose._source import analyse
@@ -17,11 +18,12 @@ LOW = {"unrolled-loop": {"min_compile_s": 0.01, "min_compile_s_long_loop": 0.01}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("unrolled")
-    return {name: profile_notebook(name, folder) for name in ("diag_unrolled_loop", "diag_unrolled_loop_fixed")}
+def runs(profiled: Any) -> dict:
+    # diag_unrolled_loop's profile is the session's one (test_diagnose_compile_bound.py reads it too).
+    return {name: profiled(name) for name in ("diag_unrolled_loop", "diag_unrolled_loop_fixed")}
 
 
+@pytest.mark.slow
 def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> None:
     record = runs["diag_unrolled_loop"]
     findings = diagnose(record, thresholds=LOW)
@@ -42,10 +44,12 @@ def test_names_the_unrolled_loop_with_compile_time_and_fori_loop(runs: dict) -> 
     assert not [s for s in findings.skipped if s.rule == "unrolled-loop"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_silent_on_fori_loop_version(runs: dict) -> None:
     assert not fired(diagnose(runs["diag_unrolled_loop_fixed"], thresholds=LOW), "unrolled-loop")
 
 
+@pytest.mark.slow
 def test_needs_sources_says_so(runs: dict, tmp_path: Path) -> None:
     findings = diagnose(runs["diag_unrolled_loop"], sources={}, thresholds=LOW)
     assert not fired(findings, "unrolled-loop")

@@ -15,6 +15,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {name: profile_notebook(name, folder) for name in ("diag_unsync_timing", "diag_unsync_timing_fixed")}
 
 
+@pytest.mark.slow
 def test_fires_on_the_unsynchronised_cells_only(runs: dict) -> None:
     findings = fired(diagnose(runs["diag_unsync_timing"]), "unsynchronised-timing")
     assert_compact(findings, runs["diag_unsync_timing"])
@@ -27,6 +28,7 @@ def test_fires_on_the_unsynchronised_cells_only(runs: dict) -> None:
     assert "not checked" in by_cell[2].evidence["reported_times"]  # outputs are not in records: says so
 
 
+@pytest.mark.slow
 def test_silent_on_the_corrected_notebook(runs: dict) -> None:
     assert not fired(diagnose(runs["diag_unsync_timing_fixed"]), "unsynchronised-timing")
 
@@ -60,6 +62,7 @@ def test_timed_regions(source: str, expected: list[str]) -> None:
     assert _unsynced(source, {"g"}) == expected
 
 
+@pytest.mark.slow
 def test_no_sources_is_reported_not_guessed(runs: dict) -> None:
     findings = diagnose(runs["diag_unsync_timing"], sources={})
     assert not fired(findings, "unsynchronised-timing")

@@ -301,14 +301,16 @@ def test_fake_nvml_two_gpus(fake_nvml: Any, as_bytes: bool) -> None:
 
 
 @pytest.mark.parametrize("as_bytes", ["0", "1"], ids=["str", "bytes"])
-def test_fake_nvml_through_the_cli(run_cli: Any, as_bytes: str) -> None:
-    result = run_cli("info", "--json", env=cli_fake_nvml_env(FAKE_NVML_BYTES=as_bytes))
+def test_fake_nvml_through_the_cli(run_cli_process: Any, as_bytes: str) -> None:
+    # A real process: the fake pynvml is found through PYTHONPATH, which only a new process reads.
+    result = run_cli_process("info", "--json", env=cli_fake_nvml_env(FAKE_NVML_BYTES=as_bytes))
     assert result.returncode == 0, result.stderr
     check_fake_gpus(json.loads(result.stdout)["gpu"])
 
 
-def test_fake_nvml_terminal_view(run_cli: Any) -> None:
-    result = run_cli("info", env=cli_fake_nvml_env(COLUMNS="200"))
+def test_fake_nvml_terminal_view(run_cli_process: Any) -> None:
+    # A real process: the fake pynvml is found through PYTHONPATH, which only a new process reads.
+    result = run_cli_process("info", env=cli_fake_nvml_env(COLUMNS="200"))
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "gpu.devices.0.name" in out and "Tesla T4" in out
@@ -331,8 +333,9 @@ def test_gpu_name_changes_the_digest_but_gpu_memory_in_use_does_not(base: dict[s
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
-def test_info_jax_reports_the_runtime(run_cli: Any) -> None:
-    result = run_cli("info", "--json", "--jax", env={"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1"})
+def test_info_jax_reports_the_runtime(run_cli_process: Any) -> None:
+    # A real process: JAX reads JAX_PLATFORMS and JAX_ENABLE_X64 once, when it is first imported.
+    result = run_cli_process("info", "--json", "--jax", env={"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1"})
     assert result.returncode == 0, result.stderr
     runtime = json.loads(result.stdout)["jax_runtime"]
     assert runtime["default_backend"] == "cpu"
@@ -357,9 +360,10 @@ def test_same_environment_gives_the_same_digest(base: dict[str, Any], fake_nvml:
     assert fp.digest(base) == base["digest"]  # the stored digest ignores itself and collection_s
 
 
-def test_same_environment_in_two_processes_gives_the_same_digest(run_cli: Any) -> None:
+def test_same_environment_in_two_processes_gives_the_same_digest(run_cli_process: Any) -> None:
+    # Two real processes, as the name says (and the fake pynvml comes through PYTHONPATH).
     env = cli_fake_nvml_env()
-    first, second = run_cli("info", "--json", env=env), run_cli("info", "--json", env=env)
+    first, second = run_cli_process("info", "--json", env=env), run_cli_process("info", "--json", env=env)
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
     a, b = json.loads(first.stdout), json.loads(second.stdout)
     assert a["digest"] == b["digest"]

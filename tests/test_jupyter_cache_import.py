@@ -52,6 +52,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+@pytest.mark.slow
 def test_read_cache_rows(cache_dir: Path) -> None:
     rows = read_cache(cache_dir)
     assert len(rows) == 2
@@ -64,6 +65,7 @@ def test_read_cache_rows(cache_dir: Path) -> None:
     assert find_database(cache_dir.parent) == cache_dir / "global.db"
 
 
+@pytest.mark.slow
 def test_import_makes_runs_and_skips_repeats(cache_dir: Path, tmp_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(cache_dir.parent)
     store = Store(tmp_db)
@@ -82,6 +84,7 @@ def test_import_makes_runs_and_skips_repeats(cache_dir: Path, tmp_db: Path, monk
     assert again == [] and skipped == 2 and store.count() == 2
 
 
+@pytest.mark.slow
 def test_cli_import_then_history_and_gate(cache_dir: Path, tmp_db: Path, run_cli: Any) -> None:
     done = run_cli("import-jupyter-cache", cache_dir, "--db", tmp_db, "--json", cwd=cache_dir.parent)
     assert done.returncode == 0, done.stderr
@@ -101,6 +104,7 @@ def test_cli_import_then_history_and_gate(cache_dir: Path, tmp_db: Path, run_cli
     assert "imported 0 run(s)" in done.stdout and "2 already there" in done.stdout
 
 
+@pytest.mark.slow
 def test_fingerprint_file_option(cache_dir: Path, tmp_db: Path, tmp_path: Path, run_cli: Any) -> None:
     fingerprint = tmp_path / "ci-fingerprint.json"
     fingerprint.write_text(json.dumps(FINGERPRINT))

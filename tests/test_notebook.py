@@ -108,6 +108,7 @@ def test_bad_input_is_a_one_line_error(tmp_path: Path, name: str, content: objec
     assert "\n" not in text
 
 
+@pytest.mark.slow
 def test_myst_profile_records_lines_in_a_real_kernel(tmp_path: Path) -> None:
     store = Store(tmp_path / "db" / "nbscope.db")
     record = profile(MYST, ProfileOptions(), store=store, live_path=tmp_path / "live.jsonl")

@@ -144,6 +144,7 @@ def test_cells_that_failed_are_paired_but_not_compared() -> None:
 # ---- real runs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: Path, tmp_db: Path) -> None:
     from nbscope.record.store import Store
     from nbscope.render.pathways import pathways_markdown, print_pathways
@@ -206,6 +207,7 @@ def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path, m
     assert record.status == "error" and record.measurements["verdict"].startswith("no pathway ran")
 
 
+@pytest.mark.slow
 def test_cli_pathways_timeouts_and_kernel_only_magics(run_cli: Any, tmp_db: Path, isolated_tmp: Path) -> None:
     bad = run_cli("pathways", SMALL, "--via", "script,papermill", "--db", tmp_db)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "unknown pathway" in bad.stderr
@@ -229,6 +231,7 @@ def test_cli_pathways_timeouts_and_kernel_only_magics(run_cli: Any, tmp_db: Path
     assert _leftover_paths(isolated_tmp) == []
 
 
+@pytest.mark.slow
 def test_bench_workloads_through_pathways(isolated_tmp: Path, tmp_db: Path) -> None:
     from nbscope.api.pathways import run_bench_pathways
     from nbscope.record.store import Store

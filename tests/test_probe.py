@@ -63,6 +63,7 @@ def jax_of(cell: dict[str, Any]) -> dict[str, Any]:
     return cell["jax"]
 
 
+@pytest.mark.slow
 def test_recompiles_once_per_new_shape(profiled: Callable[[str], RunRecord]) -> None:
     record = profiled("recompile_shapes.ipynb")
     assert record.status == "ok"
@@ -90,6 +91,7 @@ def test_recompiles_once_per_new_shape(profiled: Callable[[str], RunRecord]) -> 
     assert totals["cache_state"] == "off" and totals["cache_hits"] == 0
 
 
+@pytest.mark.slow
 def test_lambda_rejitted_per_call_compiles_every_time(profiled: Callable[[str], RunRecord]) -> None:
     record = profiled("lambda_rejit.ipynb")
     loop = record.measurements["cells"][1]
@@ -101,6 +103,7 @@ def test_lambda_rejitted_per_call_compiles_every_time(profiled: Callable[[str], 
     assert function["shapes"] == ["float32[4]"] * 4
 
 
+@pytest.mark.slow
 def test_eager_ops_compile_but_are_not_user_compiles(profiled: Callable[[str], RunRecord]) -> None:
     record = profiled("eager_ops.ipynb")
     cells = record.measurements["cells"]
@@ -121,6 +124,7 @@ def test_eager_ops_compile_but_are_not_user_compiles(profiled: Callable[[str], R
     assert totals["eager_compiles"] == totals["compiles"] == sum(jax_of(c)["compiles"] for c in cells)
 
 
+@pytest.mark.slow
 def test_numba_counts_outermost_compiles_per_type(profiled: Callable[[str], RunRecord]) -> None:
     record = profiled("numba_two_types.ipynb")
     cells = record.measurements["cells"]
@@ -166,6 +170,7 @@ def outputs_text(execution: Execution, index: int) -> str:
     )
 
 
+@pytest.mark.slow
 def test_jax_compile_logs_stay_out_of_cell_outputs(executed: Callable[[str], Execution]) -> None:
     """With ``logging.basicConfig()`` the root handler prints every record reaching it: the probe's DEBUG
     records (JAX's compile shapes) must not, while records the notebook asks for still do."""
@@ -184,6 +189,7 @@ def test_jax_compile_logs_stay_out_of_cell_outputs(executed: Callable[[str], Exe
     assert double["shapes"] == ["float32[4]"]
 
 
+@pytest.mark.slow
 def test_odd_objects_in_the_namespace_do_not_break_the_cell(executed: Callable[[str], Execution]) -> None:
     """Objects whose ``__getattr__`` answers anything or raises KeyError: no "Error in callback", and the
     cell keeps its measurements."""
@@ -197,6 +203,7 @@ def test_odd_objects_in_the_namespace_do_not_break_the_cell(executed: Callable[[
     assert {f["name"]: f["kind"] for f in jax["functions"]}["double"] == "user"
 
 
+@pytest.mark.slow
 def test_a_library_named_jax_something_is_not_jax(executed: Callable[[str], Execution]) -> None:
     """``jaxlike_library`` (as jaxopt or jaxtyping): compiles it triggers are a library's, not eager ops."""
     cells = executed("probe_jax_named_package.ipynb").cells
@@ -209,6 +216,7 @@ def test_a_library_named_jax_something_is_not_jax(executed: Callable[[str], Exec
     assert notebook["compiles"] >= 1 and notebook["eager_compiles"] == notebook["compiles"]
 
 
+@pytest.mark.slow
 def test_user_ipython_profile_keeps_working(tmp_path: Path) -> None:
     """The probe loads in addition to the user's profile: start-up files still run, and cells are measured."""
     ipython_dir = tmp_path / "ipython"

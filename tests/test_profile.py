@@ -114,6 +114,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., RunRecor
     return run
 
 
+@pytest.mark.slow
 def test_error_cell_and_on_error_continue(profiled: Callable[..., RunRecord]) -> None:
     record = profiled("error.ipynb")
     cells = record.measurements["cells"]
@@ -126,6 +127,7 @@ def test_error_cell_and_on_error_continue(profiled: Callable[..., RunRecord]) ->
     assert record.status == "ok"  # every cell ran: the run was not cut short
 
 
+@pytest.mark.slow
 def test_error_cell_and_on_error_stop(profiled: Callable[..., RunRecord]) -> None:
     record = profiled("error.ipynb", on_error="stop")
     cells = record.measurements["cells"]
@@ -136,6 +138,7 @@ def test_error_cell_and_on_error_stop(profiled: Callable[..., RunRecord]) -> Non
     assert record.settings["on_error"] == "stop"
 
 
+@pytest.mark.slow
 def test_raises_exception_tag_is_an_expected_error(profiled: Callable[..., RunRecord]) -> None:
     record = profiled("raises_exception.ipynb", on_error="stop")  # an expected error does not stop the run
     cells = record.measurements["cells"]
@@ -148,6 +151,7 @@ def test_raises_exception_tag_is_an_expected_error(profiled: Callable[..., RunRe
 
 
 @pytest.mark.parametrize("name", ["empty.ipynb", "markdown_only.ipynb"])
+@pytest.mark.slow
 def test_notebooks_without_code(profiled: Callable[..., RunRecord], name: str) -> None:
     record = profiled(name)
     assert record.status == "ok"
@@ -161,6 +165,7 @@ def test_notebooks_without_code(profiled: Callable[..., RunRecord], name: str) -
 # ---- cut short: timeout, dead kernel ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_timeout_cell_is_recorded_and_the_run_saved(run_cli: Callable[..., Any], tmp_path: Path, kernel_marker: str) -> None:
     db = tmp_path / "db" / "nbscope.db"
     result = run_cli(
@@ -187,6 +192,7 @@ def test_timeout_cell_is_recorded_and_the_run_saved(run_cli: Callable[..., Any],
 
 
 @pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
+@pytest.mark.slow
 def test_kernel_death_is_recorded_at_the_cell_and_the_run_saved(tmp_path: Path, kernel_marker: str, how: str) -> None:
     notebook = FILES / "kernel_dies.ipynb"  # cell 3 of 5 calls os._exit(1)
     if how == "SIGKILL":
@@ -214,6 +220,7 @@ def test_kernel_death_is_recorded_at_the_cell_and_the_run_saved(tmp_path: Path, 
 # ---- timing --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_wall_agrees_with_nbclient_busy_to_idle(tmp_path: Path) -> None:
     """Median gap under 5 ms and at least 90 % of cells within 5 ms, on 30 trivial cells."""
     path = write_notebook(tmp_path / "trivial.ipynb", [f"x{i} = {i} * 2" for i in range(30)])
@@ -229,6 +236,7 @@ def test_wall_agrees_with_nbclient_busy_to_idle(tmp_path: Path) -> None:
     assert all(c["code_s"] <= c["wall_s"] for c in cells)
 
 
+@pytest.mark.slow
 def test_compile_and_run_split_in_a_jax_cell(tmp_path: Path) -> None:
     path = write_notebook(
         tmp_path / "split.ipynb",
@@ -249,6 +257,7 @@ def test_compile_and_run_split_in_a_jax_cell(tmp_path: Path) -> None:
 # ---- persistent compile cache ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     cache_root = tmp_path / "jax-cache"
@@ -279,6 +288,7 @@ def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
 # ---- side file, repeats ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_live_file_has_one_line_per_code_cell(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     notebook = FILES / "myst_lines.md"
@@ -294,6 +304,7 @@ def test_live_file_has_one_line_per_code_cell(tmp_path: Path) -> None:
     assert [line["wall_s"] for line in lines] == [c["wall_s"] for c in record.measurements["cells"]]
 
 
+@pytest.mark.slow
 def test_repeat_gives_two_samples_per_cell(tmp_path: Path) -> None:
     path = write_notebook(tmp_path / "sleepy.ipynb", ["import time", "time.sleep(0.05)", "y = 2"])
     record = profile(path, ProfileOptions(repeat=2), store=store_in(tmp_path), live_path=tmp_path / "live.jsonl")
@@ -312,6 +323,7 @@ def test_repeat_gives_two_samples_per_cell(tmp_path: Path) -> None:
 # ---- CLI -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_json_is_a_run_record(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     db = tmp_path / "db" / "nbscope.db"
     result = run_cli("profile", FILES / "raises_exception.ipynb", "--json", "--db", db)
@@ -323,6 +335,7 @@ def test_cli_json_is_a_run_record(run_cli: Callable[..., Any], tmp_path: Path) -
     assert Store(db).count() == 1
 
 
+@pytest.mark.slow
 def test_cli_markdown_is_a_table(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     result = run_cli("profile", FILES / "myst_lines.md", "--markdown", "--all", "--db", tmp_path / "db" / "n.db")
     assert result.returncode == 0, result.stderr

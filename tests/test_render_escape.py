@@ -10,13 +10,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import cli_env
+from conftest import run_in_process
 from nbscope.analyse.diagnose import Finding, Skip
 from nbscope.collect import notebook as notebook_module
 from nbscope.render import compare as compare_view
@@ -30,12 +29,8 @@ TABLE_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s")
 
 
 def nbscope(*args: str | Path, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m nbscope ARGS`` with its output piped (not a terminal); ``columns`` sets COLUMNS."""
-    done = subprocess.run(
-        [sys.executable, "-m", "nbscope", *map(str, args)],
-        cwd=cwd, env=cli_env({"COLUMNS": None if columns is None else str(columns)}),
-        capture_output=True, text=True, timeout=300,
-    )
+    """``nbscope ARGS`` (in this process) with its output piped (not a terminal); ``columns`` sets COLUMNS."""
+    done = run_in_process(args, env={"COLUMNS": None if columns is None else str(columns)}, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr, done.stderr[-3000:]
     return done
@@ -59,6 +54,7 @@ def number_and_line_columns(text: str) -> set[tuple[str, str]]:
     return {m.groups() for m in map(TABLE_ROW.match, text.splitlines()) if m}
 
 
+@pytest.mark.slow
 def test_profile_ledger_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     out = profiled["stdout"]
     for line in MARKUP_LINES:
@@ -69,6 +65,7 @@ def test_profile_ledger_shows_sources_as_written(profiled: dict[str, Any]) -> No
     assert number_and_line_columns(out) == profiled["cells"]
 
 
+@pytest.mark.slow
 def test_show_in_a_narrow_terminal_keeps_the_cell_number_and_line_whole(profiled: dict[str, Any]) -> None:
     wide = nbscope("show", "1", "--db", "db/nbscope.db", cwd=profiled["root"]).stdout
     for line in MARKUP_LINES:
@@ -80,6 +77,7 @@ def test_show_in_a_narrow_terminal_keeps_the_cell_number_and_line_whole(profiled
     assert "y = x[i]" in narrow
 
 
+@pytest.mark.slow
 def test_compare_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     out = nbscope("compare", "1", "1", "--db", "db/nbscope.db", cwd=profiled["root"]).stdout
     for line in ('y = x[i]', 'tag = "[/x]"', 'label = "[bold red]not styled', 'z = z + x[i]'):
@@ -87,6 +85,7 @@ def test_compare_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     assert re.search(r"^\s*10\s+134\s", out, re.MULTILINE)  # cell 10, line 134
 
 
+@pytest.mark.slow
 def test_diagnose_shows_names_as_written(profiled: dict[str, Any]) -> None:
     root = profiled["root"]
     out = nbscope("diagnose", "1", "--db", "db/nbscope.db", cwd=root).stdout

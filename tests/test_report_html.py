@@ -122,6 +122,7 @@ class Tags(HTMLParser):
             self.svg_text.append(data)
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_and_escaped(report_file: dict[str, Any]) -> None:
     text = report_file["text"]
     parser = Tags()
@@ -161,6 +162,7 @@ def test_svg_keeps_hostile_text_as_escaped_text() -> None:
     assert "mathdefault" in text  # matplotlib's own tick labels still use mathtext
 
 
+@pytest.mark.slow
 def test_report_content(report_file: dict[str, Any]) -> None:
     text = report_file["text"]
     # Cell 2 made 3× slower; single samples on a shared machine can hide it, so only the section is checked.
@@ -194,6 +196,7 @@ def test_report_with_the_real_diagnosis() -> None:
     assert text.count('<div class="card') >= 1 or "No findings." in text
 
 
+@pytest.mark.slow
 def test_report_cli(report_file: dict[str, Any], run_cli: Any, tmp_path: Path) -> None:
     ids = [str(r.run_id) for r in report_file["runs"]]
     output = tmp_path / "out" / "r.html"

@@ -162,6 +162,7 @@ def assert_stopped_run(record: RunRecord, signum: int | None = None) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.slow
 def test_a_signal_during_profile_saves_the_partial_run_and_stops_the_kernel(
     tmp_path: Path, marker: str, signum: int
 ) -> None:
@@ -281,6 +282,7 @@ def test_sigterm_during_audit_saves_the_running_notebook_and_the_audit(tmp_path:
 # ---- killed outright: the live file is recoverable ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(tmp_path: Path, marker: str) -> None:
     db = tmp_path / "db" / "nbscope.db"
     started = tmp_path / "started"
@@ -317,6 +319,7 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
     assert again.stdout.strip() == "No unfinished runs."
 
 
+@pytest.mark.slow
 def test_a_stored_run_leaves_no_live_file_and_a_named_one_stays(tmp_path: Path) -> None:
     from nbscope.api.profile import profile
 
@@ -336,6 +339,7 @@ def test_a_stored_run_leaves_no_live_file_and_a_named_one_stays(tmp_path: Path) 
 # ---- a runner whose cleanup fails still returns its cells ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failing_kernel_shutdown_still_returns_the_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
     from nbclient import NotebookClient
 

@@ -117,6 +117,7 @@ def test_discover_sources_skips_build_folders(tmp_path: Path) -> None:
 # ---- real kernels ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     shutil.copy(FILES / "recompile_shapes.ipynb", tmp_path / "shapes.ipynb")
     db = tmp_path / "db" / "nbscope.db"

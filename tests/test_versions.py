@@ -15,6 +15,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,7 +167,7 @@ def test_a_folder_nbscope_did_not_make_is_never_removed(tmp_path: Path) -> None:
     assert other.exists() and (mine / "notes.txt").exists()
 
 
-def test_bad_options_are_one_line_errors(tmp_path: Path, wheels: Path) -> None:
+def test_bad_options_are_one_line_errors(tmp_path: Path, wheels: Path, run_cli: Any) -> None:
     cases = [
         (["versions", SLOW_NOTEBOOK], "at least one variant"),
         (["versions", SLOW_NOTEBOOK, "--with", "==0.10.2"], "not a requirement"),
@@ -178,7 +179,7 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, wheels: Path) -> None:
           "--no-index", "--env-cache", tmp_path / "envs"], "not among the released versions"),
     ]
     for args, message in cases:
-        done = nbscope(*args, "--db", tmp_path / "db.sqlite", cwd=tmp_path, timeout=120)
+        done = run_cli(*args, "--db", tmp_path / "db.sqlite", cwd=tmp_path)  # refused before any environment
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.startswith("nbscope: error:") and message in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
