@@ -45,6 +45,7 @@ _H2D = ("DevicePut", "DevicePutWithSharding", "batched_copy_array_to_devices_wit
         "BufferFromPyval", "TransferToDevice", "TransferLiteralToDevice")
 _D2H = ("np.asarray(jax.Array)", "CopyToHost", "CopyRawToHost", "ToLiteral", "TransferFromDevice",
         "TransferLiteralFromDevice")
+_H2D_WORK = "H2D Dispatch"  # the copy itself, on XLA:CPU's worker thread, after the DevicePut that asked for it
 _CALL = re.compile(r"^(PjitFunction|PmapFunction)\((.*)\)$")
 _LOOP_CALL = re.compile(r"\b(?:jax\.)?(?:lax\.)?(scan|fori_loop|while_loop|map|associative_scan)\s*\(")
 
@@ -184,6 +185,7 @@ class ProgramCollector:
         gpu_modules: dict[str, int] = {}
         xla_spans: list[tuple[int, int]] = []  # everything XLA:CPU's worker threads ran, attributed or not
         executes: list[tuple[int, int]] = []  # a program's thunks running (its loop's bookkeeping included)
+        h2d_work: list[tuple[int, int]] = []
         line_id = 0
         for plane in data.planes:
             name = plane.name
@@ -200,7 +202,10 @@ class ProgramCollector:
                 worker = _is_xla_worker(line.name)
                 for event in line.events:
                     event_name = event.name
-                    if event_name.startswith(_EXECUTE):
+                    if event_name == _H2D_WORK:
+                        start = int(event.start_ns)
+                        h2d_work.append((start, start + int(event.duration_ns)))
+                    elif event_name.startswith(_EXECUTE):
                         start = int(event.start_ns)
                         executes.append((start, start + int(event.duration_ns)))
                     elif worker and not event_name.startswith(_BOOKKEEPING):
@@ -288,10 +293,11 @@ class ProgramCollector:
         result["cpu_busy_s"] = covered(union(attributed + [(s, e) for _, s, e, _ in op_events])) / 1e9
         # JAX time no known program claimed (a program whose HLO was not captured): JAX time all the same.
         result["xla_busy_s"] = covered(union(xla_spans + attributed + [(s, e) for _, s, e, _ in op_events])) / 1e9
-        result["transfers"] = self._transfers(h2d, d2h, calls)
+        result["transfers"] = self._transfers(h2d, d2h, calls, sorted(h2d_work))
 
     def _transfers(
-        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]]
+        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]],
+        work: list[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
         from nbscope.collect.timeline import covered, union
 
@@ -300,7 +306,13 @@ class ProgramCollector:
         by_function: dict[str, list[dict[str, Any]]] = {}
         for program in self.programs.values():
             by_function.setdefault(_normal(program["function"]), []).append(program)
+        work = work or []
+        work_starts = [w[0] for w in work]
         for start, end, line_id in h2d:
+            took = end - start
+            at = bisect.bisect_left(work_starts, start)
+            if at < len(work) and work[at][0] <= end + 1_000_000:  # the worker's copy, begun within 1 ms
+                took = max(took, work[at][1] - work[at][0])
             function = None
             for call_start, call_end, name in calls.get(line_id, []):
                 if call_start <= start and end <= call_end:
@@ -310,7 +322,7 @@ class ProgramCollector:
             # Only data that starts on the host is copied (a Python scalar, a NumPy array): arguments already
             # on the device are not. Which parameter a copy moved is not in the trace; it moved no more
             # than its CPU time allows, so a scalar copied beside a large device array stays small.
-            most = (end - start) * HOST_COPY_BYTES_PER_NS
+            most = took * HOST_COPY_BYTES_PER_NS
             if parameters:
                 low += min(parameters)
                 high += min(max(parameters), max(min(parameters), most))
@@ -320,7 +332,7 @@ class ProgramCollector:
                 unsized += 1
         # On a CPU these copies are host work (a memcpy, or nothing when the buffer is shared): the
         # forecast takes their time out of the cell's host time and puts its own transfer term in.
-        seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h)) / 1e9
+        seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h + work)) / 1e9
         return {"host_to_device": len(h2d), "device_to_host": len(d2h), "sized": sized, "unsized": unsized,
                 "bytes_low": low, "bytes_high": high, "cpu_s": seconds}
 

@@ -31,7 +31,7 @@ def dominant_words(outcome: dict[str, Any]) -> str:
     JAX term too; for an uncertain cell, what is unknown and what would settle it."""
     dominant = outcome.get("dominant") or {}
     words = dominant.get("words") or ""
-    if words:
+    if words and (dominant.get("high_s") is not None or dominant.get("low_s")):
         words += f" = {seconds_range(dominant.get('low_s'), dominant.get('high_s'))}"
     jax = outcome.get("jax_dominant") or {}
     if dominant.get("kind") in ("host", "compile") and jax.get("words"):
@@ -98,14 +98,15 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
         if wide:
             columns.append(("dominant term", "left"))
         for column, justify in columns:
-            table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+            table.add_column(column, justify=justify, overflow="fold",  # type: ignore[arg-type]
+                             no_wrap=column in ("CPU", f"{key.upper()} forecast", "verdict", "cell", "line"))
         below = []
         for cell in _cells_in_order(result, key, top, show_all):
             outcome = cell["gpu"][key]
             style = VERDICT_STYLE.get(outcome["verdict"], "")
             dominant = dominant_words(outcome)
             row = [str(cell["index"] + 1), str(cell.get("line") or ""),
-                   escape((cell.get("first_line") or "")[:40 if wide else 22]),
+                   escape((cell.get("first_line") or "")[:40 if wide else 16]),
                    format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
                    f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"]]
             if wide:
@@ -115,7 +116,7 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
             table.add_row(*row)
         for failed in result.get("not_forecast") or []:
             row = [str(failed["index"] + 1), str(failed.get("line") or ""),
-                   escape((failed.get("first_line") or "")[:40 if wide else 22]),
+                   escape((failed.get("first_line") or "")[:40 if wide else 16]),
                    format_seconds(failed.get("cpu_s")), "–", "[dim]not forecast[/dim]"]
             if wide:
                 row.append(escape(failed["reason"]))

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
 UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the cell "uncertain"
-SMALL_UNATTRIBUTED_S = 0.005  # unattributed JAX time below this (and 2 % of the cell) is carried over
+SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell is carried over as measured
 FAILED = {"error": "raised", "expected-error": "raised (expected)", "timeout": "timed out", "kernel-died": "died"}
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
@@ -92,6 +93,8 @@ def forecast(
     ran = [c for c in cells if c is not None]
     failed = [f for f in (not_forecast(c) for c in measurements.get("cells") or []) if f is not None]
     rates = cpu_rates(ran, programs)
+    placement = placement_module.read(sources)
+    cell_lines = {c.get("index"): c.get("line") for c in measurements.get("cells") or []}
     has_jax = uses_jax(record)
     result: dict[str, Any] = {
         "version": FORECAST_VERSION,
@@ -104,9 +107,16 @@ def forecast(
         "cells": [],
         "not_forecast": failed,
         "cpu_rates": rates,
+        "placement": placement.as_dict(cell_lines),
         "notebook": {},
         "notes": list((measurements.get("programs") or {}).get("notes") or []),
     }
+    if placement.platform is not None:
+        result["notes"].append(
+            f"the notebook pins JAX to the CPU at {placement.platform.where(cell_lines)} "
+            f"(`{placement.platform.text}`): from there on it runs on the CPU whatever GPU the machine has, "
+            "so those calls are forecast as measured"
+        )
     if not has_jax:
         result["notes"].append(
             "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
@@ -115,7 +125,8 @@ def forecast(
     for cell in ran:
         entry = _cell_entry(cell, programs)
         for device in devices:
-            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table, rates)
+            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table, rates,
+                                                      _pins(cell, programs, placement, cell_lines))
         result["cells"].append(entry)
     for device in devices:
         result["notebook"][device.key] = _notebook(result["cells"], device, programs, sources, has_jax)
@@ -222,20 +233,44 @@ def cpu_rates(cells: list[_Cell], programs: dict[str, Any]) -> dict[str, Any] | 
     return best or None
 
 
+def _pins(cell: _Cell, programs: dict[str, Any], placement: placement_module.Placement,
+          cell_lines: dict[int, int | None]) -> dict[str, str]:
+    """Per program the cell ran: why it runs on the CPU even on a GPU machine ("pinned to the CPU at
+    line 12 (jax.jit(f, device=cpu))"); programs not pinned are absent. A ``default_device`` block whose
+    calls name none of the cell's programs pins them all (its eager operations)."""
+    index = cell.record.get("index")
+    functions = {e["program"]: (programs.get(e["program"]) or {}).get("function") for e in cell.executions}
+    named = {name for names, _ in placement.cells.get(index, []) if names for name in names}
+    blanket = [pin for names, pin in placement.cells.get(index, []) if names and pin.how == "default_device"
+               and not (names & set(functions.values()))]
+    found = {}
+    for key, function in functions.items():
+        pin = placement.pin_of(index, function) or (blanket[0] if blanket and function not in named else None)
+        if pin is not None:
+            found[key] = f"pinned to the CPU at {pin.where(cell_lines)} ({pin.text})"
+    return found
+
+
 def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table: DeviceTable,
-                   rates: dict[str, Any] | None = None) -> dict[str, Any]:
+                   rates: dict[str, Any] | None = None, pins: dict[str, str] | None = None) -> dict[str, Any]:
     terms: list[Term] = []
+    pins = pins or {}
     if cell.host_s > 0:
         terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
-                          words=f"host work (Python, NumPy, Numba) carried over as measured: {cell.host_s:.3g} s"))
-    if cell.compile_s > 0:
+                          words="host work (Python, NumPy, Numba) carried over as measured"))
+    all_pinned = bool(cell.executions) and all(e["program"] in pins for e in cell.executions)
+    if cell.compile_s > 0 and all_pinned:
+        terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
+                          words=f"JAX compile on the CPU as measured ({cell.compile_s:.3g} s): the calls are pinned there",
+                          details={"cpu_compile_s": cell.compile_s, "basis": "measured"}))
+    elif cell.compile_s > 0:
         ratio = table.model["gpu_compile_ratio"]
         terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
                           words=(f"XLA:GPU compile: {cell.compile_s:.3g} s measured on this CPU × {ratio.text()} "
                                  f"({ratio.basis}, calibratable)"),
                           details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
     if cell.unattributed_s > 0:
-        small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.02 * cell.wall)
+        small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
         seconds = f"{cell.unattributed_s:.3g} s"
         terms.append(Term(
             kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
@@ -250,6 +285,14 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
             missing.append(execution["program"])
             continue
         count = _count(execution)
+        if execution["program"] in pins:
+            cpu = float(execution.get("cpu_s") or 0.0) * _window_scale(cell.record.get("programs") or {})
+            terms.append(Term(kind="cpu", low_s=cpu, high_s=cpu, program=execution["program"],
+                              function=program.get("function"),
+                              words=(f"`{program.get('function')}` {pins[execution['program']]}: "
+                                     f"{count:,} call{'s' if count != 1 else ''} as measured"),
+                              details={"calls": count, "pinned": pins[execution["program"]]}))
+            continue
         cpu_each = (float(execution["cpu_s"]) / count) if execution.get("cpu_s") and count else None
         observed = {}
         for loop_id, seen in (execution.get("loops") or {}).items():
@@ -318,17 +361,16 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         unknown = f"the trip count of {dominant.details.get('name') or 'a loop'}"
         if dominant.details.get("function"):
             unknown += f" in `{dominant.function}`"
-        settle = ("a longer CPU run with --forecast (its trace counts the iterations), or calibrate on a GPU "
-                  "(nbscope profile --forecast on it)")
+        settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
     elif dominant.kind == "unattributed":
         unknown = "which program ran the JAX time the trace did not attribute"
-        settle = "a run whose trace captures the program (profile --forecast again), or calibrate on a GPU"
+        settle = "a run whose trace captures the program, or a GPU run"
     elif dominant.kind == "compile":
-        unknown = "XLA:GPU's compile time (derived from the seed's warm-up figures)"
-        settle = "calibrate on a GPU: gpu_compile_ratio from a profile of the notebook there"
+        unknown = "XLA:GPU's compile time"
+        settle = "a GPU run, to calibrate gpu_compile_ratio"
     else:
         unknown = f"the device's figures behind the {dominant.kind} term ({dominant.words})"
-        settle = "calibrate on a GPU (nbscope loops / nbscope bench on it, then forecast --calibrate-from)"
+        settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
     ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
     return {"unknown": unknown, "settle": settle, "dominant_ratio": ratio,
             "straddles": _verdict(cpu, low, high) == "uncertain"}
