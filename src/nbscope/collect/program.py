@@ -56,6 +56,11 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
+def _tail(stack: str | None) -> str:
+    """A name stack below its program's own scope: ``jit(f)/jit(solve)/while`` → ``jit(solve)/while``."""
+    return (stack or "").split("/", 1)[-1] if stack and "/" in stack else (stack or "")
+
+
 def function_of(module: str) -> str:
     """The jitted function behind a module name (``jit_qm_jax`` → ``qm_jax``)."""
     for prefix in ("jit_", "pmap_", "xmap_"):
@@ -93,6 +98,14 @@ class ProgramCollector:
         elif probe.get("programs_error"):
             result["hlo_error"] = probe["programs_error"]
         result["new_programs"] = new_programs
+        if probe.get("gpu_lowering"):
+            try:
+                self._read_gpu_lowering(Path(probe["gpu_lowering"]), new_programs)
+            except Exception as exc:
+                self.notes.append(f"cell {record.get('index', 0) + 1}: GPU lowering unreadable: "
+                                  f"{type(exc).__name__}: {exc}"[:300])
+        elif probe.get("gpu_lowering_error"):
+            self.notes.append(f"cell {record.get('index', 0) + 1}: no GPU lowering: {probe['gpu_lowering_error']}"[:300])
         trace = probe.get("trace")
         if trace:
             try:
@@ -107,10 +120,12 @@ class ProgramCollector:
             if key not in counted and result["trace"] != "read":
                 # Compiled here, so called here at least once; how often is not known.
                 result["executions"].append({"program": key, "count": 1, "count_basis": "compiled", "cpu_s": None})
-        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s")}
+        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s"),
+                               "gpu_lowering_s": probe.get("gpu_lowering_s")}
         if not probe.get("shared"):
             _remove(trace)
         _remove(probe.get("programs"))
+        _remove(probe.get("gpu_lowering"))
         return result
 
     def finish(self) -> dict[str, Any]:
@@ -168,6 +183,46 @@ class ProgramCollector:
                 self.all_op_names |= names
             new.append(key)
         return new
+
+    def _read_gpu_lowering(self, path: Path, new_programs: list[str]) -> None:
+        """Mark what each new program would run on the GPU, from its lowering for CUDA (``jax.export``
+        in the kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
+        source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
+        import json
+
+        entries = json.loads(path.read_text())
+        by_function: dict[str, dict[str, Any]] = {}
+        for entry in entries:
+            by_function[_normal(str(entry.get("function") or ""))] = entry
+        for key in new_programs:
+            program = self.programs[key]
+            entry = by_function.get(_normal(program["function"]))
+            if entry is None:
+                continue
+            if entry.get("skipped"):
+                program["gpu"] = {"source": "jax.export (cuda)", "loops": 0, "custom_calls": {},
+                                  "note": entry["skipped"]}
+                for loop in program["loops"]:
+                    loop["cpu_only"] = True
+                continue
+            if entry.get("error"):
+                program["gpu"] = {"source": "jax.export (cuda)", "error": entry["error"]}
+                continue
+            gpu_loops = [(_tail(g.get("stack")), g.get("line")) for g in entry.get("loops") or []]
+            program["gpu"] = {"source": "jax.export (cuda)", "loops": len(gpu_loops),
+                              "custom_calls": entry.get("custom_calls") or {},
+                              "conditionals": entry.get("conditionals"), "seconds": entry.get("seconds")}
+            remaining = list(gpu_loops)
+            for loop in program["loops"]:
+                mine = (_tail(loop.get("op_name")), (loop.get("source") or {}).get("line"))
+                if mine in remaining:
+                    remaining.remove(mine)
+                    loop["cpu_only"] = False
+                else:
+                    loop["cpu_only"] = True
+            if len(gpu_loops) == len(program["loops"]):  # as many on both: the same loops, however named
+                for loop in program["loops"]:
+                    loop["cpu_only"] = False
 
     # ---- the trace -----------------------------------------------------------------------------
     def _read_trace(self, path: Path, result: dict[str, Any]) -> None:

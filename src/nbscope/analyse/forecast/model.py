@@ -201,9 +201,17 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
     ``cpu_s_each``); ``rates``: this CPU's measured ``flops_per_s`` / ``bytes_per_s``, for estimates."""
     key, function = program.get("key"), program.get("function")
     terms: list[Term] = []
-    entry = program.get("entry") or {}
+    entry = dict(program.get("entry") or {})
+    all_loops = program.get("loops") or []
+    loops = [loop for loop in all_loops if not loop.get("cpu_only")]
+    # A loop only XLA:CPU builds (threefry rounds, LU steps) is no GPU loop: its work is done by GPU
+    # kernels, so it joins the program's work outside loops (counted at its static trip count, or once).
+    for loop in all_loops:
+        if loop.get("cpu_only"):
+            times = float(loop.get("trip_count") or 1) * float(loop.get("outer_iterations") or 1)
+            for name in ("flops", "transcendentals", "bytes", "flops_f64", "transcendentals_f64"):
+                entry[name] = float(entry.get(name) or 0.0) + float((loop.get("per_iteration") or {}).get(name) or 0.0) * times
     work_low, work_high, work_bound = _roofline(entry, device, model)
-    loops = [loop for loop in program.get("loops") or [] if not loop.get("cpu_only")]
     counts = _trip_counts(loops, observed or {}, cpu_s_per_execution, rates)
     for loop in loops:
         low_iterations, high_iterations, basis, why = counts[loop["id"]]
@@ -253,10 +261,30 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
         terms.append(Term(kind="launch", low_s=kernels * launch.low * 1e-6, high_s=kernels * launch.high * 1e-6,
                           words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
                           program=key, function=function, details={"kernels": kernels}))
+    calls = {t: n for t, n in ((program.get("gpu") or {}).get("custom_calls") or {}).items() if library_of(t)}
+    if calls:
+        each = model["library_call_us"]
+        count = sum(calls.values())
+        names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
+        terms.append(Term(kind="library", low_s=count * each.low * 1e-6, high_s=count * each.high * 1e-6,
+                          words=f"{count} GPU library call{'s' if count != 1 else ''} ({names}) × {each.text(' µs')}",
+                          program=key, function=function, details={"library_calls": calls}))
     dispatch = device.figure("dispatch_us")
     terms.append(Term(kind="dispatch", low_s=dispatch.low * 1e-6, high_s=dispatch.high * 1e-6,
                       words=f"jitted call × {dispatch.text(' µs')}", program=key, function=function))
     return terms
+
+
+_LIBRARIES = (("cusolver", "cuSOLVER"), ("hipsolver", "hipSOLVER"), ("cublas", "cuBLAS"), ("cufft", "cuFFT"),
+              ("cudnn", "cuDNN"), ("cu_", "CUDA kernel"))
+
+
+def library_of(target: str) -> str | None:
+    """The GPU library behind a custom call target of the CUDA lowering (``cusolver_getrf_ffi``)."""
+    for prefix, name in _LIBRARIES:
+        if target.lower().startswith(prefix):
+            return name
+    return None
 
 
 def _work_words(work: dict[str, Any], device: Device, bound: str) -> str:

@@ -22,13 +22,24 @@ Both methods run in IPython's pre/post-run events: they must never raise.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
 from typing import Any
 
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
 PROGRAMS_NAME = "programs-{seq:04d}.xplane.pb"
+GPU_NAME = "gpu-{seq:04d}.json"
+# Primitives whose lowering differs between XLA:CPU and XLA:GPU (loops, branches, library calls): a
+# program with none of them lowers to no while and no library call on the GPU, so it is not exported.
+GPU_RELEVANT = {
+    "while", "scan", "cond", "lu", "lu_pivots_to_permutation", "triangular_solve", "cholesky", "eig", "eigh",
+    "svd", "qr", "geqrf", "householder_product", "orgqr", "schur", "hessenberg", "tridiagonal",
+    "tridiagonal_solve", "fft", "threefry2x32", "random_bits", "sort", "custom_linear_solve", "dot_general",
+    "conv_general_dilated",
+}
 
 
 class Programs:
@@ -40,9 +51,15 @@ class Programs:
         self.session: Any = None
         self.skipped: str | None = None
         self.shared = False  # the --timeline trace stands for this cell's trace
+        self.lowered: list[tuple[str, Any]] = []  # (function name, closed jaxpr) lowered during the cell
+        self.hooked = False
+        self.exporting = False
 
     def start(self, seq: int, *, shared: bool = False) -> None:
         self.session, self.skipped, self.shared = None, None, shared
+        self.lowered = []
+        if sys.modules.get("jax") is not None and not self.hooked:
+            self._hook_lowering()
         if shared or sys.modules.get("jax") is None:
             return
         try:
@@ -78,7 +95,116 @@ class Programs:
             except Exception as exc:
                 result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["programs_s"] = time.perf_counter() - started
+        if self.lowered:
+            started = time.perf_counter()
+            try:
+                result["gpu_lowering"] = _write(self.folder, GPU_NAME.format(seq=seq),
+                                                json.dumps(self._lower_for_gpu()).encode())
+            except Exception as exc:
+                result["gpu_lowering_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            result["gpu_lowering_s"] = time.perf_counter() - started
+            self.lowered = []
         return result
+
+    # ---- what the GPU would run -------------------------------------------------------------------
+    def _hook_lowering(self) -> None:
+        """Keep each program's jaxpr as JAX lowers it, to lower it for the GPU after the cell."""
+        self.hooked = True
+        pxla = sys.modules.get("jax._src.interpreters.pxla")
+        original = getattr(pxla, "lower_sharding_computation", None)
+        if original is None or getattr(original, "_nbscope", False):
+            return
+        recorder = self
+
+        def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any, *args: Any, **kwargs: Any) -> Any:
+            if not recorder.exporting and len(recorder.lowered) < MAX_LOWERED:
+                recorder.lowered.append((str(fun_name), closed_jaxpr))
+            return original(closed_jaxpr, api_name, fun_name, *args, **kwargs)
+
+        lower_sharding_computation._nbscope = True  # type: ignore[attr-defined]
+        pxla.lower_sharding_computation = lower_sharding_computation
+
+    def _lower_for_gpu(self) -> list[dict[str, Any]]:
+        """Each program lowered in the cell, lowered again for CUDA with ``jax.export`` (no GPU needed):
+        its loops (name stack and source line), branches and library calls."""
+        import jax
+        from jax._src import core
+
+        found = []
+        self.exporting = True
+        try:
+            for name, closed in self.lowered:
+                entry: dict[str, Any] = {"function": name}
+                started = time.perf_counter()
+                if not _relevant(closed.jaxpr):
+                    entry["skipped"] = "no loop, branch or library primitive"
+                    found.append(entry)
+                    continue
+                try:
+                    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
+                    exported = jax.export.export(jax.jit(core.jaxpr_as_fun(closed)), platforms=["cuda"])(*avals)
+                    entry.update(_summarise(exported.mlir_module()))
+                except Exception as exc:
+                    entry["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                entry["seconds"] = time.perf_counter() - started
+                found.append(entry)
+        finally:
+            self.exporting = False
+        return found
+
+
+MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
+
+
+def _relevant(jaxpr: Any, depth: int = 0) -> bool:
+    for equation in jaxpr.eqns:
+        if equation.primitive.name in GPU_RELEVANT:
+            return True
+        if depth < 8:
+            for value in equation.params.values():
+                for item in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(item, "jaxpr", None)
+                    inner = getattr(inner, "jaxpr", inner)  # ClosedJaxpr -> Jaxpr
+                    if inner is not None and hasattr(inner, "eqns") and _relevant(inner, depth + 1):
+                        return True
+    return False
+
+
+_LOC = re.compile(r"^(#loc\d+) = (.*)$", re.M)
+_FILE_LINE = re.compile(r'loc\("([^"]+)":(\d+):\d+')
+
+
+def _summarise(text: str) -> dict[str, Any]:
+    """Loops, branches and custom calls of a StableHLO module, with each loop's name stack and line."""
+    locations = dict(_LOC.findall(text))
+
+    def expand(reference: str, depth: int = 0) -> str:
+        value = locations.get(reference, reference)
+        if depth > 12:
+            return value
+        return re.sub(r"#loc\d+", lambda m: expand(m.group(0), depth + 1), value)
+
+    loops: list[dict[str, Any]] = []
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if "stablehlo.while" not in line:
+            continue
+        # The while's location is on the line that closes its regions, at its own indentation.
+        indent = len(line) - len(line.lstrip())
+        for closing in lines[index + 1:]:
+            if closing.startswith(" " * indent + "}") and not closing.startswith(" " * (indent + 1)) and "loc(" in closing:
+                where = expand(closing[closing.index("loc(") + 4:].rstrip(")").strip())
+                stack = re.match(r'loc\("([^"]*)"', where)
+                source = _FILE_LINE.search(where)
+                loops.append({"stack": stack.group(1) if stack else None,
+                              "file": source.group(1) if source else None,
+                              "line": int(source.group(2)) if source else None})
+                break
+    calls: dict[str, int] = {}
+    for target in re.findall(r"custom_call @([\w.]+)", text):
+        calls[target] = calls.get(target, 0) + 1
+    return {"loops": loops, "custom_calls": calls,
+            "conditionals": text.count("stablehlo.case") + text.count("stablehlo.if")}
 
 
 def _session(*, hlo_protos: bool) -> Any:
