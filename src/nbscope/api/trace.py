@@ -145,10 +145,11 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 
 def cells_from_log(
-    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False
+    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, programs: Any = None
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
-    unless nbscope itself was ``stopped`` (a signal): then that cell did not run to its end."""
+    unless nbscope itself was ``stopped`` (a signal): then that cell did not run to its end. With a
+    ``programs`` collector (``trace --forecast``), each cell's program data is read too."""
     by_hash: dict[str, list[dict[str, Any]]] = {}
     for line in log.cells:
         by_hash.setdefault(line["hash"], []).append(line)
@@ -157,7 +158,13 @@ def cells_from_log(
     for code_cell in nb.code_cells:
         queue = by_hash.get(code_cell.source_hash)
         if queue:
-            record = merge_cell(code_cell, queue.pop(0))
+            line = queue.pop(0)
+            record = merge_cell(code_cell, line)
+            if programs is not None and line.get("programs"):
+                try:
+                    record["programs"] = programs.cell(line["programs"], record)
+                except Exception as exc:  # broken program data must not lose the cell's other figures
+                    record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
         elif code_cell.source_hash in died and stopped:
@@ -187,11 +194,14 @@ def run_traced(
     fingerprint: dict[str, Any] | None = None,
     timeout: float | None = None,
     fresh: bool = False,
+    forecast: list[str] | None = None,
 ) -> TraceResult:
     """Run ``command`` with the probe injected into every IPython kernel it starts.
 
     ``fresh``: a jupyter-book 2 project's execution cache (``_build/execute`` beside ``myst.yml``) is
-    set aside while the command runs, so every page executes, and put back afterwards.
+    set aside while the command runs, so every page executes, and put back afterwards. ``forecast``
+    (GPU keys): every kernel records program data as ``profile --forecast`` does, read per notebook,
+    so the runs can be forecast without running a notebook twice.
     """
     if not command:
         raise NbscopeError("nothing to trace: give a command after --, e.g. nbscope trace -- jupyter-book build book/")
@@ -199,6 +209,7 @@ def run_traced(
     fingerprint = fingerprint or fp.collect()
     home = ProbeHome()
     interrupted = False
+    programs_dir: Path | None = None
     try:
         home.override_kernelspecs()
         probe_dir = home.root / "kernels-out"
@@ -207,6 +218,11 @@ def run_traced(
         run_env[TOKEN_VARIABLE] = token
         # A Jupyter server (jupyter-book 2 starts one) refuses to run as root unless told it may.
         run_env.update(jupyter_book2.server_config_for_root(home.root / "jupyter-config"))
+        if forecast is not None:  # outside the probe home: read after the home is gone
+            import tempfile
+
+            programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
+            run_env["NBSCOPE_PROBE_PROGRAMS"] = str(programs_dir)
         set_aside = _set_cache_aside(cwd, token) if fresh else None
         started_at = time.perf_counter()
         try:
@@ -231,12 +247,20 @@ def run_traced(
         if nb is None:
             unmatched += bool(log.hashes)
             continue
-        cells, status = cells_from_log(nb, log, stopped=interrupted)
+        collector = None
+        if forecast is not None:
+            from nbscope.collect.program import ProgramCollector
+
+            collector = ProgramCollector(nb.code_cells)
+        cells, status = cells_from_log(nb, log, stopped=interrupted, programs=collector)
+        settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
+        if forecast is not None:
+            settings.update(programs=True, forecast=list(forecast))
         record = RunRecord(
             kind="trace",
             target=target_name(nb.path, cwd),
             fingerprint=fingerprint,
-            settings={"pathway": "trace", "traced_command": command},
+            settings=settings,
         )
         runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": returncode}
         if book2.is_jupyter_book2:
@@ -256,12 +280,18 @@ def run_traced(
             "cells": cells,
             "repeats": 1,
         }
+        if collector is not None:
+            record.measurements["programs"] = collector.finish()
         record.finish("partial" if interrupted else status)
         if store is not None:
             store.save(record)
             if interrupted:
                 _signals.note_saved(f"partial run {record.run_id} ({record.target})")
         records.append(record)
+    if forecast is not None and programs_dir is not None:
+        import shutil
+
+        shutil.rmtree(programs_dir, ignore_errors=True)
     return TraceResult(
         records=records, returncode=returncode, output=output, wall_s=wall, unmatched_kernels=unmatched,
         interrupted=interrupted, timed_output=timed, book2=book2 if book2.is_jupyter_book2 else None,
@@ -415,6 +445,7 @@ def trace_command(
     timeout: float | None = None,
     fresh: bool = False,
     jupyter_book2_first: bool = False,
+    forecast: list[str] | None = None,
 ) -> TraceResult:
     """The CLI's ``trace``: run, store, and fail with one line when nothing was traced.
 
@@ -429,7 +460,7 @@ def trace_command(
         if not found.usable or found.path_folder is None:
             raise NbscopeError(found.problem or "jupyter-book 2 is not available")
         env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
-    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env)
+    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast)
     if result.interrupted:
         raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
     if not result.records:

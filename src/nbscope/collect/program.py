@@ -56,6 +56,37 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
+def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any) -> None:
+    """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
+    counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``."""
+    traced = window.get("traced_s")
+    if not isinstance(traced, (int, float)) or not isinstance(wall, (int, float)) or traced <= 0:
+        return
+    scale = max(1.0, float(wall) / float(traced))
+    result["window"] = {**window, "cell_s": wall, "scale": scale}
+    for execution in result["executions"]:
+        seen = execution.get("count") or execution.get("sampled_runs")
+        if isinstance(seen, int):
+            execution["traced_count"] = seen
+            execution["count"] = max(seen, round(seen * scale))
+            execution["count_basis"] = "extrapolated"
+        if isinstance(execution.get("cpu_s"), (int, float)):
+            execution["cpu_s"] *= scale
+        for loop in (execution.get("loops") or {}).values():
+            if isinstance(loop.get("cpu_s"), (int, float)):
+                loop["cpu_s"] *= scale
+    for name in ("cpu_busy_s", "xla_busy_s"):
+        if isinstance(result.get(name), (int, float)):
+            result[name] *= scale
+    transfers = result.get("transfers") or {}
+    for name in ("host_to_device", "device_to_host", "sized", "unsized"):
+        if isinstance(transfers.get(name), int):
+            transfers[name] = round(transfers[name] * scale)
+    for name in ("bytes_low", "bytes_high", "cpu_s"):
+        if isinstance(transfers.get(name), (int, float)):
+            transfers[name] *= scale
+
+
 def _tail(stack: str | None) -> str:
     """A name stack below its program's own scope: ``jit(f)/jit(solve)/while`` → ``jit(solve)/while``."""
     return (stack or "").split("/", 1)[-1] if stack and "/" in stack else (stack or "")
@@ -115,6 +146,8 @@ class ProgramCollector:
                 result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
             result["trace"] = probe.get("trace_error") or "no trace"
+        if result["trace"] == "read" and isinstance(probe.get("window"), dict):
+            _extrapolate(result, probe["window"], record.get("wall_s"))
         counted = {e["program"] for e in result["executions"]}
         for key in new_programs:
             if key not in counted and result["trace"] != "read":

@@ -146,29 +146,16 @@ def _measured(cell: dict[str, Any]) -> _Cell | None:
     busy = data.get("cpu_busy_s")
     if not isinstance(busy, (int, float)):
         busy = sum(float(e.get("cpu_s") or 0.0) for e in executions)
-    scale = _window_scale(data)
-    busy = float(busy) * scale
+    busy = float(busy)  # a trace cut short was extrapolated to the whole cell when it was read
     xla = data.get("xla_busy_s")
-    unattributed = max(0.0, float(xla) * scale - busy) if isinstance(xla, (int, float)) else 0.0
+    unattributed = max(0.0, float(xla) - busy) if isinstance(xla, (int, float)) else 0.0
     transfers = data.get("transfers") or {}
-    copies = float(transfers.get("cpu_s") or 0.0) * scale  # replaced by the forecast's own transfer term
+    copies = float(transfers.get("cpu_s") or 0.0)  # replaced by the forecast's own transfer term
     rest = max(0.0, float(wall) - compile_s)
     unattributed = min(unattributed, max(0.0, rest - busy))
     host = max(0.0, rest - busy - unattributed - copies)
     return _Cell(record=cell, wall=float(wall), compile_s=min(compile_s, float(wall)), host_s=host,
                  executions=executions, unattributed_s=unattributed)
-
-
-def _window_scale(data: dict[str, Any]) -> float:
-    """A trace cut short (``--forecast`` bounds its memory) covered part of the cell: what it measured
-    counts for the whole cell at the same rate."""
-    window = data.get("window")
-    if not isinstance(window, dict) or not window.get("cut"):
-        return 1.0
-    traced, wall = window.get("traced_s"), window.get("cell_s")
-    if isinstance(traced, (int, float)) and isinstance(wall, (int, float)) and traced > 0 and wall > traced:
-        return float(wall) / float(traced)
-    return 1.0
 
 
 def not_forecast(cell: dict[str, Any]) -> dict[str, Any] | None:
@@ -286,7 +273,7 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
             continue
         count = _count(execution)
         if execution["program"] in pins:
-            cpu = float(execution.get("cpu_s") or 0.0) * _window_scale(cell.record.get("programs") or {})
+            cpu = float(execution.get("cpu_s") or 0.0)
             terms.append(Term(kind="cpu", low_s=cpu, high_s=cpu, program=execution["program"],
                               function=program.get("function"),
                               words=(f"`{program.get('function')}` {pins[execution['program']]}: "

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from typing import Any
 
@@ -46,7 +47,9 @@ class Programs:
     """One profiler session per cell, and the optimised HLO of new programs after compiling cells."""
 
     def __init__(self, folder: str) -> None:
-        self.folder = os.path.abspath(folder)  # the path goes back to nbscope, whose cwd differs
+        # The path goes back to nbscope, whose cwd differs; one folder per kernel, as a traced build
+        # starts many kernels with the same setting.
+        self.folder = os.path.join(os.path.abspath(folder), f"kernel-{os.getpid()}")
         os.makedirs(self.folder, exist_ok=True)
         self.session: Any = None
         self.skipped: str | None = None
@@ -54,6 +57,7 @@ class Programs:
         self.lowered: list[tuple[str, Any]] = []  # (function name, closed jaxpr) lowered during the cell
         self.hooked = False
         self.exporting = False
+        self.guard: _Guard | None = None
 
     def start(self, seq: int, *, shared: bool = False) -> None:
         self.session, self.skipped, self.shared = None, None, shared
@@ -66,17 +70,23 @@ class Programs:
             self.session = _session(hlo_protos=False)
         except Exception as exc:  # e.g. the notebook runs its own jax.profiler trace
             self.skipped = f"{type(exc).__name__}: {exc}"[:300]
+            return
+        self.guard = _Guard(self.session)
 
     def stop(self, seq: int, *, compiled: bool, timeline_trace: Any = None) -> dict[str, Any] | None:
         """Stop the cell's session; the result goes into the probe line as ``programs``."""
         session, self.session = self.session, None
+        guard, self.guard = self.guard, None
         if sys.modules.get("jax") is None:
             return None
         result: dict[str, Any] = {"seq": seq}
         started = time.perf_counter()
         if session is not None:
             try:
-                result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), session.stop())
+                data = guard.finish() if guard is not None else session.stop()
+                result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), data)
+                if guard is not None and guard.cut_after is not None:
+                    result["window"] = {"cut": True, "traced_s": guard.cut_after, "grown_bytes": guard.grown}
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
@@ -151,6 +161,69 @@ class Programs:
         finally:
             self.exporting = False
         return found
+
+
+# A profiler session records ~2 kB and costs ~15 µs per small jitted call, and ~100 µs more to stop
+# (jax 0.10.2 on CPU): a cell of a million calls would grow the kernel by gigabytes. The guard stops the
+# session once it has run MIN_TRACE_S and the kernel has grown by TRACE_BUDGET_BYTES since it started;
+# what ran later is counted from the traced part (nbscope.collect.program extrapolates, and says so).
+MIN_TRACE_S = 0.25
+TRACE_BUDGET_BYTES = 16 * 2**20
+POLL_S = 0.02
+
+
+def _rss() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Guard:
+    """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.started = time.perf_counter()
+        self.base = _rss()
+        self.data: bytes | None = None
+        self.error: BaseException | None = None
+        self.cut_after: float | None = None
+        self.grown = 0
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        if self.base is not None:  # no /proc: no guard (macOS, Windows)
+            self.thread = threading.Thread(target=self._watch, name="nbscope-trace-guard", daemon=True)
+            self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(POLL_S):
+            elapsed = time.perf_counter() - self.started
+            now = _rss()
+            if now is None or self.base is None or elapsed < MIN_TRACE_S:
+                continue
+            if now - self.base > TRACE_BUDGET_BYTES:
+                with self.lock:
+                    if self.done.is_set():
+                        return
+                    self.cut_after, self.grown = elapsed, now - self.base
+                    try:
+                        self.data = self.session.stop()
+                    except BaseException as exc:  # handed to finish(), never raised in this thread
+                        self.error = exc
+                    self.done.set()
+                return
+
+    def finish(self) -> bytes:
+        with self.lock:
+            if not self.done.is_set():
+                self.done.set()
+                return self.session.stop()
+        if self.error is not None:
+            raise self.error
+        return self.data or b""
 
 
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
