@@ -165,10 +165,15 @@ class Programs:
 
 # A profiler session records ~2 kB and costs ~15 µs per small jitted call, and ~100 µs more to stop
 # (jax 0.10.2 on CPU): a cell of a million calls would grow the kernel by gigabytes. The guard stops the
-# session once it has run MIN_TRACE_S and the kernel has grown by TRACE_BUDGET_BYTES since it started;
-# what ran later is counted from the traced part (nbscope.collect.program extrapolates, and says so).
+# session once it has run MIN_TRACE_S and the kernel has grown steadily (in nearly every one of the last
+# STEADY_POLLS polls) by TRACE_BUDGET_BYTES since it started, or by HARD_CAP_BYTES in a cell longer than
+# HARD_CAP_AFTER_S; what ran later is counted from the traced part (nbscope.collect.program extrapolates,
+# and says so).
 MIN_TRACE_S = 0.25
 TRACE_BUDGET_BYTES = 16 * 2**20
+HARD_CAP_BYTES = 128 * 2**20
+HARD_CAP_AFTER_S = 2.0
+STEADY_POLLS = 10
 POLL_S = 0.02
 
 
@@ -199,12 +204,22 @@ class _Guard:
             self.thread.start()
 
     def _watch(self) -> None:
+        recent: list[int] = []
         while not self.done.wait(POLL_S):
             elapsed = time.perf_counter() - self.started
             now = _rss()
-            if now is None or self.base is None or elapsed < MIN_TRACE_S:
+            if now is None or self.base is None:
                 continue
-            if now - self.base > TRACE_BUDGET_BYTES:
+            recent = [*recent[-(STEADY_POLLS - 1):], now]
+            if elapsed < MIN_TRACE_S:
+                continue
+            # The profiler's events grow the kernel steadily, poll after poll; a cell's own large array
+            # grows it in one step: only steady growth beyond the budget (or any growth beyond the hard
+            # cap in a long cell) is the session's.
+            rises = sum(1 for a, b in zip(recent, recent[1:], strict=False) if b > a)
+            steady = len(recent) == STEADY_POLLS and rises >= STEADY_POLLS - 2
+            grown = now - self.base
+            if (steady and grown > TRACE_BUDGET_BYTES) or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S):
                 with self.lock:
                     if self.done.is_set():
                         return
