@@ -90,7 +90,7 @@ def test_cells_that_raise_or_die_are_not_forecast(honest: Any) -> None:
 
 def test_a_range_that_straddles_the_cpu_time_is_uncertain(honest: Any, tmp_path: Path) -> None:
     """A device whose per-synced-iteration cost puts the cell of 50 executions of the observed loop at
-    half to twice its measured time: the range straddles the CPU time, so the verdict is uncertain."""
+    0.85 to 2 times its measured time: the range straddles the CPU time, so the verdict is uncertain."""
     result = forecast(honest, "t4")
     cell = _cell(result, "for _ in range(50)")
     cpu = cell["cpu"]["wall_s"]
@@ -99,12 +99,12 @@ def test_a_range_that_straddles_the_cpu_time_is_uncertain(honest: Any, tmp_path:
     iterations = loop["iterations"] * loop["calls"]
     assert iterations == 20 * 50
     other_low, other_high = outcome["low_s"] - loop["low_s"], outcome["high_s"] - loop["high_s"]
-    assert other_low < cpu / 2, "the loop must be most of the cell for this test"
+    assert other_low < cpu * 0.8, "the loop must be much of the cell for this test"
     t4 = load_table(environ={}).devices["t4"].figures
     # sync figure that makes the loop term (cpu/2 - other_low)…(2 cpu - other_high)
     fixed_low = loop["per_iteration_low_s"] - t4["sync_iteration_us"].low * 1e-6
     fixed_high = loop["per_iteration_high_s"] - t4["sync_iteration_us"].high * 1e-6
-    low_us = ((cpu / 2 - other_low) / iterations - fixed_low) * 1e6
+    low_us = ((cpu * 0.85 - other_low) / iterations - fixed_low) * 1e6
     high_us = ((cpu * 2 - other_high) / iterations - fixed_high) * 1e6
     lines = ["[devices.straddle]", 'name = "straddle test device"', 'match = ["straddle"]']
     for name, figure in t4.items():
@@ -114,7 +114,34 @@ def test_a_range_that_straddles_the_cpu_time_is_uncertain(honest: Any, tmp_path:
     path = tmp_path / "devices.toml"
     path.write_text("\n".join(lines) + "\n")
     straddled = _cell(forecast(honest, "straddle", devices_file=path), "for _ in range(50)")["gpu"]["straddle"]
-    assert straddled["low_s"] == pytest.approx(cpu / 2, rel=1e-6)
+    assert straddled["low_s"] == pytest.approx(cpu * 0.85, rel=1e-6)
     assert straddled["high_s"] == pytest.approx(cpu * 2, rel=1e-6)
     assert straddled["verdict"] == "uncertain"
     assert straddled["uncertain"]["straddles"] is True
+
+
+def test_80_column_table_keeps_the_dominant_term_readable_and_lists_cells_not_forecast(honest: Any) -> None:
+    from nbscope.render import forecast as view
+    from nbscope.render.terminal import console
+
+    result = forecast(honest, "t4")
+    width = console.width
+    console.width = 80
+    try:
+        with console.capture() as captured:
+            view.print_forecast(result, top=15)
+    finally:
+        console.width = width
+    text = captured.get()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "not forecast" in text and "the cell died" in text
+    # Each dominant term goes under the table on lines of its own, not into a narrow column: it takes a
+    # few lines at 80 columns, not one word a line.
+    for cell in result["cells"]:
+        if cell["gpu"]["t4"]["verdict"] == "unchanged":
+            continue
+        words = view.dominant_words(cell["gpu"]["t4"])
+        assert f"  cell {cell['index'] + 1}: {words.split()[0]}" in text
+        assert len(f"  cell {cell['index'] + 1}: {words}") <= 4 * 80, words
+    markdown = view.forecast_markdown(result)
+    assert "| not forecast |" in markdown

@@ -355,6 +355,8 @@ def forecast_html(result: dict[str, Any]) -> str:
             example = entry["change"].get("example")
             parts.append(f"<p>Keep <code>{e(entry['function'])}</code> on the CPU: {e_code(entry['change']['text'])}</p>"
                          + (f'<pre class="src">{e(example)}</pre>' if example else ""))
+    for failed in result.get("not_forecast") or []:
+        parts.append(f'<p class="note">cell {failed["index"] + 1}: {e(failed["reason"])}</p>')
     parts.append(f'<p class="note">{e(MEANING)}</p>')
     parts.extend(f'<p class="note">{e(note)}</p>' for note in result["notes"])
     return "".join(parts)

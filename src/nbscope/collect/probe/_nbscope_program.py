@@ -165,15 +165,16 @@ class Programs:
 
 # A profiler session records ~2 kB and costs ~15 µs per small jitted call, and ~100 µs more to stop
 # (jax 0.10.2 on CPU): a cell of a million calls would grow the kernel by gigabytes. The guard stops the
-# session once it has run MIN_TRACE_S and the kernel has grown steadily (in nearly every one of the last
-# STEADY_POLLS polls) by TRACE_BUDGET_BYTES since it started, or by HARD_CAP_BYTES in a cell longer than
-# HARD_CAP_AFTER_S; what ran later is counted from the traced part (nbscope.collect.program extrapolates,
+# session once it has run MIN_TRACE_S, the cell's thread is busy on the CPU (it makes calls) and the kernel has
+# grown steadily (in nearly every one of the last STEADY_POLLS polls) by TRACE_BUDGET_BYTES since it
+# started, or by HARD_CAP_BYTES in a cell longer than HARD_CAP_AFTER_S; what ran later is counted from the traced part (nbscope.collect.program extrapolates,
 # and says so).
-MIN_TRACE_S = 0.25
+MIN_TRACE_S = 0.5
 TRACE_BUDGET_BYTES = 16 * 2**20
 HARD_CAP_BYTES = 128 * 2**20
 HARD_CAP_AFTER_S = 2.0
 STEADY_POLLS = 10
+BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
 POLL_S = 0.02
 
 
@@ -190,6 +191,7 @@ class _Guard:
 
     def __init__(self, session: Any) -> None:
         self.session = session
+        self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
         self.started = time.perf_counter()
         self.base = _rss()
         self.data: bytes | None = None
@@ -203,23 +205,38 @@ class _Guard:
             self.thread = threading.Thread(target=self._watch, name="nbscope-trace-guard", daemon=True)
             self.thread.start()
 
+    def _cpu(self) -> float | None:
+        """The cell's thread's CPU seconds so far (Linux: its /proc task entry)."""
+        try:
+            with open(f"/proc/self/task/{self.native_id}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def _watch(self) -> None:
         recent: list[int] = []
+        cpu: list[tuple[float, float | None]] = []
         while not self.done.wait(POLL_S):
             elapsed = time.perf_counter() - self.started
             now = _rss()
             if now is None or self.base is None:
                 continue
             recent = [*recent[-(STEADY_POLLS - 1):], now]
+            cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
             if elapsed < MIN_TRACE_S:
                 continue
-            # The profiler's events grow the kernel steadily, poll after poll; a cell's own large array
-            # grows it in one step: only steady growth beyond the budget (or any growth beyond the hard
-            # cap in a long cell) is the session's.
+            # The profiler's events grow the kernel steadily while the cell's thread keeps making calls
+            # (it is busy on the CPU). A cell's own large array grows it too, as its pages are first
+            # written, but by XLA's threads while the cell's thread waits: that growth is not the
+            # session's, and cutting would lose the long-running program's events.
             rises = sum(1 for a, b in zip(recent, recent[1:], strict=False) if b > a)
             steady = len(recent) == STEADY_POLLS and rises >= STEADY_POLLS - 2
+            (t0, c0), (t1, c1) = cpu[0], cpu[-1]
+            calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - self.base
-            if (steady and grown > TRACE_BUDGET_BYTES) or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S):
+            if calling and ((steady and grown > TRACE_BUDGET_BYTES)
+                            or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)):
                 with self.lock:
                     if self.done.is_set():
                         return
