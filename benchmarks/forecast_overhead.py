@@ -1,18 +1,21 @@
-"""What ``nbscope profile --forecast`` costs: the same notebook profiled with and without program data.
+"""What ``nbscope profile --forecast`` costs: notebooks profiled with and without program data.
 
-Runs are interleaved (off, on, on, off, off, on, ...) so that a machine getting busier or quieter over
-the run weighs on both sides alike. Prints the two ratios that matter, measured side by side:
+Two notebooks by default, side by side in one run: a cell that runs a small jitted function 1,000,000
+times (``tests/files/forecast_million.md``: the case that grew a kernel to an OOM kill before the
+trace was bounded) and the original investigation's lecture (``../shared/corpus/numpy_vs_numba_vs_jax.md``,
+when present). Runs are interleaved (off, on, on, off, ...) so that a machine getting busier or quieter
+weighs on both sides alike. Per notebook it prints:
 
-* **cells**: the sum over cells of the per-cell median wall time (what the ledger reports, the kernel's
-  whole request, so it includes the probe's per-cell profiler session and HLO collection) with program
-  data over the same sum without: how much collection distorts what is measured;
-* **elapsed**: the median end-to-end time of ``profile()`` (kernel start to record), which adds what
-  nbscope does outside the kernel (reading traces and HLO, XLA's cost analysis, importing JAX once).
+* **cells**: the sum over cells of the per-cell median wall time with program data over the same sum
+  without (the kernel's whole request, so the probe's profiler session and HLO collection count);
+* **elapsed**: the median end-to-end time of ``profile()``, which adds what nbscope does outside the
+  kernel (reading traces and HLO, XLA's cost analysis, importing JAX once);
+* **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
+  program data minus the same cell's without.
 
-    python benchmarks/forecast_overhead.py [NOTEBOOK] [--repeats N] [--json OUT]
+    python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--json OUT]
 
-Default notebook: the original investigation's lecture (``../shared/corpus/numpy_vs_numba_vs_jax.md``)
-when present, else ``tests/files/forecast_scan.md``. Target (issue 14): cells ratio ≤ 1.05.
+Targets (issue 24): cells ratio ≤ 1.05, memory added ≤ 200 MB.
 """
 
 from __future__ import annotations
@@ -27,14 +30,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus" / "numpy_vs_numba_vs_jax.md"
-FALLBACK = ROOT / "tests" / "files" / "forecast_scan.md"
+MILLION = ROOT / "tests" / "files" / "forecast_million.md"
 
 
 def _profile(path: Path, programs: bool) -> dict[str, Any]:
     from nbscope.api.profile import ProfileOptions, profile
 
     started = time.perf_counter()
-    record = profile(path, ProfileOptions(programs=programs), fingerprint={"digest": "bench"})
+    record = profile(path, ProfileOptions(programs=programs, jax_platform="cpu"), fingerprint={"digest": "bench"})
     return {"record": record.to_dict(), "elapsed_s": time.perf_counter() - started}
 
 
@@ -43,58 +46,64 @@ def _median(values: list[Any]) -> float | None:
     return statistics.median(numbers) if numbers else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("notebook", nargs="?", type=Path, default=CORPUS if CORPUS.exists() else FALLBACK)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each kind (default 3)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args(argv)
+def _growth(cell: dict[str, Any]) -> float | None:
+    rss = cell.get("rss") or {}
+    peak, before = rss.get("peak_bytes"), rss.get("before_bytes")
+    return peak - before if isinstance(peak, int) and isinstance(before, int) else None
 
+
+def measure(notebook: Path, repeats: int) -> dict[str, Any]:
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-    for index in range(args.repeats):
+    for index in range(repeats):
         order = (False, True) if index % 2 == 0 else (True, False)
         for programs in order:
-            run = _profile(args.notebook, programs)
+            run = _profile(notebook, programs)
             runs[programs].append(run)
-            print(f"run {index + 1}/{args.repeats} forecast={'on ' if programs else 'off'} "
+            print(f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
                   f"{run['elapsed_s']:.1f} s ({run['record']['status']})", file=sys.stderr)
 
-    def per_cell(programs: bool) -> list[float | None]:
+    def per_cell(programs: bool, figure: Any) -> list[float | None]:
         columns = [r["record"]["measurements"]["cells"] for r in runs[programs]]
-        return [_median([cells[i].get("wall_s") for cells in columns]) for i in range(len(columns[0]))]
+        return [_median([figure(cells[i]) for cells in columns]) for i in range(len(columns[0]))]
 
-    off, on = per_cell(False), per_cell(True)
-    print(f"{'cell':>4} {'line':>5} {'off (ms)':>10} {'on (ms)':>10} {'Δ (ms)':>9}  code")
-    cells = runs[True][0]["record"]["measurements"]["cells"]
-    for cell, a, b in zip(cells, off, on, strict=True):
-        if a is None or b is None:
-            continue
-        print(f"{cell['index'] + 1:>4} {cell.get('line') or '':>5} {a * 1e3:>10.1f} {b * 1e3:>10.1f} "
-              f"{(b - a) * 1e3:>+9.1f}  {cell.get('first_line', '')[:40]}")
+    off, on = per_cell(False, lambda c: c.get("wall_s")), per_cell(True, lambda c: c.get("wall_s"))
+    grow_off, grow_on = per_cell(False, _growth), per_cell(True, _growth)
+    added = [b - a for a, b in zip(grow_off, grow_on, strict=True) if a is not None and b is not None]
     sum_off = sum(v for v in off if v is not None)
     sum_on = sum(v for v in on if v is not None)
     elapsed_off = _median([r["elapsed_s"] for r in runs[False]]) or 0.0
     elapsed_on = _median([r["elapsed_s"] for r in runs[True]]) or 0.0
     collect = [c.get("programs", {}).get("collect_s") or {} for r in runs[True] for c in r["record"]["measurements"]["cells"]]
-    in_kernel = sum((c.get("trace_stop_s") or 0.0) + (c.get("programs_s") or 0.0) for c in collect) / len(runs[True])
-    figures = {
-        "notebook": str(args.notebook),
-        "repeats": args.repeats,
-        "cells_off_s": sum_off,
-        "cells_on_s": sum_on,
-        "cells_ratio": sum_on / sum_off if sum_off else None,
-        "elapsed_off_s": elapsed_off,
-        "elapsed_on_s": elapsed_on,
-        "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
-        "in_kernel_collection_s": in_kernel,
-    }
-    print(f"cells (sum of per-cell medians): {sum_off:.2f} s without, {sum_on:.2f} s with program data: "
-          f"ratio {figures['cells_ratio']:.3f} (target ≤ 1.05)")
-    print(f"profile() end to end (median): {elapsed_off:.2f} s without, {elapsed_on:.2f} s with: "
-          f"ratio {figures['elapsed_ratio']:.3f}")
-    print(f"in-kernel collection (profiler stop + HLO sessions, per run): {in_kernel * 1e3:.1f} ms")
+    in_kernel = sum(sum(v for v in c.values() if isinstance(v, (int, float))) for c in collect) / len(runs[True])
+    cut = sum(1 for r in runs[True] for c in r["record"]["measurements"]["cells"]
+              if (c.get("programs") or {}).get("window"))
+    return {"notebook": str(notebook), "repeats": repeats, "cells_off_s": sum_off, "cells_on_s": sum_on,
+            "cells_ratio": sum_on / sum_off if sum_off else None, "elapsed_off_s": elapsed_off,
+            "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
+            "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
+            "traces_cut": cut / len(runs[True])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per notebook (default 3)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    notebooks = args.notebooks or [MILLION] + ([CORPUS] if CORPUS.exists() else [])
+    results = [measure(path, args.repeats) for path in notebooks]
+    print(f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'elapsed':>8} {'memory +':>10} "
+          f"{'cut':>4} {'in kernel':>10}")
+    for figures in results:
+        memory = figures["memory_added_bytes"]
+        print(f"{Path(figures['notebook']).name[:28]:<28} {figures['cells_off_s']:>9.2f}s {figures['cells_on_s']:>9.2f}s "
+              f"{figures['cells_ratio'] or 0:>7.3f} {figures['elapsed_ratio'] or 0:>8.3f} "
+              f"{'–' if memory is None else f'{memory / 1e6:.0f} MB':>10} {figures['traces_cut']:>4.0f} "
+              f"{figures['in_kernel_collection_s'] * 1e3:>8.0f}ms")
+    print("targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: with program data over without; memory: the "
+          "largest per-cell peak growth with minus without; cut: cells whose trace hit its memory budget)")
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=1))
+        args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 

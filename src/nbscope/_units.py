@@ -49,7 +49,7 @@ def size(value: Any) -> str | None:
 
 
 def seconds_range(low: Any, high: Any) -> str:
-    """``80.5–82.5 s``, ``≥ 12 ms`` (no upper bound), ``1.2 s`` (one figure); ``–`` without a low figure."""
+    """``80.5–82.5 s``, ``1 min 20 s–1 min 22 s``, ``41.00 s–2 min 44 s``, ``≥ 12 ms`` (no upper bound), ``1.2 s`` (one figure); ``–`` without a low figure."""
     low, high = number(low), number(high)
     if low is None:
         return "–"
@@ -58,6 +58,10 @@ def seconds_range(low: Any, high: Any) -> str:
     if abs(high - low) <= 0.005 * max(high, 1e-12):
         return seconds(low)
     low_text, high_text = seconds(low), seconds(high)
-    if low_text.split()[-1] == high_text.split()[-1]:
-        return f"{low_text.split()[0]}–{high_text}"
+    if len(high_text.split()) > 2 and 10 <= low < 59.5:  # "41 s–2 min 44 s": the same precision at both ends
+        low_text = f"{round(low)} s"
+    low_parts, high_parts = low_text.split(), high_text.split()
+    # Only a single figure with the same unit shares it ("80.5–82.5 s"); "1 min 20 s" is printed whole.
+    if len(low_parts) == len(high_parts) == 2 and low_parts[1] == high_parts[1]:
+        return f"{low_parts[0]}–{high_text}"
     return f"{low_text}–{high_text}"

@@ -156,9 +156,9 @@ def recommend_forecast(
         caveats=[
             "a forecast from a CPU run, not a measurement: loops at the device table's per-iteration cost "
             f"({name}: {loop['low']:g}–{loop['high']:g} µs per iteration, {loop['basis']}), work on a roofline of its "
-            "peaks, host work and JAX compile carried over as measured on this CPU (compile is not forecast); "
+            "peaks, host work carried over as measured on this CPU, XLA:GPU compile derived from this CPU's; "
             "see docs/forecast.md, and measure with a GPU run (nbscope compare CPU_RUN GPU_RUN) when one exists",
-        ],
+        ] + [f"cell {f['index'] + 1}: {f['reason']}" for f in forecast_result.get("not_forecast") or []],
     )
     return result
 

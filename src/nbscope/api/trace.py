@@ -156,11 +156,12 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 def cells_from_log(
     nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, stopped_unix: float | None = None,
-    signal_name: str = "SIGINT",
+    signal_name: str = "SIGINT", programs: Any = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
-    ``interrupted``, with the time it had run."""
+    ``interrupted``, with the time it had run. With a ``programs`` collector (``trace --forecast``), each
+    cell's program data is read too."""
     from nbscope.collect.runner import interrupted_cell
 
     started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
@@ -172,7 +173,13 @@ def cells_from_log(
     for code_cell in nb.code_cells:
         queue = by_hash.get(code_cell.source_hash)
         if queue:
-            record = merge_cell(code_cell, queue.pop(0))
+            line = queue.pop(0)
+            record = merge_cell(code_cell, line)
+            if programs is not None and line.get("programs"):
+                try:
+                    record["programs"] = programs.cell(line["programs"], record)
+                except Exception as exc:  # broken program data must not lose the cell's other figures
+                    record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
         elif code_cell.source_hash in died and stopped:
@@ -204,11 +211,14 @@ def run_traced(
     fingerprint: dict[str, Any] | None = None,
     timeout: float | None = None,
     fresh: bool = False,
+    forecast: list[str] | None = None,
 ) -> TraceResult:
     """Run ``command`` with the probe injected into every IPython kernel it starts.
 
     ``fresh``: a jupyter-book 2 project's execution cache (``_build/execute`` beside ``myst.yml``) is
-    set aside while the command runs, so every page executes, and put back afterwards.
+    set aside while the command runs, so every page executes, and put back afterwards. ``forecast``
+    (GPU keys): every kernel records program data as ``profile --forecast`` does, read per notebook,
+    so the runs can be forecast without running a notebook twice.
     """
     if not command:
         raise NbscopeError("nothing to trace: give a command after --, e.g. nbscope trace -- jupyter-book build book/")
@@ -216,6 +226,7 @@ def run_traced(
     fingerprint = fingerprint or fp.collect()
     home = ProbeHome()
     interrupted = False
+    programs_dir: Path | None = None
     try:
         home.override_kernelspecs()
         probe_dir = home.root / "kernels-out"
@@ -224,6 +235,11 @@ def run_traced(
         run_env[TOKEN_VARIABLE] = token
         # A Jupyter server (jupyter-book 2 starts one) refuses to run as root unless told it may.
         run_env.update(jupyter_book2.server_config_for_root(home.root / "jupyter-config"))
+        if forecast is not None:  # outside the probe home: read after the home is gone
+            import tempfile
+
+            programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
+            run_env["NBSCOPE_PROBE_PROGRAMS"] = str(programs_dir)
         set_aside = _set_cache_aside(cwd, token) if fresh else None
         started_at = time.perf_counter()
         try:
@@ -248,14 +264,23 @@ def run_traced(
         nb = match(log, notebooks)
         if nb is None:  # a kernel that ran no notebook of the book (e.g. a helper kernel)
             continue
+        collector = None
+        if forecast is not None:
+            from nbscope.collect.program import ProgramCollector
+
+            collector = ProgramCollector(nb.code_cells)
         signum = _signals.received()
         cells, status = cells_from_log(nb, log, stopped=interrupted, stopped_unix=stopped_unix,
-                                       signal_name=_signals.signal_name(signum) if signum else "SIGINT")
+                                       signal_name=_signals.signal_name(signum) if signum else "SIGINT",
+                                       programs=collector)
+        settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
+        if forecast is not None:
+            settings.update(programs=True, forecast=list(forecast))
         record = RunRecord(
             kind="trace",
             target=target_name(nb.path, cwd),
             fingerprint=fingerprint,
-            settings={"pathway": "trace", "traced_command": command},
+            settings=settings,
         )
         runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": returncode}
         if book2.is_jupyter_book2:
@@ -275,8 +300,14 @@ def run_traced(
             "cells": cells,
             "repeats": 1,
         }
+        if collector is not None:
+            record.measurements["programs"] = collector.finish()
         record.finish("partial" if interrupted else status)
         records.append(record)
+    if forecast is not None and programs_dir is not None:
+        import shutil
+
+        shutil.rmtree(programs_dir, ignore_errors=True)
     store_error, unstored = _store_all(records, store, interrupted)
     return TraceResult(
         records=records, returncode=returncode, output=output, wall_s=wall,
@@ -458,6 +489,7 @@ def trace_command(
     timeout: float | None = None,
     fresh: bool = False,
     jupyter_book2_first: bool = False,
+    forecast: list[str] | None = None,
 ) -> TraceResult:
     """The CLI's ``trace``: run, store, and fail with one line when nothing was traced.
 
@@ -476,7 +508,7 @@ def trace_command(
         if not found.usable or found.path_folder is None:
             raise NbscopeError(found.problem or "jupyter-book 2 is not available")
         env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
-    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env)
+    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast)
     if result.interrupted:
         not_stored = result.not_stored_message(store.path) if store is not None else None
         if not_stored is not None:

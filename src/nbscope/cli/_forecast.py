@@ -30,14 +30,17 @@ HELP = """Forecast a notebook's time on a GPU from a run profiled on a CPU, per 
 RUN is a profile recorded with program data: `nbscope profile NOTEBOOK --forecast t4` (or --programs).
 
 What the numbers mean: CPU is the cell's time measured in that run. The GPU forecast is a low–high
-range in seconds: host work (Python, NumPy, Numba) and JAX compile time are carried over as measured
-(compile is not forecast: XLA:GPU compiles differently), and every JAX program run the cell made is
-forecast from its optimised HLO: loops at the GPU's per-iteration cost (µs per iteration, host-driven;
+range in seconds: host work (Python, NumPy, Numba) is carried over as measured, XLA:GPU compile is
+derived from this CPU's compile time (a derived ratio you can calibrate), calls pinned to the CPU stay
+as measured, and every other JAX program run the cell made is forecast from its optimised HLO and its
+lowering for the GPU: loops at the GPU's per-iteration cost (µs per iteration, host-driven;
 more when an iteration waits for the host), arithmetic and memory traffic on a roofline of the GPU's
 peak FLOP/s and bandwidth, kernel launches, jitted-call dispatch and host↔device copies. The dominant
-term names what decides the cell ("lax.scan of 10,000,000 iterations × 8–8.2 µs"). Verdicts: faster or
-slower beyond ±10 %, else similar; the notebook's verdict says which functions to keep on the CPU and
-the code change.
+term names what decides the cell, its parts and its total ("lax.scan of 10,000,000 iterations × (8–8.2
+µs step + …) = 1 min 20 s–1 min 22 s"). Verdicts: faster or slower beyond ±10 %, similar within it,
+uncertain when the range straddles the CPU time or the dominant term is wider than ×4 (it says what is
+unknown and what would settle it); a cell that raised, died or timed out is not forecast. The notebook's
+verdict says which functions to keep on the CPU and the code change.
 
 Each device figure has a source (datasheet, published measurement, or derived and labelled so): see
 --json, docs/forecast.md, and calibrate a GPU you have with --calibrate-from on `nbscope loops` and

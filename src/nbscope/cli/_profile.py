@@ -288,6 +288,10 @@ def trace(
     per_cell_timeout: Annotated[float | None, typer.Option("--timeout", hidden=True)] = None,
     label: LabelOption = None,
     allow_errors: AllowErrorsOption = False,
+    forecast: Annotated[
+        str | None,
+        typer.Option("--forecast", metavar="GPU[,GPU...]", help="Record program data in every kernel, for `nbscope forecast RUN` on these GPUs (no notebook runs twice)."),
+    ] = None,
 ) -> None:
     """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
@@ -300,9 +304,11 @@ def trace(
         raise NbscopeError("trace has no per-cell --timeout (cells run in the traced command); "
                            "--command-timeout SECONDS stops the whole command")
     command = list(ctx.args)
+    gpus = [d.key for d in _forecast_gpus(forecast, None)] if forecast else None  # unknown GPU: refused first
     store = open_store(db)
     result = trace_command(
-        command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2
+        command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2,
+        forecast=gpus,
     )
     for note in (cached_pages_note(result), theme_note(result)):
         if note:

@@ -13,9 +13,11 @@ every live program. Here:
   figures scaled, and the cell says so (``sampled``). On a GPU, executions come from the device plane's
   ``XLA Modules`` line instead (module names only).
 * **transfers**: host→device copies (``DevicePut…``) and device→host conversions (``np.asarray``) are
-  counted, with the time they took on the CPU. The CPU trace carries no sizes: a copy made while a jitted call parses its arguments moved
-  one of that program's parameters, so its bytes lie between the smallest and the largest parameter;
-  other copies have no size here (``unsized``).
+  counted, with the time they took on the CPU. Only data that starts on the host is copied (arrays a
+  program made stay on the device). The CPU trace carries no sizes: a copy made while a jitted call
+  parses its arguments moved one of that program's parameters, so its bytes lie between the smallest
+  parameter and the largest one the copy's CPU time allows (``HOST_COPY_BYTES_PER_NS``); other copies
+  (``unsized``) have only that time bound.
 
 Programs compiled in a cell whose trace is missing (the cell imported jax itself, or the notebook ran
 its own profiler) count as run at least once, labelled ``count_basis: "compiled"``.
@@ -23,6 +25,7 @@ its own profiler) count as run at least once, labelled ``count_basis: "compiled"
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from pathlib import Path
@@ -34,11 +37,15 @@ from nbscope.collect._xspace import hlo_programs
 from nbscope.collect.notebook import CodeCell
 
 PROGRAMS_VERSION = 1
+# The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
+# moved at most t × this many bytes, which bounds copies the trace gives no size for.
+HOST_COPY_BYTES_PER_NS = 20.0
 MAX_STAT_READS = 40_000  # ≈ 1.5 s of stats reads per cell, outside the kernel
 _H2D = ("DevicePut", "DevicePutWithSharding", "batched_copy_array_to_devices_with_sharding",
         "BufferFromPyval", "TransferToDevice", "TransferLiteralToDevice")
 _D2H = ("np.asarray(jax.Array)", "CopyToHost", "CopyRawToHost", "ToLiteral", "TransferFromDevice",
         "TransferLiteralFromDevice")
+_H2D_WORK = "H2D Dispatch"  # the copy itself, on XLA:CPU's worker thread, after the DevicePut that asked for it
 _CALL = re.compile(r"^(PjitFunction|PmapFunction)\((.*)\)$")
 _LOOP_CALL = re.compile(r"\b(?:jax\.)?(?:lax\.)?(scan|fori_loop|while_loop|map|associative_scan)\s*\(")
 
@@ -47,6 +54,42 @@ def _normal(name: str) -> str:
     """A function or module name with everything but letters and digits dropped: ``<lambda>`` and
     ``jit__lambda`` both become ``lambda``."""
     return re.sub(r"[^A-Za-z0-9]", "", name)
+
+
+def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any) -> None:
+    """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
+    counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``."""
+    traced = window.get("traced_s")
+    if not isinstance(traced, (int, float)) or not isinstance(wall, (int, float)) or traced <= 0:
+        return
+    scale = max(1.0, float(wall) / float(traced))
+    result["window"] = {**window, "cell_s": wall, "scale": scale}
+    for execution in result["executions"]:
+        seen = execution.get("count") or execution.get("sampled_runs")
+        if isinstance(seen, int):
+            execution["traced_count"] = seen
+            execution["count"] = max(seen, round(seen * scale))
+            execution["count_basis"] = "extrapolated"
+        if isinstance(execution.get("cpu_s"), (int, float)):
+            execution["cpu_s"] *= scale
+        for loop in (execution.get("loops") or {}).values():
+            if isinstance(loop.get("cpu_s"), (int, float)):
+                loop["cpu_s"] *= scale
+    for name in ("cpu_busy_s", "xla_busy_s"):
+        if isinstance(result.get(name), (int, float)):
+            result[name] *= scale
+    transfers = result.get("transfers") or {}
+    for name in ("host_to_device", "device_to_host", "sized", "unsized"):
+        if isinstance(transfers.get(name), int):
+            transfers[name] = round(transfers[name] * scale)
+    for name in ("bytes_low", "bytes_high", "cpu_s"):
+        if isinstance(transfers.get(name), (int, float)):
+            transfers[name] *= scale
+
+
+def _tail(stack: str | None) -> str:
+    """A name stack below its program's own scope: ``jit(f)/jit(solve)/while`` → ``jit(solve)/while``."""
+    return (stack or "").split("/", 1)[-1] if stack and "/" in stack else (stack or "")
 
 
 def function_of(module: str) -> str:
@@ -66,6 +109,8 @@ class ProgramCollector:
         self.programs: dict[str, dict[str, Any]] = {}
         self.key_of: dict[int, str] = {}  # program id → key
         self.op_names: dict[int, set[str]] = {}  # program id → names of its kernel instructions
+        self.loop_ops: dict[int, dict[str, dict[str, Any]]] = {}  # program id → loop id → body kernels, timer
+        self.timers: dict[int, set[str]] = {}  # program id → names of the thunks that time its loops
         self.all_op_names: set[str] = set()
         self.notes: list[str] = []
         self._xla: XlaTools | None = None
@@ -84,6 +129,14 @@ class ProgramCollector:
         elif probe.get("programs_error"):
             result["hlo_error"] = probe["programs_error"]
         result["new_programs"] = new_programs
+        if probe.get("gpu_lowering"):
+            try:
+                self._read_gpu_lowering(Path(probe["gpu_lowering"]), new_programs)
+            except Exception as exc:
+                self.notes.append(f"cell {record.get('index', 0) + 1}: GPU lowering unreadable: "
+                                  f"{type(exc).__name__}: {exc}"[:300])
+        elif probe.get("gpu_lowering_error"):
+            self.notes.append(f"cell {record.get('index', 0) + 1}: no GPU lowering: {probe['gpu_lowering_error']}"[:300])
         trace = probe.get("trace")
         if trace:
             try:
@@ -93,15 +146,19 @@ class ProgramCollector:
                 result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
             result["trace"] = probe.get("trace_error") or "no trace"
+        if result["trace"] == "read" and isinstance(probe.get("window"), dict):
+            _extrapolate(result, probe["window"], record.get("wall_s"))
         counted = {e["program"] for e in result["executions"]}
         for key in new_programs:
             if key not in counted and result["trace"] != "read":
                 # Compiled here, so called here at least once; how often is not known.
                 result["executions"].append({"program": key, "count": 1, "count_basis": "compiled", "cpu_s": None})
-        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s")}
+        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s"),
+                               "gpu_lowering_s": probe.get("gpu_lowering_s")}
         if not probe.get("shared"):
             _remove(trace)
         _remove(probe.get("programs"))
+        _remove(probe.get("gpu_lowering"))
         return result
 
     def finish(self) -> dict[str, Any]:
@@ -154,9 +211,51 @@ class ProgramCollector:
                 self.key_of[program.program_id] = key
                 names = _kernel_names(text)
                 self.op_names[program.program_id] = names
+                self.loop_ops[program.program_id] = _loop_kernels(text)
+                self.timers[program.program_id] = {p["timer"] for p in self.loop_ops[program.program_id].values()}
                 self.all_op_names |= names
             new.append(key)
         return new
+
+    def _read_gpu_lowering(self, path: Path, new_programs: list[str]) -> None:
+        """Mark what each new program would run on the GPU, from its lowering for CUDA (``jax.export``
+        in the kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
+        source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
+        import json
+
+        entries = json.loads(path.read_text())
+        by_function: dict[str, dict[str, Any]] = {}
+        for entry in entries:
+            by_function[_normal(str(entry.get("function") or ""))] = entry
+        for key in new_programs:
+            program = self.programs[key]
+            entry = by_function.get(_normal(program["function"]))
+            if entry is None:
+                continue
+            if entry.get("skipped"):
+                program["gpu"] = {"source": "jax.export (cuda)", "loops": 0, "custom_calls": {},
+                                  "note": entry["skipped"]}
+                for loop in program["loops"]:
+                    loop["cpu_only"] = True
+                continue
+            if entry.get("error"):
+                program["gpu"] = {"source": "jax.export (cuda)", "error": entry["error"]}
+                continue
+            gpu_loops = [(_tail(g.get("stack")), g.get("line")) for g in entry.get("loops") or []]
+            program["gpu"] = {"source": "jax.export (cuda)", "loops": len(gpu_loops),
+                              "custom_calls": entry.get("custom_calls") or {},
+                              "conditionals": entry.get("conditionals"), "seconds": entry.get("seconds")}
+            remaining = list(gpu_loops)
+            for loop in program["loops"]:
+                mine = (_tail(loop.get("op_name")), (loop.get("source") or {}).get("line"))
+                if mine in remaining:
+                    remaining.remove(mine)
+                    loop["cpu_only"] = False
+                else:
+                    loop["cpu_only"] = True
+            if len(gpu_loops) == len(program["loops"]):  # as many on both: the same loops, however named
+                for loop in program["loops"]:
+                    loop["cpu_only"] = False
 
     # ---- the trace -----------------------------------------------------------------------------
     def _read_trace(self, path: Path, result: dict[str, Any]) -> None:
@@ -172,6 +271,9 @@ class ProgramCollector:
         h2d: list[tuple[int, int, int]] = []
         d2h: list[tuple[int, int]] = []
         gpu_modules: dict[str, int] = {}
+        xla_spans: list[tuple[int, int]] = []  # everything XLA:CPU's worker threads ran, attributed or not
+        executes: list[tuple[int, int]] = []  # a program's thunks running (its loop's bookkeeping included)
+        h2d_work: list[tuple[int, int]] = []
         line_id = 0
         for plane in data.planes:
             name = plane.name
@@ -185,8 +287,18 @@ class ProgramCollector:
                 continue
             for line in plane.lines:
                 line_id += 1
+                worker = _is_xla_worker(line.name)
                 for event in line.events:
                     event_name = event.name
+                    if event_name == _H2D_WORK:
+                        start = int(event.start_ns)
+                        h2d_work.append((start, start + int(event.duration_ns)))
+                    elif event_name.startswith(_EXECUTE):
+                        start = int(event.start_ns)
+                        executes.append((start, start + int(event.duration_ns)))
+                    elif worker and not event_name.startswith(_BOOKKEEPING):
+                        start = int(event.start_ns)
+                        xla_spans.append((start, start + int(event.duration_ns)))
                     if event_name in self.all_op_names:
                         start = int(event.start_ns)
                         op_events.append((event, start, start + int(event.duration_ns), line_id))
@@ -205,6 +317,9 @@ class ProgramCollector:
         step = max(1, math.ceil(len(op_events) / MAX_STAT_READS))
         runs: dict[int, set[int]] = {}
         spans: dict[int, list[tuple[int, int]]] = {}
+        seen: dict[tuple[int, str], int] = {}  # (program id, kernel name) → events read
+        sampled: list[tuple[int, int]] = []  # (start, program id) of the events whose stats were read
+        timer_ns: dict[tuple[int, str], int] = {}  # (program id, loop's timing thunk) → time inside it
         unknown_modules: dict[str, set[int]] = {}
         for index in range(0, len(op_events), step):
             event, start, end, _ = op_events[index]
@@ -222,16 +337,38 @@ class ProgramCollector:
                 continue
             runs.setdefault(program_id, set()).add(run if isinstance(run, int) else index)
             spans.setdefault(program_id, []).append((start, end))
+            sampled.append((start, program_id))
+            name = event.name
+            seen[(program_id, name)] = seen.get((program_id, name), 0) + 1
+            if name in (self.timers.get(program_id) or ()):
+                timer_ns[(program_id, name)] = timer_ns.get((program_id, name), 0) + (end - start)
         result["sampled"] = step > 1
+        # An execution's span (its thunks and the bookkeeping between them, e.g. a loop's) belongs to
+        # the program whose thunk runs inside it; one with no known thunk inside is unattributed.
+        sampled.sort()
+        starts = [start for start, _ in sampled]
+        attributed: list[tuple[int, int]] = []
+        for start, end in executes:
+            at = bisect.bisect_left(starts, start)
+            if at < len(sampled) and sampled[at][0] <= end:
+                spans.setdefault(sampled[at][1], []).append((start, end))
+                attributed.append((start, end))
+            else:
+                xla_spans.append((start, end))
         executions = []
         for program_id, run_ids in runs.items():
-            executions.append({
+            execution = {
                 "program": self.key_of[program_id],
                 "count": len(run_ids) if step == 1 else None,
                 "count_basis": "trace" if step == 1 else "sampled",
                 "sampled_runs": len(run_ids) if step > 1 else None,
                 "cpu_s": covered(union(spans[program_id])) / 1e9 * step,
-            })
+            }
+            loops = _observed_loops(self.loop_ops.get(program_id) or {}, program_id, seen, timer_ns, step,
+                                    len(run_ids))
+            if loops:
+                execution["loops"] = loops
+            executions.append(execution)
         for module, count in gpu_modules.items():  # a GPU trace: executions per module name
             base = module.rsplit("(", 1)[0]
             keys = [k for k, p in self.programs.items() if p["module"] == base]
@@ -241,11 +378,14 @@ class ProgramCollector:
         result["executions"] = executions
         if unknown_modules:
             result["uncaptured"] = {m: len(r) for m, r in unknown_modules.items()}
-        result["cpu_busy_s"] = covered(union((s, e) for _, s, e, _ in op_events)) / 1e9
-        result["transfers"] = self._transfers(h2d, d2h, calls)
+        result["cpu_busy_s"] = covered(union(attributed + [(s, e) for _, s, e, _ in op_events])) / 1e9
+        # JAX time no known program claimed (a program whose HLO was not captured): JAX time all the same.
+        result["xla_busy_s"] = covered(union(xla_spans + attributed + [(s, e) for _, s, e, _ in op_events])) / 1e9
+        result["transfers"] = self._transfers(h2d, d2h, calls, sorted(h2d_work))
 
     def _transfers(
-        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]]
+        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]],
+        work: list[tuple[int, int]] | None = None,
     ) -> dict[str, Any]:
         from nbscope.collect.timeline import covered, union
 
@@ -254,24 +394,87 @@ class ProgramCollector:
         by_function: dict[str, list[dict[str, Any]]] = {}
         for program in self.programs.values():
             by_function.setdefault(_normal(program["function"]), []).append(program)
+        work = work or []
+        work_starts = [w[0] for w in work]
         for start, end, line_id in h2d:
+            took = end - start
+            at = bisect.bisect_left(work_starts, start)
+            if at < len(work) and work[at][0] <= end + 1_000_000:  # the worker's copy, begun within 1 ms
+                took = max(took, work[at][1] - work[at][0])
             function = None
             for call_start, call_end, name in calls.get(line_id, []):
                 if call_start <= start and end <= call_end:
                     function = name
             candidates = by_function.get(_normal(function or ""), []) if function else []
             parameters = [b for p in candidates[-1:] for b in p.get("parameters_bytes", []) if b > 0]
+            # Only data that starts on the host is copied (a Python scalar, a NumPy array): arguments already
+            # on the device are not. Which parameter a copy moved is not in the trace; it moved no more
+            # than its CPU time allows, so a scalar copied beside a large device array stays small.
+            most = took * HOST_COPY_BYTES_PER_NS
             if parameters:
                 low += min(parameters)
-                high += max(parameters)
+                high += min(max(parameters), max(min(parameters), most))
                 sized += 1
             else:
+                high += most
                 unsized += 1
         # On a CPU these copies are host work (a memcpy, or nothing when the buffer is shared): the
         # forecast takes their time out of the cell's host time and puts its own transfer term in.
-        seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h)) / 1e9
+        seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h + work)) / 1e9
         return {"host_to_device": len(h2d), "device_to_host": len(d2h), "sized": sized, "unsized": unsized,
                 "bytes_low": low, "bytes_high": high, "cpu_s": seconds}
+
+
+_BOOKKEEPING = ("ThreadpoolListener", "end: ")
+_EXECUTE = "ThunkExecutor::Execute"  # a program's thunks running, on whichever thread runs them
+
+
+def _is_xla_worker(name: str) -> bool:
+    """A thread on which XLA:CPU runs programs (not its compiler's threads)."""
+    return "XLA" in name and "Compiler" not in name and "codegen" not in name
+
+
+def _loop_kernels(text: str) -> dict[str, dict[str, Any]]:
+    """Per loop (keyed by its ``while``'s name, as ``hlo.describe`` keys loops): the kernels its body
+    runs once per iteration (nested loops and branches excluded), whose trace events count iterations,
+    and the thunk whose span times the loop: the ``while`` itself, or the small ``call`` XLA:CPU wraps
+    a scalar loop in (then its iterations leave no events)."""
+    module = hlo.parse(text)
+    callers = {callee: i.name for c in module.computations.values() for i in c.instructions
+               if i.opcode == "call" for callee in i.called}
+    loops: dict[str, dict[str, Any]] = {}
+    for name, computation in module.computations.items():
+        for instruction in computation.instructions:
+            if instruction.opcode != "while":
+                continue
+            match = re.search(r"\bbody=%?([\w.\-]+)", instruction.text)
+            body = module.computations.get(match.group(1)) if match else None
+            if body is None:
+                continue
+            kernels = {i.name for i in body.instructions
+                       if i.opcode not in hlo.NO_KERNEL and i.opcode not in ("while", "conditional")}
+            loops[instruction.name] = {"body": kernels, "timer": callers.get(name, instruction.name)}
+    return loops
+
+
+def _observed_loops(loop_ops: dict[str, dict[str, Any]], program_id: int, seen: dict[tuple[int, str], int],
+                    timer_ns: dict[tuple[int, str], int], step: int, runs: int) -> dict[str, dict[str, Any]]:
+    """Per loop of a program: iterations per execution counted from its body's kernels in the trace
+    (each runs at least once per iteration; the fewest events of them), and the time spent inside the
+    loop."""
+    found: dict[str, dict[str, Any]] = {}
+    for loop, parts in loop_ops.items():
+        entry: dict[str, Any] = {}
+        counts = sorted(seen.get((program_id, n), 0) * step for n in parts["body"])
+        counts = [c for c in counts if c]
+        if counts and runs:
+            # The least: XLA:CPU may split a large kernel into parallel tasks that each leave an event.
+            entry["iterations"] = counts[0] / runs
+        if (program_id, parts["timer"]) in timer_ns:
+            entry["cpu_s"] = timer_ns[(program_id, parts["timer"])] * step / 1e9
+        if entry:
+            found[loop] = entry
+    return found
 
 
 def _kernel_names(text: str) -> set[str]:

@@ -10,34 +10,52 @@ from rich.table import Table
 from nbscope import _units as units
 from nbscope.render.terminal import console, format_seconds
 
-VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim"}
+VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim",
+                 "uncertain": "magenta", "not forecast": "dim"}
 MEANING = (
     "CPU: the cell's time measured on this machine. Forecast: low–high seconds on the GPU = host work "
-    "(Python, NumPy, Numba) and JAX compile carried over as measured here (compile is not forecast), plus "
-    "each JAX program run forecast from its HLO with the device table's figures (ranges carried through). "
-    "Verdict: faster / slower beyond ±10 %, else similar; unchanged = no JAX work."
+    "(Python, NumPy, Numba) carried over as measured here, XLA:GPU compile derived from this CPU's compile, "
+    "plus each JAX program run forecast from its HLO with the device table's figures (ranges carried "
+    "through); calls pinned to the CPU stay as measured. Verdict: faster / slower beyond ±10 %, similar "
+    "within it, uncertain when the range straddles the CPU time or the dominant term is wider than ×4; "
+    "unchanged = no JAX work; not forecast = the cell raised, died or timed out."
 )
+WIDE = 120  # below this console width the dominant term goes under the table, not in a narrow column
 
 
 seconds_range = units.seconds_range
 
 
 def dominant_words(outcome: dict[str, Any]) -> str:
-    """The dominant term; when that is carried-over host or compile time, the main JAX term too."""
+    """The dominant term with its total; when that is carried-over host time (or compile), the main
+    JAX term too; for an uncertain cell, what is unknown and what would settle it."""
     dominant = outcome.get("dominant") or {}
     words = dominant.get("words") or ""
+    if words and (dominant.get("high_s") is not None or dominant.get("low_s")):
+        words += f" = {seconds_range(dominant.get('low_s'), dominant.get('high_s'))}"
     jax = outcome.get("jax_dominant") or {}
     if dominant.get("kind") in ("host", "compile") and jax.get("words"):
-        words += f"; on the GPU: {jax['words']} ({seconds_range(jax.get('low_s'), jax.get('high_s'))})"
+        words += f"; on the GPU: {jax['words']} = {seconds_range(jax.get('low_s'), jax.get('high_s'))}"
+    uncertain = outcome.get("uncertain")
+    if uncertain:
+        words += f"; unknown: {uncertain['unknown']}; to settle: {uncertain['settle']}"
     return words
 
 
 def _cells_in_order(result: dict[str, Any], device: str, top: int | None, show_all: bool) -> list[dict[str, Any]]:
+    """Cells by forecast change (largest first), the top N, always with the cells that gain and lose
+    the most and every uncertain one."""
     cells = {c["index"]: c for c in result["cells"]}
     if show_all:
         return sorted(cells.values(), key=lambda c: c["index"])
-    ranked = [cells[i] for i in result["notebook"][device]["ranking"] if i in cells]
-    return ranked[:top] if top else ranked
+    notebook = result["notebook"][device]
+    ranking = [i for i in notebook["ranking"] if i in cells]
+    chosen = ranking[:top] if top else ranking
+    for index in (notebook.get("most_slower"), notebook.get("most_faster"), *(notebook.get("uncertain") or [])):
+        if index is not None and index in cells and index not in chosen:
+            chosen.append(index)
+    order = {index: position for position, index in enumerate(ranking)}
+    return [cells[i] for i in sorted(chosen, key=lambda i: order.get(i, len(order)))]
 
 
 def _device_name(result: dict[str, Any], key: str) -> str:
@@ -54,35 +72,61 @@ def _headline(result: dict[str, Any], key: str) -> str:
     if verdict == "unchanged":
         return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a GPU changes nothing"
     text = f"{name}: {total} with everything on the GPU vs {cpu} measured on this CPU"
+    extra = ""
+    if notebook.get("uncertain"):
+        extra += f"; uncertain cells: {', '.join(str(i + 1) for i in notebook['uncertain'])}"
+    if notebook.get("not_forecast"):
+        extra += f"; not forecast: cells {', '.join(str(i + 1) for i in notebook['not_forecast'])}"
     if verdict == "mixed":
         plan = notebook["plan"]
         return (f"{text}; mixed: {seconds_range(plan['low_s'], plan['high_s'])} with "
-                f"{', '.join(plan['keep_on_cpu'])} kept on the CPU")
-    return f"{text}: {verdict} on the GPU"
+                f"{', '.join(plan['keep_on_cpu'])} kept on the CPU{extra}")
+    return f"{text}: {verdict} on the GPU{extra}"
 
 
 def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bool = False) -> None:
     run = result["run"]
     where = f"run {run['id']}" if run.get("id") is not None else "the run"
     console.print(f"[bold]GPU forecast[/bold] for {run['target']} ({where}, measured on {run.get('cpu') or 'this CPU'})")
+    wide = console.width >= WIDE
     for device in result["devices"]:
         key = device["key"]
         notebook = result["notebook"][key]
         table = Table(title=f"per cell on the {device['name']}")
-        for column, justify in (("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
-                                (f"{key.upper()} forecast", "right"), ("verdict", "left"), ("dominant term", "left")):
-            table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        columns = [("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
+                   (f"{key.upper()} forecast", "right"), ("verdict", "left")]
+        if wide:
+            columns.append(("dominant term", "left"))
+        for column, justify in columns:
+            table.add_column(column, justify=justify, overflow="fold",  # type: ignore[arg-type]
+                             no_wrap=column in ("CPU", f"{key.upper()} forecast", "verdict", "cell", "line"))
+        below = []
         for cell in _cells_in_order(result, key, top, show_all):
             outcome = cell["gpu"][key]
             style = VERDICT_STYLE.get(outcome["verdict"], "")
             dominant = dominant_words(outcome)
-            table.add_row(
-                str(cell["index"] + 1), str(cell.get("line") or ""), escape((cell.get("first_line") or "")[:40]),
-                format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
-                f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"], escape(dominant),
-            )
+            row = [str(cell["index"] + 1), str(cell.get("line") or ""),
+                   escape((cell.get("first_line") or "")[:40 if wide else 16]),
+                   format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
+                   f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"]]
+            if wide:
+                row.append(escape(dominant))
+            elif dominant:
+                below.append((cell["index"] + 1, dominant))
+            table.add_row(*row)
+        for failed in result.get("not_forecast") or []:
+            row = [str(failed["index"] + 1), str(failed.get("line") or ""),
+                   escape((failed.get("first_line") or "")[:40 if wide else 16]),
+                   format_seconds(failed.get("cpu_s")), "–", "[dim]not forecast[/dim]"]
+            if wide:
+                row.append(escape(failed["reason"]))
+            else:
+                below.append((failed["index"] + 1, failed["reason"]))
+            table.add_row(*row)
         if table.row_count:
             console.print(table)
+        for number, words in below:
+            console.print(f"  cell {number}: {words}", markup=False, highlight=False)
         style = VERDICT_STYLE.get(notebook["verdict"], "")
         console.print(f"[{style}]{_headline(result, key)}[/{style}]" if style else _headline(result, key))
         for entry in notebook["keep_on_cpu"]:
@@ -201,6 +245,11 @@ def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all:
                     f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{code}` | {format_seconds(cell['cpu']['wall_s'])} "
                     f"| {seconds_range(outcome['low_s'], outcome['high_s'])} | {outcome['verdict']} | {dominant} |"
                 )
+            for failed in result.get("not_forecast") or []:
+                code = (failed.get("first_line") or "").replace("|", "\\|")[:40]
+                lines.append(f"| {failed['index'] + 1} | {failed.get('line') or ''} | `{code}` | "
+                             f"{format_seconds(failed.get('cpu_s'))} | – | not forecast | "
+                             f"{failed['reason'].replace('|', chr(92) + '|')} |")
             lines.append("")
         for entry in notebook["keep_on_cpu"]:
             lines.append(f"- keep `{entry['function']}` on the CPU "
@@ -306,6 +355,8 @@ def forecast_html(result: dict[str, Any]) -> str:
             example = entry["change"].get("example")
             parts.append(f"<p>Keep <code>{e(entry['function'])}</code> on the CPU: {e_code(entry['change']['text'])}</p>"
                          + (f'<pre class="src">{e(example)}</pre>' if example else ""))
+    for failed in result.get("not_forecast") or []:
+        parts.append(f'<p class="note">cell {failed["index"] + 1}: {e(failed["reason"])}</p>')
     parts.append(f'<p class="note">{e(MEANING)}</p>')
     parts.extend(f'<p class="note">{e(note)}</p>' for note in result["notes"])
     return "".join(parts)

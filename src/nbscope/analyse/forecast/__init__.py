@@ -24,12 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
 from nbscope.record.sources import load_sources
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
+UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the cell "uncertain"
+SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell is carried over as measured
+FAILED = {"error": "raised", "expected-error": "raised (expected)", "timeout": "timed out", "kernel-died": "died"}
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
 RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
@@ -42,6 +46,7 @@ class _Cell:
     compile_s: float
     host_s: float
     executions: list[dict[str, Any]]
+    unattributed_s: float = 0.0  # JAX time the trace did not attribute to a known program
 
 
 def _jax_compile(cell: dict[str, Any]) -> float:
@@ -87,6 +92,10 @@ def forecast(
     sources = _notebook_sources(record, notebook_path, sources)
     cells = [_measured(c) for c in measurements.get("cells") or []]
     ran = [c for c in cells if c is not None]
+    failed = [f for f in (not_forecast(c) for c in measurements.get("cells") or []) if f is not None]
+    rates = cpu_rates(ran, programs)
+    placement = placement_module.read(sources)
+    cell_lines = {c.get("index"): c.get("line") for c in measurements.get("cells") or []}
     has_jax = uses_jax(record)
     result: dict[str, Any] = {
         "version": FORECAST_VERSION,
@@ -97,9 +106,18 @@ def forecast(
         "model": {k: v.as_dict() for k, v in table.model.items()},
         "device_files": table.files,
         "cells": [],
+        "not_forecast": failed,
+        "cpu_rates": rates,
+        "placement": placement.as_dict(cell_lines),
         "notebook": {},
         "notes": list((measurements.get("programs") or {}).get("notes") or []),
     }
+    if placement.platform is not None:
+        result["notes"].append(
+            f"the notebook pins JAX to the CPU at {placement.platform.where(cell_lines)} "
+            f"(`{placement.platform.text}`): from there on it runs on the CPU whatever GPU the machine has, "
+            "so those calls are forecast as measured"
+        )
     if not has_jax:
         result["notes"].append(
             "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
@@ -108,10 +126,12 @@ def forecast(
     for cell in ran:
         entry = _cell_entry(cell, programs)
         for device in devices:
-            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table)
+            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table, rates,
+                                                      _pins(cell, programs, placement, cell_lines))
         result["cells"].append(entry)
     for device in devices:
         result["notebook"][device.key] = _notebook(result["cells"], device, programs, sources, has_jax)
+        result["notebook"][device.key]["not_forecast"] = [f["index"] for f in failed]
     return result
 
 
@@ -119,7 +139,7 @@ def forecast(
 
 def _measured(cell: dict[str, Any]) -> _Cell | None:
     wall = cell.get("wall_s")
-    if not isinstance(wall, (int, float)) or cell.get("status") in ("not-run", "skipped"):
+    if not isinstance(wall, (int, float)) or cell.get("status") in ("not-run", "skipped") or cell.get("status") in FAILED:
         return None
     compile_s = _jax_compile(cell)
     data = cell.get("programs") or {}
@@ -127,11 +147,28 @@ def _measured(cell: dict[str, Any]) -> _Cell | None:
     busy = data.get("cpu_busy_s")
     if not isinstance(busy, (int, float)):
         busy = sum(float(e.get("cpu_s") or 0.0) for e in executions)
+    busy = float(busy)  # a trace cut short was extrapolated to the whole cell when it was read
+    xla = data.get("xla_busy_s")
+    unattributed = max(0.0, float(xla) - busy) if isinstance(xla, (int, float)) else 0.0
     transfers = data.get("transfers") or {}
     copies = float(transfers.get("cpu_s") or 0.0)  # replaced by the forecast's own transfer term
-    host = max(0.0, float(wall) - compile_s - float(busy) - copies)
+    rest = max(0.0, float(wall) - compile_s)
+    unattributed = min(unattributed, max(0.0, rest - busy))
+    host = max(0.0, rest - busy - unattributed - copies)
     return _Cell(record=cell, wall=float(wall), compile_s=min(compile_s, float(wall)), host_s=host,
-                 executions=executions)
+                 executions=executions, unattributed_s=unattributed)
+
+
+def not_forecast(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """A cell that raised, died or timed out: what ran is not the cell, so it is not forecast."""
+    status = cell.get("status")
+    if status not in FAILED:
+        return None
+    error = cell.get("error") or {}
+    detail = ": ".join(str(x) for x in (error.get("name"), error.get("message")) if x)
+    return {"index": cell.get("index"), "line": cell.get("line"), "first_line": cell.get("first_line"),
+            "status": status, "cpu_s": cell.get("wall_s"),
+            "reason": f"not forecast: the cell {FAILED[status]}" + (f" ({detail[:160]})" if detail else "")}
 
 
 def _cell_entry(cell: _Cell, programs: dict[str, Any]) -> dict[str, Any]:
@@ -162,14 +199,73 @@ def _count(execution: dict[str, Any]) -> int:
     return int(execution.get("sampled_runs") or 1)  # sampled: at least the runs seen
 
 
-def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table: DeviceTable) -> dict[str, Any]:
+def cpu_rates(cells: list[_Cell], programs: dict[str, Any]) -> dict[str, Any] | None:
+    """This CPU's achieved flops/s and bytes/s, measured in the run itself: the best over executions of
+    at least 1 ms of loop-free programs (whose time is their work, not a loop's bookkeeping). What a
+    trip-count estimate divides by; None when the run has no such execution."""
+    best: dict[str, Any] = {}
+    for cell in cells:
+        for execution in cell.executions:
+            program = programs.get(execution["program"]) or {}
+            work = program.get("per_execution") or {}
+            count, cpu = _count(execution), execution.get("cpu_s")
+            if (not work.get("complete") or program.get("loops") or not isinstance(cpu, (int, float)) or not count
+                    or cpu / count < 1e-3):
+                continue
+            each = cpu / count
+            flops = float(work.get("flops") or 0.0) + float(work.get("transcendentals") or 0.0)
+            for name, amount in (("flops_per_s", flops), ("bytes_per_s", float(work.get("bytes") or 0.0))):
+                if amount > 0 and amount / each > best.get(name, 0.0):
+                    best[name] = amount / each
+                    best[name.replace("_per_s", "_from")] = program.get("function")
+    return best or None
+
+
+def _pins(cell: _Cell, programs: dict[str, Any], placement: placement_module.Placement,
+          cell_lines: dict[int, int | None]) -> dict[str, str]:
+    """Per program the cell ran: why it runs on the CPU even on a GPU machine ("pinned to the CPU at
+    line 12 (jax.jit(f, device=cpu))"); programs not pinned are absent. A ``default_device`` block whose
+    calls name none of the cell's programs pins them all (its eager operations)."""
+    index = cell.record.get("index")
+    functions = {e["program"]: (programs.get(e["program"]) or {}).get("function") for e in cell.executions}
+    named = {name for names, _ in placement.cells.get(index, []) if names for name in names}
+    blanket = [pin for names, pin in placement.cells.get(index, []) if names and pin.how == "default_device"
+               and not (names & set(functions.values()))]
+    found = {}
+    for key, function in functions.items():
+        pin = placement.pin_of(index, function) or (blanket[0] if blanket and function not in named else None)
+        if pin is not None:
+            found[key] = f"pinned to the CPU at {pin.where(cell_lines)} ({pin.text})"
+    return found
+
+
+def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table: DeviceTable,
+                   rates: dict[str, Any] | None = None, pins: dict[str, str] | None = None) -> dict[str, Any]:
     terms: list[Term] = []
+    pins = pins or {}
     if cell.host_s > 0:
         terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
-                          words=f"host work (Python, NumPy, Numba) carried over as measured: {cell.host_s:.3g} s"))
-    if cell.compile_s > 0:
+                          words="host work (Python, NumPy, Numba) carried over as measured"))
+    all_pinned = bool(cell.executions) and all(e["program"] in pins for e in cell.executions)
+    if cell.compile_s > 0 and all_pinned:
         terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
-                          words=f"JAX compile as measured on this CPU ({cell.compile_s:.3g} s, not forecast)"))
+                          words=f"JAX compile on the CPU as measured ({cell.compile_s:.3g} s): the calls are pinned there",
+                          details={"cpu_compile_s": cell.compile_s, "basis": "measured"}))
+    elif cell.compile_s > 0:
+        ratio = table.model["gpu_compile_ratio"]
+        terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
+                          words=(f"XLA:GPU compile: {cell.compile_s:.3g} s measured on this CPU × {ratio.text()} "
+                                 f"({ratio.basis}, calibratable)"),
+                          details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
+    if cell.unattributed_s > 0:
+        small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
+        seconds = f"{cell.unattributed_s:.3g} s"
+        terms.append(Term(
+            kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
+            high_s=cell.unattributed_s if small else None,
+            words=(f"JAX time the trace did not attribute to a program ({seconds}), carried over as measured"
+                   if small else f"JAX time the trace did not attribute to a program ({seconds}): GPU time unknown"),
+            details={"cpu_s": cell.unattributed_s}))
     missing = []
     for execution in cell.executions:
         program = programs.get(execution["program"])
@@ -177,14 +273,24 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
             missing.append(execution["program"])
             continue
         count = _count(execution)
+        if execution["program"] in pins:
+            cpu = float(execution.get("cpu_s") or 0.0)
+            terms.append(Term(kind="cpu", low_s=cpu, high_s=cpu, program=execution["program"],
+                              function=program.get("function"),
+                              words=(f"`{program.get('function')}` {pins[execution['program']]}: "
+                                     f"{count:,} call{'s' if count != 1 else ''} as measured"),
+                              details={"calls": count, "pinned": pins[execution["program"]]}))
+            continue
         cpu_each = (float(execution["cpu_s"]) / count) if execution.get("cpu_s") and count else None
-        for term in program_terms(program, device, table.model, cpu_each):
+        observed = {}
+        for loop_id, seen in (execution.get("loops") or {}).items():
+            observed[loop_id] = {"iterations": seen.get("iterations"),
+                                 "cpu_s_each": (seen["cpu_s"] / count) if seen.get("cpu_s") and count else None}
+        for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
             scaled.details["calls"] = count
-            if count > 1 and term.kind in ("loop", "work"):
-                scaled.words = f"{count} calls × {term.words}"
-            elif count > 1:
-                scaled.words = f"{count} × {term.words}"
+            if count > 1:
+                scaled.words = f"{count:,} calls × {term.words}"
             terms.append(scaled)
     transfer = transfer_term((cell.record.get("programs") or {}).get("transfers"), device, table.model)
     if transfer is not None:
@@ -194,13 +300,17 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
     high = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
     dominant = _dominant(terms)
     jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
-    jax_work = bool(cell.executions) or cell.compile_s > 0
+    jax_work = bool(cell.executions) or cell.compile_s > 0 or cell.unattributed_s > 0
     verdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
+    uncertain = _uncertainty(dominant, cell.wall, low, high) if jax_work else None
+    if uncertain is not None:
+        verdict = "uncertain"
     return {
         "low_s": low,
         "high_s": high,
         "cpu_s": cell.wall,
         "verdict": verdict,
+        "uncertain": uncertain,
         "dominant": dominant.as_dict() if dominant else None,
         "jax_dominant": jax_term.as_dict() if jax_term else None,
         "terms": [t.as_dict() for t in sorted(terms, key=_weight, reverse=True)],
@@ -221,7 +331,37 @@ def _verdict(cpu: float, low: float, high: float | None) -> str:
         return "faster"
     if low > cpu * (1 + MARGIN):
         return "slower"
+    if high is None or (low < cpu * (1 - MARGIN) and high > cpu * (1 + MARGIN)):
+        return "uncertain"  # the range straddles the CPU time: it could go either way
     return "similar"
+
+
+def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None) -> dict[str, Any] | None:
+    """Why a cell's verdict is "uncertain" (None when it is not): its range straddles the CPU time, or
+    its dominant term is wider than ×4; what is unknown and what would settle it."""
+    wide = dominant is not None and dominant.kind not in ("host",) and (
+        dominant.high_s is None or (dominant.low_s > 0 and dominant.high_s / dominant.low_s > UNCERTAIN_RATIO * 1.01))
+    if _verdict(cpu, low, high) != "uncertain" and not wide:
+        return None
+    assert dominant is not None
+    basis = dominant.details.get("trip_count_basis")
+    if dominant.kind == "loop" and basis in ("unknown", "estimated"):
+        unknown = f"the trip count of {dominant.details.get('name') or 'a loop'}"
+        if dominant.details.get("function"):
+            unknown += f" in `{dominant.function}`"
+        settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
+    elif dominant.kind == "unattributed":
+        unknown = "which program ran the JAX time the trace did not attribute"
+        settle = "a run whose trace captures the program, or a GPU run"
+    elif dominant.kind == "compile":
+        unknown = "XLA:GPU's compile time"
+        settle = "a GPU run, to calibrate gpu_compile_ratio"
+    else:
+        unknown = f"the device's figures behind the {dominant.kind} term ({dominant.words})"
+        settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
+    ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
+    return {"unknown": unknown, "settle": settle, "dominant_ratio": ratio,
+            "straddles": _verdict(cpu, low, high) == "uncertain"}
 
 
 # ---- the notebook ----------------------------------------------------------------------------------
@@ -234,14 +374,15 @@ def _notebook(cells: list[dict[str, Any]], device: Device, programs: dict[str, A
     high = None if any(o["high_s"] is None for o in outcomes) else sum(o["high_s"] for o in outcomes)
     if not has_jax:
         return {"cpu_s": cpu_total, "low_s": low, "high_s": high, "all_on_gpu": "unchanged", "verdict": "unchanged",
-                "keep_on_cpu": [], "plan": None, "ranking": [], "gains": []}
+                "keep_on_cpu": [], "plan": None, "ranking": [], "gains": [], "uncertain": [],
+                "most_slower": None, "most_faster": None}
     # Per jitted function: its forecast GPU time against its CPU time measured in the trace.
     functions: dict[str, dict[str, Any]] = {}
     for cell in cells:
         outcome = cell["gpu"][device.key]
         for term in outcome["terms"]:
             name = term.get("function")
-            if not name or term.get("kind") in ("host", "compile", "transfer"):
+            if not name or term.get("kind") in ("host", "compile", "transfer", "unattributed", "cpu"):
                 continue
             entry = functions.setdefault(name, {"function": name, "gpu_low_s": 0.0, "gpu_high_s": 0.0,
                                                "cpu_s": 0.0, "cells": [], "kind": None, "programs": set()})
@@ -281,10 +422,9 @@ def _notebook(cells: list[dict[str, Any]], device: Device, programs: dict[str, A
         verdict = "mixed"
     else:
         verdict = all_on_gpu
-    ranking = sorted(
-        (c for c in cells if c["gpu"][device.key]["verdict"] != "unchanged"),
-        key=lambda c: (-(c["gpu"][device.key]["low_s"] - c["cpu"]["wall_s"]), -c["gpu"][device.key]["low_s"]),
-    )
+    ranking = sorted((c for c in cells if c["gpu"][device.key]["verdict"] != "unchanged"),
+                     key=lambda c: -abs(change(c["gpu"][device.key], c["cpu"]["wall_s"])))
+    uncertain = [c["index"] for c in ranking if c["gpu"][device.key]["verdict"] == "uncertain"]
     return {
         "cpu_s": cpu_total,
         "low_s": low,
@@ -296,7 +436,25 @@ def _notebook(cells: list[dict[str, Any]], device: Device, programs: dict[str, A
         "plan": {"keep_on_cpu": sorted(kept), "low_s": max(0.0, plan_low),
                  "high_s": None if plan_high is None else max(0.0, plan_high)} if keep else None,
         "ranking": [c["index"] for c in ranking],
+        "uncertain": uncertain,
+        "most_slower": _extreme(ranking, device.key, slower=True),
+        "most_faster": _extreme(ranking, device.key, slower=False),
     }
+
+
+def change(outcome: dict[str, Any], cpu: float) -> float:
+    """The forecast's change of a cell's time (seconds, + slower): its range's midpoint minus the CPU
+    time; an open range counts from its low end."""
+    low, high = outcome["low_s"], outcome["high_s"]
+    middle = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
+    return middle - cpu
+
+
+def _extreme(ranking: list[dict[str, Any]], key: str, *, slower: bool) -> int | None:
+    """The cell the GPU makes slower (or faster) by the most seconds, if any."""
+    sign = 1 if slower else -1
+    cells = [c for c in ranking if sign * change(c["gpu"][key], c["cpu"]["wall_s"]) > 0]
+    return max(cells, key=lambda c: sign * change(c["gpu"][key], c["cpu"]["wall_s"]))["index"] if cells else None
 
 
 def _public(entry: dict[str, Any]) -> dict[str, Any]:

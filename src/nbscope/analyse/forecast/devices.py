@@ -25,7 +25,7 @@ DEVICE_FIGURES = (
 )
 MODEL_FIGURES = (
     "reference_body_kernels", "compute_efficiency", "memory_efficiency", "transcendental_flops_f32",
-    "transcendental_flops_f64", "transfer_latency_us",
+    "transcendental_flops_f64", "transfer_latency_us", "gpu_compile_ratio", "library_call_us",
 )
 BASES = ("published", "measured", "derived", "assumed", "calibrated", "user")
 FIGURE_KEYS = {"value", "low", "high", "source", "basis"}

@@ -54,9 +54,11 @@ def against_measured(result: dict[str, Any], measured: Any, device: str) -> dict
     for cell in result["cells"]:
         other = paired_cell.get(id(cell))
         outcome = cell["gpu"][device]
-        compile_s = cell["cpu"]["compile_s"]
-        low = max(0.0, outcome["low_s"] - compile_s)
-        high = None if outcome["high_s"] is None else max(0.0, outcome["high_s"] - compile_s)
+        compile_term = next((t for t in outcome["terms"] if t["kind"] == "compile"), None)
+        compile_low = compile_term["low_s"] if compile_term else 0.0
+        compile_high = compile_term["high_s"] if compile_term else 0.0
+        low = max(0.0, outcome["low_s"] - compile_low)
+        high = None if outcome["high_s"] is None else max(0.0, outcome["high_s"] - compile_high)
         row: dict[str, Any] = {
             "index": cell["index"], "line": cell.get("line"), "first_line": cell.get("first_line"),
             "cpu_s": cell["cpu"]["wall_s"], "forecast_low_s": low, "forecast_high_s": high,

@@ -6,9 +6,10 @@ The terms (docs/forecast.md explains each and where its constants come from):
   involved every iteration on XLA:GPU. Each iteration costs the device's per-iteration figure
   (``loop_iteration_us`` for a known trip count; ``sync_iteration_us`` when the iteration waits for the
   host: an unknown trip count or a ``cond`` in the body), one launch per kernel beyond the reference body,
-  plus the body's own work. Iterations are trip count × the enclosing loops' trip counts. An unknown
-  trip count has no upper bound unless the program's CPU time per execution gives one:
-  ``cpu_s / cpu_iteration_floor_ns`` iterations at most, labelled as a bound.
+  plus the body's own work. Iterations are trip count × the enclosing loops' trip counts. A trip count
+  known only at run time is taken from the CPU run's trace (the body's kernels counted: *observed*), else
+  *estimated* from the loop's CPU time over its body's cost at this CPU's measured rates (a range, its
+  factor stated), else *unknown* (no upper bound). No bound that makes a range wider than 100× is kept.
 * **work**: the program's flops, transcendentals (as flop-equivalents) and bytes outside and inside its
   loops, each region on a roofline: ``max(compute, memory)`` with compute at 50–90 % of the dtype's peak
   and memory at 60–90 % of peak bandwidth.
@@ -26,6 +27,10 @@ from nbscope.analyse.forecast.devices import Device, Figure
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
 # the iterations of a loop whose trip count is only known at run time, from the program's CPU time.
 CPU_ITERATION_FLOOR_S = 1e-9
+# A scalar while_loop XLA:CPU compiles into one small call: 2.3 ns per iteration warm and 16 ns on its
+# first run (21 ns under load), measured with jax 0.10.2 on this project's 2-core machine; the slow end
+# of an estimate, with room for a slower or busier CPU.
+CPU_ITERATION_SLOW_S = 50e-9
 
 
 @dataclass
@@ -99,52 +104,151 @@ def loop_name(loop: dict[str, Any]) -> str:
     return "counted loop (lax.scan / fori_loop)" if loop.get("trip_count") is not None else "lax.while_loop"
 
 
+ESTIMATE_FACTOR = 4.0  # an iteration's bookkeeping may cost this many times its body's work
+MAX_RANGE = 100.0  # no bound is kept that makes a term's range wider than this (high / low)
+
+
+def duration(value: float) -> str:
+    """``3 ns``, ``28 µs``, ``24 ms``, ``1.2 s``: a duration at any scale, three figures at most."""
+    if value <= 0:
+        return "0 s"
+    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if value >= factor:
+            return f"{value / factor:.3g} {unit}"
+    return f"{value / 1e-9:.2g} ns"
+
+
+def span(low: float, high: float) -> str:
+    """``28–88 µs`` (one unit), ``3 ns–1.2 µs``, ``8 µs`` (one figure)."""
+    if high <= low * 1.005:
+        return duration(low)
+    low_text, high_text = duration(low), duration(high)
+    if low_text.split()[1] == high_text.split()[1]:
+        return f"{low_text.split()[0]}–{high_text}"
+    return f"{low_text}–{high_text}"
+
+
+def _whole(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
+
+
+def cpu_iteration_s(work: dict[str, Any], rates: dict[str, Any] | None) -> float:
+    """The least one iteration takes on this CPU: its work at the rates the run measured, and 1 ns."""
+    times = [CPU_ITERATION_FLOOR_S]
+    if rates and rates.get("flops_per_s"):
+        flops = float(work.get("flops") or 0.0) + float(work.get("transcendentals") or 0.0)
+        times.append(flops / rates["flops_per_s"])
+    if rates and rates.get("bytes_per_s"):
+        times.append(float(work.get("bytes") or 0.0) / rates["bytes_per_s"])
+    return max(times)
+
+
+def _trip_counts(loops: list[dict[str, Any]], observed: dict[str, Any], cpu_s_each: float | None,
+                 rates: dict[str, float] | None) -> dict[str, tuple[float, float | None, str, str | None]]:
+    """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
+    (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
+    by_id = {loop["id"]: loop for loop in loops}
+    found: dict[str, tuple[float, float | None, str, str | None]] = {}
+
+    def solve(loop_id: str) -> tuple[float, float | None, str, str | None]:
+        if loop_id in found:
+            return found[loop_id]
+        loop = by_id[loop_id]
+        parent = loop.get("parent")
+        outer = solve(parent) if parent in by_id else (1.0, 1.0, "static", None)
+        trips = loop.get("trip_count")
+        seen = observed.get(loop_id) or {}
+        if trips is not None and outer[2] == "static":
+            result = (outer[0] * trips, outer[0] * trips, "static", None)
+        elif isinstance(seen.get("iterations"), (int, float)) and seen["iterations"] >= 1:
+            count = float(seen["iterations"])
+            result = (count, count, "observed", "counted from the loop body's kernels in the CPU run's trace")
+        elif trips is not None:
+            high = None if outer[1] is None else outer[1] * trips
+            result = (outer[0] * trips, high, outer[2], outer[3])
+        else:
+            loop_s = seen.get("cpu_s_each")
+            if loop_s is None and len(loops) == 1:
+                loop_s = cpu_s_each  # the program's only loop: its time is the program's, at most
+            fast = cpu_iteration_s(loop.get("per_iteration") or {}, rates)
+            if loop_s:
+                # An iteration costs at least its body's work at this CPU's best measured rates (and 1 ns);
+                # loop bookkeeping can make it a few times that, or tens of ns for a scalar body.
+                slow = max(ESTIMATE_FACTOR * fast, CPU_ITERATION_SLOW_S)
+                factor = slow / fast
+                high = max(1.0, loop_s / fast)
+                result = (max(1.0, loop_s / slow), high, "estimated",
+                          f"estimated from the loop's CPU time ({duration(loop_s)}) at {span(fast, slow)} per "
+                          f"iteration (its body's work at this CPU's measured rates, and loop bookkeeping); "
+                          f"may be off by ×{factor:.2g}")
+            else:
+                result = (max(1.0, outer[0]), None, "unknown",
+                          "the trip count is known only at run time and the CPU run did not show it")
+        found[loop_id] = result
+        return result
+
+    for loop in loops:
+        solve(loop["id"])
+    return found
+
+
 def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figure],
-                  cpu_s_per_execution: float | None = None) -> list[Term]:
-    """The terms of one execution of ``program`` on ``device``."""
+                  cpu_s_per_execution: float | None = None, observed: dict[str, Any] | None = None,
+                  rates: dict[str, float] | None = None) -> list[Term]:
+    """The terms of one execution of ``program`` on ``device``.
+
+    ``observed``: per loop id, what the CPU run's trace showed per execution (``iterations``,
+    ``cpu_s_each``); ``rates``: this CPU's measured ``flops_per_s`` / ``bytes_per_s``, for estimates."""
     key, function = program.get("key"), program.get("function")
     terms: list[Term] = []
-    entry = program.get("entry") or {}
+    entry = dict(program.get("entry") or {})
+    all_loops = program.get("loops") or []
+    loops = [loop for loop in all_loops if not loop.get("cpu_only")]
+    # A loop only XLA:CPU builds (threefry rounds, LU steps) is no GPU loop: its work is done by GPU
+    # kernels, so it joins the program's work outside loops (counted at its static trip count, or once).
+    for loop in all_loops:
+        if loop.get("cpu_only"):
+            times = float(loop.get("trip_count") or 1) * float(loop.get("outer_iterations") or 1)
+            for name in ("flops", "transcendentals", "bytes", "flops_f64", "transcendentals_f64"):
+                entry[name] = float(entry.get(name) or 0.0) + float((loop.get("per_iteration") or {}).get(name) or 0.0) * times
     work_low, work_high, work_bound = _roofline(entry, device, model)
-    loops = program.get("loops") or []
-    trips_of = {loop["id"]: loop.get("trip_count") for loop in loops}
-    parent_of = {loop["id"]: loop.get("parent") for loop in loops}
+    counts = _trip_counts(loops, observed or {}, cpu_s_per_execution, rates)
     for loop in loops:
-        iterations: int | None = 1
-        node: str | None = loop["id"]
-        while node is not None:
-            trips = trips_of.get(node)
-            iterations = None if trips is None or iterations is None else iterations * int(trips)
-            node = parent_of.get(node)
+        low_iterations, high_iterations, basis, why = counts[loop["id"]]
         over_low, over_high, figure = _iteration_overhead(loop, device, model)
         body_low, body_high, _ = _roofline(loop.get("per_iteration") or {}, device, model)
         per_low, per_high = over_low + body_low, over_high + body_high
-        bounded_by = None
-        if iterations is None:
-            low_iterations: float = 1.0
-            high_iterations = None
-            if cpu_s_per_execution:
-                high_iterations = cpu_s_per_execution / CPU_ITERATION_FLOOR_S
-                bounded_by = (f"trip count unknown (known only at run time): at most ≈{high_iterations:,.0f} "
-                              f"iterations, the program's CPU time at ≥ {CPU_ITERATION_FLOOR_S * 1e9:g} ns each")
-            else:
-                bounded_by = "trip count unknown (known only at run time): no upper bound"
-        else:
-            low_iterations = high_iterations = iterations
+        low_s = low_iterations * per_low
+        high_s = None if high_iterations is None else high_iterations * per_high
+        if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE:
+            # A bound this loose says nothing: the count is unknown, and the cell says so.
+            why = f"{why}: a range over ×{MAX_RANGE:g}, too wide to bound the forecast" if why else None
+            high_s, high_iterations, basis = None, None, "unknown"
         name = loop_name(loop)
-        count = f"{iterations:,.0f} iterations" if iterations is not None else "an unknown number of iterations"
-        per_text = (f"{over_low * 1e6:.3g}–{over_high * 1e6:.3g} µs" if over_low != over_high
-                    else f"{over_low * 1e6:.3g} µs")
-        why = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
+        if basis == "static":
+            count = f"{low_iterations:,.0f} iterations"
+        elif basis == "observed":
+            count = f"{low_iterations:,.0f} iterations (observed)"
+        elif basis == "estimated" and high_iterations is not None:
+            count = f"≈{low_iterations:,.0f}–{high_iterations:,.0f} iterations (estimated)"
+        else:
+            count = "an unknown number of iterations"
+        why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
+        parts = f"{span(over_low, over_high)} step, {why_words}"
+        if body_high > 0:
+            parts += f" + {span(body_low, body_high)} body work"
         terms.append(Term(
             kind="loop",
-            low_s=low_iterations * per_low,
-            high_s=None if high_iterations is None else high_iterations * per_high,
-            words=f"{name} of {count} × {per_text} ({why})",
+            low_s=low_s,
+            high_s=high_s,
+            words=f"{name} of {count} × ({parts})",
             program=key, function=function,
-            details={"loop": loop["id"], "name": name, "overhead_text": per_text,
-                     "iterations": iterations, "per_iteration_low_s": per_low,
-                     "per_iteration_high_s": per_high, "figure": figure, "bound": bounded_by,
+            details={"loop": loop["id"], "name": name, "overhead_text": span(over_low, over_high),
+                     "iterations": _whole(low_iterations) if basis in ("static", "observed") else None,
+                     "iterations_low": low_iterations, "iterations_high": high_iterations,
+                     "trip_count_basis": basis, "per_iteration_low_s": per_low,
+                     "per_iteration_high_s": per_high, "body_low_s": body_low, "body_high_s": body_high,
+                     "figure": figure, "bound": why if basis in ("estimated", "unknown") else None,
                      "call": loop.get("call"), "syncs_per_iteration": loop.get("syncs_per_iteration")},
         ))
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
@@ -157,10 +261,30 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
         terms.append(Term(kind="launch", low_s=kernels * launch.low * 1e-6, high_s=kernels * launch.high * 1e-6,
                           words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
                           program=key, function=function, details={"kernels": kernels}))
+    calls = {t: n for t, n in ((program.get("gpu") or {}).get("custom_calls") or {}).items() if library_of(t)}
+    if calls:
+        each = model["library_call_us"]
+        count = sum(calls.values())
+        names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
+        terms.append(Term(kind="library", low_s=count * each.low * 1e-6, high_s=count * each.high * 1e-6,
+                          words=f"{count} GPU library call{'s' if count != 1 else ''} ({names}) × {each.text(' µs')}",
+                          program=key, function=function, details={"library_calls": calls}))
     dispatch = device.figure("dispatch_us")
     terms.append(Term(kind="dispatch", low_s=dispatch.low * 1e-6, high_s=dispatch.high * 1e-6,
                       words=f"jitted call × {dispatch.text(' µs')}", program=key, function=function))
     return terms
+
+
+_LIBRARIES = (("cusolver", "cuSOLVER"), ("hipsolver", "hipSOLVER"), ("cublas", "cuBLAS"), ("cufft", "cuFFT"),
+              ("cudnn", "cuDNN"), ("cu_", "CUDA kernel"))
+
+
+def library_of(target: str) -> str | None:
+    """The GPU library behind a custom call target of the CUDA lowering (``cusolver_getrf_ffi``)."""
+    for prefix, name in _LIBRARIES:
+        if target.lower().startswith(prefix):
+            return name
+    return None
 
 
 def _work_words(work: dict[str, Any], device: Device, bound: str) -> str:

@@ -22,44 +22,71 @@ Both methods run in IPython's pre/post-run events: they must never raise.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+import threading
 import time
 from typing import Any
 
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
 PROGRAMS_NAME = "programs-{seq:04d}.xplane.pb"
+GPU_NAME = "gpu-{seq:04d}.json"
+# Primitives whose lowering differs between XLA:CPU and XLA:GPU (loops, branches, library calls): a
+# program with none of them lowers to no while and no library call on the GPU, so it is not exported.
+GPU_RELEVANT = {
+    "while", "scan", "cond", "lu", "lu_pivots_to_permutation", "triangular_solve", "cholesky", "eig", "eigh",
+    "svd", "qr", "geqrf", "householder_product", "orgqr", "schur", "hessenberg", "tridiagonal",
+    "tridiagonal_solve", "fft", "threefry2x32", "random_bits", "sort", "custom_linear_solve", "dot_general",
+    "conv_general_dilated",
+}
 
 
 class Programs:
     """One profiler session per cell, and the optimised HLO of new programs after compiling cells."""
 
     def __init__(self, folder: str) -> None:
-        self.folder = os.path.abspath(folder)  # the path goes back to nbscope, whose cwd differs
+        # The path goes back to nbscope, whose cwd differs; one folder per kernel, as a traced build
+        # starts many kernels with the same setting.
+        self.folder = os.path.join(os.path.abspath(folder), f"kernel-{os.getpid()}")
         os.makedirs(self.folder, exist_ok=True)
         self.session: Any = None
         self.skipped: str | None = None
         self.shared = False  # the --timeline trace stands for this cell's trace
+        self.lowered: list[tuple[str, Any]] = []  # (function name, closed jaxpr) lowered during the cell
+        self.hooked = False
+        self.exporting = False
+        self.guard: _Guard | None = None
 
     def start(self, seq: int, *, shared: bool = False) -> None:
         self.session, self.skipped, self.shared = None, None, shared
+        self.lowered = []
+        if sys.modules.get("jax") is not None and not self.hooked:
+            self._hook_lowering()
         if shared or sys.modules.get("jax") is None:
             return
         try:
             self.session = _session(hlo_protos=False)
         except Exception as exc:  # e.g. the notebook runs its own jax.profiler trace
             self.skipped = f"{type(exc).__name__}: {exc}"[:300]
+            return
+        self.guard = _Guard(self.session)
 
     def stop(self, seq: int, *, compiled: bool, timeline_trace: Any = None) -> dict[str, Any] | None:
         """Stop the cell's session; the result goes into the probe line as ``programs``."""
         session, self.session = self.session, None
+        guard, self.guard = self.guard, None
         if sys.modules.get("jax") is None:
             return None
         result: dict[str, Any] = {"seq": seq}
         started = time.perf_counter()
         if session is not None:
             try:
-                result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), session.stop())
+                data = guard.finish() if guard is not None else session.stop()
+                result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), data)
+                if guard is not None and guard.cut_after is not None:
+                    result["window"] = {"cut": True, "traced_s": guard.cut_after, "grown_bytes": guard.grown}
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
@@ -78,7 +105,211 @@ class Programs:
             except Exception as exc:
                 result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["programs_s"] = time.perf_counter() - started
+        if self.lowered:
+            started = time.perf_counter()
+            try:
+                result["gpu_lowering"] = _write(self.folder, GPU_NAME.format(seq=seq),
+                                                json.dumps(self._lower_for_gpu()).encode())
+            except Exception as exc:
+                result["gpu_lowering_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            result["gpu_lowering_s"] = time.perf_counter() - started
+            self.lowered = []
         return result
+
+    # ---- what the GPU would run -------------------------------------------------------------------
+    def _hook_lowering(self) -> None:
+        """Keep each program's jaxpr as JAX lowers it, to lower it for the GPU after the cell."""
+        self.hooked = True
+        pxla = sys.modules.get("jax._src.interpreters.pxla")
+        original = getattr(pxla, "lower_sharding_computation", None)
+        if original is None or getattr(original, "_nbscope", False):
+            return
+        recorder = self
+
+        def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any, *args: Any, **kwargs: Any) -> Any:
+            if not recorder.exporting and len(recorder.lowered) < MAX_LOWERED:
+                recorder.lowered.append((str(fun_name), closed_jaxpr))
+            return original(closed_jaxpr, api_name, fun_name, *args, **kwargs)
+
+        lower_sharding_computation._nbscope = True  # type: ignore[attr-defined]
+        pxla.lower_sharding_computation = lower_sharding_computation
+
+    def _lower_for_gpu(self) -> list[dict[str, Any]]:
+        """Each program lowered in the cell, lowered again for CUDA with ``jax.export`` (no GPU needed):
+        its loops (name stack and source line), branches and library calls."""
+        import jax
+        from jax._src import core
+
+        found = []
+        self.exporting = True
+        try:
+            for name, closed in self.lowered:
+                entry: dict[str, Any] = {"function": name}
+                started = time.perf_counter()
+                if not _relevant(closed.jaxpr):
+                    entry["skipped"] = "no loop, branch or library primitive"
+                    found.append(entry)
+                    continue
+                try:
+                    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
+                    exported = jax.export.export(jax.jit(core.jaxpr_as_fun(closed)), platforms=["cuda"])(*avals)
+                    entry.update(_summarise(exported.mlir_module()))
+                except Exception as exc:
+                    entry["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                entry["seconds"] = time.perf_counter() - started
+                found.append(entry)
+        finally:
+            self.exporting = False
+        return found
+
+
+# A profiler session records ~2 kB and costs ~15 µs per small jitted call, and ~100 µs more to stop
+# (jax 0.10.2 on CPU): a cell of a million calls would grow the kernel by gigabytes. The guard stops the
+# session once it has run MIN_TRACE_S, the cell's thread is busy on the CPU (it makes calls) and the kernel has
+# grown steadily (in nearly every one of the last STEADY_POLLS polls) by TRACE_BUDGET_BYTES since it
+# started, or by HARD_CAP_BYTES in a cell longer than HARD_CAP_AFTER_S; what ran later is counted from the traced part (nbscope.collect.program extrapolates,
+# and says so).
+MIN_TRACE_S = 0.5
+TRACE_BUDGET_BYTES = 16 * 2**20
+HARD_CAP_BYTES = 128 * 2**20
+HARD_CAP_AFTER_S = 2.0
+STEADY_POLLS = 10
+BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
+POLL_S = 0.02
+
+
+def _rss() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Guard:
+    """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
+        self.started = time.perf_counter()
+        self.base = _rss()
+        self.data: bytes | None = None
+        self.error: BaseException | None = None
+        self.cut_after: float | None = None
+        self.grown = 0
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        if self.base is not None:  # no /proc: no guard (macOS, Windows)
+            self.thread = threading.Thread(target=self._watch, name="nbscope-trace-guard", daemon=True)
+            self.thread.start()
+
+    def _cpu(self) -> float | None:
+        """The cell's thread's CPU seconds so far (Linux: its /proc task entry)."""
+        try:
+            with open(f"/proc/self/task/{self.native_id}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _watch(self) -> None:
+        recent: list[int] = []
+        cpu: list[tuple[float, float | None]] = []
+        while not self.done.wait(POLL_S):
+            elapsed = time.perf_counter() - self.started
+            now = _rss()
+            if now is None or self.base is None:
+                continue
+            recent = [*recent[-(STEADY_POLLS - 1):], now]
+            cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
+            if elapsed < MIN_TRACE_S:
+                continue
+            # The profiler's events grow the kernel steadily while the cell's thread keeps making calls
+            # (it is busy on the CPU). A cell's own large array grows it too, as its pages are first
+            # written, but by XLA's threads while the cell's thread waits: that growth is not the
+            # session's, and cutting would lose the long-running program's events.
+            rises = sum(1 for a, b in zip(recent, recent[1:], strict=False) if b > a)
+            steady = len(recent) == STEADY_POLLS and rises >= STEADY_POLLS - 2
+            (t0, c0), (t1, c1) = cpu[0], cpu[-1]
+            calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
+            grown = now - self.base
+            if calling and ((steady and grown > TRACE_BUDGET_BYTES)
+                            or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)):
+                with self.lock:
+                    if self.done.is_set():
+                        return
+                    self.cut_after, self.grown = elapsed, now - self.base
+                    try:
+                        self.data = self.session.stop()
+                    except BaseException as exc:  # handed to finish(), never raised in this thread
+                        self.error = exc
+                    self.done.set()
+                return
+
+    def finish(self) -> bytes:
+        with self.lock:
+            if not self.done.is_set():
+                self.done.set()
+                return self.session.stop()
+        if self.error is not None:
+            raise self.error
+        return self.data or b""
+
+
+MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
+
+
+def _relevant(jaxpr: Any, depth: int = 0) -> bool:
+    for equation in jaxpr.eqns:
+        if equation.primitive.name in GPU_RELEVANT:
+            return True
+        if depth < 8:
+            for value in equation.params.values():
+                for item in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(item, "jaxpr", None)
+                    inner = getattr(inner, "jaxpr", inner)  # ClosedJaxpr -> Jaxpr
+                    if inner is not None and hasattr(inner, "eqns") and _relevant(inner, depth + 1):
+                        return True
+    return False
+
+
+_LOC = re.compile(r"^(#loc\d+) = (.*)$", re.M)
+_FILE_LINE = re.compile(r'loc\("([^"]+)":(\d+):\d+')
+
+
+def _summarise(text: str) -> dict[str, Any]:
+    """Loops, branches and custom calls of a StableHLO module, with each loop's name stack and line."""
+    locations = dict(_LOC.findall(text))
+
+    def expand(reference: str, depth: int = 0) -> str:
+        value = locations.get(reference, reference)
+        if depth > 12:
+            return value
+        return re.sub(r"#loc\d+", lambda m: expand(m.group(0), depth + 1), value)
+
+    loops: list[dict[str, Any]] = []
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if "stablehlo.while" not in line:
+            continue
+        # The while's location is on the line that closes its regions, at its own indentation.
+        indent = len(line) - len(line.lstrip())
+        for closing in lines[index + 1:]:
+            if closing.startswith(" " * indent + "}") and not closing.startswith(" " * (indent + 1)) and "loc(" in closing:
+                where = expand(closing[closing.index("loc(") + 4:].rstrip(")").strip())
+                stack = re.match(r'loc\("([^"]*)"', where)
+                source = _FILE_LINE.search(where)
+                loops.append({"stack": stack.group(1) if stack else None,
+                              "file": source.group(1) if source else None,
+                              "line": int(source.group(2)) if source else None})
+                break
+    calls: dict[str, int] = {}
+    for target in re.findall(r"custom_call @([\w.]+)", text):
+        calls[target] = calls.get(target, 0) + 1
+    return {"loops": loops, "custom_calls": calls,
+            "conditionals": text.count("stablehlo.case") + text.count("stablehlo.if")}
 
 
 def _session(*, hlo_protos: bool) -> Any:

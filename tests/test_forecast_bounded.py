@@ -1,0 +1,47 @@
+"""Collection for ``--forecast`` stays bounded on a cell that runs a small jitted function 1,000,000
+times: the profiler session is cut once it has grown the kernel by its budget, and what ran after is
+extrapolated from the traced part, labelled so.
+
+Both runs are made here, one after the other, so the time comparison is within one machine's state;
+its bound is looser than the issue's 5 % (which ``benchmarks/forecast_overhead.py`` measures with
+interleaved repeats) because one pair of runs on a shared machine varies by more than that. Before the
+bound, the same cell grew the kernel by gigabytes and took several times as long.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbscope.analyse.forecast import forecast
+from nbscope.api.profile import ProfileOptions, profile
+
+FILES = Path(__file__).resolve().parent / "files"
+MEMORY_BOUND = 200e6
+
+
+@pytest.mark.slow
+def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
+    pytest.importorskip("jax")
+    runs, records = {}, {}
+    for programs in (False, True):
+        records[programs] = profile(FILES / "forecast_million.md", ProfileOptions(programs=programs, jax_platform="cpu"),
+                                    fingerprint={"digest": "test"})
+        runs[programs] = records[programs].measurements["cells"][1]
+    off, on = runs[False], runs[True]
+
+    def growth(cell: dict) -> int:
+        return cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"]
+
+    assert growth(on) - growth(off) <= MEMORY_BOUND
+    assert on["wall_s"] <= off["wall_s"] * 1.3
+    data = on["programs"]
+    assert data["window"]["cut"] is True and data["window"]["scale"] > 1
+    (execution,) = [e for e in data["executions"] if e["program"].startswith("jit_step")]
+    assert execution["count_basis"] == "extrapolated"
+    assert 1_000_000 / 1.5 <= execution["count"] <= 1_000_000 * 1.5
+    assert execution["traced_count"] < execution["count"]
+    outcome = forecast(records[True], "t4")["cells"][1]["gpu"]["t4"]
+    (dispatch,) = [t for t in outcome["terms"] if t["kind"] == "dispatch"]
+    assert dispatch["calls"] == execution["count"]
