@@ -312,13 +312,18 @@ def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3,
     items = list(findings)
     count_all = max(total or 0, len(items))
     if not items:
+        # The command is named only when it has something to show: what could not be evaluated.
+        skipped = len(getattr(findings, "skipped", None) or [])
+        text = "no findings: no rule fired on this run" + (
+            f"; {skipped} check{'s' if skipped != 1 else ''} could not be evaluated (`{command}` lists "
+            f"{'them' if skipped != 1 else 'it'})" if skipped else "")
         return [("green", line) for line in textwrap.wrap(
-            f"no findings: no rule fired on this run (`{command}` lists what could not be evaluated)",
-            width=max(20, width), break_long_words=False, break_on_hyphens=False)]
+            text, width=max(20, width), break_long_words=False, break_on_hyphens=False)]
     shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
-    count = f"{count_all} finding{'s' if count_all > 1 else ''}"
+    count = f"{count_all} finding{'s' if count_all != 1 else ''}"
+    them = "them" if count_all != 1 else "it"
     # Wrapped, never cut: the command is what the reader copies.
-    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows them in full:", width=max(20, width),
+    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows {them} in full:", width=max(20, width),
                             break_long_words=False, break_on_hyphens=False)
     lines = [("bold", line) for line in heading]
     for finding in items[:top]:
