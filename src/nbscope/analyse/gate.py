@@ -150,8 +150,9 @@ class GateResult:
             if c.verdict == "failed":
                 lines.append(f"{c.label}: {c.note or c.cand_status}")
             else:
+                # " — " after the label: a source line may end with ":" itself ("for _ in range(20):").
                 lines.append(
-                    f"{c.label}: {c.base_s:.3f} s → {c.cand_s:.3f} s (×{c.ratio:.2f}"
+                    f"{c.label} — {units.seconds(c.base_s)} → {units.seconds(c.cand_s)} (×{c.ratio:.2f}"
                     + (f", p={c.p_value:.3g}" if c.p_value is not None else ", single samples")
                     + ")"
                 )

@@ -7,12 +7,11 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from nbscope.render import terminal
 from nbscope.render._markdown import table_cell as _md
-from nbscope.render.terminal import Column, console, format_bytes, format_seconds, literal
+from nbscope.render.terminal import Column, console, field_name, format_bytes, format_seconds, literal, metric_name
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
@@ -67,7 +66,8 @@ def _value(value: Any) -> str:
 
 def _run_title(summary: Mapping[str, Any]) -> str:
     settings = summary.get("settings") or {}
-    shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k in ("jax_platform", "jax_cache", "pathway") and v)
+    shown = ", ".join(f"{field_name('settings.' + k)} {v}" for k, v in settings.items()
+                      if k in ("jax_platform", "jax_cache", "pathway") and v)
     return (f"{summary.get('label')} · {summary.get('target')} · {summary.get('platform')} · {summary.get('machine')}"
             + (f" · {shown}" if shown else ""))
 
@@ -131,30 +131,29 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
 
 
 def print_totals(totals: Mapping[str, Any]) -> None:
-    table = Table(title="totals", title_justify="left")
-    for column in ("figure", "A", "B", "winner"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
+    rows = []
     for key, entry in totals.items():
         a, b = entry.get("a"), entry.get("b")
         if a is None and b is None:
             continue
         fmt = format_seconds if key.endswith("_s") else format_bytes if key.endswith("_bytes") else _value
-        name = key.removesuffix("_s").removesuffix("_bytes").replace("_", " ")
-        table.add_row(literal(name), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", "")))
-    console.print(table)
+        rows.append([literal(metric_name(key)), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", ""))])
+    columns = [Column("figure", "left", "number"), Column("A", "right", "number"), Column("B", "right", "number"),
+               Column("winner", "left", "number")]
+    console.print(terminal.fitted_table(columns, rows, title="totals"))
 
 
 def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
     if not differences:
         console.print("Settings and fingerprints agree on every compared field.")
         return
-    table = Table(title=f"{len(differences)} difference(s) that could explain the figures", title_justify="left")
-    for column in ("field", "A", "B", "why it matters"):
-        table.add_column(column, overflow="fold")
-    for row in differences:
-        table.add_row(literal(row["field"]), literal(_value(row.get("a"))), literal(_value(row.get("b"))),
-                      literal(row.get("why") or row.get("note") or ""))
-    console.print(table)
+    count = len(differences)
+    columns = [Column("setting", "left", "path", min_width=10), Column("A", "left", "text", min_width=10),
+               Column("B", "left", "text", min_width=10), Column("why it matters", "left", "text", min_width=16)]
+    rows = [[literal(field_name(row["field"])), literal(_value(row.get("a"))), literal(_value(row.get("b"))),
+             literal(row.get("why") or row.get("note") or "")] for row in differences]
+    title = f"{count} difference{'s' if count != 1 else ''} that could explain the figures"
+    console.print(terminal.fitted_table(columns, rows, title=title))
 
 
 def comparison_markdown(comparison: Any) -> str:
@@ -193,7 +192,7 @@ def comparison_markdown(comparison: Any) -> str:
               else "Settings and fingerprints agree on every compared field.", ""]
     for row in differences:
         why = f" — {row['why']}" if row.get("why") else ""
-        lines.append(f"- `{_md(row['field'])}`: {_md(_value(row.get('a')))} → {_md(_value(row.get('b')))}{_md(why)}")
+        lines.append(f"- `{_md(field_name(row['field']))}`: {_md(_value(row.get('a')))} → {_md(_value(row.get('b')))}{_md(why)}")
     return "\n".join(lines) + "\n"
 
 

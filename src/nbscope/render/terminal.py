@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +18,9 @@ from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 
+# One width on a terminal and piped: the terminal's (or $COLUMNS), else rich's 80 columns. Every table fits it
+# (fitted_table), so piped output reads as it does on an 80-column terminal.
 console = Console(highlight=False)
-if not console.is_terminal and "COLUMNS" not in os.environ:
-    console.width = 140  # piped into a file or CI log: rich's 80 columns would wrap every table row
 
 # Run kind -> "module:function" that prints its measurements; loaded only when needed.
 RECORD_VIEWS: dict[str, str] = {
@@ -113,7 +112,9 @@ def fitted_table(
     passes = [(role, "min") for role in ("source", "text", "parts", "path")]
     passes += [(role, "hard") for role in ("source", "path", "text", "parts")]
     for role, floor in passes:
-        for i, column in enumerate(columns):
+        # The widest column of a role gives way first: a long sentence wraps before a short value does.
+        for i in sorted(range(len(columns)), key=lambda i: -widths[i]):
+            column = columns[i]
             if column.role != role or excess() <= 0:
                 continue
             if floor == "min":
@@ -167,6 +168,52 @@ def _wrap_after(value: Any, width: int, separator: str) -> Text:
             line = line[width:]
     lines.append(line.rstrip())
     return Text("\n".join(lines))
+
+
+# Figures and fields as a reader names them, never as the record spells them ("wall", not "wall_s").
+FIGURE_NAMES = {
+    "wall_s": "wall", "compile_s": "compile", "run_s": "run", "kernel_start_s": "kernel start",
+    "peak_rss_bytes": "peak RSS", "compiles": "JAX compiles", "user_compiles": "user compiles",
+    "eager_compiles": "eager compiles", "numba_compiles": "Numba compiles", "cache_hits": "cache hits",
+    "numba_compile_s": "Numba compile", "backend_s": "backend compile", "dispatch_s": "dispatch",
+}
+FIELD_NAMES = {
+    "derived.cache_state": "cache at start", "derived.platform": "JAX backend", "derived.x64": "float64",
+    "derived.pathway": "pathway", "target": "notebook", "tool_version": "nbscope version",
+    "settings.jax_cache": "--jax-cache", "settings.jax_platform": "--jax-platform", "settings.pathway": "pathway",
+    "settings.repeat": "--repeat", "settings.timeline": "--timeline", "settings.on_error": "--on-error",
+    "settings.timeout": "--timeout", "settings.kernel": "--kernel", "settings.programs": "--programs",
+    "cpu.load_average": "CPU load average", "cpu.model": "CPU", "cpu.logical_cores": "CPU threads",
+    "cpu.physical_cores": "CPU cores", "cpu.affinity_cores": "usable cores", "cpu.max_mhz": "CPU clock (MHz)",
+    "cpu.cgroup_cpu_limit": "container CPU limit", "host.os": "operating system",
+}
+_PREFIXES = {"cpu": "CPU", "gpu": "GPU", "blas": "BLAS", "memory": "memory", "versions": "", "host": "",
+             "numba_threading": "Numba threading", "jax_runtime": "JAX"}
+
+
+def metric_name(key: str) -> str:
+    """A figure as a reader says it: ``wall_s`` -> ``wall``, ``peak_rss_bytes`` -> ``peak RSS``."""
+    return FIGURE_NAMES.get(key) or key.removesuffix("_s").removesuffix("_bytes").replace("_", " ")
+
+
+def field_name(path: str) -> str:
+    """A settings or fingerprint field as a reader knows it: the option that sets it (``settings.env.X`` ->
+    ``--env X``), an environment variable as ``$NAME``, else its words (``memory.total_bytes`` -> ``memory total``)."""
+    if path in FIELD_NAMES:
+        return FIELD_NAMES[path]
+    head, _, rest = path.partition(".")
+    if head == "settings" and rest.startswith("env."):
+        return f"--env {rest[4:]}"
+    if head == "settings":
+        return "--" + rest.replace("_", "-")
+    if head == "environment":
+        return f"${rest}"
+    if head == "versions":
+        return f"{rest} version"
+    if head in _PREFIXES and rest:
+        words = rest.removesuffix("_bytes").replace(".", " ").replace("_", " ")
+        return f"{_PREFIXES[head]} {words}".strip()
+    return path.replace("_", " ")
 
 
 def format_value(value: Any) -> str:
@@ -284,10 +331,25 @@ def print_record_header(record: RunRecord) -> None:
         f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(fp.summary(record.fingerprint))} · "
         f"digest {literal(record.digest)}" + (f" · label {literal(record.label)}" if record.label else "")
     )
-    if record.settings:
-        settings = ", ".join(f"{k}={v}" for k, v in record.settings.items() if v not in (None, [], {}, ""))
-        if settings:
-            console.print(f"[dim]settings: {literal(settings)}[/dim]")
+    settings = settings_text(record.settings or {})
+    if settings:
+        console.print(f"[dim]settings: {literal(settings)}[/dim]")
+
+
+def settings_text(settings: Mapping[str, Any]) -> str:
+    """A run's settings as the options that set them: ``pathway kernel · --jax-cache warm · --repeat 3 ·
+    --timeline · --env XLA_FLAGS``. Unset and off ones are left out; an ``--env`` value is never shown."""
+    parts = []
+    for key, value in settings.items():
+        if value in (None, [], {}, "", False):
+            continue
+        if key == "env" and isinstance(value, Mapping):
+            parts += [f"--env {name}" for name in value]
+        elif value is True:
+            parts.append(field_name(f"settings.{key}"))
+        else:
+            parts.append(f"{field_name(f'settings.{key}')} {value}")
+    return " · ".join(parts)
 
 
 def _view(kind: str) -> Callable[[RunRecord], None] | None:
