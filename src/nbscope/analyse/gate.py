@@ -291,7 +291,7 @@ def _total(
         total.cand_s = _number((cand.measurements.get("totals") or {}).get("wall_s"))
         total.label = "total (whole notebook)"
         return judge(total, options)
-    total.label = f"total of {len(counted)} paired cells"
+    total.label = f"total of {units.count(len(counted), 'paired cell')}"
     total.base_s = sum(c.base_s or 0.0 for c in counted)
     total.cand_s = sum(c.cand_s or 0.0 for c in counted)
     # Per-repeat totals, where every counted cell has one sample per repeat.

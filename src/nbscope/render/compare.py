@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.text import Text
 
+from nbscope._units import count
 from nbscope.render import terminal
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import Column, console, field_name, format_bytes, format_seconds, literal, metric_name
@@ -292,7 +293,7 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
             console.print()
         _print_lines(finding_text(finding, cells, width, verbose=verbose))
     if limit and len(findings) > limit:
-        console.print(f"[dim]… {len(findings) - limit} more finding(s); --json lists all[/dim]")
+        console.print(f"[dim]… {count(len(findings) - limit, 'more finding')}; --json lists all[/dim]")
     if shown and not verbose:
         console.print("[dim]--verbose shows every finding's whole evidence; --json gives it as data[/dim]")
     for skip in getattr(findings, "skipped", []):
@@ -360,7 +361,7 @@ def findings_markdown(findings: Any, record: Any = None, *, top: int | None = No
         if highlights:
             lines += [f"- {_md(label)}: {_md(text)}" for label, text in highlights] + [""]
     if top and len(items) > top:
-        lines += [f"{len(items) - top} more finding(s)" + (f": `{_md(command)}`" if command else ""), ""]
+        lines += [count(len(items) - top, "more finding") + (f": `{_md(command)}`" if command else ""), ""]
     elif command and items:
         lines += [f"In full: `{_md(command)}`", ""]
     skipped = list(getattr(findings, "skipped", []))

@@ -7,7 +7,7 @@ from typing import Any
 from rich.markup import escape
 from rich.text import Text
 
-from nbscope._units import seconds_range
+from nbscope._units import count, seconds_range
 from nbscope.analyse.gate import Comparison, GateResult
 from nbscope.analyse.history import History
 from nbscope.render.terminal import Column, cell_columns, console, fitted_table, format_seconds, metric_name
@@ -177,7 +177,7 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
             )
         hidden = len(result.cells) - len(rows)
         if hidden:
-            lines += ["", f"{hidden} more cell(s) unchanged or below the noise floor."]
+            lines += ["", f"{count(hidden, 'more cell')} unchanged or below the noise floor."]
     elif result.cells:
         lines.append(f"All {len(result.cells)} cells unchanged or below the noise floor.")
     return "\n".join(lines) + "\n"

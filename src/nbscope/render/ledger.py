@@ -43,7 +43,7 @@ def cell_flags(cell: dict[str, Any], *, markup: bool = True) -> list[str]:
         flags.append((style, flag))
     jax = cell.get("jax") or {}
     if jax.get("cache_hits"):
-        flags.append(("", f"{jax['cache_hits']} cache hit(s)"))
+        flags.append(("", units.count(jax["cache_hits"], "cache hit")))
     if cell.get("alarms"):
         flags.append(("yellow", "XLA slow-compile alarm"))
     numba = cell.get("numba") or {}

@@ -186,6 +186,7 @@ FIELD_NAMES = {
     "cpu.load_average": "CPU load average", "cpu.model": "CPU", "cpu.logical_cores": "CPU threads",
     "cpu.physical_cores": "CPU cores", "cpu.affinity_cores": "usable cores", "cpu.max_mhz": "CPU clock (MHz)",
     "cpu.cgroup_cpu_limit": "container CPU limit", "host.os": "operating system",
+    "environment": "environment variables", "digest": "environment digest",
 }
 _PREFIXES = {"cpu": "CPU", "gpu": "GPU", "blas": "BLAS", "memory": "memory", "versions": "", "host": "",
              "numba_threading": "Numba threading", "jax_runtime": "JAX"}
@@ -252,7 +253,7 @@ def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b
     if not rows:
         console.print("The fingerprints agree on every compared field.")
         return
-    table = Table(title=f"{len(rows)} field(s) differ")
+    table = Table(title=f"{units.count(len(rows), 'field')} differ" if len(rows) != 1 else "1 field differs")
     table.add_column("field", style="bold")
     table.add_column(name_a)
     table.add_column(name_b)
