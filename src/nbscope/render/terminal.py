@@ -238,28 +238,25 @@ def format_seconds(value: Any) -> str:
 
 
 def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:
-    table = Table(title=f"nbscope fingerprint · digest {fingerprint.get('digest')}", show_lines=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    rows = []
     for path, value in fp.flatten(fingerprint).items():
         if path.startswith("blas.pools.") or path == "digest":
             continue
         shown = format_bytes(value) if path.endswith("_bytes") else format_value(value)
-        table.add_row(literal(path), shown)
-    console.print(table)
+        rows.append([literal(path), shown])
+    columns = [Column("field", "left", "path", min_width=20), Column("value", "left", "text", min_width=16)]
+    console.print(fitted_table(columns, rows, title=f"nbscope fingerprint · digest {fingerprint.get('digest')}"))
 
 
 def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b: str) -> None:
     if not rows:
         console.print("The fingerprints agree on every compared field.")
         return
-    table = Table(title=f"{units.count(len(rows), 'field')} differ" if len(rows) != 1 else "1 field differs")
-    table.add_column("field", style="bold")
-    table.add_column(name_a)
-    table.add_column(name_b)
-    for path, a, b in rows:
-        table.add_row(literal(path), format_value(a), format_value(b))
-    console.print(table)
+    columns = [Column("field", "left", "path", min_width=14), Column(name_a, "left", "text", min_width=10),
+               Column(name_b, "left", "text", min_width=10)]
+    table_rows = [[literal(path), format_value(a), format_value(b)] for path, a, b in rows]
+    title = "1 field differs" if len(rows) == 1 else f"{len(rows)} fields differ"
+    console.print(fitted_table(columns, table_rows, title=title))
 
 
 def headline_text(headline: Mapping[str, Any]) -> str:
