@@ -29,8 +29,9 @@ MARKUP_LINES = ('y = x[i]', 'tag = "[/x]"', 'label = "[bold red]not styled[/bold
 TABLE_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s")
 
 
-def nbscope(*args: str | Path, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m nbscope ARGS`` with its output piped (not a terminal); ``columns`` sets COLUMNS."""
+def nbscope(*args: str | Path, cwd: Path, columns: int | None = 140) -> subprocess.CompletedProcess[str]:
+    """``python -m nbscope ARGS`` with its output piped (not a terminal); ``columns`` sets COLUMNS (default: a
+    wide CI log, so that whole source lines show; piped output is as wide as $COLUMNS says, else 80)."""
     done = subprocess.run(
         [sys.executable, "-m", "nbscope", *map(str, args)],
         cwd=cwd, env=cli_env({"COLUMNS": None if columns is None else str(columns)}),
