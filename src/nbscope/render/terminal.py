@@ -252,8 +252,11 @@ def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b
     if not rows:
         console.print("The fingerprints agree on every compared field.")
         return
-    columns = [Column("field", "left", "path", min_width=14), Column(name_a, "left", "text", min_width=10),
-               Column(name_b, "left", "text", min_width=10)]
+    # The two sides are named above the table: a file's path as a header would squeeze the field names.
+    console.print(f"A = {literal(name_a)}")
+    console.print(f"B = {literal(name_b)}")
+    columns = [Column("field", "left", "path", min_width=14), Column("A", "left", "text", min_width=10),
+               Column("B", "left", "text", min_width=10)]
     table_rows = [[literal(path), format_value(a), format_value(b)] for path, a, b in rows]
     title = "1 field differs" if len(rows) == 1 else f"{len(rows)} fields differ"
     console.print(fitted_table(columns, table_rows, title=title))
