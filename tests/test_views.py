@@ -45,9 +45,10 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def piped(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``nbscope ARGS`` with its output into a pipe and no $COLUMNS: what a CI log or ``| less`` gets."""
-    return subprocess.run([sys.executable, "-m", "nbscope", *args], cwd=cwd, env=_env(), capture_output=True,
+def piped(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    """``nbscope ARGS`` with its output into a pipe and no $COLUMNS (unless ``env`` sets it): what a CI log or
+    ``| less`` gets."""
+    return subprocess.run([sys.executable, "-m", "nbscope", *args], cwd=cwd, env=_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -213,6 +214,8 @@ def test_every_view_fits_80_columns_and_reads_the_same_piped(project: dict[str, 
     assert not too_wide(done.stdout), too_wide(done.stdout)
     assert not too_wide(terminal), too_wide(terminal)
     assert terminal.rstrip().splitlines() == done.stdout.rstrip().splitlines()
+    told = piped(command, project["folder"], COLUMNS=str(WIDTH))  # $COLUMNS=80 says the same
+    assert told.stdout == done.stdout
 
 
 def test_the_gate_keeps_its_verdict_and_times_whole(project: dict[str, Any]) -> None:
@@ -273,7 +276,7 @@ def test_the_report_of_two_envs_shows_distinct_series_and_the_differing_setting(
     output = project["folder"] / "two-envs.html"
     _run(project, "report", "3", "4", "-o", str(output))
     page = output.read_text()
-    assert "--env NBSCOPE_GATE_SLOW" in page and "1 setting differs between the runs" in page
+    assert "--env NBSCOPE_GATE_SLOW" in page and "1 setting differs between the profile runs" in page
     assert "the runs share one environment" not in page
     assert "wall_s" not in page.split("<h2>Runs</h2>")[1].split("</table>")[0]
     assert "<td>environment</td>" not in page and "{}</td>" not in page

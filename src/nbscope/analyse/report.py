@@ -37,6 +37,7 @@ class ReportData:
     # Settings the runs differ in: (``settings.jax_cache`` or ``settings.env.NAME``, one value per run); an
     # ``--env`` value only as a short hash of it ("#3fa2c1"), "not set" where a run lacks it.
     setting_differences: list[tuple[str, list[str]]] = field(default_factory=list)
+    setting_runs: list[int] = field(default_factory=list)  # positions in ``records`` of those values: the profiles
 
 
 def _gate(data: ReportData) -> None:
@@ -103,9 +104,12 @@ def _forecasts(data: ReportData) -> None:
 
 
 def _setting_differences(data: ReportData) -> None:
-    records = data.records
+    """Among the profile runs only: a loop sweep or a pathways run has settings of its own kind."""
+    positions = [i for i, r in enumerate(data.records) if r.kind in CELL_KINDS]
+    records = [data.records[i] for i in positions]
     if len(records) < 2:
         return
+    data.setting_runs = positions
     settings = [r.settings or {} for r in records]
     envs = [env_hashes(r) for r in records]
     for key in dict.fromkeys(k for one in settings for k in one if k != "env"):

@@ -215,7 +215,7 @@ def _value_text(key: str, value: Any) -> str:
 
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Every evidence entry as ``key: value`` (plain text; the caller escapes it)."""
-    return [f"{key}: {_value_text(key, value)}" for key, value in evidence.items()
+    return [f"{metric_name(key)}: {_value_text(key, value)}" for key, value in evidence.items()
             if key != "seconds_at_stake" and value not in (None, [], {})]
 
 

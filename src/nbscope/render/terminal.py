@@ -337,12 +337,16 @@ def print_record_header(record: RunRecord) -> None:
         console.print(f"[dim]settings: {literal(settings)}[/dim]")
 
 
+# Settings a run has unless told otherwise: left out of its description.
+DEFAULT_SETTINGS = {"pathway": "kernel", "on_error": "continue", "jax_cache": "off", "repeat": 1}
+
+
 def settings_text(settings: Mapping[str, Any]) -> str:
-    """A run's settings as the options that set them: ``pathway kernel · --jax-cache warm · --repeat 3 ·
-    --timeline · --env XLA_FLAGS``. Unset and off ones are left out; an ``--env`` value is never shown."""
+    """A run's settings as the options that set them: ``--jax-cache warm · --repeat 3 · --timeline · --env
+    XLA_FLAGS``. Unset, off and default ones are left out; an ``--env`` value is never shown."""
     parts = []
     for key, value in settings.items():
-        if value in (None, [], {}, "", False):
+        if value in (None, [], {}, "", False) or (key in DEFAULT_SETTINGS and value == DEFAULT_SETTINGS[key]):
             continue
         if key == "env" and isinstance(value, Mapping):
             parts += [f"--env {name}" for name in value]

@@ -37,7 +37,7 @@ def _runs_section(records: list[RunRecord]) -> str:
         rows.append(
             (run_name(record, position), record.kind, Markup(f"<code>{e(record.target)}</code>"), record.status,
              record.started_at[:19].replace("T", " "), fp.summary(record.fingerprint), record.digest,
-             _unbroken(settings_text(record.settings or {}) or "–"), _unbroken(headline_text(record.headline())))
+             _unbroken(settings_text(record.settings or {}) or "defaults"), _unbroken(headline_text(record.headline())))
         )
     headers = ("run", "kind", "notebook", "status", "started (UTC)", "machine", "digest", "settings", "figures")
     return "<h2>Runs</h2>" + _table(headers, rows)
@@ -54,10 +54,10 @@ def _settings_differences(data: ReportData) -> str:
     """The settings the runs differ in, by the option that sets them; an ``--env`` value only as a hash."""
     if not data.setting_differences:
         return ""
-    headers = ("setting", *(run_name(r, i) for i, r in enumerate(data.records)))
+    headers = ("setting", *(run_name(data.records[i], i) for i in data.setting_runs))
     rows = [(field_name(path), *values) for path, values in data.setting_differences]
     differ = "1 setting differs" if len(rows) == 1 else f"{len(rows)} settings differ"
-    return (f"<p>{differ} between the runs (an <code>--env</code> value is shown only as a hash of it, never as "
+    return (f"<p>{differ} between the profile runs (an <code>--env</code> value is shown only as a hash of it, never as "
             "written):</p>" + _table(headers, rows, row_class=lambda _: "diff"))
 
 
