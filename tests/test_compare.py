@@ -89,7 +89,7 @@ def test_markdown_in_the_seed_style() -> None:
     assert "| Benchmark | A | B | Winner |" in lines
     assert any("× faster |" in line for line in lines)
     assert any(line.startswith("| **total wall**") for line in lines)
-    assert "`derived.platform`: cpu → gpu" in text
+    assert "`JAX backend`: cpu → gpu" in text  # a reader's name for derived.platform
 
 
 def test_non_profile_records_are_refused() -> None:

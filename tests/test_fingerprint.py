@@ -452,7 +452,7 @@ def test_info_diff_table(tmp_path: Path, base: dict[str, Any], run_cli: Any) -> 
     a, b = changed_pair(tmp_path, base)
     result = run_cli("info", "--diff", a, b, env={"COLUMNS": "200"})
     assert result.returncode == 1, result.stderr
-    assert "2 field(s) differ" in result.stdout
+    assert "2 fields differ" in result.stdout
     assert "blas.threads" in result.stdout and "versions.jax" in result.stdout
     assert "load_average" not in result.stdout
     same = run_cli("info", "--diff", a, a, env={"COLUMNS": "200"})

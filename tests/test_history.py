@@ -158,7 +158,9 @@ def test_history_series_are_split_by_measurement_settings(tmp_db: Path, run_cli:
     assert plain.points[-1].value is None and plain.changes == []  # NaN is a gap, not a level
     done = run_cli("history", "lecture.md", "--db", tmp_db)
     assert done.returncode == 0, done.stderr
-    assert "digest d1 · cache warm · repeat 4 · 4 runs" in done.stdout
-    assert "digest d1 · 5 runs" in done.stdout
+    # Each series is labelled by what sets it apart, as the options that set it (the text may wrap at 80 columns).
+    shown = " ".join(done.stdout.split())
+    assert "--jax-cache warm · --repeat 4 · 4 runs" in shown
+    assert "no persistent cache · --repeat 1 · 5 runs" in shown
     data = json.loads(run_cli("history", "lecture.md", "--db", tmp_db, "--json").stdout)
     assert {s["settings"]["repeat"] for s in data["series"]} == {1, 4}

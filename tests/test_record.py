@@ -301,6 +301,7 @@ def test_measurement_settings() -> None:
     }
     record = make_record(settings={"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
                                    "timeout": 60, "env": {"X": "1"}})
-    assert record.measurement_settings() == {"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4}
+    assert record.measurement_settings() == {"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
+                                             "env": {"X": "1"}}
     assert describe_settings(record.measurement_settings()) == "backend cpu · cache warm · timeline · repeat 4"
     assert describe_settings(make_record().measurement_settings()) == "default settings"

@@ -28,8 +28,9 @@ MARKUP_LINES = ('y = x[i]', 'tag = "[/x]"', 'label = "[bold red]not styled[/bold
 TABLE_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s")
 
 
-def nbscope(*args: str | Path, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``nbscope ARGS`` (in this process) with its output piped (not a terminal); ``columns`` sets COLUMNS."""
+def nbscope(*args: str | Path, cwd: Path, columns: int | None = 140) -> subprocess.CompletedProcess[str]:
+    """``nbscope ARGS`` (in this process) with its output piped (not a terminal); ``columns`` sets COLUMNS (default:
+    a wide CI log, so that whole source lines show; piped output is as wide as $COLUMNS says, else 80)."""
     done = run_in_process(args, env={"COLUMNS": None if columns is None else str(columns)}, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr, done.stderr[-3000:]

@@ -227,7 +227,7 @@ def test_versions_profiles_each_variant_in_its_own_environment(tmp_path: Path, w
     again = nbscope(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "reusing environment" in again.stdout
-    assert f"versions.{PACKAGE}: 1.0 → 1.3" in again.stdout
+    assert f"{PACKAGE} version: 1.0 → 1.3" in again.stdout  # a reader's name for versions.{PACKAGE}
     assert "regression" in again.stdout
 
 

@@ -65,3 +65,8 @@ def seconds_range(low: Any, high: Any) -> str:
     if len(low_parts) == len(high_parts) == 2 and low_parts[1] == high_parts[1]:
         return f"{low_parts[0]}–{high_text}"
     return f"{low_text}–{high_text}"
+
+
+def count(n: Any, noun: str, plural: str | None = None) -> str:
+    """``1 cell``, ``3 cells``, ``0 cells``: a count with its noun agreeing (``plural`` where adding "s" is wrong)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

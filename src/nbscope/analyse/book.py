@@ -44,21 +44,33 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
     """The slowest cells across every run of ``runs``, slowest first (``limit=None``: every cell).
 
     A cell is named by its notebook, its number (``cell`` 1-based among code cells, ``index`` 0-based) and
-    line, with the run it comes from and that run's backend.
+    line, with the run it comes from and that run's backend. A cell's ``share`` is of the wall time of every
+    notebook's run together (a book's runs); where one notebook has several runs (``nbscope cells 1 3`` on two
+    runs of one notebook) adding them up would count the notebook twice, so each share is of its own run
+    (``share_of`` says which).
     """
     rows: list[dict[str, Any]] = []
-    for record in (r for run_set in runs for r in run_set.records):
-        if record.kind not in CELL_KINDS:
-            continue
+    records: list[RunRecord] = []
+    for record in (r for run_set in runs for r in run_set.records if r.kind in CELL_KINDS):
+        if not any(record is kept or (record.run_id is not None and record.run_id == kept.run_id) for kept in records):
+            records.append(record)  # a run named twice counts once
+    per_notebook: dict[str, int] = {}
+    for record in records:
+        per_notebook[record.target] = per_notebook.get(record.target, 0) + 1
+    per_run = any(count > 1 for count in per_notebook.values())
+    run_wall: dict[int, float] = {}
+    for number_in_list, record in enumerate(records):
         backend = platform_of(record)["platform"]
         for cell in record.measurements.get("cells") or []:
             wall = number(cell.get("wall_s"))
             if wall is None:
                 continue
             index = cell.get("index")
+            run_wall[number_in_list] = run_wall.get(number_in_list, 0.0) + wall
             rows.append({
                 "target": record.target,
                 "run_id": record.run_id,
+                "run": number_in_list,
                 "backend": backend,
                 "index": index,
                 "cell": index + 1 if isinstance(index, int) else None,
@@ -74,11 +86,15 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
     rows.sort(key=lambda r: r["wall_s"], reverse=True)
     shown = rows[:limit] if limit else rows
     for row in shown:
-        row["share"] = row["wall_s"] / total if total > 0 else None
-    notebooks = {r.target for s in runs for r in s.records if r.kind in CELL_KINDS}
+        whole = run_wall.get(row["run"], 0.0) if per_run else total
+        row["share"] = row["wall_s"] / whole if whole > 0 else None
+    for row in rows:
+        del row["run"]
     return {
         "sets": [s.to_dict() for s in runs],
-        "notebooks": len(notebooks),
+        "notebooks": len(per_notebook),
+        "runs": len(records),
+        "share_of": "run" if per_run else "all",
         "cells": len(rows),
         "wall_s": total,
         "shown_wall_s": sum(r["wall_s"] for r in shown),

@@ -32,6 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
@@ -166,8 +167,9 @@ class GateResult:
             if c.verdict == "failed":
                 lines.append(f"{c.label}: {c.note or c.cand_status}")
             else:
+                # " — " after the label: a source line may end with ":" itself ("for _ in range(20):").
                 lines.append(
-                    f"{c.label}: {c.base_judged_s:.3f} s → {c.cand_judged_s:.3f} s"
+                    f"{c.label} — {units.seconds(c.base_judged_s)} → {units.seconds(c.cand_judged_s)}"
                     + (" less the wait for a CPU" if c.judged == "unwaited" else "")
                     + f" (×{c.ratio:.2f}"
                     + (f", p={c.p_value:.3g}" if c.p_value is not None else ", single samples")
@@ -354,7 +356,7 @@ def _total(
         if total.base_s is not None and total.cand_s is not None:
             total.model_floor_s = noise_model.model_floor(min(total.base_s, total.cand_s))
         return judge(total, options)
-    total.label = f"total of {len(counted)} paired cells"
+    total.label = f"total of {units.count(len(counted), 'paired cell')}"
     total.base_s = sum(c.base_s or 0.0 for c in counted)
     total.cand_s = sum(c.cand_s or 0.0 for c in counted)
     judged = "unwaited" if counted and all(c.judged == "unwaited" for c in counted) else "wall"

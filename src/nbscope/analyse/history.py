@@ -1,8 +1,9 @@
 """``nbscope history``: a notebook's (or benchmark's) figures over time, per environment digest.
 
-Runs of one target are grouped into series by (kind, fingerprint digest, measurement settings): only
-runs in the same environment, measured the same way (backend, JAX cache mode, timeline, repeat count),
-are comparable. In each series, change points are found by binary segmentation on
+Runs of one target are grouped into series by (kind, fingerprint digest, measurement settings, the names and
+hashed values of ``--env`` settings): only runs in the same environment, measured the same way (backend, JAX
+cache mode, timeline, repeat count, kernel environment), are comparable. Each series is labelled by what sets it
+apart from the others (``--env XLA_FLAGS #3fa2c1``: an ``--env`` value is never shown, only a hash of it). In each series, change points are found by binary segmentation on
 medians: among the splits of a segment whose two sides each have most of their values nearer their
 own median than the other side's, the one that maximises the shift of medians, scaled by the noise
 (estimated robustly from successive differences) and by the segment sizes, is kept when that score
@@ -13,6 +14,7 @@ tests is reported as a tentative change (one run cannot confirm a level).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -62,6 +64,7 @@ class Point:
     value: float | None
     status: str
     samples: list[float] = field(default_factory=list)
+    cache_state: str | None = None  # the persistent compile cache at the start of the run: off, cold or warm
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,10 +80,30 @@ class Series:
     points: list[Point]
     changes: list[ChangePoint] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # --env name -> a short hash of its value (never the value)
+    label: str = ""  # what sets this series apart from the target's others (see :func:`series_labels`)
 
     @property
     def settings_text(self) -> str:
         return describe_settings(self.settings)
+
+    def parts(self) -> dict[str, str]:
+        """What this series is, as the options a reader gives: ``{"jax_cache": "--jax-cache warm", ...}``."""
+        settings = self.settings
+        parts = {
+            "kind": self.kind,
+            "machine": self.machine,
+            "digest": f"digest {self.digest}",
+            "jax_platform": f"--jax-platform {settings['jax_platform']}" if settings.get("jax_platform")
+            else "default backend",
+            "jax_cache": f"--jax-cache {settings.get('jax_cache')}" if settings.get("jax_cache") not in (None, "off")
+            else "no persistent cache",
+            "timeline": "--timeline" if settings.get("timeline") else "no timeline",
+            "repeat": f"--repeat {settings.get('repeat', 1)}",
+        }
+        for name, value in sorted(self.env.items()):
+            parts[f"env {name}"] = f"--env {name} #{value}"
+        return parts
 
     @property
     def values(self) -> list[float | None]:
@@ -93,6 +116,8 @@ class Series:
             "digest": self.digest,
             "machine": self.machine,
             "settings": self.settings,
+            "env": self.env,
+            "label": self.label,
             "runs": len(self.points),
             "latest": values[-1] if values else None,
             "median": statistics.median(values) if values else None,
@@ -339,7 +364,9 @@ def history(
                 value, samples = metric_value(record, metric, cell)
             else:
                 continue  # reported by the store
-            points.append(Point(row["id"], row["started_at"], value, row["status"], samples))
+            state = (row["totals"] or {}).get("cache_state")
+            points.append(Point(row["id"], row["started_at"], value, row["status"], samples,
+                                str(state) if state else None))
         if all(p.value is None for p in points):
             continue
         series.append(
@@ -350,10 +377,50 @@ def history(
                 points=points,
                 changes=change_points(points, options),
                 settings=group[-1]["settings"],
+                env=short_hashes(group[-1]["settings"].get("env") or {}),
             )
         )
     if not series:
         what = f"cell {cell!r} " if cell else ""
         raise NbscopeError(f"the runs of {target!r} have no {what}figure {metric!r}")
     series.sort(key=lambda s: s.points[-1].started_at, reverse=True)
+    for entry, label in zip(series, series_labels(series), strict=True):
+        entry.label = label
     return History(target=target, metric=metric, cell=cell, series=series)
+
+
+def env_hashes(record: RunRecord) -> dict[str, str]:
+    """The run's ``--env`` settings as name -> the first 6 hex digits of a SHA-256 of the stored value: enough to
+    tell two values apart, never the value itself (a stored value may be a secret)."""
+    env = (record.settings or {}).get("env") or {}
+    return short_hashes(env) if isinstance(env, dict) else {}
+
+
+def short_hashes(env: dict[str, Any]) -> dict[str, str]:
+    """name -> the first 6 hex digits of a SHA-256 of its value."""
+    return {str(name): hashlib.sha256(str(value).encode()).hexdigest()[:6] for name, value in env.items()}
+
+
+# Shown for every series; the rest only where series differ in it (or, for one series, where it is not the default).
+_ALWAYS = ("kind", "machine")
+_DEFAULTS = {"default backend", "no persistent cache", "no timeline", "--repeat 1"}
+
+
+def series_labels(series: Sequence[Series]) -> list[str]:
+    """One label per series: its kind and machine, then what separates it from the others (digest, options,
+    ``--env`` names with hashed values); a setting one series has and another lacks reads ``no --env NAME``."""
+    parts = [entry.parts() for entry in series]
+    keys = list(dict.fromkeys(key for p in parts for key in p))
+    labels = []
+    for own in parts:
+        shown = []
+        for key in keys:
+            values = {p.get(key) for p in parts}
+            text = own.get(key) or (f"no --{key}" if key.startswith("env ") else None)
+            if text is None:
+                continue
+            if key in _ALWAYS or len(values) > 1 or (len(parts) == 1 and text not in _DEFAULTS):
+                shown.append(text)
+        labels.append(" · ".join(shown))
+    return labels
+

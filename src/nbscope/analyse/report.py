@@ -10,7 +10,7 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.gate import GateResult, gate
-from nbscope.analyse.history import History, history
+from nbscope.analyse.history import History, env_hashes, history
 from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
 
@@ -34,6 +34,10 @@ class ReportData:
     side_by_side: list[list[dict[str, Any] | None]] = field(default_factory=list)
     forecasts: list[dict[str, Any]] = field(default_factory=list)  # GPU forecasts of runs with program data
     forecast_notes: list[str] = field(default_factory=list)
+    # Settings the runs differ in: (``settings.jax_cache`` or ``settings.env.NAME``, one value per run); an
+    # ``--env`` value only as a short hash of it ("#3fa2c1"), "not set" where a run lacks it.
+    setting_differences: list[tuple[str, list[str]]] = field(default_factory=list)
+    setting_runs: list[int] = field(default_factory=list)  # positions in ``records`` of those values: the profiles
 
 
 def _gate(data: ReportData) -> None:
@@ -99,12 +103,32 @@ def _forecasts(data: ReportData) -> None:
             data.forecast_notes.append(f"forecast of run {record.run_id}: {exc}")
 
 
+def _setting_differences(data: ReportData) -> None:
+    """Among the profile runs only: a loop sweep or a pathways run has settings of its own kind."""
+    positions = [i for i, r in enumerate(data.records) if r.kind in CELL_KINDS]
+    records = [data.records[i] for i in positions]
+    if len(records) < 2:
+        return
+    data.setting_runs = positions
+    settings = [r.settings or {} for r in records]
+    envs = [env_hashes(r) for r in records]
+    for key in dict.fromkeys(k for one in settings for k in one if k != "env"):
+        values = ["–" if one.get(key) in (None, "", [], {}) else str(one.get(key)) for one in settings]
+        if len(set(values)) > 1:
+            data.setting_differences.append((f"settings.{key}", values))
+    for name in sorted({n for env in envs for n in env}):
+        values = [f"#{env[name]}" if name in env else "not set" for env in envs]
+        if len(set(values)) > 1:
+            data.setting_differences.append((f"settings.env.{name}", values))
+
+
 def report_data(records: list[RunRecord], *, store: Any = None, history_metric: str = "wall_s") -> ReportData:
     """Every analysis a report of ``records`` shows; ``store`` (optional) supplies the histories."""
     if not records:
         raise NbscopeError("report needs at least one run")
     data = ReportData(records=list(records))
     _gate(data)
+    _setting_differences(data)
     _side_by_side(data)
     _forecasts(data)
     _diagnoses(data)

@@ -37,8 +37,9 @@ def backend_unavailable(record: Any) -> str | None:
     if failed and not compiles:
         # JAX was imported but not one operation compiled, and cells failed: the backend never came up.
         first = failed[0].get("error") or {}
+        error = " ".join(str(part).strip() for part in (first.get("name"), first.get("message")) if part and str(part).strip())
         return (f"no JAX operation ran: {len(failed)} of {len(jax_cells)} cells after `import jax` failed "
-                f"(first: cell {failed[0]['index'] + 1} {first.get('name', '')} {first.get('message', '')})").strip()
+                f"(first: cell {failed[0]['index'] + 1}" + (f" {error}" if error else "") + ")")
     return None
 
 

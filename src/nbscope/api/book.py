@@ -35,7 +35,8 @@ def run_set(reference: str, store: Store) -> RunSet:
             return _audit(reference, record, store, path if path.is_file() else None)
         if record.kind not in CELL_KINDS:
             raise NbscopeError(f"{reference} is a {record.kind} run: give profile runs, an audit, a book or a label")
-        return RunSet(reference, [record])
+        name = f"run {record.run_id}" if record.run_id is not None and not path.is_file() else reference
+        return RunSet(name, [record])
     label, _, notebook = reference.partition(":")
     if LABEL_PATTERN.fullmatch(label) and store.path.exists():
         records = store.newest_per_target(label=label, kind=list(CELL_KINDS),

@@ -62,14 +62,40 @@ def _register_commands() -> None:
     )
 
 
+# ``nbscope --help`` lists the commands in the order of use, one panel per step.
+COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
+    "Record: run notebooks and measure": ("profile", "trace", "bench", "loops", "pathways", "versions"),
+    "Look at stored runs": ("show", "runs", "cells", "lectures", "history"),
+    "Explain: causes and forecasts": ("diagnose", "compare", "forecast"),
+    "Decide: regressions": ("gate", "bisect"),
+    "Share: reports and records": ("report", "export", "import", "import-jupyter-cache"),
+    "Fleet: every notebook of a book": ("audit", "merge"),
+    "Setup": ("info", "book2-env"),
+}
+
+
+def _group_commands(group: click.Group) -> None:
+    """Order ``group``'s commands as COMMAND_GROUPS says and name each one's help panel; a command missing from
+    COMMAND_GROUPS comes last, under "Other"."""
+    order = [name for names in COMMAND_GROUPS.values() for name in names if name in group.commands]
+    order += [name for name in group.commands if name not in order]
+    panels = {name: panel for panel, names in COMMAND_GROUPS.items() for name in names}
+    group.commands = {name: group.commands[name] for name in order}
+    for name, sub in group.commands.items():
+        sub.rich_help_panel = panels.get(name, "Other")  # type: ignore[attr-defined]
+
+
 def build_command() -> click.Command:
-    """The click command behind ``app``, every command registered, with help that shows only real defaults.
+    """The click command behind ``app``, every command registered (grouped in the order of use), with help that
+    shows only real defaults.
 
     An option or argument without a default (``None``, or a required one) would show ``[default: None]``;
     it is turned off here, once, for every command, so that commands added later need nothing of their own.
     """
     _register_commands()
     command = typer.main.get_command(app)
+    if isinstance(command, click.Group):
+        _group_commands(command)
     commands = list(command.commands.values()) if isinstance(command, click.Group) else [command]
     for sub in [command, *commands]:
         for param in sub.params:

@@ -53,7 +53,8 @@ and `nbscope compare` of a CPU run with a GPU run.
 
 @app.command("forecast", help=HELP)
 def forecast_command(
-    run: Annotated[str | None, typer.Argument(metavar="RUN", help=run_help("A profile run"))] = None,
+    run: Annotated[str | None, typer.Argument(
+        metavar="RUN", help=run_help("A profile run (needed unless --list or --calibrate-from)"))] = None,
     gpu: Annotated[str, typer.Option("--gpu", metavar="GPU[,GPU...]", help="GPUs of the device table (t4, l4, a10g, a100, h100, h200, or your own).")] = "t4",
     devices: DevicesOption = None,
     db: DbOption = None,
@@ -86,7 +87,9 @@ def forecast_command(
         _calibrate(calibrate_from, name, base, output, table, store, as_json)
         return
     if run is None:
-        raise NbscopeError("give a profile RUN (a run id or an exported JSON file), or --calibrate-from RUN, or --list")
+        from nbscope.record.store import RUN_REFERENCE
+
+        raise NbscopeError(f"give a profile RUN ({RUN_REFERENCE}), or --calibrate-from RUN, or --list")
     from nbscope.analyse.forecast import forecast
     from nbscope.record.store import resolve_run
     from nbscope.render import forecast as view

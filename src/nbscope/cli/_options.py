@@ -98,8 +98,8 @@ DevicesOption = Annotated[
     typer.Option(
         "--devices",
         metavar="FILE",
-        help="Device file adding or overriding GPUs of the forecast (default: $NBSCOPE_DEVICES, "
-        "~/.config/nbscope/devices.toml).",
+        help="Device file adding or overriding GPUs of the forecast (default: $NBSCOPE_DEVICES, else "
+        "devices.toml in ~/.config/nbscope).",
     ),
 ]
 

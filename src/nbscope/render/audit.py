@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
 
+from nbscope._units import count
 from nbscope.analyse.diagnose import Finding
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
 from nbscope.render.forecast import seconds_range as _seconds_range
-from nbscope.render.terminal import console, format_seconds, print_record_header
+from nbscope.render.terminal import Column, console, fitted_table, format_seconds, print_record_header
 
 
 def _lectures(record: RunRecord) -> list[dict[str, Any]]:
@@ -120,14 +120,15 @@ def print_blast_radius(record: RunRecord) -> None:
     radius = _forecast(record)
     if radius is None:
         return
-    table = Table(title=f"GPU blast radius · forecast on the {escape(str(radius.get('gpu_name') or radius.get('gpu')))} "
-                        "from CPU runs, largest slowdown first")
-    for column, justify in zip(_headings(radius), ("left", "right", "right", "right", "left", "left", "left"), strict=True):
-        table.add_column(escape(column), justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in _blast_rows(radius):
-        table.add_row(*(escape(_clip(v, 160)) for v in row))
-    if table.row_count:
-        console.print(table)
+    headings = _headings(radius)
+    roles = (("path", 12), ("number", 0), ("number", 0), ("number", 0), ("text", 10), ("text", 14), ("text", 10))
+    columns = [Column(escape(h), "right" if role == "number" else "left", role, min_width=least or 8)
+               for h, (role, least) in zip(headings, roles, strict=True)]
+    rows = [[escape(_clip(v, 160)) for v in row] for row in _blast_rows(radius)]
+    if rows:
+        title = (f"GPU blast radius · forecast on the {escape(str(radius.get('gpu_name') or radius.get('gpu')))} "
+                 "from CPU runs, largest slowdown first")
+        console.print(fitted_table(columns, rows, title=title))
     for error in radius.get("errors") or []:
         console.print(f"[yellow]no forecast for {escape(error['path'])}:[/yellow] {escape(str(error['error']))}")
     console.print(f"[bold]{escape(radius['summary'])}[/bold] [dim](a forecast, not a measurement: "
@@ -160,15 +161,16 @@ def print_audit(record: RunRecord) -> None:
     print_record_header(record)
     m = record.measurements
     gpu = _gpu_backend(record)
-    table = Table(title=f"audit · {m.get('totals', {}).get('notebooks', 0)} notebooks")
-    for column, justify in (("lecture", "left"), ("cpu", "right"), (escape(gpu or "gpu"), "right"), ("winner", "left"),
-                            ("top cause", "left"), ("recommended action", "left")):
-        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    columns = [Column("lecture", "left", "path", min_width=12), Column("cpu", "right", "number"),
+               Column(escape(gpu or "gpu"), "right", "number"), Column("winner", "left", "number"),
+               Column("top cause", "left", "text", min_width=12), Column("recommended action", "left", "text", min_width=16)]
+    rows = []
     for row in _lectures(record):
         cause, action = _cause(row)
-        table.add_row(escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), escape(winner_text(row)),
-                      escape(cause), escape(_clip(action, 240)))
-    console.print(table)
+        rows.append([escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), escape(winner_text(row)),
+                     escape(cause), escape(_clip(action, 240))])
+    notebooks = m.get("totals", {}).get("notebooks", 0)
+    console.print(fitted_table(columns, rows, title=f"audit · {count(notebooks, 'notebook')}"))
     print_blast_radius(record)
     for backend, info in (m.get("backends") or {}).items():
         if not info.get("available"):

@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rich.table import Table
-
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import console, format_bytes, format_seconds, literal, print_record_header
+from nbscope.render.terminal import (
+    Column,
+    console,
+    fitted_table,
+    format_bytes,
+    format_seconds,
+    literal,
+    print_record_header,
+    source_text,
+)
 
 
 def _steady(figure: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -89,11 +96,12 @@ def print_bench(record: RunRecord) -> None:
             continue
         figures = group.get("figures") or []
         dtypes = sorted({str(f.get("dtype")) for f in figures})
-        table = Table(title=_group_heading(name, group, dtypes), title_justify="left", show_edge=False, pad_edge=False)
-        columns = ["benchmark", *(["dtype"] if len(dtypes) > 1 else []), "first call", "compile", "steady", "min",
-                   "spread", "samples", "throughput"]
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("benchmark", "dtype") else "right")
+        columns = [Column("benchmark", "left", "source", min_width=14),
+                   *([Column("dtype", "left", "number")] if len(dtypes) > 1 else []),
+                   *(Column(header, "right", "number") for header in ("first call", "compile", "steady", "min", "spread",
+                                                                       "samples")),
+                   Column("throughput", "right", "text", min_width=10)]
+        rows: list[list[Any]] = []
         footnotes: list[str] = []
         notes: dict[str, list[str]] = {}
         for figure in figures:
@@ -108,7 +116,7 @@ def print_bench(record: RunRecord) -> None:
             if figure.get("note"):
                 notes.setdefault(str(figure["note"]), []).append(str(figure.get("label")))
             minimum = _steady(figure).get("min_s")
-            cells = [literal(figure.get("label")), *([literal(figure.get("dtype"))] if len(dtypes) > 1 else [])]
+            cells = [source_text(str(figure.get("label"))), *([literal(figure.get("dtype"))] if len(dtypes) > 1 else [])]
             cells += [
                 first_text(figure),
                 compile_text(figure),
@@ -118,9 +126,9 @@ def print_bench(record: RunRecord) -> None:
                 samples_text(figure),
                 literal(throughput_text(figure)),
             ]
-            table.add_row(*cells)
+            rows.append(cells)
         if figures:
-            console.print(table)
+            console.print(fitted_table(columns, rows, title=_group_heading(name, group, dtypes)))
         else:
             console.print(_group_heading(name, group, dtypes))
         for note, labels in notes.items():

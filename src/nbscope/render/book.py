@@ -31,6 +31,7 @@ LECTURE_COLUMNS = (
     Column("winner", "left", "number"),
     Column("A compile", "right", "number"),
     Column("B compile", "right", "number"),
+    Column("runs", "left", "number"),  # which run each side's figures are from
 )
 
 
@@ -44,12 +45,29 @@ def _backends(data: Mapping[str, Any]) -> bool:
     return len({r.get("backend") for r in data["rows"]}) > 1
 
 
+def _cells_title(data: Mapping[str, Any]) -> str:
+    """``slowest 15 of 16 cells in 2 runs of 1 notebook (share: of its run)``."""
+    runs, notebooks = data.get("runs") or 0, data["notebooks"]
+    of = (f"{runs} run{'s' if runs != 1 else ''} of " if runs != notebooks else "")
+    of += f"{notebooks} notebook{'s' if notebooks != 1 else ''}"
+    cells = data["cells"]
+    head = f"slowest {len(data['rows'])} of {cells} cell{'s' if cells != 1 else ''} in {of}"
+    if data.get("share_of") == "run":
+        return head + " (share: of its run)"
+    return head + f": {format_seconds(data['shown_wall_s'])} of {format_seconds(data['wall_s'])}"
+
+
 def print_cells(data: Mapping[str, Any]) -> None:
-    """The slowest cells across the runs, with each cell's share of the total wall time."""
+    """The slowest cells across the runs, with each cell's share of the total wall time (of its own run where
+    a notebook has several); a run column where the rows come from more than one run."""
     rows = data["rows"]
     several = _backends(data)
+    with_run = (data.get("runs") or 0) > 1
+    columns = [Column("run", "right", "number")] if with_run else []
+    columns += CELL_COLUMNS
     table_rows = [
         (
+            *([literal(row.get("run_id") if row.get("run_id") is not None else "–")] if with_run else []),
             literal(row["target"]),
             literal(row["cell"] if row["cell"] is not None else "?"),
             literal(row.get("line") or ""),
@@ -62,24 +80,22 @@ def print_cells(data: Mapping[str, Any]) -> None:
         )
         for row in rows
     ]
-    title = (f"slowest {len(rows)} of {data['cells']} cells in {data['notebooks']} notebook(s): "
-             f"{format_seconds(data['shown_wall_s'])} of {format_seconds(data['wall_s'])}")
-    console.print(fitted_table(CELL_COLUMNS, table_rows, title=title))
+    console.print(fitted_table(columns, table_rows, title=_cells_title(data)))
     _print_missing(data["sets"])
 
 
 def cells_markdown(data: Mapping[str, Any]) -> str:
+    with_run = (data.get("runs") or 0) > 1
     lines = [
-        f"### nbscope cells: slowest {len(data['rows'])} of {data['cells']} cells in {data['notebooks']} notebook(s)",
+        f"### nbscope cells: {_md(_cells_title(data))}",
         "",
-        f"{format_seconds(data['shown_wall_s'])} of {format_seconds(data['wall_s'])} in all.",
-        "",
-        "| Notebook | Cell | Line | Source | Wall | Compile | Run | Share |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
+        ("| Run " if with_run else "") + "| Notebook | Cell | Line | Source | Wall | Compile | Run | Share |",
+        ("|---:" if with_run else "") + "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for row in data["rows"]:
         lines.append(
-            f"| `{_md(row['target'])}` | {row['cell']} | {row.get('line') or ''} | `{_md((row.get('source') or '')[:60])}` | "
+            (f"| {row.get('run_id') if row.get('run_id') is not None else '–'} " if with_run else "")
+            + f"| `{_md(row['target'])}` | {row['cell']} | {row.get('line') or ''} | `{_md((row.get('source') or '')[:60])}` | "
             f"{format_seconds(row['wall_s'])} | {format_seconds(row.get('compile_s'))} | {format_seconds(row.get('run_s'))} | "
             f"{_share(row.get('share'))} |"
         )
@@ -112,6 +128,7 @@ def print_lectures(data: Mapping[str, Any]) -> None:
             literal(row.get("text") or "–"),
             _side_wall(row["a"], "compile_s"),
             _side_wall(row["b"], "compile_s"),
+            _runs(row),
         )
         for row in data["rows"]
     ]
@@ -120,11 +137,18 @@ def print_lectures(data: Mapping[str, Any]) -> None:
     _print_missing([data["a"], data["b"]])
 
 
+def _runs(row: Mapping[str, Any]) -> str:
+    """``4 vs 9``: the run of A and the run of B a row's figures are from (``–`` for a side without one)."""
+    ids = [str((row.get(side) or {}).get("run_id") or "–") for side in ("a", "b")]
+    return " vs ".join(ids)
+
+
 def _summary(data: Mapping[str, Any]) -> str:
     totals, wins = data["totals"], data["wins"]
     if not data["paired"]:
         return "no notebook is in both sets"
-    return (f"{data['paired']} notebook(s) in both: A {format_seconds(totals['a_wall_s'])}, "
+    paired = data["paired"]
+    return (f"{paired} notebook{'s' if paired != 1 else ''} in both: A {format_seconds(totals['a_wall_s'])}, "
             f"B {format_seconds(totals['b_wall_s'])} ({totals.get('text', '–')}); "
             f"A faster in {wins['A']}, B in {wins['B']}, ties {wins['tie']}")
 
@@ -133,13 +157,14 @@ def lectures_markdown(data: Mapping[str, Any]) -> str:
     lines = [
         f"### nbscope lectures: A = {_md(data['a']['name'])} vs B = {_md(data['b']['name'])}",
         "",
-        "| Notebook | A | B | Winner | A compile | B compile |",
-        "|---|---:|---:|---|---:|---:|",
+        "| Notebook | A | B | Winner | A compile | B compile | Runs |",
+        "|---|---:|---:|---|---:|---:|---|",
     ]
     for row in data["rows"]:
         lines.append(
             f"| `{_md(row['target'])}` | {_md(_side_wall(row['a']))} | {_md(_side_wall(row['b']))} | "
-            f"{_md(row.get('text') or '–')} | {_side_wall(row['a'], 'compile_s')} | {_side_wall(row['b'], 'compile_s')} |"
+            f"{_md(row.get('text') or '–')} | {_side_wall(row['a'], 'compile_s')} | {_side_wall(row['b'], 'compile_s')} | "
+            f"{_runs(row)} |"
         )
     lines += ["", _md(_summary(data))]
     return "\n".join(lines) + "\n"

@@ -7,12 +7,12 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
+from nbscope._units import count
 from nbscope.render import terminal
 from nbscope.render._markdown import table_cell as _md
-from nbscope.render.terminal import Column, console, format_bytes, format_seconds, literal
+from nbscope.render.terminal import Column, console, field_name, format_bytes, format_seconds, literal, metric_name
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
@@ -67,7 +67,8 @@ def _value(value: Any) -> str:
 
 def _run_title(summary: Mapping[str, Any]) -> str:
     settings = summary.get("settings") or {}
-    shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k in ("jax_platform", "jax_cache", "pathway") and v)
+    shown = ", ".join(f"{field_name('settings.' + k)} {v}" for k, v in settings.items()
+                      if k in ("jax_platform", "jax_cache", "pathway") and v)
     return (f"{summary.get('label')} · {summary.get('target')} · {summary.get('platform')} · {summary.get('machine')}"
             + (f" · {shown}" if shown else ""))
 
@@ -131,30 +132,29 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
 
 
 def print_totals(totals: Mapping[str, Any]) -> None:
-    table = Table(title="totals", title_justify="left")
-    for column in ("figure", "A", "B", "winner"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
+    rows = []
     for key, entry in totals.items():
         a, b = entry.get("a"), entry.get("b")
         if a is None and b is None:
             continue
         fmt = format_seconds if key.endswith("_s") else format_bytes if key.endswith("_bytes") else _value
-        name = key.removesuffix("_s").removesuffix("_bytes").replace("_", " ")
-        table.add_row(literal(name), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", "")))
-    console.print(table)
+        rows.append([literal(metric_name(key)), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", ""))])
+    columns = [Column("figure", "left", "number"), Column("A", "right", "number"), Column("B", "right", "number"),
+               Column("winner", "left", "number")]
+    console.print(terminal.fitted_table(columns, rows, title="totals"))
 
 
 def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
     if not differences:
         console.print("Settings and fingerprints agree on every compared field.")
         return
-    table = Table(title=f"{len(differences)} difference(s) that could explain the figures", title_justify="left")
-    for column in ("field", "A", "B", "why it matters"):
-        table.add_column(column, overflow="fold")
-    for row in differences:
-        table.add_row(literal(row["field"]), literal(_value(row.get("a"))), literal(_value(row.get("b"))),
-                      literal(row.get("why") or row.get("note") or ""))
-    console.print(table)
+    count = len(differences)
+    columns = [Column("setting", "left", "path", min_width=10), Column("A", "left", "text", min_width=10),
+               Column("B", "left", "text", min_width=10), Column("why it matters", "left", "text", min_width=16)]
+    rows = [[literal(field_name(row["field"])), literal(_value(row.get("a"))), literal(_value(row.get("b"))),
+             literal(row.get("why") or row.get("note") or "")] for row in differences]
+    title = f"{count} difference{'s' if count != 1 else ''} that could explain the figures"
+    console.print(terminal.fitted_table(columns, rows, title=title))
 
 
 def comparison_markdown(comparison: Any) -> str:
@@ -193,7 +193,7 @@ def comparison_markdown(comparison: Any) -> str:
               else "Settings and fingerprints agree on every compared field.", ""]
     for row in differences:
         why = f" — {row['why']}" if row.get("why") else ""
-        lines.append(f"- `{_md(row['field'])}`: {_md(_value(row.get('a')))} → {_md(_value(row.get('b')))}{_md(why)}")
+        lines.append(f"- `{_md(field_name(row['field']))}`: {_md(_value(row.get('a')))} → {_md(_value(row.get('b')))}{_md(why)}")
     return "\n".join(lines) + "\n"
 
 
@@ -215,7 +215,7 @@ def _value_text(key: str, value: Any) -> str:
 
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Every evidence entry as ``key: value`` (plain text; the caller escapes it)."""
-    return [f"{key}: {_value_text(key, value)}" for key, value in evidence.items()
+    return [f"{metric_name(key)}: {_value_text(key, value)}" for key, value in evidence.items()
             if key != "seconds_at_stake" and value not in (None, [], {})]
 
 
@@ -293,7 +293,7 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
             console.print()
         _print_lines(finding_text(finding, cells, width, verbose=verbose))
     if limit and len(findings) > limit:
-        console.print(f"[dim]… {len(findings) - limit} more finding(s); --json lists all[/dim]")
+        console.print(f"[dim]… {count(len(findings) - limit, 'more finding')}; --json lists all[/dim]")
     if shown and not verbose:
         console.print("[dim]--verbose shows every finding's whole evidence; --json gives it as data[/dim]")
     for skip in getattr(findings, "skipped", []):
@@ -312,13 +312,18 @@ def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3,
     items = list(findings)
     count_all = max(total or 0, len(items))
     if not items:
+        # The command is named only when it has something to show: what could not be evaluated.
+        skipped = len(getattr(findings, "skipped", None) or [])
+        text = "no findings: no rule fired on this run" + (
+            f"; {skipped} check{'s' if skipped != 1 else ''} could not be evaluated (`{command}` lists "
+            f"{'them' if skipped != 1 else 'it'})" if skipped else "")
         return [("green", line) for line in textwrap.wrap(
-            f"no findings: no rule fired on this run (`{command}` lists what could not be evaluated)",
-            width=max(20, width), break_long_words=False, break_on_hyphens=False)]
+            text, width=max(20, width), break_long_words=False, break_on_hyphens=False)]
     shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
-    count = f"{count_all} finding{'s' if count_all > 1 else ''}"
+    count = f"{count_all} finding{'s' if count_all != 1 else ''}"
+    them = "them" if count_all != 1 else "it"
     # Wrapped, never cut: the command is what the reader copies.
-    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows them in full:", width=max(20, width),
+    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows {them} in full:", width=max(20, width),
                             break_long_words=False, break_on_hyphens=False)
     lines = [("bold", line) for line in heading]
     for finding in items[:top]:
@@ -356,7 +361,7 @@ def findings_markdown(findings: Any, record: Any = None, *, top: int | None = No
         if highlights:
             lines += [f"- {_md(label)}: {_md(text)}" for label, text in highlights] + [""]
     if top and len(items) > top:
-        lines += [f"{len(items) - top} more finding(s)" + (f": `{_md(command)}`" if command else ""), ""]
+        lines += [count(len(items) - top, "more finding") + (f": `{_md(command)}`" if command else ""), ""]
     elif command and items:
         lines += [f"In full: `{_md(command)}`", ""]
     skipped = list(getattr(findings, "skipped", []))

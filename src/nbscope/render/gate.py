@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
+from nbscope._units import count, seconds_range
 from nbscope.analyse.gate import Comparison, GateResult
 from nbscope.analyse.history import History
-from nbscope.render.terminal import console, format_seconds
+from nbscope.render.terminal import Column, cell_columns, console, fitted_table, format_seconds, metric_name
 
 VERDICT_STYLE = {
     "regression": "bold red",
@@ -83,23 +84,43 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     for warning in result.warnings:
         console.print(f"[yellow]note:[/yellow] {escape(warning)}", highlight=False)
     rows = _shown(result, everything=everything)
-    table = Table(title=f"{len(rows)} of {len(result.cells)} cells shown" if result.cells else None, title_justify="left")
-    for column, justify in (
-        ("cell", "left"), ("baseline", "right"), ("candidate", "right"), ("change", "right"),
-        ("ratio", "right"), ("p", "right"), ("floor", "right"), ("verdict", "left"),
-    ):
-        table.add_column(column, justify=justify, overflow="fold" if column == "cell" else "ellipsis")
+    if result.cells:
+        console.print(f"{len(rows)} of {len(result.cells)} cells shown")
+    console.print(gate_table(result, rows))
+    for reason in result.reasons():
+        console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
+
+
+def gate_table(result: GateResult, rows: list[Comparison]) -> Any:
+    """The cells that moved, then the total, at the console's width: every figure and verdict whole (the source
+    gives way first; the verdict's note wraps). The noise floor is a column only where cells differ in it."""
+    floors = {c.floor_s for c in [*rows, result.total] if c.floor_s}
+    floor_column = len(floors) > 1 or console.width >= 100
+    if not floor_column and floors:
+        console.print(f"[dim]noise floor {format_seconds(next(iter(floors)))} for each cell and the total[/dim]")
+    columns = [
+        *cell_columns(),
+        Column("baseline", "right", "number"), Column("candidate", "right", "number"),
+        Column("change", "right", "number"), Column("ratio", "right", "number"),
+        Column("p", "right", "number", optional=True),
+        *([Column("floor", "right", "number")] if floor_column else []),
+        Column("verdict", "left", "text", min_width=14),
+    ]
+    table_rows = []
     for c in [*rows, result.total]:
         style = VERDICT_STYLE.get(c.verdict, "")
         verdict = VERDICT_MARK.get(c.verdict, c.verdict) + (f" ({c.note})" if c.note else "")
-        table.add_row(
-            escape(c.label), format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c), _p(c),
-            format_seconds(c.floor_s) if c.floor_s else "–", escape(verdict),
-            style=style or None, end_section=bool(rows) and c is rows[-1],
-        )
-    console.print(table)
-    for reason in result.reasons():
-        console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
+        total = c is result.total
+        table_rows.append([
+            "" if total or c.index is None else str(c.index + 1),
+            "" if total or not c.line else str(c.line),
+            Text("total" if total else c.first_line, no_wrap=True, overflow="ellipsis", style="bold" if total else ""),
+            format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c),
+            "" if c.p_value is None else _p(c),
+            *([format_seconds(c.floor_s) if c.floor_s else "–"] if floor_column else []),
+            f"[{style}]{escape(verdict)}[/{style}]" if style else escape(verdict),
+        ])
+    return fitted_table(columns, table_rows)
 
 
 def _code(text: str) -> str:
@@ -154,7 +175,7 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
             )
         hidden = len(result.cells) - len(rows)
         if hidden:
-            lines += ["", f"{hidden} more cell(s) unchanged or below the noise floor."]
+            lines += ["", f"{count(hidden, 'more cell')} unchanged or below the noise floor."]
     elif result.cells:
         lines.append(f"All {len(result.cells)} cells unchanged or below the noise floor.")
     return "\n".join(lines) + "\n"
@@ -169,25 +190,49 @@ def _value(value: float | None, unit: str) -> str:
     return format_seconds(value) if unit == "s" else f"{value:g}"
 
 
-def _settings(series: Any) -> str:
-    """`` · repeat 4 · timeline`` for a series measured with other than the default settings, else empty."""
-    text = series.settings_text
-    return "" if text == "default settings" else f" · {text}"
+def _history_rows(result: History, series: Any, show_points: int) -> tuple[list[Column], list[list[str]]]:
+    """The table of a series' newest runs: run, start, status, the figure; the cache state at the start of each
+    run where nbscope set a persistent cache (one series holds a run that filled it and runs that read it)."""
+    with_cache = any(p.cache_state not in (None, "off") for p in series.points)
+    columns = [Column("run", "right", "number"), Column("started (UTC)", "left", "number"),
+               Column("status", "left", "number"), Column(metric_name(result.metric), "right", "number")]
+    if with_cache:
+        columns.append(Column("cache at start", "left", "number"))
+    rows = []
+    for point in series.points[-show_points:]:
+        row = [str(point.run_id), escape(point.started_at[:16].replace("T", " ")), escape(str(point.status)),
+               _value(point.value, result.unit)]
+        if with_cache:
+            row.append(escape(point.cache_state or "–"))
+        rows.append(row)
+    return columns, rows
+
+
+def _series_heading(result: History, series: Any) -> str:
+    """``profile · AMD EPYC ×2 · --jax-cache warm · 2 runs · latest 3.40 s · median 3.52 s · range 3.40–3.63 s``"""
+    values = [v for v in series.values if v is not None]
+    count = len(series.points)
+    return (
+        f"{series.label} · {count} run{'s' if count != 1 else ''} · latest "
+        f"{_value(values[-1] if values else None, result.unit)} · median {_value(series.to_dict()['median'], result.unit)}"
+        + (f" · range {_range(min(values), max(values), result.unit)}" if len(values) > 1 else "")
+    )
+
+
+def _range(low: float, high: float, unit: str) -> str:
+    return seconds_range(low, high) if unit == "s" else f"{low:g}–{high:g}"
 
 
 def print_history(result: History, *, show_points: int = 12) -> None:
     what = f"cell {result.cell} · " if result.cell else ""
-    console.print(f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{result.metric}", highlight=False)
+    console.print(f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{metric_name(result.metric)}",
+                  highlight=False)
+    if len(result.series) > 1:
+        console.print(f"[dim]{len(result.series)} series: runs are compared only within one, each labelled by what "
+                      "sets it apart[/dim]", highlight=False)
     for series in result.series:
-        values = [v for v in series.values if v is not None]
-        console.print(
-            f"\n[bold]{escape(series.kind)}[/bold] on {escape(series.machine)} · digest {escape(str(series.digest))}{escape(_settings(series))} · "
-            f"{len(series.points)} runs · "
-            f"latest {_value(values[-1] if values else None, result.unit)} · median "
-            f"{_value(series.to_dict()['median'], result.unit)} · range {_value(min(values), result.unit)}–"
-            f"{_value(max(values), result.unit)}",
-            highlight=False,
-        )
+        console.print()
+        console.print(Text(_series_heading(result, series), style="bold"))
         line = series.to_dict()["sparkline"]
         console.print(f"  {line}", highlight=False)
         marks = [" "] * len(line)
@@ -204,25 +249,17 @@ def print_history(result: History, *, show_points: int = 12) -> None:
             )
         if not series.changes:
             console.print("  [dim]no change point[/dim]")
-        table = Table(show_header=True, box=None, padding=(0, 2))
-        for column in ("run", "started (UTC)", "status", result.metric):
-            table.add_column(column)
-        for point in series.points[-show_points:]:
-            table.add_row(
-                str(point.run_id), escape(point.started_at[:19].replace("T", " ")), escape(str(point.status)),
-                _value(point.value, result.unit),
-            )
-        console.print(table)
+        columns, rows = _history_rows(result, series, show_points)
+        console.print(fitted_table(columns, rows))
 
 
 def history_markdown(result: History) -> str:
     what = f" · cell `{_code(result.cell)}`" if result.cell else ""
-    lines = [f"### nbscope history: `{_code(result.target)}`{what} · {result.metric}", ""]
+    lines = [f"### nbscope history: `{_code(result.target)}`{what} · {metric_name(result.metric)}", ""]
     for series in result.series:
         data = series.to_dict()
         lines += [
-            f"**{series.kind}** on {_md(series.machine)} · digest `{series.digest}`{_md(_settings(series))} · "
-            f"{data['runs']} runs · "
+            f"**{_md(series.label)}** · {data['runs']} run{'s' if data['runs'] != 1 else ''} · "
             f"`{data['sparkline']}`",
             "",
         ]

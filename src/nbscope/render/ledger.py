@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbscope import _units as units
 from nbscope.record.cells import shown_line
 from nbscope.record.run import RunRecord
 from nbscope.render._markdown import table_cell as _md
@@ -43,7 +44,7 @@ def cell_flags(cell: dict[str, Any], *, markup: bool = True) -> list[str]:
         flags.append((style, flag))
     jax = cell.get("jax") or {}
     if jax.get("cache_hits"):
-        flags.append(("", f"{jax['cache_hits']} cache hit(s)"))
+        flags.append(("", units.count(jax["cache_hits"], "cache hit")))
     if cell.get("alarms"):
         flags.append(("yellow", "XLA slow-compile alarm"))
     numba = cell.get("numba") or {}
@@ -129,7 +130,8 @@ def print_summary(record: RunRecord) -> None:
         f"JAX compiles {t.get('compiles', 0)} (user {t.get('user_compiles', 0)}, eager {t.get('eager_compiles', 0)}, "
         f"library {t.get('library_compiles', 0)}) · Numba compiles {t.get('numba_compiles', 0)} · "
         f"persistent cache {t.get('cache_state')} (hits {t.get('cache_hits', 0)}, misses {t.get('cache_misses', 0)})"
-        f" · peak RSS {format_bytes(t.get('peak_rss_bytes'))}"
+        + (f" · peak RSS {format_bytes(t['peak_rss_bytes'])}" if units.size(t.get("peak_rss_bytes")) else
+           " · peak RSS not measured")
     ))
     if t.get("cache_saving_s") is not None:
         console.print(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import console, format_seconds, literal, print_record_header
+from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, print_record_header
 
 
 def _per_iter(seconds: float, trips: int) -> str:
@@ -33,20 +31,18 @@ def print_loops(record: RunRecord) -> None:
     if loop.get("description"):
         console.print(f"loop: {literal(loop['description'])}")
     for sweep in measurements.get("sweeps", []):
-        table = Table(title=literal(f"{sweep.get('placement')} · {sweep.get('device')} ({sweep.get('platform')})"))
-        table.add_column("trips", justify="right")
-        table.add_column("time (median)", justify="right")
-        table.add_column("per iteration", justify="right")
-        table.add_column("first call", justify="right")
-        table.add_column("samples", justify="right")
+        columns = [Column(header, "right", "number")
+                   for header in ("trips", "time (median)", "per iteration", "first call", "samples")]
+        rows = []
         firsts = sweep.get("first_call_s") or [None] * len(sweep["trip_counts"])
         inners = sweep.get("inner") or [1] * len(sweep["trip_counts"])
         counts = [len(s) for s in sweep.get("samples") or [[]] * len(sweep["trip_counts"])]
         for n, seconds, first, inner, count in zip(sweep["trip_counts"], sweep["seconds"], firsts, inners, counts,
                                                    strict=False):
-            table.add_row(f"{n:,}", format_seconds(seconds), _per_iter(seconds, n), format_seconds(first),
-                          f"{count}×{inner}" if inner and inner > 1 else str(count))
-        console.print(table)
+            rows.append([f"{n:,}", format_seconds(seconds), _per_iter(seconds, n), format_seconds(first),
+                         f"{count}×{inner}" if inner and inner > 1 else str(count)])
+        title = literal(f"{sweep.get('placement')} · {sweep.get('device')} ({sweep.get('platform')})")
+        console.print(fitted_table(columns, rows, title=title))
         fit = sweep.get("fit")
         style = "" if fit and (fit.get("r2") or 0) >= 0.98 else "[yellow]"
         console.print(f"  fit (wall clock): {style}{fit_text(fit)}")

@@ -5,11 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from nbscope._units import count
 from nbscope.record.run import RunRecord
 from nbscope.render._markdown import table_cell as _md
-from nbscope.render.terminal import console, format_seconds, literal, print_record_header
+from nbscope.render.terminal import (
+    Column,
+    cell_columns,
+    console,
+    fitted_table,
+    format_seconds,
+    literal,
+    print_record_header,
+    source_text,
+)
 
 # Each pathway's fixed cost outside the cells, in the order shown.
 OVERHEAD_LABELS = (
@@ -48,7 +57,7 @@ def _pathway_note(entry: dict[str, Any]) -> str:
         return f"error: {entry['error']}"
     executed = (entry.get("overheads") or {}).get("book_executed_s")
     if isinstance(executed, (int, float)):
-        return f"book log: executed in {executed:.2f} s"
+        return f"book log: executed in {format_seconds(executed)}"
     return ""
 
 
@@ -76,26 +85,24 @@ def print_pathways(record: RunRecord) -> None:
     print_record_header(record)
     m = record.measurements
     pathways = m.get("pathways") or {}
-    table = Table(title="pathways", title_justify="left")
-    for column, justify in (("pathway", "left"), ("status", "left"), ("cells", "right"), ("compile", "right"),
-                            ("elapsed", "right"), ("fixed costs outside cells", "left"), ("note", "left")):
-        table.add_column(column, justify=justify)
+    columns = [Column("pathway", "left", "number"), Column("status", "left", "number"),
+               Column("cells", "right", "number"), Column("compile", "right", "number"),
+               Column("elapsed", "right", "number"), Column("fixed costs outside cells", "left", "parts", min_width=16),
+               Column("note", "left", "text", optional=True)]
+    rows = []
     for name, entry in pathways.items():
         totals = entry.get("totals") or {}
-        table.add_row(
+        rows.append([
             literal(name), literal(entry.get("status")), format_seconds(totals.get("wall_s")), _compile(totals),
-            format_seconds(_elapsed(entry)), literal(overheads_text(entry)), literal(_pathway_note(entry)),
-        )
-    console.print(table)
+            format_seconds(_elapsed(entry)), literal(overheads_text(entry).replace(", ", " · ")),
+            literal(_pathway_note(entry)),
+        ])
+    console.print(fitted_table(columns, rows, title="pathways"))
     names = _names(record)
-    cells = Table(title="cells (wall; compile in brackets)", title_justify="left")
-    for column, justify in (("#", "right"), ("line", "right"), ("source", "left")):
-        # the cell number and line never shrink: a narrow console takes room from the other columns
-        cells.add_column(column, justify=justify, no_wrap=column != "source",
-                         overflow="fold" if column == "source" else "ellipsis")
-    for name in names:
-        cells.add_column(literal(name), justify="right")
-    cells.add_column("note", justify="left")
+    # Each pathway's column holds "wall (compile)": a figure, never split; the source gives way.
+    cell_cols = [*cell_columns("#"), *(Column(literal(name), "right", "number") for name in names),
+                 Column("note", "left", "text", optional=True)]
+    cell_rows = []
     for row in m.get("cells") or []:
         values = []
         for name in names:
@@ -104,12 +111,12 @@ def print_pathways(record: RunRecord) -> None:
             if entry.get("compile_s"):
                 text += f" [dim]({format_seconds(entry['compile_s'])})[/dim]"
             values.append(text)
-        cells.add_row(str(int(row.get("index") or 0) + 1), literal(row.get("line") or ""),
-                      literal((row.get("first_line") or "")[:44]), *values, _cell_flag(row, markup=True))
-    console.print(cells)
+        cell_rows.append([str(int(row.get("index") or 0) + 1), literal(row.get("line") or ""),
+                          source_text(row.get("first_line") or ""), *values, _cell_flag(row, markup=True)])
+    console.print(fitted_table(cell_cols, cell_rows, title="cells (wall; compile in brackets)"))
     totals = m.get("totals") or {}
     console.print(
-        f"{totals.get('cells_paired', 0)}/{totals.get('cells', 0)} cells paired across {len(names)} pathway(s), "
+        f"{totals.get('cells_paired', 0)}/{totals.get('cells', 0)} cells paired across {count(len(names), 'pathway')}, "
         f"{totals.get('cells_compared', 0)} compared, {totals.get('cells_differing', 0)} differ beyond noise · "
         f"whole run {format_seconds(totals.get('wall_s'))}"
     )
@@ -121,11 +128,9 @@ def print_pathways(record: RunRecord) -> None:
 
 def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
     """Bench figures (steady-state medians) per pathway, for ``nbscope bench --pathway``."""
-    table = Table(title="bench figures (steady median; first call in brackets)", title_justify="left")
-    table.add_column("figure")
-    for name in names:
-        table.add_column(literal(name), justify="right")
-    table.add_column("note")
+    columns = [Column("figure", "left", "source", min_width=14), *(Column(literal(n), "right", "number") for n in names),
+               Column("note", "left", "number", optional=True)]
+    rows = []
     for figure in figures:
         values = []
         for name in names:
@@ -135,10 +140,8 @@ def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
                 text += f" [dim]({format_seconds(entry['first_s'])})[/dim]"
             values.append(text)
         note = f"[red]differs ×{figure['ratio']:.2f}[/red]" if figure.get("differs") else ""
-        table.add_row(literal(figure.get("label") or figure.get("key")), *values, note)
-    console.print(table)
-
-
+        rows.append([source_text(str(figure.get("label") or figure.get("key"))), *values, note])
+    console.print(fitted_table(columns, rows, title="bench figures (steady median; first call in brackets)"))
 
 
 def pathways_markdown(record: RunRecord) -> str:

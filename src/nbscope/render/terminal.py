@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +18,9 @@ from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 
+# One width on a terminal and piped: the terminal's (or $COLUMNS), else rich's 80 columns. Every table fits it
+# (fitted_table), so piped output reads as it does on an 80-column terminal.
 console = Console(highlight=False)
-if not console.is_terminal and "COLUMNS" not in os.environ:
-    console.width = 140  # piped into a file or CI log: rich's 80 columns would wrap every table row
 
 # Run kind -> "module:function" that prints its measurements; loaded only when needed.
 RECORD_VIEWS: dict[str, str] = {
@@ -113,7 +112,9 @@ def fitted_table(
     passes = [(role, "min") for role in ("source", "text", "parts", "path")]
     passes += [(role, "hard") for role in ("source", "path", "text", "parts")]
     for role, floor in passes:
-        for i, column in enumerate(columns):
+        # The widest column of a role gives way first: a long sentence wraps before a short value does.
+        for i in sorted(range(len(columns)), key=lambda i: -widths[i]):
+            column = columns[i]
             if column.role != role or excess() <= 0:
                 continue
             if floor == "min":
@@ -169,6 +170,53 @@ def _wrap_after(value: Any, width: int, separator: str) -> Text:
     return Text("\n".join(lines))
 
 
+# Figures and fields as a reader names them, never as the record spells them ("wall", not "wall_s").
+FIGURE_NAMES = {
+    "wall_s": "wall", "compile_s": "compile", "run_s": "run", "kernel_start_s": "kernel start",
+    "peak_rss_bytes": "peak RSS", "compiles": "JAX compiles", "user_compiles": "user compiles",
+    "eager_compiles": "eager compiles", "numba_compiles": "Numba compiles", "cache_hits": "cache hits",
+    "numba_compile_s": "Numba compile", "backend_s": "backend compile", "dispatch_s": "dispatch",
+}
+FIELD_NAMES = {
+    "derived.cache_state": "cache at start", "derived.platform": "JAX backend", "derived.x64": "float64",
+    "derived.pathway": "pathway", "target": "notebook", "tool_version": "nbscope version",
+    "settings.jax_cache": "--jax-cache", "settings.jax_platform": "--jax-platform", "settings.pathway": "pathway",
+    "settings.repeat": "--repeat", "settings.timeline": "--timeline", "settings.on_error": "--on-error",
+    "settings.timeout": "--timeout", "settings.kernel": "--kernel", "settings.programs": "--programs",
+    "cpu.load_average": "CPU load average", "cpu.model": "CPU", "cpu.logical_cores": "CPU threads",
+    "cpu.physical_cores": "CPU cores", "cpu.affinity_cores": "usable cores", "cpu.max_mhz": "CPU clock (MHz)",
+    "cpu.cgroup_cpu_limit": "container CPU limit", "host.os": "operating system",
+    "environment": "environment variables", "digest": "environment digest",
+}
+_PREFIXES = {"cpu": "CPU", "gpu": "GPU", "blas": "BLAS", "memory": "memory", "versions": "", "host": "",
+             "numba_threading": "Numba threading", "jax_runtime": "JAX"}
+
+
+def metric_name(key: str) -> str:
+    """A figure as a reader says it: ``wall_s`` -> ``wall``, ``peak_rss_bytes`` -> ``peak RSS``."""
+    return FIGURE_NAMES.get(key) or key.removesuffix("_s").removesuffix("_bytes").replace("_", " ")
+
+
+def field_name(path: str) -> str:
+    """A settings or fingerprint field as a reader knows it: the option that sets it (``settings.env.X`` ->
+    ``--env X``), an environment variable as ``$NAME``, else its words (``memory.total_bytes`` -> ``memory total``)."""
+    if path in FIELD_NAMES:
+        return FIELD_NAMES[path]
+    head, _, rest = path.partition(".")
+    if head == "settings" and rest.startswith("env."):
+        return f"--env {rest[4:]}"
+    if head == "settings":
+        return "--" + rest.replace("_", "-")
+    if head == "environment":
+        return f"${rest}"
+    if head == "versions":
+        return f"{rest} version"
+    if head in _PREFIXES and rest:
+        words = rest.removesuffix("_bytes").replace(".", " ").replace("_", " ")
+        return f"{_PREFIXES[head]} {words}".strip()
+    return path.replace("_", " ")
+
+
 def format_value(value: Any) -> str:
     """A fingerprint or settings value as rich markup (escaped)."""
     if fp.is_absent(value):
@@ -190,28 +238,28 @@ def format_seconds(value: Any) -> str:
 
 
 def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:
-    table = Table(title=f"nbscope fingerprint · digest {fingerprint.get('digest')}", show_lines=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    rows = []
     for path, value in fp.flatten(fingerprint).items():
         if path.startswith("blas.pools.") or path == "digest":
             continue
         shown = format_bytes(value) if path.endswith("_bytes") else format_value(value)
-        table.add_row(literal(path), shown)
-    console.print(table)
+        rows.append([literal(path), shown])
+    columns = [Column("field", "left", "path", min_width=20), Column("value", "left", "text", min_width=16)]
+    console.print(fitted_table(columns, rows, title=f"nbscope fingerprint · digest {fingerprint.get('digest')}"))
 
 
 def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b: str) -> None:
     if not rows:
         console.print("The fingerprints agree on every compared field.")
         return
-    table = Table(title=f"{len(rows)} field(s) differ")
-    table.add_column("field", style="bold")
-    table.add_column(name_a)
-    table.add_column(name_b)
-    for path, a, b in rows:
-        table.add_row(literal(path), format_value(a), format_value(b))
-    console.print(table)
+    # The two sides are named above the table: a file's path as a header would squeeze the field names.
+    console.print(f"A = {literal(name_a)}")
+    console.print(f"B = {literal(name_b)}")
+    columns = [Column("field", "left", "path", min_width=14), Column("A", "left", "text", min_width=10),
+               Column("B", "left", "text", min_width=10)]
+    table_rows = [[literal(path), format_value(a), format_value(b)] for path, a, b in rows]
+    title = "1 field differs" if len(rows) == 1 else f"{len(rows)} fields differ"
+    console.print(fitted_table(columns, table_rows, title=title))
 
 
 def headline_text(headline: Mapping[str, Any]) -> str:
@@ -284,10 +332,29 @@ def print_record_header(record: RunRecord) -> None:
         f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(fp.summary(record.fingerprint))} · "
         f"digest {literal(record.digest)}" + (f" · label {literal(record.label)}" if record.label else "")
     )
-    if record.settings:
-        settings = ", ".join(f"{k}={v}" for k, v in record.settings.items() if v not in (None, [], {}, ""))
-        if settings:
-            console.print(f"[dim]settings: {literal(settings)}[/dim]")
+    settings = settings_text(record.settings or {})
+    if settings:
+        console.print(f"[dim]settings: {literal(settings)}[/dim]")
+
+
+# Settings a run has unless told otherwise: left out of its description.
+DEFAULT_SETTINGS = {"pathway": "kernel", "on_error": "continue", "jax_cache": "off", "repeat": 1}
+
+
+def settings_text(settings: Mapping[str, Any]) -> str:
+    """A run's settings as the options that set them: ``--jax-cache warm · --repeat 3 · --timeline · --env
+    XLA_FLAGS``. Unset, off and default ones are left out; an ``--env`` value is never shown."""
+    parts = []
+    for key, value in settings.items():
+        if value in (None, [], {}, "", False) or (key in DEFAULT_SETTINGS and value == DEFAULT_SETTINGS[key]):
+            continue
+        if key == "env" and isinstance(value, Mapping):
+            parts += [f"--env {name}" for name in value]
+        elif value is True:
+            parts.append(field_name(f"settings.{key}"))
+        else:
+            parts.append(f"{field_name(f'settings.{key}')} {value}")
+    return " · ".join(parts)
 
 
 def _view(kind: str) -> Callable[[RunRecord], None] | None:

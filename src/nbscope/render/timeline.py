@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
-from nbscope.render.terminal import console, format_seconds, literal
+from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
 
 
 def print_timeline(record: Any) -> None:
@@ -15,20 +13,25 @@ def print_timeline(record: Any) -> None:
     if not cells:
         console.print("[dim]timeline: no cell was traced (only cells after the notebook's own first JAX work are)[/dim]")
         return
-    table = Table(title="device timeline per cell")
-    for column in ("cell", "line", "code time", "device busy", "ops", "per op", "dispatch", "copies", "waits",
-                   "class", "longest op"):
-        table.add_column(column, overflow="fold", no_wrap=column in ("cell", "line"))
+    columns = [
+        Column("cell", "right", "number"), Column("line", "right", "number", optional=True),
+        Column("code time", "right", "number"), Column("device busy", "right", "number"),
+        Column("ops", "right", "number"), Column("per op", "right", "number"),
+        Column("dispatch", "right", "number"), Column("copies", "right", "number"),
+        Column("waits", "right", "number"), Column("class", "left", "text", min_width=8),
+        Column("longest op", "left", "source", min_width=10),
+    ]
+    rows = []
     for cell in cells:
         summary = cell["timeline"]
         where = literal(cell.get("line") or "")
         if summary.get("classification") is None:
-            table.add_row(str(cell["index"] + 1), where, "", "", "", "", "", "", "", "–",
-                          literal(summary.get("skipped") or summary.get("error") or ""))
+            rows.append([str(cell["index"] + 1), where, "", "", "", "", "", "", "", "–",
+                         source_text(str(summary.get("skipped") or summary.get("error") or ""))])
             continue
         top = (summary.get("top_ops") or [None])[0]
         transfers, syncs = summary.get("transfers") or {}, summary.get("syncs") or {}
-        table.add_row(
+        rows.append([
             str(cell["index"] + 1), where,
             format_seconds(summary.get("wall_s")),
             f"{format_seconds(summary.get('device_busy_s'))} ({(summary.get('device_busy_share') or 0):.0%})",
@@ -38,6 +41,6 @@ def print_timeline(record: Any) -> None:
             str(transfers.get("count", "")),
             str(syncs.get("count", "")),
             literal(summary["classification"]),
-            literal(f"{top['name']} {format_seconds(top['longest_s'])}×{top['count']}") if top else "",
-        )
-    console.print(table)
+            source_text(f"{top['name']} {format_seconds(top['longest_s'])}×{top['count']}") if top else "",
+        ])
+    console.print(fitted_table(columns, rows, title="device timeline per cell"))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.table import Table
+from rich.text import Text
 
 from nbscope.analyse.versions import BisectResult, VersionsResult, target_label, verdicts_by_cell
 from nbscope.collect import fingerprint as fp
 from nbscope.render.gate import VERDICT_MARK, VERDICT_STYLE
-from nbscope.render.terminal import console, format_seconds, literal, source_text
+from nbscope.render.terminal import Column, console, field_name, fitted_table, format_seconds, literal, source_text
 
 
 def _value(value: Any) -> str:
@@ -52,14 +52,13 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
             console.print(f"[dim]{literal(variant.label)}: run {record.run_id} · {record.status} · "  # type: ignore[union-attr]
                           f"environment {literal(variant.environment)} ({where})[/dim]")
     if ran:
-        table = Table(show_lines=False)
-        table.add_column("cell", justify="right")
-        table.add_column("first line", max_width=40, no_wrap=True)
+        columns = [Column("cell", "right", "number"), Column("first line", "left", "source", min_width=12)]
         for number, variant in enumerate(ran):
-            table.add_column(literal(variant.label), justify="right")
+            columns.append(Column(literal(variant.label), "right", "number"))
             if number < len(result.gates):
-                table.add_column("→", justify="left")
+                columns.append(Column("→", "left", "text", min_width=10))
         verdicts = _verdicts(result)
+        rows: list[list[Any]] = []
         for row in result.cells:
             values: list[Any] = [_cell_name(row), source_text(str(row.get("first_line") or ""))]
             for number, figures in enumerate(row["runs"]):
@@ -70,8 +69,8 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
                     style = VERDICT_STYLE.get(verdict, "")
                     mark = VERDICT_MARK.get(verdict, verdict)
                     values.append(f"[{style}]{literal(mark)}[/{style}]" if style else literal(mark))
-            table.add_row(*values)
-        total_row: list[Any] = ["", "[bold]total[/bold]"]
+            rows.append(values)
+        total_row: list[Any] = ["", Text("total", style="bold")]
         for number, totals in enumerate(result.totals):
             total_row.append(f"[bold]{format_seconds(totals.get('wall_s'))}[/bold]")
             if number < len(result.gates):
@@ -79,14 +78,14 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
                 style = VERDICT_STYLE.get(total.verdict, "")
                 mark = VERDICT_MARK.get(total.verdict, total.verdict)
                 total_row.append(f"[{style}]{literal(mark)}[/{style}]" if style else literal(mark))
-        table.add_row(*total_row)
-        console.print(table)
+        rows.append(total_row)
+        console.print(fitted_table(columns, rows))
     if result.differences:
         console.print("[bold]what differs between the variants' environments[/bold]")
         for row in result.differences:
             values = " → ".join(_value(v) for v in row["values"])
             why = f" [dim]({literal(row['why'])})[/dim]" if row.get("why") else ""
-            console.print(f"  {literal(row['field'])}: {literal(values)}{why}")
+            console.print(f"  {literal(field_name(row['field']))}: {literal(values)}{why}")
     elif len(ran) > 1:
         console.print("[yellow]the variants' environments do not differ in any fingerprint field[/yellow]")
     for gate in result.gates:
@@ -198,17 +197,18 @@ def print_bisect(result: BisectResult) -> None:
         f"{literal(result.good)} (good) … {literal(result.bad)} (bad) · {len(result.versions)} releases · "
         f"{result.profiles} profiles"
     )
-    table = Table(show_lines=False)
-    for name, justify in (("version", "left"), ("run", "right"), ("against " + result.good, "right"), ("verdict", "left")):
-        table.add_column(literal(name), justify=justify)  # type: ignore[arg-type]
+    columns = [Column("version", "left", "number"), Column("run", "right", "number"),
+               Column(literal("against " + result.good), "right", "number"),
+               Column("verdict", "left", "text", min_width=14)]
+    rows = []
     for step in result.steps:
         style = VERDICT_STYLE.get(step.verdict, "")
         verdict = VERDICT_MARK.get(step.verdict, step.verdict)
         if step.error:
             verdict += f": {step.error}"
-        table.add_row(literal(step.version), str(step.run_id or "–"), literal(_comparison_text(step.comparison)),
-                      f"[{style}]{literal(verdict)}[/{style}]" if style else literal(verdict))
-    console.print(table)
+        rows.append([literal(step.version), str(step.run_id or "–"), literal(_comparison_text(step.comparison)),
+                     f"[{style}]{literal(verdict)}[/{style}]" if style else literal(verdict)])
+    console.print(fitted_table(columns, rows))
     colour = "bold red" if result.first_bad else "green"
     console.print(f"[{colour}]{literal(_headline(result))}[/{colour}]")
     if result.first_bad and result.last_good != result.good:

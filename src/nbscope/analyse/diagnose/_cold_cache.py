@@ -20,6 +20,15 @@ def _backend_s(cells: list[dict[str, Any]]) -> float:
     return sum(float((c.get("jax") or {}).get("backend_s") or 0.0) for c in cells)
 
 
+def nbscope_cache(ctx: Context) -> str | None:
+    """How nbscope set the persistent compile cache for this run ("--jax-cache warm"), or None when it did not:
+    a fix must not ask the reader to set what the run already had."""
+    setting = (ctx.record.settings or {}).get("jax_cache")
+    if not setting or setting == "off" or ctx.totals.get("cache_state") in (None, "off"):
+        return None
+    return f"--jax-cache {setting}"
+
+
 def _jax(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     state = ctx.totals.get("cache_state")
@@ -69,13 +78,34 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         summary=f"{ctx.totals.get('compiles')} compiles with the persistent cache {state}: {saving}",
         highlights=[("backend compile", f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend)),
                     ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}")],
-        action="set JAX_COMPILATION_CACHE_DIR to a folder kept between runs",
-        fix=(
+        **_advice(ctx, state),
+    )
+
+
+def _advice(ctx: Context, state: str) -> dict[str, str]:
+    """The fix and its one-line form. When nbscope set the cache for this run (``--jax-cache``), the run already had
+    JAX_COMPILATION_CACHE_DIR: it started empty and is now filled, so the fix says what is left to do."""
+    used = nbscope_cache(ctx)
+    if used is not None and state == "cold":
+        warm = "--jax-cache warm" if used in ("--jax-cache cold", "--jax-cache warm") else used
+        return {
+            "action": f"run again with `{warm}`: this run filled the cache",
+            "fix": (
+                f"This run had the persistent cache on ({used}) and it started empty, so every program was compiled "
+                f"and written to it; `nbscope profile {warm}` runs read them back and measure the gain. Where the "
+                "notebook runs without nbscope (a book build, CI), set JAX_COMPILATION_CACHE_DIR there, to a folder "
+                "kept between runs (in CI, restore it with actions/cache), with JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 "
+                "and JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 as nbscope does."
+            ),
+        }
+    return {
+        "action": "set JAX_COMPILATION_CACHE_DIR to a folder kept between runs",
+        "fix": (
             "Set JAX_COMPILATION_CACHE_DIR to a folder kept between runs (in CI, restore it with actions/cache), with "
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 and JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 so small "
             "compiles are cached too; `nbscope profile --jax-cache warm` measures the gain."
         ),
-    )
+    }
 
 
 def _numba(ctx: Context) -> Iterator[Outcome]:

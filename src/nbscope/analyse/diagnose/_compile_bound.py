@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
+from nbscope.analyse.diagnose._cold_cache import nbscope_cache
 
 NAME = "compile-bound"
 THRESHOLDS = {
@@ -73,6 +74,21 @@ def _library_numba_fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any]) 
             f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top['name']}` is in {origin})")
 
 
+def _persist(ctx: Context) -> tuple[str, str]:
+    """How to keep compiled programs between runs, as (a clause of the fix, its one-line form). When nbscope set
+    the cache for this run, the run already had JAX_COMPILATION_CACHE_DIR: the clause says what it did instead."""
+    used = nbscope_cache(ctx)
+    if used is None:
+        return ("keep compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` "
+                "measures the gain)", "set JAX_COMPILATION_CACHE_DIR")
+    if ctx.totals.get("cache_state") == "cold":
+        return (f"this run's persistent cache ({used}) started empty and now holds these programs: a run with "
+                "`--jax-cache warm` reads them back (where the notebook runs without nbscope, set "
+                "JAX_COMPILATION_CACHE_DIR there)", "run again with `--jax-cache warm`")
+    return (f"the persistent cache ({used}) was warm, so what is left here is tracing, lowering and programs it "
+            "did not hold", "keep shapes fixed")
+
+
 def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tuple[str, str]:
     """The fix and its one-line form, addressed to code the reader owns."""
     if top is None:
@@ -93,12 +109,12 @@ def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tupl
         return (f"Numba compiles `{top['name']}` on its first call: add `cache=True` to its decorator ({where}) so later "
                 "runs load the machine code from __pycache__, and time a second call to measure the work itself.",
                 f"add `cache=True` to the decorator of `{top['name']}` ({where})")
+    persist, persist_short = _persist(ctx)
     if top["kind"] == "jax eager":
         return (
             f"JAX compiles each eager operation (here `{top['name']}`) the first time it meets a shape and dtype: a "
-            "one-off cost that a persistent compile cache (JAX_COMPILATION_CACHE_DIR) removes in later runs; inside "
-            "loops, put the whole step in one jitted function.",
-            "set JAX_COMPILATION_CACHE_DIR; jit loops of eager operations as one function",
+            f"one-off cost; {persist}; inside loops, put the whole step in one jitted function.",
+            f"{persist_short}; jit loops of eager operations as one function",
         )
     if top["kind"] == "jax library":
         on_gpu = ctx.platform.get("platform") == "gpu"
@@ -107,17 +123,15 @@ def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tupl
                   else cell_label(cell))
         return (
             f"`{top['name']}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
-            "with the same shapes and dtypes each time so it compiles once, and persist compiled programs with "
-            "JAX_COMPILATION_CACHE_DIR "
-            "(`nbscope profile --jax-cache warm` measures the gain)"
+            f"with the same shapes and dtypes each time so it compiles once; {persist}"
             + ("; if it is faster on the CPU, call it under `with jax.default_device(jax.devices('cpu')[0]):`." if on_gpu else "."),
-            "set JAX_COMPILATION_CACHE_DIR and keep its argument shapes fixed",
+            "keep its argument shapes fixed" if persist_short == "keep shapes fixed"
+            else f"{persist_short} and keep its argument shapes fixed",
         )
     return (
-        f"`{top['name']}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once, and keep "
-        "compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` measures "
-        "the gain).",
-        f"set JAX_COMPILATION_CACHE_DIR; keep the shapes of `{top['name']}` fixed",
+        f"`{top['name']}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once; {persist}.",
+        f"keep the shapes of `{top['name']}` fixed" if persist_short == "keep shapes fixed"
+        else f"{persist_short}; keep the shapes of `{top['name']}` fixed",
     )
 
 
@@ -193,13 +207,24 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 summary=f"the notebook spends {seconds(total_compile)} of {seconds(wall)} ({share:.0%}) compiling, spread over many cells",
                 highlights=[("compiles", f"{ctx.totals.get('compiles')} JAX, {ctx.totals.get('numba_compiles') or 0} Numba"),
                             ("in flagged cells", seconds(flagged))],
-                action="persist compiled programs: JAX_COMPILATION_CACHE_DIR, Numba cache=True in your own functions",
-                fix=(
-                    "Persist compiled programs across runs (JAX_COMPILATION_CACHE_DIR with "
-                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; `cache=True` on the notebook's own Numba functions), and "
-                    "fuse small eager steps into fewer jitted functions."
-                ),
+                **_notebook_advice(ctx),
             )
+
+
+def _notebook_advice(ctx: Context) -> dict[str, str]:
+    persist, persist_short = _persist(ctx)
+    if nbscope_cache(ctx) is None:
+        return {
+            "action": "persist compiled programs: JAX_COMPILATION_CACHE_DIR, Numba cache=True in your own functions",
+            "fix": ("Persist compiled programs across runs (JAX_COMPILATION_CACHE_DIR with "
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; `cache=True` on the notebook's own Numba functions), "
+                    "and fuse small eager steps into fewer jitted functions."),
+        }
+    return {
+        "action": f"{persist_short}; fuse small eager steps into fewer jitted functions",
+        "fix": (f"For JAX, {persist}. Add `cache=True` to the notebook's own Numba functions, and fuse small eager "
+                "steps into fewer jitted functions."),
+    }
 
 
 RULE = Rule(NAME, "Compile-bound cell", "per-cell compile_s and wall_s (JAX and Numba compile events)", evaluate, generic=True,

@@ -1,5 +1,8 @@
 """Retrace churn: one function compiled again and again, for new shapes, new static arguments, or because
-the jitted function itself is created anew on every call (``jax.jit(lambda ...)`` in a loop)."""
+the jitted function itself is created anew on every call (``jax.jit(lambda ...)`` in a loop).
+
+A retrace is counted whatever the persistent compile cache holds: a cache hit saves only the backend compile,
+the function is still traced and lowered again for each new shape, and a cold run compiles them all again."""
 
 from __future__ import annotations
 
@@ -34,7 +37,9 @@ def _units(ctx: Context) -> list[FunctionStats]:
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     for stats in _units(ctx):
-        if stats.kind != "user" or stats.compiles < 2:
+        # Traces, not backend compiles: a persistent-cache hit is a retrace whose backend compile was read back.
+        traces = stats.count
+        if stats.kind != "user" or traces < 2:
             continue
         shapes = stats.shapes
         distinct = list(dict.fromkeys(shapes))
@@ -42,19 +47,22 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         # shapes as unknown rather than call different shapes "the same" (the probe's shape parser truncates them).
         complete = all(shape.count("[") == shape.count("]") for shape in shapes)
         shapes_known = len(shapes) >= stats.count and bool(shapes) and complete
-        repeated = stats.compiles - len(distinct) if shapes_known else 0
+        repeated = traces - len(distinct) if shapes_known else 0
         function = ctx.code.functions.get(stats.name) if ctx.has_sources else None
         static = bool(function and function.static_args)
         recreated = repeated >= MIN_RECREATED or (stats.name == "<lambda>" and repeated >= 1)
-        if stats.compiles < MIN_COMPILES and not recreated:
+        if traces < MIN_COMPILES and not recreated:
             continue
-        extra_s = stats.compile_s * (stats.compiles - 1) / stats.compiles
+        extra_s = stats.compile_s * (traces - 1) / traces
+        hits = stats.cache_hits
+        cached = " (the persistent cache saved only the backend compiles)" if hits else ""
+        verb = "traced" if hits else "compiled"  # with cache hits, not every trace reached the backend compiler
         if recreated:
             cause = "changing static arguments" if static else "a jitted function created anew per call"
             summary = (
-                f"`{stats.name}` compiled {stats.compiles} times"
+                f"`{stats.name}` {verb} {traces} times"
                 + (f" for the same argument shapes ({distinct[0]})" if len(distinct) == 1 else f", {repeated} of them for shapes seen before")
-                + f": {cause}; {seconds(extra_s)} of recompiles"
+                + f": {cause}; {seconds(extra_s)} of recompiles{cached}"
             )
             fix = (
                 f"`{stats.name}` is marked static_argnums/static_argnames: every new static value compiles again. Pass "
@@ -68,8 +76,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         else:
             cause = "new argument shapes"
             summary = (
-                f"`{stats.name}` compiled {stats.compiles} times for {len(distinct) if shapes_known else 'unreported'} "
-                f"shapes: {seconds(extra_s)} of recompiles"
+                f"`{stats.name}` {verb} {traces} times for {len(distinct) if shapes_known else 'unreported'} "
+                f"shapes: {seconds(extra_s)} of recompiles{cached}"
             )
             fix = (
                 f"Give `{stats.name}` fixed shapes: pad inputs to one length (or a few bucket sizes) and mask the padding, "
@@ -80,8 +88,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         highlights = [
             ("shapes", (", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else "")) if shapes_known
              else "not fully reported by the probe"),
-            ("compiles", f"{stats.compiles} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
-                         f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"),
+            ("compiles", f"{traces} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
+                         f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"
+                         + (f"; {hits} read from the persistent cache" if hits else "")),
         ]
         if static:
             highlights.append(("static arguments", f"`{stats.name}` marks some arguments static; each new value compiles"))
@@ -99,6 +108,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "distinct_shapes": distinct if shapes_known else None,
                 "shapes_reported": shapes_known,
                 "repeated_shapes": repeated,
+                "traces": traces,
                 "cause": cause,
                 "static_args": static,
                 "seconds_at_stake": round(extra_s, 4),

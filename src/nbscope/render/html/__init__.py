@@ -34,7 +34,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #d0d7de;paddin
 h3{margin-bottom:.3em} .meta{color:#59636e;font-size:.9em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px solid #d0d7de;padding:.25em .5em;
 vertical-align:top} th{background:#f6f8fa;text-align:left} td.n{text-align:right;font-variant-numeric:tabular-nums}
-tr.diff td{background:#fff8c5} code,.src{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.95em;
+tr.diff td{background:#fff8c5} .nowrap{white-space:nowrap} code,.src{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.95em;
 white-space:pre-wrap;word-break:break-word}
 svg.plot{max-width:100%;height:auto;display:block;margin:.5em 0}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:.8em}
@@ -62,7 +62,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
         " UTC · self-contained: no scripts, no network</p>",
         sections._runs_section(records),
         sections.gate(data),
-        sections._fingerprint_section(records),
+        sections._fingerprint_section(records, data),
     ]
     profiles = [(i, r) for i, r in enumerate(records) if r.kind in CELL_KINDS and r.measurements.get("cells")]
     if profiles:

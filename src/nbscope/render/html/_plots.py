@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from nbscope._units import count
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
@@ -23,6 +24,7 @@ from nbscope.render.html._base import (
     _short,
     run_name,
 )
+from nbscope.render.terminal import metric_name
 
 _salt = itertools.count()
 
@@ -89,7 +91,7 @@ def waterfall_svg(record: RunRecord) -> str | None:
         handles=[Patch(color=COMPILE_COLOR, label="compile (JAX + Numba)"), Patch(color=RUN_COLOR, label="run")],
         loc="outside upper right", fontsize=8, ncols=2,
     )
-    axes.set_title(_plain(f"{record.target}: {len(cells)} cells, {_seconds(start)}"), fontsize=10)
+    axes.set_title(_plain(f"{record.target}: {count(len(cells), 'cell')}, {_seconds(start)}"), fontsize=10)
     axes.grid(axis="x", alpha=0.3)
     return svg(figure)
 
@@ -131,7 +133,7 @@ def side_by_side_svg(data: ReportData) -> str | None:
         (f"{run_name(r, i)} · {r.digest} · {fp.summary(r.fingerprint)}", [wall(row[k]) for row in rows])
         for k, (i, r) in enumerate(zip(data.side_by_side_runs, runs, strict=True))
     ]
-    title = f"slowest {len(rows)} cells, paired by source across {len(runs)} runs"
+    title = f"slowest {count(len(rows), 'cell')}, paired by source across {len(runs)} runs"
     return grouped_bars_svg(labels, series, title=title, xlabel="wall time per cell (s)")
 
 
@@ -208,7 +210,7 @@ def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
         times = [_parse_time(p.started_at) for p in points]
         values = [p.value for p in points]
         axes.plot(times, values, "o-", color=color, markersize=4, linewidth=1,
-                  label=_plain(f"{entry.kind} · {entry.digest} · {entry.machine}"))
+                  label=_plain(entry.label or f"{entry.kind} · {entry.digest} · {entry.machine}"))
         big = [(t, p.value) for t, p in zip(times, points, strict=True) if p.run_id in marked]
         if big:
             axes.plot(*zip(*big, strict=True), "o", color=color, markersize=9, markerfacecolor="none")
@@ -218,7 +220,7 @@ def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
             ratio = f"×{change.ratio:.2f}" if change.ratio else ""
             axes.annotate(ratio, (when, change.after), textcoords="offset points", xytext=(4, 6), fontsize=8,
                           color=color)
-    axes.set_ylabel(_plain(result.metric + (" (s)" if result.unit == "s" else "")))
+    axes.set_ylabel(_plain(metric_name(result.metric) + (" (s)" if result.unit == "s" else "")))
     what = f" · cell {result.cell}" if result.cell else ""
     axes.set_title(_plain(f"history of {result.target}{what}"), fontsize=10)
     axes.grid(alpha=0.3)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from nbscope._units import count
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
@@ -22,19 +23,23 @@ from nbscope.render.html._base import (
     run_name,
 )
 from nbscope.render.html._plots import history_svg, loops_svg, pathways_svg, waterfall_svg
+from nbscope.render.terminal import field_name, headline_text, metric_name, settings_text
+
+
+def _unbroken(text: str) -> Markup:
+    """``a · b · c`` wrapped only between its parts ("--env NAME" never splits after "--")."""
+    return Markup(" · ".join(f'<span class="nowrap">{e(part)}</span>' for part in text.split(" · ")))
 
 
 def _runs_section(records: list[RunRecord]) -> str:
     rows = []
     for position, record in enumerate(records):
-        headline = ", ".join(
-            f"{k} {_seconds(v) if k.endswith('_s') else v}" for k, v in record.headline().items()
-        )
         rows.append(
             (run_name(record, position), record.kind, Markup(f"<code>{e(record.target)}</code>"), record.status,
-             record.started_at[:19].replace("T", " "), fp.summary(record.fingerprint), record.digest, headline)
+             record.started_at[:19].replace("T", " "), fp.summary(record.fingerprint), record.digest,
+             _unbroken(settings_text(record.settings or {}) or "defaults"), _unbroken(headline_text(record.headline())))
         )
-    headers = ("run", "kind", "target", "status", "started (UTC)", "machine", "digest", "headline")
+    headers = ("run", "kind", "notebook", "status", "started (UTC)", "machine", "digest", "settings", "figures")
     return "<h2>Runs</h2>" + _table(headers, rows)
 
 
@@ -45,8 +50,20 @@ KEY_FIELDS = (
 )
 
 
-def _fingerprint_section(records: list[RunRecord]) -> str:
-    """Key fields of each run's environment, the comparable fields that differ, then all fields folded."""
+def _settings_differences(data: ReportData) -> str:
+    """The settings the runs differ in, by the option that sets them; an ``--env`` value only as a hash."""
+    if not data.setting_differences:
+        return ""
+    headers = ("setting", *(run_name(data.records[i], i) for i in data.setting_runs))
+    rows = [(field_name(path), *values) for path, values in data.setting_differences]
+    differ = "1 setting differs" if len(rows) == 1 else f"{len(rows)} settings differ"
+    return (f"<p>{differ} between the profile runs (an <code>--env</code> value is shown only as a hash of it, never as "
+            "written):</p>" + _table(headers, rows, row_class=lambda _: "diff"))
+
+
+def _fingerprint_section(records: list[RunRecord], data: ReportData | None = None) -> str:
+    """Key fields of each run's environment, the comparable fields that differ, the settings that differ, then
+    all fields folded."""
     flats = [fp.flatten(r.fingerprint) for r in records]
     paths: list[str] = []
     for flat in flats:
@@ -61,14 +78,17 @@ def _fingerprint_section(records: list[RunRecord]) -> str:
             from nbscope.render.terminal import format_bytes
 
             return format_bytes(value)
+        if value in ({}, []):
+            return "none set" if path == "environment" else "none"
         if isinstance(value, (dict, list)):
             return json.dumps(value, default=str)
         return str(value)
 
     def rows_for(selected: Iterable[str]) -> list[tuple[str, ...]]:
-        return [(path, *(show(path, flat.get(path, missing)) for flat in flats)) for path in selected]
+        return [(field_name(path), *(show(path, flat.get(path, missing)) for flat in flats)) for path in selected]
 
     headers = ("field", *(f"{run_name(r, i)}" for i, r in enumerate(records)))
+    settings = _settings_differences(data) if data is not None else ""
     differing = [
         p for p in paths
         if len(records) > 1 and p in comparable and len({show(p, f.get(p, missing)) for f in flats}) > 1
@@ -77,13 +97,19 @@ def _fingerprint_section(records: list[RunRecord]) -> str:
     out = ["<h2>Fingerprint</h2>"]
     if len(records) > 1:
         if differing:
-            out.append(f"<p>{len(differing)} comparable field(s) differ between the runs' environments:</p>")
+            count = len(differing)
+            out.append(f"<p>{count} comparable field{'s' if count != 1 else ''} of the runs' machine fingerprints "
+                       f"differ:</p>")
             out.append(_table(headers, rows_for(differing[:12]), row_class=lambda _: "diff"))
             if len(differing) > 12:
                 out.append(f"<details><summary>{len(differing) - 12} more differing fields</summary>"
                            f"{_table(headers, rows_for(differing[12:]), row_class=lambda _: 'diff')}</details>")
+        elif settings:
+            out.append("<p>All comparable fields of the machine fingerprints agree, but not the runs' settings:</p>")
         else:
-            out.append("<p>All comparable fields agree: the runs share one environment.</p>")
+            out.append("<p>All comparable fields agree, and so do the runs' settings: the runs share one "
+                       "environment.</p>")
+        out.append(settings)
     out.append(_table(headers, rows_for(key)))
     out.append(f"<details><summary>all {len(paths)} fields</summary>{_table(headers, rows_for(paths))}</details>")
     return "".join(out)
@@ -103,7 +129,7 @@ def _cell_table(record: RunRecord) -> str:
              _short(message, 200))
         )
     headers = ("#", "line", "source", "status", "wall", "compile", "run", "compiles", "notes", "error")
-    return f"<details><summary>all {len(rows)} cells</summary>{_table(headers, rows, numeric=(0, 1, 4, 5, 6))}</details>"
+    return f"<details><summary>{'all ' + count(len(rows), 'cell') if len(rows) != 1 else 'the cell'}</summary>{_table(headers, rows, numeric=(0, 1, 4, 5, 6))}</details>"
 
 
 def _totals_table(totals: dict[str, Any]) -> str:
@@ -117,7 +143,7 @@ def _totals_table(totals: dict[str, Any]) -> str:
             from nbscope.render.terminal import format_bytes
 
             value = format_bytes(value)
-        rows.append((key, value))
+        rows.append((metric_name(key), value))
     return _table(("total", "value"), rows, numeric=(1,))
 
 
@@ -165,7 +191,7 @@ def _pathways_section(record: RunRecord, position: int) -> str:
             Markup(f'<span class="src">{e(cell.get("first_line"))}</span>'),
             *[f"{_seconds((by.get(n) or {}).get('wall_s'))} ({(by.get(n) or {}).get('status', '–')})" for n in names],
         ))
-    cells = (f"<details><summary>all {len(cell_rows)} cells</summary>"
+    cells = (f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
              f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>")
     return (
         f"<h3>{e(run_name(record, position))}: pathways of <code>{e(record.target)}</code></h3>"
@@ -253,14 +279,16 @@ def history(data: ReportData) -> str:
         if plot is None:
             continue
         changes = [
-            (s.digest, c.run_id, c.started_at[:19].replace("T", " "), _seconds(c.before), _seconds(c.after),
+            (s.label, c.run_id, c.started_at[:19].replace("T", " "), _seconds(c.before), _seconds(c.after),
              f"×{c.ratio:.2f}" if c.ratio else "–")
             for s in result.series for c in s.changes
         ]
-        counts = ", ".join(f"{len(s.points)} {s.kind} runs on digest {s.digest}" for s in result.series)
+        counts = "; ".join(f"{len(s.points)} run{'s' if len(s.points) != 1 else ''}: {s.label}" for s in result.series)
+        if len(result.series) > 1:
+            counts = f"{len(result.series)} series, each labelled by what sets it apart: {counts}"
         parts.append(
             f"<h3><code>{e(target)}</code></h3><p class=\"meta\">{e(counts)}</p>{plot}"
-            + (_table(("digest", "run", "started (UTC)", "before", "after", "ratio"), changes, numeric=(1, 3, 4, 5))
+            + (_table(("series", "run", "started (UTC)", "before", "after", "ratio"), changes, numeric=(1, 3, 4, 5))
                if changes else '<p class="note">no change point</p>')
         )
     return "<h2>History</h2>" + "".join(parts) if parts else ""
