@@ -36,9 +36,9 @@ __all__ = [
 ]
 
 CellCallback = Callable[[dict[str, Any]], None]
+StartCallback = Callable[[CodeCell], None]
 # How long a timed-out cell may take to stop once interrupted before its kernel is stopped instead.
 INTERRUPT_WAIT_S = 10.0
-StartCallback = Callable[[CodeCell], None]
 
 
 @dataclass
