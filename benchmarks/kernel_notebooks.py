@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 LOG_ENV = "NBSCOPE_KERNEL_NOTEBOOKS"
+SITE_ENV = "NBSCOPE_KERNEL_NOTEBOOKS_SITE"
 
 # Runs in every Python process that has the folder on its path. Kept to the standard library.
 _SITECUSTOMIZE = r'''
@@ -99,12 +100,16 @@ if "nbclient.client" in sys.modules:
 else:
     sys.meta_path.insert(0, _Finder())
 
-# Chain to a sitecustomize this one shadows (only when Python's site module ran this one).
+# Chain to a sitecustomize this one shadows (only when Python's site module ran this one; never another copy
+# of this one).
 _here = os.path.dirname(os.path.abspath(__file__))
 for _entry in (sys.path if __name__ == "sitecustomize" else []):
-    if _entry and os.path.abspath(_entry) != _here and os.path.isfile(os.path.join(_entry, "sitecustomize.py")):
-        with open(os.path.join(_entry, "sitecustomize.py")) as _f:
-            exec(compile(_f.read(), os.path.join(_entry, "sitecustomize.py"), "exec"), {"__name__": "sitecustomize"})
+    _other = os.path.join(_entry, "sitecustomize.py") if _entry else ""
+    if _other and os.path.abspath(_entry) != _here and os.path.isfile(_other):
+        with open(_other) as _f:
+            _text = _f.read()
+        if "NBSCOPE_KERNEL_NOTEBOOKS" not in _text:
+            exec(compile(_text, _other, "exec"), {"__name__": "sitecustomize", "__file__": _other})
         break
 '''
 
@@ -112,9 +117,12 @@ for _entry in (sys.path if __name__ == "sitecustomize" else []):
 def pytest_configure(config: Any) -> None:
     if not os.environ.get(LOG_ENV):
         os.environ[LOG_ENV] = str(Path(tempfile.gettempdir()) / f"nbscope-kernel-notebooks-{os.getpid()}.jsonl")
-    site = Path(tempfile.mkdtemp(prefix="nbscope-kernel-notebooks-"))
-    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    if not os.environ.get(SITE_ENV):  # an xdist worker inherits the controller's
+        site = Path(tempfile.mkdtemp(prefix="nbscope-kernel-notebooks-"))
+        (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        os.environ[SITE_ENV] = str(site)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    site = Path(os.environ[SITE_ENV])
     exec(compile(_SITECUSTOMIZE, str(site / "sitecustomize.py"), "exec"), {"__file__": str(site / "sitecustomize.py"), "__name__": "kernel_notebooks_site"})
 
 

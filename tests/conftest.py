@@ -307,6 +307,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 QUIET_FILES = ("test_gate.py", "test_bench.py", "test_loops.py", "test_audit_run.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each file's tests go to one xdist worker (its module-scoped kernels then start once), the files that
     read the session's ``profiled`` runs go to one worker together (so each is made once), and
