@@ -167,8 +167,6 @@ def _fresh_caches() -> None:
 def _fresh_console(console: Any) -> None:
     # As render/terminal.py makes it at import, under this call's streams and environment.
     type(console).__init__(console, highlight=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = 140
 
 
 def _fresh_typer_settings() -> None:

@@ -59,7 +59,7 @@ def test_the_console_script_exit_codes(tmp_path: Path) -> None:
 
 
 def test_run_cli_prints_what_a_process_prints(run_cli: Any, run_cli_process: Any, tmp_path: Path) -> None:
-    """Help, a table at the default width (no COLUMNS: 140, as in a CI log) and at 80 columns, JSON and a
+    """Help, a table at the default width (no COLUMNS: 80 piped, as on an 80-column terminal) and at 80 columns, JSON and a
     one-line error: the same exit code, stdout and stderr, byte for byte, in this process and in a new one."""
     db = tmp_path / "store.db"
     Store(db).save(record_module.load(RECORDS / "cpu_latency_loop.json"))

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "nbscope"
 STAGES = {"collect": 1, "record": 2, "analyse": 3, "api": 4, "render": 4, "cli": 5}
 # The CLI's own shared pieces; other CLI modules never import each other (the package itself imports
 # each command module once, to register it).
-CLI_SHARED = {"nbscope.cli", "nbscope.cli._options"}
+CLI_SHARED = {"nbscope.cli", "nbscope.cli._options", "nbscope.cli._after_run"}
 # ``python -m nbscope`` is the CLI's second door.
 ENTRY_POINTS = {"nbscope.__main__"}
 

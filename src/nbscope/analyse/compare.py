@@ -19,9 +19,8 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellPair, pair_cells, same_notebook, shown_line
-from nbscope.record.run import RunRecord, backend_of
+from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 
-PROFILE_KINDS = ("profile", "trace")
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
 TIE_SECONDS = 0.005

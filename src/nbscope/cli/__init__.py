@@ -1,6 +1,7 @@
 """The command-line face of nbscope: thin commands over the Python API.
 
-Each feature registers its commands from its own module (``cli/_<feature>.py``): a module parses options,
+Each command lives in the module named for it (``cli/_<command>.py``; ``_runs`` holds the store's runs, show, export
+and import, ``_cells`` cells and lectures; ``_options`` and ``_after_run`` are shared): a module parses options,
 calls one function of the library and renders what it returns.
 """
 
@@ -47,17 +48,24 @@ def _root(
 def _register_commands() -> None:
     # Imported for their side effect of adding commands to ``app``.
     from nbscope.cli import (  # noqa: F401
+        _after_run,
         _audit,
         _bench,
-        _book,
+        _book2_env,
+        _cells,
         _compare,
-        _core,
+        _diagnose,
         _forecast,
+        _gate,
         _history,
+        _import_jupyter_cache,
+        _info,
         _loops,
         _pathways,
         _profile,
         _report,
+        _runs,
+        _trace,
         _versions,
     )
 

@@ -134,3 +134,12 @@ def open_store(db: Path | None, *, read_only: bool = False) -> Store:
     """The run store; a row it cannot read is reported on stderr (one line) and left out. A read-only
     store (commands that only read runs) is never created: reading one that is not there is an error."""
     return Store(db, on_skip=warn, read_only=read_only)
+
+NoDiagnoseOption = Annotated[
+    bool, typer.Option("--no-diagnose", help="Do not end with the run's top findings (nor add them to --json).")
+]
+AllowErrorsOption = Annotated[
+    bool,
+    typer.Option("--allow-errors", help="Exit 0 although a cell raised, timed out or killed its kernel (as nbclient's "
+                 "and jupyter-book's allow_errors); without it such a run exits 1. The run is stored either way."),
+]

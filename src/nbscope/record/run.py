@@ -33,6 +33,7 @@ FORMAT_NAME = "nbscope-run"
 # ``record.sources``).
 SCHEMA_VERSION = 2
 KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
+PROFILE_KINDS = ("profile", "trace")  # runs of a notebook, cell by cell
 RUN_STATUSES = ("ok", "partial", "error")
 CELL_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died", "interrupted", "not-run", "skipped")
 # Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be

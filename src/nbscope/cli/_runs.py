@@ -1,4 +1,4 @@
-"""Foundation commands: info, runs, show, export, import."""
+"""The run store's commands: `nbscope runs`, `show`, `export` and `import` (runs listed, shown, moved between machines)."""
 
 from __future__ import annotations
 
@@ -23,39 +23,6 @@ from nbscope.cli._options import (
     output_option,
     resolve,
 )
-
-
-@app.command()
-def info(
-    as_json: JsonOption = False,
-    jax: Annotated[bool, typer.Option("--jax", help="Also initialise JAX: backend, devices, x64 (slow).")] = False,
-    diff: Annotated[
-        tuple[Path, Path] | None,
-        typer.Option("--diff", metavar="A.json B.json", help="List the fields that differ between two fingerprints."),
-    ] = None,
-    volatile: Annotated[
-        bool, typer.Option("--volatile", help="With --diff: also compare volatile fields (load, clocks, free memory).")
-    ] = False,
-) -> None:
-    """The machine fingerprint: CPU, memory, BLAS, GPUs, library versions, settings that change timings.
-
-    With --diff, the exit status is 0 when the fingerprints agree and 1 when fields differ (as in diff).
-    """
-    from nbscope.api import info as api
-    from nbscope.render import terminal
-
-    if diff is not None:
-        rows = api.diff_fingerprints(diff[0], diff[1], include_volatile=volatile)
-        if as_json:
-            print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
-        else:
-            terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
-        raise typer.Exit(1 if rows else 0)
-    fingerprint = api.collect_fingerprint(include_jax=jax)
-    if as_json:
-        print(json.dumps(fingerprint, indent=1, default=str))
-    else:
-        terminal.print_fingerprint(fingerprint)
 
 
 @app.command()

@@ -1,0 +1,42 @@
+"""The `nbscope book2-env` command: the jupyter-book 2 that `--via book2` uses, in an environment of nbscope's own."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import JsonOption
+
+INSTALL_HELP = "Install jupyter-book 2 in nbscope's own environment (from the package index) when none is found."
+
+
+@app.command("book2-env")
+def book2_env(
+    install: Annotated[bool, typer.Option("--install", help=INSTALL_HELP)] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """The jupyter-book 2 that `pathways --via book2` uses: print a folder to put first on PATH so that
+    `jupyter book ...` runs it (it shares jupyter-book 1's package name, so nbscope keeps one in an
+    environment of its own, under its cache folder): export PATH="$(nbscope book2-env):$PATH"."""
+    import json
+
+    from nbscope._errors import NbscopeError
+    from nbscope.api import jupyter_book2
+
+    found = jupyter_book2.find()
+    if install and not found.command:
+        jupyter_book2.install()
+        found = jupyter_book2.find()
+    if as_json:
+        print(json.dumps({"command": found.command, "path_folder": str(found.path_folder or "") or None,
+                          "version": found.version, "origin": found.origin, "problem": found.problem,
+                          "environment": str(jupyter_book2.environment_dir())}, indent=1))
+        if not found.usable:
+            raise typer.Exit(1)
+        return
+    if not found.usable:
+        raise NbscopeError(found.problem or "jupyter-book 2 is not available")
+    print(found.path_folder)
+    typer.echo(f"jupyter-book {found.version} from {found.origin}: {' '.join(found.command)}", err=True)

@@ -1,0 +1,135 @@
+"""The `nbscope diagnose` command: named causes of slow cells, with their evidence and fixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nbscope._errors import NbscopeError
+from nbscope.cli import app
+from nbscope.cli._options import (
+    DbOption,
+    DevicesOption,
+    JsonOption,
+    MarkdownOption,
+    limit_option,
+    open_store,
+    resolve,
+    run_help,
+)
+from nbscope.record.run import PROFILE_KINDS
+
+
+@app.command("diagnose")
+def diagnose_command(
+    run: Annotated[str, typer.Argument(metavar="RUN", help=run_help("A profile run"))],
+    other: Annotated[
+        str | None,
+        typer.Option("--other", metavar="RUN", help="A second run of the same notebook (CPU run for a GPU run, warm-cache run) used as evidence."),
+    ] = None,
+    notebook: Annotated[
+        Path | None, typer.Option("--notebook", help="The notebook's source, when it is not where the run recorded it.")
+    ] = None,
+    rule: Annotated[list[str] | None, typer.Option("--rule", help="Only this rule (repeatable).")] = None,
+    limit: Annotated[int | None, limit_option("Show at most N findings.")] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", metavar="GPU[,GPU...]",
+                     help="On a CPU run with program data: forecast the GPU rules for these GPUs "
+                          "(default: those of `profile --forecast`, else t4)."),
+    ] = None,
+    devices: DevicesOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's whole evidence.")] = False,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option("--threshold", metavar="RULE.NAME=VALUE",
+                     help="Override one rule's threshold, e.g. compile-bound.min_compile_s=0.1 (repeatable)."),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = False,
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", metavar="medium|high", help="Exit 1 when a finding is this severe or worse (as linters do)."),
+    ] = None,
+) -> None:
+    """Named causes of slow or wrongly timed cells: each a sentence with its numbers, the fix and a few lines of
+    evidence (--verbose: all of it).
+
+    On a CPU run recorded with program data (`nbscope profile --forecast t4`), the GPU rules (latency-bound
+    loop, weak float64) fire as forecast risks, labelled "forecast", with the backend recommendation the
+    forecast makes."""
+    from nbscope.analyse.diagnose import diagnose
+    from nbscope.render import compare as view
+    from nbscope.render.terminal import print_record_header
+
+    failing = _fail_on(fail_on)
+    store = open_store(db, read_only=True)
+    record = resolve(run, store, kinds=PROFILE_KINDS)
+    other_record = resolve(other, store, kinds=PROFILE_KINDS) if other else None
+    sources = None
+    if notebook is not None:
+        from nbscope.collect import notebook as notebook_module
+
+        sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
+    findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu,
+                        thresholds=_thresholds(threshold or []), devices_file=devices)
+    recommendation = _forecast_recommendation(record, other_record, gpu, sources, devices)
+    if as_json:
+        document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
+        if recommendation is not None:
+            document["recommendation"] = recommendation
+        print(json.dumps(document, indent=1, default=str))
+    elif markdown:
+        print(view.findings_markdown(findings, record), end="")
+        if recommendation is not None:
+            print("\n" + view.recommendation_markdown(recommendation), end="")
+    else:
+        print_record_header(record)
+        view.print_findings(findings, record, limit=limit, verbose=verbose)
+        if recommendation is not None:
+            view.print_recommendation(recommendation)
+    if any(finding.severity in failing for finding in findings):
+        raise typer.Exit(1)
+
+
+def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None) -> Any:
+    """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
+    from nbscope.analyse.compare import platform_of
+    from nbscope.analyse.forecast.risks import forecast_unavailable
+    from nbscope.analyse.recommend import recommend_forecast
+
+    if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
+        return None
+    return recommend_forecast(record, gpus=gpu, sources=sources, devices_file=devices)
+
+
+def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
+    """``RULE.NAME=VALUE`` options as diagnose()'s thresholds (which refuses unknown rules and names)."""
+    from nbscope._errors import NbscopeError
+
+    thresholds: dict[str, dict[str, float]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        rule, dot, name = key.strip().rpartition(".")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not dot or not rule or not name or number is None:
+            raise NbscopeError(f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}")
+        thresholds.setdefault(rule, {})[name] = number
+    return thresholds
+
+
+def _fail_on(level: str | None) -> tuple[str, ...]:
+    """The severities that make ``diagnose --fail-on LEVEL`` exit 1."""
+    if level is None:
+        return ()
+    levels = {"high": ("high",), "medium": ("high", "medium")}
+    if level not in levels:
+        raise NbscopeError(f"--fail-on {level!r}: use medium or high")
+    return levels[level]

@@ -1,0 +1,47 @@
+"""The `nbscope info` command: this machine's fingerprint, or the fields two fingerprints differ in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import (
+    JsonOption,
+)
+
+
+@app.command()
+def info(
+    as_json: JsonOption = False,
+    jax: Annotated[bool, typer.Option("--jax", help="Also initialise JAX: backend, devices, x64 (slow).")] = False,
+    diff: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option("--diff", metavar="A.json B.json", help="List the fields that differ between two fingerprints."),
+    ] = None,
+    volatile: Annotated[
+        bool, typer.Option("--volatile", help="With --diff: also compare volatile fields (load, clocks, free memory).")
+    ] = False,
+) -> None:
+    """The machine fingerprint: CPU, memory, BLAS, GPUs, library versions, settings that change timings.
+
+    With --diff, the exit status is 0 when the fingerprints agree and 1 when fields differ (as in diff).
+    """
+    from nbscope.api import info as api
+    from nbscope.render import terminal
+
+    if diff is not None:
+        rows = api.diff_fingerprints(diff[0], diff[1], include_volatile=volatile)
+        if as_json:
+            print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
+        else:
+            terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
+        raise typer.Exit(1 if rows else 0)
+    fingerprint = api.collect_fingerprint(include_jax=jax)
+    if as_json:
+        print(json.dumps(fingerprint, indent=1, default=str))
+    else:
+        terminal.print_fingerprint(fingerprint)

@@ -1,0 +1,116 @@
+"""The `nbscope trace` command: a command that starts Jupyter kernels (jupyter-book, nbconvert, papermill) run
+with the probe injected, one stored profile per executed notebook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nbscope._errors import NbscopeError
+from nbscope.cli import app, output_may_close
+from nbscope.cli._after_run import (
+    exit_if_failed,
+    forecast_gpus,
+    print_findings_end,
+    with_diagnosis,
+)
+from nbscope.cli._options import (
+    AllowErrorsOption,
+    DbOption,
+    JsonOption,
+    LabelOption,
+    NoDiagnoseOption,
+    open_store,
+)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def trace(
+    ctx: typer.Context,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    source: Annotated[
+        list[Path] | None,
+        typer.Option("--source", help="Notebook sources to match kernels against (default: found under the working dir)."),
+    ] = None,
+    command_timeout: Annotated[
+        float | None,
+        typer.Option("--command-timeout", metavar="SECONDS", help="Stop the whole command (and its kernels) after this many seconds."),
+    ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="jupyter-book 2: set its execution cache (_build/execute) aside so every page "
+                     "runs; it is put back afterwards."),
+    ] = False,
+    jupyter_book2: Annotated[
+        bool,
+        typer.Option("--jupyter-book2", help="Put the jupyter-book 2 of `nbscope book2-env` first on PATH, so that "
+                     "`jupyter book` runs it where jupyter-book 1 is installed too."),
+    ] = False,
+    no_diagnose: NoDiagnoseOption = False,
+    per_cell_timeout: Annotated[float | None, typer.Option("--timeout", hidden=True)] = None,
+    label: LabelOption = None,
+    allow_errors: AllowErrorsOption = False,
+    forecast: Annotated[
+        str | None,
+        typer.Option("--forecast", metavar="GPU[,GPU...]", help="Record program data in every kernel, for `nbscope forecast RUN` on these GPUs (no notebook runs twice)."),
+    ] = None,
+) -> None:
+    """Run a command that starts Jupyter kernels (jupyter-book build, jupyter book build --execute, nbconvert
+    --execute, papermill) with the probe injected, and store one profile per executed notebook:
+    nbscope trace -- COMMAND ... Exits with the command's status when it failed, else 1 when a traced cell
+    failed (unless --allow-errors)."""
+    from nbscope.api.profile import diagnosis_of
+    from nbscope.api.trace import cached_pages_note, theme_note, trace_command
+
+    if per_cell_timeout is not None:
+        raise NbscopeError("trace has no per-cell --timeout (cells run in the traced command); "
+                           "--command-timeout SECONDS stops the whole command")
+    command = list(ctx.args)
+    gpus = [d.key for d in forecast_gpus(forecast, None)] if forecast else None  # unknown GPU: refused first
+    store = open_store(db)
+    result = trace_command(
+        command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2,
+        forecast=gpus,
+    )
+    for note in (cached_pages_note(result), theme_note(result)):
+        if note:
+            typer.echo(f"nbscope: note: {note}", err=True)
+    records = result.records
+    diagnoses = [(None, "--no-diagnose") if no_diagnose else diagnosis_of(r) for r in records]
+    with output_may_close():  # the reader of the output may have had enough; the exit status still tells
+        if as_json:
+            # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
+            documents = [(r.to_dict() if no_diagnose else with_diagnosis(r, *d)) | {"run_id": r.run_id}
+                         for r, d in zip(records, diagnoses, strict=True)]
+            print(json.dumps(documents, indent=1, default=str))
+        else:
+            _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
+    not_stored = result.not_stored_message(store.path)
+    if not_stored is not None:  # the ledgers first, then where the runs are kept and how to store them (exit 2)
+        raise NbscopeError(not_stored)
+    if result.returncode:
+        # What was measured is stored; the failure still shows. A command a signal ended exits
+        # 128 + the signal, as a shell reports it.
+        raise typer.Exit(result.returncode if result.returncode > 0 else 128 - result.returncode)
+    exit_if_failed(records, allow_errors)
+
+
+def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any, str | None]] | None, store: Any) -> None:
+    from nbscope.render import ledger
+    from nbscope.render.terminal import console
+
+    for number, record in enumerate(records):
+        ledger.print_profile(record, top=10)
+        if record.run_id is not None:
+            console.print(f"[dim]saved as run {record.run_id}[/dim]")
+        if diagnoses is not None and record.run_id is not None:
+            print_findings_end(record, *diagnoses[number], store)
+        console.print()
+    if returncode > 0:
+        console.print(f"[red]the traced command exited {returncode}[/red]")
+    elif returncode < 0:
+        console.print(f"[red]the traced command was ended by signal {-returncode}[/red]")
