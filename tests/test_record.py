@@ -297,7 +297,7 @@ def test_measurement_settings() -> None:
     from nbscope.record.run import describe_settings
 
     assert make_record().measurement_settings() == {
-        "jax_platform": None, "jax_cache": "off", "timeline": False, "repeat": 1,
+        "jax_platform": None, "jax_cache": "off", "timeline": False, "repeat": 1, "env": {},
     }
     record = make_record(settings={"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
                                    "timeout": 60, "env": {"X": "1"}})
