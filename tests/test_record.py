@@ -297,11 +297,13 @@ def test_measurement_settings() -> None:
     from nbscope.record.run import describe_settings
 
     assert make_record().measurement_settings() == {
-        "jax_platform": None, "jax_cache": "off", "timeline": False, "repeat": 1, "env": {},
+        "jax_platform": None, "jax_cache": "off", "timeline": False, "repeat": 1,
     }
     record = make_record(settings={"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
                                    "timeout": 60, "env": {"X": "1"}})
-    assert record.measurement_settings() == {"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
-                                             "env": {"X": "1"}}
+    assert record.measurement_settings() == {"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4}
+    from nbscope.record.run import series_settings
+
+    assert series_settings(record.settings) == {**record.measurement_settings(), "env": {"X": "1"}}
     assert describe_settings(record.measurement_settings()) == "backend cpu · cache warm · timeline · repeat 4"
     assert describe_settings(make_record().measurement_settings()) == "default settings"

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.record.run import RunRecord, describe_settings
+from nbscope.record.run import RunRecord, describe_settings, series_settings
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
 
@@ -348,7 +348,7 @@ def history(
             record = store.readable(row["id"])
             if record is None:
                 continue  # reported by the store
-            row = {**row, "settings": record.measurement_settings(), "totals": record.measurements.get("totals") or {}}
+            row = {**row, "settings": series_settings(record.settings), "totals": record.measurements.get("totals") or {}}
         settings_key = json.dumps(row["settings"], sort_keys=True, default=str)
         groups.setdefault((row["kind"], row["digest"], settings_key), []).append(row)
     series = []
@@ -376,7 +376,7 @@ def history(
                 machine=group[-1]["machine"],
                 points=points,
                 changes=change_points(points, options),
-                settings=group[-1]["settings"],
+                settings={k: v for k, v in group[-1]["settings"].items() if k != "env"},
                 env=short_hashes(group[-1]["settings"].get("env") or {}),
             )
         )

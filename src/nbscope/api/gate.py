@@ -48,6 +48,7 @@ def _comparable_earlier(
             if record is None:
                 continue  # reported by the store, as any unreadable row
             measured = record.measurement_settings()
+        measured = {k: v for k, v in measured.items() if k != "env"}  # a run under other --env values still counts
         if row["status"] != "ok":
             reason = f"status {row['status']}"
         elif settings_key(measured) != settings:

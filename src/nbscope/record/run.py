@@ -199,19 +199,25 @@ class RunRecord:
 
 def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
-    (tracing costs time), ``repeat`` (medians of N runs are not single runs) and ``env`` (the ``--env``
-    variables, their values as stored: a hash for any that may be a secret) of a run's settings; absent ones
-    as the defaults a run without them had."""
+    (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;
+    absent ones as the defaults a run without them had."""
     settings = settings or {}
     repeat = settings.get("repeat")
-    env = settings.get("env")
     return {
         "jax_platform": settings.get("jax_platform") or None,
         "jax_cache": settings.get("jax_cache") or "off",
         "timeline": bool(settings.get("timeline")),
         "repeat": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
-        "env": {str(k): str(v) for k, v in sorted(env.items())} if isinstance(env, dict) else {},
     }
+
+
+def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The measurement settings and ``env`` (the ``--env`` variables, their values as stored: a hash for any that
+    may be a secret): what puts two runs of a notebook in different history series. The gate's automatic
+    baseline compares only the measurement settings: a run under another ``--env`` is still a baseline."""
+    env = (settings or {}).get("env")
+    return {**measurement_settings(settings),
+            "env": {str(k): str(v) for k, v in sorted(env.items())} if isinstance(env, dict) else {}}
 
 
 def describe_settings(settings: Mapping[str, Any]) -> str:

@@ -28,7 +28,7 @@ from nbscope._errors import NbscopeError
 from nbscope._version import __version__
 from nbscope.collect import fingerprint as fp
 from nbscope.record import run as record_module
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, series_settings
 
 STORE_FOLDER = ".nbscope"
 DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
@@ -129,7 +129,7 @@ _COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machi
 def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
     """The backend, measurement settings and totals columns of a run."""
     totals = record.measurements.get("totals") if isinstance(record.measurements, dict) else None
-    return (_backend(record), settings_key(record.measurement_settings()),
+    return (_backend(record), settings_key(series_settings(record.settings)),
             json.dumps(totals if isinstance(totals, dict) else {}, default=str))
 
 
