@@ -9,6 +9,7 @@ newest one never judged.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from nbscope._errors import NbscopeError
@@ -19,20 +20,20 @@ from nbscope.record.store import resolve_run, settings_key
 
 # The runs a gate judges: per-cell profiles, and jupyter-cache imports (totals only).
 GATE_KINDS = (*CELL_KINDS, "jupyter-cache")
+# The earlier runs a candidate may be judged against, as summaries, and those left out by reason.
+Comparable = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]
 
 
-def _comparable_earlier(
-    store: Any, candidate: RunRecord
-) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def _comparable_earlier(store: Any, candidate: RunRecord) -> Comparable:
     """Stored runs that may stand for the candidate's past, newest first, and those left out by reason:
-    the store's summaries of them (no document is read; :func:`_read_first` reads the one chosen).
+    the store's summaries of them (no document is read; the callers read the runs they choose).
 
     Same target, kind and digest; started no later than the candidate (any time for a candidate from a
     file that is not in the store); status ``ok``; same measurement settings; not failed by the gate.
     """
     if not store.path.exists():
         return [], {}  # no store: runs named by files have no stored past
-    settings = settings_key(candidate.measurement_settings())
+    settings = json.loads(settings_key(candidate.measurement_settings()))  # as the store gives them back
     kept: list[dict[str, Any]] = []
     left_out: dict[str, list[dict[str, Any]]] = {}
     names = target_aliases(candidate.target)  # runs stored under the notebook's older names too
@@ -51,7 +52,7 @@ def _comparable_earlier(
         measured = {k: v for k, v in measured.items() if k != "env"}  # a run under other --env values still counts
         if row["status"] != "ok":
             reason = f"status {row['status']}"
-        elif settings_key(measured) != settings:
+        elif measured != settings:
             reason = "other settings"
         elif not verdicts.get(row["id"], {}).get("passed", True):
             reason = "failed the gate"
@@ -69,14 +70,18 @@ def _runs_text(rows: list[dict[str, Any]], most: int = 5) -> str:
     return f"runs {', '.join(ids[:most])}" + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
-def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = None) -> RunRecord:
+def latest_baseline(
+    store: Any, candidate: RunRecord, notes: list[str] | None = None, *, comparable: Comparable | None = None
+) -> RunRecord:
     """The run a candidate is judged against when none is named: among the earlier runs with its target,
     kind, digest and measurement settings, complete (status ``ok``) and not failed by the gate, the last
     one that passed the gate, else the newest one never judged.
 
     ``notes`` receives one line naming the chosen run and the newer runs passed over, when there are any.
+    ``comparable``: what :func:`_comparable_earlier` gave for this candidate, when it was asked already.
     """
-    kept, left_out = _comparable_earlier(store, candidate)
+    kept, left_out = comparable or _comparable_earlier(store, candidate)
+    kept = list(kept)
     verdicts = store.verdicts(row["id"] for row in kept) if kept else {}
     chosen: RunRecord | None = None
     while kept and chosen is None:
@@ -102,13 +107,15 @@ def latest_baseline(store: Any, candidate: RunRecord, notes: list[str] | None = 
     return chosen
 
 
-def history_runs(store: Any, candidate: RunRecord, count: int) -> list[RunRecord]:
+def history_runs(
+    store: Any, candidate: RunRecord, count: int, *, comparable: Comparable | None = None
+) -> list[RunRecord]:
     """Up to ``count`` newest stored runs that started before the candidate, with its target, digest,
     kind and measurement settings, complete and not failed by the gate: the run-to-run noise of this
     notebook in this environment. Only their documents are read."""
     if count <= 0:
         return []
-    kept, _ = _comparable_earlier(store, candidate)
+    kept, _ = comparable or _comparable_earlier(store, candidate)
     found: list[RunRecord] = []
     for row in kept:
         if len(found) >= count:
@@ -149,9 +156,10 @@ def gate_stored(
         raise NbscopeError("--history must be 0 or more")
     cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store, kinds=GATE_KINDS)
     notes: list[str] = []
-    base = (latest_baseline(store, cand, notes) if baseline == "latest"
+    comparable = _comparable_earlier(store, cand)  # one search of the store for both
+    base = (latest_baseline(store, cand, notes, comparable=comparable) if baseline == "latest"
             else resolve_run(baseline, store, kinds=GATE_KINDS))
-    result = gate(base, cand, options, history=history_runs(store, cand, history))
+    result = gate(base, cand, options, history=history_runs(store, cand, history, comparable=comparable))
     result.warnings[:0] = notes
     if cand.run_id is not None:
         # Remembered so that a run that failed is never the next automatic baseline.
