@@ -75,7 +75,7 @@ def test_a_slowdown_that_was_waiting_for_a_cpu_passes_and_says_so() -> None:
     slow = record([cell(0, 3.0, wait=0.05)], started=LATER)
     failed = gate(base, slow)
     assert failed.exit_code == 1 and failed.cells[0].verdict == "regression"
-    assert failed.reasons()[0].startswith("cell 1: work(0): 0.950 s → 2.950 s less the wait for a CPU (×3.11")
+    assert failed.reasons()[0].startswith("cell 1: work(0) — 950 ms → 2.95 s less the wait for a CPU (×3.11")
 
 
 @pytest.mark.slow
@@ -91,7 +91,7 @@ def test_an_unchanged_notebook_profiled_twice_passes_the_gate(run_cli: Any, tmp_
     assert "PASS" in done.stdout and "❌" not in done.stdout
     # One note says what the verdict rests on, and nothing contradicts it.
     assert done.stdout.count("noise: ") == 1, done.stdout
-    assert "1 earlier comparable run here, 3 needed" in done.stdout
+    assert "1 earlier comparable run here, 3 needed" in " ".join(done.stdout.split())  # wrapped at 80 columns
     assert "run-to-run noise from" not in done.stdout and "not estimated" not in done.stdout
     done = run_cli("gate", "--db", str(db), "--json")
     data = json.loads(done.stdout)

@@ -87,13 +87,21 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     if result.cells:
         console.print(f"{len(rows)} of {len(result.cells)} cells shown")
     console.print(gate_table(result, rows))
+    for c in [*rows, result.total]:
+        if c.note:  # below the table, so that every row stays one line at 80 columns
+            console.print(f"[dim]{escape(_row_name(c, result))}: {escape(c.note)}[/dim]", highlight=False)
     for reason in result.reasons():
         console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
 
 
+def _row_name(c: Comparison, result: GateResult) -> str:
+    return "* total" if c is result.total else f"* cell {c.index + 1}" if c.index is not None else "*"
+
+
 def gate_table(result: GateResult, rows: list[Comparison]) -> Any:
     """The cells that moved, then the total, at the console's width: every figure and verdict whole (the source
-    gives way first; the verdict's note wraps). The noise floor is a column only where cells differ in it."""
+    gives way first; a verdict's note is printed below the table). The noise floor is a column only where cells
+    differ in it."""
     floors = {c.floor_s for c in [*rows, result.total] if c.floor_s}
     floor_column = len(floors) > 1 or console.width >= 100
     if not floor_column and floors:
@@ -109,7 +117,7 @@ def gate_table(result: GateResult, rows: list[Comparison]) -> Any:
     table_rows = []
     for c in [*rows, result.total]:
         style = VERDICT_STYLE.get(c.verdict, "")
-        verdict = VERDICT_MARK.get(c.verdict, c.verdict) + (f" ({c.note})" if c.note else "")
+        verdict = VERDICT_MARK.get(c.verdict, c.verdict) + (" *" if c.note else "")
         total = c is result.total
         table_rows.append([
             "" if total or c.index is None else str(c.index + 1),
