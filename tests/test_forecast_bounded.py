@@ -40,7 +40,8 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
     assert data["window"]["cut"] is True and data["window"]["scale"] > 1
     (execution,) = [e for e in data["executions"] if e["program"].startswith("jit_step")]
     assert execution["count_basis"] == "extrapolated"
-    assert 1_000_000 / 1.5 <= execution["count"] <= 1_000_000 * 1.5
+    # Profiling slows the traced part, so the rate it shows, and the count, can be low (docs/forecast.md).
+    assert 1_000_000 / 2 <= execution["count"] <= 1_000_000 * 1.5
     assert execution["traced_count"] < execution["count"]
     outcome = forecast(records[True], "t4")["cells"][1]["gpu"]["t4"]
     (dispatch,) = [t for t in outcome["terms"] if t["kind"] == "dispatch"]

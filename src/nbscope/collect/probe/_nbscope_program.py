@@ -176,6 +176,7 @@ HARD_CAP_AFTER_S = 2.0
 STEADY_POLLS = 10
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
 POLL_S = 0.02
+_COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
 
 
 def _rss() -> int | None:
@@ -192,6 +193,7 @@ class _Guard:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
+        self.thread_id = threading.get_ident()
         self.started = time.perf_counter()
         self.base = _rss()
         self.data: bytes | None = None
@@ -213,6 +215,18 @@ class _Guard:
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
             return None
+
+    def _compiling(self) -> bool:
+        """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
+        then, and what it compiles runs after, so the session must not be cut."""
+        frame = sys._current_frames().get(self.thread_id)
+        depth = 0
+        while frame is not None and depth < 200:
+            code = frame.f_code
+            if "jax" in code.co_filename and any(word in code.co_name for word in _COMPILING):
+                return True
+            frame, depth = frame.f_back, depth + 1
+        return False
 
     def _watch(self) -> None:
         recent: list[int] = []
@@ -236,7 +250,7 @@ class _Guard:
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - self.base
             if calling and ((steady and grown > TRACE_BUDGET_BYTES)
-                            or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)):
+                            or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)) and not self._compiling():
                 with self.lock:
                     if self.done.is_set():
                         return
