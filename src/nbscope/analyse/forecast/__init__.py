@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
@@ -165,10 +166,10 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
     terms: list[Term] = []
     if cell.host_s > 0:
         terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
-                          words=f"host work (Python, NumPy, Numba) carried over as measured: {cell.host_s:.3g} s"))
+                          words=f"host work (Python, NumPy, Numba) carried over as measured: {units.seconds(cell.host_s)}"))
     if cell.compile_s > 0:
         terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
-                          words=f"JAX compile as measured on this CPU ({cell.compile_s:.3g} s, not forecast)"))
+                          words=f"JAX compile as measured on this CPU ({units.seconds(cell.compile_s)}, not forecast)"))
     missing = []
     for execution in cell.executions:
         program = programs.get(execution["program"])
