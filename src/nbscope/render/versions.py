@@ -52,11 +52,15 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
             console.print(f"[dim]{literal(variant.label)}: run {record.run_id} · {record.status} · "  # type: ignore[union-attr]
                           f"environment {literal(variant.environment)} ({where})[/dim]")
     if ran:
+        # Variants by letter (named above): a requirement as a header would take the figures' room.
+        letters = [chr(ord("A") + number) if number < 26 else str(number + 1) for number in range(len(ran))]
+        for letter, variant in zip(letters, ran, strict=True):
+            console.print(f"{letter} = {literal(variant.label)}")
         columns = [Column("cell", "right", "number"), Column("first line", "left", "source", min_width=12)]
-        for number, variant in enumerate(ran):
-            columns.append(Column(literal(variant.label), "right", "number"))
+        for number, letter in enumerate(letters):
+            columns.append(Column(letter, "right", "number"))
             if number < len(result.gates):
-                columns.append(Column("→", "left", "text", min_width=10))
+                columns.append(Column(f"{letter}→{letters[number + 1]}", "left", "text", min_width=14))
         verdicts = _verdicts(result)
         rows: list[list[Any]] = []
         for row in result.cells:

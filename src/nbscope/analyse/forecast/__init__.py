@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
@@ -245,21 +246,21 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
     pins = pins or {}
     if cell.host_s > 0:
         terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
-                          words="host work (Python, NumPy, Numba) carried over as measured"))
+                          words=f"host work (Python, NumPy, Numba) carried over as measured: {units.seconds(cell.host_s)}"))
     all_pinned = bool(cell.executions) and all(e["program"] in pins for e in cell.executions)
     if cell.compile_s > 0 and all_pinned:
         terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
-                          words=f"JAX compile on the CPU as measured ({cell.compile_s:.3g} s): the calls are pinned there",
+                          words=f"JAX compile on the CPU as measured ({units.seconds(cell.compile_s)}): the calls are pinned there",
                           details={"cpu_compile_s": cell.compile_s, "basis": "measured"}))
     elif cell.compile_s > 0:
         ratio = table.model["gpu_compile_ratio"]
         terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
-                          words=(f"XLA:GPU compile: {cell.compile_s:.3g} s measured on this CPU × {ratio.text()} "
+                          words=(f"XLA:GPU compile: {units.seconds(cell.compile_s)} measured on this CPU × {ratio.text()} "
                                  f"({ratio.basis}, calibratable)"),
                           details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
     if cell.unattributed_s > 0:
         small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
-        seconds = f"{cell.unattributed_s:.3g} s"
+        seconds = units.seconds(cell.unattributed_s)
         terms.append(Term(
             kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
             high_s=cell.unattributed_s if small else None,
