@@ -325,3 +325,22 @@ def _uses_session_profiled(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     definitions = info.name2fixturedefs.get("profiled", ()) if info is not None else ()
     return bool(definitions) and definitions[-1].scope == "session"
+
+
+# An xdist worker starts with COLUMNS=80 and LINES=24 in its environment; the commands it runs must see the
+# terminal settings of the pytest run itself, as they do without xdist.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["nbscope_terminal"] = {name: os.environ.get(name) for name in TERMINAL_VARIABLES}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    terminal = getattr(config, "workerinput", {}).get("nbscope_terminal")
+    for name, value in (terminal or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
