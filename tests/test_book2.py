@@ -288,8 +288,12 @@ def test_stopping_the_build_midway_leaves_nothing_behind(
     runs = {r.target: r for r in Store(db).records(kind="trace")}
     assert runs["sleeps.md"].status == "partial"
     statuses = [c["status"] for c in runs["sleeps.md"].measurements["cells"]]
-    # Stopped by a signal, nbscope records the running cell as not run; a build that died took its kernel along.
-    assert statuses == ["ok", "ok", "ok", "not-run" if stop == "nbscope gets SIGTERM" else "kernel-died"]
+    # Stopped by a signal, nbscope records the running cell as interrupted (with the time it ran and the signal);
+    # a build that died took its kernel along.
+    assert statuses == ["ok", "ok", "ok", "interrupted" if stop == "nbscope gets SIGTERM" else "kernel-died"]
+    if stop == "nbscope gets SIGTERM":
+        cell = runs["sleeps.md"].measurements["cells"][3]
+        assert cell["interrupted_by"] == "SIGTERM" and cell["wall_s"] > 0
 
 
 def _cwd(process: psutil.Process) -> str | None:

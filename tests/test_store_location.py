@@ -20,7 +20,8 @@ TINY = Path(__file__).resolve().parent / "files" / "gate_tiny.ipynb"
 
 def cli(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None,
         timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"} | (env or {})
+    # Wide enough that a long store path is printed on one line (piped output is 80 columns by default).
+    merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"} | {"COLUMNS": "400"} | (env or {})
     return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=merged,
                           capture_output=True, text=True, timeout=timeout)
 
