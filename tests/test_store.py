@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.record.run import RunRecord, dump
+from nbscope.record.run import RunRecord, dump, series_settings
 from nbscope.record.store import SQLITE_MAGIC, STORE_VERSION, Store, default_path, resolve_run
 
 FINGERPRINT_A = {
@@ -440,7 +441,7 @@ def test_a_version_3_store_file_opens_migrates_and_reads(tmp_path: Path) -> None
     for run_id in expected:
         record = store.get(run_id)
         assert rows[run_id]["totals"] == record.measurements["totals"] and rows[run_id]["backend"] == "cpu"
-        assert rows[run_id]["settings"] == record.measurement_settings()
+        assert rows[run_id]["settings"] == series_settings(record.settings)  # what history groups by
     assert [r["label"] for r in store.list()] == ["main-cpu", "main-cpu", None]
     assert resolve_run("main-cpu", store).run_id == 3
     assert resolve_run("main-cpu:tests/files/diag_latency_loop.ipynb", store).run_id == 2
@@ -563,3 +564,17 @@ def test_the_newest_run_of_each_notebook_reads_only_those(tmp_db: Path) -> None:
     assert len(reported) == 1 and f"run {newest_a} skipped" in reported[0]
     assert [r.run_id for r in store.newest_per_target(label="nightly")] == [newest_b]
     assert store.newest_per_target(label="nightly", target="a.md") == []
+
+
+def test_a_read_only_command_reads_an_older_store_without_writing_to_it(tmp_path: Path, run_cli: Any) -> None:
+    """An older store is migrated in memory for a command that only reads: the file stays byte for byte."""
+    old = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "files" / "store_v3.db", old)
+    before = old.read_bytes()
+    done = run_cli("runs", "--db", old, "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)) == 3
+    assert run_cli("show", "1", "--db", old).returncode == 0
+    assert old.read_bytes() == before and not Path(f"{old}-wal").exists()
+    assert Store(old).latest() is not None  # a command that writes migrates it for good
+    assert old.read_bytes() != before

@@ -135,6 +135,7 @@ def open_store(db: Path | None, *, read_only: bool = False) -> Store:
     store (commands that only read runs) is never created: reading one that is not there is an error."""
     return Store(db, on_skip=warn, read_only=read_only)
 
+
 NoDiagnoseOption = Annotated[
     bool, typer.Option("--no-diagnose", help="Do not end with the run's top findings (nor add them to --json).")
 ]

@@ -312,6 +312,8 @@ class Store:
         # A read-only store never creates a database: reading one that is not there is an error.
         self.read_only = read_only
         self.skipped: dict[int, str] = {}
+        # A read-only store of an older version, migrated in memory: reading never writes to the file.
+        self._migrated_copy: sqlite3.Connection | None = None
         self._check_file()
 
     def _check_file(self) -> None:
@@ -352,6 +354,10 @@ class Store:
         _set_wal(db)
         if version == STORE_VERSION:
             return
+        self._migrate(db)
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Bring a store to this version in one transaction (a new one gets the tables first)."""
         db.execute("BEGIN IMMEDIATE")  # waits on busy_timeout; another process may migrate meanwhile
         try:
             version = self._version(db)
@@ -398,8 +404,10 @@ class Store:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        if self.read_only and not self.path.exists():
-            raise self.missing()
+        if self.read_only:
+            with self._connect_read_only() as connection:
+                yield connection
+            return
         make_folder(self.path.parent)
         try:
             connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -412,6 +420,35 @@ class Store:
             except sqlite3.DatabaseError as exc:
                 raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
             yield connection
+
+    @contextmanager
+    def _connect_read_only(self) -> Iterator[sqlite3.Connection]:
+        """A read-only command's connection: the file as it is (no WAL switch, no migration); a store of an older
+        version is copied into memory and migrated there, once per Store, so that the file stays as it was."""
+        if not self.path.exists():
+            raise self.missing()
+        if self._migrated_copy is not None:
+            yield self._migrated_copy
+            return
+        try:
+            connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
+        try:
+            connection.execute("PRAGMA busy_timeout = 60000")
+            version = self._version(connection)
+            if version is not None and version < STORE_VERSION:
+                copy = sqlite3.connect(":memory:", isolation_level=None)
+                connection.backup(copy)
+                self._migrate(copy)
+                self._migrated_copy = copy
+                connection.close()
+                yield copy
+                return
+            with closing(connection):
+                yield connection
+        except sqlite3.DatabaseError as exc:
+            raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
 
     def _skip(self, run_id: int, reason: str) -> None:
         if run_id in self.skipped:
