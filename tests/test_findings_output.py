@@ -160,7 +160,8 @@ def test_readme_main_job_shows_the_ledger_then_the_findings(run_cli: Any, tmp_pa
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     ledger = next(i for i, line in enumerate(lines) if "slowest" in line)
-    heading = next(i for i, line in enumerate(lines) if "`nbscope diagnose 1` shows them in full" in line)
+    heading = next(i for i, line in enumerate(lines)
+                   if re.search(r"`nbscope diagnose 1` shows (it|them) in full", line))
     assert ledger < heading and "--db" not in lines[heading]  # the default store needs no --db
     shown = [line for line in lines[heading + 1:] if line.strip()]
     assert shown and len(shown) % 2 == 0 and len(shown) <= 6  # two lines per finding, at most three findings

@@ -87,15 +87,15 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     if result.cells:
         console.print(f"{len(rows)} of {len(result.cells)} cells shown")
     console.print(gate_table(result, rows))
+    for reason in result.reasons():
+        console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
     for c in [*rows, result.total]:
         if c.note:  # below the table, so that every row stays one line at 80 columns
             console.print(f"[dim]{escape(_row_name(c, result))}: {escape(c.note)}[/dim]", highlight=False)
-    for reason in result.reasons():
-        console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
 
 
 def _row_name(c: Comparison, result: GateResult) -> str:
-    return "* total" if c is result.total else f"* cell {c.index + 1}" if c.index is not None else "*"
+    return "total" if c is result.total else f"cell {c.index + 1}" if c.index is not None else "cell"
 
 
 def gate_table(result: GateResult, rows: list[Comparison]) -> Any:
@@ -112,12 +112,12 @@ def gate_table(result: GateResult, rows: list[Comparison]) -> Any:
         Column("change", "right", "number"), Column("ratio", "right", "number"),
         Column("p", "right", "number", optional=True),
         *([Column("floor", "right", "number")] if floor_column else []),
-        Column("verdict", "left", "text", min_width=14),
+        Column("verdict", "left", "text", min_width=17),  # "below noise floor" whole
     ]
     table_rows = []
     for c in [*rows, result.total]:
         style = VERDICT_STYLE.get(c.verdict, "")
-        verdict = VERDICT_MARK.get(c.verdict, c.verdict) + (" *" if c.note else "")
+        verdict = VERDICT_MARK.get(c.verdict, c.verdict)
         total = c is result.total
         table_rows.append([
             "" if total or c.index is None else str(c.index + 1),

@@ -174,6 +174,11 @@ TRACE_BUDGET_BYTES = 16 * 2**20
 HARD_CAP_BYTES = 128 * 2**20
 HARD_CAP_AFTER_S = 2.0
 STEADY_POLLS = 10
+# Stopping the session briefly holds the trace about three times over (measured: 128 MB grown, 456 MB at the
+# peak), and an idle machine grows it by about 250 MB/s on a million-call cell: before MIN_TRACE_S, a busy
+# cell that has already grown the kernel by EARLY_CAP_BYTES is cut, so the kernel stays within 200 MB.
+EARLY_CAP_BYTES = 40 * 2**20
+EARLY_CAP_AFTER_S = 0.1
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
 POLL_S = 0.02
 _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
@@ -238,7 +243,7 @@ class _Guard:
                 continue
             recent = [*recent[-(STEADY_POLLS - 1):], now]
             cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
-            if elapsed < MIN_TRACE_S:
+            if elapsed < EARLY_CAP_AFTER_S:
                 continue
             # The profiler's events grow the kernel steadily while the cell's thread keeps making calls
             # (it is busy on the CPU). A cell's own large array grows it too, as its pages are first
@@ -249,7 +254,9 @@ class _Guard:
             (t0, c0), (t1, c1) = cpu[0], cpu[-1]
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - self.base
-            if calling and ((steady and grown > TRACE_BUDGET_BYTES)
+            early = elapsed < MIN_TRACE_S
+            if calling and ((early and grown > EARLY_CAP_BYTES)
+                            or (not early and steady and grown > TRACE_BUDGET_BYTES)
                             or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)) and not self._compiling():
                 with self.lock:
                     if self.done.is_set():
