@@ -176,9 +176,12 @@ HARD_CAP_AFTER_S = 2.0
 STEADY_POLLS = 10
 # Stopping the session briefly holds the trace about three times over (measured: 128 MB grown, 456 MB at the
 # peak), and an idle machine grows it by about 250 MB/s on a million-call cell: before MIN_TRACE_S, a busy
-# cell that has already grown the kernel by EARLY_CAP_BYTES is cut, so the kernel stays within 200 MB.
+# cell that has already grown the kernel by EARLY_CAP_BYTES, rising at every one of the last EARLY_POLLS polls
+# with no compile among them (a compile, or a cell's own new array, grows it in steps), is cut, so the kernel
+# stays within 200 MB.
 EARLY_CAP_BYTES = 40 * 2**20
 EARLY_CAP_AFTER_S = 0.1
+EARLY_POLLS = 5
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
 POLL_S = 0.02
 _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
@@ -235,6 +238,7 @@ class _Guard:
 
     def _watch(self) -> None:
         recent: list[int] = []
+        compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
         while not self.done.wait(POLL_S):
             elapsed = time.perf_counter() - self.started
@@ -242,6 +246,7 @@ class _Guard:
             if now is None or self.base is None:
                 continue
             recent = [*recent[-(STEADY_POLLS - 1):], now]
+            compiled = [*compiled[-(EARLY_POLLS - 1):], self._compiling()]
             cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
             if elapsed < EARLY_CAP_AFTER_S:
                 continue
@@ -255,7 +260,10 @@ class _Guard:
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - self.base
             early = elapsed < MIN_TRACE_S
-            if calling and ((early and grown > EARLY_CAP_BYTES)
+            last = recent[-EARLY_POLLS:]
+            rising = (len(last) == EARLY_POLLS and all(b > a for a, b in zip(last, last[1:], strict=False))
+                      and len(compiled) == EARLY_POLLS and not any(compiled))
+            if calling and ((early and rising and grown > EARLY_CAP_BYTES)
                             or (not early and steady and grown > TRACE_BUDGET_BYTES)
                             or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)) and not self._compiling():
                 with self.lock:
