@@ -196,6 +196,18 @@ def _read_text(file: Any) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit 2 with one stderr line ``nbscope: error: ...`` holding each of ``words``, no traceback; the line."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("nbscope: error: "), lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
 @pytest.fixture
 def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``run_cli(*args, env=None, cwd=None, timeout=120)``: run ``nbscope *args`` in this process

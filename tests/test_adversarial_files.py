@@ -21,6 +21,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from conftest import assert_one_line_error
 from nbscope.api.profile import CACHE_MARKER, jax_cache_env, owns_folder
 from nbscope.record.live import live_folder, read_live
 from nbscope.record.store import Store, files_folder
@@ -31,15 +32,6 @@ SECRET = "hf_Adversarial0Secret1Value2"  # what --env HF_TOKEN= is given; must a
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-
-def one_line_error(done: subprocess.CompletedProcess[str], *words: str) -> str:
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nbscope: error: "), done.stderr
-    assert "Traceback" not in done.stderr + done.stdout
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 def env_without_db() -> dict[str, str]:
@@ -69,7 +61,7 @@ def test_export_refuses_a_symlink_target_and_leaves_link_and_file_as_they_were(p
     kept.write_text("the user's file")
     link = tmp_path / "link.json"
     link.symlink_to(kept)
-    line = one_line_error(cli("export", "1", "-o", link, "--db", profiled["db"], cwd=tmp_path), "symbolic link")
+    line = assert_one_line_error(cli("export", "1", "-o", link, "--db", profiled["db"], cwd=tmp_path), "symbolic link")
     assert str(link) in line
     assert link.is_symlink() and os.readlink(link) == str(kept)
     assert kept.read_text() == "the user's file"
@@ -78,7 +70,7 @@ def test_export_refuses_a_symlink_target_and_leaves_link_and_file_as_they_were(p
 def test_export_refuses_a_fifo_without_opening_it(profiled: dict, tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
-    one_line_error(cli("export", "1", "-o", fifo, "--db", profiled["db"], cwd=tmp_path, timeout=60), "FIFO")
+    assert_one_line_error(cli("export", "1", "-o", fifo, "--db", profiled["db"], cwd=tmp_path, timeout=60), "FIFO")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
@@ -109,7 +101,7 @@ def test_a_users_file_tmp_beside_the_target_is_never_touched(profiled: dict, tmp
 def test_a_parent_that_is_a_file_is_one_line_and_missing_folders_are_made(profiled: dict, tmp_path: Path) -> None:
     blocker = tmp_path / "notes"
     blocker.write_text("a file, not a folder")
-    one_line_error(cli("export", "1", "-o", blocker / "run.json", "--db", profiled["db"], cwd=tmp_path), str(blocker))
+    assert_one_line_error(cli("export", "1", "-o", blocker / "run.json", "--db", profiled["db"], cwd=tmp_path), str(blocker))
     assert blocker.read_text() == "a file, not a folder"
     made = tmp_path / "new" / "deeper" / "run.json"
     assert cli("export", "1", "-o", made, "--db", profiled["db"], cwd=tmp_path).returncode == 0
@@ -122,7 +114,7 @@ def test_report_to_standard_output_and_a_refused_link(profiled: dict, tmp_path: 
     assert done.stdout.startswith("<!DOCTYPE html>") and not (tmp_path / "-").exists()
     (tmp_path / "real.html").write_text("mine")
     (tmp_path / "r.html").symlink_to(tmp_path / "real.html")
-    one_line_error(cli("report", "1", "--db", profiled["db"], "-o", tmp_path / "r.html", cwd=tmp_path), "symbolic link")
+    assert_one_line_error(cli("report", "1", "--db", profiled["db"], "-o", tmp_path / "r.html", cwd=tmp_path), "symbolic link")
     assert (tmp_path / "real.html").read_text() == "mine"
 
 

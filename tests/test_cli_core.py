@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import assert_one_line_error
 from nbscope._version import __version__
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
@@ -33,16 +33,6 @@ def saved_run(db: Path, target: str = "lecture.md", wall: float = 1.25) -> RunRe
     Store(db).save(record)
     return record
 
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("nbscope: error: "), lines[0]
-    assert "Traceback" not in result.stderr + result.stdout
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 # --- version and help -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import cli_env
+from conftest import assert_one_line_error, cli_env
 from nbscope._version import __version__
 from nbscope.record import run as record_module
 from nbscope.record.store import Store
@@ -24,14 +24,6 @@ def console_script() -> str | None:
     beside = Path(sys.executable).with_name("nbscope")
     return str(beside) if beside.is_file() else shutil.which("nbscope")
 
-
-def assert_one_line_error(done: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nbscope: error: "), done.stderr
-    assert "Traceback" not in done.stderr + done.stdout
-    for word in words:
-        assert word in lines[0], (word, lines[0])
 
 
 def test_python_m_nbscope_exit_codes(run_cli_process: Any, tmp_path: Path) -> None:
