@@ -18,6 +18,7 @@ from nbscope._errors import NbscopeError
 from nbscope.collect.notebook import source_hash
 
 if TYPE_CHECKING:
+    from nbscope.record.model import NotebookRun
     from nbscope.record.run import RunRecord
 
 Sources = dict[str, str]  # cell source by its source hash
@@ -25,7 +26,11 @@ Sources = dict[str, str]  # cell source by its source hash
 
 def recorded_sources(record: RunRecord) -> Sources:
     """The sources the record carries, by hash; a source whose hash is not its cell's is not trusted."""
-    return {key: source for key, source in record.notebook_run().sources.items() if source_hash(source) == key}
+    return _trusted(record.notebook_run())
+
+
+def _trusted(run: NotebookRun) -> Sources:
+    return {key: source for key, source in run.sources.items() if source_hash(source) == key}
 
 
 def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[Sources, str | None]:
@@ -38,12 +43,12 @@ def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[Source
     when they resolve inside ``root`` (default: the working directory); a notebook elsewhere is read only when
     the user names it (``--notebook``).
     """
-    sources = recorded_sources(record)
-    wanted = {c.source_hash for c in record.notebook_run().cells if c.source_hash}
-    missing = wanted - set(sources)
+    run = record.notebook_run()  # parsed once for the record's code, its cells and its notebook's path
+    sources = _trusted(run)
+    missing = {c.source_hash for c in run.cells if c.source_hash} - set(sources)
     if not missing:
         return sources, None
-    from_file, note = _from_notebook_file(record, missing, root)
+    from_file, note = _from_notebook_file(record, run.notebook.path, missing, root)
     sources.update(from_file)
     return sources, note
 
@@ -56,7 +61,8 @@ def sources_of(*records: RunRecord) -> Sources:
     return merged
 
 
-def _from_notebook_file(record: RunRecord, wanted: set[str], root: Path | None) -> tuple[Sources, str | None]:
+def _from_notebook_file(record: RunRecord, notebook_path: str | None, wanted: set[str],
+                        root: Path | None) -> tuple[Sources, str | None]:
     """Sources of the cells in ``wanted``, read from the run's notebook file when it is there and unchanged."""
     from nbscope.collect import notebook as notebook_module  # only old records pay for reading notebooks
 
@@ -64,7 +70,7 @@ def _from_notebook_file(record: RunRecord, wanted: set[str], root: Path | None) 
     why = (f"the record (schema version {version}) does not carry its cells' code" if version == 1
            else f"{len(wanted)} cell(s) of the record carry no code")
     candidates = []
-    for value in (record.notebook_run().notebook.path, record.target):
+    for value in (notebook_path, record.target):
         if isinstance(value, str) and value and value not in candidates:
             candidates.append(value)
     base = (root or Path.cwd()).resolve()
