@@ -45,6 +45,7 @@ WALL_FACTOR = 2.0
 SIGMA_OF_DIFFERENCE = 1.4826 * math.sqrt(2)
 HISTORY_RELATIVE = 0.10
 THREADED_CPU_SHARE = 1.3  # the kernel's CPU time above this × the cell thread's: other threads worked
+OTHER_THREADS_SHARE = 0.25  # and the other threads' CPU time is at least this share of the cell's wall
 
 _IMPORT = re.compile(r"^\s*(import\s|from\s+\S+\s+import\s|%|!|#|$)")
 
@@ -88,8 +89,12 @@ def kind_of(cell: Mapping[str, Any] | None) -> str:
     sched = cell.get("sched")
     if isinstance(sched, Mapping):
         cpu, own = time_of(sched.get("cpu_s")), time_of(sched.get("on_cpu_s"))
-        if cpu is not None and own is not None and cpu > 0.02 and cpu > THREADED_CPU_SHARE * own:
-            return "threaded"
+        if cpu is not None and own is not None and cpu > THREADED_CPU_SHARE * own:
+            # Other threads count only when they did a share of the cell's work: a cell that sleeps or waits
+            # on I/O has almost no CPU of its own, and the kernel's heartbeat and output threads then
+            # outweigh it without making the cell any noisier.
+            if cpu - own > max(0.02, OTHER_THREADS_SHARE * wall):
+                return "threaded"
     return "plain"
 
 

@@ -337,12 +337,30 @@ def _verdict(cpu: float, low: float, high: float | None) -> str:
     return "similar"
 
 
+def _holds_when_stretched(dominant: Term | None, cpu: float, low: float, high: float | None) -> bool:
+    """Whether a faster or slower verdict survives the dominant term being off by its own width once more.
+
+    A wide term is a guess of its size; the verdict it gives stands only when a guess as far off again
+    would not change it (a cos of 4–24 ms in a cell that took 4 s on the CPU is faster on the GPU however
+    the 4–24 ms is wrong; a loop of 0.1–2 s against 1 s of CPU is not)."""
+    if dominant is None or high is None or dominant.high_s is None or dominant.low_s <= 0:
+        return False
+    ratio = dominant.high_s / dominant.low_s
+    verdict = _verdict(cpu, low, high)
+    if verdict == "faster":
+        return high + dominant.high_s * (ratio - 1) < cpu * (1 - MARGIN)
+    if verdict == "slower":
+        return low - dominant.low_s * (1 - 1 / ratio) > cpu * (1 + MARGIN)
+    return False
+
+
 def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None) -> dict[str, Any] | None:
     """Why a cell's verdict is "uncertain" (None when it is not): its range straddles the CPU time, or
-    its dominant term is wider than ×4; what is unknown and what would settle it."""
+    its dominant term is wider than ×4 and the verdict would not survive that term being off by its width
+    again; what is unknown and what would settle it."""
     wide = dominant is not None and dominant.kind not in ("host",) and (
         dominant.high_s is None or (dominant.low_s > 0 and dominant.high_s / dominant.low_s > UNCERTAIN_RATIO * 1.01))
-    if _verdict(cpu, low, high) != "uncertain" and not wide:
+    if _verdict(cpu, low, high) != "uncertain" and not (wide and not _holds_when_stretched(dominant, cpu, low, high)):
         return None
     assert dominant is not None
     basis = dominant.details.get("trip_count_basis")
