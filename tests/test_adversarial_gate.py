@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conftest import assert_one_line_error
 from nbscope.analyse.compare import compare
 from nbscope.analyse.gate import GateOptions, gate
 from nbscope.record.run import RunRecord
@@ -184,3 +185,54 @@ def test_a_malformed_notebook_is_one_line_exit_2(run_cli: Any, tmp_path: Path, n
     assert message in done.stderr and "Traceback" not in done.stderr and "ValidationError" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+# --- notebooks of one file name in two folders ---------------------------------------------------------------
+
+
+def _notebook(path: Path, *sources: str) -> Path:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    notebook = new_notebook(cells=[new_code_cell(s) for s in sources])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_notebooks_of_one_name_in_two_folders_are_never_merged(run_cli: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad input: ``a/intro.ipynb`` and ``b/intro.ipynb`` (different cells) in a folder with no git tree or
+    book, and a run an older nbscope stored under the bare ``intro.ipynb``. Each notebook keeps its own name,
+    history and baseline; the old run counts only for the notebook whose cells it measured."""
+    _notebook(tmp_path / "a" / "intro.ipynb", "x = sum(range(1000))", "y = x * 2")
+    _notebook(tmp_path / "b" / "intro.ipynb", "import math", "z = math.sqrt(2)", "w = z ** 2")
+    db = tmp_path / "runs.db"
+    for folder in ("a", "b"):
+        done = run_cli("profile", f"{folder}/intro.ipynb", "--db", db)
+        assert done.returncode == 0, done.stderr
+    store = Store(db)
+    assert sorted(store.targets()) == ["a/intro.ipynb", "b/intro.ipynb"]
+    a_run = store.latest(target="a/intro.ipynb")
+    assert a_run is not None
+    legacy = RunRecord.from_dict({**a_run.to_dict(), "run_id": None, "target": "intro.ipynb",
+                                  "started_at": "2026-01-01T00:00:00.000Z"})
+    store.save(legacy)
+    monkeypatch.chdir(tmp_path)
+    assert store.names_of("a/intro.ipynb")[:1] == ["a/intro.ipynb"] and "intro.ipynb" in store.names_of("a/intro.ipynb")
+    assert "intro.ipynb" not in store.names_of("b/intro.ipynb")
+
+    def points(name: str) -> int:
+        done = run_cli("history", name, "--db", db, "--json")
+        assert done.returncode == 0, done.stderr
+        return sum(len(s["points"]) for s in json.loads(done.stdout)["series"])
+
+    assert points("b/intro.ipynb") == 1  # its own run only
+    assert points("a/intro.ipynb") == 2  # its run and the old one of its cells
+    # b's run has no earlier run of its own to gate against: never a's cells under the old name.
+    gated = run_cli("gate", "--db", db, "--target", "b/intro.ipynb")
+    assert_one_line_error(gated, "no earlier complete profile run of b/intro.ipynb")
+    gated_a = run_cli("gate", "--db", db, "--target", "a/intro.ipynb", "--json")
+    assert gated_a.returncode in (0, 1), gated_a.stderr
+    assert json.loads(gated_a.stdout)["baseline"]["run_id"] == legacy.run_id

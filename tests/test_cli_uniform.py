@@ -387,12 +387,16 @@ def test_a_notebook_has_one_name_from_every_folder(tmp_path: Path, monkeypatch: 
     assert {"intro.md", "lectures/intro.md", notebook.as_posix()} <= set(aliases)
     monkeypatch.chdir(tmp_path)
     assert target_aliases("lectures/intro.md") == ["lectures/intro.md"]  # not a file from here: as written
-    # Outside git, a book's root; outside both, the notebook's own folder.
+    # Outside git, a book's root; outside both, the working directory's project root (where the store is),
+    # else the absolute path: two loose folders' notebooks of one name are never one name.
     book = tmp_path / "book"
     (book / "part").mkdir(parents=True)
     (book / "myst.yml").write_text("version: 1\n")
     assert target_name(book / "part" / "a.md") == "part/a.md"
-    assert target_name(tmp_path / "loose" / "b.ipynb") == "b.ipynb"
+    assert target_name(tmp_path / "loose" / "b.ipynb") == "loose/b.ipynb"
+    assert target_name(tmp_path / "other" / "b.ipynb") == "other/b.ipynb"
+    monkeypatch.chdir(book)
+    assert target_name(tmp_path / "loose" / "b.ipynb") == (tmp_path / "loose" / "b.ipynb").resolve().as_posix()
 
 
 def test_same_notebook() -> None:
@@ -400,9 +404,16 @@ def test_same_notebook() -> None:
         return RunRecord(kind="profile", target=target, fingerprint={},
                          measurements={"notebook": {"content_hash": content}})
 
+    def cells(target: str, *hashes: str) -> RunRecord:
+        return RunRecord(kind="profile", target=target, fingerprint={},
+                         measurements={"cells": [{"index": i, "source_hash": h} for i, h in enumerate(hashes)]})
+
     assert same_notebook(run("lectures/a.md"), run("lectures/a.md"))
-    assert same_notebook(run("a.md"), run("lectures/a.md"))  # a name from before project roots
-    assert same_notebook(run("/home/me/book/lectures/a.md"), run("lectures/a.md"))
+    # A name from before project roots is the same notebook when the cells are mostly the same.
+    assert same_notebook(cells("a.md", "imp", "f", "g"), cells("lectures/a.md", "imp", "f", "g2"))
+    assert same_notebook(cells("/home/me/book/lectures/a.md", "f"), cells("lectures/a.md", "f"))
+    assert not same_notebook(cells("a.md", "imp", "f", "g"), cells("lectures/a.md", "imp", "x", "y"))
+    assert not same_notebook(run("a.md"), run("lectures/a.md"))  # no cells to tell: never merged
     assert same_notebook(run("old/a.md", "1234"), run("new/b.md", "1234"))  # renamed, same content
     assert not same_notebook(run("lectures/a.md"), run("lectures/b.md"))
     assert not same_notebook(run("x/a.md"), run("y/a.md"))

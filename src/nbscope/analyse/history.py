@@ -330,7 +330,7 @@ def history(
 ) -> History:
     """The series of ``target``'s runs in ``store``, one per (kind, digest, measurement settings), oldest
     run first. ``aliases``: every name the target's runs may be stored under (its current name first;
-    :func:`nbscope.record.cells.target_aliases`). Rows the store cannot read are left out (the store
+    :meth:`nbscope.record.store.Store.names_of`). Rows the store cannot read are left out (the store
     reports them)."""
     names = list(aliases) if aliases else [target]
     target = names[0]

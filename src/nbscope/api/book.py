@@ -17,7 +17,6 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.book import CELL_KINDS, RunSet
-from nbscope.record.cells import target_aliases
 from nbscope.record.run import LABEL_PATTERN, RunRecord
 from nbscope.record.store import Store, resolve_run
 
@@ -40,7 +39,7 @@ def run_set(reference: str, store: Store) -> RunSet:
     label, _, notebook = reference.partition(":")
     if LABEL_PATTERN.fullmatch(label) and store.path.exists():
         records = store.newest_per_target(label=label, kind=list(CELL_KINDS),
-                                          target=target_aliases(notebook) if notebook else None)
+                                          target=store.names_of(notebook) if notebook else None)
         if records:
             return RunSet(reference, records)
         audit = store.latest(label=label, kind="audit")
@@ -57,7 +56,7 @@ def _book(reference: str, store: Store) -> RunSet:
     if not store.path.exists():
         raise store.missing()
     for notebook in book.notebooks:
-        record = store.latest(target=target_aliases(str(notebook)), kind=list(CELL_KINDS))
+        record = store.latest(target=store.names_of(str(notebook)), kind=list(CELL_KINDS))
         if record is None:
             found.missing.append(book.key(notebook))
         else:

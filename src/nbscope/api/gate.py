@@ -14,7 +14,6 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, GateOptions, GateResult, gate
-from nbscope.record.cells import target_aliases
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import resolve_run, settings_key
 
@@ -36,7 +35,7 @@ def _comparable_earlier(store: Any, candidate: RunRecord) -> Comparable:
     settings = json.loads(settings_key(candidate.measurement_settings()))  # as the store gives them back
     kept: list[dict[str, Any]] = []
     left_out: dict[str, list[dict[str, Any]]] = {}
-    names = target_aliases(candidate.target)  # runs stored under the notebook's older names too
+    names = store.names_of(candidate.target)  # runs stored under the notebook's older names too
     rows = store.summaries(("started_at", "status", "settings"), target=names, digest=candidate.digest,
                            kind=candidate.kind)
     verdicts = store.verdicts(row["id"] for row in rows)
@@ -129,7 +128,7 @@ def latest_run(store: Any, target: str | None) -> RunRecord:
     """The newest stored profile/trace/jupyter-cache run (of ``target`` when given, by any of its names)."""
     if not store.path.exists():
         raise store.missing()
-    found = store.latest(target=target_aliases(target) if target else None, kind=list(GATE_KINDS))
+    found = store.latest(target=store.names_of(target) if target else None, kind=list(GATE_KINDS))
     if found is None:
         where = f" of {target}" if target else ""
         raise NbscopeError(f"no run{where} in {store.path} to use as the candidate")

@@ -38,15 +38,15 @@ def history(
     """A target's figures over time, per environment digest, with change points and a sparkline."""
     from nbscope.analyse.history import ChangeOptions
     from nbscope.analyse.history import history as build_history
-    from nbscope.record.cells import target_aliases
     from nbscope.render.gate import history_markdown, print_history
 
     if min_size < 1:
         raise NbscopeError("--min-size must be at least 1")
     options = ChangeOptions(min_size=min_size, k=threshold, rel_floor=rel_floor)
+    store = open_store(db, read_only=True)
     result = build_history(
-        open_store(db, read_only=True), target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit,
-        options=options, aliases=target_aliases(target),
+        store, target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit,
+        options=options, aliases=store.names_of(target),
     )
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))

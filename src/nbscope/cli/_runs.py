@@ -41,7 +41,6 @@ def runs(
     ] = False,
 ) -> None:
     """List stored runs: id, time, kind, notebook, backend, status, label, digest and the headline figures."""
-    from nbscope.record.cells import target_aliases
     from nbscope.render import terminal
 
     store = open_store(db, read_only=True)
@@ -55,7 +54,7 @@ def runs(
         hint = (f"; {len(waiting)} unfinished run(s) of it: see nbscope runs --unfinished{_db_option(store)}"
                 if waiting else "")
         raise NbscopeError(f"{store.missing()}{hint}")
-    rows = store.list(kind=kind, target=target_aliases(target) if target else None, label=label,
+    rows = store.list(kind=kind, target=store.names_of(target) if target else None, label=label,
                       limit=None if everything else limit)
     if as_json:
         print(json.dumps(rows, indent=1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,12 +157,18 @@ BOOK_CONFIGS = ("_toc.yml", "myst.yml")
 
 
 def project_root(path: str | Path) -> Path:
-    """The folder a notebook's name is taken relative to: the root of the git work tree holding it, else
-    the nearest folder above it with a book configuration (``_toc.yml``, ``myst.yml``), else its own folder.
+    """The root of the project holding ``path``: the root of its git work tree, else the nearest folder
+    above it with a book configuration (``_toc.yml``, ``myst.yml``), else its own folder.
 
-    Any of these is the same from every working directory, so a lecture keeps one name in the store.
+    Any of these is the same from every working directory, so a lecture keeps one name in the store, and
+    the store of a working directory sits at its project root.
     """
     resolved = Path(path).resolve()
+    return _marked_root(resolved) or (resolved if resolved.is_dir() else resolved.parent)
+
+
+def _marked_root(resolved: Path) -> Path | None:
+    """The git work tree's or the book's root above ``resolved``; None when there is neither."""
     folder = resolved if resolved.is_dir() else resolved.parent
     ancestors = [folder, *folder.parents]
     for parent in ancestors:
@@ -170,18 +177,25 @@ def project_root(path: str | Path) -> Path:
     for parent in ancestors:
         if any((parent / name).is_file() for name in BOOK_CONFIGS):
             return parent
-    return folder
+    return None
 
 
 def target_name(path: str | Path, base: Path | None = None) -> str:
     """A notebook's name in the store: its path relative to its :func:`project_root`, with ``/``.
 
-    A relative ``path`` is taken from ``base`` (default: the working directory). Names given before project
-    roots were relative to the working directory, or absolute: :func:`target_aliases` finds them too.
+    A relative ``path`` is taken from ``base`` (default: the working directory). A notebook in no project
+    is named relative to the working directory's project root when it lies there, else by its absolute
+    path. Names given before project roots were relative to the working directory, or absolute:
+    :func:`target_aliases` finds them too (:meth:`nbscope.record.store.Store.names_of` keeps only those
+    whose runs measured this notebook).
     """
     given = Path(path)
-    resolved = (given if given.is_absolute() else (base or Path.cwd()) / given).resolve()
-    root = project_root(resolved)
+    here = base or Path.cwd()
+    resolved = (given if given.is_absolute() else here / given).resolve()
+    # A notebook in no git tree or book is named from the working directory's project root, where the
+    # store is, or else by its absolute path: named from its own folder, ``a/intro.md`` and ``b/intro.md``
+    # would be one notebook in the store.
+    root = _marked_root(resolved) or project_root(here)
     try:
         return resolved.relative_to(root).as_posix()
     except ValueError:
@@ -199,27 +213,34 @@ def target_aliases(target: str, base: Path | None = None) -> list[str]:
     matched as written.
     """
     names = [target]
+    resolved = notebook_file(target, base)
+    if resolved is not None:
+        names.insert(0, target_name(resolved, base))
+        names.append(resolved.as_posix())
+        parts = resolved.parts
+        names.extend(Path(*parts[i:]).as_posix() for i in range(len(parts) - 1, 0, -1))
+    return list(dict.fromkeys(names))
+
+
+def notebook_file(target: str, base: Path | None = None) -> Path | None:
+    """The file ``target`` names (a path, absolute or from ``base``, or a stored name given from anywhere in
+    the project), resolved; None when it names no file."""
     base = base or Path.cwd()
     given = Path(target)
     candidates = [given if given.is_absolute() else base / given]
     if not given.is_absolute():
-        candidates.append(project_root(base) / given)  # a stored name, given from anywhere in the project
+        candidates.append(project_root(base) / given)
     for candidate in candidates:
-        if not candidate.is_file():
-            continue
-        resolved = candidate.resolve()
-        names.insert(0, target_name(resolved))
-        names.append(resolved.as_posix())
-        parts = resolved.parts
-        names.extend(Path(*parts[i:]).as_posix() for i in range(len(parts) - 1, 0, -1))
-        break
-    return list(dict.fromkeys(names))
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
 
 
 def same_notebook(a: Any, b: Any) -> bool:
     """Whether two runs (records) measured one notebook: the same name, or the same file content
     (``measurements.notebook.content_hash``: a renamed lecture), or names of which one ends the other at a
-    folder boundary (``jax_intro.md`` and ``lectures/jax_intro.md``: a run named before project roots)."""
+    folder boundary (``jax_intro.md`` and ``lectures/jax_intro.md``: a run named before project roots)
+    when their cells are mostly the same (:func:`shares_cells`: two folders' ``intro.md`` are not one)."""
     if a.target == b.target:
         return True
     hash_a = ((a.measurements or {}).get("notebook") or {}).get("content_hash")
@@ -228,7 +249,25 @@ def same_notebook(a: Any, b: Any) -> bool:
         return True
     parts_a, parts_b = Path(a.target).parts, Path(b.target).parts
     shorter, longer = sorted((parts_a, parts_b), key=len)
-    return bool(shorter) and longer[len(longer) - len(shorter):] == shorter
+    if not shorter or longer[len(longer) - len(shorter):] != shorter:
+        return False
+    return shares_cells(cell_hashes(a), cell_hashes(b))
+
+
+def cell_hashes(record: Any) -> list[str]:
+    """The source hashes of a run's code cells, in order."""
+    cells = (record.measurements or {}).get("cells") or []
+    return [str(c.get("source_hash")) for c in cells if isinstance(c, dict) and c.get("source_hash")]
+
+
+def shares_cells(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two notebooks' code cells (source hashes) are mostly the same: at least half of the smaller
+    one's cells are in the other. An edited lecture keeps most of its cells; another notebook that happens
+    to share a name shares an import or two."""
+    if not a or not b:
+        return False
+    common = sum((Counter(a) & Counter(b)).values())
+    return common * 2 >= min(len(a), len(b))
 
 
 # ---- pairing cells across runs -------------------------------------------------------------------

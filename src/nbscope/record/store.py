@@ -173,6 +173,16 @@ def _document_hash(text: str) -> str:
     return record_module.content_hash(document) if isinstance(document, dict) else hashlib.sha256(text.encode()).hexdigest()
 
 
+def _notebook_cell_hashes(path: Path) -> list[str]:
+    """The source hashes of a notebook file's code cells; none when it cannot be read as a notebook."""
+    from nbscope.collect import notebook as notebook_module
+
+    try:
+        return [cell.source_hash for cell in notebook_module.read(path).code_cells]
+    except (NbscopeError, OSError, ValueError):
+        return []
+
+
 def default_path() -> Path:
     """The store commands use without ``--db``: ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project
     root of the working directory (relative when that root is the working directory itself)."""
@@ -624,6 +634,36 @@ class Store:
             self._skip(run_id, str(exc))
             return None
 
+    def names_of(self, target: str) -> list[str]:
+        """The names runs of ``target`` (a path or a stored name) are stored under: its current name first,
+        then of its older names (:func:`nbscope.record.cells.target_aliases`) its absolute path, and a
+        shorter name only when the newest run stored under it measured this notebook: most of its cells the
+        same (:func:`nbscope.record.cells.shares_cells`). ``x/intro.md`` never takes the runs of another
+        folder's ``intro.md`` that an older nbscope stored as ``intro.md``."""
+        from nbscope.record.cells import cell_hashes, notebook_file, shares_cells, target_aliases
+
+        names = target_aliases(target)
+        file = notebook_file(target)
+        if file is None or len(names) == 1 or not self.path.exists():
+            return names
+        fixed = {names[0], file.as_posix()}
+        with self._connect() as db:
+            older = [n for n in names if n not in fixed]
+            marks = ",".join("?" * len(older))
+            present = {t for (t,) in db.execute(f"SELECT DISTINCT target FROM runs WHERE target IN ({marks})", older)}
+        hashes: list[str] | None = None
+        kept = []
+        for name in names:
+            if name in fixed:
+                kept.append(name)
+            elif name in present:
+                if hashes is None:
+                    hashes = _notebook_cell_hashes(file)
+                newest = self.latest(target=name)
+                if newest is not None and shares_cells(hashes, cell_hashes(newest)):
+                    kept.append(name)
+        return kept
+
     def targets(self, limit: int = 500) -> list[str]:
         """The names runs are stored under, in order (at most ``limit``)."""
         with self._connect() as db:
@@ -701,7 +741,7 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
 
     - ``12``: the run with that id in ``store``;
     - ``latest``: the newest stored run; ``latest:NOTEBOOK`` the newest of that notebook (a path or a
-      stored name, old names included: :func:`nbscope.record.cells.target_aliases`);
+      stored name, old names included: :meth:`Store.names_of`);
     - ``run.json``: a run record file (``nbscope export``, ``--json``); the same run stored already keeps
       its id;
     - ``main-cpu``: the newest run recorded with ``--label main-cpu``; ``main-cpu:NOTEBOOK`` the newest
@@ -710,8 +750,6 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     ``latest`` and labels consider only runs of ``kinds`` when given (the command's own kinds). A
     reference that names nothing is a one-line NbscopeError saying what was looked for.
     """
-    from nbscope.record.cells import target_aliases
-
     text = reference.strip()
     if not text:
         raise NbscopeError(f"an empty run reference; give {RUN_REFERENCE}")
@@ -738,7 +776,7 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
         raise NbscopeError(f"{text!r}: give the notebook after ':' ({label or 'latest'}:lecture.md)")
     if not store.path.exists():
         raise store.missing()
-    targets = target_aliases(notebook) if notebook else None
+    targets = store.names_of(notebook) if notebook else None
     record = store.latest(target=targets, kind=list(kinds) if kinds else None, label=label or None)
     if record is not None:
         return record
