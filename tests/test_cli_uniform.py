@@ -507,3 +507,18 @@ def test_lectures_side_by_side(stored: dict[str, Any], run_cli: Any) -> None:
     # Two sets with different notebooks: each alone on its side.
     apart = json.loads(run_cli("lectures", "1", "3", "--db", db, "--json").stdout)
     assert [r["text"] for r in apart["rows"]] == ["only in A", "only in B"] and apart["paired"] == 0
+
+
+def test_a_required_argument_left_out_is_a_usage_error_in_every_command(run_cli: Any) -> None:
+    """Click 8.3+ with typer < 0.19 would pass None for it (and `diagnose` gave a traceback): pyproject pins
+    click below 8.3, and every command with a required argument says it is missing, exit 2."""
+    from nbscope.cli import build_command
+
+    group = build_command()
+    needing = [name for name, command in group.commands.items()  # type: ignore[attr-defined]
+               if any(p.required and p.param_type_name == "argument" for p in command.params)]
+    assert {"diagnose", "show", "profile", "export"} <= set(needing)
+    for name in needing:
+        done = run_cli(name)
+        assert done.returncode == 2, (name, done.stdout, done.stderr)
+        assert "Missing argument" in done.stderr and "Traceback" not in done.stderr, (name, done.stderr)
