@@ -133,6 +133,19 @@ def test_on_error_stop_and_a_dead_kernel_exit_1(tmp_path: Path) -> None:
     assert died.returncode == 1 and "(kernel-died DeadKernelError)" in died.stderr, died.stderr
     assert [r["status"] for r in Store(db).list()] == ["partial", "partial"]
     assert live_files(db) == []
+    # diagnose says which cell died and that the rest never ran, in text, markdown and JSON.
+    said = nbscope("diagnose", "latest", "--db", db, cwd=tmp_path)
+    assert said.returncode == 0, said.stderr
+    assert "cell 3 died (DeadKernelError" in said.stdout
+    assert "2 cells did not run: the rules judged only what ran" in said.stdout
+    assert "no rule fired on the cells that ran" in said.stdout
+    markdown = nbscope("diagnose", "latest", "--db", db, "--markdown", cwd=tmp_path)
+    assert "- cell 3 died (DeadKernelError" in markdown.stdout
+    document = json.loads(nbscope("diagnose", "latest", "--db", db, "--json", cwd=tmp_path).stdout)
+    assert [(c["index"], c["status"]) for c in document["failed_cells"]] == [(2, "kernel-died")]
+    assert document["cells_not_run"] == 2
+    stopped_run = nbscope("diagnose", "1", "--db", db, cwd=tmp_path)
+    assert "cell 2 raised (" in stopped_run.stdout, stopped_run.stdout
 
 
 def test_an_expected_error_exits_0(tmp_path: Path) -> None:

@@ -103,6 +103,24 @@ def shown_line(cell: Mapping[str, Any]) -> str:
     return str(cell.get("code_line") or cell.get("first_line") or "")
 
 
+# What happened to a cell that did not finish cleanly, as a sentence says it ("the cell died").
+FAILURE_WORDS = {"error": "raised", "expected-error": "raised (expected)", "timeout": "timed out",
+                 "kernel-died": "died", "interrupted": "was interrupted"}
+
+
+def failure_text(cell: Mapping[str, Any]) -> str | None:
+    """``died (DeadKernelError: the kernel died …)``: what stopped a cell, with its error (at most 160
+    characters of it) or the signal; None for a cell that finished, or never started (``not-run``)."""
+    status = cell.get("status")
+    if status not in FAILURE_WORDS:
+        return None
+    error = cell.get("error") if isinstance(cell.get("error"), Mapping) else {}
+    detail = ": ".join(str(x) for x in (error.get("name"), error.get("message")) if x)
+    if status == "interrupted" and not detail and cell.get("interrupted_by"):
+        detail = f"by {cell.get('interrupted_by')}"
+    return FAILURE_WORDS[str(status)] + (f" ({detail[:160]})" if detail else "")
+
+
 # ---- a notebook's cells --------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 
 from nbscope._units import count
+from nbscope.record.cells import label as cell_label
 from nbscope.render import terminal
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import Column, console, field_name, format_bytes, format_seconds, literal, metric_name
@@ -285,8 +286,12 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
     what was not evaluated."""
     cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
     shown = list(findings)[:limit] if limit else list(findings)
+    unjudged = failed_cells_lines(findings)
+    for line in unjudged:
+        console.print(Text(line, style="yellow"))
     if not shown:
-        console.print("[green]No findings[/green]: no rule fired on this run.")
+        what = "the cells that ran" if unjudged else "this run"
+        console.print(f"[green]No findings[/green]: no rule fired on {what}.")
     width = console.width
     for number, finding in enumerate(shown):
         if number:
@@ -301,6 +306,19 @@ def print_findings(findings: Any, record: Any = None, *, limit: int | None = Non
         console.print(f"[dim]not evaluated: {literal(skip.rule)}{where}: {literal(skip.reason)}[/dim]")
     for note in getattr(findings, "notes", []):
         console.print(f"[dim]note: {literal(note)}[/dim]")
+
+
+def failed_cells_lines(findings: Any) -> list[str]:
+    """``cell 3 died (DeadKernelError: …)`` for each failed cell, and the count that never ran, then that the
+    rules judged only what ran; no lines when every cell finished."""
+    failed = getattr(findings, "failed_cells", None) or []
+    not_run = int(getattr(findings, "cells_not_run", 0) or 0)
+    lines = [f"{cell_label(c)} {c['text']}" for c in failed]
+    if not_run:
+        lines.append(f"{count(not_run, 'cell')} did not run")
+    if lines:
+        lines[-1] += ": the rules judged only what ran"
+    return lines
 
 
 def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3, width: int = 100,
@@ -346,8 +364,11 @@ def findings_markdown(findings: Any, record: Any = None, *, top: int | None = No
     cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
     items = list(findings)
     lines = ["### nbscope diagnose" + (f": `{_md(record.target)}`" if record is not None else ""), ""]
+    unjudged = failed_cells_lines(findings)
+    if unjudged:
+        lines += [f"- {_md(line)}" for line in unjudged] + [""]
     if not items:
-        lines.append("No rule fired on this run.")
+        lines.append("No rule fired on " + ("the cells that ran." if unjudged else "this run."))
     for finding in items[:top] if top else items:
         lines += [
             f"**{finding.severity}** · {_md(finding.title)} · {_where(finding, cells)} · confidence {finding.confidence:.0%}",

@@ -37,6 +37,7 @@ from nbscope.analyse.diagnose import (
     _weak_float64,
 )
 from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip
+from nbscope.record.cells import failure_text
 from nbscope.record.run import RunRecord
 
 __all__ = [
@@ -97,10 +98,16 @@ class Findings(list[Finding]):
         skipped: Iterable[Skip] = (),
         notes: Iterable[str] = (),
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
+        failed_cells: Iterable[Mapping[str, Any]] = (),
+        cells_not_run: int = 0,
     ) -> None:
         super().__init__(findings)
         self.skipped: list[Skip] = list(skipped)
         self.notes: list[str] = list(notes)
+        # Cells that raised, died, timed out or were interrupted (``index``, ``line``, ``status``, ``text``:
+        # "died (DeadKernelError: …)"), and how many never ran: the rules judged only what ran.
+        self.failed_cells: list[dict[str, Any]] = [dict(c) for c in failed_cells]
+        self.cells_not_run = cells_not_run
         # Thresholds the caller set in place of the defaults (empty: every rule used its defaults).
         self.thresholds: dict[str, dict[str, float]] = {rule: dict(v) for rule, v in (thresholds or {}).items()}
 
@@ -109,6 +116,8 @@ class Findings(list[Finding]):
             "findings": [f.to_dict() for f in self],
             "skipped": [s.to_dict() for s in self.skipped],
             "notes": self.notes,
+            "failed_cells": self.failed_cells,
+            "cells_not_run": self.cells_not_run,
             "rules": rule_names(),
         }
         if self.thresholds:
@@ -184,7 +193,12 @@ def diagnose(
             skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
     _link(findings)
     notes = [ctx.sources_note] if ctx.sources_note else []
-    return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides)
+    cells = [c for c in record.measurements.get("cells") or [] if isinstance(c, Mapping)]
+    failed = [{"index": c.get("index"), "line": c.get("line"), "status": c.get("status"), "text": failure_text(c)}
+              for c in cells if c.get("status") != "expected-error" and failure_text(c)]
+    not_run = sum(1 for c in cells if c.get("status") == "not-run")
+    return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,
+                    failed_cells=failed, cells_not_run=not_run)
 
 
 def _link(findings: list[Finding]) -> None:

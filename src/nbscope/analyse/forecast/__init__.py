@@ -28,13 +28,14 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
+from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
 UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the cell "uncertain"
 SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell is carried over as measured
-FAILED = {"error": "raised", "expected-error": "raised (expected)", "timeout": "timed out", "kernel-died": "died"}
+FAILED = FAILURE_WORDS  # a cell that raised, died, timed out or was interrupted is not forecast
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
 RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
@@ -162,14 +163,11 @@ def _measured(cell: dict[str, Any]) -> _Cell | None:
 
 def not_forecast(cell: dict[str, Any]) -> dict[str, Any] | None:
     """A cell that raised, died or timed out: what ran is not the cell, so it is not forecast."""
-    status = cell.get("status")
-    if status not in FAILED:
+    what = failure_text(cell)
+    if what is None:
         return None
-    error = cell.get("error") or {}
-    detail = ": ".join(str(x) for x in (error.get("name"), error.get("message")) if x)
     return {"index": cell.get("index"), "line": cell.get("line"), "first_line": cell.get("first_line"),
-            "status": status, "cpu_s": cell.get("wall_s"),
-            "reason": f"not forecast: the cell {FAILED[status]}" + (f" ({detail[:160]})" if detail else "")}
+            "status": cell.get("status"), "cpu_s": cell.get("wall_s"), "reason": f"not forecast: the cell {what}"}
 
 
 def _cell_entry(cell: _Cell, programs: dict[str, Any]) -> dict[str, Any]:
