@@ -181,7 +181,7 @@ def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path
     unknown = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,no_such_platform",
                       "--db", tmp_path / "s.db")
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "unknown backend" in unknown.stderr
-    # A backend this machine has no device for is refused before anything runs (tests/test_adversarial_run.py).
+    # A backend this machine has no device for is refused before anything runs (tests/test_adversarial.py).
     present = ["cpu"] + [b for b in ("cuda", "tpu") if machine_lacks(b) is None]
     if len(present) < 2:
         pytest.skip("this machine has no GPU or TPU: a second backend is refused before anything runs")

@@ -387,7 +387,7 @@ def test_jax_cache_cold_empties_the_folder_it_made(tmp_path: Path) -> None:
     assert state == "cold" and owns_folder(folder) and env["JAX_COMPILATION_CACHE_DIR"] == str(folder.resolve())
     (folder / f"jit_f-{'0' * 64}-cache").write_bytes(b"compiled")  # what JAX writes there
     (folder / "sub").mkdir()
-    (folder / "sub" / "x").write_bytes(b"")  # the user's: stays (tests/test_adversarial_files.py)
+    (folder / "sub" / "x").write_bytes(b"")  # the user's: stays (tests/test_adversarial.py)
     assert jax_cache_env("warm", folder)[1] == "warm"
     assert jax_cache_env("cold", folder)[1] == "cold"
     assert sorted(p.name for p in folder.iterdir()) == [CACHE_MARKER, "sub"]
