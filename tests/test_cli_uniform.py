@@ -12,6 +12,8 @@ import json
 import random
 import re
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from conftest import assert_one_line_error
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.cli import build_command
@@ -68,17 +71,33 @@ def commands() -> dict[str, click.Command]:
     return dict(command.commands)
 
 
-def assert_one_line_error(done: Any, *words: str) -> str:
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nbscope: error: "), done.stderr
-    assert "Traceback" not in done.stderr
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
-
-
 # ---- help and options ------------------------------------------------------------------------------------
+
+
+def test_each_command_is_registered_by_the_module_that_command_modules_names() -> None:
+    """``nbscope CMD`` imports only COMMAND_MODULES[CMD]: that module must register CMD, and every command
+    the help lists must be in the map."""
+    from nbscope.cli import COMMAND_GROUPS, COMMAND_MODULES, app
+
+    registered = commands()
+    assert set(COMMAND_MODULES) == set(registered)
+    assert {name for names in COMMAND_GROUPS.values() for name in names} == set(registered)
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__  # type: ignore[union-attr]
+        assert info.callback.__module__ == f"nbscope.cli.{COMMAND_MODULES[name]}", name  # type: ignore[union-attr]
+    assert set(build_command("diagnose").commands) >= {"diagnose"}  # type: ignore[attr-defined]
+
+
+def test_a_command_started_alone_registers_only_its_own_module() -> None:
+    """In a fresh process, ``nbscope show`` imports the runs module and no other command's."""
+    code = ("import json, sys\nfrom nbscope.cli import main\ntry:\n    main(['show', '--help'])\n"
+            "except SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nbscope.cli._'))), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    assert "nbscope.cli._runs" in loaded
+    assert not {"nbscope.cli._audit", "nbscope.cli._diagnose", "nbscope.cli._profile"} & loaded, loaded
 
 
 def test_no_help_shows_a_default_of_none() -> None:

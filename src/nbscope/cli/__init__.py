@@ -45,29 +45,33 @@ def _root(
     """nbscope: profile notebooks per cell, compare machines and backends, diagnose slow cells."""
 
 
-def _register_commands() -> None:
-    # Imported for their side effect of adding commands to ``app``.
-    from nbscope.cli import (  # noqa: F401
-        _after_run,
-        _audit,
-        _bench,
-        _book2_env,
-        _cells,
-        _compare,
-        _diagnose,
-        _forecast,
-        _gate,
-        _history,
-        _import_jupyter_cache,
-        _info,
-        _loops,
-        _pathways,
-        _profile,
-        _report,
-        _runs,
-        _trace,
-        _versions,
-    )
+# The module that registers each command. ``nbscope CMD`` imports only CMD's module: a command's start-up
+# then pays for its own imports, not for every other command's (benchmarks/cli_latency.py).
+COMMAND_MODULES: dict[str, str] = {
+    "profile": "_profile", "trace": "_trace", "bench": "_bench", "loops": "_loops", "pathways": "_pathways",
+    "versions": "_versions", "bisect": "_versions",
+    "show": "_runs", "runs": "_runs", "export": "_runs", "import": "_runs",
+    "cells": "_cells", "lectures": "_cells", "history": "_history",
+    "diagnose": "_diagnose", "compare": "_compare", "forecast": "_forecast",
+    "gate": "_gate", "report": "_report", "import-jupyter-cache": "_import_jupyter_cache",
+    "audit": "_audit", "merge": "_audit", "info": "_info", "book2-env": "_book2_env",
+}
+
+
+def _register_commands(only: str | None = None) -> None:
+    """Add the commands to ``app`` by importing their modules: ``only`` that command's when it names one
+    (``nbscope --help``, a mistyped command and the API register every one)."""
+    import importlib
+
+    modules = [COMMAND_MODULES[only]] if only in COMMAND_MODULES else sorted(set(COMMAND_MODULES.values()))
+    for module in modules:
+        importlib.import_module(f"nbscope.cli.{module}")
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command ``argv`` runs: its first word, when no option comes before it (the root takes only
+    ``--version`` and ``--help``)."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
 
 # ``nbscope --help`` lists the commands in the order of use, one panel per step.
@@ -93,14 +97,14 @@ def _group_commands(group: click.Group) -> None:
         sub.rich_help_panel = panels.get(name, "Other")  # type: ignore[attr-defined]
 
 
-def build_command() -> click.Command:
-    """The click command behind ``app``, every command registered (grouped in the order of use), with help that
-    shows only real defaults.
+def build_command(only: str | None = None) -> click.Command:
+    """The click command behind ``app``, every command registered (grouped in the order of use), or ``only``
+    that one when it names a command, with help that shows only real defaults.
 
     An option or argument without a default (``None``, or a required one) would show ``[default: None]``;
     it is turned off here, once, for every command, so that commands added later need nothing of their own.
     """
-    _register_commands()
+    _register_commands(only)
     command = typer.main.get_command(app)
     if isinstance(command, click.Group):
         _group_commands(command)
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)
-    command = build_command()
+    command = build_command(_command_named(args))
     with _signals.handled():
         try:
             command(args=args, prog_name="nbscope", standalone_mode=True)
