@@ -104,7 +104,16 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:
     for cell in cos_cells:
         for key in table.devices:
             outcome = cell["gpu"][key]
+            where = (cell["index"], key, outcome["low_s"], outcome["high_s"], outcome["cpu_s"])
             # On every GPU the cos itself takes milliseconds where this CPU took far longer.
             (cos_work,) = [t for t in outcome["terms"] if t["kind"] == "work" and t["function"] == "cos"]
             assert cos_work["high_s"] < 0.05
-            assert outcome["verdict"] == "faster", (cell["index"], key, outcome["low_s"], outcome["cpu_s"])
+            assert outcome["low_s"] < outcome["cpu_s"], where
+            if outcome["verdict"] != "faster":
+                # Only a first call's unknown may leave it open: XLA:GPU's compile time, derived from this
+                # CPU's, can outweigh a CPU run that was quick (an idle CI machine took 0.66 s for one).
+                assert outcome["verdict"] == "uncertain" and outcome["uncertain"]["straddles"], where
+                assert cell["cpu"]["compile_s"] > 0, where
+    # A call with no compile is faster on every GPU however fast this CPU is.
+    assert any(all(c["gpu"][k]["verdict"] == "faster" for k in table.devices) for c in cos_cells
+               if c["cpu"]["compile_s"] == 0)

@@ -315,14 +315,7 @@ def profile_until_stopped(
     fingerprint = fingerprint or fp.collect()
     notebook = preflight(path, options, store, fingerprint)
     store_path = getattr(store, "path", None)
-    cache_root = options.cache_root or default_cache_root(store_path, make=options.jax_cache in ("cold", "warm"))
-    if options.jax_cache == "cold":
-        _check_can_empty(cache_root)  # refuse before anything runs or is stored
-    if options.jax_cache in ("cold", "warm"):
-        check_folder_option("--jax-cache", cache_root)
-    env = dict(options.env)
-    if options.jax_platform:
-        env["JAX_PLATFORMS"] = options.jax_platform
+    repeats = _Repeats(path, notebook, options, _checked_cache_root(options, store_path), fingerprint)
     record = RunRecord(
         kind="profile",
         target=target_name(notebook.path),
@@ -334,45 +327,19 @@ def profile_until_stopped(
         live_path = default_live_path(store_path)
     described = [c.describe() for c in notebook.code_cells]
     live.write_header(live_path, record, notebook.describe(), described, store_path)
-    executions: list[Execution] = []
-    cache_state = "off"
     interrupted = False
     not_started: NbscopeError | None = None
     try:
-        for number in range(options.repeat):
-            # "cold" empties the cache before every repeat, so medians over repeats stay cold ones.
-            cache_env, cache_state = jax_cache_env(options.jax_cache, cache_root)
-            live.write_execution(live_path, number, cache_state)
-            execution = execute(
-                notebook_module.read(path) if executions else notebook,  # a fresh copy per repeat
-                ExecutionOptions(
-                    timeout=options.timeout,
-                    on_error=options.on_error,
-                    kernel_name=options.kernel,
-                    env={**cache_env, **env},
-                    nvml=_gpus_present(fingerprint),
-                    timeline=options.timeline,
-                    keep_traces=options.keep_traces,
-                    programs=options.collects_programs,
-                ),
-                live_sink=live.LiveWriter(live_path),
-                on_cell_start=on_cell_start,
-                on_cell_done=on_cell_done,
-            )
-            executions.append(execution)
-            if execution.interrupted:
-                interrupted = True
-                break
-            if execution.status != "ok":
-                break
+        interrupted = repeats.run(live_path, on_cell_start, on_cell_done)
     except KeyboardInterrupt:  # between cells' reach: starting a kernel, between repeats
         interrupted = True
     except NbscopeError as exc:  # a kernel that would not start
-        if executions:
+        if repeats.executions:
             raise  # the repeats that ran are kept (below)
         not_started = exc
     finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
-        fill_measurements(record, notebook.describe(), described, executions, cache_state, live_path)
+        executions = repeats.executions
+        fill_measurements(record, notebook.describe(), described, executions, repeats.cache_state, live_path)
         if interrupted and len(executions) < options.repeat:
             record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
         if owned_live:
@@ -388,6 +355,66 @@ def profile_until_stopped(
     if owned_live and (store is not None or not interrupted):
         live.remove_live_file(live_path)  # its cells are in the record now
     return record, interrupted
+
+
+def _checked_cache_root(options: ProfileOptions, store_path: Path | None) -> Path:
+    """The JAX cache folder of ``--jax-cache``, refused (before anything runs or is stored) when ``cold``
+    could not empty it or it cannot be a folder."""
+    cache_root = options.cache_root or default_cache_root(store_path, make=options.jax_cache in ("cold", "warm"))
+    if options.jax_cache == "cold":
+        _check_can_empty(cache_root)
+    if options.jax_cache in ("cold", "warm"):
+        check_folder_option("--jax-cache", cache_root)
+    return Path(cache_root)
+
+
+@dataclass
+class _Repeats:
+    """The ``--repeat`` executions of one profile, each in a fresh kernel; what ran is kept in
+    ``executions`` and the cache state of the last one in ``cache_state`` even when one is cut short."""
+
+    path: str | Path
+    notebook: Any
+    options: ProfileOptions
+    cache_root: Path
+    fingerprint: dict[str, Any]
+    executions: list[Execution] = field(default_factory=list)
+    cache_state: str = "off"
+
+    def run(self, live_path: Path, on_cell_start: StartCallback | None, on_cell_done: CellCallback | None) -> bool:
+        """Run the repeats until one fails or is interrupted; whether a signal stopped them."""
+        from nbscope.record import live
+
+        options = self.options
+        env = dict(options.env)
+        if options.jax_platform:
+            env["JAX_PLATFORMS"] = options.jax_platform
+        for number in range(options.repeat):
+            # "cold" empties the cache before every repeat, so medians over repeats stay cold ones.
+            cache_env, self.cache_state = jax_cache_env(options.jax_cache, self.cache_root)
+            live.write_execution(live_path, number, self.cache_state)
+            execution = execute(
+                notebook_module.read(self.path) if self.executions else self.notebook,  # a fresh copy per repeat
+                ExecutionOptions(
+                    timeout=options.timeout,
+                    on_error=options.on_error,
+                    kernel_name=options.kernel,
+                    env={**cache_env, **env},
+                    nvml=_gpus_present(self.fingerprint),
+                    timeline=options.timeline,
+                    keep_traces=options.keep_traces,
+                    programs=options.collects_programs,
+                ),
+                live_sink=live.LiveWriter(live_path),
+                on_cell_start=on_cell_start,
+                on_cell_done=on_cell_done,
+            )
+            self.executions.append(execution)
+            if execution.interrupted:
+                return True
+            if execution.status != "ok":
+                return False
+        return False
 
 
 def _save(record: RunRecord, store: Any, live_path: Path | None) -> bool:

@@ -80,12 +80,9 @@ def execute(
     """Run every code cell in a fresh kernel; never raises for a failing cell, timeout or dead kernel."""
     import_nbformat()  # before nbclient, which imports nbformat: without jsonschema's grammar-building import
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     home = ProbeHome()
     probe_out = home.root / "probe.jsonl"
-    reader = ProbeReader(probe_out)
-    live = live_sink if live_sink is not None else Discard()  # each finished cell streams there
     timeline_dir = None
     if options.timeline:
         timeline_dir = options.keep_traces or home.root / "traces"
@@ -93,9 +90,8 @@ def execute(
     env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
     env.update(options.env)
     programs = _program_collector(notebook, options, home.root, env)
-    nb = notebook.nb
     client = NotebookClient(
-        nb,
+        notebook.nb,
         kernel_name=options.kernel_name or notebook.kernel_name,
         timeout=options.timeout,
         allow_errors=True,
@@ -105,107 +101,140 @@ def execute(
         extra_arguments=[PROBE_ARGUMENT],
         resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
     )
-    cells: list[dict[str, Any]] = []
-    runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None, "execute_s": None}
-    status = "ok"
-    stopped = interrupted = kernel_written = False
-    running: CodeCell | None = None  # the cell being executed, and since when (for an interrupt)
-    cell_started = 0.0
+    loop = _CellLoop(notebook, options, client, ProbeReader(probe_out), programs,
+                     live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
-        context = client.setup_kernel(env=env, stdout=kernel_log, stderr=kernel_log)
-        try:
-            context.__enter__()
-        except BaseException as exc:  # a failed or interrupted start must not leave a kernel behind
-            ensure_dead(client, kernel_family(client))
-            if isinstance(exc, Exception):
-                raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {describe(exc)}") from None
-            raise
-        runner["kernel_start_s"] = time.perf_counter() - started
+        context = _start_kernel(client, env, kernel_log)
+        loop.runner["kernel_start_s"] = time.perf_counter() - started
         execute_start = time.perf_counter()
         try:
-            for code_cell in notebook.code_cells:
-                if stopped:
-                    record = merge_cell(code_cell, None)
-                    cells.append(record)
-                    live.write(record)
-                    continue
-                cell = nb.cells[code_cell.cell_index]
-                running, cell_started = code_cell, time.perf_counter()
-                if on_cell_start is not None:
-                    on_cell_start(code_cell)
-                outcome = "ran"
-                try:
-                    client.execute_cell(cell, code_cell.cell_index)
-                except CellTimeoutError:
-                    outcome = "timeout"
-                except DeadKernelError:
-                    outcome = "kernel-died"
-                elapsed = time.perf_counter() - cell_started
-                running = None
-                probe = reader.take(code_cell.source_hash) if outcome == "ran" else None
-                record = _cell_record(code_cell, cell, outcome, elapsed, probe, options, programs)
-                cells.append(record)
-                if reader.kernel is not None and not kernel_written:
-                    live.write(reader.kernel)  # the probe's kernel header: a recovered run names its kernel
-                    kernel_written = True
-                live.write(record)
-                if on_cell_done is not None:
-                    on_cell_done(record)
-                if outcome == "kernel-died":
-                    status, stopped = "partial", True
-                elif outcome == "timeout":
-                    status = "partial"
-                    if not interrupt_cell(client, cell, wait_s=INTERRUPT_WAIT_S):
-                        # The cell ignores the interrupt: the kernel is still busy with it, so the next cell
-                        # would queue behind it and be blamed for the wait. The kernel is stopped instead.
-                        record["error"]["message"] += (
-                            f"; it ignored the interrupt for {INTERRUPT_WAIT_S:g} s, so the kernel was stopped "
-                            "and the cells after it did not run"
-                        )
-                        runner["interrupt_ignored"] = code_cell.index
-                        stopped = True
-                    else:
-                        stopped = options.on_error == "stop"
-                elif record["status"] == "error" and options.on_error == "stop":
-                    status, stopped = "partial", True
+            loop.run()
+        finally:
+            loop.runner["execute_s"] = time.perf_counter() - execute_start
+            shutdown_started = time.perf_counter()
+            try:
+                shut_down(client, context, loop.runner)
+            except KeyboardInterrupt:  # the cells are all measured: keep them, and let the caller stop
+                loop.interrupted = True
+            loop.runner["shutdown_s"] = time.perf_counter() - shutdown_started
+    finally:
+        try:
+            loop.reader.poll()
+        except Exception:  # a malformed probe line must not lose the cells already measured
+            pass
+        kernel_log.close()
+        loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
+        home.cleanup()
+    loop.runner["total_s"] = time.perf_counter() - started
+    return Execution(
+        cells=loop.cells, runner=loop.runner, kernel=loop.reader.kernel, status=loop.status,
+        executed_nb=notebook.nb, interrupted=loop.interrupted,
+        programs=programs.finish() if programs is not None else None,
+    )
+
+
+def _start_kernel(client: Any, env: dict[str, str], log: Any) -> Any:
+    """The entered kernel context of ``client``; a failed or interrupted start leaves no kernel behind."""
+    context = client.setup_kernel(env=env, stdout=log, stderr=log)
+    try:
+        context.__enter__()
+    except BaseException as exc:
+        ensure_dead(client, kernel_family(client))
+        if isinstance(exc, Exception):
+            raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {describe(exc)}") from None
+        raise
+    return context
+
+
+class _CellLoop:
+    """The cells of one execution, one at a time, in a started kernel: each cell's record, streamed to the
+    live file as it finishes, and what a failure means for the cells after it."""
+
+    def __init__(self, notebook: Notebook, options: ExecutionOptions, client: Any, reader: ProbeReader,
+                 programs: Any, live: LineSink, on_cell_start: StartCallback | None,
+                 on_cell_done: CellCallback | None) -> None:
+        self.notebook, self.options, self.client, self.reader, self.programs = notebook, options, client, reader, programs
+        self.live, self.on_cell_start, self.on_cell_done = live, on_cell_start, on_cell_done
+        self.cells: list[dict[str, Any]] = []
+        self.runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None,
+                                       "execute_s": None}
+        self.status = "ok"
+        self.stopped = self.interrupted = self.kernel_written = False
+        self.running: CodeCell | None = None  # the cell being executed, and since when (for an interrupt)
+        self.cell_started = 0.0
+
+    def run(self) -> None:
+        try:
+            for code_cell in self.notebook.code_cells:
+                if self.stopped:
+                    self._keep(merge_cell(code_cell, None))
+                else:
+                    self._run_one(code_cell)
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGTERM or SIGHUP (under the CLI): the running cell is recorded as interrupted, with
             # how long it had run and the signal; those after it did not run. What finished is returned,
             # and the caller saves it and stops.
-            status, interrupted = "partial", True
-            for code_cell in notebook.code_cells[len(cells):]:
-                if code_cell is running:
-                    record = interrupted_cell(code_cell, time.perf_counter() - cell_started, stop_signal(exc))
+            self.status, self.interrupted = "partial", True
+            for code_cell in self.notebook.code_cells[len(self.cells):]:
+                if code_cell is self.running:
+                    self._keep(interrupted_cell(code_cell, time.perf_counter() - self.cell_started, stop_signal(exc)))
                 else:
-                    record = merge_cell(code_cell, None)
-                cells.append(record)
-                live.write(record)
-        finally:
-            runner["execute_s"] = time.perf_counter() - execute_start
-            shutdown_started = time.perf_counter()
-            try:
-                shut_down(client, context, runner)
-            except KeyboardInterrupt:  # the cells are all measured: keep them, and let the caller stop
-                interrupted = True
-            runner["shutdown_s"] = time.perf_counter() - shutdown_started
-    finally:
-        try:
-            reader.poll()
-        except Exception:  # a malformed probe line must not lose the cells already measured
-            pass
-        kernel_log.close()
-        runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if status != "ok" else None
-        home.cleanup()
-    runner["total_s"] = time.perf_counter() - started
-    return Execution(
-        cells=cells, runner=runner, kernel=reader.kernel, status=status, executed_nb=nb, interrupted=interrupted,
-        programs=programs.finish() if programs is not None else None,
-    )
+                    self._keep(merge_cell(code_cell, None))
 
+    def _keep(self, record: dict[str, Any]) -> None:
+        self.cells.append(record)
+        self.live.write(record)
+
+    def _run_one(self, code_cell: CodeCell) -> None:
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        cell = self.notebook.nb.cells[code_cell.cell_index]
+        self.running, self.cell_started = code_cell, time.perf_counter()
+        if self.on_cell_start is not None:
+            self.on_cell_start(code_cell)
+        outcome = "ran"
+        try:
+            self.client.execute_cell(cell, code_cell.cell_index)
+        except CellTimeoutError:
+            outcome = "timeout"
+        except DeadKernelError:
+            outcome = "kernel-died"
+        elapsed = time.perf_counter() - self.cell_started
+        self.running = None
+        probe = self.reader.take(code_cell.source_hash) if outcome == "ran" else None
+        record = _cell_record(code_cell, cell, outcome, elapsed, probe, self.options, self.programs)
+        self.cells.append(record)
+        if self.reader.kernel is not None and not self.kernel_written:
+            self.live.write(self.reader.kernel)  # the probe's kernel header: a recovered run names its kernel
+            self.kernel_written = True
+        self.live.write(record)
+        if self.on_cell_done is not None:
+            self.on_cell_done(record)
+        self._after(code_cell, cell, outcome, record)
+
+    def _after(self, code_cell: CodeCell, cell: Any, outcome: str, record: dict[str, Any]) -> None:
+        """What a cell's outcome means for the run: partial, and whether the cells after it run."""
+        if outcome == "kernel-died":
+            self.status, self.stopped = "partial", True
+        elif outcome == "timeout":
+            self.status = "partial"
+            if not interrupt_cell(self.client, cell, wait_s=INTERRUPT_WAIT_S):
+                # The cell ignores the interrupt: the kernel is still busy with it, so the next cell would
+                # queue behind it and be blamed for the wait. The kernel is stopped instead.
+                record["error"]["message"] += (
+                    f"; it ignored the interrupt for {INTERRUPT_WAIT_S:g} s, so the kernel was stopped "
+                    "and the cells after it did not run"
+                )
+                self.runner["interrupt_ignored"] = code_cell.index
+                self.stopped = True
+            else:
+                self.stopped = self.options.on_error == "stop"
+        elif record["status"] == "error" and self.options.on_error == "stop":
+            self.status, self.stopped = "partial", True
 
 
 def _cell_record(code_cell: CodeCell, cell: Any, outcome: str, elapsed: float, probe: dict[str, Any] | None,
