@@ -521,14 +521,21 @@ def test_a_users_file_tmp_beside_the_target_is_never_touched(secret_profile: dic
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.json.tmp"]  # no temporary left
 
 
-def test_a_parent_that_is_a_file_is_one_line_and_missing_folders_are_made(secret_profile: dict, tmp_path: Path) -> None:
+def test_a_parent_that_is_a_file_or_missing_is_one_line_and_nothing_is_made(secret_profile: dict, tmp_path: Path) -> None:
     blocker = tmp_path / "notes"
     blocker.write_text("a file, not a folder")
     assert_one_line_error(nbscope("export", "1", "-o", blocker / "run.json", "--db", secret_profile["db"], cwd=tmp_path), str(blocker))
     assert blocker.read_text() == "a file, not a folder"
-    made = tmp_path / "new" / "deeper" / "run.json"
-    assert nbscope("export", "1", "-o", made, "--db", secret_profile["db"], cwd=tmp_path).returncode == 0
-    assert json.loads(made.read_text())["format"] == "nbscope-run"
+    missing = tmp_path / "new" / "deeper" / "run.json"
+    assert_one_line_error(nbscope("export", "1", "-o", missing, "--db", secret_profile["db"], cwd=tmp_path),
+                          f"the folder {missing.parent} does not exist")
+    assert not (tmp_path / "new").exists()
+    assert_one_line_error(nbscope("report", "1", "-o", missing.with_suffix(".html"), "--db", secret_profile["db"],
+                                  cwd=tmp_path), "does not exist")
+    assert not (tmp_path / "new").exists()
+    missing.parent.mkdir(parents=True)
+    assert nbscope("export", "1", "-o", missing, "--db", secret_profile["db"], cwd=tmp_path).returncode == 0
+    assert json.loads(missing.read_text())["format"] == "nbscope-run"
 
 
 def test_report_to_standard_output_and_a_refused_link(secret_profile: dict, tmp_path: Path) -> None:

@@ -157,6 +157,7 @@ def test_runs_and_show(run_cli: Any, tmp_db: Path) -> None:
 def test_export_then_import_into_another_store(run_cli: Any, tmp_db: Path, tmp_path: Path) -> None:
     original = saved_run(tmp_db)
     exported = tmp_path / "out" / "run1.json"
+    exported.parent.mkdir()  # -o writes in an existing folder only
     result = run_cli("export", "1", "-o", exported, "--db", tmp_db)
     assert result.returncode == 0, result.stderr
     assert f"run 1 written to {exported}" in result.stdout

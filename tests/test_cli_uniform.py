@@ -185,6 +185,7 @@ def test_every_run_taking_command_takes_every_reference(stored: dict[str, Any], 
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["target"] == (stored["other"] if reference == "latest" else stored["cpu"])["target"]
 
+    (tmp_path / "out").mkdir(exist_ok=True)  # -o writes in an existing folder only
     exported = run_cli("export", gpu, "-o", tmp_path / "out" / "gpu.json", "--db", db, cwd=cwd)
     assert exported.returncode == 0, exported.stderr
     assert json.loads((tmp_path / "out" / "gpu.json").read_text())["started_at"] == stored["gpu"]["started_at"]

@@ -200,6 +200,7 @@ def test_report_with_the_real_diagnosis() -> None:
 def test_report_cli(report_file: dict[str, Any], run_cli: Any, tmp_path: Path) -> None:
     ids = [str(r.run_id) for r in report_file["runs"]]
     output = tmp_path / "out" / "r.html"
+    output.parent.mkdir()  # -o writes in an existing folder only
     done = run_cli("report", *ids, "--db", report_file["store"].path, "-o", output)
     assert done.returncode == 0, done.stderr
     assert output.is_file() and "<h2>History</h2>" in output.read_text()

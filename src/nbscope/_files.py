@@ -9,7 +9,8 @@
   same folder, so the final rename stays on one file system and is atomic), which is then renamed over
   the target. A reader sees the old file or the new one, never half of one, and no file of the user's
   (a ``FILE.tmp`` of their own) is ever overwritten or renamed away.
-- Missing folders above the target are made; a parent that cannot be made or written is one line, exit 2.
+- The target's folder must exist and be writable: a missing, unwritable or not-a-folder parent is one
+  line, exit 2, and nothing is made (a mistyped path never grows a tree of folders).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def is_stdout(path: str | Path) -> bool:
 
 
 def check_target(path: str | Path, *, option: str = "-o") -> Path:
-    """Refuse, in one line, a target nbscope must not replace; make its missing folders. Returns the path.
+    """Refuse, in one line, a target nbscope must not replace or whose folder is missing. Returns the path.
 
     Called before a long job (an audit, a report) so that a bad ``-o`` fails before anything runs."""
     path = Path(path)
@@ -54,12 +55,8 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
             kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
             raise NbscopeError(f"{option} {path} is {kind}, not a regular file; nbscope replaces only regular files")
     parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise NbscopeError(f"{option} {path}: {parent} is not a folder") from None
-    except OSError as exc:
-        raise NbscopeError(f"{option} {path}: cannot make the folder {parent} ({exc.strerror or exc})") from None
+    if not parent.exists() and not parent.is_symlink():
+        raise NbscopeError(f"{option} {path}: the folder {parent} does not exist (make it first)")
     if not parent.is_dir():
         raise NbscopeError(f"{option} {path}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):

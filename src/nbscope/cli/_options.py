@@ -109,14 +109,15 @@ TimeoutOption = Annotated[
 
 
 def output_option(help: str) -> Any:
-    """``-o/--output FILE``: write the command's file there (folders made, an existing regular file replaced
-    atomically; ``-`` or ``/dev/stdout``: standard output)."""
+    """``-o/--output FILE``: write the command's file there (in an existing folder, an existing regular file
+    replaced atomically; ``-`` or ``/dev/stdout``: standard output)."""
     return typer.Option("-o", "--output", metavar="FILE", help=f"{help} '-' writes to standard output.")
 
 
 def output_file(path: Path, *, option: str = "-o") -> Path:
-    """``path`` checked before the command works: a directory, a link, a device or FIFO, or a folder that cannot
-    be made or written is refused in one line (:func:`nbscope._files.check_target`); ``-`` is standard output."""
+    """``path`` checked before the command works: a directory, a link, a device or FIFO, or a folder that is
+    missing or cannot be written is refused in one line (:func:`nbscope._files.check_target`); ``-`` is
+    standard output."""
     return check_target(path, option=option)
 
 
