@@ -99,11 +99,12 @@ def diagnose_command(
 def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None) -> Any:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
     from nbscope.analyse.compare import platform_of
-    from nbscope.analyse.forecast.risks import forecast_unavailable
-    from nbscope.analyse.recommend import recommend_forecast
+    from nbscope.analyse.forecastable import forecast_unavailable
 
     if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
         return None
+    from nbscope.analyse.recommend import recommend_forecast
+
     return recommend_forecast(record, gpus=gpu, sources=sources, devices_file=devices)
 
 

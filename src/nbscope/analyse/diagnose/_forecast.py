@@ -47,13 +47,18 @@ def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, 
 def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
              sources: Mapping[str, str] | None = None, *, devices_file: str | Path | None = None) -> ForecastEvidence:
     """The forecast of ``record`` on the GPUs to diagnose for, or why it has none."""
+    from nbscope.analyse.forecastable import forecast_unavailable
+
+    why_not = forecast_unavailable(record, platform)
+    if why_not is not None and not gpus:  # nothing to forecast: the forecast is not even imported
+        return ForecastEvidence(gpus=[], explicit=False, why_not=why_not)
     from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.devices import load_table, resolve
-    from nbscope.analyse.forecast.risks import forecast_unavailable, gpus_of
+    from nbscope.analyse.forecast.risks import gpus_of
 
     names = gpus_of(record, list(gpus) if gpus else None)
     found = ForecastEvidence(gpus=names, explicit=bool(gpus))
-    found.why_not = forecast_unavailable(record, platform)
+    found.why_not = why_not
     if found.why_not is not None:
         return found
     try:

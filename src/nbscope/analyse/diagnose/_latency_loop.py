@@ -93,11 +93,11 @@ def _fix(functions: Mapping[str, list[str]], on_cpu: bool) -> str:
 
 def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[int, Finding], list[Skip]]:
     """Forecast findings by cell, on a CPU run with program data; Skips for loops the forecast cannot bound."""
-    from nbscope.analyse.forecast.risks import loop_slowdowns
-
     found = ctx.forecast
     if found.result is None:
         return {}, []
+    from nbscope.analyse.forecast.risks import loop_slowdowns
+
     slow: dict[int, dict[str, dict[str, Any]]] = {}
     unbounded: dict[int, dict[str, dict[str, Any]]] = {}
     for device in found.devices:

@@ -24,11 +24,11 @@ THRESHOLDS = {
 
 def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
     """Forecast findings on a CPU run: what float64 costs on each weak-float64 GPU it is forecast for."""
-    from nbscope.analyse.forecast.risks import float64_costs, fp64_share, weak_float64
-
     found = ctx.forecast
     if found.result is None:
         return
+    from nbscope.analyse.forecast.risks import float64_costs, fp64_share, weak_float64
+
     limit = ctx.limits(NAME, THRESHOLDS)
     weak = [d for d in found.devices if weak_float64(d)]
     costs: dict[str, dict[str, Any]] = {}

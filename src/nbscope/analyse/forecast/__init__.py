@@ -28,6 +28,7 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
+from nbscope.analyse.forecastable import RECORDED_BY, uses_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources
 
@@ -38,7 +39,6 @@ SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the c
 FAILED = FAILURE_WORDS  # a cell that raised, died, timed out or was interrupted is not forecast
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
-RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
 
 
 @dataclass
@@ -54,10 +54,6 @@ class _Cell:
 def _jax_compile(cell: dict[str, Any]) -> float:
     jax = cell.get("jax") or {}
     return sum(float(jax.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
-
-
-def uses_jax(record: Any) -> bool:
-    return any(c.get("jax") for c in record.measurements.get("cells") or [])
 
 
 def check_record(record: Any, run_label: str) -> None:

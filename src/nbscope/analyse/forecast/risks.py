@@ -13,9 +13,10 @@ import copy
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.forecast import RECORDED_BY, check_record, uses_jax
+from nbscope.analyse.forecast import check_record
 from nbscope.analyse.forecast.devices import Device, DeviceTable
 from nbscope.analyse.forecast.model import program_terms
+from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
 
 DEFAULT_GPUS = ["t4"]  # the GPU of the seed's runner: what a CPU run is forecast for unless told
@@ -30,18 +31,6 @@ def gpus_of(record: Any, gpus: str | list[str] | None = None) -> list[str]:
         return [n.strip() for n in names if n.strip()]
     named = (record.settings or {}).get("forecast")
     return [str(n) for n in named] if isinstance(named, list) and named else list(DEFAULT_GPUS)
-
-
-def forecast_unavailable(record: Any, platform: str | None) -> str | None:
-    """Why a run cannot be forecast for a GPU (None when it can): it ran on an accelerator, or it holds
-    no program data."""
-    if platform not in (None, "cpu"):
-        return f"the run used the {platform} backend: its GPU figures are measured, not forecast"
-    if not uses_jax(record):
-        return "the run has no JAX work: a GPU changes nothing in it"
-    if not (record.measurements or {}).get("programs"):
-        return f"the run was recorded without program data; profile the notebook with `{RECORDED_BY}`"
-    return None
 
 
 def require_forecast(record: Any, platform: str | None, run_label: str) -> None:
