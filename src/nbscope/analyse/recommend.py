@@ -99,6 +99,7 @@ def recommend_forecast(
     gpus: str | Sequence[str] | None = None,
     sources: Mapping[str, str] | None = None,
     devices_file: str | Path | None = None,
+    made: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The backend choice for a notebook that has no GPU run: from the GPU forecast of a CPU run recorded
     with program data (``nbscope profile --forecast``), for ``gpus`` (else those named when it was
@@ -109,7 +110,8 @@ def recommend_forecast(
     ``mixed_low_s`` / ``mixed_high_s`` with the functions the forecast keeps on the CPU), ``pinned`` per
     such function (its cells, the code change), and ``forecast``: per GPU key its verdict and totals.
     A run without program data, or one that ran on a GPU, is refused with one line; a run with no JAX
-    gets ``recommendation`` None and says why.
+    gets ``recommendation`` None and says why. ``made``: this run's forecast, already made for these GPUs
+    (a diagnosis made it), used instead of making it again.
     """
     from nbscope.analyse.forecast import forecast, uses_jax
     from nbscope.analyse.forecast.risks import gpus_of, require_forecast
@@ -128,7 +130,11 @@ def recommend_forecast(
         result["reason"] = ("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
                             "GPU the machine has: nothing to choose between")
         return result
-    forecast_result = forecast(record, gpus_of(record, gpus), sources=sources, devices_file=devices_file)
+    keys = gpus_of(record, gpus)
+    if made is not None and [d["key"] for d in made.get("devices") or []] == list(keys):
+        forecast_result: Mapping[str, Any] = made
+    else:
+        forecast_result = forecast(record, keys, sources=sources, devices_file=devices_file)
     for device in forecast_result["devices"]:
         notebook = forecast_result["notebook"][device["key"]]
         result["forecast"][device["key"]] = {

@@ -77,7 +77,7 @@ def diagnose_command(
         sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
     findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu,
                         thresholds=_thresholds(threshold or []), devices_file=devices)
-    recommendation = _forecast_recommendation(record, other_record, gpu, sources, devices)
+    recommendation = _forecast_recommendation(record, other_record, gpu, sources, devices, getattr(findings, "forecast", None))
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
         if recommendation is not None:
@@ -96,7 +96,8 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
-def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None) -> Any:
+def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None,
+                             made: Any = None) -> Any:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
     from nbscope.analyse.compare import platform_of
     from nbscope.analyse.forecastable import forecast_unavailable
@@ -105,7 +106,7 @@ def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: 
         return None
     from nbscope.analyse.recommend import recommend_forecast
 
-    return recommend_forecast(record, gpus=gpu, sources=sources, devices_file=devices)
+    return recommend_forecast(record, gpus=gpu, sources=sources, devices_file=devices, made=made)
 
 
 def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:

@@ -100,6 +100,7 @@ class Findings(list[Finding]):
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
         failed_cells: Iterable[Mapping[str, Any]] = (),
         cells_not_run: int = 0,
+        forecast: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(findings)
         self.skipped: list[Skip] = list(skipped)
@@ -108,6 +109,8 @@ class Findings(list[Finding]):
         # "died (DeadKernelError: …)"), and how many never ran: the rules judged only what ran.
         self.failed_cells: list[dict[str, Any]] = [dict(c) for c in failed_cells]
         self.cells_not_run = cells_not_run
+        # The GPU forecast the GPU rules read (None when no rule needed one): the backend choice reuses it.
+        self.forecast: Mapping[str, Any] | None = forecast
         # Thresholds the caller set in place of the defaults (empty: every rule used its defaults).
         self.thresholds: dict[str, dict[str, float]] = {rule: dict(v) for rule, v in (thresholds or {}).items()}
 
@@ -197,8 +200,10 @@ def diagnose(
     failed = [{"index": c.get("index"), "line": c.get("line"), "status": c.get("status"), "text": failure_text(c)}
               for c in cells if c.get("status") != "expected-error" and failure_text(c)]
     not_run = sum(1 for c in cells if c.get("status") == "not-run")
+    evidence = ctx.__dict__.get("forecast")  # computed only if a rule asked for it (a cached property)
     return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,
-                    failed_cells=failed, cells_not_run=not_run)
+                    failed_cells=failed, cells_not_run=not_run,
+                    forecast=evidence.result if evidence is not None else None)
 
 
 def _link(findings: list[Finding]) -> None:
