@@ -92,6 +92,10 @@ def test_round_trip_through_json() -> None:
 
 def test_round_trip_through_a_file(tmp_path: Path) -> None:
     record = make_record().finish("error")
+    with pytest.raises(NbscopeError, match="does not exist"):  # written only in an existing folder
+        dump(record, tmp_path / "sub" / "run.json")
+    assert not (tmp_path / "sub").exists()
+    (tmp_path / "sub").mkdir()
     path = dump(record, tmp_path / "sub" / "run.json")
     assert path.exists() and not (tmp_path / "sub" / "run.json.tmp").exists()
     assert load(path).to_dict() == record.to_dict()

@@ -551,7 +551,7 @@ def load(path: str | Path) -> RunRecord:
 
 def dump(record: RunRecord, path: str | Path) -> Path:
     """Write a run as JSON to ``path`` (``-`` or ``/dev/stdout``: standard output) by :mod:`nbscope._files`'
-    rules: atomically, and only over a regular file."""
+    rules: atomically, only over a regular file, and only in an existing folder."""
     from nbscope._files import write_text
 
     write_text(path, record.to_json() + "\n")
