@@ -99,8 +99,22 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:
                 return True
         return False
 
-    cos_cells = [c for c in result["cells"] if big_cos(c)]
-    assert len(cos_cells) >= 4  # cos over 50 M values: twice at n, twice at n + 1
+    sources = {c["index"]: str(c.get("source") or "") for c in record.measurements["cells"]}
+    timed = [c for c in result["cells"] if "jnp.cos(" in sources.get(c["index"], "") or big_cos(c)]
+    # The lecture times cos over 50 M values twice at n, twice at n + 1, and in a longer expression.
+    assert len(timed) >= 6
+    cos_cells = [c for c in timed if big_cos(c)]
+    assert cos_cells
+    cut = {c["index"] for c in record.measurements["cells"] if ((c.get("programs") or {}).get("window") or {}).get("cut")}
+    for cell in timed:
+        if cell["programs"] or cell["index"] not in cut:
+            continue
+        # Its trace holds no event of the cos: a session cut while the program ran on the cell's own thread
+        # (docs/forecast.md). Its JAX time is kept as JAX time, never host work, and it is never "slower".
+        for key in table.devices:
+            outcome = cell["gpu"][key]
+            assert any(t["kind"] == "unattributed" for t in outcome["terms"]), (cell["index"], outcome["terms"])
+            assert outcome["verdict"] != "slower", (cell["index"], key)
     for cell in cos_cells:
         for key in table.devices:
             outcome = cell["gpu"][key]
@@ -110,10 +124,11 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:
             assert cos_work["high_s"] < 0.05
             assert outcome["low_s"] < outcome["cpu_s"], where
             if outcome["verdict"] != "faster":
-                # Only a first call's unknown may leave it open: XLA:GPU's compile time, derived from this
-                # CPU's, can outweigh a CPU run that was quick (an idle CI machine took 0.66 s for one).
+                # Only what the forecast cannot know here may leave it open: XLA:GPU's compile time, derived
+                # from this CPU's, the copies of the host array, or JAX time the trace missed, against a CPU
+                # run that was quick (an idle CI machine took 0.66 s for a first call).
                 assert outcome["verdict"] == "uncertain" and outcome["uncertain"]["straddles"], where
-                assert cell["cpu"]["compile_s"] > 0, where
-    # A call with no compile is faster on every GPU however fast this CPU is.
-    assert any(all(c["gpu"][k]["verdict"] == "faster" for k in table.devices) for c in cos_cells
-               if c["cpu"]["compile_s"] == 0)
+                assert outcome["dominant"]["kind"] in ("compile", "transfer", "host", "unattributed"), where
+    # The longest of them is faster on every GPU however fast this CPU is.
+    longest = max(cos_cells, key=lambda c: c["cpu"]["wall_s"])
+    assert all(longest["gpu"][k]["verdict"] == "faster" for k in table.devices), longest["index"]

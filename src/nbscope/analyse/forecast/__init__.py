@@ -152,6 +152,11 @@ def _measured(cell: dict[str, Any]) -> _Cell | None:
     copies = float(transfers.get("cpu_s") or 0.0)  # replaced by the forecast's own transfer term
     rest = max(0.0, float(wall) - compile_s)
     unattributed = min(unattributed, max(0.0, rest - busy))
+    window = data.get("window") if isinstance(data.get("window"), dict) else {}
+    if window.get("cut") and not executions:
+        # The session was cut while one program ran on the cell's own thread (a program's events come when
+        # it ends: jnp.cos over 50 M values): none of the cell's time is known to be host work.
+        unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
     return _Cell(record=cell, wall=float(wall), compile_s=min(compile_s, float(wall)), host_s=host,
                  executions=executions, unattributed_s=unattributed)
