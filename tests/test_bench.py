@@ -309,8 +309,9 @@ def test_steady_state_kernels_scale_with_n() -> None:
                 {name: min(r[name] for r in runs[1::2]) for name in runs[1]})
 
     small, large = grown("numba", "numba.n", 4_000_000, {})
-    for name in ("serial", "prange"):
-        assert large[name] / small[name] > 2, (name, small[name], large[name])
+    assert large["serial"] / small["serial"] > 2, (small["serial"], large["serial"])
+    # prange's threads start and join whatever n: on 2 cores, 4× n measured 1.9× (a folded loop stays near 1×).
+    assert large["prange"] / small["prange"] > 1.5, (small["prange"], large["prange"])
 
     # Matrix products of 400 and 800 in one worker: 8× the flops.
     small, large = grown("jax", "jax.elementwise_n", 1_000_000, {"jax.matmul_small_n": 400, "jax.matmul_large_n": 800})
