@@ -90,17 +90,21 @@ def execute(
     env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
     env.update(options.env)
     programs = _program_collector(notebook, options, home.root, env)
-    client = NotebookClient(
-        notebook.nb,
-        kernel_name=options.kernel_name or notebook.kernel_name,
-        timeout=options.timeout,
-        allow_errors=True,
-        record_timing=True,
-        shutdown_kernel="immediate",
-        startup_timeout=int(options.startup_timeout),
-        extra_arguments=[PROBE_ARGUMENT],
-        resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
-    )
+
+    def new_client() -> Any:
+        return NotebookClient(
+            notebook.nb,
+            kernel_name=options.kernel_name or notebook.kernel_name,
+            timeout=options.timeout,
+            allow_errors=True,
+            record_timing=True,
+            shutdown_kernel="immediate",
+            startup_timeout=int(options.startup_timeout),
+            extra_arguments=[PROBE_ARGUMENT],
+            resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
+        )
+
+    client = new_client()
     loop = _CellLoop(notebook, options, client, ProbeReader(probe_out), programs,
                      live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
     started = time.perf_counter()
@@ -108,7 +112,16 @@ def execute(
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
-        context = _start_kernel(client, env, kernel_log)
+        try:
+            context = _start_kernel(client, env, kernel_log)
+        except NbscopeError as exc:
+            if "died before replying" not in str(exc):
+                raise
+            # A kernel that died while starting, before running anything (seen twice in about 2,000 starts
+            # on a busy 2-core machine), gets one more start; a kernel that cannot start fails both.
+            client = loop.client = new_client()
+            loop.runner["kernel_restarts"] = 1
+            context = _start_kernel(client, env, kernel_log)
         loop.runner["kernel_start_s"] = time.perf_counter() - started
         execute_start = time.perf_counter()
         try:
