@@ -104,24 +104,17 @@ def execute(
             resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
         )
 
-    client = new_client()
-    loop = _CellLoop(notebook, options, client, ProbeReader(probe_out), programs,
+    loop = _CellLoop(notebook, options, None, ProbeReader(probe_out), programs,
                      live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
-        try:
-            context = _start_kernel(client, env, kernel_log)
-        except NbscopeError as exc:
-            if "died before replying" not in str(exc):
-                raise
-            # A kernel that died while starting, before running anything (seen twice in about 2,000 starts
-            # on a busy 2-core machine), gets one more start; a kernel that cannot start fails both.
-            client = loop.client = new_client()
-            loop.runner["kernel_restarts"] = 1
-            context = _start_kernel(client, env, kernel_log)
+        client, context, restarts = _start_kernel(new_client, env, kernel_log)
+        loop.client = client
+        if restarts:
+            loop.runner["kernel_restarts"] = restarts
         loop.runner["kernel_start_s"] = time.perf_counter() - started
         execute_start = time.perf_counter()
         try:
@@ -150,17 +143,26 @@ def execute(
     )
 
 
-def _start_kernel(client: Any, env: dict[str, str], log: Any) -> Any:
-    """The entered kernel context of ``client``; a failed or interrupted start leaves no kernel behind."""
-    context = client.setup_kernel(env=env, stdout=log, stderr=log)
-    try:
-        context.__enter__()
-    except BaseException as exc:
-        ensure_dead(client, kernel_family(client))
-        if isinstance(exc, Exception):
+def _start_kernel(new_client: Callable[[], Any], env: dict[str, str], log: Any) -> tuple[Any, Any, int]:
+    """A client of ``new_client()``'s with its kernel started: ``(client, entered context, restarts)``. A
+    failed or interrupted start leaves no kernel behind. A kernel that died before replying to its first
+    request (seen twice in about 2,000 starts on a busy 2-core machine), before running anything, gets one
+    more start; a kernel that cannot start fails both."""
+    restarts = 0
+    while True:
+        client = new_client()
+        context = client.setup_kernel(env=env, stdout=log, stderr=log)
+        try:
+            context.__enter__()
+            return client, context, restarts
+        except BaseException as exc:
+            ensure_dead(client, kernel_family(client))
+            if not isinstance(exc, Exception):
+                raise
+            if restarts == 0 and "died before replying" in str(exc):
+                restarts = 1
+                continue
             raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {describe(exc)}") from None
-        raise
-    return context
 
 
 class _CellLoop:
