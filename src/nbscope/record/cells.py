@@ -230,12 +230,16 @@ def target_aliases(target: str, base: Path | None = None) -> list[str]:
     folder nbscope ran in. A name that is not a file (a benchmark suite, a run from another machine) is
     matched as written.
     """
+    return aliases_for(target, notebook_file(target, base), base)
+
+
+def aliases_for(target: str, file: Path | None, base: Path | None = None) -> list[str]:
+    """:func:`target_aliases` of a ``target`` whose file (:func:`notebook_file`) is known already."""
     names = [target]
-    resolved = notebook_file(target, base)
-    if resolved is not None:
-        names.insert(0, target_name(resolved, base))
-        names.append(resolved.as_posix())
-        parts = resolved.parts
+    if file is not None:
+        names.insert(0, target_name(file, base))
+        names.append(file.as_posix())
+        parts = file.parts
         names.extend(Path(*parts[i:]).as_posix() for i in range(len(parts) - 1, 0, -1))
     return list(dict.fromkeys(names))
 

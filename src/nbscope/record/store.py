@@ -638,29 +638,29 @@ class Store:
         """The names runs of ``target`` (a path or a stored name) are stored under: its current name first,
         then of its older names (:func:`nbscope.record.cells.target_aliases`) its absolute path, and a
         shorter name only when the newest run stored under it measured this notebook: most of its cells the
-        same (:func:`nbscope.record.cells.shares_cells`). ``x/intro.md`` never takes the runs of another
-        folder's ``intro.md`` that an older nbscope stored as ``intro.md``."""
-        from nbscope.record.cells import cell_hashes, notebook_file, shares_cells, target_aliases
+        same (:func:`nbscope.record.cells.shares_cells`) as the newest run under its current name or, when
+        there is none, as the file. ``x/intro.md`` never takes the runs of another folder's ``intro.md``
+        that an older nbscope stored as ``intro.md``."""
+        from nbscope.record.cells import aliases_for, cell_hashes, notebook_file, shares_cells
 
-        names = target_aliases(target)
         file = notebook_file(target)
+        names = aliases_for(target, file)
         if file is None or len(names) == 1 or not self.path.exists():
             return names
-        fixed = {names[0], file.as_posix()}
+        fixed = list(dict.fromkeys([names[0], file.as_posix()]))
         with self._connect() as db:
             older = [n for n in names if n not in fixed]
             marks = ",".join("?" * len(older))
             present = {t for (t,) in db.execute(f"SELECT DISTINCT target FROM runs WHERE target IN ({marks})", older)}
-        hashes: list[str] | None = None
-        kept = []
-        for name in names:
-            if name in fixed:
-                kept.append(name)
-            elif name in present:
-                if hashes is None:
-                    hashes = _notebook_cell_hashes(file)
-                newest = self.latest(target=name)
-                if newest is not None and shares_cells(hashes, cell_hashes(newest)):
+        if not present:
+            return fixed
+        current = self.latest(target=fixed)
+        # The stored run says which cells this notebook has; the file is read (a notebook parser) only without one.
+        hashes = cell_hashes(current) if current is not None else _notebook_cell_hashes(file)
+        kept = list(fixed)
+        for name in older:
+            if name in present and (newest := self.latest(target=name)) is not None:
+                if shares_cells(hashes, cell_hashes(newest)):
                     kept.append(name)
         return kept
 
