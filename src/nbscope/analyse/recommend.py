@@ -113,8 +113,9 @@ def recommend_forecast(
     gets ``recommendation`` None and says why. ``made``: this run's forecast, already made for these GPUs
     (a diagnosis made it), used instead of making it again.
     """
-    from nbscope.analyse.forecast import forecast, uses_jax
+    from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.risks import gpus_of, require_forecast
+    from nbscope.analyse.forecastable import uses_jax
 
     compare_module.check_profile(record, "the run")
     platform = compare_module.platform_of(record)["platform"]

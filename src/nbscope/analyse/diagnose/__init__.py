@@ -197,8 +197,8 @@ def diagnose(
     _link(findings)
     notes = [ctx.sources_note] if ctx.sources_note else []
     cells = [c for c in record.measurements.get("cells") or [] if isinstance(c, Mapping)]
-    failed = [{"index": c.get("index"), "line": c.get("line"), "status": c.get("status"), "text": failure_text(c)}
-              for c in cells if c.get("status") != "expected-error" and failure_text(c)]
+    failed = [{"index": c.get("index"), "line": c.get("line"), "status": c.get("status"), "text": text}
+              for c in cells if c.get("status") != "expected-error" and (text := failure_text(c))]
     not_run = sum(1 for c in cells if c.get("status") == "not-run")
     evidence = ctx.__dict__.get("forecast")  # computed only if a rule asked for it (a cached property)
     return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,

@@ -36,7 +36,6 @@ FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
 UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the cell "uncertain"
 SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell is carried over as measured
-FAILED = FAILURE_WORDS  # a cell that raised, died, timed out or was interrupted is not forecast
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
 
@@ -137,7 +136,8 @@ def forecast(
 
 def _measured(cell: dict[str, Any]) -> _Cell | None:
     wall = cell.get("wall_s")
-    if not isinstance(wall, (int, float)) or cell.get("status") in ("not-run", "skipped") or cell.get("status") in FAILED:
+    # A cell that raised, died, timed out or was interrupted is not forecast (:func:`not_forecast`).
+    if not isinstance(wall, (int, float)) or cell.get("status") in ("not-run", "skipped", *FAILURE_WORDS):
         return None
     compile_s = _jax_compile(cell)
     data = cell.get("programs") or {}
