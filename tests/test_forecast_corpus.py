@@ -110,7 +110,7 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:
         if cell["programs"] or cell["index"] not in cut:
             continue
         # Its trace holds no event of the cos: a session cut while the program ran on the cell's own thread
-        # (docs/forecast.md). Its JAX time is kept as JAX time, never host work, and it is never "slower".
+        # (docs/forecast.md). Its time is kept unattributed, never host work, and it is never "slower".
         for key in table.devices:
             outcome = cell["gpu"][key]
             assert any(t["kind"] == "unattributed" for t in outcome["terms"]), (cell["index"], outcome["terms"])

@@ -48,6 +48,7 @@ class _Cell:
     host_s: float
     executions: list[dict[str, Any]]
     unattributed_s: float = 0.0  # JAX time the trace did not attribute to a known program
+    unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
 
 
 def _jax_compile(cell: dict[str, Any]) -> float:
@@ -153,13 +154,14 @@ def _measured(cell: dict[str, Any]) -> _Cell | None:
     rest = max(0.0, float(wall) - compile_s)
     unattributed = min(unattributed, max(0.0, rest - busy))
     window = data.get("window") if isinstance(data.get("window"), dict) else {}
-    if window.get("cut") and not executions:
-        # The session was cut while one program ran on the cell's own thread (a program's events come when
-        # it ends: jnp.cos over 50 M values): none of the cell's time is known to be host work.
+    # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
+    # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work.
+    unseen = bool(window.get("cut")) and not executions
+    if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
     return _Cell(record=cell, wall=float(wall), compile_s=min(compile_s, float(wall)), host_s=host,
-                 executions=executions, unattributed_s=unattributed)
+                 executions=executions, unattributed_s=unattributed, unseen=unseen)
 
 
 def not_forecast(cell: dict[str, Any]) -> dict[str, Any] | None:
@@ -259,13 +261,14 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
                           details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
     if cell.unattributed_s > 0:
         small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
+        what = ("time a trace cut short did not attribute, a JAX program's or host work" if cell.unseen
+                else "JAX time the trace did not attribute to a program")
         seconds = units.seconds(cell.unattributed_s)
         terms.append(Term(
             kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
             high_s=cell.unattributed_s if small else None,
-            words=(f"JAX time the trace did not attribute to a program ({seconds}), carried over as measured"
-                   if small else f"JAX time the trace did not attribute to a program ({seconds}): GPU time unknown"),
-            details={"cpu_s": cell.unattributed_s}))
+            words=(f"{what} ({seconds}), carried over as measured" if small else f"{what} ({seconds}): GPU time unknown"),
+            details={"cpu_s": cell.unattributed_s, "unseen": cell.unseen}))
     missing = []
     for execution in cell.executions:
         program = programs.get(execution["program"])
@@ -369,7 +372,8 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
             unknown += f" in `{dominant.function}`"
         settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
     elif dominant.kind == "unattributed":
-        unknown = "which program ran the JAX time the trace did not attribute"
+        unknown = ("what ran in the time a trace cut short did not attribute" if dominant.details.get("unseen")
+                   else "which program ran the JAX time the trace did not attribute")
         settle = "a run whose trace captures the program, or a GPU run"
     elif dominant.kind == "compile":
         unknown = "XLA:GPU's compile time"
