@@ -284,7 +284,7 @@ def test_quick_suite_json_covers_every_group(run_cli, tmp_db: Path) -> None:
 
 @pytest.mark.slow
 def test_steady_state_kernels_scale_with_n() -> None:
-    """No dead code: four times n clearly lengthens the Numba and JAX kernels (a folded loop would not).
+    """No dead code: four times n clearly lengthens the serial Numba and the JAX kernels (a folded loop would not).
 
     Other processes on a small shared machine slow a worker by a factor that changes from one run to the
     next. So sizes are compared within one worker where the group has two (its samples interleave), and
@@ -310,8 +310,13 @@ def test_steady_state_kernels_scale_with_n() -> None:
 
     small, large = grown("numba", "numba.n", 4_000_000, {})
     assert large["serial"] / small["serial"] > 2, (small["serial"], large["serial"])
-    # prange's threads start and join whatever n: on 2 cores, 4× n measured 1.9× (a folded loop stays near 1×).
-    assert large["prange"] / small["prange"] > 1.5, (small["prange"], large["prange"])
+    # prange's growth is not judged: its threads start and join whatever n, and on a busy 2-core runner a
+    # descheduled thread inflated the small size's fastest sample 3× (5.7 ms against 6.8 ms at 4× n). What
+    # dead code would show is a loop that costs nothing: here 4n elements on all cores still cost a clear share
+    # of one core's serial pass (measured 1/6 on 2 cores; SIMD lets prange beat serial ÷ cores), where a
+    # folded loop takes microseconds.
+    cores = os.cpu_count() or 1
+    assert large["prange"] > large["serial"] / (20 * cores), (large["serial"], large["prange"], cores)
 
     # Matrix products of 400 and 800 in one worker: 8× the flops.
     small, large = grown("jax", "jax.elementwise_n", 1_000_000, {"jax.matmul_small_n": 400, "jax.matmul_large_n": 800})
