@@ -3,6 +3,7 @@ Chromium (renders without console errors, plots visible in a screenshot, noteboo
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -149,17 +151,48 @@ def test_report_is_self_contained_and_escaped(report_file: dict[str, Any]) -> No
 
 
 def test_svg_keeps_hostile_text_as_escaped_text() -> None:
-    figure = html_report._figure(4, 2)
-    axes = figure.subplots()
-    hostile = "x --> <script>alert(5)</script> <!-- ]]> & $5 $y$"
-    axes.set_title(html_report._plain(hostile))
-    axes.set_yscale("log")
-    axes.plot([1, 10, 100], [1, 10, 100])
-    text = html_report.svg(figure)
-    assert text.startswith('<svg class="plot"') and "<?xml" not in text
-    assert "<script" not in text and "]]>" not in text
-    assert "x --&gt; &lt;script&gt;alert(5)&lt;/script&gt; &lt;!-- ]]&gt; &amp; $5 $y$" in text
-    assert "mathdefault" in text  # matplotlib's own tick labels still use mathtext
+    from nbscope.render.html._svg import BarChart, PointChart
+
+    hostile = "x --> <script>alert(5)</script> <!-- ]]> & $5 $y$\x07"
+    bars = BarChart([hostile], hostile, hostile)
+    bars.bar(0, 0.0, 1.0, "#4c72b0")
+    points = PointChart(hostile, "n", "s", xscale="log", yscale="log")
+    points.series([(1, 1), (10, 10), (100, 100)], "#4c72b0", line=True)
+    for text in (bars.svg([(hostile, "#4c72b0")]), points.svg([(hostile, "#4c72b0")])):
+        assert text.startswith('<svg class="plot"') and "<?xml" not in text
+        assert "<script" not in text and "]]>" not in text and "\x07" not in text
+        assert "x --&gt; &lt;script&gt;alert(5)&lt;/script&gt; &lt;!-- ]]&gt; &amp; $5 $y$" in text
+        ElementTree.fromstring(text)  # well-formed XML
+
+
+def test_bar_chart_places_bars_on_its_axis() -> None:
+    from nbscope.render.html._svg import Axis, BarChart
+
+    chart = BarChart(["a", "b"], "t", "s")
+    chart.bar(0, 0.0, 2.0, "#111111")
+    chart.bar(1, 2.0, 6.0, "#222222", outline=True)
+    root = ElementTree.fromstring(chart.svg())
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = {r.get("fill"): r for r in root.iter(f"{ns}rect") if r.get("fill") in ("#111111", "#222222")}
+    first, second = (float(bars[c].get("width")) for c in ("#111111", "#222222"))
+    assert second == pytest.approx(3 * first, rel=0.02)  # 6 s against 2 s on one linear axis
+    assert float(bars["#222222"].get("x")) == pytest.approx(float(bars["#111111"].get("x")) + first, abs=0.2)
+    assert bars["#222222"].get("stroke") == "#c00000" and bars["#111111"].get("stroke") is None
+    ticks = [float(t.text) for t in root.iter(f"{ns}text") if (t.text or "").replace(".", "").isdigit()]
+    assert 0 in ticks and max(ticks) >= 8  # the axis covers the longest bar
+    log = Axis(0.003, 40, "log")
+    assert (log.low, log.high) == (0.001, 100) and [label for _, label in log.ticks()][:2] == ["0.001", "0.01"]
+    assert log.fraction(1) == pytest.approx(0.6) and log.fraction(1e-9) == 0.0
+
+
+def test_time_axis_ticks_are_dates_for_a_year_and_clock_times_for_an_hour() -> None:
+    from nbscope.render.html._svg import Axis
+
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
+    year = Axis(start, start + 365 * 86400, "time").ticks()
+    assert 2 <= len(year) <= 8 and all(re.fullmatch(r"\d{4}-\d\d-\d\d", label) for _, label in year)
+    hour = Axis(start, start + 3600, "time").ticks()
+    assert 2 <= len(hour) <= 8 and hour[0][1] == "01-01 00:00"
 
 
 @pytest.mark.slow

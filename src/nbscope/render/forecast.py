@@ -292,7 +292,8 @@ def forecast_svg(result: dict[str, Any]) -> str | None:
     """Per cell the measured CPU time and each GPU's forecast (bar to the low end, whisker to the high
     end; an open-ended range draws an arrow), log time axis, the cells the GPU changes most first."""
     from nbscope.render.html._base import COLORS
-    from nbscope.render.html._plots import _figure, _label, _plain, svg
+    from nbscope.render.html._plots import _label, _plain
+    from nbscope.render.html._svg import BarChart
 
     if not result["devices"]:
         return None
@@ -302,30 +303,20 @@ def forecast_svg(result: dict[str, Any]) -> str | None:
     rows = [cells[i] for i in order if i in cells]
     if not rows:
         return None
-    series = 1 + len(result["devices"])
-    figure = _figure(10, max(2.4, 0.26 * len(rows) * series * 0.7 + 1.5))
-    axes = figure.subplots()
-    height = 0.8 / series
     floor = 1e-4
-    cpu = [max(c["cpu"]["wall_s"], floor) for c in rows]
-    positions = [i - 0.4 + height * 0.5 for i in range(len(rows))]
-    axes.barh(positions, cpu, height=height, color="#8c8c8c", label="CPU (measured)")
+    chart = BarChart([_label(c) for c in rows], "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
+                     "seconds (log scale)", scale="log", bars_per_row=1 + len(result["devices"]))
+    legend = [("CPU (measured)", "#8c8c8c")]
+    for row, cell in enumerate(rows):
+        chart.bar(row, floor, max(cell["cpu"]["wall_s"], floor) - floor, "#8c8c8c")
     for number, device in enumerate(result["devices"], start=1):
-        key = device["key"]
-        lows = [max(c["gpu"][key]["low_s"], floor) for c in rows]
-        highs = [c["gpu"][key]["high_s"] for c in rows]
-        upper = [(h - low) if h is not None else low * 9 for h, low in zip(highs, lows, strict=True)]
-        positions = [i - 0.4 + height * (number + 0.5) for i in range(len(rows))]
-        axes.barh(positions, lows, height=height, color=COLORS[(number - 1) % len(COLORS)],
-                  xerr=[[0] * len(lows), upper], capsize=2, label=_plain(f"{device['name']} (forecast)"))
-    axes.set_xscale("log")
-    axes.set_yticks(range(len(rows)), [_label(c) for c in rows], fontsize=7)
-    axes.invert_yaxis()
-    axes.set_xlabel("seconds (log scale)")
-    axes.set_title("CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)", fontsize=10)
-    axes.grid(axis="x", alpha=0.3)
-    figure.legend(fontsize=8, loc="outside lower center", ncols=min(3, series))
-    return svg(figure)
+        color = COLORS[(number - 1) % len(COLORS)]
+        legend.append((_plain(f"{device['name']} (forecast)"), color))
+        for row, cell in enumerate(rows):
+            low, high = max(cell["gpu"][device["key"]]["low_s"], floor), cell["gpu"][device["key"]]["high_s"]
+            chart.bar(row, floor, low - floor, color, slot=number)
+            chart.whisker(row, low, high, slot=number)
+    return chart.svg(legend)
 
 
 def forecast_html(result: dict[str, Any]) -> str:

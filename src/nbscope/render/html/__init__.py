@@ -7,9 +7,9 @@ pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), the GPU fo
 recorded with program data), diagnosis cards (when
 :mod:`nbscope.analyse.diagnose` is installed) and the history of each target in the store.
 
-Every text from a notebook or a record goes through :func:`html.escape`; plots are drawn by matplotlib
-(Agg figures saved as SVG with text kept as ``<text>``, which matplotlib escapes), and a
-Content-Security-Policy forbids scripts and any network access.
+Every text from a notebook or a record goes through :func:`html.escape`; plots are SVG written directly
+(``_svg``), their text kept as escaped ``<text>``, and a Content-Security-Policy forbids scripts and any
+network access.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from nbscope.analyse.report import ReportData
 from nbscope.render.forecast import report_section as forecast_section
 from nbscope.render.html import _sections as sections
 from nbscope.render.html._base import CELL_KINDS, CSP, e, run_name
-from nbscope.render.html._plots import _figure, _plain, side_by_side_svg, svg
+from nbscope.render.html._plots import side_by_side_svg
 
-__all__ = ["_figure", "_plain", "report", "svg", "write_report"]
+__all__ = ["report", "write_report"]
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
