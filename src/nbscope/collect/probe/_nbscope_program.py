@@ -163,28 +163,55 @@ class Programs:
         return found
 
 
-# A profiler session records ~2 kB and costs ~15 µs per small jitted call, and ~100 µs more to stop
-# (jax 0.10.2 on CPU): a cell of a million calls would grow the kernel by gigabytes. The guard stops the
-# session once it has run MIN_TRACE_S, the cell's thread is busy on the CPU (it makes calls) and the kernel has
-# grown steadily (in nearly every one of the last STEADY_POLLS polls) by TRACE_BUDGET_BYTES since it
-# started, or by HARD_CAP_BYTES in a cell longer than HARD_CAP_AFTER_S; what ran later is counted from the traced part (nbscope.collect.program extrapolates,
-# and says so).
+# A profiler session records ~2 kB and costs ~4–15 µs per small jitted call while it runs, and ~25–50 µs
+# per call to stop (jax 0.10.2 on CPU): a cell of a million calls would grow the kernel by gigabytes. The guard
+# stops the session once the cell's thread is busy on the CPU (it makes calls) and the session's memory
+# (malloc's heap where it can be read, else the kernel's) has grown steadily (in nearly every one of the last
+# STEADY_POLLS polls) by TRACE_BUDGET_BYTES after MIN_TRACE_S, or by HARD_CAP_BYTES in a cell longer than
+# HARD_CAP_AFTER_S, or sooner (below); what ran later is counted from the traced part
+# (nbscope.collect.program extrapolates, and says so).
 MIN_TRACE_S = 0.5
 TRACE_BUDGET_BYTES = 16 * 2**20
 HARD_CAP_BYTES = 128 * 2**20
 HARD_CAP_AFTER_S = 2.0
 STEADY_POLLS = 10
 # Stopping the session briefly holds the trace about three times over (measured: 128 MB grown, 456 MB at the
-# peak), and an idle machine grows it by about 250 MB/s on a million-call cell: before MIN_TRACE_S, a busy
-# cell that has already grown the kernel by EARLY_CAP_BYTES, rising at every one of the last EARLY_POLLS polls
-# with no compile among them (a compile, or a cell's own new array, grows it in steps), is cut, so the kernel
-# stays within 200 MB.
+# peak), and stopping costs ~25–50 µs per recorded call, on a thread of its own but slowing the cell's. The
+# events are many small allocations, in malloc's heap; a cell's own large arrays are mmapped blocks apart
+# from it (measured: 20,000 traced calls grew the heap by 37 MB; cos over 50 M float64 values and its result
+# grew mmapped blocks by 600 MB and the heap by 3 MB). So before MIN_TRACE_S a busy cell whose heap has grown
+# by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile among them (a compile
+# grows the heap too), is cut: about 4,000 calls are traced, and the kernel stays well within 200 MB. Where
+# malloc cannot say (no glibc mallinfo2), the kernel's growth stands in, with EARLY_CAP_BYTES.
+EARLY_HEAP_BYTES = 8 * 2**20
 EARLY_CAP_BYTES = 40 * 2**20
-EARLY_CAP_AFTER_S = 0.1
-EARLY_POLLS = 5
+EARLY_CAP_AFTER_S = 0.04
+EARLY_POLLS = 4
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
-POLL_S = 0.02
+POLL_S = 0.01
 _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
+
+
+# glibc's struct mallinfo2 (2.33+): uordblks is the heap's bytes in use over all arenas, mmapped blocks apart.
+_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")
+
+
+def _heap_reader() -> Any:
+    """A function giving malloc's heap bytes in use (mmapped blocks excluded), or None where there is none."""
+    try:
+        import ctypes  # standard library; only in a cell that traces, on the guard's thread
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+        function = ctypes.CDLL(None).mallinfo2
+        function.restype = MallInfo2
+        function.argtypes = []
+        function()
+    except (OSError, AttributeError, TypeError):
+        return None
+    return lambda: int(function().uordblks)
 
 
 def _rss() -> int | None:
@@ -204,6 +231,8 @@ class _Guard:
         self.thread_id = threading.get_ident()
         self.started = time.perf_counter()
         self.base = _rss()
+        self.heap = _heap_reader() if self.base is not None else None
+        self.heap_base = self.heap() if self.heap is not None else None
         self.data: bytes | None = None
         self.error: BaseException | None = None
         self.cut_after: float | None = None
@@ -237,39 +266,42 @@ class _Guard:
         return False
 
     def _watch(self) -> None:
+        # The session's events are what is bounded: with malloc's heap to read, its growth is judged (a cell's
+        # own large arrays are not in it), else the kernel's.
+        read, base = (self.heap, self.heap_base) if self.heap_base is not None else (_rss, self.base)
+        early_cap = EARLY_HEAP_BYTES if self.heap_base is not None else EARLY_CAP_BYTES
         recent: list[int] = []
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
-        while not self.done.wait(POLL_S):
+        while not self.done.wait(POLL_S if time.perf_counter() - self.started < MIN_TRACE_S else 2 * POLL_S):
             elapsed = time.perf_counter() - self.started
-            now = _rss()
-            if now is None or self.base is None:
+            now = read() if read is not None else None
+            if now is None or base is None:
                 continue
             recent = [*recent[-(STEADY_POLLS - 1):], now]
             compiled = [*compiled[-(EARLY_POLLS - 1):], self._compiling()]
             cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
             if elapsed < EARLY_CAP_AFTER_S:
                 continue
-            # The profiler's events grow the kernel steadily while the cell's thread keeps making calls
-            # (it is busy on the CPU). A cell's own large array grows it too, as its pages are first
-            # written, but by XLA's threads while the cell's thread waits: that growth is not the
-            # session's, and cutting would lose the long-running program's events.
+            # The profiler's events grow memory steadily while the cell's thread keeps making calls (it is
+            # busy on the CPU). A cell's own large array grows the kernel too, as its pages are first written:
+            # that growth is not the session's, and cutting would lose the long-running program's events.
             rises = sum(1 for a, b in zip(recent, recent[1:], strict=False) if b > a)
             steady = len(recent) == STEADY_POLLS and rises >= STEADY_POLLS - 2
             (t0, c0), (t1, c1) = cpu[0], cpu[-1]
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
-            grown = now - self.base
+            grown = now - base
             early = elapsed < MIN_TRACE_S
             last = recent[-EARLY_POLLS:]
             rising = (len(last) == EARLY_POLLS and all(b > a for a, b in zip(last, last[1:], strict=False))
                       and len(compiled) == EARLY_POLLS and not any(compiled))
-            if calling and ((early and rising and grown > EARLY_CAP_BYTES)
+            if calling and ((early and rising and grown > early_cap)
                             or (not early and steady and grown > TRACE_BUDGET_BYTES)
                             or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)) and not self._compiling():
                 with self.lock:
                     if self.done.is_set():
                         return
-                    self.cut_after, self.grown = elapsed, now - self.base
+                    self.cut_after, self.grown = elapsed, now - base
                     try:
                         self.data = self.session.stop()
                     except BaseException as exc:  # handed to finish(), never raised in this thread
