@@ -56,13 +56,20 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any) -> None:
+def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sched: dict[str, Any] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``."""
     traced = window.get("traced_s")
     if not isinstance(traced, (int, float)) or not isinstance(wall, (int, float)) or traced <= 0:
         return
     scale = max(1.0, float(wall) / float(traced))
+    # The time the cell's thread waited for a CPU (load on the machine) ran no calls: the rate is judged over
+    # the time it did not wait, in the traced window and in the whole cell.
+    window_wait, cell_wait = window.get("wait_s"), (sched or {}).get("wait_s")
+    if isinstance(window_wait, (int, float)) and isinstance(cell_wait, (int, float)):
+        running, running_traced = float(wall) - float(cell_wait), float(traced) - float(window_wait)
+        if running > 0 and running_traced > 0:
+            scale = max(1.0, running / running_traced)
     result["window"] = {**window, "cell_s": wall, "scale": scale}
     for execution in result["executions"]:
         seen = execution.get("count") or execution.get("sampled_runs")
@@ -147,7 +154,7 @@ class ProgramCollector:
         else:
             result["trace"] = probe.get("trace_error") or "no trace"
         if result["trace"] == "read" and isinstance(probe.get("window"), dict):
-            _extrapolate(result, probe["window"], record.get("wall_s"))
+            _extrapolate(result, probe["window"], record.get("wall_s"), record.get("sched"))
         counted = {e["program"] for e in result["executions"]}
         for key in new_programs:
             if key not in counted and result["trace"] != "read":

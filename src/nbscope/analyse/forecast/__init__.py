@@ -292,7 +292,12 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
             scaled.details["calls"] = count
-            if count > 1:
+            if execution.get("count_basis") == "extrapolated":
+                # The traced part ran slower than the rest (the profiler's cost per call), so its rate is low.
+                scaled.details["calls_basis"] = "extrapolated"
+                scaled.words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
+                                f"the profiler slowed) × {term.words}")
+            elif count > 1:
                 scaled.words = f"{count:,} calls × {term.words}"
             terms.append(scaled)
     transfer = transfer_term((cell.record.get("programs") or {}).get("transfers"), device, table.model)

@@ -86,7 +86,8 @@ class Programs:
                 data = guard.finish() if guard is not None else session.stop()
                 result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), data)
                 if guard is not None and guard.cut_after is not None:
-                    result["window"] = {"cut": True, "traced_s": guard.cut_after, "grown_bytes": guard.grown}
+                    result["window"] = {"cut": True, "traced_s": guard.cut_after, "grown_bytes": guard.grown,
+                                        "wait_s": guard.window_wait}
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
@@ -181,9 +182,16 @@ STEADY_POLLS = 10
 # from it (measured: 20,000 traced calls grew the heap by 37 MB; cos over 50 M float64 values and its result
 # grew mmapped blocks by 600 MB and the heap by 3 MB). So before MIN_TRACE_S a busy cell whose heap has grown
 # by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile among them (a compile
-# grows the heap too), is cut: about 4,000 calls are traced, and the kernel stays well within 200 MB. Where
-# malloc cannot say (no glibc mallinfo2), the kernel's growth stands in, with EARLY_CAP_BYTES.
-EARLY_HEAP_BYTES = 8 * 2**20
+# grows the heap too), is cut: about 9,000 calls are traced, and the kernel stays well within 200 MB. (8 MB,
+# ~5,000 calls, counted a million calls as 0.36–0.66 M: a session's first calls are its slowest; 32 MB cost
+# twice the time and counted no better.) So short a window is easily hit by load: the time the cell's
+# thread waited for a CPU in it is kept (``wait_s``), and the count is extrapolated over the time it did
+# not wait. Where malloc cannot say (no glibc mallinfo2), the kernel's growth stands in, EARLY_CAP_BYTES.
+EARLY_HEAP_BYTES = 16 * 2**20
+# Arrays up to 32 MB can come from the heap too (glibc raises its mmap threshold after freeing a mmapped
+# block): a poll's growth larger than this is an array, not events (a million-call cell's events grow the
+# heap by ~2 MB per 10 ms poll), and counts toward neither the early budget nor its "rising at every poll".
+EARLY_JUMP_BYTES = 4 * 2**20
 EARLY_CAP_BYTES = 40 * 2**20
 EARLY_CAP_AFTER_S = 0.04
 EARLY_POLLS = 4
@@ -214,6 +222,15 @@ def _heap_reader() -> Any:
     return lambda: int(function().uordblks)
 
 
+def _waited(native_id: int) -> float | None:
+    """Seconds the thread has waited for a CPU while ready to run (its schedstat, Linux)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _rss() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as handle:
@@ -230,6 +247,8 @@ class _Guard:
         self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
         self.thread_id = threading.get_ident()
         self.started = time.perf_counter()
+        self.waited = _waited(self.native_id)
+        self.window_wait: float | None = None
         self.base = _rss()
         self.heap = _heap_reader() if self.base is not None else None
         self.heap_base = self.heap() if self.heap is not None else None
@@ -271,6 +290,7 @@ class _Guard:
         read, base = (self.heap, self.heap_base) if self.heap_base is not None else (_rss, self.base)
         early_cap = EARLY_HEAP_BYTES if self.heap_base is not None else EARLY_CAP_BYTES
         recent: list[int] = []
+        events_grown = 0  # the heap's growth in polls that grew it by less than an array's jump
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
         while not self.done.wait(POLL_S if time.perf_counter() - self.started < MIN_TRACE_S else 2 * POLL_S):
@@ -278,6 +298,8 @@ class _Guard:
             now = read() if read is not None else None
             if now is None or base is None:
                 continue
+            step = now - recent[-1] if recent else now - base
+            events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
             recent = [*recent[-(STEADY_POLLS - 1):], now]
             compiled = [*compiled[-(EARLY_POLLS - 1):], self._compiling()]
             cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
@@ -293,15 +315,21 @@ class _Guard:
             grown = now - base
             early = elapsed < MIN_TRACE_S
             last = recent[-EARLY_POLLS:]
-            rising = (len(last) == EARLY_POLLS and all(b > a for a, b in zip(last, last[1:], strict=False))
+            steps = [b - a for a, b in zip(last, last[1:], strict=False)]
+            small = self.heap_base is None or all(step <= EARLY_JUMP_BYTES for step in steps)
+            rising = (len(last) == EARLY_POLLS and all(step > 0 for step in steps) and small
                       and len(compiled) == EARLY_POLLS and not any(compiled))
-            if calling and ((early and rising and grown > early_cap)
+            early_grown = events_grown if self.heap_base is not None else grown
+            if calling and ((early and rising and early_grown > early_cap)
                             or (not early and steady and grown > TRACE_BUDGET_BYTES)
                             or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)) and not self._compiling():
                 with self.lock:
                     if self.done.is_set():
                         return
                     self.cut_after, self.grown = elapsed, now - base
+                    waited = _waited(self.native_id)
+                    if waited is not None and self.waited is not None:
+                        self.window_wait = waited - self.waited
                     try:
                         self.data = self.session.stop()
                     except BaseException as exc:  # handed to finish(), never raised in this thread
