@@ -178,21 +178,24 @@ HARD_CAP_AFTER_S = 2.0
 STEADY_POLLS = 10
 # Stopping the session briefly holds the trace about three times over (measured: 128 MB grown, 456 MB at the
 # peak), and stopping costs ~25–50 µs per recorded call, on a thread of its own but slowing the cell's. The
-# events are many small allocations, in malloc's heap; a cell's own large arrays are mmapped blocks apart
-# from it (measured: 20,000 traced calls grew the heap by 37 MB; cos over 50 M float64 values and its result
-# grew mmapped blocks by 600 MB and the heap by 3 MB). So before MIN_TRACE_S a busy cell whose heap has grown
-# by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile among them (a compile
-# grows the heap too), is cut: about 9,000 calls are traced, and the kernel stays well within 200 MB. (8 MB,
-# ~5,000 calls, counted a million calls as 0.36–0.66 M: a session's first calls are its slowest; 32 MB cost
-# twice the time and counted no better.) So short a window is easily hit by load: the time the cell's
-# thread waited for a CPU in it is kept (``wait_s``), and the count is extrapolated over the time it did
-# not wait. Where malloc cannot say (no glibc mallinfo2), the kernel's growth stands in, EARLY_CAP_BYTES.
+# events are many small allocations by the thread that records them: for a cell's own calls, the main
+# thread's, in malloc's main heap, whose top is the program break (``sbrk(0)``, a read of a variable); a
+# cell's own large arrays are mmapped blocks apart from it (measured: 20,000 traced calls moved the break by
+# 40 MB; cos over 50 M float64 values and its result, by nothing). So before MIN_TRACE_S a busy cell whose
+# break has moved by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile
+# among them (a compile grows the heap too), is cut: about 9,000 calls are traced, and the kernel stays well
+# within 200 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
+# is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
+# every thread's heap but walks it, ~0.5 ms, with its locks held: polled every 10 ms, it slowed the traced
+# calls by a third; it serves the hard cap, read every HEAP_EVERY polls.) Where the break cannot be read
+# (the cell's thread is not the main one, or no sbrk), the kernel's growth stands in, EARLY_CAP_BYTES.
 EARLY_HEAP_BYTES = 16 * 2**20
 # Arrays up to 32 MB can come from the heap too (glibc raises its mmap threshold after freeing a mmapped
 # block): a poll's growth larger than this is an array, not events (a million-call cell's events grow the
 # heap by ~2 MB per 10 ms poll), and counts toward neither the early budget nor its "rising at every poll".
 EARLY_JUMP_BYTES = 4 * 2**20
 EARLY_CAP_BYTES = 40 * 2**20
+HEAP_EVERY = 25
 EARLY_CAP_AFTER_S = 0.04
 EARLY_POLLS = 4
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
@@ -206,7 +209,7 @@ _MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
 
 
 def _heap_reader() -> Any:
-    """A function giving malloc's heap bytes in use (mmapped blocks excluded), or None where there is none."""
+    """A function giving malloc's heap bytes in use over all threads (mmapped blocks excluded), or None."""
     try:
         import ctypes  # standard library; only in a cell that traces, on the guard's thread
 
@@ -220,6 +223,23 @@ def _heap_reader() -> Any:
     except (OSError, AttributeError, TypeError):
         return None
     return lambda: int(function().uordblks)
+
+
+def _break_reader() -> Any:
+    """A function giving the program break (the top of the main thread's malloc heap), or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # the cell's events would go to another heap
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None).sbrk
+        function.restype = ctypes.c_void_p
+        function.argtypes = [ctypes.c_ssize_t]
+        if not function(0):
+            return None
+    except (OSError, AttributeError, TypeError):
+        return None
+    return lambda: int(function(0) or 0)
 
 
 def _waited(native_id: int) -> float | None:
@@ -250,8 +270,10 @@ class _Guard:
         self.waited = _waited(self.native_id)
         self.window_wait: float | None = None
         self.base = _rss()
-        self.heap = _heap_reader() if self.base is not None else None
+        self.heap = _heap_reader() if self.base is not None else None  # every thread's heap: the hard cap
         self.heap_base = self.heap() if self.heap is not None else None
+        self.brk = _break_reader() if self.base is not None else None  # the cell's own heap: the early rule
+        self.brk_base = self.brk() if self.brk is not None else None
         self.data: bytes | None = None
         self.error: BaseException | None = None
         self.cut_after: float | None = None
@@ -285,19 +307,25 @@ class _Guard:
         return False
 
     def _watch(self) -> None:
-        # The session's events are what is bounded: with malloc's heap to read, its growth is judged (a cell's
-        # own large arrays are not in it), else the kernel's.
-        read, base = (self.heap, self.heap_base) if self.heap_base is not None else (_rss, self.base)
-        early_cap = EARLY_HEAP_BYTES if self.heap_base is not None else EARLY_CAP_BYTES
+        # The session's events are what is bounded: where the break can be read, the cell's own heap is judged
+        # (a cell's large arrays are not in it), else the kernel's memory; the hard cap judges every heap.
+        read, base = (self.brk, self.brk_base) if self.brk_base is not None else (_rss, self.base)
+        early_cap = EARLY_HEAP_BYTES if self.brk_base is not None else EARLY_CAP_BYTES
+        whole, whole_base = (self.heap, self.heap_base) if self.heap_base is not None else (_rss, self.base)
+        whole_now = whole_base
         recent: list[int] = []
-        events_grown = 0  # the heap's growth in polls that grew it by less than an array's jump
+        events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
+        polls = 0
         while not self.done.wait(POLL_S if time.perf_counter() - self.started < MIN_TRACE_S else 2 * POLL_S):
             elapsed = time.perf_counter() - self.started
             now = read() if read is not None else None
             if now is None or base is None:
                 continue
+            polls += 1
+            if polls % HEAP_EVERY == 0 or whole is _rss:
+                whole_now = whole() if whole is not None else None
             step = now - recent[-1] if recent else now - base
             events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
             recent = [*recent[-(STEADY_POLLS - 1):], now]
@@ -313,20 +341,22 @@ class _Guard:
             (t0, c0), (t1, c1) = cpu[0], cpu[-1]
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - base
+            grown_all = (whole_now - whole_base) if whole_now is not None and whole_base is not None else grown
             early = elapsed < MIN_TRACE_S
             last = recent[-EARLY_POLLS:]
             steps = [b - a for a, b in zip(last, last[1:], strict=False)]
-            small = self.heap_base is None or all(step <= EARLY_JUMP_BYTES for step in steps)
+            small = self.brk_base is None or all(step <= EARLY_JUMP_BYTES for step in steps)
             rising = (len(last) == EARLY_POLLS and all(step > 0 for step in steps) and small
                       and len(compiled) == EARLY_POLLS and not any(compiled))
-            early_grown = events_grown if self.heap_base is not None else grown
+            early_grown = events_grown if self.brk_base is not None else grown
             if calling and ((early and rising and early_grown > early_cap)
                             or (not early and steady and grown > TRACE_BUDGET_BYTES)
-                            or (grown > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)) and not self._compiling():
+                            or (max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)
+                            ) and not self._compiling():
                 with self.lock:
                     if self.done.is_set():
                         return
-                    self.cut_after, self.grown = elapsed, now - base
+                    self.cut_after, self.grown = elapsed, max(grown, grown_all)
                     waited = _waited(self.native_id)
                     if waited is not None and self.waited is not None:
                         self.window_wait = waited - self.waited
