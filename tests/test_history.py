@@ -164,3 +164,60 @@ def test_history_series_are_split_by_measurement_settings(tmp_db: Path, run_cli:
     assert "no persistent cache · --repeat 1 · 5 runs" in shown
     data = json.loads(run_cli("history", "lecture.md", "--db", tmp_db, "--json").stdout)
     assert {s["settings"]["repeat"] for s in data["series"]} == {1, 4}
+
+
+def _reference_changes(values: list[float], options: ChangeOptions) -> list[tuple[int, float]]:
+    """The change-point search written plainly (sort and scan both sides at every split)."""
+    import math
+    import statistics
+
+    from nbscope.analyse.history import _consistent
+
+    sigma = noise_sigma(values)
+    found: list[tuple[int, float]] = []
+
+    def search(lo: int, hi: int) -> None:
+        if hi - lo < 2 * options.min_size or len(found) >= options.max_changes:
+            return
+        best = None
+        for split in range(lo + options.min_size, hi - options.min_size + 1):
+            left, right = values[lo:split], values[split:hi]
+            low, high = statistics.median(left), statistics.median(right)
+            if not (_consistent(left, low, high) and _consistent(right, high, low)):
+                continue
+            score = abs(high - low) * math.sqrt(len(left) * len(right) / (hi - lo)) / (sigma if sigma > 0 else 1e-12)
+            if best is None or score > best[0]:
+                best = (score, split, high - low)
+        if best is None:
+            return
+        score, split, shift = best
+        level = abs(statistics.median(values[lo:split]))
+        if score < options.k or abs(shift) < max(options.abs_floor, options.rel_floor * level):
+            return
+        found.append((split, score))
+        search(lo, split)
+        search(split, hi)
+
+    search(0, len(values))
+    return sorted(found)
+
+
+def test_change_points_match_the_plain_search_on_random_series() -> None:
+    """The sorted-sides search finds exactly what sorting and scanning at every split finds: levels, noise,
+    outliers, ties at the midpoint (small integers) and identical repeats."""
+    from nbscope.analyse.history import _consistent, _consistent_sorted
+
+    rng = random.Random(22)
+    options = ChangeOptions()
+    for trial in range(300):
+        size = rng.randint(2, 60)
+        kind = trial % 3
+        if kind == 0:  # levels with noise
+            values = [rng.choice((1.0, 2.0, 3.0)) * 10 + rng.gauss(0, 0.3) for _ in range(size)]
+        elif kind == 1:  # small integers: many values at the midpoint of two levels
+            values = [float(rng.randint(0, 4)) for _ in range(size)]
+        else:  # a level shift with outliers
+            values = [(10.0 if i < size // 2 else 14.0) + (20.0 if rng.random() < 0.1 else 0.0) for i in range(size)]
+        assert detect_changes(values, options) == _reference_changes(values, options), values
+        own, other = rng.choice(values), rng.choice(values)
+        assert _consistent_sorted(sorted(values), own, other) == _consistent(values, own, other)

@@ -14,6 +14,7 @@ tests is reported as a tentative change (one run cannot confirm a level).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -168,6 +169,41 @@ def _consistent(side: Sequence[float], own: float, other: float) -> bool:
     return sum(abs(v - own) < abs(v - other) for v in side) * 2 > len(side)
 
 
+def _sorted_median(ordered: Sequence[float]) -> float:
+    """``statistics.median`` of an already sorted sequence."""
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _consistent_sorted(ordered: Sequence[float], own: float, other: float) -> bool:
+    """:func:`_consistent` of a sorted side: the values nearer ``own`` lie on its side of the midpoint, found
+    by bisection; from there values are judged one by one while a float's rounding could say otherwise."""
+    if own == other:
+        return False
+
+    def nearer(value: float) -> bool:
+        return abs(value - own) < abs(value - other)
+
+    size = len(ordered)
+    if own < other:  # the nearer values are the smaller ones
+        split = bisect.bisect_left(ordered, (own + other) / 2)
+        start, stop = split, split
+        while start > 0 and not nearer(ordered[start - 1]):
+            start -= 1
+        while stop < size and nearer(ordered[stop]):
+            stop += 1
+        count = start + (stop - split)
+    else:  # the nearer values are the larger ones
+        split = bisect.bisect_right(ordered, (own + other) / 2)
+        start, stop = split, split
+        while stop < size and not nearer(ordered[stop]):
+            stop += 1
+        while start > 0 and nearer(ordered[start - 1]):
+            start -= 1
+        count = (size - stop) + (split - start)
+    return count * 2 > size
+
+
 def detect_changes(values: Sequence[float], options: ChangeOptions | None = None) -> list[tuple[int, float]]:
     """Change points of a series as (first index of the new level, score), in series order."""
     options = options or ChangeOptions()
@@ -179,11 +215,18 @@ def detect_changes(values: Sequence[float], options: ChangeOptions | None = None
         if hi - lo < 2 * options.min_size or len(found) >= options.max_changes:
             return
         best: tuple[float, int, float] | None = None
-        for split in range(lo + options.min_size, hi - options.min_size + 1):
-            left, right = values[lo:split], values[split:hi]
-            low, high = statistics.median(left), statistics.median(right)
+        # Both sides kept sorted as the split moves (one value crosses per step): each split's medians and
+        # consistency counts are read by bisection, not by sorting and scanning both sides again.
+        first = lo + options.min_size
+        left, right = sorted(values[lo:first]), sorted(values[first:hi])
+        for split in range(first, hi - options.min_size + 1):
+            if split > first:
+                moved = values[split - 1]
+                del right[bisect.bisect_left(right, moved)]
+                bisect.insort(left, moved)
+            low, high = _sorted_median(left), _sorted_median(right)
             shift = high - low
-            if not (_consistent(left, low, high) and _consistent(right, high, low)):
+            if not (_consistent_sorted(left, low, high) and _consistent_sorted(right, high, low)):
                 continue  # an outlier dragging a small side's median, not a level shift
             weight = math.sqrt(len(left) * len(right) / (hi - lo))
             # Without noise (identical repeats) every shift is "infinitely" significant: rank by size.
