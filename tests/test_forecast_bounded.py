@@ -4,8 +4,8 @@ extrapolated from the traced part, labelled so.
 
 Both runs are made here, one after the other, so the time comparison is within one machine's state. Its
 bound (2×) only catches the unbounded collection coming back: before the bound, the same cell grew the
-kernel by gigabytes and took several times as long. The issue's 5 % is not met (1.07× measured idle, the
-session cut after ~9,000 calls); ``benchmarks/forecast_overhead.py`` measures it with interleaved repeats.
+kernel by gigabytes and took several times as long. The issue's 5 % is not met (1.07–1.47× measured idle,
+the session cut after ~9,000 calls); ``benchmarks/forecast_overhead.py`` measures it with interleaved repeats.
 """
 
 from __future__ import annotations
