@@ -179,24 +179,20 @@ def _reference_changes(values: list[float], options: ChangeOptions) -> list[tupl
     def search(lo: int, hi: int) -> None:
         if hi - lo < 2 * options.min_size or len(found) >= options.max_changes:
             return
-        best = None
+        candidates = []
         for split in range(lo + options.min_size, hi - options.min_size + 1):
             left, right = values[lo:split], values[split:hi]
             low, high = statistics.median(left), statistics.median(right)
-            if not (_consistent(left, low, high) and _consistent(right, high, low)):
-                continue
-            score = abs(high - low) * math.sqrt(len(left) * len(right) / (hi - lo)) / (sigma if sigma > 0 else 1e-12)
-            if best is None or score > best[0]:
-                best = (score, split, high - low)
-        if best is None:
-            return
-        score, split, shift = best
-        level = abs(statistics.median(values[lo:split]))
-        if score < options.k or abs(shift) < max(options.abs_floor, options.rel_floor * level):
-            return
-        found.append((split, score))
-        search(lo, split)
-        search(split, hi)
+            if _consistent(left, low, high) and _consistent(right, high, low):
+                weight = math.sqrt(len(left) * len(right) / (hi - lo))
+                candidates.append((abs(high - low) * weight / (sigma or 1e-12), split, high - low))
+        if candidates:
+            score, split, shift = max(candidates, key=lambda c: c[0])  # the first of equal scores
+            floor = max(options.abs_floor, options.rel_floor * abs(statistics.median(values[lo:split])))
+            if score >= options.k and abs(shift) >= floor:
+                found.append((split, score))
+                search(lo, split)
+                search(split, hi)
 
     search(0, len(values))
     return sorted(found)
