@@ -292,7 +292,7 @@ def forecast_svg(result: dict[str, Any]) -> str | None:
     """Per cell the measured CPU time and each GPU's forecast (bar to the low end, whisker to the high
     end; an open-ended range draws an arrow), log time axis, the cells the GPU changes most first."""
     from nbscope.render.html._base import COLORS
-    from nbscope.render.html._plots import _label, _plain
+    from nbscope.render.html._plots import _label
     from nbscope.render.html._svg import BarChart
 
     if not result["devices"]:
@@ -311,7 +311,7 @@ def forecast_svg(result: dict[str, Any]) -> str | None:
         chart.bar(row, floor, max(cell["cpu"]["wall_s"], floor) - floor, "#8c8c8c")
     for number, device in enumerate(result["devices"], start=1):
         color = COLORS[(number - 1) % len(COLORS)]
-        legend.append((_plain(f"{device['name']} (forecast)"), color))
+        legend.append((f"{device['name']} (forecast)", color))
         for row, cell in enumerate(rows):
             low, high = max(cell["gpu"][device["key"]]["low_s"], floor), cell["gpu"][device["key"]]["high_s"]
             chart.bar(row, floor, low - floor, color, slot=number)

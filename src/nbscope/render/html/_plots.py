@@ -25,14 +25,9 @@ from nbscope.render.html._svg import BarChart, PointChart
 from nbscope.render.terminal import metric_name
 
 
-def _plain(text: str) -> str:
-    """A label shown as written: control characters dropped (the chart escapes what is left)."""
-    return "".join(ch if ch.isprintable() else " " for ch in text)
-
-
 def _label(cell: dict[str, Any], width: int = 38) -> str:
     where = f" L{cell['line']}" if cell.get("line") else ""
-    return _plain(f"{int(cell.get('index', 0)) + 1}{where} {_short(cell.get('first_line'), width)}")
+    return f"{int(cell.get('index', 0)) + 1}{where} {_short(cell.get('first_line'), width)}"
 
 
 def waterfall_svg(record: RunRecord) -> str | None:
@@ -54,7 +49,7 @@ def waterfall_svg(record: RunRecord) -> str | None:
         if wall >= 0.02 * total:
             chart.note(row, start + wall, _seconds(wall))
         start += wall
-    chart.title = _plain(f"{record.target}: {count(len(cells), 'cell')}, {_seconds(start)}")
+    chart.title = f"{record.target}: {count(len(cells), 'cell')}, {_seconds(start)}"
     return chart.svg([("compile (JAX + Numba)", COMPILE_COLOR), ("run", RUN_COLOR)])
 
 
@@ -62,12 +57,12 @@ def grouped_bars_svg(
     labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]], *, title: str, xlabel: str
 ) -> str:
     """Horizontal bars, one group per label, one bar per series."""
-    chart = BarChart([_plain(label) for label in labels], _plain(title), xlabel, bars_per_row=max(1, len(series)))
+    chart = BarChart(list(labels), title, xlabel, bars_per_row=max(1, len(series)))
     for number, (_, values) in enumerate(series):
         for row, value in enumerate(values):
             if value is not None:
                 chart.bar(row, 0.0, value, COLORS[number % len(COLORS)], slot=number)
-    return chart.svg([(_plain(name), COLORS[number % len(COLORS)]) for number, (name, _) in enumerate(series)])
+    return chart.svg([(name, COLORS[number % len(COLORS)]) for number, (name, _) in enumerate(series)])
 
 
 def side_by_side_svg(data: ReportData) -> str | None:
@@ -114,7 +109,7 @@ def loops_svg(record: RunRecord) -> str | None:
     sweeps = [s for s in sweeps if s.get("trip_counts") and s.get("seconds")]
     if not sweeps:
         return None
-    chart = PointChart(_plain(f"{record.target}: loop sweeps (points measured, lines fitted a + b·n)"),
+    chart = PointChart(f"{record.target}: loop sweeps (points measured, lines fitted a + b·n)",
                        "trip count (iterations)", "seconds", xscale="log", yscale="log")
     legend = []
     for number, sweep in enumerate(sweeps):
@@ -129,7 +124,7 @@ def loops_svg(record: RunRecord) -> str | None:
         fit = sweep.get("fit") or {}
         us = _number(fit.get("us_per_iter"))
         where = " · ".join(str(sweep[k]) for k in ("device", "placement") if sweep.get(k))
-        legend.append((_plain(f"{where or '?'} · {sweep.get('loop', '?')}" + (f" · {us:.3g} µs/iter" if us else "")),
+        legend.append((f"{where or '?'} · {sweep.get('loop', '?')}" + (f" · {us:.3g} µs/iter" if us else ""),
                        color))
         chart.series(pairs, color)
         a, b = _number(fit.get("a_s")), _number(fit.get("b_s"))
@@ -151,8 +146,8 @@ def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
     if not series:
         return None
     marked = set(highlight)
-    chart = PointChart(_plain(f"history of {result.target}" + (f" · cell {result.cell}" if result.cell else "")),
-                       "run started (UTC)", _plain(metric_name(result.metric) + (" (s)" if result.unit == "s" else "")),
+    chart = PointChart(f"history of {result.target}" + (f" · cell {result.cell}" if result.cell else ""),
+                       "run started (UTC)", metric_name(result.metric) + (" (s)" if result.unit == "s" else ""),
                        xscale="time", y_from_zero=True)
     legend = []
     for number, entry in enumerate(series[: len(COLORS)]):
@@ -160,7 +155,7 @@ def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
         points = [p for p in entry.points if p.value is not None]
         placed = [(_parse_time(p.started_at).timestamp(), float(p.value)) for p in points]
         chart.series(placed, color, line=True)
-        legend.append((_plain(entry.label or f"{entry.kind} · {entry.digest} · {entry.machine}"), color))
+        legend.append((entry.label or f"{entry.kind} · {entry.digest} · {entry.machine}", color))
         big = [xy for xy, p in zip(placed, points, strict=True) if p.run_id in marked]
         if big:
             chart.series(big, color, size=6.0, hollow=True)
