@@ -166,12 +166,15 @@ def test_history_series_are_split_by_measurement_settings(tmp_db: Path, run_cli:
     assert {s["settings"]["repeat"] for s in data["series"]} == {1, 4}
 
 
+def _consistent(side: list[float], own: float, other: float) -> bool:
+    """More than half of a side's values lie nearer its own level than the other side's, judged one by one."""
+    return sum(abs(v - own) < abs(v - other) for v in side) * 2 > len(side)
+
+
 def _reference_changes(values: list[float], options: ChangeOptions) -> list[tuple[int, float]]:
     """The change-point search written plainly (sort and scan both sides at every split)."""
     import math
     import statistics
-
-    from nbscope.analyse.history import _consistent
 
     sigma = noise_sigma(values)
     found: list[tuple[int, float]] = []
@@ -201,7 +204,7 @@ def _reference_changes(values: list[float], options: ChangeOptions) -> list[tupl
 def test_change_points_match_the_plain_search_on_random_series() -> None:
     """The sorted-sides search finds exactly what sorting and scanning at every split finds: levels, noise,
     outliers, ties at the midpoint (small integers) and identical repeats."""
-    from nbscope.analyse.history import _consistent, _consistent_sorted
+    from nbscope.analyse.history import _consistent_sorted
 
     rng = random.Random(22)
     options = ChangeOptions()

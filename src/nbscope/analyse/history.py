@@ -164,11 +164,6 @@ def noise_sigma(values: Sequence[float]) -> float:
     return 1.4826 * statistics.median(diffs) / math.sqrt(2)
 
 
-def _consistent(side: Sequence[float], own: float, other: float) -> bool:
-    """More than half of a side's values lie nearer its own level than the other side's."""
-    return sum(abs(v - own) < abs(v - other) for v in side) * 2 > len(side)
-
-
 def _sorted_median(ordered: Sequence[float]) -> float:
     """``statistics.median`` of an already sorted sequence."""
     middle = len(ordered) // 2
@@ -176,8 +171,9 @@ def _sorted_median(ordered: Sequence[float]) -> float:
 
 
 def _consistent_sorted(ordered: Sequence[float], own: float, other: float) -> bool:
-    """:func:`_consistent` of a sorted side: the values nearer ``own`` lie on its side of the midpoint, found
-    by bisection; from there values are judged one by one while a float's rounding could say otherwise."""
+    """More than half of a sorted side's values lie nearer its own level than the other side's. Those values
+    lie on ``own``'s side of the midpoint, found by bisection; from there values are judged one by one while
+    a float's rounding could say otherwise."""
     if own == other:
         return False
 
