@@ -208,38 +208,32 @@ _MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
                      "fordblks", "keepcost")
 
 
-def _heap_reader() -> Any:
-    """A function giving malloc's heap bytes in use over all threads (mmapped blocks excluded), or None."""
-    try:
-        import ctypes  # standard library; only in a cell that traces, on the guard's thread
-
-        class MallInfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
-
-        function = ctypes.CDLL(None).mallinfo2
-        function.restype = MallInfo2
-        function.argtypes = []
-        function()
-    except (OSError, AttributeError, TypeError):
-        return None
-    return lambda: int(function().uordblks)
+_LIBC: dict[str, Any] = {}  # mallinfo2 and sbrk, resolved once per kernel (None where missing)
 
 
-def _break_reader() -> Any:
-    """A function giving the program break (the top of the main thread's malloc heap), or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None  # the cell's events would go to another heap
-    try:
-        import ctypes
+def _libc(name: str) -> Any:
+    """glibc's ``mallinfo2`` (bytes in use over every thread's heap) or ``sbrk`` (the program break) as a
+    function of no argument, looked up on first use; None where the C library has none."""
+    if name not in _LIBC:
+        _LIBC[name] = None
+        try:
+            import ctypes  # standard library; only once a cell traces
 
-        function = ctypes.CDLL(None).sbrk
-        function.restype = ctypes.c_void_p
-        function.argtypes = [ctypes.c_ssize_t]
-        if not function(0):
-            return None
-    except (OSError, AttributeError, TypeError):
-        return None
-    return lambda: int(function(0) or 0)
+            if name == "mallinfo2":
+                class MallInfo2(ctypes.Structure):
+                    _fields_ = [(field, ctypes.c_size_t) for field in _MALLINFO2_FIELDS]
+
+                function = ctypes.CDLL(None).mallinfo2
+                function.restype, function.argtypes = MallInfo2, []
+                _LIBC[name] = lambda: int(function().uordblks)
+            else:
+                function = ctypes.CDLL(None).sbrk
+                function.restype, function.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t]
+                if function(0):
+                    _LIBC[name] = lambda: int(function(0) or 0)
+        except (OSError, AttributeError, TypeError):
+            pass
+    return _LIBC[name]
 
 
 def _waited(native_id: int) -> float | None:
@@ -270,9 +264,10 @@ class _Guard:
         self.waited = _waited(self.native_id)
         self.window_wait: float | None = None
         self.base = _rss()
-        self.heap = _heap_reader() if self.base is not None else None  # every thread's heap: the hard cap
-        self.heap_base = self.heap() if self.heap is not None else None
-        self.brk = _break_reader() if self.base is not None else None  # the cell's own heap: the early rule
+        # The cell's own heap, for the early rule: its events go to the main thread's heap, whose top is the
+        # break, only when the cell runs on the main thread.
+        on_main = threading.current_thread() is threading.main_thread()
+        self.brk = _libc("sbrk") if self.base is not None and on_main else None
         self.brk_base = self.brk() if self.brk is not None else None
         self.data: bytes | None = None
         self.error: BaseException | None = None
@@ -311,7 +306,9 @@ class _Guard:
         # (a cell's large arrays are not in it), else the kernel's memory; the hard cap judges every heap.
         read, base = (self.brk, self.brk_base) if self.brk_base is not None else (_rss, self.base)
         early_cap = EARLY_HEAP_BYTES if self.brk_base is not None else EARLY_CAP_BYTES
-        whole, whole_base = (self.heap, self.heap_base) if self.heap_base is not None else (_rss, self.base)
+        # Every thread's heap, for the hard cap: read here, not on the cell's thread (a walk of the heap).
+        heap = _libc("mallinfo2")
+        whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
         whole_now = whole_base
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
