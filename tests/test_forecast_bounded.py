@@ -47,3 +47,18 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
     outcome = forecast(records[True], "t4")["cells"][1]["gpu"]["t4"]
     (dispatch,) = [t for t in outcome["terms"] if t["kind"] == "dispatch"]
     assert dispatch["calls"] == execution["count"]
+
+
+def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_calls_rate() -> None:
+    from nbscope.collect.program import _extrapolate
+
+    def scaled(window: dict, sched: dict | None, rate: dict | None) -> tuple[int, float]:
+        result = {"executions": [{"program": "jit_step#1", "count": 100, "cpu_s": 0.5}], "call_rate": rate}
+        _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, sched)
+        return result["executions"][0]["count"], result["window"]["scale"]
+
+    assert scaled({}, None, None) == (1000, 10.0)  # the traced rate over the whole cell
+    # 2 s of the cell and 0.5 s of its window waited for a CPU: 8 s ran at the rate of 0.5 s.
+    assert scaled({"wait_s": 0.5}, {"wait_s": 2.0}, None) == (1600, 16.0)
+    # The later half of the traced calls ran 200 a second: 100 seen, then 200 × 9 s more.
+    assert scaled({}, None, {"calls": 100, "late_per_s": 200.0}) == (1900, 19.0)

@@ -62,19 +62,20 @@ def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sche
     traced = window.get("traced_s")
     if not isinstance(traced, (int, float)) or not isinstance(wall, (int, float)) or traced <= 0:
         return
-    scale = max(1.0, float(wall) / float(traced))
-    # The time the cell's thread waited for a CPU (load on the machine) ran no calls: the rate is judged over
+    # The time the cell's thread waited for a CPU (load on the machine) ran no calls: rates are judged over
     # the time it did not wait, in the traced window and in the whole cell.
-    window_wait, cell_wait = window.get("wait_s"), (sched or {}).get("wait_s")
     running, running_traced = float(wall), float(traced)
-    if isinstance(window_wait, (int, float)) and isinstance(cell_wait, (int, float)):
-        if float(wall) - float(cell_wait) > 0 and float(traced) - float(window_wait) > 0:
-            running, running_traced = float(wall) - float(cell_wait), float(traced) - float(window_wait)
-            scale = max(1.0, running / running_traced)
-    # Calls go on after the cut at the rate of the traced calls' later half, not at their mean rate.
+    window_wait, cell_wait = window.get("wait_s"), (sched or {}).get("wait_s")
+    if isinstance(window_wait, (int, float)) and isinstance(cell_wait, (int, float)) \
+            and running > cell_wait and running_traced > window_wait:
+        running, running_traced = running - cell_wait, running_traced - window_wait
     rate = result.get("call_rate")
-    if isinstance(rate, dict) and rate.get("late_per_s") and running > running_traced:
-        scale = max(1.0, (rate["calls"] + rate["late_per_s"] * (running - running_traced)) / rate["calls"])
+    if isinstance(rate, dict) and rate.get("late_per_s"):
+        # Calls go on after the cut at the rate of the traced calls' later half, not at their mean rate.
+        untraced = max(0.0, running - running_traced)
+        scale = max(1.0, (rate["calls"] + rate["late_per_s"] * untraced) / rate["calls"])
+    else:
+        scale = max(1.0, running / running_traced)
     result["window"] = {**window, "cell_s": wall, "scale": scale}
     for execution in result["executions"]:
         seen = execution.get("count") or execution.get("sampled_runs")
