@@ -269,6 +269,10 @@ class Totals:
     cache_state: str | None
     kernel_start_s: float | None
     peak_rss_bytes: float | None
+    # a warm-cache run's saving against the cold run it was measured against (None: not a warm run)
+    cache_saving_s: float | None = None
+    cache_baseline_run: str | None = None
+    cold_compiles: int | None = None
 
     @classmethod
     def parse(cls, value: Any) -> Totals:
@@ -283,6 +287,9 @@ class Totals:
             cache_hits=_count(value.get("cache_hits")), cache_misses=_count(value.get("cache_misses")),
             cache_state=_text(value.get("cache_state")), kernel_start_s=_number(value.get("kernel_start_s")),
             peak_rss_bytes=_number(value.get("peak_rss_bytes")),
+            cache_saving_s=_number(value.get("cache_saving_s")),
+            cache_baseline_run=None if value.get("cache_baseline_run") is None else str(value["cache_baseline_run"]),
+            cold_compiles=None if _number(value.get("cold_compiles")) is None else _count(value.get("cold_compiles")),
         )
 
 

@@ -1,10 +1,28 @@
-"""What the markdown views share: text made safe for one cell of a markdown table."""
+"""What the markdown views share: text made safe for one cell of a markdown table, and a view's rows as a table."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from nbscope.render._rows import Item, Rows
+
 
 def table_cell(text: Any) -> str:
     """``text`` on one line, with no ``|`` that would end the cell nor a backtick that would open code."""
     return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _item(item: Item) -> str:
+    text = table_cell(item.text)
+    if item.code and text:
+        text = f"`{text}`"
+    return f"**{text}**" if item.strong and text else text
+
+
+def markdown_table(rows: Rows) -> list[str]:
+    """A view's rows as the lines of a GitHub table: header, alignment, a line per row."""
+    columns, items = rows.shown(markdown=True)
+    lines = ["| " + " | ".join(c.markdown_header for c in columns) + " |",
+             "|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|"]
+    lines += ["| " + " | ".join(_item(item) for item in row) + " |" for row in items]
+    return lines

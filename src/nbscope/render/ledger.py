@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from nbscope import _units as units
-from nbscope.record.cells import shown_line
+from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.run import RunRecord
+from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
+from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
     TIME_COLUMNS,
-    Column,
-    cell_columns,
     console,
-    fitted_table,
     format_bytes,
     format_seconds,
     literal,
     print_record_header,
-    source_text,
+    terminal_table,
 )
 
 # status -> (style, text) of its flag
@@ -33,55 +30,76 @@ STATUS_FLAGS = {
 }
 
 
-def cell_flags(cell: dict[str, Any], *, markup: bool = True) -> list[str]:
-    """Short notes on a cell: status, cache hits, eager compiles, alarms (rich markup, or plain text)."""
-    flags: list[tuple[str, str]] = []
-    status = cell.get("status")
-    if status in STATUS_FLAGS:
-        style, flag = STATUS_FLAGS[status]
-        if cell.get("error") and status in ("error", "expected-error"):
-            flag += f" {cell['error'].get('name')}"
-        flags.append((style, flag))
-    jax = cell.get("jax") or {}
-    if jax.get("cache_hits"):
-        flags.append(("", units.count(jax["cache_hits"], "cache hit")))
-    if cell.get("alarms"):
-        flags.append(("yellow", "XLA slow-compile alarm"))
-    numba = cell.get("numba") or {}
-    if numba.get("compiles"):
-        flags.append(("", f"numba ×{numba['compiles']}"))
-    if cell.get("spread") is not None and cell["spread"] > 0.1:
-        flags.append(("", f"spread {cell['spread']:.0%}"))
-    if not markup:
-        return [text for _, text in flags]
-    return [f"[{style}]{literal(text)}[/{style}]" if style else literal(text) for style, text in flags]
+def cell_flags(cell: Cell) -> list[Item]:
+    """Short notes on a cell: status, cache hits, eager compiles, alarms."""
+    flags: list[Item] = []
+    if cell.status in STATUS_FLAGS:
+        style, flag = STATUS_FLAGS[cell.status]
+        if cell.error is not None and cell.status in ("error", "expected-error"):
+            flag += f" {cell.error.name}"
+        flags.append(Item(flag, style))
+    if cell.jax is not None and cell.jax.cache_hits:
+        flags.append(Item(units.count(cell.jax.cache_hits, "cache hit")))
+    if cell.alarms:
+        flags.append(Item("XLA slow-compile alarm", "yellow"))
+    if cell.numba is not None and cell.numba.compiles:
+        flags.append(Item(f"numba ×{cell.numba.compiles}"))
+    if cell.spread is not None and cell.spread > 0.1:
+        flags.append(Item(f"spread {cell.spread:.0%}"))
+    return flags
 
 
-def compile_text(cell: dict[str, Any]) -> str:
-    jax = cell.get("jax") or {}
+def flags_text(cell: Cell) -> str:
+    return ", ".join(flag.text for flag in cell_flags(cell))
+
+
+def compile_text(cell: Cell) -> str:
+    """``3 (2 user, 1 eager) + 1 numba``: what a cell compiled, by kind."""
     parts = []
-    if jax.get("compiles"):
-        kinds = [f"{jax[k + '_compiles']} {k}" for k in ("user", "eager", "library") if jax.get(k + "_compiles")]
-        parts.append(f"{jax['compiles']} ({', '.join(kinds)})" if kinds else str(jax["compiles"]))
-    numba = cell.get("numba") or {}
-    if numba.get("compiles"):
-        parts.append(f"{numba['compiles']} numba")
+    jax = cell.jax
+    if jax is not None and jax.compiles:
+        kinds = [f"{n} {k}" for k, n in (("user", jax.user_compiles), ("eager", jax.eager_compiles),
+                                          ("library", jax.library_compiles)) if n]
+        parts.append(f"{jax.compiles} ({', '.join(kinds)})" if kinds else str(jax.compiles))
+    if cell.numba is not None and cell.numba.compiles:
+        parts.append(f"{cell.numba.compiles} numba")
     return " + ".join(parts) or "–"
 
 
-def ordered_cells(record: RunRecord, *, top: int | None, notebook_order: bool) -> list[dict[str, Any]]:
-    cells = list(record.measurements.get("cells", []))
+def ordered_cells(run: NotebookRun, *, top: int | None, notebook_order: bool) -> list[Cell]:
+    cells = list(run.cells)
     if not notebook_order:
-        cells.sort(key=lambda c: c.get("wall_s") or 0.0, reverse=True)
+        cells.sort(key=lambda c: c.wall_s or 0.0, reverse=True)
     return cells[:top] if top else cells
 
 
 LEDGER_COLUMNS = (
-    *cell_columns("#"),
+    Column("#", "right", "number", markdown="Cell"),
+    Column("line", "right", "number", optional=True),
+    Column("source", "left", "source", min_width=12),
     *TIME_COLUMNS,
     Column("compiles", "right", "text", min_width=6),
-    Column("flags", "left", "text", min_width=10, optional=True),
+    Column("flags", "left", "text", min_width=10, optional=True, markdown="Notes"),
 )
+
+
+def ledger_rows(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> Rows:
+    """The ledger's table, once for both formats: a row per cell (the ``top`` slowest, or every cell in
+    notebook order)."""
+    run = record.notebook_run()
+    cells = ordered_cells(run, top=top, notebook_order=notebook_order)
+    title = "cells in notebook order" if notebook_order else f"slowest {len(cells)} of {len(run.cells)} cells"
+    rows = []
+    for cell in cells:
+        flags = cell_flags(cell)
+        rows.append((
+            str(cell.index + 1), str(cell.line or ""), Item(cell.code_line, code=True),
+            format_seconds(cell.wall_s), format_seconds(cell.compile_s) if cell.compile_s else "–",
+            format_seconds(cell.run_s), compile_text(cell),
+            # one flag's style colours the whole note: the worst comes first (status)
+            Item(", ".join(f.text for f in flags), flags[0].style if flags else ""),
+        ))
+    return Rows.of(LEDGER_COLUMNS, rows, title=title)
 
 
 def print_profile(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> None:
@@ -91,24 +109,7 @@ def print_profile(record: RunRecord, *, top: int | None = 15, notebook_order: bo
     line and times are never cut.
     """
     print_record_header(record)
-    m = record.measurements
-    cells = ordered_cells(record, top=top, notebook_order=notebook_order)
-    total_cells = len(m.get("cells", []))
-    title = "cells in notebook order" if notebook_order else f"slowest {len(cells)} of {total_cells} cells"
-    rows = [
-        (
-            literal(cell["index"] + 1),
-            literal(cell.get("line") or ""),
-            source_text(shown_line(cell)),
-            format_seconds(cell.get("wall_s")),
-            format_seconds(cell.get("compile_s")) if cell.get("compile_s") else "–",
-            format_seconds(cell.get("run_s")),
-            literal(compile_text(cell)),
-            ", ".join(cell_flags(cell)),
-        )
-        for cell in cells
-    ]
-    console.print(fitted_table(LEDGER_COLUMNS, rows, title=title))
+    console.print(terminal_table(ledger_rows(record, top=top, notebook_order=notebook_order)))
     print_summary(record)
 
 
@@ -118,56 +119,47 @@ def print_every_cell(record: RunRecord) -> None:
 
 
 def print_summary(record: RunRecord) -> None:
-    t = record.measurements.get("totals", {})
-    wall = t.get("wall_s") or 0.0
-    share = (t.get("compile_s") or 0.0) / wall if wall else 0.0
+    run = record.notebook_run()
+    t = run.totals
+    wall = t.wall_s or 0.0
+    share = (t.compile_s or 0.0) / wall if wall else 0.0
     console.print(
-        f"[bold]total[/bold] {format_seconds(wall)} in {literal(t.get('cells_run', 0))}/{literal(t.get('cells', 0))} cells · "
-        f"compile {format_seconds(t.get('compile_s'))} ({share:.0%}) · run {format_seconds(t.get('run_s'))} · "
-        f"kernel start {format_seconds(t.get('kernel_start_s'))}"
+        f"[bold]total[/bold] {format_seconds(wall)} in {t.cells_run}/{t.cells} cells · "
+        f"compile {format_seconds(t.compile_s)} ({share:.0%}) · run {format_seconds(t.run_s)} · "
+        f"kernel start {format_seconds(t.kernel_start_s)}"
     )
     console.print(literal(
-        f"JAX compiles {t.get('compiles', 0)} (user {t.get('user_compiles', 0)}, eager {t.get('eager_compiles', 0)}, "
-        f"library {t.get('library_compiles', 0)}) · Numba compiles {t.get('numba_compiles', 0)} · "
-        f"persistent cache {t.get('cache_state')} (hits {t.get('cache_hits', 0)}, misses {t.get('cache_misses', 0)})"
-        + (f" · peak RSS {format_bytes(t['peak_rss_bytes'])}" if units.size(t.get("peak_rss_bytes")) else
+        f"JAX compiles {t.compiles} (user {t.user_compiles}, eager {t.eager_compiles}, "
+        f"library {t.library_compiles}) · Numba compiles {t.numba_compiles} · "
+        f"persistent cache {t.cache_state} (hits {t.cache_hits}, misses {t.cache_misses})"
+        + (f" · peak RSS {format_bytes(t.peak_rss_bytes)}" if units.size(t.peak_rss_bytes) else
            " · peak RSS not measured")
     ))
-    if t.get("cache_saving_s") is not None:
+    if t.cache_saving_s is not None:
         console.print(
-            f"warm cache saved {format_seconds(t['cache_saving_s'])} of compile time against cold run "
-            f"{literal(t['cache_baseline_run'])} ({literal(t.get('cold_compiles'))} compiles then, "
-            f"{literal(t.get('compiles', 0))} now)"
+            f"warm cache saved {format_seconds(t.cache_saving_s)} of compile time against cold run "
+            f"{literal(t.cache_baseline_run)} ({literal(t.cold_compiles)} compiles then, {t.compiles} now)"
         )
-    failed = [c for c in record.measurements.get("cells", []) if c.get("status") in ("error", "timeout", "kernel-died")]
-    for cell in failed:
-        error = cell.get("error") or {}
-        where = f"cell {cell['index'] + 1}" + (f" (line {cell['line']})" if cell.get("line") else "")
-        console.print(
-            f"[red]{literal(where)}: {literal(cell['status'])}[/red] "
-            f"{literal(error.get('name', ''))}: {literal(str(error.get('message', ''))[:160])}"
-        )
-
-
+    for cell in run.cells:
+        if cell.status in ("error", "timeout", "kernel-died"):
+            error = cell.error
+            console.print(
+                f"[red]{literal(cell.label)}: {literal(cell.status)}[/red] "
+                f"{literal(error.name if error else '')}: {literal((error.message if error else '')[:160])}"
+            )
 
 
 def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> str:
     """A GitHub-ready table of the ledger, in the style of the original investigation."""
-    t = record.measurements.get("totals", {})
+    totals = record.notebook_run().totals
+    model = record.fingerprint.get("cpu", {}).get("model")
     lines = [
         f"### nbscope profile: `{_md(record.target)}`",
         "",
-        f"Machine: {_md(record.fingerprint.get('cpu', {}).get('model', '?') if isinstance(record.fingerprint.get('cpu', {}).get('model'), str) else '?')}"
-        f" · digest `{record.digest}` · total **{format_seconds(t.get('wall_s'))}**, compile "
-        f"{format_seconds(t.get('compile_s'))}, {t.get('compiles', 0)} JAX compiles",
+        f"Machine: {_md(model if isinstance(model, str) else '?')}"
+        f" · digest `{record.digest}` · total **{format_seconds(totals.wall_s)}**, compile "
+        f"{format_seconds(totals.compile_s)}, {totals.compiles} JAX compiles",
         "",
-        "| Cell | Line | Source | Wall | Compile | Run | Compiles | Notes |",
-        "|---:|---:|---|---:|---:|---:|---:|---|",
+        *markdown_table(ledger_rows(record, top=top, notebook_order=notebook_order)),
     ]
-    for cell in ordered_cells(record, top=top, notebook_order=notebook_order):
-        lines.append(
-            f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{_md(shown_line(cell)[:60])}` | "
-            f"{format_seconds(cell.get('wall_s'))} | {format_seconds(cell.get('compile_s'))} | "
-            f"{format_seconds(cell.get('run_s'))} | {compile_text(cell)} | {_md(', '.join(cell_flags(cell, markup=False)))} |"
-        )
     return "\n".join(lines) + "\n"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich import box
@@ -17,6 +16,7 @@ from rich.text import Text
 from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
+from nbscope.render._rows import Column, Item, Rows
 
 # One width on a terminal and piped: the terminal's (or $COLUMNS), else rich's 80 columns. Every table fits it
 # (fitted_table), so piped output reads as it does on an 80-column terminal.
@@ -45,20 +45,6 @@ def literal(value: Any) -> str:
 def source_text(text: str) -> Text:
     """A source line for a table cell: as written, on one line, cut with "…" where the column is narrow."""
     return Text(text, no_wrap=True, overflow="ellipsis")
-
-
-@dataclass(frozen=True)
-class Column:
-    """A column of a :func:`fitted_table`. ``role`` says how it gives way on a narrow console:
-    ``number`` never does (figures are never cut or wrapped), ``source`` gives way first (one line, cut
-    with "…"), ``text`` wraps once the source columns are down to ``min_width``."""
-
-    header: str
-    justify: str = "left"
-    # number | source | text | path (a name that wraps after "/", never mid-word) | parts (wraps after " · ")
-    role: str = "text"
-    min_width: int = 8
-    optional: bool = False  # left out when no row has anything in it
 
 
 def cell_columns(number: str = "cell") -> tuple[Column, Column, Column]:
@@ -146,6 +132,20 @@ def fitted_table(
 
 
 WRAP_AFTER = {"path": "/", "parts": " · "}
+
+
+def _item(item: Item, column: Column) -> Any:
+    style = " ".join(s for s in (item.style, "bold" if item.strong else "") if s)
+    if column.role == "source":
+        return Text(item.text, style=style, no_wrap=True, overflow="ellipsis")
+    return f"[{style}]{literal(item.text)}[/{style}]" if style else literal(item.text)
+
+
+def terminal_table(rows: Rows, *, width: int | None = None) -> Table:
+    """A view's rows as a rich table fitted to ``width`` (default: the console's)."""
+    columns, items = rows.shown(markdown=False)
+    return fitted_table(columns, [[_item(item, c) for item, c in zip(row, columns, strict=True)] for row in items],
+                        title=rows.title, width=width)
 
 
 def _plain(value: Any) -> str:

@@ -116,17 +116,15 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
 
 
 def _cell_table(record: RunRecord) -> str:
-    from nbscope.render.ledger import cell_flags, compile_text
+    from nbscope.render.ledger import compile_text, flags_text
 
     rows = []
-    for cell in record.measurements.get("cells") or []:
-        error = cell.get("error") or {}
-        message = f"{error.get('name', '')}: {error.get('message', '')}" if error else ""
+    for cell in record.notebook_run().cells:
+        message = f"{cell.error.name}: {cell.error.message}" if cell.error else ""
         rows.append(
-            (int(cell.get("index", 0)) + 1, cell.get("line") or "", Markup(f'<span class="src">{e(cell.get("first_line"))}</span>'),
-             cell.get("status"), _seconds(cell.get("wall_s")), _seconds(cell.get("compile_s")),
-             _seconds(cell.get("run_s")), compile_text(cell), ", ".join(cell_flags(cell, markup=False)),
-             _short(message, 200))
+            (cell.index + 1, cell.line or "", Markup(f'<span class="src">{e(cell.first_line)}</span>'),
+             cell.status, _seconds(cell.wall_s), _seconds(cell.compile_s), _seconds(cell.run_s),
+             compile_text(cell), flags_text(cell), _short(message, 200))
         )
     headers = ("#", "line", "source", "status", "wall", "compile", "run", "compiles", "notes", "error")
     return f"<details><summary>{'all ' + count(len(rows), 'cell') if len(rows) != 1 else 'the cell'}</summary>{_table(headers, rows, numeric=(0, 1, 4, 5, 6))}</details>"
