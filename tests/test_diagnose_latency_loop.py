@@ -9,6 +9,7 @@ import pytest
 from diag_support import edited, fired, load_record, profile_notebook, sources_of
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.recommend import recommend
+from nbscope.record.sources import naming
 
 SOURCES = sources_of("diag_latency_loop")
 
@@ -79,7 +80,7 @@ def test_silent_on_the_cpu_run(cpu, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_recommendation_pins_the_loop_to_the_cpu(gpu, cpu) -> None:
-    result = recommend(gpu, cpu, sources=SOURCES)
+    result = recommend(naming(gpu, SOURCES), naming(cpu, SOURCES))
     assert result["accelerator"] == "gpu"
     estimates = result["estimates"]
     assert estimates["cpu_s"] == pytest.approx(sum(c["wall_s"] for c in cpu.measurements["cells"]), abs=1e-3)
@@ -92,7 +93,7 @@ def test_recommendation_pins_the_loop_to_the_cpu(gpu, cpu) -> None:
     assert result["recommendation"] in ("cpu", "mixed")
     assert estimates[f"{result['recommendation']}_s"] == best
     # argument order does not matter
-    assert recommend(cpu, gpu, sources=SOURCES)["estimates"] == estimates
+    assert recommend(naming(cpu, SOURCES), naming(gpu, SOURCES))["estimates"] == estimates
 
 
 @pytest.mark.slow

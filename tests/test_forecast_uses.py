@@ -25,6 +25,7 @@ from nbscope.analyse.forecast.measured import against_measured, forecast_vs_meas
 from nbscope.analyse.recommend import recommend
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.record.run import RunRecord
+from nbscope.record.sources import naming
 from nbscope.record.store import Store
 
 pytest.importorskip("jax")
@@ -159,7 +160,7 @@ def sources_of_md(name: str) -> dict[str, str]:
 # ---- recommend without a GPU run ---------------------------------------------------------------------
 
 def test_recommend_from_the_forecast_says_so_and_keeps_the_loop_on_the_cpu(loop_run: RunRecord) -> None:
-    result = recommend(loop_run, sources=LATENCY_SOURCES)
+    result = recommend(naming(loop_run, LATENCY_SOURCES))
     forecast_result = forecast(loop_run, "t4", sources=LATENCY_SOURCES)
     notebook = forecast_result["notebook"]["t4"]
     assert result["basis"] == "forecast" and result["device"] == "t4"
@@ -173,9 +174,9 @@ def test_recommend_from_the_forecast_says_so_and_keeps_the_loop_on_the_cpu(loop_
     assert "with jax.default_device" in result["pinned"][0]["example"]
     assert any("not a measurement" in c for c in result["caveats"])
     # Two CPU runs of the notebook: the forecast decides (there is no GPU run to measure by).
-    assert recommend(load_record("cpu_latency_loop"), loop_run, sources=LATENCY_SOURCES)["basis"] == "forecast"
+    assert recommend(load_record("cpu_latency_loop"), naming(loop_run, LATENCY_SOURCES))["basis"] == "forecast"
     # A CPU and a GPU run: measured, as before.
-    measured = recommend(load_record("synthetic_t4_latency_loop"), load_record("cpu_latency_loop"), sources=LATENCY_SOURCES)
+    measured = recommend(*(naming(load_record(name), LATENCY_SOURCES) for name in ("synthetic_t4_latency_loop", "cpu_latency_loop")))
     assert measured["basis"] == "measured"
 
 
@@ -191,7 +192,7 @@ def test_recommend_refuses_a_run_without_program_data_and_says_when_there_is_no_
 
 def test_compare_shows_forecast_vs_measured_per_cell(loop_run: RunRecord, run_cli: Any, tmp_path: Path) -> None:
     gpu = load_record("synthetic_t4_latency_loop")
-    result = forecast_vs_measured(loop_run, gpu, sources=LATENCY_SOURCES)
+    result = forecast_vs_measured(naming(loop_run, LATENCY_SOURCES), gpu)
     assert result is not None and result["device"] == "t4"
     rows = {r["index"]: r for r in result["comparison"]["cells"]}
     for index in (2, 3):  # the synthetic T4 run: 8.2 s per 1,000,000-step scan, as the seed measured

@@ -15,7 +15,7 @@ import pytest
 from diag_support import FILES, RECORDS
 from nbscope.analyse.diagnose import diagnose
 from nbscope.record import run as record_module
-from nbscope.record.sources import load_sources, recorded_sources
+from nbscope.record.sources import load_sources, naming, recorded_sources
 
 pytestmark = pytest.mark.slow
 
@@ -127,6 +127,24 @@ def test_a_version_1_record_reads_an_unchanged_notebook_and_says_why_code_is_mis
     shutil.copy(FILES / "diag_unrolled_loop.ipynb", folder / record.target)
     sources, note = load_sources(record)
     assert note is None and len(sources) == len(record.measurements["cells"])
+
+
+def test_a_notebook_named_for_a_version_1_record_lends_only_the_cells_that_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = record_module.load(RECORDS / "cpu_unrolled_loop.json")
+    monkeypatch.chdir(tmp_path)  # the notebook the record names is not here
+    named = naming(record, FILES / "diag_unrolled_loop.ipynb")
+    assert named is not record and record.named_sources is None  # the record read from the store is untouched
+    assert named.to_dict() == record.to_dict()  # what the user named is never stored or exported
+    sources, note = load_sources(named)
+    assert note is None and len(sources) == len(record.measurements["cells"])
+    # A notebook edited since: the edited cell's code is not the code that ran, so it is not used.
+    edited = {key: source + "\n# edited" for key, source in list(sources.items())[:1]}
+    sources, note = load_sources(naming(record, edited))
+    assert sources == {} and "not in the notebook named for it" in (note or "")
+    # Diagnosis reads the named code as it reads a record's own.
+    assert any(f.rule == "unrolled-loop" for f in diagnose(record, sources=FILES / "diag_unrolled_loop.ipynb"))
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in RECORDS.glob("*.json")))

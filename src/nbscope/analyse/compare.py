@@ -20,6 +20,7 @@ from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellPair, pair_cells, same_notebook, shown_line
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
+from nbscope.record.sources import sources_of
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
@@ -233,13 +234,13 @@ def _run_summary(record: RunRecord, name: str) -> dict[str, Any]:
 
 
 def compare(
-    a: RunRecord, b: RunRecord, *, sources: Mapping[str, str] | None = None, allow_different: bool = False
+    a: RunRecord, b: RunRecord, *, allow_different: bool = False
 ) -> Comparison:
     """Compare two profile runs of one notebook (under different machines, settings or versions).
 
     Runs of two different notebooks (:func:`nbscope.record.cells.same_notebook`) are refused: their
     totals and paired cells would read as a speed-up. ``allow_different`` compares them anyway, and the
-    comparison says so.
+    comparison says so. Cells are paired with the code that ran (``record.sources``).
     """
     check_profile(a, "A")
     check_profile(b, "B")
@@ -249,7 +250,7 @@ def compare(
             f"{label(a, 'A')} is of {a.target} and {label(b, 'B')} of {b.target}: different notebooks "
             "(pass --allow-different to compare them anyway)"
         )
-    pairs = pair_cells(a.measurements["cells"], b.measurements["cells"], sources=sources)
+    pairs = pair_cells(a.measurements["cells"], b.measurements["cells"], sources=sources_of(a, b))
     floors: list[float] = []
     comparison = Comparison(a=a, b=b, pairs=pairs, differences=differences(a, b),
                             label_a=label(a, "A"), label_b=label(b, "B"), same_notebook=same)

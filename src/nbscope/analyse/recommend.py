@@ -13,7 +13,7 @@ from typing import Any
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.record.run import RunRecord
-from nbscope.record.sources import load_sources
+from nbscope.record.sources import sources_of
 
 __all__ = ["recommend", "recommend_forecast"]
 
@@ -35,7 +35,6 @@ def recommend(
     a: RunRecord,
     b: RunRecord | None = None,
     *,
-    sources: Mapping[str, str] | None = None,
     gpus: str | Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Which backend this notebook should use, from the measured per-cell figures of a CPU and a GPU run,
@@ -56,7 +55,7 @@ def recommend(
     """
     compare_module.check_profile(a, "A")
     if b is None:
-        return recommend_forecast(a, gpus=gpus, sources=sources)
+        return recommend_forecast(a, gpus=gpus)
     compare_module.check_profile(b, "B")
     pa, pb = compare_module.platform_of(a)["platform"], compare_module.platform_of(b)["platform"]
     result: dict[str, Any] = {
@@ -70,7 +69,7 @@ def recommend(
     if pa == pb:
         with_programs = [r for r in (a, b) if r.measurements.get("programs")]
         if pa == "cpu" and with_programs:
-            return recommend_forecast(with_programs[0], gpus=gpus, sources=sources)
+            return recommend_forecast(with_programs[0], gpus=gpus)
         result["reason"] = f"both runs used the {pa} backend: nothing to choose between"
         return result
     if "cpu" not in (pa, pb):
@@ -81,7 +80,7 @@ def recommend(
             result["estimates"] = {f"{pa}_s": ta, f"{pb}_s": tb}
         return result
     cpu, acc = (a, b) if pa == "cpu" else (b, a)
-    result.update(_measured_choice(cpu, acc, pb if pa == "cpu" else pa, sources))
+    result.update(_measured_choice(cpu, acc, pb if pa == "cpu" else pa))
     return result
 
 
@@ -97,7 +96,6 @@ def recommend_forecast(
     record: RunRecord,
     *,
     gpus: str | Sequence[str] | None = None,
-    sources: Mapping[str, str] | None = None,
     devices_file: str | Path | None = None,
     made: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -135,7 +133,7 @@ def recommend_forecast(
     if made is not None and [d["key"] for d in made.get("devices") or []] == list(keys):
         forecast_result: Mapping[str, Any] = made
     else:
-        forecast_result = forecast(record, keys, sources=sources, devices_file=devices_file)
+        forecast_result = forecast(record, keys, devices_file=devices_file)
     for device in forecast_result["devices"]:
         notebook = forecast_result["notebook"][device["key"]]
         result["forecast"][device["key"]] = {
@@ -173,14 +171,10 @@ def recommend_forecast(
 _range = units.seconds_range
 
 
-def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str,
-                     sources: Mapping[str, str] | None) -> dict[str, Any]:
+def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str, Any]:
     """The choice from a CPU run and an accelerator run: each cell at its measured time, the JAX cells that ran
     faster on the CPU pinned there."""
-    if sources is None:
-        sources, _ = load_sources(acc)
-        if not sources:
-            sources, _ = load_sources(cpu)
+    sources = sources_of(cpu, acc)  # the accelerator run's code where both carry a cell
     from nbscope.analyse.diagnose._source import analyse
 
     index_of = {c.get("source_hash"): int(c["index"]) for c in acc.measurements["cells"]}

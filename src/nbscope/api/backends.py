@@ -16,7 +16,6 @@ from nbscope.analyse.recommend import recommend
 from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, check_platforms, parse_backends
-from nbscope.record.sources import sources_of
 
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
 # AssertionError instead, which the "no JAX work ran" test below catches).
@@ -116,11 +115,10 @@ def profile_backends(
     available = result.available
     if len(available) >= 2:
         first, second = available[0]["record"], available[1]["record"]
-        sources = sources_of(first)
-        result.comparison = compare_module.compare(first, second, sources=sources)
-        result.recommendation = recommend(first, second, sources=sources)
+        result.comparison = compare_module.compare(first, second)
+        result.recommendation = recommend(first, second)
         for entry, other in ((available[0], second), (available[1], first)):
-            result.findings[entry["backend"]] = diagnose(entry["record"], other=other, sources=sources)
+            result.findings[entry["backend"]] = diagnose(entry["record"], other=other)
     elif len(available) == 1:
         result.findings[available[0]["backend"]] = diagnose(available[0]["record"])
     return result

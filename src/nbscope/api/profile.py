@@ -482,10 +482,7 @@ def diagnosis_of(
     from nbscope.analyse.diagnose import diagnose
 
     try:
-        sources = None
-        if notebook is not None:
-            sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
-        return diagnose(record, sources=sources, devices_file=devices_file), None
+        return diagnose(record, sources=notebook, devices_file=devices_file), None
     except Exception as exc:  # a rule or a source that fails costs the run its findings, not its ledger
         return None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, NbscopeError) else str(exc)
 

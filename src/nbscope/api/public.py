@@ -11,6 +11,7 @@ from nbscope.analyse import diagnose as diagnose_module
 from nbscope.api import bench as bench_job
 from nbscope.api import profile as profile_job
 from nbscope.record.run import RunRecord, labelled
+from nbscope.record.sources import naming
 from nbscope.record.store import Store
 
 
@@ -39,11 +40,13 @@ def profile(
 
 
 def compare(
-    a: RunRecord, b: RunRecord, *, sources: dict[str, str] | None = None, allow_different: bool = False
+    a: RunRecord, b: RunRecord, *, sources: dict[str, str] | str | Path | None = None, allow_different: bool = False
 ) -> compare_module.Comparison:
     """Two profile runs side by side: cells paired by source, per-cell winners, totals, and the settings
-    and fingerprint fields that differ (``.to_dict()`` is what ``nbscope compare --json`` prints)."""
-    return compare_module.compare(a, b, sources=sources, allow_different=allow_different)
+    and fingerprint fields that differ (``.to_dict()`` is what ``nbscope compare --json`` prints).
+    ``sources`` names the notebook's code (its path, or sources by hash) for runs that do not carry it."""
+    a, b = naming(a, sources), naming(b, sources)
+    return compare_module.compare(a, b, allow_different=allow_different)
 
 
 def diagnose(record: RunRecord, *, other: RunRecord | None = None, **options: Any) -> diagnose_module.Findings:

@@ -41,18 +41,16 @@ def compare_command(
     from nbscope.analyse import compare as compare_module
     from nbscope.analyse.forecast.measured import forecast_vs_measured
     from nbscope.analyse.recommend import recommend
-    from nbscope.record.sources import sources_of
     from nbscope.render import compare as view
     from nbscope.render import forecast as forecast_view
 
     store = open_store(db, read_only=True)
     run_a, run_b = resolve(a, store, kinds=PROFILE_KINDS), resolve(b, store, kinds=PROFILE_KINDS)
-    sources = sources_of(run_a, run_b)
-    comparison = compare_module.compare(run_a, run_b, sources=sources, allow_different=allow_different)
+    comparison = compare_module.compare(run_a, run_b, allow_different=allow_different)
     platforms = {compare_module.platform_of(r)["platform"] for r in (run_a, run_b)}
-    recommendation = recommend(run_a, run_b, sources=sources) if len(platforms) > 1 else None
+    recommendation = recommend(run_a, run_b) if len(platforms) > 1 else None
     # A GPU run beside a CPU run recorded with program data: the CPU run's forecast against what the GPU measured.
-    measured = forecast_vs_measured(run_a, run_b, sources=sources)
+    measured = forecast_vs_measured(run_a, run_b)
     if as_json:
         document = comparison.to_dict()
         document["recommendation"] = recommendation

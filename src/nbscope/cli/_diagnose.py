@@ -70,14 +70,13 @@ def diagnose_command(
     store = open_store(db, read_only=True)
     record = resolve(run, store, kinds=PROFILE_KINDS)
     other_record = resolve(other, store, kinds=PROFILE_KINDS) if other else None
-    sources = None
-    if notebook is not None:
-        from nbscope.collect import notebook as notebook_module
+    if notebook is not None:  # the code of an older record that does not carry it
+        from nbscope.record.sources import naming
 
-        sources = {c.source_hash: c.source for c in notebook_module.read(notebook).code_cells}
-    findings = diagnose(record, other=other_record, sources=sources, rules=rule, gpus=gpu,
+        record = naming(record, notebook)
+    findings = diagnose(record, other=other_record, rules=rule, gpus=gpu,
                         thresholds=_thresholds(threshold or []), devices_file=devices)
-    recommendation = _forecast_recommendation(record, other_record, gpu, sources, devices, getattr(findings, "forecast", None))
+    recommendation = _forecast_recommendation(record, other_record, gpu, devices, getattr(findings, "forecast", None))
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
         if recommendation is not None:
@@ -96,7 +95,7 @@ def diagnose_command(
         raise typer.Exit(1)
 
 
-def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: Any, devices: Path | None,
+def _forecast_recommendation(record: Any, other: Any, gpu: str | None, devices: Path | None,
                              made: Any = None) -> Any:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
     from nbscope.analyse.compare import platform_of
@@ -106,7 +105,7 @@ def _forecast_recommendation(record: Any, other: Any, gpu: str | None, sources: 
         return None
     from nbscope.analyse.recommend import recommend_forecast
 
-    return recommend_forecast(record, gpus=gpu, sources=sources, devices_file=devices, made=made)
+    return recommend_forecast(record, gpus=gpu, devices_file=devices, made=made)
 
 
 def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:

@@ -120,6 +120,9 @@ class RunRecord:
     # What the user named the run (``--label``); runs recorded while ``$NBSCOPE_LABEL`` is set carry it.
     label: str | None = field(default_factory=default_label)
     run_id: int | None = None  # set by the store; not part of the document
+    # The code of a notebook the user named for this run (``--notebook``; ``record.sources.naming``), by source
+    # hash, for the cells the record does not carry itself; not part of the document.
+    named_sources: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def digest(self) -> str:

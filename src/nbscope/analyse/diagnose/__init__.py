@@ -1,8 +1,8 @@
 """Diagnosis: named causes of slow (or wrongly timed) cells, each with its evidence and a concrete fix.
 
 Each rule is a small module (``_<rule>.py``) exposing ``RULE``; ``RULES`` lists them in the order they
-run. A rule reads the run record (and, when it needs code, the notebook's cell sources, re-read from the
-path the record names or passed as ``sources``). A rule that lacks the data it needs adds a ``Skip``
+run. A rule reads the run record (and, when it needs code, the code that ran, which the record carries: see
+``record.sources``). A rule that lacks the data it needs adds a ``Skip``
 saying what is missing instead of guessing.
 
 Public interface (used by the HTML report and the fleet audit)::
@@ -39,6 +39,7 @@ from nbscope.analyse.diagnose import (
 from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, Skip
 from nbscope.record.cells import failure_text
 from nbscope.record.run import RunRecord
+from nbscope.record.sources import naming
 
 __all__ = [
     "RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "rule_names", "rule_thresholds",
@@ -145,7 +146,7 @@ def diagnose(
     record: RunRecord,
     *,
     other: RunRecord | None = None,
-    sources: Mapping[str, str] | None = None,
+    sources: Mapping[str, str] | str | Path | None = None,
     rules: Iterable[str] | None = None,
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
     gpus: str | Sequence[str] | None = None,
@@ -154,8 +155,8 @@ def diagnose(
     """Run every rule on a profile run; most important first.
 
     ``other`` is a second run of the same notebook (a CPU run for a GPU one, a warm-cache run for a cold
-    one) that some rules use as measured evidence. ``sources`` maps a cell's source hash to its source;
-    by default the notebook is re-read from the path in the record. ``thresholds`` overrides rules'
+    one) that some rules use as measured evidence. ``sources`` names the notebook's code (a path, or sources by
+    source hash) for cells an older record does not carry (:func:`nbscope.record.sources.naming`). ``thresholds`` overrides rules'
     thresholds by rule and name (``{"compile-bound": {"min_compile_s": 0.05}}``; see
     :func:`rule_thresholds`), e.g. to judge a run whose machine compiles much faster or slower than the
     defaults assume. The returned list is a :class:`Findings`: ``.skipped`` says which rules (or parts)
@@ -182,7 +183,8 @@ def diagnose(
 
             raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
     overrides = _checked_thresholds(thresholds or {})
-    ctx = Context(record, other=other, sources=sources, thresholds=overrides, gpus=gpus or None,
+    record = naming(record, sources)
+    ctx = Context(record, other=other, thresholds=overrides, gpus=gpus or None,
                   devices_file=devices_file)
     findings: list[Finding] = []
     skipped: list[Skip] = []

@@ -275,7 +275,6 @@ class Context:
         record: RunRecord,
         *,
         other: RunRecord | None = None,
-        sources: Mapping[str, str] | None = None,
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
         gpus: Sequence[str] | None = None,
         devices_file: str | Path | None = None,
@@ -285,10 +284,7 @@ class Context:
         self.forecast_gpus = list(gpus) if gpus else None  # GPUs the GPU rules forecast for on a CPU run
         self.devices_file = devices_file  # the user's device file, when not the default one
         self.threshold_overrides = {rule: dict(values) for rule, values in (thresholds or {}).items()}
-        if sources is None:
-            self.sources, self.sources_note = load_sources(record)
-        else:
-            self.sources, self.sources_note = dict(sources), None
+        self.sources, self.sources_note = load_sources(record)
         self.cells: list[dict[str, Any]] = list(record.measurements.get("cells") or [])
         # The same cells typed (rules move to it one by one; ``cells`` is the recorded JSON).
         self.run: NotebookRun = record.notebook_run()
@@ -312,7 +308,7 @@ class Context:
     @cached_property
     def forecast(self) -> _forecast.ForecastEvidence:
         """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
-        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus, self.sources,
+        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus,
                                   devices_file=self.devices_file)
 
     @cached_property

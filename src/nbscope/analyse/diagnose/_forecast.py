@@ -9,7 +9,7 @@ and says "forecast:" in its title and summary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,8 @@ def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, 
     require_forecast(record, platform, run_label)
 
 
-def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
-             sources: Mapping[str, str] | None = None, *, devices_file: str | Path | None = None) -> ForecastEvidence:
+def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None, *,
+             devices_file: str | Path | None = None) -> ForecastEvidence:
     """The forecast of ``record`` on the GPUs to diagnose for, or why it has none."""
     from nbscope.analyse.forecastable import forecast_unavailable
 
@@ -64,8 +64,7 @@ def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None,
     try:
         found.table = load_table(devices_file)
         found.devices = resolve(found.table, names)
-        found.result = forecast(record, [d.key for d in found.devices], table=found.table,
-                                sources=sources or None)
+        found.result = forecast(record, [d.key for d in found.devices], table=found.table)
     except NbscopeError as exc:  # e.g. a GPU named at record time that the device file no longer has
         found.result, found.why_not = None, f"no forecast: {exc}"
     return found

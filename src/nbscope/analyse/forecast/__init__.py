@@ -30,7 +30,7 @@ from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, re
 from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
 from nbscope.analyse.forecastable import RECORDED_BY, uses_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
-from nbscope.record.sources import load_sources
+from nbscope.record.sources import load_sources, naming
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
@@ -79,15 +79,17 @@ def forecast(
 ) -> dict[str, Any]:
     """The forecast of a profile run on each named GPU (see the module docstring for its parts).
 
-    The cell sources (for the exact code changes) come from ``sources`` (by source hash) when given,
-    else from ``notebook_path``, else from the notebook the run recorded."""
+    The cell sources (for placement and the exact code changes) are the code the record carries; for cells an
+    older record does not carry, ``sources`` (by source hash) or ``notebook_path`` names the notebook's code
+    (:func:`nbscope.record.sources.naming`), else the notebook the run recorded is read."""
     label = run_label or (f"run {record.run_id}" if record.run_id is not None else "the run")
     table = table or load_table(devices_file)
     devices = resolve(table, gpus)
     check_record(record, label)
     measurements = record.measurements
     programs = (measurements.get("programs") or {}).get("programs") or {}
-    sources = _notebook_sources(record, notebook_path, sources)
+    record = naming(naming(record, sources), notebook_path)
+    sources = _notebook_sources(record)
     cells = [_measured(c) for c in measurements.get("cells") or []]
     ran = [c for c in cells if c is not None]
     failed = [f for f in (not_forecast(c) for c in measurements.get("cells") or []) if f is not None]
@@ -513,17 +515,8 @@ def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: di
     }
 
 
-def _notebook_sources(record: Any, notebook_path: str | Path | None,
-                      given: Mapping[str, str] | None = None) -> dict[int, str]:
-    """Code cell sources by index, from the profiled notebook when it is there and unchanged."""
-    by_hash: dict[str, str] = {}
-    if given:
-        by_hash = dict(given)
-    elif notebook_path:
-        from nbscope.collect import notebook as notebook_module
-
-        by_hash = {c.source_hash: c.source for c in notebook_module.read(notebook_path).code_cells}
-    else:
-        by_hash, _ = load_sources(record)
+def _notebook_sources(record: Any) -> dict[int, str]:
+    """Code cell sources by index: the code that ran."""
+    by_hash, _ = load_sources(record)
     return {c.get("index"): by_hash[c["source_hash"]] for c in record.measurements.get("cells") or []
             if c.get("source_hash") in by_hash}

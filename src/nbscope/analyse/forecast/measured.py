@@ -113,7 +113,6 @@ def forecast_vs_measured(
     a: Any,
     b: Any,
     *,
-    sources: Mapping[str, str] | None = None,
     devices_file: str | Path | None = None,
 ) -> dict[str, Any] | None:
     """For ``nbscope compare``: when one run is on a GPU and the other is a CPU run with program data,
@@ -143,7 +142,7 @@ def forecast_vs_measured(
         return {"comparison": None, "cpu_run": cpu.run_id, "gpu_run": gpu.run_id,
                 "note": (f"{gpu_label} ran on a {names[0]}, which is not in the device table ({table.known()}): add it "
                          "in a device file or calibrate it (docs/forecast.md) to compare it with the forecast")}
-    result = forecast(cpu, [device.key], table=table, sources=sources, run_label=cpu_label)
+    result = forecast(cpu, [device.key], table=table, run_label=cpu_label)
     try:
         comparison = against_measured(result, gpu, device.key)
     except NbscopeError as exc:
