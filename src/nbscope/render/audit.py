@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rich.markup import escape
@@ -12,8 +13,11 @@ from nbscope._units import count
 from nbscope.analyse.diagnose import Finding
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
+from nbscope.render._markdown import markdown_table
+from nbscope.render._markdown import table_cell as _md
+from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.forecast import seconds_range as _seconds_range
-from nbscope.render.terminal import Column, console, fitted_table, format_seconds, print_record_header
+from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
 
 
 def _lectures(record: RunRecord) -> list[dict[str, Any]]:
@@ -64,8 +68,8 @@ def _cause(row: dict[str, Any]) -> tuple[str, str]:
     return title, row.get("action") or ""
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+def _clip(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _failures(record: RunRecord) -> list[dict[str, Any]]:
@@ -95,24 +99,36 @@ def _dominant(lecture: dict[str, Any]) -> str:
             + (f", {where})" if where else ")"))
 
 
-def _blast_rows(radius: dict[str, Any]) -> list[tuple[str, ...]]:
-    """lecture, CPU, forecast, slowdown, verdict, dominant term, keep on CPU: one tuple per lecture."""
+# How long a text may be in a table before it is cut with "…" (None: never): a long action or dominant term
+# would wrap into a column of many lines. The HTML page shows them whole.
+ACTION_LIMIT = 240
+BLAST_LIMIT = 160
+
+
+def _blast_columns(radius: dict[str, Any]) -> tuple[Column, ...]:
+    gpu = (radius.get("gpu") or "gpu").upper()
+    # (header, role, least width); the markdown headers are as the terminal's, lower case
+    shape = (("lecture", "path", 12), ("CPU (measured)", "number", 8), (f"{gpu} forecast", "number", 8),
+             ("slowdown", "number", 8), ("verdict", "text", 10), ("dominant term", "text", 14),
+             ("keep on CPU", "text", 10))
+    return tuple(Column(escape(header), "right" if role == "number" else "left", role, min_width=least,
+                        markdown=_md(header)) for header, role, least in shape)
+
+
+def blast_radius_rows(radius: dict[str, Any], *, limit: int | None = BLAST_LIMIT) -> Rows:
+    """The blast radius's table, once for every format: a row per lecture (lecture, CPU, forecast, slowdown,
+    verdict, dominant term, keep on CPU), largest slowdown first as the forecast lists them."""
     rows = []
     for lecture in radius["lectures"]:
         verdict = lecture.get("verdict") or "–"
         if lecture.get("all_on_gpu") and lecture["all_on_gpu"] != verdict:
             verdict += f" (all on GPU: {lecture['all_on_gpu']})"
-        rows.append((lecture["path"], format_seconds(lecture.get("cpu_s")), _seconds_range(lecture.get("low_s"), lecture.get("high_s")),
-                     _slowdown(lecture.get("slowdown")), verdict, _dominant(lecture),
-                     ", ".join(lecture.get("keep_on_cpu") or []) or "–"))
-    return rows
-
-
-BLAST_HEADINGS = ("lecture", "CPU (measured)", "{gpu} forecast", "slowdown", "verdict", "dominant term", "keep on CPU")
-
-
-def _headings(radius: dict[str, Any]) -> list[str]:
-    return [h.format(gpu=(radius.get("gpu") or "gpu").upper()) for h in BLAST_HEADINGS]
+        values = (lecture["path"], format_seconds(lecture.get("cpu_s")),
+                  _seconds_range(lecture.get("low_s"), lecture.get("high_s")), _slowdown(lecture.get("slowdown")),
+                  verdict, _dominant(lecture), ", ".join(lecture.get("keep_on_cpu") or []) or "–")
+        path, *figures = (_clip(str(v), limit) for v in values)
+        rows.append((Item(path, code=True), *figures))
+    return Rows.of(_blast_columns(radius), rows)
 
 
 def print_blast_radius(record: RunRecord) -> None:
@@ -120,15 +136,11 @@ def print_blast_radius(record: RunRecord) -> None:
     radius = _forecast(record)
     if radius is None:
         return
-    headings = _headings(radius)
-    roles = (("path", 12), ("number", 0), ("number", 0), ("number", 0), ("text", 10), ("text", 14), ("text", 10))
-    columns = [Column(escape(h), "right" if role == "number" else "left", role, min_width=least or 8)
-               for h, (role, least) in zip(headings, roles, strict=True)]
-    rows = [[escape(_clip(v, 160)) for v in row] for row in _blast_rows(radius)]
-    if rows:
+    rows = blast_radius_rows(radius)
+    if rows.rows:
         title = (f"GPU blast radius · forecast on the {escape(str(radius.get('gpu_name') or radius.get('gpu')))} "
                  "from CPU runs, largest slowdown first")
-        console.print(fitted_table(columns, rows, title=title))
+        console.print(terminal_table(replace(rows, title=title)))
     for error in radius.get("errors") or []:
         console.print(f"[yellow]no forecast for {escape(error['path'])}:[/yellow] {escape(str(error['error']))}")
     console.print(f"[bold]{escape(radius['summary'])}[/bold] [dim](a forecast, not a measurement: "
@@ -156,21 +168,35 @@ def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> No
         console.print(f"\n[dim]no findings: {escape(', '.join(quiet))}[/dim]")
 
 
+def _audit_columns(gpu: str | None) -> tuple[Column, ...]:
+    return (
+        Column("lecture", "left", "path", min_width=12),
+        Column("cpu", "right", "number", markdown="CPU"),
+        Column(escape(gpu or "gpu"), "right", "number", markdown=_md(gpu or "GPU")),
+        Column("winner", "left", "number"),
+        Column("top cause", "left", "text", min_width=12),
+        Column("recommended action", "left", "text", min_width=16),
+    )
+
+
+def audit_rows(record: RunRecord, *, limit: int | None = ACTION_LIMIT) -> Rows:
+    """The audit's table, once for every format: a row per lecture (its total on the CPU and on the GPU
+    backend, the winner, the top cause and the recommended action, cut at ``limit`` characters)."""
+    gpu = _gpu_backend(record)
+    rows = []
+    for row in _lectures(record):
+        cause, action = _cause(row)
+        rows.append((Item(str(row["path"]), code=True), _backend_cell(row, "cpu"), _backend_cell(row, gpu),
+                     winner_text(row), cause, _clip(action, limit)))
+    notebooks = (record.measurements.get("totals") or {}).get("notebooks", 0)
+    return Rows.of(_audit_columns(gpu), rows, title=f"audit · {count(notebooks, 'notebook')}")
+
+
 def print_audit(record: RunRecord) -> None:
     """The audit in the terminal: one row per lecture, then the summary line."""
     print_record_header(record)
     m = record.measurements
-    gpu = _gpu_backend(record)
-    columns = [Column("lecture", "left", "path", min_width=12), Column("cpu", "right", "number"),
-               Column(escape(gpu or "gpu"), "right", "number"), Column("winner", "left", "number"),
-               Column("top cause", "left", "text", min_width=12), Column("recommended action", "left", "text", min_width=16)]
-    rows = []
-    for row in _lectures(record):
-        cause, action = _cause(row)
-        rows.append([escape(row["path"]), _backend_cell(row, "cpu"), _backend_cell(row, gpu), escape(winner_text(row)),
-                     escape(cause), escape(_clip(action, 240))])
-    notebooks = m.get("totals", {}).get("notebooks", 0)
-    console.print(fitted_table(columns, rows, title=f"audit · {count(notebooks, 'notebook')}"))
+    console.print(terminal_table(audit_rows(record)))
     print_blast_radius(record)
     for backend, info in (m.get("backends") or {}).items():
         if not info.get("available"):
@@ -188,33 +214,21 @@ def print_audit(record: RunRecord) -> None:
     )
 
 
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
-
-
 def audit_markdown(record: RunRecord) -> str:
     """A GitHub-ready table: Lecture | CPU | GPU | Winner | Top cause | Recommended action."""
     m = record.measurements
-    gpu = _gpu_backend(record)
     lines = [
         f"### nbscope audit: `{_md(record.target)}`",
         "",
         f"**{_md(m.get('summary', ''))}**",
         "",
-        f"| Lecture | CPU | {_md(gpu or 'GPU')} | Winner | Top cause | Recommended action |",
-        "|---|---:|---:|---|---|---|",
+        *markdown_table(audit_rows(record)),
     ]
-    for row in _lectures(record):
-        cause, action = _cause(row)
-        lines.append(f"| `{_md(row['path'])}` | {_backend_cell(row, 'cpu')} | {_backend_cell(row, gpu)} | "
-                     f"{winner_text(row)} | {_md(cause)} | {_md(_clip(action, 300))} |")
     radius = _forecast(record)
     if radius is not None:
         lines += ["", f"#### GPU blast radius (forecast on the {_md(radius.get('gpu_name') or radius.get('gpu'))})", "",
                   f"**{_md(radius['summary'])}** (a forecast from CPU runs, not a measurement)", "",
-                  "| " + " | ".join(_md(h) for h in _headings(radius)) + " |", "|---|---:|---:|---:|---|---|---|"]
-        for row in _blast_rows(radius):
-            lines.append("| `" + _md(row[0]) + "` | " + " | ".join(_md(v) for v in row[1:]) + " |")
+                  *markdown_table(blast_radius_rows(radius))]
     notes = [f"- {_md(b)} unavailable: {_md(i.get('reason'))}" for b, i in (m.get("backends") or {}).items()
              if not i.get("available")]
     notes += [f"- `{_md(e['path'])}` on {_md(e['backend'])}: {e['status']} {_md(e.get('error') or '')[:200]}"
@@ -232,30 +246,28 @@ th { background: #f3f3f3; } td:nth-child(2), td:nth-child(3) { text-align: right
 """
 
 
+def _html_table(rows: Rows) -> str:
+    """A view's rows as an HTML table, with the markdown headers (a document's, not a terminal's)."""
+    e = html.escape
+    columns, items = rows.shown(markdown=True)
+    head = "".join(f"<th>{e(c.markdown_header)}</th>" for c in columns)
+    body = "\n".join("<tr>" + "".join(f"<td>{e(item.text)}</td>" for item in row) + "</tr>" for row in items)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
+
+
 def audit_html(record: RunRecord) -> str:
     """One self-contained HTML page (no scripts, no network) with the look of nbscope's other reports."""
     e = html.escape
     m = record.measurements
-    gpu = _gpu_backend(record)
-    rows = []
-    for row in _lectures(record):
-        cause, action = _cause(row)
-        rows.append(
-            "<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in (
-                row["path"], _backend_cell(row, "cpu"), _backend_cell(row, gpu), winner_text(row), cause, action)) + "</tr>"
-        )
     notes = [f"<li>{e(b)} unavailable: {e(str(i.get('reason')))}</li>" for b, i in (m.get("backends") or {}).items()
              if not i.get("available")]
     notes += [f"<li>{e(x['path'])} on {e(x['backend'])}: {e(x['status'])} {e(str(x.get('error') or ''))}</li>"
               for x in _failures(record)]
-    head = "".join(f"<th>{e(h)}</th>" for h in ("Lecture", "CPU", gpu or "GPU", "Winner", "Top cause", "Recommended action"))
     radius = _forecast(record)
     blast = ""
     if radius is not None:
-        blast_rows = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in _blast_rows(radius))
         blast = (f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius['summary'])}</strong> "
-                 "(a forecast from CPU runs, not a measurement)</p><table><thead><tr>"
-                 + "".join(f"<th>{e(h)}</th>" for h in _headings(radius)) + f"</tr></thead><tbody>{blast_rows}</tbody></table>")
+                 "(a forecast from CPU runs, not a measurement)</p>" + _html_table(blast_radius_rows(radius, limit=None)))
     style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
@@ -265,9 +277,7 @@ def audit_html(record: RunRecord) -> str:
 <h1>nbscope audit: {e(record.target)}</h1>
 <p class="meta">{e(record.started_at)} · {e(record.status)} · digest {e(record.digest)}</p>
 <p><strong>{e(str(m.get('summary', '')))}</strong></p>
-<table><thead><tr>{head}</tr></thead><tbody>
-{chr(10).join(rows)}
-</tbody></table>
+{_html_table(audit_rows(record, limit=None))}
 {blast}
 {('<ul>' + ''.join(notes) + '</ul>') if notes else ''}
 </body></html>

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
+from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
     TIME_COLUMNS,
-    Column,
     cell_columns,
     console,
-    fitted_table,
     format_seconds,
     literal,
-    source_text,
+    terminal_table,
 )
 
 CELL_COLUMNS = (
@@ -22,8 +22,9 @@ CELL_COLUMNS = (
     *cell_columns(),
     *TIME_COLUMNS,
     Column("share", "right", "number"),
-    Column("on", "left", "number", optional=True),
+    Column("on", "left", "number", optional=True, in_markdown=False),
 )
+RUN_COLUMN = Column("run", "right", "number")  # first, where the rows come from more than one run
 LECTURE_COLUMNS = (
     Column("notebook", "left", "path", min_width=16),
     Column("A", "right", "number"),
@@ -33,8 +34,6 @@ LECTURE_COLUMNS = (
     Column("B compile", "right", "number"),
     Column("runs", "left", "number"),  # which run each side's figures are from
 )
-
-
 
 
 def _share(value: Any) -> str:
@@ -57,48 +56,39 @@ def _cells_title(data: Mapping[str, Any]) -> str:
     return head + f": {format_seconds(data['shown_wall_s'])} of {format_seconds(data['wall_s'])}"
 
 
-def print_cells(data: Mapping[str, Any]) -> None:
-    """The slowest cells across the runs, with each cell's share of the total wall time (of its own run where
-    a notebook has several); a run column where the rows come from more than one run."""
-    rows = data["rows"]
+def cells_rows(data: Mapping[str, Any]) -> Rows:
+    """The slowest cells' table, once for both formats: a row per cell, with a run column first where the rows
+    come from more than one run and the backend last where they ran on more than one."""
     several = _backends(data)
     with_run = (data.get("runs") or 0) > 1
-    columns = [Column("run", "right", "number")] if with_run else []
-    columns += CELL_COLUMNS
-    table_rows = [
+    rows = [
         (
-            *([literal(row.get("run_id") if row.get("run_id") is not None else "–")] if with_run else []),
-            literal(row["target"]),
-            literal(row["cell"] if row["cell"] is not None else "?"),
-            literal(row.get("line") or ""),
-            source_text(row.get("source") or ""),
+            *([str(row.get("run_id") if row.get("run_id") is not None else "–")] if with_run else []),
+            Item(str(row["target"]), code=True),
+            str(row["cell"] if row["cell"] is not None else "?"),
+            str(row.get("line") or ""),
+            Item(row.get("source") or "", code=True),
             format_seconds(row["wall_s"]),
             format_seconds(row.get("compile_s")) if row.get("compile_s") else "–",
             format_seconds(row.get("run_s")),
             _share(row.get("share")),
-            literal(row.get("backend") or "") if several else "",
+            str(row.get("backend") or "") if several else "",
         )
-        for row in rows
+        for row in data["rows"]
     ]
-    console.print(fitted_table(columns, table_rows, title=_cells_title(data)))
+    columns = ([RUN_COLUMN] if with_run else []) + list(CELL_COLUMNS)
+    return Rows.of(columns, rows, title=_cells_title(data))
+
+
+def print_cells(data: Mapping[str, Any]) -> None:
+    """The slowest cells across the runs, with each cell's share of the total wall time (of its own run where
+    a notebook has several); a run column where the rows come from more than one run."""
+    console.print(terminal_table(cells_rows(data)))
     _print_missing(data["sets"])
 
 
 def cells_markdown(data: Mapping[str, Any]) -> str:
-    with_run = (data.get("runs") or 0) > 1
-    lines = [
-        f"### nbscope cells: {_md(_cells_title(data))}",
-        "",
-        ("| Run " if with_run else "") + "| Notebook | Cell | Line | Source | Wall | Compile | Run | Share |",
-        ("|---:" if with_run else "") + "|---|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    for row in data["rows"]:
-        lines.append(
-            (f"| {row.get('run_id') if row.get('run_id') is not None else '–'} " if with_run else "")
-            + f"| `{_md(row['target'])}` | {row['cell']} | {row.get('line') or ''} | `{_md((row.get('source') or '')[:60])}` | "
-            f"{format_seconds(row['wall_s'])} | {format_seconds(row.get('compile_s'))} | {format_seconds(row.get('run_s'))} | "
-            f"{_share(row.get('share'))} |"
-        )
+    lines = [f"### nbscope cells: {_md(_cells_title(data))}", "", *markdown_table(cells_rows(data))]
     return "\n".join(lines) + "\n"
 
 
@@ -116,23 +106,29 @@ def _side_title(name: str, data: Mapping[str, Any]) -> str:
     return f"{name} = {data[name.lower()]['name']}" + (f" ({', '.join(backends)})" if backends else "")
 
 
-def print_lectures(data: Mapping[str, Any]) -> None:
-    """A row per notebook: A's and B's wall time, the winner, and the compile time of each."""
-    console.print(f"[bold]{literal(_side_title('A', data))}[/bold]")
-    console.print(f"[bold]{literal(_side_title('B', data))}[/bold]")
-    table_rows = [
+def lectures_rows(data: Mapping[str, Any]) -> Rows:
+    """The lecture-by-lecture table, once for both formats: a row per notebook, A's and B's wall time, the
+    winner, the compile time of each, and the runs the figures are from."""
+    rows = [
         (
-            literal(row["target"]),
+            Item(str(row["target"]), code=True),
             _side_wall(row["a"]),
             _side_wall(row["b"]),
-            literal(row.get("text") or "–"),
+            str(row.get("text") or "–"),
             _side_wall(row["a"], "compile_s"),
             _side_wall(row["b"], "compile_s"),
             _runs(row),
         )
         for row in data["rows"]
     ]
-    console.print(fitted_table(LECTURE_COLUMNS, table_rows, title="lecture by lecture"))
+    return Rows.of(LECTURE_COLUMNS, rows, title="lecture by lecture")
+
+
+def print_lectures(data: Mapping[str, Any]) -> None:
+    """A row per notebook: A's and B's wall time, the winner, and the compile time of each."""
+    console.print(f"[bold]{literal(_side_title('A', data))}[/bold]")
+    console.print(f"[bold]{literal(_side_title('B', data))}[/bold]")
+    console.print(terminal_table(lectures_rows(data)))
     console.print(literal(_summary(data)))
     _print_missing([data["a"], data["b"]])
 
@@ -157,16 +153,10 @@ def lectures_markdown(data: Mapping[str, Any]) -> str:
     lines = [
         f"### nbscope lectures: A = {_md(data['a']['name'])} vs B = {_md(data['b']['name'])}",
         "",
-        "| Notebook | A | B | Winner | A compile | B compile | Runs |",
-        "|---|---:|---:|---|---:|---:|---|",
+        *markdown_table(lectures_rows(data)),
+        "",
+        _md(_summary(data)),
     ]
-    for row in data["rows"]:
-        lines.append(
-            f"| `{_md(row['target'])}` | {_md(_side_wall(row['a']))} | {_md(_side_wall(row['b']))} | "
-            f"{_md(row.get('text') or '–')} | {_side_wall(row['a'], 'compile_s')} | {_side_wall(row['b'], 'compile_s')} | "
-            f"{_runs(row)} |"
-        )
-    lines += ["", _md(_summary(data))]
     return "\n".join(lines) + "\n"
 
 
