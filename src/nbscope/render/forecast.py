@@ -1,14 +1,20 @@
-"""Views of a GPU forecast (``nbscope.analyse.forecast``): terminal tables and markdown."""
+"""Views of a GPU forecast (``nbscope.analyse.forecast``): terminal tables and markdown.
+
+The forecast is a dict (the ``--json`` document); each table reads it in its row builder
+(:func:`forecast_rows`, :func:`measured_rows`) and the terminal and markdown format those rows.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
 from nbscope import _units as units
-from nbscope.render.terminal import console, format_seconds
+from nbscope.render._markdown import markdown_table
+from nbscope.render._rows import Column, Item, Rows
+from nbscope.render.terminal import console, format_seconds, literal, terminal_table
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim",
                  "uncertain": "magenta", "not forecast": "dim"}
@@ -21,6 +27,7 @@ MEANING = (
     "unchanged = no JAX work; not forecast = the cell raised, died or timed out."
 )
 WIDE = 120  # below this console width the dominant term goes under the table, not in a narrow column
+CODE_WIDTH = 40  # a cell's first line, cut here in both formats (a terminal cuts it further to fit)
 
 
 seconds_range = units.seconds_range
@@ -84,70 +91,114 @@ def _headline(result: dict[str, Any], key: str) -> str:
     return f"{text}: {verdict} on the GPU{extra}"
 
 
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """A function the forecast names: one to keep on the CPU (with the change that does it), or one that
+    gains on the GPU."""
+
+    function: str
+    gpu: str  # its forecast range on the GPU
+    cpu: str  # its time measured here
+    change: str = ""
+    example: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSummary:
+    """What is said about one GPU around its table: the headline and the functions to move."""
+
+    headline: str
+    style: str
+    keep_on_cpu: tuple[Advice, ...]
+    gains: tuple[Advice, ...]
+
+
+def _advice(entry: dict[str, Any]) -> Advice:
+    change = entry.get("change") or {}
+    return Advice(entry["function"], seconds_range(entry["gpu_low_s"], entry["gpu_high_s"]),
+                  format_seconds(entry["cpu_s"]), change.get("text") or "", change.get("example") or "")
+
+
+def _device_summary(result: dict[str, Any], key: str) -> DeviceSummary:
+    notebook = result["notebook"][key]
+    return DeviceSummary(_headline(result, key), VERDICT_STYLE.get(notebook["verdict"], ""),
+                         tuple(_advice(e) for e in notebook["keep_on_cpu"]), tuple(_advice(e) for e in notebook["gains"]))
+
+
+def _column(header: str, justify: str = "left", role: str = "text", **options: Any) -> Column:
+    """A column whose header reads the same in both formats (markdown would capitalise it)."""
+    return Column(header, justify, role, markdown=header, **options)
+
+
+def _cell_columns() -> tuple[Column, ...]:
+    return (_column("cell", "right", "number"), _column("line", "right", "number", optional=True),
+            _column("code", "left", "source", min_width=24), _column("CPU", "right", "number"))
+
+
+def _cell_items(index: int, line: Any, first_line: str | None, cpu_s: Any) -> tuple[Any, ...]:
+    return str(index + 1), str(line or ""), Item((first_line or "")[:CODE_WIDTH], code=True), format_seconds(cpu_s)
+
+
+DOMINANT = "dominant term"
+
+
+def forecast_rows(result: dict[str, Any], key: str, *, top: int | None = 15, show_all: bool = False,
+                  dominant_on_terminal: bool = True) -> Rows:
+    """The per-cell table for one GPU, once for both formats: the cells by forecast change (see
+    ``_cells_in_order``), then each cell not forecast with why in the dominant term's place.
+
+    ``dominant_on_terminal=False`` leaves the dominant term out of the terminal's table (a narrow console
+    prints it under the table); markdown always has it."""
+    columns = (*_cell_columns(), _column(f"{key.upper()} forecast", "right", "number"),
+               _column("verdict", "left", "text", min_width=12),
+               _column(DOMINANT, "left", "text", min_width=20, terminal=dominant_on_terminal))
+    rows = []
+    for cell in _cells_in_order(result, key, top, show_all):
+        outcome = cell["gpu"][key]
+        rows.append((*_cell_items(cell["index"], cell.get("line"), cell.get("first_line"), cell["cpu"]["wall_s"]),
+                     seconds_range(outcome["low_s"], outcome["high_s"]),
+                     Item(outcome["verdict"], VERDICT_STYLE.get(outcome["verdict"], "")), dominant_words(outcome)))
+    for failed in result.get("not_forecast") or []:
+        rows.append((*_cell_items(failed["index"], failed.get("line"), failed.get("first_line"), failed.get("cpu_s")),
+                     "–", Item("not forecast", VERDICT_STYLE["not forecast"]), failed["reason"]))
+    return Rows.of(columns, rows, title=f"per cell on the {_device_name(result, key)}")
+
+
+def _dominant_terms(rows: Rows) -> list[tuple[str, str]]:
+    """(cell number, dominant term) of each row that has one, for printing under a narrow table."""
+    at = next(i for i, column in enumerate(rows.columns) if column.header == DOMINANT)
+    return [(row[0].text, row[at].text) for row in rows.rows if row[at].text]
+
+
 def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bool = False) -> None:
     run = result["run"]
     where = f"run {run['id']}" if run.get("id") is not None else "the run"
-    console.print(f"[bold]GPU forecast[/bold] for {run['target']} ({where}, measured on {run.get('cpu') or 'this CPU'})")
+    console.print(f"[bold]GPU forecast[/bold] for {literal(run['target'])} "
+                  f"({literal(where)}, measured on {literal(run.get('cpu') or 'this CPU')})")
     wide = console.width >= WIDE
     for device in result["devices"]:
         key = device["key"]
-        notebook = result["notebook"][key]
-        table = Table(title=f"per cell on the {device['name']}")
-        columns = [("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
-                   (f"{key.upper()} forecast", "right"), ("verdict", "left")]
-        if wide:
-            columns.append(("dominant term", "left"))
-        for column, justify in columns:
-            table.add_column(column, justify=justify, overflow="fold",  # type: ignore[arg-type]
-                             no_wrap=column in ("CPU", f"{key.upper()} forecast", "verdict", "cell", "line"))
-        below = []
-        for cell in _cells_in_order(result, key, top, show_all):
-            outcome = cell["gpu"][key]
-            style = VERDICT_STYLE.get(outcome["verdict"], "")
-            dominant = dominant_words(outcome)
-            row = [str(cell["index"] + 1), str(cell.get("line") or ""),
-                   escape((cell.get("first_line") or "")[:40 if wide else 16]),
-                   format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
-                   f"[{style}]{outcome['verdict']}[/{style}]" if style else outcome["verdict"]]
-            if wide:
-                row.append(escape(dominant))
-            elif dominant:
-                below.append((cell["index"] + 1, dominant))
-            table.add_row(*row)
-        for failed in result.get("not_forecast") or []:
-            row = [str(failed["index"] + 1), str(failed.get("line") or ""),
-                   escape((failed.get("first_line") or "")[:40 if wide else 16]),
-                   format_seconds(failed.get("cpu_s")), "–", "[dim]not forecast[/dim]"]
-            if wide:
-                row.append(escape(failed["reason"]))
-            else:
-                below.append((failed["index"] + 1, failed["reason"]))
-            table.add_row(*row)
-        if table.row_count:
-            console.print(table)
-        for number, words in below:
-            console.print(f"  cell {number}: {words}", markup=False, highlight=False)
-        style = VERDICT_STYLE.get(notebook["verdict"], "")
-        console.print(f"[{style}]{_headline(result, key)}[/{style}]" if style else _headline(result, key))
-        for entry in notebook["keep_on_cpu"]:
-            console.print(
-                f"  keep [bold]{entry['function']}[/bold] on the CPU: "
-                f"{seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])} forecast on the {key.upper()} vs "
-                f"{format_seconds(entry['cpu_s'])} measured here"
-            )
-            console.print(f"    {entry['change']['text']}", markup=False)
-            if entry["change"].get("example"):
-                for line in entry["change"]["example"].splitlines():
-                    console.print(f"      {line}", markup=False)
-        for entry in notebook["gains"][:3]:
-            console.print(
-                f"  gains on the GPU: {entry['function']} {format_seconds(entry['cpu_s'])} here → "
-                f"{seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])}"
-            )
+        rows = forecast_rows(result, key, top=top, show_all=show_all, dominant_on_terminal=wide)
+        if rows.rows:
+            console.print(terminal_table(rows))
+        if not wide:
+            for number, words in _dominant_terms(rows):
+                console.print(f"  cell {number}: {words}", markup=False, highlight=False)
+        summary = _device_summary(result, key)
+        headline = literal(summary.headline)
+        console.print(f"[{summary.style}]{headline}[/{summary.style}]" if summary.style else headline)
+        for advice in summary.keep_on_cpu:
+            console.print(f"  keep [bold]{literal(advice.function)}[/bold] on the CPU: {advice.gpu} forecast on the "
+                          f"{key.upper()} vs {advice.cpu} measured here")
+            console.print(f"    {advice.change}", markup=False)
+            for line in advice.example.splitlines():
+                console.print(f"      {line}", markup=False)
+        for advice in summary.gains[:3]:
+            console.print(f"  gains on the GPU: {literal(advice.function)} {advice.cpu} here → {advice.gpu}")
     for comparison in result.get("measured") or []:
         print_measured(comparison)
     for note in result["notes"]:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {literal(note)}[/dim]")
     console.print(f"[dim]{MEANING}[/dim]")
     _print_figures(result)
 
@@ -166,46 +217,35 @@ def _measured_total(comparison: dict[str, Any]) -> str:
     )
 
 
-def print_measured(comparison: dict[str, Any], result: dict[str, Any] | None = None) -> None:
-    """Forecast vs a real GPU run, per cell (compile time left out of both sides)."""
-    key = comparison["device"]
+def measured_rows(comparison: dict[str, Any]) -> Rows:
+    """Forecast vs a real GPU run, a row per cell the GPU run measured, once for both formats (compile
+    time left out of both sides)."""
     run = comparison["measured_run"]
     where = f"run {run['id']}" if run.get("id") is not None else "the GPU run"
-    title = f"forecast ({key}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} ({where})"
-    table = Table(title=title)
-    for column, justify in (("cell", "right"), ("line", "right"), ("code", "left"), ("CPU", "right"),
-                            ("forecast", "right"), ("measured", "right"), ("error", "right"), ("in range", "left")):
-        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in comparison["cells"]:
-        if row["measured_s"] is None:
-            continue
-        error = row["error"]
-        table.add_row(
-            str(row["index"] + 1), str(row.get("line") or ""), escape((row.get("first_line") or "")[:36]),
-            format_seconds(row["cpu_s"]), seconds_range(row["forecast_low_s"], row["forecast_high_s"]),
-            format_seconds(row["measured_s"]), _error(error),
-            "yes" if row["within"] else "no",
-        )
-    console.print(table)
+    title = f"forecast ({comparison['device']}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} ({where})"
+    columns = (*_cell_columns(), _column("forecast", "right", "number"), _column("measured", "right", "number"),
+               _column("error", "right", "number"), _column("in range", "left", "number"))
+    rows = [
+        (*_cell_items(row["index"], row.get("line"), row.get("first_line"), row["cpu_s"]),
+         seconds_range(row["forecast_low_s"], row["forecast_high_s"]), format_seconds(row["measured_s"]),
+         _error(row["error"]), "yes" if row["within"] else "no")
+        for row in comparison["cells"] if row["measured_s"] is not None
+    ]
+    return Rows.of(columns, rows, title=title)
+
+
+def print_measured(comparison: dict[str, Any]) -> None:
+    """Forecast vs a real GPU run, per cell (compile time left out of both sides)."""
+    console.print(terminal_table(measured_rows(comparison)))
     console.print(_measured_total(comparison), markup=False)
     for note in comparison.get("notes") or []:
-        console.print(f"[dim]note: {escape(note)}[/dim]")
+        console.print(f"[dim]note: {literal(note)}[/dim]")
 
 
 def measured_markdown(comparison: dict[str, Any]) -> str:
     """Forecast vs a real GPU run as a markdown table."""
-    run = comparison["measured_run"]
-    where = f"run {run['id']}" if run.get("id") is not None else "the GPU run"
-    lines = [f"### forecast ({comparison['device']}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} "
-             f"({where})", "",
-             "| cell | line | CPU | forecast | measured | error | in range |", "|---:|---:|---:|---:|---:|---:|---|"]
-    for row in comparison["cells"]:
-        if row["measured_s"] is None:
-            continue
-        lines.append(f"| {row['index'] + 1} | {row.get('line') or ''} | {format_seconds(row['cpu_s'])} | "
-                     f"{seconds_range(row['forecast_low_s'], row['forecast_high_s'])} | "
-                     f"{format_seconds(row['measured_s'])} | {_error(row['error'])} | {'yes' if row['within'] else 'no'} |")
-    lines += ["", _measured_total(comparison)]
+    rows = measured_rows(comparison)
+    lines = [f"### {rows.title}", "", *markdown_table(rows), "", _measured_total(comparison)]
     lines += [f"_note: {note}_" for note in comparison.get("notes") or []]
     return "\n".join(lines) + "\n"
 
@@ -231,32 +271,16 @@ def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all:
     lines = [f"## GPU forecast: {run['target']}", ""]
     for device in result["devices"]:
         key = device["key"]
-        notebook = result["notebook"][key]
-        lines += [f"**{_headline(result, key)}**", ""]
-        rows = _cells_in_order(result, key, top, show_all)
-        if rows:
-            lines += [f"| cell | line | code | CPU | {key.upper()} forecast | verdict | dominant term |",
-                      "|---:|---:|---|---:|---:|---|---|"]
-            for cell in rows:
-                outcome = cell["gpu"][key]
-                code = (cell.get("first_line") or "").replace("|", "\\|")[:40]
-                dominant = dominant_words(outcome).replace("|", "\\|")
-                lines.append(
-                    f"| {cell['index'] + 1} | {cell.get('line') or ''} | `{code}` | {format_seconds(cell['cpu']['wall_s'])} "
-                    f"| {seconds_range(outcome['low_s'], outcome['high_s'])} | {outcome['verdict']} | {dominant} |"
-                )
-            for failed in result.get("not_forecast") or []:
-                code = (failed.get("first_line") or "").replace("|", "\\|")[:40]
-                lines.append(f"| {failed['index'] + 1} | {failed.get('line') or ''} | `{code}` | "
-                             f"{format_seconds(failed.get('cpu_s'))} | – | not forecast | "
-                             f"{failed['reason'].replace('|', chr(92) + '|')} |")
-            lines.append("")
-        for entry in notebook["keep_on_cpu"]:
-            lines.append(f"- keep `{entry['function']}` on the CPU "
-                         f"({seconds_range(entry['gpu_low_s'], entry['gpu_high_s'])} on the {key.upper()} vs "
-                         f"{format_seconds(entry['cpu_s'])} here): {entry['change']['text']}")
-            if entry["change"].get("example"):
-                lines += ["", "  ```python", *[f"  {ln}" for ln in entry["change"]["example"].splitlines()], "  ```"]
+        summary = _device_summary(result, key)
+        lines += [f"**{summary.headline}**", ""]
+        rows = forecast_rows(result, key, top=top, show_all=show_all)
+        if rows.rows:
+            lines += [*markdown_table(rows), ""]
+        for advice in summary.keep_on_cpu:
+            lines.append(f"- keep `{advice.function}` on the CPU ({advice.gpu} on the {key.upper()} vs "
+                         f"{advice.cpu} here): {advice.change}")
+            if advice.example:
+                lines += ["", "  ```python", *[f"  {ln}" for ln in advice.example.splitlines()], "  ```"]
         lines.append("")
     for comparison in result.get("measured") or []:
         lines += [measured_markdown(comparison)]
@@ -330,10 +354,10 @@ def forecast_html(result: dict[str, Any]) -> str:
         parts.append(plot)
     for device in result["devices"]:
         key = device["key"]
-        notebook = result["notebook"][key]
-        parts.append(f"<p><strong>{e(_headline(result, key))}</strong></p>")
+        summary = _device_summary(result, key)
+        parts.append(f"<p><strong>{e(summary.headline)}</strong></p>")
         rows = []
-        for index in notebook["ranking"][:MAX_PLOT_CELLS]:
+        for index in result["notebook"][key]["ranking"][:MAX_PLOT_CELLS]:
             cell = next(c for c in result["cells"] if c["index"] == index)
             outcome = cell["gpu"][key]
             rows.append((cell["index"] + 1, cell.get("line") or "", Markup(f"<code>{e(cell.get('first_line'))}</code>"),
@@ -342,10 +366,9 @@ def forecast_html(result: dict[str, Any]) -> str:
         if rows:
             parts.append(_table(("cell", "line", "code", "CPU", f"{key.upper()} forecast", "verdict", "dominant term"),
                                 rows, numeric=(0, 1, 3, 4)))
-        for entry in notebook["keep_on_cpu"]:
-            example = entry["change"].get("example")
-            parts.append(f"<p>Keep <code>{e(entry['function'])}</code> on the CPU: {e_code(entry['change']['text'])}</p>"
-                         + (f'<pre class="src">{e(example)}</pre>' if example else ""))
+        for advice in summary.keep_on_cpu:
+            parts.append(f"<p>Keep <code>{e(advice.function)}</code> on the CPU: {e_code(advice.change)}</p>"
+                         + (f'<pre class="src">{e(advice.example)}</pre>' if advice.example else ""))
     for failed in result.get("not_forecast") or []:
         parts.append(f'<p class="note">cell {failed["index"] + 1}: {e(failed["reason"])}</p>')
     parts.append(f'<p class="note">{e(MEANING)}</p>')
