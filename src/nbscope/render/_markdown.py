@@ -16,6 +16,7 @@ def _item(item: Item) -> str:
     text = table_cell(item.text)
     if item.code and text:
         text = f"`{text}`"
+    text = table_cell(item.lead) + text + table_cell(item.tail)
     return f"**{text}**" if item.strong and text else text
 
 

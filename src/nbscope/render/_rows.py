@@ -21,6 +21,8 @@ class Item:
     style: str = ""  # a rich style on a terminal ("red", "bold green"); markdown shows the text only
     code: bool = False  # `code` in markdown (a source line, a file name)
     strong: bool = False  # **bold** in markdown, bold on a terminal (a total)
+    lead: str = ""  # plain words before a code text ("cell 3: "), never set as code
+    tail: str = ""  # plain words after it (" (edited)")
 
     @classmethod
     def of(cls, value: Any) -> Item:

@@ -6,15 +6,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbscope.record.run import RunRecord
+from nbscope.render._markdown import markdown_table
+from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
-    Column,
     console,
-    fitted_table,
     format_bytes,
     format_seconds,
     literal,
     print_record_header,
-    source_text,
+    terminal_table,
 )
 
 
@@ -71,8 +71,84 @@ def first_text(figure: Mapping[str, Any]) -> str:
 
 
 def compile_text(figure: Mapping[str, Any]) -> str:
+    """A bench figure's compile time on its first call (not the ledger's per-cell compile counts)."""
     value = _first(figure).get("compile_s")
     return format_seconds(value) if value is not None else "–"
+
+
+def bench_columns(*, terminal_dtype: bool) -> tuple[Column, ...]:
+    """The figure table's columns. The formats order them differently, so two are written once per format:
+    a terminal shows dtype second and only when a group has several, and its steady time after the first
+    call; markdown keeps the seed's order (time second, dtype last), and its time falls back to the first
+    call of a row that has nothing else (the multi-size total)."""
+    return (
+        Column("benchmark", "left", "source", min_width=14, markdown="Benchmark"),
+        Column("time", "right", "number", terminal=False, markdown="time"),
+        Column("dtype", "left", "number", terminal=terminal_dtype, in_markdown=False),
+        Column("first call", "right", "number", markdown="first call"),
+        Column("compile", "right", "number", markdown="compile"),
+        Column("steady", "right", "number", in_markdown=False),
+        Column("min", "right", "number", in_markdown=False),
+        Column("spread", "right", "number", markdown="spread"),
+        Column("samples", "right", "number", markdown="samples"),
+        Column("throughput", "right", "text", min_width=10, markdown="throughput"),
+        Column("dtype", "left", "number", terminal=False, markdown="dtype"),
+    )
+
+
+def _figure_row(figure: Mapping[str, Any]) -> tuple[Any, ...]:
+    spread = spread_text(figure)
+    minimum = _steady(figure).get("min_s")
+    dtype = str(figure.get("dtype"))
+    return (
+        str(figure.get("label")), time_text(figure, first_fallback=True), dtype, first_text(figure),
+        compile_text(figure), time_text(figure),
+        format_seconds(minimum) if minimum is not None else "–",
+        # a warned figure is flagged by its spread: a high spread is the usual warning
+        Item(f"{spread} ⚠", "yellow") if figure.get("warnings") else spread,
+        samples_text(figure), throughput_text(figure), dtype,
+    )
+
+
+def bench_rows(groups: Mapping[str, Mapping[str, Any]], *, terminal_dtype: bool = True,
+               failures: bool = False) -> Rows:
+    """The figure table, once for both formats: a row per figure of each group that ran, and (``failures``)
+    a row per worker that failed, under its group's figures (markdown's one table; a terminal's table per
+    group says them in words below it)."""
+    columns = bench_columns(terminal_dtype=terminal_dtype)
+    rows: list[tuple[Any, ...]] = []
+    for name, group in groups.items():
+        if group.get("status") == "skipped":
+            continue
+        rows += [_figure_row(figure) for figure in group.get("figures") or []]
+        if failures:
+            rows += [(Item(f"{name} ({run.get('dtype')}) failed: {run.get('reason')}", "red"),
+                      *[""] * (len(columns) - 1))
+                     for run in group.get("runs") or [] if run.get("status") == "error"]
+    return Rows.of(columns, rows)
+
+
+# Markdown's summary of the groups; a terminal gives each group's figures as the title of its table.
+GROUP_COLUMNS = (
+    Column("group", markdown="Group"),
+    Column("status", markdown="status"),
+    Column("wall (fresh processes)", "right", "number", markdown="wall (fresh processes)"),
+    Column("peak RSS", "right", "number", markdown="peak RSS"),
+    Column("other load", "right", "number", markdown="other load"),
+)
+
+
+def group_rows(groups: Mapping[str, Mapping[str, Any]]) -> Rows:
+    """A row per group: its status (with the reason), wall time, peak RSS and the load of other processes."""
+    rows = []
+    for name, group in groups.items():
+        status = str(group.get("status"))
+        if group.get("reason"):
+            status += f": {group['reason']}"
+        rss = group.get("peak_rss_bytes")
+        rows.append((name, status, format_seconds(group.get("wall_s")), format_bytes(rss) if rss else "–",
+                     f"{group.get('background_cores') or 0:.2f} cores"))
+    return Rows.of(GROUP_COLUMNS, rows)
 
 
 def _group_heading(name: str, group: Mapping[str, Any], dtypes: list[str]) -> str:
@@ -86,6 +162,29 @@ def _group_heading(name: str, group: Mapping[str, Any], dtypes: list[str]) -> st
     return " · ".join(p for p in parts if p)
 
 
+def _notes(name: str, group: Mapping[str, Any]) -> list[str]:
+    """The lines under a group's table (rich markup): warnings that need words, notes shared by rows, the
+    group's warnings and its workers' notes and failures; each once."""
+    notes: list[str] = []
+    shared: dict[str, list[str]] = {}
+    for figure in group.get("figures") or []:
+        # A high spread is visible in its column; other warnings need words.
+        other = [w for w in figure.get("warnings") or [] if "spread" not in w]
+        if other:
+            notes.append(f"[yellow]⚠ {literal(figure.get('label'))}: {literal('; '.join(other))}[/yellow]")
+        if figure.get("note"):
+            shared.setdefault(str(figure["note"]), []).append(str(figure.get("label")))
+    for note, labels in shared.items():
+        where = ", ".join(labels) if len(labels) <= 2 else f"{len(labels)} rows"
+        notes.append(f"[dim]{literal(where)}: {literal(note)}[/dim]")
+    notes.extend(f"[yellow]⚠ {literal(warning)}[/yellow]" for warning in group.get("warnings") or [])
+    for run in group.get("runs") or []:
+        notes.extend(f"[dim]{literal(note)}[/dim]" for note in run.get("notes") or [])
+        if run.get("status") == "error":
+            notes.append(f"[red]{literal(name)} ({literal(run.get('dtype'))}) failed:[/red] {literal(run.get('reason'))}")
+    return list(dict.fromkeys(notes))
+
+
 def print_bench(record: RunRecord) -> None:
     """Print a bench run: one table per group, skipped and failed groups with their reason, totals."""
     print_record_header(record)
@@ -96,51 +195,14 @@ def print_bench(record: RunRecord) -> None:
             continue
         figures = group.get("figures") or []
         dtypes = sorted({str(f.get("dtype")) for f in figures})
-        columns = [Column("benchmark", "left", "source", min_width=14),
-                   *([Column("dtype", "left", "number")] if len(dtypes) > 1 else []),
-                   *(Column(header, "right", "number") for header in ("first call", "compile", "steady", "min", "spread",
-                                                                       "samples")),
-                   Column("throughput", "right", "text", min_width=10)]
-        rows: list[list[Any]] = []
-        footnotes: list[str] = []
-        notes: dict[str, list[str]] = {}
-        for figure in figures:
-            warnings = list(figure.get("warnings") or [])
-            spread = spread_text(figure)
-            if warnings:
-                spread = f"[yellow]{spread} ⚠[/yellow]"
-                # A high spread is visible in its column; other warnings need words.
-                other = [w for w in warnings if "spread" not in w]
-                if other:
-                    footnotes.append(f"[yellow]⚠ {literal(figure.get('label'))}: {literal('; '.join(other))}[/yellow]")
-            if figure.get("note"):
-                notes.setdefault(str(figure["note"]), []).append(str(figure.get("label")))
-            minimum = _steady(figure).get("min_s")
-            cells = [source_text(str(figure.get("label"))), *([literal(figure.get("dtype"))] if len(dtypes) > 1 else [])]
-            cells += [
-                first_text(figure),
-                compile_text(figure),
-                time_text(figure),
-                format_seconds(minimum) if minimum is not None else "–",
-                spread,
-                samples_text(figure),
-                literal(throughput_text(figure)),
-            ]
-            rows.append(cells)
+        heading = _group_heading(name, group, dtypes)
         if figures:
-            console.print(fitted_table(columns, rows, title=_group_heading(name, group, dtypes)))
+            table = terminal_table(bench_rows({name: group}, terminal_dtype=len(dtypes) > 1))
+            table.title = heading  # rich markup (the group's name in bold), which a row model's title is not
+            console.print(table)
         else:
-            console.print(_group_heading(name, group, dtypes))
-        for note, labels in notes.items():
-            where = ", ".join(labels) if len(labels) <= 2 else f"{len(labels)} rows"
-            footnotes.append(f"[dim]{literal(where)}: {literal(note)}[/dim]")
-        footnotes.extend(f"[yellow]⚠ {literal(warning)}[/yellow]" for warning in group.get("warnings") or [])
-        for run in group.get("runs") or []:
-            footnotes.extend(f"[dim]{literal(note)}[/dim]" for note in run.get("notes") or [])
-            if run.get("status") == "error":
-                footnotes.append(f"[red]{literal(name)} ({literal(run.get('dtype'))}) failed:[/red] "
-                                 f"{literal(run.get('reason'))}")
-        for line in dict.fromkeys(footnotes):  # a note shared by several rows once
+            console.print(heading)
+        for line in _notes(name, group):
             console.print(f"  {line}")
     totals = measurements.get("totals") or {}
     line = (
@@ -173,54 +235,30 @@ def bench_markdown(record: RunRecord) -> str:
     from nbscope.collect import fingerprint as fp
 
     settings = record.settings or {}
+    measurements = record.measurements or {}
+    groups = measurements.get("groups") or {}
     lines = [
         f"**nbscope bench** `{record.target}` · {fp.summary(record.fingerprint)} · digest `{record.digest}` · "
         f"dtype {settings.get('dtype', '?')} · {record.started_at[:19].replace('T', ' ')} UTC",
         "",
-        "| Benchmark | time | first call | compile | spread | samples | throughput | dtype |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        *markdown_table(bench_rows(groups, failures=True)),
     ]
-    skipped = []
-    groups = (record.measurements or {}).get("groups") or {}
-    for name, group in groups.items():
-        if group.get("status") == "skipped":
-            skipped.append(f"{name} ({group.get('reason')})")
-            continue
-        for figure in group.get("figures") or []:
-            label = str(figure.get("label")).replace("|", "\\|")
-            if figure.get("warnings"):
-                label += " ⚠"
-            lines.append(
-                f"| {label} | {time_text(figure, first_fallback=True)} | {first_text(figure)} | {compile_text(figure)} | "
-                f"{spread_text(figure)} | {samples_text(figure)} | {throughput_text(figure)} | {figure.get('dtype')} |"
-            )
-        for run in group.get("runs") or []:
-            if run.get("status") == "error":
-                lines.append(f"| {name} ({run.get('dtype')}) failed: {run.get('reason')} | | | | | | | |")
-    totals = (record.measurements or {}).get("totals") or {}
+    totals = measurements.get("totals") or {}
     lines.append("")
     lines.append(
         f"{totals.get('figures', 0)} figures in {format_seconds(totals.get('wall_s'))}; time = median of the "
         "steady-state samples (µs/iter: fitted slope); spread = MAD / median; ⚠ = spread > 10 % or too few samples; "
         "other load = cores kept busy by other processes while the group ran."
     )
-    machine = (record.measurements or {}).get("machine") or {}
+    machine = measurements.get("machine") or {}
     if machine.get("spread") is not None:
         lines.append(
             f"Machine steadiness: a fixed reference workload varied ±{machine['spread']:.1%} over the run "
             f"(10–90 % range of {machine['samples']} probes); no figure is known better than that."
         )
+    skipped = [f"{name} ({group.get('reason')})" for name, group in groups.items() if group.get("status") == "skipped"]
     if skipped:
         lines.append("")
         lines.append("Skipped: " + "; ".join(skipped) + ".")
-    lines += ["", "| Group | status | wall (fresh processes) | peak RSS | other load |", "|---|---|---:|---:|---:|"]
-    for name, group in groups.items():
-        status = str(group.get("status"))
-        if group.get("reason"):
-            status += f": {group['reason']}".replace("|", "\\|")
-        rss = group.get("peak_rss_bytes")
-        lines.append(
-            f"| {name} | {status} | {format_seconds(group.get('wall_s'))} | {format_bytes(rss) if rss else '–'} | "
-            f"{group.get('background_cores') or 0:.2f} cores |"
-        )
+    lines += ["", *markdown_table(group_rows(groups))]
     return "\n".join(lines) + "\n"

@@ -5,20 +5,30 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.text import Text
 
-from nbscope._units import count
+from nbscope._units import count, size
 from nbscope.record.cells import label as cell_label
-from nbscope.render import terminal
+from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
-from nbscope.render.terminal import Column, console, field_name, format_bytes, format_seconds, literal, metric_name
+from nbscope.render._rows import Column, Item, Rows
+from nbscope.render.terminal import (
+    console,
+    field_name,
+    format_bytes,
+    format_seconds,
+    literal,
+    metric_name,
+    terminal_table,
+)
+
+if TYPE_CHECKING:
+    from nbscope.analyse.compare import Comparison
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
-
-
 
 
 def _cell_name(row: Mapping[str, Any]) -> str:
@@ -33,28 +43,22 @@ def _cell_number(row: Mapping[str, Any]) -> str:
     return str((ia if ia is not None else ib) + 1)
 
 
-def _side_wall(figures: Mapping[str, Any] | None) -> str:
+def _side(figures: Mapping[str, Any] | None, *, with_compile: bool) -> Item:
+    """One side's wall time of a cell (``with_compile``: and its compile time), red with its status when the
+    cell did not finish."""
     if figures is None:
-        return "–"
+        return Item("–")
     text = format_seconds(figures.get("wall_s"))
-    if figures.get("status") not in (None, "ok", "expected-error"):
-        text += f" [red]{literal(figures['status'])}[/red]"
-    return text
+    if with_compile and figures.get("compile_s"):
+        text += f" (compile {format_seconds(figures['compile_s'])})"
+    status = figures.get("status")
+    if status in (None, "ok", "expected-error"):
+        return Item(text)
+    return Item(f"{text} {status}", "red")
 
 
 def _side_compile(figures: Mapping[str, Any] | None) -> str:
     return format_seconds(figures.get("compile_s")) if figures and figures.get("compile_s") else "–"
-
-
-def _side(figures: Mapping[str, Any] | None, *, markup: bool = True) -> str:
-    if figures is None:
-        return "–"
-    text = format_seconds(figures.get("wall_s"))
-    if figures.get("compile_s"):
-        text += f" (compile {format_seconds(figures['compile_s'])})"
-    if figures.get("status") not in (None, "ok", "expected-error"):
-        text += f" [red]{literal(figures['status'])}[/red]" if markup else f" {figures['status']}"
-    return text
 
 
 def _value(value: Any) -> str:
@@ -84,8 +88,93 @@ def _different_note(data: Mapping[str, Any]) -> str | None:
 
 # ---- comparison ---------------------------------------------------------------------------------
 
+WINNER_STYLE = {"B": "green", "A": "red"}  # B against A: green when it is faster; a tie or no winner is dim
 
-def print_comparison(comparison: Any, *, top: int | None = None) -> None:
+# The cells table. A terminal names a cell by its number, line and source (and how it was paired); markdown
+# by one "Benchmark" label: "cell 3 · line 41: `code` (edited)".
+COMPARISON_COLUMNS = (
+    Column("cell", "right", "number", in_markdown=False),
+    Column("line", "right", "number", optional=True, in_markdown=False),
+    Column("source", "left", "source", min_width=12, in_markdown=False),
+    Column("benchmark", terminal=False, markdown="Benchmark"),
+    Column("A", "right", "number"),
+    Column("B", "right", "number"),
+)
+COMPILE_COLUMNS = (Column("A compile", "right", "number"), Column("B compile", "right", "number"))
+WINNER_COLUMNS = (
+    Column("winner", "left", "number"),
+    Column("pairing", "left", "text", optional=True, in_markdown=False),
+)
+TOTAL_ROWS = ("wall_s", "compile_s", "run_s")  # the totals the cells table ends with (with_totals)
+
+
+def _total_figures(key: str, entry: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A total's figures as both tables show them: A, B and the winner's text."""
+    def shown(value: Any) -> str:
+        if key.endswith("_s"):
+            return format_seconds(value)
+        if key.endswith("_bytes"):
+            return size(value) or _value(value)
+        return _value(value)
+
+    return shown(entry.get("a")), shown(entry.get("b")), entry.get("text", "")
+
+
+def comparison_rows(comparison: Comparison, *, top: int | None = None,
+                    compile_figures: Literal["columns", "inline"] | None = None,
+                    with_totals: bool = False) -> Rows:
+    """The paired cells, in notebook order (``top``: the largest differences only), once for both formats.
+
+    ``compile_figures``: each side's compile time in columns of its own, or after its wall time; ``with_totals``
+    ends the table with the total wall, compile and run times.
+    """
+    cells = list(comparison.rows)
+    if top:
+        cells = sorted(cells, key=lambda r: abs(r.get("delta_s") or 0.0), reverse=True)[:top]
+    columns = [*COMPARISON_COLUMNS, *(COMPILE_COLUMNS if compile_figures == "columns" else ()), *WINNER_COLUMNS]
+    inline = compile_figures == "inline"
+    rows: list[list[Any]] = []
+    for row in cells:
+        code = row.get("code_line") or row.get("first_line") or ""
+        note = MATCH_NOTE.get(row.get("match"), row.get("match") or "")
+        benchmark = Item(code[:60], code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
+        figures = [_side(row.get("a"), with_compile=inline), _side(row.get("b"), with_compile=inline)]
+        if compile_figures == "columns":
+            figures += [_side_compile(row.get("a")), _side_compile(row.get("b"))]
+        winner = Item(row.get("text") or "–", WINNER_STYLE.get(row.get("winner"), "dim"))
+        rows.append([_cell_number(row), str(row.get("line") or ""), Item(code, code=True),
+                     benchmark, *figures, winner, note])
+    for key in TOTAL_ROWS if with_totals else ():
+        a, b, text = _total_figures(key, comparison.totals.get(key) or {})
+        totals = [Item(a, strong=True), Item(b, strong=True)]
+        if compile_figures == "columns":
+            totals += ["", ""]
+        rows.append(["", "", "", Item(f"total {key[:-2]}", strong=True), *totals,
+                     Item(text or "–", strong=True), ""])
+    title = f"{len(cells)} largest differences" if top else "cells in notebook order"
+    return Rows.of(columns, rows, title=title)
+
+
+def totals_rows(totals: Mapping[str, Any]) -> Rows:
+    """The comparison's totals: a row per figure either run measured."""
+    rows = [(metric_name(key), *_total_figures(key, entry)) for key, entry in totals.items()
+            if entry.get("a") is not None or entry.get("b") is not None]
+    columns = (Column("figure", "left", "number"), Column("A", "right", "number"), Column("B", "right", "number"),
+               Column("winner", "left", "number"))
+    return Rows.of(columns, rows, title="totals")
+
+
+def differences_rows(differences: Sequence[Mapping[str, Any]]) -> Rows:
+    """The settings and fingerprint fields that differ, and why each could change the figures."""
+    columns = (Column("setting", "left", "path", min_width=10), Column("A", "left", "text", min_width=10),
+               Column("B", "left", "text", min_width=10), Column("why it matters", "left", "text", min_width=16))
+    rows = [(field_name(row["field"]), _value(row.get("a")), _value(row.get("b")), row.get("why") or row.get("note") or "")
+            for row in differences]
+    title = f"{len(rows)} difference{'s' if len(rows) != 1 else ''} that could explain the figures"
+    return Rows.of(columns, rows, title=title)
+
+
+def print_comparison(comparison: Comparison, *, top: int | None = None) -> None:
     """A table of paired cells (notebook order; ``top`` keeps the largest differences), totals, differences."""
     data = comparison.to_dict()
     console.print(f"[bold]A[/bold] = {literal(_run_title(data['a']))}")
@@ -99,66 +188,25 @@ def print_comparison(comparison: Any, *, top: int | None = None) -> None:
         f"{pairing['cells_a']} vs {pairing['cells_b']} cells: {pairing['by_hash']} paired by source hash, "
         f"{pairing['by_order'] + pairing['by_similarity'] + pairing.get('by_move', 0)} moved, edited or similar; {note}"
     ), style="dim")
-    rows = list(data["cells"])
-    if top:
-        rows = sorted(rows, key=lambda r: abs(r.get("delta_s") or 0.0), reverse=True)[:top]
     # Every figure stays whole on a narrow console: the source gives way; compile columns show from 110.
-    with_compile = console.width >= 110
-    columns = [
-        *terminal.cell_columns(),
-        Column("A", "right", "number"),
-        Column("B", "right", "number"),
-        *([Column("A compile", "right", "number"), Column("B compile", "right", "number")] if with_compile else []),
-        Column("winner", "left", "number"),
-        Column("pairing", "left", "text", optional=True),
-    ]
-    table_rows = []
-    for row in rows:
-        winner = row.get("text") or "–"
-        style = "green" if row.get("winner") == "B" else "red" if row.get("winner") == "A" else "dim"
-        cells = [
-            literal(_cell_number(row)), literal(row.get("line") or ""),
-            terminal.source_text(row.get("code_line") or row.get("first_line") or ""),
-            _side_wall(row.get("a")), _side_wall(row.get("b")),
-        ]
-        if with_compile:
-            cells += [_side_compile(row.get("a")), _side_compile(row.get("b"))]
-        cells += [f"[{style}]{literal(winner)}[/{style}]", MATCH_NOTE.get(row.get("match", ""), "")]
-        table_rows.append(cells)
-    title = "cells in notebook order" if not top else f"{len(rows)} largest differences"
-    table = terminal.fitted_table(columns, table_rows, title=title)
-    console.print(table)
-    print_totals(data["totals"])
-    print_differences(data["differences"])
+    compile_figures = "columns" if console.width >= 110 else None
+    console.print(terminal_table(comparison_rows(comparison, top=top, compile_figures=compile_figures)))
+    print_totals(comparison.totals)
+    print_differences(comparison.differences)
 
 
 def print_totals(totals: Mapping[str, Any]) -> None:
-    rows = []
-    for key, entry in totals.items():
-        a, b = entry.get("a"), entry.get("b")
-        if a is None and b is None:
-            continue
-        fmt = format_seconds if key.endswith("_s") else format_bytes if key.endswith("_bytes") else _value
-        rows.append([literal(metric_name(key)), literal(fmt(a)), literal(fmt(b)), literal(entry.get("text", ""))])
-    columns = [Column("figure", "left", "number"), Column("A", "right", "number"), Column("B", "right", "number"),
-               Column("winner", "left", "number")]
-    console.print(terminal.fitted_table(columns, rows, title="totals"))
+    console.print(terminal_table(totals_rows(totals)))
 
 
 def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
     if not differences:
         console.print("Settings and fingerprints agree on every compared field.")
         return
-    count = len(differences)
-    columns = [Column("setting", "left", "path", min_width=10), Column("A", "left", "text", min_width=10),
-               Column("B", "left", "text", min_width=10), Column("why it matters", "left", "text", min_width=16)]
-    rows = [[literal(field_name(row["field"])), literal(_value(row.get("a"))), literal(_value(row.get("b"))),
-             literal(row.get("why") or row.get("note") or "")] for row in differences]
-    title = f"{count} difference{'s' if count != 1 else ''} that could explain the figures"
-    console.print(terminal.fitted_table(columns, rows, title=title))
+    console.print(terminal_table(differences_rows(differences)))
 
 
-def comparison_markdown(comparison: Any) -> str:
+def comparison_markdown(comparison: Comparison) -> str:
     """GitHub-ready: ``| Benchmark | A | B | Winner |`` with "B 3.1× faster", then totals and differences."""
     data = comparison.to_dict()
     a, b = data["a"], data["b"]
@@ -175,26 +223,15 @@ def comparison_markdown(comparison: Any) -> str:
         f"- **A** = {_md(_run_title(a))}",
         f"- **B** = {_md(_run_title(b))}",
         "",
-        "| Benchmark | A | B | Winner |",
-        "|---|---:|---:|---|",
+        *markdown_table(comparison_rows(comparison, compile_figures="inline", with_totals=True)),
     ]
-    for row in data["cells"]:
-        name = f"{_cell_name(row)}: `{_md((row.get('code_line') or row.get('first_line') or '')[:60])}`"
-        if row.get("match") not in ("hash", None):
-            name += f" ({MATCH_NOTE.get(row['match'], row['match'])})"
-        lines.append(f"| {name} | {_md(_side(row.get('a'), markup=False))} | {_md(_side(row.get('b'), markup=False))} | "
-                     f"{row.get('text') or '–'} |")
-    totals = data["totals"]
-    for key in ("wall_s", "compile_s", "run_s"):
-        entry = totals.get(key) or {}
-        lines.append(f"| **total {key[:-2]}** | **{format_seconds(entry.get('a'))}** | **{format_seconds(entry.get('b'))}** | "
-                     f"**{entry.get('text', '–')}** |")
-    differences = data["differences"]
+    differences = comparison.differences
     lines += ["", f"**Differences that could explain the figures** ({len(differences)}):" if differences
               else "Settings and fingerprints agree on every compared field.", ""]
-    for row in differences:
-        why = f" — {row['why']}" if row.get("why") else ""
-        lines.append(f"- `{_md(field_name(row['field']))}`: {_md(_value(row.get('a')))} → {_md(_value(row.get('b')))}{_md(why)}")
+    # A list rather than a table: a field's values can be long (a JSON object, a path).
+    for setting, value_a, value_b, why in differences_rows(differences).rows:
+        reason = f" — {_md(why.text)}" if why.text else ""
+        lines.append(f"- `{_md(setting.text)}`: {_md(value_a.text)} → {_md(value_b.text)}{reason}")
     return "\n".join(lines) + "\n"
 
 
@@ -394,13 +431,22 @@ def findings_markdown(findings: Any, record: Any = None, *, top: int | None = No
 # ---- recommendation -----------------------------------------------------------------------------
 
 
+def estimates_rows(estimates: Mapping[str, Any] | None) -> Rows:
+    """A recommendation's estimated total per backend (``cpu_s``, ``gpu_s``, ``mixed_s``, or forecast ranges
+    such as ``gpu_low_s``), those it could estimate."""
+    columns = (Column("backend", "left", "number"), Column("estimated total", "right", "number"))
+    rows = [(key[:-2], format_seconds(value)) for key, value in (estimates or {}).items() if value is not None]
+    return Rows.of(columns, rows)
+
+
 def print_recommendation(recommendation: Mapping[str, Any]) -> None:
     choice = recommendation.get("recommendation")
     if choice is None:
         console.print(f"[dim]no backend recommendation: {literal(recommendation.get('reason'))}[/dim]")
         return
-    estimates = recommendation.get("estimates") or {}
-    shown = " · ".join(f"{k[:-2]} {format_seconds(v)}" for k, v in estimates.items() if v is not None)
+    # On a terminal the estimates are one line, "cpu 4.29 s · gpu 20.98 s", under the choice they explain.
+    estimates = estimates_rows(recommendation.get("estimates"))
+    shown = " · ".join(" ".join(item.text for item in row) for row in estimates.rows)
     console.print(f"[bold]recommended backend: {literal(choice)}[/bold] — {literal(recommendation.get('reason'))}")
     console.print(f"estimated totals: {literal(shown)}")
     for pin in recommendation.get("pinned") or []:
@@ -415,12 +461,8 @@ def recommendation_markdown(recommendation: Mapping[str, Any]) -> str:
     choice = recommendation.get("recommendation")
     if choice is None:
         return f"No backend recommendation: {_md(recommendation.get('reason'))}\n"
-    estimates = recommendation.get("estimates") or {}
     lines = [f"**Recommended backend: {choice}** — {_md(recommendation.get('reason'))}", "",
-             "| Backend | Estimated total |", "|---|---:|"]
-    for key, value in estimates.items():
-        if value is not None:
-            lines.append(f"| {key[:-2]} | {format_seconds(value)} |")
+             *markdown_table(estimates_rows(recommendation.get("estimates")))]
     pins = recommendation.get("pinned") or []
     if pins:
         lines += ["", "Pinned to the CPU in the mixed estimate:"]

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
 
 from nbscope._units import count
 from nbscope.record.run import RunRecord
+from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
+from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
-    Column,
     cell_columns,
     console,
-    fitted_table,
     format_seconds,
     literal,
     print_record_header,
-    source_text,
+    terminal_table,
 )
 
 # Each pathway's fixed cost outside the cells, in the order shown.
@@ -39,15 +40,12 @@ def _elapsed(entry: dict[str, Any]) -> Any:
     return runner.get("build_s") if runner.get("build_s") is not None else runner.get("total_s")
 
 
-def _compile(totals: dict[str, Any]) -> str:
-    return format_seconds(totals.get("compile_s")) if totals.get("compile_s") else "–"
-
-
 def overheads_text(entry: dict[str, Any]) -> str:
+    """A pathway's fixed costs outside the cells: ``process start 0.40 s · shutdown 10.0 ms``."""
     overheads = entry.get("overheads") or {}
     parts = [f"{label} {format_seconds(overheads[key])}" for key, label in OVERHEAD_LABELS
              if isinstance(overheads.get(key), (int, float))]
-    return ", ".join(parts) or "–"
+    return " · ".join(parts) or "–"
 
 
 def _pathway_note(entry: dict[str, Any]) -> str:
@@ -61,18 +59,15 @@ def _pathway_note(entry: dict[str, Any]) -> str:
     return ""
 
 
-def _cell_flag(row: dict[str, Any], *, markup: bool) -> str:
+def _cell_flag(row: dict[str, Any]) -> Item:
     if row.get("ran_differently"):
-        statuses = ", ".join(f"{n} {e.get('status')}" for n, e in row["by_pathway"].items())
-        return f"[yellow]{literal(statuses)}[/yellow]" if markup else statuses
+        return Item(", ".join(f"{n} {e.get('status')}" for n, e in row["by_pathway"].items()), "yellow")
     if row.get("compared") and row.get("differs"):
-        text = f"{row['slowest']} slower by {format_seconds(row.get('delta_s'))}"
-        return f"[red]{literal(text)}[/red]" if markup else text
+        return Item(f"{row['slowest']} slower by {format_seconds(row.get('delta_s'))}", "red")
     statuses = {e.get("status") for e in row["by_pathway"].values()}
     if statuses and statuses != {"ok"}:
-        text = "/".join(sorted(str(s) for s in statuses))
-        return literal(text) if markup else text
-    return ""
+        return Item("/".join(sorted(str(s) for s in statuses)))
+    return Item()
 
 
 def _names(record: RunRecord) -> list[str]:
@@ -80,40 +75,80 @@ def _names(record: RunRecord) -> list[str]:
     return [n for n, e in pathways.items() if e.get("status") not in ("skipped", "error", "not-run")]
 
 
+def _pathway_column(name: str) -> Column:
+    # A pathway's figure ("wall (compile)") is never split; the source gives way.
+    return Column(literal(name), "right", "number", markdown=name)
+
+
+def _with_bracket(value: Any, bracketed: Any) -> str:
+    """``value`` in seconds, and ``bracketed`` after it in brackets when there is one."""
+    text = format_seconds(value)
+    return f"{text} ({format_seconds(bracketed)})" if bracketed else text
+
+
+PATHWAY_COLUMNS = (
+    Column("pathway", "left", "number"),
+    Column("status", "left", "number"),
+    Column("cells", "right", "number"),
+    Column("compile", "right", "number"),
+    Column("elapsed", "right", "number"),
+    Column("fixed costs outside cells", "left", "parts", min_width=16),
+    Column("note", "left", "text", optional=True),
+)
+
+
+def pathway_rows(record: RunRecord) -> Rows:
+    """A row per pathway: its cells' wall and compile time, its elapsed time and its fixed costs."""
+    rows = []
+    for name, entry in (record.measurements.get("pathways") or {}).items():
+        totals = entry.get("totals") or {}
+        rows.append((
+            name, str(entry.get("status")), format_seconds(totals.get("wall_s")),
+            format_seconds(totals.get("compile_s")) if totals.get("compile_s") else "–",
+            format_seconds(_elapsed(entry)), overheads_text(entry), _pathway_note(entry),
+        ))
+    return Rows.of(PATHWAY_COLUMNS, rows, title="pathways")
+
+
+def cell_rows(record: RunRecord) -> Rows:
+    """A row per cell: its wall time in each pathway that ran (compile in brackets), and how they differ."""
+    names = _names(record)
+    number, line, source = cell_columns("#")
+    columns = [replace(number, markdown="Cell"), line, source, *map(_pathway_column, names),
+               Column("note", "left", "text", optional=True)]
+    rows = []
+    for row in record.measurements.get("cells") or []:
+        entries = [row["by_pathway"].get(name) or {} for name in names]
+        rows.append((
+            str(int(row.get("index") or 0) + 1), str(row.get("line") or ""),
+            Item(row.get("first_line") or "", code=True),
+            *(_with_bracket(entry.get("wall_s"), entry.get("compile_s")) for entry in entries), _cell_flag(row),
+        ))
+    return Rows.of(columns, rows, title="cells (wall; compile in brackets)")
+
+
+def figure_rows(figures: list[dict[str, Any]], names: list[str]) -> Rows:
+    """A row per bench figure: its steady median in each pathway (first call in brackets)."""
+    columns = [Column("figure", "left", "source", min_width=14), *map(_pathway_column, names),
+               Column("note", "left", "number", optional=True)]
+    rows = []
+    for figure in figures:
+        entries = [figure["by_pathway"].get(name) or {} for name in names]
+        rows.append((
+            str(figure.get("label") or figure.get("key")),
+            *(_with_bracket(entry.get("median_s"), entry.get("first_s")) for entry in entries),
+            Item(f"differs ×{figure['ratio']:.2f}", "red") if figure.get("differs") else "",
+        ))
+    return Rows.of(columns, rows, title="bench figures (steady median; first call in brackets)")
+
+
 def print_pathways(record: RunRecord) -> None:
     """Terminal view: pathways table, cells side by side, then the verdict."""
     print_record_header(record)
     m = record.measurements
-    pathways = m.get("pathways") or {}
-    columns = [Column("pathway", "left", "number"), Column("status", "left", "number"),
-               Column("cells", "right", "number"), Column("compile", "right", "number"),
-               Column("elapsed", "right", "number"), Column("fixed costs outside cells", "left", "parts", min_width=16),
-               Column("note", "left", "text", optional=True)]
-    rows = []
-    for name, entry in pathways.items():
-        totals = entry.get("totals") or {}
-        rows.append([
-            literal(name), literal(entry.get("status")), format_seconds(totals.get("wall_s")), _compile(totals),
-            format_seconds(_elapsed(entry)), literal(overheads_text(entry).replace(", ", " · ")),
-            literal(_pathway_note(entry)),
-        ])
-    console.print(fitted_table(columns, rows, title="pathways"))
+    console.print(terminal_table(pathway_rows(record)))
+    console.print(terminal_table(cell_rows(record)))
     names = _names(record)
-    # Each pathway's column holds "wall (compile)": a figure, never split; the source gives way.
-    cell_cols = [*cell_columns("#"), *(Column(literal(name), "right", "number") for name in names),
-                 Column("note", "left", "text", optional=True)]
-    cell_rows = []
-    for row in m.get("cells") or []:
-        values = []
-        for name in names:
-            entry = row["by_pathway"].get(name) or {}
-            text = format_seconds(entry.get("wall_s"))
-            if entry.get("compile_s"):
-                text += f" [dim]({format_seconds(entry['compile_s'])})[/dim]"
-            values.append(text)
-        cell_rows.append([str(int(row.get("index") or 0) + 1), literal(row.get("line") or ""),
-                          source_text(row.get("first_line") or ""), *values, _cell_flag(row, markup=True)])
-    console.print(fitted_table(cell_cols, cell_rows, title="cells (wall; compile in brackets)"))
     totals = m.get("totals") or {}
     console.print(
         f"{totals.get('cells_paired', 0)}/{totals.get('cells', 0)} cells paired across {count(len(names), 'pathway')}, "
@@ -128,57 +163,27 @@ def print_pathways(record: RunRecord) -> None:
 
 def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
     """Bench figures (steady-state medians) per pathway, for ``nbscope bench --pathway``."""
-    columns = [Column("figure", "left", "source", min_width=14), *(Column(literal(n), "right", "number") for n in names),
-               Column("note", "left", "number", optional=True)]
-    rows = []
-    for figure in figures:
-        values = []
-        for name in names:
-            entry = figure["by_pathway"].get(name) or {}
-            text = format_seconds(entry.get("median_s"))
-            if entry.get("first_s") is not None:
-                text += f" [dim]({format_seconds(entry['first_s'])})[/dim]"
-            values.append(text)
-        note = f"[red]differs ×{figure['ratio']:.2f}[/red]" if figure.get("differs") else ""
-        rows.append([source_text(str(figure.get("label") or figure.get("key"))), *values, note])
-    console.print(fitted_table(columns, rows, title="bench figures (steady median; first call in brackets)"))
+    console.print(terminal_table(figure_rows(figures, names)))
 
 
 def pathways_markdown(record: RunRecord) -> str:
     """GitHub-ready tables: pathways with their fixed costs, then cells side by side, then the verdict."""
     m = record.measurements
-    pathways = m.get("pathways") or {}
-    names = _names(record)
     lines = [
         f"### nbscope pathways: `{_md(record.target)}`",
         "",
         f"**Verdict:** {_md(m.get('verdict', ''))}",
         "",
-        "| Pathway | Status | Cells | Compile | Elapsed | Fixed costs outside cells | Note |",
-        "|---|---|---:|---:|---:|---|---|",
+        *markdown_table(pathway_rows(record)),
+        "",
+        "Cells: wall time in each pathway, compile time in brackets.",
+        "",
+        *markdown_table(cell_rows(record)),
     ]
-    for name, entry in pathways.items():
-        totals = entry.get("totals") or {}
-        lines.append(
-            f"| {name} | {entry.get('status')} | {format_seconds(totals.get('wall_s'))} | "
-            f"{_compile(totals)} | {format_seconds(_elapsed(entry))} | "
-            f"{_md(overheads_text(entry))} | {_md(_pathway_note(entry))} |"
-        )
-    lines += ["", "| Cell | Line | Source | " + " | ".join(names) + " | Note |",
-              "|---:|---:|---|" + "---:|" * len(names) + "---|"]
-    for row in m.get("cells") or []:
-        values = [format_seconds((row["by_pathway"].get(n) or {}).get("wall_s")) for n in names]
-        lines.append(
-            f"| {int(row.get('index') or 0) + 1} | {row.get('line') or ''} | `{_md((row.get('first_line') or '')[:60])}` | "
-            + " | ".join(values) + f" | {_md(_cell_flag(row, markup=False))} |"
-        )
     figures = m.get("figures")
     if figures:
-        lines += ["", "| Figure | " + " | ".join(names) + " | Note |", "|---|" + "---:|" * len(names) + "---|"]
-        for figure in figures:
-            values = [format_seconds((figure["by_pathway"].get(n) or {}).get("median_s")) for n in names]
-            note = f"differs ×{figure['ratio']:.2f}" if figure.get("differs") else ""
-            lines.append(f"| {_md(figure.get('label') or figure.get('key'))} | " + " | ".join(values) + f" | {note} |")
+        lines += ["", "Bench figures: steady median in each pathway, first call in brackets.", "",
+                  *markdown_table(figure_rows(figures, _names(record)))]
     return "\n".join(lines) + "\n"
 
 

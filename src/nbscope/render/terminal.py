@@ -136,9 +136,10 @@ WRAP_AFTER = {"path": "/", "parts": " · "}
 
 def _item(item: Item, column: Column) -> Any:
     style = " ".join(s for s in (item.style, "bold" if item.strong else "") if s)
+    text = item.lead + item.text + item.tail
     if column.role == "source":
-        return Text(item.text, style=style, no_wrap=True, overflow="ellipsis")
-    return f"[{style}]{literal(item.text)}[/{style}]" if style else literal(item.text)
+        return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+    return f"[{style}]{literal(text)}[/{style}]" if style else literal(text)
 
 
 def terminal_table(rows: Rows, *, width: int | None = None) -> Table:
