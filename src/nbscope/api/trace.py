@@ -224,9 +224,52 @@ def run_traced(
         raise NbscopeError("nothing to trace: give a command after --, e.g. nbscope trace -- jupyter-book build book/")
     cwd = Path(cwd or Path.cwd())
     fingerprint = fingerprint or fp.collect()
-    home = ProbeHome()
-    interrupted = False
     programs_dir: Path | None = None
+    if forecast is not None:  # outside the probe home: read after the home is gone
+        import tempfile
+
+        programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
+    try:
+        ran = _run_probed(command, cwd=cwd, env=env, echo=echo, timeout=timeout, fresh=fresh,
+                          programs_dir=programs_dir)
+        notebooks = _load_sources(sources if sources else discover_sources(cwd))
+        records = []
+        for log in ran.logs:
+            nb = match(log, notebooks)
+            if nb is not None:  # else a kernel that ran no notebook of the book (e.g. a helper kernel)
+                records.append(_record_of(log, nb, ran, command=command, cwd=cwd, fingerprint=fingerprint,
+                                          forecast=forecast))
+    finally:
+        if programs_dir is not None:
+            import shutil
+
+            shutil.rmtree(programs_dir, ignore_errors=True)
+    store_error, unstored = _store_all(records, store, ran.interrupted)
+    return TraceResult(
+        records=records, returncode=ran.returncode, output=ran.output, wall_s=ran.wall_s,
+        interrupted=ran.interrupted, timed_output=ran.timed, book2=ran.book2 if ran.book2.is_jupyter_book2 else None,
+        store_error=store_error, unstored=unstored,
+    )
+
+
+@dataclass
+class _ProbedRun:
+    """What running a command with the probe injected left: its outcome and every kernel's log."""
+
+    returncode: int | None
+    output: str
+    interrupted: bool
+    timed: Any
+    stopped_unix: float  # when the command stopped (an interrupt's wind-down included)
+    wall_s: float
+    book2: Any
+    logs: list[KernelLog]
+
+
+def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, echo: bool, timeout: float | None,
+                fresh: bool, programs_dir: Path | None) -> _ProbedRun:
+    """Run ``command`` with every IPython kernel it starts probed; the probe home is gone when this returns."""
+    home = ProbeHome()
     try:
         home.override_kernelspecs()
         probe_dir = home.root / "kernels-out"
@@ -235,10 +278,7 @@ def run_traced(
         run_env[TOKEN_VARIABLE] = token
         # A Jupyter server (jupyter-book 2 starts one) refuses to run as root unless told it may.
         run_env.update(jupyter_book2.server_config_for_root(home.root / "jupyter-config"))
-        if forecast is not None:  # outside the probe home: read after the home is gone
-            import tempfile
-
-            programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
+        if programs_dir is not None:
             run_env["NBSCOPE_PROBE_PROGRAMS"] = str(programs_dir)
         set_aside = _set_cache_aside(cwd, token) if fresh else None
         started_at = time.perf_counter()
@@ -254,66 +294,50 @@ def run_traced(
             if set_aside is not None:
                 _put_cache_back(*set_aside)
         wall = time.perf_counter() - started_at
-        book2 = jupyter_book2.read_build_log(timed)
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
+        return _ProbedRun(returncode=returncode, output=output, interrupted=interrupted, timed=timed,
+                          stopped_unix=stopped_unix, wall_s=wall, book2=jupyter_book2.read_build_log(timed), logs=logs)
     finally:
         home.cleanup()
-    notebooks = _load_sources(sources if sources else discover_sources(cwd))
-    records = []
-    for log in logs:
-        nb = match(log, notebooks)
-        if nb is None:  # a kernel that ran no notebook of the book (e.g. a helper kernel)
-            continue
-        collector = None
-        if forecast is not None:
-            from nbscope.collect.program import ProgramCollector
 
-            collector = ProgramCollector(nb.code_cells)
-        signum = _signals.received()
-        cells, status = cells_from_log(nb, log, stopped=interrupted, stopped_unix=stopped_unix,
-                                       signal_name=_signals.signal_name(signum) if signum else "SIGINT",
-                                       programs=collector)
-        settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
-        if forecast is not None:
-            settings.update(programs=True, forecast=list(forecast))
-        record = RunRecord(
-            kind="trace",
-            target=target_name(nb.path, cwd),
-            fingerprint=fingerprint,
-            settings=settings,
-        )
-        runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": wall, "returncode": returncode}
-        if book2.is_jupyter_book2:
-            runner["jupyter_book2"] = {
-                "server_start_s": book2.server_start_s,
-                "page_built_s": book2.page_built_s.get(record.target),
-                "halted_at_error": record.target in book2.halted,
-            }
-        if interrupted:
-            signum = _signals.received()
-            runner["interrupted"] = _signals.signal_name(signum) if signum else "KeyboardInterrupt"
-        record.measurements = {
-            "notebook": nb.describe(),
-            "runner": runner,
-            "kernel": log.header,
-            "totals": totals(cells, runner, _cache_state(log.header)),
-            "cells": cells,
-            "repeats": 1,
+
+def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *, command: list[str], cwd: Path,
+               fingerprint: dict[str, Any], forecast: list[str] | None) -> RunRecord:
+    """The run record of one notebook a traced command executed, from its kernel's log."""
+    collector = None
+    if forecast is not None:
+        from nbscope.collect.program import ProgramCollector
+
+        collector = ProgramCollector(nb.code_cells)
+    signum = _signals.received()
+    cells, status = cells_from_log(nb, log, stopped=ran.interrupted, stopped_unix=ran.stopped_unix,
+                                   signal_name=_signals.signal_name(signum) if signum else "SIGINT",
+                                   programs=collector)
+    settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
+    if forecast is not None:
+        settings.update(programs=True, forecast=list(forecast))
+    record = RunRecord(kind="trace", target=target_name(nb.path, cwd), fingerprint=fingerprint, settings=settings)
+    runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": ran.wall_s,
+                              "returncode": ran.returncode}
+    if ran.book2.is_jupyter_book2:
+        runner["jupyter_book2"] = {
+            "server_start_s": ran.book2.server_start_s,
+            "page_built_s": ran.book2.page_built_s.get(record.target),
+            "halted_at_error": record.target in ran.book2.halted,
         }
-        if collector is not None:
-            record.measurements["programs"] = collector.finish()
-        record.finish("partial" if interrupted else status)
-        records.append(record)
-    if forecast is not None and programs_dir is not None:
-        import shutil
-
-        shutil.rmtree(programs_dir, ignore_errors=True)
-    store_error, unstored = _store_all(records, store, interrupted)
-    return TraceResult(
-        records=records, returncode=returncode, output=output, wall_s=wall,
-        interrupted=interrupted, timed_output=timed, book2=book2 if book2.is_jupyter_book2 else None,
-        store_error=store_error, unstored=unstored,
-    )
+    if ran.interrupted:
+        runner["interrupted"] = _signals.signal_name(signum) if signum else "KeyboardInterrupt"
+    record.measurements = {
+        "notebook": nb.describe(),
+        "runner": runner,
+        "kernel": log.header,
+        "totals": totals(cells, runner, _cache_state(log.header)),
+        "cells": cells,
+        "repeats": 1,
+    }
+    if collector is not None:
+        record.measurements["programs"] = collector.finish()
+    return record.finish("partial" if ran.interrupted else status)
 
 
 def _store_all(records: list[RunRecord], store: Any, interrupted: bool) -> tuple[str | None, list[Path]]:

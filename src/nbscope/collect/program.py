@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,34 @@ def function_of(module: str) -> str:
             module = module[len(prefix):]
             break
     return "<lambda>" if re.fullmatch(r"_lambda_?", module) else module
+
+
+@dataclass
+class _TraceEvents:
+    """A cell trace's events that the program data is read from, by kind (times in ns)."""
+
+    ops: list[tuple[Any, int, int, int]] = field(default_factory=list)  # a known program's thunks: (event, start, end, line)
+    calls: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # jitted calls by thread line
+    h2d: list[tuple[int, int, int]] = field(default_factory=list)
+    d2h: list[tuple[int, int]] = field(default_factory=list)
+    h2d_work: list[tuple[int, int]] = field(default_factory=list)
+    gpu_modules: dict[str, int] = field(default_factory=dict)
+    xla_spans: list[tuple[int, int]] = field(default_factory=list)  # all XLA:CPU's workers ran, attributed or not
+    executes: list[tuple[int, int]] = field(default_factory=list)  # a program's thunks running, bookkeeping included
+
+
+@dataclass
+class _Attribution:
+    """What the trace's events say of each program: its runs, time spans, kernels seen and loop timers."""
+
+    step: int  # every step-th op event's stats were read
+    runs: dict[int, set[int]] = field(default_factory=dict)
+    spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    seen: dict[tuple[int, str], int] = field(default_factory=dict)  # (program id, kernel name) → events read
+    timer_ns: dict[tuple[int, str], int] = field(default_factory=dict)  # (program id, loop's timing thunk) → ns
+    unknown_modules: dict[str, set[int]] = field(default_factory=dict)
+    attributed: list[tuple[int, int]] = field(default_factory=list)  # execution spans a known program claimed
+    unattributed: list[tuple[int, int]] = field(default_factory=list)  # JAX time no known program claimed
 
 
 class ProgramCollector:
@@ -296,21 +325,37 @@ class ProgramCollector:
 
     # ---- the trace -----------------------------------------------------------------------------
     def _read_trace(self, path: Path, result: dict[str, Any]) -> None:
+        """A cell's profiler trace into ``result``: each known program's executions (count, CPU time, the
+        iterations of its loops), transfers, and the JAX time no program claimed."""
         from nbscope.collect.timeline import covered, find_xplane, union
 
         if self._profile_data is None:
             from jax.profiler import ProfileData
 
             self._profile_data = ProfileData
-        data = self._profile_data.from_file(str(find_xplane(path)))
-        op_events: list[tuple[Any, int, int, int]] = []  # (event, start, end, line id)
-        calls: dict[int, list[tuple[int, int, str]]] = {}
-        h2d: list[tuple[int, int, int]] = []
-        d2h: list[tuple[int, int]] = []
-        gpu_modules: dict[str, int] = {}
-        xla_spans: list[tuple[int, int]] = []  # everything XLA:CPU's worker threads ran, attributed or not
-        executes: list[tuple[int, int]] = []  # a program's thunks running (its loop's bookkeeping included)
-        h2d_work: list[tuple[int, int]] = []
+        events = self._gather(self._profile_data.from_file(str(find_xplane(path))))
+        found = self._attribute(events)
+        result["sampled"] = found.step > 1
+        executions = [self._execution(program_id, run_ids, found) for program_id, run_ids in found.runs.items()]
+        for module, count in events.gpu_modules.items():  # a GPU trace: executions per module name
+            base = module.rsplit("(", 1)[0]
+            keys = [k for k, p in self.programs.items() if p["module"] == base]
+            if keys:
+                executions.append({"program": keys[-1], "count": count, "count_basis": "device trace", "cpu_s": None})
+        executions.sort(key=lambda e: -(e.get("cpu_s") or 0.0))
+        result["executions"] = executions
+        if found.unknown_modules:
+            result["uncaptured"] = {m: len(r) for m, r in found.unknown_modules.items()}
+        ops = [(s, e) for _, s, e, _ in events.ops]
+        result["cpu_busy_s"] = covered(union(found.attributed + ops)) / 1e9
+        # JAX time no known program claimed (a program whose HLO was not captured): JAX time all the same.
+        result["xla_busy_s"] = covered(union(found.unattributed + found.attributed + ops)) / 1e9
+        result["transfers"] = self._transfers(events.h2d, events.d2h, events.calls, sorted(events.h2d_work))
+        result["call_rate"] = _late_call_rate(events.calls)
+
+    def _gather(self, data: Any) -> _TraceEvents:
+        """The trace's events by kind, in one pass over its host planes (and the GPU's module executions)."""
+        events = _TraceEvents()
         line_id = 0
         for plane in data.planes:
             name = plane.name
@@ -318,7 +363,7 @@ class ProgramCollector:
                 for line in plane.lines:
                     if line.name == "XLA Modules":
                         for event in line.events:
-                            gpu_modules[event.name] = gpu_modules.get(event.name, 0) + 1
+                            events.gpu_modules[event.name] = events.gpu_modules.get(event.name, 0) + 1
                 continue
             if not name.startswith("/host:") or name == "/host:metadata":
                 continue
@@ -328,38 +373,29 @@ class ProgramCollector:
                 for event in line.events:
                     event_name = event.name
                     if event_name == _H2D_WORK:
-                        start = int(event.start_ns)
-                        h2d_work.append((start, start + int(event.duration_ns)))
+                        events.h2d_work.append(_span(event))
                     elif event_name.startswith(_EXECUTE):
-                        start = int(event.start_ns)
-                        executes.append((start, start + int(event.duration_ns)))
+                        events.executes.append(_span(event))
                     elif worker and not event_name.startswith(_BOOKKEEPING):
-                        start = int(event.start_ns)
-                        xla_spans.append((start, start + int(event.duration_ns)))
+                        events.xla_spans.append(_span(event))
                     if event_name in self.all_op_names:
-                        start = int(event.start_ns)
-                        op_events.append((event, start, start + int(event.duration_ns), line_id))
+                        events.ops.append((event, *_span(event), line_id))
                     elif event_name.startswith(("PjitFunction(", "PmapFunction(")):
-                        start = int(event.start_ns)
                         match = _CALL.match(event_name)
-                        calls.setdefault(line_id, []).append(
-                            (start, start + int(event.duration_ns), match.group(2) if match else "")
-                        )
+                        events.calls.setdefault(line_id, []).append((*_span(event), match.group(2) if match else ""))
                     elif event_name in _H2D:
-                        start = int(event.start_ns)
-                        h2d.append((start, start + int(event.duration_ns), line_id))
+                        events.h2d.append((*_span(event), line_id))
                     elif event_name in _D2H:
-                        start = int(event.start_ns)
-                        d2h.append((start, start + int(event.duration_ns)))
-        step = max(1, math.ceil(len(op_events) / MAX_STAT_READS))
-        runs: dict[int, set[int]] = {}
-        spans: dict[int, list[tuple[int, int]]] = {}
-        seen: dict[tuple[int, str], int] = {}  # (program id, kernel name) → events read
+                        events.d2h.append(_span(event))
+        return events
+
+    def _attribute(self, events: _TraceEvents) -> _Attribution:
+        """Which program each op event (every ``step``-th, past MAX_STAT_READS) and each execution span belongs
+        to, read from the events' stats."""
+        found = _Attribution(step=max(1, math.ceil(len(events.ops) / MAX_STAT_READS)))
         sampled: list[tuple[int, int]] = []  # (start, program id) of the events whose stats were read
-        timer_ns: dict[tuple[int, str], int] = {}  # (program id, loop's timing thunk) → time inside it
-        unknown_modules: dict[str, set[int]] = {}
-        for index in range(0, len(op_events), step):
-            event, start, end, _ = op_events[index]
+        for index in range(0, len(events.ops), found.step):
+            event, start, end, _ = events.ops[index]
             try:
                 stats = dict(event.stats)
             except Exception:
@@ -370,56 +406,46 @@ class ProgramCollector:
             run = stats.get("run_id")
             if program_id not in self.key_of:
                 module = str(stats.get("hlo_module", "?"))
-                unknown_modules.setdefault(module, set()).add(run if isinstance(run, int) else index)
+                found.unknown_modules.setdefault(module, set()).add(run if isinstance(run, int) else index)
                 continue
-            runs.setdefault(program_id, set()).add(run if isinstance(run, int) else index)
-            spans.setdefault(program_id, []).append((start, end))
+            found.runs.setdefault(program_id, set()).add(run if isinstance(run, int) else index)
+            found.spans.setdefault(program_id, []).append((start, end))
             sampled.append((start, program_id))
             name = event.name
-            seen[(program_id, name)] = seen.get((program_id, name), 0) + 1
+            found.seen[(program_id, name)] = found.seen.get((program_id, name), 0) + 1
             if name in (self.timers.get(program_id) or ()):
-                timer_ns[(program_id, name)] = timer_ns.get((program_id, name), 0) + (end - start)
-        result["sampled"] = step > 1
+                found.timer_ns[(program_id, name)] = found.timer_ns.get((program_id, name), 0) + (end - start)
         # An execution's span (its thunks and the bookkeeping between them, e.g. a loop's) belongs to
         # the program whose thunk runs inside it; one with no known thunk inside is unattributed.
         sampled.sort()
         starts = [start for start, _ in sampled]
-        attributed: list[tuple[int, int]] = []
-        for start, end in executes:
+        found.unattributed = list(events.xla_spans)
+        for start, end in events.executes:
             at = bisect.bisect_left(starts, start)
             if at < len(sampled) and sampled[at][0] <= end:
-                spans.setdefault(sampled[at][1], []).append((start, end))
-                attributed.append((start, end))
+                found.spans.setdefault(sampled[at][1], []).append((start, end))
+                found.attributed.append((start, end))
             else:
-                xla_spans.append((start, end))
-        executions = []
-        for program_id, run_ids in runs.items():
-            execution = {
-                "program": self.key_of[program_id],
-                "count": len(run_ids) if step == 1 else None,
-                "count_basis": "trace" if step == 1 else "sampled",
-                "sampled_runs": len(run_ids) if step > 1 else None,
-                "cpu_s": covered(union(spans[program_id])) / 1e9 * step,
-            }
-            loops = _observed_loops(self.loop_ops.get(program_id) or {}, program_id, seen, timer_ns, step,
-                                    len(run_ids))
-            if loops:
-                execution["loops"] = loops
-            executions.append(execution)
-        for module, count in gpu_modules.items():  # a GPU trace: executions per module name
-            base = module.rsplit("(", 1)[0]
-            keys = [k for k, p in self.programs.items() if p["module"] == base]
-            if keys:
-                executions.append({"program": keys[-1], "count": count, "count_basis": "device trace", "cpu_s": None})
-        executions.sort(key=lambda e: -(e.get("cpu_s") or 0.0))
-        result["executions"] = executions
-        if unknown_modules:
-            result["uncaptured"] = {m: len(r) for m, r in unknown_modules.items()}
-        result["cpu_busy_s"] = covered(union(attributed + [(s, e) for _, s, e, _ in op_events])) / 1e9
-        # JAX time no known program claimed (a program whose HLO was not captured): JAX time all the same.
-        result["xla_busy_s"] = covered(union(xla_spans + attributed + [(s, e) for _, s, e, _ in op_events])) / 1e9
-        result["transfers"] = self._transfers(h2d, d2h, calls, sorted(h2d_work))
-        result["call_rate"] = _late_call_rate(calls)
+                found.unattributed.append((start, end))
+        return found
+
+    def _execution(self, program_id: int, run_ids: set[int], found: _Attribution) -> dict[str, Any]:
+        """One program's executions in the cell: how many, its CPU time, its loops' iterations."""
+        from nbscope.collect.timeline import covered, union
+
+        step = found.step
+        execution: dict[str, Any] = {
+            "program": self.key_of[program_id],
+            "count": len(run_ids) if step == 1 else None,
+            "count_basis": "trace" if step == 1 else "sampled",
+            "sampled_runs": len(run_ids) if step > 1 else None,
+            "cpu_s": covered(union(found.spans[program_id])) / 1e9 * step,
+        }
+        loops = _observed_loops(self.loop_ops.get(program_id) or {}, program_id, found.seen, found.timer_ns, step,
+                                len(run_ids))
+        if loops:
+            execution["loops"] = loops
+        return execution
 
     def _transfers(
         self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]],
@@ -465,6 +491,12 @@ class ProgramCollector:
 
 _BOOKKEEPING = ("ThreadpoolListener", "end: ")
 _EXECUTE = "ThunkExecutor::Execute"  # a program's thunks running, on whichever thread runs them
+
+
+def _span(event: Any) -> tuple[int, int]:
+    """An event's start and end (ns); read only for the events kept (a trace may hold millions)."""
+    start = int(event.start_ns)
+    return start, start + int(event.duration_ns)
 
 
 def _is_xla_worker(name: str) -> bool:
