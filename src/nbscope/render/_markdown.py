@@ -12,11 +12,20 @@ def table_cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
+def plain_text(text: Any) -> str:
+    """``text`` as markdown that shows exactly as written, in a table cell or a line: no HTML, emphasis or
+    escapes read, no table break (for text outside code; inside backticks nothing is read but ``|``)."""
+    return table_cell(
+        str(text).replace("\\", "\\\\").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+        .replace("_", "\\_")
+    )
+
+
 def _item(item: Item) -> str:
-    text = table_cell(item.text)
+    text = table_cell(item.text) if item.code else plain_text(item.text)
     if item.code and text:
         text = f"`{text}`"
-    text = table_cell(item.lead) + text + table_cell(item.tail)
+    text = plain_text(item.lead) + text + plain_text(item.tail)
     return f"**{text}**" if item.strong and text else text
 
 

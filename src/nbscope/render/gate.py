@@ -9,8 +9,10 @@ from rich.text import Text
 
 from nbscope._units import count, seconds_range
 from nbscope.analyse.gate import Comparison, GateResult
-from nbscope.analyse.history import History
-from nbscope.render.terminal import Column, cell_columns, console, fitted_table, format_seconds, metric_name
+from nbscope.analyse.history import History, Series
+from nbscope.render._markdown import markdown_table, plain_text, table_cell
+from nbscope.render._rows import Column, Item, Rows
+from nbscope.render.terminal import cell_columns, console, format_seconds, metric_name, terminal_table
 
 VERDICT_STYLE = {
     "regression": "bold red",
@@ -60,7 +62,8 @@ def _delta(c: Comparison) -> str:
 
 
 def _p(c: Comparison) -> str:
-    return "–" if c.p_value is None else f"{c.p_value:.3g}"
+    # Blank, not "–", where nothing was tested: the terminal then leaves out a column with no p value at all.
+    return "" if c.p_value is None else f"{c.p_value:.3g}"
 
 
 def _shown(result: GateResult, *, everything: bool) -> list[Comparison]:
@@ -70,8 +73,51 @@ def _shown(result: GateResult, *, everything: bool) -> list[Comparison]:
     return [c for c in result.cells if c.verdict not in quiet]
 
 
+def _floors(result: GateResult, comparisons: list[Comparison]) -> set[float]:
+    return {c.floor_s for c in [*comparisons, result.total] if c.floor_s}
+
+
+def _floor_column(result: GateResult, comparisons: list[Comparison]) -> bool:
+    """The noise floor is a terminal column only where cells differ in it (or the console has room)."""
+    return len(_floors(result, comparisons)) > 1 or console.width >= 100
+
+
+def gate_rows(
+    result: GateResult, comparisons: list[Comparison], *, total: bool = True, floor_column: bool = False
+) -> Rows:
+    """The gate's table, once for both formats: a row per comparison, then the total (with ``total``).
+
+    A verdict's note is in the markdown verdict; a terminal prints it below the table, so that every row
+    stays one line at 80 columns. The floor is a terminal column only with ``floor_column``."""
+    columns = (
+        *cell_columns(),
+        Column("baseline", "right", "number"), Column("candidate", "right", "number"),
+        Column("change", "right", "number"), Column("ratio", "right", "number"),
+        Column("p", "right", "number", optional=True, markdown="p"),
+        Column("floor", "right", "number", terminal=floor_column, in_markdown=False),
+        Column("verdict", "left", "text", min_width=17, in_markdown=False),  # "below noise floor" whole
+        Column("verdict", "left", "text", terminal=False),
+    )
+    rows = []
+    for c in [*comparisons, result.total] if total else comparisons:
+        is_total = c is result.total
+        mark = VERDICT_MARK.get(c.verdict, c.verdict)
+        rows.append((
+            "" if is_total or c.index is None else str(c.index + 1),
+            "" if is_total or not c.line else str(c.line),
+            Item("total", strong=True) if is_total else Item(c.first_line, code=True),
+            format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c), _p(c),
+            format_seconds(c.floor_s) if c.floor_s else "–",
+            Item(mark, VERDICT_STYLE.get(c.verdict, "")),
+            mark + (f" ({c.note})" if c.note else ""),
+        ))
+    return Rows.of(columns, rows)
+
+
 def print_gate(result: GateResult, *, everything: bool = False) -> None:
-    """The verdict, then the cells that moved (all cells with ``everything``), then the total."""
+    """The verdict, then the cells that moved (all cells with ``everything``), then the total.
+
+    Every figure and verdict is whole at the console's width (the source gives way first)."""
     verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
     console.print(
         f"{verdict} · gate on {escape(str(result.candidate.get('target')))} · max slowdown {result.options.max_slowdown:.0%}"
@@ -86,7 +132,11 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     rows = _shown(result, everything=everything)
     if result.cells:
         console.print(f"{len(rows)} of {len(result.cells)} cells shown")
-    console.print(gate_table(result, rows))
+    floor_column = _floor_column(result, rows)
+    floors = _floors(result, rows)
+    if not floor_column and floors:
+        console.print(f"[dim]noise floor {format_seconds(next(iter(floors)))} for each cell and the total[/dim]")
+    console.print(terminal_table(gate_rows(result, rows, floor_column=floor_column)))
     for reason in result.reasons():
         console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
     for c in [*rows, result.total]:
@@ -98,63 +148,17 @@ def _row_name(c: Comparison, result: GateResult) -> str:
     return "total" if c is result.total else f"cell {c.index + 1}" if c.index is not None else "cell"
 
 
-def gate_table(result: GateResult, rows: list[Comparison]) -> Any:
-    """The cells that moved, then the total, at the console's width: every figure and verdict whole (the source
-    gives way first; a verdict's note is printed below the table). The noise floor is a column only where cells
-    differ in it."""
-    floors = {c.floor_s for c in [*rows, result.total] if c.floor_s}
-    floor_column = len(floors) > 1 or console.width >= 100
-    if not floor_column and floors:
-        console.print(f"[dim]noise floor {format_seconds(next(iter(floors)))} for each cell and the total[/dim]")
-    columns = [
-        *cell_columns(),
-        Column("baseline", "right", "number"), Column("candidate", "right", "number"),
-        Column("change", "right", "number"), Column("ratio", "right", "number"),
-        Column("p", "right", "number", optional=True),
-        *([Column("floor", "right", "number")] if floor_column else []),
-        Column("verdict", "left", "text", min_width=17),  # "below noise floor" whole
-    ]
-    table_rows = []
-    for c in [*rows, result.total]:
-        style = VERDICT_STYLE.get(c.verdict, "")
-        verdict = VERDICT_MARK.get(c.verdict, c.verdict)
-        total = c is result.total
-        table_rows.append([
-            "" if total or c.index is None else str(c.index + 1),
-            "" if total or not c.line else str(c.line),
-            Text("total" if total else c.first_line, no_wrap=True, overflow="ellipsis", style="bold" if total else ""),
-            format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c),
-            "" if c.p_value is None else _p(c),
-            *([format_seconds(c.floor_s) if c.floor_s else "–"] if floor_column else []),
-            f"[{style}]{escape(verdict)}[/{style}]" if style else escape(verdict),
-        ])
-    return fitted_table(columns, table_rows)
-
-
-def _code(text: str) -> str:
-    """Text for inside a markdown code span in a table cell."""
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
-
-
-def _md(text: str) -> str:
-    """Plain markdown text: no HTML, no table breaks."""
-    return (
-        str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
-        .replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_").replace("\n", " ")
-    )
-
-
 def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     """A GitHub-ready summary (for ``$GITHUB_STEP_SUMMARY``): verdict, failing cells, the table."""
     icon = "✅" if result.passed else "❌"
     word = "passed" if result.passed else "failed"
     total = result.total
     lines = [
-        f"### {icon} nbscope gate {word}: `{_code(result.candidate.get('target', ''))}`",
+        f"### {icon} nbscope gate {word}: `{table_cell(result.candidate.get('target', ''))}`",
         "",
-        f"Baseline {_md(_run_text(result.baseline))} · candidate {_md(_run_text(result.candidate))} · "
+        f"Baseline {plain_text(_run_text(result.baseline))} · candidate {plain_text(_run_text(result.candidate))} · "
         f"max slowdown **{result.options.max_slowdown:.0%}**, α = {result.options.alpha:g}, "
-        f"cells under {format_seconds(result.options.min_cell_s)} ignored · {_md(result.noise_note)}",
+        f"cells under {format_seconds(result.options.min_cell_s)} ignored · {plain_text(result.noise_note)}",
         "",
         f"**Total**: {format_seconds(total.base_s)} → {format_seconds(total.cand_s)} ({_ratio(total)}, "
         f"{VERDICT_MARK.get(total.verdict, total.verdict)})",
@@ -162,25 +166,15 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     ]
     reasons = result.reasons()
     if reasons:
-        lines += ["**Regressions:**", ""] + [f"- {_md(r)}" for r in reasons] + [""]
+        lines += ["**Regressions:**", ""] + [f"- {plain_text(r)}" for r in reasons] + [""]
     for warning in result.warnings:
-        lines.append(f"> {_md(warning)}")
+        lines.append(f"> {plain_text(warning)}")
     if result.warnings:
         lines.append("")
     rows = _shown(result, everything=everything)
     if rows:
-        lines += [
-            "| Cell | Line | Source | Baseline | Candidate | Change | Ratio | p | Verdict |",
-            "|---:|---:|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for c in rows:
-            number = "" if c.index is None else str(c.index + 1)
-            first = c.first_line if len(c.first_line) <= 60 else c.first_line[:59] + "…"
-            verdict = VERDICT_MARK.get(c.verdict, c.verdict) + (f" ({c.note})" if c.note else "")
-            lines.append(
-                f"| {number} | {c.line or ''} | `{_code(first)}` | {format_seconds(c.base_s)} | "
-                f"{format_seconds(c.cand_s)} | {_delta(c)} | {_ratio(c)} | {_p(c)} | {_md(verdict)} |"
-            )
+        # The total is the line above the table, not a row of it.
+        lines += markdown_table(gate_rows(result, rows, total=False))
         hidden = len(result.cells) - len(rows)
         if hidden:
             lines += ["", f"{count(hidden, 'more cell')} unchanged or below the noise floor."]
@@ -198,25 +192,33 @@ def _value(value: float | None, unit: str) -> str:
     return format_seconds(value) if unit == "s" else f"{value:g}"
 
 
-def _history_rows(result: History, series: Any, show_points: int) -> tuple[list[Column], list[list[str]]]:
-    """The table of a series' newest runs: run, start, status, the figure; the cache state at the start of each
-    run where nbscope set a persistent cache (one series holds a run that filled it and runs that read it)."""
+def history_points_rows(result: History, series: Series, show_points: int = 12) -> Rows:
+    """A series' newest runs: run, start, status, the figure; the cache state at the start of each run where
+    nbscope set a persistent cache (one series holds a run that filled it and runs that read it)."""
     with_cache = any(p.cache_state not in (None, "off") for p in series.points)
-    columns = [Column("run", "right", "number"), Column("started (UTC)", "left", "number"),
-               Column("status", "left", "number"), Column(metric_name(result.metric), "right", "number")]
-    if with_cache:
-        columns.append(Column("cache at start", "left", "number"))
-    rows = []
-    for point in series.points[-show_points:]:
-        row = [str(point.run_id), escape(point.started_at[:16].replace("T", " ")), escape(str(point.status)),
-               _value(point.value, result.unit)]
-        if with_cache:
-            row.append(escape(point.cache_state or "–"))
-        rows.append(row)
-    return columns, rows
+    columns = (Column("run", "right", "number"), Column("started (UTC)", "left", "number"),
+               Column("status", "left", "number"), Column(metric_name(result.metric), "right", "number"),
+               Column("cache at start", "left", "number", terminal=with_cache, in_markdown=with_cache))
+    rows = [(str(point.run_id), point.started_at[:16].replace("T", " "), str(point.status),
+             _value(point.value, result.unit), point.cache_state or "–")
+            for point in series.points[-show_points:]]
+    return Rows.of(columns, rows)
 
 
-def _series_heading(result: History, series: Any) -> str:
+def history_changes_rows(result: History, series: Series) -> Rows:
+    """A series' change points: the run each starts at, and the level before and after it."""
+    columns = (Column("change at run", "right", "number", markdown="Change at run"),
+               Column("started (UTC)", "left", "number"),
+               Column("before", "right", "number"), Column("after", "right", "number"),
+               Column("ratio", "right", "number"))
+    rows = [(Item(f"{c.run_id}{' (tentative: newest run only)' if c.tentative else ''}", "yellow"),
+             c.started_at[:19].replace("T", " "), _value(c.before, result.unit), _value(c.after, result.unit),
+             f"×{c.ratio:.2f}" if c.ratio else "–")
+            for c in series.changes]
+    return Rows.of(columns, rows)
+
+
+def _series_heading(result: History, series: Series) -> str:
     """``profile · AMD EPYC ×2 · --jax-cache warm · 2 runs · latest 3.40 s · median 3.52 s · range 3.40–3.63 s``"""
     values = [v for v in series.values if v is not None]
     count = len(series.points)
@@ -232,6 +234,7 @@ def _range(low: float, high: float, unit: str) -> str:
 
 
 def print_history(result: History, *, show_points: int = 12) -> None:
+    """Each series: its heading, sparkline and change points, then a table of its newest runs."""
     what = f"cell {result.cell} · " if result.cell else ""
     console.print(f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{metric_name(result.metric)}",
                   highlight=False)
@@ -248,38 +251,27 @@ def print_history(result: History, *, show_points: int = 12) -> None:
             marks[change.index] = "^"
         if series.changes:
             console.print(f"  [yellow]{''.join(marks)}[/yellow]", highlight=False)
-        for change in series.changes:
-            ratio = f" (×{change.ratio:.2f})" if change.ratio else ""
-            console.print(
-                f"  [yellow]{'tentative change (newest run only)' if change.tentative else 'change'}[/yellow] at run {change.run_id} ({escape(change.started_at[:19].replace('T', ' '))}): "
-                f"{_value(change.before, result.unit)} → {_value(change.after, result.unit)}{ratio}",
-                highlight=False,
-            )
-        if not series.changes:
+        if series.changes:
+            console.print(terminal_table(history_changes_rows(result, series)))
+        else:
             console.print("  [dim]no change point[/dim]")
-        columns, rows = _history_rows(result, series, show_points)
-        console.print(fitted_table(columns, rows))
+        console.print(terminal_table(history_points_rows(result, series, show_points)))
 
 
-def history_markdown(result: History) -> str:
-    what = f" · cell `{_code(result.cell)}`" if result.cell else ""
-    lines = [f"### nbscope history: `{_code(result.target)}`{what} · {metric_name(result.metric)}", ""]
+def history_markdown(result: History, *, show_points: int = 12) -> str:
+    """Each series: its label and sparkline, a table of its change points and one of its newest runs."""
+    what = f" · cell `{table_cell(result.cell)}`" if result.cell else ""
+    lines = [f"### nbscope history: `{table_cell(result.target)}`{what} · {metric_name(result.metric)}", ""]
     for series in result.series:
         data = series.to_dict()
         lines += [
-            f"**{_md(series.label)}** · {data['runs']} run{'s' if data['runs'] != 1 else ''} · "
+            f"**{plain_text(series.label)}** · {data['runs']} run{'s' if data['runs'] != 1 else ''} · "
             f"`{data['sparkline']}`",
             "",
         ]
         if series.changes:
-            lines += ["| Run | Started (UTC) | Before | After | Ratio |", "|---:|---|---:|---:|---:|"]
-            for c in series.changes:
-                lines.append(
-                    f"| {c.run_id}{' (tentative)' if c.tentative else ''} | {c.started_at[:19].replace('T', ' ')} | "
-                    f"{_value(c.before, result.unit)} | "
-                    f"{_value(c.after, result.unit)} | {f'×{c.ratio:.2f}' if c.ratio else '–'} |"
-                )
-            lines.append("")
+            lines += [*markdown_table(history_changes_rows(result, series)), ""]
         else:
             lines += ["No change point.", ""]
+        lines += [*markdown_table(history_points_rows(result, series, show_points)), ""]
     return "\n".join(lines)

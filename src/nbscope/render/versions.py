@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.text import Text
-
 from nbscope.analyse.versions import BisectResult, VersionsResult, target_label, verdicts_by_cell
 from nbscope.collect import fingerprint as fp
+from nbscope.render._markdown import markdown_table, plain_text, table_cell
+from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.gate import VERDICT_MARK, VERDICT_STYLE
-from nbscope.render.terminal import Column, console, field_name, fitted_table, format_seconds, literal, source_text
+from nbscope.render.terminal import console, field_name, format_seconds, literal, terminal_table
 
 
 def _value(value: Any) -> str:
@@ -39,6 +39,46 @@ def _verdicts(result: VersionsResult) -> list[dict[int, str]]:
     return [verdicts_by_cell(g["result"]) for g in result.gates]
 
 
+def _verdict(verdict: str) -> Item:
+    return Item(VERDICT_MARK.get(verdict, verdict), VERDICT_STYLE.get(verdict, ""))
+
+
+def variant_letters(count: int) -> list[str]:
+    """The variants that ran, by letter (named above the terminal's table): a requirement as a header would
+    take the figures' room."""
+    return [chr(ord("A") + number) if number < 26 else str(number + 1) for number in range(count)]
+
+
+def versions_rows(result: VersionsResult) -> Rows:
+    """The variants side by side, once for both formats: a row per cell (each variant's wall time, and the
+    gate's verdict between consecutive variants), then the totals. A terminal heads a variant by its letter,
+    markdown by its requirement."""
+    ran = result.ran
+    letters = variant_letters(len(ran))
+    columns = [Column("cell", "right", "number"), Column("first line", "left", "source", min_width=12)]
+    for number, (letter, variant) in enumerate(zip(letters, ran, strict=True)):
+        columns.append(Column(letter, "right", "number", markdown=f"`{table_cell(variant.label)}`"))
+        if number < len(result.gates):
+            columns.append(Column(f"{letter}→{letters[number + 1]}", "left", "text", min_width=14, markdown="→"))
+    verdicts = _verdicts(result)
+    rows: list[list[Any]] = []
+    for row in result.cells:
+        values: list[Any] = [_cell_name(row), Item(str(row.get("first_line") or ""), code=True)]
+        for number, figures in enumerate(row["runs"]):
+            values.append(_wall(figures))
+            if number < len(verdicts):
+                index = (row["runs"][number + 1] or {}).get("index")
+                values.append(_verdict(verdicts[number].get(index, "") if index is not None else ""))
+        rows.append(values)
+    total_row: list[Any] = ["", Item("total", strong=True)]
+    for number, totals in enumerate(result.totals):
+        total_row.append(Item(format_seconds(totals.get("wall_s")), strong=True))
+        if number < len(result.gates):
+            total_row.append(_verdict(result.gates[number]["result"].total.verdict))
+    rows.append(total_row)
+    return Rows.of(columns, rows)
+
+
 def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
     """Each variant's wall time per cell, the gate's verdict between consecutive variants, the totals,
     the fingerprint fields that differ, and the variants that could not run."""
@@ -52,38 +92,9 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
             console.print(f"[dim]{literal(variant.label)}: run {record.run_id} · {record.status} · "  # type: ignore[union-attr]
                           f"environment {literal(variant.environment)} ({where})[/dim]")
     if ran:
-        # Variants by letter (named above): a requirement as a header would take the figures' room.
-        letters = [chr(ord("A") + number) if number < 26 else str(number + 1) for number in range(len(ran))]
-        for letter, variant in zip(letters, ran, strict=True):
+        for letter, variant in zip(variant_letters(len(ran)), ran, strict=True):
             console.print(f"{letter} = {literal(variant.label)}")
-        columns = [Column("cell", "right", "number"), Column("first line", "left", "source", min_width=12)]
-        for number, letter in enumerate(letters):
-            columns.append(Column(letter, "right", "number"))
-            if number < len(result.gates):
-                columns.append(Column(f"{letter}→{letters[number + 1]}", "left", "text", min_width=14))
-        verdicts = _verdicts(result)
-        rows: list[list[Any]] = []
-        for row in result.cells:
-            values: list[Any] = [_cell_name(row), source_text(str(row.get("first_line") or ""))]
-            for number, figures in enumerate(row["runs"]):
-                values.append(_wall(figures))
-                if number < len(verdicts):
-                    index = (row["runs"][number + 1] or {}).get("index")
-                    verdict = verdicts[number].get(index, "") if index is not None else ""
-                    style = VERDICT_STYLE.get(verdict, "")
-                    mark = VERDICT_MARK.get(verdict, verdict)
-                    values.append(f"[{style}]{literal(mark)}[/{style}]" if style else literal(mark))
-            rows.append(values)
-        total_row: list[Any] = ["", Text("total", style="bold")]
-        for number, totals in enumerate(result.totals):
-            total_row.append(f"[bold]{format_seconds(totals.get('wall_s'))}[/bold]")
-            if number < len(result.gates):
-                total = result.gates[number]["result"].total
-                style = VERDICT_STYLE.get(total.verdict, "")
-                mark = VERDICT_MARK.get(total.verdict, total.verdict)
-                total_row.append(f"[{style}]{literal(mark)}[/{style}]" if style else literal(mark))
-        rows.append(total_row)
-        console.print(fitted_table(columns, rows))
+        console.print(terminal_table(versions_rows(result)))
     if result.differences:
         console.print("[bold]what differs between the variants' environments[/bold]")
         for row in result.differences:
@@ -101,55 +112,20 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
         console.print(f"[dim]runs {', '.join(str(v.record.run_id) for v in ran)} saved in {literal(store_path)}[/dim]")  # type: ignore[union-attr]
 
 
-def _md(text: Any) -> str:
-    return (
-        str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
-        .replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_").replace("\n", " ")
-    )
-
-
-def _code(text: Any) -> str:
-    """Text for inside a markdown code span in a table cell."""
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
-
-
 def versions_markdown(result: VersionsResult) -> str:
     """The same as :func:`print_versions`, as a GitHub-ready markdown table."""
     ran = result.ran
-    lines = [f"### nbscope versions: `{_code(result.target)}`", ""]
+    lines = [f"### nbscope versions: `{table_cell(result.target)}`", ""]
     if ran:
-        header = ["Cell", "First line"]
-        for number, variant in enumerate(ran):
-            header.append(f"`{_code(variant.label)}`")
-            if number < len(result.gates):
-                header.append("→")
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join("---:" if h != "First line" else "---" for h in header) + "|")
-        verdicts = _verdicts(result)
-        for row in result.cells:
-            values = [_cell_name(row), f"`{_code(str(row.get('first_line') or '')[:50])}`"]
-            for number, figures in enumerate(row["runs"]):
-                values.append(_wall(figures))
-                if number < len(verdicts):
-                    index = (row["runs"][number + 1] or {}).get("index")
-                    verdict = verdicts[number].get(index, "") if index is not None else ""
-                    values.append(VERDICT_MARK.get(verdict, verdict))
-            lines.append("| " + " | ".join(values) + " |")
-        total_values = ["", "**total**"]
-        for number, totals in enumerate(result.totals):
-            total_values.append(f"**{format_seconds(totals.get('wall_s'))}**")
-            if number < len(result.gates):
-                verdict = result.gates[number]["result"].total.verdict
-                total_values.append(VERDICT_MARK.get(verdict, verdict))
-        lines += ["| " + " | ".join(total_values) + " |", ""]
+        lines += [*markdown_table(versions_rows(result)), ""]
     if result.differences:
         lines += ["**What differs:**", ""]
         for row in result.differences:
             values = " → ".join(_value(v) for v in row["values"])
-            lines.append(f"- `{_code(row['field'])}`: {_md(values)}" + (f" ({_md(row['why'])})" if row.get("why") else ""))
+            lines.append(f"- `{table_cell(row['field'])}`: {plain_text(values)}" + (f" ({plain_text(row['why'])})" if row.get("why") else ""))
         lines.append("")
     for variant in result.failed:
-        lines.append(f"> `{_code(variant.label)}` not run: {_md(variant.error)}")
+        lines.append(f"> `{table_cell(variant.label)}` not run: {plain_text(variant.error)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -195,24 +171,28 @@ def _headline(result: BisectResult) -> str:
             f"{_comparison_text(result.slowdown)} against {result.good}")
 
 
+def bisect_rows(result: BisectResult) -> Rows:
+    """The versions tried, once for both formats: each one's run, its comparison against the good version
+    and the gate's verdict (or why it could not be tried)."""
+    columns = (Column("version", "left", "number"), Column("run", "right", "number"),
+               # a version is a record's text: escaped for the terminal's header, which is read as markup
+               Column(literal("against " + result.good), "right", "number", markdown=f"Against {plain_text(result.good)}"),
+               Column("verdict", "left", "text", min_width=14))
+    rows = []
+    for step in result.steps:
+        verdict = VERDICT_MARK.get(step.verdict, step.verdict) + (f": {step.error}" if step.error else "")
+        rows.append((step.version, str(step.run_id or "–"), _comparison_text(step.comparison),
+                     Item(verdict, VERDICT_STYLE.get(step.verdict, ""))))
+    return Rows.of(columns, rows)
+
+
 def print_bisect(result: BisectResult) -> None:
     console.print(
         f"[bold]nbscope bisect[/bold] · {literal(result.target)} · {literal(result.package)} "
         f"{literal(result.good)} (good) … {literal(result.bad)} (bad) · {len(result.versions)} releases · "
         f"{result.profiles} profiles"
     )
-    columns = [Column("version", "left", "number"), Column("run", "right", "number"),
-               Column(literal("against " + result.good), "right", "number"),
-               Column("verdict", "left", "text", min_width=14)]
-    rows = []
-    for step in result.steps:
-        style = VERDICT_STYLE.get(step.verdict, "")
-        verdict = VERDICT_MARK.get(step.verdict, step.verdict)
-        if step.error:
-            verdict += f": {step.error}"
-        rows.append([literal(step.version), str(step.run_id or "–"), literal(_comparison_text(step.comparison)),
-                     f"[{style}]{literal(verdict)}[/{style}]" if style else literal(verdict)])
-    console.print(fitted_table(columns, rows))
+    console.print(terminal_table(bisect_rows(result)))
     colour = "bold red" if result.first_bad else "green"
     console.print(f"[{colour}]{literal(_headline(result))}[/{colour}]")
     if result.first_bad and result.last_good != result.good:
@@ -224,14 +204,11 @@ def print_bisect(result: BisectResult) -> None:
 
 
 def bisect_markdown(result: BisectResult) -> str:
-    lines = [f"### nbscope bisect: `{_code(result.target)}` · {_md(result.package)} {_md(result.good)} … {_md(result.bad)}",
-             "", f"**{_md(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)", "",
-             f"| Version | Run | Against {_md(result.good)} | Verdict |", "|---|---:|---:|---|"]
-    for step in result.steps:
-        verdict = VERDICT_MARK.get(step.verdict, step.verdict) + (f": {_md(step.error)}" if step.error else "")
-        lines.append(f"| {_md(step.version)} | {step.run_id or '–'} | {_md(_comparison_text(step.comparison))} | {verdict} |")
+    lines = [f"### nbscope bisect: `{table_cell(result.target)}` · {plain_text(result.package)} {plain_text(result.good)} … {plain_text(result.bad)}",
+             "", f"**{plain_text(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)", "",
+             *markdown_table(bisect_rows(result))]
     lines.append("")
     if result.note and result.first_bad:
-        lines += [f"> {_md(result.note)}", ""]
-    lines += [f"- {_md(line)}" for line in _evidence_lines(result.evidence or {})]
+        lines += [f"> {plain_text(result.note)}", ""]
+    lines += [f"- {plain_text(line)}" for line in _evidence_lines(result.evidence or {})]
     return "\n".join(lines).rstrip() + "\n"

@@ -258,8 +258,8 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
     elif cell.compile_s > 0:
         ratio = table.model["gpu_compile_ratio"]
         terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
-                          words=(f"XLA:GPU compile: {units.seconds(cell.compile_s)} measured on this CPU × {ratio.text()} "
-                                 f"({ratio.basis}, calibratable)"),
+                          words=(f"XLA:GPU compile: {units.seconds(cell.compile_s)} on this CPU × {ratio.text()} "
+                                 f"({ratio.basis})"),
                           details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
     if cell.unattributed_s > 0:
         small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
