@@ -13,7 +13,12 @@ weighs on both sides alike. Per notebook it prints:
 * **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
   program data minus the same cell's without.
 
-    python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--json OUT]
+    python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--json OUT]
+
+``--together`` runs each pair at the same time, one kernel with program data and one without, each in a
+process of its own: on a machine whose speed drifts (a shared VM here moved a plain loop's time by ±20 % from
+one second to the next) both sides of a pair then see the same moment, and the ratio is the median of the
+pairs' ratios. It needs two free cores; the two kernels share the machine's memory bandwidth alike.
 
 Targets (issue 24): cells ratio ≤ 1.05, memory added ≤ 200 MB.
 """
@@ -41,6 +46,33 @@ def _profile(path: Path, programs: bool) -> dict[str, Any]:
     return {"record": record.to_dict(), "elapsed_s": time.perf_counter() - started}
 
 
+_CHILD = """
+import json, sys, time
+from pathlib import Path
+from nbscope.api.profile import ProfileOptions, profile
+started = time.perf_counter()
+record = profile(Path(sys.argv[1]), ProfileOptions(programs=sys.argv[2] == "on", jax_platform="cpu"),
+                 fingerprint={"digest": "bench"})
+Path(sys.argv[3]).write_text(json.dumps({"record": record.to_dict(), "elapsed_s": time.perf_counter() - started}))
+"""
+
+
+def _profile_pair(path: Path) -> dict[bool, dict[str, Any]]:
+    """One profile with program data and one without, run at the same time in processes of their own."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="nbscope-overhead-") as folder:
+        outputs = {programs: Path(folder) / f"{programs}.json" for programs in (False, True)}
+        children = {programs: subprocess.Popen([sys.executable, "-c", _CHILD, str(path), "on" if programs else "off",
+                                                str(out)], stdout=subprocess.DEVNULL)
+                    for programs, out in outputs.items()}
+        for programs, child in children.items():
+            if child.wait() != 0:
+                raise SystemExit(f"the profile with forecast={'on' if programs else 'off'} failed")
+        return {programs: json.loads(out.read_text()) for programs, out in outputs.items()}
+
+
 def _median(values: list[Any]) -> float | None:
     numbers = [v for v in values if isinstance(v, (int, float))]
     return statistics.median(numbers) if numbers else None
@@ -52,9 +84,23 @@ def _growth(cell: dict[str, Any]) -> float | None:
     return peak - before if isinstance(peak, int) and isinstance(before, int) else None
 
 
-def measure(notebook: Path, repeats: int) -> dict[str, Any]:
+def _cells_wall(run: dict[str, Any]) -> float:
+    return sum(c.get("wall_s") or 0.0 for c in run["record"]["measurements"]["cells"])
+
+
+def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str, Any]:
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    pair_ratios: list[float] = []
     for index in range(repeats):
+        if together:
+            pair = _profile_pair(notebook)
+            for programs, run in pair.items():
+                runs[programs].append(run)
+            off_s, on_s = _cells_wall(pair[False]), _cells_wall(pair[True])
+            pair_ratios.append(on_s / off_s if off_s else float("nan"))
+            print(f"{notebook.name}: pair {index + 1}/{repeats}: cells {off_s:.2f} s off, {on_s:.2f} s on "
+                  f"(×{pair_ratios[-1]:.3f})", file=sys.stderr)
+            continue
         order = (False, True) if index % 2 == 0 else (True, False)
         for programs in order:
             run = _profile(notebook, programs)
@@ -77,8 +123,9 @@ def measure(notebook: Path, repeats: int) -> dict[str, Any]:
     in_kernel = sum(sum(v for v in c.values() if isinstance(v, (int, float))) for c in collect) / len(runs[True])
     cut = sum(1 for r in runs[True] for c in r["record"]["measurements"]["cells"]
               if (c.get("programs") or {}).get("window"))
+    ratio = statistics.median(pair_ratios) if pair_ratios else (sum_on / sum_off if sum_off else None)
     return {"notebook": str(notebook), "repeats": repeats, "cells_off_s": sum_off, "cells_on_s": sum_on,
-            "cells_ratio": sum_on / sum_off if sum_off else None, "elapsed_off_s": elapsed_off,
+            "cells_ratio": ratio, "pair_ratios": pair_ratios or None, "elapsed_off_s": elapsed_off,
             "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
             "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
             "traces_cut": cut / len(runs[True])}
@@ -88,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per notebook (default 3)")
+    parser.add_argument("--together", action="store_true",
+                        help="run each pair at the same time (ratio: the median of the pairs'; needs two free cores)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or [MILLION] + ([CORPUS] if CORPUS.exists() else [])
-    results = [measure(path, args.repeats) for path in notebooks]
+    results = [measure(path, args.repeats, together=args.together) for path in notebooks]
     print(f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'elapsed':>8} {'memory +':>10} "
           f"{'cut':>4} {'in kernel':>10}")
     for figures in results:
@@ -100,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{figures['cells_ratio'] or 0:>7.3f} {figures['elapsed_ratio'] or 0:>8.3f} "
               f"{'–' if memory is None else f'{memory / 1e6:.0f} MB':>10} {figures['traces_cut']:>4.0f} "
               f"{figures['in_kernel_collection_s'] * 1e3:>8.0f}ms")
+    for figures in results:
+        if figures["pair_ratios"]:
+            print(f"{Path(figures['notebook']).name}: each pair's ratio "
+                  + ", ".join(f"{r:.3f}" for r in figures["pair_ratios"]))
     print("targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: with program data over without; memory: the "
           "largest per-cell peak growth with minus without; cut: cells whose trace hit its memory budget)")
     if args.json:

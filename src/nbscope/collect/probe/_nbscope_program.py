@@ -87,7 +87,7 @@ class Programs:
                 result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), data)
                 if guard is not None and guard.cut_after is not None:
                     result["window"] = {"cut": True, "traced_s": guard.cut_after, "grown_bytes": guard.grown,
-                                        "wait_s": guard.window_wait}
+                                        "wait_s": guard.window_wait, "stop_s": guard.stop_s}
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
@@ -272,6 +272,7 @@ class _Guard:
         self.data: bytes | None = None
         self.error: BaseException | None = None
         self.cut_after: float | None = None
+        self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
         self.lock = threading.Lock()
@@ -357,10 +358,12 @@ class _Guard:
                     waited = _waited(self.native_id)
                     if waited is not None and self.waited is not None:
                         self.window_wait = waited - self.waited
+                    stopping = time.perf_counter()
                     try:
                         self.data = self.session.stop()
                     except BaseException as exc:  # handed to finish(), never raised in this thread
                         self.error = exc
+                    self.stop_s = time.perf_counter() - stopping
                     self.done.set()
                 return
 
