@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,21 @@ def load_record(name: str) -> RunRecord:
 def edited(record: RunRecord) -> RunRecord:
     """A deep copy to edit in a test without touching the loaded fixture."""
     return RunRecord.from_dict(copy.deepcopy(record.to_dict()))
+
+
+def with_code(record: RunRecord, sources: Mapping[str, str]) -> RunRecord:
+    """A copy of ``record`` as if its cells had run ``sources`` (code by the record's own cell hashes): what the
+    rules say of the same figures with other code. A cell not in ``sources`` carries no code, and the copy
+    names no notebook that could be read, so that nothing else lends it code."""
+    copy_ = edited(record)
+    for cell in copy_.measurements["cells"]:
+        code = sources.get(cell.get("source_hash"))
+        cell.pop("source", None)
+        if code is not None:
+            cell["source"], cell["source_hash"] = code, notebook_module.source_hash(code)
+    (copy_.measurements.get("notebook") or {})["path"] = None
+    copy_.target = f"elsewhere/{Path(record.target).name}"
+    return copy_
 
 
 def fired(findings: list[Finding], rule: str, cell: int | None = ...) -> list[Finding]:  # type: ignore[assignment]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_support import assert_compact, edited, fired, profile_notebook, sources_of
+from diag_support import assert_compact, edited, fired, profile_notebook, sources_of, with_code
 from nbscope.analyse.diagnose import diagnose
 
 LOW = {"slow-first-call": {"min_ratio": 5.0, "min_gap_s": 0.1}}
@@ -56,7 +56,7 @@ def test_other_arguments_or_a_rebound_name_are_not_a_repeat(runs: dict) -> None:
     hashes = [c["source_hash"] for c in record.measurements["cells"]]
     sources[hashes[3]] = "with Timer():\n    y = table(n - 1)"  # other arguments: another call
     sources[hashes[5]] = "n = 7\nwith Timer():\n    z = table(n + 1)"  # n rebound in the repeat's own cell
-    found = fired(diagnose(record, sources=sources, thresholds=LOW), "slow-first-call")
+    found = fired(diagnose(with_code(record, sources), thresholds=LOW), "slow-first-call")
     assert [f.cell_index for f in found] == [], [f.summary for f in found]
 
 
@@ -66,7 +66,7 @@ def test_other_work_in_the_first_cell_is_named(runs: dict) -> None:
     sources = sources_of("diag_first_call_across")
     hashes = [c["source_hash"] for c in record.measurements["cells"]]
     sources[hashes[2]] = "n = 5_000_000\ngrid = list(range(n))\n\nwith Timer():\n    y = table(n)"
-    [finding] = fired(diagnose(record, sources=sources, thresholds=LOW), "slow-first-call", 2)
+    [finding] = fired(diagnose(with_code(record, sources), thresholds=LOW), "slow-first-call", 2)
     assert finding.evidence["other_work"] == ["grid = list(range(n))"]
     assert "the cell also runs `grid = list(range(n))`: part of the gap may be theirs" in finding.summary
 

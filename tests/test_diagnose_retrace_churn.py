@@ -53,7 +53,7 @@ def test_two_lambdas_in_two_cells_are_not_one_function(runs: dict) -> None:
 
 
 def test_a_redefined_function_is_two_functions() -> None:
-    from diag_support import edited, load_record
+    from diag_support import edited, load_record, with_code
 
     record = edited(load_record("cpu_latency_loop"))
     cells = record.measurements["cells"]
@@ -73,7 +73,7 @@ def test_a_redefined_function_is_two_functions() -> None:
     for index, shape in ((2, "float32[2]"), (3, "float32[3]"), (4, "float32[4]"), (5, "float32[5]")):
         cells[index]["jax"] = {"compiles": 1, "functions": [compile_of(shape)]}
     # Four compiles of "f", but two definitions compiled twice each: normal, not churn.
-    assert not fired(diagnose(record, sources=sources), "retrace-churn")
+    assert not fired(diagnose(with_code(record, sources)), "retrace-churn")
     # Without the sources the name alone is all there is: four shapes of one "f".
-    [finding] = fired(diagnose(record, sources={}), "retrace-churn")
+    [finding] = fired(diagnose(with_code(record, {})), "retrace-churn")
     assert finding.evidence["compiles"] == 4

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_support import assert_compact, edited, fired, profile_notebook, sources_of
+from diag_support import assert_compact, edited, fired, profile_notebook, sources_of, with_code
 from nbscope.analyse.diagnose import diagnose, rule_thresholds
 
 # The first call zeroes 1.5 GB (0.4-1 s here, more than 60 ms on any machine) where the repeat makes scattered
@@ -74,7 +74,7 @@ def test_a_rebound_argument_is_not_a_repeat(runs: dict) -> None:
     sources = sources_of("diag_slow_first_call")
     hashes = [c["source_hash"] for c in record.measurements["cells"]]
     sources[hashes[3]] = "record_paths = lambda n, m: 0.0  # rebound\ntotal = record_paths(500, 125_000)"
-    assert not fired(diagnose(record, sources=sources, thresholds=LOW), "slow-first-call")
+    assert not fired(diagnose(with_code(record, sources), thresholds=LOW), "slow-first-call")
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from diag_support import assert_compact, fired, sources_of
+from diag_support import assert_compact, fired, sources_of, with_code
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._base import severity
 from nbscope.analyse.diagnose._source import analyse
@@ -51,7 +51,7 @@ def test_silent_on_fori_loop_version(runs: dict) -> None:
 
 @pytest.mark.slow
 def test_needs_sources_says_so(runs: dict, tmp_path: Path) -> None:
-    findings = diagnose(runs["diag_unrolled_loop"], sources={}, thresholds=LOW)
+    findings = diagnose(with_code(runs["diag_unrolled_loop"], {}), thresholds=LOW)
     assert not fired(findings, "unrolled-loop")
     reasons = [s.reason for s in findings.skipped if s.rule == "unrolled-loop"]  # type: ignore[attr-defined]
     assert reasons and "sources" in reasons[0]

@@ -3,12 +3,9 @@ static reading of timed regions."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-
 import pytest
 
-from diag_support import assert_compact, fired, profile_notebook
+from diag_support import assert_compact, fired, profile_notebook, with_code
 from nbscope.analyse.diagnose import _source, diagnose
 
 
@@ -67,13 +64,7 @@ def test_timed_regions(source: str, expected: list[str]) -> None:
 
 @pytest.mark.slow
 def test_no_sources_is_reported_not_guessed(runs: dict) -> None:
-    # A record without its cells' code (schema version 1), whose notebook is not here.
-    record = runs["diag_unsync_timing"]
-    measurements = copy.deepcopy(record.measurements)
-    for cell in measurements["cells"]:
-        cell.pop("source", None)
-    measurements["notebook"]["path"] = None
-    record = dataclasses.replace(record, measurements=measurements, target="elsewhere/diag_unsync_timing.md")
+    record = with_code(runs["diag_unsync_timing"], {})  # a record without code, whose notebook is not here
     findings = diagnose(record)
     assert not fired(findings, "unsynchronised-timing")
     assert any(s.rule == "unsynchronised-timing" for s in findings.skipped)  # type: ignore[attr-defined]
