@@ -1,7 +1,8 @@
 """Book-level views over many profile runs: the slowest cells of a whole book, and a lecture-by-lecture
 table of two sets of runs (a CPU runner's and a GPU runner's, two branches, two machines).
 
-Each view takes run records (found by :mod:`nbscope.api.book`) and returns plain data; the renderers in
+Each view takes run records (found by :mod:`nbscope.api.book`), reads their typed cells and totals
+(``RunRecord.notebook_run``), and returns plain data (what ``--json`` prints); the renderers in
 :mod:`nbscope.render.book` format it.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope.analyse.compare import platform_of, winner
-from nbscope.record.cells import number, same_notebook, shown_line
+from nbscope.record.cells import same_notebook
 from nbscope.record.run import RunRecord
 
 CELL_KINDS = ("profile", "trace")
@@ -61,26 +62,24 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
     run_wall: dict[int, float] = {}
     for number_in_list, record in enumerate(records):
         backend = platform_of(record)["platform"]
-        for cell in record.measurements.get("cells") or []:
-            wall = number(cell.get("wall_s"))
-            if wall is None:
+        for cell in record.notebook_run().cells:
+            if cell.wall_s is None:
                 continue
-            index = cell.get("index")
-            run_wall[number_in_list] = run_wall.get(number_in_list, 0.0) + wall
+            run_wall[number_in_list] = run_wall.get(number_in_list, 0.0) + cell.wall_s
             rows.append({
                 "target": record.target,
                 "run_id": record.run_id,
                 "run": number_in_list,
                 "backend": backend,
-                "index": index,
-                "cell": index + 1 if isinstance(index, int) else None,
-                "line": cell.get("line"),
-                "source": shown_line(cell),
-                "source_hash": cell.get("source_hash"),
-                "status": cell.get("status"),
-                "wall_s": wall,
-                "compile_s": number(cell.get("compile_s")),
-                "run_s": number(cell.get("run_s")),
+                "index": cell.index,
+                "cell": cell.index + 1,
+                "line": cell.line,
+                "source": cell.code_line,
+                "source_hash": cell.source_hash,
+                "status": cell.status,
+                "wall_s": cell.wall_s,
+                "compile_s": cell.compile_s,
+                "run_s": cell.run_s,
             })
     total = sum(r["wall_s"] for r in rows)
     rows.sort(key=lambda r: r["wall_s"], reverse=True)
@@ -105,15 +104,15 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
 def _totals(record: RunRecord | None) -> dict[str, Any] | None:
     if record is None:
         return None
-    totals = record.measurements.get("totals") or {}
+    totals = record.notebook_run().totals
     return {
         "run_id": record.run_id,
         "backend": platform_of(record)["platform"] if record.kind in CELL_KINDS else None,
         "status": record.status,
-        "wall_s": number(totals.get("wall_s")),
-        "compile_s": number(totals.get("compile_s")),
-        "cells": totals.get("cells"),
-        "cells_failed": totals.get("cells_failed"),
+        "wall_s": totals.wall_s,
+        "compile_s": totals.compile_s,
+        "cells": totals.cells,
+        "cells_failed": totals.cells_failed,
     }
 
 
