@@ -14,7 +14,7 @@ from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
-from nbscope.record.model import Cell, NotebookRun
+from nbscope.record.model import Cell, JaxFunction, NotebookRun
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
 
@@ -233,20 +233,18 @@ class FunctionStats:
     def compiles(self) -> int:
         return self.count - self.cache_hits
 
-    def add(self, index: int, entry: Mapping[str, Any]) -> None:
-        """Add one cell's entry from ``cell["jax"]["functions"]``."""
-        if entry.get("kind") == "user":
+    def add(self, index: int, entry: JaxFunction) -> None:
+        """Add one cell's compiles of this function."""
+        if entry.kind == "user":
             self.kind = "user"
-        self.count += int(entry.get("count") or 0)
-        self.cache_hits += int(entry.get("cache_hits") or 0)
-        spent = 0.0
-        for key in ("trace_s", "lower_s", "backend_s"):
-            value = float(entry.get(key) or 0.0)
-            setattr(self, key, getattr(self, key) + value)
-            spent += value
-        self.shapes.extend(str(s) for s in entry.get("shapes") or [])
-        self.cells[index] = self.cells.get(index, 0) + int(entry.get("count") or 0)
-        self.cell_seconds[index] = self.cell_seconds.get(index, 0.0) + spent
+        self.count += entry.count
+        self.cache_hits += entry.cache_hits
+        self.trace_s += entry.trace_s
+        self.lower_s += entry.lower_s
+        self.backend_s += entry.backend_s
+        self.shapes.extend(entry.shapes)
+        self.cells[index] = self.cells.get(index, 0) + entry.count
+        self.cell_seconds[index] = self.cell_seconds.get(index, 0.0) + entry.compile_s
 
     @property
     def compile_s(self) -> float:
@@ -379,11 +377,10 @@ class Context:
     def functions(self) -> dict[str, FunctionStats]:
         """Every JAX function's compiles over the run, by name."""
         stats: dict[str, FunctionStats] = {}
-        for cell in self.cells:
-            for entry in (cell.get("jax") or {}).get("functions") or []:
-                name = str(entry.get("name"))
-                item = stats.setdefault(name, FunctionStats(name=name, kind=str(entry.get("kind"))))
-                item.add(int(cell["index"]), entry)
+        for cell in self.run.cells:
+            for entry in cell.jax.functions if cell.jax else ():
+                item = stats.setdefault(entry.name, FunctionStats(name=entry.name, kind=str(entry.kind)))
+                item.add(cell.index, entry)
         return stats
 
     @cached_property

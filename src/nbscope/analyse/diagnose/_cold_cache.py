@@ -117,13 +117,13 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     modules: dict[str, Any] = {}
     caches: dict[str, Any] = {}
     compiled_in: dict[str, list[int]] = {}
-    for cell in ctx.cells:
-        for entry in (cell.get("numba") or {}).get("functions") or []:
-            name = str(entry.get("name"))
-            compiled[name] = compiled.get(name, 0.0) + float(entry.get("seconds") or 0.0)
-            modules.setdefault(name, entry.get("module"))
-            caches.setdefault(name, entry.get("cache"))
-            compiled_in.setdefault(name, []).append(int(cell["index"]))
+    for cell in ctx.run.cells:
+        for entry in cell.numba.functions if cell.numba else ():
+            name = entry.name
+            compiled[name] = compiled.get(name, 0.0) + entry.seconds
+            modules.setdefault(name, entry.module)
+            caches.setdefault(name, entry.cache)
+            compiled_in.setdefault(name, []).append(cell.index)
     recorded = all(modules[n] is not None and caches[n] is not None for n in compiled)
     if not ctx.has_sources and not recorded:
         yield Skip(NAME, f"Numba compiled for {seconds(numba_s)}; whether its functions use cache=True needs the cell "

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbscope.analyse.diagnose import _source
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label, seconds
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds
 
 NAME = "first-call"
 THRESHOLDS = {
@@ -33,29 +33,28 @@ def _imports_only(source: str | None) -> bool:
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     wall = ctx.total_wall
-    jax_cells = [c for c in ctx.cells if c.get("jax") is not None]
+    jax_cells = [c for c in ctx.run.cells if c.jax is not None]
     if not jax_cells or wall <= 0 or wall >= limit["max_notebook_s"]:
         return
     if not ctx.has_sources:
         yield Skip(NAME, f"needs the cell sources to tell the import cell from work: {ctx.missing_sources()}")
         return
     import_cell = jax_cells[0]  # the probe attaches to JAX during the cell that imports it
-    import_s = float(import_cell.get("wall_s") or 0.0) if _imports_only(ctx.source(import_cell)) else None
+    import_s = (import_cell.wall_s or 0.0) if _imports_only(ctx.source(import_cell)) else None
     prng: dict[str, Any] = {}
     seen: set[str] = set()
-    for cell in ctx.cells:
-        for entry in (cell.get("jax") or {}).get("functions") or []:
-            name = str(entry.get("name"))
-            if entry.get("kind") == "eager" and _is_prng(name) and name not in seen:
+    for cell in ctx.run.cells:
+        for entry in cell.jax.functions if cell.jax else ():
+            name = entry.name
+            if entry.kind == "eager" and _is_prng(name) and name not in seen:
                 seen.add(name)
-                spent = sum(float(entry.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
-                prng[name] = {"cell": cell["index"], "compile_s": round(spent, 4)}
+                prng[name] = {"cell": cell.index, "compile_s": round(entry.compile_s, 4)}
     prng_s = sum(item["compile_s"] for item in prng.values())
     first_call_s = (import_s or 0.0) + prng_s
     share = first_call_s / wall
     if share < limit["min_share"]:
         return
-    first_op = next((c for c in ctx.cells if (c.get("jax") or {}).get("compiles")), None)
+    first_op = next((c for c in ctx.run.cells if c.jax is not None and c.jax.compiles), None)
     yield Finding(
         rule=NAME,
         title="First-call costs dominate a small notebook",
@@ -66,13 +65,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             "notebook_wall_s": round(wall, 4),
             "first_call_s": round(first_call_s, 4),
             "share": round(share, 3),
-            "import_cell": import_cell["index"],
+            "import_cell": import_cell.index,
             "import_s": round(import_s, 4) if import_s is not None else "not separable: the import cell also does work",
             "prng_first_compiles": prng,
             "prng_compile_s": round(prng_s, 4),
             "backend_init": (
                 "not measured separately (JAX emits no event for it): it is inside the run time of "
-                + (cell_label(first_op) if first_op else "the first cell that runs a JAX operation")
+                + (first_op.label if first_op else "the first cell that runs a JAX operation")
             ),
             "seconds_at_stake": round(first_call_s, 4),
         },

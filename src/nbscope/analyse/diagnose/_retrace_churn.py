@@ -22,16 +22,16 @@ def _units(ctx: Context) -> list[FunctionStats]:
     Lambdas are judged per cell: every lambda is called ``<lambda>``, so two different lambdas in two cells
     are not one function compiled twice."""
     units: dict[tuple[str, Any], FunctionStats] = {}
-    for cell in ctx.cells:
-        index = int(cell["index"])
-        for entry in (cell.get("jax") or {}).get("functions") or []:
-            name = str(entry.get("name"))
+    for cell in ctx.run.cells:
+        index = cell.index
+        for entry in cell.jax.functions if cell.jax else ():
+            name = entry.name
             if name == "<lambda>":
                 key: tuple[str, Any] = (name, index)
             else:
                 definition = ctx.code.function_at(name, index) if ctx.has_sources else None
                 key = (name, (definition.cell, definition.line) if definition else None)
-            units.setdefault(key, FunctionStats(name=name, kind=str(entry.get("kind")))).add(index, entry)
+            units.setdefault(key, FunctionStats(name=name, kind=str(entry.kind))).add(index, entry)
     return list(units.values())
 
 
