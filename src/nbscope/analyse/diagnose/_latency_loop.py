@@ -25,10 +25,10 @@ from nbscope.analyse.diagnose._base import (
     Outcome,
     Rule,
     Skip,
-    cell_label,
     seconds,
     severity,
 )
+from nbscope.record.model import Cell
 
 NAME = "latency-bound-loop"
 LATENCY_WORDS = ("launch", "latency")
@@ -39,8 +39,15 @@ THRESHOLDS = {
 }
 
 
-def _timeline(cell: Mapping[str, Any]) -> dict[str, Any] | None:
-    timeline = cell.get("timeline")
+RAN = ("ok", "error", "expected-error", "timeout", "kernel-died")  # a cell that ran, whatever its end
+
+
+def _label(index: int, cell: Cell | None) -> str:
+    return cell.label if cell is not None else f"cell {index + 1}"
+
+
+def _timeline(cell: Cell) -> dict[str, Any] | None:
+    timeline = cell.timeline
     if not isinstance(timeline, Mapping) or timeline.get("error") or not timeline.get("classification"):
         return None
     return dict(timeline)
@@ -54,12 +61,12 @@ def _timeline_evidence(timeline: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _loop_functions(ctx: Context, cell: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Notebook functions with loop primitives that this cell calls or compiles."""
+def _loop_functions(ctx: Context, index: int, cell: Cell | None) -> dict[str, list[str]]:
+    """Notebook functions with loop primitives that cell ``index`` calls or compiles."""
     if not ctx.has_sources:
         return {}
-    called = set(ctx.code.calls_by_cell.get(int(cell["index"]), set()))
-    called |= {str(f.get("name")) for f in (cell.get("jax") or {}).get("functions") or []}
+    called = set(ctx.code.calls_by_cell.get(index, set()))
+    called |= {f.name for f in cell.jax.functions} if cell is not None and cell.jax is not None else set()
     found = {}
     for name in called:
         primitives = ctx.code.primitives_in(name)
@@ -117,7 +124,7 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
     notebook = found.result["notebook"]
     findings: dict[int, Finding] = {}
     for index, rows in slow.items():
-        cell = ctx.cell(index) or {"index": index}
+        cell = ctx.run.cell(index)
         first = next(iter(rows.values()))
         stake = max(r["gpu_low_s"] - float(r["cpu_s"]) for r in rows.values())
         key_of_worst = max(rows, key=lambda k: rows[k]["gpu_low_s"] - float(rows[k]["cpu_s"]))
@@ -136,12 +143,12 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             severity=severity(stake, notebook[key_of_worst]["low_s"]),
             confidence=0.7,
             evidence={"platform": ctx.platform["platform"], "cpu_wall_s": round(float(first["cpu_s"]), 4),
-                      "loop_functions": _loop_functions(ctx, cell),
+                      "loop_functions": _loop_functions(ctx, index, cell),
                       "forecast_functions": functions,
                       "forecast": figures, "forecast_run": ctx.record.run_id,
                       "seconds_at_stake": round(stake, 4)},
             summary=(
-                f"forecast: {per_gpu} for {cell_label(cell)} vs {seconds(float(first['cpu_s']))} measured on this CPU: "
+                f"forecast: {per_gpu} for {_label(index, cell)} vs {seconds(float(first['cpu_s']))} measured on this CPU: "
                 f"{loops}{names}, each iteration paying the GPU's per-iteration cost "
                 f"({_per_iteration(first['loops'])} on the {next(iter(rows)).upper()})"
             ),
@@ -152,12 +159,12 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
     for index, rows in unbounded.items():
         if index in findings:
             continue
-        cell = ctx.cell(index) or {"index": index}
+        cell = ctx.run.cell(index)
         key, row = next(iter(rows.items()))
         loop = next((loop for loop in row["loops"] if loop["iterations"] is None), row["loops"][0])
         skips.append(Skip(
             NAME,
-            f"forecast: {cell_label(cell)} runs {loop['words']}: {_forecast.on_a(key)} from "
+            f"forecast: {_label(index, cell)} runs {loop['words']}: {_forecast.on_a(key)} from "
             f"{_forecast.seconds_range(row['loop_low_s'], row['loop_high_s'])}; a trip count known only at run "
             "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
             index,
@@ -200,13 +207,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         forecast_findings, forecast_skips = _forecast_outcomes(ctx, limit)
         yield from forecast_skips
         yield from forecast_findings.values()
-    for cell in ctx.cells:
-        if not ctx.ran(cell):
+    for cell in ctx.run.cells:
+        if cell.status not in RAN or cell.wall_s is None:
             continue
-        if int(cell["index"]) in forecast_findings:
+        if cell.index in forecast_findings:
             continue  # the forecast finding says more than this CPU's own timeline
-        wall, run = float(cell.get("wall_s") or 0.0), float(cell.get("run_s") or 0.0)
-        functions = _loop_functions(ctx, cell)
+        wall, run = cell.wall_s, cell.run_s or 0.0
+        functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
         base = {"platform": platform, "platform_source": ctx.platform["source"], "wall_s": round(wall, 4),
                 "run_s": round(run, 4), "loop_functions": functions}
@@ -216,12 +223,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             yield Finding(
                 rule=NAME,
                 title="Latency-bound loop",
-                cell_index=cell["index"],
+                cell_index=cell.index,
                 severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
                 confidence=0.9 if functions else 0.75,
                 evidence={**base, "timeline": _timeline_evidence(timeline), "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4)},
                 summary=(
-                    f"{cell_label(cell)} is {timeline['classification']} on the {platform or 'device'}"
+                    f"{cell.label} is {timeline['classification']} on the {platform or 'device'}"
                     + (f": {_named(functions)}" if functions else "")
                     + f", {seconds(run)} of run time"
                     + (f", device busy {seconds(timeline['device_busy_s'])}" if isinstance(timeline.get('device_busy_s'), (int, float)) else "")
@@ -236,7 +243,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             continue
         if not functions:
             continue
-        paired = ctx.other_cells.get(int(cell["index"])) if other_platform == "cpu" else None
+        paired = ctx.other_cells.get(cell.index) if other_platform == "cpu" else None
         other_wall = (paired or {}).get("wall_s")
         if isinstance(other_wall, (int, float)) and other_wall >= 0:
             ratio = wall / other_wall if other_wall > 0 else float("inf")
@@ -245,13 +252,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 yield Finding(
                     rule=NAME,
                     title="Latency-bound loop",
-                    cell_index=cell["index"],
+                    cell_index=cell.index,
                     severity=severity(at_stake, ctx.total_wall, floor="medium"),
                     confidence=0.8,
                     evidence={**base, "cpu_wall_s": round(other_wall, 4), "gpu_over_cpu": round(ratio, 2),
                               "cpu_run": ctx.other.run_id if ctx.other else None, "seconds_at_stake": round(at_stake, 4)},
                     summary=(
-                        f"{cell_label(cell)} runs {_named(functions)} "
+                        f"{cell.label} runs {_named(functions)} "
                         f"{ratio:.0f}× slower on the GPU than on the CPU ({seconds(wall)} vs {seconds(other_wall)}): "
                         "a small loop body paying a per-iteration device cost"
                     ),
@@ -261,10 +268,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if run >= limit["min_run_s"]:
             yield Skip(
                 NAME,
-                f"{cell_label(cell)} calls {', '.join(functions)} ({', '.join(sorted({p for v in functions.values() for p in v}))}) "
+                f"{cell.label} calls {', '.join(functions)} ({', '.join(sorted({p for v in functions.values() for p in v}))}) "
                 f"on the GPU and ran {seconds(run)}: needs a --timeline summary or a CPU run of the same notebook "
                 "(diagnose --other) to tell per-iteration latency from real work",
-                cell["index"],
+                cell.index,
             )
     if needs_sources:
         yield Skip(NAME, f"needs the cell sources to find lax.scan / fori_loop / while_loop: {ctx.missing_sources()}")

@@ -125,13 +125,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         for index, calls in ctx.code.calls_by_cell.items():
             if calls & float64_functions:
                 affected.add(index)
-    cells = [c for c in ctx.cells if c.get("index") in affected]
-    at_stake = sum(float(c.get("run_s") or 0.0) for c in cells)
+    cells = [c for c in ctx.run.cells if c.index in affected]
+    at_stake = sum(c.run_s or 0.0 for c in cells)
     ratios = {}
     for cell in cells:
-        paired = ctx.other_cells.get(int(cell["index"]))
+        paired = ctx.other_cells.get(cell.index)
         if paired and isinstance(paired.get("wall_s"), (int, float)) and paired["wall_s"] > 0:
-            ratios[str(cell["index"])] = round(float(cell.get("wall_s") or 0.0) / paired["wall_s"], 2)
+            ratios[str(cell.index)] = round((cell.wall_s or 0.0) / paired["wall_s"], 2)
     confidence = 0.9 if float64_cells else 0.7
     switch = f" (turned on in cell {source_cells[0] + 1})" if source_cells else ""
     yield Finding(
