@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, cell_label, seconds, severity
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, seconds, severity
 from nbscope.analyse.diagnose._cold_cache import nbscope_cache
+from nbscope.record.model import Cell
 
 NAME = "compile-bound"
 THRESHOLDS = {
@@ -21,27 +22,25 @@ THRESHOLDS = {
 }
 
 
-def _contributors(cell: dict[str, Any]) -> list[dict[str, Any]]:
+def _contributors(cell: Cell) -> list[dict[str, Any]]:
     """The compiles inside a cell, largest first: JAX functions and outermost Numba compiles."""
     items = []
-    for entry in (cell.get("jax") or {}).get("functions") or []:
-        spent = sum(float(entry.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
-        items.append({"name": entry.get("name"), "kind": f"jax {entry.get('kind')}", "seconds": round(spent, 4),
-                      "compiles": int(entry.get("count") or 0) - int(entry.get("cache_hits") or 0)})
-    for entry in (cell.get("numba") or {}).get("functions") or []:
-        items.append({"name": entry.get("name"), "kind": "numba", "seconds": round(float(entry.get("seconds") or 0.0), 4),
-                      "compiles": 1, "signature": entry.get("signature"), "module": entry.get("module"),
-                      "cache": entry.get("cache")})
+    for entry in cell.jax.functions if cell.jax else ():
+        items.append({"name": entry.name, "kind": f"jax {entry.kind}", "seconds": round(entry.compile_s, 4),
+                      "compiles": entry.compiles})
+    for numba in cell.numba.functions if cell.numba else ():
+        items.append({"name": numba.name, "kind": "numba", "seconds": round(numba.seconds, 4), "compiles": 1,
+                      "signature": numba.signature, "module": numba.module, "cache": numba.cache})
     return sorted(items, key=lambda item: item["seconds"], reverse=True)
 
 
-def _owner(ctx: Context, top: dict[str, Any], cell: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+def _owner(ctx: Context, top: dict[str, Any], cell: Cell) -> tuple[str, dict[str, Any] | None]:
     """Whose code a Numba function compiled in ``cell`` is: ("notebook", its definition in force there {"cell",
     "line", "cache"}, or None when the decorator is not found), ("package", None), or ("unknown", None) for an
     older record without sources."""
     module = top.get("module")
     name = str(top["name"]).split(".")[-1]
-    definition = ctx.code.numba_function_at(name, int(cell["index"])) if ctx.has_sources else None
+    definition = ctx.code.numba_function_at(name, cell.index) if ctx.has_sources else None
     if module == "__main__" or (module is None and definition is not None):
         return "notebook", definition
     if module is not None or ctx.has_sources:
@@ -49,15 +48,15 @@ def _owner(ctx: Context, top: dict[str, Any], cell: dict[str, Any]) -> tuple[str
     return "unknown", None
 
 
-def _caller(ctx: Context, cell: dict[str, Any], package: str | None) -> str:
+def _caller(ctx: Context, cell: Cell, package: str | None) -> str:
     """"line 2 of cell 3 (`P = nt.decay_matrix(200)`)", or "cell 3" when its source does not show the call."""
-    call = ctx.call_into(int(cell["index"]), package) if package else None
+    call = ctx.call_into(cell.index, package) if package else None
     if call is None:
-        return cell_label(cell)
-    return f"line {call['line']} of cell {cell['index'] + 1} (`{call['code']}`)"
+        return cell.label
+    return f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`)"
 
 
-def _library_numba_fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any]) -> tuple[str, str]:
+def _library_numba_fix(ctx: Context, cell: Cell, top: dict[str, Any]) -> tuple[str, str]:
     module = top.get("module")
     package = str(module).split(".")[0] if module else None
     origin = f"`{package}`" if package else "a package (the run did not record which)"
@@ -89,7 +88,7 @@ def _persist(ctx: Context) -> tuple[str, str]:
             "did not hold", "keep shapes fixed")
 
 
-def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tuple[str, str]:
+def _fix(ctx: Context, cell: Cell, top: dict[str, Any] | None) -> tuple[str, str]:
     """The fix and its one-line form, addressed to code the reader owns."""
     if top is None:
         return "Keep compiles out of the measured work: warm up once, then time a second call.", "warm up before timing"
@@ -118,9 +117,9 @@ def _fix(ctx: Context, cell: dict[str, Any], top: dict[str, Any] | None) -> tupl
         )
     if top["kind"] == "jax library":
         on_gpu = ctx.platform.get("platform") == "gpu"
-        call = ctx.call_into(int(cell["index"]), None)
-        caller = (f"line {call['line']} of cell {cell['index'] + 1} (`{call['code']}`, into `{call['package']}`)" if call
-                  else cell_label(cell))
+        call = ctx.call_into(cell.index, None)
+        caller = (f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`, into `{call['package']}`)" if call
+                  else cell.label)
         return (
             f"`{top['name']}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
             f"with the same shapes and dtypes each time so it compiles once; {persist}"
@@ -143,9 +142,9 @@ def _compiled_text(contributors: list[dict[str, Any]]) -> str:
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     flagged = 0.0
-    for cell in ctx.cells:
-        wall, compile_s = cell.get("wall_s"), cell.get("compile_s")
-        if not isinstance(wall, (int, float)) or not isinstance(compile_s, (int, float)) or wall <= 0:
+    for cell in ctx.run.cells:
+        wall, compile_s = cell.wall_s, cell.compile_s
+        if wall is None or compile_s is None or wall <= 0:
             continue
         share = compile_s / wall
         if compile_s < limit["min_compile_s"] or share < limit["min_share"]:
@@ -154,7 +153,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         contributors = _contributors(cell)
         top = contributors[0] if contributors else None
         fix, action = _fix(ctx, cell, top)
-        highlights = [("compile", f"{seconds(compile_s)} of {seconds(wall)} ({share:.0%}); run {seconds(cell.get('run_s'))}")]
+        highlights = [("compile", f"{seconds(compile_s)} of {seconds(wall)} ({share:.0%}); run {seconds(cell.run_s)}")]
         if contributors:
             highlights.append(("compiled", _compiled_text(contributors)))
         if top is not None and top["kind"] == "numba" and _owner(ctx, top, cell)[0] == "package":
@@ -163,16 +162,16 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Finding(
             rule=NAME,
             title="Compile-bound cell",
-            cell_index=cell["index"],
+            cell_index=cell.index,
             severity=severity(compile_s, ctx.total_wall),
             confidence=0.95,  # compile seconds are measured by JAX's and Numba's own events
             evidence={
                 "wall_s": round(wall, 4),
                 "compile_s": round(compile_s, 4),
-                "run_s": cell.get("run_s"),
+                "run_s": cell.run_s,
                 "compile_share": round(share, 3),
-                "jax_compiles": (cell.get("jax") or {}).get("compiles"),
-                "numba_compiles": (cell.get("numba") or {}).get("compiles"),
+                "jax_compiles": cell.jax.compiles if cell.jax else None,
+                "numba_compiles": cell.numba.compiles if cell.numba else None,
                 "compiled": contributors[:6],
                 "seconds_at_stake": round(compile_s, 4),
             },
