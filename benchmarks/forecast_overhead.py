@@ -46,17 +46,6 @@ def _profile(path: Path, programs: bool) -> dict[str, Any]:
     return {"record": record.to_dict(), "elapsed_s": time.perf_counter() - started}
 
 
-_CHILD = """
-import json, sys, time
-from pathlib import Path
-from nbscope.api.profile import ProfileOptions, profile
-started = time.perf_counter()
-record = profile(Path(sys.argv[1]), ProfileOptions(programs=sys.argv[2] == "on", jax_platform="cpu"),
-                 fingerprint={"digest": "bench"})
-Path(sys.argv[3]).write_text(json.dumps({"record": record.to_dict(), "elapsed_s": time.perf_counter() - started}))
-"""
-
-
 def _profile_pair(path: Path) -> dict[bool, dict[str, Any]]:
     """One profile with program data and one without, run at the same time in processes of their own."""
     import subprocess
@@ -64,8 +53,8 @@ def _profile_pair(path: Path) -> dict[bool, dict[str, Any]]:
 
     with tempfile.TemporaryDirectory(prefix="nbscope-overhead-") as folder:
         outputs = {programs: Path(folder) / f"{programs}.json" for programs in (False, True)}
-        children = {programs: subprocess.Popen([sys.executable, "-c", _CHILD, str(path), "on" if programs else "off",
-                                                str(out)], stdout=subprocess.DEVNULL)
+        children = {programs: subprocess.Popen([sys.executable, __file__, "--child", str(path),
+                                                "on" if programs else "off", str(out)], stdout=subprocess.DEVNULL)
                     for programs, out in outputs.items()}
         for programs, child in children.items():
             if child.wait() != 0:
@@ -132,6 +121,11 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:  # one side of a --together pair: profile, write the run where told
+        notebook, programs, out = argv[1:4]
+        Path(out).write_text(json.dumps(_profile(Path(notebook), programs == "on")))
+        return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per notebook (default 3)")

@@ -265,6 +265,9 @@ class FunctionStats:
         }
 
 
+RAN_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died")  # a cell that ran, whatever its end
+
+
 class Context:
     """One record under diagnosis, with what the rules derive from it (computed once)."""
 
@@ -395,7 +398,8 @@ class Context:
     def other_platform(self) -> dict[str, Any] | None:
         return compare_module.platform_of(self.other) if self.other is not None else None
 
-    def ran(self, cell: Mapping[str, Any]) -> bool:
-        return cell.get("status") in ("ok", "error", "expected-error", "timeout", "kernel-died") and isinstance(
-            cell.get("wall_s"), (int, float)
-        )
+    def ran(self, cell: Mapping[str, Any] | Cell) -> bool:
+        """The cell ran (whatever its end) and has a wall time."""
+        if isinstance(cell, Cell):
+            return cell.status in RAN_STATUSES and cell.wall_s is not None
+        return cell.get("status") in RAN_STATUSES and isinstance(cell.get("wall_s"), (int, float))

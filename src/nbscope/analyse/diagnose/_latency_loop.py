@@ -39,9 +39,6 @@ THRESHOLDS = {
 }
 
 
-RAN = ("ok", "error", "expected-error", "timeout", "kernel-died")  # a cell that ran, whatever its end
-
-
 def _label(index: int, cell: Cell | None) -> str:
     return cell.label if cell is not None else f"cell {index + 1}"
 
@@ -208,7 +205,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield from forecast_skips
         yield from forecast_findings.values()
     for cell in ctx.run.cells:
-        if cell.status not in RAN or cell.wall_s is None:
+        if not ctx.ran(cell):
             continue
         if cell.index in forecast_findings:
             continue  # the forecast finding says more than this CPU's own timeline
