@@ -33,3 +33,25 @@ def test_the_typed_view_is_read_only() -> None:
     cell = load_record("cpu_x64").notebook_run().cells[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         cell.wall_s = 0.0  # type: ignore[misc]
+
+
+def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none() -> None:
+    from nbscope.record.machine import Machine, Settings
+
+    machine = Machine.parse({
+        "digest": "abc", "cpu": {"model": "EPYC", "logical_cores": 4, "load_average": [6.0, 1.0, 1.0]},
+        "gpu": {"devices": [{"index": 0, "name": "Tesla T4", "memory_total_bytes": 16 * 2**30,
+                             "compute_capability": "7.5", "fp64_class": {"ratio": "1/32", "value": 0.03, "weak": True}}]},
+        "versions": {"jax": "0.10.2", "numba": {"absent": "not installed"}, "jax_plugins": {"jax-cuda12-plugin": "0.10.2"}},
+        "environment": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        "jax_runtime": {"absent": "not collected: pass --jax"},
+    })
+    assert machine.cpu.load_per_core == 1.5
+    assert machine.gpu is not None and machine.gpu.name == "Tesla T4" and machine.gpu.fp64.weak is True
+    assert machine.versions == {"jax": "0.10.2"} and "jax-cuda12-plugin" in machine.jax_plugins
+    assert machine.jax_runtime is None and machine.gpus_absent is None
+    bare = Machine.parse({"gpu": {"devices": {"absent": "no NVIDIA driver"}}, "cpu": {"load_average": [1, "x"]}})
+    assert bare.gpus == () and bare.gpus_absent == "no NVIDIA driver" and bare.cpu.load_average is None
+    settings = Settings.parse({"repeat": True, "env": {"A": "1"}, "forecast": ["t4"]})
+    assert settings.repeat == 1 and settings.jax_cache == "off" and settings.forecast == ("t4",)
+    assert settings.environment(machine) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "A": "1"}

@@ -24,6 +24,7 @@ from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
 
 if TYPE_CHECKING:
+    from nbscope.record.machine import Machine, Settings
     from nbscope.record.model import NotebookRun
 
 FORMAT_NAME = "nbscope-run"
@@ -193,6 +194,18 @@ class RunRecord:
 
         return NotebookRun.parse(self.measurements)
 
+    def machine(self) -> Machine:
+        """The machine this run ran on (its fingerprint), typed."""
+        from nbscope.record.machine import Machine
+
+        return Machine.parse(self.fingerprint)
+
+    def run_settings(self) -> Settings:
+        """How this run was asked to run (its settings), typed."""
+        from nbscope.record.machine import Settings
+
+        return Settings.parse(self.settings)
+
     def headline(self) -> dict[str, Any]:
         """The few totals that `nbscope runs` lists."""
         totals = self.measurements.get("totals") or {}
@@ -246,22 +259,19 @@ def _platform_word(value: str) -> str:
 
 def backend_of(record: RunRecord) -> dict[str, Any]:
     """The JAX backend a run used, and how we know: ``{"platform": "cpu"|"gpu"|"tpu"|None, "source": ...}``."""
-    settings = record.settings or {}
-    if settings.get("jax_platform"):
-        return {"platform": _platform_word(str(settings["jax_platform"])), "source": "settings.jax_platform"}
-    env = {**(record.fingerprint.get("environment") or {}), **(settings.get("env") or {})}
+    machine, settings = record.machine(), record.run_settings()
+    if settings.jax_platform:
+        return {"platform": _platform_word(settings.jax_platform), "source": "settings.jax_platform"}
+    env = settings.environment(machine)
     for name in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME"):
         if env.get(name):
-            return {"platform": _platform_word(str(env[name])), "source": f"environment {name}"}
-    runtime = record.fingerprint.get("jax_runtime")
-    if isinstance(runtime, Mapping) and runtime.get("default_backend"):
-        return {"platform": _platform_word(str(runtime["default_backend"])), "source": "fingerprint.jax_runtime"}
-    devices = (record.fingerprint.get("gpu") or {}).get("devices")
-    plugins = (record.fingerprint.get("versions") or {}).get("jax_plugins") or {}
-    if isinstance(devices, list) and devices and any("cuda" in name for name in plugins):
+            return {"platform": _platform_word(env[name]), "source": f"environment {name}"}
+    if machine.jax_runtime and machine.jax_runtime.default_backend:
+        return {"platform": _platform_word(machine.jax_runtime.default_backend), "source": "fingerprint.jax_runtime"}
+    if machine.gpus and any("cuda" in name for name in machine.jax_plugins):
         # JAX picks the GPU by default when its CUDA plugin is installed and a device is visible.
         return {"platform": "gpu", "source": "default: GPU present and jax CUDA plugin installed"}
-    if isinstance(devices, list) and devices and not plugins:
+    if machine.gpus and not machine.jax_plugins:
         return {"platform": "cpu", "source": "default: GPU present but no jax GPU plugin installed"}
     return {"platform": "cpu", "source": "default: no GPU visible"}
 
