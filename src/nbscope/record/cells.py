@@ -13,7 +13,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from nbscope.record.model import Cell
 
 # Cells whose sources changed pair up when their texts are at least this similar.
 SIMILARITY_THRESHOLD = 0.6
@@ -265,8 +268,7 @@ def same_notebook(a: Any, b: Any) -> bool:
     when their cells are mostly the same (:func:`shares_cells`: two folders' ``intro.md`` are not one)."""
     if a.target == b.target:
         return True
-    hash_a = ((a.measurements or {}).get("notebook") or {}).get("content_hash")
-    hash_b = ((b.measurements or {}).get("notebook") or {}).get("content_hash")
+    hash_a, hash_b = a.notebook_run().notebook.content_hash, b.notebook_run().notebook.content_hash
     if hash_a and hash_a == hash_b:
         return True
     parts_a, parts_b = Path(a.target).parts, Path(b.target).parts
@@ -278,8 +280,7 @@ def same_notebook(a: Any, b: Any) -> bool:
 
 def cell_hashes(record: Any) -> list[str]:
     """The source hashes of a run's code cells, in order."""
-    cells = (record.measurements or {}).get("cells") or []
-    return [str(c.get("source_hash")) for c in cells if isinstance(c, dict) and c.get("source_hash")]
+    return [c.source_hash for c in record.notebook_run().cells if c.source_hash]
 
 
 def shares_cells(a: Sequence[str], b: Sequence[str]) -> bool:
@@ -295,17 +296,21 @@ def shares_cells(a: Sequence[str], b: Sequence[str]) -> bool:
 # ---- pairing cells across runs -------------------------------------------------------------------
 
 
+CellT = TypeVar("CellT", "Cell", Mapping[str, Any])
+
+
 @dataclass
-class CellPair:
+class CellPair(Generic[CellT]):
     """One row of a pairing: a cell of A, of B, or of both, and how they were matched.
 
     ``match`` is ``"hash"`` (same source, same place), ``"moved"`` (same source, elsewhere),
     ``"edited"`` (source changed in place), ``"similar"`` (source changed, matched by text),
-    ``"only-a"`` or ``"only-b"``.
+    ``"only-a"`` or ``"only-b"``. The cells are those given: typed ``Cell``s, or cell dicts of a
+    document or a result that pairs like one (the forecast's cells).
     """
 
-    a: dict[str, Any] | None
-    b: dict[str, Any] | None
+    a: CellT | None
+    b: CellT | None
     match: str
     similarity: float | None = None
 
@@ -318,36 +323,42 @@ class CellPair:
         return self.a is not None and self.b is not None
 
 
-def cell_keys(cells: Sequence[Mapping[str, Any]], side: str = "") -> list[str]:
+def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
+    return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
+
+
+def cell_keys(cells: Sequence[Cell | Mapping[str, Any]], side: str = "") -> list[str]:
     """A key per cell: its source hash, with an occurrence number from the second time a source repeats,
     so a duplicated cell pairs with its own twin. A cell without a hash gets a key of its own, which
     never equals a key of another ``side``."""
     seen: dict[str, int] = {}
     keys = []
     for position, cell in enumerate(cells):
-        digest = str(cell.get("source_hash") or f"no-hash@{side}{position}")
+        digest = str(_field(cell, "source_hash") or f"no-hash@{side}{position}")
         seen[digest] = seen.get(digest, 0) + 1
         keys.append(f"{digest}#{seen[digest]}" if seen[digest] > 1 else digest)
     return keys
 
 
-def _text(cell: Mapping[str, Any], sources: Mapping[str, str] | None) -> str:
-    if sources and cell.get("source_hash") in sources:
-        return sources[cell["source_hash"]]
-    return str(cell.get("first_line") or "")
+def _text(cell: Cell | Mapping[str, Any], sources: Mapping[str, str] | None) -> str:
+    """The text two edited cells are compared by: the code that ran when known, else the first line."""
+    own = _field(cell, "source")
+    if isinstance(own, str):
+        return own
+    if sources and _field(cell, "source_hash") in sources:
+        return sources[_field(cell, "source_hash")]
+    return str(_field(cell, "first_line") or "")
 
 
-def _similarity(a: Mapping[str, Any], b: Mapping[str, Any], sources: Mapping[str, str] | None) -> float:
+def _similarity(a: CellT, b: CellT, sources: Mapping[str, str] | None) -> float:
     return round(difflib.SequenceMatcher(a=_text(a, sources), b=_text(b, sources), autojunk=False).ratio(), 3)
 
 
-def _pair_gap(
-    block_a: list[dict[str, Any]], block_b: list[dict[str, Any]], sources: Mapping[str, str] | None
-) -> list[CellPair]:
+def _pair_gap(block_a: list[CellT], block_b: list[CellT], sources: Mapping[str, str] | None) -> list[CellPair[CellT]]:
     """Cells between two equal stretches: edited in place when the counts agree, else by similarity."""
-    if block_a and len(block_a) == len(block_b):
+    if block_a and len(block_b) == len(block_a):
         return [CellPair(a, b, "edited", _similarity(a, b, sources)) for a, b in zip(block_a, block_b, strict=True)]
-    pairs: list[CellPair] = []
+    pairs: list[CellPair[CellT]] = []
     j = 0
     for a in block_a:
         best, best_k = 0.0, None
@@ -366,17 +377,17 @@ def _pair_gap(
 
 
 def pair_cells(
-    cells_a: Sequence[dict[str, Any]],
-    cells_b: Sequence[dict[str, Any]],
+    cells_a: Sequence[CellT],
+    cells_b: Sequence[CellT],
     *,
     sources: Mapping[str, str] | None = None,
-) -> list[CellPair]:
+) -> list[CellPair[CellT]]:
     """Pair the cells of two runs of a notebook (A, B), in notebook order.
 
     Equal sources pair by hash in order (a repeated source with its own repeat); a cell whose source
     is in both runs but at another place pairs as ``moved``; between equal stretches, cells edited in
-    place pair by position, others by text similarity (``sources`` maps a source hash to its full
-    text, else first lines are compared); the rest are only in A or only in B.
+    place pair by position, others by text similarity (a typed cell's own code; else ``sources``, which maps
+    a source hash to its full text; else first lines); the rest are only in A or only in B.
     """
     keys_a, keys_b = cell_keys(cells_a, "a"), cell_keys(cells_b, "b")
     matcher = difflib.SequenceMatcher(a=keys_a, b=keys_b, autojunk=False)
@@ -391,13 +402,13 @@ def pair_cells(
         if keys_b[j] in unmatched_a and not keys_b[j].startswith("no-hash@")
     }
     moved_a = set(moved_b.values())
-    pairs: list[CellPair] = []
+    pairs: list[CellPair[CellT]] = []
     for op, a0, a1, b0, b1 in opcodes:
         if op == "equal":
             pairs.extend(CellPair(cells_a[a0 + k], cells_b[b0 + k], "hash") for k in range(a1 - a0))
             continue
         rest_a = [cells_a[i] for i in range(a0, a1) if i not in moved_a]
-        gap: list[dict[str, Any]] = []
+        gap: list[CellT] = []
         for j in range(b0, b1):
             if j in moved_b:
                 pairs.extend(_pair_gap(rest_a, gap, sources))
