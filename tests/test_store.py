@@ -17,6 +17,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.record.run import RunRecord, dump, series_settings
+from nbscope.record.secrets import hidden
 from nbscope.record.store import SQLITE_MAGIC, STORE_VERSION, Store, default_path, resolve_run
 
 FINGERPRINT_A = {
@@ -578,3 +579,40 @@ def test_a_read_only_command_reads_an_older_store_without_writing_to_it(tmp_path
     assert old.read_bytes() == before and not Path(f"{old}-wal").exists()
     assert Store(old).latest() is not None  # a command that writes migrates it for good
     assert old.read_bytes() != before
+
+
+STORE_V4 = FILES / "store_v4.db"  # made by nbscope at store version 4; run 2 as stored before --env hashing
+OLD_TOKEN = "hf_FAKE_token_for_tests_0123456789"
+
+
+def test_a_version_4_store_loses_the_env_values_an_older_nbscope_kept(tmp_path: Path) -> None:
+    path = copy_of(STORE_V4, tmp_path)
+    assert store_version(path) == "4" and OLD_TOKEN.encode() in path.read_bytes()
+    with closing_db(path) as db:
+        before = {run_id: json.loads(doc) for run_id, doc in db.execute("SELECT run_id, document FROM documents")}
+    store = Store(path)
+    assert [r["id"] for r in store.list()] == [3, 2, 1] and store_version(path) == str(STORE_VERSION)
+    old = store.get(2)
+    assert old.settings["env"] == {"HF_TOKEN": hidden(OLD_TOKEN), "JAX_ENABLE_X64": "0"}
+    assert f"HF_TOKEN={hidden(OLD_TOKEN)}" in old.command and "--env=JAX_ENABLE_X64=0" in old.command
+    assert store.get(1).to_dict() == before[1]  # a run without such values is as it was
+    assert store.get(3).settings["env"] == {"MY_SECRET": "kept-on-purpose"}  # recorded with --env-store-values
+    with closing_db(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    leftovers = [p for p in tmp_path.iterdir() if OLD_TOKEN.encode() in p.read_bytes()]
+    assert leftovers == []  # not in the file's free pages, nor its write-ahead log
+    again = RunRecord.from_dict(before[2])  # the old export imported again: hidden the same way, stored once
+    assert store.add(again) == (2, False) and OLD_TOKEN not in json.dumps(again.to_dict())
+    rows = {row["id"]: row for row in store.summaries()}
+    assert rows[2]["settings"] == series_settings(old.settings)
+
+
+def test_a_run_added_with_an_env_value_that_may_be_a_secret_keeps_only_its_hash(tmp_db: Path) -> None:
+    record = make_record(started_at="2025-02-01T00:00:00.000Z")
+    record.settings = {"env": {"GITHUB_TOKEN": "ghp_notreal", "OMP_NUM_THREADS": "2"}}
+    record.command = ["nbscope", "profile", "x.ipynb", "--env", "GITHUB_TOKEN=ghp_notreal"]
+    Store(tmp_db).add(record)
+    stored = Store(tmp_db).get(record.run_id or 0)
+    assert stored.settings["env"] == {"GITHUB_TOKEN": hidden("ghp_notreal"), "OMP_NUM_THREADS": "2"}
+    assert "ghp_notreal" not in json.dumps(stored.to_dict())
+    assert hidden(hidden("ghp_notreal")) == hidden("ghp_notreal")  # hiding twice changes nothing

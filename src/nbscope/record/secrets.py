@@ -9,6 +9,10 @@ the machine fingerprint records from the process environment, :data:`nbscope.col
 unless the name itself says secret (``TOKEN``, ``SECRET``, ``PASSWORD``, ``KEY`` ...). ``--env-store-values``
 keeps every value, for a store that stays on the user's machine.
 
+A run stored by an nbscope older than this rule kept its values: the store hides them when it migrates
+(store version 5), and every run added or imported goes through :func:`hide_stored_values` first, so an
+old export imported again keeps no value either. A run recorded with ``--env-store-values`` keeps them.
+
 The hash is an unsalted SHA-256 prefix (12 hex digits, 48 bits): the same value hashes the same on every
 machine, which is what lets ``compare`` tell equal from different across CI runners. It does not protect a
 short or guessable value against someone who tries candidates; a real token (random, 20+ characters) it does.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from nbscope.collect.fingerprint import RESULT_ENV_NAMES, RESULT_ENV_PREFIXES
 
@@ -29,7 +34,9 @@ _SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKI
 
 
 def hidden(value: str) -> str:
-    """What is kept of a hidden value: its hash, marked as such."""
+    """What is kept of a hidden value: its hash, marked as such (a value already in that form is kept)."""
+    if HIDDEN.fullmatch(value):
+        return value
     return f"hidden-sha256:{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
@@ -46,6 +53,25 @@ def env_for_record(env: Mapping[str, str], *, store_values: bool = False) -> dic
     if store_values:
         return dict(env)
     return {name: value if readable(name) else hidden(value) for name, value in env.items()}
+
+
+def hide_stored_values(settings: dict[str, Any], command: list[str]) -> bool:
+    """Hide, in place, the ``--env`` values a run's settings and command kept that the rule above would
+    not keep (a run recorded before the rule, or imported from one); nothing for a run recorded with
+    ``--env-store-values``. Whether anything changed."""
+    if STORE_VALUES_FLAG in command:
+        return False
+    changed = False
+    env = settings.get("env")
+    if isinstance(env, dict):
+        kept = {str(name): value if not isinstance(value, str) or readable(str(name)) else hidden(value)
+                for name, value in env.items()}
+        if kept != env:
+            settings["env"], changed = kept, True
+    shown = command_for_record(command)
+    if shown != command:
+        command[:], changed = shown, True
+    return changed
 
 
 def command_for_record(argv: Sequence[str]) -> list[str]:

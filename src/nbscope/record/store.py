@@ -29,6 +29,7 @@ from nbscope._version import __version__
 from nbscope.collect import fingerprint as fp
 from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord, series_settings
+from nbscope.record.secrets import hide_stored_values
 
 STORE_FOLDER = ".nbscope"
 DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
@@ -37,9 +38,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # The meta table's store_version. 1: runs and meta. 2: runs.content_hash (a run is stored once) and
 # gate_verdicts (what `nbscope gate` decided about a run). 3: runs.label (``--label``, found by run
 # references). 4: runs holds only summary columns (backend, measurement settings and totals added),
-# indexed for listings, references, history and the gate; each run's document is in documents. Older
-# stores are migrated on first use; a newer one is refused, untouched.
-STORE_VERSION = 4
+# indexed for listings, references, history and the gate; each run's document is in documents. 5: no run
+# keeps an ``--env`` value that may be a secret (runs stored before they were hashed are written again).
+# Older stores are migrated on first use; a newer one is refused, untouched.
+STORE_VERSION = 5
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -161,7 +163,24 @@ def _migrate_to_4(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4}  # from version N to N + 1
+def _migrate_to_5(db: sqlite3.Connection) -> None:
+    """Runs stored before ``--env`` values were hashed keep them no longer (``record.secrets``): each such
+    document is written again without them, with its content hash and settings column."""
+    # The pages a document leaves are zeroed, not just freed: the values must not stay in the file.
+    db.execute("PRAGMA secure_delete = ON")
+    for run_id, text in db.execute("SELECT run_id, document FROM documents").fetchall():  # one document at a time
+        try:
+            record = record_module.loads(text, source=f"run {run_id}")
+        except Exception:  # an unreadable row is reported when read; it must not stop the others
+            continue
+        if hide_stored_values(record.settings, record.command):
+            row = _row(record)
+            db.execute("UPDATE documents SET document = ? WHERE run_id = ?", (row[-1], run_id))
+            db.execute("UPDATE runs SET settings = ?, content_hash = ? WHERE id = ?",
+                       (row[_ROW_COLUMNS.index("settings")], row[_CONTENT_HASH], run_id))
+
+
+MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4, 4: _migrate_to_5}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -481,6 +500,9 @@ class Store:
 
     def add_many(self, records: Iterable[RunRecord]) -> list[tuple[int, bool]]:
         """``add`` for many runs in one transaction (an import of many runs): (id, added) for each."""
+        records = list(records)
+        for record in records:  # a run recorded (or exported) before ``--env`` values were hashed
+            hide_stored_values(record.settings, record.command)
         rows = [(record, _row(record)) for record in records]
         found: list[tuple[int, bool]] = []
         with self._connect() as db:
