@@ -81,7 +81,7 @@ def assert_compact(findings: list[Finding], record: RunRecord | None = None, *, 
     its sentence, its fix and at least one labelled evidence line where it has any (issue 15)."""
     from nbscope.render.compare import FINDING_LINES, finding_text
 
-    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    cells = {c.index: c for c in record.notebook_run().cells} if record is not None else {}
     for finding in findings:
         lines = [text for _, text in finding_text(finding, cells, width)]
         assert len(lines) <= FINDING_LINES == 8, (finding.rule, lines)

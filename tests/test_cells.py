@@ -130,8 +130,8 @@ def test_compare_gate_and_report_agree_on_the_pairing() -> None:
     expected = {(1.0, 2.0), (1.1, 2.1), (1.2, 2.2), (1.3, 2.3), (1.4, 2.4), (1.5, 2.5), (1.6, 2.7)}
     pairs = compare(a, b).pairs
     assert {p.match for p in pairs} == {"hash", "moved", "edited"}
-    by_compare = {(p.a["wall_s"], p.b["wall_s"]) for p in pairs if p.paired}
+    by_compare = {(p.a.wall_s, p.b.wall_s) for p in pairs if p.paired}
     by_gate = {(c.base_s, c.cand_s) for c in gate(a, b).cells if c.base_s is not None and c.cand_s is not None}
     report = report_data([a, b])
-    by_report = {(row[0]["wall_s"], row[1]["wall_s"]) for row in report.side_by_side if None not in row}
+    by_report = {(row[0].wall_s, row[1].wall_s) for row in report.side_by_side if None not in row}
     assert by_compare == by_gate == by_report == expected

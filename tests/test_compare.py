@@ -79,7 +79,7 @@ def test_settings_differences_are_named() -> None:
     a.settings["jax_cache"], b.settings["jax_cache"] = "cold", "warm"
     b.settings["env"] = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
     b.measurements["totals"]["cache_state"] = "warm"
-    fields = [d["field"] for d in compare_module.differences(a, b)]
+    fields = [d.field for d in compare_module.differences(a, b)]
     assert fields[:3] == ["settings.env.XLA_FLAGS", "settings.jax_cache", "derived.cache_state"]  # settings first
 
 

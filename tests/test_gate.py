@@ -255,7 +255,7 @@ def test_busy_machine_warning() -> None:
         "the machine was busy when the candidate run started (load average 7.5 on 2 cores): its timings may be "
         "inflated and false alarms are likely"
     ]
-    assert result.candidate["load_average"] == 7.5
+    assert result.candidate.load_average == 7.5
 
 
 def test_latest_baseline_same_target_digest_kind(tmp_db: Path) -> None:
@@ -465,7 +465,7 @@ def test_different_settings_are_named() -> None:
     result = gate(make_record([make_cell(0, 1.0)], repeats=1),
                   make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z", repeats=4))
     assert any(w.startswith("different measurement settings (default settings vs repeat 4)") for w in result.warnings)
-    assert result.candidate["settings"]["repeat"] == 4
+    assert result.candidate.settings["repeat"] == 4
 
 
 def test_the_command_records_its_verdict_and_skips_a_failed_run_next_time(tmp_db: Path, run_cli: Any) -> None:

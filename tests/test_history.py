@@ -68,11 +68,11 @@ def test_sparkline() -> None:
 
 
 def test_find_cell_selectors() -> None:
-    cells = make_record(1.0).measurements["cells"]
-    assert find_cell(cells, "#2")["index"] == 1
-    assert find_cell(cells, "2")["index"] == 1
-    assert find_cell(cells, "bbbb1111")["index"] == 1
-    assert find_cell(cells, "simulate")["index"] == 1
+    cells = make_record(1.0).notebook_run().cells
+    assert find_cell(cells, "#2").index == 1
+    assert find_cell(cells, "2").index == 1
+    assert find_cell(cells, "bbbb1111").index == 1
+    assert find_cell(cells, "simulate").index == 1
     assert find_cell(cells, "nothing like it") is None
 
 

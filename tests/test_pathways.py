@@ -101,7 +101,7 @@ def test_verdict_says_the_pathway_does_not_explain_walls_within_noise() -> None:
         "book": _pathway("book", [1.1, 0.040, 2.2], book_outside_execution_s=2.6),
     }
     rows = pair_cells(results["script"].cells, results)
-    assert all(r["paired"] and r["compared"] and not r["differs"] for r in rows)
+    assert all(r.paired and r.compared and not r.differs for r in rows)
     entries = {n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()}
     text = verdict(rows, entries)
     assert text.startswith("the pathway does not explain the difference")
@@ -111,8 +111,8 @@ def test_verdict_says_the_pathway_does_not_explain_walls_within_noise() -> None:
 def test_verdict_names_the_cells_a_pathway_slows_down() -> None:
     results = {"script": _pathway("script", [1.0, 0.5]), "kernel": _pathway("kernel", [1.0, 2.0], kernel_start_s=0.8)}
     rows = pair_cells(results["script"].cells, results)
-    assert [r["differs"] for r in rows] == [False, True]
-    assert rows[1]["slowest"] == "kernel"
+    assert [r.differs for r in rows] == [False, True]
+    assert rows[1].slowest == "kernel"
     text = verdict(rows, {n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()})
     assert text.startswith("the pathway explains 1.50 s") and "cell 2 kernel 2.00 s vs script 500 ms" in text
 
@@ -120,7 +120,7 @@ def test_verdict_names_the_cells_a_pathway_slows_down() -> None:
 def test_small_differences_do_not_make_the_pathway_the_explanation() -> None:
     results = {"script": _pathway("script", [1.0, 0.10]), "kernel": _pathway("kernel", [1.0, 0.20])}
     rows = pair_cells(results["script"].cells, results)
-    assert rows[1]["differs"]
+    assert rows[1].differs
     text = verdict(rows, {n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()})
     assert text.startswith("the pathway does not explain the difference") and "1 small difference(s) totalling 100 ms" in text
 
@@ -129,14 +129,14 @@ def test_repeats_widen_the_tolerance_to_the_measured_noise() -> None:
     noisy = PathwayResult("script", "ok", cells=[_cell(0, 1.0, samples=[0.5, 1.0, 1.5])])
     steady = PathwayResult("kernel", "ok", cells=[_cell(0, 1.4, samples=[1.4, 1.4, 1.4])])
     rows = pair_cells(noisy.cells, {"script": noisy, "kernel": steady})
-    assert rows[0]["tolerance_s"] == pytest.approx(1.5) and not rows[0]["differs"]
+    assert rows[0].tolerance_s == pytest.approx(1.5) and not rows[0].differs
 
 
 def test_cells_that_failed_are_paired_but_not_compared() -> None:
     ok = _pathway("script", [0.1, 0.2])
     failed = PathwayResult("kernel", "partial", cells=[_cell(0, 0.1), _cell(1, 5.0, status="error")])
     rows = pair_cells(ok.cells, {"script": ok, "kernel": failed})
-    assert rows[1]["paired"] and not rows[1]["compared"] and rows[1]["ran_differently"]
+    assert rows[1].paired and not rows[1].compared and rows[1].ran_differently
     text = verdict(rows, {"script": {"status": "ok"}, "kernel": {"status": "partial"}})
     assert "cell 2: script ok, kernel error" in text
 

@@ -27,11 +27,13 @@ rebuild an audit from shard files made on other machines.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.diagnose import diagnose
+from nbscope.analyse.compare import machine_summary
+from nbscope.analyse.diagnose import Finding, diagnose
 from nbscope.analyse.recommend import recommend
 from nbscope.record.run import RunRecord
 
@@ -109,7 +111,7 @@ def forecast_summary(record: RunRecord) -> dict[str, Any] | None:
     from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.risks import gpus_of
 
-    if not record.measurements.get("programs"):
+    if record.notebook_run().program_data is None:
         return None
     try:
         result = forecast(record, gpus_of(record))
@@ -152,7 +154,7 @@ def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, An
                                  findings=len(findings) if findings is not None else None, diagnosis=why_not)
             if is_gpu_backend(backend) and cpu is not None:
                 runs[backend]["recommendation"] = recommendation_of(cpu, record)
-        if cpu is not None and cpu.measurements.get("programs"):
+        if cpu is not None and cpu.notebook_run().program_data is not None:
             runs["cpu"]["forecast"] = forecast_summary(cpu)
             if not any(is_gpu_backend(b) and r is not None for b, r in records.items()):
                 runs["cpu"]["recommendation"] = forecast_recommendation_of(cpu)
@@ -161,9 +163,8 @@ def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, An
 def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash: str, reused: bool,
                       extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One audit entry (a notebook on a backend) from its profile record."""
-    from nbscope.collect import fingerprint as fp
-
-    totals = record.measurements.get("totals") or {}
+    totals = record.notebook_run().totals
+    # The runner's and the audit job's figures have no typed view: read as recorded.
     runner = record.measurements.get("runner") or {}
     audit = record.measurements.get("audit") or {}
     entry = {
@@ -174,15 +175,15 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         "run_id": record.run_id,
         "status": record.status,
         "reused": reused,
-        "wall_s": totals.get("wall_s"),
-        "compile_s": totals.get("compile_s"),
-        "run_s": totals.get("run_s"),
+        "wall_s": totals.wall_s,
+        "compile_s": totals.compile_s,
+        "run_s": totals.run_s,
         "execute_s": runner.get("execute_s"),
         "kernel_start_s": runner.get("kernel_start_s"),
         "elapsed_s": audit.get("elapsed_s"),
-        "cells": totals.get("cells"),
-        "cells_failed": totals.get("cells_failed"),
-        "compiles": totals.get("compiles"),
+        "cells": totals.cells,
+        "cells_failed": totals.cells_failed,
+        "compiles": totals.compiles,
         "top_finding": None,  # filled by diagnose_entries once every run is in
         "top_findings": None,
         "findings": None,
@@ -190,7 +191,7 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         "recommendation": None,
         "forecast": None,  # filled by diagnose_entries for a CPU run with program data
         "digest": record.digest,
-        "machine": fp.summary(record.fingerprint),
+        "machine": machine_summary(record.machine()),
         "worker": audit.get("worker"),
         "gpu": audit.get("gpu"),
         "started_at": record.started_at,
@@ -218,7 +219,118 @@ def _measured(entry: dict[str, Any] | None) -> bool:
     return bool(entry) and entry.get("status") in MEASURED and isinstance(entry.get("wall_s"), (int, float))
 
 
-def lectures(entries: list[dict[str, Any]], backends: list[str]) -> list[dict[str, Any]]:
+# ---- the audit's results, typed --------------------------------------------------------------------
+# An audit is stored as a run record of kind ``audit``: these views are what its renderers read, built from
+# the entries by the functions below and parsed back from a stored (or merged) audit by ``Audit.parse``;
+# ``as_json`` gives each one's part of the record's ``measurements`` exactly as stored.
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class BackendRun:
+    """A lecture's run on one backend, as the audit table shows it."""
+
+    status: str | None
+    wall_s: float | None
+    run_id: Any  # the run in the store (an int), None without one
+    cells_failed: int | None
+    error: str | None
+
+    @classmethod
+    def parse(cls, value: Any) -> BackendRun:
+        value = _mapping(value)
+        failed = value.get("cells_failed")
+        return cls(status=_text(value.get("status")), wall_s=_number(value.get("wall_s")), run_id=value.get("run_id"),
+                   cells_failed=failed if isinstance(failed, int) and not isinstance(failed, bool) else None,
+                   error=None if value.get("error") is None else str(value.get("error")))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status, "wall_s": self.wall_s, "run_id": self.run_id,
+                "cells_failed": self.cells_failed, "error": self.error}
+
+
+@dataclass(frozen=True)
+class TopCause:
+    """The strongest finding of a lecture's slower run: diagnose's finding, as stored, and its backend."""
+
+    title: str
+    backend: str | None
+    action: str | None  # the fix in one line
+    fix: str | None
+    document: Mapping[str, Any]  # the finding as ``Finding.to_dict()`` wrote it, with ``backend``
+
+    @classmethod
+    def parse(cls, value: Any) -> TopCause | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(title=str(value.get("title") or value.get("rule") or ""), backend=_text(value.get("backend")),
+                   action=_text(value.get("action")), fix=_text(value.get("fix")), document=value)
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.document)
+
+
+@dataclass(frozen=True)
+class Lecture:
+    """One notebook of the audit: its total per backend, the winner and the top diagnosed cause with its fix."""
+
+    path: str
+    backends: Mapping[str, BackendRun]
+    cpu_s: float | None
+    gpu_backend: str | None
+    gpu_s: float | None
+    winner: str | None  # a backend, "tie", or None when the two were not both measured
+    ratio: float | None  # slower over faster
+    incomplete: bool
+    top_finding: TopCause | None
+    recommendation: Mapping[str, Any] | None  # analyse.recommend's choice, as it returns it
+    forecast: Mapping[str, Any] | None  # the CPU run's forecast_summary
+    action: str | None
+
+    @classmethod
+    def parse(cls, value: Any) -> Lecture:
+        value = _mapping(value)
+        ratio = value.get("ratio")
+        return cls(
+            path=str(value.get("path") or ""),
+            backends={str(b): BackendRun.parse(run) for b, run in _mapping(value.get("backends")).items()},
+            cpu_s=_number(value.get("cpu_s")), gpu_backend=_text(value.get("gpu_backend")),
+            gpu_s=_number(value.get("gpu_s")), winner=_text(value.get("winner")), ratio=_number(ratio),
+            incomplete=bool(value.get("incomplete")), top_finding=TopCause.parse(value.get("top_finding")),
+            recommendation=value.get("recommendation") if isinstance(value.get("recommendation"), Mapping) else None,
+            forecast=value.get("forecast") if isinstance(value.get("forecast"), Mapping) else None,
+            action=_text(value.get("action")),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "backends": {b: run.as_json() for b, run in self.backends.items()},
+            "cpu_s": self.cpu_s,
+            "gpu_backend": self.gpu_backend,
+            "gpu_s": self.gpu_s,
+            "winner": self.winner,
+            "ratio": self.ratio,
+            "incomplete": self.incomplete,
+            "top_finding": self.top_finding.as_json() if self.top_finding is not None else None,
+            "recommendation": self.recommendation,
+            "forecast": self.forecast,
+            "action": self.action,
+        }
+
+
+def lectures(entries: list[dict[str, Any]], backends: list[str]) -> list[Lecture]:
     """One row per notebook: CPU total, GPU total, winner and the top diagnosed cause with its fix."""
     order: list[str] = []
     by_key: dict[str, dict[str, dict[str, Any]]] = {}
@@ -232,92 +344,331 @@ def lectures(entries: list[dict[str, Any]], backends: list[str]) -> list[dict[st
     for key in order:
         runs = by_key[key]
         cpu, gpu = runs.get("cpu"), runs.get(gpu_backend) if gpu_backend else None
-        row: dict[str, Any] = {
-            "path": key,
-            "backends": {b: {"status": e.get("status"), "wall_s": e.get("wall_s"), "run_id": e.get("run_id"),
-                             "cells_failed": e.get("cells_failed"), "error": e.get("error")} for b, e in runs.items()},
-            "cpu_s": cpu.get("wall_s") if _measured(cpu) else None,
-            "gpu_backend": gpu_backend,
-            "gpu_s": gpu.get("wall_s") if _measured(gpu) else None,
-            "winner": None,
-            "ratio": None,
-            "incomplete": any((e.get("cells_failed") or 0) > 0 or e.get("status") != "ok"
-                              for e in runs.values() if e.get("status") != "unavailable"),
-        }
-        if _measured(cpu) and _measured(gpu):
-            fast, slow = sorted((row["cpu_s"], row["gpu_s"]))
-            row["ratio"] = slow / fast if fast > 0 else None
-            if row["ratio"] is not None and row["ratio"] < TIE_RATIO:
-                row["winner"] = "tie"
+        cpu_s = cpu.get("wall_s") if cpu is not None and _measured(cpu) else None
+        gpu_s = gpu.get("wall_s") if gpu is not None and _measured(gpu) else None
+        winner, ratio = None, None
+        if cpu_s is not None and gpu_s is not None:
+            fast, slow = sorted((cpu_s, gpu_s))
+            ratio = slow / fast if fast > 0 else None
+            if ratio is not None and ratio < TIE_RATIO:
+                winner = "tie"
             else:
-                row["winner"] = "cpu" if row["cpu_s"] < row["gpu_s"] else gpu_backend
+                winner = "cpu" if cpu_s < gpu_s else gpu_backend
         # The cause worth naming is the one behind the slower run; with one run, that run's.
         measured = [e for e in runs.values() if _measured(e)]
         measured.sort(key=lambda e: e["wall_s"], reverse=True)
         top = next(((e["backend"], e["top_finding"]) for e in measured if e.get("top_finding")), None)
-        row["top_finding"] = dict(top[1], backend=top[0]) if top else None
-        row["recommendation"] = next((e["recommendation"] for e in runs.values() if e.get("recommendation")), None)
-        row["forecast"] = (cpu or {}).get("forecast") if _measured(cpu) else None
-        row["action"] = (top[1].get("action") or top[1].get("fix")) if top else None  # the fix in one line
-        if row["action"] is None and row["recommendation"]:
-            rec = row["recommendation"]
-            row["action"] = f"run it on {rec['recommendation']}: {rec.get('reason') or ''}".rstrip(": ")
-        rows.append(row)
+        recommendation = next((e["recommendation"] for e in runs.values() if e.get("recommendation")), None)
+        action = (top[1].get("action") or top[1].get("fix")) if top else None  # the fix in one line
+        if action is None and recommendation:
+            action = f"run it on {recommendation['recommendation']}: {recommendation.get('reason') or ''}".rstrip(": ")
+        rows.append(Lecture(
+            path=key,
+            backends={b: BackendRun.parse(e) for b, e in runs.items()},
+            cpu_s=cpu_s,
+            gpu_backend=gpu_backend,
+            gpu_s=gpu_s,
+            winner=winner,
+            ratio=ratio,
+            incomplete=any((e.get("cells_failed") or 0) > 0 or e.get("status") != "ok"
+                           for e in runs.values() if e.get("status") != "unavailable"),
+            top_finding=TopCause.parse(dict(top[1], backend=top[0])) if top else None,
+            recommendation=recommendation,
+            forecast=(cpu or {}).get("forecast") if _measured(cpu) else None,
+            action=action,
+        ))
     return rows
 
 
-def summary_text(rows: list[dict[str, Any]], backends: list[str], availability: dict[str, dict[str, Any]]) -> str:
+def summary_text(rows: Sequence[Lecture], backends: list[str], availability: dict[str, dict[str, Any]]) -> str:
     """"N of M lectures are slower on the GPU", or why no lecture could be compared."""
     gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
     if gpu_backend is None:
-        measured = sum(1 for r in rows if r["cpu_s"] is not None)
+        measured = sum(1 for r in rows if r.cpu_s is not None)
         return f"{measured} of {len(rows)} lectures profiled on cpu; no GPU backend was asked for"
-    compared = [r for r in rows if r["cpu_s"] is not None and r["gpu_s"] is not None]
+    compared = _compared(rows)
     if not compared:
         reason = (availability.get(gpu_backend) or {}).get("reason")
         why = f": {gpu_backend} unavailable ({reason})" if reason else ""
         return f"0 of {len(rows)} lectures could be compared on cpu and {gpu_backend}{why}"
-    slower = sum(1 for r in compared if r["gpu_s"] > r["cpu_s"])
+    slower = _slower_on_gpu(compared)
     text = f"{slower} of {len(compared)} lectures are slower on the GPU ({gpu_backend})"
     if len(compared) < len(rows):
         text += f"; {len(rows) - len(compared)} of {len(rows)} could not be compared"
     return text
 
 
-def blast_radius(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _compared(rows: Sequence[Lecture]) -> list[Lecture]:
+    """The lectures measured on both the CPU and the GPU backend."""
+    return [r for r in rows if r.cpu_s is not None and r.gpu_s is not None]
+
+
+def _slower_on_gpu(compared: Sequence[Lecture]) -> int:
+    return sum(1 for r in compared if r.gpu_s is not None and r.cpu_s is not None and r.gpu_s > r.cpu_s)
+
+
+@dataclass(frozen=True)
+class DominantTerm:
+    """A lecture's largest GPU-side forecast term (a loop, work, launches, ...), added up over its cells."""
+
+    kind: str | None
+    function: str | None
+    words: str
+    low_s: float | None
+    high_s: float | None  # None: no upper bound
+    cells: tuple[int, ...]
+    lines: tuple[int | None, ...]  # each cell's line in its file, when known
+
+    @classmethod
+    def parse(cls, value: Any) -> DominantTerm | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(kind=_text(value.get("kind")), function=_text(value.get("function")), words=str(value.get("words") or ""),
+                   low_s=_number(value.get("low_s")), high_s=_number(value.get("high_s")),
+                   cells=tuple(c for c in value.get("cells") or () if isinstance(c, int)),
+                   lines=tuple(line if isinstance(line, int) else None for line in value.get("lines") or ()))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "function": self.function, "words": self.words, "low_s": self.low_s,
+                "high_s": self.high_s, "cells": list(self.cells), "lines": list(self.lines)}
+
+
+@dataclass(frozen=True)
+class GpuForecastRange:
+    """One GPU's forecast for a lecture, in brief."""
+
+    low_s: float | None
+    high_s: float | None
+    verdict: str | None
+    slowdown: float | None
+
+    @classmethod
+    def parse(cls, value: Any) -> GpuForecastRange:
+        value = _mapping(value)
+        return cls(low_s=_number(value.get("low_s")), high_s=_number(value.get("high_s")),
+                   verdict=_text(value.get("verdict")), slowdown=_number(value.get("slowdown")))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"low_s": self.low_s, "high_s": self.high_s, "verdict": self.verdict, "slowdown": self.slowdown}
+
+
+@dataclass(frozen=True)
+class BlastLecture:
+    """One lecture of the blast radius: its CPU time and its forecast on the first GPU named."""
+
+    path: str
+    cpu_s: float | None
+    low_s: float | None
+    high_s: float | None
+    slowdown: float | None
+    verdict: str | None
+    all_on_gpu: str | None
+    dominant: DominantTerm | None
+    keep_on_cpu: tuple[str, ...]
+    has_jax: bool
+    gpus: Mapping[str, GpuForecastRange]
+
+    @classmethod
+    def parse(cls, value: Any) -> BlastLecture:
+        value = _mapping(value)
+        return cls(
+            path=str(value.get("path") or ""), cpu_s=_number(value.get("cpu_s")), low_s=_number(value.get("low_s")),
+            high_s=_number(value.get("high_s")), slowdown=_number(value.get("slowdown")),
+            verdict=_text(value.get("verdict")), all_on_gpu=_text(value.get("all_on_gpu")),
+            dominant=DominantTerm.parse(value.get("dominant")),
+            keep_on_cpu=tuple(str(f) for f in value.get("keep_on_cpu") or ()),
+            has_jax=bool(value.get("has_jax", True)),
+            gpus={str(k): GpuForecastRange.parse(g) for k, g in _mapping(value.get("gpus")).items()},
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "cpu_s": self.cpu_s, "low_s": self.low_s, "high_s": self.high_s,
+            "slowdown": self.slowdown, "verdict": self.verdict, "all_on_gpu": self.all_on_gpu,
+            "dominant": self.dominant.as_json() if self.dominant is not None else None,
+            "keep_on_cpu": list(self.keep_on_cpu), "has_jax": self.has_jax,
+            "gpus": {k: g.as_json() for k, g in self.gpus.items()},
+        }
+
+
+@dataclass(frozen=True)
+class ForecastError:
+    """A lecture the forecast refused, and why."""
+
+    path: str
+    error: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "error": self.error}
+
+
+@dataclass(frozen=True)
+class BlastRadius:
+    """The GPU blast radius of a CPU-only fleet run (``audit --forecast``): see :func:`blast_radius`."""
+
+    gpu: str | None  # the first GPU forecast (device table key); None when no lecture could be forecast
+    gpu_name: str | None
+    gpus: tuple[str, ...]
+    lectures: tuple[BlastLecture, ...]
+    errors: tuple[ForecastError, ...]
+    summary: str
+
+    @classmethod
+    def parse(cls, value: Any) -> BlastRadius | None:
+        """The blast radius of a stored audit; None when it has none."""
+        if not isinstance(value, Mapping) or value.get("lectures") is None:
+            return None
+        return cls(
+            gpu=_text(value.get("gpu")), gpu_name=_text(value.get("gpu_name")),
+            gpus=tuple(str(g) for g in value.get("gpus") or ()),
+            lectures=tuple(BlastLecture.parse(x) for x in value.get("lectures") or ()),
+            errors=tuple(ForecastError(str(e.get("path")), str(e.get("error"))) for e in value.get("errors") or ()
+                         if isinstance(e, Mapping)),
+            summary=str(value.get("summary") or ""),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        head: dict[str, Any] = {"gpu": self.gpu}
+        if self.gpu is not None:  # no GPU forecast, no name to give
+            head["gpu_name"] = self.gpu_name
+        return {**head, "gpus": list(self.gpus), "lectures": [x.as_json() for x in self.lectures],
+                "errors": [e.as_json() for e in self.errors], "summary": self.summary}
+
+
+def blast_radius(rows: Sequence[Lecture]) -> BlastRadius | None:
     """The GPU blast radius of a CPU-only fleet run (``audit --forecast``): per lecture with a forecast, its
     CPU time, the forecast GPU time range with everything on the GPU, the verdict, the dominant term and
     the functions to keep on the CPU, for the first GPU forecast; sorted by forecast slowdown (low end
-    over CPU time), largest first. None when no lecture has a forecast."""
-    forecast_rows = [r for r in rows if isinstance(r.get("forecast"), dict)]
+    over CPU time), largest first. None when no lecture has a forecast.
+
+    A lecture's forecast is its CPU run's :func:`forecast_summary` (a dict, as the forecast's result is)."""
+    forecast_rows = [(r.path, r.forecast) for r in rows if r.forecast is not None]
     if not forecast_rows:
         return None
     gpus: list[str] = []
-    for row in forecast_rows:
-        gpus += [g for g in row["forecast"].get("gpus") or [] if g not in gpus]
-    errors = [{"path": r["path"], "error": r["forecast"]["error"]} for r in forecast_rows if r["forecast"].get("error")]
+    for _, summary in forecast_rows:
+        gpus += [g for g in summary.get("gpus") or [] if g not in gpus]
+    errors = tuple(ForecastError(path, summary["error"]) for path, summary in forecast_rows if summary.get("error"))
     if not gpus:
-        return {"gpu": None, "gpus": [], "lectures": [], "errors": errors, "summary": "no lecture could be forecast"}
+        return BlastRadius(gpu=None, gpu_name=None, gpus=(), lectures=(), errors=errors,
+                           summary="no lecture could be forecast")
     key = gpus[0]
     lectures = []
-    for row in forecast_rows:
-        device = (row["forecast"].get("devices") or {}).get(key)
+    for path, summary in forecast_rows:
+        devices = summary.get("devices") or {}
+        device = devices.get(key)
         if device is None:
             continue
-        lectures.append({
-            "path": row["path"], "cpu_s": device["cpu_s"], "low_s": device["low_s"], "high_s": device["high_s"],
-            "slowdown": device["slowdown"], "verdict": device["verdict"], "all_on_gpu": device["all_on_gpu"],
-            "dominant": device["dominant"], "keep_on_cpu": device["keep_on_cpu"], "has_jax": row["forecast"]["has_jax"],
-            "gpus": {k: {f: d[f] for f in ("low_s", "high_s", "verdict", "slowdown")}
-                     for k, d in (row["forecast"].get("devices") or {}).items()},
-        })
-    lectures.sort(key=lambda x: (-(x["slowdown"] or 0.0), x["path"]))
-    name = next((d["name"] for r in forecast_rows for k, d in (r["forecast"].get("devices") or {}).items() if k == key), key)
-    slower = sum(1 for x in lectures if x["all_on_gpu"] == "slower")
-    faster = sum(1 for x in lectures if x["all_on_gpu"] == "faster")
-    summary = (f"forecast from CPU runs: {slower} of {len(lectures)} lectures slower on the {name} with everything on "
-               f"the GPU, {faster} faster")
-    return {"gpu": key, "gpu_name": name, "gpus": gpus, "lectures": lectures, "errors": errors, "summary": summary}
+        lectures.append(BlastLecture(
+            path=path, cpu_s=device["cpu_s"], low_s=device["low_s"], high_s=device["high_s"],
+            slowdown=device["slowdown"], verdict=device["verdict"], all_on_gpu=device["all_on_gpu"],
+            dominant=DominantTerm.parse(device["dominant"]), keep_on_cpu=tuple(device["keep_on_cpu"]),
+            has_jax=summary["has_jax"],
+            gpus={k: GpuForecastRange.parse(d) for k, d in devices.items()},
+        ))
+    lectures.sort(key=lambda x: (-(x.slowdown or 0.0), x.path))
+    name = next((d["name"] for _, summary in forecast_rows for k, d in (summary.get("devices") or {}).items()
+                 if k == key), key)
+    slower = sum(1 for x in lectures if x.all_on_gpu == "slower")
+    faster = sum(1 for x in lectures if x.all_on_gpu == "faster")
+    text = (f"forecast from CPU runs: {slower} of {len(lectures)} lectures slower on the {name} with everything on "
+            f"the GPU, {faster} faster")
+    return BlastRadius(gpu=key, gpu_name=name, gpus=tuple(gpus), lectures=tuple(lectures), errors=errors, summary=text)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One notebook on one backend, as an audit's views read its entry: how it ended and its top findings."""
+
+    path: str
+    backend: str
+    status: str | None
+    run_id: Any  # its profile in the store (an int), None without one
+    wall_s: float | None
+    cells_failed: int | None
+    error: str | None
+    top_findings: tuple[Finding, ...] | None  # None: not diagnosed
+    findings: int | None  # how many findings the diagnosis made
+
+    @classmethod
+    def parse(cls, value: Any) -> AuditEntry:
+        value = _mapping(value)
+        run = BackendRun.parse(value)
+        top = value.get("top_findings")
+        count = value.get("findings")
+        return cls(
+            path=str(value.get("path") or ""), backend=str(value.get("backend") or ""), status=run.status,
+            run_id=run.run_id, wall_s=run.wall_s, cells_failed=run.cells_failed, error=run.error,
+            top_findings=tuple(Finding.from_dict(f) for f in top if isinstance(f, Mapping)) if isinstance(top, list) else None,
+            findings=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether the audit could run a backend, and why not."""
+
+    available: bool
+    reason: str | None
+
+    @classmethod
+    def parse(cls, value: Any) -> Availability:
+        value = _mapping(value)
+        return cls(available=bool(value.get("available")), reason=None if value.get("reason") is None else str(value["reason"]))
+
+
+@dataclass(frozen=True)
+class AuditTotals:
+    notebooks: int
+    profiled: int
+    reused: int
+    failed: int
+    wall_s: float | None  # the audit's own wall time (None for a merge)
+
+    @classmethod
+    def parse(cls, value: Any) -> AuditTotals:
+        value = _mapping(value)
+
+        def count(key: str) -> int:
+            item = value.get(key)
+            return item if isinstance(item, int) and not isinstance(item, bool) else 0
+
+        return cls(notebooks=count("notebooks"), profiled=count("profiled"), reused=count("reused"),
+                   failed=count("failed"), wall_s=_number(value.get("wall_s")))
+
+
+@dataclass(frozen=True)
+class Audit:
+    """A stored audit (a run record of kind ``audit``), typed for its views."""
+
+    summary: str
+    totals: AuditTotals
+    lectures: tuple[Lecture, ...]
+    entries: tuple[AuditEntry, ...]
+    backends: Mapping[str, Availability]
+    forecast: BlastRadius | None
+    missing: tuple[str, ...]  # a merge: the notebooks no merged file covered
+
+    @property
+    def gpu_backend(self) -> str | None:
+        return self.lectures[0].gpu_backend if self.lectures else None
+
+    @property
+    def failures(self) -> tuple[AuditEntry, ...]:
+        """The entries that have no run: an error, or not run (interrupted)."""
+        return tuple(e for e in self.entries if e.status in ("error", "not-run"))
+
+    @classmethod
+    def parse(cls, measurements: Mapping[str, Any]) -> Audit:
+        return cls(
+            summary=str(measurements.get("summary") or ""),
+            totals=AuditTotals.parse(measurements.get("totals")),
+            lectures=tuple(Lecture.parse(row) for row in measurements.get("lectures") or ()),
+            entries=tuple(AuditEntry.parse(e) for e in measurements.get("notebooks") or () if isinstance(e, Mapping)),
+            backends={str(b): Availability.parse(i) for b, i in _mapping(measurements.get("backends")).items()},
+            forecast=BlastRadius.parse(measurements.get("forecast")),
+            missing=tuple(str(k) for k in _mapping(measurements.get("coverage")).get("missing") or ()),
+        )
 
 
 def measurements(
@@ -332,7 +683,7 @@ def measurements(
     """The audit record's ``measurements``."""
     rows = lectures(entries, backends)
     gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
-    compared = [r for r in rows if r["cpu_s"] is not None and r["gpu_s"] is not None]
+    compared = _compared(rows)
 
     def count(*statuses: str) -> int:
         return sum(1 for e in entries if e.get("status") in statuses)
@@ -356,18 +707,18 @@ def measurements(
         "gpu_s": backend_total(gpu_backend),
         "compile_s": sum(e.get("compile_s") or 0.0 for e in entries if _measured(e)),
         "compared": len(compared),
-        "slower_on_gpu": sum(1 for r in compared if r["gpu_s"] > r["cpu_s"]),
+        "slower_on_gpu": _slower_on_gpu(compared),
     }
     result = {
         "totals": totals,
         "backends": availability,
         "discovery": discovery,
         "notebooks": entries,
-        "lectures": rows,
+        "lectures": [row.as_json() for row in rows],
         "summary": summary_text(rows, backends, availability),
     }
     radius = blast_radius(rows)
     if radius is not None:
-        result["forecast"] = radius
+        result["forecast"] = radius.as_json()
     result.update(extra or {})
     return result

@@ -2,17 +2,17 @@
 table of two sets of runs (a CPU runner's and a GPU runner's, two branches, two machines).
 
 Each view takes run records (found by :mod:`nbscope.api.book`), reads their typed cells and totals
-(``RunRecord.notebook_run``), and returns plain data (what ``--json`` prints); the renderers in
-:mod:`nbscope.render.book` format it.
+(``RunRecord.notebook_run``), and returns typed results (``to_dict`` is what ``--json`` prints); the renderers
+in :mod:`nbscope.render.book` format them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nbscope.analyse.compare import platform_of, winner
+from nbscope.analyse.compare import Winner, platform_of
 from nbscope.record.cells import same_notebook
 from nbscope.record.run import RunRecord
 
@@ -41,7 +41,55 @@ def newest_per_notebook(records: Sequence[RunRecord]) -> list[RunRecord]:
     return list(chosen.values())
 
 
-def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class SlowCell:
+    """One cell of the slowest-cells view: where it is, the run and backend it comes from, its times."""
+
+    target: str
+    run_id: int | None
+    backend: str | None
+    index: int  # among the notebook's code cells, from 0
+    line: int | None
+    source: str  # its first line of code
+    source_hash: str
+    status: str
+    wall_s: float
+    compile_s: float | None
+    run_s: float | None
+    share: float | None = None  # of every run's wall time together, or of its own run's (``share_of``)
+
+    @property
+    def cell(self) -> int:
+        """The cell's number as a reader counts code cells (from 1)."""
+        return self.index + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "run_id": self.run_id, "backend": self.backend, "index": self.index,
+                "cell": self.cell, "line": self.line, "source": self.source, "source_hash": self.source_hash,
+                "status": self.status, "wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s,
+                "share": self.share}
+
+
+@dataclass(frozen=True, slots=True)
+class SlowestCells:
+    """The slowest cells across the runs of some sets (:func:`slowest_cells`); ``to_dict`` is ``--json``."""
+
+    sets: tuple[RunSet, ...]
+    notebooks: int
+    runs: int
+    share_of: str  # "all": each share is of every run together; "run": of the cell's own run
+    cells: int  # every cell with a wall time, shown or not
+    wall_s: float  # of those cells
+    shown_wall_s: float
+    rows: tuple[SlowCell, ...]  # slowest first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sets": [s.to_dict() for s in self.sets], "notebooks": self.notebooks, "runs": self.runs,
+                "share_of": self.share_of, "cells": self.cells, "wall_s": self.wall_s,
+                "shown_wall_s": self.shown_wall_s, "rows": [row.to_dict() for row in self.rows]}
+
+
+def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestCells:
     """The slowest cells across every run of ``runs``, slowest first (``limit=None``: every cell).
 
     A cell is named by its notebook, its number (``cell`` 1-based among code cells, ``index`` 0-based) and
@@ -50,7 +98,6 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
     runs of one notebook) adding them up would count the notebook twice, so each share is of its own run
     (``share_of`` says which).
     """
-    rows: list[dict[str, Any]] = []
     records: list[RunRecord] = []
     for record in (r for run_set in runs for r in run_set.records if r.kind in CELL_KINDS):
         if not any(record is kept or (record.run_id is not None and record.run_id == kept.run_id) for kept in records):
@@ -59,6 +106,7 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
     for record in records:
         per_notebook[record.target] = per_notebook.get(record.target, 0) + 1
     per_run = any(count > 1 for count in per_notebook.values())
+    rows: list[tuple[int, SlowCell]] = []  # (the run's place in ``records``, the cell)
     run_wall: dict[int, float] = {}
     for number_in_list, record in enumerate(records):
         backend = platform_of(record)["platform"]
@@ -66,57 +114,87 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> dict[str
             if cell.wall_s is None:
                 continue
             run_wall[number_in_list] = run_wall.get(number_in_list, 0.0) + cell.wall_s
-            rows.append({
-                "target": record.target,
-                "run_id": record.run_id,
-                "run": number_in_list,
-                "backend": backend,
-                "index": cell.index,
-                "cell": cell.index + 1,
-                "line": cell.line,
-                "source": cell.code_line,
-                "source_hash": cell.source_hash,
-                "status": cell.status,
-                "wall_s": cell.wall_s,
-                "compile_s": cell.compile_s,
-                "run_s": cell.run_s,
-            })
-    total = sum(r["wall_s"] for r in rows)
-    rows.sort(key=lambda r: r["wall_s"], reverse=True)
-    shown = rows[:limit] if limit else rows
-    for row in shown:
-        whole = run_wall.get(row["run"], 0.0) if per_run else total
-        row["share"] = row["wall_s"] / whole if whole > 0 else None
-    for row in rows:
-        del row["run"]
-    return {
-        "sets": [s.to_dict() for s in runs],
-        "notebooks": len(per_notebook),
-        "runs": len(records),
-        "share_of": "run" if per_run else "all",
-        "cells": len(rows),
-        "wall_s": total,
-        "shown_wall_s": sum(r["wall_s"] for r in shown),
-        "rows": shown,
-    }
+            rows.append((number_in_list, SlowCell(
+                target=record.target, run_id=record.run_id, backend=backend, index=cell.index, line=cell.line,
+                source=cell.code_line, source_hash=cell.source_hash, status=cell.status, wall_s=cell.wall_s,
+                compile_s=cell.compile_s, run_s=cell.run_s,
+            )))
+    total = sum(row.wall_s for _, row in rows)
+    rows.sort(key=lambda item: item[1].wall_s, reverse=True)
+    shown = []
+    for run, row in rows[:limit] if limit else rows:
+        whole = run_wall.get(run, 0.0) if per_run else total
+        shown.append(replace(row, share=row.wall_s / whole if whole > 0 else None))
+    return SlowestCells(
+        sets=tuple(runs), notebooks=len(per_notebook), runs=len(records), share_of="run" if per_run else "all",
+        cells=len(rows), wall_s=total, shown_wall_s=sum(row.wall_s for row in shown), rows=tuple(shown),
+    )
 
 
-def _totals(record: RunRecord | None) -> dict[str, Any] | None:
-    if record is None:
-        return None
-    totals = record.notebook_run().totals
-    return {
-        "run_id": record.run_id,
-        "backend": platform_of(record)["platform"] if record.kind in CELL_KINDS else None,
-        "status": record.status,
-        "wall_s": totals.wall_s,
-        "compile_s": totals.compile_s,
-        "cells": totals.cells,
-        "cells_failed": totals.cells_failed,
-    }
+@dataclass(frozen=True, slots=True)
+class LectureSide:
+    """One set's newest run of a notebook, in the lecture-by-lecture view."""
+
+    run_id: int | None
+    backend: str | None
+    status: str
+    wall_s: float | None
+    compile_s: float | None
+    cells: int
+    cells_failed: int
+
+    @classmethod
+    def of(cls, record: RunRecord) -> LectureSide:
+        totals = record.notebook_run().totals
+        return cls(run_id=record.run_id, backend=platform_of(record)["platform"] if record.kind in CELL_KINDS else None,
+                   status=record.status, wall_s=totals.wall_s, compile_s=totals.compile_s, cells=totals.cells,
+                   cells_failed=totals.cells_failed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "backend": self.backend, "status": self.status, "wall_s": self.wall_s,
+                "compile_s": self.compile_s, "cells": self.cells, "cells_failed": self.cells_failed}
 
 
-def by_lecture(a: RunSet, b: RunSet) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class LectureRow:
+    """A notebook of either set: its run in A, in B (None where a set has none), and who is faster."""
+
+    target: str
+    a: LectureSide | None
+    b: LectureSide | None
+    winner: Winner
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "a": self.a.to_dict() if self.a else None,
+                "b": self.b.to_dict() if self.b else None, **self.winner.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class Lectures:
+    """Two sets of runs lecture by lecture (:func:`by_lecture`); ``to_dict`` is ``--json``."""
+
+    a: RunSet
+    b: RunSet
+    rows: tuple[LectureRow, ...]
+    paired: int  # notebooks in both sets with a wall time on each side
+    a_wall_s: float  # of the paired notebooks
+    b_wall_s: float
+    winner: Winner | None  # of the totals; None when no notebook is paired
+    wins: Mapping[str, int]  # "A", "B", "tie": how many paired notebooks each side won
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a": self.a.to_dict(),
+            "b": self.b.to_dict(),
+            "rows": [row.to_dict() for row in self.rows],
+            "paired": self.paired,
+            "totals": {"a_wall_s": self.a_wall_s, "b_wall_s": self.b_wall_s,
+                       **(self.winner.to_dict() if self.winner else {})},
+            "wins": dict(self.wins),
+        }
+
+
+def by_lecture(a: RunSet, b: RunSet) -> Lectures:
     """A row per notebook of either set: its newest run's wall and compile time on each side, and the winner.
 
     Notebooks pair by name, or as the same notebook under an older name or another name with the same
@@ -133,29 +211,20 @@ def by_lecture(a: RunSet, b: RunSet) -> dict[str, Any]:
             unpaired_b.remove(match)
         rows.append(_lecture_row(record_a, match))
     rows.extend(_lecture_row(None, record_b) for record_b in unpaired_b)
-    both = [r for r in rows if r["a"] and r["b"] and r["a"]["wall_s"] is not None and r["b"]["wall_s"] is not None]
-    total_a = sum(r["a"]["wall_s"] for r in both)
-    total_b = sum(r["b"]["wall_s"] for r in both)
-    wins = {side: sum(1 for r in both if r["winner"] == side) for side in ("A", "B", "tie")}
-    return {
-        "a": a.to_dict(),
-        "b": b.to_dict(),
-        "rows": rows,
-        "paired": len(both),
-        "totals": {"a_wall_s": total_a, "b_wall_s": total_b, **(winner(total_a, total_b) if both else {})},
-        "wins": wins,
-    }
+    both = [(r.a.wall_s, r.b.wall_s) for r in rows
+            if r.a and r.b and r.a.wall_s is not None and r.b.wall_s is not None]
+    total_a, total_b = sum(wall_a for wall_a, _ in both), sum(wall_b for _, wall_b in both)
+    wins = {side: sum(1 for r in rows if r.a and r.b and r.a.wall_s is not None and r.b.wall_s is not None
+                      and r.winner.side == side) for side in ("A", "B", "tie")}
+    return Lectures(a=a, b=b, rows=tuple(rows), paired=len(both), a_wall_s=total_a, b_wall_s=total_b,
+                    winner=Winner.of(total_a, total_b) if both else None, wins=wins)
 
 
-def _lecture_row(record_a: RunRecord | None, record_b: RunRecord | None) -> dict[str, Any]:
-    side_a, side_b = _totals(record_a), _totals(record_b)
-    row: dict[str, Any] = {
-        "target": (record_a or record_b).target,  # type: ignore[union-attr]
-        "a": side_a,
-        "b": side_b,
-    }
+def _lecture_row(record_a: RunRecord | None, record_b: RunRecord | None) -> LectureRow:
+    side_a = LectureSide.of(record_a) if record_a else None
+    side_b = LectureSide.of(record_b) if record_b else None
     if side_a and side_b:
-        row.update(winner(side_a["wall_s"], side_b["wall_s"]))
+        result = Winner.of(side_a.wall_s, side_b.wall_s)
     else:
-        row.update({"winner": None, "factor": None, "text": "only in A" if side_a else "only in B"})
-    return row
+        result = Winner(None, None, "only in A" if side_a else "only in B")
+    return LectureRow(target=(record_a or record_b).target, a=side_a, b=side_b, winner=result)  # type: ignore[union-attr]

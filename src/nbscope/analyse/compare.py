@@ -12,19 +12,24 @@ CPU left out, and the floor of the cell's kind and size) is shown as ``within no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
-from nbscope.record.cells import CellPair, pair_cells, same_notebook, shown_line
+from nbscope.record.cells import CellPair, pair_cells, same_notebook
+from nbscope.record.machine import Machine
+from nbscope.record.model import Cell, NotebookRun, Totals
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
 TIE_SECONDS = 0.005
+
+# The settings a run's title names, when the run recorded them.
+TITLE_SETTINGS = ("jax_platform", "jax_cache", "pathway")
 
 TOTAL_KEYS = (
     "wall_s",
@@ -87,6 +92,7 @@ def check_profile(record: RunRecord, name: str = "run") -> None:
     """Refuse records that hold no per-cell figures (bench, audit, ...)."""
     if record.kind not in PROFILE_KINDS:
         raise NbscopeError(f"{name} is a {record.kind!r} run; compare and diagnose need a profile run")
+    # The document's shape, checked where it is read: a missing list is not an empty notebook.
     if not isinstance(record.measurements.get("cells"), list):
         raise NbscopeError(f"{name} has no per-cell measurements (measurements.cells is missing)")
 
@@ -103,32 +109,24 @@ def platform_of(record: RunRecord) -> dict[str, Any]:
     return backend_of(record)
 
 
+def _is_float64(shape: str) -> bool:
+    return "float64" in shape or "complex128" in shape
+
+
 def x64_of(record: RunRecord) -> dict[str, Any]:
     """Whether JAX ran in float64, from the strongest evidence the record holds."""
-    runtime = record.fingerprint.get("jax_runtime")
-    env = {**(record.fingerprint.get("environment") or {}), **((record.settings or {}).get("env") or {})}
-    float64_cells = sorted(
-        {
-            cell["index"]
-            for cell in record.measurements.get("cells", [])
-            for function in ((cell.get("jax") or {}).get("functions") or [])
-            if any("float64" in str(shape) or "complex128" in str(shape) for shape in function.get("shapes") or [])
-        }
-    )
-    float32_seen = any(
-        "float32" in str(shape)
-        for cell in record.measurements.get("cells", [])
-        for function in ((cell.get("jax") or {}).get("functions") or [])
-        for shape in function.get("shapes") or []
-    )
+    machine = record.machine()
+    functions = [(cell.index, function) for cell in record.notebook_run().cells if cell.jax
+                 for function in cell.jax.functions]
+    float64_cells = sorted({index for index, function in functions if any(map(_is_float64, function.shapes))})
     if float64_cells:
         return {"x64": True, "source": "float64 argument shapes in JAX compiles", "cells": float64_cells}
-    if isinstance(runtime, Mapping) and "x64" in runtime:
-        return {"x64": bool(runtime["x64"]), "source": "fingerprint.jax_runtime.x64", "cells": []}
-    flag = env.get("JAX_ENABLE_X64")
+    if machine.jax_runtime is not None and machine.jax_runtime.x64 is not None:
+        return {"x64": machine.jax_runtime.x64, "source": "fingerprint.jax_runtime.x64", "cells": []}
+    flag = record.run_settings().environment(machine).get("JAX_ENABLE_X64")
     if flag is not None:
         return {"x64": flag.strip().lower() in ("1", "true", "yes", "on"), "source": "JAX_ENABLE_X64", "cells": []}
-    if float32_seen:
+    if any("float32" in shape for _, function in functions for shape in function.shapes):
         return {"x64": False, "source": "only float32 argument shapes in JAX compiles", "cells": []}
     return {"x64": None, "source": "no JAX compile shapes and no x64 setting recorded", "cells": []}
 
@@ -136,101 +134,291 @@ def x64_of(record: RunRecord) -> dict[str, Any]:
 # ---- comparison ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Winner:
+    """Who is faster, by how much, and whether the machine's noise explains the difference."""
+
+    side: str | None  # "A", "B", "tie"; None: a side has no figure
+    factor: float | None  # the slower side's figure over the faster's
+    text: str  # "B 3.1× faster", "tie", "within noise", "–"
+    within_noise: bool | None = None  # None: the noise was not judged (a cell of one run, a count)
+    noise_floor_s: float | None = None  # the floor a winner within noise fell under
+
+    @classmethod
+    def of(cls, a: float | None, b: float | None) -> Winner:
+        if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+            return cls(None, None, "–")
+        if a <= 0 and b <= 0:
+            return cls("tie", 1.0, "tie")
+        slow, fast = max(a, b), min(a, b)
+        factor = slow / fast if fast > 0 else float("inf")
+        if factor < TIE_RATIO or slow - fast < TIE_SECONDS:
+            return cls("tie", round(factor, 3), "tie")
+        side = "B" if b < a else "A"
+        shown = f"{factor:.1f}" if factor < 100 else f"{factor:.0f}"
+        return cls(side, round(factor, 3), f"{side} {shown}× faster")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"winner": self.side, "factor": self.factor, "text": self.text}
+        if self.within_noise is not None:
+            data["within_noise"] = self.within_noise
+        if self.noise_floor_s is not None:
+            data["noise_floor_s"] = self.noise_floor_s
+        return data
+
+
 def winner(a: float | None, b: float | None) -> dict[str, Any]:
     """Who is faster, by how much: ``{"winner": "A"|"B"|"tie"|None, "factor": x, "text": "B 3.1× faster"}``."""
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return {"winner": None, "factor": None, "text": "–"}
-    if a <= 0 and b <= 0:
-        return {"winner": "tie", "factor": 1.0, "text": "tie"}
-    slow, fast = max(a, b), min(a, b)
-    factor = slow / fast if fast > 0 else float("inf")
-    if factor < TIE_RATIO or slow - fast < TIE_SECONDS:
-        return {"winner": "tie", "factor": round(factor, 3), "text": "tie"}
-    side = "B" if b < a else "A"
-    shown = f"{factor:.1f}" if factor < 100 else f"{factor:.0f}"
-    return {"winner": side, "factor": round(factor, 3), "text": f"{side} {shown}× faster"}
+    return Winner.of(a, b).to_dict()
 
 
-def within_noise(result: dict[str, Any], floor_s: float, delta_s: float | None, judged: str) -> dict[str, Any]:
+def within_noise(result: Winner, floor_s: float, delta_s: float | None, judged: str) -> Winner:
     """A winner that the machine's own noise explains becomes ``within noise``: a tie, with the factor kept."""
-    if result.get("winner") not in ("A", "B") or delta_s is None or abs(delta_s) >= floor_s:
-        return {**result, "within_noise": False}
+    if result.side not in ("A", "B") or delta_s is None or abs(delta_s) >= floor_s:
+        return replace(result, within_noise=False)
     what = "" if judged == "unwaited" else " (walls)"
-    return {**result, "winner": "tie", "within_noise": True,
-            "text": f"within noise{what}", "noise_floor_s": round(floor_s, 6)}
+    return replace(result, side="tie", within_noise=True, text=f"within noise{what}", noise_floor_s=round(floor_s, 6))
 
 
-def cell_figures(cell: Mapping[str, Any] | None) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class CellFigures:
+    """The figures of one cell that a comparison shows."""
+
+    index: int
+    line: int | None
+    status: str
+    wall_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    compiles: int  # JAX and Numba
+    cache_hits: int
+    timeline: str | None  # the timeline's classification of the cell, when traced
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "line": self.line, "status": self.status, "wall_s": self.wall_s,
+                "compile_s": self.compile_s, "run_s": self.run_s, "compiles": self.compiles,
+                "cache_hits": self.cache_hits, "timeline": self.timeline}
+
+
+def cell_figures(cell: Cell | None) -> CellFigures | None:
     """The figures of one cell that a comparison shows (None for a cell absent from a run)."""
     if cell is None:
         return None
-    jax = cell.get("jax") or {}
-    numba = cell.get("numba") or {}
-    return {
-        "index": cell.get("index"),
-        "line": cell.get("line"),
-        "status": cell.get("status"),
-        "wall_s": cell.get("wall_s"),
-        "compile_s": cell.get("compile_s"),
-        "run_s": cell.get("run_s"),
-        "compiles": (jax.get("compiles") or 0) + (numba.get("compiles") or 0) if (jax or numba) else 0,
-        "cache_hits": jax.get("cache_hits") or 0,
-        "timeline": (cell.get("timeline") or {}).get("classification") if isinstance(cell.get("timeline"), Mapping) else None,
-    }
+    classification = cell.timeline.get("classification") if cell.timeline is not None else None
+    return CellFigures(
+        index=cell.index, line=cell.line, status=cell.status, wall_s=cell.wall_s, compile_s=cell.compile_s,
+        run_s=cell.run_s, compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
+        cache_hits=cell.jax.cache_hits if cell.jax else 0, timeline=classification,
+    )
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class CellRow:
+    """One row of a comparison: a cell of A, of B or of both (as they were paired), and who is faster."""
+
+    match: str  # how the cells were paired (:class:`nbscope.record.cells.CellPair`)
+    similarity: float | None
+    line: int | None  # of A's cell when there is one, else B's
+    first_line: str
+    code_line: str
+    source_hash: str
+    a: CellFigures | None
+    b: CellFigures | None
+    ratio_b_over_a: float | None
+    delta_s: float | None  # B's wall less A's
+    winner: Winner
+
+    @property
+    def index_a(self) -> int | None:
+        return self.a.index if self.a else None
+
+    @property
+    def index_b(self) -> int | None:
+        return self.b.index if self.b else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index_a": self.index_a, "index_b": self.index_b, "line": self.line, "first_line": self.first_line,
+            "code_line": self.code_line, "source_hash": self.source_hash, "match": self.match,
+            "similarity": self.similarity, "a": self.a.to_dict() if self.a else None,
+            "b": self.b.to_dict() if self.b else None, "ratio_b_over_a": self.ratio_b_over_a,
+            "delta_s": self.delta_s, **self.winner.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TotalRow:
+    """One notebook total of both runs; a time has a winner, a count none."""
+
+    key: str  # the total's name in the record (``wall_s``, ``compiles``, ...)
+    a: float | None
+    b: float | None
+    winner: Winner | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, **(self.winner.to_dict() if self.winner else {})}
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """A setting, derived state or fingerprint field that differs, and why it could change the figures."""
+
+    field: str  # ``settings.jax_cache``, ``derived.platform``, ``gpu.devices.0.name``, ...
+    a: Any  # the values as recorded (any JSON value)
+    b: Any
+    kind: str  # setting, derived, run, machine, software, environment
+    why: str
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"field": self.field, "a": self.a, "b": self.b, "kind": self.kind, "why": self.why}
+        if self.note:
+            data["note"] = self.note
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """How the cells of the two runs were paired, counted by kind of match."""
+
+    cells_a: int
+    cells_b: int
+    by_hash: int
+    by_order: int  # edited in place
+    by_move: int
+    by_similarity: int
+    only_a: int
+    only_b: int
+
+    @property
+    def all_paired(self) -> bool:
+        return not self.only_a and not self.only_b
+
+    @classmethod
+    def of(cls, pairs: list[CellPair[Cell]], cells_a: int, cells_b: int) -> Pairing:
+        def matched(match: str) -> int:
+            return sum(p.match == match for p in pairs)
+
+        return cls(cells_a=cells_a, cells_b=cells_b, by_hash=matched("hash"), by_order=matched("edited"),
+                   by_move=matched("moved"), by_similarity=matched("similar"), only_a=matched("only-a"),
+                   only_b=matched("only-b"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cells_a": self.cells_a, "cells_b": self.cells_b, "by_hash": self.by_hash, "by_order": self.by_order,
+                "by_move": self.by_move, "by_similarity": self.by_similarity, "only_a": self.only_a,
+                "only_b": self.only_b, "all_paired": self.all_paired}
+
+
+def machine_summary(machine: Machine) -> str:
+    """One line naming the machine: CPU, cores and GPUs (``collect.fingerprint.summary``, read typed)."""
+    text = f"{machine.cpu.model or '?'} ×{machine.cpu.logical_cores or '?'}"
+    names = sorted({str(gpu.name) for gpu in machine.gpus})
+    if names:
+        text += " + " + ", ".join(f"{sum(str(g.name) == n for g in machine.gpus)}× {n}" for n in names)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One side of a comparison: which run, on what machine and backend, under which settings."""
+
+    label: str
+    run_id: int | None
+    target: str
+    status: str
+    started_at: str
+    machine: str
+    digest: str
+    platform: str | None
+    recorded_settings: Mapping[str, Any]  # the settings document, as ``--json`` prints it
+    # The settings a title names (TITLE_SETTINGS), as recorded and in the record's order: only those the run
+    # recorded (a ``trace`` run records no ``jax_cache``, which the typed settings read as "off").
+    title_settings: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, record: RunRecord, name: str) -> RunSummary:
+        recorded = record.settings or {}
+        return cls(label=name, run_id=record.run_id, target=record.target, status=record.status,
+                   started_at=record.started_at, machine=machine_summary(record.machine()), digest=record.digest,
+                   platform=platform_of(record)["platform"], recorded_settings=record.settings,
+                   title_settings=tuple((k, v) for k, v in recorded.items() if k in TITLE_SETTINGS and v))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "run_id": self.run_id, "target": self.target, "status": self.status,
+                "started_at": self.started_at, "machine": self.machine, "digest": self.digest,
+                "platform": self.platform, "settings": self.recorded_settings}
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     """Two runs side by side; ``to_dict`` is what ``--json`` prints."""
 
     a: RunRecord
     b: RunRecord
-    pairs: list[CellPair]
-    differences: list[dict[str, Any]]
-    label_a: str = "A"
-    label_b: str = "B"
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    totals: dict[str, Any] = field(default_factory=dict)
+    pairs: tuple[CellPair[Cell], ...]
+    run_a: RunSummary
+    run_b: RunSummary
+    pairing: Pairing
+    rows: tuple[CellRow, ...]
+    totals: tuple[TotalRow, ...]  # in the order of TOTAL_KEYS
+    differences: tuple[Difference, ...]
     same_notebook: bool = True  # False: two different notebooks, compared because the caller allowed it
 
     @property
+    def label_a(self) -> str:
+        return self.run_a.label
+
+    @property
+    def label_b(self) -> str:
+        return self.run_b.label
+
+    @property
     def paired_all(self) -> bool:
-        return all(p.a is not None and p.b is not None for p in self.pairs)
+        return self.pairing.all_paired
+
+    def total(self, key: str) -> TotalRow | None:
+        return next((row for row in self.totals if row.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "a": _run_summary(self.a, self.label_a),
-            "b": _run_summary(self.b, self.label_b),
+            "a": self.run_a.to_dict(),
+            "b": self.run_b.to_dict(),
             "same_notebook": self.same_notebook,
-            "pairing": {
-                "cells_a": len(self.a.measurements.get("cells", [])),
-                "cells_b": len(self.b.measurements.get("cells", [])),
-                "by_hash": sum(p.match == "hash" for p in self.pairs),
-                "by_order": sum(p.match == "edited" for p in self.pairs),
-                "by_move": sum(p.match == "moved" for p in self.pairs),
-                "by_similarity": sum(p.match == "similar" for p in self.pairs),
-                "only_a": sum(p.match == "only-a" for p in self.pairs),
-                "only_b": sum(p.match == "only-b" for p in self.pairs),
-                "all_paired": self.paired_all,
-            },
-            "cells": self.rows,
-            "totals": self.totals,
-            "differences": self.differences,
+            "pairing": self.pairing.to_dict(),
+            "cells": [row.to_dict() for row in self.rows],
+            "totals": {row.key: row.to_dict() for row in self.totals},
+            "differences": [d.to_dict() for d in self.differences],
         }
 
 
-def _run_summary(record: RunRecord, name: str) -> dict[str, Any]:
-    return {
-        "label": name,
-        "run_id": record.run_id,
-        "target": record.target,
-        "status": record.status,
-        "started_at": record.started_at,
-        "machine": fp.summary(record.fingerprint),
-        "digest": record.digest,
-        "platform": platform_of(record)["platform"],
-        "settings": record.settings,
-    }
+def _cell_documents(record: RunRecord, run: NotebookRun) -> dict[int, Mapping[str, Any]]:
+    """Each typed cell's document, by ``id`` of the cell: the noise model reads the probe's ``sched`` figures
+    (the wait for a CPU), which the typed cell does not carry. ``NotebookRun`` parses the same entries in order."""
+    documents = [c for c in record.measurements.get("cells") or () if isinstance(c, Mapping)]
+    return {id(cell): document for cell, document in zip(run.cells, documents, strict=True)}
+
+
+def _row(pair: CellPair[Cell], noise_of: tuple[dict[int, Mapping[str, Any]], ...]) -> tuple[CellRow, float | None]:
+    """A pair's row, and the noise floor of its change when both runs have the cell."""
+    fa, fb = cell_figures(pair.a), cell_figures(pair.b)
+    ref = pair.a or pair.b
+    assert ref is not None  # a pair holds a cell of A, of B or of both
+    wall_a, wall_b = (fa.wall_s if fa else None), (fb.wall_s if fb else None)
+    ratio = delta = None
+    if wall_a is not None and wall_b is not None:
+        ratio, delta = (round(wall_b / wall_a, 4) if wall_a > 0 else None), wall_b - wall_a
+    result, floor = Winner.of(wall_a, wall_b), None
+    if pair.a is not None and pair.b is not None:
+        pair_noise = noise.pair_noise(noise_of[0][id(pair.a)], noise_of[1][id(pair.b)])
+        judged_delta = (pair_noise.cand_s - pair_noise.base_s
+                        if pair_noise.base_s is not None and pair_noise.cand_s is not None else None)
+        result, floor = within_noise(result, pair_noise.floor_s, judged_delta, pair_noise.judged), pair_noise.floor_s
+    row = CellRow(
+        match=pair.match, similarity=pair.similarity, line=ref.line, first_line=ref.first_line,
+        code_line=ref.code_line, source_hash=ref.source_hash, a=fa, b=fb,
+        ratio_b_over_a=ratio, delta_s=delta, winner=result,
+    )
+    return row, floor
 
 
 def compare(
@@ -240,7 +428,8 @@ def compare(
 
     Runs of two different notebooks (:func:`nbscope.record.cells.same_notebook`) are refused: their
     totals and paired cells would read as a speed-up. ``allow_different`` compares them anyway, and the
-    comparison says so. Cells are paired with the code that ran (``record.sources``).
+    comparison says so. Cells are paired by the code that ran: a cell's own, else (a record from before
+    cells carried their code) ``record.sources``.
     """
     check_profile(a, "A")
     check_profile(b, "B")
@@ -250,63 +439,56 @@ def compare(
             f"{label(a, 'A')} is of {a.target} and {label(b, 'B')} of {b.target}: different notebooks "
             "(pass --allow-different to compare them anyway)"
         )
-    pairs = pair_cells(a.measurements["cells"], b.measurements["cells"], sources=sources_of(a, b))
-    floors: list[float] = []
-    comparison = Comparison(a=a, b=b, pairs=pairs, differences=differences(a, b),
-                            label_a=label(a, "A"), label_b=label(b, "B"), same_notebook=same)
+    run_a, run_b = a.notebook_run(), b.notebook_run()
+    pairs = pair_cells(run_a.cells, run_b.cells, sources=sources_of(a, b))
+    noise_of = (_cell_documents(a, run_a), _cell_documents(b, run_b))
+    rows, floors = [], []
     for pair in pairs:
-        fa, fb = cell_figures(pair.a), cell_figures(pair.b)
-        ref = pair.a or pair.b or {}
-        row: dict[str, Any] = {
-            "index_a": fa["index"] if fa else None,
-            "index_b": fb["index"] if fb else None,
-            "line": ref.get("line"),
-            "first_line": ref.get("first_line"),
-            "code_line": shown_line(ref),
-            "source_hash": ref.get("source_hash"),
-            "match": pair.match,
-            "similarity": pair.similarity,
-            "a": fa,
-            "b": fb,
-        }
-        wall_a, wall_b = (fa or {}).get("wall_s"), (fb or {}).get("wall_s")
-        row["ratio_b_over_a"] = (
-            round(wall_b / wall_a, 4) if isinstance(wall_a, (int, float)) and isinstance(wall_b, (int, float)) and wall_a > 0 else None
-        )
-        row["delta_s"] = wall_b - wall_a if isinstance(wall_a, (int, float)) and isinstance(wall_b, (int, float)) else None
-        row.update(winner(wall_a, wall_b))
-        if pair.a is not None and pair.b is not None:
-            pair_noise = noise.pair_noise(pair.a, pair.b)
-            judged_delta = (pair_noise.cand_s - pair_noise.base_s
-                            if pair_noise.base_s is not None and pair_noise.cand_s is not None else None)
-            row.update(within_noise(row, pair_noise.floor_s, judged_delta, pair_noise.judged))
-            floors.append(pair_noise.floor_s)
-        comparison.rows.append(row)
-    comparison.totals = compare_totals(a, b)
+        row, floor = _row(pair, noise_of)
+        rows.append(row)
+        if floor is not None:
+            floors.append(floor)
+    pairing = Pairing.of(pairs, len(run_a.cells), len(run_b.cells))
+    totals = compare_totals(a, b)
     # The machine slows every cell of a run together: the totals' noise is the sum of the cells'.
-    if comparison.paired_all and floors:
-        wall = comparison.totals["wall_s"]
-        delta = (wall["b"] - wall["a"]) if all(noise.time_of(wall[k]) is not None for k in ("a", "b")) else None
-        comparison.totals["wall_s"] = within_noise(wall, sum(floors), delta, "wall")
-    return comparison
+    if pairing.all_paired and floors:
+        totals = tuple(_wall_within_noise(row, sum(floors)) if row.key == "wall_s" else row for row in totals)
+    return Comparison(a=a, b=b, pairs=tuple(pairs), run_a=RunSummary.of(a, label(a, "A")),
+                      run_b=RunSummary.of(b, label(b, "B")), pairing=pairing, rows=tuple(rows), totals=totals,
+                      differences=differences(a, b), same_notebook=same)
 
 
-def compare_totals(a: RunRecord, b: RunRecord) -> dict[str, Any]:
-    ta, tb = a.measurements.get("totals") or {}, b.measurements.get("totals") or {}
-    result: dict[str, Any] = {}
+def _wall_within_noise(row: TotalRow, floor_s: float) -> TotalRow:
+    a, b = noise.time_of(row.a), noise.time_of(row.b)
+    delta = b - a if a is not None and b is not None else None
+    return replace(row, winner=within_noise(row.winner or Winner.of(row.a, row.b), floor_s, delta, "wall"))
+
+
+def _total(record: RunRecord, totals: Totals, key: str) -> float | None:
+    """A total of TOTAL_KEYS as the record has it: unknown when it has none (the typed ``Totals`` reads an
+    absent count as 0), bytes as the whole number recorded (the typed view holds every figure as a float)."""
+    recorded = record.measurements.get("totals")
+    if not isinstance(recorded, Mapping) or key not in recorded:
+        return None
+    value = getattr(totals, key)
+    return int(value) if key.endswith("_bytes") and value is not None and value.is_integer() else value
+
+
+def compare_totals(a: RunRecord, b: RunRecord) -> tuple[TotalRow, ...]:
+    """The totals of TOTAL_KEYS of both runs, each time with its winner."""
+    totals_a, totals_b = a.notebook_run().totals, b.notebook_run().totals
+    rows = []
     for key in TOTAL_KEYS:
-        va, vb = ta.get(key), tb.get(key)
-        entry: dict[str, Any] = {"a": va, "b": vb}
-        if key.endswith("_s"):
-            entry.update(winner(va, vb))
-        result[key] = entry
-    return result
+        va, vb = _total(a, totals_a, key), _total(b, totals_b, key)
+        rows.append(TotalRow(key, va, vb, Winner.of(va, vb) if key.endswith("_s") else None))
+    return tuple(rows)
 
 
 # ---- differences ------------------------------------------------------------------------------------
 
 
-def _settings_rows(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
+def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
+    # Every recorded setting, those the typed ``Settings`` leaves out (``kernel``) too: a walk over the documents.
     rows = []
     sa, sb = a.settings or {}, b.settings or {}
     for key in sorted(set(sa) | set(sb)):
@@ -315,55 +497,54 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
             env_a, env_b = va or {}, vb or {}
             for name in sorted(set(env_a) | set(env_b)):
                 if env_a.get(name) != env_b.get(name):
-                    rows.append(_row(f"settings.env.{name}", env_a.get(name), env_b.get(name), "setting"))
+                    rows.append(_difference(f"settings.env.{name}", env_a.get(name), env_b.get(name), "setting"))
         elif va != vb:
-            rows.append(_row(f"settings.{key}", va, vb, "setting"))
+            rows.append(_difference(f"settings.{key}", va, vb, "setting"))
     return rows
 
 
-def _derived_rows(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
+def _runner_pathway(record: RunRecord) -> Any:
+    # ``measurements.runner`` has no typed view: how the notebook ran, as the runner recorded it.
+    runner = record.measurements.get("runner")
+    return runner.get("pathway") if isinstance(runner, Mapping) else None
+
+
+def _derived_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     rows = []
     pa, pb = platform_of(a), platform_of(b)
     if pa["platform"] != pb["platform"]:
-        rows.append(_row("derived.platform", pa["platform"], pb["platform"], "derived",
-                         note=f"A from {pa['source']}; B from {pb['source']}"))
-    ca = (a.measurements.get("totals") or {}).get("cache_state")
-    cb = (b.measurements.get("totals") or {}).get("cache_state")
+        rows.append(_difference("derived.platform", pa["platform"], pb["platform"], "derived",
+                                note=f"A from {pa['source']}; B from {pb['source']}"))
+    ca, cb = a.notebook_run().totals.cache_state, b.notebook_run().totals.cache_state
     if ca != cb:
-        rows.append(_row("derived.cache_state", ca, cb, "derived"))
+        rows.append(_difference("derived.cache_state", ca, cb, "derived"))
     xa, xb = x64_of(a), x64_of(b)
     if xa["x64"] is not None and xb["x64"] is not None and xa["x64"] != xb["x64"]:
-        rows.append(_row("derived.x64", xa["x64"], xb["x64"], "derived", note=f"A: {xa['source']}; B: {xb['source']}"))
-    pathway_a = (a.measurements.get("runner") or {}).get("pathway")
-    pathway_b = (b.measurements.get("runner") or {}).get("pathway")
-    if pathway_a != pathway_b and "pathway" not in (a.settings or {}):
-        rows.append(_row("derived.pathway", pathway_a, pathway_b, "derived"))
+        rows.append(_difference("derived.x64", xa["x64"], xb["x64"], "derived",
+                                note=f"A: {xa['source']}; B: {xb['source']}"))
+    pathway_a, pathway_b = _runner_pathway(a), _runner_pathway(b)
+    if pathway_a != pathway_b and a.run_settings().pathway is None:
+        rows.append(_difference("derived.pathway", pathway_a, pathway_b, "derived"))
     if a.target != b.target:
-        rows.append(_row("target", a.target, b.target, "run", note="different notebooks"))
+        rows.append(_difference("target", a.target, b.target, "run", note="different notebooks"))
     if a.tool_version != b.tool_version:
-        rows.append(_row("tool_version", a.tool_version, b.tool_version, "run"))
+        rows.append(_difference("tool_version", a.tool_version, b.tool_version, "run"))
     return rows
 
 
-def _load_rows(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
+def _load_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     """The load average is volatile (not in the digest), but a busy machine explains slow cells."""
-    loads = []
-    for record in (a, b):
-        cpu = record.fingerprint.get("cpu") or {}
-        load, cores = cpu.get("load_average"), cpu.get("logical_cores")
-        loads.append(load[0] / cores if isinstance(load, list) and load and isinstance(cores, int) and cores else None)
+    cpus = [record.machine().cpu for record in (a, b)]
+    loads = [cpu.load_per_core for cpu in cpus]
     if any(x is not None and x >= 0.5 for x in loads) and loads[0] != loads[1]:
-        la = (a.fingerprint.get("cpu") or {}).get("load_average")
-        lb = (b.fingerprint.get("cpu") or {}).get("load_average")
-        return [_row("cpu.load_average", la, lb, "machine", note="1-minute load at the start, per core ≥ 0.5 on one side")]
+        la, lb = (list(cpu.load_average) if cpu.load_average is not None else None for cpu in cpus)
+        return [_difference("cpu.load_average", la, lb, "machine",
+                            note="1-minute load at the start, per core ≥ 0.5 on one side")]
     return []
 
 
-def _row(path: str, a: Any, b: Any, kind: str, *, note: str | None = None) -> dict[str, Any]:
-    row = {"field": path, "a": a, "b": b, "kind": kind, "why": why(path)}
-    if note:
-        row["note"] = note
-    return row
+def _difference(path: str, a: Any, b: Any, kind: str, *, note: str | None = None) -> Difference:
+    return Difference(field=path, a=a, b=b, kind=kind, why=why(path), note=note)
 
 
 def _kind_of(path: str) -> str:
@@ -374,12 +555,13 @@ def _kind_of(path: str) -> str:
     return "machine"
 
 
-def differences(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
-    """Settings, derived state and fingerprint fields that differ, settings first."""
+def differences(a: RunRecord, b: RunRecord) -> tuple[Difference, ...]:
+    """Settings, derived state and fingerprint fields that differ, settings first (the fingerprints compared
+    field by field as recorded: ``collect.fingerprint.diff``)."""
     rows = _settings_rows(a, b) + _derived_rows(a, b)
     for path, va, vb in fp.diff(a.fingerprint, b.fingerprint):
         if path in ("fingerprint_version",):
             continue
-        rows.append(_row(path, va, vb, _kind_of(path)))
+        rows.append(_difference(path, va, vb, _kind_of(path)))
     rows += _load_rows(a, b)
-    return rows
+    return tuple(rows)

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbscope.record.model import NotebookRun
+
 RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
 
 
 def uses_jax(record: Any) -> bool:
     """Whether any cell of the run did JAX work."""
-    return any(c.get("jax") for c in record.measurements.get("cells") or [])
+    return runs_jax(record.notebook_run())
+
+
+def runs_jax(run: NotebookRun) -> bool:
+    """Whether any cell of a run (typed) did JAX work."""
+    return any(c.jax is not None for c in run.cells)
 
 
 def forecast_unavailable(record: Any, platform: str | None) -> str | None:
@@ -18,8 +25,9 @@ def forecast_unavailable(record: Any, platform: str | None) -> str | None:
     no program data."""
     if platform not in (None, "cpu"):
         return f"the run used the {platform} backend: its GPU figures are measured, not forecast"
-    if not uses_jax(record):
+    run = record.notebook_run()
+    if not runs_jax(run):
         return "the run has no JAX work: a GPU changes nothing in it"
-    if not (record.measurements or {}).get("programs"):
+    if run.program_data is None:
         return f"the run was recorded without program data; profile the notebook with `{RECORDED_BY}`"
     return None

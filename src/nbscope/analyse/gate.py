@@ -29,20 +29,26 @@ Which stored runs are the baseline and the noise history is the job of :mod:`nbs
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
+from nbscope.analyse.noise import TimedCell
 from nbscope.record.cells import cell_keys, pair_cells
+from nbscope.record.machine import Cpu
+from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord, describe_settings
 
 OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
 CELL_KINDS = ("profile", "trace")
 FAILING_VERDICTS = ("regression", "failed")
+# Run-to-run noise per (cell key or "total", judged figure): (MAD, range, runs) over the history runs.
+HistoryNoise = Mapping[tuple[str, str], tuple[float, float, int]]
 
 
 @dataclass
@@ -91,7 +97,7 @@ def parse_slowdown(text: str) -> float:
 # --- comparison ------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Comparison:
     """One cell (or the total) in both runs, and the verdict."""
 
@@ -104,8 +110,8 @@ class Comparison:
     cand_s: float | None = None
     delta_s: float | None = None
     ratio: float | None = None
-    base_samples: list[float] = field(default_factory=list)
-    cand_samples: list[float] = field(default_factory=list)
+    base_samples: tuple[float, ...] = ()
+    cand_samples: tuple[float, ...] = ()
     floor_s: float = 0.0
     floor_basis: str = "none"  # "history" | "model" | "repeats" | "none": what set the floor
     judged: str = "wall"  # "unwaited" (wall less the wait for a CPU, both sides) or "wall"
@@ -129,18 +135,42 @@ class Comparison:
         return self.verdict in FAILING_VERDICTS
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison as ``gate --json`` prints it."""
         data = asdict(self)
+        data["base_samples"], data["cand_samples"] = list(self.base_samples), list(self.cand_samples)
         if data["ratio"] is not None and not math.isfinite(data["ratio"]):
             data["ratio"] = None  # JSON has no infinity: a cell that took 0 s before
         return data
 
 
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One side of the gate: which run it is, how it was measured, its total and the load it started under."""
+
+    run_id: int | None
+    kind: str
+    target: str
+    status: str
+    started_at: str
+    digest: str
+    repeats: int
+    settings: Mapping[str, Any]  # the measurement settings (``RunRecord.measurement_settings``)
+    wall_s: float | None
+    load_average: float | None  # the 1-minute load average when the run started
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as ``gate --json`` prints it (``baseline``, ``candidate``)."""
+        return asdict(self)
+
+
+# Not frozen: ``nbscope versions`` drops the "different environments" warning from each of its gates
+# (analyse/versions.py assigns ``warnings``).
 @dataclass
 class GateResult:
     """Everything the gate found; ``passed`` is False on a significant regression or a new failure."""
 
-    baseline: dict[str, Any]
-    candidate: dict[str, Any]
+    baseline: RunSummary
+    candidate: RunSummary
     options: GateOptions
     cells: list[Comparison]
     total: Comparison
@@ -178,49 +208,45 @@ class GateResult:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as ``gate --json`` prints it."""
         return {
             "passed": self.passed,
             "exit_code": self.exit_code,
             "reasons": self.reasons(),
-            "baseline": self.baseline,
-            "candidate": self.candidate,
+            "baseline": self.baseline.to_dict(),
+            "candidate": self.candidate.to_dict(),
             "options": asdict(self.options),
             "history_runs": self.history_runs,
             "noise_note": self.noise_note,
             "total": self.total.to_dict(),
             "cells": [c.to_dict() for c in self.cells],
-            "warnings": self.warnings,
+            "warnings": list(self.warnings),
         }
 
 
 _number = noise_model.time_of  # NaN, infinities and negative times are not measurements
 
 
-def _samples(cell: dict[str, Any], judged: str = "wall") -> list[float]:
+def _samples(timed: TimedCell, judged: str = "wall") -> tuple[float, ...]:
     """The repeated samples of the judged figure (wall, or wall less each repeat's wait for a CPU)."""
-    samples = cell.get("samples") or {}
-    walls = samples.get("wall_s") or []
-    if judged == "unwaited":
-        waits = samples.get("wait_s") or []
-        if len(waits) == len(walls):
-            pairs = [(_number(w), _number(t)) for w, t in zip(walls, waits, strict=True)]
-            return [max(0.0, w - t) for w, t in pairs if w is not None and t is not None]
-    return [float(s) for s in walls if _number(s) is not None]
+    walls = timed.cell.samples.wall_s if timed.cell.samples is not None else ()
+    if judged == "unwaited" and len(timed.sample_waits) == len(walls):
+        pairs = [(_number(w), t) for w, t in zip(walls, timed.sample_waits, strict=True)]
+        return tuple(max(0.0, w - t) for w, t in pairs if w is not None and t is not None)
+    return tuple(w for w in walls if _number(w) is not None)
 
 
-def cell_label(cell: dict[str, Any]) -> str:
+def cell_label(cell: Cell) -> str:
     """``cell 3 (line 41): first source line``, as the ledger numbers cells (1-based)."""
-    where = f" (line {cell['line']})" if cell.get("line") else ""
-    first = str(cell.get("first_line") or "")
+    where = f" (line {cell.line})" if cell.line else ""
+    first = cell.first_line
     if len(first) > 60:
         first = first[:59] + "…"
-    return f"cell {int(cell.get('index', 0)) + 1}{where}: {first}"
+    return f"cell {cell.index + 1}{where}: {first}"
 
 
-def judge(
-    comparison: Comparison, options: GateOptions
-) -> Comparison:
-    """Fill delta, ratio, floor, p-value and verdict of a comparison whose figures are set.
+def judge(comparison: Comparison, options: GateOptions) -> Comparison:
+    """The comparison with delta, ratio, floor, p-value and verdict filled in from its figures.
 
     The judged figures (``base_judged_s`` / ``cand_judged_s``) default to the walls; the floor is the
     larger of ``model_floor_s`` and the history's (``history_mad_s``), each when set, and never below the
@@ -230,14 +256,13 @@ def judge(
     if base is None or cand is None:
         # Both ran, yet a figure is missing, NaN or negative: a broken record must never pass.
         sides = " and ".join(name for name, value in (("baseline", base), ("candidate", cand)) if value is None)
-        comparison.verdict = "failed"
-        comparison.note = f"no wall time in the {sides} (missing, negative or not a finite number)"
-        return comparison
-    if comparison.base_judged_s is None or comparison.cand_judged_s is None:
-        comparison.judged, comparison.base_judged_s, comparison.cand_judged_s = "wall", base, cand
-    jb, jc = comparison.base_judged_s, comparison.cand_judged_s
-    comparison.delta_s = jc - jb
-    comparison.ratio = noise_model.finite_ratio(jb, jc)
+        return replace(comparison, verdict="failed",
+                       note=f"no wall time in the {sides} (missing, negative or not a finite number)")
+    judged, jb, jc = comparison.judged, comparison.base_judged_s, comparison.cand_judged_s
+    if jb is None or jc is None:
+        judged, jb, jc = "wall", base, cand
+    delta = jc - jb
+    ratio = noise_model.finite_ratio(jb, jc)
     repeats_floor = options.mad_k * max(mad(comparison.base_samples), mad(comparison.cand_samples))
     floor, basis = 0.0, "none"
     if comparison.model_floor_s is not None and options.noise_model:
@@ -252,30 +277,30 @@ def judge(
             floor, basis = history, "history"
     if repeats_floor > floor:
         floor, basis = repeats_floor, "repeats"
-    comparison.floor_s = max(options.abs_floor_s, floor)
-    comparison.floor_basis = basis
-    testable = min(len(comparison.base_samples), len(comparison.cand_samples)) >= options.min_samples
-    if testable:
-        comparison.test = "mann-whitney"
+    floor_s = max(options.abs_floor_s, floor)
+    test, p_value = "none", None
+    if min(len(comparison.base_samples), len(comparison.cand_samples)) >= options.min_samples:
+        test = "mann-whitney"
         slower = mann_whitney_greater(comparison.cand_samples, comparison.base_samples)
         faster = mann_whitney_greater(comparison.base_samples, comparison.cand_samples)
-        comparison.p_value = slower if jc >= jb else faster
+        p_value = slower if jc >= jb else faster
+    note = comparison.note
+    significant = p_value is None or p_value <= options.alpha
     if max(base, cand) < options.min_cell_s:
-        comparison.verdict = "below-floor"
-    elif abs(comparison.delta_s) < comparison.floor_s:
-        comparison.verdict = "below-floor"
+        verdict = "below-floor"
+    elif abs(delta) < floor_s:
+        verdict = "below-floor"
         wall_ratio = noise_model.finite_ratio(base, cand)
-        if comparison.judged == "unwaited" and not (1 / 1.1 <= wall_ratio <= 1.1):
-            comparison.note = _join(comparison.note, f"wall ×{wall_ratio:.2f}, but the change was waiting for a CPU")
-    elif comparison.ratio > 1 + options.max_slowdown:
-        significant = comparison.p_value is None or comparison.p_value <= options.alpha
-        comparison.verdict = "regression" if significant else "not-significant"
-    elif comparison.ratio < 1 / (1 + options.max_slowdown):
-        significant = comparison.p_value is None or comparison.p_value <= options.alpha
-        comparison.verdict = "faster" if significant else "unchanged"
+        if judged == "unwaited" and not (1 / 1.1 <= wall_ratio <= 1.1):
+            note = _join(note, f"wall ×{wall_ratio:.2f}, but the change was waiting for a CPU")
+    elif ratio > 1 + options.max_slowdown:
+        verdict = "regression" if significant else "not-significant"
+    elif ratio < 1 / (1 + options.max_slowdown):
+        verdict = "faster" if significant else "unchanged"
     else:
-        comparison.verdict = "unchanged"
-    return comparison
+        verdict = "unchanged"
+    return replace(comparison, judged=judged, base_judged_s=jb, cand_judged_s=jc, delta_s=delta, ratio=ratio,
+                   floor_s=floor_s, floor_basis=basis, test=test, p_value=p_value, verdict=verdict, note=note)
 
 
 def _join(note: str, more: str) -> str:
@@ -283,141 +308,139 @@ def _join(note: str, more: str) -> str:
 
 
 def _compare_cells(
-    base: dict[str, Any] | None,
-    cand: dict[str, Any] | None,
+    base: TimedCell | None,
+    cand: TimedCell | None,
     changed: bool,
     options: GateOptions,
-    noise: dict[tuple[str, str], tuple[float, float, int]],
+    noise: HistoryNoise,
     key: str | None,
 ) -> Comparison:
     shown = cand if cand is not None else base
     assert shown is not None
+    cell = shown.cell
     comparison = Comparison(
-        key=str(shown.get("source_hash") or f"index-{shown.get('index')}"),
-        label=cell_label(shown),
-        index=shown.get("index"),
-        line=shown.get("line"),
-        first_line=str(shown.get("first_line") or ""),
-        base_status=base.get("status") if base else None,
-        cand_status=cand.get("status") if cand else None,
+        key=cell.source_hash or f"index-{cell.index}",
+        label=cell_label(cell),
+        index=cell.index,
+        line=cell.line,
+        first_line=cell.first_line,
+        base_status=base.cell.status if base else None,
+        cand_status=cand.cell.status if cand else None,
         source_changed=changed,
     )
     if base is None or cand is None:
-        comparison.verdict = "new" if base is None else "removed"
-        comparison.base_s = _number(base.get("wall_s")) if base else None
-        comparison.cand_s = _number(cand.get("wall_s")) if cand else None
-        return comparison
-    comparison.base_s, comparison.cand_s = _number(base.get("wall_s")), _number(cand.get("wall_s"))
+        return replace(comparison, verdict="new" if base is None else "removed",
+                       base_s=_number(base.cell.wall_s) if base else None,
+                       cand_s=_number(cand.cell.wall_s) if cand else None)
     pair = noise_model.pair_noise(base, cand)
-    comparison.judged, comparison.kind = pair.judged, pair.kind
-    comparison.base_judged_s, comparison.cand_judged_s = pair.base_s, pair.cand_s
-    comparison.model_floor_s = pair.floor_s
-    comparison.base_samples = _samples(base, pair.judged)
-    comparison.cand_samples = _samples(cand, pair.judged)
-    if key is not None and not changed:
-        known = noise.get((key, pair.judged))
-        if known is not None:
-            comparison.history_mad_s, comparison.history_range_s, comparison.history_runs = known
-    if changed:
-        comparison.note = "source changed"
+    known = noise.get((key, pair.judged)) if key is not None and not changed else None
+    history_mad, history_range, history_runs = known if known is not None else (None, None, 0)
+    comparison = replace(
+        comparison,
+        base_s=_number(base.cell.wall_s), cand_s=_number(cand.cell.wall_s),
+        judged=pair.judged, kind=pair.kind, base_judged_s=pair.base_s, cand_judged_s=pair.cand_s,
+        model_floor_s=pair.floor_s,
+        base_samples=_samples(base, pair.judged), cand_samples=_samples(cand, pair.judged),
+        history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
+        note="source changed" if changed else "",
+    )
     base_ran = comparison.base_status in OK_STATUSES
     if comparison.cand_status in FAILED_STATUSES and base_ran:
-        comparison.verdict = "failed" if options.check_status else "not-comparable"
-        error = cand.get("error") or {}
-        comparison.note = f"now {comparison.cand_status}" + (
-            f" ({error.get('name')}: {str(error.get('message') or '')[:80]})" if error.get("name") else ""
+        error = cand.cell.error
+        return replace(
+            comparison, verdict="failed" if options.check_status else "not-comparable",
+            note=f"now {comparison.cand_status}" + (f" ({error.name}: {error.message[:80]})" if error and error.name else ""),
         )
-        return comparison
     if comparison.base_status == comparison.cand_status and not base_ran:
-        comparison.verdict = "unchanged"
-        comparison.note = f"{comparison.cand_status} in both runs"
-        return comparison
+        return replace(comparison, verdict="unchanged", note=f"{comparison.cand_status} in both runs")
     if not base_ran or comparison.cand_status not in OK_STATUSES:
-        comparison.verdict = "not-comparable"
-        comparison.note = f"status {comparison.base_status} → {comparison.cand_status}"
-        return comparison
+        return replace(comparison, verdict="not-comparable",
+                       note=f"status {comparison.base_status} → {comparison.cand_status}")
     return judge(comparison, options)
 
 
-def _total(
-    pairs: list[Comparison], base: RunRecord, cand: RunRecord, options: GateOptions,
-    noise: dict[tuple[str, str], tuple[float, float, int]],
-) -> Comparison:
-    total = Comparison(key="total", label="total")
-    counted = [c for c in pairs if c.verdict not in ("new", "removed", "not-comparable", "failed")]
-    base_cells = base.measurements.get("cells")
-    if not base_cells or not cand.measurements.get("cells"):
+def _total(pairs: Sequence[Comparison], base: RunRecord, cand: RunRecord, options: GateOptions,
+           noise: HistoryNoise) -> Comparison:
+    base_run, cand_run = base.notebook_run(), cand.notebook_run()
+    if not base_run.cells or not cand_run.cells:
         # Per-notebook figures only (jupyter-cache, or a record without cells): compare totals.
-        total.base_s = _number((base.measurements.get("totals") or {}).get("wall_s"))
-        total.cand_s = _number((cand.measurements.get("totals") or {}).get("wall_s"))
-        total.label = "total (whole notebook)"
-        if ("total", "wall") in noise:
-            total.history_mad_s, total.history_range_s, total.history_runs = noise[("total", "wall")]
-        if total.base_s is not None and total.cand_s is not None:
-            total.model_floor_s = noise_model.model_floor(min(total.base_s, total.cand_s))
+        base_s, cand_s = _number(base_run.totals.wall_s), _number(cand_run.totals.wall_s)
+        history_mad, history_range, history_runs = noise.get(("total", "wall"), (None, None, 0))
+        total = Comparison(
+            key="total", label="total (whole notebook)", base_s=base_s, cand_s=cand_s,
+            history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
+            model_floor_s=(noise_model.model_floor(min(base_s, cand_s))
+                           if base_s is not None and cand_s is not None else None),
+        )
         return judge(total, options)
-    total.label = f"total of {units.count(len(counted), 'paired cell')}"
-    total.base_s = sum(c.base_s or 0.0 for c in counted)
-    total.cand_s = sum(c.cand_s or 0.0 for c in counted)
+    counted = [c for c in pairs if c.verdict not in ("new", "removed", "not-comparable", "failed")]
+    base_s = sum(c.base_s or 0.0 for c in counted)
+    cand_s = sum(c.cand_s or 0.0 for c in counted)
     judged = "unwaited" if counted and all(c.judged == "unwaited" for c in counted) else "wall"
-    total.judged = judged
     if judged == "unwaited":
-        total.base_judged_s = sum(c.base_judged_s or 0.0 for c in counted)
-        total.cand_judged_s = sum(c.cand_judged_s or 0.0 for c in counted)
+        base_judged = sum(c.base_judged_s or 0.0 for c in counted)
+        cand_judged = sum(c.cand_judged_s or 0.0 for c in counted)
     else:
-        total.base_judged_s, total.cand_judged_s = total.base_s, total.cand_s
-    if ("total", judged) in noise:
-        total.history_mad_s, total.history_range_s, total.history_runs = noise[("total", judged)]
-    # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
-    # history may widen it, as a cell's).
-    total.model_floor_s = sum(c.model_floor_s or 0.0 for c in counted)
+        base_judged, cand_judged = base_s, cand_s
+    history_mad, history_range, history_runs = noise.get(("total", judged), (None, None, 0))
     # Per-repeat totals, where every counted cell has one sample per repeat.
+    base_samples: tuple[float, ...] = ()
+    cand_samples: tuple[float, ...] = ()
     lengths_b = {len(c.base_samples) for c in counted}
     lengths_c = {len(c.cand_samples) for c in counted}
     if counted and len(lengths_b) == 1 and len(lengths_c) == 1 and 0 not in lengths_b | lengths_c:
-        total.base_samples = [sum(s) for s in zip(*(c.base_samples for c in counted), strict=True)]
-        total.cand_samples = [sum(s) for s in zip(*(c.cand_samples for c in counted), strict=True)]
+        base_samples = tuple(sum(s) for s in zip(*(c.base_samples for c in counted), strict=True))
+        cand_samples = tuple(sum(s) for s in zip(*(c.cand_samples for c in counted), strict=True))
+    total = Comparison(
+        key="total", label=f"total of {units.count(len(counted), 'paired cell')}",
+        base_s=base_s, cand_s=cand_s, judged=judged, base_judged_s=base_judged, cand_judged_s=cand_judged,
+        history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
+        # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
+        # history may widen it, as a cell's).
+        model_floor_s=sum(c.model_floor_s or 0.0 for c in counted),
+        base_samples=base_samples, cand_samples=cand_samples,
+    )
     return judge(total, options)
 
 
-def _load(record: RunRecord) -> float | None:
+def _load(cpu: Cpu) -> float | None:
     """The 1-minute load average when the run started (from its fingerprint)."""
-    cpu = record.fingerprint.get("cpu")
-    load = cpu.get("load_average") if isinstance(cpu, dict) else None
-    return _number(load[0]) if isinstance(load, list) and load else None
+    return _number(cpu.load_average[0]) if cpu.load_average else None
 
 
 def busy(record: RunRecord) -> tuple[float | None, int | None]:
     """(1-minute load average, logical cores) when the machine was busy at the run's start: a load above
     max(cores + 1, 1.5 × cores). The margin is nbscope's own kernels, which back-to-back runs leave in the
     1-minute average."""
-    load = _load(record)
-    cpu = record.fingerprint.get("cpu")
-    cores = cpu.get("logical_cores") if isinstance(cpu, dict) else None
-    if load is None or not isinstance(cores, int) or load <= max(cores + 1, 1.5 * cores):
+    cpu = record.machine().cpu
+    load, cores = _load(cpu), cpu.logical_cores
+    if load is None or cores is None or load <= max(cores + 1, 1.5 * cores):
         return None, None
     return load, cores
 
 
-def run_summary(record: RunRecord) -> dict[str, Any]:
-    return {
-        "run_id": record.run_id,
-        "kind": record.kind,
-        "target": record.target,
-        "status": record.status,
-        "started_at": record.started_at,
-        "digest": record.digest,
-        "repeats": record.measurements.get("repeats") or (record.settings or {}).get("repeat") or 1,
-        "settings": record.measurement_settings(),
-        "wall_s": _number((record.measurements.get("totals") or {}).get("wall_s")),
-        "load_average": _load(record),
-    }
+def run_summary(record: RunRecord) -> RunSummary:
+    """Which run ``record`` is, for either side of the gate."""
+    run = record.notebook_run()
+    return RunSummary(
+        run_id=record.run_id,
+        kind=record.kind,
+        target=record.target,
+        status=record.status,
+        started_at=record.started_at,
+        digest=record.digest,
+        # A record without ``measurements.repeats`` says how often it ran in its settings.
+        repeats=run.repeats if run.repeats != 1 else record.run_settings().repeat,
+        settings=record.measurement_settings(),
+        wall_s=_number(run.totals.wall_s),
+        load_average=_load(record.machine().cpu),
+    )
 
 
 MIN_HISTORY = 3  # fewest earlier runs whose spread counts as run-to-run noise
 
 
-def history_noise(history: list[RunRecord]) -> dict[tuple[str, str], tuple[float, float, int]]:
+def history_noise(history: Sequence[RunRecord]) -> dict[tuple[str, str], tuple[float, float, int]]:
     """Run-to-run noise per (cell key, judged figure) and per (``"total"``, figure): (MAD, range, runs) over the
     history runs, for the wall and, where the runs recorded it, the wall less the wait for a CPU.
 
@@ -425,21 +448,21 @@ def history_noise(history: list[RunRecord]) -> dict[tuple[str, str], tuple[float
     """
     values: dict[tuple[str, str], list[float]] = {}
     for record in history:
-        cells = list(record.measurements.get("cells") or [])
+        cells = noise_model.timed_cells(record)
         free_total: float | None = 0.0
-        for key, cell in zip(cell_keys(cells), cells, strict=True):
-            wall = _number(cell.get("wall_s"))
-            if wall is None or cell.get("status") not in OK_STATUSES:
-                free_total = None if cell.get("status") not in OK_STATUSES else free_total
+        for key, timed in zip(cell_keys([t.cell for t in cells]), cells, strict=True):
+            wall, ran = _number(timed.cell.wall_s), timed.cell.status in OK_STATUSES
+            if wall is None or not ran:
+                free_total = free_total if ran else None
                 continue
             values.setdefault((key, "wall"), []).append(wall)
-            free = noise_model.unwaited(cell)
+            free = noise_model.unwaited(timed)
             if free is not None:
                 values.setdefault((key, "unwaited"), []).append(free)
             free_total = None if free is None or free_total is None else free_total + free
         if record.status != "ok":
             continue
-        total = _number((record.measurements.get("totals") or {}).get("wall_s"))
+        total = _number(record.notebook_run().totals.wall_s)
         if total is not None:
             values.setdefault(("total", "wall"), []).append(total)
         if cells and free_total is not None:
@@ -511,13 +534,13 @@ def gate(
             f"different measurement settings ({describe_settings(base_settings)} vs {describe_settings(cand_settings)}): "
             "the runs do not measure the same thing"
         )
-    for record, name in ((baseline, "baseline"), (candidate, "candidate")):
+    base_cells, cand_cells = noise_model.timed_cells(baseline), noise_model.timed_cells(candidate)
+    for record, name, cells in ((baseline, "baseline", base_cells), (candidate, "candidate", cand_cells)):
         if record.status != "ok":
             warnings.append(f"the {name} run's status is {record.status}")
         load, cores = busy(record)
         if load is not None:
-            cells = list(record.measurements.get("cells") or [])
-            waits = bool(cells) and all(noise_model.wait_of(c) is not None for c in cells if c.get("status") == "ok")
+            waits = bool(cells) and all(noise_model.wait_of(c) is not None for c in cells if c.cell.status == "ok")
             warnings.append(
                 f"the machine was busy when the {name} run started (load average {load:.1f} on {cores} cores): "
                 + ("its walls are inflated; the verdicts leave out each cell's wait for a CPU" if waits
@@ -525,22 +548,24 @@ def gate(
             )
     history = [r for r in history or [] if r is not candidate and (r.run_id is None or r.run_id != candidate.run_id)]
     noise = history_noise(history)
-    base_cells = list(baseline.measurements.get("cells") or [])
-    cand_cells = list(candidate.measurements.get("cells") or [])
+    comparisons: list[Comparison] = []
     if not base_cells or not cand_cells:
         warnings.append("no per-cell figures in one of the runs: comparing notebook totals only")
-        comparisons: list[Comparison] = []
     else:
-        keys = dict(zip(map(id, cand_cells), cell_keys(cand_cells), strict=True))
-        comparisons = [
-            _compare_cells(b, c, changed, options, noise, keys.get(id(c)) if c is not None else None)
-            for b, c, changed in ((p.a, p.b, p.source_changed) for p in pair_cells(base_cells, cand_cells))
-        ]
+        timed_of = {id(t.cell): t for t in (*base_cells, *cand_cells)}
+        cand_typed = [t.cell for t in cand_cells]
+        keys = dict(zip(map(id, cand_typed), cell_keys(cand_typed), strict=True))
+        for pair in pair_cells([t.cell for t in base_cells], cand_typed):
+            base = timed_of[id(pair.a)] if pair.a is not None else None
+            cand = timed_of[id(pair.b)] if pair.b is not None else None
+            key = keys[id(pair.b)] if pair.b is not None else None
+            comparisons.append(_compare_cells(base, cand, pair.source_changed, options, noise, key))
     total = _total(comparisons, baseline, candidate, options, noise)
-    repeats = (run_summary(baseline)["repeats"], run_summary(candidate)["repeats"])
+    base_summary, cand_summary = run_summary(baseline), run_summary(candidate)
+    repeats = (base_summary.repeats, cand_summary.repeats)
     return GateResult(
-        baseline=run_summary(baseline),
-        candidate=run_summary(candidate),
+        baseline=base_summary,
+        candidate=cand_summary,
         options=options,
         cells=comparisons,
         total=total,

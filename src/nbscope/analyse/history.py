@@ -19,11 +19,12 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.record.model import Cell, Samples
 from nbscope.record.run import RunRecord, describe_settings, series_settings
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
@@ -40,7 +41,7 @@ class ChangeOptions:
     max_changes: int = 10
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class ChangePoint:
     """A level shift: from ``index`` on (0-based position in the series) the median moved."""
 
@@ -58,7 +59,7 @@ class ChangePoint:
         return asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Point:
     run_id: int | None
     started_at: str
@@ -71,7 +72,7 @@ class Point:
         return asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Series:
     """The runs of one target in one environment with one set of measurement settings, oldest first."""
 
@@ -130,7 +131,7 @@ class Series:
         }
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class History:
     target: str
     metric: str
@@ -313,41 +314,53 @@ def sparkline(values: Sequence[float | None]) -> str:
 # --- reading the store -----------------------------------------------------------------------------------
 
 
-def find_cell(cells: list[dict[str, Any]], selector: str) -> dict[str, Any] | None:
+def find_cell(cells: Sequence[Cell], selector: str) -> Cell | None:
     """A cell by source-hash prefix, by ``#N`` / ``N`` (1-based, as the ledger numbers them), or by a
     unique substring of its first line."""
     selector = selector.strip()
     number = selector.removeprefix("#")
     if number.isdigit():
         wanted = int(number) - 1
-        return next((c for c in cells if c.get("index") == wanted), None)
-    by_hash = [c for c in cells if str(c.get("source_hash") or "").startswith(selector)]
+        return next((c for c in cells if c.index == wanted), None)
+    by_hash = [c for c in cells if c.source_hash.startswith(selector)]
     if by_hash and len(selector) >= 4:
         return by_hash[0]
-    by_text = [c for c in cells if selector in str(c.get("first_line") or "")]
+    by_text = [c for c in cells if selector in c.first_line]
     return by_text[0] if by_text else None
+
+
+# The figures the cell model types, and those it keeps per repeat: ``--metric`` names one of them, or a figure the
+# model does not type (``output_bytes``), read from the document.
+_CELL_FIGURES = frozenset(f.name for f in fields(Cell))
+_SAMPLE_FIGURES = frozenset(f.name for f in fields(Samples))
 
 
 def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tuple[float | None, list[float]]:
     """The figure ``metric`` of a run (from ``totals``, or from one cell), with repeated samples if any."""
-    measurements = record.measurements
-    if cell is not None:
-        found = find_cell(list(measurements.get("cells") or []), cell)
-        if found is None:
-            return None, []
-        value = found.get(metric)
-        samples = (found.get("samples") or {}).get(metric) or []
+    if cell is None:
+        return _total_value(record.measurements.get("totals"), metric)
+    cells = record.notebook_run().cells
+    found = find_cell(cells, cell)
+    if found is None:
+        return None, []
+    samples: Sequence[Any] = ()
+    if metric in _CELL_FIGURES:
+        value = getattr(found, metric)
+        if found.samples is not None and metric in _SAMPLE_FIGURES:
+            samples = getattr(found.samples, metric)
     else:
-        value = (measurements.get("totals") or {}).get(metric)
-        samples = []
+        documents = [c for c in record.measurements.get("cells") or () if isinstance(c, Mapping)]
+        value = documents[cells.index(found)].get(metric)
     if not _finite(value):
         return None, []  # NaN or a missing figure is a gap in the series, not a level
     return float(value), [float(s) for s in samples if _finite(s)]
 
 
 def _total_value(totals: Any, metric: str) -> tuple[float | None, list[float]]:
-    """The figure ``metric`` of a run's totals (as ``metric_value`` gives it without a cell)."""
-    value = totals.get(metric) if isinstance(totals, dict) else None
+    """The figure ``metric`` of a run's totals. Read from the store's summary (or the document) as recorded:
+    a total is any figure of any kind of run (a bench's ``figures``, a profile's ``wall_s``), which the
+    typed ``Totals`` of a profile does not cover."""
+    value = totals.get(metric) if isinstance(totals, Mapping) else None
     return (float(value), []) if _finite(value) else (None, [])
 
 
@@ -423,19 +436,17 @@ def history(
         what = f"cell {cell!r} " if cell else ""
         raise NbscopeError(f"the runs of {target!r} have no {what}figure {metric!r}")
     series.sort(key=lambda s: s.points[-1].started_at, reverse=True)
-    for entry, label in zip(series, series_labels(series), strict=True):
-        entry.label = label
-    return History(target=target, metric=metric, cell=cell, series=series)
+    labelled = [replace(entry, label=label) for entry, label in zip(series, series_labels(series), strict=True)]
+    return History(target=target, metric=metric, cell=cell, series=labelled)
 
 
 def env_hashes(record: RunRecord) -> dict[str, str]:
     """The run's ``--env`` settings as name -> the first 6 hex digits of a SHA-256 of the stored value: enough to
     tell two values apart, never the value itself (a stored value may be a secret)."""
-    env = (record.settings or {}).get("env") or {}
-    return short_hashes(env) if isinstance(env, dict) else {}
+    return short_hashes(record.run_settings().env)
 
 
-def short_hashes(env: dict[str, Any]) -> dict[str, str]:
+def short_hashes(env: Mapping[str, Any]) -> dict[str, str]:
     """name -> the first 6 hex digits of a SHA-256 of its value."""
     return {str(name): hashlib.sha256(str(value).encode()).hexdigest()[:6] for name, value in env.items()}
 

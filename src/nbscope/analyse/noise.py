@@ -22,9 +22,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _units as units
+from nbscope.record.model import Cell
+
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
 
 # Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
 # and no history. "plain": one thread of Python or NumPy; "threaded": other threads of the kernel did work
@@ -56,40 +60,99 @@ def time_of(value: Any) -> float | None:
     return number if number is not None and number >= 0 else None
 
 
-def wait_of(cell: Mapping[str, Any] | None) -> float | None:
+@dataclass(frozen=True, slots=True)
+class CpuTime:
+    """What the probe saw of a cell on the CPU (``sched``, Linux): its own thread's time on a CPU and waiting
+    for one, and every thread of the kernel's CPU time. Each is None when not a plausible time."""
+
+    on_cpu_s: float | None
+    wait_s: float | None
+    cpu_s: float | None
+
+    @classmethod
+    def parse(cls, value: Any) -> CpuTime | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(on_cpu_s=time_of(value.get("on_cpu_s")), wait_s=time_of(value.get("wait_s")),
+                   cpu_s=time_of(value.get("cpu_s")))
+
+
+@dataclass(frozen=True, slots=True)
+class TimedCell:
+    """A typed cell with what the noise model reads that :class:`nbscope.record.model.Cell` does not carry:
+    its wait for a CPU (``sched``), and each repeat's (``samples.wait_s``). Read from the document once, by
+    :func:`timed_cells`."""
+
+    cell: Cell
+    sched: CpuTime | None
+    sample_waits: tuple[float | None, ...]  # one per repeat; empty when not recorded
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any], cell: Cell | None = None) -> TimedCell:
+        """``value``, a cell of a document; ``cell``: its typed view, when the record's model gave it already."""
+        samples = value.get("samples")
+        waits = samples.get("wait_s") if isinstance(samples, Mapping) else None
+        return cls(cell=cell if cell is not None else Cell.parse(value), sched=CpuTime.parse(value.get("sched")),
+                   sample_waits=tuple(time_of(w) for w in waits) if isinstance(waits, list) else ())
+
+
+def timed_cells(record: RunRecord) -> tuple[TimedCell, ...]:
+    """The run's typed cells (``record.notebook_run()``), each with its wait for a CPU from the document."""
+    documents = [c for c in record.measurements.get("cells") or () if isinstance(c, Mapping)]
+    return tuple(TimedCell.parse(document, cell)
+                 for document, cell in zip(documents, record.notebook_run().cells, strict=True))
+
+
+# A cell as the functions below take it: timed, or a cell of a document (``compare`` pairs those).
+NoiseCell = TimedCell | Mapping[str, Any]
+
+
+def _timed(cell: NoiseCell | None) -> TimedCell | None:
+    if cell is None or isinstance(cell, TimedCell):
+        return cell
+    if isinstance(cell, Mapping):
+        return TimedCell.parse(cell)
+    # A bare Cell would be judged by its wall alone, silently: the record model does not carry the wait.
+    raise TypeError(f"the noise model takes a TimedCell (noise.timed_cells) or a cell's document, not {type(cell).__name__}")
+
+
+def wait_of(cell: NoiseCell | None) -> float | None:
     """Seconds the cell waited for a CPU, when the record has a plausible figure (0 ≤ wait ≤ wall)."""
-    if not cell:
+    timed = _timed(cell)
+    if timed is None:
         return None
-    sched = cell.get("sched")
-    wall = time_of(cell.get("wall_s"))
-    wait = time_of(sched.get("wait_s")) if isinstance(sched, Mapping) else None
+    wall = time_of(timed.cell.wall_s)
+    wait = timed.sched.wait_s if timed.sched is not None else None
     if wait is None or wall is None or wait > wall * 1.01 + 0.005:
         return None
     return min(wait, wall)
 
 
-def unwaited(cell: Mapping[str, Any] | None) -> float | None:
+def unwaited(cell: NoiseCell | None) -> float | None:
     """The cell's wall time less its wait for a CPU; None when either is unknown."""
-    wall, wait = time_of((cell or {}).get("wall_s")), wait_of(cell)
+    timed = _timed(cell)
+    wall = time_of(timed.cell.wall_s) if timed is not None else None
+    wait = wait_of(timed)
     return None if wall is None or wait is None else max(0.0, wall - wait)
 
 
-def kind_of(cell: Mapping[str, Any] | None) -> str:
+def kind_of(cell: NoiseCell | None) -> str:
     """``plain``, ``threaded``, ``import`` or ``first-call`` (see :data:`RELATIVE`)."""
-    if not cell:
+    timed = _timed(cell)
+    if timed is None:
         return "plain"
-    wall = time_of(cell.get("wall_s")) or 0.0
-    compile_s = time_of(cell.get("compile_s")) or 0.0
+    wall = time_of(timed.cell.wall_s) or 0.0
+    compile_s = time_of(timed.cell.compile_s) or 0.0
     if wall > 0 and compile_s >= 0.3 * wall:
         return "first-call"
-    source = str(cell.get("source") or "")
-    lines = source.splitlines() if source else [str(cell.get("first_line") or "")]
+    source = timed.cell.source or ""
+    lines = source.splitlines() if source else [timed.cell.first_line]
     if lines and any(line.strip() for line in lines) and all(_IMPORT.match(line) for line in lines):
         return "import"
-    sched = cell.get("sched")
-    if isinstance(sched, Mapping):
-        cpu, own = time_of(sched.get("cpu_s")), time_of(sched.get("on_cpu_s"))
-        if cpu is not None and own is not None and cpu > THREADED_CPU_SHARE * own:
+    sched = timed.sched
+    if sched is not None and sched.cpu_s is not None and sched.on_cpu_s is not None:
+        cpu, own = sched.cpu_s, sched.on_cpu_s
+        if cpu > THREADED_CPU_SHARE * own:
             # Other threads count only when they did a share of the cell's work: a cell that sleeps or waits
             # on I/O has almost no CPU of its own, and the kernel's heartbeat and output threads then
             # outweigh it without making the cell any noisier.
@@ -98,7 +161,7 @@ def kind_of(cell: Mapping[str, Any] | None) -> str:
     return "plain"
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class PairNoise:
     """What the machine explains of one cell's change between two runs, without history."""
 
@@ -118,7 +181,7 @@ class PairNoise:
 _ORDER = ("plain", "threaded", "first-call", "import")
 
 
-def pair_noise(base: Mapping[str, Any] | None, cand: Mapping[str, Any] | None) -> PairNoise:
+def pair_noise(base: NoiseCell | None, cand: NoiseCell | None) -> PairNoise:
     """The noise floor of one cell's change between two single runs (no history, no repeats).
 
     Judged figure: the unwaited time when both sides have it, else the wall. Floor:
@@ -126,16 +189,18 @@ def pair_noise(base: Mapping[str, Any] | None, cand: Mapping[str, Any] | None) -
     ``1 / (1 − contention)``: when a cell's thread waited 90 % of its wall for a CPU, its worker threads
     were starved as much, and their spinning inflated even the unwaited time.
     """
-    kinds = [kind_of(c) for c in (base, cand) if c]
+    sides = (_timed(base), _timed(cand))
+    kinds = [kind_of(c) for c in sides if c is not None]
     kind = max(kinds, key=_ORDER.index) if kinds else "plain"
-    free = (unwaited(base), unwaited(cand))
+    walls = tuple(time_of(c.cell.wall_s) if c is not None else None for c in sides)
+    free = (unwaited(sides[0]), unwaited(sides[1]))
     if None not in free:
         judged, figures = "unwaited", free
     else:
-        judged, figures = "wall", (time_of((base or {}).get("wall_s")), time_of((cand or {}).get("wall_s")))
+        judged, figures = "wall", walls
     contention = 0.0
-    for cell in (base, cand):
-        wall, wait = time_of((cell or {}).get("wall_s")), wait_of(cell)
+    for wall, cell in zip(walls, sides, strict=True):
+        wait = wait_of(cell)
         if wall and wait is not None:
             contention = max(contention, min(0.95, wait / wall))
     relative = RELATIVE[kind]
@@ -165,7 +230,7 @@ def history_floor(mad_s: float, mad_k: float, smaller: float, range_s: float = 0
     return max(mad_k * SIGMA_OF_DIFFERENCE * mad_s, range_s, JITTER_S + HISTORY_RELATIVE * smaller)
 
 
-def within(base: Mapping[str, Any] | None, cand: Mapping[str, Any] | None) -> bool:
+def within(base: NoiseCell | None, cand: NoiseCell | None) -> bool:
     """True when the two sides' difference is within what the machine's noise explains."""
     noise = pair_noise(base, cand)
     if noise.base_s is None or noise.cand_s is None:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
+from nbscope.record.cells import CellPair, pair_cells
+from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import sources_of
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose._source import NotebookCode
 
 __all__ = ["recommend", "recommend_forecast"]
 
@@ -22,13 +27,18 @@ PIN_MIN_RATIO = 1.3  # ... and the accelerator is at least this much slower on i
 MIXED_MIN_GAIN = 0.05  # mixed must beat the best single backend by 5 % to be worth the extra code
 
 
-def _jax_work(cell: Mapping[str, Any] | None, calls: set[str], jitted: set[str]) -> set[str]:
+def _jax_work(cell: Cell | None, calls: set[str], jitted: set[str]) -> set[str]:
     """User JAX functions a cell compiles or (by its source) calls."""
     if cell is None:
         return set()
-    names = {str(f.get("name")) for f in (cell.get("jax") or {}).get("functions") or [] if f.get("kind") == "user"}
+    names = {f.name for f in cell.jax.of_kind("user")} if cell.jax else set()
     names |= calls & jitted
     return names
+
+
+def _total_s(run: RunRecord) -> float:
+    """A run's measured cell times added up (kernel start excluded)."""
+    return sum(c.wall_s or 0.0 for c in run.notebook_run().cells)
 
 
 def recommend(
@@ -67,15 +77,15 @@ def recommend(
         "caveats": [],
     }
     if pa == pb:
-        with_programs = [r for r in (a, b) if r.measurements.get("programs")]
+        with_programs = [r for r in (a, b) if r.notebook_run().program_data is not None]
         if pa == "cpu" and with_programs:
             return recommend_forecast(with_programs[0], gpus=gpus)
         result["reason"] = f"both runs used the {pa} backend: nothing to choose between"
         return result
     if "cpu" not in (pa, pb):
         result["reason"] = f"neither run used the CPU ({pa} vs {pb}): no mixed estimate"
-        ta, tb = ((r.measurements.get("totals") or {}).get("wall_s") for r in (a, b))
-        if isinstance(ta, (int, float)) and isinstance(tb, (int, float)):
+        ta, tb = (r.notebook_run().totals.wall_s for r in (a, b))
+        if ta is not None and tb is not None:
             result["recommendation"] = pa if ta <= tb else pb
             result["estimates"] = {f"{pa}_s": ta, f"{pb}_s": tb}
         return result
@@ -120,8 +130,7 @@ def recommend_forecast(
     label = compare_module.label(record, "the run")
     require_forecast(record, platform, label)
     result: dict[str, Any] = {
-        "runs": {"cpu": {"run_id": record.run_id,
-                         "total_s": round(sum(float(c.get("wall_s") or 0.0) for c in record.measurements["cells"]), 4)}},
+        "runs": {"cpu": {"run_id": record.run_id, "total_s": round(_total_s(record), 4)}},
         "recommendation": None, "basis": "forecast", "estimates": None, "pinned": [], "faster_on_accelerator": [],
         "accelerator": "gpu", "caveats": [], "forecast": {},
     }
@@ -177,11 +186,12 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str,
     sources = sources_of(cpu, acc)  # the accelerator run's code where both carry a cell
     from nbscope.analyse.diagnose._source import analyse
 
-    index_of = {c.get("source_hash"): int(c["index"]) for c in acc.measurements["cells"]}
+    acc_cells, cpu_cells = acc.notebook_run().cells, cpu.notebook_run().cells
+    index_of = {c.source_hash: c.index for c in acc_cells}
     code = analyse({index_of[h]: s for h, s in sources.items() if h in index_of})
-    pairs = compare_module.pair_cells(acc.measurements["cells"], cpu.measurements["cells"], sources=sources)
-    cpu_total = sum(float(c.get("wall_s") or 0.0) for c in cpu.measurements["cells"])
-    acc_total = sum(float(c.get("wall_s") or 0.0) for c in acc.measurements["cells"])
+    pairs = pair_cells(acc_cells, cpu_cells, sources=sources)
+    cpu_total = sum(c.wall_s or 0.0 for c in cpu_cells)
+    acc_total = sum(c.wall_s or 0.0 for c in acc_cells)
     pinned, faster_on_acc, saved = _pin_cells(pairs, code, acc_name)
     mixed = acc_total - saved
     estimates = {"cpu_s": round(cpu_total, 4), f"{acc_name}_s": round(acc_total, 4), "mixed_s": round(mixed, 4) if pinned else None}
@@ -196,11 +206,9 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str,
         "estimates add measured cell times (kernel start excluded); pinning moves a function's inputs between "
         "devices, which these runs did not measure",
     ]
-    cpu_model = (cpu.fingerprint.get("cpu") or {}).get("model")
-    acc_model = (acc.fingerprint.get("cpu") or {}).get("model")
-    same_host = cpu_model == acc_model and (cpu.fingerprint.get("cpu") or {}).get("logical_cores") == (
-        acc.fingerprint.get("cpu") or {}
-    ).get("logical_cores")
+    cpu_host, acc_host = cpu.machine().cpu, acc.machine().cpu
+    cpu_model, acc_model = cpu_host.model, acc_host.model
+    same_host = cpu_model == acc_model and cpu_host.logical_cores == acc_host.logical_cores
     if not same_host:
         caveats.append(f"the runs come from different hosts ({cpu_model} vs {acc_model}): CPU-pinned figures are "
                        "those of the CPU run's host")
@@ -218,23 +226,23 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str,
     )
 
 
-def _pin_cells(pairs: Sequence[Any], code: Any,
+def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
                acc_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
-    """The paired cells worth pinning to the CPU (JAX work, and enough time saved), those faster on the
-    accelerator, and the seconds pinning saves."""
+    """The paired cells (accelerator run, CPU run) worth pinning to the CPU (JAX work, and enough time
+    saved), those faster on the accelerator, and the seconds pinning saves."""
     pinned, faster_on_acc, saved = [], [], 0.0
     for pair in pairs:
         if pair.a is None or pair.b is None:
             continue
-        wa, wc = pair.a.get("wall_s"), pair.b.get("wall_s")
-        if not isinstance(wa, (int, float)) or not isinstance(wc, (int, float)):
+        wa, wc = pair.a.wall_s, pair.b.wall_s
+        if wa is None or wc is None:
             continue
-        calls = code.calls_by_cell.get(int(pair.a["index"]), set())
+        calls = code.calls_by_cell.get(pair.a.index, set())
         functions = _jax_work(pair.a, calls, code.jitted) | _jax_work(pair.b, calls, code.jitted)
         entry = {
-            "cell": pair.a["index"],
-            "line": pair.a.get("line"),
-            "first_line": pair.a.get("first_line"),
+            "cell": pair.a.index,
+            "line": pair.a.line,
+            "first_line": pair.a.first_line,
             "functions": sorted(functions),
             "cpu_s": round(wc, 4),
             f"{acc_name}_s": round(wa, 4),

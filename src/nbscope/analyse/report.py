@@ -12,6 +12,7 @@ from nbscope.analyse.forecast import forecast
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, env_hashes, history
 from nbscope.record.cells import pair_cells
+from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 
 CELL_KINDS = ("profile", "trace")
@@ -31,7 +32,7 @@ class ReportData:
     # Cells of the profile runs side by side: ``side_by_side_runs`` are positions in ``records``, each row
     # holds one cell (or None) per such run, paired with the first run's cells by the cell model.
     side_by_side_runs: list[int] = field(default_factory=list)
-    side_by_side: list[list[dict[str, Any] | None]] = field(default_factory=list)
+    side_by_side: list[list[Cell | None]] = field(default_factory=list)
     forecasts: list[dict[str, Any]] = field(default_factory=list)  # GPU forecasts of runs with program data
     forecast_notes: list[str] = field(default_factory=list)
     # Settings the runs differ in: (``settings.jax_cache`` or ``settings.env.NAME``, one value per run); an
@@ -40,9 +41,13 @@ class ReportData:
     setting_runs: list[int] = field(default_factory=list)  # positions in ``records`` of those values: the profiles
 
 
+def _has_cells(record: RunRecord) -> bool:
+    return record.kind in CELL_KINDS and bool(record.notebook_run().cells)
+
+
 def _gate(data: ReportData) -> None:
     records = data.records
-    runs = [r for r in records if r.kind in CELL_KINDS and r.measurements.get("cells")]
+    runs = [r for r in records if _has_cells(r)]
     runs = [r for r in runs if runs and r.target == runs[-1].target]
     if len(runs) < 2:
         return  # gating pairs cells of one notebook: it needs two runs of the same target
@@ -54,14 +59,14 @@ def _gate(data: ReportData) -> None:
 
 
 def _side_by_side(data: ReportData) -> None:
-    runs = [(i, r) for i, r in enumerate(data.records) if r.kind in CELL_KINDS and r.measurements.get("cells")]
+    runs = [(i, r) for i, r in enumerate(data.records) if _has_cells(r)]
     if len(runs) < 2:
         return
-    base = list(runs[0][1].measurements["cells"])
-    rows: list[list[dict[str, Any] | None]] = [[cell] + [None] * (len(runs) - 1) for cell in base]
+    base = runs[0][1].notebook_run().cells
+    rows: list[list[Cell | None]] = [[cell] + [None] * (len(runs) - 1) for cell in base]
     row_of = {id(cell): number for number, cell in enumerate(base)}
     for column, (_, record) in enumerate(runs[1:], start=1):
-        for pair in pair_cells(base, list(record.measurements["cells"])):
+        for pair in pair_cells(base, record.notebook_run().cells):
             if pair.a is not None and pair.b is not None:
                 rows[row_of[id(pair.a)]][column] = pair.b
             elif pair.b is not None:
@@ -94,9 +99,9 @@ def _forecasts(data: ReportData) -> None:
     """Each profile run recorded with program data, forecast on the GPUs named when it was recorded
     (``--forecast``), else on the T4."""
     for record in data.records:
-        if record.kind not in CELL_KINDS or not record.measurements.get("programs"):
+        if record.kind not in CELL_KINDS or record.notebook_run().program_data is None:
             continue
-        gpus = list((record.settings or {}).get("forecast") or []) or ["t4"]
+        gpus = list(record.run_settings().forecast) or ["t4"]
         try:
             data.forecasts.append(forecast(record, gpus))
         except NbscopeError as exc:  # e.g. a GPU named at profile time that a device file no longer has
@@ -110,6 +115,8 @@ def _setting_differences(data: ReportData) -> None:
     if len(records) < 2:
         return
     data.setting_runs = positions
+    # Every setting any run recorded (``kernel``, ``traced_command``: more than the typed ``Settings`` holds),
+    # as recorded: a walk over the settings documents.
     settings = [r.settings or {} for r in records]
     envs = [env_hashes(r) for r in records]
     for key in dict.fromkeys(k for one in settings for k in one if k != "env"):

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse import gate as gate_module
+from nbscope.analyse.compare import CellFigures, cell_figures
 from nbscope.analyse.gate import GateOptions
 from nbscope.collect import fingerprint as fp
-from nbscope.record.cells import number, pair_cells
+from nbscope.record.cells import pair_cells
+from nbscope.record.model import Cell, Totals
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Finding
 
 CELL_FIGURES = ("wall_s", "compile_s", "run_s")
 BAD_VERDICTS = ("regression",)
@@ -55,22 +60,83 @@ class VariantRun:
             "run_id": record.run_id if record else None,
             "status": record.status if record else "not-run",
             "digest": record.digest if record else None,
+            # As recorded (``--json``): the typed ``Machine.versions`` splits out the JAX plugins, and the kernel's
+            # interpreter has no typed view.
             "versions": (record.fingerprint.get("versions") if record else None),
             "kernel_python": ((record.measurements.get("kernel") or {}).get("executable") if record else None),
             "error": self.error,
         }
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class VariantCell:
+    """A cell of the first variant that ran, with the figures of the cell paired with it in each variant."""
+
+    index: int
+    line: int | None
+    first_line: str
+    runs: tuple[CellFigures | None, ...]  # one per variant that ran; None where its run has no such cell
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "line": self.line, "first_line": self.first_line,
+                "runs": [figures.to_dict() if figures else None for figures in self.runs]}
+
+
+@dataclass(frozen=True, slots=True)
+class VariantTotals:
+    """A variant's notebook totals."""
+
+    wall_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    compiles: int
+    cells_failed: int
+
+    @classmethod
+    def of(cls, totals: Totals) -> VariantTotals:
+        return cls(wall_s=totals.wall_s, compile_s=totals.compile_s, run_s=totals.run_s, compiles=totals.compiles,
+                   cells_failed=totals.cells_failed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s, "compiles": self.compiles,
+                "cells_failed": self.cells_failed}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldValues:
+    """A fingerprint field whose value is not the same in every run: each run's value (as recorded, or
+    ``{"absent": ...}``), and why the field can change timings."""
+
+    field: str
+    values: tuple[Any, ...]
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "values": list(self.values), "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class VariantGate:
+    """The gate between two consecutive variants (``a`` before, ``b`` after)."""
+
+    a: str
+    b: str
+    result: gate_module.GateResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, **self.result.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
 class VersionsResult:
     """``nbscope versions``: every variant, the per-cell table, the differing fields and the gates."""
 
     target: str
-    variants: list[VariantRun]
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    totals: list[dict[str, Any]] = field(default_factory=list)
-    differences: list[dict[str, Any]] = field(default_factory=list)
-    gates: list[dict[str, Any]] = field(default_factory=list)  # {"a", "b", "result": GateResult}
+    variants: tuple[VariantRun, ...]
+    cells: tuple[VariantCell, ...] = ()
+    totals: tuple[VariantTotals, ...] = ()  # one per variant that ran
+    differences: tuple[FieldValues, ...] = ()
+    gates: tuple[VariantGate, ...] = ()
 
     @property
     def ran(self) -> list[VariantRun]:
@@ -84,16 +150,17 @@ class VersionsResult:
         return {
             "target": self.target,
             "variants": [v.to_dict() for v in self.variants],
-            "cells": self.cells,
-            "totals": self.totals,
-            "differences": self.differences,
-            "gates": [{"a": g["a"], "b": g["b"], **g["result"].to_dict()} for g in self.gates],
+            "cells": [c.to_dict() for c in self.cells],
+            "totals": [t.to_dict() for t in self.totals],
+            "differences": [d.to_dict() for d in self.differences],
+            "gates": [g.to_dict() for g in self.gates],
         }
 
 
-def differing_fields(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
+def differing_fields(records: Sequence[RunRecord]) -> list[FieldValues]:
     """Fingerprint fields (the comparable ones, as the digest sees them) whose values are not the same in
-    every run, with each run's value and why the field can change timings."""
+    every run, with each run's value and why the field can change timings. The fingerprints are compared
+    field by field as recorded (``collect.fingerprint``): the typed ``Machine`` holds only what analyses read."""
     if len(records) < 2:
         return []
     paths: list[str] = []
@@ -103,48 +170,40 @@ def differing_fields(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
                 paths.append(path)
     flat = [fp.flatten(r.fingerprint) for r in records]
     missing = fp.absent("field not present")
-    rows = [{"field": path, "values": [f.get(path, missing) for f in flat], "why": compare_module.why(path)}
+    rows = [FieldValues(field=path, values=tuple(f.get(path, missing) for f in flat), why=compare_module.why(path))
             for path in paths]
     # Software first: the question is which package version moved.
-    return sorted(rows, key=lambda row: (not row["field"].startswith("versions."), row["field"]))
+    return sorted(rows, key=lambda row: (not row.field.startswith("versions."), row.field))
 
 
 def compare_variants(
     target: str, variants: list[VariantRun], gate_options: GateOptions | None = None
 ) -> VersionsResult:
     """The runs of the variants side by side, per cell, with differences and consecutive gates."""
-    result = VersionsResult(target=target, variants=variants)
-    ran = result.ran
-    if not ran:
-        return result
-    reference = list(ran[0].record.measurements.get("cells") or [])  # type: ignore[union-attr]
-    per_variant: list[dict[int, dict[str, Any]]] = []
-    for variant in ran:
-        cells = list(variant.record.measurements.get("cells") or [])  # type: ignore[union-attr]
-        by_reference: dict[int, dict[str, Any]] = {}
-        for pair in pair_cells(reference, cells):
-            if pair.a is not None and pair.b is not None:
-                by_reference[int(pair.a["index"])] = pair.b
-        per_variant.append(by_reference)
-    for cell in reference:
-        index = int(cell["index"])
-        result.cells.append({
-            "index": index,
-            "line": cell.get("line"),
-            "first_line": cell.get("first_line"),
-            "runs": [compare_module.cell_figures(found.get(index)) for found in per_variant],
-        })
-    for variant in ran:
-        totals = variant.record.measurements.get("totals") or {}  # type: ignore[union-attr]
-        result.totals.append({key: totals.get(key) for key in (*CELL_FIGURES, "compiles", "cells_failed")})
-    result.differences = differing_fields([v.record for v in ran])  # type: ignore[misc]
+    ran = [v for v in variants if v.ran]
+    records: list[RunRecord] = [v.record for v in ran if v.record is not None]
+    if not records:
+        return VersionsResult(target=target, variants=tuple(variants))
+    reference = records[0].notebook_run().cells
+    per_variant: list[dict[int, Cell]] = []
+    for record in records:
+        pairs = pair_cells(reference, record.notebook_run().cells)
+        per_variant.append({pair.a.index: pair.b for pair in pairs if pair.a is not None and pair.b is not None})
+    cells = tuple(
+        VariantCell(index=cell.index, line=cell.line, first_line=cell.first_line,
+                    runs=tuple(cell_figures(found.get(cell.index)) for found in per_variant))
+        for cell in reference
+    )
     options = gate_options or GateOptions()
+    gates = []
     for before, after in zip(ran, ran[1:], strict=False):
         gate_result = gate_module.gate(before.record, after.record, options)  # type: ignore[arg-type]
         # Different environments are the point here: the differing fields are listed instead.
         gate_result.warnings = [w for w in gate_result.warnings if not w.startswith("different environments")]
-        result.gates.append({"a": before.label, "b": after.label, "result": gate_result})
-    return result
+        gates.append(VariantGate(a=before.label, b=after.label, result=gate_result))
+    return VersionsResult(target=target, variants=tuple(variants), cells=cells,
+                          totals=tuple(VariantTotals.of(record.notebook_run().totals) for record in records),
+                          differences=tuple(differing_fields(records)), gates=tuple(gates))
 
 
 def verdicts_by_cell(gate_result: gate_module.GateResult) -> dict[int, str]:
@@ -192,55 +251,110 @@ def next_probe(low: int, high: int, untestable: set[int]) -> int | None:
 def check_baseline(record: RunRecord, cell: int | None) -> None:
     """Refuse a ``--cell`` the notebook does not have, or a good version under which the chosen cell (for
     the total: any cell) did not run cleanly, before any other version is profiled."""
-    cells = record.measurements.get("cells") or []
+    cells = record.notebook_run().cells
     if cell is not None and not 1 <= cell <= len(cells):
         raise NbscopeError(f"--cell {cell}: the notebook has {len(cells)} code cells (numbered from 1)")
-    failed = [c for c in cells if c.get("status") not in gate_module.OK_STATUSES + ("skipped",)]
+    failed = [c for c in cells if c.status not in gate_module.OK_STATUSES + ("skipped",)]
     if cell is not None:
-        failed = [c for c in failed if c.get("index") == cell - 1]
+        failed = [c for c in failed if c.index == cell - 1]
     if failed:
         first = failed[0]
-        error = first.get("error") or {}
+        error = first.error
         raise NbscopeError(
-            f"cell {int(first.get('index', 0)) + 1} did not run cleanly under the good version ({first.get('status')}"
-            + (f": {error.get('name')}: {str(error.get('message') or '')[:120]}" if error.get("name") else "")
+            f"cell {first.index + 1} did not run cleanly under the good version ({first.status}"
+            + (f": {error.name}: {error.message[:120]}" if error is not None and error.name else "")
             + "): there is nothing to compare slower versions with"
         )
 
 
-def _cell_of(record: RunRecord, reference: RunRecord, cell: int) -> dict[str, Any] | None:
-    reference_cells = reference.measurements.get("cells") or []
-    wanted = next((c for c in reference_cells if c.get("index") == cell - 1), None)
-    for pair in pair_cells(reference_cells, record.measurements.get("cells") or []):
+def _cell_of(record: RunRecord, reference: RunRecord, cell: int) -> Cell | None:
+    """The cell of ``record`` paired with ``reference``'s cell ``cell`` (1-based)."""
+    reference_cells = reference.notebook_run().cells
+    wanted = next((c for c in reference_cells if c.index == cell - 1), None)
+    for pair in pair_cells(reference_cells, record.notebook_run().cells):
         if pair.a is wanted:
             return pair.b
     return None
 
 
-def _split(source: Mapping[str, Any] | None, *, total: bool) -> dict[str, Any]:
-    if source is None:
-        return {}
-    if total:
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One side's figures of the bisected target: times, and compile counts (None: not measured)."""
+
+    wall_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    compiles: int | None
+    user_compiles: int | None
+    eager_compiles: int | None
+    numba_compiles: int | None
+
+    @classmethod
+    def of_totals(cls, totals: Totals) -> Figures:
+        return cls(wall_s=totals.wall_s, compile_s=totals.compile_s, run_s=totals.run_s, compiles=totals.compiles,
+                   user_compiles=totals.user_compiles, eager_compiles=totals.eager_compiles,
+                   numba_compiles=totals.numba_compiles)
+
+    @classmethod
+    def of_cell(cls, cell: Cell) -> Figures:
+        jax, numba = cell.jax, cell.numba
+        return cls(wall_s=cell.wall_s, compile_s=cell.compile_s, run_s=cell.run_s,
+                   compiles=jax.compiles if jax else None, user_compiles=jax.user_compiles if jax else None,
+                   eager_compiles=jax.eager_compiles if jax else None,
+                   numba_compiles=numba.compiles if numba else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s, "compiles": self.compiles,
+                "user_compiles": self.user_compiles, "eager_compiles": self.eager_compiles,
+                "numba_compiles": self.numba_compiles}
+
+
+COUNTS = ("compiles", "user_compiles", "eager_compiles", "numba_compiles")
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """How much each time grew from the last good to the first bad release, and which part grew most."""
+
+    wall_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    mostly: str | None = None  # "compile" or "run": the part that grew most, when the wall grew
+    share: float | None = None  # of the added wall time
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s}
+        if self.mostly is not None:
+            data["mostly"] = {"part": self.mostly, "share": self.share}
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What moved between the last good and the first bad release (see :func:`evidence`)."""
+
+    target: str  # "the total" or "cell 3"
+    good: Figures | None  # None: the cell is not in that run
+    bad: Figures | None
+    moved: Moved
+    compile_counts_changed: Mapping[str, tuple[int | None, int | None]]  # count: (good, bad)
+    findings_appeared: tuple[Finding, ...]
+    differences: tuple[FieldValues, ...]
+
+    def to_dict(self) -> dict[str, Any]:
         return {
-            "wall_s": number(source.get("wall_s")),
-            "compile_s": number(source.get("compile_s")),
-            "run_s": number(source.get("run_s")),
-            "compiles": source.get("compiles"),
-            "user_compiles": source.get("user_compiles"),
-            "eager_compiles": source.get("eager_compiles"),
-            "numba_compiles": source.get("numba_compiles"),
+            "target": self.target,
+            "good": self.good.to_dict() if self.good else {},
+            "bad": self.bad.to_dict() if self.bad else {},
+            "moved": self.moved.to_dict(),
+            "compile_counts_changed": {k: {"good": a, "bad": b} for k, (a, b) in self.compile_counts_changed.items()},
+            "findings_appeared": [f.to_dict() for f in self.findings_appeared],
+            "differences": [d.to_dict() for d in self.differences],
         }
-    jax = source.get("jax") or {}
-    numba = source.get("numba") or {}
-    return {
-        "wall_s": number(source.get("wall_s")),
-        "compile_s": number(source.get("compile_s")),
-        "run_s": number(source.get("run_s")),
-        "compiles": jax.get("compiles") if jax else None,
-        "user_compiles": jax.get("user_compiles") if jax else None,
-        "eager_compiles": jax.get("eager_compiles") if jax else None,
-        "numba_compiles": numba.get("compiles") if numba else None,
-    }
+
+
+def _growth(before: float | None, after: float | None) -> float | None:
+    return after - before if before is not None and after is not None else None
 
 
 def evidence(
@@ -248,44 +362,43 @@ def evidence(
     first_bad: RunRecord,
     cell: int | None,
     *,
-    findings_good: Sequence[Any] = (),
-    findings_bad: Sequence[Any] = (),
-) -> dict[str, Any]:
+    findings_good: Sequence[Finding] = (),
+    findings_bad: Sequence[Finding] = (),
+) -> Evidence:
     """What moved between the last good and the first bad release, on the chosen cell or the total:
     wall, compile and run seconds and compile counts on each side (and which of compile or run grew
     more), findings of the diagnosis that appear only in the bad release's run, fingerprint fields."""
     total = cell is None
-    if total:
-        before = _split(last_good.measurements.get("totals"), total=True)
-        after = _split(first_bad.measurements.get("totals"), total=True)
+    before: Figures | None
+    after: Figures | None
+    if cell is None:
+        before = Figures.of_totals(last_good.notebook_run().totals)
+        after = Figures.of_totals(first_bad.notebook_run().totals)
     else:
-        before = _split(_cell_of(last_good, last_good, cell), total=False)  # type: ignore[arg-type]
-        after = _split(_cell_of(first_bad, last_good, cell), total=False)  # type: ignore[arg-type]
-    moved: dict[str, Any] = {}
-    for key in ("wall_s", "compile_s", "run_s"):
-        a, b = before.get(key), after.get(key)
-        moved[key] = (b - a) if isinstance(a, float) and isinstance(b, float) else None
-    grew = [k for k in ("compile_s", "run_s") if isinstance(moved[k], float)]
-    if grew and isinstance(moved["wall_s"], float) and moved["wall_s"] > 0:
-        largest = max(grew, key=lambda k: moved[k])
-        share = moved[largest] / moved["wall_s"]
-        moved["mostly"] = {"part": largest.removesuffix("_s"), "share": share}
-    counts = {k: (before.get(k), after.get(k)) for k in ("compiles", "user_compiles", "eager_compiles", "numba_compiles")}
-    changed_counts = {k: {"good": a, "bad": b} for k, (a, b) in counts.items() if a != b}
-    def keyed(finding: Any) -> tuple[str, int | None]:
+        good_cell, bad_cell = _cell_of(last_good, last_good, cell), _cell_of(first_bad, last_good, cell)
+        before = Figures.of_cell(good_cell) if good_cell else None
+        after = Figures.of_cell(bad_cell) if bad_cell else None
+    growth = {key: _growth(getattr(before, key, None), getattr(after, key, None))
+              for key in ("wall_s", "compile_s", "run_s")}
+    moved = Moved(**growth)
+    grew = {part: seconds for part, seconds in growth.items() if part != "wall_s" and seconds is not None}
+    wall = growth["wall_s"]
+    if grew and wall is not None and wall > 0:
+        largest = max(grew, key=grew.__getitem__)
+        moved = Moved(**growth, mostly=largest.removesuffix("_s"), share=grew[largest] / wall)
+    counts = {key: (getattr(before, key, None), getattr(after, key, None)) for key in COUNTS}
+
+    def keyed(finding: Finding) -> tuple[str, int | None]:
         return (finding.rule, finding.cell_index)
+
     relevant = [f for f in findings_bad if total or f.cell_index is None or f.cell_index == (cell or 0) - 1]
     known = {keyed(f) for f in findings_good}
-    appeared = [f.to_dict() for f in relevant if keyed(f) not in known]
-    return {
-        "target": target_label(cell),
-        "good": before,
-        "bad": after,
-        "moved": moved,
-        "compile_counts_changed": changed_counts,
-        "findings_appeared": appeared,
-        "differences": differing_fields([last_good, first_bad]),
-    }
+    return Evidence(
+        target=target_label(cell), good=before, bad=after, moved=moved,
+        compile_counts_changed={k: (a, b) for k, (a, b) in counts.items() if a != b},
+        findings_appeared=tuple(f for f in relevant if keyed(f) not in known),
+        differences=tuple(differing_fields([last_good, first_bad])),
+    )
 
 
 @dataclass
@@ -320,7 +433,7 @@ class BisectResult:
     last_good: str | None = None
     slowdown: dict[str, Any] | None = None  # the gate's comparison, first bad against the good version
     step_slowdown: dict[str, Any] | None = None  # ... and against the last good release
-    evidence: dict[str, Any] | None = None
+    evidence: Evidence | None = None
     untestable: list[str] = field(default_factory=list)  # versions that could not be installed or run
     ambiguous: list[str] = field(default_factory=list)  # first bad is one of these (untestable between)
     note: str | None = None
@@ -344,7 +457,7 @@ class BisectResult:
             "last_good": self.last_good,
             "slowdown": self.slowdown,
             "step_slowdown": self.step_slowdown,
-            "evidence": self.evidence,
+            "evidence": self.evidence.to_dict() if self.evidence else None,
             "untestable": self.untestable,
             "ambiguous": self.ambiguous,
             "note": self.note,

@@ -16,6 +16,7 @@ from nbscope.analyse.recommend import recommend
 from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, check_platforms, parse_backends
+from nbscope.record.run import RunRecord
 
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
 # AssertionError instead, which the "no JAX work ran" test below catches).
@@ -23,33 +24,35 @@ UNAVAILABLE_MARKERS = ("Unable to initialize backend", "not in the list of known
                        "no supported devices", "CUDA_ERROR_NO_DEVICE", "Unknown backend")
 
 
-def backend_unavailable(record: Any) -> str | None:
+def backend_unavailable(record: RunRecord) -> str | None:
     """Why a run shows its JAX backend could not start, or None when JAX work ran."""
-    cells = record.measurements.get("cells") or []
-    for cell in cells:
-        message = f"{(cell.get('error') or {}).get('name', '')}: {(cell.get('error') or {}).get('message', '')}"
+    run = record.notebook_run()
+    for cell in run.cells:
+        message = f"{cell.error.name if cell.error else ''}: {cell.error.message if cell.error else ''}"
         if any(marker in message for marker in UNAVAILABLE_MARKERS):
-            return f"cell {cell['index'] + 1}: {message.strip()[:200]}"
-    jax_cells = [c for c in cells if c.get("jax") is not None and c.get("status") not in ("skipped", "not-run")]
-    failed = [c for c in jax_cells if c.get("status") in ("error", "kernel-died")]
-    compiles = (record.measurements.get("totals") or {}).get("compiles") or 0
-    if failed and not compiles:
+            return f"cell {cell.index + 1}: {message.strip()[:200]}"
+    jax_cells = [c for c in run.cells if c.jax is not None and c.ran]
+    failed = [c for c in jax_cells if c.status in ("error", "kernel-died")]
+    if failed and not run.totals.compiles:
         # JAX was imported but not one operation compiled, and cells failed: the backend never came up.
-        first = failed[0].get("error") or {}
-        error = " ".join(str(part).strip() for part in (first.get("name"), first.get("message")) if part and str(part).strip())
+        first = failed[0].error
+        parts = (first.name, first.message) if first else ()
+        error = " ".join(part.strip() for part in parts if part.strip())
         return (f"no JAX operation ran: {len(failed)} of {len(jax_cells)} cells after `import jax` failed "
-                f"(first: cell {failed[0]['index'] + 1}" + (f" {error}" if error else "") + ")")
+                f"(first: cell {failed[0].index + 1}" + (f" {error}" if error else "") + ")")
     return None
 
 
-def _ran_jax(record: Any) -> bool:
-    return any(isinstance(c.get("jax"), dict) for c in record.measurements.get("cells") or [])
+def _ran_jax(record: RunRecord) -> bool:
+    return any(c.jax is not None for c in record.notebook_run().cells)
 
 
 @dataclass
 class BackendsResult:
     """Each backend's run (or why it could not run), their comparison, the recommendation and findings."""
 
+    # Each backend's ``backend``, ``run_id``, ``available``, ``reason``, ``record`` and (when it ran) ``status``:
+    # ``nbscope profile --backends`` reads these entries by key.
     runs: list[dict[str, Any]] = field(default_factory=list)
     comparison: compare_module.Comparison | None = None
     recommendation: dict[str, Any] | None = None

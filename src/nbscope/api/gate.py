@@ -10,6 +10,7 @@ newest one never judged.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from nbscope._errors import NbscopeError
@@ -159,7 +160,7 @@ def gate_stored(
     base = (latest_baseline(store, cand, notes, comparable=comparable) if baseline == "latest"
             else resolve_run(baseline, store, kinds=GATE_KINDS))
     result = gate(base, cand, options, history=history_runs(store, cand, history, comparable=comparable))
-    result.warnings[:0] = notes
+    result = replace(result, warnings=[*notes, *result.warnings])
     if cand.run_id is not None:
         # Remembered so that a run that failed is never the next automatic baseline.
         store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())

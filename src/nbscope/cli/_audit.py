@@ -32,6 +32,7 @@ def _progress(quiet: bool) -> Any:
     from rich.console import Console
     from rich.markup import escape
 
+    from nbscope.analyse.audit import AuditEntry
     from nbscope.render.terminal import format_seconds
 
     err = Console(stderr=True, highlight=False)
@@ -54,13 +55,13 @@ def _progress(quiet: bool) -> Any:
         elif kind == "retry":
             err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")
         elif kind == "done":
-            entry = data["entry"]
-            status = entry["status"]
-            colour = "green" if status == "ok" and not entry.get("cells_failed") else "yellow" if status != "error" else "red"
-            detail = format_seconds(entry.get("wall_s")) if entry.get("wall_s") is not None else escape(str(entry.get("error")))
-            failed = f", {entry['cells_failed']} cell(s) failed" if entry.get("cells_failed") else ""
-            run = f" · run {entry['run_id']}" if entry.get("run_id") else ""
-            err.print(f"[{data['done']}/{data['total']}] {escape(entry['path'])} {entry['backend']}: "
+            entry = AuditEntry.parse(data["entry"])
+            status = entry.status
+            colour = "green" if status == "ok" and not entry.cells_failed else "yellow" if status != "error" else "red"
+            detail = format_seconds(entry.wall_s) if entry.wall_s is not None else escape(str(entry.error))
+            failed = f", {entry.cells_failed} cell(s) failed" if entry.cells_failed else ""
+            run = f" · run {entry.run_id}" if entry.run_id else ""
+            err.print(f"[{data['done']}/{data['total']}] {escape(entry.path)} {entry.backend}: "
                       f"[{colour}]{status}[/{colour}] {detail}{failed}{run}")
 
     return on_event
@@ -151,11 +152,12 @@ def merge(
     db: DbOption = None,
 ) -> None:
     """Join audit files (CI shards, or CPU and GPU runners' audits) into one audit; their runs are imported."""
+    from nbscope.analyse.audit import Audit
     from nbscope.api.audit import merge as run_merge
 
     store = open_store(db)
     record = run_merge(files, store=store)
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
-    missing = (record.measurements.get("coverage") or {}).get("missing")
+    missing = Audit.parse(record.measurements).missing
     if missing and not as_json:
         print(f"nbscope: warning: {len(missing)} notebook(s) of the book are in none of the files", file=sys.stderr)

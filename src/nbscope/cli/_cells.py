@@ -33,7 +33,7 @@ def cells(
     store = open_store(db, read_only=True)
     data = slowest_cells([run_set(source, store) for source in sources], limit=None if everything else limit)
     if as_json:
-        print(json.dumps(data, indent=1, default=str))
+        print(json.dumps(data.to_dict(), indent=1, default=str))
     elif markdown:
         print(cells_markdown(data), end="")
     else:
@@ -57,7 +57,7 @@ def lectures(
     store = open_store(db, read_only=True)
     data = by_lecture(run_set(a, store), run_set(b, store))
     if as_json:
-        print(json.dumps(data, indent=1, default=str))
+        print(json.dumps(data.to_dict(), indent=1, default=str))
     elif markdown:
         print(lectures_markdown(data), end="")
     else:

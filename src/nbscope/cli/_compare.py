@@ -47,7 +47,7 @@ def compare_command(
     store = open_store(db, read_only=True)
     run_a, run_b = resolve(a, store, kinds=PROFILE_KINDS), resolve(b, store, kinds=PROFILE_KINDS)
     comparison = compare_module.compare(run_a, run_b, allow_different=allow_different)
-    platforms = {compare_module.platform_of(r)["platform"] for r in (run_a, run_b)}
+    platforms = {comparison.run_a.platform, comparison.run_b.platform}
     recommendation = recommend(run_a, run_b) if len(platforms) > 1 else None
     # A GPU run beside a CPU run recorded with program data: the CPU run's forecast against what the GPU measured.
     measured = forecast_vs_measured(run_a, run_b)

@@ -116,8 +116,8 @@ def _store_live(path: Path, record: Any, store: Any) -> None:
     from nbscope.api import live
 
     done = live.store_recovered(path, record, store)
-    totals = record.measurements.get("totals") or {}
-    what = (f"imported as run {record.run_id} (partial: {totals.get('cells_run')} of {totals.get('cells')} cells ran)"
+    totals = record.notebook_run().totals
+    what = (f"imported as run {record.run_id} (partial: {totals.cells_run} of {totals.cells} cells ran)"
             if done.added else f"already in {store.path} as run {record.run_id}; not imported again")
     kept = ("the live file is removed" if done.removed
             else "the file is kept (it is not one of this store's live files)")

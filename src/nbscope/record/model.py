@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nbscope.record.programs import CellPrograms, ProgramData
+
 
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -206,9 +208,9 @@ class Cell:
     jax: JaxFigures | None
     numba: NumbaFigures | None
     samples: Samples | None
-    # Figures that their own modules read (``collect.timeline``, ``collect.program``), kept as recorded.
+    # The timeline summary, which ``collect.timeline`` reads, kept as recorded.
     timeline: Mapping[str, Any] | None
-    programs: tuple[Mapping[str, Any], ...]
+    programs: CellPrograms | None  # the compiled programs the cell ran (program data; None: not recorded)
     alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
     rss: Mapping[str, Any]
     gpu_memory: Mapping[str, Any]
@@ -242,7 +244,7 @@ class Cell:
             jax=JaxFigures.parse(value.get("jax")), numba=NumbaFigures.parse(value.get("numba")),
             samples=Samples.parse(value.get("samples")),
             timeline=value.get("timeline") if isinstance(value.get("timeline"), Mapping) else None,
-            programs=tuple(p for p in value.get("programs") or () if isinstance(p, Mapping)),
+            programs=CellPrograms.parse(value.get("programs")),
             alarms=tuple(str(a) for a in value.get("alarms") or ()),
             rss=_object(value.get("rss")), gpu_memory=_object(value.get("gpu_memory")),
         )
@@ -315,6 +317,7 @@ class NotebookRun:
     cells: tuple[Cell, ...]
     totals: Totals
     repeats: int
+    program_data: ProgramData | None  # the compiled programs the run executed (None: recorded without them)
 
     @property
     def sources(self) -> dict[str, str]:
@@ -332,4 +335,5 @@ class NotebookRun:
             cells=tuple(Cell.parse(c) for c in measurements.get("cells") or () if isinstance(c, Mapping)),
             totals=Totals.parse(measurements.get("totals")),
             repeats=repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1,
+            program_data=ProgramData.parse(measurements.get("programs")),
         )

@@ -10,7 +10,7 @@ from typing import Any
 from rich.markup import escape
 
 from nbscope._units import count
-from nbscope.analyse.diagnose import Finding
+from nbscope.analyse.audit import Audit, BackendRun, BlastLecture, BlastRadius, Lecture
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
 from nbscope.render._markdown import markdown_table
@@ -20,39 +20,33 @@ from nbscope.render.forecast import seconds_range as _seconds_range
 from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
 
 
-def _lectures(record: RunRecord) -> list[dict[str, Any]]:
-    return list(record.measurements.get("lectures") or [])
+def _audit(record: RunRecord) -> Audit:
+    return Audit.parse(record.measurements)
 
 
-def _gpu_backend(record: RunRecord) -> str | None:
-    rows = _lectures(record)
-    return rows[0].get("gpu_backend") if rows else None
-
-
-def _backend_cell(row: dict[str, Any], backend: str | None) -> str:
+def _backend_cell(row: Lecture, backend: str | None) -> str:
     """A lecture's total on one backend, or why there is none."""
     if backend is None:
         return "–"
-    run = (row.get("backends") or {}).get(backend)
-    if not run:
+    run: BackendRun | None = row.backends.get(backend)
+    if run is None:
         return "–"
-    status = run.get("status")
-    if status == "unavailable":
+    if run.status == "unavailable":
         return "unavailable"
-    if status == "error":
+    if run.status == "error":
         return "error"
-    if status == "not-run":
+    if run.status == "not-run":
         return "not run"
-    text = format_seconds(run.get("wall_s"))
-    if status == "partial":
+    text = format_seconds(run.wall_s)
+    if run.status == "partial":
         text += " (partial)"
-    if run.get("cells_failed"):
-        text += f" ({run['cells_failed']} failed)"
+    if run.cells_failed:
+        text += f" ({run.cells_failed} failed)"
     return text
 
 
-def winner_text(row: dict[str, Any]) -> str:
-    winner, ratio = row.get("winner"), row.get("ratio")
+def winner_text(row: Lecture) -> str:
+    winner, ratio = row.winner, row.ratio
     if winner is None:
         return "–"
     if winner == "tie":
@@ -60,25 +54,16 @@ def winner_text(row: dict[str, Any]) -> str:
     return f"{winner} {ratio:.1f}× faster" if ratio else str(winner)
 
 
-def _cause(row: dict[str, Any]) -> tuple[str, str]:
-    finding = row.get("top_finding") or {}
-    title = finding.get("title") or finding.get("rule") or ""
-    if title and finding.get("backend"):
-        title += f" ({finding['backend']})"
-    return title, row.get("action") or ""
+def _cause(row: Lecture) -> tuple[str, str]:
+    finding = row.top_finding
+    title = finding.title if finding is not None else ""
+    if title and finding is not None and finding.backend:
+        title += f" ({finding.backend})"
+    return title, row.action or ""
 
 
 def _clip(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _failures(record: RunRecord) -> list[dict[str, Any]]:
-    return [e for e in record.measurements.get("notebooks", []) if e.get("status") in ("error", "not-run")]
-
-
-def _forecast(record: RunRecord) -> dict[str, Any] | None:
-    radius = record.measurements.get("forecast")
-    return radius if isinstance(radius, dict) and radius.get("lectures") is not None else None
 
 
 def _slowdown(value: Any) -> str:
@@ -87,15 +72,15 @@ def _slowdown(value: Any) -> str:
     return f"{value:.0f}×" if value >= 10 else f"{value:.2g}×"
 
 
-def _dominant(lecture: dict[str, Any]) -> str:
-    dominant = lecture.get("dominant")
-    if not lecture.get("has_jax", True):
+def _dominant(lecture: BlastLecture) -> str:
+    dominant = lecture.dominant
+    if not lecture.has_jax:
         return "no JAX: host work as measured"
-    if not dominant:
+    if dominant is None:
         return "–"
     where = ", ".join(f"line {line}" if line else f"cell {index + 1}"
-                      for index, line in zip(dominant.get("cells") or [], dominant.get("lines") or [], strict=False))
-    return (f"{dominant['words']} ({_seconds_range(dominant.get('low_s'), dominant.get('high_s'))}"
+                      for index, line in zip(dominant.cells, dominant.lines, strict=False))
+    return (f"{dominant.words} ({_seconds_range(dominant.low_s, dominant.high_s)}"
             + (f", {where})" if where else ")"))
 
 
@@ -105,8 +90,8 @@ ACTION_LIMIT = 240
 BLAST_LIMIT = 160
 
 
-def _blast_columns(radius: dict[str, Any]) -> tuple[Column, ...]:
-    gpu = (radius.get("gpu") or "gpu").upper()
+def _blast_columns(radius: BlastRadius) -> tuple[Column, ...]:
+    gpu = (radius.gpu or "gpu").upper()
     # (header, role, least width); the markdown headers are as the terminal's, lower case
     shape = (("lecture", "path", 12), ("CPU (measured)", "number", 8), (f"{gpu} forecast", "number", 8),
              ("slowdown", "number", 8), ("verdict", "text", 10), ("dominant term", "text", 14),
@@ -115,17 +100,17 @@ def _blast_columns(radius: dict[str, Any]) -> tuple[Column, ...]:
                         markdown=_md(header)) for header, role, least in shape)
 
 
-def blast_radius_rows(radius: dict[str, Any], *, limit: int | None = BLAST_LIMIT) -> Rows:
+def blast_radius_rows(radius: BlastRadius, *, limit: int | None = BLAST_LIMIT) -> Rows:
     """The blast radius's table, once for every format: a row per lecture (lecture, CPU, forecast, slowdown,
     verdict, dominant term, keep on CPU), largest slowdown first as the forecast lists them."""
     rows = []
-    for lecture in radius["lectures"]:
-        verdict = lecture.get("verdict") or "–"
-        if lecture.get("all_on_gpu") and lecture["all_on_gpu"] != verdict:
-            verdict += f" (all on GPU: {lecture['all_on_gpu']})"
-        values = (lecture["path"], format_seconds(lecture.get("cpu_s")),
-                  _seconds_range(lecture.get("low_s"), lecture.get("high_s")), _slowdown(lecture.get("slowdown")),
-                  verdict, _dominant(lecture), ", ".join(lecture.get("keep_on_cpu") or []) or "–")
+    for lecture in radius.lectures:
+        verdict = lecture.verdict or "–"
+        if lecture.all_on_gpu and lecture.all_on_gpu != verdict:
+            verdict += f" (all on GPU: {lecture.all_on_gpu})"
+        values = (lecture.path, format_seconds(lecture.cpu_s),
+                  _seconds_range(lecture.low_s, lecture.high_s), _slowdown(lecture.slowdown),
+                  verdict, _dominant(lecture), ", ".join(lecture.keep_on_cpu) or "–")
         path, *figures = (_clip(str(v), limit) for v in values)
         rows.append((Item(path, code=True), *figures))
     return Rows.of(_blast_columns(radius), rows)
@@ -133,17 +118,17 @@ def blast_radius_rows(radius: dict[str, Any], *, limit: int | None = BLAST_LIMIT
 
 def print_blast_radius(record: RunRecord) -> None:
     """``audit --forecast``: the lectures by forecast slowdown on the first GPU named."""
-    radius = _forecast(record)
+    radius = _audit(record).forecast
     if radius is None:
         return
     rows = blast_radius_rows(radius)
     if rows.rows:
-        title = (f"GPU blast radius · forecast on the {escape(str(radius.get('gpu_name') or radius.get('gpu')))} "
+        title = (f"GPU blast radius · forecast on the {escape(str(radius.gpu_name or radius.gpu))} "
                  "from CPU runs, largest slowdown first")
         console.print(terminal_table(replace(rows, title=title)))
-    for error in radius.get("errors") or []:
-        console.print(f"[yellow]no forecast for {escape(error['path'])}:[/yellow] {escape(str(error['error']))}")
-    console.print(f"[bold]{escape(radius['summary'])}[/bold] [dim](a forecast, not a measurement: "
+    for error in radius.errors:
+        console.print(f"[yellow]no forecast for {escape(error.path)}:[/yellow] {escape(error.error)}")
+    console.print(f"[bold]{escape(radius.summary)}[/bold] [dim](a forecast, not a measurement: "
                   "nbscope forecast RUN shows a lecture's cells; docs/forecast.md)[/dim]")
 
 
@@ -153,17 +138,16 @@ def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> No
     from nbscope.render.compare import print_top_findings
 
     quiet = []
-    for entry in record.measurements.get("notebooks") or []:
-        findings = entry.get("top_findings")
-        if not entry.get("run_id") or not isinstance(findings, list):
+    for entry in _audit(record).entries:
+        if not entry.run_id or entry.top_findings is None:
             continue
-        shown = [Finding.from_dict(f) for f in findings if isinstance(f, dict)]
+        shown = list(entry.top_findings)
         if not shown:
-            quiet.append(f"{entry['path']} ({entry['backend']})")
+            quiet.append(f"{entry.path} ({entry.backend})")
             continue
-        console.print(f"\n[bold]{escape(entry['path'])}[/bold] ({escape(entry['backend'])}, run {entry['run_id']})")
-        total = entry.get("findings") if isinstance(entry.get("findings"), int) else len(shown)
-        print_top_findings(shown, None, command(entry["run_id"]), top=len(shown), total=total)
+        console.print(f"\n[bold]{escape(entry.path)}[/bold] ({escape(entry.backend)}, run {entry.run_id})")
+        total = entry.findings if entry.findings is not None else len(shown)
+        print_top_findings(shown, None, command(entry.run_id), top=len(shown), total=total)
     if quiet:
         console.print(f"\n[dim]no findings: {escape(', '.join(quiet))}[/dim]")
 
@@ -182,57 +166,55 @@ def _audit_columns(gpu: str | None) -> tuple[Column, ...]:
 def audit_rows(record: RunRecord, *, limit: int | None = ACTION_LIMIT) -> Rows:
     """The audit's table, once for every format: a row per lecture (its total on the CPU and on the GPU
     backend, the winner, the top cause and the recommended action, cut at ``limit`` characters)."""
-    gpu = _gpu_backend(record)
+    audit = _audit(record)
+    gpu = audit.gpu_backend
     rows = []
-    for row in _lectures(record):
+    for row in audit.lectures:
         cause, action = _cause(row)
-        rows.append((Item(str(row["path"]), code=True), _backend_cell(row, "cpu"), _backend_cell(row, gpu),
+        rows.append((Item(row.path, code=True), _backend_cell(row, "cpu"), _backend_cell(row, gpu),
                      winner_text(row), cause, _clip(action, limit)))
-    notebooks = (record.measurements.get("totals") or {}).get("notebooks", 0)
-    return Rows.of(_audit_columns(gpu), rows, title=f"audit · {count(notebooks, 'notebook')}")
+    return Rows.of(_audit_columns(gpu), rows, title=f"audit · {count(audit.totals.notebooks, 'notebook')}")
 
 
 def print_audit(record: RunRecord) -> None:
     """The audit in the terminal: one row per lecture, then the summary line."""
     print_record_header(record)
-    m = record.measurements
+    audit = _audit(record)
     console.print(terminal_table(audit_rows(record)))
     print_blast_radius(record)
-    for backend, info in (m.get("backends") or {}).items():
-        if not info.get("available"):
-            console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.get('reason')))}")
-    for entry in _failures(record):
-        console.print(f"[red]{escape(entry['path'])} on {escape(entry['backend'])}: {escape(str(entry['status']))}[/red] "
-                      f"{escape(str(entry.get('error') or ''))[:200]}")
-    coverage = m.get("coverage") or {}
-    if coverage.get("missing"):
-        console.print(f"[red]missing from the merged files: {escape(', '.join(coverage['missing']))}[/red]")
-    t = m.get("totals") or {}
+    for backend, info in audit.backends.items():
+        if not info.available:
+            console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.reason))}")
+    for entry in audit.failures:
+        console.print(f"[red]{escape(entry.path)} on {escape(entry.backend)}: {escape(str(entry.status))}[/red] "
+                      f"{escape(entry.error or '')[:200]}")
+    if audit.missing:
+        console.print(f"[red]missing from the merged files: {escape(', '.join(audit.missing))}[/red]")
+    t = audit.totals
     console.print(
-        f"[bold]{escape(m.get('summary', ''))}[/bold] · profiled {t.get('profiled', 0)}, reused {t.get('reused', 0)}, "
-        f"failed {t.get('failed', 0)} · audit wall {format_seconds(t.get('wall_s'))}"
+        f"[bold]{escape(audit.summary)}[/bold] · profiled {t.profiled}, reused {t.reused}, "
+        f"failed {t.failed} · audit wall {format_seconds(t.wall_s)}"
     )
 
 
 def audit_markdown(record: RunRecord) -> str:
     """A GitHub-ready table: Lecture | CPU | GPU | Winner | Top cause | Recommended action."""
-    m = record.measurements
+    audit = _audit(record)
     lines = [
         f"### nbscope audit: `{_md(record.target)}`",
         "",
-        f"**{_md(m.get('summary', ''))}**",
+        f"**{_md(audit.summary)}**",
         "",
         *markdown_table(audit_rows(record)),
     ]
-    radius = _forecast(record)
+    radius = audit.forecast
     if radius is not None:
-        lines += ["", f"#### GPU blast radius (forecast on the {_md(radius.get('gpu_name') or radius.get('gpu'))})", "",
-                  f"**{_md(radius['summary'])}** (a forecast from CPU runs, not a measurement)", "",
+        lines += ["", f"#### GPU blast radius (forecast on the {_md(radius.gpu_name or radius.gpu)})", "",
+                  f"**{_md(radius.summary)}** (a forecast from CPU runs, not a measurement)", "",
                   *markdown_table(blast_radius_rows(radius))]
-    notes = [f"- {_md(b)} unavailable: {_md(i.get('reason'))}" for b, i in (m.get("backends") or {}).items()
-             if not i.get("available")]
-    notes += [f"- `{_md(e['path'])}` on {_md(e['backend'])}: {e['status']} {_md(e.get('error') or '')[:200]}"
-              for e in _failures(record)]
+    notes = [f"- {_md(b)} unavailable: {_md(i.reason)}" for b, i in audit.backends.items() if not i.available]
+    notes += [f"- `{_md(e.path)}` on {_md(e.backend)}: {e.status} {_md(e.error or '')[:200]}"
+              for e in audit.failures]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"
@@ -258,15 +240,14 @@ def _html_table(rows: Rows) -> str:
 def audit_html(record: RunRecord) -> str:
     """One self-contained HTML page (no scripts, no network) with the look of nbscope's other reports."""
     e = html.escape
-    m = record.measurements
-    notes = [f"<li>{e(b)} unavailable: {e(str(i.get('reason')))}</li>" for b, i in (m.get("backends") or {}).items()
-             if not i.get("available")]
-    notes += [f"<li>{e(x['path'])} on {e(x['backend'])}: {e(x['status'])} {e(str(x.get('error') or ''))}</li>"
-              for x in _failures(record)]
-    radius = _forecast(record)
+    audit = _audit(record)
+    notes = [f"<li>{e(b)} unavailable: {e(str(i.reason))}</li>" for b, i in audit.backends.items() if not i.available]
+    notes += [f"<li>{e(x.path)} on {e(x.backend)}: {e(str(x.status))} {e(x.error or '')}</li>"
+              for x in audit.failures]
+    radius = audit.forecast
     blast = ""
     if radius is not None:
-        blast = (f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius['summary'])}</strong> "
+        blast = (f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius.summary)}</strong> "
                  "(a forecast from CPU runs, not a measurement)</p>" + _html_table(blast_radius_rows(radius, limit=None)))
     style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
     return f"""<!DOCTYPE html>
@@ -276,7 +257,7 @@ def audit_html(record: RunRecord) -> str:
 <body>
 <h1>nbscope audit: {e(record.target)}</h1>
 <p class="meta">{e(record.started_at)} · {e(record.status)} · digest {e(record.digest)}</p>
-<p><strong>{e(str(m.get('summary', '')))}</strong></p>
+<p><strong>{e(audit.summary)}</strong></p>
 {_html_table(audit_rows(record, limit=None))}
 {blast}
 {('<ul>' + ''.join(notes) + '</ul>') if notes else ''}

@@ -25,40 +25,40 @@ from nbscope.render.terminal import (
 )
 
 if TYPE_CHECKING:
-    from nbscope.analyse.compare import Comparison
+    from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow
+    from nbscope.record.model import Cell
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
 
 
-def _cell_name(row: Mapping[str, Any]) -> str:
-    return f"cell {_cell_number(row)}" + (f" · line {row['line']}" if row.get("line") else "")
+def _cell_name(row: CellRow) -> str:
+    return f"cell {_cell_number(row)}" + (f" · line {row.line}" if row.line else "")
 
 
-def _cell_number(row: Mapping[str, Any]) -> str:
+def _cell_number(row: CellRow) -> str:
     """``3``, or ``3→4`` for a cell that moved (its number in A, then in B)."""
-    ia, ib = row.get("index_a"), row.get("index_b")
+    ia, ib = row.index_a, row.index_b
     if ia is not None and ib is not None and ia != ib:
         return f"{ia + 1}→{ib + 1}"
-    return str((ia if ia is not None else ib) + 1)
+    return str((ia if ia is not None else ib or 0) + 1)
 
 
-def _side(figures: Mapping[str, Any] | None, *, with_compile: bool) -> Item:
+def _side(figures: CellFigures | None, *, with_compile: bool) -> Item:
     """One side's wall time of a cell (``with_compile``: and its compile time), red with its status when the
     cell did not finish."""
     if figures is None:
         return Item("–")
-    text = format_seconds(figures.get("wall_s"))
-    if with_compile and figures.get("compile_s"):
-        text += f" (compile {format_seconds(figures['compile_s'])})"
-    status = figures.get("status")
-    if status in (None, "ok", "expected-error"):
+    text = format_seconds(figures.wall_s)
+    if with_compile and figures.compile_s:
+        text += f" (compile {format_seconds(figures.compile_s)})"
+    if figures.status in ("ok", "expected-error"):
         return Item(text)
-    return Item(f"{text} {status}", "red")
+    return Item(f"{text} {figures.status}", "red")
 
 
-def _side_compile(figures: Mapping[str, Any] | None) -> str:
-    return format_seconds(figures.get("compile_s")) if figures and figures.get("compile_s") else "–"
+def _side_compile(figures: CellFigures | None) -> str:
+    return format_seconds(figures.compile_s) if figures and figures.compile_s else "–"
 
 
 def _value(value: Any) -> str:
@@ -70,19 +70,16 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _run_title(summary: Mapping[str, Any]) -> str:
-    settings = summary.get("settings") or {}
-    shown = ", ".join(f"{field_name('settings.' + k)} {v}" for k, v in settings.items()
-                      if k in ("jax_platform", "jax_cache", "pathway") and v)
-    return (f"{summary.get('label')} · {summary.get('target')} · {summary.get('platform')} · {summary.get('machine')}"
-            + (f" · {shown}" if shown else ""))
+def _run_title(run: RunSummary) -> str:
+    shown = ", ".join(f"{field_name('settings.' + key)} {value}" for key, value in run.title_settings)
+    return (f"{run.label} · {run.target} · {run.platform} · {run.machine}" + (f" · {shown}" if shown else ""))
 
 
-def _different_note(data: Mapping[str, Any]) -> str | None:
+def _different_note(comparison: Comparison) -> str | None:
     """The warning of a comparison of two different notebooks (made with --allow-different)."""
-    if data.get("same_notebook", True):
+    if comparison.same_notebook:
         return None
-    return (f"different notebooks ({data['a']['target']} and {data['b']['target']}), compared with "
+    return (f"different notebooks ({comparison.run_a.target} and {comparison.run_b.target}), compared with "
             "--allow-different: the totals and winners compare two programs, not one notebook's speed")
 
 
@@ -108,16 +105,19 @@ WINNER_COLUMNS = (
 TOTAL_ROWS = ("wall_s", "compile_s", "run_s")  # the totals the cells table ends with (with_totals)
 
 
-def _total_figures(key: str, entry: Mapping[str, Any]) -> tuple[str, str, str]:
+def _total_figures(total: TotalRow | None) -> tuple[str, str, str]:
     """A total's figures as both tables show them: A, B and the winner's text."""
+    if total is None:
+        return "–", "–", ""
+
     def shown(value: Any) -> str:
-        if key.endswith("_s"):
+        if total.key.endswith("_s"):
             return format_seconds(value)
-        if key.endswith("_bytes"):
+        if total.key.endswith("_bytes"):
             return size(value) or _value(value)
         return _value(value)
 
-    return shown(entry.get("a")), shown(entry.get("b")), entry.get("text", "")
+    return shown(total.a), shown(total.b), total.winner.text if total.winner else ""
 
 
 def comparison_rows(comparison: Comparison, *, top: int | None = None,
@@ -130,22 +130,22 @@ def comparison_rows(comparison: Comparison, *, top: int | None = None,
     """
     cells = list(comparison.rows)
     if top:
-        cells = sorted(cells, key=lambda r: abs(r.get("delta_s") or 0.0), reverse=True)[:top]
+        cells = sorted(cells, key=lambda r: abs(r.delta_s or 0.0), reverse=True)[:top]
     columns = [*COMPARISON_COLUMNS, *(COMPILE_COLUMNS if compile_figures == "columns" else ()), *WINNER_COLUMNS]
     inline = compile_figures == "inline"
     rows: list[list[Any]] = []
     for row in cells:
-        code = row.get("code_line") or row.get("first_line") or ""
-        note = MATCH_NOTE.get(row.get("match"), row.get("match") or "")
+        code = row.code_line or row.first_line
+        note = MATCH_NOTE.get(row.match, row.match)
         benchmark = Item(code[:60], code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
-        figures = [_side(row.get("a"), with_compile=inline), _side(row.get("b"), with_compile=inline)]
+        figures = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
         if compile_figures == "columns":
-            figures += [_side_compile(row.get("a")), _side_compile(row.get("b"))]
-        winner = Item(row.get("text") or "–", WINNER_STYLE.get(row.get("winner"), "dim"))
-        rows.append([_cell_number(row), str(row.get("line") or ""), Item(code, code=True),
+            figures += [_side_compile(row.a), _side_compile(row.b)]
+        winner = Item(row.winner.text or "–", WINNER_STYLE.get(row.winner.side or "", "dim"))
+        rows.append([_cell_number(row), str(row.line or ""), Item(code, code=True),
                      benchmark, *figures, winner, note])
     for key in TOTAL_ROWS if with_totals else ():
-        a, b, text = _total_figures(key, comparison.totals.get(key) or {})
+        a, b, text = _total_figures(comparison.total(key))
         totals = [Item(a, strong=True), Item(b, strong=True)]
         if compile_figures == "columns":
             totals += ["", ""]
@@ -155,38 +155,36 @@ def comparison_rows(comparison: Comparison, *, top: int | None = None,
     return Rows.of(columns, rows, title=title)
 
 
-def totals_rows(totals: Mapping[str, Any]) -> Rows:
+def totals_rows(totals: Sequence[TotalRow]) -> Rows:
     """The comparison's totals: a row per figure either run measured."""
-    rows = [(metric_name(key), *_total_figures(key, entry)) for key, entry in totals.items()
-            if entry.get("a") is not None or entry.get("b") is not None]
+    rows = [(metric_name(total.key), *_total_figures(total)) for total in totals
+            if total.a is not None or total.b is not None]
     columns = (Column("figure", "left", "number"), Column("A", "right", "number"), Column("B", "right", "number"),
                Column("winner", "left", "number"))
     return Rows.of(columns, rows, title="totals")
 
 
-def differences_rows(differences: Sequence[Mapping[str, Any]]) -> Rows:
+def differences_rows(differences: Sequence[Difference]) -> Rows:
     """The settings and fingerprint fields that differ, and why each could change the figures."""
     columns = (Column("setting", "left", "path", min_width=10), Column("A", "left", "text", min_width=10),
                Column("B", "left", "text", min_width=10), Column("why it matters", "left", "text", min_width=16))
-    rows = [(field_name(row["field"]), _value(row.get("a")), _value(row.get("b")), row.get("why") or row.get("note") or "")
-            for row in differences]
+    rows = [(field_name(row.field), _value(row.a), _value(row.b), row.why or row.note or "") for row in differences]
     title = f"{len(rows)} difference{'s' if len(rows) != 1 else ''} that could explain the figures"
     return Rows.of(columns, rows, title=title)
 
 
 def print_comparison(comparison: Comparison, *, top: int | None = None) -> None:
     """A table of paired cells (notebook order; ``top`` keeps the largest differences), totals, differences."""
-    data = comparison.to_dict()
-    console.print(f"[bold]A[/bold] = {literal(_run_title(data['a']))}")
-    console.print(f"[bold]B[/bold] = {literal(_run_title(data['b']))}")
-    different = _different_note(data)
+    console.print(f"[bold]A[/bold] = {literal(_run_title(comparison.run_a))}")
+    console.print(f"[bold]B[/bold] = {literal(_run_title(comparison.run_b))}")
+    different = _different_note(comparison)
     if different:
         console.print(f"[bold yellow]{literal(different)}[/bold yellow]")
-    pairing = data["pairing"]
-    note = "every cell paired" if pairing["all_paired"] else f"{pairing['only_a']} only in A, {pairing['only_b']} only in B"
+    pairing = comparison.pairing
+    note = "every cell paired" if pairing.all_paired else f"{pairing.only_a} only in A, {pairing.only_b} only in B"
     console.print(literal(
-        f"{pairing['cells_a']} vs {pairing['cells_b']} cells: {pairing['by_hash']} paired by source hash, "
-        f"{pairing['by_order'] + pairing['by_similarity'] + pairing.get('by_move', 0)} moved, edited or similar; {note}"
+        f"{pairing.cells_a} vs {pairing.cells_b} cells: {pairing.by_hash} paired by source hash, "
+        f"{pairing.by_order + pairing.by_similarity + pairing.by_move} moved, edited or similar; {note}"
     ), style="dim")
     # Every figure stays whole on a narrow console: the source gives way; compile columns show from 110.
     compile_figures = "columns" if console.width >= 110 else None
@@ -195,11 +193,11 @@ def print_comparison(comparison: Comparison, *, top: int | None = None) -> None:
     print_differences(comparison.differences)
 
 
-def print_totals(totals: Mapping[str, Any]) -> None:
+def print_totals(totals: Sequence[TotalRow]) -> None:
     console.print(terminal_table(totals_rows(totals)))
 
 
-def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
+def print_differences(differences: Sequence[Difference]) -> None:
     if not differences:
         console.print("Settings and fingerprints agree on every compared field.")
         return
@@ -208,14 +206,13 @@ def print_differences(differences: Sequence[Mapping[str, Any]]) -> None:
 
 def comparison_markdown(comparison: Comparison) -> str:
     """GitHub-ready: ``| Benchmark | A | B | Winner |`` with "B 3.1× faster", then totals and differences."""
-    data = comparison.to_dict()
-    a, b = data["a"], data["b"]
-    if data.get("same_notebook", True):
-        title = f"### nbscope compare: `{_md(a['target'])}`, {_md(a['label'])} vs {_md(b['label'])}"
+    a, b = comparison.run_a, comparison.run_b
+    if comparison.same_notebook:
+        title = f"### nbscope compare: `{_md(a.target)}`, {_md(a.label)} vs {_md(b.label)}"
     else:
-        title = (f"### nbscope compare (different notebooks): {_md(a['label'])} `{_md(a['target'])}` vs "
-                 f"{_md(b['label'])} `{_md(b['target'])}`")
-    different = _different_note(data)
+        title = (f"### nbscope compare (different notebooks): {_md(a.label)} `{_md(a.target)}` vs "
+                 f"{_md(b.label)} `{_md(b.target)}`")
+    different = _different_note(comparison)
     lines = [
         title,
         "",
@@ -257,11 +254,16 @@ def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
             if key != "seconds_at_stake" and value not in (None, [], {})]
 
 
-def _where(finding: Any, cells: Mapping[int, Mapping[str, Any]]) -> str:
+def _cells_of(record: Any) -> dict[int, Cell]:
+    """A run's cells by index (none without a run), for naming where a finding is."""
+    return {c.index: c for c in record.notebook_run().cells} if record is not None else {}
+
+
+def _where(finding: Any, cells: Mapping[int, Cell]) -> str:
     if finding.cell_index is None:
         return "notebook"
-    cell = cells.get(finding.cell_index) or {}
-    line = f" · line {cell['line']}" if cell.get("line") else ""
+    cell = cells.get(finding.cell_index)
+    line = f" · line {cell.line}" if cell is not None and cell.line else ""
     return f"cell {finding.cell_index + 1}{line}"
 
 
@@ -284,7 +286,7 @@ def _one_line(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
-def finding_text(finding: Any, cells: Mapping[int, Mapping[str, Any]], width: int, *, verbose: bool = False) -> list[tuple[str, str]]:
+def finding_text(finding: Any, cells: Mapping[int, Cell], width: int, *, verbose: bool = False) -> list[tuple[str, str]]:
     """A finding as (style, plain line) pairs at most ``width`` wide: the header, the sentence, the fix and a
     few labelled evidence lines; FINDING_LINES at most unless ``verbose`` (which adds the whole evidence)."""
     style = SEVERITY_STYLE.get(finding.severity, "")
@@ -321,7 +323,7 @@ def _print_lines(lines: list[tuple[str, str]]) -> None:
 def print_findings(findings: Any, record: Any = None, *, limit: int | None = None, verbose: bool = False) -> None:
     """Each finding as a short block (at most FINDING_LINES lines; ``verbose`` adds the whole evidence), then
     what was not evaluated."""
-    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    cells = _cells_of(record)
     shown = list(findings)[:limit] if limit else list(findings)
     unjudged = failed_cells_lines(findings)
     for line in unjudged:
@@ -363,7 +365,7 @@ def top_findings_text(findings: Any, record: Any, command: str, *, top: int = 3,
     """The lines that end ``nbscope profile`` (and ``trace``, and each notebook of ``audit``): the ``top`` findings,
     two lines each (severity, where, title and the sentence; the fix), and the command that shows them in full.
     ``total``: how many findings there are when ``findings`` holds only the first ones."""
-    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    cells = _cells_of(record)
     items = list(findings)
     count_all = max(total or 0, len(items))
     if not items:
@@ -398,7 +400,7 @@ def print_top_findings(findings: Any, record: Any, command: str, *, top: int = 3
 def findings_markdown(findings: Any, record: Any = None, *, top: int | None = None, command: str | None = None) -> str:
     """Findings for GitHub: severity, title and where; the sentence; the fix; a few labelled evidence lines.
     ``top`` keeps the first findings (with ``command``, the one that shows them all)."""
-    cells = {c.get("index"): c for c in (record.measurements.get("cells") or [])} if record is not None else {}
+    cells = _cells_of(record)
     items = list(findings)
     lines = ["### nbscope diagnose" + (f": `{_md(record.target)}`" if record is not None else ""), ""]
     unjudged = failed_cells_lines(findings)

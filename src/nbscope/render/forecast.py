@@ -315,6 +315,7 @@ MAX_PLOT_CELLS = 30
 def forecast_svg(result: dict[str, Any]) -> str | None:
     """Per cell the measured CPU time and each GPU's forecast (bar to the low end, whisker to the high
     end; an open-ended range draws an arrow), log time axis, the cells the GPU changes most first."""
+    from nbscope.record.model import Cell
     from nbscope.render.html._base import COLORS
     from nbscope.render.html._plots import _label
     from nbscope.render.html._svg import BarChart
@@ -328,7 +329,7 @@ def forecast_svg(result: dict[str, Any]) -> str | None:
     if not rows:
         return None
     floor = 1e-4
-    chart = BarChart([_label(c) for c in rows], "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
+    chart = BarChart([_label(Cell.parse(c)) for c in rows], "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
                      "seconds (log scale)", scale="log", bars_per_row=1 + len(result["devices"]))
     legend = [("CPU (measured)", "#8c8c8c")]
     for row, cell in enumerate(rows):

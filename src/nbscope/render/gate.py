@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.markup import escape
 from rich.text import Text
 
 from nbscope._units import count, seconds_range
-from nbscope.analyse.gate import Comparison, GateResult
+from nbscope.analyse.gate import Comparison, GateResult, RunSummary
 from nbscope.analyse.history import History, Series
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
@@ -38,12 +36,9 @@ VERDICT_MARK = {
 }
 
 
-def _run_text(run: dict[str, Any]) -> str:
-    name = f"run {run['run_id']}" if run.get("run_id") is not None else "run"
-    return (
-        f"{name} ({run.get('started_at', '')[:19].replace('T', ' ')} UTC, digest {run.get('digest') or '?'}, "
-        f"{run.get('repeats')}× )"
-    ).replace("× )", "×)")
+def _run_text(run: RunSummary) -> str:
+    name = f"run {run.run_id}" if run.run_id is not None else "run"
+    return f"{name} ({run.started_at[:19].replace('T', ' ')} UTC, digest {run.digest or '?'}, {run.repeats}×)"
 
 
 def _ratio(c: Comparison) -> str:
@@ -120,7 +115,7 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     Every figure and verdict is whole at the console's width (the source gives way first)."""
     verdict = "[bold green]PASS[/bold green]" if result.passed else "[bold red]FAIL[/bold red]"
     console.print(
-        f"{verdict} · gate on {escape(str(result.candidate.get('target')))} · max slowdown {result.options.max_slowdown:.0%}"
+        f"{verdict} · gate on {escape(result.candidate.target)} · max slowdown {result.options.max_slowdown:.0%}"
         f" · α={result.options.alpha:g}"
     )
     console.print(f"[dim]baseline  {escape(_run_text(result.baseline))}[/dim]")
@@ -154,7 +149,7 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     word = "passed" if result.passed else "failed"
     total = result.total
     lines = [
-        f"### {icon} nbscope gate {word}: `{table_cell(result.candidate.get('target', ''))}`",
+        f"### {icon} nbscope gate {word}: `{table_cell(result.candidate.target)}`",
         "",
         f"Baseline {plain_text(_run_text(result.baseline))} · candidate {plain_text(_run_text(result.candidate))} · "
         f"max slowdown **{result.options.max_slowdown:.0%}**, α = {result.options.alpha:g}, "

@@ -152,11 +152,11 @@ def print_summary(record: RunRecord) -> None:
 def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order: bool = False) -> str:
     """A GitHub-ready table of the ledger, in the style of the original investigation."""
     totals = record.notebook_run().totals
-    model = record.fingerprint.get("cpu", {}).get("model")
+    model = record.machine().cpu.model
     lines = [
         f"### nbscope profile: `{_md(record.target)}`",
         "",
-        f"Machine: {_md(model if isinstance(model, str) else '?')}"
+        f"Machine: {_md(model if model is not None else '?')}"
         f" · digest `{record.digest}` · total **{format_seconds(totals.wall_s)}**, compile "
         f"{format_seconds(totals.compile_s)}, {totals.compiles} JAX compiles",
         "",

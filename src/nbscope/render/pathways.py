@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
 
 from nbscope._units import count
+from nbscope.analyse.pathways import BenchFigure, PathwayEntry, PathwayRow, PathwaysRun
 from nbscope.record.run import RunRecord
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
@@ -33,46 +35,33 @@ OVERHEAD_LABELS = (
 )
 
 
-def _elapsed(entry: dict[str, Any]) -> Any:
-    if entry.get("elapsed_s") is not None:
-        return entry["elapsed_s"]
-    runner = entry.get("runner") or {}
-    return runner.get("build_s") if runner.get("build_s") is not None else runner.get("total_s")
-
-
-def overheads_text(entry: dict[str, Any]) -> str:
+def overheads_text(entry: PathwayEntry) -> str:
     """A pathway's fixed costs outside the cells: ``process start 0.40 s · shutdown 10.0 ms``."""
-    overheads = entry.get("overheads") or {}
-    parts = [f"{label} {format_seconds(overheads[key])}" for key, label in OVERHEAD_LABELS
-             if isinstance(overheads.get(key), (int, float))]
+    parts = [f"{label} {format_seconds(entry.overheads[key])}" for key, label in OVERHEAD_LABELS
+             if key in entry.overheads]
     return " · ".join(parts) or "–"
 
 
-def _pathway_note(entry: dict[str, Any]) -> str:
-    if entry.get("skipped"):
-        return f"skipped: {entry['skipped']}"
-    if entry.get("error"):
-        return f"error: {entry['error']}"
-    executed = (entry.get("overheads") or {}).get("book_executed_s")
-    if isinstance(executed, (int, float)):
+def _pathway_note(entry: PathwayEntry) -> str:
+    if entry.skipped:
+        return f"skipped: {entry.skipped}"
+    if entry.error:
+        return f"error: {entry.error}"
+    executed = entry.overheads.get("book_executed_s")
+    if executed is not None:
         return f"book log: executed in {format_seconds(executed)}"
     return ""
 
 
-def _cell_flag(row: dict[str, Any]) -> Item:
-    if row.get("ran_differently"):
-        return Item(", ".join(f"{n} {e.get('status')}" for n, e in row["by_pathway"].items()), "yellow")
-    if row.get("compared") and row.get("differs"):
-        return Item(f"{row['slowest']} slower by {format_seconds(row.get('delta_s'))}", "red")
-    statuses = {e.get("status") for e in row["by_pathway"].values()}
+def _cell_flag(row: PathwayRow) -> Item:
+    if row.ran_differently:
+        return Item(", ".join(f"{n} {e.status}" for n, e in row.by_pathway.items()), "yellow")
+    if row.compared and row.differs:
+        return Item(f"{row.slowest} slower by {format_seconds(row.delta_s)}", "red")
+    statuses = {e.status for e in row.by_pathway.values()}
     if statuses and statuses != {"ok"}:
         return Item("/".join(sorted(str(s) for s in statuses)))
     return Item()
-
-
-def _names(record: RunRecord) -> list[str]:
-    pathways = record.measurements.get("pathways") or {}
-    return [n for n, e in pathways.items() if e.get("status") not in ("skipped", "error", "not-run")]
 
 
 def _pathway_column(name: str) -> Column:
@@ -97,47 +86,47 @@ PATHWAY_COLUMNS = (
 )
 
 
-def pathway_rows(record: RunRecord) -> Rows:
+def pathway_rows(run: PathwaysRun) -> Rows:
     """A row per pathway: its cells' wall and compile time, its elapsed time and its fixed costs."""
     rows = []
-    for name, entry in (record.measurements.get("pathways") or {}).items():
-        totals = entry.get("totals") or {}
+    for name, entry in run.pathways.items():
+        totals = entry.totals
         rows.append((
-            name, str(entry.get("status")), format_seconds(totals.get("wall_s")),
-            format_seconds(totals.get("compile_s")) if totals.get("compile_s") else "–",
-            format_seconds(_elapsed(entry)), overheads_text(entry), _pathway_note(entry),
+            name, str(entry.status), format_seconds(totals.wall_s),
+            format_seconds(totals.compile_s) if totals.compile_s else "–",
+            format_seconds(entry.elapsed_s), overheads_text(entry), _pathway_note(entry),
         ))
     return Rows.of(PATHWAY_COLUMNS, rows, title="pathways")
 
 
-def cell_rows(record: RunRecord) -> Rows:
+def cell_rows(run: PathwaysRun) -> Rows:
     """A row per cell: its wall time in each pathway that ran (compile in brackets), and how they differ."""
-    names = _names(record)
+    names = run.ran
     number, line, source = cell_columns("#")
     columns = [replace(number, markdown="Cell"), line, source, *map(_pathway_column, names),
                Column("note", "left", "text", optional=True)]
     rows = []
-    for row in record.measurements.get("cells") or []:
-        entries = [row["by_pathway"].get(name) or {} for name in names]
+    for row in run.cells:
+        entries = [row.by_pathway.get(name) for name in names]
         rows.append((
-            str(int(row.get("index") or 0) + 1), str(row.get("line") or ""),
-            Item(row.get("first_line") or "", code=True),
-            *(_with_bracket(entry.get("wall_s"), entry.get("compile_s")) for entry in entries), _cell_flag(row),
+            str((row.index or 0) + 1), str(row.line or ""), Item(row.first_line or "", code=True),
+            *(_with_bracket(e.wall_s, e.compile_s) if e else _with_bracket(None, None) for e in entries),
+            _cell_flag(row),
         ))
     return Rows.of(columns, rows, title="cells (wall; compile in brackets)")
 
 
-def figure_rows(figures: list[dict[str, Any]], names: list[str]) -> Rows:
+def figure_rows(figures: Sequence[BenchFigure], names: list[str]) -> Rows:
     """A row per bench figure: its steady median in each pathway (first call in brackets)."""
     columns = [Column("figure", "left", "source", min_width=14), *map(_pathway_column, names),
                Column("note", "left", "number", optional=True)]
     rows = []
     for figure in figures:
-        entries = [figure["by_pathway"].get(name) or {} for name in names]
+        entries = [figure.by_pathway.get(name) for name in names]
         rows.append((
-            str(figure.get("label") or figure.get("key")),
-            *(_with_bracket(entry.get("median_s"), entry.get("first_s")) for entry in entries),
-            Item(f"differs ×{figure['ratio']:.2f}", "red") if figure.get("differs") else "",
+            figure.label or figure.key,
+            *(_with_bracket(e.median_s, e.first_s) if e else _with_bracket(None, None) for e in entries),
+            Item(f"differs ×{figure.ratio:.2f}", "red") if figure.differs and figure.ratio is not None else "",
         ))
     return Rows.of(columns, rows, title="bench figures (steady median; first call in brackets)")
 
@@ -145,45 +134,43 @@ def figure_rows(figures: list[dict[str, Any]], names: list[str]) -> Rows:
 def print_pathways(record: RunRecord) -> None:
     """Terminal view: pathways table, cells side by side, then the verdict."""
     print_record_header(record)
-    m = record.measurements
-    console.print(terminal_table(pathway_rows(record)))
-    console.print(terminal_table(cell_rows(record)))
-    names = _names(record)
-    totals = m.get("totals") or {}
+    run = PathwaysRun.parse(record.measurements)
+    console.print(terminal_table(pathway_rows(run)))
+    console.print(terminal_table(cell_rows(run)))
+    names = run.ran
+    totals = run.totals
     console.print(
-        f"{totals.get('cells_paired', 0)}/{totals.get('cells', 0)} cells paired across {count(len(names), 'pathway')}, "
-        f"{totals.get('cells_compared', 0)} compared, {totals.get('cells_differing', 0)} differ beyond noise · "
-        f"whole run {format_seconds(totals.get('wall_s'))}"
+        f"{totals.cells_paired}/{totals.cells} cells paired across {count(len(names), 'pathway')}, "
+        f"{totals.cells_compared} compared, {totals.cells_differing} differ beyond noise · "
+        f"whole run {format_seconds(totals.wall_s)}"
     )
-    figures = m.get("figures")
-    if figures:
-        print_figures(figures, names)
-    console.print(f"[bold]verdict:[/bold] {literal(m.get('verdict', ''))}")
+    if run.figures:
+        print_figures(run.figures, names)
+    console.print(f"[bold]verdict:[/bold] {literal(run.verdict)}")
 
 
-def print_figures(figures: list[dict[str, Any]], names: list[str]) -> None:
+def print_figures(figures: Sequence[BenchFigure], names: list[str]) -> None:
     """Bench figures (steady-state medians) per pathway, for ``nbscope bench --pathway``."""
     console.print(terminal_table(figure_rows(figures, names)))
 
 
 def pathways_markdown(record: RunRecord) -> str:
     """GitHub-ready tables: pathways with their fixed costs, then cells side by side, then the verdict."""
-    m = record.measurements
+    run = PathwaysRun.parse(record.measurements)
     lines = [
         f"### nbscope pathways: `{_md(record.target)}`",
         "",
-        f"**Verdict:** {_md(m.get('verdict', ''))}",
+        f"**Verdict:** {_md(run.verdict)}",
         "",
-        *markdown_table(pathway_rows(record)),
+        *markdown_table(pathway_rows(run)),
         "",
         "Cells: wall time in each pathway, compile time in brackets.",
         "",
-        *markdown_table(cell_rows(record)),
+        *markdown_table(cell_rows(run)),
     ]
-    figures = m.get("figures")
-    if figures:
+    if run.figures:
         lines += ["", "Bench figures: steady median in each pathway, first call in brackets.", "",
-                  *markdown_table(figure_rows(figures, _names(record)))]
+                  *markdown_table(figure_rows(run.figures, run.ran))]
     return "\n".join(lines) + "\n"
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from nbscope.record.run import RunRecord
 from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
 
 
-def print_timeline(record: Any) -> None:
-    """A per-cell table of the timeline summaries of a profile record (``--timeline``)."""
-    cells = [c for c in record.measurements.get("cells", []) if c.get("timeline")]
+def print_timeline(record: RunRecord) -> None:
+    """A per-cell table of the timeline summaries of a profile record (``--timeline``).
+
+    A cell's summary is read as ``collect.timeline`` wrote it: the cell model keeps it as recorded."""
+    cells = [c for c in record.notebook_run().cells if c.timeline]
     if not cells:
         console.print("[dim]timeline: no cell was traced (only cells after the notebook's own first JAX work are)[/dim]")
         return
@@ -23,16 +24,16 @@ def print_timeline(record: Any) -> None:
     ]
     rows = []
     for cell in cells:
-        summary = cell["timeline"]
-        where = literal(cell.get("line") or "")
+        summary = cell.timeline or {}
+        where = literal(cell.line or "")
         if summary.get("classification") is None:
-            rows.append([str(cell["index"] + 1), where, "", "", "", "", "", "", "", "–",
+            rows.append([str(cell.index + 1), where, "", "", "", "", "", "", "", "–",
                          source_text(str(summary.get("skipped") or summary.get("error") or ""))])
             continue
         top = (summary.get("top_ops") or [None])[0]
         transfers, syncs = summary.get("transfers") or {}, summary.get("syncs") or {}
         rows.append([
-            str(cell["index"] + 1), where,
+            str(cell.index + 1), where,
             format_seconds(summary.get("wall_s")),
             f"{format_seconds(summary.get('device_busy_s'))} ({(summary.get('device_busy_share') or 0):.0%})",
             str(summary.get("ops")),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nbscope.analyse.versions import BisectResult, VersionsResult, target_label, verdicts_by_cell
+from nbscope.analyse.compare import CellFigures
+from nbscope.analyse.versions import BisectResult, Evidence, VariantCell, VersionsResult, target_label, verdicts_by_cell
 from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
@@ -22,21 +23,21 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _cell_name(row: dict[str, Any]) -> str:
-    return f"{row['index'] + 1}" + (f" (line {row['line']})" if row.get("line") else "")
+def _cell_name(row: VariantCell) -> str:
+    return f"{row.index + 1}" + (f" (line {row.line})" if row.line else "")
 
 
-def _wall(figures: dict[str, Any] | None) -> str:
+def _wall(figures: CellFigures | None) -> str:
     if figures is None:
         return "–"
-    text = format_seconds(figures.get("wall_s"))
-    if figures.get("status") not in ("ok", "expected-error", "skipped"):
-        text += f" {figures.get('status')}"
+    text = format_seconds(figures.wall_s)
+    if figures.status not in ("ok", "expected-error", "skipped"):
+        text += f" {figures.status}"
     return text
 
 
 def _verdicts(result: VersionsResult) -> list[dict[int, str]]:
-    return [verdicts_by_cell(g["result"]) for g in result.gates]
+    return [verdicts_by_cell(g.result) for g in result.gates]
 
 
 def _verdict(verdict: str) -> Item:
@@ -63,18 +64,18 @@ def versions_rows(result: VersionsResult) -> Rows:
     verdicts = _verdicts(result)
     rows: list[list[Any]] = []
     for row in result.cells:
-        values: list[Any] = [_cell_name(row), Item(str(row.get("first_line") or ""), code=True)]
-        for number, figures in enumerate(row["runs"]):
+        values: list[Any] = [_cell_name(row), Item(row.first_line, code=True)]
+        for number, figures in enumerate(row.runs):
             values.append(_wall(figures))
             if number < len(verdicts):
-                index = (row["runs"][number + 1] or {}).get("index")
-                values.append(_verdict(verdicts[number].get(index, "") if index is not None else ""))
+                after = row.runs[number + 1]
+                values.append(_verdict(verdicts[number].get(after.index, "") if after is not None else ""))
         rows.append(values)
     total_row: list[Any] = ["", Item("total", strong=True)]
     for number, totals in enumerate(result.totals):
-        total_row.append(Item(format_seconds(totals.get("wall_s")), strong=True))
+        total_row.append(Item(format_seconds(totals.wall_s), strong=True))
         if number < len(result.gates):
-            total_row.append(_verdict(result.gates[number]["result"].total.verdict))
+            total_row.append(_verdict(result.gates[number].result.total.verdict))
     rows.append(total_row)
     return Rows.of(columns, rows)
 
@@ -98,14 +99,14 @@ def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
     if result.differences:
         console.print("[bold]what differs between the variants' environments[/bold]")
         for row in result.differences:
-            values = " → ".join(_value(v) for v in row["values"])
-            why = f" [dim]({literal(row['why'])})[/dim]" if row.get("why") else ""
-            console.print(f"  {literal(field_name(row['field']))}: {literal(values)}{why}")
+            values = " → ".join(_value(v) for v in row.values)
+            why = f" [dim]({literal(row.why)})[/dim]" if row.why else ""
+            console.print(f"  {literal(field_name(row.field))}: {literal(values)}{why}")
     elif len(ran) > 1:
         console.print("[yellow]the variants' environments do not differ in any fingerprint field[/yellow]")
     for gate in result.gates:
-        for warning in gate["result"].warnings:
-            console.print(f"[yellow]{literal(gate['a'])} → {literal(gate['b'])}: {literal(warning)}[/yellow]")
+        for warning in gate.result.warnings:
+            console.print(f"[yellow]{literal(gate.a)} → {literal(gate.b)}: {literal(warning)}[/yellow]")
     for variant in result.failed:
         console.print(f"[red]{literal(variant.label)}: not run: {literal(variant.error)}[/red]")
     if store_path is not None and ran:
@@ -121,8 +122,8 @@ def versions_markdown(result: VersionsResult) -> str:
     if result.differences:
         lines += ["**What differs:**", ""]
         for row in result.differences:
-            values = " → ".join(_value(v) for v in row["values"])
-            lines.append(f"- `{table_cell(row['field'])}`: {plain_text(values)}" + (f" ({plain_text(row['why'])})" if row.get("why") else ""))
+            values = " → ".join(_value(v) for v in row.values)
+            lines.append(f"- `{table_cell(row.field)}`: {plain_text(values)}" + (f" ({plain_text(row.why)})" if row.why else ""))
         lines.append("")
     for variant in result.failed:
         lines.append(f"> `{table_cell(variant.label)}` not run: {plain_text(variant.error)}")
@@ -130,6 +131,7 @@ def versions_markdown(result: VersionsResult) -> str:
 
 
 def _comparison_text(comparison: dict[str, Any] | None) -> str:
+    # The gate's comparison as ``bisect --json`` prints it: ``api.versions`` keeps each step's as that document.
     if not comparison:
         return "–"
     ratio = comparison.get("ratio")
@@ -139,27 +141,27 @@ def _comparison_text(comparison: dict[str, Any] | None) -> str:
     return text
 
 
-def _evidence_lines(evidence: dict[str, Any]) -> list[str]:
-    lines = []
-    good, bad, moved = evidence.get("good") or {}, evidence.get("bad") or {}, evidence.get("moved") or {}
-    lines.append(
-        f"compile {format_seconds(good.get('compile_s'))} → {format_seconds(bad.get('compile_s'))}, "
-        f"run {format_seconds(good.get('run_s'))} → {format_seconds(bad.get('run_s'))}"
-        + (f": the {moved['mostly']['part']} time grew most ({moved['mostly']['share']:.0%} of the added wall time)"
-           if moved.get("mostly") else "")
-    )
-    counts = evidence.get("compile_counts_changed") or {}
+def _evidence_lines(evidence: Evidence | None) -> list[str]:
+    """The evidence's lines; without evidence (no slowdown found), its times and counts as unknown."""
+    good, bad = (evidence.good, evidence.bad) if evidence else (None, None)
+    moved = evidence.moved if evidence else None
+    lines = [
+        f"compile {format_seconds(good and good.compile_s)} → {format_seconds(bad and bad.compile_s)}, "
+        f"run {format_seconds(good and good.run_s)} → {format_seconds(bad and bad.run_s)}"
+        + (f": the {moved.mostly} time grew most ({moved.share:.0%} of the added wall time)"
+           if moved is not None and moved.mostly is not None and moved.share is not None else "")
+    ]
+    counts = evidence.compile_counts_changed if evidence else {}
     if counts:
         lines.append("compile counts changed: " + ", ".join(
-            f"{name.replace('_', ' ')} {v['good']} → {v['bad']}" for name, v in counts.items()))
+            f"{name.replace('_', ' ')} {good_count} → {bad_count}" for name, (good_count, bad_count) in counts.items()))
     else:
         lines.append("compile counts unchanged")
-    for finding in evidence.get("findings_appeared") or []:
-        index = finding.get("index", finding.get("cell_index"))
-        where = f" (cell {index + 1})" if isinstance(index, int) else ""
-        lines.append(f"new finding{where}: {finding['rule']}: {finding['summary']}")
-    for row in evidence.get("differences") or []:
-        lines.append(f"{row['field']}: {' → '.join(_value(v) for v in row['values'])}")
+    for finding in evidence.findings_appeared if evidence else ():
+        where = f" (cell {finding.cell_index + 1})" if finding.cell_index is not None else ""
+        lines.append(f"new finding{where}: {finding.rule}: {finding.summary}")
+    for row in evidence.differences if evidence else ():
+        lines.append(f"{row.field}: {' → '.join(_value(v) for v in row.values)}")
     return lines
 
 
@@ -199,7 +201,7 @@ def print_bisect(result: BisectResult) -> None:
         console.print(f"  against {literal(result.last_good)}: {literal(_comparison_text(result.step_slowdown))}")
     if result.note and result.first_bad:
         console.print(f"[yellow]{literal(result.note)}[/yellow]")
-    for line in _evidence_lines(result.evidence or {}):
+    for line in _evidence_lines(result.evidence):
         console.print(f"  {literal(line)}")
 
 
@@ -210,5 +212,5 @@ def bisect_markdown(result: BisectResult) -> str:
     lines.append("")
     if result.note and result.first_bad:
         lines += [f"> {plain_text(result.note)}", ""]
-    lines += [f"- {plain_text(line)}" for line in _evidence_lines(result.evidence or {})]
+    lines += [f"- {plain_text(line)}" for line in _evidence_lines(result.evidence)]
     return "\n".join(lines).rstrip() + "\n"

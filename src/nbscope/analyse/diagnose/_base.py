@@ -14,7 +14,8 @@ from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
-from nbscope.record.model import Cell, JaxFunction, NotebookRun
+from nbscope.record.machine import Machine, Settings
+from nbscope.record.model import Cell, JaxFunction, NotebookRun, Totals
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
 
@@ -203,9 +204,6 @@ def severity(seconds: float, total: float | None, *, floor: str = "low") -> str:
     return level if SEVERITIES.index(level) <= SEVERITIES.index(floor) else floor
 
 
-cell_label = cells.label
-
-
 seconds = units.seconds
 
 
@@ -269,7 +267,11 @@ RAN_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died")  # a 
 
 
 class Context:
-    """One record under diagnosis, with what the rules derive from it (computed once)."""
+    """One record under diagnosis, with what the rules derive from it (computed once).
+
+    The rules read the run typed: ``run`` (its cells, with the code that ran, and totals), ``machine`` (the
+    fingerprint), ``settings``, and ``other_cells`` (the pairing with ``other``).
+    """
 
     def __init__(
         self,
@@ -286,21 +288,33 @@ class Context:
         self.devices_file = devices_file  # the user's device file, when not the default one
         self.threshold_overrides = {rule: dict(values) for rule, values in (thresholds or {}).items()}
         self.sources, self.sources_note = load_sources(record)
-        self.cells: list[dict[str, Any]] = list(record.measurements.get("cells") or [])
-        # The same cells typed (rules move to it one by one; ``cells`` is the recorded JSON).
         self.run: NotebookRun = record.notebook_run()
-        self.totals: dict[str, Any] = dict(record.measurements.get("totals") or {})
+        self.totals: Totals = self.run.totals
 
     def limits(self, rule: str, defaults: Mapping[str, float]) -> dict[str, float]:
         """A rule's thresholds: its defaults, with the values the caller passed for that rule."""
         return {**defaults, **self.threshold_overrides.get(rule, {})}
 
+    @cached_property
+    def machine(self) -> Machine:
+        """The machine the run ran on (its fingerprint)."""
+        return self.record.machine()
+
+    @cached_property
+    def settings(self) -> Settings:
+        """How the run was asked to run."""
+        return self.record.run_settings()
+
     @property
     def total_wall(self) -> float:
-        wall = self.totals.get("wall_s")
-        if isinstance(wall, (int, float)):
-            return float(wall)
-        return sum(c.get("wall_s") or 0.0 for c in self.cells)
+        if self.totals.wall_s is not None:
+            return self.totals.wall_s
+        return sum(c.wall_s or 0.0 for c in self.run.cells)
+
+    @cached_property
+    def numba_compile_s(self) -> float:
+        """Numba's compile seconds over the run: the cells' own, added in order as the record's totals are."""
+        return sum(c.numba.compile_s for c in self.run.cells if c.numba is not None)
 
     @cached_property
     def platform(self) -> dict[str, Any]:
@@ -316,19 +330,14 @@ class Context:
     def x64(self) -> dict[str, Any]:
         return compare_module.x64_of(self.record)
 
-    def source(self, cell: Mapping[str, Any] | Cell) -> str | None:
-        key = cell.source_hash if isinstance(cell, Cell) else cell.get("source_hash")
-        return self.sources.get(str(key))
+    def source(self, cell: Cell) -> str | None:
+        """The code the cell ran, when known (trusted: its text matches the cell's source hash)."""
+        return self.sources.get(cell.source_hash)
 
     @cached_property
     def sources_by_index(self) -> dict[int, str]:
         """Code-cell index -> source, for the cells whose source is known."""
-        by_index = {}
-        for cell in self.cells:
-            text = self.source(cell)
-            if text is not None:
-                by_index[int(cell["index"])] = text
-        return by_index
+        return {cell.index: text for cell in self.run.cells if (text := self.source(cell)) is not None}
 
     @cached_property
     def code(self) -> _source.NotebookCode:
@@ -370,11 +379,8 @@ class Context:
     def missing_sources(self) -> str:
         return self.sources_note or "cell sources unavailable"
 
-    def cell(self, index: int) -> dict[str, Any] | None:
-        for cell in self.cells:
-            if cell.get("index") == index:
-                return cell
-        return None
+    def cell(self, index: int) -> Cell | None:
+        return self.run.cell(index)
 
     @cached_property
     def functions(self) -> dict[str, FunctionStats]:
@@ -387,19 +393,23 @@ class Context:
         return stats
 
     @cached_property
-    def other_cells(self) -> dict[int, dict[str, Any]]:
-        """This record's cell index -> the paired cell of ``other``."""
-        if self.other is None:
+    def other_run(self) -> NotebookRun | None:
+        """The other run's cells and totals, typed (None without ``other``)."""
+        return self.other.notebook_run() if self.other is not None else None
+
+    @cached_property
+    def other_cells(self) -> dict[int, Cell]:
+        """This record's cell index -> the paired cell of ``other`` (paired by the code that ran; a cell of an
+        older record that carries no code is compared by the sources found for it)."""
+        if self.other_run is None:
             return {}
-        pairs = compare_module.pair_cells(self.cells, self.other.measurements.get("cells") or [], sources=self.sources)
-        return {int(p.a["index"]): p.b for p in pairs if p.a is not None and p.b is not None}
+        pairs = cells.pair_cells(self.run.cells, self.other_run.cells, sources=self.sources)
+        return {pair.a.index: pair.b for pair in pairs if pair.a is not None and pair.b is not None}
 
     @cached_property
     def other_platform(self) -> dict[str, Any] | None:
         return compare_module.platform_of(self.other) if self.other is not None else None
 
-    def ran(self, cell: Mapping[str, Any] | Cell) -> bool:
+    def ran(self, cell: Cell) -> bool:
         """The cell ran (whatever its end) and has a wall time."""
-        if isinstance(cell, Cell):
-            return cell.status in RAN_STATUSES and cell.wall_s is not None
-        return cell.get("status") in RAN_STATUSES and isinstance(cell.get("wall_s"), (int, float))
+        return cell.status in RAN_STATUSES and cell.wall_s is not None

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+from nbscope.record.model import Cell
 
 NAME = "cold-cache"
 THRESHOLDS = {
@@ -16,43 +17,47 @@ THRESHOLDS = {
 }
 
 
-def _backend_s(cells: list[dict[str, Any]]) -> float:
-    return sum(float((c.get("jax") or {}).get("backend_s") or 0.0) for c in cells)
+def _backend_s(cells: Sequence[Cell]) -> float:
+    return sum(c.jax.backend_s if c.jax else 0.0 for c in cells)
 
 
 def nbscope_cache(ctx: Context) -> str | None:
     """How nbscope set the persistent compile cache for this run ("--jax-cache warm"), or None when it did not:
     a fix must not ask the reader to set what the run already had."""
-    setting = (ctx.record.settings or {}).get("jax_cache")
-    if not setting or setting == "off" or ctx.totals.get("cache_state") in (None, "off"):
+    setting = ctx.settings.jax_cache
+    if setting == "off" or ctx.totals.cache_state in (None, "off"):
         return None
     return f"--jax-cache {setting}"
 
 
+def _cache_setting(ctx: Context) -> str | None:
+    """``--jax-cache`` as the run had it; None for a traced command, which sets up its own cache."""
+    return None if ctx.settings.pathway == "trace" else ctx.settings.jax_cache
+
+
 def _jax(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
-    state = ctx.totals.get("cache_state")
-    backend = _backend_s(ctx.cells)
+    state = ctx.totals.cache_state
+    backend = _backend_s(ctx.run.cells)
     wall = ctx.total_wall
     if state not in ("off", "cold") or backend < limit["min_backend_s"] or (wall and backend / wall < limit["min_share"]):
         return
     evidence: dict[str, Any] = {
         "cache_state": state,
-        "jax_cache_setting": (ctx.record.settings or {}).get("jax_cache"),
+        "jax_cache_setting": _cache_setting(ctx),
         "backend_compile_s": round(backend, 4),
-        "compile_s": ctx.totals.get("compile_s"),
-        "compiles": ctx.totals.get("compiles"),
-        "cache_hits": ctx.totals.get("cache_hits"),
+        "compile_s": ctx.totals.compile_s,
+        "compiles": ctx.totals.compiles,
+        "cache_hits": ctx.totals.cache_hits,
     }
-    other = ctx.other
-    other_totals = (other.measurements.get("totals") or {}) if other is not None else {}
-    if other is not None and other.target == ctx.record.target and other_totals.get("cache_state") == "warm":
-        other_backend = _backend_s(other.measurements.get("cells") or [])
+    other, warm = ctx.other, ctx.other_run
+    if other is not None and warm is not None and other.target == ctx.record.target and warm.totals.cache_state == "warm":
+        other_backend = _backend_s(warm.cells)
         saved = backend - other_backend
         evidence.update(
             warm_run=other.run_id,
             warm_backend_compile_s=round(other_backend, 4),
-            warm_cache_hits=other_totals.get("cache_hits"),
+            warm_cache_hits=warm.totals.cache_hits,
             saving_s=round(saved, 4),
             saving_is="measured: this run minus the warm run",
             seconds_at_stake=round(max(saved, 0.0), 4),
@@ -75,7 +80,7 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         severity=severity(evidence["seconds_at_stake"], wall),
         confidence=confidence,
         evidence=evidence,
-        summary=f"{ctx.totals.get('compiles')} compiles with the persistent cache {state}: {saving}",
+        summary=f"{ctx.totals.compiles} compiles with the persistent cache {state}: {saving}",
         highlights=[("backend compile", f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend)),
                     ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}")],
         **_advice(ctx, state),
@@ -110,7 +115,7 @@ def _advice(ctx: Context, state: str) -> dict[str, str]:
 
 def _numba(ctx: Context) -> Iterator[Outcome]:
     min_numba_s = ctx.limits(NAME, THRESHOLDS)["min_numba_s"]
-    numba_s = float(ctx.totals.get("numba_compile_s") or 0.0)
+    numba_s = ctx.numba_compile_s
     if numba_s < min_numba_s:
         return
     compiled: dict[str, float] = {}

@@ -80,7 +80,7 @@ def _persist(ctx: Context) -> tuple[str, str]:
     if used is None:
         return ("keep compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` "
                 "measures the gain)", "set JAX_COMPILATION_CACHE_DIR")
-    if ctx.totals.get("cache_state") == "cold":
+    if ctx.totals.cache_state == "cold":
         return (f"this run's persistent cache ({used}) started empty and now holds these programs: a run with "
                 "`--jax-cache warm` reads them back (where the notebook runs without nbscope, set "
                 "JAX_COMPILATION_CACHE_DIR there)", "run again with `--jax-cache warm`")
@@ -183,9 +183,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             highlights=highlights,
             action=action,
         )
-    total_compile = ctx.totals.get("compile_s")
+    total_compile = ctx.totals.compile_s
     wall = ctx.total_wall
-    if isinstance(total_compile, (int, float)) and wall > 0:
+    if total_compile is not None and wall > 0:
         share = total_compile / wall
         # A notebook whose compiles are spread thin over many cells: no single cell was flagged for most of it.
         if total_compile >= limit["notebook_min_s"] and share >= limit["notebook_share"] and flagged < 0.5 * total_compile:
@@ -199,12 +199,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                     "wall_s": round(wall, 4),
                     "compile_s": round(total_compile, 4),
                     "compile_share": round(share, 3),
-                    "compiles": ctx.totals.get("compiles"),
-                    "numba_compiles": ctx.totals.get("numba_compiles"),
+                    "compiles": ctx.totals.compiles,
+                    "numba_compiles": ctx.totals.numba_compiles,
                     "seconds_at_stake": round(total_compile - flagged, 4),
                 },
                 summary=f"the notebook spends {seconds(total_compile)} of {seconds(wall)} ({share:.0%}) compiling, spread over many cells",
-                highlights=[("compiles", f"{ctx.totals.get('compiles')} JAX, {ctx.totals.get('numba_compiles') or 0} Numba"),
+                highlights=[("compiles", f"{ctx.totals.compiles} JAX, {ctx.totals.numba_compiles} Numba"),
                             ("in flagged cells", seconds(flagged))],
                 **_notebook_advice(ctx),
             )

@@ -24,19 +24,18 @@ def _gib(value: float) -> str:
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
-    devices = (ctx.record.fingerprint.get("gpu") or {}).get("devices")
-    if not isinstance(devices, list) or not devices:
+    device = ctx.machine.gpu  # JAX's default device when it runs on a GPU
+    if device is None:
         return  # no GPU: nothing to contend for
     if ctx.platform["platform"] != "gpu":
         return  # JAX ran on the CPU; the GPU was not used by this notebook
-    device = devices[0]
-    total = device.get("memory_total_bytes")
-    if not isinstance(total, int) or total <= 0:
-        yield Skip(NAME, f"GPU memory size not recorded for {device.get('name')}")
+    total = device.memory_total_bytes
+    if total is None or total <= 0:
+        yield Skip(NAME, f"GPU memory size not recorded for {device.name}")
         return
-    env = {**(ctx.record.fingerprint.get("environment") or {}), **((ctx.record.settings or {}).get("env") or {})}
+    env = ctx.settings.environment(ctx.machine)
     allocator = {k: env[k] for k in ALLOCATOR_VARIABLES if k in env}
-    others = device.get("memory_used_bytes") if isinstance(device.get("memory_used_bytes"), int) else None
+    others = device.memory_used_bytes
     used = [(cell, cell.gpu_memory["after_bytes"]) for cell in ctx.run.cells
             if isinstance(cell.gpu_memory.get("after_bytes"), int)]
     oom = [c for c in ctx.run.cells if c.error and any(m in c.error.message + c.error.name for m in OOM_MARKERS)]
@@ -45,7 +44,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         return
     peak_cell, peak = max(used, key=lambda item: item[1]) if used else (None, 0)
     evidence: dict[str, Any] = {
-        "device": device.get("name"),
+        "device": device.name,
         "memory_total_bytes": total,
         "kernel_peak_bytes": peak,
         "kernel_peak_share": round(peak / total, 3),
@@ -63,9 +62,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Finding(
             rule=NAME, title="GPU out of memory", cell_index=oom[0].index, severity="high", confidence=0.95,
             evidence=evidence,
-            summary=f"{where} ran out of GPU memory on the {device.get('name')}"
+            summary=f"{where} ran out of GPU memory on the {device.name}"
             + (f" with {_gib(others)} already used by other processes" if crowded else ""),
-            highlights=[("device", f"{device.get('name')}, {_gib(total)}"),
+            highlights=[("device", f"{device.name}, {_gib(total)}"),
                         ("others at start", _gib(others) if others is not None else "not recorded")],
             action="one JAX notebook per GPU, or XLA_PYTHON_CLIENT_MEM_FRACTION per process",
             fix="Run one JAX notebook per GPU at a time, or give each process a share: "
@@ -86,7 +85,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             severity="high" if full else "medium",
             confidence=0.9,
             evidence=evidence,
-            summary=f"on the {device.get('name')}, " + "; ".join(problem),
+            summary=f"on the {device.name}, " + "; ".join(problem),
             highlights=[("kernel peak", f"{_gib(peak)} of {_gib(total)} ({peak / total:.0%})"),
                         ("others at start", _gib(others) if others is not None else "not recorded"),
                         ("allocator settings", ", ".join(f"{k}={v}" for k, v in allocator.items()) or "none")],

@@ -241,8 +241,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if not functions:
             continue
         paired = ctx.other_cells.get(cell.index) if other_platform == "cpu" else None
-        other_wall = (paired or {}).get("wall_s")
-        if isinstance(other_wall, (int, float)) and other_wall >= 0:
+        other_wall = paired.wall_s if paired is not None else None
+        if other_wall is not None and other_wall >= 0:
             ratio = wall / other_wall if other_wall > 0 else float("inf")
             if ratio >= limit["min_ratio"] and wall - other_wall >= limit["min_delta_s"]:
                 at_stake = wall - other_wall

@@ -21,13 +21,14 @@ from __future__ import annotations
 import ast
 import statistics
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nbscope import _units as units
 from nbscope.analyse.diagnose import _bindings, _source
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, cell_label, severity
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
+from nbscope.record.model import Cell
 
 NAME = "slow-first-call"
 THRESHOLDS = {
@@ -41,10 +42,10 @@ _ARRAY_ROOTS = ("np", "numpy", "jnp", "onp", "rng", "random", "jax")
 _SILENT = ("print", "display")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Pair:
-    first: dict[str, Any]
-    repeat: dict[str, Any]
+    first: Cell
+    repeat: Cell
     how: str  # why the two cells run the same call with the same shapes
     other_work: tuple[str, ...] = ()  # statements of the first cell, beside the call, that also do work
 
@@ -78,41 +79,49 @@ def _bound(tree: ast.Module | None) -> set[str]:
     return _bindings._bound_names(tree) if tree is not None else set()
 
 
-def _user_compiled(cell: Mapping[str, Any]) -> set[str]:
-    return {str(f.get("name")) for f in (cell.get("jax") or {}).get("functions") or []
-            if f.get("kind") == "user" and int(f.get("count") or 0) > int(f.get("cache_hits") or 0)}
+def _user_compiled(cell: Cell) -> set[str]:
+    """The notebook's own JAX functions the cell really compiled (persistent-cache hits aside)."""
+    return {f.name for f in (cell.jax.functions if cell.jax else ()) if f.kind == "user" and f.count > f.cache_hits}
 
 
-def _compiles(cell: Mapping[str, Any]) -> int:
-    return int((cell.get("jax") or {}).get("compiles") or 0) + int((cell.get("numba") or {}).get("compiles") or 0)
+def _compiles(cell: Cell) -> int:
+    return (cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0)
 
 
-def _recompiled(cell: Mapping[str, Any], called: set[str]) -> bool:
+def _recompiled(cell: Cell, called: set[str]) -> bool:
     """The cell compiled one of the functions it calls again (new shapes or dtypes: not a repeat), or Numba
     compiled (new types). Eager and library compiles elsewhere in the cell leave the call the same; its
     compile time is taken out of both sides anyway."""
-    if int((cell.get("numba") or {}).get("compiles") or 0):
+    if cell.numba is not None and cell.numba.compiles:
         return True
     return bool(_user_compiled(cell) & called)
+
+
+def _ran_to_its_end(ctx: Context) -> list[Cell]:
+    """The cells that finished without error and have a wall time: the only ones whose times compare."""
+    return [c for c in ctx.run.cells if c.status == "ok" and c.wall_s is not None]
+
+
+def _cost(cell: Cell) -> float:
+    """A cell's wall time without its compiles."""
+    return (cell.wall_s or 0.0) - (cell.compile_s or 0.0)
 
 
 def _pairs(ctx: Context) -> list[_Pair]:
     """Each first call with its fastest repeat in the same kernel."""
     trees = ctx.bindings.trees
-    ran = [c for c in ctx.cells if c.get("status") == "ok" and isinstance(c.get("wall_s"), (int, float))]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for cell in ran:
-        key = _work_key(trees.get(int(cell["index"])))
+    groups: dict[tuple[str, ...], list[Cell]] = {}
+    for cell in _ran_to_its_end(ctx):
+        key = _work_key(trees.get(cell.index))
         if key:
             groups.setdefault(key, []).append(cell)
     pairs = []
     for cells in groups.values():
         first, later = cells[0], cells[1:]
-        index = int(first["index"])
         compiled = _user_compiled(first)
         candidates = []
         for repeat in later:
-            tree = trees[int(repeat["index"])]
+            tree = trees[repeat.index]
             calls = {_source.dotted(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
             if _recompiled(repeat, calls | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
@@ -120,11 +129,11 @@ def _pairs(ctx: Context) -> list[_Pair]:
                 candidates.append((repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes"))
                 continue
             read = _read_names(tree)
-            between = set().union(*(_bound(trees.get(i)) for i in range(index, int(repeat["index"]) + 1)))
+            between = set().union(*(_bound(trees.get(i)) for i in range(first.index, repeat.index + 1)))
             if not read & between:
                 candidates.append((repeat, "the same statements on the same names, not rebound in between"))
         if candidates:
-            repeat, how = min(candidates, key=lambda item: float(item[0]["wall_s"]) - float(item[0].get("compile_s") or 0.0))
+            repeat, how = min(candidates, key=lambda item: _cost(item[0]))
             pairs.append(_Pair(first, repeat, how))
     return pairs
 
@@ -188,18 +197,17 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
     the notebook's function ``f`` with the same arguments as an earlier cell, compiles nothing, and reads
     no name rebound after the earlier call, repeats it with the same shapes."""
     trees = ctx.bindings.trees
-    ran = [c for c in ctx.cells if c.get("status") == "ok" and isinstance(c.get("wall_s"), (int, float))]
-    calls = {int(c["index"]): _calls_run(ctx, int(c["index"]), trees[int(c["index"])])
-             for c in ran if int(c["index"]) in trees}
+    ran = _ran_to_its_end(ctx)
+    calls = {c.index: _calls_run(ctx, c.index, trees[c.index]) for c in ran if c.index in trees}
     pairs = []
     for position, first in enumerate(ran):
-        index = int(first["index"])
+        index = first.index
         if index in taken or not calls.get(index):
             continue
         compiled = _user_compiled(first)
-        best: tuple[float, dict[str, Any], str, ast.Call] | None = None
+        best: tuple[float, Cell, str, ast.Call] | None = None
         for repeat in ran[position + 1:]:
-            later = int(repeat["index"])
+            later = repeat.index
             shared = sorted(set(calls.get(index, {})) & set(calls.get(later, {})))
             called = {key.split("(")[0] for key in shared}
             if not shared or _recompiled(repeat, called | compiled):
@@ -218,7 +226,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
                     continue
                 else:
                     how = f"the same call, {key.split('(')[0]}(…) on names not rebound in between"
-                cost = float(repeat["wall_s"]) - float(repeat.get("compile_s") or 0.0)
+                cost = _cost(repeat)
                 if best is None or cost < best[0]:
                     best = (cost, repeat, how, calls[index][key])
                 break
@@ -228,9 +236,9 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
     return pairs
 
 
-def _growth(cell: Mapping[str, Any]) -> int | None:
-    rss = cell.get("rss") or {}
-    before, after = units.number(rss.get("before_bytes")), units.number(rss.get("after_bytes"))
+def _growth(cell: Cell) -> int | None:
+    """How much the kernel's resident memory grew during the cell, when both ends were measured."""
+    before, after = units.number(cell.rss.get("before_bytes")), units.number(cell.rss.get("after_bytes"))
     return int(after - before) if before is not None and after is not None else None
 
 
@@ -259,10 +267,10 @@ def _allocations(ctx: Context, index: int) -> list[str]:
             for (text, where), count in list(found.items())[:3]]
 
 
-def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[dict[str, Any]]:
     """Evidence for the likely causes of a slow first call in a kernel, strongest first."""
     limit = ctx.limits(NAME, THRESHOLDS)
-    index = int(first["index"])
+    index = first.index
     causes: list[dict[str, Any]] = []
     grew, grew_again = _growth(first), _growth(repeat)
     if grew is not None and grew >= limit["min_growth_bytes"] and (grew_again is None or grew_again < grew / 2):
@@ -274,7 +282,7 @@ def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -
                         + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
             "memory_growth_bytes": grew, "repeat_growth_bytes": grew_again, "allocations": allocations,
         })
-    earlier = set().union(*(ctx.code.calls_by_cell.get(int(c["index"]), set()) for c in ctx.cells if int(c["index"]) < index))
+    earlier = set().union(*(ctx.code.calls_by_cell.get(c.index, set()) for c in ctx.run.cells if c.index < index))
     calls = ctx.code.calls_by_cell.get(index, set())
     parallel = sorted(n for n in calls - earlier if (ctx.code.numba_function_at(n, index) or {}).get("parallel"))
     if parallel:
@@ -286,12 +294,18 @@ def _causes(ctx: Context, first: Mapping[str, Any], repeat: Mapping[str, Any]) -
     if fresh:
         causes.append({"cause": "lazy imports", "evidence": f"the notebook's first call into {', '.join(fresh)}: modules it "
                                                             "imports on first use load here"})
-    jax = first.get("jax") or {}
-    hits = int(jax.get("cache_hits") or 0)
+    hits = first.jax.cache_hits if first.jax else 0
     if hits:
         causes.append({"cause": "persistent-cache reads", "evidence": f"{hits} programs read from the JAX persistent cache "
-                                                                      f"({units.seconds(jax.get('cache_retrieval_s'))} retrieving)"})
+                                                                      f"({units.seconds(_cache_retrieval_s(ctx, index))} retrieving)"})
     return causes
+
+
+def _cache_retrieval_s(ctx: Context, index: int) -> Any:
+    """The seconds a cell spent reading programs from the JAX persistent cache, as recorded. The typed cell
+    (``record.model.JaxFigures``) does not carry this figure yet, so it is read from the cell's document."""
+    document = next((c for c in ctx.record.measurements.get("cells") or [] if c.get("index") == index), {})
+    return (document.get("jax") or {}).get("cache_retrieval_s")
 
 
 _FIXES = {
@@ -303,11 +317,11 @@ _FIXES = {
 }
 
 
-def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: float, compared: str, how: str,
+def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compared: str, how: str,
              causes: list[dict[str, Any]], extra: dict[str, Any], *, subject: str = "first call",
              other_work: tuple[str, ...] = ()) -> Finding:
     """``compared``: "its repeat in cell 4" or "the median of 2 later runs"."""
-    compile_s = float(first.get("compile_s") or 0.0)
+    compile_s = first.compile_s or 0.0
     gap = first_s - repeat_s
     ratio = first_s / repeat_s if repeat_s > 0 else float("inf")
     lead = causes[0] if causes else None
@@ -332,7 +346,7 @@ def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: f
     return Finding(
         rule=NAME,
         title="Slow first call (not compile)",
-        cell_index=int(first["index"]),
+        cell_index=first.index,
         severity=severity(gap, ctx.total_wall),
         confidence=(0.8 if causes else 0.6) - (0.2 if other_work else 0.0),
         evidence={
@@ -349,8 +363,8 @@ def _finding(ctx: Context, first: Mapping[str, Any], first_s: float, repeat_s: f
     )
 
 
-def _beyond_compile(wall: Any, compile_s: Any) -> float:
-    return max(0.0, float(wall or 0.0) - float(compile_s or 0.0))
+def _beyond_compile(wall: float | None, compile_s: float | None) -> float:
+    return max(0.0, (wall or 0.0) - (compile_s or 0.0))
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
@@ -358,23 +372,24 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     flagged: set[int] = set()
     if ctx.has_sources:
         whole = _pairs(ctx)
-        for pair in [*whole, *_call_pairs(ctx, {int(p.first["index"]) for p in whole})]:
-            first_s = _beyond_compile(pair.first["wall_s"], pair.first.get("compile_s"))
-            repeat_s = _beyond_compile(pair.repeat["wall_s"], pair.repeat.get("compile_s"))
+        for pair in [*whole, *_call_pairs(ctx, {p.first.index for p in whole})]:
+            first_s = _beyond_compile(pair.first.wall_s, pair.first.compile_s)
+            repeat_s = _beyond_compile(pair.repeat.wall_s, pair.repeat.compile_s)
             if first_s - repeat_s < limit["min_gap_s"] or first_s < limit["min_ratio"] * repeat_s:
                 continue
-            flagged.add(int(pair.first["index"]))
-            yield _finding(ctx, pair.first, first_s, repeat_s, f"its repeat in {cell_label(pair.repeat)}", pair.how,
-                           _causes(ctx, pair.first, pair.repeat), {"repeat_cell": int(pair.repeat["index"])},
+            flagged.add(pair.first.index)
+            yield _finding(ctx, pair.first, first_s, repeat_s, f"its repeat in {pair.repeat.label}", pair.how,
+                           _causes(ctx, pair.first, pair.repeat), {"repeat_cell": pair.repeat.index},
                            other_work=pair.other_work)
-    elif any(_compiles(c) for c in ctx.cells):
+    elif any(_compiles(c) for c in ctx.run.cells):
         yield Skip(NAME, f"needs the cell sources to find cells that repeat a call: {ctx.missing_sources()}")
-    for cell in ctx.cells:  # --repeat: the same cell in later, fresh kernels
-        samples = cell.get("samples") or {}
-        walls, compiles = samples.get("wall_s") or [], samples.get("compile_s") or []
-        if len(walls) < 2 or len(compiles) != len(walls) or int(cell["index"]) in flagged:
+    for cell in ctx.run.cells:  # --repeat: the same cell in later, fresh kernels
+        if cell.samples is None:
             continue
-        if any(status != "ok" for status in samples.get("status") or []):
+        walls, compiles = list(cell.samples.wall_s), list(cell.samples.compile_s)
+        if len(walls) < 2 or len(compiles) != len(walls) or cell.index in flagged:
+            continue
+        if any(status != "ok" for status in cell.samples.status):
             continue
         first_s = _beyond_compile(walls[0], compiles[0])
         later = statistics.median(_beyond_compile(w, c) for w, c in zip(walls[1:], compiles[1:], strict=True))
@@ -382,7 +397,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             continue
         # Each run is a fresh kernel: what only the first run paid (thread pools, imports and memory are paid by
         # every kernel) was found done by the later ones, outside the kernel.
-        first = dict(cell, wall_s=walls[0], compile_s=compiles[0])
+        first = replace(cell, wall_s=walls[0], compile_s=compiles[0])
         causes = [{"cause": "state outside the kernel",
                    "evidence": f"only the first of {len(walls)} runs, each in a fresh kernel, was slow: files the cell reads "
                                "or writes, the OS page cache or a persistent cache differ between runs"}]

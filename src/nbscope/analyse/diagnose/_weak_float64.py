@@ -97,22 +97,23 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         return
     if ctx.platform["platform"] != "gpu":
         return
-    devices = (ctx.record.fingerprint.get("gpu") or {}).get("devices")
-    if not isinstance(devices, list) or not devices:
-        yield Skip(NAME, f"JAX ran on a GPU but the fingerprint lists no GPU devices ({devices})")
+    machine = ctx.record.machine()
+    device = machine.gpu  # JAX's default device is the first visible one
+    if device is None:
+        yield Skip(NAME, "JAX ran on a GPU but the fingerprint lists no GPU devices "
+                         f"({machine.gpus_absent or 'an empty list'})")
         return
-    device = devices[0]  # JAX's default device is the first visible one
-    fp64 = device.get("fp64_class") or {}
-    if fp64.get("value") is None:
-        yield Skip(NAME, f"float64 class of {device.get('name')} unknown: {fp64.get('reason', 'not in the table')}")
+    fp64 = device.fp64
+    if fp64.value is None:
+        yield Skip(NAME, f"float64 class of {device.name} unknown: {fp64.reason or 'not in the table'}")
         return
-    if not fp64.get("weak"):
+    if not fp64.weak:
         return
     x64 = ctx.x64
     source_cells = ctx.code.x64_cells if ctx.has_sources else []
     if x64["x64"] is not True and not source_cells:
         if x64["x64"] is None:
-            yield Skip(NAME, f"{device.get('name')} has weak float64 ({fp64.get('ratio')}) but the run records no dtype "
+            yield Skip(NAME, f"{device.name} has weak float64 ({fp64.ratio}) but the run records no dtype "
                              f"evidence ({x64['source']})")
         return
     float64_cells = list(x64.get("cells") or [])
@@ -130,8 +131,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     ratios = {}
     for cell in cells:
         paired = ctx.other_cells.get(cell.index)
-        if paired and isinstance(paired.get("wall_s"), (int, float)) and paired["wall_s"] > 0:
-            ratios[str(cell.index)] = round((cell.wall_s or 0.0) / paired["wall_s"], 2)
+        if paired is not None and paired.wall_s is not None and paired.wall_s > 0:
+            ratios[str(cell.index)] = round((cell.wall_s or 0.0) / paired.wall_s, 2)
     confidence = 0.9 if float64_cells else 0.7
     switch = f" (turned on in cell {source_cells[0] + 1})" if source_cells else ""
     yield Finding(
@@ -141,9 +142,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         severity=severity(at_stake, ctx.total_wall, floor="medium"),
         confidence=confidence,
         evidence={
-            "device": device.get("name"),
-            "compute_capability": device.get("compute_capability"),
-            "fp64_ratio": fp64.get("ratio"),
+            "device": device.name,
+            "compute_capability": device.compute_capability,
+            "fp64_ratio": fp64.ratio,
             "x64": x64["x64"] if x64["x64"] is not None else bool(source_cells),
             "x64_source": x64["source"] if x64["x64"] else "jax_enable_x64 in the notebook source",
             "x64_set_in_cells": source_cells,
@@ -155,7 +156,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             "seconds_at_stake": round(at_stake, 4),
         },
         summary=(
-            f"float64 work on a {device.get('name')}, whose float64 rate is {fp64.get('ratio')} of float32{switch}: "
+            f"float64 work on a {device.name}, whose float64 rate is {fp64.ratio} of float32{switch}: "
             f"{len(affected)} cell(s), {seconds(at_stake)} of run time"
         ),
         fix=(

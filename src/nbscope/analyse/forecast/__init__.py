@@ -27,9 +27,11 @@ from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
-from nbscope.analyse.forecast.model import Term, program_terms, transfer_term
-from nbscope.analyse.forecastable import RECORDED_BY, uses_jax
-from nbscope.record.cells import FAILURE_WORDS, failure_text
+from nbscope.analyse.forecast.model import LoopSeen, Term, program_terms, transfer_term
+from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
+from nbscope.record.cells import FAILURE_WORDS
+from nbscope.record.model import Cell, NotebookRun
+from nbscope.record.programs import Execution, Program
 from nbscope.record.sources import load_sources, naming
 
 FORECAST_VERSION = 1
@@ -42,25 +44,22 @@ CPU_DEVICE = 'jax.devices("cpu")[0]'
 
 @dataclass
 class _Cell:
-    record: dict[str, Any]
+    cell: Cell
     wall: float
     compile_s: float
     host_s: float
-    executions: list[dict[str, Any]]
+    executions: tuple[Execution, ...]
     unattributed_s: float = 0.0  # JAX time the trace did not attribute to a known program
     unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
 
 
-def _jax_compile(cell: dict[str, Any]) -> float:
-    jax = cell.get("jax") or {}
-    return sum(float(jax.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
-
-
-def check_record(record: Any, run_label: str) -> None:
-    """Refuse a run the forecast cannot read, with the command that records what it needs."""
+def check_record(record: Any, run_label: str, run: NotebookRun | None = None) -> None:
+    """Refuse a run the forecast cannot read, with the command that records what it needs (``run``: the
+    record's typed run, when the caller has it)."""
     if record.kind not in ("profile", "trace"):
         raise NbscopeError(f"{run_label} is a {record.kind} run: forecast reads a notebook profile ({RECORDED_BY})")
-    if uses_jax(record) and not record.measurements.get("programs"):
+    run = run or record.notebook_run()
+    if runs_jax(run) and run.program_data is None:
         raise NbscopeError(
             f"{run_label} was recorded without program data, which the forecast needs: profile the notebook "
             f"with `{RECORDED_BY}` (or `--programs`)"
@@ -85,22 +84,23 @@ def forecast(
     label = run_label or (f"run {record.run_id}" if record.run_id is not None else "the run")
     table = table or load_table(devices_file)
     devices = resolve(table, gpus)
-    check_record(record, label)
-    measurements = record.measurements
-    programs = (measurements.get("programs") or {}).get("programs") or {}
+    run = record.notebook_run()
+    check_record(record, label, run)
+    data = run.program_data
+    programs = data.programs if data is not None else {}
     record = naming(naming(record, sources), notebook_path)
-    sources = _notebook_sources(record)
-    cells = [_measured(c) for c in measurements.get("cells") or []]
+    sources = _notebook_sources(record, run)
+    cells = [_measured(c) for c in run.cells]
     ran = [c for c in cells if c is not None]
-    failed = [f for f in (not_forecast(c) for c in measurements.get("cells") or []) if f is not None]
+    failed = [f for f in (not_forecast(c) for c in run.cells) if f is not None]
     rates = cpu_rates(ran, programs)
     placement = placement_module.read(sources)
-    cell_lines = {c.get("index"): c.get("line") for c in measurements.get("cells") or []}
-    has_jax = uses_jax(record)
+    cell_lines = {c.index: c.line for c in run.cells}
+    has_jax = runs_jax(run)
     result: dict[str, Any] = {
         "version": FORECAST_VERSION,
         "run": {"id": record.run_id, "target": record.target, "started_at": record.started_at,
-                "digest": record.digest, "cpu": ((record.fingerprint.get("cpu") or {}).get("model"))},
+                "digest": record.digest, "cpu": record.machine().cpu.model},
         "has_jax": has_jax,
         "devices": [d.as_dict() for d in devices],
         "model": {k: v.as_dict() for k, v in table.model.items()},
@@ -110,7 +110,7 @@ def forecast(
         "cpu_rates": rates,
         "placement": placement.as_dict(cell_lines),
         "notebook": {},
-        "notes": list((measurements.get("programs") or {}).get("notes") or []),
+        "notes": list(data.notes) if data is not None else [],
     }
     if placement.platform is not None:
         result["notes"].append(
@@ -130,108 +130,112 @@ def forecast(
                                                       _pins(cell, programs, placement, cell_lines))
         result["cells"].append(entry)
     for device in devices:
-        result["notebook"][device.key] = _notebook(result["cells"], device, programs, sources, has_jax)
+        result["notebook"][device.key] = _notebook(result["cells"], device, sources, has_jax)
         result["notebook"][device.key]["not_forecast"] = [f["index"] for f in failed]
     return result
 
 
 # ---- cells ---------------------------------------------------------------------------------------
 
-def _measured(cell: dict[str, Any]) -> _Cell | None:
-    wall = cell.get("wall_s")
+def _measured(cell: Cell) -> _Cell | None:
+    wall = cell.wall_s
     # A cell that raised, died, timed out or was interrupted is not forecast (:func:`not_forecast`).
-    if not isinstance(wall, (int, float)) or cell.get("status") in ("not-run", "skipped", *FAILURE_WORDS):
+    if wall is None or cell.status in ("not-run", "skipped", *FAILURE_WORDS):
         return None
-    compile_s = _jax_compile(cell)
-    data = cell.get("programs") or {}
-    executions = [e for e in data.get("executions") or [] if e.get("program")]
-    busy = data.get("cpu_busy_s")
-    if not isinstance(busy, (int, float)):
-        busy = sum(float(e.get("cpu_s") or 0.0) for e in executions)
-    busy = float(busy)  # a trace cut short was extrapolated to the whole cell when it was read
-    xla = data.get("xla_busy_s")
-    unattributed = max(0.0, float(xla) - busy) if isinstance(xla, (int, float)) else 0.0
-    transfers = data.get("transfers") or {}
-    copies = float(transfers.get("cpu_s") or 0.0)  # replaced by the forecast's own transfer term
-    rest = max(0.0, float(wall) - compile_s)
+    compile_s = cell.jax.compile_s if cell.jax is not None else 0.0  # JAX's; Numba's is host work here
+    data = cell.programs
+    executions = data.executions if data is not None else ()
+    # A trace cut short was extrapolated to the whole cell when it was read.
+    busy = data.cpu_busy_s if data is not None else None
+    if busy is None:
+        busy = sum(e.cpu_s or 0.0 for e in executions)
+    xla = data.xla_busy_s if data is not None else None
+    unattributed = max(0.0, xla - busy) if xla is not None else 0.0
+    transfers = data.transfers if data is not None else None
+    copies = (transfers.cpu_s or 0.0) if transfers is not None else 0.0  # replaced by the forecast's own transfer term
+    rest = max(0.0, wall - compile_s)
     unattributed = min(unattributed, max(0.0, rest - busy))
-    window = data.get("window") if isinstance(data.get("window"), dict) else {}
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
     # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work.
-    unseen = bool(window.get("cut")) and not executions
+    unseen = data is not None and data.window is not None and bool(data.window.cut) and not executions
     if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
-    return _Cell(record=cell, wall=float(wall), compile_s=min(compile_s, float(wall)), host_s=host,
+    return _Cell(cell=cell, wall=wall, compile_s=min(compile_s, wall), host_s=host,
                  executions=executions, unattributed_s=unattributed, unseen=unseen)
 
 
-def not_forecast(cell: dict[str, Any]) -> dict[str, Any] | None:
+def _failure_text(cell: Cell) -> str | None:
+    """:func:`nbscope.record.cells.failure_text` of a typed cell: ``died (DeadKernelError: …)``, what stopped it
+    and its error (at most 160 characters), or None for a cell that finished or never started. (The typed
+    cell has no ``interrupted_by``; an interrupted cell's error names the signal.)"""
+    if cell.status not in FAILURE_WORDS:
+        return None
+    detail = ": ".join(x for x in (cell.error.name, cell.error.message) if x) if cell.error is not None else ""
+    return FAILURE_WORDS[cell.status] + (f" ({detail[:160]})" if detail else "")
+
+
+def not_forecast(cell: Cell) -> dict[str, Any] | None:
     """A cell that raised, died or timed out: what ran is not the cell, so it is not forecast."""
-    what = failure_text(cell)
+    what = _failure_text(cell)
     if what is None:
         return None
-    return {"index": cell.get("index"), "line": cell.get("line"), "first_line": cell.get("first_line"),
-            "status": cell.get("status"), "cpu_s": cell.get("wall_s"), "reason": f"not forecast: the cell {what}"}
+    return {"index": cell.index, "line": cell.line, "first_line": cell.first_line,
+            "status": cell.status, "cpu_s": cell.wall_s, "reason": f"not forecast: the cell {what}"}
 
 
-def _cell_entry(cell: _Cell, programs: dict[str, Any]) -> dict[str, Any]:
-    record = cell.record
+def _cell_entry(cell: _Cell, programs: Mapping[str, Program]) -> dict[str, Any]:
+    recorded = cell.cell
+
+    def program(execution: Execution) -> dict[str, Any]:
+        known = programs.get(execution.program)
+        return {"program": execution.program, "function": known.function if known else None,
+                "kind": known.kind if known else None, "count": execution.runs,
+                "count_basis": execution.count_basis, "cpu_s": execution.cpu_s}
+
     return {
-        "index": record.get("index"),
-        "source_hash": record.get("source_hash"),
-        "line": record.get("line"),
-        "first_line": record.get("first_line"),
-        "status": record.get("status"),
+        "index": recorded.index,
+        "source_hash": recorded.source_hash,
+        "line": recorded.line,
+        "first_line": recorded.first_line,
+        "status": recorded.status,
         "cpu": {"wall_s": cell.wall, "compile_s": cell.compile_s, "host_s": cell.host_s,
                 "jax_s": max(0.0, cell.wall - cell.compile_s - cell.host_s)},
-        "programs": [
-            {"program": e["program"], "function": (programs.get(e["program"]) or {}).get("function"),
-             "kind": (programs.get(e["program"]) or {}).get("kind"), "count": _count(e),
-             "count_basis": e.get("count_basis"), "cpu_s": e.get("cpu_s")}
-            for e in cell.executions
-        ],
-        "trace": (record.get("programs") or {}).get("trace"),
+        "programs": [program(e) for e in cell.executions],
+        "trace": recorded.programs.trace if recorded.programs is not None else None,
         "gpu": {},
     }
 
 
-def _count(execution: dict[str, Any]) -> int:
-    count = execution.get("count")
-    if isinstance(count, int):
-        return count
-    return int(execution.get("sampled_runs") or 1)  # sampled: at least the runs seen
-
-
-def cpu_rates(cells: list[_Cell], programs: dict[str, Any]) -> dict[str, Any] | None:
+def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> dict[str, Any] | None:
     """This CPU's achieved flops/s and bytes/s, measured in the run itself: the best over executions of
     at least 1 ms of loop-free programs (whose time is their work, not a loop's bookkeeping). What a
     trip-count estimate divides by; None when the run has no such execution."""
     best: dict[str, Any] = {}
     for cell in cells:
         for execution in cell.executions:
-            program = programs.get(execution["program"]) or {}
-            work = program.get("per_execution") or {}
-            count, cpu = _count(execution), execution.get("cpu_s")
-            if (not work.get("complete") or program.get("loops") or not isinstance(cpu, (int, float)) or not count
+            program = programs.get(execution.program)
+            count, cpu = execution.runs, execution.cpu_s
+            if (program is None or not program.per_execution.complete or program.loops or cpu is None or not count
                     or cpu / count < 1e-3):
                 continue
+            work = program.per_execution
             each = cpu / count
-            flops = float(work.get("flops") or 0.0) + float(work.get("transcendentals") or 0.0)
-            for name, amount in (("flops_per_s", flops), ("bytes_per_s", float(work.get("bytes") or 0.0))):
+            flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
+            for name, amount in (("flops_per_s", flops), ("bytes_per_s", work.bytes or 0.0)):
                 if amount > 0 and amount / each > best.get(name, 0.0):
                     best[name] = amount / each
-                    best[name.replace("_per_s", "_from")] = program.get("function")
+                    best[name.replace("_per_s", "_from")] = program.function
     return best or None
 
 
-def _pins(cell: _Cell, programs: dict[str, Any], placement: placement_module.Placement,
+def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_module.Placement,
           cell_lines: dict[int, int | None]) -> dict[str, str]:
     """Per program the cell ran: why it runs on the CPU even on a GPU machine ("pinned to the CPU at
     line 12 (jax.jit(f, device=cpu))"); programs not pinned are absent. A ``default_device`` block whose
     calls name none of the cell's programs pins them all (its eager operations)."""
-    index = cell.record.get("index")
-    functions = {e["program"]: (programs.get(e["program"]) or {}).get("function") for e in cell.executions}
+    index = cell.cell.index
+    functions = {e.program: _function(programs, e) for e in cell.executions}
     named = {name for names, _ in placement.cells.get(index, []) if names for name in names}
     blanket = [pin for names, pin in placement.cells.get(index, []) if names and pin.how == "default_device"
                and not (names & set(functions.values()))]
@@ -243,14 +247,20 @@ def _pins(cell: _Cell, programs: dict[str, Any], placement: placement_module.Pla
     return found
 
 
-def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table: DeviceTable,
+def _function(programs: Mapping[str, Program], execution: Execution) -> str | None:
+    """The jitted function of the program an execution ran (None: not in the run's table)."""
+    program = programs.get(execution.program)
+    return program.function if program is not None else None
+
+
+def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device, table: DeviceTable,
                    rates: dict[str, Any] | None = None, pins: dict[str, str] | None = None) -> dict[str, Any]:
     terms: list[Term] = []
     pins = pins or {}
     if cell.host_s > 0:
         terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
                           words=f"host work (Python, NumPy, Numba) carried over as measured: {units.seconds(cell.host_s)}"))
-    all_pinned = bool(cell.executions) and all(e["program"] in pins for e in cell.executions)
+    all_pinned = bool(cell.executions) and all(e.program in pins for e in cell.executions)
     if cell.compile_s > 0 and all_pinned:
         terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
                           words=f"JAX compile on the CPU as measured ({units.seconds(cell.compile_s)}): the calls are pinned there",
@@ -273,28 +283,27 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
             details={"cpu_s": cell.unattributed_s, "unseen": cell.unseen}))
     missing = []
     for execution in cell.executions:
-        program = programs.get(execution["program"])
+        program = programs.get(execution.program)
         if program is None:
-            missing.append(execution["program"])
+            missing.append(execution.program)
             continue
-        count = _count(execution)
-        if execution["program"] in pins:
-            cpu = float(execution.get("cpu_s") or 0.0)
-            terms.append(Term(kind="cpu", low_s=cpu, high_s=cpu, program=execution["program"],
-                              function=program.get("function"),
-                              words=(f"`{program.get('function')}` {pins[execution['program']]}: "
+        count = execution.runs
+        if execution.program in pins:
+            cpu = execution.cpu_s or 0.0
+            terms.append(Term(kind="cpu", low_s=cpu, high_s=cpu, program=execution.program,
+                              function=program.function,
+                              words=(f"`{program.function}` {pins[execution.program]}: "
                                      f"{count:,} call{'s' if count != 1 else ''} as measured"),
-                              details={"calls": count, "pinned": pins[execution["program"]]}))
+                              details={"calls": count, "pinned": pins[execution.program]}))
             continue
-        cpu_each = (float(execution["cpu_s"]) / count) if execution.get("cpu_s") and count else None
-        observed = {}
-        for loop_id, seen in (execution.get("loops") or {}).items():
-            observed[loop_id] = {"iterations": seen.get("iterations"),
-                                 "cpu_s_each": (seen["cpu_s"] / count) if seen.get("cpu_s") and count else None}
+        cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
+        observed = {loop_id: LoopSeen(iterations=seen.iterations,
+                                      cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
+                    for loop_id, seen in execution.loops.items()}
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
             scaled.details["calls"] = count
-            if execution.get("count_basis") == "extrapolated":
+            if execution.count_basis == "extrapolated":
                 # The traced part ran slower than the rest (the profiler's cost per call), so its rate is low.
                 scaled.details["calls_basis"] = "extrapolated"
                 scaled.words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
@@ -302,7 +311,8 @@ def _cell_forecast(cell: _Cell, programs: dict[str, Any], device: Device, table:
             elif count > 1:
                 scaled.words = f"{count:,} calls × {term.words}"
             terms.append(scaled)
-    transfer = transfer_term((cell.record.get("programs") or {}).get("transfers"), device, table.model)
+    transfer = transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None, device,
+                             table.model)
     if transfer is not None:
         terms.append(transfer)
     low = sum(t.low_s for t in terms)
@@ -395,8 +405,7 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
 
 # ---- the notebook ----------------------------------------------------------------------------------
 
-def _notebook(cells: list[dict[str, Any]], device: Device, programs: dict[str, Any],
-              sources: dict[int, str], has_jax: bool) -> dict[str, Any]:
+def _notebook(cells: list[dict[str, Any]], device: Device, sources: dict[int, str], has_jax: bool) -> dict[str, Any]:
     cpu_total = sum(c["cpu"]["wall_s"] for c in cells)
     outcomes = [c["gpu"][device.key] for c in cells]
     low = sum(o["low_s"] for o in outcomes)
@@ -515,8 +524,7 @@ def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: di
     }
 
 
-def _notebook_sources(record: Any) -> dict[int, str]:
-    """Code cell sources by index: the code that ran."""
+def _notebook_sources(record: Any, run: NotebookRun) -> dict[int, str]:
+    """Code cell sources by index: the code that ran (``run``: the record's typed run)."""
     by_hash, _ = load_sources(record)
-    return {c.get("index"): by_hash[c["source_hash"]] for c in record.measurements.get("cells") or []
-            if c.get("source_hash") in by_hash}
+    return {c.index: by_hash[c.source_hash] for c in run.cells if c.source_hash in by_hash}

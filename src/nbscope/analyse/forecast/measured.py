@@ -12,23 +12,23 @@ The error is the forecast's midpoint (geometric mean of low and high) over the m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.record.cells import pair_cells
+from nbscope.record.model import Cell
 
 SAME_SOURCE = ("hash", "moved")
 
 
-def _run_time(cell: dict[str, Any]) -> float | None:
-    wall = cell.get("wall_s")
-    if not isinstance(wall, (int, float)):
+def _run_time(cell: Cell) -> float | None:
+    """A measured cell's time less its JAX compile (what the forecast, compile left out, is compared with)."""
+    if cell.wall_s is None:
         return None
-    jax = cell.get("jax") or {}
-    compile_s = sum(float(jax.get(k) or 0.0) for k in ("trace_s", "lower_s", "backend_s"))
-    return max(0.0, float(wall) - compile_s)
+    return max(0.0, cell.wall_s - (cell.jax.compile_s if cell.jax is not None else 0.0))
 
 
 def _platform(record: Any) -> str | None:
@@ -39,16 +39,17 @@ def _platform(record: Any) -> str | None:
 
 def measured_gpus(record: Any) -> list[str]:
     """The GPU names a run's fingerprint lists (what NVML reported: ``Tesla T4``)."""
-    devices = (record.fingerprint.get("gpu") or {}).get("devices")
-    return [str(d.get("name")) for d in devices if isinstance(d, dict) and d.get("name")] if isinstance(devices, list) else []
+    return [gpu.name for gpu in record.machine().gpus if gpu.name]
 
 
 def against_measured(result: dict[str, Any], measured: Any, device: str) -> dict[str, Any]:
     """Per cell and in total: forecast on ``device`` vs the measured run (a profile on that GPU)."""
     if measured.kind not in ("profile", "trace"):
         raise NbscopeError(f"--measured needs a profile run of the notebook on the GPU, not a {measured.kind} run")
-    pairs = pair_cells(result["cells"], measured.measurements.get("cells") or [])
-    paired_cell = {id(p.a): p.b for p in pairs if p.a is not None and p.b is not None and p.match in SAME_SOURCE}
+    # The forecast's cells (dicts of its result) pair with the measured run's typed cells by source hash.
+    pairs = pair_cells(result["cells"], measured.notebook_run().cells)
+    paired_cell: dict[int, Cell] = {id(p.a): p.b for p in pairs
+                                    if p.a is not None and isinstance(p.b, Cell) and p.match in SAME_SOURCE}
     rows = []
     paired = 0
     for cell in result["cells"]:
@@ -64,10 +65,10 @@ def against_measured(result: dict[str, Any], measured: Any, device: str) -> dict
             "cpu_s": cell["cpu"]["wall_s"], "forecast_low_s": low, "forecast_high_s": high,
             "verdict": outcome["verdict"], "measured_s": None, "measured_wall_s": None, "within": None, "error": None,
         }
-        if other is not None and other.get("status") not in ("not-run", "skipped"):
+        if other is not None and other.ran:
             paired += 1
             run = _run_time(other)
-            row["measured_s"], row["measured_wall_s"] = run, other.get("wall_s")
+            row["measured_s"], row["measured_wall_s"] = run, other.wall_s
             if run is not None:
                 row["within"] = low <= run and (high is None or run <= high)
                 mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
@@ -102,8 +103,6 @@ def against_measured(result: dict[str, Any], measured: Any, device: str) -> dict
 
 
 def _matches(device: Mapping[str, Any], name: str) -> bool:
-    import re
-
     lowered = name.lower()
     return device["name"].lower() == lowered or any(
         re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in device.get("match") or [])
@@ -125,7 +124,7 @@ def forecast_vs_measured(
     from nbscope.analyse.forecast.devices import load_table, resolve
 
     platforms = {id(r): _platform(r) for r in (a, b)}
-    cpu = next((r for r in (a, b) if platforms[id(r)] == "cpu" and r.measurements.get("programs")), None)
+    cpu = next((r for r in (a, b) if platforms[id(r)] == "cpu" and r.notebook_run().program_data is not None), None)
     gpu = next((r for r in (a, b) if platforms[id(r)] == "gpu"), None)
     if cpu is None or gpu is None:
         return None

@@ -19,10 +19,12 @@ The terms (docs/forecast.md explains each and where its constants come from):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
+from nbscope.record.programs import Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
 # the iterations of a loop whose trip count is only known at run time, from the program's CPU time.
@@ -54,13 +56,21 @@ class Term:
                     self.words, self.program, self.function, dict(self.details))
 
 
-def _roofline(work: dict[str, Any], device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
+@dataclass(frozen=True, slots=True)
+class LoopSeen:
+    """What the CPU run's trace showed of one loop, per execution of its program."""
+
+    iterations: float | None
+    cpu_s_each: float | None
+
+
+def _roofline(work: Work, device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
     """(low, high) seconds for some work on the device, and whether compute or memory bounds it."""
-    flops = float(work.get("flops") or 0.0)
-    flops64 = min(flops, float(work.get("flops_f64") or 0.0))
-    trans = float(work.get("transcendentals") or 0.0)
-    trans64 = min(trans, float(work.get("transcendentals_f64") or 0.0))
-    nbytes = float(work.get("bytes") or 0.0)
+    flops = work.flops or 0.0
+    flops64 = min(flops, work.flops_f64 or 0.0)
+    trans = work.transcendentals or 0.0
+    trans64 = min(trans, work.transcendentals_f64 or 0.0)
+    nbytes = work.bytes or 0.0
     fp32, fp64 = device.figure("fp32_tflops"), device.figure("fp64_tflops")
     eff, mem_eff = model["compute_efficiency"], model["memory_efficiency"]
     t32, t64 = model["transcendental_flops_f32"], model["transcendental_flops_f64"]
@@ -79,11 +89,11 @@ def _roofline(work: dict[str, Any], device: Device, model: dict[str, Figure]) ->
     return max(compute_low, memory_low), max(compute_high, memory_high), bound
 
 
-def _iteration_overhead(loop: dict[str, Any], device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
+def _iteration_overhead(loop: Loop, device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
     """Per-iteration cost of the loop machinery (seconds, low and high) and which figure it uses."""
     known, sync, launch = device.figure("loop_iteration_us"), device.figure("sync_iteration_us"), device.figure("launch_us")
-    syncs = int(loop.get("syncs_per_iteration") or 0)
-    extra = max(0, int(loop.get("kernels_per_iteration") or 0) - int(model["reference_body_kernels"].low))
+    syncs = loop.syncs_per_iteration or 0
+    extra = max(0, (loop.kernels_per_iteration or 0) - int(model["reference_body_kernels"].low))
     if syncs:
         low = sync.low + (syncs - 1) * max(0.0, sync.low - known.low) + extra * launch.low
         high = sync.high + (syncs - 1) * max(0.0, sync.high - known.high) + extra * launch.high
@@ -91,17 +101,16 @@ def _iteration_overhead(loop: dict[str, Any], device: Device, model: dict[str, F
     else:
         low, high = known.low + extra * launch.low, known.high + extra * launch.high
         figure = "loop_iteration_us"
-    if loop.get("select_conds") and not syncs:
+    if loop.select_conds and not syncs:
         # A cond XLA:CPU turned into a select may stay a conditional (a sync) on the GPU.
         high = sync.high + extra * launch.high
     return low * 1e-6, high * 1e-6, figure
 
 
-def loop_name(loop: dict[str, Any]) -> str:
-    kind = loop.get("kind")
-    if kind:
-        return str(kind)
-    return "counted loop (lax.scan / fori_loop)" if loop.get("trip_count") is not None else "lax.while_loop"
+def loop_name(loop: Loop) -> str:
+    if loop.kind:
+        return loop.kind
+    return "counted loop (lax.scan / fori_loop)" if loop.trip_count is not None else "lax.while_loop"
 
 
 ESTIMATE_FACTOR = 4.0  # an iteration's bookkeeping may cost this many times its body's work
@@ -132,45 +141,45 @@ def _whole(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
-def cpu_iteration_s(work: dict[str, Any], rates: dict[str, Any] | None) -> float:
+def cpu_iteration_s(work: Work, rates: Mapping[str, Any] | None) -> float:
     """The least one iteration takes on this CPU: its work at the rates the run measured, and 1 ns."""
     times = [CPU_ITERATION_FLOOR_S]
     if rates and rates.get("flops_per_s"):
-        flops = float(work.get("flops") or 0.0) + float(work.get("transcendentals") or 0.0)
+        flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
         times.append(flops / rates["flops_per_s"])
     if rates and rates.get("bytes_per_s"):
-        times.append(float(work.get("bytes") or 0.0) / rates["bytes_per_s"])
+        times.append((work.bytes or 0.0) / rates["bytes_per_s"])
     return max(times)
 
 
-def _trip_counts(loops: list[dict[str, Any]], observed: dict[str, Any], cpu_s_each: float | None,
-                 rates: dict[str, float] | None) -> dict[str, tuple[float, float | None, str, str | None]]:
+def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each: float | None,
+                 rates: Mapping[str, Any] | None) -> dict[str, tuple[float, float | None, str, str | None]]:
     """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
     (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
-    by_id = {loop["id"]: loop for loop in loops}
+    by_id = {loop.id: loop for loop in loops}
     found: dict[str, tuple[float, float | None, str, str | None]] = {}
 
     def solve(loop_id: str) -> tuple[float, float | None, str, str | None]:
         if loop_id in found:
             return found[loop_id]
         loop = by_id[loop_id]
-        parent = loop.get("parent")
-        outer = solve(parent) if parent in by_id else (1.0, 1.0, "static", None)
-        trips = loop.get("trip_count")
-        seen = observed.get(loop_id) or {}
+        parent = loop.parent
+        outer = solve(parent) if parent is not None and parent in by_id else (1.0, 1.0, "static", None)
+        trips = loop.trip_count
+        seen = observed.get(loop_id) or LoopSeen(iterations=None, cpu_s_each=None)
         if trips is not None and outer[2] == "static":
             result = (outer[0] * trips, outer[0] * trips, "static", None)
-        elif isinstance(seen.get("iterations"), (int, float)) and seen["iterations"] >= 1:
-            count = float(seen["iterations"])
+        elif seen.iterations is not None and seen.iterations >= 1:
+            count = seen.iterations
             result = (count, count, "observed", "counted from the loop body's kernels in the CPU run's trace")
         elif trips is not None:
             high = None if outer[1] is None else outer[1] * trips
             result = (outer[0] * trips, high, outer[2], outer[3])
         else:
-            loop_s = seen.get("cpu_s_each")
+            loop_s = seen.cpu_s_each
             if loop_s is None and len(loops) == 1:
                 loop_s = cpu_s_each  # the program's only loop: its time is the program's, at most
-            fast = cpu_iteration_s(loop.get("per_iteration") or {}, rates)
+            fast = cpu_iteration_s(loop.per_iteration, rates)
             if loop_s:
                 # An iteration costs at least its body's work at this CPU's best measured rates (and 1 ns);
                 # loop bookkeeping can make it a few times that, or tens of ns for a scalar body.
@@ -188,35 +197,35 @@ def _trip_counts(loops: list[dict[str, Any]], observed: dict[str, Any], cpu_s_ea
         return result
 
     for loop in loops:
-        solve(loop["id"])
+        solve(loop.id)
     return found
 
 
-def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figure],
-                  cpu_s_per_execution: float | None = None, observed: dict[str, Any] | None = None,
-                  rates: dict[str, float] | None = None) -> list[Term]:
-    """The terms of one execution of ``program`` on ``device``.
+def program_terms(program: Program | Mapping[str, Any], device: Device, model: dict[str, Figure],
+                  cpu_s_per_execution: float | None = None, observed: Mapping[str, LoopSeen] | None = None,
+                  rates: Mapping[str, Any] | None = None) -> list[Term]:
+    """The terms of one execution of ``program`` on ``device`` (a program's document, as ``collect.hlo.describe``
+    returns it, is read as a :class:`~nbscope.record.programs.Program`).
 
-    ``observed``: per loop id, what the CPU run's trace showed per execution (``iterations``,
-    ``cpu_s_each``); ``rates``: this CPU's measured ``flops_per_s`` / ``bytes_per_s``, for estimates."""
-    key, function = program.get("key"), program.get("function")
+    ``observed``: per loop id, what the CPU run's trace showed per execution; ``rates``: this CPU's measured
+    ``flops_per_s`` / ``bytes_per_s``, for estimates."""
+    if not isinstance(program, Program):
+        program = Program.parse(program)
+    key, function = program.key, program.function
     terms: list[Term] = []
-    entry = dict(program.get("entry") or {})
-    all_loops = program.get("loops") or []
-    loops = [loop for loop in all_loops if not loop.get("cpu_only")]
+    entry = program.entry
+    loops = [loop for loop in program.loops if not loop.cpu_only]
     # A loop only XLA:CPU builds (threefry rounds, LU steps) is no GPU loop: its work is done by GPU
     # kernels, so it joins the program's work outside loops (counted at its static trip count, or once).
-    for loop in all_loops:
-        if loop.get("cpu_only"):
-            times = float(loop.get("trip_count") or 1) * float(loop.get("outer_iterations") or 1)
-            for name in ("flops", "transcendentals", "bytes", "flops_f64", "transcendentals_f64"):
-                entry[name] = float(entry.get(name) or 0.0) + float((loop.get("per_iteration") or {}).get(name) or 0.0) * times
+    for loop in program.loops:
+        if loop.cpu_only:
+            entry = entry.plus(loop.per_iteration, float(loop.trip_count or 1) * float(loop.outer_iterations or 1))
     work_low, work_high, work_bound = _roofline(entry, device, model)
     counts = _trip_counts(loops, observed or {}, cpu_s_per_execution, rates)
     for loop in loops:
-        low_iterations, high_iterations, basis, why = counts[loop["id"]]
+        low_iterations, high_iterations, basis, why = counts[loop.id]
         over_low, over_high, figure = _iteration_overhead(loop, device, model)
-        body_low, body_high, _ = _roofline(loop.get("per_iteration") or {}, device, model)
+        body_low, body_high, _ = _roofline(loop.per_iteration, device, model)
         per_low, per_high = over_low + body_low, over_high + body_high
         low_s = low_iterations * per_low
         high_s = None if high_iterations is None else high_iterations * per_high
@@ -243,25 +252,25 @@ def program_terms(program: dict[str, Any], device: Device, model: dict[str, Figu
             high_s=high_s,
             words=f"{name} of {count} × ({parts})",
             program=key, function=function,
-            details={"loop": loop["id"], "name": name, "overhead_text": span(over_low, over_high),
+            details={"loop": loop.id, "name": name, "overhead_text": span(over_low, over_high),
                      "iterations": _whole(low_iterations) if basis in ("static", "observed") else None,
                      "iterations_low": low_iterations, "iterations_high": high_iterations,
                      "trip_count_basis": basis, "per_iteration_low_s": per_low,
                      "per_iteration_high_s": per_high, "body_low_s": body_low, "body_high_s": body_high,
                      "figure": figure, "bound": why if basis in ("estimated", "unknown") else None,
-                     "call": loop.get("call"), "syncs_per_iteration": loop.get("syncs_per_iteration")},
+                     "call": loop.call, "syncs_per_iteration": loop.syncs_per_iteration},
         ))
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:
         terms.append(Term(kind="work", low_s=work_low, high_s=work_high, words=_work_words(entry, device, work_bound),
                           program=key, function=function))
-    kernels = int(entry.get("kernels") or 0)
+    kernels = entry.kernels or 0
     launch = device.figure("launch_us")
     if kernels:
         terms.append(Term(kind="launch", low_s=kernels * launch.low * 1e-6, high_s=kernels * launch.high * 1e-6,
                           words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
                           program=key, function=function, details={"kernels": kernels}))
-    calls = {t: n for t, n in ((program.get("gpu") or {}).get("custom_calls") or {}).items() if library_of(t)}
+    calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
     if calls:
         each = model["library_call_us"]
         count = sum(calls.values())
@@ -287,10 +296,10 @@ def library_of(target: str) -> str | None:
     return None
 
 
-def _work_words(work: dict[str, Any], device: Device, bound: str) -> str:
-    flops = float(work.get("flops") or 0.0) + float(work.get("transcendentals") or 0.0)
-    nbytes = float(work.get("bytes") or 0.0)
-    f64 = float(work.get("flops_f64") or 0.0) + float(work.get("transcendentals_f64") or 0.0)
+def _work_words(work: Work, device: Device, bound: str) -> str:
+    flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
+    nbytes = work.bytes or 0.0
+    f64 = (work.flops_f64 or 0.0) + (work.transcendentals_f64 or 0.0)
     if bound == "compute":
         dtype = "float64" if f64 > flops / 2 else "float32"
         peak = device.figure("fp64_tflops" if dtype == "float64" else "fp32_tflops")
@@ -305,19 +314,19 @@ def _si(value: float) -> str:
     return f"{value:.3g} "
 
 
-def transfer_term(transfers: dict[str, Any] | None, device: Device, model: dict[str, Figure]) -> Term | None:
+def transfer_term(transfers: Transfers | None, device: Device, model: dict[str, Figure]) -> Term | None:
     """Host↔device copies of a cell: their bytes over the host link plus a fixed cost each."""
-    if not transfers:
+    if transfers is None:
         return None
-    copies = int(transfers.get("host_to_device") or 0) + int(transfers.get("device_to_host") or 0)
+    copies = (transfers.host_to_device or 0) + (transfers.device_to_host or 0)
     if not copies:
         return None
     link, latency = device.figure("host_link_gbs"), model["transfer_latency_us"]
-    low_bytes, high_bytes = float(transfers.get("bytes_low") or 0), float(transfers.get("bytes_high") or 0)
+    low_bytes, high_bytes = transfers.bytes_low or 0.0, transfers.bytes_high or 0.0
     low = copies * latency.low * 1e-6 + low_bytes / (link.high * 1e9)
     high = copies * latency.high * 1e-6 + high_bytes / (link.low * 1e9)
     size = f"{_si(high_bytes)}B" if high_bytes == low_bytes else f"{_si(low_bytes)}B–{_si(high_bytes)}B"
-    unsized = int(transfers.get("unsized") or 0)
+    unsized = transfers.unsized or 0
     words = f"{copies} host↔device cop{'ies' if copies != 1 else 'y'} ({size} at {link.text(' GB/s')}"
     words += f"; {unsized} of unknown size)" if unsized else ")"
     return Term(kind="transfer", low_s=low, high_s=high, words=words, details={"copies": copies})

@@ -9,7 +9,7 @@ guess: a loop whose trip count is unknown has no upper bound and says so.
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 from typing import Any
 
 from nbscope._errors import NbscopeError
@@ -18,6 +18,7 @@ from nbscope.analyse.forecast.devices import Device, DeviceTable
 from nbscope.analyse.forecast.model import program_terms
 from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
+from nbscope.record.programs import Program, Work
 
 DEFAULT_GPUS = ["t4"]  # the GPU of the seed's runner: what a CPU run is forecast for unless told
 F64_KEYS = ("flops_f64", "transcendentals_f64")
@@ -29,8 +30,7 @@ def gpus_of(record: Any, gpus: str | list[str] | None = None) -> list[str]:
     if gpus:
         names = gpus.split(",") if isinstance(gpus, str) else list(gpus)
         return [n.strip() for n in names if n.strip()]
-    named = (record.settings or {}).get("forecast")
-    return [str(n) for n in named] if isinstance(named, list) and named else list(DEFAULT_GPUS)
+    return list(record.run_settings().forecast) or list(DEFAULT_GPUS)
 
 
 def require_forecast(record: Any, platform: str | None, run_label: str) -> None:
@@ -86,37 +86,34 @@ def weak_float64(device: Device) -> bool:
     return fp64_share(device) <= WEAK_FP64_RATIO * 1.05  # T4: 0.25 / 8.1 ≈ 1/32.4
 
 
-def _as_float32(program: dict[str, Any]) -> dict[str, Any]:
+def _as_float32(program: Program) -> Program:
     """The same program with its float64 arithmetic counted at the float32 rate (same bytes: a float32
     twin also halves the traffic, so the difference this gives is a lower bound)."""
-    twin = copy.deepcopy(program)
-    regions = [twin.get("entry") or {}] + [loop.get("per_iteration") or {} for loop in twin.get("loops") or []]
-    for region in regions:
-        for key in F64_KEYS:
-            region[key] = 0.0
-    return twin
+    no_float64 = dict.fromkeys(F64_KEYS, 0.0)
+    return replace(program, entry=replace(program.entry, **no_float64),
+                   loops=tuple(replace(loop, per_iteration=replace(loop.per_iteration, **no_float64))
+                               for loop in program.loops))
 
 
-def _has_float64(program: dict[str, Any]) -> bool:
-    regions = [program.get("entry") or {}] + [loop.get("per_iteration") or {} for loop in program.get("loops") or []]
-    return any(float(region.get(key) or 0.0) > 0 for region in regions for key in F64_KEYS)
+def _has_float64(program: Program) -> bool:
+    regions: list[Work] = [program.entry, *(loop.per_iteration for loop in program.loops)]
+    return any((region.flops_f64 or 0.0) > 0 or (region.transcendentals_f64 or 0.0) > 0 for region in regions)
 
 
 def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[dict[str, Any]]:
     """Per cell with float64 JAX work: its forecast time on ``device`` as run, and the same programs with
     their float64 arithmetic at the float32 rate; the difference is what float64 costs there."""
-    programs = ((record.measurements or {}).get("programs") or {}).get("programs") or {}
+    run = record.notebook_run()
+    programs = run.program_data.programs if run.program_data is not None else {}
     rows = []
-    for cell in (record.measurements or {}).get("cells") or []:
-        executions = [e for e in ((cell.get("programs") or {}).get("executions") or []) if e.get("program")]
+    for cell in run.cells:
         totals = {"float64_low_s": 0.0, "float64_high_s": 0.0, "float32_low_s": 0.0, "float32_high_s": 0.0}
         functions: set[str] = set()
-        for execution in executions:
-            program = programs.get(execution["program"])
-            if not program or not _has_float64(program):
+        for execution in cell.programs.executions if cell.programs is not None else ():
+            program = programs.get(execution.program)
+            if program is None or not _has_float64(program):
                 continue
-            count = execution.get("count") if isinstance(execution.get("count"), int) else int(
-                execution.get("sampled_runs") or 1)
+            count = execution.runs
             for side, variant in (("float64", program), ("float32", _as_float32(program))):
                 # Only arithmetic differs between the twins: loop machinery, launches and dispatch cancel.
                 terms = [t for t in program_terms(variant, device, table.model) if t.kind in ("work", "loop")]
@@ -125,8 +122,7 @@ def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[dict[
                     highs = [t.high_s for t in terms]
                     totals[f"{side}_high_s"] = None if any(h is None for h in highs) else (
                         totals[f"{side}_high_s"] + count * sum(h for h in highs if h is not None))
-            functions.add(str(program.get("function") or program.get("key")))
+            functions.add(str(program.function or program.key))
         if functions:
-            rows.append({"index": cell.get("index"), "cpu_s": cell.get("wall_s"), "functions": sorted(functions),
-                         **totals})
+            rows.append({"index": cell.index, "cpu_s": cell.wall_s, "functions": sorted(functions), **totals})
     return rows

@@ -115,14 +115,16 @@ def find_previous(
     reusable, estimate = None, None
     for row in store.list(kind="profile", target=target, limit=LOOKUP_LIMIT):
         record = store.get(row["id"])
+        # The audit job's and the runner's figures have no typed view: read as recorded.
         audit = record.measurements.get("audit") or {}
         if audit.get("backend") != backend or audit.get("interrupted"):
             continue  # an interrupted notebook runs again
+        run = record.notebook_run()
         if estimate is None:
             runner = record.measurements.get("runner") or {}
-            estimate = runner.get("total_s") or (record.measurements.get("totals") or {}).get("wall_s")
+            estimate = runner.get("total_s") or run.totals.wall_s
         if audit.get("source_hash") == source_hash and record.digest in digests and (
-                not programs or record.measurements.get("programs")):
+                not programs or run.program_data is not None):
             reusable = record
             break
     return reusable, estimate

@@ -40,13 +40,17 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.record.cells import target_name
+from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.record.secrets import env_for_record
+
+if TYPE_CHECKING:
+    from nbscope.analyse.pathways import PathwayRow
 
 __all__ = [
     "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "parse_via", "run_bench_pathways", "run_pathways",
@@ -285,10 +289,7 @@ def measurements(
     reference = [merge_cell(c, None) for c in notebook.code_cells]
     rows = pair_cells(reference, combined)
     ran = [n for n, e in pathways.items() if e["status"] not in ("skipped", "error", "not-run")]
-    execution = {
-        n: sum(float(c["wall_s"]) for c in combined[n].cells if isinstance(c.get("wall_s"), (int, float)))
-        for n in combined
-    }
+    execution = {n: sum(Cell.parse(c).wall_s or 0.0 for c in combined[n].cells) for n in combined}
     loads = [v for runs in results.values() for r in runs for v in (r.runner.get("load_average") or []) if v is not None]
     max_load = max(loads, default=None)
     busy = max_load is not None and max_load > _cpus()
@@ -296,9 +297,9 @@ def measurements(
         "notebook": notebook.describe(),
         "totals": {
             "cells": cell_count,
-            "cells_paired": sum(1 for r in rows if r["paired"]),
-            "cells_compared": sum(1 for r in rows if r["compared"]),
-            "cells_differing": sum(1 for r in rows if r["compared"] and r["differs"]),
+            "cells_paired": sum(1 for r in rows if r.paired),
+            "cells_compared": sum(1 for r in rows if r.compared),
+            "cells_differing": sum(1 for r in rows if r.compared and r.differs),
             "pathways": len(pathways),
             "pathways_ran": len(ran),
             "pathways_skipped": sum(1 for e in pathways.values() if e["status"] == "skipped"),
@@ -309,15 +310,13 @@ def measurements(
             "cpus": _cpus(),
         },
         "pathways": pathways,
-        "cells": rows,
+        "cells": [row.to_dict() for row in rows],
         "verdict": verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy else None),
     }
 
 
-def _max_spread(rows: list[dict[str, Any]]) -> float | None:
-    spreads = [
-        e["spread"] for r in rows for e in r["by_pathway"].values() if isinstance(e.get("spread"), (int, float))
-    ]
+def _max_spread(rows: list[PathwayRow]) -> float | None:
+    spreads = [e.spread for r in rows for e in r.by_pathway.values() if e.spread is not None]
     return max(spreads) if spreads else None
 
 

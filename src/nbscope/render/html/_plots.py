@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nbscope._units import count
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
+from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.render.html._base import (
     COLORS,
@@ -25,25 +26,30 @@ from nbscope.render.html._svg import BarChart, PointChart
 from nbscope.render.terminal import metric_name
 
 
-def _label(cell: dict[str, Any], width: int = 38) -> str:
-    where = f" L{cell['line']}" if cell.get("line") else ""
-    return f"{int(cell.get('index', 0)) + 1}{where} {_short(cell.get('first_line'), width)}"
+def _label(cell: Cell, width: int = 38) -> str:
+    where = f" L{cell.line}" if cell.line else ""
+    return f"{cell.index + 1}{where} {_short(cell.first_line, width)}"
+
+
+def _typed(cell: Cell | Mapping[str, Any] | None) -> Cell | None:
+    """A cell of the report's pairing as the cell model reads it (the pairing may hold a document's cells)."""
+    return Cell.parse(cell) if isinstance(cell, Mapping) else cell
 
 
 def waterfall_svg(record: RunRecord) -> str | None:
     """Cells in notebook order on a time axis: each bar starts where the previous cell ended; compile
     (orange) and run (blue) stacked; failing cells outlined in red."""
-    cells = [c for c in record.measurements.get("cells") or [] if _number(c.get("wall_s")) is not None]
+    cells = [c for c in record.notebook_run().cells if c.wall_s is not None]
     if not cells:
         return None
     shown = cells[:MAX_WATERFALL_CELLS]
     start = 0.0
-    total = sum(_number(c.get("wall_s")) or 0.0 for c in shown) or 1.0
+    total = sum(c.wall_s or 0.0 for c in shown) or 1.0
     chart = BarChart([_label(c) for c in shown], "", "seconds since the first cell started (kernel-side wall time)")
     for row, cell in enumerate(shown):
-        wall = _number(cell.get("wall_s")) or 0.0
-        compile_s = min(wall, _number(cell.get("compile_s")) or 0.0)
-        failed = cell.get("status") in ("error", "timeout", "kernel-died")
+        wall = cell.wall_s or 0.0
+        compile_s = min(wall, cell.compile_s or 0.0)
+        failed = cell.status in ("error", "timeout", "kernel-died")
         chart.bar(row, start, compile_s, COMPILE_COLOR, outline=failed)
         chart.bar(row, start + compile_s, wall - compile_s, RUN_COLOR, outline=failed)
         if wall >= 0.02 * total:
@@ -70,13 +76,14 @@ def side_by_side_svg(data: ReportData) -> str | None:
     if not data.side_by_side:
         return None
     runs = [data.records[i] for i in data.side_by_side_runs]
+    table = [[_typed(c) for c in row] for row in data.side_by_side]
 
-    def wall(cell: dict[str, Any] | None) -> float | None:
-        return _number(cell.get("wall_s")) if cell is not None else None
+    def wall(cell: Cell | None) -> float | None:
+        return cell.wall_s if cell is not None else None
 
-    slowest = sorted(data.side_by_side, key=lambda row: max((wall(c) or 0.0) for c in row), reverse=True)
+    slowest = sorted(table, key=lambda row: max((wall(c) or 0.0) for c in row), reverse=True)
     keep = {id(row) for row in slowest[:MAX_BAR_CELLS]}
-    rows = [row for row in data.side_by_side if id(row) in keep]
+    rows = [row for row in table if id(row) in keep]
     labels = [_label(next(c for c in row if c is not None)) for row in rows]
     series = [
         (f"{run_name(r, i)} · {r.digest} · {fp.summary(r.fingerprint)}", [wall(row[k]) for row in rows])
@@ -98,8 +105,10 @@ def pathways_svg(record: RunRecord) -> str | None:
     slowest = sorted(cells, key=lambda c: max((wall(c, p) or 0.0) for p in pathways), reverse=True)[:MAX_BAR_CELLS]
     shown = [c for c in cells if any(c is s for s in slowest)]
     series = [(name, [wall(c, name) for c in shown]) for name in pathways]
+    # A pathways run's cells carry their figures per pathway (``by_pathway``), which the cell model does not
+    # type: only their label is read through it.
     return grouped_bars_svg(
-        [_label(c) for c in shown], series, title=f"{record.target}: cell wall time per pathway",
+        [_label(Cell.parse(c)) for c in shown], series, title=f"{record.target}: cell wall time per pathway",
         xlabel="wall time per cell (s)",
     )
 

@@ -9,6 +9,7 @@ from typing import Any
 from nbscope._units import count
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
+from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.render.gate import VERDICT_MARK
 from nbscope.render.html._base import (
@@ -146,21 +147,20 @@ def _totals_table(totals: dict[str, Any]) -> str:
 
 
 def _profile_section(record: RunRecord, position: int) -> str:
-    totals = record.measurements.get("totals") or {}
-    wall = _number(totals.get("wall_s")) or 0.0
-    compile_s = _number(totals.get("compile_s")) or 0.0
+    run = record.notebook_run()
+    totals = run.totals
+    wall = totals.wall_s or 0.0
+    compile_s = totals.compile_s or 0.0
     share = f" ({compile_s / wall:.0%})" if wall else ""
     head = (
         f"<h3>{e(run_name(record, position))}: <code>{e(record.target)}</code></h3>"
         f"<p class=\"meta\">{e(record.kind)} · {e(record.status)} · total {e(_seconds(wall))} · compile "
-        f"{e(_seconds(compile_s))}{e(share)} · {e(totals.get('compiles', 0))} JAX compiles · "
-        f"{e(totals.get('cells_run', totals.get('cells', 0)))}/{e(totals.get('cells', 0))} cells run · "
-        f"repeats {e(record.measurements.get('repeats', 1))}</p>"
+        f"{e(_seconds(compile_s))}{e(share)} · {e(totals.compiles)} JAX compiles · "
+        f"{e(totals.cells_run)}/{e(totals.cells)} cells run · repeats {e(run.repeats)}</p>"
     )
     plot = waterfall_svg(record)
-    cells = record.measurements.get("cells") or []
-    more = (f'<p class="note">first {MAX_WATERFALL_CELLS} of {len(cells)} cells shown</p>'
-            if len(cells) > MAX_WATERFALL_CELLS else "")
+    more = (f'<p class="note">first {MAX_WATERFALL_CELLS} of {len(run.cells)} cells shown</p>'
+            if len(run.cells) > MAX_WATERFALL_CELLS else "")
     return head + (plot or '<p class="note">no cell timings</p>') + more + _cell_table(record)
 
 
@@ -182,11 +182,13 @@ def _pathways_section(record: RunRecord, position: int) -> str:
     plot = pathways_svg(record) or ""
     names = list(pathways)
     cell_rows = []
+    # A pathways run's cells carry their figures per pathway (``by_pathway``), which the cell model does not
+    # type: only which cell a row is is read through it.
     for cell in record.measurements.get("cells") or []:
         by = cell.get("by_pathway") if isinstance(cell.get("by_pathway"), dict) else {}
+        shown = Cell.parse(cell)
         cell_rows.append((
-            int(cell.get("index", 0)) + 1, cell.get("line") or "",
-            Markup(f'<span class="src">{e(cell.get("first_line"))}</span>'),
+            shown.index + 1, shown.line or "", Markup(f'<span class="src">{e(shown.first_line)}</span>'),
             *[f"{_seconds((by.get(n) or {}).get('wall_s'))} ({(by.get(n) or {}).get('status', '–')})" for n in names],
         ))
     cells = (f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"

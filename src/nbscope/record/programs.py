@@ -1,0 +1,424 @@
+"""The typed model of a run's program data (``profile --forecast`` / ``--programs``): the compiled XLA programs
+the run executed, and per cell which of them ran, how often and for how long.
+
+Two places of a record hold it, both written by ``collect.program`` (the programs described by
+``collect.hlo.describe``) and documented in docs/run-record.md, "Program data":
+
+* ``measurements.programs``: :class:`ProgramData`, the run's table of programs (:class:`Program`: its entry
+  computation's work and kernels, its loops with their trip counts and syncs, its work per execution, its CUDA
+  lowering), keyed ``<module>#<program id>``;
+* each cell's ``programs``: :class:`CellPrograms`, the programs the cell executed (:class:`Execution`, with
+  what its trace showed of their loops), the host↔device copies it made, and how its trace was taken.
+
+Read-only dataclasses over the validated document, like ``record.model`` (see its docstring for why
+dataclasses), which reads a cell's and a run's program data with these. A field a record lacks reads as
+``None`` (unknown), never as a guess: a program whose trip count is unknown says ``None``, not 1.
+
+This module imports nothing of nbscope: ``record.model`` imports it, so it cannot import the small readers
+of ``record.model`` (that would be an import cycle); its own readers below are the same few lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+__all__ = [
+    "CallRate", "CellPrograms", "CollectTimes", "Entry", "Execution", "GpuLowering", "Loop", "ObservedLoop",
+    "PerExecution", "Program", "ProgramData", "SourceSpan", "TraceWindow", "Transfers", "Work",
+]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    """A whole number (a count, a size, an index); a float that is whole is one too."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _counts(value: Any) -> Mapping[str, int]:
+    """``{name: count}`` (custom calls by target, uncaptured modules by name); entries without a count dropped."""
+    counts = {str(k): _int(v) for k, v in _object(value).items()}
+    return {k: v for k, v in counts.items() if v is not None}
+
+
+# ---- a program -------------------------------------------------------------------------------------
+
+WORK_FIELDS = ("flops", "transcendentals", "bytes", "flops_f64", "transcendentals_f64")
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Work of some code: flops, transcendentals and bytes accessed, and of the flops and transcendentals the
+    float64 (or complex128) ones."""
+
+    flops: float | None
+    transcendentals: float | None
+    bytes: float | None
+    flops_f64: float | None
+    transcendentals_f64: float | None
+
+    def plus(self, other: Work, times: float = 1.0) -> Self:
+        """This work and ``times`` times ``other`` (an unknown figure adds as none), of this one's type."""
+        return replace(self, **{name: (getattr(self, name) or 0.0) + (getattr(other, name) or 0.0) * times
+                                for name in WORK_FIELDS})
+
+    @classmethod
+    def parse(cls, value: Any) -> Work:
+        return cls(**_work(value))
+
+
+def _work(value: Any) -> dict[str, float | None]:
+    value = _object(value)
+    return {name: _number(value.get(name)) for name in WORK_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Work):
+    """A program's entry computation: its own work (loops excluded), the kernels it launches and its
+    conditionals."""
+
+    kernels: int | None
+    conditionals: int | None
+
+    @classmethod
+    def parse(cls, value: Any) -> Entry:
+        value = _object(value)
+        return cls(**_work(value), kernels=_int(value.get("kernels")), conditionals=_int(value.get("conditionals")))
+
+
+@dataclass(frozen=True, slots=True)
+class PerExecution(Work):
+    """The work of one execution, loop bodies multiplied by their iterations."""
+
+    complete: bool | None  # False: a trip count is unknown, and its loop counts one iteration (a lower bound)
+
+    @classmethod
+    def parse(cls, value: Any) -> PerExecution:
+        value = _object(value)
+        return cls(**_work(value), complete=_flag(value.get("complete")))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpan:
+    """Where in the code a loop was made: the file, function, lines and columns of the call."""
+
+    file: str | None
+    function: str | None
+    line: int | None
+    end_line: int | None
+    column: int | None
+    end_column: int | None
+
+    @classmethod
+    def parse(cls, value: Any) -> SourceSpan | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(file=_text(value.get("file")), function=_text(value.get("function")), line=_int(value.get("line")),
+                   end_line=_int(value.get("end_line")), column=_int(value.get("column")),
+                   end_column=_int(value.get("end_column")))
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """One HLO ``while`` of a program: how often it runs, what one iteration costs, and what made it."""
+
+    id: str  # the while instruction's name, unique in its program
+    parent: str | None  # the enclosing loop's id; None: in the entry computation
+    trip_count: int | None  # static (XLA's known_trip_count); None: known only at run time
+    trip_count_source: str | None
+    outer_iterations: float | None  # the enclosing loops' iterations (None: one of them is unknown)
+    kernels_per_iteration: int | None
+    conditionals_per_iteration: int | None
+    select_conds: int | None  # instructions of a cond that XLA:CPU turned into a select
+    syncs_per_iteration: int | None  # waits for the host per iteration on XLA:GPU
+    per_iteration: Work
+    source: SourceSpan | None
+    op_name: str | None
+    body: str | None  # the body computation's name
+    call: str | None  # the call's text in the notebook (``lax.scan(step, x0, xs)``)
+    cell: int | None  # the code cell of that call
+    cell_line: int | None  # its line in that cell
+    kind: str | None  # lax.scan, lax.fori_loop, lax.while_loop, "loop inside ..."
+    cpu_only: bool | None  # only XLA:CPU builds it (no loop of the CUDA lowering); None: no lowering read
+
+    @classmethod
+    def parse(cls, value: Any) -> Loop:
+        value = _object(value)
+        return cls(
+            id=str(value.get("id") or ""), parent=_text(value.get("parent")), trip_count=_int(value.get("trip_count")),
+            trip_count_source=_text(value.get("trip_count_source")),
+            outer_iterations=_number(value.get("outer_iterations")),
+            kernels_per_iteration=_int(value.get("kernels_per_iteration")),
+            conditionals_per_iteration=_int(value.get("conditionals_per_iteration")),
+            select_conds=_int(value.get("select_conds")), syncs_per_iteration=_int(value.get("syncs_per_iteration")),
+            per_iteration=Work.parse(value.get("per_iteration")), source=SourceSpan.parse(value.get("source")),
+            op_name=_text(value.get("op_name")), body=_text(value.get("body")), call=_text(value.get("call")),
+            cell=_int(value.get("cell")), cell_line=_int(value.get("cell_line")), kind=_text(value.get("kind")),
+            cpu_only=_flag(value.get("cpu_only")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLowering:
+    """What a program would run on a GPU, from its lowering for CUDA (``jax.export`` in the kernel)."""
+
+    source: str | None  # "jax.export (cuda)"
+    loops: int | None  # the lowering's while loops
+    custom_calls: Mapping[str, int]  # by target (``cusolver_getrf_ffi``)
+    conditionals: int | None
+    seconds: float | None  # the lowering's own time
+    note: str | None  # why it was skipped
+    error: str | None  # why it failed
+
+    @classmethod
+    def parse(cls, value: Any) -> GpuLowering | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(source=_text(value.get("source")), loops=_int(value.get("loops")),
+                   custom_calls=_counts(value.get("custom_calls")), conditionals=_int(value.get("conditionals")),
+                   seconds=_number(value.get("seconds")), note=_text(value.get("note")),
+                   error=_text(value.get("error")))
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """One compiled program the run executed, described from its optimised HLO."""
+
+    key: str | None  # ``<module>#<program id>``, its key in the run's table
+    module: str | None  # the HLO module (``jit_qm_jax``)
+    program_id: int | None  # per kernel
+    function: str | None  # the jitted function (``qm_jax``)
+    kind: str | None  # user, eager, library (from the compile events), or unknown
+    first_cell: int | None  # the code cell that first ran it
+    entry: Entry
+    loops: tuple[Loop, ...]
+    per_execution: PerExecution
+    float_dtypes: tuple[str, ...]  # f32, f64, ...
+    cost_source: str | None  # xla-cost-analysis or estimate
+    parameters_bytes: tuple[int, ...]  # each entry parameter's size
+    output_bytes: int | None
+    gpu: GpuLowering | None  # None: not lowered for CUDA
+
+    @classmethod
+    def parse(cls, value: Any) -> Program:
+        value = _object(value)
+        parameters = value.get("parameters_bytes")
+        return cls(
+            key=_text(value.get("key")), module=_text(value.get("module")), program_id=_int(value.get("program_id")),
+            function=_text(value.get("function")), kind=_text(value.get("kind")),
+            first_cell=_int(value.get("first_cell")), entry=Entry.parse(value.get("entry")),
+            loops=tuple(Loop.parse(loop) for loop in value.get("loops") or () if isinstance(loop, Mapping)),
+            per_execution=PerExecution.parse(value.get("per_execution")),
+            float_dtypes=_texts(value.get("float_dtypes")), cost_source=_text(value.get("cost_source")),
+            parameters_bytes=tuple(n for n in (_int(b) for b in parameters) if n is not None)
+            if isinstance(parameters, list) else (),
+            output_bytes=_int(value.get("output_bytes")), gpu=GpuLowering.parse(value.get("gpu")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramData:
+    """A run's ``measurements.programs``: its programs by key, where their work figures come from, and notes
+    on what could not be read."""
+
+    version: int | None
+    programs: Mapping[str, Program]
+    cost_source: str | None  # xla-cost-analysis or estimate; None: no HLO was read
+    notes: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, value: Any) -> ProgramData | None:
+        """None when the run holds no program data (absent, or an empty table)."""
+        if not isinstance(value, Mapping) or not value:
+            return None
+        programs = _object(value.get("programs"))
+        return cls(version=_int(value.get("version")),
+                   programs={str(k): Program.parse(p) for k, p in programs.items() if isinstance(p, Mapping)},
+                   cost_source=_text(value.get("cost_source")), notes=_texts(value.get("notes")))
+
+
+# ---- a cell's executions ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ObservedLoop:
+    """What a cell's trace showed of one loop of a program it executed."""
+
+    iterations: float | None  # per execution, counted from the body's kernels
+    cpu_s: float | None  # inside the loop, over all the cell's executions
+
+    @classmethod
+    def parse(cls, value: Any) -> ObservedLoop:
+        value = _object(value)
+        return cls(iterations=_number(value.get("iterations")), cpu_s=_number(value.get("cpu_s")))
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One program's executions in a cell: how many, on what basis, and its CPU time."""
+
+    program: str  # its key in the run's table (``ProgramData.programs``)
+    count: int | None  # None: sampled (see ``sampled_runs``)
+    count_basis: str | None  # trace, sampled, device trace, compiled, extrapolated
+    sampled_runs: int | None  # the runs seen when the trace was sampled
+    traced_count: int | None  # the runs seen in a trace cut short (``count`` is then extrapolated)
+    cpu_s: float | None  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
+    loops: Mapping[str, ObservedLoop]  # by loop id
+
+    @property
+    def runs(self) -> int:
+        """How many times it ran: the count, else the runs a sampled trace saw (at least that many), else once."""
+        if self.count is not None:
+            return self.count
+        return self.sampled_runs or 1
+
+    @classmethod
+    def parse(cls, value: Any) -> Execution | None:
+        """None for an entry that names no program (nothing to read it against)."""
+        value = _object(value)
+        program = value.get("program")
+        if not program or not isinstance(program, str):
+            return None
+        return cls(program=program, count=_int(value.get("count")),
+                   count_basis=_text(value.get("count_basis")), sampled_runs=_int(value.get("sampled_runs")),
+                   traced_count=_int(value.get("traced_count")), cpu_s=_number(value.get("cpu_s")),
+                   loops={str(k): ObservedLoop.parse(v) for k, v in _object(value.get("loops")).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class Transfers:
+    """A cell's host↔device copies, counted in its trace; bytes bounded by the parameters of the call that made
+    them (``unsized``: copies outside a call, bounded only by their time)."""
+
+    host_to_device: int | None
+    device_to_host: int | None
+    sized: int | None
+    unsized: int | None
+    bytes_low: float | None
+    bytes_high: float | None
+    cpu_s: float | None  # the time they took on this CPU
+
+    @classmethod
+    def parse(cls, value: Any) -> Transfers | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(host_to_device=_int(value.get("host_to_device")), device_to_host=_int(value.get("device_to_host")),
+                   sized=_int(value.get("sized")), unsized=_int(value.get("unsized")),
+                   bytes_low=_number(value.get("bytes_low")), bytes_high=_number(value.get("bytes_high")),
+                   cpu_s=_number(value.get("cpu_s")))
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWindow:
+    """A trace the probe cut short (its memory budget): what it covered, and the factor its figures were
+    extrapolated by to the whole cell."""
+
+    cut: bool | None
+    traced_s: float | None  # how long the session ran
+    grown_bytes: int | None  # what it had grown by then
+    wait_s: float | None  # how long the cell's thread waited for a CPU in it
+    stop_s: float | None  # how long stopping it took
+    cell_s: float | None  # the cell's time
+    scale: float | None  # the factor the counts, CPU and busy times and transfers were multiplied by
+
+    @classmethod
+    def parse(cls, value: Any) -> TraceWindow | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(cut=_flag(value.get("cut")), traced_s=_number(value.get("traced_s")),
+                   grown_bytes=_int(value.get("grown_bytes")), wait_s=_number(value.get("wait_s")),
+                   stop_s=_number(value.get("stop_s")), cell_s=_number(value.get("cell_s")),
+                   scale=_number(value.get("scale")))
+
+
+@dataclass(frozen=True, slots=True)
+class CallRate:
+    """The jitted calls a cut trace saw, and their rate over its later half (what the extrapolation used)."""
+
+    calls: int | None
+    late_calls: int | None
+    late_s: float | None
+    late_per_s: float | None
+
+    @classmethod
+    def parse(cls, value: Any) -> CallRate | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(calls=_int(value.get("calls")), late_calls=_int(value.get("late_calls")),
+                   late_s=_number(value.get("late_s")), late_per_s=_number(value.get("late_per_s")))
+
+
+@dataclass(frozen=True, slots=True)
+class CollectTimes:
+    """What collecting a cell's program data cost, in the kernel after the cell's timed code."""
+
+    trace_stop_s: float | None  # stopping and writing its profiler session
+    programs_s: float | None  # collecting the HLO after a compiling cell
+    gpu_lowering_s: float | None  # lowering its new programs for CUDA
+
+    @classmethod
+    def parse(cls, value: Any) -> CollectTimes | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(trace_stop_s=_number(value.get("trace_stop_s")), programs_s=_number(value.get("programs_s")),
+                   gpu_lowering_s=_number(value.get("gpu_lowering_s")))
+
+
+@dataclass(frozen=True, slots=True)
+class CellPrograms:
+    """A cell's ``programs``: the programs it executed, its copies, and how its trace was read."""
+
+    executions: tuple[Execution, ...]
+    transfers: Transfers | None
+    sampled: bool | None  # the trace's stats were read for every k-th event only
+    trace: str | None  # "read", or why the cell has no trace
+    new_programs: tuple[str, ...]  # programs first seen (compiled or loaded) in this cell
+    cpu_busy_s: float | None  # union of all program thunks
+    xla_busy_s: float | None  # all of XLA:CPU's work, attributed to a known program or not
+    window: TraceWindow | None  # only for a trace cut short
+    call_rate: CallRate | None  # only with ``window``
+    uncaptured: Mapping[str, int]  # programs that ran but whose HLO was not captured, by module: runs seen
+    hlo_error: str | None  # why the cell's HLO could not be collected
+    error: str | None  # why the cell's program data could not be read at all (``nbscope trace``)
+    collect_s: CollectTimes | None
+
+    @classmethod
+    def parse(cls, value: Any) -> CellPrograms | None:
+        if not isinstance(value, Mapping):
+            return None
+        executions = (Execution.parse(e) for e in value.get("executions") or () if isinstance(e, Mapping))
+        return cls(
+            executions=tuple(e for e in executions if e is not None), transfers=Transfers.parse(value.get("transfers")),
+            sampled=_flag(value.get("sampled")), trace=_text(value.get("trace")),
+            new_programs=_texts(value.get("new_programs")), cpu_busy_s=_number(value.get("cpu_busy_s")),
+            xla_busy_s=_number(value.get("xla_busy_s")), window=TraceWindow.parse(value.get("window")),
+            call_rate=CallRate.parse(value.get("call_rate")), uncaptured=_counts(value.get("uncaptured")),
+            hlo_error=_text(value.get("hlo_error")), error=_text(value.get("error")),
+            collect_s=CollectTimes.parse(value.get("collect_s")),
+        )
