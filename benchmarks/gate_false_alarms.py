@@ -42,6 +42,7 @@ import nbformat
 from nbscope.analyse.gate import GateOptions, gate, parse_slowdown
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.collect import fingerprint as fp
+from nbscope.record.machine import Machine
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     results: dict[str, Any] = {
-        "machine": fp.summary(fingerprint), "digest": fingerprint.get("digest"),
+        "machine": Machine.parse(fingerprint).summary, "digest": fingerprint.get("digest"),
         "notebook": str(args.from_db or args.notebook
                         or "generated (numpy import, matmuls, python loop, sort" + (", jax)" if with_jax else ")")),
         "repeat": args.repeat, "pairs": args.pairs, "env": base_env, "profiling_s": round(elapsed, 1),

@@ -18,6 +18,7 @@ from nbscope.analyse import noise
 from nbscope.analyse.gate import Comparison, RunSummary, busy, gate
 from nbscope.analyse.history import find_cell, metric_value
 from nbscope.api.gate import history_runs
+from nbscope.record.model import CpuTime
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
@@ -83,14 +84,15 @@ def test_history_reads_typed_cells_and_the_figures_the_model_does_not_type() -> 
     assert metric_value(record, "wall_s") == (record.notebook_run().totals.wall_s, [])
 
 
-def test_the_noise_model_takes_timed_cells_not_bare_ones() -> None:
+def test_the_noise_model_reads_the_typed_cells_wait_for_a_cpu() -> None:
     record = load_record("cpu_unrolled_loop")
-    timed = noise.timed_cells(record)
-    assert [t.cell for t in timed] == list(record.notebook_run().cells)
-    assert all(t.sched is None for t in timed)  # recorded before the probe read the wait for a CPU
-    assert noise.pair_noise(timed[0], timed[1]) == noise.pair_noise(*record.measurements["cells"][:2])
-    with pytest.raises(TypeError, match="TimedCell"):
-        noise.pair_noise(timed[0].cell, timed[1].cell)  # type: ignore[arg-type]
+    cells = record.notebook_run().cells
+    assert all(c.sched is None for c in cells)  # recorded before the probe read the wait for a CPU
+    assert noise.pair_noise(cells[0], cells[1]) == noise.pair_noise(*record.measurements["cells"][:2])
+    waited = dataclasses.replace(cells[1], wall_s=2.0, sched=CpuTime(on_cpu_s=0.5, wait_s=1.5, cpu_s=0.5))
+    assert noise.wait_of(waited) == 1.5 and noise.unwaited(waited) == 0.5
+    assert noise.pair_noise(waited, waited).judged == "unwaited"
+    assert noise.wait_of(dataclasses.replace(waited, sched=CpuTime(on_cpu_s=0.5, wait_s=9.0, cpu_s=0.5))) is None  # > wall
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +122,7 @@ def test_fresh_profiles_are_judged_on_the_typed_cells_with_their_wait(profiled: 
     assert json.loads(done.stdout) == as_printed(result)
     slow = next(c for c in result.cells if c.index == 1)
     assert slow.verdict == "regression" and len(slow.cand_samples) == 3
-    sides = [noise.timed_cells(record)[1] for record in (base, cand)]
+    sides = [record.notebook_run().cells[1] for record in (base, cand)]
     if all(side.sched is not None for side in sides):  # Linux: the probe reads each cell's wait for a CPU
-        assert slow.judged == "unwaited" and all(len(side.sample_waits) == 3 for side in sides)
+        assert slow.judged == "unwaited"
+        assert all(side.samples is not None and len(side.samples.wait_s) == 3 for side in sides)

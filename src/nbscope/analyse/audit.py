@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.compare import machine_summary
 from nbscope.analyse.diagnose import Finding, diagnose
 from nbscope.analyse.recommend import recommend
 from nbscope.record.run import RunRecord
@@ -191,7 +190,7 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         "recommendation": None,
         "forecast": None,  # filled by diagnose_entries for a CPU run with program data
         "digest": record.digest,
-        "machine": machine_summary(record.machine()),
+        "machine": record.machine().summary,
         "worker": audit.get("worker"),
         "gpu": audit.get("gpu"),
         "started_at": record.started_at,

@@ -19,8 +19,7 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellPair, pair_cells, same_notebook
-from nbscope.record.machine import Machine
-from nbscope.record.model import Cell, NotebookRun, Totals
+from nbscope.record.model import Cell, Totals
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
 
@@ -309,15 +308,6 @@ class Pairing:
                 "only_b": self.only_b, "all_paired": self.all_paired}
 
 
-def machine_summary(machine: Machine) -> str:
-    """One line naming the machine: CPU, cores and GPUs (``collect.fingerprint.summary``, read typed)."""
-    text = f"{machine.cpu.model or '?'} ×{machine.cpu.logical_cores or '?'}"
-    names = sorted({str(gpu.name) for gpu in machine.gpus})
-    if names:
-        text += " + " + ", ".join(f"{sum(str(g.name) == n for g in machine.gpus)}× {n}" for n in names)
-    return text
-
-
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """One side of a comparison: which run, on what machine and backend, under which settings."""
@@ -339,7 +329,7 @@ class RunSummary:
     def of(cls, record: RunRecord, name: str) -> RunSummary:
         recorded = record.settings or {}
         return cls(label=name, run_id=record.run_id, target=record.target, status=record.status,
-                   started_at=record.started_at, machine=machine_summary(record.machine()), digest=record.digest,
+                   started_at=record.started_at, machine=record.machine().summary, digest=record.digest,
                    platform=platform_of(record)["platform"], recorded_settings=record.settings,
                    title_settings=tuple((k, v) for k, v in recorded.items() if k in TITLE_SETTINGS and v))
 
@@ -391,14 +381,7 @@ class Comparison:
         }
 
 
-def _cell_documents(record: RunRecord, run: NotebookRun) -> dict[int, Mapping[str, Any]]:
-    """Each typed cell's document, by ``id`` of the cell: the noise model reads the probe's ``sched`` figures
-    (the wait for a CPU), which the typed cell does not carry. ``NotebookRun`` parses the same entries in order."""
-    documents = [c for c in record.measurements.get("cells") or () if isinstance(c, Mapping)]
-    return {id(cell): document for cell, document in zip(run.cells, documents, strict=True)}
-
-
-def _row(pair: CellPair[Cell], noise_of: tuple[dict[int, Mapping[str, Any]], ...]) -> tuple[CellRow, float | None]:
+def _row(pair: CellPair[Cell]) -> tuple[CellRow, float | None]:
     """A pair's row, and the noise floor of its change when both runs have the cell."""
     fa, fb = cell_figures(pair.a), cell_figures(pair.b)
     ref = pair.a or pair.b
@@ -409,7 +392,7 @@ def _row(pair: CellPair[Cell], noise_of: tuple[dict[int, Mapping[str, Any]], ...
         ratio, delta = (round(wall_b / wall_a, 4) if wall_a > 0 else None), wall_b - wall_a
     result, floor = Winner.of(wall_a, wall_b), None
     if pair.a is not None and pair.b is not None:
-        pair_noise = noise.pair_noise(noise_of[0][id(pair.a)], noise_of[1][id(pair.b)])
+        pair_noise = noise.pair_noise(pair.a, pair.b)
         judged_delta = (pair_noise.cand_s - pair_noise.base_s
                         if pair_noise.base_s is not None and pair_noise.cand_s is not None else None)
         result, floor = within_noise(result, pair_noise.floor_s, judged_delta, pair_noise.judged), pair_noise.floor_s
@@ -441,10 +424,9 @@ def compare(
         )
     run_a, run_b = a.notebook_run(), b.notebook_run()
     pairs = pair_cells(run_a.cells, run_b.cells, sources=sources_of(a, b))
-    noise_of = (_cell_documents(a, run_a), _cell_documents(b, run_b))
     rows, floors = [], []
     for pair in pairs:
-        row, floor = _row(pair, noise_of)
+        row, floor = _row(pair)
         rows.append(row)
         if floor is not None:
             floors.append(floor)

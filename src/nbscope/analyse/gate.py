@@ -37,7 +37,6 @@ from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
-from nbscope.analyse.noise import TimedCell
 from nbscope.record.cells import cell_keys, pair_cells
 from nbscope.record.machine import Cpu
 from nbscope.record.model import Cell
@@ -163,9 +162,7 @@ class RunSummary:
         return asdict(self)
 
 
-# Not frozen: ``nbscope versions`` drops the "different environments" warning from each of its gates
-# (analyse/versions.py assigns ``warnings``).
-@dataclass
+@dataclass(frozen=True)
 class GateResult:
     """Everything the gate found; ``passed`` is False on a significant regression or a new failure."""
 
@@ -227,11 +224,12 @@ class GateResult:
 _number = noise_model.time_of  # NaN, infinities and negative times are not measurements
 
 
-def _samples(timed: TimedCell, judged: str = "wall") -> tuple[float, ...]:
+def _samples(cell: Cell, judged: str = "wall") -> tuple[float, ...]:
     """The repeated samples of the judged figure (wall, or wall less each repeat's wait for a CPU)."""
-    walls = timed.cell.samples.wall_s if timed.cell.samples is not None else ()
-    if judged == "unwaited" and len(timed.sample_waits) == len(walls):
-        pairs = [(_number(w), t) for w, t in zip(walls, timed.sample_waits, strict=True)]
+    walls = cell.samples.wall_s if cell.samples is not None else ()
+    waits = cell.samples.wait_s if cell.samples is not None else ()
+    if judged == "unwaited" and len(waits) == len(walls):
+        pairs = [(_number(w), t) for w, t in zip(walls, waits, strict=True)]
         return tuple(max(0.0, w - t) for w, t in pairs if w is not None and t is not None)
     return tuple(w for w in walls if _number(w) is not None)
 
@@ -308,36 +306,35 @@ def _join(note: str, more: str) -> str:
 
 
 def _compare_cells(
-    base: TimedCell | None,
-    cand: TimedCell | None,
+    base: Cell | None,
+    cand: Cell | None,
     changed: bool,
     options: GateOptions,
     noise: HistoryNoise,
     key: str | None,
 ) -> Comparison:
-    shown = cand if cand is not None else base
-    assert shown is not None
-    cell = shown.cell
+    cell = cand if cand is not None else base
+    assert cell is not None
     comparison = Comparison(
         key=cell.source_hash or f"index-{cell.index}",
         label=cell_label(cell),
         index=cell.index,
         line=cell.line,
         first_line=cell.first_line,
-        base_status=base.cell.status if base else None,
-        cand_status=cand.cell.status if cand else None,
+        base_status=base.status if base else None,
+        cand_status=cand.status if cand else None,
         source_changed=changed,
     )
     if base is None or cand is None:
         return replace(comparison, verdict="new" if base is None else "removed",
-                       base_s=_number(base.cell.wall_s) if base else None,
-                       cand_s=_number(cand.cell.wall_s) if cand else None)
+                       base_s=_number(base.wall_s) if base else None,
+                       cand_s=_number(cand.wall_s) if cand else None)
     pair = noise_model.pair_noise(base, cand)
     known = noise.get((key, pair.judged)) if key is not None and not changed else None
     history_mad, history_range, history_runs = known if known is not None else (None, None, 0)
     comparison = replace(
         comparison,
-        base_s=_number(base.cell.wall_s), cand_s=_number(cand.cell.wall_s),
+        base_s=_number(base.wall_s), cand_s=_number(cand.wall_s),
         judged=pair.judged, kind=pair.kind, base_judged_s=pair.base_s, cand_judged_s=pair.cand_s,
         model_floor_s=pair.floor_s,
         base_samples=_samples(base, pair.judged), cand_samples=_samples(cand, pair.judged),
@@ -346,7 +343,7 @@ def _compare_cells(
     )
     base_ran = comparison.base_status in OK_STATUSES
     if comparison.cand_status in FAILED_STATUSES and base_ran:
-        error = cand.cell.error
+        error = cand.error
         return replace(
             comparison, verdict="failed" if options.check_status else "not-comparable",
             note=f"now {comparison.cand_status}" + (f" ({error.name}: {error.message[:80]})" if error and error.name else ""),
@@ -448,21 +445,22 @@ def history_noise(history: Sequence[RunRecord]) -> dict[tuple[str, str], tuple[f
     """
     values: dict[tuple[str, str], list[float]] = {}
     for record in history:
-        cells = noise_model.timed_cells(record)
+        run = record.notebook_run()
+        cells = run.cells
         free_total: float | None = 0.0
-        for key, timed in zip(cell_keys([t.cell for t in cells]), cells, strict=True):
-            wall, ran = _number(timed.cell.wall_s), timed.cell.status in OK_STATUSES
+        for key, cell in zip(cell_keys(cells), cells, strict=True):
+            wall, ran = _number(cell.wall_s), cell.status in OK_STATUSES
             if wall is None or not ran:
                 free_total = free_total if ran else None
                 continue
             values.setdefault((key, "wall"), []).append(wall)
-            free = noise_model.unwaited(timed)
+            free = noise_model.unwaited(cell)
             if free is not None:
                 values.setdefault((key, "unwaited"), []).append(free)
             free_total = None if free is None or free_total is None else free_total + free
         if record.status != "ok":
             continue
-        total = _number(record.notebook_run().totals.wall_s)
+        total = _number(run.totals.wall_s)
         if total is not None:
             values.setdefault(("total", "wall"), []).append(total)
         if cells and free_total is not None:
@@ -534,13 +532,13 @@ def gate(
             f"different measurement settings ({describe_settings(base_settings)} vs {describe_settings(cand_settings)}): "
             "the runs do not measure the same thing"
         )
-    base_cells, cand_cells = noise_model.timed_cells(baseline), noise_model.timed_cells(candidate)
+    base_cells, cand_cells = baseline.notebook_run().cells, candidate.notebook_run().cells
     for record, name, cells in ((baseline, "baseline", base_cells), (candidate, "candidate", cand_cells)):
         if record.status != "ok":
             warnings.append(f"the {name} run's status is {record.status}")
         load, cores = busy(record)
         if load is not None:
-            waits = bool(cells) and all(noise_model.wait_of(c) is not None for c in cells if c.cell.status == "ok")
+            waits = bool(cells) and all(noise_model.wait_of(c) is not None for c in cells if c.status == "ok")
             warnings.append(
                 f"the machine was busy when the {name} run started (load average {load:.1f} on {cores} cores): "
                 + ("its walls are inflated; the verdicts leave out each cell's wait for a CPU" if waits
@@ -552,14 +550,10 @@ def gate(
     if not base_cells or not cand_cells:
         warnings.append("no per-cell figures in one of the runs: comparing notebook totals only")
     else:
-        timed_of = {id(t.cell): t for t in (*base_cells, *cand_cells)}
-        cand_typed = [t.cell for t in cand_cells]
-        keys = dict(zip(map(id, cand_typed), cell_keys(cand_typed), strict=True))
-        for pair in pair_cells([t.cell for t in base_cells], cand_typed):
-            base = timed_of[id(pair.a)] if pair.a is not None else None
-            cand = timed_of[id(pair.b)] if pair.b is not None else None
+        keys = dict(zip(map(id, cand_cells), cell_keys(cand_cells), strict=True))
+        for pair in pair_cells(base_cells, cand_cells):
             key = keys[id(pair.b)] if pair.b is not None else None
-            comparisons.append(_compare_cells(base, cand, pair.source_changed, options, noise, key))
+            comparisons.append(_compare_cells(pair.a, pair.b, pair.source_changed, options, noise, key))
     total = _total(comparisons, baseline, candidate, options, noise)
     base_summary, cand_summary = run_summary(baseline), run_summary(candidate)
     repeats = (base_summary.repeats, cand_summary.repeats)

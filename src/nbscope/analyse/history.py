@@ -330,7 +330,7 @@ def find_cell(cells: Sequence[Cell], selector: str) -> Cell | None:
 
 
 # The figures the cell model types, and those it keeps per repeat: ``--metric`` names one of them, or a figure the
-# model does not type (``output_bytes``), read from the document.
+# model does not type (a probe's newer figure), read from the document as recorded.
 _CELL_FIGURES = frozenset(f.name for f in fields(Cell))
 _SAMPLE_FIGURES = frozenset(f.name for f in fields(Samples))
 

@@ -22,13 +22,10 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nbscope import _units as units
 from nbscope.record.model import Cell
-
-if TYPE_CHECKING:
-    from nbscope.record.run import RunRecord
 
 # Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
 # and no history. "plain": one thread of Python or NumPy; "threaded": other threads of the kernel did work
@@ -60,69 +57,21 @@ def time_of(value: Any) -> float | None:
     return number if number is not None and number >= 0 else None
 
 
-@dataclass(frozen=True, slots=True)
-class CpuTime:
-    """What the probe saw of a cell on the CPU (``sched``, Linux): its own thread's time on a CPU and waiting
-    for one, and every thread of the kernel's CPU time. Each is None when not a plausible time."""
-
-    on_cpu_s: float | None
-    wait_s: float | None
-    cpu_s: float | None
-
-    @classmethod
-    def parse(cls, value: Any) -> CpuTime | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(on_cpu_s=time_of(value.get("on_cpu_s")), wait_s=time_of(value.get("wait_s")),
-                   cpu_s=time_of(value.get("cpu_s")))
+# A cell as the functions below take it: typed, or a cell of a document (tests and hand-made records).
+NoiseCell = Cell | Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class TimedCell:
-    """A typed cell with what the noise model reads that :class:`nbscope.record.model.Cell` does not carry:
-    its wait for a CPU (``sched``), and each repeat's (``samples.wait_s``). Read from the document once, by
-    :func:`timed_cells`."""
-
-    cell: Cell
-    sched: CpuTime | None
-    sample_waits: tuple[float | None, ...]  # one per repeat; empty when not recorded
-
-    @classmethod
-    def parse(cls, value: Mapping[str, Any], cell: Cell | None = None) -> TimedCell:
-        """``value``, a cell of a document; ``cell``: its typed view, when the record's model gave it already."""
-        samples = value.get("samples")
-        waits = samples.get("wait_s") if isinstance(samples, Mapping) else None
-        return cls(cell=cell if cell is not None else Cell.parse(value), sched=CpuTime.parse(value.get("sched")),
-                   sample_waits=tuple(time_of(w) for w in waits) if isinstance(waits, list) else ())
-
-
-def timed_cells(record: RunRecord) -> tuple[TimedCell, ...]:
-    """The run's typed cells (``record.notebook_run()``), each with its wait for a CPU from the document."""
-    documents = [c for c in record.measurements.get("cells") or () if isinstance(c, Mapping)]
-    return tuple(TimedCell.parse(document, cell)
-                 for document, cell in zip(documents, record.notebook_run().cells, strict=True))
-
-
-# A cell as the functions below take it: timed, or a cell of a document (``compare`` pairs those).
-NoiseCell = TimedCell | Mapping[str, Any]
-
-
-def _timed(cell: NoiseCell | None) -> TimedCell | None:
-    if cell is None or isinstance(cell, TimedCell):
-        return cell
-    if isinstance(cell, Mapping):
-        return TimedCell.parse(cell)
-    # A bare Cell would be judged by its wall alone, silently: the record model does not carry the wait.
-    raise TypeError(f"the noise model takes a TimedCell (noise.timed_cells) or a cell's document, not {type(cell).__name__}")
+def _typed(cell: NoiseCell | None) -> Cell | None:
+    return Cell.parse(cell) if isinstance(cell, Mapping) else cell
 
 
 def wait_of(cell: NoiseCell | None) -> float | None:
     """Seconds the cell waited for a CPU, when the record has a plausible figure (0 ≤ wait ≤ wall)."""
-    timed = _timed(cell)
-    if timed is None:
+    typed = _typed(cell)
+    if typed is None:
         return None
-    wall = time_of(timed.cell.wall_s)
-    wait = timed.sched.wait_s if timed.sched is not None else None
+    wall = time_of(typed.wall_s)
+    wait = typed.sched.wait_s if typed.sched is not None else None
     if wait is None or wall is None or wait > wall * 1.01 + 0.005:
         return None
     return min(wait, wall)
@@ -130,26 +79,26 @@ def wait_of(cell: NoiseCell | None) -> float | None:
 
 def unwaited(cell: NoiseCell | None) -> float | None:
     """The cell's wall time less its wait for a CPU; None when either is unknown."""
-    timed = _timed(cell)
-    wall = time_of(timed.cell.wall_s) if timed is not None else None
-    wait = wait_of(timed)
+    typed = _typed(cell)
+    wall = time_of(typed.wall_s) if typed is not None else None
+    wait = wait_of(typed)
     return None if wall is None or wait is None else max(0.0, wall - wait)
 
 
 def kind_of(cell: NoiseCell | None) -> str:
     """``plain``, ``threaded``, ``import`` or ``first-call`` (see :data:`RELATIVE`)."""
-    timed = _timed(cell)
-    if timed is None:
+    typed = _typed(cell)
+    if typed is None:
         return "plain"
-    wall = time_of(timed.cell.wall_s) or 0.0
-    compile_s = time_of(timed.cell.compile_s) or 0.0
+    wall = time_of(typed.wall_s) or 0.0
+    compile_s = time_of(typed.compile_s) or 0.0
     if wall > 0 and compile_s >= 0.3 * wall:
         return "first-call"
-    source = timed.cell.source or ""
-    lines = source.splitlines() if source else [timed.cell.first_line]
+    source = typed.source or ""
+    lines = source.splitlines() if source else [typed.first_line]
     if lines and any(line.strip() for line in lines) and all(_IMPORT.match(line) for line in lines):
         return "import"
-    sched = timed.sched
+    sched = typed.sched
     if sched is not None and sched.cpu_s is not None and sched.on_cpu_s is not None:
         cpu, own = sched.cpu_s, sched.on_cpu_s
         if cpu > THREADED_CPU_SHARE * own:
@@ -189,10 +138,10 @@ def pair_noise(base: NoiseCell | None, cand: NoiseCell | None) -> PairNoise:
     ``1 / (1 − contention)``: when a cell's thread waited 90 % of its wall for a CPU, its worker threads
     were starved as much, and their spinning inflated even the unwaited time.
     """
-    sides = (_timed(base), _timed(cand))
+    sides = (_typed(base), _typed(cand))
     kinds = [kind_of(c) for c in sides if c is not None]
     kind = max(kinds, key=_ORDER.index) if kinds else "plain"
-    walls = tuple(time_of(c.cell.wall_s) if c is not None else None for c in sides)
+    walls = tuple(time_of(c.wall_s) if c is not None else None for c in sides)
     free = (unwaited(sides[0]), unwaited(sides[1]))
     if None not in free:
         judged, figures = "unwaited", free

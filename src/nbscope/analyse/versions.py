@@ -13,7 +13,7 @@ compile versus run, compile counts, findings that appeared, fingerprint fields.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
@@ -199,7 +199,8 @@ def compare_variants(
     for before, after in zip(ran, ran[1:], strict=False):
         gate_result = gate_module.gate(before.record, after.record, options)  # type: ignore[arg-type]
         # Different environments are the point here: the differing fields are listed instead.
-        gate_result.warnings = [w for w in gate_result.warnings if not w.startswith("different environments")]
+        gate_result = replace(gate_result, warnings=[w for w in gate_result.warnings
+                                                     if not w.startswith("different environments")])
         gates.append(VariantGate(a=before.label, b=after.label, result=gate_result))
     return VersionsResult(target=target, variants=tuple(variants), cells=cells,
                           totals=tuple(VariantTotals.of(record.notebook_run().totals) for record in records),

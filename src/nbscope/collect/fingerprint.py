@@ -500,15 +500,3 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_volatile: bool =
         if va != vb:
             rows.append((path, va, vb))
     return rows
-
-
-def summary(fingerprint: Mapping[str, Any]) -> str:
-    """One line naming the machine: CPU, cores and GPUs."""
-    cpu = fingerprint.get("cpu", {})
-    model = cpu.get("model")
-    text = f"{model if isinstance(model, str) else '?'} ×{cpu.get('logical_cores', '?')}"
-    devices = fingerprint.get("gpu", {}).get("devices")
-    if isinstance(devices, list) and devices:
-        names = sorted({str(d.get("name")) for d in devices})
-        text += " + " + ", ".join(f"{sum(str(d.get('name')) == n for d in devices)}× {n}" for n in names)
-    return text

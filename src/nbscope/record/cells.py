@@ -33,6 +33,10 @@ def number(value: Any) -> float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
+def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
+    return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
+
+
 # ---- one cell ------------------------------------------------------------------------------------
 
 
@@ -101,26 +105,25 @@ def label(cell: Mapping[str, Any]) -> str:
     return f"{name} (line {cell['line']})" if cell.get("line") else name
 
 
-def shown_line(cell: Mapping[str, Any]) -> str:
-    """The line a table shows for a cell: its first line of code (not a comment), else its first line."""
-    return str(cell.get("code_line") or cell.get("first_line") or "")
-
-
 # What happened to a cell that did not finish cleanly, as a sentence says it ("the cell died").
 FAILURE_WORDS = {"error": "raised", "expected-error": "raised (expected)", "timeout": "timed out",
                  "kernel-died": "died", "interrupted": "was interrupted"}
 
 
-def failure_text(cell: Mapping[str, Any]) -> str | None:
+def failure_text(cell: Cell | Mapping[str, Any]) -> str | None:
     """``died (DeadKernelError: the kernel died …)``: what stopped a cell, with its error (at most 160
     characters of it) or the signal; None for a cell that finished, or never started (``not-run``)."""
-    status = cell.get("status")
+    status = _field(cell, "status")
     if status not in FAILURE_WORDS:
         return None
-    error = cell.get("error") if isinstance(cell.get("error"), Mapping) else {}
-    detail = ": ".join(str(x) for x in (error.get("name"), error.get("message")) if x)
-    if status == "interrupted" and not detail and cell.get("interrupted_by"):
-        detail = f"by {cell.get('interrupted_by')}"
+    error = _field(cell, "error")
+    if isinstance(error, Mapping):
+        parts = (error.get("name"), error.get("message"))
+    else:
+        parts = (error.name, error.message) if error is not None else ()
+    detail = ": ".join(str(x) for x in parts if x)
+    if status == "interrupted" and not detail and _field(cell, "interrupted_by"):
+        detail = f"by {_field(cell, 'interrupted_by')}"
     return FAILURE_WORDS[str(status)] + (f" ({detail[:160]})" if detail else "")
 
 
@@ -321,10 +324,6 @@ class CellPair(Generic[CellT]):
     @property
     def paired(self) -> bool:
         return self.a is not None and self.b is not None
-
-
-def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
-    return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
 
 
 def cell_keys(cells: Sequence[Cell | Mapping[str, Any]], side: str = "") -> list[str]:

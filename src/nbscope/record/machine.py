@@ -133,6 +133,15 @@ class Machine:
     jax_runtime: JaxRuntime | None  # None: not collected
 
     @property
+    def summary(self) -> str:
+        """One line naming the machine: CPU, cores and GPUs (``AMD EPYC ×2 + 1× Tesla T4``)."""
+        text = f"{self.cpu.model or '?'} ×{self.cpu.logical_cores if self.cpu.logical_cores is not None else '?'}"
+        names = sorted({str(gpu.name) for gpu in self.gpus})
+        if names:
+            text += " + " + ", ".join(f"{sum(str(g.name) == n for g in self.gpus)}× {n}" for n in names)
+        return text
+
+    @property
     def gpu(self) -> Gpu | None:
         """The first visible GPU: JAX's default device when JAX runs on a GPU."""
         return self.gpus[0] if self.gpus else None

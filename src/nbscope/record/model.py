@@ -107,6 +107,7 @@ class JaxFigures:
     backend_s: float
     cache_state: str | None
     functions: tuple[JaxFunction, ...]
+    cache_retrieval_s: float | None = None  # reading compiled programs from JAX's persistent cache
 
     @property
     def compile_s(self) -> float:
@@ -126,6 +127,7 @@ class JaxFigures:
             trace_s=_number(value.get("trace_s")) or 0.0, lower_s=_number(value.get("lower_s")) or 0.0,
             backend_s=_number(value.get("backend_s")) or 0.0, cache_state=_text(value.get("cache_state")),
             functions=tuple(JaxFunction.parse(f) for f in value.get("functions") or () if isinstance(f, Mapping)),
+            cache_retrieval_s=_time(value.get("cache_retrieval_s")),
         )
 
 
@@ -160,6 +162,29 @@ class NumbaFigures:
                                    if isinstance(f, Mapping)))
 
 
+def _time(value: Any) -> float | None:
+    """A time figure: finite and not negative, else None (never a measurement)."""
+    number = _number(value)
+    return number if number is not None and number >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTime:
+    """What the probe saw of a cell on the CPU (``sched``, Linux): its own thread's time on a CPU and waiting
+    for one, and every thread of the kernel's CPU time. Each is None when not a plausible time."""
+
+    on_cpu_s: float | None
+    wait_s: float | None
+    cpu_s: float | None
+
+    @classmethod
+    def parse(cls, value: Any) -> CpuTime | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(on_cpu_s=_time(value.get("on_cpu_s")), wait_s=_time(value.get("wait_s")),
+                   cpu_s=_time(value.get("cpu_s")))
+
+
 @dataclass(frozen=True, slots=True)
 class Samples:
     """Each repeat's figures of a cell run more than once (``--repeat N``)."""
@@ -168,6 +193,7 @@ class Samples:
     code_s: tuple[float, ...]
     compile_s: tuple[float, ...]
     status: tuple[str | None, ...]
+    wait_s: tuple[float | None, ...] = ()  # each repeat's wait for a CPU, beside its wall (empty: not recorded)
 
     @classmethod
     def parse(cls, value: Any) -> Samples | None:
@@ -177,8 +203,10 @@ class Samples:
         def figures(key: str) -> tuple[float, ...]:
             return tuple(n for n in (_number(v) for v in value.get(key) or ()) if n is not None)
 
+        waits = value.get("wait_s")
         return cls(wall_s=figures("wall_s"), code_s=figures("code_s"), compile_s=figures("compile_s"),
-                   status=tuple(_text(s) for s in value.get("status") or ()))
+                   status=tuple(_text(s) for s in value.get("status") or ()),
+                   wait_s=tuple(_time(w) for w in waits) if isinstance(waits, list) else ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +242,9 @@ class Cell:
     alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
     rss: Mapping[str, Any]
     gpu_memory: Mapping[str, Any]
+    sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
+    interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
+    output_bytes: int | None = None  # what the cell sent to its outputs
 
     @property
     def ran(self) -> bool:
@@ -247,6 +278,8 @@ class Cell:
             programs=CellPrograms.parse(value.get("programs")),
             alarms=tuple(str(a) for a in value.get("alarms") or ()),
             rss=_object(value.get("rss")), gpu_memory=_object(value.get("gpu_memory")),
+            sched=CpuTime.parse(value.get("sched")), interrupted_by=_text(value.get("interrupted_by")),
+            output_bytes=integer("output_bytes"),
         )
 
 

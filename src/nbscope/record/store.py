@@ -26,7 +26,6 @@ from typing import Any, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
-from nbscope.collect import fingerprint as fp
 from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord, series_settings
 from nbscope.record.secrets import hide_stored_values
@@ -742,7 +741,7 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
     document = record.to_json(indent=None)
     backend, settings, totals = _summary_values(record)
     return (record.started_at, record.ended_at, record.kind, record.target, record.status,
-            fp.summary(record.fingerprint), record.digest, record.label, backend, settings,
+            record.machine().summary, record.digest, record.label, backend, settings,
             record_module.content_hash(json.loads(document)), json.dumps(record.headline()), totals, document)
 
 

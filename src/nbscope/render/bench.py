@@ -232,13 +232,12 @@ def print_bench(record: RunRecord) -> None:
 
 def bench_markdown(record: RunRecord) -> str:
     """A GitHub-ready markdown table of every row, in the seed's style (Benchmark | time | ...)."""
-    from nbscope.collect import fingerprint as fp
 
     settings = record.settings or {}
     measurements = record.measurements or {}
     groups = measurements.get("groups") or {}
     lines = [
-        f"**nbscope bench** `{record.target}` · {fp.summary(record.fingerprint)} · digest `{record.digest}` · "
+        f"**nbscope bench** `{record.target}` · {record.machine().summary} · digest `{record.digest}` · "
         f"dtype {settings.get('dtype', '?')} · {record.started_at[:19].replace('T', ' ')} UTC",
         "",
         *markdown_table(bench_rows(groups, failures=True)),

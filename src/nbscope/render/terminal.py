@@ -330,7 +330,7 @@ def print_record_header(record: RunRecord) -> None:
     run = f"run {record.run_id}" if record.run_id else "run"
     console.print(
         f"[bold]{literal(run)}[/bold] · {literal(record.kind)} · {literal(record.target)} · {literal(record.status)} · "
-        f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(fp.summary(record.fingerprint))} · "
+        f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(record.machine().summary)} · "
         f"digest {literal(record.digest)}" + (f" · label {literal(record.label)}" if record.label else "")
     )
     settings = settings_text(record.settings or {})

@@ -198,11 +198,8 @@ def diagnose(
             skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
     _link(findings)
     notes = [ctx.sources_note] if ctx.sources_note else []
-    # What stopped a cell is read from its document: the typed cell does not carry ``interrupted_by`` (the signal
-    # that interrupted it), which failure_text names.
-    documents = [c for c in record.measurements.get("cells") or [] if isinstance(c, Mapping)]
-    failed = [{"index": c.get("index"), "line": c.get("line"), "status": c.get("status"), "text": text}
-              for c in documents if c.get("status") != "expected-error" and (text := failure_text(c))]
+    failed = [{"index": c.index, "line": c.line, "status": c.status, "text": text}
+              for c in ctx.run.cells if c.status != "expected-error" and (text := failure_text(c))]
     not_run = sum(1 for c in ctx.run.cells if c.status == "not-run")
     evidence = ctx.__dict__.get("forecast")  # computed only if a rule asked for it (a cached property)
     return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,

@@ -297,15 +297,8 @@ def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[dict[str, Any]]:
     hits = first.jax.cache_hits if first.jax else 0
     if hits:
         causes.append({"cause": "persistent-cache reads", "evidence": f"{hits} programs read from the JAX persistent cache "
-                                                                      f"({units.seconds(_cache_retrieval_s(ctx, index))} retrieving)"})
+                                                                      f"({units.seconds(first.jax.cache_retrieval_s)} retrieving)"})
     return causes
-
-
-def _cache_retrieval_s(ctx: Context, index: int) -> Any:
-    """The seconds a cell spent reading programs from the JAX persistent cache, as recorded. The typed cell
-    (``record.model.JaxFigures``) does not carry this figure yet, so it is read from the cell's document."""
-    document = next((c for c in ctx.record.measurements.get("cells") or [] if c.get("index") == index), {})
-    return (document.get("jax") or {}).get("cache_retrieval_s")
 
 
 _FIXES = {

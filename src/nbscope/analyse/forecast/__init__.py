@@ -29,7 +29,7 @@ from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
 from nbscope.analyse.forecast.model import LoopSeen, Term, program_terms, transfer_term
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
-from nbscope.record.cells import FAILURE_WORDS
+from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.programs import Execution, Program
 from nbscope.record.sources import load_sources, naming
@@ -165,19 +165,9 @@ def _measured(cell: Cell) -> _Cell | None:
                  executions=executions, unattributed_s=unattributed, unseen=unseen)
 
 
-def _failure_text(cell: Cell) -> str | None:
-    """:func:`nbscope.record.cells.failure_text` of a typed cell: ``died (DeadKernelError: …)``, what stopped it
-    and its error (at most 160 characters), or None for a cell that finished or never started. (The typed
-    cell has no ``interrupted_by``; an interrupted cell's error names the signal.)"""
-    if cell.status not in FAILURE_WORDS:
-        return None
-    detail = ": ".join(x for x in (cell.error.name, cell.error.message) if x) if cell.error is not None else ""
-    return FAILURE_WORDS[cell.status] + (f" ({detail[:160]})" if detail else "")
-
-
 def not_forecast(cell: Cell) -> dict[str, Any] | None:
     """A cell that raised, died or timed out: what ran is not the cell, so it is not forecast."""
-    what = _failure_text(cell)
+    what = failure_text(cell)
     if what is None:
         return None
     return {"index": cell.index, "line": cell.line, "first_line": cell.first_line,

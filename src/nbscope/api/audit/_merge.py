@@ -16,7 +16,6 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope._files import write_text
 from nbscope.analyse import audit as _report
-from nbscope.analyse.compare import machine_summary
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 
@@ -125,7 +124,7 @@ def merge(
                 chosen[key] = (rank, entry)
         inputs.append({
             "file": str(path), "target": record.target, "started_at": record.started_at, "status": record.status,
-            "digest": record.digest, "machine": machine_summary(record.machine()), "shard": record.settings.get("shard"),
+            "digest": record.digest, "machine": record.machine().summary, "shard": record.settings.get("shard"),
             "wall_s": (m.get("totals") or {}).get("wall_s"), "runs_imported": sum(1 for v in id_map.values() if v),
         })
     entries = [chosen[k, b][1] for k in order for b in backends if (k, b) in chosen]

@@ -18,6 +18,7 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
+from nbscope.record.machine import Machine
 from nbscope.record.run import RunRecord
 from nbscope.record.secrets import command_for_record
 
@@ -217,7 +218,7 @@ def _where_jobs_can_run(runner: Any, options: AuditOptions, fingerprint: dict[st
              f"nbscope finds GPUs through NVML only: it cannot schedule {b} safely"})
         for b in options.backends
     }
-    record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": fp.summary(f)}
+    record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": Machine.parse(f).summary}
                                       for a, f in runner.fingerprints.items()}
     return availability, runner.digests()
 

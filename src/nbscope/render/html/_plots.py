@@ -8,7 +8,6 @@ from typing import Any
 
 from nbscope._units import count
 from nbscope.analyse.report import ReportData
-from nbscope.collect import fingerprint as fp
 from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.render.html._base import (
@@ -86,7 +85,7 @@ def side_by_side_svg(data: ReportData) -> str | None:
     rows = [row for row in table if id(row) in keep]
     labels = [_label(next(c for c in row if c is not None)) for row in rows]
     series = [
-        (f"{run_name(r, i)} · {r.digest} · {fp.summary(r.fingerprint)}", [wall(row[k]) for row in rows])
+        (f"{run_name(r, i)} · {r.digest} · {r.machine().summary}", [wall(row[k]) for row in rows])
         for k, (i, r) in enumerate(zip(data.side_by_side_runs, runs, strict=True))
     ]
     title = f"slowest {count(len(rows), 'cell')}, paired by source across {len(runs)} runs"

@@ -37,7 +37,7 @@ def _runs_section(records: list[RunRecord]) -> str:
     for position, record in enumerate(records):
         rows.append(
             (run_name(record, position), record.kind, Markup(f"<code>{e(record.target)}</code>"), record.status,
-             record.started_at[:19].replace("T", " "), fp.summary(record.fingerprint), record.digest,
+             record.started_at[:19].replace("T", " "), record.machine().summary, record.digest,
              _unbroken(settings_text(record.settings or {}) or "defaults"), _unbroken(headline_text(record.headline())))
         )
     headers = ("run", "kind", "notebook", "status", "started (UTC)", "machine", "digest", "settings", "figures")
