@@ -332,6 +332,24 @@ def test_gate_three_times_slower_cell_exits_1_and_names_it(gate_runs: dict[str, 
 
 
 @pytest.mark.slow
+def test_the_typed_gate_of_fresh_profiles_is_what_gate_json_prints_and_leaves_out_the_wait(
+        gate_runs: dict[str, Any], run_cli: Any) -> None:
+    store = Store(gate_runs["db"])
+    base, cand = store.get(gate_runs["base"]), store.get(gate_runs["slow"])
+    result = gate(base, cand, history=history_runs(store, cand, 10))
+    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate", gate_runs["slow"],
+                   "--json")
+    assert done.returncode == result.exit_code == 1, done.stdout + done.stderr
+    assert json.loads(done.stdout) == json.loads(json.dumps(result.to_dict(), indent=1, default=str))
+    slow = next(c for c in result.cells if c.index == 1)
+    assert slow.verdict == "regression" and len(slow.cand_samples) == 4
+    sides = [record.notebook_run().cells[1] for record in (base, cand)]
+    if all(side.sched is not None for side in sides):  # Linux: the probe reads each cell's wait for a CPU
+        assert slow.judged == "unwaited"
+        assert all(side.samples is not None and len(side.samples.wait_s) == 4 for side in sides)
+
+
+@pytest.mark.slow
 def test_gate_unchanged_notebook_exits_0(gate_runs: dict[str, Any], run_cli: Any) -> None:
     done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
                    gate_runs["same"], "--markdown")

@@ -93,36 +93,3 @@ def test_the_noise_model_reads_the_typed_cells_wait_for_a_cpu() -> None:
     assert noise.wait_of(waited) == 1.5 and noise.unwaited(waited) == 0.5
     assert noise.pair_noise(waited, waited).judged == "unwaited"
     assert noise.wait_of(dataclasses.replace(waited, sched=CpuTime(on_cpu_s=0.5, wait_s=9.0, cpu_s=0.5))) is None  # > wall
-
-
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Two profiles of gate_sleep.ipynb with --repeat 3: cell 2 sleeps 0.1 s, then 0.4 s."""
-    from nbscope.api.profile import ProfileOptions, profile
-
-    folder = tmp_path_factory.mktemp("gate-typed")
-    store = Store(folder / "nbscope.db")
-    runs = {}
-    for name, seconds in (("base", "0.1"), ("slow", "0.4")):
-        record = profile(NOTEBOOK, ProfileOptions(repeat=3, env={"NBSCOPE_GATE_SLOW": seconds}), store=store,
-                         live_path=folder / f"{name}.jsonl")
-        assert record.status == "ok", record.measurements.get("cells")
-        runs[name] = record.run_id
-    return {"db": store.path, **runs}
-
-
-@pytest.mark.slow
-def test_fresh_profiles_are_judged_on_the_typed_cells_with_their_wait(profiled: dict[str, Any], run_cli: Any) -> None:
-    store = Store(profiled["db"])
-    base, cand = store.get(profiled["base"]), store.get(profiled["slow"])
-    result = gate(base, cand, history=history_runs(store, cand, 10))
-    done = run_cli("gate", "--db", profiled["db"], "--baseline", profiled["base"], "--candidate", profiled["slow"],
-                   "--json")
-    assert done.returncode == result.exit_code == 1, done.stdout + done.stderr
-    assert json.loads(done.stdout) == as_printed(result)
-    slow = next(c for c in result.cells if c.index == 1)
-    assert slow.verdict == "regression" and len(slow.cand_samples) == 3
-    sides = [record.notebook_run().cells[1] for record in (base, cand)]
-    if all(side.sched is not None for side in sides):  # Linux: the probe reads each cell's wait for a CPU
-        assert slow.judged == "unwaited"
-        assert all(side.samples is not None and len(side.samples.wait_s) == 3 for side in sides)
