@@ -80,7 +80,7 @@ def test_silent_on_the_cpu_run(cpu, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_recommendation_pins_the_loop_to_the_cpu(gpu, cpu) -> None:
-    result = recommend(naming(gpu, SOURCES), naming(cpu, SOURCES))
+    result = recommend(naming(gpu, SOURCES), naming(cpu, SOURCES)).to_dict()
     assert result["accelerator"] == "gpu"
     estimates = result["estimates"]
     assert estimates["cpu_s"] == pytest.approx(sum(c["wall_s"] for c in cpu.measurements["cells"]), abs=1e-3)
@@ -93,10 +93,10 @@ def test_recommendation_pins_the_loop_to_the_cpu(gpu, cpu) -> None:
     assert result["recommendation"] in ("cpu", "mixed")
     assert estimates[f"{result['recommendation']}_s"] == best
     # argument order does not matter
-    assert recommend(naming(cpu, SOURCES), naming(gpu, SOURCES))["estimates"] == estimates
+    assert recommend(naming(cpu, SOURCES), naming(gpu, SOURCES)).to_dict()["estimates"] == estimates
 
 
 @pytest.mark.slow
 def test_recommend_same_backend_has_no_choice(cpu) -> None:
     result = recommend(cpu, cpu)
-    assert result["recommendation"] is None and "both runs" in result["reason"]
+    assert result.recommendation is None and "both runs" in result.reason

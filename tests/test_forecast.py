@@ -235,7 +235,7 @@ def scan_record() -> RunRecord:
 def test_scan_forecast_is_linear_in_its_length(scan_record: RunRecord) -> None:
     record = scan_record
     table = load_table(environ={})
-    result = forecast(record, "t4", table=table)
+    result = forecast(record, "t4", table=table).to_dict()
     terms = {t["iterations"]: t for t in _loop_terms(result)}
     assert sorted(terms) == [1_000, 10_000, 100_000]
     t4 = table.devices["t4"]
@@ -261,7 +261,7 @@ def test_while_loop_reports_unknown_trip_count_and_cond_loop_syncs() -> None:
     (fori,) = branchy["loops"]
     assert fori["trip_count"] == 1_000 and fori["kind"] == "lax.fori_loop"
     assert fori["syncs_per_iteration"] >= 1 or fori["select_conds"] >= 1
-    result = forecast(record, "t4")
+    result = forecast(record, "t4").to_dict()
     terms = _loop_terms(result)
     unknown = next(t for t in terms if t["function"] == "grow")
     assert unknown["iterations"] is None  # neither static nor counted in the trace (one small call on XLA:CPU)
@@ -279,7 +279,7 @@ def test_while_loop_reports_unknown_trip_count_and_cond_loop_syncs() -> None:
 @pytest.mark.slow
 def test_float64_matmul_is_far_slower_on_a_t4_than_on_an_h100_but_float32_is_not() -> None:
     record = _profiled("forecast_matmul.md")
-    result = forecast(record, "t4,h100")
+    result = forecast(record, "t4,h100").to_dict()
 
     def work(device: str, first_line: str) -> dict[str, Any]:
         cell = next(c for c in result["cells"] if c["first_line"].startswith(first_line))
@@ -337,9 +337,10 @@ def test_forecast_help_says_what_the_numbers_mean(run_cli: Any) -> None:
 def test_forecast_against_a_measured_run_pairs_cells_and_leaves_compile_out(scan_record: RunRecord) -> None:
     from nbscope.analyse.forecast.measured import against_measured
 
-    result = forecast(scan_record, "t4")
+    typed = forecast(scan_record, "t4")
+    result = typed.to_dict()
     # Any profile of the same notebook pairs; here the CPU run itself stands for the measured one.
-    comparison = against_measured(result, scan_record, "t4")
+    comparison = against_measured(typed, scan_record, "t4").to_dict()
     ran = [c for c in scan_record.measurements["cells"] if c.get("wall_s") is not None]
     assert comparison["paired"] == len(ran)
     for row, cell in zip(comparison["cells"], result["cells"], strict=True):
@@ -352,7 +353,7 @@ def test_forecast_against_a_measured_run_pairs_cells_and_leaves_compile_out(scan
         assert row["within"] == (row["forecast_low_s"] <= row["measured_s"] <= row["forecast_high_s"])
     other = RunRecord(kind="profile", target="other.md", fingerprint={}, measurements={"cells": [{"source_hash": "x"}]})
     with pytest.raises(NbscopeError, match="shares no cell"):
-        against_measured(result, other, "t4")
+        against_measured(typed, other, "t4")
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
     # 0.6–0.76 M idle, 0.36–0.7 M with both cores busy. Unscaled, it would be the ~9,000 traced calls.
     assert 1_000_000 / 4 <= execution["count"] <= 1_000_000 * 1.5
     assert execution["traced_count"] < execution["count"]
-    outcome = forecast(records[True], "t4")["cells"][1]["gpu"]["t4"]
+    outcome = forecast(records[True], "t4").to_dict()["cells"][1]["gpu"]["t4"]
     (dispatch,) = [t for t in outcome["terms"] if t["kind"] == "dispatch"]
     assert dispatch["calls"] == execution["count"]
 

@@ -27,7 +27,7 @@ pytestmark = [
 def _forecast(name: str, gpus: str) -> tuple[Any, dict[str, Any]]:
     record = profile(CORPUS / name, ProfileOptions(forecast=gpus.split(","), jax_platform="cpu"), fingerprint={"digest": "corpus"})
     assert record.measurements.get("programs"), "program data was not recorded"
-    return record, forecast(record, gpus, notebook_path=CORPUS / name)
+    return record, forecast(record, gpus, notebook_path=CORPUS / name).to_dict()
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, d
         assert "lax.scan of 10,000,000 iterations" in finding.summary and "`qm_jax`" in finding.summary
         assert 40 <= finding.evidence["forecast"]["t4"]["loop_low_s"] <= 160
     assert findings[0].rule == "latency-bound-loop"  # the lecture's biggest risk comes first
-    advice = recommend(record)  # the record carries its code
+    advice = recommend(record).to_dict()  # the record carries its code
     assert advice["basis"] == "forecast" and advice["recommendation"] == "cpu"
     assert [p["functions"] for p in advice["pinned"]] == [["qm_jax"]]
     assert advice["estimates"]["gpu_low_s"] > advice["estimates"]["cpu_s"]

@@ -25,7 +25,7 @@ def test_random_and_solve_have_no_loop_term_from_threefry_or_lu() -> None:
     assert any(t.startswith("cusolver") for t in program["gpu"]["custom_calls"])
     cpu_only = [loop for loop in program["loops"] if loop["cpu_only"]]
     assert len(program["loops"]) > 1 and cpu_only  # XLA:CPU built more loops than the GPU would
-    result = forecast(record, "t4")
+    result = forecast(record, "t4").to_dict()
     cell = next(c for c in result["cells"] if any(p["function"] == "draw_and_solve" for p in c["programs"]))
     terms = cell["gpu"]["t4"]["terms"]
     loops = [t for t in terms if t["kind"] == "loop"]

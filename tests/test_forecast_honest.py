@@ -43,7 +43,7 @@ def _cell(result: dict[str, Any], text: str) -> dict[str, Any]:
 
 
 def test_data_dependent_while_loop_reports_its_observed_trip_count(honest: Any) -> None:
-    result = forecast(honest, "t4")
+    result = forecast(honest, "t4").to_dict()
     cell = _cell(result, "doubling")
     (loop,) = [t for t in cell["gpu"]["t4"]["terms"] if t["kind"] == "loop" and t["function"] == "doubling"]
     assert loop["trip_count_basis"] == "observed"
@@ -54,7 +54,7 @@ def test_data_dependent_while_loop_reports_its_observed_trip_count(honest: Any) 
 
 
 def test_scalar_while_loop_is_observed_or_estimated_never_a_wild_bound(honest: Any) -> None:
-    result = forecast(honest, "t4")
+    result = forecast(honest, "t4").to_dict()
     cell = _cell(result, "scalar_doubling")
     (loop,) = [t for t in cell["gpu"]["t4"]["terms"] if t["kind"] == "loop"]
     basis = loop["trip_count_basis"]
@@ -74,7 +74,7 @@ def test_scalar_while_loop_is_observed_or_estimated_never_a_wild_bound(honest: A
 
 
 def test_cells_that_raise_or_die_are_not_forecast(honest: Any) -> None:
-    result = forecast(honest, "t4")
+    result = forecast(honest, "t4").to_dict()
     failed = {f["status"]: f for f in result["not_forecast"]}
     assert set(failed) == {"error", "kernel-died"}
     assert failed["error"]["reason"].startswith("not forecast: the cell raised")
@@ -91,7 +91,7 @@ def test_cells_that_raise_or_die_are_not_forecast(honest: Any) -> None:
 def test_a_range_that_straddles_the_cpu_time_is_uncertain(honest: Any, tmp_path: Path) -> None:
     """A device whose per-synced-iteration cost puts the cell of 50 executions of the observed loop at
     0.85 to 2 times its measured time: the range straddles the CPU time, so the verdict is uncertain."""
-    result = forecast(honest, "t4")
+    result = forecast(honest, "t4").to_dict()
     cell = _cell(result, "for _ in range(50)")
     cpu = cell["cpu"]["wall_s"]
     outcome = cell["gpu"]["t4"]
@@ -113,7 +113,7 @@ def test_a_range_that_straddles_the_cpu_time_is_uncertain(honest: Any, tmp_path:
     lines.append(f"sync_iteration_us = {{ low = {low_us!r}, high = {high_us!r} }}")
     path = tmp_path / "devices.toml"
     path.write_text("\n".join(lines) + "\n")
-    straddled = _cell(forecast(honest, "straddle", devices_file=path), "for _ in range(50)")["gpu"]["straddle"]
+    straddled = _cell(forecast(honest, "straddle", devices_file=path).to_dict(), "for _ in range(50)")["gpu"]["straddle"]
     assert straddled["low_s"] == pytest.approx(cpu * 0.85, rel=1e-6)
     assert straddled["high_s"] == pytest.approx(cpu * 2, rel=1e-6)
     assert straddled["verdict"] == "uncertain"
@@ -137,11 +137,11 @@ def test_80_column_table_keeps_the_dominant_term_readable_and_lists_cells_not_fo
     assert "not forecast" in text and "the cell died" in text
     # Each dominant term goes under the table on lines of its own, not into a narrow column: it takes a
     # few lines at 80 columns, not one word a line.
-    for cell in result["cells"]:
-        if cell["gpu"]["t4"]["verdict"] == "unchanged":
+    for cell in result.cells:
+        if cell.gpu["t4"].verdict == "unchanged":
             continue
-        words = view.dominant_words(cell["gpu"]["t4"])
-        assert f"  cell {cell['index'] + 1}: {words.split()[0]}" in text
-        assert len(f"  cell {cell['index'] + 1}: {words}") <= 4 * 80, words
+        words = view.dominant_words(cell.gpu["t4"])
+        assert f"  cell {cell.index + 1}: {words.split()[0]}" in text
+        assert len(f"  cell {cell.index + 1}: {words}") <= 4 * 80, words
     markdown = view.forecast_markdown(result)
     assert "| not forecast |" in markdown

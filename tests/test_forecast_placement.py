@@ -60,7 +60,7 @@ def test_pin_names_the_notebook_line(pinned_run: Any) -> None:
 
 def test_platform_name_pins_the_whole_notebook() -> None:
     record = _profile("forecast_platform.md")
-    result = forecast(record, "t4")
+    result = forecast(record, "t4").to_dict()
     outcome = _by_function(result, "path")["gpu"]["t4"]
     assert not [t for t in outcome["terms"] if t["kind"] == "loop"]
     assert [t for t in outcome["terms"] if t["kind"] == "cpu"]
@@ -79,4 +79,4 @@ def test_jax_platforms_environment_forms_are_read() -> None:
 @pytest.fixture(scope="module")
 def pinned_run() -> tuple[Any, dict[str, Any]]:
     record = _profile("forecast_placement.md")
-    return record, forecast(record, "t4")
+    return record, forecast(record, "t4").to_dict()

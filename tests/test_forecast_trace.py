@@ -51,8 +51,8 @@ def _check(db: Path, page: str) -> None:
     assert record.measurements["programs"]["programs"], "no program data in the traced run"
     assert record.settings["forecast"] == ["t4"]
     result = forecast(record, "t4")
-    loops = [t for c in result["cells"] for t in c["gpu"]["t4"]["terms"] if t["kind"] == "loop"]
-    assert [t["iterations"] for t in loops] == [123_456]
+    loops = [t for c in result.cells for t in c.gpu["t4"].terms if t.kind == "loop"]
+    assert [t.iterations for t in loops] == [123_456]
 
 
 def test_trace_forecast_inside_a_jupyter_book_1_build(tmp_path: Path) -> None:

@@ -160,8 +160,8 @@ def sources_of_md(name: str) -> dict[str, str]:
 # ---- recommend without a GPU run ---------------------------------------------------------------------
 
 def test_recommend_from_the_forecast_says_so_and_keeps_the_loop_on_the_cpu(loop_run: RunRecord) -> None:
-    result = recommend(naming(loop_run, LATENCY_SOURCES))
-    forecast_result = forecast(loop_run, "t4", sources=LATENCY_SOURCES)
+    result = recommend(naming(loop_run, LATENCY_SOURCES)).to_dict()
+    forecast_result = forecast(loop_run, "t4", sources=LATENCY_SOURCES).to_dict()
     notebook = forecast_result["notebook"]["t4"]
     assert result["basis"] == "forecast" and result["device"] == "t4"
     assert result["reason"].startswith("forecast for the NVIDIA T4 from the CPU run (no GPU run)")
@@ -174,10 +174,10 @@ def test_recommend_from_the_forecast_says_so_and_keeps_the_loop_on_the_cpu(loop_
     assert "with jax.default_device" in result["pinned"][0]["example"]
     assert any("not a measurement" in c for c in result["caveats"])
     # Two CPU runs of the notebook: the forecast decides (there is no GPU run to measure by).
-    assert recommend(load_record("cpu_latency_loop"), naming(loop_run, LATENCY_SOURCES))["basis"] == "forecast"
+    assert recommend(load_record("cpu_latency_loop"), naming(loop_run, LATENCY_SOURCES)).basis == "forecast"
     # A CPU and a GPU run: measured, as before.
     measured = recommend(*(naming(load_record(name), LATENCY_SOURCES) for name in ("synthetic_t4_latency_loop", "cpu_latency_loop")))
-    assert measured["basis"] == "measured"
+    assert measured.basis == "measured"
 
 
 def test_recommend_refuses_a_run_without_program_data_and_says_when_there_is_no_jax(tmp_path: Path) -> None:
@@ -185,15 +185,16 @@ def test_recommend_refuses_a_run_without_program_data_and_says_when_there_is_no_
         recommend(load_record("cpu_latency_loop"))
     host = _profiled(FILES / "forecast_host_only.md", tmp_path, forecast=["t4"])
     result = recommend(host)
-    assert result["recommendation"] is None and "runs no JAX" in result["reason"]
+    assert result.recommendation is None and "runs no JAX" in result.reason
 
 
 # ---- forecast vs a measured GPU run -------------------------------------------------------------------
 
 def test_compare_shows_forecast_vs_measured_per_cell(loop_run: RunRecord, run_cli: Any, tmp_path: Path) -> None:
     gpu = load_record("synthetic_t4_latency_loop")
-    result = forecast_vs_measured(naming(loop_run, LATENCY_SOURCES), gpu)
-    assert result is not None and result["device"] == "t4"
+    found = forecast_vs_measured(naming(loop_run, LATENCY_SOURCES), gpu)
+    assert found is not None and found.device == "t4"
+    result = found.to_dict()
     rows = {r["index"]: r for r in result["comparison"]["cells"]}
     for index in (2, 3):  # the synthetic T4 run: 8.2 s per 1,000,000-step scan, as the seed measured
         assert rows[index]["measured_s"] == pytest.approx(8.2, rel=0.01)
@@ -203,9 +204,9 @@ def test_compare_shows_forecast_vs_measured_per_cell(loop_run: RunRecord, run_cl
     unknown = edited(gpu)
     unknown.fingerprint["gpu"]["devices"][0]["name"] = "NVIDIA Quantum 9"
     note = forecast_vs_measured(gpu, loop_run)  # either order
-    assert note is not None and note["comparison"] is not None
+    assert note is not None and note.comparison is not None
     missing = forecast_vs_measured(loop_run, unknown)
-    assert missing is not None and missing["comparison"] is None and "not in the device table" in missing["note"]
+    assert missing is not None and missing.comparison is None and "not in the device table" in (missing.note or "")
     cpu_file = tmp_path / "cpu.json"
     cpu_file.write_text(loop_run.to_json())
     gpu_file = FILES / "records" / "synthetic_t4_latency_loop.json"
@@ -220,10 +221,10 @@ def test_compare_shows_forecast_vs_measured_per_cell(loop_run: RunRecord, run_cl
 def test_forecast_measured_notes_a_run_on_another_gpu(loop_run: RunRecord) -> None:
     gpu = load_record("synthetic_t4_latency_loop")
     result = forecast(loop_run, "t4,h100", sources=LATENCY_SOURCES)
-    assert against_measured(result, gpu, "t4")["notes"] == []
-    notes = against_measured(result, gpu, "h100")["notes"]
-    assert notes == ["the measured run ran on a Tesla T4, the forecast is for the NVIDIA H100 SXM5"]
-    assert against_measured(result, loop_run, "t4")["notes"][0].startswith("the measured run used the cpu backend")
+    assert against_measured(result, gpu, "t4").notes == ()
+    notes = against_measured(result, gpu, "h100").notes
+    assert notes == ("the measured run ran on a Tesla T4, the forecast is for the NVIDIA H100 SXM5",)
+    assert against_measured(result, loop_run, "t4").notes[0].startswith("the measured run used the cpu backend")
 
 
 def test_duplicated_cells_pair_with_their_own_twin(loop_run: RunRecord) -> None:
@@ -231,8 +232,8 @@ def test_duplicated_cells_pair_with_their_own_twin(loop_run: RunRecord) -> None:
     gpu = edited(load_record("synthetic_t4_latency_loop"))
     gpu.measurements["cells"][2]["wall_s"] = 20.0  # first call: slower than the second in this edited run
     comparison = against_measured(forecast(loop_run, "t4"), gpu, "t4")
-    rows = {r["index"]: r for r in comparison["cells"]}
-    assert rows[2]["measured_wall_s"] == 20.0 and rows[3]["measured_wall_s"] == pytest.approx(8.2)
+    rows = {r.index: r for r in comparison.cells}
+    assert rows[2].measured_wall_s == 20.0 and rows[3].measured_wall_s == pytest.approx(8.2)
 
 
 # ---- diagnose --gpu and the CLI -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import run_in_process
 from nbscope.analyse.diagnose import Finding, Skip
+from nbscope.analyse.recommend import Recommendation
 from nbscope.collect import notebook as notebook_module
 from nbscope.render import compare as compare_view
 from nbscope.render.terminal import console
@@ -123,7 +124,8 @@ def test_findings_and_notes_print_as_written() -> None:
     with console.capture() as captured:
         compare_view.print_findings(Findings([finding]))
         compare_view.print_unavailable([{"backend": "cuda", "reason": "RuntimeError: [/x] no device"}])
-        compare_view.print_recommendation({"recommendation": None, "reason": "only [i] ran"})
+        compare_view.print_recommendation(Recommendation(recommendation=None, reason="only [i] ran", basis="measured",
+                                                         estimates=None, pinned=(), caveats=(), runs={}))
     out = captured.get()
     for text in ("Retrace [/x] churn", "`f[/x]` compiled x[i] times", "function: f[/x]", "keep [bold]f[/bold]",
                  "needs [/x] sources", "runs[i]/a.md", "RuntimeError: [/x] no device", "only [i] ran"):

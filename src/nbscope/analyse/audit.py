@@ -29,12 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Finding, diagnose
-from nbscope.analyse.recommend import recommend
+from nbscope.analyse.recommend import Recommendation, recommend
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:  # the forecast is imported only for runs with program data
+    from nbscope.analyse.forecast import Forecast
 
 # Entry statuses: a run's own (ok / partial / error), or why there is no run.
 MEASURED = ("ok", "partial")
@@ -60,43 +63,52 @@ def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list
 
 
 def recommendation_of(cpu: RunRecord, gpu: RunRecord) -> dict[str, Any] | None:
-    """analyse.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available."""
+    """analyse.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available,
+    as the audit entry stores it."""
     try:
         result = recommend(cpu, gpu)
     except NbscopeError:  # the winner from the totals still stands
         return None
-    if not isinstance(result, dict) or result.get("recommendation") is None:
+    if result.recommendation is None:
         return None
-    return {k: result.get(k) for k in ("recommendation", "reason", "estimates", "pinned", "caveats")}
+    return _brief(result, ("recommendation", "reason", "estimates", "pinned", "caveats"))
 
 
 def forecast_recommendation_of(cpu: RunRecord) -> dict[str, Any] | None:
-    """analyse.recommend's backend choice from a CPU run's GPU forecast (no GPU run), if available."""
+    """analyse.recommend's backend choice from a CPU run's GPU forecast (no GPU run), if available, as the
+    audit entry stores it."""
     try:
         result = recommend(cpu)
     except NbscopeError:
         return None
-    if result.get("recommendation") is None:
+    if result.recommendation is None:
         return None
-    return {k: result.get(k) for k in ("recommendation", "reason", "basis", "estimates", "pinned", "caveats")}
+    return _brief(result, ("recommendation", "reason", "basis", "estimates", "pinned", "caveats"))
 
 
-def _dominant(result: dict[str, Any], key: str) -> dict[str, Any] | None:
+def _brief(result: Recommendation, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Some keys of a recommendation's JSON document: what an audit entry keeps of it."""
+    document = result.to_dict()
+    return {k: document.get(k) for k in keys}
+
+
+def _dominant(result: Forecast, key: str) -> dict[str, Any] | None:
     """The notebook's largest GPU-side term on ``key`` (loops, work, launches, dispatch, transfers: what the
-    GPU changes), adding up the same term over cells (two calls of one scan in two cells are one term)."""
+    GPU changes), adding up the same term over cells (two calls of one scan in two cells are one term); as the
+    audit entry stores it."""
     grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for cell in result["cells"]:
-        for term in cell["gpu"][key]["terms"]:
-            if term["kind"] in ("host", "compile"):
+    for cell in result.cells:
+        for term in cell.gpu[key].terms:
+            if term.kind in ("host", "compile"):
                 continue
-            group = grouped.setdefault((term["kind"], term.get("function"), term["words"]), {
-                "kind": term["kind"], "function": term.get("function"), "words": term["words"],
+            group = grouped.setdefault((term.kind, term.function, term.words), {
+                "kind": term.kind, "function": term.function, "words": term.words,
                 "low_s": 0.0, "high_s": 0.0, "cells": [], "lines": []})
-            group["low_s"] += term["low_s"]
-            group["high_s"] = None if group["high_s"] is None or term["high_s"] is None else group["high_s"] + term["high_s"]
-            if cell["index"] not in group["cells"]:
-                group["cells"].append(cell["index"])
-                group["lines"].append(cell.get("line"))
+            group["low_s"] += term.low_s
+            group["high_s"] = None if group["high_s"] is None or term.high_s is None else group["high_s"] + term.high_s
+            if cell.index not in group["cells"]:
+                group["cells"].append(cell.index)
+                group["lines"].append(cell.line)
     if not grouped:
         return None
     return max(grouped.values(), key=lambda g: float("inf") if g["high_s"] is None else g["low_s"] + g["high_s"])
@@ -105,8 +117,8 @@ def _dominant(result: dict[str, Any], key: str) -> dict[str, Any] | None:
 def forecast_summary(record: RunRecord) -> dict[str, Any] | None:
     """A CPU run's GPU forecast in brief, per GPU it was recorded for (``profile --forecast``, else the T4):
     CPU time, forecast range with everything on the GPU, verdicts, the dominant GPU-side term and the
-    functions to keep on the CPU. None when the run holds no program data; ``{"error": ...}`` when the
-    forecast refuses it."""
+    functions to keep on the CPU, as the audit entry stores it. None when the run holds no program data;
+    ``{"error": ...}`` when the forecast refuses it."""
     from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.risks import gpus_of
 
@@ -117,18 +129,17 @@ def forecast_summary(record: RunRecord) -> dict[str, Any] | None:
     except NbscopeError as exc:
         return {"error": str(exc)}
     devices = {}
-    for device in result["devices"]:
-        key = device["key"]
-        notebook = result["notebook"][key]
-        cpu_s = notebook["cpu_s"]
-        devices[key] = {
-            "name": device["name"], "cpu_s": cpu_s, "low_s": notebook["low_s"], "high_s": notebook["high_s"],
-            "verdict": notebook["verdict"], "all_on_gpu": notebook["all_on_gpu"],
-            "slowdown": notebook["low_s"] / cpu_s if cpu_s > 0 else None,
-            "dominant": _dominant(result, key), "keep_on_cpu": [e["function"] for e in notebook["keep_on_cpu"]],
-            "plan": notebook["plan"],
+    for device in result.devices:
+        notebook = result.notebook[device.key]
+        cpu_s = notebook.cpu_s
+        devices[device.key] = {
+            "name": device.name, "cpu_s": cpu_s, "low_s": notebook.low_s, "high_s": notebook.high_s,
+            "verdict": notebook.verdict, "all_on_gpu": notebook.all_on_gpu,
+            "slowdown": notebook.low_s / cpu_s if cpu_s > 0 else None,
+            "dominant": _dominant(result, device.key), "keep_on_cpu": [e.function for e in notebook.keep_on_cpu],
+            "plan": notebook.plan.to_dict() if notebook.plan is not None else None,
         }
-    return {"gpus": list(devices), "has_jax": result["has_jax"], "devices": devices, "notes": result["notes"]}
+    return {"gpus": list(devices), "has_jax": result.has_jax, "devices": devices, "notes": list(result.notes)}
 
 
 def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, Any]], RunRecord | None]) -> None:
@@ -162,9 +173,9 @@ def diagnose_entries(entries: list[dict[str, Any]], load: Callable[[dict[str, An
 def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash: str, reused: bool,
                       extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One audit entry (a notebook on a backend) from its profile record."""
-    totals = record.notebook_run().totals
-    # The runner's and the audit job's figures have no typed view: read as recorded.
-    runner = record.measurements.get("runner") or {}
+    run = record.notebook_run()
+    totals, runner = run.totals, run.runner
+    # The audit job's figures have no typed view: read as recorded.
     audit = record.measurements.get("audit") or {}
     entry = {
         "path": key,
@@ -177,8 +188,8 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         "wall_s": totals.wall_s,
         "compile_s": totals.compile_s,
         "run_s": totals.run_s,
-        "execute_s": runner.get("execute_s"),
-        "kernel_start_s": runner.get("kernel_start_s"),
+        "execute_s": runner.execute_s,
+        "kernel_start_s": runner.kernel_start_s,
         "elapsed_s": audit.get("elapsed_s"),
         "cells": totals.cells,
         "cells_failed": totals.cells_failed,
@@ -540,7 +551,7 @@ def blast_radius(rows: Sequence[Lecture]) -> BlastRadius | None:
     the functions to keep on the CPU, for the first GPU forecast; sorted by forecast slowdown (low end
     over CPU time), largest first. None when no lecture has a forecast.
 
-    A lecture's forecast is its CPU run's :func:`forecast_summary` (a dict, as the forecast's result is)."""
+    A lecture's forecast is its CPU run's :func:`forecast_summary` (a dict, as the audit entry stores it)."""
     forecast_rows = [(r.path, r.forecast) for r in rows if r.forecast is not None]
     if not forecast_rows:
         return None

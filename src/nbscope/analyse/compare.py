@@ -485,12 +485,6 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     return rows
 
 
-def _runner_pathway(record: RunRecord) -> Any:
-    # ``measurements.runner`` has no typed view: how the notebook ran, as the runner recorded it.
-    runner = record.measurements.get("runner")
-    return runner.get("pathway") if isinstance(runner, Mapping) else None
-
-
 def _derived_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     rows = []
     pa, pb = platform_of(a), platform_of(b)
@@ -504,7 +498,7 @@ def _derived_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     if xa["x64"] is not None and xb["x64"] is not None and xa["x64"] != xb["x64"]:
         rows.append(_difference("derived.x64", xa["x64"], xb["x64"], "derived",
                                 note=f"A: {xa['source']}; B: {xb['source']}"))
-    pathway_a, pathway_b = _runner_pathway(a), _runner_pathway(b)
+    pathway_a, pathway_b = a.notebook_run().runner.pathway, b.notebook_run().runner.pathway
     if pathway_a != pathway_b and a.run_settings().pathway is None:
         rows.append(_difference("derived.pathway", pathway_a, pathway_b, "derived"))
     if a.target != b.target:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope._units import seconds
@@ -165,6 +165,9 @@ class PathwayEntry:
     elapsed_s: float | None  # spawn (or build command) to exit: the runner's, when the entry has none
     skipped: str | None = None  # why it did not run
     error: str | None = None
+    # Every total as recorded, in its order: the report's table shows them all, whatever the pathway added to a
+    # profile's (``process_start_s``, ``book_build_s``, ...), and ``totals`` types only a profile's.
+    recorded_totals: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
@@ -177,9 +180,11 @@ class PathwayEntry:
         elapsed = _number(value.get("elapsed_s"))
         if elapsed is None:
             elapsed = _number(runner.get("build_s")) if runner.get("build_s") is not None else _number(runner.get("total_s"))
-        return cls(status=_text(value.get("status")), totals=Totals.parse(value.get("totals")),
+        totals = value.get("totals")
+        return cls(status=_text(value.get("status")), totals=Totals.parse(totals),
                    overheads=_numbers(value.get("overheads")), elapsed_s=elapsed,
-                   skipped=_text(value.get("skipped")), error=_text(value.get("error")))
+                   skipped=_text(value.get("skipped")), error=_text(value.get("error")),
+                   recorded_totals=totals if isinstance(totals, Mapping) else {})
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ A recommendation, not a diagnosis: ``diagnose`` names causes; this chooses betwe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +20,171 @@ from nbscope.record.sources import sources_of
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose._source import NotebookCode
+    from nbscope.analyse.forecast import CellForecast, Forecast, NotebookForecast, Plan
 
-__all__ = ["recommend", "recommend_forecast"]
+__all__ = ["Estimate", "ForecastGain", "ForecastPin", "GpuChoice", "MeasuredPin", "Recommendation", "RunOnBackend",
+           "RunTotal", "recommend", "recommend_forecast"]
 
 PIN_MIN_GAIN_S = 0.1  # a cell moves to the CPU only if that saves at least this ...
 PIN_MIN_RATIO = 1.3  # ... and the accelerator is at least this much slower on it
 MIXED_MIN_GAIN = 0.05  # mixed must beat the best single backend by 5 % to be worth the extra code
+
+
+# ---- the result ------------------------------------------------------------------------------------
+# ``Recommendation.to_dict()`` is what ``compare --json`` and ``diagnose --json`` print as "recommendation".
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One estimated total: ``name`` is a backend (``cpu``, ``gpu``, ``mixed``) or, for a forecast, an end of
+    its range (``gpu_low``, ``mixed_high``)."""
+
+    name: str
+    seconds: float | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}_s"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOnBackend:
+    """One of the two runs compared, and the backend it used."""
+
+    run_id: int | None
+    platform: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "platform": self.platform}
+
+
+@dataclass(frozen=True, slots=True)
+class RunTotal:
+    """A run the choice was made from, and its measured cells added up."""
+
+    run_id: int | None
+    total_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "total_s": self.total_s}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredPin:
+    """A cell measured on both backends: one worth pinning to the CPU, or one faster on the accelerator."""
+
+    cell: int
+    line: int | None
+    first_line: str
+    functions: tuple[str, ...]  # the JAX functions it compiles or calls
+    cpu_s: float
+    accelerator: str  # the accelerator's platform (``gpu``, ``tpu``)
+    accelerator_s: float
+    saving_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cell": self.cell, "line": self.line, "first_line": self.first_line, "functions": list(self.functions),
+                "cpu_s": self.cpu_s, f"{self.accelerator}_s": self.accelerator_s, "saving_s": self.saving_s}
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastPin:
+    """A function the forecast keeps on the CPU: its cells, times and the code change."""
+
+    cell: int | None  # its first cell
+    cells: tuple[int, ...]
+    line: int | None
+    first_line: str | None
+    functions: tuple[str, ...]
+    cpu_s: float
+    gpu_low_s: float
+    gpu_high_s: float | None
+    saving_s: float
+    change: str
+    example: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cell": self.cell, "cells": list(self.cells), "line": self.line, "first_line": self.first_line,
+                "functions": list(self.functions), "cpu_s": self.cpu_s, "gpu_low_s": self.gpu_low_s,
+                "gpu_high_s": self.gpu_high_s, "saving_s": self.saving_s, "change": self.change,
+                "example": self.example}
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastGain:
+    """A function the forecast makes faster on the GPU."""
+
+    functions: tuple[str, ...]
+    cells: tuple[int, ...]
+    cell: int | None
+    cpu_s: float
+    gpu_low_s: float
+    gpu_high_s: float | None
+    saving_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"functions": list(self.functions), "cells": list(self.cells), "cell": self.cell, "cpu_s": self.cpu_s,
+                "gpu_low_s": self.gpu_low_s, "gpu_high_s": self.gpu_high_s, "saving_s": self.saving_s}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuChoice:
+    """One GPU's forecast in a forecast recommendation: verdict, totals and the functions to keep on the CPU."""
+
+    name: str
+    verdict: str
+    all_on_gpu: str
+    cpu_s: float
+    low_s: float
+    high_s: float | None
+    keep_on_cpu: tuple[str, ...]
+    plan: Plan | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "verdict": self.verdict, "all_on_gpu": self.all_on_gpu, "cpu_s": self.cpu_s,
+                "low_s": self.low_s, "high_s": self.high_s, "keep_on_cpu": list(self.keep_on_cpu),
+                "plan": self.plan.to_dict() if self.plan is not None else None}
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The backend a notebook should use, and why (see :func:`recommend` for the fields)."""
+
+    recommendation: str | None  # cpu, gpu (the accelerator's platform), mixed; None: no choice to make
+    reason: str
+    basis: str  # measured | forecast
+    estimates: tuple[Estimate, ...] | None
+    pinned: tuple[MeasuredPin | ForecastPin, ...]
+    caveats: tuple[str, ...]
+    runs: Mapping[str, RunOnBackend | RunTotal]
+    # A choice between a CPU run and an accelerator run sets these three (a forecast sets the first two).
+    faster_on_accelerator: tuple[MeasuredPin | ForecastGain, ...] | None = None
+    accelerator: str | None = None
+    same_host: bool | None = None
+    forecast: Mapping[str, GpuChoice] | None = None  # a forecast's: per GPU key
+    device: str | None = None  # a forecast's: the GPU the choice was made for
+
+    def estimate(self, name: str) -> float | None:
+        """The estimate named ``name`` (``cpu``, ``gpu_low``), None when there is none."""
+        return next((e.seconds for e in self.estimates or () if e.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recommendation's JSON document (its keys in the order each kind has always listed them)."""
+        head = {"runs": {name: run.to_dict() for name, run in self.runs.items()},
+                "recommendation": self.recommendation, "basis": self.basis,
+                "estimates": {e.key: e.seconds for e in self.estimates} if self.estimates is not None else None,
+                "pinned": [p.to_dict() for p in self.pinned]}
+        faster = [f.to_dict() for f in self.faster_on_accelerator or ()]
+        if self.basis == "forecast":
+            document = {**head, "faster_on_accelerator": faster, "accelerator": self.accelerator,
+                        "caveats": list(self.caveats),
+                        "forecast": {k: g.to_dict() for k, g in (self.forecast or {}).items()}, "reason": self.reason}
+            if self.device is not None:
+                document["device"] = self.device
+            return document
+        document = {**head, "caveats": list(self.caveats), "reason": self.reason}
+        if self.accelerator is not None:
+            document.update(faster_on_accelerator=faster, accelerator=self.accelerator, same_host=self.same_host)
+        return document
 
 
 def _jax_work(cell: Cell | None, calls: set[str], jitted: set[str]) -> set[str]:
@@ -46,20 +206,20 @@ def recommend(
     b: RunRecord | None = None,
     *,
     gpus: str | Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> Recommendation:
     """Which backend this notebook should use, from the measured per-cell figures of a CPU and a GPU run,
     or, when no GPU run exists, from the GPU forecast of a CPU run recorded with program data.
 
-    Measured (``basis: "measured"``): ``cpu_s`` and ``gpu_s`` add each run's measured cell times;
-    ``mixed_s`` is the GPU run with every JAX cell that ran faster on the CPU taken at its CPU time (those
-    cells pinned to the CPU).
+    Measured (``basis: "measured"``): estimates ``cpu`` and ``gpu`` add each run's measured cell times;
+    ``mixed`` is the GPU run with every JAX cell that ran faster on the CPU taken at its CPU time (those
+    cells pinned to the CPU; None when nothing is worth pinning).
 
-    Returns ``{"recommendation": "cpu" | "gpu" | "mixed" | None, "reason": str, "basis": "measured" |
-    "forecast", "estimates": {"cpu_s", "gpu_s", "mixed_s" (None when nothing is worth pinning)}, "pinned":
-    [{"cell", "line", "first_line", "functions", "cpu_s", "gpu_s", "saving_s"}], "faster_on_accelerator":
-    [...], "accelerator": "gpu", "same_host": bool, "caveats": [str], "runs": {...}}``. The accelerator key
-    is the platform name (``gpu`` for CUDA/ROCm, ``tpu``). Two runs on one backend give ``recommendation``
-    None with a reason, unless they are CPU runs and one holds program data: then the forecast decides.
+    The :class:`Recommendation`: ``recommendation`` (``cpu``, ``gpu``, ``mixed`` or None), ``reason``,
+    ``basis``, ``estimates``, ``pinned`` (cell, line, first line, functions, CPU and accelerator times,
+    saving), ``faster_on_accelerator``, ``accelerator`` (the platform name: ``gpu`` for CUDA/ROCm,
+    ``tpu``), ``same_host``, ``caveats`` and ``runs``; ``to_dict()`` is its JSON. Two runs on one backend give
+    ``recommendation`` None with a reason, unless they are CPU runs and one holds program data: then the
+    forecast decides.
 
     Forecast (``basis: "forecast"``; ``b`` omitted, or two CPU runs): see :func:`recommend_forecast`.
     """
@@ -68,30 +228,22 @@ def recommend(
         return recommend_forecast(a, gpus=gpus)
     compare_module.check_profile(b, "B")
     pa, pb = compare_module.platform_of(a)["platform"], compare_module.platform_of(b)["platform"]
-    result: dict[str, Any] = {
-        "runs": {"a": {"run_id": a.run_id, "platform": pa}, "b": {"run_id": b.run_id, "platform": pb}},
-        "recommendation": None,
-        "basis": "measured",
-        "estimates": None,
-        "pinned": [],
-        "caveats": [],
-    }
+    runs = {"a": RunOnBackend(a.run_id, pa), "b": RunOnBackend(b.run_id, pb)}
     if pa == pb:
         with_programs = [r for r in (a, b) if r.notebook_run().program_data is not None]
         if pa == "cpu" and with_programs:
             return recommend_forecast(with_programs[0], gpus=gpus)
-        result["reason"] = f"both runs used the {pa} backend: nothing to choose between"
-        return result
+        return Recommendation(recommendation=None, reason=f"both runs used the {pa} backend: nothing to choose between",
+                              basis="measured", estimates=None, pinned=(), caveats=(), runs=runs)
     if "cpu" not in (pa, pb):
-        result["reason"] = f"neither run used the CPU ({pa} vs {pb}): no mixed estimate"
         ta, tb = (r.notebook_run().totals.wall_s for r in (a, b))
+        choice, estimates = None, None
         if ta is not None and tb is not None:
-            result["recommendation"] = pa if ta <= tb else pb
-            result["estimates"] = {f"{pa}_s": ta, f"{pb}_s": tb}
-        return result
+            choice, estimates = (pa if ta <= tb else pb), (Estimate(pa, ta), Estimate(pb, tb))
+        return Recommendation(recommendation=choice, reason=f"neither run used the CPU ({pa} vs {pb}): no mixed estimate",
+                              basis="measured", estimates=estimates, pinned=(), caveats=(), runs=runs)
     cpu, acc = (a, b) if pa == "cpu" else (b, a)
-    result.update(_measured_choice(cpu, acc, pb if pa == "cpu" else pa))
-    return result
+    return _measured_choice(cpu, acc, pb if pa == "cpu" else pa)
 
 
 _s = units.seconds
@@ -107,18 +259,18 @@ def recommend_forecast(
     *,
     gpus: str | Sequence[str] | None = None,
     devices_file: str | Path | None = None,
-    made: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    made: Forecast | None = None,
+) -> Recommendation:
     """The backend choice for a notebook that has no GPU run: from the GPU forecast of a CPU run recorded
     with program data (``nbscope profile --forecast``), for ``gpus`` (else those named when it was
     recorded, else the T4); the choice is made for the first GPU, each GPU's figures are in ``forecast``.
 
-    The same keys as :func:`recommend`, with ``basis: "forecast"``, a reason that says it is a forecast,
-    ``estimates`` as ranges (``cpu_s`` measured; ``gpu_low_s`` / ``gpu_high_s`` with everything on the GPU;
-    ``mixed_low_s`` / ``mixed_high_s`` with the functions the forecast keeps on the CPU), ``pinned`` per
-    such function (its cells, the code change), and ``forecast``: per GPU key its verdict and totals.
-    A run without program data, or one that ran on a GPU, is refused with one line; a run with no JAX
-    gets ``recommendation`` None and says why. ``made``: this run's forecast, already made for these GPUs
+    The same fields as :func:`recommend`, with ``basis: "forecast"``, a reason that says it is a forecast,
+    ``estimates`` as ranges (``cpu`` measured; ``gpu_low`` / ``gpu_high`` with everything on the GPU;
+    ``mixed_low`` / ``mixed_high`` with the functions the forecast keeps on the CPU), ``pinned`` per
+    such function (its cells, the code change), ``device`` and ``forecast``: per GPU key its verdict and
+    totals. A run without program data, or one that ran on a GPU, is refused with one line; a run with no
+    JAX gets ``recommendation`` None and says why. ``made``: this run's forecast, already made for these GPUs
     (a diagnosis made it), used instead of making it again.
     """
     from nbscope.analyse.forecast import forecast
@@ -129,58 +281,54 @@ def recommend_forecast(
     platform = compare_module.platform_of(record)["platform"]
     label = compare_module.label(record, "the run")
     require_forecast(record, platform, label)
-    result: dict[str, Any] = {
-        "runs": {"cpu": {"run_id": record.run_id, "total_s": round(_total_s(record), 4)}},
-        "recommendation": None, "basis": "forecast", "estimates": None, "pinned": [], "faster_on_accelerator": [],
-        "accelerator": "gpu", "caveats": [], "forecast": {},
-    }
+    runs = {"cpu": RunTotal(record.run_id, round(_total_s(record), 4))}
     if not uses_jax(record):
-        result["reason"] = ("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
-                            "GPU the machine has: nothing to choose between")
-        return result
+        return Recommendation(
+            recommendation=None, basis="forecast", estimates=None, pinned=(), faster_on_accelerator=(),
+            accelerator="gpu", caveats=(), forecast={}, runs=runs,
+            reason=("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
+                    "GPU the machine has: nothing to choose between"))
     keys = gpus_of(record, gpus)
-    if made is not None and [d["key"] for d in made.get("devices") or []] == list(keys):
-        forecast_result: Mapping[str, Any] = made
+    if made is not None and [d.key for d in made.devices] == list(keys):
+        forecast_result = made
     else:
         forecast_result = forecast(record, keys, devices_file=devices_file)
-    for device in forecast_result["devices"]:
-        notebook = forecast_result["notebook"][device["key"]]
-        result["forecast"][device["key"]] = {
-            "name": device["name"], "verdict": notebook["verdict"], "all_on_gpu": notebook["all_on_gpu"],
-            "cpu_s": notebook["cpu_s"], "low_s": notebook["low_s"], "high_s": notebook["high_s"],
-            "keep_on_cpu": [e["function"] for e in notebook["keep_on_cpu"]], "plan": notebook["plan"],
-        }
-    device = forecast_result["devices"][0]
-    key, name = device["key"], device["name"]
-    notebook = forecast_result["notebook"][key]
-    choice = _CHOICE.get(notebook["verdict"], "cpu")
-    estimates: dict[str, Any] = {"cpu_s": round(notebook["cpu_s"], 4), "gpu_low_s": round(notebook["low_s"], 4),
-                                 "gpu_high_s": None if notebook["high_s"] is None else round(notebook["high_s"], 4)}
-    plan = notebook["plan"]
+    choices = {}
+    for each in forecast_result.devices:
+        notebook = forecast_result.notebook[each.key]
+        choices[each.key] = GpuChoice(
+            name=each.name, verdict=notebook.verdict, all_on_gpu=notebook.all_on_gpu, cpu_s=notebook.cpu_s,
+            low_s=notebook.low_s, high_s=notebook.high_s, keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
+            plan=notebook.plan)
+    device = forecast_result.devices[0]
+    notebook = forecast_result.notebook[device.key]
+    choice = _CHOICE.get(notebook.verdict, "cpu")
+    estimates = [Estimate("cpu", round(notebook.cpu_s, 4)), Estimate("gpu_low", round(notebook.low_s, 4)),
+                 Estimate("gpu_high", None if notebook.high_s is None else round(notebook.high_s, 4))]
+    plan = notebook.plan
     if plan:
-        estimates["mixed_low_s"] = round(plan["low_s"], 4)
-        estimates["mixed_high_s"] = None if plan["high_s"] is None else round(plan["high_s"], 4)
-    pinned, gains = _forecast_pinned_and_gains(notebook, {c["index"]: c for c in forecast_result["cells"]})
-    reason = _forecast_reason(record, name, choice, notebook)
-    figures = device["figures"]
-    loop = figures["loop_iteration_us"]
-    result.update(
-        recommendation=choice, reason=reason, estimates=estimates, pinned=pinned, faster_on_accelerator=gains,
-        device=key,
-        caveats=[
+        estimates += [Estimate("mixed_low", round(plan.low_s, 4)),
+                      Estimate("mixed_high", None if plan.high_s is None else round(plan.high_s, 4))]
+    pinned, gains = _forecast_pinned_and_gains(notebook, {c.index: c for c in forecast_result.cells})
+    loop = device.figure("loop_iteration_us")
+    return Recommendation(
+        recommendation=choice, reason=_forecast_reason(record, device.name, choice, notebook), basis="forecast",
+        estimates=tuple(estimates), pinned=pinned, faster_on_accelerator=gains, accelerator="gpu", runs=runs,
+        forecast=choices, device=device.key,
+        caveats=(
             "a forecast from a CPU run, not a measurement: loops at the device table's per-iteration cost "
-            f"({name}: {loop['low']:g}–{loop['high']:g} µs per iteration, {loop['basis']}), work on a roofline of its "
+            f"({device.name}: {loop.low:g}–{loop.high:g} µs per iteration, {loop.basis}), work on a roofline of its "
             "peaks, host work carried over as measured on this CPU, XLA:GPU compile derived from this CPU's; "
             "see docs/forecast.md, and measure with a GPU run (nbscope compare CPU_RUN GPU_RUN) when one exists",
-        ] + [f"cell {f['index'] + 1}: {f['reason']}" for f in forecast_result.get("not_forecast") or []],
+            *(f"cell {f.index + 1}: {f.reason}" for f in forecast_result.not_forecast),
+        ),
     )
-    return result
 
 
 _range = units.seconds_range
 
 
-def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str, Any]:
+def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommendation:
     """The choice from a CPU run and an accelerator run: each cell at its measured time, the JAX cells that ran
     faster on the CPU pinned there."""
     sources = sources_of(cpu, acc)  # the accelerator run's code where both carry a cell
@@ -194,7 +342,8 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str,
     acc_total = sum(c.wall_s or 0.0 for c in acc_cells)
     pinned, faster_on_acc, saved = _pin_cells(pairs, code, acc_name)
     mixed = acc_total - saved
-    estimates = {"cpu_s": round(cpu_total, 4), f"{acc_name}_s": round(acc_total, 4), "mixed_s": round(mixed, 4) if pinned else None}
+    estimates = (Estimate("cpu", round(cpu_total, 4)), Estimate(acc_name, round(acc_total, 4)),
+                 Estimate("mixed", round(mixed, 4) if pinned else None))
     best_single = "cpu" if cpu_total <= acc_total else acc_name
     best_single_s = min(cpu_total, acc_total)
     if pinned and mixed < best_single_s * (1 - MIXED_MIN_GAIN):
@@ -212,25 +361,27 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> dict[str,
     if not same_host:
         caveats.append(f"the runs come from different hosts ({cpu_model} vs {acc_model}): CPU-pinned figures are "
                        "those of the CPU run's host")
-    return dict(
+    return Recommendation(
         recommendation=choice,
         reason=reason,
+        basis="measured",
         estimates=estimates,
-        pinned=pinned,
-        faster_on_accelerator=sorted(faster_on_acc, key=lambda p: -p["saving_s"])[:5],
+        pinned=tuple(pinned),
+        faster_on_accelerator=tuple(sorted(faster_on_acc, key=lambda p: -p.saving_s)[:5]),
         accelerator=acc_name,
         same_host=same_host,
-        caveats=caveats,
-        runs={"cpu": {"run_id": cpu.run_id, "total_s": round(cpu_total, 4)},
-              acc_name: {"run_id": acc.run_id, "total_s": round(acc_total, 4)}},
+        caveats=tuple(caveats),
+        runs={"cpu": RunTotal(cpu.run_id, round(cpu_total, 4)), acc_name: RunTotal(acc.run_id, round(acc_total, 4))},
     )
 
 
 def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
-               acc_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+               acc_name: str) -> tuple[list[MeasuredPin], list[MeasuredPin], float]:
     """The paired cells (accelerator run, CPU run) worth pinning to the CPU (JAX work, and enough time
     saved), those faster on the accelerator, and the seconds pinning saves."""
-    pinned, faster_on_acc, saved = [], [], 0.0
+    pinned: list[MeasuredPin] = []
+    faster_on_acc: list[MeasuredPin] = []
+    saved = 0.0
     for pair in pairs:
         if pair.a is None or pair.b is None:
             continue
@@ -238,77 +389,71 @@ def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
         if wa is None or wc is None:
             continue
         calls = code.calls_by_cell.get(pair.a.index, set())
-        functions = _jax_work(pair.a, calls, code.jitted) | _jax_work(pair.b, calls, code.jitted)
-        entry = {
-            "cell": pair.a.index,
-            "line": pair.a.line,
-            "first_line": pair.a.first_line,
-            "functions": sorted(functions),
-            "cpu_s": round(wc, 4),
-            f"{acc_name}_s": round(wa, 4),
-        }
+        functions = tuple(sorted(_jax_work(pair.a, calls, code.jitted) | _jax_work(pair.b, calls, code.jitted)))
         gain = wa - wc
         # Only cells with JAX work can be pinned; a NumPy cell runs on the host CPU either way.
-        if functions and gain >= PIN_MIN_GAIN_S and (wc <= 0 or wa / wc >= PIN_MIN_RATIO):
-            entry["saving_s"] = round(gain, 4)
+        worth_pinning = bool(functions) and gain >= PIN_MIN_GAIN_S and (wc <= 0 or wa / wc >= PIN_MIN_RATIO)
+        if not worth_pinning and wc - wa < PIN_MIN_GAIN_S:
+            continue
+        entry = MeasuredPin(cell=pair.a.index, line=pair.a.line, first_line=pair.a.first_line, functions=functions,
+                            cpu_s=round(wc, 4), accelerator=acc_name, accelerator_s=round(wa, 4),
+                            saving_s=round(gain if worth_pinning else wc - wa, 4))
+        if worth_pinning:
             pinned.append(entry)
             saved += gain
-        elif wc - wa >= PIN_MIN_GAIN_S:
-            entry["saving_s"] = round(wc - wa, 4)
+        else:
             faster_on_acc.append(entry)
     return pinned, faster_on_acc, saved
 
 
-def _measured_reason(choice: str, pinned: list[dict[str, Any]], acc_name: str, cpu_total: float, acc_total: float,
+def _measured_reason(choice: str, pinned: list[MeasuredPin], acc_name: str, cpu_total: float, acc_total: float,
                      mixed: float) -> str:
-    pinned_names = sorted({n for p in pinned for n in p["functions"]})
+    pinned_names = sorted({n for p in pinned for n in p.functions})
     if choice == "mixed":
         return (
             f"{acc_name.upper()} with {', '.join(pinned_names) or 'the listed cells'} pinned to the CPU: "
             f"{_s(mixed)} vs {_s(cpu_total)} on CPU and {_s(acc_total)} on {acc_name.upper()}"
         )
     if choice == "cpu":
-        worst = max(pinned, key=lambda p: p["saving_s"], default=None)
+        worst = max(pinned, key=lambda p: p.saving_s, default=None)
         return f"CPU {_s(cpu_total)} vs {acc_name.upper()} {_s(acc_total)}" + (
-            f"; the {acc_name.upper()} loses most in cell {worst['cell'] + 1} ({', '.join(worst['functions'])}: "
-            f"{_s(worst[f'{acc_name}_s'])} vs {_s(worst['cpu_s'])})" if worst else ""
+            f"; the {acc_name.upper()} loses most in cell {worst.cell + 1} ({', '.join(worst.functions)}: "
+            f"{_s(worst.accelerator_s)} vs {_s(worst.cpu_s)})" if worst else ""
         )
     return f"{acc_name.upper()} {_s(acc_total)} vs CPU {_s(cpu_total)}"
 
 
-def _forecast_pinned_and_gains(notebook: Mapping[str, Any],
-                               cells: Mapping[int, Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _forecast_pinned_and_gains(notebook: NotebookForecast, cells: Mapping[int, CellForecast]
+                               ) -> tuple[tuple[ForecastPin, ...], tuple[ForecastGain, ...]]:
     """The functions the forecast keeps on the CPU (with the code change), and the largest GPU gains."""
     pinned = []
-    for entry in notebook["keep_on_cpu"]:
-        first = cells.get(entry["cells"][0]) if entry["cells"] else None
-        pinned.append({
-            "cell": entry["cells"][0] if entry["cells"] else None, "cells": entry["cells"],
-            "line": (first or {}).get("line"), "first_line": (first or {}).get("first_line"),
-            "functions": [entry["function"]], "cpu_s": round(entry["cpu_s"], 4),
-            "gpu_low_s": round(entry["gpu_low_s"], 4),
-            "gpu_high_s": None if entry["gpu_high_s"] is None else round(entry["gpu_high_s"], 4),
-            "saving_s": round(entry["slower_by_s"], 4), "change": entry["change"]["text"],
-            "example": entry["change"].get("example"),
-        })
-    gains = [{"functions": [e["function"]], "cells": e["cells"], "cell": e["cells"][0] if e["cells"] else None,
-              "cpu_s": round(e["cpu_s"], 4), "gpu_low_s": round(e["gpu_low_s"], 4),
-              "gpu_high_s": None if e["gpu_high_s"] is None else round(e["gpu_high_s"], 4),
-              "saving_s": round(e["faster_by_s"], 4)} for e in notebook["gains"][:5]]
-    return pinned, gains
+    for kept in notebook.keep_on_cpu:
+        first = cells.get(kept.cells[0]) if kept.cells else None
+        pinned.append(ForecastPin(
+            cell=kept.cells[0] if kept.cells else None, cells=kept.cells,
+            line=first.line if first is not None else None, first_line=first.first_line if first is not None else None,
+            functions=(kept.function,), cpu_s=round(kept.cpu_s, 4), gpu_low_s=round(kept.gpu_low_s, 4),
+            gpu_high_s=None if kept.gpu_high_s is None else round(kept.gpu_high_s, 4),
+            saving_s=round(kept.slower_by_s, 4), change=kept.change.text, example=kept.change.example,
+        ))
+    gains = tuple(ForecastGain(functions=(e.function,), cells=e.cells, cell=e.cells[0] if e.cells else None,
+                               cpu_s=round(e.cpu_s, 4), gpu_low_s=round(e.gpu_low_s, 4),
+                               gpu_high_s=None if e.gpu_high_s is None else round(e.gpu_high_s, 4),
+                               saving_s=round(e.faster_by_s, 4)) for e in notebook.gains[:5])
+    return tuple(pinned), gains
 
 
-def _forecast_reason(record: RunRecord, name: str, choice: str, notebook: Mapping[str, Any]) -> str:
-    plan = notebook["plan"]
-    gpu_range = _range(notebook["low_s"], notebook["high_s"])
-    kept = ", ".join(e["function"] for e in notebook["keep_on_cpu"])
+def _forecast_reason(record: RunRecord, name: str, choice: str, notebook: NotebookForecast) -> str:
+    plan = notebook.plan
+    gpu_range = _range(notebook.low_s, notebook.high_s)
+    kept = ", ".join(e.function for e in notebook.keep_on_cpu)
     where = f"CPU run {record.run_id}" if record.run_id is not None else "the CPU run"
     head = f"forecast for the {name} from {where} (no GPU run)"
-    if choice == "mixed":
-        return (f"{head}: GPU with {kept} kept on the CPU, {_range(plan['low_s'], plan['high_s'])}, vs "
-                  f"{_s(notebook['cpu_s'])} measured on the CPU and {gpu_range} with everything on the GPU")
+    if choice == "mixed" and plan is not None:
+        return (f"{head}: GPU with {kept} kept on the CPU, {_range(plan.low_s, plan.high_s)}, vs "
+                f"{_s(notebook.cpu_s)} measured on the CPU and {gpu_range} with everything on the GPU")
     if choice == "gpu":
-        return f"{head}: {gpu_range} on the GPU vs {_s(notebook['cpu_s'])} measured on the CPU"
-    why = "slower" if notebook["verdict"] == "slower" else "no faster"
-    reason = f"{head}: {why} on the GPU, {gpu_range} vs {_s(notebook['cpu_s'])} measured on the CPU"
+        return f"{head}: {gpu_range} on the GPU vs {_s(notebook.cpu_s)} measured on the CPU"
+    why = "slower" if notebook.verdict == "slower" else "no faster"
+    reason = f"{head}: {why} on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU"
     return reason + (f"; on a GPU, keep {kept} on the CPU" if kept else "")

@@ -8,7 +8,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Findings, diagnose
-from nbscope.analyse.forecast import forecast
+from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, env_hashes, history
 from nbscope.record.cells import pair_cells
@@ -33,7 +33,7 @@ class ReportData:
     # holds one cell (or None) per such run, paired with the first run's cells by the cell model.
     side_by_side_runs: list[int] = field(default_factory=list)
     side_by_side: list[list[Cell | None]] = field(default_factory=list)
-    forecasts: list[dict[str, Any]] = field(default_factory=list)  # GPU forecasts of runs with program data
+    forecasts: list[Forecast] = field(default_factory=list)  # GPU forecasts of runs with program data
     forecast_notes: list[str] = field(default_factory=list)
     # Settings the runs differ in: (``settings.jax_cache`` or ``settings.env.NAME``, one value per run); an
     # ``--env`` value only as a short hash of it ("#3fa2c1"), "not set" where a run lacks it.

@@ -51,6 +51,7 @@ class VariantRun:
 
     def to_dict(self) -> dict[str, Any]:
         record = self.record
+        kernel = record.notebook_run().kernel if record else None
         return {
             "label": self.label,
             "requirements": self.requirements,
@@ -60,10 +61,9 @@ class VariantRun:
             "run_id": record.run_id if record else None,
             "status": record.status if record else "not-run",
             "digest": record.digest if record else None,
-            # As recorded (``--json``): the typed ``Machine.versions`` splits out the JAX plugins, and the kernel's
-            # interpreter has no typed view.
+            # As recorded (``--json``): the typed ``Machine.versions`` splits out the JAX plugins.
             "versions": (record.fingerprint.get("versions") if record else None),
-            "kernel_python": ((record.measurements.get("kernel") or {}).get("executable") if record else None),
+            "kernel_python": kernel.executable if kernel else None,
             "error": self.error,
         }
 

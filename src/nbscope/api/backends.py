@@ -12,7 +12,7 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import Findings, diagnose
-from nbscope.analyse.recommend import recommend
+from nbscope.analyse.recommend import Recommendation, recommend
 from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, check_platforms, parse_backends
@@ -55,7 +55,7 @@ class BackendsResult:
     # ``nbscope profile --backends`` reads these entries by key.
     runs: list[dict[str, Any]] = field(default_factory=list)
     comparison: compare_module.Comparison | None = None
-    recommendation: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None
     findings: dict[str, Findings] = field(default_factory=dict)
 
     @property
@@ -73,7 +73,7 @@ class BackendsResult:
         return {
             "backends": [{k: v for k, v in r.items() if k != "record"} for r in self.runs],
             "comparison": self.comparison.to_dict() if self.comparison else None,
-            "recommendation": self.recommendation,
+            "recommendation": self.recommendation.to_dict() if self.recommendation is not None else None,
             "diagnosis": {k: v.to_dict() for k, v in self.findings.items()},
         }
 

@@ -53,24 +53,24 @@ def compare_command(
     measured = forecast_vs_measured(run_a, run_b)
     if as_json:
         document = comparison.to_dict()
-        document["recommendation"] = recommendation
+        document["recommendation"] = recommendation.to_dict() if recommendation is not None else None
         if measured is not None:
-            document["forecast_vs_measured"] = measured
+            document["forecast_vs_measured"] = measured.to_dict()
         print(json.dumps(document, indent=1, default=str))
     elif markdown:
         text = view.comparison_markdown(comparison)
         if recommendation is not None:
             text += "\n" + view.recommendation_markdown(recommendation)
         if measured is not None:
-            text += "\n" + (forecast_view.measured_markdown(measured["comparison"]) if measured["comparison"]
-                            else f"_forecast vs measured: {measured['note']}_\n")
+            text += "\n" + (forecast_view.measured_markdown(measured.comparison) if measured.comparison
+                            else f"_forecast vs measured: {measured.note}_\n")
         print(text, end="")
     else:
         view.print_comparison(comparison, top=limit)
         if recommendation is not None:
             view.print_recommendation(recommendation)
         if measured is not None:
-            if measured["comparison"]:
-                forecast_view.print_measured(measured["comparison"])
+            if measured.comparison:
+                forecast_view.print_measured(measured.comparison)
             else:
-                print(f"forecast vs measured: {measured['note']}")
+                print(f"forecast vs measured: {measured.note}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,10 @@ from nbscope.cli._options import (
     run_help,
 )
 from nbscope.record.run import PROFILE_KINDS
+
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast import Forecast
+    from nbscope.analyse.recommend import Recommendation
 
 
 @app.command("diagnose")
@@ -80,7 +84,7 @@ def diagnose_command(
     if as_json:
         document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
         if recommendation is not None:
-            document["recommendation"] = recommendation
+            document["recommendation"] = recommendation.to_dict()
         print(json.dumps(document, indent=1, default=str))
     elif markdown:
         print(view.findings_markdown(findings, record), end="")
@@ -96,7 +100,7 @@ def diagnose_command(
 
 
 def _forecast_recommendation(record: Any, other: Any, gpu: str | None, devices: Path | None,
-                             made: Any = None) -> Any:
+                             made: Forecast | None = None) -> Recommendation | None:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
     from nbscope.analyse.compare import platform_of
     from nbscope.analyse.forecastable import forecast_unavailable

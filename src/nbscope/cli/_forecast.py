@@ -103,9 +103,9 @@ def forecast_command(
         other = resolve_run(measured, store)
         if other.run_id is None and measured.isdigit():
             other.run_id = int(measured)
-        result["measured"] = [against_measured(result, other, d["key"]) for d in result["devices"]]
+        result = result.with_measured(tuple(against_measured(result, other, d.key) for d in result.devices))
     if as_json:
-        print(json.dumps(result, indent=1, default=str))
+        print(json.dumps(result.to_dict(), indent=1, default=str))
     elif markdown:
         print(view.forecast_markdown(result, top=None if all_cells else limit, show_all=all_cells))
     else:

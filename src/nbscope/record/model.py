@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope.record.programs import CellPrograms, ProgramData
@@ -45,6 +45,11 @@ def _line_range(value: Any) -> tuple[int, int] | None:
 
 def _object(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _integer(value: Mapping[str, Any], key: str) -> int | None:
+    item = value.get(key)
+    return item if isinstance(item, int) and not isinstance(item, bool) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +348,69 @@ class NotebookInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class RunnerInfo:
+    """How the notebook ran, as the runner saw it from outside the kernel (``measurements.runner``:
+    ``collect.runner`` for a profile, ``api.trace`` for a traced command). ``None``: not recorded."""
+
+    pathway: str | None = None  # kernel (a profile), trace
+    kernel_start_s: float | None = None  # spawning the kernel until it answered
+    execute_s: float | None = None  # the cells, one after another, as nbclient ran them
+    shutdown_s: float | None = None
+    total_s: float | None = None
+    kernel_restarts: int = 0  # a kernel that died before its first reply gets one more start
+    interrupt_ignored: int | None = None  # the index of a timed-out cell that ignored the interrupt
+    kernel_log_tail: str | None = None  # what the kernel printed last, kept for a run that did not end ok
+    recovered_from: str | None = None  # the live file a recovered run was read from
+    command: tuple[str, ...] = ()  # trace: the command that ran the notebooks
+    command_wall_s: float | None = None
+    returncode: int | None = None
+    interrupted: str | None = None  # trace: the signal that stopped the command
+
+    @classmethod
+    def parse(cls, value: Any) -> RunnerInfo:
+        value = _object(value)
+
+        command = value.get("command")
+        return cls(
+            pathway=_text(value.get("pathway")), kernel_start_s=_number(value.get("kernel_start_s")),
+            execute_s=_number(value.get("execute_s")), shutdown_s=_number(value.get("shutdown_s")),
+            total_s=_number(value.get("total_s")), kernel_restarts=_integer(value, "kernel_restarts") or 0,
+            interrupt_ignored=_integer(value, "interrupt_ignored"), kernel_log_tail=_text(value.get("kernel_log_tail")),
+            recovered_from=_text(value.get("recovered_from")),
+            command=tuple(str(c) for c in command) if isinstance(command, list) else (),
+            command_wall_s=_number(value.get("command_wall_s")), returncode=_integer(value, "returncode"),
+            interrupted=_text(value.get("interrupted")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """The kernel the notebook ran in, as the probe described it on loading (``measurements.kernel``)."""
+
+    probe_version: int | None
+    pid: int | None
+    cwd: str | None
+    python: str | None  # its version, ``3.11.9``
+    executable: str | None  # its interpreter
+    started_unix: float | None
+    session: str | None
+    jax_cache_dir: str | None  # JAX_COMPILATION_CACHE_DIR in the kernel's environment
+    jax_platforms: str | None  # JAX_PLATFORMS in the kernel's environment
+
+    @classmethod
+    def parse(cls, value: Any) -> KernelInfo | None:
+        if not isinstance(value, Mapping):
+            return None
+
+        return cls(
+            probe_version=_integer(value, "probe_version"), pid=_integer(value, "pid"), cwd=_text(value.get("cwd")),
+            python=_text(value.get("python")), executable=_text(value.get("executable")),
+            started_unix=_number(value.get("started_unix")), session=_text(value.get("session")),
+            jax_cache_dir=_text(value.get("jax_cache_dir")), jax_platforms=_text(value.get("jax_platforms")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class NotebookRun:
     """The measurements of a ``profile`` or ``trace`` record, typed."""
 
@@ -351,6 +419,8 @@ class NotebookRun:
     totals: Totals
     repeats: int
     program_data: ProgramData | None  # the compiled programs the run executed (None: recorded without them)
+    runner: RunnerInfo = field(default_factory=RunnerInfo)
+    kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
 
     @property
     def sources(self) -> dict[str, str]:
@@ -369,4 +439,5 @@ class NotebookRun:
             totals=Totals.parse(measurements.get("totals")),
             repeats=repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1,
             program_data=ProgramData.parse(measurements.get("programs")),
+            runner=RunnerInfo.parse(measurements.get("runner")), kernel=KernelInfo.parse(measurements.get("kernel")),
         )

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbscope.record.run import RunRecord
+from nbscope.record.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
@@ -18,62 +19,49 @@ from nbscope.render.terminal import (
 )
 
 
-def _steady(figure: Mapping[str, Any]) -> Mapping[str, Any]:
-    return figure.get("steady") or {}
-
-
-def _first(figure: Mapping[str, Any]) -> Mapping[str, Any]:
-    return figure.get("first") or {}
-
-
-def _fit(figure: Mapping[str, Any]) -> Mapping[str, Any]:
-    return figure.get("fit") or {}
-
-
-def time_text(figure: Mapping[str, Any], *, first_fallback: bool = False) -> str:
+def time_text(figure: GroupFigure, *, first_fallback: bool = False) -> str:
     """The headline time of a row: the steady median, a fitted per-iteration cost, or (asked for) the
     first call of a row that has nothing else, like the multi-size total."""
-    if _steady(figure):
-        return format_seconds(_steady(figure).get("median_s"))
-    if _fit(figure):
-        return f"{_fit(figure)['per_iter_s'] * 1e6:.4g} µs/iter"
-    if first_fallback and _first(figure):
-        return format_seconds(_first(figure).get("wall_s"))
+    if figure.steady:
+        return format_seconds(figure.steady.median_s)
+    if figure.fit and figure.fit.per_iter_s is not None:
+        return f"{figure.fit.per_iter_s * 1e6:.4g} µs/iter"
+    if first_fallback and figure.first:
+        return format_seconds(figure.first.wall_s)
     return "–"
 
 
-def spread_text(figure: Mapping[str, Any]) -> str:
-    spread = _steady(figure).get("spread")
-    if spread is None:
-        spread = _fit(figure).get("spread")
+def spread_text(figure: GroupFigure) -> str:
+    spread = figure.steady.spread if figure.steady else None
+    if spread is None and figure.fit:
+        spread = figure.fit.spread
     return "–" if spread is None else f"{spread:.1%}"
 
 
-def samples_text(figure: Mapping[str, Any]) -> str:
-    steady = _steady(figure)
+def samples_text(figure: GroupFigure) -> str:
+    steady = figure.steady
     if steady:
-        inner = steady.get("inner") or 1
-        return f"{steady.get('samples')}" + (f"×{inner}" if inner > 1 else "")
-    if _fit(figure):
-        return f"fit of {len(_fit(figure).get('points') or [])}"
-    return "1" if _first(figure) else "–"
+        inner = steady.inner or 1
+        return f"{steady.samples}" + (f"×{inner}" if inner > 1 else "")
+    if figure.fit:
+        return f"fit of {len(figure.fit.points)}"
+    return "1" if figure.first else "–"
 
 
-def throughput_text(figure: Mapping[str, Any]) -> str:
-    throughput = figure.get("throughput")
-    if not throughput:
+def throughput_text(figure: GroupFigure) -> str:
+    throughput = figure.throughput
+    if throughput is None or throughput.value is None:
         return ""
-    return f"{throughput['value']:.3g} {throughput['unit']}"
+    return f"{throughput.value:.3g} {throughput.unit}"
 
 
-def first_text(figure: Mapping[str, Any]) -> str:
-    return format_seconds(_first(figure).get("wall_s")) if _first(figure) else "–"
+def first_text(figure: GroupFigure) -> str:
+    return format_seconds(figure.first.wall_s) if figure.first else "–"
 
 
-def compile_text(figure: Mapping[str, Any]) -> str:
+def compile_text(figure: GroupFigure) -> str:
     """A bench figure's compile time on its first call (not the ledger's per-cell compile counts)."""
-    value = _first(figure).get("compile_s")
-    return format_seconds(value) if value is not None else "–"
+    return format_seconds(figure.first.compile_s if figure.first else None)
 
 
 def bench_columns(*, terminal_dtype: bool) -> tuple[Column, ...]:
@@ -96,35 +84,33 @@ def bench_columns(*, terminal_dtype: bool) -> tuple[Column, ...]:
     )
 
 
-def _figure_row(figure: Mapping[str, Any]) -> tuple[Any, ...]:
+def _figure_row(figure: GroupFigure) -> tuple[Any, ...]:
     spread = spread_text(figure)
-    minimum = _steady(figure).get("min_s")
-    dtype = str(figure.get("dtype"))
+    minimum = figure.steady.min_s if figure.steady else None
+    dtype = str(figure.dtype)
     return (
-        str(figure.get("label")), time_text(figure, first_fallback=True), dtype, first_text(figure),
+        str(figure.label), time_text(figure, first_fallback=True), dtype, first_text(figure),
         compile_text(figure), time_text(figure),
         format_seconds(minimum) if minimum is not None else "–",
         # a warned figure is flagged by its spread: a high spread is the usual warning
-        Item(f"{spread} ⚠", "yellow") if figure.get("warnings") else spread,
+        Item(f"{spread} ⚠", "yellow") if figure.warnings else spread,
         samples_text(figure), throughput_text(figure), dtype,
     )
 
 
-def bench_rows(groups: Mapping[str, Mapping[str, Any]], *, terminal_dtype: bool = True,
-               failures: bool = False) -> Rows:
+def bench_rows(groups: Mapping[str, BenchGroup], *, terminal_dtype: bool = True, failures: bool = False) -> Rows:
     """The figure table, once for both formats: a row per figure of each group that ran, and (``failures``)
     a row per worker that failed, under its group's figures (markdown's one table; a terminal's table per
     group says them in words below it)."""
     columns = bench_columns(terminal_dtype=terminal_dtype)
     rows: list[tuple[Any, ...]] = []
     for name, group in groups.items():
-        if group.get("status") == "skipped":
+        if group.skipped:
             continue
-        rows += [_figure_row(figure) for figure in group.get("figures") or []]
+        rows += [_figure_row(figure) for figure in group.figures]
         if failures:
-            rows += [(Item(f"{name} ({run.get('dtype')}) failed: {run.get('reason')}", "red"),
-                      *[""] * (len(columns) - 1))
-                     for run in group.get("runs") or [] if run.get("status") == "error"]
+            rows += [(Item(f"{name} ({run.dtype}) failed: {run.reason}", "red"), *[""] * (len(columns) - 1))
+                     for run in group.runs if run.failed]
     return Rows.of(columns, rows)
 
 
@@ -138,65 +124,64 @@ GROUP_COLUMNS = (
 )
 
 
-def group_rows(groups: Mapping[str, Mapping[str, Any]]) -> Rows:
+def group_rows(groups: Mapping[str, BenchGroup]) -> Rows:
     """A row per group: its status (with the reason), wall time, peak RSS and the load of other processes."""
     rows = []
     for name, group in groups.items():
-        status = str(group.get("status"))
-        if group.get("reason"):
-            status += f": {group['reason']}"
-        rss = group.get("peak_rss_bytes")
-        rows.append((name, status, format_seconds(group.get("wall_s")), format_bytes(rss) if rss else "–",
-                     f"{group.get('background_cores') or 0:.2f} cores"))
+        status = str(group.status)
+        if group.reason:
+            status += f": {group.reason}"
+        rss = group.peak_rss_bytes
+        rows.append((name, status, format_seconds(group.wall_s), format_bytes(rss) if rss else "–",
+                     f"{group.background_cores or 0:.2f} cores"))
     return Rows.of(GROUP_COLUMNS, rows)
 
 
-def _group_heading(name: str, group: Mapping[str, Any], dtypes: list[str]) -> str:
-    parts = [f"[bold]{literal(name)}[/bold]", literal(group.get("title") or "")]
+def _group_heading(name: str, group: BenchGroup, dtypes: list[str]) -> str:
+    parts = [f"[bold]{literal(name)}[/bold]", literal(group.title or "")]
     if len(dtypes) == 1:
         parts.append(literal(dtypes[0]))
-    runs = len(group.get("runs") or [])
-    parts.append(f"{format_seconds(group.get('wall_s'))} in {runs} process{'es' if runs > 1 else ''}")
-    if group.get("peak_rss_bytes"):
-        parts.append(f"peak RSS {format_bytes(group['peak_rss_bytes'])}")
+    runs = len(group.runs)
+    parts.append(f"{format_seconds(group.wall_s)} in {runs} process{'es' if runs > 1 else ''}")
+    if group.peak_rss_bytes:
+        parts.append(f"peak RSS {format_bytes(group.peak_rss_bytes)}")
     return " · ".join(p for p in parts if p)
 
 
-def _notes(name: str, group: Mapping[str, Any]) -> list[str]:
+def _notes(name: str, group: BenchGroup) -> list[str]:
     """The lines under a group's table (rich markup): warnings that need words, notes shared by rows, the
     group's warnings and its workers' notes and failures; each once."""
     notes: list[str] = []
     shared: dict[str, list[str]] = {}
-    for figure in group.get("figures") or []:
+    for figure in group.figures:
         # A high spread is visible in its column; other warnings need words.
-        other = [w for w in figure.get("warnings") or [] if "spread" not in w]
+        other = [w for w in figure.warnings if "spread" not in w]
         if other:
-            notes.append(f"[yellow]⚠ {literal(figure.get('label'))}: {literal('; '.join(other))}[/yellow]")
-        if figure.get("note"):
-            shared.setdefault(str(figure["note"]), []).append(str(figure.get("label")))
+            notes.append(f"[yellow]⚠ {literal(figure.label)}: {literal('; '.join(other))}[/yellow]")
+        if figure.note:
+            shared.setdefault(figure.note, []).append(str(figure.label))
     for note, labels in shared.items():
         where = ", ".join(labels) if len(labels) <= 2 else f"{len(labels)} rows"
         notes.append(f"[dim]{literal(where)}: {literal(note)}[/dim]")
-    notes.extend(f"[yellow]⚠ {literal(warning)}[/yellow]" for warning in group.get("warnings") or [])
-    for run in group.get("runs") or []:
-        notes.extend(f"[dim]{literal(note)}[/dim]" for note in run.get("notes") or [])
-        if run.get("status") == "error":
-            notes.append(f"[red]{literal(name)} ({literal(run.get('dtype'))}) failed:[/red] {literal(run.get('reason'))}")
+    notes.extend(f"[yellow]⚠ {literal(warning)}[/yellow]" for warning in group.warnings)
+    for run in group.runs:
+        notes.extend(f"[dim]{literal(note)}[/dim]" for note in run.notes)
+        if run.failed:
+            notes.append(f"[red]{literal(name)} ({literal(run.dtype)}) failed:[/red] {literal(run.reason)}")
     return list(dict.fromkeys(notes))
 
 
 def print_bench(record: RunRecord) -> None:
     """Print a bench run: one table per group, skipped and failed groups with their reason, totals."""
     print_record_header(record)
-    measurements = record.measurements
-    for name, group in (measurements.get("groups") or {}).items():
-        if group.get("status") == "skipped":
-            console.print(f"[yellow]{literal(name)}: skipped[/yellow] – {literal(group.get('reason'))}")
+    run = BenchRun.parse(record.measurements)
+    for name, group in run.groups.items():
+        if group.skipped:
+            console.print(f"[yellow]{literal(name)}: skipped[/yellow] – {literal(group.reason)}")
             continue
-        figures = group.get("figures") or []
-        dtypes = sorted({str(f.get("dtype")) for f in figures})
+        dtypes = sorted({str(f.dtype) for f in group.figures})
         heading = _group_heading(name, group, dtypes)
-        if figures:
+        if group.figures:
             table = terminal_table(bench_rows({name: group}, terminal_dtype=len(dtypes) > 1))
             table.title = heading  # rich markup (the group's name in bold), which a row model's title is not
             console.print(table)
@@ -204,60 +189,54 @@ def print_bench(record: RunRecord) -> None:
             console.print(heading)
         for line in _notes(name, group):
             console.print(f"  {line}")
-    totals = measurements.get("totals") or {}
-    line = (
-        f"{totals.get('figures', 0)} figures from {totals.get('groups_ok', 0)} group(s) in "
-        f"{format_seconds(totals.get('wall_s'))}"
-    )
-    if totals.get("groups_skipped"):
-        line += f", {totals['groups_skipped']} skipped"
-    if totals.get("groups_failed"):
-        line += f", [red]{totals['groups_failed']} failed[/red]"
-    if totals.get("warnings"):
-        line += f", [yellow]{totals['warnings']} warning(s)[/yellow] (spread > 10 % or too few samples)"
-    if totals.get("interrupted"):
+    totals = run.totals
+    line = f"{totals.figures or 0} figures from {totals.groups_ok or 0} group(s) in {format_seconds(totals.wall_s)}"
+    if totals.groups_skipped:
+        line += f", {totals.groups_skipped} skipped"
+    if totals.groups_failed:
+        line += f", [red]{totals.groups_failed} failed[/red]"
+    if totals.warnings:
+        line += f", [yellow]{totals.warnings} warning(s)[/yellow] (spread > 10 % or too few samples)"
+    if totals.interrupted:
         line += ", [red]interrupted[/red]"
-    machine = measurements.get("machine") or {}
-    if machine.get("spread") is not None:
-        colour = "yellow" if machine["spread"] > 0.10 else "dim"
+    machine = run.machine
+    if machine is not None and machine.spread is not None:
+        colour = "yellow" if machine.spread > 0.10 else "dim"
         console.print(
-            f"[{colour}]machine steadiness: a fixed reference workload varied ±{machine['spread']:.1%} over the run "
-            f"(10–90 %, {machine['samples']} probes); each figure's uncertainty is at least that[/{colour}]"
+            f"[{colour}]machine steadiness: a fixed reference workload varied ±{machine.spread:.1%} over the run "
+            f"(10–90 %, {machine.samples} probes); each figure's uncertainty is at least that[/{colour}]"
         )
-    if (totals.get("background_cores") or 0) > 0.25:
-        line += f", [yellow]machine busy (up to {totals['background_cores']:.1f} cores used by other processes)[/yellow]"
+    if (totals.background_cores or 0) > 0.25:
+        line += f", [yellow]machine busy (up to {totals.background_cores:.1f} cores used by other processes)[/yellow]"
     console.print(line)
     console.print("[dim]steady = median of calibrated samples; spread = MAD / median; first call is its own figure[/dim]")
 
 
 def bench_markdown(record: RunRecord) -> str:
     """A GitHub-ready markdown table of every row, in the seed's style (Benchmark | time | ...)."""
-
-    settings = record.settings or {}
-    measurements = record.measurements or {}
-    groups = measurements.get("groups") or {}
+    settings = BenchSettings.parse(record.settings)
+    run = BenchRun.parse(record.measurements or {})
     lines = [
         f"**nbscope bench** `{record.target}` · {record.machine().summary} · digest `{record.digest}` · "
-        f"dtype {settings.get('dtype', '?')} · {record.started_at[:19].replace('T', ' ')} UTC",
+        f"dtype {settings.dtype or '?'} · {record.started_at[:19].replace('T', ' ')} UTC",
         "",
-        *markdown_table(bench_rows(groups, failures=True)),
+        *markdown_table(bench_rows(run.groups, failures=True)),
     ]
-    totals = measurements.get("totals") or {}
     lines.append("")
     lines.append(
-        f"{totals.get('figures', 0)} figures in {format_seconds(totals.get('wall_s'))}; time = median of the "
+        f"{run.totals.figures or 0} figures in {format_seconds(run.totals.wall_s)}; time = median of the "
         "steady-state samples (µs/iter: fitted slope); spread = MAD / median; ⚠ = spread > 10 % or too few samples; "
         "other load = cores kept busy by other processes while the group ran."
     )
-    machine = measurements.get("machine") or {}
-    if machine.get("spread") is not None:
+    machine = run.machine
+    if machine is not None and machine.spread is not None:
         lines.append(
-            f"Machine steadiness: a fixed reference workload varied ±{machine['spread']:.1%} over the run "
-            f"(10–90 % range of {machine['samples']} probes); no figure is known better than that."
+            f"Machine steadiness: a fixed reference workload varied ±{machine.spread:.1%} over the run "
+            f"(10–90 % range of {machine.samples} probes); no figure is known better than that."
         )
-    skipped = [f"{name} ({group.get('reason')})" for name, group in groups.items() if group.get("status") == "skipped"]
+    skipped = [f"{name} ({group.reason})" for name, group in run.groups.items() if group.skipped]
     if skipped:
         lines.append("")
         lines.append("Skipped: " + "; ".join(skipped) + ".")
-    lines += ["", *markdown_table(group_rows(groups))]
+    lines += ["", *markdown_table(group_rows(run.groups))]
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ from nbscope.render.terminal import (
 
 if TYPE_CHECKING:
     from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow
+    from nbscope.analyse.recommend import Estimate, Recommendation
     from nbscope.record.model import Cell
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -433,44 +434,46 @@ def findings_markdown(findings: Any, record: Any = None, *, top: int | None = No
 # ---- recommendation -----------------------------------------------------------------------------
 
 
-def estimates_rows(estimates: Mapping[str, Any] | None) -> Rows:
-    """A recommendation's estimated total per backend (``cpu_s``, ``gpu_s``, ``mixed_s``, or forecast ranges
-    such as ``gpu_low_s``), those it could estimate."""
+def estimates_rows(estimates: Sequence[Estimate] | None) -> Rows:
+    """A recommendation's estimated total per backend (``cpu``, ``gpu``, ``mixed``, or forecast ranges
+    such as ``gpu_low``), those it could estimate."""
     columns = (Column("backend", "left", "number"), Column("estimated total", "right", "number"))
-    rows = [(key[:-2], format_seconds(value)) for key, value in (estimates or {}).items() if value is not None]
+    rows = [(e.name, format_seconds(e.seconds)) for e in estimates or () if e.seconds is not None]
     return Rows.of(columns, rows)
 
 
-def print_recommendation(recommendation: Mapping[str, Any]) -> None:
-    choice = recommendation.get("recommendation")
+def print_recommendation(recommendation: Recommendation) -> None:
+    choice = recommendation.recommendation
     if choice is None:
-        console.print(f"[dim]no backend recommendation: {literal(recommendation.get('reason'))}[/dim]")
+        console.print(f"[dim]no backend recommendation: {literal(recommendation.reason)}[/dim]")
         return
     # On a terminal the estimates are one line, "cpu 4.29 s · gpu 20.98 s", under the choice they explain.
-    estimates = estimates_rows(recommendation.get("estimates"))
+    estimates = estimates_rows(recommendation.estimates)
     shown = " · ".join(" ".join(item.text for item in row) for row in estimates.rows)
-    console.print(f"[bold]recommended backend: {literal(choice)}[/bold] — {literal(recommendation.get('reason'))}")
+    console.print(f"[bold]recommended backend: {literal(choice)}[/bold] — {literal(recommendation.reason)}")
     console.print(f"estimated totals: {literal(shown)}")
-    for pin in recommendation.get("pinned") or []:
-        names = ", ".join(pin.get("functions") or []) or "(cell)"
-        console.print(literal(f"  pin to CPU: cell {pin['cell'] + 1}{' line ' + str(pin['line']) if pin.get('line') else ''} "
-                              f"{names}: saves {format_seconds(pin.get('saving_s'))}"))
-    for caveat in recommendation.get("caveats") or []:
+    for pin in recommendation.pinned:
+        names = ", ".join(pin.functions) or "(cell)"
+        where = f"cell {pin.cell + 1}" if pin.cell is not None else "cell ?"
+        console.print(literal(f"  pin to CPU: {where}{' line ' + str(pin.line) if pin.line else ''} "
+                              f"{names}: saves {format_seconds(pin.saving_s)}"))
+    for caveat in recommendation.caveats:
         console.print(f"[dim]caveat: {literal(caveat)}[/dim]")
 
 
-def recommendation_markdown(recommendation: Mapping[str, Any]) -> str:
-    choice = recommendation.get("recommendation")
+def recommendation_markdown(recommendation: Recommendation) -> str:
+    choice = recommendation.recommendation
     if choice is None:
-        return f"No backend recommendation: {_md(recommendation.get('reason'))}\n"
-    lines = [f"**Recommended backend: {choice}** — {_md(recommendation.get('reason'))}", "",
-             *markdown_table(estimates_rows(recommendation.get("estimates")))]
-    pins = recommendation.get("pinned") or []
+        return f"No backend recommendation: {_md(recommendation.reason)}\n"
+    lines = [f"**Recommended backend: {choice}** — {_md(recommendation.reason)}", "",
+             *markdown_table(estimates_rows(recommendation.estimates))]
+    pins = recommendation.pinned
     if pins:
         lines += ["", "Pinned to the CPU in the mixed estimate:"]
         for pin in pins:
-            lines.append(f"- cell {pin['cell'] + 1}: {', '.join(pin.get('functions') or []) or '(cell)'} "
-                         f"(saves {format_seconds(pin.get('saving_s'))})")
+            where = f"cell {pin.cell + 1}" if pin.cell is not None else "cell ?"
+            lines.append(f"- {where}: {', '.join(pin.functions) or '(cell)'} "
+                         f"(saves {format_seconds(pin.saving_s)})")
     return "\n".join(lines) + "\n"
 
 

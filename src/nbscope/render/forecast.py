@@ -1,13 +1,13 @@
 """Views of a GPU forecast (``nbscope.analyse.forecast``): terminal tables and markdown.
 
-The forecast is a dict (the ``--json`` document); each table reads it in its row builder
+Each table reads the typed :class:`~nbscope.analyse.forecast.Forecast` in its row builder
 (:func:`forecast_rows`, :func:`measured_rows`) and the terminal and markdown format those rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -15,6 +15,11 @@ from nbscope import _units as units
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import console, format_seconds, literal, terminal_table
+
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast import CellForecast, Forecast, GainedFunction, KeptFunction, Outcome
+    from nbscope.analyse.forecast.devices import DeviceTable, Figure
+    from nbscope.analyse.forecast.measured import MeasuredComparison
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim",
                  "uncertain": "magenta", "not forecast": "dim"}
@@ -33,61 +38,55 @@ CODE_WIDTH = 40  # a cell's first line, cut here in both formats (a terminal cut
 seconds_range = units.seconds_range
 
 
-def dominant_words(outcome: dict[str, Any]) -> str:
+def dominant_words(outcome: Outcome) -> str:
     """The dominant term with its total; when that is carried-over host time (or compile), the main
     JAX term too; for an uncertain cell, what is unknown and what would settle it."""
-    dominant = outcome.get("dominant") or {}
-    words = dominant.get("words") or ""
-    if words and (dominant.get("high_s") is not None or dominant.get("low_s")):
-        words += f" = {seconds_range(dominant.get('low_s'), dominant.get('high_s'))}"
-    jax = outcome.get("jax_dominant") or {}
-    if dominant.get("kind") in ("host", "compile") and jax.get("words"):
-        words += f"; on the GPU: {jax['words']} = {seconds_range(jax.get('low_s'), jax.get('high_s'))}"
-    uncertain = outcome.get("uncertain")
-    if uncertain:
-        words += f"; unknown: {uncertain['unknown']}; to settle: {uncertain['settle']}"
+    dominant, jax = outcome.dominant, outcome.jax_dominant
+    words = dominant.words if dominant is not None else ""
+    if dominant is not None and words and (dominant.high_s is not None or dominant.low_s):
+        words += f" = {seconds_range(dominant.low_s, dominant.high_s)}"
+    if dominant is not None and dominant.kind in ("host", "compile") and jax is not None and jax.words:
+        words += f"; on the GPU: {jax.words} = {seconds_range(jax.low_s, jax.high_s)}"
+    uncertain = outcome.uncertain
+    if uncertain is not None:
+        words += f"; unknown: {uncertain.unknown}; to settle: {uncertain.settle}"
     return words
 
 
-def _cells_in_order(result: dict[str, Any], device: str, top: int | None, show_all: bool) -> list[dict[str, Any]]:
+def _cells_in_order(result: Forecast, device: str, top: int | None, show_all: bool) -> list[CellForecast]:
     """Cells by forecast change (largest first), the top N, always with the cells that gain and lose
     the most and every uncertain one."""
-    cells = {c["index"]: c for c in result["cells"]}
+    cells = {c.index: c for c in result.cells}
     if show_all:
-        return sorted(cells.values(), key=lambda c: c["index"])
-    notebook = result["notebook"][device]
-    ranking = [i for i in notebook["ranking"] if i in cells]
+        return sorted(cells.values(), key=lambda c: c.index)
+    notebook = result.notebook[device]
+    ranking = [i for i in notebook.ranking if i in cells]
     chosen = ranking[:top] if top else ranking
-    for index in (notebook.get("most_slower"), notebook.get("most_faster"), *(notebook.get("uncertain") or [])):
+    for index in (notebook.most_slower, notebook.most_faster, *notebook.uncertain):
         if index is not None and index in cells and index not in chosen:
             chosen.append(index)
     order = {index: position for position, index in enumerate(ranking)}
     return [cells[i] for i in sorted(chosen, key=lambda i: order.get(i, len(order)))]
 
 
-def _device_name(result: dict[str, Any], key: str) -> str:
-    device = next((d for d in result["devices"] if d["key"] == key), None)
-    return device["name"] if device else key
-
-
-def _headline(result: dict[str, Any], key: str) -> str:
-    notebook = result["notebook"][key]
-    name = _device_name(result, key)
-    total = seconds_range(notebook["low_s"], notebook["high_s"])
-    verdict = notebook["verdict"]
-    cpu = format_seconds(notebook["cpu_s"])
+def _headline(result: Forecast, key: str) -> str:
+    notebook = result.notebook[key]
+    name = result.device_name(key)
+    total = seconds_range(notebook.low_s, notebook.high_s)
+    verdict = notebook.verdict
+    cpu = format_seconds(notebook.cpu_s)
     if verdict == "unchanged":
         return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a GPU changes nothing"
     text = f"{name}: {total} with everything on the GPU vs {cpu} measured on this CPU"
     extra = ""
-    if notebook.get("uncertain"):
-        extra += f"; uncertain cells: {', '.join(str(i + 1) for i in notebook['uncertain'])}"
-    if notebook.get("not_forecast"):
-        extra += f"; not forecast: cells {', '.join(str(i + 1) for i in notebook['not_forecast'])}"
-    if verdict == "mixed":
-        plan = notebook["plan"]
-        return (f"{text}; mixed: {seconds_range(plan['low_s'], plan['high_s'])} with "
-                f"{', '.join(plan['keep_on_cpu'])} kept on the CPU{extra}")
+    if notebook.uncertain:
+        extra += f"; uncertain cells: {', '.join(str(i + 1) for i in notebook.uncertain)}"
+    if notebook.not_forecast:
+        extra += f"; not forecast: cells {', '.join(str(i + 1) for i in notebook.not_forecast)}"
+    plan = notebook.plan
+    if verdict == "mixed" and plan is not None:
+        return (f"{text}; mixed: {seconds_range(plan.low_s, plan.high_s)} with "
+                f"{', '.join(plan.keep_on_cpu)} kept on the CPU{extra}")
     return f"{text}: {verdict} on the GPU{extra}"
 
 
@@ -113,16 +112,19 @@ class DeviceSummary:
     gains: tuple[Advice, ...]
 
 
-def _advice(entry: dict[str, Any]) -> Advice:
-    change = entry.get("change") or {}
-    return Advice(entry["function"], seconds_range(entry["gpu_low_s"], entry["gpu_high_s"]),
-                  format_seconds(entry["cpu_s"]), change.get("text") or "", change.get("example") or "")
+def _kept(entry: KeptFunction) -> Advice:
+    return Advice(entry.function, seconds_range(entry.gpu_low_s, entry.gpu_high_s), format_seconds(entry.cpu_s),
+                  entry.change.text or "", entry.change.example or "")
 
 
-def _device_summary(result: dict[str, Any], key: str) -> DeviceSummary:
-    notebook = result["notebook"][key]
-    return DeviceSummary(_headline(result, key), VERDICT_STYLE.get(notebook["verdict"], ""),
-                         tuple(_advice(e) for e in notebook["keep_on_cpu"]), tuple(_advice(e) for e in notebook["gains"]))
+def _gained(entry: GainedFunction) -> Advice:
+    return Advice(entry.function, seconds_range(entry.gpu_low_s, entry.gpu_high_s), format_seconds(entry.cpu_s))
+
+
+def _device_summary(result: Forecast, key: str) -> DeviceSummary:
+    notebook = result.notebook[key]
+    return DeviceSummary(_headline(result, key), VERDICT_STYLE.get(notebook.verdict, ""),
+                         tuple(_kept(e) for e in notebook.keep_on_cpu), tuple(_gained(e) for e in notebook.gains))
 
 
 def _column(header: str, justify: str = "left", role: str = "text", **options: Any) -> Column:
@@ -142,7 +144,7 @@ def _cell_items(index: int, line: Any, first_line: str | None, cpu_s: Any) -> tu
 DOMINANT = "dominant term"
 
 
-def forecast_rows(result: dict[str, Any], key: str, *, top: int | None = 15, show_all: bool = False,
+def forecast_rows(result: Forecast, key: str, *, top: int | None = 15, show_all: bool = False,
                   dominant_on_terminal: bool = True) -> Rows:
     """The per-cell table for one GPU, once for both formats: the cells by forecast change (see
     ``_cells_in_order``), then each cell not forecast with why in the dominant term's place.
@@ -154,14 +156,14 @@ def forecast_rows(result: dict[str, Any], key: str, *, top: int | None = 15, sho
                _column(DOMINANT, "left", "text", min_width=20, terminal=dominant_on_terminal))
     rows = []
     for cell in _cells_in_order(result, key, top, show_all):
-        outcome = cell["gpu"][key]
-        rows.append((*_cell_items(cell["index"], cell.get("line"), cell.get("first_line"), cell["cpu"]["wall_s"]),
-                     seconds_range(outcome["low_s"], outcome["high_s"]),
-                     Item(outcome["verdict"], VERDICT_STYLE.get(outcome["verdict"], "")), dominant_words(outcome)))
-    for failed in result.get("not_forecast") or []:
-        rows.append((*_cell_items(failed["index"], failed.get("line"), failed.get("first_line"), failed.get("cpu_s")),
-                     "–", Item("not forecast", VERDICT_STYLE["not forecast"]), failed["reason"]))
-    return Rows.of(columns, rows, title=f"per cell on the {_device_name(result, key)}")
+        outcome = cell.gpu[key]
+        rows.append((*_cell_items(cell.index, cell.line, cell.first_line, cell.cpu.wall_s),
+                     seconds_range(outcome.low_s, outcome.high_s),
+                     Item(outcome.verdict, VERDICT_STYLE.get(outcome.verdict, "")), dominant_words(outcome)))
+    for failed in result.not_forecast:
+        rows.append((*_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
+                     "–", Item("not forecast", VERDICT_STYLE["not forecast"]), failed.reason))
+    return Rows.of(columns, rows, title=f"per cell on the {result.device_name(key)}")
 
 
 def _dominant_terms(rows: Rows) -> list[tuple[str, str]]:
@@ -170,14 +172,14 @@ def _dominant_terms(rows: Rows) -> list[tuple[str, str]]:
     return [(row[0].text, row[at].text) for row in rows.rows if row[at].text]
 
 
-def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bool = False) -> None:
-    run = result["run"]
-    where = f"run {run['id']}" if run.get("id") is not None else "the run"
-    console.print(f"[bold]GPU forecast[/bold] for {literal(run['target'])} "
-                  f"({literal(where)}, measured on {literal(run.get('cpu') or 'this CPU')})")
+def print_forecast(result: Forecast, *, top: int | None = 15, show_all: bool = False) -> None:
+    run = result.run
+    where = f"run {run.id}" if run.id is not None else "the run"
+    console.print(f"[bold]GPU forecast[/bold] for {literal(run.target)} "
+                  f"({literal(where)}, measured on {literal(run.cpu or 'this CPU')})")
     wide = console.width >= WIDE
-    for device in result["devices"]:
-        key = device["key"]
+    for device in result.devices:
+        key = device.key
         rows = forecast_rows(result, key, top=top, show_all=show_all, dominant_on_terminal=wide)
         if rows.rows:
             console.print(terminal_table(rows))
@@ -195,9 +197,9 @@ def print_forecast(result: dict[str, Any], *, top: int | None = 15, show_all: bo
                 console.print(f"      {line}", markup=False)
         for advice in summary.gains[:3]:
             console.print(f"  gains on the GPU: {literal(advice.function)} {advice.cpu} here → {advice.gpu}")
-    for comparison in result.get("measured") or []:
+    for comparison in result.measured or ():
         print_measured(comparison)
-    for note in result["notes"]:
+    for note in result.notes:
         console.print(f"[dim]note: {literal(note)}[/dim]")
     console.print(f"[dim]{MEANING}[/dim]")
     _print_figures(result)
@@ -207,70 +209,69 @@ def _error(value: float | None) -> str:
     return "–" if value is None else f"{value:+.0%}"
 
 
-def _measured_total(comparison: dict[str, Any]) -> str:
-    total = comparison["total"]
+def _measured_total(comparison: MeasuredComparison) -> str:
+    total = comparison.total
     return (
-        f"total without compile: forecast {seconds_range(total['forecast_low_s'], total['forecast_high_s'])}, "
-        f"measured {format_seconds(total['measured_s'])} (error {_error(total.get('error'))}); "
-        f"{comparison['within']} of {comparison['paired']} cells within the forecast range "
+        f"total without compile: forecast {seconds_range(total.forecast_low_s, total.forecast_high_s)}, "
+        f"measured {format_seconds(total.measured_s)} (error {_error(total.error)}); "
+        f"{comparison.within} of {comparison.paired} cells within the forecast range "
         "(error: forecast midpoint vs measured, compile left out of both)"
     )
 
 
-def measured_rows(comparison: dict[str, Any]) -> Rows:
+def measured_rows(comparison: MeasuredComparison) -> Rows:
     """Forecast vs a real GPU run, a row per cell the GPU run measured, once for both formats (compile
     time left out of both sides)."""
-    run = comparison["measured_run"]
-    where = f"run {run['id']}" if run.get("id") is not None else "the GPU run"
-    title = f"forecast ({comparison['device']}) vs measured on {', '.join(run.get('gpus') or []) or 'the GPU'} ({where})"
+    run = comparison.measured_run
+    where = f"run {run.id}" if run.id is not None else "the GPU run"
+    title = f"forecast ({comparison.device}) vs measured on {', '.join(run.gpus) or 'the GPU'} ({where})"
     columns = (*_cell_columns(), _column("forecast", "right", "number"), _column("measured", "right", "number"),
                _column("error", "right", "number"), _column("in range", "left", "number"))
     rows = [
-        (*_cell_items(row["index"], row.get("line"), row.get("first_line"), row["cpu_s"]),
-         seconds_range(row["forecast_low_s"], row["forecast_high_s"]), format_seconds(row["measured_s"]),
-         _error(row["error"]), "yes" if row["within"] else "no")
-        for row in comparison["cells"] if row["measured_s"] is not None
+        (*_cell_items(row.index, row.line, row.first_line, row.cpu_s),
+         seconds_range(row.forecast_low_s, row.forecast_high_s), format_seconds(row.measured_s),
+         _error(row.error), "yes" if row.within else "no")
+        for row in comparison.cells if row.measured_s is not None
     ]
     return Rows.of(columns, rows, title=title)
 
 
-def print_measured(comparison: dict[str, Any]) -> None:
+def print_measured(comparison: MeasuredComparison) -> None:
     """Forecast vs a real GPU run, per cell (compile time left out of both sides)."""
     console.print(terminal_table(measured_rows(comparison)))
     console.print(_measured_total(comparison), markup=False)
-    for note in comparison.get("notes") or []:
+    for note in comparison.notes:
         console.print(f"[dim]note: {literal(note)}[/dim]")
 
 
-def measured_markdown(comparison: dict[str, Any]) -> str:
+def measured_markdown(comparison: MeasuredComparison) -> str:
     """Forecast vs a real GPU run as a markdown table."""
     rows = measured_rows(comparison)
     lines = [f"### {rows.title}", "", *markdown_table(rows), "", _measured_total(comparison)]
-    lines += [f"_note: {note}_" for note in comparison.get("notes") or []]
+    lines += [f"_note: {note}_" for note in comparison.notes]
     return "\n".join(lines) + "\n"
 
 
-def _print_figures(result: dict[str, Any]) -> None:
-    for device in result["devices"]:
-        figures = device["figures"]
+def _print_figures(result: Forecast) -> None:
+    for device in result.devices:
         parts = []
         for name, unit in (("loop_iteration_us", " µs/iteration"), ("sync_iteration_us", " µs/synced iteration")):
-            figure = figures[name]
-            parts.append(f"{_figure_text(figure)}{unit} ({figure['basis']})")
-        console.print(f"[dim]{device['key']}: {'; '.join(parts)}; sources: nbscope forecast --json or "
+            figure = device.figure(name)
+            parts.append(f"{_figure_text(figure)}{unit} ({figure.basis})")
+        console.print(f"[dim]{device.key}: {'; '.join(parts)}; sources: nbscope forecast --json or "
                       f"docs/forecast.md[/dim]")
 
 
-def _figure_text(figure: dict[str, Any]) -> str:
-    low, high = figure["low"], figure["high"]
+def _figure_text(figure: Figure) -> str:
+    low, high = figure.low, figure.high
     return f"{low:.3g}" if low == high else f"{low:.3g}–{high:.3g}"
 
 
-def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all: bool = False) -> str:
-    run = result["run"]
-    lines = [f"## GPU forecast: {run['target']}", ""]
-    for device in result["devices"]:
-        key = device["key"]
+def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool = False) -> str:
+    run = result.run
+    lines = [f"## GPU forecast: {run.target}", ""]
+    for device in result.devices:
+        key = device.key
         summary = _device_summary(result, key)
         lines += [f"**{summary.headline}**", ""]
         rows = forecast_rows(result, key, top=top, show_all=show_all)
@@ -282,27 +283,27 @@ def forecast_markdown(result: dict[str, Any], *, top: int | None = 15, show_all:
             if advice.example:
                 lines += ["", "  ```python", *[f"  {ln}" for ln in advice.example.splitlines()], "  ```"]
         lines.append("")
-    for comparison in result.get("measured") or []:
+    for comparison in result.measured or ():
         lines += [measured_markdown(comparison)]
     lines += [f"_{MEANING}_", ""]
-    lines += [f"_note: {note}_" for note in result["notes"]]
+    lines += [f"_note: {note}_" for note in result.notes]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def print_device_table(table: Any) -> None:
+def print_device_table(table: DeviceTable) -> None:
     """The device table (``nbscope forecast --list``): each figure with its basis and source."""
     for device in table.devices.values():
         grid = Table(title=f"{device.key}: {device.name} ({device.origin})", show_lines=False)
         for column in ("figure", "value", "basis", "source"):
             grid.add_column(column, overflow="fold")
         for name, figure in device.figures.items():
-            grid.add_row(name, _figure_text(figure.as_dict()), figure.basis, figure.source)
+            grid.add_row(name, _figure_text(figure), figure.basis, figure.source)
         console.print(grid)
     grid = Table(title="model figures (every device)")
     for column in ("figure", "value", "basis", "source"):
         grid.add_column(column, overflow="fold")
     for name, figure in table.model.items():
-        grid.add_row(name, _figure_text(figure.as_dict()), figure.basis, figure.source)
+        grid.add_row(name, _figure_text(figure), figure.basis, figure.source)
     console.print(grid)
     console.print(f"[dim]files: {', '.join(table.files)}[/dim]")
 
@@ -312,68 +313,69 @@ def print_device_table(table: Any) -> None:
 MAX_PLOT_CELLS = 30
 
 
-def forecast_svg(result: dict[str, Any]) -> str | None:
+def forecast_svg(result: Forecast) -> str | None:
     """Per cell the measured CPU time and each GPU's forecast (bar to the low end, whisker to the high
     end; an open-ended range draws an arrow), log time axis, the cells the GPU changes most first."""
-    from nbscope.record.model import Cell
     from nbscope.render.html._base import COLORS
     from nbscope.render.html._plots import _label
     from nbscope.render.html._svg import BarChart
 
-    if not result["devices"]:
+    if not result.devices:
         return None
-    first = result["devices"][0]["key"]
-    order = result["notebook"][first]["ranking"][:MAX_PLOT_CELLS]
-    cells = {c["index"]: c for c in result["cells"]}
+    first = result.devices[0].key
+    order = result.notebook[first].ranking[:MAX_PLOT_CELLS]
+    cells = {c.index: c for c in result.cells}
     rows = [cells[i] for i in order if i in cells]
     if not rows:
         return None
     floor = 1e-4
-    chart = BarChart([_label(Cell.parse(c)) for c in rows], "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
-                     "seconds (log scale)", scale="log", bars_per_row=1 + len(result["devices"]))
+    chart = BarChart([_label(c.recorded) for c in rows], "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
+                     "seconds (log scale)", scale="log", bars_per_row=1 + len(result.devices))
     legend = [("CPU (measured)", "#8c8c8c")]
     for row, cell in enumerate(rows):
-        chart.bar(row, floor, max(cell["cpu"]["wall_s"], floor) - floor, "#8c8c8c")
-    for number, device in enumerate(result["devices"], start=1):
+        chart.bar(row, floor, max(cell.cpu.wall_s, floor) - floor, "#8c8c8c")
+    for number, device in enumerate(result.devices, start=1):
         color = COLORS[(number - 1) % len(COLORS)]
-        legend.append((f"{device['name']} (forecast)", color))
+        legend.append((f"{device.name} (forecast)", color))
         for row, cell in enumerate(rows):
-            low, high = max(cell["gpu"][device["key"]]["low_s"], floor), cell["gpu"][device["key"]]["high_s"]
+            outcome = cell.gpu[device.key]
+            low, high = max(outcome.low_s, floor), outcome.high_s
             chart.bar(row, floor, low - floor, color, slot=number)
             chart.whisker(row, low, high, slot=number)
     return chart.svg(legend)
 
 
-def forecast_html(result: dict[str, Any]) -> str:
+def forecast_html(result: Forecast) -> str:
     """The report section of one forecast: plot, verdicts and the changes to make."""
     from nbscope.render.html._base import Markup, _table, e, e_code
 
-    run = result["run"]
-    parts = [f"<h3>{e(run['target'])} (run {e(run.get('id'))})</h3>"]
+    run = result.run
+    parts = [f"<h3>{e(run.target)} (run {e(run.id)})</h3>"]
     plot = forecast_svg(result)
     if plot:
         parts.append(plot)
-    for device in result["devices"]:
-        key = device["key"]
+    cells = {c.index: c for c in result.cells}
+    for device in result.devices:
+        key = device.key
         summary = _device_summary(result, key)
         parts.append(f"<p><strong>{e(summary.headline)}</strong></p>")
         rows = []
-        for index in result["notebook"][key]["ranking"][:MAX_PLOT_CELLS]:
-            cell = next(c for c in result["cells"] if c["index"] == index)
-            outcome = cell["gpu"][key]
-            rows.append((cell["index"] + 1, cell.get("line") or "", Markup(f"<code>{e(cell.get('first_line'))}</code>"),
-                         format_seconds(cell["cpu"]["wall_s"]), seconds_range(outcome["low_s"], outcome["high_s"]),
-                         outcome["verdict"], dominant_words(outcome)))
+        for index in result.notebook[key].ranking[:MAX_PLOT_CELLS]:
+            cell = cells[index]
+            outcome = cell.gpu[key]
+            rows.append((cell.index + 1, cell.line or "", Markup(f"<code>{e(cell.first_line)}</code>"),
+                         format_seconds(cell.cpu.wall_s), seconds_range(outcome.low_s, outcome.high_s),
+                         outcome.verdict, dominant_words(outcome)))
         if rows:
             parts.append(_table(("cell", "line", "code", "CPU", f"{key.upper()} forecast", "verdict", "dominant term"),
                                 rows, numeric=(0, 1, 3, 4)))
         for advice in summary.keep_on_cpu:
             parts.append(f"<p>Keep <code>{e(advice.function)}</code> on the CPU: {e_code(advice.change)}</p>"
                          + (f'<pre class="src">{e(advice.example)}</pre>' if advice.example else ""))
-    for failed in result.get("not_forecast") or []:
-        parts.append(f'<p class="note">cell {failed["index"] + 1}: {e(failed["reason"])}</p>')
+    for failed in result.not_forecast:
+        parts.append(f'<p class="note">cell {failed.index + 1}: {e(failed.reason)}</p>')
     parts.append(f'<p class="note">{e(MEANING)}</p>')
-    parts.extend(f'<p class="note">{e(note)}</p>' for note in result["notes"])
+    parts.extend(f'<p class="note">{e(note)}</p>' for note in result.notes)
     return "".join(parts)
 
 

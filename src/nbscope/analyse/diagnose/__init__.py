@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import (
@@ -40,6 +40,9 @@ from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, S
 from nbscope.record.cells import failure_text
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import naming
+
+if TYPE_CHECKING:  # the forecast is imported only when a rule needs one
+    from nbscope.analyse.forecast import Forecast
 
 __all__ = [
     "RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "rule_names", "rule_thresholds",
@@ -101,7 +104,7 @@ class Findings(list[Finding]):
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
         failed_cells: Iterable[Mapping[str, Any]] = (),
         cells_not_run: int = 0,
-        forecast: Mapping[str, Any] | None = None,
+        forecast: Forecast | None = None,
     ) -> None:
         super().__init__(findings)
         self.skipped: list[Skip] = list(skipped)
@@ -111,7 +114,7 @@ class Findings(list[Finding]):
         self.failed_cells: list[dict[str, Any]] = [dict(c) for c in failed_cells]
         self.cells_not_run = cells_not_run
         # The GPU forecast the GPU rules read (None when no rule needed one): the backend choice reuses it.
-        self.forecast: Mapping[str, Any] | None = forecast
+        self.forecast: Forecast | None = forecast
         # Thresholds the caller set in place of the defaults (empty: every rule used its defaults).
         self.thresholds: dict[str, dict[str, float]] = {rule: dict(v) for rule, v in (thresholds or {}).items()}
 

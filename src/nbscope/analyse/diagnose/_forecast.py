@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
+
+if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
+    from nbscope.analyse.forecast import Forecast
 
 
 @dataclass
@@ -24,7 +27,7 @@ class ForecastEvidence:
 
     gpus: list[str]
     explicit: bool  # the caller named the GPUs
-    result: dict[str, Any] | None = None
+    result: Forecast | None = None
     table: Any = None  # nbscope.analyse.forecast.devices.DeviceTable
     devices: list[Any] = field(default_factory=list)  # Device, in the order asked
     why_not: str | None = None

@@ -16,7 +16,7 @@ count is only known at run time is never guessed: it is reported as not evaluate
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import (
@@ -29,6 +29,10 @@ from nbscope.analyse.diagnose._base import (
     severity,
 )
 from nbscope.record.model import Cell
+
+if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
+    from nbscope.analyse.forecast import NotebookForecast, Term
+    from nbscope.analyse.forecast.risks import LoopSlowdown
 
 NAME = "latency-bound-loop"
 LATENCY_WORDS = ("launch", "latency")
@@ -65,7 +69,7 @@ def _loop_functions(ctx: Context, index: int, cell: Cell | None) -> dict[str, li
     called = set(ctx.code.calls_by_cell.get(index, set()))
     called |= {f.name for f in cell.jax.functions} if cell is not None and cell.jax is not None else set()
     found = {}
-    for name in called:
+    for name in sorted(called):  # a set: sorted, so the evidence reads the same in every process
         primitives = ctx.code.primitives_in(name)
         if primitives:
             found[name] = primitives
@@ -102,52 +106,52 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
         return {}, []
     from nbscope.analyse.forecast.risks import loop_slowdowns
 
-    slow: dict[int, dict[str, dict[str, Any]]] = {}
-    unbounded: dict[int, dict[str, dict[str, Any]]] = {}
+    slow: dict[int, dict[str, LoopSlowdown]] = {}
+    unbounded: dict[int, dict[str, LoopSlowdown]] = {}
     for device in found.devices:
         for row in loop_slowdowns(found.result, device.key):
-            cpu = float(row["cpu_s"])
-            slower_by = row["gpu_low_s"] - cpu
+            cpu = float(row.cpu_s)
+            slower_by = row.gpu_low_s - cpu
             # The cell (compile and host work carried over) is forecast min_ratio times slower, and its loops
             # alone make at least half of the difference: they are the cause.
-            if (row["gpu_low_s"] >= limit["min_ratio"] * cpu and slower_by >= limit["min_delta_s"]
-                    and row["loop_low_s"] >= slower_by / 2):
-                slow.setdefault(row["index"], {})[device.key] = row
-            elif row["loop_high_s"] is None or (
-                any(loop["iterations"] is None for loop in row["loops"])
-                and row["loop_high_s"] - cpu >= limit["min_delta_s"]
+            if (row.gpu_low_s >= limit["min_ratio"] * cpu and slower_by >= limit["min_delta_s"]
+                    and row.loop_low_s >= slower_by / 2):
+                slow.setdefault(row.index, {})[device.key] = row
+            elif row.loop_high_s is None or (
+                any(loop.iterations is None for loop in row.loops)
+                and row.loop_high_s - cpu >= limit["min_delta_s"]
             ):
-                unbounded.setdefault(row["index"], {})[device.key] = row
-    notebook = found.result["notebook"]
+                unbounded.setdefault(row.index, {})[device.key] = row
+    notebook = found.result.notebook
     findings: dict[int, Finding] = {}
     for index, rows in slow.items():
         cell = ctx.run.cell(index)
         first = next(iter(rows.values()))
-        stake = max(r["gpu_low_s"] - float(r["cpu_s"]) for r in rows.values())
-        key_of_worst = max(rows, key=lambda k: rows[k]["gpu_low_s"] - float(rows[k]["cpu_s"]))
-        functions = sorted({f for r in rows.values() for f in r["functions"]})
-        per_gpu = ", ".join(f"{_forecast.on_a(key)} {_forecast.seconds_range(r['gpu_low_s'], r['gpu_high_s'])}"
+        stake = max(r.gpu_low_s - float(r.cpu_s) for r in rows.values())
+        key_of_worst = max(rows, key=lambda k: rows[k].gpu_low_s - float(rows[k].cpu_s))
+        functions = sorted({f for r in rows.values() for f in r.functions})
+        per_gpu = ", ".join(f"{_forecast.on_a(key)} {_forecast.seconds_range(r.gpu_low_s, r.gpu_high_s)}"
                             for key, r in rows.items())
-        loops = "; ".join(dict.fromkeys(_loop_words(loop) for loop in first["loops"]))
+        loops = "; ".join(dict.fromkeys(_loop_words(loop) for loop in first.loops))
         names = f" in {', '.join(f'`{n}`' for n in functions)}" if functions else ""
-        figures = {key: {"gpu_low_s": r["gpu_low_s"], "gpu_high_s": r["gpu_high_s"], "loop_low_s": r["loop_low_s"],
-                         "loop_high_s": r["loop_high_s"], "verdict": r["verdict"],
-                         "loops": [loop["words"] for loop in r["loops"]]} for key, r in rows.items()}
+        figures = {key: {"gpu_low_s": r.gpu_low_s, "gpu_high_s": r.gpu_high_s, "loop_low_s": r.loop_low_s,
+                         "loop_high_s": r.loop_high_s, "verdict": r.verdict,
+                         "loops": [loop.words for loop in r.loops]} for key, r in rows.items()}
         findings[index] = Finding(
             rule=NAME,
             title=f"Latency-bound loop (forecast: {', '.join(k.upper() for k in rows)})",
             cell_index=index,
-            severity=severity(stake, notebook[key_of_worst]["low_s"]),
+            severity=severity(stake, notebook[key_of_worst].low_s),
             confidence=0.7,
-            evidence={"platform": ctx.platform["platform"], "cpu_wall_s": round(float(first["cpu_s"]), 4),
+            evidence={"platform": ctx.platform["platform"], "cpu_wall_s": round(float(first.cpu_s), 4),
                       "loop_functions": _loop_functions(ctx, index, cell),
                       "forecast_functions": functions,
                       "forecast": figures, "forecast_run": ctx.record.run_id,
                       "seconds_at_stake": round(stake, 4)},
             summary=(
-                f"forecast: {per_gpu} for {_label(index, cell)} vs {seconds(float(first['cpu_s']))} measured on this CPU: "
+                f"forecast: {per_gpu} for {_label(index, cell)} vs {seconds(float(first.cpu_s))} measured on this CPU: "
                 f"{loops}{names}, each iteration paying the GPU's per-iteration cost "
-                f"({_per_iteration(first['loops'])} on the {next(iter(rows)).upper()})"
+                f"({_per_iteration(first.loops)} on the {next(iter(rows)).upper()})"
             ),
             fix=_forecast_fix(functions, notebook, rows),
             forecast=list(rows),
@@ -158,34 +162,33 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             continue
         cell = ctx.run.cell(index)
         key, row = next(iter(rows.items()))
-        loop = next((loop for loop in row["loops"] if loop["iterations"] is None), row["loops"][0])
+        loop = next((loop for loop in row.loops if loop.iterations is None), row.loops[0])
         skips.append(Skip(
             NAME,
-            f"forecast: {_label(index, cell)} runs {loop['words']}: {_forecast.on_a(key)} from "
-            f"{_forecast.seconds_range(row['loop_low_s'], row['loop_high_s'])}; a trip count known only at run "
+            f"forecast: {_label(index, cell)} runs {loop.words}: {_forecast.on_a(key)} from "
+            f"{_forecast.seconds_range(row.loop_low_s, row.loop_high_s)}; a trip count known only at run "
             "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
             index,
         ))
     return findings, skips
 
 
-def _loop_words(loop: Mapping[str, Any]) -> str:
+def _loop_words(loop: Term) -> str:
     """``lax.scan of 1,000,000 iterations`` (``2 calls of ...`` when the cell calls it twice)."""
-    iterations = loop.get("iterations")
+    iterations = loop.iterations
     count = f"{iterations:,} iterations" if iterations is not None else "an unknown number of iterations"
-    calls = int(loop.get("calls") or 1)
-    return (f"{calls} calls of " if calls > 1 else "") + f"{loop.get('name') or 'a loop'} of {count}"
+    calls = int(loop.calls or 1)
+    return (f"{calls} calls of " if calls > 1 else "") + f"{loop.name or 'a loop'} of {count}"
 
 
-def _per_iteration(loops: list[dict[str, Any]]) -> str:
-    return str(loops[0].get("overhead_text") or "its per-iteration cost")
+def _per_iteration(loops: tuple[Term, ...]) -> str:
+    return str(loops[0].overhead_text or "its per-iteration cost")
 
 
-def _forecast_fix(functions: list[str], notebook: Mapping[str, Any], rows: Mapping[str, Any]) -> str:
+def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, Any]) -> str:
     names = ", ".join(f"`{n}`" for n in functions) or "this cell's loop"
-    keep = {e["function"]: e for key in rows for e in notebook[key]["keep_on_cpu"]}
-    example = next((keep[n]["change"].get("example") for n in functions if n in keep and keep[n]["change"].get("example")),
-                   None)
+    keep = {e.function: e for key in rows for e in notebook[key].keep_on_cpu}
+    example = next((keep[n].change.example for n in functions if n in keep and keep[n].change.example), None)
     text = (f"Nothing to change on this CPU. Where the notebook runs on a GPU, run {names} on the CPU: wrap the "
             "call in `with jax.default_device(jax.devices('cpu')[0]):`")
     if example:

@@ -11,10 +11,13 @@ float64 rate, against the same programs at its float32 rate; it fires when the d
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+
+if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
+    from nbscope.analyse.forecast.risks import Float64Cost
 
 NAME = "weak-float64"
 THRESHOLDS = {
@@ -31,14 +34,15 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
 
     limit = ctx.limits(NAME, THRESHOLDS)
     weak = [d for d in found.devices if weak_float64(d)]
-    costs: dict[str, dict[str, Any]] = {}
+    costs: dict[str, dict[str, Any]] = {}  # per GPU: the finding's evidence of it
+    cost_rows: dict[str, list[Float64Cost]] = {}
     for device in weak:
         rows = float64_costs(ctx.record, device, found.table)
         if not rows:
             continue
-        f64_low = sum(r["float64_low_s"] for r in rows)
-        f32_low = sum(r["float32_low_s"] for r in rows)
-        highs = [(r["float64_high_s"], r["float32_high_s"]) for r in rows]
+        f64_low = sum(r.float64_low_s for r in rows)
+        f32_low = sum(r.float32_low_s for r in rows)
+        highs = [(r.float64_high_s, r.float32_high_s) for r in rows]
         unbounded = any(a is None or b is None for a, b in highs)
         extra_low = f64_low - f32_low
         f64_high = None if unbounded else sum(a for a, _ in highs if a is not None)
@@ -48,13 +52,14 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
                 "device": device.name, "fp64_share": f"1/{1 / fp64_share(device):.0f}",
                 "float64_low_s": f64_low, "float64_high_s": f64_high, "float32_low_s": f32_low,
                 "float32_high_s": f32_high, "extra_low_s": extra_low,
-                "extra_high_s": None if f64_high is None or f32_high is None else f64_high - f32_high, "rows": rows,
+                "extra_high_s": None if f64_high is None or f32_high is None else f64_high - f32_high,
             }
+            cost_rows[device.key] = rows
     if not costs:
         return
     key, worst = max(costs.items(), key=lambda item: item[1]["extra_low_s"])
-    cells = sorted({int(r["index"]) for cost in costs.values() for r in cost["rows"]})
-    functions = sorted({f for cost in costs.values() for r in cost["rows"] for f in r["functions"]})
+    cells = sorted({r.index for rows in cost_rows.values() for r in rows})
+    functions = sorted({f for rows in cost_rows.values() for r in rows for f in r.functions})
     source_cells = ctx.code.x64_cells if ctx.has_sources else []
     switch = f" (turned on in cell {source_cells[0] + 1})" if source_cells else ""
     span = _forecast.seconds_range
@@ -69,14 +74,14 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
         rule=NAME,
         title=f"float64 on a GPU with weak float64 (forecast: {', '.join(k.upper() for k in costs)})",
         cell_index=cells[0] if len(cells) == 1 else None,
-        severity=severity(worst["extra_low_s"], found.result["notebook"][key]["low_s"]),
+        severity=severity(worst["extra_low_s"], found.result.notebook[key].low_s),
         confidence=0.7,
         evidence={
             "platform": ctx.platform["platform"],
             "float64_cells": cells,
             "float64_functions": functions,
             "x64_set_in_cells": source_cells,
-            "forecast": {k: {kk: v for kk, v in c.items() if kk != "rows"} for k, c in costs.items()},
+            "forecast": costs,
             "forecast_run": ctx.record.run_id,
             "seconds_at_stake": round(worst["extra_low_s"], 4),
         },

@@ -1,7 +1,8 @@
 """``nbscope forecast``: what a notebook profiled on a CPU will do on a named GPU, per cell, and why.
 
 Reads a profile run recorded with program data (``nbscope profile --forecast GPU`` or ``--programs``)
-and returns data; ``nbscope.render.forecast`` formats it. Per cell and GPU:
+and returns a :class:`Forecast` (frozen; ``to_dict()`` is the ``--json`` document); ``nbscope.render.forecast``
+formats it. Per cell and GPU:
 
 * **host** work (Python, NumPy, Numba and everything outside JAX's compiled programs) is carried over as
   measured on the CPU: a GPU does not change it;
@@ -19,20 +20,28 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
-from nbscope.analyse.forecast.devices import Device, DeviceTable, load_table, resolve
-from nbscope.analyse.forecast.model import LoopSeen, Term, program_terms, transfer_term
+from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure, load_table, resolve
+from nbscope.analyse.forecast.model import CpuRates, LoopSeen, Term, program_terms, transfer_term
+from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.programs import Execution, Program
 from nbscope.record.sources import load_sources, naming
+
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast.measured import MeasuredComparison
+
+__all__ = ["CellForecast", "CellTimes", "CodeChange", "CpuRates", "Forecast", "GainedFunction", "KeptFunction",
+           "NotForecast", "NotebookForecast", "Outcome", "Plan", "ProgramRun", "RunInfo", "Term", "Uncertainty",
+           "check_record", "cpu_rates", "forecast", "not_forecast"]
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
@@ -42,7 +51,7 @@ MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a c
 CPU_DEVICE = 'jax.devices("cpu")[0]'
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Cell:
     cell: Cell
     wall: float
@@ -51,6 +60,283 @@ class _Cell:
     executions: tuple[Execution, ...]
     unattributed_s: float = 0.0  # JAX time the trace did not attribute to a known program
     unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
+
+
+# ---- the result ------------------------------------------------------------------------------------
+# ``Forecast.to_dict()`` is the ``nbscope forecast --json`` document; each part's ``to_dict`` is its piece.
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """The CPU run a forecast was made from."""
+
+    id: int | None
+    target: str
+    started_at: str
+    digest: str | None
+    cpu: str | None  # the CPU's model
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "target": self.target, "started_at": self.started_at, "digest": self.digest,
+                "cpu": self.cpu}
+
+
+@dataclass(frozen=True, slots=True)
+class CellTimes:
+    """A cell's time measured on the CPU, split as the forecast reads it."""
+
+    wall_s: float
+    compile_s: float  # JAX's compile
+    host_s: float  # Python, NumPy, Numba: carried over as measured
+    jax_s: float  # the rest: JAX programs, transfers and unattributed JAX time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wall_s": self.wall_s, "compile_s": self.compile_s, "host_s": self.host_s, "jax_s": self.jax_s}
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramRun:
+    """One compiled program a cell executed on the CPU: how often and for how long."""
+
+    program: str
+    function: str | None  # None: not in the run's program table
+    kind: str | None
+    count: int
+    count_basis: str | None
+    cpu_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"program": self.program, "function": self.function, "kind": self.kind, "count": self.count,
+                "count_basis": self.count_basis, "cpu_s": self.cpu_s}
+
+
+@dataclass(frozen=True, slots=True)
+class Uncertainty:
+    """Why a cell's verdict is "uncertain": what is unknown and what would settle it."""
+
+    unknown: str
+    settle: str
+    dominant_ratio: float | None  # the dominant term's high / low (None: no upper bound)
+    straddles: bool  # the range straddles the CPU time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"unknown": self.unknown, "settle": self.settle, "dominant_ratio": self.dominant_ratio,
+                "straddles": self.straddles}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One cell on one GPU: its forecast range, verdict and terms (largest first)."""
+
+    low_s: float
+    high_s: float | None  # None: no upper bound
+    cpu_s: float  # the cell's time measured on the CPU
+    verdict: str  # faster | slower | similar | uncertain | unchanged
+    uncertain: Uncertainty | None
+    dominant: Term | None
+    jax_dominant: Term | None  # the largest term that is neither host work nor compile
+    terms: tuple[Term, ...]
+    missing_programs: tuple[str, ...]  # programs the cell ran that the run's table lacks
+
+    def change(self) -> float:
+        """The forecast's change of the cell's time (seconds, + slower): its range's midpoint minus the CPU
+        time; an open range counts from its low end."""
+        low, high = self.low_s, self.high_s
+        middle = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
+        return middle - self.cpu_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "low_s": self.low_s, "high_s": self.high_s, "cpu_s": self.cpu_s, "verdict": self.verdict,
+            "uncertain": self.uncertain.to_dict() if self.uncertain is not None else None,
+            "dominant": self.dominant.as_dict() if self.dominant else None,
+            "jax_dominant": self.jax_dominant.as_dict() if self.jax_dominant else None,
+            "terms": [t.as_dict() for t in self.terms],
+            "missing_programs": list(self.missing_programs),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CellForecast:
+    """One cell that ran: its CPU times, the programs it executed, and its outcome per GPU key."""
+
+    index: int
+    source_hash: str
+    line: int | None
+    first_line: str
+    status: str
+    cpu: CellTimes
+    programs: tuple[ProgramRun, ...]
+    trace: str | None  # "read", or why the cell has no trace
+    gpu: Mapping[str, Outcome]
+    recorded: Cell = field(compare=False, repr=False)  # the run's own cell (not in the document)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "source_hash": self.source_hash, "line": self.line,
+                "first_line": self.first_line, "status": self.status, "cpu": self.cpu.to_dict(),
+                "programs": [p.to_dict() for p in self.programs], "trace": self.trace,
+                "gpu": {key: outcome.to_dict() for key, outcome in self.gpu.items()}}
+
+
+@dataclass(frozen=True, slots=True)
+class NotForecast:
+    """A cell that raised, died or timed out: what ran is not the cell, so it is not forecast."""
+
+    index: int
+    line: int | None
+    first_line: str
+    status: str
+    cpu_s: float | None
+    reason: str  # "not forecast: the cell raised (ValueError: …)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "line": self.line, "first_line": self.first_line, "status": self.status,
+                "cpu_s": self.cpu_s, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class CodeChange:
+    """The change that keeps a function on the CPU, and a line of the notebook rewritten that way."""
+
+    text: str
+    example: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "example": self.example}
+
+
+@dataclass(frozen=True, slots=True)
+class KeptFunction:
+    """A jitted function to keep on the CPU: its forecast GPU time exceeds its CPU time measured in the trace."""
+
+    function: str
+    gpu_low_s: float
+    gpu_high_s: float | None
+    cpu_s: float
+    cells: tuple[int, ...]
+    kind: str | None  # user, library, …
+    slower_by_s: float
+    change: CodeChange
+    programs: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"function": self.function, "gpu_low_s": self.gpu_low_s, "gpu_high_s": self.gpu_high_s,
+                "cpu_s": self.cpu_s, "cells": list(self.cells), "kind": self.kind, "slower_by_s": self.slower_by_s,
+                "change": self.change.to_dict(), "programs": list(self.programs)}
+
+
+@dataclass(frozen=True, slots=True)
+class GainedFunction:
+    """A jitted function the GPU makes faster by a material amount."""
+
+    function: str
+    gpu_low_s: float
+    gpu_high_s: float
+    cpu_s: float
+    cells: tuple[int, ...]
+    kind: str | None
+    faster_by_s: float
+    programs: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"function": self.function, "gpu_low_s": self.gpu_low_s, "gpu_high_s": self.gpu_high_s,
+                "cpu_s": self.cpu_s, "cells": list(self.cells), "kind": self.kind, "faster_by_s": self.faster_by_s,
+                "programs": list(self.programs)}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The notebook on the GPU with the functions to keep on the CPU kept there."""
+
+    keep_on_cpu: tuple[str, ...]
+    low_s: float
+    high_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"keep_on_cpu": list(self.keep_on_cpu), "low_s": self.low_s, "high_s": self.high_s}
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookForecast:
+    """The notebook on one GPU: totals, verdicts, the plan and the cells ranked by forecast change."""
+
+    cpu_s: float
+    low_s: float
+    high_s: float | None
+    all_on_gpu: str  # the verdict with everything on the GPU ("unchanged": the notebook runs no JAX)
+    verdict: str  # all_on_gpu, or "mixed" when keeping some functions on the CPU beats both
+    keep_on_cpu: tuple[KeptFunction, ...]
+    gains: tuple[GainedFunction, ...]
+    plan: Plan | None
+    ranking: tuple[int, ...]  # cell indices, largest change first
+    uncertain: tuple[int, ...]
+    most_slower: int | None
+    most_faster: int | None
+    not_forecast: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        head = {"cpu_s": self.cpu_s, "low_s": self.low_s, "high_s": self.high_s, "all_on_gpu": self.all_on_gpu,
+                "verdict": self.verdict, "keep_on_cpu": [k.to_dict() for k in self.keep_on_cpu]}
+        gains = [g.to_dict() for g in self.gains]
+        plan = self.plan.to_dict() if self.plan is not None else None
+        # A notebook without JAX has always listed its (empty) plan and ranking before its gains.
+        middle = ({"plan": plan, "ranking": list(self.ranking), "gains": gains} if self.all_on_gpu == "unchanged"
+                  else {"gains": gains, "plan": plan, "ranking": list(self.ranking)})
+        return {**head, **middle, "uncertain": list(self.uncertain), "most_slower": self.most_slower,
+                "most_faster": self.most_faster, "not_forecast": list(self.not_forecast)}
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The forecast of a profile run on each named GPU (see the module docstring), as ``forecast`` returns it."""
+
+    version: int
+    run: RunInfo
+    has_jax: bool
+    devices: tuple[Device, ...]  # in the order asked
+    model: Mapping[str, Figure]  # the model figures every device shares
+    device_files: tuple[str, ...]
+    cells: tuple[CellForecast, ...]  # the cells that ran and did not fail, in notebook order
+    not_forecast: tuple[NotForecast, ...]
+    cpu_rates: CpuRates | None
+    placement: PlacementSummary
+    notebook: Mapping[str, NotebookForecast]  # by device key
+    notes: tuple[str, ...]
+    # With ``nbscope forecast --measured``: the forecast against a GPU run, per device (None: not asked).
+    measured: tuple[MeasuredComparison, ...] | None = None
+
+    def device(self, key: str) -> Device | None:
+        return next((d for d in self.devices if d.key == key), None)
+
+    def device_name(self, key: str) -> str:
+        """The GPU's name (``NVIDIA T4``), or the key when the forecast has no such device."""
+        device = self.device(key)
+        return device.name if device is not None else key
+
+    def cell(self, index: int) -> CellForecast | None:
+        return next((c for c in self.cells if c.index == index), None)
+
+    def with_measured(self, comparisons: tuple[MeasuredComparison, ...]) -> Forecast:
+        return replace(self, measured=comparisons)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        document: dict[str, Any] = {
+            "version": self.version,
+            "run": self.run.to_dict(),
+            "has_jax": self.has_jax,
+            "devices": [d.as_dict() for d in self.devices],
+            "model": {k: v.as_dict() for k, v in self.model.items()},
+            "device_files": list(self.device_files),
+            "cells": [c.to_dict() for c in self.cells],
+            "not_forecast": [f.to_dict() for f in self.not_forecast],
+            "cpu_rates": self.cpu_rates.to_dict() if self.cpu_rates is not None else None,
+            "placement": self.placement.to_dict(),
+            "notebook": {key: n.to_dict() for key, n in self.notebook.items()},
+            "notes": list(self.notes),
+        }
+        if self.measured is not None:
+            document["measured"] = [m.to_dict() for m in self.measured]
+        return document
 
 
 def check_record(record: Any, run_label: str, run: NotebookRun | None = None) -> None:
@@ -75,7 +361,7 @@ def forecast(
     notebook_path: str | Path | None = None,
     run_label: str | None = None,
     sources: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Forecast:
     """The forecast of a profile run on each named GPU (see the module docstring for its parts).
 
     The cell sources (for placement and the exact code changes) are the code the record carries; for cells an
@@ -90,49 +376,45 @@ def forecast(
     programs = data.programs if data is not None else {}
     record = naming(naming(record, sources), notebook_path)
     sources = _notebook_sources(record, run)
-    cells = [_measured(c) for c in run.cells]
-    ran = [c for c in cells if c is not None]
-    failed = [f for f in (not_forecast(c) for c in run.cells) if f is not None]
+    ran = [c for c in (_measured(c) for c in run.cells) if c is not None]
+    failed = tuple(f for f in (not_forecast(c) for c in run.cells) if f is not None)
     rates = cpu_rates(ran, programs)
     placement = placement_module.read(sources)
     cell_lines = {c.index: c.line for c in run.cells}
     has_jax = runs_jax(run)
-    result: dict[str, Any] = {
-        "version": FORECAST_VERSION,
-        "run": {"id": record.run_id, "target": record.target, "started_at": record.started_at,
-                "digest": record.digest, "cpu": record.machine().cpu.model},
-        "has_jax": has_jax,
-        "devices": [d.as_dict() for d in devices],
-        "model": {k: v.as_dict() for k, v in table.model.items()},
-        "device_files": table.files,
-        "cells": [],
-        "not_forecast": failed,
-        "cpu_rates": rates,
-        "placement": placement.as_dict(cell_lines),
-        "notebook": {},
-        "notes": list(data.notes) if data is not None else [],
-    }
+    notes = list(data.notes) if data is not None else []
     if placement.platform is not None:
-        result["notes"].append(
+        notes.append(
             f"the notebook pins JAX to the CPU at {placement.platform.where(cell_lines)} "
             f"(`{placement.platform.text}`): from there on it runs on the CPU whatever GPU the machine has, "
             "so those calls are forecast as measured"
         )
     if not has_jax:
-        result["notes"].append(
+        notes.append(
             "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
             "so the forecast is its host work as measured"
         )
-    for cell in ran:
-        entry = _cell_entry(cell, programs)
-        for device in devices:
-            entry["gpu"][device.key] = _cell_forecast(cell, programs, device, table, rates,
-                                                      _pins(cell, programs, placement, cell_lines))
-        result["cells"].append(entry)
-    for device in devices:
-        result["notebook"][device.key] = _notebook(result["cells"], device, sources, has_jax)
-        result["notebook"][device.key]["not_forecast"] = [f["index"] for f in failed]
-    return result
+    cells = tuple(
+        _cell_entry(cell, programs, {device.key: _cell_forecast(cell, programs, device, table, rates,
+                                                                _pins(cell, programs, placement, cell_lines))
+                                     for device in devices})
+        for cell in ran)
+    failed_indices = tuple(f.index for f in failed)
+    return Forecast(
+        version=FORECAST_VERSION,
+        run=RunInfo(id=record.run_id, target=record.target, started_at=record.started_at, digest=record.digest,
+                    cpu=record.machine().cpu.model),
+        has_jax=has_jax,
+        devices=tuple(devices),
+        model=dict(table.model),
+        device_files=tuple(table.files),
+        cells=cells,
+        not_forecast=failed,
+        cpu_rates=rates,
+        placement=placement.summary(cell_lines),
+        notebook={device.key: _notebook(cells, device, sources, has_jax, failed_indices) for device in devices},
+        notes=tuple(notes),
+    )
 
 
 # ---- cells ---------------------------------------------------------------------------------------
@@ -165,43 +447,45 @@ def _measured(cell: Cell) -> _Cell | None:
                  executions=executions, unattributed_s=unattributed, unseen=unseen)
 
 
-def not_forecast(cell: Cell) -> dict[str, Any] | None:
+def not_forecast(cell: Cell) -> NotForecast | None:
     """A cell that raised, died or timed out: what ran is not the cell, so it is not forecast."""
     what = failure_text(cell)
     if what is None:
         return None
-    return {"index": cell.index, "line": cell.line, "first_line": cell.first_line,
-            "status": cell.status, "cpu_s": cell.wall_s, "reason": f"not forecast: the cell {what}"}
+    return NotForecast(index=cell.index, line=cell.line, first_line=cell.first_line, status=cell.status,
+                       cpu_s=cell.wall_s, reason=f"not forecast: the cell {what}")
 
 
-def _cell_entry(cell: _Cell, programs: Mapping[str, Program]) -> dict[str, Any]:
+def _cell_entry(cell: _Cell, programs: Mapping[str, Program], outcomes: Mapping[str, Outcome]) -> CellForecast:
     recorded = cell.cell
 
-    def program(execution: Execution) -> dict[str, Any]:
+    def program(execution: Execution) -> ProgramRun:
         known = programs.get(execution.program)
-        return {"program": execution.program, "function": known.function if known else None,
-                "kind": known.kind if known else None, "count": execution.runs,
-                "count_basis": execution.count_basis, "cpu_s": execution.cpu_s}
+        return ProgramRun(program=execution.program, function=known.function if known else None,
+                          kind=known.kind if known else None, count=execution.runs,
+                          count_basis=execution.count_basis, cpu_s=execution.cpu_s)
 
-    return {
-        "index": recorded.index,
-        "source_hash": recorded.source_hash,
-        "line": recorded.line,
-        "first_line": recorded.first_line,
-        "status": recorded.status,
-        "cpu": {"wall_s": cell.wall, "compile_s": cell.compile_s, "host_s": cell.host_s,
-                "jax_s": max(0.0, cell.wall - cell.compile_s - cell.host_s)},
-        "programs": [program(e) for e in cell.executions],
-        "trace": recorded.programs.trace if recorded.programs is not None else None,
-        "gpu": {},
-    }
+    return CellForecast(
+        index=recorded.index,
+        source_hash=recorded.source_hash,
+        line=recorded.line,
+        first_line=recorded.first_line,
+        status=recorded.status,
+        cpu=CellTimes(wall_s=cell.wall, compile_s=cell.compile_s, host_s=cell.host_s,
+                      jax_s=max(0.0, cell.wall - cell.compile_s - cell.host_s)),
+        programs=tuple(program(e) for e in cell.executions),
+        trace=recorded.programs.trace if recorded.programs is not None else None,
+        gpu=dict(outcomes),
+        recorded=recorded,
+    )
 
 
-def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> dict[str, Any] | None:
+def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates | None:
     """This CPU's achieved flops/s and bytes/s, measured in the run itself: the best over executions of
     at least 1 ms of loop-free programs (whose time is their work, not a loop's bookkeeping). What a
     trip-count estimate divides by; None when the run has no such execution."""
-    best: dict[str, Any] = {}
+    best: dict[str, float] = {}
+    source: dict[str, str | None] = {}
     for cell in cells:
         for execution in cell.executions:
             program = programs.get(execution.program)
@@ -212,11 +496,14 @@ def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> dict[str, 
             work = program.per_execution
             each = cpu / count
             flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
-            for name, amount in (("flops_per_s", flops), ("bytes_per_s", work.bytes or 0.0)):
+            for name, amount in (("flops", flops), ("bytes", work.bytes or 0.0)):
                 if amount > 0 and amount / each > best.get(name, 0.0):
                     best[name] = amount / each
-                    best[name.replace("_per_s", "_from")] = program.function
-    return best or None
+                    source[name] = program.function
+    if not best:
+        return None
+    return CpuRates(flops_per_s=best.get("flops"), flops_from=source.get("flops"), bytes_per_s=best.get("bytes"),
+                    bytes_from=source.get("bytes"), bytes_first=next(iter(best)) == "bytes")
 
 
 def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_module.Placement,
@@ -244,7 +531,7 @@ def _function(programs: Mapping[str, Program], execution: Execution) -> str | No
 
 
 def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device, table: DeviceTable,
-                   rates: dict[str, Any] | None = None, pins: dict[str, str] | None = None) -> dict[str, Any]:
+                   rates: CpuRates | None = None, pins: dict[str, str] | None = None) -> Outcome:
     terms: list[Term] = []
     pins = pins or {}
     if cell.host_s > 0:
@@ -292,15 +579,16 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
                     for loop_id, seen in execution.loops.items()}
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
-            scaled.details["calls"] = count
+            details = {**scaled.details, "calls": count}
+            words = scaled.words
             if execution.count_basis == "extrapolated":
                 # The traced part ran slower than the rest (the profiler's cost per call), so its rate is low.
-                scaled.details["calls_basis"] = "extrapolated"
-                scaled.words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
-                                f"the profiler slowed) × {term.words}")
+                details["calls_basis"] = "extrapolated"
+                words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
+                         f"the profiler slowed) × {term.words}")
             elif count > 1:
-                scaled.words = f"{count:,} calls × {term.words}"
-            terms.append(scaled)
+                words = f"{count:,} calls × {term.words}"
+            terms.append(replace(scaled, words=words, details=details))
     transfer = transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None, device,
                              table.model)
     if transfer is not None:
@@ -315,17 +603,9 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     uncertain = _uncertainty(dominant, cell.wall, low, high) if jax_work else None
     if uncertain is not None:
         verdict = "uncertain"
-    return {
-        "low_s": low,
-        "high_s": high,
-        "cpu_s": cell.wall,
-        "verdict": verdict,
-        "uncertain": uncertain,
-        "dominant": dominant.as_dict() if dominant else None,
-        "jax_dominant": jax_term.as_dict() if jax_term else None,
-        "terms": [t.as_dict() for t in sorted(terms, key=_weight, reverse=True)],
-        "missing_programs": missing,
-    }
+    return Outcome(low_s=low, high_s=high, cpu_s=cell.wall, verdict=verdict, uncertain=uncertain,
+                   dominant=dominant, jax_dominant=jax_term,
+                   terms=tuple(sorted(terms, key=_weight, reverse=True)), missing_programs=tuple(missing))
 
 
 def _weight(term: Term) -> float:
@@ -363,7 +643,7 @@ def _holds_when_stretched(dominant: Term | None, cpu: float, low: float, high: f
     return False
 
 
-def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None) -> dict[str, Any] | None:
+def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None) -> Uncertainty | None:
     """Why a cell's verdict is "uncertain" (None when it is not): its range straddles the CPU time, or
     its dominant term is wider than ×4 and the verdict would not survive that term being off by its width
     again; what is unknown and what would settle it."""
@@ -372,14 +652,11 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
     if _verdict(cpu, low, high) != "uncertain" and not (wide and not _holds_when_stretched(dominant, cpu, low, high)):
         return None
     assert dominant is not None
-    basis = dominant.details.get("trip_count_basis")
-    if dominant.kind == "loop" and basis in ("unknown", "estimated"):
-        unknown = f"the trip count of {dominant.details.get('name') or 'a loop'}"
-        if dominant.details.get("function"):
-            unknown += f" in `{dominant.function}`"
+    if dominant.kind == "loop" and dominant.trip_count_basis in ("unknown", "estimated"):
+        unknown = f"the trip count of {dominant.name or 'a loop'}"
         settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
     elif dominant.kind == "unattributed":
-        unknown = ("what ran in the time a trace cut short did not attribute" if dominant.details.get("unseen")
+        unknown = ("what ran in the time a trace cut short did not attribute" if dominant.unseen
                    else "which program ran the JAX time the trace did not attribute")
         settle = "a run whose trace captures the program, or a GPU run"
     elif dominant.kind == "compile":
@@ -389,114 +666,119 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         unknown = f"the device's figures behind the {dominant.kind} term ({dominant.words})"
         settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
     ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
-    return {"unknown": unknown, "settle": settle, "dominant_ratio": ratio,
-            "straddles": _verdict(cpu, low, high) == "uncertain"}
+    return Uncertainty(unknown=unknown, settle=settle, dominant_ratio=ratio,
+                       straddles=_verdict(cpu, low, high) == "uncertain")
 
 
 # ---- the notebook ----------------------------------------------------------------------------------
 
-def _notebook(cells: list[dict[str, Any]], device: Device, sources: dict[int, str], has_jax: bool) -> dict[str, Any]:
-    cpu_total = sum(c["cpu"]["wall_s"] for c in cells)
-    outcomes = [c["gpu"][device.key] for c in cells]
-    low = sum(o["low_s"] for o in outcomes)
-    high = None if any(o["high_s"] is None for o in outcomes) else sum(o["high_s"] for o in outcomes)
+@dataclass
+class _Tally:
+    """One jitted function's forecast GPU time and measured CPU time, added up over the cells (a working copy)."""
+
+    function: str
+    gpu_low_s: float = 0.0
+    gpu_high_s: float | None = 0.0
+    cpu_s: float = 0.0
+    cells: list[int] = field(default_factory=list)
+    kind: str | None = None
+    programs: set[str | None] = field(default_factory=set)
+
+    def program_keys(self) -> tuple[str, ...]:
+        return tuple(sorted(p for p in self.programs if p))
+
+
+def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int, str], has_jax: bool,
+              failed: tuple[int, ...]) -> NotebookForecast:
+    key = device.key
+    cpu_total = sum(c.cpu.wall_s for c in cells)
+    outcomes = [c.gpu[key] for c in cells]
+    low = sum(o.low_s for o in outcomes)
+    high = None if any(o.high_s is None for o in outcomes) else sum(o.high_s for o in outcomes if o.high_s is not None)
     if not has_jax:
-        return {"cpu_s": cpu_total, "low_s": low, "high_s": high, "all_on_gpu": "unchanged", "verdict": "unchanged",
-                "keep_on_cpu": [], "plan": None, "ranking": [], "gains": [], "uncertain": [],
-                "most_slower": None, "most_faster": None}
+        return NotebookForecast(cpu_s=cpu_total, low_s=low, high_s=high, all_on_gpu="unchanged", verdict="unchanged",
+                                keep_on_cpu=(), gains=(), plan=None, ranking=(), uncertain=(), most_slower=None,
+                                most_faster=None, not_forecast=failed)
     # Per jitted function: its forecast GPU time against its CPU time measured in the trace.
-    functions: dict[str, dict[str, Any]] = {}
+    functions: dict[str, _Tally] = {}
     for cell in cells:
-        outcome = cell["gpu"][device.key]
-        for term in outcome["terms"]:
-            name = term.get("function")
-            if not name or term.get("kind") in ("host", "compile", "transfer", "unattributed", "cpu"):
+        for term in cell.gpu[key].terms:
+            name = term.function
+            if not name or term.kind in ("host", "compile", "transfer", "unattributed", "cpu"):
                 continue
-            entry = functions.setdefault(name, {"function": name, "gpu_low_s": 0.0, "gpu_high_s": 0.0,
-                                               "cpu_s": 0.0, "cells": [], "kind": None, "programs": set()})
-            entry["gpu_low_s"] += term["low_s"]
-            entry["gpu_high_s"] = None if entry["gpu_high_s"] is None or term["high_s"] is None else (
-                entry["gpu_high_s"] + term["high_s"])
-            entry["programs"].add(term.get("program"))
-            if cell["index"] not in entry["cells"]:
-                entry["cells"].append(cell["index"])
-        for execution in cell["programs"]:
-            name = execution.get("function")
-            if name in functions:
-                functions[name]["cpu_s"] += float(execution.get("cpu_s") or 0.0)
-                functions[name]["kind"] = functions[name]["kind"] or execution.get("kind")
+            tally = functions.setdefault(name, _Tally(function=name))
+            tally.gpu_low_s += term.low_s
+            tally.gpu_high_s = None if tally.gpu_high_s is None or term.high_s is None else (
+                tally.gpu_high_s + term.high_s)
+            tally.programs.add(term.program)
+            if cell.index not in tally.cells:
+                tally.cells.append(cell.index)
+        for execution in cell.programs:
+            tally = functions.get(execution.function) if execution.function else None
+            if tally is not None:
+                tally.cpu_s += float(execution.cpu_s or 0.0)
+                tally.kind = tally.kind or execution.kind
     threshold = max(MATERIAL_S, 0.01 * cpu_total)
-    keep, gains = [], []
-    for entry in functions.values():
-        entry["programs"] = sorted(p for p in entry["programs"] if p)
-        slower_by = entry["gpu_low_s"] - entry["cpu_s"]
-        if slower_by > threshold and entry["gpu_low_s"] > entry["cpu_s"] * (1 + MARGIN):
-            entry["slower_by_s"] = slower_by
-            entry["change"] = _code_change(entry, cells, sources)
-            keep.append(entry)
-        elif entry["gpu_high_s"] is not None and entry["cpu_s"] - entry["gpu_high_s"] > threshold:
-            entry["faster_by_s"] = entry["cpu_s"] - entry["gpu_high_s"]
-            gains.append(entry)
-    keep.sort(key=lambda e: -e["slower_by_s"])
-    gains.sort(key=lambda e: -e["faster_by_s"])
+    keep: list[KeptFunction] = []
+    gains: list[GainedFunction] = []
+    for tally in functions.values():
+        slower_by = tally.gpu_low_s - tally.cpu_s
+        if slower_by > threshold and tally.gpu_low_s > tally.cpu_s * (1 + MARGIN):
+            keep.append(KeptFunction(
+                function=tally.function, gpu_low_s=tally.gpu_low_s, gpu_high_s=tally.gpu_high_s, cpu_s=tally.cpu_s,
+                cells=tuple(tally.cells), kind=tally.kind, slower_by_s=slower_by,
+                change=_code_change(tally, cells, sources), programs=tally.program_keys()))
+        elif tally.gpu_high_s is not None and tally.cpu_s - tally.gpu_high_s > threshold:
+            gains.append(GainedFunction(
+                function=tally.function, gpu_low_s=tally.gpu_low_s, gpu_high_s=tally.gpu_high_s, cpu_s=tally.cpu_s,
+                cells=tuple(tally.cells), kind=tally.kind, faster_by_s=tally.cpu_s - tally.gpu_high_s,
+                programs=tally.program_keys()))
+    keep.sort(key=lambda e: -e.slower_by_s)
+    gains.sort(key=lambda e: -e.faster_by_s)
     plan_low, plan_high = low, high
-    kept = {e["function"] for e in keep}
-    for entry in keep:
-        plan_low += entry["cpu_s"] - entry["gpu_low_s"]
-        if plan_high is not None and entry["gpu_high_s"] is not None:
-            plan_high += entry["cpu_s"] - entry["gpu_high_s"]
+    for kept in keep:
+        plan_low += kept.cpu_s - kept.gpu_low_s
+        if plan_high is not None and kept.gpu_high_s is not None:
+            plan_high += kept.cpu_s - kept.gpu_high_s
     all_on_gpu = _verdict(cpu_total, low, high)
     if keep and gains and plan_high is not None and plan_high < cpu_total * (1 - MARGIN):
         verdict = "mixed"
     else:
         verdict = all_on_gpu
-    ranking = sorted((c for c in cells if c["gpu"][device.key]["verdict"] != "unchanged"),
-                     key=lambda c: -abs(change(c["gpu"][device.key], c["cpu"]["wall_s"])))
-    uncertain = [c["index"] for c in ranking if c["gpu"][device.key]["verdict"] == "uncertain"]
-    return {
-        "cpu_s": cpu_total,
-        "low_s": low,
-        "high_s": high,
-        "all_on_gpu": all_on_gpu,
-        "verdict": verdict,
-        "keep_on_cpu": [_public(e) for e in keep],
-        "gains": [_public(e) for e in gains],
-        "plan": {"keep_on_cpu": sorted(kept), "low_s": max(0.0, plan_low),
-                 "high_s": None if plan_high is None else max(0.0, plan_high)} if keep else None,
-        "ranking": [c["index"] for c in ranking],
-        "uncertain": uncertain,
-        "most_slower": _extreme(ranking, device.key, slower=True),
-        "most_faster": _extreme(ranking, device.key, slower=False),
-    }
+    ranking = sorted((c for c in cells if c.gpu[key].verdict != "unchanged"), key=lambda c: -abs(c.gpu[key].change()))
+    return NotebookForecast(
+        cpu_s=cpu_total,
+        low_s=low,
+        high_s=high,
+        all_on_gpu=all_on_gpu,
+        verdict=verdict,
+        keep_on_cpu=tuple(keep),
+        gains=tuple(gains),
+        plan=Plan(keep_on_cpu=tuple(sorted(k.function for k in keep)), low_s=max(0.0, plan_low),
+                  high_s=None if plan_high is None else max(0.0, plan_high)) if keep else None,
+        ranking=tuple(c.index for c in ranking),
+        uncertain=tuple(c.index for c in ranking if c.gpu[key].verdict == "uncertain"),
+        most_slower=_extreme(ranking, key, slower=True),
+        most_faster=_extreme(ranking, key, slower=False),
+        not_forecast=failed,
+    )
 
 
-def change(outcome: dict[str, Any], cpu: float) -> float:
-    """The forecast's change of a cell's time (seconds, + slower): its range's midpoint minus the CPU
-    time; an open range counts from its low end."""
-    low, high = outcome["low_s"], outcome["high_s"]
-    middle = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
-    return middle - cpu
-
-
-def _extreme(ranking: list[dict[str, Any]], key: str, *, slower: bool) -> int | None:
+def _extreme(ranking: list[CellForecast], key: str, *, slower: bool) -> int | None:
     """The cell the GPU makes slower (or faster) by the most seconds, if any."""
     sign = 1 if slower else -1
-    cells = [c for c in ranking if sign * change(c["gpu"][key], c["cpu"]["wall_s"]) > 0]
-    return max(cells, key=lambda c: sign * change(c["gpu"][key], c["cpu"]["wall_s"]))["index"] if cells else None
+    cells = [c for c in ranking if sign * c.gpu[key].change() > 0]
+    return max(cells, key=lambda c: sign * c.gpu[key].change()).index if cells else None
 
 
-def _public(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in entry.items() if k != "programs"} | {"programs": entry["programs"]}
-
-
-def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: dict[int, str]) -> dict[str, Any]:
+def _code_change(tally: _Tally, cells: tuple[CellForecast, ...], sources: dict[int, str]) -> CodeChange:
     """The change that keeps a function on the CPU: run its calls under ``jax.default_device(cpu)``."""
-    name = entry["function"]
-    lines = [c.get("line") for c in cells if c["index"] in entry["cells"]]
-    where = ", ".join(str(line) for line in lines if line) or ", ".join(str(i + 1) for i in entry["cells"])
+    name = tally.function
+    lines = [c.line for c in cells if c.index in tally.cells]
+    where = ", ".join(str(line) for line in lines if line) or ", ".join(str(i + 1) for i in tally.cells)
     place = "lines" if any(lines) else "cells"
     example = None
-    for index in entry["cells"]:
+    for index in tally.cells:
         source = sources.get(index)
         if not source:
             continue
@@ -504,14 +786,14 @@ def _code_change(entry: dict[str, Any], cells: list[dict[str, Any]], sources: di
         if call is not None:
             example = f"with jax.default_device({CPU_DEVICE}):\n    {call.strip()}"
             break
-    user = entry.get("kind") in ("user", "library")
+    user = tally.kind in ("user", "library")
     what = f"the calls of `{name}`" if user else "the code of these cells"
-    return {
-        "text": (f"run {what} (cells at {place} {where}) inside "
-                 f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the GPU move with "
-                 f"`jax.device_put(x, {CPU_DEVICE})` (`jax.jit(..., backend=\"cpu\")` is deprecated)"),
-        "example": example,
-    }
+    return CodeChange(
+        text=(f"run {what} (cells at {place} {where}) inside "
+              f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the GPU move with "
+              f"`jax.device_put(x, {CPU_DEVICE})` (`jax.jit(..., backend=\"cpu\")` is deprecated)"),
+        example=example,
+    )
 
 
 def _notebook_sources(record: Any, run: NotebookRun) -> dict[int, str]:

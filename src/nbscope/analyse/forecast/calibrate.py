@@ -20,6 +20,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import DEVICE_FIGURES, Device, Figure
+from nbscope.record.suite import BenchRun, GroupFigure, LoopsRun, Sweep
 
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
@@ -30,15 +31,15 @@ def _provenance(record: Any, what: str, device: str) -> str:
             f"(nbscope {record.tool_version}, fingerprint {record.digest or '?'})")
 
 
-def _gpu_sweep(record: Any) -> dict[str, Any] | None:
-    for sweep in record.measurements.get("sweeps") or []:
-        if sweep.get("placement") == "default" and str(sweep.get("platform") or "").lower() in GPU_PLATFORMS:
+def _gpu_sweep(run: LoopsRun) -> Sweep | None:
+    for sweep in run.sweeps:
+        if sweep.placement == "default" and (sweep.platform or "").lower() in GPU_PLATFORMS:
             return sweep
     return None
 
 
 def _from_loops(record: Any, found: dict[str, Figure], names: list[str]) -> None:
-    sweep = _gpu_sweep(record)
+    sweep = _gpu_sweep(LoopsRun.parse(record.measurements))
     if sweep is None:
         raise NbscopeError(f"{_label(record)}: no sweep on a GPU (run `nbscope loops` on the GPU machine)")
     if record.target != "builtin:logistic-map":
@@ -46,74 +47,73 @@ def _from_loops(record: Any, found: dict[str, Figure], names: list[str]) -> None
             f"{_label(record)} timed {record.target}; calibration needs the built-in loop (`nbscope loops` "
             "without a target), whose body is the one the table's per-iteration figures describe"
         )
-    fit = sweep.get("fit") or {}
-    slopes = [v for v in (fit.get("us_per_iter"), fit.get("us_per_iter_top")) if isinstance(v, (int, float)) and v > 0]
+    fit = sweep.fit
+    slopes = [v for v in ((fit.us_per_iter, fit.us_per_iter_top) if fit else ()) if v is not None and v > 0]
     if not slopes:
         raise NbscopeError(f"{_label(record)}: the GPU sweep has no fitted slope")
-    device = str(sweep.get("device_kind") or sweep.get("device") or "the GPU")
+    device = sweep.device_kind or sweep.device or "the GPU"
     names.append(device)
     found["loop_iteration_us"] = Figure(min(slopes), max(slopes), "calibrated",
                                         _provenance(record, "lax.scan per-iteration slope", device))
 
 
-def _figures(record: Any) -> dict[str, dict[str, Any]]:
-    groups = record.measurements.get("groups") or {}
-    return {f.get("key", ""): f for group in groups.values() for f in group.get("figures") or []}
+def _on_gpu(figure: GroupFigure) -> bool:
+    return (figure.device or "").split(":", 1)[0].lower() in GPU_PLATFORMS
 
 
-def _on_gpu(figure: dict[str, Any]) -> bool:
-    return str(figure.get("device") or "").split(":", 1)[0].lower() in GPU_PLATFORMS
-
-
-def _device_of(figure: dict[str, Any]) -> str:
-    text = str(figure.get("device") or "the GPU")
+def _device_of(figure: GroupFigure) -> str:
+    text = figure.device or "the GPU"
     return text[text.find("(") + 1 : text.rfind(")")] if "(" in text and text.endswith(")") else text
 
 
 def _from_bench(record: Any, found: dict[str, Figure], names: list[str]) -> None:
-    figures = {k: f for k, f in _figures(record).items() if _on_gpu(f)}
+    figures = {f.key or "": f for f in BenchRun.parse(record.measurements).figures if _on_gpu(f)}
     if not figures:
         raise NbscopeError(f"{_label(record)}: no figure measured on a GPU (run `nbscope bench` on the GPU machine)")
 
-    def pick(prefix: str) -> dict[str, Any] | None:
+    def pick(prefix: str) -> GroupFigure | None:
         for key in sorted(figures):
             if key.startswith(prefix):
                 return figures[key]
         return None
 
-    def add(name: str, low: float, high: float, what: str, figure: dict[str, Any]) -> None:
+    def add(name: str, low: float, high: float, what: str, figure: GroupFigure) -> None:
         device = _device_of(figure)
         names.append(device)
         found[name] = Figure(low, high, "calibrated", _provenance(record, what, device))
+
+    def rate(figure: GroupFigure | None) -> float | None:
+        """A figure's throughput, when it has a positive one."""
+        value = figure.throughput.value if figure is not None and figure.throughput is not None else None
+        return value if value is not None and value > 0 else None
 
     for name, prefix, what in (("loop_iteration_us", "loops.scan_default_per_iter", "lax.scan per-iteration slope"),
                                ("sync_iteration_us", "loops.fori_loop_default_per_iter",
                                 "fori_loop (traced bound) per-iteration slope")):
         figure = pick(prefix)
-        fit = (figure or {}).get("fit") or {}
-        slope = fit.get("per_iter_us")
-        if figure is not None and isinstance(slope, (int, float)) and slope > 0:
-            spread = fit.get("spread") or 0.0
+        fit = figure.fit if figure is not None else None
+        if figure is not None and fit is not None and fit.per_iter_us is not None and fit.per_iter_us > 0:
+            slope, spread = fit.per_iter_us, fit.spread or 0.0
             add(name, slope * (1 - min(spread, 0.5)), slope * (1 + min(spread, 0.5)), what, figure)
     for name, prefix, what in (("fp32_tflops", "jax.matmul_large[float32]", "large matmul rate (a floor under the peak)"),
                                ("fp64_tflops", "jax.matmul_large[float64]", "large matmul rate (a floor under the peak)")):
         figure = pick(prefix)
-        rate = ((figure or {}).get("throughput") or {}).get("value")
-        if figure is not None and isinstance(rate, (int, float)) and rate > 0:
-            add(name, rate / 1e3, rate / 1e3, what, figure)  # GFLOP/s → TFLOP/s
+        flops = rate(figure)
+        if figure is not None and flops is not None:
+            add(name, flops / 1e3, flops / 1e3, what, figure)  # GFLOP/s → TFLOP/s
     figure = pick("jax.elementwise[")
-    rate = ((figure or {}).get("throughput") or {}).get("value")
-    if figure is not None and isinstance(rate, (int, float)) and rate > 0:
-        width = 8 if "float64" in figure.get("key", "") else 4
+    elements = rate(figure)
+    if figure is not None and elements is not None:
+        width = 8 if "float64" in (figure.key or "") else 4
         # Read x, write the result: two values per element (a floor: the kernel may not be memory-bound).
-        add("memory_gbs", rate * 2 * width, rate * 2 * width, "elementwise bytes per second (a floor)", figure)
+        add("memory_gbs", elements * 2 * width, elements * 2 * width, "elementwise bytes per second (a floor)", figure)
     figure = pick("transfer.host_to_device")
-    rate = ((figure or {}).get("throughput") or {}).get("value")
-    if figure is not None and isinstance(rate, (int, float)) and rate > 0:
-        add("host_link_gbs", rate, rate, "host→device copy rate", figure)
+    link = rate(figure)
+    if figure is not None and link is not None:
+        add("host_link_gbs", link, link, "host→device copy rate", figure)
     figure = pick("dispatch.round_trip")
-    median = ((figure or {}).get("steady") or {}).get("median_s")
-    if figure is not None and isinstance(median, (int, float)) and median > 0:
+    median = figure.steady.median_s if figure is not None and figure.steady is not None else None
+    if figure is not None and median is not None and median > 0:
         add("dispatch_us", median * 1e6, median * 1e6, "tiny jitted call round trip", figure)
 
 

@@ -58,8 +58,10 @@ def _number(value: float) -> str:
     return f"{value:,.3g}" if value < 1000 else f"{value:,.0f}"
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Device:
+    """One GPU of the table: its names and figures (a forecast's result holds these as they were)."""
+
     key: str
     name: str
     match: list[str]

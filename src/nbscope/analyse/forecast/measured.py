@@ -13,15 +13,105 @@ The error is the forecast's midpoint (geometric mean of low and high) over the m
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast.devices import Device
 from nbscope.record.cells import pair_cells
 from nbscope.record.model import Cell
 
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast import Forecast
+
 SAME_SOURCE = ("hash", "moved")
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRun:
+    """The GPU run a forecast is held against."""
+
+    id: int | None
+    platform: str | None
+    started_at: str
+    gpus: tuple[str, ...]  # the GPU names its fingerprint lists
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "platform": self.platform, "started_at": self.started_at, "gpus": list(self.gpus)}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCell:
+    """One forecast cell against the measured run, compile left out of both sides."""
+
+    index: int
+    line: int | None
+    first_line: str
+    cpu_s: float
+    forecast_low_s: float
+    forecast_high_s: float | None
+    verdict: str
+    measured_s: float | None  # the measured cell's time less its JAX compile (None: not paired or not run)
+    measured_wall_s: float | None
+    within: bool | None  # the measured time lies in the forecast range
+    error: float | None  # the forecast's midpoint over the measured time, minus 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "line": self.line, "first_line": self.first_line, "cpu_s": self.cpu_s,
+                "forecast_low_s": self.forecast_low_s, "forecast_high_s": self.forecast_high_s,
+                "verdict": self.verdict, "measured_s": self.measured_s, "measured_wall_s": self.measured_wall_s,
+                "within": self.within, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredTotal:
+    """The paired cells added up."""
+
+    measured_s: float
+    forecast_low_s: float
+    forecast_high_s: float | None
+    error: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"measured_s": self.measured_s, "forecast_low_s": self.forecast_low_s,
+                "forecast_high_s": self.forecast_high_s, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredComparison:
+    """A forecast on one device against a measured run of the same notebook, per cell and in total."""
+
+    device: str  # the forecast's device key
+    measured_run: MeasuredRun
+    cells: tuple[MeasuredCell, ...]
+    paired: int  # cells of the same source that ran in the measured run
+    within: int  # of those, cells whose measured time lies in the forecast range
+    total: MeasuredTotal
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "measured_run": self.measured_run.to_dict(),
+                "cells": [c.to_dict() for c in self.cells], "paired": self.paired, "within": self.within,
+                "total": self.total.to_dict(), "notes": list(self.notes)}
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastVsMeasured:
+    """What ``nbscope compare`` shows of a CPU run's forecast against a GPU run: the comparison, or why none."""
+
+    comparison: MeasuredComparison | None
+    cpu_run: int | None
+    gpu_run: int | None
+    note: str | None  # why there is no comparison
+    device: str | None = None  # with a comparison: the device key and name
+    device_name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.comparison is None:
+            return {"comparison": None, "cpu_run": self.cpu_run, "gpu_run": self.gpu_run, "note": self.note}
+        return {"comparison": self.comparison.to_dict(), "cpu_run": self.cpu_run, "gpu_run": self.gpu_run,
+                "device": self.device, "device_name": self.device_name, "note": self.note}
 
 
 def _run_time(cell: Cell) -> float | None:
@@ -42,70 +132,69 @@ def measured_gpus(record: Any) -> list[str]:
     return [gpu.name for gpu in record.machine().gpus if gpu.name]
 
 
-def against_measured(result: dict[str, Any], measured: Any, device: str) -> dict[str, Any]:
+def against_measured(result: Forecast, measured: Any, device: str) -> MeasuredComparison:
     """Per cell and in total: forecast on ``device`` vs the measured run (a profile on that GPU)."""
     if measured.kind not in ("profile", "trace"):
         raise NbscopeError(f"--measured needs a profile run of the notebook on the GPU, not a {measured.kind} run")
-    # The forecast's cells (dicts of its result) pair with the measured run's typed cells by source hash.
-    pairs = pair_cells(result["cells"], measured.notebook_run().cells)
+    # The forecast's cells pair with the measured run's cells by source hash (through the run's own cells).
+    pairs = pair_cells([c.recorded for c in result.cells], measured.notebook_run().cells)
     paired_cell: dict[int, Cell] = {id(p.a): p.b for p in pairs
-                                    if p.a is not None and isinstance(p.b, Cell) and p.match in SAME_SOURCE}
+                                    if p.a is not None and p.b is not None and p.match in SAME_SOURCE}
     rows = []
     paired = 0
-    for cell in result["cells"]:
-        other = paired_cell.get(id(cell))
-        outcome = cell["gpu"][device]
-        compile_term = next((t for t in outcome["terms"] if t["kind"] == "compile"), None)
-        compile_low = compile_term["low_s"] if compile_term else 0.0
-        compile_high = compile_term["high_s"] if compile_term else 0.0
-        low = max(0.0, outcome["low_s"] - compile_low)
-        high = None if outcome["high_s"] is None else max(0.0, outcome["high_s"] - compile_high)
-        row: dict[str, Any] = {
-            "index": cell["index"], "line": cell.get("line"), "first_line": cell.get("first_line"),
-            "cpu_s": cell["cpu"]["wall_s"], "forecast_low_s": low, "forecast_high_s": high,
-            "verdict": outcome["verdict"], "measured_s": None, "measured_wall_s": None, "within": None, "error": None,
-        }
+    for cell in result.cells:
+        other = paired_cell.get(id(cell.recorded))
+        outcome = cell.gpu[device]
+        compile_term = next((t for t in outcome.terms if t.kind == "compile"), None)
+        compile_low = compile_term.low_s if compile_term else 0.0
+        compile_high = compile_term.high_s if compile_term else 0.0
+        low = max(0.0, outcome.low_s - compile_low)
+        high = None if outcome.high_s is None else max(0.0, outcome.high_s - (compile_high or 0.0))
+        measured_s = measured_wall_s = within = error = None
         if other is not None and other.ran:
             paired += 1
-            run = _run_time(other)
-            row["measured_s"], row["measured_wall_s"] = run, other.wall_s
-            if run is not None:
-                row["within"] = low <= run and (high is None or run <= high)
+            measured_s, measured_wall_s = _run_time(other), other.wall_s
+            if measured_s is not None:
+                within = low <= measured_s and (high is None or measured_s <= high)
                 mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
-                row["error"] = (mid - run) / run if run > 0 else None
-        rows.append(row)
+                error = (mid - measured_s) / measured_s if measured_s > 0 else None
+        rows.append(MeasuredCell(
+            index=cell.index, line=cell.line, first_line=cell.first_line, cpu_s=cell.cpu.wall_s,
+            forecast_low_s=low, forecast_high_s=high, verdict=outcome.verdict, measured_s=measured_s,
+            measured_wall_s=measured_wall_s, within=within, error=error))
     if not paired:
         raise NbscopeError("--measured shares no cell with the forecast run (different notebook or version)")
-    measured_total = sum(r["measured_s"] for r in rows if r["measured_s"] is not None)
-    low_total = sum(r["forecast_low_s"] for r in rows if r["measured_s"] is not None)
-    highs = [r["forecast_high_s"] for r in rows if r["measured_s"] is not None]
+    timed = [r for r in rows if r.measured_s is not None]
+    measured_total = sum(r.measured_s for r in timed if r.measured_s is not None)
+    low_total = sum(r.forecast_low_s for r in timed)
+    highs = [r.forecast_high_s for r in timed]
     high_total = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
     mid_total = low_total if high_total is None else (low_total * high_total) ** 0.5 if low_total > 0 else high_total / 2
     notes = []
     platform = _platform(measured)
     if platform != "gpu":
         notes.append(f"the measured run used the {platform} backend, not a GPU: its times measure no GPU")
-    device_entry = next((d for d in result["devices"] if d["key"] == device), None)
+    forecast_device = result.device(device)
     names = measured_gpus(measured)
-    if device_entry is not None and names and platform == "gpu" and not _matches(device_entry, names[0]):
-        notes.append(f"the measured run ran on a {names[0]}, the forecast is for the {device_entry['name']}")
-    return {
-        "device": device,
-        "measured_run": {"id": measured.run_id, "platform": platform, "started_at": measured.started_at,
-                         "gpus": names},
-        "cells": rows,
-        "paired": paired,
-        "within": sum(1 for r in rows if r["within"]),
-        "total": {"measured_s": measured_total, "forecast_low_s": low_total, "forecast_high_s": high_total,
-                  "error": (mid_total - measured_total) / measured_total if measured_total > 0 else None},
-        "notes": notes,
-    }
+    if forecast_device is not None and names and platform == "gpu" and not _matches(forecast_device, names[0]):
+        notes.append(f"the measured run ran on a {names[0]}, the forecast is for the {forecast_device.name}")
+    return MeasuredComparison(
+        device=device,
+        measured_run=MeasuredRun(id=measured.run_id, platform=platform, started_at=measured.started_at,
+                                 gpus=tuple(names)),
+        cells=tuple(rows),
+        paired=paired,
+        within=sum(1 for r in rows if r.within),
+        total=MeasuredTotal(measured_s=measured_total, forecast_low_s=low_total, forecast_high_s=high_total,
+                            error=(mid_total - measured_total) / measured_total if measured_total > 0 else None),
+        notes=tuple(notes),
+    )
 
 
-def _matches(device: Mapping[str, Any], name: str) -> bool:
+def _matches(device: Device, name: str) -> bool:
     lowered = name.lower()
-    return device["name"].lower() == lowered or any(
-        re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in device.get("match") or [])
+    return device.name.lower() == lowered or any(
+        re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in device.match or [])
 
 
 def forecast_vs_measured(
@@ -113,12 +202,12 @@ def forecast_vs_measured(
     b: Any,
     *,
     devices_file: str | Path | None = None,
-) -> dict[str, Any] | None:
+) -> ForecastVsMeasured | None:
     """For ``nbscope compare``: when one run is on a GPU and the other is a CPU run with program data,
     the CPU run's forecast for that GPU against the GPU run, per cell (:func:`against_measured`).
 
-    None when the pair is not such a pair; ``{"comparison": None, "note": ...}`` when the GPU is not in
-    the device table (its name and how to add it) or the runs share no cell.
+    None when the pair is not such a pair; a result without a comparison and with a ``note`` when the GPU is
+    not in the device table (its name and how to add it) or the runs share no cell.
     """
     from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.devices import load_table, resolve
@@ -128,23 +217,24 @@ def forecast_vs_measured(
     gpu = next((r for r in (a, b) if platforms[id(r)] == "gpu"), None)
     if cpu is None or gpu is None:
         return None
-    cpu_label = f"run {cpu.run_id}" if cpu.run_id is not None else "the CPU run"
     gpu_label = f"run {gpu.run_id}" if gpu.run_id is not None else "the GPU run"
+    cpu_label = f"run {cpu.run_id}" if cpu.run_id is not None else "the CPU run"
     table = load_table(devices_file)
     names = measured_gpus(gpu)
     if not names:
-        return {"comparison": None, "cpu_run": cpu.run_id, "gpu_run": gpu.run_id,
-                "note": f"{gpu_label}'s fingerprint names no GPU: no forecast to compare it with"}
+        return ForecastVsMeasured(comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id,
+                                  note=f"{gpu_label}'s fingerprint names no GPU: no forecast to compare it with")
     try:
         (device,) = resolve(table, names[0])
     except NbscopeError:
-        return {"comparison": None, "cpu_run": cpu.run_id, "gpu_run": gpu.run_id,
-                "note": (f"{gpu_label} ran on a {names[0]}, which is not in the device table ({table.known()}): add it "
-                         "in a device file or calibrate it (docs/forecast.md) to compare it with the forecast")}
+        return ForecastVsMeasured(
+            comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id,
+            note=(f"{gpu_label} ran on a {names[0]}, which is not in the device table ({table.known()}): add it "
+                  "in a device file or calibrate it (docs/forecast.md) to compare it with the forecast"))
     result = forecast(cpu, [device.key], table=table, run_label=cpu_label)
     try:
         comparison = against_measured(result, gpu, device.key)
     except NbscopeError as exc:
-        return {"comparison": None, "cpu_run": cpu.run_id, "gpu_run": gpu.run_id, "note": str(exc)}
-    return {"comparison": comparison, "cpu_run": cpu.run_id, "gpu_run": gpu.run_id, "device": device.key,
-            "device_name": device.name, "note": None}
+        return ForecastVsMeasured(comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id, note=str(exc))
+    return ForecastVsMeasured(comparison=comparison, cpu_run=cpu.run_id, gpu_run=gpu.run_id, note=None,
+                              device=device.key, device_name=device.name)

@@ -35,17 +35,20 @@ CPU_ITERATION_FLOOR_S = 1e-9
 CPU_ITERATION_SLOW_S = 50e-9
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Term:
-    """One named part of a forecast: ``low_s``–``high_s`` (``high_s`` None: no upper bound)."""
+    """One named part of a forecast: ``low_s``–``high_s`` (``high_s`` None: no upper bound).
 
-    kind: str  # loop | work | launch | dispatch | transfer | host | compile
+    ``details`` holds the figures of its kind (a loop's iterations and per-iteration cost, a compile's
+    basis, …) as the JSON document lists them; the properties below are the ones the rest of nbscope reads."""
+
+    kind: str  # loop | work | launch | library | dispatch | transfer | host | compile | unattributed | cpu
     low_s: float
     high_s: float | None
     words: str
     program: str | None = None
     function: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "low_s": self.low_s, "high_s": self.high_s, "words": self.words,
@@ -54,6 +57,68 @@ class Term:
     def scaled(self, times: float) -> Term:
         return Term(self.kind, self.low_s * times, None if self.high_s is None else self.high_s * times,
                     self.words, self.program, self.function, dict(self.details))
+
+    @property
+    def calls(self) -> int:
+        """How many calls of its program the term adds up (1 unless the forecast scaled it)."""
+        return int(self.details.get("calls", 1))
+
+    @property
+    def name(self) -> str | None:
+        """A loop's name (``lax.scan``, ``counted loop (lax.scan / fori_loop)``)."""
+        return self.details.get("name")
+
+    @property
+    def iterations(self) -> float | int | None:
+        """A loop's iterations per execution when known (static or observed), else None."""
+        return self.details.get("iterations")
+
+    @property
+    def overhead_text(self) -> str | None:
+        """A loop's per-iteration step cost as words (``8–8.2 µs``)."""
+        return self.details.get("overhead_text")
+
+    @property
+    def figure(self) -> str | None:
+        """The device figure a loop's step uses: ``loop_iteration_us`` or ``sync_iteration_us``."""
+        return self.details.get("figure")
+
+    @property
+    def call(self) -> str | None:
+        """Where the notebook calls a loop's primitive, as the program's metadata names it."""
+        return self.details.get("call")
+
+    @property
+    def bound(self) -> str | None:
+        """What an estimated or unknown trip count rests on."""
+        return self.details.get("bound")
+
+    @property
+    def trip_count_basis(self) -> str | None:
+        """How a loop's trip count is known: static, observed, estimated or unknown."""
+        return self.details.get("trip_count_basis")
+
+    @property
+    def unseen(self) -> bool:
+        """An unattributed term's time fell in a trace cut short before any program was seen."""
+        return bool(self.details.get("unseen"))
+
+
+@dataclass(frozen=True, slots=True)
+class CpuRates:
+    """This CPU's best achieved flops/s and bytes/s in the run (what a trip-count estimate divides by), and
+    the jitted function each came from."""
+
+    flops_per_s: float | None = None
+    flops_from: str | None = None
+    bytes_per_s: float | None = None
+    bytes_from: str | None = None
+    bytes_first: bool = False  # the document lists the rate the run found first first
+
+    def to_dict(self) -> dict[str, Any]:
+        flops = {"flops_per_s": self.flops_per_s, "flops_from": self.flops_from} if self.flops_per_s is not None else {}
+        memory = {"bytes_per_s": self.bytes_per_s, "bytes_from": self.bytes_from} if self.bytes_per_s is not None else {}
+        return {**memory, **flops} if self.bytes_first else {**flops, **memory}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,19 +206,19 @@ def _whole(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
-def cpu_iteration_s(work: Work, rates: Mapping[str, Any] | None) -> float:
+def cpu_iteration_s(work: Work, rates: CpuRates | None) -> float:
     """The least one iteration takes on this CPU: its work at the rates the run measured, and 1 ns."""
     times = [CPU_ITERATION_FLOOR_S]
-    if rates and rates.get("flops_per_s"):
+    if rates is not None and rates.flops_per_s:
         flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
-        times.append(flops / rates["flops_per_s"])
-    if rates and rates.get("bytes_per_s"):
-        times.append((work.bytes or 0.0) / rates["bytes_per_s"])
+        times.append(flops / rates.flops_per_s)
+    if rates is not None and rates.bytes_per_s:
+        times.append((work.bytes or 0.0) / rates.bytes_per_s)
     return max(times)
 
 
 def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each: float | None,
-                 rates: Mapping[str, Any] | None) -> dict[str, tuple[float, float | None, str, str | None]]:
+                 rates: CpuRates | None) -> dict[str, tuple[float, float | None, str, str | None]]:
     """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
     (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
     by_id = {loop.id: loop for loop in loops}
@@ -203,12 +268,12 @@ def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each
 
 def program_terms(program: Program | Mapping[str, Any], device: Device, model: dict[str, Figure],
                   cpu_s_per_execution: float | None = None, observed: Mapping[str, LoopSeen] | None = None,
-                  rates: Mapping[str, Any] | None = None) -> list[Term]:
+                  rates: CpuRates | None = None) -> list[Term]:
     """The terms of one execution of ``program`` on ``device`` (a program's document, as ``collect.hlo.describe``
     returns it, is read as a :class:`~nbscope.record.programs.Program`).
 
     ``observed``: per loop id, what the CPU run's trace showed per execution; ``rates``: this CPU's measured
-    ``flops_per_s`` / ``bytes_per_s``, for estimates."""
+    flops/s and bytes/s, for estimates."""
     if not isinstance(program, Program):
         program = Program.parse(program)
     key, function = program.key, program.function

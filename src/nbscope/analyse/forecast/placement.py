@@ -20,6 +20,7 @@ line: a pin made in a way these forms do not cover (a device chosen at run time)
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,14 +75,54 @@ class Placement:
                 return pin
         return None
 
-    def as_dict(self, cell_lines: dict[int, int | None]) -> dict[str, Any]:
-        def one(pin: Pin) -> dict[str, Any]:
-            return {"how": pin.how, "cell": pin.cell, "where": pin.where(cell_lines), "code": pin.text}
+    def summary(self, cell_lines: dict[int, int | None]) -> PlacementSummary:
+        """What the forecast's result says of the pins: each with where it is in the notebook."""
+        def one(pin: Pin) -> PinAt:
+            return PinAt(how=pin.how, cell=pin.cell, where=pin.where(cell_lines), code=pin.text)
 
-        return {"platform": one(self.platform) if self.platform else None,
-                "functions": {name: one(pin) for name, pin in self.functions.items()},
-                "cells": {str(cell): [{"functions": sorted(names) if names is not None else None, **one(pin)}
-                                      for names, pin in pins] for cell, pins in self.cells.items()}}
+        return PlacementSummary(
+            platform=one(self.platform) if self.platform else None,
+            functions={name: one(pin) for name, pin in self.functions.items()},
+            cells={cell: tuple(CellPin(tuple(sorted(names)) if names is not None else None, one(pin))
+                               for names, pin in pins) for cell, pins in self.cells.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class PinAt:
+    """A pin as the forecast reports it: how, in which cell, where (``line 12``) and the code."""
+
+    how: str
+    cell: int
+    where: str
+    code: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"how": self.how, "cell": self.cell, "where": self.where, "code": self.code}
+
+
+@dataclass(frozen=True, slots=True)
+class CellPin:
+    """A pin inside one cell and the functions whose calls it pins there (None: all of the cell's)."""
+
+    functions: tuple[str, ...] | None
+    pin: PinAt
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"functions": list(self.functions) if self.functions is not None else None, **self.pin.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementSummary:
+    """The notebook's CPU pins in a forecast: the platform pin, functions jitted for the CPU, and per cell."""
+
+    platform: PinAt | None
+    functions: Mapping[str, PinAt]
+    cells: Mapping[int, tuple[CellPin, ...]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"platform": self.platform.to_dict() if self.platform else None,
+                "functions": {name: pin.to_dict() for name, pin in self.functions.items()},
+                "cells": {str(cell): [pin.to_dict() for pin in pins] for cell, pins in self.cells.items()}}
 
 
 def _is_cpu(expression: str, cpu_names: set[str]) -> bool:

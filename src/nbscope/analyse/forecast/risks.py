@@ -9,13 +9,13 @@ guess: a loop whose trip count is unknown has no upper bound and says so.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.forecast import check_record
+from nbscope.analyse.forecast import Forecast, check_record
 from nbscope.analyse.forecast.devices import Device, DeviceTable
-from nbscope.analyse.forecast.model import program_terms
+from nbscope.analyse.forecast.model import Term, program_terms
 from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
 from nbscope.record.programs import Program, Work
@@ -43,34 +43,42 @@ def require_forecast(record: Any, platform: str | None, run_label: str) -> None:
 
 # ---- loops -----------------------------------------------------------------------------------------
 
-def loop_slowdowns(result: dict[str, Any], device: str) -> list[dict[str, Any]]:
-    """Per cell, the forecast of its loops on ``device`` against the cell's measured CPU time.
+@dataclass(frozen=True, slots=True)
+class LoopSlowdown:
+    """One cell's loops on a GPU against the cell's measured CPU time."""
 
-    ``loop_low_s`` / ``loop_high_s`` add the cell's loop terms (``high`` None: a loop of unknown trip
-    count with no bound); ``loops`` names each (``lax.scan of 1,000,000 iterations × 8–8.2 µs``).
-    Cells without loops are left out.
-    """
+    index: int
+    cpu_s: float
+    gpu_low_s: float  # the whole cell on the GPU
+    gpu_high_s: float | None
+    loop_low_s: float  # its loop terms added up
+    loop_high_s: float | None  # None: a loop of unknown trip count with no bound
+    verdict: str
+    functions: tuple[str, ...]
+    loops: tuple[Term, ...]  # each loop term (``lax.scan of 1,000,000 iterations × 8–8.2 µs``)
+
+
+def loop_slowdowns(result: Forecast, device: str) -> list[LoopSlowdown]:
+    """Per cell, the forecast of its loops on ``device`` against the cell's measured CPU time; cells without
+    loops are left out."""
     rows = []
-    for cell in result["cells"]:
-        outcome = cell["gpu"][device]
-        loops = [t for t in outcome["terms"] if t["kind"] == "loop"]
+    for cell in result.cells:
+        outcome = cell.gpu[device]
+        loops = tuple(t for t in outcome.terms if t.kind == "loop")
         if not loops:
             continue
-        highs = [t["high_s"] for t in loops]
-        rows.append({
-            "index": cell["index"],
-            "cpu_s": cell["cpu"]["wall_s"],
-            "gpu_low_s": outcome["low_s"],
-            "gpu_high_s": outcome["high_s"],
-            "loop_low_s": sum(t["low_s"] for t in loops),
-            "loop_high_s": None if any(h is None for h in highs) else sum(h for h in highs if h is not None),
-            "verdict": outcome["verdict"],
-            "functions": sorted({t["function"] for t in loops if t.get("function")}),
-            "loops": [{"words": t["words"], "name": t.get("name"), "overhead_text": t.get("overhead_text"),
-                       "calls": t.get("calls", 1), "function": t.get("function"), "iterations": t.get("iterations"),
-                       "figure": t.get("figure"), "call": t.get("call"), "bound": t.get("bound"),
-                       "low_s": t["low_s"], "high_s": t["high_s"]} for t in loops],
-        })
+        highs = [t.high_s for t in loops]
+        rows.append(LoopSlowdown(
+            index=cell.index,
+            cpu_s=cell.cpu.wall_s,
+            gpu_low_s=outcome.low_s,
+            gpu_high_s=outcome.high_s,
+            loop_low_s=sum(t.low_s for t in loops),
+            loop_high_s=None if any(h is None for h in highs) else sum(h for h in highs if h is not None),
+            verdict=outcome.verdict,
+            functions=tuple(sorted({t.function for t in loops if t.function})),
+            loops=loops,
+        ))
     return rows
 
 
@@ -100,14 +108,28 @@ def _has_float64(program: Program) -> bool:
     return any((region.flops_f64 or 0.0) > 0 or (region.transcendentals_f64 or 0.0) > 0 for region in regions)
 
 
-def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class Float64Cost:
+    """One cell's float64 JAX work on a GPU: as run, and with its float64 arithmetic at the float32 rate."""
+
+    index: int
+    cpu_s: float | None
+    functions: tuple[str, ...]
+    float64_low_s: float
+    float64_high_s: float | None  # None: a loop of unknown trip count
+    float32_low_s: float
+    float32_high_s: float | None
+
+
+def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[Float64Cost]:
     """Per cell with float64 JAX work: its forecast time on ``device`` as run, and the same programs with
     their float64 arithmetic at the float32 rate; the difference is what float64 costs there."""
     run = record.notebook_run()
     programs = run.program_data.programs if run.program_data is not None else {}
     rows = []
     for cell in run.cells:
-        totals = {"float64_low_s": 0.0, "float64_high_s": 0.0, "float32_low_s": 0.0, "float32_high_s": 0.0}
+        low = {"float64": 0.0, "float32": 0.0}
+        high: dict[str, float | None] = {"float64": 0.0, "float32": 0.0}
         functions: set[str] = set()
         for execution in cell.programs.executions if cell.programs is not None else ():
             program = programs.get(execution.program)
@@ -117,12 +139,15 @@ def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[dict[
             for side, variant in (("float64", program), ("float32", _as_float32(program))):
                 # Only arithmetic differs between the twins: loop machinery, launches and dispatch cancel.
                 terms = [t for t in program_terms(variant, device, table.model) if t.kind in ("work", "loop")]
-                totals[f"{side}_low_s"] += count * sum(t.low_s for t in terms)
-                if totals[f"{side}_high_s"] is not None:
+                low[side] += count * sum(t.low_s for t in terms)
+                so_far = high[side]
+                if so_far is not None:
                     highs = [t.high_s for t in terms]
-                    totals[f"{side}_high_s"] = None if any(h is None for h in highs) else (
-                        totals[f"{side}_high_s"] + count * sum(h for h in highs if h is not None))
+                    high[side] = None if any(h is None for h in highs) else (
+                        so_far + count * sum(h for h in highs if h is not None))
             functions.add(str(program.function or program.key))
         if functions:
-            rows.append({"index": cell.index, "cpu_s": cell.wall_s, "functions": sorted(functions), **totals})
+            rows.append(Float64Cost(index=cell.index, cpu_s=cell.wall_s, functions=tuple(sorted(functions)),
+                                    float64_low_s=low["float64"], float64_high_s=high["float64"],
+                                    float32_low_s=low["float32"], float32_high_s=high["float32"]))
     return rows

@@ -64,7 +64,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
         sections.gate(data),
         sections._fingerprint_section(records, data),
     ]
-    profiles = [(i, r) for i, r in enumerate(records) if r.kind in CELL_KINDS and r.measurements.get("cells")]
+    profiles = [(i, r) for i, r in enumerate(records) if r.kind in CELL_KINDS and r.notebook_run().cells]
     if profiles:
         body.append("<h2>Cells: waterfall (compile and run stacked)</h2>")
         body.extend(sections._profile_section(r, i) for i, r in profiles)
@@ -79,6 +79,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
         body.append("<h2>Loop sweeps</h2>" + loops)
     others = [(i, r) for i, r in enumerate(records) if r.kind not in (*CELL_KINDS, "pathways", "loops")]
     for i, r in others:
+        # Whatever totals a record of another kind holds, each shown as recorded (no typed view spans every kind).
         body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + sections._totals_table(r.measurements.get("totals") or {}))
     body.append(forecast_section(data))
     body.append(sections.diagnosis(data))

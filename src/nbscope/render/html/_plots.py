@@ -7,16 +7,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nbscope._units import count
+from nbscope.analyse.pathways import PathwayRow, PathwaysRun
 from nbscope.analyse.report import ReportData
 from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
+from nbscope.record.suite import LoopsRun
 from nbscope.render.html._base import (
     COLORS,
     COMPILE_COLOR,
     MAX_BAR_CELLS,
     MAX_WATERFALL_CELLS,
     RUN_COLOR,
-    _number,
     _seconds,
     _short,
     run_name,
@@ -25,9 +26,10 @@ from nbscope.render.html._svg import BarChart, PointChart
 from nbscope.render.terminal import metric_name
 
 
-def _label(cell: Cell, width: int = 38) -> str:
+def _label(cell: Cell | PathwayRow, width: int = 38) -> str:
+    """``3 L41 x = f(y)``: a cell's number, its line and its first line (a pathways row names its cell alike)."""
     where = f" L{cell.line}" if cell.line else ""
-    return f"{cell.index + 1}{where} {_short(cell.first_line, width)}"
+    return f"{(cell.index or 0) + 1}{where} {_short(cell.first_line, width)}"
 
 
 def _typed(cell: Cell | Mapping[str, Any] | None) -> Cell | None:
@@ -93,28 +95,26 @@ def side_by_side_svg(data: ReportData) -> str | None:
 
 
 def pathways_svg(record: RunRecord) -> str | None:
-    pathways = list((record.measurements.get("pathways") or {}).keys())
-    cells = [c for c in record.measurements.get("cells") or [] if isinstance(c.get("by_pathway"), dict)]
-    if not pathways or not cells:
+    run = PathwaysRun.parse(record.measurements)
+    pathways = list(run.pathways)
+    if not pathways or not run.cells:
         return None
 
-    def wall(cell: dict[str, Any], name: str) -> float | None:
-        return _number((cell["by_pathway"].get(name) or {}).get("wall_s"))
+    def wall(row: PathwayRow, name: str) -> float | None:
+        entry = row.by_pathway.get(name)
+        return entry.wall_s if entry is not None else None
 
-    slowest = sorted(cells, key=lambda c: max((wall(c, p) or 0.0) for p in pathways), reverse=True)[:MAX_BAR_CELLS]
-    shown = [c for c in cells if any(c is s for s in slowest)]
+    slowest = sorted(run.cells, key=lambda c: max((wall(c, p) or 0.0) for p in pathways), reverse=True)[:MAX_BAR_CELLS]
+    shown = [c for c in run.cells if any(c is s for s in slowest)]
     series = [(name, [wall(c, name) for c in shown]) for name in pathways]
-    # A pathways run's cells carry their figures per pathway (``by_pathway``), which the cell model does not
-    # type: only their label is read through it.
     return grouped_bars_svg(
-        [_label(Cell.parse(c)) for c in shown], series, title=f"{record.target}: cell wall time per pathway",
+        [_label(c) for c in shown], series, title=f"{record.target}: cell wall time per pathway",
         xlabel="wall time per cell (s)",
     )
 
 
 def loops_svg(record: RunRecord) -> str | None:
-    sweeps = [s for s in record.measurements.get("sweeps") or [] if isinstance(s, dict)]
-    sweeps = [s for s in sweeps if s.get("trip_counts") and s.get("seconds")]
+    sweeps = [s for s in LoopsRun.parse(record.measurements).sweeps if s.points]
     if not sweeps:
         return None
     chart = PointChart(f"{record.target}: loop sweeps (points measured, lines fitted a + b·n)",
@@ -122,20 +122,15 @@ def loops_svg(record: RunRecord) -> str | None:
     legend = []
     for number, sweep in enumerate(sweeps):
         color = COLORS[number % len(COLORS)]
-        pairs = [
-            (float(n), float(t))
-            for n, t in zip(sweep["trip_counts"], sweep["seconds"], strict=False)
-            if _number(n) and _number(t) and float(n) > 0 and float(t) > 0
-        ]
+        pairs = [(float(p.trips), float(p.seconds)) for p in sweep.points if p.trips > 0 and p.seconds > 0]
         if not pairs:
             continue
-        fit = sweep.get("fit") or {}
-        us = _number(fit.get("us_per_iter"))
-        where = " · ".join(str(sweep[k]) for k in ("device", "placement") if sweep.get(k))
-        legend.append((f"{where or '?'} · {sweep.get('loop', '?')}" + (f" · {us:.3g} µs/iter" if us else ""),
-                       color))
+        fit = sweep.fit
+        us = fit.us_per_iter if fit else None
+        where = " · ".join(part for part in (sweep.device, sweep.placement) if part)
+        legend.append((f"{where or '?'} · {sweep.loop or '?'}" + (f" · {us:.3g} µs/iter" if us else ""), color))
         chart.series(pairs, color)
-        a, b = _number(fit.get("a_s")), _number(fit.get("b_s"))
+        a, b = (fit.a_s, fit.b_s) if fit else (None, None)
         if a is not None and b is not None:
             low, high = min(n for n, _ in pairs), max(n for n, _ in pairs)
             grid = [low * (high / low) ** (i / 40) for i in range(41)]

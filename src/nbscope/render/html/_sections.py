@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from nbscope._units import count
+from nbscope.analyse.pathways import PathwayCell, PathwaysRun
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
+from nbscope.record.suite import LoopsRun
 from nbscope.render.gate import VERDICT_MARK
 from nbscope.render.html._base import (
     MAX_WATERFALL_CELLS,
@@ -165,31 +166,27 @@ def _profile_section(record: RunRecord, position: int) -> str:
 
 
 def _pathways_section(record: RunRecord, position: int) -> str:
-    pathways = record.measurements.get("pathways") or {}
-    if not isinstance(pathways, dict) or not pathways:
+    run = PathwaysRun.parse(record.measurements)
+    if not run.pathways:
         return ""
     keys: list[str] = []
-    for entry in pathways.values():
-        keys.extend(k for k in (entry.get("totals") or {}) if k not in keys)
+    for entry in run.pathways.values():
+        keys.extend(k for k in entry.recorded_totals if k not in keys)
     rows = []
-    for name, entry in pathways.items():
-        totals = entry.get("totals") or {}
+    for name, entry in run.pathways.items():
+        totals = entry.recorded_totals
         rows.append((name, *[
             _seconds(totals.get(k)) if k.endswith("_s") else
             (json.dumps(totals.get(k), default=str) if isinstance(totals.get(k), (dict, list)) else totals.get(k, ""))
             for k in keys
         ]))
     plot = pathways_svg(record) or ""
-    names = list(pathways)
+    names = list(run.pathways)
     cell_rows = []
-    # A pathways run's cells carry their figures per pathway (``by_pathway``), which the cell model does not
-    # type: only which cell a row is is read through it.
-    for cell in record.measurements.get("cells") or []:
-        by = cell.get("by_pathway") if isinstance(cell.get("by_pathway"), dict) else {}
-        shown = Cell.parse(cell)
+    for row in run.cells:
         cell_rows.append((
-            shown.index + 1, shown.line or "", Markup(f'<span class="src">{e(shown.first_line)}</span>'),
-            *[f"{_seconds((by.get(n) or {}).get('wall_s'))} ({(by.get(n) or {}).get('status', '–')})" for n in names],
+            (row.index or 0) + 1, row.line or "", Markup(f'<span class="src">{e(row.first_line)}</span>'),
+            *[_pathway_cell(row.by_pathway.get(n)) for n in names],
         ))
     cells = (f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
              f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>")
@@ -199,15 +196,21 @@ def _pathways_section(record: RunRecord, position: int) -> str:
     )
 
 
+def _pathway_cell(entry: PathwayCell | None) -> str:
+    """``407 ms (ok)``: a cell's wall time and status in one pathway (``– (–)`` where that pathway lacks it)."""
+    status = entry.status if entry is not None and entry.status is not None else "–"
+    return f"{_seconds(entry.wall_s if entry is not None else None)} ({status})"
+
+
 def _loops_section(record: RunRecord, position: int) -> str:
-    sweeps = [s for s in record.measurements.get("sweeps") or [] if isinstance(s, dict)]
+    sweeps = LoopsRun.parse(record.measurements).sweeps
     if not sweeps:
         return ""
     rows = []
     for sweep in sweeps:
-        fit = sweep.get("fit") or {}
-        us, a, b, r2 = (_number(fit.get(k)) for k in ("us_per_iter", "a_s", "b_s", "r2"))
-        rows.append((sweep.get("device", ""), sweep.get("loop", ""), len(sweep.get("trip_counts") or []),
+        fit = sweep.fit
+        us, a, b, r2 = (fit.us_per_iter, fit.a_s, fit.b_s, fit.r2) if fit else (None, None, None, None)
+        rows.append((sweep.device or "", sweep.loop or "", len(sweep.points),
                      "–" if us is None else f"{us:.4g}", _seconds(a), "–" if b is None else f"{b:.3g}",
                      "–" if r2 is None else f"{r2:.4f}"))
     return (
