@@ -183,23 +183,28 @@ STEADY_POLLS = 10
 # cell's own large arrays are mmapped blocks apart from it (measured: 20,000 traced calls moved the break by
 # 40 MB; cos over 50 M float64 values and its result, by nothing). So before MIN_TRACE_S a busy cell whose
 # break has moved by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile
-# among them (a compile grows the heap too), is cut: about 9,000 calls are traced, and the kernel stays well
-# within 200 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
+# among them (a compile grows the heap too), is cut: about 1,000 calls are traced (polled every EARLY_POLL_S at
+# first), and the kernel grows by a few MB. Why so few: a session that recorded ~9,000 small calls leaves every
+# later call slower even after its stop (benchmarks/profiler_residue.py: about 1.05–1.09× at 9,000 calls, none
+# measurable at 300–1,000), and its stop takes ~9× as long; a million-call cell went from 1.14× to 1.06–1.09×
+# its time without program data, +65 MB to +9 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
 # is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
 # every thread's heap but walks it, ~0.5 ms, with its locks held: polled every 10 ms, it slowed the traced
 # calls by a third; it serves the hard cap, read every HEAP_EVERY polls.) Where the break cannot be read
 # (the cell's thread is not the main one, or no sbrk), the kernel's growth stands in, EARLY_CAP_BYTES.
-EARLY_HEAP_BYTES = 16 * 2**20
+EARLY_HEAP_BYTES = 2 * 2**20
 # Arrays up to 32 MB can come from the heap too (glibc raises its mmap threshold after freeing a mmapped
 # block): a poll's growth larger than this is an array, not events (a million-call cell's events grow the
-# heap by ~2 MB per 10 ms poll), and counts toward neither the early budget nor its "rising at every poll".
+# heap by ~0.5 MB per 2.5 ms poll), and counts toward neither the early budget nor its "rising at every poll".
 EARLY_JUMP_BYTES = 4 * 2**20
 EARLY_CAP_BYTES = 40 * 2**20
 HEAP_EVERY = 25
-EARLY_CAP_AFTER_S = 0.04
+EARLY_CAP_AFTER_S = 0.01
 EARLY_POLLS = 4
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
 POLL_S = 0.01
+EARLY_POLL_S = 0.0025  # the first EARLY_FAST_S: a cell of small calls is cut within ~1,000 calls
+EARLY_FAST_S = 0.1
 _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
 
 
@@ -290,6 +295,10 @@ class _Guard:
         except (OSError, ValueError, IndexError):
             return None
 
+    @staticmethod
+    def _poll_s(elapsed: float) -> float:
+        return EARLY_POLL_S if elapsed < EARLY_FAST_S else POLL_S if elapsed < MIN_TRACE_S else 2 * POLL_S
+
     def _compiling(self) -> bool:
         """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
         then, and what it compiles runs after, so the session must not be cut."""
@@ -316,7 +325,7 @@ class _Guard:
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
         polls = 0
-        while not self.done.wait(POLL_S if time.perf_counter() - self.started < MIN_TRACE_S else 2 * POLL_S):
+        while not self.done.wait(self._poll_s(time.perf_counter() - self.started)):
             elapsed = time.perf_counter() - self.started
             now = read() if read is not None else None
             if now is None or base is None:
