@@ -30,23 +30,11 @@ from nbscope.render._markdown import plain_text
 from nbscope.render.bench import bench_markdown, print_bench
 from nbscope.render.html._sections import _loops_section
 from nbscope.render.loops import print_loops
+from test_loops import USER_LOOP
 
 RECORDS = Path(__file__).resolve().parent / "files" / "records"
 FINGERPRINT = {"digest": "0123456789ab", "cpu": {"model": "test CPU", "logical_cores": 2}, "gpu": {}}
-LOOP = '''
-import jax
-from jax import lax
-
-
-@jax.jit
-def _loop(n):
-    return lax.fori_loop(0, n, lambda i, x: x * 0.5 + 1.0, 0.0)
-
-
-def run(n):
-    """fori_loop with a traced trip count."""
-    return _loop(n)
-'''
+LOOP = USER_LOOP  # a fori_loop with a traced trip count, as test_loops sweeps it
 
 
 @pytest.fixture(scope="module")

@@ -185,8 +185,8 @@ STEADY_POLLS = 10
 # break has moved by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile
 # among them (a compile grows the heap too), is cut: about 1,000 calls are traced (polled every EARLY_POLL_S at
 # first), and the kernel grows by a few MB. Why so few: a session that recorded ~9,000 small calls leaves every
-# later call slower even after its stop (benchmarks/profiler_residue.py: about 1.05–1.09× at 9,000 calls, none
-# measurable at 300–1,000), and its stop takes ~9× as long; a million-call cell went from 1.14× to 1.06–1.09×
+# later call slower even after its stop (benchmarks/profiler_residue.py: about 1.02–1.09× at 9,000 calls, at
+# most ~1.03× at 300–1,000), and its stop takes ~9× as long; a million-call cell went from 1.14× to 1.06–1.09×
 # its time without program data, +65 MB to +9 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
 # is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
 # every thread's heap but walks it, ~0.5 ms, with its locks held: polled every 10 ms, it slowed the traced
