@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Finding, diagnose
 from nbscope.analyse.recommend import Recommendation, recommend
+from nbscope.record._fields import figure as _number
+from nbscope.record._fields import mapping as _mapping
+from nbscope.record._fields import text as _text
 from nbscope.record.run import RunRecord
 
 if TYPE_CHECKING:  # the forecast is imported only for runs with program data
@@ -235,16 +238,10 @@ def _measured(entry: dict[str, Any] | None) -> bool:
 # ``as_json`` gives each one's part of the record's ``measurements`` exactly as stored.
 
 
-def _number(value: Any) -> float | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)

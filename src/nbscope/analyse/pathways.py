@@ -10,6 +10,8 @@ from typing import Any
 
 from nbscope._units import seconds
 from nbscope.record import cells as cell_model
+from nbscope.record._fields import number as _number
+from nbscope.record._fields import text as _text
 from nbscope.record.model import Cell, Totals
 
 # Timings on a shared machine vary by about ±20 %; a cell differs only beyond the larger of these, or
@@ -33,12 +35,8 @@ OVERHEAD_NAMES = {
 NOT_RAN = ("skipped", "error", "not-run")  # statuses of a pathway that measured nothing
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _numbers(value: Any) -> Mapping[str, float]:

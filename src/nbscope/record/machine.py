@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope.record.model import _number, _object, _text
+from nbscope.record._fields import integer as _int
+from nbscope.record._fields import mapping as _object
+from nbscope.record._fields import number as _number
+from nbscope.record._fields import text as _text
 
 __all__ = ["Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Settings"]
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _absent(value: Any) -> str | None:

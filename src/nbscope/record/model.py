@@ -14,18 +14,15 @@ reads as ``None`` (unknown), never as a guess.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbscope.record._fields import mapping as _object
+from nbscope.record._fields import number as _number
+from nbscope.record._fields import text as _text
+from nbscope.record._fields import time as _time
 from nbscope.record.programs import CellPrograms, ProgramData
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _count(value: Any) -> int:
@@ -33,8 +30,6 @@ def _count(value: Any) -> int:
     return int(number) if number is not None else 0
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _line_range(value: Any) -> tuple[int, int] | None:
@@ -43,8 +38,6 @@ def _line_range(value: Any) -> tuple[int, int] | None:
     return None
 
 
-def _object(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _integer(value: Mapping[str, Any], key: str) -> int | None:
@@ -167,10 +160,6 @@ class NumbaFigures:
                                    if isinstance(f, Mapping)))
 
 
-def _time(value: Any) -> float | None:
-    """A time figure: finite and not negative, else None (never a measurement)."""
-    number = _number(value)
-    return number if number is not None and number >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)

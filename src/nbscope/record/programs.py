@@ -14,16 +14,19 @@ Read-only dataclasses over the validated document, like ``record.model`` (see it
 dataclasses), which reads a cell's and a run's program data with these. A field a record lacks reads as
 ``None`` (unknown), never as a guess: a program whose trip count is unknown says ``None``, not 1.
 
-This module imports nothing of nbscope: ``record.model`` imports it, so it cannot import the small readers
-of ``record.model`` (that would be an import cycle); its own readers below are the same few lines.
+Its field readers are ``record._fields``, shared with every other typed view.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Self
+
+from nbscope.record._fields import mapping as _object
+from nbscope.record._fields import number as _number
+from nbscope.record._fields import text as _text
+from nbscope.record._fields import whole as _int
 
 __all__ = [
     "CallRate", "CellPrograms", "CollectTimes", "Entry", "Execution", "GpuLowering", "Loop", "ObservedLoop",
@@ -31,31 +34,16 @@ __all__ = [
 ]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
-def _int(value: Any) -> int | None:
-    """A whole number (a count, a size, an index); a float that is whole is one too."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    return int(value) if isinstance(value, float) and value.is_integer() else None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _object(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _texts(value: Any) -> tuple[str, ...]:

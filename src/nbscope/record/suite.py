@@ -14,10 +14,14 @@ is written as the record has it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from nbscope.record._fields import figure as _measured
+from nbscope.record._fields import integer as _integer
+from nbscope.record._fields import mapping as _object
+from nbscope.record._fields import text as _text
 
 __all__ = [
     "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "Estimate", "Extrapolation", "FirstCall", "FitPoint",
@@ -26,19 +30,10 @@ __all__ = [
 ]
 
 
-def _measured(value: Any) -> float | None:
-    """A finite number as recorded (an int stays an int), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
 
 
-def _integer(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _texts(value: Any) -> tuple[str, ...]:
@@ -54,8 +49,6 @@ def _block(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) and value else None
 
 
-def _object(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _at(values: Any, position: int) -> Any:

@@ -1,0 +1,52 @@
+"""The few readers every typed view of a record uses for one field: a number, a count, a text, an object.
+
+One place, so that "a figure" means the same in every view: a bool is never a number, NaN and infinities are
+never figures, and what a field lacks reads as None (unknown), never as a guess. It imports nothing of
+nbscope, so each view module can use it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def figure(value: Any) -> int | float | None:
+    """A finite number as recorded (an int stays an int, which JSON carried on keeps), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def number(value: Any) -> float | None:
+    """A finite number, as a float, else None."""
+    found = figure(value)
+    return None if found is None else float(found)
+
+
+def time(value: Any) -> float | None:
+    """A time: finite and not negative, else None (never a measurement)."""
+    found = number(value)
+    return found if found is not None and found >= 0 else None
+
+
+def integer(value: Any) -> int | None:
+    """An int (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def whole(value: Any) -> int | None:
+    """A whole number (a count, a size, an index); a float that is whole is one too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return integer(value)
+
+
+def text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """An object, or an empty one for anything else."""
+    return value if isinstance(value, Mapping) else {}
