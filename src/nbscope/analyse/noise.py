@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope import _units as units
+from nbscope.record._fields import time as time_of  # a time figure: finite and not negative, else None
 from nbscope.record.model import Cell
 
 # Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
@@ -51,10 +51,6 @@ OTHER_THREADS_SHARE = 0.25  # and the other threads' CPU time is at least this s
 _IMPORT = re.compile(r"^\s*(import\s|from\s+\S+\s+import\s|%|!|#|$)")
 
 
-def time_of(value: Any) -> float | None:
-    """A time figure, or None when it is missing, not a finite number, or negative (never a measurement)."""
-    number = units.number(value)
-    return number if number is not None and number >= 0 else None
 
 
 # A cell as the functions below take it: typed, or a cell of a document (tests and hand-made records).

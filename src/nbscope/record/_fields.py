@@ -1,8 +1,8 @@
 """The few readers every typed view of a record uses for one field: a number, a count, a text, an object.
 
 One place, so that "a figure" means the same in every view: a bool is never a number, NaN and infinities are
-never figures, and what a field lacks reads as None (unknown), never as a guess. It imports nothing of
-nbscope, so each view module can use it without an import cycle.
+never figures, and what a field lacks reads as None (unknown), never as a guess. It imports only
+``nbscope._units`` (whose ``number`` it shares), so each view module can use it without an import cycle.
 """
 
 from __future__ import annotations
@@ -11,18 +11,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from nbscope._units import number  # a finite number, as a float, else None
+
 
 def figure(value: Any) -> int | float | None:
     """A finite number as recorded (an int stays an int, which JSON carried on keeps), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return value
-
-
-def number(value: Any) -> float | None:
-    """A finite number, as a float, else None."""
-    found = figure(value)
-    return None if found is None else float(found)
 
 
 def time(value: Any) -> float | None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from nbscope._units import number  # re-exported: the cell model's callers read figures with it
+
 if TYPE_CHECKING:
     from nbscope.record.model import Cell
 
@@ -25,12 +27,6 @@ FINISHED = ("ok", "expected-error")
 FAILED = ("error", "timeout", "kernel-died")
 
 
-def number(value: Any) -> float | None:
-    """A finite real number, or None (bools, strings, NaN and infinities are not figures)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
 def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
