@@ -6,8 +6,12 @@ trace was bounded) and the original investigation's lecture (``../shared/corpus/
 when present). Runs are interleaved (off, on, on, off, ...) so that a machine getting busier or quieter
 weighs on both sides alike. Per notebook it prints:
 
-* **cells**: the sum over cells of the per-cell median wall time with program data over the same sum
-  without (the kernel's whole request, so the probe's profiler session and HLO collection count);
+* **cells**: the cells' wall time with program data over the same without (the kernel's whole request, so
+  the probe's profiler session and HLO collection count), the median over pairs (each repeat is a pair, one
+  run of each, one right after the other in alternating order), with a 90 % bootstrap interval of that
+  median and whether it says the target is met, missed or not resolved by so many pairs;
+* **thread**, **kernel**: the same ratio of the cell's thread's CPU time and of the kernel's (every
+  thread's, the guard's included), from the probe's ``sched``: waiting for a CPU does not count;
 * **elapsed**: the median end-to-end time of ``profile()``, which adds what nbscope does outside the
   kernel (reading traces and HLO, XLA's cost analysis, importing JAX once);
 * **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
@@ -67,6 +71,25 @@ def _median(values: list[Any]) -> float | None:
     return statistics.median(numbers) if numbers else None
 
 
+def _interval(ratios: list[float], *, resamples: int = 2000, seed: int = 24) -> tuple[float, float] | None:
+    """A 90 % bootstrap interval of the median of the pairs' ratios (seeded, so one run prints one answer):
+    on a machine this noisy, whether the target is met, missed or not resolved by so many pairs."""
+    import random
+
+    if len(ratios) < 3:
+        return None
+    draw = random.Random(seed)
+    medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
+
+
+def _verdict(interval: tuple[float, float] | None, target: float = 1.05) -> str:
+    if interval is None:
+        return "too few pairs"
+    low, high = interval
+    return "met" if high <= target else "not met" if low > target else "not resolved by these pairs"
+
+
 def _growth(cell: dict[str, Any]) -> float | None:
     rss = cell.get("rss") or {}
     peak, before = rss.get("peak_bytes"), rss.get("before_bytes")
@@ -77,25 +100,45 @@ def _cells_wall(run: dict[str, Any]) -> float:
     return sum(c.get("wall_s") or 0.0 for c in run["record"]["measurements"]["cells"])
 
 
+def _cells_cpu(run: dict[str, Any], figure: str) -> float | None:
+    """The cells' CPU seconds from the probe's ``sched``: ``on_cpu_s`` (the cell's thread) or ``cpu_s``
+    (every thread of the kernel, the guard's included); None without /proc."""
+    values = [(c.get("sched") or {}).get(figure) for c in run["record"]["measurements"]["cells"]]
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    return sum(numbers) if numbers else None
+
+
+def _pair_ratio(off: float | None, on: float | None) -> float | None:
+    return on / off if isinstance(off, (int, float)) and isinstance(on, (int, float)) and off > 0 else None
+
+
 def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str, Any]:
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-    pair_ratios: list[float] = []
+    # Each repeat is a pair, one run with program data and one without, run together or one after the other:
+    # the ratios are the medians of the pairs' (wall time, the cell's thread's CPU time, the kernel's).
+    pairs: dict[str, list[float]] = {"wall": [], "thread_cpu": [], "kernel_cpu": []}
     for index in range(repeats):
         if together:
             pair = _profile_pair(notebook)
             for programs, run in pair.items():
                 runs[programs].append(run)
-            off_s, on_s = _cells_wall(pair[False]), _cells_wall(pair[True])
-            pair_ratios.append(on_s / off_s if off_s else float("nan"))
-            print(f"{notebook.name}: pair {index + 1}/{repeats}: cells {off_s:.2f} s off, {on_s:.2f} s on "
-                  f"(×{pair_ratios[-1]:.3f})", file=sys.stderr)
-            continue
-        order = (False, True) if index % 2 == 0 else (True, False)
-        for programs in order:
-            run = _profile(notebook, programs)
-            runs[programs].append(run)
-            print(f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
-                  f"{run['elapsed_s']:.1f} s ({run['record']['status']})", file=sys.stderr)
+        else:
+            order = (False, True) if index % 2 == 0 else (True, False)
+            pair = {}
+            for programs in order:
+                pair[programs] = run = _profile(notebook, programs)
+                runs[programs].append(run)
+                print(f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
+                      f"{run['elapsed_s']:.1f} s ({run['record']['status']})", file=sys.stderr)
+        figures = {"wall": _pair_ratio(_cells_wall(pair[False]), _cells_wall(pair[True])),
+                   "thread_cpu": _pair_ratio(_cells_cpu(pair[False], "on_cpu_s"), _cells_cpu(pair[True], "on_cpu_s")),
+                   "kernel_cpu": _pair_ratio(_cells_cpu(pair[False], "cpu_s"), _cells_cpu(pair[True], "cpu_s"))}
+        for name, value in figures.items():
+            if value is not None:
+                pairs[name].append(value)
+        print(f"{notebook.name}: pair {index + 1}/{repeats}: cells {_cells_wall(pair[False]):.2f} s off, "
+              f"{_cells_wall(pair[True]):.2f} s on; ratios "
+              + ", ".join(f"{name} ×{value:.3f}" for name, value in figures.items() if value is not None), file=sys.stderr)
 
     def per_cell(programs: bool, figure: Any) -> list[float | None]:
         columns = [r["record"]["measurements"]["cells"] for r in runs[programs]]
@@ -112,9 +155,12 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
     in_kernel = sum(sum(v for v in c.values() if isinstance(v, (int, float))) for c in collect) / len(runs[True])
     cut = sum(1 for r in runs[True] for c in r["record"]["measurements"]["cells"]
               if (c.get("programs") or {}).get("window"))
-    ratio = statistics.median(pair_ratios) if pair_ratios else (sum_on / sum_off if sum_off else None)
     return {"notebook": str(notebook), "repeats": repeats, "cells_off_s": sum_off, "cells_on_s": sum_on,
-            "cells_ratio": ratio, "pair_ratios": pair_ratios or None, "elapsed_off_s": elapsed_off,
+            "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
+            "cells_ratio_interval": _interval(pairs["wall"]),
+            "thread_cpu_ratio": _median(pairs["thread_cpu"]), "kernel_cpu_ratio": _median(pairs["kernel_cpu"]),
+            "thread_cpu_pair_ratios": pairs["thread_cpu"] or None, "kernel_cpu_pair_ratios": pairs["kernel_cpu"] or None,
+            "elapsed_off_s": elapsed_off,
             "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
             "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
             "traces_cut": cut / len(runs[True])}
@@ -135,20 +181,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     notebooks = args.notebooks or [MILLION] + ([CORPUS] if CORPUS.exists() else [])
     results = [measure(path, args.repeats, together=args.together) for path in notebooks]
-    print(f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'elapsed':>8} {'memory +':>10} "
-          f"{'cut':>4} {'in kernel':>10}")
+    print(f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'thread':>7} {'kernel':>7} "
+          f"{'elapsed':>8} {'memory +':>10} {'cut':>4} {'in kernel':>10}")
     for figures in results:
         memory = figures["memory_added_bytes"]
         print(f"{Path(figures['notebook']).name[:28]:<28} {figures['cells_off_s']:>9.2f}s {figures['cells_on_s']:>9.2f}s "
-              f"{figures['cells_ratio'] or 0:>7.3f} {figures['elapsed_ratio'] or 0:>8.3f} "
+              f"{figures['cells_ratio'] or 0:>7.3f} {figures['thread_cpu_ratio'] or 0:>7.3f} "
+              f"{figures['kernel_cpu_ratio'] or 0:>7.3f} {figures['elapsed_ratio'] or 0:>8.3f} "
               f"{'–' if memory is None else f'{memory / 1e6:.0f} MB':>10} {figures['traces_cut']:>4.0f} "
               f"{figures['in_kernel_collection_s'] * 1e3:>8.0f}ms")
     for figures in results:
-        if figures["pair_ratios"]:
-            print(f"{Path(figures['notebook']).name}: each pair's ratio "
-                  + ", ".join(f"{r:.3f}" for r in figures["pair_ratios"]))
-    print("targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: with program data over without; memory: the "
-          "largest per-cell peak growth with minus without; cut: cells whose trace hit its memory budget)")
+        interval = figures["cells_ratio_interval"]
+        print(f"{Path(figures['notebook']).name}: cells ratio {figures['cells_ratio'] or 0:.3f}, 90 % interval "
+              + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
+              + f" over {len(figures['pair_ratios'] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
+        for label, key in (("wall", "pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
+                           ("kernel CPU", "kernel_cpu_pair_ratios")):
+            if figures[key]:
+                print(f"{Path(figures['notebook']).name}: each pair's {label} ratio "
+                      + ", ".join(f"{r:.3f}" for r in figures[key]))
+    print("targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: the median over pairs of the cells' wall time "
+          "with program data over without; thread, kernel: the same of the cell's thread's CPU time and of the "
+          "kernel's, every thread; memory: the largest per-cell peak growth with minus without; cut: cells whose "
+          "trace hit its memory budget)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -16,14 +16,34 @@ the median over processes of (fastest chunk after) / (fastest chunk before):
 
 Cases are interleaved round by round, so a machine getting busier weighs on all alike. A ratio near 1.00
 for ``control`` is the check that the measurement itself holds.
+
+``--kernel`` measures the same inside real Jupyter kernels, as ``nbscope profile`` runs them (a bare process
+could not resolve it on a shared 2-core VM: its control alone ranged 0.87–1.38). Each case is one profile of
+a two-cell notebook: the first compiles the function, the second makes the case's calls and then times
+twelve 40,000-call chunks (the thread's CPU time). The figure per case is the median over rounds of
+(fastest chunk) / (the same round's fastest chunk of ``none``), and how many rounds came out above 1:
+
+* ``none``: nothing traced (the reference);
+* ``hlo`` (with ``--hlo``): an empty session that collects every program's HLO, as the probe opens after a
+  cell that compiled;
+* ``trace-N``: the cell opens a bare profiler session, makes N calls, and stops it on another thread while
+  its calls go on (``--calls 0``: a start and a stop with nothing recorded);
+* ``forecast``: nothing in the cell's code, the kernel run with program data (``--forecast``), so the
+  probe's own session, its guard and its cut.
+
+    python benchmarks/profiler_residue.py --kernel [--rounds R] [--calls N ...] [--hlo]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 CHILD = r"""
 import sys, threading, time
@@ -47,14 +67,23 @@ def chunk(n=100_000):
 for _ in range(2):
     chunk()
 before = min(chunk() for _ in range(5))
+hlo, mode = mode.startswith("hlo+"), mode.removeprefix("hlo+")
+
+
+def session(hlo_protos=False):
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    options.enable_hlo_proto = hlo_protos
+    return _profiler.ProfilerSession(options)
+
+
+if hlo:  # what the probe does after a cell that compiled: an empty session that collects every program's HLO
+    session(hlo_protos=True).stop()
 if mode == "control":
     for _ in range(calls):
         x = step(x)
 else:
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0
-    options.enable_hlo_proto = False
-    session = _profiler.ProfilerSession(options)
+    session = session()
     for _ in range(calls):
         x = step(x)
     if mode == "main":
@@ -70,16 +99,99 @@ print(after / before)
 """
 
 
+KERNEL_NOTEBOOK = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+```{code-cell} ipython3
+import json, os, threading, time
+import jax, jax.numpy as jnp
+from jax._src.lib import _profiler
+
+@jax.jit
+def step(x):
+    return x * 0.5 + 1.0
+
+x = step(jnp.float32(1.0)).block_until_ready()
+```
+
+```{code-cell} ipython3
+case = os.environ["NBSCOPE_RESIDUE_CASE"]
+if case == "hlo":  # what the probe does after a compiling cell: an empty session that collects the HLO
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    options.enable_hlo_proto = True
+    _profiler.ProfilerSession(options).stop()
+if case.startswith("trace-"):
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    options.enable_hlo_proto = False
+    session = _profiler.ProfilerSession(options)
+    for _ in range(int(case.removeprefix("trace-"))):
+        x = step(x)
+    threading.Thread(target=session.stop).start()
+chunks = []
+for _ in range(12):
+    started = time.thread_time()
+    for _ in range(40_000):
+        x = step(x)
+    x.block_until_ready()
+    chunks.append((time.thread_time() - started) / 40_000)
+with open(os.environ["NBSCOPE_RESIDUE_OUT"], "w") as handle:
+    json.dump(chunks, handle)
+```
+"""
+
+
+def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False) -> None:
+    from nbscope.api.profile import ProfileOptions, profile
+
+    cases = ["none"] + (["hlo"] if hlo else []) + [f"trace-{n}" for n in calls] + ["forecast"]
+    fastest: dict[str, list[float]] = {case: [] for case in cases}
+    with tempfile.TemporaryDirectory(prefix="nbscope-residue-") as folder:
+        notebook, out = Path(folder) / "residue.md", Path(folder) / "chunks.json"
+        notebook.write_text(KERNEL_NOTEBOOK)
+        for index in range(rounds):
+            for case in cases if index % 2 == 0 else cases[::-1]:
+                os.environ.update(NBSCOPE_RESIDUE_CASE=case, NBSCOPE_RESIDUE_OUT=str(out))
+                out.unlink(missing_ok=True)
+                profile(notebook, ProfileOptions(programs=case == "forecast", jax_platform="cpu"),
+                        fingerprint={"digest": "bench"})
+                fastest[case].append(min(json.loads(out.read_text())))
+            print(f"round {index + 1}/{rounds}: " + ", ".join(f"{case} {values[-1] * 1e6:.2f} µs"
+                                                              for case, values in fastest.items()), file=sys.stderr)
+    print(f"{'case':<12} {'per call':>9} {'÷ none':>7} {'> 1':>6}   (each round's ÷ none)")
+    for case, values in fastest.items():
+        ratios = [value / base for value, base in zip(values, fastest["none"], strict=True)]
+        print(f"{case:<12} {statistics.median(values) * 1e6:>7.2f}µs {statistics.median(ratios):>7.3f} "
+              f"{sum(r > 1 for r in ratios):>3}/{len(ratios):<2}   {' '.join(f'{r:.2f}' for r in sorted(ratios))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, nargs="+", default=[1000, 9000])
+    parser.add_argument("--hlo", action="store_true",
+                        help="also the cases after an empty HLO-collecting session (hlo+control, hlo+thread-N)")
+    parser.add_argument("--kernel", action="store_true", help="measure inside Jupyter kernels run by nbscope")
     args = parser.parse_args()
+    if args.kernel:
+        in_kernels(args.rounds, args.calls, hlo=args.hlo)
+        return
     cases = [("control", max(args.calls))] + [(mode, n) for n in args.calls for mode in ("main", "thread")]
+    if args.hlo:
+        cases += [("hlo+control", max(args.calls))] + [("hlo+thread", n) for n in args.calls]
     ratios: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for mode, calls in cases:
-            name = "control" if mode == "control" else f"{mode}-{calls}"
+            name = mode if mode.endswith("control") else f"{mode}-{calls}"
             done = subprocess.run([sys.executable, "-c", CHILD, mode, str(calls)], capture_output=True, text=True,
                                   check=True)
             ratios.setdefault(name, []).append(float(done.stdout.split()[-1]))

@@ -184,10 +184,11 @@ STEADY_POLLS = 10
 # 40 MB; cos over 50 M float64 values and its result, by nothing). So before MIN_TRACE_S a busy cell whose
 # break has moved by EARLY_HEAP_BYTES, rising at every one of the last EARLY_POLLS polls with no compile
 # among them (a compile grows the heap too), is cut: about 1,000 calls are traced (polled every EARLY_POLL_S at
-# first), and the kernel grows by a few MB. Why so few: a session that recorded ~9,000 small calls leaves every
-# later call slower even after its stop (benchmarks/profiler_residue.py: about 1.02–1.09× at 9,000 calls, at
-# most ~1.03× at 300–1,000), and its stop takes ~9× as long; a million-call cell went from 1.14× to 1.06–1.09×
-# its time without program data, +65 MB to +9 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
+# first), and the kernel grows by a few MB. Why so few: later calls stay slower after a session is stopped,
+# the more so the more it recorded (benchmarks/profiler_residue.py --kernel, the fastest chunk in kernels:
+# 1.005× after 50 recorded calls, 1.03× after 300, 1.00–1.08× after 1,000, 1.05× after 3,000), and a stop after
+# ~9,000 takes ~9× as long; a million-call cell went from 1.14× to 1.03–1.11× its time without program data
+# (medians over pairs), +65 MB to +4–9 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
 # is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
 # every thread's heap but walks it, ~0.5 ms, with its locks held: polled every 10 ms, it slowed the traced
 # calls by a third; it serves the hard cap, read every HEAP_EVERY polls.) Where the break cannot be read
@@ -287,11 +288,11 @@ class _Guard:
             self.thread.start()
 
     def _cpu(self) -> float | None:
-        """The cell's thread's CPU seconds so far (Linux: its /proc task entry)."""
+        """The cell's thread's CPU seconds so far (Linux): its schedstat's time on a CPU, in nanoseconds (its
+        stat's utime counts 10 ms ticks, as coarse as four of the early polls)."""
         try:
-            with open(f"/proc/self/task/{self.native_id}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            with open(f"/proc/self/task/{self.native_id}/schedstat", "rb") as handle:
+                return int(handle.read().split()[0]) / 1e9
         except (OSError, ValueError, IndexError):
             return None
 
