@@ -31,7 +31,10 @@ twelve 40,000-call chunks (the thread's CPU time). The figure per case is the me
 * ``forecast``: nothing in the cell's code, the kernel run with program data (``--forecast``), so the
   probe's own session, its guard and its cut.
 
-    python benchmarks/profiler_residue.py --kernel [--rounds R] [--calls N ...] [--hlo]
+    python benchmarks/profiler_residue.py --kernel [--rounds R] [--calls N ...] [--hlo] [--glibc-tunables T]
+
+``--glibc-tunables T`` runs every case a second time with the kernel's malloc tuned so (``GLIBC_TUNABLES``),
+against ``none`` tuned alike: whether the residue follows malloc's per-thread caches or its arenas.
 """
 
 from __future__ import annotations
@@ -150,28 +153,51 @@ with open(os.environ["NBSCOPE_RESIDUE_OUT"], "w") as handle:
 """
 
 
-def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False) -> None:
+def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False, tunables: str | None = None) -> None:
     from nbscope.api.profile import ProfileOptions, profile
 
-    cases = ["none"] + (["hlo"] if hlo else []) + [f"trace-{n}" for n in calls] + ["forecast"]
-    fastest: dict[str, list[float]] = {case: [] for case in cases}
+    kinds = ["none"] + (["hlo"] if hlo else []) + [f"trace-{n}" for n in calls] + ["forecast"]
+    # With tunables, every case runs a second time with the kernel's malloc so tuned, judged against the
+    # same round's ``none`` so tuned: whether the residue follows malloc's caches or arenas.
+    cases = [(kind, None) for kind in kinds] + ([(kind, tunables) for kind in kinds] if tunables else [])
+    fastest: dict[tuple[str, str | None], list[float]] = {case: [] for case in cases}
+    outside = os.environ.get("GLIBC_TUNABLES")
     with tempfile.TemporaryDirectory(prefix="nbscope-residue-") as folder:
         notebook, out = Path(folder) / "residue.md", Path(folder) / "chunks.json"
         notebook.write_text(KERNEL_NOTEBOOK)
-        for index in range(rounds):
-            for case in cases if index % 2 == 0 else cases[::-1]:
-                os.environ.update(NBSCOPE_RESIDUE_CASE=case, NBSCOPE_RESIDUE_OUT=str(out))
-                out.unlink(missing_ok=True)
-                profile(notebook, ProfileOptions(programs=case == "forecast", jax_platform="cpu"),
-                        fingerprint={"digest": "bench"})
-                fastest[case].append(min(json.loads(out.read_text())))
-            print(f"round {index + 1}/{rounds}: " + ", ".join(f"{case} {values[-1] * 1e6:.2f} µs"
-                                                              for case, values in fastest.items()), file=sys.stderr)
-    print(f"{'case':<12} {'per call':>9} {'÷ none':>7} {'> 1':>6}   (each round's ÷ none)")
-    for case, values in fastest.items():
-        ratios = [value / base for value, base in zip(values, fastest["none"], strict=True)]
-        print(f"{case:<12} {statistics.median(values) * 1e6:>7.2f}µs {statistics.median(ratios):>7.3f} "
+        try:
+            for index in range(rounds):
+                for kind, tuned in cases if index % 2 == 0 else cases[::-1]:
+                    os.environ.update(NBSCOPE_RESIDUE_CASE=kind, NBSCOPE_RESIDUE_OUT=str(out))
+                    if tuned:
+                        os.environ["GLIBC_TUNABLES"] = tuned
+                    elif outside is None:
+                        os.environ.pop("GLIBC_TUNABLES", None)
+                    else:
+                        os.environ["GLIBC_TUNABLES"] = outside
+                    out.unlink(missing_ok=True)
+                    profile(notebook, ProfileOptions(programs=kind == "forecast", jax_platform="cpu"),
+                            fingerprint={"digest": "bench"})
+                    fastest[(kind, tuned)].append(min(json.loads(out.read_text())))
+                print(f"round {index + 1}/{rounds}: " + ", ".join(
+                    f"{_label(case)} {values[-1] * 1e6:.2f} µs" for case, values in fastest.items()), file=sys.stderr)
+        finally:
+            if outside is None:
+                os.environ.pop("GLIBC_TUNABLES", None)
+            else:
+                os.environ["GLIBC_TUNABLES"] = outside
+    width = max(len(_label(case)) for case in cases)
+    print(f"{'case':<{width}} {'per call':>9} {'÷ none':>7} {'> 1':>6}   (each round's ÷ none)")
+    for (kind, tuned), values in fastest.items():
+        base = fastest[("none", tuned)]
+        ratios = [value / reference for value, reference in zip(values, base, strict=True)]
+        print(f"{_label((kind, tuned)):<{width}} {statistics.median(values) * 1e6:>7.2f}µs {statistics.median(ratios):>7.3f} "
               f"{sum(r > 1 for r in ratios):>3}/{len(ratios):<2}   {' '.join(f'{r:.2f}' for r in sorted(ratios))}")
+
+
+def _label(case: tuple[str, str | None]) -> str:
+    kind, tuned = case
+    return f"{kind} [{tuned}]" if tuned else kind
 
 
 def main() -> None:
@@ -181,9 +207,12 @@ def main() -> None:
     parser.add_argument("--hlo", action="store_true",
                         help="also the cases after an empty HLO-collecting session (hlo+control, hlo+thread-N)")
     parser.add_argument("--kernel", action="store_true", help="measure inside Jupyter kernels run by nbscope")
+    parser.add_argument("--glibc-tunables", metavar="TUNABLES",
+                        help="with --kernel: every case also with the kernel's GLIBC_TUNABLES set so, "
+                             "e.g. glibc.malloc.tcache_count=0")
     args = parser.parse_args()
     if args.kernel:
-        in_kernels(args.rounds, args.calls, hlo=args.hlo)
+        in_kernels(args.rounds, args.calls, hlo=args.hlo, tunables=args.glibc_tunables)
         return
     cases = [("control", max(args.calls))] + [(mode, n) for n in args.calls for mode in ("main", "thread")]
     if args.hlo:
