@@ -73,7 +73,7 @@ before = min(chunk() for _ in range(5))
 hlo, mode = mode.startswith("hlo+"), mode.removeprefix("hlo+")
 
 
-def session(hlo_protos=False):
+def open_session(hlo_protos=False):
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0
     options.enable_hlo_proto = hlo_protos
@@ -81,12 +81,12 @@ def session(hlo_protos=False):
 
 
 if hlo:  # what the probe does after a cell that compiled: an empty session that collects every program's HLO
-    session(hlo_protos=True).stop()
+    open_session(hlo_protos=True).stop()
 if mode == "control":
     for _ in range(calls):
         x = step(x)
 else:
-    session = session()
+    session = open_session()
     for _ in range(calls):
         x = step(x)
     if mode == "main":
@@ -169,12 +169,7 @@ def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False, tunables: st
             for index in range(rounds):
                 for kind, tuned in cases if index % 2 == 0 else cases[::-1]:
                     os.environ.update(NBSCOPE_RESIDUE_CASE=kind, NBSCOPE_RESIDUE_OUT=str(out))
-                    if tuned:
-                        os.environ["GLIBC_TUNABLES"] = tuned
-                    elif outside is None:
-                        os.environ.pop("GLIBC_TUNABLES", None)
-                    else:
-                        os.environ["GLIBC_TUNABLES"] = outside
+                    _set_tunables(tuned or outside)
                     out.unlink(missing_ok=True)
                     profile(notebook, ProfileOptions(programs=kind == "forecast", jax_platform="cpu"),
                             fingerprint={"digest": "bench"})
@@ -182,10 +177,7 @@ def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False, tunables: st
                 print(f"round {index + 1}/{rounds}: " + ", ".join(
                     f"{_label(case)} {values[-1] * 1e6:.2f} µs" for case, values in fastest.items()), file=sys.stderr)
         finally:
-            if outside is None:
-                os.environ.pop("GLIBC_TUNABLES", None)
-            else:
-                os.environ["GLIBC_TUNABLES"] = outside
+            _set_tunables(outside)
     width = max(len(_label(case)) for case in cases)
     print(f"{'case':<{width}} {'per call':>9} {'÷ none':>7} {'> 1':>6}   (each round's ÷ none)")
     for (kind, tuned), values in fastest.items():
@@ -193,6 +185,14 @@ def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False, tunables: st
         ratios = [value / reference for value, reference in zip(values, base, strict=True)]
         print(f"{_label((kind, tuned)):<{width}} {statistics.median(values) * 1e6:>7.2f}µs {statistics.median(ratios):>7.3f} "
               f"{sum(r > 1 for r in ratios):>3}/{len(ratios):<2}   {' '.join(f'{r:.2f}' for r in sorted(ratios))}")
+
+
+def _set_tunables(value: str | None) -> None:
+    """The GLIBC_TUNABLES the next kernel inherits (none where None)."""
+    if value is None:
+        os.environ.pop("GLIBC_TUNABLES", None)
+    else:
+        os.environ["GLIBC_TUNABLES"] = value
 
 
 def _label(case: tuple[str, str | None]) -> str:

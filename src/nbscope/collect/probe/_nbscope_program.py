@@ -186,7 +186,7 @@ STEADY_POLLS = 10
 # among them (a compile grows the heap too), is cut: about 1,000 calls are traced (polled every EARLY_POLL_S at
 # first), and the kernel grows by a few MB. Why so few: later calls stay slower after a session is stopped,
 # the more so the more it recorded (benchmarks/profiler_residue.py --kernel, the fastest chunk in kernels:
-# 1.005× after 50 recorded calls, 1.03× after 300, 1.00–1.08× after 1,000, 1.05× after 3,000), and a stop after
+# 1.005× after 50 recorded calls, 1.03× after 300, 0.99–1.08× after 1,000, 1.05× after 3,000), and a stop after
 # ~9,000 takes ~9× as long; a million-call cell went from 1.14× to 1.03–1.11× its time without program data
 # (medians over pairs), +65 MB to +4–9 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
 # is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
@@ -242,11 +242,15 @@ def _libc(name: str) -> Any:
     return _LIBC[name]
 
 
-def _waited(native_id: int) -> float | None:
-    """Seconds the thread has waited for a CPU while ready to run (its schedstat, Linux)."""
+ON_CPU, WAITING = 0, 1  # schedstat's fields: nanoseconds on a CPU, and waiting for one while ready to run
+
+
+def _schedstat(native_id: int, field: int) -> float | None:
+    """A thread's seconds on a CPU (ON_CPU) or waiting for one (WAITING), from its schedstat (Linux), in
+    nanoseconds: the early polls are 2.5 ms apart, where stat's utime counts 10 ms ticks."""
     try:
         with open(f"/proc/self/task/{native_id}/schedstat", "rb") as handle:
-            return int(handle.read().split()[1]) / 1e9
+            return int(handle.read().split()[field]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
 
@@ -267,7 +271,7 @@ class _Guard:
         self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
         self.thread_id = threading.get_ident()
         self.started = time.perf_counter()
-        self.waited = _waited(self.native_id)
+        self.waited = _schedstat(self.native_id, WAITING)
         self.window_wait: float | None = None
         self.base = _rss()
         # The cell's own heap, for the early rule: its events go to the main thread's heap, whose top is the
@@ -286,15 +290,6 @@ class _Guard:
         if self.base is not None:  # no /proc: no guard (macOS, Windows)
             self.thread = threading.Thread(target=self._watch, name="nbscope-trace-guard", daemon=True)
             self.thread.start()
-
-    def _cpu(self) -> float | None:
-        """The cell's thread's CPU seconds so far (Linux): its schedstat's time on a CPU, in nanoseconds (its
-        stat's utime counts 10 ms ticks, as coarse as four of the early polls)."""
-        try:
-            with open(f"/proc/self/task/{self.native_id}/schedstat", "rb") as handle:
-                return int(handle.read().split()[0]) / 1e9
-        except (OSError, ValueError, IndexError):
-            return None
 
     @staticmethod
     def _poll_s(elapsed: float) -> float:
@@ -338,7 +333,7 @@ class _Guard:
             events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
             recent = [*recent[-(STEADY_POLLS - 1):], now]
             compiled = [*compiled[-(EARLY_POLLS - 1):], self._compiling()]
-            cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), self._cpu())]
+            cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), _schedstat(self.native_id, ON_CPU))]
             if elapsed < EARLY_CAP_AFTER_S:
                 continue
             # The profiler's events grow memory steadily while the cell's thread keeps making calls (it is
@@ -365,7 +360,7 @@ class _Guard:
                     if self.done.is_set():
                         return
                     self.cut_after, self.grown = elapsed, max(grown, grown_all)
-                    waited = _waited(self.native_id)
+                    waited = _schedstat(self.native_id, WAITING)
                     if waited is not None and self.waited is not None:
                         self.window_wait = waited - self.waited
                     stopping = time.perf_counter()
