@@ -10,6 +10,8 @@ weighs on both sides alike. Per notebook it prints:
   the probe's profiler session and HLO collection count), the median over pairs (each repeat is a pair, one
   run of each, one right after the other in alternating order), with a 90 % bootstrap interval of that
   median and whether it says the target is met, missed or not resolved by so many pairs;
+* **longest cell**: the same ratio for the notebook's longest cell alone (the million calls; the issue's bound
+  is per cell, and ``import jax`` beside it would dilute it), with its own interval and verdict;
 * **thread**, **kernel**: the same ratio of the cell's thread's CPU time and of the kernel's (every
   thread's, the guard's included), from the probe's ``sched``: waiting for a CPU does not count;
 * **elapsed**: the median end-to-end time of ``profile()``, which adds what nbscope does outside the
@@ -100,6 +102,16 @@ def _cells_wall(run: dict[str, Any]) -> float:
     return sum(c.get("wall_s") or 0.0 for c in run["record"]["measurements"]["cells"])
 
 
+def _longest_cell(off: dict[str, Any], on: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The wall time of the run's longest cell (as run without program data) on each side: the issue's bound
+    is per cell, and a notebook's other cells (``import jax``) would dilute it."""
+    cells_off, cells_on = off["record"]["measurements"]["cells"], on["record"]["measurements"]["cells"]
+    if not cells_off or len(cells_off) != len(cells_on):
+        return None, None
+    longest = max(range(len(cells_off)), key=lambda i: cells_off[i].get("wall_s") or 0.0)
+    return cells_off[longest].get("wall_s"), cells_on[longest].get("wall_s")
+
+
 def _cells_cpu(run: dict[str, Any], figure: str) -> float | None:
     """The cells' CPU seconds from the probe's ``sched``: ``on_cpu_s`` (the cell's thread) or ``cpu_s``
     (every thread of the kernel, the guard's included); None without /proc."""
@@ -116,7 +128,7 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     # Each repeat is a pair, one run with program data and one without, run together or one after the other:
     # the ratios are the medians of the pairs' (wall time, the cell's thread's CPU time, the kernel's).
-    pairs: dict[str, list[float]] = {"wall": [], "thread_cpu": [], "kernel_cpu": []}
+    pairs: dict[str, list[float]] = {"wall": [], "longest_cell": [], "thread_cpu": [], "kernel_cpu": []}
     for index in range(repeats):
         if together:
             pair = _profile_pair(notebook)
@@ -131,6 +143,7 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
                 print(f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
                       f"{run['elapsed_s']:.1f} s ({run['record']['status']})", file=sys.stderr)
         figures = {"wall": _pair_ratio(_cells_wall(pair[False]), _cells_wall(pair[True])),
+                   "longest_cell": _pair_ratio(*_longest_cell(pair[False], pair[True])),
                    "thread_cpu": _pair_ratio(_cells_cpu(pair[False], "on_cpu_s"), _cells_cpu(pair[True], "on_cpu_s")),
                    "kernel_cpu": _pair_ratio(_cells_cpu(pair[False], "cpu_s"), _cells_cpu(pair[True], "cpu_s"))}
         for name, value in figures.items():
@@ -158,6 +171,8 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
     return {"notebook": str(notebook), "repeats": repeats, "cells_off_s": sum_off, "cells_on_s": sum_on,
             "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
             "cells_ratio_interval": _interval(pairs["wall"]),
+            "longest_cell_ratio": _median(pairs["longest_cell"]), "longest_cell_pair_ratios": pairs["longest_cell"] or None,
+            "longest_cell_ratio_interval": _interval(pairs["longest_cell"]),
             "thread_cpu_ratio": _median(pairs["thread_cpu"]), "kernel_cpu_ratio": _median(pairs["kernel_cpu"]),
             "thread_cpu_pair_ratios": pairs["thread_cpu"] or None, "kernel_cpu_pair_ratios": pairs["kernel_cpu"] or None,
             "elapsed_off_s": elapsed_off,
@@ -195,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{Path(figures['notebook']).name}: cells ratio {figures['cells_ratio'] or 0:.3f}, 90 % interval "
               + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
               + f" over {len(figures['pair_ratios'] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
-        for label, key in (("wall", "pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
+        longest = figures["longest_cell_ratio_interval"]
+        print(f"{Path(figures['notebook']).name}: longest cell ratio {figures['longest_cell_ratio'] or 0:.3f}, 90 % interval "
+              + (f"{longest[0]:.3f}–{longest[1]:.3f}" if longest else "–") + f": ≤ 1.05 {_verdict(longest)}")
+        for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:
                 print(f"{Path(figures['notebook']).name}: each pair's {label} ratio "
