@@ -206,13 +206,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{'–' if memory is None else f'{memory / 1e6:.0f} MB':>10} {figures['traces_cut']:>4.0f} "
               f"{figures['in_kernel_collection_s'] * 1e3:>8.0f}ms")
     for figures in results:
-        interval = figures["cells_ratio_interval"]
-        print(f"{Path(figures['notebook']).name}: cells ratio {figures['cells_ratio'] or 0:.3f}, 90 % interval "
-              + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
-              + f" over {len(figures['pair_ratios'] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
-        longest = figures["longest_cell_ratio_interval"]
-        print(f"{Path(figures['notebook']).name}: longest cell ratio {figures['longest_cell_ratio'] or 0:.3f}, 90 % interval "
-              + (f"{longest[0]:.3f}–{longest[1]:.3f}" if longest else "–") + f": ≤ 1.05 {_verdict(longest)}")
+        for label, prefix, pairs in (("cells", "cells", "pair_ratios"), ("longest cell", "longest_cell", "longest_cell_pair_ratios")):
+            interval = figures[f"{prefix}_ratio_interval"]
+            print(f"{Path(figures['notebook']).name}: {label} ratio {figures[f'{prefix}_ratio'] or 0:.3f}, 90 % interval "
+                  + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
+                  + f" over {len(figures[pairs] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

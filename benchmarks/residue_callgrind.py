@@ -126,8 +126,11 @@ def main() -> int:
             children = [subprocess.Popen([sys.executable, __file__, "--child", name, str(calls), str(after)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         for after in (0, args.after)]
-            for child in children:
-                child.wait()
+            # A kernel that failed under valgrind leaves no totals: say which case, in one line.
+            codes = [child.wait() for child in children]
+            if any(codes) or not all(
+                    (folder / f"pid-{calls}-{after}").exists() for after in (0, args.after)):
+                raise SystemExit(f"residue_callgrind: the kernels of the {calls}-call case did not finish under valgrind")
             base, counted = _totals(folder, calls, 0), _totals(folder, calls, args.after)
             per_call[calls] = {event: (counted[event] - base[event]) / args.after for event in EVENTS}
             print(f"{calls} calls recorded: " + ", ".join(f"{EVENTS[e]} {v:.1f}" for e, v in per_call[calls].items())
