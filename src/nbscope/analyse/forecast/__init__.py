@@ -663,7 +663,8 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         unknown = "XLA:GPU's compile time"
         settle = "a GPU run, to calibrate gpu_compile_ratio"
     else:
-        unknown = f"the device's figures behind the {dominant.kind} term ({dominant.words})"
+        # The term's own words are printed just before this (dominant_words): name it, don't repeat it.
+        unknown = f"the device's figures behind the {dominant.kind} term" + (f" of {dominant.name}" if dominant.name else "")
         settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
     ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
     return Uncertainty(unknown=unknown, settle=settle, dominant_ratio=ratio,
