@@ -191,14 +191,15 @@ def _sessions(folder: Path, calls: list[int], after: int) -> dict[str, dict[str,
 def _probe(folder: Path, before: int, after: int) -> dict[str, dict[str, float]]:
     """Per call, in two kernels without program data and two with nbscope's probe recording it."""
     env = {"RESIDUE_BEFORE": str(before), "RESIDUE_AFTER": str(after)}
-    cases = {f"{kind}{n}": (env, programs) for n in (1, 2) for kind, programs in (("without", "off"), ("with", "on"))}
+    cases = {f"{programs}{n}": (env, programs) for programs in ("off", "on") for n in (1, 2)}  # the reference first
     _run(folder, PROBE_NOTEBOOK, ["--cache-sim=yes", "--branch-sim=yes", "--toggle-collect=builtin_eval"], cases)
     per_call = {}
-    for tag, (_, programs) in sorted(cases.items(), key=lambda item: (item[1][1] == "on", item[0])):
+    for tag, (_, programs) in cases.items():
         totals, rest = _totals(folder, tag)
         if rest != [str(programs == "on")]:  # the probe recorded program data where asked, and only there
             raise SystemExit(f"residue_callgrind: the kernel of {tag} did not record program data as asked")
-        per_call[f"{tag[:-1]} program data ({tag[-1]})"] = {e: totals[e] / after for e in PROBE_EVENTS}
+        label = f"{'with' if programs == 'on' else 'without'} program data ({tag[-1]})"
+        per_call[label] = {e: totals[e] / after for e in PROBE_EVENTS}
     return per_call
 
 

@@ -148,7 +148,7 @@ def test_80_column_table_keeps_the_dominant_term_readable_and_lists_cells_not_fo
         assert len(f"  cell {cell.index + 1}: {words}") <= 4 * 80, words
         # Whether a cell's range straddles its CPU time depends on this machine's timing: the uncertain
         # form of the same term (what is unknown, what settles it) must fit too, and not repeat the term.
-        if outcome.dominant is not None and outcome.dominant.kind in ("loop", "array", "transfer", "library"):
+        if outcome.dominant is not None:
             uncertain = analysis._uncertainty(outcome.dominant, outcome.cpu_s, outcome.cpu_s / 2, outcome.cpu_s * 2)
             assert uncertain is not None
             stretched = view.dominant_words(dataclasses.replace(outcome, verdict="uncertain", uncertain=uncertain))
