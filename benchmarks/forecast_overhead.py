@@ -14,17 +14,22 @@ weighs on both sides alike. Per notebook it prints:
   is per cell, and ``import jax`` beside it would dilute it), with its own interval and verdict;
 * **thread**, **kernel**: the same ratio of the cell's thread's CPU time and of the kernel's (every
   thread's, the guard's included), from the probe's ``sched``: waiting for a CPU does not count;
+* **each cell** of 0.1 s or more: the same ratio for that cell alone, with its interval, and how long the
+  probe's collection after the cell took in the kernel (the trace's stop, the HLO, the lowering for the GPU);
 * **elapsed**: the median end-to-end time of ``profile()``, which adds what nbscope does outside the
   kernel (reading traces and HLO, XLA's cost analysis, importing JAX once);
 * **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
   program data minus the same cell's without.
 
-    python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--json OUT]
+    python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--control] [--json OUT]
 
 ``--together`` runs each pair at the same time, one kernel with program data and one without, each in a
 process of its own: on a machine whose speed drifts (a shared VM here moved a plain loop's time by ±20 % from
 one second to the next) both sides of a pair then see the same moment, and the ratio is the median of the
 pairs' ratios. It needs two free cores; the two kernels share the machine's memory bandwidth alike.
+
+``--control`` runs both sides of every pair without program data: the ratios and intervals it prints are
+what the method gives on this machine when nothing differs, so a figure within them is noise, not cost.
 
 Targets (issue 24): cells ratio ≤ 1.05, memory added ≤ 200 MB.
 """
@@ -52,15 +57,16 @@ def _profile(path: Path, programs: bool) -> dict[str, Any]:
     return {"record": record.to_dict(), "elapsed_s": time.perf_counter() - started}
 
 
-def _profile_pair(path: Path) -> dict[bool, dict[str, Any]]:
-    """One profile with program data and one without, run at the same time in processes of their own."""
+def _profile_pair(path: Path, *, control: bool = False) -> dict[bool, dict[str, Any]]:
+    """One profile with program data and one without (``control``: both without), run at the same time in
+    processes of their own."""
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="nbscope-overhead-") as folder:
         outputs = {programs: Path(folder) / f"{programs}.json" for programs in (False, True)}
         children = {programs: subprocess.Popen([sys.executable, __file__, "--child", str(path),
-                                                "on" if programs else "off", str(out)], stdout=subprocess.DEVNULL)
+                                                "on" if programs and not control else "off", str(out)], stdout=subprocess.DEVNULL)
                     for programs, out in outputs.items()}
         for programs, child in children.items():
             if child.wait() != 0:
@@ -124,21 +130,22 @@ def _pair_ratio(off: float | None, on: float | None) -> float | None:
     return on / off if isinstance(off, (int, float)) and isinstance(on, (int, float)) and off > 0 else None
 
 
-def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str, Any]:
+def measure(notebook: Path, repeats: int, *, together: bool = False, control: bool = False) -> dict[str, Any]:
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     # Each repeat is a pair, one run with program data and one without, run together or one after the other:
     # the ratios are the medians of the pairs' (wall time, the cell's thread's CPU time, the kernel's).
     pairs: dict[str, list[float]] = {"wall": [], "longest_cell": [], "thread_cpu": [], "kernel_cpu": []}
+    per_cell_pairs: dict[int, list[float]] = {}
     for index in range(repeats):
         if together:
-            pair = _profile_pair(notebook)
+            pair = _profile_pair(notebook, control=control)
             for programs, run in pair.items():
                 runs[programs].append(run)
         else:
             order = (False, True) if index % 2 == 0 else (True, False)
             pair = {}
             for programs in order:
-                pair[programs] = run = _profile(notebook, programs)
+                pair[programs] = run = _profile(notebook, programs and not control)
                 runs[programs].append(run)
                 print(f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
                       f"{run['elapsed_s']:.1f} s ({run['record']['status']})", file=sys.stderr)
@@ -149,6 +156,11 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
         for name, value in figures.items():
             if value is not None:
                 pairs[name].append(value)
+        for index_, (cell_off, cell_on) in enumerate(zip(pair[False]["record"]["measurements"]["cells"],
+                                                          pair[True]["record"]["measurements"]["cells"], strict=False)):
+            ratio = _pair_ratio(cell_off.get("wall_s"), cell_on.get("wall_s"))
+            if ratio is not None:
+                per_cell_pairs.setdefault(index_, []).append(ratio)
         print(f"{notebook.name}: pair {index + 1}/{repeats}: cells {_cells_wall(pair[False]):.2f} s off, "
               f"{_cells_wall(pair[True]):.2f} s on; ratios "
               + ", ".join(f"{name} ×{value:.3f}" for name, value in figures.items() if value is not None), file=sys.stderr)
@@ -166,9 +178,18 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
     elapsed_on = _median([r["elapsed_s"] for r in runs[True]]) or 0.0
     collect = [c.get("programs", {}).get("collect_s") or {} for r in runs[True] for c in r["record"]["measurements"]["cells"]]
     in_kernel = sum(sum(v for v in c.values() if isinstance(v, (int, float))) for c in collect) / len(runs[True])
+    cells = []
+    for index, ratios in sorted(per_cell_pairs.items()):
+        if (off[index] or 0.0) < 0.1:
+            continue
+        spent = [sum(v for v in ((r["record"]["measurements"]["cells"][index].get("programs") or {}).get("collect_s") or {}).values()
+                     if isinstance(v, (int, float))) for r in runs[True]]
+        cells.append({"index": index, "line": runs[False][0]["record"]["measurements"]["cells"][index].get("line"),
+                      "off_s": off[index], "on_s": on[index], "ratio": _median(ratios), "interval": _interval(ratios),
+                      "collection_s": _median(spent)})
     cut = sum(1 for r in runs[True] for c in r["record"]["measurements"]["cells"]
               if (c.get("programs") or {}).get("window"))
-    return {"notebook": str(notebook), "repeats": repeats, "cells_off_s": sum_off, "cells_on_s": sum_on,
+    return {"notebook": str(notebook), "repeats": repeats, "control": control, "cells_off_s": sum_off, "cells_on_s": sum_on,
             "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
             "cells_ratio_interval": _interval(pairs["wall"]),
             "longest_cell_ratio": _median(pairs["longest_cell"]), "longest_cell_pair_ratios": pairs["longest_cell"] or None,
@@ -178,7 +199,7 @@ def measure(notebook: Path, repeats: int, *, together: bool = False) -> dict[str
             "elapsed_off_s": elapsed_off,
             "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
             "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
-            "traces_cut": cut / len(runs[True])}
+            "traces_cut": cut / len(runs[True]), "cells": cells}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,10 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per notebook (default 3)")
     parser.add_argument("--together", action="store_true",
                         help="run each pair at the same time (ratio: the median of the pairs'; needs two free cores)")
+    parser.add_argument("--control", action="store_true",
+                        help="both sides of every pair without program data: what the method gives when nothing differs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or [MILLION] + ([CORPUS] if CORPUS.exists() else [])
-    results = [measure(path, args.repeats, together=args.together) for path in notebooks]
+    results = [measure(path, args.repeats, together=args.together, control=args.control) for path in notebooks]
+    if args.control:
+        print("control: both sides of every pair ran without program data (\"on\" below is a second run without)")
     print(f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'thread':>7} {'kernel':>7} "
           f"{'elapsed':>8} {'memory +':>10} {'cut':>4} {'in kernel':>10}")
     for figures in results:
@@ -211,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{Path(figures['notebook']).name}: {label} ratio {figures[f'{prefix}_ratio'] or 0:.3f}, 90 % interval "
                   + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
                   + f" over {len(figures[pairs] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
+        for cell in figures["cells"]:
+            interval = cell["interval"]
+            print(f"{Path(figures['notebook']).name}: cell {cell['index'] + 1} (line {cell['line'] or '?'}): "
+                  f"{cell['off_s']:.2f} s off, {cell['on_s']:.2f} s on, ratio {cell['ratio'] or 0:.3f}, 90 % interval "
+                  + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
+                  + f"; collection after it in the kernel {(cell['collection_s'] or 0) * 1e3:.0f} ms")
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

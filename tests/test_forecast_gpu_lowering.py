@@ -1,5 +1,4 @@
-"""What the GPU would run: each program is lowered for CUDA in the kernel (``jax.export``, no GPU
-needed), so loops only XLA:CPU builds (threefry rounds of jax.random, LU loops of jnp.linalg.solve)
+"""What the GPU would run: each program is lowered for CUDA in the kernel (no GPU needed), so loops only XLA:CPU builds (threefry rounds of jax.random, LU loops of jnp.linalg.solve)
 are no GPU cost, and cuSOLVER calls get a term of their own."""
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ def test_random_and_solve_have_no_loop_term_from_threefry_or_lu() -> None:
                      fingerprint={"digest": "test"})
     programs = record.measurements["programs"]["programs"]
     program = next(p for p in programs.values() if p["function"] == "draw_and_solve")
-    assert program["gpu"]["source"] == "jax.export (cuda)"
+    assert program["gpu"]["source"] == "lower (cuda)"
     assert program["gpu"]["loops"] == 1  # the scan; threefry and LU are no loops on the GPU
     assert any(t.startswith("cusolver") for t in program["gpu"]["custom_calls"])
     cpu_only = [loop for loop in program["loops"] if loop["cpu_only"]]
@@ -34,3 +33,33 @@ def test_random_and_solve_have_no_loop_term_from_threefry_or_lu() -> None:
     assert "cuSOLVER" in library["words"]
     collect = next(c for c in record.measurements["cells"] if c["index"] == cell["index"])["programs"]["collect_s"]
     assert collect["gpu_lowering_s"] is not None  # measured, after the cell's timed code
+
+
+def test_lowering_for_cuda_gives_the_module_jax_export_gives() -> None:
+    """The probe lowers the traced function for CUDA instead of exporting it (cheaper: nothing is
+    serialised and parsed back); the loops, branches and library calls it reads must be the same."""
+    jax = pytest.importorskip("jax")
+    import sys
+
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "nbscope" / "collect" / "probe"))
+    import _nbscope_program as recorder
+
+    def draw_and_solve(key, a, x):
+        noise = jax.random.normal(key, (11,), dtype=jnp.float32)
+        solved = jnp.linalg.solve(a, noise)
+        scanned, _ = jax.lax.scan(lambda c, _: (c * 0.5 + 1.0, None), x, None, length=10)
+        counted = jax.lax.while_loop(lambda s: s[0] < 20, lambda s: (s[0] + 1, s[1] * 2.0), (0, x))[1]
+        return solved.sum() + scanned + counted
+
+    function = jax.jit(draw_and_solve)
+    avals = [jax.ShapeDtypeStruct((), jax.random.key(0).dtype), jax.ShapeDtypeStruct((11, 11), jnp.float32),
+             jax.ShapeDtypeStruct((), jnp.float32)]
+    text, source = recorder._cuda_module(jax, function, avals)
+    assert source == "lower (cuda)"
+    exported = jax.export.export(function, platforms=["cuda"])(*avals).mlir_module()
+    lowered, through_export = recorder._summarise(text), recorder._summarise(exported)
+    assert lowered == through_export
+    assert len(lowered["loops"]) == 2 and any(t.startswith("cusolver") for t in lowered["custom_calls"])
+    assert all(loop["line"] for loop in lowered["loops"])

@@ -284,7 +284,7 @@ class ProgramCollector:
         return new
 
     def _read_gpu_lowering(self, path: Path, new_programs: list[str]) -> None:
-        """Mark what each new program would run on the GPU, from its lowering for CUDA (``jax.export``
+        """Mark what each new program would run on the GPU, from its lowering for CUDA (``lower`` for cuda
         in the kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
         import json
@@ -298,17 +298,18 @@ class ProgramCollector:
             entry = by_function.get(_normal(program["function"]))
             if entry is None:
                 continue
+            source = str(entry.get("source") or "jax.export (cuda)")  # what the probe lowered with
             if entry.get("skipped"):
-                program["gpu"] = {"source": "jax.export (cuda)", "loops": 0, "custom_calls": {},
+                program["gpu"] = {"source": source, "loops": 0, "custom_calls": {},
                                   "note": entry["skipped"]}
                 for loop in program["loops"]:
                     loop["cpu_only"] = True
                 continue
             if entry.get("error"):
-                program["gpu"] = {"source": "jax.export (cuda)", "error": entry["error"]}
+                program["gpu"] = {"source": source, "error": entry["error"]}
                 continue
             gpu_loops = [(_tail(g.get("stack")), g.get("line")) for g in entry.get("loops") or []]
-            program["gpu"] = {"source": "jax.export (cuda)", "loops": len(gpu_loops),
+            program["gpu"] = {"source": source, "loops": len(gpu_loops),
                               "custom_calls": entry.get("custom_calls") or {},
                               "conditionals": entry.get("conditionals"), "seconds": entry.get("seconds")}
             remaining = list(gpu_loops)

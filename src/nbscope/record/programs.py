@@ -175,9 +175,9 @@ class Loop:
 
 @dataclass(frozen=True, slots=True)
 class GpuLowering:
-    """What a program would run on a GPU, from its lowering for CUDA (``jax.export`` in the kernel)."""
+    """What a program would run on a GPU, from its lowering for CUDA (in the kernel, no GPU needed)."""
 
-    source: str | None  # "jax.export (cuda)"
+    source: str | None  # "lower (cuda)"; "jax.export (cuda)" in older records
     loops: int | None  # the lowering's while loops
     custom_calls: Mapping[str, int]  # by target (``cusolver_getrf_ffi``)
     conditionals: int | None
