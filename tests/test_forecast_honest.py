@@ -156,3 +156,20 @@ def test_80_column_table_keeps_the_dominant_term_readable_and_lists_cells_not_fo
             assert stretched.count(outcome.dominant.words) == 1, stretched
     markdown = view.forecast_markdown(result)
     assert "| not forecast |" in markdown
+
+
+def test_an_uncertain_cell_led_by_measured_host_work_names_the_term_whose_width_is_unknown(honest: Any) -> None:
+    """Host work is carried over as measured, so it is not what is unknown: when a cell whose largest
+    term is host work straddles its CPU time, what would settle it is behind the widest other term."""
+    result = forecast(honest, "t4")
+    outcome = next(cell.gpu["t4"] for cell in result.cells
+                   if cell.gpu["t4"].verdict != "unchanged"
+                   and any(t.kind != "host" and t.high_s is not None and t.high_s > t.low_s for t in cell.gpu["t4"].terms))
+    others = [t for t in outcome.terms if t.kind != "host"]
+    widest = max(others, key=lambda t: float("inf") if t.high_s is None else t.high_s - t.low_s)
+    cpu = outcome.cpu_s
+    host = analysis.Term(kind="host", low_s=cpu * 10, high_s=cpu * 10, words="host work carried over as measured")
+    uncertain = analysis._uncertainty(host, cpu, cpu / 2, cpu * 2, terms=[host, *others])
+    assert uncertain is not None and uncertain.straddles
+    assert "host" not in uncertain.unknown
+    assert widest.kind in uncertain.unknown or (widest.name or "") in uncertain.unknown, uncertain.unknown

@@ -600,7 +600,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
     jax_work = bool(cell.executions) or cell.compile_s > 0 or cell.unattributed_s > 0
     verdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
-    uncertain = _uncertainty(dominant, cell.wall, low, high) if jax_work else None
+    uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms) if jax_work else None
     if uncertain is not None:
         verdict = "uncertain"
     return Outcome(low_s=low, high_s=high, cpu_s=cell.wall, verdict=verdict, uncertain=uncertain,
@@ -643,15 +643,25 @@ def _holds_when_stretched(dominant: Term | None, cpu: float, low: float, high: f
     return False
 
 
-def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None) -> Uncertainty | None:
+def _spread(term: Term) -> float:
+    return float("inf") if term.high_s is None else term.high_s - term.low_s
+
+
+def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None,
+                 terms: list[Term] | None = None) -> Uncertainty | None:
     """Why a cell's verdict is "uncertain" (None when it is not): its range straddles the CPU time, or
     its dominant term is wider than ×4 and the verdict would not survive that term being off by its width
-    again; what is unknown and what would settle it."""
+    again; what is unknown and what would settle it. When the dominant term has no width of its own (host
+    work, as measured), what is unknown is behind the widest of the other ``terms``."""
     wide = dominant is not None and dominant.kind not in ("host",) and (
         dominant.high_s is None or (dominant.low_s > 0 and dominant.high_s / dominant.low_s > UNCERTAIN_RATIO * 1.01))
     if _verdict(cpu, low, high) != "uncertain" and not (wide and not _holds_when_stretched(dominant, cpu, low, high)):
         return None
     assert dominant is not None
+    ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
+    if _spread(dominant) <= 0 and terms:
+        widest = max(terms, key=_spread)
+        dominant = widest if _spread(widest) > 0 else dominant
     if dominant.kind == "loop" and dominant.trip_count_basis in ("unknown", "estimated"):
         unknown = f"the trip count of {dominant.name or 'a loop'}"
         settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
@@ -666,7 +676,6 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         # The term's own words are printed just before this (dominant_words): name it, don't repeat it.
         unknown = f"the device's figures behind the {dominant.kind} term" + (f" of {dominant.name}" if dominant.name else "")
         settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
-    ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
     return Uncertainty(unknown=unknown, settle=settle, dominant_ratio=ratio,
                        straddles=_verdict(cpu, low, high) == "uncertain")
 
