@@ -56,8 +56,9 @@ def test_lowering_for_cuda_gives_the_module_jax_export_gives() -> None:
     function = jax.jit(draw_and_solve)
     avals = [jax.ShapeDtypeStruct((), jax.random.key(0).dtype), jax.ShapeDtypeStruct((11, 11), jnp.float32),
              jax.ShapeDtypeStruct((), jnp.float32)]
-    text, source = recorder._cuda_module(jax, function, avals)
-    assert source == "lower (cuda)"
+    entry: dict = {}
+    text = recorder._cuda_module(jax, function, avals, entry)
+    assert entry["source"] == "lower (cuda)"
     exported = jax.export.export(function, platforms=["cuda"])(*avals).mlir_module()
     lowered, through_export = recorder._summarise(text), recorder._summarise(exported)
     assert lowered == through_export

@@ -298,7 +298,8 @@ class ProgramCollector:
             entry = by_function.get(_normal(program["function"]))
             if entry is None:
                 continue
-            source = str(entry.get("source") or "jax.export (cuda)")  # what the probe lowered with
+            # What the probe lowered with; a program it skipped was not lowered at all.
+            source = str(entry.get("source") or ("not lowered" if entry.get("skipped") else "jax.export (cuda)"))
             if entry.get("skipped"):
                 program["gpu"] = {"source": source, "loops": 0, "custom_calls": {},
                                   "note": entry["skipped"]}

@@ -153,8 +153,7 @@ class Programs:
                     continue
                 try:
                     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
-                    text, entry["source"] = _cuda_module(jax, jax.jit(core.jaxpr_as_fun(closed)), avals)
-                    entry.update(_summarise(text))
+                    entry.update(_summarise(_cuda_module(jax, jax.jit(core.jaxpr_as_fun(closed)), avals, entry)))
                 except Exception as exc:
                     entry["error"] = f"{type(exc).__name__}: {exc}"[:200]
                 entry["seconds"] = time.perf_counter() - started
@@ -436,16 +435,19 @@ def _summarise(text: str) -> dict[str, Any]:
             "conditionals": text.count("stablehlo.case") + text.count("stablehlo.if")}
 
 
-def _cuda_module(jax: Any, function: Any, avals: list[Any]) -> tuple[str, str]:
-    """The StableHLO text, with locations, of ``function`` lowered for CUDA at ``avals``, and how it was made. Lowering the
-    traced function for the platform gives the module ``jax.export`` gives, for about two thirds of the
-    time (no serialising and parsing back: measured 21 against 33 ms, and 35 against 50 ms, per program);
-    JAX without ``lowering_platforms`` gets ``jax.export``."""
+def _cuda_module(jax: Any, function: Any, avals: list[Any], entry: dict[str, Any]) -> str:
+    """The StableHLO text, with locations, of ``function`` lowered for CUDA at ``avals``; ``entry["source"]``
+    says how it was made, also when that fails. Lowering the traced function for the platform gives the
+    module ``jax.export`` gives, for about two thirds of the time (no serialising and parsing back:
+    measured 21 against 33 ms, and 35 against 50 ms, per program); a JAX without ``lowering_platforms``
+    gets ``jax.export``."""
+    entry["source"] = "lower (cuda)"
     try:
         lowered = function.trace(*avals).lower(lowering_platforms=("cuda",))
     except (AttributeError, TypeError):
-        return jax.export.export(function, platforms=["cuda"])(*avals).mlir_module(), "jax.export (cuda)"
-    return lowered.as_text(debug_info=True), "lower (cuda)"
+        entry["source"] = "jax.export (cuda)"
+        return jax.export.export(function, platforms=["cuda"])(*avals).mlir_module()
+    return lowered.as_text(debug_info=True)
 
 
 def _session(*, hlo_protos: bool) -> Any:
