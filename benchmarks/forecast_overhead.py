@@ -126,6 +126,16 @@ def _cells_cpu(run: dict[str, Any], figure: str) -> float | None:
     return sum(numbers) if numbers else None
 
 
+def _collection_s(cell: dict[str, Any]) -> float:
+    """How long the probe's collection after the cell took in the kernel (trace stop, HLO, GPU lowering)."""
+    spent = (cell.get("programs") or {}).get("collect_s") or {}
+    return sum(v for v in spent.values() if isinstance(v, (int, float)))
+
+
+def _interval_text(interval: tuple[float, float] | None) -> str:
+    return f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–"
+
+
 def _pair_ratio(off: float | None, on: float | None) -> float | None:
     return on / off if isinstance(off, (int, float)) and isinstance(on, (int, float)) and off > 0 else None
 
@@ -156,11 +166,11 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
         for name, value in figures.items():
             if value is not None:
                 pairs[name].append(value)
-        for index_, (cell_off, cell_on) in enumerate(zip(pair[False]["record"]["measurements"]["cells"],
-                                                          pair[True]["record"]["measurements"]["cells"], strict=False)):
+        for cell_index, (cell_off, cell_on) in enumerate(zip(pair[False]["record"]["measurements"]["cells"],
+                                                              pair[True]["record"]["measurements"]["cells"], strict=False)):
             ratio = _pair_ratio(cell_off.get("wall_s"), cell_on.get("wall_s"))
             if ratio is not None:
-                per_cell_pairs.setdefault(index_, []).append(ratio)
+                per_cell_pairs.setdefault(cell_index, []).append(ratio)
         print(f"{notebook.name}: pair {index + 1}/{repeats}: cells {_cells_wall(pair[False]):.2f} s off, "
               f"{_cells_wall(pair[True]):.2f} s on; ratios "
               + ", ".join(f"{name} ×{value:.3f}" for name, value in figures.items() if value is not None), file=sys.stderr)
@@ -176,14 +186,12 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
     sum_on = sum(v for v in on if v is not None)
     elapsed_off = _median([r["elapsed_s"] for r in runs[False]]) or 0.0
     elapsed_on = _median([r["elapsed_s"] for r in runs[True]]) or 0.0
-    collect = [c.get("programs", {}).get("collect_s") or {} for r in runs[True] for c in r["record"]["measurements"]["cells"]]
-    in_kernel = sum(sum(v for v in c.values() if isinstance(v, (int, float))) for c in collect) / len(runs[True])
+    in_kernel = sum(_collection_s(c) for r in runs[True] for c in r["record"]["measurements"]["cells"]) / len(runs[True])
     cells = []
     for index, ratios in sorted(per_cell_pairs.items()):
         if (off[index] or 0.0) < 0.1:
             continue
-        spent = [sum(v for v in ((r["record"]["measurements"]["cells"][index].get("programs") or {}).get("collect_s") or {}).values()
-                     if isinstance(v, (int, float))) for r in runs[True]]
+        spent = [_collection_s(r["record"]["measurements"]["cells"][index]) for r in runs[True]]
         cells.append({"index": index, "line": runs[False][0]["record"]["measurements"]["cells"][index].get("line"),
                       "off_s": off[index], "on_s": on[index], "ratio": _median(ratios), "interval": _interval(ratios),
                       "collection_s": _median(spent)})
@@ -234,14 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         for label, prefix, pairs in (("cells", "cells", "pair_ratios"), ("longest cell", "longest_cell", "longest_cell_pair_ratios")):
             interval = figures[f"{prefix}_ratio_interval"]
             print(f"{Path(figures['notebook']).name}: {label} ratio {figures[f'{prefix}_ratio'] or 0:.3f}, 90 % interval "
-                  + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
-                  + f" over {len(figures[pairs] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
+                  + _interval_text(interval) + f" over {len(figures[pairs] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
         for cell in figures["cells"]:
             interval = cell["interval"]
             print(f"{Path(figures['notebook']).name}: cell {cell['index'] + 1} (line {cell['line'] or '?'}): "
                   f"{cell['off_s']:.2f} s off, {cell['on_s']:.2f} s on, ratio {cell['ratio'] or 0:.3f}, 90 % interval "
-                  + (f"{interval[0]:.3f}–{interval[1]:.3f}" if interval else "–")
-                  + f"; collection after it in the kernel {(cell['collection_s'] or 0) * 1e3:.0f} ms")
+                  + _interval_text(interval) + f"; collection after it in the kernel {(cell['collection_s'] or 0) * 1e3:.0f} ms")
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

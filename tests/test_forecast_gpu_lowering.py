@@ -1,5 +1,6 @@
-"""What the GPU would run: each program is lowered for CUDA in the kernel (no GPU needed), so loops only XLA:CPU builds (threefry rounds of jax.random, LU loops of jnp.linalg.solve)
-are no GPU cost, and cuSOLVER calls get a term of their own."""
+"""What the GPU would run: each program is lowered for CUDA in the kernel (no GPU needed), so loops
+only XLA:CPU builds (threefry rounds of jax.random, LU loops of jnp.linalg.solve) are no GPU cost, and
+cuSOLVER calls get a term of their own."""
 
 from __future__ import annotations
 

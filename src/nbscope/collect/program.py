@@ -284,8 +284,8 @@ class ProgramCollector:
         return new
 
     def _read_gpu_lowering(self, path: Path, new_programs: list[str]) -> None:
-        """Mark what each new program would run on the GPU, from its lowering for CUDA (``lower`` for cuda
-        in the kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
+        """Mark what each new program would run on the GPU, from its lowering for CUDA (in the
+        kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
         import json
 
@@ -298,8 +298,7 @@ class ProgramCollector:
             entry = by_function.get(_normal(program["function"]))
             if entry is None:
                 continue
-            # What the probe lowered with; a program it skipped was not lowered at all.
-            source = str(entry.get("source") or ("not lowered" if entry.get("skipped") else "jax.export (cuda)"))
+            source = entry.get("source")  # how the probe lowered it ("not lowered" when skipped)
             if entry.get("skipped"):
                 program["gpu"] = {"source": source, "loops": 0, "custom_calls": {},
                                   "note": entry["skipped"]}

@@ -659,22 +659,22 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         return None
     assert dominant is not None
     ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
-    if _spread(dominant) <= 0 and terms:
-        widest = max(terms, key=_spread)
-        dominant = widest if _spread(widest) > 0 else dominant
-    if dominant.kind == "loop" and dominant.trip_count_basis in ("unknown", "estimated"):
-        unknown = f"the trip count of {dominant.name or 'a loop'}"
+    cause = dominant  # the term whose width is unknown
+    if _spread(dominant) <= 0 and terms and _spread(widest := max(terms, key=_spread)) > 0:
+        cause = widest
+    if cause.kind == "loop" and cause.trip_count_basis in ("unknown", "estimated"):
+        unknown = f"the trip count of {cause.name or 'a loop'}"
         settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
-    elif dominant.kind == "unattributed":
-        unknown = ("what ran in the time a trace cut short did not attribute" if dominant.unseen
+    elif cause.kind == "unattributed":
+        unknown = ("what ran in the time a trace cut short did not attribute" if cause.unseen
                    else "which program ran the JAX time the trace did not attribute")
         settle = "a run whose trace captures the program, or a GPU run"
-    elif dominant.kind == "compile":
+    elif cause.kind == "compile":
         unknown = "XLA:GPU's compile time"
         settle = "a GPU run, to calibrate gpu_compile_ratio"
     else:
         # The term's own words are printed just before this (dominant_words): name it, don't repeat it.
-        unknown = f"the device's figures behind the {dominant.kind} term" + (f" of {dominant.name}" if dominant.name else "")
+        unknown = f"the device's figures behind the {cause.kind} term" + (f" of {cause.name}" if cause.name else "")
         settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
     return Uncertainty(unknown=unknown, settle=settle, dominant_ratio=ratio,
                        straddles=_verdict(cpu, low, high) == "uncertain")

@@ -148,7 +148,7 @@ class Programs:
                 entry: dict[str, Any] = {"function": name}
                 started = time.perf_counter()
                 if not _relevant(closed.jaxpr):
-                    entry["skipped"] = "no loop, branch or library primitive"
+                    entry["skipped"], entry["source"] = "no loop, branch or library primitive", "not lowered"
                     found.append(entry)
                     continue
                 try:
