@@ -109,8 +109,8 @@ def handled() -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, handler in previous.items():
+        for number, handler in previous.items():
             try:
-                signal.signal(signum, handler)  # type: ignore[arg-type]
+                signal.signal(number, handler)  # type: ignore[arg-type]
             except (ValueError, OSError, TypeError):
                 pass

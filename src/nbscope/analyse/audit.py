@@ -229,7 +229,7 @@ def bare_entry(key: str, backend: str, source_hash: str | None, status: str, err
 
 
 def _measured(entry: dict[str, Any] | None) -> bool:
-    return bool(entry) and entry.get("status") in MEASURED and isinstance(entry.get("wall_s"), (int, float))
+    return entry is not None and entry.get("status") in MEASURED and isinstance(entry.get("wall_s"), (int, float))
 
 
 # ---- the audit's results, typed --------------------------------------------------------------------

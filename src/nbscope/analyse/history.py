@@ -21,7 +21,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from nbscope._errors import NbscopeError
 from nbscope.record.model import Cell, Samples
@@ -364,7 +364,7 @@ def _total_value(totals: Any, metric: str) -> tuple[float | None, list[float]]:
     return (float(value), []) if _finite(value) else (None, [])
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -139,6 +139,7 @@ def pair_noise(base: NoiseCell | None, cand: NoiseCell | None) -> PairNoise:
     kind = max(kinds, key=_ORDER.index) if kinds else "plain"
     walls = tuple(time_of(c.wall_s) if c is not None else None for c in sides)
     free = (unwaited(sides[0]), unwaited(sides[1]))
+    figures: tuple[float | None, ...]
     if None not in free:
         judged, figures = "unwaited", free
     else:

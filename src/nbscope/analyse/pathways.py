@@ -205,7 +205,8 @@ class BenchFigure:
 
     @classmethod
     def parse(cls, value: Mapping[str, Any]) -> BenchFigure:
-        by_pathway = value.get("by_pathway") if isinstance(value.get("by_pathway"), Mapping) else {}
+        raw = value.get("by_pathway")
+        by_pathway: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         return cls(key=str(value.get("key")), label=_text(value.get("label")) or None,
                    by_pathway={str(n): FigureEntry(median_s=_number((e or {}).get("median_s")),
                                                    first_s=_number((e or {}).get("first_s")))

@@ -381,7 +381,7 @@ def evidence(
         after = Figures.of_cell(bad_cell) if bad_cell else None
     growth = {key: _growth(getattr(before, key, None), getattr(after, key, None))
               for key in ("wall_s", "compile_s", "run_s")}
-    moved = Moved(**growth)
+    moved = Moved(wall_s=growth["wall_s"], compile_s=growth["compile_s"], run_s=growth["run_s"])
     grew = {part: seconds for part, seconds in growth.items() if part != "wall_s" and seconds is not None}
     wall = growth["wall_s"]
     if grew and wall is not None and wall > 0:

@@ -112,9 +112,11 @@ def _program(event: memoryview, stat_names: dict[int, str]) -> HloProgram | None
             name = bytes(value).decode("utf-8", "replace")
         elif field == 5 and isinstance(value, memoryview):
             stat = {f: v for f, _, v in fields(value)}
-            kind = stat_names.get(stat.get(1, -1) if isinstance(stat.get(1), int) else -1, "")
-            if kind == "Hlo Proto" and isinstance(stat.get(6), memoryview):
-                proto = stat[6]
+            key = stat.get(1, -1)
+            kind = stat_names.get(key if isinstance(key, int) else -1, "")
+            hlo = stat.get(6)
+            if kind == "Hlo Proto" and isinstance(hlo, memoryview):
+                proto = hlo
             elif kind == "program_id":
                 raw = stat.get(4, stat.get(3))
                 program_id = _signed(raw) if isinstance(raw, int) else None

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 from nbscope.collect._gpu_classes import fp64_class
 
@@ -62,7 +62,7 @@ def absent(reason: str) -> dict[str, str]:
     return {"absent": reason}
 
 
-def is_absent(value: object) -> bool:
+def is_absent(value: object) -> TypeGuard[dict[str, str]]:
     return isinstance(value, dict) and set(value) == {"absent"}
 
 
@@ -291,7 +291,7 @@ def _environment() -> dict[str, str]:
 def _ci() -> dict[str, Any] | dict[str, str]:
     env = os.environ
     if env.get("GITHUB_ACTIONS") == "true":
-        info = {
+        info: dict[str, Any] = {
             "provider": "github-actions",
             "runner_name": env.get("RUNNER_NAME"),
             "runner_os": env.get("RUNNER_OS"),
@@ -314,9 +314,12 @@ def _nvidia_driver_present() -> bool:
     return os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidiactl")
 
 
-def _gpus(nvml: ModuleType | None = None) -> dict[str, Any]:
-    """GPUs through NVML; ``nvml`` replaces the ``pynvml`` module (tests pass a fake one)."""
-    if nvml is None:
+def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, Any]:
+    """GPUs through NVML; ``fake_nvml`` replaces the ``pynvml`` module (tests pass a fake one)."""
+    nvml: ModuleType
+    if fake_nvml is not None:
+        nvml = fake_nvml
+    else:
         mode = os.environ.get("NBSCOPE_NVML", "auto").lower()
         if mode == "off":
             return {"devices": absent("NVML disabled by NBSCOPE_NVML=off")}
@@ -324,9 +327,10 @@ def _gpus(nvml: ModuleType | None = None) -> dict[str, Any]:
             # Loading NVML just to hear "library not found" costs ~40 ms of `nbscope info`'s 0.5 s.
             return {"devices": absent("no NVIDIA driver (no /proc/driver/nvidia, no /dev/nvidiactl)")}
         try:
-            import pynvml as nvml  # nvidia-ml-py
+            import pynvml  # nvidia-ml-py
         except ImportError:
             return {"devices": absent("nvidia-ml-py (pynvml) not installed")}
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...

@@ -317,7 +317,7 @@ def read(path: str | Path) -> Notebook:
         ranges = _myst_line_ranges(text, nb.metadata.pop("source_map", None))
     else:
         raise NbscopeError(f"{path}: unsupported notebook type {path.suffix!r} (use .ipynb or MyST .md)")
-    code_cells = []
+    code_cells: list[CodeCell] = []
     for cell_index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue

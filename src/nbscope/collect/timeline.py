@@ -423,10 +423,10 @@ def _transfers(events: TraceEvents) -> dict[str, Any]:
         seconds = covered(union((c[0], c[1]) for c in host)) / 1e9
         return {"count": len(host), "host_to_device": len(h2d), "device_to_host": len(d2h), "bytes": total,
                 "mean_bytes": mean, "seconds": seconds, "source": "device copies"}
-    h2d, d2h = _top_level(events.h2d), _top_level(events.d2h)
+    h2d_count, d2h_count = _top_level(events.h2d), _top_level(events.d2h)
     seconds = covered(union(events.h2d + events.d2h)) / 1e9
     # The CPU trace names host-side copy calls but carries no sizes.
-    return {"count": h2d + d2h, "host_to_device": h2d, "device_to_host": d2h, "bytes": None,
+    return {"count": h2d_count + d2h_count, "host_to_device": h2d_count, "device_to_host": d2h_count, "bytes": None,
             "mean_bytes": None, "seconds": seconds, "source": "host calls"}
 
 

@@ -46,7 +46,7 @@ def print_loops(record: RunRecord) -> None:
     at = run.extrapolation.trip_count
     for estimate in run.extrapolation.estimates if at is not None else ():
         measured = estimate.measured_up_to
-        beyond = " (beyond the measured range)" if measured is not None and at > measured else ""
+        beyond = " (beyond the measured range)" if measured is not None and at is not None and at > measured else ""
         console.print(
             f"at {at:,} trips on {literal(estimate.placement)} ({literal(estimate.device)}): "
             f"[bold]{format_seconds(estimate.seconds)}[/bold]{beyond}"

@@ -7,7 +7,7 @@ saying what is missing instead of guessing.
 
 Public interface (used by the HTML report and the fleet audit)::
 
-    diagnose(record, *, other=None) -> list[Finding]      # most important first; .skipped lists Skips
+    diagnose(record, *, other=None) -> Findings           # most important first; .skipped lists Skips
     rule_thresholds() -> dict                            # each rule's thresholds and their defaults
 
 The backend recommendation (CPU, GPU or mixed) is not a diagnosis: it lives in ``analyse.recommend``.
@@ -154,7 +154,7 @@ def diagnose(
     thresholds: Mapping[str, Mapping[str, float]] | None = None,
     gpus: str | Sequence[str] | None = None,
     devices_file: str | Path | None = None,
-) -> list[Finding]:
+) -> Findings:
     """Run every rule on a profile run; most important first.
 
     ``other`` is a second run of the same notebook (a CPU run for a GPU one, a warm-cache run for a cold

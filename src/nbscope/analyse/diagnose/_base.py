@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
@@ -23,6 +23,13 @@ SEVERITIES = ("high", "medium", "low")
 
 
 HIGHLIGHTS = 3  # labelled evidence lines a finding shows without --verbose
+
+
+class Advice(TypedDict):
+    """A finding's fix and its one-line form, as a rule passes them to ``Finding(**advice)``."""
+
+    action: str
+    fix: str
 
 
 @dataclass

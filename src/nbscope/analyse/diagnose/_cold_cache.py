@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, Skip, seconds, severity
 from nbscope.record.model import Cell
 
 NAME = "cold-cache"
@@ -87,7 +87,7 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-def _advice(ctx: Context, state: str) -> dict[str, str]:
+def _advice(ctx: Context, state: str) -> Advice:
     """The fix and its one-line form. When nbscope set the cache for this run (``--jax-cache``), the run already had
     JAX_COMPILATION_CACHE_DIR: it started empty and is now filled, so the fix says what is left to do."""
     used = nbscope_cache(ctx)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, seconds, severity
+from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, seconds, severity
 from nbscope.analyse.diagnose._cold_cache import nbscope_cache
 from nbscope.record.model import Cell
 
@@ -158,7 +158,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             highlights.append(("compiled", _compiled_text(contributors)))
         if top is not None and top["kind"] == "numba" and _owner(ctx, top, cell)[0] == "package":
             highlights.append(("library", f"`{top['name']}` from {top.get('module') or 'a package'}; cache "
-                                          + {True: "on", False: "off"}.get(top.get("cache"), "not recorded")))
+                                          + {True: "on", False: "off"}.get(bool(top["cache"]), "not recorded") if top.get("cache") is not None
+                                          else "not recorded"))
         yield Finding(
             rule=NAME,
             title="Compile-bound cell",
@@ -210,7 +211,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             )
 
 
-def _notebook_advice(ctx: Context) -> dict[str, str]:
+def _notebook_advice(ctx: Context) -> Advice:
     persist, persist_short = _persist(ctx)
     if nbscope_cache(ctx) is None:
         return {

@@ -19,8 +19,8 @@ OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM", "C
 ALLOCATOR_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
 
 
-def _gib(value: float) -> str:
-    return f"{value / 2**30:.1f} GiB"
+def _gib(value: float | None) -> str:
+    return f"{value / 2**30:.1f} GiB" if value is not None else "not recorded"
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:

@@ -212,7 +212,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             continue
         if cell.index in forecast_findings:
             continue  # the forecast finding says more than this CPU's own timeline
-        wall, run = cell.wall_s, cell.run_s or 0.0
+        wall, run = cell.wall_s or 0.0, cell.run_s or 0.0  # a cell that ran has its wall
         functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
         base = {"platform": platform, "platform_source": ctx.platform["source"], "wall_s": round(wall, 4),

@@ -295,7 +295,7 @@ def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[dict[str, Any]]:
         causes.append({"cause": "lazy imports", "evidence": f"the notebook's first call into {', '.join(fresh)}: modules it "
                                                             "imports on first use load here"})
     hits = first.jax.cache_hits if first.jax else 0
-    if hits:
+    if hits and first.jax:
         causes.append({"cause": "persistent-cache reads", "evidence": f"{hits} programs read from the JAX persistent cache "
                                                                       f"({units.seconds(first.jax.cache_retrieval_s)} retrieving)"})
     return causes

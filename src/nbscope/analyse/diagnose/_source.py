@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 _JIT_NAMES = ("jit", "pjit", "filter_jit")
 _LOOP_PRIMITIVES = ("scan", "fori_loop", "while_loop", "associative_scan", "map")
@@ -206,7 +206,7 @@ def _trips(node: ast.For, constants: Mapping[str, int]) -> int | None:
         args = [_int_value(a, constants) for a in iterable.args]
         if len(args) == 1 and args[0] is not None:
             return max(0, args[0])
-        if len(args) >= 2 and None not in args[:2]:
+        if len(args) >= 2 and args[0] is not None and args[1] is not None:
             step = args[2] if len(args) > 2 and args[2] else 1
             return max(0, (args[1] - args[0] + step - 1) // step) if step > 0 else None
     if isinstance(iterable, (ast.List, ast.Tuple)):
@@ -443,7 +443,7 @@ def _magic_region(node: ast.Call) -> TimedRegion | None:
     return TimedRegion(f"%%{magic}", node.lineno, _parse_fragment(str(text)) + _parse_fragment(statement))
 
 
-def _is_timer_call(node: ast.AST) -> bool:
+def _is_timer_call(node: ast.AST) -> TypeGuard[ast.Call]:
     return isinstance(node, ast.Call) and dotted(node.func) in _TIMER_FUNCTIONS
 
 

@@ -10,6 +10,7 @@ starts JAX work and contains nothing that waits for a result (``block_until_read
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from nbscope.analyse.diagnose import _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
@@ -38,7 +39,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         # by now and not bound to a plain Python function (the lecture's NumPy `f` later becomes a jitted `f`).
         plain = code.defined_plain_at(index)
         jitted = code.jitted_at(index) | {n for n, first in compiled_at.items() if first <= index and n not in plain}
-        unsynced = []
+        unsynced: list[dict[str, Any]] = []
         for region in _source.timed_regions(tree):
             work = _source.jax_calls(region.nodes, jitted, code.jax_aliases)
             if work and not _source.synchronisations(region.nodes):

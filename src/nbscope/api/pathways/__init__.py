@@ -218,6 +218,7 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dic
     if last.status == "skipped":
         return {"status": "skipped", "totals": {}, "runner": last.runner, "overheads": {}, "skipped": last.skipped}, None
     complete = [r for r in runs if r.cells and len(r.cells) == cell_count]
+    entry: dict[str, Any]
     if not complete:
         entry = {"status": "error", "totals": {}, "runner": last.runner, "overheads": {}, "skipped": None,
                  "error": last.error or "no cell records"}
@@ -233,7 +234,7 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dic
     statuses = {r.status for r in runs}
     status = "ok" if statuses == {"ok"} else "error" if statuses == {"error"} else "partial"
     elapsed = [e for e in (_elapsed(r.runner) for r in complete) if e is not None]
-    entry: dict[str, Any] = {
+    entry = {
         "status": status,
         "totals": result_totals,
         "runner": combined.runner,
@@ -311,7 +312,7 @@ def measurements(
         },
         "pathways": pathways,
         "cells": [row.to_dict() for row in rows],
-        "verdict": verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy else None),
+        "verdict": verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy and max_load is not None else None),
     }
 
 

@@ -139,7 +139,7 @@ def pair_figures(outputs: Path, names: list[str]) -> list[dict[str, Any]]:
                                                       "dtype": figure.get("dtype")})
     figures = []
     for key, by_name in values.items():
-        by_pathway = {}
+        by_pathway: dict[str, dict[str, Any]] = {}
         for name, samples in by_name.items():
             medians = [s[0] for s in samples]
             firsts = [s[2] for s in samples if isinstance(s[2], (int, float))]
@@ -151,12 +151,12 @@ def pair_figures(outputs: Path, names: list[str]) -> list[dict[str, Any]]:
             }
         entry: dict[str, Any] = {"key": key, **labels[key], "by_pathway": by_pathway, "differs": False, "ratio": 1.0}
         if len(by_pathway) >= 2:
-            medians = {n: e["median_s"] for n, e in by_pathway.items()}
-            low, high = min(medians.values()), max(medians.values())
+            centres: dict[str, float] = {n: e["median_s"] for n, e in by_pathway.items()}
+            low, high = min(centres.values()), max(centres.values())
             tolerance = max(REL_TOL, MAD_FACTOR * max(e["spread"] or 0.0 for e in by_pathway.values()))
             entry["ratio"] = high / low if low > 0 else None
             entry["differs"] = low > 0 and (high - low) / low > tolerance
-            entry["slowest"] = max(medians, key=medians.__getitem__)
+            entry["slowest"] = max(centres, key=centres.__getitem__)
         figures.append(entry)
     return figures
 

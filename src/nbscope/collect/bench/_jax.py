@@ -24,9 +24,9 @@ _events: list[tuple[str, float]] = []  # (event, seconds); listeners are process
 _registered = False
 
 
-def _on_duration(event: str, duration: float, **_: Any) -> None:
+def _on_duration(event: str, duration_secs: float, **_: str | int) -> None:
     if event in _PHASES:
-        _events.append((event, float(duration)))
+        _events.append((event, float(duration_secs)))
 
 
 def _on_event(event: str, **_: Any) -> None:

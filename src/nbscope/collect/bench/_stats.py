@@ -267,7 +267,7 @@ def figure_value(figure: Mapping[str, Any], *, machine: bool = True) -> tuple[fl
     for part, value_key in (("steady", "median_s"), ("fit", "per_iter_s")):
         block = figure.get(part)
         if isinstance(block, Mapping) and block.get("spread") is not None:
-            spread = block.get("uncertainty") if machine and block.get("uncertainty") is not None else block["spread"]
+            spread = block["uncertainty"] if machine and block.get("uncertainty") is not None else block["spread"]
             return float(block[value_key]), float(spread)
     return None
 

@@ -112,7 +112,7 @@ def _time_ticks(low: float, high: float) -> list[tuple[float, str]]:
     step = next((s for s in _TIME_STEPS if span / s <= 7), _TIME_STEPS[-1])
     form = "%Y-%m-%d" if step >= 86400 else "%m-%d %H:%M" if step >= 60 else "%H:%M:%S"
     start = math.ceil(low / step) * step
-    ticks = []
+    ticks: list[tuple[float, str]] = []
     at = start
     while at <= high + 1e-6:
         ticks.append((at, dt.datetime.fromtimestamp(at, dt.UTC).strftime(form)))
@@ -259,12 +259,12 @@ class BarChart:
             edge = ' stroke="#c00000" stroke-width="1.2"' if outline else ""
             frame.parts.append(f'<rect x="{_n(x0)}" y="{_n(y_of(row, slot))}" width="{_n(max(0.5, x1 - x0))}" '
                                f'height="{_n(slot_px * 0.85)}" fill="{color}"{edge}/>')
-        for row, slot, low, high in self._whiskers:
+        for row, slot, low, top in self._whiskers:
             y = y_of(row, slot) + slot_px * 0.425
             x0 = x_of(low)
-            x1 = x_of(high) if high is not None else left + frame.plot_width
+            x1 = x_of(top) if top is not None else left + frame.plot_width
             frame.parts.append(f'<line x1="{_n(x0)}" y1="{_n(y)}" x2="{_n(x1)}" y2="{_n(y)}" stroke="{INK}"/>')
-            if high is not None:
+            if top is not None:
                 frame.parts.append(f'<line x1="{_n(x1)}" y1="{_n(y - 3)}" x2="{_n(x1)}" y2="{_n(y + 3)}" '
                                    f'stroke="{INK}"/>')
             else:
