@@ -269,3 +269,16 @@ def test_trace_exits_with_the_traced_commands_own_status(tmp_path: Path, script:
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("nbscope: error: no IPython kernel") and says in line
     assert not (tmp_path / "db").exists() or not Store(tmp_path / "db").records()
+
+
+@pytest.mark.parametrize("build, code", [("exit 3", 3), ("kill -TERM $$", 128 + signal.SIGTERM)], ids=["exit-3", "sigterm"])
+def test_the_action_reports_the_builds_own_exit_status(tmp_path: Path, build: str, code: int) -> None:
+    from test_action import run_action
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    done = run_action(workspace, tmp_path / "art", build=build, install="false", python=sys.executable, baseline="none")
+    assert done.exit_code == code, done.log
+    assert f"nbscope: the build exited {code}; 0 notebook(s) profiled" in done.log
+    assert f"the build exited {code};" in done.summary and "exited 2" not in done.summary + done.log
+    assert (tmp_path / "art" / "build-exit-code.txt").read_text() == str(code)
