@@ -16,6 +16,7 @@ timing metadata, outputs and errors.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -143,7 +144,7 @@ def execute(
         except Exception:  # a malformed probe line must not lose the cells already measured
             pass
         kernel_log.close()
-        end_started(token, home.root / "kernel.log")
+        end_started(token, os.path.realpath(home.root / "kernel.log"))
         loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
         home.cleanup()
     loop.runner["total_s"] = time.perf_counter() - started
