@@ -49,19 +49,18 @@ INSTALL_TIMEOUT_S = 600
 THEME_STAND_IN = "myst: v1\nkind: site\n"
 THEME_FOLDER = Path("_build") / "templates" / "site" / "myst" / "book-theme"
 
-# Lines of a jupyter-book 2 build's log.
-SERVER_STARTING = re.compile(r"Starting new Jupyter server")
-SERVER_STARTED = re.compile(r"Jupyter server started")
-SERVER_FAILED = re.compile(r"Jupyter server did not (?:start|respond)")
-PAGE_BUILT = re.compile(r"Built (?P<page>\S+) in (?P<seconds>[0-9.]+) (?P<unit>ms|s)\b")
-THEME_UNREACHABLE = re.compile(r"request to \S+/templates/\S+ failed")
+# Lines of a jupyter-book 2 build's log, recognised by literal text, never by a backtracking pattern: a
+# log line can be a megabyte of base64 or progress bar, and each is read in time linear in its length.
+SERVER_STARTING = "Starting new Jupyter server"
+SERVER_STARTED = "Jupyter server started"
+SERVER_FAILED = ("Jupyter server did not start", "Jupyter server did not respond")
+PAGE_BUILT = "Built "  # Built PAGE in 1.2 s | 340 ms
+THEME_REQUEST = "request to "  # request to https://.../templates/... failed
 # ... and those naming a page that ran, came from the execution cache or stopped at an error: the
-# ``BuildLog`` list each page goes to.
-PAGE_LINES = (
-    ("executed", re.compile(r"Executing notebook \((?P<page>.+?)\)")),
-    ("cached", re.compile(r"Adding cached notebook outputs \((?P<page>.+?)\)")),
-    ("halted", re.compile(r"(?P<page>\S+) An exception occurred during code execution, halting further execution")),
-)
+# ``BuildLog`` list each page goes to, the text before the page and (for the last) the text after it.
+PAGE_OPENERS = (("executed", "Executing notebook ("), ("cached", "Adding cached notebook outputs ("))
+HALTED = " An exception occurred during code execution, halting further execution"
+WINDOW = 4096  # characters after a marker in which its page or URL must end
 
 
 def cache_dir() -> Path:
@@ -309,10 +308,54 @@ class BuildLog:
 
 def _page_line(line: str) -> tuple[str, str] | None:
     """(``BuildLog`` list, page) for a log line that names a page, else None."""
-    for pages, pattern in PAGE_LINES:
-        if match := pattern.search(line):
-            return pages, match["page"]
+    for pages, opener in PAGE_OPENERS:
+        start = line.find(opener)
+        if start >= 0:
+            start += len(opener)
+            end = line.find(")", start + 1)  # the page is not empty
+            if end > start:
+                return pages, line[start:end]
+    at = line.find(HALTED)
+    if at > 0 and not line[at - 1].isspace():
+        return "halted", line[:at].split()[-1]
     return None
+
+
+def _page_built(line: str) -> tuple[str, float] | None:
+    """(page, seconds) from ``Built PAGE in 1.2 s`` (or ``340 ms``)."""
+    start = line.find(PAGE_BUILT)
+    while start >= 0:
+        begin = start + len(PAGE_BUILT)
+        words = line[begin:begin + WINDOW].split(" ", 4)
+        if len(words) >= 4 and words[0] and words[1] == "in" and words[2].strip("0123456789.") == "" and words[2]:
+            unit = _leading_word(words[3])
+            if unit in ("ms", "s"):
+                try:
+                    return words[0], float(words[2]) / (1000.0 if unit == "ms" else 1.0)
+                except ValueError:  # 1.2.3
+                    pass
+        start = line.find(PAGE_BUILT, begin)
+    return None
+
+
+def _leading_word(text: str) -> str:
+    end = 0
+    while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+        end += 1
+    return text[:end]
+
+
+def _theme_unreachable(line: str) -> bool:
+    """``request to URL failed`` where URL is one of the site templates."""
+    start = line.find(THEME_REQUEST)
+    while start >= 0:
+        begin = start + len(THEME_REQUEST)
+        rest = line[begin:begin + WINDOW]
+        url = rest.split(None, 1)[0] if rest.strip() else ""
+        if "/templates/" in url[1:-1] and rest[len(url):].startswith(" failed"):
+            return True
+        start = line.find(THEME_REQUEST, begin)
+    return False
 
 
 def read_build_log(lines: list[tuple[float, str]]) -> BuildLog:
@@ -320,17 +363,17 @@ def read_build_log(lines: list[tuple[float, str]]) -> BuildLog:
     starting: float | None = None
     for at, line in lines:
         page = _page_line(line)
+        built = None
         if page is not None:
             getattr(log, page[0]).append(page[1])
-        elif SERVER_STARTING.search(line):
+        elif SERVER_STARTING in line:
             starting = at
-        elif SERVER_STARTED.search(line) and starting is not None:
+        elif SERVER_STARTED in line and starting is not None:
             log.server_start_s = max(0.0, at - starting)
-        elif SERVER_FAILED.search(line):
+        elif any(failed in line for failed in SERVER_FAILED):
             log.server_failed = True
-        elif THEME_UNREACHABLE.search(line):
+        elif _theme_unreachable(line):
             log.theme_unreachable = True
-        elif match := PAGE_BUILT.search(line):
-            seconds = float(match["seconds"]) / (1000.0 if match["unit"] == "ms" else 1.0)
-            log.page_built_s[match["page"]] = seconds
+        elif (built := _page_built(line)) is not None:
+            log.page_built_s[built[0]] = built[1]
     return log

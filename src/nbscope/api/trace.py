@@ -14,22 +14,24 @@ Pages it serves from its execution cache (``_build/execute``) run no kernel and 
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError
-from nbscope._processes import reap
+from nbscope._processes import Descendants, end_holders, pipe_link, reap
 from nbscope.api import jupyter_book2
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
@@ -256,7 +258,7 @@ def run_traced(
 class _ProbedRun:
     """What running a command with the probe injected left: its outcome and every kernel's log."""
 
-    returncode: int | None
+    returncode: int
     output: str
     interrupted: bool
     timed: Any
@@ -284,7 +286,8 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
         started_at = time.perf_counter()
         try:
             returncode, output, interrupted, timed = _run_command(
-                command, cwd=cwd, env=run_env, echo=echo, timeout=timeout
+                command, cwd=cwd, env=run_env, echo=echo, timeout=timeout,
+                end_left=lambda: reap(TOKEN_VARIABLE, token),
             )
             stopped_unix = time.time()  # when an interrupt stopped the command (within its wind-down)
         finally:
@@ -356,7 +359,7 @@ def _store_all(records: list[RunRecord], store: Any, interrupted: bool) -> tuple
         except (NbscopeError, sqlite3.Error, OSError) as exc:
             why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
             folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))
-            files = []
+            files: list[Path] = []
             for kept in records[number:]:
                 kept.run_id = None
                 files.append(record_module.dump(kept, folder / f"{len(files) + 1}-{Path(kept.target).stem}.json"))
@@ -425,34 +428,34 @@ def _run(
 
 
 def _run_command(
-    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
+    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None,
+    end_left: Callable[[], object] | None = None,
 ) -> tuple[int, str, bool, list[tuple[float, str]]]:
     """``(returncode, output, interrupted, timed lines)``: on Ctrl-C, SIGTERM or SIGHUP the command's
     process group is stopped and what it printed so far is kept. Each line comes with the time (seconds
-    from the start) it arrived, which is how a build's phases that it does not time get a duration."""
+    from the start) it arrived, which is how a build's phases that it does not time get a duration.
+
+    The command's end, not the end of its output, ends the run: a process it left behind (a daemon in a
+    session of its own) may hold the output pipe open for ever. Once the command has ended, what is left in
+    its process group, what ``end_left`` finds (the processes carrying the run's token) and every process
+    still holding the output pipe are stopped, and the output is read for at most ``DRAIN_S`` more."""
     try:
         # Its own process group, so a timeout or a signal ends the command and its children together.
-        process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", start_new_session=True,
-        )
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     except FileNotFoundError:
         raise NbscopeError(f"command not found: {command[0]}") from None
+    assert process.stdout is not None
+    reader = _OutputReader(process.stdout.fileno(), echo=echo)
+    reader.start()
+    descendants = Descendants(process.pid)
+    descendants.start()
     timer = threading.Timer(timeout, _kill_group, (process,)) if timeout else None
     if timer is not None:
         timer.daemon = True
         timer.start()
-    chunks = []
-    timed: list[tuple[float, str]] = []
     interrupted = False
-    started = time.perf_counter()
-    assert process.stdout is not None
     try:
-        for line in process.stdout:
-            chunks.append(line)
-            timed.append((time.perf_counter() - started, line))
-            if echo:
-                _echo(line)
         returncode = process.wait()
     except KeyboardInterrupt:
         interrupted = True
@@ -460,27 +463,132 @@ def _run_command(
         returncode = process.wait()
     except BaseException:
         _kill_group(process)
+        reader.stop()
+        descendants.end()
         raise
     finally:
         if timer is not None:
             timer.cancel()
+    try:
+        _end_what_is_left(process, end_left, descendants, reader)
+    except KeyboardInterrupt:  # a signal after the command ended: the run is complete, finish ending the rest
+        _end_what_is_left(process, end_left, descendants, reader)
+    process.stdout.close()
+    chunks = [line for _, line in reader.timed]
     if timeout and returncode == -signal.SIGKILL and not interrupted:
         chunks.append(f"nbscope: the command ran past its {timeout:g} s limit and was stopped\n")
-    return returncode, "".join(chunks), interrupted, timed
+    return returncode, "".join(chunks), interrupted, reader.timed
 
 
-def _echo(line: str) -> None:
+# Kept of one output line (a base64 blob or a progress bar can be megabytes without a newline); the rest is
+# counted, not kept, and the echo still shows all of it.
+MAX_LINE_BYTES = 16_384
+# How long output still in the pipe is read after the command and what it left running have ended.
+DRAIN_S = 2.0
+LINE_ENDS = re.compile(rb"\r\n?|\n")  # one fixed-width alternative per position: no backtracking
+
+
+class _OutputReader(threading.Thread):
+    """Reads a command's output in a thread of its own, in time linear in its length and memory bounded
+    per line: ``timed`` holds ``(seconds from the start, line)``; a line cut at ``MAX_LINE_BYTES`` ends
+    with how many bytes were cut, and a last line without a newline is kept too."""
+
+    def __init__(self, fd: int, *, echo: bool) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.echo = fd, echo
+        self.timed: list[tuple[float, str]] = []
+        self._stop_reading = threading.Event()
+        self._began = time.perf_counter()
+        self._line = bytearray()
+        self._cut = 0  # bytes of the current line not kept
+        self._after_cr = False
+        self._echo_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def stop(self) -> None:
+        self._stop_reading.set()
+
+    def run(self) -> None:
+        import select
+
+        try:
+            while not self._stop_reading.is_set():
+                ready, _, _ = select.select([self.fd], [], [], 0.1)
+                if not ready:
+                    continue
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    break
+                if self.echo:
+                    _echo(self._echo_decoder.decode(chunk))
+                self._take(chunk)
+        except (OSError, ValueError):  # the pipe was closed under us
+            pass
+        if self._line or self._cut:
+            self._end_line(newline=False)  # a last line without a newline
+
+    def _take(self, chunk: bytes) -> None:
+        # Lines end as Python's text mode ends them (\n, \r\n, or a progress bar's lone \r), each as \n.
+        start = 0
+        if self._after_cr and chunk.startswith(b"\n"):
+            start = 1  # the \n of a \r\n split between two reads
+        for ending in LINE_ENDS.finditer(chunk, start):
+            self._keep(chunk[start:ending.start()])
+            self._end_line()
+            start = ending.end()
+        self._keep(chunk[start:])
+        self._after_cr = chunk.endswith(b"\r")
+
+    def _keep(self, piece: bytes) -> None:
+        room = MAX_LINE_BYTES - len(self._line)
+        self._line += piece[:max(room, 0)]
+        self._cut += max(len(piece) - max(room, 0), 0)
+
+    def _end_line(self, newline: bool = True) -> None:
+        text = bytes(self._line).decode("utf-8", errors="replace")
+        if self._cut:
+            text += f" [nbscope: {self._cut} more bytes of this line not kept]"
+        self.timed.append((time.perf_counter() - self._began, text + ("\n" if newline else "")))
+        self._line.clear()
+        self._cut = 0
+
+
+def _end_what_is_left(process: subprocess.Popen[bytes], end_left: Callable[[], object] | None,
+                      descendants: Descendants, reader: _OutputReader) -> None:
+    """After the command ended: stop what it left in its group, what ``end_left`` finds, every descendant
+    seen while it ran and whatever still holds its output pipe, then read what remains in the pipe (for at
+    most ``DRAIN_S``)."""
+    _kill_group(process)
+    if end_left is not None:
+        end_left()
+    descendants.end()
+    assert process.stdout is not None
     try:
-        sys.stderr.write(line)
+        end_holders(pipe_link(process.stdout.fileno()))  # only the command was given the pipe's write end
+    except OSError:
+        pass
+    reader.join(DRAIN_S)
+    reader.stop()
+    reader.join(1.0)
+
+
+def _echo(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
     except (OSError, ValueError):  # a terminal closed by SIGHUP: keep reading the command's output
         pass
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def command_exit_code(returncode: int) -> int:
+    """What trace exits with for the traced command's status: its own, or 128 + the signal that ended it."""
+    return returncode if returncode >= 0 else 128 - returncode
 
 
 def cached_pages_note(result: TraceResult) -> str | None:
@@ -542,8 +650,15 @@ def trace_command(
         note = cached_pages_note(result)
         if note:
             raise NbscopeError(f"no kernel ran: {note}")
-        hint = f"; the command exited {result.returncode}" if result.returncode else ""
-        raise NbscopeError(
-            f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}"
-        )
+        hint = ""
+        if timeout and result.returncode == -signal.SIGKILL:
+            hint = f"; the command ran past its --command-timeout {timeout:g} s and was stopped"
+        elif result.returncode > 0:
+            hint = f"; the command exited {result.returncode}"
+        elif result.returncode < 0:
+            hint = f"; the command was ended by signal {-result.returncode}"
+        error = NbscopeError(f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}")
+        if result.returncode:
+            error.exit_code = command_exit_code(result.returncode)  # the command's own failure comes first
+        raise error
     return result

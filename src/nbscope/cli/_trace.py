@@ -64,7 +64,7 @@ def trace(
     nbscope trace -- COMMAND ... Exits with the command's status when it failed, else 1 when a traced cell
     failed (unless --allow-errors)."""
     from nbscope.api.profile import diagnosis_of
-    from nbscope.api.trace import cached_pages_note, theme_note, trace_command
+    from nbscope.api.trace import cached_pages_note, command_exit_code, theme_note, trace_command
 
     if per_cell_timeout is not None:
         raise NbscopeError("trace has no per-cell --timeout (cells run in the traced command); "
@@ -95,7 +95,7 @@ def trace(
     if result.returncode:
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
-        raise typer.Exit(result.returncode if result.returncode > 0 else 128 - result.returncode)
+        raise typer.Exit(command_exit_code(result.returncode))
     exit_if_failed(records, allow_errors)
 
 

@@ -8,6 +8,10 @@ from typing import Any
 
 from nbscope._errors import describe
 
+# Set in each kernel's environment to a token of its run: every process the kernel starts inherits it,
+# a double-forked daemon in a session of its own included, which :func:`end_started` then finds.
+KERNEL_TOKEN_VARIABLE = "NBSCOPE_KERNEL_TOKEN"
+
 
 def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> bool:
     """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient); whether
@@ -90,3 +94,20 @@ def ensure_dead(client: Any, family: tuple[int | None, list[Any]] = (None, [])) 
             child.kill()
         except Exception:  # already gone
             pass
+
+
+def end_started(token: str, kernel_log: Any = None) -> None:
+    """Stop every process a kernel started that still runs after the kernel's end: those carrying its token
+    (:data:`KERNEL_TOKEN_VARIABLE`) and, for one that cleared its environment, those still holding the
+    kernel's output log (``kernel_log``) open. A second stop signal meanwhile does not cut this short."""
+    from nbscope._processes import end_holders, reap
+
+    for attempt in range(2):
+        try:
+            reap(KERNEL_TOKEN_VARIABLE, token)
+            if kernel_log is not None:
+                end_holders(str(kernel_log))
+            return
+        except KeyboardInterrupt:
+            if attempt:
+                raise

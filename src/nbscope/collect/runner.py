@@ -16,7 +16,9 @@ timing metadata, outputs and errors.
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,14 @@ from typing import Any
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
 from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing, output_error, roundtrip
-from nbscope.collect._kernel import ensure_dead, interrupt_cell, kernel_family, shut_down
+from nbscope.collect._kernel import (
+    KERNEL_TOKEN_VARIABLE,
+    end_started,
+    ensure_dead,
+    interrupt_cell,
+    kernel_family,
+    shut_down,
+)
 from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
@@ -89,6 +98,8 @@ def execute(
         Path(timeline_dir).mkdir(parents=True, exist_ok=True)
     env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
     env.update(options.env)
+    token = uuid.uuid4().hex
+    env[KERNEL_TOKEN_VARIABLE] = token  # inherited by every process the kernel starts, daemons included
     programs = _program_collector(notebook, options, home.root, env)
 
     def new_client() -> Any:
@@ -133,6 +144,7 @@ def execute(
         except Exception:  # a malformed probe line must not lose the cells already measured
             pass
         kernel_log.close()
+        end_started(token, os.path.realpath(home.root / "kernel.log"))
         loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
         home.cleanup()
     loop.runner["total_s"] = time.perf_counter() - started
