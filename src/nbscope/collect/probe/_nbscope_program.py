@@ -217,8 +217,9 @@ EARLY_FAST_S = 0.1
 # 3.5 times over (above): measured on a worker thread's 150,000 calls, a cut at 51 MB added 157 MB to the
 # cell's peak, so 32 MB keeps --forecast well within 200 MB of the cell's peak without it. What the
 # notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
-# MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call), so
-# a cell filling memory slowly is cut early: that costs forecast precision (its counts are extrapolated,
+# MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
+# while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
+# a program with a scan and an LU, and its events come after), so a cell filling memory slowly is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
@@ -290,6 +291,16 @@ def _rss() -> int | None:
         return None
 
 
+def _in_jax_compile(frame: Any) -> bool:
+    depth = 0
+    while frame is not None and depth < 200:
+        code = frame.f_code
+        if "jax" in code.co_filename and any(word in code.co_name for word in _COMPILING):
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
+
+
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
@@ -329,14 +340,13 @@ class _Guard:
     def _compiling(self) -> bool:
         """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
         then, and what it compiles runs after, so the session must not be cut."""
-        frame = sys._current_frames().get(self.thread_id)
-        depth = 0
-        while frame is not None and depth < 200:
-            code = frame.f_code
-            if "jax" in code.co_filename and any(word in code.co_name for word in _COMPILING):
-                return True
-            frame, depth = frame.f_back, depth + 1
-        return False
+        return _in_jax_compile(sys._current_frames().get(self.thread_id))
+
+    def _compiling_anywhere(self) -> bool:
+        """Any thread but the guard's is inside JAX's tracing, lowering or compiling (a worker thread
+        compiles too): the kernel's growth then is the compiler's, not the session's."""
+        own = threading.get_ident()
+        return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items() if ident != own)
 
     def _watch(self) -> None:
         # The session's events are what is bounded: where the break can be read, the cell's own heap is judged
@@ -363,7 +373,7 @@ class _Guard:
             if kernel is not None and kernel_last is not None and self.base is not None:
                 step, kernel_last = kernel - kernel_last, kernel
                 jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
-                kernel_steady += step if 0 < step <= jump else 0
+                kernel_steady += step if 0 < step <= jump and not self._compiling_anywhere() else 0
                 kernel_grown = kernel - self.base
                 if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
