@@ -219,7 +219,10 @@ EARLY_FAST_S = 0.1
 # notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
 # MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
 # while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
-# a program with a scan and an LU, and its events come after), so a cell filling memory slowly is cut early: that costs forecast precision (its counts are extrapolated,
+# a program with a scan and an LU, and its events come after). Once that growth passes the budget, glibc's
+# heaps (mallinfo2, every thread's, mmapped arrays apart) are read, where they can be, and their growth
+# since the start stands for it instead, so a cell whose results fill memory keeps its trace; a cell
+# filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
@@ -375,6 +378,12 @@ class _Guard:
                 jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
                 kernel_steady += step if 0 < step <= jump and not self._compiling_anywhere() else 0
                 kernel_grown = kernel - self.base
+                if kernel_steady > self.memory_budget and heap is not None and whole_base is not None:
+                    # Where malloc's heaps can be read, they decide: the session's events are small blocks
+                    # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
+                    # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
+                    whole_now = heap()
+                    kernel_steady = whole_now - whole_base
                 if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
                     return
