@@ -361,6 +361,9 @@ class _Guard:
         whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
         whole_now = whole_base
         kernel_last, kernel_grown, kernel_steady = self.base, 0, 0  # the kernel-wide bound's readings
+        # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
+        # the heap): read as a compile is first seen and once it is over.
+        heap_base, heap_at_compile = whole_base, None
         polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
@@ -376,14 +379,21 @@ class _Guard:
             if kernel is not None and kernel_last is not None and self.base is not None:
                 step, kernel_last = kernel - kernel_last, kernel
                 jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
-                kernel_steady += step if 0 < step <= jump and not self._compiling_anywhere() else 0
+                compiling = self._compiling_anywhere()
+                kernel_steady += step if 0 < step <= jump and not compiling else 0
+                if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
+                    if compiling:
+                        heap_at_compile = heap()
+                    else:
+                        heap_base += heap() - (heap_at_compile or 0)
+                        heap_at_compile = None
                 kernel_grown = kernel - self.base
-                if kernel_steady > self.memory_budget and heap is not None and whole_base is not None:
+                if kernel_steady > self.memory_budget and heap is not None and heap_base is not None:
                     # Where malloc's heaps can be read, they decide: the session's events are small blocks
                     # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
                     # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
                     whole_now = heap()
-                    kernel_steady = whole_now - whole_base
+                    kernel_steady = whole_now - heap_base
                 if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
                     return
