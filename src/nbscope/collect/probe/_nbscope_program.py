@@ -221,7 +221,7 @@ EARLY_FAST_S = 0.1
 # while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
 # a program with a scan and an LU, and its events come after). Once that growth passes the budget, glibc's
 # heaps (mallinfo2, every thread's, mmapped arrays apart) are read, where they can be, and their growth
-# since the start stands for it instead, so a cell whose results fill memory keeps its trace; a cell
+# since the start (less what grew while JAX compiled) stands for it instead, so a cell whose results fill memory keeps its trace; a cell
 # filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
