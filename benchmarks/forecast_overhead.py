@@ -19,7 +19,10 @@ weighs on both sides alike. Per notebook it prints:
 * **elapsed**: the median end-to-end time of ``profile()``, which adds what nbscope does outside the
   kernel (reading traces and HLO, XLA's cost analysis, importing JAX once);
 * **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
-  program data minus the same cell's without.
+  program data minus the same cell's without;
+* **peak memory per cell**: the kernel's peak (VmHWM, reset at each cell's start) without and with program
+  data, the difference, its growth over the cell's start with minus without (the issue's bound: at most
+  200 MB), whether each cell finished in every run, and why its trace was cut when it was.
 
     python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--control] [--json OUT]
 
@@ -104,6 +107,16 @@ def _growth(cell: dict[str, Any]) -> float | None:
     return peak - before if isinstance(peak, int) and isinstance(before, int) else None
 
 
+def _peak(cell: dict[str, Any]) -> int | None:
+    """The kernel's peak resident memory in the cell (VmHWM, reset at its start where Linux allows)."""
+    peak = (cell.get("rss") or {}).get("peak_bytes")
+    return peak if isinstance(peak, int) else None
+
+
+def _megabytes(value: float | None, *, sign: bool = False) -> str:
+    return "–" if value is None else f"{value / 1e6:+.0f} MB" if sign else f"{value / 1e6:.0f} MB"
+
+
 def _cells_wall(run: dict[str, Any]) -> float:
     return sum(c.get("wall_s") or 0.0 for c in run["record"]["measurements"]["cells"])
 
@@ -127,7 +140,10 @@ def _cells_cpu(run: dict[str, Any], figure: str) -> float | None:
 
 
 def _collection_s(cell: dict[str, Any]) -> float:
-    """How long the probe's collection after the cell took in the kernel (trace stop, HLO, GPU lowering)."""
+    """How long the probe's collection after the cell took in the kernel (trace stop, HLO, GPU lowering):
+    the cell's ``collection_s``, or for a record older than it the sum of its ``programs.collect_s``."""
+    if isinstance(cell.get("collection_s"), (int, float)):
+        return float(cell["collection_s"])
     spent = (cell.get("programs") or {}).get("collect_s") or {}
     return sum(v for v in spent.values() if isinstance(v, (int, float)))
 
@@ -197,6 +213,17 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
                       "collection_s": _median(spent)})
     cut = sum(1 for r in runs[True] for c in r["record"]["measurements"]["cells"]
               if (c.get("programs") or {}).get("window"))
+    peak_off, peak_on = per_cell(False, _peak), per_cell(True, _peak)
+    memory = []
+    for index, cell in enumerate(runs[False][0]["record"]["measurements"]["cells"]):
+        reasons = sorted({str(((c.get("programs") or {}).get("window") or {}).get("reason") or "cut")
+                          for c in (r["record"]["measurements"]["cells"][index] for r in runs[True])
+                          if (c.get("programs") or {}).get("window")})
+        statuses = sorted({r["record"]["measurements"]["cells"][index].get("status") or "?"
+                           for side in (False, True) for r in runs[side]})
+        memory.append({"index": index, "line": cell.get("line"), "peak_off_bytes": peak_off[index],
+                       "peak_on_bytes": peak_on[index], "growth_off_bytes": grow_off[index],
+                       "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons})
     return {"notebook": str(notebook), "repeats": repeats, "control": control, "cells_off_s": sum_off, "cells_on_s": sum_on,
             "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
             "cells_ratio_interval": _interval(pairs["wall"]),
@@ -207,7 +234,7 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
             "elapsed_off_s": elapsed_off,
             "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
             "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
-            "traces_cut": cut / len(runs[True]), "cells": cells}
+            "traces_cut": cut / len(runs[True]), "cells": cells, "memory": memory}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{Path(figures['notebook']).name}: cell {cell['index'] + 1} (line {cell['line'] or '?'}): "
                   f"{cell['off_s']:.2f} s off, {cell['on_s']:.2f} s on, ratio {cell['ratio'] or 0:.3f}, 90 % interval "
                   + _interval_text(interval) + f"; collection after it in the kernel {(cell['collection_s'] or 0) * 1e3:.0f} ms")
+        name = Path(figures["notebook"]).name
+        for row in figures["memory"]:
+            off, on, grow_off, grow_on = (row[k] for k in ("peak_off_bytes", "peak_on_bytes", "growth_off_bytes",
+                                                              "growth_on_bytes"))
+            added = grow_on - grow_off if grow_on is not None and grow_off is not None else None
+            print(f"{name}: cell {row['index'] + 1} (line {row['line'] or '?'}): peak (VmHWM) {_megabytes(off)} off, "
+                  f"{_megabytes(on)} on ({_megabytes(on - off if on is not None and off is not None else None, sign=True)}); "
+                  f"growth over the cell's start {_megabytes(added, sign=True)} with program data"
+                  f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
+                  f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else ""))
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

@@ -64,3 +64,29 @@ def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_cal
     assert scaled({"wait_s": 0.5}, {"wait_s": 2.0}, None) == (1600, 16.0)
     # The later half of the traced calls ran 200 a second: 100 seen, then 200 × 9 s more.
     assert scaled({}, None, {"calls": 100, "late_per_s": 200.0}) == (1900, 19.0)
+
+
+@pytest.mark.slow
+def test_memory_grown_on_another_thread_stays_within_the_kernel_wide_budget() -> None:
+    """A sampler-like worker thread makes 150,000 small jitted calls while the cell's own thread only waits:
+    the rules that watch the cell's thread never fire (before the kernel-wide bound, the same cell grew the
+    kernel by ~1 GB more with --forecast than without). The kernel's own memory is watched too: the session
+    is cut, the record says why, and the cell's peak stays within 200 MB of its peak without --forecast."""
+    pytest.importorskip("jax")
+    cells = {}
+    for programs in (False, True):
+        record = profile(FILES / "forecast_thread_memory.md", ProfileOptions(programs=programs, jax_platform="cpu"),
+                         fingerprint={"digest": "test"})
+        cells[programs] = record.measurements["cells"]
+    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
+
+    def growth(cell: dict) -> int:
+        return cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"]
+
+    for off, on in zip(cells[False], cells[True], strict=True):
+        assert growth(on) - growth(off) <= MEMORY_BOUND, (on["index"], growth(on), growth(off))
+    window = cells[True][1]["programs"]["window"]
+    assert window["cut"] is True and window["reason"] == "memory budget"
+    assert window["kernel_grown_bytes"] > 0 and window["scale"] > 1
+    (execution,) = [e for e in cells[True][1]["programs"]["executions"] if e["program"].startswith("jit_step")]
+    assert execution["count_basis"] == "extrapolated" and execution["traced_count"] < 150_000

@@ -85,10 +85,42 @@ def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, d
     assert advice["estimates"]["gpu_low_s"] > advice["estimates"]["cpu_s"]
 
 
-def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu() -> None:
+@pytest.fixture(scope="module")
+def intro() -> tuple[Any, dict[str, Any]]:
+    return _forecast("jax_intro.md", ",".join(sorted(load_table(environ={}).devices)))
+
+
+@pytest.mark.parametrize("lecture", ["seed", "intro"])
+def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
+        lecture: str, request: pytest.FixtureRequest) -> None:
+    """nbscope's own collection after each cell (the session's stop, the HLO, the lowering for CUDA) is the
+    cell's ``collection_s``, and no part of its code, compile, run or overhead figures; the cell model's
+    ``notebook_wall_s`` is its wall time without it."""
+    from nbscope.record.model import Cell
+
+    record, _ = request.getfixturevalue(lecture)
+    collected = [c for c in record.measurements["cells"] if c.get("programs")]
+    assert collected
+    lowered = 0
+    for cell in collected:
+        where = (cell["index"], cell.get("collection"))
+        parts = cell["collection"]
+        assert parts["session_stop_s"] >= 0, where
+        apart = ("cut_stop_s", "lowering_jax_s")  # within the code (a cut's stop) or within lowering_s
+        assert cell["collection_s"] == pytest.approx(sum(v for k, v in parts.items() if k not in apart)), where
+        if "lowering_jax_s" in parts:  # nbscope's lowering made JAX trace and lower: none of it is the cell's compile
+            assert parts["lowering_jax_s"] <= parts["lowering_s"], where
+            lowered += 1
+        wall = cell["wall_s"]
+        assert cell["code_s"] <= wall - cell["collection_s"] + 1e-9, where  # the code's time was taken before
+        assert cell["overhead_s"] == pytest.approx(max(0.0, wall - cell["collection_s"] - cell["code_s"])), where
+        assert Cell.parse(cell).notebook_wall_s == pytest.approx(wall - cell["collection_s"]), where
+    assert lowered  # both lectures have programs lowered for the GPU (scans, loops, dots)
+
+
+def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu(intro: tuple[Any, dict[str, Any]]) -> None:
     table = load_table(environ={})
-    gpus = ",".join(sorted(table.devices))
-    record, result = _forecast("jax_intro.md", gpus)
+    record, result = intro
     programs = record.measurements["programs"]["programs"]
 
     def big_cos(cell: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from nbscope._units import number
 from nbscope.collect.notebook import CodeCell
 
 
@@ -67,7 +68,28 @@ def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, *
     if probe is not None:
         for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory", "sched"):
             record[key] = probe.get(key)
+        if isinstance(probe.get("programs"), dict):
+            record.update(collection_times(probe["programs"]))
     record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
     if record["wall_s"] is None and record["roundtrip_s"] is not None:
         record["wall_s"] = record["roundtrip_s"]
     return record  # compile_s, run_s, overhead_s: derived by the cell model (nbscope.record.cells)
+
+
+# The probe's collection after a cell's code (``--forecast``), by part: its line's name → the record's.
+COLLECTION_PARTS = {"trace_stop_s": "session_stop_s", "gpu_lowering_s": "lowering_s", "programs_s": "hlo_s"}
+
+
+def collection_times(probe_programs: dict[str, Any]) -> dict[str, Any]:
+    """``collection_s`` (seconds nbscope's own collection took in the kernel after the cell's code, inside
+    ``wall_s``) and ``collection`` (its parts), from the probe's ``programs`` line. A session the probe cut
+    stopped on a thread of its own while the cell ran on: ``cut_stop_s`` records it, but it is no part of
+    ``collection_s``, which the cell's figures leave out; ``lowering_jax_s``, the JAX trace and lower time
+    nbscope's own lowering for CUDA triggered, is within ``lowering_s`` (and never in the cell's compile)."""
+    parts = {part: seconds for name, part in COLLECTION_PARTS.items()
+             if (seconds := number(probe_programs.get(name))) is not None}
+    window = probe_programs.get("window")
+    apart = {"cut_stop_s": number(window.get("stop_s")) if isinstance(window, dict) else None,
+             "lowering_jax_s": number(probe_programs.get("gpu_lowering_jax_s"))}
+    collection = {**parts, **{name: seconds for name, seconds in apart.items() if seconds is not None}}
+    return {"collection_s": sum(parts.values()), "collection": collection}

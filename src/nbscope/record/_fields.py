@@ -46,3 +46,16 @@ def text(value: Any) -> str | None:
 def mapping(value: Any) -> Mapping[str, Any]:
     """An object, or an empty one for anything else."""
     return value if isinstance(value, Mapping) else {}
+
+
+def times(value: Any) -> Mapping[str, float] | None:
+    """An object of named times (a cell's ``collection``): its entries that are times; None when it is none."""
+    if not isinstance(value, Mapping):
+        return None
+    return {str(key): seconds for key, item in value.items() if (seconds := time(item)) is not None}
+
+
+def without_collection(wall: float | None, collection: float | None) -> float | None:
+    """A cell's wall time less nbscope's own collection in it (``collection_s``; unknown counts as none): the
+    time the notebook itself spent."""
+    return None if wall is None else max(0.0, wall - (collection or 0.0))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from nbscope._units import number  # re-exported: the cell model's callers read figures with it
+from nbscope.record._fields import without_collection
 
 if TYPE_CHECKING:
     from nbscope.record.model import Cell
@@ -39,8 +40,10 @@ def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
 def derive(cell: dict[str, Any]) -> dict[str, Any]:
     """compile_s, run_s, overhead_s and compile_share from a cell's wall, code time and compile events.
 
-    ``wall`` is the kernel's whole request (busy → idle), ``code`` the time inside the cell's code:
-    ``wall = compile + run + overhead`` with ``run = code − compile`` and ``overhead = wall − code``.
+    ``wall`` is the kernel's whole request (busy → idle), ``code`` the time inside the cell's code, and
+    ``collection`` what nbscope's own collection took after the code (``--forecast``; 0 when not recorded):
+    ``wall = compile + run + overhead + collection`` with ``run = code − compile`` and
+    ``overhead = wall − code − collection``.
     """
     jax, numba = cell.get("jax") or {}, cell.get("numba") or {}
     wall = number(cell.get("wall_s"))
@@ -48,18 +51,20 @@ def derive(cell: dict[str, Any]) -> dict[str, Any]:
         return cell
     compile_s = sum(number(jax.get(key)) or 0.0 for key in ("trace_s", "lower_s", "backend_s"))
     compile_s += number(numba.get("compile_s")) or 0.0
-    cell.update(_split(wall, number(cell.get("code_s")), compile_s))
+    cell.update(_split(wall, number(cell.get("code_s")), compile_s, number(cell.get("collection_s")) or 0.0))
     return cell
 
 
-def _split(wall: float, code: float | None, compile_s: float) -> dict[str, float]:
-    """``wall = compile + run + overhead``: the one place the three parts and the compile share are derived."""
+def _split(wall: float, code: float | None, compile_s: float, collection: float = 0.0) -> dict[str, float]:
+    """``wall = compile + run + overhead + collection``: the one place the parts and the compile share are
+    derived. The compile share is of the notebook's own time."""
     code = wall if code is None else code
+    own = without_collection(wall, collection) or 0.0
     return {
         "compile_s": compile_s,
         "run_s": max(0.0, code - compile_s),
-        "overhead_s": max(0.0, wall - code),
-        "compile_share": min(1.0, compile_s / wall) if wall > 0 else 0.0,
+        "overhead_s": max(0.0, own - code),
+        "compile_share": min(1.0, compile_s / own) if own > 0 else 0.0,
     }
 
 
@@ -75,6 +80,7 @@ def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict
         walls = [w for w in (number(c.get("wall_s")) for c in cells) if w is not None]
         codes = [w for w in (number(c.get("code_s")) for c in cells) if w is not None]
         compiles = [w for w in (number(c.get("compile_s")) for c in cells) if w is not None]
+        collections = [w for w in (number(c.get("collection_s")) for c in cells) if w is not None]
         base["samples"] = {
             "wall_s": walls, "code_s": codes, "compile_s": compiles, "status": [c.get("status") for c in cells]
         }
@@ -86,7 +92,10 @@ def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict
             base["wall_s"] = median
             base["code_s"] = statistics.median(codes) if codes else None
             base["spread"] = statistics.median(abs(w - median) for w in walls) / median if median > 0 else 0.0
-            base.update(_split(median, base["code_s"], statistics.median(compiles) if compiles else 0.0))
+            if collections:
+                base["collection_s"] = statistics.median(collections)
+            base.update(_split(median, base["code_s"], statistics.median(compiles) if compiles else 0.0,
+                               base.get("collection_s") or 0.0))
         worst = next((c for c in cells if c.get("status") not in (*FINISHED, "skipped")), None)
         if worst is not None:
             base["status"], base["error"] = worst.get("status"), worst.get("error")

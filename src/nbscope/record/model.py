@@ -22,6 +22,8 @@ from nbscope.record._fields import mapping as _object
 from nbscope.record._fields import number as _number
 from nbscope.record._fields import text as _text
 from nbscope.record._fields import time as _time
+from nbscope.record._fields import times as _times
+from nbscope.record._fields import without_collection
 from nbscope.record.programs import CellPrograms, ProgramData
 
 
@@ -239,6 +241,15 @@ class Cell:
     sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
     interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
     output_bytes: int | None = None  # what the cell sent to its outputs
+    # nbscope's own collection after the cell's code (--forecast: session stop, HLO, lowering for CUDA), inside
+    # wall_s; None: not recorded (no --forecast, or a record older than the field)
+    collection_s: float | None = None
+    collection: Mapping[str, float] | None = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+
+    @property
+    def notebook_wall_s(self) -> float | None:
+        """``wall_s`` less nbscope's own collection: what the notebook's cell itself took."""
+        return without_collection(self.wall_s, self.collection_s)
 
     @property
     def ran(self) -> bool:
@@ -273,7 +284,8 @@ class Cell:
             alarms=tuple(str(a) for a in value.get("alarms") or ()),
             rss=_object(value.get("rss")), gpu_memory=_object(value.get("gpu_memory")),
             sched=CpuTime.parse(value.get("sched")), interrupted_by=_text(value.get("interrupted_by")),
-            output_bytes=integer("output_bytes"),
+            output_bytes=integer("output_bytes"), collection_s=_time(value.get("collection_s")),
+            collection=_times(value.get("collection")),
         )
 
 

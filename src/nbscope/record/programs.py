@@ -330,6 +330,8 @@ class TraceWindow:
     cut: bool | None
     traced_s: float | None  # how long the session ran
     grown_bytes: int | None  # what it had grown by then
+    reason: str | None  # the rule that cut it: "memory budget" (the kernel's), "early", "trace budget", "heap cap"
+    kernel_grown_bytes: int | None  # the kernel's resident growth since the session started, at the cut
     wait_s: float | None  # how long the cell's thread waited for a CPU in it
     stop_s: float | None  # how long stopping it took
     cell_s: float | None  # the cell's time
@@ -340,7 +342,8 @@ class TraceWindow:
         if not isinstance(value, Mapping):
             return None
         return cls(cut=_flag(value.get("cut")), traced_s=_number(value.get("traced_s")),
-                   grown_bytes=_int(value.get("grown_bytes")), wait_s=_number(value.get("wait_s")),
+                   grown_bytes=_int(value.get("grown_bytes")), reason=_text(value.get("reason")),
+                   kernel_grown_bytes=_int(value.get("kernel_grown_bytes")), wait_s=_number(value.get("wait_s")),
                    stop_s=_number(value.get("stop_s")), cell_s=_number(value.get("cell_s")),
                    scale=_number(value.get("scale")))
 

@@ -39,7 +39,7 @@ RUN_STATUSES = ("ok", "partial", "error")
 CELL_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died", "interrupted", "not-run", "skipped")
 # Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be
 # negative, and is only checked to be finite).
-DURATIONS = ("wall_s", "code_s", "compile_s", "run_s", "overhead_s", "roundtrip_s", "trace_s", "lower_s",
+DURATIONS = ("wall_s", "code_s", "compile_s", "run_s", "overhead_s", "roundtrip_s", "trace_s", "lower_s", "collection_s",
              "backend_s", "elapsed_s", "median_s", "min_s", "max_s", "mad_s")
 REQUIRED_FIELDS = {
     "format": str,

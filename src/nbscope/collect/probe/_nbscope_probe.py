@@ -250,7 +250,15 @@ class Probe:
         counters = self.counters
         programs = None
         if self.programs is not None:
-            programs = self.programs.stop(self.sequence, compiled=counters.backend_events > 0, timeline_trace=trace)
+            # nbscope's own lowering for CUDA traces and lowers every new program again: its JAX events go to
+            # counters of their own, not into the notebook's compile figures.
+            own = self.counters = _CellCounters()
+            try:
+                programs = self.programs.stop(self.sequence, compiled=counters.backend_events > 0, timeline_trace=trace)
+            finally:
+                self.counters = counters
+            if programs is not None and (own.trace_s or own.lower_s or own.backend_s):
+                programs["gpu_lowering_jax_s"] = own.trace_s + own.lower_s + own.backend_s  # within gpu_lowering_s
         error = result.error_in_exec or result.error_before_exec
         info = getattr(result, "info", None)
         source = getattr(info, "raw_cell", "") or ""

@@ -71,7 +71,8 @@ class Programs:
         except Exception as exc:  # e.g. the notebook runs its own jax.profiler trace
             self.skipped = f"{type(exc).__name__}: {exc}"[:300]
             return
-        self.guard = _Guard(self.session)
+        trace_path = os.path.join(self.folder, TRACE_NAME.format(seq=seq))
+        self.guard = _Guard(self.session, trace_path)
 
     def stop(self, seq: int, *, compiled: bool, timeline_trace: Any = None) -> dict[str, Any] | None:
         """Stop the cell's session; the result goes into the probe line as ``programs``."""
@@ -83,10 +84,13 @@ class Programs:
         started = time.perf_counter()
         if session is not None:
             try:
-                data = guard.finish() if guard is not None else session.stop()
-                result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), data)
+                if guard is not None:
+                    result["trace"] = guard.finish()
+                else:
+                    result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), session.stop())
                 if guard is not None and guard.cut_after is not None:
-                    result["window"] = {"cut": True, "traced_s": guard.cut_after, "grown_bytes": guard.grown,
+                    result["window"] = {"cut": True, "reason": guard.reason, "traced_s": guard.cut_after,
+                                        "grown_bytes": guard.grown, "kernel_grown_bytes": guard.kernel_grown,
                                         "wait_s": guard.window_wait, "stop_s": guard.stop_s}
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -205,6 +209,27 @@ BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the las
 POLL_S = 0.01
 EARLY_POLL_S = 0.0025  # the first EARLY_FAST_S: a cell of small calls is cut within ~1,000 calls
 EARLY_FAST_S = 0.1
+# The kernel-wide bound (issue 34): the rules above watch the cell's own thread, but the session records
+# every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
+# show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's resident
+# memory (/proc/self/statm, ~10 µs), and the session is cut, whatever the cell's thread does, once the
+# kernel has grown steadily by MEMORY_BUDGET_BYTES since it started: stopping then holds the events about
+# 3.5 times over (above): measured on a worker thread's 150,000 calls, a cut at 51 MB added 157 MB to the
+# cell's peak, so 32 MB keeps --forecast well within 200 MB of the cell's peak without it. What the
+# notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
+# MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
+# while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
+# a program with a scan and an LU, and its events come after). Once that growth passes the budget, glibc's
+# heaps (mallinfo2, every thread's, mmapped arrays apart) are read, where they can be, and their growth
+# since the start (less what grew while JAX compiled) stands for it instead, so a cell whose results fill memory keeps its trace; a cell
+# filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
+# and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
+MEMORY_BUDGET_BYTES = 32 * 2**20
+MEMORY_JUMP_BYTES_PER_S = 1.5e9
+MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
+# A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
+# guess about what grew, and the session's share of memory this large must not go unchecked.
+MEMORY_TOTAL_BYTES = 1024 * 2**20
 _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
 
 
@@ -254,6 +279,13 @@ def _schedstat(native_id: int, field: int) -> float | None:
         return None
 
 
+def _memory_budget() -> int:
+    try:
+        return max(1, int(os.environ.get("NBSCOPE_PROBE_MEMORY_BUDGET") or MEMORY_BUDGET_BYTES))
+    except ValueError:
+        return MEMORY_BUDGET_BYTES
+
+
 def _rss() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as handle:
@@ -262,11 +294,22 @@ def _rss() -> int | None:
         return None
 
 
+def _in_jax_compile(frame: Any) -> bool:
+    depth = 0
+    while frame is not None and depth < 200:
+        code = frame.f_code
+        if "jax" in code.co_filename and any(word in code.co_name for word in _COMPILING):
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
+
+
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, path: str) -> None:
         self.session = session
+        self.path = path  # a cut session's events are written here at once: holding them would keep them in memory
         self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
         self.thread_id = threading.get_ident()
         self.started = time.perf_counter()
@@ -278,9 +321,12 @@ class _Guard:
         on_main = threading.current_thread() is threading.main_thread()
         self.brk = _libc("sbrk") if self.base is not None and on_main else None
         self.brk_base = self.brk() if self.brk is not None else None
-        self.data: bytes | None = None
+        self.written: str | None = None
         self.error: BaseException | None = None
         self.cut_after: float | None = None
+        self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
+        self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
+        self.memory_budget = _memory_budget()
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -297,14 +343,13 @@ class _Guard:
     def _compiling(self) -> bool:
         """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
         then, and what it compiles runs after, so the session must not be cut."""
-        frame = sys._current_frames().get(self.thread_id)
-        depth = 0
-        while frame is not None and depth < 200:
-            code = frame.f_code
-            if "jax" in code.co_filename and any(word in code.co_name for word in _COMPILING):
-                return True
-            frame, depth = frame.f_back, depth + 1
-        return False
+        return _in_jax_compile(sys._current_frames().get(self.thread_id))
+
+    def _compiling_anywhere(self) -> bool:
+        """Any thread but the guard's is inside JAX's tracing, lowering or compiling (a worker thread
+        compiles too): the kernel's growth then is the compiler's, not the session's."""
+        own = threading.get_ident()
+        return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items() if ident != own)
 
     def _watch(self) -> None:
         # The session's events are what is bounded: where the break can be read, the cell's own heap is judged
@@ -315,19 +360,50 @@ class _Guard:
         heap = _libc("mallinfo2")
         whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
         whole_now = whole_base
+        kernel_last, kernel_grown, kernel_steady = self.base, 0, 0  # the kernel-wide bound's readings
+        # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
+        # the heap): read as a compile is first seen and once it is over.
+        heap_base, heap_at_compile = whole_base, None
+        polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
         polls = 0
         while not self.done.wait(self._poll_s(time.perf_counter() - self.started)):
-            elapsed = time.perf_counter() - self.started
+            clock = time.perf_counter()
+            elapsed, interval, polled = clock - self.started, clock - polled, clock
+            kernel = _rss() if read is not _rss else None
             now = read() if read is not None else None
+            kernel = now if read is _rss else kernel
+            if kernel is not None and kernel_last is not None and self.base is not None:
+                step, kernel_last = kernel - kernel_last, kernel
+                jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
+                compiling = self._compiling_anywhere()
+                kernel_steady += step if 0 < step <= jump and not compiling else 0
+                if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
+                    if compiling:
+                        heap_at_compile = heap()
+                    else:
+                        heap_base += heap() - (heap_at_compile or 0)
+                        heap_at_compile = None
+                kernel_grown = kernel - self.base
+                if kernel_steady > self.memory_budget and heap is not None and heap_base is not None:
+                    # Where malloc's heaps can be read, they decide: the session's events are small blocks
+                    # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
+                    # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
+                    whole_now = heap()
+                    kernel_steady = whole_now - heap_base
+                if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
+                    self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
+                    return
             if now is None or base is None:
                 continue
             polls += 1
-            if polls % HEAP_EVERY == 0 or whole is _rss:
-                whole_now = whole() if whole is not None else None
+            if whole is _rss:
+                whole_now = kernel
+            elif polls % HEAP_EVERY == 0 and whole is not None:
+                whole_now = whole()
             step = now - recent[-1] if recent else now - base
             events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
             recent = [*recent[-(STEADY_POLLS - 1):], now]
@@ -355,30 +431,37 @@ class _Guard:
                             or (not early and steady and grown > TRACE_BUDGET_BYTES)
                             or (max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)
                             ) and not self._compiling():
-                with self.lock:
-                    if self.done.is_set():
-                        return
-                    self.cut_after, self.grown = elapsed, max(grown, grown_all)
-                    waited = _schedstat(self.native_id, WAITING)
-                    if waited is not None and self.waited is not None:
-                        self.window_wait = waited - self.waited
-                    stopping = time.perf_counter()
-                    try:
-                        self.data = self.session.stop()
-                    except BaseException as exc:  # handed to finish(), never raised in this thread
-                        self.error = exc
-                    self.stop_s = time.perf_counter() - stopping
-                    self.done.set()
+                reason = ("early" if early and rising and early_grown > early_cap
+                          else "trace budget" if not early and steady and grown > TRACE_BUDGET_BYTES else "heap cap")
+                self._cut(elapsed, max(grown, grown_all), reason, kernel_grown)
                 return
 
-    def finish(self) -> bytes:
+    def _cut(self, elapsed: float, grown: int, reason: str, kernel_grown: int | None) -> None:
+        """Stop the session now, from this thread, and write its events (the cell runs on meanwhile)."""
+        with self.lock:
+            if self.done.is_set():
+                return
+            self.cut_after, self.grown, self.reason, self.kernel_grown = elapsed, grown, reason, kernel_grown
+            waited = _schedstat(self.native_id, WAITING)
+            if waited is not None and self.waited is not None:
+                self.window_wait = waited - self.waited
+            stopping = time.perf_counter()
+            try:
+                self.written = _write_to(self.path, self.session.stop())
+            except BaseException as exc:  # handed to finish(), never raised in this thread
+                self.error = exc
+            self.stop_s = time.perf_counter() - stopping
+            self.done.set()
+
+    def finish(self) -> str:
+        """The path of the session's events: stopped and written now, or when it was cut."""
         with self.lock:
             if not self.done.is_set():
                 self.done.set()
-                return self.session.stop()
+                return _write_to(self.path, self.session.stop())
         if self.error is not None:
             raise self.error
-        return self.data or b""
+        return self.written or _write_to(self.path, b"")
 
 
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
@@ -465,7 +548,10 @@ def _session(*, hlo_protos: bool) -> Any:
 
 
 def _write(folder: str, name: str, data: bytes) -> str:
-    path = os.path.join(folder, name)
+    return _write_to(os.path.join(folder, name), data)
+
+
+def _write_to(path: str, data: bytes) -> str:
     with open(path, "wb") as handle:
         handle.write(data)
     return path
