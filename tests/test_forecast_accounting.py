@@ -41,6 +41,28 @@ def test_time_after_the_cut_is_the_jitted_calls_not_host_work() -> None:
     assert dispatch.calls == run.count
 
 
+def test_time_after_a_cut_without_a_measured_call_rate_is_unknown_jax_time_not_host_work() -> None:
+    """The same cell with its window's call rate dropped (a window of too few calls to measure one): what ran
+    after the cut is not known to be the calls, so it is JAX time the trace did not attribute, GPU time
+    unknown, and the notebook's open range names the cell."""
+    record = edited(load_record("cpu_forecast_cut"))
+    loop = _cells(record)[LOOP]
+    window = loop["programs"]["window"]
+    loop["programs"]["call_rate"] = None
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    cell = result.cell(LOOP)
+    assert cell is not None
+    assert cell.cpu.host_s <= window["traced_s"]
+    outcome = cell.gpu["t4"]
+    (after,) = [t for t in outcome.terms if t.kind == "unattributed"]
+    assert after.high_s is None and "after the trace's cut" in after.words
+    programs_s = sum(p.cpu_s or 0.0 for p in cell.programs)
+    # Everything after the window that the extrapolated programs do not account for.
+    assert after.low_s == 0.0 and after.details["cpu_s"] >= cell.cpu.wall_s - window["traced_s"] - programs_s
+    assert after.details["cpu_s"] + programs_s + cell.cpu.host_s <= cell.cpu.wall_s - cell.cpu.compile_s + 1e-9
+    assert outcome.verdict == "uncertain" and result.notebook["t4"].unbounded == (LOOP,)
+
+
 def test_a_cut_cell_without_jax_is_unchanged_and_the_notebook_stays_bounded() -> None:
     record = edited(load_record("cpu_forecast_cut"))
     plain = _cells(record)[PLAIN]

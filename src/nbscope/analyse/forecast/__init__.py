@@ -62,6 +62,7 @@ class _Cell:
     unattributed_s: float = 0.0  # JAX time the trace did not attribute to a known program
     unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
     jax_work: bool = False  # the cell ran JAX work (what ran says so, or its code may and nothing says not)
+    after_cut_s: float = 0.0  # of ``unattributed_s``: time after a cut that no measured call rate accounts for
 
 
 # ---- the result ------------------------------------------------------------------------------------
@@ -485,15 +486,23 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
+    after_cut = 0.0
     if window is not None and executions and window.traced_s is not None:
-        # Only the traced window shows host work; after the cut the cell went on making the calls the trace
-        # saw (their counts and CPU times were extrapolated over it), so that time is theirs, never host work.
+        # Only the traced window shows host work (and Numba's compile, timed apart, is host work wherever it
+        # fell). After the cut, a steady stream of calls (the trace measured its rate) went on: that time is
+        # theirs, forecast with their extrapolated counts. Without such a rate what ran after the cut is not
+        # known: JAX time the trace did not attribute, its GPU time unknown unless it is small. Never host.
         scale = max(1.0, window.scale or 1.0)
         traced = min(window.traced_s, wall)
         seen_host = traced - min(compile_s, traced) - (busy + unattributed + copies) / scale
-        host = min(host, max(0.0, seen_host))
+        numba_s = cell.numba.compile_s if cell.numba is not None else 0.0
+        known = min(host, max(0.0, seen_host, numba_s))
+        if data is not None and data.call_rate is None:
+            after_cut = host - known
+            unattributed += after_cut
+        host = known
     return _Cell(cell=cell, wall=wall, compile_s=compile_s, host_s=host, executions=executions,
-                 unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen)
+                 unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut)
 
 
 def not_forecast(cell: Cell) -> NotForecast | None:
@@ -600,6 +609,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     if cell.unattributed_s > 0:
         small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
         what = ("time a trace cut short did not attribute, a JAX program's or host work" if cell.unseen
+                else "JAX time after the trace's cut, not attributed to a program" if cell.after_cut_s > 0
                 else "JAX time the trace did not attribute to a program")
         seconds = units.seconds(cell.unattributed_s)
         terms.append(Term(
