@@ -481,8 +481,8 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
     # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work, unless the
-    # cell's code cannot run JAX at all (a plot, a Numba loop), and then all of it is.
-    unseen = window is not None and not executions and code_may_run_jax
+    # cell's code cannot run JAX at all (a plot, a Numba loop) and nothing else it did was JAX's: then all of it is.
+    unseen = window is not None and not executions and (code_may_run_jax or ran_jax)
     if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
