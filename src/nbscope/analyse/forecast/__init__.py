@@ -63,6 +63,7 @@ class _Cell:
     unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
     jax_work: bool = False  # the cell ran JAX work (what ran says so, or its code may and nothing says not)
     after_cut_s: float = 0.0  # of ``unattributed_s``: time after a cut that no measured call rate accounts for
+    copies_s: float = 0.0  # host↔device copies on this CPU (the forecast's transfer term replaces them)
 
 
 # ---- the result ------------------------------------------------------------------------------------
@@ -502,7 +503,8 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
             unattributed += after_cut
         host = known
     return _Cell(cell=cell, wall=wall, compile_s=compile_s, host_s=host, executions=executions,
-                 unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut)
+                 unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut,
+                 copies_s=copies)
 
 
 def not_forecast(cell: Cell) -> NotForecast | None:
@@ -645,9 +647,13 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
             terms.append(replace(scaled, words=words, details=details))
-    transfer = transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None, device,
-                             table.model)
-    if transfer is not None:
+    if all_pinned and cell.copies_s > 0:
+        # Every call stays on the CPU, and so do the arrays they take: the copies are as measured.
+        terms.append(Term(kind="transfer", low_s=cell.copies_s, high_s=cell.copies_s,
+                          words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
+                                "the calls are pinned there", details={"basis": "measured"}))
+    elif (transfer := transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None,
+                                    device, table.model)) is not None:
         terms.append(transfer)
     low = sum(t.low_s for t in terms)
     highs = [t.high_s for t in terms]
