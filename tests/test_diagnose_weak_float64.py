@@ -6,6 +6,7 @@ import pytest
 
 from diag_support import fired, fixture_builder, load_record, sources_of
 from nbscope.analyse.diagnose import diagnose
+from nbscope.analyse.diagnose._weak_float64 import THRESHOLDS
 from nbscope.record.run import RunRecord
 
 SOURCES = sources_of("diag_x64")
@@ -43,3 +44,24 @@ def test_unknown_gpu_class_is_reported() -> None:
     findings = diagnose(record, sources=SOURCES)
     assert not fired(findings, "weak-float64")
     assert any(s.rule == "weak-float64" and "99.0" in s.reason for s in findings.skipped)  # type: ignore[attr-defined]
+
+
+def test_fires_from_the_observed_trip_count_of_a_float64_loop() -> None:
+    """Real CPU run: a float64 while_loop (a 200×200 matrix product per iteration) whose trip count is known
+    only at run time ran 2,000 iterations; its body's float64 arithmetic counts once per iteration."""
+    record = load_record("cpu_forecast_f64_loop")
+    (execution,) = record.measurements["cells"][1]["programs"]["executions"]
+    (seen,) = execution["loops"].values()
+    assert seen["iterations"] == 2000  # observed in the trace
+    [finding] = fired(diagnose(record), "weak-float64")
+    t4 = finding.evidence["forecast"]["t4"]
+    assert t4["extra_low_s"] >= THRESHOLDS["min_forecast_cost_s"]
+    assert 1 in finding.evidence["float64_cells"]
+
+
+def test_silent_when_the_float64_loop_runs_a_few_iterations() -> None:
+    """The same loop for 3 iterations: the same body, too little work to matter on a T4."""
+    record = load_record("cpu_forecast_f64_small")
+    (execution,) = record.measurements["cells"][1]["programs"]["executions"]
+    assert [seen["iterations"] for seen in execution["loops"].values()] == [3]
+    assert not fired(diagnose(record), "weak-float64")

@@ -7,6 +7,7 @@ measured in the same run, against which the T4's loop alone is two orders of mag
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, d
 
 @pytest.fixture(scope="module")
 def intro() -> tuple[Any, dict[str, Any]]:
+    """jax_intro.md forecast on every GPU of the device table (the T4 among them)."""
     return _forecast("jax_intro.md", ",".join(sorted(load_table(environ={}).devices)))
 
 
@@ -159,3 +161,49 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu(intro: tuple[
             # from this CPU's; the copies of the host array; JAX time the trace missed; host time measured on
             # a busy machine), never slower: the verdict depends on how fast this CPU ran the cell.
             assert outcome["verdict"] in ("faster", "uncertain", "similar"), where
+
+
+_JAX_WORD = re.compile(r"\b(jax|jnp|lax)\b")
+_BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)(?:\s*,\s*\w+)*\s*=[^=])", re.MULTILINE)
+
+
+def _plainly_without_jax(record: Any) -> set[int]:
+    """Cells that did no JAX work by the record (no program, compile, XLA work or copy) and whose code names
+    neither JAX nor anything an earlier cell naming JAX binds: a check independent of the forecast's reading."""
+    bound: set[str] = set()
+    plain = set()
+    for cell in sorted(record.measurements["cells"], key=lambda c: c["index"]):
+        source, programs = str(cell.get("source") or ""), cell.get("programs") or {}
+        words = set(re.findall(r"\w+", source))
+        ran = (programs.get("executions") or programs.get("xla_busy_s") or (programs.get("transfers") or {}).get("cpu_s")
+               or ((cell.get("jax") or {}).get("compiles") or 0))
+        if _JAX_WORD.search(source):
+            bound |= {name for pair in _BOUND.findall(source) for name in pair if name}
+        elif not ran and not words & bound:
+            plain.add(cell["index"])
+    return plain
+
+
+@pytest.mark.parametrize("lecture", ["seed", "intro"])
+def test_every_cell_is_accounted_within_its_measured_time(lecture: str, request: pytest.FixtureRequest) -> None:
+    """On both corpus lectures (T4): no program, function or plan is given more CPU time than the cell or
+    notebook it ran in, whether sampled, extrapolated or read whole; a cell plainly without JAX is
+    "unchanged" at its measured time; and the notebook's range is open only for a named JAX cell."""
+    record, result = request.getfixturevalue(lecture)
+    plain = _plainly_without_jax(record)
+    assert plain  # the check has cells to check
+    for cell in result["cells"]:
+        cpu, outcome = cell["cpu"], cell["gpu"]["t4"]
+        where = (lecture, cell["index"], cpu)
+        programs_s = sum(p["cpu_s"] or 0.0 for p in cell["programs"])
+        assert programs_s <= cpu["wall_s"] - cpu["compile_s"] + 1e-9, where
+        assert 0.0 <= cpu["host_s"] <= cpu["wall_s"], where
+        if cell["index"] in plain:
+            assert outcome["verdict"] == "unchanged", where
+            assert outcome["low_s"] == outcome["high_s"] == cpu["wall_s"], where
+    notebook = result["notebook"]["t4"]
+    for entry in notebook["gains"] + notebook["keep_on_cpu"]:
+        assert entry["cpu_s"] <= notebook["cpu_s"], entry
+    verdicts = {c["index"]: c["gpu"]["t4"]["verdict"] for c in result["cells"]}
+    assert (notebook["high_s"] is None) == bool(notebook["unbounded"])
+    assert all(verdicts[index] != "unchanged" and index not in plain for index in notebook["unbounded"])

@@ -37,6 +37,10 @@ def test_each_placement_form_is_forecast_on_the_cpu(pinned_run: Any, function: s
     assert "pinned to the CPU at line" in cpu["words"] and how in cpu["words"]
     execution = next(e for e in cell["programs"] if e["function"] == function)
     assert cpu["low_s"] == cpu["high_s"] == pytest.approx(execution["cpu_s"])  # as measured
+    if all(e["function"] == function for e in cell["programs"]):
+        # A cell whose every call is pinned keeps what it measured and gains nothing: never forecast longer.
+        assert outcome["low_s"] <= cell["cpu"]["wall_s"] + 1e-9
+        assert outcome["verdict"] != "slower"
     assert function not in [k["function"] for k in result["notebook"]["t4"]["keep_on_cpu"]]
 
 

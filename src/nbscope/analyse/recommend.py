@@ -454,6 +454,11 @@ def _forecast_reason(record: RunRecord, name: str, choice: str, notebook: Notebo
                 f"{_s(notebook.cpu_s)} measured on the CPU and {gpu_range} with everything on the GPU")
     if choice == "gpu":
         return f"{head}: {gpu_range} on the GPU vs {_s(notebook.cpu_s)} measured on the CPU"
+    if notebook.verdict != "slower" and notebook.high_s is None and notebook.unbounded:
+        cells = ", ".join(str(i + 1) for i in notebook.unbounded)
+        return (f"{head}: not known on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU: the GPU "
+                f"time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} has no upper bound; the CPU "
+                "is what was measured" + (f"; on a GPU, keep {kept} on the CPU" if kept else ""))
     why = "slower" if notebook.verdict == "slower" else "no faster"
     reason = f"{head}: {why} on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU"
     return reason + (f"; on a GPU, keep {kept} on the CPU" if kept else "")

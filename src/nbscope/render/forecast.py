@@ -79,6 +79,9 @@ def _headline(result: Forecast, key: str) -> str:
         return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a GPU changes nothing"
     text = f"{name}: {total} with everything on the GPU vs {cpu} measured on this CPU"
     extra = ""
+    if notebook.unbounded:
+        cells = ", ".join(str(i + 1) for i in notebook.unbounded)
+        extra += f"; no upper bound: the GPU time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} is unknown"
     if notebook.uncertain:
         extra += f"; uncertain cells: {', '.join(str(i + 1) for i in notebook.uncertain)}"
     if notebook.not_forecast:

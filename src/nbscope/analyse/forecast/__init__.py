@@ -28,7 +28,8 @@ from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure, load_table, resolve
-from nbscope.analyse.forecast.model import CpuRates, LoopSeen, Term, program_terms, transfer_term
+from nbscope.analyse.forecast.jax_code import cells_touching_jax
+from nbscope.analyse.forecast.model import CpuRates, Term, observed_loops, program_terms, transfer_term
 from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
@@ -60,6 +61,9 @@ class _Cell:
     executions: tuple[Execution, ...]
     unattributed_s: float = 0.0  # JAX time the trace did not attribute to a known program
     unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
+    jax_work: bool = False  # the cell ran JAX work (what ran says so, or its code may and nothing says not)
+    after_cut_s: float = 0.0  # of ``unattributed_s``: time after a cut that no measured call rate accounts for
+    copies_s: float = 0.0  # host↔device copies on this CPU (the forecast's transfer term replaces them)
 
 
 # ---- the result ------------------------------------------------------------------------------------
@@ -272,6 +276,7 @@ class NotebookForecast:
     most_slower: int | None
     most_faster: int | None
     not_forecast: tuple[int, ...]
+    unbounded: tuple[int, ...] = ()  # the JAX cells whose GPU time has no upper bound (why ``high_s`` is None)
 
     def to_dict(self) -> dict[str, Any]:
         head = {"cpu_s": self.cpu_s, "low_s": self.low_s, "high_s": self.high_s, "all_on_gpu": self.all_on_gpu,
@@ -282,7 +287,8 @@ class NotebookForecast:
         middle = ({"plan": plan, "ranking": list(self.ranking), "gains": gains} if self.all_on_gpu == "unchanged"
                   else {"gains": gains, "plan": plan, "ranking": list(self.ranking)})
         return {**head, **middle, "uncertain": list(self.uncertain), "most_slower": self.most_slower,
-                "most_faster": self.most_faster, "not_forecast": list(self.not_forecast)}
+                "most_faster": self.most_faster, "not_forecast": list(self.not_forecast),
+                "unbounded": list(self.unbounded)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,11 +381,11 @@ def forecast(
     data = run.program_data
     programs = data.programs if data is not None else {}
     record = naming(naming(record, sources), notebook_path)
-    sources = _notebook_sources(record, run)
-    ran = [c for c in (_measured(c) for c in run.cells) if c is not None]
+    code = _notebook_sources(record, run)
+    ran = list(forecastable_cells(run, code).values())
     failed = tuple(f for f in (not_forecast(c) for c in run.cells) if f is not None)
     rates = cpu_rates(ran, programs)
-    placement = placement_module.read(sources)
+    placement = placement_module.read(code)
     cell_lines = {c.index: c.line for c in run.cells}
     has_jax = runs_jax(run)
     notes = list(data.notes) if data is not None else []
@@ -412,39 +418,93 @@ def forecast(
         not_forecast=failed,
         cpu_rates=rates,
         placement=placement.summary(cell_lines),
-        notebook={device.key: _notebook(cells, device, sources, has_jax, failed_indices) for device in devices},
+        notebook={device.key: _notebook(cells, device, code, has_jax, failed_indices) for device in devices},
         notes=tuple(notes),
     )
 
 
 # ---- cells ---------------------------------------------------------------------------------------
 
-def _measured(cell: Cell) -> _Cell | None:
+def forecastable_cells(run: NotebookRun, sources: Mapping[int, str] | None = None) -> dict[int, _Cell]:
+    """The run's cells that ran and did not fail, by index, their time split as the forecast reads it
+    (``sources``: the code by cell index, which decides a cell whose trace was cut before it showed
+    anything; without it every such cell may have run JAX)."""
+    jax_code = cells_touching_jax(sources) if sources is not None else set()
+    measured = (_measured(c, sources is None or c.index in jax_code or c.index not in sources) for c in run.cells)
+    return {c.cell.index: c for c in measured if c is not None}
+
+
+def collection_s(cell: Cell) -> float:
+    """nbscope's own collection time inside the cell's wall time (0 when the record does not say: older
+    records, or a probe that does not measure it)."""
+    value = getattr(cell, "collection_s", None)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+
+
+def _within(executions: tuple[Execution, ...], budget: float) -> tuple[Execution, ...]:
+    """The executions with their CPU times scaled down together so that they add up to ``budget`` at most:
+    a sampled or extrapolated figure is an estimate, and no program ran longer than the cell did."""
+    total = sum(e.cpu_s or 0.0 for e in executions)
+    if total <= budget or total <= 0:
+        return executions
+    factor = budget / total
+    return tuple(replace(
+        e, cpu_s=None if e.cpu_s is None else e.cpu_s * factor,
+        loops={key: replace(seen, cpu_s=None if seen.cpu_s is None else seen.cpu_s * factor)
+               for key, seen in e.loops.items()}) for e in executions)
+
+
+def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
+    """The cell's measured time split as the forecast reads it. ``code_may_run_jax``: whether the cell's code
+    refers to JAX (:func:`~nbscope.analyse.forecast.jax_code.cells_touching_jax`), what decides a cell whose
+    trace was cut before it showed anything."""
     wall = cell.wall_s
     # A cell that raised, died, timed out or was interrupted is not forecast (:func:`not_forecast`).
     if wall is None or cell.status in ("not-run", "skipped", *FAILURE_WORDS):
         return None
-    compile_s = cell.jax.compile_s if cell.jax is not None else 0.0  # JAX's; Numba's is host work here
+    wall = max(0.0, wall - collection_s(cell))  # nbscope's own collection is no part of the notebook
+    compile_s = min(cell.jax.compile_s if cell.jax is not None else 0.0, wall)  # JAX's; Numba's is host work here
     data = cell.programs
-    executions = data.executions if data is not None else ()
-    # A trace cut short was extrapolated to the whole cell when it was read.
+    rest = max(0.0, wall - compile_s)
+    executions = _within(data.executions if data is not None else (), rest)
+    # A trace cut short was extrapolated to the whole cell when it was read; sampled figures were scaled.
     busy = data.cpu_busy_s if data is not None else None
     if busy is None:
         busy = sum(e.cpu_s or 0.0 for e in executions)
+    busy = min(busy, rest)
     xla = data.xla_busy_s if data is not None else None
-    unattributed = max(0.0, xla - busy) if xla is not None else 0.0
+    unattributed = max(0.0, min(xla, rest) - busy) if xla is not None else 0.0
     transfers = data.transfers if data is not None else None
     copies = (transfers.cpu_s or 0.0) if transfers is not None else 0.0  # replaced by the forecast's own transfer term
-    rest = max(0.0, wall - compile_s)
-    unattributed = min(unattributed, max(0.0, rest - busy))
+    copies = min(copies, max(0.0, rest - busy))
+    unattributed = min(unattributed, max(0.0, rest - busy - copies))
+    window = data.window if data is not None and data.window is not None and data.window.cut else None
+    ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
-    # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work.
-    unseen = data is not None and data.window is not None and bool(data.window.cut) and not executions
+    # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work, unless the
+    # cell's code cannot run JAX at all (a plot, a Numba loop) and nothing else it did was JAX's: then all of it is.
+    unseen = window is not None and not executions and (code_may_run_jax or ran_jax)
     if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
-    return _Cell(cell=cell, wall=wall, compile_s=min(compile_s, wall), host_s=host,
-                 executions=executions, unattributed_s=unattributed, unseen=unseen)
+    after_cut = 0.0
+    if window is not None and executions and window.traced_s is not None:
+        # Only the traced window shows host work (and Numba's compile, timed apart, is host work wherever it
+        # fell). After the cut, a steady stream of calls (the trace measured its rate) went on: that time is
+        # theirs, forecast with their extrapolated counts. Without such a rate what ran after the cut is not
+        # known: JAX time the trace did not attribute, its GPU time unknown unless it is small. Never host.
+        scale = max(1.0, window.scale or 1.0)
+        traced = min(window.traced_s, wall)
+        seen_host = traced - min(compile_s, traced) - (busy + unattributed + copies) / scale
+        numba_s = cell.numba.compile_s if cell.numba is not None else 0.0
+        known = min(host, max(0.0, seen_host, numba_s))
+        if data is not None and data.call_rate is None:
+            after_cut = host - known
+            unattributed += after_cut
+        host = known
+    return _Cell(cell=cell, wall=wall, compile_s=compile_s, host_s=host, executions=executions,
+                 unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut,
+                 copies_s=copies)
 
 
 def not_forecast(cell: Cell) -> NotForecast | None:
@@ -551,6 +611,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     if cell.unattributed_s > 0:
         small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
         what = ("time a trace cut short did not attribute, a JAX program's or host work" if cell.unseen
+                else "JAX time after the trace's cut, not attributed to a program" if cell.after_cut_s > 0
                 else "JAX time the trace did not attribute to a program")
         seconds = units.seconds(cell.unattributed_s)
         terms.append(Term(
@@ -573,10 +634,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
                                      f"{count:,} call{'s' if count != 1 else ''} as measured"),
                               details={"calls": count, "pinned": pins[execution.program]}))
             continue
-        cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
-        observed = {loop_id: LoopSeen(iterations=seen.iterations,
-                                      cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
-                    for loop_id, seen in execution.loops.items()}
+        cpu_each, observed = observed_loops(execution)
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
             details = {**scaled.details, "calls": count}
@@ -589,16 +647,20 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
             terms.append(replace(scaled, words=words, details=details))
-    transfer = transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None, device,
-                             table.model)
-    if transfer is not None:
+    if all_pinned and cell.copies_s > 0:
+        # Every call stays on the CPU, and so do the arrays they take: the copies are as measured.
+        terms.append(Term(kind="transfer", low_s=cell.copies_s, high_s=cell.copies_s,
+                          words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
+                                "the calls are pinned there", details={"basis": "measured"}))
+    elif (transfer := transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None,
+                                    device, table.model)) is not None:
         terms.append(transfer)
     low = sum(t.low_s for t in terms)
     highs = [t.high_s for t in terms]
     high = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
     dominant = _dominant(terms)
     jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
-    jax_work = bool(cell.executions) or cell.compile_s > 0 or cell.unattributed_s > 0
+    jax_work = cell.jax_work
     verdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
     uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms) if jax_work else None
     if uncertain is not None:
@@ -771,6 +833,7 @@ def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int
         most_slower=_extreme(ranking, key, slower=True),
         most_faster=_extreme(ranking, key, slower=False),
         not_forecast=failed,
+        unbounded=tuple(c.index for c in cells if c.gpu[key].high_s is None),
     )
 
 

@@ -6,7 +6,7 @@ Cells are paired by the cell model (:func:`nbscope.record.cells.pair_cells`), an
 source is the same on both sides are compared (a forecast of edited code says nothing about the new
 code). Compile time is left out of both sides of the error: the forecast carries the CPU's compile time
 over without forecasting it, and a GPU compiles differently; the error is on the rest (``run``):
-measured GPU wall − its JAX compile, against the forecast range without the carried-over compile term.
+measured GPU wall − its JAX compile (and nbscope's own collection time, where recorded), against the forecast range without the carried-over compile term.
 The error is the forecast's midpoint (geometric mean of low and high) over the measured time, minus 1.
 """
 
@@ -115,10 +115,13 @@ class ForecastVsMeasured:
 
 
 def _run_time(cell: Cell) -> float | None:
-    """A measured cell's time less its JAX compile (what the forecast, compile left out, is compared with)."""
+    """A measured cell's time less its JAX compile and nbscope's own collection (what the forecast, compile
+    left out, is compared with)."""
+    from nbscope.analyse.forecast import collection_s
+
     if cell.wall_s is None:
         return None
-    return max(0.0, cell.wall_s - (cell.jax.compile_s if cell.jax is not None else 0.0))
+    return max(0.0, cell.wall_s - collection_s(cell) - (cell.jax.compile_s if cell.jax is not None else 0.0))
 
 
 def _platform(record: Any) -> str | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
-from nbscope.record.programs import Loop, Program, Transfers, Work
+from nbscope.record.programs import Execution, Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
 # the iterations of a loop whose trip count is only known at run time, from the program's CPU time.
@@ -127,6 +127,16 @@ class LoopSeen:
 
     iterations: float | None
     cpu_s_each: float | None
+
+
+def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopSeen]]:
+    """One execution's CPU time and, per loop, what the CPU run's trace showed of it (iterations and CPU time
+    per execution of the program): what :func:`program_terms` reads a loop's trip count from."""
+    count = execution.runs
+    cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
+    return cpu_each, {loop_id: LoopSeen(iterations=seen.iterations,
+                                        cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
+                      for loop_id, seen in execution.loops.items()}
 
 
 def _roofline(work: Work, device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:

@@ -15,7 +15,7 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, check_record
 from nbscope.analyse.forecast.devices import Device, DeviceTable
-from nbscope.analyse.forecast.model import Term, program_terms
+from nbscope.analyse.forecast.model import Term, observed_loops, program_terms
 from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
 from nbscope.record.programs import Program, Work
@@ -123,22 +123,32 @@ class Float64Cost:
 
 def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[Float64Cost]:
     """Per cell with float64 JAX work: its forecast time on ``device`` as run, and the same programs with
-    their float64 arithmetic at the float32 rate; the difference is what float64 costs there."""
+    their float64 arithmetic at the float32 rate; the difference is what float64 costs there.
+
+    A loop's body counts once per iteration: its trip count as compiled, else as the CPU run's trace
+    observed it, else estimated from the loop's CPU time (as the forecast reads them)."""
+    from nbscope.analyse.forecast import cpu_rates, forecastable_cells
+
     run = record.notebook_run()
     programs = run.program_data.programs if run.program_data is not None else {}
+    measured = forecastable_cells(run)
+    rates = cpu_rates(list(measured.values()), programs)
     rows = []
     for cell in run.cells:
+        seen = measured.get(cell.index)
         low = {"float64": 0.0, "float32": 0.0}
         high: dict[str, float | None] = {"float64": 0.0, "float32": 0.0}
         functions: set[str] = set()
-        for execution in cell.programs.executions if cell.programs is not None else ():
+        for execution in seen.executions if seen is not None else ():
             program = programs.get(execution.program)
             if program is None or not _has_float64(program):
                 continue
             count = execution.runs
+            cpu_each, observed = observed_loops(execution)
             for side, variant in (("float64", program), ("float32", _as_float32(program))):
                 # Only arithmetic differs between the twins: loop machinery, launches and dispatch cancel.
-                terms = [t for t in program_terms(variant, device, table.model) if t.kind in ("work", "loop")]
+                terms = [t for t in program_terms(variant, device, table.model, cpu_each, observed, rates)
+                         if t.kind in ("work", "loop")]
                 low[side] += count * sum(t.low_s for t in terms)
                 so_far = high[side]
                 if so_far is not None:

@@ -1,0 +1,116 @@
+"""The forecast accounts each cell's time to what spent it (real CPU run of tests/files/forecast_cut.md).
+
+The record is real: cell 2 makes 200,000 small jitted calls and the probe cut its trace after ~1,000 of
+them (the collector extrapolated the counts over the cell); cell 3 is plain Python. Edits below touch only
+what each test names (a cut window's fields, a sampled CPU time), on a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diag_support import edited, load_record
+from nbscope.analyse.forecast import forecast
+from nbscope.analyse.recommend import recommend
+from nbscope.record.run import RunRecord
+
+LOOP, PLAIN = 1, 2  # code-cell indices: the cell of many jitted calls, the cell without JAX
+
+
+def _cells(record: RunRecord) -> dict[int, dict[str, Any]]:
+    return {c["index"]: c for c in record.measurements["cells"]}
+
+
+def test_time_after_the_cut_is_the_jitted_calls_not_host_work() -> None:
+    record = load_record("cpu_forecast_cut")
+    window = _cells(record)[LOOP]["programs"]["window"]
+    assert window["cut"] is True and window["traced_s"] < window["cell_s"] / 4  # the record is what it says
+    result = forecast(record, "t4")
+    cell = result.cell(LOOP)
+    assert cell is not None
+    # Host work is what the traced window showed besides the calls, at most its length; the rest of the
+    # cell, after the cut, is JAX time: the extrapolated calls, each forecast with its GPU terms.
+    assert cell.cpu.host_s <= window["traced_s"]
+    assert cell.cpu.jax_s >= cell.cpu.wall_s - window["traced_s"] - cell.cpu.compile_s
+    outcome = cell.gpu["t4"]
+    host = [t for t in outcome.terms if t.kind == "host"]
+    assert sum(t.high_s or 0.0 for t in host) <= window["traced_s"]
+    (run,) = cell.programs
+    assert run.function == "step" and run.count_basis == "extrapolated" and run.count > 10 * window["traced_s"]
+    dispatch = next(t for t in outcome.terms if t.kind == "dispatch" and t.function == "step")
+    assert dispatch.calls == run.count
+
+
+def test_time_after_a_cut_without_a_measured_call_rate_is_unknown_jax_time_not_host_work() -> None:
+    """The same cell with its window's call rate dropped (a window of too few calls to measure one): what ran
+    after the cut is not known to be the calls, so it is JAX time the trace did not attribute, GPU time
+    unknown, and the notebook's open range names the cell."""
+    record = edited(load_record("cpu_forecast_cut"))
+    loop = _cells(record)[LOOP]
+    window = loop["programs"]["window"]
+    loop["programs"]["call_rate"] = None
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    cell = result.cell(LOOP)
+    assert cell is not None
+    assert cell.cpu.host_s <= window["traced_s"]
+    outcome = cell.gpu["t4"]
+    (after,) = [t for t in outcome.terms if t.kind == "unattributed"]
+    assert after.high_s is None and "after the trace's cut" in after.words
+    programs_s = sum(p.cpu_s or 0.0 for p in cell.programs)
+    # Everything after the window that the extrapolated programs do not account for.
+    assert after.low_s == 0.0 and after.details["cpu_s"] >= cell.cpu.wall_s - window["traced_s"] - programs_s
+    assert after.details["cpu_s"] + programs_s + cell.cpu.host_s <= cell.cpu.wall_s - cell.cpu.compile_s + 1e-9
+    assert outcome.verdict == "uncertain" and result.notebook["t4"].unbounded == (LOOP,)
+
+
+def test_a_cut_cell_without_jax_is_unchanged_and_the_notebook_stays_bounded() -> None:
+    record = edited(load_record("cpu_forecast_cut"))
+    plain = _cells(record)[PLAIN]
+    assert not plain["programs"]["executions"] and "jax" not in plain["source"]
+    # Only the window fields: its trace cut after a tenth of the cell, as a busy plain-Python cell can be.
+    plain["programs"]["window"] = {"cut": True, "traced_s": plain["wall_s"] / 10, "cell_s": plain["wall_s"],
+                                   "scale": 10.0}
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    cell = result.cell(PLAIN)
+    assert cell is not None
+    outcome = cell.gpu["t4"]
+    assert outcome.verdict == "unchanged"
+    assert outcome.low_s == outcome.high_s == cell.cpu.host_s == cell.cpu.wall_s
+    notebook = result.notebook["t4"]
+    assert notebook.high_s is not None and notebook.unbounded == ()
+
+
+def test_an_unknown_jax_cell_leaves_the_notebook_open_and_is_named() -> None:
+    """A JAX cell whose cut trace saw no program (one long program on the cell's own thread): its GPU time is
+    unknown, so the notebook has no upper bound, and the headline and the recommendation name that cell
+    instead of calling the GPU "no faster"."""
+    from nbscope.render.forecast import forecast_markdown
+
+    record = edited(load_record("cpu_forecast_cut"))
+    loop = _cells(record)[LOOP]
+    loop["programs"]["executions"] = []
+    loop["programs"]["cpu_busy_s"] = loop["programs"]["xla_busy_s"] = None
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    notebook = result.notebook["t4"]
+    assert notebook.high_s is None and notebook.unbounded == (LOOP,)
+    assert result.cell(PLAIN).gpu["t4"].verdict == "unchanged"  # type: ignore[union-attr]
+    assert f"no upper bound: the GPU time of cell {LOOP + 1} is unknown" in forecast_markdown(result)
+    advice = recommend(RunRecord.from_dict(record.to_dict()))
+    assert "no faster" not in advice.reason and f"cell {LOOP + 1}" in advice.reason
+
+
+def test_sampled_cpu_times_never_exceed_the_cell() -> None:
+    """A sampled or extrapolated CPU time larger than the cell (a scale gone wrong) is brought within the
+    cell's measured time, for every figure built on it: the program's CPU time, the function's, the plan."""
+    record = edited(load_record("cpu_forecast_cut"))
+    loop = _cells(record)[LOOP]
+    (execution,) = loop["programs"]["executions"]
+    execution["cpu_s"] = 9 * loop["wall_s"]
+    loop["programs"]["cpu_busy_s"] = loop["programs"]["xla_busy_s"] = 9 * loop["wall_s"]
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    for cell in result.cells:
+        assert sum(p.cpu_s or 0.0 for p in cell.programs) <= cell.cpu.wall_s - cell.cpu.compile_s + 1e-9
+        assert cell.cpu.host_s >= 0
+    notebook = result.notebook["t4"]
+    for entry in (*notebook.gains, *notebook.keep_on_cpu):
+        assert entry.cpu_s <= notebook.cpu_s
