@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"nbscope {__version__}")
         raise SystemExit(0)
     command = build_command(_command_named(args))
+    from nbscope._files import forget_inputs
+
+    forget_inputs()
     with _signals.handled():
         try:
             command(args=args, prog_name="nbscope", standalone_mode=True)

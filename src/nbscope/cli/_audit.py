@@ -92,6 +92,13 @@ def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdo
         console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {written}' if written else '') if x)}[/dim]")
 
 
+def _check_outputs(output: Path | None, html_path: Path | None) -> None:
+    """-o and --html refused early in one line: a link, a device, the store (:func:`output_file`)."""
+    for path, option in ((output, "-o"), (html_path, "--html")):
+        if path is not None:
+            output_file(path, option=option)
+
+
 @app.command()
 def audit(
     targets: Annotated[
@@ -137,6 +144,7 @@ def audit(
     )
     options.validate()
     store = open_store(db)
+    _check_outputs(output, html_path)  # before the audit runs: -o naming the store costs nothing
     record = run_audit(targets, options, store=store, on_event=_progress(quiet))
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path,
           diagnosis=not no_diagnose)
@@ -156,6 +164,7 @@ def merge(
     from nbscope.api.audit import merge as run_merge
 
     store = open_store(db)
+    _check_outputs(output, html_path)
     record = run_merge(files, store=store)
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
     missing = Audit.parse(record.measurements).missing

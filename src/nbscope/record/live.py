@@ -198,13 +198,10 @@ class LiveRun:
 
 def read_live(path: str | Path) -> LiveRun:
     """Parse a live file; the last header in it starts the run (a reused path may hold earlier ones)."""
+    from nbscope._files import read_bounded
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise NbscopeError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise NbscopeError(f"{path}: cannot read ({exc.strerror})") from None
+    text = read_bounded(path, what="live file").decode("utf-8", errors="replace")
     run: LiveRun | None = None
     for line in text.splitlines():
         try:

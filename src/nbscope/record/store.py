@@ -342,6 +342,10 @@ class Store:
         self.skipped: dict[int, str] = {}
         # A read-only store of an older version, migrated in memory: reading never writes to the file.
         self._migrated_copy: sqlite3.Connection | None = None
+        from nbscope._files import note_input
+
+        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            note_input(name, "the run store")  # no -o of this command replaces it
         self._check_file()
 
     def _check_file(self) -> None:
@@ -501,6 +505,7 @@ class Store:
         """``add`` for many runs in one transaction (an import of many runs): (id, added) for each."""
         records = list(records)
         for record in records:  # a run recorded (or exported) before ``--env`` values were hashed
+            record_module.check_not_future(record, f"run {record.target}")
             hide_stored_values(record.settings, record.command)
         rows = [(record, _row(record)) for record in records]
         found: list[tuple[int, bool]] = []
