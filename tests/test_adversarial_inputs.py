@@ -174,3 +174,98 @@ def test_sigterm_during_import_exits_143_with_one_line(tmp_path: Path) -> None:
         pytest.skip("the import finished before the signal on this machine")
     assert process.returncode == 143, (stdout, stderr)
     assert stderr.splitlines() == ["nbscope: stopped by SIGTERM"]
+
+
+# --- escape sequences never reach the terminal ------------------------------------------------------------
+
+# Clear the screen, write the clipboard (OSC 52), a link elsewhere (OSC 8), the title, a C1 CSI, a carriage return.
+ESCAPES = "\x1b[2J\x1b]52;c;SGk=\x07\x1b]8;;http://evil.example\x1b\\link\x1b]8;;\x1b\\\x1b]0;title\x07\x9b2J\r"
+FORBIDDEN = ("\x1b", "\x07", "\x9b", "\r", "SGk=")
+
+
+def _escaped(document: dict[str, Any]) -> None:
+    document["target"] = f"lec{ESCAPES}ture.md"
+    document["label"] = f"main{ESCAPES}"
+    cells = document["measurements"]["cells"]
+    cells[0]["first_line"] = f"import jax  # {ESCAPES}"
+    cells[1]["status"] = "error"
+    cells[1]["error"] = {"name": f"ValueError{ESCAPES}", "message": f"boom{ESCAPES}"}
+
+
+@pytest.fixture
+def escaped_store(tmp_path: Path, run_cli: Any) -> Path:
+    db = tmp_path / "e.db"
+    done = run_cli("import", RECORD, _record(tmp_path, "escaped.json", _escaped), "--db", db)
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("show", "2"), ("diagnose", "2"), ("compare", "1", "2", "--allow-different"), ("cells", "2"), ("runs",),
+     ("gate", "--baseline", "1", "--candidate", "2"), ("history", f"lec{ESCAPES}ture.md")],
+    ids=lambda c: c[0],
+)
+def test_escape_sequences_of_a_record_never_reach_the_terminal(command: tuple[str, ...], escaped_store: Path,
+                                                                run_cli: Any) -> None:
+    done = run_cli(*command, "--db", escaped_store, env={"COLUMNS": "200"})
+    assert done.returncode in (0, 1), done.stderr  # gate's verdict may be 1
+    shown = done.stdout + done.stderr
+    assert "Traceback" not in shown
+    assert "leclinkture.md" in shown or command[0] in ("cells", "compare", "gate"), shown  # the text around stays
+    for sequence in FORBIDDEN:
+        assert sequence not in shown, (sequence, shown)
+
+
+@pytest.mark.slow
+def test_escape_sequences_of_a_notebook_never_reach_the_terminal(tmp_path: Path, run_cli: Any) -> None:
+    """A real profile of a notebook whose path, cell source and exception message hold escape sequences."""
+    notebook = tmp_path / "lec\x1b]0;title\x07ture.md"
+    notebook.write_bytes((FILES / "escape_sequences.md").read_bytes())
+    db = tmp_path / "p.db"
+    profiled = run_cli("profile", notebook, "--db", db, "--allow-errors", env={"COLUMNS": "200"})
+    assert profiled.returncode == 0, profiled.stderr
+    shown = profiled.stdout + profiled.stderr
+    assert "lecture.md" in shown and "ValueError: link from http://REDACTED@host/simple" in shown, shown
+    for later in (("show", "1"), ("diagnose", "1")):
+        shown += run_cli(*later, "--db", db, env={"COLUMNS": "200"}).stdout
+    for sequence in (*FORBIDDEN, "SECRET"):
+        assert sequence not in shown, (sequence, shown)
+
+
+# --- credentials never reach a record, an export, a report or the terminal ----------------------------------------
+
+SECRETS = {
+    "--extra-index-url http://tok:SECRET1@host/simple": "http://REDACTED@host/simple",
+    "--index-url https://SECRET2@host/simple": "https://REDACTED@host/simple",
+    "pkg @ git+https://SECRET3@github.com/owner/repo.git": "git+https://REDACTED@github.com/owner/repo.git",
+    "https://host/simple?private_token=SECRET4": "?private_token=REDACTED",
+    "https://host/x.whl?access_token=SECRET5&key=SECRET6": "?access_token=REDACTED&key=REDACTED",
+}
+
+
+def _with_credentials(document: dict[str, Any]) -> None:
+    document["settings"]["requirements"] = list(SECRETS)
+    document["fingerprint"].setdefault("env", {})["PIP_INDEX_URL"] = "https://u:SECRET7@host/simple"
+    document["command"] = ["nbscope", "versions", "--with", "pkg@https://user:SECRET8@host/x.whl"]
+    document["measurements"]["cells"][1]["status"] = "error"
+    document["measurements"]["cells"][1]["error"] = {"name": "OSError", "message": "GET https://h/?password=SECRET9"}
+
+
+def test_credentials_are_redacted_in_the_store_exports_reports_and_terminal(tmp_path: Path, run_cli: Any) -> None:
+    db = tmp_path / "s.db"
+    leaky = _record(tmp_path, "leaky.json", _with_credentials)  # as an nbscope before redaction exported it
+    outputs = [run_cli("import", leaky, "--db", db)]
+    outputs += [run_cli(*command, "--db", db) for command in (
+        ("show", "1"), ("show", "1", "--json"), ("runs", "--json"), ("diagnose", "1"),
+        ("export", "1", "-o", "plain.json"), ("export", "1", "--portable", "-o", "portable.json"),
+        ("report", "1", "-o", "report.html"))]
+    assert all(done.returncode == 0 for done in outputs), [done.stderr for done in outputs]
+    written = [tmp_path / name for name in ("plain.json", "portable.json", "report.html")]
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("s.db*"))
+    everything = "".join(done.stdout + done.stderr for done in outputs) + "".join(p.read_text() for p in written)
+    assert b"SECRET" not in stored
+    assert "SECRET" not in everything, everything
+    exported = (tmp_path / "plain.json").read_text()
+    for shown in SECRETS.values():
+        assert shown in exported, shown

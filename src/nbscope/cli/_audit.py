@@ -29,13 +29,12 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress li
 
 def _progress(quiet: bool) -> Any:
     """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
-    from rich.console import Console
     from rich.markup import escape
 
     from nbscope.analyse.audit import AuditEntry
-    from nbscope.render.terminal import format_seconds
+    from nbscope.render.terminal import format_seconds, stderr_console
 
-    err = Console(stderr=True, highlight=False)
+    err = stderr_console()
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if quiet:

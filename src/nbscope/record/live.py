@@ -33,6 +33,7 @@ from nbscope.collect._cells import merge_described
 from nbscope.collect.runner import Execution
 from nbscope.record.cells import combine_repeats, derive, totals
 from nbscope.record.run import RunRecord
+from nbscope.record.secrets import redact
 from nbscope.record.store import default_path, files_folder, store_subfolder
 
 LIVE_FORMAT = "nbscope-live"
@@ -82,7 +83,7 @@ class LiveWriter:
         if self.path is None:
             return
         with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line, default=str) + "\n")
+            handle.write(redact(json.dumps(line, default=str)) + "\n")  # no credential of a URL is kept
 
     def header(
         self, record: RunRecord, notebook: dict[str, Any], code_cells: list[dict[str, Any]], store_path: Path | None,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
-from nbscope.record.secrets import command_for_record
+from nbscope.record.secrets import command_for_record, redact
 
 if TYPE_CHECKING:
     from nbscope.record.machine import Machine, Settings
@@ -169,8 +169,9 @@ class RunRecord:
         return document
 
     def to_json(self, indent: int | None = 1) -> str:
-        # NaN and infinities are not JSON: a figure that is not a number is written as unknown (null).
-        return json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        # NaN and infinities are not JSON: a figure that is not a number is written as unknown (null). No credential
+        # of a URL (an index URL, a requirement, a command line) is kept: the store, exports and --json get this text.
+        return redact(json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False))
 
     @classmethod
     def from_dict(cls, document: Any, *, source: str = "document") -> RunRecord:
@@ -612,7 +613,7 @@ def _check_free(value: Any, where: str, source: str) -> None:
 
 def loads(text: str, *, source: str = "document") -> RunRecord:
     try:
-        document = json.loads(text, parse_constant=_NotANumber)
+        document = json.loads(redact(text), parse_constant=_NotANumber)  # a record from before redaction too
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
