@@ -269,3 +269,41 @@ def test_credentials_are_redacted_in_the_store_exports_reports_and_terminal(tmp_
     exported = (tmp_path / "plain.json").read_text()
     for shown in SECRETS.values():
         assert shown in exported, shown
+
+
+# --- --env hashes are keyed per store ------------------------------------------------------------------------
+
+
+def test_env_hashes_are_keyed_per_store_and_history_names_runs_hashed_elsewhere(tmp_path: Path, run_cli: Any) -> None:
+    import hashlib
+
+    weak = "1234"  # a value an unkeyed hash would give away to whoever tries candidates
+
+    def with_env(started_at: str) -> Any:
+        def change(document: dict[str, Any]) -> None:
+            document["settings"]["env"] = {"HF_TOKEN": weak}
+            document["started_at"] = started_at
+        return change
+
+    first = _record(tmp_path, "first.json", with_env("2026-11-30T07:00:00.000Z"))
+    second = _record(tmp_path, "second.json", with_env("2026-11-30T08:00:00.000Z"))
+    one, other = tmp_path / "one.db", tmp_path / "other.db"
+    assert run_cli("import", first, second, "--db", one).returncode == 0
+    assert run_cli("import", first, "--db", other).returncode == 0
+    assert run_cli("export", "1", "-o", "from_one.json", "--db", one).returncode == 0
+
+    def env_of(db: Path, run: str) -> str:
+        done = run_cli("show", run, "--json", "--db", db)
+        return str(json.loads(done.stdout)["settings"]["env"]["HF_TOKEN"])
+
+    in_one = env_of(one, "1")
+    assert in_one == env_of(one, "2")  # equal values compare equal within a store
+    assert in_one.startswith("hidden-hmac-") and in_one != env_of(other, "1")  # another store, another key
+    exported = (tmp_path / "from_one.json").read_text()
+    assert weak not in exported.replace(in_one, "")
+    assert hashlib.sha256(weak.encode()).hexdigest()[:12] not in exported  # no unkeyed hash to try candidates on
+
+    assert run_cli("import", tmp_path / "from_one.json", "--db", other).returncode == 0
+    done = run_cli("history", "tests/files/diag_unrolled_loop.ipynb", "--db", other, env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert "run(s) 2 hid their --env values with another store's key" in done.stdout, done.stdout

@@ -63,7 +63,8 @@ class ProfileOptions:
         if self.keep_traces is not None:
             check_folder_option("--keep-traces", Path(self.keep_traces))
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, env_key: bytes | None = None) -> dict[str, Any]:
+        """The record's settings; ``--env`` values hidden under ``env_key`` (the store's; None: this process's)."""
         return {
             "pathway": "kernel",
             "kernel": self.kernel,
@@ -71,7 +72,7 @@ class ProfileOptions:
             "on_error": self.on_error,
             "jax_platform": self.jax_platform,
             "jax_cache": self.jax_cache,
-            "env": env_for_record(self.env, store_values=self.env_store_values),
+            "env": env_for_record(self.env, store_values=self.env_store_values, key=env_key),
             **({"env_values_stored": True} if self.env_store_values else {}),
             "repeat": self.repeat,
             "timeline": self.timeline,
@@ -320,7 +321,7 @@ def profile_until_stopped(
         kind="profile",
         target=target_name(notebook.path),
         fingerprint=fingerprint,
-        settings=options.settings(),
+        settings=options.settings(store.env_key() if store is not None else None),
     )
     owned_live = live_path is None
     if live_path is None:
