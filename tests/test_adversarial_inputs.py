@@ -157,6 +157,19 @@ def _catches(pid: int, signum: int) -> bool:
     return bool(int(mask, 16) >> (signum - 1) & 1)
 
 
+def test_a_run_dated_in_the_future_that_got_into_a_store_earlier_is_never_latest(store: Path, tmp_path: Path,
+                                                                                 run_cli: Any) -> None:
+    future = json.loads(_record(tmp_path, "f.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")).read_text())
+    with sqlite3.connect(store) as connection:  # as an older nbscope's import left it
+        connection.execute("INSERT INTO runs (started_at, kind, target, status, machine, digest, headline) "
+                           "SELECT ?, kind, target, status, machine, digest, headline FROM runs", (future["started_at"],))
+        connection.execute("INSERT INTO documents (run_id, document) VALUES (2, ?)", (json.dumps(future),))
+    done = run_cli("show", "latest", "--json", "--db", store)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["started_at"] == json.loads(RECORD.read_text())["started_at"]
+    assert done.stderr.count("\n") == 1 and "run 2" in done.stderr and "in the future" in done.stderr
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc")
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_during_import_exits_128_plus_it_with_one_line(signum: int, code: int, tmp_path: Path) -> None:

@@ -337,6 +337,7 @@ def validate(document: Any, *, source: str = "document") -> None:
     for name in ("started_at", "ended_at"):
         if document.get(name) is not None:
             timestamp(document[name], f"{source}: field {name!r}")
+    _check_not_future(document["started_at"], source)  # also a run stored before this check: not `latest` forever
     for name in ("ended_at", "status", "label"):
         if document.get(name) is not None and not isinstance(document[name], str):
             raise NbscopeError(f"{source}: field {name!r} is {_a(_json_type(document[name]))}, not a string")
@@ -371,9 +372,13 @@ def timestamp(value: Any, where: str) -> float:
 def check_not_future(record: RunRecord, source: str) -> None:
     """Refuse, in one line, a run dated later than this machine's clock allows (:data:`CLOCK_SKEW_S`): it
     would be every command's ``latest`` until then."""
-    when = timestamp(record.started_at, f"{source}: field 'started_at'")
+    _check_not_future(record.started_at, source)
+
+
+def _check_not_future(started_at: Any, source: str) -> None:
+    when = timestamp(started_at, f"{source}: field 'started_at'")
     if when > time.time() + CLOCK_SKEW_S:
-        raise NbscopeError(f"{source}: field 'started_at' is {record.started_at}, in the future of this machine's "
+        raise NbscopeError(f"{source}: field 'started_at' is {started_at}, in the future of this machine's "
                            f"clock ({utc_now()}); refused")
 
 
@@ -631,9 +636,7 @@ def load(path: str | Path) -> RunRecord:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise NbscopeError(f"{path} is not a text file, so not a run record") from None
-    record = loads(text, source=str(path))
-    check_not_future(record, str(path))
-    return record
+    return loads(text, source=str(path))
 
 
 def dump(record: RunRecord, path: str | Path) -> Path:
