@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope.collect._cells import merge_described
 from nbscope.collect.runner import Execution
 from nbscope.record.cells import combine_repeats, derive, totals
 from nbscope.record.run import RunRecord
-from nbscope.record.secrets import redact
 from nbscope.record.store import default_path, files_folder, store_subfolder
 
 LIVE_FORMAT = "nbscope-live"

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope._version import __version__
-from nbscope.record.secrets import command_for_record, redact
+from nbscope.record.secrets import command_for_record
 
 if TYPE_CHECKING:
     from nbscope.record.machine import Machine, Settings

@@ -4,7 +4,7 @@ A record imported from elsewhere, a notebook's path, a label, a cell's source or
 escape sequences that a terminal obeys: clear the screen (CSI), write the clipboard (OSC 52), show a link
 that goes elsewhere (OSC 8), set the title, or C0/C1 controls that move the cursor over what was printed.
 :func:`for_terminal` removes them (newline and tab kept) and redacts credentials of URLs
-(:func:`nbscope.record.secrets.redact`). It is applied in one place per path to the terminal:
+(:func:`nbscope._redact.redact`). It is applied in one place per path to the terminal:
 
 - rich output, in :class:`nbscope.render.terminal.SafeConsole` (the content of each segment; rich's own styles
   and cursor controls, for the progress display, are kept);
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, TextIO
 
-from nbscope.record.secrets import redact
+from nbscope._redact import redact
 
 _SEQUENCES = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI (cursor, erase, colours ...), also cut short
