@@ -148,11 +148,7 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
         if not stat.S_ISREG(info.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
             raise NbscopeError(f"{option} {path} is {kind}, not a regular file; nbscope replaces only regular files")
-    read = _read_by_this_process(path)
-    if read is not None:
-        name, what = read
-        shown = "" if name == os.path.realpath(path) else f" (the same file as {name})"
-        raise NbscopeError(f"{option} {path}{shown} is {what}; nbscope never writes over it: give another file name")
+    refuse_input(path, option=option)
     parent = path.parent
     if not parent.exists() and not parent.is_symlink():
         raise NbscopeError(f"{option} {path}: the folder {parent} does not exist (make it first)")
@@ -161,6 +157,16 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise NbscopeError(f"{option} {path}: the folder {parent} is not writable")
     return path
+
+
+def refuse_input(path: str | Path, *, option: str = "-o") -> None:
+    """Refuse, in one line, a file this command reads (:func:`note_input`: the run store, an input) as the
+    target of ``option``; also for an option that appends (``--summary``) rather than replaces."""
+    read = _read_by_this_process(Path(path))
+    if read is not None:
+        name, what = read
+        shown = "" if name == os.path.realpath(path) else f" (the same file as {name})"
+        raise NbscopeError(f"{option} {path}{shown} is {what}; nbscope never writes over it: give another file name")
 
 
 def _mode_for(path: Path) -> int:
