@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, St
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord
-from nbscope.record.secrets import env_for_record
+from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.record.store import files_folder, make_folder
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
@@ -317,11 +318,13 @@ def profile_until_stopped(
     notebook = preflight(path, options, store, fingerprint)
     store_path = getattr(store, "path", None)
     repeats = _Repeats(path, notebook, options, _checked_cache_root(options, store_path), fingerprint)
+    env_key = store.env_key() if store is not None else None  # the store's: equal --env values hash equal there
     record = RunRecord(
         kind="profile",
         target=target_name(notebook.path),
         fingerprint=fingerprint,
-        settings=options.settings(store.env_key() if store is not None else None),
+        settings=options.settings(env_key),
+        command=command_for_record(sys.argv, env_key),
     )
     owned_live = live_path is None
     if live_path is None:
