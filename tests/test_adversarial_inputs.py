@@ -322,3 +322,35 @@ def test_env_hashes_are_keyed_per_store_and_history_names_runs_hashed_elsewhere(
     done = run_cli("history", "tests/files/diag_unrolled_loop.ipynb", "--db", other, env={"COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     assert "run(s) 2 hid their --env values with another store's key" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        ("a\x1b[2Jb", "ab"), ("a\x1b[1;31mred\x1b[0mb", "aredb"), ("a\x1b]52;c;SGk=\x07b", "ab"),
+        ("a\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\b", "alinkb"), ("a\x1bPq#0;2;0;0;0\x1b\\b", "ab"),  # DCS (sixel)
+        ("a\x1b_APC payload\x1b\\b", "ab"), ("a\x9d0;title\x9cb", "ab"), ("a\x9b2Jb", "ab"), ("a\x1bcb", "ab"),
+        ("a\rb\x08c\x00d", "abcd"), ("a\u202eb", "ab"), ("line 1\n\tline 2", "line 1\n\tline 2"),
+        ("cut short \x1b]0;no end", "cut short "),
+    ],
+)
+def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(raw: str, shown: str) -> None:
+    from nbscope.render._clean import for_terminal
+
+    assert for_terminal(raw) == shown
+
+
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        ("--index-url https://__token__:pypi-AgEI@upload.pypi.org/legacy/", "--index-url https://REDACTED@upload.pypi.org/legacy/"),
+        ("git+ssh://git@github.com/o/r.git", "git+ssh://REDACTED@github.com/o/r.git"),
+        ("https://s3/x?X-Amz-Signature=abc&X-Amz-Date=1", "https://s3/x?X-Amz-Signature=REDACTED&X-Amz-Date=1"),
+        ("https://h/api?api_key=abc#frag", "https://h/api?api_key=REDACTED#frag"),
+        ("mail me at a@b.org, see https://h/p?page=2", "mail me at a@b.org, see https://h/p?page=2"),
+    ],
+)
+def test_redact_hides_url_credentials_and_leaves_other_text(raw: str, shown: str) -> None:
+    from nbscope._redact import redact
+
+    assert redact(raw) == shown
