@@ -48,6 +48,7 @@ def stderr_console() -> SafeConsole:
     """A console for progress and status lines on standard error."""
     return SafeConsole(stderr=True, highlight=False)
 
+
 # Run kind -> "module:function" that prints its measurements; loaded only when needed.
 RECORD_VIEWS: dict[str, str] = {
     "profile": "nbscope.render.ledger:print_every_cell",
