@@ -679,8 +679,8 @@ def test_an_env_secret_is_never_printed_stored_or_exported(secret_profile: dict,
             assert SECRET.encode() not in path.read_bytes(), path  # the store, its WAL, its live folder
     record = Store(db).get(1)
     hidden = record.settings["env"]["HF_TOKEN"]
-    assert hidden.startswith("hidden-sha256:") and record.settings["env"]["JAX_PLATFORMS"] == "cpu"
-    assert any(arg.startswith("HF_TOKEN=hidden-sha256:") for arg in record.command)
+    assert hidden.startswith("hidden-hmac-") and record.settings["env"]["JAX_PLATFORMS"] == "cpu"
+    assert any(arg.startswith("HF_TOKEN=hidden-hmac-") for arg in record.command)
     outputs = [nbscope("show", "1", "--db", db, cwd=tmp_path), nbscope("show", "1", "--json", "--db", db, cwd=tmp_path),
                nbscope("export", "1", "-o", "-", "--db", db, cwd=tmp_path),
                nbscope("export", "1", "-o", "-", "--portable", "--db", db, cwd=tmp_path),
@@ -699,7 +699,7 @@ def test_compare_says_a_hidden_value_differs_without_showing_it(secret_profile: 
         done = nbscope("compare", "1", "2", "--db", db, *extra, cwd=tmp_path)
         assert done.returncode in (0, 1), done.stderr
         text = done.stdout + done.stderr
-        assert "HF_TOKEN" in text and "hidden-sha256:" in text
+        assert "HF_TOKEN" in text and "hidden-hmac-" in text
         assert SECRET not in text and other not in text
     kept = nbscope("profile", TINY, "--db", db, "--env", "MY_SETTING=visible", "--env-store-values", "--json", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
@@ -731,7 +731,7 @@ def test_every_spelling_of_env_on_a_command_line_is_hidden() -> None:
             "--env", "JAX_PLATFORMS=cpu", "--env", f"JAX_AUTH_TOKEN={SECRET}"]
     kept = command_for_record(argv)
     assert SECRET not in " ".join(kept) and "JAX_PLATFORMS=cpu" in kept
-    assert kept[4].startswith("HF_TOKEN=hidden-sha256:") and kept[5].startswith("--env=OPENAI_API_KEY=hidden-sha256:")
+    assert kept[4].startswith("HF_TOKEN=hidden-hmac-") and kept[5].startswith("--env=OPENAI_API_KEY=hidden-hmac-")
     assert command_for_record([*argv, "--env-store-values"]) == [*argv, "--env-store-values"]
     assert env_for_record({"A": "x"}) == env_for_record({"A": "x"}) != env_for_record({"A": "y"})  # compare can tell
 

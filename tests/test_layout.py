@@ -64,8 +64,9 @@ def test_the_top_level_shows_the_stages() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert set(STAGES) <= folders
     loose = {p.name for p in PACKAGE.glob("*.py")}
-    # Infrastructure every stage may use: errors, units, signal handling, process clean-up.
-    assert loose <= {"__init__.py", "__main__.py", "_errors.py", "_version.py", "_units.py", "_signals.py", "_processes.py", "_files.py"}
+    # Infrastructure every stage may use: errors, units, signal handling, process clean-up, files, redaction.
+    assert loose <= {"__init__.py", "__main__.py", "_errors.py", "_version.py", "_units.py", "_signals.py", "_processes.py",
+                     "_files.py", "_redact.py"}
 
 
 @pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])

@@ -593,8 +593,9 @@ def test_a_version_4_store_loses_the_env_values_an_older_nbscope_kept(tmp_path: 
     store = Store(path)
     assert [r["id"] for r in store.list()] == [3, 2, 1] and store_version(path) == str(STORE_VERSION)
     old = store.get(2)
-    assert old.settings["env"] == {"HF_TOKEN": hidden(OLD_TOKEN), "JAX_ENABLE_X64": "0"}
-    assert f"HF_TOKEN={hidden(OLD_TOKEN)}" in old.command and "--env=JAX_ENABLE_X64=0" in old.command
+    key = store.env_key()  # made by the migration to version 6, used by the one to 5 before it
+    assert old.settings["env"] == {"HF_TOKEN": hidden(OLD_TOKEN, key), "JAX_ENABLE_X64": "0"}
+    assert f"HF_TOKEN={hidden(OLD_TOKEN, key)}" in old.command and "--env=JAX_ENABLE_X64=0" in old.command
     assert store.get(1).to_dict() == before[1]  # a run without such values is as it was
     assert store.get(3).settings["env"] == {"MY_SECRET": "kept-on-purpose"}  # recorded with --env-store-values
     with closing_db(path) as db:
@@ -613,6 +614,7 @@ def test_a_run_added_with_an_env_value_that_may_be_a_secret_keeps_only_its_hash(
     record.command = ["nbscope", "profile", "x.ipynb", "--env", "GITHUB_TOKEN=ghp_notreal"]
     Store(tmp_db).add(record)
     stored = Store(tmp_db).get(record.run_id or 0)
-    assert stored.settings["env"] == {"GITHUB_TOKEN": hidden("ghp_notreal"), "OMP_NUM_THREADS": "2"}
+    key = Store(tmp_db).env_key()
+    assert stored.settings["env"] == {"GITHUB_TOKEN": hidden("ghp_notreal", key), "OMP_NUM_THREADS": "2"}
     assert "ghp_notreal" not in json.dumps(stored.to_dict())
-    assert hidden(hidden("ghp_notreal")) == hidden("ghp_notreal")  # hiding twice changes nothing
+    assert hidden(hidden("ghp_notreal", key)) == hidden("ghp_notreal", key)  # hiding twice changes nothing

@@ -11,6 +11,14 @@
   (a ``FILE.tmp`` of their own) is ever overwritten or renamed away.
 - The target's folder must exist and be writable: a missing, unwritable or not-a-folder parent is one
   line, exit 2, and nothing is made (a mistyped path never grows a tree of folders).
+- A target is never a file this process reads: the run store (and its ``-wal``/``-shm`` files), a record
+  being imported or merged, a notebook being audited. Every reader notes its file with :func:`note_input`;
+  the target is compared with each by resolved path and by device and inode, so a hard link, a symbolic
+  link in the folder path or another spelling (``./x/../nbscope.db``) is caught too.
+
+Reading the user's files (:func:`read_bounded`): only a regular file (a FIFO or a device would block or
+never end), at most :data:`READ_LIMIT` bytes, checked with ``os.stat`` before opening and again on the
+open descriptor (opened non-blocking, so a FIFO put there meanwhile cannot hang the command).
 """
 
 from __future__ import annotations
@@ -24,6 +32,92 @@ from pathlib import Path
 from nbscope._errors import NbscopeError
 
 STDOUT_NAMES = ("-", "/dev/stdout")
+# The largest file nbscope reads as a record (an exported run is a few MiB even with every program).
+READ_LIMIT = 64 * 2**20
+
+# Files this process reads (resolved path, device, inode): never a target of -o (see the module).
+_inputs: list[tuple[str, int, int, str]] = []
+
+
+def note_input(path: str | Path, what: str = "an input") -> None:
+    """Remember that this process reads ``path`` (a store, a record, a notebook): :func:`check_target`
+    then refuses to write over it. A path that does not exist yet is remembered by name."""
+    path = Path(path)
+    if is_stdout(path):
+        return
+    resolved = os.path.realpath(path)
+    try:
+        info = os.stat(path)
+        identity = (resolved, info.st_dev, info.st_ino, what)
+    except OSError:
+        identity = (resolved, -1, -1, what)
+    if identity not in _inputs:
+        _inputs.append(identity)
+
+
+def forget_inputs() -> None:
+    """Start a new command: no file is noted as read (the command line calls this once per command)."""
+    _inputs.clear()
+
+
+def _read_by_this_process(path: Path) -> tuple[str, str] | None:
+    """The noted input ``path`` is (by name or by device and inode), and what it is, if any."""
+    resolved = os.path.realpath(path)
+    try:
+        info = os.stat(path)
+        key: tuple[int, int] | None = (info.st_dev, info.st_ino)
+    except OSError:
+        key = None
+    for name, device, inode, what in _inputs:
+        if name == resolved or (key is not None and key == (device, inode)):
+            return name, what
+    return None
+
+
+def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path``, refused in one line when it is not a regular file (a FIFO,
+    a device, a folder), is larger than ``limit``, or cannot be read. ``path`` is noted as read."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise NbscopeError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise NbscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    _refuse_irregular(path, info.st_mode, what)
+    if info.st_size > limit:
+        raise NbscopeError(f"{path} is {info.st_size / 2**20:.0f} MiB; a {what} is read only up to "
+                           f"{limit // 2**20} MiB")
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise NbscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        _refuse_irregular(path, os.fstat(handle).st_mode, what)  # swapped for a FIFO since the check
+        note_input(path, f"a {what} it reads")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(handle, min(2**20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise NbscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(handle)
+    if size > limit:  # it grew since the check
+        raise NbscopeError(f"{path} is larger than {limit // 2**20} MiB; a {what} is read only up to that")
+    return b"".join(chunks)
+
+
+def _refuse_irregular(path: Path, mode: int, what: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
+    raise NbscopeError(f"{path}: cannot read: it is {kind}, not a regular file (a {what} is read only from one)")
 
 
 def is_stdout(path: str | Path) -> bool:
@@ -54,6 +148,7 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
         if not stat.S_ISREG(info.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
             raise NbscopeError(f"{option} {path} is {kind}, not a regular file; nbscope replaces only regular files")
+    refuse_input(path, option=option)
     parent = path.parent
     if not parent.exists() and not parent.is_symlink():
         raise NbscopeError(f"{option} {path}: the folder {parent} does not exist (make it first)")
@@ -62,6 +157,16 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise NbscopeError(f"{option} {path}: the folder {parent} is not writable")
     return path
+
+
+def refuse_input(path: str | Path, *, option: str = "-o") -> None:
+    """Refuse, in one line, a file this command reads (:func:`note_input`: the run store, an input) as the
+    target of ``option``; also for an option that appends (``--summary``) rather than replaces."""
+    read = _read_by_this_process(Path(path))
+    if read is not None:
+        name, what = read
+        shown = "" if name == os.path.realpath(path) else f" (the same file as {name})"
+        raise NbscopeError(f"{option} {path}{shown} is {what}; nbscope never writes over it: give another file name")
 
 
 def _mode_for(path: Path) -> int:

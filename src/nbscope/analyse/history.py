@@ -137,6 +137,8 @@ class History:
     metric: str
     cell: str | None
     series: list[Series]
+    # What a reader must know to read the series (runs whose --env hashes another store's key made).
+    notes: tuple[str, ...] = ()
 
     @property
     def unit(self) -> str:
@@ -148,7 +150,23 @@ class History:
             "metric": self.metric,
             "cell": self.cell,
             "series": [s.to_dict() for s in self.series],
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
+
+
+def foreign_env_note(store: Any, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """A note when runs hid their ``--env`` values under another store's key (imported runs): equal values
+    then hash differently, so such a run starts a series of its own (``record.secrets``)."""
+    from nbscope.record.secrets import hidden_key_ids, key_id
+
+    own = key_id(store.env_key())
+    foreign = sorted({row["id"] for row in rows
+                      if hidden_key_ids((row.get("settings") or {}).get("env") or {}) - {own}})
+    if not foreign:
+        return None
+    shown = ", ".join(map(str, foreign[:8])) + (" ..." if len(foreign) > 8 else "")
+    return (f"run(s) {shown} hid their --env values with another store's key (imported): equal values hash "
+            "differently there, so they are in a series of their own")
 
 
 # --- change points ---------------------------------------------------------------------------------------
@@ -437,7 +455,8 @@ def history(
         raise NbscopeError(f"the runs of {target!r} have no {what}figure {metric!r}")
     series.sort(key=lambda s: s.points[-1].started_at, reverse=True)
     labelled = [replace(entry, label=label) for entry, label in zip(series, series_labels(series), strict=True)]
-    return History(target=target, metric=metric, cell=cell, series=labelled)
+    note = foreign_env_note(store, [row for group in groups.values() for row in group])
+    return History(target=target, metric=metric, cell=cell, series=labelled, notes=(note,) if note else ())
 
 
 def env_hashes(record: RunRecord) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, St
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord
-from nbscope.record.secrets import env_for_record
+from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.record.store import files_folder, make_folder
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
@@ -63,7 +64,8 @@ class ProfileOptions:
         if self.keep_traces is not None:
             check_folder_option("--keep-traces", Path(self.keep_traces))
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, env_key: bytes | None = None) -> dict[str, Any]:
+        """The record's settings; ``--env`` values hidden under ``env_key`` (the store's; None: this process's)."""
         return {
             "pathway": "kernel",
             "kernel": self.kernel,
@@ -71,7 +73,7 @@ class ProfileOptions:
             "on_error": self.on_error,
             "jax_platform": self.jax_platform,
             "jax_cache": self.jax_cache,
-            "env": env_for_record(self.env, store_values=self.env_store_values),
+            "env": env_for_record(self.env, store_values=self.env_store_values, key=env_key),
             **({"env_values_stored": True} if self.env_store_values else {}),
             "repeat": self.repeat,
             "timeline": self.timeline,
@@ -316,11 +318,13 @@ def profile_until_stopped(
     notebook = preflight(path, options, store, fingerprint)
     store_path = getattr(store, "path", None)
     repeats = _Repeats(path, notebook, options, _checked_cache_root(options, store_path), fingerprint)
+    env_key = store.env_key() if store is not None else None  # the store's: equal --env values hash equal there
     record = RunRecord(
         kind="profile",
         target=target_name(notebook.path),
         fingerprint=fingerprint,
-        settings=options.settings(),
+        settings=options.settings(env_key),
+        command=command_for_record(sys.argv, env_key),
     )
     owned_live = live_path is None
     if live_path is None:

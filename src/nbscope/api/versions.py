@@ -41,8 +41,8 @@ class VariantProfileOptions(profile_job.ProfileOptions):
 
     variant: dict[str, Any] = field(default_factory=dict)
 
-    def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "variant": self.variant}
+    def settings(self, env_key: bytes | None = None) -> dict[str, Any]:
+        return {**super().settings(env_key), "variant": self.variant}
 
 
 @dataclass

@@ -130,6 +130,28 @@ def main(argv: list[str] | None = None) -> None:
         print(f"nbscope {__version__}")
         raise SystemExit(0)
     command = build_command(_command_named(args))
+    from nbscope._files import forget_inputs
+    from nbscope.render._clean import clean_streams
+
+    forget_inputs()
+    before = clean_streams()  # no escape sequence from a record or a notebook reaches the terminal
+    try:
+        _run(command, args)
+    finally:
+        _restore_streams(before)
+
+
+def _restore_streams(before: tuple[object, object]) -> None:
+    """The streams before :func:`nbscope.render._clean.clean_streams`, where a command left its cleaned ones."""
+    from nbscope.render._clean import CleanStream
+
+    if isinstance(sys.stdout, CleanStream):
+        sys.stdout = before[0]  # type: ignore[assignment]
+    if isinstance(sys.stderr, CleanStream):
+        sys.stderr = before[1]  # type: ignore[assignment]
+
+
+def _run(command: click.Command, args: list[str]) -> None:
     with _signals.handled():
         try:
             command(args=args, prog_name="nbscope", standalone_mode=True)

@@ -29,13 +29,12 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress li
 
 def _progress(quiet: bool) -> Any:
     """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
-    from rich.console import Console
     from rich.markup import escape
 
     from nbscope.analyse.audit import AuditEntry
-    from nbscope.render.terminal import format_seconds
+    from nbscope.render.terminal import format_seconds, stderr_console
 
-    err = Console(stderr=True, highlight=False)
+    err = stderr_console()
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if quiet:
@@ -92,6 +91,13 @@ def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdo
         console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {written}' if written else '') if x)}[/dim]")
 
 
+def _check_outputs(output: Path | None, html_path: Path | None) -> None:
+    """-o and --html refused early in one line: a link, a device, the store (:func:`output_file`)."""
+    for path, option in ((output, "-o"), (html_path, "--html")):
+        if path is not None:
+            output_file(path, option=option)
+
+
 @app.command()
 def audit(
     targets: Annotated[
@@ -137,6 +143,7 @@ def audit(
     )
     options.validate()
     store = open_store(db)
+    _check_outputs(output, html_path)  # before the audit runs: -o naming the store costs nothing
     record = run_audit(targets, options, store=store, on_event=_progress(quiet))
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path,
           diagnosis=not no_diagnose)
@@ -156,6 +163,7 @@ def merge(
     from nbscope.api.audit import merge as run_merge
 
     store = open_store(db)
+    _check_outputs(output, html_path)
     record = run_merge(files, store=store)
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
     missing = Audit.parse(record.measurements).missing

@@ -59,11 +59,10 @@ def bench(
 
     Groups whose library is missing are skipped with the reason; the exit status is 1 when a group failed.
     """
-    from rich.console import Console
-
     from nbscope.api.bench import run_bench
+    from nbscope.render.terminal import stderr_console
 
-    status_console = Console(stderr=True, highlight=False)
+    status_console = stderr_console()
 
     def progress(event: str, payload: dict[str, Any]) -> None:
         if event == "start":

@@ -48,10 +48,9 @@ def loops(
     label: LabelOption = None,
 ) -> None:
     """Sweep a loop's trip count, fit time = a + b·n, report µs per iteration and extrapolate (fresh process)."""
-    from rich.console import Console
-
     from nbscope.api.loops import run_loops
     from nbscope.collect.loops import LoopOptions
+    from nbscope.render.terminal import stderr_console
 
     options = LoopOptions(
         target=target, quick=quick, trip_counts=_trip_counts(trips), at=at,
@@ -60,7 +59,7 @@ def loops(
     )
     options.validate()
     store = open_store(db)  # refuse a bad --db before measuring
-    status = Console(stderr=True, highlight=False)
+    status = stderr_console()
 
     def progress(event: dict[str, Any]) -> None:
         if as_json:

@@ -29,8 +29,8 @@ def report(
     from nbscope.analyse.report import report_data
     from nbscope.render.html import write_report
 
-    output_file(output)
     store = open_store(db, read_only=True)
+    output_file(output)  # after the store is open: -o naming it is refused before the report is built
     records = [resolve(reference, store) for reference in runs]
     history_store = None if no_history or not store.path.exists() else store
     data = report_data(records, store=history_store, history_metric=metric)

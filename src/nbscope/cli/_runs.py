@@ -157,8 +157,9 @@ def export(
     drops what only this machine knows (paths) for a record that is shared."""
     from nbscope.record import run as record_module
 
-    output_file(output)
-    record = resolve(run, open_store(db, read_only=True))
+    store = open_store(db, read_only=True)
+    output_file(output)  # after the store is open: -o naming it is refused before anything is written
+    record = resolve(run, store)
     if portable:
         from nbscope.record.portable import portable as portable_document
 

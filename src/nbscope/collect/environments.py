@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope.collect import fingerprint as fp
 
 ENV_FORMAT = 1
@@ -333,8 +334,8 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
-        partial.write_text(json.dumps({**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                                      indent=1), encoding="utf-8")
+        partial.write_text(redact(json.dumps({**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                             indent=1)), encoding="utf-8")
         os.replace(partial, marker)
         (path / BUILDING_MARKER).unlink()
     except BaseException:
@@ -348,7 +349,7 @@ def _run(command: list[str], path: Path, what: str, lock: int) -> None:
     log_path = path / BUILD_LOG
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(command) + "\n").encode())
+        log.write(("$ " + redact(" ".join(command)) + "\n").encode())  # a --with URL's token stays out of the log
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                    start_new_session=True, pass_fds=(lock,))

@@ -298,7 +298,9 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{path}: no such file")
     if path.is_dir():
         raise NbscopeError(f"{path} is a directory, not a notebook")
-    data = path.read_bytes()
+    from nbscope._files import read_bounded
+
+    data = read_bounded(path, limit=512 * 2**20, what="notebook")  # a FIFO or a device never hangs it; noted: no -o replaces it
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

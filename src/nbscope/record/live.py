@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope.collect._cells import merge_described
 from nbscope.collect.runner import Execution
 from nbscope.record.cells import combine_repeats, derive, totals
@@ -82,7 +83,7 @@ class LiveWriter:
         if self.path is None:
             return
         with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line, default=str) + "\n")
+            handle.write(redact(json.dumps(line, default=str)) + "\n")  # no credential of a URL is kept
 
     def header(
         self, record: RunRecord, notebook: dict[str, Any], code_cells: list[dict[str, Any]], store_path: Path | None,
@@ -198,13 +199,10 @@ class LiveRun:
 
 def read_live(path: str | Path) -> LiveRun:
     """Parse a live file; the last header in it starts the run (a reused path may hold earlier ones)."""
+    from nbscope._files import read_bounded
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise NbscopeError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise NbscopeError(f"{path}: cannot read ({exc.strerror})") from None
+    text = read_bounded(path, what="live file").decode("utf-8", errors="replace")
     run: LiveRun | None = None
     for line in text.splitlines():
         try:

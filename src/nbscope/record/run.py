@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
 
@@ -57,6 +58,10 @@ REQUIRED_FIELDS = {
 # A label names runs for later reference (``--label main-cpu``; ``nbscope show main-cpu``): letters, digits
 # and ``. _ - + /``, not only digits (those are run ids) and not ``latest``; no ``:``, which separates a label
 # from a notebook in a run reference (``main-cpu:lecture.md``).
+# How deep a record's JSON may nest (a real one is under 15 levels): deeper is refused, not a RecursionError.
+MAX_DEPTH = 100
+# How far ahead of this machine's clock a run may be dated (clocks of CI runners drift by seconds, not days).
+CLOCK_SKEW_S = 24 * 3600
 LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,99}")
 LABEL_ENV = "NBSCOPE_LABEL"
 
@@ -165,8 +170,9 @@ class RunRecord:
         return document
 
     def to_json(self, indent: int | None = 1) -> str:
-        # NaN and infinities are not JSON: a figure that is not a number is written as unknown (null).
-        return json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False)
+        # NaN and infinities are not JSON: a figure that is not a number is written as unknown (null). No credential
+        # of a URL (an index URL, a requirement, a command line) is kept: the store, exports and --json get this text.
+        return redact(json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False))
 
     @classmethod
     def from_dict(cls, document: Any, *, source: str = "document") -> RunRecord:
@@ -325,9 +331,14 @@ def validate(document: Any, *, source: str = "document") -> None:
             f"{source} has schema version {version}; this nbscope ({__version__}) reads up to "
             f"{SCHEMA_VERSION}: upgrade nbscope"
         )
+    _check_depth(document, source)
     for name, kind in REQUIRED_FIELDS.items():
         if not isinstance(document.get(name), kind):
             raise NbscopeError(f"{source}: field {name!r} is missing or not a {kind.__name__}")
+    for name in ("started_at", "ended_at"):
+        if document.get(name) is not None:
+            timestamp(document[name], f"{source}: field {name!r}")
+    _check_not_future(document["started_at"], source)  # also a run stored before this check: not `latest` forever
     for name in ("ended_at", "status", "label"):
         if document.get(name) is not None and not isinstance(document[name], str):
             raise NbscopeError(f"{source}: field {name!r} is {_a(_json_type(document[name]))}, not a string")
@@ -342,6 +353,74 @@ def validate(document: Any, *, source: str = "document") -> None:
     _check_finite(document, "", source)
     spec = MEASUREMENTS[document["kind"]]
     _check(document["measurements"], spec, "measurements", source)
+    _check_loop_parents(document["measurements"], source)
+
+
+def timestamp(value: Any, where: str) -> float:
+    """Seconds since the epoch of an ISO 8601 time (``2026-11-30T07:44:06.362Z``); refused in one line when it is
+    not one."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise NbscopeError(f"{where} is {str(value)[:40]!r}, not an ISO 8601 time")
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def check_not_future(record: RunRecord, source: str) -> None:
+    """Refuse, in one line, a run dated later than this machine's clock allows (:data:`CLOCK_SKEW_S`): it
+    would be every command's ``latest`` until then."""
+    _check_not_future(record.started_at, source)
+
+
+def _check_not_future(started_at: Any, source: str) -> None:
+    when = timestamp(started_at, f"{source}: field 'started_at'")
+    if when > time.time() + CLOCK_SKEW_S:
+        raise NbscopeError(f"{source}: field 'started_at' is {started_at}, in the future of this machine's "
+                           f"clock ({utc_now()}); refused")
+
+
+def _check_depth(document: Any, source: str) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DEPTH` (checked without recursion)."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise NbscopeError(f"{source} is nested deeper than {MAX_DEPTH} levels; not a run record")
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values() if isinstance(item, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value if isinstance(item, (dict, list)))
+
+
+def _check_loop_parents(measurements: Mapping[str, Any], source: str) -> None:
+    """Each loop's parent names a loop of the same program, and no chain of parents comes back to where it
+    started (readers walk the chain up: a cycle would never end)."""
+    table = measurements.get("programs")
+    programs = table.get("programs") if isinstance(table, dict) else None
+    if not isinstance(programs, dict):
+        return
+    for key, program in programs.items():
+        loops = program.get("loops") if isinstance(program, dict) else None
+        if not isinstance(loops, list):
+            continue
+        parents = {str(loop.get("id") or ""): loop.get("parent") for loop in loops if isinstance(loop, dict)}
+        where = f"measurements.programs.programs[{str(key)[:60]!r}].loops"
+        for loop_id, parent in parents.items():
+            if parent is not None and str(parent) not in parents:
+                raise NbscopeError(f"{source}: {where}: loop {loop_id[:60]!r} has parent {str(parent)[:60]!r}, "
+                                   "which is no loop of its program")
+            chain = [loop_id]
+            while parent is not None:
+                parent = str(parent)
+                if parent in chain:
+                    shown = " -> ".join(c[:40] for c in [*chain, parent])
+                    raise NbscopeError(f"{source}: {where}: the loops' parents form a cycle ({shown})")
+                chain.append(parent)
+                parent = parents.get(parent)
 
 
 class _NotANumber(float):
@@ -540,21 +619,20 @@ def _check_free(value: Any, where: str, source: str) -> None:
 
 def loads(text: str, *, source: str = "document") -> RunRecord:
     try:
-        document = json.loads(text, parse_constant=_NotANumber)
+        document = json.loads(redact(text), parse_constant=_NotANumber)  # a record from before redaction too
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise NbscopeError(f"{source} is nested deeper than {MAX_DEPTH} levels; not a run record") from None
     return RunRecord.from_dict(document, source=source)
 
 
 def load(path: str | Path) -> RunRecord:
     """Read and validate a run record from a JSON file."""
+    from nbscope._files import read_bounded
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise NbscopeError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise NbscopeError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_bounded(path, what="run record")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -28,7 +28,7 @@ from nbscope._errors import NbscopeError
 from nbscope._version import __version__
 from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord, series_settings
-from nbscope.record.secrets import hide_stored_values
+from nbscope.record.secrets import hide_stored_values, new_key
 
 STORE_FOLDER = ".nbscope"
 DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
@@ -39,8 +39,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # references). 4: runs holds only summary columns (backend, measurement settings and totals added),
 # indexed for listings, references, history and the gate; each run's document is in documents. 5: no run
 # keeps an ``--env`` value that may be a secret (runs stored before they were hashed are written again).
-# Older stores are migrated on first use; a newer one is refused, untouched.
-STORE_VERSION = 5
+# 6: meta.env_key, the store's random key for hiding ``--env`` values (HMAC, ``record.secrets``); the
+# unkeyed hashes of earlier runs stay as they are. Older stores are migrated on first use; a newer one is
+# refused, untouched.
+STORE_VERSION = 6
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -167,19 +169,33 @@ def _migrate_to_5(db: sqlite3.Connection) -> None:
     document is written again without them, with its content hash and settings column."""
     # The pages a document leaves are zeroed, not just freed: the values must not stay in the file.
     db.execute("PRAGMA secure_delete = ON")
+    key = _env_key(db)  # the key version 6 keeps: the values hidden here compare with later runs' ones
     for run_id, text in db.execute("SELECT run_id, document FROM documents").fetchall():  # one document at a time
         try:
             record = record_module.loads(text, source=f"run {run_id}")
         except Exception:  # an unreadable row is reported when read; it must not stop the others
             continue
-        if hide_stored_values(record.settings, record.command):
+        if hide_stored_values(record.settings, record.command, key):
             row = _row(record)
             db.execute("UPDATE documents SET document = ? WHERE run_id = ?", (row[-1], run_id))
             db.execute("UPDATE runs SET settings = ?, content_hash = ? WHERE id = ?",
                        (row[_ROW_COLUMNS.index("settings")], row[_CONTENT_HASH], run_id))
 
 
-MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4, 4: _migrate_to_5}  # from version N to N + 1
+def _env_key(db: sqlite3.Connection, made: bytes | None = None) -> bytes:
+    """The store's key for hidden ``--env`` values; made now (``made``, else a random one) when it has none."""
+    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('env_key', ?)", ((made or new_key()).hex(),))
+    (value,) = db.execute("SELECT value FROM meta WHERE key = 'env_key'").fetchone()
+    return bytes.fromhex(value)
+
+
+def _migrate_to_6(db: sqlite3.Connection) -> None:
+    """The store gets its key for hidden ``--env`` values (the runs it holds keep their hashes)."""
+    _env_key(db)
+
+
+MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4, 4: _migrate_to_5,
+              5: _migrate_to_6}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -342,6 +358,12 @@ class Store:
         self.skipped: dict[int, str] = {}
         # A read-only store of an older version, migrated in memory: reading never writes to the file.
         self._migrated_copy: sqlite3.Connection | None = None
+        # The key a store not made yet gets when it is made (a run hides its --env values before it is stored).
+        self._new_env_key = new_key()
+        from nbscope._files import note_input
+
+        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            note_input(name, "the run store")  # no -o of this command replaces it
         self._check_file()
 
     def _check_file(self) -> None:
@@ -392,6 +414,7 @@ class Store:
             if version is None:
                 for statement in _SCHEMA_V1:
                     db.execute(statement)
+                _env_key(db, self._new_env_key)  # created with the store: the key runs were hidden with
                 version = 1
             while version < STORE_VERSION:
                 MIGRATIONS[version](db)
@@ -403,6 +426,15 @@ class Store:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def env_key(self) -> bytes:
+        """The key that hides ``--env`` values of runs for this store (:mod:`nbscope.record.secrets`): the
+        store's own; for a store not made yet, the one it will be made with. Reading it never makes the store."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return self._new_env_key
+        with self._connect() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'env_key'").fetchone()
+        return bytes.fromhex(row[0]) if row else self._new_env_key
 
     def check_writable(self) -> None:
         """Refuse (one line) an existing store a run could not be saved in: not SQLite, corrupt, of a newer
@@ -500,8 +532,10 @@ class Store:
     def add_many(self, records: Iterable[RunRecord]) -> list[tuple[int, bool]]:
         """``add`` for many runs in one transaction (an import of many runs): (id, added) for each."""
         records = list(records)
+        key = self.env_key()
         for record in records:  # a run recorded (or exported) before ``--env`` values were hashed
-            hide_stored_values(record.settings, record.command)
+            record_module.check_not_future(record, f"run {record.target}")
+            hide_stored_values(record.settings, record.command, key)
         rows = [(record, _row(record)) for record in records]
         found: list[tuple[int, bool]] = []
         with self._connect() as db:

@@ -233,6 +233,8 @@ def print_history(result: History, *, show_points: int = 12) -> None:
     what = f"cell {result.cell} · " if result.cell else ""
     console.print(f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{metric_name(result.metric)}",
                   highlight=False)
+    for note in result.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]", highlight=False)
     if len(result.series) > 1:
         console.print(f"[dim]{len(result.series)} series: runs are compared only within one, each labelled by what "
                       "sets it apart[/dim]", highlight=False)

@@ -6,8 +6,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from rich.console import Console
-
 from nbscope._units import count
 from nbscope.analyse.pathways import BenchFigure, PathwayEntry, PathwayRow, PathwaysRun
 from nbscope.record.run import RunRecord
@@ -20,6 +18,7 @@ from nbscope.render.terminal import (
     format_seconds,
     literal,
     print_record_header,
+    stderr_console,
     terminal_table,
 )
 
@@ -176,7 +175,7 @@ def pathways_markdown(record: RunRecord) -> str:
 
 def pathways_progress() -> Any:
     """Progress lines on stderr, so --json and --markdown output stays clean on stdout."""
-    status = Console(stderr=True, highlight=False)
+    status = stderr_console()
 
     def progress(event: str, payload: dict[str, Any]) -> None:
         run = f" (repeat {payload['repeat'] + 1})" if payload.get("repeat") else ""

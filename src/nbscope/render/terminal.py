@@ -4,23 +4,50 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
+from nbscope.render._clean import for_terminal
 from nbscope.render._rows import Column, Item, Rows
+
+
+class SafeConsole(Console):
+    """A rich console whose output carries no control or escape sequence from what it prints (a record's or a
+    notebook's text; :mod:`nbscope.render._clean`): each segment's text is cleaned, rich's own styles and cursor
+    controls (the progress display's) are kept. Every console of nbscope is one.
+
+    Strings are cleaned before rich lays them out (a table measures and wraps what is printed, and a sequence cut
+    by a wrap would no longer be recognised); the segments once more as they are written (Text built elsewhere)."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(for_terminal(text), **options)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(for_terminal(segment.text), segment.style, segment.control)
+            for segment in buffer
+        )
+
 
 # One width on a terminal and piped: the terminal's (or $COLUMNS), else rich's 80 columns. Every table fits it
 # (fitted_table), so piped output reads as it does on an 80-column terminal.
-console = Console(highlight=False)
+console = SafeConsole(highlight=False)
+
+
+def stderr_console() -> SafeConsole:
+    """A console for progress and status lines on standard error."""
+    return SafeConsole(stderr=True, highlight=False)
+
 
 # Run kind -> "module:function" that prints its measurements; loaded only when needed.
 RECORD_VIEWS: dict[str, str] = {
@@ -39,12 +66,12 @@ def literal(value: Any) -> str:
     Everything a record holds (sources, error messages, function names, paths, reasons) goes through
     this: ``y = x[i]`` would otherwise print as ``y = x`` in italics, and ``[/x]`` raise a MarkupError.
     """
-    return escape(str(value))
+    return escape(for_terminal(str(value)))
 
 
 def source_text(text: str) -> Text:
     """A source line for a table cell: as written, on one line, cut with "…" where the column is narrow."""
-    return Text(text, no_wrap=True, overflow="ellipsis")
+    return Text(for_terminal(text), no_wrap=True, overflow="ellipsis")
 
 
 def cell_columns(number: str = "cell") -> tuple[Column, Column, Column]:

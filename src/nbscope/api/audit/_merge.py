@@ -50,7 +50,9 @@ def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
     record = record_module.load(path)  # validates the envelope with a one-line error
     if record.kind != "audit":
         raise NbscopeError(f"{path} is a {record.kind} run, not an audit")
-    document = json.loads(path.read_text(encoding="utf-8"))
+    from nbscope._files import read_bounded
+
+    document = json.loads(read_bounded(path, what="run record"))
     runs = document.get("runs") or {}
     if not isinstance(runs, dict):
         raise NbscopeError(f"{path}: 'runs' must be an object of run records")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -47,7 +48,7 @@ from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.record.cells import target_name
 from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
-from nbscope.record.secrets import env_for_record
+from nbscope.record.secrets import command_for_record, env_for_record
 
 if TYPE_CHECKING:
     from nbscope.analyse.pathways import PathwayRow
@@ -122,6 +123,8 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
     """
     from nbscope import _signals
 
+    if store is not None:  # --env values hidden under the store's key, so that they compare within it
+        options.setdefault("env_key", store.env_key())
     record, interrupted = pathways_until_stopped(path, via, repeat, **options)
     _signals.store_then_stop(record, store, interrupted)
     return record
@@ -140,8 +143,10 @@ def pathways_until_stopped(
     progress: ProgressCallback | None = None,
     env_hook: EnvHook | None = None,
     target: str | None = None,
+    env_key: bytes | None = None,
 ) -> tuple[RunRecord, bool]:
-    """:func:`run_pathways` without storing: ``(record, interrupted)``."""
+    """:func:`run_pathways` without storing: ``(record, interrupted)``; ``--env`` values hidden under ``env_key``
+    (the store's; None: this process's)."""
     from nbscope.collect import fingerprint as fp
     from nbscope.collect import notebook as notebook_module
 
@@ -162,9 +167,10 @@ def pathways_until_stopped(
             "repeat": repeat,
             "timeout": timeout,
             "kernel": kernel,
-            "env": env_for_record(env or {}),  # values that may be secrets are kept as hashes
+            "env": env_for_record(env or {}, key=env_key),  # values that may be secrets are kept as hashes
             "jax_platform": jax_platform,
         },
+        command=command_for_record(sys.argv, env_key),
     )
     results: dict[str, list[PathwayResult]] = {name: [] for name in names}
     started = time.perf_counter()
