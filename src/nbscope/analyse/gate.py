@@ -78,8 +78,9 @@ class GateOptions:
             raise NbscopeError(f"--alpha must be between 0 and 1, not {self.alpha}")
         if self.min_samples < 2:
             raise NbscopeError("--min-samples must be at least 2")
-        if self.min_cell_s < 0 or self.abs_floor_s < 0 or self.mad_k < 0:
-            raise NbscopeError("noise floors must not be negative")
+        for option, value in (("--min-cell", self.min_cell_s), ("--floor", self.abs_floor_s), ("--mad-k", self.mad_k)):
+            if not (math.isfinite(value) and value >= 0):  # NaN would silently judge every cell as unchanged
+                raise NbscopeError(f"{option} must be a finite number of 0 or more, not {value}")
 
 
 def parse_slowdown(text: str) -> float:

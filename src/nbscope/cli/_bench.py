@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, open_store
 
 
@@ -90,16 +90,17 @@ def bench(
         from nbscope import _signals
 
         _signals.note_saved(f"partial run {record.run_id}")
-    if as_json:
-        print(record.to_json())
-    elif markdown:
-        from nbscope.render.bench import bench_markdown
+    with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+        if as_json:
+            print(record.to_json())
+        elif markdown:
+            from nbscope.render.bench import bench_markdown
 
-        print(bench_markdown(record), end="")
-    else:
-        from nbscope.render.bench import print_bench
+            print(bench_markdown(record), end="")
+        else:
+            from nbscope.render.bench import print_bench
 
-        print_bench(record)
+            print_bench(record)
     if record.measurements.get("totals", {}).get("interrupted"):
         raise KeyboardInterrupt
     if record.measurements.get("totals", {}).get("groups_failed"):

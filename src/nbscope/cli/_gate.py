@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from nbscope._errors import NbscopeError
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, all_option, open_store, run_help
 
 
@@ -69,14 +69,24 @@ def gate(
                          history=history)
     text = gate_markdown(result, everything=everything)
     if summary is not None:
-        if summary.is_dir():
-            raise NbscopeError(f"--summary {summary} is a directory")
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=1, default=str))
-    elif markdown:
-        print(text)
-    else:
-        print_gate(result, everything=everything)
+        _append_summary(summary, text + "\n")
+    with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=1, default=str))
+        elif markdown:
+            print(text)
+        else:
+            print_gate(result, everything=everything)
     raise typer.Exit(result.exit_code)
+
+
+def _append_summary(summary: Path, text: str) -> None:
+    """Append to ``--summary``: a file that cannot take it (a directory, a missing folder, no permission, /proc)
+    is a one-line error, exit 2, before any verdict is printed."""
+    if summary.is_dir():
+        raise NbscopeError(f"--summary {summary} is a directory")
+    try:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None

@@ -56,8 +56,9 @@ class AuditOptions:
             raise NbscopeError("--workers must be at least 1")
         if self.jobs_per_gpu < 1:
             raise NbscopeError("--jobs-per-gpu must be at least 1")
-        if self.timeout is not None and self.timeout <= 0:
-            raise NbscopeError("--timeout must be a positive number of seconds")
+        from nbscope.api.profile import check_timeout
+
+        check_timeout(self.timeout)
         if self.shard is not None:
             parse_shard(self.shard)
 
