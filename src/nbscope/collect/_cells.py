@@ -71,3 +71,12 @@ def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, *
     if record["wall_s"] is None and record["roundtrip_s"] is not None:
         record["wall_s"] = record["roundtrip_s"]
     return record  # compile_s, run_s, overhead_s: derived by the cell model (nbscope.record.cells)
+
+
+def interrupted_described(description: dict[str, Any], elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
+    """The record of a cell a stop signal cut short, from its description (``CodeCell.describe()``): status
+    ``interrupted``, how long it had run (``wall_s``, None when unknown) and the signal (``interrupted_by``)."""
+    seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""
+    record = merge_described(description, None, status="interrupted", wall_s=elapsed_s, interrupted_by=signal_name)
+    record["error"] = {"name": "Interrupted", "message": f"nbscope was stopped by {signal_name}{seconds} into this cell"}
+    return record
