@@ -447,3 +447,25 @@ def test_a_device_entry_is_checked_before_the_users_file_is_touched(tmp_path: Pa
     with pytest.raises(NbscopeError, match="missing"):
         check_device_text("[devices.new]\nname = 'y'\n", broken)  # a new device without its figures
     assert broken.read_text() == "[devices.mine\nname = 'x'\n"
+
+
+@pytest.mark.slow
+def test_a_notebook_that_clears_the_cell_callbacks_is_warned_about_and_measured_after(tmp_path: Path,
+                                                                                       run_cli: Any) -> None:
+    """The cell that removes IPython's cell callbacks has no probe figures (a warning names it); the probe
+    registers them again, so the cells after it are measured."""
+    notebook = tmp_path / "cleared.ipynb"
+    nbformat.write(new_notebook(cells=[
+        new_code_cell("x = 1"),
+        new_code_cell("get_ipython().events.callbacks['pre_run_cell'].clear()\n"
+                      "get_ipython().events.callbacks['post_run_cell'].clear()"),
+        new_code_cell("y = x + 1"),
+        new_code_cell("z = y"),
+    ], metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}), notebook)
+    done = run_cli("profile", notebook, "--db", tmp_path / "s.db", "--json", "--no-diagnose")
+    assert done.returncode == 0, done.stderr
+    assert "nbscope: warning: cell 2: the notebook removed nbscope's cell callbacks" in done.stderr
+    [record] = Store(tmp_path / "s.db").records(kind="profile")
+    cells = record.measurements["cells"]
+    assert cells[1].get("started_unix") is None  # no probe line for the cell that removed the callbacks
+    assert all(cells[i].get("started_unix") is not None and cells[i]["code_s"] is not None for i in (0, 2, 3))
