@@ -447,6 +447,9 @@ def _whole(comparisons: Sequence[Comparison], total: Comparison, options: GateOp
         key="whole", label="whole notebook (paired cells + " + " + ".join(p for p in parts if p) + ")"
         if new or removed else "whole notebook (paired cells; the unpaired ones did not run)",
         base_s=total.base_s + removed_s, cand_s=total.cand_s + new_s,
+        # The figure the paired total judged (wall, or wall less the wait for a CPU) plus the unpaired walls.
+        judged=total.judged,
+        base_judged_s=(total.base_judged_s or 0.0) + removed_s, cand_judged_s=(total.cand_judged_s or 0.0) + new_s,
         history_mad_s=total.history_mad_s, history_range_s=total.history_range_s, history_runs=total.history_runs,
         # Each unpaired cell changes from 0 s: its floor is that of a change from nothing.
         model_floor_s=(total.model_floor_s or 0.0) + noise_model.model_floor(0.0) * len(new + removed),
