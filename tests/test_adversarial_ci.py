@@ -206,6 +206,7 @@ def test_the_actions_step_summary_shows_a_usage_errors_message_not_its_box(tmp_p
     (["profile", str(FILES / "gate_tiny.ipynb"), "--timeout", "nan"], ["--timeout", "nan"]),
     (["profile", str(FILES / "gate_tiny.ipynb"), "--repeat", "-1"], ["--repeat"]),
     (["audit", str(FILES / "gate_tiny.ipynb"), "--timeout", "nan"], ["--timeout"]),
+    (["bench", "--repeat", "-1"], ["--repeat"]),  # ignored without --pathway, yet refused
 ])
 def test_bad_numbers_and_platforms_are_refused_before_anything_runs(tmp_path: Path, run_cli: Any, args: list[str],
                                                                     words: list[str]) -> None:

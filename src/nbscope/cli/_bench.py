@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nbscope._errors import NbscopeError
 from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, open_store
 
@@ -71,6 +72,8 @@ def bench(
         elif payload.get("status") != "ok":
             status_console.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload.get('reason')}[/dim]")
 
+    if repeat < 1:  # refused even where it is unused (without --pathway): a bad option is never ignored
+        raise NbscopeError("--repeat must be at least 1")
     store = open_store(db)  # refuse a bad --db before spending minutes measuring
     if pathway:
         from nbscope.api.pathways import parse_via, run_bench_pathways
