@@ -471,3 +471,28 @@ def test_a_notebook_that_clears_the_cell_callbacks_is_warned_about_and_measured_
     cells = record.measurements["cells"]
     assert cells[1].get("started_unix") is None  # no probe line for the cell that removed the callbacks
     assert all(cells[i].get("started_unix") is not None and cells[i]["code_s"] is not None for i in (0, 2, 3))
+
+
+def test_forecast_append_to_never_leaves_the_users_device_file_broken(tmp_path: Path, run_cli: Any) -> None:
+    """``--append-to``: the new entry and the file as it would be are checked before anything is written; a file
+    that is not TOML, or already has that device, stays byte for byte as it was."""
+    db = tmp_path / "s.db"
+    loops = RunRecord(kind="loops", target="builtin:logistic-map", fingerprint={"digest": "abc123def456"},
+                      measurements={"sweeps": [{"placement": "default", "platform": "gpu", "device_kind": "NVIDIA L40S",
+                                                "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4}}]})
+    run_id = Store(db).save(loops)
+    calibrate = ["forecast", "--calibrate-from", str(run_id), "--name", "mine", "--base", "l4", "--db", str(db),
+                 "--append-to"]
+    for text in ("[devices.other\nname = 'x'\n", "[devices.mine]\nlaunch_us = 2.5\n"):
+        devices = tmp_path / "devices.toml"
+        devices.write_text(text)
+        done = run_cli(*calibrate, devices)
+        assert_one_line_error(done, "nothing appended")
+        assert devices.read_text() == text
+    kept = "# my GPUs\n[devices.t4]\nlaunch_us = 2.5\n"
+    devices.write_text(kept)
+    done = run_cli(*calibrate, devices)
+    assert done.returncode == 0, done.stderr
+    assert devices.read_text().startswith(kept) and "[devices.mine]" in devices.read_text()
+    listed = run_cli("forecast", "--list", "--devices", devices)
+    assert listed.returncode == 0 and "mine" in listed.stdout
