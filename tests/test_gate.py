@@ -169,13 +169,15 @@ def test_failed_cell_fails_the_gate_unless_ignored() -> None:
     assert again.cells[1].verdict == "unchanged" and "error in both" in again.cells[1].note and again.passed
 
 
-def test_faster_and_new_cells_do_not_fail() -> None:
+def test_faster_and_small_new_cells_do_not_fail() -> None:
     base = make_record([make_cell(0, 2.0, source="a")])
-    cand = make_record([make_cell(0, 0.5, source="a"), make_cell(1, 5.0, source="z")],
+    cand = make_record([make_cell(0, 0.5, source="a"), make_cell(1, 0.5, source="z")],
                        started="2026-01-02T00:00:00.000Z")
     result = gate(base, cand)
     assert [c.verdict for c in result.cells] == ["faster", "new"]
     assert result.passed and result.total.verdict == "faster"
+    # The new cell is counted in the whole notebook's total, which is faster too (2 s → 1 s).
+    assert result.whole is not None and result.whole.verdict == "faster"
 
 
 def test_totals_only_for_jupyter_cache_runs() -> None:

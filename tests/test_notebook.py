@@ -169,7 +169,11 @@ def test_a_broken_looking_myst_file_reads_with_a_warning(name: str, line: int, m
 
 def test_well_formed_notebooks_get_no_warning() -> None:
     for path in [MYST, *sorted(FILES.glob("*.md")), *sorted(FILES.glob("*.ipynb"))]:
-        assert notebook.read(path).warnings == [], path
+        read = notebook.read(path)
+        if not read.code_cells:  # nothing to run: that one warning (tests/test_adversarial_ci.py)
+            assert len(read.warnings) == 1 and "no code cells" in read.warnings[0], path
+        else:
+            assert read.warnings == [], path
 
 
 def test_source_number_on_the_command_line_is_one_line_exit_2(run_cli: object, tmp_path: Path) -> None:

@@ -21,6 +21,11 @@ position and flagged). For each pair, and for the notebook total, the gate decid
   finite number (a record from elsewhere can neither pass by having no figures nor by impossible ones);
   ``new`` / ``removed`` for unpaired cells.
 
+The total (:attr:`GateResult.total`) covers the paired cells only. Where cells are unpaired, a second total,
+:attr:`GateResult.whole`, adds each new cell's time to the candidate and each removed cell's to the baseline
+and is judged as the total is: a new 2 s cell in a notebook of 0.2 s fails a 10 % gate, although every
+paired cell is unchanged.
+
 The gate fails (exit code 1 on the command line) on any ``regression`` or ``failed`` verdict.
 
 Which stored runs are the baseline and the noise history is the job of :mod:`nbscope.api.gate`.
@@ -46,6 +51,7 @@ OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
 CELL_KINDS = ("profile", "trace")
 FAILING_VERDICTS = ("regression", "failed")
+UNPAIRED_VERDICTS = ("new", "removed")
 # Run-to-run noise per (cell key or "total", judged figure): (MAD, range, runs) over the history runs.
 HistoryNoise = Mapping[tuple[str, str], tuple[float, float, int]]
 
@@ -72,8 +78,9 @@ class GateOptions:
             raise NbscopeError(f"--alpha must be between 0 and 1, not {self.alpha}")
         if self.min_samples < 2:
             raise NbscopeError("--min-samples must be at least 2")
-        if self.min_cell_s < 0 or self.abs_floor_s < 0 or self.mad_k < 0:
-            raise NbscopeError("noise floors must not be negative")
+        for option, value in (("--min-cell", self.min_cell_s), ("--floor", self.abs_floor_s), ("--mad-k", self.mad_k)):
+            if not (math.isfinite(value) and value >= 0):  # NaN would silently judge every cell as unchanged
+                raise NbscopeError(f"{option} must be a finite number of 0 or more, not {value}")
 
 
 def parse_slowdown(text: str) -> float:
@@ -174,10 +181,22 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     history_runs: int = 0  # earlier comparable runs given as history
     noise_note: str = ""  # one sentence: what the verdicts' noise floors rest on
+    # The paired cells and the unpaired ones together, where some cells are new or removed (else None).
+    whole: Comparison | None = None
+
+    @property
+    def totals(self) -> list[Comparison]:
+        """The total of the paired cells, then the whole notebook's where cells are unpaired."""
+        return [self.total] if self.whole is None else [self.total, self.whole]
+
+    @property
+    def unpaired(self) -> list[Comparison]:
+        """The new and removed cells."""
+        return [c for c in self.cells if c.verdict in UNPAIRED_VERDICTS]
 
     @property
     def failures(self) -> list[Comparison]:
-        return [c for c in [*self.cells, self.total] if c.failing]
+        return [c for c in [*self.cells, *self.totals] if c.failing]
 
     @property
     def passed(self) -> bool:
@@ -216,6 +235,7 @@ class GateResult:
             "history_runs": self.history_runs,
             "noise_note": self.noise_note,
             "total": self.total.to_dict(),
+            "whole_notebook": self.whole.to_dict() if self.whole is not None else None,
             "cells": [c.to_dict() for c in self.cells],
             "warnings": list(self.warnings),
         }
@@ -326,9 +346,20 @@ def _compare_cells(
         source_changed=changed,
     )
     if base is None or cand is None:
+        wall = _number(cell.wall_s)
+        # The smaller side is 0 s: the floor of a change from nothing (as a paired cell's, from its smaller side).
+        floor = max(options.min_cell_s, options.abs_floor_s, noise_model.model_floor(0.0))
+        where = "not in the baseline" if base is None else "not in the candidate"
+        if wall is None:
+            note = f"{where}; no wall time"
+        elif cell.status not in OK_STATUSES:
+            note = f"{where}; {cell.status}"
+        else:
+            note = f"{where}: {units.seconds(wall)}, " + (
+                "counted in the whole notebook's total" if wall >= floor else "under the noise floor")
         return replace(comparison, verdict="new" if base is None else "removed",
                        base_s=_number(base.wall_s) if base else None,
-                       cand_s=_number(cand.wall_s) if cand else None)
+                       cand_s=_number(cand.wall_s) if cand else None, floor_s=floor, note=note)
     pair = noise_model.pair_noise(base, cand)
     known = noise.get((key, pair.judged)) if key is not None and not changed else None
     history_mad, history_range, history_runs = known if known is not None else (None, None, 0)
@@ -398,6 +429,32 @@ def _total(pairs: Sequence[Comparison], base: RunRecord, cand: RunRecord, option
         base_samples=base_samples, cand_samples=cand_samples,
     )
     return judge(total, options)
+
+
+def _whole(comparisons: Sequence[Comparison], total: Comparison, options: GateOptions) -> Comparison | None:
+    """The paired cells' total plus each new cell's time (candidate) and each removed cell's (baseline), judged
+    as the total is; None when every cell is paired. An unpaired cell that did not run counts 0 s."""
+    unpaired = [c for c in comparisons if c.verdict in UNPAIRED_VERDICTS]
+    if not unpaired or total.base_s is None or total.cand_s is None:
+        return None
+    new = [c for c in unpaired if c.verdict == "new" and c.cand_status in OK_STATUSES]
+    removed = [c for c in unpaired if c.verdict == "removed" and c.base_status in OK_STATUSES]
+    new_s = sum(c.cand_s or 0.0 for c in new)
+    removed_s = sum(c.base_s or 0.0 for c in removed)
+    parts = [f"{units.count(len(new), 'new cell')} {units.seconds(new_s)}" if new else "",
+             f"{units.count(len(removed), 'removed cell')} {units.seconds(removed_s)}" if removed else ""]
+    whole = Comparison(
+        key="whole", label="whole notebook (paired cells + " + " + ".join(p for p in parts if p) + ")"
+        if new or removed else "whole notebook (paired cells; the unpaired ones did not run)",
+        base_s=total.base_s + removed_s, cand_s=total.cand_s + new_s,
+        # The figure the paired total judged (wall, or wall less the wait for a CPU) plus the unpaired walls.
+        judged=total.judged,
+        base_judged_s=(total.base_judged_s or 0.0) + removed_s, cand_judged_s=(total.cand_judged_s or 0.0) + new_s,
+        history_mad_s=total.history_mad_s, history_range_s=total.history_range_s, history_runs=total.history_runs,
+        # Each unpaired cell changes from 0 s: its floor is that of a change from nothing.
+        model_floor_s=(total.model_floor_s or 0.0) + noise_model.model_floor(0.0) * len(new + removed),
+    )
+    return judge(whole, options)
 
 
 def _load(cpu: Cpu) -> float | None:
@@ -555,6 +612,7 @@ def gate(
             key = keys[id(pair.b)] if pair.b is not None else None
             comparisons.append(_compare_cells(pair.a, pair.b, pair.source_changed, options, noise, key))
     total = _total(comparisons, baseline, candidate, options, noise)
+    whole = _whole(comparisons, total, options)
     base_summary, cand_summary = run_summary(baseline), run_summary(candidate)
     repeats = (base_summary.repeats, cand_summary.repeats)
     return GateResult(
@@ -566,4 +624,5 @@ def gate(
         warnings=warnings,
         history_runs=len(history),
         noise_note=noise_note([*comparisons, total] if comparisons else [total], len(history), repeats, options),
+        whole=whole,
     )

@@ -163,5 +163,8 @@ def gate_stored(
     result = replace(result, warnings=[*notes, *result.warnings])
     if cand.run_id is not None:
         # Remembered so that a run that failed is never the next automatic baseline.
-        store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
+        try:
+            store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
+        except NbscopeError as exc:  # a read-only store still gets its verdict; it is only not remembered
+            result = replace(result, warnings=[*result.warnings, f"the verdict is not remembered: {exc}"])
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -50,8 +51,7 @@ class ProfileOptions:
             raise NbscopeError(f"--on-error must be 'continue' or 'stop', not {self.on_error!r}")
         if self.repeat < 1:
             raise NbscopeError("--repeat must be at least 1")
-        if self.timeout is not None and self.timeout <= 0:
-            raise NbscopeError("--timeout must be a positive number of seconds")
+        check_timeout(self.timeout)
         if self.jax_cache not in JAX_CACHE_MODES:
             folder = Path(self.jax_cache).expanduser()
             looks_like_path = os.sep in self.jax_cache or self.jax_cache.startswith((".", "~"))
@@ -130,6 +130,13 @@ def check_store(store: Any) -> None:
     folder = live_folder(path)
     check_folder_option("live folder", folder)
 
+
+
+def check_timeout(timeout: float | None, option: str = "--timeout") -> None:
+    """A per-cell limit is a positive, finite number of seconds (NaN would reach the kernel client as a
+    traceback; infinity is no limit: leave the option out)."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise NbscopeError(f"{option} must be a positive number of seconds, not {timeout}")
 
 def preflight(
     path: str | Path, options: ProfileOptions, store: Any = None, fingerprint: dict[str, Any] | None = None

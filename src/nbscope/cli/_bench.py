@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
-from nbscope.cli import app
+from nbscope._errors import NbscopeError
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, open_store
 
 
@@ -70,6 +71,8 @@ def bench(
         elif payload.get("status") != "ok":
             status_console.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload.get('reason')}[/dim]")
 
+    if repeat < 1:  # refused even where it is unused (without --pathway): a bad option is never ignored
+        raise NbscopeError("--repeat must be at least 1")
     store = open_store(db)  # refuse a bad --db before spending minutes measuring
     if pathway:
         from nbscope.api.pathways import parse_via, run_bench_pathways
@@ -89,16 +92,17 @@ def bench(
         from nbscope import _signals
 
         _signals.note_saved(f"partial run {record.run_id}")
-    if as_json:
-        print(record.to_json())
-    elif markdown:
-        from nbscope.render.bench import bench_markdown
+    with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+        if as_json:
+            print(record.to_json())
+        elif markdown:
+            from nbscope.render.bench import bench_markdown
 
-        print(bench_markdown(record), end="")
-    else:
-        from nbscope.render.bench import print_bench
+            print(bench_markdown(record), end="")
+        else:
+            from nbscope.render.bench import print_bench
 
-        print_bench(record)
+            print_bench(record)
     if record.measurements.get("totals", {}).get("interrupted"):
         raise KeyboardInterrupt
     if record.measurements.get("totals", {}).get("groups_failed"):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from nbscope._errors import NbscopeError
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import (
     DbOption,
     DevicesOption,
@@ -81,20 +81,21 @@ def diagnose_command(
     findings = diagnose(record, other=other_record, rules=rule, gpus=gpu,
                         thresholds=_thresholds(threshold or []), devices_file=devices)
     recommendation = _forecast_recommendation(record, other_record, gpu, devices, getattr(findings, "forecast", None))
-    if as_json:
-        document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
-        if recommendation is not None:
-            document["recommendation"] = recommendation.to_dict()
-        print(json.dumps(document, indent=1, default=str))
-    elif markdown:
-        print(view.findings_markdown(findings, record), end="")
-        if recommendation is not None:
-            print("\n" + view.recommendation_markdown(recommendation), end="")
-    else:
-        print_record_header(record)
-        view.print_findings(findings, record, limit=limit, verbose=verbose)
-        if recommendation is not None:
-            view.print_recommendation(recommendation)
+    with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+        if as_json:
+            document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
+            if recommendation is not None:
+                document["recommendation"] = recommendation.to_dict()
+            print(json.dumps(document, indent=1, default=str))
+        elif markdown:
+            print(view.findings_markdown(findings, record), end="")
+            if recommendation is not None:
+                print("\n" + view.recommendation_markdown(recommendation), end="")
+        else:
+            print_record_header(record)
+            view.print_findings(findings, record, limit=limit, verbose=verbose)
+            if recommendation is not None:
+                view.print_recommendation(recommendation)
     if any(finding.severity in failing for finding in findings):
         raise typer.Exit(1)
 

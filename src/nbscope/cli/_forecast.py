@@ -143,12 +143,20 @@ def _calibrate(runs: list[str], name: str | None, base: str | None, output: Path
         print(text, end="")
     if output is not None:
         from nbscope._files import check_target, write_text
+        from nbscope.analyse.forecast.devices import check_device_text
 
         check_target(output, option="--append-to")
-        existing = output.read_text(encoding="utf-8") if output.is_file() else ""
-        write_text(output, existing + ("\n" if existing and not existing.endswith("\n\n") else "") + text,
-                   option="--append-to")
-        from nbscope.analyse.forecast.devices import load_table
-
-        load_table(output)  # refuse to leave a file the forecast cannot read
+        try:
+            existing = output.read_text(encoding="utf-8") if output.is_file() else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise NbscopeError(f"--append-to {output}: cannot read it ({exc}); nothing appended") from None
+        combined = existing + ("\n" if existing and not existing.endswith("\n\n") else "") + text
+        # Checked before anything is written: the new entry, then the file as it would be (a key it has already,
+        # or a file that was not valid before); the user's file is replaced whole (atomically) or not at all.
+        check_device_text(text, Path(f"the new entry {name!r}"))
+        try:
+            check_device_text(combined, output)
+        except NbscopeError as exc:
+            raise NbscopeError(f"{exc}; nothing appended to {output}") from None
+        write_text(output, combined, option="--append-to")
         print(f"# appended to {output}: use it with --devices {output} or NBSCOPE_DEVICES={output}")

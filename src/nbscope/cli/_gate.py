@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
 from nbscope._errors import NbscopeError
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, all_option, open_store, run_help
 
 
@@ -65,18 +65,48 @@ def gate(
         mad_k=mad_k, check_status=not ignore_status,
     )
     options.validate()
-    result = gate_stored(store, candidate=candidate, baseline=baseline, target=target, options=options,
-                         history=history)
-    text = gate_markdown(result, everything=everything)
-    if summary is not None:
-        if summary.is_dir():
-            raise NbscopeError(f"--summary {summary} is a directory")
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=1, default=str))
-    elif markdown:
-        print(text)
-    else:
-        print_gate(result, everything=everything)
+    # Opened before the gate runs: a target that cannot be appended to is refused before a verdict is stored.
+    handle = _open_summary(summary) if summary is not None else None
+    try:
+        result = gate_stored(store, candidate=candidate, baseline=baseline, target=target, options=options,
+                             history=history)
+        text = gate_markdown(result, everything=everything)
+        if handle is not None:
+            _append(handle, summary, text + "\n")
+    finally:
+        if handle is not None:
+            _close(handle, summary)
+    with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=1, default=str))
+        elif markdown:
+            print(text)
+        else:
+            print_gate(result, everything=everything)
     raise typer.Exit(result.exit_code)
+
+
+def _open_summary(summary: Path) -> TextIO:
+    """``--summary`` opened for appending; a target that cannot take it (a directory, a missing folder, no
+    permission, /proc) is a one-line error, exit 2."""
+    if summary.is_dir():
+        raise NbscopeError(f"--summary {summary} is a directory")
+    try:
+        return open(summary, "a", encoding="utf-8")
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
+
+
+def _append(handle: TextIO, summary: Path, text: str) -> None:
+    try:
+        handle.write(text)
+        handle.flush()  # now, so that a full disk (/dev/full) is this one-line error
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
+
+
+def _close(handle: TextIO, summary: Path) -> None:
+    try:
+        handle.close()
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None

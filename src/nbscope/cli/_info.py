@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import (
     JsonOption,
 )
@@ -35,10 +35,11 @@ def info(
 
     if diff is not None:
         rows = api.diff_fingerprints(diff[0], diff[1], include_volatile=volatile)
-        if as_json:
-            print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
-        else:
-            terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
+        with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+            if as_json:
+                print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
+            else:
+                terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
         raise typer.Exit(1 if rows else 0)
     fingerprint = api.collect_fingerprint(include_jax=jax)
     if as_json:

@@ -127,6 +127,8 @@ def profile(
             record = run_profile(path, options, store=store, on_cell_start=started, on_cell_done=done)
     except RunNotStored as exc:  # measured, not stored: the ledger first, then how to store it (exit 2)
         record, not_stored = exc.record, exc
+    for warning in probe_warnings(record):  # e.g. a notebook that removed nbscope's cell callbacks
+        typer.echo(f"nbscope: warning: {warning}", err=True)
     with output_may_close():  # the reader of the output may have had enough; the exit status still tells
         _print_profile(record, path, options, store, gpus=gpus, devices=devices, as_json=as_json, markdown=markdown,
                        limit=limit, all_cells=all_cells, no_diagnose=no_diagnose or not_stored is not None)
@@ -201,3 +203,20 @@ def _profile_backends(path: Path, options: Any, backends: str, *, store: Any, as
         view.print_backends(result, store_path=store.path, commands=commands, diagnosis=diagnosis)
     # A backend JAX could not start is reported above, not counted as the notebook failing.
     return [r["record"] for r in result.runs if r["record"] is not None and r["available"]]
+
+
+def probe_warnings(record: Any) -> list[str]:
+    """The probe's warnings about the run (``kernel.warnings``), each naming its cell as the ledger does."""
+    kernel = record.measurements.get("kernel")
+    warnings = kernel.get("warnings") if isinstance(kernel, dict) else None
+    if not isinstance(warnings, list):
+        return []
+    by_hash = {c.get("source_hash"): c for c in record.measurements.get("cells") or [] if isinstance(c, dict)}
+    found = []
+    for warning in warnings:
+        if not isinstance(warning, dict):
+            continue
+        cell = by_hash.get(warning.get("hash"))
+        where = f"cell {cell['index'] + 1}: " if cell is not None and isinstance(cell.get("index"), int) else ""
+        found.append(f"{where}{warning.get('message', '')}")
+    return found

@@ -111,13 +111,14 @@ def _mention_unfinished(store: Any) -> None:
 
 
 def _store_live(path: Path, record: Any, store: Any) -> None:
-    """``nbscope import LIVEFILE.jsonl``: store an unfinished run as a partial run (once); the file is removed
+    """``nbscope import LIVEFILE.jsonl``: store an unfinished run (once), ``ok`` when every cell was measured, else
+    ``partial``; the file is removed
     when it is one of this store's live files, and kept otherwise."""
     from nbscope.api import live
 
     done = live.store_recovered(path, record, store)
     totals = record.notebook_run().totals
-    what = (f"imported as run {record.run_id} (partial: {totals.cells_run} of {totals.cells} cells ran)"
+    what = (f"imported as run {record.run_id} ({record.status}: {totals.cells_run} of {totals.cells} cells ran)"
             if done.added else f"already in {store.path} as run {record.run_id}; not imported again")
     kept = ("the live file is removed" if done.removed
             else "the file is kept (it is not one of this store's live files)")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nbscope.cli import app
+from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_store
 
 WithOption = Annotated[
@@ -100,12 +100,13 @@ def versions(
                                   on_event=_events(as_json or markdown))
     from nbscope.render import versions as view
 
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=1, default=str))
-    elif markdown:
-        print(view.versions_markdown(result), end="")
-    else:
-        view.print_versions(result, store_path=store.path)
+    with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=1, default=str))
+        elif markdown:
+            print(view.versions_markdown(result), end="")
+        else:
+            view.print_versions(result, store_path=store.path)
     if not result.ran:
         raise typer.Exit(1)
 

@@ -93,3 +93,12 @@ def collection_times(probe_programs: dict[str, Any]) -> dict[str, Any]:
              "lowering_jax_s": number(probe_programs.get("gpu_lowering_jax_s"))}
     collection = {**parts, **{name: seconds for name, seconds in apart.items() if seconds is not None}}
     return {"collection_s": sum(parts.values()), "collection": collection}
+
+
+def interrupted_described(description: dict[str, Any], elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
+    """The record of a cell a stop signal cut short, from its description (``CodeCell.describe()``): status
+    ``interrupted``, how long it had run (``wall_s``, None when unknown) and the signal (``interrupted_by``)."""
+    seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""
+    record = merge_described(description, None, status="interrupted", wall_s=elapsed_s, interrupted_by=signal_name)
+    record["error"] = {"name": "Interrupted", "message": f"nbscope was stopped by {signal_name}{seconds} into this cell"}
+    return record

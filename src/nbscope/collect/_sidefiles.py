@@ -42,6 +42,12 @@ class ProbeReader:
                 self.cells[record["seq"]] = record
             elif kind == "start":
                 self.started[record["seq"]] = record
+            elif kind == "warning" and self.kernel is not None:
+                # Kept with the kernel's line, which the run record carries (``kernel.warnings``), naming the cell
+                # by the source hash of its start line.
+                start = self.started.get(record.get("seq"), {})
+                self.kernel.setdefault("warnings", []).append(
+                    {"hash": start.get("hash"), "message": str(record.get("message", ""))})
 
     def take(self, source_hash: str) -> dict[str, Any] | None:
         """The latest finished probe record for a cell with this hash, removed from the pool."""

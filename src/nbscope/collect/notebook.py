@@ -335,8 +335,20 @@ def read(path: str | Path) -> Notebook:
                 tags=tags,
             )
         )
+    if not code_cells:
+        notes.append(_no_code_warning(path, text if fmt == "myst" else None))
     return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells,
                     content_hash=hashlib.sha256(data).hexdigest()[:16], warnings=notes)
+
+
+def _no_code_warning(path: Path, myst_text: str | None) -> str:
+    """The one-line warning for a notebook with no code cell; in MyST, where a plain code fence may be the cause."""
+    text = f"{path}: no code cells: nothing is run or measured"
+    for number, line in enumerate((myst_text or "").split("\n"), start=1):
+        match = _FENCE.match(line)
+        if match and (match["info"] or "").strip().split()[:1] in (["python"], ["python3"], ["ipython"], ["ipython3"]):
+            return text + f" (line {number} is a plain {match['fence']}{match['info'].split()[0]} fence: MyST runs only {{code-cell}} fences)"
+    return text
 
 
 LineRange = tuple[int, int]

@@ -50,10 +50,30 @@ def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> st
     return None
 
 
+def _plugin_names() -> set[str]:
+    """Names of the installed JAX plugins (entry points ``jax_plugins``, e.g. ``xla_cuda12``, ``metal``), read from
+    package metadata: JAX itself is not imported."""
+    from importlib.metadata import entry_points
+
+    try:
+        return {entry.name.lower() for entry in entry_points(group="jax_plugins")}
+    except Exception:  # broken metadata of some package: no plugin known
+        return set()
+
+
 def check_platforms(text: str, fingerprint: dict[str, Any] | None = None, *, option: str = "--backends") -> None:
-    """Refuse (one line, before anything runs) a JAX platform this machine has no device for; names JAX
-    alone knows (a plugin's platform) are left to JAX."""
-    for name in (n.strip() for n in text.split(",") if n.strip()):
+    """Refuse (one line, before anything runs) a JAX platform this machine has no device for, or a name that is
+    neither a platform JAX ships nor one an installed JAX plugin may register (``--jax-platform bogus``)."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise NbscopeError(f"{option} {text!r}: a platform name is empty")
+    plugins = None
+    for name in names:
+        if name.lower() not in BACKENDS and name.lower() != "interpreter":
+            plugins = _plugin_names() if plugins is None else plugins
+            if not any(name.lower() in plugin for plugin in plugins):
+                known = ", ".join([*BACKENDS, *sorted(plugins)])
+                raise NbscopeError(f"{option} {name}: not a JAX platform nor an installed JAX plugin's ({known})")
         lacks = machine_lacks(name, fingerprint)
         if lacks:
             raise NbscopeError(f"{option} {name}: {lacks}; profile on a machine that has one, or leave {name} out")

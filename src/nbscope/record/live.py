@@ -30,7 +30,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
-from nbscope.collect._cells import merge_described
+from nbscope.collect._cells import interrupted_described, merge_described
 from nbscope.collect.runner import Execution
 from nbscope.record.cells import combine_repeats, derive, totals
 from nbscope.record.run import RunRecord
@@ -276,19 +276,48 @@ def fill_measurements(
     record.finish(status)
 
 
-def recover(path: str | Path) -> RunRecord:
-    """The partial run a live file holds, as a run record (status ``partial``)."""
+UNFINISHED_CELL_STATUSES = ("not-run", "interrupted", None)
+
+
+def complete(run: LiveRun) -> bool:
+    """Whether a live file holds every execution its settings asked for (``--repeat``), each with every code
+    cell finished: the process died after measuring everything, before storing it (a full disk, a kill)."""
+    repeat = run.header.get("settings", {}).get("repeat") if isinstance(run.header.get("settings"), dict) else None
+    wanted = repeat if isinstance(repeat, int) and repeat >= 1 else 1
+    described = [c for c in run.header.get("code_cells") or [] if isinstance(c, dict)]
+    return len(run.executions) >= wanted and all(
+        len(entry["cells"]) == len(described)
+        and all(c.get("status") not in UNFINISHED_CELL_STATUSES for c in entry["cells"])
+        for entry in run.executions
+    )
+
+
+def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRecord:
+    """The run a live file holds, as a run record: status ``ok`` when it is complete (:func:`complete`: every
+    cell of every repeat measured, so it may become a baseline), else ``partial``, its last execution
+    interrupted.
+
+    ``stopped``: (Unix time, signal name) of the stop signal, when the caller knows the writer was running
+    until then (an audit's worker, stopped with the audit). The cell after the last finished one was running
+    then: it is ``interrupted``, having run from the file's last write (its predecessor's end) to the signal.
+    Without it (a run killed outright, imported later) when it died is unknown: that cell is ``not-run``."""
     run = read_live(path)
     header = run.header
     described = [c for c in header.get("code_cells") or [] if isinstance(c, dict)]
+    finished = complete(run)
     executions = []
     for number, entry in enumerate(run.executions):
         cells = list(entry["cells"])
+        last = number == len(run.executions) - 1
+        started = entry["kernel"] is not None or bool(cells)  # the kernel was up: the next cell was running
+        if stopped is not None and last and not finished and started and len(cells) < len(described):
+            cells.append(interrupted_described(described[len(cells)], _ran_until(Path(path), stopped[0]), stopped[1]))
         # The cells the killed run never reached: as a run cut short records them.
         cells += [merge_described(c, None) for c in described[len(cells):]]
         runner = {"pathway": "kernel", "recovered_from": str(path)}
-        executions.append(Execution(cells=cells, runner=runner, kernel=entry["kernel"], status="partial",
-                                    interrupted=number == len(run.executions) - 1))
+        executions.append(Execution(cells=cells, runner=runner, kernel=entry["kernel"],
+                                    status="ok" if finished else "partial",
+                                    interrupted=not finished and number == len(run.executions) - 1))
     cache_state = run.executions[-1]["cache_state"] if run.executions else "off"
     record = RunRecord(
         kind=str(header.get("kind") or "profile"),
@@ -302,7 +331,7 @@ def recover(path: str | Path) -> RunRecord:
         record.measurements["run_uuid"] = run.uuid
     fill_measurements(record, header.get("notebook") or {}, described, executions, cache_state, None)
     record.measurements["recovered_from"] = str(path)
-    record.status = "partial"
+    record.status = "ok" if finished else "partial"
     try:
         mtime = Path(path).stat().st_mtime
         record.ended_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mtime)) + f".{int(mtime % 1 * 1000):03d}Z"
@@ -310,6 +339,16 @@ def recover(path: str | Path) -> RunRecord:
         pass
     return record
 
+
+
+def _ran_until(path: Path, stopped_at: float) -> float | None:
+    """Seconds from the live file's last write (the end of the last finished cell, or the kernel's start) to the
+    stop signal; None when the file changed after the signal (the cell it was running finished regardless)."""
+    try:
+        elapsed = stopped_at - path.stat().st_mtime
+    except OSError:
+        return None
+    return elapsed if elapsed >= 0 else None
 
 def _live_files(store_path: str | Path) -> list[Path]:
     """This store's live files: those in its own live folder, and those of the folder older versions shared

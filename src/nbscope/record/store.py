@@ -17,6 +17,7 @@ import hashlib
 import heapq
 import json
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -273,6 +274,9 @@ def _set_wal(connection: sqlite3.Connection) -> None:
             time.sleep(0.01)
 
 
+# Less free space than this where SQLite reports an I/O error: the disk is full (a page and its journal do not fit).
+FULL_DISK_BYTES = 1 << 20
+
 SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
 # A filter: one value, or any of several (a notebook's current and older names, several kinds).
 Match = str | Sequence[str] | None
@@ -453,7 +457,7 @@ class Store:
                 finally:
                     db.execute("ROLLBACK")
             except sqlite3.Error as exc:
-                raise NbscopeError(f"--db {self.path}: a run could not be stored in it ({exc})") from None
+                raise self._full_disk(exc) or NbscopeError(f"--db {self.path}: a run could not be stored in it ({exc})") from None
 
     def missing(self) -> NbscopeError:
         """The error of a read-only command given a store that does not exist."""
@@ -478,8 +482,27 @@ class Store:
                 connection.execute("PRAGMA busy_timeout = 60000")
                 self._prepare(connection)
             except sqlite3.DatabaseError as exc:
-                raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
-            yield connection
+                raise self._full_disk(exc) or NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
+            try:
+                yield connection
+            except sqlite3.OperationalError as exc:
+                raise self._full_disk(exc) or exc from None
+
+    def _full_disk(self, exc: sqlite3.Error) -> NbscopeError | None:
+        """The error to give when ``exc`` came from a full disk (SQLite says "database or disk is full", or
+        "disk I/O error" when it cannot grow its journal) rather than from the store; None otherwise."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code not in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+            return None
+        folder = self.path.absolute().parent
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            return None
+        if code == sqlite3.SQLITE_IOERR and free >= FULL_DISK_BYTES:
+            return None  # a real I/O error: not a full disk
+        return NbscopeError(f"--db {self.path}: the disk is full ({free // 1024} KiB free in {folder}); "
+                            "the store itself is not damaged: free some space and run again")
 
     @contextmanager
     def _connect_read_only(self) -> Iterator[sqlite3.Connection]:
@@ -490,12 +513,8 @@ class Store:
         if self._migrated_copy is not None:
             yield self._migrated_copy
             return
+        connection = self._open_for_reading()
         try:
-            connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
-        try:
-            connection.execute("PRAGMA busy_timeout = 60000")
             version = self._version(connection)
             if version is not None and version < STORE_VERSION:
                 copy = sqlite3.connect(":memory:", isolation_level=None)
@@ -509,6 +528,25 @@ class Store:
                 yield connection
         except sqlite3.DatabaseError as exc:
             raise NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
+
+    def _open_for_reading(self) -> sqlite3.Connection:
+        """A connection that reads the store. A store in WAL mode needs its folder writable even to be read
+        (SQLite makes its ``-shm`` file there); where that fails (a read-only folder, a read-only mount), the
+        file is opened as immutable: read as it is, without locks, which is safe because nothing can write
+        beside it either."""
+        try:
+            connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            connection.execute("PRAGMA busy_timeout = 60000")
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return connection
+        except sqlite3.OperationalError:
+            pass  # "unable to open database file" (no -shm), "attempt to write a readonly database"
+        except sqlite3.Error as exc:
+            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
+        try:
+            return sqlite3.connect(f"{self.path.absolute().as_uri()}?immutable=1", uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
 
     def _skip(self, run_id: int, reason: str) -> None:
         if run_id in self.skipped:
@@ -738,10 +776,13 @@ class Store:
     def record_verdict(self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: list[str]) -> None:
         """Remember that ``nbscope gate`` passed or failed run ``run_id`` (against ``baseline_id``)."""
         with self._connect() as db:
-            db.execute(
-                "INSERT INTO gate_verdicts (run_id, baseline_id, passed, judged_at, reasons) VALUES (?, ?, ?, ?, ?)",
-                (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
-            )
+            try:
+                db.execute(
+                    "INSERT INTO gate_verdicts (run_id, baseline_id, passed, judged_at, reasons) VALUES (?, ?, ?, ?, ?)",
+                    (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
+                )
+            except sqlite3.OperationalError as exc:  # a store only readable (its folder or mount read-only)
+                raise NbscopeError(f"{self.path} cannot be written ({exc})") from None
 
     def verdicts(self, run_ids: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
         """The latest gate verdict of every judged run (of those of ``run_ids`` when given): run id ->

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from nbscope._units import count, size
 from nbscope.record.cells import label as cell_label
-from nbscope.render._markdown import markdown_table
+from nbscope.render._markdown import markdown_table, plain_text
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
@@ -209,17 +209,17 @@ def comparison_markdown(comparison: Comparison) -> str:
     """GitHub-ready: ``| Benchmark | A | B | Winner |`` with "B 3.1× faster", then totals and differences."""
     a, b = comparison.run_a, comparison.run_b
     if comparison.same_notebook:
-        title = f"### nbscope compare: `{_md(a.target)}`, {_md(a.label)} vs {_md(b.label)}"
+        title = f"### nbscope compare: `{_md(a.target)}`, {plain_text(a.label)} vs {plain_text(b.label)}"
     else:
-        title = (f"### nbscope compare (different notebooks): {_md(a.label)} `{_md(a.target)}` vs "
-                 f"{_md(b.label)} `{_md(b.target)}`")
+        title = (f"### nbscope compare (different notebooks): {plain_text(a.label)} `{_md(a.target)}` vs "
+                 f"{plain_text(b.label)} `{_md(b.target)}`")
     different = _different_note(comparison)
     lines = [
         title,
         "",
-        *([f"> **Warning**: {_md(different)}", ""] if different else []),
-        f"- **A** = {_md(_run_title(a))}",
-        f"- **B** = {_md(_run_title(b))}",
+        *([f"> **Warning**: {plain_text(different)}", ""] if different else []),
+        f"- **A** = {plain_text(_run_title(a))}",
+        f"- **B** = {plain_text(_run_title(b))}",
         "",
         *markdown_table(comparison_rows(comparison, compile_figures="inline", with_totals=True)),
     ]
@@ -228,8 +228,9 @@ def comparison_markdown(comparison: Comparison) -> str:
               else "Settings and fingerprints agree on every compared field.", ""]
     # A list rather than a table: a field's values can be long (a JSON object, a path).
     for setting, value_a, value_b, why in differences_rows(differences).rows:
-        reason = f" — {_md(why.text)}" if why.text else ""
-        lines.append(f"- `{_md(setting.text)}`: {_md(value_a.text)} → {_md(value_b.text)}{reason}")
+        reason = f" — {plain_text(why.text)}" if why.text else ""
+        # Outside backticks: names and values are shown as written, never read as HTML or emphasis.
+        lines.append(f"- `{_md(setting.text)}`: {plain_text(value_a.text)} → {plain_text(value_b.text)}{reason}")
     return "\n".join(lines) + "\n"
 
 

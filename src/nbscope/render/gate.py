@@ -94,13 +94,13 @@ def gate_rows(
         Column("verdict", "left", "text", terminal=False),
     )
     rows = []
-    for c in [*comparisons, result.total] if total else comparisons:
-        is_total = c is result.total
+    for c in [*comparisons, *result.totals] if total else comparisons:
+        is_total = c in result.totals
         mark = VERDICT_MARK.get(c.verdict, c.verdict)
         rows.append((
             "" if is_total or c.index is None else str(c.index + 1),
             "" if is_total or not c.line else str(c.line),
-            Item("total", strong=True) if is_total else Item(c.first_line, code=True),
+            Item(_row_name(c, result), strong=True) if is_total else Item(c.first_line, code=True),
             format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c), _p(c),
             format_seconds(c.floor_s) if c.floor_s else "–",
             Item(mark, VERDICT_STYLE.get(c.verdict, "")),
@@ -131,16 +131,29 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     floors = _floors(result, rows)
     if not floor_column and floors:
         console.print(f"[dim]noise floor {format_seconds(next(iter(floors)))} for each cell and the total[/dim]")
+    if result.whole is not None:
+        covers = result.whole.label.removeprefix("whole notebook (paired cells").removesuffix(")")
+        console.print(f"[dim]total: the {escape(result.total.label.removeprefix('total of '))} only; "
+                      f"whole: the paired cells{escape(covers)}[/dim]", highlight=False)
     console.print(terminal_table(gate_rows(result, rows, floor_column=floor_column)))
     for reason in result.reasons():
         console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
-    for c in [*rows, result.total]:
+    for c in [*rows, *result.totals]:
         if c.note:  # below the table, so that every row stays one line at 80 columns
             console.print(f"[dim]{escape(_row_name(c, result))}: {escape(c.note)}[/dim]", highlight=False)
 
 
 def _row_name(c: Comparison, result: GateResult) -> str:
-    return "total" if c is result.total else f"cell {c.index + 1}" if c.index is not None else "cell"
+    if c is result.total:
+        return "total"
+    if c is result.whole:
+        return "whole"  # short: the source column is narrow at 80 columns; a line above says what it covers
+    return f"cell {c.index + 1}" if c.index is not None else "cell"
+
+
+def _total_line(c: Comparison, name: str) -> str:
+    return (f"**{name}**: {format_seconds(c.base_s)} → {format_seconds(c.cand_s)} ({_ratio(c)}, "
+            f"{VERDICT_MARK.get(c.verdict, c.verdict)})")
 
 
 def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
@@ -155,10 +168,13 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
         f"max slowdown **{result.options.max_slowdown:.0%}**, α = {result.options.alpha:g}, "
         f"cells under {format_seconds(result.options.min_cell_s)} ignored · {plain_text(result.noise_note)}",
         "",
-        f"**Total**: {format_seconds(total.base_s)} → {format_seconds(total.cand_s)} ({_ratio(total)}, "
-        f"{VERDICT_MARK.get(total.verdict, total.verdict)})",
+        # Each total says what it covers: the paired cells, and the whole notebook where cells are unpaired.
+        _total_line(total, f"Total ({plain_text(total.label.removeprefix('total of '))})" if result.cells else "Total"),
         "",
     ]
+    if result.whole is not None:
+        lines[-1:-1] = ["", _total_line(result.whole, "Whole notebook")
+                        + f" · {plain_text(result.whole.label.removeprefix('whole notebook '))}"]
     reasons = result.reasons()
     if reasons:
         lines += ["**Regressions:**", ""] + [f"- {plain_text(r)}" for r in reasons] + [""]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from nbscope import _units as units
-from nbscope.record.model import Cell, NotebookRun
+from nbscope.record.model import Cell, NotebookRun, Totals
 from nbscope.record.run import RunRecord
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
@@ -121,17 +123,34 @@ def print_every_cell(record: RunRecord) -> None:
 def print_summary(record: RunRecord) -> None:
     run = record.notebook_run()
     t = run.totals
-    wall = t.wall_s or 0.0
-    share = (t.compile_s or 0.0) / wall if wall else 0.0
+    # A figure the record does not carry (a record without totals, from elsewhere) is "unknown", never 0 or None.
+    given = record.measurements.get("totals")
+    given = given if isinstance(given, dict) else {}
+    if not given:
+        console.print("[bold]total[/bold] unknown: the record carries no totals")
+    else:
+        _print_totals(t, given)
+    _print_cell_errors(run)
+
+
+def _print_totals(t: Totals, given: dict[str, Any]) -> None:
+    def known(name: str, value: object) -> str:
+        return str(value) if name in given and value is not None else "unknown"
+
+    wall = t.wall_s
+    share = f" ({(t.compile_s or 0.0) / wall:.0%})" if wall and t.compile_s is not None else ""
     console.print(
-        f"[bold]total[/bold] {format_seconds(wall)} in {t.cells_run}/{t.cells} cells · "
-        f"compile {format_seconds(t.compile_s)} ({share:.0%}) · run {format_seconds(t.run_s)} · "
+        f"[bold]total[/bold] {format_seconds(wall) if wall is not None else 'unknown'} in "
+        f"{known('cells_run', t.cells_run)}/{known('cells', t.cells)} cells · "
+        f"compile {format_seconds(t.compile_s)}{share} · run {format_seconds(t.run_s)} · "
         f"kernel start {format_seconds(t.kernel_start_s)}"
     )
     console.print(literal(
-        f"JAX compiles {t.compiles} (user {t.user_compiles}, eager {t.eager_compiles}, "
-        f"library {t.library_compiles}) · Numba compiles {t.numba_compiles} · "
-        f"persistent cache {t.cache_state} (hits {t.cache_hits}, misses {t.cache_misses})"
+        f"JAX compiles {known('compiles', t.compiles)} (user {known('user_compiles', t.user_compiles)}, "
+        f"eager {known('eager_compiles', t.eager_compiles)}, library {known('library_compiles', t.library_compiles)}) · "
+        f"Numba compiles {known('numba_compiles', t.numba_compiles)} · "
+        f"persistent cache {t.cache_state or 'unknown'} (hits {known('cache_hits', t.cache_hits)}, "
+        f"misses {known('cache_misses', t.cache_misses)})"
         + (f" · peak RSS {format_bytes(t.peak_rss_bytes)}" if units.size(t.peak_rss_bytes) else
            " · peak RSS not measured")
     ))
@@ -140,6 +159,9 @@ def print_summary(record: RunRecord) -> None:
             f"warm cache saved {format_seconds(t.cache_saving_s)} of compile time against cold run "
             f"{literal(t.cache_baseline_run)} ({literal(t.cold_compiles)} compiles then, {t.compiles} now)"
         )
+
+
+def _print_cell_errors(run: NotebookRun) -> None:
     for cell in run.cells:
         if cell.status in ("error", "timeout", "kernel-died"):
             error = cell.error

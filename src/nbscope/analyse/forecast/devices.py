@@ -192,6 +192,18 @@ def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin:
         raise NbscopeError(f"{path}: model.{missing_model[0]}: missing")
 
 
+def check_device_text(text: str, path: Path) -> None:
+    """Refuse (one line) device-file text the forecast could not read: not TOML, or entries that do not merge
+    over nbscope's table. ``path`` names it in the error; nothing is read from or written to it."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise NbscopeError(f"{path}: not valid TOML ({exc})") from None
+    table = DeviceTable(devices={}, model={})
+    _merge(table, _read(BUILTIN), BUILTIN, builtin=True)
+    _merge(table, document, path, builtin=False)
+
+
 def user_file(explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path | None:
     """The user's device file: ``explicit``, else ``$NBSCOPE_DEVICES``, else the config folder's, if any."""
     environ = dict(os.environ if environ is None else environ)

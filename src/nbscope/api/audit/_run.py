@@ -56,8 +56,9 @@ class AuditOptions:
             raise NbscopeError("--workers must be at least 1")
         if self.jobs_per_gpu < 1:
             raise NbscopeError("--jobs-per-gpu must be at least 1")
-        if self.timeout is not None and self.timeout <= 0:
-            raise NbscopeError("--timeout must be a positive number of seconds")
+        from nbscope.api.profile import check_timeout
+
+        check_timeout(self.timeout)
         if self.shard is not None:
             parse_shard(self.shard)
 
@@ -294,10 +295,15 @@ def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Any, audi
                 emit("done", {"entry": entry, "done": done, "total": len(plan.jobs)})
     except KeyboardInterrupt:
         # The notebooks that were running when the audit stopped: their pool processes are gone, and
-        # the cells they finished are in their live files. Store those as partial runs.
+        # the cells they finished are in their live files. Store those as partial runs, each with the cell
+        # it was running as interrupted by the signal (SIGINT when it came as a plain KeyboardInterrupt).
+        from nbscope import _signals
+
+        signum = _signals.received()
+        stopped = (time.time(), _signals.signal_name(signum) if signum else "SIGINT")
         for job in plan.jobs:
             if plan.entries[job.key, job.backend]["status"] == "not-run" and job.live_path:
-                _save_interrupted(store, job, plan.entries)
+                _save_interrupted(store, job, plan.entries, stopped)
         return True
     return False
 
@@ -321,7 +327,8 @@ def _job_event(job: Job) -> dict[str, Any]:
     return {"path": job.key, "backend": job.backend, "gpu": job.gpu}
 
 
-def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[str, Any]]) -> None:
+def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[str, Any]],
+                      stopped: tuple[float, str]) -> None:
     """Store what an interrupted notebook measured (from its live file) as a partial profile run. Its audit
     entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
     from nbscope import _signals
@@ -332,7 +339,7 @@ def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[
     if store is None or not path.is_file():
         return
     try:
-        record = recover(path)
+        record = recover(path, stopped)
     except NbscopeError:
         return  # nothing recoverable (the worker had not written its header yet)
     record.measurements["audit"] = {"path": job.key, "source_hash": job.source_hash, "backend": job.backend,

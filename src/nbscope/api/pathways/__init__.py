@@ -153,8 +153,9 @@ def pathways_until_stopped(
     names = parse_via(via)
     if repeat < 1:
         raise NbscopeError("--repeat must be at least 1")
-    if timeout is not None and timeout <= 0:
-        raise NbscopeError("--timeout must be a positive number of seconds")
+    from nbscope.api.profile import check_timeout
+
+    check_timeout(timeout)
     notebook = notebook_module.read(path)
     fingerprint = fingerprint or fp.collect()
     options = PathwayOptions(timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform)

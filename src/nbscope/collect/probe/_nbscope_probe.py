@@ -331,6 +331,7 @@ class Probe:
                 return result
             finally:
                 probe.finish_request(_perf_counter() - probe.request_start)
+                probe.ensure_registered()
 
         handlers["execute_request"] = execute_request
         self.request_start = 0.0
@@ -358,6 +359,24 @@ class Probe:
         except (AttributeError, TypeError):
             return
         self.status_hooked = True
+
+    def ensure_registered(self) -> None:
+        """Register the cell callbacks again where the notebook removed them (``callbacks['pre_run_cell'].clear()``),
+        which would blind the probe for every later cell; run after each request, so the next cell is measured.
+        A ``warning`` line names the cell that removed them (it has no probe record of its own)."""
+        events = getattr(self.shell, "events", None)
+        callbacks = getattr(events, "callbacks", None)
+        if not isinstance(callbacks, dict):
+            return
+        ours = (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell))
+        missing = [(event, callback) for event, callback in ours if callback not in callbacks.get(event, ())]
+        if not missing:
+            return
+        for event, callback in missing:
+            events.register(event, callback)
+        self._write({"type": "warning", "seq": self.sequence,
+                     "message": "the notebook removed nbscope's cell callbacks: this cell is not measured; "
+                                "they are registered again for the cells after it"})
 
     def finish_request(self, request_s: float) -> None:
         record, self.pending = self.pending, None
