@@ -47,7 +47,7 @@ def edited_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord
 def test_an_edited_cell_is_named_and_nothing_else(edited_runs: dict[str, RunRecord]) -> None:
     why = attribute(edited_runs["same"], edited_runs["edited"])
     assert why.kinds == ("code",), why.text
-    assert "1 cell new or edited (cell 2" in why.text and why.failure is None
+    assert "code: 1 cell edited (cell 2" in why.text and why.failure is None
     unchanged = attribute(edited_runs["first"], edited_runs["same"])
     assert unchanged.kinds == () and unchanged.text.startswith("nothing recorded changed")
 

@@ -83,7 +83,7 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
     assert regression["attribution"]["changes"][0]["kind"] == "code"
     assert manifest["rows"][f"cpu\x1f{STEADY}"]["regressions"] == []
     page = (folder / lecture_page(STEPS)).read_text()
-    assert "code: 1 cell new or edited" in page and "confirmed" in page
+    assert "code: 1 cell edited (cell 6" in page and "confirmed" in page
     book = (folder / "index.html").read_text()
     assert "<img" not in book and "&lt;img src=x onerror=alert(1)&gt;" in book
     assert "http://" not in book and "https://" not in book  # nothing loaded from anywhere

@@ -106,15 +106,22 @@ def _code_change(before: Sequence[Cell], after: Sequence[Cell]) -> Change | None
     old = {cell.source_hash for cell in before}
     new = {cell.source_hash for cell in after}
     changed = [cell for cell in after if cell.source_hash not in old]
-    gone = len([cell for cell in before if cell.source_hash not in new])
+    gone = [cell for cell in before if cell.source_hash not in new]
     if not changed and not gone:
         return None
-    parts = []
-    if changed:
-        shown = ", ".join(cell.label for cell in changed[:4]) + (" …" if len(changed) > 4 else "")
-        parts.append(f"{len(changed)} cell{'s' if len(changed) != 1 else ''} new or edited ({shown})")
-    if gone:
-        parts.append(f"{gone} cell{'s' if gone != 1 else ''} removed")
+    # A cell whose place held other code before was edited; the rest were added or removed.
+    gone_places = {cell.index for cell in gone}
+    edited = [cell for cell in changed if cell.index in gone_places]
+    added = [cell for cell in changed if cell.index not in gone_places]
+    removed = len(gone) - len(edited)
+
+    def named(cells: list[Cell], verb: str) -> str:
+        shown = ", ".join(cell.label for cell in cells[:4]) + (" …" if len(cells) > 4 else "")
+        return f"{_units.count(len(cells), 'cell')} {verb} ({shown})"
+
+    parts = [named(cells, verb) for cells, verb in ((edited, "edited"), (added, "added")) if cells]
+    if removed > 0:
+        parts.append(f"{_units.count(removed, 'cell')} removed")
     return Change("code", "code: " + ", ".join(parts),
                   tuple(f"{cell.label}: {cell.first_line}" for cell in changed[:20]))
 

@@ -26,7 +26,8 @@ def e(value: Any) -> str:
 STATUS_ORDER = {"died": 0, "stopped": 1, "timeout": 2, "failed": 3, "ok": 4}
 STATUS_COLOURS = {"ok": "#2e7d32", "failed": "#c62828", "timeout": "#ef6c00", "died": "#6a1b9a", "stopped": "#546e7a"}
 
-SCRIPT = """
+# In a function of its own: a global ``status`` would be ``window.status``, a string.
+SCRIPT = """(function () {
 document.querySelectorAll('table.sortable').forEach(function (table) {
   var body = table.tBodies[0];
   table.querySelectorAll('th').forEach(function (th, column) {
@@ -49,9 +50,9 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
 var filter = document.getElementById('filter');
 if (filter) {
   filter.hidden = false;
-  var text = document.getElementById('filter-text'), status = document.getElementById('filter-status');
+  var text = document.getElementById('filter-text'), choice = document.getElementById('filter-status');
   var apply = function () {
-    var words = text.value.toLowerCase(), wanted = status.value;
+    var words = text.value.toLowerCase(), wanted = choice.value;
     document.querySelectorAll('#book tbody tr').forEach(function (row) {
       var shown = row.textContent.toLowerCase().indexOf(words) >= 0 &&
                   (!wanted || row.getAttribute('data-status') === wanted);
@@ -59,8 +60,9 @@ if (filter) {
     });
   };
   text.addEventListener('input', apply);
-  status.addEventListener('change', apply);
+  choice.addEventListener('change', apply);
 }
+})();
 """
 SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
 CSP = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{SCRIPT_HASH}'"
@@ -157,7 +159,7 @@ def book_page(rows: Sequence[Mapping[str, Any]]) -> str:
             f'<td data-sort="{e(row["runner"])}">{e(row["runner"])}<div class="small">{e(row["machine"])}</div></td>'
             f'<td data-sort="{STATUS_ORDER.get(str(row["status"]), 9)}">{_status(row)}{error}</td>'
             f'<td data-sort="{e(row["started_at"])}">{e(row["started_at"][:16].replace("T", " "))}'
-            f'<div class="small">run {e(row["newest_id"])} of {e(row["runs"])}</div></td>'
+            f'<div class="small">run {e(row["newest_id"])} · {e(row["runs"])} runs</div></td>'
             f'<td class="n" data-sort="{_key(row["wall_s"])}">{e(_s(row["wall_s"]))}</td>'
             f'<td class="n" data-sort="{_key(row["compile_share"])}">'
             f'{_share(row["compile_share"])}</td>'
