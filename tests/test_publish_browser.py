@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_publish import HOSTILE, STEPS, make_store
-from test_report_html import chromium, needs_chromium
 
 from nbscope.api.publish import lecture_page, publish
+from test_publish import HOSTILE, STEPS, make_store
+from test_report_html import chromium, needs_chromium
 
 pytestmark = [pytest.mark.slow, needs_chromium]
 
@@ -44,7 +44,6 @@ def test_pages_render_without_console_errors(site: Path, page: str, tmp_path: Pa
 
 
 def test_hostile_names_stay_text_and_scripts_off_shows_every_row(site: Path, tmp_path: Path) -> None:
-    from matplotlib import image
 
     dom = chromium("--dump-dom", (site / "index.html").resolve().as_uri(), profile=tmp_path / "profile").stdout
     assert "</html>" in dom and len(_rows(dom)) == 4
