@@ -26,7 +26,7 @@ from typing import Any
 
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
-from nbscope.record.model import Cell
+from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.run import RunRecord, backend_of, describe_settings, measurement_settings
 
 # A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
@@ -153,13 +153,9 @@ def _machine_change(before: RunRecord, after: RunRecord) -> Change | None:
     return None if old == new else Change("machine", f"machine: {old} → {new}")
 
 
-def cache_state(record: RunRecord) -> str | None:
-    """The persistent compile cache at the start of the run (off, cold, warm), as its totals recorded it."""
-    return record.notebook_run().totals.cache_state
-
-
-def _cache_change(before: RunRecord, after: RunRecord) -> Change | None:
-    old, new = cache_state(before), cache_state(after)
+def _cache_change(before: NotebookRun, after: NotebookRun) -> Change | None:
+    # The persistent compile cache at the start of each run (off, cold, warm), as its totals recorded it.
+    old, new = before.totals.cache_state, after.totals.cache_state
     if old == new or new is None:
         return None
     word = {"cold": "a cold cache: every program compiled again", "warm": "a warm cache: programs read from it"}
@@ -191,9 +187,10 @@ def _peak_memory(cells: Sequence[Cell]) -> float | None:
     return max((p for p in peaks if p is not None), default=None)
 
 
-def classify_failure(record: RunRecord) -> Failure | None:
-    """Why the run did not end ok; None for a run whose cells all ended ok (or as expected)."""
-    run = record.notebook_run()
+def classify_failure(record: RunRecord, run: NotebookRun | None = None) -> Failure | None:
+    """Why the run did not end ok; None for a run whose cells all ended ok (or as expected). ``run``: the record's
+    cells, when the caller has them already."""
+    run = run if run is not None else record.notebook_run()
     cells = run.cells
     stopped = next((c for c in cells if c.status == "interrupted"), None)
     signal = (stopped.interrupted_by if stopped else None) or run.runner.interrupted
@@ -237,13 +234,14 @@ def _program(before: RunRecord, after: RunRecord) -> str:
 def attribute(before: RunRecord, after: RunRecord) -> Attribution:
     """What differs between two runs of a notebook (``before`` the earlier), and why ``after`` failed."""
     program = _program(before, after)
+    old, new = before.notebook_run(), after.notebook_run()
     found = (
-        _code_change(before.notebook_run().cells, after.notebook_run().cells),
+        _code_change(old.cells, new.cells),
         _package_change(before, after, program),
         _machine_change(before, after),
-        _cache_change(before, after),
+        _cache_change(old, new),
         _settings_change(before, after),
     )
     return Attribution(before_id=before.run_id, after_id=after.run_id,
                        changes=tuple(change for change in found if change is not None), program=program,
-                       failure=classify_failure(after))
+                       failure=classify_failure(after, new))

@@ -28,11 +28,12 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.attribution import attribute, classify_failure
 from nbscope.analyse.history import ChangeOptions, Point, change_points
+from nbscope.record.model import NotebookRun
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import STORE_FOLDER, Store
 
 MANIFEST = "nbscope-site.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
 SUMMARY = ("id", "started_at", "target", "status", "machine", "backend", "totals")
@@ -76,13 +77,13 @@ def lecture_page(target: str) -> str:
 
 
 def _figure(totals: Any, name: str) -> float | None:
-    value = totals.get(name) if isinstance(totals, Mapping) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    value: Any = totals.get(name) if type(totals) is dict else None
+    return float(value) if type(value) in (int, float) else None  # not a bool, which is an int
 
 
-def _status(record: RunRecord) -> tuple[str, str | None]:
+def _status(record: RunRecord, run: NotebookRun) -> tuple[str, str | None]:
     """The newest run's status word and its failure's text."""
-    failure = classify_failure(record)
+    failure = classify_failure(record, run)
     if failure is None:
         return "ok", None
     return STATUS_OF_FAILURE.get(failure.kind, "failed"), failure.text
@@ -92,11 +93,11 @@ def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old if new is not None and old else None
 
 
-def _cells(newest: RunRecord, previous: RunRecord | None) -> list[dict[str, Any]]:
+def _cells(newest: NotebookRun, previous: NotebookRun | None) -> list[dict[str, Any]]:
     """The newest run's cells beside the previous run's cell of the same code (by source hash)."""
-    before = {c.source_hash: c for c in previous.notebook_run().cells} if previous else {}
+    before = {c.source_hash: c for c in previous.cells} if previous else {}
     rows = []
-    for cell in newest.notebook_run().cells:
+    for cell in newest.cells:
         old = before.get(cell.source_hash)
         rows.append({"label": cell.label, "first_line": cell.first_line, "status": cell.status,
                      "wall_s": cell.wall_s, "compile_s": cell.compile_s,
@@ -114,9 +115,9 @@ def _findings(record: RunRecord) -> list[dict[str, str]]:
     return [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
 
 
-def _forecast(record: RunRecord, runner: str) -> dict[str, Any] | None:
+def _forecast(record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any] | None:
     """The GPU forecast's verdict of a CPU run with program data (the GPUs it was recorded for, else the T4)."""
-    if runner != "cpu" or record.notebook_run().program_data is None:
+    if runner != "cpu" or run.program_data is None:
         return None
     from nbscope.analyse.forecast import forecast
 
@@ -150,7 +151,9 @@ def build_row(store: Store, target: str, runner: str, summaries: Sequence[Mappin
     newest_id = summaries[-1]["id"]
     newest = store.get(newest_id)
     previous = store.readable(summaries[-2]["id"]) if len(summaries) > 1 else None
-    status, error = _status(newest)
+    newest_run = newest.notebook_run()
+    previous_run = previous.notebook_run() if previous is not None else None
+    status, error = _status(newest, newest_run)
     baseline_id = baselines.get(newest_id) or summaries[0]["id"]
     baseline_wall = next((p.value for p in points if p.run_id == baseline_id), None)
     changes = change_points(points, options) if len([w for w in walls if w is not None]) > 2 else []
@@ -166,7 +169,7 @@ def build_row(store: Store, target: str, runner: str, summaries: Sequence[Mappin
         why = attribute(before, after).to_dict() if before is not None and after is not None else None
         regressions.append({**change.to_dict(), "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
-    totals = newest.notebook_run().totals
+    totals = newest_run.totals
     return {
         "target": target, "runner": runner, "page": lecture_page(target), "machine": summaries[-1]["machine"],
         "runs": len(summaries), "newest_id": newest_id, "started_at": summaries[-1]["started_at"],
@@ -177,17 +180,68 @@ def build_row(store: Store, target: str, runner: str, summaries: Sequence[Mappin
         "baseline_id": baseline_id, "vs_baseline": _ratio(wall, baseline_wall),
         "spark": walls[-SPARK_RUNS:], "history": {"started_at": [p.started_at for p in points], "wall_s": walls,
                                                    "compile_s": compiles, "run_s": runs, "ids": [p.run_id for p in points]},
-        "changes": [c.to_dict() for c in changes], "regressions": regressions,
+        "changes": [c.to_dict() for c in changes], "regressions": regressions, "regression_count": len(regressions),
         "attribution": attribute(previous, newest).to_dict() if previous is not None else None,
-        "cells": _cells(newest, previous), "findings": _findings(newest), "forecast": _forecast(newest, runner),
+        "cells": _cells(newest_run, previous_run), "findings": _findings(newest),
+        "forecast": _forecast(newest, newest_run, runner),
         "median_wall_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
     }
+
+
+# What the manifest keeps of a row: what the book page and the status files show. A lecture page's history, cells
+# and findings are made again from the store when its notebook has new runs, and only then.
+BOOK_FIELDS = ("target", "runner", "page", "machine", "runs", "newest_id", "started_at", "status", "error", "wall_s",
+               "compile_s", "compile_share", "cache_state", "vs_previous", "baseline_id", "vs_baseline", "spark",
+               "regression_count", "forecast")
+
+
+def book_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row as the manifest keeps it: its book fields, its last regression and its top finding."""
+    return {**{name: row[name] for name in BOOK_FIELDS}, "regressions": row["regressions"][-1:],
+            "findings": row["findings"][:1]}
 
 
 def _summaries(store: Store, columns: Sequence[str], targets: Sequence[str] | None) -> list[dict[str, Any]]:
     """The profile and trace runs' summary columns (of ``targets`` only, when given): one query."""
     rows: Any = store.summaries(columns, kind=list(PROFILE_KINDS), target=targets)
     return list(rows)
+
+
+def _signatures(store: Store, manifest: Mapping[str, Any] | None) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Per row key, the count and the newest id of its runs; and the store's run count and newest id.
+
+    After a publish, the runs stored since are the newest ids (ids only grow): when the store has exactly as many
+    more runs as the newest few with an id above the last publish's newest, only those are read. Anything else
+    (a first publish, runs deleted, more than a few thousand new) reads every run's id, notebook and backend."""
+    total = store.count()
+    old = manifest.get("scan") if manifest else None
+    rows = (manifest or {}).get("rows") or {}
+    if isinstance(old, dict) and isinstance(old.get("count"), int) and isinstance(old.get("newest_id"), int):
+        added = total - old["count"]
+        if 0 <= added <= 5000:
+            newest: Any = store.summaries(("id", "kind", "target", "backend"), limit=added + 64) if added else []
+            new = [row for row in newest if row["id"] > old["newest_id"]]
+            if len(new) == added:
+                signatures = {key: list(row["signature"]) for key, row in rows.items()}
+                for row in new:
+                    if row["kind"] in PROFILE_KINDS:
+                        _count(signatures, row)
+                newest_id = max([old["newest_id"], *(row["id"] for row in new)])
+                return signatures, {"count": total, "newest_id": newest_id}
+    signatures = {}
+    newest_id = 0
+    for row in _summaries(store, ("id", "target", "backend"), None):
+        _count(signatures, row)
+        newest_id = max(newest_id, row["id"])
+    every: Any = store.summaries(("id",), limit=1)  # the newest run of any kind: its id bounds the next scan
+    newest_id = max([newest_id, *(row["id"] for row in every)])
+    return signatures, {"count": total, "newest_id": newest_id}
+
+
+def _count(signatures: dict[str, list[int]], row: Mapping[str, Any]) -> None:
+    count_and_newest = signatures.setdefault(row_key(row["target"], row["backend"] or "unknown"), [0, 0])
+    count_and_newest[0] += 1
+    count_and_newest[1] = max(count_and_newest[1], row["id"])
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
@@ -221,16 +275,13 @@ def publish(source: str | Path, output: str | Path, *, full: bool = False,
     old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
-    signatures: dict[str, list[int]] = {}
-    for row in _summaries(store, ("id", "target", "backend"), None):
-        key = row_key(row["target"], row["backend"] or "unknown")
-        count_and_newest = signatures.setdefault(key, [0, 0])
-        count_and_newest[0] += 1
-        count_and_newest[1] = max(count_and_newest[1], row["id"])
+    signatures, scan = _signatures(store, None if full else manifest)
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
-    stale = {key for key, signature in signatures.items()
-             if (old_rows.get(key) or {}).get("signature") != signature}
+    # A notebook with a new run has all its rows made again: its lecture page shows every runner in full.
+    changed = {key.split("\x1f", 1)[1] for key, signature in signatures.items()
+               if (old_rows.get(key) or {}).get("signature") != signature}
+    stale = {key for key in signatures if key.split("\x1f", 1)[1] in changed}
     rows = {key: old_rows[key] for key in signatures if key not in stale}
     if stale:
         targets = sorted({key.split("\x1f", 1)[1] for key in stale})
@@ -248,7 +299,7 @@ def publish(source: str | Path, output: str | Path, *, full: bool = False,
             target, runner = key.split("\x1f", 1)[1], key.split("\x1f", 1)[0]
             rows[key] = {**build_row(store, target, runner, group, baselines, options), "signature": signatures[key]}
     ordered = [rows[key] for key in sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))]
-    changed_targets = {rows[key]["target"] for key in stale}
+    changed_targets = changed
     pages = site.book_pages(ordered)
     by_target: dict[str, list[dict[str, Any]]] = {}
     for row in ordered:
@@ -271,8 +322,9 @@ def publish(source: str | Path, output: str | Path, *, full: bool = False,
         hashes[name] = digest
         result.pages_written.append(name)
     result.pages_kept += len(set(old_pages) - set(pages))
-    manifest_text = json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "rows": rows, "pages": hashes},
-                               default=str, separators=(",", ":"))
+    kept = {key: {**book_fields(row), "signature": signatures[key]} for key, row in rows.items()}
+    manifest_text = json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "scan": scan, "rows": kept,
+                                "pages": hashes}, default=str, separators=(",", ":"))
     _write(folder / MANIFEST, manifest_text)
     return result
 

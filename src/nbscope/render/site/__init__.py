@@ -139,7 +139,7 @@ def _regressions(row: Mapping[str, Any]) -> str:
         return "none"
     last = found[-1]
     why = (last.get("attribution") or {}).get("text") or "no record of either side"
-    return f"{len(found)}; last {last['ratio']:.2f}× at {e(last['started_at'][:10])}: {e(why)}"
+    return f"{row['regression_count']}; last {last['ratio']:.2f}× at {e(last['started_at'][:10])}: {e(why)}"
 
 
 def book_page(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -167,7 +167,7 @@ def book_page(rows: Sequence[Mapping[str, Any]]) -> str:
             f'<td class="n" data-sort="{_key(row["vs_previous"])}">{_ratio(row["vs_previous"])}</td>'
             f'<td class="n" data-sort="{_key(row["vs_baseline"])}">{_ratio(row["vs_baseline"])}'
             f'<div class="small">run {e(row["baseline_id"])}</div></td>'
-            f'<td data-sort="{len(row.get("regressions") or [])}">{_regressions(row)}</td>'
+            f'<td data-sort="{row["regression_count"]}">{_regressions(row)}</td>'
             f'<td data-sort="{e(finding.get("title", ""))}">{e(finding.get("title", "none"))}</td>'
             f'<td data-sort="{e(forecast)}">{e(forecast)}</td></tr>'
         )
