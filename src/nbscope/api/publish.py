@@ -275,7 +275,14 @@ def publish(source: str | Path, output: str | Path, *, full: bool = False,
     old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
-    signatures, scan = _signatures(store, None if full else manifest)
+    every: list[dict[str, Any]] | None = None
+    if old_rows:
+        signatures, scan = _signatures(store, manifest)
+    else:  # a first publish, or --full: one query gives every row's runs, and their counts
+        every, signatures = _summaries(store, SUMMARY, None), {}
+        for row in every:
+            _count(signatures, row)
+        scan = {"count": store.count(), "newest_id": max((row["id"] for row in every), default=0)}
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
     # A notebook with a new run has all its rows made again: its lecture page shows every runner in full.
@@ -284,11 +291,9 @@ def publish(source: str | Path, output: str | Path, *, full: bool = False,
     stale = {key for key in signatures if key.split("\x1f", 1)[1] in changed}
     rows = {key: old_rows[key] for key in signatures if key not in stale}
     if stale:
-        targets = sorted({key.split("\x1f", 1)[1] for key in stale})
-        # Every run's summary in one query when most rows changed, else only the changed notebooks' runs.
-        wanted = None if len(stale) > len(signatures) // 2 else targets
+        # Only the changed notebooks' runs, unless every run was read already.
         grouped: dict[str, list[dict[str, Any]]] = {}
-        for row in _summaries(store, SUMMARY, wanted):
+        for row in every if every is not None else _summaries(store, SUMMARY, sorted(changed)):
             key = row_key(row["target"], row["backend"] or "unknown")
             if key in stale:
                 grouped.setdefault(key, []).append(row)
