@@ -119,8 +119,14 @@ def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> N
     assert "Traceback" not in done.stderr and (foreign / "notes.txt").read_text() == "keep me"
     missing = run_cli("publish", tmp_path / "nowhere", "-o", tmp_path / "site")
     assert missing.returncode == 2 and "no run store at" in missing.stderr and "Traceback" not in missing.stderr
-    book = run_cli("publish", tmp_path / "store", "-o", tmp_path / "site")  # a folder is not a store
-    assert book.returncode == 2 and not (tmp_path / "site").exists()
+    book = run_cli("publish", tmp_path / "store", "-o", tmp_path / "site")  # a folder without .nbscope/nbscope.db
+    assert book.returncode == 2 and "no run store at" in book.stderr and not (tmp_path / "site").exists()
+    project = tmp_path / "book"
+    (project / ".git").mkdir(parents=True)  # the project root, where `nbscope profile` stores its runs
+    (project / "lectures").mkdir()
+    make_store(project / ".nbscope" / "nbscope.db")
+    from_book = run_cli("publish", project / "lectures", "-o", tmp_path / "book-site")
+    assert from_book.returncode == 0 and (tmp_path / "book-site" / "status.md").is_file(), from_book.stderr
     done = run_cli("publish", tmp_path / "store" / "nbscope.db", "-o", tmp_path / "site", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 4

@@ -28,6 +28,7 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.attribution import attribute, classify_failure
 from nbscope.analyse.history import ChangeOptions, Point, change_points
+from nbscope.record.cells import project_root
 from nbscope.record.model import NotebookRun
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import STORE_FOLDER, Store
@@ -56,10 +57,11 @@ class PublishResult:
 
 
 def store_of(source: str | Path) -> Store:
-    """The store ``source`` names: a store file, or a book (or project) folder with ``.nbscope/nbscope.db``."""
+    """The store ``source`` names: a store file, or a book (or project) folder: the store at its project root
+    (``record.cells.project_root``: where ``nbscope profile`` run in that folder stores its runs)."""
     path = Path(source)
     if path.is_dir():
-        path = path / STORE_FOLDER / "nbscope.db"
+        path = project_root(path) / STORE_FOLDER / "nbscope.db"
     if not path.is_file():
         raise NbscopeError(f"no run store at {path}: give a store file or a folder whose {STORE_FOLDER}/ holds one")
     return Store(path, read_only=True)
