@@ -150,6 +150,8 @@ def test_the_action_gates_a_slowed_cell_and_passes_an_unchanged_rerun(repository
     runs = list((tmp_path / "art1" / "runs").glob("*.json"))
     assert len(runs) == 1 and json.loads(runs[0].read_text())["target"] == "lecture.ipynb"
     assert (tmp_path / "art1" / "report.html").stat().st_size > 1000
+    status = json.loads((tmp_path / "art1" / "site" / "status.json").read_text())["notebooks"]
+    assert status and all(entry["status"] == "ok" for entry in status)
     assert (tmp_path / "art1" / "nbscope.db").exists()
     assert (repository / ".nbscope" / "nbscope.db").exists()
 

@@ -51,7 +51,7 @@ COMMAND_MODULES: dict[str, str] = {
     "profile": "_profile", "trace": "_trace", "bench": "_bench", "loops": "_loops", "pathways": "_pathways",
     "versions": "_versions", "bisect": "_versions",
     "show": "_runs", "runs": "_runs", "export": "_runs", "import": "_runs",
-    "cells": "_cells", "lectures": "_cells", "history": "_history",
+    "cells": "_cells", "lectures": "_cells", "history": "_history", "publish": "_publish",
     "diagnose": "_diagnose", "compare": "_compare", "forecast": "_forecast",
     "gate": "_gate", "report": "_report", "import-jupyter-cache": "_import_jupyter_cache",
     "audit": "_audit", "merge": "_audit", "info": "_info", "book2-env": "_book2_env",
@@ -80,7 +80,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "Look at stored runs": ("show", "runs", "cells", "lectures", "history"),
     "Explain: causes and forecasts": ("diagnose", "compare", "forecast"),
     "Decide: regressions": ("gate", "bisect"),
-    "Share: reports and records": ("report", "export", "import", "import-jupyter-cache"),
+    "Share: reports and records": ("report", "publish", "export", "import", "import-jupyter-cache"),
     "Fleet: every notebook of a book": ("audit", "merge"),
     "Setup": ("info", "book2-env"),
 }

@@ -1,0 +1,197 @@
+"""``nbscope publish`` against ``asv publish`` on the same number of results, full and incremental.
+
+The store: 120 lectures × 2 runners (CPU, GPU) × 365 daily builds = 87,600 runs, made from the real CPU records
+under tests/files/records/ (``nbscope profile`` of three diagnosis notebooks on this project's CI machine): each
+run is one of them as recorded, its target renamed to the lecture, its start moved to the build's day, its wall,
+compile and run figures scaled by a per-lecture level, a per-build noise of ±3 % and, for one lecture in ten, a
+step of 1.4× from build 200 on (for the change points); the GPU runner's copies ask for ``--jax-platform cuda``.
+The asv side: a results folder of the same 87,600 results (365 commits of a throw-away git repository × 2
+machines × 120 benchmarks, each a time with the same figures), published by ``asv publish``.
+
+Timed: ``publish`` into an empty folder (full), then again after one new build of one lecture on one runner
+(incremental, the case the issue names), and after a whole new build of every lecture on both runners; ``asv
+publish`` once (asv has no incremental publish). asv is a dependency of this benchmark only (``pip install asv``).
+
+    python benchmarks/publish_vs_asv.py [--folder /tmp/publish-bench] [--lectures 120 --builds 365]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = sorted((ROOT / "tests" / "files" / "records").glob("cpu_*.json"))
+RUNNERS = ("cpu", "gpu")
+START = datetime(2025, 12, 1, 6, 0, tzinfo=UTC)
+
+
+def _scaled(document: dict[str, Any], factor: float) -> None:
+    measurements = document["measurements"]
+    for figures in (measurements.get("totals") or {}, *(measurements.get("cells") or ())):
+        for name in ("wall_s", "compile_s", "run_s", "code_s"):
+            if isinstance(figures.get(name), (int, float)) and not isinstance(figures.get(name), bool):
+                figures[name] = figures[name] * factor
+
+
+def run_document(base: dict[str, Any], lecture: int, runner: str, build: int, rng: random.Random,
+                 *, builds: int) -> dict[str, Any]:
+    document = copy.deepcopy(base)
+    document["target"] = f"lectures/lecture_{lecture:03d}.md"
+    document["measurements"]["notebook"]["path"] = document["target"]
+    day = START + timedelta(days=build, minutes=lecture)
+    document["started_at"] = day.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    document["ended_at"] = (day + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    level = 1.0 + (lecture % 7) * 0.5 if runner == "cpu" else 0.4 + (lecture % 5) * 0.2
+    step = 1.4 if lecture % 10 == 3 and build >= builds * 200 // 365 else 1.0
+    _scaled(document, level * step * (1 + rng.uniform(-0.03, 0.03)))
+    if runner == "gpu":
+        document["settings"] = {**document.get("settings", {}), "jax_platform": "cuda"}
+    return document
+
+
+def build_store(path: Path, lectures: int, builds: int) -> int:
+    """The store of ``lectures`` × 2 runners × ``builds`` runs (see the module's docstring); the run count."""
+    from nbscope.record.run import RunRecord
+    from nbscope.record.store import Store
+
+    bases = [json.loads(p.read_text()) for p in RECORDS]
+    rng = random.Random(37)
+    store = Store(path)
+    count = 0
+    for build in range(builds):
+        batch = [RunRecord.from_dict(run_document(bases[lecture % len(bases)], lecture, runner, build, rng,
+                                                  builds=builds))
+                 for lecture in range(lectures) for runner in RUNNERS]
+        store.add_many(batch)
+        count += len(batch)
+    return count
+
+
+def add_build(path: Path, lectures: range, runners: tuple[str, ...], build: int, builds: int) -> None:
+    from nbscope.record.run import RunRecord
+    from nbscope.record.store import Store
+
+    bases = [json.loads(p.read_text()) for p in RECORDS]
+    rng = random.Random(build)
+    Store(path).add_many([RunRecord.from_dict(run_document(bases[i % len(bases)], i, r, build, rng, builds=builds))
+                          for i in lectures for r in runners])
+
+
+def asv_results(folder: Path, lectures: int, builds: int) -> None:
+    """An asv project with ``builds`` commits and the same number of results as the store."""
+    repo = folder / "repo"
+    repo.mkdir(parents=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@b"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    # One fast-import stream instead of 365 `git commit` processes.
+    stream = []
+    for build in range(builds):
+        when = int((START + timedelta(days=build)).timestamp())
+        stream.append(f"commit refs/heads/main\nmark :{build + 1}\ncommitter b <b@b> {when} +0000\ndata 2\nc\n"
+                      + (f"from :{build}\n" if build else "") + "\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input="".join(stream).encode(), check=True, env=env)
+    hashes = subprocess.run(["git", "rev-list", "--reverse", "main"], cwd=repo, capture_output=True, text=True,
+                            check=True).stdout.split()
+    (folder / "asv.conf.json").write_text(json.dumps({
+        "version": 1, "project": "book", "project_url": "https://example.org", "repo": str(repo),
+        "branches": ["main"], "environment_type": "existing", "results_dir": "results", "html_dir": "html",
+        "benchmark_dir": "benchmarks"}))
+    names = [f"lectures.lecture_{i:03d}" for i in range(lectures)]
+    results = folder / "results"
+    results.mkdir()
+    (results / "benchmarks.json").write_text(json.dumps({
+        **{name: {"code": "", "name": name, "param_names": [], "params": [], "timeout": 60, "type": "time",
+                  "unit": "seconds", "version": "1", "number": 0, "repeat": 0, "min_run_count": 2,
+                  "warmup_time": -1, "rounds": 2, "sample_time": 0.01}
+           for name in names}, "version": 2}))
+    rng = random.Random(37)
+    for runner in RUNNERS:
+        machine = results / f"{runner}-runner"
+        machine.mkdir()
+        info = {"arch": "x86_64", "cpu": runner, "machine": f"{runner}-runner", "num_cpu": "2", "os": "Linux",
+                "ram": "24GB", "version": 1}
+        (machine / "machine.json").write_text(json.dumps(info))
+        for build, commit in enumerate(hashes):
+            values = {}
+            for i, name in enumerate(names):
+                level = 1.0 + (i % 7) * 0.5 if runner == "cpu" else 0.4 + (i % 5) * 0.2
+                step = 1.4 if i % 10 == 3 and build >= builds * 200 // 365 else 1.0
+                values[name] = [[level * step * (1 + rng.uniform(-0.03, 0.03))], [], "1", 1, 1.0]
+            document = {"commit_hash": commit, "env_name": "existing-py", "date": int((START + timedelta(days=build)).timestamp() * 1000),
+                        "params": {**info, "python": "3.11"}, "python": "3.11", "requirements": {},
+                        "env_vars": {}, "result_columns": ["result", "params", "version", "started_at", "duration"],
+                        "results": values, "durations": {}, "version": 2}
+            (machine / f"{commit[:8]}-existing-py.json").write_text(json.dumps(document))
+
+
+CPU_TIMES: dict[str, float] = {}
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None, *, name: str = "") -> float:
+    """The command's wall time; its CPU time (user + system, its children's too) goes to CPU_TIMES[name]. On a
+    machine shared with other work the wall time moves with the load; the CPU time much less."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_TIMES[name] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/publish-bench"))
+    parser.add_argument("--lectures", type=int, default=120)
+    parser.add_argument("--builds", type=int, default=365)
+    parser.add_argument("--keep-store", action="store_true", help="Reuse the folder's store and asv results if there.")
+    args = parser.parse_args()
+    folder: Path = args.folder
+    store, asv = folder / "store" / "nbscope.db", folder / "asv"
+    if not args.keep_store or not store.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        started = time.perf_counter()
+        runs = build_store(store, args.lectures, args.builds)
+        print(f"store: {runs} runs from {len(RECORDS)} real records, {store.stat().st_size / 2**20:.0f} MiB, "
+              f"built in {time.perf_counter() - started:.0f} s")
+        asv_results(asv, args.lectures, args.builds)
+    shutil.copy(store, folder / "pristine.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    nbscope = [sys.executable, "-m", "nbscope", "publish"]
+    site = folder / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    full = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="full")
+    add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
+    one = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="one")
+    add_build(store, range(args.lectures), RUNNERS, args.builds + 1, args.builds)
+    whole = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="whole")
+    shutil.rmtree(asv / "html", ignore_errors=True)
+    asv_s = timed([sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv, name="asv")
+    shutil.copy(folder / "pristine.db", store)
+    cpu = CPU_TIMES
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (wall | CPU time)")
+    print(f"asv publish (full)                         {asv_s:7.2f} s | {cpu['asv']:7.2f} s")
+    print(f"nbscope publish (full)                     {full:7.2f} s | {cpu['full']:7.2f} s   "
+          f"{full / asv_s:.3f}× | {cpu['full'] / cpu['asv']:.3f}× asv  (target ≤ 0.2×)")
+    print(f"nbscope publish after one lecture's build  {one:7.2f} s | {cpu['one']:7.2f} s   "
+          f"{one / full:.1%} | {cpu['one'] / cpu['full']:.1%} of full  (target ≤ 5 %)")
+    print(f"nbscope publish after a whole-book build   {whole:7.2f} s | {cpu['whole']:7.2f} s   "
+          f"{whole / full:.1%} | {cpu['whole'] / cpu['full']:.1%} of full")
+
+if __name__ == "__main__":
+    main()

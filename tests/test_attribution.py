@@ -1,0 +1,120 @@
+"""Attribution (``analyse.attribution``): each change between two stored runs and each failure is named for what
+it is, from real runs: an edited cell, a cold cache, a kernel that died, a runner stopped by SIGTERM; and a package
+change whose compiled programs hash the same (a record written as a probe that hashes programs would write it:
+this probe does not record program hashes yet)."""
+
+from __future__ import annotations
+
+import copy
+import signal
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from diag_support import RECORDS, profile_notebook
+from nbscope.analyse.attribution import attribute, classify_failure
+from nbscope.api.profile import ProfileOptions, profile
+from nbscope.record import run as record_module
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
+from test_signals import NOTEBOOK as SLEEPING_NOTEBOOK
+from test_signals import marker, start_nbscope, stop, wait_until_cell_runs  # noqa: F401 (marker: a fixture)
+
+
+def _notebook(path: Path, second_cell: str) -> Path:
+    nbformat.write(new_notebook(cells=[new_code_cell("a = 1"), new_code_cell(second_cell)]), path)
+    return path
+
+
+def _profiled(path: Path) -> RunRecord:
+    return profile(path, ProfileOptions(jax_platform="cpu", cache_root=path.parent / "jax-cache"),
+                   live_path=path.with_suffix(".jsonl"))
+
+
+@pytest.fixture(scope="module")
+def edited_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord]:
+    folder = tmp_path_factory.mktemp("attribution")
+    path = _notebook(folder / "lecture.ipynb", "b = sum(range(10))")
+    first, same = _profiled(path), _profiled(path)
+    edited = _profiled(_notebook(path, "b = sum(range(20))"))
+    return {"first": first, "same": same, "edited": edited}
+
+
+@pytest.mark.slow
+def test_an_edited_cell_is_named_and_nothing_else(edited_runs: dict[str, RunRecord]) -> None:
+    why = attribute(edited_runs["same"], edited_runs["edited"])
+    assert why.kinds == ("code",), why.text
+    assert "code: 1 cell edited (cell 2" in why.text and why.failure is None
+    unchanged = attribute(edited_runs["first"], edited_runs["same"])
+    assert unchanged.kinds == () and unchanged.text.startswith("nothing recorded changed")
+
+
+@pytest.mark.slow
+def test_a_cold_cache_is_named(profiled: Any) -> None:
+    warm = profiled("diag_cold_cache", jax_cache="warm")
+    cold = profiled("diag_cold_cache", jax_cache="cold")
+    why = attribute(warm, cold)
+    assert why.kinds == ("cache",), why.text
+    assert "cache: warm → cold" in why.text
+    assert attribute(cold, warm).changes[0].text.startswith("cache: cold → warm")
+
+
+@pytest.mark.slow
+def test_a_dead_kernel_is_killed_and_out_of_memory_only_near_the_memory(tmp_path: Path) -> None:
+    died = profile_notebook("kernel_dies", tmp_path)
+    failure = classify_failure(died)
+    assert failure is not None and failure.kind == "kernel-killed" and failure.cell == 2, failure
+    peak = died.notebook_run().totals.peak_rss_bytes
+    assert peak, "the cells before the kernel died recorded its memory"
+    # The same run on a machine (or in a container) whose memory its kernel had nearly filled.
+    document = copy.deepcopy(died.to_dict())
+    document["fingerprint"]["memory"] = {"total_bytes": int(peak / 0.9)}
+    full = classify_failure(RunRecord.from_dict(document))
+    assert full is not None and full.kind == "out-of-memory" and "out of memory" in full.text, full
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_runner_is_named_as_the_runner_stopping(tmp_path: Path, marker: str) -> None:  # noqa: F811
+    db = tmp_path / "db" / "nbscope.db"
+    started = tmp_path / "started"
+    process = start_nbscope(["profile", str(SLEEPING_NOTEBOOK), "--db", str(db)], cwd=tmp_path, marker=marker,
+                            started=started)
+    wait_until_cell_runs(process, started)
+    stop(process, signal.SIGTERM)
+    [record] = Store(db).records(kind="profile")
+    failure = classify_failure(record)
+    assert failure is not None and failure.kind == "runner-stopped" and "SIGTERM" in failure.text, failure
+    assert failure.cell == 1
+
+
+def _with_programs(record: RunRecord, hashes: list[str] | None, jaxlib: str) -> RunRecord:
+    document = copy.deepcopy(record.to_dict())
+    document["fingerprint"].setdefault("versions", {})["jaxlib"] = jaxlib
+    if hashes is not None:
+        document["measurements"]["programs"] = {"programs": {
+            f"jit_f#{n}": {"key": f"jit_f#{n}", "program_hash": value} for n, value in enumerate(hashes)}}
+    return RunRecord.from_dict(document)
+
+
+def test_a_package_change_with_the_same_programs_is_a_backend_change() -> None:
+    recorded = record_module.load(RECORDS / "cpu_x64.json")
+    before = _with_programs(recorded, ["9f1c", "07ab"], "0.4.30")
+    same = attribute(before, _with_programs(recorded, ["07ab", "9f1c"], "0.4.31"))
+    assert same.kinds == ("packages",) and same.program == "unchanged"
+    assert "jaxlib 0.4.30 → 0.4.31" in same.text and "program unchanged" in same.text and "bisect" in same.text
+    other = attribute(before, _with_programs(recorded, ["07ab", "55aa"], "0.4.31"))
+    assert other.program == "changed" and "program unchanged" not in other.text
+    unknown = attribute(_with_programs(recorded, None, "0.4.30"), _with_programs(recorded, None, "0.4.31"))
+    assert unknown.program == "not recorded" and "program unchanged" not in unknown.text
+
+
+@pytest.mark.slow
+def test_a_cell_error_and_a_timeout_are_named(tmp_path: Path) -> None:
+    error = classify_failure(profile_notebook("error", tmp_path / "error"))
+    assert error is not None and error.kind == "cell-error" and "ValueError in cell 2" in error.text, error
+    timed_out = classify_failure(profile_notebook("timeout", tmp_path / "timeout", timeout=2))
+    assert timed_out is not None and timed_out.kind == "timeout" and "--timeout 2 s" in timed_out.text, timed_out
+    assert classify_failure(record_module.load(RECORDS / "cpu_x64.json")) is None

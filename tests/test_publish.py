@@ -1,0 +1,132 @@
+"""``nbscope publish``: the static site over a store of real records (the CPU records under tests/files/records/,
+stored again as a lecture series' builds: renamed, moved in time, one lecture's code edited from build 8 on,
+where its wall steps up), its incremental rebuild, and its refusals. The Chromium tests are in
+test_publish_browser.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbscope.api.publish import MANIFEST, lecture_page, publish
+from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
+
+RECORDS = Path(__file__).resolve().parent / "files" / "records"
+HOSTILE = 'lectures/<img src=x onerror=alert(1)>|`*x*`.md'
+STEADY = "lectures/steady.md"
+STEPS = "lectures/steps.md"
+BUILDS = 12
+START = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
+
+
+def stored_run(name: str, target: str, build: int, factor: float, *, edited: bool = False,
+               runner: str = "cpu") -> RunRecord:
+    document = json.loads((RECORDS / name).read_text())
+    document["target"] = target
+    document["measurements"]["notebook"]["path"] = target
+    when = START + timedelta(days=build)
+    document["started_at"] = when.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    factor *= 1 + random.Random(build).uniform(-0.03, 0.03)  # noise, not a level
+    for figures in (document["measurements"]["totals"], *document["measurements"]["cells"]):
+        for key in ("wall_s", "compile_s", "run_s", "code_s"):
+            if isinstance(figures.get(key), (int, float)):
+                figures[key] *= factor
+    if edited:
+        cell = document["measurements"]["cells"][-1]
+        cell["source"] = (cell.get("source") or "") + "\n# edited"
+        cell["source_hash"] = "e" * 16
+    if runner == "gpu":
+        document["settings"] = {**document.get("settings", {}), "jax_platform": "cuda"}
+    return RunRecord.from_dict(copy.deepcopy(document))
+
+
+def make_store(path: Path) -> Store:
+    store = Store(path)
+    runs = []
+    for build in range(BUILDS):
+        runs.append(stored_run("cpu_x64.json", STEADY, build, 1.0))
+        runs.append(stored_run("cpu_x64.json", STEADY, build, 0.5, runner="gpu"))
+        runs.append(stored_run("cpu_latency_loop.json", STEPS, build, 2.0 if build >= 8 else 1.0, edited=build >= 8))
+        runs.append(stored_run("cpu_unrolled_loop.json", HOSTILE, build, 1.0))
+    store.add_many(runs)
+    return store
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> dict[str, Any]:
+    store = make_store(tmp_path / "store" / "nbscope.db")
+    result = publish(store.path, tmp_path / "site")
+    return {"store": store, "folder": tmp_path / "site", "result": result}
+
+
+def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[str, Any]) -> None:
+    folder, result = site["folder"], site["result"]
+    assert result.rows == 4 and result.runs == 4 * BUILDS and result.rows_rebuilt == 4
+    assert sorted(result.pages_written) == sorted(
+        ["index.html", "status.json", "status.md", *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE))])
+    status = json.loads((folder / "status.json").read_text())["notebooks"]
+    assert {(s["file"], s["runner"]) for s in status} == {(STEADY, "cpu"), (STEADY, "gpu"), (STEPS, "cpu"),
+                                                           (HOSTILE, "cpu")}
+    assert all(s["status"] == "ok" and s["cache"] == "off" and s["run_time_s"] > 0 for s in status)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    steps = manifest["rows"][f"cpu\x1f{STEPS}"]
+    # The wall doubled at build 8, where the code was edited: a confirmed regression, attributed to the edit.
+    [regression] = steps["regressions"]
+    assert regression["step_index"] == 8 and 1.8 < regression["ratio"] < 2.2
+    assert regression["attribution"]["changes"][0]["kind"] == "code"
+    assert manifest["rows"][f"cpu\x1f{STEADY}"]["regressions"] == []
+    page = (folder / lecture_page(STEPS)).read_text()
+    assert "code: 1 cell edited (cell 6" in page and "confirmed" in page
+    book = (folder / "index.html").read_text()
+    assert "<img" not in book and "&lt;img src=x onerror=alert(1)&gt;" in book
+    assert "http://" not in book and "https://" not in book  # nothing loaded from anywhere
+    markdown = (folder / "status.md").read_text()
+    assert "\\<img src=x onerror=alert(1)\\>\\|\\`\\*x\\*\\`.md" in markdown
+    assert all(line.count(" | ") == 6 for line in markdown.splitlines()[2:])
+
+
+def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
+    store, folder = site["store"], site["folder"]
+    lecture = folder / lecture_page(STEADY)
+    before = lecture.stat().st_mtime_ns
+    again = publish(store.path, folder)
+    assert again.rows_rebuilt == 0 and again.pages_written == [] and again.pages_kept == 6
+    store.add(stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True))
+    one = publish(store.path, folder)
+    assert one.rows_rebuilt == 1
+    assert sorted(one.pages_written) == sorted(["index.html", "status.json", "status.md", lecture_page(STEPS)])
+    assert lecture.stat().st_mtime_ns == before
+    newest = [s for s in json.loads((folder / "status.json").read_text())["notebooks"] if s["file"] == STEPS]
+    assert newest[0]["last_run"].startswith((START + timedelta(days=BUILDS)).strftime("%Y-%m-%d"))
+    full = publish(store.path, folder, full=True)
+    assert full.rows_rebuilt == 4 and full.pages_written == []  # the same text: nothing rewritten
+
+
+def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> None:
+    make_store(tmp_path / "store" / "nbscope.db")
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    done = run_cli("publish", tmp_path / "store" / "nbscope.db", "-o", foreign)
+    assert done.returncode == 2 and "not made by `nbscope publish`" in done.stderr
+    assert "Traceback" not in done.stderr and (foreign / "notes.txt").read_text() == "keep me"
+    missing = run_cli("publish", tmp_path / "nowhere", "-o", tmp_path / "site")
+    assert missing.returncode == 2 and "no run store at" in missing.stderr and "Traceback" not in missing.stderr
+    book = run_cli("publish", tmp_path / "store", "-o", tmp_path / "site")  # a folder without .nbscope/nbscope.db
+    assert book.returncode == 2 and "no run store at" in book.stderr and not (tmp_path / "site").exists()
+    project = tmp_path / "book"
+    (project / ".git").mkdir(parents=True)  # the project root, where `nbscope profile` stores its runs
+    (project / "lectures").mkdir()
+    make_store(project / ".nbscope" / "nbscope.db")
+    from_book = run_cli("publish", project / "lectures", "-o", tmp_path / "book-site")
+    assert from_book.returncode == 0 and (tmp_path / "book-site" / "status.md").is_file(), from_book.stderr
+    done = run_cli("publish", tmp_path / "store" / "nbscope.db", "-o", tmp_path / "site", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 4
