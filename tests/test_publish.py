@@ -17,6 +17,7 @@ import pytest
 from nbscope.api.publish import MANIFEST, lecture_page, publish
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.render import site as site_pages
 
 RECORDS = Path(__file__).resolve().parent / "files" / "records"
 HOSTILE = 'lectures/<img src=x onerror=alert(1)>|`*x*`.md'
@@ -62,7 +63,7 @@ def make_store(path: Path) -> Store:
 @pytest.fixture
 def site(tmp_path: Path) -> dict[str, Any]:
     store = make_store(tmp_path / "store" / "nbscope.db")
-    result = publish(store.path, tmp_path / "site")
+    result = publish(store.path, tmp_path / "site", site=site_pages)
     return {"store": store, "folder": tmp_path / "site", "result": result}
 
 
@@ -96,16 +97,16 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     store, folder = site["store"], site["folder"]
     lecture = folder / lecture_page(STEADY)
     before = lecture.stat().st_mtime_ns
-    again = publish(store.path, folder)
+    again = publish(store.path, folder, site=site_pages)
     assert again.rows_rebuilt == 0 and again.pages_written == [] and again.pages_kept == 6
     store.add(stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True))
-    one = publish(store.path, folder)
+    one = publish(store.path, folder, site=site_pages)
     assert one.rows_rebuilt == 1
     assert sorted(one.pages_written) == sorted(["index.html", "status.json", "status.md", lecture_page(STEPS)])
     assert lecture.stat().st_mtime_ns == before
     newest = [s for s in json.loads((folder / "status.json").read_text())["notebooks"] if s["file"] == STEPS]
     assert newest[0]["last_run"].startswith((START + timedelta(days=BUILDS)).strftime("%Y-%m-%d"))
-    full = publish(store.path, folder, full=True)
+    full = publish(store.path, folder, site=site_pages, full=True)
     assert full.rows_rebuilt == 4 and full.pages_written == []  # the same text: nothing rewritten
 
 

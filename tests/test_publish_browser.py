@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from nbscope.api.publish import lecture_page, publish
+from nbscope.render import site as site_pages
 from test_publish import HOSTILE, STEPS, make_store
 from test_report_html import chromium, needs_chromium
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.slow, needs_chromium]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("site")
-    publish(make_store(folder / "store" / "nbscope.db").path, folder / "site")
+    publish(make_store(folder / "store" / "nbscope.db").path, folder / "site", site=site_pages)
     return folder / "site"
 
 

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.attribution import attribute, classify_failure
@@ -265,11 +265,18 @@ def _check_folder(folder: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def publish(source: str | Path, output: str | Path, *, full: bool = False,
+class SitePages(Protocol):
+    """What formats the site's pages (``nbscope.render.site``): the API gathers the rows, the renderer writes them."""
+
+    def book_pages(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]: ...
+
+    def lecture_page(self, target: str, rows: Sequence[Mapping[str, Any]]) -> str: ...
+
+
+def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bool = False,
             options: ChangeOptions | None = None) -> PublishResult:
-    """Write the site for the store ``source`` names into ``output``; only what changed since the last publish
-    into that folder (``full``: every row and page again)."""
-    from nbscope.render import site
+    """Write the site for the store ``source`` names into ``output``, its pages formatted by ``site``; only what
+    changed since the last publish into that folder (``full``: every row and page again)."""
 
     store = store_of(source)
     folder = Path(output)

@@ -71,10 +71,10 @@ def gate(
         result = gate_stored(store, candidate=candidate, baseline=baseline, target=target, options=options,
                              history=history)
         text = gate_markdown(result, everything=everything)
-        if handle is not None:
+        if handle is not None and summary is not None:
             _append(handle, summary, text + "\n")
     finally:
-        if handle is not None:
+        if handle is not None and summary is not None:
             _close(handle, summary)
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:

@@ -23,8 +23,9 @@ def publish(
 ) -> None:
     """A static site of the book's status: a page per book and per lecture, status.json and status.md."""
     from nbscope.api.publish import publish as build_site
+    from nbscope.render import site
 
-    result = build_site(source, output, full=full)
+    result = build_site(source, output, site=site, full=full)
     if as_json:
         print(json.dumps(result.to_dict(), indent=1))
         return

@@ -366,7 +366,7 @@ class Probe:
         A ``warning`` line names the cell that removed them (it has no probe record of its own)."""
         events = getattr(self.shell, "events", None)
         callbacks = getattr(events, "callbacks", None)
-        if not isinstance(callbacks, dict):
+        if events is None or not isinstance(callbacks, dict):
             return
         ours = (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell))
         missing = [(event, callback) for event, callback in ours if callback not in callbacks.get(event, ())]
