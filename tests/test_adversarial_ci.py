@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,7 @@ from nbscope.record.live import LiveWriter
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render.gate import gate_markdown
+from test_adversarial import read_only
 from test_gate import make_cell, make_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,23 +338,7 @@ def test_sigint_during_a_parallel_audit_keeps_each_running_notebooks_cells_and_i
 # ==== the still-failing cases =========================================================================
 
 
-@contextmanager
-def immutable(path: Path) -> Iterator[None]:
-    """``path`` read-only for the block (``chattr +i`` for root, who writes through permissions)."""
-    if os.geteuid() == 0:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
-            pytest.skip("running as root without chattr +i: a read-only folder cannot be made")
-        try:
-            yield
-        finally:
-            subprocess.run(["chattr", "-i", str(path)], check=True)
-    else:
-        mode = path.stat().st_mode
-        path.chmod(mode & ~0o222)
-        try:
-            yield
-        finally:
-            path.chmod(mode)
+immutable = read_only  # test_adversarial's: chattr +i for root, chmod otherwise
 
 
 def test_a_store_in_a_read_only_folder_is_readable(tmp_path: Path, run_cli: Any) -> None:
