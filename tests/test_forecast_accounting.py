@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from diag_support import edited, load_record
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.recommend import recommend
@@ -114,3 +116,29 @@ def test_sampled_cpu_times_never_exceed_the_cell() -> None:
     notebook = result.notebook["t4"]
     for entry in (*notebook.gains, *notebook.keep_on_cpu):
         assert entry.cpu_s <= notebook.cpu_s
+
+
+def test_the_forecast_reads_the_notebooks_own_time_not_nbscopes_collection() -> None:
+    """A cell's ``collection_s`` (nbscope's session stop, HLO and lowering after the code, inside its wall)
+    is no part of what the forecast carries over, compares or ranks: every figure reads the cell's
+    ``notebook_wall_s``."""
+    from nbscope.analyse.forecast.risks import loop_slowdowns
+
+    record = edited(load_record("cpu_forecast_cut"))
+    cells = _cells(record)
+    for cell in cells.values():
+        cell["collection_s"] = cell["wall_s"] / 3  # a third of each cell's wall was nbscope's own
+    failed = cells[0]  # a cell that raised is not forecast, and says how long it ran
+    failed["status"], failed["error"] = "error", {"name": "ValueError", "message": "boom"}
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    (not_forecast,) = result.not_forecast
+    assert not_forecast.index == 0 and not_forecast.cpu_s == pytest.approx(failed["wall_s"] * 2 / 3)
+    for index in (LOOP, PLAIN):
+        cell = result.cell(index)
+        assert cell is not None
+        assert cell.cpu.wall_s == cell.gpu["t4"].cpu_s == pytest.approx(cells[index]["wall_s"] * 2 / 3)
+    plain = result.cell(PLAIN).gpu["t4"]  # type: ignore[union-attr]
+    assert plain.verdict == "unchanged" and plain.low_s == plain.high_s == pytest.approx(cells[PLAIN]["wall_s"] * 2 / 3)
+    assert result.notebook["t4"].cpu_s == pytest.approx(sum(c["wall_s"] * 2 / 3 for c in cells.values()
+                                                            if c["status"] == "ok"))
+    assert all(row.cpu_s == result.cell(row.index).cpu.wall_s for row in loop_slowdowns(result, "t4"))  # type: ignore[union-attr]

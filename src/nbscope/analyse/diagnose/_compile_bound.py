@@ -143,7 +143,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     flagged = 0.0
     for cell in ctx.run.cells:
-        wall, compile_s = cell.wall_s, cell.compile_s
+        wall, compile_s = cell.notebook_wall_s, cell.compile_s  # nbscope's own collection left out
         if wall is None or compile_s is None or wall <= 0:
             continue
         share = compile_s / wall

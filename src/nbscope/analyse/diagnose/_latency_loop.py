@@ -212,7 +212,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             continue
         if cell.index in forecast_findings:
             continue  # the forecast finding says more than this CPU's own timeline
-        wall, run = cell.wall_s or 0.0, cell.run_s or 0.0  # a cell that ran has its wall
+        # a cell that ran has its wall; nbscope's own collection (--forecast) is no part of it
+        wall, run = cell.notebook_wall_s or 0.0, cell.run_s or 0.0
         functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
         base = {"platform": platform, "platform_source": ctx.platform["source"], "wall_s": round(wall, 4),
@@ -244,7 +245,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if not functions:
             continue
         paired = ctx.other_cells.get(cell.index) if other_platform == "cpu" else None
-        other_wall = paired.wall_s if paired is not None else None
+        other_wall = paired.notebook_wall_s if paired is not None else None
         if other_wall is not None and other_wall >= 0:
             ratio = wall / other_wall if other_wall > 0 else float("inf")
             if ratio >= limit["min_ratio"] and wall - other_wall >= limit["min_delta_s"]:

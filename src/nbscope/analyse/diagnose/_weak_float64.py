@@ -136,8 +136,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     ratios = {}
     for cell in cells:
         paired = ctx.other_cells.get(cell.index)
-        if paired is not None and paired.wall_s is not None and paired.wall_s > 0:
-            ratios[str(cell.index)] = round((cell.wall_s or 0.0) / paired.wall_s, 2)
+        other_wall = paired.notebook_wall_s if paired is not None else None  # nbscope's collection left out
+        if other_wall is not None and other_wall > 0:
+            ratios[str(cell.index)] = round((cell.notebook_wall_s or 0.0) / other_wall, 2)
     confidence = 0.9 if float64_cells else 0.7
     switch = f" (turned on in cell {source_cells[0] + 1})" if source_cells else ""
     yield Finding(

@@ -434,13 +434,6 @@ def forecastable_cells(run: NotebookRun, sources: Mapping[int, str] | None = Non
     return {c.cell.index: c for c in measured if c is not None}
 
 
-def collection_s(cell: Cell) -> float:
-    """nbscope's own collection time inside the cell's wall time (0 when the record does not say: older
-    records, or a probe that does not measure it)."""
-    value = getattr(cell, "collection_s", None)
-    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
-
-
 def _within(executions: tuple[Execution, ...], budget: float) -> tuple[Execution, ...]:
     """The executions with their CPU times scaled down together so that they add up to ``budget`` at most:
     a sampled or extrapolated figure is an estimate, and no program ran longer than the cell did."""
@@ -458,11 +451,10 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     """The cell's measured time split as the forecast reads it. ``code_may_run_jax``: whether the cell's code
     refers to JAX (:func:`~nbscope.analyse.forecast.jax_code.cells_touching_jax`), what decides a cell whose
     trace was cut before it showed anything."""
-    wall = cell.wall_s
+    wall = cell.notebook_wall_s  # nbscope's own collection is no part of the notebook
     # A cell that raised, died, timed out or was interrupted is not forecast (:func:`not_forecast`).
     if wall is None or cell.status in ("not-run", "skipped", *FAILURE_WORDS):
         return None
-    wall = max(0.0, wall - collection_s(cell))  # nbscope's own collection is no part of the notebook
     compile_s = min(cell.jax.compile_s if cell.jax is not None else 0.0, wall)  # JAX's; Numba's is host work here
     data = cell.programs
     rest = max(0.0, wall - compile_s)
@@ -513,7 +505,7 @@ def not_forecast(cell: Cell) -> NotForecast | None:
     if what is None:
         return None
     return NotForecast(index=cell.index, line=cell.line, first_line=cell.first_line, status=cell.status,
-                       cpu_s=cell.wall_s, reason=f"not forecast: the cell {what}")
+                       cpu_s=cell.notebook_wall_s, reason=f"not forecast: the cell {what}")
 
 
 def _cell_entry(cell: _Cell, programs: Mapping[str, Program], outcomes: Mapping[str, Outcome]) -> CellForecast:

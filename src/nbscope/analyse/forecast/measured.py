@@ -53,7 +53,7 @@ class MeasuredCell:
     forecast_high_s: float | None
     verdict: str
     measured_s: float | None  # the measured cell's time less its JAX compile (None: not paired or not run)
-    measured_wall_s: float | None
+    measured_wall_s: float | None  # the GPU run's cell, nbscope's own collection left out
     within: bool | None  # the measured time lies in the forecast range
     error: float | None  # the forecast's midpoint over the measured time, minus 1
 
@@ -117,11 +117,10 @@ class ForecastVsMeasured:
 def _run_time(cell: Cell) -> float | None:
     """A measured cell's time less its JAX compile and nbscope's own collection (what the forecast, compile
     left out, is compared with)."""
-    from nbscope.analyse.forecast import collection_s
-
-    if cell.wall_s is None:
+    wall = cell.notebook_wall_s
+    if wall is None:
         return None
-    return max(0.0, cell.wall_s - collection_s(cell) - (cell.jax.compile_s if cell.jax is not None else 0.0))
+    return max(0.0, wall - (cell.jax.compile_s if cell.jax is not None else 0.0))
 
 
 def _platform(record: Any) -> str | None:
@@ -156,7 +155,7 @@ def against_measured(result: Forecast, measured: Any, device: str) -> MeasuredCo
         measured_s = measured_wall_s = within = error = None
         if other is not None and other.ran:
             paired += 1
-            measured_s, measured_wall_s = _run_time(other), other.wall_s
+            measured_s, measured_wall_s = _run_time(other), other.notebook_wall_s
             if measured_s is not None:
                 within = low <= measured_s and (high is None or measured_s <= high)
                 mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2

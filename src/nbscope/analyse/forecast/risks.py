@@ -157,7 +157,7 @@ def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[Float
                         so_far + count * sum(h for h in highs if h is not None))
             functions.add(str(program.function or program.key))
         if functions:
-            rows.append(Float64Cost(index=cell.index, cpu_s=cell.wall_s, functions=tuple(sorted(functions)),
+            rows.append(Float64Cost(index=cell.index, cpu_s=cell.notebook_wall_s, functions=tuple(sorted(functions)),
                                     float64_low_s=low["float64"], float64_high_s=high["float64"],
                                     float32_low_s=low["float32"], float32_high_s=high["float32"]))
     return rows
