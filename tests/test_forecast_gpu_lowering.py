@@ -65,3 +65,54 @@ def test_lowering_for_cuda_gives_the_module_jax_export_gives() -> None:
     assert lowered == through_export
     assert len(lowered["loops"]) == 2 and any(t.startswith("cusolver") for t in lowered["custom_calls"])
     assert all(loop["line"] for loop in lowered["loops"])
+
+
+def test_the_hlo_written_after_a_cell_is_what_it_compiled_with_the_ids_its_trace_names(tmp_path: Path) -> None:
+    """After a compiling cell the probe writes the HLO of the programs that cell compiled, one at a time,
+    not that of every program alive in the kernel (a profiler session's XSpace holds them all, about three
+    times over while it is stopped); each keeps the program id the trace's events carry."""
+    jax = pytest.importorskip("jax")
+    import sys
+
+    import jax.numpy as jnp
+    from jax._src import compiler
+    from jax._src.interpreters import pxla
+
+    from nbscope.collect._xla import XlaTools
+    from nbscope.collect._xspace import hlo_modules, hlo_programs
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "nbscope" / "collect" / "probe"))
+    import _nbscope_program as recorder
+
+    x = jnp.arange(8.0)
+    earlier = jax.jit(lambda v: v - 1)
+    earlier(x).block_until_ready()  # alive, compiled before the cell
+    hooked = compiler.compile_or_get_cached, pxla.lower_sharding_computation
+    programs = recorder.Programs(str(tmp_path))
+    try:
+        programs.start(1)
+        programs.stop(1, compiled=False)
+
+        def halve(v: jax.Array) -> jax.Array:
+            return v / 2
+
+        def scan_sum(v: jax.Array) -> jax.Array:
+            return jax.lax.scan(lambda c, e: (c + e, None), 0.0, v)[0]
+
+        programs.start(2)
+        jitted = jax.jit(halve), jax.jit(scan_sum)  # kept alive, as the session reads only live programs
+        for function in jitted:
+            function(x).block_until_ready()
+        result = programs.stop(2, compiled=True)
+    finally:
+        compiler.compile_or_get_cached, pxla.lower_sharding_computation = hooked
+    assert result is not None and str(result["programs"]).endswith(".hlo"), result
+    written = {p.module: p for p in hlo_modules(Path(result["programs"]).read_bytes())}
+    assert set(written) == {"jit_halve", "jit_scan_sum"}
+    alive = {p.module: p for p in hlo_programs(recorder._session(hlo_protos=True).stop())}
+    tools = XlaTools()
+    for name, program in written.items():
+        assert program.program_id == alive[name].program_id
+        if tools.available:  # the same module (its serialised bytes may order a map differently)
+            assert tools.module_text(program.module_proto) == tools.module_text(alive[name].module_proto)
+    assert "jit__lambda" in alive and earlier is not None  # what the session would have written again

@@ -1,4 +1,5 @@
-"""The optimised HLO that a ``jax.profiler`` session with ``enable_hlo_proto`` stores in its XSpace.
+"""The optimised HLO that a ``jax.profiler`` session with ``enable_hlo_proto`` stores in its XSpace (and
+the probe's own file of the HLO modules a cell compiled, :func:`hlo_modules`).
 
 ``jax.profiler.ProfileData`` reads planes, lines and events, but not a plane's event *metadata*, where
 the profiler keeps one ``HloProto`` per live program (plane ``/host:metadata``, one metadata entry per
@@ -102,6 +103,29 @@ def hlo_programs(xspace: bytes) -> list[HloProgram]:
                 program = _program(event, stat_names)
                 if program is not None:
                     programs.append(program)
+    return programs
+
+
+def hlo_modules(data: bytes) -> list[HloProgram]:
+    """The programs of a file of serialised ``HloModuleProto``s, each after its length (8 bytes, little-endian),
+    as the probe writes what a cell compiled: ``HloModuleProto.name = 1``, ``.id = 5`` (the program id the
+    profiler's events carry)."""
+    programs: list[HloProgram] = []
+    view, index = memoryview(data), 0
+    while index + 8 <= len(view):
+        size = int.from_bytes(view[index:index + 8], "little")
+        module = view[index + 8:index + 8 + size]
+        index += 8 + size
+        if len(module) != size:
+            break  # a file cut short: what came whole is kept
+        name, program_id = "", 0  # an id of 0 is not written (proto3's default)
+        for field, wire, value in fields(module):
+            if field == 1 and wire == 2 and isinstance(value, memoryview):
+                name = bytes(value).decode("utf-8", "replace")
+            elif field == 5 and wire == 0 and isinstance(value, int):
+                program_id = _signed(value)
+        programs.append(HloProgram(name=f"{name}({program_id})", module=name, program_id=program_id,
+                                   module_proto=bytes(module)))
     return programs
 
 

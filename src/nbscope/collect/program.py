@@ -34,7 +34,7 @@ from typing import Any
 
 from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
-from nbscope.collect._xspace import hlo_programs
+from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
 
 PROGRAMS_VERSION = 1
@@ -251,7 +251,8 @@ class ProgramCollector:
             return []
         new = []
         functions = {(_normal(f.get("name", ""))): f for f in ((record.get("jax") or {}).get("functions") or [])}
-        for program in hlo_programs(path.read_bytes()):
+        read = hlo_modules if path.suffix == ".hlo" else hlo_programs
+        for program in read(path.read_bytes()):
             if program.program_id is not None and program.program_id in self.key_of:
                 continue
             key = f"{program.module}#{program.program_id}"

@@ -8,10 +8,14 @@ it writes, for nbscope to read *outside* the kernel (``nbscope.collect.program``
   tracer. Its host events name every program run (XLA:CPU records each thunk with the program's module
   and id), which is how executions are counted; a ``--timeline`` trace, when one is recorded, serves
   instead (two profiler sessions cannot run at once).
-* ``programs-<seq>.xplane.pb``, only after a cell that compiled something (or loaded it from the
-  persistent cache): an empty session with ``enable_hlo_proto``, whose metadata holds the optimised HLO
-  of every program alive in the process. Collecting them costs ~35 µs per live program (measured with
-  jax 0.10.2 on CPU), so it is done only where a cell added programs.
+* ``programs-<seq>.hlo``, only after a cell that compiled something (or loaded it from the persistent
+  cache): the optimised HLO module of each program the cell compiled (``HloModuleProto``, which carries the
+  program's id), taken from the executables JAX's ``compile_or_get_cached`` returned during the cell and
+  written one at a time: what this holds in memory is one program's HLO, not every live program's. Where
+  that hook was not in place when the cell started (the cell that imports jax and compiles at once), an
+  empty session with ``enable_hlo_proto`` is stopped instead (``programs-<seq>.xplane.pb``), whose metadata
+  holds the HLO of every program alive in the process (~35 µs per live program, jax 0.10.2 on CPU; the
+  whole XSpace is held about three times over while it is stopped and written).
 
 The session starts without initialising JAX's backends: a notebook may still change ``jax_platforms``
 after ``import jax``, and starting them early would change what it runs. XLA:CPU's host events are
@@ -32,6 +36,7 @@ from typing import Any
 
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
 PROGRAMS_NAME = "programs-{seq:04d}.xplane.pb"
+MODULES_NAME = "programs-{seq:04d}.hlo"  # each: 8 bytes little-endian length, then a serialised HloModuleProto
 GPU_NAME = "gpu-{seq:04d}.json"
 # Primitives whose lowering differs between XLA:CPU and XLA:GPU (loops, branches, library calls): a
 # program with none of them lowers to no while and no library call on the GPU, so it is not exported.
@@ -58,12 +63,20 @@ class Programs:
         self.hooked = False
         self.exporting = False
         self.guard: _Guard | None = None
+        # The executables JAX compiled (or loaded from its cache) during the cell, held until the cell's end,
+        # when their HLO is written; at most MAX_COMPILED a cell (the rest are counted, not held).
+        self.compiled: list[Any] = []
+        self.compiled_over = 0
+        self.compile_hooked = False
+        self.watching = False  # the compile hook was in place when the cell started
 
     def start(self, seq: int, *, shared: bool = False) -> None:
         self.session, self.skipped, self.shared = None, None, shared
         self.lowered = []
+        self.compiled, self.compiled_over = [], 0
         if sys.modules.get("jax") is not None and not self.hooked:
             self._hook_lowering()
+        self.watching = self.compile_hooked
         if shared or sys.modules.get("jax") is None:
             return
         try:
@@ -102,13 +115,24 @@ class Programs:
         elif not self.shared:
             result["trace_error"] = "no trace: the notebook had not imported jax when the cell started"
         result["trace_stop_s"] = time.perf_counter() - started
-        if compiled:
+        executables, self.compiled = self.compiled, []
+        if compiled or executables:
             started = time.perf_counter()
-            try:
-                hlo = _session(hlo_protos=True)
-                result["programs"] = _write(self.folder, PROGRAMS_NAME.format(seq=seq), hlo.stop())
-            except Exception as exc:
-                result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            if self.watching and executables:
+                try:
+                    result["programs"] = _write_modules(os.path.join(self.folder, MODULES_NAME.format(seq=seq)),
+                                                        executables)
+                    if self.compiled_over:
+                        result["programs_over"] = self.compiled_over  # compiled beyond MAX_COMPILED: no HLO
+                except Exception as exc:  # an executable of another kind: the session below reads them all
+                    result["programs_note"] = f"{type(exc).__name__}: {exc}"[:300]
+            del executables
+            if "programs" not in result:
+                try:
+                    hlo = _session(hlo_protos=True)
+                    result["programs"] = _write(self.folder, PROGRAMS_NAME.format(seq=seq), hlo.stop())
+                except Exception as exc:
+                    result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["programs_s"] = time.perf_counter() - started
         if self.lowered:
             started = time.perf_counter()
@@ -123,8 +147,10 @@ class Programs:
 
     # ---- what the GPU would run -------------------------------------------------------------------
     def _hook_lowering(self) -> None:
-        """Keep each program's jaxpr as JAX lowers it, to lower it for the GPU after the cell."""
+        """Keep each program's jaxpr as JAX lowers it, to lower it for the GPU after the cell, and each
+        executable JAX compiles, to write its HLO after the cell."""
         self.hooked = True
+        self._hook_compiling()
         pxla = sys.modules.get("jax._src.interpreters.pxla")
         original = getattr(pxla, "lower_sharding_computation", None)
         if original is None or getattr(original, "_nbscope", False):
@@ -138,6 +164,28 @@ class Programs:
 
         lower_sharding_computation._nbscope = True  # type: ignore[attr-defined]
         pxla.lower_sharding_computation = lower_sharding_computation
+
+    def _hook_compiling(self) -> None:
+        compiler = sys.modules.get("jax._src.compiler")
+        original = getattr(compiler, "compile_or_get_cached", None)
+        if original is None:
+            return
+        if getattr(original, "_nbscope", False):
+            self.compile_hooked = True
+            return
+        recorder = self
+
+        def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+            executable = original(*args, **kwargs)
+            if len(recorder.compiled) < MAX_COMPILED:
+                recorder.compiled.append(executable)
+            else:
+                recorder.compiled_over += 1
+            return executable
+
+        compile_or_get_cached._nbscope = True  # type: ignore[attr-defined]
+        setattr(compiler, "compile_or_get_cached", compile_or_get_cached)  # noqa: B010 (a module found at run time)
+        self.compile_hooked = True
 
     def _lower_for_gpu(self) -> list[dict[str, Any]]:
         """Each program lowered in the cell, lowered again for CUDA (no GPU needed): its loops (name stack
@@ -465,6 +513,9 @@ class _Guard:
 
 
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
+# Executables held from their compile to the cell's end at most (holding keeps them alive that long; a cell
+# that compiles thousands of programs and drops them would otherwise keep them all).
+MAX_COMPILED = 200
 
 
 def _relevant(jaxpr: Any, depth: int = 0) -> bool:
@@ -545,6 +596,19 @@ def _session(*, hlo_protos: bool) -> Any:
     options.python_tracer_level = 0  # a Python loop would otherwise record millions of events
     options.enable_hlo_proto = hlo_protos
     return _profiler.ProfilerSession(options)
+
+
+def _write_modules(path: str, executables: list[Any]) -> str:
+    """Each executable's optimised HLO modules, serialised and written one at a time (a program's HLO at a
+    time in memory, however many the cell compiled)."""
+    with open(path, "wb") as handle:
+        for executable in executables:
+            for module in executable.hlo_modules():
+                data = module.as_serialized_hlo_module_proto()
+                handle.write(len(data).to_bytes(8, "little"))
+                handle.write(data)
+                del data
+    return path
 
 
 def _write(folder: str, name: str, data: bytes) -> str:
