@@ -142,3 +142,23 @@ def test_the_forecast_reads_the_notebooks_own_time_not_nbscopes_collection() -> 
     assert result.notebook["t4"].cpu_s == pytest.approx(sum(c["wall_s"] * 2 / 3 for c in cells.values()
                                                             if c["status"] == "ok"))
     assert all(row.cpu_s == result.cell(row.index).cpu.wall_s for row in loop_slowdowns(result, "t4"))  # type: ignore[union-attr]
+
+
+def test_jax_code_is_read_in_the_order_the_cells_ran() -> None:
+    """A NumPy function rewritten in JAX under the same name by a later cell (QuantEcon's opt_savings_1 does
+    this with its whole value function iteration) is not JAX where the NumPy one runs, so that cell, if its
+    trace is cut, is "unchanged"; a function calling a name a later cell binds to JAX is JAX from then on;
+    a binding that may not have run (in a loop, under ``if``) does not undo an earlier JAX one."""
+    from nbscope.analyse.forecast.jax_code import cells_touching_jax
+
+    sources = {
+        0: "import numpy as np\nimport jax.numpy as jnp",
+        1: "def solve(v):\n    return T(v)\n\ndef T(v):\n    return np.maximum(v, 0)",
+        2: "v = solve(np.ones(3))",
+        3: "def T(v):\n    return jnp.maximum(v, 0)",
+        4: "w = solve(np.ones(3))",
+        5: "for k in range(3):\n    if k:\n        T = abs\nT(1)",
+        6: "x = T",
+        7: "x = np.ones(2)\nx.sum()",
+    }
+    assert cells_touching_jax(sources) == {0, 3, 4, 5, 6}

@@ -1,23 +1,29 @@
 """Which cells' code may run JAX work, read from the notebook's sources.
 
 What a forecast reads first is what ran (compile events, programs, XLA's work in the cell's trace); this
-is for a cell whose trace was cut before it showed anything. It is deliberately generous: a name counts
-as JAX when it is bound by importing JAX (or a library built on it), by a function or class whose code
-refers to such a name, or by an assignment whose value does, over the whole notebook until nothing more
-is found. A cell whose code refers to any such name may run JAX work; a cell whose code cannot be read
-is assumed to.
+is for a cell whose trace was cut before it showed anything. It is generous, but reads the cells in the
+order they ran: a name counts as JAX at a cell when what it is bound to there (its latest binding in an
+earlier cell or in the cell itself) imports JAX (or a library built on it), or is a function or class whose
+code refers to such a name, or a value that does. A name a later cell binds to JAX (a JAX rewrite of a NumPy
+function, under the same name) does not make an earlier cell's call of the NumPy one JAX work. A binding
+under ``if``, ``for``, ``while``, ``with`` or ``try`` adds to the name's earlier bindings instead of
+replacing them (it may not have run). A cell whose code refers to a JAX name may run JAX work; a cell whose
+code cannot be read is assumed to.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from nbscope.analyse.diagnose._source import parse
 
 # Libraries whose calls run JAX programs: importing any of them binds a JAX name.
 JAX_PACKAGES = frozenset({"jax", "jaxlib", "numpyro", "flax", "optax", "equinox", "diffrax", "blackjax", "chex",
                           "jaxopt", "optimistix", "lineax", "haiku", "objax", "tensorflow_probability"})
+
+# What a name is bound to: the import, the ``def`` / ``class``, or the value assigned (an expression).
+Binding = ast.AST
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -35,45 +41,111 @@ def _bound(target: ast.AST) -> set[str]:
     return set()
 
 
-def _bindings(tree: ast.Module, jax_names: set[str]) -> set[str]:
-    """The names ``tree`` binds to JAX, given the names already known to be JAX."""
+def _imports_jax(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] in JAX_PACKAGES for a in node.names)
+    return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in JAX_PACKAGES
+
+
+def _bindings(statement: ast.stmt) -> tuple[dict[str, list[Binding]], dict[str, list[Binding]]]:
+    """What a cell's top-level statement binds (not inside a function or class): the names it binds for sure
+    (they replace earlier bindings), and those it binds under a branch, loop, ``with`` or ``try`` (added)."""
+    certain: dict[str, list[Binding]] = {}
+    maybe: dict[str, list[Binding]] = {}
+
+    def bind(names: Iterable[str], value: Binding, conditional: bool) -> None:
+        for name in names:
+            (maybe if conditional else certain).setdefault(name, []).append(value)
+
+    def visit(statements: list[ast.stmt], conditional: bool) -> None:
+        for node in statements:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bind([node.name], node, conditional)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    bind([(alias.asname or alias.name).split(".")[0]], node, conditional)
+            elif isinstance(node, ast.ImportFrom):
+                bind([alias.asname or alias.name for alias in node.names], node, conditional)
+            elif isinstance(node, ast.Assign):
+                bind({name for target in node.targets for name in _bound(target)}, node.value, conditional)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                bind(_bound(node.target), node.value, conditional)
+            elif isinstance(node, ast.AugAssign):
+                bind(_bound(node.target), node, True)  # ``x += y``: x stays what it was, and takes y's part
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                bind(_bound(node.target), node.iter, True)
+                visit(node.body + node.orelse, True)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        bind(_bound(item.optional_vars), item.context_expr, True)
+                visit(node.body, True)
+            elif isinstance(node, (ast.If, ast.While)):
+                visit(node.body + node.orelse, True)
+            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                handlers = [s for h in getattr(node, "handlers", []) for s in h.body]
+                visit(getattr(node, "body", []) + handlers + getattr(node, "orelse", []) + getattr(node, "finalbody", []),
+                      True)
+            elif isinstance(node, ast.Match):
+                visit([s for case in node.cases for s in case.body], True)
+            for walrus in (n for n in ast.walk(node) if isinstance(n, ast.NamedExpr)):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    bind(_bound(walrus.target), walrus.value, True)
+
+    visit([statement], False)
+    return certain, maybe
+
+
+def _jax_names(namespace: Mapping[str, list[Binding]], names_of: dict[int, set[str]]) -> set[str]:
+    """The names of ``namespace`` bound to JAX: imports of it, then what refers to those, until nothing more
+    is found (a function may refer to a name bound after it). ``names_of``: each binding's names, by id."""
+
+    def refers(binding: Binding, found: set[str]) -> bool:
+        if isinstance(binding, (ast.Import, ast.ImportFrom)):
+            return _imports_jax(binding)
+        names = names_of.get(id(binding))
+        if names is None:
+            names = names_of[id(binding)] = _names(binding)
+        return bool(names & found)
+
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {(a.asname or a.name).split(".")[0] for a in node.names
-                      if a.name.split(".")[0] in JAX_PACKAGES}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in JAX_PACKAGES:
-            found |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            pass  # judged below, as a whole
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
-            if _names(node.value) & jax_names:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                found |= {name for target in targets for name in _bound(target)}
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _names(node.iter) & jax_names:
-            found |= _bound(node.target)
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            for item in node.items:
-                if item.optional_vars is not None and _names(item.context_expr) & jax_names:
-                    found |= _bound(item.optional_vars)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _names(node) & jax_names:
-            found.add(node.name)  # its body or decorators use JAX (``@jax.jit``, ``jnp.sum``)
-    return found
+    while True:
+        grown = {name for name, bindings in namespace.items() if any(refers(b, found) for b in bindings)}
+        if grown == found:
+            return found
+        found = grown
 
 
 def cells_touching_jax(sources: Mapping[int, str]) -> set[int]:
-    """Indices of the cells (among ``sources``, by code-cell index) whose code may run JAX work; a cell
-    whose code does not parse is counted in."""
-    trees = {index: parse(source) for index, source in sources.items()}
-    jax_names: set[str] = set()
-    while True:  # a function may use a name a later cell binds: until nothing new is found
-        grown = set(jax_names)
-        for tree in trees.values():
-            if tree is not None:
-                grown |= _bindings(tree, grown)
-        if grown == jax_names:
-            break
-        jax_names = grown
-    return {index for index, tree in trees.items()
-            if tree is None or _names(tree) & jax_names or _bindings(tree, set())}  # the last: it imports JAX
+    """Indices of the cells (among ``sources``, by code-cell index, run in that order) whose code may run
+    JAX work; a cell whose code does not parse is counted in."""
+    namespace: dict[str, list[Binding]] = {}
+    names_of: dict[int, set[str]] = {}  # the trees stay alive meanwhile (in ``namespace``), so ids stay theirs
+    touching: set[int] = set()
+    for index in sorted(sources):
+        tree = parse(sources[index])
+        if tree is None:
+            touching.add(index)
+            continue
+        if any(_imports_jax(n) for n in ast.walk(tree)):
+            touching.add(index)
+        jax_names = _jax_names(namespace, names_of)
+        for statement in tree.body:  # a name the cell rebinds before it uses it is what it rebinds it to
+            used = _used(statement)
+            before = jax_names
+            certain, maybe = _bindings(statement)
+            for name, bindings in certain.items():
+                namespace[name] = list(bindings)
+            for name, bindings in maybe.items():
+                namespace[name] = [*namespace.get(name, []), *bindings]
+            if certain or maybe:
+                jax_names = _jax_names(namespace, names_of)
+            if used & (before | jax_names):  # bound as it was, or as the statement binds it (a loop uses both)
+                touching.add(index)
+    return touching
+
+
+def _used(statement: ast.stmt) -> set[str]:
+    """The names a statement reads (``x += 1`` reads x too); a ``def`` reads what its body and decorators do."""
+    return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)
+            and (isinstance(n.ctx, ast.Load) or isinstance(statement, ast.AugAssign))}
