@@ -162,3 +162,28 @@ def test_jax_code_is_read_in_the_order_the_cells_ran() -> None:
         7: "x = np.ones(2)\nx.sum()",
     }
     assert cells_touching_jax(sources) == {0, 3, 4, 5, 6}
+
+
+def test_time_after_the_cut_beyond_what_the_extrapolated_calls_took_stays_jax_time() -> None:
+    """The window measured a call rate, but its calls, extrapolated, explain only part of what came after
+    the cut (NumPyro's sampler after a window of its setup's small calls): the rest is JAX time the trace
+    did not attribute, GPU time unknown, never dropped and never host work."""
+    record = edited(load_record("cpu_forecast_cut"))
+    loop = _cells(record)[LOOP]
+    window, data = loop["programs"]["window"], loop["programs"]
+    assert data["call_rate"] is not None
+    factor = 10.0 / window["scale"]  # the calls went on ten times the window's, not 124 times
+    window["scale"] = 10.0
+    (execution,) = data["executions"]
+    execution["count"], execution["cpu_s"] = execution["traced_count"] * 10, execution["cpu_s"] * factor
+    data["cpu_busy_s"], data["xla_busy_s"] = data["cpu_busy_s"] * factor, data["xla_busy_s"] * factor
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    cell = result.cell(LOOP)
+    assert cell is not None
+    unexplained = cell.cpu.wall_s - cell.cpu.compile_s - 10.0 * window["traced_s"]
+    assert unexplained > 0.5  # the check has time to place
+    (after,) = [t for t in cell.gpu["t4"].terms if t.kind == "unattributed"]
+    assert after.high_s is None and "after the trace's cut" in after.words
+    assert after.details["cpu_s"] >= unexplained - 1e-9
+    assert cell.cpu.host_s <= window["traced_s"]
+    assert result.notebook["t4"].unbounded == (LOOP,)

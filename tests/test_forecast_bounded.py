@@ -54,9 +54,9 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
 def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_calls_rate() -> None:
     from nbscope.collect.program import _extrapolate
 
-    def scaled(window: dict, sched: dict | None, rate: dict | None) -> tuple[int, float]:
+    def scaled(window: dict, sched: dict | None, rate: dict | None, compile_s: float | None = None) -> tuple[int, float]:
         result = {"executions": [{"program": "jit_step#1", "count": 100, "cpu_s": 0.5}], "call_rate": rate}
-        _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, sched)
+        _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, sched, compile_s)
         return result["executions"][0]["count"], result["window"]["scale"]
 
     assert scaled({}, None, None) == (1000, 10.0)  # the traced rate over the whole cell
@@ -64,6 +64,10 @@ def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_cal
     assert scaled({"wait_s": 0.5}, {"wait_s": 2.0}, None) == (1600, 16.0)
     # The later half of the traced calls ran 200 a second: 100 seen, then 200 × 9 s more.
     assert scaled({}, None, {"calls": 100, "late_per_s": 200.0}) == (1900, 19.0)
+    # 0.9 s of the window was JAX compiling (read at the cut), and all of the cell's 0.9 s: no call ran
+    # then, so the 0.1 s of calls stand for 9.1 s of them; a record without the window's compile is as before.
+    assert scaled({"compile_s": 0.9}, None, None, compile_s=0.9) == (9100, pytest.approx(91.0))
+    assert scaled({}, None, None, compile_s=0.9) == (1000, 10.0)
 
 
 @pytest.mark.slow
@@ -90,3 +94,23 @@ def test_memory_grown_on_another_thread_stays_within_the_kernel_wide_budget() ->
     assert window["kernel_grown_bytes"] > 0 and window["scale"] > 1
     (execution,) = [e for e in cells[True][1]["programs"]["executions"] if e["program"].startswith("jit_step")]
     assert execution["count_basis"] == "extrapolated" and execution["traced_count"] < 150_000
+
+
+def test_a_call_still_running_at_the_cut_is_one_call_not_as_many_as_the_time_says() -> None:
+    """The trace was cut 4 s into a cell of 10 s that made one call of a 10,000,000-step scan: its window
+    saw 4,000,000 of the steps, so that one execution was still running, and it stays one call (its CPU time
+    is the whole cell's); before, the time's scale made it "≈2 calls, likely more" and doubled its GPU loop."""
+    from nbscope.collect.program import _extrapolate
+
+    def extrapolated(iterations: int, trips: dict | None) -> dict:
+        execution = {"program": "jit_qm#1", "count": 1, "cpu_s": 3.6, "loops": {"while.1": {"iterations": iterations}}}
+        _extrapolate({"executions": [execution], "call_rate": None}, {"cut": True, "traced_s": 4.0}, 10.0, None,
+                     0.0, trips)
+        return execution
+
+    trips = {"jit_qm#1": {"while.1": 10_000_000}}
+    running = extrapolated(4_000_000, trips)
+    assert running["count"] == 1 and running["traced_fraction"] == 0.4
+    assert running["cpu_s"] == pytest.approx(9.0)
+    assert extrapolated(10_000_000, trips)["count"] == round(2.5)  # a whole call seen: calls went on after it
+    assert extrapolated(4_000_000, None)["count"] == round(2.5)  # no static trip count: nothing to tell by

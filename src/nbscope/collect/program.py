@@ -57,15 +57,26 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sched: dict[str, Any] | None = None) -> None:
+def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sched: dict[str, Any] | None = None,
+                 compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
-    counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``."""
+    counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
+    JAX's compile time in the whole cell; with the window's own (``window["compile_s"]``, read at the cut)
+    it is left out of both, as no call runs while JAX compiles (a cell that compiles for 10 s and then
+    makes 50 calls of 0.6 s each, cut after the first, is 50 calls, not 1 × 42 s / 11 s). ``trips``: per
+    program, its outermost loops' static trip counts: an execution whose loop the window saw only part of
+    was still running at the cut, and counts as that part of a call (one scan of 10 M steps cut halfway
+    through is one call, not two)."""
     traced = window.get("traced_s")
     if not isinstance(traced, (int, float)) or not isinstance(wall, (int, float)) or traced <= 0:
         return
+    running, running_traced = float(wall), float(traced)
+    compiled_before = window.get("compile_s")
+    if isinstance(compiled_before, (int, float)) and isinstance(compile_s, (int, float)) \
+            and running - compile_s > 0 and running_traced - compiled_before > 0:
+        running, running_traced = running - compile_s, running_traced - compiled_before
     # The time the cell's thread waited for a CPU (load on the machine) ran no calls: rates are judged over
     # the time it did not wait, in the traced window and in the whole cell.
-    running, running_traced = float(wall), float(traced)
     window_wait, cell_wait = window.get("wait_s"), (sched or {}).get("wait_s")
     if isinstance(window_wait, (int, float)) and isinstance(cell_wait, (int, float)) \
             and running > cell_wait and running_traced > window_wait:
@@ -82,7 +93,11 @@ def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sche
         seen = execution.get("count") or execution.get("sampled_runs")
         if isinstance(seen, int):
             execution["traced_count"] = seen
-            execution["count"] = max(seen, round(seen * scale))
+            fraction = _traced_fraction(execution, (trips or {}).get(str(execution.get("program"))) or {}, seen)
+            if fraction < 1:
+                execution["traced_fraction"] = fraction
+            least = seen if fraction >= 1 else max(1, math.ceil(seen * fraction))
+            execution["count"] = max(least, round(seen * fraction * scale))
             execution["count_basis"] = "extrapolated"
         if isinstance(execution.get("cpu_s"), (int, float)):
             execution["cpu_s"] *= scale
@@ -99,6 +114,15 @@ def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sche
     for name in ("bytes_low", "bytes_high", "cpu_s"):
         if isinstance(transfers.get(name), (int, float)):
             transfers[name] *= scale
+
+
+def _traced_fraction(execution: dict[str, Any], trips: dict[str, int], seen: int) -> float:
+    """How many of the ``seen`` executions the window saw whole, as a share: below 1 when an outermost loop
+    with a static trip count showed fewer iterations than the executions would have run (the last was cut)."""
+    shares = [float(loop["iterations"]) / trip for loop_id, trip in trips.items()
+              if trip and isinstance(loop := (execution.get("loops") or {}).get(loop_id), dict)
+              and isinstance(loop.get("iterations"), (int, float))]
+    return max(0.0, min([1.0, *shares])) if seen else 1.0
 
 
 def _late_call_rate(calls: dict[int, list[tuple[int, int, str]]]) -> dict[str, Any] | None:
@@ -211,7 +235,14 @@ class ProgramCollector:
         else:
             result["trace"] = probe.get("trace_error") or "no trace"
         if result["trace"] == "read" and isinstance(probe.get("window"), dict):
-            _extrapolate(result, probe["window"], record.get("wall_s"), record.get("sched"))
+            jax: dict[str, Any] = record["jax"] if isinstance(record.get("jax"), dict) else {}
+            compiled = sum(v for v in (jax.get(k) for k in ("trace_s", "lower_s", "backend_s"))
+                           if isinstance(v, (int, float)))
+            trips = {key: {loop["id"]: loop["trip_count"] for loop in program.get("loops") or ()
+                           if not loop.get("parent") and isinstance(loop.get("trip_count"), int)}
+                     for key, program in self.programs.items()
+                     if key in {e.get("program") for e in result["executions"]}}
+            _extrapolate(result, probe["window"], record.get("wall_s"), record.get("sched"), compiled, trips)
         else:
             result.pop("call_rate", None)  # a whole trace counts every call: no rate to extrapolate at
         counted = {e["program"] for e in result["executions"]}

@@ -336,6 +336,7 @@ class TraceWindow:
     stop_s: float | None  # how long stopping it took
     cell_s: float | None  # the cell's time
     scale: float | None  # the factor the counts, CPU and busy times and transfers were multiplied by
+    compile_s: float | None = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
 
     @classmethod
     def parse(cls, value: Any) -> TraceWindow | None:
@@ -345,7 +346,7 @@ class TraceWindow:
                    grown_bytes=_int(value.get("grown_bytes")), reason=_text(value.get("reason")),
                    kernel_grown_bytes=_int(value.get("kernel_grown_bytes")), wait_s=_number(value.get("wait_s")),
                    stop_s=_number(value.get("stop_s")), cell_s=_number(value.get("cell_s")),
-                   scale=_number(value.get("scale")))
+                   scale=_number(value.get("scale")), compile_s=_number(value.get("compile_s")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ __all__ = ["CellForecast", "CellTimes", "CodeChange", "CpuRates", "Forecast", "G
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
 UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the cell "uncertain"
-SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell is carried over as measured
+SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell (after a cut: this) is carried over
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
 
@@ -482,17 +482,22 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     after_cut = 0.0
     if window is not None and executions and window.traced_s is not None:
         # Only the traced window shows host work (and Numba's compile, timed apart, is host work wherever it
-        # fell). After the cut, a steady stream of calls (the trace measured its rate) went on: that time is
-        # theirs, forecast with their extrapolated counts. Without such a rate what ran after the cut is not
-        # known: JAX time the trace did not attribute, its GPU time unknown unless it is small. Never host.
+        # fell). After the cut, a steady stream of calls (the trace measured its rate) went on: as much time
+        # as the window's calls took, times the scale, is theirs, forecast with their extrapolated counts.
+        # What ran after the cut beyond that (NumPyro's sampler after a window of its setup's small calls),
+        # or all of it without such a rate, is not known: JAX time the trace did not attribute, its GPU time
+        # unknown unless it is small. Never host, and never dropped.
         scale = max(1.0, window.scale or 1.0)
         traced = min(window.traced_s, wall)
-        seen_host = traced - min(compile_s, traced) - (busy + unattributed + copies) / scale
+        compiled_before = min(compile_s, traced if window.compile_s is None else window.compile_s, traced)
+        seen_host = traced - compiled_before - (busy + unattributed + copies) / scale
         numba_s = cell.numba.compile_s if cell.numba is not None else 0.0
         known = min(host, max(0.0, seen_host, numba_s))
         if data is not None and data.call_rate is None:
             after_cut = host - known
-            unattributed += after_cut
+        else:
+            after_cut = min(host - known, max(0.0, rest - scale * (traced - compiled_before)))
+        unattributed += after_cut
         host = known
     return _Cell(cell=cell, wall=wall, compile_s=compile_s, host_s=host, executions=executions,
                  unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut,
@@ -601,7 +606,9 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
                                  f"({ratio.basis})"),
                           details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
     if cell.unattributed_s > 0:
-        small = cell.unattributed_s < max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
+        # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
+        small = cell.unattributed_s < (SMALL_UNATTRIBUTED_S if cell.after_cut_s > 0
+                                       else max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall))
         what = ("time a trace cut short did not attribute, a JAX program's or host work" if cell.unseen
                 else "JAX time after the trace's cut, not attributed to a program" if cell.after_cut_s > 0
                 else "JAX time the trace did not attribute to a program")

@@ -238,10 +238,16 @@ class Probe:
         if self.programs is not None:
             # The timeline's trace serves both only when it runs: it skips cells before the notebook has
             # started JAX's backends, where the programs' own session (which starts none) still records.
-            self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None)
+            self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None,
+                                compile_clock=self._compile_seconds)
         self.cell_start_unix = _time()
         self.sched_before = _thread_sched()
         self.cell_start = _perf_counter()
+
+    def _compile_seconds(self) -> float:
+        """JAX's trace, lower and backend compile seconds in the cell so far (what the cell model calls compile)."""
+        counters = self.counters
+        return counters.trace_s + counters.lower_s + counters.backend_s
 
     def post_run_cell(self, result: Any) -> None:
         wall = _perf_counter() - self.cell_start

@@ -70,7 +70,9 @@ class Programs:
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
 
-    def start(self, seq: int, *, shared: bool = False) -> None:
+    def start(self, seq: int, *, shared: bool = False, compile_clock: Any = None) -> None:
+        """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
+        (read when the session is cut: calls do not run while JAX compiles)."""
         self.session, self.skipped, self.shared = None, None, shared
         self.lowered = []
         self.compiled, self.compiled_over = [], 0
@@ -85,7 +87,7 @@ class Programs:
             self.skipped = f"{type(exc).__name__}: {exc}"[:300]
             return
         trace_path = os.path.join(self.folder, TRACE_NAME.format(seq=seq))
-        self.guard = _Guard(self.session, trace_path)
+        self.guard = _Guard(self.session, trace_path, compile_clock)
 
     def stop(self, seq: int, *, compiled: bool, timeline_trace: Any = None) -> dict[str, Any] | None:
         """Stop the cell's session; the result goes into the probe line as ``programs``."""
@@ -104,7 +106,8 @@ class Programs:
                 if guard is not None and guard.cut_after is not None:
                     result["window"] = {"cut": True, "reason": guard.reason, "traced_s": guard.cut_after,
                                         "grown_bytes": guard.grown, "kernel_grown_bytes": guard.kernel_grown,
-                                        "wait_s": guard.window_wait, "stop_s": guard.stop_s}
+                                        "wait_s": guard.window_wait, "stop_s": guard.stop_s,
+                                        "compile_s": guard.compile_at_cut}
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
@@ -355,8 +358,10 @@ def _in_jax_compile(frame: Any) -> bool:
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
-    def __init__(self, session: Any, path: str) -> None:
+    def __init__(self, session: Any, path: str, compile_clock: Any = None) -> None:
         self.session = session
+        self.compile_clock = compile_clock
+        self.compile_at_cut: float | None = None  # JAX's compile seconds in the cell when the session was cut
         self.path = path  # a cut session's events are written here at once: holding them would keep them in memory
         self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
         self.thread_id = threading.get_ident()
@@ -490,6 +495,10 @@ class _Guard:
             if self.done.is_set():
                 return
             self.cut_after, self.grown, self.reason, self.kernel_grown = elapsed, grown, reason, kernel_grown
+            try:
+                self.compile_at_cut = float(self.compile_clock()) if self.compile_clock is not None else None
+            except Exception:  # the probe's counters, read from this thread: never let it stop the cut
+                self.compile_at_cut = None
             waited = _schedstat(self.native_id, WAITING)
             if waited is not None and self.waited is not None:
                 self.window_wait = waited - self.waited
