@@ -164,7 +164,7 @@ def cells_from_log(
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
     ``interrupted``, with the time it had run. With a ``programs`` collector (``trace --forecast``), each
     cell's program data is read too."""
-    from nbscope.collect.runner import interrupted_cell
+    from nbscope.collect._cells import interrupted_described
 
     started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
     by_hash: dict[str, list[dict[str, Any]]] = {}
@@ -187,7 +187,7 @@ def cells_from_log(
         elif code_cell.source_hash in died and stopped:
             began = started_unix.get(code_cell.source_hash)
             elapsed = stopped_unix - began if isinstance(began, (int, float)) and stopped_unix else None
-            record = interrupted_cell(code_cell, elapsed, signal_name)  # as `profile` records it
+            record = interrupted_described(code_cell.describe(), elapsed, signal_name)  # as `profile` records it
             status = "partial"
             died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died:

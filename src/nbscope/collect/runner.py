@@ -26,7 +26,14 @@ from typing import Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
-from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing, output_error, roundtrip
+from nbscope.collect._cells import (
+    interrupted_described,
+    merge_cell,
+    merge_described,
+    nbclient_timing,
+    output_error,
+    roundtrip,
+)
 from nbscope.collect._kernel import (
     KERNEL_TOKEN_VARIABLE,
     end_started,
@@ -208,7 +215,8 @@ class _CellLoop:
             self.status, self.interrupted = "partial", True
             for code_cell in self.notebook.code_cells[len(self.cells):]:
                 if code_cell is self.running:
-                    self._keep(interrupted_cell(code_cell, time.perf_counter() - self.cell_started, stop_signal(exc)))
+                    self._keep(interrupted_described(code_cell.describe(), time.perf_counter() - self.cell_started,
+                                                     stop_signal(exc)))
                 else:
                     self._keep(merge_cell(code_cell, None))
 
@@ -303,15 +311,6 @@ def stop_signal(exc: BaseException) -> str:
     """The name of the signal behind an interrupt: SIGTERM or SIGHUP under the CLI, else SIGINT (Ctrl-C)."""
     signum = getattr(exc, "signum", None) or _signals.received()
     return _signals.signal_name(signum) if signum else "SIGINT"
-
-
-def interrupted_cell(code_cell: CodeCell, elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
-    """The record of a cell a stop signal cut short: status ``interrupted``, how long it had run (``wall_s``),
-    and the signal (``interrupted_by``)."""
-    seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""
-    record = merge_cell(code_cell, None, status="interrupted", wall_s=elapsed_s, interrupted_by=signal_name)
-    record["error"] = {"name": "Interrupted", "message": f"nbscope was stopped by {signal_name}{seconds} into this cell"}
-    return record
 
 
 def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str]) -> Any:
