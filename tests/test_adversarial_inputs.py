@@ -78,6 +78,48 @@ def test_o_naming_an_input_is_refused_and_the_input_kept(tmp_path: Path, run_cli
     assert second.read_bytes() == before
 
 
+# Every option of every command that writes a file, each given the run store or a file the command reads.
+EVERY_OUTPUT_OPTION = {
+    "export -o": ("export", "1", "-o", "{db}"),
+    "report -o": ("report", "1", "-o", "{db}"),
+    "audit -o": ("audit", "{nb}", "-o", "{db}"),
+    "audit -o notebook": ("audit", "{nb}", "-o", "{nb}"),
+    "audit --html notebook": ("audit", "{nb}", "--html", "{tmp}/./nb.ipynb"),
+    "merge -o": ("merge", "{audit}", "-o", "{db}"),
+    "merge --html input": ("merge", "{audit}", "--html", "{audit}"),
+    "gate --summary": ("gate", "--candidate", "2", "--baseline", "1", "--summary", "{db}"),
+    "forecast --append-to": ("forecast", "--calibrate-from", "3", "--name", "mine", "--base", "l4", "--append-to",
+                             "{db}"),
+    "publish -o": ("publish", "{db}", "-o", "{db}"),
+}
+
+
+@pytest.mark.parametrize("command", EVERY_OUTPUT_OPTION.values(), ids=EVERY_OUTPUT_OPTION.keys())
+def test_every_output_option_refuses_the_store_and_every_input(command: tuple[str, ...], store: Path, tmp_path: Path,
+                                                              run_cli: Any) -> None:
+    """The same one-line refusal (``_files.refuse_input``) for every option that writes, before anything is written:
+    the store and the inputs are byte for byte as they were."""
+    from nbscope.record.run import RunRecord
+    from nbscope.record.store import Store
+
+    later = _record(tmp_path, "later.json", lambda d: d.update(started_at="2026-12-01T07:42:31.229Z"))
+    assert run_cli("import", later, "--db", store).returncode == 0  # run 2: the gate's candidate
+    Store(store).save(RunRecord(kind="loops", target="builtin:logistic-map", fingerprint={"digest": "abc123def456"},
+                                measurements={"sweeps": [{"placement": "default", "platform": "gpu",
+                                                          "device_kind": "NVIDIA L40S",
+                                                          "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4}}]}))
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_bytes((FILES / "gate_tiny.ipynb").read_bytes())
+    audit = _record(tmp_path, "audit.json", lambda d: d.update(kind="audit", measurements={"notebooks": []}, runs={}))
+    kept = {path: path.read_bytes() for path in (store, notebook, audit)}
+    args = [part.format(db=store, nb=notebook, audit=audit, tmp=tmp_path) for part in command]
+    done = run_cli(*args, *([] if command[0] == "publish" else ["--db", store]))
+    option, target = args[-2], args[-1]
+    assert_one_line_error(done, f"{option} ", "nbscope never writes over it")
+    assert ("the run store" if target == str(store) else "it reads" if target == str(audit) else "it audits") in done.stderr
+    assert {path: path.read_bytes() for path in kept} == kept
+
+
 # --- import: bounded, regular files, sane documents -------------------------------------------------------
 
 

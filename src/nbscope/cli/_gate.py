@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Annotated, TextIO
 
@@ -88,9 +90,20 @@ def gate(
 
 def _open_summary(summary: Path) -> TextIO:
     """``--summary`` opened for appending; a target that cannot take it (a directory, a missing folder, no
-    permission, /proc) is a one-line error, exit 2."""
+    permission, /proc), a FIFO or socket (opening one would wait for a reader) and a file this command reads
+    (the run store) are a one-line error, exit 2."""
+    from nbscope._files import refuse_input
+
     if summary.is_dir():
         raise NbscopeError(f"--summary {summary} is a directory")
+    refuse_input(summary, option="--summary")
+    try:
+        mode = os.stat(summary).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+        raise NbscopeError(f"--summary {summary} is {kind}, not a file to append to")
     try:
         return open(summary, "a", encoding="utf-8")
     except OSError as exc:
