@@ -196,6 +196,24 @@ def test_the_actions_step_summary_shows_a_usage_errors_message_not_its_box(tmp_p
 
 
 @pytest.mark.parametrize("args, words", [
+    (["gate", "--min-cel", "0.5"], ["No such option: --min-cel", "nbscope gate -h"]),
+    (["profile"], ["Missing argument 'PATH'", "nbscope profile -h"]),
+    (["runs", "--limit", "x"], ["'--limit'", "'x' is not a valid integer"]),
+    (["show", "1", "2"], ["unexpected extra argument (2)"]),
+    (["export", "1", "-o"], ["'-o' requires an argument"]),
+    (["compare", "1", "2", "--json", "--markdown"], ["--json", "--markdown"]),
+    (["bogus"], ["No such command 'bogus'", "nbscope -h"]),
+])
+def test_a_usage_error_is_one_line_in_every_command(tmp_path: Path, run_cli_process: Any, args: list[str],
+                                                    words: list[str]) -> None:
+    """click's usage, hint and box become the one line every other error is (README: exit 2, one line);
+    nothing is stored."""
+    done = run_cli_process(args[0], "--db", tmp_path / "s.db", *args[1:])
+    assert_one_line_error(done, *words)
+    assert done.stdout == "" and not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("args, words", [
     (["gate", "--min-cell", "nan"], ["--min-cell", "nan"]),
     (["gate", "--floor", "inf"], ["--floor"]),
     (["gate", "--mad-k", "-1"], ["--mad-k"]),
