@@ -26,6 +26,7 @@ from typing import Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
+from nbscope._processes import Descendants
 from nbscope.collect._cells import (
     interrupted_described,
     merge_cell,
@@ -40,6 +41,7 @@ from nbscope.collect._kernel import (
     ensure_dead,
     interrupt_cell,
     kernel_family,
+    kernel_process,
     shut_down,
 )
 from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
@@ -126,11 +128,14 @@ def execute(
                      live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
+    descendants = None
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
         client, context, restarts = _start_kernel(new_client, env, kernel_log)
         loop.client = client
+        descendants = _track(client)
+        loop.runner["processes_tracked_by"] = descendants.tracked_by if descendants is not None else None
         if restarts:
             loop.runner["kernel_restarts"] = restarts
         loop.runner["kernel_start_s"] = time.perf_counter() - started
@@ -151,6 +156,8 @@ def execute(
         except Exception:  # a malformed probe line must not lose the cells already measured
             pass
         kernel_log.close()
+        if descendants is not None:
+            descendants.end()
         end_started(token, os.path.realpath(home.root / "kernel.log"))
         loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
         home.cleanup()
@@ -160,6 +167,17 @@ def execute(
         executed_nb=notebook.nb, interrupted=loop.interrupted,
         programs=programs.finish() if programs is not None else None,
     )
+
+
+def _track(client: Any) -> Descendants | None:
+    """What will end every process the started kernel starts: its own cgroup where one can be made (the kernel
+    has run none of the notebook yet), else its process tree sampled while it runs (:class:`Descendants`)."""
+    process = kernel_process(client)
+    if process is None or process.poll() is not None:
+        return None
+    descendants = Descendants(process.pid)
+    descendants.start()
+    return descendants
 
 
 def _start_kernel(new_client: Callable[[], Any], env: dict[str, str], log: Any) -> tuple[Any, Any, int]:
