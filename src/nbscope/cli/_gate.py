@@ -48,6 +48,11 @@ def gate(
     ignore_status: Annotated[
         bool, typer.Option("--ignore-status", help="Do not fail when a cell that ran in the baseline fails now.")
     ] = False,
+    confirm: Annotated[
+        bool,
+        typer.Option("--confirm", help="Before failing on a slowdown, profile the candidate's notebook once more "
+                     "(stored as a new run) and fail only if that rerun is slower too (a failing cell is not rerun)."),
+    ] = False,
     everything: Annotated[bool, all_option("List every cell, not only those that moved.")] = False,
     summary: Annotated[
         Path | None,
@@ -61,7 +66,8 @@ def gate(
     from nbscope.api.gate import gate_stored
     from nbscope.render.gate import gate_markdown, print_gate
 
-    store = open_store(db, read_only=True)  # verdicts are written only to a store that holds the candidate
+    # Never made here: verdicts (and --confirm's rerun) are written only to a store that holds the candidate.
+    store = open_store(db, read_only=True)
     options = GateOptions(
         max_slowdown=parse_slowdown(max_slowdown), alpha=alpha, min_cell_s=min_cell, abs_floor_s=floor,
         mad_k=mad_k, check_status=not ignore_status,
@@ -71,7 +77,7 @@ def gate(
     handle = _open_summary(summary) if summary is not None else None
     try:
         result = gate_stored(store, candidate=candidate, baseline=baseline, target=target, options=options,
-                             history=history)
+                             history=history, confirm=confirm)
         text = gate_markdown(result, everything=everything)
         if handle is not None and summary is not None:
             _append(handle, summary, text + "\n")
