@@ -374,6 +374,10 @@ def test_env_hashes_are_keyed_per_store_and_history_names_runs_hashed_elsewhere(
         ("a\x1b_APC payload\x1b\\b", "ab"), ("a\x9d0;title\x9cb", "ab"), ("a\x9b2Jb", "ab"), ("a\x1bcb", "ab"),
         ("a\rb\x08c\x00d", "abcd"), ("a\u202eb", "ab"), ("line 1\n\tline 2", "line 1\n\tline 2"),
         ("cut short \x1b]0;no end", "cut short "),
+        ("a\u200eb\u200fc\u061cd\u2066e\u2069f", "abcdef"),  # bidi marks and isolates
+        ("a\u2028b\u2029c", "abc"),  # line and paragraph separators
+        ("a\x1b[?1049hb\x9b?25lc", "abc"),  # private CSI (alternate screen, hidden cursor), 7- and 8-bit
+        ("ok \u200d emoji", "ok \u200d emoji"),  # a zero-width joiner is text
     ],
 )
 def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(raw: str, shown: str) -> None:
@@ -390,6 +394,19 @@ def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(r
         ("https://s3/x?X-Amz-Signature=abc&X-Amz-Date=1", "https://s3/x?X-Amz-Signature=REDACTED&X-Amz-Date=1"),
         ("https://h/api?api_key=abc#frag", "https://h/api?api_key=REDACTED#frag"),
         ("mail me at a@b.org, see https://h/p?page=2", "mail me at a@b.org, see https://h/p?page=2"),
+        ("https://user:p@ss@host/simple", "https://REDACTED@host/simple"),  # a password holding '@'
+        ("https://host?next=a@b", "https://host?next=a@b"),  # an '@' in a query is no user information
+        ("https://h/cb#access_token=abc&state=1", "https://h/cb#access_token=REDACTED&state=1"),
+        ("https://a.blob.core.windows.net/c?sv=2020&sig=abc%3D", "https://a.blob.core.windows.net/c?sv=2020&sig=REDACTED"),
+        ('curl -H "Authorization: Bearer abc" https://x', 'curl -H "Authorization: Bearer REDACTED" https://x'),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNz", "Proxy-Authorization: Basic REDACTED"),
+        ("PRIVATE-TOKEN: abc", "PRIVATE-TOKEN: REDACTED"),
+        ('export GITHUB_TOKEN="abc"; make', 'export GITHUB_TOKEN="REDACTED"; make'),
+        ("twine upload --password abc dist/*", "twine upload --password REDACTED dist/*"),
+        ("pushed with ghp_" + "a" * 36 + " today", "pushed with REDACTED today"),
+        ("hf_" + "b" * 34, "REDACTED"),
+        ('{"line": "Authorization: token abc\\nnext"}', '{"line": "Authorization: token REDACTED\\nnext"}'),  # JSON kept
+        ("max_tokens: 100, tokens: 5, key=3, design=2", "max_tokens: 100, tokens: 5, key=3, design=2"),
     ],
 )
 def test_redact_hides_url_credentials_and_leaves_other_text(raw: str, shown: str) -> None:
