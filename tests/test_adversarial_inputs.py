@@ -136,9 +136,27 @@ def _sparse(tmp_path: Path) -> Path:
     return path
 
 
+def _crafted_live_file(tmp_path: Path) -> Path:
+    path = tmp_path / "crafted.jsonl"  # a header with a 5000-digit number, a line nested 100,000 deep
+    path.write_text('{"type": "run", "format": "x", "n": ' + "9" * 5000 + "}\n" + "[" * 100_000 + "\n")
+    return path
+
+
+def _symlink(tmp_path: Path, device: str) -> Path:
+    path = tmp_path / "zero.json"
+    path.symlink_to(device)
+    return path
+
+
 def _fifo(tmp_path: Path) -> Path:
     path = tmp_path / "fifo.json"
     os.mkfifo(path)
+    return path
+
+
+def _digits(tmp_path: Path) -> Path:
+    path = _record(tmp_path, "digits.json")
+    path.write_text(path.read_text().replace('"wall_s": ', '"wall_s": ' + "9" * 5000 + ", \"was\": ", 1))
     return path
 
 
@@ -165,9 +183,16 @@ def _loops(*pairs: tuple[str, str | None]) -> Any:
          ("nodate.json", "'started_at' is 'not-a-date', not an ISO 8601 time")),
         (lambda tmp: _record(tmp, "future.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")),
          ("future.json", "in the future of this machine's clock")),
+        (lambda tmp: _record(tmp, "eons.json", lambda d: d["measurements"]["cells"][1].update(wall_s=10**29)),
+         ("eons.json", "measurements.cells[1].wall_s is 1e+29, larger than any measurement")),
+        (_digits, ("digits.json", "a number of thousands of digits")),
+        (lambda tmp: Path("/dev/urandom"), ("/dev/urandom", "a device")),
+        (lambda tmp: _symlink(tmp, "/dev/zero"), ("zero.json", "a device")),
+        (_crafted_live_file, ("crafted.jsonl", "not an nbscope live file")),
     ],
     ids=["device", "fifo", "sparse-1GiB", "nested-100k", "loop-cycle-3", "loop-own-parent", "loop-orphan",
-         "unparseable-date", "future-date"],
+         "unparseable-date", "future-date", "time-of-1e29-s", "5000-digit-number", "urandom", "link-to-a-device",
+         "crafted-live-file"],
 )
 def test_import_refuses_crafted_input_in_one_line_and_stores_nothing(make: Any, words: tuple[str, ...],
                                                                     tmp_path: Path, run_cli_process: Any) -> None:

@@ -26,7 +26,7 @@ _HEADER = re.compile(
 _ASSIGNED = re.compile(
     r"\b([A-Z0-9_]{0,40}(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Z0-9_]{0,40}="
     r"(?:\\?[\"'])?)"
-    r"[^\s\"'<>\\]{1,4096}"
+    r"(?!hidden-)[^\s\"'<>\\]{1,4096}"  # nbscope's own keyed hash of an --env value is no secret
     r"|(?<![\w-])(--?(?:password|passwd|token|api[-_]key|secret|access[-_]token|auth[-_]token)(?:=|\s+))"
     r"(?!-)[^\s\"'<>\\]{1,4096}")
 # Tokens whose form names them wherever they stand: GitHub, GitLab, PyPI, Hugging Face, npm, Slack, AWS keys.
