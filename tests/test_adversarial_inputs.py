@@ -438,3 +438,13 @@ def test_redact_hides_url_credentials_and_leaves_other_text(raw: str, shown: str
     from nbscope._redact import redact
 
     assert redact(raw) == shown
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_a_notebook_whose_name_is_not_utf8_is_refused_before_it_runs(tmp_path: Path, run_cli: Any) -> None:
+    """Such a name ran, then crashed storing the run (a UnicodeEncodeError traceback); now one line before a kernel."""
+    name = os.fsdecode(b"lec\xff\xfeture.ipynb")
+    (tmp_path / name).write_bytes((FILES / "gate_tiny.ipynb").read_bytes())
+    done = run_cli("profile", tmp_path / name, "--db", tmp_path / "s.db")
+    assert_one_line_error(done, "lec\\xff\\xfeture.ipynb", "not valid UTF-8")
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "s.db.d").exists()
