@@ -496,3 +496,28 @@ def test_forecast_append_to_never_leaves_the_users_device_file_broken(tmp_path: 
     assert devices.read_text().startswith(kept) and "[devices.mine]" in devices.read_text()
     listed = run_cli("forecast", "--list", "--devices", devices)
     assert listed.returncode == 0 and "mine" in listed.stdout
+
+
+def test_a_publish_stopped_midway_leaves_a_folder_the_next_publish_takes_up(tmp_path: Path) -> None:
+    """SIGTERM while pages are written: exit 143, one line; the folder is marked as publish's from before its first
+    page, so the next publish completes it (it refused the folder as someone else's)."""
+    from nbscope.record.run import loads
+
+    text = (FILES / "records" / "cpu_unrolled_loop.json").read_text()
+    store = Store(tmp_path / "s.db")
+    for lecture in range(40):
+        store.save(loads(text.replace("tests/files/diag_unrolled_loop.ipynb", f"lectures/l{lecture:02d}.md")))
+    site = tmp_path / "site"
+    process = subprocess.Popen([sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    deadline = time.monotonic() + 120
+    while not (site / "index.html").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 143:  # stopped while writing (else it had finished: nothing midway to check)
+        assert stderr.strip().splitlines() == ["nbscope: stopped by SIGTERM"]
+    again = subprocess.run([sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
+                           capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert len(list((site / "lectures").iterdir())) >= 40

@@ -327,6 +327,11 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
     result = PublishResult(folder=folder, rows=len(rows), runs=sum(s[0] for s in signatures.values()),
                            rows_rebuilt=len(stale))
     hashes = dict(old_pages)
+    # Marked as publish's before its first page: a publish stopped midway (SIGTERM) leaves a folder the next one
+    # takes up (in full: no rows are known), not one it refuses as someone else's.
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / MANIFEST, json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "scan": None,
+                                          "rows": {}, "pages": hashes}, separators=(",", ":")))
     for name, text in pages.items():
         digest = hashlib.sha256(text.encode()).hexdigest()
         path = folder / name
