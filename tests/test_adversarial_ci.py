@@ -86,6 +86,7 @@ def test_a_new_slow_cell_fails_the_gate_and_the_totals_say_what_they_cover(tmp_p
     assert "**Total (2 paired cells)**: 227 ms → 225 ms" in text and "**Whole notebook**: 227 ms → 2.23 s" in text
     assert "❌ regression" in text
     assert "whole" in done.stdout and "total: the 2 paired cells only" in done.stdout
+    assert Store(db).verdicts([cand])[cand]["passed"] is False  # kept: it is never the next automatic baseline
 
 
 def test_a_removed_slow_cell_is_listed_and_counted_but_passes(tmp_path: Path) -> None:
@@ -145,13 +146,17 @@ def test_a_closed_output_pipe_keeps_the_verdicts_exit_code(piped_store: Path, tm
                          'echo "exit=${PIPESTATUS[0]}" >&2', cwd=tmp_path)
     assert f"exit={code}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr[-2000:]
+    if command.startswith("gate"):  # the verdict was stored although its printing was cut short
+        candidate = int(command.split("--candidate ")[1].split()[0])
+        assert Store(piped_store).verdicts([candidate])[candidate]["passed"] is (code == 0)
 
 
-@pytest.mark.parametrize("target", ["/proc/nbscope-summary", "missing/folder/summary.md", "folder", "/dev/full"])
+@pytest.mark.parametrize("target", ["/proc/nbscope-summary", "missing/folder/summary.md", "folder", "/dev/full", "fifo"])
 def test_a_summary_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path, run_cli_process: Any, target: str) -> None:
     db = tmp_path / "s.db"
     base, cand = two_runs(db, base_walls=[0.5], cand_walls=[0.5])
     (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")  # opening it to append would wait for a reader for ever
     before = Store(db).verdicts()
     done = run_cli_process("gate", "--baseline", base, "--candidate", cand, "--db", db, "--summary", target)
     assert_one_line_error(done, "--summary")
