@@ -164,15 +164,16 @@ def test_the_action_gates_a_slowed_cell_and_passes_an_unchanged_rerun(repository
     slowed = run_action(repository, tmp_path / "art3", **common)
     assert slowed.exit_code == 1, slowed.log + slowed.summary
     assert slowed.outputs["gate"]["exit-code"] == "1"
-    assert "nbscope gate failed" in slowed.summary and "`time.sleep(delay)`" in slowed.summary
+    assert "nbscope gate failed (regression confirmed by a rerun)" in slowed.summary  # `confirm` is on by default
+    assert "`time.sleep(delay)`" in slowed.summary
     assert "nbscope: a notebook is slower than its baseline allows" in slowed.log
 
     # The baseline can also be the run files of an earlier run's artifact (downloaded into a folder).
     downloaded = tmp_path / "downloaded"
     shutil.copytree(tmp_path / "art1" / "runs", downloaded)
-    from_artifact = run_action(repository, tmp_path / "art4", **common, baseline=str(downloaded))
+    from_artifact = run_action(repository, tmp_path / "art4", **common, baseline=str(downloaded), confirm="false")
     assert from_artifact.exit_code == 1, from_artifact.log + from_artifact.summary
-    assert "`time.sleep(delay)`" in from_artifact.summary
+    assert "`time.sleep(delay)`" in from_artifact.summary and "rerun" not in from_artifact.summary
 
 
 @pytest.mark.slow

@@ -21,6 +21,37 @@ notebooks.
    folders' notebooks of one name merged in the store. No test asserts absolute seconds near a threshold:
    the synthetic records sit far from the floors, and the real-kernel case asserts only that an unchanged
    notebook passes.
+
+Issue 35 (trust in CI, second pass): one test per failure class, each asserting the input, the exit code, the
+one-line message and what is (and is not) on disk afterwards, in the files named:
+
+- ``trace`` hanging on output (a 10 MB line, a backtracking pattern): ``test_adversarial_processes.py``
+  ``test_a_10_mb_line_...``, ``test_a_megabyte_build_log_line_...``, ``test_trace_of_a_failing_build_printing_10_mb_lines_...``.
+- Daemonised helpers (double fork, ``setsid``, ``nohup``, a cleared environment; cgroup and fallback):
+  ``test_adversarial_processes.py`` ``test_trace_ends_with_the_command_...``, ``test_command_timeout_ends_...``,
+  ``test_profile_ends_daemonised_helpers_...`` (no cgroup), ``test_profile_in_a_cgroup_...``, ``test_trace_in_a_cgroup_...``.
+- ``-o`` (any option that writes) naming the store or an input: ``test_adversarial_inputs.py``
+  ``test_o_naming_the_store_...``, ``test_o_naming_an_input_...``, ``test_every_output_option_refuses_...``.
+- Credentials: ``test_adversarial_inputs.py`` ``test_credentials_are_redacted_...``, ``test_redact_hides_...``,
+  ``test_env_hashes_are_keyed_...``; here ``test_an_env_secret_is_never_printed_stored_or_exported``.
+- The gate and unpaired cells, ``--confirm``: ``test_adversarial_ci.py`` ``test_a_new_slow_cell_fails_...``,
+  ``test_a_removed_slow_cell_...``, ``test_a_new_cell_that_slows_a_long_notebook_...``; ``test_gate.py``
+  ``test_confirm_reruns_a_regressed_notebook_...``.
+- Exit codes (closed pipes, ``--summary`` targets, usage errors, the traced command's status):
+  ``test_adversarial_ci.py`` ``test_a_closed_output_pipe_...``, ``test_a_summary_that_cannot_be_written_...``,
+  ``test_a_usage_error_is_one_line_in_every_command``, ``test_the_actions_step_summary_...``;
+  ``test_adversarial_processes.py`` ``test_trace_exits_with_the_traced_commands_own_status``,
+  ``test_the_action_reports_the_builds_own_exit_status``.
+- Recovery keeps what was measured: ``test_adversarial_ci.py`` ``test_a_complete_live_file_...``,
+  ``test_an_unfinished_live_file_...``, ``test_sigint_during_a_parallel_audit_...``, ``test_a_publish_stopped_midway_...``.
+- Crafted input (devices, FIFOs, sizes, nesting, loops, dates, huge numbers, a name that is not UTF-8, signals):
+  ``test_adversarial_inputs.py`` ``test_import_refuses_crafted_input_...``, ``test_a_cyclic_loop_...``,
+  ``test_a_run_dated_in_the_future_...``, ``test_a_signal_during_import_...``, ``test_a_notebook_whose_name_is_not_utf8_...``.
+- Escape sequences: ``test_adversarial_inputs.py`` ``test_escape_sequences_of_a_record_...``,
+  ``test_escape_sequences_of_a_notebook_...``, ``test_for_terminal_removes_...``.
+- The eight cases still failing before: ``test_adversarial_ci.py`` (read-only folder, full disk, MyST without code
+  cells, ``--jax-platform bogus`` and ``--min-cell nan``, no totals, ``compare --markdown``, cleared callbacks,
+  ``forecast --append-to``).
 """
 
 from __future__ import annotations

@@ -86,6 +86,7 @@ def test_a_new_slow_cell_fails_the_gate_and_the_totals_say_what_they_cover(tmp_p
     assert "**Total (2 paired cells)**: 227 ms → 225 ms" in text and "**Whole notebook**: 227 ms → 2.23 s" in text
     assert "❌ regression" in text
     assert "whole" in done.stdout and "total: the 2 paired cells only" in done.stdout
+    assert Store(db).verdicts([cand])[cand]["passed"] is False  # kept: it is never the next automatic baseline
 
 
 def test_a_removed_slow_cell_is_listed_and_counted_but_passes(tmp_path: Path) -> None:
@@ -145,13 +146,17 @@ def test_a_closed_output_pipe_keeps_the_verdicts_exit_code(piped_store: Path, tm
                          'echo "exit=${PIPESTATUS[0]}" >&2', cwd=tmp_path)
     assert f"exit={code}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr[-2000:]
+    if command.startswith("gate"):  # the verdict was stored although its printing was cut short
+        candidate = int(command.split("--candidate ")[1].split()[0])
+        assert Store(piped_store).verdicts([candidate])[candidate]["passed"] is (code == 0)
 
 
-@pytest.mark.parametrize("target", ["/proc/nbscope-summary", "missing/folder/summary.md", "folder", "/dev/full"])
+@pytest.mark.parametrize("target", ["/proc/nbscope-summary", "missing/folder/summary.md", "folder", "/dev/full", "fifo"])
 def test_a_summary_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path, run_cli_process: Any, target: str) -> None:
     db = tmp_path / "s.db"
     base, cand = two_runs(db, base_walls=[0.5], cand_walls=[0.5])
     (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")  # opening it to append would wait for a reader for ever
     before = Store(db).verdicts()
     done = run_cli_process("gate", "--baseline", base, "--candidate", cand, "--db", db, "--summary", target)
     assert_one_line_error(done, "--summary")
@@ -193,6 +198,24 @@ def test_the_actions_step_summary_shows_a_usage_errors_message_not_its_box(tmp_p
     assert "No such option: --min-cel" in summary, summary
     assert "╰" not in summary and "│" not in summary
     assert "exit-code=2" in outputs.read_text()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["gate", "--min-cel", "0.5"], ["No such option: --min-cel", "nbscope gate -h"]),
+    (["profile"], ["Missing argument 'PATH'", "nbscope profile -h"]),
+    (["runs", "--limit", "x"], ["'--limit'", "'x' is not a valid integer"]),
+    (["show", "1", "2"], ["unexpected extra argument (2)"]),
+    (["export", "1", "-o"], ["'-o' requires an argument"]),
+    (["compare", "1", "2", "--json", "--markdown"], ["--json", "--markdown"]),
+    (["bogus"], ["No such command 'bogus'", "nbscope -h"]),
+])
+def test_a_usage_error_is_one_line_in_every_command(tmp_path: Path, run_cli_process: Any, args: list[str],
+                                                    words: list[str]) -> None:
+    """click's usage, hint and box become the one line every other error is (README: exit 2, one line);
+    nothing is stored."""
+    done = run_cli_process(args[0], "--db", tmp_path / "s.db", *args[1:])
+    assert_one_line_error(done, *words)
+    assert done.stdout == "" and not (tmp_path / "s.db").exists()
 
 
 @pytest.mark.parametrize("args, words", [
@@ -478,3 +501,28 @@ def test_forecast_append_to_never_leaves_the_users_device_file_broken(tmp_path: 
     assert devices.read_text().startswith(kept) and "[devices.mine]" in devices.read_text()
     listed = run_cli("forecast", "--list", "--devices", devices)
     assert listed.returncode == 0 and "mine" in listed.stdout
+
+
+def test_a_publish_stopped_midway_leaves_a_folder_the_next_publish_takes_up(tmp_path: Path) -> None:
+    """SIGTERM while pages are written: exit 143, one line; the folder is marked as publish's from before its first
+    page, so the next publish completes it (it refused the folder as someone else's)."""
+    from nbscope.record.run import loads
+
+    text = (FILES / "records" / "cpu_unrolled_loop.json").read_text()
+    store = Store(tmp_path / "s.db")
+    for lecture in range(40):
+        store.save(loads(text.replace("tests/files/diag_unrolled_loop.ipynb", f"lectures/l{lecture:02d}.md")))
+    site = tmp_path / "site"
+    process = subprocess.Popen([sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    deadline = time.monotonic() + 120
+    while not (site / "index.html").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 143:  # stopped while writing (else it had finished: nothing midway to check)
+        assert stderr.strip().splitlines() == ["nbscope: stopped by SIGTERM"]
+    again = subprocess.run([sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
+                           capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert len(list((site / "lectures").iterdir())) >= 40

@@ -78,6 +78,48 @@ def test_o_naming_an_input_is_refused_and_the_input_kept(tmp_path: Path, run_cli
     assert second.read_bytes() == before
 
 
+# Every option of every command that writes a file, each given the run store or a file the command reads.
+EVERY_OUTPUT_OPTION = {
+    "export -o": ("export", "1", "-o", "{db}"),
+    "report -o": ("report", "1", "-o", "{db}"),
+    "audit -o": ("audit", "{nb}", "-o", "{db}"),
+    "audit -o notebook": ("audit", "{nb}", "-o", "{nb}"),
+    "audit --html notebook": ("audit", "{nb}", "--html", "{tmp}/./nb.ipynb"),
+    "merge -o": ("merge", "{audit}", "-o", "{db}"),
+    "merge --html input": ("merge", "{audit}", "--html", "{audit}"),
+    "gate --summary": ("gate", "--candidate", "2", "--baseline", "1", "--summary", "{db}"),
+    "forecast --append-to": ("forecast", "--calibrate-from", "3", "--name", "mine", "--base", "l4", "--append-to",
+                             "{db}"),
+    "publish -o": ("publish", "{db}", "-o", "{db}"),
+}
+
+
+@pytest.mark.parametrize("command", EVERY_OUTPUT_OPTION.values(), ids=EVERY_OUTPUT_OPTION.keys())
+def test_every_output_option_refuses_the_store_and_every_input(command: tuple[str, ...], store: Path, tmp_path: Path,
+                                                              run_cli: Any) -> None:
+    """The same one-line refusal (``_files.refuse_input``) for every option that writes, before anything is written:
+    the store and the inputs are byte for byte as they were."""
+    from nbscope.record.run import RunRecord
+    from nbscope.record.store import Store
+
+    later = _record(tmp_path, "later.json", lambda d: d.update(started_at="2026-12-01T07:42:31.229Z"))
+    assert run_cli("import", later, "--db", store).returncode == 0  # run 2: the gate's candidate
+    Store(store).save(RunRecord(kind="loops", target="builtin:logistic-map", fingerprint={"digest": "abc123def456"},
+                                measurements={"sweeps": [{"placement": "default", "platform": "gpu",
+                                                          "device_kind": "NVIDIA L40S",
+                                                          "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4}}]}))
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_bytes((FILES / "gate_tiny.ipynb").read_bytes())
+    audit = _record(tmp_path, "audit.json", lambda d: d.update(kind="audit", measurements={"notebooks": []}, runs={}))
+    kept = {path: path.read_bytes() for path in (store, notebook, audit)}
+    args = [part.format(db=store, nb=notebook, audit=audit, tmp=tmp_path) for part in command]
+    done = run_cli(*args, *([] if command[0] == "publish" else ["--db", store]))
+    option, target = args[-2], args[-1]
+    assert_one_line_error(done, f"{option} ", "nbscope never writes over it")
+    assert ("the run store" if target == str(store) else "it reads" if target == str(audit) else "it audits") in done.stderr
+    assert {path: path.read_bytes() for path in kept} == kept
+
+
 # --- import: bounded, regular files, sane documents -------------------------------------------------------
 
 
@@ -94,9 +136,27 @@ def _sparse(tmp_path: Path) -> Path:
     return path
 
 
+def _crafted_live_file(tmp_path: Path) -> Path:
+    path = tmp_path / "crafted.jsonl"  # a header with a 5000-digit number, a line nested 100,000 deep
+    path.write_text('{"type": "run", "format": "x", "n": ' + "9" * 5000 + "}\n" + "[" * 100_000 + "\n")
+    return path
+
+
+def _symlink(tmp_path: Path, device: str) -> Path:
+    path = tmp_path / "zero.json"
+    path.symlink_to(device)
+    return path
+
+
 def _fifo(tmp_path: Path) -> Path:
     path = tmp_path / "fifo.json"
     os.mkfifo(path)
+    return path
+
+
+def _digits(tmp_path: Path) -> Path:
+    path = _record(tmp_path, "digits.json")
+    path.write_text(path.read_text().replace('"wall_s": ', '"wall_s": ' + "9" * 5000 + ", \"was\": ", 1))
     return path
 
 
@@ -123,9 +183,16 @@ def _loops(*pairs: tuple[str, str | None]) -> Any:
          ("nodate.json", "'started_at' is 'not-a-date', not an ISO 8601 time")),
         (lambda tmp: _record(tmp, "future.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")),
          ("future.json", "in the future of this machine's clock")),
+        (lambda tmp: _record(tmp, "eons.json", lambda d: d["measurements"]["cells"][1].update(wall_s=10**29)),
+         ("eons.json", "measurements.cells[1].wall_s is 1e+29, larger than any measurement")),
+        (_digits, ("digits.json", "a number of thousands of digits")),
+        (lambda tmp: Path("/dev/urandom"), ("/dev/urandom", "a device")),
+        (lambda tmp: _symlink(tmp, "/dev/zero"), ("zero.json", "a device")),
+        (_crafted_live_file, ("crafted.jsonl", "not an nbscope live file")),
     ],
     ids=["device", "fifo", "sparse-1GiB", "nested-100k", "loop-cycle-3", "loop-own-parent", "loop-orphan",
-         "unparseable-date", "future-date"],
+         "unparseable-date", "future-date", "time-of-1e29-s", "5000-digit-number", "urandom", "link-to-a-device",
+         "crafted-live-file"],
 )
 def test_import_refuses_crafted_input_in_one_line_and_stores_nothing(make: Any, words: tuple[str, ...],
                                                                     tmp_path: Path, run_cli_process: Any) -> None:
@@ -332,6 +399,10 @@ def test_env_hashes_are_keyed_per_store_and_history_names_runs_hashed_elsewhere(
         ("a\x1b_APC payload\x1b\\b", "ab"), ("a\x9d0;title\x9cb", "ab"), ("a\x9b2Jb", "ab"), ("a\x1bcb", "ab"),
         ("a\rb\x08c\x00d", "abcd"), ("a\u202eb", "ab"), ("line 1\n\tline 2", "line 1\n\tline 2"),
         ("cut short \x1b]0;no end", "cut short "),
+        ("a\u200eb\u200fc\u061cd\u2066e\u2069f", "abcdef"),  # bidi marks and isolates
+        ("a\u2028b\u2029c", "abc"),  # line and paragraph separators
+        ("a\x1b[?1049hb\x9b?25lc", "abc"),  # private CSI (alternate screen, hidden cursor), 7- and 8-bit
+        ("ok \u200d emoji", "ok \u200d emoji"),  # a zero-width joiner is text
     ],
 )
 def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(raw: str, shown: str) -> None:
@@ -348,9 +419,32 @@ def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(r
         ("https://s3/x?X-Amz-Signature=abc&X-Amz-Date=1", "https://s3/x?X-Amz-Signature=REDACTED&X-Amz-Date=1"),
         ("https://h/api?api_key=abc#frag", "https://h/api?api_key=REDACTED#frag"),
         ("mail me at a@b.org, see https://h/p?page=2", "mail me at a@b.org, see https://h/p?page=2"),
+        ("https://user:p@ss@host/simple", "https://REDACTED@host/simple"),  # a password holding '@'
+        ("https://host?next=a@b", "https://host?next=a@b"),  # an '@' in a query is no user information
+        ("https://h/cb#access_token=abc&state=1", "https://h/cb#access_token=REDACTED&state=1"),
+        ("https://a.blob.core.windows.net/c?sv=2020&sig=abc%3D", "https://a.blob.core.windows.net/c?sv=2020&sig=REDACTED"),
+        ('curl -H "Authorization: Bearer abc" https://x', 'curl -H "Authorization: Bearer REDACTED" https://x'),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNz", "Proxy-Authorization: Basic REDACTED"),
+        ("PRIVATE-TOKEN: abc", "PRIVATE-TOKEN: REDACTED"),
+        ('export GITHUB_TOKEN="abc"; make', 'export GITHUB_TOKEN="REDACTED"; make'),
+        ("twine upload --password abc dist/*", "twine upload --password REDACTED dist/*"),
+        ("pushed with ghp_" + "a" * 36 + " today", "pushed with REDACTED today"),
+        ("hf_" + "b" * 34, "REDACTED"),
+        ('{"line": "Authorization: token abc\\nnext"}', '{"line": "Authorization: token REDACTED\\nnext"}'),  # JSON kept
+        ("max_tokens: 100, tokens: 5, key=3, design=2", "max_tokens: 100, tokens: 5, key=3, design=2"),
     ],
 )
 def test_redact_hides_url_credentials_and_leaves_other_text(raw: str, shown: str) -> None:
     from nbscope._redact import redact
 
     assert redact(raw) == shown
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_a_notebook_whose_name_is_not_utf8_is_refused_before_it_runs(tmp_path: Path, run_cli: Any) -> None:
+    """Such a name ran, then crashed storing the run (a UnicodeEncodeError traceback); now one line before a kernel."""
+    name = os.fsdecode(b"lec\xff\xfeture.ipynb")
+    (tmp_path / name).write_bytes((FILES / "gate_tiny.ipynb").read_bytes())
+    done = run_cli("profile", tmp_path / name, "--db", tmp_path / "s.db")
+    assert_one_line_error(done, "lec\\xff\\xfeture.ipynb", "not valid UTF-8")
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "s.db.d").exists()

@@ -33,12 +33,16 @@ from typing import Any
 import psutil
 import pytest
 
+from nbscope._processes import own_cgroup
 from nbscope.api import jupyter_book2
 from nbscope.api.trace import MAX_LINE_BYTES, _run
 from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
 DAEMONS = FILES / "daemonised_helpers.ipynb"
+DETACHED = FILES / "detached_helper.ipynb"
+# The fallback where no cgroup can be made: the process tree, the run's token and the pipe or log it holds.
+NO_CGROUP = {"NBSCOPE_CGROUP": "off"}
 TINY = FILES / "gate_tiny.ipynb"
 HELPERS = ("popen-new-session", "double-fork", "nohup", "cleared-environment")
 MARKER = "NBSCOPE_TEST_PROCESS_MARKER"
@@ -190,7 +194,7 @@ def test_trace_ends_with_the_command_when_its_notebook_daemonised_helpers(tmp_pa
     pids, env = helpers
     shutil.copy(DAEMONS, tmp_path / "daemons.ipynb")
     done = nbscope("trace", "--db", tmp_path / "db", "--json", "--", "jupyter", "execute", "daemons.ipynb",
-                   cwd=tmp_path, env=env)
+                   cwd=tmp_path, env=env | NO_CGROUP)  # the command's cgroup: test_command_timeout_ends...
     assert done.returncode == 0, done.stderr[-2000:]
     [printed] = json.loads(done.stdout)
     assert printed["status"] == "ok"  # complete: no daemon holding the pipe made it partial
@@ -226,7 +230,9 @@ def test_command_timeout_ends_a_command_whose_daemons_hold_its_output(tmp_path: 
 
 @pytest.mark.slow
 def test_profile_ends_daemonised_helpers_at_its_end_and_on_sigterm(tmp_path: Path, helpers: Any) -> None:
+    """Without a cgroup (the fallback): each helper is found by the token it inherited or the log it holds."""
     pids, env = helpers
+    env |= NO_CGROUP
     db = tmp_path / "db"
     done = nbscope("profile", DAEMONS, "--db", db, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -253,6 +259,48 @@ def test_profile_ends_daemonised_helpers_at_its_end_and_on_sigterm(tmp_path: Pat
     assert first.status == "ok" and partial.status == "partial"
     assert [c["status"] for c in partial.measurements["cells"]][-1] == "interrupted"
     assert not left_running(pids, env)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(own_cgroup() is None, reason="no writable cgroup v2 here; the fallback is tested above")
+def test_profile_in_a_cgroup_ends_a_helper_that_left_the_kernels_tree_session_environment_and_files(
+        tmp_path: Path, helpers: Any) -> None:
+    """The fallback would miss this helper (tests/files/detached_helper.ipynb); the kernel's cgroup does not."""
+    pids, env = helpers
+    process = start_nbscope("profile", DETACHED, "--db", tmp_path / "db", "--json", "--no-diagnose", cwd=tmp_path,
+                            env=env)
+    stdout, stderr = process.communicate(timeout=LIMIT_S)
+    assert process.returncode == 0, stderr[-2000:]
+    assert json.loads(stdout)["measurements"]["runner"]["processes_tracked_by"] == "cgroup"
+    _assert_ended_and_cgroup_removed(int((pids / "detached").read_text()), process.pid)
+
+
+def _assert_ended_and_cgroup_removed(pid: int, nbscope_pid: int) -> None:
+    deadline = time.monotonic() + 5  # a SIGKILL'd process may take a moment to become a zombie
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+    folder = own_cgroup()
+    assert folder is not None and not list(folder.glob(f"nbscope-{nbscope_pid}-*"))
+
+
+@pytest.mark.skipif(own_cgroup() is None, reason="no writable cgroup v2 here; the fallback is tested above")
+def test_trace_in_a_cgroup_ends_a_helper_that_left_the_commands_tree_session_environment_and_files(
+        tmp_path: Path) -> None:
+    detach = ("import os, sys, time\nif os.fork():\n    os._exit(0)\nos.setsid()\n"
+              "open(sys.argv[1] + '.part', 'w').write(str(os.getpid()))\n"
+              "os.rename(sys.argv[1] + '.part', sys.argv[1])\ntime.sleep(600)\n")
+    pid_file = tmp_path / "detached"
+    script = (f"env -i {sys.executable} -c \"$0\" {pid_file} </dev/null >/dev/null 2>&1; "
+              f"while [ ! -e {pid_file} ]; do sleep 0.01; done; exit 0")
+    process = start_nbscope("trace", "--db", tmp_path / "db", "--", "bash", "-c", script, detach, cwd=tmp_path, env={})
+    try:
+        _, stderr = process.communicate(timeout=LIMIT_S)
+        assert process.returncode == 2 and "no IPython kernel" in stderr, stderr  # it ran no notebook
+        _assert_ended_and_cgroup_removed(int(pid_file.read_text()), process.pid)
+    finally:
+        if pid_file.exists() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 # ---- the traced command's exit status ------------------------------------------------------------------

@@ -543,3 +543,39 @@ def test_a_regressed_candidate_then_an_unchanged_rerun_is_judged_against_the_las
     slow_cell = next(c for c in result["cells"] if c["index"] == 1)
     assert slow_cell["verdict"] in ("unchanged", "below-floor")
     assert f"run {regressed} (failed the gate)" in " ".join(result["warnings"])
+
+
+@pytest.mark.slow
+def test_confirm_reruns_a_regressed_notebook_and_fails_only_when_the_rerun_regresses_too(tmp_path: Path,
+                                                                                          run_cli: Any) -> None:
+    """``gate --confirm`` (false alarms p → p²): a notebook slow on its first run only (a marker file it writes) is
+    rerun and passes; one slow on every run fails, confirmed. Each rerun is a stored run; the report says which."""
+    notebook = tmp_path / "flaky_slow.ipynb"
+    notebook.write_bytes((FILES / "flaky_slow.ipynb").read_bytes())
+    db = tmp_path / "s.db"
+
+    def profiled() -> None:
+        assert run_cli("profile", notebook, "--db", db, "--no-diagnose").returncode == 0
+
+    (tmp_path / "warmed").touch()
+    profiled()  # run 1, the baseline: warm, fast
+    (tmp_path / "warmed").unlink()
+    profiled()  # run 2: slow once
+    gated = run_cli("gate", "--db", db, "--confirm", "--history", "0", "--json")
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    result = json.loads(gated.stdout)
+    assert result["confirmation"] == {"first_run_id": 2, "first_reasons": result["confirmation"]["first_reasons"],
+                                      "rerun_id": 3, "confirmed": False}
+    assert result["confirmation"]["first_reasons"] and result["candidate"]["run_id"] == 3
+    assert result["warnings"][0].startswith("not confirmed: run 2 regressed")
+    assert len(Store(db).records(kind="profile")) == 3
+
+    (tmp_path / "slow-always").touch()
+    profiled()  # run 4: slow on every run
+    summary = tmp_path / "summary.md"
+    gated = run_cli("gate", "--db", db, "--confirm", "--history", "0", "--summary", summary)
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    assert "confirmed: run 4 regressed, and so did run 5" in gated.stdout
+    assert "failed (regression confirmed by a rerun)" in summary.read_text()
+    verdicts = Store(db).verdicts([2, 3, 4, 5])
+    assert [verdicts[run]["passed"] for run in (2, 3, 4, 5)] == [False, True, False, False]

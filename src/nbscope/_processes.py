@@ -1,18 +1,31 @@
 """Finding and stopping every process a run started, even those in sessions of their own.
 
+Where the machine lets nbscope make a cgroup (v2) under its own, a kernel or a traced command is moved into
+one of its own as soon as it starts (:class:`Descendants`): every process it starts later is in it, whatever
+it does (a double fork with ``setsid``, a cleared environment, every file closed), and at the end the cgroup's
+``cgroup.procs`` lists exactly what to stop. Elsewhere (no cgroup v2, no permission, ``NBSCOPE_CGROUP=off``),
+silently, the other ways below do what they can.
+
 A command nbscope runs (a traced ``jupyter-book build``, a pathway) gets an environment variable with a
 per-run token; every process it starts inherits it, including kernels that jupyter_client starts in
 their own sessions (outside the command's process group) and processes re-parented to init after
 their parent died. :func:`reap` stops them all. A process that cleared its environment is still found
 by a file or pipe it holds open that only the run gave out (:func:`end_holders`), or, while its parent
-still ran, as a descendant of the command (:class:`Descendants`).
+still ran, as a descendant of the command (:class:`Descendants`, sampling its process tree).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
+import uuid
+from pathlib import Path
 from typing import Any
+
+# "off": never make a cgroup (the process tree, the token and the pipe only), e.g. where cgroups are managed.
+CGROUP_SWITCH = "NBSCOPE_CGROUP"
 
 
 def reap(variable: str, token: str, *, grace_s: float = 3.0) -> list[dict[str, Any]]:
@@ -90,18 +103,149 @@ def _holds(pid: int, link: str) -> bool:
     return False
 
 
-class Descendants(threading.Thread):
-    """Every process descended from ``pid`` while it runs, sampled every ``interval_s``: one that leaves
-    its parent's session and clears its environment is still seen here before its parent ends.
-    :meth:`end` stops those still running (psutil refuses a pid that was reused meanwhile). On Linux a
-    sample reads only the tree's own ``/proc/PID/task/TID/children`` (a walk of every process costs tens of
-    ms on a loaded machine, time the measured notebook would share)."""
+class Cgroup:
+    """A cgroup (v2) of nbscope's own, made under the one this process is in: the processes moved into it and
+    every process they start after. :meth:`end` SIGKILLs all of them (``cgroup.kill``, or each pid it lists)
+    and removes it."""
 
-    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def make(cls) -> Cgroup | None:
+        """A new empty cgroup, or None where none can be made (no cgroup v2, not writable, switched off)."""
+        if os.environ.get(CGROUP_SWITCH, "").strip().lower() in ("off", "0", "no", "false"):
+            return None
+        parent = own_cgroup()
+        if parent is None:
+            return None
+        path = parent / f"nbscope-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        return cls(path)
+
+    def add(self, pid: int) -> bool:
+        """Move ``pid`` into the cgroup; whether it could be (the kernel refuses, e.g., across delegations)."""
+        try:
+            with open(self.path / "cgroup.procs", "w", encoding="ascii") as procs:
+                procs.write(str(pid))
+            return True
+        except OSError:
+            return False
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` run so that it is in the cgroup from its first instruction: a shell moves itself into
+        it, then becomes the command (moving a started process races with what it forks first)."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" 2>/dev/null; exec "$@"', str(self.path / "cgroup.procs"), *command]
+
+    def pids(self) -> list[int]:
+        try:
+            with open(self.path / "cgroup.procs", encoding="ascii") as procs:
+                return [int(line) for line in procs.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def end(self, grace_s: float = 3.0) -> list[int]:
+        """SIGKILL every process in the cgroup (again, for one forked meanwhile) until it is empty or
+        ``grace_s`` passed, then remove it; the pids found."""
+        found = self.pids()
+        deadline = time.monotonic() + grace_s
+        while pids := self.pids():
+            found += [pid for pid in pids if pid not in found]
+            if not _write(self.path / "cgroup.kill", "1"):  # Linux < 5.14: one pid at a time
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass  # still populated (a process in uninterruptible sleep): the kernel removes nothing by itself
+        return found
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def own_cgroup() -> Path | None:
+    """The folder of this process's cgroup v2 where it is mounted and writable (Linux), else None."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as listed:
+            relative = next((line[3:].strip() for line in listed if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+            fields = [line.split() for line in mounts]
+    except OSError:
+        return None
+    if relative is None or relative.endswith("(deleted)"):
+        return None
+    for field in fields:
+        if "-" in field and field[field.index("-") + 1:][:1] == ["cgroup2"]:
+            root, mount_point = (_unescape(part) for part in field[3:5])
+            if not relative.startswith(root):
+                continue
+            folder = Path(mount_point) / os.path.relpath(relative, root)
+            if os.access(folder / "cgroup.procs", os.W_OK) and os.access(folder, os.W_OK):
+                return folder
+    return None
+
+
+def _unescape(part: str) -> str:
+    """A mountinfo field, with its octal escapes (``\\040`` for a space) read."""
+    return part.encode("ascii", "backslashreplace").decode("unicode_escape") if "\\" in part else part
+
+
+class Descendants(threading.Thread):
+    """Every process descended from ``pid``, ended by :meth:`end`.
+
+    Where a cgroup can be made (:class:`Cgroup`), ``pid`` and what it started so far are moved into one of
+    their own at once (``tracked_by`` "cgroup"): every later process is in it, and nothing is sampled.
+    Elsewhere (``tracked_by`` "process tree") the tree is sampled every ``interval_s``: one that leaves its
+    parent's session and clears its environment is still seen here before its parent ends; :meth:`end` stops
+    those still running (psutil refuses a pid that was reused meanwhile). On Linux a sample reads only the
+    tree's own ``/proc/PID/task/TID/children`` (a walk of every process costs tens of ms on a loaded
+    machine, time the measured notebook would share)."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5, *, cgroup: Cgroup | None = None) -> None:
+        """``cgroup``: one ``pid`` was started in (:meth:`Cgroup.wrap`); else one is made and ``pid`` moved."""
         super().__init__(daemon=True)
         self.pid, self.interval_s = pid, interval_s
         self.seen: dict[int, Any] = {}
         self._done = threading.Event()
+        if cgroup is not None:
+            self.cgroup: Cgroup | None = cgroup if _joins(cgroup, pid) else None
+        else:
+            self.cgroup = Cgroup.make()
+            if self.cgroup is not None and not self._move_tree(self.cgroup):
+                self.cgroup.end()
+                self.cgroup = None
+        self.tracked_by = "cgroup" if self.cgroup is not None else "process tree"
+
+    def _move_tree(self, cgroup: Cgroup) -> bool:
+        """``pid``, then what it started before it was moved (until no new one appears)."""
+        if not cgroup.add(self.pid):
+            return False
+        moved = {self.pid}
+        while new := [child for child in _tree(self.pid) if child not in moved]:
+            for child in new:
+                cgroup.add(child)
+                moved.add(child)
+        return True
+
+    def start(self) -> None:
+        if self.cgroup is None:  # a cgroup needs no sampling
+            super().start()
 
     def run(self) -> None:
         while not self._done.is_set():
@@ -123,8 +267,9 @@ class Descendants(threading.Thread):
         import psutil
 
         self._done.set()
-        self.join(5.0)
-        ended = []
+        if self.is_alive():
+            self.join(5.0)
+        ended = self.cgroup.end(grace_s) if self.cgroup is not None else []
         for process in list(self.seen.values()):
             try:
                 process.kill()
@@ -133,6 +278,29 @@ class Descendants(threading.Thread):
                 continue
         psutil.wait_procs([p for p in self.seen.values()], timeout=grace_s)
         return ended
+
+
+def _joins(cgroup: Cgroup, pid: int, wait_s: float = 2.0) -> bool:
+    """Whether ``pid``, started by :meth:`Cgroup.wrap`, moved itself into ``cgroup`` (within ``wait_s``); if not
+    (or it ended first), the cgroup is removed and the caller samples the tree instead."""
+    deadline = time.monotonic() + wait_s
+    while pid not in (pids := cgroup.pids()):
+        if pids or not _running(pid):  # it moved and has ended already: what it left is in the cgroup
+            return True
+        if time.monotonic() > deadline:
+            cgroup.end()
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is no zombie (Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[:1] != ["Z"]
+    except OSError:
+        return False
 
 
 def _tree(pid: int) -> list[int]:

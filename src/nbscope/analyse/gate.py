@@ -170,6 +170,29 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class Confirmation:
+    """A regression judged once more on a rerun of the notebook (``gate --confirm``): the first candidate, why it
+    was judged regressed, and whether the rerun regressed too (then the gate fails: ``confirmed``)."""
+
+    first_run_id: int | None
+    first_reasons: list[str]
+    rerun_id: int | None
+    confirmed: bool
+
+    def sentence(self) -> str:
+        first = f"run {self.first_run_id}" if self.first_run_id is not None else "the first candidate"
+        rerun = f"run {self.rerun_id}" if self.rerun_id is not None else "a rerun"
+        if self.confirmed:
+            return f"confirmed: {first} regressed, and so did {rerun}, a rerun of its notebook"
+        return (f"not confirmed: {first} regressed ({'; '.join(self.first_reasons)}), but {rerun}, a rerun of its "
+                f"notebook, did not: a one-off slowdown, not failed")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first_run_id": self.first_run_id, "first_reasons": list(self.first_reasons),
+                "rerun_id": self.rerun_id, "confirmed": self.confirmed}
+
+
+@dataclass(frozen=True)
 class GateResult:
     """Everything the gate found; ``passed`` is False on a significant regression or a new failure."""
 
@@ -183,6 +206,9 @@ class GateResult:
     noise_note: str = ""  # one sentence: what the verdicts' noise floors rest on
     # The paired cells and the unpaired ones together, where some cells are new or removed (else None).
     whole: Comparison | None = None
+    # With ``gate --confirm``, where a first candidate was judged regressed and its notebook ran once more: this
+    # result judges the rerun, ``confirmation`` says of what (see :func:`nbscope.api.gate.confirm`).
+    confirmation: Confirmation | None = None
 
     @property
     def totals(self) -> list[Comparison]:
@@ -238,6 +264,7 @@ class GateResult:
             "whole_notebook": self.whole.to_dict() if self.whole is not None else None,
             "cells": [c.to_dict() for c in self.cells],
             "warnings": list(self.warnings),
+            **({"confirmation": self.confirmation.to_dict()} if self.confirmation is not None else {}),
         }
 
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.gate import CELL_KINDS, GateOptions, GateResult, gate
+from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
+from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
-from nbscope.record.store import resolve_run, settings_key
+from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
+
+if TYPE_CHECKING:
+    from nbscope.api.profile import ProfileOptions
 
 # The runs a gate judges: per-cell profiles, and jupyter-cache imports (totals only).
 GATE_KINDS = (*CELL_KINDS, "jupyter-cache")
@@ -144,6 +149,7 @@ def gate_stored(
     target: str | None = None,
     options: GateOptions | None = None,
     history: int = 10,
+    confirm: bool = False,
 ) -> GateResult:
     """Judge a candidate run against a baseline (each a run reference: an id, ``latest:NOTEBOOK``, a label,
     a run JSON file; or ``latest``), with the run-to-run noise of up to ``history`` earlier comparable
@@ -151,6 +157,10 @@ def gate_stored(
 
     ``latest`` means: for the candidate, the newest run (of ``target`` when given); for the baseline, the
     automatic baseline (:func:`latest_baseline`).
+
+    ``confirm``: a candidate judged slower is not failed at once: its notebook is profiled once more (stored as a
+    new run) and judged against the same baseline; the gate fails only when that rerun is slower too (a one-off
+    slowdown's false alarm, at rate p, then fails at p²). See :func:`confirm_regression`.
     """
     if history < 0:
         raise NbscopeError("--history must be 0 or more")
@@ -167,4 +177,73 @@ def gate_stored(
             store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
         except NbscopeError as exc:  # a read-only store still gets its verdict; it is only not remembered
             result = replace(result, warnings=[*result.warnings, f"the verdict is not remembered: {exc}"])
+    if confirm and not result.passed:
+        result = confirm_regression(store, base, cand, result, options,
+                                    history=history_runs(store, cand, history, comparable=comparable))
     return result
+
+
+def confirm_regression(store: Any, base: RunRecord, cand: RunRecord, result: GateResult, options: GateOptions | None,
+                       *, history: list[RunRecord]) -> GateResult:
+    """``result`` (a failed gate) judged once more: the candidate's notebook profiled again with its settings,
+    stored, and gated against ``base``; the rerun's result, with its :class:`Confirmation`. A failing cell is not
+    rerun (a rerun does not excuse an error), nor a notebook that cannot be found or run as it was (``--env``
+    values kept only as hashes): the failure then stands, and a note says why."""
+    from nbscope.api.profile import ProfileOptions, profile
+
+    why_not = ("a cell failed, which a rerun does not excuse" if any(c.verdict == "failed" for c in result.failures)
+               else None)
+    path = None if why_not else _notebook_file(store, cand)
+    if why_not is None and path is None:
+        why_not = f"its notebook {cand.target} is not found from here"
+    rerun_options = None if why_not else _rerun_options(cand)
+    if why_not is None and isinstance(rerun_options, str):
+        why_not = rerun_options
+    if why_not is not None or path is None or not isinstance(rerun_options, ProfileOptions):
+        return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
+    # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
+    writable = Store(store.path) if getattr(store, "read_only", False) else store
+    rerun = profile(path, rerun_options, store=writable if cand.run_id is not None else None)
+    second = gate(base, rerun, options, history=history)
+    if rerun.run_id is not None:
+        try:
+            writable.record_verdict(rerun.run_id, baseline_id=base.run_id, passed=second.passed, reasons=second.reasons())
+        except NbscopeError:
+            pass  # a read-only store: the first verdict's note says so already
+    confirmation = Confirmation(first_run_id=cand.run_id, first_reasons=result.reasons(), rerun_id=rerun.run_id,
+                                confirmed=not second.passed)
+    return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
+
+
+def _notebook_file(store: Any, cand: RunRecord) -> Path | None:
+    """The candidate's notebook on this machine: its recorded name taken from the store's project (the folder
+    holding ``.nbscope/``), the working directory's project root, or the working directory."""
+    name = Path(cand.target)
+    if name.is_absolute():
+        return name if name.is_file() else None
+    store_path = Path(store.path).resolve()
+    roots = [store_path.parent.parent] if store_path.parent.name == STORE_FOLDER else []
+    roots += [project_root(Path.cwd()), Path.cwd()]
+    return next((root / name for root in roots if (root / name).is_file()), None)
+
+
+def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
+    """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
+    from nbscope.api.profile import ProfileOptions
+
+    settings = cand.settings or {}
+    env = settings.get("env") or {}
+    if env and not settings.get("env_values_stored"):
+        return "its --env values are stored only as hashes"
+    repeat = settings.get("repeat")
+    timeout = settings.get("timeout")
+    return ProfileOptions(
+        kernel=settings.get("kernel") if isinstance(settings.get("kernel"), str) else None,
+        timeout=float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None,
+        on_error="stop" if settings.get("on_error") == "stop" else "continue",
+        env={str(k): str(v) for k, v in env.items()}, env_store_values=bool(env),
+        jax_platform=settings.get("jax_platform") if isinstance(settings.get("jax_platform"), str) else None,
+        jax_cache=str(settings.get("jax_cache") or "off"),
+        repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
+        timeline=bool(settings.get("timeline")),
+    )

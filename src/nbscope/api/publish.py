@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nbscope._errors import NbscopeError
+from nbscope._files import check_target, refuse_input
 from nbscope.analyse.attribution import attribute, classify_failure
 from nbscope.analyse.history import ChangeOptions, Point, change_points
 from nbscope.record.cells import project_root
@@ -257,6 +258,7 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
 
 def _check_folder(folder: Path) -> dict[str, Any] | None:
     """The folder's manifest; refuses a folder that holds anything publish did not make (it is never replaced)."""
+    refuse_input(folder, option="-o")  # the store itself, named as the site's folder
     if folder.exists() and not folder.is_dir():
         raise NbscopeError(f"-o {folder} is a file, not a folder")
     manifest = _manifest(folder) if folder.is_dir() else None
@@ -325,6 +327,11 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
     result = PublishResult(folder=folder, rows=len(rows), runs=sum(s[0] for s in signatures.values()),
                            rows_rebuilt=len(stale))
     hashes = dict(old_pages)
+    # Marked as publish's before its first page: a publish stopped midway (SIGTERM) leaves a folder the next one
+    # takes up (in full: no rows are known), not one it refuses as someone else's.
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / MANIFEST, json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "scan": None,
+                                          "rows": {}, "pages": hashes}, separators=(",", ":")))
     for name, text in pages.items():
         digest = hashlib.sha256(text.encode()).hexdigest()
         path = folder / name
@@ -344,7 +351,9 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
 
 
 def _write(path: Path, text: str) -> None:
-    """Written whole, then renamed: a reader (or a publish stopped midway) never sees half a page."""
+    """Written whole, then renamed: a reader (or a publish stopped midway) never sees half a page. A page never
+    replaces a link, a device or a file this command reads (the store kept inside the site's folder)."""
+    check_target(path, option="-o")
     partial = path.with_name(path.name + ".partial")
     partial.write_text(text, encoding="utf-8")
     partial.replace(path)

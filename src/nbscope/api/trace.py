@@ -18,6 +18,7 @@ import codecs
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from typing import Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError
-from nbscope._processes import Descendants, end_holders, pipe_link, reap
+from nbscope._processes import Cgroup, Descendants, end_holders, pipe_link, reap
 from nbscope.api import jupyter_book2
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
@@ -164,7 +165,7 @@ def cells_from_log(
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
     ``interrupted``, with the time it had run. With a ``programs`` collector (``trace --forecast``), each
     cell's program data is read too."""
-    from nbscope.collect.runner import interrupted_cell
+    from nbscope.collect._cells import interrupted_described
 
     started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
     by_hash: dict[str, list[dict[str, Any]]] = {}
@@ -187,7 +188,7 @@ def cells_from_log(
         elif code_cell.source_hash in died and stopped:
             began = started_unix.get(code_cell.source_hash)
             elapsed = stopped_unix - began if isinstance(began, (int, float)) and stopped_unix else None
-            record = interrupted_cell(code_cell, elapsed, signal_name)  # as `profile` records it
+            record = interrupted_described(code_cell.describe(), elapsed, signal_name)  # as `profile` records it
             status = "partial"
             died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died:
@@ -439,16 +440,23 @@ def _run_command(
     session of its own) may hold the output pipe open for ever. Once the command has ended, what is left in
     its process group, what ``end_left`` finds (the processes carrying the run's token) and every process
     still holding the output pipe are stopped, and the output is read for at most ``DRAIN_S`` more."""
+    # Where it can be, the command runs in a cgroup of its own from its start: every process it starts is ended.
+    found = shutil.which(command[0], path=env.get("PATH")) if command else None
+    cgroup = Cgroup.make() if found else None
     try:
         # Its own process group, so a timeout or a signal ends the command and its children together.
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    except FileNotFoundError:
-        raise NbscopeError(f"command not found: {command[0]}") from None
+        process = subprocess.Popen(cgroup.wrap(command) if cgroup is not None else command, cwd=cwd, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except BaseException as exc:
+        if cgroup is not None:
+            cgroup.end()
+        if isinstance(exc, FileNotFoundError):
+            raise NbscopeError(f"command not found: {command[0]}") from None
+        raise
     assert process.stdout is not None
     reader = _OutputReader(process.stdout.fileno(), echo=echo)
     reader.start()
-    descendants = Descendants(process.pid)
+    descendants = Descendants(process.pid, cgroup=cgroup)
     descendants.start()
     timer = threading.Timer(timeout, _kill_group, (process,)) if timeout else None
     if timer is not None:

@@ -113,6 +113,8 @@ def build_command(only: str | None = None) -> click.Command:
         for param in sub.params:
             if param.default is None or param.required:
                 param.show_default = False
+            if isinstance(param, click.Option) and param.envvar is None:
+                param.show_envvar = False  # typer shows every option's, and a bad value said "(env var: 'None')"
     return command
 
 
@@ -154,7 +156,7 @@ def _restore_streams(before: tuple[object, object]) -> None:
 def _run(command: click.Command, args: list[str]) -> None:
     with _signals.handled():
         try:
-            command(args=args, prog_name="nbscope", standalone_mode=True)
+            _invoke(command, args)
         except NbscopeError as exc:
             _print_error(f"nbscope: error: {exc}")
             raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
@@ -182,6 +184,27 @@ def _run(command: click.Command, args: list[str]) -> None:
             if _signals.received() is None:
                 raise
             _stopped()
+
+
+def _invoke(command: click.Command, args: list[str]) -> None:
+    """Run ``command`` as click's standalone mode would, but a usage error (an unknown option, a missing
+    argument, a bad value) is one line, ``nbscope: error: ...``, exit 2, as every other error: not click's
+    usage, hint and box. With no arguments at all, the help has been printed already (exit 2, as before)."""
+    try:
+        code = command.main(args=args, prog_name="nbscope", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError:
+        raise SystemExit(2) from None
+    except click.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} -h')" if exc.ctx is not None else ""
+        message = " ".join(exc.format_message().split())
+        raise NbscopeError(f"{message}{where}") from None
+    except click.ClickException as exc:  # a file option click opened itself, and the like
+        _print_error(f"nbscope: error: {' '.join(exc.format_message().split())}")
+        raise SystemExit(exc.exit_code) from None
+    except click.Abort:
+        _print_error("nbscope: aborted")
+        raise SystemExit(1) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 # Commands whose exit status says more than "done" (a gate, findings, failed cells or groups).

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nbscope._files import write_text
+from nbscope._files import note_input, write_text
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -133,7 +133,7 @@ def audit(
     --forecast t4, no GPU is needed: each lecture's CPU run is forecast on the T4 (time range, verdict,
     dominant term), sorted by forecast slowdown, and the GPU rules of diagnose fire as forecast risks.
     """
-    from nbscope.api.audit import AuditOptions, parse_backends
+    from nbscope.api.audit import AuditOptions, discover, parse_backends
     from nbscope.api.audit import audit as run_audit
 
     options = AuditOptions(
@@ -143,6 +143,7 @@ def audit(
     )
     options.validate()
     store = open_store(db)
+    discover(targets)  # notes the notebooks as read: -o naming one is refused before the audit runs
     _check_outputs(output, html_path)  # before the audit runs: -o naming the store costs nothing
     record = run_audit(targets, options, store=store, on_event=_progress(quiet))
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path,
@@ -163,6 +164,8 @@ def merge(
     from nbscope.api.audit import merge as run_merge
 
     store = open_store(db)
+    for path in files:  # read by the merge: never the target of -o or --html, refused before anything is merged
+        note_input(path, "a run record it reads")
     _check_outputs(output, html_path)
     record = run_merge(files, store=store)
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Annotated, TextIO
 
@@ -46,6 +48,11 @@ def gate(
     ignore_status: Annotated[
         bool, typer.Option("--ignore-status", help="Do not fail when a cell that ran in the baseline fails now.")
     ] = False,
+    confirm: Annotated[
+        bool,
+        typer.Option("--confirm", help="Before failing on a slowdown, profile the candidate's notebook once more "
+                     "(stored as a new run) and fail only if that rerun is slower too (a failing cell is not rerun)."),
+    ] = False,
     everything: Annotated[bool, all_option("List every cell, not only those that moved.")] = False,
     summary: Annotated[
         Path | None,
@@ -59,7 +66,8 @@ def gate(
     from nbscope.api.gate import gate_stored
     from nbscope.render.gate import gate_markdown, print_gate
 
-    store = open_store(db, read_only=True)  # verdicts are written only to a store that holds the candidate
+    # Never made here: verdicts (and --confirm's rerun) are written only to a store that holds the candidate.
+    store = open_store(db, read_only=True)
     options = GateOptions(
         max_slowdown=parse_slowdown(max_slowdown), alpha=alpha, min_cell_s=min_cell, abs_floor_s=floor,
         mad_k=mad_k, check_status=not ignore_status,
@@ -69,7 +77,7 @@ def gate(
     handle = _open_summary(summary) if summary is not None else None
     try:
         result = gate_stored(store, candidate=candidate, baseline=baseline, target=target, options=options,
-                             history=history)
+                             history=history, confirm=confirm)
         text = gate_markdown(result, everything=everything)
         if handle is not None and summary is not None:
             _append(handle, summary, text + "\n")
@@ -88,9 +96,20 @@ def gate(
 
 def _open_summary(summary: Path) -> TextIO:
     """``--summary`` opened for appending; a target that cannot take it (a directory, a missing folder, no
-    permission, /proc) is a one-line error, exit 2."""
+    permission, /proc), a FIFO or socket (opening one would wait for a reader) and a file this command reads
+    (the run store) are a one-line error, exit 2."""
+    from nbscope._files import refuse_input
+
     if summary.is_dir():
         raise NbscopeError(f"--summary {summary} is a directory")
+    refuse_input(summary, option="--summary")
+    try:
+        mode = os.stat(summary).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+        raise NbscopeError(f"--summary {summary} is {kind}, not a file to append to")
     try:
         return open(summary, "a", encoding="utf-8")
     except OSError as exc:

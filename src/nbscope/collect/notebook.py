@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import re
 import sys
 import types
@@ -298,6 +299,11 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{path}: no such file")
     if path.is_dir():
         raise NbscopeError(f"{path} is a directory, not a notebook")
+    try:
+        str(path.resolve()).encode("utf-8")
+    except UnicodeEncodeError:  # a name no record, store or page can hold as text: refused before it runs
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise NbscopeError(f"{shown}: the notebook's path is not valid UTF-8; rename it (or its folder)") from None
     from nbscope._files import read_bounded
 
     data = read_bounded(path, limit=512 * 2**20, what="notebook")  # a FIFO or a device never hangs it; noted: no -o replaces it

@@ -26,13 +26,22 @@ from typing import Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
-from nbscope.collect._cells import merge_cell, merge_described, nbclient_timing, output_error, roundtrip
+from nbscope._processes import Descendants
+from nbscope.collect._cells import (
+    interrupted_described,
+    merge_cell,
+    merge_described,
+    nbclient_timing,
+    output_error,
+    roundtrip,
+)
 from nbscope.collect._kernel import (
     KERNEL_TOKEN_VARIABLE,
     end_started,
     ensure_dead,
     interrupt_cell,
     kernel_family,
+    kernel_process,
     shut_down,
 )
 from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
@@ -119,11 +128,14 @@ def execute(
                      live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
+    descendants = None
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
         client, context, restarts = _start_kernel(new_client, env, kernel_log)
         loop.client = client
+        descendants = _track(client)
+        loop.runner["processes_tracked_by"] = descendants.tracked_by if descendants is not None else None
         if restarts:
             loop.runner["kernel_restarts"] = restarts
         loop.runner["kernel_start_s"] = time.perf_counter() - started
@@ -144,6 +156,8 @@ def execute(
         except Exception:  # a malformed probe line must not lose the cells already measured
             pass
         kernel_log.close()
+        if descendants is not None:
+            descendants.end()
         end_started(token, os.path.realpath(home.root / "kernel.log"))
         loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
         home.cleanup()
@@ -153,6 +167,17 @@ def execute(
         executed_nb=notebook.nb, interrupted=loop.interrupted,
         programs=programs.finish() if programs is not None else None,
     )
+
+
+def _track(client: Any) -> Descendants | None:
+    """What will end every process the started kernel starts: its own cgroup where one can be made (the kernel
+    has run none of the notebook yet), else its process tree sampled while it runs (:class:`Descendants`)."""
+    process = kernel_process(client)
+    if process is None or process.poll() is not None:
+        return None
+    descendants = Descendants(process.pid)
+    descendants.start()
+    return descendants
 
 
 def _start_kernel(new_client: Callable[[], Any], env: dict[str, str], log: Any) -> tuple[Any, Any, int]:
@@ -208,7 +233,8 @@ class _CellLoop:
             self.status, self.interrupted = "partial", True
             for code_cell in self.notebook.code_cells[len(self.cells):]:
                 if code_cell is self.running:
-                    self._keep(interrupted_cell(code_cell, time.perf_counter() - self.cell_started, stop_signal(exc)))
+                    self._keep(interrupted_described(code_cell.describe(), time.perf_counter() - self.cell_started,
+                                                     stop_signal(exc)))
                 else:
                     self._keep(merge_cell(code_cell, None))
 
@@ -303,15 +329,6 @@ def stop_signal(exc: BaseException) -> str:
     """The name of the signal behind an interrupt: SIGTERM or SIGHUP under the CLI, else SIGINT (Ctrl-C)."""
     signum = getattr(exc, "signum", None) or _signals.received()
     return _signals.signal_name(signum) if signum else "SIGINT"
-
-
-def interrupted_cell(code_cell: CodeCell, elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
-    """The record of a cell a stop signal cut short: status ``interrupted``, how long it had run (``wall_s``),
-    and the signal (``interrupted_by``)."""
-    seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""
-    record = merge_cell(code_cell, None, status="interrupted", wall_s=elapsed_s, interrupted_by=signal_name)
-    record["error"] = {"name": "Interrupted", "message": f"nbscope was stopped by {signal_name}{seconds} into this cell"}
-    return record
 
 
 def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str]) -> Any:

@@ -134,7 +134,7 @@ def _header_of(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             first = json.loads(handle.readline() or "null")
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):  # not JSON, a number of thousands of digits, nested too deep
         return None
     if isinstance(first, dict) and first.get("type") == "run" and first.get("format") == LIVE_FORMAT:
         return first
@@ -207,8 +207,8 @@ def read_live(path: str | Path) -> LiveRun:
     for line in text.splitlines():
         try:
             item = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a process killed mid-write leaves a torn last line
+        except (ValueError, RecursionError):  # a torn last line (a process killed mid-write), or a crafted one
+            continue
         if not isinstance(item, dict):
             continue
         kind = item.get("type")

@@ -435,10 +435,20 @@ class _NotANumber(float):
     token: str
 
 
+# No measured time is longer than this (about 32 years): a larger one is a crafted or broken record, which would
+# print as an absurd duration and dominate every total and ratio.
+MAX_SECONDS = 1e9
+
+
 def _check_finite(value: Any, where: str, source: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         shown = value.token if isinstance(value, _NotANumber) else repr(value)
         raise NbscopeError(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        field = where.rpartition(".")[2]
+        if abs(value) > 2**63 or (field.endswith("_s") and abs(value) > MAX_SECONDS):
+            shown = f"{value:.3g}" if abs(value) < 1e300 else "a number of more than 300 digits"
+            raise NbscopeError(f"{source}: {where.lstrip('.')} is {shown}, larger than any measurement")
     if isinstance(value, dict):
         for key, item in value.items():
             _check_finite(item, f"{where}.{key}", source)
@@ -624,6 +634,8 @@ def loads(text: str, *, source: str = "document") -> RunRecord:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise NbscopeError(f"{source} is nested deeper than {MAX_DEPTH} levels; not a run record") from None
+    except ValueError:  # Python's bound on reading an integer of thousands of digits
+        raise NbscopeError(f"{source} holds a number of thousands of digits; not a run record") from None
     return RunRecord.from_dict(document, source=source)
 
 

@@ -28,9 +28,10 @@ _SEQUENCES = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]?"  # 8-bit CSI
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # 8-bit OSC, DCS, SOS, PM, APC
 )
-# C0 and C1 controls but newline and tab (a carriage return or backspace overwrites what was printed), and
-# the bidirectional overrides that make text read otherwise than it is stored.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls but newline and tab (a carriage return or backspace overwrites what was printed), the
+# bidirectional overrides, isolates and marks that make text read otherwise than it is stored, and the line and
+# paragraph separators some terminals take as a new line.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def for_terminal(text: str) -> str:

@@ -160,6 +160,8 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     """A GitHub-ready summary (for ``$GITHUB_STEP_SUMMARY``): verdict, failing cells, the table."""
     icon = "✅" if result.passed else "❌"
     word = "passed" if result.passed else "failed"
+    if result.confirmation is not None:  # the sentence itself is the first note
+        word += " (regression confirmed by a rerun)" if result.confirmation.confirmed else " (a rerun did not confirm a regression)"
     total = result.total
     lines = [
         f"### {icon} nbscope gate {word}: `{table_cell(result.candidate.target)}`",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._files import note_input
 
 TOC_NAMES = ("_toc.yml", "_toc.yaml")
 MYST_NAMES = ("myst.yml", "myst.yaml")
@@ -86,6 +87,8 @@ def discover(targets: str | Path | Sequence[str | Path]) -> Book:
     if not notebooks:
         where = ", ".join(str(t) for t in targets)
         raise NbscopeError(f"no notebooks with code cells found in {where}")
+    for read in [*notebooks, *(part[2] for part in parts if part[2] is not None)]:
+        note_input(read, "a notebook or book file it audits")  # never the target of -o or --html
     return Book(root=root, source=source, config=config, notebooks=notebooks, skipped=skipped)
 
 
