@@ -100,7 +100,6 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
     from nbscope.api.trace import _load_sources, match, read_kernel_log
     from nbscope.collect.inject import announced
 
-    now = time.time() if now is None else now
     found = []
     for entry in announced():
         logs = []
@@ -118,7 +117,8 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
             running = log.unfinished[-1] if log.unfinished else None
             if running is not None:
                 began = running.get("unix")
-                kernel.elapsed_s = now - began if isinstance(began, (int, float)) else None
+                current = time.time() if now is None else now  # read after the log: never before its start line
+                kernel.elapsed_s = current - began if isinstance(began, (int, float)) else None
                 cell = next((c for c in nb.code_cells if c.source_hash == running.get("hash")), None) if nb else None
                 if cell is not None:
                     kernel.cell, kernel.line, kernel.first_line = cell.index + 1, cell.line, cell.first_line
