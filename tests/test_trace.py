@@ -129,6 +129,11 @@ def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> N
     assert [c["status"] for c in cells] == ["ok"] * 4
     assert [c["jax"]["compiles"] for c in cells] == [0, 0, 3, 0]
     assert cells[2]["jax"]["user_compiles"] == 3
+    # A hash of each compiled program, in every run: one per shape, and none for a call served from memory.
+    hashes = cells[2]["programs_hash"]
+    assert [p["name"] for p in hashes] == ["jit_scale_sum"] * 3 and len({p["hash"] for p in hashes}) == 3
+    assert all(len(p["hash"]) == 16 and int(p["hash"], 16) >= 0 for p in hashes)
+    assert "programs_hash" not in cells[3] and "programs_hash" not in cells[1]
     assert printed["settings"]["traced_command"] == ["jupyter", "execute", "shapes.ipynb"]
     [stored] = Store(db).records(kind="trace")
     assert stored.target == "shapes.ipynb" and stored.status == "ok"
