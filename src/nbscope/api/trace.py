@@ -146,42 +146,78 @@ class CellWatchdog(threading.Thread):
         self.probe_dir, self.limit_s = probe_dir, limit_s
         self.stopped: dict[str, dict[int, CellTimeout]] = {}
         self._finished = threading.Event()
+        # Per kernel log, read as it grows (a cell line with program data can be large): bytes read, the
+        # kernel's pid, and its running cells (seq → start, Unix seconds).
+        self._read: dict[str, int] = {}
+        self._kernel: dict[str, dict[str, Any]] = {}  # its probe's header line
+        self._running: dict[str, dict[int, float]] = {}
 
     def run(self) -> None:
         while not self._finished.wait(WATCH_EVERY_S):
             try:
                 self.check(time.time())
-            except OSError:  # a log being written or the probe dir going away: look again next time
+            except OSError:  # the probe dir going away: look again next time
                 continue
 
     def finish(self) -> None:
         self._finished.set()
         self.join(2.0)
 
+    def _follow(self, path: Path) -> None:
+        with path.open("rb") as handle:
+            handle.seek(self._read.get(path.name, 0))
+            data = handle.read()
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
+        self._read[path.name] = self._read.get(path.name, 0) + len(complete)
+        running = self._running.setdefault(path.name, {})
+        for raw in complete.splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            kind, seq = line.get("type"), line.get("seq")
+            if kind == "kernel" and isinstance(line.get("pid"), int):
+                self._kernel[path.name] = line
+            elif kind == "start" and isinstance(seq, int) and isinstance(line.get("unix"), (int, float)):
+                running[seq] = float(line["unix"])
+            elif kind == "cell":
+                running.pop(seq, None)
+
     def check(self, now: float) -> None:
         if not self.probe_dir.is_dir():
             return
         for path in self.probe_dir.glob("*.jsonl"):
-            log = read_kernel_log(path)
-            pid = (log.header or {}).get("pid")
-            if not isinstance(pid, int):
+            self._follow(path)
+            kernel = self._kernel.get(path.name)
+            if kernel is None:
                 continue
-            for start in log.unfinished:
-                began, seq = start.get("unix"), start.get("seq")
-                if not isinstance(began, (int, float)) or not isinstance(seq, int):
-                    continue
-                stopped = self.stopped.setdefault(path.name, {}).get(seq)
+            stopped_here = self.stopped.setdefault(path.name, {})
+            for seq, began in self._running[path.name].items():
+                stopped = stopped_here.get(seq)
                 if stopped is None and now - began > self.limit_s:
-                    self.stopped[path.name][seq] = CellTimeout(self.limit_s, began, now)
-                    _send(pid, signal.SIGINT)
+                    stopped_here[seq] = CellTimeout(self.limit_s, began, now)
+                    _send(kernel, signal.SIGINT)
                 elif stopped is not None and stopped.ended_unix is None and now - stopped.interrupted_unix > INTERRUPT_GRACE_S:
                     stopped.ended_unix = now
-                    _send(pid, signal.SIGKILL)
+                    _send(kernel, signal.SIGKILL)
 
 
-def _send(pid: int, signum: int) -> None:
+def _is_that_kernel(header: dict[str, Any]) -> bool:
+    """The process with the header's pid started before the probe wrote it (not a later one given its number)."""
+    import psutil
+
     try:
-        os.kill(pid, signum)
+        return psutil.Process(header["pid"]).create_time() <= float(header.get("started_unix") or 0) + 1.0
+    except (psutil.Error, TypeError, ValueError):
+        return False
+
+
+def _send(kernel: dict[str, Any], signum: int) -> None:
+    """Signal the kernel that wrote this probe header, never a later process given its number."""
+    if not _is_that_kernel(kernel):
+        return
+    try:
+        os.kill(kernel["pid"], signum)
     except (ProcessLookupError, PermissionError):
         pass
 
