@@ -108,3 +108,12 @@ def test_a_traced_myst_build_stops_a_cell_over_the_cell_timeout_and_keeps_the_re
     sleep_start, sleep_end = _span(stopped)
     assert any(start < sleep_end and end > sleep_start for start, end in map(_span, jax_cells))
     assert not list(running.glob("*.json"))  # the run's announcement went with it
+
+
+def test_trace_myst_without_mystmd_says_how_to_install_it(run_cli: Any, tmp_path: Path) -> None:
+    if shutil.which("myst"):
+        pytest.skip("mystmd is on PATH")
+    done = run_cli("trace", "--db", tmp_path / "nbscope.db", "--", "myst", "build", "--execute",
+                   env={"NBSCOPE_CACHE_DIR": str(tmp_path / "cache"), "NBSCOPE_MYST": None})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "nbscope book2-env --install" in done.stderr and str(tmp_path / "cache" / "mystmd") in done.stderr
