@@ -6,7 +6,7 @@ one call every jit, pmap and eager op goes through, persistent-cache hits includ
 given: its text without debug information (no file names or line numbers), so the hash changes with the
 program and not with where its source sits. The same hash before and after a package change means the
 program JAX handed to XLA did not change: a slowdown then came from the backend. Costs about 1 ms per
-program (0.6 % of the compile time here); ``NBSCOPE_PROBE_HASHES=0`` turns it off.
+program (jax_intro: 79 programs, 76 ms, 0.25 % of its backend compile time); ``NBSCOPE_PROBE_HASHES=0`` turns it off.
 """
 
 from __future__ import annotations
