@@ -129,9 +129,34 @@ def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> N
     assert [c["status"] for c in cells] == ["ok"] * 4
     assert [c["jax"]["compiles"] for c in cells] == [0, 0, 3, 0]
     assert cells[2]["jax"]["user_compiles"] == 3
+    # A hash of each compiled program, in every run: one per shape, and none for a call served from memory.
+    hashes = cells[2]["programs_hash"]
+    assert [p["name"] for p in hashes] == ["jit_scale_sum"] * 3 and len({p["hash"] for p in hashes}) == 3
+    assert all(len(p["hash"]) == 16 and int(p["hash"], 16) >= 0 for p in hashes)
+    assert "programs_hash" not in cells[3] and "programs_hash" not in cells[1]
     assert printed["settings"]["traced_command"] == ["jupyter", "execute", "shapes.ipynb"]
     [stored] = Store(db).records(kind="trace")
     assert stored.target == "shapes.ipynb" and stored.status == "ok"
+
+
+@pytest.mark.slow
+def test_cell_timeout_ends_a_kernel_whose_cell_ignores_the_interrupt(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """The interrupt first; a cell that ignores it has its kernel ended: recorded as ``timeout``, with the
+    cells before it kept."""
+    from nbscope.api.trace import INTERRUPT_GRACE_S
+
+    shutil.copy(FILES / "ignores_interrupt.ipynb", tmp_path / "stubborn.ipynb")
+    started = time.monotonic()
+    result = run_cli("trace", "--db", tmp_path / "nbscope.db", "--json", "--cell-timeout", "2", "--",
+                     "jupyter", "execute", "stubborn.ipynb", timeout=180)
+    assert time.monotonic() - started < 120  # not the cell's 300 s
+    assert result.returncode != 0  # the kernel died under jupyter execute, which exits non-zero
+    [printed] = json.loads(result.stdout)
+    cells = printed["measurements"]["cells"]
+    assert [c["status"] for c in cells] == ["ok", "timeout", "not-run"]
+    assert "its kernel was ended" in cells[1]["error"]["message"]
+    assert 2 + INTERRUPT_GRACE_S <= cells[1]["wall_s"] < 300
+    assert printed["status"] == "partial" and printed["settings"]["cell_timeout"] == 2
 
 
 @pytest.mark.parametrize(

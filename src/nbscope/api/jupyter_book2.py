@@ -13,6 +13,10 @@ The kernels then see the same packages as in every other pathway.
 A jupyter-book 2 that the user installed (``jupyter-book>=2`` in this environment, or
 ``NBSCOPE_JUPYTER_BOOK2`` naming a command) is used first.
 
+mystmd (the ``myst`` command, npm package ``mystmd``: the program jupyter-book 2 wraps) is found on PATH, in
+``NBSCOPE_MYST``, or in nbscope's own folder ``<cache>/nbscope/mystmd``, which ``nbscope book2-env --install``
+fills with ``npm install mystmd`` where npm exists (:func:`find_myst`, :func:`install_myst`).
+
 What a build needs besides the command: Node.js 18, 20 or 22+; as root, ``ServerApp.allow_root`` for
 the Jupyter server (a config folder nbscope adds to ``JUPYTER_CONFIG_PATH``, which keeps the user's own
 config); offline, a local stand-in for the site theme it would otherwise download (the build then
@@ -279,6 +283,93 @@ def server_config_for_root(folder: Path) -> dict[str, str]:
     (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}), encoding="utf-8")
     existing = os.environ.get("JUPYTER_CONFIG_PATH", "")
     return {"JUPYTER_CONFIG_PATH": os.pathsep.join(p for p in (str(folder), existing) if p)}
+
+
+MYST_PACKAGE = "mystmd"
+MYST_FOLDER = "mystmd"
+MYST_VARIABLE = "NBSCOPE_MYST"
+
+
+def myst_dir() -> Path:
+    """Where nbscope keeps its own mystmd (an npm prefix)."""
+    return cache_dir() / MYST_FOLDER
+
+
+def _own_myst() -> Path:
+    return myst_dir() / "node_modules" / ".bin" / "myst"
+
+
+@dataclass
+class Myst:
+    """A ``myst`` command, or why there is none (``command`` is then empty)."""
+
+    command: list[str] = field(default_factory=list)
+    version: str | None = None
+    origin: str = ""
+    problem: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.command) and self.problem is None
+
+    @property
+    def path_folder(self) -> Path | None:
+        """The folder holding ``myst``, to put on PATH."""
+        return Path(self.command[0]).parent if self.command else None
+
+
+def find_myst() -> Myst:
+    """The mystmd to use: ``NBSCOPE_MYST``, ``myst`` on PATH, or nbscope's own (``book2-env --install``)."""
+    given = os.environ.get(MYST_VARIABLE)
+    on_path = shutil.which("myst")
+    own = _own_myst()
+    if given:
+        found = Myst([given], origin=f"${MYST_VARIABLE}")
+    elif on_path:
+        found = Myst([on_path], origin="PATH")
+    elif (myst_dir() / COMPLETE_MARKER).exists() and own.exists():
+        found = Myst([str(own)], origin=f"nbscope's own folder ({myst_dir()})")
+    else:
+        return Myst(problem=f"mystmd is not installed: run `nbscope book2-env --install` (needs npm), which puts it "
+                            f"under {myst_dir()}, or set {MYST_VARIABLE} to a myst command")
+    node = node_major()
+    if node is None or node < MIN_NODE:
+        found.problem = f"mystmd needs Node.js {MIN_NODE} or newer; found {'none' if node is None else node}"
+        return found
+    found.version = command_version(found.command)
+    if found.version is None:
+        found.problem = f"{found.command[0]} --version failed: it does not run"
+    return found
+
+
+def install_myst() -> Path:
+    """Put mystmd in nbscope's own folder with npm (from the npm registry); returns the folder. Markers as
+    in :func:`install`: an unfinished install is made again, a folder nbscope did not make is never touched."""
+    target = myst_dir()
+    if (target / COMPLETE_MARKER).exists() and command_version([str(_own_myst())]):
+        return target
+    npm = shutil.which("npm")
+    if npm is None or (node_major() or 0) < MIN_NODE:
+        raise NbscopeError(f"mystmd needs npm and Node.js {MIN_NODE} or newer, and this machine has "
+                           f"{'no npm' if npm is None else 'an older Node.js'}")
+    if target.exists() and not (target / MADE_MARKER).exists():
+        raise NbscopeError(f"{target} exists and was not made by nbscope: move it away or set NBSCOPE_CACHE_DIR")
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    (target / MADE_MARKER).write_text("made by nbscope book2-env\n", encoding="utf-8")
+    step = [npm, "install", "--prefix", str(target), "--no-audit", "--no-fund", "--loglevel=error", MYST_PACKAGE]
+    try:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        done = None
+    if done is None or done.returncode != 0 or not command_version([str(_own_myst())]):
+        lines = [ln.strip() for ln in ((done.stderr + done.stdout) if done else "").splitlines() if ln.strip()]
+        why = f"ran past {INSTALL_TIMEOUT_S} s" if done is None else f"exited {done.returncode}"
+        shutil.rmtree(target, ignore_errors=True)
+        raise NbscopeError(f"could not install mystmd (npm install {MYST_PACKAGE} {why}): "
+                           f"{lines[-1] if lines else 'myst --version fails'}")
+    (target / COMPLETE_MARKER).write_text(MYST_PACKAGE + "\n", encoding="utf-8")
+    return target
 
 
 def write_theme_stand_in(project: Path) -> Path:

@@ -69,3 +69,69 @@ def store_recovered(path: str | Path, record: RunRecord, store: Any) -> Imported
     if removed:
         live_format.remove_live_file(path)
     return Imported(record, existing is None, removed)
+
+
+# ---- what runs now: `nbscope runs --live` -------------------------------------------------------------
+
+
+@dataclass
+class RunningKernel:
+    """One kernel of a running profile, audit or traced build, and the cell it runs now."""
+
+    kind: str  # profile | trace
+    nbscope_pid: int
+    kernel_pid: int | None
+    notebook: str | None  # the source its cells come from; None when no known notebook matches
+    cells_done: int
+    cell: int | None = None  # the running code cell's index (1-based, as ledgers show it); None between cells
+    line: int | None = None  # its line in the notebook's file
+    first_line: str | None = None
+    elapsed_s: float | None = None  # how long the running cell has run
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def running_kernels(now: float | None = None) -> list[RunningKernel]:
+    """Every kernel that a ``profile``, ``audit`` or ``trace`` of this user runs now, from the lines its probe
+    writes (a ``start`` line without its ``cell`` line is the running cell)."""
+    import time
+
+    from nbscope.api.trace import _load_sources, match, read_kernel_log
+    from nbscope.collect.inject import announced
+
+    found = []
+    for entry in announced():
+        logs = []
+        for output in map(Path, entry.get("outputs") or []):
+            files = sorted(output.glob("*.jsonl")) if output.is_dir() else [output] if output.is_file() else []
+            logs += [read_kernel_log(f) for f in files]
+        notebooks = _load_sources(Path(s) for s in entry.get("sources") or [])
+        for log in logs:
+            if log.header is None or not _alive(log.header.get("pid")):
+                continue  # a kernel that ended: its notebook is done (or another kernel goes on)
+            nb = match(log, notebooks) if len(notebooks) != 1 else notebooks[0]
+            kernel = RunningKernel(kind=str(entry.get("kind")), nbscope_pid=int(entry["pid"]),
+                                   kernel_pid=log.header.get("pid"), notebook=str(nb.path) if nb else None,
+                                   cells_done=len(log.cells))
+            running = log.unfinished[-1] if log.unfinished else None
+            if running is not None:
+                began = running.get("unix")
+                current = time.time() if now is None else now  # read after the log: never before its start line
+                kernel.elapsed_s = current - began if isinstance(began, (int, float)) else None
+                cell = next((c for c in nb.code_cells if c.source_hash == running.get("hash")), None) if nb else None
+                if cell is not None:
+                    kernel.cell, kernel.line, kernel.first_line = cell.index + 1, cell.line, cell.first_line
+            found.append(kernel)
+    return found
+
+
+
+def _alive(pid: object) -> bool:
+    """A process that runs (a killed kernel its server has not reaped yet is a zombie: it does not)."""
+    import psutil
+
+    try:
+        return isinstance(pid, int) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

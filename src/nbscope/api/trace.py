@@ -111,6 +111,117 @@ def read_kernel_log(path: Path) -> KernelLog:
     return log
 
 
+# After the interrupt, how long a timed-out cell may take to stop before its kernel is ended.
+INTERRUPT_GRACE_S = 5.0
+WATCH_EVERY_S = 0.25
+
+
+@dataclass
+class CellTimeout:
+    """A cell ``--cell-timeout`` stopped: the limit, and whether its kernel had to be ended (and when)."""
+
+    limit_s: float
+    started_unix: float
+    interrupted_unix: float
+    ended_unix: float | None = None  # the cell ignored the interrupt: the kernel was killed then
+
+    @property
+    def ended_after_s(self) -> float:
+        return (self.ended_unix or self.interrupted_unix) - self.started_unix
+
+    def error(self) -> dict[str, str]:
+        ended = (f"; it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its kernel was ended"
+                 if self.ended_unix is not None else "")
+        return {"name": "CellTimeoutError", "message": f"cell exceeded --cell-timeout {self.limit_s:g} s{ended}"}
+
+
+class CellWatchdog(threading.Thread):
+    """Enforces a per-cell time limit on every kernel writing to ``probe_dir``: a cell running past
+    ``limit_s`` (by its probe's ``start`` line) gets SIGINT, as Jupyter's own interrupt sends it (the cell
+    raises KeyboardInterrupt and the builder sees a failing cell); a cell still running ``INTERRUPT_GRACE_S``
+    later has its kernel killed. ``stopped``: kernel log name → probe ``seq`` → what was done."""
+
+    def __init__(self, probe_dir: Path, limit_s: float) -> None:
+        super().__init__(daemon=True, name="nbscope-cell-watchdog")
+        self.probe_dir, self.limit_s = probe_dir, limit_s
+        self.stopped: dict[str, dict[int, CellTimeout]] = {}
+        self._finished = threading.Event()
+        # Per kernel log, read as it grows (a cell line with program data can be large): bytes read, the
+        # kernel's pid, and its running cells (seq → start, Unix seconds).
+        self._read: dict[str, int] = {}
+        self._kernel: dict[str, dict[str, Any]] = {}  # its probe's header line
+        self._running: dict[str, dict[int, float]] = {}
+
+    def run(self) -> None:
+        while not self._finished.wait(WATCH_EVERY_S):
+            try:
+                self.check(time.time())
+            except OSError:  # the probe dir going away: look again next time
+                continue
+
+    def finish(self) -> None:
+        self._finished.set()
+        self.join(2.0)
+
+    def _follow(self, path: Path) -> None:
+        with path.open("rb") as handle:
+            handle.seek(self._read.get(path.name, 0))
+            data = handle.read()
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
+        self._read[path.name] = self._read.get(path.name, 0) + len(complete)
+        running = self._running.setdefault(path.name, {})
+        for raw in complete.splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            kind, seq = line.get("type"), line.get("seq")
+            if kind == "kernel" and isinstance(line.get("pid"), int):
+                self._kernel[path.name] = line
+            elif kind == "start" and isinstance(seq, int) and isinstance(line.get("unix"), (int, float)):
+                running[seq] = float(line["unix"])
+            elif kind == "cell":
+                running.pop(seq, None)
+
+    def check(self, now: float) -> None:
+        if not self.probe_dir.is_dir():
+            return
+        for path in self.probe_dir.glob("*.jsonl"):
+            self._follow(path)
+            kernel = self._kernel.get(path.name)
+            if kernel is None:
+                continue
+            stopped_here = self.stopped.setdefault(path.name, {})
+            for seq, began in self._running[path.name].items():
+                stopped = stopped_here.get(seq)
+                if stopped is None and now - began > self.limit_s:
+                    stopped_here[seq] = CellTimeout(self.limit_s, began, now)
+                    _send(kernel, signal.SIGINT)
+                elif stopped is not None and stopped.ended_unix is None and now - stopped.interrupted_unix > INTERRUPT_GRACE_S:
+                    stopped.ended_unix = now
+                    _send(kernel, signal.SIGKILL)
+
+
+def _is_that_kernel(header: dict[str, Any]) -> bool:
+    """The process with the header's pid started before the probe wrote it (not a later one given its number)."""
+    import psutil
+
+    try:
+        return psutil.Process(header["pid"]).create_time() <= float(header.get("started_unix") or 0) + 1.0
+    except (psutil.Error, TypeError, ValueError):
+        return False
+
+
+def _send(kernel: dict[str, Any], signum: int) -> None:
+    """Signal the kernel that wrote this probe header, never a later process given its number."""
+    if not _is_that_kernel(kernel):
+        return
+    try:
+        os.kill(kernel["pid"], signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def discover_sources(root: Path) -> list[Path]:
     """Notebook files under ``root`` (``.ipynb`` and MyST ``.md`` with a kernelspec), build folders skipped."""
     found = []
@@ -159,15 +270,18 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 def cells_from_log(
     nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, stopped_unix: float | None = None,
-    signal_name: str = "SIGINT", programs: Any = None,
+    signal_name: str = "SIGINT", programs: Any = None, timeouts: dict[int, CellTimeout] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
     ``interrupted``, with the time it had run. With a ``programs`` collector (``trace --forecast``), each
-    cell's program data is read too."""
+    cell's program data is read too. ``timeouts`` (by the probe's ``seq``): the cells ``--cell-timeout``
+    stopped, recorded as ``timeout``."""
     from nbscope.collect._cells import interrupted_described
 
+    timeouts = timeouts or {}
     started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
+    started_seq: dict[str, int] = {s["hash"]: s["seq"] for s in log.unfinished if isinstance(s.get("seq"), int)}
     by_hash: dict[str, list[dict[str, Any]]] = {}
     for line in log.cells:
         by_hash.setdefault(line["hash"], []).append(line)
@@ -183,8 +297,19 @@ def cells_from_log(
                     record["programs"] = programs.cell(line["programs"], record)
                 except Exception as exc:  # broken program data must not lose the cell's other figures
                     record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-            if record["status"] == "error" and "raises-exception" in code_cell.tags:
+            if line.get("seq") in timeouts:
+                error = timeouts[line["seq"]].error()
+                if record["status"] == "ok":  # the interrupt was swallowed (a bare except) or came as it ended
+                    error["message"] += "; the cell did not stop at the interrupt and finished without error"
+                record.update(status="timeout", error=error)
+                status = "partial"
+            elif record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
+        elif code_cell.source_hash in died and started_seq.get(code_cell.source_hash, -1) in timeouts:
+            stop = timeouts[started_seq[code_cell.source_hash]]  # it ignored the interrupt: its kernel was ended
+            record = merge_cell(code_cell, None, status="timeout", wall_s=stop.ended_after_s, error=stop.error())
+            status = "partial"
+            died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died and stopped:
             began = started_unix.get(code_cell.source_hash)
             elapsed = stopped_unix - began if isinstance(began, (int, float)) and stopped_unix else None
@@ -215,8 +340,12 @@ def run_traced(
     timeout: float | None = None,
     fresh: bool = False,
     forecast: list[str] | None = None,
+    cell_timeout: float | None = None,
 ) -> TraceResult:
     """Run ``command`` with the probe injected into every IPython kernel it starts.
+
+    ``cell_timeout``: a cell of any kernel that runs longer is stopped (:class:`CellWatchdog`) and recorded
+    as ``timeout``; what the builder does next is its own affair (it usually halts that notebook).
 
     ``fresh``: a jupyter-book 2 project's execution cache (``_build/execute`` beside ``myst.yml``) is
     set aside while the command runs, so every page executes, and put back afterwards. ``forecast``
@@ -234,8 +363,9 @@ def run_traced(
         programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
     try:
         ran = _run_probed(command, cwd=cwd, env=env, echo=echo, timeout=timeout, fresh=fresh,
-                          programs_dir=programs_dir)
-        notebooks = _load_sources(sources if sources else discover_sources(cwd))
+                          programs_dir=programs_dir, cell_timeout=cell_timeout,
+                          sources=sources if sources else discover_sources(cwd))
+        notebooks = _load_sources(sources if sources else discover_sources(cwd))  # pages the build wrote too
         records = []
         for log in ran.logs:
             nb = match(log, notebooks)
@@ -267,15 +397,20 @@ class _ProbedRun:
     wall_s: float
     book2: Any
     logs: list[KernelLog]
+    timeouts: dict[str, dict[int, CellTimeout]] = field(default_factory=dict)  # kernel log name → seq → stop
+    cell_timeout: float | None = None
 
 
 def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, echo: bool, timeout: float | None,
-                fresh: bool, programs_dir: Path | None) -> _ProbedRun:
-    """Run ``command`` with every IPython kernel it starts probed; the probe home is gone when this returns."""
+                fresh: bool, programs_dir: Path | None, cell_timeout: float | None = None,
+                sources: list[Path] | None = None) -> _ProbedRun:
+    """Run ``command`` with every IPython kernel it starts probed; the probe home is gone when this returns.
+    ``sources``: the notebooks ``nbscope runs --live`` names the running cells from."""
     home = ProbeHome()
     try:
         home.override_kernelspecs()
         probe_dir = home.root / "kernels-out"
+        home.announce("trace", sources or [], [probe_dir], command=command)
         run_env = home.env(out_dir=probe_dir, base={**os.environ, **(env or {})}, kernelspecs=True)
         token = uuid.uuid4().hex
         run_env[TOKEN_VARIABLE] = token
@@ -284,14 +419,19 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
         if programs_dir is not None:
             run_env["NBSCOPE_PROBE_PROGRAMS"] = str(programs_dir)
         set_aside = _set_cache_aside(cwd, token) if fresh else None
+        watchdog = CellWatchdog(probe_dir, cell_timeout) if cell_timeout else None
         started_at = time.perf_counter()
         try:
+            if watchdog is not None:
+                watchdog.start()
             returncode, output, interrupted, timed = _run_command(
                 command, cwd=cwd, env=run_env, echo=echo, timeout=timeout,
                 end_left=lambda: reap(TOKEN_VARIABLE, token),
             )
             stopped_unix = time.time()  # when an interrupt stopped the command (within its wind-down)
         finally:
+            if watchdog is not None:
+                watchdog.finish()
             # Kernels run in sessions of their own, outside the command's process group: whatever the
             # command left running (all of it, after a signal) is found by the token they inherited.
             reap(TOKEN_VARIABLE, token)
@@ -300,7 +440,8 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
         wall = time.perf_counter() - started_at
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
         return _ProbedRun(returncode=returncode, output=output, interrupted=interrupted, timed=timed,
-                          stopped_unix=stopped_unix, wall_s=wall, book2=jupyter_book2.read_build_log(timed), logs=logs)
+                          stopped_unix=stopped_unix, wall_s=wall, book2=jupyter_book2.read_build_log(timed), logs=logs,
+                          timeouts=watchdog.stopped if watchdog is not None else {}, cell_timeout=cell_timeout)
     finally:
         home.cleanup()
 
@@ -316,8 +457,10 @@ def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *,
     signum = _signals.received()
     cells, status = cells_from_log(nb, log, stopped=ran.interrupted, stopped_unix=ran.stopped_unix,
                                    signal_name=_signals.signal_name(signum) if signum else "SIGINT",
-                                   programs=collector)
+                                   programs=collector, timeouts=ran.timeouts.get(log.path.name))
     settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
+    if ran.cell_timeout:
+        settings["cell_timeout"] = ran.cell_timeout
     if forecast is not None:
         settings.update(programs=True, forecast=list(forecast))
     record = RunRecord(kind="trace", target=target_name(nb.path, cwd), fingerprint=fingerprint, settings=settings)
@@ -630,6 +773,7 @@ def trace_command(
     fresh: bool = False,
     jupyter_book2_first: bool = False,
     forecast: list[str] | None = None,
+    cell_timeout: float | None = None,
 ) -> TraceResult:
     """The CLI's ``trace``: run, store, and fail with one line when nothing was traced.
 
@@ -640,6 +784,8 @@ def trace_command(
 
     if timeout is not None and timeout <= 0:
         raise NbscopeError("--timeout must be a positive number of seconds")
+    if cell_timeout is not None and not cell_timeout > 0:
+        raise NbscopeError("--cell-timeout must be a positive number of seconds")
     if store is not None:
         check_store(store)  # a store the runs could not be saved in is refused before the command runs
     env = None
@@ -648,7 +794,13 @@ def trace_command(
         if not found.usable or found.path_folder is None:
             raise NbscopeError(found.problem or "jupyter-book 2 is not available")
         env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
-    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast)
+    if command and command[0] == "myst" and shutil.which("myst", path=(env or os.environ).get("PATH")) is None:
+        myst = jupyter_book2.find_myst()  # nbscope's own mystmd (`book2-env --install`)
+        if not myst.usable or myst.path_folder is None:
+            raise NbscopeError(myst.problem or "mystmd is not available")
+        env = {"PATH": os.pathsep.join([str(myst.path_folder), (env or os.environ).get("PATH", os.defpath)])}
+    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast,
+                        cell_timeout=cell_timeout)
     if result.interrupted:
         not_stored = result.not_stored_message(store.path) if store is not None else None
         if not_stored is not None:

@@ -39,10 +39,17 @@ def runs(
     unfinished: Annotated[
         bool, typer.Option("--unfinished", help="List this store's runs killed before they were stored (import them with `nbscope import FILE`).")
     ] = False,
+    running_now: Annotated[
+        bool, typer.Option("--live", help="Each kernel that a profile, audit or traced build runs now: its notebook, "
+                           "the cell it runs (number, line, first line) and for how long (any store).")
+    ] = False,
 ) -> None:
     """List stored runs: id, time, kind, notebook, backend, status, label, digest and the headline figures."""
     from nbscope.render import terminal
 
+    if running_now:
+        _list_live(as_json=as_json)
+        return
     store = open_store(db, read_only=True)
     if unfinished:
         _list_unfinished(store, as_json=as_json)
@@ -63,6 +70,17 @@ def runs(
     else:
         terminal.print_run_list(rows)
         _mention_unfinished(store)
+
+
+def _list_live(*, as_json: bool) -> None:
+    from nbscope.api.live import running_kernels
+    from nbscope.render.live import live_lines
+
+    kernels = running_kernels()
+    if as_json:
+        print(json.dumps([k.to_dict() for k in kernels], indent=1))
+    else:
+        print("\n".join(live_lines(kernels)))
 
 
 def _list_unfinished(store: Any, *, as_json: bool) -> None:

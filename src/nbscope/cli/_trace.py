@@ -40,6 +40,12 @@ def trace(
         float | None,
         typer.Option("--command-timeout", metavar="SECONDS", help="Stop the whole command (and its kernels) after this many seconds."),
     ] = None,
+    cell_timeout: Annotated[
+        float | None,
+        typer.Option("--cell-timeout", metavar="SECONDS", help="Stop a cell of any traced kernel that runs longer "
+                     "(interrupt, then end its kernel if it does not stop); it is recorded as timeout and the "
+                     "build goes on as the builder does after a failing cell."),
+    ] = None,
     fresh: Annotated[
         bool,
         typer.Option("--fresh", help="jupyter-book 2: set its execution cache (_build/execute) aside so every page "
@@ -67,14 +73,14 @@ def trace(
     from nbscope.api.trace import cached_pages_note, command_exit_code, theme_note, trace_command
 
     if per_cell_timeout is not None:
-        raise NbscopeError("trace has no per-cell --timeout (cells run in the traced command); "
+        raise NbscopeError("trace has no --timeout: --cell-timeout SECONDS stops a cell that runs longer, "
                            "--command-timeout SECONDS stops the whole command")
     command = list(ctx.args)
     gpus = [d.key for d in forecast_gpus(forecast, None)] if forecast else None  # unknown GPU: refused first
     store = open_store(db)
     result = trace_command(
         command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2,
-        forecast=gpus,
+        forecast=gpus, cell_timeout=cell_timeout,
     )
     for note in (cached_pages_note(result), theme_note(result)):
         if note:

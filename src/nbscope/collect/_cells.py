@@ -68,6 +68,8 @@ def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, *
     if probe is not None:
         for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory", "sched"):
             record[key] = probe.get(key)
+        if probe.get("programs_hash"):  # [{name, hash}] of each program the cell compiled
+            record["programs_hash"] = probe["programs_hash"]
         if isinstance(probe.get("programs"), dict):
             record.update(collection_times(probe["programs"]))
     record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})

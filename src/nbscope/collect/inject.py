@@ -5,6 +5,10 @@ A *probe home* is a temporary folder holding ``_nbscope_probe.py`` (made importa
 installed IPython kernelspecs whose argv also loads the probe as an IPython extension
 (``JUPYTER_PATH`` puts them first). Extensions are loaded *in addition to* the user's IPython profile,
 so a user's own start-up files and extensions keep working.
+
+While kernels run, a probe home can be *announced* (:meth:`ProbeHome.announce`): a small JSON file in the
+user's running folder (:func:`running_folder`) names the nbscope process, what it runs and where its kernels'
+probe lines go, so ``nbscope runs --live`` can show every running kernel's cell; the file goes with the home.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import json
 import os
 import shutil
 import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ class ProbeHome:
         for module in PROBE_FILE.parent.glob("_nbscope_*.py"):  # the probe and its optional parts
             shutil.copyfile(module, self.lib / module.name)
         self.kernels = self.root / "share" / "kernels"
+        self._announced: list[Path] = []
 
     def env(
         self,
@@ -84,7 +91,25 @@ class ProbeHome:
             written.append(name)
         return written
 
+    def announce(self, kind: str, sources: list[Path], outputs: list[Path], *, command: list[str] | None = None) -> Path:
+        """Tell ``nbscope runs --live`` that kernels of this home run: ``kind`` (profile, trace), the notebook
+        ``sources`` their cells come from and the probe ``outputs`` (files, or folders of them) they write."""
+        folder = running_folder()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        entry = folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+        document = {"pid": os.getpid(), "kind": kind, "started_unix": time.time(), "command": command,
+                    "sources": [str(Path(p).resolve()) for p in sources],
+                    "outputs": [str(Path(p)) for p in outputs]}
+        partial = entry.with_suffix(".tmp")
+        partial.write_text(json.dumps(document), encoding="utf-8")
+        partial.replace(entry)  # a reader never sees half a file
+        self._announced.append(entry)
+        return entry
+
     def cleanup(self) -> None:
+        for entry in self._announced:
+            entry.unlink(missing_ok=True)
+        self._announced.clear()
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -97,3 +122,40 @@ class ProbeHome:
 
 def _is_ipython_kernel(argv: list[str]) -> bool:
     return any("ipykernel" in part for part in argv)
+
+
+RUNNING_VARIABLE = "NBSCOPE_RUNNING_DIR"
+
+
+def running_folder() -> Path:
+    """Where announced probe homes are listed: ``NBSCOPE_RUNNING_DIR``, else ``$XDG_RUNTIME_DIR/nbscope``, else
+    ``<tmp>/nbscope-running-<uid>`` (one per user: it names only that user's runs)."""
+    given = os.environ.get(RUNNING_VARIABLE)
+    if given:
+        return Path(given).expanduser()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "nbscope"
+    user = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"nbscope-running-{user}"
+
+
+def announced() -> list[dict[str, Any]]:
+    """Every announced probe home whose nbscope process still runs (``path`` added); an entry of a process
+    that ended without removing it (SIGKILL) is removed: nbscope wrote it."""
+    import psutil
+
+    folder = running_folder()
+    found = []
+    for entry in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            document = json.loads(entry.read_text(encoding="utf-8"))
+            pid = int(document["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not psutil.pid_exists(pid):
+            entry.unlink(missing_ok=True)
+            continue
+        found.append(document | {"path": str(entry)})
+    return found
+

@@ -101,6 +101,7 @@ def execute(
 
     home = ProbeHome()
     probe_out = home.root / "probe.jsonl"
+    home.announce("profile", [notebook.path], [probe_out])  # for `nbscope runs --live`
     timeline_dir = None
     if options.timeline:
         timeline_dir = options.keep_traces or home.root / "traces"

@@ -11,6 +11,7 @@ Configuration comes from the environment:
   NBSCOPE_PROBE_NVML  "1": also read this process's GPU memory through NVML
   NBSCOPE_PROBE_TIMELINE  a folder: record a jax.profiler trace per cell there (``_nbscope_timeline``)
   NBSCOPE_PROBE_PROGRAMS  a folder: record program runs and HLO per cell there (``_nbscope_program``)
+  NBSCOPE_PROBE_HASHES  "0": no per-cell hash of each compiled program (``_nbscope_hashes``)
 
 Line types: ``kernel`` (once), ``start`` (a cell began: lets a reader name the cell that killed a
 kernel), ``cell`` (a cell finished). Field meanings are documented in docs/run-record.md.
@@ -31,8 +32,9 @@ from typing import Any
 
 try:  # beside this file in the kernel's probe home
     import _nbscope_events
+    import _nbscope_hashes
 except ImportError:  # imported as part of the nbscope package
-    from nbscope.collect.probe import _nbscope_events
+    from nbscope.collect.probe import _nbscope_events, _nbscope_hashes
 
 PROBE_VERSION = 1
 
@@ -204,6 +206,7 @@ class Probe:
         self.gpu_before: int | None = None
         self.timeline = _load_timeline(os.environ.get("NBSCOPE_PROBE_TIMELINE"))
         self.programs = _load_programs(os.environ.get("NBSCOPE_PROBE_PROGRAMS"))
+        self.program_hashes = _program_hashes()
         self._write(
             {
                 "type": "kernel",
@@ -229,6 +232,8 @@ class Probe:
         self.counters = _CellCounters()
         source = getattr(info, "raw_cell", "") or ""
         self._write({"type": "start", "seq": self.sequence, "hash": source_hash(source), "unix": _time()})
+        if self.program_hashes is not None:
+            self.program_hashes.take()  # compiled between cells: no cell's
         self.rss_before = self.memory.rss_bytes()
         self.peak_reset = self.memory.reset_peak()
         if self.gpu is not None:
@@ -289,6 +294,9 @@ class Probe:
                 "cpu_s": sched[2] - self.sched_before[2],  # every thread of the kernel
             },
         }
+        hashes = self.program_hashes.take() if self.program_hashes is not None else None
+        if hashes:
+            record["programs_hash"] = hashes
         if trace is not None:
             record["timeline_trace"] = trace
         if programs is not None:
@@ -414,6 +422,8 @@ class Probe:
         monitoring.register_event_duration_secs_listener(self._on_jax_duration)
         monitoring.register_event_listener(self._on_jax_event)
         _capture_compile_shapes(self, logging.getLogger("jax._src.interpreters.pxla"))
+        if self.program_hashes is not None:
+            self.program_hashes.attach()
         self.jax_attached = True
 
     def _on_jax_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
@@ -716,6 +726,11 @@ class _GpuMemory:
         except Exception:
             return None
         return total
+
+
+def _program_hashes() -> Any:
+    """The per-cell hashes of compiled programs (``_nbscope_hashes``); ``NBSCOPE_PROBE_HASHES=0``: none."""
+    return None if os.environ.get("NBSCOPE_PROBE_HASHES") == "0" else _nbscope_hashes.ProgramHashes()
 
 
 def _load_timeline(folder: str | None) -> Any:
