@@ -742,7 +742,7 @@ def cached_pages_note(result: TraceResult) -> str | None:
         return None
     shown = ", ".join(pages[:5]) + (f" and {len(pages) - 5} more" if len(pages) > 5 else "")
     return (
-        f"jupyter-book 2 took {len(pages)} page(s) from its execution cache without running them, so nothing was "
+        f"jupyter-book 2 (mystmd) took {len(pages)} page(s) from its execution cache without running them, so nothing was "
         f"measured for them: {shown}; trace with --fresh to execute every page (the cache is put back after)"
     )
 
@@ -752,8 +752,9 @@ def theme_note(result: TraceResult) -> str | None:
     if not (result.book2 and result.book2.theme_unreachable and result.returncode):
         return None
     return (
-        "jupyter-book 2 could not download its site theme (no network?), so the build failed after executing; "
-        "the executed pages were measured. Offline, build with --md or give the book a local theme (docs/ci.md)"
+        "jupyter-book 2 (mystmd) could not download its site theme (no network?), so the build failed after "
+        "executing; the executed pages were measured. Offline, build with --md or give the book a local theme "
+        "(docs/trace.md)"
     )
 
 
