@@ -47,3 +47,19 @@ def test_runs_live_names_the_cell_a_profile_runs_then_says_nothing_runs(run_cli:
     done = run_cli("runs", "--live", env={"NBSCOPE_RUNNING_DIR": str(running)})
     assert done.returncode == 0 and done.stdout.startswith("Nothing runs")
     assert json.loads(run_cli("runs", "--live", "--json", env={"NBSCOPE_RUNNING_DIR": str(running)}).stdout) == []
+
+
+def test_runs_live_names_a_run_whose_kernel_has_not_started_and_forgets_it_when_it_ends(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbscope.collect.inject import ProbeHome
+
+    monkeypatch.setenv("NBSCOPE_RUNNING_DIR", str(tmp_path / "running"))
+    home = ProbeHome()
+    try:
+        home.announce("trace", [FILES / "gate_sleep.ipynb"], [home.root / "kernels-out"], command=["myst", "build"])
+        shown = run_cli("runs", "--live")
+        assert shown.stdout.startswith(f"trace (nbscope {os.getpid()}): no kernel runs at this moment"), shown.stdout
+    finally:
+        home.cleanup()
+    assert run_cli("runs", "--live").stdout.startswith("Nothing runs")

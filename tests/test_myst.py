@@ -57,14 +57,14 @@ def test_a_traced_myst_build_stops_a_cell_over_the_cell_timeout_and_keeps_the_re
 ) -> None:
     book = tmp_path / "book"
     shutil.copytree(BOOK, book)
-    jupyter_book2.write_theme_stand_in(book)  # offline: the site template's local stand-in
     running = tmp_path / "running"
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     env["PATH"] = os.pathsep.join([str(myst.path_folder), env.get("PATH", "")])
     env["NBSCOPE_RUNNING_DIR"] = str(running)
     process = subprocess.Popen(
         [sys.executable, "-m", "nbscope", "trace", "--db", str(tmp_path / "nbscope.db"), "--json",
-         "--cell-timeout", str(CELL_TIMEOUT_S), "--", "myst", "build", "--execute", "--execute-parallel", "2"],
+         "--cell-timeout", str(CELL_TIMEOUT_S), "--theme-stand-in",  # offline: the site template's stand-in
+         "--", "myst", "build", "--execute", "--execute-parallel", "2"],
         cwd=book, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -108,6 +108,7 @@ def test_a_traced_myst_build_stops_a_cell_over_the_cell_timeout_and_keeps_the_re
     sleep_start, sleep_end = _span(stopped)
     assert any(start < sleep_end and end > sleep_start for start, end in map(_span, jax_cells))
     assert not list(running.glob("*.json"))  # the run's announcement went with it
+    assert not (book / "_build" / "templates").exists()  # the stand-in went too
 
 
 def test_trace_myst_without_mystmd_says_how_to_install_it(run_cli: Any, tmp_path: Path) -> None:
@@ -117,3 +118,19 @@ def test_trace_myst_without_mystmd_says_how_to_install_it(run_cli: Any, tmp_path
                    env={"NBSCOPE_CACHE_DIR": str(tmp_path / "cache"), "NBSCOPE_MYST": None})
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "nbscope book2-env --install" in done.stderr and str(tmp_path / "cache" / "mystmd") in done.stderr
+
+
+def test_the_theme_stand_in_goes_only_where_no_theme_is_and_leaves_only_what_was_there(tmp_path: Path) -> None:
+    from nbscope.api.trace import _remove_made, _write_theme_stand_in
+
+    book = tmp_path / "book"
+    shutil.copytree(BOOK, book)
+    (book / "_build" / "site").mkdir(parents=True)  # the user's earlier build output
+    made = _write_theme_stand_in(book)
+    assert (book / jupyter_book2.THEME_FOLDER / "template.yml").read_text() == jupyter_book2.THEME_STAND_IN
+    _remove_made(made)
+    assert sorted(p.name for p in (book / "_build").iterdir()) == ["site"]
+    theme = book / jupyter_book2.THEME_FOLDER
+    theme.mkdir(parents=True)
+    (theme / "template.yml").write_text("the user's own theme")
+    assert _write_theme_stand_in(book) == [] and (theme / "template.yml").read_text() == "the user's own theme"

@@ -80,7 +80,7 @@ class RunningKernel:
 
     kind: str  # profile | trace
     nbscope_pid: int
-    kernel_pid: int | None
+    kernel_pid: int | None  # None: the nbscope process runs no kernel at this moment (starting one, or between two)
     notebook: str | None  # the source its cells come from; None when no known notebook matches
     cells_done: int
     cell: int | None = None  # the running code cell's index (1-based, as ledgers show it); None between cells
@@ -100,13 +100,14 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
     from nbscope.api.trace import _load_sources, match, read_kernel_log
     from nbscope.collect.inject import announced
 
-    found = []
+    found: list[RunningKernel] = []
     for entry in announced():
         logs = []
         for output in map(Path, entry.get("outputs") or []):
             files = sorted(output.glob("*.jsonl")) if output.is_dir() else [output] if output.is_file() else []
             logs += [read_kernel_log(f) for f in files]
         notebooks = _load_sources(Path(s) for s in entry.get("sources") or [])
+        before = len(found)
         for log in logs:
             if log.header is None or not _alive(log.header.get("pid")):
                 continue  # a kernel that ended: its notebook is done (or another kernel goes on)
@@ -123,6 +124,9 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
                 if cell is not None:
                     kernel.cell, kernel.line, kernel.first_line = cell.index + 1, cell.line, cell.first_line
             found.append(kernel)
+        if len(found) == before:  # the run goes on, but none of its kernels runs now
+            found.append(RunningKernel(kind=str(entry.get("kind")), nbscope_pid=int(entry["pid"]), kernel_pid=None,
+                                       notebook=None, cells_done=sum(len(log.cells) for log in logs)))
     return found
 
 

@@ -341,8 +341,12 @@ def run_traced(
     fresh: bool = False,
     forecast: list[str] | None = None,
     cell_timeout: float | None = None,
+    theme_stand_in: bool = False,
 ) -> TraceResult:
     """Run ``command`` with the probe injected into every IPython kernel it starts.
+
+    ``theme_stand_in``: a mystmd / jupyter-book 2 project without a site theme in its build folder gets the
+    local stand-in for this build (so it builds offline), removed afterwards.
 
     ``cell_timeout``: a cell of any kernel that runs longer is stopped (:class:`CellWatchdog`) and recorded
     as ``timeout``; what the builder does next is its own affair (it usually halts that notebook).
@@ -364,7 +368,7 @@ def run_traced(
     try:
         ran = _run_probed(command, cwd=cwd, env=env, echo=echo, timeout=timeout, fresh=fresh,
                           programs_dir=programs_dir, cell_timeout=cell_timeout,
-                          sources=sources if sources else discover_sources(cwd))
+                          sources=sources if sources else discover_sources(cwd), theme_stand_in=theme_stand_in)
         notebooks = _load_sources(sources if sources else discover_sources(cwd))  # pages the build wrote too
         records = []
         for log in ran.logs:
@@ -403,7 +407,7 @@ class _ProbedRun:
 
 def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, echo: bool, timeout: float | None,
                 fresh: bool, programs_dir: Path | None, cell_timeout: float | None = None,
-                sources: list[Path] | None = None) -> _ProbedRun:
+                sources: list[Path] | None = None, theme_stand_in: bool = False) -> _ProbedRun:
     """Run ``command`` with every IPython kernel it starts probed; the probe home is gone when this returns.
     ``sources``: the notebooks ``nbscope runs --live`` names the running cells from."""
     home = ProbeHome()
@@ -419,6 +423,7 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
         if programs_dir is not None:
             run_env["NBSCOPE_PROBE_PROGRAMS"] = str(programs_dir)
         set_aside = _set_cache_aside(cwd, token) if fresh else None
+        stand_in = _write_theme_stand_in(cwd) if theme_stand_in else []
         watchdog = CellWatchdog(probe_dir, cell_timeout) if cell_timeout else None
         started_at = time.perf_counter()
         try:
@@ -437,6 +442,7 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
             reap(TOKEN_VARIABLE, token)
             if set_aside is not None:
                 _put_cache_back(*set_aside)
+            _remove_made(stand_in)
         wall = time.perf_counter() - started_at
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
         return _ProbedRun(returncode=returncode, output=output, interrupted=interrupted, timed=timed,
@@ -537,6 +543,33 @@ def _set_cache_aside(cwd: Path, token: str) -> tuple[Path, Path] | None:
     aside = cache.with_name(f"execute.nbscope-set-aside-{token[:12]}")
     cache.rename(aside)
     return cache, aside
+
+
+def _write_theme_stand_in(cwd: Path) -> list[Path]:
+    """The site theme's local stand-in in the project's build folder, unless a theme is there already; returns
+    what was made (the file, then each folder that did not exist), for :func:`_remove_made`."""
+    project = _book2_project(cwd)
+    if project is None or (project / jupyter_book2.THEME_FOLDER).exists():
+        return []
+    missing = []
+    folder = project / jupyter_book2.THEME_FOLDER
+    while folder != project and not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    written = jupyter_book2.write_theme_stand_in(project) / "template.yml"
+    return [written, *missing]
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove what :func:`_write_theme_stand_in` made: its file, then each folder it made that is empty now."""
+    for path in made:
+        try:
+            if path.is_dir():
+                path.rmdir()  # only when empty: what the build wrote there stays
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            return
 
 
 def _put_cache_back(cache: Path, aside: Path) -> None:
@@ -749,7 +782,7 @@ def cached_pages_note(result: TraceResult) -> str | None:
         return None
     shown = ", ".join(pages[:5]) + (f" and {len(pages) - 5} more" if len(pages) > 5 else "")
     return (
-        f"jupyter-book 2 took {len(pages)} page(s) from its execution cache without running them, so nothing was "
+        f"jupyter-book 2 (mystmd) took {len(pages)} page(s) from its execution cache without running them, so nothing was "
         f"measured for them: {shown}; trace with --fresh to execute every page (the cache is put back after)"
     )
 
@@ -759,8 +792,9 @@ def theme_note(result: TraceResult) -> str | None:
     if not (result.book2 and result.book2.theme_unreachable and result.returncode):
         return None
     return (
-        "jupyter-book 2 could not download its site theme (no network?), so the build failed after executing; "
-        "the executed pages were measured. Offline, build with --md or give the book a local theme (docs/ci.md)"
+        "jupyter-book 2 (mystmd) could not download its site theme (no network?), so the build failed after "
+        "executing; the executed pages were measured. Offline, build with --md or give the book a local theme "
+        "(docs/trace.md)"
     )
 
 
@@ -774,6 +808,7 @@ def trace_command(
     jupyter_book2_first: bool = False,
     forecast: list[str] | None = None,
     cell_timeout: float | None = None,
+    theme_stand_in: bool = False,
 ) -> TraceResult:
     """The CLI's ``trace``: run, store, and fail with one line when nothing was traced.
 
@@ -800,7 +835,7 @@ def trace_command(
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), (env or os.environ).get("PATH", os.defpath)])}
     result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast,
-                        cell_timeout=cell_timeout)
+                        cell_timeout=cell_timeout, theme_stand_in=theme_stand_in)
     if result.interrupted:
         not_stored = result.not_stored_message(store.path) if store is not None else None
         if not_stored is not None:

@@ -51,6 +51,11 @@ def trace(
         typer.Option("--fresh", help="jupyter-book 2: set its execution cache (_build/execute) aside so every page "
                      "runs; it is put back afterwards."),
     ] = False,
+    theme_stand_in: Annotated[
+        bool,
+        typer.Option("--theme-stand-in", help="mystmd / jupyter-book 2 offline: a local stand-in for the site theme "
+                     "it would download, written into the book's _build only where no theme is, removed after."),
+    ] = False,
     jupyter_book2: Annotated[
         bool,
         typer.Option("--jupyter-book2", help="Put the jupyter-book 2 of `nbscope book2-env` first on PATH, so that "
@@ -80,7 +85,7 @@ def trace(
     store = open_store(db)
     result = trace_command(
         command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2,
-        forecast=gpus, cell_timeout=cell_timeout,
+        forecast=gpus, cell_timeout=cell_timeout, theme_stand_in=theme_stand_in,
     )
     for note in (cached_pages_note(result), theme_note(result)):
         if note:

@@ -17,6 +17,10 @@ def live_lines(kernels: Sequence[Any]) -> list[str]:
         return [NOTHING_RUNS]
     lines = []
     for kernel in kernels:
+        if kernel.kernel_pid is None:
+            lines.append(f"{kernel.kind} (nbscope {kernel.nbscope_pid}): no kernel runs at this moment (one starting, "
+                         f"or between notebooks); {kernel.cells_done} cell(s) done so far")
+            continue
         notebook = for_terminal(kernel.notebook) if kernel.notebook else "a notebook nbscope does not know"
         where = f"{kernel.kind} (nbscope {kernel.nbscope_pid}), kernel {kernel.kernel_pid}: {notebook}"
         if kernel.elapsed_s is None:
