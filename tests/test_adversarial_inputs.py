@@ -54,8 +54,9 @@ def store(tmp_path: Path, run_cli: Any) -> Path:
         ("report", "1", "-o", "{tmp}/x/../s.db"),  # another spelling
         ("export", "1", "-o", "{tmp}/hard.db"),  # a hard link to it
         ("report", "1", "-o", "{tmp}/linked/s.db"),  # through a linked folder
+        ("export", "1", "-o", "{db}-journal"),  # SQLite's rollback journal: the next connection reads or deletes it
     ],
-    ids=["export-store", "report-spelled-otherwise", "export-hard-link", "report-linked-folder"],
+    ids=["export-store", "report-spelled-otherwise", "export-hard-link", "report-linked-folder", "export-journal"],
 )
 def test_o_naming_the_store_is_refused_and_the_store_kept(command: tuple[str, ...], store: Path, tmp_path: Path,
                                                           run_cli: Any) -> None:
