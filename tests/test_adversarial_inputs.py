@@ -54,8 +54,9 @@ def store(tmp_path: Path, run_cli: Any) -> Path:
         ("report", "1", "-o", "{tmp}/x/../s.db"),  # another spelling
         ("export", "1", "-o", "{tmp}/hard.db"),  # a hard link to it
         ("report", "1", "-o", "{tmp}/linked/s.db"),  # through a linked folder
+        ("export", "1", "-o", "{db}-journal"),  # SQLite's rollback journal: the next connection reads or deletes it
     ],
-    ids=["export-store", "report-spelled-otherwise", "export-hard-link", "report-linked-folder"],
+    ids=["export-store", "report-spelled-otherwise", "export-hard-link", "report-linked-folder", "export-journal"],
 )
 def test_o_naming_the_store_is_refused_and_the_store_kept(command: tuple[str, ...], store: Path, tmp_path: Path,
                                                           run_cli: Any) -> None:
@@ -331,7 +332,8 @@ def _with_credentials(document: dict[str, Any]) -> None:
     document["fingerprint"].setdefault("env", {})["PIP_INDEX_URL"] = "https://u:SECRET7@host/simple"
     document["command"] = ["nbscope", "versions", "--with", "pkg@https://user:SECRET8@host/x.whl"]
     document["measurements"]["cells"][1]["status"] = "error"
-    document["measurements"]["cells"][1]["error"] = {"name": "OSError", "message": "GET https://h/?password=SECRET9"}
+    document["measurements"]["cells"][1]["error"] = {
+        "name": "OSError", "message": "GET https://h/?password=SECRET9 with GITHUB_TOKEN=SECRET10, Authorization: Bearer SECRET11"}
 
 
 def test_credentials_are_redacted_in_the_store_exports_reports_and_terminal(tmp_path: Path, run_cli: Any) -> None:
@@ -341,9 +343,9 @@ def test_credentials_are_redacted_in_the_store_exports_reports_and_terminal(tmp_
     outputs += [run_cli(*command, "--db", db) for command in (
         ("show", "1"), ("show", "1", "--json"), ("runs", "--json"), ("diagnose", "1"),
         ("export", "1", "-o", "plain.json"), ("export", "1", "--portable", "-o", "portable.json"),
-        ("report", "1", "-o", "report.html"))]
+        ("report", "1", "-o", "report.html"), ("report", str(leaky), "-o", "from-file.html"))]
     assert all(done.returncode == 0 for done in outputs), [done.stderr for done in outputs]
-    written = [tmp_path / name for name in ("plain.json", "portable.json", "report.html")]
+    written = [tmp_path / name for name in ("plain.json", "portable.json", "report.html", "from-file.html")]
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("s.db*"))
     everything = "".join(done.stdout + done.stderr for done in outputs) + "".join(p.read_text() for p in written)
     assert b"SECRET" not in stored

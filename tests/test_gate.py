@@ -579,3 +579,8 @@ def test_confirm_reruns_a_regressed_notebook_and_fails_only_when_the_rerun_regre
     assert "failed (regression confirmed by a rerun)" in summary.read_text()
     verdicts = Store(db).verdicts([2, 3, 4, 5])
     assert [verdicts[run]["passed"] for run in (2, 3, 4, 5)] == [False, True, False, False]
+
+    notebook.write_text(notebook.read_text().replace("Slow on a first run only", "Slow on a first run"))
+    gated = run_cli("gate", "--db", db, "--candidate", "5", "--baseline", "3", "--confirm", "--history", "0")
+    assert gated.returncode == 1 and "flaky_slow.ipynb changed since run 5" in gated.stdout  # not rerun
+    assert len(Store(db).records(kind="profile")) == 5

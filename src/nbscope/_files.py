@@ -181,7 +181,12 @@ def _mode_for(path: Path) -> int:
 
 def write_text(path: str | Path, text: str, *, option: str = "-o") -> Path | None:
     """Write ``text`` to ``path`` atomically (see the module's rules); standard output for ``-`` and
-    ``/dev/stdout`` (then None is returned). Any problem is one NbscopeError line; the target is then untouched."""
+    ``/dev/stdout`` (then None is returned). Any problem is one NbscopeError line; the target is then untouched.
+    Credentials are redacted (:func:`nbscope._redact.redact`): a report or export of a record read from a file
+    shows none either."""
+    from nbscope._redact import redact
+
+    text = redact(text)
     if is_stdout(path):
         sys.stdout.write(text)
         sys.stdout.flush()

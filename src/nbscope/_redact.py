@@ -36,15 +36,18 @@ _TOKEN = re.compile(
     r"|A[KS]IA[0-9A-Z]{16})\b")
 
 
-def redact(text: str) -> str:
+def redact(text: str, *, assignments: bool = True) -> str:
     """``text`` with every credential the patterns above know replaced by ``REDACTED``: the one function for what a
     record keeps (:meth:`nbscope.record.run.RunRecord.to_json`, live files) and what a terminal shows
-    (``nbscope.render._clean``)."""
+    (``nbscope.render._clean``). ``assignments=False`` leaves ``NAME_TOKEN=value`` and ``--password value`` for
+    a record being read: its ``--env NAME=value`` arguments are hidden under the store's keyed hash
+    (:mod:`nbscope.record.secrets`), which needs the value; the record is redacted whole when it is written."""
     if "://" in text:
         text = _URL_USER.sub(REDACTED + "@", text)
     if "=" in text:
         text = _SECRET_QUERY.sub(lambda match: match.group(1) + REDACTED, text)
     if ":" in text or "=" in text:
         text = _HEADER.sub(lambda match: match.group(1) + REDACTED, text)
-    text = _ASSIGNED.sub(lambda match: (match.group(1) or match.group(2)) + REDACTED, text)
+    if assignments:
+        text = _ASSIGNED.sub(lambda match: (match.group(1) or match.group(2)) + REDACTED, text)
     return _TOKEN.sub(REDACTED, text)

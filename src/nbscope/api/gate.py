@@ -195,7 +195,9 @@ def confirm_regression(store: Any, base: RunRecord, cand: RunRecord, result: Gat
                else None)
     path = None if why_not else _notebook_file(store, cand)
     if why_not is None and path is None:
-        why_not = f"its notebook {cand.target} is not found from here"
+        why_not = f"its notebook {cand.target} is not found in this project"
+    if why_not is None and path is not None and _changed_since(path, cand):
+        why_not = f"{cand.target} changed since run {cand.run_id}; a rerun would measure other code"
     rerun_options = None if why_not else _rerun_options(cand)
     if why_not is None and isinstance(rerun_options, str):
         why_not = rerun_options
@@ -219,12 +221,26 @@ def _notebook_file(store: Any, cand: RunRecord) -> Path | None:
     """The candidate's notebook on this machine: its recorded name taken from the store's project (the folder
     holding ``.nbscope/``), the working directory's project root, or the working directory."""
     name = Path(cand.target)
-    if name.is_absolute():
-        return name if name.is_file() else None
+    if name.is_absolute() or ".." in name.parts:  # a record from elsewhere never runs a file outside the project
+        return None
     store_path = Path(store.path).resolve()
     roots = [store_path.parent.parent] if store_path.parent.name == STORE_FOLDER else []
     roots += [project_root(Path.cwd()), Path.cwd()]
     return next((root / name for root in roots if (root / name).is_file()), None)
+
+
+def _changed_since(path: Path, cand: RunRecord) -> bool:
+    """Whether the notebook file differs from the one the candidate ran (by the content hash it recorded)."""
+    import hashlib
+
+    notebook = cand.measurements.get("notebook") if isinstance(cand.measurements, dict) else None
+    recorded = notebook.get("content_hash") if isinstance(notebook, dict) else None
+    if not isinstance(recorded, str) or not recorded:
+        return False  # an older record: nothing to compare
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[: len(recorded)] != recorded
+    except OSError:
+        return True
 
 
 def _rerun_options(cand: RunRecord) -> ProfileOptions | str:

@@ -117,8 +117,10 @@ def _open_summary(summary: Path) -> TextIO:
 
 
 def _append(handle: TextIO, summary: Path, text: str) -> None:
+    from nbscope._redact import redact
+
     try:
-        handle.write(text)
+        handle.write(redact(text))  # as every file nbscope writes (a run given as a file was read unredacted)
         handle.flush()  # now, so that a full disk (/dev/full) is this one-line error
     except OSError as exc:
         raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None

@@ -629,7 +629,8 @@ def _check_free(value: Any, where: str, source: str) -> None:
 
 def loads(text: str, *, source: str = "document") -> RunRecord:
     try:
-        document = json.loads(redact(text), parse_constant=_NotANumber)  # a record from before redaction too
+        # A record from before redaction too (its --env values are hidden by the store, from their values).
+        document = json.loads(redact(text, assignments=False), parse_constant=_NotANumber)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:

@@ -366,8 +366,10 @@ class Store:
         self._new_env_key = new_key()
         from nbscope._files import note_input
 
-        for name in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
-            note_input(name, "the run store")  # no -o of this command replaces it
+        # No -o of this command replaces it, nor a file SQLite would take for its own (a rollback journal is
+        # read, or deleted, by the next connection).
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            note_input(Path(f"{self.path}{suffix}"), "the run store")
         self._check_file()
 
     def _check_file(self) -> None:
