@@ -6,6 +6,7 @@ this probe does not record program hashes yet)."""
 from __future__ import annotations
 
 import copy
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ def test_a_dead_kernel_is_killed_and_out_of_memory_only_near_the_memory(tmp_path
     document["fingerprint"]["memory"] = {"total_bytes": int(peak / 0.9)}
     full = classify_failure(RunRecord.from_dict(document))
     assert full is not None and full.kind == "out-of-memory" and "out of memory" in full.text, full
+    # The site names both: the status `died`, the error the failure's line.
+    document["target"] = "oom.ipynb"
+    store = Store(tmp_path / "db" / "nbscope.db")
+    store.add_many([died, RunRecord.from_dict(document)])
+    status = _published_status(store, tmp_path / "site")
+    assert status[died.target]["status"] == status["oom.ipynb"]["status"] == "died"
+    assert "a signal ended it" in status[died.target]["error"] and "out of memory" in status["oom.ipynb"]["error"]
 
 
 @pytest.mark.slow
@@ -88,6 +96,17 @@ def test_a_sigterm_to_the_runner_is_named_as_the_runner_stopping(tmp_path: Path,
     failure = classify_failure(record)
     assert failure is not None and failure.kind == "runner-stopped" and "SIGTERM" in failure.text, failure
     assert failure.cell == 1
+    [status] = _published_status(Store(db), tmp_path / "site").values()
+    assert status["status"] == "stopped" and "runner stopped: nbscope got SIGTERM" in status["error"], status
+
+
+def _published_status(store: Store, folder: Path) -> dict[str, dict[str, Any]]:
+    """``nbscope publish``'s status.json entries of ``store``, by notebook."""
+    from nbscope.api.publish import publish
+    from nbscope.render import site
+
+    publish(store.path, folder, site=site)
+    return {entry["file"]: entry for entry in json.loads((folder / "status.json").read_text())["notebooks"]}
 
 
 def _with_programs(record: RunRecord, hashes: list[str] | None, jaxlib: str) -> RunRecord:
