@@ -125,6 +125,20 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     assert [len(row["history"]["wall_s"]) for row in whole] == [BUILDS, BUILDS + 1]
 
 
+def test_a_cpu_run_with_program_data_shows_the_gpu_forecast_verdict(tmp_path: Path) -> None:
+    """The verdict is the forecast's own (the one the diagnosis made for its GPU rules, not a second one)."""
+    from nbscope.analyse.forecast import forecast
+
+    store = Store(tmp_path / "nbscope.db")
+    runs = [stored_run("cpu_forecast_f64_small.json", STEPS, build, 1.0) for build in range(2)]
+    store.add_many(runs)
+    publish(store.path, tmp_path / "site", site=site_pages)
+    [row] = json.loads((tmp_path / "site" / MANIFEST).read_text())["rows"].values()
+    result = forecast(runs[-1], ["t4"])
+    assert row["forecast"]["text"] == f"NVIDIA T4: {result.notebook['t4'].verdict}"
+    assert f"NVIDIA T4: {result.notebook['t4'].verdict}" in (tmp_path / "site" / "index.html").read_text()
+
+
 def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> None:
     make_store(tmp_path / "store" / "nbscope.db")
     foreign = tmp_path / "mine"

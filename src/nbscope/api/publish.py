@@ -107,35 +107,39 @@ def _cells(newest: NotebookRun, previous: NotebookRun | None) -> list[dict[str, 
 
 
 class Analyses:
-    """The analyses of a row's newest run, with what one publish's rows share: the GPU device table is read once
-    (each forecast would read and parse it again)."""
+    """The diagnosis and the GPU forecast of a row's newest run, with what one publish's rows share: the GPU device
+    table is read once (each forecast would read and parse it again)."""
 
     def __init__(self) -> None:
         self._table: Any = None
 
-    def findings(self, record: RunRecord) -> list[dict[str, str]]:
+    def of(self, record: RunRecord, run: NotebookRun, runner: str) -> tuple[list[dict[str, str]], dict[str, Any] | None]:
+        """The run's first findings, and for a CPU run with program data the GPU forecast's verdict (the GPUs it
+        was recorded for, else the T4): the forecast the diagnosis made for its GPU rules when it made one."""
         from nbscope.analyse.diagnose import diagnose
 
         try:
             found = diagnose(record)
         except NbscopeError as exc:
-            return [{"title": "not diagnosed", "summary": str(exc)}]
-        return [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
+            return [{"title": "not diagnosed", "summary": str(exc)}], self._forecast(record, run, runner, None)
+        findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
+        return findings, self._forecast(record, run, runner, found.forecast)
 
-    def forecast(self, record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any] | None:
-        """The GPU forecast's verdict of a CPU run with program data (the GPUs it was recorded for, else the T4)."""
+    def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Any) -> dict[str, Any] | None:
         if runner != "cpu" or run.program_data is None:
             return None
-        from nbscope.analyse.forecast import forecast
-        from nbscope.analyse.forecast.devices import load_table
+        result = made
+        if result is None:
+            from nbscope.analyse.forecast import forecast
+            from nbscope.analyse.forecast.devices import load_table
 
-        gpus = list(record.run_settings().forecast) or ["t4"]
-        try:
-            if self._table is None:
-                self._table = load_table()
-            result = forecast(record, gpus, table=self._table)
-        except NbscopeError as exc:
-            return {"text": f"not forecast: {exc}"}
+            gpus = list(record.run_settings().forecast) or ["t4"]
+            try:
+                if self._table is None:
+                    self._table = load_table()
+                result = forecast(record, gpus, table=self._table)
+            except NbscopeError as exc:
+                return {"text": f"not forecast: {exc}"}
         verdicts = [f"{result.device_name(key)}: {notebook.verdict}" for key, notebook in result.notebook.items()]
         return {"text": "; ".join(verdicts) or "no verdict"}
 
@@ -197,6 +201,7 @@ def build_row(plan: RowPlan, target: str, runner: str, records: Mapping[int, Run
         why = attribute(before, after).to_dict() if before is not None and after is not None else None
         regressions.append({**change.to_dict(), "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
+    findings, forecast = analyses.of(newest, newest_run, runner)
     return {
         "target": target, "runner": runner, "page": lecture_page(target), "machine": summaries[-1]["machine"],
         "runs": len(summaries), "newest_id": newest_id, "started_at": summaries[-1]["started_at"],
@@ -212,7 +217,7 @@ def build_row(plan: RowPlan, target: str, runner: str, records: Mapping[int, Run
         "attribution": attribute(previous, newest, runs=(previous_run, newest_run)).to_dict()
         if previous is not None and previous_run is not None else None,
         "cells": _cells(newest_run, previous_run),
-        "findings": analyses.findings(newest), "forecast": analyses.forecast(newest, newest_run, runner),
+        "findings": findings, "forecast": forecast,
         "median_wall_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
     }
 
