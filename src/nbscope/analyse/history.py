@@ -253,7 +253,8 @@ def detect_changes(values: Sequence[float], options: ChangeOptions | None = None
             weight = math.sqrt(len(left) * len(right) / (hi - lo))
             # Without noise (identical repeats) every shift is "infinitely" significant: rank by size.
             score = abs(shift) * weight / (sigma if sigma > 0 else 1e-12)
-            scored.append((score, split, _sorted_deviation(left) + _sorted_deviation(right)))
+            if best is None or score >= best[0] / 2:  # a split below half the best so far is never the step
+                scored.append((score, split, _sorted_deviation(left) + _sorted_deviation(right)))
             if best is None or score > best[0]:
                 best = (score, split, shift)
         if best is None:
