@@ -137,3 +137,15 @@ def test_a_cell_error_and_a_timeout_are_named(tmp_path: Path) -> None:
     timed_out = classify_failure(profile_notebook("timeout", tmp_path / "timeout", timeout=2))
     assert timed_out is not None and timed_out.kind == "timeout" and "--timeout 2 s" in timed_out.text, timed_out
     assert classify_failure(record_module.load(RECORDS / "cpu_x64.json")) is None
+
+
+def test_recording_program_data_is_a_settings_change() -> None:
+    """A run recorded with --programs (the probe records each compiled program, which costs time) against one
+    without: named as a settings change, and nothing else."""
+    recorded = record_module.load(RECORDS / "cpu_x64.json")
+    document = copy.deepcopy(recorded.to_dict())
+    document["settings"] = {**document.get("settings", {}), "programs": False}
+    without = RunRecord.from_dict(copy.deepcopy(document))
+    document["settings"]["programs"] = True
+    why = attribute(without, RunRecord.from_dict(document))
+    assert why.kinds == ("settings",) and why.text.endswith("· --programs"), why.text

@@ -10,7 +10,7 @@ or a failure is attributed to.
 * ``machine``: the CPU or GPU the run ran on, or its JAX backend (a CPU runner against a GPU runner);
 * ``cache``: the persistent compile cache's state at the start (cold against warm);
 * ``settings``: how the run was asked to measure (backend, cache mode, timeline, repeat, ``--env`` by hash,
-  ``--timeout``).
+  ``--timeout``, program data recorded or not, the pathway).
 
 ``classify_failure(record)`` names why a run did not end ok, from its cells' statuses and the runner's notes:
 ``runner-stopped`` (a SIGTERM or SIGHUP to nbscope: a spot reclamation, a cancelled job), ``out-of-memory`` (the
@@ -163,6 +163,10 @@ def _settings_text(record: RunRecord) -> str:
         text += " · " + " ".join(f"--env {name} #{digest}" for name, digest in sorted(short_hashes(settings.env).items()))
     if settings.timeout is not None:
         text += f" · --timeout {settings.timeout:g}"
+    if settings.programs or settings.forecast:  # the probe records each compiled program: it costs time
+        text += " · --programs"
+    if settings.pathway not in (None, "kernel"):
+        text += f" · --pathway {settings.pathway}"
     return text
 
 
