@@ -248,13 +248,16 @@ def detect_changes(values: Sequence[float], options: ChangeOptions | None = None
                 bisect.insort(left, moved)
             low, high = _sorted_median(left), _sorted_median(right)
             shift = high - low
-            if not (_consistent_sorted(left, low, high) and _consistent_sorted(right, high, low)):
-                continue  # an outlier dragging a small side's median, not a level shift
             weight = math.sqrt(len(left) * len(right) / (hi - lo))
             # Without noise (identical repeats) every shift is "infinitely" significant: rank by size.
             score = abs(shift) * weight / (sigma if sigma > 0 else 1e-12)
-            if best is None or score >= best[0] / 2:  # a split below half the best so far is never the step
-                scored.append((score, split, _sorted_deviation(left) + _sorted_deviation(right)))
+            if score < (options.k if best is None else max(options.k, best[0])) / 2:
+                # Below half the best so far, or half the threshold a change must pass: neither the best split
+                # of a segment that has a change, nor its step.
+                continue
+            if not (_consistent_sorted(left, low, high) and _consistent_sorted(right, high, low)):
+                continue  # an outlier dragging a small side's median, not a level shift
+            scored.append((score, split, _sorted_deviation(left) + _sorted_deviation(right)))
             if best is None or score > best[0]:
                 best = (score, split, shift)
         if best is None:
