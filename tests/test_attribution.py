@@ -130,6 +130,30 @@ def test_a_package_change_with_the_same_programs_is_a_backend_change() -> None:
     assert unknown.program == "not recorded" and "program unchanged" not in unknown.text
 
 
+def _with_cell_hashes(record: RunRecord, hashes: list[str], jaxlib: str) -> RunRecord:
+    """The record as a probe that hashes programs writes it: each cell's ``programs_hash``, [{name, hash}]."""
+    document = copy.deepcopy(record.to_dict())
+    document["fingerprint"].setdefault("versions", {})["jaxlib"] = jaxlib
+    for cell, value in zip(document["measurements"]["cells"], hashes, strict=False):
+        cell["programs_hash"] = [{"name": "jit_f", "hash": value}]
+    return RunRecord.from_dict(document)
+
+
+def test_the_cells_program_hashes_say_program_unchanged_across_a_package_change(tmp_path: Path) -> None:
+    recorded = record_module.load(RECORDS / "cpu_x64.json")
+    before = _with_cell_hashes(recorded, ["9f1c", "07ab"], "0.4.30")
+    after = _with_cell_hashes(recorded, ["9f1c", "07ab"], "0.4.31")
+    same = attribute(before, after)
+    assert same.kinds == ("packages",) and same.program == "unchanged" and "program unchanged" in same.text
+    assert attribute(before, _with_cell_hashes(recorded, ["9f1c", "55aa"], "0.4.31")).program == "changed"
+    # The store keeps the same programs hash for both, and another for other programs.
+    store = Store(tmp_path / "nbscope.db")
+    store.add_many([before, after, _with_cell_hashes(recorded, ["9f1c", "55aa"], "0.4.31")])
+    rows = sorted(store.summaries(("programs_hash", "packages_hash")), key=lambda row: row["id"])
+    assert rows[0]["programs_hash"] == rows[1]["programs_hash"] != rows[2]["programs_hash"]
+    assert rows[0]["packages_hash"] != rows[1]["packages_hash"] == rows[2]["packages_hash"]
+
+
 @pytest.mark.slow
 def test_a_cell_error_and_a_timeout_are_named(tmp_path: Path) -> None:
     error = classify_failure(profile_notebook("error", tmp_path / "error"))

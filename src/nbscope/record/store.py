@@ -209,28 +209,26 @@ def _short_hash(parts: Iterable[str]) -> str:
 
 
 def program_hashes(document: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The hashes of the compiled programs a run executed, sorted; None when the run did not record one for
-    each of them (runs without program data, and runs of a probe that did not hash programs). Read from the
-    programs table (``measurements.programs.programs[*].program_hash``) or, per cell, from each cell's
-    ``programs`` (name -> hash, or a list of ``{name, hash}``)."""
+    """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none.
+    Read from its cells' ``programs_hash`` (``[{name, hash}]`` of each program a cell compiled: every run of a
+    probe that hashes programs), else from the programs table (``measurements.programs.programs[*].program_hash``),
+    which counts only when every program in it has one."""
     measurements = document.get("measurements")
     if not isinstance(measurements, Mapping):
         return None
-    table = measurements.get("programs")
-    programs = table.get("programs") if isinstance(table, Mapping) else None
-    hashes: list[Any] = []
-    if isinstance(programs, Mapping) and programs:
-        hashes = [entry.get("program_hash") if isinstance(entry, Mapping) else None for entry in programs.values()]
+    per_cell = [entry.get("hash") for cell in measurements.get("cells") or () if isinstance(cell, Mapping)
+                for entry in (cell.get("programs_hash") or ()) if isinstance(entry, Mapping)]
+    if per_cell:
+        hashes = per_cell
     else:
-        for cell in measurements.get("cells") or ():
-            per_cell = cell.get("programs") if isinstance(cell, Mapping) else None
-            if isinstance(per_cell, Mapping):
-                hashes.extend(per_cell.values())
-            elif isinstance(per_cell, list):
-                hashes.extend(entry.get("hash") if isinstance(entry, Mapping) else None for entry in per_cell)
+        table = measurements.get("programs")
+        programs = table.get("programs") if isinstance(table, Mapping) else None
+        if not isinstance(programs, Mapping):
+            return None
+        hashes = [entry.get("program_hash") if isinstance(entry, Mapping) else None for entry in programs.values()]
     if not hashes or not all(isinstance(h, str) and h for h in hashes):
         return None
-    return tuple(sorted(hashes))
+    return tuple(sorted(set(hashes)))
 
 
 def _document_summary(document: Mapping[str, Any]) -> tuple[Any, ...]:
