@@ -8,8 +8,10 @@ medians: among the splits of a segment whose two sides each have most of their v
 own median than the other side's, the one that maximises the shift of medians, scaled by the noise
 (estimated robustly from successive differences) and by the segment sizes, is kept when that score
 exceeds ``k`` and the shift exceeds a noise floor ``max(abs_floor, rel_floor × the level before)``;
-both halves are then searched again. A newest run that departs from the level before it by the same
-tests is reported as a tentative change (one run cannot confirm a level).
+the change is placed, among the splits scoring at least half as well, where both sides deviate least from
+their own medians (the first run of the new level); both halves are then searched again. A newest run that
+departs from the level before it by the same tests is reported as a tentative change (one run cannot confirm
+a level).
 """
 
 from __future__ import annotations
