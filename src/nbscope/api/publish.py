@@ -7,11 +7,13 @@ newest run when the gate judged it, else the row's first run), its confirmed reg
 wall, ``analyse.history``) each with what changed across it (``analyse.attribution``), the newest run's top
 finding (``analyse.diagnose``) and, for a CPU run with program data, the GPU forecast's verdict.
 
-The store is read with two queries over its summary columns (the row's ids, then the figures of the rows that
-changed); a run's document is read only for a row's newest run, the one before it, and the two sides of each
-confirmed regression. Incremental: the folder keeps a manifest (``nbscope-site.json``) with each row's figures and
-the count and newest id of its runs; a row whose runs are the same is taken from it unchanged, and a page whose
-text is the same is not written again.
+The store is read on one connection: the summary columns of the runs (their ids, then the figures of the
+notebooks that changed: version 7 keeps wall, compile and run as columns), which give each row its history and
+change points; then, in one query, the documents every changed row needs (its newest run, the one before it,
+and the two sides of each confirmed regression). Incremental: the folder keeps a manifest
+(``nbscope-site.json``) with each row's book fields and the count and newest id of its runs, and beside each
+lecture page a data file with that page's rows whole. Only a row with a new run is made again; its notebook's
+other rows come from the data file; a page whose text is the same is not written again.
 """
 
 from __future__ import annotations
@@ -169,8 +171,8 @@ def plan_row(summaries: Sequence[Mapping[str, Any]], options: ChangeOptions | No
     walls = [p.value for p in points]
     changes = change_points(points, options) if len([w for w in walls if w is not None]) > 2 else []
     floor = 1 + (options or ChangeOptions()).rel_floor
-    # A change whose medians, once both sides are known, moved less than the history's own floor is a side
-    # effect of a split a run off (the next split's segment held a run of the other level), not a regression.
+    # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
+    # is not a regression (its split was found in a wider segment, where the shift looked larger).
     steps = [(change, change.index) for change in changes
              if not change.tentative and change.ratio is not None and change.ratio >= floor]
     return RowPlan(summaries, points, changes, steps)
