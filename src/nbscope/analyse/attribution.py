@@ -91,8 +91,8 @@ class Attribution:
 
 
 def program_hashes(record: RunRecord) -> tuple[str, ...] | None:
-    """The hashes of the compiled programs a run executed, sorted; None when the run did not record one for
-    each of them (``record.store.program_hashes``: where a run records them)."""
+    """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none
+    (``record.store.program_hashes``: where a run records them)."""
     return stored_program_hashes({"measurements": record.measurements})
 
 

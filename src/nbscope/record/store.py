@@ -228,7 +228,7 @@ def program_hashes(document: Mapping[str, Any]) -> tuple[str, ...] | None:
         hashes = [entry.get("program_hash") if isinstance(entry, Mapping) else None for entry in programs.values()]
     if not hashes or not all(isinstance(h, str) and h for h in hashes):
         return None
-    return tuple(sorted(set(hashes)))
+    return tuple(sorted({str(h) for h in hashes}))
 
 
 def _document_summary(document: Mapping[str, Any]) -> tuple[Any, ...]:
