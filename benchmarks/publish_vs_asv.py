@@ -12,7 +12,10 @@ Timed: ``publish`` into an empty folder (full), then again after one new build o
 (incremental, the case the issue names), and after a whole new build of every lecture on both runners; ``asv
 publish`` once (asv has no incremental publish). asv is a dependency of this benchmark only (``pip install asv``).
 
-    python benchmarks/publish_vs_asv.py [--folder /tmp/publish-bench] [--lectures 120 --builds 365]
+    python benchmarks/publish_vs_asv.py [--folder /tmp/publish-bench] [--lectures 120 --builds 365] [--repeat 3]
+
+Each round times, side by side: ``publish`` full, ``publish`` after one lecture's new build, ``asv publish``, and
+``publish`` after a whole new build; the store is put back as built before each round.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -62,15 +67,17 @@ def run_document(base: dict[str, Any], lecture: int, runner: str, build: int, rn
 
 
 def build_store(path: Path, lectures: int, builds: int) -> int:
-    """The store of ``lectures`` × 2 runners × ``builds`` runs (see the module's docstring); the run count."""
+    """The store of ``lectures`` × 2 runners × ``builds`` runs (see the module's docstring); the run count. A
+    store that holds the first builds already (a build stopped midway) gets the rest."""
     from nbscope.record.run import RunRecord
     from nbscope.record.store import Store
 
     bases = [json.loads(p.read_text()) for p in RECORDS]
-    rng = random.Random(37)
     store = Store(path)
-    count = 0
-    for build in range(builds):
+    done = store.count() // (lectures * len(RUNNERS)) if path.exists() else 0
+    rng = random.Random(37 + done)
+    count = done * lectures * len(RUNNERS)
+    for build in range(done, builds):
         batch = [RunRecord.from_dict(run_document(bases[lecture % len(bases)], lecture, runner, build, rng,
                                                   builds=builds))
                  for lecture in range(lectures) for runner in RUNNERS]
@@ -159,39 +166,72 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=Path("/tmp/publish-bench"))
     parser.add_argument("--lectures", type=int, default=120)
     parser.add_argument("--builds", type=int, default=365)
+    parser.add_argument("--repeat", type=int, default=3, help="Rounds of the four timings, side by side.")
     parser.add_argument("--keep-store", action="store_true", help="Reuse the folder's store and asv results if there.")
     args = parser.parse_args()
     folder: Path = args.folder
     store, asv = folder / "store" / "nbscope.db", folder / "asv"
-    if not args.keep_store or not store.exists():
+    expected = args.lectures * len(RUNNERS) * args.builds
+    if not args.keep_store:
         shutil.rmtree(folder, ignore_errors=True)
+    if not store.exists() or _count(store) < expected:
         started = time.perf_counter()
         runs = build_store(store, args.lectures, args.builds)
         print(f"store: {runs} runs from {len(RECORDS)} real records, {store.stat().st_size / 2**20:.0f} MiB, "
               f"built in {time.perf_counter() - started:.0f} s")
+    if not (asv / "asv.conf.json").exists():
+        shutil.rmtree(asv, ignore_errors=True)
         asv_results(asv, args.lectures, args.builds)
-    shutil.copy(store, folder / "pristine.db")
+    pristine = folder / "pristine.db"
+    shutil.copy(store, pristine)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     nbscope = [sys.executable, "-m", "nbscope", "publish"]
     site = folder / "site"
-    shutil.rmtree(site, ignore_errors=True)
-    full = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="full")
-    add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
-    one = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="one")
-    add_build(store, range(args.lectures), RUNNERS, args.builds + 1, args.builds)
-    whole = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="whole")
-    shutil.rmtree(asv / "html", ignore_errors=True)
-    asv_s = timed([sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv, name="asv")
-    shutil.copy(folder / "pristine.db", store)
-    cpu = CPU_TIMES
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} (wall | CPU time)")
-    print(f"asv publish (full)                         {asv_s:7.2f} s | {cpu['asv']:7.2f} s")
-    print(f"nbscope publish (full)                     {full:7.2f} s | {cpu['full']:7.2f} s   "
-          f"{full / asv_s:.3f}× | {cpu['full'] / cpu['asv']:.3f}× asv  (target ≤ 0.2×)")
-    print(f"nbscope publish after one lecture's build  {one:7.2f} s | {cpu['one']:7.2f} s   "
-          f"{one / full:.1%} | {cpu['one'] / cpu['full']:.1%} of full  (target ≤ 5 %)")
-    print(f"nbscope publish after a whole-book build   {whole:7.2f} s | {cpu['whole']:7.2f} s   "
-          f"{whole / full:.1%} | {cpu['whole'] / cpu['full']:.1%} of full")
+    rounds: list[dict[str, tuple[float, float]]] = []
+    for round_ in range(args.repeat):
+        # Each round: the store as built, an empty site folder; asv between nbscope's timings, so that a change
+        # of the machine's load falls on both.
+        shutil.copy(pristine, store)
+        shutil.rmtree(site, ignore_errors=True)
+        os.sync()  # the copy's gigabyte is written back before the timings, not during them
+        figures = {"full": timed([*nbscope, str(store), "-o", str(site)], folder, env, name="full")}
+        add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
+        os.sync()
+        figures["one"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="one")
+        shutil.rmtree(asv / "html", ignore_errors=True)
+        figures["asv"] = timed([sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv,
+                               name="asv")
+        add_build(store, range(args.lectures), RUNNERS, args.builds + 1, args.builds)
+        os.sync()
+        figures["whole"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="whole")
+        rounds.append({name: (wall, CPU_TIMES[name]) for name, wall in figures.items()})
+        _report(round_ + 1, rounds[-1])
+    shutil.copy(pristine, store)
+    if len(rounds) > 1:
+        median = {name: (statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds))
+                  for name in rounds[0]}
+        _report("median", median)
+
+
+def _count(store: Path) -> int:
+    import sqlite3
+
+    with closing(sqlite3.connect(store)) as db:
+        return int(db.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+
+def _report(round_: int | str, figures: dict[str, tuple[float, float]]) -> None:
+    (asv_s, asv_cpu), (full, full_cpu) = figures["asv"], figures["full"]
+    (one, one_cpu), (whole, whole_cpu) = figures["one"], figures["whole"]
+    print(f"round {round_}: load average {os.getloadavg()[0]:.1f} (wall | CPU time)")
+    print(f"  asv publish (full)                         {asv_s:7.2f} s | {asv_cpu:7.2f} s")
+    print(f"  nbscope publish (full)                     {full:7.2f} s | {full_cpu:7.2f} s   "
+          f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)")
+    print(f"  nbscope publish after one lecture's build  {one:7.2f} s | {one_cpu:7.2f} s   "
+          f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)")
+    print(f"  nbscope publish after a whole-book build   {whole:7.2f} s | {whole_cpu:7.2f} s   "
+          f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full", flush=True)
+
 
 if __name__ == "__main__":
     main()

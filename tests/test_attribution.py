@@ -6,6 +6,7 @@ this probe does not record program hashes yet)."""
 from __future__ import annotations
 
 import copy
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ def test_a_dead_kernel_is_killed_and_out_of_memory_only_near_the_memory(tmp_path
     document["fingerprint"]["memory"] = {"total_bytes": int(peak / 0.9)}
     full = classify_failure(RunRecord.from_dict(document))
     assert full is not None and full.kind == "out-of-memory" and "out of memory" in full.text, full
+    # The site names both: the status `died`, the error the failure's line.
+    document["target"] = "oom.ipynb"
+    store = Store(tmp_path / "db" / "nbscope.db")
+    store.add_many([died, RunRecord.from_dict(document)])
+    status = _published_status(store, tmp_path / "site")
+    assert status[died.target]["status"] == status["oom.ipynb"]["status"] == "died"
+    assert "a signal ended it" in status[died.target]["error"] and "out of memory" in status["oom.ipynb"]["error"]
 
 
 @pytest.mark.slow
@@ -88,6 +96,17 @@ def test_a_sigterm_to_the_runner_is_named_as_the_runner_stopping(tmp_path: Path,
     failure = classify_failure(record)
     assert failure is not None and failure.kind == "runner-stopped" and "SIGTERM" in failure.text, failure
     assert failure.cell == 1
+    [status] = _published_status(Store(db), tmp_path / "site").values()
+    assert status["status"] == "stopped" and "runner stopped: nbscope got SIGTERM" in status["error"], status
+
+
+def _published_status(store: Store, folder: Path) -> dict[str, dict[str, Any]]:
+    """``nbscope publish``'s status.json entries of ``store``, by notebook."""
+    from nbscope.api.publish import publish
+    from nbscope.render import site
+
+    publish(store.path, folder, site=site)
+    return {entry["file"]: entry for entry in json.loads((folder / "status.json").read_text())["notebooks"]}
 
 
 def _with_programs(record: RunRecord, hashes: list[str] | None, jaxlib: str) -> RunRecord:
@@ -111,6 +130,30 @@ def test_a_package_change_with_the_same_programs_is_a_backend_change() -> None:
     assert unknown.program == "not recorded" and "program unchanged" not in unknown.text
 
 
+def _with_cell_hashes(record: RunRecord, hashes: list[str], jaxlib: str) -> RunRecord:
+    """The record as a probe that hashes programs writes it: each cell's ``programs_hash``, [{name, hash}]."""
+    document = copy.deepcopy(record.to_dict())
+    document["fingerprint"].setdefault("versions", {})["jaxlib"] = jaxlib
+    for cell, value in zip(document["measurements"]["cells"], hashes, strict=False):
+        cell["programs_hash"] = [{"name": "jit_f", "hash": value}]
+    return RunRecord.from_dict(document)
+
+
+def test_the_cells_program_hashes_say_program_unchanged_across_a_package_change(tmp_path: Path) -> None:
+    recorded = record_module.load(RECORDS / "cpu_x64.json")
+    before = _with_cell_hashes(recorded, ["9f1c", "07ab"], "0.4.30")
+    after = _with_cell_hashes(recorded, ["9f1c", "07ab"], "0.4.31")
+    same = attribute(before, after)
+    assert same.kinds == ("packages",) and same.program == "unchanged" and "program unchanged" in same.text
+    assert attribute(before, _with_cell_hashes(recorded, ["9f1c", "55aa"], "0.4.31")).program == "changed"
+    # The store keeps the same programs hash for both, and another for other programs.
+    store = Store(tmp_path / "nbscope.db")
+    store.add_many([before, after, _with_cell_hashes(recorded, ["9f1c", "55aa"], "0.4.31")])
+    rows = sorted(store.summaries(("programs_hash", "packages_hash")), key=lambda row: row["id"])
+    assert rows[0]["programs_hash"] == rows[1]["programs_hash"] != rows[2]["programs_hash"]
+    assert rows[0]["packages_hash"] != rows[1]["packages_hash"] == rows[2]["packages_hash"]
+
+
 @pytest.mark.slow
 def test_a_cell_error_and_a_timeout_are_named(tmp_path: Path) -> None:
     error = classify_failure(profile_notebook("error", tmp_path / "error"))
@@ -118,3 +161,15 @@ def test_a_cell_error_and_a_timeout_are_named(tmp_path: Path) -> None:
     timed_out = classify_failure(profile_notebook("timeout", tmp_path / "timeout", timeout=2))
     assert timed_out is not None and timed_out.kind == "timeout" and "--timeout 2 s" in timed_out.text, timed_out
     assert classify_failure(record_module.load(RECORDS / "cpu_x64.json")) is None
+
+
+def test_recording_program_data_is_a_settings_change() -> None:
+    """A run recorded with --programs (the probe records each compiled program, which costs time) against one
+    without: named as a settings change, and nothing else."""
+    recorded = record_module.load(RECORDS / "cpu_x64.json")
+    document = copy.deepcopy(recorded.to_dict())
+    document["settings"] = {**document.get("settings", {}), "programs": False}
+    without = RunRecord.from_dict(copy.deepcopy(document))
+    document["settings"]["programs"] = True
+    why = attribute(without, RunRecord.from_dict(document))
+    assert why.kinds == ("settings",) and why.text.endswith("· --programs"), why.text

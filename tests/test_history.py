@@ -50,6 +50,19 @@ def test_detects_two_steps_and_ignores_noise() -> None:
     assert detect_changes([10.0, 10.2, 9.9, 10.1, 10.1, 30.0]) == []  # nor is a last-run jump (tentative)
 
 
+def test_a_step_is_found_at_the_run_where_it_happens() -> None:
+    """A step's change point is the first run of the new level, wherever the step lies in the series: the
+    best-scored split alone, weighted towards balanced sides, landed one to several runs early or late in
+    about two series of five."""
+    rng = random.Random(37)
+    for _ in range(200):
+        size = rng.randint(8, 60)
+        step = rng.randint(3, size - 3)
+        ratio = rng.choice((1.5, 1.2, 0.7))
+        values = [(1.0 if i < step else ratio) * (1 + rng.uniform(-0.03, 0.03)) for i in range(size)]
+        assert [index for index, _ in detect_changes(values)] == [step], (step, values)
+
+
 def test_floors_suppress_tiny_but_clean_shifts() -> None:
     values = [1.0] * 5 + [1.03] * 5  # perfectly clean, 3 % shift: below the 10 % relative floor
     assert detect_changes(values) == []
@@ -188,9 +201,13 @@ def _reference_changes(values: list[float], options: ChangeOptions) -> list[tupl
             low, high = statistics.median(left), statistics.median(right)
             if _consistent(left, low, high) and _consistent(right, high, low):
                 weight = math.sqrt(len(left) * len(right) / (hi - lo))
-                candidates.append((abs(high - low) * weight / (sigma or 1e-12), split, high - low))
+                deviation = sum(abs(v - low) for v in left) + sum(abs(v - high) for v in right)
+                candidates.append((abs(high - low) * weight / (sigma or 1e-12), split, deviation))
         if candidates:
-            score, split, shift = max(candidates, key=lambda c: c[0])  # the first of equal scores
+            score, best, _ = max(candidates, key=lambda c: c[0])  # the first of equal scores
+            # The step: of the splits scoring at least half the best, the least deviation (then the nearest).
+            split = min((d, abs(at - best), at) for value, at, d in candidates if value >= score / 2)[2]
+            shift = statistics.median(values[split:hi]) - statistics.median(values[lo:split])
             floor = max(options.abs_floor, options.rel_floor * abs(statistics.median(values[lo:split])))
             if score >= options.k and abs(shift) >= floor:
                 found.append((split, score))

@@ -48,6 +48,11 @@ def stored_run(name: str, target: str, build: int, factor: float, *, edited: boo
     return RunRecord.from_dict(copy.deepcopy(document))
 
 
+def data_file(target: str) -> str:
+    """The file beside a lecture page that keeps its rows whole for the next publish."""
+    return lecture_page(target).removesuffix(".html") + ".json"
+
+
 def make_store(path: Path) -> Store:
     store = Store(path)
     runs = []
@@ -71,7 +76,8 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
     folder, result = site["folder"], site["result"]
     assert result.rows == 4 and result.runs == 4 * BUILDS and result.rows_rebuilt == 4
     assert sorted(result.pages_written) == sorted(
-        ["index.html", "status.json", "status.md", *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE))])
+        ["index.html", "status.json", "status.md", *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE)),
+         *(data_file(t) for t in (STEADY, STEPS, HOSTILE))])
     status = json.loads((folder / "status.json").read_text())["notebooks"]
     assert {(s["file"], s["runner"]) for s in status} == {(STEADY, "cpu"), (STEADY, "gpu"), (STEPS, "cpu"),
                                                            (HOSTILE, "cpu")}
@@ -98,16 +104,39 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     lecture = folder / lecture_page(STEADY)
     before = lecture.stat().st_mtime_ns
     again = publish(store.path, folder, site=site_pages)
-    assert again.rows_rebuilt == 0 and again.pages_written == [] and again.pages_kept == 6
+    assert again.rows_rebuilt == 0 and again.pages_written == [] and again.pages_kept == 9
     store.add(stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True))
     one = publish(store.path, folder, site=site_pages)
     assert one.rows_rebuilt == 1
-    assert sorted(one.pages_written) == sorted(["index.html", "status.json", "status.md", lecture_page(STEPS)])
+    assert sorted(one.pages_written) == sorted(["index.html", "status.json", "status.md", lecture_page(STEPS),
+                                                data_file(STEPS)])
     assert lecture.stat().st_mtime_ns == before
+    # A new GPU build of a lecture makes only its GPU row again; its page still shows the CPU runner in full.
+    store.add(stored_run("cpu_x64.json", STEADY, BUILDS, 0.5, runner="gpu"))
+    gpu = publish(store.path, folder, site=site_pages)
+    assert gpu.rows_rebuilt == 1 and lecture_page(STEADY) in gpu.pages_written
+    assert [row["runs"] for row in json.loads((folder / data_file(STEADY)).read_text())["rows"]] == [BUILDS, BUILDS + 1]
+    assert lecture.read_text().count("runner <span") == 2
     newest = [s for s in json.loads((folder / "status.json").read_text())["notebooks"] if s["file"] == STEPS]
     assert newest[0]["last_run"].startswith((START + timedelta(days=BUILDS)).strftime("%Y-%m-%d"))
     full = publish(store.path, folder, site=site_pages, full=True)
     assert full.rows_rebuilt == 4 and full.pages_written == []  # the same text: nothing rewritten
+    whole = json.loads((folder / data_file(STEADY)).read_text())["rows"]
+    assert [len(row["history"]["wall_s"]) for row in whole] == [BUILDS, BUILDS + 1]
+
+
+def test_a_cpu_run_with_program_data_shows_the_gpu_forecast_verdict(tmp_path: Path) -> None:
+    """The verdict is the forecast's own (the one the diagnosis made for its GPU rules, not a second one)."""
+    from nbscope.analyse.forecast import forecast
+
+    store = Store(tmp_path / "nbscope.db")
+    runs = [stored_run("cpu_forecast_f64_small.json", STEPS, build, 1.0) for build in range(2)]
+    store.add_many(runs)
+    publish(store.path, tmp_path / "site", site=site_pages)
+    [row] = json.loads((tmp_path / "site" / MANIFEST).read_text())["rows"].values()
+    result = forecast(runs[-1], ["t4"])
+    assert row["forecast"]["text"] == f"NVIDIA T4: {result.notebook['t4'].verdict}"
+    assert f"NVIDIA T4: {result.notebook['t4'].verdict}" in (tmp_path / "site" / "index.html").read_text()
 
 
 def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> None:

@@ -459,6 +459,24 @@ def test_a_version_3_store_file_opens_migrates_and_reads(tmp_path: Path) -> None
     assert {"runs_started", "runs_target", "runs_lineage", "runs_kind", "runs_label", "runs_content"} <= indexes
 
 
+def test_an_older_store_gets_the_figures_and_hashes_a_new_store_writes(tmp_path: Path) -> None:
+    """Version 7's columns, backfilled from the documents of a version-3 store, are those of the same runs
+    stored anew; and a run whose programs hash the same has the same programs hash."""
+    migrated = Store(copy_of(STORE_V3, tmp_path))
+    fresh = Store(tmp_path / "fresh.db")
+    names = {1: "cpu_unrolled_loop", 2: "cpu_latency_loop", 3: "cpu_x64"}
+    for name in names.values():
+        fresh.add(RunRecord.from_dict(json.loads((RECORDS / f"{name}.json").read_text())))
+    columns = ("target", "wall_s", "compile_s", "run_s", "cache_state", "cells_hash", "packages_hash", "programs_hash")
+    old, new = migrated.summaries(columns), fresh.summaries(columns)
+    assert [{**r, "id": 0} for r in old] == [{**r, "id": 0} for r in new]
+    for row in old:
+        totals = migrated.get(row["id"]).measurements["totals"]
+        assert (row["wall_s"], row["compile_s"], row["cache_state"]) == (totals["wall_s"], totals["compile_s"],
+                                                                         totals["cache_state"])
+    assert len({r["cells_hash"] for r in old}) == 3 and all(r["programs_hash"] is None for r in old)
+
+
 def test_an_unreadable_row_of_an_older_store_is_migrated_and_skipped(tmp_path: Path, run_cli: Any) -> None:
     path = copy_of(STORE_V3, tmp_path)
     with closing_db(path) as db:

@@ -10,7 +10,7 @@ or a failure is attributed to.
 * ``machine``: the CPU or GPU the run ran on, or its JAX backend (a CPU runner against a GPU runner);
 * ``cache``: the persistent compile cache's state at the start (cold against warm);
 * ``settings``: how the run was asked to measure (backend, cache mode, timeline, repeat, ``--env`` by hash,
-  ``--timeout``).
+  ``--timeout``, program data recorded or not, the pathway).
 
 ``classify_failure(record)`` names why a run did not end ok, from its cells' statuses and the runner's notes:
 ``runner-stopped`` (a SIGTERM or SIGHUP to nbscope: a spot reclamation, a cancelled job), ``out-of-memory`` (the
@@ -28,6 +28,7 @@ from nbscope import _units
 from nbscope.analyse.history import short_hashes
 from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.run import RunRecord, backend_of, describe_settings, measurement_settings
+from nbscope.record.store import program_hashes as stored_program_hashes
 
 # A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
 # kernel's out-of-memory killer (or a container limit below the machine's memory).
@@ -90,16 +91,9 @@ class Attribution:
 
 
 def program_hashes(record: RunRecord) -> tuple[str, ...] | None:
-    """The hashes of the compiled programs a run executed, sorted; None when the run did not record one for
-    each of them (runs without program data, and every run of a probe that does not hash programs yet)."""
-    table = record.measurements.get("programs")
-    programs = table.get("programs") if isinstance(table, Mapping) else None
-    if not isinstance(programs, Mapping) or not programs:
-        return None
-    hashes = [entry.get("program_hash") for entry in programs.values() if isinstance(entry, Mapping)]
-    if not hashes or not all(isinstance(h, str) and h for h in hashes):
-        return None
-    return tuple(sorted(str(h) for h in hashes))
+    """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none
+    (``record.store.program_hashes``: where a run records them)."""
+    return stored_program_hashes({"measurements": record.measurements})
 
 
 def _code_change(before: Sequence[Cell], after: Sequence[Cell]) -> Change | None:
@@ -169,6 +163,10 @@ def _settings_text(record: RunRecord) -> str:
         text += " · " + " ".join(f"--env {name} #{digest}" for name, digest in sorted(short_hashes(settings.env).items()))
     if settings.timeout is not None:
         text += f" · --timeout {settings.timeout:g}"
+    if settings.programs or settings.forecast:  # the probe records each compiled program: it costs time
+        text += " · --programs"
+    if settings.pathway not in (None, "kernel"):
+        text += f" · --pathway {settings.pathway}"
     return text
 
 
@@ -231,10 +229,12 @@ def _program(before: RunRecord, after: RunRecord) -> str:
     return "unchanged" if old == new else "changed"
 
 
-def attribute(before: RunRecord, after: RunRecord) -> Attribution:
-    """What differs between two runs of a notebook (``before`` the earlier), and why ``after`` failed."""
+def attribute(before: RunRecord, after: RunRecord, *,
+              runs: tuple[NotebookRun, NotebookRun] | None = None) -> Attribution:
+    """What differs between two runs of a notebook (``before`` the earlier), and why ``after`` failed. ``runs``:
+    their cells and totals typed (``notebook_run``), when the caller has them already."""
     program = _program(before, after)
-    old, new = before.notebook_run(), after.notebook_run()
+    old, new = runs if runs is not None else (before.notebook_run(), after.notebook_run())
     found = (
         _code_change(old.cells, new.cells),
         _package_change(before, after, program),

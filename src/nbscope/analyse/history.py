@@ -8,8 +8,10 @@ medians: among the splits of a segment whose two sides each have most of their v
 own median than the other side's, the one that maximises the shift of medians, scaled by the noise
 (estimated robustly from successive differences) and by the segment sizes, is kept when that score
 exceeds ``k`` and the shift exceeds a noise floor ``max(abs_floor, rel_floor × the level before)``;
-both halves are then searched again. A newest run that departs from the level before it by the same
-tests is reported as a tentative change (one run cannot confirm a level).
+the change is placed, among the splits scoring at least half as well, where both sides deviate least from
+their own medians (the first run of the new level); both halves are then searched again. A newest run that
+departs from the level before it by the same tests is reported as a tentative change (one run cannot confirm
+a level).
 """
 
 from __future__ import annotations
@@ -219,6 +221,12 @@ def _consistent_sorted(ordered: Sequence[float], own: float, other: float) -> bo
     return count * 2 > size
 
 
+def _sorted_deviation(ordered: Sequence[float]) -> float:
+    """The sum of a sorted side's distances to its median: its upper half's sum less its lower half's."""
+    half = len(ordered) // 2
+    return sum(ordered[len(ordered) - half :]) - sum(ordered[:half])
+
+
 def detect_changes(values: Sequence[float], options: ChangeOptions | None = None) -> list[tuple[int, float]]:
     """Change points of a series as (first index of the new level, score), in series order."""
     options = options or ChangeOptions()
@@ -230,6 +238,7 @@ def detect_changes(values: Sequence[float], options: ChangeOptions | None = None
         if hi - lo < 2 * options.min_size or len(found) >= options.max_changes:
             return
         best: tuple[float, int, float] | None = None
+        scored: list[tuple[float, int, float]] = []  # (score, split, the two sides' deviation from their medians)
         # Both sides kept sorted as the split moves (one value crosses per step): each split's medians and
         # consistency counts are read by bisection, not by sorting and scanning both sides again.
         first = lo + options.min_size
@@ -241,17 +250,28 @@ def detect_changes(values: Sequence[float], options: ChangeOptions | None = None
                 bisect.insort(left, moved)
             low, high = _sorted_median(left), _sorted_median(right)
             shift = high - low
-            if not (_consistent_sorted(left, low, high) and _consistent_sorted(right, high, low)):
-                continue  # an outlier dragging a small side's median, not a level shift
             weight = math.sqrt(len(left) * len(right) / (hi - lo))
             # Without noise (identical repeats) every shift is "infinitely" significant: rank by size.
             score = abs(shift) * weight / (sigma if sigma > 0 else 1e-12)
+            if score < (options.k if best is None else max(options.k, best[0])) / 2:
+                # Below half the best so far, or half the threshold a change must pass: neither the best split
+                # of a segment that has a change, nor its step.
+                continue
+            if not (_consistent_sorted(left, low, high) and _consistent_sorted(right, high, low)):
+                continue  # an outlier dragging a small side's median, not a level shift
+            scored.append((score, split, _sorted_deviation(left) + _sorted_deviation(right)))
             if best is None or score > best[0]:
                 best = (score, split, shift)
         if best is None:
             return
-        score, split, shift = best
-        level = abs(statistics.median(values[lo:split]))
+        score, split, _ = best
+        # The score weighs a split towards balanced sides, and a median barely moves for a few values of the other
+        # level: the best-scored split can land several runs before or after the step. The step is where, among
+        # the splits that score at least half as well, the two sides deviate least from their own medians.
+        split = min(((deviation, abs(at - split), at) for value, at, deviation in scored if value >= score / 2))[2]
+        level = statistics.median(values[lo:split])
+        shift = statistics.median(values[split:hi]) - level
+        level = abs(level)
         if score < options.k or abs(shift) < max(options.abs_floor, options.rel_floor * level):
             return
         found.append((split, score))

@@ -7,11 +7,13 @@ newest run when the gate judged it, else the row's first run), its confirmed reg
 wall, ``analyse.history``) each with what changed across it (``analyse.attribution``), the newest run's top
 finding (``analyse.diagnose``) and, for a CPU run with program data, the GPU forecast's verdict.
 
-The store is read with two queries over its summary columns (the row's ids, then the figures of the rows that
-changed); a run's document is read only for a row's newest run, the one before it, and the two sides of each
-confirmed regression. Incremental: the folder keeps a manifest (``nbscope-site.json``) with each row's figures and
-the count and newest id of its runs; a row whose runs are the same is taken from it unchanged, and a page whose
-text is the same is not written again.
+The store is read on one connection: the summary columns of the runs (their ids, then the figures of the
+notebooks that changed: version 7 keeps wall, compile and run as columns), which give each row its history and
+change points; then, in one query, the documents every changed row needs (its newest run, the one before it,
+and the two sides of each confirmed regression). Incremental: the folder keeps a manifest
+(``nbscope-site.json``) with each row's book fields and the count and newest id of its runs, and beside each
+lecture page a data file with that page's rows whole. Only a row with a new run is made again; its notebook's
+other rows come from the data file; a page whose text is the same is not written again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any, Protocol
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
 from nbscope.analyse.attribution import attribute, classify_failure
-from nbscope.analyse.history import ChangeOptions, Point, change_points
+from nbscope.analyse.history import ChangeOptions, ChangePoint, Point, change_points
 from nbscope.record.cells import project_root
 from nbscope.record.model import NotebookRun
 from nbscope.record.run import PROFILE_KINDS, RunRecord
@@ -38,7 +40,7 @@ MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
-SUMMARY = ("id", "started_at", "target", "status", "machine", "backend", "totals")
+SUMMARY = ("id", "started_at", "target", "status", "machine", "backend", "wall_s", "compile_s", "run_s")
 STATUS_OF_FAILURE = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died", "out-of-memory": "died",
                      "runner-stopped": "stopped", "interrupted": "stopped"}
 
@@ -79,8 +81,7 @@ def lecture_page(target: str) -> str:
     return f"{LECTURE_FOLDER}/{safe}-{hashlib.sha256(target.encode()).hexdigest()[:8]}.html"
 
 
-def _figure(totals: Any, name: str) -> float | None:
-    value: Any = totals.get(name) if type(totals) is dict else None
+def _number(value: Any) -> float | None:
     return float(value) if type(value) in (int, float) else None  # not a bool, which is an int
 
 
@@ -108,85 +109,118 @@ def _cells(newest: NotebookRun, previous: NotebookRun | None) -> list[dict[str, 
     return rows
 
 
-def _findings(record: RunRecord) -> list[dict[str, str]]:
-    from nbscope.analyse.diagnose import diagnose
+class Analyses:
+    """The diagnosis and the GPU forecast of a row's newest run, with what one publish's rows share: the GPU device
+    table is read once (each forecast would read and parse it again)."""
 
-    try:
-        found = diagnose(record)
-    except NbscopeError as exc:
-        return [{"title": "not diagnosed", "summary": str(exc)}]
-    return [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
+    def __init__(self) -> None:
+        self._table: Any = None
+
+    def of(self, record: RunRecord, run: NotebookRun, runner: str) -> tuple[list[dict[str, str]], dict[str, Any] | None]:
+        """The run's first findings, and for a CPU run with program data the GPU forecast's verdict (the GPUs it
+        was recorded for, else the T4): the forecast the diagnosis made for its GPU rules when it made one."""
+        from nbscope.analyse.diagnose import diagnose
+
+        try:
+            found = diagnose(record)
+        except NbscopeError as exc:
+            return [{"title": "not diagnosed", "summary": str(exc)}], self._forecast(record, run, runner, None)
+        findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
+        return findings, self._forecast(record, run, runner, found.forecast)
+
+    def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Any) -> dict[str, Any] | None:
+        if runner != "cpu" or run.program_data is None:
+            return None
+        result = made
+        if result is None:
+            from nbscope.analyse.forecast import forecast
+            from nbscope.analyse.forecast.devices import load_table
+
+            gpus = list(record.run_settings().forecast) or ["t4"]
+            try:
+                if self._table is None:
+                    self._table = load_table()
+                result = forecast(record, gpus, table=self._table)
+            except NbscopeError as exc:
+                return {"text": f"not forecast: {exc}"}
+        verdicts = [f"{result.device_name(key)}: {notebook.verdict}" for key, notebook in result.notebook.items()]
+        return {"text": "; ".join(verdicts) or "no verdict"}
 
 
-def _forecast(record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any] | None:
-    """The GPU forecast's verdict of a CPU run with program data (the GPUs it was recorded for, else the T4)."""
-    if runner != "cpu" or run.program_data is None:
-        return None
-    from nbscope.analyse.forecast import forecast
+@dataclass
+class RowPlan:
+    """A row's runs (their summaries, oldest first), its change points and the runs whose documents it needs:
+    found from the summaries alone, so that every row's documents are read together."""
 
-    gpus = list(record.run_settings().forecast) or ["t4"]
-    try:
-        result = forecast(record, gpus)
-    except NbscopeError as exc:
-        return {"text": f"not forecast: {exc}"}
-    verdicts = [f"{result.device_name(key)}: {notebook.verdict}" for key, notebook in result.notebook.items()]
-    return {"text": "; ".join(verdicts) or "no verdict"}
+    summaries: Sequence[Mapping[str, Any]]
+    points: list[Point]
+    changes: list[ChangePoint]
+    steps: list[tuple[ChangePoint, int]]  # each confirmed regression and the index of its new level's first run
 
-
-def _step(walls: Sequence[float | None], index: int, reach: int = 2) -> int:
-    """The run where a change point's level starts: of the adjacent pairs within ``reach`` runs of the split, the
-    one with the largest rise. The history's split can be a run early or late (a median does not move for one
-    value of the other level, and the score favours balanced sides); the attribution compares the two runs
-    of the step itself."""
-    pairs = [i for i in range(max(1, index - reach), min(len(walls), index + reach + 1))
-             if walls[i] is not None and walls[i - 1] is not None]
-    return max(pairs, key=lambda i: float(walls[i] or 0) - float(walls[i - 1] or 0), default=index)
+    @property
+    def needed(self) -> list[int]:
+        ids = [self.summaries[-1]["id"]]
+        if len(self.summaries) > 1:
+            ids.append(self.summaries[-2]["id"])
+        for _, step in self.steps:
+            ids += [self.summaries[step - 1]["id"], self.summaries[step]["id"]]
+        return ids
 
 
-def build_row(store: Store, target: str, runner: str, summaries: Sequence[Mapping[str, Any]],
-              baselines: Mapping[int, int | None], options: ChangeOptions | None = None) -> dict[str, Any]:
-    """One lecture × runner row (plain JSON: the manifest keeps it) from its runs' summaries, oldest first."""
-    points = [Point(row["id"], row["started_at"], _figure(row["totals"], "wall_s"), row["status"])
-              for row in summaries]
+def plan_row(summaries: Sequence[Mapping[str, Any]], options: ChangeOptions | None = None) -> RowPlan:
+    points = [Point(row["id"], row["started_at"], _number(row["wall_s"]), row["status"]) for row in summaries]
     walls = [p.value for p in points]
-    compiles = [_figure(row["totals"], "compile_s") for row in summaries]
-    runs = [_figure(row["totals"], "run_s") for row in summaries]
+    changes = change_points(points, options) if len([w for w in walls if w is not None]) > 2 else []
+    floor = 1 + (options or ChangeOptions()).rel_floor
+    # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
+    # is not a regression (its split was found in a wider segment, where the shift looked larger).
+    steps = [(change, change.index) for change in changes
+             if not change.tentative and change.ratio is not None and change.ratio >= floor]
+    return RowPlan(summaries, points, changes, steps)
+
+
+def build_row(plan: RowPlan, target: str, runner: str, records: Mapping[int, RunRecord],
+              baselines: Mapping[int, int | None], analyses: Analyses | None = None) -> dict[str, Any] | None:
+    """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and the documents it needs
+    (``records``, by id); None when its newest run cannot be read."""
+    summaries, points = plan.summaries, plan.points
+    walls = [p.value for p in points]
+    compiles = [_number(row["compile_s"]) for row in summaries]
+    runs = [_number(row["run_s"]) for row in summaries]
     newest_id = summaries[-1]["id"]
-    newest = store.get(newest_id)
-    previous = store.readable(summaries[-2]["id"]) if len(summaries) > 1 else None
+    newest = records.get(newest_id)
+    if newest is None:
+        return None
+    previous = records.get(summaries[-2]["id"]) if len(summaries) > 1 else None
+    analyses = analyses or Analyses()
     newest_run = newest.notebook_run()
     previous_run = previous.notebook_run() if previous is not None else None
     status, error = _status(newest, newest_run)
     baseline_id = baselines.get(newest_id) or summaries[0]["id"]
     baseline_wall = next((p.value for p in points if p.run_id == baseline_id), None)
-    changes = change_points(points, options) if len([w for w in walls if w is not None]) > 2 else []
     regressions = []
-    for change in changes:
-        # A change whose medians, once both sides are known, moved less than the history's own floor is a side
-        # effect of a split a run off (the next split's segment held a run of the other level), not a regression.
-        if change.tentative or change.ratio is None or change.ratio < 1 + (options or ChangeOptions()).rel_floor:
-            continue
-        step = _step(walls, change.index)
-        before = store.readable(summaries[step - 1]["id"])
-        after = store.readable(summaries[step]["id"])
+    for change, step in plan.steps:
+        before, after = records.get(summaries[step - 1]["id"]), records.get(summaries[step]["id"])
         why = attribute(before, after).to_dict() if before is not None and after is not None else None
         regressions.append({**change.to_dict(), "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
-    totals = newest_run.totals
+    findings, forecast = analyses.of(newest, newest_run, runner)
     return {
         "target": target, "runner": runner, "page": lecture_page(target), "machine": summaries[-1]["machine"],
         "runs": len(summaries), "newest_id": newest_id, "started_at": summaries[-1]["started_at"],
         "status": status, "error": error, "wall_s": wall, "compile_s": compile_s,
         "compile_share": compile_s / wall if wall and compile_s is not None else None,
-        "cache_state": totals.cache_state,
+        "cache_state": newest_run.totals.cache_state,
         "vs_previous": _ratio(wall, walls[-2]) if len(walls) > 1 else None,
         "baseline_id": baseline_id, "vs_baseline": _ratio(wall, baseline_wall),
         "spark": walls[-SPARK_RUNS:], "history": {"started_at": [p.started_at for p in points], "wall_s": walls,
                                                    "compile_s": compiles, "run_s": runs, "ids": [p.run_id for p in points]},
-        "changes": [c.to_dict() for c in changes], "regressions": regressions, "regression_count": len(regressions),
-        "attribution": attribute(previous, newest).to_dict() if previous is not None else None,
-        "cells": _cells(newest_run, previous_run), "findings": _findings(newest),
-        "forecast": _forecast(newest, newest_run, runner),
+        "changes": [c.to_dict() for c in plan.changes], "regressions": regressions,
+        "regression_count": len(regressions),
+        "attribution": attribute(previous, newest, runs=(previous_run, newest_run)).to_dict()
+        if previous is not None and previous_run is not None else None,
+        "cells": _cells(newest_run, previous_run),
+        "findings": findings, "forecast": forecast,
         "median_wall_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
     }
 
@@ -267,6 +301,33 @@ def _check_folder(folder: Path) -> dict[str, Any] | None:
     return manifest
 
 
+def _target_of(key: str) -> str:
+    return key.split("\x1f", 1)[1]
+
+
+def _data_file(page: str) -> str:
+    """The file beside a lecture page that keeps its rows whole (history, cells, findings), as plain JSON."""
+    return page.removesuffix(".html") + ".json"
+
+
+def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The whole rows of ``targets`` as the last publish kept them, by row key: only those whose runs are those
+    the manifest records for the row (a file written by a publish stopped midway is not trusted)."""
+    found: dict[str, dict[str, Any]] = {}
+    for target in targets:
+        try:
+            kept = json.loads((folder / _data_file(lecture_page(target))).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for row in kept.get("rows") or [] if isinstance(kept, dict) else []:
+            if not isinstance(row, dict) or "history" not in row:
+                continue
+            key = row_key(str(row.get("target")), str(row.get("runner")))
+            if (old_rows.get(key) or {}).get("signature") == row.get("signature"):
+                found[key] = row
+    return found
+
+
 class SitePages(Protocol):
     """What formats the site's pages (``nbscope.render.site``): the API gathers the rows, the renderer writes them."""
 
@@ -283,6 +344,12 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
     store = store_of(source)
     folder = Path(output)
     manifest = _check_folder(folder)
+    with store.held():  # one connection for every query and document
+        return _publish(store, folder, manifest, site=site, full=full, options=options)
+
+
+def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, site: SitePages, full: bool,
+             options: ChangeOptions | None) -> PublishResult:
     old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
@@ -296,11 +363,14 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
         scan = {"count": store.count(), "newest_id": max((row["id"] for row in every), default=0)}
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
-    # A notebook with a new run has all its rows made again: its lecture page shows every runner in full.
-    changed = {key.split("\x1f", 1)[1] for key, signature in signatures.items()
-               if (old_rows.get(key) or {}).get("signature") != signature}
-    stale = {key for key in signatures if key.split("\x1f", 1)[1] in changed}
-    rows = {key: old_rows[key] for key in signatures if key not in stale}
+    changed_keys = {key for key, signature in signatures.items()
+                    if (old_rows.get(key) or {}).get("signature") != signature}
+    changed = {_target_of(key) for key in changed_keys}
+    # A lecture page shows every runner of its notebook in full: the rows of a changed notebook that have no
+    # new run are read whole from its data file (made again only when that file is missing or out of date).
+    whole = _row_files(folder, changed, old_rows) if old_rows else {}
+    stale = changed_keys | {key for key in signatures if _target_of(key) in changed and key not in whole}
+    rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
         # Only the changed notebooks' runs, unless every run was read already.
         grouped: dict[str, list[dict[str, Any]]] = {}
@@ -308,24 +378,31 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
             key = row_key(row["target"], row["backend"] or "unknown")
             if key in stale:
                 grouped.setdefault(key, []).append(row)
-        newest_ids = [max(r["id"] for r in group) for group in grouped.values()]
-        baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
+        plans = {}
         for key, group in grouped.items():
             group.sort(key=lambda r: (r["started_at"], r["id"]))
-            target, runner = key.split("\x1f", 1)[1], key.split("\x1f", 1)[0]
-            rows[key] = {**build_row(store, target, runner, group, baselines, options), "signature": signatures[key]}
+            plans[key] = plan_row(group, options)
+        newest_ids = [plan.summaries[-1]["id"] for plan in plans.values()]
+        baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
+        records = store.documents(run_id for plan in plans.values() for run_id in plan.needed)
+        analyses = Analyses()
+        for key, plan in plans.items():
+            runner, target = key.split("\x1f", 1)
+            built = build_row(plan, target, runner, records, baselines, analyses)
+            if built is not None:
+                rows[key] = {**built, "signature": signatures[key]}
     ordered = [rows[key] for key in sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))]
-    changed_targets = changed
     pages = site.book_pages(ordered)
     by_target: dict[str, list[dict[str, Any]]] = {}
     for row in ordered:
         by_target.setdefault(row["target"], []).append(row)
     for target, target_rows in by_target.items():
         page = target_rows[0]["page"]
-        if full or target in changed_targets or page not in old_pages:
+        if (full or target in changed or page not in old_pages) and all("history" in r for r in target_rows):
             pages[page] = site.lecture_page(target, target_rows)
+            pages[_data_file(page)] = json.dumps({"rows": target_rows}, default=str, separators=(",", ":"))
     result = PublishResult(folder=folder, rows=len(rows), runs=sum(s[0] for s in signatures.values()),
-                           rows_rebuilt=len(stale))
+                           rows_rebuilt=len([key for key in stale if key in rows]))
     hashes = dict(old_pages)
     # Marked as publish's before its first page: a publish stopped midway (SIGTERM) leaves a folder the next one
     # takes up (in full: no rows are known), not one it refuses as someone else's.

@@ -20,7 +20,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -41,9 +41,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # indexed for listings, references, history and the gate; each run's document is in documents. 5: no run
 # keeps an ``--env`` value that may be a secret (runs stored before they were hashed are written again).
 # 6: meta.env_key, the store's random key for hiding ``--env`` values (HMAC, ``record.secrets``); the
-# unkeyed hashes of earlier runs stay as they are. Older stores are migrated on first use; a newer one is
-# refused, untouched.
-STORE_VERSION = 6
+# unkeyed hashes of earlier runs stay as they are. 7: runs gains the figures and hashes a book's history reads
+# for every run (wall, compile and run seconds, cache state; hashes of the cells' code, of the package versions
+# and of the compiled programs), so that no listing over thousands of runs parses their totals or documents.
+# Older stores are migrated on first use; a newer one is refused, untouched.
+STORE_VERSION = 7
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -195,8 +197,80 @@ def _migrate_to_6(db: sqlite3.Connection) -> None:
     _env_key(db)
 
 
+# Version 7's columns: what `publish` and the attribution of a change read of every run without its document.
+FIGURE_COLUMNS = ("wall_s", "compile_s", "run_s")
+HASH_COLUMNS = ("cells_hash", "packages_hash", "programs_hash")
+_COLUMNS_V7 = (*(f"{name} REAL" for name in FIGURE_COLUMNS), "cache_state TEXT",
+               *(f"{name} TEXT" for name in HASH_COLUMNS))
+
+
+def _short_hash(parts: Iterable[str]) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def program_hashes(document: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none.
+    Read from its cells' ``programs_hash`` (``[{name, hash}]`` of each program a cell compiled: every run of a
+    probe that hashes programs), else from the programs table (``measurements.programs.programs[*].program_hash``),
+    which counts only when every program in it has one."""
+    measurements = document.get("measurements")
+    if not isinstance(measurements, Mapping):
+        return None
+    per_cell = [entry.get("hash") for cell in measurements.get("cells") or () if isinstance(cell, Mapping)
+                for entry in (cell.get("programs_hash") or ()) if isinstance(entry, Mapping)]
+    if per_cell:
+        hashes = per_cell
+    else:
+        table = measurements.get("programs")
+        programs = table.get("programs") if isinstance(table, Mapping) else None
+        if not isinstance(programs, Mapping):
+            return None
+        hashes = [entry.get("program_hash") if isinstance(entry, Mapping) else None for entry in programs.values()]
+    if not hashes or not all(isinstance(h, str) and h for h in hashes):
+        return None
+    return tuple(sorted({str(h) for h in hashes}))
+
+
+def _document_summary(document: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Version 7's columns of a run, from its document (as stored, or as a migration reads it)."""
+    measurements = document.get("measurements")
+    measurements = measurements if isinstance(measurements, Mapping) else {}
+    totals = measurements.get("totals")
+    totals = totals if isinstance(totals, Mapping) else {}
+    # Not a bool, which is an int.
+    figures = [float(v) if isinstance(v := totals.get(name), (int, float)) and not isinstance(v, bool) else None
+               for name in FIGURE_COLUMNS]
+    cache = totals.get("cache_state")
+    cells = [c.get("source_hash") for c in measurements.get("cells") or () if isinstance(c, Mapping)]
+    fingerprint = document.get("fingerprint")
+    versions = fingerprint.get("versions") if isinstance(fingerprint, Mapping) else None
+    packages = sorted(f"{k}={json.dumps(v, sort_keys=True, default=str)}" for k, v in versions.items()) \
+        if isinstance(versions, Mapping) else []
+    programs = program_hashes(document)
+    return (*figures, str(cache) if isinstance(cache, str) else None, _short_hash(map(str, cells)),
+            _short_hash(packages), _short_hash(programs) if programs is not None else None)
+
+
+def _migrate_to_7(db: sqlite3.Connection) -> None:
+    """The figures and hashes of version 7, filled from each run's document."""
+    for column in _COLUMNS_V7:
+        db.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+    names = (*FIGURE_COLUMNS, "cache_state", *HASH_COLUMNS)
+    update = f"UPDATE runs SET {', '.join(f'{name} = ?' for name in names)} WHERE id = ?"
+    for run_id, text in db.execute("SELECT run_id, document FROM documents"):  # one document at a time
+        try:
+            document = json.loads(text)
+        except (TypeError, ValueError):
+            continue  # a corrupt row keeps empty columns (and is reported when read)
+        if isinstance(document, dict):
+            db.execute(update, (*_document_summary(document), run_id))
+    # A notebook's runs on one backend, in time order, with the figures a book's history reads.
+    db.execute("CREATE INDEX runs_book ON runs (kind, target, backend, started_at, id, status, wall_s, compile_s,"
+               " run_s)")
+
+
 MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4, 4: _migrate_to_5,
-              5: _migrate_to_6}  # from version N to N + 1
+              5: _migrate_to_6, 6: _migrate_to_7}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -362,6 +436,7 @@ class Store:
         self.skipped: dict[int, str] = {}
         # A read-only store of an older version, migrated in memory: reading never writes to the file.
         self._migrated_copy: sqlite3.Connection | None = None
+        self._held: sqlite3.Connection | None = None  # the connection of ``held``, while one is open
         # The key a store not made yet gets when it is made (a run hides its --env values before it is stored).
         self._new_env_key = new_key()
         from nbscope._files import note_input
@@ -470,6 +545,9 @@ class Store:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        if self._held is not None:
+            yield self._held
+            return
         if self.read_only:
             with self._connect_read_only() as connection:
                 yield connection
@@ -623,6 +701,39 @@ class Store:
             raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         return self._parse(run_id, row[0])
 
+    def documents(self, run_ids: Iterable[int]) -> dict[int, RunRecord]:
+        """The readable runs of ``run_ids``, read in one query (an unreadable or missing one is left out; an
+        unreadable one is reported as ``readable`` reports it)."""
+        wanted = sorted({int(i) for i in run_ids})
+        found: dict[int, RunRecord] = {}
+        with self._connect() as db:
+            for start in range(0, len(wanted), _MOST_PARAMETERS):
+                part = wanted[start : start + _MOST_PARAMETERS]
+                rows = db.execute(f"SELECT run_id, document FROM documents WHERE run_id IN ({', '.join('?' * len(part))})",
+                                  part).fetchall()
+                for run_id, text in rows:
+                    try:
+                        found[int(run_id)] = self._parse(int(run_id), text)
+                    except NbscopeError as exc:
+                        self._skip(int(run_id), str(exc))
+        for run_id in set(wanted) - set(found) - set(self.skipped):
+            self._skip(run_id, f"no run with id {run_id} in {self.path}")
+        return found
+
+    @contextmanager
+    def held(self) -> Iterator[Store]:
+        """Every read inside on one connection: a command that reads many runs one by one opens the store once,
+        not once per run."""
+        if self._held is not None:
+            yield self
+            return
+        with self._connect() as db:
+            self._held = db
+            try:
+                yield self
+            finally:
+                self._held = None
+
     def _readable(self, filters: RunFilters) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
         """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows.
 
@@ -696,12 +807,14 @@ class Store:
 
     def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
-        keys plus ``settings`` (the measurement settings) and ``totals``; only ``columns`` (and ``id``)
-        when given. A run whose document could not be read when the store was migrated has ``settings``
-        and ``totals`` None (``readable`` says why)."""
+        keys plus ``settings`` (the measurement settings), ``totals``, the totals' ``wall_s``, ``compile_s``,
+        ``run_s`` and ``cache_state``, and the hashes of the cells' code, the package versions and the compiled
+        programs (``*_hash``); only ``columns`` (and ``id``) when given. A run whose document could not be read
+        when the store was migrated has these None (``readable`` says why)."""
         where, params = _where(filters)
         limit = filters.get("limit")
-        known = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals")
+        known = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals", *FIGURE_COLUMNS, "cache_state",
+                 *HASH_COLUMNS)
         if columns is None:
             columns = known
         elif unknown := set(columns) - set(known):
@@ -809,17 +922,19 @@ class Store:
 
 _MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement
 _ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
-                "settings", "content_hash", "headline", "totals")
+                "settings", "content_hash", "headline", "totals", *FIGURE_COLUMNS, "cache_state", *HASH_COLUMNS)
 _CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
 
 
 def _row(record: RunRecord) -> tuple[Any, ...]:
     """The values of ``_ROW_COLUMNS`` for a run, then its document."""
-    document = record.to_json(indent=None)
+    text = record.to_json(indent=None)
+    document = json.loads(text)
     backend, settings, totals = _summary_values(record)
     return (record.started_at, record.ended_at, record.kind, record.target, record.status,
             record.machine().summary, record.digest, record.label, backend, settings,
-            record_module.content_hash(json.loads(document)), json.dumps(record.headline()), totals, document)
+            record_module.content_hash(document), json.dumps(record.headline()), totals,
+            *_document_summary(document), text)
 
 
 def _backend(record: RunRecord) -> str | None:
