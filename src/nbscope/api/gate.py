@@ -15,6 +15,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, GateOptions, GateResult, gate
+from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import resolve_run, settings_key
 
