@@ -30,6 +30,7 @@ from nbscope.collect.requirements import kernel_requirements, notebook_requireme
 from nbscope.record.cells import target_name
 
 if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
     from nbscope.record.store import Store
 
 EventCallback = Callable[[str], None]
@@ -218,9 +219,9 @@ def bisect(
     result = analysis.BisectResult(
         target=target_name(notebook.path), package=package, good=good, bad=bad, cell=cell, versions=versions
     )
-    records: dict[int, Any] = {}
+    records: dict[int, RunRecord] = {}
 
-    def measure(position: int) -> Any:
+    def measure(position: int) -> RunRecord | None:
         version = versions[position]
         run = profile_variant(path, [f"{package}=={version}"], profile_options, options, store=store,
                               on_event=on_event)
@@ -241,7 +242,7 @@ def bisect(
     return result
 
 
-def _halve(result: analysis.BisectResult, baseline: Any, measure: Callable[[int], Any], gate: Any,
+def _halve(result: analysis.BisectResult, baseline: RunRecord, measure: Callable[[int], RunRecord | None], gate: GateOptions,
            on_event: EventCallback | None) -> tuple[int, int, set[int]]:
     """Halve the versions between the last known good and the first known bad until none is left between;
     returns (last good, first bad — ``len(versions)`` when none is bad, the untestable positions)."""
@@ -274,8 +275,8 @@ def _halve(result: analysis.BisectResult, baseline: Any, measure: Callable[[int]
     return low, high, untestable
 
 
-def _conclude(result: analysis.BisectResult, records: dict[int, Any], low: int, high: int,
-              untestable: set[int], gate: Any) -> None:
+def _conclude(result: analysis.BisectResult, records: dict[int, RunRecord], low: int, high: int,
+              untestable: set[int], gate: GateOptions) -> None:
     """The answer: the first bad version (or a range, or none), its slowdown and the evidence for it."""
     versions, cell = result.versions, result.cell
     result.untestable = [versions[i] for i in sorted(untestable)]

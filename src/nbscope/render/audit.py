@@ -66,7 +66,7 @@ def _clip(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _slowdown(value: Any) -> str:
+def _slowdown(value: object) -> str:
     if not isinstance(value, (int, float)):
         return "–"
     return f"{value:.0f}×" if value >= 10 else f"{value:.2g}×"

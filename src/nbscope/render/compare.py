@@ -56,7 +56,7 @@ def _side_compile(figures: CellFigures | None) -> str:
     return format_seconds(figures.compile_s) if figures and figures.compile_s else "–"
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (dict, list)):
@@ -105,7 +105,7 @@ def _total_figures(total: TotalRow | None) -> tuple[str, str, str]:
     if total is None:
         return "–", "–", ""
 
-    def shown(value: Any) -> str:
+    def shown(value: object) -> str:
         if total.key.endswith("_s"):
             return format_seconds(value)
         if total.key.endswith("_bytes"):

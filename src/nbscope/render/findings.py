@@ -34,7 +34,7 @@ FINDING_LINES = 8  # a finding without --verbose fits in this many lines, at any
 SUMMARY_LINES = 3  # of which the sentence takes at most this many
 
 
-def _value_text(key: str, value: Any) -> str:
+def _value_text(key: str, value: object) -> str:
     if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
         return format_seconds(value)
     if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):

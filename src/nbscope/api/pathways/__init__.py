@@ -53,6 +53,7 @@ from nbscope.record.secrets import command_for_record, env_for_record
 
 if TYPE_CHECKING:
     from nbscope.analyse.pathways import PathwayRow
+    from nbscope.collect.notebook import Notebook
     from nbscope.record.store import Store
 
 __all__ = [
@@ -92,7 +93,7 @@ def parse_via(via: str | Iterable[str] | None) -> list[str]:
 
 
 def _run_one(
-    name: str, notebook: Any, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
+    name: str, notebook: Notebook, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
 ) -> PathwayResult:
     if name == "script":
         from nbscope.api.pathways._script import run_script
@@ -280,7 +281,7 @@ def _elapsed(runner: dict[str, Any]) -> float | None:
 
 
 def measurements(
-    notebook: Any, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1
+    notebook: Notebook, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1
 ) -> dict[str, Any]:
     """The ``pathways`` record's measurements from each pathway's runs."""
     from nbscope.analyse.pathways import pair_cells, verdict

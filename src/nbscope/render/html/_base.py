@@ -33,8 +33,8 @@ def e_code(value: object) -> str:
 _number = _units.number
 
 
-def _short(text: Any, width: int = 40) -> str:
-    text = " ".join(str(text or "").split())
+def _short(given: object, width: int = 40) -> str:
+    text = " ".join(str(given or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
