@@ -7,7 +7,6 @@ import hashlib
 import importlib.util
 import io
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -65,24 +64,20 @@ def run_in_process(
     What a new process would start afresh is set up for the call and put back after it: the environment
     (:func:`cli_env`), the working folder, ``sys.argv``, file descriptors 1 and 2 (captured, so that the
     output of kernels and commands nbscope starts is captured too, in order), ``sys.stdout``/``sys.stderr``,
-    the shared rich console of ``render/terminal.py`` (made at import from the streams and ``COLUMNS``), the
-    signal handlers and ``_signals``' state, warning filters, typer's terminal settings and the caches in
-    ``_FRESH_CACHES``. An exception that escapes ``main`` prints its traceback on the captured stderr with
+    warning filters, typer's terminal settings and the caches in ``_FRESH_CACHES``. The console and the
+    signal handling are the command's own session's (``nbscope/cli/_session.py``): made afresh, put back.
+    An exception that escapes ``main`` prints its traceback on the captured stderr with
     exit code 1, as Python's would. ``timeout`` is not applied (pytest-timeout still is).
     """
     import nbscope.__main__
-    from nbscope import _signals
     from nbscope.cli import main
-    from nbscope.render import terminal
 
     argv = [str(a) for a in args]
     saved_env = dict(os.environ)
     saved_cwd = os.getcwd()
     saved_argv = sys.argv
     saved_streams = sys.stdout, sys.stderr
-    saved_console = dict(terminal.console.__dict__)
     saved_state = [(module, name, getattr(module, name)) for module, name in _in_process_state()]
-    saved_signals = {signum: signal.getsignal(signum) for signum in _signals.STOP_SIGNALS}
     captured = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
     for stream in saved_streams:
         stream.flush()
@@ -98,7 +93,6 @@ def run_in_process(
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                       errors="backslashreplace", write_through=True)
-        _fresh_console(terminal.console)
         _fresh_typer_settings()
         _fresh_caches()
         with warnings.catch_warnings():
@@ -123,15 +117,8 @@ def run_in_process(
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        terminal.console.__dict__.clear()
-        terminal.console.__dict__.update(saved_console)
         for module, name, value in saved_state:
             setattr(module, name, value)
-        for signum, handler in saved_signals.items():
-            if handler is not None:
-                signal.signal(signum, handler)
-        _signals._received.clear()
-        _signals._saved.clear()
     stdout, stderr = (_read_text(file) for file in captured)
     return subprocess.CompletedProcess([sys.executable, "-m", "nbscope", *argv], code, stdout, stderr)
 
@@ -162,11 +149,6 @@ def _fresh_caches() -> None:
         module = sys.modules.get(module_name)
         if module is not None and hasattr(module, name):
             setattr(module, name, value)
-
-
-def _fresh_console(console: Any) -> None:
-    # As render/terminal.py makes it at import, under this call's streams and environment.
-    type(console).__init__(console, highlight=False)
 
 
 def _fresh_typer_settings() -> None:

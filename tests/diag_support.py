@@ -79,7 +79,7 @@ def fixture_builder() -> Any:
 def assert_compact(findings: list[Finding], record: RunRecord | None = None, *, width: int = 100) -> None:
     """Each finding as `nbscope diagnose` prints it without --verbose fits in 8 lines of ``width`` columns, with
     its sentence, its fix and at least one labelled evidence line where it has any (issue 15)."""
-    from nbscope.render.compare import FINDING_LINES, finding_text
+    from nbscope.render.findings import FINDING_LINES, finding_text
 
     cells = {c.index: c for c in record.notebook_run().cells} if record is not None else {}
     for finding in findings:

@@ -30,7 +30,7 @@ def test_profile_compare_diagnose_open_store(tmp_path: Path) -> None:
     assert isinstance(first, nbscope.RunRecord) and first.status == "ok"
     assert [row["id"] for row in store.list()] == [second.run_id, first.run_id]
     comparison = nbscope.compare(first, second)
-    assert comparison.paired_all
+    assert comparison.pairing.all_paired
     findings = nbscope.diagnose(first)
     assert isinstance(findings, list)
     with pytest.raises(nbscope.NbscopeError):

@@ -278,3 +278,32 @@ def test_db_from_the_environment_that_is_not_sqlite(run_cli: Any, tmp_path: Path
 
 def test_db_that_is_a_directory(run_cli: Any, tmp_path: Path) -> None:
     assert_one_line_error(run_cli("runs", "--db", tmp_path), "is a directory")
+
+
+# --- profile: one outcome, each step once -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_profile_checks_the_notebook_and_forecasts_once(
+    run_cli: Any, tmp_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nbscope.analyse.forecast as forecast_module
+    import nbscope.api.profile as profile_module
+
+    calls = {"preflight": 0, "forecast": 0}
+
+    def counted(name: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(profile_module, "preflight", counted("preflight", profile_module.preflight))
+    monkeypatch.setattr(forecast_module, "forecast", counted("forecast", forecast_module.forecast))
+    files = Path(__file__).resolve().parent / "files"
+    result = run_cli("profile", files / "forecast_matmul.md", "--db", tmp_db, "--forecast", "t4",
+                     "--jax-platform", "cpu", "--markdown", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "T4" in result.stdout and "nbscope diagnose" in result.stdout  # the forecast and the findings shown
+    assert calls == {"preflight": 1, "forecast": 1}

@@ -249,7 +249,7 @@ def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_p
     from nbscope.api.backends import profile_backends
     from nbscope.api.profile import ProfileOptions
     from nbscope.record.store import Store
-    from nbscope.render.compare import backends_markdown
+    from nbscope.render.backends import backends_markdown
 
     fixtures = {"cpu": load_record("cpu_latency_loop"), "cuda": load_record("synthetic_t4_latency_loop")}
     store = Store(tmp_path / "s.db")

@@ -17,7 +17,7 @@ from nbscope.analyse.audit import diagnose_entries, entry_from_record
 from nbscope.analyse.diagnose import Finding, diagnose
 from nbscope.analyse.report import report_data
 from nbscope.record.run import loads
-from nbscope.render import compare as view
+from nbscope.render import findings as view
 from nbscope.render import html as report_html
 from nbscope.render.terminal import console
 

@@ -88,6 +88,22 @@ def test_no_import_from_a_later_stage(module: str, path: Path) -> None:
     assert not bad, f"{module} ({own_name}) imports {sorted(set(bad))}"
 
 
+# What the command line may import: it parses options, calls one API function and renders what that returns,
+# so it reaches the stages below only through the API (and the renderers), besides its own shared modules and
+# the infrastructure every stage uses (errors, files, signals, the version).
+CLI_MAY_IMPORT = ("nbscope.api", "nbscope.render", "nbscope.cli", "nbscope._errors", "nbscope._files", "nbscope._redact",
+                  "nbscope._signals", "nbscope._version")
+
+
+@pytest.mark.parametrize(("module", "path"), [m for m in modules() if m[0].startswith("nbscope.cli")],
+                         ids=[m for m, _ in modules() if m.startswith("nbscope.cli")])
+def test_the_command_line_imports_only_the_api_and_the_renderers(module: str, path: Path) -> None:
+    all_modules = {m for m, _ in modules()}
+    reached = {known(name, all_modules) for name in imports(module, path)} - {None, "nbscope"}
+    bad = sorted(str(t) for t in reached if not str(t).startswith(CLI_MAY_IMPORT))
+    assert not bad, f"{module} imports {bad}: go through nbscope.api"
+
+
 @pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
 def test_every_module_says_what_it_is_for(module: str, path: Path) -> None:
     if path.name == "__main__.py" or path.name == "_version.py":
@@ -165,7 +181,7 @@ def test_the_circle_finder_finds_a_circle_hidden_in_a_function() -> None:
 
 # The mypy baseline (.ci/mypy-baseline.txt) started at 99 errors (issue 36); it may only shrink. Lower this
 # number whenever the baseline shrinks, so that no later change can grow it back.
-MYPY_BASELINE_MOST = 40
+MYPY_BASELINE_MOST = 32
 
 
 def test_the_mypy_baseline_only_shrinks() -> None:
@@ -173,3 +189,39 @@ def test_the_mypy_baseline_only_shrinks() -> None:
     entries = [line for line in baseline.read_text().splitlines() if line.strip()]
     assert len(entries) <= MYPY_BASELINE_MOST, f"{len(entries)} known mypy errors; the baseline may only shrink"
     assert all(line.startswith("src/nbscope/") for line in entries), "baseline entries name files under src/"
+
+
+# Parameters typed ``Any`` in src/ (379 at issue 36's start; the target is 100 or fewer). The count may only
+# shrink: lower this number whenever it does, so that no later change can grow it back.
+ANY_PARAMETERS_MOST = 258
+
+
+def _any_parameters() -> list[str]:
+    found = []
+    for module, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            given = node.args
+            for arg in [*given.posonlyargs, *given.args, *given.kwonlyargs, *filter(None, [given.vararg, given.kwarg])]:
+                if arg.annotation is not None and ast.unparse(arg.annotation).strip("'\"") in ("Any", "typing.Any"):
+                    found.append(f"{module}.{node.name}({arg.arg})")
+    return found
+
+
+# Stores and records still typed Any: in the model's own stage (moving to schema/), the probe (a logging record),
+# and the gate job, whose loops over Store.list's rows mypy reads as untyped until Store's annotations stop
+# naming its own ``list`` method.
+UNTYPED_STORES_AND_RECORDS = {
+    "nbscope.api.gate._comparable_earlier(store)", "nbscope.api.gate.latest_baseline(store)",
+    "nbscope.api.gate.history_runs(store)", "nbscope.api.gate.latest_run(store)", "nbscope.api.gate.gate_stored(store)",
+    "nbscope.collect.probe._nbscope_probe.keep(record)", "nbscope.record.cells.cell_hashes(record)",
+    "nbscope.record.jupyter_cache._already_imported(store)", "nbscope.record.jupyter_cache.import_cache(store)",
+}
+
+
+def test_any_typed_parameters_only_shrink() -> None:
+    found = _any_parameters()
+    assert len(found) <= ANY_PARAMETERS_MOST, f"{len(found)} parameters typed Any; the count may only shrink"
+    untyped = {name for name in found if name.endswith(("(store)", "(record)"))}
+    assert untyped <= UNTYPED_STORES_AND_RECORDS, f"type these as Store or RunRecord: {sorted(untyped - UNTYPED_STORES_AND_RECORDS)}"

@@ -19,7 +19,8 @@ from conftest import run_in_process
 from nbscope.analyse.diagnose import Finding, Skip
 from nbscope.analyse.recommend import Recommendation
 from nbscope.collect import notebook as notebook_module
-from nbscope.render import compare as compare_view
+from nbscope.render import backends as backends_view
+from nbscope.render import findings as findings_view
 from nbscope.render.terminal import console
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -122,9 +123,9 @@ def test_findings_and_notes_print_as_written() -> None:
         fix="keep [bold]f[/bold] steady",
     )
     with console.capture() as captured:
-        compare_view.print_findings(Findings([finding]))
-        compare_view.print_unavailable([{"backend": "cuda", "reason": "RuntimeError: [/x] no device"}])
-        compare_view.print_recommendation(Recommendation(recommendation=None, reason="only [i] ran", basis="measured",
+        findings_view.print_findings(Findings([finding]))
+        backends_view.print_unavailable([{"backend": "cuda", "reason": "RuntimeError: [/x] no device"}])
+        backends_view.print_recommendation(Recommendation(recommendation=None, reason="only [i] ran", basis="measured",
                                                          estimates=None, pinned=(), caveats=(), runs={}))
     out = captured.get()
     for text in ("Retrace [/x] churn", "`f[/x]` compiled x[i] times", "function: f[/x]", "keep [bold]f[/bold]",

@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Signals after the first that are noted but not raised, so that the partial run gets saved.
@@ -57,19 +56,14 @@ def note_saved(text: str) -> None:
     _saved.append(text)
 
 
-def store_then_stop(record: Any, store: Any, interrupted: bool, what: str = "partial run {id}") -> None:
-    """Save ``record`` in ``store`` (when given); after an interrupt, note what was saved (``what`` with the
-    run's ``{id}``) and re-raise it."""
-    if store is not None:
-        store.save(record)
-    if interrupted:
-        if record.run_id is not None:
-            note_saved(what.format(id=record.run_id))
-        raise KeyboardInterrupt
-
-
 def saved() -> list[str]:
     return list(_saved)
+
+
+def forget() -> None:
+    """Forget the signals received and what was saved (a command ended: the next one starts afresh)."""
+    _received.clear()
+    _saved.clear()
 
 
 def _say(text: str) -> None:

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 
-def number(value: Any) -> float | None:
+def number(value: object) -> float | None:
     """A finite real number, or None (bools, strings, NaN and infinities are not figures)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def seconds(value: Any) -> str:
+def seconds(given: object) -> str:
     """``1 h 5 min``, ``25 min 8 s``, ``1.23 s``, ``45.6 ms``, ``8 µs``; ``–`` when not a number."""
-    value = number(value)
+    value = number(given)
     if value is None:
         return "–"
     if value < 0:
@@ -36,9 +35,9 @@ def seconds(value: Any) -> str:
     return f"{value * 1e6:.0f} µs"
 
 
-def size(value: Any) -> str | None:
+def size(given: object) -> str | None:
     """``1.5 GiB``; None when not a number."""
-    value = number(value)
+    value = number(given)
     if value is None:
         return None
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -48,9 +47,9 @@ def size(value: Any) -> str | None:
     return str(value)
 
 
-def seconds_range(low: Any, high: Any) -> str:
+def seconds_range(low_given: object, high_given: object) -> str:
     """``80.5–82.5 s``, ``1 min 20 s–1 min 22 s``, ``41.00 s–2 min 44 s``, ``≥ 12 ms`` (no upper bound), ``1.2 s`` (one figure); ``–`` without a low figure."""
-    low, high = number(low), number(high)
+    low, high = number(low_given), number(high_given)
     if low is None:
         return "–"
     if high is None:
@@ -67,6 +66,6 @@ def seconds_range(low: Any, high: Any) -> str:
     return f"{low_text}–{high_text}"
 
 
-def count(n: Any, noun: str, plural: str | None = None) -> str:
+def count(n: object, noun: str, plural: str | None = None) -> str:
     """``1 cell``, ``3 cells``, ``0 cells``: a count with its noun agreeing (``plural`` where adding "s" is wrong)."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -354,18 +354,6 @@ class Comparison:
     differences: tuple[Difference, ...]
     same_notebook: bool = True  # False: two different notebooks, compared because the caller allowed it
 
-    @property
-    def label_a(self) -> str:
-        return self.run_a.label
-
-    @property
-    def label_b(self) -> str:
-        return self.run_b.label
-
-    @property
-    def paired_all(self) -> bool:
-        return self.pairing.all_paired
-
     def total(self, key: str) -> TotalRow | None:
         return next((row for row in self.totals if row.key == key), None)
 

@@ -3,14 +3,17 @@ run without program data then never pays for it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbscope.record.model import NotebookRun
+
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
 
 RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
 
 
-def uses_jax(record: Any) -> bool:
+def uses_jax(record: RunRecord) -> bool:
     """Whether any cell of the run did JAX work."""
     return runs_jax(record.notebook_run())
 
@@ -20,7 +23,7 @@ def runs_jax(run: NotebookRun) -> bool:
     return any(c.jax is not None for c in run.cells)
 
 
-def forecast_unavailable(record: Any, platform: str | None) -> str | None:
+def forecast_unavailable(record: RunRecord, platform: str | None) -> str | None:
     """Why a run cannot be forecast for a GPU (None when it can): it ran on an accelerator, or it holds
     no program data."""
     if platform not in (None, "cpu"):

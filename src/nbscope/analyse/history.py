@@ -23,11 +23,14 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from nbscope._errors import NbscopeError
 from nbscope.record.model import Cell, Samples
 from nbscope.record.run import RunRecord, describe_settings, series_settings
+
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
 
@@ -156,7 +159,7 @@ class History:
         }
 
 
-def foreign_env_note(store: Any, rows: Sequence[Mapping[str, Any]]) -> str | None:
+def foreign_env_note(store: Store, rows: Sequence[Mapping[str, Any]]) -> str | None:
     """A note when runs hid their ``--env`` values under another store's key (imported runs): equal values
     then hash differently, so such a run starts a series of its own (``record.secrets``)."""
     from nbscope.record.secrets import hidden_key_ids, key_id
@@ -407,7 +410,7 @@ def _finite(value: Any) -> TypeGuard[float]:
 
 
 def history(
-    store: Any,
+    store: Store,
     target: str,
     *,
     metric: str = "wall_s",
@@ -426,10 +429,12 @@ def history(
     target = names[0]
     # The store's summary columns group and order the runs; a run's document is read only for a cell's
     # figure (a total is in the summaries), and only for the runs the series keep.
-    rows = store.summaries(("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
-                           target=names, kind=kind, digest=digest)
+    # Typed here: inside Store, ``list`` names its method, which hides the builtin from its annotations.
+    rows: list[dict[str, Any]] = cast("list[dict[str, Any]]", store.summaries(
+        ("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
+        target=names, kind=kind, digest=digest))
     if not rows:
-        known = store.targets()
+        known = cast("list[str]", store.targets())
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""
         raise NbscopeError(f"no runs of {target!r} in {store.path}{hint}")
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

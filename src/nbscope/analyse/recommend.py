@@ -169,7 +169,7 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         """The recommendation's JSON document (its keys in the order each kind has always listed them)."""
-        head = {"runs": {name: run.to_dict() for name, run in self.runs.items()},
+        head: dict[str, Any] = {"runs": {name: run.to_dict() for name, run in self.runs.items()},
                 "recommendation": self.recommendation, "basis": self.basis,
                 "estimates": {e.key: e.seconds for e in self.estimates} if self.estimates is not None else None,
                 "pinned": [p.to_dict() for p in self.pinned]}
@@ -288,7 +288,7 @@ def recommend_forecast(
             accelerator="gpu", caveats=(), forecast={}, runs=runs,
             reason=("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
                     "GPU the machine has: nothing to choose between"))
-    keys = gpus_of(record, gpus)
+    keys = gpus_of(record, gpus if gpus is None or isinstance(gpus, str) else list(gpus))
     if made is not None and [d.key for d in made.devices] == list(keys):
         forecast_result = made
     else:

@@ -4,7 +4,7 @@ profile's GPU forecast (runs with program data) and diagnosis, and each target's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Findings, diagnose
@@ -14,6 +14,9 @@ from nbscope.analyse.history import History, env_hashes, history
 from nbscope.record.cells import pair_cells
 from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
 
 CELL_KINDS = ("profile", "trace")
 
@@ -87,7 +90,7 @@ def _diagnoses(data: ReportData) -> None:
             data.notes.append(f"run {record.run_id or position + 1} not diagnosed: {exc}")
 
 
-def _histories(data: ReportData, store: Any, metric: str) -> None:
+def _histories(data: ReportData, store: Store, metric: str) -> None:
     for target in dict.fromkeys(r.target for r in data.records):
         try:
             data.histories.append((target, history(store, target, metric=metric)))
@@ -129,7 +132,7 @@ def _setting_differences(data: ReportData) -> None:
             data.setting_differences.append((f"settings.env.{name}", values))
 
 
-def report_data(records: list[RunRecord], *, store: Any = None, history_metric: str = "wall_s") -> ReportData:
+def report_data(records: list[RunRecord], *, store: Store | None = None, history_metric: str = "wall_s") -> ReportData:
     """Every analysis a report of ``records`` shows; ``store`` (optional) supplies the histories."""
     if not records:
         raise NbscopeError("report needs at least one run")

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
@@ -17,6 +17,9 @@ from nbscope.api import profile as profile_job
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, check_platforms, parse_backends
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
 
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
 # AssertionError instead, which the "no JAX work ran" test below catches).
@@ -80,10 +83,10 @@ class BackendsResult:
 
 def profile_backends(
     path: str | Path,
-    options: Any,
+    options: profile_job.RunSpec,
     backends: str | list[str],
     *,
-    store: Any = None,
+    store: Store | None = None,
     on_backend: Callable[[str], None] | None = None,
 ) -> BackendsResult:
     """Profile a notebook once per JAX backend, then compare the runs and recommend a backend.

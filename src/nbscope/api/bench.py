@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from nbscope.collect import fingerprint as fp
@@ -29,6 +30,7 @@ from nbscope.collect.bench._config import (
 )
 from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
 
@@ -183,3 +185,39 @@ def _measurements(
 def count_figures(figures: Iterable[dict[str, Any]]) -> int:
     """Timed values reported: each first call, each steady state and each fitted slope is one figure."""
     return sum((f.get("first") is not None) + (f.get("steady") is not None) + (f.get("fit") is not None) for f in figures)
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    """What ``nbscope bench`` did: the stored suite run, whether a signal cut it short, whether a group failed."""
+
+    record: RunRecord
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.record.measurements.get("totals", {}).get("interrupted"))
+
+    @property
+    def exit_status(self) -> int:
+        """1 when a group failed, else 0 (a cut-short run re-raises the interrupt instead)."""
+        return 1 if self.record.measurements.get("totals", {}).get("groups_failed") else 0
+
+
+def bench(
+    store: Store,
+    *,
+    only: Iterable[str] | None = None,
+    dtype: str = DEFAULT_DTYPE,
+    size: str = DEFAULT_SIZE,
+    jax_platform: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> BenchOutcome:
+    """``nbscope bench``: run the suite and store it, also when a signal cut it short (then noted as saved)."""
+    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
+    store.save(record)
+    outcome = BenchOutcome(record)
+    if outcome.interrupted:
+        from nbscope import _signals
+
+        _signals.note_saved(f"partial run {record.run_id}")
+    return outcome

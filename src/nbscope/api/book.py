@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.book import CELL_KINDS, RunSet
+from nbscope.analyse.book import CELL_KINDS, Lectures, RunSet, SlowestCells
 from nbscope.record.run import LABEL_PATTERN, RunRecord
 from nbscope.record.store import Store, resolve_run
 
@@ -99,3 +99,17 @@ def _embedded(document: Any, file: Path | None) -> RunRecord | None:
         return None
     record = RunRecord.from_dict(document, source=f"{file}: an embedded run")
     return record
+
+
+def cells(sources: list[str], store: Store, *, limit: int | None) -> SlowestCells:
+    """``nbscope cells``: the slowest cells across the runs each source names (``limit`` None: every cell)."""
+    from nbscope.analyse.book import slowest_cells
+
+    return slowest_cells([run_set(source, store) for source in sources], limit=limit)
+
+
+def lectures(a: str, b: str, store: Store) -> Lectures:
+    """``nbscope lectures``: two sets of runs lecture by lecture."""
+    from nbscope.analyse.book import by_lecture
+
+    return by_lecture(run_set(a, store), run_set(b, store))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
+from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
@@ -183,7 +184,7 @@ def gate_stored(
     return result
 
 
-def confirm_regression(store: Any, base: RunRecord, cand: RunRecord, result: GateResult, options: GateOptions | None,
+def confirm_regression(store: Store, base: RunRecord, cand: RunRecord, result: GateResult, options: GateOptions | None,
                        *, history: list[RunRecord]) -> GateResult:
     """``result`` (a failed gate) judged once more: the candidate's notebook profiled again with its settings,
     stored, and gated against ``base``; the rerun's result, with its :class:`Confirmation`. A failing cell is not
@@ -217,7 +218,7 @@ def confirm_regression(store: Any, base: RunRecord, cand: RunRecord, result: Gat
     return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
 
 
-def _notebook_file(store: Any, cand: RunRecord) -> Path | None:
+def _notebook_file(store: Store, cand: RunRecord) -> Path | None:
     """The candidate's notebook on this machine: its recorded name taken from the store's project (the folder
     holding ``.nbscope/``), the working directory's project root, or the working directory."""
     name = Path(cand.target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +34,25 @@ def load_fingerprint(path: str | Path) -> dict[str, Any]:
 
 def diff_fingerprints(a: str | Path, b: str | Path, *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
     return _fp.diff(load_fingerprint(a), load_fingerprint(b), include_volatile=include_volatile)
+
+
+@dataclass(frozen=True)
+class InfoOutcome:
+    """What ``nbscope info`` found: this machine's fingerprint, or the fields two fingerprints differ in
+    (``field``, value in A, value in B)."""
+
+    fingerprint: dict[str, Any] | None = None
+    differences: tuple[tuple[str, Any, Any], ...] | None = None
+
+    @property
+    def exit_status(self) -> int:
+        """As ``diff``: 1 when two fingerprints differ, else 0."""
+        return 1 if self.differences else 0
+
+
+def info(*, include_jax: bool = False, diff: tuple[Path, Path] | None = None,
+         include_volatile: bool = False) -> InfoOutcome:
+    """``nbscope info``: the fingerprint of this machine, or (``diff``) where two fingerprints differ."""
+    if diff is not None:
+        return InfoOutcome(differences=tuple(diff_fingerprints(diff[0], diff[1], include_volatile=include_volatile)))
+    return InfoOutcome(fingerprint=collect_fingerprint(include_jax=include_jax))

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.record import live as live_format
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
 
 
 @dataclass
@@ -39,7 +42,7 @@ def recover_unfinished(path: str | Path) -> RunRecord:
     return live_format.recover(path)
 
 
-def stored_id(record: RunRecord, store: Any) -> int | None:
+def stored_id(record: RunRecord, store: Store) -> int | None:
     """The id of the stored run that is this one (the same live run, by its uuid), if any."""
     if not store.path.exists():
         return None
@@ -56,7 +59,7 @@ def stored_id(record: RunRecord, store: Any) -> int | None:
     return None
 
 
-def store_recovered(path: str | Path, record: RunRecord, store: Any) -> Imported:
+def store_recovered(path: str | Path, record: RunRecord, store: Store) -> Imported:
     """Save a recovered run unless it is stored already, then remove its live file when that file is one
     of ``store``'s own (its content is in the store now)."""
     path = Path(path)

@@ -8,15 +8,18 @@ from typing import Any
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
 from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
+
+__all__ = ["LoopOptions", "run_loops"]  # the command's options, with the job that takes them
 
 
 def run_loops(
     options: LoopOptions | None = None,
     *,
-    store: Any = None,
+    store: Store | None = None,
     progress: Progress | None = None,
     fingerprint: dict[str, Any] | None = None,
-) -> Any:
+) -> RunRecord:
     """Sweep trip counts, fit, extrapolate; returns a ``loops`` RunRecord (saved in ``store`` if given)."""
     options = options or LoopOptions()
     options.validate()

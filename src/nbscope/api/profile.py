@@ -6,10 +6,10 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
@@ -17,21 +17,31 @@ from nbscope.collect import notebook as notebook_module
 from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, StartCallback, execute
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
-from nbscope.record.store import files_folder, make_folder
+from nbscope.record.store import Store, files_folder, make_folder
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Findings
+    from nbscope.analyse.forecast import Forecast
+    from nbscope.collect.notebook import CodeCell as CodeCell  # re-exported for the CLI's types
+    from nbscope.collect.notebook import Notebook as Notebook
+    from nbscope.record.model import Cell
+
+
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
 
 
-@dataclass
-class ProfileOptions:
-    """Everything that shapes a profile; stored as the record's ``settings``."""
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that shapes a profile, from the command line to the worker that runs it (an audit job, a
+    pathway, a package-version variant): stored as the record's ``settings``, with the run's ``label``."""
 
     timeout: float | None = None
     on_error: str = "continue"
     kernel: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
     env_store_values: bool = False  # keep --env values in the record (default: a hash, nbscope.record.secrets)
     jax_platform: str | None = None
     jax_cache: str = "off"  # off | cold | warm | a folder
@@ -40,7 +50,30 @@ class ProfileOptions:
     timeline: bool = False  # per-cell jax.profiler trace summaries (opt-in: it costs time)
     keep_traces: Path | None = None
     programs: bool = False  # per-cell program data for the GPU forecast (implied by ``forecast``)
-    forecast: list[str] = field(default_factory=list)  # GPUs to forecast for (nbscope.analyse.forecast)
+    forecast: Sequence[str] = ()  # GPUs to forecast for (nbscope.analyse.forecast)
+    label: str | None = None  # names the run (--label); None: $NBSCOPE_LABEL, which a worker process inherits
+    variant: Mapping[str, Any] | None = None  # the package-version variant the run belongs to (nbscope versions)
+
+    def for_forecast(self, gpus: Sequence[str], *, programs: bool = False) -> RunSpec:
+        """This spec forecasting for ``gpus`` (device keys), which implies recording program data."""
+        return replace(self, forecast=tuple(gpus), programs=programs or bool(gpus))
+
+    def for_variant(self, variant: Mapping[str, Any], kernel: str) -> RunSpec:
+        """This spec run as a package-version variant, in the kernel of its environment."""
+        return replace(self, variant=dict(variant), kernel=kernel)
+
+    def execution(self, env: Mapping[str, str], *, nvml: bool) -> ExecutionOptions:
+        """How one execution of the notebook runs (``env``: the kernel's whole overrides)."""
+        return ExecutionOptions(timeout=self.timeout, on_error=self.on_error, kernel_name=self.kernel, env=dict(env),
+                                nvml=nvml, timeline=self.timeline, keep_traces=self.keep_traces,
+                                programs=self.collects_programs)
+
+    def process_env(self) -> dict[str, str]:
+        """The kernel's environment overrides: ``env``, with ``JAX_PLATFORMS`` when a platform is named."""
+        env = dict(self.env)
+        if self.jax_platform:
+            env["JAX_PLATFORMS"] = self.jax_platform
+        return env
 
     @property
     def collects_programs(self) -> bool:
@@ -51,6 +84,7 @@ class ProfileOptions:
             raise NbscopeError(f"--on-error must be 'continue' or 'stop', not {self.on_error!r}")
         if self.repeat < 1:
             raise NbscopeError("--repeat must be at least 1")
+        check_label(self.label)
         check_timeout(self.timeout)
         if self.jax_cache not in JAX_CACHE_MODES:
             folder = Path(self.jax_cache).expanduser()
@@ -79,7 +113,12 @@ class ProfileOptions:
             "timeline": self.timeline,
             "programs": self.collects_programs,
             "forecast": list(self.forecast),
+            **({"variant": dict(self.variant)} if self.variant is not None else {}),
         }
+
+
+# The earlier name of :class:`RunSpec`, kept for callers of the Python API.
+ProfileOptions = RunSpec
 
 
 def check_folder_option(option: str, folder: Path) -> None:
@@ -117,7 +156,7 @@ def check_kernel(name: str) -> None:
         ) from None
 
 
-def check_store(store: Any) -> None:
+def check_store(store: Store) -> None:
     """Before anything runs: the store opens, this nbscope can use it and it takes a write, and its live
     folder can be written. A store that does not exist yet is not created here (only its folder checked)."""
     from nbscope.record.live import live_folder
@@ -139,7 +178,7 @@ def check_timeout(timeout: float | None, option: str = "--timeout") -> None:
         raise NbscopeError(f"{option} must be a positive number of seconds, not {timeout}")
 
 def preflight(
-    path: str | Path, options: ProfileOptions, store: Any = None, fingerprint: dict[str, Any] | None = None
+    path: str | Path, options: RunSpec, store: Store | None = None, fingerprint: dict[str, Any] | None = None
 ) -> notebook_module.Notebook:
     """Every check a profile makes before a kernel starts, so that a bad option, notebook, kernel, backend
     or store is one line (an NbscopeError) with nothing run, nothing stored and no live file left; the
@@ -165,13 +204,6 @@ class RunNotStored(NbscopeError):
             f"the run could not be stored in {store_path} ({why}); its cells are kept in {live_file}: "
             f"store them with `nbscope import {live_file} --db {store_path}`"
         )
-
-
-def failed_cells(record: RunRecord) -> list[dict[str, Any]]:
-    """The cells that failed a run: an error (a ``raises-exception`` cell's aside), a timeout, a dead kernel."""
-    from nbscope.record.cells import FAILED
-
-    return [c for c in record.measurements.get("cells") or [] if c.get("status") in FAILED]
 
 
 def parse_env(pairs: Iterable[str]) -> dict[str, str]:
@@ -287,15 +319,27 @@ def default_live_path(store_path: Path | None) -> Path:
     return new_live_path(store_path)
 
 
-def profile(path: str | Path, options: ProfileOptions | None = None, **keywords: Any) -> RunRecord:
-    """Profile a notebook per cell; saves the run in ``store`` (a :class:`nbscope.Store`) when given
-    (``keywords``: those of :func:`profile_until_stopped`).
+def profile(
+    path: str | Path,
+    options: RunSpec | None = None,
+    *,
+    store: Store | None = None,
+    live_path: Path | None = None,
+    on_cell_start: StartCallback | None = None,
+    on_cell_done: CellCallback | None = None,
+    fingerprint: dict[str, Any] | None = None,
+    on_notebook: Callable[[notebook_module.Notebook], None] | None = None,
+) -> RunRecord:
+    """Profile a notebook per cell; saves the run in ``store`` (a :class:`nbscope.Store`) when given (the other
+    arguments: those of :func:`profile_until_stopped`).
 
     A failing cell, a timeout or a dead kernel never raises: the record says so (status ``partial``)
     and keeps everything measured before it. Ctrl-C (or SIGTERM / SIGHUP under the CLI) saves the run,
     then re-raises KeyboardInterrupt.
     """
-    record, interrupted = profile_until_stopped(path, options, **keywords)
+    record, interrupted = profile_until_stopped(
+        path, options, store=store, live_path=live_path, on_cell_start=on_cell_start, on_cell_done=on_cell_done,
+        fingerprint=fingerprint, on_notebook=on_notebook)
     if interrupted:
         raise KeyboardInterrupt
     return record
@@ -303,26 +347,30 @@ def profile(path: str | Path, options: ProfileOptions | None = None, **keywords:
 
 def profile_until_stopped(
     path: str | Path,
-    options: ProfileOptions | None = None,
+    options: RunSpec | None = None,
     *,
-    store: Any = None,
+    store: Store | None = None,
     live_path: Path | None = None,
     on_cell_start: StartCallback | None = None,
     on_cell_done: CellCallback | None = None,
     fingerprint: dict[str, Any] | None = None,
+    on_notebook: Callable[[notebook_module.Notebook], None] | None = None,
 ) -> tuple[RunRecord, bool]:
     """:func:`profile` that returns ``(record, interrupted)`` instead of re-raising an interrupt, so a
     caller (the kernel pathway) can keep the partial record; the record is saved in ``store`` either way.
 
     The live file (see :mod:`nbscope.record.live`) is removed once the record is stored (or returned, without a
-    store) when nbscope chose its path; a ``live_path`` the caller names stays.
+    store) when nbscope chose its path; a ``live_path`` the caller names stays. ``on_notebook`` receives the
+    notebook once every check passed, before a kernel starts (its cells, its warnings).
     """
     from nbscope import _signals
     from nbscope.record import live
 
-    options = options or ProfileOptions()
+    options = options or RunSpec()
     fingerprint = fingerprint or fp.collect()
     notebook = preflight(path, options, store, fingerprint)
+    if on_notebook is not None:
+        on_notebook(notebook)
     store_path = getattr(store, "path", None)
     repeats = _Repeats(path, notebook, options, _checked_cache_root(options, store_path), fingerprint)
     env_key = store.env_key() if store is not None else None  # the store's: equal --env values hash equal there
@@ -332,6 +380,7 @@ def profile_until_stopped(
         fingerprint=fingerprint,
         settings=options.settings(env_key),
         command=command_for_record(sys.argv, env_key),
+        label=options.label if options.label is not None else default_label(),
     )
     owned_live = live_path is None
     if live_path is None:
@@ -368,7 +417,7 @@ def profile_until_stopped(
     return record, interrupted
 
 
-def _checked_cache_root(options: ProfileOptions, store_path: Path | None) -> Path:
+def _checked_cache_root(options: RunSpec, store_path: Path | None) -> Path:
     """The JAX cache folder of ``--jax-cache``, refused (before anything runs or is stored) when ``cold``
     could not empty it or it cannot be a folder."""
     cache_root = options.cache_root or default_cache_root(store_path, make=options.jax_cache in ("cold", "warm"))
@@ -386,7 +435,7 @@ class _Repeats:
 
     path: str | Path
     notebook: Any
-    options: ProfileOptions
+    options: RunSpec
     cache_root: Path
     fingerprint: dict[str, Any]
     executions: list[Execution] = field(default_factory=list)
@@ -397,25 +446,14 @@ class _Repeats:
         from nbscope.record import live
 
         options = self.options
-        env = dict(options.env)
-        if options.jax_platform:
-            env["JAX_PLATFORMS"] = options.jax_platform
+        env = options.process_env()
         for number in range(options.repeat):
             # "cold" empties the cache before every repeat, so medians over repeats stay cold ones.
             cache_env, self.cache_state = jax_cache_env(options.jax_cache, self.cache_root)
             live.write_execution(live_path, number, self.cache_state)
             execution = execute(
                 notebook_module.read(self.path) if self.executions else self.notebook,  # a fresh copy per repeat
-                ExecutionOptions(
-                    timeout=options.timeout,
-                    on_error=options.on_error,
-                    kernel_name=options.kernel,
-                    env={**cache_env, **env},
-                    nvml=_gpus_present(self.fingerprint),
-                    timeline=options.timeline,
-                    keep_traces=options.keep_traces,
-                    programs=options.collects_programs,
-                ),
+                options.execution({**cache_env, **env}, nvml=_gpus_present(self.fingerprint)),
                 live_sink=live.LiveWriter(live_path),
                 on_cell_start=on_cell_start,
                 on_cell_done=on_cell_done,
@@ -428,7 +466,7 @@ class _Repeats:
         return False
 
 
-def _save(record: RunRecord, store: Any, live_path: Path | None) -> bool:
+def _save(record: RunRecord, store: Store, live_path: Path | None) -> bool:
     """Store the run (whether a signal came meanwhile); when the store refuses it, :class:`RunNotStored` names
     the live file that keeps its cells (the record keeps its path then) and the command that stores them later."""
     import sqlite3
@@ -467,7 +505,7 @@ def _check_can_empty(folder: Path) -> None:
         )
 
 
-def _cache_saving(record: RunRecord, store: Any) -> None:
+def _cache_saving(record: RunRecord, store: Store) -> None:
     """For a warm-cache run: compile time saved against the latest cold run of the same notebook and
     environment (measured cold vs warm: JAX's own compile_time_saved is wrong under 1 s)."""
     totals_ = record.measurements["totals"]
@@ -497,3 +535,112 @@ def diagnosis_of(
     except Exception as exc:  # a rule or a source that fails costs the run its findings, not its ledger
         return None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, NbscopeError) else str(exc)
 
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """What ``nbscope profile`` found: the run, its findings (or why it has none), its GPU forecast when one was
+    asked for, the probe's warnings, the cells that failed it, and the store's refusal when it could not keep it."""
+
+    record: RunRecord
+    findings: Findings | None
+    why_not_diagnosed: str | None
+    forecast: Forecast | None
+    warnings: tuple[str, ...]
+    failed: tuple[tuple[RunRecord, Cell], ...]
+    not_stored: RunNotStored | None = None
+    allow_errors: bool = False
+
+    @property
+    def exit_status(self) -> int:
+        """2 when the store refused the run, 1 when a cell failed it (unless errors are allowed), else 0."""
+        if self.not_stored is not None:
+            return self.not_stored.exit_code
+        return 1 if self.failed and not self.allow_errors else 0
+
+
+def forecast_devices(names: str | None, devices_file: str | Path | None) -> list[str]:
+    """The device-table keys of ``--forecast GPU[,GPU...]`` (one-line error for an unknown GPU), checked before
+    anything runs; none for none."""
+    if not names:
+        return []
+    from nbscope.analyse.forecast.devices import load_table, resolve
+
+    return [device.key for device in resolve(load_table(devices_file), names)]
+
+
+def run_profile(
+    path: str | Path,
+    options: RunSpec,
+    store: Store,
+    *,
+    devices_file: Path | None = None,
+    diagnose: bool = True,
+    allow_errors: bool = False,
+    on_notebook: Callable[[notebook_module.Notebook], None] | None = None,
+    on_cell_start: StartCallback | None = None,
+    on_cell_done: CellCallback | None = None,
+) -> ProfileOutcome:
+    """``nbscope profile``: the notebook checked and read once, run, stored, diagnosed and forecast once (the
+    findings' forecast is reused when the GPU rules made one). A signal re-raises KeyboardInterrupt once the run
+    is saved, as :func:`profile` does."""
+    not_stored = None
+    try:
+        record = profile(path, options, store=store, on_notebook=on_notebook, on_cell_start=on_cell_start,
+                         on_cell_done=on_cell_done)
+    except RunNotStored as exc:  # measured, not stored: the ledger still shows, then how to store it
+        record, not_stored = exc.record, exc
+    findings, why_not = (None, "--no-diagnose") if not diagnose or not_stored is not None else diagnosis_of(
+        record, path, devices_file=devices_file)
+    return ProfileOutcome(
+        record=record, findings=findings, why_not_diagnosed=why_not,
+        forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
+        warnings=tuple(probe_warnings(record)), failed=failures([record]), not_stored=not_stored,
+        allow_errors=allow_errors,
+    )
+
+
+def _forecast_of(record: RunRecord, gpus: Sequence[str], findings: Findings | None, devices_file: Path | None,
+                 path: str | Path) -> Forecast | None:
+    """The run's forecast on ``gpus``: the one the findings made for the same GPUs, else made here; none unasked."""
+    if not gpus:
+        return None
+    made = findings.forecast if findings is not None else None
+    if made is not None and [device.key for device in made.devices] == list(gpus):
+        return made
+    from nbscope.analyse.forecast import forecast
+
+    return forecast(record, list(gpus), devices_file=devices_file, notebook_path=path)
+
+
+def failures(records: Iterable[RunRecord]) -> tuple[tuple[RunRecord, Cell], ...]:
+    """Each cell that failed these runs, with its run: an error, a timeout, a dead kernel."""
+    from nbscope.record.cells import FAILED
+
+    return tuple((record, cell) for record in records for cell in record.notebook_run().cells
+                 if cell.status in FAILED)
+
+
+def probe_warnings(record: RunRecord) -> list[str]:
+    """The probe's warnings about the run (``kernel.warnings``), each naming its cell as the ledger does."""
+    kernel = record.measurements.get("kernel")
+    warnings = kernel.get("warnings") if isinstance(kernel, dict) else None
+    if not isinstance(warnings, list):
+        return []
+    by_hash = {c.get("source_hash"): c for c in record.measurements.get("cells") or [] if isinstance(c, dict)}
+    found = []
+    for warning in warnings:
+        if not isinstance(warning, dict):
+            continue
+        cell = by_hash.get(warning.get("hash"))
+        where = f"cell {cell['index'] + 1}: " if cell is not None and isinstance(cell.get("index"), int) else ""
+        found.append(f"{where}{warning.get('message', '')}")
+    return found
+
+
+def diagnose_command(record: RunRecord, store: Store, devices: Path | None = None) -> str:
+    """The command that shows a stored run's findings in full (with the device file they were forecast from)."""
+    from nbscope.api.runs import db_option
+
+    command = f"nbscope diagnose {record.run_id}" + (f" --devices {devices}" if devices is not None else "")
+    return command + db_option(store)

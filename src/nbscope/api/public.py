@@ -3,14 +3,14 @@ machine, open the run store; each returns data (run records, comparisons, findin
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse import diagnose as diagnose_module
 from nbscope.api import bench as bench_job
 from nbscope.api import profile as profile_job
-from nbscope.record.run import RunRecord, labelled
+from nbscope.record.run import RunRecord, check_label, labelled
 from nbscope.record.sources import naming
 from nbscope.record.store import Store
 
@@ -26,17 +26,39 @@ def _store(store: Store | str | Path | None) -> Store | None:
 
 
 def profile(
-    path: str | Path, *, store: Store | str | Path | None = None, label: str | None = None, **options: Any
+    path: str | Path,
+    *,
+    store: Store | str | Path | None = None,
+    label: str | None = None,
+    timeout: float | None = None,
+    on_error: str = "continue",
+    kernel: str | None = None,
+    env: Mapping[str, str] | None = None,
+    env_store_values: bool = False,
+    jax_platform: str | None = None,
+    jax_cache: str = "off",
+    repeat: int = 1,
+    timeline: bool = False,
+    keep_traces: Path | None = None,
+    cache_root: Path | None = None,
+    programs: bool = False,
+    forecast: Sequence[str] = (),
 ) -> RunRecord:
     """Profile a notebook per cell in a real Jupyter kernel and return its run record.
 
-    ``options`` are those of ``nbscope profile``: ``timeout``, ``on_error``, ``kernel``, ``env`` (values kept
-    as hashes in the record; ``env_store_values=True`` keeps them),
-    ``jax_platform``, ``jax_cache``, ``repeat``, ``timeline``, ``programs``, ``forecast`` (GPU keys). With ``store`` (a :class:`Store` or a
+    The options are those of ``nbscope profile``: ``timeout``, ``on_error``, ``kernel``, ``env`` (values kept
+    as hashes in the record; ``env_store_values=True`` keeps them), ``jax_platform``, ``jax_cache``,
+    ``repeat``, ``timeline`` (``keep_traces``: a folder), ``programs``, ``forecast`` (GPU keys); ``cache_root``: where
+    ``jax_cache`` cold or warm keeps its cache. With ``store`` (a :class:`Store` or a
     path) the run is saved there too; ``label`` names it, as ``--label`` does.
     """
-    with labelled(label):
-        return profile_job.profile(path, profile_job.ProfileOptions(**options), store=_store(store))
+    spec = profile_job.RunSpec(
+        timeout=timeout, on_error=on_error, kernel=kernel, env=dict(env or {}), env_store_values=env_store_values,
+        jax_platform=jax_platform, jax_cache=jax_cache, repeat=repeat, timeline=timeline, keep_traces=keep_traces,
+        cache_root=cache_root, programs=programs,
+        forecast=tuple(forecast), label=check_label(label),
+    )
+    return profile_job.profile(path, spec, store=_store(store))
 
 
 def compare(
@@ -49,19 +71,37 @@ def compare(
     return compare_module.compare(a, b, allow_different=allow_different)
 
 
-def diagnose(record: RunRecord, *, other: RunRecord | None = None, **options: Any) -> diagnose_module.Findings:
+def diagnose(
+    record: RunRecord,
+    *,
+    other: RunRecord | None = None,
+    sources: Mapping[str, str] | str | Path | None = None,
+    rules: Iterable[str] | None = None,
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    gpus: str | Sequence[str] | None = None,
+    devices_file: str | Path | None = None,
+) -> diagnose_module.Findings:
     """Named causes of slow cells, each with its evidence and fix, most important first (``other``: the
     same notebook on another backend or cache state, used as evidence; ``sources``, ``rules``,
     ``thresholds``; ``gpus``: on a CPU run recorded with ``forecast=[...]`` or ``programs=True``, the GPUs
     the GPU rules are forecast for, default those named when it was recorded, else the T4)."""
-    return diagnose_module.diagnose(record, other=other, **options)
+    return diagnose_module.diagnose(record, other=other, sources=sources, rules=rules, thresholds=thresholds,
+                                    gpus=gpus, devices_file=devices_file)
 
 
-def bench(*, store: Store | str | Path | None = None, label: str | None = None, **options: Any) -> RunRecord:
+def bench(
+    *,
+    store: Store | str | Path | None = None,
+    label: str | None = None,
+    only: Iterable[str] | None = None,
+    dtype: str = bench_job.DEFAULT_DTYPE,
+    size: str = bench_job.DEFAULT_SIZE,
+    jax_platform: str | None = None,
+) -> RunRecord:
     """Run the hardware suite (``only``, ``dtype``, ``size``, ``jax_platform``) and return its record
     (``label`` names it, as ``--label`` does)."""
     with labelled(label):
-        record = bench_job.run_bench(**options)
+        record = bench_job.run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform)
     target = _store(store)
     if target is not None:
         target.save(record)

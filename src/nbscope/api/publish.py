@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
@@ -35,6 +35,9 @@ from nbscope.record.cells import project_root
 from nbscope.record.model import NotebookRun
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import STORE_FOLDER, Store
+
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast import Forecast
 
 MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2
@@ -81,8 +84,8 @@ def lecture_page(target: str) -> str:
     return f"{LECTURE_FOLDER}/{safe}-{hashlib.sha256(target.encode()).hexdigest()[:8]}.html"
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if type(value) in (int, float) else None  # not a bool, which is an int
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _status(record: RunRecord, run: NotebookRun) -> tuple[str, str | None]:
@@ -128,7 +131,7 @@ class Analyses:
         findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
         return findings, self._forecast(record, run, runner, found.forecast)
 
-    def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Any) -> dict[str, Any] | None:
+    def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Forecast | None) -> dict[str, Any] | None:
         if runner != "cpu" or run.program_data is None:
             return None
         result = made

@@ -40,6 +40,7 @@ from nbscope.collect.inject import ProbeHome
 from nbscope.collect.runner import merge_cell
 from nbscope.record.cells import derive, target_name, totals
 from nbscope.record.run import RunRecord
+from nbscope.record.store import Store
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
 MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count
@@ -335,7 +336,7 @@ def run_traced(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     echo: bool = True,
-    store: Any = None,
+    store: Store | None = None,
     fingerprint: dict[str, Any] | None = None,
     timeout: float | None = None,
     fresh: bool = False,
@@ -493,7 +494,7 @@ def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *,
     return record.finish("partial" if ran.interrupted else status)
 
 
-def _store_all(records: list[RunRecord], store: Any, interrupted: bool) -> tuple[str | None, list[Path]]:
+def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool) -> tuple[str | None, list[Path]]:
     """Store the traced runs; when the store refuses them, each is written to a run file instead (``nbscope
     import`` stores it later): ``(why, those files)``."""
     import sqlite3
@@ -801,7 +802,7 @@ def theme_note(result: TraceResult) -> str | None:
 def trace_command(
     command: list[str],
     *,
-    store: Any = None,
+    store: Store | None = None,
     sources: list[Path] | None = None,
     timeout: float | None = None,
     fresh: bool = False,

@@ -14,11 +14,10 @@ released versions between a good and a bad one and bisects with the gate's signi
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import versions as analysis
@@ -30,19 +29,13 @@ from nbscope.collect import notebook as notebook_module
 from nbscope.collect.requirements import kernel_requirements, notebook_requirements
 from nbscope.record.cells import target_name
 
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
+    from nbscope.record.store import Store
+
 EventCallback = Callable[[str], None]
 
 VERSIONS_SOURCE = "the variant environment's site-packages (dist-info), read by nbscope"
-
-
-@dataclass
-class VariantProfileOptions(profile_job.ProfileOptions):
-    """:class:`ProfileOptions` whose stored settings also name the variant the run belongs to."""
-
-    variant: dict[str, Any] = field(default_factory=dict)
-
-    def settings(self, env_key: bytes | None = None) -> dict[str, Any]:
-        return {**super().settings(env_key), "variant": self.variant}
 
 
 @dataclass
@@ -64,6 +57,24 @@ class VersionsOptions:
             raise NbscopeError("--no-index needs --find-links DIR: pip would have nowhere to look")
         if self.requirements_file is not None and not Path(self.requirements_file).is_file():
             raise NbscopeError(f"--requirements {self.requirements_file}: no such file")
+
+
+def versions_options(requirements: Path | None, find_links: Sequence[str] | None, no_index: bool,
+                     env_cache: Path | None, max_slowdown: str, alpha: float) -> VersionsOptions:
+    """The options of ``versions`` and ``bisect`` from their command-line values, checked (one line when bad)."""
+    from nbscope.analyse.gate import parse_slowdown
+
+    options = VersionsOptions(
+        requirements_file=requirements, find_links=list(find_links or []), no_index=no_index, env_cache=env_cache,
+        gate=GateOptions(max_slowdown=parse_slowdown(max_slowdown), alpha=alpha),
+    )
+    options.validate()
+    return options
+
+
+def parse_variants(texts: Sequence[str]) -> list[list[str]]:
+    """Each ``--with`` value as the requirements it names (one line for a malformed one)."""
+    return [environments.parse_requirements(text) for text in texts]
 
 
 def _say(on_event: EventCallback | None, text: str) -> None:
@@ -96,10 +107,10 @@ def variant_requirements(
 def profile_variant(
     path: str | Path,
     variant: Sequence[str],
-    profile_options: profile_job.ProfileOptions,
+    profile_options: profile_job.RunSpec,
     options: VersionsOptions,
     *,
-    store: Any = None,
+    store: Store | None = None,
     machine: dict[str, Any] | None = None,
     on_event: EventCallback | None = None,
 ) -> analysis.VariantRun:
@@ -132,11 +143,7 @@ def profile_variant(
         "environment": environment.path.name,
         "versions_from": VERSIONS_SOURCE,
     }
-    run_options = VariantProfileOptions(
-        **{f.name: getattr(profile_options, f.name) for f in dataclasses.fields(profile_job.ProfileOptions)},
-        variant=settings,
-    )
-    run_options.kernel = environment.kernel_name
+    run_options = profile_options.for_variant(settings, environment.kernel_name)
     _say(on_event, f"profiling under {label} …")
     try:
         with environment.kernelspec_visible():
@@ -150,10 +157,10 @@ def profile_variant(
 def profile_versions(
     path: str | Path,
     variants: Sequence[Sequence[str]],
-    profile_options: profile_job.ProfileOptions | None = None,
+    profile_options: profile_job.RunSpec | None = None,
     options: VersionsOptions | None = None,
     *,
-    store: Any = None,
+    store: Store | None = None,
     on_event: EventCallback | None = None,
 ) -> analysis.VersionsResult:
     """Profile the notebook once per variant (each a list of requirement specifiers), then compare them.
@@ -161,7 +168,7 @@ def profile_versions(
     A variant that cannot be installed is reported in the result and the others still run. Ctrl-C (or
     SIGTERM / SIGHUP under the CLI) keeps the runs already stored and the current one as partial.
     """
-    profile_options = profile_options or profile_job.ProfileOptions()
+    profile_options = profile_options or profile_job.RunSpec()
     profile_options.validate()
     options = options or VersionsOptions()
     options.validate()
@@ -180,9 +187,9 @@ def bisect(
     bad: str,
     *,
     cell: int | None = None,
-    profile_options: profile_job.ProfileOptions | None = None,
+    profile_options: profile_job.RunSpec | None = None,
     options: VersionsOptions | None = None,
-    store: Any = None,
+    store: Store | None = None,
     on_event: EventCallback | None = None,
 ) -> analysis.BisectResult:
     """The first released version of ``package`` after ``good`` whose run the gate calls significantly
@@ -193,7 +200,7 @@ def bisect(
     when every version before it is good. A version that cannot be installed or whose cell fails is
     skipped (the answer may then be a range).
     """
-    profile_options = profile_options or profile_job.ProfileOptions(repeat=3)
+    profile_options = profile_options or profile_job.RunSpec(repeat=3)
     profile_options.validate()
     options = options or VersionsOptions()
     options.validate()
@@ -212,9 +219,9 @@ def bisect(
     result = analysis.BisectResult(
         target=target_name(notebook.path), package=package, good=good, bad=bad, cell=cell, versions=versions
     )
-    records: dict[int, Any] = {}
+    records: dict[int, RunRecord] = {}
 
-    def measure(position: int) -> Any:
+    def measure(position: int) -> RunRecord | None:
         version = versions[position]
         run = profile_variant(path, [f"{package}=={version}"], profile_options, options, store=store,
                               on_event=on_event)
@@ -235,7 +242,7 @@ def bisect(
     return result
 
 
-def _halve(result: analysis.BisectResult, baseline: Any, measure: Callable[[int], Any], gate: Any,
+def _halve(result: analysis.BisectResult, baseline: RunRecord, measure: Callable[[int], RunRecord | None], gate: GateOptions,
            on_event: EventCallback | None) -> tuple[int, int, set[int]]:
     """Halve the versions between the last known good and the first known bad until none is left between;
     returns (last good, first bad — ``len(versions)`` when none is bad, the untestable positions)."""
@@ -268,8 +275,8 @@ def _halve(result: analysis.BisectResult, baseline: Any, measure: Callable[[int]
     return low, high, untestable
 
 
-def _conclude(result: analysis.BisectResult, records: dict[int, Any], low: int, high: int,
-              untestable: set[int], gate: Any) -> None:
+def _conclude(result: analysis.BisectResult, records: dict[int, RunRecord], low: int, high: int,
+              untestable: set[int], gate: GateOptions) -> None:
     """The answer: the first bad version (or a range, or none), its slowdown and the evidence for it."""
     versions, cell = result.versions, result.cell
     result.untestable = [versions[i] for i in sorted(untestable)]

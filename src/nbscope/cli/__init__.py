@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import click
 import typer
+import typer.core
 import typer.main
 
 from nbscope import _signals
@@ -111,7 +112,8 @@ def build_command(only: str | None = None) -> click.Command:
     commands = list(command.commands.values()) if isinstance(command, click.Group) else [command]
     for sub in [command, *commands]:
         for param in sub.params:
-            if param.default is None or param.required:
+            # typer makes every parameter one of these two, which both carry show_default (click's base does not)
+            if (param.default is None or param.required) and isinstance(param, (click.Option, typer.core.TyperArgument)):
                 param.show_default = False
             if isinstance(param, click.Option) and param.envvar is None:
                 param.show_envvar = False  # typer shows every option's, and a bad value said "(env var: 'None')"
@@ -132,58 +134,43 @@ def main(argv: list[str] | None = None) -> None:
         print(f"nbscope {__version__}")
         raise SystemExit(0)
     command = build_command(_command_named(args))
-    from nbscope._files import forget_inputs
-    from nbscope.render._clean import clean_streams
+    from nbscope.cli._session import command_session
 
-    forget_inputs()
-    before = clean_streams()  # no escape sequence from a record or a notebook reaches the terminal
-    try:
+    with command_session():
         _run(command, args)
-    finally:
-        _restore_streams(before)
-
-
-def _restore_streams(before: tuple[object, object]) -> None:
-    """The streams before :func:`nbscope.render._clean.clean_streams`, where a command left its cleaned ones."""
-    from nbscope.render._clean import CleanStream
-
-    if isinstance(sys.stdout, CleanStream):
-        sys.stdout = before[0]  # type: ignore[assignment]
-    if isinstance(sys.stderr, CleanStream):
-        sys.stderr = before[1]  # type: ignore[assignment]
 
 
 def _run(command: click.Command, args: list[str]) -> None:
-    with _signals.handled():
-        try:
-            _invoke(command, args)
-        except NbscopeError as exc:
-            _print_error(f"nbscope: error: {exc}")
-            raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
-        except KeyboardInterrupt:
+    """Run the command; what it raises becomes a one-line error, a signal's exit code, or the exit status."""
+    try:
+        _invoke(command, args)
+    except NbscopeError as exc:
+        _print_error(f"nbscope: error: {exc}")
+        raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
+    except KeyboardInterrupt:
+        _stopped()
+    except SystemExit as exc:
+        # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
+        if _signals.received() is not None:
             _stopped()
-        except SystemExit as exc:
-            # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
-            if _signals.received() is not None:
-                _stopped()
-            if exc.code == 1 and _output_closed():
-                # click's or rich's answer to a closed output pipe (`nbscope runs | head -1`): the reader had
-                # enough. A command whose exit status is a verdict keeps 1: its verdict was not reached.
-                quiet_stdout()
-                raise SystemExit(1 if _gives_verdict(args) else 0) from None
-            try:
-                sys.stdout.flush()  # now, not at exit, where a closed pipe prints a traceback
-            except (BrokenPipeError, ValueError):
-                quiet_stdout()
-            raise
-        except BrokenPipeError:
+        if exc.code == 1 and _output_closed():
+            # click's or rich's answer to a closed output pipe (`nbscope runs | head -1`): the reader had
+            # enough. A command whose exit status is a verdict keeps 1: its verdict was not reached.
             quiet_stdout()
-            raise SystemExit(0) from None
-        except OSError:
-            # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
-            if _signals.received() is None:
-                raise
-            _stopped()
+            raise SystemExit(1 if _gives_verdict(args) else 0) from None
+        try:
+            sys.stdout.flush()  # now, not at exit, where a closed pipe prints a traceback
+        except (BrokenPipeError, ValueError):
+            quiet_stdout()
+        raise
+    except BrokenPipeError:
+        quiet_stdout()
+        raise SystemExit(0) from None
+    except OSError:
+        # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
+        if _signals.received() is None:
+            raise
+        _stopped()
 
 
 def _invoke(command: click.Command, args: list[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +20,9 @@ from nbscope.cli._options import (
     output_file,
 )
 
+if TYPE_CHECKING:
+    from nbscope.api.runs import RunRecord, Store
+
 HtmlOption = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")]
 OutputOption = Annotated[
     Path | None, typer.Option("-o", "--output", help="Write the audit, with its runs, to this JSON file (for merge).")
@@ -27,49 +30,10 @@ OutputOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
 
 
-def _progress(quiet: bool) -> Any:
-    """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
-    from rich.markup import escape
-
-    from nbscope.analyse.audit import AuditEntry
-    from nbscope.render.terminal import format_seconds, stderr_console
-
-    err = stderr_console()
-
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if quiet:
-            return
-        if kind == "plan":
-            unavailable = [f"{b} ({i.get('reason')})" for b, i in data["availability"].items() if not i["available"]]
-            line = (f"audit: {data['notebooks']} notebooks"
-                    + (f" (shard of {data['in_book']})" if data["in_book"] != data["notebooks"] else "")
-                    + f", {data['jobs']} to profile, {data['reused']} reused from the store")
-            err.print(escape(line))
-            for text in unavailable:
-                err.print(f"[yellow]unavailable: {escape(text)}[/yellow]")
-        elif kind == "start":
-            where = f" on GPU {data['gpu']}" if data.get("gpu") else ""
-            verb = "queued" if data.get("queued") else "start"
-            err.print(f"[dim]{verb} {escape(data['path'])} ({data['backend']}{escape(where)})[/dim]")
-        elif kind == "retry":
-            err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")
-        elif kind == "done":
-            entry = AuditEntry.parse(data["entry"])
-            status = entry.status
-            colour = "green" if status == "ok" and not entry.cells_failed else "yellow" if status != "error" else "red"
-            detail = format_seconds(entry.wall_s) if entry.wall_s is not None else escape(str(entry.error))
-            failed = f", {entry.cells_failed} cell(s) failed" if entry.cells_failed else ""
-            run = f" · run {entry.run_id}" if entry.run_id else ""
-            err.print(f"[{data['done']}/{data['total']}] {escape(entry.path)} {entry.backend}: "
-                      f"[{colour}]{status}[/{colour}] {detail}{failed}{run}")
-
-    return on_event
-
-
-def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None,
+def _emit(record: RunRecord, *, store: Store, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None,
           diagnosis: bool = True) -> None:
     from nbscope.api.audit import export_audit
-    from nbscope.record.store import default_path
+    from nbscope.api.runs import db_option
     from nbscope.render.audit import audit_html, audit_markdown, print_audit, print_audit_findings
     from nbscope.render.terminal import console
 
@@ -84,7 +48,7 @@ def _emit(record: Any, *, store: Any, output: Path | None, as_json: bool, markdo
     else:
         print_audit(record)
         if diagnosis:
-            db = "" if Path(store.path).resolve() == default_path().resolve() else f" --db {store.path}"
+            db = db_option(store)
             print_audit_findings(record, lambda run_id: f"nbscope diagnose {run_id}{db}")
         saved = f"saved as run {record.run_id} in {store.path}" if record.run_id else ""
         written = ", ".join(str(p) for p in (output, html_path) if p is not None)
@@ -135,6 +99,8 @@ def audit(
     """
     from nbscope.api.audit import AuditOptions, discover, parse_backends
     from nbscope.api.audit import audit as run_audit
+    from nbscope.api.runs import labelled
+    from nbscope.render.audit import audit_progress
 
     options = AuditOptions(
         backends=parse_backends(backends), workers=workers, force=force, shard=shard, dask=dask,
@@ -145,7 +111,8 @@ def audit(
     store = open_store(db)
     discover(targets)  # notes the notebooks as read: -o naming one is refused before the audit runs
     _check_outputs(output, html_path)  # before the audit runs: -o naming the store costs nothing
-    record = run_audit(targets, options, store=store, on_event=_progress(quiet))
+    with labelled(label):  # its workers, in this process or others, record their runs with it
+        record = run_audit(targets, options, store=store, on_event=audit_progress(quiet))
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path,
           diagnosis=not no_diagnose)
 
@@ -160,8 +127,8 @@ def merge(
     db: DbOption = None,
 ) -> None:
     """Join audit files (CI shards, or CPU and GPU runners' audits) into one audit; their runs are imported."""
-    from nbscope.analyse.audit import Audit
     from nbscope.api.audit import merge as run_merge
+    from nbscope.api.audit import missing_notebooks
 
     store = open_store(db)
     for path in files:  # read by the merge: never the target of -o or --html, refused before anything is merged
@@ -169,6 +136,6 @@ def merge(
     _check_outputs(output, html_path)
     record = run_merge(files, store=store)
     _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
-    missing = Audit.parse(record.measurements).missing
+    missing = missing_notebooks(record)
     if missing and not as_json:
         print(f"nbscope: warning: {len(missing)} notebook(s) of the book are in none of the files", file=sys.stderr)

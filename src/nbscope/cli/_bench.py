@@ -60,7 +60,8 @@ def bench(
 
     Groups whose library is missing are skipped with the reason; the exit status is 1 when a group failed.
     """
-    from nbscope.api.bench import run_bench
+    from nbscope.api.bench import bench as run_bench
+    from nbscope.api.runs import labelled
     from nbscope.render.terminal import stderr_console
 
     status_console = stderr_console()
@@ -78,20 +79,18 @@ def bench(
         from nbscope.api.pathways import parse_via, run_bench_pathways
         from nbscope.render.pathways import emit_pathways, pathways_progress
 
-        record = run_bench_pathways(
-            via=parse_via(pathway), only=only, dtype=dtype, size=size, jax_platform=jax_platform, repeat=repeat,
-            store=store, progress=pathways_progress(),
-        )
+        with labelled(label):
+            record = run_bench_pathways(
+                via=parse_via(pathway), only=only, dtype=dtype, size=size, jax_platform=jax_platform, repeat=repeat,
+                store=store, progress=pathways_progress(),
+            )
         emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)
         if record.status == "error":
             raise typer.Exit(1)
         return
-    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
-    store.save(record)
-    if record.measurements.get("totals", {}).get("interrupted"):
-        from nbscope import _signals
-
-        _signals.note_saved(f"partial run {record.run_id}")
+    with labelled(label):
+        outcome = run_bench(store, only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
+    record = outcome.record
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:
             print(record.to_json())
@@ -103,7 +102,7 @@ def bench(
             from nbscope.render.bench import print_bench
 
             print_bench(record)
-    if record.measurements.get("totals", {}).get("interrupted"):
+    if outcome.interrupted:
         raise KeyboardInterrupt
-    if record.measurements.get("totals", {}).get("groups_failed"):
-        raise typer.Exit(1)
+    if outcome.exit_status:
+        raise typer.Exit(outcome.exit_status)

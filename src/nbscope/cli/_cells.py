@@ -26,12 +26,10 @@ def cells(
     markdown: MarkdownOption = False,
 ) -> None:
     """The slowest cells across every notebook of a book, an audit or a set of runs, with each one's share."""
-    from nbscope.analyse.book import slowest_cells
-    from nbscope.api.book import run_set
+    from nbscope.api.book import cells as slowest_cells
     from nbscope.render.book import cells_markdown, print_cells
 
-    store = open_store(db, read_only=True)
-    data = slowest_cells([run_set(source, store) for source in sources], limit=None if everything else limit)
+    data = slowest_cells(sources, open_store(db, read_only=True), limit=None if everything else limit)
     if as_json:
         print(json.dumps(data.to_dict(), indent=1, default=str))
     elif markdown:
@@ -50,12 +48,10 @@ def lectures(
 ) -> None:
     """Lecture by lecture, two sets of runs side by side (two runners' audits, two labels, two books'
     stores): each notebook's wall and compile time in A and B and the winner, then the totals."""
-    from nbscope.analyse.book import by_lecture
-    from nbscope.api.book import run_set
+    from nbscope.api.book import lectures as by_lecture
     from nbscope.render.book import lectures_markdown, print_lectures
 
-    store = open_store(db, read_only=True)
-    data = by_lecture(run_set(a, store), run_set(b, store))
+    data = by_lecture(a, b, open_store(db, read_only=True))
     if as_json:
         print(json.dumps(data.to_dict(), indent=1, default=str))
     elif markdown:

@@ -14,10 +14,8 @@ from nbscope.cli._options import (
     MarkdownOption,
     limit_option,
     open_store,
-    resolve,
     run_help,
 )
-from nbscope.record.run import PROFILE_KINDS
 
 
 @app.command("compare")
@@ -38,19 +36,13 @@ def compare_command(
     """Two profile runs of a notebook side by side: cells paired by source, wall/compile/run per side, winner, totals, and the
     settings and machine differences that could explain them. A GPU run beside a CPU run recorded with program
     data (`profile --forecast`) also shows the CPU run's GPU forecast against what the GPU measured, per cell."""
-    from nbscope.analyse import compare as compare_module
-    from nbscope.analyse.forecast.measured import forecast_vs_measured
-    from nbscope.analyse.recommend import recommend
+    from nbscope.api.compare import compare
+    from nbscope.render import backends
     from nbscope.render import compare as view
     from nbscope.render import forecast as forecast_view
 
-    store = open_store(db, read_only=True)
-    run_a, run_b = resolve(a, store, kinds=PROFILE_KINDS), resolve(b, store, kinds=PROFILE_KINDS)
-    comparison = compare_module.compare(run_a, run_b, allow_different=allow_different)
-    platforms = {comparison.run_a.platform, comparison.run_b.platform}
-    recommendation = recommend(run_a, run_b) if len(platforms) > 1 else None
-    # A GPU run beside a CPU run recorded with program data: the CPU run's forecast against what the GPU measured.
-    measured = forecast_vs_measured(run_a, run_b)
+    outcome = compare(a, b, open_store(db, read_only=True), allow_different=allow_different)
+    comparison, recommendation, measured = outcome.comparison, outcome.recommendation, outcome.measured
     if as_json:
         document = comparison.to_dict()
         document["recommendation"] = recommendation.to_dict() if recommendation is not None else None
@@ -60,7 +52,7 @@ def compare_command(
     elif markdown:
         text = view.comparison_markdown(comparison)
         if recommendation is not None:
-            text += "\n" + view.recommendation_markdown(recommendation)
+            text += "\n" + backends.recommendation_markdown(recommendation)
         if measured is not None:
             text += "\n" + (forecast_view.measured_markdown(measured.comparison) if measured.comparison
                             else f"_forecast vs measured: {measured.note}_\n")
@@ -68,7 +60,7 @@ def compare_command(
     else:
         view.print_comparison(comparison, top=limit)
         if recommendation is not None:
-            view.print_recommendation(recommendation)
+            backends.print_recommendation(recommendation)
         if measured is not None:
             if measured.comparison:
                 forecast_view.print_measured(measured.comparison)

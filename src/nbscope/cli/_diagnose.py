@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -17,14 +17,8 @@ from nbscope.cli._options import (
     MarkdownOption,
     limit_option,
     open_store,
-    resolve,
     run_help,
 )
-from nbscope.record.run import PROFILE_KINDS
-
-if TYPE_CHECKING:
-    from nbscope.analyse.forecast import Forecast
-    from nbscope.analyse.recommend import Recommendation
 
 
 @app.command("diagnose")
@@ -66,57 +60,34 @@ def diagnose_command(
     On a CPU run recorded with program data (`nbscope profile --forecast t4`), the GPU rules (latency-bound
     loop, weak float64) fire as forecast risks, labelled "forecast", with the backend recommendation the
     forecast makes."""
-    from nbscope.analyse.diagnose import diagnose
-    from nbscope.render import compare as view
+    from nbscope.api.diagnose import diagnose_run
+    from nbscope.render import backends
+    from nbscope.render import findings as view
     from nbscope.render.terminal import print_record_header
 
-    failing = _fail_on(fail_on)
-    store = open_store(db, read_only=True)
-    record = resolve(run, store, kinds=PROFILE_KINDS)
-    other_record = resolve(other, store, kinds=PROFILE_KINDS) if other else None
-    if notebook is not None:  # the code of an older record that does not carry it
-        from nbscope.record.sources import naming
-
-        record = naming(record, notebook)
-    findings = diagnose(record, other=other_record, rules=rule, gpus=gpu,
-                        thresholds=_thresholds(threshold or []), devices_file=devices)
-    recommendation = _forecast_recommendation(record, other_record, gpu, devices, getattr(findings, "forecast", None))
+    outcome = diagnose_run(run, open_store(db, read_only=True), other=other, notebook=notebook, rules=rule, gpus=gpu,
+                           devices_file=devices, thresholds=_thresholds(threshold or []), fail_on=fail_on)
+    record, findings, recommendation = outcome.record, outcome.findings, outcome.recommendation
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:
-            document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}  # type: ignore[attr-defined]
+            document = {"run_id": record.run_id, "target": record.target, **findings.to_dict()}
             if recommendation is not None:
                 document["recommendation"] = recommendation.to_dict()
             print(json.dumps(document, indent=1, default=str))
         elif markdown:
             print(view.findings_markdown(findings, record), end="")
             if recommendation is not None:
-                print("\n" + view.recommendation_markdown(recommendation), end="")
+                print("\n" + backends.recommendation_markdown(recommendation), end="")
         else:
             print_record_header(record)
             view.print_findings(findings, record, limit=limit, verbose=verbose)
             if recommendation is not None:
-                view.print_recommendation(recommendation)
-    if any(finding.severity in failing for finding in findings):
-        raise typer.Exit(1)
-
-
-def _forecast_recommendation(record: Any, other: Any, gpu: str | None, devices: Path | None,
-                             made: Forecast | None = None) -> Recommendation | None:
-    """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies."""
-    from nbscope.analyse.compare import platform_of
-    from nbscope.analyse.forecastable import forecast_unavailable
-
-    if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
-        return None
-    from nbscope.analyse.recommend import recommend_forecast
-
-    return recommend_forecast(record, gpus=gpu, devices_file=devices, made=made)
+                backends.print_recommendation(recommendation)
+    raise typer.Exit(outcome.exit_status)
 
 
 def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
     """``RULE.NAME=VALUE`` options as diagnose()'s thresholds (which refuses unknown rules and names)."""
-    from nbscope._errors import NbscopeError
-
     thresholds: dict[str, dict[str, float]] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -129,13 +100,3 @@ def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
             raise NbscopeError(f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}")
         thresholds.setdefault(rule, {})[name] = number
     return thresholds
-
-
-def _fail_on(level: str | None) -> tuple[str, ...]:
-    """The severities that make ``diagnose --fail-on LEVEL`` exit 1."""
-    if level is None:
-        return ()
-    levels = {"high": ("high",), "medium": ("high", "medium")}
-    if level not in levels:
-        raise NbscopeError(f"--fail-on {level!r}: use medium or high")
-    return levels[level]

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -22,8 +21,7 @@ from nbscope.cli._options import (
 )
 
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast.devices import DeviceTable
-    from nbscope.record.store import Store
+    from nbscope.api.forecast import DeviceTable, Store
 
 HELP = """Forecast a notebook's time on a GPU from a run profiled on a CPU, per cell, and why.
 
@@ -76,9 +74,9 @@ def forecast_command(
         typer.Option("--measured", metavar="RUN", help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error."),
     ] = None,
 ) -> None:
-    from nbscope.analyse.forecast.devices import load_table
+    from nbscope.api.forecast import device_table, forecast_run
 
-    table = load_table(devices)
+    table = device_table(devices)
     if list_devices:
         _list(table, as_json)
         return
@@ -86,24 +84,9 @@ def forecast_command(
     if calibrate_from:
         _calibrate(calibrate_from, name, base, output, table, store, as_json)
         return
-    if run is None:
-        from nbscope.record.store import RUN_REFERENCE
-
-        raise NbscopeError(f"give a profile RUN ({RUN_REFERENCE}), or --calibrate-from RUN, or --list")
-    from nbscope.analyse.forecast import forecast
-    from nbscope.record.store import resolve_run
     from nbscope.render import forecast as view
 
-    record = resolve_run(run, store)
-    label = f"run {record.run_id}" if record.run_id is not None else run
-    result = forecast(record, gpu, table=table, notebook_path=notebook, run_label=label)
-    if measured is not None:
-        from nbscope.analyse.forecast.measured import against_measured
-
-        other = resolve_run(measured, store)
-        if other.run_id is None and measured.isdigit():
-            other.run_id = int(measured)
-        result = result.with_measured(tuple(against_measured(result, other, d.key) for d in result.devices))
+    result = forecast_run(run, store, table, gpus=gpu, notebook=notebook, measured=measured)
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
     elif markdown:
@@ -124,39 +107,13 @@ def _list(table: DeviceTable, as_json: bool) -> None:
 
 def _calibrate(runs: list[str], name: str | None, base: str | None, output: Path | None, table: DeviceTable,
                store: Store, as_json: bool) -> None:
-    from nbscope.analyse.forecast.calibrate import calibrate, to_toml
-    from nbscope.analyse.forecast.devices import resolve
-    from nbscope.record.store import resolve_run
+    from nbscope.api.forecast import append_device, calibrate_device
 
-    if not name:
-        raise NbscopeError("--calibrate-from needs --name KEY for the new device (e.g. --name my-a100)")
-    records = [resolve_run(r, store) for r in runs]
-    for reference, record in zip(runs, records, strict=True):
-        if record.run_id is None and reference.isdigit():
-            record.run_id = int(reference)
-    base_device = resolve(table, base)[0] if base else None
-    entry = calibrate(records, name, base_device)
-    text = to_toml(entry)
+    calibrated = calibrate_device(runs, name, base, table, store)
     if as_json:
-        print(json.dumps({**entry, "figures": {k: v.as_dict() for k, v in entry["figures"].items()}}, indent=1))
+        print(json.dumps(calibrated.to_dict(), indent=1))
     else:
-        print(text, end="")
+        print(calibrated.text, end="")
     if output is not None:
-        from nbscope._files import check_target, write_text
-        from nbscope.analyse.forecast.devices import check_device_text
-
-        check_target(output, option="--append-to")
-        try:
-            existing = output.read_text(encoding="utf-8") if output.is_file() else ""
-        except (OSError, UnicodeDecodeError) as exc:
-            raise NbscopeError(f"--append-to {output}: cannot read it ({exc}); nothing appended") from None
-        combined = existing + ("\n" if existing and not existing.endswith("\n\n") else "") + text
-        # Checked before anything is written: the new entry, then the file as it would be (a key it has already,
-        # or a file that was not valid before); the user's file is replaced whole (atomically) or not at all.
-        check_device_text(text, Path(f"the new entry {name!r}"))
-        try:
-            check_device_text(combined, output)
-        except NbscopeError as exc:
-            raise NbscopeError(f"{exc}; nothing appended to {output}") from None
-        write_text(output, combined, option="--append-to")
+        append_device(output, calibrated)
         print(f"# appended to {output}: use it with --devices {output} or NBSCOPE_DEVICES={output}")

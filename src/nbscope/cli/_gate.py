@@ -62,8 +62,7 @@ def gate(
     markdown: MarkdownOption = False,
 ) -> None:
     """Fail (exit 1) when a candidate run is significantly slower than a baseline, per cell or in total."""
-    from nbscope.analyse.gate import GateOptions, parse_slowdown
-    from nbscope.api.gate import gate_stored
+    from nbscope.api.gate import GateOptions, gate_stored, parse_slowdown
     from nbscope.render.gate import gate_markdown, print_gate
 
     # Never made here: verdicts (and --confirm's rerun) are written only to a store that holds the candidate.

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, limit_option, open_store
 
@@ -36,18 +35,12 @@ def history(
     markdown: MarkdownOption = False,
 ) -> None:
     """A target's figures over time, per environment digest, with change points and a sparkline."""
-    from nbscope.analyse.history import ChangeOptions
-    from nbscope.analyse.history import history as build_history
-    from nbscope.render.gate import history_markdown, print_history
+    from nbscope.api.history import history as build_history
+    from nbscope.render.history import history_markdown, print_history
 
-    if min_size < 1:
-        raise NbscopeError("--min-size must be at least 1")
-    options = ChangeOptions(min_size=min_size, k=threshold, rel_floor=rel_floor)
     store = open_store(db, read_only=True)
-    result = build_history(
-        store, target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit,
-        options=options, aliases=store.names_of(target),
-    )
+    result = build_history(store, target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit,
+                           min_size=min_size, threshold=threshold, rel_floor=rel_floor)
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
     elif markdown:

@@ -25,14 +25,14 @@ def import_jupyter_cache(
 ) -> None:
     """Turn jupyter-book's cached execution times (jupyter-book 1 or 2) into runs (kind jupyter-cache), one per
     notebook execution."""
-    from nbscope.api import info as api
-    from nbscope.record.jupyter_cache import import_cache
+    from nbscope.api.info import load_fingerprint
+    from nbscope.api.jupyter_cache import import_jupyter_cache
 
-    given = api.load_fingerprint(fingerprint) if fingerprint is not None else None
+    given = load_fingerprint(fingerprint) if fingerprint is not None else None
     store = open_store(db)
-    records, skipped = import_cache(
-        path, store, fingerprint=given, fingerprint_source=str(fingerprint) if fingerprint else None
-    )
+    imported = import_jupyter_cache(path, store, fingerprint=given,
+                                    fingerprint_source=str(fingerprint) if fingerprint else None)
+    records, skipped = imported.records, imported.skipped
     if as_json:
         print(json.dumps({"imported": [r.to_dict() | {"run_id": r.run_id} for r in records], "skipped": skipped},
                          indent=1, default=str))

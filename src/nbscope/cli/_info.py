@@ -9,9 +9,7 @@ from typing import Annotated
 import typer
 
 from nbscope.cli import app, output_may_close
-from nbscope.cli._options import (
-    JsonOption,
-)
+from nbscope.cli._options import JsonOption
 
 
 @app.command()
@@ -30,19 +28,19 @@ def info(
 
     With --diff, the exit status is 0 when the fingerprints agree and 1 when fields differ (as in diff).
     """
-    from nbscope.api import info as api
+    from nbscope.api.info import info as run_info
     from nbscope.render import terminal
 
-    if diff is not None:
-        rows = api.diff_fingerprints(diff[0], diff[1], include_volatile=volatile)
+    outcome = run_info(include_jax=jax, diff=diff, include_volatile=volatile)
+    if diff is not None and outcome.differences is not None:
+        rows = list(outcome.differences)
         with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
             if as_json:
                 print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
             else:
                 terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
-        raise typer.Exit(1 if rows else 0)
-    fingerprint = api.collect_fingerprint(include_jax=jax)
+        raise typer.Exit(outcome.exit_status)
     if as_json:
-        print(json.dumps(fingerprint, indent=1, default=str))
+        print(json.dumps(outcome.fingerprint, indent=1, default=str))
     else:
-        terminal.print_fingerprint(fingerprint)
+        terminal.print_fingerprint(outcome.fingerprint or {})

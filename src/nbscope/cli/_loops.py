@@ -48,8 +48,8 @@ def loops(
     label: LabelOption = None,
 ) -> None:
     """Sweep a loop's trip count, fit time = a + b·n, report µs per iteration and extrapolate (fresh process)."""
-    from nbscope.api.loops import run_loops
-    from nbscope.collect.loops import LoopOptions
+    from nbscope.api.loops import LoopOptions, run_loops
+    from nbscope.api.runs import labelled
     from nbscope.render.terminal import stderr_console
 
     options = LoopOptions(
@@ -69,7 +69,8 @@ def loops(
         elif event.get("event") == "point":
             status.print(f"[dim]  {event['n']:>10,} trips  {event['seconds'] * 1e3:9.3f} ms[/dim]")
 
-    record = run_loops(options, store=store, progress=progress)
+    with labelled(label):
+        record = run_loops(options, store=store, progress=progress)
     if as_json:
         print(record.to_json())
     else:

@@ -7,7 +7,6 @@ One option means one thing everywhere: ``--limit N`` caps the rows shown, ``--al
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +17,8 @@ import typer
 
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, is_stdout
-from nbscope.record.run import LABEL_ENV, RunRecord, check_label
-from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
+from nbscope.api import runs
+from nbscope.api.runs import LABEL_ENV, RUN_REFERENCE, RunRecord, Store, check_label
 
 DbOption = Annotated[
     Path | None,
@@ -59,15 +58,12 @@ RunArgument = Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)]
 
 def resolve(reference: str, store: Store, *, kinds: Sequence[str] | None = None) -> RunRecord:
     """The run a reference names (one grammar in every command; see :func:`nbscope.record.store.resolve_run`)."""
-    return resolve_run(reference, store, kinds=kinds)
+    return runs.resolve(reference, store, kinds=kinds)
 
 
-def _set_label(value: str | None) -> str | None:
-    # Every run recorded from here on carries the label, also in worker processes started by this command.
-    label = check_label(value)
-    if label is not None:
-        os.environ[LABEL_ENV] = label
-    return label
+def _checked_label(value: str | None) -> str | None:
+    # Checked as the options are parsed; the command hands it to the runs it records (labelled()).
+    return check_label(value)
 
 
 LabelOption = Annotated[
@@ -75,7 +71,7 @@ LabelOption = Annotated[
     typer.Option(
         "--label",
         envvar=LABEL_ENV,
-        callback=_set_label,
+        callback=_checked_label,
         help="Label the runs this command records (e.g. main-cpu); name them later as LABEL or LABEL:NOTEBOOK.",
     ),
 ]
@@ -134,7 +130,7 @@ def warn(message: str) -> None:
 def open_store(db: Path | None, *, read_only: bool = False) -> Store:
     """The run store; a row it cannot read is reported on stderr (one line) and left out. A read-only
     store (commands that only read runs) is never created: reading one that is not there is an error."""
-    return Store(db, on_skip=warn, read_only=read_only)
+    return runs.open_store(db, on_skip=warn, read_only=read_only)
 
 
 NoDiagnoseOption = Annotated[

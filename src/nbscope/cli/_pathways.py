@@ -32,15 +32,17 @@ def pathways(
     whether the pathway explains a difference, with each pathway's fixed costs apart from the cells."""
     from nbscope.api.pathways import parse_via, run_pathways
     from nbscope.api.profile import parse_env
+    from nbscope.api.runs import labelled
     from nbscope.render.pathways import emit_pathways, pathways_progress
 
     names = parse_via(via)  # one-line errors before anything starts
     overrides = parse_env(env or [])
     store = open_store(db)
-    record = run_pathways(
-        path, names, repeat, store, timeout=timeout, kernel=kernel, env=overrides, jax_platform=jax_platform,
-        progress=pathways_progress(),
-    )
+    with labelled(label):
+        record = run_pathways(
+            path, names, repeat, store, timeout=timeout, kernel=kernel, env=overrides, jax_platform=jax_platform,
+            progress=pathways_progress(),
+        )
     emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)
     if record.status == "error":
         raise typer.Exit(1)

@@ -9,7 +9,7 @@ import typer
 
 from nbscope._files import is_stdout
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, open_store, output_file, output_option, resolve, run_help
+from nbscope.cli._options import DbOption, open_store, output_file, output_option, run_help
 
 
 @app.command()
@@ -26,14 +26,12 @@ def report(
 ) -> None:
     """One self-contained HTML report (no network): fingerprints, waterfalls, compared runs, pathways,
     loop sweeps, diagnoses and history, plots as inline SVG."""
-    from nbscope.analyse.report import report_data
+    from nbscope.api.report import report as report_data
     from nbscope.render.html import write_report
 
     store = open_store(db, read_only=True)
     output_file(output)  # after the store is open: -o naming it is refused before the report is built
-    records = [resolve(reference, store) for reference in runs]
-    history_store = None if no_history or not store.path.exists() else store
-    data = report_data(records, store=history_store, history_metric=metric)
+    data = report_data(runs, store, history=not no_history, metric=metric)
     path = write_report(data, output, title=title)
     if not is_stdout(path):
         print(f"report written to {path} ({path.stat().st_size // 1024} KiB)")

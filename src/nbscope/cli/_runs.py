@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +23,9 @@ from nbscope.cli._options import (
     output_option,
     resolve,
 )
+
+if TYPE_CHECKING:
+    from nbscope.api.runs import RunRecord, Store
 
 
 @app.command()
@@ -55,9 +58,9 @@ def runs(
         _list_unfinished(store, as_json=as_json)
         return
     if not store.path.exists():
-        from nbscope.record import live
+        from nbscope.api.runs import unfinished as unfinished_runs
 
-        waiting = [i for i in live.unfinished(store.path) if i["state"] == "unfinished"]
+        waiting = [i for i in unfinished_runs(store) if i["state"] == "unfinished"]
         hint = (f"; {len(waiting)} unfinished run(s) of it: see nbscope runs --unfinished{_db_option(store)}"
                 if waiting else "")
         raise NbscopeError(f"{store.missing()}{hint}")
@@ -83,12 +86,12 @@ def _list_live(*, as_json: bool) -> None:
         print("\n".join(live_lines(kernels)))
 
 
-def _list_unfinished(store: Any, *, as_json: bool) -> None:
+def _list_unfinished(store: Store, *, as_json: bool) -> None:
     """``runs --unfinished``: the live files of runs that ended before they were stored (one line each,
     never wrapped, so the import command can be copied)."""
-    from nbscope.record import live
+    from nbscope.api.runs import unfinished as unfinished_runs
 
-    found = live.unfinished(store.path)
+    found = unfinished_runs(store)
     if as_json:
         print(json.dumps(found, indent=1))
         return
@@ -108,18 +111,18 @@ def _list_unfinished(store: Any, *, as_json: bool) -> None:
             print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{_db_option(store)}")
 
 
-def _db_option(store: Any) -> str:
+def _db_option(store: Store) -> str:
     """`` --db PATH`` for a hint, when the store is not the one commands find without it."""
-    from nbscope.record.store import default_path
+    from nbscope.api.runs import db_option
 
-    return "" if Path(store.path).resolve() == default_path().resolve() else f" --db {store.path}"
+    return db_option(store)
 
 
-def _mention_unfinished(store: Any) -> None:
-    from nbscope.record import live
+def _mention_unfinished(store: Store) -> None:
+    from nbscope.api.runs import unfinished as unfinished_runs
     from nbscope.render.terminal import console
 
-    waiting = [i for i in live.unfinished(store.path) if i["state"] == "unfinished"]
+    waiting = [i for i in unfinished_runs(store) if i["state"] == "unfinished"]
     if waiting:
         console.print(
             f"[yellow]{len(waiting)} unfinished run(s) were killed before they were stored: "
@@ -128,7 +131,7 @@ def _mention_unfinished(store: Any) -> None:
         )
 
 
-def _store_live(path: Path, record: Any, store: Any) -> None:
+def _store_live(path: Path, record: RunRecord, store: Store) -> None:
     """``nbscope import LIVEFILE.jsonl``: store an unfinished run (once), ``ok`` when every cell was measured, else
     ``partial``; the file is removed
     when it is one of this store's live files, and kept otherwise."""
@@ -174,18 +177,11 @@ def export(
 
     By default the record is written as stored, so that importing it back finds the same run; --portable
     drops what only this machine knows (paths) for a record that is shared."""
-    from nbscope.record import run as record_module
+    from nbscope.api.runs import export_run
 
     store = open_store(db, read_only=True)
     output_file(output)  # after the store is open: -o naming it is refused before anything is written
-    record = resolve(run, store)
-    if portable:
-        from nbscope.record.portable import portable as portable_document
-
-        run_id = record.run_id
-        record = record_module.RunRecord.from_dict(portable_document(record.to_dict()), source=f"run {run_id}")
-        record.run_id = run_id
-    record_module.dump(record, output)
+    record = export_run(resolve(run, store), output, portable=portable)
     name = f"run {record.run_id}" if record.run_id is not None else run
     confirm_written(f"{name} written to {written_to(output)}", output)
 
@@ -203,12 +199,12 @@ def import_(
     Each run is stored once. A live file (.jsonl) of an unfinished run is removed once stored only when it is
     one of this store's own live files (`nbscope runs --unfinished` lists them); any other file stays."""
     from nbscope.api import live
-    from nbscope.record import run as record_module
+    from nbscope.api.runs import load_run
 
     # Live files are unfinished runs (nbscope runs --unfinished); the others are run records.
     recovered = [(path, live.recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
     files = [path for path in files if path.suffix != ".jsonl"]
-    records = [record_module.load(path) for path in files]  # validate all before writing any
+    records = [load_run(path) for path in files]  # validate all before writing any
     store = open_store(db)
     for path, partial in recovered:
         _store_live(path, partial, store)

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from nbscope._errors import NbscopeError
 from nbscope.cli import app, output_may_close
-from nbscope.cli._after_run import (
-    exit_if_failed,
-    forecast_gpus,
-    print_findings_end,
-    with_diagnosis,
-)
+from nbscope.cli._after_run import exit_if_failed, print_findings_end, with_diagnosis
 from nbscope.cli._options import (
     AllowErrorsOption,
     DbOption,
@@ -25,6 +20,9 @@ from nbscope.cli._options import (
     NoDiagnoseOption,
     open_store,
 )
+
+if TYPE_CHECKING:
+    from nbscope.api.runs import Store
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -74,19 +72,21 @@ def trace(
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
     nbscope trace -- COMMAND ... Exits with the command's status when it failed, else 1 when a traced cell
     failed (unless --allow-errors)."""
-    from nbscope.api.profile import diagnosis_of
+    from nbscope.api.profile import diagnosis_of, failures, forecast_devices
+    from nbscope.api.runs import labelled
     from nbscope.api.trace import cached_pages_note, command_exit_code, theme_note, trace_command
 
     if per_cell_timeout is not None:
         raise NbscopeError("trace has no --timeout: --cell-timeout SECONDS stops a cell that runs longer, "
                            "--command-timeout SECONDS stops the whole command")
     command = list(ctx.args)
-    gpus = [d.key for d in forecast_gpus(forecast, None)] if forecast else None  # unknown GPU: refused first
+    gpus = forecast_devices(forecast, None) or None  # unknown GPU: refused first
     store = open_store(db)
-    result = trace_command(
-        command, store=store, sources=source, timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2,
-        forecast=gpus, cell_timeout=cell_timeout, theme_stand_in=theme_stand_in,
-    )
+    with labelled(label):  # the traced command's kernels, and the runs stored from them, carry it
+        result = trace_command(
+            command, store=store, sources=source, timeout=command_timeout, fresh=fresh,
+            jupyter_book2_first=jupyter_book2, forecast=gpus, cell_timeout=cell_timeout, theme_stand_in=theme_stand_in,
+        )
     for note in (cached_pages_note(result), theme_note(result)):
         if note:
             typer.echo(f"nbscope: note: {note}", err=True)
@@ -107,10 +107,10 @@ def trace(
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
         raise typer.Exit(command_exit_code(result.returncode))
-    exit_if_failed(records, allow_errors)
+    exit_if_failed(failures(records), allow_errors)
 
 
-def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any, str | None]] | None, store: Any) -> None:
+def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any, str | None]] | None, store: Store) -> None:
     from nbscope.render import ledger
     from nbscope.render.terminal import console
 

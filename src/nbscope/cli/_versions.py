@@ -35,19 +35,6 @@ EnvOption = Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE fo
 PlatformOption = Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")]
 
 
-def _options(requirements: Path | None, find_links: list[str] | None, no_index: bool, env_cache: Path | None,
-             max_slowdown: str, alpha: float) -> Any:
-    from nbscope.analyse.gate import GateOptions, parse_slowdown
-    from nbscope.api.versions import VersionsOptions
-
-    options = VersionsOptions(
-        requirements_file=requirements, find_links=list(find_links or []), no_index=no_index, env_cache=env_cache,
-        gate=GateOptions(max_slowdown=parse_slowdown(max_slowdown), alpha=alpha),
-    )
-    options.validate()
-    return options
-
-
 def _events(quiet: bool) -> Any:
     if quiet:
         return None
@@ -82,19 +69,18 @@ def versions(
     from nbscope.api import versions as job
 
     if clear_cache or list_cache:
-        _cache(job, env_cache, clear=clear_cache, as_json=as_json)
+        _cache(env_cache, clear=clear_cache, as_json=as_json)
         return
     if path is None:
         raise NbscopeError("versions needs a NOTEBOOK (or --clear-cache / --list-cache)")
     if not variants:
         raise NbscopeError("name at least one variant: --with 'jax==0.10.2' (repeat --with for each)")
-    from nbscope.api.profile import ProfileOptions, parse_env
-    from nbscope.collect.environments import parse_requirements
+    from nbscope.api.profile import RunSpec, parse_env
 
-    parsed = [parse_requirements(text) for text in variants]
-    profile_options = ProfileOptions(timeout=timeout, env=parse_env(env or []), jax_platform=jax_platform, repeat=repeat)
+    parsed = job.parse_variants(variants)
+    profile_options = RunSpec(timeout=timeout, env=parse_env(env or []), jax_platform=jax_platform, repeat=repeat)
     profile_options.validate()
-    options = _options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
+    options = job.versions_options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
     store = open_store(db)
     result = job.profile_versions(path, parsed, profile_options, options, store=store,
                                   on_event=_events(as_json or markdown))
@@ -111,7 +97,8 @@ def versions(
         raise typer.Exit(1)
 
 
-def _cache(job: Any, env_cache: Path | None, *, clear: bool, as_json: bool) -> None:
+def _cache(env_cache: Path | None, *, clear: bool, as_json: bool) -> None:
+    from nbscope.api import versions as job
     from nbscope.render.terminal import console, format_bytes, literal
 
     if clear:
@@ -161,13 +148,13 @@ def bisect(
     significantly slower: releases from the package index, bisected with the gate's significance test."""
     from nbscope._errors import NbscopeError
     from nbscope.api import versions as job
-    from nbscope.api.profile import ProfileOptions, parse_env
+    from nbscope.api.profile import RunSpec, parse_env
 
     if total and cell is not None:
         raise NbscopeError("--cell and --total exclude each other")
-    profile_options = ProfileOptions(timeout=timeout, env=parse_env(env or []), jax_platform=jax_platform, repeat=repeat)
+    profile_options = RunSpec(timeout=timeout, env=parse_env(env or []), jax_platform=jax_platform, repeat=repeat)
     profile_options.validate()
-    options = _options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
+    options = job.versions_options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
     store = open_store(db)
     result = job.bisect(path, package, good, bad, cell=cell, profile_options=profile_options, options=options,
                         store=store, on_event=_events(as_json or markdown))

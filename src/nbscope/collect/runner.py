@@ -170,7 +170,7 @@ def execute(
     )
 
 
-def _track(client: Any) -> Descendants | None:
+def _track(client: object) -> Descendants | None:
     """What will end every process the started kernel starts: its own cgroup where one can be made (the kernel
     has run none of the notebook yet), else its process tree sampled while it runs (:class:`Descendants`)."""
     process = kernel_process(client)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from nbscope._units import number  # re-exported: the cell model's callers read figures with it
 from nbscope.record._fields import without_collection
+from nbscope.record.model import RAN_STATUSES
 
 if TYPE_CHECKING:
     from nbscope.record.model import Cell
@@ -159,7 +160,7 @@ def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_
             jax["cache_state"] = cache_state
     return {
         "cells": len(cells),
-        "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped", "interrupted")),
+        "cells_run": sum(1 for c in cells if c.get("status") in RAN_STATUSES),
         "cells_ok": sum(1 for c in cells if c.get("status") in FINISHED),
         "cells_failed": sum(1 for c in cells if c.get("status") in FAILED),
         "wall_s": total("wall_s"),

@@ -205,6 +205,10 @@ class Samples:
                    wait_s=tuple(_time(w) for w in waits) if isinstance(waits, list) else ())
 
 
+# The statuses of a cell that ran, whatever its end: every reader asks Cell.ran (or this set, for a cell document).
+RAN_STATUSES = ("ok", "expected-error", "error", "timeout", "kernel-died")
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     """One code cell of a run: what ran (its source and where it sits) and what it cost."""
@@ -253,7 +257,8 @@ class Cell:
 
     @property
     def ran(self) -> bool:
-        return self.status not in ("not-run", "skipped")
+        """The cell ran to an end, whatever it was (an interrupted cell was cut short: it did not)."""
+        return self.status in RAN_STATUSES
 
     @property
     def label(self) -> str:

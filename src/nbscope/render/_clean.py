@@ -72,3 +72,13 @@ def clean_streams() -> tuple[TextIO, TextIO]:
     if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):
         sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
     return before
+
+
+def restore_streams(before: tuple[TextIO, TextIO]) -> None:
+    """The streams before :func:`clean_streams`, where a command left its cleaned ones."""
+    import sys
+
+    if isinstance(sys.stdout, CleanStream):
+        sys.stdout = before[0]
+    if isinstance(sys.stderr, CleanStream):
+        sys.stderr = before[1]

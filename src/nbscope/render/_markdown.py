@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from nbscope.render._rows import Item, Rows
 
 
-def table_cell(text: Any) -> str:
+def table_cell(text: object) -> str:
     """``text`` on one line, with no ``|`` that would end the cell nor a backtick that would open code."""
     return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
-def plain_text(text: Any) -> str:
+def plain_text(text: object) -> str:
     """``text`` as markdown that shows exactly as written, in a table cell or a line: no HTML, emphasis or
     escapes read, no table break (for text outside code; inside backticks nothing is read but ``|``)."""
     return table_cell(

@@ -66,7 +66,7 @@ def _clip(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _slowdown(value: Any) -> str:
+def _slowdown(value: object) -> str:
     if not isinstance(value, (int, float)):
         return "–"
     return f"{value:.0f}×" if value >= 10 else f"{value:.2g}×"
@@ -135,7 +135,7 @@ def print_blast_radius(record: RunRecord) -> None:
 def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> None:
     """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
     (``command(run_id)``); the notebooks without findings on one line."""
-    from nbscope.render.compare import print_top_findings
+    from nbscope.render.findings import print_top_findings
 
     quiet = []
     for entry in _audit(record).entries:
@@ -263,3 +263,40 @@ def audit_html(record: RunRecord) -> str:
 {('<ul>' + ''.join(notes) + '</ul>') if notes else ''}
 </body></html>
 """
+
+
+def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
+    """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
+    from nbscope.analyse.audit import AuditEntry
+    from nbscope.render.terminal import stderr_console
+
+    err = stderr_console()
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if quiet:
+            return
+        if kind == "plan":
+            unavailable = [f"{b} ({i.get('reason')})" for b, i in data["availability"].items() if not i["available"]]
+            line = (f"audit: {data['notebooks']} notebooks"
+                    + (f" (shard of {data['in_book']})" if data["in_book"] != data["notebooks"] else "")
+                    + f", {data['jobs']} to profile, {data['reused']} reused from the store")
+            err.print(escape(line))
+            for text in unavailable:
+                err.print(f"[yellow]unavailable: {escape(text)}[/yellow]")
+        elif kind == "start":
+            where = f" on GPU {data['gpu']}" if data.get("gpu") else ""
+            verb = "queued" if data.get("queued") else "start"
+            err.print(f"[dim]{verb} {escape(data['path'])} ({data['backend']}{escape(where)})[/dim]")
+        elif kind == "retry":
+            err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")
+        elif kind == "done":
+            entry = AuditEntry.parse(data["entry"])
+            status = entry.status
+            colour = "green" if status == "ok" and not entry.cells_failed else "yellow" if status != "error" else "red"
+            detail = format_seconds(entry.wall_s) if entry.wall_s is not None else escape(str(entry.error))
+            failed = f", {entry.cells_failed} cell(s) failed" if entry.cells_failed else ""
+            run = f" · run {entry.run_id}" if entry.run_id else ""
+            err.print(f"[{data['done']}/{data['total']}] {escape(entry.path)} {entry.backend}: "
+                      f"[{colour}]{status}[/{colour}] {detail}{failed}{run}")
+
+    return on_event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from nbscope import _units as units
@@ -185,3 +186,13 @@ def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order:
         *markdown_table(ledger_rows(record, top=top, notebook_order=notebook_order)),
     ]
     return "\n".join(lines) + "\n"
+
+
+def failure_line(failed: Sequence[tuple[RunRecord, Cell]]) -> str:
+    """The one line that ends a run a cell failed: the first such cell, how many more, and that the run is kept."""
+    record, cell = failed[0]
+    what = cell.status + (f" {cell.error.name}" if cell.error is not None and cell.error.name else "")
+    more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+    where = f"run {record.run_id}" if record.run_id is not None else "the run"
+    return (f"nbscope: failed: {cell.label} of {record.target} ({what}){more}; {where} is stored "
+            "with what it measured (--allow-errors exits 0 even so)")

@@ -187,7 +187,7 @@ def pathways_progress() -> Any:
     return progress
 
 
-def emit_pathways(record: Any, *, as_json: bool, markdown: bool, store_path: Any = None) -> None:
+def emit_pathways(record: RunRecord, *, as_json: bool, markdown: bool, store_path: object = None) -> None:
     """A pathways record as JSON, markdown or tables."""
     if as_json:
         print(record.to_json())

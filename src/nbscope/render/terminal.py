@@ -60,7 +60,7 @@ RECORD_VIEWS: dict[str, str] = {
 }
 
 
-def literal(value: Any) -> str:
+def literal(value: object) -> str:
     """``value`` as rich markup that prints exactly as written.
 
     Everything a record holds (sources, error messages, function names, paths, reasons) goes through
@@ -87,7 +87,7 @@ def cell_columns(number: str = "cell") -> tuple[Column, Column, Column]:
 TIME_COLUMNS = (Column("wall", "right", "number"), Column("compile", "right", "number"), Column("run", "right", "number"))
 
 
-def _cell_width(value: Any) -> int:
+def _cell_width(value: object) -> int:
     text = value if isinstance(value, Text) else Text.from_markup(str(value))
     return max((Text(line).cell_len for line in text.plain.splitlines()), default=0)
 
@@ -176,11 +176,11 @@ def terminal_table(rows: Rows, *, width: int | None = None) -> Table:
                         title=rows.title, width=width)
 
 
-def _plain(value: Any) -> str:
+def _plain(value: object) -> str:
     return value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
 
 
-def _wrap_after(value: Any, width: int, separator: str) -> Text:
+def _wrap_after(value: object, width: int, separator: str) -> Text:
     """Text on as many lines as it needs, broken only after ``separator`` (a part longer than a line is
     folded): a path after "/", a list of figures after " · ", so that "1.23 s" is never split."""
     plain = _plain(value)
@@ -256,12 +256,12 @@ def format_value(value: Any) -> str:
     return literal(value)
 
 
-def format_bytes(value: Any) -> str:
+def format_bytes(value: object) -> str:
     text = units.size(value)
     return format_value(value) if text is None else text
 
 
-def format_seconds(value: Any) -> str:
+def format_seconds(value: object) -> str:
     return units.seconds(value)
 
 

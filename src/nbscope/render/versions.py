@@ -80,7 +80,7 @@ def versions_rows(result: VersionsResult) -> Rows:
     return Rows.of(columns, rows)
 
 
-def print_versions(result: VersionsResult, *, store_path: Any = None) -> None:
+def print_versions(result: VersionsResult, *, store_path: object = None) -> None:
     """Each variant's wall time per cell, the gate's verdict between consecutive variants, the totals,
     the fingerprint fields that differ, and the variants that could not run."""
     ran = result.ran

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
+
 if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
     from nbscope.analyse.forecast import Forecast
 
@@ -37,7 +40,7 @@ class ForecastEvidence:
         return device.name if device is not None else key
 
 
-def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, run_label: str = "the run",
+def check_request(record: RunRecord, gpus: str | Sequence[str], platform: str | None, run_label: str = "the run",
                   *, devices_file: str | Path | None = None) -> None:
     """An explicit ``gpus=`` request: unknown GPUs and runs that cannot be forecast are refused (one line)."""
     from nbscope.analyse.forecast.devices import load_table, resolve
@@ -47,7 +50,7 @@ def check_request(record: Any, gpus: str | Sequence[str], platform: str | None, 
     require_forecast(record, platform, run_label)
 
 
-def evidence(record: Any, platform: str | None, gpus: Sequence[str] | None, *,
+def evidence(record: RunRecord, platform: str | None, gpus: Sequence[str] | None, *,
              devices_file: str | Path | None = None) -> ForecastEvidence:
     """The forecast of ``record`` on the GPUs to diagnose for, or why it has none."""
     from nbscope.analyse.forecastable import forecast_unavailable

@@ -39,6 +39,7 @@ from nbscope.record.sources import load_sources, naming
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
+    from nbscope.record.run import RunRecord
 
 __all__ = ["CellForecast", "CellTimes", "CodeChange", "CpuRates", "Forecast", "GainedFunction", "KeptFunction",
            "NotForecast", "NotebookForecast", "Outcome", "Plan", "ProgramRun", "RunInfo", "Term", "Uncertainty",
@@ -345,7 +346,7 @@ class Forecast:
         return document
 
 
-def check_record(record: Any, run_label: str, run: NotebookRun | None = None) -> None:
+def check_record(record: RunRecord, run_label: str, run: NotebookRun | None = None) -> None:
     """Refuse a run the forecast cannot read, with the command that records what it needs (``run``: the
     record's typed run, when the caller has it)."""
     if record.kind not in ("profile", "trace"):
@@ -359,7 +360,7 @@ def check_record(record: Any, run_label: str, run: NotebookRun | None = None) ->
 
 
 def forecast(
-    record: Any,
+    record: RunRecord,
     gpus: str | list[str],
     *,
     table: DeviceTable | None = None,
@@ -868,7 +869,7 @@ def _code_change(tally: _Tally, cells: tuple[CellForecast, ...], sources: dict[i
     )
 
 
-def _notebook_sources(record: Any, run: NotebookRun) -> dict[int, str]:
+def _notebook_sources(record: RunRecord, run: NotebookRun) -> dict[int, str]:
     """Code cell sources by index: the code that ran (``run``: the record's typed run)."""
     by_hash, _ = load_sources(record)
     return {c.index: by_hash[c.source_hash] for c in run.cells if c.source_hash in by_hash}

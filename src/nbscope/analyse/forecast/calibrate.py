@@ -16,16 +16,19 @@ Every calibrated figure's source names the run, the GPU, the date and the nbscop
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import DEVICE_FIGURES, Device, Figure
 from nbscope.record.suite import BenchRun, GroupFigure, LoopsRun, Sweep
 
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
+
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
-def _provenance(record: Any, what: str, device: str) -> str:
+def _provenance(record: RunRecord, what: str, device: str) -> str:
     run = f"run {record.run_id}" if record.run_id is not None else "an imported run"
     return (f"calibrated: {what} on {device}, nbscope {record.kind} {run} of {record.started_at[:10]} "
             f"(nbscope {record.tool_version}, fingerprint {record.digest or '?'})")
@@ -38,7 +41,7 @@ def _gpu_sweep(run: LoopsRun) -> Sweep | None:
     return None
 
 
-def _from_loops(record: Any, found: dict[str, Figure], names: list[str]) -> None:
+def _from_loops(record: RunRecord, found: dict[str, Figure], names: list[str]) -> None:
     sweep = _gpu_sweep(LoopsRun.parse(record.measurements))
     if sweep is None:
         raise NbscopeError(f"{_label(record)}: no sweep on a GPU (run `nbscope loops` on the GPU machine)")
@@ -66,7 +69,7 @@ def _device_of(figure: GroupFigure) -> str:
     return text[text.find("(") + 1 : text.rfind(")")] if "(" in text and text.endswith(")") else text
 
 
-def _from_bench(record: Any, found: dict[str, Figure], names: list[str]) -> None:
+def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -> None:
     figures = {f.key or "": f for f in BenchRun.parse(record.measurements).figures if _on_gpu(f)}
     if not figures:
         raise NbscopeError(f"{_label(record)}: no figure measured on a GPU (run `nbscope bench` on the GPU machine)")
@@ -117,7 +120,7 @@ def _from_bench(record: Any, found: dict[str, Figure], names: list[str]) -> None
         add("dispatch_us", median * 1e6, median * 1e6, "tiny jitted call round trip", figure)
 
 
-def _label(record: Any) -> str:
+def _label(record: RunRecord) -> str:
     return f"run {record.run_id}" if record.run_id is not None else f"the {record.kind} run"
 
 

@@ -24,6 +24,7 @@ from nbscope.record.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import Forecast
+    from nbscope.record.run import RunRecord
 
 SAME_SOURCE = ("hash", "moved")
 
@@ -123,13 +124,13 @@ def _run_time(cell: Cell) -> float | None:
     return max(0.0, wall - (cell.jax.compile_s if cell.jax is not None else 0.0))
 
 
-def _platform(record: Any) -> str | None:
+def _platform(record: RunRecord) -> str | None:
     from nbscope.analyse.compare import platform_of
 
     return platform_of(record)["platform"]
 
 
-def measured_gpus(record: Any) -> list[str]:
+def measured_gpus(record: RunRecord) -> list[str]:
     """The GPU names a run's fingerprint lists (what NVML reported: ``Tesla T4``)."""
     return [gpu.name for gpu in record.machine().gpus if gpu.name]
 

@@ -10,7 +10,7 @@ guess: a loop whose trip count is unknown has no upper bound and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, check_record
@@ -20,11 +20,14 @@ from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
 from nbscope.record.programs import Program, Work
 
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
+
 DEFAULT_GPUS = ["t4"]  # the GPU of the seed's runner: what a CPU run is forecast for unless told
 F64_KEYS = ("flops_f64", "transcendentals_f64")
 
 
-def gpus_of(record: Any, gpus: str | list[str] | None = None) -> list[str]:
+def gpus_of(record: RunRecord, gpus: str | list[str] | None = None) -> list[str]:
     """The GPUs to forecast ``record`` for: those given, else those named when it was recorded
     (``profile --forecast``), else the T4."""
     if gpus:
@@ -33,7 +36,7 @@ def gpus_of(record: Any, gpus: str | list[str] | None = None) -> list[str]:
     return list(record.run_settings().forecast) or list(DEFAULT_GPUS)
 
 
-def require_forecast(record: Any, platform: str | None, run_label: str) -> None:
+def require_forecast(record: RunRecord, platform: str | None, run_label: str) -> None:
     """Refuse (one line) a run that an explicit forecast request cannot apply to."""
     check_record(record, run_label)  # the recording command when program data is missing
     reason = forecast_unavailable(record, platform)
@@ -121,7 +124,7 @@ class Float64Cost:
     float32_high_s: float | None
 
 
-def float64_costs(record: Any, device: Device, table: DeviceTable) -> list[Float64Cost]:
+def float64_costs(record: RunRecord, device: Device, table: DeviceTable) -> list[Float64Cost]:
     """Per cell with float64 JAX work: its forecast time on ``device`` as run, and the same programs with
     their float64 arithmetic at the float32 rate; the difference is what float64 costs there.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash, run_job
-from nbscope.api.audit._merge import export_audit, load_audit, merge
+from nbscope.api.audit._merge import export_audit, load_audit, merge, missing_notebooks
 from nbscope.api.audit._run import AuditOptions, audit, local_availability
 from nbscope.api.audit._schedule import GpuSlot, LocalScheduler, gpu_slots, memory_fraction
 from nbscope.collect.platforms import parse_backends
@@ -31,6 +31,7 @@ __all__ = [
     "local_availability",
     "memory_fraction",
     "merge",
+    "missing_notebooks",
     "parse_backends",
     "parse_shard",
     "run_job",

@@ -17,7 +17,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbscope.api.profile import RunSpec
 
 _FINGERPRINT: dict[str, Any] | None = None
 
@@ -39,10 +42,18 @@ class Job:
     content: bytes | None = None  # the file itself, for workers that may not share the file system
     index: int = 0
     forecast: list[str] = field(default_factory=list)  # GPUs to forecast for: record program data (CPU jobs)
+    label: str | None = None  # the audit's --label: it travels with the job to a worker on another machine
 
     @property
     def is_gpu(self) -> bool:
         return self.platform != "cpu"
+
+    def spec(self) -> RunSpec:
+        """The profile this job runs."""
+        from nbscope.api.profile import RunSpec
+
+        return RunSpec(timeout=self.timeout, env=dict(self.env), jax_platform=self.platform,
+                       forecast=tuple(self.forecast), label=self.label)
 
 
 def file_hash(path: str | Path) -> str:
@@ -102,12 +113,10 @@ def run_job(job: Job, fingerprint: dict[str, Any] | None = None) -> dict[str, An
         os.close(handle)
         live_path = Path(name)
     try:
-        from nbscope.api.profile import ProfileOptions, profile
+        from nbscope.api.profile import profile
 
         path = _notebook_path(job, scratch)
-        options = ProfileOptions(timeout=job.timeout, env=dict(job.env), jax_platform=job.platform,
-                                 forecast=list(job.forecast))
-        record = profile(path, options, store=None, fingerprint=fingerprint or worker_fingerprint(), live_path=live_path)
+        record = profile(path, job.spec(), store=None, fingerprint=fingerprint or worker_fingerprint(), live_path=live_path)
         result["record"] = record.to_dict()
         result["ok"] = True
     except NbscopeError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope._files import write_text
@@ -19,13 +19,16 @@ from nbscope.analyse import audit as _report
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
+
 # Which entry wins when two files hold the same notebook on the same backend: a measured run beats a
 # failed one, which beats "unavailable" (a CPU runner reports cuda unavailable; the GPU runner's file
 # has the real run).
 _PRIORITY = {"ok": 3, "partial": 3, "error": 2, "not-run": 1, "unavailable": 0}
 
 
-def export_audit(record: RunRecord, path: str | Path, *, store: Any = None) -> Path:
+def export_audit(record: RunRecord, path: str | Path, *, store: Store | None = None) -> Path:
     """Write an audit record to ``path``, with the profile runs it refers to when ``store`` has them."""
     document = record.to_dict()
     runs: dict[str, Any] = {}
@@ -61,7 +64,7 @@ def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
     return record, runs
 
 
-def _import_run(store: Any, document: dict[str, Any], source: str) -> int | None:
+def _import_run(store: Store, document: dict[str, Any], source: str) -> int | None:
     """Save an embedded run in ``store`` (once: the same run merged twice keeps its first id)."""
     try:
         run = RunRecord.from_dict(document, source=source)
@@ -74,7 +77,7 @@ def _import_run(store: Any, document: dict[str, Any], source: str) -> int | None
 
 
 def merge(
-    paths: Sequence[str | Path], *, store: Any = None, fingerprint: dict[str, Any] | None = None
+    paths: Sequence[str | Path], *, store: Store | None = None, fingerprint: dict[str, Any] | None = None
 ) -> RunRecord:
     """One audit from several audit files (CI shards, or a CPU runner's and a GPU runner's audits)."""
     if not paths:
@@ -86,7 +89,7 @@ def merge(
     availability: dict[str, dict[str, Any]] = {}
     expected: list[str] = []
     inputs = []
-    embedded: dict[tuple[str, int], dict[str, Any]] = {}
+    embedded: dict[tuple[str, int | None], dict[str, Any]] = {}
     for position, (path, record, runs) in enumerate(loaded):
         for old_id, document in runs.items():
             if str(old_id).isdigit() and isinstance(document, dict):
@@ -121,7 +124,7 @@ def merge(
             if entry["path"] not in order:
                 order.append(entry["path"])
             key = (entry["path"], entry["backend"])
-            rank = (_PRIORITY.get(entry.get("status"), 0), position)  # ties: the file given later wins
+            rank = (_PRIORITY.get(str(entry.get("status")), 0), position)  # ties: the file given later wins
             if key not in chosen or rank >= chosen[key][0]:
                 chosen[key] = (rank, entry)
         inputs.append({
@@ -164,3 +167,10 @@ def merge(
     if store is not None:
         store.save(record)
     return record
+
+
+def missing_notebooks(record: RunRecord) -> list[str]:
+    """The notebooks of the book that a merged audit has no entry for (in none of the files)."""
+    from nbscope.analyse.audit import Audit
+
+    return list(Audit.parse(record.measurements).missing)

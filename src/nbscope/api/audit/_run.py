@@ -7,20 +7,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
+from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
 from nbscope.record.machine import Machine
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, default_label
 from nbscope.record.secrets import command_for_record
+
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
 
 # Backend names and the JAX_PLATFORMS value each runs under.
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -104,7 +108,7 @@ def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_pe
 
 
 def find_previous(
-    store: Any, target: str, source_hash: str, backend: str, digests: set[str], *, programs: bool = False
+    store: Store | None, target: str, source_hash: str, backend: str, digests: set[str], *, programs: bool = False
 ) -> tuple[RunRecord | None, float | None]:
     """A stored audit run to reuse (same file hash, backend and environment digest, and program data when
     ``programs``: a forecast needs it), and a duration estimate.
@@ -136,7 +140,7 @@ def audit(
     targets: str | Path | Sequence[str | Path],
     options: AuditOptions | None = None,
     *,
-    store: Any = None,
+    store: Store | None = None,
     on_event: EventCallback | None = None,
     fingerprint: dict[str, Any] | None = None,
     executor_factory: ExecutorFactory | None = None,
@@ -194,10 +198,9 @@ def audit(
         ))
         failed = any(e["status"] in ("error", "not-run") for e in ordered)
         record.finish("partial" if interrupted or failed else "ok")
-        from nbscope import _signals
 
         what = "partial audit run {id} (the notebooks that finished are runs of their own)"
-        _signals.store_then_stop(record, store, interrupted, what)
+        store_then_stop(record, store, interrupted, what)
         return record
     finally:
         if runner is not None:
@@ -234,7 +237,7 @@ class _Plan:
 
 
 def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOptions,
-          availability: dict[str, dict[str, Any]], digests: set[str], store: Any, *, remote: bool) -> _Plan:
+          availability: dict[str, dict[str, Any]], digests: set[str], store: Store | None, *, remote: bool) -> _Plan:
     plan = _Plan()
     estimates: dict[int, float] = {}
     for key in selected:
@@ -259,7 +262,7 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
             plan.jobs.append(Job(
                 key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
                 source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
-                content=path.read_bytes() if remote else None, forecast=forecast,
+                content=path.read_bytes() if remote else None, forecast=forecast, label=default_label(),
             ))
             plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
             if estimate is not None:
@@ -272,7 +275,7 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
     return plan
 
 
-def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Any, audit_target: str,
+def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | None, audit_target: str,
               emit: EventCallback) -> bool:
     """Run the plan's jobs, saving each profile as it finishes; True when a stop signal cut the audit short."""
     done = 0
@@ -327,7 +330,7 @@ def _job_event(job: Job) -> dict[str, Any]:
     return {"path": job.key, "backend": job.backend, "gpu": job.gpu}
 
 
-def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[str, Any]],
+def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, str], dict[str, Any]],
                       stopped: tuple[float, str]) -> None:
     """Store what an interrupted notebook measured (from its live file) as a partial profile run. Its audit
     entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
@@ -352,7 +355,7 @@ def _save_interrupted(store: Any, job: Job, entries: dict[tuple[str, str], dict[
     _signals.note_saved(f"partial run {run_id} ({job.key})")
 
 
-def _save_result(store: Any, job: Job, result: dict[str, Any], book_target: str) -> tuple[dict[str, Any], RunRecord | None]:
+def _save_result(store: Store | None, job: Job, result: dict[str, Any], book_target: str) -> tuple[dict[str, Any], RunRecord | None]:
     """Store a finished job's profile (tagged with what resuming needs); its audit entry and the record."""
     if not result.get("ok") or not isinstance(result.get("record"), dict):
         entry = _report.bare_entry(job.key, job.backend, job.source_hash, "error", result.get("error") or "no result",

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
+from nbscope.api.runs import store_then_stop
 from nbscope.record.cells import target_name
 from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
@@ -52,6 +53,8 @@ from nbscope.record.secrets import command_for_record, env_for_record
 
 if TYPE_CHECKING:
     from nbscope.analyse.pathways import PathwayRow
+    from nbscope.collect.notebook import Notebook
+    from nbscope.record.store import Store
 
 __all__ = [
     "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "parse_via", "run_bench_pathways", "run_pathways",
@@ -90,7 +93,7 @@ def parse_via(via: str | Iterable[str] | None) -> list[str]:
 
 
 def _run_one(
-    name: str, notebook: Any, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
+    name: str, notebook: Notebook, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
 ) -> PathwayResult:
     if name == "script":
         from nbscope.api.pathways._script import run_script
@@ -110,7 +113,7 @@ def _run_one(
 
 
 def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA, repeat: int = 1,
-                 store: Any = None, **options: Any) -> RunRecord:
+                 store: Store | None = None, **options: Any) -> RunRecord:
     """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record
     (``options``: those of :func:`pathways_until_stopped`).
 
@@ -121,12 +124,10 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
     given. Ctrl-C (or SIGTERM / SIGHUP under the CLI) keeps every run so far, the one cut short included,
     saves the record (status ``partial``), then re-raises KeyboardInterrupt.
     """
-    from nbscope import _signals
-
     if store is not None:  # --env values hidden under the store's key, so that they compare within it
         options.setdefault("env_key", store.env_key())
     record, interrupted = pathways_until_stopped(path, via, repeat, **options)
-    _signals.store_then_stop(record, store, interrupted)
+    store_then_stop(record, store, interrupted)
     return record
 
 
@@ -280,7 +281,7 @@ def _elapsed(runner: dict[str, Any]) -> float | None:
 
 
 def measurements(
-    notebook: Any, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1
+    notebook: Notebook, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1
 ) -> dict[str, Any]:
     """The ``pathways`` record's measurements from each pathway's runs."""
     from nbscope.analyse.pathways import pair_cells, verdict

@@ -18,13 +18,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbscope import _signals
 from nbscope.analyse.pathways import REL_TOL
 from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped
+from nbscope.api.runs import store_then_stop
 from nbscope.record.run import RunRecord
 
 if TYPE_CHECKING:
     import nbformat
+
+    from nbscope.record.store import Store
 
 OUT_VARIABLE = "NBSCOPE_BENCH_OUT"
 MAD_FACTOR = 3.0
@@ -76,7 +78,7 @@ def run_bench_pathways(
     size: str = "default",
     jax_platform: str | None = None,
     repeat: int = 1,
-    store: Any = None,
+    store: Store | None = None,
     progress: ProgressCallback | None = None,
     fingerprint: dict[str, Any] | None = None,
 ) -> RunRecord:
@@ -106,7 +108,7 @@ def run_bench_pathways(
     record.measurements["totals"]["figures"] = len(figures)
     record.measurements["totals"]["figures_differing"] = len(differing)
     record.measurements["verdict"] = figures_verdict(figures, record.measurements["verdict"])
-    _signals.store_then_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
+    store_then_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
     return record
 
 

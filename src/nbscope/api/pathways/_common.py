@@ -6,29 +6,24 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbscope.api.profile import RunSpec
+
 # Every process a pathway starts inherits this variable (with a per-run value), so a leftover can be
 # found afterwards even when it was re-parented to init, as jupyter_server processes are after a
 # failed jupyter-book 2 build.
 TOKEN_VARIABLE = "NBSCOPE_PATHWAYS_RUN"
 
 
-@dataclass
-class PathwayOptions:
-    """Settings that every pathway honours."""
+@dataclass(frozen=True)
+class PathwayOptions(RunSpec):
+    """The run spec every pathway honours (``timeout`` per cell, ``kernel``, ``env`` for the notebook's process,
+    ``jax_platform``), with the token that marks every process this run starts."""
 
-    timeout: float | None = None  # per cell, seconds
-    kernel: str | None = None
-    env: dict[str, str] = field(default_factory=dict)  # overrides for the notebook's process
-    jax_platform: str | None = None
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def process_env(self) -> dict[str, str]:
         """Overrides for every process a pathway starts (never applied to this process)."""
-        env = dict(self.env)
-        if self.jax_platform:
-            env["JAX_PLATFORMS"] = self.jax_platform
-        env[TOKEN_VARIABLE] = self.token
-        return env
+        return {**super().process_env(), TOKEN_VARIABLE: self.token}
 
 
 @dataclass

@@ -10,12 +10,12 @@ from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line
 
 
 def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, Any], live_path: Path) -> PathwayResult:
-    from nbscope.api.profile import ProfileOptions, profile_until_stopped
+    from nbscope.api.profile import RunSpec, profile_until_stopped
 
     try:
         record, interrupted = profile_until_stopped(
             path,
-            ProfileOptions(timeout=options.timeout, kernel=options.kernel, env=options.process_env()),
+            RunSpec(timeout=options.timeout, kernel=options.kernel, env=options.process_env(), label=options.label),
             fingerprint=fingerprint,
             live_path=live_path,
         )

@@ -32,7 +32,7 @@ class ProgramHashes:
             return False
         recorder = self
 
-        def compile_or_get_cached(backend: Any, computation: Any, *args: Any, **kwargs: Any) -> Any:
+        def compile_or_get_cached(backend: object, computation: object, *args: object, **kwargs: object) -> Any:
             try:
                 recorder.add(computation)
             except Exception:  # a module this JAX prints differently: no hash, the compile goes on
@@ -43,7 +43,7 @@ class ProgramHashes:
         compiler.compile_or_get_cached = compile_or_get_cached  # type: ignore[union-attr]
         return True
 
-    def add(self, module: Any) -> None:
+    def add(self, module: Any) -> None:  # an MLIR module of the jaxlib that runs (never imported here)
         text = module.operation.get_asm(enable_debug_info=False, binary=True)
         name = str(module.operation.attributes["sym_name"]).strip('"')
         self.current.append({"name": name, "hash": _sha256(text).hexdigest()[:HASH_CHARS]})

@@ -32,6 +32,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
@@ -70,7 +71,7 @@ class Programs:
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
 
-    def start(self, seq: int, *, shared: bool = False, compile_clock: Any = None) -> None:
+    def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
         (read when the session is cut: calls do not run while JAX compiles)."""
         self.session, self.skipped, self.shared = None, None, shared
@@ -178,7 +179,7 @@ class Programs:
             return
         recorder = self
 
-        def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+        def compile_or_get_cached(*args: object, **kwargs: object) -> Any:
             executable = original(*args, **kwargs)
             if len(recorder.compiled) < MAX_COMPILED:
                 recorder.compiled.append(executable)
@@ -358,7 +359,7 @@ def _in_jax_compile(frame: Any) -> bool:
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
-    def __init__(self, session: Any, path: str, compile_clock: Any = None) -> None:
+    def __init__(self, session: Any, path: str, compile_clock: Callable[[], float] | None = None) -> None:
         self.session = session
         self.compile_clock = compile_clock
         self.compile_at_cut: float | None = None  # JAX's compile seconds in the cell when the session was cut

@@ -20,12 +20,12 @@ RUN_COLOR = "#4c72b0"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:"
 
 
-def e(value: Any) -> str:
+def e(value: object) -> str:
     """HTML-escaped text of any value."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def e_code(value: Any) -> str:
+def e_code(value: object) -> str:
     """Escaped text whose `backtick spans` become <code> (after escaping, so nothing else is markup)."""
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", e(value))
 
@@ -33,8 +33,8 @@ def e_code(value: Any) -> str:
 _number = _units.number
 
 
-def _short(text: Any, width: int = 40) -> str:
-    text = " ".join(str(text or "").split())
+def _short(given: object, width: int = 40) -> str:
+    text = " ".join(str(given or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -1,0 +1,83 @@
+"""``nbscope diagnose``: a stored run's named causes of slow cells, and on a CPU run with program data the backend
+the forecast recommends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.compare import platform_of
+from nbscope.analyse.diagnose import Findings, diagnose
+from nbscope.analyse.forecast import Forecast
+from nbscope.analyse.recommend import Recommendation
+from nbscope.record.run import PROFILE_KINDS, RunRecord
+from nbscope.record.store import Store, resolve_run
+
+# The severities ``--fail-on LEVEL`` fails on.
+FAIL_LEVELS = {"high": ("high",), "medium": ("high", "medium")}
+
+
+@dataclass(frozen=True)
+class DiagnoseOutcome:
+    """What ``nbscope diagnose`` found: the run, its findings, the forecast's backend choice (a CPU run with
+    program data that no GPU run accompanies; else None), and the severities that fail it."""
+
+    record: RunRecord
+    findings: Findings
+    recommendation: Recommendation | None
+    failing: tuple[str, ...] = ()
+
+    @property
+    def exit_status(self) -> int:
+        """1 when a finding is as severe as ``--fail-on`` asks, else 0."""
+        return 1 if any(finding.severity in self.failing for finding in self.findings) else 0
+
+
+def fail_levels(level: str | None) -> tuple[str, ...]:
+    """The severities that make ``diagnose --fail-on LEVEL`` exit 1 (one line for an unknown level)."""
+    if level is None:
+        return ()
+    if level not in FAIL_LEVELS:
+        raise NbscopeError(f"--fail-on {level!r}: use medium or high")
+    return FAIL_LEVELS[level]
+
+
+def diagnose_run(
+    run: str,
+    store: Store,
+    *,
+    other: str | None = None,
+    notebook: Path | None = None,
+    rules: list[str] | None = None,
+    gpus: str | None = None,
+    devices_file: Path | None = None,
+    thresholds: dict[str, dict[str, float]] | None = None,
+    fail_on: str | None = None,
+) -> DiagnoseOutcome:
+    """Diagnose the run ``run`` names (``other``: a second run used as evidence; ``notebook``: the code of an
+    older record that does not carry it), with the forecast's recommendation where it applies."""
+    failing = fail_levels(fail_on)
+    record = resolve_run(run, store, kinds=PROFILE_KINDS)
+    other_record = resolve_run(other, store, kinds=PROFILE_KINDS) if other else None
+    if notebook is not None:  # the code of an older record that does not carry it
+        from nbscope.record.sources import naming
+
+        record = naming(record, notebook)
+    findings = diagnose(record, other=other_record, rules=rules, gpus=gpus, thresholds=thresholds,
+                        devices_file=devices_file)
+    recommendation = forecast_recommendation(record, other_record, gpus, devices_file, findings.forecast)
+    return DiagnoseOutcome(record, findings, recommendation, failing)
+
+
+def forecast_recommendation(record: RunRecord, other: RunRecord | None, gpus: str | None, devices_file: Path | None,
+                            made: Forecast | None = None) -> Recommendation | None:
+    """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies (``made``: the
+    forecast the findings already made, reused)."""
+    from nbscope.analyse.forecastable import forecast_unavailable
+
+    if other is not None or forecast_unavailable(record, platform_of(record)["platform"]) is not None:
+        return None
+    from nbscope.analyse.recommend import recommend_forecast
+
+    return recommend_forecast(record, gpus=gpus, devices_file=devices_file, made=made)

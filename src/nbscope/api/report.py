@@ -1,0 +1,14 @@
+"""``nbscope report``: what one HTML page of stored runs shows (the page itself is the renderer's)."""
+
+from __future__ import annotations
+
+from nbscope.analyse.report import ReportData, report_data
+from nbscope.record.store import Store, resolve_run
+
+
+def report(references: list[str], store: Store, *, history: bool = True, metric: str = "wall_s") -> ReportData:
+    """Every analysis the report of the runs ``references`` name shows, the first the baseline; the histories
+    (of ``metric``) only when asked and the store exists."""
+    records = [resolve_run(reference, store) for reference in references]
+    history_store = store if history and store.path.exists() else None
+    return report_data(records, store=history_store, history_metric=metric)

@@ -1,0 +1,74 @@
+"""The run store as the commands open it, and the run references they take (one grammar everywhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nbscope.record.run import LABEL_ENV, RunRecord, check_label, labelled
+from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
+
+__all__ = ["LABEL_ENV", "RUN_REFERENCE", "RunRecord", "Store", "check_label", "db_option", "labelled", "open_store", "resolve", "store_then_stop"]
+
+
+def open_store(db: Path | None, *, read_only: bool = False, on_skip: Callable[[str], None] | None = None) -> Store:
+    """The run store at ``db`` (default: ``$NBSCOPE_DB``, else the project's); ``on_skip`` hears of each row it
+    cannot read (left out). A read-only store is never created: reading one that is not there is an error."""
+    return Store(db, on_skip=on_skip, read_only=read_only)
+
+
+def resolve(reference: str, store: Store, *, kinds: Sequence[str] | None = None) -> RunRecord:
+    """The run a reference names (see :func:`nbscope.record.store.resolve_run`)."""
+    return resolve_run(reference, store, kinds=kinds)
+
+
+def db_option(store: Store) -> str:
+    """`` --db PATH`` for a command a hint prints, when the store is not the one commands find without it."""
+    try:
+        same = Path(store.path).resolve() == default_path().resolve()
+    except OSError:
+        same = False
+    return "" if same else f" --db {store.path}"
+
+
+def unfinished(store: Store) -> list[dict[str, Any]]:
+    """The live files of this store's runs that ended before they were stored (see :mod:`nbscope.record.live`)."""
+    from nbscope.record import live
+
+    return live.unfinished(store.path)
+
+
+def export_run(record: RunRecord, output: Path, *, portable: bool = False) -> RunRecord:
+    """Write a run as a JSON record to ``output``; ``portable`` drops what only this machine knows (paths). The
+    run written (its id kept)."""
+    from nbscope.record import run as record_module
+
+    if portable:
+        from nbscope.record.portable import portable as portable_document
+
+        run_id = record.run_id
+        record = record_module.RunRecord.from_dict(portable_document(record.to_dict()), source=f"run {run_id}")
+        record.run_id = run_id
+    record_module.dump(record, output)
+    return record
+
+
+def load_run(path: Path) -> RunRecord:
+    """A run record from a JSON file (``nbscope export`` or ``--json`` output), validated."""
+    from nbscope.record import run as record_module
+
+    return record_module.load(path)
+
+
+def store_then_stop(record: RunRecord, store: Store | None, interrupted: bool, what: str = "partial run {id}") -> None:
+    """Save ``record`` in ``store`` (when given); after an interrupt, note what was saved (``what`` with the
+    run's ``{id}``) for the closing message, and re-raise it."""
+    from nbscope import _signals
+
+    if store is not None:
+        store.save(record)
+    if interrupted:
+        if record.run_id is not None:
+            _signals.note_saved(what.format(id=record.run_id))
+        raise KeyboardInterrupt

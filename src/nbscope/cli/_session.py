@@ -1,0 +1,33 @@
+"""One command's session: the console it prints to and the stop signals it turns into a saved, partial run,
+set up when the command starts and put back as they were when it ends (so a command run twice in one process,
+as the tests do, starts as a new process would)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from nbscope import _signals
+from nbscope._files import forget_inputs
+
+
+@contextmanager
+def command_session() -> Iterator[None]:
+    """The console made afresh from this moment's streams and terminal size (``COLUMNS``), no escape sequence
+    from a record or a notebook reaching the terminal, the stop signals handled (:func:`nbscope._signals.handled`)
+    and what they noted forgotten afterwards; the inputs the command reads are its own."""
+    from nbscope.render._clean import clean_streams, restore_streams
+    from nbscope.render.terminal import console
+
+    saved_console = dict(console.__dict__)
+    forget_inputs()
+    before = clean_streams()
+    type(console).__init__(console, highlight=False)  # as render/terminal.py makes it at import
+    try:
+        with _signals.handled():
+            yield
+    finally:
+        restore_streams(before)
+        console.__dict__.clear()
+        console.__dict__.update(saved_console)
+        _signals.forget()
