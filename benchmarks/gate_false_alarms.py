@@ -42,9 +42,9 @@ import nbformat
 from nbscope.analyse.gate import GateOptions, gate, parse_slowdown
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.collect import fingerprint as fp
-from nbscope.record.machine import Machine
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.machine import Machine
 
 THRESHOLDS = ("5%", "10%", "20%", "50%")
 SCALE_VARIABLE = "NBSCOPE_BENCH_SCALE"

@@ -32,10 +32,10 @@ from nbscope.record.cells import (
     same_notebook,
     target_aliases,
     target_name,
-    totals,
 )
 from nbscope.record.run import RunRecord, check_label
 from nbscope.record.store import Store, resolve_run
+from nbscope.schema.build import totals
 
 FILES = Path(__file__).resolve().parent / "files"
 RECORDS = FILES / "records"

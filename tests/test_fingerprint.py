@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nbscope.collect import fingerprint as fp
-from nbscope.record.machine import Machine
+from nbscope.schema.machine import Machine
 
 # The packages issue A names, listed here on purpose rather than read from nbscope.collect.fingerprint.
 ISSUE_PACKAGES = ("numpy", "scipy", "numba", "jax", "jaxlib", "nbclient", "ipykernel", "jupytext", "myst-nb",

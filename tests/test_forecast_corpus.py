@@ -98,7 +98,7 @@ def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
     """nbscope's own collection after each cell (the session's stop, the HLO, the lowering for CUDA) is the
     cell's ``collection_s``, and no part of its code, compile, run or overhead figures; the cell model's
     ``notebook_wall_s`` is its wall time without it."""
-    from nbscope.record.model import Cell
+    from nbscope.schema.model import Cell
 
     record, _ = request.getfixturevalue(lecture)
     collected = [c for c in record.measurements["cells"] if c.get("programs")]

@@ -18,9 +18,9 @@ from nbscope.analyse import noise
 from nbscope.analyse.gate import Comparison, RunSummary, busy, gate
 from nbscope.analyse.history import find_cell, metric_value
 from nbscope.api.gate import history_runs
-from nbscope.record.model import CpuTime
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.model import CpuTime
 
 NOTEBOOK = Path(__file__).resolve().parent / "files" / "gate_sleep.ipynb"
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from diag_support import load_record
-from nbscope.record.model import Cell, JaxFigures, NotebookRun
+from nbscope.schema.model import Cell, JaxFigures, NotebookRun
 
 
 def test_a_recorded_profile_reads_as_typed_cells_totals_and_jax_figures() -> None:
@@ -36,7 +36,7 @@ def test_the_typed_view_is_read_only() -> None:
 
 
 def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none() -> None:
-    from nbscope.record.machine import Machine, Settings
+    from nbscope.schema.machine import Machine, Settings
 
     machine = Machine.parse({
         "digest": "abc", "cpu": {"model": "EPYC", "logical_cores": 4, "load_average": [6.0, 1.0, 1.0]},

@@ -1,4 +1,4 @@
-"""The typed program data (``record.programs``), read from a real ``--forecast`` profile: every recorded field
+"""The typed program data (``schema.programs``), read from a real ``--forecast`` profile: every recorded field
 reads as the same figure, a field a record lacks reads as None, and each cell knows the programs it ran."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.model import program_terms
 from nbscope.api.profile import ProfileOptions, profile
-from nbscope.record.model import Cell, NotebookRun
-from nbscope.record.programs import CellPrograms, Execution, Loop, Program, ProgramData, Transfers
 from nbscope.record.run import RunRecord
+from nbscope.schema.model import Cell, NotebookRun
+from nbscope.schema.programs import CellPrograms, Execution, Loop, Program, ProgramData, Transfers
 
 FILES = Path(__file__).resolve().parent / "files"
 

@@ -1,5 +1,5 @@
-"""The typed views of bench and loops records (``record.suite``), and of a profile's runner and kernel sections
-(``record.model``): real records parse to views whose figures are the documents', absent or mistyped fields read
+"""The typed views of bench and loops records (``schema.suite``), and of a profile's runner and kernel sections
+(``schema.model``): real records parse to views whose figures are the documents', absent or mistyped fields read
 None, and the renderers that read the views print what the documents say, as they printed it before."""
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import pytest
 from nbscope.api.bench import run_bench
 from nbscope.api.loops import run_loops
 from nbscope.collect.loops import LoopOptions
-from nbscope.record.model import KernelInfo, NotebookRun, RunnerInfo
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import (
+from nbscope.render import terminal
+from nbscope.render._markdown import plain_text
+from nbscope.render.bench import bench_markdown, print_bench
+from nbscope.render.html._sections import _loops_section
+from nbscope.render.loops import print_loops
+from nbscope.schema.model import KernelInfo, NotebookRun, RunnerInfo
+from nbscope.schema.suite import (
     BenchGroup,
     BenchRun,
     BenchSettings,
@@ -25,11 +30,6 @@ from nbscope.record.suite import (
     LoopsRun,
     Sweep,
 )
-from nbscope.render import terminal
-from nbscope.render._markdown import plain_text
-from nbscope.render.bench import bench_markdown, print_bench
-from nbscope.render.html._sections import _loops_section
-from nbscope.render.loops import print_loops
 from test_loops import USER_LOOP
 
 RECORDS = Path(__file__).resolve().parent / "files" / "records"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbscope.record.model import NotebookRun
+from nbscope.schema.model import NotebookRun
 
 RECORDED_BY = "nbscope profile NOTEBOOK --forecast t4"
 

@@ -43,9 +43,9 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
 from nbscope.record.cells import cell_keys, pair_cells
-from nbscope.record.machine import Cpu
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord, describe_settings
+from nbscope.schema.machine import Cpu
+from nbscope.schema.model import Cell
 
 OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")

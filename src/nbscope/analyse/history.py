@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeGuard
 
 from nbscope._errors import NbscopeError
-from nbscope.record.model import Cell, Samples
 from nbscope.record.run import RunRecord, describe_settings, series_settings
+from nbscope.schema.model import Cell, Samples
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from nbscope._units import seconds
 from nbscope.record import cells as cell_model
-from nbscope.record._fields import number as _number
-from nbscope.record._fields import text as _text
-from nbscope.record.model import Cell, Totals
+from nbscope.schema._fields import number as _number
+from nbscope.schema._fields import text as _text
+from nbscope.schema.model import Cell, Totals
 
 # Timings on a shared machine vary by about ±20 %; a cell differs only beyond the larger of these, or
 # beyond 3 median absolute deviations when --repeat gave samples.

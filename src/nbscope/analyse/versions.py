@@ -23,8 +23,8 @@ from nbscope.analyse.compare import CellFigures, cell_figures
 from nbscope.analyse.gate import GateOptions
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import pair_cells
-from nbscope.record.model import Cell, Totals
 from nbscope.record.run import RunRecord
+from nbscope.schema.model import Cell, Totals
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding

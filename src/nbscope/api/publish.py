@@ -29,9 +29,9 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.attribution import attribute, classify_failure
 from nbscope.analyse.history import ChangeOptions, Point, change_points
 from nbscope.record.cells import project_root
-from nbscope.record.model import NotebookRun
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import STORE_FOLDER, Store
+from nbscope.schema.model import NotebookRun
 
 MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2

@@ -32,9 +32,9 @@ from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope.collect._cells import interrupted_described, merge_described
 from nbscope.collect.runner import Execution
-from nbscope.record.cells import combine_repeats, derive, totals
 from nbscope.record.run import RunRecord
 from nbscope.record.store import default_path, files_folder, store_subfolder
+from nbscope.schema.build import combine_repeats, derive, totals
 
 LIVE_FORMAT = "nbscope-live"
 LIVE_VERSION = 1

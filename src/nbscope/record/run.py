@@ -25,8 +25,8 @@ from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
 
 if TYPE_CHECKING:
-    from nbscope.record.machine import Machine, Settings
-    from nbscope.record.model import NotebookRun
+    from nbscope.schema.machine import Machine, Settings
+    from nbscope.schema.model import NotebookRun
 
 FORMAT_NAME = "nbscope-run"
 # 2: each code cell carries its whole source and its line range (``cells[].source``, ``lines``); times are
@@ -196,19 +196,19 @@ class RunRecord:
     def notebook_run(self) -> NotebookRun:
         """This run's cells, totals and notebook as typed, read-only objects (a ``profile`` or ``trace`` run;
         for other kinds, the cells and totals they have)."""
-        from nbscope.record.model import NotebookRun
+        from nbscope.schema.model import NotebookRun
 
         return NotebookRun.parse(self.measurements)
 
     def machine(self) -> Machine:
         """The machine this run ran on (its fingerprint), typed."""
-        from nbscope.record.machine import Machine
+        from nbscope.schema.machine import Machine
 
         return Machine.parse(self.fingerprint)
 
     def run_settings(self) -> Settings:
         """How this run was asked to run (its settings), typed."""
-        from nbscope.record.machine import Settings
+        from nbscope.schema.machine import Settings
 
         return Settings.parse(self.settings)
 

@@ -24,8 +24,8 @@ from nbscope._errors import NbscopeError
 from nbscope.collect.notebook import source_hash
 
 if TYPE_CHECKING:
-    from nbscope.record.model import NotebookRun
     from nbscope.record.run import RunRecord
+    from nbscope.schema.model import NotebookRun
 
 Sources = dict[str, str]  # cell source by its source hash
 

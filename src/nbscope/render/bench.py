@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
@@ -17,6 +16,7 @@ from nbscope.render.terminal import (
     print_record_header,
     terminal_table,
 )
+from nbscope.schema.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure
 
 
 def time_text(figure: GroupFigure, *, first_fallback: bool = False) -> str:

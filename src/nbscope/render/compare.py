@@ -27,7 +27,7 @@ from nbscope.render.terminal import (
 if TYPE_CHECKING:
     from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow
     from nbscope.analyse.recommend import Estimate, Recommendation
-    from nbscope.record.model import Cell
+    from nbscope.schema.model import Cell
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import LoopFit, LoopsRun
 from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, print_record_header
+from nbscope.schema.suite import LoopFit, LoopsRun
 
 
 def _per_iter(seconds: float, trips: int) -> str:

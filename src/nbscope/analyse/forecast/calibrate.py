@@ -20,7 +20,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import DEVICE_FIGURES, Device, Figure
-from nbscope.record.suite import BenchRun, GroupFigure, LoopsRun, Sweep
+from nbscope.schema.suite import BenchRun, GroupFigure, LoopsRun, Sweep
 
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 

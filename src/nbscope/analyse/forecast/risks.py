@@ -18,7 +18,7 @@ from nbscope.analyse.forecast.devices import Device, DeviceTable
 from nbscope.analyse.forecast.model import Term, observed_loops, program_terms
 from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
-from nbscope.record.programs import Program, Work
+from nbscope.schema.programs import Program, Work
 
 DEFAULT_GPUS = ["t4"]  # the GPU of the seed's runner: what a CPU run is forecast for unless told
 F64_KEYS = ("flops_f64", "transcendentals_f64")

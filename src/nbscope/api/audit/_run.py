@@ -18,9 +18,9 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
-from nbscope.record.machine import Machine
 from nbscope.record.run import RunRecord
 from nbscope.record.secrets import command_for_record
+from nbscope.schema.machine import Machine
 
 # Backend names and the JAX_PLATFORMS value each runs under.
 EventCallback = Callable[[str, dict[str, Any]], None]

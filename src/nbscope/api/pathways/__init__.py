@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.record.cells import target_name
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.record.secrets import command_for_record, env_for_record
+from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.analyse.pathways import PathwayRow
@@ -217,7 +217,7 @@ def pathways_until_stopped(
 def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dict[str, Any], PathwayResult | None]:
     """One pathway's entry over its repeats, and the result whose cells stand for it."""
     from nbscope.analyse.pathways import combine_overheads
-    from nbscope.record.cells import combine_repeats, totals
+    from nbscope.schema.build import combine_repeats, totals
 
     if not runs:
         return {"status": "not-run", "totals": {}, "runner": {}, "overheads": {}, "skipped": "interrupted"}, None

@@ -9,9 +9,7 @@ from typing import Any
 from nbscope._units import count
 from nbscope.analyse.pathways import PathwayRow, PathwaysRun
 from nbscope.analyse.report import ReportData
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import LoopsRun
 from nbscope.render.html._base import (
     COLORS,
     COMPILE_COLOR,
@@ -24,6 +22,8 @@ from nbscope.render.html._base import (
 )
 from nbscope.render.html._svg import BarChart, PointChart
 from nbscope.render.terminal import metric_name
+from nbscope.schema.model import Cell
+from nbscope.schema.suite import LoopsRun
 
 
 def _label(cell: Cell | PathwayRow, width: int = 38) -> str:

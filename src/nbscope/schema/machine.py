@@ -1,6 +1,6 @@
 """Typed views of a run's fingerprint (the machine it ran on) and its settings (how it was asked to run).
 
-Both are read-only dataclasses over the validated document, like ``record.model`` (see its docstring for
+Both are read-only dataclasses over the validated document, like ``schema.model`` (see its docstring for
 why dataclasses). The fingerprint keeps fields nothing here reads, and fields ``collect.fingerprint`` may
 add later, in the stored document; these views carry what analyses read. A field the fingerprint marks
 absent (``{"absent": reason}``) or an earlier version lacks reads as ``None``, and where it matters the
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope.record._fields import integer as _int
-from nbscope.record._fields import mapping as _object
-from nbscope.record._fields import number as _number
-from nbscope.record._fields import text as _text
+from nbscope.schema._fields import integer as _int
+from nbscope.schema._fields import mapping as _object
+from nbscope.schema._fields import number as _number
+from nbscope.schema._fields import text as _text
 
 __all__ = ["Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Settings"]
 

@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbscope.record._fields import mapping as _object
-from nbscope.record._fields import number as _number
-from nbscope.record._fields import text as _text
-from nbscope.record._fields import time as _time
-from nbscope.record._fields import times as _times
-from nbscope.record._fields import without_collection
-from nbscope.record.programs import CellPrograms, ProgramData
+from nbscope.schema._fields import mapping as _object
+from nbscope.schema._fields import number as _number
+from nbscope.schema._fields import text as _text
+from nbscope.schema._fields import time as _time
+from nbscope.schema._fields import times as _times
+from nbscope.schema._fields import without_collection
+from nbscope.schema.programs import CellPrograms, ProgramData
 
 
 def _count(value: Any) -> int:

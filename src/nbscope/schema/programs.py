@@ -10,11 +10,11 @@ Two places of a record hold it, both written by ``collect.program`` (the program
 * each cell's ``programs``: :class:`CellPrograms`, the programs the cell executed (:class:`Execution`, with
   what its trace showed of their loops), the host↔device copies it made, and how its trace was taken.
 
-Read-only dataclasses over the validated document, like ``record.model`` (see its docstring for why
+Read-only dataclasses over the validated document, like ``schema.model`` (see its docstring for why
 dataclasses), which reads a cell's and a run's program data with these. A field a record lacks reads as
 ``None`` (unknown), never as a guess: a program whose trip count is unknown says ``None``, not 1.
 
-Its field readers are ``record._fields``, shared with every other typed view.
+Its field readers are ``schema._fields``, shared with every other typed view.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
-from nbscope.record._fields import mapping as _object
-from nbscope.record._fields import number as _number
-from nbscope.record._fields import text as _text
-from nbscope.record._fields import whole as _int
+from nbscope.schema._fields import mapping as _object
+from nbscope.schema._fields import number as _number
+from nbscope.schema._fields import text as _text
+from nbscope.schema._fields import whole as _int
 
 __all__ = [
     "CallRate", "CellPrograms", "CollectTimes", "Entry", "Execution", "GpuLowering", "Loop", "ObservedLoop",

@@ -2,7 +2,7 @@
 from its workers' documents, ``nbscope.collect.bench``) and ``loops`` (the trip-count sweep, written by
 ``nbscope.api.loops`` from ``nbscope.collect.loops``).
 
-Read-only dataclasses over the validated document, like ``record.model`` (its docstring says why dataclasses):
+Read-only dataclasses over the validated document, like ``schema.model`` (its docstring says why dataclasses):
 ``BenchRun.parse(record.measurements)``, ``BenchSettings.parse(record.settings)`` and
 ``LoopsRun.parse(record.measurements)``. They carry what readers use; free-form parts nothing reads (a
 figure's ``params``, a group's ``sizes``, ``info`` and ``import_s``, a worker's ``traceback``) stay in the
@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope.record._fields import figure as _measured
-from nbscope.record._fields import integer as _integer
-from nbscope.record._fields import mapping as _object
-from nbscope.record._fields import text as _text
+from nbscope.schema._fields import figure as _measured
+from nbscope.schema._fields import integer as _integer
+from nbscope.schema._fields import mapping as _object
+from nbscope.schema._fields import text as _text
 
 __all__ = [
     "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "Estimate", "Extrapolation", "FirstCall", "FitPoint",
