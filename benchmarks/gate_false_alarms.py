@@ -44,6 +44,7 @@ from nbscope.api.profile import ProfileOptions, profile
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.codec import decode
 from nbscope.schema.machine import Machine
 
 THRESHOLDS = ("5%", "10%", "20%", "50%")
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     results: dict[str, Any] = {
-        "machine": Machine.parse(fingerprint).summary, "digest": fingerprint.get("digest"),
+        "machine": decode(Machine, fingerprint).summary, "digest": fingerprint.get("digest"),
         "notebook": str(args.from_db or args.notebook
                         or "generated (numpy import, matmuls, python loop, sort" + (", jax)" if with_jax else ")")),
         "repeat": args.repeat, "pairs": args.pairs, "env": base_env, "profiling_s": round(elapsed, 1),

@@ -16,6 +16,7 @@ import pytest
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.api.profile import ProfileOptions, profile
+from nbscope.schema.codec import decode
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 pytestmark = [
@@ -116,7 +117,7 @@ def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
         wall = cell["wall_s"]
         assert cell["code_s"] <= wall - cell["collection_s"] + 1e-9, where  # the code's time was taken before
         assert cell["overhead_s"] == pytest.approx(max(0.0, wall - cell["collection_s"] - cell["code_s"])), where
-        assert Cell.parse(cell).notebook_wall_s == pytest.approx(wall - cell["collection_s"]), where
+        assert decode(Cell, cell).notebook_wall_s == pytest.approx(wall - cell["collection_s"]), where
     assert lowered  # both lectures have programs lowered for the GPU (scans, loops, dots)
 
 

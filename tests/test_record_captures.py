@@ -97,3 +97,29 @@ def test_view_renders_as_captured(name: str, store: Path) -> None:
         captured.write_text(rendered, encoding="utf-8")
     assert "Traceback" not in rendered, rendered
     assert rendered == captured.read_text(encoding="utf-8"), f"{name} renders differently from {captured}"
+
+
+@pytest.mark.parametrize(("args", "runs"), [
+    (("report", SCAN, "-o", "-"), 1),
+    (("forecast", SCAN, "--gpu", "t4", "--json"), 1),
+    (("diagnose", RUN["cpu_forecast_cut"], "--gpu", "t4"), 1),
+    (("compare", LATENCY_CPU, LATENCY_T4), 2),
+], ids=["report", "forecast", "diagnose", "compare"])
+def test_each_command_decodes_each_run_once(args: tuple[str, ...], runs: int, store: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command loads each run it reads once, and decodes its document into the typed model once, however many
+    analyses and views read it."""
+    from nbscope.schema import codec
+
+    decoded: list[str] = []
+    decode = codec.decode
+
+    def counting(cls: type, value: object) -> object:
+        decoded.append(cls.__name__)
+        return decode(cls, value)
+
+    monkeypatch.setattr(codec, "decode", counting)
+    result = _run(store)(args)
+    assert result.returncode == 0, result.stderr
+    assert decoded.count("NotebookRun") == runs, decoded
+    assert decoded.count("Machine") <= runs, decoded

@@ -17,12 +17,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
+from nbscope.schema import codec
 
 if TYPE_CHECKING:
     from nbscope.schema.machine import Machine, Settings
@@ -34,6 +35,8 @@ FORMAT_NAME = "nbscope-run"
 # it migrates in memory (its cells' code is then read from the notebook only when unchanged, see
 # ``record.sources``).
 SCHEMA_VERSION = 2
+View = TypeVar("View")
+_VIEWED = ("measurements", "fingerprint", "settings")  # the parts of a record its typed views are read from
 KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
 PROFILE_KINDS = ("profile", "trace")  # runs of a notebook, cell by cell
 RUN_STATUSES = ("ok", "partial", "error")
@@ -129,6 +132,9 @@ class RunRecord:
     # The code of a notebook the user named for this run (``--notebook``; ``record.sources.naming``), by source
     # hash, for the cells the record does not carry itself; not part of the document.
     named_sources: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    # The typed views of a loaded record, by class, decoded on first use (None: a record still being written,
+    # whose document a job may change in place, decodes on every call).
+    _views: dict[type, Any] | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def digest(self) -> str:
@@ -178,7 +184,7 @@ class RunRecord:
     def from_dict(cls, document: Any, *, source: str = "document") -> RunRecord:
         validate(document, source=source)
         document = migrate(document)
-        return cls(
+        record = cls(
             kind=document["kind"],
             target=document["target"],
             fingerprint=document["fingerprint"],
@@ -192,25 +198,41 @@ class RunRecord:
             schema_version=document["schema_version"],
             label=document.get("label"),
         )
+        record._views = {}
+        return record
 
     def notebook_run(self) -> NotebookRun:
         """This run's cells, totals and notebook as typed, read-only objects (a ``profile`` or ``trace`` run;
         for other kinds, the cells and totals they have)."""
         from nbscope.schema.model import NotebookRun
 
-        return NotebookRun.parse(self.measurements)
+        return self._view(NotebookRun, self.measurements)
 
     def machine(self) -> Machine:
         """The machine this run ran on (its fingerprint), typed."""
         from nbscope.schema.machine import Machine
 
-        return Machine.parse(self.fingerprint)
+        return self._view(Machine, self.fingerprint)
 
     def run_settings(self) -> Settings:
         """How this run was asked to run (its settings), typed."""
         from nbscope.schema.machine import Settings
 
-        return Settings.parse(self.settings)
+        return self._view(Settings, self.settings)
+
+    def _view(self, cls: type[View], document: Mapping[str, Any]) -> View:
+        """``cls`` decoded from a part of the document: once for a record loaded from a document (what the store
+        and exports hand out, which readers never change), afresh for a record a job is still writing."""
+        if self._views is None:
+            return codec.decode(cls, document)
+        if cls not in self._views:
+            self._views[cls] = codec.decode(cls, document)
+        return self._views[cls]  # type: ignore[no-any-return]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _VIEWED and getattr(self, "_views", None):
+            self._views = {}  # a part replaced: its views are read again
+        object.__setattr__(self, name, value)
 
     def headline(self) -> dict[str, Any]:
         """The few totals that `nbscope runs` lists."""

@@ -7,56 +7,27 @@ Why dataclasses: they are in the standard library, so reading a record costs no 
 once, at load, by ``record.run.validate`` (field names in every error). attrs would add a dependency for
 nothing we use; pydantic would add its import and a second validator.
 
-``RunRecord.profile()`` builds this view from the validated JSON document; the document stays the one thing
-stored and exported (``dict[str, Any]`` only at that boundary). A field a record of an earlier version lacks
-reads as ``None`` (unknown), never as a guess.
+``schema.codec.decode`` builds these from the validated JSON document, by their annotations (``RunRecord``
+does it once per loaded record); the document stays the one thing stored and exported (``dict[str, Any]``
+only at that boundary). A field a record of an earlier version lacks reads as ``None`` (unknown), never as a
+guess.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from nbscope.schema._fields import mapping as _object
-from nbscope.schema._fields import number as _number
-from nbscope.schema._fields import text as _text
-from nbscope.schema._fields import time as _time
-from nbscope.schema._fields import times as _times
-from nbscope.schema._fields import without_collection
+from nbscope.schema import _fields
+from nbscope.schema.codec import Read, Repeat, Time
 from nbscope.schema.programs import CellPrograms, ProgramData
-
-
-def _count(value: Any) -> int:
-    number = _number(value)
-    return int(number) if number is not None else 0
-
-
-
-
-def _line_range(value: Any) -> tuple[int, int] | None:
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return (value[0], value[1])
-    return None
-
-
-
-
-def _integer(value: Mapping[str, Any], key: str) -> int | None:
-    item = value.get(key)
-    return item if isinstance(item, int) and not isinstance(item, bool) else None
 
 
 @dataclass(frozen=True, slots=True)
 class CellError:
     name: str
     message: str
-
-    @classmethod
-    def parse(cls, value: Any) -> CellError | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(name=str(value.get("name") or ""), message=str(value.get("message") or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +53,6 @@ class JaxFunction:
         """Real compiles: events less persistent-cache hits."""
         return max(0, self.count - self.cache_hits)
 
-    @classmethod
-    def parse(cls, value: Mapping[str, Any]) -> JaxFunction:
-        return cls(
-            name=str(value.get("name")), kind=_text(value.get("kind")), count=_count(value.get("count")),
-            cache_hits=_count(value.get("cache_hits")), trace_s=_number(value.get("trace_s")) or 0.0,
-            lower_s=_number(value.get("lower_s")) or 0.0, backend_s=_number(value.get("backend_s")) or 0.0,
-            shapes=tuple(str(s) for s in value.get("shapes") or ()), caller=_text(value.get("caller")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class JaxFigures:
@@ -107,7 +69,7 @@ class JaxFigures:
     backend_s: float
     cache_state: str | None
     functions: tuple[JaxFunction, ...]
-    cache_retrieval_s: float | None = None  # reading compiled programs from JAX's persistent cache
+    cache_retrieval_s: Time = None  # reading compiled programs from JAX's persistent cache
 
     @property
     def compile_s(self) -> float:
@@ -115,20 +77,6 @@ class JaxFigures:
 
     def of_kind(self, kind: str) -> tuple[JaxFunction, ...]:
         return tuple(f for f in self.functions if f.kind == kind)
-
-    @classmethod
-    def parse(cls, value: Any) -> JaxFigures | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(
-            compiles=_count(value.get("compiles")), user_compiles=_count(value.get("user_compiles")),
-            eager_compiles=_count(value.get("eager_compiles")), library_compiles=_count(value.get("library_compiles")),
-            cache_hits=_count(value.get("cache_hits")), cache_misses=_count(value.get("cache_misses")),
-            trace_s=_number(value.get("trace_s")) or 0.0, lower_s=_number(value.get("lower_s")) or 0.0,
-            backend_s=_number(value.get("backend_s")) or 0.0, cache_state=_text(value.get("cache_state")),
-            functions=tuple(JaxFunction.parse(f) for f in value.get("functions") or () if isinstance(f, Mapping)),
-            cache_retrieval_s=_time(value.get("cache_retrieval_s")),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +87,6 @@ class NumbaFunction:
     module: str | None
     cache: bool | None
 
-    @classmethod
-    def parse(cls, value: Mapping[str, Any]) -> NumbaFunction:
-        cache = value.get("cache")
-        return cls(name=str(value.get("name")), signature=_text(value.get("signature")),
-                   seconds=_number(value.get("seconds")) or 0.0, module=_text(value.get("module")),
-                   cache=cache if isinstance(cache, bool) else None)
-
 
 @dataclass(frozen=True, slots=True)
 class NumbaFigures:
@@ -153,32 +94,15 @@ class NumbaFigures:
     compile_s: float
     functions: tuple[NumbaFunction, ...]
 
-    @classmethod
-    def parse(cls, value: Any) -> NumbaFigures | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(compiles=_count(value.get("compiles")), compile_s=_number(value.get("compile_s")) or 0.0,
-                   functions=tuple(NumbaFunction.parse(f) for f in value.get("functions") or ()
-                                   if isinstance(f, Mapping)))
-
-
-
 
 @dataclass(frozen=True, slots=True)
 class CpuTime:
     """What the probe saw of a cell on the CPU (``sched``, Linux): its own thread's time on a CPU and waiting
     for one, and every thread of the kernel's CPU time. Each is None when not a plausible time."""
 
-    on_cpu_s: float | None
-    wait_s: float | None
-    cpu_s: float | None
-
-    @classmethod
-    def parse(cls, value: Any) -> CpuTime | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(on_cpu_s=_time(value.get("on_cpu_s")), wait_s=_time(value.get("wait_s")),
-                   cpu_s=_time(value.get("cpu_s")))
+    on_cpu_s: Time
+    wait_s: Time
+    cpu_s: Time
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,20 +113,7 @@ class Samples:
     code_s: tuple[float, ...]
     compile_s: tuple[float, ...]
     status: tuple[str | None, ...]
-    wait_s: tuple[float | None, ...] = ()  # each repeat's wait for a CPU, beside its wall (empty: not recorded)
-
-    @classmethod
-    def parse(cls, value: Any) -> Samples | None:
-        if not isinstance(value, Mapping):
-            return None
-
-        def figures(key: str) -> tuple[float, ...]:
-            return tuple(n for n in (_number(v) for v in value.get(key) or ()) if n is not None)
-
-        waits = value.get("wait_s")
-        return cls(wall_s=figures("wall_s"), code_s=figures("code_s"), compile_s=figures("compile_s"),
-                   status=tuple(_text(s) for s in value.get("status") or ()),
-                   wait_s=tuple(_time(w) for w in waits) if isinstance(waits, list) else ())
+    wait_s: tuple[Time, ...] = ()  # each repeat's wait for a CPU, beside its wall (empty: not recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +125,11 @@ class Cell:
     source_hash: str
     source: str | None  # the code that ran (None: a record of schema version 1)
     line: int | None
-    lines: tuple[int, int] | None  # first and last line in its file (None: a record of schema version 1)
+    lines: Annotated[tuple[int, int] | None, Read(_fields.line_range)]  # first and last line in its file (None: a record of schema version 1)
     first_line: str
     code_line: str
     tags: tuple[str, ...]
-    status: str
+    status: Annotated[str, Read(otherwise="ok")]
     error: CellError | None
     execution_count: int | None
     wall_s: float | None
@@ -243,13 +154,18 @@ class Cell:
     output_bytes: int | None = None  # what the cell sent to its outputs
     # nbscope's own collection after the cell's code (--forecast: session stop, HLO, lowering for CUDA), inside
     # wall_s; None: not recorded (no --forecast, or a record older than the field)
-    collection_s: float | None = None
-    collection: Mapping[str, float] | None = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+    collection_s: Time = None
+    collection: Annotated[Mapping[str, float] | None, Read(_fields.times)] = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A cell recorded before ``code_line`` shows its first line there."""
+        return value if value.get("code_line") else {**value, "code_line": value.get("first_line")}
 
     @property
     def notebook_wall_s(self) -> float | None:
         """``wall_s`` less nbscope's own collection: what the notebook's cell itself took."""
-        return without_collection(self.wall_s, self.collection_s)
+        return _fields.without_collection(self.wall_s, self.collection_s)
 
     @property
     def ran(self) -> bool:
@@ -259,34 +175,6 @@ class Cell:
     def label(self) -> str:
         """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
         return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
-
-    @classmethod
-    def parse(cls, value: Mapping[str, Any]) -> Cell:
-        def integer(key: str) -> int | None:
-            item = value.get(key)
-            return item if isinstance(item, int) and not isinstance(item, bool) else None
-
-        return cls(
-            index=integer("index") or 0, cell_index=integer("cell_index"),
-            source_hash=str(value.get("source_hash") or ""), source=_text(value.get("source")),
-            line=integer("line"), lines=_line_range(value.get("lines")), first_line=str(value.get("first_line") or ""),
-            code_line=str(value.get("code_line") or value.get("first_line") or ""),
-            tags=tuple(str(t) for t in value.get("tags") or ()), status=str(value.get("status") or "ok"),
-            error=CellError.parse(value.get("error")), execution_count=integer("execution_count"),
-            wall_s=_number(value.get("wall_s")), code_s=_number(value.get("code_s")),
-            roundtrip_s=_number(value.get("roundtrip_s")), compile_s=_number(value.get("compile_s")),
-            run_s=_number(value.get("run_s")), overhead_s=_number(value.get("overhead_s")),
-            compile_share=_number(value.get("compile_share")), spread=_number(value.get("spread")),
-            jax=JaxFigures.parse(value.get("jax")), numba=NumbaFigures.parse(value.get("numba")),
-            samples=Samples.parse(value.get("samples")),
-            timeline=value.get("timeline") if isinstance(value.get("timeline"), Mapping) else None,
-            programs=CellPrograms.parse(value.get("programs")),
-            alarms=tuple(str(a) for a in value.get("alarms") or ()),
-            rss=_object(value.get("rss")), gpu_memory=_object(value.get("gpu_memory")),
-            sched=CpuTime.parse(value.get("sched")), interrupted_by=_text(value.get("interrupted_by")),
-            output_bytes=integer("output_bytes"), collection_s=_time(value.get("collection_s")),
-            collection=_times(value.get("collection")),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,26 +200,8 @@ class Totals:
     peak_rss_bytes: float | None
     # a warm-cache run's saving against the cold run it was measured against (None: not a warm run)
     cache_saving_s: float | None = None
-    cache_baseline_run: str | None = None
+    cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None
     cold_compiles: int | None = None
-
-    @classmethod
-    def parse(cls, value: Any) -> Totals:
-        value = _object(value)
-        return cls(
-            wall_s=_number(value.get("wall_s")), compile_s=_number(value.get("compile_s")),
-            run_s=_number(value.get("run_s")), cells=_count(value.get("cells")),
-            cells_run=_count(value.get("cells_run")), cells_ok=_count(value.get("cells_ok")),
-            cells_failed=_count(value.get("cells_failed")), compiles=_count(value.get("compiles")),
-            user_compiles=_count(value.get("user_compiles")), eager_compiles=_count(value.get("eager_compiles")),
-            library_compiles=_count(value.get("library_compiles")), numba_compiles=_count(value.get("numba_compiles")),
-            cache_hits=_count(value.get("cache_hits")), cache_misses=_count(value.get("cache_misses")),
-            cache_state=_text(value.get("cache_state")), kernel_start_s=_number(value.get("kernel_start_s")),
-            peak_rss_bytes=_number(value.get("peak_rss_bytes")),
-            cache_saving_s=_number(value.get("cache_saving_s")),
-            cache_baseline_run=None if value.get("cache_baseline_run") is None else str(value["cache_baseline_run"]),
-            cold_compiles=None if _number(value.get("cold_compiles")) is None else _count(value.get("cold_compiles")),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,12 +210,6 @@ class NotebookInfo:
     format: str | None  # ipynb or myst
     kernel: str | None
     content_hash: str | None
-
-    @classmethod
-    def parse(cls, value: Any) -> NotebookInfo:
-        value = _object(value)
-        return cls(path=_text(value.get("path")), format=_text(value.get("format")),
-                   kernel=_text(value.get("kernel")), content_hash=_text(value.get("content_hash")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,22 +231,6 @@ class RunnerInfo:
     returncode: int | None = None
     interrupted: str | None = None  # trace: the signal that stopped the command
 
-    @classmethod
-    def parse(cls, value: Any) -> RunnerInfo:
-        value = _object(value)
-
-        command = value.get("command")
-        return cls(
-            pathway=_text(value.get("pathway")), kernel_start_s=_number(value.get("kernel_start_s")),
-            execute_s=_number(value.get("execute_s")), shutdown_s=_number(value.get("shutdown_s")),
-            total_s=_number(value.get("total_s")), kernel_restarts=_integer(value, "kernel_restarts") or 0,
-            interrupt_ignored=_integer(value, "interrupt_ignored"), kernel_log_tail=_text(value.get("kernel_log_tail")),
-            recovered_from=_text(value.get("recovered_from")),
-            command=tuple(str(c) for c in command) if isinstance(command, list) else (),
-            command_wall_s=_number(value.get("command_wall_s")), returncode=_integer(value, "returncode"),
-            interrupted=_text(value.get("interrupted")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class KernelInfo:
@@ -398,18 +246,6 @@ class KernelInfo:
     jax_cache_dir: str | None  # JAX_COMPILATION_CACHE_DIR in the kernel's environment
     jax_platforms: str | None  # JAX_PLATFORMS in the kernel's environment
 
-    @classmethod
-    def parse(cls, value: Any) -> KernelInfo | None:
-        if not isinstance(value, Mapping):
-            return None
-
-        return cls(
-            probe_version=_integer(value, "probe_version"), pid=_integer(value, "pid"), cwd=_text(value.get("cwd")),
-            python=_text(value.get("python")), executable=_text(value.get("executable")),
-            started_unix=_number(value.get("started_unix")), session=_text(value.get("session")),
-            jax_cache_dir=_text(value.get("jax_cache_dir")), jax_platforms=_text(value.get("jax_platforms")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class NotebookRun:
@@ -418,8 +254,8 @@ class NotebookRun:
     notebook: NotebookInfo
     cells: tuple[Cell, ...]
     totals: Totals
-    repeats: int
-    program_data: ProgramData | None  # the compiled programs the run executed (None: recorded without them)
+    repeats: Repeat
+    program_data: Annotated[ProgramData | None, Read(key="programs")]  # the compiled programs the run executed (None: recorded without them)
     runner: RunnerInfo = field(default_factory=RunnerInfo)
     kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
 
@@ -430,15 +266,3 @@ class NotebookRun:
 
     def cell(self, index: int) -> Cell | None:
         return next((c for c in self.cells if c.index == index), None)
-
-    @classmethod
-    def parse(cls, measurements: Mapping[str, Any]) -> NotebookRun:
-        repeats = measurements.get("repeats")
-        return cls(
-            notebook=NotebookInfo.parse(measurements.get("notebook")),
-            cells=tuple(Cell.parse(c) for c in measurements.get("cells") or () if isinstance(c, Mapping)),
-            totals=Totals.parse(measurements.get("totals")),
-            repeats=repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1,
-            program_data=ProgramData.parse(measurements.get("programs")),
-            runner=RunnerInfo.parse(measurements.get("runner")), kernel=KernelInfo.parse(measurements.get("kernel")),
-        )

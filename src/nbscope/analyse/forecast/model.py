@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
+from nbscope.schema.codec import decode
 from nbscope.schema.programs import Execution, Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
@@ -285,7 +286,7 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
     ``observed``: per loop id, what the CPU run's trace showed per execution; ``rates``: this CPU's measured
     flops/s and bytes/s, for estimates."""
     if not isinstance(program, Program):
-        program = Program.parse(program)
+        program = decode(Program, program)
     key, function = program.key, program.function
     terms: list[Term] = []
     entry = program.entry
