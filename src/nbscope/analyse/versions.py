@@ -29,7 +29,6 @@ from nbscope.schema.model import Cell, Totals
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding
 
-CELL_FIGURES = ("wall_s", "compile_s", "run_s")
 BAD_VERDICTS = ("regression",)
 
 

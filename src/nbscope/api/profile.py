@@ -14,7 +14,7 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
-from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, StartCallback, execute
+from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecution, StartCallback, execute
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord
@@ -389,7 +389,7 @@ class _Repeats:
     options: ProfileOptions
     cache_root: Path
     fingerprint: dict[str, Any]
-    executions: list[Execution] = field(default_factory=list)
+    executions: list[NotebookExecution] = field(default_factory=list)
     cache_state: str = "off"
 
     def run(self, live_path: Path, on_cell_start: StartCallback | None, on_cell_done: CellCallback | None) -> bool:
@@ -449,7 +449,7 @@ def _save(record: RunRecord, store: Any, live_path: Path | None) -> bool:
         raise RunNotStored(record, Path(store.path), live_path, why.removeprefix(f"{store.path}: ")) from None
 
 
-def _how_far(record: RunRecord, executions: list[Execution], repeats: int) -> str:
+def _how_far(record: RunRecord, executions: list[NotebookExecution], repeats: int) -> str:
     """How much of a stopped run finished: repeats, when several were asked and one finished, else cells."""
     finished = sum(1 for e in executions if not e.interrupted)
     if repeats > 1 and finished:

@@ -90,7 +90,7 @@ def target_name(path: str | Path, base: Path | None = None) -> str:
     A relative ``path`` is taken from ``base`` (default: the working directory). A notebook in no project
     is named relative to the working directory's project root when it lies there, else by its absolute
     path. Names given before project roots were relative to the working directory, or absolute:
-    :func:`target_aliases` finds them too (:meth:`nbscope.record.store.Store.names_of` keeps only those
+    :func:`aliases_for` finds them too (:meth:`nbscope.record.store.Store.names_of` keeps only those
     whose runs measured this notebook).
     """
     given = Path(path)
@@ -106,21 +106,14 @@ def target_name(path: str | Path, base: Path | None = None) -> str:
         return resolved.as_posix()
 
 
-def target_aliases(target: str, base: Path | None = None) -> list[str]:
-    """Every name a stored run of ``target`` may carry, the current name first.
-
-    ``target`` is a stored name (``lectures/jax_intro.md``) or a path to the notebook, absolute or relative
-    to ``base`` (default: the working directory). When it names a file, the names runs stored before the
-    project-root naming may carry are added: the absolute path and every trailing part of it
-    (``jax_intro.md``, ``lectures/jax_intro.md``, ...), since those runs were named relative to whatever
-    folder nbscope ran in. A name that is not a file (a benchmark suite, a run from another machine) is
-    matched as written.
-    """
-    return aliases_for(target, notebook_file(target, base), base)
-
-
 def aliases_for(target: str, file: Path | None, base: Path | None = None) -> list[str]:
-    """:func:`target_aliases` of a ``target`` whose file (:func:`notebook_file`) is known already."""
+    """Every name a stored run of ``target`` may carry, the current name first, given the file it names
+    (:func:`notebook_file`, None when it names none).
+
+    When it names a file, the names runs stored before the project-root naming may carry are added: the absolute
+    path and every trailing part of it (``jax_intro.md``, ``lectures/jax_intro.md``, ...), since those runs were
+    named relative to whatever folder nbscope ran in. A name that is not a file (a benchmark suite, a run from
+    another machine) is matched as written."""
     names = [target]
     if file is not None:
         names.insert(0, target_name(file, base))

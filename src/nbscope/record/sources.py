@@ -30,11 +30,6 @@ if TYPE_CHECKING:
 Sources = dict[str, str]  # cell source by its source hash
 
 
-def recorded_sources(record: RunRecord) -> Sources:
-    """The sources the record carries, by hash; a source whose hash is not its cell's is not trusted."""
-    return _trusted(record.notebook_run())
-
-
 def _trusted(run: NotebookRun) -> Sources:
     return {key: source for key, source in run.sources.items() if source_hash(source) == key}
 

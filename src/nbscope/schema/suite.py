@@ -23,7 +23,7 @@ from nbscope.schema import _fields
 from nbscope.schema.codec import Measured, Read
 
 __all__ = [
-    "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "Estimate", "Extrapolation", "FirstCall", "FitPoint",
+    "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "LoopEstimate", "Extrapolation", "FirstCall", "FitPoint",
     "GroupFigure", "LoopFit", "LoopInfo", "LoopPoint", "LoopsJax", "LoopsRun", "LoopsTotals", "SlopeFit", "Steadiness",
     "Steady", "Sweep", "Throughput", "WorkerRun", "XlaDump",
 ]
@@ -282,7 +282,7 @@ class Sweep:
 
 
 @dataclass(frozen=True, slots=True)
-class Estimate:
+class LoopEstimate:
     """The fit's time at the extrapolation's trip count on one sweep's device."""
 
     device: str | None
@@ -294,7 +294,7 @@ class Estimate:
 @dataclass(frozen=True, slots=True)
 class Extrapolation:
     trip_count: int | None  # ``--at``
-    estimates: tuple[Estimate, ...]
+    estimates: tuple[LoopEstimate, ...]
 
 
 @dataclass(frozen=True, slots=True)
