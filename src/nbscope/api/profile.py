@@ -169,7 +169,7 @@ class RunNotStored(NbscopeError):
 
 def failed_cells(record: RunRecord) -> list[dict[str, Any]]:
     """The cells that failed a run: an error (a ``raises-exception`` cell's aside), a timeout, a dead kernel."""
-    from nbscope.schema.build import FAILED
+    from nbscope.schema.status import FAILED
 
     return [c for c in record.measurements.get("cells") or [] if c.get("status") in FAILED]
 

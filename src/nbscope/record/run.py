@@ -24,6 +24,7 @@ from nbscope._redact import redact
 from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
 from nbscope.schema import codec
+from nbscope.schema.status import CELL_STATUSES
 
 if TYPE_CHECKING:
     from nbscope.schema.machine import Machine, Settings
@@ -40,7 +41,6 @@ _VIEWED = ("measurements", "fingerprint", "settings")  # the parts of a record i
 KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
 PROFILE_KINDS = ("profile", "trace")  # runs of a notebook, cell by cell
 RUN_STATUSES = ("ok", "partial", "error")
-CELL_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died", "interrupted", "not-run", "skipped")
 # Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be
 # negative, and is only checked to be finite).
 DURATIONS = ("wall_s", "code_s", "compile_s", "run_s", "overhead_s", "roundtrip_s", "trace_s", "lower_s", "collection_s",

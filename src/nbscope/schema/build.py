@@ -1,5 +1,5 @@
 """The cell writers: how a cell's figures derive from what the collector measured, how repeats combine, and a
-notebook's totals; and the statuses they sort cells by.
+notebook's totals.
 
 ``wall = compile + run + overhead + collection`` is derived here only, so it means the same thing in every
 producer (``collect.runner``, ``api.trace``, ``api.pathways``, ``record.live``) and every reader.
@@ -13,11 +13,7 @@ from typing import Any
 
 from nbscope._units import number
 from nbscope.schema._fields import without_collection
-
-# Statuses of a cell that ran to its end (an expected error is the notebook's own intent).
-FINISHED = ("ok", "expected-error")
-FAILED = ("error", "timeout", "kernel-died")
-
+from nbscope.schema.status import FAILED, FINISHED, RAN
 
 # ---- one cell ------------------------------------------------------------------------------------
 
@@ -115,7 +111,7 @@ def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_
             jax["cache_state"] = cache_state
     return {
         "cells": len(cells),
-        "cells_run": sum(1 for c in cells if c.get("status") not in ("not-run", "skipped", "interrupted")),
+        "cells_run": sum(1 for c in cells if c.get("status") in RAN),
         "cells_ok": sum(1 for c in cells if c.get("status") in FINISHED),
         "cells_failed": sum(1 for c in cells if c.get("status") in FAILED),
         "wall_s": total("wall_s"),

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from nbscope.schema import _fields
 from nbscope.schema.codec import Read, Repeat, Time
 from nbscope.schema.programs import CellPrograms, ProgramData
+from nbscope.schema.status import RAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +170,8 @@ class Cell:
 
     @property
     def ran(self) -> bool:
-        return self.status not in ("not-run", "skipped")
+        """It came to an end, cleanly or not (``schema.status.RAN``): not interrupted, skipped or left unrun."""
+        return self.status in RAN
 
     @property
     def label(self) -> str:

@@ -18,6 +18,7 @@ from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
 from nbscope.schema.machine import Machine, Settings
 from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
+from nbscope.schema.status import RAN
 
 SEVERITIES = ("high", "medium", "low")
 
@@ -270,7 +271,6 @@ class FunctionStats:
         }
 
 
-RAN_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died")  # a cell that ran, whatever its end
 
 
 class Context:
@@ -419,4 +419,4 @@ class Context:
 
     def ran(self, cell: Cell) -> bool:
         """The cell ran (whatever its end) and has a wall time."""
-        return cell.status in RAN_STATUSES and cell.wall_s is not None
+        return cell.status in RAN and cell.wall_s is not None
