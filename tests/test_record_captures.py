@@ -102,7 +102,7 @@ def test_view_renders_as_captured(name: str, store: Path) -> None:
 @pytest.mark.parametrize(("args", "runs"), [
     (("report", SCAN, "-o", "-"), 1),
     (("forecast", SCAN, "--gpu", "t4", "--json"), 1),
-    (("diagnose", RUN["cpu_forecast_cut"], "--gpu", "t4"), 1),
+    (("diagnose", RUN["cpu_forecast_cut"], "--gpu", "t4", "--notebook", "tests/files/forecast_cut.md"), 1),
     (("compare", LATENCY_CPU, LATENCY_T4), 2),
 ], ids=["report", "forecast", "diagnose", "compare"])
 def test_each_command_decodes_each_run_once(args: tuple[str, ...], runs: int, store: Path,

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -219,6 +219,13 @@ class RunRecord:
         from nbscope.schema.machine import Settings
 
         return self._view(Settings, self.settings)
+
+    def with_named_sources(self, named: Mapping[str, str]) -> RunRecord:
+        """This record with the code of a notebook the user named (``record.sources.naming``); the same
+        documents, so the same typed views."""
+        named_record = replace(self, named_sources=named)
+        named_record._views = self._views
+        return named_record
 
     def _view(self, cls: type[View], document: Mapping[str, Any]) -> View:
         """``cls`` decoded from a part of the document: once for a record loaded from a document (what the store

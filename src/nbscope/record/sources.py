@@ -15,7 +15,6 @@ and no analysis takes sources of its own.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,7 +47,7 @@ def naming(record: RunRecord, sources: Mapping[str, str] | str | Path | None) ->
     if sources is None or (isinstance(sources, Mapping) and not sources):
         return record
     named = notebook_sources(sources) if isinstance(sources, (str, Path)) else dict(sources)
-    return dataclasses.replace(record, named_sources={**(record.named_sources or {}), **named})
+    return record.with_named_sources({**(record.named_sources or {}), **named})
 
 
 def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[Sources, str | None]:
