@@ -220,6 +220,12 @@ class RunRecord:
 
         return self._view(Settings, self.settings)
 
+    def settle(self) -> None:
+        """The record is written (its job stores it as it is): from here on its typed views are decoded once, as a
+        loaded record's are."""
+        if self._views is None:
+            self._views = {}
+
     def with_named_sources(self, named: Mapping[str, str]) -> RunRecord:
         """This record with the code of a notebook the user named (``record.sources.naming``); the same
         documents, so the same typed views."""

@@ -602,6 +602,7 @@ class Store:
 
     def save(self, record: RunRecord) -> int:
         """Insert a run and return its id (the existing run's id when the same run is stored already)."""
+        record.settle()
         return self.add(record)[0]
 
     def find(self, record: RunRecord) -> int | None:
