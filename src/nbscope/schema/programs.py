@@ -215,6 +215,7 @@ class TraceWindow:
     stop_s: float | None  # how long stopping it took
     cell_s: float | None  # the cell's time
     scale: float | None  # the factor the counts, CPU and busy times and transfers were multiplied by
+    compile_s: float | None = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
 
 
 @dataclass(frozen=True, slots=True)
