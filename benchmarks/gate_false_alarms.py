@@ -42,9 +42,10 @@ import nbformat
 from nbscope.analyse.gate import GateOptions, gate, parse_slowdown
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.collect import fingerprint as fp
-from nbscope.record.machine import Machine
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.codec import decode
+from nbscope.schema.machine import Machine
 
 THRESHOLDS = ("5%", "10%", "20%", "50%")
 SCALE_VARIABLE = "NBSCOPE_BENCH_SCALE"
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     results: dict[str, Any] = {
-        "machine": Machine.parse(fingerprint).summary, "digest": fingerprint.get("digest"),
+        "machine": decode(Machine, fingerprint).summary, "digest": fingerprint.get("digest"),
         "notebook": str(args.from_db or args.notebook
                         or "generated (numpy import, matmuls, python loop, sort" + (", jax)" if with_jax else ")")),
         "repeat": args.repeat, "pairs": args.pairs, "env": base_env, "profiling_s": round(elapsed, 1),

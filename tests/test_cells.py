@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from nbscope.record.cells import combine_repeats, derive, pair_cells, totals
+from nbscope.record.cells import pair_cells
+from nbscope.schema.build import combine_repeats, derive, totals
 
 
 def cell(source: str, index: int = 0, **figures: Any) -> dict[str, Any]:

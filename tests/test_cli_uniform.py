@@ -27,15 +27,16 @@ from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.cli import build_command
 from nbscope.record.cells import (
+    aliases_for,
+    notebook_file,
     pair_cells,
     project_root,
     same_notebook,
-    target_aliases,
     target_name,
-    totals,
 )
 from nbscope.record.run import RunRecord, check_label
 from nbscope.record.store import Store, resolve_run
+from nbscope.schema.build import totals
 
 FILES = Path(__file__).resolve().parent / "files"
 RECORDS = FILES / "records"
@@ -402,11 +403,11 @@ def test_a_notebook_has_one_name_from_every_folder(tmp_path: Path, monkeypatch: 
     monkeypatch.chdir(repo / "lectures")
     assert target_name("intro.md") == "lectures/intro.md"
     # Runs named before project roots (relative to where nbscope ran, or absolute) are found too.
-    aliases = target_aliases("intro.md")
+    aliases = aliases_for("intro.md", notebook_file("intro.md"))
     assert aliases[0] == "lectures/intro.md"
     assert {"intro.md", "lectures/intro.md", notebook.as_posix()} <= set(aliases)
     monkeypatch.chdir(tmp_path)
-    assert target_aliases("lectures/intro.md") == ["lectures/intro.md"]  # not a file from here: as written
+    assert aliases_for("lectures/intro.md", notebook_file("lectures/intro.md")) == ["lectures/intro.md"]  # not a file from here: as written
     # Outside git, a book's root; outside both, the working directory's project root (where the store is),
     # else the absolute path: two loose folders' notebooks of one name are never one name.
     book = tmp_path / "book"

@@ -15,9 +15,9 @@ from diag_support import fired
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.diagnose._base import Context
 from nbscope.api.profile import ProfileOptions, profile
-from nbscope.record.model import Cell, Totals
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.model import Cell, Totals
 
 SETUP = ["import numpy as np", "def simulate(n):\n    return float(np.cumsum(np.ones(n)).sum())"]
 ORIGINAL = "result = simulate(1_000)\nresult"

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from nbscope.collect import fingerprint as fp
-from nbscope.record.machine import Machine
+from nbscope.schema.codec import decode
+from nbscope.schema.machine import Machine
 
 # The packages issue A names, listed here on purpose rather than read from nbscope.collect.fingerprint.
 ISSUE_PACKAGES = ("numpy", "scipy", "numba", "jax", "jaxlib", "nbclient", "ipykernel", "jupytext", "myst-nb",
@@ -297,7 +298,7 @@ def test_fake_nvml_two_gpus(fake_nvml: Any, as_bytes: bool) -> None:
     result = fp.collect(nvml=fake_nvml)
     check_fake_gpus(result["gpu"])
     assert fake_nvml.calls == {"init": 1, "shutdown": 1}
-    assert Machine.parse(result).summary.endswith("+ 1× NVIDIA H200, 1× Tesla T4")
+    assert decode(Machine, result).summary.endswith("+ 1× NVIDIA H200, 1× Tesla T4")
     json.dumps(result)  # names decoded: no bytes left
 
 

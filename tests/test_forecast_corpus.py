@@ -16,6 +16,7 @@ import pytest
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.api.profile import ProfileOptions, profile
+from nbscope.schema.codec import decode
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 pytestmark = [
@@ -103,7 +104,7 @@ def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
     """nbscope's own collection after each cell (the session's stop, the HLO, the lowering for CUDA) is the
     cell's ``collection_s``, and no part of its code, compile, run or overhead figures; the cell model's
     ``notebook_wall_s`` is its wall time without it."""
-    from nbscope.record.model import Cell
+    from nbscope.schema.model import Cell
 
     record, _ = request.getfixturevalue(lecture)
     collected = [c for c in record.measurements["cells"] if c.get("programs")]
@@ -121,7 +122,7 @@ def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
         wall = cell["wall_s"]
         assert cell["code_s"] <= wall - cell["collection_s"] + 1e-9, where  # the code's time was taken before
         assert cell["overhead_s"] == pytest.approx(max(0.0, wall - cell["collection_s"] - cell["code_s"])), where
-        assert Cell.parse(cell).notebook_wall_s == pytest.approx(wall - cell["collection_s"]), where
+        assert decode(Cell, cell).notebook_wall_s == pytest.approx(wall - cell["collection_s"]), where
     assert lowered  # both lectures have programs lowered for the GPU (scans, loops, dots)
 
 

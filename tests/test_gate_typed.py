@@ -15,12 +15,12 @@ import pytest
 
 from diag_support import load_record
 from nbscope.analyse import noise
-from nbscope.analyse.gate import Comparison, RunSummary, busy, gate
+from nbscope.analyse.gate import GateComparison, GateRunSummary, busy, gate
 from nbscope.analyse.history import find_cell, metric_value
 from nbscope.api.gate import history_runs
-from nbscope.record.model import CpuTime
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.model import CpuTime
 
 NOTEBOOK = Path(__file__).resolve().parent / "files" / "gate_sleep.ipynb"
 
@@ -46,7 +46,7 @@ def test_the_typed_result_is_what_gate_json_prints(tmp_db: Path, run_cli: Any) -
     cand_id = store.save(slowed(base, 2, 5.0, "2026-12-01T00:00:00.000Z"))
     candidate = store.get(cand_id)
     result = gate(store.get(base_id), candidate, history=history_runs(store, candidate, 10))
-    assert isinstance(result.candidate, RunSummary) and isinstance(result.total, Comparison)
+    assert isinstance(result.candidate, GateRunSummary) and isinstance(result.total, GateComparison)
     assert result.candidate.run_id == cand_id and result.baseline.run_id == base_id
     assert [c.verdict for c in result.cells if c.failing] == ["regression"] and result.cells[2].index == 2
 

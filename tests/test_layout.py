@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "nbscope"
-# The pipeline's stages in order; ``api`` (runs jobs) and ``render`` (formats results) both sit after
-# the analysis and never import each other; the CLI is the face over all of them.
-STAGES = {"collect": 1, "record": 2, "analyse": 3, "api": 4, "render": 4, "cli": 5}
+# The pipeline's stages in order; ``schema`` (the typed model of a record, its writers and codec) is the bottom,
+# so the collector can build what every later stage reads; ``api`` (runs jobs) and ``render`` (formats results)
+# both sit after the analysis and never import each other; the CLI is the face over all of them.
+STAGES = {"schema": 1, "collect": 2, "record": 3, "analyse": 4, "api": 5, "render": 5, "cli": 6}
+# The one top-level module the schema may use: it shares the units' readers of a number.
+SCHEMA_MAY_IMPORT = {"nbscope._units"}
 # The CLI's own shared pieces; other CLI modules never import each other (the package itself imports
 # each command module once, to register it).
 CLI_SHARED = {"nbscope.cli", "nbscope.cli._options", "nbscope.cli._after_run"}
@@ -102,6 +105,12 @@ def test_the_command_line_imports_only_the_api_and_the_renderers(module: str, pa
     reached = {known(name, all_modules) for name in imports(module, path)} - {None, "nbscope"}
     bad = sorted(str(t) for t in reached if not str(t).startswith(CLI_MAY_IMPORT))
     assert not bad, f"{module} imports {bad}: go through nbscope.api"
+@pytest.mark.parametrize(("module", "path"), [(m, p) for m, p in modules() if stage(m)[0] == "schema"],
+                         ids=[m for m, _ in modules() if stage(m)[0] == "schema"])
+def test_the_schema_imports_only_the_units_and_itself(module: str, path: Path) -> None:
+    outside = {name for name in imports(module, path)
+               if name not in SCHEMA_MAY_IMPORT and not name.startswith(("nbscope.schema", "nbscope._units."))}
+    assert not outside, f"{module} imports {sorted(outside)}: the schema stands on nothing but nbscope._units"
 
 
 @pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])

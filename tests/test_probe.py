@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.probe import PROBE_FILE, PROBE_MODULE
-from nbscope.collect.runner import Execution, ExecutionOptions, ProbeReader, execute
+from nbscope.collect.runner import ExecutionOptions, NotebookExecution, ProbeReader, execute
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
@@ -149,11 +149,11 @@ def test_numba_counts_outermost_compiles_per_type(profiled: Callable[[str], RunR
 
 
 @pytest.fixture(scope="module")
-def executed() -> Callable[[str], Execution]:
+def executed() -> Callable[[str], NotebookExecution]:
     """``executed(name)``: ``tests/files/<name>`` run once in a real kernel, outputs kept."""
-    done: dict[str, Execution] = {}
+    done: dict[str, NotebookExecution] = {}
 
-    def run(name: str) -> Execution:
+    def run(name: str) -> NotebookExecution:
         if name not in done:
             done[name] = execute(notebook_module.read(FILES / name), ExecutionOptions())
         return done[name]
@@ -161,7 +161,7 @@ def executed() -> Callable[[str], Execution]:
     return run
 
 
-def outputs_text(execution: Execution, index: int) -> str:
+def outputs_text(execution: NotebookExecution, index: int) -> str:
     """Everything cell ``index`` (0-based, among code cells) showed: streams, results, errors."""
     cell = [c for c in execution.executed_nb.cells if c.cell_type == "code"][index]
     return "\n".join(
@@ -171,7 +171,7 @@ def outputs_text(execution: Execution, index: int) -> str:
 
 
 @pytest.mark.slow
-def test_jax_compile_logs_stay_out_of_cell_outputs(executed: Callable[[str], Execution]) -> None:
+def test_jax_compile_logs_stay_out_of_cell_outputs(executed: Callable[[str], NotebookExecution]) -> None:
     """With ``logging.basicConfig()`` the root handler prints every record reaching it: the probe's DEBUG
     records (JAX's compile shapes) must not, while records the notebook asks for still do."""
     run = executed("probe_quiet_logging.ipynb")
@@ -190,7 +190,7 @@ def test_jax_compile_logs_stay_out_of_cell_outputs(executed: Callable[[str], Exe
 
 
 @pytest.mark.slow
-def test_odd_objects_in_the_namespace_do_not_break_the_cell(executed: Callable[[str], Execution]) -> None:
+def test_odd_objects_in_the_namespace_do_not_break_the_cell(executed: Callable[[str], NotebookExecution]) -> None:
     """Objects whose ``__getattr__`` answers anything or raises KeyError: no "Error in callback", and the
     cell keeps its measurements."""
     run = executed("probe_odd_namespace.ipynb")
@@ -204,7 +204,7 @@ def test_odd_objects_in_the_namespace_do_not_break_the_cell(executed: Callable[[
 
 
 @pytest.mark.slow
-def test_a_library_named_jax_something_is_not_jax(executed: Callable[[str], Execution]) -> None:
+def test_a_library_named_jax_something_is_not_jax(executed: Callable[[str], NotebookExecution]) -> None:
     """``jaxlike_library`` (as jaxopt or jaxtyping): compiles it triggers are a library's, not eager ops."""
     cells = executed("probe_jax_named_package.ipynb").cells
     assert [c["status"] for c in cells] == ["ok"] * 3, [c.get("error") for c in cells]

@@ -311,3 +311,20 @@ def test_measurement_settings() -> None:
     assert series_settings(record.settings) == {**record.measurement_settings(), "env": {"X": "1"}}
     assert describe_settings(record.measurement_settings()) == "backend cpu · cache warm · timeline · repeat 4"
     assert describe_settings(make_record().measurement_settings()) == "default settings"
+
+
+def test_typed_views_are_decoded_once_when_loaded_or_stored_and_afresh_while_a_job_writes(tmp_path: Path) -> None:
+    from nbscope.record.store import Store
+
+    recorded = Path(__file__).resolve().parent / "files" / "records" / "cpu_x64.json"
+    loaded = load(recorded)
+    assert loaded.notebook_run() is loaded.notebook_run() and loaded.machine() is loaded.machine()
+    written = RunRecord(kind="profile", target="x.ipynb", fingerprint=FINGERPRINT,
+                        measurements=json.loads(recorded.read_text())["measurements"])
+    before = written.notebook_run().totals.wall_s
+    written.measurements["totals"]["wall_s"] = before + 1.0  # a job still writing sees what it writes
+    assert written.notebook_run().totals.wall_s == before + 1.0
+    Store(tmp_path / "nbscope.db").save(written)
+    assert written.notebook_run() is written.notebook_run()
+    written.measurements = {"totals": {"wall_s": 2.0}}  # a part replaced is read again
+    assert written.notebook_run().totals.wall_s == 2.0 and not written.notebook_run().cells

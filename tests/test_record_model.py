@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from diag_support import load_record
-from nbscope.record.model import Cell, JaxFigures, NotebookRun
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell, JaxFigures, NotebookRun
 
 
 def test_a_recorded_profile_reads_as_typed_cells_totals_and_jax_figures() -> None:
@@ -36,9 +37,9 @@ def test_the_typed_view_is_read_only() -> None:
 
 
 def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none() -> None:
-    from nbscope.record.machine import Machine, Settings
+    from nbscope.schema.machine import Machine, Settings
 
-    machine = Machine.parse({
+    machine = decode(Machine, {
         "digest": "abc", "cpu": {"model": "EPYC", "logical_cores": 4, "load_average": [6.0, 1.0, 1.0]},
         "gpu": {"devices": [{"index": 0, "name": "Tesla T4", "memory_total_bytes": 16 * 2**30,
                              "compute_capability": "7.5", "fp64_class": {"ratio": "1/32", "value": 0.03, "weak": True}}]},
@@ -50,8 +51,8 @@ def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none
     assert machine.gpu is not None and machine.gpu.name == "Tesla T4" and machine.gpu.fp64.weak is True
     assert machine.versions == {"jax": "0.10.2"} and "jax-cuda12-plugin" in machine.jax_plugins
     assert machine.jax_runtime is None and machine.gpus_absent is None
-    bare = Machine.parse({"gpu": {"devices": {"absent": "no NVIDIA driver"}}, "cpu": {"load_average": [1, "x"]}})
+    bare = decode(Machine, {"gpu": {"devices": {"absent": "no NVIDIA driver"}}, "cpu": {"load_average": [1, "x"]}})
     assert bare.gpus == () and bare.gpus_absent == "no NVIDIA driver" and bare.cpu.load_average is None
-    settings = Settings.parse({"repeat": True, "env": {"A": "1"}, "forecast": ["t4"]})
+    settings = decode(Settings, {"repeat": True, "env": {"A": "1"}, "forecast": ["t4"]})
     assert settings.repeat == 1 and settings.jax_cache == "off" and settings.forecast == ("t4",)
     assert settings.environment(machine) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "A": "1"}

@@ -1,4 +1,4 @@
-"""The typed program data (``record.programs``), read from a real ``--forecast`` profile: every recorded field
+"""The typed program data (``schema.programs``), read from a real ``--forecast`` profile: every recorded field
 reads as the same figure, a field a record lacks reads as None, and each cell knows the programs it ran."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import pytest
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.model import program_terms
 from nbscope.api.profile import ProfileOptions, profile
-from nbscope.record.model import Cell, NotebookRun
-from nbscope.record.programs import CellPrograms, Execution, Loop, Program, ProgramData, Transfers
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import decode, decode_optional
+from nbscope.schema.model import Cell, NotebookRun
+from nbscope.schema.programs import CellPrograms, Execution, Loop, Program, ProgramData, Transfers
 
 FILES = Path(__file__).resolve().parent / "files"
 
@@ -102,21 +103,21 @@ def test_the_forecast_reads_a_typed_program_as_it_read_its_document(record: RunR
 
 
 def test_absent_fields_read_as_none_never_as_a_guess() -> None:
-    program = Program.parse({"loops": [{"id": "while.1"}]})
+    program = decode(Program, {"loops": [{"id": "while.1"}]})
     assert (program.key, program.function, program.gpu, program.output_bytes) == (None, None, None, None)
     assert program.entry.flops is None and program.entry.kernels is None and program.per_execution.complete is None
     (loop,) = program.loops
     assert loop.trip_count is None and loop.syncs_per_iteration is None and loop.cpu_only is None
     assert loop.source is None and loop.per_iteration.bytes is None
-    cell = CellPrograms.parse({"executions": [{"program": "jit_f#1", "count": None, "sampled_runs": 40},
+    cell = decode(CellPrograms, {"executions": [{"program": "jit_f#1", "count": None, "sampled_runs": 40},
                                               {"count": 3}]})
     assert cell is not None and cell.transfers is None and cell.window is None and cell.cpu_busy_s is None
     (execution,) = cell.executions  # an entry naming no program is none to read against the table
     assert execution.count is None and execution.cpu_s is None and execution.runs == 40
-    assert Transfers.parse({"host_to_device": 2}) == Transfers(2, None, None, None, None, None, None)
-    assert ProgramData.parse(None) is None and ProgramData.parse({}) is None
-    assert Cell.parse({"index": 0}).programs is None
-    assert NotebookRun.parse({"cells": []}).program_data is None
+    assert decode(Transfers, {"host_to_device": 2}) == Transfers(2, None, None, None, None, None, None)
+    assert decode_optional(ProgramData, None) is None and decode_optional(ProgramData, {}) is None
+    assert decode(Cell, {"index": 0}).programs is None
+    assert decode(NotebookRun, {"cells": []}).program_data is None
 
 
 def test_the_typed_program_data_is_read_only(record: RunRecord) -> None:

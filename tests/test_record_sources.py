@@ -15,7 +15,7 @@ import pytest
 from diag_support import FILES, RECORDS
 from nbscope.analyse.diagnose import diagnose
 from nbscope.record import run as record_module
-from nbscope.record.sources import load_sources, naming, recorded_sources
+from nbscope.record.sources import load_sources, naming
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_the_record_carries_each_cells_whole_source_and_line_range(profiled_else
     cells = record.measurements["cells"]
     simulate = next(c for c in cells if "def simulate" in (c.get("source") or ""))
     assert "for t in range(200):" in simulate["source"]
-    assert recorded_sources(record)[simulate["source_hash"]] == simulate["source"]
+    assert record.notebook_run().sources[simulate["source_hash"]] == simulate["source"]
     text = profiled_elsewhere["notebook"].read_text().split("\n")
     first, last = simulate["lines"]
     assert text[first - 1].strip().startswith('"source"') and last > first and simulate["line"] is None
@@ -116,7 +116,7 @@ def test_a_version_1_record_reads_an_unchanged_notebook_and_says_why_code_is_mis
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     record = record_module.load(RECORDS / "cpu_unrolled_loop.json")
-    assert record.schema_version == 1 and not recorded_sources(record)
+    assert record.schema_version == 1 and not record.notebook_run().sources
     folder = tmp_path / "project"
     (folder / Path(record.target).parent).mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(folder)

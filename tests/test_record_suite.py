@@ -1,5 +1,5 @@
-"""The typed views of bench and loops records (``record.suite``), and of a profile's runner and kernel sections
-(``record.model``): real records parse to views whose figures are the documents', absent or mistyped fields read
+"""The typed views of bench and loops records (``schema.suite``), and of a profile's runner and kernel sections
+(``schema.model``): real records parse to views whose figures are the documents', absent or mistyped fields read
 None, and the renderers that read the views print what the documents say, as they printed it before."""
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ import pytest
 from nbscope.api.bench import run_bench
 from nbscope.api.loops import run_loops
 from nbscope.collect.loops import LoopOptions
-from nbscope.record.model import KernelInfo, NotebookRun, RunnerInfo
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import (
+from nbscope.render import terminal
+from nbscope.render._markdown import plain_text
+from nbscope.render.bench import bench_markdown, print_bench
+from nbscope.render.html._sections import _loops_section
+from nbscope.render.loops import print_loops
+from nbscope.schema.codec import decode
+from nbscope.schema.model import KernelInfo, NotebookRun, RunnerInfo
+from nbscope.schema.suite import (
     BenchGroup,
     BenchRun,
     BenchSettings,
@@ -25,11 +31,6 @@ from nbscope.record.suite import (
     LoopsRun,
     Sweep,
 )
-from nbscope.render import terminal
-from nbscope.render._markdown import plain_text
-from nbscope.render.bench import bench_markdown, print_bench
-from nbscope.render.html._sections import _loops_section
-from nbscope.render.loops import print_loops
 from test_loops import USER_LOOP
 
 RECORDS = Path(__file__).resolve().parent / "files" / "records"
@@ -77,7 +78,7 @@ def same(view: Any, document: Any, where: str = "") -> int:
 
 def test_a_real_bench_record_reads_as_its_document(bench: RunRecord) -> None:
     document = bench.measurements
-    run = BenchRun.parse(document)
+    run = decode(BenchRun, document)
     assert list(run.groups) == ["python", "loops"]
     assert same(run, document) > 100
     fitted = [f for f in run.figures if f.fit is not None]
@@ -85,13 +86,13 @@ def test_a_real_bench_record_reads_as_its_document(bench: RunRecord) -> None:
     assert run.figures[0].first is not None and run.figures[0].steady is not None
     assert run.totals.figures == document["totals"]["figures"] > 0
     assert run.machine is not None and run.machine.samples == document["machine"]["samples"]
-    settings = BenchSettings.parse(bench.settings)
+    settings = decode(BenchSettings, bench.settings)
     assert (settings.size, settings.dtype, settings.only) == ("quick", "float32", ("python", "loops"))
 
 
 def test_a_real_loops_record_reads_as_its_document(loops: RunRecord) -> None:
     document = loops.measurements
-    run = LoopsRun.parse(document)
+    run = decode(LoopsRun, document)
     assert same(run, document) > 20
     (sweep,), (recorded,) = run.sweeps, document["sweeps"]
     assert sweep.placement == "cpu" and sweep.loop == recorded["loop"]
@@ -110,7 +111,7 @@ def test_a_real_loops_record_reads_as_its_document(loops: RunRecord) -> None:
 @pytest.mark.parametrize("name", sorted(p.name for p in RECORDS.glob("cpu_*.json")))
 def test_a_profile_records_runner_and_kernel_read_typed(name: str) -> None:
     document = json.loads((RECORDS / name).read_text())["measurements"]
-    run = NotebookRun.parse(document)
+    run = decode(NotebookRun, document)
     assert same(run.runner, document["runner"]) >= 4
     assert run.runner.pathway == "kernel" and run.runner.execute_s is not None
     assert run.kernel is not None and same(run.kernel, document["kernel"]) >= 5
@@ -121,39 +122,39 @@ def test_a_profile_records_runner_and_kernel_read_typed(name: str) -> None:
 
 
 def test_absent_fields_read_none() -> None:
-    empty = BenchRun.parse({})
-    assert BenchSettings.parse(None) == BenchSettings(size=None, dtype=None, dtypes=(), only=None, jax_platform=None)
+    empty = decode(BenchRun, {})
+    assert decode(BenchSettings, None) == BenchSettings(size=None, dtype=None, dtypes=(), only=None, jax_platform=None)
     assert empty.groups == {} and empty.machine is None and empty.figures == () and empty.warnings == ()
     assert all(getattr(empty.totals, f.name) in (None, False) for f in dataclasses.fields(empty.totals))
-    figure = GroupFigure.parse({"label": "x", "steady": {}, "fit": {"spread": 0.1}, "first": None})
+    figure = decode(GroupFigure, {"label": "x", "steady": {}, "fit": {"spread": 0.1}, "first": None})
     assert (figure.key, figure.dtype, figure.device, figure.note) == (None, None, None, None)
     assert figure.steady is None and figure.first is None and figure.throughput is None  # empty parts say nothing
     assert figure.fit is not None and figure.fit.per_iter_s is None and figure.fit.points == ()
-    group = BenchGroup.parse({"status": "ok", "wall_s": "slow", "runs": [{"dtype": "float32"}, "garbage"]})
+    group = decode(BenchGroup, {"status": "ok", "wall_s": "slow", "runs": [{"dtype": "float32"}, "garbage"]})
     assert group.wall_s is None and group.title is None and len(group.runs) == 1
     assert group.runs[0].status is None and group.runs[0].notes == () and not group.runs[0].failed
 
-    loops = LoopsRun.parse({"sweeps": [{"placement": "default", "fit": {}}, "garbage"]})
+    loops = decode(LoopsRun, {"sweeps": [{"placement": "default", "fit": {}}, "garbage"]})
     (sweep,) = loops.sweeps
     assert sweep.points == () and sweep.fit is None and sweep.device is None
     assert loops.loop is None and loops.jax is None and loops.xla_dump is None
     assert loops.extrapolation.trip_count is None and loops.extrapolation.estimates == ()
     assert loops.totals.us_per_iter is None
     # A point needs a trip count and a time; the lists beside them may be shorter, or hold the wrong thing.
-    partial = Sweep.parse({"trip_counts": [10, "x", 1000], "seconds": [1e-6, 2e-6, 3e-6], "inner": [4]})
+    partial = decode(Sweep, {"trip_counts": [10, "x", 1000], "seconds": [1e-6, 2e-6, 3e-6], "inner": [4]})
     assert [(p.trips, p.seconds, p.inner, p.first_call_s) for p in partial.points] == [
         (10, 1e-6, 4, None), (1000, 3e-6, None, None)]
 
-    runner = NotebookRun.parse({}).runner
+    runner = decode(NotebookRun, {}).runner
     assert runner == RunnerInfo() and runner.pathway is None and runner.execute_s is None
-    assert NotebookRun.parse({}).kernel is None
-    assert RunnerInfo.parse({"execute_s": "soon", "kernel_restarts": True}).kernel_restarts == 0
-    assert KernelInfo.parse({"executable": 3}) == KernelInfo(*[None] * len(dataclasses.fields(KernelInfo)))
+    assert decode(NotebookRun, {}).kernel is None
+    assert decode(RunnerInfo, {"execute_s": "soon", "kernel_restarts": True}).kernel_restarts == 0
+    assert decode(KernelInfo, {"executable": 3}) == KernelInfo(*[None] * len(dataclasses.fields(KernelInfo)))
 
 
 def test_numbers_stay_as_recorded() -> None:
     """A figure carried into ``--json`` output is written as the record has it: an integer stays one."""
-    figure = GroupFigure.parse({"throughput": {"value": 22, "unit": "GB/s"}, "steady": {"median_s": 2.5e-5}})
+    figure = decode(GroupFigure, {"throughput": {"value": 22, "unit": "GB/s"}, "steady": {"median_s": 2.5e-5}})
     assert figure.throughput is not None and type(figure.throughput.value) is int
     assert figure.steady is not None and figure.steady.median_s == 2.5e-5
 

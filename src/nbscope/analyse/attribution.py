@@ -26,9 +26,9 @@ from typing import Any
 
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
-from nbscope.record.model import Cell, NotebookRun
 from nbscope.record.run import RunRecord, backend_of, describe_settings, measurement_settings
 from nbscope.record.store import program_hashes as stored_program_hashes
+from nbscope.schema.model import Cell, NotebookRun
 
 # A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
 # kernel's out-of-memory killer (or a container limit below the machine's memory).

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Finding, diagnose
 from nbscope.analyse.recommend import Recommendation, recommend
-from nbscope.record._fields import figure as _number
-from nbscope.record._fields import mapping as _mapping
-from nbscope.record._fields import text as _text
 from nbscope.record.run import RunRecord
+from nbscope.schema._fields import figure as _number
+from nbscope.schema._fields import mapping as _mapping
+from nbscope.schema._fields import text as _text
 
 if TYPE_CHECKING:  # the forecast is imported only for runs with program data
     from nbscope.analyse.forecast import Forecast

@@ -19,9 +19,9 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellPair, pair_cells, same_notebook
-from nbscope.record.model import Cell, Totals
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
+from nbscope.schema.model import Cell, Totals
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10

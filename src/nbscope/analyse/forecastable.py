@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nbscope.record.model import NotebookRun
+from nbscope.schema.model import NotebookRun
 
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord

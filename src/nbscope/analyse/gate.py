@@ -43,9 +43,9 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
 from nbscope.record.cells import cell_keys, pair_cells
-from nbscope.record.machine import Cpu
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord, describe_settings
+from nbscope.schema.machine import Cpu
+from nbscope.schema.model import Cell
 
 OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
@@ -104,7 +104,7 @@ def parse_slowdown(text: str) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Comparison:
+class GateComparison:
     """One cell (or the total) in both runs, and the verdict."""
 
     key: str
@@ -150,7 +150,7 @@ class Comparison:
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
+class GateRunSummary:
     """One side of the gate: which run it is, how it was measured, its total and the load it started under."""
 
     run_id: int | None
@@ -196,32 +196,32 @@ class Confirmation:
 class GateResult:
     """Everything the gate found; ``passed`` is False on a significant regression or a new failure."""
 
-    baseline: RunSummary
-    candidate: RunSummary
+    baseline: GateRunSummary
+    candidate: GateRunSummary
     options: GateOptions
-    cells: list[Comparison]
-    total: Comparison
+    cells: list[GateComparison]
+    total: GateComparison
     warnings: list[str] = field(default_factory=list)
     history_runs: int = 0  # earlier comparable runs given as history
     noise_note: str = ""  # one sentence: what the verdicts' noise floors rest on
     # The paired cells and the unpaired ones together, where some cells are new or removed (else None).
-    whole: Comparison | None = None
+    whole: GateComparison | None = None
     # With ``gate --confirm``, where a first candidate was judged regressed and its notebook ran once more: this
     # result judges the rerun, ``confirmation`` says of what (see :func:`nbscope.api.gate.confirm`).
     confirmation: Confirmation | None = None
 
     @property
-    def totals(self) -> list[Comparison]:
+    def totals(self) -> list[GateComparison]:
         """The total of the paired cells, then the whole notebook's where cells are unpaired."""
         return [self.total] if self.whole is None else [self.total, self.whole]
 
     @property
-    def unpaired(self) -> list[Comparison]:
+    def unpaired(self) -> list[GateComparison]:
         """The new and removed cells."""
         return [c for c in self.cells if c.verdict in UNPAIRED_VERDICTS]
 
     @property
-    def failures(self) -> list[Comparison]:
+    def failures(self) -> list[GateComparison]:
         return [c for c in [*self.cells, *self.totals] if c.failing]
 
     @property
@@ -290,7 +290,7 @@ def cell_label(cell: Cell) -> str:
     return f"cell {cell.index + 1}{where}: {first}"
 
 
-def judge(comparison: Comparison, options: GateOptions) -> Comparison:
+def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
     """The comparison with delta, ratio, floor, p-value and verdict filled in from its figures.
 
     The judged figures (``base_judged_s`` / ``cand_judged_s``) default to the walls; the floor is the
@@ -359,10 +359,10 @@ def _compare_cells(
     options: GateOptions,
     noise: HistoryNoise,
     key: str | None,
-) -> Comparison:
+) -> GateComparison:
     cell = cand if cand is not None else base
     assert cell is not None
-    comparison = Comparison(
+    comparison = GateComparison(
         key=cell.source_hash or f"index-{cell.index}",
         label=cell_label(cell),
         index=cell.index,
@@ -414,14 +414,14 @@ def _compare_cells(
     return judge(comparison, options)
 
 
-def _total(pairs: Sequence[Comparison], base: RunRecord, cand: RunRecord, options: GateOptions,
-           noise: HistoryNoise) -> Comparison:
+def _total(pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, options: GateOptions,
+           noise: HistoryNoise) -> GateComparison:
     base_run, cand_run = base.notebook_run(), cand.notebook_run()
     if not base_run.cells or not cand_run.cells:
         # Per-notebook figures only (jupyter-cache, or a record without cells): compare totals.
         base_s, cand_s = _number(base_run.totals.wall_s), _number(cand_run.totals.wall_s)
         history_mad, history_range, history_runs = noise.get(("total", "wall"), (None, None, 0))
-        total = Comparison(
+        total = GateComparison(
             key="total", label="total (whole notebook)", base_s=base_s, cand_s=cand_s,
             history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
             model_floor_s=(noise_model.model_floor(min(base_s, cand_s))
@@ -446,7 +446,7 @@ def _total(pairs: Sequence[Comparison], base: RunRecord, cand: RunRecord, option
     if counted and len(lengths_b) == 1 and len(lengths_c) == 1 and 0 not in lengths_b | lengths_c:
         base_samples = tuple(sum(s) for s in zip(*(c.base_samples for c in counted), strict=True))
         cand_samples = tuple(sum(s) for s in zip(*(c.cand_samples for c in counted), strict=True))
-    total = Comparison(
+    total = GateComparison(
         key="total", label=f"total of {units.count(len(counted), 'paired cell')}",
         base_s=base_s, cand_s=cand_s, judged=judged, base_judged_s=base_judged, cand_judged_s=cand_judged,
         history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
@@ -458,7 +458,7 @@ def _total(pairs: Sequence[Comparison], base: RunRecord, cand: RunRecord, option
     return judge(total, options)
 
 
-def _whole(comparisons: Sequence[Comparison], total: Comparison, options: GateOptions) -> Comparison | None:
+def _whole(comparisons: Sequence[GateComparison], total: GateComparison, options: GateOptions) -> GateComparison | None:
     """The paired cells' total plus each new cell's time (candidate) and each removed cell's (baseline), judged
     as the total is; None when every cell is paired. An unpaired cell that did not run counts 0 s."""
     unpaired = [c for c in comparisons if c.verdict in UNPAIRED_VERDICTS]
@@ -470,7 +470,7 @@ def _whole(comparisons: Sequence[Comparison], total: Comparison, options: GateOp
     removed_s = sum(c.base_s or 0.0 for c in removed)
     parts = [f"{units.count(len(new), 'new cell')} {units.seconds(new_s)}" if new else "",
              f"{units.count(len(removed), 'removed cell')} {units.seconds(removed_s)}" if removed else ""]
-    whole = Comparison(
+    whole = GateComparison(
         key="whole", label="whole notebook (paired cells + " + " + ".join(p for p in parts if p) + ")"
         if new or removed else "whole notebook (paired cells; the unpaired ones did not run)",
         base_s=total.base_s + removed_s, cand_s=total.cand_s + new_s,
@@ -500,10 +500,10 @@ def busy(record: RunRecord) -> tuple[float | None, int | None]:
     return load, cores
 
 
-def run_summary(record: RunRecord) -> RunSummary:
+def run_summary(record: RunRecord) -> GateRunSummary:
     """Which run ``record`` is, for either side of the gate."""
     run = record.notebook_run()
-    return RunSummary(
+    return GateRunSummary(
         run_id=record.run_id,
         kind=record.kind,
         target=record.target,
@@ -553,7 +553,7 @@ def history_noise(history: Sequence[RunRecord]) -> dict[tuple[str, str], tuple[f
             for key, found in values.items() if len(found) >= MIN_HISTORY}
 
 
-def noise_note(comparisons: list[Comparison], history: int, repeats: tuple[int, int], options: GateOptions) -> str:
+def noise_note(comparisons: list[GateComparison], history: int, repeats: tuple[int, int], options: GateOptions) -> str:
     """One sentence on what the noise floors rest on, the same for the terminal, markdown and JSON."""
     judged = [c for c in comparisons if c.floor_basis != "none"]
     by_history = sum(c.floor_basis == "history" for c in judged)
@@ -630,7 +630,7 @@ def gate(
             )
     history = [r for r in history or [] if r is not candidate and (r.run_id is None or r.run_id != candidate.run_id)]
     noise = history_noise(history)
-    comparisons: list[Comparison] = []
+    comparisons: list[GateComparison] = []
     if not base_cells or not cand_cells:
         warnings.append("no per-cell figures in one of the runs: comparing notebook totals only")
     else:

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from nbscope._errors import NbscopeError
-from nbscope.record.model import Cell, Samples
 from nbscope.record.run import RunRecord, describe_settings, series_settings
+from nbscope.schema.model import Cell, Samples
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope.record._fields import time as time_of  # a time figure: finite and not negative, else None
-from nbscope.record.model import Cell
+from nbscope.schema._fields import time as time_of  # a time figure: finite and not negative, else None
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 
 # Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
 # and no history. "plain": one thread of Python or NumPy; "threaded": other threads of the kernel did work
@@ -58,7 +59,7 @@ NoiseCell = Cell | Mapping[str, Any]
 
 
 def _typed(cell: NoiseCell | None) -> Cell | None:
-    return Cell.parse(cell) if isinstance(cell, Mapping) else cell
+    return decode(Cell, cell) if isinstance(cell, Mapping) else cell
 
 
 def wait_of(cell: NoiseCell | None) -> float | None:

@@ -10,9 +10,10 @@ from typing import Any
 
 from nbscope._units import seconds
 from nbscope.record import cells as cell_model
-from nbscope.record._fields import number as _number
-from nbscope.record._fields import text as _text
-from nbscope.record.model import Cell, Totals
+from nbscope.schema._fields import number as _number
+from nbscope.schema._fields import text as _text
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell, Totals
 
 # Timings on a shared machine vary by about ±20 %; a cell differs only beyond the larger of these, or
 # beyond 3 median absolute deviations when --repeat gave samples.
@@ -179,7 +180,7 @@ class PathwayEntry:
         if elapsed is None:
             elapsed = _number(runner.get("build_s")) if runner.get("build_s") is not None else _number(runner.get("total_s"))
         totals = value.get("totals")
-        return cls(status=_text(value.get("status")), totals=Totals.parse(totals),
+        return cls(status=_text(value.get("status")), totals=decode(Totals, totals),
                    overheads=_numbers(value.get("overheads")), elapsed_s=elapsed,
                    skipped=_text(value.get("skipped")), error=_text(value.get("error")),
                    recorded_totals=totals if isinstance(totals, Mapping) else {})
@@ -276,7 +277,7 @@ def tolerance(entries: Sequence[PathwayCell]) -> float:
 
 def _typed(cells: Sequence[Mapping[str, Any]]) -> list[tuple[Cell, str | None]]:
     """A run's cell documents as typed cells, each with the runner's ``skip_reason`` (not in the cell model)."""
-    return [(Cell.parse(c), _text(c.get("skip_reason"))) for c in cells]
+    return [(decode(Cell, c), _text(c.get("skip_reason"))) for c in cells]
 
 
 def pair_cells(reference: Sequence[Mapping[str, Any]], results: Mapping[str, Any]) -> list[PathwayRow]:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.record.cells import CellPair, pair_cells
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import sources_of
+from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose._source import NotebookCode

@@ -12,8 +12,8 @@ from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, env_hashes, history
 from nbscope.record.cells import pair_cells
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
+from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store

@@ -23,8 +23,8 @@ from nbscope.analyse.compare import CellFigures, cell_figures
 from nbscope.analyse.gate import GateOptions
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import pair_cells
-from nbscope.record.model import Cell, Totals
 from nbscope.record.run import RunRecord
+from nbscope.schema.model import Cell, Totals
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding
@@ -220,7 +220,7 @@ def target_label(cell: int | None) -> str:
 
 def judge_version(
     good: RunRecord, candidate: RunRecord, cell: int | None, options: GateOptions
-) -> gate_module.Comparison:
+) -> gate_module.GateComparison:
     """The gate's comparison of ``candidate`` against ``good`` on cell ``cell`` (1-based, as the ledger
     numbers cells) or, for ``None``, on the total of the paired cells."""
     result = gate_module.gate(good, candidate, options)
@@ -232,7 +232,7 @@ def judge_version(
     raise NbscopeError(f"cell {cell} is not in both runs (the notebook has {len(result.cells)} code cells)")
 
 
-def is_bad(comparison: gate_module.Comparison) -> bool:
+def is_bad(comparison: gate_module.GateComparison) -> bool:
     """A version is bad when the gate calls its run a regression against the good version."""
     return comparison.verdict in BAD_VERDICTS
 

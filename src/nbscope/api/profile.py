@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
-from nbscope.collect.runner import CellCallback, Execution, ExecutionOptions, StartCallback, execute
+from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecution, StartCallback, execute
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord, check_label, default_label
@@ -26,9 +26,7 @@ if TYPE_CHECKING:
     from nbscope.analyse.forecast import Forecast
     from nbscope.collect.notebook import CodeCell as CodeCell  # re-exported for the CLI's types
     from nbscope.collect.notebook import Notebook as Notebook
-    from nbscope.record.model import Cell
-
-
+    from nbscope.schema.model import Cell
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
 
@@ -438,7 +436,7 @@ class _Repeats:
     options: RunSpec
     cache_root: Path
     fingerprint: dict[str, Any]
-    executions: list[Execution] = field(default_factory=list)
+    executions: list[NotebookExecution] = field(default_factory=list)
     cache_state: str = "off"
 
     def run(self, live_path: Path, on_cell_start: StartCallback | None, on_cell_done: CellCallback | None) -> bool:
@@ -487,7 +485,7 @@ def _save(record: RunRecord, store: Store, live_path: Path | None) -> bool:
         raise RunNotStored(record, Path(store.path), live_path, why.removeprefix(f"{store.path}: ")) from None
 
 
-def _how_far(record: RunRecord, executions: list[Execution], repeats: int) -> str:
+def _how_far(record: RunRecord, executions: list[NotebookExecution], repeats: int) -> str:
     """How much of a stopped run finished: repeats, when several were asked and one finished, else cells."""
     finished = sum(1 for e in executions if not e.interrupted)
     if repeats > 1 and finished:
@@ -615,7 +613,7 @@ def _forecast_of(record: RunRecord, gpus: Sequence[str], findings: Findings | No
 
 def failures(records: Iterable[RunRecord]) -> tuple[tuple[RunRecord, Cell], ...]:
     """Each cell that failed these runs, with its run: an error, a timeout, a dead kernel."""
-    from nbscope.record.cells import FAILED
+    from nbscope.schema.status import FAILED
 
     return tuple((record, cell) for record in records for cell in record.notebook_run().cells
                  if cell.status in FAILED)

@@ -32,9 +32,9 @@ from nbscope._files import check_target, refuse_input
 from nbscope.analyse.attribution import attribute, classify_failure
 from nbscope.analyse.history import ChangeOptions, ChangePoint, Point, change_points
 from nbscope.record.cells import project_root
-from nbscope.record.model import NotebookRun
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import STORE_FOLDER, Store
+from nbscope.schema.model import NotebookRun
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import Forecast

@@ -38,9 +38,10 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.runner import merge_cell
-from nbscope.record.cells import derive, target_name, totals
+from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.build import derive, totals
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
 MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count

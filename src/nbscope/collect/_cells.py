@@ -1,5 +1,5 @@
 """A cell's raw record: the notebook's cell, the probe's line and what nbclient saw (busy → idle, output,
-errors), before the cell model derives compile, run and overhead from it."""
+errors), before the cell writers (``schema.build``) derive compile, run and overhead from it."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, *
     record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
     if record["wall_s"] is None and record["roundtrip_s"] is not None:
         record["wall_s"] = record["roundtrip_s"]
-    return record  # compile_s, run_s, overhead_s: derived by the cell model (nbscope.record.cells)
+    return record  # compile_s, run_s, overhead_s: derived by the cell writers (nbscope.schema.build)
 
 
 # The probe's collection after a cell's code (``--forecast``), by part: its line's name → the record's.

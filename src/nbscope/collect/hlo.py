@@ -27,8 +27,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from nbscope.schema.codec import encode
+from nbscope.schema.programs import WORK_FIELDS, Work
 
 ELEMENT_BYTES = {
     "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8,
@@ -36,6 +39,7 @@ ELEMENT_BYTES = {
 }
 FLOAT64 = {"f64", "c128"}
 FLOATS = {"f16", "bf16", "f32", "f64", "c64", "c128"}
+NO_WORK = Work(**dict.fromkeys(WORK_FIELDS, 0.0))  # what sums start from
 _SHAPE = re.compile(r"\b(pred|[su](?:4|8|16|32|64)|f8\w*|bf16|f16|f32|f64|c64|c128|token)\[([0-9,]*)\]")
 # Instructions that run no kernel of their own (views, plumbing, literals).
 NO_KERNEL = {
@@ -381,30 +385,6 @@ def submodule_text(module: Module, computation: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-@dataclass
-class Work:
-    flops: float = 0.0
-    transcendentals: float = 0.0
-    bytes: float = 0.0
-    flops_f64: float = 0.0  # of ``flops``: float64 / complex128 ones
-    transcendentals_f64: float = 0.0
-    dtypes: set[str] = field(default_factory=set)
-
-    def add(self, other: Work, times: float = 1.0) -> None:
-        self.flops += other.flops * times
-        self.transcendentals += other.transcendentals * times
-        self.bytes += other.bytes * times
-        self.flops_f64 += other.flops_f64 * times
-        self.transcendentals_f64 += other.transcendentals_f64 * times
-        self.dtypes |= other.dtypes
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "flops": self.flops, "transcendentals": self.transcendentals, "bytes": self.bytes,
-            "flops_f64": self.flops_f64, "transcendentals_f64": self.transcendentals_f64,
-        }
-
-
 def _unvisited(module: Module, name: str, seen: set[str]) -> tuple[list[Any], set[str]]:
     """A computation's instructions when it is not on the current call path yet (else none), and the
     path with it."""
@@ -414,9 +394,11 @@ def _unvisited(module: Module, name: str, seen: set[str]) -> tuple[list[Any], se
     return computation.instructions, seen | {name}
 
 
-def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
-    """Work of computations from their text: flops per element, dot 2·M·N·K, kernel operand bytes."""
-    work = Work()
+def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Work, set[str]]:
+    """Work of computations from their text (flops per element, dot 2·M·N·K, kernel operand bytes), and the
+    element types of their instructions."""
+    work = dict.fromkeys(WORK_FIELDS, 0.0)
+    dtypes: set[str] = set()
     shapes: dict[str, str] = {}
     for computation in module.computations.values():
         for instruction in computation.instructions:
@@ -428,7 +410,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
             opcode = instruction.opcode
             dtype, elements = _elements(instruction.shape)
             if dtype in FLOATS:
-                work.dtypes.add(dtype)
+                dtypes.add(dtype)
             if opcode in ("fusion", "call", "conditional", "reduce", "reduce-window", "map", "sort", "scatter",
                           "select-and-scatter", "all-reduce"):
                 for callee in instruction.called:
@@ -450,17 +432,17 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
                             if index.strip() and int(index) < len(dims):
                                 depth *= dims[int(index)]
                 flops = 2.0 * elements * depth
-                work.flops += flops
+                work["flops"] += flops
                 if dtype in FLOAT64:
-                    work.flops_f64 += flops
+                    work["flops_f64"] += flops
             elif opcode in TRANSCENDENTAL:
-                work.transcendentals += elements
+                work["transcendentals"] += elements
                 if dtype in FLOAT64:
-                    work.transcendentals_f64 += elements
+                    work["transcendentals_f64"] += elements
             elif opcode not in _NOT_ARITHMETIC and dtype is not None:
-                work.flops += elements
+                work["flops"] += elements
                 if dtype in FLOAT64:
-                    work.flops_f64 += elements
+                    work["flops_f64"] += elements
 
     def traffic(name: str, seen: set[str]) -> None:
         instructions, seen = _unvisited(module, name, seen)
@@ -472,36 +454,36 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> Work:
             if instruction.opcode in NO_KERNEL or instruction.opcode in ("while", "conditional"):
                 continue
             operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
-            work.bytes += shape_bytes(instruction.shape) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
+            work["bytes"] += shape_bytes(instruction.shape) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
 
     for name in names:
         arithmetic(name, set())
         traffic(name, set())
-    return work
+    return Work(**work), dtypes
 
 
-def _region_work(module: Module, region: Region, cost: CostFunction | None) -> tuple[Work, str]:
-    """One execution of a region (for a loop: one iteration), nested loops excluded."""
-    estimate = _estimate(module, region.computations, include_loops=False)
+def _region_work(module: Module, region: Region, cost: CostFunction | None) -> tuple[Work, set[str], str]:
+    """One execution of a region (for a loop: one iteration), nested loops excluded; its element types; and
+    where the figures come from."""
+    estimate, dtypes = _estimate(module, region.computations, include_loops=False)
     if cost is None:
-        return estimate, "estimate"
-    measured = Work(dtypes=set(estimate.dtypes))
+        return estimate, dtypes, "estimate"
+    measured = NO_WORK
     for name in region.computations:
         total = cost(submodule_text(module, name))
         if total is None:
-            return estimate, "estimate"
-        measured.flops += total.get("flops", 0.0)
-        measured.transcendentals += total.get("transcendentals", 0.0)
-        measured.bytes += total.get("bytes", 0.0)
-    return measured, "xla-cost-analysis"
+            return estimate, dtypes, "estimate"
+        measured = measured.plus(Work(flops=total.get("flops", 0.0), transcendentals=total.get("transcendentals", 0.0),
+                                      bytes=total.get("bytes", 0.0), flops_f64=0.0, transcendentals_f64=0.0))
+    return measured, dtypes, "xla-cost-analysis"
 
 
 def _subtract_children(work: Work, children: list[Work]) -> Work:
-    own = Work(dtypes=set(work.dtypes))
-    own.flops = max(0.0, work.flops - sum(c.flops for c in children))
-    own.transcendentals = max(0.0, work.transcendentals - sum(c.transcendentals for c in children))
-    own.bytes = max(0.0, work.bytes - sum(c.bytes for c in children))
-    return own
+    def own(name: str) -> float:
+        return max(0.0, (getattr(work, name) or 0.0) - sum(getattr(c, name) or 0.0 for c in children))
+
+    return Work(flops=own("flops"), transcendentals=own("transcendentals"), bytes=own("bytes"), flops_f64=0.0,
+                transcendentals_f64=0.0)
 
 
 def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
@@ -513,10 +495,11 @@ def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
     # XLA's cost of a sub-module covers everything it calls, loop bodies included once: the region's own
     # work is its total minus its child loops' totals (their bodies and conditions, counted once).
     totals: dict[str, Work] = {}
+    dtypes: set[str] = set()
     sources: set[str] = set()
     for key, region in regions.items():
-        work, source = _region_work(module, region, cost)
-        totals[key] = work
+        totals[key], region_dtypes, source = _region_work(module, region, cost)
+        dtypes |= region_dtypes
         sources.add(source)
     own: dict[str, Work] = {}
     for key, region in regions.items():
@@ -524,11 +507,11 @@ def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
             own[key] = _subtract_children(totals[key], [totals[child] for child in region.children])
         else:
             own[key] = totals[key]  # the estimate never includes nested loops
-        estimate = _estimate(module, region.computations, include_loops=False)
-        share = estimate.flops_f64 / estimate.flops if estimate.flops else 0.0
-        tshare = estimate.transcendentals_f64 / estimate.transcendentals if estimate.transcendentals else 0.0
-        own[key].flops_f64 = own[key].flops * share
-        own[key].transcendentals_f64 = own[key].transcendentals * tshare
+        estimate, _ = _estimate(module, region.computations, include_loops=False)
+        share = (estimate.flops_f64 or 0.0) / estimate.flops if estimate.flops else 0.0
+        tshare = (estimate.transcendentals_f64 or 0.0) / estimate.transcendentals if estimate.transcendentals else 0.0
+        own[key] = replace(own[key], flops_f64=(own[key].flops or 0.0) * share,
+                           transcendentals_f64=(own[key].transcendentals or 0.0) * tshare)
     loops = []
     multipliers: dict[str, float | None] = {"entry": 1.0}
     for key, region in regions.items():
@@ -538,22 +521,21 @@ def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
         parent = multipliers.get(region.parent or "entry")
         multipliers[key] = parent * trips if parent is not None and trips is not None else None
         loops.append(_loop_entry(module, region, own[key], trips, parent))
-    total = Work()
+    total = NO_WORK
     complete = True
     for key in regions:
         multiplier = multipliers.get(key)
         if multiplier is None:
             complete = False
             multiplier = 1.0  # at least one iteration: the totals are then a lower bound
-        total.add(own[key], multiplier)
+        total = total.plus(own[key], multiplier)
     entry = regions["entry"]
-    dtypes = sorted(set().union(*(w.dtypes for w in own.values())))
     return {
         "module": module.name,
-        "entry": {"kernels": entry.kernels, "conditionals": entry.conditionals, **own["entry"].as_dict()},
+        "entry": {"kernels": entry.kernels, "conditionals": entry.conditionals, **encode(own["entry"])},
         "loops": loops,
-        "per_execution": {**total.as_dict(), "complete": complete},
-        "float_dtypes": [d for d in dtypes if d in FLOATS],
+        "per_execution": {**encode(total), "complete": complete},
+        "float_dtypes": [d for d in sorted(dtypes) if d in FLOATS],
         "cost_source": "xla-cost-analysis" if sources == {"xla-cost-analysis"} else "estimate",
         "parameters_bytes": _parameter_bytes(module),
         "output_bytes": _output_bytes(module),
@@ -574,7 +556,7 @@ def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, o
         "conditionals_per_iteration": region.conditionals,
         "select_conds": region.select_conds,
         "syncs_per_iteration": syncs,
-        "per_iteration": work.as_dict(),
+        "per_iteration": encode(work),
         "source": module.source(instruction.frame),
         "op_name": instruction.op_name,
         "body": region.computations[0] if region.computations else None,

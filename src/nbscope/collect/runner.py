@@ -49,7 +49,7 @@ from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
 
 __all__ = [
-    "CellCallback", "Execution", "ExecutionOptions", "LineSink", "ProbeReader", "StartCallback", "execute",
+    "CellCallback", "NotebookExecution", "ExecutionOptions", "LineSink", "ProbeReader", "StartCallback", "execute",
     "merge_cell", "merge_described",
 ]
 
@@ -75,7 +75,7 @@ class ExecutionOptions:
 
 
 @dataclass
-class Execution:
+class NotebookExecution:
     """What one execution of a notebook measured."""
 
     cells: list[dict[str, Any]]
@@ -94,7 +94,7 @@ def execute(
     live_sink: LineSink | None = None,
     on_cell_start: StartCallback | None = None,
     on_cell_done: CellCallback | None = None,
-) -> Execution:
+) -> NotebookExecution:
     """Run every code cell in a fresh kernel; never raises for a failing cell, timeout or dead kernel."""
     import_nbformat()  # before nbclient, which imports nbformat: without jsonschema's grammar-building import
     from nbclient import NotebookClient
@@ -163,7 +163,7 @@ def execute(
         loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
         home.cleanup()
     loop.runner["total_s"] = time.perf_counter() - started
-    return Execution(
+    return NotebookExecution(
         cells=loop.cells, runner=loop.runner, kernel=loop.reader.kernel, status=loop.status,
         executed_nb=notebook.nb, interrupted=loop.interrupted,
         programs=programs.finish() if programs is not None else None,

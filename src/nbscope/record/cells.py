@@ -1,107 +1,28 @@
-"""The cell model: how a cell's figures derive, how repeats combine, notebook totals, and cell pairing.
+"""Cells across runs and notebooks by name: a cell's caption and failure, a notebook's name in the store
+(project roots, aliases), and the pairing of two runs' cells. The cell writers are ``schema.build``.
 
-Every command that reads cells goes through here, so ``wall = compile + run + overhead`` means the
-same thing everywhere and two runs pair the same way in ``compare``, ``gate``, ``pathways``,
+Every command that pairs cells goes through here, so two runs pair the same way in ``compare``, ``gate``, ``pathways``,
 ``diagnose`` and the report.
 """
 
 from __future__ import annotations
 
 import difflib
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from nbscope._units import number  # re-exported: the cell model's callers read figures with it
-from nbscope.record._fields import without_collection
-from nbscope.record.model import RAN_STATUSES
-
 if TYPE_CHECKING:
-    from nbscope.record.model import Cell
+    from nbscope.schema.model import Cell
 
 # Cells whose sources changed pair up when their texts are at least this similar.
 SIMILARITY_THRESHOLD = 0.6
-# Statuses of a cell that ran to its end (an expected error is the notebook's own intent).
-FINISHED = ("ok", "expected-error")
-FAILED = ("error", "timeout", "kernel-died")
-
-
 
 
 def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
     return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
-
-
-# ---- one cell ------------------------------------------------------------------------------------
-
-
-def derive(cell: dict[str, Any]) -> dict[str, Any]:
-    """compile_s, run_s, overhead_s and compile_share from a cell's wall, code time and compile events.
-
-    ``wall`` is the kernel's whole request (busy → idle), ``code`` the time inside the cell's code, and
-    ``collection`` what nbscope's own collection took after the code (``--forecast``; 0 when not recorded):
-    ``wall = compile + run + overhead + collection`` with ``run = code − compile`` and
-    ``overhead = wall − code − collection``.
-    """
-    jax, numba = cell.get("jax") or {}, cell.get("numba") or {}
-    wall = number(cell.get("wall_s"))
-    if wall is None:
-        return cell
-    compile_s = sum(number(jax.get(key)) or 0.0 for key in ("trace_s", "lower_s", "backend_s"))
-    compile_s += number(numba.get("compile_s")) or 0.0
-    cell.update(_split(wall, number(cell.get("code_s")), compile_s, number(cell.get("collection_s")) or 0.0))
-    return cell
-
-
-def _split(wall: float, code: float | None, compile_s: float, collection: float = 0.0) -> dict[str, float]:
-    """``wall = compile + run + overhead + collection``: the one place the parts and the compile share are
-    derived. The compile share is of the notebook's own time."""
-    code = wall if code is None else code
-    own = without_collection(wall, collection) or 0.0
-    return {
-        "compile_s": compile_s,
-        "run_s": max(0.0, code - compile_s),
-        "overhead_s": max(0.0, own - code),
-        "compile_share": min(1.0, compile_s / own) if own > 0 else 0.0,
-    }
-
-
-def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One record per cell with medians over repeats; ``samples`` keeps each repeat's figures.
-
-    The medians are taken per quantity (wall, code, compile), then derived as for a single run, so
-    ``run_s`` is ``median(code) − median(compile)`` with or without repeats.
-    """
-    combined = []
-    for cells in zip(*executions, strict=True):
-        base = dict(cells[-1])  # the last repeat's details (compiles, status) stand for the cell
-        walls = [w for w in (number(c.get("wall_s")) for c in cells) if w is not None]
-        codes = [w for w in (number(c.get("code_s")) for c in cells) if w is not None]
-        compiles = [w for w in (number(c.get("compile_s")) for c in cells) if w is not None]
-        collections = [w for w in (number(c.get("collection_s")) for c in cells) if w is not None]
-        base["samples"] = {
-            "wall_s": walls, "code_s": codes, "compile_s": compiles, "status": [c.get("status") for c in cells]
-        }
-        waits = [number((c.get("sched") or {}).get("wait_s")) for c in cells]
-        if walls and len(waits) == len(walls) and None not in waits:
-            base["samples"]["wait_s"] = waits  # each repeat's wait for a CPU, beside its wall
-        if walls:
-            median = statistics.median(walls)
-            base["wall_s"] = median
-            base["code_s"] = statistics.median(codes) if codes else None
-            base["spread"] = statistics.median(abs(w - median) for w in walls) / median if median > 0 else 0.0
-            if collections:
-                base["collection_s"] = statistics.median(collections)
-            base.update(_split(median, base["code_s"], statistics.median(compiles) if compiles else 0.0,
-                               base.get("collection_s") or 0.0))
-        worst = next((c for c in cells if c.get("status") not in (*FINISHED, "skipped")), None)
-        if worst is not None:
-            base["status"], base["error"] = worst.get("status"), worst.get("error")
-        combined.append(base)
-    return combined
 
 
 def label(cell: Mapping[str, Any]) -> str:
@@ -133,53 +54,6 @@ def failure_text(cell: Cell | Mapping[str, Any]) -> str | None:
     return FAILURE_WORDS[str(status)] + (f" ({detail[:160]})" if detail else "")
 
 
-# ---- a notebook's cells --------------------------------------------------------------------------
-
-
-def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_state: str) -> dict[str, Any]:
-    """Per-notebook figures from cell records; each cell's ``jax.cache_state`` is set to the notebook's.
-
-    The probe hears JAX say once per process whether its compile cache feature is enabled ("on" by default,
-    with or without a cache folder); what a cell's compiles met is the run's cache state (``off``,
-    ``cold``, ``warm``). JAX's word is kept as ``jax.cache_feature``.
-    """
-
-    def total(key: str, sub: str | None = None) -> float:
-        values = [((c.get(sub) or {}).get(key) if sub else c.get(key)) for c in cells]
-        return sum(v for v in (number(v) for v in values) if v is not None)
-
-    peaks = [(c.get("rss") or {}).get("peak_bytes") for c in cells]
-    hits = int(total("cache_hits", "jax"))
-    if cache_state == "cold" and hits:
-        cache_state = "warm"  # a cold cache that still hit: the notebook compiled the same thing twice
-    for cell in cells:
-        jax = cell.get("jax")
-        if isinstance(jax, dict) and jax.get("cache_state") != cache_state:
-            if jax.get("cache_state") is not None:
-                jax["cache_feature"] = jax["cache_state"]
-            jax["cache_state"] = cache_state
-    return {
-        "cells": len(cells),
-        "cells_run": sum(1 for c in cells if c.get("status") in RAN_STATUSES),
-        "cells_ok": sum(1 for c in cells if c.get("status") in FINISHED),
-        "cells_failed": sum(1 for c in cells if c.get("status") in FAILED),
-        "wall_s": total("wall_s"),
-        "compile_s": total("compile_s"),
-        "run_s": total("run_s"),
-        "compiles": int(total("compiles", "jax")),
-        "user_compiles": int(total("user_compiles", "jax")),
-        "eager_compiles": int(total("eager_compiles", "jax")),
-        "library_compiles": int(total("library_compiles", "jax")),
-        "numba_compiles": int(total("compiles", "numba")),
-        "numba_compile_s": total("compile_s", "numba"),
-        "cache_state": cache_state,
-        "cache_hits": hits,
-        "cache_misses": int(total("cache_misses", "jax")),
-        "cache_retrieval_s": total("cache_retrieval_s", "jax"),
-        "kernel_start_s": runner.get("kernel_start_s"),
-        "execute_s": runner.get("execute_s"),
-        "peak_rss_bytes": max((p for p in peaks if isinstance(p, int) and not isinstance(p, bool)), default=None),
-    }
 
 
 # Files that mark the root of a Jupyter Book (1 and 2).
@@ -216,7 +90,7 @@ def target_name(path: str | Path, base: Path | None = None) -> str:
     A relative ``path`` is taken from ``base`` (default: the working directory). A notebook in no project
     is named relative to the working directory's project root when it lies there, else by its absolute
     path. Names given before project roots were relative to the working directory, or absolute:
-    :func:`target_aliases` finds them too (:meth:`nbscope.record.store.Store.names_of` keeps only those
+    :func:`aliases_for` finds them too (:meth:`nbscope.record.store.Store.names_of` keeps only those
     whose runs measured this notebook).
     """
     given = Path(path)
@@ -232,21 +106,14 @@ def target_name(path: str | Path, base: Path | None = None) -> str:
         return resolved.as_posix()
 
 
-def target_aliases(target: str, base: Path | None = None) -> list[str]:
-    """Every name a stored run of ``target`` may carry, the current name first.
-
-    ``target`` is a stored name (``lectures/jax_intro.md``) or a path to the notebook, absolute or relative
-    to ``base`` (default: the working directory). When it names a file, the names runs stored before the
-    project-root naming may carry are added: the absolute path and every trailing part of it
-    (``jax_intro.md``, ``lectures/jax_intro.md``, ...), since those runs were named relative to whatever
-    folder nbscope ran in. A name that is not a file (a benchmark suite, a run from another machine) is
-    matched as written.
-    """
-    return aliases_for(target, notebook_file(target, base), base)
-
-
 def aliases_for(target: str, file: Path | None, base: Path | None = None) -> list[str]:
-    """:func:`target_aliases` of a ``target`` whose file (:func:`notebook_file`) is known already."""
+    """Every name a stored run of ``target`` may carry, the current name first, given the file it names
+    (:func:`notebook_file`, None when it names none).
+
+    When it names a file, the names runs stored before the project-root naming may carry are added: the absolute
+    path and every trailing part of it (``jax_intro.md``, ``lectures/jax_intro.md``, ...), since those runs were
+    named relative to whatever folder nbscope ran in. A name that is not a file (a benchmark suite, a run from
+    another machine) is matched as written."""
     names = [target]
     if file is not None:
         names.insert(0, target_name(file, base))

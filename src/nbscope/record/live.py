@@ -31,10 +31,10 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope.collect._cells import interrupted_described, merge_described
-from nbscope.collect.runner import Execution
-from nbscope.record.cells import combine_repeats, derive, totals
+from nbscope.collect.runner import NotebookExecution
 from nbscope.record.run import RunRecord
 from nbscope.record.store import default_path, files_folder, store_subfolder
+from nbscope.schema.build import combine_repeats, derive, totals
 
 LIVE_FORMAT = "nbscope-live"
 LIVE_VERSION = 1
@@ -236,7 +236,7 @@ def fill_measurements(
     record: RunRecord,
     notebook: dict[str, Any],
     code_cells: list[dict[str, Any]],
-    executions: list[Execution],
+    executions: list[NotebookExecution],
     cache_state: str,
     live: Path | None,
 ) -> None:
@@ -315,7 +315,7 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
         # The cells the killed run never reached: as a run cut short records them.
         cells += [merge_described(c, None) for c in described[len(cells):]]
         runner = {"pathway": "kernel", "recovered_from": str(path)}
-        executions.append(Execution(cells=cells, runner=runner, kernel=entry["kernel"],
+        executions.append(NotebookExecution(cells=cells, runner=runner, kernel=entry["kernel"],
                                     status="ok" if finished else "partial",
                                     interrupted=not finished and number == len(run.executions) - 1))
     cache_state = run.executions[-1]["cache_state"] if run.executions else "off"

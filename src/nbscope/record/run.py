@@ -15,18 +15,20 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
+from nbscope.schema import codec
+from nbscope.schema.status import CELL_STATUSES
 
 if TYPE_CHECKING:
-    from nbscope.record.machine import Machine, Settings
-    from nbscope.record.model import NotebookRun
+    from nbscope.schema.machine import Machine, Settings
+    from nbscope.schema.model import NotebookRun
 
 FORMAT_NAME = "nbscope-run"
 # 2: each code cell carries its whole source and its line range (``cells[].source``, ``lines``); times are
@@ -34,10 +36,11 @@ FORMAT_NAME = "nbscope-run"
 # it migrates in memory (its cells' code is then read from the notebook only when unchanged, see
 # ``record.sources``).
 SCHEMA_VERSION = 2
+View = TypeVar("View")
+_VIEWED = ("measurements", "fingerprint", "settings")  # the parts of a record its typed views are read from
 KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
 PROFILE_KINDS = ("profile", "trace")  # runs of a notebook, cell by cell
 RUN_STATUSES = ("ok", "partial", "error")
-CELL_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died", "interrupted", "not-run", "skipped")
 # Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be
 # negative, and is only checked to be finite).
 DURATIONS = ("wall_s", "code_s", "compile_s", "run_s", "overhead_s", "roundtrip_s", "trace_s", "lower_s", "collection_s",
@@ -129,6 +132,9 @@ class RunRecord:
     # The code of a notebook the user named for this run (``--notebook``; ``record.sources.naming``), by source
     # hash, for the cells the record does not carry itself; not part of the document.
     named_sources: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    # The typed views of a loaded record, by class, decoded on first use (None: a record still being written,
+    # whose document a job may change in place, decodes on every call).
+    _views: dict[type, Any] | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def digest(self) -> str:
@@ -178,7 +184,7 @@ class RunRecord:
     def from_dict(cls, document: Any, *, source: str = "document") -> RunRecord:
         validate(document, source=source)
         document = migrate(document)
-        return cls(
+        record = cls(
             kind=document["kind"],
             target=document["target"],
             fingerprint=document["fingerprint"],
@@ -192,25 +198,54 @@ class RunRecord:
             schema_version=document["schema_version"],
             label=document.get("label"),
         )
+        record._views = {}
+        return record
 
     def notebook_run(self) -> NotebookRun:
         """This run's cells, totals and notebook as typed, read-only objects (a ``profile`` or ``trace`` run;
         for other kinds, the cells and totals they have)."""
-        from nbscope.record.model import NotebookRun
+        from nbscope.schema.model import NotebookRun
 
-        return NotebookRun.parse(self.measurements)
+        return self._view(NotebookRun, self.measurements)
 
     def machine(self) -> Machine:
         """The machine this run ran on (its fingerprint), typed."""
-        from nbscope.record.machine import Machine
+        from nbscope.schema.machine import Machine
 
-        return Machine.parse(self.fingerprint)
+        return self._view(Machine, self.fingerprint)
 
     def run_settings(self) -> Settings:
         """How this run was asked to run (its settings), typed."""
-        from nbscope.record.machine import Settings
+        from nbscope.schema.machine import Settings
 
-        return Settings.parse(self.settings)
+        return self._view(Settings, self.settings)
+
+    def settle(self) -> None:
+        """The record is written (its job stores it as it is): from here on its typed views are decoded once, as a
+        loaded record's are."""
+        if self._views is None:
+            self._views = {}
+
+    def with_named_sources(self, named: Mapping[str, str]) -> RunRecord:
+        """This record with the code of a notebook the user named (``record.sources.naming``); the same
+        documents, so the same typed views."""
+        named_record = replace(self, named_sources=named)
+        named_record._views = self._views
+        return named_record
+
+    def _view(self, cls: type[View], document: Mapping[str, Any]) -> View:
+        """``cls`` decoded from a part of the document: once for a record loaded from a document (what the store
+        and exports hand out, which readers never change), afresh for a record a job is still writing."""
+        if self._views is None:
+            return codec.decode(cls, document)
+        if cls not in self._views:
+            self._views[cls] = codec.decode(cls, document)
+        return self._views[cls]  # type: ignore[no-any-return]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _VIEWED and getattr(self, "_views", None):
+            self._views = {}  # a part replaced: its views are read again
+        object.__setattr__(self, name, value)
 
     def headline(self) -> dict[str, Any]:
         """The few totals that `nbscope runs` lists."""

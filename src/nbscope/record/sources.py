@@ -15,7 +15,6 @@ and no analysis takes sources of its own.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,15 +23,10 @@ from nbscope._errors import NbscopeError
 from nbscope.collect.notebook import source_hash
 
 if TYPE_CHECKING:
-    from nbscope.record.model import NotebookRun
     from nbscope.record.run import RunRecord
+    from nbscope.schema.model import NotebookRun
 
 Sources = dict[str, str]  # cell source by its source hash
-
-
-def recorded_sources(record: RunRecord) -> Sources:
-    """The sources the record carries, by hash; a source whose hash is not its cell's is not trusted."""
-    return _trusted(record.notebook_run())
 
 
 def _trusted(run: NotebookRun) -> Sources:
@@ -53,7 +47,7 @@ def naming(record: RunRecord, sources: Mapping[str, str] | str | Path | None) ->
     if sources is None or (isinstance(sources, Mapping) and not sources):
         return record
     named = notebook_sources(sources) if isinstance(sources, (str, Path)) else dict(sources)
-    return dataclasses.replace(record, named_sources={**(record.named_sources or {}), **named})
+    return record.with_named_sources({**(record.named_sources or {}), **named})
 
 
 def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[Sources, str | None]:

@@ -682,6 +682,7 @@ class Store:
 
     def save(self, record: RunRecord) -> int:
         """Insert a run and return its id (the existing run's id when the same run is stored already)."""
+        record.settle()
         return self.add(record)[0]
 
     def find(self, record: RunRecord) -> int | None:
@@ -844,7 +845,7 @@ class Store:
 
     def names_of(self, target: str) -> list[str]:
         """The names runs of ``target`` (a path or a stored name) are stored under: its current name first,
-        then of its older names (:func:`nbscope.record.cells.target_aliases`) its absolute path, and a
+        then of its older names (:func:`nbscope.record.cells.aliases_for`) its absolute path, and a
         shorter name only when the newest run stored under it measured this notebook: most of its cells the
         same (:func:`nbscope.record.cells.shares_cells`) as the newest run under its current name or, when
         there is none, as the file. ``x/intro.md`` never takes the runs of another folder's ``intro.md``

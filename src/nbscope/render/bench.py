@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
@@ -17,6 +16,8 @@ from nbscope.render.terminal import (
     print_record_header,
     terminal_table,
 )
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure
 
 
 def time_text(figure: GroupFigure, *, first_fallback: bool = False) -> str:
@@ -174,7 +175,7 @@ def _notes(name: str, group: BenchGroup) -> list[str]:
 def print_bench(record: RunRecord) -> None:
     """Print a bench run: one table per group, skipped and failed groups with their reason, totals."""
     print_record_header(record)
-    run = BenchRun.parse(record.measurements)
+    run = decode(BenchRun, record.measurements)
     for name, group in run.groups.items():
         if group.skipped:
             console.print(f"[yellow]{literal(name)}: skipped[/yellow] – {literal(group.reason)}")
@@ -214,8 +215,8 @@ def print_bench(record: RunRecord) -> None:
 
 def bench_markdown(record: RunRecord) -> str:
     """A GitHub-ready markdown table of every row, in the seed's style (Benchmark | time | ...)."""
-    settings = BenchSettings.parse(record.settings)
-    run = BenchRun.parse(record.measurements or {})
+    settings = decode(BenchSettings, record.settings)
+    run = decode(BenchRun, record.measurements or {})
     lines = [
         f"**nbscope bench** `{record.target}` · {record.machine().summary} · digest `{record.digest}` · "
         f"dtype {settings.dtype or '?'} · {record.started_at[:19].replace('T', ' ')} UTC",

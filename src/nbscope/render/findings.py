@@ -23,8 +23,8 @@ from nbscope.render.terminal import (
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding
-    from nbscope.record.model import Cell
     from nbscope.record.run import RunRecord
+    from nbscope.schema.model import Cell
 
 
 # ---- findings -----------------------------------------------------------------------------------

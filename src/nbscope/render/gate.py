@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from nbscope._units import count
-from nbscope.analyse.gate import Comparison, GateResult, RunSummary
+from nbscope.analyse.gate import GateComparison, GateResult, GateRunSummary
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import cell_columns, console, format_seconds, terminal_table
@@ -34,12 +34,12 @@ VERDICT_MARK = {
 }
 
 
-def _run_text(run: RunSummary) -> str:
+def _run_text(run: GateRunSummary) -> str:
     name = f"run {run.run_id}" if run.run_id is not None else "run"
     return f"{name} ({run.started_at[:19].replace('T', ' ')} UTC, digest {run.digest or '?'}, {run.repeats}×)"
 
 
-def _ratio(c: Comparison) -> str:
+def _ratio(c: GateComparison) -> str:
     if c.ratio is None:
         return "–"
     if c.ratio == float("inf"):
@@ -47,36 +47,36 @@ def _ratio(c: Comparison) -> str:
     return f"×{c.ratio:.2f}"
 
 
-def _delta(c: Comparison) -> str:
+def _delta(c: GateComparison) -> str:
     if c.delta_s is None:
         return "–"
     sign = "+" if c.delta_s >= 0 else "−"
     return sign + format_seconds(abs(c.delta_s))
 
 
-def _p(c: Comparison) -> str:
+def _p(c: GateComparison) -> str:
     # Blank, not "–", where nothing was tested: the terminal then leaves out a column with no p value at all.
     return "" if c.p_value is None else f"{c.p_value:.3g}"
 
 
-def _shown(result: GateResult, *, everything: bool) -> list[Comparison]:
+def _shown(result: GateResult, *, everything: bool) -> list[GateComparison]:
     if everything:
         return result.cells
     quiet = ("unchanged", "below-floor")
     return [c for c in result.cells if c.verdict not in quiet]
 
 
-def _floors(result: GateResult, comparisons: list[Comparison]) -> set[float]:
+def _floors(result: GateResult, comparisons: list[GateComparison]) -> set[float]:
     return {c.floor_s for c in [*comparisons, result.total] if c.floor_s}
 
 
-def _floor_column(result: GateResult, comparisons: list[Comparison]) -> bool:
+def _floor_column(result: GateResult, comparisons: list[GateComparison]) -> bool:
     """The noise floor is a terminal column only where cells differ in it (or the console has room)."""
     return len(_floors(result, comparisons)) > 1 or console.width >= 100
 
 
 def gate_rows(
-    result: GateResult, comparisons: list[Comparison], *, total: bool = True, floor_column: bool = False
+    result: GateResult, comparisons: list[GateComparison], *, total: bool = True, floor_column: bool = False
 ) -> Rows:
     """The gate's table, once for both formats: a row per comparison, then the total (with ``total``).
 
@@ -141,7 +141,7 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
             console.print(f"[dim]{escape(_row_name(c, result))}: {escape(c.note)}[/dim]", highlight=False)
 
 
-def _row_name(c: Comparison, result: GateResult) -> str:
+def _row_name(c: GateComparison, result: GateResult) -> str:
     if c is result.total:
         return "total"
     if c is result.whole:
@@ -149,7 +149,7 @@ def _row_name(c: Comparison, result: GateResult) -> str:
     return f"cell {c.index + 1}" if c.index is not None else "cell"
 
 
-def _total_line(c: Comparison, name: str) -> str:
+def _total_line(c: GateComparison, name: str) -> str:
     return (f"**{name}**: {format_seconds(c.base_s)} → {format_seconds(c.cand_s)} ({_ratio(c)}, "
             f"{VERDICT_MARK.get(c.verdict, c.verdict)})")
 

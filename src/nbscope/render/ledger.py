@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from nbscope import _units as units
-from nbscope.record.model import Cell, NotebookRun, Totals
 from nbscope.record.run import RunRecord
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
@@ -20,6 +19,7 @@ from nbscope.render.terminal import (
     print_record_header,
     terminal_table,
 )
+from nbscope.schema.model import Cell, NotebookRun, Totals
 
 # status -> (style, text) of its flag
 STATUS_FLAGS = {

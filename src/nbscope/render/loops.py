@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import LoopFit, LoopsRun
 from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, print_record_header
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import LoopFit, LoopsRun
 
 
 def _per_iter(seconds: float, trips: int) -> str:
@@ -24,7 +25,7 @@ def fit_text(fit: LoopFit | None) -> str:
 def print_loops(record: RunRecord) -> None:
     """Print a ``loops`` record (registered for kind "loops" in render.terminal.RECORD_VIEWS)."""
     print_record_header(record)
-    run = LoopsRun.parse(record.measurements)
+    run = decode(LoopsRun, record.measurements)
     if run.loop is not None and run.loop.description:
         console.print(f"loop: {literal(run.loop.description)}")
     for sweep in run.sweeps:

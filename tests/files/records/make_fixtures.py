@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope.collect import fingerprint as fp
-from nbscope.record.cells import totals
+from nbscope.schema.build import totals
 
 HERE = Path(__file__).resolve().parent
 FAKE_NVML = HERE.parents[1] / "fake_nvml" / "pynvml.py"

@@ -14,10 +14,10 @@ from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
-from nbscope.record.machine import Machine, Settings
-from nbscope.record.model import Cell, JaxFunction, NotebookRun, Totals
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
+from nbscope.schema.machine import Machine, Settings
+from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
 
 SEVERITIES = ("high", "medium", "low")
 

@@ -262,7 +262,7 @@ class LoopResolver:
             calls = calls_to(tree, entry.name) if tree is not None else []
             self.sites += [_Site(cell, call.lineno, call) for call in calls] or [_Site(cell, 0, None)]
 
-    def length(self, loop: _source.Loop) -> LoopLength:
+    def length(self, loop: _source.SourceLoop) -> LoopLength:
         node = loop.node
         function = self.code.function_at(loop.function, self.entry.cell) if loop.function != self.entry.name else self.entry
         if not isinstance(node, ast.For) or function is None or function.node is None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, Skip, seconds, severity
-from nbscope.record.model import Cell
+from nbscope.schema.model import Cell
 
 NAME = "cold-cache"
 THRESHOLDS = {

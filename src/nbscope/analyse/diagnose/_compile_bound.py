@@ -11,7 +11,7 @@ from typing import Any
 
 from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, seconds, severity
 from nbscope.analyse.diagnose._cold_cache import nbscope_cache
-from nbscope.record.model import Cell
+from nbscope.schema.model import Cell
 
 NAME = "compile-bound"
 THRESHOLDS = {

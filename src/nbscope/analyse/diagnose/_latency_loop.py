@@ -28,7 +28,7 @@ from nbscope.analyse.diagnose._base import (
     seconds,
     severity,
 )
-from nbscope.record.model import Cell
+from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
     from nbscope.analyse.forecast import NotebookForecast, Term

@@ -28,7 +28,7 @@ from typing import Any
 from nbscope import _units as units
 from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
-from nbscope.record.model import Cell
+from nbscope.schema.model import Cell
 
 NAME = "slow-first-call"
 THRESHOLDS = {

@@ -88,7 +88,7 @@ def _is_jit(node: ast.AST) -> tuple[bool, bool]:
 
 
 @dataclass
-class Loop:
+class SourceLoop:
     line: int  # line within the cell (1-based)
     kind: str  # "for" or "while"
     iterates: str  # the iterable or condition, as written
@@ -109,7 +109,7 @@ class Function:
     line: int
     jitted: bool = False
     static_args: bool = False
-    loops: list[Loop] = field(default_factory=list)
+    loops: list[SourceLoop] = field(default_factory=list)
     primitives: list[str] = field(default_factory=list)  # lax.scan, fori_loop, ... called in its body
     calls: set[str] = field(default_factory=set)
     node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(default=None, repr=False, compare=False)
@@ -185,7 +185,7 @@ class NotebookCode:
             stack.extend(function.calls)
         return list(seen.values())
 
-    def loops_in(self, name: str, at: int | None = None) -> list[Loop]:
+    def loops_in(self, name: str, at: int | None = None) -> list[SourceLoop]:
         return [loop for function in self.traced_by(name, at) for loop in function.loops]
 
     def primitives_in(self, name: str, at: int | None = None) -> list[str]:
@@ -383,10 +383,10 @@ def _scan_body(code: NotebookCode, function: Function, node: ast.AST) -> None:
             local = _locals(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
             constants = {k: v for k, v in code.constants.items() if k not in local}
             function.loops.append(
-                Loop(child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, constants), function.name, child)
+                SourceLoop(child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, constants), function.name, child)
             )
         elif isinstance(child, ast.While):
-            function.loops.append(Loop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name, child))
+            function.loops.append(SourceLoop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name, child))
         elif isinstance(child, ast.Call):
             name = dotted(child.func)
             last = name.split(".")[-1]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
 from nbscope.analyse.diagnose._bindings import LoopLength, LoopResolver
-from nbscope.analyse.diagnose._source import Loop
+from nbscope.analyse.diagnose._source import SourceLoop
 
 NAME = "unrolled-loop"
 THRESHOLDS = {
@@ -40,7 +40,7 @@ def _longest(length: LoopLength) -> int | None:
     return length.trips if length.trips is not None else (max(length.values) if length.values else None)
 
 
-def _replacement(loop: Loop, length: LoopLength) -> str:
+def _replacement(loop: SourceLoop, length: LoopLength) -> str:
     """The code that replaces the loop, with its bounds as written in the function (valid there whatever
     their value), never a number nbscope inferred."""
     if loop.kind == "while":

@@ -33,9 +33,9 @@ from nbscope.analyse.forecast.model import CpuRates, Term, observed_loops, progr
 from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
-from nbscope.record.model import Cell, NotebookRun
-from nbscope.record.programs import Execution, Program
 from nbscope.record.sources import load_sources, naming
+from nbscope.schema.model import Cell, NotebookRun
+from nbscope.schema.programs import Execution, Program
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import DEVICE_FIGURES, Device, Figure
-from nbscope.record.suite import BenchRun, GroupFigure, LoopsRun, Sweep
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import BenchRun, GroupFigure, LoopsRun, Sweep
 
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
@@ -42,7 +43,7 @@ def _gpu_sweep(run: LoopsRun) -> Sweep | None:
 
 
 def _from_loops(record: RunRecord, found: dict[str, Figure], names: list[str]) -> None:
-    sweep = _gpu_sweep(LoopsRun.parse(record.measurements))
+    sweep = _gpu_sweep(decode(LoopsRun, record.measurements))
     if sweep is None:
         raise NbscopeError(f"{_label(record)}: no sweep on a GPU (run `nbscope loops` on the GPU machine)")
     if record.target != "builtin:logistic-map":
@@ -70,7 +71,7 @@ def _device_of(figure: GroupFigure) -> str:
 
 
 def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -> None:
-    figures = {f.key or "": f for f in BenchRun.parse(record.measurements).figures if _on_gpu(f)}
+    figures = {f.key or "": f for f in decode(BenchRun, record.measurements).figures if _on_gpu(f)}
     if not figures:
         raise NbscopeError(f"{_label(record)}: no figure measured on a GPU (run `nbscope bench` on the GPU machine)")
 

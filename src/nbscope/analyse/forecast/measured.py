@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device
 from nbscope.record.cells import pair_cells
-from nbscope.record.model import Cell
+from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import Forecast

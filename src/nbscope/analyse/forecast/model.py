@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
-from nbscope.record.programs import Execution, Loop, Program, Transfers, Work
+from nbscope.schema.codec import decode
+from nbscope.schema.programs import Execution, Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
 # the iterations of a loop whose trip count is only known at run time, from the program's CPU time.
@@ -280,12 +281,12 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
                   cpu_s_per_execution: float | None = None, observed: Mapping[str, LoopSeen] | None = None,
                   rates: CpuRates | None = None) -> list[Term]:
     """The terms of one execution of ``program`` on ``device`` (a program's document, as ``collect.hlo.describe``
-    returns it, is read as a :class:`~nbscope.record.programs.Program`).
+    returns it, is read as a :class:`~nbscope.schema.programs.Program`).
 
     ``observed``: per loop id, what the CPU run's trace showed per execution; ``rates``: this CPU's measured
     flops/s and bytes/s, for estimates."""
     if not isinstance(program, Program):
-        program = Program.parse(program)
+        program = decode(Program, program)
     key, function = program.key, program.function
     terms: list[Term] = []
     entry = program.entry

@@ -18,7 +18,7 @@ from nbscope.analyse.forecast.devices import Device, DeviceTable
 from nbscope.analyse.forecast.model import Term, observed_loops, program_terms
 from nbscope.analyse.forecastable import forecast_unavailable, uses_jax
 from nbscope.collect._gpu_classes import WEAK_FP64_RATIO
-from nbscope.record.programs import Program, Work
+from nbscope.schema.programs import Program, Work
 
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord

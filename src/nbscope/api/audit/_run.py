@@ -19,9 +19,10 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
-from nbscope.record.machine import Machine
 from nbscope.record.run import RunRecord, default_label
 from nbscope.record.secrets import command_for_record
+from nbscope.schema.codec import decode
+from nbscope.schema.machine import Machine
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
@@ -222,7 +223,7 @@ def _where_jobs_can_run(runner: Any, options: AuditOptions, fingerprint: dict[st
              f"nbscope finds GPUs through NVML only: it cannot schedule {b} safely"})
         for b in options.backends
     }
-    record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": Machine.parse(f).summary}
+    record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": decode(Machine, f).summary}
                                       for a, f in runner.fingerprints.items()}
     return availability, runner.digests()
 

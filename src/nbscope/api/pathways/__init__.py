@@ -47,9 +47,10 @@ from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.api.runs import store_then_stop
 from nbscope.record.cells import target_name
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
 from nbscope.record.secrets import command_for_record, env_for_record
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.analyse.pathways import PathwayRow
@@ -218,7 +219,7 @@ def pathways_until_stopped(
 def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dict[str, Any], PathwayResult | None]:
     """One pathway's entry over its repeats, and the result whose cells stand for it."""
     from nbscope.analyse.pathways import combine_overheads
-    from nbscope.record.cells import combine_repeats, totals
+    from nbscope.schema.build import combine_repeats, totals
 
     if not runs:
         return {"status": "not-run", "totals": {}, "runner": {}, "overheads": {}, "skipped": "interrupted"}, None
@@ -298,7 +299,7 @@ def measurements(
     reference = [merge_cell(c, None) for c in notebook.code_cells]
     rows = pair_cells(reference, combined)
     ran = [n for n, e in pathways.items() if e["status"] not in ("skipped", "error", "not-run")]
-    execution = {n: sum(Cell.parse(c).wall_s or 0.0 for c in combined[n].cells) for n in combined}
+    execution = {n: sum(decode(Cell, c).wall_s or 0.0 for c in combined[n].cells) for n in combined}
     loads = [v for runs in results.values() for r in runs for v in (r.runner.get("load_average") or []) if v is not None]
     max_load = max(loads, default=None)
     busy = max_load is not None and max_load > _cpus()

@@ -20,7 +20,7 @@ from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
 from nbscope.collect.runner import ProbeReader, merge_cell
-from nbscope.record.cells import derive, totals
+from nbscope.schema.build import derive, totals
 
 WORKER_FILE = Path(__file__).parents[2] / "collect" / "script_worker.py"
 WORKER_MODULE = "_nbscope_script_worker"

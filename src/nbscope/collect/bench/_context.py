@@ -14,7 +14,7 @@ from nbscope.collect.bench._config import BUDGETS, Budget, sizes_for
 CompileProbe = Callable[[], AbstractContextManager[dict[str, Any]]]
 
 
-class Context:
+class BenchContext:
     """Figures and facts collected by one group run (one group, one dtype)."""
 
     def __init__(self, group: str, dtype: str, size: str, overrides: dict[str, Any] | None = None) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from nbscope.collect.bench import _jax
-from nbscope.collect.bench._context import Context
+from nbscope.collect.bench._context import BenchContext
 
 CHAIN = 100  # calls queued before one wait, to see the dispatch cost without the round trip
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     jax = _jax.setup(ctx)
     device = _jax.device_name(jax.devices()[0])
     x = _jax.on_device(jax, _jax.host_array(1, ctx.dtype, seed=4).reshape(()))

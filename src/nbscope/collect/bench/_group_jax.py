@@ -12,7 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from nbscope.collect.bench import _jax
-from nbscope.collect.bench._context import Context, count_label
+from nbscope.collect.bench._context import BenchContext, count_label
 
 
 def elementwise(x: Any) -> Any:
@@ -23,7 +23,7 @@ def matmul(a: Any, b: Any) -> Any:
     return a @ b
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     jax = _jax.setup(ctx)
     device = _jax.device_name(jax.devices()[0])
 

@@ -15,7 +15,7 @@ from jax import lax
 
 from nbscope.collect.bench import _jax, _stats
 from nbscope.collect.bench._config import LOOP_CALL_LIMIT_S
-from nbscope.collect.bench._context import Context, count_label
+from nbscope.collect.bench._context import BenchContext, count_label
 
 
 def _body(carry: Any) -> Any:
@@ -42,7 +42,7 @@ def _call(jax: Any, kind: str, fori: Any, carry: Any, trips: int) -> Any:
     return lambda: fori(carry, trips).block_until_ready()
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     jax = _jax.setup(ctx)
     trips = [int(t) for t in ctx.param("trips")]
     default = jax.devices()[0]
@@ -84,7 +84,7 @@ def run(ctx: Context) -> None:
         ctx.figures.insert(position, _fit_figure(ctx, kind, placement, name, figures))
 
 
-def _fit_figure(ctx: Context, kind: str, placement: str, device: str, figures: list[dict[str, Any]]) -> dict[str, Any]:
+def _fit_figure(ctx: BenchContext, kind: str, placement: str, device: str, figures: list[dict[str, Any]]) -> dict[str, Any]:
     points = [(f["params"]["trips"], f["steady"]) for f in figures]
     figure = ctx.new_figure(
         f"{kind}_{placement}_per_iter", f"{kind} per iteration ({placement})",

@@ -7,10 +7,10 @@ steady state; plus one row with the first calls summed, the seed's single figure
 from __future__ import annotations
 
 from nbscope.collect.bench import _jax
-from nbscope.collect.bench._context import Context
+from nbscope.collect.bench._context import BenchContext
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     jax = _jax.setup(ctx)
     device = _jax.device_name(jax.devices()[0])
     sizes = list(ctx.param("sizes"))

@@ -15,7 +15,7 @@ import numba
 from numba import prange
 
 from nbscope.collect.bench._arrays import host_array
-from nbscope.collect.bench._context import Context, count_label
+from nbscope.collect.bench._context import BenchContext, count_label
 from nbscope.collect.probe._nbscope_events import register_numba_listener
 
 _compile_s: list[float] = []  # outermost compiles only: nested ones (overloads) overlap them
@@ -48,7 +48,7 @@ def sum_squares(x: Any) -> float:
     return total
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     register_numba_listener(None, lambda _, seconds: _compile_s.append(seconds))
     ctx.info["numba_version"] = numba.__version__
     ctx.info["numba_threads"] = numba.get_num_threads()

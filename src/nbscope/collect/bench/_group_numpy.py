@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from nbscope.collect.bench._arrays import host_array
-from nbscope.collect.bench._context import Context, count_label
+from nbscope.collect.bench._context import BenchContext, count_label
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     ctx.info["numpy_version"] = np.__version__
     dtype = ctx.dtype
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from nbscope.collect.bench._context import Context, count_label
+from nbscope.collect.bench._context import BenchContext, count_label
 
 
 def int_sum(n: int) -> int:
@@ -22,7 +22,7 @@ def sqrt_sum(n: int) -> float:
     return total
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     n = ctx.param("int_sum_n")
     ctx.bench(
         "int_sum", f"Python int sum {count_label(n)}", lambda: int_sum(n),

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from nbscope.collect.bench import _jax
-from nbscope.collect.bench._context import Context
+from nbscope.collect.bench._context import BenchContext
 
 
-def run(ctx: Context) -> None:
+def run(ctx: BenchContext) -> None:
     jax = _jax.setup(ctx)
     device = jax.devices()[0]
     name = _jax.device_name(device)

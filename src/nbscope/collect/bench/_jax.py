@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from nbscope.collect.bench._arrays import host_array
-from nbscope.collect.bench._context import Context
+from nbscope.collect.bench._context import BenchContext
 from nbscope.collect.probe import _nbscope_events as events
 
 __all__ = ["compile_probe", "device_name", "host_array", "on_device", "setup"]
@@ -34,7 +34,7 @@ def _on_event(event: str, **_: Any) -> None:
         _events.append((event, 0.0))
 
 
-def setup(ctx: Context) -> Any:
+def setup(ctx: BenchContext) -> Any:
     """Import jax with x64 matching the dtype, start its backend, and note the device and timings."""
     global _registered
     import jax

@@ -270,9 +270,3 @@ def figure_value(figure: Mapping[str, Any], *, machine: bool = True) -> tuple[fl
             spread = block["uncertainty"] if machine and block.get("uncertainty") is not None else block["spread"]
             return float(block[value_key]), float(spread)
     return None
-
-
-def agree(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Do two (value, relative spread) figures overlap within their reported spreads?"""
-    (value_a, spread_a), (value_b, spread_b) = a, b
-    return abs(value_a - value_b) <= value_a * spread_a + value_b * spread_b

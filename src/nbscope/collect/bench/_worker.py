@@ -31,12 +31,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def run_group(group: str, dtype: str, size: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one group in this process and return its result document."""
-    from nbscope.collect.bench._context import Context
+    from nbscope.collect.bench._context import BenchContext
 
     started = time.perf_counter()
     spec = GROUPS[group]
     result: dict[str, Any] = {"group": group, "dtype": dtype, "size": size, "status": "ok", "reason": None}
-    ctx = Context(group, dtype, size, overrides)
+    ctx = BenchContext(group, dtype, size, overrides)
     imports: dict[str, float] = {}
     try:
         for module in spec.requires:

@@ -9,9 +9,7 @@ from typing import Any
 from nbscope._units import count
 from nbscope.analyse.pathways import PathwayRow, PathwaysRun
 from nbscope.analyse.report import ReportData
-from nbscope.record.model import Cell
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import LoopsRun
 from nbscope.render.html._base import (
     COLORS,
     COMPILE_COLOR,
@@ -24,6 +22,9 @@ from nbscope.render.html._base import (
 )
 from nbscope.render.html._svg import BarChart, PointChart
 from nbscope.render.terminal import metric_name
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
+from nbscope.schema.suite import LoopsRun
 
 
 def _label(cell: Cell | PathwayRow, width: int = 38) -> str:
@@ -34,7 +35,7 @@ def _label(cell: Cell | PathwayRow, width: int = 38) -> str:
 
 def _typed(cell: Cell | Mapping[str, Any] | None) -> Cell | None:
     """A cell of the report's pairing as the cell model reads it (the pairing may hold a document's cells)."""
-    return Cell.parse(cell) if isinstance(cell, Mapping) else cell
+    return decode(Cell, cell) if isinstance(cell, Mapping) else cell
 
 
 def waterfall_svg(record: RunRecord) -> str | None:
@@ -114,7 +115,7 @@ def pathways_svg(record: RunRecord) -> str | None:
 
 
 def loops_svg(record: RunRecord) -> str | None:
-    sweeps = [s for s in LoopsRun.parse(record.measurements).sweeps if s.points]
+    sweeps = [s for s in decode(LoopsRun, record.measurements).sweeps if s.points]
     if not sweeps:
         return None
     chart = PointChart(f"{record.target}: loop sweeps (points measured, lines fitted a + b·n)",

@@ -11,7 +11,6 @@ from nbscope.analyse.pathways import PathwayCell, PathwaysRun
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
-from nbscope.record.suite import LoopsRun
 from nbscope.render.gate import VERDICT_MARK
 from nbscope.render.html._base import (
     MAX_WATERFALL_CELLS,
@@ -26,6 +25,8 @@ from nbscope.render.html._base import (
 )
 from nbscope.render.html._plots import history_svg, loops_svg, pathways_svg, waterfall_svg
 from nbscope.render.terminal import field_name, headline_text, metric_name, settings_text
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import LoopsRun
 
 
 def _unbroken(text: str) -> Markup:
@@ -203,7 +204,7 @@ def _pathway_cell(entry: PathwayCell | None) -> str:
 
 
 def _loops_section(record: RunRecord, position: int) -> str:
-    sweeps = LoopsRun.parse(record.measurements).sweeps
+    sweeps = decode(LoopsRun, record.measurements).sweeps
     if not sweeps:
         return ""
     rows = []

@@ -10,11 +10,11 @@ Two places of a record hold it, both written by ``collect.program`` (the program
 * each cell's ``programs``: :class:`CellPrograms`, the programs the cell executed (:class:`Execution`, with
   what its trace showed of their loops), the host↔device copies it made, and how its trace was taken.
 
-Read-only dataclasses over the validated document, like ``record.model`` (see its docstring for why
+Read-only dataclasses over the validated document, like ``schema.model`` (see its docstring for why
 dataclasses), which reads a cell's and a run's program data with these. A field a record lacks reads as
 ``None`` (unknown), never as a guess: a program whose trip count is unknown says ``None``, not 1.
 
-Its field readers are ``record._fields``, shared with every other typed view.
+``schema.codec.decode`` reads them by their annotations, as every other typed view.
 """
 
 from __future__ import annotations
@@ -23,37 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
-from nbscope.record._fields import mapping as _object
-from nbscope.record._fields import number as _number
-from nbscope.record._fields import text as _text
-from nbscope.record._fields import whole as _int
-
 __all__ = [
     "CallRate", "CellPrograms", "CollectTimes", "Entry", "Execution", "GpuLowering", "Loop", "ObservedLoop",
     "PerExecution", "Program", "ProgramData", "SourceSpan", "TraceWindow", "Transfers", "Work",
 ]
-
-
-
-
-
-
-
-
-def _flag(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
-
-
-
-
-def _texts(value: Any) -> tuple[str, ...]:
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-
-def _counts(value: Any) -> Mapping[str, int]:
-    """``{name: count}`` (custom calls by target, uncaptured modules by name); entries without a count dropped."""
-    counts = {str(k): _int(v) for k, v in _object(value).items()}
-    return {k: v for k, v in counts.items() if v is not None}
 
 
 # ---- a program -------------------------------------------------------------------------------------
@@ -77,15 +50,6 @@ class Work:
         return replace(self, **{name: (getattr(self, name) or 0.0) + (getattr(other, name) or 0.0) * times
                                 for name in WORK_FIELDS})
 
-    @classmethod
-    def parse(cls, value: Any) -> Work:
-        return cls(**_work(value))
-
-
-def _work(value: Any) -> dict[str, float | None]:
-    value = _object(value)
-    return {name: _number(value.get(name)) for name in WORK_FIELDS}
-
 
 @dataclass(frozen=True, slots=True)
 class Entry(Work):
@@ -95,22 +59,12 @@ class Entry(Work):
     kernels: int | None
     conditionals: int | None
 
-    @classmethod
-    def parse(cls, value: Any) -> Entry:
-        value = _object(value)
-        return cls(**_work(value), kernels=_int(value.get("kernels")), conditionals=_int(value.get("conditionals")))
-
 
 @dataclass(frozen=True, slots=True)
 class PerExecution(Work):
     """The work of one execution, loop bodies multiplied by their iterations."""
 
     complete: bool | None  # False: a trip count is unknown, and its loop counts one iteration (a lower bound)
-
-    @classmethod
-    def parse(cls, value: Any) -> PerExecution:
-        value = _object(value)
-        return cls(**_work(value), complete=_flag(value.get("complete")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,14 +77,6 @@ class SourceSpan:
     end_line: int | None
     column: int | None
     end_column: int | None
-
-    @classmethod
-    def parse(cls, value: Any) -> SourceSpan | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(file=_text(value.get("file")), function=_text(value.get("function")), line=_int(value.get("line")),
-                   end_line=_int(value.get("end_line")), column=_int(value.get("column")),
-                   end_column=_int(value.get("end_column")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,22 +102,6 @@ class Loop:
     kind: str | None  # lax.scan, lax.fori_loop, lax.while_loop, "loop inside ..."
     cpu_only: bool | None  # only XLA:CPU builds it (no loop of the CUDA lowering); None: no lowering read
 
-    @classmethod
-    def parse(cls, value: Any) -> Loop:
-        value = _object(value)
-        return cls(
-            id=str(value.get("id") or ""), parent=_text(value.get("parent")), trip_count=_int(value.get("trip_count")),
-            trip_count_source=_text(value.get("trip_count_source")),
-            outer_iterations=_number(value.get("outer_iterations")),
-            kernels_per_iteration=_int(value.get("kernels_per_iteration")),
-            conditionals_per_iteration=_int(value.get("conditionals_per_iteration")),
-            select_conds=_int(value.get("select_conds")), syncs_per_iteration=_int(value.get("syncs_per_iteration")),
-            per_iteration=Work.parse(value.get("per_iteration")), source=SourceSpan.parse(value.get("source")),
-            op_name=_text(value.get("op_name")), body=_text(value.get("body")), call=_text(value.get("call")),
-            cell=_int(value.get("cell")), cell_line=_int(value.get("cell_line")), kind=_text(value.get("kind")),
-            cpu_only=_flag(value.get("cpu_only")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class GpuLowering:
@@ -184,15 +114,6 @@ class GpuLowering:
     seconds: float | None  # the lowering's own time
     note: str | None  # why it was skipped
     error: str | None  # why it failed
-
-    @classmethod
-    def parse(cls, value: Any) -> GpuLowering | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(source=_text(value.get("source")), loops=_int(value.get("loops")),
-                   custom_calls=_counts(value.get("custom_calls")), conditionals=_int(value.get("conditionals")),
-                   seconds=_number(value.get("seconds")), note=_text(value.get("note")),
-                   error=_text(value.get("error")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,22 +135,6 @@ class Program:
     output_bytes: int | None
     gpu: GpuLowering | None  # None: not lowered for CUDA
 
-    @classmethod
-    def parse(cls, value: Any) -> Program:
-        value = _object(value)
-        parameters = value.get("parameters_bytes")
-        return cls(
-            key=_text(value.get("key")), module=_text(value.get("module")), program_id=_int(value.get("program_id")),
-            function=_text(value.get("function")), kind=_text(value.get("kind")),
-            first_cell=_int(value.get("first_cell")), entry=Entry.parse(value.get("entry")),
-            loops=tuple(Loop.parse(loop) for loop in value.get("loops") or () if isinstance(loop, Mapping)),
-            per_execution=PerExecution.parse(value.get("per_execution")),
-            float_dtypes=_texts(value.get("float_dtypes")), cost_source=_text(value.get("cost_source")),
-            parameters_bytes=tuple(n for n in (_int(b) for b in parameters) if n is not None)
-            if isinstance(parameters, list) else (),
-            output_bytes=_int(value.get("output_bytes")), gpu=GpuLowering.parse(value.get("gpu")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class ProgramData:
@@ -241,15 +146,10 @@ class ProgramData:
     cost_source: str | None  # xla-cost-analysis or estimate; None: no HLO was read
     notes: tuple[str, ...]
 
-    @classmethod
-    def parse(cls, value: Any) -> ProgramData | None:
-        """None when the run holds no program data (absent, or an empty table)."""
-        if not isinstance(value, Mapping) or not value:
-            return None
-        programs = _object(value.get("programs"))
-        return cls(version=_int(value.get("version")),
-                   programs={str(k): Program.parse(p) for k, p in programs.items() if isinstance(p, Mapping)},
-                   cost_source=_text(value.get("cost_source")), notes=_texts(value.get("notes")))
+    @staticmethod
+    def present(value: Mapping[str, Any]) -> bool:
+        """An empty table is no program data."""
+        return bool(value)
 
 
 # ---- a cell's executions ---------------------------------------------------------------------------
@@ -260,11 +160,6 @@ class ObservedLoop:
 
     iterations: float | None  # per execution, counted from the body's kernels
     cpu_s: float | None  # inside the loop, over all the cell's executions
-
-    @classmethod
-    def parse(cls, value: Any) -> ObservedLoop:
-        value = _object(value)
-        return cls(iterations=_number(value.get("iterations")), cpu_s=_number(value.get("cpu_s")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,17 +181,10 @@ class Execution:
             return self.count
         return self.sampled_runs or 1
 
-    @classmethod
-    def parse(cls, value: Any) -> Execution | None:
-        """None for an entry that names no program (nothing to read it against)."""
-        value = _object(value)
-        program = value.get("program")
-        if not program or not isinstance(program, str):
-            return None
-        return cls(program=program, count=_int(value.get("count")),
-                   count_basis=_text(value.get("count_basis")), sampled_runs=_int(value.get("sampled_runs")),
-                   traced_count=_int(value.get("traced_count")), cpu_s=_number(value.get("cpu_s")),
-                   loops={str(k): ObservedLoop.parse(v) for k, v in _object(value.get("loops")).items()})
+    @staticmethod
+    def present(value: Mapping[str, Any]) -> bool:
+        """An entry that names no program is nothing to read against the table."""
+        return bool(value.get("program")) and isinstance(value.get("program"), str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,15 +199,6 @@ class Transfers:
     bytes_low: float | None
     bytes_high: float | None
     cpu_s: float | None  # the time they took on this CPU
-
-    @classmethod
-    def parse(cls, value: Any) -> Transfers | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(host_to_device=_int(value.get("host_to_device")), device_to_host=_int(value.get("device_to_host")),
-                   sized=_int(value.get("sized")), unsized=_int(value.get("unsized")),
-                   bytes_low=_number(value.get("bytes_low")), bytes_high=_number(value.get("bytes_high")),
-                   cpu_s=_number(value.get("cpu_s")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,16 +217,6 @@ class TraceWindow:
     scale: float | None  # the factor the counts, CPU and busy times and transfers were multiplied by
     compile_s: float | None = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
 
-    @classmethod
-    def parse(cls, value: Any) -> TraceWindow | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(cut=_flag(value.get("cut")), traced_s=_number(value.get("traced_s")),
-                   grown_bytes=_int(value.get("grown_bytes")), reason=_text(value.get("reason")),
-                   kernel_grown_bytes=_int(value.get("kernel_grown_bytes")), wait_s=_number(value.get("wait_s")),
-                   stop_s=_number(value.get("stop_s")), cell_s=_number(value.get("cell_s")),
-                   scale=_number(value.get("scale")), compile_s=_number(value.get("compile_s")))
-
 
 @dataclass(frozen=True, slots=True)
 class CallRate:
@@ -358,13 +227,6 @@ class CallRate:
     late_s: float | None
     late_per_s: float | None
 
-    @classmethod
-    def parse(cls, value: Any) -> CallRate | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(calls=_int(value.get("calls")), late_calls=_int(value.get("late_calls")),
-                   late_s=_number(value.get("late_s")), late_per_s=_number(value.get("late_per_s")))
-
 
 @dataclass(frozen=True, slots=True)
 class CollectTimes:
@@ -373,13 +235,6 @@ class CollectTimes:
     trace_stop_s: float | None  # stopping and writing its profiler session
     programs_s: float | None  # collecting the HLO after a compiling cell
     gpu_lowering_s: float | None  # lowering its new programs for CUDA
-
-    @classmethod
-    def parse(cls, value: Any) -> CollectTimes | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(trace_stop_s=_number(value.get("trace_stop_s")), programs_s=_number(value.get("programs_s")),
-                   gpu_lowering_s=_number(value.get("gpu_lowering_s")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,18 +254,3 @@ class CellPrograms:
     hlo_error: str | None  # why the cell's HLO could not be collected
     error: str | None  # why the cell's program data could not be read at all (``nbscope trace``)
     collect_s: CollectTimes | None
-
-    @classmethod
-    def parse(cls, value: Any) -> CellPrograms | None:
-        if not isinstance(value, Mapping):
-            return None
-        executions = (Execution.parse(e) for e in value.get("executions") or () if isinstance(e, Mapping))
-        return cls(
-            executions=tuple(e for e in executions if e is not None), transfers=Transfers.parse(value.get("transfers")),
-            sampled=_flag(value.get("sampled")), trace=_text(value.get("trace")),
-            new_programs=_texts(value.get("new_programs")), cpu_busy_s=_number(value.get("cpu_busy_s")),
-            xla_busy_s=_number(value.get("xla_busy_s")), window=TraceWindow.parse(value.get("window")),
-            call_rate=CallRate.parse(value.get("call_rate")), uncaptured=_counts(value.get("uncaptured")),
-            hlo_error=_text(value.get("hlo_error")), error=_text(value.get("error")),
-            collect_s=CollectTimes.parse(value.get("collect_s")),
-        )

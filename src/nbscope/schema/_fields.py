@@ -59,3 +59,31 @@ def without_collection(wall: float | None, collection: float | None) -> float | 
     """A cell's wall time less nbscope's own collection in it (``collection_s``; unknown counts as none): the
     time the notebook itself spent."""
     return None if wall is None else max(0.0, wall - (collection or 0.0))
+
+
+def positive(value: Any) -> int:
+    """A count of at least one (repeats): a positive int as recorded, else 1."""
+    found = integer(value)
+    return found if found is not None and found > 0 else 1
+
+
+def name(value: Any) -> str | None:
+    """Something a record names (a run id, a ratio), written as a string; None when absent."""
+    return None if value is None else str(value)
+
+
+def truth(value: Any) -> bool | None:
+    """A yes or no as recorded, any value read as one; None when absent."""
+    return None if value is None else bool(value)
+
+
+def line_range(value: Any) -> tuple[int, int] | None:
+    """A cell's first and last line (``[3, 9]``), else None."""
+    if isinstance(value, list) and len(value) == 2 and all(integer(v) is not None for v in value):
+        return (value[0], value[1])
+    return None
+
+
+def yes(value: Any) -> bool:
+    """True only for a JSON true."""
+    return value is True

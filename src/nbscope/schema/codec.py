@@ -1,0 +1,195 @@
+"""The one decoder and encoder between a record's JSON document and the schema's frozen dataclasses, driven by
+their annotations: ``decode(Cell, document)`` builds a cell, ``encode(cell)`` writes it back as JSON values.
+
+How a field is read follows from its annotation, so that a figure means the same thing in every class:
+
+* ``float | None`` a finite number (``_fields.number``), ``int | None`` a whole number, ``str | None`` a
+  string, ``bool | None`` a JSON boolean: anything else reads as None (unknown), never as a guess;
+* ``int``, ``float``, ``str``, ``bool`` (no None): a count (0), a figure (0.0), a text ("") or a flag (false)
+  when the document lacks it;
+* a dataclass: read from its object (an absent one reads as an empty one); ``X | None``: None unless the
+  document holds an object (and ``X.present(object)`` when ``X`` says what counts as present);
+* ``tuple[X, ...]`` and ``Mapping[str, X]``: their items read as ``X``, those that read as None left out unless
+  ``X`` allows None; ``... | None``: None unless the document holds an array (an object);
+* ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key.
+
+Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
+raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
+fingerprint's GPUs sit at ``gpu.devices``).
+
+Why the standard library: ``dataclasses.fields`` and ``typing.get_type_hints`` are all this needs (about a
+hundred lines), they cost no import at start-up, and the model stays plain frozen, slotted dataclasses.
+msgspec would decode faster but brings its own ``Struct`` model or converters for each of the readers above
+(a bool is never a number, NaN never a figure, a wrong type reads as unknown rather than failing); cattrs
+would need the same hooks registered per type, and a dependency, for no behaviour this lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
+
+from nbscope.schema import _fields
+
+T = TypeVar("T")
+Reader = Callable[[Any], Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Read:
+    """How one field is read when its annotation alone does not say: ``reader`` takes the document's value,
+    ``key`` names it when it is not the field's name, ``otherwise`` stands in for an empty one. (Named
+    functions only: a lambda in an annotation is evaluated where the module's names are out of its reach.)"""
+
+    reader: Reader | None = None
+    key: str | None = None
+    otherwise: Any = ...  # the value when the document's reads as empty ("", None, 0)
+
+
+# Fields read their own way, shared by the classes that have them.
+Time = Annotated[float | None, Read(_fields.time)]  # finite and not negative, else unknown
+Measured = Annotated[float | None, Read(_fields.figure)]  # a figure as recorded: an int stays an int in --json
+Repeat = Annotated[int, Read(_fields.positive)]  # at least 1: a run without repeats ran once
+Name = Annotated[str | None, Read(_fields.name)]  # a string, or what names it written as one (a run id)
+
+
+def decode(cls: type[T], value: Any) -> T:
+    """``cls`` read from the document's ``value`` (an object; anything else reads as an empty one)."""
+    return _reader(typing.cast(Any, cls))(value)  # type: ignore[no-any-return]
+
+
+def decode_optional(cls: type[T], value: Any) -> T | None:
+    """``cls`` read from ``value``, or None when the document holds none (not an object, or not ``present``)."""
+    return _optional(typing.cast(Any, cls))(value)  # type: ignore[no-any-return]
+
+
+def encode(value: Any) -> Any:
+    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order, tuples as
+    arrays."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [encode(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): encode(item) for key, item in value.items()}
+    return value
+
+
+# ---- readers by annotation ----------------------------------------------------------------------------------
+
+_SCALARS: dict[Any, Reader] = {
+    int: lambda v: int(n) if (n := _fields.number(v)) is not None else 0,
+    float: lambda v: _fields.number(v) or 0.0,
+    str: lambda v: str(v or ""),
+    bool: bool,
+}
+_OPTIONAL_SCALARS: dict[Any, Reader] = {
+    int: _fields.whole, float: _fields.number, str: _fields.text, bool: lambda v: v if isinstance(v, bool) else None,
+}
+
+
+@functools.cache
+def _reader(hint: Any) -> Reader:
+    """How a value annotated ``hint`` is read from the document."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        marker = _marker(hint)
+        reader = marker.reader or _reader(args[0])
+        if marker.otherwise is ...:
+            return reader
+        return lambda v: reader(v) or marker.otherwise
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        return _optional(present[0]) if len(present) == 1 else (lambda v: v)
+    if hint in _SCALARS:
+        return _SCALARS[hint]
+    if origin is tuple:
+        return _items(args[0]) if len(args) == 2 and args[1] is Ellipsis else (lambda v: v)
+    if origin is not None and issubclass(origin, Mapping):
+        return _entries(args[1])
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _object(hint)
+    return lambda v: v  # Any: kept as recorded
+
+
+def _marker(hint: Any) -> Read:
+    """The ``Read`` of an ``Annotated`` field (an empty one when it has none)."""
+    return next((a for a in typing.get_args(hint)[1:] if isinstance(a, Read)), Read())
+
+
+@functools.cache
+def _optional(hint: Any) -> Reader:
+    """``hint | None``: None when the document holds nothing of its shape."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _marker(hint).reader or _optional(typing.get_args(hint)[0])
+    if hint in _OPTIONAL_SCALARS:
+        return _OPTIONAL_SCALARS[hint]
+    read = _reader(hint)
+    if origin is tuple:
+        return lambda v: read(v) if isinstance(v, list) else None
+    if dataclasses.is_dataclass(hint):
+        present = getattr(hint, "present", None)
+        return lambda v: read(v) if isinstance(v, Mapping) and (present is None or present(v)) else None
+    if origin is not None and issubclass(origin, Mapping):
+        return lambda v: read(v) if isinstance(v, Mapping) else None
+    return read
+
+
+def _allows_none(hint: Any) -> bool:
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint is Any or type(None) in typing.get_args(hint)
+
+
+def _items(hint: Any) -> Reader:
+    read, keep_none = _item(hint)
+
+    def items(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, (list, tuple)):
+            return ()
+        return tuple(v for v in map(read, value) if keep_none or v is not None)
+
+    return items
+
+
+def _entries(hint: Any) -> Reader:
+    if hint is Any:
+        return lambda v: v if isinstance(v, Mapping) else {}
+    read, keep_none = _item(hint)
+
+    def entries(value: Any) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            return {}
+        found = ((str(k), read(v)) for k, v in value.items())
+        return {k: v for k, v in found if keep_none or v is not None}
+
+    return entries
+
+
+def _item(hint: Any) -> tuple[Reader, bool]:
+    """How an item of an array or an object is read, and whether one that reads as None is kept (only when
+    its annotation allows None; else it is left out, not defaulted)."""
+    keep_none = _allows_none(hint)
+    return (_reader(hint) if keep_none else _optional(hint)), keep_none
+
+
+def _object(cls: type) -> Reader:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    plan = []
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        plan.append((field.name, _marker(hint).key or field.name, _reader(hint)))
+    reshape = getattr(cls, "reshape", None)
+
+    def read_object(value: Any) -> Any:
+        value = value if isinstance(value, Mapping) else {}
+        if reshape is not None:
+            value = reshape(value)
+        return cls(**{name: read(value.get(key)) for name, key, read in plan})
+
+    return read_object

@@ -1,0 +1,270 @@
+"""The typed model of a notebook run (``profile`` and ``trace`` records): the run's cells with their JAX and
+Numba figures, its totals and its notebook, as read-only objects with typed attributes.
+
+Why dataclasses: they are in the standard library, so reading a record costs no import (typer is pinned below
+0.17 because pydantic's import alone broke ``nbscope info``'s start-up budget), they are frozen and slotted
+(a record read from the store cannot be changed by a reader), and the validation they need is already done
+once, at load, by ``record.run.validate`` (field names in every error). attrs would add a dependency for
+nothing we use; pydantic would add its import and a second validator.
+
+``schema.codec.decode`` builds these from the validated JSON document, by their annotations (``RunRecord``
+does it once per loaded record); the document stays the one thing stored and exported (``dict[str, Any]``
+only at that boundary). A field a record of an earlier version lacks reads as ``None`` (unknown), never as a
+guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from nbscope.schema import _fields
+from nbscope.schema.codec import Read, Repeat, Time
+from nbscope.schema.programs import CellPrograms, ProgramData
+from nbscope.schema.status import RAN
+
+
+@dataclass(frozen=True, slots=True)
+class CellError:
+    name: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JaxFunction:
+    """One function JAX compiled in a cell: how often, how long each stage took, for which argument shapes."""
+
+    name: str
+    kind: str | None  # user, eager, library
+    count: int
+    cache_hits: int
+    trace_s: float
+    lower_s: float
+    backend_s: float
+    shapes: tuple[str, ...]
+    caller: str | None
+
+    @property
+    def compile_s(self) -> float:
+        return self.trace_s + self.lower_s + self.backend_s
+
+    @property
+    def compiles(self) -> int:
+        """Real compiles: events less persistent-cache hits."""
+        return max(0, self.count - self.cache_hits)
+
+
+@dataclass(frozen=True, slots=True)
+class JaxFigures:
+    """A cell's JAX compile events, summed, and per function."""
+
+    compiles: int
+    user_compiles: int
+    eager_compiles: int
+    library_compiles: int
+    cache_hits: int
+    cache_misses: int
+    trace_s: float
+    lower_s: float
+    backend_s: float
+    cache_state: str | None
+    functions: tuple[JaxFunction, ...]
+    cache_retrieval_s: Time = None  # reading compiled programs from JAX's persistent cache
+
+    @property
+    def compile_s(self) -> float:
+        return self.trace_s + self.lower_s + self.backend_s
+
+    def of_kind(self, kind: str) -> tuple[JaxFunction, ...]:
+        return tuple(f for f in self.functions if f.kind == kind)
+
+
+@dataclass(frozen=True, slots=True)
+class NumbaFunction:
+    name: str
+    signature: str | None
+    seconds: float
+    module: str | None
+    cache: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class NumbaFigures:
+    compiles: int
+    compile_s: float
+    functions: tuple[NumbaFunction, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTime:
+    """What the probe saw of a cell on the CPU (``sched``, Linux): its own thread's time on a CPU and waiting
+    for one, and every thread of the kernel's CPU time. Each is None when not a plausible time."""
+
+    on_cpu_s: Time
+    wait_s: Time
+    cpu_s: Time
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """Each repeat's figures of a cell run more than once (``--repeat N``)."""
+
+    wall_s: tuple[float, ...]
+    code_s: tuple[float, ...]
+    compile_s: tuple[float, ...]
+    status: tuple[str | None, ...]
+    wait_s: tuple[Time, ...] = ()  # each repeat's wait for a CPU, beside its wall (empty: not recorded)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One code cell of a run: what ran (its source and where it sits) and what it cost."""
+
+    index: int  # among the notebook's code cells, from 0
+    cell_index: int | None  # among all its cells
+    source_hash: str
+    source: str | None  # the code that ran (None: a record of schema version 1)
+    line: int | None
+    lines: Annotated[tuple[int, int] | None, Read(_fields.line_range)]  # first and last line in its file (None: a record of schema version 1)
+    first_line: str
+    code_line: str
+    tags: tuple[str, ...]
+    status: Annotated[str, Read(otherwise="ok")]
+    error: CellError | None
+    execution_count: int | None
+    wall_s: float | None
+    code_s: float | None
+    roundtrip_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    overhead_s: float | None
+    compile_share: float | None
+    spread: float | None
+    jax: JaxFigures | None
+    numba: NumbaFigures | None
+    samples: Samples | None
+    # The timeline summary, which ``collect.timeline`` reads, kept as recorded.
+    timeline: Mapping[str, Any] | None
+    programs: CellPrograms | None  # the compiled programs the cell ran (program data; None: not recorded)
+    alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
+    rss: Mapping[str, Any]
+    gpu_memory: Mapping[str, Any]
+    sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
+    interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
+    output_bytes: int | None = None  # what the cell sent to its outputs
+    # nbscope's own collection after the cell's code (--forecast: session stop, HLO, lowering for CUDA), inside
+    # wall_s; None: not recorded (no --forecast, or a record older than the field)
+    collection_s: Time = None
+    collection: Annotated[Mapping[str, float] | None, Read(_fields.times)] = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A cell recorded before ``code_line`` shows its first line there."""
+        return value if value.get("code_line") else {**value, "code_line": value.get("first_line")}
+
+    @property
+    def notebook_wall_s(self) -> float | None:
+        """``wall_s`` less nbscope's own collection: what the notebook's cell itself took."""
+        return _fields.without_collection(self.wall_s, self.collection_s)
+
+    @property
+    def ran(self) -> bool:
+        """It came to an end, cleanly or not (``schema.status.RAN``): not interrupted, skipped or left unrun."""
+        return self.status in RAN
+
+    @property
+    def label(self) -> str:
+        """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
+        return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """A run's notebook-level figures (what ``nbscope runs`` lists)."""
+
+    wall_s: float | None
+    compile_s: float | None
+    run_s: float | None
+    cells: int
+    cells_run: int
+    cells_ok: int
+    cells_failed: int
+    compiles: int
+    user_compiles: int
+    eager_compiles: int
+    library_compiles: int
+    numba_compiles: int
+    cache_hits: int
+    cache_misses: int
+    cache_state: str | None
+    kernel_start_s: float | None
+    peak_rss_bytes: float | None
+    # a warm-cache run's saving against the cold run it was measured against (None: not a warm run)
+    cache_saving_s: float | None = None
+    cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None
+    cold_compiles: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookInfo:
+    path: str | None
+    format: str | None  # ipynb or myst
+    kernel: str | None
+    content_hash: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerInfo:
+    """How the notebook ran, as the runner saw it from outside the kernel (``measurements.runner``:
+    ``collect.runner`` for a profile, ``api.trace`` for a traced command). ``None``: not recorded."""
+
+    pathway: str | None = None  # kernel (a profile), trace
+    kernel_start_s: float | None = None  # spawning the kernel until it answered
+    execute_s: float | None = None  # the cells, one after another, as nbclient ran them
+    shutdown_s: float | None = None
+    total_s: float | None = None
+    kernel_restarts: int = 0  # a kernel that died before its first reply gets one more start
+    interrupt_ignored: int | None = None  # the index of a timed-out cell that ignored the interrupt
+    kernel_log_tail: str | None = None  # what the kernel printed last, kept for a run that did not end ok
+    recovered_from: str | None = None  # the live file a recovered run was read from
+    command: tuple[str, ...] = ()  # trace: the command that ran the notebooks
+    command_wall_s: float | None = None
+    returncode: int | None = None
+    interrupted: str | None = None  # trace: the signal that stopped the command
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """The kernel the notebook ran in, as the probe described it on loading (``measurements.kernel``)."""
+
+    probe_version: int | None
+    pid: int | None
+    cwd: str | None
+    python: str | None  # its version, ``3.11.9``
+    executable: str | None  # its interpreter
+    started_unix: float | None
+    session: str | None
+    jax_cache_dir: str | None  # JAX_COMPILATION_CACHE_DIR in the kernel's environment
+    jax_platforms: str | None  # JAX_PLATFORMS in the kernel's environment
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookRun:
+    """The measurements of a ``profile`` or ``trace`` record, typed."""
+
+    notebook: NotebookInfo
+    cells: tuple[Cell, ...]
+    totals: Totals
+    repeats: Repeat
+    program_data: Annotated[ProgramData | None, Read(key="programs")]  # the compiled programs the run executed (None: recorded without them)
+    runner: RunnerInfo = field(default_factory=RunnerInfo)
+    kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """The code that ran, by source hash (cells of a version-1 record carry none)."""
+        return {c.source_hash: c.source for c in self.cells if c.source is not None}
+
+    def cell(self, index: int) -> Cell | None:
+        return next((c for c in self.cells if c.index == index), None)
