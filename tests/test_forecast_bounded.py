@@ -68,6 +68,10 @@ def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_cal
     # then, so the 0.1 s of calls stand for 9.1 s of them; a record without the window's compile is as before.
     assert scaled({"compile_s": 0.9}, None, None, compile_s=0.9) == (9100, pytest.approx(91.0))
     assert scaled({}, None, None, compile_s=0.9) == (1000, 10.0)
+    # A wait falls on compiling and calling alike: each side keeps its share of time not waited (a window's
+    # 0.45 s of wait taken whole from its 0.5 s of calls would make the scale 170).
+    assert scaled({"compile_s": 0.5, "wait_s": 0.45}, {"wait_s": 1.0}, None, compile_s=0.5)[1] == pytest.approx(
+        9.5 * 0.9 / (0.5 * 0.55))
 
 
 @pytest.mark.slow
