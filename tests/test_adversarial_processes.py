@@ -330,3 +330,25 @@ def test_the_action_reports_the_builds_own_exit_status(tmp_path: Path, build: st
     assert f"nbscope: the build exited {code}; 0 notebook(s) profiled" in done.log
     assert f"the build exited {code};" in done.summary and "exited 2" not in done.summary + done.log
     assert (tmp_path / "art" / "build-exit-code.txt").read_text() == str(code)
+
+
+@pytest.mark.skipif(own_cgroup() is None, reason="no writable cgroup v2 here; the fallback is tested above")
+def test_the_empty_cgroup_of_an_nbscope_killed_outright_is_removed_by_the_next_run() -> None:
+    from nbscope._processes import Cgroup
+
+    parent = own_cgroup()
+    assert parent is not None
+    dead = subprocess.Popen(["true"])  # a pid that ran and ended, as a SIGKILL'd nbscope's
+    dead.wait()
+    stale, kept = parent / f"nbscope-{dead.pid}-0123abcd", parent / f"nbscope-{os.getpid()}-0123abcd"
+    stale.mkdir()
+    kept.mkdir()  # this process runs: its cgroup stays
+    try:
+        made = Cgroup.make()
+        assert made is not None
+        made.end()
+        assert not stale.exists() and kept.exists() and not made.path.exists()
+    finally:
+        for folder in (stale, kept):
+            if folder.exists():
+                folder.rmdir()

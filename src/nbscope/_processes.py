@@ -119,6 +119,7 @@ class Cgroup:
         parent = own_cgroup()
         if parent is None:
             return None
+        _remove_stale(parent)
         path = parent / f"nbscope-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             path.mkdir()
@@ -168,6 +169,22 @@ class Cgroup:
         except OSError:
             pass  # still populated (a process in uninterruptible sleep): the kernel removes nothing by itself
         return found
+
+
+def _remove_stale(parent: Path) -> None:
+    """Remove the empty cgroups an nbscope killed outright (SIGKILL) left: named as :meth:`Cgroup.make` names
+    them, for a pid that no longer runs. A cgroup that still holds a process is never removed (the kernel refuses)."""
+    try:
+        names = [entry.name for entry in os.scandir(parent) if entry.name.startswith("nbscope-")]
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) == 3 and parts[1].isdigit() and len(parts[2]) == 8 and not _running(int(parts[1])):
+            try:
+                (parent / name).rmdir()
+            except OSError:
+                pass
 
 
 def _write(path: Path, text: str) -> bool:
