@@ -60,13 +60,14 @@ NOT_THE_RUNS = [
 ]
 
 
-# The checkout the recorded runs under tests/files/records were profiled in: their own paths name it, and a view
-# of them must read the same whether or not this checkout is that one.
-RECORDED_IN = "/work/main"
+# The checkouts the recorded runs under tests/files/records were profiled in: their own paths name them, and a
+# view of them must read the same whether or not this checkout is one of those.
+RECORDED_IN = re.compile(r"/work/(?:main|wt/[\w-]+)(?=/)")
 
 
 def normalise(text: str, store: Path) -> str:
-    text = text.replace(str(store.parent), "<store>").replace(str(REPO), "<repo>").replace(RECORDED_IN, "<repo>")
+    text = text.replace(str(store.parent), "<store>").replace(str(REPO), "<repo>")
+    text = RECORDED_IN.sub("<repo>", text)
     for pattern, replacement in NOT_THE_RUNS:
         text = pattern.sub(replacement, text)
     return text
