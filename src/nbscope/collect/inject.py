@@ -13,6 +13,7 @@ probe lines go, so ``nbscope runs --live`` can show every running kernel's cell;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -95,13 +96,19 @@ class ProbeHome:
         """Tell ``nbscope runs --live`` that kernels of this home run: ``kind`` (profile, trace), the notebook
         ``sources`` their cells come from and the probe ``outputs`` (files, or folders of them) they write."""
         folder = running_folder()
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         entry = folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         document = {"pid": os.getpid(), "kind": kind, "started_unix": time.time(), "command": command,
                     "sources": [str(Path(p).resolve()) for p in sources],
                     "outputs": [str(Path(p)) for p in outputs]}
         partial = entry.with_suffix(".tmp")
-        partial.write_text(json.dumps(document), encoding="utf-8")
+        for attempt in (1, 2):  # another run's cleanup may remove the empty folder between mkdir and write
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                partial.write_text(json.dumps(document), encoding="utf-8")
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         partial.replace(entry)  # a reader never sees half a file
         self._announced.append(entry)
         return entry
@@ -109,6 +116,9 @@ class ProbeHome:
     def cleanup(self) -> None:
         for entry in self._announced:
             entry.unlink(missing_ok=True)
+        if self._announced and not os.environ.get(RUNNING_VARIABLE):
+            with contextlib.suppress(OSError):  # still holding another run's entry, or gone: either is fine
+                self._announced[0].parent.rmdir()  # nbscope's own folder, left only while runs are listed
         self._announced.clear()
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
