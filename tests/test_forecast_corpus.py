@@ -159,9 +159,11 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu(intro: tuple[
         for key in table.devices:
             outcome = cell["gpu"][key]
             where = (cell["index"], key, outcome["low_s"], outcome["high_s"], outcome["cpu_s"])
-            # On every GPU the cos itself takes milliseconds where this CPU took far longer.
+            # On every GPU one cos over 50 M values takes milliseconds where this CPU took far longer. A cell whose
+            # trace was cut counts its calls by extrapolation (how many depends on the machine's load), so the
+            # figure is per call.
             (cos_work,) = [t for t in outcome["terms"] if t["kind"] == "work" and t["function"] == "cos"]
-            assert cos_work["high_s"] < 0.05
+            assert cos_work["high_s"] / cos_work.get("calls", 1) < 0.05, (where, cos_work)
             assert outcome["low_s"] < outcome["cpu_s"], where
             # Faster, or left open by what the forecast cannot know here (XLA:GPU's compile time, derived
             # from this CPU's; the copies of the host array; JAX time the trace missed; host time measured on
