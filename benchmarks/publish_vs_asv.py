@@ -9,13 +9,13 @@ The asv side: a results folder of the same 87,600 results (365 commits of a thro
 machines × 120 benchmarks, each a time with the same figures), published by ``asv publish``.
 
 Timed: ``publish`` into an empty folder (full), then again after one new build of one lecture on one runner
-(incremental, the case the issue names), and after a whole new build of every lecture on both runners; ``asv
+(incremental, the case the issue names), again with nothing new (the floor: start-up, scan, manifest), and after a whole new build of every lecture on both runners; ``asv
 publish`` once (asv has no incremental publish). asv is a dependency of this benchmark only (``pip install asv``).
 
     python benchmarks/publish_vs_asv.py [--folder /tmp/publish-bench] [--lectures 120 --builds 365] [--repeat 3]
 
-Each round times, side by side: ``publish`` full, ``publish`` after one lecture's new build, ``asv publish``, and
-``publish`` after a whole new build; the store is put back as built before each round.
+Each round times, side by side: ``publish`` full, ``publish`` after one lecture's new build, ``publish`` with
+nothing new, ``asv publish``, and ``publish`` after a whole new build; the store is put back as built before each round.
 """
 
 from __future__ import annotations
@@ -198,6 +198,8 @@ def main() -> None:
         add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
         os.sync()
         figures["one"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="one")
+        # Nothing new: the floor under any incremental publish (start-up, the scan, the manifest).
+        figures["none"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="none")
         shutil.rmtree(asv / "html", ignore_errors=True)
         figures["asv"] = timed([sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv,
                                name="asv")
@@ -223,12 +225,15 @@ def _count(store: Path) -> int:
 def _report(round_: int | str, figures: dict[str, tuple[float, float]]) -> None:
     (asv_s, asv_cpu), (full, full_cpu) = figures["asv"], figures["full"]
     (one, one_cpu), (whole, whole_cpu) = figures["one"], figures["whole"]
+    none, none_cpu = figures["none"]
     print(f"round {round_}: load average {os.getloadavg()[0]:.1f} (wall | CPU time)")
     print(f"  asv publish (full)                         {asv_s:7.2f} s | {asv_cpu:7.2f} s")
     print(f"  nbscope publish (full)                     {full:7.2f} s | {full_cpu:7.2f} s   "
           f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)")
     print(f"  nbscope publish after one lecture's build  {one:7.2f} s | {one_cpu:7.2f} s   "
           f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)")
+    print(f"  nbscope publish, nothing new               {none:7.2f} s | {none_cpu:7.2f} s   "
+          f"{none / full:.1%} | {none_cpu / full_cpu:.1%} of full")
     print(f"  nbscope publish after a whole-book build   {whole:7.2f} s | {whole_cpu:7.2f} s   "
           f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full", flush=True)
 
