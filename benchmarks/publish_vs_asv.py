@@ -185,6 +185,11 @@ def main() -> None:
     pristine = folder / "pristine.db"
     shutil.copy(store, pristine)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # nbscope's byte code compiled once, as `pip install` does (asv's and typer's are, in site-packages): a
+    # PYTHONDONTWRITEBYTECODE environment would otherwise time the compilation of every module at each command.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "nbscope")], env=env, check=True)
     nbscope = [sys.executable, "-m", "nbscope", "publish"]
     site = folder / "site"
     rounds: list[dict[str, tuple[float, float]]] = []
