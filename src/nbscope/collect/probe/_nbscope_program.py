@@ -268,8 +268,9 @@ EARLY_FAST_S = 0.1
 # kernel has grown steadily by MEMORY_BUDGET_BYTES since it started. Stopping a session peaks at about 5 times
 # what its events hold (measured, jax 0.10.2: a scan with LAPACK calls in its body, 172 MiB of events, a stop
 # peaking 854 MiB over the cell's start; 882 MiB, 4.4 GB), and the growth counted here falls short of the
-# events on such scans (a Kalman filter's cells cut at 32 MiB counted still added +246 to +419 MB), so the
-# budget is 8 MiB (those cells then: benchmarks/forecast_overhead.py, docs/forecast.md). What the
+# events on such scans (a Kalman filter's cells cut at 32 MiB counted still added +246 to +419 MB; +44 to
+# +191 MB at 8 MiB). The default stays 32 MiB: 8 MiB also cut tests/files/forecast_honest.md's 50 calls of a
+# loop and undercounted them (450 iterations of 1,000). What the
 # notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
 # MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
 # while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
@@ -278,7 +279,7 @@ EARLY_FAST_S = 0.1
 # since the start (less what grew while JAX compiled) stands for it instead, so a cell whose results fill memory keeps its trace; a cell
 # filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
-MEMORY_BUDGET_BYTES = 8 * 2**20
+MEMORY_BUDGET_BYTES = 32 * 2**20
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
 # A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
