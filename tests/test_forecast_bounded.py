@@ -118,3 +118,28 @@ def test_a_call_still_running_at_the_cut_is_one_call_not_as_many_as_the_time_say
     assert running["cpu_s"] == pytest.approx(9.0)
     assert extrapolated(10_000_000, trips)["count"] == round(2.5)  # a whole call seen: calls went on after it
     assert extrapolated(4_000_000, None)["count"] == round(2.5)  # no static trip count: nothing to tell by
+
+
+@pytest.mark.slow
+def test_a_scan_recording_events_every_iteration_is_cut_before_its_stop_outgrows_the_bound(monkeypatch) -> None:
+    """A scan whose body calls LAPACK records events every iteration (~90 MB a second here): left to run,
+    its session grew the process by ~880 MB in 40 calls and stopping it peaked at ~4.4 GB (several times
+    what the events hold). With a small budget passed in, the session is cut, the record says so, and
+    the cell's growth stays within a bound set relative to the same cell without --forecast."""
+    pytest.importorskip("jax")
+    budget = 4 * 2**20
+    monkeypatch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(budget))
+    cells = {}
+    for programs in (False, True):
+        record = profile(FILES / "forecast_scan_events.md", ProfileOptions(programs=programs, jax_platform="cpu"),
+                         fingerprint={"digest": "test"})
+        cells[programs] = record.measurements["cells"]
+    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
+
+    def growth(cell: dict) -> int:
+        return cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"]
+
+    off, on = cells[False][1], cells[True][1]
+    window = on["programs"]["window"]
+    assert window["cut"] is True and window["scale"] > 1, window
+    assert growth(on) - growth(off) <= MEMORY_BOUND / 2, (growth(on), growth(off), window)

@@ -265,9 +265,12 @@ EARLY_FAST_S = 0.1
 # every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
 # show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's resident
 # memory (/proc/self/statm, ~10 µs), and the session is cut, whatever the cell's thread does, once the
-# kernel has grown steadily by MEMORY_BUDGET_BYTES since it started: stopping then holds the events about
-# 3.5 times over (above): measured on a worker thread's 150,000 calls, a cut at 51 MB added 157 MB to the
-# cell's peak, so 32 MB keeps --forecast well within 200 MB of the cell's peak without it. What the
+# kernel has grown steadily by MEMORY_BUDGET_BYTES since it started. Stopping a session peaks at about 5 times
+# what its events hold (measured, jax 0.10.2: a scan with LAPACK calls in its body, 172 MiB of events, a stop
+# peaking 854 MiB over the cell's start; 882 MiB, 4.4 GB), and the growth counted here falls short of the
+# events on such scans (a Kalman filter's cells cut at 32 MiB counted still added +246 to +419 MB; +44 to
+# +191 MB at 8 MiB). The default stays 32 MiB: 8 MiB also cut tests/files/forecast_honest.md's 50 calls of a
+# loop and undercounted them (450 iterations of 1,000). What the
 # notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
 # MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
 # while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
