@@ -35,8 +35,12 @@ def test_seconds_range_prints_both_ends_whole() -> None:
 
 @pytest.fixture(scope="module")
 def honest() -> Any:
-    return profile(FILES / "forecast_honest.md", ProfileOptions(programs=True, jax_platform="cpu"),
-                   fingerprint={"digest": "test"})
+    # What is judged here is the forecast of complete traces: a budget far above what these cells' sessions hold
+    # keeps a loaded or different machine from cutting one (a cut is tested in test_forecast_bounded.py).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(512 * 2**20))
+        return profile(FILES / "forecast_honest.md", ProfileOptions(programs=True, jax_platform="cpu"),
+                       fingerprint={"digest": "test"})
 
 
 def _cell(result: dict[str, Any], text: str) -> dict[str, Any]:
