@@ -98,17 +98,27 @@ def _major(version: str | None) -> int | None:
 
 
 @dataclass
-class JupyterBook2:
-    """A jupyter-book 2 command, or why there is none (``command`` is then empty)."""
+class FoundCommand:
+    """A builder's command, or why there is none (``command`` is then empty)."""
 
     command: list[str] = field(default_factory=list)
     version: str | None = None
-    origin: str = ""  # where it came from: the variable, this environment, nbscope's own, PATH (myst)
+    origin: str = ""  # where it came from: the variable, this environment, nbscope's own, PATH
     problem: str | None = None
 
     @property
     def usable(self) -> bool:
         return bool(self.command) and self.problem is None
+
+    @property
+    def path_folder(self) -> Path | None:
+        """The folder holding the command, to put first on PATH."""
+        return Path(self.command[0]).parent if self.command else None
+
+
+@dataclass
+class JupyterBook2(FoundCommand):
+    """A jupyter-book 2 command, or why there is none."""
 
     @property
     def path_folder(self) -> Path | None:
@@ -300,22 +310,8 @@ def _own_myst() -> Path:
 
 
 @dataclass
-class Myst:
-    """A ``myst`` command, or why there is none (``command`` is then empty)."""
-
-    command: list[str] = field(default_factory=list)
-    version: str | None = None
-    origin: str = ""
-    problem: str | None = None
-
-    @property
-    def usable(self) -> bool:
-        return bool(self.command) and self.problem is None
-
-    @property
-    def path_folder(self) -> Path | None:
-        """The folder holding ``myst``, to put on PATH."""
-        return Path(self.command[0]).parent if self.command else None
+class Myst(FoundCommand):
+    """A ``myst`` command, or why there is none."""
 
 
 def find_myst() -> Myst:
