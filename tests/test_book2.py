@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
@@ -28,6 +28,8 @@ from nbscope.api.trace import _put_cache_back, _set_cache_aside
 from nbscope.collect import notebook as notebook_module
 from nbscope.record.jupyter_cache import book2_cache_key, import_cache, read_book2_cache
 from nbscope.record.store import Store
+
+FoundT = TypeVar("FoundT", bound=jupyter_book2.FoundCommand)
 
 FILES = Path(__file__).resolve().parent / "files"
 BOOK = FILES / "book2"
@@ -132,15 +134,21 @@ def test_book2_env_says_how_to_install_when_it_is_missing(run_cli: Any, tmp_path
 @pytest.fixture(scope="module")
 def book2() -> jupyter_book2.JupyterBook2:
     """jupyter-book 2 as `pathways --via book2` finds it, installed into nbscope's environment if need be."""
-    found = jupyter_book2.find()
+    return found_or_installed(jupyter_book2.find, jupyter_book2.install, "jupyter-book 2")
+
+
+def found_or_installed(find: Callable[[], FoundT], install: Callable[[], object], what: str) -> FoundT:
+    """The builder ``find()`` gives, installed by ``install()`` first if it is absent; the test skips, saying
+    why, where it cannot be installed or run."""
+    found = find()
     if not found.command:
         try:
-            jupyter_book2.install()
+            install()
         except NbscopeError as exc:
-            pytest.skip(f"jupyter-book 2 cannot be installed here: {exc}")
-        found = jupyter_book2.find()
+            pytest.skip(f"{what} cannot be installed here: {exc}")
+        found = find()
     if not found.usable:
-        pytest.skip(f"jupyter-book 2 cannot run here: {found.problem}")
+        pytest.skip(f"{what} cannot run here: {found.problem}")
     return found
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from nbscope._errors import NbscopeError
 from nbscope.api import jupyter_book2
 from nbscope.collect import notebook as notebook_module
+from test_book2 import found_or_installed
 
 BOOK = Path(__file__).resolve().parent / "files" / "myst_book"
 JAX_PAGE, NUMPY_PAGE = "jax_intro.md", "numpy_vs_numba_vs_jax.md"
@@ -35,16 +35,7 @@ CELL_TIMEOUT_S = 12
 def myst() -> jupyter_book2.Myst:
     if shutil.which("node") is None:
         pytest.skip("Node.js is not installed: mystmd cannot run here")
-    found = jupyter_book2.find_myst()
-    if not found.command:
-        try:
-            jupyter_book2.install_myst()
-        except NbscopeError as exc:
-            pytest.skip(f"mystmd cannot be installed here: {exc}")
-        found = jupyter_book2.find_myst()
-    if not found.usable:
-        pytest.skip(f"mystmd cannot run here: {found.problem}")
-    return found
+    return found_or_installed(jupyter_book2.find_myst, jupyter_book2.install_myst, "mystmd")
 
 
 def _span(cell: dict[str, Any]) -> tuple[float, float]:
