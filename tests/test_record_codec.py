@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from nbscope.schema.codec import Read, Time, decode, decode_optional, encode
+from nbscope.schema.codec import Read, Time, Write, decode, decode_optional, encode
 from nbscope.schema.model import Cell
 from nbscope.schema.programs import Program, Work
 
@@ -67,3 +67,27 @@ def test_a_recorded_program_and_cell_write_back_as_recorded() -> None:
     cell = document["measurements"]["cells"][0]
     assert decode(Cell, cell).code_line == cell["code_line"]
     assert decode(Cell, {**cell, "code_line": None}).code_line == cell["first_line"]
+
+
+def _no_delta(row: Row) -> bool:
+    return row.delta is None
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    name: str
+    delta: Annotated[float | None, Write(omit=_no_delta)]
+    before: Annotated[Part | None, Write(null={})]
+    part: Annotated[Size, Write(inline=True)]
+
+
+def test_a_field_written_its_own_way_left_out_as_empty_or_into_its_owner() -> None:
+    assert encode(Row("a", None, None, Size(1))) == {"name": "a", "before": {}, "size": 1}
+    written = encode(Row("a", 0.5, Part(None, "b"), Size(1)))
+    assert list(written) == ["name", "delta", "before", "size"] and written["before"] == {"size": None, "name": "b"}
+    assert decode(Row, {"name": "a", "delta": 0.5, "part": {"size": 1}}).delta == 0.5

@@ -13,6 +13,11 @@ How a field is read follows from its annotation, so that a figure means the same
   ``X`` allows None; ``... | None``: None unless the document holds an array (an object);
 * ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key.
 
+How a field is written: its value under its name, in declaration order, unless ``Annotated[T, Write(...)]``
+says otherwise: ``omit(owner)`` leaves the key out (a figure only some documents have), ``null`` stands in for
+None, ``inline`` writes the field's object's keys into its owner's. An object that still writes itself
+(``to_dict``) is written so.
+
 Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
 raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
 fingerprint's GPUs sit at ``gpu.devices``).
@@ -26,6 +31,7 @@ would need the same hooks registered per type, and a dependency, for no behaviou
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import types
@@ -50,6 +56,15 @@ class Read:
     otherwise: Any = ...  # the value when the document's reads as empty ("", None, 0)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: ``null`` may be an object
+class Write:
+    """How one field is written when not as its value under its name (named functions only, as for ``Read``)."""
+
+    omit: Callable[[Any], bool] | None = None  # given the owner: True leaves the key out
+    null: Any = None  # written in place of None (a copy of it)
+    inline: bool = False  # the field's keys are written into its owner's object
+
+
 # Fields read their own way, shared by the classes that have them.
 Time = Annotated[float | None, Read(_fields.time)]  # finite and not negative, else unknown
 Measured = Annotated[float | None, Read(_fields.figure)]  # a figure as recorded: an int stays an int in --json
@@ -68,10 +83,23 @@ def decode_optional(cls: type[T], value: Any) -> T | None:
 
 
 def encode(value: Any) -> Any:
-    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order, tuples as
-    arrays."""
+    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order (as their
+    ``Write`` says), tuples as arrays."""
+    writer = getattr(value, "to_dict", None)
+    if writer is not None and not isinstance(value, type):
+        return writer()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        document: dict[str, Any] = {}
+        for name, marker in _writers(type(value)):
+            if marker.omit is not None and marker.omit(value):
+                continue
+            item = getattr(value, name)
+            written = encode(item) if item is not None or marker.null is None else copy.deepcopy(marker.null)
+            if marker.inline:
+                document.update(written)
+            else:
+                document[name] = written
+        return document
     if isinstance(value, (tuple, list)):
         return [encode(item) for item in value]
     if isinstance(value, Mapping):
@@ -114,6 +142,20 @@ def _reader(hint: Any) -> Reader:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _object(hint)
     return lambda v: v  # Any: kept as recorded
+
+
+@functools.cache
+def _writers(cls: type) -> tuple[tuple[str, Write], ...]:
+    """Each field's name and how it is written, in declaration order."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    plain = Write()
+    return tuple((f.name, _write_marker(hints[f.name]) or plain) for f in dataclasses.fields(cls))
+
+
+def _write_marker(hint: Any) -> Write | None:
+    if typing.get_origin(hint) is not typing.Annotated:
+        return None
+    return next((a for a in typing.get_args(hint)[1:] if isinstance(a, Write)), None)
 
 
 def _marker(hint: Any) -> Read:
