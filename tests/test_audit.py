@@ -151,17 +151,17 @@ def test_unavailable_gpu_backend_is_reported_with_its_reason(monkeypatch: pytest
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     no_gpu = {"gpu": {"devices": fp.absent("NVML unavailable: NVMLError_LibraryNotFound")}}
     availability = local_availability(["cpu", "cuda", "rocm"], no_gpu)
-    assert availability["cpu"]["available"]
-    assert not availability["cuda"]["available"]
-    assert "no GPU devices in the fingerprint (NVML unavailable" in availability["cuda"]["reason"]
-    assert not availability["rocm"]["available"]
+    assert availability["cpu"].available
+    assert not availability["cuda"].available
+    assert "no GPU devices in the fingerprint (NVML unavailable" in str(availability["cuda"].reason)
+    assert not availability["rocm"].available
     two_gpus = fp.collect(nvml=fake_nvml)
-    assert local_availability(["cuda"], two_gpus)["cuda"]["available"]
+    assert local_availability(["cuda"], two_gpus)["cuda"].available
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     slots = gpu_slots(two_gpus)
     assert [s.label.split(":")[0] for s in slots] == ["1"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert "hides every GPU" in local_availability(["cuda"], two_gpus)["cuda"]["reason"]
+    assert "hides every GPU" in str(local_availability(["cuda"], two_gpus)["cuda"].reason)
 
 
 class Recorder:

@@ -212,14 +212,16 @@ def test_audit_lists_each_notebooks_top_findings() -> None:
         record.run_id = number
     entries = [entry_from_record(r, key=f"{name}.ipynb", backend="cpu", source_hash="x", reused=False)
                for name, r in runs.items()]
-    diagnose_entries(entries, lambda entry: runs[entry["path"][: -len(".ipynb")]])
+    entries = diagnose_entries(entries, lambda entry: runs[entry.path[: -len(".ipynb")]])
     loop = entries[0]
-    assert loop["findings"] >= 3 and len(loop["top_findings"]) == 3
-    assert loop["top_findings"][0] == loop["top_finding"]
+    assert loop.findings is not None and loop.findings >= 3
+    assert loop.top_findings is not None and len(loop.top_findings) == 3
+    assert loop.top_findings[0] == loop.top_finding
     from nbscope.record.run import RunRecord
     from nbscope.render.audit import print_audit_findings
+    from nbscope.schema.codec import encode
 
-    audit = RunRecord(kind="audit", target="book", fingerprint={}, measurements={"notebooks": entries})
+    audit = RunRecord(kind="audit", target="book", fingerprint={}, measurements={"notebooks": encode(entries)})
     width = console.width
     console.width = 100
     try:

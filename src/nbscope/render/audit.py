@@ -10,7 +10,6 @@ from typing import Any
 from rich.markup import escape
 
 from nbscope._units import count
-from nbscope.analyse.audit import Audit, BackendRun, BlastLecture, BlastRadius, Lecture
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
 from nbscope.render._markdown import markdown_table
@@ -18,10 +17,12 @@ from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.forecast import seconds_range as _seconds_range
 from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
+from nbscope.schema.audit import Audit, AuditEntry, Availability, BackendRun, BlastLecture, BlastRadius, Lecture
+from nbscope.schema.codec import decode
 
 
 def _audit(record: RunRecord) -> Audit:
-    return Audit.parse(record.measurements)
+    return decode(Audit, record.measurements)
 
 
 def _backend_cell(row: Lecture, backend: str | None) -> str:
@@ -135,13 +136,14 @@ def print_blast_radius(record: RunRecord) -> None:
 def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> None:
     """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
     (``command(run_id)``); the notebooks without findings on one line."""
+    from nbscope.analyse.diagnose import Finding
     from nbscope.render.findings import print_top_findings
 
     quiet = []
     for entry in _audit(record).entries:
         if not entry.run_id or entry.top_findings is None:
             continue
-        shown = list(entry.top_findings)
+        shown = [Finding.from_dict(f) for f in entry.top_findings]
         if not shown:
             quiet.append(f"{entry.path} ({entry.backend})")
             continue
@@ -267,7 +269,6 @@ def audit_html(record: RunRecord) -> str:
 
 def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
     """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
-    from nbscope.analyse.audit import AuditEntry
     from nbscope.render.terminal import stderr_console
 
     err = stderr_console()
@@ -276,7 +277,8 @@ def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
         if quiet:
             return
         if kind == "plan":
-            unavailable = [f"{b} ({i.get('reason')})" for b, i in data["availability"].items() if not i["available"]]
+            availability: dict[str, Availability] = data["availability"]
+            unavailable = [f"{b} ({i.reason})" for b, i in availability.items() if not i.available]
             line = (f"audit: {data['notebooks']} notebooks"
                     + (f" (shard of {data['in_book']})" if data["in_book"] != data["notebooks"] else "")
                     + f", {data['jobs']} to profile, {data['reused']} reused from the store")
@@ -290,7 +292,7 @@ def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
         elif kind == "retry":
             err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")
         elif kind == "done":
-            entry = AuditEntry.parse(data["entry"])
+            entry: AuditEntry = data["entry"]
             status = entry.status
             colour = "green" if status == "ok" and not entry.cells_failed else "yellow" if status != "error" else "red"
             detail = format_seconds(entry.wall_s) if entry.wall_s is not None else escape(str(entry.error))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from nbscope._files import write_text
 from nbscope.analyse import audit as _report
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
+from nbscope.schema.audit import Audit, AuditEntry, Availability, Coverage, Discovery, MergedFile
+from nbscope.schema.codec import decode, encode
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
@@ -33,8 +36,8 @@ def export_audit(record: RunRecord, path: str | Path, *, store: Store | None = N
     document = record.to_dict()
     runs: dict[str, Any] = {}
     if store is not None:
-        for entry in record.measurements.get("notebooks", []):
-            run_id = entry.get("run_id")
+        for entry in decode(Audit, record.measurements).notebooks:
+            run_id = entry.run_id
             if isinstance(run_id, int) and str(run_id) not in runs:
                 try:
                     runs[str(run_id)] = store.get(run_id).to_dict()
@@ -59,8 +62,11 @@ def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
     runs = document.get("runs") or {}
     if not isinstance(runs, dict):
         raise NbscopeError(f"{path}: 'runs' must be an object of run records")
-    if not isinstance(record.measurements.get("notebooks"), list):
+    notebooks = record.measurements.get("notebooks")
+    if not isinstance(notebooks, list):
         raise NbscopeError(f"{path}: audit has no 'notebooks' list")
+    if any(not isinstance(e, dict) or "path" not in e or "backend" not in e for e in notebooks):
+        raise NbscopeError(f"{path}: an entry of 'notebooks' lacks path or backend")
     return record, runs
 
 
@@ -83,10 +89,10 @@ def merge(
     if not paths:
         raise NbscopeError("give at least one audit file to merge")
     loaded = [(Path(p), *load_audit(p)) for p in paths]
-    chosen: dict[tuple[str, str], tuple[tuple[int, int], dict[str, Any]]] = {}
+    chosen: dict[tuple[str, str], tuple[tuple[int, int], AuditEntry]] = {}
     order: list[str] = []
     backends: list[str] = []
-    availability: dict[str, dict[str, Any]] = {}
+    availability: dict[str, Availability] = {}
     expected: list[str] = []
     inputs = []
     embedded: dict[tuple[str, int | None], dict[str, Any]] = {}
@@ -94,7 +100,7 @@ def merge(
         for old_id, document in runs.items():
             if str(old_id).isdigit() and isinstance(document, dict):
                 embedded[str(path), int(old_id)] = document
-        m = record.measurements
+        audit = decode(Audit, record.measurements)
         id_map: dict[int, int | None] = {}
         if store is not None:
             for old_id, document in runs.items():
@@ -103,66 +109,63 @@ def merge(
         for backend in record.settings.get("backends") or []:
             if backend not in backends:
                 backends.append(backend)
-        for backend, info in (m.get("backends") or {}).items():
+        for backend, info in audit.backends.items():
             if backend not in backends:
                 backends.append(backend)
-            if not availability.get(backend, {}).get("available"):
+            known = availability.get(backend)
+            if known is None or not known.available:
                 availability[backend] = info
-        for key in (m.get("discovery") or {}).get("notebooks") or []:
-            if key not in expected:
-                expected.append(key)
-        for entry in m["notebooks"]:
-            if not isinstance(entry, dict) or "path" not in entry or "backend" not in entry:
-                raise NbscopeError(f"{path}: an entry of 'notebooks' lacks path or backend")
-            entry = dict(entry)
-            if entry["backend"] not in backends:
-                backends.append(entry["backend"])
-            if entry.get("run_id") is not None:
-                entry["source_run_id"] = entry["run_id"]
-                entry["run_id"] = id_map.get(entry["run_id"]) if store is not None else None
-            entry["source_file"] = str(path)
-            if entry["path"] not in order:
-                order.append(entry["path"])
-            key = (entry["path"], entry["backend"])
-            rank = (_PRIORITY.get(str(entry.get("status")), 0), position)  # ties: the file given later wins
+        for notebook in decode(Discovery, audit.discovery).notebooks:
+            if notebook not in expected:
+                expected.append(notebook)
+        for entry in audit.notebooks:
+            if entry.backend not in backends:
+                backends.append(entry.backend)
+            if entry.run_id is not None:
+                entry = replace(entry, source_run_id=entry.run_id,
+                                run_id=id_map.get(entry.run_id) if store is not None else None)
+            entry = replace(entry, source_file=str(path))
+            if entry.path not in order:
+                order.append(entry.path)
+            key = (entry.path, entry.backend)
+            rank = (_PRIORITY.get(str(entry.status), 0), position)  # ties: the file given later wins
             if key not in chosen or rank >= chosen[key][0]:
                 chosen[key] = (rank, entry)
-        inputs.append({
-            "file": str(path), "target": record.target, "started_at": record.started_at, "status": record.status,
-            "digest": record.digest, "machine": record.machine().summary, "shard": record.settings.get("shard"),
-            "wall_s": (m.get("totals") or {}).get("wall_s"), "runs_imported": sum(1 for v in id_map.values() if v),
-        })
+        inputs.append(MergedFile(
+            file=str(path), target=record.target, started_at=record.started_at, status=record.status,
+            digest=record.digest, machine=record.machine().summary, shard=record.settings.get("shard"),
+            wall_s=audit.totals.wall_s, runs_imported=sum(1 for v in id_map.values() if v)))
     entries = [chosen[k, b][1] for k in order for b in backends if (k, b) in chosen]
 
-    def load_run(entry: dict[str, Any]) -> RunRecord | None:
-        document = embedded.get((entry["source_file"], entry.get("source_run_id")))
+    def load_run(entry: AuditEntry) -> RunRecord | None:
+        document = embedded.get((str(entry.source_file), entry.source_run_id))
         if document is not None:
             try:
-                return RunRecord.from_dict(document, source=f"{entry['source_file']} run {entry.get('source_run_id')}")
+                return RunRecord.from_dict(document, source=f"{entry.source_file} run {entry.source_run_id}")
             except NbscopeError:
                 return None
         return None
 
     # Diagnosed again: a GPU run from one file now has the CPU run of another file as evidence.
-    _report.diagnose_entries(entries, load_run)
+    entries = _report.diagnose_entries(entries, load_run)
     covered = set(order)
     missing = [k for k in expected if k not in covered]
     unexpected = [k for k in order if expected and k not in expected]
-    shards = sorted({i["shard"] for i in inputs if i["shard"]})
+    shards = sorted({i.shard for i in inputs if i.shard})
     record = RunRecord(
         kind="audit",
         target=loaded[0][1].target,
         fingerprint=fingerprint or fp.collect(),
         settings={"merged": [str(p) for p in paths], "backends": backends},
     )
-    record.measurements = _report.measurements(
+    record.measurements = encode(_report.measurements(
         entries, backends=backends, availability=availability,
         discovery={"source": "merge", "notebooks": expected or order, "skipped": []},
-        wall_s=None,
-        extra={"merged_from": inputs, "coverage": {"expected": len(expected) or len(order), "covered": len(covered),
-                                                   "missing": missing, "unexpected": unexpected, "shards": shards}},
-    )
-    partial = missing or any(i["status"] != "ok" for i in inputs)
+        wall_s=None, merged_from=inputs,
+        coverage=Coverage(expected=len(expected) or len(order), covered=len(covered), missing=tuple(missing),
+                          unexpected=tuple(unexpected), shards=tuple(shards)),
+    ))
+    partial = missing or any(i.status != "ok" for i in inputs)
     record.finish("partial" if partial else "ok")
     if store is not None:
         store.save(record)
@@ -171,6 +174,4 @@ def merge(
 
 def missing_notebooks(record: RunRecord) -> list[str]:
     """The notebooks of the book that a merged audit has no entry for (in none of the files)."""
-    from nbscope.analyse.audit import Audit
-
-    return list(Audit.parse(record.measurements).missing)
+    return list(decode(Audit, record.measurements).missing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,8 @@ from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
 from nbscope.record.run import RunRecord, default_label
 from nbscope.record.secrets import command_for_record
-from nbscope.schema.codec import decode
+from nbscope.schema.audit import AuditEntry, AuditTag, Availability
+from nbscope.schema.codec import decode, encode
 from nbscope.schema.machine import Machine
 
 if TYPE_CHECKING:
@@ -81,18 +82,17 @@ class AuditOptions:
         }
 
 
-def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1) -> dict[str, dict[str, Any]]:
+def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1) -> dict[str, Availability]:
     """Which backends this machine can run, from its fingerprint; an unavailable one says why."""
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, Availability] = {}
     for backend in backends:
         platform = BACKENDS[backend]
         if platform == "cpu":
-            result[backend] = {"available": True, "platform": platform, "reason": None}
+            result[backend] = Availability(True, platform, None)
         elif platform == "cuda":
             slots = gpu_slots(fingerprint, jobs_per_gpu)
             if slots:
-                result[backend] = {"available": True, "platform": platform, "reason": None,
-                                   "devices": [s.label for s in slots]}
+                result[backend] = Availability(True, platform, None, tuple(s.label for s in slots))
             else:
                 devices = (fingerprint.get("gpu") or {}).get("devices")
                 if gpu_devices(fingerprint):
@@ -101,11 +101,14 @@ def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_pe
                     reason = f"no GPU devices in the fingerprint ({devices['absent']})"
                 else:
                     reason = "no GPU devices in the fingerprint"
-                result[backend] = {"available": False, "platform": platform, "reason": reason}
+                result[backend] = Availability(False, platform, reason)
         else:
-            result[backend] = {"available": False, "platform": platform,
-                               "reason": f"nbscope finds GPUs through NVML only: it cannot schedule {backend} safely"}
+            result[backend] = Availability(False, platform, _unschedulable(backend))
     return result
+
+
+def _unschedulable(backend: str) -> str:
+    return f"nbscope finds GPUs through NVML only: it cannot schedule {backend} safely"
 
 
 def find_previous(
@@ -122,15 +125,13 @@ def find_previous(
     reusable, estimate = None, None
     for row in store.list(kind="profile", target=target, limit=LOOKUP_LIMIT):
         record = store.get(row["id"])
-        # The audit job's and the runner's figures have no typed view: read as recorded.
-        audit = record.measurements.get("audit") or {}
-        if audit.get("backend") != backend or audit.get("interrupted"):
+        tag = _report.audit_tag(record)
+        if tag is None or tag.backend != backend or tag.interrupted:
             continue  # an interrupted notebook runs again
         run = record.notebook_run()
         if estimate is None:
-            runner = record.measurements.get("runner") or {}
-            estimate = runner.get("total_s") or run.totals.wall_s
-        if audit.get("source_hash") == source_hash and record.digest in digests and (
+            estimate = run.runner.total_s or run.totals.wall_s
+        if tag.source_hash == source_hash and record.digest in digests and (
                 not programs or run.program_data is not None):
             reusable = record
             break
@@ -169,11 +170,11 @@ def audit(
 
         runner = DaskRunner(options.dask, workers=options.workers)
     try:
-        availability, digests = _where_jobs_can_run(runner, options, fingerprint, record)
+        availability, digests, workers = _where_jobs_can_run(runner, options, fingerprint)
         plan = _plan(selected, dict(zip(keys, book.notebooks, strict=True)), options, availability, digests,
                      store, remote=runner is not None)
         emit("plan", {"notebooks": len(selected), "in_book": len(keys), "jobs": len(plan.jobs),
-                      "reused": sum(1 for e in plan.entries.values() if e.get("reused")),
+                      "reused": sum(1 for e in plan.entries.values() if e.reused),
                       "availability": availability, "skipped": book.skipped})
 
         def execute(batch: list[Job]) -> Any:
@@ -190,14 +191,14 @@ def audit(
 
         interrupted = _run_jobs(plan, execute, store, record.target, emit)
         ordered = [plan.entries[k, b] for k in selected for b in options.backends]
-        _report.diagnose_entries(ordered, lambda e: plan.loaded.get((e["path"], e["backend"])))
-        record.measurements.update(_report.measurements(
+        ordered = _report.diagnose_entries(ordered, lambda e: plan.loaded.get((e.path, e.backend)))
+        record.measurements = encode(_report.measurements(
             ordered, backends=options.backends, availability=availability,
             discovery={**book.describe(), "selected": selected},
-            wall_s=time.perf_counter() - started,
-            extra={"shard": _shard_info(options.shard, selected, keys)},
+            wall_s=time.perf_counter() - started, workers=workers,
+            shard=_shard_info(options.shard, selected, keys),
         ))
-        failed = any(e["status"] in ("error", "not-run") for e in ordered)
+        failed = any(e.status in ("error", "not-run") for e in ordered)
         record.finish("partial" if interrupted or failed else "ok")
 
         what = "partial audit run {id} (the notebooks that finished are runs of their own)"
@@ -208,46 +209,45 @@ def audit(
             runner.close()
 
 
-def _where_jobs_can_run(runner: Any, options: AuditOptions, fingerprint: dict[str, Any],
-                        record: RunRecord) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """Each backend's availability (on the Dask workers, or on this machine) and the environment digests a
-    reusable earlier profile may have."""
+def _where_jobs_can_run(runner: Any, options: AuditOptions, fingerprint: dict[str, Any]
+                        ) -> tuple[dict[str, Availability], set[str], dict[str, Any] | None]:
+    """Each backend's availability (on the Dask workers, or on this machine), the environment digests a
+    reusable earlier profile may have, and the Dask workers (None: this machine)."""
     if runner is None:
         availability = local_availability(options.backends, fingerprint,
                                           options.jobs_per_gpu if options.share_gpu else 1)
-        return availability, {str(fingerprint.get("digest"))}
+        return availability, {str(fingerprint.get("digest"))}, None
     gpu_ok, gpu_reason = runner.gpu_availability()
     availability = {
-        b: ({"available": True, "platform": BACKENDS[b], "reason": None} if BACKENDS[b] == "cpu" or gpu_ok else
-            {"available": False, "platform": BACKENDS[b], "reason": gpu_reason if BACKENDS[b] == "cuda" else
-             f"nbscope finds GPUs through NVML only: it cannot schedule {b} safely"})
+        b: (Availability(True, BACKENDS[b], None) if BACKENDS[b] == "cpu" or gpu_ok else
+            Availability(False, BACKENDS[b], gpu_reason if BACKENDS[b] == "cuda" else _unschedulable(b)))
         for b in options.backends
     }
-    record.measurements["workers"] = {a: {"digest": f.get("digest"), "machine": decode(Machine, f).summary}
-                                      for a, f in runner.fingerprints.items()}
-    return availability, runner.digests()
+    workers = {a: {"digest": f.get("digest"), "machine": decode(Machine, f).summary}
+               for a, f in runner.fingerprints.items()}
+    return availability, runner.digests(), workers
 
 
 @dataclass
 class _Plan:
     """What an audit will do: an entry per (notebook, backend), the jobs to run, the profiles it reuses."""
 
-    entries: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    entries: dict[tuple[str, str], AuditEntry] = field(default_factory=dict)
     loaded: dict[tuple[str, str], RunRecord] = field(default_factory=dict)  # the profile behind each entry
     jobs: list[Job] = field(default_factory=list)
 
 
 def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOptions,
-          availability: dict[str, dict[str, Any]], digests: set[str], store: Store | None, *, remote: bool) -> _Plan:
+          availability: dict[str, Availability], digests: set[str], store: Store | None, *, remote: bool) -> _Plan:
     plan = _Plan()
     estimates: dict[int, float] = {}
     for key in selected:
         path = by_key[key]
         source_hash, target = file_hash(path), target_name(path)
         for backend in options.backends:
-            if not availability[backend]["available"]:
+            if not availability[backend].available:
                 plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
-                                                                availability[backend]["reason"], target)
+                                                                availability[backend].reason, target)
                 continue
             forecast = list(options.forecast) if BACKENDS[backend] == "cpu" else []
             previous, estimate = find_previous(store, target, source_hash, backend, digests, programs=bool(forecast))
@@ -293,7 +293,7 @@ def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | N
                 entry, profile_record = _save_result(store, job, result, audit_target)
                 if profile_record is not None:
                     plan.loaded[job.key, job.backend] = profile_record
-                entry["attempts"] = attempt + 1
+                entry = replace(entry, attempts=attempt + 1)
                 plan.entries[job.key, job.backend] = entry
                 done += 1
                 emit("done", {"entry": entry, "done": done, "total": len(plan.jobs)})
@@ -306,7 +306,7 @@ def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | N
         signum = _signals.received()
         stopped = (time.time(), _signals.signal_name(signum) if signum else "SIGINT")
         for job in plan.jobs:
-            if plan.entries[job.key, job.backend]["status"] == "not-run" and job.live_path:
+            if plan.entries[job.key, job.backend].status == "not-run" and job.live_path:
                 _save_interrupted(store, job, plan.entries, stopped)
         return True
     return False
@@ -331,7 +331,7 @@ def _job_event(job: Job) -> dict[str, Any]:
     return {"path": job.key, "backend": job.backend, "gpu": job.gpu}
 
 
-def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, str], dict[str, Any]],
+def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, str], AuditEntry],
                       stopped: tuple[float, str]) -> None:
     """Store what an interrupted notebook measured (from its live file) as a partial profile run. Its audit
     entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
@@ -346,17 +346,18 @@ def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, st
         record = recover(path, stopped)
     except NbscopeError:
         return  # nothing recoverable (the worker had not written its header yet)
-    record.measurements["audit"] = {"path": job.key, "source_hash": job.source_hash, "backend": job.backend,
-                                    "gpu": job.gpu, "env": job.env, "interrupted": True}
+    record.measurements["audit"] = encode(AuditTag(path=job.key, book=None, source_hash=job.source_hash,
+                                                   backend=job.backend, gpu=job.gpu, env=job.env, worker=None,
+                                                   elapsed_s=None, interrupted=True))
     run_id = live.store_recovered(path, record, store).record.run_id
-    done = record.measurements["totals"]
-    entry = entries[job.key, job.backend]
-    entry["run_id"] = run_id
-    entry["error"] = f"interrupted while it ran: {done['cells_run']} of {done['cells']} cells saved as partial run {run_id}"
+    done = record.notebook_run().totals
+    entries[job.key, job.backend] = replace(
+        entries[job.key, job.backend], run_id=run_id,
+        error=f"interrupted while it ran: {done.cells_run} of {done.cells} cells saved as partial run {run_id}")
     _signals.note_saved(f"partial run {run_id} ({job.key})")
 
 
-def _save_result(store: Store | None, job: Job, result: dict[str, Any], book_target: str) -> tuple[dict[str, Any], RunRecord | None]:
+def _save_result(store: Store | None, job: Job, result: dict[str, Any], book_target: str) -> tuple[AuditEntry, RunRecord | None]:
     """Store a finished job's profile (tagged with what resuming needs); its audit entry and the record."""
     if not result.get("ok") or not isinstance(result.get("record"), dict):
         entry = _report.bare_entry(job.key, job.backend, job.source_hash, "error", result.get("error") or "no result",
@@ -365,16 +366,9 @@ def _save_result(store: Store | None, job: Job, result: dict[str, Any], book_tar
     record = RunRecord.from_dict(result["record"], source=f"the result of {job.key}")
     record.target = job.target  # the same name as `nbscope profile` gives it here, wherever it ran
     record.command = command_for_record(sys.argv)  # a pool worker's argv says nothing; the audit's command does
-    record.measurements["audit"] = {
-        "path": job.key,
-        "book": book_target,
-        "source_hash": job.source_hash,
-        "backend": job.backend,
-        "gpu": job.gpu,
-        "env": job.env,
-        "worker": result.get("worker"),
-        "elapsed_s": result.get("elapsed_s"),
-    }
+    record.measurements["audit"] = encode(AuditTag(
+        path=job.key, book=book_target, source_hash=job.source_hash, backend=job.backend, gpu=job.gpu, env=job.env,
+        worker=result.get("worker"), elapsed_s=result.get("elapsed_s")))
     if store is not None:
         store.save(record)
         if job.live_path:
