@@ -15,6 +15,8 @@ from nbscope.analyse.pathways import pair_cells, verdict
 from nbscope.api.pathways import parse_via, run_pathways
 from nbscope.api.pathways._common import PathwayResult
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import decode
+from nbscope.schema.pathways import PathwayEntry
 
 FILES = Path(__file__).resolve().parent / "files"
 SMALL = FILES / "pathways_small.md"
@@ -95,6 +97,10 @@ def _pathway(name: str, walls: list[float], **overheads: float) -> PathwayResult
     return PathwayResult(name, "ok", cells=[_cell(i, w) for i, w in enumerate(walls)], overheads=dict(overheads))
 
 
+def _entries(documents: dict[str, dict[str, Any]]) -> dict[str, PathwayEntry]:
+    return {name: decode(PathwayEntry, document) for name, document in documents.items()}
+
+
 def test_verdict_says_the_pathway_does_not_explain_walls_within_noise() -> None:
     results = {
         "script": _pathway("script", [1.0, 0.010, 2.0], process_start_s=0.3),
@@ -102,8 +108,7 @@ def test_verdict_says_the_pathway_does_not_explain_walls_within_noise() -> None:
     }
     rows = pair_cells(results["script"].cells, results)
     assert all(r.paired and r.compared and not r.differs for r in rows)
-    entries = {n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()}
-    text = verdict(rows, entries)
+    text = verdict(rows, _entries({n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()}))
     assert text.startswith("the pathway does not explain the difference")
     assert "book build outside execution 2.60 s (book)" in text and "process start 300 ms (script)" in text
 
@@ -113,7 +118,7 @@ def test_verdict_names_the_cells_a_pathway_slows_down() -> None:
     rows = pair_cells(results["script"].cells, results)
     assert [r.differs for r in rows] == [False, True]
     assert rows[1].slowest == "kernel"
-    text = verdict(rows, {n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()})
+    text = verdict(rows, _entries({n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()}))
     assert text.startswith("the pathway explains 1.50 s") and "cell 2 kernel 2.00 s vs script 500 ms" in text
 
 
@@ -121,7 +126,7 @@ def test_small_differences_do_not_make_the_pathway_the_explanation() -> None:
     results = {"script": _pathway("script", [1.0, 0.10]), "kernel": _pathway("kernel", [1.0, 0.20])}
     rows = pair_cells(results["script"].cells, results)
     assert rows[1].differs
-    text = verdict(rows, {n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()})
+    text = verdict(rows, _entries({n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()}))
     assert text.startswith("the pathway does not explain the difference") and "1 small difference(s) totalling 100 ms" in text
 
 
@@ -137,7 +142,7 @@ def test_cells_that_failed_are_paired_but_not_compared() -> None:
     failed = PathwayResult("kernel", "partial", cells=[_cell(0, 0.1), _cell(1, 5.0, status="error")])
     rows = pair_cells(ok.cells, {"script": ok, "kernel": failed})
     assert rows[1].paired and not rows[1].compared and rows[1].ran_differently
-    text = verdict(rows, {"script": {"status": "ok"}, "kernel": {"status": "partial"}})
+    text = verdict(rows, _entries({"script": {"status": "ok"}, "kernel": {"status": "partial"}}))
     assert "cell 2: script ok, kernel error" in text
 
 

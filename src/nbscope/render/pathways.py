@@ -7,7 +7,6 @@ from dataclasses import replace
 from typing import Any
 
 from nbscope._units import count
-from nbscope.analyse.pathways import BenchFigure, PathwayEntry, PathwayRow, PathwaysRun
 from nbscope.record.run import RunRecord
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
@@ -21,6 +20,8 @@ from nbscope.render.terminal import (
     stderr_console,
     terminal_table,
 )
+from nbscope.schema.codec import decode
+from nbscope.schema.pathways import BenchFigure, PathwayEntry, PathwayRow, PathwaysRun
 
 # Each pathway's fixed cost outside the cells, in the order shown.
 OVERHEAD_LABELS = (
@@ -36,8 +37,8 @@ OVERHEAD_LABELS = (
 
 def overheads_text(entry: PathwayEntry) -> str:
     """A pathway's fixed costs outside the cells: ``process start 0.40 s · shutdown 10.0 ms``."""
-    parts = [f"{label} {format_seconds(entry.overheads[key])}" for key, label in OVERHEAD_LABELS
-             if key in entry.overheads]
+    costs = entry.fixed_costs
+    parts = [f"{label} {format_seconds(costs[key])}" for key, label in OVERHEAD_LABELS if key in costs]
     return " · ".join(parts) or "–"
 
 
@@ -46,7 +47,7 @@ def _pathway_note(entry: PathwayEntry) -> str:
         return f"skipped: {entry.skipped}"
     if entry.error:
         return f"error: {entry.error}"
-    executed = entry.overheads.get("book_executed_s")
+    executed = entry.fixed_costs.get("book_executed_s")
     if executed is not None:
         return f"book log: executed in {format_seconds(executed)}"
     return ""
@@ -89,11 +90,11 @@ def pathway_rows(run: PathwaysRun) -> Rows:
     """A row per pathway: its cells' wall and compile time, its elapsed time and its fixed costs."""
     rows = []
     for name, entry in run.pathways.items():
-        totals = entry.totals
+        totals = entry.figures
         rows.append((
             name, str(entry.status), format_seconds(totals.wall_s),
             format_seconds(totals.compile_s) if totals.compile_s else "–",
-            format_seconds(entry.elapsed_s), overheads_text(entry), _pathway_note(entry),
+            format_seconds(entry.elapsed), overheads_text(entry), _pathway_note(entry),
         ))
     return Rows.of(PATHWAY_COLUMNS, rows, title="pathways")
 
@@ -133,7 +134,7 @@ def figure_rows(figures: Sequence[BenchFigure], names: list[str]) -> Rows:
 def print_pathways(record: RunRecord) -> None:
     """Terminal view: pathways table, cells side by side, then the verdict."""
     print_record_header(record)
-    run = PathwaysRun.parse(record.measurements)
+    run = decode(PathwaysRun, record.measurements)
     console.print(terminal_table(pathway_rows(run)))
     console.print(terminal_table(cell_rows(run)))
     names = run.ran
@@ -155,7 +156,7 @@ def print_figures(figures: Sequence[BenchFigure], names: list[str]) -> None:
 
 def pathways_markdown(record: RunRecord) -> str:
     """GitHub-ready tables: pathways with their fixed costs, then cells side by side, then the verdict."""
-    run = PathwaysRun.parse(record.measurements)
+    run = decode(PathwaysRun, record.measurements)
     lines = [
         f"### nbscope pathways: `{_md(record.target)}`",
         "",

@@ -49,11 +49,11 @@ from nbscope.api.runs import store_then_stop
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 from nbscope.record.secrets import command_for_record, env_for_record
-from nbscope.schema.codec import decode
+from nbscope.schema.codec import decode, encode
 from nbscope.schema.model import Cell
+from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwaysRun, PathwaysTotals
 
 if TYPE_CHECKING:
-    from nbscope.analyse.pathways import PathwayRow
     from nbscope.collect.notebook import Notebook
     from nbscope.record.store import Store
 
@@ -202,10 +202,10 @@ def pathways_until_stopped(
                                           "reason": result.skipped or result.error})
         except KeyboardInterrupt:
             interrupted = True
-    record.measurements = measurements(notebook, results, time.perf_counter() - started, repeat=repeat)
-    record.measurements["totals"]["interrupted"] = interrupted
-    statuses = [entry["status"] for entry in record.measurements["pathways"].values()]
-    ran = [s for s in statuses if s not in ("skipped", "error", "not-run")]
+    run = measurements(notebook, results, time.perf_counter() - started, repeat=repeat, interrupted=interrupted)
+    record.measurements = encode(run)
+    statuses = [entry.status for entry in run.pathways.values()]
+    ran = [name for name, entry in run.pathways.items() if entry.ran]
     if not ran:
         status = "error"
     elif interrupted or any(s not in ("ok", "skipped") for s in statuses):
@@ -216,22 +216,20 @@ def pathways_until_stopped(
     return record, interrupted
 
 
-def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dict[str, Any], PathwayResult | None]:
+def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[PathwayEntry, PathwayResult | None]:
     """One pathway's entry over its repeats, and the result whose cells stand for it."""
     from nbscope.analyse.pathways import combine_overheads
     from nbscope.schema.build import combine_repeats, totals
 
     if not runs:
-        return {"status": "not-run", "totals": {}, "runner": {}, "overheads": {}, "skipped": "interrupted"}, None
+        return PathwayEntry(status="not-run", totals={}, runner={}, overheads={}, skipped="interrupted"), None
     last = runs[-1]
     if last.status == "skipped":
-        return {"status": "skipped", "totals": {}, "runner": last.runner, "overheads": {}, "skipped": last.skipped}, None
+        return PathwayEntry(status="skipped", totals={}, runner=last.runner, overheads={}, skipped=last.skipped), None
     complete = [r for r in runs if r.cells and len(r.cells) == cell_count]
-    entry: dict[str, Any]
     if not complete:
-        entry = {"status": "error", "totals": {}, "runner": last.runner, "overheads": {}, "skipped": None,
-                 "error": last.error or "no cell records"}
-        return entry, None
+        return PathwayEntry(status="error", totals={}, runner=last.runner, overheads={}, skipped=None,
+                            error=last.error or "no cell records"), None
     combined = PathwayResult(name, last.status, runner=dict(complete[-1].runner))
     combined.cells = combine_repeats([r.cells for r in complete]) if len(complete) > 1 else complete[-1].cells
     result_totals = dict(complete[-1].totals)
@@ -241,24 +239,15 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[dic
         if key in result_totals or key.startswith("book_"):
             result_totals[key] = value
     statuses = {r.status for r in runs}
-    status = "ok" if statuses == {"ok"} else "error" if statuses == {"error"} else "partial"
     elapsed = [e for e in (_elapsed(r.runner) for r in complete) if e is not None]
-    entry = {
-        "status": status,
-        "totals": result_totals,
-        "runner": combined.runner,
-        "overheads": overheads,
-        "skipped": None,
-        "repeats": len(runs),
-        # Spawn (or build command) to exit, median over repeats.
-        "elapsed_s": statistics.median(elapsed) if elapsed else None,
-    }
-    if samples:
-        entry["overhead_samples"] = samples
-        entry["repeat_runners"] = [r.runner for r in runs]
     errors = [r.error for r in runs if r.error]
-    if errors:
-        entry["error"] = errors[-1]
+    entry = PathwayEntry(
+        status="ok" if statuses == {"ok"} else "error" if statuses == {"error"} else "partial",
+        totals=result_totals, runner=combined.runner, overheads=overheads, skipped=None, repeats=len(runs),
+        elapsed_s=statistics.median(elapsed) if elapsed else None,  # spawn (or build command) to exit, median
+        overhead_samples=samples or None, repeat_runners=tuple(r.runner for r in runs) if samples else None,
+        error=errors[-1] if errors else None,
+    )
     return entry, combined
 
 
@@ -282,14 +271,15 @@ def _elapsed(runner: dict[str, Any]) -> float | None:
 
 
 def measurements(
-    notebook: Notebook, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1
-) -> dict[str, Any]:
+    notebook: Notebook, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1,
+    interrupted: bool = False,
+) -> PathwaysRun:
     """The ``pathways`` record's measurements from each pathway's runs."""
     from nbscope.analyse.pathways import pair_cells, verdict
     from nbscope.collect.runner import merge_cell
 
     cell_count = len(notebook.code_cells)
-    pathways: dict[str, Any] = {}
+    pathways: dict[str, PathwayEntry] = {}
     combined: dict[str, PathwayResult] = {}
     for name, runs in results.items():
         entry, result = _combine(name, runs, cell_count)
@@ -298,31 +288,27 @@ def measurements(
             combined[name] = result
     reference = [merge_cell(c, None) for c in notebook.code_cells]
     rows = pair_cells(reference, combined)
-    ran = [n for n, e in pathways.items() if e["status"] not in ("skipped", "error", "not-run")]
     execution = {n: sum(decode(Cell, c).wall_s or 0.0 for c in combined[n].cells) for n in combined}
     loads = [v for runs in results.values() for r in runs for v in (r.runner.get("load_average") or []) if v is not None]
     max_load = max(loads, default=None)
     busy = max_load is not None and max_load > _cpus()
-    return {
-        "notebook": notebook.describe(),
-        "totals": {
-            "cells": cell_count,
-            "cells_paired": sum(1 for r in rows if r.paired),
-            "cells_compared": sum(1 for r in rows if r.compared),
-            "cells_differing": sum(1 for r in rows if r.compared and r.differs),
-            "pathways": len(pathways),
-            "pathways_ran": len(ran),
-            "pathways_skipped": sum(1 for e in pathways.values() if e["status"] == "skipped"),
-            "wall_s": wall_s,
-            "cells_wall_s": execution,
-            "max_spread": _max_spread(rows),
-            "max_load_average": max_load,
-            "cpus": _cpus(),
-        },
-        "pathways": pathways,
-        "cells": [row.to_dict() for row in rows],
-        "verdict": verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy and max_load is not None else None),
-    }
+    return PathwaysRun(
+        notebook=notebook.describe(),
+        totals=PathwaysTotals(
+            cells=cell_count,
+            cells_paired=sum(1 for r in rows if r.paired),
+            cells_compared=sum(1 for r in rows if r.compared),
+            cells_differing=sum(1 for r in rows if r.compared and r.differs),
+            pathways=len(pathways),
+            pathways_ran=sum(1 for e in pathways.values() if e.ran),
+            pathways_skipped=sum(1 for e in pathways.values() if e.status == "skipped"),
+            wall_s=wall_s, cells_wall_s=execution, max_spread=_max_spread(rows), max_load_average=max_load,
+            cpus=_cpus(), interrupted=interrupted,
+        ),
+        pathways=pathways,
+        cells=tuple(rows),
+        verdict=verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy and max_load is not None else None),
+    )
 
 
 def _max_spread(rows: list[PathwayRow]) -> float | None:

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nbscope._units import count
-from nbscope.analyse.pathways import PathwayRow, PathwaysRun
 from nbscope.analyse.report import ReportData
 from nbscope.record.run import RunRecord
 from nbscope.render.html._base import (
@@ -24,6 +23,7 @@ from nbscope.render.html._svg import BarChart, PointChart
 from nbscope.render.terminal import metric_name
 from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
+from nbscope.schema.pathways import PathwayRow, PathwaysRun
 from nbscope.schema.suite import LoopsRun
 
 
@@ -96,7 +96,7 @@ def side_by_side_svg(data: ReportData) -> str | None:
 
 
 def pathways_svg(record: RunRecord) -> str | None:
-    run = PathwaysRun.parse(record.measurements)
+    run = decode(PathwaysRun, record.measurements)
     pathways = list(run.pathways)
     if not pathways or not run.cells:
         return None

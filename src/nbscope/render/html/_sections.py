@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from nbscope._units import count
-from nbscope.analyse.pathways import PathwayCell, PathwaysRun
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
@@ -26,6 +25,7 @@ from nbscope.render.html._base import (
 from nbscope.render.html._plots import history_svg, loops_svg, pathways_svg, waterfall_svg
 from nbscope.render.terminal import field_name, headline_text, metric_name, settings_text
 from nbscope.schema.codec import decode
+from nbscope.schema.pathways import PathwayCell, PathwaysRun
 from nbscope.schema.suite import LoopsRun
 
 
@@ -167,15 +167,15 @@ def _profile_section(record: RunRecord, position: int) -> str:
 
 
 def _pathways_section(record: RunRecord, position: int) -> str:
-    run = PathwaysRun.parse(record.measurements)
+    run = decode(PathwaysRun, record.measurements)
     if not run.pathways:
         return ""
     keys: list[str] = []
     for entry in run.pathways.values():
-        keys.extend(k for k in entry.recorded_totals if k not in keys)
+        keys.extend(k for k in entry.totals if k not in keys)
     rows = []
     for name, entry in run.pathways.items():
-        totals = entry.recorded_totals
+        totals = entry.totals
         rows.append((name, *[
             _seconds(totals.get(k)) if k.endswith("_s") else
             (json.dumps(totals.get(k), default=str) if isinstance(totals.get(k), (dict, list)) else totals.get(k, ""))
