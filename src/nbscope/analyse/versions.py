@@ -14,57 +14,60 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Annotated, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse import gate as gate_module
 from nbscope.analyse.compare import CellFigures, cell_figures
+from nbscope.analyse.diagnose import Finding
 from nbscope.analyse.gate import GateOptions
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import Write
 from nbscope.schema.model import Cell, Totals
-
-if TYPE_CHECKING:
-    from nbscope.analyse.diagnose import Finding
 
 BAD_VERDICTS = ("regression",)
 
 
-@dataclass
+def _always(owner: object) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
 class VariantRun:
-    """One variant: its requirements, its environment and its run, or why it has no run."""
+    """One variant: its requirements, its environment and its run (what ``--json`` writes of it), or why it has
+    no run. Made by :func:`variant_run`."""
 
     label: str  # the variant's requirement specifiers as given, e.g. "jax==0.10.1"
-    requirements: list[str]  # everything installed: the variant's and the notebook's
-    environment: str | None = None  # the environment's folder
-    reused: bool | None = None  # the environment came from the cache
-    build_s: float | None = None
-    record: RunRecord | None = None
-    error: str | None = None  # why it could not be built or run
+    requirements: tuple[str, ...]  # everything installed: the variant's and the notebook's
+    environment: str | None  # the environment's folder
+    reused: bool | None  # the environment came from the cache
+    build_s: float | None
+    run_id: int | None
+    status: str  # the run's, or "not-run"
+    digest: str | None
+    versions: Any  # the run's fingerprint's, as recorded (the typed ``Machine.versions`` splits out JAX plugins)
+    kernel_python: str | None
+    error: str | None  # why it could not be built or run
+    record: Annotated[RunRecord | None, Write(omit=_always)]
 
     @property
     def ran(self) -> bool:
         return self.record is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        record = self.record
-        kernel = record.notebook_run().kernel if record else None
-        return {
-            "label": self.label,
-            "requirements": self.requirements,
-            "environment": self.environment,
-            "reused": self.reused,
-            "build_s": self.build_s,
-            "run_id": record.run_id if record else None,
-            "status": record.status if record else "not-run",
-            "digest": record.digest if record else None,
-            # As recorded (``--json``): the typed ``Machine.versions`` splits out the JAX plugins.
-            "versions": (record.fingerprint.get("versions") if record else None),
-            "kernel_python": kernel.executable if kernel else None,
-            "error": self.error,
-        }
+
+def variant_run(label: str, requirements: Sequence[str], *, environment: str | None = None, reused: bool | None = None,
+                build_s: float | None = None, record: RunRecord | None = None, error: str | None = None) -> VariantRun:
+    """A variant, with what its run (if any) says of itself."""
+    kernel = record.notebook_run().kernel if record else None
+    return VariantRun(
+        label=label, requirements=tuple(requirements), environment=environment, reused=reused, build_s=build_s,
+        run_id=record.run_id if record else None, status=record.status if record else "not-run",
+        digest=record.digest if record else None, versions=record.fingerprint.get("versions") if record else None,
+        kernel_python=kernel.executable if kernel else None, error=error, record=record,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +78,6 @@ class VariantCell:
     line: int | None
     first_line: str
     runs: tuple[CellFigures | None, ...]  # one per variant that ran; None where its run has no such cell
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "line": self.line, "first_line": self.first_line,
-                "runs": [figures.to_dict() if figures else None for figures in self.runs]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +95,6 @@ class VariantTotals:
         return cls(wall_s=totals.wall_s, compile_s=totals.compile_s, run_s=totals.run_s, compiles=totals.compiles,
                    cells_failed=totals.cells_failed)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s, "compiles": self.compiles,
-                "cells_failed": self.cells_failed}
-
 
 @dataclass(frozen=True, slots=True)
 class FieldValues:
@@ -110,9 +105,6 @@ class FieldValues:
     values: tuple[Any, ...]
     why: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "values": list(self.values), "why": self.why}
-
 
 @dataclass(frozen=True, slots=True)
 class VariantGate:
@@ -120,10 +112,7 @@ class VariantGate:
 
     a: str
     b: str
-    result: gate_module.GateResult
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, **self.result.to_dict()}
+    result: Annotated[gate_module.GateResult, Write(inline=True)]  # written as the gate writes it, beside a and b
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,16 +133,6 @@ class VersionsResult:
     @property
     def failed(self) -> list[VariantRun]:
         return [v for v in self.variants if not v.ran]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "variants": [v.to_dict() for v in self.variants],
-            "cells": [c.to_dict() for c in self.cells],
-            "totals": [t.to_dict() for t in self.totals],
-            "differences": [d.to_dict() for d in self.differences],
-            "gates": [g.to_dict() for g in self.gates],
-        }
 
 
 def differing_fields(records: Sequence[RunRecord]) -> list[FieldValues]:
@@ -303,13 +282,16 @@ class Figures:
                    eager_compiles=jax.eager_compiles if jax else None,
                    numba_compiles=numba.compiles if numba else None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s, "compiles": self.compiles,
-                "user_compiles": self.user_compiles, "eager_compiles": self.eager_compiles,
-                "numba_compiles": self.numba_compiles}
-
 
 COUNTS = ("compiles", "user_compiles", "eager_compiles", "numba_compiles")
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """The part of a run that grew most (``compile`` or ``run``), and its share of the added wall time."""
+
+    part: str
+    share: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,14 +301,15 @@ class Moved:
     wall_s: float | None
     compile_s: float | None
     run_s: float | None
-    mostly: str | None = None  # "compile" or "run": the part that grew most, when the wall grew
-    share: float | None = None  # of the added wall time
+    mostly: Annotated[Growth | None, Write(omit=lambda moved: moved.mostly is None)] = None  # when the wall grew
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s}
-        if self.mostly is not None:
-            data["mostly"] = {"part": self.mostly, "share": self.share}
-        return data
+
+@dataclass(frozen=True, slots=True)
+class CountChange:
+    """A compile count on each side (None: not measured)."""
+
+    good: int | None
+    bad: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,23 +317,12 @@ class Evidence:
     """What moved between the last good and the first bad release (see :func:`evidence`)."""
 
     target: str  # "the total" or "cell 3"
-    good: Figures | None  # None: the cell is not in that run
-    bad: Figures | None
+    good: Annotated[Figures | None, Write(null={})]  # None: the cell is not in that run
+    bad: Annotated[Figures | None, Write(null={})]
     moved: Moved
-    compile_counts_changed: Mapping[str, tuple[int | None, int | None]]  # count: (good, bad)
+    compile_counts_changed: Mapping[str, CountChange]
     findings_appeared: tuple[Finding, ...]
     differences: tuple[FieldValues, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "good": self.good.to_dict() if self.good else {},
-            "bad": self.bad.to_dict() if self.bad else {},
-            "moved": self.moved.to_dict(),
-            "compile_counts_changed": {k: {"good": a, "bad": b} for k, (a, b) in self.compile_counts_changed.items()},
-            "findings_appeared": [f.to_dict() for f in self.findings_appeared],
-            "differences": [d.to_dict() for d in self.differences],
-        }
 
 
 def _growth(before: float | None, after: float | None) -> float | None:
@@ -385,7 +357,7 @@ def evidence(
     wall = growth["wall_s"]
     if grew and wall is not None and wall > 0:
         largest = max(grew, key=grew.__getitem__)
-        moved = Moved(**growth, mostly=largest.removesuffix("_s"), share=grew[largest] / wall)
+        moved = Moved(**growth, mostly=Growth(largest.removesuffix("_s"), grew[largest] / wall))
     counts = {key: (getattr(before, key, None), getattr(after, key, None)) for key in COUNTS}
 
     def keyed(finding: Finding) -> tuple[str, int | None]:
@@ -395,13 +367,13 @@ def evidence(
     known = {keyed(f) for f in findings_good}
     return Evidence(
         target=target_label(cell), good=before, bad=after, moved=moved,
-        compile_counts_changed={k: (a, b) for k, (a, b) in counts.items() if a != b},
+        compile_counts_changed={k: CountChange(a, b) for k, (a, b) in counts.items() if a != b},
         findings_appeared=tuple(f for f in relevant if keyed(f) not in known),
         differences=tuple(differing_fields([last_good, first_bad])),
     )
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class BisectStep:
     """One profiled version and the gate's word on it against the good version."""
 
@@ -409,56 +381,35 @@ class BisectStep:
     run_id: int | None
     verdict: str  # the gate's verdict on the target, "good" version itself: "baseline"; "untestable"
     bad: bool | None  # None: the baseline, or untestable
-    comparison: dict[str, Any] | None = None
+    comparison: gate_module.GateComparison | None = None
     error: str | None = None
     profiled: bool = True  # False: it could not be installed, so nothing ran
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "run_id": self.run_id, "verdict": self.verdict, "bad": self.bad,
-                "comparison": self.comparison, "error": self.error, "profiled": self.profiled}
 
 
 @dataclass
 class BisectResult:
-    """``nbscope bisect``: the released versions tried, each profile's verdict, and the first bad one."""
+    """``nbscope bisect``: the released versions tried, each profile's verdict, and the first bad one (fields in
+    the order ``--json`` writes them)."""
 
     target: str
     package: str
     good: str
     bad: str
-    cell: int | None
+    cell: Annotated[int | None, Write(omit=_always)]  # 1-based; None: the total
+    on: str  # "the total" or "cell 3": :func:`target_label`
     versions: list[str]
+    profiles: int = 0  # how many versions were profiled (the good one included)
     steps: list[BisectStep] = field(default_factory=list)
     first_bad: str | None = None
     last_good: str | None = None
-    slowdown: dict[str, Any] | None = None  # the gate's comparison, first bad against the good version
-    step_slowdown: dict[str, Any] | None = None  # ... and against the last good release
+    slowdown: gate_module.GateComparison | None = None  # the gate's comparison, first bad against the good version
+    step_slowdown: gate_module.GateComparison | None = None  # ... and against the last good release
     evidence: Evidence | None = None
     untestable: list[str] = field(default_factory=list)  # versions that could not be installed or run
     ambiguous: list[str] = field(default_factory=list)  # first bad is one of these (untestable between)
     note: str | None = None
 
-    @property
-    def profiles(self) -> int:
-        """How many versions were profiled (the good one included)."""
-        return sum(1 for s in self.steps if s.profiled)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "package": self.package,
-            "good": self.good,
-            "bad": self.bad,
-            "on": target_label(self.cell),
-            "versions": self.versions,
-            "profiles": self.profiles,
-            "steps": [s.to_dict() for s in self.steps],
-            "first_bad": self.first_bad,
-            "last_good": self.last_good,
-            "slowdown": self.slowdown,
-            "step_slowdown": self.step_slowdown,
-            "evidence": self.evidence.to_dict() if self.evidence else None,
-            "untestable": self.untestable,
-            "ambiguous": self.ambiguous,
-            "note": self.note,
-        }
+    def add(self, step: BisectStep) -> None:
+        """One more version tried."""
+        self.steps.append(step)
+        self.profiles = sum(1 for s in self.steps if s.profiled)

@@ -14,6 +14,7 @@ released versions between a good and a bad one and bisects with the gate's signi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,6 @@ def profile_variant(
     notebook = notebook_module.read(path)
     label = " ".join(variant)
     requirements, notes = variant_requirements(notebook, variant, options)
-    run = analysis.VariantRun(label=label, requirements=requirements)
     for note in notes:
         _say(on_event, f"{label}: {note}")
     spec = environments.EnvironmentSpec(
@@ -129,10 +129,10 @@ def profile_variant(
     try:
         environment = environments.ensure(spec, options.env_cache, on_progress=lambda text: _say(on_event, text))
     except NbscopeError as exc:
-        run.error = str(exc)
         _say(on_event, f"{label}: {exc}")
-        return run
-    run.environment, run.reused, run.build_s = str(environment.path), environment.reused, environment.build_s
+        return analysis.variant_run(label, requirements, error=str(exc))
+    built = functools.partial(analysis.variant_run, label, requirements, environment=str(environment.path),
+                              reused=environment.reused, build_s=environment.build_s)
     if environment.reused:
         _say(on_event, f"{label}: reusing environment {environment.path}")
     packages = environments.requirement_names(variant)
@@ -147,11 +147,11 @@ def profile_variant(
     _say(on_event, f"profiling under {label} …")
     try:
         with environment.kernelspec_visible():
-            run.record = profile_job.profile(path, run_options, store=store, fingerprint=fingerprint)
+            record = profile_job.profile(path, run_options, store=store, fingerprint=fingerprint)
     except NbscopeError as exc:  # the kernel would not start in that environment
-        run.error = str(exc)
         _say(on_event, f"{label}: {exc}")
-    return run
+        return built(error=str(exc))
+    return built(record=record)
 
 
 def profile_versions(
@@ -217,7 +217,8 @@ def bisect(
     released = environments.released_versions(package, find_links=options.find_links, no_index=options.no_index, pre=pre)
     versions = environments.versions_between(released, good, bad)
     result = analysis.BisectResult(
-        target=target_name(notebook.path), package=package, good=good, bad=bad, cell=cell, versions=versions
+        target=target_name(notebook.path), package=package, good=good, bad=bad, cell=cell,
+        on=analysis.target_label(cell), versions=versions,
     )
     records: dict[int, RunRecord] = {}
 
@@ -226,8 +227,8 @@ def bisect(
         run = profile_variant(path, [f"{package}=={version}"], profile_options, options, store=store,
                               on_event=on_event)
         if run.record is None:
-            result.steps.append(analysis.BisectStep(version=version, run_id=None, verdict="untestable", bad=None,
-                                                    error=run.error, profiled=False))
+            result.add(analysis.BisectStep(version=version, run_id=None, verdict="untestable", bad=None,
+                                           error=run.error, profiled=False))
             return None
         records[position] = run.record
         return run.record
@@ -236,7 +237,7 @@ def bisect(
     if baseline is None:
         raise NbscopeError(f"the good version {package}=={good} could not be profiled: {result.steps[-1].error}")
     analysis.check_baseline(baseline, cell)
-    result.steps.append(analysis.BisectStep(version=good, run_id=baseline.run_id, verdict="baseline", bad=False))
+    result.add(analysis.BisectStep(version=good, run_id=baseline.run_id, verdict="baseline", bad=False))
     low, high, untestable = _halve(result, baseline, measure, options.gate, on_event)
     _conclude(result, records, low, high, untestable, options.gate)
     return result
@@ -259,15 +260,14 @@ def _halve(result: analysis.BisectResult, baseline: RunRecord, measure: Callable
         comparison = analysis.judge_version(baseline, record, cell, gate)
         if comparison.verdict in ("failed", "not-comparable"):
             untestable.add(position)
-            result.steps.append(analysis.BisectStep(
+            result.add(analysis.BisectStep(
                 version=versions[position], run_id=record.run_id, verdict="untestable", bad=None,
-                comparison=comparison.to_dict(), error=comparison.note or f"status {comparison.cand_status}",
+                comparison=comparison, error=comparison.note or f"status {comparison.cand_status}",
             ))
             continue
         bad_here = analysis.is_bad(comparison)
-        result.steps.append(analysis.BisectStep(version=versions[position], run_id=record.run_id,
-                                                verdict=comparison.verdict, bad=bad_here,
-                                                comparison=comparison.to_dict()))
+        result.add(analysis.BisectStep(version=versions[position], run_id=record.run_id,
+                                       verdict=comparison.verdict, bad=bad_here, comparison=comparison))
         if bad_here:
             high = position
         else:
@@ -290,9 +290,9 @@ def _conclude(result: analysis.BisectResult, records: dict[int, RunRecord], low:
     if result.ambiguous:
         result.note = (f"the first bad version is one of {', '.join([*result.ambiguous, versions[high]])}: "
                        f"{', '.join(result.ambiguous)} could not be tested")
-    result.slowdown = analysis.judge_version(records[0], records[high], cell, gate).to_dict()
+    result.slowdown = analysis.judge_version(records[0], records[high], cell, gate)
     result.step_slowdown = (
-        result.slowdown if low == 0 else analysis.judge_version(records[low], records[high], cell, gate).to_dict()
+        result.slowdown if low == 0 else analysis.judge_version(records[low], records[high], cell, gate)
     )
     from nbscope.analyse.diagnose import diagnose
 

@@ -88,7 +88,7 @@ def versions(
 
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:
-            print(json.dumps(result.to_dict(), indent=1, default=str))
+            print(view.versions_json(result))
         elif markdown:
             print(view.versions_markdown(result), end="")
         else:
@@ -161,7 +161,7 @@ def bisect(
     from nbscope.render import versions as view
 
     if as_json:
-        print(json.dumps(result.to_dict(), indent=1, default=str))
+        print(view.versions_json(result))
     elif markdown:
         print(view.bisect_markdown(result), end="")
     else:

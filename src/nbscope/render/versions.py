@@ -4,15 +4,23 @@ release and the evidence), for the terminal and as markdown."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from nbscope.analyse.compare import CellFigures
+from nbscope.analyse.gate import GateComparison
 from nbscope.analyse.versions import BisectResult, Evidence, VariantCell, VersionsResult, target_label, verdicts_by_cell
 from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.gate import VERDICT_MARK, VERDICT_STYLE
 from nbscope.render.terminal import console, field_name, format_seconds, literal, terminal_table
+from nbscope.schema.codec import encode
+
+
+def versions_json(result: VersionsResult | BisectResult) -> str:
+    """``versions --json`` and ``bisect --json``: the result as the codec writes it."""
+    return json.dumps(encode(result), indent=1, default=str)
 
 
 def _value(value: Any) -> str:
@@ -130,14 +138,13 @@ def versions_markdown(result: VersionsResult) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _comparison_text(comparison: dict[str, Any] | None) -> str:
-    # The gate's comparison as ``bisect --json`` prints it: ``api.versions`` keeps each step's as that document.
-    if not comparison:
+def _comparison_text(comparison: GateComparison | None) -> str:
+    if comparison is None:
         return "–"
-    ratio = comparison.get("ratio")
-    text = (f"{format_seconds(comparison.get('base_s'))} → {format_seconds(comparison.get('cand_s'))}"
-            + (f" (×{ratio:.2f}" if isinstance(ratio, float) else " (")
-            + (f", p={comparison['p_value']:.3g})" if comparison.get("p_value") is not None else ", no test: too few repeats)"))
+    ratio = comparison.ratio  # infinite for a cell that took 0 s before: no ratio to show (nor in --json)
+    text = (f"{format_seconds(comparison.base_s)} → {format_seconds(comparison.cand_s)}"
+            + (f" (×{ratio:.2f}" if isinstance(ratio, float) and math.isfinite(ratio) else " (")
+            + (f", p={comparison.p_value:.3g})" if comparison.p_value is not None else ", no test: too few repeats)"))
     return text
 
 
@@ -148,13 +155,13 @@ def _evidence_lines(evidence: Evidence | None) -> list[str]:
     lines = [
         f"compile {format_seconds(good and good.compile_s)} → {format_seconds(bad and bad.compile_s)}, "
         f"run {format_seconds(good and good.run_s)} → {format_seconds(bad and bad.run_s)}"
-        + (f": the {moved.mostly} time grew most ({moved.share:.0%} of the added wall time)"
-           if moved is not None and moved.mostly is not None and moved.share is not None else "")
+        + (f": the {moved.mostly.part} time grew most ({moved.mostly.share:.0%} of the added wall time)"
+           if moved is not None and moved.mostly is not None else "")
     ]
     counts = evidence.compile_counts_changed if evidence else {}
     if counts:
         lines.append("compile counts changed: " + ", ".join(
-            f"{name.replace('_', ' ')} {good_count} → {bad_count}" for name, (good_count, bad_count) in counts.items()))
+            f"{name.replace('_', ' ')} {change.good} → {change.bad}" for name, change in counts.items()))
     else:
         lines.append("compile counts unchanged")
     for finding in evidence.findings_appeared if evidence else ():
