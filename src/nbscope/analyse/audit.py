@@ -47,12 +47,14 @@ from nbscope.schema.audit import (
     BackendRun,
     BlastLecture,
     BlastRadius,
+    Coverage,
     DeviceForecast,
     DominantTerm,
     ForecastError,
     ForecastSummary,
     GpuForecastRange,
     Lecture,
+    MergedFile,
     TopCause,
 )
 from nbscope.schema.codec import decode, decode_optional
@@ -368,8 +370,8 @@ def measurements(
     wall_s: float | None,
     workers: Mapping[str, Any] | None = None,
     shard: Mapping[str, Any] | None = None,
-    merged_from: Sequence[Any] | None = None,
-    coverage: Any = None,
+    merged_from: Sequence[MergedFile] | None = None,
+    coverage: Coverage | None = None,
 ) -> Audit:
     """The audit record's ``measurements``: an audit run here names its ``shard`` (and its Dask ``workers``), a
     merge the files it read (``merged_from``) and what they cover."""

@@ -180,6 +180,26 @@ def profile_versions(
     return analysis.compare_variants(target_name(notebook.path), runs, options.gate)
 
 
+@dataclass(frozen=True)
+class VersionsOutcome:
+    """What ``nbscope versions`` found: every variant side by side, and the store that holds their runs."""
+
+    result: analysis.VersionsResult
+    store: Store
+
+    @property
+    def exit_status(self) -> int:
+        """1 when no variant ran, else 0."""
+        return 0 if self.result.ran else 1
+
+
+def versions_command(path: str | Path, variants: Sequence[Sequence[str]], profile_options: profile_job.RunSpec,
+                     options: VersionsOptions, store: Store, *, on_event: EventCallback | None = None) -> VersionsOutcome:
+    """``nbscope versions``: the notebook profiled once per variant (each :func:`parse_variants`'s), compared."""
+    result = profile_versions(path, variants, profile_options, options, store=store, on_event=on_event)
+    return VersionsOutcome(result=result, store=store)
+
+
 def bisect(
     path: str | Path,
     package: str,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._files import note_input, write_text
+from nbscope._files import write_text
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -17,11 +16,11 @@ from nbscope.cli._options import (
     MarkdownOption,
     TimeoutOption,
     open_store,
-    output_file,
+    warn,
 )
 
 if TYPE_CHECKING:
-    from nbscope.api.runs import RunRecord, Store
+    from nbscope.api.audit import AuditOutcome
 
 HtmlOption = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")]
 OutputOption = Annotated[
@@ -30,36 +29,16 @@ OutputOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
 
 
-def _emit(record: RunRecord, *, store: Store, output: Path | None, as_json: bool, markdown: bool, html_path: Path | None,
-          diagnosis: bool = True) -> None:
-    from nbscope.api.audit import export_audit
+def _emit(outcome: AuditOutcome, *, as_json: bool, markdown: bool, html_path: Path | None, diagnosis: bool = True) -> None:
     from nbscope.api.runs import db_option
-    from nbscope.render.audit import audit_html, audit_markdown, print_audit, print_audit_findings
-    from nbscope.render.terminal import console
+    from nbscope.render.audit import audit_html, emit_audit
 
-    if output is not None:
-        export_audit(record, output_file(output), store=store)
     if html_path is not None:
-        write_text(html_path, audit_html(record), option="--html")
-    if as_json:
-        print(record.to_json())
-    elif markdown:
-        print(audit_markdown(record))
-    else:
-        print_audit(record)
-        if diagnosis:
-            db = db_option(store)
-            print_audit_findings(record, lambda run_id: f"nbscope diagnose {run_id}{db}")
-        saved = f"saved as run {record.run_id} in {store.path}" if record.run_id else ""
-        written = ", ".join(str(p) for p in (output, html_path) if p is not None)
-        console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {written}' if written else '') if x)}[/dim]")
-
-
-def _check_outputs(output: Path | None, html_path: Path | None) -> None:
-    """-o and --html refused early in one line: a link, a device, the store (:func:`output_file`)."""
-    for path, option in ((output, "-o"), (html_path, "--html")):
-        if path is not None:
-            output_file(path, option=option)
+        write_text(html_path, audit_html(outcome.record, outcome.audit), option="--html")
+    db = db_option(outcome.store)
+    emit_audit(outcome.record, outcome.audit, as_json=as_json, markdown=markdown, store_path=outcome.store.path,
+               written=(outcome.output, html_path),
+               diagnose_command=(lambda run_id: f"nbscope diagnose {run_id}{db}") if diagnosis else None)
 
 
 @app.command()
@@ -97,9 +76,7 @@ def audit(
     --forecast t4, no GPU is needed: each lecture's CPU run is forecast on the T4 (time range, verdict,
     dominant term), sorted by forecast slowdown, and the GPU rules of diagnose fire as forecast risks.
     """
-    from nbscope.api.audit import AuditOptions, discover, parse_backends
-    from nbscope.api.audit import audit as run_audit
-    from nbscope.api.runs import labelled
+    from nbscope.api.audit import AuditOptions, parse_backends, run_audit
     from nbscope.render.audit import audit_progress
 
     options = AuditOptions(
@@ -107,14 +84,10 @@ def audit(
         share_gpu=share_gpu, jobs_per_gpu=jobs_per_gpu, timeout=timeout,
         forecast=[g.strip() for g in forecast.split(",") if g.strip()] if forecast else [],
     )
-    options.validate()
-    store = open_store(db)
-    discover(targets)  # notes the notebooks as read: -o naming one is refused before the audit runs
-    _check_outputs(output, html_path)  # before the audit runs: -o naming the store costs nothing
-    with labelled(label):  # its workers, in this process or others, record their runs with it
-        record = run_audit(targets, options, store=store, on_event=audit_progress(quiet))
-    _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path,
-          diagnosis=not no_diagnose)
+    options.validate()  # before the store is opened: a bad option creates nothing
+    outcome = run_audit(targets, options, open_store(db), output=output, html=html_path, label=label,
+                        on_event=audit_progress(quiet))
+    _emit(outcome, as_json=as_json, markdown=markdown, html_path=html_path, diagnosis=not no_diagnose)
 
 
 @app.command()
@@ -127,15 +100,9 @@ def merge(
     db: DbOption = None,
 ) -> None:
     """Join audit files (CI shards, or CPU and GPU runners' audits) into one audit; their runs are imported."""
-    from nbscope.api.audit import merge as run_merge
-    from nbscope.api.audit import missing_notebooks
+    from nbscope.api.audit import run_merge
 
-    store = open_store(db)
-    for path in files:  # read by the merge: never the target of -o or --html, refused before anything is merged
-        note_input(path, "a run record it reads")
-    _check_outputs(output, html_path)
-    record = run_merge(files, store=store)
-    _emit(record, store=store, output=output, as_json=as_json, markdown=markdown, html_path=html_path)
-    missing = missing_notebooks(record)
-    if missing and not as_json:
-        print(f"nbscope: warning: {len(missing)} notebook(s) of the book are in none of the files", file=sys.stderr)
+    outcome = run_merge(files, open_store(db), output=output, html=html_path)
+    _emit(outcome, as_json=as_json, markdown=markdown, html_path=html_path)
+    if outcome.missing and not as_json:
+        warn(f"{len(outcome.missing)} notebook(s) of the book are in none of the files")

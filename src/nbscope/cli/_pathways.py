@@ -30,19 +30,13 @@ def pathways(
 ) -> None:
     """Run a notebook through a script, a Jupyter kernel and a jupyter-book build; pair its cells and say
     whether the pathway explains a difference, with each pathway's fixed costs apart from the cells."""
-    from nbscope.api.pathways import parse_via, run_pathways
+    from nbscope.api.pathways import parse_via, pathways_command
     from nbscope.api.profile import parse_env
-    from nbscope.api.runs import labelled
     from nbscope.render.pathways import emit_pathways, pathways_progress
 
-    names = parse_via(via)  # one-line errors before anything starts
-    overrides = parse_env(env or [])
-    store = open_store(db)
-    with labelled(label):
-        record = run_pathways(
-            path, names, repeat, store, timeout=timeout, kernel=kernel, env=overrides, jax_platform=jax_platform,
-            progress=pathways_progress(),
-        )
-    emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)
-    if record.status == "error":
-        raise typer.Exit(1)
+    names, overrides = parse_via(via), parse_env(env or [])  # one-line errors before anything starts
+    outcome = pathways_command(path, names, repeat, open_store(db), timeout=timeout, kernel=kernel, env=overrides,
+                               jax_platform=jax_platform, label=label, progress=pathways_progress())
+    emit_pathways(outcome.record, outcome.run, as_json=as_json, markdown=markdown, store_path=outcome.store.path)
+    if outcome.exit_status:
+        raise typer.Exit(outcome.exit_status)

@@ -81,20 +81,19 @@ def versions(
     profile_options = RunSpec(timeout=timeout, env=parse_env(env or []), jax_platform=jax_platform, repeat=repeat)
     profile_options.validate()
     options = job.versions_options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
-    store = open_store(db)
-    result = job.profile_versions(path, parsed, profile_options, options, store=store,
-                                  on_event=_events(as_json or markdown))
+    outcome = job.versions_command(path, parsed, profile_options, options, open_store(db),
+                                   on_event=_events(as_json or markdown))
     from nbscope.render import versions as view
 
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:
-            print(view.versions_json(result))
+            print(view.versions_json(outcome.result))
         elif markdown:
-            print(view.versions_markdown(result), end="")
+            print(view.versions_markdown(outcome.result), end="")
         else:
-            view.print_versions(result, store_path=store.path)
-    if not result.ran:
-        raise typer.Exit(1)
+            view.print_versions(outcome.result, store_path=outcome.store.path)
+    if outcome.exit_status:
+        raise typer.Exit(outcome.exit_status)
 
 
 def _cache(env_cache: Path | None, *, clear: bool, as_json: bool) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -21,8 +22,9 @@ from nbscope.schema.audit import Audit, AuditEntry, Availability, BackendRun, Bl
 from nbscope.schema.codec import decode
 
 
-def _audit(record: RunRecord) -> Audit:
-    return decode(Audit, record.measurements)
+def _audit(record: RunRecord, audit: Audit | None) -> Audit:
+    """The audit's typed measurements: as the command decoded them once, else read from the record."""
+    return audit if audit is not None else decode(Audit, record.measurements)
 
 
 def _backend_cell(row: Lecture, backend: str | None) -> str:
@@ -117,9 +119,8 @@ def blast_radius_rows(radius: BlastRadius, *, limit: int | None = BLAST_LIMIT) -
     return Rows.of(_blast_columns(radius), rows)
 
 
-def print_blast_radius(record: RunRecord) -> None:
+def print_blast_radius(radius: BlastRadius | None) -> None:
     """``audit --forecast``: the lectures by forecast slowdown on the first GPU named."""
-    radius = _audit(record).forecast
     if radius is None:
         return
     rows = blast_radius_rows(radius)
@@ -133,14 +134,14 @@ def print_blast_radius(record: RunRecord) -> None:
                   "nbscope forecast RUN shows a lecture's cells; docs/forecast.md)[/dim]")
 
 
-def print_audit_findings(record: RunRecord, command: Callable[[Any], str]) -> None:
+def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit: Audit | None = None) -> None:
     """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
     (``command(run_id)``); the notebooks without findings on one line."""
     from nbscope.analyse.diagnose import Finding
     from nbscope.render.findings import print_top_findings
 
     quiet = []
-    for entry in _audit(record).entries:
+    for entry in _audit(record, audit).entries:
         if not entry.run_id or entry.top_findings is None:
             continue
         shown = [Finding.from_dict(f) for f in entry.top_findings]
@@ -165,10 +166,9 @@ def _audit_columns(gpu: str | None) -> tuple[Column, ...]:
     )
 
 
-def audit_rows(record: RunRecord, *, limit: int | None = ACTION_LIMIT) -> Rows:
+def audit_rows(audit: Audit, *, limit: int | None = ACTION_LIMIT) -> Rows:
     """The audit's table, once for every format: a row per lecture (its total on the CPU and on the GPU
     backend, the winner, the top cause and the recommended action, cut at ``limit`` characters)."""
-    audit = _audit(record)
     gpu = audit.gpu_backend
     rows = []
     for row in audit.lectures:
@@ -178,12 +178,12 @@ def audit_rows(record: RunRecord, *, limit: int | None = ACTION_LIMIT) -> Rows:
     return Rows.of(_audit_columns(gpu), rows, title=f"audit · {count(audit.totals.notebooks, 'notebook')}")
 
 
-def print_audit(record: RunRecord) -> None:
+def print_audit(record: RunRecord, audit: Audit | None = None) -> None:
     """The audit in the terminal: one row per lecture, then the summary line."""
     print_record_header(record)
-    audit = _audit(record)
-    console.print(terminal_table(audit_rows(record)))
-    print_blast_radius(record)
+    audit = _audit(record, audit)
+    console.print(terminal_table(audit_rows(audit)))
+    print_blast_radius(audit.forecast)
     for backend, info in audit.backends.items():
         if not info.available:
             console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.reason))}")
@@ -199,15 +199,15 @@ def print_audit(record: RunRecord) -> None:
     )
 
 
-def audit_markdown(record: RunRecord) -> str:
+def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
     """A GitHub-ready table: Lecture | CPU | GPU | Winner | Top cause | Recommended action."""
-    audit = _audit(record)
+    audit = _audit(record, audit)
     lines = [
         f"### nbscope audit: `{_md(record.target)}`",
         "",
         f"**{_md(audit.summary)}**",
         "",
-        *markdown_table(audit_rows(record)),
+        *markdown_table(audit_rows(audit)),
     ]
     radius = audit.forecast
     if radius is not None:
@@ -239,10 +239,10 @@ def _html_table(rows: Rows) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
 
 
-def audit_html(record: RunRecord) -> str:
+def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
     """One self-contained HTML page (no scripts, no network) with the look of nbscope's other reports."""
     e = html.escape
-    audit = _audit(record)
+    audit = _audit(record, audit)
     notes = [f"<li>{e(b)} unavailable: {e(str(i.reason))}</li>" for b, i in audit.backends.items() if not i.available]
     notes += [f"<li>{e(x.path)} on {e(x.backend)}: {e(str(x.status))} {e(x.error or '')}</li>"
               for x in audit.failures]
@@ -260,11 +260,29 @@ def audit_html(record: RunRecord) -> str:
 <h1>nbscope audit: {e(record.target)}</h1>
 <p class="meta">{e(record.started_at)} · {e(record.status)} · digest {e(record.digest)}</p>
 <p><strong>{e(audit.summary)}</strong></p>
-{_html_table(audit_rows(record, limit=None))}
+{_html_table(audit_rows(audit, limit=None))}
 {blast}
 {('<ul>' + ''.join(notes) + '</ul>') if notes else ''}
 </body></html>
 """
+
+
+def emit_audit(record: RunRecord, audit: Audit, *, as_json: bool, markdown: bool, store_path: Path,
+               written: Sequence[Path | None] = (), diagnose_command: Callable[[Any], str] | None = None) -> None:
+    """``nbscope audit`` or ``merge`` on stdout: the record as JSON, the markdown table, or the terminal's table with
+    each notebook's top findings (``diagnose_command(run_id)`` names the command that shows them all; None: no
+    findings) and where the audit was saved (``store_path``) and ``written``."""
+    if as_json:
+        print(record.to_json())
+    elif markdown:
+        print(audit_markdown(record, audit))
+    else:
+        print_audit(record, audit)
+        if diagnose_command is not None:
+            print_audit_findings(record, diagnose_command, audit)
+        saved = f"saved as run {record.run_id} in {store_path}" if record.run_id else ""
+        files = ", ".join(str(p) for p in written if p is not None)
+        console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {files}' if files else '') if x)}[/dim]")
 
 
 def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:

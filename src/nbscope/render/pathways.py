@@ -69,7 +69,7 @@ def _pathway_column(name: str) -> Column:
     return Column(literal(name), "right", "number", markdown=name)
 
 
-def _with_bracket(value: Any, bracketed: Any) -> str:
+def _with_bracket(value: float | None, bracketed: float | None) -> str:
     """``value`` in seconds, and ``bracketed`` after it in brackets when there is one."""
     text = format_seconds(value)
     return f"{text} ({format_seconds(bracketed)})" if bracketed else text
@@ -131,10 +131,15 @@ def figure_rows(figures: Sequence[BenchFigure], names: list[str]) -> Rows:
     return Rows.of(columns, rows, title="bench figures (steady median; first call in brackets)")
 
 
-def print_pathways(record: RunRecord) -> None:
+def _run(record: RunRecord, run: PathwaysRun | None) -> PathwaysRun:
+    """The record's typed measurements: as the command decoded them once, else read from the record."""
+    return run if run is not None else decode(PathwaysRun, record.measurements)
+
+
+def print_pathways(record: RunRecord, run: PathwaysRun | None = None) -> None:
     """Terminal view: pathways table, cells side by side, then the verdict."""
     print_record_header(record)
-    run = decode(PathwaysRun, record.measurements)
+    run = _run(record, run)
     console.print(terminal_table(pathway_rows(run)))
     console.print(terminal_table(cell_rows(run)))
     names = run.ran
@@ -154,9 +159,9 @@ def print_figures(figures: Sequence[BenchFigure], names: list[str]) -> None:
     console.print(terminal_table(figure_rows(figures, names)))
 
 
-def pathways_markdown(record: RunRecord) -> str:
+def pathways_markdown(record: RunRecord, run: PathwaysRun | None = None) -> str:
     """GitHub-ready tables: pathways with their fixed costs, then cells side by side, then the verdict."""
-    run = decode(PathwaysRun, record.measurements)
+    run = _run(record, run)
     lines = [
         f"### nbscope pathways: `{_md(record.target)}`",
         "",
@@ -188,13 +193,14 @@ def pathways_progress() -> Any:
     return progress
 
 
-def emit_pathways(record: RunRecord, *, as_json: bool, markdown: bool, store_path: object = None) -> None:
+def emit_pathways(record: RunRecord, run: PathwaysRun | None = None, *, as_json: bool, markdown: bool,
+                  store_path: object = None) -> None:
     """A pathways record as JSON, markdown or tables."""
     if as_json:
         print(record.to_json())
     elif markdown:
-        print(pathways_markdown(record), end="")
+        print(pathways_markdown(record, run), end="")
     else:
-        print_pathways(record)
+        print_pathways(record, run)
         if store_path is not None and record.run_id is not None:
             console.print(f"[dim]saved as run {record.run_id} in {store_path}[/dim]")

@@ -5,10 +5,12 @@
 - :func:`audit` profiles each on each backend (CPU jobs in parallel, GPU jobs one per GPU), resuming from
   runs already in the store, and returns an audit record (kind ``audit``).
 - :func:`export_audit` writes an audit with its runs; :func:`merge` joins such files into one audit.
+- :func:`run_audit` and :func:`run_merge` are the commands: each returns an :class:`AuditOutcome`.
 """
 
 from __future__ import annotations
 
+from nbscope.api.audit._command import AuditOutcome, run_audit, run_merge
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, file_hash, run_job
 from nbscope.api.audit._merge import export_audit, load_audit, merge, missing_notebooks
@@ -18,6 +20,7 @@ from nbscope.collect.platforms import parse_backends
 
 __all__ = [
     "AuditOptions",
+    "AuditOutcome",
     "Book",
     "GpuSlot",
     "Job",
@@ -34,6 +37,8 @@ __all__ = [
     "missing_notebooks",
     "parse_backends",
     "parse_shard",
+    "run_audit",
     "run_job",
+    "run_merge",
     "select_shard",
 ]

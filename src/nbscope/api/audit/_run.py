@@ -26,6 +26,7 @@ from nbscope.schema.codec import decode, encode
 from nbscope.schema.machine import Machine
 
 if TYPE_CHECKING:
+    from nbscope.api.audit._dask import DaskRunner
     from nbscope.record.store import Store
 
 # Backend names and the JAX_PLATFORMS value each runs under.
@@ -164,7 +165,7 @@ def audit(
     started = time.perf_counter()
     record = RunRecord(kind="audit", target=_book_target(book), fingerprint=fingerprint,
                        settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]})
-    runner: Any = None
+    runner: DaskRunner | None = None
     if options.dask:
         from nbscope.api.audit._dask import DaskRunner
 
@@ -209,7 +210,7 @@ def audit(
             runner.close()
 
 
-def _where_jobs_can_run(runner: Any, options: AuditOptions, fingerprint: dict[str, Any]
+def _where_jobs_can_run(runner: DaskRunner | None, options: AuditOptions, fingerprint: dict[str, Any]
                         ) -> tuple[dict[str, Availability], set[str], dict[str, Any] | None]:
     """Each backend's availability (on the Dask workers, or on this machine), the environment digests a
     reusable earlier profile may have, and the Dask workers (None: this machine)."""

@@ -38,8 +38,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.api.runs import store_then_stop
 from nbscope.record.cells import target_name
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, labelled
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.schema.codec import decode, encode
 from nbscope.schema.model import Cell
@@ -58,7 +58,8 @@ if TYPE_CHECKING:
     from nbscope.record.store import Store
 
 __all__ = [
-    "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "parse_via", "run_bench_pathways", "run_pathways",
+    "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "PathwaysOutcome", "parse_via", "pathways_command",
+    "run_bench_pathways", "run_pathways",
 ]
 
 PATHWAYS = ("script", "kernel", "book", "book2")
@@ -113,10 +114,39 @@ def _run_one(
     return run_book2(notebook, options, fingerprint=fingerprint)
 
 
+@dataclass(frozen=True)
+class PathwaysOutcome:
+    """What ``nbscope pathways`` made: the record (stored), its measurements typed for the views, and the store."""
+
+    record: RunRecord
+    run: PathwaysRun
+    store: Store
+
+    @property
+    def exit_status(self) -> int:
+        """1 when no pathway measured the notebook, else 0."""
+        return 1 if self.record.status == "error" else 0
+
+
+def pathways_command(path: str | Path, via: Sequence[str], repeat: int, store: Store, *,
+                     timeout: float | None = None, kernel: str | None = None, env: dict[str, str] | None = None,
+                     jax_platform: str | None = None, label: str | None = None,
+                     progress: ProgressCallback | None = None) -> PathwaysOutcome:
+    """``nbscope pathways``: the notebook run through each pathway (``via``: :func:`parse_via`'s) under ``label``,
+    stored, and returned typed."""
+    with labelled(label):
+        record = run_pathways(path, via, repeat, store, timeout=timeout, kernel=kernel, env=env,
+                              jax_platform=jax_platform, progress=progress)
+    return PathwaysOutcome(record=record, run=decode(PathwaysRun, record.measurements), store=store)
+
+
 def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA, repeat: int = 1,
-                 store: Store | None = None, **options: Any) -> RunRecord:
-    """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record
-    (``options``: those of :func:`pathways_until_stopped`).
+                 store: Store | None = None, *, timeout: float | None = None, kernel: str | None = None,
+                 env: dict[str, str] | None = None, jax_platform: str | None = None,
+                 fingerprint: dict[str, Any] | None = None, progress: ProgressCallback | None = None,
+                 env_hook: EnvHook | None = None, target: str | None = None) -> RunRecord:
+    """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record (the options:
+    those of :func:`pathways_until_stopped`).
 
     Repeats are interleaved, each starting with the next pathway (script, kernel, book, then kernel,
     book, script, ...), so that a drift in the machine's speed and the first run's cold file cache fall
@@ -125,9 +155,10 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
     given. Ctrl-C (or SIGTERM / SIGHUP under the CLI) keeps every run so far, the one cut short included,
     saves the record (status ``partial``), then re-raises KeyboardInterrupt.
     """
-    if store is not None:  # --env values hidden under the store's key, so that they compare within it
-        options.setdefault("env_key", store.env_key())
-    record, interrupted = pathways_until_stopped(path, via, repeat, **options)
+    # --env values hidden under the store's key, so that they compare within it
+    record, interrupted = pathways_until_stopped(
+        path, via, repeat, timeout=timeout, kernel=kernel, env=env, jax_platform=jax_platform, fingerprint=fingerprint,
+        progress=progress, env_hook=env_hook, target=target, env_key=store.env_key() if store is not None else None)
     store_then_stop(record, store, interrupted)
     return record
 
