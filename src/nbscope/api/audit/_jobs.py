@@ -15,9 +15,12 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from nbscope.schema.codec import Measured, decode
 
 if TYPE_CHECKING:
     from nbscope.api.profile import RunSpec
@@ -54,6 +57,22 @@ class Job:
 
         return RunSpec(timeout=self.timeout, env=dict(self.env), jax_platform=self.platform,
                        forecast=tuple(self.forecast), label=self.label)
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A job's result as the parent reads it (decoded from the plain dict a worker sends back)."""
+
+    ok: bool
+    record: Mapping[str, Any] | None  # the profile's document
+    error: str | None
+    retryable: bool  # failed for a reason outside its notebook: worth one more try
+    worker: Any  # host, pid, Dask address
+    elapsed_s: Measured
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any]) -> JobResult:
+        return decode(cls, document)
 
 
 def file_hash(path: str | Path) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
-from nbscope.api.audit._jobs import Job, file_hash
+from nbscope.api.audit._jobs import Job, JobResult, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
 from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
@@ -286,10 +286,11 @@ def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | N
         # process that died: transient on a loaded machine) gets one more try, after the others.
         retry: list[Job] = []
         for attempt, batch in enumerate((plan.jobs, retry)):
-            for job, result in execute(batch):
-                if attempt == 0 and not result.get("ok") and result.get("retryable"):
+            for job, sent in execute(batch):
+                result = JobResult.of(sent)
+                if attempt == 0 and not result.ok and result.retryable:
                     retry.append(job)
-                    emit("retry", {"path": job.key, "backend": job.backend, "error": result.get("error")})
+                    emit("retry", {"path": job.key, "backend": job.backend, "error": result.error})
                     continue
                 entry, profile_record = _save_result(store, job, result, audit_target)
                 if profile_record is not None:
@@ -358,18 +359,18 @@ def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, st
     _signals.note_saved(f"partial run {run_id} ({job.key})")
 
 
-def _save_result(store: Store | None, job: Job, result: dict[str, Any], book_target: str) -> tuple[AuditEntry, RunRecord | None]:
+def _save_result(store: Store | None, job: Job, result: JobResult, book_target: str) -> tuple[AuditEntry, RunRecord | None]:
     """Store a finished job's profile (tagged with what resuming needs); its audit entry and the record."""
-    if not result.get("ok") or not isinstance(result.get("record"), dict):
-        entry = _report.bare_entry(job.key, job.backend, job.source_hash, "error", result.get("error") or "no result",
+    if not result.ok or result.record is None:
+        entry = _report.bare_entry(job.key, job.backend, job.source_hash, "error", result.error or "no result",
                                    job.target)
         return entry, None
-    record = RunRecord.from_dict(result["record"], source=f"the result of {job.key}")
+    record = RunRecord.from_dict(dict(result.record), source=f"the result of {job.key}")
     record.target = job.target  # the same name as `nbscope profile` gives it here, wherever it ran
     record.command = command_for_record(sys.argv)  # a pool worker's argv says nothing; the audit's command does
     record.measurements["audit"] = encode(AuditTag(
         path=job.key, book=book_target, source_hash=job.source_hash, backend=job.backend, gpu=job.gpu, env=job.env,
-        worker=result.get("worker"), elapsed_s=result.get("elapsed_s")))
+        worker=result.worker, elapsed_s=result.elapsed_s))
     if store is not None:
         store.save(record)
         if job.live_path:
