@@ -141,7 +141,7 @@ def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit
     from nbscope.render.findings import print_top_findings
 
     quiet = []
-    for entry in _audit(record, audit).entries:
+    for entry in _audit(record, audit).notebooks:
         if not entry.run_id or entry.top_findings is None:
             continue
         shown = [Finding.from_dict(f) for f in entry.top_findings]

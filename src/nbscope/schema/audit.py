@@ -352,10 +352,6 @@ class Audit:
         return self.lectures[0].gpu_backend if self.lectures else None
 
     @property
-    def entries(self) -> tuple[AuditEntry, ...]:
-        return self.notebooks
-
-    @property
     def failures(self) -> tuple[AuditEntry, ...]:
         """The entries that have no run: an error, or not run (interrupted)."""
         return tuple(e for e in self.notebooks if e.status in ("error", "not-run"))

@@ -153,21 +153,32 @@ class PathwayEntry:
 
 @dataclass(frozen=True, slots=True)
 class FigureEntry:
-    """A bench figure in one pathway: its steady median and first call."""
+    """A bench figure in one pathway: its steady median and spread, its first call (medians over repeats), and
+    each repeat's median when there were several."""
 
     median_s: float | None
+    spread: float | None
     first_s: float | None
+    samples: tuple[float, ...] | None
+
+
+def _one_pathway(figure: BenchFigure) -> bool:
+    return figure.slowest is None
 
 
 @dataclass(frozen=True, slots=True)
 class BenchFigure:
-    """A bench figure through the pathways (``nbscope bench --pathway``), as its views read it."""
+    """A bench figure through the pathways (``nbscope bench --pathway``): whether its medians differ beyond
+    noise, their ratio (slowest over fastest) and the slowest pathway."""
 
     key: str
     label: str | None
+    group: str | None
+    dtype: str | None
     by_pathway: Mapping[str, FigureEntry]
     differs: bool
     ratio: float | None
+    slowest: Annotated[str | None, Write(omit=_one_pathway)] = None
 
 
 # ---- the whole record ----------------------------------------------------------------------------------------
@@ -188,6 +199,8 @@ class PathwaysTotals:
     max_load_average: float | None
     cpus: int
     interrupted: bool
+    figures: Annotated[int | None, Write(omit=lambda totals: totals.figures is None)] = None  # bench --pathway
+    figures_differing: Annotated[int | None, Write(omit=lambda totals: totals.figures is None)] = None
 
 
 @dataclass(frozen=True, slots=True)

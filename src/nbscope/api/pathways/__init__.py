@@ -156,7 +156,7 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
     saves the record (status ``partial``), then re-raises KeyboardInterrupt.
     """
     # --env values hidden under the store's key, so that they compare within it
-    record, interrupted = pathways_until_stopped(
+    record, _, interrupted = pathways_until_stopped(
         path, via, repeat, timeout=timeout, kernel=kernel, env=env, jax_platform=jax_platform, fingerprint=fingerprint,
         progress=progress, env_hook=env_hook, target=target, env_key=store.env_key() if store is not None else None)
     store_then_stop(record, store, interrupted)
@@ -177,8 +177,9 @@ def pathways_until_stopped(
     env_hook: EnvHook | None = None,
     target: str | None = None,
     env_key: bytes | None = None,
-) -> tuple[RunRecord, bool]:
-    """:func:`run_pathways` without storing: ``(record, interrupted)``; ``--env`` values hidden under ``env_key``
+) -> tuple[RunRecord, PathwaysRun, bool]:
+    """:func:`run_pathways` without storing: ``(record, its measurements typed, interrupted)``; ``--env`` values
+    hidden under ``env_key``
     (the store's; None: this process's)."""
     from nbscope.collect import fingerprint as fp
     from nbscope.collect import notebook as notebook_module
@@ -244,7 +245,7 @@ def pathways_until_stopped(
     else:
         status = "ok"
     record.finish(status)
-    return record, interrupted
+    return record, run, interrupted
 
 
 def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[PathwayEntry, PathwayResult | None]:

@@ -15,6 +15,7 @@ import json
 import statistics
 import tempfile
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,9 @@ from nbscope.analyse.pathways import REL_TOL
 from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped
 from nbscope.api.runs import store_then_stop
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import decode, encode
+from nbscope.schema.pathways import BenchFigure, FigureEntry
+from nbscope.schema.suite import GroupFigure
 
 if TYPE_CHECKING:
     import nbformat
@@ -97,17 +101,15 @@ def run_bench_pathways(
         def env_hook(name: str, number: int) -> dict[str, str]:
             return {OUT_VARIABLE: str(outputs / f"{name}-{number}.jsonl")}
 
-        record, interrupted = pathways_until_stopped(
+        record, run, interrupted = pathways_until_stopped(
             path, via, repeat, timeout=TIMEOUTS_S[size], jax_platform=jax_platform,
             fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=f"bench:{size}",
         )
         record.settings.update(size=size, dtype=dtype, only=groups if only else None)
-        figures = pair_figures(outputs, list(record.measurements["pathways"]))
-    record.measurements["figures"] = figures
-    differing = [f for f in figures if f.get("differs")]
-    record.measurements["totals"]["figures"] = len(figures)
-    record.measurements["totals"]["figures_differing"] = len(differing)
-    record.measurements["verdict"] = figures_verdict(figures, record.measurements["verdict"])
+        figures = pair_figures(outputs, list(run.pathways))
+    totals = replace(run.totals, figures=len(figures), figures_differing=sum(1 for f in figures if f.differs))
+    record.measurements = encode(replace(run, totals=totals, figures=tuple(figures),
+                                         verdict=figures_verdict(figures, run.verdict)))
     store_then_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
     return record
 
@@ -122,53 +124,56 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def pair_figures(outputs: Path, names: list[str]) -> list[dict[str, Any]]:
+def pair_figures(outputs: Path, names: list[str]) -> list[BenchFigure]:
     """Each figure's steady median (and first call) per pathway, medians over repeats."""
     from nbscope.collect.bench._stats import figure_value
 
     values: dict[str, dict[str, list[tuple[float, float, float | None]]]] = {}
-    labels: dict[str, dict[str, Any]] = {}
+    labels: dict[str, GroupFigure] = {}
     for name in names:
         for path in sorted(outputs.glob(f"{name}-*.jsonl")):
             for group in _read(path):
-                for figure in group.get("figures") or []:
-                    value = figure_value(figure)
+                for document in group.get("figures") or []:
+                    value = figure_value(document)
                     if value is None:
                         continue
-                    first = (figure.get("first") or {}).get("wall_s")
-                    values.setdefault(figure["key"], {}).setdefault(name, []).append((*value, first))
-                    labels.setdefault(figure["key"], {"label": figure.get("label"), "group": figure.get("group"),
-                                                      "dtype": figure.get("dtype")})
-    figures = []
-    for key, by_name in values.items():
-        by_pathway: dict[str, dict[str, Any]] = {}
-        for name, samples in by_name.items():
-            medians = [s[0] for s in samples]
-            firsts = [s[2] for s in samples if isinstance(s[2], (int, float))]
-            by_pathway[name] = {
-                "median_s": statistics.median(medians),
-                "spread": max(s[1] for s in samples),
-                "first_s": statistics.median(firsts) if firsts else None,
-                "samples": medians if len(medians) > 1 else None,
-            }
-        entry: dict[str, Any] = {"key": key, **labels[key], "by_pathway": by_pathway, "differs": False, "ratio": 1.0}
-        if len(by_pathway) >= 2:
-            centres: dict[str, float] = {n: e["median_s"] for n, e in by_pathway.items()}
-            low, high = min(centres.values()), max(centres.values())
-            tolerance = max(REL_TOL, MAD_FACTOR * max(e["spread"] or 0.0 for e in by_pathway.values()))
-            entry["ratio"] = high / low if low > 0 else None
-            entry["differs"] = low > 0 and (high - low) / low > tolerance
-            entry["slowest"] = max(centres, key=centres.__getitem__)
-        figures.append(entry)
-    return figures
+                    figure = decode(GroupFigure, document)
+                    first = figure.first.wall_s if figure.first is not None else None
+                    values.setdefault(str(figure.key), {}).setdefault(name, []).append((*value, first))
+                    labels.setdefault(str(figure.key), figure)
+    return [_paired(key, labels[key], by_name) for key, by_name in values.items()]
 
 
-def figures_verdict(figures: list[dict[str, Any]], cells_verdict: str) -> str:
-    compared = [f for f in figures if len(f["by_pathway"]) >= 2]
+def _paired(key: str, figure: GroupFigure, by_name: dict[str, list[tuple[float, float, float | None]]]) -> BenchFigure:
+    """One figure through the pathways: medians over repeats, and whether they differ beyond noise."""
+    by_pathway: dict[str, FigureEntry] = {}
+    for name, samples in by_name.items():
+        medians = [s[0] for s in samples]
+        firsts = [s[2] for s in samples if isinstance(s[2], (int, float))]
+        by_pathway[name] = FigureEntry(
+            median_s=statistics.median(medians), spread=max(s[1] for s in samples),
+            first_s=statistics.median(firsts) if firsts else None,
+            samples=tuple(medians) if len(medians) > 1 else None,
+        )
+    ratio: float | None = 1.0
+    differs, slowest = False, None
+    if len(by_pathway) >= 2:
+        centres = {n: e.median_s for n, e in by_pathway.items() if e.median_s is not None}
+        low, high = min(centres.values()), max(centres.values())
+        tolerance = max(REL_TOL, MAD_FACTOR * max(e.spread or 0.0 for e in by_pathway.values()))
+        ratio = high / low if low > 0 else None
+        differs = low > 0 and (high - low) / low > tolerance
+        slowest = max(centres, key=centres.__getitem__)
+    return BenchFigure(key=key, label=figure.label, group=figure.group, dtype=figure.dtype, by_pathway=by_pathway,
+                       differs=differs, ratio=ratio, slowest=slowest)
+
+
+def figures_verdict(figures: list[BenchFigure], cells_verdict: str) -> str:
+    compared = [f for f in figures if len(f.by_pathway) >= 2]
     if not compared:
         return cells_verdict
-    differing = sorted((f for f in compared if f["differs"]), key=lambda f: -(f.get("ratio") or 0))
+    differing = sorted((f for f in compared if f.differs), key=lambda f: -(f.ratio or 0))
     if not differing:
         return f"bench figures agree within noise across pathways ({len(compared)} figures); {cells_verdict}"
-    shown = ", ".join(f"{f.get('label') or f['key']} ×{f['ratio']:.2f} slower in {f['slowest']}" for f in differing[:3])
+    shown = ", ".join(f"{f.label or f.key} ×{f.ratio or 0:.2f} slower in {f.slowest}" for f in differing[:3])
     return f"{len(differing)} of {len(compared)} bench figures differ beyond noise ({shown}); {cells_verdict}"
