@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._files import note_input, write_text
+from nbscope.api.files import note_input, write_text
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nbscope._errors import NbscopeError
+from nbscope.api import NbscopeError
 from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, open_store
 

@@ -23,8 +23,7 @@ def book2_env(
     environment of its own, under its cache folder): export PATH="$(nbscope book2-env):$PATH"."""
     import json
 
-    from nbscope._errors import NbscopeError
-    from nbscope.api import jupyter_book2
+    from nbscope.api import NbscopeError, jupyter_book2
 
     found = jupyter_book2.find()
     if install and not found.command:

@@ -12,7 +12,7 @@ from nbscope.cli._options import DbOption, JsonOption, LabelOption, open_store
 
 
 def _trip_counts(text: str | None) -> list[int] | None:
-    from nbscope._errors import NbscopeError
+    from nbscope.api import NbscopeError
 
     if not text:
         return None

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
-from nbscope._files import written_to
+from nbscope.api import NbscopeError
+from nbscope.api.files import written_to
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
