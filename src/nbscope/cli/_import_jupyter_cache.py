@@ -29,6 +29,6 @@ def import_jupyter_cache(
 
     imported = import_jupyter_cache_command(path, db, fingerprint_file=fingerprint, on_skip=warn)
     if as_json:
-        print(cache_import_json(imported))
+        print(cache_import_json(imported.records, imported.skipped))
     else:
-        print_cache_import(imported)
+        print_cache_import(imported.records, imported.skipped, imported.store_path)

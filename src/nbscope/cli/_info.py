@@ -35,11 +35,11 @@ def info(
     if diff is not None and outcome.differences is not None:
         with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
             if as_json:
-                print(info_json(outcome))
+                print(info_json(outcome.fingerprint, outcome.differences))
             else:
                 terminal.print_fingerprint_diff(list(outcome.differences), str(diff[0]), str(diff[1]))
         raise typer.Exit(outcome.exit_status)
     if as_json:
-        print(info_json(outcome))
+        print(info_json(outcome.fingerprint, outcome.differences))
     else:
         terminal.print_fingerprint(outcome.fingerprint or {})

@@ -4,13 +4,12 @@ tables are :func:`nbscope.render.terminal.print_fingerprint` and ``print_fingerp
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from nbscope.api.info import InfoOutcome
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
-def info_json(outcome: InfoOutcome) -> str:
-    if outcome.differences is not None:
-        return json.dumps([{"field": f, "a": a, "b": b} for f, a, b in outcome.differences], indent=1, default=str)
-    return json.dumps(outcome.fingerprint, indent=1, default=str)
+def info_json(fingerprint: Mapping[str, Any] | None, differences: Sequence[tuple[str, Any, Any]] | None) -> str:
+    """The fields two fingerprints differ in (``field``, value in A, value in B), else the fingerprint."""
+    if differences is not None:
+        return json.dumps([{"field": f, "a": a, "b": b} for f, a, b in differences], indent=1, default=str)
+    return json.dumps(fingerprint, indent=1, default=str)
