@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError
@@ -42,6 +42,10 @@ from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.schema.build import derive, totals
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Findings
+    from nbscope.schema.model import Cell
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
 MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count
@@ -859,3 +863,64 @@ def trace_command(
             error.exit_code = command_exit_code(result.returncode)  # the command's own failure comes first
         raise error
     return result
+
+
+@dataclass(frozen=True)
+class TraceOutcome:
+    """What ``nbscope trace`` did: the traced command's result (its runs, stored), each run's findings (or why it
+    has none, ``--no-diagnose`` included), the notes to show, the runs' failed cells, and the store."""
+
+    result: TraceResult
+    diagnoses: tuple[tuple[Findings | None, str | None], ...]
+    notes: tuple[str, ...]
+    failed: tuple[tuple[RunRecord, Cell], ...]
+    store: Store
+    diagnosed: bool = True
+
+    @property
+    def records(self) -> list[RunRecord]:
+        return self.result.records
+
+    @property
+    def not_stored(self) -> str | None:
+        """One line when the store refused the runs: where they are kept, and how to store them."""
+        return self.result.not_stored_message(self.store.path)
+
+    @property
+    def command_exit_code(self) -> int:
+        """The traced command's failure as trace exits with it (0: it succeeded)."""
+        return command_exit_code(self.result.returncode) if self.result.returncode else 0
+
+
+def trace(
+    command: list[str],
+    db: Path | None,
+    *,
+    on_skip: Callable[[str], None] | None = None,
+    label: str | None = None,
+    forecast: str | None = None,
+    diagnose: bool = True,
+    sources: list[Path] | None = None,
+    timeout: float | None = None,
+    fresh: bool = False,
+    jupyter_book2_first: bool = False,
+    cell_timeout: float | None = None,
+    theme_stand_in: bool = False,
+) -> TraceOutcome:
+    """``nbscope trace -- COMMAND``: the forecast's GPUs checked (an unknown one refused first), the store at ``db``
+    opened, the command traced with its kernels' runs labelled ``label`` and stored, then each run diagnosed
+    (unless not ``diagnose``). See :func:`trace_command` for the rest."""
+    from nbscope.api.profile import diagnosis_of, failures, forecast_devices
+    from nbscope.api.runs import labelled, open_store
+
+    gpus = forecast_devices(forecast, None) or None
+    store = open_store(db, on_skip=on_skip)
+    with labelled(label):  # the traced command's kernels, and the runs stored from them, carry it
+        result = trace_command(
+            command, store=store, sources=sources, timeout=timeout, fresh=fresh,
+            jupyter_book2_first=jupyter_book2_first, forecast=gpus, cell_timeout=cell_timeout,
+            theme_stand_in=theme_stand_in,
+        )
+    notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
+    diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)
+    return TraceOutcome(result, diagnoses, notes, failures(result.records), store, diagnose)
