@@ -21,7 +21,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from nbscope.api.trace import KernelLog, cells_from_log, discover_sources, match, read_kernel_log
+from nbscope.api.trace import KernelLog, ProbeLine, cells_from_log, discover_sources, match, probe_line, read_kernel_log
 from nbscope.collect import notebook as notebook_module
 from nbscope.record.store import Store
 
@@ -50,14 +50,19 @@ def probe_cell(seq: int, source_hash: str, status: str = "ok", wall: float = 0.0
 # ---- matching, without a kernel ------------------------------------------------------------------------
 
 
+def logged(documents: list[dict[str, Any]]) -> list[ProbeLine]:
+    """Probe lines as a kernel log holds them: each written, then decoded once, as the probe's file is read."""
+    return [line for line in map(probe_line, map(json.dumps, documents)) if line is not None]
+
+
 def test_a_kernel_log_matches_the_source_whose_cells_it_ran() -> None:
     myst = notebook_module.read(FILES / "myst_lines.md")
     other = notebook_module.read(FILES / "error.ipynb")
     hashes = [c.source_hash for c in myst.code_cells]
-    log = KernelLog(Path("k.jsonl"), cells=[probe_cell(i + 1, h) for i, h in enumerate(hashes)])
+    log = KernelLog(Path("k.jsonl"), cells=logged([probe_cell(i + 1, h) for i, h in enumerate(hashes)]))
     assert match(log, [other, myst]) is myst
     # a kernel that ran mostly something else is not claimed
-    stranger = KernelLog(Path("s.jsonl"), cells=[probe_cell(1, hashes[0])] + [probe_cell(i, f"{i:016x}") for i in range(2, 6)])
+    stranger = KernelLog(Path("s.jsonl"), cells=logged([probe_cell(1, hashes[0])] + [probe_cell(i, f"{i:016x}") for i in range(2, 6)]))
     assert match(stranger, [other, myst]) is None
     assert match(KernelLog(Path("e.jsonl")), [myst]) is None  # a kernel that ran nothing
 
@@ -67,8 +72,8 @@ def test_cells_from_log_marks_the_cell_that_killed_the_kernel() -> None:
     first, second, killer = (c.source_hash for c in nb.code_cells[:3])
     log = KernelLog(
         Path("k.jsonl"),
-        cells=[probe_cell(1, first), probe_cell(2, second)],
-        started=[{"type": "start", "seq": s, "hash": h} for s, h in ((1, first), (2, second), (3, killer))],
+        cells=logged([probe_cell(1, first), probe_cell(2, second)]),
+        started=logged([{"type": "start", "seq": s, "hash": h} for s, h in ((1, first), (2, second), (3, killer))]),
     )
     cells, status = cells_from_log(nb, log)
     assert status == "partial"
@@ -82,7 +87,7 @@ def test_cells_from_log_expected_errors_and_repeated_sources(tmp_path: Path) -> 
     hashes = [c.source_hash for c in nb.code_cells]
     log = KernelLog(
         Path("k.jsonl"),
-        cells=[probe_cell(1, hashes[0]), probe_cell(2, hashes[1], status="error"), probe_cell(3, hashes[2])],
+        cells=logged([probe_cell(1, hashes[0]), probe_cell(2, hashes[1], status="error"), probe_cell(3, hashes[2])]),
     )
     cells, status = cells_from_log(nb, log)
     assert status == "ok"
@@ -92,7 +97,8 @@ def test_cells_from_log_expected_errors_and_repeated_sources(tmp_path: Path) -> 
     nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 1")]), path)
     twice = notebook_module.read(path)
     same = twice.code_cells[0].source_hash
-    cells, _ = cells_from_log(twice, KernelLog(path, cells=[probe_cell(1, same, wall=0.1), probe_cell(2, same, wall=0.2)]))
+    cells, _ = cells_from_log(twice, KernelLog(path, cells=logged([probe_cell(1, same, wall=0.1),
+                                                                            probe_cell(2, same, wall=0.2)])))
     assert [c["wall_s"] for c in cells] == [0.1, 0.2]
 
 
@@ -101,8 +107,8 @@ def test_read_kernel_log_skips_a_torn_last_line(tmp_path: Path) -> None:
     lines = [{"type": "kernel", "pid": 7}, {"type": "start", "seq": 1, "hash": "a"}, probe_cell(1, "a")]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"type": "start", "se')
     log = read_kernel_log(path)
-    assert log.header == {"type": "kernel", "pid": 7}
-    assert [c["seq"] for c in log.cells] == [1] and log.unfinished == []
+    assert log.header is not None and log.header.document == {"type": "kernel", "pid": 7} and log.header.pid == 7
+    assert [c.seq for c in log.cells] == [1] and log.unfinished == []
 
 
 def test_discover_sources_skips_build_folders(tmp_path: Path) -> None:

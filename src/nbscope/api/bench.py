@@ -29,8 +29,10 @@ from nbscope.collect.bench._config import (
     sizes_for,
 )
 from nbscope.collect.bench._runner import run_worker
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, labelled
 from nbscope.record.store import Store
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import BenchRun, BenchTotals
 
 __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
 
@@ -189,18 +191,26 @@ def count_figures(figures: Iterable[dict[str, Any]]) -> int:
 
 @dataclass(frozen=True)
 class BenchOutcome:
-    """What ``nbscope bench`` did: the stored suite run, whether a signal cut it short, whether a group failed."""
+    """What ``nbscope bench`` did: the stored run (the suite's, or with ``via`` the pathways' that ran its
+    workloads as notebook cells), whether a signal cut the suite short, whether a group or a pathway failed."""
 
     record: RunRecord
+    via: tuple[str, ...] = ()  # the pathways the workloads ran through; empty: the suite itself
+
+    @property
+    def totals(self) -> BenchTotals:
+        return decode(BenchRun, self.record.measurements).totals
 
     @property
     def interrupted(self) -> bool:
-        return bool(self.record.measurements.get("totals", {}).get("interrupted"))
+        return not self.via and self.totals.interrupted
 
     @property
     def exit_status(self) -> int:
-        """1 when a group failed, else 0 (a cut-short run re-raises the interrupt instead)."""
-        return 1 if self.record.measurements.get("totals", {}).get("groups_failed") else 0
+        """1 when a group (a pathway) failed, else 0 (a cut-short suite re-raises the interrupt instead)."""
+        if self.via:
+            return 1 if self.record.status == "error" else 0
+        return 1 if self.totals.groups_failed else 0
 
 
 def bench(
@@ -211,10 +221,25 @@ def bench(
     size: str = DEFAULT_SIZE,
     jax_platform: str | None = None,
     progress: ProgressCallback | None = None,
+    label: str | None = None,
+    via: str | None = None,
+    repeat: int = 1,
+    via_progress: ProgressCallback | None = None,
 ) -> BenchOutcome:
-    """``nbscope bench``: run the suite and store it, also when a signal cut it short (then noted as saved)."""
-    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
-    store.save(record)
+    """``nbscope bench``: run the suite and store it, also when a signal cut it short (then noted as saved); with
+    ``via`` (``script,kernel,...``) its workloads run as notebook cells through those pathways, ``repeat`` times
+    each (:func:`nbscope.api.pathways.run_bench_pathways`). The runs carry ``label``."""
+    if via:
+        from nbscope.api.pathways import parse_via, run_bench_pathways
+
+        with labelled(label):
+            pathways = parse_via(via)
+            record = run_bench_pathways(via=pathways, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
+                                        repeat=repeat, store=store, progress=via_progress)
+        return BenchOutcome(record, tuple(pathways))
+    with labelled(label):
+        record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
+        store.save(record)
     outcome = BenchOutcome(record)
     if outcome.interrupted:
         from nbscope import _signals

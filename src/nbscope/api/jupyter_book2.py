@@ -464,3 +464,36 @@ def read_build_log(lines: list[tuple[float, str]]) -> BuildLog:
         elif (built := _page_built(line)) is not None:
             log.page_built_s[built[0]] = built[1]
     return log
+
+
+# ---- `nbscope book2-env` ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Book2Env:
+    """What ``nbscope book2-env`` found (after installing, when asked): the jupyter-book 2 and the mystmd, the
+    folders nbscope keeps them in, and the notes of an optional install that could not be done."""
+
+    book: JupyterBook2
+    myst: Myst
+    environment: Path
+    myst_folder: Path
+    notes: tuple[str, ...] = ()
+
+
+def book2_env(*, install_missing: bool = False) -> Book2Env:
+    """``nbscope book2-env``: the jupyter-book 2 that ``--via book2`` uses and the mystmd beside it;
+    ``install_missing`` puts either in nbscope's own folders when none is found (mystmd is optional: without npm it is a note)."""
+    found = find()
+    if install_missing and not found.command:
+        install()
+        found = find()
+    myst = find_myst()
+    notes: list[str] = []
+    if install_missing and not myst.command:
+        try:
+            install_myst()
+        except NbscopeError as exc:
+            notes.append(str(exc))
+        myst = find_myst()
+    return Book2Env(found, myst, environment_dir(), myst_dir(), tuple(notes))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.record import live as live_format
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
@@ -104,41 +105,50 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
     from nbscope.collect.inject import announced
 
     found: list[RunningKernel] = []
-    for entry in announced():
+    for entry in (decode(Announced, document) for document in announced()):
         logs = []
-        for output in map(Path, entry.get("outputs") or []):
+        for output in map(Path, entry.outputs):
             files = sorted(output.glob("*.jsonl")) if output.is_dir() else [output] if output.is_file() else []
             logs += [read_kernel_log(f) for f in files]
-        notebooks = _load_sources(Path(s) for s in entry.get("sources") or [])
+        notebooks = _load_sources(Path(s) for s in entry.sources)
         before = len(found)
         for log in logs:
-            if log.header is None or not _alive(log.header.get("pid")):
+            if log.header is None or not _alive(log.header.pid):
                 continue  # a kernel that ended: its notebook is done (or another kernel goes on)
             nb = match(log, notebooks) if len(notebooks) != 1 else notebooks[0]
-            kernel = RunningKernel(kind=str(entry.get("kind")), nbscope_pid=int(entry["pid"]),
-                                   kernel_pid=log.header.get("pid"), notebook=str(nb.path) if nb else None,
-                                   cells_done=len(log.cells))
+            kernel = RunningKernel(kind=str(entry.kind), nbscope_pid=entry.pid, kernel_pid=log.header.pid,
+                                   notebook=str(nb.path) if nb else None, cells_done=len(log.cells))
             running = log.unfinished[-1] if log.unfinished else None
             if running is not None:
-                began = running.get("unix")
                 current = time.time() if now is None else now  # read after the log: never before its start line
-                kernel.elapsed_s = current - began if isinstance(began, (int, float)) else None
-                cell = next((c for c in nb.code_cells if c.source_hash == running.get("hash")), None) if nb else None
+                kernel.elapsed_s = current - running.unix if running.unix is not None else None
+                cell = next((c for c in nb.code_cells if c.source_hash == running.hash), None) if nb else None
                 if cell is not None:
                     kernel.cell, kernel.line, kernel.first_line = cell.index + 1, cell.line, cell.first_line
             found.append(kernel)
         if len(found) == before:  # the run goes on, but none of its kernels runs now
-            found.append(RunningKernel(kind=str(entry.get("kind")), nbscope_pid=int(entry["pid"]), kernel_pid=None,
+            found.append(RunningKernel(kind=str(entry.kind), nbscope_pid=entry.pid, kernel_pid=None,
                                        notebook=None, cells_done=sum(len(log.cells) for log in logs)))
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Announced:
+    """A running nbscope process as it announces itself for ``runs --live`` (:func:`nbscope.collect.inject.announce`):
+    its command's kind, its process, where its kernels' probes write and the notebooks they may run."""
 
-def _alive(pid: object) -> bool:
+    kind: str | None
+    pid: int
+    outputs: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+
+def _alive(pid: int | None) -> bool:
     """A process that runs (a killed kernel its server has not reaped yet is a zombie: it does not)."""
     import psutil
 
     try:
-        return isinstance(pid, int) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return pid is not None and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False

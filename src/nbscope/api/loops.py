@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, labelled
 from nbscope.record.store import Store
 
-__all__ = ["LoopOptions", "run_loops"]  # the command's options, with the job that takes them
+__all__ = ["LoopOptions", "LoopsOutcome", "loops", "run_loops"]  # the command's options, with the job that takes them
+
+
+@dataclass(frozen=True)
+class LoopsOutcome:
+    """What ``nbscope loops`` did: the ``loops`` run recorded, and the store that keeps it."""
+
+    record: RunRecord
+    store_path: Path
+
+
+def loops(options: LoopOptions, store: Store, *, label: str | None = None,
+          progress: Progress | None = None) -> LoopsOutcome:
+    """``nbscope loops``: the sweep run (options checked first), its run labelled ``label`` and stored."""
+    options.validate()
+    with labelled(label):
+        record = run_loops(options, store=store, progress=progress)
+    return LoopsOutcome(record, store.path)
 
 
 def run_loops(

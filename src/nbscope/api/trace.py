@@ -25,10 +25,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError
@@ -42,6 +42,11 @@ from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.schema.build import derive, totals
+from nbscope.schema.codec import decode
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Findings
+    from nbscope.schema.model import Cell
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
 MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count
@@ -49,23 +54,54 @@ MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for th
 TOKEN_VARIABLE = "NBSCOPE_TRACE_RUN"
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeLine:
+    """One line a kernel's probe wrote, decoded once: ``type`` is ``kernel`` (the header), ``start`` (a cell began)
+    or ``cell`` (a cell ended, with its figures). ``document`` is the line as written: a cell line is merged as
+    the collector reads it, and the header is stored whole as the run's ``kernel`` section."""
+
+    type: str | None
+    seq: int | None  # the probe's count of executions: a start and its cell line share it
+    hash: str  # the cell source's hash
+    unix: float | None  # when a cell started (Unix seconds)
+    pid: int | None  # the kernel's process (header)
+    started_unix: float | None  # when that kernel started (header)
+    jax_cache_dir: str | None  # the persistent compile cache it uses (header)
+    programs: Any  # the cell's program data (trace --forecast), as recorded
+    document: Mapping[str, Any]
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**value, "document": value}
+
+
+def probe_line(raw: str | bytes) -> ProbeLine | None:
+    """A probe's JSON line decoded, or None for a line a killed kernel left half-written (or anything not an
+    object)."""
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    return decode(ProbeLine, document) if isinstance(document, dict) else None
+
+
 @dataclass
 class KernelLog:
     """What one kernel's probe wrote."""
 
     path: Path
-    header: dict[str, Any] | None = None
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    started: list[dict[str, Any]] = field(default_factory=list)
+    header: ProbeLine | None = None
+    cells: list[ProbeLine] = field(default_factory=list)
+    started: list[ProbeLine] = field(default_factory=list)
 
     @property
     def hashes(self) -> list[str]:
-        return [c["hash"] for c in self.cells] + [s["hash"] for s in self.unfinished]
+        return [c.hash for c in self.cells] + [s.hash for s in self.unfinished]
 
     @property
-    def unfinished(self) -> list[dict[str, Any]]:
-        done = {c["seq"] for c in self.cells}
-        return [s for s in self.started if s["seq"] not in done]
+    def unfinished(self) -> list[ProbeLine]:
+        done = {c.seq for c in self.cells}
+        return [s for s in self.started if s.seq not in done]
 
 
 @dataclass
@@ -98,18 +134,16 @@ class TraceResult:
 
 def read_kernel_log(path: Path) -> KernelLog:
     log = KernelLog(path)
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a kernel killed mid-write leaves a partial last line
-        kind = record.get("type")
-        if kind == "kernel":
-            log.header = record
-        elif kind == "cell":
-            log.cells.append(record)
-        elif kind == "start":
-            log.started.append(record)
+    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = probe_line(text)  # None: a kernel killed mid-write leaves a partial last line
+        if line is None:
+            continue
+        if line.type == "kernel":
+            log.header = line
+        elif line.type == "cell":
+            log.cells.append(line)
+        elif line.type == "start":
+            log.started.append(line)
     return log
 
 
@@ -151,7 +185,7 @@ class CellWatchdog(threading.Thread):
         # Per kernel log, read as it grows (a cell line with program data can be large): bytes read, the
         # kernel's pid, and its running cells (seq → start, Unix seconds).
         self._read: dict[str, int] = {}
-        self._kernel: dict[str, dict[str, Any]] = {}  # its probe's header line
+        self._kernel: dict[str, ProbeLine] = {}  # its probe's header line
         self._running: dict[str, dict[int, float]] = {}
 
     def run(self) -> None:
@@ -173,17 +207,15 @@ class CellWatchdog(threading.Thread):
         self._read[path.name] = self._read.get(path.name, 0) + len(complete)
         running = self._running.setdefault(path.name, {})
         for raw in complete.splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
+            line = probe_line(raw)
+            if line is None:
                 continue
-            kind, seq = line.get("type"), line.get("seq")
-            if kind == "kernel" and isinstance(line.get("pid"), int):
+            if line.type == "kernel" and line.pid is not None:
                 self._kernel[path.name] = line
-            elif kind == "start" and isinstance(seq, int) and isinstance(line.get("unix"), (int, float)):
-                running[seq] = float(line["unix"])
-            elif kind == "cell":
-                running.pop(seq, None)
+            elif line.type == "start" and line.seq is not None and line.unix is not None:
+                running[line.seq] = float(line.unix)
+            elif line.type == "cell" and line.seq is not None:
+                running.pop(line.seq, None)
 
     def check(self, now: float) -> None:
         if not self.probe_dir.is_dir():
@@ -204,22 +236,24 @@ class CellWatchdog(threading.Thread):
                     _send(kernel, signal.SIGKILL)
 
 
-def _is_that_kernel(header: dict[str, Any]) -> bool:
+def _is_that_kernel(header: ProbeLine) -> bool:
     """The process with the header's pid started before the probe wrote it (not a later one given its number)."""
     import psutil
 
+    if header.pid is None:
+        return False
     try:
-        return psutil.Process(header["pid"]).create_time() <= float(header.get("started_unix") or 0) + 1.0
+        return psutil.Process(header.pid).create_time() <= (header.started_unix or 0.0) + 1.0
     except (psutil.Error, TypeError, ValueError):
         return False
 
 
-def _send(kernel: dict[str, Any], signum: int) -> None:
+def _send(kernel: ProbeLine, signum: int) -> None:
     """Signal the kernel that wrote this probe header, never a later process given its number."""
-    if not _is_that_kernel(kernel):
+    if kernel.pid is None or not _is_that_kernel(kernel):
         return
     try:
-        os.kill(kernel["pid"], signum)
+        os.kill(kernel.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -282,25 +316,25 @@ def cells_from_log(
     from nbscope.collect._cells import interrupted_described
 
     timeouts = timeouts or {}
-    started_unix = {s["hash"]: s.get("unix") for s in log.unfinished}
-    started_seq: dict[str, int] = {s["hash"]: s["seq"] for s in log.unfinished if isinstance(s.get("seq"), int)}
-    by_hash: dict[str, list[dict[str, Any]]] = {}
+    started_unix = {s.hash: s.unix for s in log.unfinished}
+    started_seq = {s.hash: s.seq for s in log.unfinished if s.seq is not None}
+    by_hash: dict[str, list[ProbeLine]] = {}
     for line in log.cells:
-        by_hash.setdefault(line["hash"], []).append(line)
-    died = {s["hash"] for s in log.unfinished}
+        by_hash.setdefault(line.hash, []).append(line)
+    died = {s.hash for s in log.unfinished}
     cells, status = [], "ok"
     for code_cell in nb.code_cells:
         queue = by_hash.get(code_cell.source_hash)
         if queue:
             line = queue.pop(0)
-            record = merge_cell(code_cell, line)
-            if programs is not None and line.get("programs"):
+            record = merge_cell(code_cell, dict(line.document))
+            if programs is not None and line.programs:
                 try:
-                    record["programs"] = programs.cell(line["programs"], record)
+                    record["programs"] = programs.cell(line.programs, record)
                 except Exception as exc:  # broken program data must not lose the cell's other figures
                     record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-            if line.get("seq") in timeouts:
-                error = timeouts[line["seq"]].error()
+            if line.seq is not None and line.seq in timeouts:
+                error = timeouts[line.seq].error()
                 if record["status"] == "ok":  # the interrupt was swallowed (a bare except) or came as it ended
                     error["message"] += "; the cell did not stop at the interrupt and finished without error"
                 record.update(status="timeout", error=error)
@@ -314,7 +348,7 @@ def cells_from_log(
             died.discard(code_cell.source_hash)
         elif code_cell.source_hash in died and stopped:
             began = started_unix.get(code_cell.source_hash)
-            elapsed = stopped_unix - began if isinstance(began, (int, float)) and stopped_unix else None
+            elapsed = stopped_unix - began if began is not None and stopped_unix else None
             record = interrupted_described(code_cell.describe(), elapsed, signal_name)  # as `profile` records it
             status = "partial"
             died.discard(code_cell.source_hash)
@@ -485,7 +519,7 @@ def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *,
     record.measurements = {
         "notebook": nb.describe(),
         "runner": runner,
-        "kernel": log.header,
+        "kernel": log.header.document if log.header is not None else None,
         "totals": totals(cells, runner, _cache_state(log.header)),
         "cells": cells,
         "repeats": 1,
@@ -591,9 +625,9 @@ def _put_cache_back(cache: Path, aside: Path) -> None:
         pass
 
 
-def _cache_state(header: dict[str, Any] | None) -> str:
+def _cache_state(header: ProbeLine | None) -> str:
     # "cold" becomes "warm" in totals() when the run saw cache hits.
-    return "cold" if header and header.get("jax_cache_dir") else "off"
+    return "cold" if header is not None and header.jax_cache_dir else "off"
 
 
 def _run(
@@ -859,3 +893,64 @@ def trace_command(
             error.exit_code = command_exit_code(result.returncode)  # the command's own failure comes first
         raise error
     return result
+
+
+@dataclass(frozen=True)
+class TraceOutcome:
+    """What ``nbscope trace`` did: the traced command's result (its runs, stored), each run's findings (or why it
+    has none, ``--no-diagnose`` included), the notes to show, the runs' failed cells, and the store."""
+
+    result: TraceResult
+    diagnoses: tuple[tuple[Findings | None, str | None], ...]
+    notes: tuple[str, ...]
+    failed: tuple[tuple[RunRecord, Cell], ...]
+    store: Store
+    diagnosed: bool = True
+
+    @property
+    def records(self) -> list[RunRecord]:
+        return self.result.records
+
+    @property
+    def not_stored(self) -> str | None:
+        """One line when the store refused the runs: where they are kept, and how to store them."""
+        return self.result.not_stored_message(self.store.path)
+
+    @property
+    def command_exit_code(self) -> int:
+        """The traced command's failure as trace exits with it (0: it succeeded)."""
+        return command_exit_code(self.result.returncode) if self.result.returncode else 0
+
+
+def trace(
+    command: list[str],
+    db: Path | None,
+    *,
+    on_skip: Callable[[str], None] | None = None,
+    label: str | None = None,
+    forecast: str | None = None,
+    diagnose: bool = True,
+    sources: list[Path] | None = None,
+    timeout: float | None = None,
+    fresh: bool = False,
+    jupyter_book2_first: bool = False,
+    cell_timeout: float | None = None,
+    theme_stand_in: bool = False,
+) -> TraceOutcome:
+    """``nbscope trace -- COMMAND``: the forecast's GPUs checked (an unknown one refused first), the store at ``db``
+    opened, the command traced with its kernels' runs labelled ``label`` and stored, then each run diagnosed
+    (unless not ``diagnose``). See :func:`trace_command` for the rest."""
+    from nbscope.api.profile import diagnosis_of, failures, forecast_devices
+    from nbscope.api.runs import labelled, open_store
+
+    gpus = forecast_devices(forecast, None) or None
+    store = open_store(db, on_skip=on_skip)
+    with labelled(label):  # the traced command's kernels, and the runs stored from them, carry it
+        result = trace_command(
+            command, store=store, sources=sources, timeout=timeout, fresh=fresh,
+            jupyter_book2_first=jupyter_book2_first, forecast=gpus, cell_timeout=cell_timeout,
+            theme_stand_in=theme_stand_in,
+        )
+    notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
+    diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)
+    return TraceOutcome(result, diagnoses, notes, failures(result.records), store, diagnose)

@@ -17,9 +17,9 @@ import typer
 import typer.core
 import typer.main
 
-from nbscope import _signals
-from nbscope._errors import NbscopeError
-from nbscope._version import __version__
+from nbscope import __version__
+from nbscope.api import NbscopeError
+from nbscope.cli._session import command_session, stop_exit_code, stop_message, stopped_by_signal
 
 app = typer.Typer(
     name="nbscope",
@@ -134,8 +134,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"nbscope {__version__}")
         raise SystemExit(0)
     command = build_command(_command_named(args))
-    from nbscope.cli._session import command_session
-
     with command_session():
         _run(command, args)
 
@@ -146,12 +144,12 @@ def _run(command: click.Command, args: list[str]) -> None:
         _invoke(command, args)
     except NbscopeError as exc:
         _print_error(f"nbscope: error: {exc}")
-        raise SystemExit(_signals.exit_code() if _signals.received() else exc.exit_code) from None
+        raise SystemExit(stop_exit_code() if stopped_by_signal() else exc.exit_code) from None
     except KeyboardInterrupt:
         _stopped()
     except SystemExit as exc:
         # typer turns a KeyboardInterrupt into exit 130 itself; a signal decides the code here.
-        if _signals.received() is not None:
+        if stopped_by_signal():
             _stopped()
         if exc.code == 1 and _output_closed():
             # click's or rich's answer to a closed output pipe (`nbscope runs | head -1`): the reader had
@@ -168,7 +166,7 @@ def _run(command: click.Command, args: list[str]) -> None:
         raise SystemExit(0) from None
     except OSError:
         # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
-        if _signals.received() is None:
+        if not stopped_by_signal():
             raise
         _stopped()
 
@@ -243,12 +241,8 @@ def quiet_stdout() -> None:
 
 
 def _stopped() -> None:
-    signum = _signals.received()
-    why = f"stopped by {_signals.signal_name(signum)}" if signum else "interrupted"
-    saved = _signals.saved()
-    tail = f"; saved {', '.join(saved)}" if saved else ""
-    _print_error(f"nbscope: {why}{tail}")
-    raise SystemExit(_signals.exit_code()) from None
+    _print_error(stop_message())
+    raise SystemExit(stop_exit_code()) from None
 
 
 def _print_error(text: str) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._files import write_text
+from nbscope.api.files import write_text
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
+from nbscope.api import NbscopeError
 from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, open_store
 
@@ -61,46 +61,27 @@ def bench(
     Groups whose library is missing are skipped with the reason; the exit status is 1 when a group failed.
     """
     from nbscope.api.bench import bench as run_bench
-    from nbscope.api.runs import labelled
-    from nbscope.render.terminal import stderr_console
-
-    status_console = stderr_console()
-
-    def progress(event: str, payload: dict[str, Any]) -> None:
-        if event == "start":
-            status_console.print(f"[dim]bench: {payload['group']} ({payload['dtype']}) …[/dim]")
-        elif payload.get("status") != "ok":
-            status_console.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload.get('reason')}[/dim]")
+    from nbscope.render.bench import bench_markdown, bench_progress, print_bench
+    from nbscope.render.pathways import emit_pathways, pathways_progress
 
     if repeat < 1:  # refused even where it is unused (without --pathway): a bad option is never ignored
         raise NbscopeError("--repeat must be at least 1")
     store = open_store(db)  # refuse a bad --db before spending minutes measuring
-    if pathway:
-        from nbscope.api.pathways import parse_via, run_bench_pathways
-        from nbscope.render.pathways import emit_pathways, pathways_progress
-
-        with labelled(label):
-            record = run_bench_pathways(
-                via=parse_via(pathway), only=only, dtype=dtype, size=size, jax_platform=jax_platform, repeat=repeat,
-                store=store, progress=pathways_progress(),
-            )
-        emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)
-        if record.status == "error":
-            raise typer.Exit(1)
-        return
-    with labelled(label):
-        outcome = run_bench(store, only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
+    outcome = run_bench(store, only=only, dtype=dtype, size=size, jax_platform=jax_platform, label=label,
+                        progress=bench_progress(), via=pathway, repeat=repeat,
+                        via_progress=pathways_progress() if pathway else None)
     record = outcome.record
+    if outcome.via:
+        emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)
+        if outcome.exit_status:
+            raise typer.Exit(outcome.exit_status)
+        return
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:
             print(record.to_json())
         elif markdown:
-            from nbscope.render.bench import bench_markdown
-
             print(bench_markdown(record), end="")
         else:
-            from nbscope.render.bench import print_bench
-
             print_bench(record)
     if outcome.interrupted:
         raise KeyboardInterrupt

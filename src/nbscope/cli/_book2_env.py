@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from nbscope.api import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import JsonOption
 
@@ -21,34 +22,19 @@ def book2_env(
     """The jupyter-book 2 that `pathways --via book2` uses (and the mystmd that `trace -- myst build` uses): print a folder to put first on PATH so that
     `jupyter book ...` runs it (it shares jupyter-book 1's package name, so nbscope keeps one in an
     environment of its own, under its cache folder): export PATH="$(nbscope book2-env):$PATH"."""
-    import json
+    from nbscope.api.jupyter_book2 import book2_env as find_book2_env
+    from nbscope.render.book2_env import book2_env_found, book2_env_json
 
-    from nbscope._errors import NbscopeError
-    from nbscope.api import jupyter_book2
-
-    found = jupyter_book2.find()
-    if install and not found.command:
-        jupyter_book2.install()
-        found = jupyter_book2.find()
-    myst = jupyter_book2.find_myst()
-    if install and not myst.command:
-        try:  # mystmd is optional beside jupyter-book 2: without npm, say so and go on
-            jupyter_book2.install_myst()
-        except NbscopeError as exc:
-            typer.echo(f"nbscope: note: {exc}", err=True)
-        myst = jupyter_book2.find_myst()
+    env = find_book2_env(install_missing=install)
+    for note in env.notes:  # mystmd is optional beside jupyter-book 2: without npm, say so and go on
+        typer.echo(f"nbscope: note: {note}", err=True)
     if as_json:
-        print(json.dumps({"command": found.command, "path_folder": str(found.path_folder or "") or None,
-                          "version": found.version, "origin": found.origin, "problem": found.problem,
-                          "environment": str(jupyter_book2.environment_dir()),
-                          "myst": {"command": myst.command, "version": myst.version, "origin": myst.origin,
-                                   "problem": myst.problem, "folder": str(jupyter_book2.myst_dir())}}, indent=1))
-        if not found.usable:
+        print(book2_env_json(env))
+        if not env.book.usable:
             raise typer.Exit(1)
         return
-    if not found.usable:
-        raise NbscopeError(found.problem or "jupyter-book 2 is not available")
-    print(found.path_folder)
-    typer.echo(f"jupyter-book {found.version} from {found.origin}: {' '.join(found.command)}", err=True)
-    typer.echo(f"mystmd {myst.version} from {myst.origin}: {' '.join(myst.command)}" if myst.usable
-               else f"mystmd: {myst.problem}", err=True)
+    if not env.book.usable:
+        raise NbscopeError(env.book.problem or "jupyter-book 2 is not available")
+    print(env.book.path_folder)
+    for line in book2_env_found(env):
+        typer.echo(line, err=True)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
+from nbscope.api import NbscopeError
 from nbscope.cli import app, output_may_close
 from nbscope.cli._options import (
     DbOption,

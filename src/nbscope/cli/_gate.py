@@ -10,7 +10,7 @@ from typing import Annotated, TextIO
 
 import typer
 
-from nbscope._errors import NbscopeError
+from nbscope.api import NbscopeError
 from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, all_option, open_store, run_help
 
@@ -97,7 +97,7 @@ def _open_summary(summary: Path) -> TextIO:
     """``--summary`` opened for appending; a target that cannot take it (a directory, a missing folder, no
     permission, /proc), a FIFO or socket (opening one would wait for a reader) and a file this command reads
     (the run store) are a one-line error, exit 2."""
-    from nbscope._files import refuse_input
+    from nbscope.api.files import refuse_input
 
     if summary.is_dir():
         raise NbscopeError(f"--summary {summary} is a directory")
@@ -116,7 +116,7 @@ def _open_summary(summary: Path) -> TextIO:
 
 
 def _append(handle: TextIO, summary: Path, text: str) -> None:
-    from nbscope._redact import redact
+    from nbscope.api.files import redact
 
     try:
         handle.write(redact(text))  # as every file nbscope writes (a run given as a file was read unredacted)

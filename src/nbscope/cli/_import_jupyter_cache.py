@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, JsonOption, open_store
+from nbscope.cli._options import DbOption, JsonOption, warn
 
 
 @app.command("import-jupyter-cache")
@@ -25,26 +24,11 @@ def import_jupyter_cache(
 ) -> None:
     """Turn jupyter-book's cached execution times (jupyter-book 1 or 2) into runs (kind jupyter-cache), one per
     notebook execution."""
-    from nbscope.api.info import load_fingerprint
-    from nbscope.api.jupyter_cache import import_jupyter_cache
+    from nbscope.api.jupyter_cache import import_jupyter_cache_command
+    from nbscope.render.jupyter_cache import cache_import_json, print_cache_import
 
-    given = load_fingerprint(fingerprint) if fingerprint is not None else None
-    store = open_store(db)
-    imported = import_jupyter_cache(path, store, fingerprint=given,
-                                    fingerprint_source=str(fingerprint) if fingerprint else None)
-    records, skipped = imported.records, imported.skipped
+    imported = import_jupyter_cache_command(path, db, fingerprint_file=fingerprint, on_skip=warn)
     if as_json:
-        print(json.dumps({"imported": [r.to_dict() | {"run_id": r.run_id} for r in records], "skipped": skipped},
-                         indent=1, default=str))
-        return
-    from rich.markup import escape
-
-    from nbscope.render.terminal import console, format_seconds
-
-    for record in records:
-        console.print(
-            f"run {record.run_id}: {escape(record.target)} · {format_seconds(record.measurements['totals']['wall_s'])}"
-            f" · executed {record.started_at[:19].replace('T', ' ')} UTC",
-            highlight=False,
-        )
-    console.print(f"imported {len(records)} run(s) into {escape(str(store.path))}; {skipped} already there", highlight=False)
+        print(cache_import_json(imported.records, imported.skipped))
+    else:
+        print_cache_import(imported.records, imported.skipped, imported.store_path)

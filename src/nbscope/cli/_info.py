@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -30,17 +29,17 @@ def info(
     """
     from nbscope.api.info import info as run_info
     from nbscope.render import terminal
+    from nbscope.render.info import info_json
 
     outcome = run_info(include_jax=jax, diff=diff, include_volatile=volatile)
     if diff is not None and outcome.differences is not None:
-        rows = list(outcome.differences)
         with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
             if as_json:
-                print(json.dumps([{"field": f, "a": a, "b": b} for f, a, b in rows], indent=1, default=str))
+                print(info_json(outcome.fingerprint, outcome.differences))
             else:
-                terminal.print_fingerprint_diff(rows, str(diff[0]), str(diff[1]))
+                terminal.print_fingerprint_diff(list(outcome.differences), str(diff[0]), str(diff[1]))
         raise typer.Exit(outcome.exit_status)
     if as_json:
-        print(json.dumps(outcome.fingerprint, indent=1, default=str))
+        print(info_json(outcome.fingerprint, outcome.differences))
     else:
         terminal.print_fingerprint(outcome.fingerprint or {})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,7 +12,7 @@ from nbscope.cli._options import DbOption, JsonOption, LabelOption, open_store
 
 
 def _trip_counts(text: str | None) -> list[int] | None:
-    from nbscope._errors import NbscopeError
+    from nbscope.api import NbscopeError
 
     if not text:
         return None
@@ -48,9 +48,9 @@ def loops(
     label: LabelOption = None,
 ) -> None:
     """Sweep a loop's trip count, fit time = a + b·n, report µs per iteration and extrapolate (fresh process)."""
-    from nbscope.api.loops import LoopOptions, run_loops
-    from nbscope.api.runs import labelled
-    from nbscope.render.terminal import stderr_console
+    from nbscope.api.loops import LoopOptions
+    from nbscope.api.loops import loops as run_loops
+    from nbscope.render.loops import loops_progress, print_loops_saved
 
     options = LoopOptions(
         target=target, quick=quick, trip_counts=_trip_counts(trips), at=at,
@@ -59,23 +59,8 @@ def loops(
     )
     options.validate()
     store = open_store(db)  # refuse a bad --db before measuring
-    status = stderr_console()
-
-    def progress(event: dict[str, Any]) -> None:
-        if as_json:
-            return
-        if event.get("event") == "sweep":
-            status.print(f"[dim]loops: sweeping on {event['placement']} ({event['device']}) …[/dim]")
-        elif event.get("event") == "point":
-            status.print(f"[dim]  {event['n']:>10,} trips  {event['seconds'] * 1e3:9.3f} ms[/dim]")
-
-    with labelled(label):
-        record = run_loops(options, store=store, progress=progress)
+    outcome = run_loops(options, store, label=label, progress=loops_progress(quiet=as_json))
     if as_json:
-        print(record.to_json())
+        print(outcome.record.to_json())
     else:
-        from nbscope.render.loops import print_loops
-        from nbscope.render.terminal import console
-
-        print_loops(record)
-        console.print(f"[dim]saved as run {record.run_id} in {store.path}[/dim]")
+        print_loops_saved(outcome.record, outcome.store_path)

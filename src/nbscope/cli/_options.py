@@ -15,9 +15,8 @@ from typing import Annotated, Any
 import click
 import typer
 
-from nbscope._errors import NbscopeError
-from nbscope._files import check_target, is_stdout
-from nbscope.api import runs
+from nbscope.api import NbscopeError, runs
+from nbscope.api.files import check_target, is_stdout
 from nbscope.api.runs import LABEL_ENV, RUN_REFERENCE, RunRecord, Store, check_label
 
 DbOption = Annotated[

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nbscope._files import is_stdout
+from nbscope.api.files import is_stdout
 from nbscope.cli import app
 from nbscope.cli._options import DbOption, open_store, output_file, output_option, run_help
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
-from nbscope._files import written_to
+from nbscope.api.files import written_to
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -22,6 +20,7 @@ from nbscope.cli._options import (
     output_file,
     output_option,
     resolve,
+    warn,
 )
 
 if TYPE_CHECKING:
@@ -48,87 +47,15 @@ def runs(
     ] = False,
 ) -> None:
     """List stored runs: id, time, kind, notebook, backend, status, label, digest and the headline figures."""
-    from nbscope.render import terminal
+    from nbscope.api.run_list import list_runs
+    from nbscope.render.runs import print_runs, runs_json
 
-    if running_now:
-        _list_live(as_json=as_json)
-        return
-    store = open_store(db, read_only=True)
-    if unfinished:
-        _list_unfinished(store, as_json=as_json)
-        return
-    if not store.path.exists():
-        from nbscope.api.runs import unfinished as unfinished_runs
-
-        waiting = [i for i in unfinished_runs(store) if i["state"] == "unfinished"]
-        hint = (f"; {len(waiting)} unfinished run(s) of it: see nbscope runs --unfinished{_db_option(store)}"
-                if waiting else "")
-        raise NbscopeError(f"{store.missing()}{hint}")
-    rows = store.list(kind=kind, target=store.names_of(target) if target else None, label=label,
-                      limit=None if everything else limit)
+    listing = list_runs(db, kind=kind, target=target, label=label, limit=None if everything else limit,
+                        unfinished_only=unfinished, live=running_now, on_skip=warn)
     if as_json:
-        print(json.dumps(rows, indent=1))
-    elif not rows and (kind or target or label):
-        print("No stored run matches.")
+        print(runs_json(listing))
     else:
-        terminal.print_run_list(rows)
-        _mention_unfinished(store)
-
-
-def _list_live(*, as_json: bool) -> None:
-    from nbscope.api.live import running_kernels
-    from nbscope.render.live import live_lines
-
-    kernels = running_kernels()
-    if as_json:
-        print(json.dumps([k.to_dict() for k in kernels], indent=1))
-    else:
-        print("\n".join(live_lines(kernels)))
-
-
-def _list_unfinished(store: Store, *, as_json: bool) -> None:
-    """``runs --unfinished``: the live files of runs that ended before they were stored (one line each,
-    never wrapped, so the import command can be copied)."""
-    from nbscope.api.runs import unfinished as unfinished_runs
-
-    found = unfinished_runs(store)
-    if as_json:
-        print(json.dumps(found, indent=1))
-        return
-    if not found:
-        print("No unfinished runs.")
-        return
-    for item in found:
-        path = item["path"]
-        if item["state"] == "unreadable":
-            print(f"{path}: cannot be imported: {item['reason']}")
-            continue
-        what = f"{item['kind']} {item['target']}, started {str(item['started_at'])[:19].replace('T', ' ')} UTC"
-        done = f"{item['cells_measured']} of {item['code_cells']} cells measured"
-        if item["state"] == "running":
-            print(f"{path}: {what}: still running (process {item.get('pid')}), {done} so far")
-        else:
-            print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{_db_option(store)}")
-
-
-def _db_option(store: Store) -> str:
-    """`` --db PATH`` for a hint, when the store is not the one commands find without it."""
-    from nbscope.api.runs import db_option
-
-    return db_option(store)
-
-
-def _mention_unfinished(store: Store) -> None:
-    from nbscope.api.runs import unfinished as unfinished_runs
-    from nbscope.render.terminal import console
-
-    waiting = [i for i in unfinished_runs(store) if i["state"] == "unfinished"]
-    if waiting:
-        console.print(
-            f"[yellow]{len(waiting)} unfinished run(s) were killed before they were stored: "
-            f"see nbscope runs --unfinished{_db_option(store)}[/yellow]",
-            soft_wrap=True,
-        )
+        print_runs(listing)
 
 
 def _store_live(path: Path, record: RunRecord, store: Store) -> None:

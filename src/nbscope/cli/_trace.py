@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nbscope._errors import NbscopeError
+from nbscope.api import NbscopeError
 from nbscope.cli import app, output_may_close
 from nbscope.cli._after_run import exit_if_failed, print_findings_end, with_diagnosis
 from nbscope.cli._options import (
@@ -18,11 +18,11 @@ from nbscope.cli._options import (
     JsonOption,
     LabelOption,
     NoDiagnoseOption,
-    open_store,
+    warn,
 )
 
 if TYPE_CHECKING:
-    from nbscope.api.runs import Store
+    from nbscope.api.trace import TraceOutcome
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -72,55 +72,51 @@ def trace(
     --execute, papermill) with the probe injected, and store one profile per executed notebook:
     nbscope trace -- COMMAND ... Exits with the command's status when it failed, else 1 when a traced cell
     failed (unless --allow-errors)."""
-    from nbscope.api.profile import diagnosis_of, failures, forecast_devices
-    from nbscope.api.runs import labelled
-    from nbscope.api.trace import cached_pages_note, command_exit_code, theme_note, trace_command
+    from nbscope.api.trace import trace as run_trace
 
     if per_cell_timeout is not None:
         raise NbscopeError("trace has no --timeout: --cell-timeout SECONDS stops a cell that runs longer, "
                            "--command-timeout SECONDS stops the whole command")
-    command = list(ctx.args)
-    gpus = forecast_devices(forecast, None) or None  # unknown GPU: refused first
-    store = open_store(db)
-    with labelled(label):  # the traced command's kernels, and the runs stored from them, carry it
-        result = trace_command(
-            command, store=store, sources=source, timeout=command_timeout, fresh=fresh,
-            jupyter_book2_first=jupyter_book2, forecast=gpus, cell_timeout=cell_timeout, theme_stand_in=theme_stand_in,
-        )
-    for note in (cached_pages_note(result), theme_note(result)):
-        if note:
-            typer.echo(f"nbscope: note: {note}", err=True)
-    records = result.records
-    diagnoses = [(None, "--no-diagnose") if no_diagnose else diagnosis_of(r) for r in records]
+    outcome = run_trace(
+        list(ctx.args), db, on_skip=warn, label=label, forecast=forecast, diagnose=not no_diagnose, sources=source,
+        timeout=command_timeout, fresh=fresh, jupyter_book2_first=jupyter_book2, cell_timeout=cell_timeout,
+        theme_stand_in=theme_stand_in,
+    )
+    for note in outcome.notes:
+        typer.echo(f"nbscope: note: {note}", err=True)
     with output_may_close():  # the reader of the output may have had enough; the exit status still tells
         if as_json:
-            # Each a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store.
-            documents = [(r.to_dict() if no_diagnose else with_diagnosis(r, *d)) | {"run_id": r.run_id}
-                         for r, d in zip(records, diagnoses, strict=True)]
-            print(json.dumps(documents, indent=1, default=str))
+            print(_traced_json(outcome))
         else:
-            _print_traced(records, result.returncode, None if no_diagnose else diagnoses, store)
-    not_stored = result.not_stored_message(store.path)
-    if not_stored is not None:  # the ledgers first, then where the runs are kept and how to store them (exit 2)
-        raise NbscopeError(not_stored)
-    if result.returncode:
+            _print_traced(outcome)
+    if outcome.not_stored is not None:  # the ledgers first, then where the runs are kept and how to store them (exit 2)
+        raise NbscopeError(outcome.not_stored)
+    if outcome.command_exit_code:
         # What was measured is stored; the failure still shows. A command a signal ended exits
         # 128 + the signal, as a shell reports it.
-        raise typer.Exit(command_exit_code(result.returncode))
-    exit_if_failed(failures(records), allow_errors)
+        raise typer.Exit(outcome.command_exit_code)
+    exit_if_failed(outcome.failed, allow_errors)
 
 
-def _print_traced(records: list[Any], returncode: int, diagnoses: list[tuple[Any, str | None]] | None, store: Store) -> None:
+def _traced_json(outcome: TraceOutcome) -> str:
+    """Each run a run document (`nbscope show/gate --candidate FILE` read it) plus its id in the store."""
+    documents = [(r.to_dict() if not outcome.diagnosed else with_diagnosis(r, *d)) | {"run_id": r.run_id}
+                 for r, d in zip(outcome.records, outcome.diagnoses, strict=True)]
+    return json.dumps(documents, indent=1, default=str)
+
+
+def _print_traced(outcome: TraceOutcome) -> None:
     from nbscope.render import ledger
     from nbscope.render.terminal import console
 
-    for number, record in enumerate(records):
+    for record, diagnosis in zip(outcome.records, outcome.diagnoses, strict=True):
         ledger.print_profile(record, top=10)
         if record.run_id is not None:
             console.print(f"[dim]saved as run {record.run_id}[/dim]")
-        if diagnoses is not None and record.run_id is not None:
-            print_findings_end(record, *diagnoses[number], store)
+        if outcome.diagnosed and record.run_id is not None:
+            print_findings_end(record, *diagnosis, outcome.store)
         console.print()
+    returncode = outcome.result.returncode
     if returncode > 0:
         console.print(f"[red]the traced command exited {returncode}[/red]")
     elif returncode < 0:

@@ -65,7 +65,7 @@ def versions(
 ) -> None:
     """Profile a notebook under several versions of its packages (one isolated environment per --with),
     side by side per cell, with the fingerprint fields that differ and the gate between consecutive variants."""
-    from nbscope._errors import NbscopeError
+    from nbscope.api import NbscopeError
     from nbscope.api import versions as job
 
     if clear_cache or list_cache:
@@ -145,7 +145,7 @@ def bisect(
 ) -> None:
     """Find the first release of a package, between --good and --bad, that made a cell (or the total)
     significantly slower: releases from the package index, bisected with the gate's significance test."""
-    from nbscope._errors import NbscopeError
+    from nbscope.api import NbscopeError
     from nbscope.api import versions as job
     from nbscope.api.profile import RunSpec, parse_env
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbscope.record.run import RunRecord
@@ -14,6 +14,7 @@ from nbscope.render.terminal import (
     format_seconds,
     literal,
     print_record_header,
+    stderr_console,
     terminal_table,
 )
 from nbscope.schema.codec import decode
@@ -241,3 +242,16 @@ def bench_markdown(record: RunRecord) -> str:
         lines.append("Skipped: " + "; ".join(skipped) + ".")
     lines += ["", *markdown_table(group_rows(run.groups))]
     return "\n".join(lines) + "\n"
+
+
+def bench_progress() -> Callable[[str, dict[str, Any]], None]:
+    """The suite's progress on standard error: each group as it starts, and why one did not run or failed."""
+    status = stderr_console()
+
+    def progress(event: str, payload: dict[str, Any]) -> None:
+        if event == "start":
+            status.print(f"[dim]bench: {payload['group']} ({payload['dtype']}) …[/dim]")
+        elif payload.get("status") != "ok":
+            status.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload.get('reason')}[/dim]")
+
+    return progress

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from nbscope import _units as units
 from nbscope.render._clean import for_terminal
 
+
+class RunningKernel(Protocol):
+    """One running kernel as :class:`nbscope.api.live.RunningKernel` describes it."""
+
+    kind: str
+    nbscope_pid: int
+    kernel_pid: int | None
+    notebook: str | None
+    cells_done: int
+    cell: int | None
+    line: int | None
+    first_line: str | None
+    elapsed_s: float | None
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 NOTHING_RUNS = "Nothing runs: no profile, audit or traced build of this user has a kernel running now."
 
 
-def live_lines(kernels: Sequence[Any]) -> list[str]:
+def live_lines(kernels: Sequence[RunningKernel]) -> list[str]:
     """Lines for :func:`nbscope.api.live.running_kernels`' answer (plain text: names are cleaned of escapes)."""
     if not kernels:
         return [NOTHING_RUNS]

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
 from nbscope.record.run import RunRecord
-from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, print_record_header
+from nbscope.render.terminal import (
+    Column,
+    console,
+    fitted_table,
+    format_seconds,
+    literal,
+    print_record_header,
+    stderr_console,
+)
 from nbscope.schema.codec import decode
 from nbscope.schema.suite import LoopFit, LoopsRun
 
@@ -56,3 +68,25 @@ def print_loops(record: RunRecord) -> None:
         console.print(f"[dim]note: {literal(note)}[/dim]")
     if run.xla_dump is not None:
         console.print(f"[dim]XLA dump: {literal(run.xla_dump.files)} files in {literal(run.xla_dump.dir)}[/dim]")
+
+
+def loops_progress(quiet: bool) -> Callable[[Mapping[str, Any]], None]:
+    """The sweep's progress on standard error: each placement as it starts and each trip count's time (nothing
+    when ``quiet``: the JSON output stands alone)."""
+    status = stderr_console()
+
+    def progress(event: Mapping[str, Any]) -> None:
+        if quiet:
+            return
+        if event.get("event") == "sweep":
+            status.print(f"[dim]loops: sweeping on {event['placement']} ({event['device']}) …[/dim]")
+        elif event.get("event") == "point":
+            status.print(f"[dim]  {event['n']:>10,} trips  {event['seconds'] * 1e3:9.3f} ms[/dim]")
+
+    return progress
+
+
+def print_loops_saved(record: RunRecord, store_path: Path) -> None:
+    """The loops view, then where the run was saved."""
+    print_loops(record)
+    console.print(f"[dim]saved as run {record.run_id} in {store_path}[/dim]")

@@ -1,0 +1,76 @@
+"""What ``nbscope runs`` prints: the stored runs' table (or JSON), the unfinished runs one line each (never wrapped,
+so that the import command can be copied), or the kernels running now."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from nbscope.render.live import RunningKernel, live_lines
+from nbscope.render.terminal import console, print_run_list
+
+
+class RunList(Protocol):
+    """What ``nbscope runs`` found (:class:`nbscope.api.runs.RunList`)."""
+
+    @property
+    def live(self) -> Sequence[RunningKernel] | None: ...
+
+    @property
+    def unfinished(self) -> Sequence[dict[str, Any]] | None: ...
+
+    @property
+    def rows(self) -> Sequence[dict[str, Any]]: ...
+
+    @property
+    def filtered(self) -> bool: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def db_hint(self) -> str: ...
+
+
+def runs_json(listing: RunList) -> str:
+    if listing.live is not None:
+        return json.dumps([kernel.to_dict() for kernel in listing.live], indent=1)
+    if listing.unfinished is not None:
+        return json.dumps(list(listing.unfinished), indent=1)
+    return json.dumps(list(listing.rows), indent=1)
+
+
+def print_runs(listing: RunList) -> None:
+    if listing.live is not None:
+        print("\n".join(live_lines(listing.live)))
+    elif listing.unfinished is not None:
+        print_unfinished(listing.unfinished, listing.db_hint)
+    elif not listing.rows and listing.filtered:
+        print("No stored run matches.")
+    else:
+        print_run_list(list(listing.rows))
+        if listing.waiting:
+            console.print(
+                f"[yellow]{listing.waiting} unfinished run(s) were killed before they were stored: "
+                f"see nbscope runs --unfinished{listing.db_hint}[/yellow]",
+                soft_wrap=True,
+            )
+
+
+def print_unfinished(found: Sequence[dict[str, Any]], db_hint: str) -> None:
+    """``runs --unfinished``: each live file of a run that ended before it was stored, and how to store it."""
+    if not found:
+        print("No unfinished runs.")
+        return
+    for item in found:
+        path = item["path"]
+        if item["state"] == "unreadable":
+            print(f"{path}: cannot be imported: {item['reason']}")
+            continue
+        what = f"{item['kind']} {item['target']}, started {str(item['started_at'])[:19].replace('T', ' ')} UTC"
+        done = f"{item['cells_measured']} of {item['code_cells']} cells measured"
+        if item["state"] == "running":
+            print(f"{path}: {what}: still running (process {item.get('pid')}), {done} so far")
+        else:
+            print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{db_hint}")
