@@ -42,6 +42,8 @@ from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.schema.build import derive, totals
+from nbscope.schema.codec import decode
+from nbscope.schema.probe import ProbeCell
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
 MIN_MATCH_SHARE = 0.5  # of a kernel's cells that must belong to a source for the match to count
@@ -293,10 +295,11 @@ def cells_from_log(
         queue = by_hash.get(code_cell.source_hash)
         if queue:
             line = queue.pop(0)
-            record = merge_cell(code_cell, line)
-            if programs is not None and line.get("programs"):
+            probe = decode(ProbeCell, line)
+            record = merge_cell(code_cell, probe)
+            if programs is not None and probe.programs is not None:
                 try:
-                    record["programs"] = programs.cell(line["programs"], record)
+                    record["programs"] = programs.cell(probe.programs, record)
                 except Exception as exc:  # broken program data must not lose the cell's other figures
                     record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if line.get("seq") in timeouts:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
+from nbscope.schema.probe import ProbePrograms
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -57,7 +59,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sched: dict[str, Any] | None = None,
+def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: Any, sched: dict[str, Any] | None = None,
                  compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
@@ -208,36 +210,35 @@ class ProgramCollector:
         self._profile_data: Any = None
 
     # ---- per cell ------------------------------------------------------------------------------
-    def cell(self, probe: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    def cell(self, probe: ProbePrograms, record: dict[str, Any]) -> dict[str, Any]:
         """The cell's ``programs`` field from the probe's line (and the cell record so far)."""
         result: dict[str, Any] = {"executions": [], "transfers": None, "sampled": False, "trace": None}
         new_programs: list[str] = []
-        if probe.get("programs"):
+        where = f"cell {record.get('index', 0) + 1}"
+        if probe.programs:
             try:
-                new_programs = self._read_programs(Path(probe["programs"]), record)
+                new_programs = self._read_programs(Path(probe.programs), record)
             except Exception as exc:  # a broken file must not lose the cell's other figures
-                self.notes.append(f"cell {record.get('index', 0) + 1}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
-        elif probe.get("programs_error"):
-            result["hlo_error"] = probe["programs_error"]
+                self.notes.append(f"{where}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.programs_error:
+            result["hlo_error"] = probe.programs_error
         result["new_programs"] = new_programs
-        if probe.get("gpu_lowering"):
+        if probe.gpu_lowering:
             try:
-                self._read_gpu_lowering(Path(probe["gpu_lowering"]), new_programs)
+                self._read_gpu_lowering(Path(probe.gpu_lowering), new_programs)
             except Exception as exc:
-                self.notes.append(f"cell {record.get('index', 0) + 1}: GPU lowering unreadable: "
-                                  f"{type(exc).__name__}: {exc}"[:300])
-        elif probe.get("gpu_lowering_error"):
-            self.notes.append(f"cell {record.get('index', 0) + 1}: no GPU lowering: {probe['gpu_lowering_error']}"[:300])
-        trace = probe.get("trace")
-        if trace:
+                self.notes.append(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.gpu_lowering_error:
+            self.notes.append(f"{where}: no GPU lowering: {probe.gpu_lowering_error}"[:300])
+        if probe.trace:
             try:
-                self._read_trace(Path(trace), result)
+                self._read_trace(Path(probe.trace), result)
                 result["trace"] = "read"
             except Exception as exc:
                 result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
-            result["trace"] = probe.get("trace_error") or "no trace"
-        if result["trace"] == "read" and isinstance(probe.get("window"), dict):
+            result["trace"] = probe.trace_error or "no trace"
+        if result["trace"] == "read" and probe.window is not None:
             jax: dict[str, Any] = record["jax"] if isinstance(record.get("jax"), dict) else {}
             compiled = sum(v for v in (jax.get(k) for k in ("trace_s", "lower_s", "backend_s"))
                            if isinstance(v, (int, float)))
@@ -245,7 +246,7 @@ class ProgramCollector:
                            if not loop.get("parent") and isinstance(loop.get("trip_count"), int)}
                      for key, program in self.programs.items()
                      if key in {e.get("program") for e in result["executions"]}}
-            _extrapolate(result, probe["window"], record.get("wall_s"), record.get("sched"), compiled, trips)
+            _extrapolate(result, probe.window, record.get("wall_s"), record.get("sched"), compiled, trips)
         else:
             result.pop("call_rate", None)  # a whole trace counts every call: no rate to extrapolate at
         counted = {e["program"] for e in result["executions"]}
@@ -253,12 +254,12 @@ class ProgramCollector:
             if key not in counted and result["trace"] != "read":
                 # Compiled here, so called here at least once; how often is not known.
                 result["executions"].append({"program": key, "count": 1, "count_basis": "compiled", "cpu_s": None})
-        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s"),
-                               "gpu_lowering_s": probe.get("gpu_lowering_s")}
-        if not probe.get("shared"):
-            _remove(trace)
-        _remove(probe.get("programs"))
-        _remove(probe.get("gpu_lowering"))
+        result["collect_s"] = {"trace_stop_s": probe.trace_stop_s, "programs_s": probe.programs_s,
+                               "gpu_lowering_s": probe.gpu_lowering_s}
+        if not probe.shared:
+            _remove(probe.trace)
+        _remove(probe.programs)
+        _remove(probe.gpu_lowering)
         return result
 
     def finish(self) -> dict[str, Any]:
@@ -626,7 +627,7 @@ def _loop_origin(source: dict[str, Any] | None, cells: list[CodeCell], current: 
     return origin
 
 
-def _remove(path: Any) -> None:
+def _remove(path: str | None) -> None:
     if not path:
         return
     target = Path(str(path))

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbscope.schema.probe import ProbeTimeline
+
 SUMMARY_VERSION = 1
 CLASSIFICATIONS = ("compute-bound", "launch-bound", "transfer-bound", "host-bound", "compile-bound")
 
@@ -456,30 +458,26 @@ def _is_temporary(folder: Path) -> bool:
     return parent.name == "traces" and (parent.parent / "lib" / "_nbscope_probe.py").is_file()
 
 
-def summarise_cell(trace: Any, record: dict[str, Any], *, keep: bool | None = None) -> dict[str, Any]:
+def summarise_cell(trace: ProbeTimeline, record: dict[str, Any], *, keep: bool | None = None) -> dict[str, Any]:
     """Summarise a cell's trace (what the probe's ``Timeline.stop`` returned) for the cell record.
 
     Deletes the raw trace afterwards unless ``keep`` is true; by default traces inside the run's
     temporary probe folder are deleted and traces in a ``--keep-traces`` folder are kept.
     """
-    if isinstance(trace, dict):
-        info = dict(trace)
-    else:
-        info = {"path": str(trace)}
-    if info.get("skipped"):
-        return {"version": SUMMARY_VERSION, "classification": None, "skipped": info["skipped"]}
-    path = Path(str(info.get("path", "")))
+    if trace.skipped:
+        return {"version": SUMMARY_VERSION, "classification": None, "skipped": trace.skipped}
+    path = Path(trace.path or "")
     if keep is None:
         keep = not _is_temporary(path)
     try:
-        if info.get("error"):
-            return {"version": SUMMARY_VERSION, "classification": None, "error": info["error"]}
+        if trace.error:
+            return {"version": SUMMARY_VERSION, "classification": None, "error": trace.error}
         xplane = find_xplane(path)
         size = xplane.stat().st_size
         wall = record.get("code_s") if record.get("code_s") is not None else record.get("wall_s")
         summary = summarise(read_trace(xplane), wall, record.get("compile_s"))
         summary["trace_bytes"] = size
-        summary["stop_s"] = info.get("stop_s")
+        summary["stop_s"] = trace.stop_s
         summary["trace"] = str(path) if keep else None
         return summary
     finally:
