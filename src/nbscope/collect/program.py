@@ -37,6 +37,7 @@ from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
+from nbscope.collect.timeline import TraceData, TraceEvent
 from nbscope.schema.probe import ProbePrograms
 
 PROGRAMS_VERSION = 1
@@ -59,7 +60,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: Any, sched: dict[str, Any] | None = None,
+def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: object, sched: dict[str, Any] | None = None,
                  compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
@@ -390,7 +391,7 @@ class ProgramCollector:
         result["transfers"] = self._transfers(events.h2d, events.d2h, events.calls, sorted(events.h2d_work))
         result["call_rate"] = _late_call_rate(events.calls)
 
-    def _gather(self, data: Any) -> _TraceEvents:
+    def _gather(self, data: TraceData) -> _TraceEvents:
         """The trace's events by kind, in one pass over its host planes (and the GPU's module executions)."""
         events = _TraceEvents()
         line_id = 0
@@ -530,7 +531,7 @@ _BOOKKEEPING = ("ThreadpoolListener", "end: ")
 _EXECUTE = "ThunkExecutor::Execute"  # a program's thunks running, on whichever thread runs them
 
 
-def _span(event: Any) -> tuple[int, int]:
+def _span(event: TraceEvent) -> tuple[int, int]:
     """An event's start and end (ns); read only for the events kept (a trace may hold millions)."""
     start = int(event.start_ns)
     return start, start + int(event.duration_ns)
