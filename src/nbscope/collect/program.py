@@ -38,7 +38,8 @@ from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
 from nbscope.collect.timeline import TraceData, TraceEvent
-from nbscope.schema.probe import ProbePrograms
+from nbscope.schema.codec import decode
+from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -326,29 +327,25 @@ class ProgramCollector:
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
         import json
 
-        entries = json.loads(path.read_text())
-        by_function: dict[str, dict[str, Any]] = {}
-        for entry in entries:
-            by_function[_normal(str(entry.get("function") or ""))] = entry
+        by_function = {_normal(entry.function or ""): entry
+                       for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))}
         for key in new_programs:
             program = self.programs[key]
             entry = by_function.get(_normal(program["function"]))
             if entry is None:
                 continue
-            source = entry.get("source")  # how the probe lowered it ("not lowered" when skipped)
-            if entry.get("skipped"):
-                program["gpu"] = {"source": source, "loops": 0, "custom_calls": {},
-                                  "note": entry["skipped"]}
+            if entry.skipped:
+                program["gpu"] = {"source": entry.source, "loops": 0, "custom_calls": {}, "note": entry.skipped}
                 for loop in program["loops"]:
                     loop["cpu_only"] = True
                 continue
-            if entry.get("error"):
-                program["gpu"] = {"source": source, "error": entry["error"]}
+            if entry.error:
+                program["gpu"] = {"source": entry.source, "error": entry.error}
                 continue
-            gpu_loops = [(_tail(g.get("stack")), g.get("line")) for g in entry.get("loops") or []]
-            program["gpu"] = {"source": source, "loops": len(gpu_loops),
-                              "custom_calls": entry.get("custom_calls") or {},
-                              "conditionals": entry.get("conditionals"), "seconds": entry.get("seconds")}
+            gpu_loops = [(_tail(g.stack), g.line) for g in entry.loops]
+            program["gpu"] = {"source": entry.source, "loops": len(gpu_loops),
+                              "custom_calls": dict(entry.custom_calls or {}),
+                              "conditionals": entry.conditionals, "seconds": entry.seconds}
             remaining = list(gpu_loops)
             for loop in program["loops"]:
                 mine = (_tail(loop.get("op_name")), (loop.get("source") or {}).get("line"))

@@ -72,6 +72,28 @@ class ProbePrograms:
 
 
 @dataclass(frozen=True, slots=True)
+class LoweredLoop:
+    """A loop of a program's lowering for CUDA: its name stack and the source line that made it."""
+
+    stack: str | None
+    line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLoweringEntry:
+    """One program of the probe's ``gpu_lowering`` file: what it would run on a GPU, or why it was not lowered."""
+
+    function: str | None  # the jitted function's name
+    source: str | None  # how it was lowered ("lower (cuda)"), or "not lowered"
+    skipped: str | None  # why it was not lowered (no loop, branch or library call)
+    error: str | None  # why lowering failed
+    loops: tuple[LoweredLoop, ...]
+    custom_calls: Mapping[str, Any] | None  # library calls, by target
+    conditionals: Measured
+    seconds: Measured  # the lowering's own time
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeCell:
     """``{"type": "cell"}``: what the probe measured of one cell, as it finished."""
 
