@@ -143,7 +143,7 @@ class RunRecord:
     def measurement_settings(self) -> dict[str, Any]:
         """The settings that change what a run measures: only runs that agree on them are compared by
         the automatic gate baseline or put in one history series."""
-        return measurement_settings(self.settings)
+        return _measured(self.run_settings())
 
     def content_hash(self) -> str:
         """SHA-256 of the document as JSON with sorted keys: the same run exported and imported again has
@@ -256,15 +256,15 @@ class RunRecord:
 def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
     (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;
-    absent ones as the defaults a run without them had."""
-    settings = settings or {}
-    repeat = settings.get("repeat")
-    return {
-        "jax_platform": settings.get("jax_platform") or None,
-        "jax_cache": settings.get("jax_cache") or "off",
-        "timeline": bool(settings.get("timeline")),
-        "repeat": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
-    }
+    absent ones as the defaults a run without them had (``schema.machine.Settings`` reads them so)."""
+    from nbscope.schema.machine import Settings
+
+    return _measured(codec.decode(Settings, settings))
+
+
+def _measured(settings: Settings) -> dict[str, Any]:
+    return {"jax_platform": settings.jax_platform, "jax_cache": settings.jax_cache, "timeline": settings.timeline,
+            "repeat": settings.repeat}
 
 
 def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
