@@ -525,7 +525,7 @@ def test_probe_reader_waits_for_whole_lines(tmp_path: Path) -> None:
         handle.write('sh": "h1", "wall_s": 0.5}\n')
         handle.write(json.dumps({"type": "cell", "seq": 2, "hash": "h1", "wall_s": 0.25}) + "\n")
     first = reader.take("h1")
-    assert first is not None and first["seq"] == 2  # the latest run of that source
+    assert first is not None and first.seq == 2  # the latest run of that source
     second = reader.take("h1")
-    assert second is not None and second["seq"] == 1
+    assert second is not None and second.seq == 1
     assert reader.take("h1") is None

@@ -15,6 +15,8 @@ import pytest
 from nbscope.collect import timeline
 from nbscope.collect.probe import PROBE_FILE
 from nbscope.collect.timeline import TraceEvents, _Op, summarise, summarise_cell
+from nbscope.schema.codec import decode
+from nbscope.schema.probe import ProbeTimeline
 
 FILES = Path(__file__).resolve().parent / "files"
 _TRACER_SPEC = importlib.util.spec_from_file_location("_nbscope_timeline", PROBE_FILE.with_name("_nbscope_timeline.py"))
@@ -105,9 +107,14 @@ def test_summary_keys_the_diagnosis_reads() -> None:
     json.dumps(summary)
 
 
+def _stopped(line: dict[str, Any]) -> ProbeTimeline:
+    """What the probe's ``Timeline.stop`` wrote, as the collector reads it from the probe's line."""
+    return decode(ProbeTimeline, line)
+
+
 def test_skipped_and_failed_traces() -> None:
-    assert summarise_cell({"skipped": "RuntimeError: busy", "seq": 3}, {})["classification"] is None
-    failed = summarise_cell({"path": "/nonexistent/cell-0001", "error": "RuntimeError: x"}, {})
+    assert summarise_cell(_stopped({"skipped": "RuntimeError: busy", "seq": 3}), {})["classification"] is None
+    failed = summarise_cell(_stopped({"path": "/nonexistent/cell-0001", "error": "RuntimeError: x"}), {})
     assert failed == {"version": 1, "classification": None, "error": "RuntimeError: x"}
     assert timeline.short_text(failed).startswith("no timeline")
 
@@ -191,7 +198,7 @@ def test_kept_trace_is_a_jax_profiler_trace_and_stays(traced: dict[str, Any]) ->
     assert folder.name == "cell-0002" and stop["stop_s"] >= 0
     assert list(folder.glob("plugins/profile/*/*.xplane.pb"))
     assert list(folder.glob("plugins/profile/*/*.trace.json.gz"))  # jax.profiler's export, for Perfetto
-    summary = summarise_cell(stop, {"code_s": 0.05, "compile_s": 0.0})
+    summary = summarise_cell(_stopped(stop), {"code_s": 0.05, "compile_s": 0.0})
     assert summary["trace"] == str(folder) and folder.exists()
     assert summary["platform"] == "cpu"
     assert summary["ops"] >= 1 and summary["device_busy_s"] > 0
@@ -207,7 +214,7 @@ def test_temporary_trace_is_deleted_after_summarising(traced: dict[str, Any]) ->
     folder = Path(stop["path"])
     assert list(folder.glob("plugins/profile/*/*.xplane.pb"))
     assert not list(folder.glob("plugins/profile/*/*.trace.json.gz"))  # the bare session skips the export
-    summary = summarise_cell(stop, {"code_s": 0.05, "compile_s": 0.0})
+    summary = summarise_cell(_stopped(stop), {"code_s": 0.05, "compile_s": 0.0})
     assert summary["ops"] >= 1
     assert summary["trace"] is None and not folder.exists()
 

@@ -43,6 +43,7 @@ from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.schema.build import derive, totals
 from nbscope.schema.codec import decode
+from nbscope.schema.probe import ProbeCell
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
@@ -327,10 +328,11 @@ def cells_from_log(
         queue = by_hash.get(code_cell.source_hash)
         if queue:
             line = queue.pop(0)
-            record = merge_cell(code_cell, dict(line.document))
-            if programs is not None and line.programs:
+            probe = decode(ProbeCell, line.document)
+            record = merge_cell(code_cell, probe)
+            if programs is not None and probe.programs is not None:
                 try:
-                    record["programs"] = programs.cell(line.programs, record)
+                    record["programs"] = programs.cell(probe.programs, record)
                 except Exception as exc:  # broken program data must not lose the cell's other figures
                     record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if line.seq is not None and line.seq in timeouts:

@@ -3,11 +3,15 @@ errors), before the cell writers (``schema.build``) derive compile, run and over
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from nbscope._units import number
 from nbscope.collect.notebook import CodeCell
+from nbscope.schema.codec import decode_optional
+from nbscope.schema.probe import ProbeCell, ProbePrograms
+from nbscope.schema.programs import TraceWindow
 
 
 def iso_seconds(stamp: str | None) -> float | None:
@@ -19,31 +23,31 @@ def iso_seconds(stamp: str | None) -> float | None:
         return None
 
 
-def nbclient_timing(cell: Any) -> dict[str, float | None]:
+def nbclient_timing(cell: Mapping[str, Any]) -> dict[str, float | None]:
     """nbclient's kernel-clock timestamps for a cell, as Unix seconds."""
     timing = cell.get("metadata", {}).get("execution", {})
     return {key: iso_seconds(timing.get(key)) for key in ("iopub.status.busy", "iopub.status.idle")}
 
 
-def roundtrip(cell: Any) -> float | None:
+def roundtrip(cell: Mapping[str, Any]) -> float | None:
     timing = nbclient_timing(cell)
     busy, idle = timing["iopub.status.busy"], timing["iopub.status.idle"]
     return idle - busy if busy is not None and idle is not None else None
 
 
-def output_error(cell: Any) -> dict[str, str] | None:
+def output_error(cell: Mapping[str, Any]) -> dict[str, str] | None:
     for output in cell.get("outputs", []):
         if output.get("output_type") == "error":
             return {"name": output.get("ename", ""), "message": str(output.get("evalue", ""))[:500]}
     return None
 
 
-def merge_cell(code_cell: CodeCell, probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
+def merge_cell(code_cell: CodeCell, probe: ProbeCell | None, **runner_fields: object) -> dict[str, Any]:
     """One cell record from the notebook's cell, the probe's line and the runner's observations."""
     return merge_described(code_cell.describe(), probe, **runner_fields)
 
 
-def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, **runner_fields: Any) -> dict[str, Any]:
+def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runner_fields: object) -> dict[str, Any]:
     """:func:`merge_cell` from a cell's description (``CodeCell.describe()``), e.g. one kept in a live file."""
     record = dict(description)
     record.update(
@@ -66,33 +70,39 @@ def merge_described(description: dict[str, Any], probe: dict[str, Any] | None, *
         output_bytes=0,
     )
     if probe is not None:
-        for key in ("execution_count", "status", "error", "wall_s", "code_s", "started_unix", "jax", "numba", "alarms", "rss", "gpu_memory", "sched"):
-            record[key] = probe.get(key)
-        if probe.get("programs_hash"):  # [{name, hash}] of each program the cell compiled
-            record["programs_hash"] = probe["programs_hash"]
-        if isinstance(probe.get("programs"), dict):
-            record.update(collection_times(probe["programs"]))
+        record.update(
+            execution_count=probe.execution_count, status=probe.status, error=_own(probe.error),
+            wall_s=probe.wall_s, code_s=probe.code_s, started_unix=probe.started_unix, jax=_own(probe.jax),
+            numba=_own(probe.numba), alarms=None if probe.alarms is None else list(probe.alarms),
+            rss=_own(probe.rss), gpu_memory=_own(probe.gpu_memory), sched=_own(probe.sched),
+        )
+        if probe.programs_hash:  # [{name, hash}] of each program the cell compiled
+            record["programs_hash"] = [dict(entry) for entry in probe.programs_hash]
+        if probe.programs is not None:
+            record.update(collection_times(probe.programs))
     record.update({k: v for k, v in runner_fields.items() if v is not None or k not in record})
     if record["wall_s"] is None and record["roundtrip_s"] is not None:
         record["wall_s"] = record["roundtrip_s"]
     return record  # compile_s, run_s, overhead_s: derived by the cell writers (nbscope.schema.build)
 
 
-# The probe's collection after a cell's code (``--forecast``), by part: its line's name → the record's.
-COLLECTION_PARTS = {"trace_stop_s": "session_stop_s", "gpu_lowering_s": "lowering_s", "programs_s": "hlo_s"}
+def _own(part: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A part of the probe's line as the record's own object (the cell writers add to it), as measured."""
+    return None if part is None else dict(part)
 
 
-def collection_times(probe_programs: dict[str, Any]) -> dict[str, Any]:
+def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     """``collection_s`` (seconds nbscope's own collection took in the kernel after the cell's code, inside
     ``wall_s``) and ``collection`` (its parts), from the probe's ``programs`` line. A session the probe cut
     stopped on a thread of its own while the cell ran on: ``cut_stop_s`` records it, but it is no part of
     ``collection_s``, which the cell's figures leave out; ``lowering_jax_s``, the JAX trace and lower time
     nbscope's own lowering for CUDA triggered, is within ``lowering_s`` (and never in the cell's compile)."""
-    parts = {part: seconds for name, part in COLLECTION_PARTS.items()
-             if (seconds := number(probe_programs.get(name))) is not None}
-    window = probe_programs.get("window")
-    apart = {"cut_stop_s": number(window.get("stop_s")) if isinstance(window, dict) else None,
-             "lowering_jax_s": number(probe_programs.get("gpu_lowering_jax_s"))}
+    measured = {"session_stop_s": probe_programs.trace_stop_s, "lowering_s": probe_programs.gpu_lowering_s,
+                "hlo_s": probe_programs.programs_s}  # the record's name of each part of the probe's collection
+    parts = {part: seconds for part, figure in measured.items() if (seconds := number(figure)) is not None}
+    window = decode_optional(TraceWindow, probe_programs.window)
+    apart = {"cut_stop_s": window.stop_s if window is not None else None,
+             "lowering_jax_s": number(probe_programs.gpu_lowering_jax_s)}
     collection = {**parts, **{name: seconds for name, seconds in apart.items() if seconds is not None}}
     return {"collection_s": sum(parts.values()), "collection": collection}
 

@@ -3,17 +3,28 @@ kernel and every process it started are gone."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
-from typing import Any
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import describe
+
+if TYPE_CHECKING:
+    import psutil
+    from nbclient import NotebookClient
+
+# A kernel's process group (when it leads one) and the processes it started (``kernel_family``).
+Family = tuple[int | None, list["psutil.Process"]]
 
 # Set in each kernel's environment to a token of its run: every process the kernel starts inherits it,
 # a double-forked daemon in a session of its own included, which :func:`end_started` then finds.
 KERNEL_TOKEN_VARIABLE = "NBSCOPE_KERNEL_TOKEN"
 
 
-def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> bool:
+def interrupt_cell(client: NotebookClient, cell: Mapping[str, Any], wait_s: float = 5.0) -> bool:
     """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient); whether
     the kernel went idle within ``wait_s`` (False: the cell ignores the interrupt, the kernel is still busy).
 
@@ -25,8 +36,9 @@ def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> bool:
 
     from nbclient.util import run_sync
 
+    manager: Any = client.km  # nbclient's annotation names the sync KernelManager; it runs an async one
     try:
-        run_sync(client.km.interrupt_kernel)()
+        run_sync(manager.interrupt_kernel)()
     except Exception:
         return False
     timing = cell.get("metadata", {}).get("execution", {})
@@ -36,7 +48,7 @@ def interrupt_cell(client: Any, cell: Any, wait_s: float = 5.0) -> bool:
     return "iopub.status.idle" in timing
 
 
-def shut_down(client: Any, context: Any, runner: dict[str, Any]) -> None:
+def shut_down(client: NotebookClient, context: AbstractContextManager[None], runner: dict[str, Any]) -> None:
     """Stop the kernel and everything it started; a failing shutdown is noted, never raised, so the
     cells measured are still returned."""
     family = kernel_family(client)
@@ -48,17 +60,15 @@ def shut_down(client: Any, context: Any, runner: dict[str, Any]) -> None:
         ensure_dead(client, family)
 
 
-def kernel_process(client: Any) -> Any:
+def kernel_process(client: NotebookClient) -> subprocess.Popen[bytes] | None:
     provisioner = getattr(getattr(client, "km", None), "provisioner", None)
     return getattr(provisioner, "process", None)
 
 
-def kernel_family(client: Any) -> tuple[int | None, list[Any]]:
+def kernel_family(client: NotebookClient) -> Family:
     """The kernel's process group (when it leads one: jupyter_client starts each kernel in a session of
     its own) and its descendants (processes a notebook started), found while the kernel still lives:
     once it is gone they belong to init and can no longer be told apart."""
-    import os
-
     process = kernel_process(client)
     if process is None or process.poll() is not None:
         return None, []
@@ -74,9 +84,8 @@ def kernel_family(client: Any) -> tuple[int | None, list[Any]]:
         return group, []
 
 
-def ensure_dead(client: Any, family: tuple[int | None, list[Any]] = (None, [])) -> None:
+def ensure_dead(client: NotebookClient, family: Family = (None, [])) -> None:
     """A kernel that ignored shutdown must not outlive the run, nor any process it started."""
-    import os
     import signal
 
     process = kernel_process(client)
@@ -96,7 +105,7 @@ def ensure_dead(client: Any, family: tuple[int | None, list[Any]] = (None, [])) 
             pass
 
 
-def end_started(token: str, kernel_log: Any = None) -> None:
+def end_started(token: str, kernel_log: str | os.PathLike[str] | None = None) -> None:
     """Stop every process a kernel started that still runs after the kernel's end: those carrying its token
     (:data:`KERNEL_TOKEN_VARIABLE`) and, for one that cleared its environment, those still holding the
     kernel's output log (``kernel_log``) open. A second stop signal meanwhile does not cut this short."""

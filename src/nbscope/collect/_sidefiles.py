@@ -8,16 +8,20 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from nbscope.schema.codec import decode
+from nbscope.schema.probe import ProbeCell, ProbeStart, ProbeWarning
+
 
 class ProbeReader:
-    """Reads the probe's JSON lines incrementally."""
+    """Reads the probe's JSON lines incrementally, each decoded once (``schema.probe``); the kernel's line is
+    kept as written, as the run record carries it (``measurements.kernel``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.kernel: dict[str, Any] | None = None
-        self.cells: dict[int, dict[str, Any]] = {}
-        self.started: dict[int, dict[str, Any]] = {}
+        self.cells: dict[int, ProbeCell] = {}
+        self.started: dict[int, ProbeStart] = {}
 
     def poll(self) -> None:
         try:
@@ -35,25 +39,28 @@ class ProbeReader:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            kind = record.get("type")
+            kind = record.get("type") if isinstance(record, dict) else None
             if kind == "kernel":
                 self.kernel = record
             elif kind == "cell":
-                self.cells[record["seq"]] = record
+                cell = decode(ProbeCell, record)
+                self.cells[cell.seq] = cell
             elif kind == "start":
-                self.started[record["seq"]] = record
+                start = decode(ProbeStart, record)
+                self.started[start.seq] = start
             elif kind == "warning" and self.kernel is not None:
                 # Kept with the kernel's line, which the run record carries (``kernel.warnings``), naming the cell
                 # by the source hash of its start line.
-                start = self.started.get(record.get("seq"), {})
+                warning = decode(ProbeWarning, record)
+                started = self.started.get(warning.seq) if warning.seq is not None else None
                 self.kernel.setdefault("warnings", []).append(
-                    {"hash": start.get("hash"), "message": str(record.get("message", ""))})
+                    {"hash": started.hash if started is not None else None, "message": warning.message})
 
-    def take(self, source_hash: str) -> dict[str, Any] | None:
-        """The latest finished probe record for a cell with this hash, removed from the pool."""
+    def take(self, source_hash: str) -> ProbeCell | None:
+        """The latest finished probe line for a cell with this hash, removed from the pool."""
         self.poll()
         for seq in sorted(self.cells, reverse=True):
-            if self.cells[seq]["hash"] == source_hash:
+            if self.cells[seq].hash == source_hash:
                 return self.cells.pop(seq)
         return None
 

@@ -244,7 +244,7 @@ def variant_fingerprint(base: dict[str, Any], environment: Environment, packages
     return document
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return "not installed" if value is None or fp.is_absent(value) else str(value)
 
 

@@ -15,7 +15,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeGuard
@@ -354,7 +354,7 @@ def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, Any]:
         _safe(nvml.nvmlShutdown)
 
 
-def _gpu_device(nvml: ModuleType, index: int, handle: Any) -> dict[str, Any]:
+def _gpu_device(nvml: ModuleType, index: int, handle: object) -> dict[str, Any]:
     memory = _safe(nvml.nvmlDeviceGetMemoryInfo, handle)
     capability = _safe(nvml.nvmlDeviceGetCudaComputeCapability, handle)
     cc = f"{capability[0]}.{capability[1]}" if isinstance(capability, tuple) else None
@@ -387,22 +387,22 @@ def _gpu_device(nvml: ModuleType, index: int, handle: Any) -> dict[str, Any]:
     }
 
 
-def _safe(function: Any, *args: Any) -> Any:
+def _safe(function: Callable[..., Any], *args: object) -> Any:
     try:
         return function(*args)
     except Exception as exc:
         return absent(f"{getattr(function, '__name__', 'NVML call')}: {type(exc).__name__}")
 
 
-def _text(value: Any) -> Any:
+def _text(value: object) -> object:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _enabled(value: Any) -> Any:
+def _enabled(value: object) -> object:
     return bool(value) if isinstance(value, int) else value
 
 
-def _cuda_version(value: Any) -> Any:
+def _cuda_version(value: object) -> object:
     if isinstance(value, int):
         return f"{value // 1000}.{(value % 1000) // 10}"
     return value
@@ -455,7 +455,7 @@ def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dic
     return fingerprint
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(value: object, prefix: str = "") -> dict[str, Any]:
     """Dotted paths to leaves; lists of GPUs and pools are indexed (``gpu.devices.0.name``)."""
     if isinstance(value, Mapping) and not is_absent(value):
         items: Iterable[tuple[str, Any]] = value.items()

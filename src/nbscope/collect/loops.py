@@ -33,9 +33,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+
+if TYPE_CHECKING:
+    from jax import Array, Device
 
 BUILTIN_TARGET = "builtin:logistic-map"
 BUILTIN_DESCRIPTION = "logistic map x ← 4·x·(1 − x), lax.scan over jnp.arange(n) (the lecture's qm_jax)"
@@ -253,8 +257,8 @@ def _builtin_loop() -> Callable[[int], Any]:
 
     # As in the lecture (numpy_vs_numba_vs_jax): n is static, so each trip count compiles once.
     @partial(jax.jit, static_argnums=(1,))
-    def qm_jax(x0: Any, n: int, alpha: float = 4.0) -> Any:
-        def update(x: Any, t: Any) -> tuple[Any, Any]:
+    def qm_jax(x0: Array, n: int, alpha: float = 4.0) -> Array:
+        def update(x: Array, t: Array) -> tuple[Array, Array]:
             x_new = alpha * x * (1 - x)
             return x_new, x_new
 
@@ -267,7 +271,8 @@ def _builtin_loop() -> Callable[[int], Any]:
 class _Sweeper:
     """Times one loop function at several trip counts on one placement."""
 
-    def __init__(self, jax: Any, function: Callable[[int], Any], placement: str, device: Any, settings: dict[str, Any]):
+    def __init__(self, jax: ModuleType, function: Callable[[int], Any], placement: str, device: Device | None,
+                 settings: dict[str, Any]):
         self.jax = jax
         self.function = function
         self.placement = placement
@@ -384,7 +389,7 @@ class _Sweeper:
         return sweep
 
 
-def _describe(device: Any) -> dict[str, Any]:
+def _describe(device: Device) -> dict[str, Any]:
     return {"device": str(device), "platform": getattr(device, "platform", None),
             "device_kind": getattr(device, "device_kind", None)}
 

@@ -11,6 +11,7 @@ import re
 import sys
 import types
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,7 +155,7 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:159] + "…"
 
 
-def _where(parts: Any) -> str:
+def _where(parts: Iterable[object]) -> str:
     """``cells[3].metadata.tags`` from a JSON path."""
     text = ""
     for part in parts:
@@ -162,7 +163,7 @@ def _where(parts: Any) -> str:
     return text or "the notebook"
 
 
-def _check_cells(data: Any) -> None:
+def _check_cells(data: object) -> None:
     """The fields nbscope itself reads, checked before nbformat's schema: the first wrong one, by path."""
     if not isinstance(data, dict):
         raise ValueError(f"the notebook: {_short(data)} is not a JSON object")
@@ -188,7 +189,7 @@ def _check_cells(data: Any) -> None:
             raise ValueError(f"{where}.metadata.tags: {_short(tags)} is not a list of strings")
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 40 else text[:39] + "…"
 
@@ -267,7 +268,7 @@ def myst_warnings(text: str) -> list[str]:
     return found
 
 
-def _option_warnings(lines: list[str], fence: int, close: int, yaml: Any) -> list[str]:
+def _option_warnings(lines: list[str], fence: int, close: int, yaml: types.ModuleType) -> list[str]:
     """Warnings about the option block of the code cell whose fence is at ``fence`` (0-based)."""
     body = lines[fence + 1 : close]
     if body and body[0].strip() == "---":
@@ -381,7 +382,7 @@ def _myst_line_ranges(text: str, starts: list[int] | None) -> list[LineRange]:
     return ranges
 
 
-def _ipynb_line_ranges(text: str, nb: Any) -> list[LineRange]:
+def _ipynb_line_ranges(text: str, nb: nbformat.NotebookNode) -> list[LineRange]:
     """Each cell's lines in an ``.ipynb`` file: from its ``"source"`` key to the end of that value.
 
     Found by reading the JSON text in order; a file whose ``"source"`` keys do not match its cells one to one

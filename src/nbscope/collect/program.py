@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
+from nbscope.collect.timeline import TraceData, TraceEvent
+from nbscope.schema.codec import decode
+from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -57,7 +61,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: dict[str, Any], wall: Any, sched: dict[str, Any] | None = None,
+def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: object, sched: dict[str, Any] | None = None,
                  compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
@@ -208,36 +212,35 @@ class ProgramCollector:
         self._profile_data: Any = None
 
     # ---- per cell ------------------------------------------------------------------------------
-    def cell(self, probe: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    def cell(self, probe: ProbePrograms, record: dict[str, Any]) -> dict[str, Any]:
         """The cell's ``programs`` field from the probe's line (and the cell record so far)."""
         result: dict[str, Any] = {"executions": [], "transfers": None, "sampled": False, "trace": None}
         new_programs: list[str] = []
-        if probe.get("programs"):
+        where = f"cell {record.get('index', 0) + 1}"
+        if probe.programs:
             try:
-                new_programs = self._read_programs(Path(probe["programs"]), record)
+                new_programs = self._read_programs(Path(probe.programs), record)
             except Exception as exc:  # a broken file must not lose the cell's other figures
-                self.notes.append(f"cell {record.get('index', 0) + 1}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
-        elif probe.get("programs_error"):
-            result["hlo_error"] = probe["programs_error"]
+                self.notes.append(f"{where}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.programs_error:
+            result["hlo_error"] = probe.programs_error
         result["new_programs"] = new_programs
-        if probe.get("gpu_lowering"):
+        if probe.gpu_lowering:
             try:
-                self._read_gpu_lowering(Path(probe["gpu_lowering"]), new_programs)
+                self._read_gpu_lowering(Path(probe.gpu_lowering), new_programs)
             except Exception as exc:
-                self.notes.append(f"cell {record.get('index', 0) + 1}: GPU lowering unreadable: "
-                                  f"{type(exc).__name__}: {exc}"[:300])
-        elif probe.get("gpu_lowering_error"):
-            self.notes.append(f"cell {record.get('index', 0) + 1}: no GPU lowering: {probe['gpu_lowering_error']}"[:300])
-        trace = probe.get("trace")
-        if trace:
+                self.notes.append(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.gpu_lowering_error:
+            self.notes.append(f"{where}: no GPU lowering: {probe.gpu_lowering_error}"[:300])
+        if probe.trace:
             try:
-                self._read_trace(Path(trace), result)
+                self._read_trace(Path(probe.trace), result)
                 result["trace"] = "read"
             except Exception as exc:
                 result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
-            result["trace"] = probe.get("trace_error") or "no trace"
-        if result["trace"] == "read" and isinstance(probe.get("window"), dict):
+            result["trace"] = probe.trace_error or "no trace"
+        if result["trace"] == "read" and probe.window is not None:
             jax: dict[str, Any] = record["jax"] if isinstance(record.get("jax"), dict) else {}
             compiled = sum(v for v in (jax.get(k) for k in ("trace_s", "lower_s", "backend_s"))
                            if isinstance(v, (int, float)))
@@ -245,7 +248,7 @@ class ProgramCollector:
                            if not loop.get("parent") and isinstance(loop.get("trip_count"), int)}
                      for key, program in self.programs.items()
                      if key in {e.get("program") for e in result["executions"]}}
-            _extrapolate(result, probe["window"], record.get("wall_s"), record.get("sched"), compiled, trips)
+            _extrapolate(result, probe.window, record.get("wall_s"), record.get("sched"), compiled, trips)
         else:
             result.pop("call_rate", None)  # a whole trace counts every call: no rate to extrapolate at
         counted = {e["program"] for e in result["executions"]}
@@ -253,12 +256,12 @@ class ProgramCollector:
             if key not in counted and result["trace"] != "read":
                 # Compiled here, so called here at least once; how often is not known.
                 result["executions"].append({"program": key, "count": 1, "count_basis": "compiled", "cpu_s": None})
-        result["collect_s"] = {"trace_stop_s": probe.get("trace_stop_s"), "programs_s": probe.get("programs_s"),
-                               "gpu_lowering_s": probe.get("gpu_lowering_s")}
-        if not probe.get("shared"):
-            _remove(trace)
-        _remove(probe.get("programs"))
-        _remove(probe.get("gpu_lowering"))
+        result["collect_s"] = {"trace_stop_s": probe.trace_stop_s, "programs_s": probe.programs_s,
+                               "gpu_lowering_s": probe.gpu_lowering_s}
+        if not probe.shared:
+            _remove(probe.trace)
+        _remove(probe.programs)
+        _remove(probe.gpu_lowering)
         return result
 
     def finish(self) -> dict[str, Any]:
@@ -324,29 +327,25 @@ class ProgramCollector:
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
         import json
 
-        entries = json.loads(path.read_text())
-        by_function: dict[str, dict[str, Any]] = {}
-        for entry in entries:
-            by_function[_normal(str(entry.get("function") or ""))] = entry
+        by_function = {_normal(entry.function or ""): entry
+                       for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))}
         for key in new_programs:
             program = self.programs[key]
             entry = by_function.get(_normal(program["function"]))
             if entry is None:
                 continue
-            source = entry.get("source")  # how the probe lowered it ("not lowered" when skipped)
-            if entry.get("skipped"):
-                program["gpu"] = {"source": source, "loops": 0, "custom_calls": {},
-                                  "note": entry["skipped"]}
+            if entry.skipped:
+                program["gpu"] = {"source": entry.source, "loops": 0, "custom_calls": {}, "note": entry.skipped}
                 for loop in program["loops"]:
                     loop["cpu_only"] = True
                 continue
-            if entry.get("error"):
-                program["gpu"] = {"source": source, "error": entry["error"]}
+            if entry.error:
+                program["gpu"] = {"source": entry.source, "error": entry.error}
                 continue
-            gpu_loops = [(_tail(g.get("stack")), g.get("line")) for g in entry.get("loops") or []]
-            program["gpu"] = {"source": source, "loops": len(gpu_loops),
-                              "custom_calls": entry.get("custom_calls") or {},
-                              "conditionals": entry.get("conditionals"), "seconds": entry.get("seconds")}
+            gpu_loops = [(_tail(g.stack), g.line) for g in entry.loops]
+            program["gpu"] = {"source": entry.source, "loops": len(gpu_loops),
+                              "custom_calls": dict(entry.custom_calls or {}),
+                              "conditionals": entry.conditionals, "seconds": entry.seconds}
             remaining = list(gpu_loops)
             for loop in program["loops"]:
                 mine = (_tail(loop.get("op_name")), (loop.get("source") or {}).get("line"))
@@ -389,7 +388,7 @@ class ProgramCollector:
         result["transfers"] = self._transfers(events.h2d, events.d2h, events.calls, sorted(events.h2d_work))
         result["call_rate"] = _late_call_rate(events.calls)
 
-    def _gather(self, data: Any) -> _TraceEvents:
+    def _gather(self, data: TraceData) -> _TraceEvents:
         """The trace's events by kind, in one pass over its host planes (and the GPU's module executions)."""
         events = _TraceEvents()
         line_id = 0
@@ -529,7 +528,7 @@ _BOOKKEEPING = ("ThreadpoolListener", "end: ")
 _EXECUTE = "ThunkExecutor::Execute"  # a program's thunks running, on whichever thread runs them
 
 
-def _span(event: Any) -> tuple[int, int]:
+def _span(event: TraceEvent) -> tuple[int, int]:
     """An event's start and end (ns); read only for the events kept (a trace may hold millions)."""
     start = int(event.start_ns)
     return start, start + int(event.duration_ns)
@@ -626,7 +625,7 @@ def _loop_origin(source: dict[str, Any] | None, cells: list[CodeCell], current: 
     return origin
 
 
-def _remove(path: Any) -> None:
+def _remove(path: str | None) -> None:
     if not path:
         return
     target = Path(str(path))

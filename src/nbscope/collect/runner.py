@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
@@ -47,6 +47,15 @@ from nbscope.collect._kernel import (
 from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
+from nbscope.schema.probe import ProbeCell, ProbePrograms, ProbeTimeline
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from nbclient import NotebookClient
+    from nbformat import NotebookNode
+
+    from nbscope.collect.program import ProgramCollector
 
 __all__ = [
     "CellCallback", "NotebookExecution", "ExecutionOptions", "LineSink", "ProbeReader", "StartCallback", "execute",
@@ -82,7 +91,7 @@ class NotebookExecution:
     runner: dict[str, Any]
     kernel: dict[str, Any] | None
     status: str  # ok | partial
-    executed_nb: Any = None
+    executed_nb: NotebookNode | None = None
     interrupted: bool = False  # Ctrl-C: the caller saves what was measured, then stops
     programs: dict[str, Any] | None = None  # with ExecutionOptions.programs: the run's program table
 
@@ -112,7 +121,7 @@ def execute(
     env[KERNEL_TOKEN_VARIABLE] = token  # inherited by every process the kernel starts, daemons included
     programs = _program_collector(notebook, options, home.root, env)
 
-    def new_client() -> Any:
+    def new_client() -> NotebookClient:
         return NotebookClient(
             notebook.nb,
             kernel_name=options.kernel_name or notebook.kernel_name,
@@ -125,7 +134,7 @@ def execute(
             resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
         )
 
-    loop = _CellLoop(notebook, options, None, ProbeReader(probe_out), programs,
+    loop = _CellLoop(notebook, options, ProbeReader(probe_out), programs,
                      live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
@@ -134,7 +143,6 @@ def execute(
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
         client, context, restarts = _start_kernel(new_client, env, kernel_log)
-        loop.client = client
         descendants = _track(client)
         loop.runner["processes_tracked_by"] = descendants.tracked_by if descendants is not None else None
         if restarts:
@@ -142,7 +150,7 @@ def execute(
         loop.runner["kernel_start_s"] = time.perf_counter() - started
         execute_start = time.perf_counter()
         try:
-            loop.run()
+            loop.run(client)
         finally:
             loop.runner["execute_s"] = time.perf_counter() - execute_start
             shutdown_started = time.perf_counter()
@@ -170,7 +178,7 @@ def execute(
     )
 
 
-def _track(client: object) -> Descendants | None:
+def _track(client: NotebookClient) -> Descendants | None:
     """What will end every process the started kernel starts: its own cgroup where one can be made (the kernel
     has run none of the notebook yet), else its process tree sampled while it runs (:class:`Descendants`)."""
     process = kernel_process(client)
@@ -181,7 +189,8 @@ def _track(client: object) -> Descendants | None:
     return descendants
 
 
-def _start_kernel(new_client: Callable[[], Any], env: dict[str, str], log: Any) -> tuple[Any, Any, int]:
+def _start_kernel(new_client: Callable[[], NotebookClient], env: dict[str, str], log: IO[bytes],
+                  ) -> tuple[NotebookClient, AbstractContextManager[None], int]:
     """A client of ``new_client()``'s with its kernel started: ``(client, entered context, restarts)``. A
     failed or interrupted start leaves no kernel behind. A kernel that died before replying to its first
     request (seen twice in about 2,000 starts on a busy 2-core machine), before running anything, gets one
@@ -207,10 +216,10 @@ class _CellLoop:
     """The cells of one execution, one at a time, in a started kernel: each cell's record, streamed to the
     live file as it finishes, and what a failure means for the cells after it."""
 
-    def __init__(self, notebook: Notebook, options: ExecutionOptions, client: Any, reader: ProbeReader,
-                 programs: Any, live: LineSink, on_cell_start: StartCallback | None,
+    def __init__(self, notebook: Notebook, options: ExecutionOptions, reader: ProbeReader,
+                 programs: ProgramCollector | None, live: LineSink, on_cell_start: StartCallback | None,
                  on_cell_done: CellCallback | None) -> None:
-        self.notebook, self.options, self.client, self.reader, self.programs = notebook, options, client, reader, programs
+        self.notebook, self.options, self.reader, self.programs = notebook, options, reader, programs
         self.live, self.on_cell_start, self.on_cell_done = live, on_cell_start, on_cell_done
         self.cells: list[dict[str, Any]] = []
         self.runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None,
@@ -220,13 +229,14 @@ class _CellLoop:
         self.running: CodeCell | None = None  # the cell being executed, and since when (for an interrupt)
         self.cell_started = 0.0
 
-    def run(self) -> None:
+    def run(self, client: NotebookClient) -> None:
+        """Each cell in ``client``'s started kernel."""
         try:
             for code_cell in self.notebook.code_cells:
                 if self.stopped:
                     self._keep(merge_cell(code_cell, None))
                 else:
-                    self._run_one(code_cell)
+                    self._run_one(code_cell, client)
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGTERM or SIGHUP (under the CLI): the running cell is recorded as interrupted, with
             # how long it had run and the signal; those after it did not run. What finished is returned,
@@ -243,7 +253,7 @@ class _CellLoop:
         self.cells.append(record)
         self.live.write(record)
 
-    def _run_one(self, code_cell: CodeCell) -> None:
+    def _run_one(self, code_cell: CodeCell, client: NotebookClient) -> None:
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
         cell = self.notebook.nb.cells[code_cell.cell_index]
@@ -252,7 +262,7 @@ class _CellLoop:
             self.on_cell_start(code_cell)
         outcome = "ran"
         try:
-            self.client.execute_cell(cell, code_cell.cell_index)
+            client.execute_cell(cell, code_cell.cell_index)
         except CellTimeoutError:
             outcome = "timeout"
         except DeadKernelError:
@@ -268,15 +278,16 @@ class _CellLoop:
         self.live.write(record)
         if self.on_cell_done is not None:
             self.on_cell_done(record)
-        self._after(code_cell, cell, outcome, record)
+        self._after(code_cell, cell, outcome, record, client)
 
-    def _after(self, code_cell: CodeCell, cell: Any, outcome: str, record: dict[str, Any]) -> None:
+    def _after(self, code_cell: CodeCell, cell: NotebookNode, outcome: str, record: dict[str, Any],
+               client: NotebookClient) -> None:
         """What a cell's outcome means for the run: partial, and whether the cells after it run."""
         if outcome == "kernel-died":
             self.status, self.stopped = "partial", True
         elif outcome == "timeout":
             self.status = "partial"
-            if not interrupt_cell(self.client, cell, wait_s=INTERRUPT_WAIT_S):
+            if not interrupt_cell(client, cell, wait_s=INTERRUPT_WAIT_S):
                 # The cell ignores the interrupt: the kernel is still busy with it, so the next cell would
                 # queue behind it and be blamed for the wait. The kernel is stopped instead.
                 record["error"]["message"] += (
@@ -291,8 +302,8 @@ class _CellLoop:
             self.status, self.stopped = "partial", True
 
 
-def _cell_record(code_cell: CodeCell, cell: Any, outcome: str, elapsed: float, probe: dict[str, Any] | None,
-                 options: ExecutionOptions, programs: Any) -> dict[str, Any]:
+def _cell_record(code_cell: CodeCell, cell: NotebookNode, outcome: str, elapsed: float, probe: ProbeCell | None,
+                 options: ExecutionOptions, programs: ProgramCollector | None) -> dict[str, Any]:
     """One cell's record from how its request ended (``ran``, ``timeout``, ``kernel-died``), the runner's
     clock, what nbclient wrote into the cell and the probe's line."""
     error = None
@@ -313,10 +324,10 @@ def _cell_record(code_cell: CodeCell, cell: Any, outcome: str, elapsed: float, p
                  "message": f"cell exceeded --timeout {options.timeout:g} s" if outcome == "timeout"
                  else "the kernel died while running this cell"}
     record = merge_cell(code_cell, probe, **runner_fields)
-    if programs is not None and probe is not None and probe.get("programs"):
-        record["programs"] = _collect_programs(programs, probe["programs"], record)
-    if probe is not None and probe.get("timeline_trace"):
-        record["timeline"] = _summarise_timeline(probe["timeline_trace"], record)
+    if programs is not None and probe is not None and probe.programs is not None:
+        record["programs"] = _collect_programs(programs, probe.programs, record)
+    if probe is not None and probe.timeline_trace is not None:
+        record["timeline"] = _summarise_timeline(probe.timeline_trace, record)
     if error is not None:
         record["error"] = error
         if record["status"] == "ok":
@@ -332,7 +343,8 @@ def stop_signal(exc: BaseException) -> str:
     return _signals.signal_name(signum) if signum else "SIGINT"
 
 
-def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str]) -> Any:
+def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str],
+                       ) -> ProgramCollector | None:
     """With ``programs``: where the probe writes program data, and the collector that reads it."""
     if not options.programs:
         return None
@@ -342,7 +354,8 @@ def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path
     return ProgramCollector(notebook.code_cells)
 
 
-def _collect_programs(collector: Any, probe_programs: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def _collect_programs(collector: ProgramCollector, probe_programs: ProbePrograms, record: dict[str, Any],
+                      ) -> dict[str, Any]:
     """A cell's program data, read outside the kernel so it never adds to the cell's time."""
     try:
         return collector.cell(probe_programs, record)
@@ -350,7 +363,7 @@ def _collect_programs(collector: Any, probe_programs: dict[str, Any], record: di
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def _summarise_timeline(trace: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+def _summarise_timeline(trace: ProbeTimeline, record: dict[str, Any]) -> dict[str, Any] | None:
     """Read a cell's jax.profiler trace outside the kernel, so summarising never adds to its wall time."""
     from nbscope.collect.timeline import summarise_cell
 

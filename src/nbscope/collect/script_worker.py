@@ -22,7 +22,10 @@ import json  # noqa: E402  (after the timestamp on purpose)
 import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 _MAGIC_CALL = re.compile(r"get_ipython\(\)\.run_(line|cell)_magic\(\s*'([^']+)'")
 # Inline figures as in a kernel (ipykernel sets the same), so plotting cells render PNGs in both.
@@ -46,7 +49,7 @@ def _make_shell() -> Any:
     return ScriptShell.instance(config=config)
 
 
-def missing_magics(shell: Any, source: str) -> list[str]:
+def missing_magics(shell: InteractiveShell, source: str) -> list[str]:
     """Magics a cell calls that this shell does not have (``%name`` / ``%%name``)."""
     try:
         python = shell.transform_cell(source)

@@ -34,7 +34,9 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from nbscope.schema.probe import ProbeTimeline
 
 SUMMARY_VERSION = 1
 CLASSIFICATIONS = ("compute-bound", "launch-bound", "transfer-bound", "host-bound", "compile-bound")
@@ -66,7 +68,45 @@ _SYNC = re.compile(r"(Buffer::Await$|BlockHostUntilReady|[Ss]ynchronize|block_un
 _LAUNCH = re.compile(r"^(cuLaunchKernel|cudaLaunchKernel|cuLaunchKernelEx|hipModuleLaunchKernel|hipLaunchKernel)")
 _MEMCPY_SIZE = re.compile(r"size:(\d+)")
 
-Interval = tuple[int, int]
+Interval = tuple[float, float]  # nanoseconds: jax.profiler's events carry them as floats
+
+
+class TraceEvent(Protocol):
+    """What nbscope reads of an event of a ``jax.profiler.ProfileData`` trace."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def start_ns(self) -> float: ...
+    @property
+    def duration_ns(self) -> float: ...
+    @property
+    def stats(self) -> Iterable[tuple[str, Any]]: ...
+
+
+class TraceLine(Protocol):
+    """A thread's (or a device stream's) line of events."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def events(self) -> Iterable[TraceEvent]: ...
+
+
+class TracePlane(Protocol):
+    """A host's or a device's plane of lines."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def lines(self) -> Iterable[TraceLine]: ...
+
+
+class TraceData(Protocol):
+    """A trace as ``jax.profiler.ProfileData`` reads it."""
+
+    @property
+    def planes(self) -> Iterable[TracePlane]: ...
 
 
 # ---- intervals ---------------------------------------------------------------------------------
@@ -83,7 +123,7 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
     return merged
 
 
-def bursts(merged: list[Interval], gap_ns: int) -> list[Interval]:
+def bursts(merged: list[Interval], gap_ns: float) -> list[Interval]:
     """Merged intervals joined across gaps up to ``gap_ns``: stretches of back-to-back work."""
     joined: list[Interval] = []
     for start, end in merged:
@@ -94,13 +134,14 @@ def bursts(merged: list[Interval], gap_ns: int) -> list[Interval]:
     return joined
 
 
-def covered(merged: list[Interval]) -> int:
+def covered(merged: list[Interval]) -> float:
     return sum(end - start for start, end in merged)
 
 
-def overlap(a: list[Interval], b: list[Interval]) -> int:
+def overlap(a: list[Interval], b: list[Interval]) -> float:
     """Length of the intersection of two merged interval lists."""
-    total, i, j = 0, 0, 0
+    total: float = 0
+    i = j = 0
     while i < len(a) and j < len(b):
         start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
         if end > start:
@@ -128,8 +169,8 @@ def _top_level(events: list[Interval]) -> int:
 
 @dataclass
 class _Op:
-    start: int
-    end: int
+    start: float
+    end: float
     name: str
     module: str | None
     line: int
@@ -141,7 +182,7 @@ class TraceEvents:
 
     platform: str = "cpu"
     events: int = 0
-    span_ns: int = 0
+    span_ns: float = 0
     ops: list[_Op] = field(default_factory=list)
     programs: int = 0
     module_runs: int = 0
@@ -151,7 +192,7 @@ class TraceEvents:
     syncs: list[Interval] = field(default_factory=list)
     h2d: list[Interval] = field(default_factory=list)
     d2h: list[Interval] = field(default_factory=list)
-    copies: list[tuple[int, int, str, int | None]] = field(default_factory=list)  # device copies
+    copies: list[tuple[float, float, str, int | None]] = field(default_factory=list)  # device copies
     launches: int = 0
 
 
@@ -191,21 +232,22 @@ def read_trace(trace: str | Path) -> TraceEvents:
     return result
 
 
-def _stats(event: Any) -> dict[str, Any]:
+def _stats(event: TraceEvent) -> dict[str, Any]:
     try:
         return dict(event.stats)
     except Exception:  # a stat of a type the binding cannot convert
         return {}
 
 
-def _span(event: Any, first: Any, last: Any) -> tuple[int, int, Any, Any]:
+def _span(event: TraceEvent, first: float | None, last: float | None) -> tuple[float, float, float, float]:
     """An event's start and end (ns), and the trace's first and last instants widened to cover it."""
     start = event.start_ns
     end = start + event.duration_ns
     return start, end, (start if first is None or start < first else first), (end if last is None or end > last else last)
 
 
-def _read_host_line(result: TraceEvents, line: Any, line_id: int, first: Any, last: Any) -> tuple[Any, Any]:
+def _read_host_line(result: TraceEvents, line: TraceLine, line_id: int, first: float | None, last: float | None,
+                    ) -> tuple[float | None, float | None]:
     kinds: dict[str, tuple[str, str | None]] = {}  # event name -> (kind, module), decided once per name
     dispatch: list[Interval] = []
     busy: list[Interval] = []
@@ -242,7 +284,7 @@ def _read_host_line(result: TraceEvents, line: Any, line_id: int, first: Any, la
     return first, last
 
 
-def _host_kind(name: str, event: Any) -> tuple[str, str | None]:
+def _host_kind(name: str, event: TraceEvent) -> tuple[str, str | None]:
     if name.startswith("end: ") or name.startswith("$"):  # op completion markers, Python tracer events
         return ("other", None)
     if _EXECUTE.match(name):
@@ -267,8 +309,8 @@ def _host_kind(name: str, event: Any) -> tuple[str, str | None]:
 
 
 def _read_device_line(
-    result: TraceEvents, line: Any, line_id: int, has_op_line: bool, first: Any, last: Any
-) -> tuple[Any, Any]:
+    result: TraceEvents, line: TraceLine, line_id: int, has_op_line: bool, first: float | None, last: float | None
+) -> tuple[float | None, float | None]:
     line_name = line.name
     is_stream = line_name.startswith("Stream")
     if line_name == "XLA Modules":
@@ -456,30 +498,26 @@ def _is_temporary(folder: Path) -> bool:
     return parent.name == "traces" and (parent.parent / "lib" / "_nbscope_probe.py").is_file()
 
 
-def summarise_cell(trace: Any, record: dict[str, Any], *, keep: bool | None = None) -> dict[str, Any]:
+def summarise_cell(trace: ProbeTimeline, record: dict[str, Any], *, keep: bool | None = None) -> dict[str, Any]:
     """Summarise a cell's trace (what the probe's ``Timeline.stop`` returned) for the cell record.
 
     Deletes the raw trace afterwards unless ``keep`` is true; by default traces inside the run's
     temporary probe folder are deleted and traces in a ``--keep-traces`` folder are kept.
     """
-    if isinstance(trace, dict):
-        info = dict(trace)
-    else:
-        info = {"path": str(trace)}
-    if info.get("skipped"):
-        return {"version": SUMMARY_VERSION, "classification": None, "skipped": info["skipped"]}
-    path = Path(str(info.get("path", "")))
+    if trace.skipped:
+        return {"version": SUMMARY_VERSION, "classification": None, "skipped": trace.skipped}
+    path = Path(trace.path or "")
     if keep is None:
         keep = not _is_temporary(path)
     try:
-        if info.get("error"):
-            return {"version": SUMMARY_VERSION, "classification": None, "error": info["error"]}
+        if trace.error:
+            return {"version": SUMMARY_VERSION, "classification": None, "error": trace.error}
         xplane = find_xplane(path)
         size = xplane.stat().st_size
         wall = record.get("code_s") if record.get("code_s") is not None else record.get("wall_s")
         summary = summarise(read_trace(xplane), wall, record.get("compile_s"))
         summary["trace_bytes"] = size
-        summary["stop_s"] = info.get("stop_s")
+        summary["stop_s"] = trace.stop_s
         summary["trace"] = str(path) if keep else None
         return summary
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
     from nbscope.schema.model import Cell
 
 # Cells whose sources changed pair up when their texts are at least this similar.
@@ -137,7 +138,7 @@ def notebook_file(target: str, base: Path | None = None) -> Path | None:
     return None
 
 
-def same_notebook(a: Any, b: Any) -> bool:
+def same_notebook(a: RunRecord, b: RunRecord) -> bool:
     """Whether two runs (records) measured one notebook: the same name, or the same file content
     (``measurements.notebook.content_hash``: a renamed lecture), or names of which one ends the other at a
     folder boundary (``jax_intro.md`` and ``lectures/jax_intro.md``: a run named before project roots)
@@ -154,7 +155,7 @@ def same_notebook(a: Any, b: Any) -> bool:
     return shares_cells(cell_hashes(a), cell_hashes(b))
 
 
-def cell_hashes(record: Any) -> list[str]:
+def cell_hashes(record: RunRecord) -> list[str]:
     """The source hashes of a run's code cells, in order."""
     return [c.source_hash for c in record.notebook_run().cells if c.source_hash]
 

@@ -26,13 +26,16 @@ import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from nbscope.record.store import Store
 
 DB_NAME = "global.db"
 BOOK2_CACHE = Path("_build") / "execute"
@@ -52,7 +55,7 @@ def find_database(path: str | Path) -> Path:
     raise NbscopeError(f"{path}: no jupyter-cache database ({DB_NAME}) found there")
 
 
-def _timestamp(value: Any) -> str:
+def _timestamp(value: object) -> str:
     """jupyter-cache's ``created`` (naive UTC, ``2024-01-31 12:00:00.123456``) as a run-record time."""
     text = str(value or "").strip()
     try:
@@ -140,7 +143,7 @@ def to_records(
     return records
 
 
-def _already_imported(store: Any) -> set[tuple[str, str]]:
+def _already_imported(store: Store) -> set[tuple[str, str]]:
     seen = set()
     for row in store.list(kind="jupyter-cache"):
         record = store.get(row["id"])
@@ -232,7 +235,7 @@ def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
 
 def import_cache(
     path: str | Path,
-    store: Any,
+    store: Store,
     *,
     fingerprint: dict[str, Any] | None = None,
     fingerprint_source: str | None = None,

@@ -21,7 +21,7 @@ import copy
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 ELLIPSIS = "…/"
 
@@ -56,7 +56,7 @@ class _Localiser:
             value = self.home.sub(lambda m: "~/" if m.group(1) else "~", value)
         return value
 
-    def walk(self, value: Any) -> Any:
+    def walk(self, value: object) -> object:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, list):
@@ -104,7 +104,7 @@ def portable(document: dict[str, Any], *, root: str | Path | None = None, home: 
     for pool in pools if isinstance(pools, list) else []:
         if isinstance(pool, dict) and isinstance(pool.get("path"), str):
             pool["path"] = PurePosixPath(pool["path"].replace("\\", "/")).name
-    document = localiser.walk(document)
+    document = cast(dict[str, Any], localiser.walk(document))  # a document walks into a document
     command = document.get("command")
     if isinstance(command, list) and command:
         args = [str(a) for a in command]

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
@@ -143,7 +143,7 @@ class RunRecord:
     def measurement_settings(self) -> dict[str, Any]:
         """The settings that change what a run measures: only runs that agree on them are compared by
         the automatic gate baseline or put in one history series."""
-        return measurement_settings(self.settings)
+        return _measured(self.run_settings())
 
     def content_hash(self) -> str:
         """SHA-256 of the document as JSON with sorted keys: the same run exported and imported again has
@@ -181,9 +181,8 @@ class RunRecord:
         return redact(json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False))
 
     @classmethod
-    def from_dict(cls, document: Any, *, source: str = "document") -> RunRecord:
-        validate(document, source=source)
-        document = migrate(document)
+    def from_dict(cls, document: object, *, source: str = "document") -> RunRecord:
+        document = migrate(validate(document, source=source))
         record = cls(
             kind=document["kind"],
             target=document["target"],
@@ -242,7 +241,7 @@ class RunRecord:
             self._views[cls] = codec.decode(cls, document)
         return self._views[cls]  # type: ignore[no-any-return]
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in _VIEWED and getattr(self, "_views", None):
             self._views = {}  # a part replaced: its views are read again
         object.__setattr__(self, name, value)
@@ -257,15 +256,15 @@ class RunRecord:
 def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
     (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;
-    absent ones as the defaults a run without them had."""
-    settings = settings or {}
-    repeat = settings.get("repeat")
-    return {
-        "jax_platform": settings.get("jax_platform") or None,
-        "jax_cache": settings.get("jax_cache") or "off",
-        "timeline": bool(settings.get("timeline")),
-        "repeat": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
-    }
+    absent ones as the defaults a run without them had (``schema.machine.Settings`` reads them so)."""
+    from nbscope.schema.machine import Settings
+
+    return _measured(codec.decode(Settings, settings))
+
+
+def _measured(settings: Settings) -> dict[str, Any]:
+    return {"jax_platform": settings.jax_platform, "jax_cache": settings.jax_cache, "timeline": settings.timeline,
+            "repeat": settings.repeat}
 
 
 def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -333,7 +332,7 @@ def migrate(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     """``value`` with every NaN or infinite float replaced by None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -344,7 +343,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     if isinstance(value, Path):
@@ -354,8 +353,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def validate(document: Any, *, source: str = "document") -> None:
-    """Raise NbscopeError with one line if ``document`` is not a run record this version can read."""
+def validate(document: object, *, source: str = "document") -> dict[str, Any]:
+    """``document`` as a run record this version can read; NbscopeError with one line if it is not one."""
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise NbscopeError(f"{source} is not an nbscope run record (no \"format\": \"{FORMAT_NAME}\")")
     version = document.get("schema_version")
@@ -389,9 +388,10 @@ def validate(document: Any, *, source: str = "document") -> None:
     spec = MEASUREMENTS[document["kind"]]
     _check(document["measurements"], spec, "measurements", source)
     _check_loop_parents(document["measurements"], source)
+    return document
 
 
-def timestamp(value: Any, where: str) -> float:
+def timestamp(value: object, where: str) -> float:
     """Seconds since the epoch of an ISO 8601 time (``2026-11-30T07:44:06.362Z``); refused in one line when it is
     not one."""
     from datetime import UTC, datetime
@@ -411,14 +411,14 @@ def check_not_future(record: RunRecord, source: str) -> None:
     _check_not_future(record.started_at, source)
 
 
-def _check_not_future(started_at: Any, source: str) -> None:
+def _check_not_future(started_at: object, source: str) -> None:
     when = timestamp(started_at, f"{source}: field 'started_at'")
     if when > time.time() + CLOCK_SKEW_S:
         raise NbscopeError(f"{source}: field 'started_at' is {started_at}, in the future of this machine's "
                            f"clock ({utc_now()}); refused")
 
 
-def _check_depth(document: Any, source: str) -> None:
+def _check_depth(document: object, source: str) -> None:
     """Refuse a document nested deeper than :data:`MAX_DEPTH` (checked without recursion)."""
     stack: list[tuple[Any, int]] = [(document, 1)]
     while stack:
@@ -475,7 +475,7 @@ class _NotANumber(float):
 MAX_SECONDS = 1e9
 
 
-def _check_finite(value: Any, where: str, source: str) -> None:
+def _check_finite(value: object, where: str, source: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         shown = value.token if isinstance(value, _NotANumber) else repr(value)
         raise NbscopeError(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
@@ -551,7 +551,7 @@ MEASUREMENTS["audit"] = {**_COMMON, "notebooks": ("array", "object"), "lectures"
 MEASUREMENTS["jupyter-cache"] = {**_COMMON, "notebook": {"path": "string"}}
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -567,7 +567,7 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -585,7 +585,7 @@ def _a(type_name: str) -> str:
     return "null" if type_name == "null" else ("an " if type_name[0] in "aeiou" else "a ") + type_name
 
 
-def _refuse(source: str, where: str, value: Any, wanted: str) -> NbscopeError:
+def _refuse(source: str, where: str, value: object, wanted: str) -> NbscopeError:
     return NbscopeError(f"{source}: {where} is {_a(_json_type(value))}, not {_a(wanted)}")
 
 
@@ -593,7 +593,7 @@ def _is_measure(name: str) -> bool:
     return name.endswith(("_s", "_bytes"))
 
 
-def _check_measure(value: Any, where: str, source: str) -> None:
+def _check_measure(value: object, where: str, source: str) -> None:
     """A time or size: a number or null, or an array or object of them; a duration is never negative."""
     if value is None:
         return
@@ -611,7 +611,7 @@ def _check_measure(value: Any, where: str, source: str) -> None:
         raise _refuse(source, where, value, "number")
 
 
-def _check(value: Any, spec: Spec, where: str, source: str) -> None:
+def _check(value: object, spec: Spec, where: str, source: str) -> None:
     if isinstance(spec, str):
         required = spec.endswith("!")
         name = spec.rstrip("!")
@@ -652,7 +652,7 @@ def _check(value: Any, spec: Spec, where: str, source: str) -> None:
             _check_free(item, f"{where}.{key}", source)
 
 
-def _check_free(value: Any, where: str, source: str) -> None:
+def _check_free(value: object, where: str, source: str) -> None:
     """Fields with no spec of their own: only their times and sizes are checked."""
     if isinstance(value, list):
         for i, item in enumerate(value):

@@ -215,7 +215,7 @@ def _cells(
             seq, run = runs[code_cell.index]
             # The probe numbers cells in run order, so the n-th run is its n-th cell.
             probe = reader.cells.get(seq)
-            if probe is None or probe.get("hash") != code_cell.source_hash:
+            if probe is None or probe.hash != code_cell.source_hash:
                 probe = reader.take(code_cell.source_hash)
             if probe is not None:
                 record = merge_cell(code_cell, probe)

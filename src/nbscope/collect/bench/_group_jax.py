@@ -7,19 +7,18 @@ events) plus run; its steady state comes from calibrated samples. Every call end
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import jax.numpy as jnp
 
 from nbscope.collect.bench import _jax
 from nbscope.collect.bench._context import BenchContext, count_label
 
 
-def elementwise(x: Any) -> Any:
+def elementwise(x: jax.Array) -> jax.Array:
     return jnp.cos(x**2) + jnp.sin(x)
 
 
-def matmul(a: Any, b: Any) -> Any:
+def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
     return a @ b
 
 

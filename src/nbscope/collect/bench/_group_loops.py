@@ -8,34 +8,37 @@ figure. Run on the default device and pinned to the CPU (inputs committed there)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
-from jax import lax
+from jax import Array, lax
 
 from nbscope.collect.bench import _jax, _stats
 from nbscope.collect.bench._config import LOOP_CALL_LIMIT_S
 from nbscope.collect.bench._context import BenchContext, count_label
 
 
-def _body(carry: Any) -> Any:
+def _body(carry: Array) -> Array:
     return carry * 0.5 + 1.0  # depends on the carry: the loop cannot be skipped or unrolled away
 
 
-def scan_kernel(jax: Any, trips: int) -> Any:
-    def step(carry: Any, _: Any) -> tuple[Any, None]:
+def scan_kernel(jax: ModuleType, trips: int) -> Callable[[Array], Array]:
+    def step(carry: Array, _: None) -> tuple[Array, None]:
         return _body(carry), None
 
     # The length is static: one compile per trip count, as a lecture's scan compiles for its length.
     return jax.jit(lambda c: lax.scan(step, c, None, length=trips)[0])
 
 
-def fori_kernel(jax: Any) -> Any:
+def fori_kernel(jax: ModuleType) -> Callable[[Array, int], Array]:
     # The trip count is a traced argument: one compile, lowered to a while loop.
     return jax.jit(lambda c, n: lax.fori_loop(0, n, lambda i, c: _body(c), c))
 
 
-def _call(jax: Any, kind: str, fori: Any, carry: Any, trips: int) -> Any:
+def _call(jax: ModuleType, kind: str, fori: Callable[[Array, int], Array], carry: Array, trips: int,
+          ) -> Callable[[], Array]:
     if kind == "scan":
         f = scan_kernel(jax, trips)
         return lambda: f(carry).block_until_ready()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba
 from numba import prange
@@ -17,6 +17,9 @@ from numba import prange
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import BenchContext, count_label
 from nbscope.collect.probe._nbscope_events import register_numba_listener
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _compile_s: list[float] = []  # outermost compiles only: nested ones (overloads) overlap them
 
@@ -33,7 +36,7 @@ def compile_probe() -> Iterator[dict[str, Any]]:
         result["compiles"] = len(seen)
 
 
-def sqrt_sum(x: Any) -> float:
+def sqrt_sum(x: np.ndarray) -> float:
     # An in-order float reduction (no fastmath, so no reassociation): it stays a real loop.
     total = 0.0
     for i in range(x.size):
@@ -41,7 +44,7 @@ def sqrt_sum(x: Any) -> float:
     return total
 
 
-def sum_squares(x: Any) -> float:
+def sum_squares(x: np.ndarray) -> float:
     total = 0.0
     for i in prange(x.size):
         total += x[i] * x[i]

@@ -9,11 +9,16 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import BenchContext
 from nbscope.collect.probe import _nbscope_events as events
+
+if TYPE_CHECKING:
+    import jax
+    import numpy as np
 
 __all__ = ["compile_probe", "device_name", "host_array", "on_device", "setup"]
 
@@ -29,7 +34,7 @@ def _on_duration(event: str, duration_secs: float, **_: str | int) -> None:
         _events.append((event, float(duration_secs)))
 
 
-def _on_event(event: str, **_: Any) -> None:
+def _on_event(event: str, **_: object) -> None:
     if event == _CACHE_HIT:
         _events.append((event, 0.0))
 
@@ -61,7 +66,7 @@ def setup(ctx: BenchContext) -> Any:
     return jax
 
 
-def device_name(device: Any) -> str:
+def device_name(device: jax.Device) -> str:
     kind = getattr(device, "device_kind", "") or ""
     name = f"{device.platform}:{device.id}"
     return f"{name} ({kind})" if kind and kind.lower() != device.platform else name
@@ -90,7 +95,7 @@ def compile_probe() -> Iterator[dict[str, Any]]:
         result["cache_hits"] = hits
 
 
-def on_device(jax: Any, array: Any, device: Any = None) -> Any:
+def on_device(jax: ModuleType, array: np.ndarray, device: jax.Device | None = None) -> jax.Array:
     """Put an input on the device before timing, so first calls measure compile + run, not transfer."""
     value = jax.device_put(array, device) if device is not None else jax.device_put(array)
     return value.block_until_ready()

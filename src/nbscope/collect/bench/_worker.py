@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _default(value: Any) -> Any:
+def _default(value: object) -> object:
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     return str(value)

@@ -1,0 +1,116 @@
+"""The lines the in-kernel probe writes (``collect/probe/_nbscope_probe.py``), typed: what the collector reads of
+each, decoded once where the line is read (``collect._sidefiles.ProbeReader``, ``api.trace``'s kernel logs) by
+``schema.codec.decode``.
+
+A cell's parts that go into its record as the probe measured them (its JAX and Numba figures, memory, CPU time)
+stay mappings kept as recorded: the record is their one typed reader (``schema.model.Cell``), and they are
+written on unchanged. A line of an older or a broken probe reads what it lacks as None, never as a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nbscope.schema.codec import Measured
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStart:
+    """``{"type": "start"}``: a cell began (its source's hash, and when)."""
+
+    seq: int  # the probe's count of cells run in this kernel
+    hash: str | None
+    unix: Measured
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeWarning:
+    """``{"type": "warning"}``: something the probe could not do in the cell ``seq`` (kept with the kernel)."""
+
+    seq: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTimeline:
+    """A cell line's ``timeline_trace`` (``--timeline``): where the cell's trace was written, or why not."""
+
+    path: str | None
+    skipped: str | None  # why no trace was taken (JAX's backends not started yet)
+    error: str | None  # why stopping it failed
+    stop_s: Measured  # what stopping it took
+
+    @staticmethod
+    def present(value: Mapping[str, Any]) -> bool:
+        return bool(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePrograms:
+    """A cell line's ``programs`` (``profile --forecast`` / ``--programs``): where the probe left the cell's trace,
+    HLO and lowering for CUDA, or why it has none, and what writing them cost in the kernel."""
+
+    trace: str | None  # the cell's profiler trace
+    shared: bool  # the trace is the timeline's (``--timeline``), which keeps its own file
+    trace_error: str | None
+    window: Mapping[str, Any] | None  # a trace cut short: what it covered (``schema.programs.TraceWindow``)
+    trace_stop_s: Measured
+    programs: str | None  # the HLO of the programs compiled in the cell
+    programs_error: str | None
+    programs_s: Measured
+    gpu_lowering: str | None  # the programs' lowering for CUDA
+    gpu_lowering_error: str | None
+    gpu_lowering_s: Measured
+    gpu_lowering_jax_s: Measured  # JAX's trace and lower time within ``gpu_lowering_s``
+
+    @staticmethod
+    def present(value: Mapping[str, Any]) -> bool:
+        """An empty object says nothing of the cell's programs."""
+        return bool(value)
+
+
+@dataclass(frozen=True, slots=True)
+class LoweredLoop:
+    """A loop of a program's lowering for CUDA: its name stack and the source line that made it."""
+
+    stack: str | None
+    line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLoweringEntry:
+    """One program of the probe's ``gpu_lowering`` file: what it would run on a GPU, or why it was not lowered."""
+
+    function: str | None  # the jitted function's name
+    source: str | None  # how it was lowered ("lower (cuda)"), or "not lowered"
+    skipped: str | None  # why it was not lowered (no loop, branch or library call)
+    error: str | None  # why lowering failed
+    loops: tuple[LoweredLoop, ...]
+    custom_calls: Mapping[str, Any] | None  # library calls, by target
+    conditionals: Measured
+    seconds: Measured  # the lowering's own time
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeCell:
+    """``{"type": "cell"}``: what the probe measured of one cell, as it finished."""
+
+    seq: int
+    hash: str
+    execution_count: int | None
+    status: str | None  # ok or error
+    error: Mapping[str, Any] | None  # name and message
+    wall_s: Measured
+    code_s: Measured
+    started_unix: Measured
+    jax: Mapping[str, Any] | None
+    numba: Mapping[str, Any] | None
+    alarms: tuple[str, ...] | None  # what XLA printed to stderr
+    rss: Mapping[str, Any] | None
+    gpu_memory: Mapping[str, Any] | None
+    sched: Mapping[str, Any] | None
+    programs_hash: tuple[Mapping[str, Any], ...] | None  # each program the cell compiled: name and hash
+    timeline_trace: ProbeTimeline | None
+    programs: ProbePrograms | None
