@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -90,38 +90,107 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _status(record: RunRecord, run: NotebookRun) -> tuple[str, str | None]:
-    """The newest run's status word and its failure's text."""
-    failure = classify_failure(record, run)
-    if failure is None:
-        return "ok", None
-    return STATUS_OF_FAILURE.get(failure.kind, "failed"), failure.text
-
-
 def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old if new is not None and old else None
 
 
-def _cells(newest: NotebookRun, previous: NotebookRun | None) -> list[dict[str, Any]]:
+# A run's summary (``Store.run_summaries``): what a row shows of the run, made from its document once and kept in
+# the store. Its parts are made as rows need them: ``status`` (with ``error``, ``cache_state`` and ``cells``) for
+# every run a row reads; ``findings`` (with ``forecast``) for a row's newest run; ``attribution`` (against the run
+# before it in its row, named by ``before_id``) for a newest run and the first run of each confirmed regression.
+SUMMARY_FORMAT = 1  # made again when this changes
+
+
+class Summaries:
+    """The summaries of the runs rows need: those the store keeps, the rest made from the runs' documents (read in
+    one query) and kept in the store for the next publish; with what one publish's rows share."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.by_id: dict[int, dict[str, Any]] = {}
+
+    def need(self, plans: Iterable[RowPlan], runners: Iterable[str]) -> None:
+        """Every part each row needs (``RowPlan``): read from the store, made where missing, kept."""
+        # (run id, part, the run before it for "attribution", the row's runner)
+        parts: list[tuple[int, str, int | None, str]] = []
+        for plan, runner in zip(plans, runners, strict=True):
+            ids = [row["id"] for row in plan.summaries]
+            newest = ids[-1]
+            parts.append((newest, "findings", None, runner))
+            if len(ids) > 1:
+                parts += [(ids[-2], "status", None, runner), (newest, "attribution", ids[-2], runner)]
+            parts += [(ids[step], "attribution", ids[step - 1], runner) for _, step in plan.steps]
+        self.by_id = {run_id: summary for run_id, summary in
+                      self.store.run_summaries({run_id for run_id, *_ in parts}).items()
+                      if summary.get("format") == SUMMARY_FORMAT}
+        missing = [(run_id, part, before, runner) for run_id, part, before, runner in parts
+                   if not self._has(run_id, part, before)]
+        if not missing:
+            return
+        reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
+        records = self.store.documents(reads)
+        made: dict[int, dict[str, Any]] = {}
+        forecasts = _Forecasts()
+        for run_id, part, before, runner in missing:
+            record = records.get(run_id)
+            if record is None or self._has(run_id, part, before):
+                continue
+            summary = self.by_id.setdefault(run_id, {"format": SUMMARY_FORMAT})
+            run = record.notebook_run()
+            if "status" not in summary:
+                summary.update(_basic(record, run))
+            if part == "findings":
+                summary.update(forecasts.findings(record, run, runner))
+            elif part == "attribution":
+                earlier = records.get(before) if before is not None else None
+                if earlier is None:
+                    continue  # unreadable: the row says nothing of what changed, as before
+                summary["attribution"] = attribute(earlier, record, runs=(earlier.notebook_run(), run)).to_dict()
+            made[run_id] = summary
+        self.store.keep_run_summaries(made)
+
+    def _has(self, run_id: int, part: str, before: int | None) -> bool:
+        summary = self.by_id.get(run_id)
+        if summary is None or "status" not in summary:
+            return False
+        if part == "attribution":
+            return (summary.get("attribution") or {}).get("before_id") == before
+        return part in summary
+
+    def attribution(self, run_id: int, before: int) -> dict[str, Any] | None:
+        found = (self.by_id.get(run_id) or {}).get("attribution")
+        return found if isinstance(found, dict) and found.get("before_id") == before else None
+
+
+def _basic(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
+    """A run's status word and its failure's text, its cache state and its cells."""
+    failure = classify_failure(record, run)
+    return {"status": "ok" if failure is None else STATUS_OF_FAILURE.get(failure.kind, "failed"),
+            "error": None if failure is None else failure.text, "cache_state": run.totals.cache_state,
+            "cells": [{"label": c.label, "first_line": c.first_line, "status": c.status, "wall_s": c.wall_s,
+                       "compile_s": c.compile_s, "source_hash": c.source_hash} for c in run.cells]}
+
+
+def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The newest run's cells beside the previous run's cell of the same code (by source hash)."""
-    before = {c.source_hash: c for c in previous.cells} if previous else {}
+    before = {c["source_hash"]: c for c in previous["cells"]} if previous else {}
     rows = []
-    for cell in newest.cells:
-        old = before.get(cell.source_hash)
-        rows.append({"label": cell.label, "first_line": cell.first_line, "status": cell.status,
-                     "wall_s": cell.wall_s, "compile_s": cell.compile_s,
-                     "previous_wall_s": old.wall_s if old else None, "edited": previous is not None and old is None})
+    for cell in newest["cells"]:
+        old = before.get(cell["source_hash"])
+        rows.append({"label": cell["label"], "first_line": cell["first_line"], "status": cell["status"],
+                     "wall_s": cell["wall_s"], "compile_s": cell["compile_s"],
+                     "previous_wall_s": old["wall_s"] if old else None, "edited": previous is not None and old is None})
     return rows
 
 
-class Analyses:
+class _Forecasts:
     """The diagnosis and the GPU forecast of a row's newest run, with what one publish's rows share: the GPU device
     table is read once (each forecast would read and parse it again)."""
 
     def __init__(self) -> None:
         self._table: Any = None
 
-    def of(self, record: RunRecord, run: NotebookRun, runner: str) -> tuple[list[dict[str, str]], dict[str, Any] | None]:
+    def findings(self, record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any]:
         """The run's first findings, and for a CPU run with program data the GPU forecast's verdict (the GPUs it
         was recorded for, else the T4): the forecast the diagnosis made for its GPU rules when it made one."""
         from nbscope.analyse.diagnose import diagnose
@@ -129,9 +198,10 @@ class Analyses:
         try:
             found = diagnose(record)
         except NbscopeError as exc:
-            return [{"title": "not diagnosed", "summary": str(exc)}], self._forecast(record, run, runner, None)
+            return {"findings": [{"title": "not diagnosed", "summary": str(exc)}],
+                    "forecast": self._forecast(record, run, runner, None)}
         findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
-        return findings, self._forecast(record, run, runner, found.forecast)
+        return {"findings": findings, "forecast": self._forecast(record, run, runner, found.forecast)}
 
     def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Forecast | None) -> dict[str, Any] | None:
         if runner != "cpu" or run.program_data is None:
@@ -154,22 +224,13 @@ class Analyses:
 
 @dataclass
 class RowPlan:
-    """A row's runs (their summaries, oldest first), its change points and the runs whose documents it needs:
-    found from the summaries alone, so that every row's documents are read together."""
+    """A row's runs (their summary columns, oldest first), its change points and its confirmed regressions: found
+    from the columns alone, so that the runs' summaries every row needs are read (or made) together."""
 
     summaries: Sequence[Mapping[str, Any]]
     points: list[Point]
     changes: list[ChangePoint]
     steps: list[tuple[ChangePoint, int]]  # each confirmed regression and the index of its new level's first run
-
-    @property
-    def needed(self) -> list[int]:
-        ids = [self.summaries[-1]["id"]]
-        if len(self.summaries) > 1:
-            ids.append(self.summaries[-2]["id"])
-        for _, step in self.steps:
-            ids += [self.summaries[step - 1]["id"], self.summaries[step]["id"]]
-        return ids
 
 
 def plan_row(summaries: Sequence[Mapping[str, Any]], options: ChangeOptions | None = None) -> RowPlan:
@@ -184,48 +245,46 @@ def plan_row(summaries: Sequence[Mapping[str, Any]], options: ChangeOptions | No
     return RowPlan(summaries, points, changes, steps)
 
 
-def build_row(plan: RowPlan, target: str, runner: str, records: Mapping[int, RunRecord],
-              baselines: Mapping[int, int | None], analyses: Analyses | None = None) -> dict[str, Any] | None:
-    """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and the documents it needs
-    (``records``, by id); None when its newest run cannot be read."""
+def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries,
+              baselines: Mapping[int, int | None]) -> dict[str, Any] | None:
+    """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and its runs' summaries (``runs``,
+    made for the plan: ``Summaries.need``); None when its newest run cannot be read."""
     summaries, points = plan.summaries, plan.points
     walls = [p.value for p in points]
     compiles = [_number(row["compile_s"]) for row in summaries]
-    runs = [_number(row["run_s"]) for row in summaries]
+    run_figures = [_number(row["run_s"]) for row in summaries]
     newest_id = summaries[-1]["id"]
-    newest = records.get(newest_id)
-    if newest is None:
+    newest = runs.by_id.get(newest_id)
+    if newest is None or "findings" not in newest:
         return None
-    previous = records.get(summaries[-2]["id"]) if len(summaries) > 1 else None
-    analyses = analyses or Analyses()
-    newest_run = newest.notebook_run()
-    previous_run = previous.notebook_run() if previous is not None else None
-    status, error = _status(newest, newest_run)
+    previous_id = summaries[-2]["id"] if len(summaries) > 1 else None
+    previous = runs.by_id.get(previous_id) if previous_id is not None else None
+    if previous is not None and "status" not in previous:
+        previous = None
     baseline_id = baselines.get(newest_id) or summaries[0]["id"]
     baseline_wall = next((p.value for p in points if p.run_id == baseline_id), None)
     regressions = []
     for change, step in plan.steps:
-        before, after = records.get(summaries[step - 1]["id"]), records.get(summaries[step]["id"])
-        why = attribute(before, after).to_dict() if before is not None and after is not None else None
+        why = runs.attribution(summaries[step]["id"], summaries[step - 1]["id"])
         regressions.append({**change.to_dict(), "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
-    findings, forecast = analyses.of(newest, newest_run, runner)
     return {
         "target": target, "runner": runner, "page": lecture_page(target), "machine": summaries[-1]["machine"],
         "runs": len(summaries), "newest_id": newest_id, "started_at": summaries[-1]["started_at"],
-        "status": status, "error": error, "wall_s": wall, "compile_s": compile_s,
+        "status": newest["status"], "error": newest["error"], "wall_s": wall, "compile_s": compile_s,
         "compile_share": compile_s / wall if wall and compile_s is not None else None,
-        "cache_state": newest_run.totals.cache_state,
+        "cache_state": newest["cache_state"],
         "vs_previous": _ratio(wall, walls[-2]) if len(walls) > 1 else None,
         "baseline_id": baseline_id, "vs_baseline": _ratio(wall, baseline_wall),
         "spark": walls[-SPARK_RUNS:], "history": {"started_at": [p.started_at for p in points], "wall_s": walls,
-                                                   "compile_s": compiles, "run_s": runs, "ids": [p.run_id for p in points]},
+                                                   "compile_s": compiles, "run_s": run_figures,
+                                                   "ids": [p.run_id for p in points]},
         "changes": [c.to_dict() for c in plan.changes], "regressions": regressions,
         "regression_count": len(regressions),
-        "attribution": attribute(previous, newest, runs=(previous_run, newest_run)).to_dict()
-        if previous is not None and previous_run is not None else None,
-        "cells": _cells(newest_run, previous_run),
-        "findings": findings, "forecast": forecast,
+        "attribution": runs.attribution(newest_id, previous_id) if previous is not None and previous_id is not None
+        else None,
+        "cells": _cells(newest, previous),
+        "findings": newest["findings"], "forecast": newest["forecast"],
         "median_wall_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
     }
 
@@ -389,11 +448,11 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
             plans[key] = plan_row(group, options)
         newest_ids = [plan.summaries[-1]["id"] for plan in plans.values()]
         baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
-        records = store.documents(run_id for plan in plans.values() for run_id in plan.needed)
-        analyses = Analyses()
+        runs = Summaries(store)
+        runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
         for key, plan in plans.items():
             runner, target = key.split("\x1f", 1)
-            built = build_row(plan, target, runner, records, baselines, analyses)
+            built = build_row(plan, target, runner, runs, baselines)
             if built is not None:
                 rows[key] = {**built, "signature": signatures[key]}
     ordered = [rows[key] for key in sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))]
