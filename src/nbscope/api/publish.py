@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
 from nbscope.analyse.attribution import attribute, classify_failure
-from nbscope.analyse.history import ChangeOptions, ChangePoint, Point, change_points
+from nbscope.analyse.history import ChangeOptions, Point, change_points
 from nbscope.record.cells import project_root
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import STORE_FOLDER, Store
@@ -43,7 +43,6 @@ MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
-SUMMARY = ("id", "started_at", "target", "status", "machine", "backend", "wall_s", "compile_s", "run_s")
 STATUS_OF_FAILURE = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died", "out-of-memory": "died",
                      "runner-stopped": "stopped", "interrupted": "stopped"}
 
@@ -113,22 +112,19 @@ class Summaries:
         """Every part each row needs (``RowPlan``): read from the store, made where missing, kept."""
         # (run id, part, the run before it for "attribution", the row's runner)
         parts: list[tuple[int, str, int | None, str]] = []
+        plans = list(plans)
         for plan, runner in zip(plans, runners, strict=True):
-            ids = [row["id"] for row in plan.summaries]
+            ids = plan.ids
             newest = ids[-1]
             parts.append((newest, "findings", None, runner))
             if len(ids) > 1:
                 parts += [(ids[-2], "status", None, runner), (newest, "attribution", ids[-2], runner)]
             parts += [(ids[step], "attribution", ids[step - 1], runner) for _, step in plan.steps]
-        self.by_id = {run_id: summary for run_id, summary in
-                      self.store.run_summaries({run_id for run_id, *_ in parts}).items()
-                      if summary.get("format") == SUMMARY_FORMAT}
+        self.read(run_id for run_id, *_ in parts)
         missing = [(run_id, part, before, runner) for run_id, part, before, runner in parts
                    if not self._has(run_id, part, before)]
-        if not missing:
-            return
         reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
-        records = self.store.documents(reads)
+        records = self.store.documents(reads) if reads else {}
         made: dict[int, dict[str, Any]] = {}
         forecasts = _Forecasts()
         for run_id, part, before, runner in missing:
@@ -147,7 +143,18 @@ class Summaries:
                     continue  # unreadable: the row says nothing of what changed, as before
                 summary["attribution"] = attribute(earlier, record, runs=(earlier.notebook_run(), run)).to_dict()
             made[run_id] = summary
+        for plan in plans:  # change points found now are kept with the newest run's summary
+            newest_summary = self.by_id.get(plan.ids[-1])
+            if plan.found is not None and newest_summary is not None and "status" in newest_summary:
+                newest_summary["changes"] = plan.found
+                made[plan.ids[-1]] = newest_summary
         self.store.keep_run_summaries(made)
+
+    def read(self, run_ids: Iterable[int]) -> None:
+        """The kept summaries of ``run_ids`` not read yet."""
+        unread = set(run_ids) - set(self.by_id)
+        self.by_id.update((run_id, summary) for run_id, summary in self.store.run_summaries(unread).items()
+                          if summary.get("format") == SUMMARY_FORMAT)
 
     def _has(self, run_id: int, part: str, before: int | None) -> bool:
         summary = self.by_id.get(run_id)
@@ -222,64 +229,91 @@ class _Forecasts:
         return {"text": "; ".join(verdicts) or "no verdict"}
 
 
+# A run in a row's series: ``Store.book_series``'s columns.
+TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
+
+
 @dataclass
 class RowPlan:
-    """A row's runs (their summary columns, oldest first), its change points and its confirmed regressions: found
-    from the columns alone, so that the runs' summaries every row needs are read (or made) together."""
+    """A row's runs (``Store.book_series`` tuples, oldest first), its change points and its confirmed regressions
+    (as ``ChangePoint.to_dict`` gives them): found from the columns alone, or kept in the newest run's summary
+    for the same series, so that the runs' summaries every row needs are read (or made) together."""
 
-    summaries: Sequence[Mapping[str, Any]]
-    points: list[Point]
-    changes: list[ChangePoint]
-    steps: list[tuple[ChangePoint, int]]  # each confirmed regression and the index of its new level's first run
+    series: Sequence[tuple[Any, ...]]
+    walls: list[float | None]
+    changes: list[dict[str, Any]]
+    steps: list[tuple[dict[str, Any], int]]  # each confirmed regression and the index of its new level's first run
+    found: dict[str, Any] | None = None  # change points found now, for the newest run's summary
+
+    @property
+    def ids(self) -> list[int]:
+        return [run[ID] for run in self.series]
 
 
-def plan_row(summaries: Sequence[Mapping[str, Any]], options: ChangeOptions | None = None) -> RowPlan:
-    points = [Point(row["id"], row["started_at"], _number(row["wall_s"]), row["status"]) for row in summaries]
-    walls = [p.value for p in points]
-    changes = change_points(points, options) if len([w for w in walls if w is not None]) > 2 else []
+def _series_key(series: Sequence[tuple[Any, ...]], walls: Sequence[float | None], options: ChangeOptions | None) -> str:
+    """What a row's change points depend on: its runs, their walls and the detection's options."""
+    text = repr(([run[ID] for run in series], walls, options or ChangeOptions()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None,
+             kept: Mapping[str, Any] | None = None) -> RowPlan:
+    """The row's plan; its change points are those ``kept`` (the newest run's summary) holds for this very series,
+    else found now."""
+    walls = [_number(run[WALL]) for run in series]
+    key = _series_key(series, walls, options)
+    cached = (kept or {}).get("changes")
+    found = None
+    if isinstance(cached, dict) and cached.get("series") == key:
+        changes: list[dict[str, Any]] = cached["found"]
+    else:
+        points = [Point(run[ID], run[STARTED_AT], wall, run[STATUS]) for run, wall in zip(series, walls, strict=True)]
+        measured = len([w for w in walls if w is not None])
+        changes = [c.to_dict() for c in change_points(points, options)] if measured > 2 else []
+        found = {"series": key, "found": changes}
     floor = 1 + (options or ChangeOptions()).rel_floor
     # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
     # is not a regression (its split was found in a wider segment, where the shift looked larger).
-    steps = [(change, change.index) for change in changes
-             if not change.tentative and change.ratio is not None and change.ratio >= floor]
-    return RowPlan(summaries, points, changes, steps)
+    steps = [(change, change["index"]) for change in changes
+             if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
+    return RowPlan(series, walls, changes, steps, found)
 
 
-def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries,
+def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine: str | None,
               baselines: Mapping[int, int | None]) -> dict[str, Any] | None:
     """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and its runs' summaries (``runs``,
     made for the plan: ``Summaries.need``); None when its newest run cannot be read."""
-    summaries, points = plan.summaries, plan.points
-    walls = [p.value for p in points]
-    compiles = [_number(row["compile_s"]) for row in summaries]
-    run_figures = [_number(row["run_s"]) for row in summaries]
-    newest_id = summaries[-1]["id"]
+    series, walls = plan.series, plan.walls
+    ids = plan.ids
+    compiles = [_number(run[COMPILE]) for run in series]
+    run_figures = [_number(run[RUN]) for run in series]
+    newest_id = ids[-1]
     newest = runs.by_id.get(newest_id)
     if newest is None or "findings" not in newest:
         return None
-    previous_id = summaries[-2]["id"] if len(summaries) > 1 else None
+    previous_id = ids[-2] if len(ids) > 1 else None
     previous = runs.by_id.get(previous_id) if previous_id is not None else None
     if previous is not None and "status" not in previous:
         previous = None
-    baseline_id = baselines.get(newest_id) or summaries[0]["id"]
-    baseline_wall = next((p.value for p in points if p.run_id == baseline_id), None)
+    baseline_id = baselines.get(newest_id) or ids[0]
+    baseline_wall = next((wall for run_id, wall in zip(ids, walls, strict=True) if run_id == baseline_id), None)
     regressions = []
     for change, step in plan.steps:
-        why = runs.attribution(summaries[step]["id"], summaries[step - 1]["id"])
-        regressions.append({**change.to_dict(), "step_index": step, "attribution": why})
+        why = runs.attribution(ids[step], ids[step - 1])
+        regressions.append({**change, "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
+    started_at = series[-1][STARTED_AT]
     return {
-        "target": target, "runner": runner, "page": lecture_page(target), "machine": summaries[-1]["machine"],
-        "runs": len(summaries), "newest_id": newest_id, "started_at": summaries[-1]["started_at"],
+        "target": target, "runner": runner, "page": lecture_page(target), "machine": machine,
+        "runs": len(series), "newest_id": newest_id, "started_at": started_at,
         "status": newest["status"], "error": newest["error"], "wall_s": wall, "compile_s": compile_s,
         "compile_share": compile_s / wall if wall and compile_s is not None else None,
         "cache_state": newest["cache_state"],
         "vs_previous": _ratio(wall, walls[-2]) if len(walls) > 1 else None,
         "baseline_id": baseline_id, "vs_baseline": _ratio(wall, baseline_wall),
-        "spark": walls[-SPARK_RUNS:], "history": {"started_at": [p.started_at for p in points], "wall_s": walls,
-                                                   "compile_s": compiles, "run_s": run_figures,
-                                                   "ids": [p.run_id for p in points]},
-        "changes": [c.to_dict() for c in plan.changes], "regressions": regressions,
+        "spark": walls[-SPARK_RUNS:], "history": {"started_at": [run[STARTED_AT] for run in series], "wall_s": walls,
+                                                   "compile_s": compiles, "run_s": run_figures, "ids": ids},
+        "changes": plan.changes, "regressions": regressions,
         "regression_count": len(regressions),
         "attribution": runs.attribution(newest_id, previous_id) if previous is not None and previous_id is not None
         else None,
@@ -326,23 +360,43 @@ def _signatures(store: Store, manifest: Mapping[str, Any] | None) -> tuple[dict[
                 signatures = {key: list(row["signature"]) for key, row in rows.items()}
                 for row in new:
                     if row["kind"] in PROFILE_KINDS:
-                        _count(signatures, row)
+                        _count(signatures, row["target"], row["backend"], row["id"])
                 newest_id = max([old["newest_id"], *(row["id"] for row in new)])
                 return signatures, {"count": total, "newest_id": newest_id}
     signatures = {}
     newest_id = 0
     for row in _summaries(store, ("id", "target", "backend"), None):
-        _count(signatures, row)
+        _count(signatures, row["target"], row["backend"], row["id"])
         newest_id = max(newest_id, row["id"])
     every: Any = store.summaries(("id",), limit=1)  # the newest run of any kind: its id bounds the next scan
     newest_id = max([newest_id, *(row["id"] for row in every)])
     return signatures, {"count": total, "newest_id": newest_id}
 
 
-def _count(signatures: dict[str, list[int]], row: Mapping[str, Any]) -> None:
-    count_and_newest = signatures.setdefault(row_key(row["target"], row["backend"] or "unknown"), [0, 0])
+def _count(signatures: dict[str, list[int]], target: str, backend: str | None, run_id: int) -> None:
+    count_and_newest = signatures.setdefault(row_key(target, backend or "unknown"), [0, 0])
     count_and_newest[0] += 1
-    count_and_newest[1] = max(count_and_newest[1], row["id"])
+    count_and_newest[1] = max(count_and_newest[1], run_id)
+
+
+def _series_by_row(series: Iterable[tuple[Any, ...]], keys: set[str]) -> dict[str, list[tuple[Any, ...]]]:
+    """The runs of each row of ``keys``, oldest first (by start, then id). ``Store.book_series`` gives each row's
+    runs in that order already, unless they are of two kinds or of backends that are one row (none recorded and
+    "unknown"): only such a row is sorted."""
+    grouped: dict[str, list[tuple[Any, ...]]] = {}
+    unordered: set[str] = set()
+    for run in series:
+        key = row_key(run[TARGET], run[BACKEND] or "unknown")
+        if key not in keys:
+            continue
+        group = grouped.setdefault(key, [])
+        if group and (group[-1][STARTED_AT], group[-1][ID]) > (run[STARTED_AT], run[ID]):
+            unordered.add(key)
+        group.append(run)
+    for key in unordered:
+        grouped[key].sort(key=lambda run: (run[STARTED_AT], run[ID]))
+    # The rows in the order the manifest has always kept them: the row with the newest run first.
+    return dict(sorted(grouped.items(), key=lambda item: (item[1][-1][STARTED_AT], item[1][-1][ID]), reverse=True))
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
@@ -417,14 +471,15 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
-    every: list[dict[str, Any]] | None = None
+    every: list[tuple[Any, ...]] | None = None
     if old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
-        every, signatures = _summaries(store, SUMMARY, None), {}
-        for row in every:
-            _count(signatures, row)
-        scan = {"count": store.count(), "newest_id": max((row["id"] for row in every), default=0)}
+        every = store.book_series(PROFILE_KINDS)
+        signatures = {}
+        for run in every:
+            _count(signatures, run[TARGET], run[BACKEND], run[ID])
+        scan = {"count": store.count(), "newest_id": max((run[ID] for run in every), default=0)}
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
     changed_keys = {key for key, signature in signatures.items()
@@ -437,22 +492,18 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
         # Only the changed notebooks' runs, unless every run was read already.
-        grouped: dict[str, list[dict[str, Any]]] = {}
-        for row in every if every is not None else _summaries(store, SUMMARY, sorted(changed)):
-            key = row_key(row["target"], row["backend"] or "unknown")
-            if key in stale:
-                grouped.setdefault(key, []).append(row)
-        plans = {}
-        for key, group in grouped.items():
-            group.sort(key=lambda r: (r["started_at"], r["id"]))
-            plans[key] = plan_row(group, options)
-        newest_ids = [plan.summaries[-1]["id"] for plan in plans.values()]
-        baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
+        grouped = _series_by_row(every if every is not None else store.book_series(PROFILE_KINDS, sorted(changed)),
+                                 stale)
         runs = Summaries(store)
+        runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
+        plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
+        newest_ids = [plan.ids[-1] for plan in plans.values()]
+        baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
+        machines = store.machines(newest_ids)
         runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
         for key, plan in plans.items():
             runner, target = key.split("\x1f", 1)
-            built = build_row(plan, target, runner, runs, baselines)
+            built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines)
             if built is not None:
                 rows[key] = {**built, "signature": signatures[key]}
     ordered = [rows[key] for key in sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))]

@@ -363,6 +363,9 @@ def _set_wal(connection: sqlite3.Connection) -> None:
 # Less free space than this where SQLite reports an I/O error: the disk is full (a page and its journal do not fit).
 FULL_DISK_BYTES = 1 << 20
 
+# A book's history of its runs (``Store.book_series``), all in the runs_book index.
+BOOK_SERIES = ("target", "backend", "started_at", "id", "status", *FIGURE_COLUMNS)
+Series = list[tuple[Any, ...]]  # rows of BOOK_SERIES (``list`` is also a method of Store)
 SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
 # A filter: one value, or any of several (a notebook's current and older names, several kinds).
 Match = str | Sequence[str] | None
@@ -846,6 +849,33 @@ class Store:
                 item[name] = _json_column(item[name])
             result.append(item)
         return result
+
+    def book_series(self, kinds: Sequence[str], targets: Sequence[str] | None = None) -> Series:
+        """``BOOK_SERIES`` of every run of ``kinds`` (of ``targets`` when given), as tuples in the order of the
+        runs_book index (kind, notebook, backend, start, id): a book's history read from the index alone, neither
+        sorted nor looked up in the table, and no document read."""
+        found: Series = []
+        columns = ", ".join(BOOK_SERIES)
+        with self._connect() as db:
+            for kind in dict.fromkeys(kinds):
+                sql = f"SELECT {columns} FROM runs WHERE kind = ?"
+                params: list[Any] = [kind]
+                if targets is not None:
+                    sql += f" AND target IN ({', '.join('?' * len(targets))})"
+                    params += list(targets)
+                found += db.execute(sql + " ORDER BY target, backend, started_at, id", params).fetchall()
+        return found
+
+    def machines(self, run_ids: Iterable[int]) -> dict[int, str]:
+        """The machine column (the fingerprint's summary) of each of ``run_ids``."""
+        wanted = sorted({int(i) for i in run_ids})
+        found: dict[int, str] = {}
+        with self._connect() as db:
+            for start in range(0, len(wanted), _MOST_PARAMETERS):
+                part = wanted[start : start + _MOST_PARAMETERS]
+                found.update(db.execute(f"SELECT id, machine FROM runs WHERE id IN ({', '.join('?' * len(part))})",
+                                        part).fetchall())
+        return found
 
     def readable(self, run_id: int) -> RunRecord | None:
         """The run with this id, or None (reported through ``on_skip`` once) when it cannot be read."""
