@@ -19,9 +19,12 @@ other rows come from the data file; a page whose text is the same is not written
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 import re
 import statistics
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,28 +243,28 @@ class RowPlan:
     for the same series, so that the runs' summaries every row needs are read (or made) together."""
 
     series: Sequence[tuple[Any, ...]]
+    ids: list[int]
     walls: list[float | None]
     changes: list[dict[str, Any]]
     steps: list[tuple[dict[str, Any], int]]  # each confirmed regression and the index of its new level's first run
     found: dict[str, Any] | None = None  # change points found now, for the newest run's summary
 
-    @property
-    def ids(self) -> list[int]:
-        return [run[ID] for run in self.series]
 
-
-def _series_key(series: Sequence[tuple[Any, ...]], walls: Sequence[float | None], options: ChangeOptions | None) -> str:
-    """What a row's change points depend on: its runs, their walls and the detection's options."""
-    text = repr(([run[ID] for run in series], walls, options or ChangeOptions()))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
+    """What a row's change points depend on: its runs (a stored run's figures never change) and the detection's
+    options."""
+    digest = hashlib.sha256(array("q", ids).tobytes())
+    digest.update(repr(options or ChangeOptions()).encode())
+    return digest.hexdigest()[:32]
 
 
 def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None,
              kept: Mapping[str, Any] | None = None) -> RowPlan:
     """The row's plan; its change points are those ``kept`` (the newest run's summary) holds for this very series,
     else found now."""
+    ids = [run[ID] for run in series]
     walls = [_number(run[WALL]) for run in series]
-    key = _series_key(series, walls, options)
+    key = _series_key(ids, options)
     cached = (kept or {}).get("changes")
     found = None
     if isinstance(cached, dict) and cached.get("series") == key:
@@ -276,7 +279,7 @@ def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = 
     # is not a regression (its split was found in a wider segment, where the shift looked larger).
     steps = [(change, change["index"]) for change in changes
              if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
-    return RowPlan(series, walls, changes, steps, found)
+    return RowPlan(series, ids, walls, changes, steps, found)
 
 
 def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine: str | None,
@@ -379,20 +382,22 @@ def _count(signatures: dict[str, list[int]], target: str, backend: str | None, r
     count_and_newest[1] = max(count_and_newest[1], run_id)
 
 
-def _series_by_row(series: Iterable[tuple[Any, ...]], keys: set[str]) -> dict[str, list[tuple[Any, ...]]]:
-    """The runs of each row of ``keys``, oldest first (by start, then id). ``Store.book_series`` gives each row's
-    runs in that order already, unless they are of two kinds or of backends that are one row (none recorded and
-    "unknown"): only such a row is sorted."""
+def _series_by_row(series: Iterable[tuple[Any, ...]], keys: set[str] | None) -> dict[str, list[tuple[Any, ...]]]:
+    """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
+    gives each row's runs in that order already, unless they are of two kinds or of backends that are one row (none
+    recorded and "unknown"): only such a row is sorted."""
     grouped: dict[str, list[tuple[Any, ...]]] = {}
     unordered: set[str] = set()
-    for run in series:
-        key = row_key(run[TARGET], run[BACKEND] or "unknown")
-        if key not in keys:
+    for (target, backend), runs in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND)):
+        key = row_key(target, backend or "unknown")
+        if keys is not None and key not in keys:
             continue
-        group = grouped.setdefault(key, [])
-        if group and (group[-1][STARTED_AT], group[-1][ID]) > (run[STARTED_AT], run[ID]):
+        group = grouped.get(key)
+        if group is None:
+            grouped[key] = list(runs)
+        else:
+            group.extend(runs)
             unordered.add(key)
-        group.append(run)
     for key in unordered:
         grouped[key].sort(key=lambda run: (run[STARTED_AT], run[ID]))
     # The rows in the order the manifest has always kept them: the row with the newest run first.
@@ -471,15 +476,13 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
-    every: list[tuple[Any, ...]] | None = None
+    every: dict[str, list[tuple[Any, ...]]] | None = None
     if old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
-        every = store.book_series(PROFILE_KINDS)
-        signatures = {}
-        for run in every:
-            _count(signatures, run[TARGET], run[BACKEND], run[ID])
-        scan = {"count": store.count(), "newest_id": max((run[ID] for run in every), default=0)}
+        every = _series_by_row(store.book_series(PROFILE_KINDS), None)
+        signatures = {key: [len(runs), max(run[ID] for run in runs)] for key, runs in every.items()}
+        scan = {"count": store.count(), "newest_id": max((newest for _, newest in signatures.values()), default=0)}
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
     changed_keys = {key for key, signature in signatures.items()
@@ -492,8 +495,8 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
         # Only the changed notebooks' runs, unless every run was read already.
-        grouped = _series_by_row(every if every is not None else store.book_series(PROFILE_KINDS, sorted(changed)),
-                                 stale)
+        grouped = every if every is not None else _series_by_row(store.book_series(PROFILE_KINDS, sorted(changed)),
+                                                                 stale)
         runs = Summaries(store)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
         plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
