@@ -32,15 +32,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
-from nbscope.analyse.attribution import attribute, classify_failure
-from nbscope.analyse.history import ChangeOptions, Point, change_points
 from nbscope.record.cells import project_root
-from nbscope.record.run import PROFILE_KINDS, RunRecord
+from nbscope.record.run import PROFILE_KINDS
 from nbscope.record.store import STORE_FOLDER, Store
-from nbscope.schema.model import NotebookRun
 
+# The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
+# every summary kept (an unchanged row, a new site of a published store) does without them.
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import Forecast
+    from nbscope.analyse.history import ChangeOptions
+    from nbscope.record.run import RunRecord
+    from nbscope.schema.model import NotebookRun
 
 MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2
@@ -128,6 +130,8 @@ class Summaries:
                    if not self._has(run_id, part, before)]
         reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
         records = self.store.documents(reads) if reads else {}
+        if records:
+            from nbscope.analyse.attribution import attribute
         made: dict[int, dict[str, Any]] = {}
         forecasts = _Forecasts()
         for run_id, part, before, runner in missing:
@@ -174,6 +178,8 @@ class Summaries:
 
 def _basic(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
     """A run's status word and its failure's text, its cache state and its cells."""
+    from nbscope.analyse.attribution import classify_failure
+
     failure = classify_failure(record, run)
     return {"status": "ok" if failure is None else STATUS_OF_FAILURE.get(failure.kind, "failed"),
             "error": None if failure is None else failure.text, "cache_state": run.totals.cache_state,
@@ -252,34 +258,34 @@ class RowPlan:
 
 def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
     """What a row's change points depend on: its runs (a stored run's figures never change) and the detection's
-    options."""
+    options (None: this version's defaults, as summaries are kept per version)."""
     digest = hashlib.sha256(array("q", ids).tobytes())
-    digest.update(repr(options or ChangeOptions()).encode())
+    digest.update(repr(options).encode())
     return digest.hexdigest()[:32]
 
 
 def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None,
              kept: Mapping[str, Any] | None = None) -> RowPlan:
-    """The row's plan; its change points are those ``kept`` (the newest run's summary) holds for this very series,
-    else found now."""
+    """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
+    this very series, else found now."""
     ids = [run[ID] for run in series]
     walls = [_number(run[WALL]) for run in series]
     key = _series_key(ids, options)
     cached = (kept or {}).get("changes")
-    found = None
     if isinstance(cached, dict) and cached.get("series") == key:
         changes: list[dict[str, Any]] = cached["found"]
-    else:
-        points = [Point(run[ID], run[STARTED_AT], wall, run[STATUS]) for run, wall in zip(series, walls, strict=True)]
-        measured = len([w for w in walls if w is not None])
-        changes = [c.to_dict() for c in change_points(points, options)] if measured > 2 else []
-        found = {"series": key, "found": changes}
+        return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached["steps"]])
+    from nbscope.analyse.history import ChangeOptions, Point, change_points
+
+    points = [Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)]
+    changes = [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
     floor = 1 + (options or ChangeOptions()).rel_floor
     # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
     # is not a regression (its split was found in a wider segment, where the shift looked larger).
-    steps = [(change, change["index"]) for change in changes
-             if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
-    return RowPlan(series, ids, walls, changes, steps, found)
+    confirmed = [n for n, change in enumerate(changes)
+                 if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
+    return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in confirmed],
+                   {"series": key, "found": changes, "steps": confirmed})
 
 
 def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine: str | None,
