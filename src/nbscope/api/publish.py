@@ -7,13 +7,15 @@ newest run when the gate judged it, else the row's first run), its confirmed reg
 wall, ``analyse.history``) each with what changed across it (``analyse.attribution``), the newest run's top
 finding (``analyse.diagnose``) and, for a CPU run with program data, the GPU forecast's verdict.
 
-The store is read on one connection: the summary columns of the runs (their ids, then the figures of the
-notebooks that changed: version 7 keeps wall, compile and run as columns), which give each row its history and
-change points; then, in one query, the documents every changed row needs (its newest run, the one before it,
-and the two sides of each confirmed regression). Incremental: the folder keeps a manifest
-(``nbscope-site.json``) with each row's book fields and the count and newest id of its runs, and beside each
-lecture page a data file with that page's rows whole. Only a row with a new run is made again; its notebook's
-other rows come from the data file; a page whose text is the same is not written again.
+The store is read on one connection: the runs of every row from the index ``runs_book`` (id, start, status,
+wall, compile and run of each run: version 7's columns), which give each row its history; then the summaries the
+store keeps of the runs the rows show (version 8: a run's status, cells, findings, forecast verdict and what changed
+since the run before it, and with a row's newest run the row's change points for that very series of runs). Only
+a run without one has its document read (those of every row in one query) and is diagnosed; its summary is then
+kept in the store, so a publish of a store published before reads no document. Incremental: the folder keeps a
+manifest (``nbscope-site.json``) with each row's book fields and the count and newest id of its runs, and beside
+each lecture page a data file with that page's rows whole. Only a row with a new run is made again; its
+notebook's other rows come from the data file; a page whose text is the same is not written again.
 """
 
 from __future__ import annotations
