@@ -165,7 +165,7 @@ def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> N
 def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(site: dict[str, Any],
                                                                              tmp_path: Path) -> None:
     """A publish keeps what it made of each run it read (status, cells, findings, what changed) in the store; the
-    next publish reads those summaries, not the runs: the same pages. A version-7 store (before summaries) is
+    next publish reads those summaries, not the runs: the same pages; ``full`` makes them again. A version-7 store (before summaries) is
     published read-only and then given the table (one empty table: no run is written again)."""
     import sqlite3
 
@@ -183,6 +183,9 @@ def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(sit
                    (kept["findings"][0]["title"], "a kept title", newest))
     publish(store.path, tmp_path / "kept", site=site_pages)
     assert "a kept title" in (tmp_path / "kept" / lecture_page(STEPS)).read_text()
+    publish(store.path, tmp_path / "kept", site=site_pages, full=True)  # every summary made again from the runs
+    assert (tmp_path / "kept" / lecture_page(STEPS)).read_bytes() == (folder / lecture_page(STEPS)).read_bytes()
+    assert store.run_summaries([newest])[newest]["findings"] == kept["findings"]
     old = make_store(tmp_path / "old" / "nbscope.db").path
     with sqlite3.connect(old) as db:
         db.execute("DROP TABLE run_summaries")

@@ -111,8 +111,9 @@ class Summaries:
     """The summaries of the runs rows need: those the store keeps, the rest made from the runs' documents (read in
     one query) and kept in the store for the next publish; with what one publish's rows share."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, again: bool = False) -> None:
         self.store = store
+        self.again = again  # every summary made again from the documents (``--full``), and kept
         self.by_id: dict[int, dict[str, Any]] = {}
 
     def need(self, plans: Iterable[RowPlan], runners: Iterable[str]) -> None:
@@ -160,8 +161,8 @@ class Summaries:
         self.store.keep_run_summaries(made)
 
     def read(self, run_ids: Iterable[int]) -> None:
-        """The kept summaries of ``run_ids`` not read yet."""
-        unread = set(run_ids) - set(self.by_id)
+        """The kept summaries of ``run_ids`` not read yet (none when made ``again``)."""
+        unread = set() if self.again else set(run_ids) - set(self.by_id)
         self.by_id.update((run_id, summary) for run_id, summary in self.store.run_summaries(unread).items()
                           if summary.get("format") == SUMMARY_FORMAT)
 
@@ -470,7 +471,8 @@ class SitePages(Protocol):
 def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bool = False,
             options: ChangeOptions | None = None) -> PublishResult:
     """Write the site for the store ``source`` names into ``output``, its pages formatted by ``site``; only what
-    changed since the last publish into that folder (``full``: every row and page again)."""
+    changed since the last publish into that folder (``full``: every row and page again, and every run's summary
+    made again from its document: what a publish with another version of the analyses' rules needs)."""
 
     store = store_of(source)
     folder = Path(output)
@@ -505,7 +507,7 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
         # Only the changed notebooks' runs, unless every run was read already.
         grouped = every if every is not None else _series_by_row(store.book_series(PROFILE_KINDS, sorted(changed)),
                                                                  stale)
-        runs = Summaries(store)
+        runs = Summaries(store, again=full)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
         plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
         newest_ids = [plan.ids[-1] for plan in plans.values()]
