@@ -160,3 +160,38 @@ def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> N
     done = run_cli("publish", tmp_path / "store" / "nbscope.db", "-o", tmp_path / "site", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 4
+
+
+def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(site: dict[str, Any],
+                                                                             tmp_path: Path) -> None:
+    """A publish keeps what it made of each run it read (status, cells, findings, what changed) in the store; the
+    next publish reads those summaries, not the runs: the same pages; ``full`` makes them again. A version-7 store (before summaries) is
+    published read-only and then given the table (one empty table: no run is written again)."""
+    import sqlite3
+
+    store, folder = site["store"], site["folder"]
+    newest = json.loads((folder / MANIFEST).read_text())["rows"][f"cpu\x1f{STEPS}"]["newest_id"]
+    kept = store.run_summaries([newest])[newest]
+    assert kept["findings"] and kept["attribution"]["before_id"] == newest - 4 and kept["cells"]
+    again = publish(store.path, tmp_path / "again", site=site_pages)
+    assert again.rows_rebuilt == 4
+    for page in [*again.pages_written, MANIFEST]:
+        assert (tmp_path / "again" / page).read_bytes() == (folder / page).read_bytes(), page
+    # What the page shows of a run is its summary's (a summary the store keeps is not made again).
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE run_summaries SET summary = replace(summary, ?, ?) WHERE run_id = ?",
+                   (kept["findings"][0]["title"], "a kept title", newest))
+    publish(store.path, tmp_path / "kept", site=site_pages)
+    assert "a kept title" in (tmp_path / "kept" / lecture_page(STEPS)).read_text()
+    publish(store.path, tmp_path / "kept", site=site_pages, full=True)  # every summary made again from the runs
+    assert (tmp_path / "kept" / lecture_page(STEPS)).read_bytes() == (folder / lecture_page(STEPS)).read_bytes()
+    assert store.run_summaries([newest])[newest]["findings"] == kept["findings"]
+    old = make_store(tmp_path / "old" / "nbscope.db").path
+    with sqlite3.connect(old) as db:
+        db.execute("DROP TABLE run_summaries")
+        db.execute("UPDATE meta SET value = '7' WHERE key = 'store_version'")
+    publish(old, tmp_path / "old-site", site=site_pages)
+    assert (tmp_path / "old-site" / lecture_page(STEPS)).read_bytes() == (folder / lecture_page(STEPS)).read_bytes()
+    with sqlite3.connect(old) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone()[0] == "8"
+        assert db.execute("SELECT COUNT(*) FROM run_summaries").fetchone()[0] > 0

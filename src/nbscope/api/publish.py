@@ -7,43 +7,49 @@ newest run when the gate judged it, else the row's first run), its confirmed reg
 wall, ``analyse.history``) each with what changed across it (``analyse.attribution``), the newest run's top
 finding (``analyse.diagnose``) and, for a CPU run with program data, the GPU forecast's verdict.
 
-The store is read on one connection: the summary columns of the runs (their ids, then the figures of the
-notebooks that changed: version 7 keeps wall, compile and run as columns), which give each row its history and
-change points; then, in one query, the documents every changed row needs (its newest run, the one before it,
-and the two sides of each confirmed regression). Incremental: the folder keeps a manifest
-(``nbscope-site.json``) with each row's book fields and the count and newest id of its runs, and beside each
-lecture page a data file with that page's rows whole. Only a row with a new run is made again; its notebook's
-other rows come from the data file; a page whose text is the same is not written again.
+The store is read on one connection: the runs of every row from the index ``runs_book`` (id, start, status,
+wall, compile and run of each run: version 7's columns), which give each row its history; then the summaries the
+store keeps of the runs the rows show (version 8: a run's status, cells, findings, forecast verdict and what changed
+since the run before it, and with a row's newest run the row's change points for that very series of runs). Only
+a run without one has its document read (those of every row in one query) and is diagnosed; its summary is then
+kept in the store, so a publish of a store published before reads no document. Incremental: the folder keeps a
+manifest (``nbscope-site.json``) with each row's book fields and the count and newest id of its runs, and beside
+each lecture page a data file with that page's rows whole. Only a row with a new run is made again; its
+notebook's other rows come from the data file; a page whose text is the same is not written again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
-from nbscope.analyse.attribution import attribute, classify_failure
-from nbscope.analyse.history import ChangeOptions, ChangePoint, Point, change_points
 from nbscope.record.cells import project_root
-from nbscope.record.run import PROFILE_KINDS, RunRecord
+from nbscope.record.run import PROFILE_KINDS
 from nbscope.record.store import STORE_FOLDER, Store
-from nbscope.schema.model import NotebookRun
 
+# The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
+# every summary kept (an unchanged row, a new site of a published store) does without them.
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import Forecast
+    from nbscope.analyse.history import ChangeOptions
+    from nbscope.record.run import RunRecord
+    from nbscope.schema.model import NotebookRun
 
 MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
-SUMMARY = ("id", "started_at", "target", "status", "machine", "backend", "wall_s", "compile_s", "run_s")
 STATUS_OF_FAILURE = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died", "out-of-memory": "died",
                      "runner-stopped": "stopped", "interrupted": "stopped"}
 
@@ -90,38 +96,120 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _status(record: RunRecord, run: NotebookRun) -> tuple[str, str | None]:
-    """The newest run's status word and its failure's text."""
-    failure = classify_failure(record, run)
-    if failure is None:
-        return "ok", None
-    return STATUS_OF_FAILURE.get(failure.kind, "failed"), failure.text
-
-
 def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old if new is not None and old else None
 
 
-def _cells(newest: NotebookRun, previous: NotebookRun | None) -> list[dict[str, Any]]:
+# A run's summary (``Store.run_summaries``): what a row shows of the run, made from its document once and kept in
+# the store. Its parts are made as rows need them: ``status`` (with ``error``, ``cache_state`` and ``cells``) for
+# every run a row reads; ``findings`` (with ``forecast``) for a row's newest run; ``attribution`` (against the run
+# before it in its row, named by ``before_id``) for a newest run and the first run of each confirmed regression.
+SUMMARY_FORMAT = 1  # made again when this changes
+
+
+class Summaries:
+    """The summaries of the runs rows need: those the store keeps, the rest made from the runs' documents (read in
+    one query) and kept in the store for the next publish; with what one publish's rows share."""
+
+    def __init__(self, store: Store, *, again: bool = False) -> None:
+        self.store = store
+        self.again = again  # every summary made again from the documents (``--full``), and kept
+        self.by_id: dict[int, dict[str, Any]] = {}
+
+    def need(self, plans: Iterable[RowPlan], runners: Iterable[str]) -> None:
+        """Every part each row needs (``RowPlan``): read from the store, made where missing, kept."""
+        # (run id, part, the run before it for "attribution", the row's runner)
+        parts: list[tuple[int, str, int | None, str]] = []
+        plans = list(plans)
+        for plan, runner in zip(plans, runners, strict=True):
+            ids = plan.ids
+            newest = ids[-1]
+            parts.append((newest, "findings", None, runner))
+            if len(ids) > 1:
+                parts += [(ids[-2], "status", None, runner), (newest, "attribution", ids[-2], runner)]
+            parts += [(ids[step], "attribution", ids[step - 1], runner) for _, step in plan.steps]
+        self.read(run_id for run_id, *_ in parts)
+        missing = [(run_id, part, before, runner) for run_id, part, before, runner in parts
+                   if not self._has(run_id, part, before)]
+        reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
+        records = self.store.documents(reads) if reads else {}
+        if records:
+            from nbscope.analyse.attribution import attribute
+        made: dict[int, dict[str, Any]] = {}
+        forecasts = _Forecasts()
+        for run_id, part, before, runner in missing:
+            record = records.get(run_id)
+            if record is None or self._has(run_id, part, before):
+                continue
+            summary = self.by_id.setdefault(run_id, {"format": SUMMARY_FORMAT})
+            run = record.notebook_run()
+            if "status" not in summary:
+                summary.update(_basic(record, run))
+            if part == "findings":
+                summary.update(forecasts.findings(record, run, runner))
+            elif part == "attribution":
+                earlier = records.get(before) if before is not None else None
+                if earlier is None:
+                    continue  # unreadable: the row says nothing of what changed, as before
+                summary["attribution"] = attribute(earlier, record, runs=(earlier.notebook_run(), run)).to_dict()
+            made[run_id] = summary
+        for plan in plans:  # change points found now are kept with the newest run's summary
+            newest_summary = self.by_id.get(plan.ids[-1])
+            if plan.found is not None and newest_summary is not None and "status" in newest_summary:
+                newest_summary["changes"] = plan.found
+                made[plan.ids[-1]] = newest_summary
+        self.store.keep_run_summaries(made)
+
+    def read(self, run_ids: Iterable[int]) -> None:
+        """The kept summaries of ``run_ids`` not read yet (none when made ``again``)."""
+        unread = set() if self.again else set(run_ids) - set(self.by_id)
+        self.by_id.update((run_id, summary) for run_id, summary in self.store.run_summaries(unread).items()
+                          if summary.get("format") == SUMMARY_FORMAT)
+
+    def _has(self, run_id: int, part: str, before: int | None) -> bool:
+        summary = self.by_id.get(run_id)
+        if summary is None or "status" not in summary:
+            return False
+        if part == "attribution":
+            return (summary.get("attribution") or {}).get("before_id") == before
+        return part in summary
+
+    def attribution(self, run_id: int, before: int) -> dict[str, Any] | None:
+        found = (self.by_id.get(run_id) or {}).get("attribution")
+        return found if isinstance(found, dict) and found.get("before_id") == before else None
+
+
+def _basic(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
+    """A run's status word and its failure's text, its cache state and its cells."""
+    from nbscope.analyse.attribution import classify_failure
+
+    failure = classify_failure(record, run)
+    return {"status": "ok" if failure is None else STATUS_OF_FAILURE.get(failure.kind, "failed"),
+            "error": None if failure is None else failure.text, "cache_state": run.totals.cache_state,
+            "cells": [{"label": c.label, "first_line": c.first_line, "status": c.status, "wall_s": c.wall_s,
+                       "compile_s": c.compile_s, "source_hash": c.source_hash} for c in run.cells]}
+
+
+def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The newest run's cells beside the previous run's cell of the same code (by source hash)."""
-    before = {c.source_hash: c for c in previous.cells} if previous else {}
+    before = {c["source_hash"]: c for c in previous["cells"]} if previous else {}
     rows = []
-    for cell in newest.cells:
-        old = before.get(cell.source_hash)
-        rows.append({"label": cell.label, "first_line": cell.first_line, "status": cell.status,
-                     "wall_s": cell.wall_s, "compile_s": cell.compile_s,
-                     "previous_wall_s": old.wall_s if old else None, "edited": previous is not None and old is None})
+    for cell in newest["cells"]:
+        old = before.get(cell["source_hash"])
+        rows.append({"label": cell["label"], "first_line": cell["first_line"], "status": cell["status"],
+                     "wall_s": cell["wall_s"], "compile_s": cell["compile_s"],
+                     "previous_wall_s": old["wall_s"] if old else None, "edited": previous is not None and old is None})
     return rows
 
 
-class Analyses:
+class _Forecasts:
     """The diagnosis and the GPU forecast of a row's newest run, with what one publish's rows share: the GPU device
     table is read once (each forecast would read and parse it again)."""
 
     def __init__(self) -> None:
         self._table: Any = None
 
-    def of(self, record: RunRecord, run: NotebookRun, runner: str) -> tuple[list[dict[str, str]], dict[str, Any] | None]:
+    def findings(self, record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any]:
         """The run's first findings, and for a CPU run with program data the GPU forecast's verdict (the GPUs it
         was recorded for, else the T4): the forecast the diagnosis made for its GPU rules when it made one."""
         from nbscope.analyse.diagnose import diagnose
@@ -129,9 +217,10 @@ class Analyses:
         try:
             found = diagnose(record)
         except NbscopeError as exc:
-            return [{"title": "not diagnosed", "summary": str(exc)}], self._forecast(record, run, runner, None)
+            return {"findings": [{"title": "not diagnosed", "summary": str(exc)}],
+                    "forecast": self._forecast(record, run, runner, None)}
         findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
-        return findings, self._forecast(record, run, runner, found.forecast)
+        return {"findings": findings, "forecast": self._forecast(record, run, runner, found.forecast)}
 
     def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Forecast | None) -> dict[str, Any] | None:
         if runner != "cpu" or run.program_data is None:
@@ -152,80 +241,96 @@ class Analyses:
         return {"text": "; ".join(verdicts) or "no verdict"}
 
 
+# A run in a row's series: ``Store.book_series``'s columns.
+TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
+
+
 @dataclass
 class RowPlan:
-    """A row's runs (their summaries, oldest first), its change points and the runs whose documents it needs:
-    found from the summaries alone, so that every row's documents are read together."""
+    """A row's runs (``Store.book_series`` tuples, oldest first), its change points and its confirmed regressions
+    (as ``ChangePoint.to_dict`` gives them): found from the columns alone, or kept in the newest run's summary
+    for the same series, so that the runs' summaries every row needs are read (or made) together."""
 
-    summaries: Sequence[Mapping[str, Any]]
-    points: list[Point]
-    changes: list[ChangePoint]
-    steps: list[tuple[ChangePoint, int]]  # each confirmed regression and the index of its new level's first run
-
-    @property
-    def needed(self) -> list[int]:
-        ids = [self.summaries[-1]["id"]]
-        if len(self.summaries) > 1:
-            ids.append(self.summaries[-2]["id"])
-        for _, step in self.steps:
-            ids += [self.summaries[step - 1]["id"], self.summaries[step]["id"]]
-        return ids
+    series: Sequence[tuple[Any, ...]]
+    ids: list[int]
+    walls: list[float | None]
+    changes: list[dict[str, Any]]
+    steps: list[tuple[dict[str, Any], int]]  # each confirmed regression and the index of its new level's first run
+    found: dict[str, Any] | None = None  # change points found now, for the newest run's summary
 
 
-def plan_row(summaries: Sequence[Mapping[str, Any]], options: ChangeOptions | None = None) -> RowPlan:
-    points = [Point(row["id"], row["started_at"], _number(row["wall_s"]), row["status"]) for row in summaries]
-    walls = [p.value for p in points]
-    changes = change_points(points, options) if len([w for w in walls if w is not None]) > 2 else []
+def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
+    """What a row's change points depend on: its runs (a stored run's figures never change) and the detection's
+    options (None: this version's defaults, as summaries are kept per version)."""
+    digest = hashlib.sha256(array("q", ids).tobytes())
+    digest.update(repr(options).encode())
+    return digest.hexdigest()[:32]
+
+
+def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None,
+             kept: Mapping[str, Any] | None = None) -> RowPlan:
+    """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
+    this very series, else found now."""
+    ids = [run[ID] for run in series]
+    walls = [_number(run[WALL]) for run in series]
+    key = _series_key(ids, options)
+    cached = (kept or {}).get("changes")
+    if isinstance(cached, dict) and cached.get("series") == key:
+        changes: list[dict[str, Any]] = cached["found"]
+        return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached["steps"]])
+    from nbscope.analyse.history import ChangeOptions, Point, change_points
+
+    points = [Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)]
+    changes = [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
     floor = 1 + (options or ChangeOptions()).rel_floor
     # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
     # is not a regression (its split was found in a wider segment, where the shift looked larger).
-    steps = [(change, change.index) for change in changes
-             if not change.tentative and change.ratio is not None and change.ratio >= floor]
-    return RowPlan(summaries, points, changes, steps)
+    confirmed = [n for n, change in enumerate(changes)
+                 if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
+    return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in confirmed],
+                   {"series": key, "found": changes, "steps": confirmed})
 
 
-def build_row(plan: RowPlan, target: str, runner: str, records: Mapping[int, RunRecord],
-              baselines: Mapping[int, int | None], analyses: Analyses | None = None) -> dict[str, Any] | None:
-    """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and the documents it needs
-    (``records``, by id); None when its newest run cannot be read."""
-    summaries, points = plan.summaries, plan.points
-    walls = [p.value for p in points]
-    compiles = [_number(row["compile_s"]) for row in summaries]
-    runs = [_number(row["run_s"]) for row in summaries]
-    newest_id = summaries[-1]["id"]
-    newest = records.get(newest_id)
-    if newest is None:
+def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine: str | None,
+              baselines: Mapping[int, int | None]) -> dict[str, Any] | None:
+    """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and its runs' summaries (``runs``,
+    made for the plan: ``Summaries.need``); None when its newest run cannot be read."""
+    series, walls = plan.series, plan.walls
+    ids = plan.ids
+    compiles = [_number(run[COMPILE]) for run in series]
+    run_figures = [_number(run[RUN]) for run in series]
+    newest_id = ids[-1]
+    newest = runs.by_id.get(newest_id)
+    if newest is None or "findings" not in newest:
         return None
-    previous = records.get(summaries[-2]["id"]) if len(summaries) > 1 else None
-    analyses = analyses or Analyses()
-    newest_run = newest.notebook_run()
-    previous_run = previous.notebook_run() if previous is not None else None
-    status, error = _status(newest, newest_run)
-    baseline_id = baselines.get(newest_id) or summaries[0]["id"]
-    baseline_wall = next((p.value for p in points if p.run_id == baseline_id), None)
+    previous_id = ids[-2] if len(ids) > 1 else None
+    previous = runs.by_id.get(previous_id) if previous_id is not None else None
+    if previous is not None and "status" not in previous:
+        previous = None
+    baseline_id = baselines.get(newest_id) or ids[0]
+    baseline_wall = next((wall for run_id, wall in zip(ids, walls, strict=True) if run_id == baseline_id), None)
     regressions = []
     for change, step in plan.steps:
-        before, after = records.get(summaries[step - 1]["id"]), records.get(summaries[step]["id"])
-        why = attribute(before, after).to_dict() if before is not None and after is not None else None
-        regressions.append({**change.to_dict(), "step_index": step, "attribution": why})
+        why = runs.attribution(ids[step], ids[step - 1])
+        regressions.append({**change, "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
-    findings, forecast = analyses.of(newest, newest_run, runner)
+    started_at = series[-1][STARTED_AT]
     return {
-        "target": target, "runner": runner, "page": lecture_page(target), "machine": summaries[-1]["machine"],
-        "runs": len(summaries), "newest_id": newest_id, "started_at": summaries[-1]["started_at"],
-        "status": status, "error": error, "wall_s": wall, "compile_s": compile_s,
+        "target": target, "runner": runner, "page": lecture_page(target), "machine": machine,
+        "runs": len(series), "newest_id": newest_id, "started_at": started_at,
+        "status": newest["status"], "error": newest["error"], "wall_s": wall, "compile_s": compile_s,
         "compile_share": compile_s / wall if wall and compile_s is not None else None,
-        "cache_state": newest_run.totals.cache_state,
+        "cache_state": newest["cache_state"],
         "vs_previous": _ratio(wall, walls[-2]) if len(walls) > 1 else None,
         "baseline_id": baseline_id, "vs_baseline": _ratio(wall, baseline_wall),
-        "spark": walls[-SPARK_RUNS:], "history": {"started_at": [p.started_at for p in points], "wall_s": walls,
-                                                   "compile_s": compiles, "run_s": runs, "ids": [p.run_id for p in points]},
-        "changes": [c.to_dict() for c in plan.changes], "regressions": regressions,
+        "spark": walls[-SPARK_RUNS:], "history": {"started_at": [run[STARTED_AT] for run in series], "wall_s": walls,
+                                                   "compile_s": compiles, "run_s": run_figures, "ids": ids},
+        "changes": plan.changes, "regressions": regressions,
         "regression_count": len(regressions),
-        "attribution": attribute(previous, newest, runs=(previous_run, newest_run)).to_dict()
-        if previous is not None and previous_run is not None else None,
-        "cells": _cells(newest_run, previous_run),
-        "findings": findings, "forecast": forecast,
+        "attribution": runs.attribution(newest_id, previous_id) if previous is not None and previous_id is not None
+        else None,
+        "cells": _cells(newest, previous),
+        "findings": newest["findings"], "forecast": newest["forecast"],
         "median_wall_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
     }
 
@@ -267,23 +372,45 @@ def _signatures(store: Store, manifest: Mapping[str, Any] | None) -> tuple[dict[
                 signatures = {key: list(row["signature"]) for key, row in rows.items()}
                 for row in new:
                     if row["kind"] in PROFILE_KINDS:
-                        _count(signatures, row)
+                        _count(signatures, row["target"], row["backend"], row["id"])
                 newest_id = max([old["newest_id"], *(row["id"] for row in new)])
                 return signatures, {"count": total, "newest_id": newest_id}
     signatures = {}
     newest_id = 0
     for row in _summaries(store, ("id", "target", "backend"), None):
-        _count(signatures, row)
+        _count(signatures, row["target"], row["backend"], row["id"])
         newest_id = max(newest_id, row["id"])
     every: Any = store.summaries(("id",), limit=1)  # the newest run of any kind: its id bounds the next scan
     newest_id = max([newest_id, *(row["id"] for row in every)])
     return signatures, {"count": total, "newest_id": newest_id}
 
 
-def _count(signatures: dict[str, list[int]], row: Mapping[str, Any]) -> None:
-    count_and_newest = signatures.setdefault(row_key(row["target"], row["backend"] or "unknown"), [0, 0])
+def _count(signatures: dict[str, list[int]], target: str, backend: str | None, run_id: int) -> None:
+    count_and_newest = signatures.setdefault(row_key(target, backend or "unknown"), [0, 0])
     count_and_newest[0] += 1
-    count_and_newest[1] = max(count_and_newest[1], row["id"])
+    count_and_newest[1] = max(count_and_newest[1], run_id)
+
+
+def _series_by_row(series: Iterable[tuple[Any, ...]], keys: set[str] | None) -> dict[str, list[tuple[Any, ...]]]:
+    """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
+    gives each row's runs in that order already, unless they are of two kinds or of backends that are one row (none
+    recorded and "unknown"): only such a row is sorted."""
+    grouped: dict[str, list[tuple[Any, ...]]] = {}
+    unordered: set[str] = set()
+    for (target, backend), runs in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND)):
+        key = row_key(target, backend or "unknown")
+        if keys is not None and key not in keys:
+            continue
+        group = grouped.get(key)
+        if group is None:
+            grouped[key] = list(runs)
+        else:
+            group.extend(runs)
+            unordered.add(key)
+    for key in unordered:
+        grouped[key].sort(key=lambda run: (run[STARTED_AT], run[ID]))
+    # The rows in the order the manifest has always kept them: the row with the newest run first.
+    return dict(sorted(grouped.items(), key=lambda item: (item[1][-1][STARTED_AT], item[1][-1][ID]), reverse=True))
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
@@ -344,7 +471,8 @@ class SitePages(Protocol):
 def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bool = False,
             options: ChangeOptions | None = None) -> PublishResult:
     """Write the site for the store ``source`` names into ``output``, its pages formatted by ``site``; only what
-    changed since the last publish into that folder (``full``: every row and page again)."""
+    changed since the last publish into that folder (``full``: every row and page again, and every run's summary
+    made again from its document: what a publish with another version of the analyses' rules needs)."""
 
     store = store_of(source)
     folder = Path(output)
@@ -358,14 +486,13 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
-    every: list[dict[str, Any]] | None = None
+    every: dict[str, list[tuple[Any, ...]]] | None = None
     if old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
-        every, signatures = _summaries(store, SUMMARY, None), {}
-        for row in every:
-            _count(signatures, row)
-        scan = {"count": store.count(), "newest_id": max((row["id"] for row in every), default=0)}
+        every = _series_by_row(store.book_series(PROFILE_KINDS), None)
+        signatures = {key: [len(runs), max(run[ID] for run in runs)] for key, runs in every.items()}
+        scan = {"count": store.count(), "newest_id": max((newest for _, newest in signatures.values()), default=0)}
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
     changed_keys = {key for key, signature in signatures.items()
@@ -378,22 +505,18 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
         # Only the changed notebooks' runs, unless every run was read already.
-        grouped: dict[str, list[dict[str, Any]]] = {}
-        for row in every if every is not None else _summaries(store, SUMMARY, sorted(changed)):
-            key = row_key(row["target"], row["backend"] or "unknown")
-            if key in stale:
-                grouped.setdefault(key, []).append(row)
-        plans = {}
-        for key, group in grouped.items():
-            group.sort(key=lambda r: (r["started_at"], r["id"]))
-            plans[key] = plan_row(group, options)
-        newest_ids = [plan.summaries[-1]["id"] for plan in plans.values()]
+        grouped = every if every is not None else _series_by_row(store.book_series(PROFILE_KINDS, sorted(changed)),
+                                                                 stale)
+        runs = Summaries(store, again=full)
+        runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
+        plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
+        newest_ids = [plan.ids[-1] for plan in plans.values()]
         baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
-        records = store.documents(run_id for plan in plans.values() for run_id in plan.needed)
-        analyses = Analyses()
+        machines = store.machines(newest_ids)
+        runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
         for key, plan in plans.items():
             runner, target = key.split("\x1f", 1)
-            built = build_row(plan, target, runner, records, baselines, analyses)
+            built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines)
             if built is not None:
                 rows[key] = {**built, "signature": signatures[key]}
     ordered = [rows[key] for key in sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))]

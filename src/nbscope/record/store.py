@@ -44,8 +44,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # unkeyed hashes of earlier runs stay as they are. 7: runs gains the figures and hashes a book's history reads
 # for every run (wall, compile and run seconds, cache state; hashes of the cells' code, of the package versions
 # and of the compiled programs), so that no listing over thousands of runs parses their totals or documents.
+# 8: run_summaries, what `publish` shows of a run (its status, cells, findings, forecast verdict, what changed
+# since the run before it) as JSON, kept by the nbscope version that made it: filled as runs are published,
+# so a run's document is read and diagnosed once, not at every publish.
 # Older stores are migrated on first use; a newer one is refused, untouched.
-STORE_VERSION = 7
+STORE_VERSION = 8
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -269,8 +272,17 @@ def _migrate_to_7(db: sqlite3.Connection) -> None:
                " run_s)")
 
 
+_SUMMARIES_V8 = ("CREATE TABLE IF NOT EXISTS run_summaries (run_id INTEGER PRIMARY KEY, tool_version TEXT NOT NULL,"
+                 " summary TEXT NOT NULL)")
+
+
+def _migrate_to_8(db: sqlite3.Connection) -> None:
+    """The table of run summaries, empty: each run's is made when a publish first reads the run."""
+    db.execute(_SUMMARIES_V8)
+
+
 MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4, 4: _migrate_to_5,
-              5: _migrate_to_6, 6: _migrate_to_7}  # from version N to N + 1
+              5: _migrate_to_6, 6: _migrate_to_7, 7: _migrate_to_8}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -351,6 +363,9 @@ def _set_wal(connection: sqlite3.Connection) -> None:
 # Less free space than this where SQLite reports an I/O error: the disk is full (a page and its journal do not fit).
 FULL_DISK_BYTES = 1 << 20
 
+# A book's history of its runs (``Store.book_series``), all in the runs_book index.
+BOOK_SERIES = ("target", "backend", "started_at", "id", "status", *FIGURE_COLUMNS)
+Series = list[tuple[Any, ...]]  # rows of BOOK_SERIES (``list`` is also a method of Store)
 SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
 # A filter: one value, or any of several (a notebook's current and older names, several kinds).
 Match = str | Sequence[str] | None
@@ -835,6 +850,33 @@ class Store:
             result.append(item)
         return result
 
+    def book_series(self, kinds: Sequence[str], targets: Sequence[str] | None = None) -> Series:
+        """``BOOK_SERIES`` of every run of ``kinds`` (of ``targets`` when given), as tuples in the order of the
+        runs_book index (kind, notebook, backend, start, id): a book's history read from the index alone, neither
+        sorted nor looked up in the table, and no document read."""
+        found: Series = []
+        columns = ", ".join(BOOK_SERIES)
+        with self._connect() as db:
+            for kind in dict.fromkeys(kinds):
+                sql = f"SELECT {columns} FROM runs WHERE kind = ?"
+                params: list[Any] = [kind]
+                if targets is not None:
+                    sql += f" AND target IN ({', '.join('?' * len(targets))})"
+                    params += list(targets)
+                found += db.execute(sql + " ORDER BY target, backend, started_at, id", params).fetchall()
+        return found
+
+    def machines(self, run_ids: Iterable[int]) -> dict[int, str]:
+        """The machine column (the fingerprint's summary) of each of ``run_ids``."""
+        wanted = sorted({int(i) for i in run_ids})
+        found: dict[int, str] = {}
+        with self._connect() as db:
+            for start in range(0, len(wanted), _MOST_PARAMETERS):
+                part = wanted[start : start + _MOST_PARAMETERS]
+                found.update(db.execute(f"SELECT id, machine FROM runs WHERE id IN ({', '.join('?' * len(part))})",
+                                        part).fetchall())
+        return found
+
     def readable(self, run_id: int) -> RunRecord | None:
         """The run with this id, or None (reported through ``on_skip`` once) when it cannot be read."""
         try:
@@ -887,6 +929,57 @@ class Store:
         with self._connect() as db:
             return self._version(db) or STORE_VERSION
 
+    # --- run summaries -----------------------------------------------------------------------------------
+
+    def run_summaries(self, run_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """The kept summaries of ``run_ids`` (``keep_run_summaries``) made by this nbscope version: one made by
+        another version may judge the run by other rules, so it is made again. A store older than version 8
+        read without migrating it has none."""
+        wanted = sorted({int(i) for i in run_ids})
+        found: dict[int, dict[str, Any]] = {}
+        with self._connect() as db:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_summaries'").fetchone() is None:
+                return found
+            for start in range(0, len(wanted), _MOST_PARAMETERS):
+                part = wanted[start : start + _MOST_PARAMETERS]
+                rows = db.execute(f"SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN"
+                                  f" ({', '.join('?' * len(part))})", [__version__, *part])
+                for run_id, text in rows:
+                    summary = _json_column(text)
+                    if isinstance(summary, dict):
+                        found[int(run_id)] = summary
+        return found
+
+    def keep_run_summaries(self, summaries: Mapping[int, Mapping[str, Any]]) -> bool:
+        """Keep what a reader made of these runs (plain JSON each), under this nbscope's version; whether they were
+        kept. A store opened read-only is written on a connection of its own, and only when it can be: its file
+        and folder writable, and of version 7 (migrated to 8 then: one empty table) or 8. An older one is not
+        migrated by a reader (that rewrites every run), and one that cannot be written keeps nothing: the
+        summaries are made again next time."""
+        if not summaries:
+            return True
+        rows = [(int(run_id), __version__, json.dumps(summary, separators=(",", ":"), default=str))
+                for run_id, summary in summaries.items()]
+        statement = "INSERT OR REPLACE INTO run_summaries (run_id, tool_version, summary) VALUES (?, ?, ?)"
+        if not self.read_only:
+            with self._connect() as db:
+                _in_one_transaction(db, statement, rows)
+            return True
+        if not os.access(self.path, os.W_OK) or not os.access(self.path.absolute().parent, os.W_OK | os.X_OK):
+            return False
+        try:
+            with closing(sqlite3.connect(self.path, timeout=5, isolation_level=None)) as db:
+                db.execute("PRAGMA busy_timeout = 5000")
+                version = self._version(db)
+                if version is None or version < STORE_VERSION - 1:
+                    return False
+                if version < STORE_VERSION:
+                    self._migrate(db)
+                _in_one_transaction(db, statement, rows)
+        except (sqlite3.Error, NbscopeError):
+            return False
+        return True
+
     # --- gate verdicts -----------------------------------------------------------------------------------
 
     def record_verdict(self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: list[str]) -> None:
@@ -919,6 +1012,16 @@ class Store:
             int(run_id): {"passed": bool(passed), "baseline_id": baseline_id, "judged_at": judged_at}
             for run_id, baseline_id, passed, judged_at in rows
         }
+
+
+def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    db.execute("BEGIN IMMEDIATE")  # one commit (one sync of the journal), not one per row
+    try:
+        db.executemany(statement, rows)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 _MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement

@@ -226,9 +226,10 @@ def history_svg(row: Mapping[str, Any], *, width: int = 900, height: int = 180) 
     step = (width - 60) / max(1, count - 1)
     parts = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="history of {e(row["target"])}">',
              f'<text x="0" y="12" font-size="11">{e(_s(high))}</text><text x="0" y="{height}" font-size="11">0</text>']
+    # Each row draws three lines of every run (365 a year): each run's x is formatted once for the three.
+    xs = [f"{50 + i * step:.1f}," for i in range(count)]
     for name, colour in series:
-        # Each row draws three lines of every run (365 a year): the point's arithmetic once, in one comprehension.
-        points = " ".join([f"{50 + i * step:.1f},{height - v / high * (height - 20):.1f}"
+        points = " ".join([f"{xs[i]}{height - v / high * (height - 20):.1f}"
                            for i, v in enumerate(history[name]) if isinstance(v, (int, float))])
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.3" points="{points}"/>')
     for change in row.get("changes") or []:
