@@ -293,31 +293,61 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
     return Profiled(tmp_path_factory.mktemp("profiled"))
 
 
+@pytest.fixture(scope="session")
+def audited_corpus_once(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``nbscope audit`` of the small test book and the two corpus lectures with two workers, run once a session:
+    the audit file it exports, with ``_wall_s``, the command's wall time. Skips where the corpus is absent."""
+    import time
+
+    from audit_support import BOOK, CORPUS, LECTURES, audit_file
+
+    if not all((CORPUS / name).is_file() for name in LECTURES):
+        pytest.skip(f"corpus lectures not found in {CORPUS} (expected {', '.join(LECTURES)})")
+    folder = tmp_path_factory.mktemp("audited-corpus")
+    started = time.perf_counter()
+    document = audit_file(BOOK, *(CORPUS / name for name in LECTURES), "--workers", "2", cwd=folder, name="corpus")
+    document["_wall_s"] = time.perf_counter() - started
+    return document
+
+
+@pytest.fixture
+def audited_corpus(audited_corpus_once: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the session's audit of the book and the corpus lectures (``audited_corpus_once``): test_audit_run.py
+    checks the audit, test_corpus.py each lecture's run in it, and none can change what another reads."""
+    return copy.deepcopy(audited_corpus_once)
+
+
 # Under pytest-xdist (``-n 2 --dist loadgroup``, as .ci/run runs): tests that time things against each other
 # or against a model (gate statistics, bench and loop fits, a two-worker audit) run one after another on one
 # worker, so that only one of them at a time shares the machine with the other worker.
 QUIET_FILES = ("test_gate.py", "test_bench.py", "test_loops.py", "test_audit_run.py")
+# Session fixtures made once per worker: the files that read one go to one worker together, in its group.
+SESSION_FIXTURE_GROUPS = {"profiled": "profiled", "audited_corpus_once": "quiet"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each file's tests go to one xdist worker (its module-scoped kernels then start once), the files that
-    read the session's ``profiled`` runs go to one worker together (so each is made once), and
+    read a session fixture of ``SESSION_FIXTURE_GROUPS`` go to its worker together (so it is made once), and
     ``QUIET_FILES`` go to one; a test's own ``xdist_group`` mark wins."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    uses_profiled = {item.path.name for item in items if _uses_session_profiled(item)}
+    session_groups: dict[str, str] = {}
+    for item in items:
+        for fixture, group in SESSION_FIXTURE_GROUPS.items():
+            if _uses_session_fixture(item, fixture):
+                session_groups.setdefault(item.path.name, group)
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
         name = item.path.name
-        group = "quiet" if name in QUIET_FILES else "profiled" if name in uses_profiled else name
+        group = "quiet" if name in QUIET_FILES else session_groups.get(name, name)
         item.add_marker(pytest.mark.xdist_group(group))
 
 
-def _uses_session_profiled(item: pytest.Item) -> bool:
+def _uses_session_fixture(item: pytest.Item, fixture: str) -> bool:
     info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.get("profiled", ()) if info is not None else ()
+    definitions = info.name2fixturedefs.get(fixture, ()) if info is not None else ()
     return bool(definitions) and definitions[-1].scope == "session"
 
 

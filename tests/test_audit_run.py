@@ -4,7 +4,6 @@ shards and merge, and (slow) the two corpus lectures."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,38 +14,13 @@ from typing import Any
 import psutil
 import pytest
 
+from audit_support import BOOK, LECTURES, audit_env, audit_file, nbscope
 from nbscope.record.store import Store
 
-TESTS = Path(__file__).resolve().parent
-BOOK = TESTS / "files" / "audit_book"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
-LECTURES = ("numpy_vs_numba_vs_jax.md", "jax_intro.md")
 NOTEBOOKS = {"sleep_numpy.ipynb", "numpy_stats.md", "chapters/pure_python.md", "jax_small.md", "numba_small.ipynb",
              "error_cell.ipynb"}
 
 pytestmark = pytest.mark.slow
-
-
-def audit_env() -> dict[str, str]:
-    """The environment of the audits here: no default store, and NVML off, so that cuda is unavailable on
-    every machine (a GPU would otherwise add cuda runs; the GPU scheduling is tested with a fake NVML in
-    test_audit.py). All audits of one test share it: their fingerprints must agree to reuse runs."""
-    env = dict(os.environ)
-    env.pop("NBSCOPE_DB", None)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["NBSCOPE_NVML"] = "off"
-    return env
-
-
-def nbscope(*args: Any, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=audit_env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def audit_file(*args: Any, cwd: Path, name: str) -> dict[str, Any]:
-    result = nbscope("audit", *args, "--db", cwd / f"{name}.db", "-o", cwd / f"{name}.json", cwd=cwd)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads((cwd / f"{name}.json").read_text())
 
 
 def problems(document: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -183,17 +157,13 @@ def test_killed_audit_resumes_without_rerunning_finished_notebooks(tmp_path: Pat
 
 
 @pytest.mark.corpus
-def test_audit_of_the_book_and_the_corpus_lectures_with_two_workers(tmp_path: Path) -> None:
-    if not all((CORPUS / name).is_file() for name in LECTURES):
-        pytest.skip(f"corpus lectures not found in {CORPUS} (expected {', '.join(LECTURES)})")
-    started = time.perf_counter()
-    document = audit_file(BOOK, *(CORPUS / name for name in LECTURES), "--workers", "2", cwd=tmp_path, name="corpus")
-    wall = time.perf_counter() - started
+def test_audit_of_the_book_and_the_corpus_lectures_with_two_workers(audited_corpus: dict[str, Any]) -> None:
+    document = audited_corpus  # the session's one audit of them (tests/conftest.py), also read by test_corpus.py
     m = document["measurements"]
     entries = {e["path"].rsplit("/", 1)[-1]: e for e in m["notebooks"]}
     assert len(entries) == 8 and all(e["status"] == "ok" for e in entries.values()), problems(document)
     for name in LECTURES:
         assert entries[name]["wall_s"] > 5 and entries[name]["compile_s"] > 0
     assert entries["jax_intro.md"]["cells_failed"] == 0  # its raises-exception cell is an expected error
-    print(f"\naudit of 6 small notebooks + 2 corpus lectures, --workers 2: {wall:.1f} s "
+    print(f"\naudit of 6 small notebooks + 2 corpus lectures, --workers 2: {document['_wall_s']:.1f} s "
           f"(notebooks' own wall {m['totals']['cpu_s']:.1f} s)")

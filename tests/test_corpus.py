@@ -1,16 +1,16 @@
-"""End to end: the two real lectures in ../shared/corpus profile on CPU (slow: about 30 s and 55 s)."""
+"""End to end: the two real lectures in ../shared/corpus profile on CPU, read from the session's one audit of
+them (slow: the audit takes minutes; test_audit_run.py checks the audit itself)."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nbscope.api.profile import ProfileOptions, profile
 from nbscope.record.run import RunRecord
-from nbscope.record.store import Store
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NEEDED = ("jax", "numpy", "numba", "matplotlib", "quantecon")
@@ -35,11 +35,14 @@ def fence_lines(path: Path) -> list[int]:
     ]
 
 
-def run_lecture(name: str, tmp_path: Path) -> RunRecord:
+def run_lecture(name: str, audited_corpus: dict[str, Any]) -> RunRecord:
+    """The lecture's CPU run from the session's audit of the corpus (tests/conftest.py ``audited_corpus``): a
+    plain profile (no program data) in an audit worker, stored and embedded in the audit file."""
     path = CORPUS / name
-    store = Store(tmp_path / "db" / "nbscope.db")
-    record = profile(path, ProfileOptions(jax_platform="cpu"), store=store, live_path=tmp_path / "live.jsonl")
-    assert store.count() == 1
+    (entry,) = [e for e in audited_corpus["measurements"]["notebooks"] if e["backend"] == "cpu" and Path(e["path"]).name == name]
+    assert entry["run_id"] is not None and not entry["reused"]
+    record = RunRecord.from_dict(audited_corpus["runs"][str(entry["run_id"])])
+    assert record.settings["jax_platform"] == "cpu" and not record.settings.get("forecast")
     cells = record.measurements["cells"]
     assert record.measurements["notebook"]["format"] == "myst"
     # every code cell is listed, in order, with the line of its fence in the .md file
@@ -49,8 +52,8 @@ def run_lecture(name: str, tmp_path: Path) -> RunRecord:
     return record
 
 
-def test_numpy_vs_numba_vs_jax(tmp_path: Path) -> None:
-    record = run_lecture("numpy_vs_numba_vs_jax.md", tmp_path)
+def test_numpy_vs_numba_vs_jax(audited_corpus: dict[str, Any]) -> None:
+    record = run_lecture("numpy_vs_numba_vs_jax.md", audited_corpus)
     cells = record.measurements["cells"]
     failed = [(c["line"], c["status"], c["error"]) for c in cells if c["status"] != "ok"]
     assert not failed
@@ -72,8 +75,8 @@ def test_numpy_vs_numba_vs_jax(tmp_path: Path) -> None:
     assert totals["cells"] == totals["cells_ok"] == len(cells)
 
 
-def test_jax_intro(tmp_path: Path) -> None:
-    record = run_lecture("jax_intro.md", tmp_path)
+def test_jax_intro(audited_corpus: dict[str, Any]) -> None:
+    record = run_lecture("jax_intro.md", audited_corpus)
     cells = record.measurements["cells"]
     expected = [c for c in cells if "raises-exception" in c["tags"]]
     assert len(expected) == 1
