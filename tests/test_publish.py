@@ -195,3 +195,22 @@ def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(sit
     with sqlite3.connect(old) as db:
         assert db.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone()[0] == "8"
         assert db.execute("SELECT COUNT(*) FROM run_summaries").fetchone()[0] > 0
+
+
+def test_a_notebooks_profile_and_trace_runs_make_one_history_in_time_order(tmp_path: Path) -> None:
+    """A row's runs of two kinds come from two walks of the store's index; the row has them in time order, as
+    the same runs of one kind."""
+    histories = []
+    for name, traced in (("one-kind", ()), ("two-kinds", range(0, BUILDS - 1, 2))):
+        store = Store(tmp_path / name / "nbscope.db")
+        runs = []
+        for build in range(BUILDS):
+            run = stored_run("cpu_latency_loop.json", STEPS, build, 2.0 if build >= 8 else 1.0)
+            if build in traced:
+                run = RunRecord.from_dict({**run.to_dict(), "kind": "trace"})
+            runs.append(run)
+        store.add_many(runs)
+        publish(store.path, tmp_path / name / "site", site=site_pages)
+        [row] = json.loads((tmp_path / name / "site" / data_file(STEPS)).read_text())["rows"]
+        histories.append((row["history"], row["changes"]))
+    assert histories[0] == histories[1] and histories[0][0]["ids"] == list(range(1, BUILDS + 1))

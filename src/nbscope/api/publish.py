@@ -391,13 +391,14 @@ def _count(signatures: dict[str, list[int]], target: str, backend: str | None, r
     count_and_newest[1] = max(count_and_newest[1], run_id)
 
 
-def _series_by_row(series: Iterable[tuple[Any, ...]], keys: set[str] | None) -> dict[str, list[tuple[Any, ...]]]:
+def _series_by_row(per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None) -> dict[str, list[tuple[Any, ...]]]:
     """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
-    gives each row's runs in that order already, unless they are of two kinds or of backends that are one row (none
-    recorded and "unknown"): only such a row is sorted."""
+    gives each kind's runs of a row in that order already; a row with runs of two kinds, or of backends that are one
+    row (none recorded and "unknown"), is sorted."""
     grouped: dict[str, list[tuple[Any, ...]]] = {}
     unordered: set[str] = set()
-    for (target, backend), runs in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND)):
+    groups = (group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND)))
+    for (target, backend), runs in groups:
         key = row_key(target, backend or "unknown")
         if keys is not None and key not in keys:
             continue

@@ -13,6 +13,7 @@ What belongs to one store besides its database (the live files of its unfinished
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import heapq
 import json
@@ -850,20 +851,20 @@ class Store:
             result.append(item)
         return result
 
-    def book_series(self, kinds: Sequence[str], targets: Sequence[str] | None = None) -> Series:
-        """``BOOK_SERIES`` of every run of ``kinds`` (of ``targets`` when given), as tuples in the order of the
-        runs_book index (kind, notebook, backend, start, id): a book's history read from the index alone, neither
-        sorted nor looked up in the table, and no document read."""
-        found: Series = []
+    def book_series(self, kinds: Sequence[str], targets: Sequence[str] | None = None) -> builtins.list[Series]:
+        """``BOOK_SERIES`` of every run of each of ``kinds`` (of ``targets`` when given): a list of tuples per kind,
+        each in the order of the runs_book index (kind, notebook, backend, start, id). A book's history read from
+        the index alone, neither sorted nor looked up in the table, and no document read."""
+        found: builtins.list[Series] = []
         columns = ", ".join(BOOK_SERIES)
         with self._connect() as db:
             for kind in dict.fromkeys(kinds):
                 sql = f"SELECT {columns} FROM runs WHERE kind = ?"
-                params: list[Any] = [kind]
+                params: builtins.list[Any] = [kind]
                 if targets is not None:
                     sql += f" AND target IN ({', '.join('?' * len(targets))})"
-                    params += list(targets)
-                found += db.execute(sql + " ORDER BY target, backend, started_at, id", params).fetchall()
+                    params += builtins.list(targets)
+                found.append(db.execute(sql + " ORDER BY target, backend, started_at, id", params).fetchall())
         return found
 
     def machines(self, run_ids: Iterable[int]) -> dict[int, str]:
