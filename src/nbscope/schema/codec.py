@@ -13,6 +13,13 @@ How a field is read follows from its annotation, so that a figure means the same
   ``X`` allows None; ``... | None``: None unless the document holds an array (an object);
 * ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key.
 
+Writing (``encode``) lists a dataclass's fields in declaration order under their names, tuples as arrays, a
+float that is not finite as null (JSON has none). A result that is only written (a command's ``--json``
+document) may say more: ``Annotated[T, Write(key=..., when=..., inline=...)]`` names a field's key, leaves it
+out unless ``when`` holds of its value, or writes an object's entries into its parent's; a class's
+``document_keys`` (a class attribute, or a property when the layout depends on the instance) lists the
+attributes its document holds, in order, properties included.
+
 Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
 raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
 fingerprint's GPUs sit at ``gpu.devices``).
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -50,6 +59,41 @@ class Read:
     otherwise: Any = ...  # the value when the document's reads as empty ("", None, 0)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Write:
+    """How one field is written when its name and annotation alone do not say: ``key`` names it in the document
+    (else ``Read``'s key, else its name), ``when`` leaves it out unless true of the value (named functions
+    only, as for ``Read``), ``inline`` writes an object's entries (nothing, for None) into its parent's."""
+
+    key: str | None = None
+    when: Callable[[Any], bool] | None = None
+    inline: bool = False
+
+
+def known(value: Any) -> bool:
+    """``Write(when=known)``: written unless None (absent, not null)."""
+    return value is not None
+
+
+def given(value: Any) -> bool:
+    """``Write(when=given)``: written unless empty (None, "", 0, an empty array or object)."""
+    return bool(value)
+
+
+def never(value: Any) -> bool:
+    """``Write(when=never)``: never written (the field is for readers of the result, not in its document)."""
+    return False
+
+
+class Encoded:
+    """A result whose JSON document is its encoding (``to_dict()``: what its ``--json`` prints)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return typing.cast(dict[str, Any], encode(self))
+
+
 # Fields read their own way, shared by the classes that have them.
 Time = Annotated[float | None, Read(_fields.time)]  # finite and not negative, else unknown
 Measured = Annotated[float | None, Read(_fields.figure)]  # a figure as recorded: an int stays an int in --json
@@ -68,15 +112,52 @@ def decode_optional(cls: type[T], value: Any) -> T | None:
 
 
 def encode(value: Any) -> Any:
-    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order, tuples as
-    arrays."""
+    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order (or its
+    ``document_keys``), tuples as arrays, non-finite floats as null."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        document: dict[str, Any] = {}
+        writes = _writes(type(value))
+        for name in getattr(value, "document_keys", None) or writes:
+            key, when, inline = writes.get(name) or (name, None, False)
+            item = getattr(value, name)
+            if when is not None and not when(item):
+                continue
+            if inline:
+                document.update(encode(item) or {})
+            else:
+                document[key] = encode(item)
+        return document
     if isinstance(value, (tuple, list)):
         return [encode(item) for item in value]
     if isinstance(value, Mapping):
         return {str(key): encode(item) for key, item in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
+
+
+@functools.cache
+def _writes(cls: type) -> dict[str, tuple[str, Callable[[Any], bool] | None, bool]]:
+    """How each field of ``cls`` is written: its key, when, and whether inline (in declaration order)."""
+    writes = {}
+    for field in dataclasses.fields(cls):
+        hint = _annotated(cls, field)
+        marks = typing.get_args(hint)[1:] if hint is not None else ()
+        write = next((m for m in marks if isinstance(m, Write)), Write())
+        read = next((m for m in marks if isinstance(m, Read)), Read())
+        writes[field.name] = (write.key or read.key or field.name, write.when, write.inline)
+    return writes
+
+
+def _annotated(cls: type, field: dataclasses.Field[Any]) -> Any:
+    """A field's ``Annotated`` hint, evaluated on its own (a result's other fields may name classes imported
+    only for type checking); None for a plain one."""
+    hint = field.type
+    if isinstance(hint, str):
+        if not hint.startswith("Annotated["):
+            return None
+        hint = eval(hint, vars(sys.modules[cls.__module__]))  # as typing.get_type_hints evaluates it
+    return hint if typing.get_origin(hint) is typing.Annotated else None
 
 
 # ---- readers by annotation ----------------------------------------------------------------------------------
