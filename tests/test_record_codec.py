@@ -51,7 +51,7 @@ class Result(Encoded):
 
     @property
     def document_keys(self) -> tuple[str, ...]:
-        return ("shown", "side", "part", "note", "ratio") if self.side else ("side", "note")
+        return (("shown_as", "shown"), "side", "part", "note", "ratio") if self.side else ("side", "note")
 
     @property
     def shown(self) -> str:
@@ -60,7 +60,7 @@ class Result(Encoded):
 
 def test_a_result_writes_its_keys_renamed_inlined_left_out_and_in_its_own_order() -> None:
     assert Result("a", Part(1, "x"), None, float("inf"), kept=object()).to_dict() == {
-        "shown": "a wins", "winner": "a", "size": 1, "name": "x", "ratio": None}
+        "shown_as": "a wins", "winner": "a", "size": 1, "name": "x", "ratio": None}
     assert list(encode(Result(None, None, "why", 2.0))) == ["winner", "note"]
 
 

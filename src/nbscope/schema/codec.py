@@ -18,7 +18,8 @@ float that is not finite as null (JSON has none). A result that is only written 
 document) may say more: ``Annotated[T, Write(key=..., when=..., inline=...)]`` names a field's key, leaves it
 out unless ``when`` holds of its value, or writes an object's entries into its parent's; a class's
 ``document_keys`` (a class attribute, or a property when the layout depends on the instance) lists the
-attributes its document holds, in order, properties included.
+attributes its document holds, in order, properties included (``(key, attribute)``: one written under
+another key).
 
 Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
 raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
@@ -33,6 +34,7 @@ would need the same hooks registered per type, and a dependency, for no behaviou
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import math
@@ -117,8 +119,10 @@ def encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         document: dict[str, Any] = {}
         writes = _writes(type(value))
-        for name in getattr(value, "document_keys", None) or writes:
+        for entry in getattr(value, "document_keys", None) or writes:
+            named, name = entry if isinstance(entry, tuple) else (None, entry)
             key, when, inline = writes.get(name) or (name, None, False)
+            key = named or key
             item = getattr(value, name)
             if when is not None and not when(item):
                 continue
@@ -149,14 +153,22 @@ def _writes(cls: type) -> dict[str, tuple[str, Callable[[Any], bool] | None, boo
     return writes
 
 
+class _Names(dict[str, Any]):
+    """A module's names, where a name it imports only for type checking reads as ``Any``."""
+
+    def __missing__(self, name: str) -> Any:
+        return getattr(builtins, name, Any)
+
+
 def _annotated(cls: type, field: dataclasses.Field[Any]) -> Any:
-    """A field's ``Annotated`` hint, evaluated on its own (a result's other fields may name classes imported
-    only for type checking); None for a plain one."""
+    """A field's ``Annotated`` hint, evaluated on its own and leniently (it may name a class its module imports
+    only for type checking: only its markers matter here); None for a plain one."""
     hint = field.type
     if isinstance(hint, str):
         if not hint.startswith("Annotated["):
             return None
-        hint = eval(hint, vars(sys.modules[cls.__module__]))  # as typing.get_type_hints evaluates it
+        names = vars(sys.modules[cls.__module__])
+        hint = eval(hint, names, _Names(names))  # as typing.get_type_hints evaluates it
     return hint if typing.get_origin(hint) is typing.Annotated else None
 
 
