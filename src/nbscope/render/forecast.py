@@ -15,6 +15,7 @@ from nbscope import _units as units
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import console, format_seconds, literal, terminal_table
+from nbscope.schema.codec import encode
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import CellForecast, Forecast, GainedFunction, KeptFunction, Outcome
@@ -291,6 +292,11 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
     lines += [f"_{MEANING}_", ""]
     lines += [f"_note: {note}_" for note in result.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def device_table_document(table: DeviceTable) -> dict[str, Any]:
+    """``forecast --list --json``: the devices, the model figures they share, and the files they came from."""
+    return {"devices": encode(tuple(table.devices.values())), "model": encode(table.model), "files": table.files}
 
 
 def print_device_table(table: DeviceTable) -> None:
