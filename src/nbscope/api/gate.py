@@ -175,7 +175,7 @@ def gate_stored(
     if cand.run_id is not None:
         # Remembered so that a run that failed is never the next automatic baseline.
         try:
-            store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
+            store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons)
         except NbscopeError as exc:  # a read-only store still gets its verdict; it is only not remembered
             result = replace(result, warnings=[*result.warnings, f"the verdict is not remembered: {exc}"])
     if confirm and not result.passed:
@@ -210,10 +210,10 @@ def confirm_regression(store: Store, base: RunRecord, cand: RunRecord, result: G
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
         try:
-            writable.record_verdict(rerun.run_id, baseline_id=base.run_id, passed=second.passed, reasons=second.reasons())
+            writable.record_verdict(rerun.run_id, baseline_id=base.run_id, passed=second.passed, reasons=second.reasons)
         except NbscopeError:
             pass  # a read-only store: the first verdict's note says so already
-    confirmation = Confirmation(first_run_id=cand.run_id, first_reasons=result.reasons(), rerun_id=rerun.run_id,
+    confirmation = Confirmation(first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id,
                                 confirmed=not second.passed)
     return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
 
