@@ -169,7 +169,7 @@ def within_noise(result: Winner, floor_s: float, delta_s: float | None, judged: 
 
 
 @dataclass(frozen=True, slots=True)
-class CellFigures:
+class CellFigures(Encoded):  # versions writes a cell's figures per version
     """The figures of one cell that a comparison shows."""
 
     index: int
