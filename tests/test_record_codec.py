@@ -51,16 +51,20 @@ class Result(Encoded):
 
     @property
     def document_keys(self) -> tuple[str, ...]:
-        return (("shown_as", "shown"), "side", "part", "note", "ratio") if self.side else ("side", "note")
+        return (("shown_as", "shown"), "side", "part", "note", "ratio", ("twice", Result.twice)) if self.side else ("side", "note")
 
     @property
     def shown(self) -> str:
         return f"{self.side} wins"
 
+    def twice(self) -> str:
+        return self.shown * 2
+
 
 def test_a_result_writes_its_keys_renamed_inlined_left_out_and_in_its_own_order() -> None:
     assert Result("a", Part(1, "x"), None, float("inf"), kept=object()).to_dict() == {
-        "shown_as": "a wins", "winner": "a", "size": 1, "name": "x", "ratio": None}
+        "shown_as": "a wins", "winner": "a", "size": 1, "name": "x", "ratio": None,
+        "twice": "a winsa wins"}
     assert list(encode(Result(None, None, "why", 2.0))) == ["winner", "note"]
 
 

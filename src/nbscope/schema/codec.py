@@ -19,7 +19,7 @@ document) may say more: ``Annotated[T, Write(key=..., when=..., inline=...)]`` n
 out unless ``when`` holds of its value, or writes an object's entries into its parent's; a class's
 ``document_keys`` (a class attribute, or a property when the layout depends on the instance) lists the
 attributes its document holds, in order, properties included (``(key, attribute)``: one written under
-another key).
+another key; ``(key, function)``: what a function of the object, such as a method, returns).
 
 Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
 raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
@@ -121,6 +121,9 @@ def encode(value: Any) -> Any:
         writes = _writes(type(value))
         for entry in getattr(value, "document_keys", None) or writes:
             named, name = entry if isinstance(entry, tuple) else (None, entry)
+            if callable(name):  # (key, a function of the object): a method's answer
+                document[named] = encode(name(value))
+                continue
             key, when, inline = writes.get(name) or (name, None, False)
             key = named or key
             item = getattr(value, name)
