@@ -10,9 +10,12 @@ newest one never judged.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
@@ -142,6 +145,47 @@ def latest_run(store: Any, target: str | None) -> RunRecord:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class GateRequest:
+    """What ``nbscope gate`` is asked: the runs (references), the thresholds as given, how much history, whether
+    to confirm a regression on a rerun, and the file its markdown summary is appended to."""
+
+    candidate: str = "latest"
+    baseline: str = "latest"
+    target: str | None = None
+    max_slowdown: str = "10%"  # 10%, 0.1 or 1.1x
+    alpha: float = 0.05
+    min_cell_s: float = 0.05
+    floor_s: float = 0.02
+    mad_k: float = 3.0
+    check_status: bool = True
+    history: int = 10
+    confirm: bool = False
+    summary: Path | None = None
+
+
+def run_gate(store: Store, request: GateRequest, *,
+             summary_text: Callable[[GateResult], str] | None = None) -> GateResult:
+    """``nbscope gate``: the options checked, the summary file opened (a target that cannot be appended to is
+    refused before a verdict is stored), the candidate judged (:func:`gate_stored`), and ``summary_text`` of the
+    result appended to ``request.summary``."""
+    options = GateOptions(max_slowdown=parse_slowdown(request.max_slowdown), alpha=request.alpha,
+                          min_cell_s=request.min_cell_s, abs_floor_s=request.floor_s, mad_k=request.mad_k,
+                          check_status=request.check_status)
+    options.validate()
+    summary = request.summary
+    handle = _open_summary(summary) if summary is not None else None
+    try:
+        result = gate_stored(store, candidate=request.candidate, baseline=request.baseline, target=request.target,
+                             options=options, history=request.history, confirm=request.confirm)
+        if handle is not None and summary is not None and summary_text is not None:
+            _append(handle, summary, summary_text(result) + "\n")
+    finally:
+        if handle is not None and summary is not None:
+            _close(handle, summary)
+    return result
+
+
 def gate_stored(
     store: Any,
     *,
@@ -264,3 +308,42 @@ def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
         repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
         timeline=bool(settings.get("timeline")),
     )
+
+
+def _open_summary(summary: Path) -> TextIO:
+    """``--summary`` opened for appending; a target that cannot take it (a directory, a missing folder, no
+    permission, /proc), a FIFO or socket (opening one would wait for a reader) and a file this command reads
+    (the run store) are a one-line error, exit 2."""
+    from nbscope._files import refuse_input
+
+    if summary.is_dir():
+        raise NbscopeError(f"--summary {summary} is a directory")
+    refuse_input(summary, option="--summary")
+    try:
+        mode = os.stat(summary).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+        raise NbscopeError(f"--summary {summary} is {kind}, not a file to append to")
+    try:
+        return open(summary, "a", encoding="utf-8")
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
+
+
+def _append(handle: TextIO, summary: Path, text: str) -> None:
+    from nbscope._redact import redact
+
+    try:
+        handle.write(redact(text))  # as every file nbscope writes (a run given as a file was read unredacted)
+        handle.flush()  # now, so that a full disk (/dev/full) is this one-line error
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
+
+
+def _close(handle: TextIO, summary: Path) -> None:
+    try:
+        handle.close()
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nbscope.analyse.forecast import CellForecast, Forecast, GainedFunction, KeptFunction, Outcome
     from nbscope.analyse.forecast.devices import DeviceTable, Figure
     from nbscope.analyse.forecast.measured import MeasuredComparison
+    from nbscope.analyse.report import ReportData
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim",
                  "uncertain": "magenta", "not forecast": "dim"}
@@ -141,7 +142,7 @@ def _cell_columns() -> tuple[Column, ...]:
             _column("code", "left", "source", min_width=24), _column("CPU", "right", "number"))
 
 
-def _cell_items(index: int, line: Any, first_line: str | None, cpu_s: Any) -> tuple[Any, ...]:
+def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[Any, ...]:
     return str(index + 1), str(line or ""), Item((first_line or "")[:CODE_WIDTH], code=True), format_seconds(cpu_s)
 
 
@@ -388,7 +389,7 @@ def forecast_html(result: Forecast) -> str:
     return "".join(parts)
 
 
-def report_section(data: Any) -> str:
+def report_section(data: ReportData) -> str:
     """``<h2>GPU forecast</h2>`` for the forecasts a report holds (:func:`nbscope.analyse.report.report_data`
     forecasts the profile runs recorded with program data), or "" when it holds none."""
     from nbscope.render.html._base import e

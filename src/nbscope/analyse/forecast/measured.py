@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device
@@ -117,7 +117,7 @@ def measured_gpus(record: RunRecord) -> list[str]:
     return [gpu.name for gpu in record.machine().gpus if gpu.name]
 
 
-def against_measured(result: Forecast, measured: Any, device: str) -> MeasuredComparison:
+def against_measured(result: Forecast, measured: RunRecord, device: str) -> MeasuredComparison:
     """Per cell and in total: forecast on ``device`` vs the measured run (a profile on that GPU)."""
     if measured.kind not in ("profile", "trace"):
         raise NbscopeError(f"--measured needs a profile run of the notebook on the GPU, not a {measured.kind} run")
@@ -183,8 +183,8 @@ def _matches(device: Device, name: str) -> bool:
 
 
 def forecast_vs_measured(
-    a: Any,
-    b: Any,
+    a: RunRecord,
+    b: RunRecord,
     *,
     devices_file: str | Path | None = None,
 ) -> ForecastVsMeasured | None:
