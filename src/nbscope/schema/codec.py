@@ -72,17 +72,17 @@ class Write:
     inline: bool = False
 
 
-def known(value: Any) -> bool:
+def known(value: object) -> bool:
     """``Write(when=known)``: written unless None (absent, not null)."""
     return value is not None
 
 
-def given(value: Any) -> bool:
+def given(value: object) -> bool:
     """``Write(when=given)``: written unless empty (None, "", 0, an empty array or object)."""
     return bool(value)
 
 
-def never(value: Any) -> bool:
+def never(value: object) -> bool:
     """``Write(when=never)``: never written (the field is for readers of the result, not in its document)."""
     return False
 
