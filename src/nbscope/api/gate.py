@@ -278,9 +278,8 @@ def _changed_since(path: Path, cand: RunRecord) -> bool:
     """Whether the notebook file differs from the one the candidate ran (by the content hash it recorded)."""
     import hashlib
 
-    notebook = cand.measurements.get("notebook") if isinstance(cand.measurements, dict) else None
-    recorded = notebook.get("content_hash") if isinstance(notebook, dict) else None
-    if not isinstance(recorded, str) or not recorded:
+    recorded = cand.notebook_run().notebook.content_hash
+    if not recorded:
         return False  # an older record: nothing to compare
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()[: len(recorded)] != recorded
@@ -292,21 +291,17 @@ def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
     """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
     from nbscope.api.profile import ProfileOptions
 
-    settings = cand.settings or {}
-    env = settings.get("env") or {}
-    if env and not settings.get("env_values_stored"):
+    recorded = cand.settings or {}  # the kernel and whether --env values are stored: not in the typed settings
+    settings = cand.run_settings()
+    env = recorded.get("env") or {}
+    if env and not recorded.get("env_values_stored"):
         return "its --env values are stored only as hashes"
-    repeat = settings.get("repeat")
-    timeout = settings.get("timeout")
     return ProfileOptions(
-        kernel=settings.get("kernel") if isinstance(settings.get("kernel"), str) else None,
-        timeout=float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None,
-        on_error="stop" if settings.get("on_error") == "stop" else "continue",
+        kernel=recorded.get("kernel") if isinstance(recorded.get("kernel"), str) else None,
+        timeout=settings.timeout, on_error="stop" if settings.on_error == "stop" else "continue",
         env={str(k): str(v) for k, v in env.items()}, env_store_values=bool(env),
-        jax_platform=settings.get("jax_platform") if isinstance(settings.get("jax_platform"), str) else None,
-        jax_cache=str(settings.get("jax_cache") or "off"),
-        repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
-        timeline=bool(settings.get("timeline")),
+        jax_platform=settings.jax_platform, jax_cache=settings.jax_cache, repeat=settings.repeat,
+        timeline=settings.timeline,
     )
 
 
