@@ -817,7 +817,7 @@ def test_the_reported_import_time_false_alarm_passes() -> None:
     base = record([cell(0, 1.37, first_line="import time"), cell(1, 0.8)])
     cand = record([cell(0, 2.06, first_line="import time"), cell(1, 0.9)], started=LATER)
     result = gate(base, cand)
-    assert result.passed and result.exit_code == 0, result.reasons()
+    assert result.passed and result.exit_code == 0, result.reasons
     assert result.cells[0].verdict == "below-floor" and result.cells[0].kind == "import"
 
 
@@ -832,7 +832,7 @@ def test_a_slowdown_that_was_waiting_for_a_cpu_passes_and_says_so() -> None:
     slow = record([cell(0, 3.0, wait=0.05)], started=LATER)
     failed = gate(base, slow)
     assert failed.exit_code == 1 and failed.cells[0].verdict == "regression"
-    assert failed.reasons()[0].startswith("cell 1: work(0) — 950 ms → 2.95 s less the wait for a CPU (×3.11")
+    assert failed.reasons[0].startswith("cell 1: work(0) — 950 ms → 2.95 s less the wait for a CPU (×3.11")
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def test_similarity_pairs_across_an_insertion() -> None:
     [(3.1, 1.0, "B 3.1× faster"), (1.0, 2.0, "A 2.0× faster"), (1.0, 1.05, "tie"), (0.001, 0.004, "tie"), (None, 1.0, "–")],
 )
 def test_winner_text(a, b, text) -> None:
-    assert compare_module.winner(a, b)["text"] == text
+    assert compare_module.Winner.of(a, b).text == text
 
 
 # ---- comparison of records ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.record.store import Store
+from nbscope.schema.codec import encode
 
 HEADER = """---
 jupytext:
@@ -89,7 +90,7 @@ def test_rows_and_totals_hold_the_records_figures(stored: dict[str, Any]) -> Non
     for row, cell_a, cell_b in zip(comparison.rows, run_a.cells, run_b.cells, strict=True):
         assert (row.a.wall_s, row.b.wall_s) == (cell_a.wall_s, cell_b.wall_s)
         assert row.delta_s == cell_b.wall_s - cell_a.wall_s
-        assert row.winner.text == row.to_dict()["text"]
+        assert row.winner.text == encode(row)["text"]
     wall = comparison.total("wall_s")
     assert (wall.a, wall.b) == (run_a.totals.wall_s, run_b.totals.wall_s)
     assert comparison.run_a.label == f"run {a.run_id}" and comparison.run_b.platform == "cpu"
@@ -100,7 +101,7 @@ def test_rows_and_totals_hold_the_records_figures(stored: dict[str, Any]) -> Non
 
 def test_winner_as_data_and_as_json() -> None:
     assert compare_module.Winner.of(3.1, 1.0) == compare_module.Winner("B", 3.1, "B 3.1× faster")
-    assert compare_module.winner(3.1, 1.0) == {"winner": "B", "factor": 3.1, "text": "B 3.1× faster"}
+    assert compare_module.Winner.of(3.1, 1.0).to_dict() == {"winner": "B", "factor": 3.1, "text": "B 3.1× faster"}
     noisy = compare_module.within_noise(compare_module.Winner.of(0.4, 0.2), 0.5, -0.2, "unwaited")
     assert noisy.to_dict() == {"winner": "tie", "factor": 2.0, "text": "within noise", "within_noise": True,
                                "noise_floor_s": 0.5}

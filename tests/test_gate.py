@@ -126,7 +126,7 @@ def test_single_samples_regression_named_and_tiny_cells_ignored() -> None:
     assert verdicts == ["below-floor", "regression", "below-floor"]
     assert [c.floor_basis for c in result.cells] == ["model", "model", "model"]
     assert not result.passed and result.exit_code == 1
-    assert any("cell 2" in reason and "work(1)" in reason for reason in result.reasons())
+    assert any("cell 2" in reason and "work(1)" in reason for reason in result.reasons)
     assert "no significance test" in result.noise_note and "kind and size" in result.noise_note
     quiet = gate(base, cand, GateOptions(max_slowdown=0.10, noise_model=False))  # a quiet machine's thresholds
     assert [c.verdict for c in quiet.cells] == ["below-floor", "regression", "unchanged"]
@@ -387,7 +387,7 @@ def test_missing_or_nan_figures_fail_never_unchanged(bad: float | None) -> None:
     result = gate(base, cand)
     assert [c.verdict for c in result.cells] == ["below-floor", "failed"]
     assert "no wall time in the candidate" in result.cells[1].note and not result.passed
-    assert result.reasons() == [
+    assert result.reasons == [
         "cell 2: work(1): no wall time in the candidate (missing, negative or not a finite number)"
     ]
     # Per-notebook figures only (no cells): the total is what fails.

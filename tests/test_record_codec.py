@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from nbscope.schema.codec import Read, Time, Write, decode, decode_optional, encode
+from nbscope.schema.codec import Encoded, Read, Time, Write, decode, decode_optional, encode, known, never
 from nbscope.schema.model import Cell
 from nbscope.schema.programs import Program, Work
 
@@ -39,6 +39,33 @@ class Whole:
     first: Part | None
     renamed: Annotated[str | None, Read(key="old_name")]
     mode: Annotated[str, Read(otherwise="off")]
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Encoded):
+    side: Annotated[str | None, Write(key="winner")]
+    part: Annotated[Part | None, Write(inline=True)]
+    note: Annotated[str | None, Write(when=known)]
+    ratio: float | None
+    kept: Annotated[object, Write(when=never)] = None
+
+    @property
+    def document_keys(self) -> tuple[str, ...]:
+        return (("shown_as", "shown"), "side", "part", "note", "ratio", ("twice", Result.twice)) if self.side else ("side", "note")
+
+    @property
+    def shown(self) -> str:
+        return f"{self.side} wins"
+
+    def twice(self) -> str:
+        return self.shown * 2
+
+
+def test_a_result_writes_its_keys_renamed_inlined_left_out_and_in_its_own_order() -> None:
+    assert Result("a", Part(1, "x"), None, float("inf"), kept=object()).to_dict() == {
+        "shown_as": "a wins", "winner": "a", "size": 1, "name": "x", "ratio": None,
+        "twice": "a winsa wins"}
+    assert list(encode(Result(None, None, "why", 2.0))) == ["winner", "note"]
 
 
 def test_each_kind_of_field_reads_the_document_or_unknown_never_a_guess() -> None:

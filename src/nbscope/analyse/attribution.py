@@ -21,13 +21,14 @@ and ``cell-error``. An analysis only: nothing here prints.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
 from nbscope.record.run import RunRecord, backend_of, describe_settings, measurement_settings
 from nbscope.record.store import program_hashes as stored_program_hashes
+from nbscope.schema.codec import Encoded
 from nbscope.schema.model import Cell, NotebookRun
 
 # A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
@@ -47,9 +48,6 @@ class Change:
     text: str  # one line, the two sides' values
     details: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
 class Failure:
@@ -59,12 +57,9 @@ class Failure:
     text: str
     cell: int | None = None  # the code cell (0-based) where it happened
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
-class Attribution:
+class Attribution(Encoded):
     """What differs between ``before`` and ``after`` (run ids), and why ``after`` failed if it did."""
 
     before_id: int | None
@@ -72,6 +67,7 @@ class Attribution:
     changes: tuple[Change, ...]
     program: str  # unchanged, changed, or not recorded (a hash of each compiled program on both sides)
     failure: Failure | None
+    document_keys: ClassVar = ("before_id", "after_id", "text", "program", "changes", "failure")
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -83,11 +79,6 @@ class Attribution:
         parts = [f"failed: {self.failure.text}"] if self.failure else []
         parts += [change.text for change in self.changes]
         return "; ".join(parts) or "nothing recorded changed (code, packages, machine, cache and settings agree)"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"before_id": self.before_id, "after_id": self.after_id, "text": self.text, "program": self.program,
-                "changes": [c.to_dict() for c in self.changes],
-                "failure": self.failure.to_dict() if self.failure else None}
 
 
 def program_hashes(record: RunRecord) -> tuple[str, ...] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
@@ -21,6 +21,7 @@ from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellPair, pair_cells, same_notebook
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
+from nbscope.schema.codec import Encoded, Write, given, known, never
 from nbscope.schema.model import Cell, Totals
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
@@ -134,14 +135,15 @@ def x64_of(record: RunRecord) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class Winner:
+class Winner(Encoded):
     """Who is faster, by how much, and whether the machine's noise explains the difference."""
 
-    side: str | None  # "A", "B", "tie"; None: a side has no figure
+    side: Annotated[str | None, Write(key="winner")]  # "A", "B", "tie"; None: a side has no figure
     factor: float | None  # the slower side's figure over the faster's
     text: str  # "B 3.1× faster", "tie", "within noise", "–"
-    within_noise: bool | None = None  # None: the noise was not judged (a cell of one run, a count)
-    noise_floor_s: float | None = None  # the floor a winner within noise fell under
+    # None: the noise was not judged (a cell of one run, a count)
+    within_noise: Annotated[bool | None, Write(when=known)] = None
+    noise_floor_s: Annotated[float | None, Write(when=known)] = None  # the floor a winner within noise fell under
 
     @classmethod
     def of(cls, a: float | None, b: float | None) -> Winner:
@@ -157,19 +159,6 @@ class Winner:
         shown = f"{factor:.1f}" if factor < 100 else f"{factor:.0f}"
         return cls(side, round(factor, 3), f"{side} {shown}× faster")
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"winner": self.side, "factor": self.factor, "text": self.text}
-        if self.within_noise is not None:
-            data["within_noise"] = self.within_noise
-        if self.noise_floor_s is not None:
-            data["noise_floor_s"] = self.noise_floor_s
-        return data
-
-
-def winner(a: float | None, b: float | None) -> dict[str, Any]:
-    """Who is faster, by how much: ``{"winner": "A"|"B"|"tie"|None, "factor": x, "text": "B 3.1× faster"}``."""
-    return Winner.of(a, b).to_dict()
-
 
 def within_noise(result: Winner, floor_s: float, delta_s: float | None, judged: str) -> Winner:
     """A winner that the machine's own noise explains becomes ``within noise``: a tie, with the factor kept."""
@@ -180,7 +169,7 @@ def within_noise(result: Winner, floor_s: float, delta_s: float | None, judged: 
 
 
 @dataclass(frozen=True, slots=True)
-class CellFigures:
+class CellFigures(Encoded):  # versions writes a cell's figures per version
     """The figures of one cell that a comparison shows."""
 
     index: int
@@ -192,11 +181,6 @@ class CellFigures:
     compiles: int  # JAX and Numba
     cache_hits: int
     timeline: str | None  # the timeline's classification of the cell, when traced
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "line": self.line, "status": self.status, "wall_s": self.wall_s,
-                "compile_s": self.compile_s, "run_s": self.run_s, "compiles": self.compiles,
-                "cache_hits": self.cache_hits, "timeline": self.timeline}
 
 
 def cell_figures(cell: Cell | None) -> CellFigures | None:
@@ -225,7 +209,9 @@ class CellRow:
     b: CellFigures | None
     ratio_b_over_a: float | None
     delta_s: float | None  # B's wall less A's
-    winner: Winner
+    winner: Annotated[Winner, Write(inline=True)]
+    document_keys: ClassVar = ("index_a", "index_b", "line", "first_line", "code_line", "source_hash", "match",
+                               "similarity", "a", "b", "ratio_b_over_a", "delta_s", "winner")
 
     @property
     def index_a(self) -> int | None:
@@ -235,27 +221,15 @@ class CellRow:
     def index_b(self) -> int | None:
         return self.b.index if self.b else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index_a": self.index_a, "index_b": self.index_b, "line": self.line, "first_line": self.first_line,
-            "code_line": self.code_line, "source_hash": self.source_hash, "match": self.match,
-            "similarity": self.similarity, "a": self.a.to_dict() if self.a else None,
-            "b": self.b.to_dict() if self.b else None, "ratio_b_over_a": self.ratio_b_over_a,
-            "delta_s": self.delta_s, **self.winner.to_dict(),
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class TotalRow:
     """One notebook total of both runs; a time has a winner, a count none."""
 
-    key: str  # the total's name in the record (``wall_s``, ``compiles``, ...)
+    key: Annotated[str, Write(when=never)]  # the total's name in the record (``wall_s``, ``compiles``, ...)
     a: float | None
     b: float | None
-    winner: Winner | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, **(self.winner.to_dict() if self.winner else {})}
+    winner: Annotated[Winner | None, Write(inline=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,13 +241,7 @@ class Difference:
     b: Any
     kind: str  # setting, derived, run, machine, software, environment
     why: str
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {"field": self.field, "a": self.a, "b": self.b, "kind": self.kind, "why": self.why}
-        if self.note:
-            data["note"] = self.note
-        return data
+    note: Annotated[str | None, Write(when=given)] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +256,8 @@ class Pairing:
     by_similarity: int
     only_a: int
     only_b: int
+    document_keys: ClassVar = ("cells_a", "cells_b", "by_hash", "by_order", "by_move", "by_similarity", "only_a",
+                               "only_b", "all_paired")
 
     @property
     def all_paired(self) -> bool:
@@ -302,11 +272,6 @@ class Pairing:
                    by_move=matched("moved"), by_similarity=matched("similar"), only_a=matched("only-a"),
                    only_b=matched("only-b"))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cells_a": self.cells_a, "cells_b": self.cells_b, "by_hash": self.by_hash, "by_order": self.by_order,
-                "by_move": self.by_move, "by_similarity": self.by_similarity, "only_a": self.only_a,
-                "only_b": self.only_b, "all_paired": self.all_paired}
-
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
@@ -320,10 +285,10 @@ class RunSummary:
     machine: str
     digest: str
     platform: str | None
-    recorded_settings: Mapping[str, Any]  # the settings document, as ``--json`` prints it
+    recorded_settings: Annotated[Mapping[str, Any], Write(key="settings")]  # the settings document, as recorded
     # The settings a title names (TITLE_SETTINGS), as recorded and in the record's order: only those the run
     # recorded (a ``trace`` run records no ``jax_cache``, which the typed settings read as "off").
-    title_settings: tuple[tuple[str, Any], ...]
+    title_settings: Annotated[tuple[tuple[str, Any], ...], Write(when=never)]
 
     @classmethod
     def of(cls, record: RunRecord, name: str) -> RunSummary:
@@ -333,40 +298,30 @@ class RunSummary:
                    platform=platform_of(record)["platform"], recorded_settings=record.settings,
                    title_settings=tuple((k, v) for k, v in recorded.items() if k in TITLE_SETTINGS and v))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "run_id": self.run_id, "target": self.target, "status": self.status,
-                "started_at": self.started_at, "machine": self.machine, "digest": self.digest,
-                "platform": self.platform, "settings": self.recorded_settings}
-
 
 @dataclass(frozen=True, slots=True)
-class Comparison:
+class Comparison(Encoded):
     """Two runs side by side; ``to_dict`` is what ``--json`` prints."""
 
     a: RunRecord
     b: RunRecord
     pairs: tuple[CellPair[Cell], ...]
-    run_a: RunSummary
-    run_b: RunSummary
+    run_a: Annotated[RunSummary, Write(key="a")]
+    run_b: Annotated[RunSummary, Write(key="b")]
     pairing: Pairing
-    rows: tuple[CellRow, ...]
+    rows: Annotated[tuple[CellRow, ...], Write(key="cells")]
     totals: tuple[TotalRow, ...]  # in the order of TOTAL_KEYS
     differences: tuple[Difference, ...]
     same_notebook: bool = True  # False: two different notebooks, compared because the caller allowed it
+    document_keys: ClassVar = ("run_a", "run_b", "same_notebook", "pairing", "rows", ("totals", "totals_by_key"),
+                               "differences")
+
+    @property
+    def totals_by_key(self) -> dict[str, TotalRow]:
+        return {row.key: row for row in self.totals}
 
     def total(self, key: str) -> TotalRow | None:
         return next((row for row in self.totals if row.key == key), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "a": self.run_a.to_dict(),
-            "b": self.run_b.to_dict(),
-            "same_notebook": self.same_notebook,
-            "pairing": self.pairing.to_dict(),
-            "cells": [row.to_dict() for row in self.rows],
-            "totals": {row.key: row.to_dict() for row in self.totals},
-            "differences": [d.to_dict() for d in self.differences],
-        }
 
 
 def _row(pair: CellPair[Cell]) -> tuple[CellRow, float | None]:

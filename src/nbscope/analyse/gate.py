@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, ClassVar
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
@@ -44,6 +44,7 @@ from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
 from nbscope.record.cells import cell_keys, pair_cells
 from nbscope.record.run import RunRecord, describe_settings
+from nbscope.schema.codec import Encoded, Write, known
 from nbscope.schema.machine import Cpu
 from nbscope.schema.model import Cell
 
@@ -104,7 +105,7 @@ def parse_slowdown(text: str) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class GateComparison:
+class GateComparison(Encoded):
     """One cell (or the total) in both runs, and the verdict."""
 
     key: str
@@ -140,14 +141,6 @@ class GateComparison:
     def failing(self) -> bool:
         return self.verdict in FAILING_VERDICTS
 
-    def to_dict(self) -> dict[str, Any]:
-        """The comparison as ``gate --json`` prints it."""
-        data = asdict(self)
-        data["base_samples"], data["cand_samples"] = list(self.base_samples), list(self.cand_samples)
-        if data["ratio"] is not None and not math.isfinite(data["ratio"]):
-            data["ratio"] = None  # JSON has no infinity: a cell that took 0 s before
-        return data
-
 
 @dataclass(frozen=True, slots=True)
 class GateRunSummary:
@@ -163,10 +156,6 @@ class GateRunSummary:
     settings: Mapping[str, Any]  # the measurement settings (``RunRecord.measurement_settings``)
     wall_s: float | None
     load_average: float | None  # the 1-minute load average when the run started
-
-    def to_dict(self) -> dict[str, Any]:
-        """The summary as ``gate --json`` prints it (``baseline``, ``candidate``)."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -187,13 +176,9 @@ class Confirmation:
         return (f"not confirmed: {first} regressed ({'; '.join(self.first_reasons)}), but {rerun}, a rerun of its "
                 f"notebook, did not: a one-off slowdown, not failed")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"first_run_id": self.first_run_id, "first_reasons": list(self.first_reasons),
-                "rerun_id": self.rerun_id, "confirmed": self.confirmed}
-
 
 @dataclass(frozen=True)
-class GateResult:
+class GateResult(Encoded):
     """Everything the gate found; ``passed`` is False on a significant regression or a new failure."""
 
     baseline: GateRunSummary
@@ -205,10 +190,13 @@ class GateResult:
     history_runs: int = 0  # earlier comparable runs given as history
     noise_note: str = ""  # one sentence: what the verdicts' noise floors rest on
     # The paired cells and the unpaired ones together, where some cells are new or removed (else None).
-    whole: GateComparison | None = None
+    whole: Annotated[GateComparison | None, Write(key="whole_notebook")] = None
     # With ``gate --confirm``, where a first candidate was judged regressed and its notebook ran once more: this
     # result judges the rerun, ``confirmation`` says of what (see :func:`nbscope.api.gate.confirm`).
-    confirmation: Confirmation | None = None
+    confirmation: Annotated[Confirmation | None, Write(when=known)] = None
+    # What ``gate --json`` prints, in its order.
+    document_keys: ClassVar = ("passed", "exit_code", "reasons", "baseline", "candidate", "options", "history_runs",
+                               "noise_note", "total", "whole", "cells", "warnings", "confirmation")
 
     @property
     def totals(self) -> list[GateComparison]:
@@ -232,6 +220,7 @@ class GateResult:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
+    @property
     def reasons(self) -> list[str]:
         """One line per failure, naming the cell."""
         lines = []
@@ -248,24 +237,6 @@ class GateResult:
                     + ")"
                 )
         return lines
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as ``gate --json`` prints it."""
-        return {
-            "passed": self.passed,
-            "exit_code": self.exit_code,
-            "reasons": self.reasons(),
-            "baseline": self.baseline.to_dict(),
-            "candidate": self.candidate.to_dict(),
-            "options": asdict(self.options),
-            "history_runs": self.history_runs,
-            "noise_note": self.noise_note,
-            "total": self.total.to_dict(),
-            "whole_notebook": self.whole.to_dict() if self.whole is not None else None,
-            "cells": [c.to_dict() for c in self.cells],
-            "warnings": list(self.warnings),
-            **({"confirmation": self.confirmation.to_dict()} if self.confirmation is not None else {}),
-        }
 
 
 _number = noise_model.time_of  # NaN, infinities and negative times are not measurements

@@ -22,11 +22,12 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, TypeGuard, cast
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard, cast
 
 from nbscope._errors import NbscopeError
 from nbscope.record.run import RunRecord, describe_settings, series_settings
+from nbscope.schema.codec import Encoded, Write, given
 from nbscope.schema.model import Cell, Samples
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class ChangeOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class ChangePoint:
+class ChangePoint(Encoded):  # publish writes the change points it shows
     """A level shift: from ``index`` on (0-based position in the series) the median moved."""
 
     index: int
@@ -60,9 +61,6 @@ class ChangePoint:
     score: float
     tentative: bool = False  # the newest run alone: a change if the next runs confirm it
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
 class Point:
@@ -72,9 +70,6 @@ class Point:
     status: str
     samples: list[float] = field(default_factory=list)
     cache_state: str | None = None  # the persistent compile cache at the start of the run: off, cold or warm
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +84,9 @@ class Series:
     settings: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # --env name -> a short hash of its value (never the value)
     label: str = ""  # what sets this series apart from the target's others (see :func:`series_labels`)
+    document_keys: ClassVar = ("kind", "digest", "machine", "settings", "env", "label", ("runs", "run_count"),
+                               "latest", "median", ("min", "smallest"), ("max", "largest"), "sparkline", "points",
+                               "changes")
 
     @property
     def settings_text(self) -> str:
@@ -116,47 +114,47 @@ class Series:
     def values(self) -> list[float | None]:
         return [p.value for p in self.points]
 
-    def to_dict(self) -> dict[str, Any]:
-        values = [v for v in self.values if v is not None]
-        return {
-            "kind": self.kind,
-            "digest": self.digest,
-            "machine": self.machine,
-            "settings": self.settings,
-            "env": self.env,
-            "label": self.label,
-            "runs": len(self.points),
-            "latest": values[-1] if values else None,
-            "median": statistics.median(values) if values else None,
-            "min": min(values) if values else None,
-            "max": max(values) if values else None,
-            "sparkline": sparkline(self.values),
-            "points": [p.to_dict() for p in self.points],
-            "changes": [c.to_dict() for c in self.changes],
-        }
+    @property
+    def known_values(self) -> list[float]:
+        return [v for v in self.values if v is not None]
+
+    @property
+    def run_count(self) -> int:
+        return len(self.points)
+
+    @property
+    def latest(self) -> float | None:
+        return self.known_values[-1] if self.known_values else None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.known_values) if self.known_values else None
+
+    @property
+    def smallest(self) -> float | None:
+        return min(self.known_values, default=None)
+
+    @property
+    def largest(self) -> float | None:
+        return max(self.known_values, default=None)
+
+    @property
+    def sparkline(self) -> str:
+        return sparkline(self.values)
 
 
 @dataclass(frozen=True, slots=True)
-class History:
+class History(Encoded):
     target: str
     metric: str
     cell: str | None
     series: list[Series]
     # What a reader must know to read the series (runs whose --env hashes another store's key made).
-    notes: tuple[str, ...] = ()
+    notes: Annotated[tuple[str, ...], Write(when=given)] = ()
 
     @property
     def unit(self) -> str:
         return "s" if self.metric.endswith("_s") else ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "metric": self.metric,
-            "cell": self.cell,
-            "series": [s.to_dict() for s in self.series],
-            **({"notes": list(self.notes)} if self.notes else {}),
-        }
 
 
 def foreign_env_note(store: Store, rows: Sequence[Mapping[str, Any]]) -> str | None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
 from nbscope.record.cells import CellPair, pair_cells
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import sources_of
+from nbscope.schema.codec import Encoded
 from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ MIXED_MIN_GAIN = 0.05  # mixed must beat the best single backend by 5 % to be wo
 
 
 # ---- the result ------------------------------------------------------------------------------------
-# ``Recommendation.to_dict()`` is what ``compare --json`` and ``diagnose --json`` print as "recommendation".
+# ``Recommendation.to_dict()`` (the codec's encoding) is what ``compare --json`` and ``diagnose --json`` print as "recommendation".
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -53,9 +54,6 @@ class RunOnBackend:
     run_id: int | None
     platform: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "platform": self.platform}
-
 
 @dataclass(frozen=True, slots=True)
 class RunTotal:
@@ -63,9 +61,6 @@ class RunTotal:
 
     run_id: int | None
     total_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "total_s": self.total_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +76,10 @@ class MeasuredPin:
     accelerator_s: float
     saving_s: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cell": self.cell, "line": self.line, "first_line": self.first_line, "functions": list(self.functions),
-                "cpu_s": self.cpu_s, f"{self.accelerator}_s": self.accelerator_s, "saving_s": self.saving_s}
+    @property
+    def document_keys(self) -> tuple[str | tuple[str, str], ...]:
+        return ("cell", "line", "first_line", "functions", "cpu_s", (f"{self.accelerator}_s", "accelerator_s"),
+                "saving_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +98,6 @@ class ForecastPin:
     change: str
     example: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cell": self.cell, "cells": list(self.cells), "line": self.line, "first_line": self.first_line,
-                "functions": list(self.functions), "cpu_s": self.cpu_s, "gpu_low_s": self.gpu_low_s,
-                "gpu_high_s": self.gpu_high_s, "saving_s": self.saving_s, "change": self.change,
-                "example": self.example}
-
 
 @dataclass(frozen=True, slots=True)
 class ForecastGain:
@@ -120,10 +110,6 @@ class ForecastGain:
     gpu_low_s: float
     gpu_high_s: float | None
     saving_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"functions": list(self.functions), "cells": list(self.cells), "cell": self.cell, "cpu_s": self.cpu_s,
-                "gpu_low_s": self.gpu_low_s, "gpu_high_s": self.gpu_high_s, "saving_s": self.saving_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +125,9 @@ class GpuChoice:
     keep_on_cpu: tuple[str, ...]
     plan: Plan | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "verdict": self.verdict, "all_on_gpu": self.all_on_gpu, "cpu_s": self.cpu_s,
-                "low_s": self.low_s, "high_s": self.high_s, "keep_on_cpu": list(self.keep_on_cpu),
-                "plan": self.plan.to_dict() if self.plan is not None else None}
-
 
 @dataclass(frozen=True, slots=True)
-class Recommendation:
+class Recommendation(Encoded):
     """The backend a notebook should use, and why (see :func:`recommend` for the fields)."""
 
     recommendation: str | None  # cpu, gpu (the accelerator's platform), mixed; None: no choice to make
@@ -167,24 +148,28 @@ class Recommendation:
         """The estimate named ``name`` (``cpu``, ``gpu_low``), None when there is none."""
         return next((e.seconds for e in self.estimates or () if e.name == name), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The recommendation's JSON document (its keys in the order each kind has always listed them)."""
-        head: dict[str, Any] = {"runs": {name: run.to_dict() for name, run in self.runs.items()},
-                "recommendation": self.recommendation, "basis": self.basis,
-                "estimates": {e.key: e.seconds for e in self.estimates} if self.estimates is not None else None,
-                "pinned": [p.to_dict() for p in self.pinned]}
-        faster = [f.to_dict() for f in self.faster_on_accelerator or ()]
+    @property
+    def document_keys(self) -> tuple[str | tuple[str, str], ...]:
+        """Its keys in the order each kind has always listed them."""
+        head = ("runs", "recommendation", "basis", ("estimates", "estimates_by_key"), "pinned")
+        faster = ("faster_on_accelerator", "faster_listed")
         if self.basis == "forecast":
-            document = {**head, "faster_on_accelerator": faster, "accelerator": self.accelerator,
-                        "caveats": list(self.caveats),
-                        "forecast": {k: g.to_dict() for k, g in (self.forecast or {}).items()}, "reason": self.reason}
-            if self.device is not None:
-                document["device"] = self.device
-            return document
-        document = {**head, "caveats": list(self.caveats), "reason": self.reason}
-        if self.accelerator is not None:
-            document.update(faster_on_accelerator=faster, accelerator=self.accelerator, same_host=self.same_host)
-        return document
+            device = ("device",) if self.device is not None else ()
+            return (*head, faster, "accelerator", "caveats", ("forecast", "forecast_by_gpu"), "reason", *device)
+        accelerator = (faster, "accelerator", "same_host") if self.accelerator is not None else ()
+        return (*head, "caveats", "reason", *accelerator)
+
+    @property
+    def estimates_by_key(self) -> dict[str, float | None] | None:
+        return {e.key: e.seconds for e in self.estimates} if self.estimates is not None else None
+
+    @property
+    def faster_listed(self) -> tuple[MeasuredPin | ForecastGain, ...]:
+        return self.faster_on_accelerator or ()
+
+    @property
+    def forecast_by_gpu(self) -> Mapping[str, GpuChoice]:
+        return self.forecast or {}
 
 
 def _jax_work(cell: Cell | None, calls: set[str], jitted: set[str]) -> set[str]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.forecast.devices import DeviceTable, load_table
 from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
+from nbscope.schema.codec import Encoded, Write, never
 
 __all__ = ["DeviceTable", "device_table"]
 
@@ -40,15 +41,13 @@ def forecast_run(run: str | None, store: Store, table: DeviceTable, *, gpus: str
 
 
 @dataclass(frozen=True)
-class Calibrated:
-    """A device entry built from runs made on a GPU, and its TOML text for a device file."""
+class Calibrated(Encoded):
+    """A device entry built from runs made on a GPU (its ``--json`` document), and its TOML text for a device
+    file."""
 
-    name: str  # the key as given
-    entry: dict[str, Any]
-    text: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.entry, "figures": {k: v.as_dict() for k, v in self.entry["figures"].items()}}
+    name: Annotated[str, Write(when=never)]  # the key as given
+    entry: Annotated[dict[str, Any], Write(inline=True)]
+    text: Annotated[str, Write(when=never)]
 
 
 def calibrate_device(runs: list[str], name: str | None, base: str | None, table: DeviceTable,

@@ -10,9 +10,12 @@ newest one never judged.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
@@ -142,6 +145,47 @@ def latest_run(store: Any, target: str | None) -> RunRecord:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class GateRequest:
+    """What ``nbscope gate`` is asked: the runs (references), the thresholds as given, how much history, whether
+    to confirm a regression on a rerun, and the file its markdown summary is appended to."""
+
+    candidate: str = "latest"
+    baseline: str = "latest"
+    target: str | None = None
+    max_slowdown: str = "10%"  # 10%, 0.1 or 1.1x
+    alpha: float = 0.05
+    min_cell_s: float = 0.05
+    floor_s: float = 0.02
+    mad_k: float = 3.0
+    check_status: bool = True
+    history: int = 10
+    confirm: bool = False
+    summary: Path | None = None
+
+
+def run_gate(store: Store, request: GateRequest, *,
+             summary_text: Callable[[GateResult], str] | None = None) -> GateResult:
+    """``nbscope gate``: the options checked, the summary file opened (a target that cannot be appended to is
+    refused before a verdict is stored), the candidate judged (:func:`gate_stored`), and ``summary_text`` of the
+    result appended to ``request.summary``."""
+    options = GateOptions(max_slowdown=parse_slowdown(request.max_slowdown), alpha=request.alpha,
+                          min_cell_s=request.min_cell_s, abs_floor_s=request.floor_s, mad_k=request.mad_k,
+                          check_status=request.check_status)
+    options.validate()
+    summary = request.summary
+    handle = _open_summary(summary) if summary is not None else None
+    try:
+        result = gate_stored(store, candidate=request.candidate, baseline=request.baseline, target=request.target,
+                             options=options, history=request.history, confirm=request.confirm)
+        if handle is not None and summary is not None and summary_text is not None:
+            _append(handle, summary, summary_text(result) + "\n")
+    finally:
+        if handle is not None and summary is not None:
+            _close(handle, summary)
+    return result
+
+
 def gate_stored(
     store: Any,
     *,
@@ -175,7 +219,7 @@ def gate_stored(
     if cand.run_id is not None:
         # Remembered so that a run that failed is never the next automatic baseline.
         try:
-            store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons())
+            store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons)
         except NbscopeError as exc:  # a read-only store still gets its verdict; it is only not remembered
             result = replace(result, warnings=[*result.warnings, f"the verdict is not remembered: {exc}"])
     if confirm and not result.passed:
@@ -210,10 +254,10 @@ def confirm_regression(store: Store, base: RunRecord, cand: RunRecord, result: G
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
         try:
-            writable.record_verdict(rerun.run_id, baseline_id=base.run_id, passed=second.passed, reasons=second.reasons())
+            writable.record_verdict(rerun.run_id, baseline_id=base.run_id, passed=second.passed, reasons=second.reasons)
         except NbscopeError:
             pass  # a read-only store: the first verdict's note says so already
-    confirmation = Confirmation(first_run_id=cand.run_id, first_reasons=result.reasons(), rerun_id=rerun.run_id,
+    confirmation = Confirmation(first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id,
                                 confirmed=not second.passed)
     return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
 
@@ -234,9 +278,8 @@ def _changed_since(path: Path, cand: RunRecord) -> bool:
     """Whether the notebook file differs from the one the candidate ran (by the content hash it recorded)."""
     import hashlib
 
-    notebook = cand.measurements.get("notebook") if isinstance(cand.measurements, dict) else None
-    recorded = notebook.get("content_hash") if isinstance(notebook, dict) else None
-    if not isinstance(recorded, str) or not recorded:
+    recorded = cand.notebook_run().notebook.content_hash
+    if not recorded:
         return False  # an older record: nothing to compare
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()[: len(recorded)] != recorded
@@ -248,19 +291,54 @@ def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
     """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
     from nbscope.api.profile import ProfileOptions
 
-    settings = cand.settings or {}
-    env = settings.get("env") or {}
-    if env and not settings.get("env_values_stored"):
+    recorded = cand.settings or {}  # the kernel and whether --env values are stored: not in the typed settings
+    settings = cand.run_settings()
+    env = recorded.get("env") or {}
+    if env and not recorded.get("env_values_stored"):
         return "its --env values are stored only as hashes"
-    repeat = settings.get("repeat")
-    timeout = settings.get("timeout")
     return ProfileOptions(
-        kernel=settings.get("kernel") if isinstance(settings.get("kernel"), str) else None,
-        timeout=float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None,
-        on_error="stop" if settings.get("on_error") == "stop" else "continue",
+        kernel=recorded.get("kernel") if isinstance(recorded.get("kernel"), str) else None,
+        timeout=settings.timeout, on_error="stop" if settings.on_error == "stop" else "continue",
         env={str(k): str(v) for k, v in env.items()}, env_store_values=bool(env),
-        jax_platform=settings.get("jax_platform") if isinstance(settings.get("jax_platform"), str) else None,
-        jax_cache=str(settings.get("jax_cache") or "off"),
-        repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) and repeat > 0 else 1,
-        timeline=bool(settings.get("timeline")),
+        jax_platform=settings.jax_platform, jax_cache=settings.jax_cache, repeat=settings.repeat,
+        timeline=settings.timeline,
     )
+
+
+def _open_summary(summary: Path) -> TextIO:
+    """``--summary`` opened for appending; a target that cannot take it (a directory, a missing folder, no
+    permission, /proc), a FIFO or socket (opening one would wait for a reader) and a file this command reads
+    (the run store) are a one-line error, exit 2."""
+    from nbscope._files import refuse_input
+
+    if summary.is_dir():
+        raise NbscopeError(f"--summary {summary} is a directory")
+    refuse_input(summary, option="--summary")
+    try:
+        mode = os.stat(summary).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+        raise NbscopeError(f"--summary {summary} is {kind}, not a file to append to")
+    try:
+        return open(summary, "a", encoding="utf-8")
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
+
+
+def _append(handle: TextIO, summary: Path, text: str) -> None:
+    from nbscope._redact import redact
+
+    try:
+        handle.write(redact(text))  # as every file nbscope writes (a run given as a file was read unredacted)
+        handle.flush()  # now, so that a full disk (/dev/full) is this one-line error
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
+
+
+def _close(handle: TextIO, summary: Path) -> None:
+    try:
+        handle.close()
+    except OSError as exc:
+        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None

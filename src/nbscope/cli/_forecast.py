@@ -96,11 +96,10 @@ def forecast_command(
 
 
 def _list(table: DeviceTable, as_json: bool) -> None:
-    from nbscope.render.forecast import print_device_table
+    from nbscope.render.forecast import device_table_document, print_device_table
 
     if as_json:
-        print(json.dumps({"devices": [d.as_dict() for d in table.devices.values()],
-                          "model": {k: v.as_dict() for k, v in table.model.items()}, "files": table.files}, indent=1))
+        print(json.dumps(device_table_document(table), indent=1))
     else:
         print_device_table(table)
 

@@ -15,11 +15,13 @@ from nbscope import _units as units
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import console, format_seconds, literal, terminal_table
+from nbscope.schema.codec import encode
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import CellForecast, Forecast, GainedFunction, KeptFunction, Outcome
     from nbscope.analyse.forecast.devices import DeviceTable, Figure
     from nbscope.analyse.forecast.measured import MeasuredComparison
+    from nbscope.analyse.report import ReportData
 
 VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim",
                  "uncertain": "magenta", "not forecast": "dim"}
@@ -140,7 +142,7 @@ def _cell_columns() -> tuple[Column, ...]:
             _column("code", "left", "source", min_width=24), _column("CPU", "right", "number"))
 
 
-def _cell_items(index: int, line: Any, first_line: str | None, cpu_s: Any) -> tuple[Any, ...]:
+def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[Any, ...]:
     return str(index + 1), str(line or ""), Item((first_line or "")[:CODE_WIDTH], code=True), format_seconds(cpu_s)
 
 
@@ -293,6 +295,11 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
     return "\n".join(lines).rstrip() + "\n"
 
 
+def device_table_document(table: DeviceTable) -> dict[str, Any]:
+    """``forecast --list --json``: the devices, the model figures they share, and the files they came from."""
+    return {"devices": encode(tuple(table.devices.values())), "model": encode(table.model), "files": table.files}
+
+
 def print_device_table(table: DeviceTable) -> None:
     """The device table (``nbscope forecast --list``): each figure with its basis and source."""
     for device in table.devices.values():
@@ -382,7 +389,7 @@ def forecast_html(result: Forecast) -> str:
     return "".join(parts)
 
 
-def report_section(data: Any) -> str:
+def report_section(data: ReportData) -> str:
     """``<h2>GPU forecast</h2>`` for the forecasts a report holds (:func:`nbscope.analyse.report.report_data`
     forecasts the profile runs recorded with program data), or "" when it holds none."""
     from nbscope.render.html._base import e

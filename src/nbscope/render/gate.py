@@ -134,7 +134,7 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
         console.print(f"[dim]total: the {escape(result.total.label.removeprefix('total of '))} only; "
                       f"whole: the paired cells{escape(covers)}[/dim]", highlight=False)
     console.print(terminal_table(gate_rows(result, rows, floor_column=floor_column)))
-    for reason in result.reasons():
+    for reason in result.reasons:
         console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
     for c in [*rows, *result.totals]:
         if c.note:  # below the table, so that every row stays one line at 80 columns
@@ -175,7 +175,7 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     if result.whole is not None:
         lines[-1:-1] = ["", _total_line(result.whole, "Whole notebook")
                         + f" · {plain_text(result.whole.label.removeprefix('whole notebook '))}"]
-    reasons = result.reasons()
+    reasons = result.reasons
     if reasons:
         lines += ["**Regressions:**", ""] + [f"- {plain_text(r)}" for r in reasons] + [""]
     for warning in result.warnings:

@@ -50,7 +50,7 @@ def _series_heading(result: History, series: Series) -> str:
     count = len(series.points)
     return (
         f"{series.label} · {count} run{'s' if count != 1 else ''} · latest "
-        f"{_value(values[-1] if values else None, result.unit)} · median {_value(series.to_dict()['median'], result.unit)}"
+        f"{_value(values[-1] if values else None, result.unit)} · median {_value(series.median, result.unit)}"
         + (f" · range {_range(min(values), max(values), result.unit)}" if len(values) > 1 else "")
     )
 
@@ -72,7 +72,7 @@ def print_history(result: History, *, show_points: int = 12) -> None:
     for series in result.series:
         console.print()
         console.print(Text(_series_heading(result, series), style="bold"))
-        line = series.to_dict()["sparkline"]
+        line = series.sparkline
         console.print(f"  {line}", highlight=False)
         marks = [" "] * len(line)
         for change in series.changes:
@@ -91,10 +91,9 @@ def history_markdown(result: History, *, show_points: int = 12) -> str:
     what = f" · cell `{table_cell(result.cell)}`" if result.cell else ""
     lines = [f"### nbscope history: `{table_cell(result.target)}`{what} · {metric_name(result.metric)}", ""]
     for series in result.series:
-        data = series.to_dict()
+        count = series.run_count
         lines += [
-            f"**{plain_text(series.label)}** · {data['runs']} run{'s' if data['runs'] != 1 else ''} · "
-            f"`{data['sparkline']}`",
+            f"**{plain_text(series.label)}** · {count} run{'s' if count != 1 else ''} · `{series.sparkline}`",
             "",
         ]
         if series.changes:

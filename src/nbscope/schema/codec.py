@@ -13,10 +13,15 @@ How a field is read follows from its annotation, so that a figure means the same
   ``X`` allows None; ``... | None``: None unless the document holds an array (an object);
 * ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key.
 
-How a field is written: its value under its name, in declaration order, unless ``Annotated[T, Write(...)]``
-says otherwise: ``omit(owner)`` leaves the key out (a figure only some documents have), ``null`` stands in for
-None, ``inline`` writes the field's object's keys into its owner's. An object that still writes itself
-(``to_dict``) is written so.
+Writing (``encode``) lists a dataclass's fields in declaration order under their names, tuples as arrays, a
+float that is not finite as null (JSON has none). A result that is only written (a command's ``--json``
+document) may say more: ``Annotated[T, Write(key=..., when=..., omit=..., null=..., inline=...)]`` names a
+field's key, leaves it out unless ``when`` holds of its value (or when ``omit`` holds of its owner: a figure
+only some documents have), writes ``null`` in place of None, or writes an object's entries into its parent's;
+an object that still writes itself (``to_dict``, not through ``Encoded``) is written so; a class's
+``document_keys`` (a class attribute, or a property when the layout depends on the instance) lists the
+attributes its document holds, in order, properties included (``(key, attribute)``: one written under
+another key; ``(key, function)``: what a function of the object, such as a method, returns).
 
 Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
 raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
@@ -31,9 +36,12 @@ would need the same hooks registered per type, and a dependency, for no behaviou
 
 from __future__ import annotations
 
+import builtins
 import copy
 import dataclasses
 import functools
+import math
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -58,11 +66,43 @@ class Read:
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: ``null`` may be an object
 class Write:
-    """How one field is written when not as its value under its name (named functions only, as for ``Read``)."""
+    """How one field is written when its name and annotation alone do not say: ``key`` names it in the document
+    (else ``Read``'s key, else its name), ``when`` leaves it out unless true of the value (named functions
+    only, as for ``Read``), ``omit`` leaves it out when true of its owner, ``null`` is written in place of None
+    (a copy of it), ``inline`` writes an object's entries (nothing, for None) into its parent's."""
 
-    omit: Callable[[Any], bool] | None = None  # given the owner: True leaves the key out
-    null: Any = None  # written in place of None (a copy of it)
-    inline: bool = False  # the field's keys are written into its owner's object
+    key: str | None = None
+    when: Callable[[Any], bool] | None = None
+    omit: Callable[[Any], bool] | None = None
+    null: Any = None
+    inline: bool = False
+
+
+_PLAIN = Write()
+
+
+def known(value: object) -> bool:
+    """``Write(when=known)``: written unless None (absent, not null)."""
+    return value is not None
+
+
+def given(value: object) -> bool:
+    """``Write(when=given)``: written unless empty (None, "", 0, an empty array or object)."""
+    return bool(value)
+
+
+def never(value: object) -> bool:
+    """``Write(when=never)``: never written (the field is for readers of the result, not in its document)."""
+    return False
+
+
+class Encoded:
+    """A result whose JSON document is its encoding (``to_dict()``: what its ``--json`` prints)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return typing.cast(dict[str, Any], encode(self))
 
 
 # Fields read their own way, shared by the classes that have them.
@@ -83,28 +123,67 @@ def decode_optional(cls: type[T], value: Any) -> T | None:
 
 
 def encode(value: Any) -> Any:
-    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order (as their
-    ``Write`` says), tuples as arrays."""
-    writer = getattr(value, "to_dict", None)
-    if writer is not None and not isinstance(value, type):
+    """A dataclass (or a tuple, a mapping of them) as JSON values: fields in declaration order (or its
+    ``document_keys``, as their ``Write`` says), tuples as arrays, non-finite floats as null."""
+    if not isinstance(value, (type, Encoded)) and (writer := getattr(value, "to_dict", None)) is not None:
         return writer()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         document: dict[str, Any] = {}
-        for name, marker in _writers(type(value)):
-            if marker.omit is not None and marker.omit(value):
+        writes = _writes(type(value))
+        for entry in getattr(value, "document_keys", None) or writes:
+            named, name = entry if isinstance(entry, tuple) else (None, entry)
+            if callable(name):  # (key, a function of the object): a method's answer
+                document[named] = encode(name(value))
                 continue
+            key, write = writes.get(name) or (name, _PLAIN)
             item = getattr(value, name)
-            written = encode(item) if item is not None or marker.null is None else copy.deepcopy(marker.null)
-            if marker.inline:
-                document.update(written)
+            if (write.when is not None and not write.when(item)) or (write.omit is not None and write.omit(value)):
+                continue
+            written = encode(item) if item is not None or write.null is None else copy.deepcopy(write.null)
+            if write.inline:
+                document.update(written or {})
             else:
-                document[name] = written
+                document[named or key] = written
         return document
     if isinstance(value, (tuple, list)):
         return [encode(item) for item in value]
     if isinstance(value, Mapping):
         return {str(key): encode(item) for key, item in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
+
+
+@functools.cache
+def _writes(cls: type) -> dict[str, tuple[str, Write]]:
+    """How each field of ``cls`` is written: its key and its ``Write`` (in declaration order)."""
+    writes = {}
+    for field in dataclasses.fields(cls):
+        hint = _annotated(cls, field)
+        marks = typing.get_args(hint)[1:] if hint is not None else ()
+        write = next((m for m in marks if isinstance(m, Write)), _PLAIN)
+        read = next((m for m in marks if isinstance(m, Read)), Read())
+        writes[field.name] = (write.key or read.key or field.name, write)
+    return writes
+
+
+class _Names(dict[str, Any]):
+    """A module's names, where a name it imports only for type checking reads as ``Any``."""
+
+    def __missing__(self, name: str) -> Any:
+        return getattr(builtins, name, Any)
+
+
+def _annotated(cls: type, field: dataclasses.Field[Any]) -> Any:
+    """A field's ``Annotated`` hint, evaluated on its own and leniently (it may name a class its module imports
+    only for type checking: only its markers matter here); None for a plain one."""
+    hint = field.type
+    if isinstance(hint, str):
+        if not hint.startswith("Annotated["):
+            return None
+        names = vars(sys.modules[cls.__module__])
+        hint = eval(hint, names, _Names(names))  # as typing.get_type_hints evaluates it
+    return hint if typing.get_origin(hint) is typing.Annotated else None
 
 
 # ---- readers by annotation ----------------------------------------------------------------------------------
@@ -142,20 +221,6 @@ def _reader(hint: Any) -> Reader:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _object(hint)
     return lambda v: v  # Any: kept as recorded
-
-
-@functools.cache
-def _writers(cls: type) -> tuple[tuple[str, Write], ...]:
-    """Each field's name and how it is written, in declaration order."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    plain = Write()
-    return tuple((f.name, _write_marker(hints[f.name]) or plain) for f in dataclasses.fields(cls))
-
-
-def _write_marker(hint: Any) -> Write | None:
-    if typing.get_origin(hint) is not typing.Annotated:
-        return None
-    return next((a for a in typing.get_args(hint)[1:] if isinstance(a, Write)), None)
 
 
 def _marker(hint: Any) -> Read:

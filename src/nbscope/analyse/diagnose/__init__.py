@@ -40,6 +40,7 @@ from nbscope.analyse.diagnose._base import SEVERITIES, Context, Finding, Rule, S
 from nbscope.record.cells import failure_text
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import naming
+from nbscope.schema.codec import encode
 
 if TYPE_CHECKING:  # the forecast is imported only when a rule needs one
     from nbscope.analyse.forecast import Forecast
@@ -119,17 +120,11 @@ class Findings(list[Finding]):
         self.thresholds: dict[str, dict[str, float]] = {rule: dict(v) for rule, v in (thresholds or {}).items()}
 
     def to_dict(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "findings": [f.to_dict() for f in self],
-            "skipped": [s.to_dict() for s in self.skipped],
-            "notes": self.notes,
-            "failed_cells": self.failed_cells,
-            "cells_not_run": self.cells_not_run,
-            "rules": rule_names(),
-        }
-        if self.thresholds:
-            document["thresholds"] = self.thresholds
-        return document
+        """The diagnosis as ``diagnose --json`` prints it (thresholds only where the caller set some)."""
+        thresholds = {"thresholds": self.thresholds} if self.thresholds else {}
+        return {"findings": encode(list(self)), "skipped": encode(self.skipped), "notes": self.notes,
+                "failed_cells": self.failed_cells, "cells_not_run": self.cells_not_run, "rules": rule_names(),
+                **thresholds}
 
 
 _GENERIC = {rule.name for rule in RULES if rule.generic}

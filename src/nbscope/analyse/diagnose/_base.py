@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, ClassVar, TypedDict
 
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
@@ -16,6 +16,7 @@ from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
+from nbscope.schema.codec import Encoded, Read, decode
 from nbscope.schema.machine import Machine, Settings
 from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
 
@@ -32,8 +33,25 @@ class Advice(TypedDict):
     fix: str
 
 
+def _pairs(value: object) -> list[tuple[str, str]] | None:
+    """A finding's highlights as written: (label, text) pairs, those of another shape left out."""
+    if not isinstance(value, list):
+        return None
+    return [(str(item[0]), str(item[1])) for item in value if isinstance(item, (list, tuple)) and len(item) == 2]
+
+
+def _texts(value: object) -> list[str]:
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+def _cell_number(outcome: Finding | Skip) -> int | None:
+    """The number text shows for a finding's or skip's cell ("cell 3", 1-based among code cells): the JSON
+    convention of run records (docs/run-record.md, "Cell numbers"), beside its code-cell ``index``."""
+    return outcome.cell_index + 1 if isinstance(outcome.cell_index, int) else None
+
+
 @dataclass
-class Finding:
+class Finding(Encoded):
     """A named cause, with the evidence it rests on and the change that removes it.
 
     Read as prose: ``title``, ``summary`` (one sentence with the numbers that matter), ``fix``, and a few
@@ -44,43 +62,30 @@ class Finding:
 
     rule: str  # e.g. "unrolled-loop"
     title: str  # short human title
-    cell_index: int | None  # code-cell index (record cell "index"), None for notebook-level
-    severity: str  # "high" | "medium" | "low"
+    cell_index: Annotated[int | None, Read(key="index")]  # code-cell index (record cell "index"), None for notebook-level
+    severity: Annotated[str, Read(otherwise="low")]  # "high" | "medium" | "low"
     confidence: float  # 0..1
     evidence: dict[str, Any]
     summary: str  # one sentence with the numbers that matter
     fix: str  # concrete change to make, in code the reader owns
     # (label, text) lines for the reader, e.g. ("compile", "1.37 s of 1.43 s (96 %)"); at most HIGHLIGHTS shown.
-    highlights: list[tuple[str, str]] | None = None
-    action: str | None = None  # the fix in one short line, for the list that ends `nbscope profile`
+    highlights: Annotated[list[tuple[str, str]] | None, Read(_pairs)] = None
+    action: Annotated[str | None, Read(otherwise=None)] = None  # the fix in one short line, for the list that ends `nbscope profile`
     # The GPUs (device table keys) a forecast finding is about: made from a CPU run's GPU forecast, not
     # measured. Empty for findings measured in the run.
-    forecast: list[str] = field(default_factory=list)
+    forecast: Annotated[list[str], Read(_texts)] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        document = cell_numbered(asdict(self))
-        document["highlights"] = [[label, text] for label, text in self.evidence_highlights()]
-        document["action"] = self.short_fix()
-        return document
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A finding as its document (``to_dict()``, an audit's) wrote it: its cell at ``index`` (or
+        ``cell_index``), its title the rule's name when it has none."""
+        index = next((value[k] for k in ("cell_index", "index") if isinstance(value.get(k), int)), None)
+        return {**value, "index": index, "title": value.get("title") or value.get("rule")}
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Finding:
-        """A finding from its ``to_dict()`` form (an audit keeps findings as dicts); missing fields are empty."""
-        highlights = document.get("highlights")
-        confidence = document.get("confidence")
-        return cls(
-            rule=str(document.get("rule") or ""),
-            title=str(document.get("title") or document.get("rule") or ""),
-            cell_index=next((document[k] for k in ("cell_index", "index") if isinstance(document.get(k), int)), None),
-            severity=str(document.get("severity") or "low"),
-            confidence=float(confidence) if isinstance(confidence, (int, float)) else 0.0,
-            evidence=dict(document.get("evidence") or {}),
-            summary=str(document.get("summary") or ""),
-            fix=str(document.get("fix") or ""),
-            highlights=[(str(item[0]), str(item[1])) for item in highlights if isinstance(item, (list, tuple)) and len(item) == 2]
-            if isinstance(highlights, list) else None,
-            action=str(document["action"]) if document.get("action") else None,
-        )
+        """A finding from its document (an audit keeps findings as documents); missing fields are empty."""
+        return decode(cls, document)
 
     def evidence_highlights(self) -> list[tuple[str, str]]:
         """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
@@ -99,6 +104,11 @@ class Finding:
     def seconds_at_stake(self) -> float:
         value = self.evidence.get("seconds_at_stake")
         return float(value) if isinstance(value, (int, float)) else 0.0
+
+    # Its document: the fields, its highlights and one-line fix as shown, and its cell by both conventions.
+    document_keys: ClassVar = ("rule", "title", "severity", "confidence", "evidence", "summary", "fix",
+                               ("highlights", evidence_highlights), ("action", short_fix), "forecast",
+                               ("index", "cell_index"), ("cell", _cell_number))
 
 
 def _readable(key: str, value: Any) -> str | None:
@@ -161,25 +171,13 @@ def first_clause(text: str, limit: int = 110) -> str:
 
 
 @dataclass
-class Skip:
+class Skip(Encoded):
     """A rule that could not be evaluated (or only partly), and the data it would need."""
 
     rule: str
     reason: str
     cell_index: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return cell_numbered(asdict(self))
-
-
-def cell_numbered(document: dict[str, Any]) -> dict[str, Any]:
-    """A finding's or skip's cell in the JSON convention of run records (docs/run-record.md, "Cell numbers"):
-    ``index`` is the code-cell index (0-based, the record cell's ``index``), ``cell`` the number text shows
-    ("cell 3", 1-based among code cells); ``None`` for the notebook as a whole."""
-    index = document.pop("cell_index", None)
-    document["index"] = index
-    document["cell"] = index + 1 if isinstance(index, int) else None
-    return document
+    document_keys: ClassVar = ("rule", "reason", ("index", "cell_index"), ("cell", _cell_number))
 
 
 Outcome = Finding | Skip

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
@@ -34,6 +34,7 @@ from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources, naming
+from nbscope.schema.codec import Encoded, Write, known, never
 from nbscope.schema.model import Cell, NotebookRun
 from nbscope.schema.programs import Execution, Program
 
@@ -68,7 +69,7 @@ class _Cell:
 
 
 # ---- the result ------------------------------------------------------------------------------------
-# ``Forecast.to_dict()`` is the ``nbscope forecast --json`` document; each part's ``to_dict`` is its piece.
+# ``Forecast.to_dict()`` (the codec's encoding) is the ``nbscope forecast --json`` document.
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
@@ -80,10 +81,6 @@ class RunInfo:
     digest: str | None
     cpu: str | None  # the CPU's model
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "target": self.target, "started_at": self.started_at, "digest": self.digest,
-                "cpu": self.cpu}
-
 
 @dataclass(frozen=True, slots=True)
 class CellTimes:
@@ -93,9 +90,6 @@ class CellTimes:
     compile_s: float  # JAX's compile
     host_s: float  # Python, NumPy, Numba: carried over as measured
     jax_s: float  # the rest: JAX programs, transfers and unattributed JAX time
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"wall_s": self.wall_s, "compile_s": self.compile_s, "host_s": self.host_s, "jax_s": self.jax_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +103,6 @@ class ProgramRun:
     count_basis: str | None
     cpu_s: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"program": self.program, "function": self.function, "kind": self.kind, "count": self.count,
-                "count_basis": self.count_basis, "cpu_s": self.cpu_s}
-
 
 @dataclass(frozen=True, slots=True)
 class Uncertainty:
@@ -122,10 +112,6 @@ class Uncertainty:
     settle: str
     dominant_ratio: float | None  # the dominant term's high / low (None: no upper bound)
     straddles: bool  # the range straddles the CPU time
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"unknown": self.unknown, "settle": self.settle, "dominant_ratio": self.dominant_ratio,
-                "straddles": self.straddles}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,16 +135,6 @@ class Outcome:
         middle = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
         return middle - self.cpu_s
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "low_s": self.low_s, "high_s": self.high_s, "cpu_s": self.cpu_s, "verdict": self.verdict,
-            "uncertain": self.uncertain.to_dict() if self.uncertain is not None else None,
-            "dominant": self.dominant.as_dict() if self.dominant else None,
-            "jax_dominant": self.jax_dominant.as_dict() if self.jax_dominant else None,
-            "terms": [t.as_dict() for t in self.terms],
-            "missing_programs": list(self.missing_programs),
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class CellForecast:
@@ -173,13 +149,7 @@ class CellForecast:
     programs: tuple[ProgramRun, ...]
     trace: str | None  # "read", or why the cell has no trace
     gpu: Mapping[str, Outcome]
-    recorded: Cell = field(compare=False, repr=False)  # the run's own cell (not in the document)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "source_hash": self.source_hash, "line": self.line,
-                "first_line": self.first_line, "status": self.status, "cpu": self.cpu.to_dict(),
-                "programs": [p.to_dict() for p in self.programs], "trace": self.trace,
-                "gpu": {key: outcome.to_dict() for key, outcome in self.gpu.items()}}
+    recorded: Annotated[Cell, Write(when=never)] = field(compare=False, repr=False)  # the run's own cell (not in the document)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +163,6 @@ class NotForecast:
     cpu_s: float | None
     reason: str  # "not forecast: the cell raised (ValueError: …)"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "line": self.line, "first_line": self.first_line, "status": self.status,
-                "cpu_s": self.cpu_s, "reason": self.reason}
-
 
 @dataclass(frozen=True, slots=True)
 class CodeChange:
@@ -204,9 +170,6 @@ class CodeChange:
 
     text: str
     example: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "example": self.example}
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,11 +186,6 @@ class KeptFunction:
     change: CodeChange
     programs: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"function": self.function, "gpu_low_s": self.gpu_low_s, "gpu_high_s": self.gpu_high_s,
-                "cpu_s": self.cpu_s, "cells": list(self.cells), "kind": self.kind, "slower_by_s": self.slower_by_s,
-                "change": self.change.to_dict(), "programs": list(self.programs)}
-
 
 @dataclass(frozen=True, slots=True)
 class GainedFunction:
@@ -242,22 +200,14 @@ class GainedFunction:
     faster_by_s: float
     programs: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"function": self.function, "gpu_low_s": self.gpu_low_s, "gpu_high_s": self.gpu_high_s,
-                "cpu_s": self.cpu_s, "cells": list(self.cells), "kind": self.kind, "faster_by_s": self.faster_by_s,
-                "programs": list(self.programs)}
-
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(Encoded):  # audit writes a notebook's plan
     """The notebook on the GPU with the functions to keep on the CPU kept there."""
 
     keep_on_cpu: tuple[str, ...]
     low_s: float
     high_s: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"keep_on_cpu": list(self.keep_on_cpu), "low_s": self.low_s, "high_s": self.high_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,21 +229,16 @@ class NotebookForecast:
     not_forecast: tuple[int, ...]
     unbounded: tuple[int, ...] = ()  # the JAX cells whose GPU time has no upper bound (why ``high_s`` is None)
 
-    def to_dict(self) -> dict[str, Any]:
-        head = {"cpu_s": self.cpu_s, "low_s": self.low_s, "high_s": self.high_s, "all_on_gpu": self.all_on_gpu,
-                "verdict": self.verdict, "keep_on_cpu": [k.to_dict() for k in self.keep_on_cpu]}
-        gains = [g.to_dict() for g in self.gains]
-        plan = self.plan.to_dict() if self.plan is not None else None
+    @property
+    def document_keys(self) -> tuple[str, ...]:
         # A notebook without JAX has always listed its (empty) plan and ranking before its gains.
-        middle = ({"plan": plan, "ranking": list(self.ranking), "gains": gains} if self.all_on_gpu == "unchanged"
-                  else {"gains": gains, "plan": plan, "ranking": list(self.ranking)})
-        return {**head, **middle, "uncertain": list(self.uncertain), "most_slower": self.most_slower,
-                "most_faster": self.most_faster, "not_forecast": list(self.not_forecast),
-                "unbounded": list(self.unbounded)}
+        middle = ("plan", "ranking", "gains") if self.all_on_gpu == "unchanged" else ("gains", "plan", "ranking")
+        return ("cpu_s", "low_s", "high_s", "all_on_gpu", "verdict", "keep_on_cpu", *middle, "uncertain",
+                "most_slower", "most_faster", "not_forecast", "unbounded")
 
 
 @dataclass(frozen=True, slots=True)
-class Forecast:
+class Forecast(Encoded):
     """The forecast of a profile run on each named GPU (see the module docstring), as ``forecast`` returns it."""
 
     version: int
@@ -309,7 +254,7 @@ class Forecast:
     notebook: Mapping[str, NotebookForecast]  # by device key
     notes: tuple[str, ...]
     # With ``nbscope forecast --measured``: the forecast against a GPU run, per device (None: not asked).
-    measured: tuple[MeasuredComparison, ...] | None = None
+    measured: Annotated[tuple[MeasuredComparison, ...] | None, Write(when=known)] = None
 
     def device(self, key: str) -> Device | None:
         return next((d for d in self.devices if d.key == key), None)
@@ -324,26 +269,6 @@ class Forecast:
 
     def with_measured(self, comparisons: tuple[MeasuredComparison, ...]) -> Forecast:
         return replace(self, measured=comparisons)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document."""
-        document: dict[str, Any] = {
-            "version": self.version,
-            "run": self.run.to_dict(),
-            "has_jax": self.has_jax,
-            "devices": [d.as_dict() for d in self.devices],
-            "model": {k: v.as_dict() for k, v in self.model.items()},
-            "device_files": list(self.device_files),
-            "cells": [c.to_dict() for c in self.cells],
-            "not_forecast": [f.to_dict() for f in self.not_forecast],
-            "cpu_rates": self.cpu_rates.to_dict() if self.cpu_rates is not None else None,
-            "placement": self.placement.to_dict(),
-            "notebook": {key: n.to_dict() for key, n in self.notebook.items()},
-            "notes": list(self.notes),
-        }
-        if self.measured is not None:
-            document["measured"] = [m.to_dict() for m in self.measured]
-        return document
 
 
 def check_record(record: RunRecord, run_label: str, run: NotebookRun | None = None) -> None:

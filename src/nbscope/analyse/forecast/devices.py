@@ -44,9 +44,6 @@ class Figure:
     def mid(self) -> float:
         return math.sqrt(self.low * self.high) if self.low > 0 and self.high > 0 else (self.low + self.high) / 2
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "basis": self.basis, "source": self.source}
-
     def text(self, unit: str = "") -> str:
         """``8.0–8.2 µs`` or ``320 GB/s``."""
         if self.low == self.high:
@@ -66,17 +63,11 @@ class Device:
     name: str
     match: list[str]
     compute_capability: str | None
-    figures: dict[str, Figure]
     origin: str  # the file its figures (last) came from
+    figures: dict[str, Figure]
 
     def figure(self, name: str) -> Figure:
         return self.figures[name]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key, "name": self.name, "match": self.match, "compute_capability": self.compute_capability,
-            "origin": self.origin, "figures": {k: v.as_dict() for k, v in self.figures.items()},
-        }
 
 
 @dataclass

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device
 from nbscope.record.cells import pair_cells
+from nbscope.schema.codec import Encoded
 from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
@@ -38,9 +39,6 @@ class MeasuredRun:
     started_at: str
     gpus: tuple[str, ...]  # the GPU names its fingerprint lists
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "platform": self.platform, "started_at": self.started_at, "gpus": list(self.gpus)}
-
 
 @dataclass(frozen=True, slots=True)
 class MeasuredCell:
@@ -58,12 +56,6 @@ class MeasuredCell:
     within: bool | None  # the measured time lies in the forecast range
     error: float | None  # the forecast's midpoint over the measured time, minus 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "line": self.line, "first_line": self.first_line, "cpu_s": self.cpu_s,
-                "forecast_low_s": self.forecast_low_s, "forecast_high_s": self.forecast_high_s,
-                "verdict": self.verdict, "measured_s": self.measured_s, "measured_wall_s": self.measured_wall_s,
-                "within": self.within, "error": self.error}
-
 
 @dataclass(frozen=True, slots=True)
 class MeasuredTotal:
@@ -74,13 +66,9 @@ class MeasuredTotal:
     forecast_high_s: float | None
     error: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"measured_s": self.measured_s, "forecast_low_s": self.forecast_low_s,
-                "forecast_high_s": self.forecast_high_s, "error": self.error}
-
 
 @dataclass(frozen=True, slots=True)
-class MeasuredComparison:
+class MeasuredComparison(Encoded):
     """A forecast on one device against a measured run of the same notebook, per cell and in total."""
 
     device: str  # the forecast's device key
@@ -91,14 +79,9 @@ class MeasuredComparison:
     total: MeasuredTotal
     notes: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "measured_run": self.measured_run.to_dict(),
-                "cells": [c.to_dict() for c in self.cells], "paired": self.paired, "within": self.within,
-                "total": self.total.to_dict(), "notes": list(self.notes)}
-
 
 @dataclass(frozen=True, slots=True)
-class ForecastVsMeasured:
+class ForecastVsMeasured(Encoded):
     """What ``nbscope compare`` shows of a CPU run's forecast against a GPU run: the comparison, or why none."""
 
     comparison: MeasuredComparison | None
@@ -108,11 +91,10 @@ class ForecastVsMeasured:
     device: str | None = None  # with a comparison: the device key and name
     device_name: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        if self.comparison is None:
-            return {"comparison": None, "cpu_run": self.cpu_run, "gpu_run": self.gpu_run, "note": self.note}
-        return {"comparison": self.comparison.to_dict(), "cpu_run": self.cpu_run, "gpu_run": self.gpu_run,
-                "device": self.device, "device_name": self.device_name, "note": self.note}
+    @property
+    def document_keys(self) -> tuple[str, ...]:
+        device = ("device", "device_name") if self.comparison is not None else ()
+        return ("comparison", "cpu_run", "gpu_run", *device, "note")
 
 
 def _run_time(cell: Cell) -> float | None:
@@ -135,7 +117,7 @@ def measured_gpus(record: RunRecord) -> list[str]:
     return [gpu.name for gpu in record.machine().gpus if gpu.name]
 
 
-def against_measured(result: Forecast, measured: Any, device: str) -> MeasuredComparison:
+def against_measured(result: Forecast, measured: RunRecord, device: str) -> MeasuredComparison:
     """Per cell and in total: forecast on ``device`` vs the measured run (a profile on that GPU)."""
     if measured.kind not in ("profile", "trace"):
         raise NbscopeError(f"--measured needs a profile run of the notebook on the GPU, not a {measured.kind} run")
@@ -201,8 +183,8 @@ def _matches(device: Device, name: str) -> bool:
 
 
 def forecast_vs_measured(
-    a: Any,
-    b: Any,
+    a: RunRecord,
+    b: RunRecord,
     *,
     devices_file: str | Path | None = None,
 ) -> ForecastVsMeasured | None:

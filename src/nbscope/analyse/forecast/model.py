@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
-from nbscope.schema.codec import decode
+from nbscope.schema.codec import Write, decode
 from nbscope.schema.programs import Execution, Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
@@ -49,11 +49,7 @@ class Term:
     words: str
     program: str | None = None
     function: str | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "low_s": self.low_s, "high_s": self.high_s, "words": self.words,
-                "program": self.program, "function": self.function, **self.details}
+    details: Annotated[Mapping[str, Any], Write(inline=True)] = field(default_factory=dict)
 
     def scaled(self, times: float) -> Term:
         return Term(self.kind, self.low_s * times, None if self.high_s is None else self.high_s * times,
@@ -116,10 +112,11 @@ class CpuRates:
     bytes_from: str | None = None
     bytes_first: bool = False  # the document lists the rate the run found first first
 
-    def to_dict(self) -> dict[str, Any]:
-        flops = {"flops_per_s": self.flops_per_s, "flops_from": self.flops_from} if self.flops_per_s is not None else {}
-        memory = {"bytes_per_s": self.bytes_per_s, "bytes_from": self.bytes_from} if self.bytes_per_s is not None else {}
-        return {**memory, **flops} if self.bytes_first else {**flops, **memory}
+    @property
+    def document_keys(self) -> tuple[str, ...]:
+        flops = ("flops_per_s", "flops_from") if self.flops_per_s is not None else ()
+        memory = ("bytes_per_s", "bytes_from") if self.bytes_per_s is not None else ()
+        return (*memory, *flops) if self.bytes_first else (*flops, *memory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated
+
+from nbscope.schema.codec import Write
 
 _CPU_LITERAL = re.compile(r"""(?:devices|local_devices)\s*\(\s*(?:backend\s*=\s*)?["']cpu["']""")
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:,\s*)?(?:\)\s*)?=\s*(.+)$")
@@ -96,19 +98,13 @@ class PinAt:
     where: str
     code: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"how": self.how, "cell": self.cell, "where": self.where, "code": self.code}
-
 
 @dataclass(frozen=True, slots=True)
 class CellPin:
     """A pin inside one cell and the functions whose calls it pins there (None: all of the cell's)."""
 
     functions: tuple[str, ...] | None
-    pin: PinAt
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"functions": list(self.functions) if self.functions is not None else None, **self.pin.to_dict()}
+    pin: Annotated[PinAt, Write(inline=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +114,6 @@ class PlacementSummary:
     platform: PinAt | None
     functions: Mapping[str, PinAt]
     cells: Mapping[int, tuple[CellPin, ...]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"platform": self.platform.to_dict() if self.platform else None,
-                "functions": {name: pin.to_dict() for name, pin in self.functions.items()},
-                "cells": {str(cell): [pin.to_dict() for pin in pins] for cell, pins in self.cells.items()}}
 
 
 def _is_cpu(expression: str, cpu_names: set[str]) -> bool:
