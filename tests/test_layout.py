@@ -196,7 +196,7 @@ def test_the_circle_finder_finds_a_circle_hidden_in_a_function() -> None:
 
 # The mypy baseline (.ci/mypy-baseline.txt) started at 99 errors (issue 36); it may only shrink. Lower this
 # number whenever the baseline shrinks, so that no later change can grow it back.
-MYPY_BASELINE_MOST = 32
+MYPY_BASELINE_MOST = 31
 
 
 def test_the_mypy_baseline_only_shrinks() -> None:
@@ -208,7 +208,7 @@ def test_the_mypy_baseline_only_shrinks() -> None:
 
 # Parameters typed ``Any`` in src/ (379 at issue 36's start; the target is 100 or fewer). The count may only
 # shrink: lower this number whenever it does, so that no later change can grow it back.
-ANY_PARAMETERS_MOST = 103
+ANY_PARAMETERS_MOST = 88
 
 
 def _any_parameters() -> list[str]:

@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 SIMILARITY_THRESHOLD = 0.6
 
 
-def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
-    return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
-
-
 def label(cell: Mapping[str, Any]) -> str:
     """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
     index = cell.get("index")
@@ -38,21 +34,16 @@ FAILURE_WORDS = {"error": "raised", "expected-error": "raised (expected)", "time
                  "kernel-died": "died", "interrupted": "was interrupted"}
 
 
-def failure_text(cell: Cell | Mapping[str, Any]) -> str | None:
+def failure_text(cell: Cell) -> str | None:
     """``died (DeadKernelError: the kernel died …)``: what stopped a cell, with its error (at most 160
     characters of it) or the signal; None for a cell that finished, or never started (``not-run``)."""
-    status = _field(cell, "status")
-    if status not in FAILURE_WORDS:
+    if cell.status not in FAILURE_WORDS:
         return None
-    error = _field(cell, "error")
-    if isinstance(error, Mapping):
-        parts = (error.get("name"), error.get("message"))
-    else:
-        parts = (error.name, error.message) if error is not None else ()
-    detail = ": ".join(str(x) for x in parts if x)
-    if status == "interrupted" and not detail and _field(cell, "interrupted_by"):
-        detail = f"by {_field(cell, 'interrupted_by')}"
-    return FAILURE_WORDS[str(status)] + (f" ({detail[:160]})" if detail else "")
+    parts = (cell.error.name, cell.error.message) if cell.error is not None else ()
+    detail = ": ".join(part for part in parts if part)
+    if cell.status == "interrupted" and not detail and cell.interrupted_by:
+        detail = f"by {cell.interrupted_by}"
+    return FAILURE_WORDS[cell.status] + (f" ({detail[:160]})" if detail else "")
 
 
 
@@ -198,6 +189,11 @@ class CellPair(Generic[CellT]):
     @property
     def paired(self) -> bool:
         return self.a is not None and self.b is not None
+
+
+def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
+    """A field of a typed cell or of a cell dict: pairing still takes both (pathways pairs its cell dicts)."""
+    return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
 
 
 def cell_keys(cells: Sequence[Cell | Mapping[str, Any]], side: str = "") -> list[str]:

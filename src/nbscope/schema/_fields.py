@@ -14,41 +14,41 @@ from typing import Any
 from nbscope._units import number  # a finite number, as a float, else None
 
 
-def figure(value: Any) -> int | float | None:
+def figure(value: object) -> int | float | None:
     """A finite number as recorded (an int stays an int, which JSON carried on keeps), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return value
 
 
-def time(value: Any) -> float | None:
+def time(value: object) -> float | None:
     """A time: finite and not negative, else None (never a measurement)."""
     found = number(value)
     return found if found is not None and found >= 0 else None
 
 
-def integer(value: Any) -> int | None:
+def integer(value: object) -> int | None:
     """An int (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def whole(value: Any) -> int | None:
+def whole(value: object) -> int | None:
     """A whole number (a count, a size, an index); a float that is whole is one too."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return integer(value)
 
 
-def text(value: Any) -> str | None:
+def text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def mapping(value: Any) -> Mapping[str, Any]:
+def mapping(value: object) -> Mapping[str, Any]:
     """An object, or an empty one for anything else."""
     return value if isinstance(value, Mapping) else {}
 
 
-def times(value: Any) -> Mapping[str, float] | None:
+def times(value: object) -> Mapping[str, float] | None:
     """An object of named times (a cell's ``collection``): its entries that are times; None when it is none."""
     if not isinstance(value, Mapping):
         return None
@@ -61,29 +61,29 @@ def without_collection(wall: float | None, collection: float | None) -> float | 
     return None if wall is None else max(0.0, wall - (collection or 0.0))
 
 
-def positive(value: Any) -> int:
+def positive(value: object) -> int:
     """A count of at least one (repeats): a positive int as recorded, else 1."""
     found = integer(value)
     return found if found is not None and found > 0 else 1
 
 
-def name(value: Any) -> str | None:
+def name(value: object) -> str | None:
     """Something a record names (a run id, a ratio), written as a string; None when absent."""
     return None if value is None else str(value)
 
 
-def truth(value: Any) -> bool | None:
+def truth(value: object) -> bool | None:
     """A yes or no as recorded, any value read as one; None when absent."""
     return None if value is None else bool(value)
 
 
-def line_range(value: Any) -> tuple[int, int] | None:
+def line_range(value: object) -> tuple[int, int] | None:
     """A cell's first and last line (``[3, 9]``), else None."""
     if isinstance(value, list) and len(value) == 2 and all(integer(v) is not None for v in value):
         return (value[0], value[1])
     return None
 
 
-def yes(value: Any) -> bool:
+def yes(value: object) -> bool:
     """True only for a JSON true."""
     return value is True

@@ -19,14 +19,16 @@ from nbscope.schema.codec import Read, Repeat
 __all__ = ["Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Settings"]
 
 
-def _absent(value: Any) -> str | None:
+def _absent(value: object) -> str | None:
     """The reason a fingerprint field was not collected (``{"absent": reason}``), else None."""
     return str(value["absent"]) if isinstance(value, Mapping) and "absent" in value else None
 
 
-def _loads(value: Any) -> tuple[float, ...] | None:
+def _loads(value: object) -> tuple[float, ...] | None:
     """The load averages when every one is a number, else None."""
-    loads = tuple(n for n in map(_fields.number, value) if n is not None) if isinstance(value, list) else ()
+    if not isinstance(value, list):
+        return None
+    loads = tuple(n for n in map(_fields.number, value) if n is not None)
     return loads if loads and len(loads) == len(value) else None
 
 

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-def _measurements(value: Any) -> tuple[float, ...]:
+def _measurements(value: object) -> tuple[float, ...]:
     """The figures of an array, as recorded; those that are not figures left out."""
     return tuple(n for n in map(_fields.figure, value) if n is not None) if isinstance(value, list) else ()
 
