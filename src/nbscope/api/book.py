@@ -94,7 +94,7 @@ def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) ->
     return found
 
 
-def _embedded(document: Any, file: Path | None) -> RunRecord | None:
+def _embedded(document: object, file: Path | None) -> RunRecord | None:
     if not isinstance(document, dict):
         return None
     record = RunRecord.from_dict(document, source=f"{file}: an embedded run")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.record import live as live_format
@@ -91,9 +91,6 @@ class RunningKernel:
     line: int | None = None  # its line in the notebook's file
     first_line: str | None = None
     elapsed_s: float | None = None  # how long the running cell has run
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def running_kernels(now: float | None = None) -> list[RunningKernel]:

@@ -20,6 +20,7 @@ from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.record.store import Store, files_folder, make_folder
+from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
@@ -619,20 +620,35 @@ def failures(records: Iterable[RunRecord]) -> tuple[tuple[RunRecord, Cell], ...]
                  if cell.status in FAILED)
 
 
+@dataclass(frozen=True, slots=True)
+class _ProbeWarning:
+    hash: str | None  # the source hash of the cell it concerns
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeKernel:
+    warnings: tuple[_ProbeWarning, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeSaid:
+    """What the probe said about the kernel, as the record keeps it (``measurements.kernel``)."""
+
+    kernel: _ProbeKernel | None
+
+
 def probe_warnings(record: RunRecord) -> list[str]:
     """The probe's warnings about the run (``kernel.warnings``), each naming its cell as the ledger does."""
-    kernel = record.measurements.get("kernel")
-    warnings = kernel.get("warnings") if isinstance(kernel, dict) else None
-    if not isinstance(warnings, list):
+    kernel = decode(_ProbeSaid, record.measurements).kernel
+    if kernel is None or not kernel.warnings:
         return []
-    by_hash = {c.get("source_hash"): c for c in record.measurements.get("cells") or [] if isinstance(c, dict)}
+    by_hash = {c.source_hash: c for c in record.notebook_run().cells}
     found = []
-    for warning in warnings:
-        if not isinstance(warning, dict):
-            continue
-        cell = by_hash.get(warning.get("hash"))
-        where = f"cell {cell['index'] + 1}: " if cell is not None and isinstance(cell.get("index"), int) else ""
-        found.append(f"{where}{warning.get('message', '')}")
+    for warning in kernel.warnings:
+        cell = by_hash.get(warning.hash) if warning.hash is not None else None
+        where = f"cell {cell.index + 1}: " if cell is not None else ""
+        found.append(f"{where}{warning.message}")
     return found
 
 

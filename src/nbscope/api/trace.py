@@ -47,6 +47,7 @@ from nbscope.schema.probe import ProbeCell
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
+    from nbscope.collect.program import ProgramCollector
     from nbscope.schema.model import Cell
 
 SKIP_DIRS = {"_build", ".nbscope", ".git", "node_modules", "__pycache__", ".ipynb_checkpoints", "_site"}
@@ -307,7 +308,7 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 def cells_from_log(
     nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, stopped_unix: float | None = None,
-    signal_name: str = "SIGINT", programs: Any = None, timeouts: dict[int, CellTimeout] | None = None,
+    signal_name: str = "SIGINT", programs: ProgramCollector | None = None, timeouts: dict[int, CellTimeout] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is

@@ -25,51 +25,12 @@ from nbscope.cli._options import (
 )
 
 if TYPE_CHECKING:
-    from nbscope.api.profile import CodeCell, Notebook, ProfileOptions, ProfileOutcome, Store
+    from nbscope.api.profile import Notebook, ProfileOptions, ProfileOutcome, Store
 
 
-class _Progress:
-    """Live progress on a terminal: the current cell and the elapsed time, shown once the notebook is read (its
-    cells counted) and gone when the run ends."""
-
-    def __init__(self, repeat: int, enabled: bool) -> None:
-        self.repeat, self.enabled = repeat, enabled
-        self.bar: Any = None
-        self.task: Any = None
-
-    def start(self, notebook: Notebook) -> None:
-        for warning in notebook.warnings:  # a MyST file whose structure looks broken still runs, with a warning
-            typer.echo(f"nbscope: warning: {warning}", err=True)
-        if not self.enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        from nbscope.render.terminal import console
-
-        self.bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True,
-        )
-        self.task = self.bar.add_task("starting kernel", total=len(notebook.code_cells) * self.repeat)
-        self.bar.start()
-
-    def started(self, cell: CodeCell) -> None:
-        from nbscope.render.terminal import literal
-
-        if self.bar is not None:
-            where = f" line {cell.line}" if cell.line else ""
-            self.bar.update(self.task, description=f"cell {cell.index + 1}{where}: {literal(cell.first_line[:40])}")
-
-    def done(self, _: object) -> None:
-        if self.bar is not None:
-            self.bar.advance(self.task)
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+def _warn_of(notebook: Notebook) -> None:
+    for warning in notebook.warnings:  # a MyST file whose structure looks broken still runs, with a warning
+        typer.echo(f"nbscope: warning: {warning}", err=True)
 
 
 @app.command()
@@ -113,6 +74,7 @@ def profile(
     findings (causes with their fixes; `nbscope diagnose RUN` shows them in full). Exits 1 when a cell failed
     (an error, a timeout, a dead kernel) unless --allow-errors."""
     from nbscope.api.profile import RunSpec, failures, forecast_devices, parse_env, run_profile
+    from nbscope.render.progress import ProfileProgress
     from nbscope.render.terminal import console
 
     options = RunSpec(
@@ -130,10 +92,15 @@ def profile(
                                     diagnosis=not no_diagnose)
         exit_if_failed(failures(records), allow_errors)
         return
-    progress = _Progress(repeat, console.is_terminal and not (as_json or markdown))
+    progress = ProfileProgress(repeat, console.is_terminal and not (as_json or markdown))
+
+    def on_notebook(notebook: Notebook) -> None:
+        _warn_of(notebook)
+        progress.start(notebook)
+
     with progress:
         outcome = run_profile(path, options, store, devices_file=devices, diagnose=not no_diagnose,
-                              allow_errors=allow_errors, on_notebook=progress.start, on_cell_start=progress.started,
+                              allow_errors=allow_errors, on_notebook=on_notebook, on_cell_start=progress.started,
                               on_cell_done=progress.done)
     for warning in outcome.warnings:  # e.g. a notebook that removed nbscope's cell callbacks
         typer.echo(f"nbscope: warning: {warning}", err=True)

@@ -17,6 +17,7 @@ Markdown and HTML files escape what they show themselves (``render._markdown``, 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from nbscope._redact import redact
@@ -54,7 +55,7 @@ class CleanStream:
         self.raw.write(for_terminal(text))
         return len(text)
 
-    def writelines(self, lines: Any) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:  # type: ignore[override]
         for line in lines:
             self.write(line)
 

@@ -25,7 +25,7 @@ class Item:
     tail: str = ""  # plain words after it (" (edited)")
 
     @classmethod
-    def of(cls, value: Any) -> Item:
+    def of(cls, value: object) -> Item:
         if isinstance(value, Item):
             return value
         return cls("" if value is None else str(value))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from nbscope import _units as units
 from nbscope.render._clean import for_terminal
@@ -21,8 +21,6 @@ class RunningKernel(Protocol):
     line: int | None
     first_line: str | None
     elapsed_s: float | None
-
-    def to_dict(self) -> dict[str, Any]: ...
 
 NOTHING_RUNS = "Nothing runs: no profile, audit or traced build of this user has a kernel running now."
 

@@ -35,7 +35,7 @@ class RunList(Protocol):
 
 def runs_json(listing: RunList) -> str:
     if listing.live is not None:
-        return json.dumps([kernel.to_dict() for kernel in listing.live], indent=1)
+        return json.dumps([dict(vars(kernel)) for kernel in listing.live], indent=1)  # its fields, in order
     if listing.unfinished is not None:
         return json.dumps(list(listing.unfinished), indent=1)
     return json.dumps(list(listing.rows), indent=1)

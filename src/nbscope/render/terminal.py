@@ -245,7 +245,7 @@ def field_name(path: str) -> str:
     return path.replace("_", " ")
 
 
-def format_value(value: Any) -> str:
+def format_value(value: object) -> str:
     """A fingerprint or settings value as rich markup (escaped)."""
     if fp.is_absent(value):
         return f"[dim]absent: {literal(value['absent'])}[/dim]"

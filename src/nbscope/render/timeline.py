@@ -2,8 +2,47 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nbscope.record.run import RunRecord
 from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
+from nbscope.schema.codec import Measured, decode
+
+
+@dataclass(frozen=True, slots=True)
+class _Count:
+    count: Measured
+
+
+@dataclass(frozen=True, slots=True)
+class _TopOp:
+    name: str | None
+    count: Measured
+    longest_s: Measured
+
+
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    """The figures of a cell's timeline summary that the table shows, read once (``collect.timeline`` writes it;
+    the cell model keeps it as recorded)."""
+
+    classification: str | None  # None: the cell was not traced (``skipped`` or ``error`` says why)
+    skipped: str | None
+    error: str | None
+    wall_s: Measured
+    device_busy_s: Measured
+    device_busy_share: Measured
+    ops: Measured
+    mean_op_s: Measured
+    dispatch_s: Measured
+    dispatches: Measured
+    transfers: _Count | None
+    syncs: _Count | None
+    top_ops: tuple[_TopOp, ...]
+
+
+def _count(counted: _Count | None) -> str:
+    return "" if counted is None or counted.count is None else str(counted.count)
 
 
 def print_timeline(record: RunRecord) -> None:
@@ -24,24 +63,23 @@ def print_timeline(record: RunRecord) -> None:
     ]
     rows = []
     for cell in cells:
-        summary = cell.timeline or {}
+        summary = decode(_Summary, cell.timeline)
         where = literal(cell.line or "")
-        if summary.get("classification") is None:
+        if summary.classification is None:
             rows.append([str(cell.index + 1), where, "", "", "", "", "", "", "", "–",
-                         source_text(str(summary.get("skipped") or summary.get("error") or ""))])
+                         source_text(str(summary.skipped or summary.error or ""))])
             continue
-        top = (summary.get("top_ops") or [None])[0]
-        transfers, syncs = summary.get("transfers") or {}, summary.get("syncs") or {}
+        top = summary.top_ops[0] if summary.top_ops else None
         rows.append([
             str(cell.index + 1), where,
-            format_seconds(summary.get("wall_s")),
-            f"{format_seconds(summary.get('device_busy_s'))} ({(summary.get('device_busy_share') or 0):.0%})",
-            str(summary.get("ops")),
-            format_seconds(summary.get("mean_op_s")),
-            f"{format_seconds(summary.get('dispatch_s'))} / {summary.get('dispatches')}",
-            str(transfers.get("count", "")),
-            str(syncs.get("count", "")),
-            literal(summary["classification"]),
-            source_text(f"{top['name']} {format_seconds(top['longest_s'])}×{top['count']}") if top else "",
+            format_seconds(summary.wall_s),
+            f"{format_seconds(summary.device_busy_s)} ({(summary.device_busy_share or 0):.0%})",
+            str(summary.ops),
+            format_seconds(summary.mean_op_s),
+            f"{format_seconds(summary.dispatch_s)} / {summary.dispatches}",
+            _count(summary.transfers),
+            _count(summary.syncs),
+            literal(summary.classification),
+            source_text(f"{top.name} {format_seconds(top.longest_s)}×{top.count}") if top else "",
         ])
     console.print(fitted_table(columns, rows, title="device timeline per cell"))

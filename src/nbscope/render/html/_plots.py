@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._units import count
 from nbscope.analyse.report import ReportData
@@ -25,6 +25,9 @@ from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
 from nbscope.schema.pathways import PathwayRow, PathwaysRun
 from nbscope.schema.suite import LoopsRun
+
+if TYPE_CHECKING:
+    from nbscope.analyse.history import History
 
 
 def _label(cell: Cell | PathwayRow, width: int = 38) -> str:
@@ -143,7 +146,7 @@ def _parse_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
+def history_svg(result: History, highlight: Iterable[int] = ()) -> str | None:
     """Each series of a :class:`nbscope.analyse.history.History` over time; change points as dashed lines with
     their ratio; the segment medians as steps; runs in the report drawn larger."""
     series = [s for s in result.series if any(p.value is not None for p in s.points)]
@@ -157,7 +160,7 @@ def history_svg(result: Any, highlight: Iterable[int] = ()) -> str | None:
     for number, entry in enumerate(series[: len(COLORS)]):
         color = COLORS[number % len(COLORS)]
         points = [p for p in entry.points if p.value is not None]
-        placed = [(_parse_time(p.started_at).timestamp(), float(p.value)) for p in points]
+        placed = [(_parse_time(p.started_at).timestamp(), float(p.value or 0.0)) for p in points]  # none is None
         chart.series(placed, color, line=True)
         legend.append((entry.label or f"{entry.kind} · {entry.digest} · {entry.machine}", color))
         big = [xy for xy, p in zip(placed, points, strict=True) if p.run_id in marked]
