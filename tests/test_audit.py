@@ -36,6 +36,8 @@ from nbscope.api.audit import (
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.audit import Audit
+from nbscope.schema.codec import decode, encode
 
 BOOK = Path(__file__).resolve().parent / "files" / "audit_book"
 NOTEBOOKS = [
@@ -233,6 +235,11 @@ def _fake_audit(target: Any, store: Store, fingerprint: dict[str, Any], recorder
                  executor_factory=lambda n: ThreadPoolExecutor(max_workers=n), job_function=recorder)
 
 
+def _written_back(record: RunRecord) -> str:
+    """An audit's measurements read into the typed model and written again, key order and all."""
+    return json.dumps(encode(decode(Audit, record.measurements)))
+
+
 @pytest.fixture
 def no_gpu() -> dict[str, Any]:
     fingerprint = fp.collect(nvml=None)
@@ -312,6 +319,7 @@ def test_gpu_audit_names_the_winner_and_counts_lectures_slower_on_the_gpu(
     assert rows["jax_small.md"]["winner"] == "cpu" and rows["jax_small.md"]["ratio"] == pytest.approx(3.0)
     assert rows["error_cell.ipynb"]["winner"] == "cuda"
     assert all(j.env["CUDA_VISIBLE_DEVICES"].startswith("GPU-") for j in recorder.jobs if j.is_gpu)
+    assert _written_back(record) == json.dumps(m)  # the typed model reads and writes the stored audit unchanged
 
 
 def test_merge_joins_shards_and_prefers_measured_runs(tmp_path: Path, no_gpu: dict[str, Any],
@@ -343,6 +351,7 @@ def test_merge_joins_shards_and_prefers_measured_runs(tmp_path: Path, no_gpu: di
     imported = [e["run_id"] for e in m["notebooks"]]
     assert all(isinstance(i, int) for i in imported)
     assert merged_store.get(imported[0]).kind == "profile"
+    assert _written_back(merged) == json.dumps(m)
     again = merge([*files, gpu_file], store=merged_store, fingerprint=no_gpu)  # runs are imported once
     assert [e["run_id"] for e in again.measurements["notebooks"]] == imported
 
