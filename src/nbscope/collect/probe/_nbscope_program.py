@@ -267,12 +267,12 @@ EARLY_FAST_S = 0.1
 # STOP_MULTIPLE times what its events hold on top of them (measured, jax 0.10.2, a bare process, the stop's
 # VmHWM over the RSS just before it, per MiB of malloc's in-use growth while recording, no compile among it:
 # tests/files/forecast_scan_events.md's 10 calls 884 MiB for 220 MiB held, 4.01; the Kalman filter of
-# benchmarks/forecast_overhead.py's docs, 5 calls of its jit(grad), 4,306 MiB for 1,083 MiB, 3.98). The session
+# benchmarks/lectures/kalman_x64.md, 5 calls of its jit(grad), 4,306 MiB for 1,083 MiB, 3.98). The session
 # is cut once held × (1 + STOP_MULTIPLE) passes the budget (MEMORY_BUDGET_BYTES, NBSCOPE_PROBE_MEMORY_BUDGET in
 # bytes). What is held is read from glibc's mallinfo2: uordblks, every thread's heap in use (the events are
 # small blocks; they never reached its mmapped blocks, hblkhd, in either run above, where a cell's large
-# arrays are), less what grew while any thread was inside JAX's tracing, lowering or compiling (executables
-# stay in the heap: XLA grows it by ~100 MB compiling a program with a scan and an LU). The kernel's resident
+# arrays are), less a compile's working memory while it lasts (readings whose polls all found a thread inside
+# JAX's tracing, lowering or compiling; what it keeps then counts, see _HeldMemory). The kernel's resident
 # memory does not show it: events fill the heap a compile or the notebook freed (the Kalman filter's cells
 # held 170 MB free after 5 untraced gradients) and grow RSS only then. mallinfo2 walks every free chunk
 # with each heap's lock held: 0.02 ms on a fresh heap, 1.5 ms after the Kalman likelihood, 80–116 ms after
