@@ -32,8 +32,8 @@ def nbscope(*args: Any, cwd: Path, timeout: float = 600) -> subprocess.Completed
                           capture_output=True, text=True, timeout=timeout)
 
 
-def audit_file(*args: Any, cwd: Path, name: str) -> dict[str, Any]:
-    result = nbscope("audit", *args, "--db", cwd / f"{name}.db", "-o", cwd / f"{name}.json", cwd=cwd)
+def audit_file(*args: Any, cwd: Path, name: str, timeout: float = 600) -> dict[str, Any]:
+    result = nbscope("audit", *args, "--db", cwd / f"{name}.db", "-o", cwd / f"{name}.json", cwd=cwd, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     document: dict[str, Any] = json.loads((cwd / f"{name}.json").read_text())
     return document

@@ -295,8 +295,9 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 
 @pytest.fixture(scope="session")
 def audited_corpus_once(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """``nbscope audit`` of the small test book and the two corpus lectures with two workers, run once a session:
-    the audit file it exports, with ``_wall_s``, the command's wall time. Skips where the corpus is absent."""
+    """``nbscope audit`` of the small test book and the two corpus lectures with two workers, forecasting for the
+    T4 (so each CPU run records program data, as ``nbscope profile --forecast t4`` does), run once a session: the
+    audit file it exports, with ``_wall_s``, the command's wall time. Skips where the corpus is absent."""
     import time
 
     from audit_support import BOOK, CORPUS, LECTURES, audit_file
@@ -305,7 +306,9 @@ def audited_corpus_once(tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         pytest.skip(f"corpus lectures not found in {CORPUS} (expected {', '.join(LECTURES)})")
     folder = tmp_path_factory.mktemp("audited-corpus")
     started = time.perf_counter()
-    document = audit_file(BOOK, *(CORPUS / name for name in LECTURES), "--workers", "2", cwd=folder, name="corpus")
+    # Up to pytest's own limit (pyproject.toml): on a busy machine the two lectures take many minutes.
+    document = audit_file(BOOK, *(CORPUS / name for name in LECTURES), "--workers", "2", "--forecast", "t4",
+                          cwd=folder, name="corpus", timeout=900)
     document["_wall_s"] = time.perf_counter() - started
     return document
 
@@ -313,7 +316,8 @@ def audited_corpus_once(tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
 @pytest.fixture
 def audited_corpus(audited_corpus_once: dict[str, Any]) -> dict[str, Any]:
     """A copy of the session's audit of the book and the corpus lectures (``audited_corpus_once``): test_audit_run.py
-    checks the audit, test_corpus.py each lecture's run in it, and none can change what another reads."""
+    checks the audit, test_corpus.py and test_forecast_corpus.py each lecture's run in it, and none can change
+    what another reads."""
     return copy.deepcopy(audited_corpus_once)
 
 

@@ -37,12 +37,12 @@ def fence_lines(path: Path) -> list[int]:
 
 def run_lecture(name: str, audited_corpus: dict[str, Any]) -> RunRecord:
     """The lecture's CPU run from the session's audit of the corpus (tests/conftest.py ``audited_corpus``): a
-    plain profile (no program data) in an audit worker, stored and embedded in the audit file."""
+    profile in an audit worker (recording program data for the forecast), stored and embedded in the audit file."""
     path = CORPUS / name
     (entry,) = [e for e in audited_corpus["measurements"]["notebooks"] if e["backend"] == "cpu" and Path(e["path"]).name == name]
     assert entry["run_id"] is not None and not entry["reused"]
     record = RunRecord.from_dict(audited_corpus["runs"][str(entry["run_id"])])
-    assert record.settings["jax_platform"] == "cpu" and not record.settings.get("forecast")
+    assert record.settings["jax_platform"] == "cpu"
     cells = record.measurements["cells"]
     assert record.measurements["notebook"]["format"] == "myst"
     # every code cell is listed, in order, with the line of its fence in the .md file

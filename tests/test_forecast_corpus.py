@@ -7,6 +7,7 @@ measured in the same run, against which the T4's loop alone is two orders of mag
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.devices import load_table
-from nbscope.api.profile import ProfileOptions, profile
+from nbscope.record.run import RunRecord
 from nbscope.schema.codec import decode
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -26,15 +27,20 @@ pytestmark = [
 ]
 
 
-def _forecast(name: str, gpus: str) -> tuple[Any, dict[str, Any]]:
-    record = profile(CORPUS / name, ProfileOptions(forecast=gpus.split(","), jax_platform="cpu"), fingerprint={"digest": "corpus"})
+def _forecast(audit: dict[str, Any], name: str, gpus: str) -> tuple[Any, dict[str, Any]]:
+    """The lecture's CPU run from the session's audit of the corpus (tests/conftest.py ``audited_corpus_once``:
+    profiled on the CPU for the T4, as ``nbscope profile --forecast t4`` does), forecast for ``gpus`` (the program
+    data a run records is the same whichever GPUs it names)."""
+    (entry,) = [e for e in audit["measurements"]["notebooks"] if e["backend"] == "cpu" and Path(e["path"]).name == name]
+    record = RunRecord.from_dict(copy.deepcopy(audit["runs"][str(entry["run_id"])]))
+    assert record.settings["jax_platform"] == "cpu" and record.settings["forecast"] == ["t4"]
     assert record.measurements.get("programs"), "program data was not recorded"
     return record, forecast(record, gpus, notebook_path=CORPUS / name).to_dict()
 
 
 @pytest.fixture(scope="module")
-def seed() -> tuple[Any, dict[str, Any]]:
-    return _forecast("numpy_vs_numba_vs_jax.md", "t4")
+def seed(audited_corpus_once: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    return _forecast(audited_corpus_once, "numpy_vs_numba_vs_jax.md", "t4")
 
 
 def test_seed_lecture_forecast_on_a_t4(seed: tuple[Any, dict[str, Any]]) -> None:
@@ -93,9 +99,9 @@ def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, d
 
 
 @pytest.fixture(scope="module")
-def intro() -> tuple[Any, dict[str, Any]]:
+def intro(audited_corpus_once: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """jax_intro.md forecast on every GPU of the device table (the T4 among them)."""
-    return _forecast("jax_intro.md", ",".join(sorted(load_table(environ={}).devices)))
+    return _forecast(audited_corpus_once, "jax_intro.md", ",".join(sorted(load_table(environ={}).devices)))
 
 
 @pytest.mark.parametrize("lecture", ["seed", "intro"])
