@@ -306,8 +306,9 @@ _LIBC: dict[str, Any] = {}  # mallinfo2 and sbrk, resolved once per kernel (None
 
 
 def _libc(name: str) -> Any:
-    """glibc's ``mallinfo2`` (bytes in use over every thread's heap) or ``sbrk`` (the program break) as a
-    function of no argument, looked up on first use; None where the C library has none."""
+    """glibc's ``mallinfo2`` (bytes in use over every thread's heap), ``sbrk`` (the program break) or
+    ``malloc_trim`` (freed heap back to the system) as a function of no argument, looked up on first use; None
+    where the C library has none."""
     if name not in _LIBC:
         _LIBC[name] = None
         try:
@@ -320,6 +321,10 @@ def _libc(name: str) -> Any:
                 function = ctypes.CDLL(None).mallinfo2
                 function.restype, function.argtypes = MallInfo2, []
                 _LIBC[name] = lambda: int(function().uordblks)
+            elif name == "malloc_trim":
+                function = ctypes.CDLL(None).malloc_trim
+                function.restype, function.argtypes = ctypes.c_int, [ctypes.c_size_t]
+                _LIBC[name] = lambda: int(function(0))
             else:
                 function = ctypes.CDLL(None).sbrk
                 function.restype, function.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t]
@@ -328,6 +333,15 @@ def _libc(name: str) -> Any:
         except (OSError, AttributeError, TypeError):
             pass
     return _LIBC[name]
+
+
+def _release_freed() -> None:
+    """Hand the heap a stopped session freed back to the system (glibc's ``malloc_trim``): its events and the
+    stop's copies (~5x the events) stay resident otherwise, and the next cell starts that much higher (measured:
+    jax_intro's cell 57 started 243 MB above the same cell without ``--forecast``)."""
+    trim = _libc("malloc_trim")
+    if trim is not None:
+        trim()
 
 
 ON_CPU, WAITING = 0, 1  # schedstat's fields: nanoseconds on a CPU, and waiting for one while ready to run
@@ -563,6 +577,7 @@ class _Guard:
                 self.written = _write_to(self.path, self.session.stop())
             except BaseException as exc:  # handed to finish(), never raised in this thread
                 self.error = exc
+            _release_freed()
             self.stop_s = time.perf_counter() - stopping
             self.done.set()
 
@@ -571,7 +586,9 @@ class _Guard:
         with self.lock:
             if not self.done.is_set():
                 self.done.set()
-                return _write_to(self.path, self.session.stop())
+                written = _write_to(self.path, self.session.stop())
+                _release_freed()
+                return written
         if self.error is not None:
             raise self.error
         return self.written or _write_to(self.path, b"")
