@@ -529,29 +529,3 @@ def test_probe_reader_waits_for_whole_lines(tmp_path: Path) -> None:
     second = reader.take("h1")
     assert second is not None and second.seq == 1
     assert reader.take("h1") is None
-
-
-def test_the_trace_guard_counts_heap_growth_as_held_but_not_a_compiles_while_it_lasts() -> None:
-    """The kernel-wide bound judges what the session's events hold from malloc's heaps (glibc's mallinfo2):
-    small blocks kept count, also where they reuse freed heap the kernel's RSS does not show. What grows in
-    readings whose polls all found JAX compiling is the compiler's working memory, left out while it lasts;
-    what is still held once the compile is over counts."""
-    sys.path.insert(0, str(Path(PROBE_FILE).parent))
-    import _nbscope_program as recorder
-
-    heap = recorder._libc("mallinfo2")
-    if heap is None:
-        pytest.skip("no glibc mallinfo2 here: the bound judges the kernel's resident growth")
-    start = time.perf_counter()  # the polls' clock is passed in: 10 s apart, each is a reading whatever it costs
-    held = recorder._HeldMemory(heap, start)
-    assert held.update(start + 0.01, False, 0) == 0 and held.first is None  # a short cell never reads the heaps
-    assert held.update(start + 1, False, 0) == 0 and held.fresh  # the first reading: the base
-    kept = [bytes(1000) for _ in range(20_000)]  # 20 MB of small blocks (malloc's, not Python's own arenas)
-    counted = held.update(start + 10, False, 0)
-    assert held.fresh and 19e6 <= counted <= 19e6 + 4e6
-    kept += [bytes(1000) for _ in range(20_000)]
-    for poll in (10.001, 10.002, 20):
-        assert held.update(start + poll, True, 0) == counted  # every poll since the reading found a compile
-    assert held.fresh
-    assert held.update(start + 30, False, 0) >= counted + 19e6  # the compile is over: what it kept counts
-    del kept

@@ -245,8 +245,8 @@ STEADY_POLLS = 10
 # ~9,000 takes ~9× as long; a million-call cell went from 1.14× to 1.03–1.11× its time without program data
 # (medians over pairs; 1.014× on a quiet machine, 40 pairs), +65 MB to +4–11 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
 # is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
-# every thread's heap but walks it with its locks held: polled every 10 ms, it slowed the traced calls by a
-# third; it serves the kernel-wide bound and the hard cap, read as HEAP_POLL_S says.) Where the break cannot be read
+# every thread's heap but walks it, ~0.5 ms, with its locks held: polled every 10 ms, it slowed the traced
+# calls by a third; it serves the hard cap, read every HEAP_EVERY polls.) Where the break cannot be read
 # (the cell's thread is not the main one, or no sbrk), the kernel's growth stands in, EARLY_CAP_BYTES.
 EARLY_HEAP_BYTES = 2 * 2**20
 # Arrays up to 32 MB can come from the heap too (glibc raises its mmap threshold after freeing a mmapped
@@ -254,6 +254,7 @@ EARLY_HEAP_BYTES = 2 * 2**20
 # heap by ~0.5 MB per 2.5 ms poll), and counts toward neither the early budget nor its "rising at every poll".
 EARLY_JUMP_BYTES = 4 * 2**20
 EARLY_CAP_BYTES = 40 * 2**20
+HEAP_EVERY = 25
 EARLY_CAP_AFTER_S = 0.01
 EARLY_POLLS = 4
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
@@ -262,33 +263,23 @@ EARLY_POLL_S = 0.0025  # the first EARLY_FAST_S: a cell of small calls is cut wi
 EARLY_FAST_S = 0.1
 # The kernel-wide bound (issue 34): the rules above watch the cell's own thread, but the session records
 # every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
-# show, and they fire only while the cell's thread is busy. So the guard judges, whatever the cell's thread
-# does, what the session's events HOLD and what stopping them will cost: stopping a session peaks at about
-# STOP_MULTIPLE times what its events hold on top of them (measured, jax 0.10.2, a bare process, the stop's
-# VmHWM over the RSS just before it, per MiB of malloc's in-use growth while recording, no compile among it:
-# tests/files/forecast_scan_events.md's 10 calls 884 MiB for 220 MiB held, 4.01; the Kalman filter of
-# benchmarks/lectures/kalman_x64.md, 5 calls of its jit(grad), 4,306 MiB for 1,083 MiB, 3.98). The session
-# is cut once held × (1 + STOP_MULTIPLE) passes the budget (MEMORY_BUDGET_BYTES, NBSCOPE_PROBE_MEMORY_BUDGET in
-# bytes). What is held is read from glibc's mallinfo2: uordblks, every thread's heap in use (the events are
-# small blocks; they never reached its mmapped blocks, hblkhd, in either run above, where a cell's large
-# arrays are), less a compile's working memory while it lasts (readings whose polls all found a thread inside
-# JAX's tracing, lowering or compiling; what it keeps then counts, see _HeldMemory). The kernel's resident
-# memory does not show it: events fill the heap a compile or the notebook freed (the Kalman filter's cells
-# held 170 MB free after 5 untraced gradients) and grow RSS only then. mallinfo2 walks every free chunk
-# with each heap's lock held: 0.02 ms on a fresh heap, 1.5 ms after the Kalman likelihood, 80–116 ms after
-# its gradients (216,000 free fastbin chunks); so it is read every HEAP_POLL_S, and no sooner than
-# HEAP_COST_SHARE times its last cost after the last read (≤ 5 % of the guard's time). Between reads, the
-# larger of the kernel's steady resident growth since the last read and the last interval's rate of growth
-# stands for what grew since. Where mallinfo2 is missing (musl, macOS), the kernel's steady resident growth
-# stands for what is held (it can fall short). A cell filling malloc's heap itself (small arrays, Python
-# objects) is cut too: that costs forecast precision (its counts are extrapolated, and the record says
-# why), never the cell.
-STOP_MULTIPLE = 4.0
-MEMORY_BUDGET_BYTES = 128 * 2**20
-HEAP_POLL_S = 0.05
-HEAP_COST_SHARE = 20
-# The kernel's steady resident growth leaves out a poll's growth faster than this (an array's pages written
-# at memory speed, not events recorded call by call) and growth while a thread is inside JAX's compiling.
+# show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's resident
+# memory (/proc/self/statm, ~10 µs), and the session is cut, whatever the cell's thread does, once the
+# kernel has grown steadily by MEMORY_BUDGET_BYTES since it started. Stopping a session peaks at about 5 times
+# what its events hold (measured, jax 0.10.2: a scan with LAPACK calls in its body, 172 MiB of events, a stop
+# peaking 854 MiB over the cell's start; 882 MiB, 4.4 GB), and the growth counted here falls short of the
+# events on such scans (a Kalman filter's cells cut at 32 MiB counted still added +246 to +419 MB; +44 to
+# +191 MB at 8 MiB). The default stays 32 MiB: 8 MiB also cut tests/files/forecast_honest.md's 50 calls of a
+# loop and undercounted them (450 iterations of 1,000). What the
+# notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
+# MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
+# while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
+# a program with a scan and an LU, and its events come after). Once that growth passes the budget, glibc's
+# heaps (mallinfo2, every thread's, mmapped arrays apart) are read, where they can be, and their growth
+# since the start (less what grew while JAX compiled) stands for it instead, so a cell whose results fill memory keeps its trace; a cell
+# filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
+# and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
+MEMORY_BUDGET_BYTES = 32 * 2**20
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
 # A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
@@ -382,65 +373,6 @@ def _in_jax_compile(frame: Any) -> bool:
     return False
 
 
-class _HeldMemory:
-    """What the session's events hold, from malloc's heaps (mallinfo2), less a compile's working memory while it
-    lasts; read every HEAP_POLL_S where its cost allows (see STOP_MULTIPLE)."""
-
-    def __init__(self, heap: Callable[[], int], started: float) -> None:
-        self.heap = heap
-        self.started = started
-        self.first: int | None = None  # the heaps' bytes in use at the first reading
-        self.last = 0  # ... at the last reading
-        self.read_at = 0.0
-        self.cost = 0.0  # seconds the last reading took
-        self.held = 0  # the events' bytes at the last reading: growth since the first, compiles' left out
-        self.rate = 0.0  # bytes a second the events grew by between the last two readings
-        self.polls = self.compiling_polls = 0  # polls since the last reading, and those that found a compile
-        self.compiling_grown = 0  # growth in the readings since JAX started compiling, all of whose polls did
-        self.fresh = False  # the last update read the heaps
-
-    def _read(self, clock: float) -> int:
-        started = time.perf_counter()
-        value = self.heap()
-        self.cost, self.read_at = time.perf_counter() - started, clock
-        return value
-
-    def grown(self) -> int:
-        """The heaps' growth since the first reading, compiles included (for the hard cap)."""
-        return self.last - self.first if self.first is not None else 0
-
-    def update(self, clock: float, compiling: bool, resident_since: int) -> int:
-        """The bytes the events hold now (an estimate between readings). ``compiling``: a thread is inside JAX's
-        compiling at this poll; ``resident_since``: the kernel's steady resident growth since the last reading
-        (not counting compiles and jumps), which the caller resets when ``fresh`` says a reading was made."""
-        self.fresh = False
-        if self.first is None:
-            if clock - self.started < EARLY_FAST_S:  # a short cell never walks the heaps, nor the early window
-                return resident_since
-            self.first = self.last = self._read(clock)
-            self.held, self.fresh = resident_since, True
-            return self.held
-        self.polls += 1
-        self.compiling_polls += compiling
-        spent = clock - self.read_at
-        if spent < max(HEAP_POLL_S, HEAP_COST_SHARE * self.cost):
-            ahead = 0.0 if self.compiling_polls else self.rate * spent
-            return self.held + int(max(resident_since, ahead))
-        now = self._read(clock)
-        grown, self.last = now - self.last, now
-        self.rate = 0.0
-        if self.compiling_polls == self.polls:
-            # Every poll since the last reading found JAX compiling: its growth is the compiler's working memory,
-            # left out while it lasts. Once the compile is over, what it kept (its executables: a few MiB
-            # in use, 6.6 MiB for the Kalman filter's jit(grad), which grew RSS by 101 MiB) counts with the rest.
-            self.compiling_grown += grown
-        else:
-            self.held = max(self.held + self.compiling_grown + grown, 0)  # freed memory never hides later events
-            self.rate, self.compiling_grown = max(grown, 0) / spent, 0
-        self.polls, self.compiling_polls, self.fresh = 0, 0, True
-        return self.held
-
-
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
@@ -495,10 +427,14 @@ class _Guard:
         # (a cell's large arrays are not in it), else the kernel's memory; the hard cap judges every heap.
         read, base = (self.brk, self.brk_base) if self.brk_base is not None else (_rss, self.base)
         early_cap = EARLY_HEAP_BYTES if self.brk_base is not None else EARLY_CAP_BYTES
-        # Every thread's heap, for the kernel-wide bound and the hard cap: read here, not on the cell's thread.
+        # Every thread's heap, for the hard cap: read here, not on the cell's thread (a walk of the heap).
         heap = _libc("mallinfo2")
-        held_memory = _HeldMemory(heap, self.started) if heap is not None else None
-        kernel_last, kernel_steady = self.base, 0  # the kernel's steady growth, since the last heap reading
+        whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
+        whole_now = whole_base
+        kernel_last, kernel_grown, kernel_steady = self.base, 0, 0  # the kernel-wide bound's readings
+        # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
+        # the heap): read as a compile is first seen and once it is over.
+        heap_base, heap_at_compile = whole_base, None
         polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
@@ -511,22 +447,34 @@ class _Guard:
             kernel = _rss() if read is not _rss else None
             now = read() if read is not None else None
             kernel = now if read is _rss else kernel
-            kernel_grown = kernel - self.base if kernel is not None and self.base is not None else 0
-            if kernel is not None and kernel_last is not None:
+            if kernel is not None and kernel_last is not None and self.base is not None:
                 step, kernel_last = kernel - kernel_last, kernel
                 jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
                 compiling = self._compiling_anywhere()
                 kernel_steady += step if 0 < step <= jump and not compiling else 0
-                held = kernel_steady  # where malloc's heaps cannot be read
-                if held_memory is not None:
-                    held = held_memory.update(clock, compiling, kernel_steady)
-                    kernel_steady = 0 if held_memory.fresh else kernel_steady
-                if held * (1 + STOP_MULTIPLE) > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
-                    self._cut(elapsed, max(held, 0), "memory budget", kernel_grown)
+                if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
+                    if compiling:
+                        heap_at_compile = heap()
+                    else:
+                        heap_base += heap() - (heap_at_compile or 0)
+                        heap_at_compile = None
+                kernel_grown = kernel - self.base
+                if kernel_steady > self.memory_budget and heap is not None and heap_base is not None:
+                    # Where malloc's heaps can be read, they decide: the session's events are small blocks
+                    # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
+                    # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
+                    whole_now = heap()
+                    kernel_steady = whole_now - heap_base
+                if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
+                    self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
                     return
             if now is None or base is None:
                 continue
             polls += 1
+            if whole is _rss:
+                whole_now = kernel
+            elif polls % HEAP_EVERY == 0 and whole is not None:
+                whole_now = whole()
             step = now - recent[-1] if recent else now - base
             events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
             recent = [*recent[-(STEADY_POLLS - 1):], now]
@@ -542,7 +490,7 @@ class _Guard:
             (t0, c0), (t1, c1) = cpu[0], cpu[-1]
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - base
-            grown_all = held_memory.grown() if held_memory is not None else kernel_grown
+            grown_all = (whole_now - whole_base) if whole_now is not None and whole_base is not None else grown
             early = elapsed < MIN_TRACE_S
             last = recent[-EARLY_POLLS:]
             steps = [b - a for a, b in zip(last, last[1:], strict=False)]
