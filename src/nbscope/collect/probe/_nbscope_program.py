@@ -326,6 +326,11 @@ def _libc(name: str) -> Any:
     return _LIBC[name]
 
 
+# A stopped session whose events came to this much once written freed several times as much (the stop copies
+# them: 66 MiB of events gave a 15 MiB result); below it, trimming would walk the heap for little.
+TRIM_AFTER_BYTES = 2**20
+
+
 def _release_freed() -> None:
     """Hand the heap a stopped session freed back to the system (glibc's ``malloc_trim``): its events and the
     stop's copies (~5x the events) stay resident otherwise, and the next cell starts that much higher (measured:
@@ -522,21 +527,25 @@ class _Guard:
                 self.window_wait = waited - self.waited
             stopping = time.perf_counter()
             try:
-                self.written = _write_to(self.path, self.session.stop())
+                self.written = self._stop_and_write()
             except BaseException as exc:  # handed to finish(), never raised in this thread
                 self.error = exc
-            _release_freed()
             self.stop_s = time.perf_counter() - stopping
             self.done.set()
+
+    def _stop_and_write(self) -> str:
+        data = self.session.stop()
+        written = _write_to(self.path, data)
+        if len(data) >= TRIM_AFTER_BYTES:  # a small session frees little: no walk of the heap after every cell
+            _release_freed()
+        return written
 
     def finish(self) -> str:
         """The path of the session's events: stopped and written now, or when it was cut."""
         with self.lock:
             if not self.done.is_set():
                 self.done.set()
-                written = _write_to(self.path, self.session.stop())
-                _release_freed()
-                return written
+                return self._stop_and_write()
         if self.error is not None:
             raise self.error
         return self.written or _write_to(self.path, b"")
