@@ -79,6 +79,28 @@ def test_o_naming_an_input_is_refused_and_the_input_kept(tmp_path: Path, run_cli
     assert second.read_bytes() == before
 
 
+def test_a_file_given_the_inode_sqlite_freed_is_written_and_a_live_wal_link_refused(tmp_path: Path) -> None:
+    """SQLite deletes and remakes its ``-shm``/``-wal`` files: the inode one had may go to a new file of the
+    user's (CI refused a fresh ``-o`` file as "the same file as nbscope.db-shm"). A file SQLite still has is
+    refused under another name (a hard link) all the same."""
+    from nbscope._errors import NbscopeError
+    from nbscope._files import check_target, forget_inputs
+    from nbscope.record.store import Store
+
+    forget_inputs()
+    db = tmp_path / "nbscope.db"
+    shm, wal = Path(f"{db}-shm"), Path(f"{db}-wal")
+    shm.write_bytes(b"x")
+    Store(db)
+    os.rename(shm, tmp_path / "site.json")  # the file now at site.json has the inode the -shm had
+    assert check_target(tmp_path / "site.json") == tmp_path / "site.json"
+    wal.write_bytes(b"x")
+    os.link(wal, tmp_path / "wal-link")
+    with pytest.raises(NbscopeError, match="is the run store"):
+        check_target(tmp_path / "wal-link")
+    forget_inputs()
+
+
 # Every option of every command that writes a file, each given the run store or a file the command reads.
 EVERY_OUTPUT_OPTION = {
     "export -o": ("export", "1", "-o", "{db}"),

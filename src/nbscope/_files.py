@@ -39,14 +39,20 @@ READ_LIMIT = 64 * 2**20
 _inputs: list[tuple[str, int, int, str]] = []
 
 
-def note_input(path: str | Path, what: str = "an input") -> None:
+def note_input(path: str | Path, what: str = "an input", *, transient: bool = False) -> None:
     """Remember that this process reads ``path`` (a store, a record, a notebook): :func:`check_target`
-    then refuses to write over it. A path that does not exist yet is remembered by name."""
+    then refuses to write over it. A path that does not exist yet is remembered by name.
+
+    A ``transient`` file (SQLite's ``-wal``/``-shm``/``-journal``) is remembered by name only: SQLite deletes
+    and remakes it, and the inode it had may meanwhile be given to a new file of the user's (CI saw a fresh
+    ``-o`` file refused as the store's old ``-shm``). Its current inode is compared when a target is checked."""
     path = Path(path)
     if is_stdout(path):
         return
     resolved = os.path.realpath(path)
     try:
+        if transient:
+            raise FileNotFoundError
         info = os.stat(path)
         identity = (resolved, info.st_dev, info.st_ino, what)
     except OSError:
@@ -71,7 +77,17 @@ def _read_by_this_process(path: Path) -> tuple[str, str] | None:
     for name, device, inode, what in _inputs:
         if name == resolved or (key is not None and key == (device, inode)):
             return name, what
+        if key is not None and device == -1 and key == _identity_now(name):
+            return name, what  # a hard link to a file noted by name (made since, or transient)
     return None
+
+
+def _identity_now(name: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(name)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file") -> bytes:

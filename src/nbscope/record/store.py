@@ -459,8 +459,9 @@ class Store:
 
         # No -o of this command replaces it, nor a file SQLite would take for its own (a rollback journal is
         # read, or deleted, by the next connection).
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            note_input(Path(f"{self.path}{suffix}"), "the run store")
+        note_input(self.path, "the run store")
+        for suffix in ("-wal", "-shm", "-journal"):
+            note_input(Path(f"{self.path}{suffix}"), "the run store", transient=True)
         self._check_file()
 
     def _check_file(self) -> None:
