@@ -54,14 +54,14 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
 def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_calls_rate() -> None:
     from nbscope.collect.program import _extrapolate
 
-    def scaled(window: dict, sched: dict | None, rate: dict | None, compile_s: float | None = None) -> tuple[int, float]:
+    def scaled(window: dict, cell_wait: float | None, rate: dict | None, compile_s: float | None = None) -> tuple[int, float]:
         result = {"executions": [{"program": "jit_step#1", "count": 100, "cpu_s": 0.5}], "call_rate": rate}
-        _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, sched, compile_s)
+        _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, cell_wait, compile_s)
         return result["executions"][0]["count"], result["window"]["scale"]
 
     assert scaled({}, None, None) == (1000, 10.0)  # the traced rate over the whole cell
     # 2 s of the cell and 0.5 s of its window waited for a CPU: 8 s ran at the rate of 0.5 s.
-    assert scaled({"wait_s": 0.5}, {"wait_s": 2.0}, None) == (1600, 16.0)
+    assert scaled({"wait_s": 0.5}, 2.0, None) == (1600, 16.0)
     # The later half of the traced calls ran 200 a second: 100 seen, then 200 × 9 s more.
     assert scaled({}, None, {"calls": 100, "late_per_s": 200.0}) == (1900, 19.0)
     # 0.9 s of the window was JAX compiling (read at the cut), and all of the cell's 0.9 s: no call ran
@@ -70,7 +70,7 @@ def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_cal
     assert scaled({}, None, None, compile_s=0.9) == (1000, 10.0)
     # A wait falls on compiling and calling alike: each side keeps its share of time not waited (a window's
     # 0.45 s of wait taken whole from its 0.5 s of calls would make the scale 170).
-    assert scaled({"compile_s": 0.5, "wait_s": 0.45}, {"wait_s": 1.0}, None, compile_s=0.5)[1] == pytest.approx(
+    assert scaled({"compile_s": 0.5, "wait_s": 0.45}, 1.0, None, compile_s=0.5)[1] == pytest.approx(
         9.5 * 0.9 / (0.5 * 0.55))
 
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nbscope.schema.codec import encode
-from nbscope.schema.programs import WORK_FIELDS, Work
+from nbscope.schema.codec import decode, encode
+from nbscope.schema.programs import WORK_FIELDS, SourceSpan, Work
 
 ELEMENT_BYTES = {
     "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8,
@@ -128,6 +128,27 @@ class Computation:
     instructions: list[Instruction]
 
 
+@dataclass(frozen=True, slots=True)
+class FileLocation:
+    """A row of the module's ``FileLocations`` table (``{file_name_id=1 function_name_id=1 line=7 ...}``): ids
+    into the ``FileNames`` and ``FunctionNames`` tables, 1-based (0: none), and where in that file."""
+
+    file_name_id: int
+    function_name_id: int
+    line: int | None
+    end_line: int | None
+    column: int | None
+    end_column: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    """A row of the module's ``StackFrames`` table: its location and the frame that called it (1-based; 0: none)."""
+
+    file_location_id: int
+    parent_frame_id: int
+
+
 @dataclass
 class Module:
     name: str
@@ -135,24 +156,19 @@ class Module:
     entry: str
     files: dict[int, str]
     functions: dict[int, str]
-    locations: dict[int, dict[str, int]]
-    frames: dict[int, tuple[int, int]]  # frame id -> (file location id, parent frame id)
+    locations: dict[int, FileLocation]
+    frames: dict[int, StackFrame]
 
-    def source(self, frame_id: int | None) -> dict[str, Any] | None:
+    def source(self, frame_id: int | None) -> SourceSpan | None:
         """The innermost source location of a stack frame: file, function, line, columns."""
         if frame_id is None or frame_id not in self.frames:
             return None
-        location = self.locations.get(self.frames[frame_id][0])
+        location = self.locations.get(self.frames[frame_id].file_location_id)
         if location is None:
             return None
-        return {
-            "file": self.files.get(location.get("file_name_id", -1)),
-            "function": self.functions.get(location.get("function_name_id", -1)),
-            "line": location.get("line"),
-            "end_line": location.get("end_line"),
-            "column": location.get("column"),
-            "end_column": location.get("end_column"),
-        }
+        return SourceSpan(file=self.files.get(location.file_name_id),
+                          function=self.functions.get(location.function_name_id), line=location.line,
+                          end_line=location.end_line, column=location.column, end_column=location.end_column)
 
 
 # ---- parsing -----------------------------------------------------------------------------------
@@ -231,10 +247,9 @@ def parse(text: str) -> Module:
             elif table == "FunctionNames":
                 module.functions[key] = value.strip('"')
             elif table == "FileLocations":
-                module.locations[key] = _braced(value)
+                module.locations[key] = decode(FileLocation, _braced(value))
             else:
-                parts = _braced(value)
-                module.frames[key] = (parts.get("file_location_id", -1), parts.get("parent_frame_id", -1))
+                module.frames[key] = decode(StackFrame, _braced(value))
             continue
         if stripped.endswith("{") and not line.startswith(" "):
             match = _COMPUTATION.match(line)
@@ -557,7 +572,7 @@ def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, o
         "select_conds": region.select_conds,
         "syncs_per_iteration": syncs,
         "per_iteration": encode(work),
-        "source": module.source(instruction.frame),
+        "source": encode(module.source(instruction.frame)),
         "op_name": instruction.op_name,
         "body": region.computations[0] if region.computations else None,
     }

@@ -38,8 +38,10 @@ from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
 from nbscope.collect.timeline import TraceData, TraceEvent
-from nbscope.schema.codec import decode
+from nbscope.schema.codec import decode, decode_optional
+from nbscope.schema.model import Cell
 from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
+from nbscope.schema.programs import SourceSpan, TraceWindow
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -61,31 +63,31 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: object, sched: dict[str, Any] | None = None,
+def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: float | None, cell_wait: float | None = None,
                  compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
-    JAX's compile time in the whole cell; with the window's own (``window["compile_s"]``, read at the cut)
+    JAX's compile time in the whole cell; with the window's own (``TraceWindow.compile_s``, read at the cut)
     it is left out of both, as no call runs while JAX compiles (a cell that compiles for 10 s and then
     makes 50 calls of 0.6 s each, cut after the first, is 50 calls, not 1 × 42 s / 11 s). ``trips``: per
     program, its outermost loops' static trip counts: an execution whose loop the window saw only part of
     was still running at the cut, and counts as that part of a call (one scan of 10 M steps cut halfway
-    through is one call, not two)."""
-    traced = window.get("traced_s")
-    if not isinstance(traced, (int, float)) or not isinstance(wall, (int, float)) or traced <= 0:
+    through is one call, not two). ``cell_wait``: the cell's thread's wait for a CPU (``sched``)."""
+    covered = decode(TraceWindow, window)
+    traced = covered.traced_s
+    if traced is None or wall is None or traced <= 0:
         return
-    running, running_traced = float(wall), float(traced)
-    compiled_before = window.get("compile_s")
-    if isinstance(compiled_before, (int, float)) and isinstance(compile_s, (int, float)) \
+    running, running_traced = wall, traced
+    compiled_before = covered.compile_s
+    if compiled_before is not None and compile_s is not None \
             and running - compile_s > 0 and running_traced - compiled_before > 0:
         running, running_traced = running - compile_s, running_traced - compiled_before
     # The time the cell's thread waited for a CPU (load on the machine) ran no calls: rates are judged over
     # the time it did not wait, in the traced window and in the whole cell. A wait falls on compiling and
     # calling alike, so each side keeps its share of time not waited (taken whole, a window's wait of 1 s
     # against its 1.05 s of calls after 6.3 s of compile made 20 calls 218).
-    window_wait, cell_wait = window.get("wait_s"), (sched or {}).get("wait_s")
-    if isinstance(window_wait, (int, float)) and isinstance(cell_wait, (int, float)) \
-            and wall > cell_wait >= 0 and traced > window_wait >= 0:
+    window_wait = covered.wait_s
+    if window_wait is not None and cell_wait is not None and wall > cell_wait >= 0 and traced > window_wait >= 0:
         running *= 1 - cell_wait / wall
         running_traced *= 1 - window_wait / traced
     rate = result.get("call_rate")
@@ -216,10 +218,11 @@ class ProgramCollector:
         """The cell's ``programs`` field from the probe's line (and the cell record so far)."""
         result: dict[str, Any] = {"executions": [], "transfers": None, "sampled": False, "trace": None}
         new_programs: list[str] = []
-        where = f"cell {record.get('index', 0) + 1}"
+        cell = decode(Cell, record)
+        where = f"cell {cell.index + 1}"
         if probe.programs:
             try:
-                new_programs = self._read_programs(Path(probe.programs), record)
+                new_programs = self._read_programs(Path(probe.programs), cell)
             except Exception as exc:  # a broken file must not lose the cell's other figures
                 self.notes.append(f"{where}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
         elif probe.programs_error:
@@ -241,14 +244,12 @@ class ProgramCollector:
         else:
             result["trace"] = probe.trace_error or "no trace"
         if result["trace"] == "read" and probe.window is not None:
-            jax: dict[str, Any] = record["jax"] if isinstance(record.get("jax"), dict) else {}
-            compiled = sum(v for v in (jax.get(k) for k in ("trace_s", "lower_s", "backend_s"))
-                           if isinstance(v, (int, float)))
+            compiled = cell.jax.compile_s if cell.jax is not None else 0
             trips = {key: {loop["id"]: loop["trip_count"] for loop in program.get("loops") or ()
                            if not loop.get("parent") and isinstance(loop.get("trip_count"), int)}
                      for key, program in self.programs.items()
                      if key in {e.get("program") for e in result["executions"]}}
-            _extrapolate(result, probe.window, record.get("wall_s"), record.get("sched"), compiled, trips)
+            _extrapolate(result, probe.window, cell.wall_s, cell.sched.wait_s if cell.sched else None, compiled, trips)
         else:
             result.pop("call_rate", None)  # a whole trace counts every call: no rate to extrapolate at
         counted = {e["program"] for e in result["executions"]}
@@ -282,12 +283,12 @@ class ProgramCollector:
             self._xla = XlaTools()
         return self._xla
 
-    def _read_programs(self, path: Path, record: dict[str, Any]) -> list[str]:
+    def _read_programs(self, path: Path, cell: Cell) -> list[str]:
         tools = self._tools()
         if not tools.available:
             return []
         new = []
-        functions = {(_normal(f.get("name", ""))): f for f in ((record.get("jax") or {}).get("functions") or [])}
+        functions = {_normal(f.name): f for f in (cell.jax.functions if cell.jax is not None else ())}
         read = hlo_modules if path.suffix == ".hlo" else hlo_programs
         for program in read(path.read_bytes()):
             if program.program_id is not None and program.program_id in self.key_of:
@@ -305,11 +306,11 @@ class ProgramCollector:
                 key=key,
                 program_id=program.program_id,
                 function=function,
-                kind=(compiled or {}).get("kind", "unknown"),
-                first_cell=record.get("index"),
+                kind=compiled.kind if compiled is not None else "unknown",
+                first_cell=cell.index,
             )
             for loop in description["loops"]:
-                loop.update(_loop_origin(loop.get("source"), self.code_cells, record.get("index")))
+                loop.update(_loop_origin(decode_optional(SourceSpan, loop["source"]), self.code_cells, cell.index))
             self.programs[key] = description
             if program.program_id is not None:
                 self.key_of[program.program_id] = key
@@ -590,13 +591,13 @@ def _kernel_names(text: str) -> set[str]:
             for i in comp.instructions if i.opcode not in hlo.NO_KERNEL}
 
 
-def _loop_origin(source: dict[str, Any] | None, cells: list[CodeCell], current: int | None) -> dict[str, Any]:
+def _loop_origin(source: SourceSpan | None, cells: list[CodeCell], current: int | None) -> dict[str, Any]:
     """What the loop is in the notebook's words: the call that made it (``lax.scan(...)``), its cell and
     line, and the loop primitive named there; else what the HLO says (counted or not)."""
     origin: dict[str, Any] = {"call": None, "cell": None, "kind": None}
-    if source and source.get("line"):
-        function = source.get("function") or ""
-        line = int(source["line"])
+    if source is not None and source.line:
+        function = source.function or ""
+        line = source.line
         candidates: list[CodeCell] = []
         if function and not function.startswith("<"):
             short = function.rsplit(".", 1)[-1]
@@ -610,8 +611,8 @@ def _loop_origin(source: dict[str, Any] | None, cells: list[CodeCell], current: 
             lines = cell.source.splitlines()
             if 0 < line <= len(lines):
                 text = lines[line - 1]
-                column, end = source.get("column"), source.get("end_column")
-                if isinstance(column, int) and isinstance(end, int) and source.get("end_line") == line and end > column:
+                column, end = source.column, source.end_column
+                if column is not None and end is not None and source.end_line == line and end > column:
                     text = text[column:end]
                 origin["call"] = text.strip()[:200]
                 origin["cell"] = cell.index
