@@ -52,12 +52,16 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
 
 
 def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_calls_rate() -> None:
-    from nbscope.collect.program import _extrapolate
+    from nbscope.collect.program import CellResult, Executed, _extrapolate
+    from nbscope.schema.programs import CallRate
 
     def scaled(window: dict, cell_wait: float | None, rate: dict | None, compile_s: float | None = None) -> tuple[int, float]:
-        result = {"executions": [{"program": "jit_step#1", "count": 100, "cpu_s": 0.5}], "call_rate": rate}
+        execution = Executed(program="jit_step#1", count=100, count_basis="trace", cpu_s=0.5)
+        late = CallRate(calls=rate["calls"], late_calls=None, late_s=None, late_per_s=rate["late_per_s"]) if rate else None
+        result = CellResult(executions=[execution], call_rate=late)
         _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, cell_wait, compile_s)
-        return result["executions"][0]["count"], result["window"]["scale"]
+        assert result.window is not None
+        return execution.count, result.window["scale"]
 
     assert scaled({}, None, None) == (1000, 10.0)  # the traced rate over the whole cell
     # 2 s of the cell and 0.5 s of its window waited for a CPU: 8 s ran at the rate of 0.5 s.
@@ -104,20 +108,20 @@ def test_a_call_still_running_at_the_cut_is_one_call_not_as_many_as_the_time_say
     """The trace was cut 4 s into a cell of 10 s that made one call of a 10,000,000-step scan: its window
     saw 4,000,000 of the steps, so that one execution was still running, and it stays one call (its CPU time
     is the whole cell's); before, the time's scale made it "≈2 calls, likely more" and doubled its GPU loop."""
-    from nbscope.collect.program import _extrapolate
+    from nbscope.collect.program import CellResult, Executed, LoopSeen, _extrapolate
 
-    def extrapolated(iterations: int, trips: dict | None) -> dict:
-        execution = {"program": "jit_qm#1", "count": 1, "cpu_s": 3.6, "loops": {"while.1": {"iterations": iterations}}}
-        _extrapolate({"executions": [execution], "call_rate": None}, {"cut": True, "traced_s": 4.0}, 10.0, None,
-                     0.0, trips)
+    def extrapolated(iterations: int, trips: dict | None) -> Executed:
+        execution = Executed(program="jit_qm#1", count=1, count_basis="trace", cpu_s=3.6,
+                             loops={"while.1": LoopSeen(iterations=iterations)})
+        _extrapolate(CellResult(executions=[execution]), {"cut": True, "traced_s": 4.0}, 10.0, None, 0.0, trips)
         return execution
 
     trips = {"jit_qm#1": {"while.1": 10_000_000}}
     running = extrapolated(4_000_000, trips)
-    assert running["count"] == 1 and running["traced_fraction"] == 0.4
-    assert running["cpu_s"] == pytest.approx(9.0)
-    assert extrapolated(10_000_000, trips)["count"] == round(2.5)  # a whole call seen: calls went on after it
-    assert extrapolated(4_000_000, None)["count"] == round(2.5)  # no static trip count: nothing to tell by
+    assert running.count == 1 and running.traced_fraction == 0.4
+    assert running.cpu_s == pytest.approx(9.0)
+    assert extrapolated(10_000_000, trips).count == round(2.5)  # a whole call seen: calls went on after it
+    assert extrapolated(4_000_000, None).count == round(2.5)  # no static trip count: nothing to tell by
 
 
 @pytest.mark.slow

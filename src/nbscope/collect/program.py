@@ -28,20 +28,22 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import typing
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
 from nbscope.collect.timeline import TraceData, TraceEvent
-from nbscope.schema.codec import decode, decode_optional
+from nbscope.schema.codec import Write, decode, decode_optional, encode, given, known, never
 from nbscope.schema.model import Cell
 from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
-from nbscope.schema.programs import SourceSpan, TraceWindow
+from nbscope.schema.programs import CallRate, CollectTimes, SourceSpan, TraceWindow, Transfers
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -63,7 +65,60 @@ def _normal(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", name)
 
 
-def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: float | None, cell_wait: float | None = None,
+def _not_from_run_ids(execution: Executed) -> bool:
+    return not execution.from_run_ids
+
+
+def _whole_trace(result: CellResult) -> bool:
+    return not result.cut
+
+
+@dataclass(slots=True)
+class LoopSeen:
+    """What a cell's trace showed of one loop of a program it executed (``schema.programs.ObservedLoop``)."""
+
+    iterations: Annotated[float | None, Write(when=known)] = None  # per execution, from the body's kernels
+    cpu_s: Annotated[float | None, Write(when=known)] = None  # inside the loop, over the cell's executions
+
+
+@dataclass(slots=True)
+class Executed:
+    """One program's executions in a cell as the collector counts them (``schema.programs.Execution`` reads
+    them back); a cut trace's extrapolation rescales them in place."""
+
+    program: str
+    count: int | None
+    count_basis: str
+    # only an execution counted from the trace's run ids has it (null when every event was read)
+    sampled_runs: Annotated[int | None, Write(omit=_not_from_run_ids)] = None
+    cpu_s: float | None = None
+    loops: Annotated[dict[str, LoopSeen], Write(when=given)] = field(default_factory=dict)
+    traced_count: Annotated[int | None, Write(when=known)] = None
+    traced_fraction: Annotated[float | None, Write(when=known)] = None
+    from_run_ids: Annotated[bool, Write(when=never)] = False
+
+
+@dataclass(slots=True)
+class CellResult:
+    """A cell's ``programs`` as the collector builds it (``schema.programs.CellPrograms`` reads it back),
+    written with the keys, and in the order, records have always had."""
+
+    executions: list[Executed] = field(default_factory=list)
+    transfers: Transfers | None = None
+    sampled: bool = False
+    trace: str | None = None  # "read", or why the cell has no trace
+    hlo_error: Annotated[str | None, Write(when=known)] = None
+    new_programs: list[str] = field(default_factory=list)
+    uncaptured: Annotated[dict[str, int], Write(when=given)] = field(default_factory=dict)
+    cpu_busy_s: Annotated[float | None, Write(when=known)] = None
+    xla_busy_s: Annotated[float | None, Write(when=known)] = None
+    call_rate: Annotated[CallRate | None, Write(omit=_whole_trace)] = None  # kept for a cut trace only
+    window: Annotated[dict[str, Any] | None, Write(when=known)] = None
+    collect_s: CollectTimes | None = None
+    cut: Annotated[bool, Write(when=never)] = False  # the trace was read and the probe cut it short
+
+
+def _extrapolate(result: CellResult, window: Mapping[str, Any], wall: float | None, cell_wait: float | None = None,
                  compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
@@ -90,51 +145,60 @@ def _extrapolate(result: dict[str, Any], window: Mapping[str, Any], wall: float 
     if window_wait is not None and cell_wait is not None and wall > cell_wait >= 0 and traced > window_wait >= 0:
         running *= 1 - cell_wait / wall
         running_traced *= 1 - window_wait / traced
-    rate = result.get("call_rate")
-    if isinstance(rate, dict) and rate.get("late_per_s"):
+    rate = result.call_rate
+    if rate is not None and rate.late_per_s and rate.calls:
         # Calls go on after the cut at the rate of the traced calls' later half, not at their mean rate.
         untraced = max(0.0, running - running_traced)
-        scale = max(1.0, (rate["calls"] + rate["late_per_s"] * untraced) / rate["calls"])
+        scale = max(1.0, (rate.calls + rate.late_per_s * untraced) / rate.calls)
     else:
         scale = max(1.0, running / running_traced)
-    result["window"] = {**window, "cell_s": wall, "scale": scale}
-    for execution in result["executions"]:
-        seen = execution.get("count") or execution.get("sampled_runs")
-        if isinstance(seen, int):
-            execution["traced_count"] = seen
-            fraction = _traced_fraction(execution, (trips or {}).get(str(execution.get("program"))) or {}, seen)
+    result.window = {**window, "cell_s": wall, "scale": scale}
+    for execution in result.executions:
+        seen = execution.count or execution.sampled_runs
+        if seen is not None:
+            execution.traced_count = seen
+            fraction = _traced_fraction(execution, (trips or {}).get(execution.program) or {}, seen)
             if fraction < 1:
-                execution["traced_fraction"] = fraction
+                execution.traced_fraction = fraction
             least = seen if fraction >= 1 else max(1, math.ceil(seen * fraction))
-            execution["count"] = max(least, round(seen * fraction * scale))
-            execution["count_basis"] = "extrapolated"
-        if isinstance(execution.get("cpu_s"), (int, float)):
-            execution["cpu_s"] *= scale
-        for loop in (execution.get("loops") or {}).values():
-            if isinstance(loop.get("cpu_s"), (int, float)):
-                loop["cpu_s"] *= scale
-    for name in ("cpu_busy_s", "xla_busy_s"):
-        if isinstance(result.get(name), (int, float)):
-            result[name] *= scale
-    transfers = result.get("transfers") or {}
-    for name in ("host_to_device", "device_to_host", "sized", "unsized"):
-        if isinstance(transfers.get(name), int):
-            transfers[name] = round(transfers[name] * scale)
-    for name in ("bytes_low", "bytes_high", "cpu_s"):
-        if isinstance(transfers.get(name), (int, float)):
-            transfers[name] *= scale
+            execution.count = max(least, round(seen * fraction * scale))
+            execution.count_basis = "extrapolated"
+        if execution.cpu_s is not None:
+            execution.cpu_s *= scale
+        for loop in execution.loops.values():
+            if loop.cpu_s is not None:
+                loop.cpu_s *= scale
+    if result.cpu_busy_s is not None:
+        result.cpu_busy_s *= scale
+    if result.xla_busy_s is not None:
+        result.xla_busy_s *= scale
+    if (moved := result.transfers) is not None:
+        result.transfers = _scaled_transfers(moved, scale)
 
 
-def _traced_fraction(execution: dict[str, Any], trips: dict[str, int], seen: int) -> float:
+def _scaled_transfers(transfers: Transfers, scale: float) -> Transfers:
+    """A cut trace's copies for the whole cell: counts rounded, bytes and time scaled."""
+    def count(value: int | None) -> int | None:
+        return None if value is None else round(value * scale)
+
+    def figure(value: float | None) -> float | None:
+        return None if value is None else value * scale
+
+    return replace(transfers, host_to_device=count(transfers.host_to_device),
+                   device_to_host=count(transfers.device_to_host), sized=count(transfers.sized),
+                   unsized=count(transfers.unsized), bytes_low=figure(transfers.bytes_low),
+                   bytes_high=figure(transfers.bytes_high), cpu_s=figure(transfers.cpu_s))
+
+
+def _traced_fraction(execution: Executed, trips: dict[str, int], seen: int) -> float:
     """How many of the ``seen`` executions the window saw whole, as a share: below 1 when an outermost loop
     with a static trip count showed fewer iterations than the executions would have run (the last was cut)."""
-    shares = [float(loop["iterations"]) / trip for loop_id, trip in trips.items()
-              if trip and isinstance(loop := (execution.get("loops") or {}).get(loop_id), dict)
-              and isinstance(loop.get("iterations"), (int, float))]
+    shares = [loop.iterations / trip for loop_id, trip in trips.items()
+              if trip and (loop := execution.loops.get(loop_id)) is not None and loop.iterations is not None]
     return max(0.0, min([1.0, *shares])) if seen else 1.0
 
 
-def _late_call_rate(calls: dict[int, list[tuple[int, int, str]]]) -> dict[str, Any] | None:
+def _late_call_rate(calls: dict[int, list[tuple[int, int, str]]]) -> CallRate | None:
     """Jitted calls per second over the later half of a trace's calls (their outermost events): a
     session's first calls are its slowest (measured: a window of 5,000 calls counted a million-call cell as
     0.36–0.66 M calls at its mean rate), so a trace cut short is extrapolated at this rate. None with fewer
@@ -153,7 +217,7 @@ def _late_call_rate(calls: dict[int, list[tuple[int, int, str]]]) -> dict[str, A
     span = (half[-1] - half[0]) / 1e9
     if span <= 0:
         return None
-    return {"calls": len(starts), "late_calls": len(half) - 1, "late_s": span, "late_per_s": (len(half) - 1) / span}
+    return CallRate(calls=len(starts), late_calls=len(half) - 1, late_s=span, late_per_s=(len(half) - 1) / span)
 
 
 def _tail(stack: str | None) -> str:
@@ -179,7 +243,7 @@ class _TraceEvents:
     h2d: list[tuple[int, int, int]] = field(default_factory=list)
     d2h: list[tuple[int, int]] = field(default_factory=list)
     h2d_work: list[tuple[int, int]] = field(default_factory=list)
-    gpu_modules: dict[str, int] = field(default_factory=dict)
+    gpu_modules: Counter[str] = field(default_factory=Counter)
     xla_spans: list[tuple[int, int]] = field(default_factory=list)  # all XLA:CPU's workers ran, attributed or not
     executes: list[tuple[int, int]] = field(default_factory=list)  # a program's thunks running, bookkeeping included
 
@@ -191,8 +255,8 @@ class _Attribution:
     step: int  # every step-th op event's stats were read
     runs: dict[int, set[int]] = field(default_factory=dict)
     spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    seen: dict[tuple[int, str], int] = field(default_factory=dict)  # (program id, kernel name) → events read
-    timer_ns: dict[tuple[int, str], int] = field(default_factory=dict)  # (program id, loop's timing thunk) → ns
+    seen: Counter[tuple[int, str]] = field(default_factory=Counter)  # (program id, kernel name) → events read
+    timer_ns: Counter[tuple[int, str]] = field(default_factory=Counter)  # (program id, loop's timing thunk) → ns
     unknown_modules: dict[str, set[int]] = field(default_factory=dict)
     attributed: list[tuple[int, int]] = field(default_factory=list)  # execution spans a known program claimed
     unattributed: list[tuple[int, int]] = field(default_factory=list)  # JAX time no known program claimed
@@ -206,7 +270,9 @@ class ProgramCollector:
         self.programs: dict[str, dict[str, Any]] = {}
         self.key_of: dict[int, str] = {}  # program id → key
         self.op_names: dict[int, set[str]] = {}  # program id → names of its kernel instructions
-        self.loop_ops: dict[int, dict[str, dict[str, Any]]] = {}  # program id → loop id → body kernels, timer
+        self.loop_ops: dict[int, dict[str, LoopKernels]] = {}  # program id → loop id → body kernels, timer
+        self.trips: dict[str, dict[str, int]] = {}  # program key → its outermost loops' static trip counts
+        self.loop_places: dict[str, list[tuple[str, int | None]]] = {}  # program key → per loop: name stack, line
         self.timers: dict[int, set[str]] = {}  # program id → names of the thunks that time its loops
         self.all_op_names: set[str] = set()
         self.notes: list[str] = []
@@ -216,7 +282,7 @@ class ProgramCollector:
     # ---- per cell ------------------------------------------------------------------------------
     def cell(self, probe: ProbePrograms, record: dict[str, Any]) -> dict[str, Any]:
         """The cell's ``programs`` field from the probe's line (and the cell record so far)."""
-        result: dict[str, Any] = {"executions": [], "transfers": None, "sampled": False, "trace": None}
+        result = CellResult()
         new_programs: list[str] = []
         cell = decode(Cell, record)
         where = f"cell {cell.index + 1}"
@@ -226,8 +292,8 @@ class ProgramCollector:
             except Exception as exc:  # a broken file must not lose the cell's other figures
                 self.notes.append(f"{where}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
         elif probe.programs_error:
-            result["hlo_error"] = probe.programs_error
-        result["new_programs"] = new_programs
+            result.hlo_error = probe.programs_error
+        result.new_programs = new_programs
         if probe.gpu_lowering:
             try:
                 self._read_gpu_lowering(Path(probe.gpu_lowering), new_programs)
@@ -238,32 +304,30 @@ class ProgramCollector:
         if probe.trace:
             try:
                 self._read_trace(Path(probe.trace), result)
-                result["trace"] = "read"
+                result.trace = "read"
             except Exception as exc:
-                result["trace"] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
+                result.trace = f"unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
-            result["trace"] = probe.trace_error or "no trace"
-        if result["trace"] == "read" and probe.window is not None:
+            result.trace = probe.trace_error or "no trace"
+        # A whole trace counts every call: no rate to extrapolate at, and none is written.
+        result.cut = result.trace == "read" and probe.window is not None
+        if result.cut and probe.window is not None:
             compiled = cell.jax.compile_s if cell.jax is not None else 0
-            trips = {key: {loop["id"]: loop["trip_count"] for loop in program.get("loops") or ()
-                           if not loop.get("parent") and isinstance(loop.get("trip_count"), int)}
-                     for key, program in self.programs.items()
-                     if key in {e.get("program") for e in result["executions"]}}
+            ran = {e.program for e in result.executions}
+            trips = {key: trips for key, trips in self.trips.items() if key in ran}
             _extrapolate(result, probe.window, cell.wall_s, cell.sched.wait_s if cell.sched else None, compiled, trips)
-        else:
-            result.pop("call_rate", None)  # a whole trace counts every call: no rate to extrapolate at
-        counted = {e["program"] for e in result["executions"]}
+        counted = {e.program for e in result.executions}
         for key in new_programs:
-            if key not in counted and result["trace"] != "read":
+            if key not in counted and result.trace != "read":
                 # Compiled here, so called here at least once; how often is not known.
-                result["executions"].append({"program": key, "count": 1, "count_basis": "compiled", "cpu_s": None})
-        result["collect_s"] = {"trace_stop_s": probe.trace_stop_s, "programs_s": probe.programs_s,
-                               "gpu_lowering_s": probe.gpu_lowering_s}
+                result.executions.append(Executed(program=key, count=1, count_basis="compiled"))
+        result.collect_s = CollectTimes(trace_stop_s=probe.trace_stop_s, programs_s=probe.programs_s,
+                                        gpu_lowering_s=probe.gpu_lowering_s)
         if not probe.shared:
             _remove(probe.trace)
         _remove(probe.programs)
         _remove(probe.gpu_lowering)
-        return result
+        return typing.cast(dict[str, Any], encode(result))
 
     def finish(self) -> dict[str, Any]:
         """The run's ``measurements.programs``."""
@@ -309,15 +373,21 @@ class ProgramCollector:
                 kind=compiled.kind if compiled is not None else "unknown",
                 first_cell=cell.index,
             )
+            places = []
             for loop in description["loops"]:
-                loop.update(_loop_origin(decode_optional(SourceSpan, loop["source"]), self.code_cells, cell.index))
+                source = decode_optional(SourceSpan, loop["source"])
+                loop.update(_loop_origin(source, self.code_cells, cell.index))
+                places.append((_tail(loop["op_name"]), source.line if source is not None else None))
+            self.loop_places[key] = places
             self.programs[key] = description
+            self.trips[key] = {loop["id"]: loop["trip_count"] for loop in description["loops"]
+                               if loop["parent"] is None and isinstance(loop["trip_count"], int)}
             if program.program_id is not None:
                 self.key_of[program.program_id] = key
                 names = _kernel_names(text)
                 self.op_names[program.program_id] = names
                 self.loop_ops[program.program_id] = _loop_kernels(text)
-                self.timers[program.program_id] = {p["timer"] for p in self.loop_ops[program.program_id].values()}
+                self.timers[program.program_id] = {p.timer for p in self.loop_ops[program.program_id].values()}
                 self.all_op_names |= names
             new.append(key)
         return new
@@ -348,8 +418,7 @@ class ProgramCollector:
                               "custom_calls": dict(entry.custom_calls or {}),
                               "conditionals": entry.conditionals, "seconds": entry.seconds}
             remaining = list(gpu_loops)
-            for loop in program["loops"]:
-                mine = (_tail(loop.get("op_name")), (loop.get("source") or {}).get("line"))
+            for loop, mine in zip(program["loops"], self.loop_places[key], strict=True):
                 if mine in remaining:
                     remaining.remove(mine)
                     loop["cpu_only"] = False
@@ -360,7 +429,7 @@ class ProgramCollector:
                     loop["cpu_only"] = False
 
     # ---- the trace -----------------------------------------------------------------------------
-    def _read_trace(self, path: Path, result: dict[str, Any]) -> None:
+    def _read_trace(self, path: Path, result: CellResult) -> None:
         """A cell's profiler trace into ``result``: each known program's executions (count, CPU time, the
         iterations of its loops), transfers, and the JAX time no program claimed."""
         from nbscope.collect.timeline import covered, find_xplane, union
@@ -371,23 +440,22 @@ class ProgramCollector:
             self._profile_data = ProfileData
         events = self._gather(self._profile_data.from_file(str(find_xplane(path))))
         found = self._attribute(events)
-        result["sampled"] = found.step > 1
+        result.sampled = found.step > 1
         executions = [self._execution(program_id, run_ids, found) for program_id, run_ids in found.runs.items()]
         for module, count in events.gpu_modules.items():  # a GPU trace: executions per module name
             base = module.rsplit("(", 1)[0]
             keys = [k for k, p in self.programs.items() if p["module"] == base]
             if keys:
-                executions.append({"program": keys[-1], "count": count, "count_basis": "device trace", "cpu_s": None})
-        executions.sort(key=lambda e: -(e.get("cpu_s") or 0.0))
-        result["executions"] = executions
-        if found.unknown_modules:
-            result["uncaptured"] = {m: len(r) for m, r in found.unknown_modules.items()}
+                executions.append(Executed(program=keys[-1], count=count, count_basis="device trace"))
+        executions.sort(key=lambda e: -(e.cpu_s or 0.0))
+        result.executions = executions
+        result.uncaptured = {m: len(r) for m, r in found.unknown_modules.items()}
         ops = [(s, e) for _, s, e, _ in events.ops]
-        result["cpu_busy_s"] = covered(union(found.attributed + ops)) / 1e9
+        result.cpu_busy_s = covered(union(found.attributed + ops)) / 1e9
         # JAX time no known program claimed (a program whose HLO was not captured): JAX time all the same.
-        result["xla_busy_s"] = covered(union(found.unattributed + found.attributed + ops)) / 1e9
-        result["transfers"] = self._transfers(events.h2d, events.d2h, events.calls, sorted(events.h2d_work))
-        result["call_rate"] = _late_call_rate(events.calls)
+        result.xla_busy_s = covered(union(found.unattributed + found.attributed + ops)) / 1e9
+        result.transfers = self._transfers(events.h2d, events.d2h, events.calls, sorted(events.h2d_work))
+        result.call_rate = _late_call_rate(events.calls)
 
     def _gather(self, data: TraceData) -> _TraceEvents:
         """The trace's events by kind, in one pass over its host planes (and the GPU's module executions)."""
@@ -399,7 +467,7 @@ class ProgramCollector:
                 for line in plane.lines:
                     if line.name == "XLA Modules":
                         for event in line.events:
-                            events.gpu_modules[event.name] = events.gpu_modules.get(event.name, 0) + 1
+                            events.gpu_modules[event.name] += 1
                 continue
             if not name.startswith("/host:") or name == "/host:metadata":
                 continue
@@ -448,9 +516,9 @@ class ProgramCollector:
             found.spans.setdefault(program_id, []).append((start, end))
             sampled.append((start, program_id))
             name = event.name
-            found.seen[(program_id, name)] = found.seen.get((program_id, name), 0) + 1
-            if name in (self.timers.get(program_id) or ()):
-                found.timer_ns[(program_id, name)] = found.timer_ns.get((program_id, name), 0) + (end - start)
+            found.seen[(program_id, name)] += 1
+            if name in self.timers[program_id]:
+                found.timer_ns[(program_id, name)] += end - start
         # An execution's span (its thunks and the bookkeeping between them, e.g. a loop's) belongs to
         # the program whose thunk runs inside it; one with no known thunk inside is unattributed.
         sampled.sort()
@@ -465,28 +533,26 @@ class ProgramCollector:
                 found.unattributed.append((start, end))
         return found
 
-    def _execution(self, program_id: int, run_ids: set[int], found: _Attribution) -> dict[str, Any]:
+    def _execution(self, program_id: int, run_ids: set[int], found: _Attribution) -> Executed:
         """One program's executions in the cell: how many, its CPU time, its loops' iterations."""
         from nbscope.collect.timeline import covered, union
 
         step = found.step
-        execution: dict[str, Any] = {
-            "program": self.key_of[program_id],
-            "count": len(run_ids) if step == 1 else None,
-            "count_basis": "trace" if step == 1 else "sampled",
-            "sampled_runs": len(run_ids) if step > 1 else None,
-            "cpu_s": covered(union(found.spans[program_id])) / 1e9 * step,
-        }
-        loops = _observed_loops(self.loop_ops.get(program_id) or {}, program_id, found.seen, found.timer_ns, step,
-                                len(run_ids))
-        if loops:
-            execution["loops"] = loops
-        return execution
+        return Executed(
+            program=self.key_of[program_id],
+            count=len(run_ids) if step == 1 else None,
+            count_basis="trace" if step == 1 else "sampled",
+            sampled_runs=len(run_ids) if step > 1 else None,
+            cpu_s=covered(union(found.spans[program_id])) / 1e9 * step,
+            loops=_observed_loops(self.loop_ops[program_id], program_id, found.seen, found.timer_ns, step,
+                                  len(run_ids)),
+            from_run_ids=True,
+        )
 
     def _transfers(
         self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]],
         work: list[tuple[int, int]] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Transfers:
         from nbscope.collect.timeline import covered, union
 
         low = high = 0
@@ -506,7 +572,7 @@ class ProgramCollector:
                 if call_start <= start and end <= call_end:
                     function = name
             candidates = by_function.get(_normal(function or ""), []) if function else []
-            parameters = [b for p in candidates[-1:] for b in p.get("parameters_bytes", []) if b > 0]
+            parameters = [b for p in candidates[-1:] for b in p["parameters_bytes"] if b > 0]
             # Only data that starts on the host is copied (a Python scalar, a NumPy array): arguments already
             # on the device are not. Which parameter a copy moved is not in the trace; it moved no more
             # than its CPU time allows, so a scalar copied beside a large device array stays small.
@@ -521,8 +587,8 @@ class ProgramCollector:
         # On a CPU these copies are host work (a memcpy, or nothing when the buffer is shared): the
         # forecast takes their time out of the cell's host time and puts its own transfer term in.
         seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h + work)) / 1e9
-        return {"host_to_device": len(h2d), "device_to_host": len(d2h), "sized": sized, "unsized": unsized,
-                "bytes_low": low, "bytes_high": high, "cpu_s": seconds}
+        return Transfers(host_to_device=len(h2d), device_to_host=len(d2h), sized=sized, unsized=unsized,
+                         bytes_low=low, bytes_high=high, cpu_s=seconds)
 
 
 _BOOKKEEPING = ("ThreadpoolListener", "end: ")
@@ -540,7 +606,15 @@ def _is_xla_worker(name: str) -> bool:
     return "XLA" in name and "Compiler" not in name and "codegen" not in name
 
 
-def _loop_kernels(text: str) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class LoopKernels:
+    """A loop's body kernels (their trace events count its iterations) and the thunk whose span times it."""
+
+    body: frozenset[str]
+    timer: str
+
+
+def _loop_kernels(text: str) -> dict[str, LoopKernels]:
     """Per loop (keyed by its ``while``'s name, as ``hlo.describe`` keys loops): the kernels its body
     runs once per iteration (nested loops and branches excluded), whose trace events count iterations,
     and the thunk whose span times the loop: the ``while`` itself, or the small ``call`` XLA:CPU wraps
@@ -548,7 +622,7 @@ def _loop_kernels(text: str) -> dict[str, dict[str, Any]]:
     module = hlo.parse(text)
     callers = {callee: i.name for c in module.computations.values() for i in c.instructions
                if i.opcode == "call" for callee in i.called}
-    loops: dict[str, dict[str, Any]] = {}
+    loops: dict[str, LoopKernels] = {}
     for name, computation in module.computations.items():
         for instruction in computation.instructions:
             if instruction.opcode != "while":
@@ -557,28 +631,28 @@ def _loop_kernels(text: str) -> dict[str, dict[str, Any]]:
             body = module.computations.get(match.group(1)) if match else None
             if body is None:
                 continue
-            kernels = {i.name for i in body.instructions
-                       if i.opcode not in hlo.NO_KERNEL and i.opcode not in ("while", "conditional")}
-            loops[instruction.name] = {"body": kernels, "timer": callers.get(name, instruction.name)}
+            kernels = frozenset(i.name for i in body.instructions
+                                if i.opcode not in hlo.NO_KERNEL and i.opcode not in ("while", "conditional"))
+            loops[instruction.name] = LoopKernels(body=kernels, timer=callers.get(name, instruction.name))
     return loops
 
 
-def _observed_loops(loop_ops: dict[str, dict[str, Any]], program_id: int, seen: dict[tuple[int, str], int],
-                    timer_ns: dict[tuple[int, str], int], step: int, runs: int) -> dict[str, dict[str, Any]]:
+def _observed_loops(loop_ops: dict[str, LoopKernels], program_id: int, seen: Counter[tuple[int, str]],
+                    timer_ns: Counter[tuple[int, str]], step: int, runs: int) -> dict[str, LoopSeen]:
     """Per loop of a program: iterations per execution counted from its body's kernels in the trace
     (each runs at least once per iteration; the fewest events of them), and the time spent inside the
     loop."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, LoopSeen] = {}
     for loop, parts in loop_ops.items():
-        entry: dict[str, Any] = {}
-        counts = sorted(seen.get((program_id, n), 0) * step for n in parts["body"])
+        entry = LoopSeen()
+        counts = sorted(seen[(program_id, n)] * step for n in parts.body)
         counts = [c for c in counts if c]
         if counts and runs:
             # The least: XLA:CPU may split a large kernel into parallel tasks that each leave an event.
-            entry["iterations"] = counts[0] / runs
-        if (program_id, parts["timer"]) in timer_ns:
-            entry["cpu_s"] = timer_ns[(program_id, parts["timer"])] * step / 1e9
-        if entry:
+            entry.iterations = counts[0] / runs
+        if (program_id, parts.timer) in timer_ns:
+            entry.cpu_s = timer_ns[(program_id, parts.timer)] * step / 1e9
+        if entry.iterations is not None or entry.cpu_s is not None:
             found[loop] = entry
     return found
 
