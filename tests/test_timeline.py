@@ -116,7 +116,6 @@ def test_skipped_and_failed_traces() -> None:
     assert summarise_cell(_stopped({"skipped": "RuntimeError: busy", "seq": 3}), {})["classification"] is None
     failed = summarise_cell(_stopped({"path": "/nonexistent/cell-0001", "error": "RuntimeError: x"}), {})
     assert failed == {"version": 1, "classification": None, "error": "RuntimeError: x"}
-    assert timeline.short_text(failed).startswith("no timeline")
 
 
 # ---- real traces from the in-kernel tracer ---------------------------------------------------------
@@ -187,7 +186,6 @@ def test_timeline_leaves_backend_start_to_the_notebook(tmp_path: Path) -> None:
     assert cells[0].get("timeline") is None  # jax not imported yet
     configure = cells[1]["timeline"]
     assert configure["classification"] is None and configure["skipped"] == _nbscope_timeline.BACKENDS_NOT_STARTED
-    assert "no timeline (JAX had not started its backends" in timeline.short_text(configure)
     assert cells[2]["timeline"]["ops"] >= 1  # the notebook started the backends: later cells are traced
 
 

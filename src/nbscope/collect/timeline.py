@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 from nbscope.schema.probe import ProbeTimeline
 
 SUMMARY_VERSION = 1
@@ -514,8 +516,8 @@ def summarise_cell(trace: ProbeTimeline, record: dict[str, Any], *, keep: bool |
             return {"version": SUMMARY_VERSION, "classification": None, "error": trace.error}
         xplane = find_xplane(path)
         size = xplane.stat().st_size
-        wall = record.get("code_s") if record.get("code_s") is not None else record.get("wall_s")
-        summary = summarise(read_trace(xplane), wall, record.get("compile_s"))
+        cell = decode(Cell, record)
+        summary = summarise(read_trace(xplane), cell.code_s if cell.code_s is not None else cell.wall_s, cell.compile_s)
         summary["trace_bytes"] = size
         summary["stop_s"] = trace.stop_s
         summary["trace"] = str(path) if keep else None
@@ -523,19 +525,3 @@ def summarise_cell(trace: ProbeTimeline, record: dict[str, Any], *, keep: bool |
     finally:
         if not keep and path.name and path.exists():
             shutil.rmtree(path, ignore_errors=True)
-
-
-def short_text(summary: dict[str, Any] | None) -> str:
-    """One line for a ledger: ``launch-bound · 200000 ops · busy 12% · top while.5``."""
-    if not summary:
-        return ""
-    if summary.get("classification") is None:
-        return f"no timeline ({summary.get('skipped') or summary.get('error') or 'no trace'})"
-    busy = summary.get("device_busy_share")
-    top = (summary.get("top_ops") or [{}])[0].get("name")
-    parts = [summary["classification"], f"{summary.get('ops', 0)} ops"]
-    if busy is not None:
-        parts.append(f"busy {busy:.0%}")
-    if top:
-        parts.append(f"top {top}")
-    return " · ".join(parts)
