@@ -21,6 +21,8 @@ from types import ModuleType
 from typing import Any, TypeGuard
 
 from nbscope.collect._gpu_classes import fp64_class
+from nbscope.schema.codec import decode
+from nbscope.schema.threadpools import ThreadPool
 
 FINGERPRINT_VERSION = 1
 
@@ -234,19 +236,11 @@ def _blas() -> dict[str, Any] | dict[str, str]:
             import numpy  # noqa: F401  (threadpoolctl sees only libraries already loaded)
         except ImportError:
             return absent("numpy not installed")
-    pools = []
-    for pool in threadpool_info():
-        pools.append(
-            {
-                "api": pool.get("user_api"),
-                "library": pool.get("internal_api"),
-                "version": pool.get("version"),
-                "threads": pool.get("num_threads"),
-                "architecture": pool.get("architecture"),
-                "threading_layer": pool.get("threading_layer"),
-                "path": pool.get("filepath"),
-            }
-        )
+    pools = [
+        {"api": pool.user_api, "library": pool.internal_api, "version": pool.version, "threads": pool.num_threads,
+         "architecture": pool.architecture, "threading_layer": pool.threading_layer, "path": pool.filepath}
+        for pool in (decode(ThreadPool, info) for info in threadpool_info())
+    ]
     blas = [p for p in pools if p["api"] == "blas"]
     if not blas:
         return {"pools": pools, "library": absent("numpy loaded no BLAS")}
