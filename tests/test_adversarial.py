@@ -683,7 +683,7 @@ def test_two_stores_in_one_folder_keep_their_live_files_apart(tmp_path: Path) ->
     live = live_folder(a) / "killed.jsonl"
     live.parent.mkdir(parents=True)
     _live_run(tmp_path, live)
-    assert read_live(live).header["uuid"]
+    assert read_live(live).header.uuid
     listed = nbscope("runs", "--unfinished", "--db", a, cwd=tmp_path)
     assert listed.returncode == 0 and str(live) in listed.stdout
     assert f"nbscope import {live} --db {a}" in listed.stdout  # the hint names the store it belongs to

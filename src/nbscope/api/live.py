@@ -39,7 +39,7 @@ def recover_unfinished(path: str | Path) -> RunRecord:
     path = Path(path)
     run = live_format.read_live(path)
     if run.running():
-        raise NbscopeError(f"{path} is still being written by process {run.header.get('pid')}; import it once that run ends")
+        raise NbscopeError(f"{path} is still being written by process {run.header.pid}; import it once that run ends")
     return live_format.recover(path)
 
 

@@ -33,6 +33,9 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import decode
+from nbscope.schema.jupyter_cache import Book2Entry, CacheData, MystContext
+from nbscope.schema.machine import Machine
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
@@ -90,7 +93,6 @@ def read_cache(path: str | Path) -> list[dict[str, Any]]:
             payload = json.loads(data) if isinstance(data, str) and data else {}
         except json.JSONDecodeError:
             payload = {}
-        seconds = payload.get("execution_seconds") if isinstance(payload, dict) else None
         result.append(
             {
                 "pk": pk,
@@ -98,7 +100,7 @@ def read_cache(path: str | Path) -> list[dict[str, Any]]:
                 "uri": uri,
                 "description": description or "",
                 "created": _timestamp(created),
-                "execution_seconds": float(seconds) if isinstance(seconds, (int, float)) else None,
+                "execution_seconds": decode(CacheData, payload).execution_seconds,
                 "data": payload if isinstance(payload, dict) else {},
             }
         )
@@ -165,8 +167,8 @@ def find_book2_cache(path: str | Path) -> Path | None:
 
 def _is_book2_entry(path: Path) -> bool:
     try:
-        return "mystContext" in json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError, AttributeError):
+        return decode(Book2Entry, json.loads(path.read_text(encoding="utf-8"))).metadata.myst_context is not None
+    except (OSError, ValueError, RecursionError):
         return False
 
 
@@ -213,9 +215,8 @@ def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
             continue  # not an entry of jupyter-book 2's (or an unreadable one)
         if not isinstance(context, dict):
             continue
-        milliseconds = context.get("duration_ms")
-        seconds = float(milliseconds) / 1000.0 if isinstance(milliseconds, (int, float)) else None
-        created = context.get("timestamp")
+        typed = decode(MystContext, context)
+        created = typed.timestamp
         if not created:
             created = dt.datetime.fromtimestamp(entry.stat().st_mtime, dt.UTC).isoformat()
         page = pages.get(entry.stem)
@@ -225,7 +226,7 @@ def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
                 "page": page,
                 "uri": str(page) if page else str(entry.with_suffix("")),
                 "created": _timestamp(created),
-                "execution_seconds": seconds,
+                "execution_seconds": typed.execution_seconds,
                 "context": context,
                 "project": project,
             }
@@ -254,7 +255,7 @@ def import_cache(
     if fingerprint is None:
         fingerprint, fingerprint_source = fp.collect(), "importing machine"
     fingerprint = dict(fingerprint)
-    if not fingerprint.get("digest"):
+    if not decode(Machine, fingerprint).digest:
         fingerprint["digest"] = fp.digest(fingerprint)
     seen = _already_imported(store)
     if book2 is not None:

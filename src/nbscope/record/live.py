@@ -35,6 +35,9 @@ from nbscope.collect.runner import NotebookExecution
 from nbscope.record.run import RunRecord
 from nbscope.record.store import default_path, files_folder, store_subfolder
 from nbscope.schema.build import combine_repeats, derive, totals
+from nbscope.schema.codec import decode
+from nbscope.schema.live import LiveHeader, LiveLine
+from nbscope.schema.machine import Settings
 
 LIVE_FORMAT = "nbscope-live"
 LIVE_VERSION = 1
@@ -130,15 +133,17 @@ def write_execution(path: Path, number: int, cache_state: str) -> None:
     LiveWriter(path).execution(number, cache_state)
 
 
-def _header_of(path: Path) -> dict[str, Any] | None:
+def _header_of(path: Path) -> LiveHeader | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             first = json.loads(handle.readline() or "null")
     except (OSError, ValueError, RecursionError):  # not JSON, a number of thousands of digits, nested too deep
         return None
-    if isinstance(first, dict) and first.get("type") == "run" and first.get("format") == LIVE_FORMAT:
-        return first
-    return None
+    return decode(LiveHeader, first) if isinstance(first, dict) and _is_header(decode(LiveLine, first)) else None
+
+
+def _is_header(line: LiveLine) -> bool:
+    return line.type == "run" and line.format == LIVE_FORMAT
 
 
 def remove_live_file(path: Path) -> None:
@@ -160,8 +165,19 @@ def belongs_to(path: str | Path, store_path: str | Path) -> bool:
         return True
     if folder == legacy_live_folder(store_path).resolve():
         header = _header_of(path)
-        return header is not None and header.get("store") == str(Path(store_path).resolve())
+        return header is not None and header.store == str(Path(store_path).resolve())
     return False
+
+
+@dataclass
+class LiveExecution:
+    """One execution of a live file (one per ``--repeat``): its cache state, its kernel's line (the probe's header,
+    None before its kernel answered) and its cell lines so far, with their statuses."""
+
+    cache_state: str
+    cells: list[dict[str, Any]] = field(default_factory=list)  # as written: each goes into the run's record
+    statuses: list[str | None] = field(default_factory=list)  # each cell line's status (None: none recorded)
+    kernel: dict[str, Any] | None = None
 
 
 @dataclass
@@ -169,32 +185,31 @@ class LiveRun:
     """What a live file holds: its header and, per execution, the cells recorded so far."""
 
     path: Path
-    header: dict[str, Any]
-    executions: list[dict[str, Any]] = field(default_factory=list)  # {"cache_state", "cells": [...]}
+    header: LiveHeader
+    executions: list[LiveExecution] = field(default_factory=list)
 
     @property
     def cells_measured(self) -> int:
-        last = self.executions[-1]["cells"] if self.executions else []
-        return sum(1 for c in last if c.get("status") not in ("not-run", None))
+        last = self.executions[-1].statuses if self.executions else []
+        return sum(1 for status in last if status not in ("not-run", None))
 
     @property
     def code_cells(self) -> int:
-        return len(self.header.get("code_cells") or [])
+        return len(self.header.code_cells)
 
     @property
     def uuid(self) -> str | None:
-        value = self.header.get("uuid")
-        return value if isinstance(value, str) and value else None
+        return self.header.uuid
 
     def running(self) -> bool:
         """Whether the process that writes this file is still alive (then the run is not unfinished)."""
-        pid, started = self.header.get("pid"), self.header.get("process_started")
-        if not isinstance(pid, int):
+        pid, started = self.header.pid, self.header.process_started
+        if pid is None:
             return False
         now_started = _process_started(pid)
         if now_started is None:
             return False
-        return not isinstance(started, (int, float)) or abs(now_started - started) < 1.0
+        return started is None or abs(now_started - started) < 1.0
 
 
 def read_live(path: str | Path) -> LiveRun:
@@ -211,23 +226,24 @@ def read_live(path: str | Path) -> LiveRun:
             continue
         if not isinstance(item, dict):
             continue
-        kind = item.get("type")
-        if kind == "run" and item.get("format") == LIVE_FORMAT:
-            run = LiveRun(path, item)
+        said = decode(LiveLine, item)
+        if _is_header(said):
+            run = LiveRun(path, decode(LiveHeader, item))
         elif run is None:
             continue
-        elif kind == "execution":
-            run.executions.append({"cache_state": item.get("cache_state") or "off", "cells": [], "kernel": None})
-        elif kind == "kernel" and run.executions:
-            run.executions[-1]["kernel"] = item  # the probe's header of that execution's kernel
-        elif kind is None and "source_hash" in item:
+        elif said.type == "execution":
+            run.executions.append(LiveExecution(said.cache_state or "off"))
+        elif said.type == "kernel" and run.executions:
+            run.executions[-1].kernel = item  # the probe's header of that execution's kernel
+        elif said.type is None and "source_hash" in item:
             if not run.executions:
-                run.executions.append({"cache_state": "off", "cells": [], "kernel": None})
-            run.executions[-1]["cells"].append(item)
+                run.executions.append(LiveExecution("off"))
+            run.executions[-1].cells.append(item)
+            run.executions[-1].statuses.append(said.status)
     if run is None:
         raise NbscopeError(f"{path} is not an nbscope live file with a header (an older nbscope wrote it, or another program)")
-    version = run.header.get("version")
-    if not isinstance(version, int) or version > LIVE_VERSION:
+    version = run.header.version
+    if version is None or version > LIVE_VERSION:
         raise NbscopeError(f"{path}: live file version {version!r}; this nbscope reads up to {LIVE_VERSION}: upgrade nbscope")
     return run
 
@@ -282,12 +298,10 @@ UNFINISHED_CELL_STATUSES = ("not-run", "interrupted", None)
 def complete(run: LiveRun) -> bool:
     """Whether a live file holds every execution its settings asked for (``--repeat``), each with every code
     cell finished: the process died after measuring everything, before storing it (a full disk, a kill)."""
-    repeat = run.header.get("settings", {}).get("repeat") if isinstance(run.header.get("settings"), dict) else None
-    wanted = repeat if isinstance(repeat, int) and repeat >= 1 else 1
-    described = [c for c in run.header.get("code_cells") or [] if isinstance(c, dict)]
+    wanted = decode(Settings, run.header.settings).repeat
     return len(run.executions) >= wanted and all(
-        len(entry["cells"]) == len(described)
-        and all(c.get("status") not in UNFINISHED_CELL_STATUSES for c in entry["cells"])
+        len(entry.cells) == len(run.header.code_cells)
+        and all(status not in UNFINISHED_CELL_STATUSES for status in entry.statuses)
         for entry in run.executions
     )
 
@@ -303,33 +317,33 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
     Without it (a run killed outright, imported later) when it died is unknown: that cell is ``not-run``."""
     run = read_live(path)
     header = run.header
-    described = [c for c in header.get("code_cells") or [] if isinstance(c, dict)]
+    described = [dict(c) for c in header.code_cells]
     finished = complete(run)
     executions = []
     for number, entry in enumerate(run.executions):
-        cells = list(entry["cells"])
+        cells = list(entry.cells)
         last = number == len(run.executions) - 1
-        started = entry["kernel"] is not None or bool(cells)  # the kernel was up: the next cell was running
+        started = entry.kernel is not None or bool(cells)  # the kernel was up: the next cell was running
         if stopped is not None and last and not finished and started and len(cells) < len(described):
             cells.append(interrupted_described(described[len(cells)], _ran_until(Path(path), stopped[0]), stopped[1]))
         # The cells the killed run never reached: as a run cut short records them.
         cells += [merge_described(c, None) for c in described[len(cells):]]
         runner = {"pathway": "kernel", "recovered_from": str(path)}
-        executions.append(NotebookExecution(cells=cells, runner=runner, kernel=entry["kernel"],
+        executions.append(NotebookExecution(cells=cells, runner=runner, kernel=entry.kernel,
                                     status="ok" if finished else "partial",
                                     interrupted=not finished and number == len(run.executions) - 1))
-    cache_state = run.executions[-1]["cache_state"] if run.executions else "off"
+    cache_state = run.executions[-1].cache_state if run.executions else "off"
     record = RunRecord(
-        kind=str(header.get("kind") or "profile"),
-        target=str(header.get("target") or ""),
-        fingerprint=header.get("fingerprint") if isinstance(header.get("fingerprint"), dict) else {},
-        settings=header.get("settings") if isinstance(header.get("settings"), dict) else {},
-        command=header.get("command") if isinstance(header.get("command"), list) else [],
-        started_at=str(header.get("started_at") or ""),
+        kind=header.kind or "profile",
+        target=header.target or "",
+        fingerprint=dict(header.fingerprint),
+        settings=dict(header.settings),
+        command=list(header.command),
+        started_at=header.started_at or "",
     )
     if run.uuid is not None:
         record.measurements["run_uuid"] = run.uuid
-    fill_measurements(record, header.get("notebook") or {}, described, executions, cache_state, None)
+    fill_measurements(record, dict(header.notebook), described, executions, cache_state, None)
     record.measurements["recovered_from"] = str(path)
     record.status = "ok" if finished else "partial"
     try:
@@ -377,13 +391,13 @@ def unfinished(store_path: str | Path) -> list[dict[str, Any]]:
             continue
         item.update(
             state="running" if run.running() else "unfinished",
-            started_at=run.header.get("started_at"),
-            kind=run.header.get("kind"),
-            target=run.header.get("target"),
+            started_at=run.header.started_at,
+            kind=run.header.kind,
+            target=run.header.target,
             cells_measured=run.cells_measured,
             code_cells=run.code_cells,
             executions=len(run.executions),
-            pid=run.header.get("pid"),
+            pid=run.header.pid,
         )
         found.append(item)
     return found

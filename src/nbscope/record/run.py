@@ -17,13 +17,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard, TypeVar
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
 from nbscope.schema import codec
+from nbscope.schema.envelope import Envelope
 from nbscope.schema.status import CELL_STATUSES
 
 if TYPE_CHECKING:
@@ -111,9 +112,14 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
+def _format_name(record: RunRecord) -> str:
+    return FORMAT_NAME
+
+
 @dataclass
-class RunRecord:
-    """One run: what ran, where, with which settings, and what it measured."""
+class RunRecord(codec.Encoded):
+    """One run: what ran, where, with which settings, and what it measured. Its document (``to_dict``) lists
+    ``document_keys``, the format's name first."""
 
     kind: str
     target: str
@@ -127,7 +133,8 @@ class RunRecord:
     tool_version: str = __version__
     schema_version: int = SCHEMA_VERSION
     # What the user named the run (``--label``); runs recorded while ``$NBSCOPE_LABEL`` is set carry it.
-    label: str | None = field(default_factory=default_label)
+    # absent, not null, when None: an unlabelled run's document is as before labels
+    label: Annotated[str | None, codec.Write(when=codec.known)] = field(default_factory=default_label)
     run_id: int | None = None  # set by the store; not part of the document
     # The code of a notebook the user named for this run (``--notebook``; ``record.sources.naming``), by source
     # hash, for the cells the record does not carry itself; not part of the document.
@@ -135,10 +142,12 @@ class RunRecord:
     # The typed views of a loaded record, by class, decoded on first use (None: a record still being written,
     # whose document a job may change in place, decodes on every call).
     _views: dict[type, Any] | None = field(default=None, init=False, compare=False, repr=False)
+    document_keys = (("format", _format_name), "schema_version", "tool_version", "command", "started_at", "ended_at",
+                     "status", "kind", "target", "settings", "fingerprint", "measurements", "label")
 
     @property
     def digest(self) -> str:
-        return str(self.fingerprint.get("digest", ""))
+        return self.machine().digest
 
     def measurement_settings(self) -> dict[str, Any]:
         """The settings that change what a run measures: only runs that agree on them are compared by
@@ -156,25 +165,6 @@ class RunRecord:
             self.status = status
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        document = {
-            "format": FORMAT_NAME,
-            "schema_version": self.schema_version,
-            "tool_version": self.tool_version,
-            "command": self.command,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "status": self.status,
-            "kind": self.kind,
-            "target": self.target,
-            "settings": self.settings,
-            "fingerprint": self.fingerprint,
-            "measurements": self.measurements,
-        }
-        if self.label is not None:  # absent, not null: an unlabelled run's document is as before labels
-            document["label"] = self.label
-        return document
-
     def to_json(self, indent: int | None = 1) -> str:
         # NaN and infinities are not JSON: a figure that is not a number is written as unknown (null). No credential
         # of a URL (an index URL, a requirement, a command line) is kept: the store, exports and --json get this text.
@@ -183,19 +173,20 @@ class RunRecord:
     @classmethod
     def from_dict(cls, document: object, *, source: str = "document") -> RunRecord:
         document = migrate(validate(document, source=source))
+        envelope = codec.decode(Envelope, document)
         record = cls(
-            kind=document["kind"],
-            target=document["target"],
+            kind=envelope.kind,
+            target=envelope.target,
             fingerprint=document["fingerprint"],
             measurements=document["measurements"],
-            settings=document.get("settings") or {},
-            command=document["command"],
-            started_at=document["started_at"],
-            ended_at=document.get("ended_at"),
-            status=document.get("status", "ok"),
-            tool_version=document["tool_version"],
-            schema_version=document["schema_version"],
-            label=document.get("label"),
+            settings=dict(envelope.settings),
+            command=list(envelope.command),
+            started_at=envelope.started_at,
+            ended_at=envelope.ended_at,
+            status=envelope.status,
+            tool_version=envelope.tool_version,
+            schema_version=envelope.schema_version,
+            label=envelope.label,
         )
         record._views = {}
         return record
@@ -257,9 +248,14 @@ def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
     (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;
     absent ones as the defaults a run without them had (``schema.machine.Settings`` reads them so)."""
+    return _measured(_settings(settings))
+
+
+def _settings(settings: Mapping[str, Any] | None) -> Settings:
+    """Settings as a run's document (or ``measurement_settings``) has them, typed."""
     from nbscope.schema.machine import Settings
 
-    return _measured(codec.decode(Settings, settings))
+    return codec.decode(Settings, settings)
 
 
 def _measured(settings: Settings) -> dict[str, Any]:
@@ -271,22 +267,21 @@ def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """The measurement settings and ``env`` (the ``--env`` variables, their values as stored: a hash for any that
     may be a secret): what puts two runs of a notebook in different history series. The gate's automatic
     baseline compares only the measurement settings: a run under another ``--env`` is still a baseline."""
-    env = (settings or {}).get("env")
-    return {**measurement_settings(settings),
-            "env": {str(k): str(v) for k, v in sorted(env.items())} if isinstance(env, dict) else {}}
+    typed = _settings(settings)
+    return {**_measured(typed), "env": dict(sorted(typed.env.items()))}
 
 
 def describe_settings(settings: Mapping[str, Any]) -> str:
     """``backend cpu · cache warm · timeline · repeat 4`` (defaults left out; ``default settings`` if all are)."""
-    parts = []
-    if settings.get("jax_platform"):
-        parts.append(f"backend {settings['jax_platform']}")
-    if settings.get("jax_cache") not in (None, "off"):
-        parts.append(f"cache {settings['jax_cache']}")
-    if settings.get("timeline"):
+    typed, parts = _settings(settings), []
+    if typed.jax_platform:
+        parts.append(f"backend {typed.jax_platform}")
+    if typed.jax_cache != "off":
+        parts.append(f"cache {typed.jax_cache}")
+    if typed.timeline:
         parts.append("timeline")
-    if settings.get("repeat", 1) != 1:
-        parts.append(f"repeat {settings['repeat']}")
+    if typed.repeat != 1:
+        parts.append(f"repeat {typed.repeat}")
     return " · ".join(parts) or "default settings"
 
 
