@@ -29,7 +29,17 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure, load_table, resolve
 from nbscope.analyse.forecast.jax_code import cells_touching_jax
-from nbscope.analyse.forecast.model import CpuRates, Term, observed_loops, program_terms, transfer_term
+from nbscope.analyse.forecast.model import (
+    Basis,
+    Calls,
+    CompileFigures,
+    CpuRates,
+    Term,
+    Unattributed,
+    observed_loops,
+    program_terms,
+    transfer_term,
+)
 from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
@@ -524,13 +534,13 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     if cell.compile_s > 0 and all_pinned:
         terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
                           words=f"JAX compile on the CPU as measured ({units.seconds(cell.compile_s)}): the calls are pinned there",
-                          details={"cpu_compile_s": cell.compile_s, "basis": "measured"}))
+                          figures=CompileFigures(cell.compile_s, "measured")))
     elif cell.compile_s > 0:
         ratio = table.model["gpu_compile_ratio"]
         terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
                           words=(f"XLA:GPU compile: {units.seconds(cell.compile_s)} on this CPU × {ratio.text()} "
                                  f"({ratio.basis})"),
-                          details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
+                          figures=CompileFigures(cell.compile_s, ratio.basis)))
     if cell.unattributed_s > 0:
         # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
         small = cell.unattributed_s < (SMALL_UNATTRIBUTED_S if cell.after_cut_s > 0
@@ -543,7 +553,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
             kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
             high_s=cell.unattributed_s if small else None,
             words=(f"{what} ({seconds}), carried over as measured" if small else f"{what} ({seconds}): GPU time unknown"),
-            details={"cpu_s": cell.unattributed_s, "unseen": cell.unseen}))
+            figures=Unattributed(cell.unattributed_s, cell.unseen)))
     missing = []
     for execution in cell.executions:
         program = programs.get(execution.program)
@@ -557,26 +567,26 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
                               function=program.function,
                               words=(f"`{program.function}` {pins[execution.program]}: "
                                      f"{count:,} call{'s' if count != 1 else ''} as measured"),
-                              details={"calls": count, "pinned": pins[execution.program]}))
+                              called=Calls(count, pinned=pins[execution.program])))
             continue
         cpu_each, observed = observed_loops(execution)
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
-            details = {**scaled.details, "calls": count}
+            called = Calls(count)
             words = scaled.words
             if execution.count_basis == "extrapolated":
                 # The traced part ran slower than the rest (the profiler's cost per call), so its rate is low.
-                details["calls_basis"] = "extrapolated"
+                called = Calls(count, calls_basis="extrapolated")
                 words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
                          f"the profiler slowed) × {term.words}")
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
-            terms.append(replace(scaled, words=words, details=details))
+            terms.append(replace(scaled, words=words, called=called))
     if all_pinned and cell.copies_s > 0:
         # Every call stays on the CPU, and so do the arrays they take: the copies are as measured.
         terms.append(Term(kind="transfer", low_s=cell.copies_s, high_s=cell.copies_s,
                           words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
-                                "the calls are pinned there", details={"basis": "measured"}))
+                                "the calls are pinned there", figures=Basis("measured")))
     elif (transfer := transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None,
                                     device, table.model)) is not None:
         terms.append(transfer)
