@@ -66,7 +66,7 @@ def _loop_functions(ctx: Context, index: int, cell: Cell | None) -> dict[str, li
     """Notebook functions with loop primitives that cell ``index`` calls or compiles."""
     if not ctx.has_sources:
         return {}
-    called = set(ctx.code.calls_by_cell.get(index, set()))
+    called = set(ctx.code.calls_in(index))
     called |= {f.name for f in cell.jax.functions} if cell is not None and cell.jax is not None else set()
     found = {}
     for name in sorted(called):  # a set: sorted, so the evidence reads the same in every process
