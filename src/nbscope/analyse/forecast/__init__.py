@@ -473,12 +473,20 @@ def _cell_entry(cell: _Cell, programs: Mapping[str, Program], outcomes: Mapping[
     )
 
 
+@dataclass(slots=True)
+class _BestRate:
+    """The best rate (flops/s or bytes/s) found so far, and the jitted function it came from."""
+
+    per_s: float | None = None
+    function: str | None = None
+
+
 def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates | None:
     """This CPU's achieved flops/s and bytes/s, measured in the run itself: the best over executions of
     at least 1 ms of loop-free programs (whose time is their work, not a loop's bookkeeping). What a
     trip-count estimate divides by; None when the run has no such execution."""
-    best: dict[str, float] = {}
-    source: dict[str, str | None] = {}
+    flops_rate, bytes_rate = _BestRate(), _BestRate()
+    first: _BestRate | None = None  # the rate the run found first, which the document lists first
     for cell in cells:
         for execution in cell.executions:
             program = programs.get(execution.program)
@@ -489,14 +497,14 @@ def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates |
             work = program.per_execution
             each = cpu / count
             flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
-            for name, amount in (("flops", flops), ("bytes", work.bytes or 0.0)):
-                if amount > 0 and amount / each > best.get(name, 0.0):
-                    best[name] = amount / each
-                    source[name] = program.function
-    if not best:
+            for best, amount in ((flops_rate, flops), (bytes_rate, work.bytes or 0.0)):
+                if amount > 0 and amount / each > (best.per_s or 0.0):
+                    best.per_s, best.function = amount / each, program.function
+                    first = first or best
+    if first is None:
         return None
-    return CpuRates(flops_per_s=best.get("flops"), flops_from=source.get("flops"), bytes_per_s=best.get("bytes"),
-                    bytes_from=source.get("bytes"), bytes_first=next(iter(best)) == "bytes")
+    return CpuRates(flops_per_s=flops_rate.per_s, flops_from=flops_rate.function, bytes_per_s=bytes_rate.per_s,
+                    bytes_from=bytes_rate.function, bytes_first=first is bytes_rate)
 
 
 def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_module.Placement,
@@ -506,8 +514,8 @@ def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_mod
     calls name none of the cell's programs pins them all (its eager operations)."""
     index = cell.cell.index
     functions = {e.program: _function(programs, e) for e in cell.executions}
-    named = {name for names, _ in placement.cells.get(index, []) if names for name in names}
-    blanket = [pin for names, pin in placement.cells.get(index, []) if names and pin.how == "default_device"
+    named = {name for names, _ in placement.pins_in(index) if names for name in names}
+    blanket = [pin for names, pin in placement.pins_in(index) if names and pin.how == "default_device"
                and not (names & set(functions.values()))]
     found = {}
     for key, function in functions.items():
