@@ -86,6 +86,6 @@ def test_a_redefined_numba_function_is_the_one_in_force_where_it_compiled() -> N
         4: "f(2.0)",
     })
     first, second = code.numba_function_at("f", 2), code.numba_function_at("f", 4)
-    assert first is not None and (first["cell"], first["line"], first["cache"]) == (1, 1, False)
-    assert second is not None and (second["cell"], second["line"], second["cache"]) == (3, 2, True)
+    assert first is not None and (first.cell, first.line, first.cache) == (1, 1, False)
+    assert second is not None and (second.cell, second.line, second.cache) == (3, 2, True)
     assert code.numba_function_at("f", 0) is None

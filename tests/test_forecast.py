@@ -100,7 +100,7 @@ def test_nested_loops_multiply_trip_counts() -> None:
     assert loops[inner["parent"]]["trip_count"] == 11 and inner["trip_count"] == 7
     table = load_table()
     terms = [t for t in program_terms(described, table.devices["t4"], table.model) if t.kind == "loop"]
-    assert sorted(t.details["iterations"] for t in terms) == [11, 77]
+    assert sorted(t.iterations for t in terms) == [11, 77]
 
 
 def test_estimate_agrees_with_xla_on_a_matmul() -> None:

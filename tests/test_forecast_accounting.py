@@ -60,8 +60,8 @@ def test_time_after_a_cut_without_a_measured_call_rate_is_unknown_jax_time_not_h
     assert after.high_s is None and "after the trace's cut" in after.words
     programs_s = sum(p.cpu_s or 0.0 for p in cell.programs)
     # Everything after the window that the extrapolated programs do not account for.
-    assert after.low_s == 0.0 and after.details["cpu_s"] >= cell.cpu.wall_s - window["traced_s"] - programs_s
-    assert after.details["cpu_s"] + programs_s + cell.cpu.host_s <= cell.cpu.wall_s - cell.cpu.compile_s + 1e-9
+    assert after.low_s == 0.0 and after.figures.cpu_s >= cell.cpu.wall_s - window["traced_s"] - programs_s
+    assert after.figures.cpu_s + programs_s + cell.cpu.host_s <= cell.cpu.wall_s - cell.cpu.compile_s + 1e-9
     assert outcome.verdict == "uncertain" and result.notebook["t4"].unbounded == (LOOP,)
 
 
@@ -184,6 +184,6 @@ def test_time_after_the_cut_beyond_what_the_extrapolated_calls_took_stays_jax_ti
     assert unexplained > 0.5  # the check has time to place
     (after,) = [t for t in cell.gpu["t4"].terms if t.kind == "unattributed"]
     assert after.high_s is None and "after the trace's cut" in after.words
-    assert after.details["cpu_s"] >= unexplained - 1e-9
+    assert after.figures.cpu_s >= unexplained - 1e-9
     assert cell.cpu.host_s <= window["traced_s"]
     assert result.notebook["t4"].unbounded == (LOOP,)

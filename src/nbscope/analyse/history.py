@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard, cast
 
 from nbscope._errors import NbscopeError
 from nbscope.record.run import RunRecord, describe_settings, series_settings
-from nbscope.schema.codec import Encoded, Write, given
-from nbscope.schema.model import Cell, Samples
+from nbscope.schema.codec import Encoded, Write, decode, given
+from nbscope.schema.machine import Settings
+from nbscope.schema.model import Cell, Samples, Totals
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
@@ -94,17 +95,15 @@ class Series:
 
     def parts(self) -> dict[str, str]:
         """What this series is, as the options a reader gives: ``{"jax_cache": "--jax-cache warm", ...}``."""
-        settings = self.settings
+        settings = decode(Settings, self.settings)
         parts = {
             "kind": self.kind,
             "machine": self.machine,
             "digest": f"digest {self.digest}",
-            "jax_platform": f"--jax-platform {settings['jax_platform']}" if settings.get("jax_platform")
-            else "default backend",
-            "jax_cache": f"--jax-cache {settings.get('jax_cache')}" if settings.get("jax_cache") not in (None, "off")
-            else "no persistent cache",
-            "timeline": "--timeline" if settings.get("timeline") else "no timeline",
-            "repeat": f"--repeat {settings.get('repeat', 1)}",
+            "jax_platform": f"--jax-platform {settings.jax_platform}" if settings.jax_platform else "default backend",
+            "jax_cache": f"--jax-cache {settings.jax_cache}" if settings.jax_cache != "off" else "no persistent cache",
+            "timeline": "--timeline" if settings.timeline else "no timeline",
+            "repeat": f"--repeat {settings.repeat}",
         }
         for name, value in sorted(self.env.items()):
             parts[f"env {name}"] = f"--env {name} #{value}"
@@ -164,7 +163,7 @@ def foreign_env_note(store: Store, rows: Sequence[Mapping[str, Any]]) -> str | N
 
     own = key_id(store.env_key())
     foreign = sorted({row["id"] for row in rows
-                      if hidden_key_ids((row.get("settings") or {}).get("env") or {}) - {own}})
+                      if hidden_key_ids(decode(Settings, row["settings"]).env) - {own}})
     if not foreign:
         return None
     shown = ", ".join(map(str, foreign[:8])) + (" ..." if len(foreign) > 8 else "")
@@ -457,9 +456,8 @@ def history(
                 value, samples = metric_value(record, metric, cell)
             else:
                 continue  # reported by the store
-            state = (row["totals"] or {}).get("cache_state")
-            points.append(Point(row["id"], row["started_at"], value, row["status"], samples,
-                                str(state) if state else None))
+            state = decode(Totals, row["totals"]).cache_state
+            points.append(Point(row["id"], row["started_at"], value, row["status"], samples, state or None))
         if all(p.value is None for p in points):
             continue
         series.append(
@@ -470,7 +468,7 @@ def history(
                 points=points,
                 changes=change_points(points, options),
                 settings={k: v for k, v in group[-1]["settings"].items() if k != "env"},
-                env=short_hashes(group[-1]["settings"].get("env") or {}),
+                env=short_hashes(decode(Settings, group[-1]["settings"]).env),
             )
         )
     if not series:

@@ -373,7 +373,7 @@ def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
         wa, wc = pair.a.wall_s, pair.b.wall_s
         if wa is None or wc is None:
             continue
-        calls = code.calls_by_cell.get(pair.a.index, set())
+        calls = code.calls_in(pair.a.index)
         functions = tuple(sorted(_jax_work(pair.a, calls, code.jitted) | _jax_work(pair.b, calls, code.jitted)))
         gain = wa - wc
         # Only cells with JAX work can be pinned; a NumPy cell runs on the host CPU either way.

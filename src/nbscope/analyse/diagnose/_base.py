@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -224,8 +225,8 @@ class FunctionStats:
     lower_s: float = 0.0
     backend_s: float = 0.0
     shapes: list[str] = field(default_factory=list)
-    cells: dict[int, int] = field(default_factory=dict)  # code-cell index -> compile events there
-    cell_seconds: dict[int, float] = field(default_factory=dict)  # code-cell index -> compile seconds there
+    cells: Counter[int] = field(default_factory=Counter)  # code-cell index -> compile events there
+    cell_seconds: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))  # code-cell index -> compile seconds there
 
     @property
     def main_cell(self) -> int | None:
@@ -246,8 +247,8 @@ class FunctionStats:
         self.lower_s += entry.lower_s
         self.backend_s += entry.backend_s
         self.shapes.extend(entry.shapes)
-        self.cells[index] = self.cells.get(index, 0) + entry.count
-        self.cell_seconds[index] = self.cell_seconds.get(index, 0.0) + entry.compile_s
+        self.cells[index] += entry.count
+        self.cell_seconds[index] += entry.compile_s
 
     @property
     def compile_s(self) -> float:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -118,14 +119,14 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     numba_s = ctx.numba_compile_s
     if numba_s < min_numba_s:
         return
-    compiled: dict[str, float] = {}
+    compiled: defaultdict[str, float] = defaultdict(float)
     modules: dict[str, Any] = {}
     caches: dict[str, Any] = {}
     compiled_in: dict[str, list[int]] = {}
     for cell in ctx.run.cells:
         for entry in cell.numba.functions if cell.numba else ():
             name = entry.name
-            compiled[name] = compiled.get(name, 0.0) + entry.seconds
+            compiled[name] += entry.seconds
             modules.setdefault(name, entry.module)
             caches.setdefault(name, entry.cache)
             compiled_in.setdefault(name, []).append(cell.index)
@@ -140,7 +141,8 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
         return modules[name] == "__main__" or (modules[name] is None and name in notebook)
 
     def caches_to_disk(name: str) -> bool:
-        return caches[name] is True or (caches[name] is None and bool(notebook.get(name, {}).get("cache")))
+        defined = ctx.code.numba_function_at(name) if ctx.has_sources else None
+        return caches[name] is True or (caches[name] is None and defined is not None and defined.cache)
 
     uncached = {n: s for n, s in compiled.items() if own(n) and not caches_to_disk(n)}
     cached = {n: s for n, s in compiled.items() if own(n) and caches_to_disk(n)}
@@ -152,7 +154,7 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     where = {}
     for n in names:  # the decorators in force where it compiled (a lecture may define a function twice)
         found = [ctx.code.numba_function_at(n, i) for i in compiled_in[n]] if ctx.has_sources else []
-        places = list(dict.fromkeys((d["cell"], d["line"]) for d in found if d))
+        places = list(dict.fromkeys((d.cell, d.line) for d in found if d))
         if places:
             where[n] = "; ".join(f"cell {c + 1}, line {line}" for c, line in places)
     listed = ", ".join(f"`{n}`" + (f" ({where[n]})" if n in where else "") for n in names[:3])

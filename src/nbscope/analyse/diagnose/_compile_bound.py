@@ -7,10 +7,13 @@ function inside an installed package, the notebook line that calls it and what c
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated
 
 from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, seconds, severity
 from nbscope.analyse.diagnose._cold_cache import nbscope_cache
+from nbscope.analyse.diagnose._source import NumbaDefinition
+from nbscope.schema.codec import Write, encode
 from nbscope.schema.model import Cell
 
 NAME = "compile-bound"
@@ -22,24 +25,41 @@ THRESHOLDS = {
 }
 
 
-def _contributors(cell: Cell) -> list[dict[str, Any]]:
+def _jax(owner: object) -> bool:
+    """A JAX function's compile: its evidence has no Numba signature, module or cache."""
+    return isinstance(owner, Compiled) and owner.kind != "numba"
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One function compiled in a cell, as the finding's evidence lists it."""
+
+    name: str
+    kind: str  # jax user, jax eager, jax library, numba
+    seconds: float
+    compiles: int
+    signature: Annotated[str | None, Write(omit=_jax)] = None
+    module: Annotated[str | None, Write(omit=_jax)] = None  # a Numba function's __module__ (None: not recorded)
+    cache: Annotated[bool | None, Write(omit=_jax)] = None  # whether it caches to disk (None: not recorded)
+
+
+def _contributors(cell: Cell) -> list[Compiled]:
     """The compiles inside a cell, largest first: JAX functions and outermost Numba compiles."""
     items = []
     for entry in cell.jax.functions if cell.jax else ():
-        items.append({"name": entry.name, "kind": f"jax {entry.kind}", "seconds": round(entry.compile_s, 4),
-                      "compiles": entry.compiles})
+        items.append(Compiled(entry.name, f"jax {entry.kind}", round(entry.compile_s, 4), entry.compiles))
     for numba in cell.numba.functions if cell.numba else ():
-        items.append({"name": numba.name, "kind": "numba", "seconds": round(numba.seconds, 4), "compiles": 1,
-                      "signature": numba.signature, "module": numba.module, "cache": numba.cache})
-    return sorted(items, key=lambda item: item["seconds"], reverse=True)
+        items.append(Compiled(numba.name, "numba", round(numba.seconds, 4), 1, numba.signature, numba.module,
+                              numba.cache))
+    return sorted(items, key=lambda item: item.seconds, reverse=True)
 
 
-def _owner(ctx: Context, top: dict[str, Any], cell: Cell) -> tuple[str, dict[str, Any] | None]:
-    """Whose code a Numba function compiled in ``cell`` is: ("notebook", its definition in force there {"cell",
-    "line", "cache"}, or None when the decorator is not found), ("package", None), or ("unknown", None) for an
-    older record without sources."""
-    module = top.get("module")
-    name = str(top["name"]).split(".")[-1]
+def _owner(ctx: Context, top: Compiled, cell: Cell) -> tuple[str, NumbaDefinition | None]:
+    """Whose code a Numba function compiled in ``cell`` is: ("notebook", its definition in force there, or None
+    when the decorator is not found), ("package", None), or ("unknown", None) for an older record without
+    sources."""
+    module = top.module
+    name = top.name.split(".")[-1]
     definition = ctx.code.numba_function_at(name, cell.index) if ctx.has_sources else None
     if module == "__main__" or (module is None and definition is not None):
         return "notebook", definition
@@ -56,21 +76,20 @@ def _caller(ctx: Context, cell: Cell, package: str | None) -> str:
     return f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`)"
 
 
-def _library_numba_fix(ctx: Context, cell: Cell, top: dict[str, Any]) -> tuple[str, str]:
-    module = top.get("module")
-    package = str(module).split(".")[0] if module else None
+def _library_numba_fix(ctx: Context, cell: Cell, top: Compiled) -> tuple[str, str]:
+    package = top.module.split(".")[0] if top.module else None
     origin = f"`{package}`" if package else "a package (the run did not record which)"
     caller = _caller(ctx, cell, package)
-    lead = f"`{top['name']}` is in {origin}, not in this notebook; Numba compiles it when {caller} first calls it. "
-    if top.get("cache") is True:
+    lead = f"`{top.name}` is in {origin}, not in this notebook; Numba compiles it when {caller} first calls it. "
+    if top.cache is True:
         return (lead + "It caches to disk, but its cache was empty or not writable here: set NUMBA_CACHE_DIR to a folder "
                 "that persists (in CI, restore it with actions/cache) and the next run loads the compiled code.",
                 "set NUMBA_CACHE_DIR to a folder kept between runs (the library caches its Numba code)")
     return (lead + "Make that call once, with the argument types of the real work, before anything you time (the compile "
             "is then paid once per kernel); "
             + ("if the package caches (`cache=True`), NUMBA_CACHE_DIR on a persisted folder keeps it across runs."
-               if top.get("cache") is None else "it does not cache, so each new kernel compiles it again."),
-            f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top['name']}` is in {origin})")
+               if top.cache is None else "it does not cache, so each new kernel compiles it again."),
+            f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top.name}` is in {origin})")
 
 
 def _persist(ctx: Context) -> tuple[str, str]:
@@ -88,54 +107,54 @@ def _persist(ctx: Context) -> tuple[str, str]:
             "did not hold", "keep shapes fixed")
 
 
-def _fix(ctx: Context, cell: Cell, top: dict[str, Any] | None) -> tuple[str, str]:
+def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
     """The fix and its one-line form, addressed to code the reader owns."""
     if top is None:
         return "Keep compiles out of the measured work: warm up once, then time a second call.", "warm up before timing"
-    if top["kind"] == "numba":
+    if top.kind == "numba":
         owner, own = _owner(ctx, top, cell)
         if owner == "package":
             return _library_numba_fix(ctx, cell, top)
         if owner == "unknown":
-            return (f"Numba compiles `{top['name']}` on its first call: if the notebook defines it, add `cache=True` to its "
+            return (f"Numba compiles `{top.name}` on its first call: if the notebook defines it, add `cache=True` to its "
                     "decorator; if it comes from a package, call it once before anything you time (the sources were not "
                     "available to tell which).", "cache it (`cache=True`) if it is yours; else warm it up before timing")
-        where = f"cell {own['cell'] + 1}, line {own['line']}" if own else "where it is jitted"
-        if own and own.get("cache"):
-            return (f"`{top['name']}` has `cache=True` ({where}) but was compiled: its cache was empty or not writable; "
+        where = f"cell {own.cell + 1}, line {own.line}" if own else "where it is jitted"
+        if own and own.cache:
+            return (f"`{top.name}` has `cache=True` ({where}) but was compiled: its cache was empty or not writable; "
                     "keep __pycache__ (or NUMBA_CACHE_DIR) between runs, e.g. with actions/cache in CI.",
                     "keep Numba's cache folder between runs")
-        return (f"Numba compiles `{top['name']}` on its first call: add `cache=True` to its decorator ({where}) so later "
+        return (f"Numba compiles `{top.name}` on its first call: add `cache=True` to its decorator ({where}) so later "
                 "runs load the machine code from __pycache__, and time a second call to measure the work itself.",
-                f"add `cache=True` to the decorator of `{top['name']}` ({where})")
+                f"add `cache=True` to the decorator of `{top.name}` ({where})")
     persist, persist_short = _persist(ctx)
-    if top["kind"] == "jax eager":
+    if top.kind == "jax eager":
         return (
-            f"JAX compiles each eager operation (here `{top['name']}`) the first time it meets a shape and dtype: a "
+            f"JAX compiles each eager operation (here `{top.name}`) the first time it meets a shape and dtype: a "
             f"one-off cost; {persist}; inside loops, put the whole step in one jitted function.",
             f"{persist_short}; jit loops of eager operations as one function",
         )
-    if top["kind"] == "jax library":
+    if top.kind == "jax library":
         on_gpu = ctx.platform.get("platform") == "gpu"
         call = ctx.call_into(cell.index, None)
         caller = (f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`, into `{call['package']}`)" if call
                   else cell.label)
         return (
-            f"`{top['name']}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
+            f"`{top.name}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
             f"with the same shapes and dtypes each time so it compiles once; {persist}"
             + ("; if it is faster on the CPU, call it under `with jax.default_device(jax.devices('cpu')[0]):`." if on_gpu else "."),
             "keep its argument shapes fixed" if persist_short == "keep shapes fixed"
             else f"{persist_short} and keep its argument shapes fixed",
         )
     return (
-        f"`{top['name']}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once; {persist}.",
-        f"keep the shapes of `{top['name']}` fixed" if persist_short == "keep shapes fixed"
-        else f"{persist_short}; keep the shapes of `{top['name']}` fixed",
+        f"`{top.name}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once; {persist}.",
+        f"keep the shapes of `{top.name}` fixed" if persist_short == "keep shapes fixed"
+        else f"{persist_short}; keep the shapes of `{top.name}` fixed",
     )
 
 
-def _compiled_text(contributors: list[dict[str, Any]]) -> str:
-    shown = [f"`{c['name']}` ({c['kind']}) {seconds(c['seconds'])}" for c in contributors[:3]]
+def _compiled_text(contributors: list[Compiled]) -> str:
+    shown = [f"`{c.name}` ({c.kind}) {seconds(c.seconds)}" for c in contributors[:3]]
     return ", ".join(shown) + (f", {len(contributors) - 3} more" if len(contributors) > 3 else "")
 
 
@@ -156,10 +175,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         highlights = [("compile", f"{seconds(compile_s)} of {seconds(wall)} ({share:.0%}); run {seconds(cell.run_s)}")]
         if contributors:
             highlights.append(("compiled", _compiled_text(contributors)))
-        if top is not None and top["kind"] == "numba" and _owner(ctx, top, cell)[0] == "package":
-            highlights.append(("library", f"`{top['name']}` from {top.get('module') or 'a package'}; cache "
-                                          + {True: "on", False: "off"}.get(bool(top["cache"]), "not recorded") if top.get("cache") is not None
-                                          else "not recorded"))
+        if top is not None and top.kind == "numba" and _owner(ctx, top, cell)[0] == "package":
+            # (as it has read: an unrecorded cache makes the whole line "not recorded")
+            highlights.append(("library", f"`{top.name}` from {top.module or 'a package'}; cache "
+                                          + ("on" if top.cache else "off") if top.cache is not None else "not recorded"))
         yield Finding(
             rule=NAME,
             title="Compile-bound cell",
@@ -173,12 +192,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "compile_share": round(share, 3),
                 "jax_compiles": cell.jax.compiles if cell.jax else None,
                 "numba_compiles": cell.numba.compiles if cell.numba else None,
-                "compiled": contributors[:6],
+                "compiled": encode(contributors[:6]),
                 "seconds_at_stake": round(compile_s, 4),
             },
             summary=(
                 f"{seconds(compile_s)} of its {seconds(wall)} ({share:.0%}) compiling"
-                + (f", mostly `{top['name']}` ({top['kind']})" if top else "")
+                + (f", mostly `{top.name}` ({top.kind})" if top else "")
             ),
             fix=fix,
             highlights=highlights,

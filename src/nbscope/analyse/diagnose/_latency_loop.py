@@ -28,7 +28,9 @@ from nbscope.analyse.diagnose._base import (
     seconds,
     severity,
 )
+from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
+from nbscope.schema.timeline import TimelineSummary
 
 if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
     from nbscope.analyse.forecast import NotebookForecast, Term
@@ -47,11 +49,12 @@ def _label(index: int, cell: Cell | None) -> str:
     return cell.label if cell is not None else f"cell {index + 1}"
 
 
-def _timeline(cell: Cell) -> dict[str, Any] | None:
-    timeline = cell.timeline
-    if not isinstance(timeline, Mapping) or timeline.get("error") or not timeline.get("classification"):
+def _timeline(cell: Cell) -> TimelineSummary | None:
+    """The cell's timeline summary, when its trace was read and classified."""
+    if cell.timeline is None:
         return None
-    return dict(timeline)
+    summary = decode(TimelineSummary, cell.timeline)
+    return summary if summary.classification and not summary.error else None
 
 
 def _timeline_evidence(timeline: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,7 +69,7 @@ def _loop_functions(ctx: Context, index: int, cell: Cell | None) -> dict[str, li
     """Notebook functions with loop primitives that cell ``index`` calls or compiles."""
     if not ctx.has_sources:
         return {}
-    called = set(ctx.code.calls_by_cell.get(index, set()))
+    called = set(ctx.code.calls_in(index))
     called |= {f.name for f in cell.jax.functions} if cell is not None and cell.jax is not None else set()
     found = {}
     for name in sorted(called):  # a set: sorted, so the evidence reads the same in every process
@@ -218,7 +221,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         timeline = _timeline(cell)
         base = {"platform": platform, "platform_source": ctx.platform["source"], "wall_s": round(wall, 4),
                 "run_s": round(run, 4), "loop_functions": functions}
-        if timeline is not None and any(w in str(timeline["classification"]).lower() for w in LATENCY_WORDS):
+        if timeline is not None and any(w in str(timeline.classification).lower() for w in LATENCY_WORDS):
             on_cpu = platform == "cpu"
             at_stake = run
             yield Finding(
@@ -227,12 +230,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 cell_index=cell.index,
                 severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
                 confidence=0.9 if functions else 0.75,
-                evidence={**base, "timeline": _timeline_evidence(timeline), "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4)},
+                evidence={**base, "timeline": _timeline_evidence(cell.timeline or {}), "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4)},
                 summary=(
-                    f"{cell.label} is {timeline['classification']} on the {platform or 'device'}"
+                    f"{cell.label} is {timeline.classification} on the {platform or 'device'}"
                     + (f": {_named(functions)}" if functions else "")
                     + f", {seconds(run)} of run time"
-                    + (f", device busy {seconds(timeline['device_busy_s'])}" if isinstance(timeline.get('device_busy_s'), (int, float)) else "")
+                    + (f", device busy {seconds(timeline.device_busy_s)}" if timeline.device_busy_s is not None else "")
                 ),
                 fix=_fix(functions, on_cpu),
             )

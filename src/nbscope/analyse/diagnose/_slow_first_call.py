@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -250,11 +251,11 @@ def _allocations(ctx: Context, index: int) -> list[str]:
     """Array allocations in the cell and in the notebook functions it calls: "`np.empty((n, m))` ×3 in `simulate`"."""
     tree = ctx.bindings.trees.get(index)
     places: list[tuple[str, ast.AST]] = [("", tree)] if tree is not None else []
-    for name in sorted(ctx.code.calls_by_cell.get(index, set())):
+    for name in sorted(ctx.code.calls_in(index)):
         for function in ctx.code.traced_by(name, index):
             if function.node is not None:
                 places.append((function.name, function.node))
-    found: dict[tuple[str, str], int] = {}
+    found: Counter[tuple[str, str]] = Counter()
     for where, node in places:
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
             name = _source.dotted(call.func)
@@ -262,7 +263,7 @@ def _allocations(ctx: Context, index: int) -> list[str]:
             if len(parts) > 1 and parts[-1] in _ALLOCATORS and parts[0] in _ARRAY_ROOTS and (call.args or call.keywords):
                 text = ast.unparse(call)
                 key = (text if len(text) <= 50 else text[:49] + "…", where)
-                found[key] = found.get(key, 0) + 1
+                found[key] += 1
     return [f"`{text}`" + (f" ×{count}" if count > 1 else "") + (f" in `{where}`" if where else "")
             for (text, where), count in list(found.items())[:3]]
 
@@ -282,9 +283,9 @@ def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[dict[str, Any]]:
                         + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
             "memory_growth_bytes": grew, "repeat_growth_bytes": grew_again, "allocations": allocations,
         })
-    earlier = set().union(*(ctx.code.calls_by_cell.get(c.index, set()) for c in ctx.run.cells if c.index < index))
-    calls = ctx.code.calls_by_cell.get(index, set())
-    parallel = sorted(n for n in calls - earlier if (ctx.code.numba_function_at(n, index) or {}).get("parallel"))
+    earlier = set().union(*(ctx.code.calls_in(c.index) for c in ctx.run.cells if c.index < index))
+    calls = ctx.code.calls_in(index)
+    parallel = sorted(n for n in calls - earlier if (defined := ctx.code.numba_function_at(n, index)) and defined.parallel)
     if parallel:
         causes.append({"cause": "thread-pool start-up",
                        "evidence": f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here"})

@@ -8,9 +8,10 @@ again (``_context.load_sources``). Everything here works on the Python that IPyt
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 _JIT_NAMES = ("jit", "pjit", "filter_jit")
 _LOOP_PRIMITIVES = ("scan", "fori_loop", "while_loop", "associative_scan", "map")
@@ -115,6 +116,16 @@ class Function:
     node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(default=None, repr=False, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class NumbaDefinition:
+    """Where a notebook decorates a function with Numba, and the options its decorator sets."""
+
+    cell: int  # the code cell that defines it
+    line: int  # the decorator's line in that cell: where `cache=True` goes
+    cache: bool
+    parallel: bool
+
+
 @dataclass
 class NotebookCode:
     """What the cells of one notebook define and call."""
@@ -124,8 +135,8 @@ class NotebookCode:
     constants: dict[str, int] = field(default_factory=dict)
     calls_by_cell: dict[int, set[str]] = field(default_factory=dict)
     x64_cells: list[int] = field(default_factory=list)  # cells that turn jax_enable_x64 on
-    numba_functions: dict[str, dict[str, Any]] = field(default_factory=dict)  # the last definition of each name
-    numba_definitions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # every one, in notebook order
+    numba_functions: dict[str, NumbaDefinition] = field(default_factory=dict)  # the last definition of each name
+    numba_definitions: list[tuple[str, NumbaDefinition]] = field(default_factory=list)  # every one, in notebook order
     jax_aliases: set[str] = field(default_factory=set)  # jax, jnp, lax, random (from jax)
     numba_aliases: set[str] = field(default_factory=set)  # numba, nb
     numba_names: set[str] = field(default_factory=set)  # njit, jit, prange imported from numba
@@ -162,13 +173,17 @@ class NotebookCode:
                 latest[function.name] = function
         return {name for name, function in latest.items() if not function.jitted}
 
-    def numba_function_at(self, name: str, at: int | None = None) -> dict[str, Any] | None:
+    def calls_in(self, cell: int) -> set[str]:
+        """What code cell ``cell`` calls, by dotted name (none for a cell whose code is unknown)."""
+        return self.calls_by_cell.get(cell, set())
+
+    def numba_function_at(self, name: str, at: int | None = None) -> NumbaDefinition | None:
         """The Numba definition of ``name`` in force at code cell ``at`` (a lecture may define a function twice)."""
         if at is None:
             return self.numba_functions.get(name)
         found = None
         for defined, info in self.numba_definitions:
-            if defined == name and info["cell"] <= at:
+            if defined == name and info.cell <= at:
                 found = info
         return found
 
@@ -218,14 +233,14 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
     """Read every cell (code-cell index -> source) once."""
     code = NotebookCode()
     trees: dict[int, ast.Module] = {}
-    assigned: dict[str, int] = {}  # how many times each global is bound, in any way
+    assigned: Counter[str] = Counter()  # how many times each global is bound, in any way
     for index, source in sorted(sources.items()):
         tree = parse(source)
         if tree is None:
             continue
         trees[index] = tree
         for name in _module_bindings(tree):
-            assigned[name] = assigned.get(name, 0) + 1
+            assigned[name] += 1
         for node in tree.body:  # module-level integer constants: n = 200, N = 10_000_000
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 value = _int_value(node.value, {})
@@ -233,7 +248,7 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
                     code.constants[node.targets[0].id] = value
     # A constant stands for its name only when the notebook binds that name once: `n = 50_000_000` in one cell and
     # `n = 20` in another make `n` depend on where it is read (see _bindings).
-    code.constants = {name: value for name, value in code.constants.items() if assigned.get(name) == 1}
+    code.constants = {name: value for name, value in code.constants.items() if assigned[name] == 1}
     code.trees = trees
     for tree in trees.values():
         _imports(code, tree)
@@ -302,6 +317,12 @@ def _decorator_kind(code: NotebookCode, decorator: ast.AST) -> str | None:
     return "jax" if jitted else None
 
 
+def _sets_true(decorator: ast.AST, option: str) -> bool:
+    """Whether a decorator call passes ``option=True`` (``@numba.jit(cache=True)``)."""
+    return isinstance(decorator, ast.Call) and any(
+        k.arg == option and isinstance(k.value, ast.Constant) and k.value.value is True for k in decorator.keywords)
+
+
 def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
     calls: set[str] = set()
     for node in ast.walk(tree):
@@ -313,14 +334,9 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
                     function.jitted = True
                     function.static_args = _is_jit(decorator)[1]
                 elif kind == "numba":
-                    options = {k.arg: getattr(k.value, "value", None) for k in decorator.keywords} if isinstance(
-                        decorator, ast.Call) else {}
-                    code.numba_functions[node.name] = {
-                        "cell": index,
-                        "line": decorator.lineno,  # the decorator: where `cache=True` goes
-                        "cache": options.get("cache") is True,
-                        "parallel": options.get("parallel") is True,
-                    }
+                    code.numba_functions[node.name] = NumbaDefinition(
+                        cell=index, line=decorator.lineno, cache=_sets_true(decorator, "cache"),
+                        parallel=_sets_true(decorator, "parallel"))
                     code.numba_definitions.append((node.name, code.numba_functions[node.name]))
             _scan_body(code, function, node)
             # A later definition of the same name (a corrected version) replaces the earlier one.

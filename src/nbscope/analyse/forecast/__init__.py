@@ -29,7 +29,17 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure, load_table, resolve
 from nbscope.analyse.forecast.jax_code import cells_touching_jax
-from nbscope.analyse.forecast.model import CpuRates, Term, observed_loops, program_terms, transfer_term
+from nbscope.analyse.forecast.model import (
+    Basis,
+    Calls,
+    CompileFigures,
+    CpuRates,
+    Term,
+    Unattributed,
+    observed_loops,
+    program_terms,
+    transfer_term,
+)
 from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
@@ -463,12 +473,20 @@ def _cell_entry(cell: _Cell, programs: Mapping[str, Program], outcomes: Mapping[
     )
 
 
+@dataclass(slots=True)
+class _BestRate:
+    """The best rate (flops/s or bytes/s) found so far, and the jitted function it came from."""
+
+    per_s: float | None = None
+    function: str | None = None
+
+
 def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates | None:
     """This CPU's achieved flops/s and bytes/s, measured in the run itself: the best over executions of
     at least 1 ms of loop-free programs (whose time is their work, not a loop's bookkeeping). What a
     trip-count estimate divides by; None when the run has no such execution."""
-    best: dict[str, float] = {}
-    source: dict[str, str | None] = {}
+    flops_rate, bytes_rate = _BestRate(), _BestRate()
+    first: _BestRate | None = None  # the rate the run found first, which the document lists first
     for cell in cells:
         for execution in cell.executions:
             program = programs.get(execution.program)
@@ -479,14 +497,14 @@ def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates |
             work = program.per_execution
             each = cpu / count
             flops = (work.flops or 0.0) + (work.transcendentals or 0.0)
-            for name, amount in (("flops", flops), ("bytes", work.bytes or 0.0)):
-                if amount > 0 and amount / each > best.get(name, 0.0):
-                    best[name] = amount / each
-                    source[name] = program.function
-    if not best:
+            for best, amount in ((flops_rate, flops), (bytes_rate, work.bytes or 0.0)):
+                if amount > 0 and amount / each > (best.per_s or 0.0):
+                    best.per_s, best.function = amount / each, program.function
+                    first = first or best
+    if first is None:
         return None
-    return CpuRates(flops_per_s=best.get("flops"), flops_from=source.get("flops"), bytes_per_s=best.get("bytes"),
-                    bytes_from=source.get("bytes"), bytes_first=next(iter(best)) == "bytes")
+    return CpuRates(flops_per_s=flops_rate.per_s, flops_from=flops_rate.function, bytes_per_s=bytes_rate.per_s,
+                    bytes_from=bytes_rate.function, bytes_first=first is bytes_rate)
 
 
 def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_module.Placement,
@@ -496,8 +514,8 @@ def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_mod
     calls name none of the cell's programs pins them all (its eager operations)."""
     index = cell.cell.index
     functions = {e.program: _function(programs, e) for e in cell.executions}
-    named = {name for names, _ in placement.cells.get(index, []) if names for name in names}
-    blanket = [pin for names, pin in placement.cells.get(index, []) if names and pin.how == "default_device"
+    named = {name for names, _ in placement.pins_in(index) if names for name in names}
+    blanket = [pin for names, pin in placement.pins_in(index) if names and pin.how == "default_device"
                and not (names & set(functions.values()))]
     found = {}
     for key, function in functions.items():
@@ -524,13 +542,13 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     if cell.compile_s > 0 and all_pinned:
         terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
                           words=f"JAX compile on the CPU as measured ({units.seconds(cell.compile_s)}): the calls are pinned there",
-                          details={"cpu_compile_s": cell.compile_s, "basis": "measured"}))
+                          figures=CompileFigures(cell.compile_s, "measured")))
     elif cell.compile_s > 0:
         ratio = table.model["gpu_compile_ratio"]
         terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
                           words=(f"XLA:GPU compile: {units.seconds(cell.compile_s)} on this CPU × {ratio.text()} "
                                  f"({ratio.basis})"),
-                          details={"cpu_compile_s": cell.compile_s, "basis": ratio.basis}))
+                          figures=CompileFigures(cell.compile_s, ratio.basis)))
     if cell.unattributed_s > 0:
         # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
         small = cell.unattributed_s < (SMALL_UNATTRIBUTED_S if cell.after_cut_s > 0
@@ -543,7 +561,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
             kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
             high_s=cell.unattributed_s if small else None,
             words=(f"{what} ({seconds}), carried over as measured" if small else f"{what} ({seconds}): GPU time unknown"),
-            details={"cpu_s": cell.unattributed_s, "unseen": cell.unseen}))
+            figures=Unattributed(cell.unattributed_s, cell.unseen)))
     missing = []
     for execution in cell.executions:
         program = programs.get(execution.program)
@@ -557,26 +575,26 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
                               function=program.function,
                               words=(f"`{program.function}` {pins[execution.program]}: "
                                      f"{count:,} call{'s' if count != 1 else ''} as measured"),
-                              details={"calls": count, "pinned": pins[execution.program]}))
+                              called=Calls(count, pinned=pins[execution.program])))
             continue
         cpu_each, observed = observed_loops(execution)
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
             scaled = term.scaled(count)
-            details = {**scaled.details, "calls": count}
+            called = Calls(count)
             words = scaled.words
             if execution.count_basis == "extrapolated":
                 # The traced part ran slower than the rest (the profiler's cost per call), so its rate is low.
-                details["calls_basis"] = "extrapolated"
+                called = Calls(count, calls_basis="extrapolated")
                 words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
                          f"the profiler slowed) × {term.words}")
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
-            terms.append(replace(scaled, words=words, details=details))
+            terms.append(replace(scaled, words=words, called=called))
     if all_pinned and cell.copies_s > 0:
         # Every call stays on the CPU, and so do the arrays they take: the copies are as measured.
         terms.append(Term(kind="transfer", low_s=cell.copies_s, high_s=cell.copies_s,
                           words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
-                                "the calls are pinned there", details={"basis": "measured"}))
+                                "the calls are pinned there", figures=Basis("measured")))
     elif (transfer := transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None,
                                     device, table.model)) is not None:
         terms.append(transfer)

@@ -20,11 +20,11 @@ The terms (docs/forecast.md explains each and where its constants come from):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
-from nbscope.schema.codec import Write, decode
+from nbscope.schema.codec import Write, decode, known
 from nbscope.schema.programs import Execution, Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
@@ -37,11 +37,77 @@ CPU_ITERATION_SLOW_S = 50e-9
 
 
 @dataclass(frozen=True, slots=True)
+class LoopFigures:
+    """A loop term's figures: its trip count, how it is known, and the cost of one iteration."""
+
+    loop: str  # the loop's id in its program
+    name: str  # ``lax.scan``, ``counted loop (lax.scan / fori_loop)``
+    overhead_text: str  # the per-iteration step cost as words (``8–8.2 µs``)
+    iterations: float | int | None  # per execution when known (static or observed)
+    iterations_low: float
+    iterations_high: float | None
+    trip_count_basis: str  # static, observed, estimated or unknown
+    per_iteration_low_s: float
+    per_iteration_high_s: float
+    body_low_s: float
+    body_high_s: float
+    figure: str  # the device figure the step uses: loop_iteration_us or sync_iteration_us
+    bound: str | None  # what an estimated or unknown trip count rests on
+    call: str | None  # where the notebook calls the loop's primitive, as the program's metadata names it
+    syncs_per_iteration: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCount:
+    kernels: int  # a launch term's kernels
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryCalls:
+    library_calls: Mapping[str, int]  # a library term's custom call targets, with their counts
+
+
+@dataclass(frozen=True, slots=True)
+class CopyCount:
+    copies: int  # a transfer term's host↔device copies
+
+
+@dataclass(frozen=True, slots=True)
+class CompileFigures:
+    cpu_compile_s: float  # the compile time the CPU run measured
+    basis: str  # measured (pinned to the CPU), or the basis of the GPU compile ratio
+
+
+@dataclass(frozen=True, slots=True)
+class Unattributed:
+    cpu_s: float
+    unseen: bool  # the time fell in a trace cut short before any program was seen
+
+
+@dataclass(frozen=True, slots=True)
+class Basis:
+    basis: str  # a term carried over as ``measured``
+
+
+@dataclass(frozen=True, slots=True)
+class Calls:
+    """How many calls of its program a term adds up, and why it is what it is."""
+
+    calls: int
+    calls_basis: Annotated[str | None, Write(when=known)] = None  # ``extrapolated`` from a trace cut short
+    pinned: Annotated[str | None, Write(when=known)] = None  # why the calls stay on the CPU
+
+
+TermFigures = LoopFigures | KernelCount | LibraryCalls | CopyCount | CompileFigures | Unattributed | Basis
+
+
+@dataclass(frozen=True, slots=True)
 class Term:
     """One named part of a forecast: ``low_s``–``high_s`` (``high_s`` None: no upper bound).
 
-    ``details`` holds the figures of its kind (a loop's iterations and per-iteration cost, a compile's
-    basis, …) as the JSON document lists them; the properties below are the ones the rest of nbscope reads."""
+    ``figures`` holds the figures of its kind (a loop's iterations and per-iteration cost, a compile's basis,
+    …) and ``called`` its calls, both written into the term's own JSON object; the properties below are the
+    ones the rest of nbscope reads."""
 
     kind: str  # loop | work | launch | library | dispatch | transfer | host | compile | unattributed | cpu
     low_s: float
@@ -49,56 +115,46 @@ class Term:
     words: str
     program: str | None = None
     function: str | None = None
-    details: Annotated[Mapping[str, Any], Write(inline=True)] = field(default_factory=dict)
+    figures: Annotated[TermFigures | None, Write(inline=True)] = None
+    called: Annotated[Calls | None, Write(inline=True)] = None
 
     def scaled(self, times: float) -> Term:
-        return Term(self.kind, self.low_s * times, None if self.high_s is None else self.high_s * times,
-                    self.words, self.program, self.function, dict(self.details))
+        return replace(self, low_s=self.low_s * times, high_s=None if self.high_s is None else self.high_s * times)
 
     @property
     def calls(self) -> int:
         """How many calls of its program the term adds up (1 unless the forecast scaled it)."""
-        return int(self.details.get("calls", 1))
+        return self.called.calls if self.called is not None else 1
+
+    @property
+    def loop(self) -> LoopFigures | None:
+        """A loop term's figures (None for any other term)."""
+        return self.figures if isinstance(self.figures, LoopFigures) else None
 
     @property
     def name(self) -> str | None:
         """A loop's name (``lax.scan``, ``counted loop (lax.scan / fori_loop)``)."""
-        return self.details.get("name")
+        return self.loop.name if self.loop is not None else None
 
     @property
     def iterations(self) -> float | int | None:
         """A loop's iterations per execution when known (static or observed), else None."""
-        return self.details.get("iterations")
+        return self.loop.iterations if self.loop is not None else None
 
     @property
     def overhead_text(self) -> str | None:
         """A loop's per-iteration step cost as words (``8–8.2 µs``)."""
-        return self.details.get("overhead_text")
-
-    @property
-    def figure(self) -> str | None:
-        """The device figure a loop's step uses: ``loop_iteration_us`` or ``sync_iteration_us``."""
-        return self.details.get("figure")
-
-    @property
-    def call(self) -> str | None:
-        """Where the notebook calls a loop's primitive, as the program's metadata names it."""
-        return self.details.get("call")
-
-    @property
-    def bound(self) -> str | None:
-        """What an estimated or unknown trip count rests on."""
-        return self.details.get("bound")
+        return self.loop.overhead_text if self.loop is not None else None
 
     @property
     def trip_count_basis(self) -> str | None:
         """How a loop's trip count is known: static, observed, estimated or unknown."""
-        return self.details.get("trip_count_basis")
+        return self.loop.trip_count_basis if self.loop is not None else None
 
     @property
     def unseen(self) -> bool:
         """An unattributed term's time fell in a trace cut short before any program was seen."""
-        return bool(self.details.get("unseen"))
+        return isinstance(self.figures, Unattributed) and self.figures.unseen
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,13 +381,13 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
             high_s=high_s,
             words=f"{name} of {count} × ({parts})",
             program=key, function=function,
-            details={"loop": loop.id, "name": name, "overhead_text": span(over_low, over_high),
-                     "iterations": _whole(low_iterations) if basis in ("static", "observed") else None,
-                     "iterations_low": low_iterations, "iterations_high": high_iterations,
-                     "trip_count_basis": basis, "per_iteration_low_s": per_low,
-                     "per_iteration_high_s": per_high, "body_low_s": body_low, "body_high_s": body_high,
-                     "figure": figure, "bound": why if basis in ("estimated", "unknown") else None,
-                     "call": loop.call, "syncs_per_iteration": loop.syncs_per_iteration},
+            figures=LoopFigures(
+                loop=loop.id, name=name, overhead_text=span(over_low, over_high),
+                iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
+                iterations_low=low_iterations, iterations_high=high_iterations, trip_count_basis=basis,
+                per_iteration_low_s=per_low, per_iteration_high_s=per_high, body_low_s=body_low,
+                body_high_s=body_high, figure=figure, bound=why if basis in ("estimated", "unknown") else None,
+                call=loop.call, syncs_per_iteration=loop.syncs_per_iteration),
         ))
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:
@@ -342,7 +398,7 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
     if kernels:
         terms.append(Term(kind="launch", low_s=kernels * launch.low * 1e-6, high_s=kernels * launch.high * 1e-6,
                           words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
-                          program=key, function=function, details={"kernels": kernels}))
+                          program=key, function=function, figures=KernelCount(kernels)))
     calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
     if calls:
         each = model["library_call_us"]
@@ -350,7 +406,7 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
         names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
         terms.append(Term(kind="library", low_s=count * each.low * 1e-6, high_s=count * each.high * 1e-6,
                           words=f"{count} GPU library call{'s' if count != 1 else ''} ({names}) × {each.text(' µs')}",
-                          program=key, function=function, details={"library_calls": calls}))
+                          program=key, function=function, figures=LibraryCalls(calls)))
     dispatch = device.figure("dispatch_us")
     terms.append(Term(kind="dispatch", low_s=dispatch.low * 1e-6, high_s=dispatch.high * 1e-6,
                       words=f"jitted call × {dispatch.text(' µs')}", program=key, function=function))
@@ -402,4 +458,4 @@ def transfer_term(transfers: Transfers | None, device: Device, model: dict[str, 
     unsized = transfers.unsized or 0
     words = f"{copies} host↔device cop{'ies' if copies != 1 else 'y'} ({size} at {link.text(' GB/s')}"
     words += f"; {unsized} of unknown size)" if unsized else ")"
-    return Term(kind="transfer", low_s=low, high_s=high, words=words, details={"copies": copies})
+    return Term(kind="transfer", low_s=low, high_s=high, words=words, figures=CopyCount(copies))

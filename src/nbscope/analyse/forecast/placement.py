@@ -66,13 +66,18 @@ class Placement:
     cells: dict[int, list[tuple[set[str] | None, Pin]]] = field(default_factory=dict)  # per cell: functions (None: all)
     platform: Pin | None = None  # everything from this cell on
 
+    def pins_in(self, cell: int) -> list[tuple[set[str] | None, Pin]]:
+        """What pins calls to the CPU inside ``cell`` (a ``default_device`` block, a committed array), with the
+        functions each covers (None: all)."""
+        return self.cells.get(cell, [])
+
     def pin_of(self, cell: int, function: str | None) -> Pin | None:
         """Why a call of ``function`` in ``cell`` runs on the CPU, or None."""
         if self.platform is not None and cell >= self.platform.cell:
             return self.platform
         if function and function in self.functions and cell >= self.functions[function].cell:
             return self.functions[function]
-        for names, pin in self.cells.get(cell, []):
+        for names, pin in self.pins_in(cell):
             if names is None or (function and function in names):
                 return pin
         return None
