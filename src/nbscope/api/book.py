@@ -12,6 +12,7 @@ An argument is
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse.book import CELL_KINDS, Lectures, RunSet, SlowestCells
 from nbscope.record.run import LABEL_PATTERN, RunRecord
 from nbscope.record.store import Store, resolve_run
+from nbscope.schema.audit import Audit
+from nbscope.schema.audit_file import AuditFile
+from nbscope.schema.codec import decode
 
 BOOK_FILES = ("_toc.yml", "_toc.yaml", "myst.yml", "myst.yaml")
 
@@ -68,18 +72,17 @@ def _book(reference: str, store: Store) -> RunSet:
 
 def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) -> RunSet:
     """The profiles an audit refers to: embedded in its file, else in the store."""
-    embedded: dict[str, Any] = {}
+    embedded: Mapping[int, Mapping[str, Any]] = {}
     if file is not None:
-        document = json.loads(file.read_text(encoding="utf-8"))
-        embedded = document.get("runs") if isinstance(document.get("runs"), dict) else {}
+        embedded = decode(AuditFile, json.loads(file.read_text(encoding="utf-8"))).runs or {}
     found = RunSet(reference)
-    for entry in audit.measurements.get("notebooks") or []:
-        run_id = entry.get("run_id")
-        name = f"{entry.get('path')} ({entry.get('backend')})"
+    for entry in decode(Audit, audit.measurements).notebooks:
+        run_id = entry.run_id
+        name = f"{entry.path} ({entry.backend})"
         if not isinstance(run_id, int):
-            found.missing.append(f"{name}: {entry.get('status')}")
+            found.missing.append(f"{name}: {entry.status}")
             continue
-        record = _embedded(embedded.get(str(run_id)), file) if embedded else None
+        record = _embedded(embedded.get(run_id), file)
         if record is None and store.path.exists():
             try:
                 record = store.get(run_id)
@@ -94,11 +97,10 @@ def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) ->
     return found
 
 
-def _embedded(document: object, file: Path | None) -> RunRecord | None:
-    if not isinstance(document, dict):
+def _embedded(document: Mapping[str, Any] | None, file: Path | None) -> RunRecord | None:
+    if document is None:
         return None
-    record = RunRecord.from_dict(document, source=f"{file}: an embedded run")
-    return record
+    return RunRecord.from_dict(document, source=f"{file}: an embedded run")
 
 
 def cells(sources: list[str], store: Store, *, limit: int | None) -> SlowestCells:

@@ -48,7 +48,7 @@ def _comparable_earlier(store: Any, candidate: RunRecord) -> Comparable:
     names = store.names_of(candidate.target)  # runs stored under the notebook's older names too
     rows = store.summaries(("started_at", "status", "settings"), target=names, digest=candidate.digest,
                            kind=candidate.kind)
-    verdicts = store.verdicts(row["id"] for row in rows)
+    failed = {run_id for run_id, verdict in store.verdicts(row["id"] for row in rows).items() if not verdict["passed"]}
     for row in rows:
         if candidate.run_id is not None and (row["id"] == candidate.run_id or row["started_at"] > candidate.started_at):
             continue
@@ -63,7 +63,7 @@ def _comparable_earlier(store: Any, candidate: RunRecord) -> Comparable:
             reason = f"status {row['status']}"
         elif measured != settings:
             reason = "other settings"
-        elif not verdicts.get(row["id"], {}).get("passed", True):
+        elif row["id"] in failed:
             reason = "failed the gate"
         else:
             kept.append(row)
@@ -92,9 +92,10 @@ def latest_baseline(
     kept, left_out = comparable or _comparable_earlier(store, candidate)
     kept = list(kept)
     verdicts = store.verdicts(row["id"] for row in kept) if kept else {}
+    passed_ids = {run_id for run_id, verdict in verdicts.items() if verdict["passed"]}
     chosen: RunRecord | None = None
     while kept and chosen is None:
-        passed = [r for r in kept if verdicts.get(r["id"], {}).get("passed")]
+        passed = [r for r in kept if r["id"] in passed_ids]
         row = passed[0] if passed else kept[0]
         chosen = store.readable(row["id"])  # the only document read
         if chosen is None:
@@ -291,15 +292,13 @@ def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
     """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
     from nbscope.api.profile import ProfileOptions
 
-    recorded = cand.settings or {}  # the kernel and whether --env values are stored: not in the typed settings
     settings = cand.run_settings()
-    env = recorded.get("env") or {}
-    if env and not recorded.get("env_values_stored"):
+    if settings.env and not settings.env_values_stored:
         return "its --env values are stored only as hashes"
     return ProfileOptions(
-        kernel=recorded.get("kernel") if isinstance(recorded.get("kernel"), str) else None,
+        kernel=settings.kernel,
         timeout=settings.timeout, on_error="stop" if settings.on_error == "stop" else "continue",
-        env={str(k): str(v) for k, v in env.items()}, env_store_values=bool(env),
+        env=dict(settings.env), env_store_values=bool(settings.env),
         jax_platform=settings.jax_platform, jax_cache=settings.jax_cache, repeat=settings.repeat,
         timeline=settings.timeline,
     )

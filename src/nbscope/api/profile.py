@@ -309,8 +309,9 @@ def _empty_owned_folder(folder: Path) -> None:
 
 
 def _gpus_present(fingerprint: dict[str, Any]) -> bool:
-    devices = fingerprint.get("gpu", {}).get("devices")
-    return isinstance(devices, list) and bool(devices)
+    from nbscope.schema.machine import Machine
+
+    return bool(decode(Machine, fingerprint).gpus)
 
 
 def default_live_path(store_path: Path | None) -> Path:
@@ -507,16 +508,16 @@ def _check_can_empty(folder: Path) -> None:
 def _cache_saving(record: RunRecord, store: Store) -> None:
     """For a warm-cache run: compile time saved against the latest cold run of the same notebook and
     environment (measured cold vs warm: JAX's own compile_time_saved is wrong under 1 s)."""
-    totals_ = record.measurements["totals"]
-    if totals_.get("cache_state") != "warm":
+    warm = record.notebook_run().totals
+    if warm.cache_state != "warm":
         return
     for row in store.list(kind="profile", target=record.target, digest=record.digest, limit=50):
-        earlier = store.get(row["id"])
-        if earlier.measurements.get("totals", {}).get("cache_state") == "cold":
-            cold = earlier.measurements["totals"]
+        cold = store.get(row["id"]).notebook_run().totals
+        if cold.cache_state == "cold":
+            totals_ = record.measurements["totals"]
             totals_["cache_baseline_run"] = row["id"]
-            totals_["cache_saving_s"] = (cold.get("compile_s") or 0.0) - (totals_.get("compile_s") or 0.0)
-            totals_["cold_compiles"] = cold.get("compiles")
+            totals_["cache_saving_s"] = (cold.compile_s or 0.0) - (warm.compile_s or 0.0)
+            totals_["cold_compiles"] = cold.compiles
             return
 
 

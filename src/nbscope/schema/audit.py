@@ -294,6 +294,14 @@ class AuditTotals:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditSettings:
+    """What an audit was asked (its record's ``settings``) that a merge reads: its backends and its shard."""
+
+    backends: tuple[str, ...]
+    shard: str | None  # "i/n"
+
+
+@dataclass(frozen=True, slots=True)
 class MergedFile:
     """An audit file a merge read."""
 

@@ -140,6 +140,8 @@ class Settings:
     env: Mapping[str, str]  # the ``--env`` variables, as stored (a hash for any that may be a secret)
     on_error: str | None
     timeout: float | None
+    kernel: str | None = None  # the kernel asked for (None: the notebook's own)
+    env_values_stored: bool = False  # ``--env`` values kept as given (``--env-store-values``), not as hashes
 
 
     def environment(self, machine: Machine) -> dict[str, str]:

@@ -260,6 +260,7 @@ class NotebookRun:
     program_data: Annotated[ProgramData | None, Read(key="programs")]  # the compiled programs the run executed (None: recorded without them)
     runner: RunnerInfo = field(default_factory=RunnerInfo)
     kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
+    run_uuid: str | None = None  # the run's identity, as its live file's header has it (None: recorded without one)
 
     @property
     def sources(self) -> dict[str, str]:

@@ -9,7 +9,7 @@ know the field ignore it; ``nbscope merge`` imports those runs into the local st
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,8 @@ from nbscope._files import write_text
 from nbscope.analyse import audit as _report
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
-from nbscope.schema.audit import Audit, AuditEntry, Availability, Coverage, Discovery, MergedFile
+from nbscope.schema.audit import Audit, AuditEntry, AuditSettings, Availability, Coverage, Discovery, MergedFile
+from nbscope.schema.audit_file import AuditFile
 from nbscope.schema.codec import decode, encode
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ def export_audit(record: RunRecord, path: str | Path, *, store: Store | None = N
     return Path(path)
 
 
-def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
-    """An audit file as a record, and its embedded runs (``{}`` when none)."""
+def load_audit(path: str | Path) -> tuple[RunRecord, Mapping[int, Mapping[str, Any]]]:
+    """An audit file as a record, and its embedded runs by their id (``{}`` when none)."""
     from nbscope.record import run as record_module
 
     path = Path(path)
@@ -58,9 +59,8 @@ def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
         raise NbscopeError(f"{path} is a {record.kind} run, not an audit")
     from nbscope._files import read_bounded
 
-    document = json.loads(read_bounded(path, what="run record"))
-    runs = document.get("runs") or {}
-    if not isinstance(runs, dict):
+    runs = decode(AuditFile, json.loads(read_bounded(path, what="run record"))).runs
+    if runs is None:
         raise NbscopeError(f"{path}: 'runs' must be an object of run records")
     notebooks = record.measurements.get("notebooks")
     if not isinstance(notebooks, list):
@@ -70,7 +70,7 @@ def load_audit(path: str | Path) -> tuple[RunRecord, dict[str, Any]]:
     return record, runs
 
 
-def _import_run(store: Store, document: dict[str, Any], source: str) -> int | None:
+def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int | None:
     """Save an embedded run in ``store`` (once: the same run merged twice keeps its first id)."""
     try:
         run = RunRecord.from_dict(document, source=source)
@@ -95,18 +95,16 @@ def merge(
     availability: dict[str, Availability] = {}
     expected: list[str] = []
     inputs = []
-    embedded: dict[tuple[str, int | None], dict[str, Any]] = {}
+    embedded: dict[tuple[str, int | None], Mapping[str, Any]] = {}
     for position, (path, record, runs) in enumerate(loaded):
-        for old_id, document in runs.items():
-            if str(old_id).isdigit() and isinstance(document, dict):
-                embedded[str(path), int(old_id)] = document
+        embedded.update({(str(path), old_id): document for old_id, document in runs.items()})
         audit = decode(Audit, record.measurements)
         id_map: dict[int, int | None] = {}
         if store is not None:
             for old_id, document in runs.items():
-                if str(old_id).isdigit() and isinstance(document, dict):
-                    id_map[int(old_id)] = _import_run(store, document, f"{path} run {old_id}")
-        for backend in record.settings.get("backends") or []:
+                id_map[old_id] = _import_run(store, document, f"{path} run {old_id}")
+        asked = decode(AuditSettings, record.settings)
+        for backend in asked.backends:
             if backend not in backends:
                 backends.append(backend)
         for backend, info in audit.backends.items():
@@ -133,7 +131,7 @@ def merge(
                 chosen[key] = (rank, entry)
         inputs.append(MergedFile(
             file=str(path), target=record.target, started_at=record.started_at, status=record.status,
-            digest=record.digest, machine=record.machine().summary, shard=record.settings.get("shard"),
+            digest=record.digest, machine=record.machine().summary, shard=asked.shard,
             wall_s=audit.totals.wall_s, runs_imported=sum(1 for v in id_map.values() if v)))
     entries = [chosen[k, b][1] for k in order for b in backends if (k, b) in chosen]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap, skipped
+from nbscope.api.pathways._common import PathwayOptions, PathwayResult, kernel_described, one_line, reap, skipped
 from nbscope.collect.notebook import Notebook
 
 if TYPE_CHECKING:
@@ -171,20 +171,20 @@ def build_and_measure(
         )
     record = result.records[0]
     m = record.measurements
-    header = m.get("kernel") or {}
+    run = record.notebook_run()
     # Which kernel the cells came from: one the book started, in the book's folder (not a re-run).
-    runner["kernel"] = {key: header.get(key) for key in ("pid", "cwd", "executable", "started_unix")}
+    runner["kernel"] = kernel_described(run)
     cells = list(m["cells"])
     if runner.get("execution_failed") == "CellTimeoutError":
         message = runner.pop("timeout_message", None) or f"cell exceeded --timeout {options.timeout:g} s"
-        for cell in cells:
+        for cell, measured in zip(cells, run.cells, strict=True):
             # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
             # kernel did not survive, a cell that started and never finished).
-            interrupted = cell.get("status") == "error" and (cell.get("error") or {}).get("name") == "KeyboardInterrupt"
-            if interrupted or cell.get("status") == "kernel-died":
+            interrupted = measured.status == "error" and measured.error is not None and measured.error.name == "KeyboardInterrupt"
+            if interrupted or measured.status == "kernel-died":
                 cell["status"] = "timeout"
                 cell["error"] = {"name": "CellTimeoutError", "message": message}
-    cell_wall = sum(c["wall_s"] for c in cells if isinstance(c.get("wall_s"), (int, float)))
+    cell_wall = sum(c.wall_s for c in run.cells if c.wall_s is not None)
     overheads: dict[str, Any] = {"book_build_s": result.wall_s, "book_executed_s": runner["executed_s"], **own_overheads}
     if runner["executed_s"] is not None:
         overheads["book_outside_execution_s"] = max(0.0, result.wall_s - runner["executed_s"])
@@ -196,11 +196,11 @@ def build_and_measure(
         overheads["book_outside_execution_basis"] = "build wall minus the cells' walls (the book reported no execution time)"
     status = record.status
     if result.interrupted:
-        runner["interrupted"] = record.measurements["runner"].get("interrupted")
+        runner["interrupted"] = run.runner.interrupted
     if result.returncode != 0 or runner.get("execution_failed") or result.interrupted:
         status = "partial"
         runner["output_tail"] = result.output[-2000:]
-    result_totals = dict(m.get("totals") or {})
+    result_totals = dict(m["totals"])  # a trace record always holds its totals
     result_totals.update(book_build_s=result.wall_s, book_executed_s=runner["executed_s"])
     return PathwayResult(
         name, status, cells=cells, totals=result_totals, runner=runner, overheads=overheads,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope.api.profile import RunSpec
+
+if TYPE_CHECKING:
+    from nbscope.schema.model import NotebookRun
 
 # Every process a pathway starts inherits this variable (with a per-run value), so a leftover can be
 # found afterwards even when it was re-parented to init, as jupyter_server processes are after a
@@ -39,6 +42,15 @@ class PathwayResult:
     skipped: str | None = None  # why the pathway did not run
     error: str | None = None  # one line, when status is "error"
     interrupted: bool = False  # a stop signal cut this run short: keep it, run nothing more
+
+
+def kernel_described(run: NotebookRun) -> dict[str, Any]:
+    """Which kernel ran the cells (its pid, folder, interpreter and start), as the probe described it; each
+    None when it never did."""
+    kernel = run.kernel
+    if kernel is None:
+        return dict.fromkeys(("pid", "cwd", "executable", "started_unix"))
+    return {"pid": kernel.pid, "cwd": kernel.cwd, "executable": kernel.executable, "started_unix": kernel.started_unix}
 
 
 def skipped(name: str, reason: str) -> PathwayResult:

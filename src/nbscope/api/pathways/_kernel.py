@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap
+from nbscope.api.pathways._common import PathwayOptions, PathwayResult, kernel_described, one_line, reap
 
 
 def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, Any], live_path: Path) -> PathwayResult:
@@ -23,17 +23,16 @@ def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, An
         return PathwayResult("kernel", "error", runner={"pathway": "kernel"}, error=one_line(str(exc)))
     finally:
         reap(options.token)
-    m = record.measurements
-    runner = dict(m.get("runner") or {})
-    header = m.get("kernel") or {}
-    runner["kernel"] = {key: header.get(key) for key in ("pid", "cwd", "executable", "started_unix")}
-    result_totals = dict(m.get("totals") or {})
+    m = record.measurements  # a profile's, which always holds its runner, totals and cells
+    runner = dict(m["runner"])
+    run = record.notebook_run()
+    runner["kernel"] = kernel_described(run)
     return PathwayResult(
         "kernel",
         record.status,
-        cells=list(m.get("cells") or []),
-        totals=result_totals,
+        cells=list(m["cells"]),
+        totals=dict(m["totals"]),
         runner=runner,
-        overheads={"kernel_start_s": runner.get("kernel_start_s"), "shutdown_s": runner.get("shutdown_s")},
+        overheads={"kernel_start_s": run.runner.kernel_start_s, "shutdown_s": run.runner.shutdown_s},
         interrupted=interrupted,
     )
