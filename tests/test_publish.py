@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nbscope.api.publish import MANIFEST, lecture_page, publish
+from nbscope.api.publish import MANIFEST, keep_run_summary, lecture_page, publish
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render import site as site_pages
@@ -195,6 +195,34 @@ def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(sit
     with sqlite3.connect(old) as db:
         assert db.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone()[0] == "8"
         assert db.execute("SELECT COUNT(*) FROM run_summaries").fetchone()[0] > 0
+
+
+def test_a_run_summarised_when_saved_is_only_read_by_publish(site: dict[str, Any]) -> None:
+    """``keep_run_summary``, which the commands that store a run call once it is saved, keeps its whole summary:
+    what changed since the run before it in its row, and its row's change points. The next publish reads it and
+    makes nothing (a kept title that was changed shows); ``full`` makes the same summary again from the run."""
+    import sqlite3
+
+    store, folder = site["store"], site["folder"]
+    before = json.loads((folder / MANIFEST).read_text())["rows"][f"cpu\x1f{STEPS}"]["newest_id"]
+    record = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True)
+    store.add(record)
+    keep_run_summary(store, record)
+    kept = store.run_summaries([record.run_id])[record.run_id]
+    assert kept["attribution"]["before_id"] == before and kept["status"] == "ok" and kept["findings"]
+    assert [change["index"] for change in kept["changes"]["found"]] == [8]  # the row's step, with the new run
+    page = folder / lecture_page(STEPS)
+    one = publish(store.path, folder, site=site_pages)
+    assert one.rows_rebuilt == 1 and lecture_page(STEPS) in one.pages_written
+    made_at_save = page.read_bytes()
+    assert publish(store.path, folder, site=site_pages, full=True).pages_written == []  # made again: the same
+    assert store.run_summaries([record.run_id])[record.run_id] == kept
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE run_summaries SET summary = replace(summary, ?, ?) WHERE run_id = ?",
+                   (kept["findings"][0]["title"], "a kept title", record.run_id))
+    publish(store.path, folder.parent / "kept", site=site_pages)
+    assert "a kept title" in (folder.parent / "kept" / lecture_page(STEPS)).read_text()
+    assert page.read_bytes() == made_at_save
 
 
 def test_a_notebooks_profile_and_trace_runs_make_one_history_in_time_order(tmp_path: Path) -> None:

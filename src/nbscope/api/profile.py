@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope.api.publish import keep_run_summary
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecution, StartCallback, execute
@@ -406,6 +407,7 @@ def profile_until_stopped(
             record.measurements["live_file"] = None  # removed below once stored
         if store is not None and not_started is None:
             interrupted = _save(record, store, live_path if owned_live else None) or interrupted
+            keep_run_summary(store, record)  # publish then only reads it (none after a stop signal)
             if interrupted:
                 _signals.note_saved(f"partial run {record.run_id} ({_how_far(record, executions, options.repeat)})")
     if not_started is not None:  # nothing ran: nothing is stored, and no live file is left

@@ -41,17 +41,13 @@ from nbscope.record.store import STORE_FOLDER, Store
 # The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
 # every summary kept (an unchanged row, a new site of a published store) does without them.
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast import Forecast
     from nbscope.analyse.history import ChangeOptions
     from nbscope.record.run import RunRecord
-    from nbscope.schema.model import NotebookRun
 
 MANIFEST = "nbscope-site.json"
 MANIFEST_VERSION = 2
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
-STATUS_OF_FAILURE = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died", "out-of-memory": "died",
-                     "runner-stopped": "stopped", "interrupted": "stopped"}
 
 
 @dataclass
@@ -100,11 +96,11 @@ def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old if new is not None and old else None
 
 
-# A run's summary (``Store.run_summaries``): what a row shows of the run, made from its document once and kept in
-# the store. Its parts are made as rows need them: ``status`` (with ``error``, ``cache_state`` and ``cells``) for
-# every run a row reads; ``findings`` (with ``forecast``) for a row's newest run; ``attribution`` (against the run
-# before it in its row, named by ``before_id``) for a newest run and the first run of each confirmed regression.
-SUMMARY_FORMAT = 1  # made again when this changes
+# A run's summary (``Store.run_summaries``, ``analyse.run_summary``): what a row shows of the run, made whole when the
+# run is saved (``keep_run_summary``). A run without one (a store of an older version, an imported run) gets the
+# parts rows need: ``status`` for every run a row reads; ``findings`` for a row's newest run; ``attribution``
+# (against the run before it in its row, named by ``before_id``) for a newest run and the first run of each
+# confirmed regression.
 
 
 class Summaries:
@@ -133,10 +129,10 @@ class Summaries:
                    if not self._has(run_id, part, before)]
         reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
         records = self.store.documents(reads) if reads else {}
-        if records:
-            from nbscope.analyse.attribution import attribute
+        from nbscope.analyse.run_summary import SUMMARY_FORMAT, RunFindings, attribution_summary, status_summary
+
         made: dict[int, dict[str, Any]] = {}
-        forecasts = _Forecasts()
+        forecasts = RunFindings()
         for run_id, part, before, runner in missing:
             record = records.get(run_id)
             if record is None or self._has(run_id, part, before):
@@ -144,14 +140,14 @@ class Summaries:
             summary = self.by_id.setdefault(run_id, {"format": SUMMARY_FORMAT})
             run = record.notebook_run()
             if "status" not in summary:
-                summary.update(_basic(record, run))
+                summary.update(status_summary(record, run))
             if part == "findings":
                 summary.update(forecasts.findings(record, run, runner))
             elif part == "attribution":
                 earlier = records.get(before) if before is not None else None
                 if earlier is None:
                     continue  # unreadable: the row says nothing of what changed, as before
-                summary["attribution"] = attribute(earlier, record, runs=(earlier.notebook_run(), run)).to_dict()
+                summary["attribution"] = attribution_summary(earlier, record, run)
             made[run_id] = summary
         for plan in plans:  # change points found now are kept with the newest run's summary
             newest_summary = self.by_id.get(plan.ids[-1])
@@ -162,6 +158,8 @@ class Summaries:
 
     def read(self, run_ids: Iterable[int]) -> None:
         """The kept summaries of ``run_ids`` not read yet (none when made ``again``)."""
+        from nbscope.analyse.run_summary import SUMMARY_FORMAT
+
         unread = set() if self.again else set(run_ids) - set(self.by_id)
         self.by_id.update((run_id, summary) for run_id, summary in self.store.run_summaries(unread).items()
                           if summary.get("format") == SUMMARY_FORMAT)
@@ -179,15 +177,35 @@ class Summaries:
         return found if isinstance(found, dict) and found.get("before_id") == before else None
 
 
-def _basic(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
-    """A run's status word and its failure's text, its cache state and its cells."""
-    from nbscope.analyse.attribution import classify_failure
+def keep_run_summary(store: Store, record: RunRecord) -> None:
+    """Right after ``record`` was saved in ``store`` (by ``profile``, ``trace``, ``audit``, ``merge``): its summary as
+    publish shows it, made whole and kept in the store (``analyse.run_summary``), with what changed since the run
+    before it in its row and, when it is the row's newest run, the row's change points; the next publish then reads
+    it and diagnoses nothing. Only a notebook's run is summarised, and none after a stop signal (the command is
+    ending). A summary that cannot be made or kept is made by the next publish instead: the run is saved already."""
+    import sqlite3
 
-    failure = classify_failure(record, run)
-    return {"status": "ok" if failure is None else STATUS_OF_FAILURE.get(failure.kind, "failed"),
-            "error": None if failure is None else failure.text, "cache_state": run.totals.cache_state,
-            "cells": [{"label": c.label, "first_line": c.first_line, "status": c.status, "wall_s": c.wall_s,
-                       "compile_s": c.compile_s, "source_hash": c.source_hash} for c in run.cells]}
+    from nbscope import _signals
+    from nbscope.analyse.run_summary import run_summary
+
+    if record.run_id is None or record.kind not in PROFILE_KINDS or _signals.received() is not None:
+        return
+    try:
+        with store.held():
+            rows = _series_by_row(store.book_series(PROFILE_KINDS, [record.target]), None)
+            key, series = next(((key, series) for key, series in rows.items()
+                                if any(run[ID] == record.run_id for run in series)), ("", []))
+            ids = [run[ID] for run in series]
+            if not ids:
+                return
+            place = ids.index(record.run_id)
+            before = store.readable(ids[place - 1]) if place else None
+            summary = run_summary(record, runner=key.split("\x1f", 1)[0], before=before)
+            if place == len(ids) - 1:  # the row's newest run keeps the row's change points
+                summary["changes"] = plan_row(series).found
+            store.keep_run_summaries({record.run_id: summary})
+    except (NbscopeError, sqlite3.Error, OSError):
+        return
 
 
 def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -200,45 +218,6 @@ def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> lis
                      "wall_s": cell["wall_s"], "compile_s": cell["compile_s"],
                      "previous_wall_s": old["wall_s"] if old else None, "edited": previous is not None and old is None})
     return rows
-
-
-class _Forecasts:
-    """The diagnosis and the GPU forecast of a row's newest run, with what one publish's rows share: the GPU device
-    table is read once (each forecast would read and parse it again)."""
-
-    def __init__(self) -> None:
-        self._table: Any = None
-
-    def findings(self, record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any]:
-        """The run's first findings, and for a CPU run with program data the GPU forecast's verdict (the GPUs it
-        was recorded for, else the T4): the forecast the diagnosis made for its GPU rules when it made one."""
-        from nbscope.analyse.diagnose import diagnose
-
-        try:
-            found = diagnose(record)
-        except NbscopeError as exc:
-            return {"findings": [{"title": "not diagnosed", "summary": str(exc)}],
-                    "forecast": self._forecast(record, run, runner, None)}
-        findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
-        return {"findings": findings, "forecast": self._forecast(record, run, runner, found.forecast)}
-
-    def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Forecast | None) -> dict[str, Any] | None:
-        if runner != "cpu" or run.program_data is None:
-            return None
-        result = made
-        if result is None:
-            from nbscope.analyse.forecast import forecast
-            from nbscope.analyse.forecast.devices import load_table
-
-            gpus = list(record.run_settings().forecast) or ["t4"]
-            try:
-                if self._table is None:
-                    self._table = load_table()
-                result = forecast(record, gpus, table=self._table)
-            except NbscopeError as exc:
-                return {"text": f"not forecast: {exc}"}
-        verdicts = [f"{result.device_name(key)}: {notebook.verdict}" for key, notebook in result.notebook.items()]
-        return {"text": "; ".join(verdicts) or "no verdict"}
 
 
 # A run in a row's series: ``Store.book_series``'s columns.

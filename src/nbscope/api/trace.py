@@ -34,6 +34,7 @@ from nbscope import _signals
 from nbscope._errors import NbscopeError
 from nbscope._processes import Cgroup, Descendants, end_holders, pipe_link, reap
 from nbscope.api import jupyter_book2
+from nbscope.api.publish import keep_run_summary
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
@@ -545,6 +546,7 @@ def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool)
     for number, record in enumerate(records):
         try:
             store.save(record)
+            keep_run_summary(store, record)
         except (NbscopeError, sqlite3.Error, OSError) as exc:
             why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
             folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope._files import write_text
 from nbscope.analyse import audit as _report
+from nbscope.api.publish import keep_run_summary
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 from nbscope.schema.audit import Audit, AuditEntry, AuditSettings, Availability, Coverage, Discovery, MergedFile
@@ -79,7 +80,9 @@ def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int |
     for row in store.list(target=run.target, digest=run.digest, kind=run.kind):
         if row["started_at"] == run.started_at:
             return int(row["id"])
-    return store.save(run)
+    run_id = store.save(run)
+    keep_run_summary(store, run)
+    return run_id
 
 
 def merge(

@@ -14,6 +14,7 @@ from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
+from nbscope.api.publish import keep_run_summary
 from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
@@ -373,6 +374,7 @@ def _save_result(store: Store | None, job: Job, result: JobResult, book_target: 
         worker=result.worker, elapsed_s=result.elapsed_s))
     if store is not None:
         store.save(record)
+        keep_run_summary(store, record)
         if job.live_path:
             from nbscope.record.live import remove_live_file
 
