@@ -366,8 +366,7 @@ class _Walker:
 
 # ---- work -------------------------------------------------------------------------------------
 
-Costs = dict[str, float]
-CostFunction = Callable[[str], Costs | None]  # sub-module text -> {"flops", "transcendentals", "bytes"}
+CostFunction = Callable[[str], Work | None]  # sub-module text -> its flops, transcendentals and bytes
 
 
 def _callees(module: Module, name: str, seen: set[str]) -> list[str]:
@@ -488,8 +487,7 @@ def _region_work(module: Module, region: Region, cost: CostFunction | None) -> t
         total = cost(submodule_text(module, name))
         if total is None:
             return estimate, dtypes, "estimate"
-        measured = measured.plus(Work(flops=total.get("flops", 0.0), transcendentals=total.get("transcendentals", 0.0),
-                                      bytes=total.get("bytes", 0.0), flops_f64=0.0, transcendentals_f64=0.0))
+        measured = measured.plus(total)
     return measured, dtypes, "xla-cost-analysis"
 
 
