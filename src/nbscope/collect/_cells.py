@@ -10,7 +10,7 @@ from typing import Any
 from nbscope._units import number
 from nbscope.collect.notebook import CodeCell
 from nbscope.schema.codec import decode_optional
-from nbscope.schema.notebook_cell import ExecutedCell, ExecutionTimes
+from nbscope.schema.notebook_cell import ExecutionTimes, NotebookCell
 from nbscope.schema.probe import ProbeCell, ProbePrograms
 from nbscope.schema.programs import TraceWindow
 
@@ -30,7 +30,7 @@ def roundtrip(times: ExecutionTimes) -> float | None:
     return idle - busy if busy is not None and idle is not None else None
 
 
-def output_error(cell: ExecutedCell) -> dict[str, str] | None:
+def output_error(cell: NotebookCell) -> dict[str, str] | None:
     """The exception a cell's error output names, when it has one."""
     for output in cell.outputs:
         if output.output_type == "error":

@@ -48,7 +48,7 @@ from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
 from nbscope.schema.codec import decode
-from nbscope.schema.notebook_cell import ExecutedCell
+from nbscope.schema.notebook_cell import NotebookCell
 from nbscope.schema.probe import ProbeCell, ProbePrograms, ProbeTimeline
 
 if TYPE_CHECKING:
@@ -309,7 +309,7 @@ def _cell_record(code_cell: CodeCell, cell: NotebookNode, outcome: str, elapsed:
     """One cell's record from how its request ended (``ran``, ``timeout``, ``kernel-died``), the runner's
     clock, what nbclient wrote into the cell and the probe's line."""
     error = None
-    executed = decode(ExecutedCell, cell)
+    executed = decode(NotebookCell, cell)
     runner_fields: dict[str, Any] = {
         "roundtrip_s": roundtrip(executed.metadata.execution) if outcome == "ran" else None,
         "busy_unix": iso_seconds(executed.metadata.execution.busy) if outcome == "ran" else None,

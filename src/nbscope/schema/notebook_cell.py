@@ -1,6 +1,7 @@
-"""A code cell as nbclient leaves it once it ran (nbformat 4): nbclient's timestamps in its
-``metadata.execution`` and what it sent to its ``outputs``, typed. The runner decodes each cell once
-(``collect.runner``); what a cell lacks (a kernel that never answered) reads as None.
+"""A cell of an nbformat 4 notebook, as nbscope reads it: its tags, and once nbclient ran it, the timestamps
+nbclient put in its ``metadata.execution`` and what it sent to its ``outputs``, typed. Decoded once per cell
+where it is read (``collect.notebook``, ``collect.runner``); what a cell lacks (a kernel that never answered)
+reads as None, or as no tags.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class ExecutionTimes:
 
 @dataclass(frozen=True, slots=True)
 class CellMetadata:
+    tags: tuple[str, ...]  # skip-execution, raises-exception, ...
     execution: ExecutionTimes
 
 
@@ -34,6 +36,6 @@ class CellOutput:
 
 
 @dataclass(frozen=True, slots=True)
-class ExecutedCell:
+class NotebookCell:
     metadata: CellMetadata
     outputs: tuple[CellOutput, ...]
