@@ -23,6 +23,7 @@ from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
+from nbscope.schema.codec import encode
 
 FILES = Path(__file__).resolve().parent / "files"
 jax = pytest.importorskip("jax")
@@ -45,7 +46,7 @@ def _scan(n: int) -> str:
 
 def test_scan_has_its_static_trip_count_and_costs_per_iteration() -> None:
     tools = XlaTools()
-    described = hlo.describe(_scan(12_345), tools.cost)
+    described = encode(hlo.describe(_scan(12_345), tools.cost))
     (loop,) = described["loops"]
     assert loop["trip_count"] == 12_345
     assert loop["trip_count_source"] == "static"
@@ -65,7 +66,7 @@ def test_while_loop_with_data_dependent_stop_has_no_trip_count() -> None:
     def grow(x: Any) -> Any:
         return lax.while_loop(lambda c: c[0] < 1.0, lambda c: (c[0] * 1.01 + 0.001, c[1] + 1), (x, 0))
 
-    (loop,) = hlo.describe(_hlo(grow, 0.1))["loops"]
+    (loop,) = encode(hlo.describe(_hlo(grow, 0.1)))["loops"]
     assert loop["trip_count"] is None
     assert loop["syncs_per_iteration"] == 1  # the predicate goes to the host every iteration on a GPU
 
@@ -77,7 +78,7 @@ def test_cond_inside_a_counted_loop_syncs_every_iteration() -> None:
         body = lambda i, v: lax.cond(v[0] > 0.5, lambda v: jax.numpy.cos(v), lambda v: jax.numpy.sin(v) + 0.1, v)  # noqa: E731
         return lax.fori_loop(0, 50, body, v)
 
-    (loop,) = hlo.describe(_hlo(branchy, jax.numpy.ones(64)))["loops"]
+    (loop,) = encode(hlo.describe(_hlo(branchy, jax.numpy.ones(64))))["loops"]
     assert loop["trip_count"] == 50
     assert loop["conditionals_per_iteration"] + loop["select_conds"] >= 1
     table = load_table()
@@ -94,7 +95,7 @@ def test_nested_loops_multiply_trip_counts() -> None:
         inner = lambda i, c: lax.fori_loop(0, 7, lambda j, d: d * 1.0001 + 1e-6, c)  # noqa: E731
         return lax.fori_loop(0, 11, inner, x)
 
-    described = hlo.describe(_hlo(nested, 0.5))
+    described = encode(hlo.describe(_hlo(nested, 0.5)))
     loops = {loop["id"]: loop for loop in described["loops"]}
     inner = next(loop for loop in loops.values() if loop["parent"] is not None)
     assert loops[inner["parent"]]["trip_count"] == 11 and inner["trip_count"] == 7
@@ -105,8 +106,8 @@ def test_nested_loops_multiply_trip_counts() -> None:
 
 def test_estimate_agrees_with_xla_on_a_matmul() -> None:
     text = _hlo(lambda a: a @ a, jax.numpy.ones((64, 64)))
-    exact = hlo.describe(text, XlaTools().cost)["per_execution"]["flops"]
-    estimate = hlo.describe(text, None)["per_execution"]["flops"]
+    exact = encode(hlo.describe(text, XlaTools().cost))["per_execution"]["flops"]
+    estimate = encode(hlo.describe(text, None))["per_execution"]["flops"]
     assert exact == pytest.approx(2 * 64**3, rel=0.05)
     assert estimate == pytest.approx(exact, rel=0.05)
 

@@ -10,6 +10,7 @@ from typing import Any
 from nbscope._units import number
 from nbscope.collect.notebook import CodeCell
 from nbscope.schema.codec import decode_optional
+from nbscope.schema.notebook_cell import ExecutionTimes, NotebookCell
 from nbscope.schema.probe import ProbeCell, ProbePrograms
 from nbscope.schema.programs import TraceWindow
 
@@ -23,22 +24,17 @@ def iso_seconds(stamp: str | None) -> float | None:
         return None
 
 
-def nbclient_timing(cell: Mapping[str, Any]) -> dict[str, float | None]:
-    """nbclient's kernel-clock timestamps for a cell, as Unix seconds."""
-    timing = cell.get("metadata", {}).get("execution", {})
-    return {key: iso_seconds(timing.get(key)) for key in ("iopub.status.busy", "iopub.status.idle")}
-
-
-def roundtrip(cell: Mapping[str, Any]) -> float | None:
-    timing = nbclient_timing(cell)
-    busy, idle = timing["iopub.status.busy"], timing["iopub.status.idle"]
+def roundtrip(times: ExecutionTimes) -> float | None:
+    """From the kernel's busy to its idle, on its own clock (nbclient's timestamps)."""
+    busy, idle = iso_seconds(times.busy), iso_seconds(times.idle)
     return idle - busy if busy is not None and idle is not None else None
 
 
-def output_error(cell: Mapping[str, Any]) -> dict[str, str] | None:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return {"name": output.get("ename", ""), "message": str(output.get("evalue", ""))[:500]}
+def output_error(cell: NotebookCell) -> dict[str, str] | None:
+    """The exception a cell's error output names, when it has one."""
+    for output in cell.outputs:
+        if output.output_type == "error":
+            return {"name": output.ename or "", "message": (output.evalue or "")[:500]}
     return None
 
 

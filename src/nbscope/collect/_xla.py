@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nbscope.schema.programs import Work
+
 _METADATA = re.compile(r", metadata=\{[^{}]*\}")
 
 
@@ -47,8 +49,9 @@ class XlaTools:
         module = self._hlo.HloModule.from_serialized_hlo_module_proto(module_proto)
         return str(module.to_string())
 
-    def cost(self, text: str) -> dict[str, float] | None:
-        """XLA's cost analysis of a module given as text (metadata stripped); None if it refuses it."""
+    def cost(self, text: str) -> Work | None:
+        """XLA's cost analysis of a module given as text (metadata stripped); None if it refuses it. It does not
+        split out float64 work (``flops_f64``, ``transcendentals_f64``: 0, shared out from the HLO by the caller)."""
         if self._cost is None:
             return None
         try:
@@ -58,11 +61,8 @@ class XlaTools:
             return None
         if isinstance(raw, list):  # older jaxlibs: one dict per device
             raw = raw[0] if raw else {}
-        return {
-            "flops": float(_loose(raw, "flops")),
-            "transcendentals": float(_loose(raw, "transcendentals")),
-            "bytes": float(_loose(raw, "bytes accessed", "bytes_accessed")),
-        }
+        return Work(flops=_loose(raw, "flops"), transcendentals=_loose(raw, "transcendentals"),
+                    bytes=_loose(raw, "bytes accessed", "bytes_accessed"), flops_f64=0.0, transcendentals_f64=0.0)
 
 
 def _loose(costs: dict[str, Any], *names: str) -> float:

@@ -28,9 +28,9 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any
 
-from nbscope.schema.codec import decode, encode
+from nbscope.schema.codec import Write, decode, known
 from nbscope.schema.programs import WORK_FIELDS, SourceSpan, Work
 
 ELEMENT_BYTES = {
@@ -366,8 +366,7 @@ class _Walker:
 
 # ---- work -------------------------------------------------------------------------------------
 
-Costs = dict[str, float]
-CostFunction = Callable[[str], Costs | None]  # sub-module text -> {"flops", "transcendentals", "bytes"}
+CostFunction = Callable[[str], Work | None]  # sub-module text -> its flops, transcendentals and bytes
 
 
 def _callees(module: Module, name: str, seen: set[str]) -> list[str]:
@@ -488,8 +487,7 @@ def _region_work(module: Module, region: Region, cost: CostFunction | None) -> t
         total = cost(submodule_text(module, name))
         if total is None:
             return estimate, dtypes, "estimate"
-        measured = measured.plus(Work(flops=total.get("flops", 0.0), transcendentals=total.get("transcendentals", 0.0),
-                                      bytes=total.get("bytes", 0.0), flops_f64=0.0, transcendentals_f64=0.0))
+        measured = measured.plus(total)
     return measured, dtypes, "xla-cost-analysis"
 
 
@@ -501,7 +499,94 @@ def _subtract_children(work: Work, children: list[Work]) -> Work:
                 transcendentals_f64=0.0)
 
 
-def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class EntryWork:
+    """A program's entry computation: the kernels it launches, its conditionals, and its own work."""
+
+    kernels: int
+    conditionals: int
+    work: Annotated[Work, Write(inline=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionWork:
+    """The work of one execution, loop bodies multiplied by their iterations."""
+
+    work: Annotated[Work, Write(inline=True)]
+    complete: bool  # False: a trip count is unknown, and its loop counts one iteration (a lower bound)
+
+
+@dataclass(slots=True)
+class LoopDescription:
+    """One HLO ``while`` (``schema.programs.Loop`` reads it back); the collector adds what made it in the
+    notebook (``call``, ``cell``, ``kind``, ``cell_line``) and whether a GPU would run it (``cpu_only``)."""
+
+    id: str
+    parent: str | None
+    trip_count: int | None
+    trip_count_source: str | None
+    outer_iterations: float | None
+    kernels_per_iteration: int
+    conditionals_per_iteration: int
+    select_conds: int
+    syncs_per_iteration: int
+    per_iteration: Work
+    source: SourceSpan | None
+    op_name: str
+    body: str | None
+    call: str | None = None
+    cell: int | None = None
+    kind: str | None = None
+    cell_line: Annotated[int | None, Write(when=known)] = None
+    cpu_only: Annotated[bool | None, Write(when=known)] = None
+
+
+def _failed(gpu: GpuDescription) -> bool:
+    return gpu.error is not None
+
+
+def _not_lowered(gpu: GpuDescription) -> bool:
+    return gpu.error is not None or gpu.note is not None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDescription:
+    """What a program would run on a GPU, from its lowering for CUDA (``schema.programs.GpuLowering`` reads it
+    back): lowered (its loops, library calls, conditionals and the lowering's time), skipped (``note``: no
+    loops, ``custom_calls`` empty) or failed (``error`` alone)."""
+
+    source: str | None  # "lower (cuda)", or "not lowered"
+    loops: Annotated[int | None, Write(omit=_failed)] = None
+    custom_calls: Annotated[dict[str, Any], Write(omit=_failed)] = field(default_factory=dict)
+    note: Annotated[str | None, Write(when=known)] = None  # why it was skipped
+    error: Annotated[str | None, Write(when=known)] = None  # why lowering failed
+    conditionals: Annotated[float | None, Write(omit=_not_lowered)] = None
+    seconds: Annotated[float | None, Write(omit=_not_lowered)] = None
+
+
+@dataclass(slots=True)
+class ProgramDescription:
+    """The ``programs`` entry of one optimised HLO module (``schema.programs.Program`` reads it back), written
+    with the keys, and in the order, records have always had; the collector names it (``key`` to
+    ``first_cell``) and adds its CUDA lowering (``gpu``)."""
+
+    module: str
+    entry: EntryWork
+    loops: list[LoopDescription]
+    per_execution: ExecutionWork
+    float_dtypes: list[str]
+    cost_source: str
+    parameters_bytes: list[int]
+    output_bytes: int
+    key: str | None = None
+    program_id: int | None = None
+    function: str | None = None
+    kind: str | None = None
+    first_cell: int | None = None
+    gpu: Annotated[GpuDescription | None, Write(when=known)] = None  # None: not lowered for CUDA
+
+
+def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:
     """The ``programs`` entry of one optimised HLO module (see the module docstring)."""
     module = parse(text)
     if not module.entry:
@@ -545,37 +630,38 @@ def describe(text: str, cost: CostFunction | None = None) -> dict[str, Any]:
             multiplier = 1.0  # at least one iteration: the totals are then a lower bound
         total = total.plus(own[key], multiplier)
     entry = regions["entry"]
-    return {
-        "module": module.name,
-        "entry": {"kernels": entry.kernels, "conditionals": entry.conditionals, **encode(own["entry"])},
-        "loops": loops,
-        "per_execution": {**encode(total), "complete": complete},
-        "float_dtypes": [d for d in sorted(dtypes) if d in FLOATS],
-        "cost_source": "xla-cost-analysis" if sources == {"xla-cost-analysis"} else "estimate",
-        "parameters_bytes": _parameter_bytes(module),
-        "output_bytes": _output_bytes(module),
-    }
+    return ProgramDescription(
+        module=module.name,
+        entry=EntryWork(kernels=entry.kernels, conditionals=entry.conditionals, work=own["entry"]),
+        loops=loops,
+        per_execution=ExecutionWork(work=total, complete=complete),
+        float_dtypes=[d for d in sorted(dtypes) if d in FLOATS],
+        cost_source="xla-cost-analysis" if sources == {"xla-cost-analysis"} else "estimate",
+        parameters_bytes=_parameter_bytes(module),
+        output_bytes=_output_bytes(module),
+    )
 
 
-def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, outer: float | None) -> dict[str, Any]:
+def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, outer: float | None,
+                ) -> LoopDescription:
     assert region.instruction is not None
     instruction = region.instruction
     syncs = region.conditionals + (0 if trips is not None else 1)
-    return {
-        "id": region.key,
-        "parent": None if region.parent == "entry" else region.parent,
-        "trip_count": trips,
-        "trip_count_source": "static" if trips is not None else None,
-        "outer_iterations": outer,
-        "kernels_per_iteration": region.kernels,
-        "conditionals_per_iteration": region.conditionals,
-        "select_conds": region.select_conds,
-        "syncs_per_iteration": syncs,
-        "per_iteration": encode(work),
-        "source": encode(module.source(instruction.frame)),
-        "op_name": instruction.op_name,
-        "body": region.computations[0] if region.computations else None,
-    }
+    return LoopDescription(
+        id=region.key,
+        parent=None if region.parent == "entry" else region.parent,
+        trip_count=trips,
+        trip_count_source="static" if trips is not None else None,
+        outer_iterations=outer,
+        kernels_per_iteration=region.kernels,
+        conditionals_per_iteration=region.conditionals,
+        select_conds=region.select_conds,
+        syncs_per_iteration=syncs,
+        per_iteration=work,
+        source=module.source(instruction.frame),
+        op_name=instruction.op_name,
+        body=region.computations[0] if region.computations else None,
+    )
 
 
 def _parameter_bytes(module: Module) -> list[int]:

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope.schema.codec import decode
+from nbscope.schema.notebook_cell import NotebookCell
+from nbscope.schema.notebook_metadata import NotebookMetadata
 
 if TYPE_CHECKING:
     import nbformat
@@ -125,7 +128,7 @@ class Notebook:
 
     @property
     def kernel_name(self) -> str:
-        return str(self.nb.metadata.get("kernelspec", {}).get("name") or "python3")
+        return decode(NotebookMetadata, self.nb.metadata).kernelspec.name or "python3"
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -330,7 +333,7 @@ def read(path: str | Path) -> Notebook:
     for cell_index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        tags = list(cell.get("metadata", {}).get("tags", []) or [])
+        tags = list(decode(NotebookCell, cell).metadata.tags)
         code_cells.append(
             CodeCell(
                 index=len(code_cells),

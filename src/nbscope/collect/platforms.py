@@ -8,6 +8,8 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
+from nbscope.schema.codec import decode
+from nbscope.schema.machine import Machine
 
 # Backend names as JAX_PLATFORMS takes them; "gpu" is another name for "cuda".
 BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}
@@ -37,12 +39,10 @@ def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> st
 
     platform = BACKENDS.get(backend.strip().lower())
     if platform == "cuda":
-        fingerprint = fingerprint if fingerprint is not None else fp.collect()
-        devices = (fingerprint.get("gpu") or {}).get("devices")
-        if isinstance(devices, list) and devices:
+        machine = decode(Machine, fingerprint if fingerprint is not None else fp.collect())
+        if machine.gpus:
             return None
-        why = devices["absent"] if fp.is_absent(devices) else "NVML lists no GPU"
-        return f"this machine has no NVIDIA GPU: {why}"
+        return f"this machine has no NVIDIA GPU: {machine.gpus_absent or 'NVML lists no GPU'}"
     if platform == "rocm" and not os.path.exists("/dev/kfd"):
         return "this machine has no AMD GPU (no /dev/kfd)"
     if platform == "tpu" and not (glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*")):

@@ -40,10 +40,10 @@ from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
 from nbscope.collect.timeline import TraceData, TraceEvent
-from nbscope.schema.codec import Write, decode, decode_optional, encode, given, known, never
+from nbscope.schema.codec import Write, decode, encode, given, known, never
 from nbscope.schema.model import Cell
 from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
-from nbscope.schema.programs import CallRate, CollectTimes, SourceSpan, TraceWindow, Transfers
+from nbscope.schema.programs import CallRate, CollectTimes, TraceWindow, Transfers
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -267,12 +267,11 @@ class ProgramCollector:
 
     def __init__(self, code_cells: list[CodeCell]) -> None:
         self.code_cells = code_cells
-        self.programs: dict[str, dict[str, Any]] = {}
+        self.programs: dict[str, hlo.ProgramDescription] = {}
         self.key_of: dict[int, str] = {}  # program id → key
         self.op_names: dict[int, set[str]] = {}  # program id → names of its kernel instructions
         self.loop_ops: dict[int, dict[str, LoopKernels]] = {}  # program id → loop id → body kernels, timer
         self.trips: dict[str, dict[str, int]] = {}  # program key → its outermost loops' static trip counts
-        self.loop_places: dict[str, list[tuple[str, int | None]]] = {}  # program key → per loop: name stack, line
         self.timers: dict[int, set[str]] = {}  # program id → names of the thunks that time its loops
         self.all_op_names: set[str] = set()
         self.notes: list[str] = []
@@ -334,7 +333,7 @@ class ProgramCollector:
         xla = self._xla
         return {
             "version": PROGRAMS_VERSION,
-            "programs": self.programs,
+            "programs": encode(self.programs),
             "cost_source": (
                 None if xla is None else ("xla-cost-analysis" if xla.available and xla.error is None else "estimate")
             ),
@@ -366,22 +365,14 @@ class ProgramCollector:
                 continue
             function = function_of(program.module)
             compiled = functions.get(_normal(function))
-            description.update(
-                key=key,
-                program_id=program.program_id,
-                function=function,
-                kind=compiled.kind if compiled is not None else "unknown",
-                first_cell=cell.index,
-            )
-            places = []
-            for loop in description["loops"]:
-                source = decode_optional(SourceSpan, loop["source"])
-                loop.update(_loop_origin(source, self.code_cells, cell.index))
-                places.append((_tail(loop["op_name"]), source.line if source is not None else None))
-            self.loop_places[key] = places
+            description.key, description.program_id, description.function = key, program.program_id, function
+            description.kind = compiled.kind if compiled is not None else "unknown"
+            description.first_cell = cell.index
+            for loop in description.loops:
+                _place(loop, self.code_cells, cell.index)
             self.programs[key] = description
-            self.trips[key] = {loop["id"]: loop["trip_count"] for loop in description["loops"]
-                               if loop["parent"] is None and isinstance(loop["trip_count"], int)}
+            self.trips[key] = {loop.id: loop.trip_count for loop in description.loops
+                               if loop.parent is None and loop.trip_count is not None}
             if program.program_id is not None:
                 self.key_of[program.program_id] = key
                 names = _kernel_names(text)
@@ -402,31 +393,32 @@ class ProgramCollector:
                        for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))}
         for key in new_programs:
             program = self.programs[key]
-            entry = by_function.get(_normal(program["function"]))
+            entry = by_function.get(_normal(program.function or ""))
             if entry is None:
                 continue
             if entry.skipped:
-                program["gpu"] = {"source": entry.source, "loops": 0, "custom_calls": {}, "note": entry.skipped}
-                for loop in program["loops"]:
-                    loop["cpu_only"] = True
+                program.gpu = hlo.GpuDescription(source=entry.source, loops=0, note=entry.skipped)
+                for loop in program.loops:
+                    loop.cpu_only = True
                 continue
             if entry.error:
-                program["gpu"] = {"source": entry.source, "error": entry.error}
+                program.gpu = hlo.GpuDescription(source=entry.source, error=entry.error)
                 continue
             gpu_loops = [(_tail(g.stack), g.line) for g in entry.loops]
-            program["gpu"] = {"source": entry.source, "loops": len(gpu_loops),
-                              "custom_calls": dict(entry.custom_calls or {}),
-                              "conditionals": entry.conditionals, "seconds": entry.seconds}
+            program.gpu = hlo.GpuDescription(source=entry.source, loops=len(gpu_loops),
+                                             custom_calls=dict(entry.custom_calls or {}),
+                                             conditionals=entry.conditionals, seconds=entry.seconds)
             remaining = list(gpu_loops)
-            for loop, mine in zip(program["loops"], self.loop_places[key], strict=True):
+            for loop in program.loops:
+                mine = (_tail(loop.op_name), loop.source.line if loop.source is not None else None)
                 if mine in remaining:
                     remaining.remove(mine)
-                    loop["cpu_only"] = False
+                    loop.cpu_only = False
                 else:
-                    loop["cpu_only"] = True
-            if len(gpu_loops) == len(program["loops"]):  # as many on both: the same loops, however named
-                for loop in program["loops"]:
-                    loop["cpu_only"] = False
+                    loop.cpu_only = True
+            if len(gpu_loops) == len(program.loops):  # as many on both: the same loops, however named
+                for loop in program.loops:
+                    loop.cpu_only = False
 
     # ---- the trace -----------------------------------------------------------------------------
     def _read_trace(self, path: Path, result: CellResult) -> None:
@@ -444,7 +436,7 @@ class ProgramCollector:
         executions = [self._execution(program_id, run_ids, found) for program_id, run_ids in found.runs.items()]
         for module, count in events.gpu_modules.items():  # a GPU trace: executions per module name
             base = module.rsplit("(", 1)[0]
-            keys = [k for k, p in self.programs.items() if p["module"] == base]
+            keys = [k for k, p in self.programs.items() if p.module == base]
             if keys:
                 executions.append(Executed(program=keys[-1], count=count, count_basis="device trace"))
         executions.sort(key=lambda e: -(e.cpu_s or 0.0))
@@ -555,11 +547,12 @@ class ProgramCollector:
     ) -> Transfers:
         from nbscope.collect.timeline import covered, union
 
-        low = high = 0
+        low = 0
+        high: float = 0  # an int while no copy is bounded by its time (written 0, as ever)
         sized = unsized = 0
-        by_function: dict[str, list[dict[str, Any]]] = {}
+        by_function: dict[str, list[hlo.ProgramDescription]] = {}
         for program in self.programs.values():
-            by_function.setdefault(_normal(program["function"]), []).append(program)
+            by_function.setdefault(_normal(program.function or ""), []).append(program)
         work = work or []
         work_starts = [w[0] for w in work]
         for start, end, line_id in h2d:
@@ -572,7 +565,7 @@ class ProgramCollector:
                 if call_start <= start and end <= call_end:
                     function = name
             candidates = by_function.get(_normal(function or ""), []) if function else []
-            parameters = [b for p in candidates[-1:] for b in p["parameters_bytes"] if b > 0]
+            parameters = [b for p in candidates[-1:] for b in p.parameters_bytes if b > 0]
             # Only data that starts on the host is copied (a Python scalar, a NumPy array): arguments already
             # on the device are not. Which parameter a copy moved is not in the trace; it moved no more
             # than its CPU time allows, so a scalar copied beside a large device array stays small.
@@ -665,10 +658,10 @@ def _kernel_names(text: str) -> set[str]:
             for i in comp.instructions if i.opcode not in hlo.NO_KERNEL}
 
 
-def _loop_origin(source: SourceSpan | None, cells: list[CodeCell], current: int | None) -> dict[str, Any]:
+def _place(loop: hlo.LoopDescription, cells: list[CodeCell], current: int | None) -> None:
     """What the loop is in the notebook's words: the call that made it (``lax.scan(...)``), its cell and
     line, and the loop primitive named there; else what the HLO says (counted or not)."""
-    origin: dict[str, Any] = {"call": None, "cell": None, "kind": None}
+    source = loop.source
     if source is not None and source.line:
         function = source.function or ""
         line = source.line
@@ -688,16 +681,15 @@ def _loop_origin(source: SourceSpan | None, cells: list[CodeCell], current: int 
                 column, end = source.column, source.end_column
                 if column is not None and end is not None and source.end_line == line and end > column:
                     text = text[column:end]
-                origin["call"] = text.strip()[:200]
-                origin["cell"] = cell.index
-                origin["cell_line"] = line
+                loop.call = text.strip()[:200]
+                loop.cell = cell.index
+                loop.cell_line = line
                 match = _LOOP_CALL.search(text)
                 if match:
-                    origin["kind"] = f"lax.{match.group(1)}"
+                    loop.kind = f"lax.{match.group(1)}"
                 else:  # a loop a library call made (jax.random's threefry rounds, a solver's iterations)
-                    origin["kind"] = f"loop inside {text.strip()[:80]}"
+                    loop.kind = f"loop inside {text.strip()[:80]}"
                 break
-    return origin
 
 
 def _remove(path: str | None) -> None:

@@ -29,9 +29,9 @@ from nbscope._errors import NbscopeError, describe
 from nbscope._processes import Descendants
 from nbscope.collect._cells import (
     interrupted_described,
+    iso_seconds,
     merge_cell,
     merge_described,
-    nbclient_timing,
     output_error,
     roundtrip,
 )
@@ -47,6 +47,8 @@ from nbscope.collect._kernel import (
 from nbscope.collect._sidefiles import Discard, LineSink, ProbeReader
 from nbscope.collect.inject import PROBE_ARGUMENT, ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook, import_nbformat
+from nbscope.schema.codec import decode
+from nbscope.schema.notebook_cell import NotebookCell
 from nbscope.schema.probe import ProbeCell, ProbePrograms, ProbeTimeline
 
 if TYPE_CHECKING:
@@ -307,9 +309,10 @@ def _cell_record(code_cell: CodeCell, cell: NotebookNode, outcome: str, elapsed:
     """One cell's record from how its request ended (``ran``, ``timeout``, ``kernel-died``), the runner's
     clock, what nbclient wrote into the cell and the probe's line."""
     error = None
+    executed = decode(NotebookCell, cell)
     runner_fields: dict[str, Any] = {
-        "roundtrip_s": roundtrip(cell) if outcome == "ran" else None,
-        "busy_unix": nbclient_timing(cell)["iopub.status.busy"] if outcome == "ran" else None,
+        "roundtrip_s": roundtrip(executed.metadata.execution) if outcome == "ran" else None,
+        "busy_unix": iso_seconds(executed.metadata.execution.busy) if outcome == "ran" else None,
         "output_bytes": len(json.dumps(cell.get("outputs", []))),
     }
     if outcome == "ran" and probe is None:
@@ -317,7 +320,7 @@ def _cell_record(code_cell: CodeCell, cell: NotebookNode, outcome: str, elapsed:
         runner_fields["status"] = "skipped" if skipped else "ok"
         if not skipped:  # probe missing (a kernel without IPython events): runner figures only
             runner_fields["wall_s"] = runner_fields["roundtrip_s"] or elapsed
-            error = output_error(cell)
+            error = output_error(executed)
     elif outcome != "ran":
         runner_fields.update(status=outcome, wall_s=elapsed)
         error = {"name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",

@@ -202,15 +202,15 @@ def summarise(samples: Sequence[float], inner: int = 1) -> dict[str, Any]:
         "inner": inner,
         "samples_s": [float(f"{v:.6g}") for v in values],
     }
-    summary["warnings"] = warnings_for(summary)
+    summary["warnings"] = warnings_for(len(values), spread)
     return summary
 
 
-def warnings_for(summary: Mapping[str, Any]) -> list[str]:
+def warnings_for(samples: int, spread: float | None) -> list[str]:
+    """What makes a steady figure less trustworthy: too few samples, or too wide a spread."""
     notes = []
-    if summary.get("samples", 0) < MIN_SAMPLES:
-        notes.append(f"only {summary.get('samples', 0)} samples (< {MIN_SAMPLES})")
-    spread = summary.get("spread")
+    if samples < MIN_SAMPLES:
+        notes.append(f"only {samples} samples (< {MIN_SAMPLES})")
     if spread is not None and spread > SPREAD_WARN:
         notes.append(f"spread {spread:.0%} > {SPREAD_WARN:.0%}")
     return notes
