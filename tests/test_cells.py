@@ -7,6 +7,8 @@ from typing import Any
 
 from nbscope.record.cells import pair_cells
 from nbscope.schema.build import combine_repeats, derive, totals
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 
 
 def cell(source: str, index: int = 0, **figures: Any) -> dict[str, Any]:
@@ -19,13 +21,18 @@ def cell(source: str, index: int = 0, **figures: Any) -> dict[str, Any]:
     }
 
 
-def cells(*sources: str) -> list[dict[str, Any]]:
-    return [cell(s, i) for i, s in enumerate(sources)]
+def typed(source: str, index: int = 0, **figures: Any) -> Cell:
+    """A cell as a record's readers see it (pairing takes typed cells)."""
+    return decode(Cell, cell(source, index, **figures))
+
+
+def cells(*sources: str) -> list[Cell]:
+    return [typed(s, i) for i, s in enumerate(sources)]
 
 
 def matches(pairs: list[Any]) -> list[tuple[str | None, str | None, str]]:
     return [
-        (p.a["first_line"] if p.a else None, p.b["first_line"] if p.b else None, p.match) for p in pairs
+        (p.a.first_line if p.a else None, p.b.first_line if p.b else None, p.match) for p in pairs
     ]
 
 
@@ -81,15 +88,15 @@ def test_moved_cell_pairs_with_itself() -> None:
     b = cells("import jax", "x = 1", "def f(x): return x", "y = f(x)")
     pairs = pair_cells(a, b)
     assert all(p.paired for p in pairs)
-    assert {(p.a["first_line"], p.b["first_line"]) for p in pairs} == {(s, s) for s in ("import jax", "def f(x): return x", "x = 1", "y = f(x)")}
+    assert {(p.a.first_line, p.b.first_line) for p in pairs} == {(s, s) for s in ("import jax", "def f(x): return x", "x = 1", "y = f(x)")}
     assert "moved" in {p.match for p in pairs}
 
 
 def test_duplicated_cell_pairs_with_its_own_twin() -> None:
-    a = [cell("t = time()", 0, wall_s=1.0), cell("f(x)", 1), cell("t = time()", 2, wall_s=2.0)]
-    b = [cell("t = time()", 0, wall_s=1.1), cell("f(x)", 1), cell("t = time()", 2, wall_s=2.1)]
+    a = [typed("t = time()", 0, wall_s=1.0), typed("f(x)", 1), typed("t = time()", 2, wall_s=2.0)]
+    b = [typed("t = time()", 0, wall_s=1.1), typed("f(x)", 1), typed("t = time()", 2, wall_s=2.1)]
     pairs = pair_cells(a, b)
-    assert [(p.a["wall_s"], p.b["wall_s"]) for p in pairs if p.a.get("wall_s")] == [(1.0, 1.1), (2.0, 2.1)]
+    assert [(p.a.wall_s, p.b.wall_s) for p in pairs if p.a and p.b and p.a.wall_s] == [(1.0, 1.1), (2.0, 2.1)]
 
 
 def test_removed_and_added_cells_stay_unpaired() -> None:
@@ -101,8 +108,8 @@ def test_removed_and_added_cells_stay_unpaired() -> None:
 
 
 def test_cells_without_hash_are_never_equal() -> None:
-    a = [{"index": 0, "first_line": "x = 1"}]
-    b = [{"index": 0, "first_line": "x = 1"}]
+    a = [decode(Cell, {"index": 0, "first_line": "x = 1"})]
+    b = [decode(Cell, {"index": 0, "first_line": "x = 1"})]
     assert [p.match for p in pair_cells(a, b)] == ["edited"]
 
 

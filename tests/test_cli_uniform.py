@@ -37,6 +37,8 @@ from nbscope.record.cells import (
 from nbscope.record.run import RunRecord, check_label
 from nbscope.record.store import Store, resolve_run
 from nbscope.schema.build import totals
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 
 FILES = Path(__file__).resolve().parent / "files"
 RECORDS = FILES / "records"
@@ -378,11 +380,11 @@ def test_cells_with_one_source_hash_always_pair() -> None:
     rng = random.Random(18)
     lines = {h: f"x = {h} * 2" for h in "abcdefg"}
     for _ in range(3000):
-        a = [{"source_hash": h, "first_line": lines[h]} for h in rng.choices("abcdefg", k=rng.randint(0, 9))]
-        b = [{"source_hash": h, "first_line": lines[h]} for h in rng.choices("abcdefg", k=rng.randint(0, 9))]
-        same = Counter(p.a["source_hash"] for p in pair_cells(a, b)
-                       if p.a and p.b and p.a["source_hash"] == p.b["source_hash"])
-        count_a, count_b = Counter(c["source_hash"] for c in a), Counter(c["source_hash"] for c in b)
+        a = [decode(Cell, {"source_hash": h, "first_line": lines[h]}) for h in rng.choices("abcdefg", k=rng.randint(0, 9))]
+        b = [decode(Cell, {"source_hash": h, "first_line": lines[h]}) for h in rng.choices("abcdefg", k=rng.randint(0, 9))]
+        same = Counter(p.a.source_hash for p in pair_cells(a, b)
+                       if p.a and p.b and p.a.source_hash == p.b.source_hash)
+        count_a, count_b = Counter(c.source_hash for c in a), Counter(c.source_hash for c in b)
         assert all(same[h] == min(count_a[h], count_b[h]) for h in count_a), (a, b)
 
 

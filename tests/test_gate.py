@@ -18,6 +18,8 @@ from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render.gate import gate_markdown, print_gate
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 
 FILES = Path(__file__).resolve().parent / "files"
 NOTEBOOK = FILES / "gate_sleep.ipynb"
@@ -94,8 +96,8 @@ def test_pairing_by_source_hash_with_edits_inserts_and_duplicates() -> None:
             make_cell(3, 1, source="a")]
     cand = [make_cell(0, 1, source="a"), make_cell(1, 1, source="B"), make_cell(2, 1, source="new1"),
             make_cell(3, 1, source="new2"), make_cell(4, 1, source="c"), make_cell(5, 1, source="a")]
-    pairs = pair_cells(base, cand)
-    described = [(p.a and p.a["source_hash"], p.b and p.b["source_hash"], p.source_changed) for p in pairs]
+    pairs = pair_cells([decode(Cell, c) for c in base], [decode(Cell, c) for c in cand])
+    described = [(p.a and p.a.source_hash, p.b and p.b.source_hash, p.source_changed) for p in pairs]
     assert ("a", "a", False) in described
     assert ("c", "c", False) in described
     assert described.count(("a", "a", False)) == 2  # the repeated source pairs with its own repeat

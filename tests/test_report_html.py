@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 import pytest
 
 from nbscope._errors import NbscopeError
+from nbscope.analyse.diagnose import Finding, Findings
 from nbscope.analyse.report import report_data
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
@@ -31,22 +32,12 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
-class Finding:
-    """What nbscope.analyse.diagnose returns, as its interface says (a stand-in when the real one is absent)."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def fake_diagnose(record: RunRecord, other: RunRecord | None = None) -> list[Finding]:
-    return [
+def fake_diagnose(record: RunRecord, other: RunRecord | None = None) -> Findings:
+    return Findings([
         Finding(rule="slow-cell", title="Slow cell <img src=x onerror=alert(3)>", cell_index=1, severity="high",
                 confidence=0.9, evidence={"wall_s": 0.3, "source": "<script>alert(4)</script>"},
                 summary="Cell 2 sleeps & waits.", fix="Sleep less <b>now</b>."),
-    ]
+    ])
 
 
 def synthetic_pathways() -> RunRecord:

@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.live import RunningKernel, running_kernels
 from nbscope.api.runs import db_option, open_store, unfinished
+
+if TYPE_CHECKING:
+    from nbscope.record.live import UnfinishedRun
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,7 @@ class RunList:
     waiting to be imported. ``db_hint`` is the `` --db PATH`` a hint's command needs."""
 
     live: tuple[RunningKernel, ...] | None = None
-    unfinished: tuple[dict[str, Any], ...] | None = None
+    unfinished: tuple[UnfinishedRun, ...] | None = None
     rows: tuple[dict[str, Any], ...] = ()
     filtered: bool = False  # a --kind, --target or --label chose the rows
     waiting: int = 0
@@ -39,7 +42,7 @@ def list_runs(db: Path | None, *, kind: str | None = None, target: str | None = 
     store = open_store(db, read_only=True, on_skip=on_skip)
     if unfinished_only:
         return RunList(unfinished=tuple(unfinished(store)), db_hint=db_option(store))
-    waiting = sum(item["state"] == "unfinished" for item in unfinished(store))
+    waiting = sum(item.state == "unfinished" for item in unfinished(store))
     if not store.path.exists():
         hint = (f"; {waiting} unfinished run(s) of it: see nbscope runs --unfinished{db_option(store)}"
                 if waiting else "")

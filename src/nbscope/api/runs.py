@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbscope.record.run import LABEL_ENV, RunRecord, check_label, labelled
 from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
+
+if TYPE_CHECKING:
+    from nbscope.record.live import UnfinishedRun
 
 __all__ = ["LABEL_ENV", "RUN_REFERENCE", "RunRecord", "Store", "check_label", "db_option", "labelled", "open_store", "resolve", "store_then_stop"]
 
@@ -32,7 +35,7 @@ def db_option(store: Store) -> str:
     return "" if same else f" --db {store.path}"
 
 
-def unfinished(store: Store) -> list[dict[str, Any]]:
+def unfinished(store: Store) -> list[UnfinishedRun]:
     """The live files of this store's runs that ended before they were stored (see :mod:`nbscope.record.live`)."""
     from nbscope.record import live
 

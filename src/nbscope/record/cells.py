@@ -164,7 +164,7 @@ def shares_cells(a: Sequence[str], b: Sequence[str]) -> bool:
 # ---- pairing cells across runs -------------------------------------------------------------------
 
 
-CellT = TypeVar("CellT", "Cell", Mapping[str, Any])
+CellT = TypeVar("CellT", bound="Cell")
 
 
 @dataclass
@@ -173,8 +173,7 @@ class CellPair(Generic[CellT]):
 
     ``match`` is ``"hash"`` (same source, same place), ``"moved"`` (same source, elsewhere),
     ``"edited"`` (source changed in place), ``"similar"`` (source changed, matched by text),
-    ``"only-a"`` or ``"only-b"``. The cells are those given: typed ``Cell``s, or cell dicts of a
-    document or a result that pairs like one (the forecast's cells).
+    ``"only-a"`` or ``"only-b"``. The cells are the typed ``Cell``s given.
     """
 
     a: CellT | None
@@ -191,32 +190,26 @@ class CellPair(Generic[CellT]):
         return self.a is not None and self.b is not None
 
 
-def _field(cell: Cell | Mapping[str, Any], name: str) -> Any:
-    """A field of a typed cell or of a cell dict: pairing still takes both (pathways pairs its cell dicts)."""
-    return cell.get(name) if isinstance(cell, Mapping) else getattr(cell, name, None)
-
-
-def cell_keys(cells: Sequence[Cell | Mapping[str, Any]], side: str = "") -> list[str]:
+def cell_keys(cells: Sequence[Cell], side: str = "") -> list[str]:
     """A key per cell: its source hash, with an occurrence number from the second time a source repeats,
     so a duplicated cell pairs with its own twin. A cell without a hash gets a key of its own, which
     never equals a key of another ``side``."""
-    seen: dict[str, int] = {}
+    seen: Counter[str] = Counter()
     keys = []
     for position, cell in enumerate(cells):
-        digest = str(_field(cell, "source_hash") or f"no-hash@{side}{position}")
-        seen[digest] = seen.get(digest, 0) + 1
+        digest = cell.source_hash or f"no-hash@{side}{position}"
+        seen[digest] += 1
         keys.append(f"{digest}#{seen[digest]}" if seen[digest] > 1 else digest)
     return keys
 
 
-def _text(cell: Cell | Mapping[str, Any], sources: Mapping[str, str] | None) -> str:
+def _text(cell: Cell, sources: Mapping[str, str] | None) -> str:
     """The text two edited cells are compared by: the code that ran when known, else the first line."""
-    own = _field(cell, "source")
-    if isinstance(own, str):
-        return own
-    if sources and _field(cell, "source_hash") in sources:
-        return sources[_field(cell, "source_hash")]
-    return str(_field(cell, "first_line") or "")
+    if cell.source is not None:
+        return cell.source
+    if sources and cell.source_hash in sources:
+        return sources[cell.source_hash]
+    return cell.first_line
 
 
 def _similarity(a: CellT, b: CellT, sources: Mapping[str, str] | None) -> float:

@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
@@ -35,7 +35,7 @@ from nbscope.collect.runner import NotebookExecution
 from nbscope.record.run import RunRecord
 from nbscope.record.store import default_path, files_folder, store_subfolder
 from nbscope.schema.build import combine_repeats, derive, totals
-from nbscope.schema.codec import decode
+from nbscope.schema.codec import Encoded, Write, decode
 from nbscope.schema.live import LiveHeader, LiveLine
 from nbscope.schema.machine import Settings
 
@@ -375,29 +375,40 @@ def _live_files(store_path: str | Path) -> list[Path]:
     return found
 
 
-def unfinished(store_path: str | Path) -> list[dict[str, Any]]:
-    """Every live file of the store at ``store_path``, oldest first: path, state (``unfinished``, ``running``
-    or ``unreadable``), what ran and how far it got."""
+def _unreadable(found: UnfinishedRun) -> bool:
+    return found.state == "unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class UnfinishedRun(Encoded):
+    """One live file of a store (``runs --unfinished``; its ``--json`` is this, a readable file's ``pid`` last):
+    its state (``unfinished``, ``running`` or ``unreadable``), what ran and how far it got, or why it cannot be read."""
+
+    path: str
+    state: str
+    started_at: str | None = None
+    kind: str | None = None
+    target: str | None = None
+    cells_measured: int | None = None
+    code_cells: int | None = None
+    executions: int | None = None
+    reason: str | None = None  # why an unreadable file cannot be imported
+    pid: Annotated[int | None, Write(omit=_unreadable)] = None  # the process that wrote it
+
+
+def unfinished(store_path: str | Path) -> list[UnfinishedRun]:
+    """Every live file of the store at ``store_path``, oldest first."""
     found = []
     for path in _live_files(store_path):
-        item: dict[str, Any] = {"path": str(path), "state": "unreadable", "started_at": None, "kind": None,
-                                "target": None, "cells_measured": None, "code_cells": None, "executions": None,
-                                "reason": None}
         try:
             run = read_live(path)
         except NbscopeError as exc:
-            item["reason"] = str(exc).removeprefix(f"{path} ").removeprefix(f"{path}: ")
-            found.append(item)
+            reason = str(exc).removeprefix(f"{path} ").removeprefix(f"{path}: ")
+            found.append(UnfinishedRun(str(path), "unreadable", reason=reason))
             continue
-        item.update(
-            state="running" if run.running() else "unfinished",
-            started_at=run.header.started_at,
-            kind=run.header.kind,
-            target=run.header.target,
-            cells_measured=run.cells_measured,
-            code_cells=run.code_cells,
-            executions=len(run.executions),
-            pid=run.header.pid,
-        )
-        found.append(item)
+        found.append(UnfinishedRun(
+            str(path), "running" if run.running() else "unfinished", started_at=run.header.started_at,
+            kind=run.header.kind, target=run.header.target, cells_measured=run.cells_measured,
+            code_cells=run.code_cells, executions=len(run.executions), pid=run.header.pid,
+        ))
     return found

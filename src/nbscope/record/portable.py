@@ -23,6 +23,9 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
+from nbscope.schema import codec
+from nbscope.schema.model import NotebookRun
+
 ELLIPSIS = "…/"
 
 
@@ -81,18 +84,16 @@ def portable(document: dict[str, Any], *, root: str | Path | None = None, home: 
     document = copy.deepcopy(document)
     root_path = Path(root) if root is not None else project_root(Path.cwd())
     localiser = _Localiser(root_path, Path(home) if home is not None else _home())
-    measurements = document.get("measurements")
+    measurements = document["measurements"]
     if isinstance(measurements, dict):
-        notebook = measurements.get("notebook")
-        if isinstance(notebook, dict) and isinstance(notebook.get("path"), str):
-            notebook["path"] = document.get("target") or _last_part(notebook["path"])
-        kernel = measurements.get("kernel")
-        if isinstance(kernel, dict):
-            if isinstance(kernel.get("executable"), str):
-                kernel["executable"] = PurePosixPath(kernel["executable"].replace("\\", "/")).name
-            if isinstance(kernel.get("cwd"), str):
-                relative = localiser.text(kernel["cwd"])
-                kernel["cwd"] = _last_part(relative) if _absolute(relative) else relative
+        run = codec.decode(NotebookRun, measurements)  # what the document holds, typed; the copy is rewritten
+        if run.notebook.path is not None:
+            measurements["notebook"]["path"] = document["target"] or _last_part(run.notebook.path)
+        if run.kernel is not None and run.kernel.executable is not None:
+            measurements["kernel"]["executable"] = PurePosixPath(run.kernel.executable.replace("\\", "/")).name
+        if run.kernel is not None and run.kernel.cwd is not None:
+            relative = localiser.text(run.kernel.cwd)
+            measurements["kernel"]["cwd"] = _last_part(relative) if _absolute(relative) else relative
         for name in ("live_file", "recovered_from"):
             if isinstance(measurements.get(name), str):
                 measurements[name] = _last_part(measurements[name])
@@ -100,12 +101,12 @@ def portable(document: dict[str, Any], *, root: str | Path | None = None, home: 
             if isinstance(runner, dict) and isinstance(runner.get("recovered_from"), str):
                 runner["recovered_from"] = _last_part(runner["recovered_from"])
         measurements["portable"] = True
-    pools = ((document.get("fingerprint") or {}).get("blas") or {}).get("pools")
+    pools = (document["fingerprint"].get("blas") or {}).get("pools")
     for pool in pools if isinstance(pools, list) else []:
         if isinstance(pool, dict) and isinstance(pool.get("path"), str):
             pool["path"] = PurePosixPath(pool["path"].replace("\\", "/")).name
     document = cast(dict[str, Any], localiser.walk(document))  # a document walks into a document
-    command = document.get("command")
+    command = document["command"]
     if isinstance(command, list) and command:
         args = [str(a) for a in command]
         program = "nbscope" if PurePosixPath(args[0]).name in ("__main__.py", "nbscope") else PurePosixPath(args[0]).name

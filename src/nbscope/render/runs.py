@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope.render.live import RunningKernel, live_lines
 from nbscope.render.terminal import console, print_run_list
+
+if TYPE_CHECKING:
+    from nbscope.record.live import UnfinishedRun
 
 
 class RunList(Protocol):
@@ -18,7 +21,7 @@ class RunList(Protocol):
     def live(self) -> Sequence[RunningKernel] | None: ...
 
     @property
-    def unfinished(self) -> Sequence[dict[str, Any]] | None: ...
+    def unfinished(self) -> Sequence[UnfinishedRun] | None: ...
 
     @property
     def rows(self) -> Sequence[dict[str, Any]]: ...
@@ -37,7 +40,7 @@ def runs_json(listing: RunList) -> str:
     if listing.live is not None:
         return json.dumps([dict(vars(kernel)) for kernel in listing.live], indent=1)  # its fields, in order
     if listing.unfinished is not None:
-        return json.dumps(list(listing.unfinished), indent=1)
+        return json.dumps([found.to_dict() for found in listing.unfinished], indent=1)
     return json.dumps(list(listing.rows), indent=1)
 
 
@@ -58,19 +61,19 @@ def print_runs(listing: RunList) -> None:
             )
 
 
-def print_unfinished(found: Sequence[dict[str, Any]], db_hint: str) -> None:
+def print_unfinished(found: Sequence[UnfinishedRun], db_hint: str) -> None:
     """``runs --unfinished``: each live file of a run that ended before it was stored, and how to store it."""
     if not found:
         print("No unfinished runs.")
         return
     for item in found:
-        path = item["path"]
-        if item["state"] == "unreadable":
-            print(f"{path}: cannot be imported: {item['reason']}")
+        path = item.path
+        if item.state == "unreadable":
+            print(f"{path}: cannot be imported: {item.reason}")
             continue
-        what = f"{item['kind']} {item['target']}, started {str(item['started_at'])[:19].replace('T', ' ')} UTC"
-        done = f"{item['cells_measured']} of {item['code_cells']} cells measured"
-        if item["state"] == "running":
-            print(f"{path}: {what}: still running (process {item.get('pid')}), {done} so far")
+        what = f"{item.kind} {item.target}, started {str(item.started_at)[:19].replace('T', ' ')} UTC"
+        done = f"{item.cells_measured} of {item.code_cells} cells measured"
+        if item.state == "running":
+            print(f"{path}: {what}: still running (process {item.pid}), {done} so far")
         else:
             print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{db_hint}")

@@ -222,44 +222,27 @@ def _loops_section(record: RunRecord, position: int) -> str:
     )
 
 
-def _field(finding: Any, name: str) -> Any:
-    if isinstance(finding, dict):
-        return finding.get(name)
-    return getattr(finding, name, None)
-
-
-def _highlights(finding: Any) -> list[tuple[str, str]]:
-    """The few labelled evidence lines a finding shows its reader (the rest stays in the evidence fold)."""
-    if isinstance(finding, dict):
-        items = finding.get("highlights")
-        return [(str(i[0]), str(i[1])) for i in items if isinstance(i, (list, tuple)) and len(i) == 2] if isinstance(items, list) else []
-    chosen = getattr(finding, "evidence_highlights", None)
-    return list(chosen()) if callable(chosen) else []
-
-
 def diagnosis(data: ReportData) -> str:
     cards = []
     notes = list(data.notes)
     for position, findings in data.diagnoses:
         record = data.records[position]
         for finding in findings:
-            severity = str(_field(finding, "severity") or "info")
-            index = _field(finding, "cell_index")
-            where = f" · cell {int(index) + 1}" if isinstance(index, int) else ""
-            confidence = _field(finding, "confidence")
+            severity = finding.severity or "info"
+            where = f" · cell {finding.cell_index + 1}" if finding.cell_index is not None else ""
+            confidence = finding.confidence
             confidence_text = f" · confidence {confidence:.0%}" if isinstance(confidence, float) and confidence <= 1 else (
                 f" · confidence {confidence}" if confidence is not None else "")
-            evidence = _field(finding, "evidence") or {}
             evidence_rows = [
-                (k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) for k, v in evidence.items()
-            ] if isinstance(evidence, dict) else []
-            fix = _field(finding, "fix")
-            highlights = _highlights(finding)
+                (k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) for k, v in finding.evidence.items()
+            ]
+            fix = finding.fix
+            highlights = finding.evidence_highlights()  # the few a reader is shown; the rest stays in the evidence fold
             cards.append(
-                f'<div class="card {e(severity.lower())}"><h3>{e(_field(finding, "title"))}</h3>'
+                f'<div class="card {e(severity.lower())}"><h3>{e(finding.title)}</h3>'
                 f'<p class="meta">{e(run_name(record, position))}{e(where)} · {e(severity)}{e(confidence_text)} · '
-                f'rule <code>{e(_field(finding, "rule"))}</code></p>'
-                f"<p>{e_code(_field(finding, 'summary'))}</p>"
+                f'rule <code>{e(finding.rule)}</code></p>'
+                f"<p>{e_code(finding.summary)}</p>"
                 + (f"<p><b>Fix:</b> {e_code(fix)}</p>" if fix else "")
                 + ("<ul class=\"highlights\">" + "".join(f"<li><b>{e(label)}</b>: {e_code(text)}</li>" for label, text in highlights)
                    + "</ul>" if highlights else "")
