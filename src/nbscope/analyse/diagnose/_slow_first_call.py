@@ -29,6 +29,8 @@ from typing import Any
 from nbscope import _units as units
 from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
+from nbscope.schema.codec import decode
+from nbscope.schema.memory import MemoryReading
 from nbscope.schema.model import Cell
 
 NAME = "slow-first-call"
@@ -239,8 +241,8 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
 
 def _growth(cell: Cell) -> int | None:
     """How much the kernel's resident memory grew during the cell, when both ends were measured."""
-    before, after = units.number(cell.rss.get("before_bytes")), units.number(cell.rss.get("after_bytes"))
-    return int(after - before) if before is not None and after is not None else None
+    rss = decode(MemoryReading, cell.rss)
+    return int(rss.after_bytes - rss.before_bytes) if rss.before_bytes is not None and rss.after_bytes is not None else None
 
 
 def _size(value: float | None) -> str:
