@@ -322,17 +322,19 @@ class Context:
         return sum(c.numba.compile_s for c in self.run.cells if c.numba is not None)
 
     @cached_property
-    def platform(self) -> dict[str, Any]:
-        return compare_module.platform_of(self.record)
+    def backend(self) -> compare_module.Backend:
+        """The JAX backend the run used, and what says so."""
+        return compare_module.backend(self.record)
 
     @cached_property
     def forecast(self) -> _forecast.ForecastEvidence:
         """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
-        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus,
+        return _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
                                   devices_file=self.devices_file)
 
     @cached_property
-    def x64(self) -> dict[str, Any]:
+    def x64(self) -> compare_module.X64:
+        """Whether JAX ran in float64, and the evidence for it."""
         return compare_module.x64_of(self.record)
 
     def source(self, cell: Cell) -> str | None:
@@ -412,8 +414,8 @@ class Context:
         return {pair.a.index: pair.b for pair in pairs if pair.a is not None and pair.b is not None}
 
     @cached_property
-    def other_platform(self) -> dict[str, Any] | None:
-        return compare_module.platform_of(self.other) if self.other is not None else None
+    def other_backend(self) -> compare_module.Backend | None:
+        return compare_module.backend(self.other) if self.other is not None else None
 
     def ran(self, cell: Cell) -> bool:
         """The cell ran (whatever its end) and has a wall time."""

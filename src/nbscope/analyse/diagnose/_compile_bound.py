@@ -135,7 +135,7 @@ def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
             f"{persist_short}; jit loops of eager operations as one function",
         )
     if top.kind == "jax library":
-        on_gpu = ctx.platform.get("platform") == "gpu"
+        on_gpu = ctx.backend.platform == "gpu"
         call = ctx.call_into(cell.index, None)
         caller = (f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`, into `{call['package']}`)" if call
                   else cell.label)

@@ -29,7 +29,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     device = ctx.machine.gpu  # JAX's default device when it runs on a GPU
     if device is None:
         return  # no GPU: nothing to contend for
-    if ctx.platform["platform"] != "gpu":
+    if ctx.backend.platform != "gpu":
         return  # JAX ran on the CPU; the GPU was not used by this notebook
     total = device.memory_total_bytes
     if total is None or total <= 0:
