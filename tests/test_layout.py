@@ -208,7 +208,7 @@ def test_the_mypy_baseline_only_shrinks() -> None:
 
 # Parameters typed ``Any`` in src/ (379 at issue 36's start; the target is 100 or fewer). The count may only
 # shrink: lower this number whenever it does, so that no later change can grow it back.
-ANY_PARAMETERS_MOST = 82
+ANY_PARAMETERS_MOST = 76
 
 
 def _any_parameters() -> list[str]:

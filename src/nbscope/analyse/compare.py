@@ -484,7 +484,7 @@ def _load_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     return []
 
 
-def _difference(path: str, a: Any, b: Any, kind: str, *, note: str | None = None) -> Difference:
+def _difference(path: str, a: object, b: object, kind: str, *, note: str | None = None) -> Difference:
     return Difference(field=path, a=a, b=b, kind=kind, why=why(path), note=note)
 
 

@@ -112,7 +112,7 @@ class Finding(Encoded):
                                ("index", "cell_index"), ("cell", _cell_number))
 
 
-def _readable(key: str, value: Any) -> str | None:
+def _readable(key: str, value: object) -> str | None:
     """An evidence value as a short phrase, or None when it would not help a reader (flags, tables)."""
     if isinstance(value, bool) or value is None or isinstance(value, dict):
         return None
