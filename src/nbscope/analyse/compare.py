@@ -444,8 +444,9 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
         if key == "env":
             env_a, env_b = va or {}, vb or {}
             for name in sorted(set(env_a) | set(env_b)):
-                if env_a.get(name) != env_b.get(name):
-                    rows.append(_difference(f"settings.env.{name}", env_a.get(name), env_b.get(name), "setting"))
+                value_a, value_b = env_a.get(name), env_b.get(name)
+                if value_a != value_b:
+                    rows.append(_difference(f"settings.env.{name}", value_a, value_b, "setting"))
         elif va != vb:
             rows.append(_difference(f"settings.{key}", va, vb, "setting"))
     return rows

@@ -211,7 +211,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
         best: tuple[float, Cell, str, ast.Call] | None = None
         for repeat in ran[position + 1:]:
             later = repeat.index
-            shared = sorted(set(calls.get(index, {})) & set(calls.get(later, {})))
+            shared = sorted(calls[index].keys() & calls.get(later, {}).keys())
             called = {key.split("(")[0] for key in shared}
             if not shared or _recompiled(repeat, called | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
@@ -328,8 +328,8 @@ def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compare
         + (f"; the cell also runs `{'`, `'.join(other_work)}`: part of the gap may be theirs" if other_work else "")
     )
     if lead is not None:
-        fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
         action = _FIXES.get(lead["cause"], "")
+        fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead['cause']}): {action}."
     else:
         fix = (f"The {units.seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
                "than the first call, and profile with `--timeline` to see where the first call spends them.")
