@@ -271,6 +271,15 @@ class FunctionStats:
 
 
 
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a cell calls into an installed package."""
+
+    line: int  # within the cell
+    code: str  # the source line as written (shortened past 70 characters)
+    package: str
+
+
 class Context:
     """One record under diagnosis, with what the rules derive from it (computed once).
 
@@ -355,10 +364,10 @@ class Context:
         """What integer names hold at each statement, the notebook run in order (loop lengths)."""
         return _bindings.Bindings(self.sources_by_index)
 
-    def call_into(self, cell_index: int, package: str | None) -> dict[str, Any] | None:
-        """Where a cell calls into an installed package: ``{"line", "code", "package"}`` (line within the cell,
-        the source line as written), or None when the cell's source does not show it. ``package`` None: the
-        one package other than JAX, NumPy, Numba and the standard library that the cell calls, if only one."""
+    def call_into(self, cell_index: int, package: str | None) -> CallSite | None:
+        """Where a cell calls into an installed package, or None when the cell's source does not show it.
+        ``package`` None: the one package other than JAX, NumPy, Numba and the standard library that the cell
+        calls, if only one."""
         source = self.sources_by_index.get(cell_index)
         tree = self.bindings.trees.get(cell_index) or self.code.trees.get(cell_index)
         if source is None or tree is None:
@@ -377,7 +386,7 @@ class Context:
         lines = source.splitlines()
         line = calls[0].lineno
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ast.unparse(calls[0])
-        return {"line": line, "code": code if len(code) <= 70 else code[:69] + "…", "package": package}
+        return CallSite(line=line, code=code if len(code) <= 70 else code[:69] + "…", package=package)
 
     @property
     def has_sources(self) -> bool:

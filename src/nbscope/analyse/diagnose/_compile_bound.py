@@ -73,7 +73,7 @@ def _caller(ctx: Context, cell: Cell, package: str | None) -> str:
     call = ctx.call_into(cell.index, package) if package else None
     if call is None:
         return cell.label
-    return f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`)"
+    return f"line {call.line} of cell {cell.index + 1} (`{call.code}`)"
 
 
 def _library_numba_fix(ctx: Context, cell: Cell, top: Compiled) -> tuple[str, str]:
@@ -137,7 +137,7 @@ def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
     if top.kind == "jax library":
         on_gpu = ctx.backend.platform == "gpu"
         call = ctx.call_into(cell.index, None)
-        caller = (f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`, into `{call['package']}`)" if call
+        caller = (f"line {call.line} of cell {cell.index + 1} (`{call.code}`, into `{call.package}`)" if call
                   else cell.label)
         return (
             f"`{top.name}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
