@@ -176,7 +176,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if contributors:
             highlights.append(("compiled", _compiled_text(contributors)))
         if top is not None and top.kind == "numba" and _owner(ctx, top, cell)[0] == "package":
-            # An unrecorded cache makes the whole line "not recorded" (as it always read: captured outputs hold it)
+            # An unrecorded cache makes the whole line "not recorded": kept as the rule has always written it
             highlights.append(("library", f"`{top.name}` from {top.module or 'a package'}; cache "
                                           + ("on" if top.cache else "off") if top.cache is not None else "not recorded"))
         yield Finding(
