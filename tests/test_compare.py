@@ -105,8 +105,8 @@ def test_platform_and_x64_evidence() -> None:
     assert compare_module.platform_of(load_record("cpu_latency_loop"))["platform"] == "cpu"
     gpu = compare_module.platform_of(load_record("synthetic_t4_latency_loop"))
     assert gpu["platform"] == "gpu" and "plugin" in gpu["source"]
-    assert compare_module.x64_of(load_record("cpu_x64"))["x64"] is True
-    assert compare_module.x64_of(load_record("cpu_latency_loop"))["x64"] is False
+    assert compare_module.x64_of(load_record("cpu_x64")).x64 is True
+    assert compare_module.x64_of(load_record("cpu_latency_loop")).x64 is False
 
 
 def test_backend_unavailable_detection() -> None:

@@ -110,26 +110,48 @@ def platform_of(record: RunRecord) -> dict[str, Any]:
     return backend_of(record)
 
 
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """The JAX backend a run used (cpu, gpu, tpu; None: not known), and what says so."""
+
+    platform: str | None
+    source: str | None
+
+
+def backend(record: RunRecord) -> Backend:
+    """:func:`platform_of`, typed."""
+    return decode(Backend, backend_of(record))
+
+
 def _is_float64(shape: str) -> bool:
     return "float64" in shape or "complex128" in shape
 
 
-def x64_of(record: RunRecord) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class X64:
+    """Whether JAX ran in float64 (None: the record does not tell), and the evidence that says so."""
+
+    x64: bool | None
+    source: str
+    cells: tuple[int, ...] = ()  # the cells whose compiles took float64 arguments
+
+
+def x64_of(record: RunRecord) -> X64:
     """Whether JAX ran in float64, from the strongest evidence the record holds."""
     machine = record.machine()
     functions = [(cell.index, function) for cell in record.notebook_run().cells if cell.jax
                  for function in cell.jax.functions]
     float64_cells = sorted({index for index, function in functions if any(map(_is_float64, function.shapes))})
     if float64_cells:
-        return {"x64": True, "source": "float64 argument shapes in JAX compiles", "cells": float64_cells}
+        return X64(True, "float64 argument shapes in JAX compiles", tuple(float64_cells))
     if machine.jax_runtime is not None and machine.jax_runtime.x64 is not None:
-        return {"x64": machine.jax_runtime.x64, "source": "fingerprint.jax_runtime.x64", "cells": []}
+        return X64(machine.jax_runtime.x64, "fingerprint.jax_runtime.x64")
     flag = record.run_settings().environment(machine).get("JAX_ENABLE_X64")
     if flag is not None:
-        return {"x64": flag.strip().lower() in ("1", "true", "yes", "on"), "source": "JAX_ENABLE_X64", "cells": []}
+        return X64(flag.strip().lower() in ("1", "true", "yes", "on"), "JAX_ENABLE_X64")
     if any("float32" in shape for _, function in functions for shape in function.shapes):
-        return {"x64": False, "source": "only float32 argument shapes in JAX compiles", "cells": []}
-    return {"x64": None, "source": "no JAX compile shapes and no x64 setting recorded", "cells": []}
+        return X64(False, "only float32 argument shapes in JAX compiles")
+    return X64(None, "no JAX compile shapes and no x64 setting recorded")
 
 
 # ---- comparison ---------------------------------------------------------------------------------
@@ -422,8 +444,9 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
         if key == "env":
             env_a, env_b = va or {}, vb or {}
             for name in sorted(set(env_a) | set(env_b)):
-                if env_a.get(name) != env_b.get(name):
-                    rows.append(_difference(f"settings.env.{name}", env_a.get(name), env_b.get(name), "setting"))
+                value_a, value_b = env_a.get(name), env_b.get(name)
+                if value_a != value_b:
+                    rows.append(_difference(f"settings.env.{name}", value_a, value_b, "setting"))
         elif va != vb:
             rows.append(_difference(f"settings.{key}", va, vb, "setting"))
     return rows
@@ -439,9 +462,8 @@ def _derived_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     if ca != cb:
         rows.append(_difference("derived.cache_state", ca, cb, "derived"))
     xa, xb = x64_of(a), x64_of(b)
-    if xa["x64"] is not None and xb["x64"] is not None and xa["x64"] != xb["x64"]:
-        rows.append(_difference("derived.x64", xa["x64"], xb["x64"], "derived",
-                                note=f"A: {xa['source']}; B: {xb['source']}"))
+    if xa.x64 is not None and xb.x64 is not None and xa.x64 != xb.x64:
+        rows.append(_difference("derived.x64", xa.x64, xb.x64, "derived", note=f"A: {xa.source}; B: {xb.source}"))
     pathway_a, pathway_b = a.notebook_run().runner.pathway, b.notebook_run().runner.pathway
     if pathway_a != pathway_b and a.run_settings().pathway is None:
         rows.append(_difference("derived.pathway", pathway_a, pathway_b, "derived"))
@@ -463,7 +485,7 @@ def _load_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     return []
 
 
-def _difference(path: str, a: Any, b: Any, kind: str, *, note: str | None = None) -> Difference:
+def _difference(path: str, a: object, b: object, kind: str, *, note: str | None = None) -> Difference:
     return Difference(field=path, a=a, b=b, kind=kind, why=why(path), note=note)
 
 

@@ -53,8 +53,26 @@ FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
 CELL_KINDS = ("profile", "trace")
 FAILING_VERDICTS = ("regression", "failed")
 UNPAIRED_VERDICTS = ("new", "removed")
-# Run-to-run noise per (cell key or "total", judged figure): (MAD, range, runs) over the history runs.
-HistoryNoise = Mapping[tuple[str, str], tuple[float, float, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpread:
+    """The run-to-run noise of one figure (a cell's, or the total's) over the history runs."""
+
+    mad_s: float | None = None
+    range_s: float | None = None
+    runs: int = 0  # the history runs it rests on (0: no history for this figure)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryNoise:
+    """Run-to-run noise per (cell key or "total", judged figure) over the history runs."""
+
+    spreads: Mapping[tuple[str, str], RunSpread] = field(default_factory=dict)
+
+    def of(self, key: str, judged: str) -> RunSpread:
+        """The spread of ``key``'s ``judged`` figure (``wall``, ``unwaited``); an empty one without history."""
+        return self.spreads.get((key, judged), RunSpread())
 
 
 @dataclass
@@ -359,15 +377,14 @@ def _compare_cells(
                        base_s=_number(base.wall_s) if base else None,
                        cand_s=_number(cand.wall_s) if cand else None, floor_s=floor, note=note)
     pair = noise_model.pair_noise(base, cand)
-    known = noise.get((key, pair.judged)) if key is not None and not changed else None
-    history_mad, history_range, history_runs = known if known is not None else (None, None, 0)
+    spread = noise.of(key, pair.judged) if key is not None and not changed else RunSpread()
     comparison = replace(
         comparison,
         base_s=_number(base.wall_s), cand_s=_number(cand.wall_s),
         judged=pair.judged, kind=pair.kind, base_judged_s=pair.base_s, cand_judged_s=pair.cand_s,
         model_floor_s=pair.floor_s,
         base_samples=_samples(base, pair.judged), cand_samples=_samples(cand, pair.judged),
-        history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
+        history_mad_s=spread.mad_s, history_range_s=spread.range_s, history_runs=spread.runs,
         note="source changed" if changed else "",
     )
     base_ran = comparison.base_status in OK_STATUSES
@@ -391,10 +408,10 @@ def _total(pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, op
     if not base_run.cells or not cand_run.cells:
         # Per-notebook figures only (jupyter-cache, or a record without cells): compare totals.
         base_s, cand_s = _number(base_run.totals.wall_s), _number(cand_run.totals.wall_s)
-        history_mad, history_range, history_runs = noise.get(("total", "wall"), (None, None, 0))
+        spread = noise.of("total", "wall")
         total = GateComparison(
             key="total", label="total (whole notebook)", base_s=base_s, cand_s=cand_s,
-            history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
+            history_mad_s=spread.mad_s, history_range_s=spread.range_s, history_runs=spread.runs,
             model_floor_s=(noise_model.model_floor(min(base_s, cand_s))
                            if base_s is not None and cand_s is not None else None),
         )
@@ -408,7 +425,7 @@ def _total(pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, op
         cand_judged = sum(c.cand_judged_s or 0.0 for c in counted)
     else:
         base_judged, cand_judged = base_s, cand_s
-    history_mad, history_range, history_runs = noise.get(("total", judged), (None, None, 0))
+    spread = noise.of("total", judged)
     # Per-repeat totals, where every counted cell has one sample per repeat.
     base_samples: tuple[float, ...] = ()
     cand_samples: tuple[float, ...] = ()
@@ -420,7 +437,7 @@ def _total(pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, op
     total = GateComparison(
         key="total", label=f"total of {units.count(len(counted), 'paired cell')}",
         base_s=base_s, cand_s=cand_s, judged=judged, base_judged_s=base_judged, cand_judged_s=cand_judged,
-        history_mad_s=history_mad, history_range_s=history_range, history_runs=history_runs,
+        history_mad_s=spread.mad_s, history_range_s=spread.range_s, history_runs=spread.runs,
         # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
         # history may widen it, as a cell's).
         model_floor_s=sum(c.model_floor_s or 0.0 for c in counted),
@@ -492,7 +509,7 @@ def run_summary(record: RunRecord) -> GateRunSummary:
 MIN_HISTORY = 3  # fewest earlier runs whose spread counts as run-to-run noise
 
 
-def history_noise(history: Sequence[RunRecord]) -> dict[tuple[str, str], tuple[float, float, int]]:
+def history_noise(history: Sequence[RunRecord]) -> HistoryNoise:
     """Run-to-run noise per (cell key, judged figure) and per (``"total"``, figure): (MAD, range, runs) over the
     history runs, for the wall and, where the runs recorded it, the wall less the wait for a CPU.
 
@@ -520,8 +537,8 @@ def history_noise(history: Sequence[RunRecord]) -> dict[tuple[str, str], tuple[f
             values.setdefault(("total", "wall"), []).append(total)
         if cells and free_total is not None:
             values.setdefault(("total", "unwaited"), []).append(free_total)
-    return {key: (mad(found), max(found) - min(found), len(found))
-            for key, found in values.items() if len(found) >= MIN_HISTORY}
+    return HistoryNoise({key: RunSpread(mad(found), max(found) - min(found), len(found))
+                         for key, found in values.items() if len(found) >= MIN_HISTORY})
 
 
 def noise_note(comparisons: list[GateComparison], history: int, repeats: tuple[int, int], options: GateOptions) -> str:

@@ -394,7 +394,7 @@ def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tup
     return float(value), [float(s) for s in samples if _finite(s)]
 
 
-def _total_value(totals: Any, metric: str) -> tuple[float | None, list[float]]:
+def _total_value(totals: object, metric: str) -> tuple[float | None, list[float]]:
     """The figure ``metric`` of a run's totals. Read from the store's summary (or the document) as recorded:
     a total is any figure of any kind of run (a bench's ``figures``, a profile's ``wall_s``), which the
     typed ``Totals`` of a profile does not cover."""
@@ -402,7 +402,7 @@ def _total_value(totals: Any, metric: str) -> tuple[float | None, list[float]]:
     return (float(value), []) if _finite(value) else (None, [])
 
 
-def _finite(value: Any) -> TypeGuard[float]:
+def _finite(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

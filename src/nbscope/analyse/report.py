@@ -111,6 +111,11 @@ def _forecasts(data: ReportData) -> None:
             data.forecast_notes.append(f"forecast of run {record.run_id}: {exc}")
 
 
+def _setting_text(value: object) -> str:
+    """A recorded setting as the report lists it: ``–`` when it is not set."""
+    return "–" if value in (None, "", [], {}) else str(value)
+
+
 def _setting_differences(data: ReportData) -> None:
     """Among the profile runs only: a loop sweep or a pathways run has settings of its own kind."""
     positions = [i for i, r in enumerate(data.records) if r.kind in CELL_KINDS]
@@ -123,7 +128,7 @@ def _setting_differences(data: ReportData) -> None:
     settings = [r.settings or {} for r in records]
     envs = [env_hashes(r) for r in records]
     for key in dict.fromkeys(k for one in settings for k in one if k != "env"):
-        values = ["–" if one.get(key) in (None, "", [], {}) else str(one.get(key)) for one in settings]
+        values = [_setting_text(one.get(key)) for one in settings]
         if len(set(values)) > 1:
             data.setting_differences.append((f"settings.{key}", values))
     for name in sorted({n for env in envs for n in env}):

@@ -112,7 +112,7 @@ class Finding(Encoded):
                                ("index", "cell_index"), ("cell", _cell_number))
 
 
-def _readable(key: str, value: Any) -> str | None:
+def _readable(key: str, value: object) -> str | None:
     """An evidence value as a short phrase, or None when it would not help a reader (flags, tables)."""
     if isinstance(value, bool) or value is None or isinstance(value, dict):
         return None
@@ -271,6 +271,15 @@ class FunctionStats:
 
 
 
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a cell calls into an installed package."""
+
+    line: int  # within the cell
+    code: str  # the source line as written (shortened past 70 characters)
+    package: str
+
+
 class Context:
     """One record under diagnosis, with what the rules derive from it (computed once).
 
@@ -322,17 +331,19 @@ class Context:
         return sum(c.numba.compile_s for c in self.run.cells if c.numba is not None)
 
     @cached_property
-    def platform(self) -> dict[str, Any]:
-        return compare_module.platform_of(self.record)
+    def backend(self) -> compare_module.Backend:
+        """The JAX backend the run used, and what says so."""
+        return compare_module.backend(self.record)
 
     @cached_property
     def forecast(self) -> _forecast.ForecastEvidence:
         """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
-        return _forecast.evidence(self.record, self.platform["platform"], self.forecast_gpus,
+        return _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
                                   devices_file=self.devices_file)
 
     @cached_property
-    def x64(self) -> dict[str, Any]:
+    def x64(self) -> compare_module.X64:
+        """Whether JAX ran in float64, and the evidence for it."""
         return compare_module.x64_of(self.record)
 
     def source(self, cell: Cell) -> str | None:
@@ -353,10 +364,10 @@ class Context:
         """What integer names hold at each statement, the notebook run in order (loop lengths)."""
         return _bindings.Bindings(self.sources_by_index)
 
-    def call_into(self, cell_index: int, package: str | None) -> dict[str, Any] | None:
-        """Where a cell calls into an installed package: ``{"line", "code", "package"}`` (line within the cell,
-        the source line as written), or None when the cell's source does not show it. ``package`` None: the
-        one package other than JAX, NumPy, Numba and the standard library that the cell calls, if only one."""
+    def call_into(self, cell_index: int, package: str | None) -> CallSite | None:
+        """Where a cell calls into an installed package, or None when the cell's source does not show it.
+        ``package`` None: the one package other than JAX, NumPy, Numba and the standard library that the cell
+        calls, if only one."""
         source = self.sources_by_index.get(cell_index)
         tree = self.bindings.trees.get(cell_index) or self.code.trees.get(cell_index)
         if source is None or tree is None:
@@ -375,7 +386,7 @@ class Context:
         lines = source.splitlines()
         line = calls[0].lineno
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ast.unparse(calls[0])
-        return {"line": line, "code": code if len(code) <= 70 else code[:69] + "…", "package": package}
+        return CallSite(line=line, code=code if len(code) <= 70 else code[:69] + "…", package=package)
 
     @property
     def has_sources(self) -> bool:
@@ -412,8 +423,8 @@ class Context:
         return {pair.a.index: pair.b for pair in pairs if pair.a is not None and pair.b is not None}
 
     @cached_property
-    def other_platform(self) -> dict[str, Any] | None:
-        return compare_module.platform_of(self.other) if self.other is not None else None
+    def other_backend(self) -> compare_module.Backend | None:
+        return compare_module.backend(self.other) if self.other is not None else None
 
     def ran(self, cell: Cell) -> bool:
         """The cell ran (whatever its end) and has a wall time."""

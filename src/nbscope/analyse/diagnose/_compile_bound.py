@@ -73,7 +73,7 @@ def _caller(ctx: Context, cell: Cell, package: str | None) -> str:
     call = ctx.call_into(cell.index, package) if package else None
     if call is None:
         return cell.label
-    return f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`)"
+    return f"line {call.line} of cell {cell.index + 1} (`{call.code}`)"
 
 
 def _library_numba_fix(ctx: Context, cell: Cell, top: Compiled) -> tuple[str, str]:
@@ -135,9 +135,9 @@ def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
             f"{persist_short}; jit loops of eager operations as one function",
         )
     if top.kind == "jax library":
-        on_gpu = ctx.platform.get("platform") == "gpu"
+        on_gpu = ctx.backend.platform == "gpu"
         call = ctx.call_into(cell.index, None)
-        caller = (f"line {call['line']} of cell {cell.index + 1} (`{call['code']}`, into `{call['package']}`)" if call
+        caller = (f"line {call.line} of cell {cell.index + 1} (`{call.code}`, into `{call.package}`)" if call
                   else cell.label)
         return (
             f"`{top.name}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
@@ -176,7 +176,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if contributors:
             highlights.append(("compiled", _compiled_text(contributors)))
         if top is not None and top.kind == "numba" and _owner(ctx, top, cell)[0] == "package":
-            # (as it has read: an unrecorded cache makes the whole line "not recorded")
+            # An unrecorded cache makes the whole line "not recorded": kept as the rule has always written it
             highlights.append(("library", f"`{top.name}` from {top.module or 'a package'}; cache "
                                           + ("on" if top.cache else "off") if top.cache is not None else "not recorded"))
         yield Finding(

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
+from nbscope.schema.codec import decode
+from nbscope.schema.memory import MemoryReading
 
 NAME = "gpu-memory"
 PREALLOCATED_SHARE = 0.6  # a process holding this share of the GPU has preallocated (default 0.75)
@@ -27,7 +29,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     device = ctx.machine.gpu  # JAX's default device when it runs on a GPU
     if device is None:
         return  # no GPU: nothing to contend for
-    if ctx.platform["platform"] != "gpu":
+    if ctx.backend.platform != "gpu":
         return  # JAX ran on the CPU; the GPU was not used by this notebook
     total = device.memory_total_bytes
     if total is None or total <= 0:
@@ -36,8 +38,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     env = ctx.settings.environment(ctx.machine)
     allocator = {k: env[k] for k in ALLOCATOR_VARIABLES if k in env}
     others = device.memory_used_bytes
-    used = [(cell, cell.gpu_memory["after_bytes"]) for cell in ctx.run.cells
-            if isinstance(cell.gpu_memory.get("after_bytes"), int)]
+    readings = [(cell, decode(MemoryReading, cell.gpu_memory).after_bytes) for cell in ctx.run.cells]
+    used = [(cell, after) for cell, after in readings if after is not None]
     oom = [c for c in ctx.run.cells if c.error and any(m in c.error.message + c.error.name for m in OOM_MARKERS)]
     if not used and not oom:
         yield Skip(NAME, "needs per-cell GPU memory of the kernel process (NVML in the kernel); none recorded")

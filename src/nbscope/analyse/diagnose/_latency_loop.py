@@ -146,7 +146,7 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             cell_index=index,
             severity=severity(stake, notebook[key_of_worst].low_s),
             confidence=0.7,
-            evidence={"platform": ctx.platform["platform"], "cpu_wall_s": round(float(first.cpu_s), 4),
+            evidence={"platform": ctx.backend.platform, "cpu_wall_s": round(float(first.cpu_s), 4),
                       "loop_functions": _loop_functions(ctx, index, cell),
                       "forecast_functions": functions,
                       "forecast": figures, "forecast_run": ctx.record.run_id,
@@ -202,8 +202,8 @@ def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast]
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
-    platform = ctx.platform["platform"]
-    other_platform = (ctx.other_platform or {}).get("platform")
+    platform = ctx.backend.platform
+    other_platform = ctx.other_backend.platform if ctx.other_backend is not None else None
     needs_sources = False
     forecast_findings: dict[int, Finding] = {}
     if platform == "cpu":
@@ -219,7 +219,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         wall, run = cell.notebook_wall_s or 0.0, cell.run_s or 0.0
         functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
-        base = {"platform": platform, "platform_source": ctx.platform["source"], "wall_s": round(wall, 4),
+        base = {"platform": platform, "platform_source": ctx.backend.source, "wall_s": round(wall, 4),
                 "run_s": round(run, 4), "loop_functions": functions}
         if timeline is not None and any(w in str(timeline.classification).lower() for w in LATENCY_WORDS):
             on_cpu = platform == "cpu"

@@ -24,11 +24,13 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any
 
 from nbscope import _units as units
 from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
+from nbscope.schema.codec import Write, decode, encode, never
+from nbscope.schema.memory import MemoryReading
 from nbscope.schema.model import Cell
 
 NAME = "slow-first-call"
@@ -209,7 +211,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
         best: tuple[float, Cell, str, ast.Call] | None = None
         for repeat in ran[position + 1:]:
             later = repeat.index
-            shared = sorted(set(calls.get(index, {})) & set(calls.get(later, {})))
+            shared = sorted(calls[index].keys() & calls.get(later, {}).keys())
             called = {key.split("(")[0] for key in shared}
             if not shared or _recompiled(repeat, called | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
@@ -239,8 +241,8 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
 
 def _growth(cell: Cell) -> int | None:
     """How much the kernel's resident memory grew during the cell, when both ends were measured."""
-    before, after = units.number(cell.rss.get("before_bytes")), units.number(cell.rss.get("after_bytes"))
-    return int(after - before) if before is not None and after is not None else None
+    rss = decode(MemoryReading, cell.rss)
+    return int(rss.after_bytes - rss.before_bytes) if rss.before_bytes is not None and rss.after_bytes is not None else None
 
 
 def _size(value: float | None) -> str:
@@ -268,51 +270,69 @@ def _allocations(ctx: Context, index: int) -> list[str]:
             for (text, where), count in list(found.items())[:3]]
 
 
-def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[dict[str, Any]]:
+FIRST_TOUCH = "first-touch allocation"
+
+
+def _not_allocation(owner: object) -> bool:
+    """A cause other than first-touch allocation: its evidence has no memory figures."""
+    return isinstance(owner, Cause) and owner.cause != FIRST_TOUCH
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A likely cause of a slow first call, the evidence for it (as the finding's evidence lists it), and what to
+    do about it."""
+
+    cause: str
+    evidence: str
+    fix: Annotated[str, Write(when=never)]
+    memory_growth_bytes: Annotated[int | None, Write(omit=_not_allocation)] = None
+    repeat_growth_bytes: Annotated[int | None, Write(omit=_not_allocation)] = None
+    allocations: Annotated[tuple[str, ...], Write(omit=_not_allocation)] = ()
+
+
+def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[Cause]:
     """Evidence for the likely causes of a slow first call in a kernel, strongest first."""
     limit = ctx.limits(NAME, THRESHOLDS)
     index = first.index
-    causes: list[dict[str, Any]] = []
+    causes: list[Cause] = []
     grew, grew_again = _growth(first), _growth(repeat)
     if grew is not None and grew >= limit["min_growth_bytes"] and (grew_again is None or grew_again < grew / 2):
         allocations = _allocations(ctx, index)
         again = f", {_size(grew_again)} in the repeat" if grew_again is not None else ""
-        causes.append({
-            "cause": "first-touch allocation",
-            "evidence": f"memory grew {_size(grew)} here{again}"
-                        + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
-            "memory_growth_bytes": grew, "repeat_growth_bytes": grew_again, "allocations": allocations,
-        })
+        causes.append(Cause(
+            FIRST_TOUCH,
+            f"memory grew {_size(grew)} here{again}"
+            + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
+            "time a repeat (or warm up first) when you measure the method; to shrink the cost, touch less memory: "
+            "fewer or smaller arrays (every k-th step, float32), allocated once and reused",
+            memory_growth_bytes=grew, repeat_growth_bytes=grew_again, allocations=tuple(allocations)))
     earlier = set().union(*(ctx.code.calls_in(c.index) for c in ctx.run.cells if c.index < index))
     calls = ctx.code.calls_in(index)
     parallel = sorted(n for n in calls - earlier if (defined := ctx.code.numba_function_at(n, index)) and defined.parallel)
     if parallel:
-        causes.append({"cause": "thread-pool start-up",
-                       "evidence": f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here"})
+        causes.append(Cause(
+            "thread-pool start-up",
+            f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here",
+            "make one small parallel call in the setup cell so the threads start before the work you time"))
     packages = {ctx.code.imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in ctx.code.imported}
     used_before = {ctx.code.imported[name.split(".")[0]].split(".")[0] for name in earlier if name.split(".")[0] in ctx.code.imported}
     fresh = sorted(packages - used_before - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"})
     if fresh:
-        causes.append({"cause": "lazy imports", "evidence": f"the notebook's first call into {', '.join(fresh)}: modules it "
-                                                            "imports on first use load here"})
+        causes.append(Cause(
+            "lazy imports", f"the notebook's first call into {', '.join(fresh)}: modules it imports on first use load here",
+            "import (and touch once) the package in the notebook's import cell, before the work you time"))
     hits = first.jax.cache_hits if first.jax else 0
     if hits and first.jax:
-        causes.append({"cause": "persistent-cache reads", "evidence": f"{hits} programs read from the JAX persistent cache "
-                                                                      f"({units.seconds(first.jax.cache_retrieval_s)} retrieving)"})
+        causes.append(Cause(
+            "persistent-cache reads",
+            f"{hits} programs read from the JAX persistent cache ({units.seconds(first.jax.cache_retrieval_s)} retrieving)",
+            "nothing to fix: reading compiled programs from the cache is faster than compiling them"))
     return causes
 
 
-_FIXES = {
-    "first-touch allocation": "time a repeat (or warm up first) when you measure the method; to shrink the cost, touch "
-                              "less memory: fewer or smaller arrays (every k-th step, float32), allocated once and reused",
-    "thread-pool start-up": "make one small parallel call in the setup cell so the threads start before the work you time",
-    "lazy imports": "import (and touch once) the package in the notebook's import cell, before the work you time",
-    "persistent-cache reads": "nothing to fix: reading compiled programs from the cache is faster than compiling them",
-}
-
-
 def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compared: str, how: str,
-             causes: list[dict[str, Any]], extra: dict[str, Any], *, subject: str = "first call",
+             causes: list[Cause], extra: dict[str, Any], *, subject: str = "first call",
              other_work: tuple[str, ...] = ()) -> Finding:
     """``compared``: "its repeat in cell 4" or "the median of 2 later runs"."""
     compile_s = first.compile_s or 0.0
@@ -322,19 +342,19 @@ def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compare
     compiled = f"not compile ({units.seconds(compile_s)})" if compile_s > 0 else "no compile"
     summary = (
         f"{subject} {ratio:.1f}× slower than {compared} ({units.seconds(first_s + compile_s)} vs {units.seconds(repeat_s)}): "
-        f"{compiled}" + (f"; {lead['evidence']}" if lead else "")
+        f"{compiled}" + (f"; {lead.evidence}" if lead else "")
         + (f"; the cell also runs `{'`, `'.join(other_work)}`: part of the gap may be theirs" if other_work else "")
     )
     if lead is not None:
-        fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead['cause']}): {_FIXES.get(lead['cause'], '')}."
-        action = _FIXES.get(lead["cause"], "")
+        action = lead.fix
+        fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead.cause}): {action}."
     else:
         fix = (f"The {units.seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
                "than the first call, and profile with `--timeline` to see where the first call spends them.")
         action = "time a repeat rather than the first call; `--timeline` shows where the first one goes"
     highlights = [(subject, f"{units.seconds(first_s + compile_s)}" + (f" with {units.seconds(compile_s)} compiling" if compile_s > 0 else "")
                             + f"; {compared}: {units.seconds(repeat_s)}; gap {units.seconds(gap)}")]
-    highlights += [(cause["cause"], cause["evidence"]) for cause in causes[1:3]]
+    highlights += [(cause.cause, cause.evidence) for cause in causes[1:3]]
     if len(highlights) < 3:
         highlights.append(("same call", how))
     return Finding(
@@ -346,7 +366,7 @@ def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compare
         evidence={
             "first_s": round(first_s + compile_s, 4), "first_compile_s": round(compile_s, 4),
             "first_beyond_compile_s": round(first_s, 4), "repeat_s": round(repeat_s, 4), "repeat": compared,
-            "ratio": round(ratio, 2), "gap_s": round(gap, 4), "same_call": how, "causes": causes,
+            "ratio": round(ratio, 2), "gap_s": round(gap, 4), "same_call": how, "causes": encode(causes),
             "other_work": list(other_work), **extra,
             "seconds_at_stake": round(gap, 4),
         },
@@ -392,9 +412,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         # Each run is a fresh kernel: what only the first run paid (thread pools, imports and memory are paid by
         # every kernel) was found done by the later ones, outside the kernel.
         first = replace(cell, wall_s=walls[0], compile_s=compiles[0])
-        causes = [{"cause": "state outside the kernel",
-                   "evidence": f"only the first of {len(walls)} runs, each in a fresh kernel, was slow: files the cell reads "
-                               "or writes, the OS page cache or a persistent cache differ between runs"}]
+        causes = [Cause("state outside the kernel",
+                        f"only the first of {len(walls)} runs, each in a fresh kernel, was slow: files the cell reads "
+                        "or writes, the OS page cache or a persistent cache differ between runs",
+                        fix="")]  # the finding's fix is written below
         finding = _finding(ctx, first, first_s, later, f"the median of {len(walls) - 1} later runs",
                            "the same cell in fresh kernels (--repeat)", causes, {"samples_wall_s": walls},
                            subject="first run")

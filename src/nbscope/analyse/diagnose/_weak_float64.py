@@ -77,7 +77,7 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
         severity=severity(worst["extra_low_s"], found.result.notebook[key].low_s),
         confidence=0.7,
         evidence={
-            "platform": ctx.platform["platform"],
+            "platform": ctx.backend.platform,
             "float64_cells": cells,
             "float64_functions": functions,
             "x64_set_in_cells": source_cells,
@@ -97,10 +97,10 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
-    if ctx.platform["platform"] == "cpu":
+    if ctx.backend.platform == "cpu":
         yield from _forecast_outcomes(ctx)  # float64 is full speed on CPUs: only a GPU forecast can say
         return
-    if ctx.platform["platform"] != "gpu":
+    if ctx.backend.platform != "gpu":
         return
     machine = ctx.record.machine()
     device = machine.gpu  # JAX's default device is the first visible one
@@ -116,12 +116,12 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         return
     x64 = ctx.x64
     source_cells = ctx.code.x64_cells if ctx.has_sources else []
-    if x64["x64"] is not True and not source_cells:
-        if x64["x64"] is None:
+    if x64.x64 is not True and not source_cells:
+        if x64.x64 is None:
             yield Skip(NAME, f"{device.name} has weak float64 ({fp64.ratio}) but the run records no dtype "
-                             f"evidence ({x64['source']})")
+                             f"evidence ({x64.source})")
         return
-    float64_cells = list(x64.get("cells") or [])
+    float64_cells = list(x64.cells)
     float64_functions = {
         name for name, stats in ctx.functions.items() if any("float64" in s or "complex128" in s for s in stats.shapes)
     }
@@ -151,8 +151,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             "device": device.name,
             "compute_capability": device.compute_capability,
             "fp64_ratio": fp64.ratio,
-            "x64": x64["x64"] if x64["x64"] is not None else bool(source_cells),
-            "x64_source": x64["source"] if x64["x64"] else "jax_enable_x64 in the notebook source",
+            "x64": x64.x64 if x64.x64 is not None else bool(source_cells),
+            "x64_source": x64.source if x64.x64 else "jax_enable_x64 in the notebook source",
             "x64_set_in_cells": source_cells,
             "float64_cells": float64_cells,
             "float64_functions": sorted(float64_functions),

@@ -729,10 +729,10 @@ def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int
             if cell.index not in tally.cells:
                 tally.cells.append(cell.index)
         for execution in cell.programs:
-            tally = functions.get(execution.function) if execution.function else None
-            if tally is not None:
-                tally.cpu_s += float(execution.cpu_s or 0.0)
-                tally.kind = tally.kind or execution.kind
+            ran = functions.get(execution.function) if execution.function else None
+            if ran is not None:
+                ran.cpu_s += float(execution.cpu_s or 0.0)
+                ran.kind = ran.kind or execution.kind
     threshold = max(MATERIAL_S, 0.01 * cpu_total)
     keep: list[KeptFunction] = []
     gains: list[GainedFunction] = []

@@ -80,7 +80,7 @@ class DeviceTable:
         return ", ".join(sorted(self.devices))
 
 
-def _figure(raw: Any, where: str, source_file: str) -> Figure:
+def _figure(raw: object, where: str, source_file: str) -> Figure:
     """A figure from a number or a table ``{value | low, high, source, basis}``."""
     if isinstance(raw, bool):
         raise NbscopeError(f"{where}: expected a number or a table with value or low/high, got {raw!r}")

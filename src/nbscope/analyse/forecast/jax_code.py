@@ -14,6 +14,7 @@ code cannot be read is assumed to.
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from nbscope.analyse.diagnose._source import parse
@@ -119,7 +120,7 @@ def _jax_names(namespace: Mapping[str, list[Binding]], names_of: dict[int, set[s
 def cells_touching_jax(sources: Mapping[int, str]) -> set[int]:
     """Indices of the cells (among ``sources``, by code-cell index, run in that order) whose code may run
     JAX work; a cell whose code does not parse is counted in."""
-    namespace: dict[str, list[Binding]] = {}
+    namespace: defaultdict[str, list[Binding]] = defaultdict(list)
     names_of: dict[int, set[str]] = {}  # the trees stay alive meanwhile (in ``namespace``), so ids stay theirs
     touching: set[int] = set()
     for index in sorted(sources):
@@ -137,7 +138,7 @@ def cells_touching_jax(sources: Mapping[int, str]) -> set[int]:
             for name, bindings in certain.items():
                 namespace[name] = list(bindings)
             for name, bindings in maybe.items():
-                namespace[name] = [*namespace.get(name, []), *bindings]
+                namespace[name] = [*namespace[name], *bindings]
             if certain or maybe:
                 jax_names = _jax_names(namespace, names_of)
             if used & (before | jax_names):  # bound as it was, or as the statement binds it (a loop uses both)

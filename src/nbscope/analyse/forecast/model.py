@@ -296,6 +296,7 @@ def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each
         outer = solve(parent) if parent is not None and parent in by_id else (1.0, 1.0, "static", None)
         trips = loop.trip_count
         seen = observed.get(loop_id) or LoopSeen(iterations=None, cpu_s_each=None)
+        result: tuple[float, float | None, str, str | None]
         if trips is not None and outer[2] == "static":
             result = (outer[0] * trips, outer[0] * trips, "static", None)
         elif seen.iterations is not None and seen.iterations >= 1:
@@ -402,10 +403,11 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
     calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
     if calls:
         each = model["library_call_us"]
-        count = sum(calls.values())
+        library_calls = sum(calls.values())
         names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
-        terms.append(Term(kind="library", low_s=count * each.low * 1e-6, high_s=count * each.high * 1e-6,
-                          words=f"{count} GPU library call{'s' if count != 1 else ''} ({names}) × {each.text(' µs')}",
+        terms.append(Term(kind="library", low_s=library_calls * each.low * 1e-6, high_s=library_calls * each.high * 1e-6,
+                          words=(f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × "
+                                 f"{each.text(' µs')}"),
                           program=key, function=function, figures=LibraryCalls(calls)))
     dispatch = device.figure("dispatch_us")
     terms.append(Term(kind="dispatch", low_s=dispatch.low * 1e-6, high_s=dispatch.high * 1e-6,

@@ -10,7 +10,7 @@ guess: a loop whose trip count is unknown has no upper bound and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, check_record
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
 
 DEFAULT_GPUS = ["t4"]  # the GPU of the seed's runner: what a CPU run is forecast for unless told
-F64_KEYS = ("flops_f64", "transcendentals_f64")
+AnyWork = TypeVar("AnyWork", bound=Work)  # a program's entry, or a loop's body per iteration
 
 
 def gpus_of(record: RunRecord, gpus: str | list[str] | None = None) -> list[str]:
@@ -100,10 +100,14 @@ def weak_float64(device: Device) -> bool:
 def _as_float32(program: Program) -> Program:
     """The same program with its float64 arithmetic counted at the float32 rate (same bytes: a float32
     twin also halves the traffic, so the difference this gives is a lower bound)."""
-    no_float64 = dict.fromkeys(F64_KEYS, 0.0)
-    return replace(program, entry=replace(program.entry, **no_float64),
-                   loops=tuple(replace(loop, per_iteration=replace(loop.per_iteration, **no_float64))
+    return replace(program, entry=_without_float64(program.entry),
+                   loops=tuple(replace(loop, per_iteration=_without_float64(loop.per_iteration))
                                for loop in program.loops))
+
+
+def _without_float64(work: AnyWork) -> AnyWork:
+    """The work with no float64 arithmetic (its flops and transcendentals then count at the float32 rate)."""
+    return replace(work, flops_f64=0.0, transcendentals_f64=0.0)
 
 
 def _has_float64(program: Program) -> bool:

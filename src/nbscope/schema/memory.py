@@ -1,0 +1,21 @@
+"""The typed view of a cell's memory readings: ``rss`` (the kernel's resident memory) and ``gpu_memory`` (the
+kernel's GPU memory, from NVML), as the probe writes them at the cell's start and end.
+
+The cell model keeps both as recorded (``Cell.rss``, ``Cell.gpu_memory``); readers of their figures decode this
+view of them. A reading the probe did not take, or holds as something other than a finite number, is None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nbscope.schema.codec import Measured
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    """Bytes in use when the cell started and when it ended, and the most while it ran (resident memory only)."""
+
+    before_bytes: Measured
+    after_bytes: Measured
+    peak_bytes: Measured
