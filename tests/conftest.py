@@ -327,13 +327,28 @@ def audited_corpus(audited_corpus_once: dict[str, Any]) -> dict[str, Any]:
 QUIET_FILES = ("test_gate.py", "test_bench.py", "test_loops.py", "test_audit_run.py")
 # Session fixtures made once per worker: the files that read one go to one worker together, in its group.
 SESSION_FIXTURE_GROUPS = {"profiled": "profiled", "audited_corpus_once": "quiet"}
+# xdist hands the next group in the queue to whichever worker frees up first, so a long group left to the end
+# keeps one worker busy while the other idles: the groups are queued longest first. These are the seconds
+# the longest groups took in one run of the whole suite (--durations=0, two workers, a busy two-core machine;
+# only their order matters); a group not listed is taken to be shorter than every listed one.
+GROUP_SECONDS: dict[str, float] = {"test_versions.py": 936, "quiet": 738, "test_adversarial.py": 615, "test_views.py": 321,
+    "profiled": 226, "test_pathways.py": 218, "test_adversarial_ci.py": 171, "test_adversarial_processes.py": 170,
+    "test_book2.py": 168, "test_findings_output.py": 161, "test_signals.py": 146, "test_profile.py": 137,
+    "test_cli_uniform.py": 135, "test_imports.py": 93, "test_forecast.py": 86, "test_probe.py": 82,
+    "test_forecast_uses.py": 80, "test_timeline.py": 69, "test_action.py": 62, "test_trace.py": 60,
+    "test_cli_core.py": 56, "test_store.py": 46, "test_forecast_bounded.py": 46, "test_forecast_trace.py": 38,
+    "test_fingerprint.py": 32, "test_diagnose_unsynchronised_timing.py": 30, "test_record_sources.py": 27,
+    "test_myst.py": 25, "test_layout.py": 22, "test_adversarial_inputs.py": 21, "test_jupyter_cache_import.py": 19,
+    "test_store_location.py": 16, "test_report_html.py": 16, "test_api.py": 15}
+UNLISTED_GROUP_S = 0.0
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each file's tests go to one xdist worker (its module-scoped kernels then start once), the files that
     read a session fixture of ``SESSION_FIXTURE_GROUPS`` go to its worker together (so it is made once), and
-    ``QUIET_FILES`` go to one; a test's own ``xdist_group`` mark wins."""
+    ``QUIET_FILES`` go to one; a test's own ``xdist_group`` mark wins. Under ``--dist loadgroup`` the groups
+    are then queued longest first (``GROUP_SECONDS``), each group's tests in their own order."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     session_groups: dict[str, str] = {}
@@ -341,12 +356,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, group in SESSION_FIXTURE_GROUPS.items():
             if _uses_session_fixture(item, fixture):
                 session_groups.setdefault(item.path.name, group)
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        name = item.path.name
-        group = "quiet" if name in QUIET_FILES else session_groups.get(name, name)
-        item.add_marker(pytest.mark.xdist_group(group))
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None:
+            name = item.path.name
+            group = "quiet" if name in QUIET_FILES else session_groups.get(name, name)
+            item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+        groups.setdefault(group, []).append(item)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker's, from the run's --dist loadgroup
+        # sorted() is stable: groups of equal estimate keep their collection order.
+        ordered = sorted(groups, key=lambda group: -GROUP_SECONDS.get(group, UNLISTED_GROUP_S))
+        items[:] = [item for group in ordered for item in groups[group]]
 
 
 def _uses_session_fixture(item: pytest.Item, fixture: str) -> bool:
@@ -366,6 +389,9 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # xdist would queue the groups by their number of tests (--loadscope-reorder): ours come queued by time.
+    if getattr(config.option, "dist", "no") == "loadgroup" and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     terminal = getattr(config, "workerinput", {}).get("nbscope_terminal")
     for name, value in (terminal or {}).items():
         if value is None:

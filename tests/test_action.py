@@ -27,7 +27,7 @@ EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 CONDITION = re.compile(r"^inputs\.([\w-]+) (==|!=) '([^']*)'$")
 
 # The cell that a commit slows down reads its delay from a file, so its source (and so its pairing with the
-# baseline's cell) stays the same: 0.2 s, then 2 s, far from any noise; the gate allows 100 %.
+# baseline's cell) stays the same: 0.2 s, then 1 s (5×), far from any noise; the gate allows 100 %.
 NOTEBOOK = {
     "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": "# A lecture that CI builds"},
@@ -159,7 +159,7 @@ def test_the_action_gates_a_slowed_cell_and_passes_an_unchanged_rerun(repository
     assert unchanged.exit_code == 0, unchanged.log + unchanged.summary
     assert "nbscope gate passed" in unchanged.summary
 
-    (repository / "delay.txt").write_text("2.0")
+    (repository / "delay.txt").write_text("1.0")
     _git(repository, "commit", "-q", "-am", "a slower lecture")
     slowed = run_action(repository, tmp_path / "art3", **common)
     assert slowed.exit_code == 1, slowed.log + slowed.summary

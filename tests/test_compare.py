@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from diag_support import CORPUS, FILES, RECORDS, edited, load_record
+from diag_support import FILES, RECORDS, edited, load_record
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import diagnose
 from nbscope.api.backends import backend_unavailable, parse_backends
-from nbscope.record import run as record_module
 from nbscope.render.compare import comparison_markdown
 
 
@@ -200,29 +199,6 @@ def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path
             assert backends[accelerator]["reason"]
     assert (document["comparison"] is not None) == any(backends[a]["available"] for a in present[1:])
     assert "cpu" in document["diagnosis"]
-
-
-# ---- the corpus lecture -------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-@pytest.mark.corpus
-@pytest.mark.skipif(not (CORPUS / "numpy_vs_numba_vs_jax.md").exists(), reason=f"corpus lecture not found under {CORPUS}")
-def test_corpus_cold_vs_warm_pairs_every_cell(tmp_path: Path) -> None:
-    from nbscope.api.profile import ProfileOptions, profile
-
-    lecture = CORPUS / "numpy_vs_numba_vs_jax.md"
-    runs = [
-        profile(lecture, ProfileOptions(jax_cache=mode, cache_root=tmp_path / "cache"), live_path=tmp_path / f"{mode}.jsonl")
-        for mode in ("cold", "warm")
-    ]
-    data = compare_module.compare(*runs).to_dict()
-    assert data["pairing"]["all_paired"] and data["pairing"]["by_hash"] == len(runs[0].measurements["cells"])
-    assert all(row["line"] for row in data["cells"])  # MyST lines kept
-    fields = {d["field"]: d for d in data["differences"]}
-    assert (fields["settings.jax_cache"]["a"], fields["settings.jax_cache"]["b"]) == ("cold", "warm")
-    record_module.dump(runs[0], tmp_path / "cold.json")  # the runs stay readable as exported records
-    assert record_module.load(tmp_path / "cold.json").measurements["cells"]
 
 
 # ---- engine robustness and the two-backend path -----------------------------------------------------

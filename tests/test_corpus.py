@@ -1,5 +1,6 @@
 """End to end: the two real lectures in ../shared/corpus profile on CPU, read from the session's one audit of
-them (slow: the audit takes minutes; test_audit_run.py checks the audit itself)."""
+them (slow: the audit takes minutes; test_audit_run.py checks the audit itself), and compare pairing one of
+them with a warm rerun."""
 
 from __future__ import annotations
 
@@ -89,6 +90,28 @@ def test_jax_intro(audited_corpus: dict[str, Any]) -> None:
     totals = record.measurements["totals"]
     assert totals["compiles"] > 0 and totals["user_compiles"] > 0 and totals["eager_compiles"] > 0
     assert totals["cells_ok"] == len(cells)
+
+
+def test_the_audits_run_and_a_warm_rerun_pair_every_cell(audited_corpus: dict[str, Any], tmp_path: Path) -> None:
+    """compare on a real MyST lecture: the audit's run (JAX cache off) and a profile of the lecture with
+    ``--jax-cache warm`` pair every cell by its hash, keep the MyST lines and name the cache setting. The
+    audit's run stands in for a profile of its own: one run of the lecture fewer (cold against warm on one
+    notebook is test_compare.py's ``test_cli_compare_runs_in_the_store_names_the_cache_setting``)."""
+    from nbscope.analyse.compare import compare
+    from nbscope.api.profile import ProfileOptions, profile
+    from nbscope.record import run as record_module
+
+    name = "numpy_vs_numba_vs_jax.md"
+    audited = run_lecture(name, audited_corpus)
+    warm = profile(CORPUS / name, ProfileOptions(jax_cache="warm", jax_platform="cpu", cache_root=tmp_path / "cache"),
+                   live_path=tmp_path / "warm.jsonl")
+    data = compare(audited, warm).to_dict()
+    assert data["pairing"]["all_paired"] and data["pairing"]["by_hash"] == len(audited.measurements["cells"])
+    assert all(row["line"] for row in data["cells"])  # MyST lines kept
+    fields = {d["field"]: d for d in data["differences"]}
+    assert (fields["settings.jax_cache"]["a"], fields["settings.jax_cache"]["b"]) == ("off", "warm")
+    record_module.dump(warm, tmp_path / "warm.json")  # the runs stay readable as exported records
+    assert record_module.load(tmp_path / "warm.json").measurements["cells"]
 
 
 def _code_cells(path: Path) -> list:

@@ -26,6 +26,7 @@ import pytest
 from click.testing import CliRunner
 from rich.cells import cell_len
 
+from conftest import run_in_process
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.report import report_data
 from nbscope.cli import COMMAND_GROUPS, build_command
@@ -45,11 +46,11 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def piped(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    """``nbscope ARGS`` with its output into a pipe and no $COLUMNS (unless ``env`` sets it): what a CI log or
-    ``| less`` gets."""
-    return subprocess.run([sys.executable, "-m", "nbscope", *args], cwd=cwd, env=_env(**env), capture_output=True,
-                          text=True, timeout=timeout)
+def piped(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``nbscope ARGS`` with its output into a file, not a terminal, and no $COLUMNS (unless ``env`` sets it):
+    what a CI log or ``| less`` gets. Run in this process (``run_in_process``: no interpreter to start for each
+    of the views); the pseudo-terminal side (``on_terminal``) is a real process."""
+    return run_in_process(args, env={**dict.fromkeys(("COLUMNS", "LINES", "NBSCOPE_LABEL")), **env}, cwd=cwd)
 
 
 def on_terminal(args: list[str], cwd: Path, timeout: float = 300) -> str:
