@@ -162,6 +162,33 @@ def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> N
     assert json.loads(done.stdout)["rows"] == 4
 
 
+def test_the_command_runs_without_typer_and_says_what_typer_would(tmp_path: Path) -> None:
+    """``publish STORE -o SITE`` is read without typer, click and rich (most of the command's start-up); a command
+    line typer reads (``-oSITE``) gives the same output, and the same one-line error."""
+    import os
+    import subprocess
+    import sys
+
+    store = make_store(tmp_path / "store" / "nbscope.db").path
+    probe = ("import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+             "    print('modules', sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}),"
+             " file=sys.stderr)")
+    env = {key: value for key, value in os.environ.items() if key != "NBSCOPE_DB"}
+    done = {}
+    for name, args in (("fast", ["-o", "site"]), ("typer", ["-osite"])):
+        (tmp_path / name).mkdir()
+        for source in (store, tmp_path / "nowhere"):
+            done[name, source] = subprocess.run([sys.executable, "-c", probe, "publish", str(source), *args],
+                                                cwd=tmp_path / name, env=env, capture_output=True, text=True, timeout=120)
+    for source in (store, tmp_path / "nowhere"):
+        fast, typer = done["fast", source], done["typer", source]
+        assert fast.stderr.endswith("modules []\n") and typer.stderr.endswith("modules ['click', 'rich', 'typer']\n")
+        assert (fast.returncode, fast.stdout, fast.stderr.splitlines()[:-1]) == (
+            typer.returncode, typer.stdout, typer.stderr.splitlines()[:-1])
+    assert done["fast", store].stdout.startswith("4 lecture × runner rows from 48 runs")
+    assert done["fast", tmp_path / "nowhere"].stderr.startswith("nbscope: error: no run store at")
+
+
 def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(site: dict[str, Any],
                                                                              tmp_path: Path) -> None:
     """A publish keeps what it made of each run it read (status, cells, findings, what changed) in the store; the
