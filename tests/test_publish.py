@@ -79,6 +79,8 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
         ["index.html", "status.json", "status.md", *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE)),
          *(data_file(t) for t in (STEADY, STEPS, HOSTILE))])
     status = json.loads((folder / "status.json").read_text())["notebooks"]
+    # Put together from each row's kept entry, as json.dumps writes the whole.
+    assert (folder / "status.json").read_text() == json.dumps({"notebooks": status}, indent=1) + "\n"
     assert {(s["file"], s["runner"]) for s in status} == {(STEADY, "cpu"), (STEADY, "gpu"), (STEPS, "cpu"),
                                                            (HOSTILE, "cpu")}
     assert all(s["status"] == "ok" and s["cache"] == "off" and s["run_time_s"] > 0 for s in status)
@@ -123,6 +125,11 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     assert full.rows_rebuilt == 4 and full.pages_written == []  # the same text: nothing rewritten
     whole = json.loads((folder / data_file(STEADY)).read_text())["rows"]
     assert [len(row["history"]["wall_s"]) for row in whole] == [BUILDS, BUILDS + 1]
+    # A folder the previous nbscope published (manifest version 2, no kept parts) is taken over: every row again.
+    manifest = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).write_text(json.dumps({**{k: v for k, v in manifest.items() if k != "tool"}, "version": 2}))
+    taken = publish(store.path, folder, site=site_pages)
+    assert taken.rows_rebuilt == 4 and taken.pages_written == []
 
 
 def test_a_cpu_run_with_program_data_shows_the_gpu_forecast_verdict(tmp_path: Path) -> None:

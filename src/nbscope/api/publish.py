@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
 
 MANIFEST = "nbscope-site.json"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3  # 3: each row's parts of the book pages, not its sparkline's figures
+READABLE_MANIFESTS = (2, MANIFEST_VERSION)  # a folder of version 2 is published again whole, and taken over
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
 
@@ -333,8 +334,9 @@ BOOK_FIELDS = ("target", "runner", "page", "machine", "runs", "newest_id", "star
 
 
 def book_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The row as the manifest keeps it: its book fields, its last regression and its top finding."""
-    return {**{name: row[name] for name in BOOK_FIELDS}, "regressions": row["regressions"][-1:],
+    """The row as the manifest keeps it: its book fields, its last regression and its top finding; not its
+    sparkline's figures, which only its parts of the book pages show (kept beside it, ``site.book_row``)."""
+    return {**{name: row[name] for name in BOOK_FIELDS if name != "spark"}, "regressions": row["regressions"][-1:],
             "findings": row["findings"][:1]}
 
 
@@ -410,7 +412,7 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("version") == MANIFEST_VERSION else None
+    return manifest if isinstance(manifest, dict) and manifest.get("version") in READABLE_MANIFESTS else None
 
 
 def _check_folder(folder: Path) -> dict[str, Any] | None:
@@ -477,7 +479,10 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
 
 def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, site: SitePages, full: bool,
              options: ChangeOptions | None) -> PublishResult:
-    old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
+    # Each row's parts of the book pages as the renderer made them (``site.book_row``) are kept with the row in the
+    # manifest, valid while the nbscope that made them publishes: after another one, every row is made again.
+    same_tool = manifest is not None and "tool" in manifest and manifest["tool"] == __version__
+    old_rows: dict[str, Any] = manifest["rows"] if same_tool and not full and manifest is not None else {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
     every: dict[str, list[tuple[Any, ...]]] | None = None
@@ -492,10 +497,7 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     changed_keys = {key for key, signature in signatures.items()
                     if (old_rows.get(key) or {}).get("signature") != signature}
     changed = {_target_of(key) for key in changed_keys}
-    # Each row's parts of the book pages as the renderer made them (``site.book_row``), kept with the row: valid
-    # while the nbscope that made them publishes.
-    same_tool = manifest is not None and "tool" in manifest and manifest["tool"] == __version__
-    if not changed_keys and same_tool and manifest is not None and _unchanged(folder, manifest, store, scan, old_pages):
+    if not changed_keys and manifest is not None and _unchanged(folder, manifest, store, scan, old_pages):
         # Nothing new since the last publish, whose pages are all there: nothing to format or write.
         return PublishResult(folder=folder, rows=len(signatures), runs=sum(s[0] for s in signatures.values()),
                              rows_rebuilt=0, pages_kept=len(old_pages))
@@ -520,9 +522,7 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
             built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines)
             if built is not None:
                 rows[key] = {**built, "signature": signatures[key]}
-    parts = {key: old_rows[key]["parts"] for key in rows
-             if same_tool and key not in stale and "parts" in old_rows[key]}
-    parts.update((key, site.book_row(row)) for key, row in rows.items() if key not in parts)
+    parts = {key: old_rows[key]["parts"] if key not in stale else site.book_row(row) for key, row in rows.items()}
     keys = sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))
     ordered = [rows[key] for key in keys]
     pages = site.book_pages(ordered, [parts[key] for key in keys])

@@ -143,9 +143,17 @@ def _regressions(row: Mapping[str, Any]) -> str:
 
 
 def book_row(row: Mapping[str, Any]) -> dict[str, str]:
-    """A row's own parts of the book pages (its line of the book table, of ``status.md``): what the API keeps with
-    the row, so that a publish formats only the rows that changed (``book_pages``' ``parts``)."""
-    return {"index.html": _book_line(row), "status.md": _status_line(status_entries([row])[0])}
+    """A row's own parts of the book pages (its line of the book table, its entry of ``status.json`` and its line of
+    ``status.md``): what the API keeps with the row, so that a publish formats only the rows that changed
+    (``book_pages``' ``parts``)."""
+    [entry] = status_entries([row])
+    return {"index.html": _book_line(row), "status.json": _status_entry(entry), "status.md": _status_line(entry)}
+
+
+def _status_entry(entry: Mapping[str, Any]) -> str:
+    """The entry as ``json.dumps({"notebooks": [...]}, indent=1)`` writes it, two levels in (its values are
+    scalars, and JSON writes a line break inside a string as ``\\n``: its lines are the entry's)."""
+    return "\n".join("  " + line for line in json.dumps(entry, indent=1, default=str).split("\n"))
 
 
 def _book_line(row: Mapping[str, Any]) -> str:
@@ -226,8 +234,9 @@ def book_pages(rows: Sequence[Mapping[str, Any]],
     """``index.html``, ``status.json`` and ``status.md``, each of every row; ``parts``: each row's own parts as
     ``book_row`` made them (kept from an earlier publish for a row that did not change; made here when None)."""
     parts = [book_row(row) for row in rows] if parts is None else parts
+    entries = ",\n".join(part["status.json"] for part in parts)
     return {"index.html": book_page(rows, [part["index.html"] for part in parts]),
-            "status.json": json.dumps({"notebooks": status_entries(rows)}, indent=1, default=str) + "\n",
+            "status.json": '{\n "notebooks": [\n' + entries + "\n ]\n}\n" if parts else '{\n "notebooks": []\n}\n',
             "status.md": status_markdown(rows, [part["status.md"] for part in parts])}
 
 
