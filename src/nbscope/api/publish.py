@@ -503,13 +503,17 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
                              rows_rebuilt=0, pages_kept=len(old_pages))
     # A lecture page shows every runner of its notebook in full: the rows of a changed notebook that have no
     # new run are read whole from its data file (made again only when that file is missing or out of date).
-    whole = _row_files(folder, changed, old_rows) if old_rows else {}
+    # Only a notebook with a row that has no new run has a data file worth reading.
+    kept_rows = {_target_of(key) for key in signatures if key not in changed_keys} & changed
+    whole = _row_files(folder, kept_rows, old_rows) if old_rows else {}
     stale = changed_keys | {key for key in signatures if _target_of(key) in changed and key not in whole}
     rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
-        # Only the changed notebooks' runs, unless every run was read already.
-        grouped = every if every is not None else _series_by_row(store.book_series(PROFILE_KINDS, sorted(changed)),
-                                                                 stale)
+        # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
+        # whole new build: one walk of the index is quicker than looking each notebook up).
+        most = len(changed) * 2 > len({_target_of(key) for key in signatures})
+        grouped = every if every is not None else _series_by_row(
+            store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
         runs = Summaries(store, again=full)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
         plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
