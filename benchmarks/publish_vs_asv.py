@@ -18,6 +18,11 @@ publish`` once (asv has no incremental publish). asv is a dependency of this ben
 
 Each round times, side by side: ``publish`` full, ``publish`` after one lecture's new build, ``publish`` with
 nothing new, ``asv publish``, and ``publish`` after a whole new build; the store is put back as built before each round.
+Each ``publish`` is timed twice: as the command (``python -m nbscope publish``: the interpreter's and the command
+line's start-up included) and as the API call (``nbscope.api.publish.publish`` in a process that imported nbscope
+first: the publish's own work), each into its own site folder. A new build's runs are stored as ``nbscope profile``
+stores them: each with its summary made when it is saved (``keep_run_summary``); the time that takes, which
+``profile`` now pays per run, is printed too.
 """
 
 from __future__ import annotations
@@ -88,14 +93,26 @@ def build_store(path: Path, lectures: int, builds: int) -> int:
     return count
 
 
-def add_build(path: Path, lectures: range, runners: tuple[str, ...], build: int, builds: int) -> None:
+def add_build(path: Path, lectures: range, runners: tuple[str, ...], build: int, builds: int) -> float | None:
+    """A new build's runs stored as ``nbscope profile`` stores a run: saved, then its summary made and kept; the
+    CPU time the summaries took per run (None: this nbscope makes them only when it publishes)."""
+    from nbscope.api import publish
     from nbscope.record.run import RunRecord
     from nbscope.record.store import Store
 
     bases = [json.loads(p.read_text()) for p in RECORDS]
     rng = random.Random(build)
-    Store(path).add_many([RunRecord.from_dict(run_document(bases[i % len(bases)], i, r, build, rng, builds=builds))
-                          for i in lectures for r in runners])
+    store = Store(path)
+    records = [RunRecord.from_dict(run_document(bases[i % len(bases)], i, r, build, rng, builds=builds))
+               for i in lectures for r in runners]
+    store.add_many(records)
+    keep = getattr(publish, "keep_run_summary", None)
+    if keep is None:
+        return None
+    started = time.process_time()
+    for record in records:
+        keep(store, record)
+    return (time.process_time() - started) / len(records)
 
 
 def asv_results(folder: Path, lectures: int, builds: int) -> None:
@@ -163,6 +180,54 @@ def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None, *, n
     return elapsed
 
 
+# The API call alone, timed inside a process that imported nbscope first: (wall, CPU) as JSON on its last line.
+API_PUBLISH = """
+import json, sys, time
+from nbscope.api.publish import publish
+from nbscope.render import site
+wall, cpu = time.perf_counter(), time.process_time()
+publish(sys.argv[1], sys.argv[2], site=site)
+print(json.dumps([time.perf_counter() - wall, time.process_time() - cpu]))
+"""
+
+
+def timed_both(command: list[str], store: Path, site: Path, api_site: Path, env: dict[str, str], *,
+               name: str) -> tuple[float, tuple[float, float]]:
+    """The command's wall time (its CPU time to CPU_TIMES[name]), then the API call's (wall, CPU) on the store as
+    the command found it: the summaries the command made and kept are taken out again, so that the API call makes
+    them too."""
+    kept = _kept_summaries(store)
+    wall = timed([*command, str(store), "-o", str(site)], store.parent.parent, env, name=name)
+    _put_back_summaries(store, kept)
+    return wall, timed_api(store, api_site, env)
+
+
+def _kept_summaries(store: Path) -> list[tuple[Any, ...]]:
+    import sqlite3
+
+    with closing(sqlite3.connect(store)) as db:
+        return db.execute("SELECT * FROM run_summaries").fetchall()
+
+
+def _put_back_summaries(store: Path, rows: list[tuple[Any, ...]]) -> None:
+    import sqlite3
+
+    with closing(sqlite3.connect(store)) as db, db:
+        db.execute("DELETE FROM run_summaries")
+        if rows:
+            db.executemany(f"INSERT INTO run_summaries VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+
+def timed_api(store: Path, site: Path, env: dict[str, str]) -> tuple[float, float]:
+    """``nbscope.api.publish.publish`` of ``store`` into ``site``: its (wall, CPU) seconds, imports left out."""
+    done = subprocess.run([sys.executable, "-c", API_PUBLISH, str(store), str(site)], capture_output=True, text=True,
+                          env=env)
+    if done.returncode != 0:
+        sys.exit(f"the API publish failed ({done.returncode}): {done.stderr[-2000:]}")
+    wall, cpu = json.loads(done.stdout.splitlines()[-1])
+    return float(wall), float(cpu)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path("/tmp/publish-bench"))
@@ -205,25 +270,32 @@ def main() -> None:
     pristine = folder / "pristine.db"
     shutil.copy(store, pristine)
     rounds: list[dict[str, tuple[float, float]]] = []
+    api_site = folder / "site-api"
     for round_ in range(args.repeat):
-        # Each round: the store as built, an empty site folder; asv between nbscope's timings, so that a change
-        # of the machine's load falls on both.
+        # Each round: the store as built, empty site folders; asv between nbscope's timings, so that a change
+        # of the machine's load falls on both. Each publish as the command, then as the API call.
         shutil.copy(pristine, store)
         shutil.rmtree(site, ignore_errors=True)
+        shutil.rmtree(api_site, ignore_errors=True)
         os.sync()  # the copy's gigabyte is written back before the timings, not during them
-        figures = {"full": timed([*nbscope, str(store), "-o", str(site)], folder, env, name="full")}
-        add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
+        figures: dict[str, float] = {}
+        api: dict[str, tuple[float, float]] = {}
+        figures["full"], api["full"] = timed_both(nbscope, store, site, api_site, env, name="full")
+        per_run = add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
         os.sync()
-        figures["one"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="one")
+        figures["one"], api["one"] = timed_both(nbscope, store, site, api_site, env, name="one")
         # Nothing new: the floor under any incremental publish (start-up, the scan, the manifest).
-        figures["none"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="none")
+        figures["none"], api["none"] = timed_both(nbscope, store, site, api_site, env, name="none")
         shutil.rmtree(asv / "html", ignore_errors=True)
         figures["asv"] = timed([sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv,
                                name="asv")
-        add_build(store, range(args.lectures), RUNNERS, args.builds + 1, args.builds)
+        whole_per_run = add_build(store, range(args.lectures), RUNNERS, args.builds + 1, args.builds)
         os.sync()
-        figures["whole"] = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="whole")
-        rounds.append({name: (wall, CPU_TIMES[name]) for name, wall in figures.items()})
+        figures["whole"], api["whole"] = timed_both(nbscope, store, site, api_site, env, name="whole")
+        rounds.append({**{name: (wall, CPU_TIMES[name]) for name, wall in figures.items()},
+                       **{f"api {name}": pair for name, pair in api.items()}})
+        if per_run is not None and whole_per_run is not None:
+            rounds[-1]["save"] = (per_run, whole_per_run)
         _report(round_ + 1, rounds[-1])
     shutil.copy(pristine, store)
     if len(rounds) > 1:
@@ -249,19 +321,29 @@ def _count(store: Path) -> int:
 
 
 def _report(round_: int | str, figures: dict[str, tuple[float, float]]) -> None:
-    (asv_s, asv_cpu), (full, full_cpu) = figures["asv"], figures["full"]
-    (one, one_cpu), (whole, whole_cpu) = figures["one"], figures["whole"]
-    none, none_cpu = figures["none"]
+    asv_s, asv_cpu = figures["asv"]
     print(f"round {round_}: load average {os.getloadavg()[0]:.1f} (wall | CPU time)")
-    print(f"  asv publish (full)                         {asv_s:7.2f} s | {asv_cpu:7.2f} s")
-    print(f"  nbscope publish (full)                     {full:7.2f} s | {full_cpu:7.2f} s   "
-          f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)")
-    print(f"  nbscope publish after one lecture's build  {one:7.2f} s | {one_cpu:7.2f} s   "
-          f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)")
-    print(f"  nbscope publish, nothing new               {none:7.2f} s | {none_cpu:7.2f} s   "
-          f"{none / full:.1%} | {none_cpu / full_cpu:.1%} of full")
-    print(f"  nbscope publish after a whole-book build   {whole:7.2f} s | {whole_cpu:7.2f} s   "
-          f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full", flush=True)
+    print(f"  asv publish (full)                                {asv_s:7.2f} s | {asv_cpu:7.2f} s")
+    for how, prefix in (("command: ", ""), ("API call:", "api ")):
+        full, full_cpu = figures[f"{prefix}full"]
+        one, one_cpu = figures[f"{prefix}one"]
+        none, none_cpu = figures[f"{prefix}none"]
+        whole, whole_cpu = figures[f"{prefix}whole"]
+        print(f"  {how} nbscope publish (full)                 {full:7.2f} s | {full_cpu:7.2f} s   "
+              f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)")
+        print(f"  {how} after one lecture's build               {one:7.2f} s | {one_cpu:7.2f} s   "
+              f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)")
+        print(f"  {how} nothing new                             {none:7.2f} s | {none_cpu:7.2f} s   "
+              f"{none / full:.1%} | {none_cpu / full_cpu:.1%} of full")
+        print(f"  {how} after a whole-book build                {whole:7.2f} s | {whole_cpu:7.2f} s   "
+              f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full")
+    if "save" in figures:
+        one_run, each_of_whole = figures["save"]
+        print(f"  each new run's summary made when it is saved: {one_run:.2f} s CPU (one build), "
+              f"{each_of_whole:.2f} s CPU each (a whole build)")
+    else:
+        print("  summaries made when a run is saved: not by this nbscope (publish makes them)")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ STAGES = {"schema": 1, "collect": 2, "record": 3, "analyse": 4, "api": 5, "rende
 SCHEMA_MAY_IMPORT = {"nbscope._units"}
 # The CLI's own shared pieces; other CLI modules never import each other (the package itself imports
 # each command module once, to register it).
-CLI_SHARED = {"nbscope.cli", "nbscope.cli._options", "nbscope.cli._after_run"}
+CLI_SHARED = {"nbscope.cli", "nbscope.cli._options", "nbscope.cli._after_run", "nbscope.cli._fast"}
 # ``python -m nbscope`` is the CLI's second door.
 ENTRY_POINTS = {"nbscope.__main__"}
 

@@ -79,6 +79,8 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
         ["index.html", "status.json", "status.md", *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE)),
          *(data_file(t) for t in (STEADY, STEPS, HOSTILE))])
     status = json.loads((folder / "status.json").read_text())["notebooks"]
+    # Put together from each row's kept entry, as json.dumps writes the whole.
+    assert (folder / "status.json").read_text() == json.dumps({"notebooks": status}, indent=1) + "\n"
     assert {(s["file"], s["runner"]) for s in status} == {(STEADY, "cpu"), (STEADY, "gpu"), (STEPS, "cpu"),
                                                            (HOSTILE, "cpu")}
     assert all(s["status"] == "ok" and s["cache"] == "off" and s["run_time_s"] > 0 for s in status)
@@ -123,6 +125,11 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     assert full.rows_rebuilt == 4 and full.pages_written == []  # the same text: nothing rewritten
     whole = json.loads((folder / data_file(STEADY)).read_text())["rows"]
     assert [len(row["history"]["wall_s"]) for row in whole] == [BUILDS, BUILDS + 1]
+    # A folder the previous nbscope published (manifest version 2, no kept parts) is taken over: every row again.
+    manifest = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).write_text(json.dumps({**{k: v for k, v in manifest.items() if k != "tool"}, "version": 2}))
+    taken = publish(store.path, folder, site=site_pages)
+    assert taken.rows_rebuilt == 4 and taken.pages_written == []
 
 
 def test_a_cpu_run_with_program_data_shows_the_gpu_forecast_verdict(tmp_path: Path) -> None:
@@ -160,6 +167,33 @@ def test_publish_refuses_what_it_did_not_make(tmp_path: Path, run_cli: Any) -> N
     done = run_cli("publish", tmp_path / "store" / "nbscope.db", "-o", tmp_path / "site", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 4
+
+
+def test_the_command_runs_without_typer_and_says_what_typer_would(tmp_path: Path) -> None:
+    """``publish STORE -o SITE`` is read without typer, click and rich (most of the command's start-up); a command
+    line typer reads (``-oSITE``) gives the same output, and the same one-line error."""
+    import os
+    import subprocess
+    import sys
+
+    store = make_store(tmp_path / "store" / "nbscope.db").path
+    probe = ("import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+             "    print('modules', sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}),"
+             " file=sys.stderr)")
+    env = {key: value for key, value in os.environ.items() if key != "NBSCOPE_DB"}
+    done = {}
+    for name, args in (("fast", ["-o", "site"]), ("typer", ["-osite"])):
+        (tmp_path / name).mkdir()
+        for source in (store, tmp_path / "nowhere"):
+            done[name, source] = subprocess.run([sys.executable, "-c", probe, "publish", str(source), *args],
+                                                cwd=tmp_path / name, env=env, capture_output=True, text=True, timeout=120)
+    for source in (store, tmp_path / "nowhere"):
+        fast, typer = done["fast", source], done["typer", source]
+        assert fast.stderr.endswith("modules []\n") and typer.stderr.endswith("modules ['click', 'rich', 'typer']\n")
+        assert (fast.returncode, fast.stdout, fast.stderr.splitlines()[:-1]) == (
+            typer.returncode, typer.stdout, typer.stderr.splitlines()[:-1])
+    assert done["fast", store].stdout.startswith("4 lecture × runner rows from 48 runs")
+    assert done["fast", tmp_path / "nowhere"].stderr.startswith("nbscope: error: no run store at")
 
 
 def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(site: dict[str, Any],

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 
 if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.forecast import Forecast
     from nbscope.analyse.forecast.devices import DeviceTable
     from nbscope.record.run import RunRecord
@@ -51,16 +52,19 @@ class RunFindings:
     def __init__(self) -> None:
         self._table: DeviceTable | None = None
 
-    def findings(self, record: RunRecord, run: NotebookRun, runner: str) -> dict[str, Any]:
-        """The run's first findings, and for a CPU run with program data the GPU forecast's verdict (the GPUs it
-        was recorded for, else the T4): the forecast the diagnosis made for its GPU rules when it made one."""
-        from nbscope.analyse.diagnose import diagnose
+    def findings(self, record: RunRecord, run: NotebookRun, runner: str,
+                 found: Findings | None = None) -> dict[str, Any]:
+        """The run's first findings (``found``: those its command made already, else diagnosed here), and for a
+        CPU run with program data the GPU forecast's verdict (the GPUs it was recorded for, else the T4): the
+        forecast the diagnosis made for its GPU rules when it made one."""
+        if found is None:
+            from nbscope.analyse.diagnose import diagnose
 
-        try:
-            found = diagnose(record)
-        except NbscopeError as exc:
-            return {"findings": [{"title": "not diagnosed", "summary": str(exc)}],
-                    "forecast": self._forecast(record, run, runner, None)}
+            try:
+                found = diagnose(record)
+            except NbscopeError as exc:
+                return {"findings": [{"title": "not diagnosed", "summary": str(exc)}],
+                        "forecast": self._forecast(record, run, runner, None)}
         findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
         return {"findings": findings, "forecast": self._forecast(record, run, runner, found.forecast)}
 
@@ -83,13 +87,15 @@ class RunFindings:
         return {"text": "; ".join(verdicts) or "no verdict"}
 
 
-def run_summary(record: RunRecord, *, runner: str, before: RunRecord | None = None,
-                findings: RunFindings | None = None) -> dict[str, Any]:
+def run_summary(record: RunRecord, *, runner: str, before: RunRecord | None = None, found: Findings | None = None,
+                diagnose: bool = True) -> dict[str, Any]:
     """Every part of a run's summary (plain JSON): its status and cells, its findings and forecast verdict (it is
-    on ``runner``, the row's backend), and what changed since ``before`` when given."""
+    on ``runner``, the row's backend; ``found``: the findings its command made, else diagnosed here; none when not
+    to ``diagnose``: a publish makes them), and what changed since ``before`` when given."""
     run = record.notebook_run()
-    summary: dict[str, Any] = {"format": SUMMARY_FORMAT, **status_summary(record, run),
-                               **(findings or RunFindings()).findings(record, run, runner)}
+    summary: dict[str, Any] = {"format": SUMMARY_FORMAT, **status_summary(record, run)}
+    if diagnose or found is not None:
+        summary.update(RunFindings().findings(record, run, runner, found))
     if before is not None:
         summary["attribution"] = attribution_summary(before, record, run)
     return summary

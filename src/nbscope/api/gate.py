@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
+from nbscope.api.publish import keep_run_summary
 from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
@@ -252,6 +253,7 @@ def confirm_regression(store: Store, base: RunRecord, cand: RunRecord, result: G
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
     writable = Store(store.path) if getattr(store, "read_only", False) else store
     rerun = profile(path, rerun_options, store=writable if cand.run_id is not None else None)
+    keep_run_summary(writable, rerun)
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
         try:

@@ -407,7 +407,6 @@ def profile_until_stopped(
             record.measurements["live_file"] = None  # removed below once stored
         if store is not None and not_started is None:
             interrupted = _save(record, store, live_path if owned_live else None) or interrupted
-            keep_run_summary(store, record)  # publish then only reads it (none after a stop signal)
             if interrupted:
                 _signals.note_saved(f"partial run {record.run_id} ({_how_far(record, executions, options.repeat)})")
     if not_started is not None:  # nothing ran: nothing is stored, and no live file is left
@@ -594,6 +593,7 @@ def run_profile(
         record, not_stored = exc.record, exc
     findings, why_not = (None, "--no-diagnose") if not diagnose or not_stored is not None else diagnosis_of(
         record, path, devices_file=devices_file)
+    keep_run_summary(store, record, findings=findings, diagnose=diagnose)  # for publish: its findings made once
     return ProfileOutcome(
         record=record, findings=findings, why_not_diagnosed=why_not,
         forecast=_forecast_of(record, options.forecast, findings, devices_file, path),

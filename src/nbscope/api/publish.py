@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from nbscope import __version__
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
 from nbscope.record.cells import project_root
@@ -41,11 +42,13 @@ from nbscope.record.store import STORE_FOLDER, Store
 # The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
 # every summary kept (an unchanged row, a new site of a published store) does without them.
 if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
     from nbscope.record.run import RunRecord
 
 MANIFEST = "nbscope-site.json"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3  # 3: each row's parts of the book pages, not its sparkline's figures
+READABLE_MANIFESTS = (2, MANIFEST_VERSION)  # a folder of version 2 is published again whole, and taken over
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
 
@@ -177,18 +180,19 @@ class Summaries:
         return found if isinstance(found, dict) and found.get("before_id") == before else None
 
 
-def keep_run_summary(store: Store, record: RunRecord) -> None:
-    """Right after ``record`` was saved in ``store`` (by ``profile``, ``trace``, ``audit``, ``merge``): its summary as
-    publish shows it, made whole and kept in the store (``analyse.run_summary``), with what changed since the run
-    before it in its row and, when it is the row's newest run, the row's change points; the next publish then reads
-    it and diagnoses nothing. Only a notebook's run is summarised, and none after a stop signal (the command is
-    ending). A summary that cannot be made or kept is made by the next publish instead: the run is saved already."""
-    import sqlite3
-
+def keep_run_summary(store: Store | None, record: RunRecord, *, findings: Findings | None = None,
+                     diagnose: bool = True) -> None:
+    """Right after ``record`` was saved in ``store`` (by ``profile``, ``trace``, ``audit``, ``merge``, ``gate``'s
+    rerun): its summary as publish shows it, made whole and kept in the store (``analyse.run_summary``), with what
+    changed since the run before it in its row and, when it is the row's newest run, the row's change points; the
+    next publish then reads it and diagnoses nothing. ``findings``: those the command made of the run (it is not
+    diagnosed twice); ``diagnose=False`` (``--no-diagnose``): none made, publish makes them. Only a notebook's
+    stored run is summarised, and none after a stop signal (the command is ending). A summary that cannot be made
+    or kept is made by the next publish instead: the run is saved already."""
     from nbscope import _signals
     from nbscope.analyse.run_summary import run_summary
 
-    if record.run_id is None or record.kind not in PROFILE_KINDS or _signals.received() is not None:
+    if store is None or record.run_id is None or record.kind not in PROFILE_KINDS or _signals.received() is not None:
         return
     try:
         with store.held():
@@ -200,12 +204,20 @@ def keep_run_summary(store: Store, record: RunRecord) -> None:
                 return
             place = ids.index(record.run_id)
             before = store.readable(ids[place - 1]) if place else None
-            summary = run_summary(record, runner=key.split("\x1f", 1)[0], before=before)
+            summary = run_summary(record, runner=key.split("\x1f", 1)[0], before=before, found=findings,
+                                  diagnose=diagnose)
             if place == len(ids) - 1:  # the row's newest run keeps the row's change points
                 summary["changes"] = plan_row(series).found
             store.keep_run_summaries({record.run_id: summary})
-    except (NbscopeError, sqlite3.Error, OSError):
+    except Exception:  # as a failed diagnosis (``diagnosis_of``): it costs the run its summary, not the command
         return
+
+
+def keep_run_summaries(store: Store | None, runs: Iterable[tuple[RunRecord, Findings | None]], *,
+                       diagnose: bool = True) -> None:
+    """``keep_run_summary`` of each of ``runs``: a run saved and the findings its command made of it (or None)."""
+    for record, findings in runs:
+        keep_run_summary(store, record, findings=findings, diagnose=diagnose)
 
 
 def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -322,8 +334,9 @@ BOOK_FIELDS = ("target", "runner", "page", "machine", "runs", "newest_id", "star
 
 
 def book_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The row as the manifest keeps it: its book fields, its last regression and its top finding."""
-    return {**{name: row[name] for name in BOOK_FIELDS}, "regressions": row["regressions"][-1:],
+    """The row as the manifest keeps it: its book fields, its last regression and its top finding; not its
+    sparkline's figures, which only its parts of the book pages show (kept beside it, ``site.book_row``)."""
+    return {**{name: row[name] for name in BOOK_FIELDS if name != "spark"}, "regressions": row["regressions"][-1:],
             "findings": row["findings"][:1]}
 
 
@@ -399,7 +412,7 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("version") == MANIFEST_VERSION else None
+    return manifest if isinstance(manifest, dict) and manifest.get("version") in READABLE_MANIFESTS else None
 
 
 def _check_folder(folder: Path) -> dict[str, Any] | None:
@@ -443,7 +456,10 @@ def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, Any]) -> 
 class SitePages(Protocol):
     """What formats the site's pages (``nbscope.render.site``): the API gathers the rows, the renderer writes them."""
 
-    def book_pages(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]: ...
+    def book_row(self, row: Mapping[str, Any]) -> dict[str, str]: ...
+
+    def book_pages(self, rows: Sequence[Mapping[str, Any]],
+                   parts: Sequence[Mapping[str, str]] | None = None) -> dict[str, str]: ...
 
     def lecture_page(self, target: str, rows: Sequence[Mapping[str, Any]]) -> str: ...
 
@@ -463,7 +479,10 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
 
 def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, site: SitePages, full: bool,
              options: ChangeOptions | None) -> PublishResult:
-    old_rows: dict[str, Any] = {} if full or manifest is None else manifest.get("rows") or {}
+    # Each row's parts of the book pages as the renderer made them (``site.book_row``) are kept with the row in the
+    # manifest, valid while the nbscope that made them publishes: after another one, every row is made again.
+    same_tool = manifest is not None and "tool" in manifest and manifest["tool"] == __version__
+    old_rows: dict[str, Any] = manifest["rows"] if same_tool and not full and manifest is not None else {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
     every: dict[str, list[tuple[Any, ...]]] | None = None
@@ -478,15 +497,23 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     changed_keys = {key for key, signature in signatures.items()
                     if (old_rows.get(key) or {}).get("signature") != signature}
     changed = {_target_of(key) for key in changed_keys}
+    if not changed_keys and manifest is not None and _unchanged(folder, manifest, store, scan, old_pages):
+        # Nothing new since the last publish, whose pages are all there: nothing to format or write.
+        return PublishResult(folder=folder, rows=len(signatures), runs=sum(s[0] for s in signatures.values()),
+                             rows_rebuilt=0, pages_kept=len(old_pages))
     # A lecture page shows every runner of its notebook in full: the rows of a changed notebook that have no
     # new run are read whole from its data file (made again only when that file is missing or out of date).
-    whole = _row_files(folder, changed, old_rows) if old_rows else {}
+    # Only a notebook with a row that has no new run has a data file worth reading.
+    kept_rows = {_target_of(key) for key in signatures if key not in changed_keys} & changed
+    whole = _row_files(folder, kept_rows, old_rows) if old_rows else {}
     stale = changed_keys | {key for key in signatures if _target_of(key) in changed and key not in whole}
     rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
-        # Only the changed notebooks' runs, unless every run was read already.
-        grouped = every if every is not None else _series_by_row(store.book_series(PROFILE_KINDS, sorted(changed)),
-                                                                 stale)
+        # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
+        # whole new build: one walk of the index is quicker than looking each notebook up).
+        most = len(changed) * 2 > len({_target_of(key) for key in signatures})
+        grouped = every if every is not None else _series_by_row(
+            store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
         runs = Summaries(store, again=full)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
         plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
@@ -499,8 +526,10 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
             built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines)
             if built is not None:
                 rows[key] = {**built, "signature": signatures[key]}
-    ordered = [rows[key] for key in sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))]
-    pages = site.book_pages(ordered)
+    parts = {key: old_rows[key]["parts"] if key not in stale else site.book_row(row) for key, row in rows.items()}
+    keys = sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))
+    ordered = [rows[key] for key in keys]
+    pages = site.book_pages(ordered, [parts[key] for key in keys])
     by_target: dict[str, list[dict[str, Any]]] = {}
     for row in ordered:
         by_target.setdefault(row["target"], []).append(row)
@@ -528,11 +557,19 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
         hashes[name] = digest
         result.pages_written.append(name)
     result.pages_kept += len(set(old_pages) - set(pages))
-    kept = {key: {**book_fields(row), "signature": signatures[key]} for key, row in rows.items()}
-    manifest_text = json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "scan": scan, "rows": kept,
-                                "pages": hashes}, default=str, separators=(",", ":"))
+    kept = {key: {**book_fields(row), "signature": signatures[key], "parts": parts[key]} for key, row in rows.items()}
+    manifest_text = json.dumps({"version": MANIFEST_VERSION, "tool": __version__, "store": str(store.path),
+                                "scan": scan, "rows": kept, "pages": hashes}, default=str, separators=(",", ":"))
     _write(folder / MANIFEST, manifest_text)
     return result
+
+
+def _unchanged(folder: Path, manifest: Mapping[str, Any], store: Store, scan: Mapping[str, int],
+               pages: Mapping[str, str]) -> bool:
+    """Whether the last publish into ``folder`` was of this store as it is now (no run stored since) and its book
+    pages are all there: a publish would write the same pages again."""
+    return (manifest["store"] == str(store.path) and manifest["scan"] == scan
+            and all((folder / name).is_file() for name in pages if "/" not in name))
 
 
 def _write(path: Path, text: str) -> None:

@@ -34,7 +34,7 @@ from nbscope import _signals
 from nbscope._errors import NbscopeError
 from nbscope._processes import Cgroup, Descendants, end_holders, pipe_link, reap
 from nbscope.api import jupyter_book2
-from nbscope.api.publish import keep_run_summary
+from nbscope.api.publish import keep_run_summaries
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
@@ -546,7 +546,6 @@ def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool)
     for number, record in enumerate(records):
         try:
             store.save(record)
-            keep_run_summary(store, record)
         except (NbscopeError, sqlite3.Error, OSError) as exc:
             why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
             folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))
@@ -958,4 +957,5 @@ def trace(
         )
     notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
     diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)
+    keep_run_summaries(store, zip(result.records, (found for found, _ in diagnoses), strict=True), diagnose=diagnose)
     return TraceOutcome(result, diagnoses, notes, failures(result.records), store, diagnose)

@@ -3,47 +3,69 @@
 Each command lives in the module named for it (``cli/_<command>.py``; ``_runs`` holds the store's runs, show, export
 and import, ``_cells`` cells and lectures; ``_options`` and ``_after_run`` are shared): a module parses options,
 calls one function of the library and renders what it returns.
+
+typer, click and rich are imported only when a command is parsed by them: a command line that ``cli/_fast.py``
+reads whole (``publish STORE -o SITE``, the command a CI job runs after each build) runs without them, through the
+same function as its typer command, with the same output and errors; anything else it leaves to typer.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-
-import click
-import typer
-import typer.core
-import typer.main
+from typing import TYPE_CHECKING
 
 from nbscope import __version__
 from nbscope.api import NbscopeError
 from nbscope.cli._session import command_session, stop_exit_code, stop_message, stopped_by_signal
 
-app = typer.Typer(
-    name="nbscope",
-    help="Per-cell profiles of numerical notebooks: where the time went (compile, run, dispatch, transfer) and why.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+if TYPE_CHECKING:
+    import click
+    import typer
 
 
-def _version_callback(value: bool) -> None:
-    if value:
-        print(f"nbscope {__version__}")
-        raise typer.Exit()
+def _make_app() -> typer.Typer:
+    """The typer app the command modules register their commands on (``from nbscope.cli import app``)."""
+    import typer
+
+    made = typer.Typer(
+        name="nbscope",
+        help="Per-cell profiles of numerical notebooks: where the time went (compile, run, dispatch, transfer) and why.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    def _version_callback(value: bool) -> None:
+        if value:
+            print(f"nbscope {__version__}")
+            raise typer.Exit()
+
+    @made.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+        ),
+    ) -> None:
+        """nbscope: profile notebooks per cell, compare machines and backends, diagnose slow cells."""
+
+    return made
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
-    ),
-) -> None:
-    """nbscope: profile notebooks per cell, compare machines and backends, diagnose slow cells."""
+def __getattr__(name: str) -> typer.Typer:
+    """``app``, made (and typer imported) when first asked for: by a command module, or to parse a command."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals()["app"] = _make_app()
+    return made
+
+
+def _app() -> typer.Typer:
+    made: typer.Typer = globals()["app"] if "app" in globals() else __getattr__("app")
+    return made
 
 
 # The module that registers each command. ``nbscope CMD`` imports only CMD's module: a command's start-up
@@ -105,8 +127,12 @@ def build_command(only: str | None = None) -> click.Command:
     An option or argument without a default (``None``, or a required one) would show ``[default: None]``;
     it is turned off here, once, for every command, so that commands added later need nothing of their own.
     """
+    import click
+    import typer.core
+    import typer.main
+
     _register_commands(only)
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(_app())
     if isinstance(command, click.Group):
         _group_commands(command)
     commands = list(command.commands.values()) if isinstance(command, click.Group) else [command]
@@ -133,15 +159,23 @@ def main(argv: list[str] | None = None) -> None:
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)
-    command = build_command(_command_named(args))
-    with command_session():
-        _run(command, args)
+    from nbscope.cli._fast import fast_command
+
+    fast = fast_command(args)
+    if fast is not None:
+        with command_session(console=False):
+            _run(fast, args)
+    else:
+        command = build_command(_command_named(args))
+        with command_session():
+            _run(lambda: _invoke(command, args), args)
 
 
-def _run(command: click.Command, args: list[str]) -> None:
-    """Run the command; what it raises becomes a one-line error, a signal's exit code, or the exit status."""
+def _run(invoke: Callable[[], None], args: list[str]) -> None:
+    """Run the command (``invoke`` ends with SystemExit); what it raises becomes a one-line error, a signal's
+    exit code, or the exit status."""
     try:
-        _invoke(command, args)
+        invoke()
     except NbscopeError as exc:
         _print_error(f"nbscope: error: {exc}")
         raise SystemExit(stop_exit_code() if stopped_by_signal() else exc.exit_code) from None
@@ -175,6 +209,8 @@ def _invoke(command: click.Command, args: list[str]) -> None:
     """Run ``command`` as click's standalone mode would, but a usage error (an unknown option, a missing
     argument, a bad value) is one line, ``nbscope: error: ...``, exit 2, as every other error: not click's
     usage, hint and box. With no arguments at all, the help has been printed already (exit 2, as before)."""
+    import click
+
     try:
         code = command.main(args=args, prog_name="nbscope", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError:
@@ -207,7 +243,8 @@ def _gives_verdict(args: list[str]) -> bool:
 
 def _output_closed() -> bool:
     """Whether standard output met a closed pipe: click then wraps it, rich points it at the null device."""
-    if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+    # Only click wraps it: a command run without click has no wrapper.
+    if "click.utils" in sys.modules and isinstance(sys.stdout, sys.modules["click.utils"].PacifyFlushWrapper):
         return True
     try:
         out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -22,12 +21,6 @@ def publish(
     as_json: JsonOption = False,
 ) -> None:
     """A static site of the book's status: a page per book and per lecture, status.json and status.md."""
-    from nbscope.api.publish import publish as build_site
-    from nbscope.render import site
+    from nbscope.cli._fast import publish_and_print
 
-    result = build_site(source, output, site=site, full=full)
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=1))
-        return
-    print(f"{result.rows} lecture × runner rows from {result.runs} runs; {result.rows_rebuilt} rebuilt; "
-          f"{len(result.pages_written)} pages written, {result.pages_kept} unchanged: {result.folder / 'index.html'}")
+    publish_and_print(source, output, full=full, as_json=as_json)

@@ -9,31 +9,44 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from nbscope import _signals
 
+if TYPE_CHECKING:
+    from nbscope.render.terminal import SafeConsole
+
 
 @contextmanager
-def command_session() -> Iterator[None]:
+def command_session(*, console: bool = True) -> Iterator[None]:
     """The console made afresh from this moment's streams and terminal size (``COLUMNS``), no escape sequence
     from a record or a notebook reaching the terminal, the stop signals handled (:func:`nbscope._signals.handled`)
-    and what they noted forgotten afterwards; the inputs the command reads are its own."""
+    and what they noted forgotten afterwards; the inputs the command reads are its own. ``console=False``: for a
+    command that prints without the console (rich is then not imported)."""
     from nbscope.api.files import forget_inputs
     from nbscope.render._clean import clean_streams, restore_streams
-    from nbscope.render.terminal import console
 
-    saved_console = dict(console.__dict__)
+    shown = _console() if console else None
+    saved_console: dict[str, object] = dict(shown.__dict__) if shown is not None else {}
     forget_inputs()
     before = clean_streams()
-    type(console).__init__(console, highlight=False)  # as render/terminal.py makes it at import
+    if shown is not None:
+        type(shown).__init__(shown, highlight=False)  # as render/terminal.py makes it at import
     try:
         with _signals.handled():
             yield
     finally:
         restore_streams(before)
-        console.__dict__.clear()
-        console.__dict__.update(saved_console)
+        if shown is not None:
+            shown.__dict__.clear()
+            shown.__dict__.update(saved_console)
         _signals.forget()
+
+
+def _console() -> SafeConsole:
+    from nbscope.render.terminal import console
+
+    return console
 
 
 def stopped_by_signal() -> bool:

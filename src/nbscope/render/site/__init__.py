@@ -142,35 +142,53 @@ def _regressions(row: Mapping[str, Any]) -> str:
     return f"{row['regression_count']}; last {last['ratio']:.2f}× at {e(last['started_at'][:10])}: {e(why)}"
 
 
-def book_page(rows: Sequence[Mapping[str, Any]]) -> str:
-    ordered = sorted(rows, key=lambda r: (STATUS_ORDER.get(str(r["status"]), 9), r["target"], r["runner"]))
+def book_row(row: Mapping[str, Any]) -> dict[str, str]:
+    """A row's own parts of the book pages (its line of the book table, its entry of ``status.json`` and its line of
+    ``status.md``): what the API keeps with the row, so that a publish formats only the rows that changed
+    (``book_pages``' ``parts``)."""
+    [entry] = status_entries([row])
+    return {"index.html": _book_line(row), "status.json": _status_entry(entry), "status.md": _status_line(entry)}
+
+
+def _status_entry(entry: Mapping[str, Any]) -> str:
+    """The entry as ``json.dumps({"notebooks": [...]}, indent=1)`` writes it, two levels in (its values are
+    scalars, and JSON writes a line break inside a string as ``\\n``: its lines are the entry's)."""
+    return "\n".join("  " + line for line in json.dumps(entry, indent=1, default=str).split("\n"))
+
+
+def _book_line(row: Mapping[str, Any]) -> str:
+    finding = (row.get("findings") or [{}])[0]
+    forecast = (row.get("forecast") or {}).get("text") or "—"
+    error = f'<div class="small">{e(row["error"])}</div>' if row.get("error") else ""
+    return (
+        f'<tr data-status="{e(row["status"])}">'
+        f'<td data-sort="{e(row["target"])}"><a href="{e(row["page"])}">{e(row["target"])}</a></td>'
+        f'<td data-sort="{e(row["runner"])}">{e(row["runner"])}<div class="small">{e(row["machine"])}</div></td>'
+        f'<td data-sort="{STATUS_ORDER.get(str(row["status"]), 9)}">{_status(row)}{error}</td>'
+        f'<td data-sort="{e(row["started_at"])}">{e(row["started_at"][:16].replace("T", " "))}'
+        f'<div class="small">run {e(row["newest_id"])} · {e(row["runs"])} runs</div></td>'
+        f'<td class="n" data-sort="{_key(row["wall_s"])}">{e(_s(row["wall_s"]))}</td>'
+        f'<td class="n" data-sort="{_key(row["compile_share"])}">'
+        f'{_share(row["compile_share"])}</td>'
+        f'<td data-sort="{_key(row["wall_s"])}">{spark_svg(row["spark"])}</td>'
+        f'<td class="n" data-sort="{_key(row["vs_previous"])}">{_ratio(row["vs_previous"])}</td>'
+        f'<td class="n" data-sort="{_key(row["vs_baseline"])}">{_ratio(row["vs_baseline"])}'
+        f'<div class="small">run {e(row["baseline_id"])}</div></td>'
+        f'<td data-sort="{row["regression_count"]}">{_regressions(row)}</td>'
+        f'<td data-sort="{e(finding.get("title", ""))}">{e(finding.get("title", "none"))}</td>'
+        f'<td data-sort="{e(forecast)}">{e(forecast)}</td></tr>'
+    )
+
+
+def book_page(rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = None) -> str:
+    """The book table, failures first; ``lines``: each row's line as ``book_row`` made it (made here when None)."""
+    lines = [_book_line(row) for row in rows] if lines is None else lines
+    order = sorted(range(len(rows)), key=lambda n: (STATUS_ORDER.get(str(rows[n]["status"]), 9), rows[n]["target"],
+                                                    rows[n]["runner"]))
     statuses = sorted({str(r["status"]) for r in rows}, key=lambda s: STATUS_ORDER.get(s, 9))
     counts = ", ".join(f"{sum(r['status'] == s for r in rows)} {e(s)}" for s in statuses)
     head = ("lecture", "runner", "status", "newest run", "wall", "compile share", "last builds", "vs previous",
             "vs baseline", "confirmed regressions", "top finding", "GPU forecast")
-    lines = []
-    for row in ordered:
-        finding = (row.get("findings") or [{}])[0]
-        forecast = (row.get("forecast") or {}).get("text") or "—"
-        error = f'<div class="small">{e(row["error"])}</div>' if row.get("error") else ""
-        lines.append(
-            f'<tr data-status="{e(row["status"])}">'
-            f'<td data-sort="{e(row["target"])}"><a href="{e(row["page"])}">{e(row["target"])}</a></td>'
-            f'<td data-sort="{e(row["runner"])}">{e(row["runner"])}<div class="small">{e(row["machine"])}</div></td>'
-            f'<td data-sort="{STATUS_ORDER.get(str(row["status"]), 9)}">{_status(row)}{error}</td>'
-            f'<td data-sort="{e(row["started_at"])}">{e(row["started_at"][:16].replace("T", " "))}'
-            f'<div class="small">run {e(row["newest_id"])} · {e(row["runs"])} runs</div></td>'
-            f'<td class="n" data-sort="{_key(row["wall_s"])}">{e(_s(row["wall_s"]))}</td>'
-            f'<td class="n" data-sort="{_key(row["compile_share"])}">'
-            f'{_share(row["compile_share"])}</td>'
-            f'<td data-sort="{_key(row["wall_s"])}">{spark_svg(row["spark"])}</td>'
-            f'<td class="n" data-sort="{_key(row["vs_previous"])}">{_ratio(row["vs_previous"])}</td>'
-            f'<td class="n" data-sort="{_key(row["vs_baseline"])}">{_ratio(row["vs_baseline"])}'
-            f'<div class="small">run {e(row["baseline_id"])}</div></td>'
-            f'<td data-sort="{row["regression_count"]}">{_regressions(row)}</td>'
-            f'<td data-sort="{e(finding.get("title", ""))}">{e(finding.get("title", "none"))}</td>'
-            f'<td data-sort="{e(forecast)}">{e(forecast)}</td></tr>'
-        )
     options = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in statuses)
     body = (
         f"<h1>Book status</h1><p>{len({r['target'] for r in rows})} lectures, {len(rows)} lecture × runner rows: "
@@ -179,7 +197,7 @@ def book_page(rows: Sequence[Mapping[str, Any]]) -> str:
         '<div id="filter" hidden><label>Filter <input id="filter-text" type="search"></label> '
         f'<label>status <select id="filter-status"><option value="">any</option>{options}</select></label></div>'
         '<table id="book" class="sortable"><thead><tr>' + "".join(f"<th>{e(h)}</th>" for h in head)
-        + "</tr></thead><tbody>" + "".join(lines) + "</tbody></table>"
+        + "</tr></thead><tbody>" + "".join(lines[n] for n in order) + "</tbody></table>"
     )
     return _page("Book status", body)
 
@@ -199,19 +217,27 @@ def _md(value: Any) -> str:
     return " ".join(text.split())
 
 
-def status_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+def _status_line(entry: Mapping[str, Any]) -> str:
+    return (f"| {_md(entry['file'])} | {_md(entry['runner'])} | {_md(entry['last_run'][:16].replace('T', ' '))} | "
+            f"{_md(_s(entry['run_time_s']))} | {_md(entry['status'])} | {_md(entry['error'])} | {_md(entry['cache'])} |")
+
+
+def status_markdown(rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = None) -> str:
+    """``status.md``: ``lines``, each row's line as ``book_row`` made it (made here when None)."""
     head = "| file | runner | last run | run time | status | error | cache |\n|---|---|---|---:|---|---|---|\n"
-    lines = [f"| {_md(r['file'])} | {_md(r['runner'])} | {_md(r['last_run'][:16].replace('T', ' '))} | "
-             f"{_md(_s(r['run_time_s']))} | {_md(r['status'])} | {_md(r['error'])} | {_md(r['cache'])} |"
-             for r in status_entries(rows)]
+    lines = [_status_line(entry) for entry in status_entries(rows)] if lines is None else lines
     return head + "\n".join(lines) + "\n"
 
 
-def book_pages(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """``index.html``, ``status.json`` and ``status.md``: each made from every row (a row is a few hundred bytes)."""
-    return {"index.html": book_page(rows),
-            "status.json": json.dumps({"notebooks": status_entries(rows)}, indent=1, default=str) + "\n",
-            "status.md": status_markdown(rows)}
+def book_pages(rows: Sequence[Mapping[str, Any]],
+               parts: Sequence[Mapping[str, str]] | None = None) -> dict[str, str]:
+    """``index.html``, ``status.json`` and ``status.md``, each of every row; ``parts``: each row's own parts as
+    ``book_row`` made them (kept from an earlier publish for a row that did not change; made here when None)."""
+    parts = [book_row(row) for row in rows] if parts is None else parts
+    entries = ",\n".join(part["status.json"] for part in parts)
+    return {"index.html": book_page(rows, [part["index.html"] for part in parts]),
+            "status.json": '{\n "notebooks": [\n' + entries + "\n ]\n}\n" if parts else '{\n "notebooks": []\n}\n',
+            "status.md": status_markdown(rows, [part["status.md"] for part in parts])}
 
 
 def history_svg(row: Mapping[str, Any], *, width: int = 900, height: int = 180) -> str:
