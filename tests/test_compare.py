@@ -13,11 +13,14 @@ from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import diagnose
 from nbscope.api.backends import backend_unavailable, parse_backends
 from nbscope.render.compare import comparison_markdown
+from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 
 
-def _cell(index: int, source_hash: str, first_line: str = "", wall: float = 1.0) -> dict:
-    return {"index": index, "source_hash": source_hash, "first_line": first_line, "wall_s": wall, "compile_s": 0.0,
-            "run_s": wall, "status": "ok", "line": None}
+def _cell(index: int, source_hash: str, first_line: str = "", wall: float = 1.0) -> Cell:
+    """A cell as a record's readers see it (pairing takes typed cells)."""
+    return decode(Cell, {"index": index, "source_hash": source_hash, "first_line": first_line, "wall_s": wall,
+                         "compile_s": 0.0, "run_s": wall, "status": "ok", "line": None})
 
 
 # ---- pairing --------------------------------------------------------------------------------------
@@ -27,7 +30,7 @@ def test_pairs_by_hash_in_order_including_duplicates() -> None:
     a = [_cell(0, "h0"), _cell(1, "dup"), _cell(2, "dup"), _cell(3, "h3")]
     b = [_cell(0, "h0"), _cell(1, "dup"), _cell(2, "dup"), _cell(3, "h3")]
     pairs = compare_module.pair_cells(a, b)
-    assert [(p.a["index"], p.b["index"], p.match) for p in pairs] == [(i, i, "hash") for i in range(4)]
+    assert [(p.a.index, p.b.index, p.match) for p in pairs] == [(i, i, "hash") for i in range(4)]
 
 
 def test_edited_inserted_and_removed_cells() -> None:
@@ -35,7 +38,7 @@ def test_edited_inserted_and_removed_cells() -> None:
          _cell(3, "gone", "print('bye')")]
     b = [_cell(0, "h0", "import jax"), _cell(1, "new", "x = f(2000)"), _cell(2, "h2", "plot(x)")]
     pairs = compare_module.pair_cells(a, b)
-    assert [(p.match, p.a and p.a["index"], p.b and p.b["index"]) for p in pairs] == [
+    assert [(p.match, p.a and p.a.index, p.b and p.b.index) for p in pairs] == [
         ("hash", 0, 0), ("edited", 1, 1), ("hash", 2, 2), ("only-a", 3, None)]
     assert pairs[1].similarity is not None and pairs[1].similarity > 0.8
 
@@ -44,7 +47,7 @@ def test_similarity_pairs_across_an_insertion() -> None:
     a = [_cell(0, "h0", "import jax"), _cell(1, "a1", "result = simulate(x0, n=100)")]
     b = [_cell(0, "h0", "import jax"), _cell(1, "b1", "print('new cell')"), _cell(2, "b2", "result = simulate(x0, n=200)")]
     pairs = compare_module.pair_cells(a, b)
-    assert [(p.match, p.a and p.a["index"], p.b and p.b["index"]) for p in pairs] == [
+    assert [(p.match, p.a and p.a.index, p.b and p.b.index) for p in pairs] == [
         ("hash", 0, 0), ("only-b", None, 1), ("similar", 1, 2)]
 
 
