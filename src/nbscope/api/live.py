@@ -47,15 +47,12 @@ def stored_id(record: RunRecord, store: Store) -> int | None:
     """The id of the stored run that is this one (the same live run, by its uuid), if any."""
     if not store.path.exists():
         return None
-    run_uuid = record.measurements.get("run_uuid")
+    run_uuid = record.notebook_run().run_uuid
     for row in store.list(kind=record.kind, target=record.target):
         if row["started_at"] != record.started_at:
             continue
-        try:
-            stored = store.get(row["id"])
-        except NbscopeError:
-            continue
-        if stored.measurements.get("run_uuid") == run_uuid:
+        stored = store.readable(row["id"])
+        if stored is not None and stored.notebook_run().run_uuid == run_uuid:
             return int(row["id"])
     return None
 
