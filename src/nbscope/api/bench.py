@@ -29,7 +29,7 @@ from nbscope.collect.bench._config import (
     sizes_for,
 )
 from nbscope.collect.bench._runner import run_worker
-from nbscope.record.run import RunRecord, labelled
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode
 from nbscope.schema.suite import BenchRun, BenchTotals
@@ -53,8 +53,10 @@ def run_bench(
     timeout_s: float | None = None,
     progress: ProgressCallback | None = None,
     fingerprint: dict[str, Any] | None = None,
+    label: str | None = None,
 ) -> RunRecord:
-    """Run the suite (or the ``only`` groups) and return its run record, not yet stored.
+    """Run the suite (or the ``only`` groups) and return its run record (labelled ``label``; None:
+    ``$NBSCOPE_LABEL``), not yet stored.
 
     ``overrides`` replaces problem sizes (``{"numba.n": 4_000_000}``); user errors (an unknown group,
     dtype or size) raise :class:`nbscope.NbscopeError`. An interrupt stops the suite and returns what
@@ -69,6 +71,7 @@ def run_bench(
         fingerprint = fp.collect()
     record = RunRecord(
         kind="bench",
+        label=label if label is not None else default_label(),
         target=f"suite:{size}",
         fingerprint=fingerprint,
         settings={
@@ -232,14 +235,13 @@ def bench(
     if via:
         from nbscope.api.pathways import parse_via, run_bench_pathways
 
-        with labelled(label):
-            pathways = parse_via(via)
-            record = run_bench_pathways(via=pathways, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
-                                        repeat=repeat, store=store, progress=via_progress)
+        pathways = parse_via(via)
+        record = run_bench_pathways(via=pathways, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
+                                    repeat=repeat, store=store, progress=via_progress, label=check_label(label))
         return BenchOutcome(record, tuple(pathways))
-    with labelled(label):
-        record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
-        store.save(record)
+    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress,
+                       label=check_label(label))
+    store.save(record)
     outcome = BenchOutcome(record)
     if outcome.interrupted:
         from nbscope import _signals

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbscope.record.run import LABEL_ENV, RunRecord, check_label, labelled
+from nbscope.record.run import LABEL_ENV, RunRecord, check_label
 from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
 
 __all__ = ["LABEL_ENV", "RUN_REFERENCE", "Exported", "ImportedRun", "Imports", "RunRecord", "Store", "check_label",
-           "db_option", "export", "import_runs", "labelled", "open_store", "resolve", "show", "store_then_stop"]
+           "db_option", "export", "import_runs", "open_store", "resolve", "show", "store_then_stop"]
 
 
 def open_store(db: Path | None, *, read_only: bool = False, on_skip: Callable[[str], None] | None = None) -> Store:

@@ -19,7 +19,7 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
-from nbscope.record.run import RunRecord, default_label
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record
 from nbscope.schema.audit import AuditEntry, AuditTag, Availability
 from nbscope.schema.codec import decode, encode
@@ -50,9 +50,15 @@ class AuditOptions:
     # GPUs (device table keys) to forecast each lecture for from its CPU run: the CPU runs record program
     # data, and the audit gives each lecture's GPU blast radius (nbscope.analyse.audit.forecast_summary).
     forecast: list[str] = field(default_factory=list)
+    label: str | None = None  # names the audit and every notebook's run (``--label``; None: ``$NBSCOPE_LABEL``)
+
+    def run_label(self) -> str | None:
+        """The label the audit's runs carry (not one of its settings)."""
+        return self.label if self.label is not None else default_label()
 
     def validate(self) -> None:
         parse_backends(",".join(self.backends))
+        check_label(self.label)
         if self.forecast:
             from nbscope.analyse.forecast.devices import load_table, resolve
 
@@ -164,7 +170,8 @@ def audit(
     fingerprint = fingerprint or fp.collect()
     started = time.perf_counter()
     record = RunRecord(kind="audit", target=_book_target(book), fingerprint=fingerprint,
-                       settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]})
+                       settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
+                       label=options.run_label())
     runner: DaskRunner | None = None
     if options.dask:
         from nbscope.api.audit._dask import DaskRunner
@@ -264,7 +271,7 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
             plan.jobs.append(Job(
                 key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
                 source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
-                content=path.read_bytes() if remote else None, forecast=forecast, label=default_label(),
+                content=path.read_bytes() if remote else None, forecast=forecast, label=options.run_label(),
             ))
             plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
             if estimate is not None:
