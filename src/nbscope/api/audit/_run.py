@@ -13,7 +13,7 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
-from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
+from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_slots
 from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
@@ -101,11 +101,11 @@ def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_pe
             if slots:
                 result[backend] = Availability(True, platform, None, tuple(s.label for s in slots))
             else:
-                devices = (fingerprint.get("gpu") or {}).get("devices")
-                if gpu_devices(fingerprint):
+                machine = decode(Machine, fingerprint)
+                if machine.gpus:
                     reason = "CUDA_VISIBLE_DEVICES hides every GPU in the fingerprint"
-                elif fp.is_absent(devices):
-                    reason = f"no GPU devices in the fingerprint ({devices['absent']})"
+                elif machine.gpus_absent is not None:
+                    reason = f"no GPU devices in the fingerprint ({machine.gpus_absent})"
                 else:
                     reason = "no GPU devices in the fingerprint"
                 result[backend] = Availability(False, platform, reason)
@@ -224,15 +224,15 @@ def _where_jobs_can_run(runner: DaskRunner | None, options: AuditOptions, finger
     if runner is None:
         availability = local_availability(options.backends, fingerprint,
                                           options.jobs_per_gpu if options.share_gpu else 1)
-        return availability, {str(fingerprint.get("digest"))}, None
+        return availability, {decode(Machine, fingerprint).digest}, None
     gpu_ok, gpu_reason = runner.gpu_availability()
     availability = {
         b: (Availability(True, BACKENDS[b], None) if BACKENDS[b] == "cpu" or gpu_ok else
             Availability(False, BACKENDS[b], gpu_reason if BACKENDS[b] == "cuda" else _unschedulable(b)))
         for b in options.backends
     }
-    workers = {a: {"digest": f.get("digest"), "machine": decode(Machine, f).summary}
-               for a, f in runner.fingerprints.items()}
+    workers = {address: {"digest": machine.digest, "machine": machine.summary}
+               for address, machine in runner.machines.items()}
     return availability, runner.digests(), workers
 
 
