@@ -32,7 +32,7 @@ from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode
-from nbscope.schema.suite import BenchRun, BenchTotals
+from nbscope.schema.suite import BenchRun, BenchTotals, WorkerRun
 
 __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
 
@@ -118,10 +118,11 @@ def _measurements(
         runs = entry["runs"]
         if not runs:
             continue
-        statuses = [run["status"] for run in runs]
+        workers = [decode(WorkerRun, run) for run in runs]  # each worker's document, as the group stores it
+        statuses = [worker.status for worker in workers]
         status = "error" if "error" in statuses else "skipped" if all(s == "skipped" for s in statuses) else "ok"
-        reasons = sorted({run["reason"] for run in runs if run.get("reason")})
-        background = max((run.get("background_cores") or 0.0 for run in runs), default=0.0)
+        reasons = sorted({worker.reason for worker in workers if worker.reason})
+        background = max((worker.background_cores or 0.0 for worker in workers), default=0.0)
         warnings = []
         if background > BUSY_CORES_WARN:
             warnings.append(
@@ -132,8 +133,8 @@ def _measurements(
             "title": GROUPS[name].title,
             "status": status,
             "reason": "; ".join(reasons) or None,
-            "wall_s": sum(run.get("wall_s") or 0.0 for run in runs),
-            "peak_rss_bytes": max((run.get("peak_rss_bytes") or 0 for run in runs), default=None),
+            "wall_s": sum(worker.wall_s or 0.0 for worker in workers),
+            "peak_rss_bytes": max((worker.peak_rss_bytes or 0 for worker in workers), default=None),
             "background_cores": background,
             "warnings": warnings,
             "sizes": {k.partition(".")[2]: v for k, v in sizes.items() if k.startswith(name + ".")},
