@@ -10,8 +10,8 @@ from typing import Any
 from nbscope.record.run import LABEL_ENV, RunRecord, check_label
 from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
 
-__all__ = ["LABEL_ENV", "RUN_REFERENCE", "Exported", "ImportedRun", "Imports", "RunRecord", "Store", "check_label",
-           "db_option", "export", "import_runs", "open_store", "resolve", "show", "store_then_stop"]
+__all__ = ["LABEL_ENV", "RUN_REFERENCE", "Exported", "RunRecord", "Store", "check_label", "db_option", "export",
+           "open_store", "resolve", "show", "store_then_stop"]
 
 
 def open_store(db: Path | None, *, read_only: bool = False, on_skip: Callable[[str], None] | None = None) -> Store:
@@ -80,42 +80,6 @@ def export(reference: str, output: Path, db: Path | None, *, portable: bool = Fa
     record = export_run(resolve(reference, store), output, portable=portable)
     name = f"run {record.run_id}" if record.run_id is not None else reference
     return Exported(record, name, written_to(output))
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedRun:
-    """One file ``nbscope import`` read: the run it held and what storing it did."""
-
-    path: Path
-    record: RunRecord  # with its id in the store
-    added: bool  # False: the store held the run already
-    live_file_removed: bool | None  # a live file: removed (one of the store's own) or kept; None: a run record
-
-
-@dataclass(frozen=True, slots=True)
-class Imports:
-    """What ``nbscope import`` did, file by file (live files first), in the store at ``store_path``."""
-
-    store_path: Path
-    runs: tuple[ImportedRun, ...]
-
-
-def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> Imports:
-    """``nbscope import``: run records (``export`` or ``--json`` output) and live files of unfinished runs
-    (``.jsonl``) stored, each once; every file is read and validated before anything is written."""
-    from nbscope.api import live
-
-    recovered = [(path, live.recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
-    records = [(path, load_run(path)) for path in files if path.suffix != ".jsonl"]
-    store = open_store(db, on_skip=on_skip)
-    imported = []
-    for path, partial in recovered:
-        done = live.store_recovered(path, partial, store)
-        imported.append(ImportedRun(path, done.record, done.added, done.removed))
-    for path, record in records:
-        _, added = store.add(record)
-        imported.append(ImportedRun(path, record, added, None))
-    return Imports(Path(store.path), tuple(imported))
 
 
 def load_run(path: Path) -> RunRecord:

@@ -101,7 +101,7 @@ def import_(
 
     Each run is stored once. A live file (.jsonl) of an unfinished run is removed once stored only when it is
     one of this store's own live files (`nbscope runs --unfinished` lists them); any other file stays."""
-    from nbscope.api.runs import import_runs
+    from nbscope.api.live import import_runs
     from nbscope.render.runs import import_lines
 
     imported = import_runs(files, db, on_skip=warn)

@@ -81,7 +81,7 @@ def print_unfinished(found: Sequence[dict[str, Any]], db_hint: str) -> None:
 
 
 class ImportedRun(Protocol):
-    """One file ``nbscope import`` read (:class:`nbscope.api.runs.ImportedRun`)."""
+    """One file ``nbscope import`` read (:class:`nbscope.api.live.ImportedRun`)."""
 
     @property
     def path(self) -> Path: ...
