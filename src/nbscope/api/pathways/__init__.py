@@ -50,7 +50,7 @@ from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.schema.codec import decode, encode
-from nbscope.schema.model import Cell
+from nbscope.schema.model import Cell, Totals
 from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwaysRun, PathwaysTotals
 
 if TYPE_CHECKING:
@@ -269,7 +269,8 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[Pat
     combined = PathwayResult(name, last.status, runner=dict(complete[-1].runner))
     combined.cells = combine_repeats([r.cells for r in complete]) if len(complete) > 1 else complete[-1].cells
     result_totals = dict(complete[-1].totals)
-    result_totals.update(totals(combined.cells, combined.runner, str(result_totals.get("cache_state") or "off")))
+    cache_state = decode(Totals, result_totals).cache_state or "off"
+    result_totals.update(totals(combined.cells, combined.runner, cache_state))
     overheads, samples = combine_overheads(complete)
     for key, value in overheads.items():
         if key in result_totals or key.startswith("book_"):
