@@ -254,7 +254,8 @@ def test_audit_resumes_from_the_store_and_reruns_only_changed_notebooks(tmp_path
     shutil.copytree(BOOK, book)
     store = Store(tmp_db)
     first = Recorder()
-    record = _fake_audit(book, store, no_gpu, first, backends=["cpu", "cuda"], workers=2)
+    record = _fake_audit(book, store, no_gpu, first, backends=["cpu", "cuda"], workers=2, label="nightly")
+    assert record.label == "nightly" and {job.label for job in first.jobs} == {"nightly"}  # in the options, not os.environ
     t = record.measurements["totals"]
     assert (t["notebooks"], t["profiled"], t["reused"], t["unavailable"]) == (6, 6, 0, 6)
     assert record.kind == "audit" and record.run_id is not None

@@ -127,7 +127,8 @@ def test_discover_sources_skips_build_folders(tmp_path: Path) -> None:
 def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     shutil.copy(FILES / "recompile_shapes.ipynb", tmp_path / "shapes.ipynb")
     db = tmp_path / "db" / "nbscope.db"
-    result = run_cli("trace", "--db", db, "--json", "--", "jupyter", "execute", "shapes.ipynb", timeout=180)
+    result = run_cli("trace", "--db", db, "--json", "--label", "traced", "--", "jupyter", "execute", "shapes.ipynb",
+                     timeout=180)
     assert result.returncode == 0, result.stderr
     [printed] = json.loads(result.stdout)
     assert printed["kind"] == "trace" and printed["target"] == "shapes.ipynb"
@@ -142,7 +143,7 @@ def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> N
     assert "programs_hash" not in cells[3] and "programs_hash" not in cells[1]
     assert printed["settings"]["traced_command"] == ["jupyter", "execute", "shapes.ipynb"]
     [stored] = Store(db).records(kind="trace")
-    assert stored.target == "shapes.ipynb" and stored.status == "ok"
+    assert stored.target == "shapes.ipynb" and stored.status == "ok" and stored.label == printed["label"] == "traced"
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ recommendation of where each cell should run."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from nbscope.record.run import RunRecord
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
+    from nbscope.schema.model import Cell
 
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
 # AssertionError instead, which the "no JAX work ran" test below catches).
@@ -128,3 +129,30 @@ def profile_backends(
     elif len(available) == 1:
         result.findings[available[0]["backend"]] = diagnose(available[0]["record"])
     return result
+
+
+@dataclass(frozen=True)
+class BackendsOutcome:
+    """What ``nbscope profile --backends`` found: each backend's run and their comparison, the cells that failed
+    the runs of the backends that started, and for each backend that ran, the command that shows its findings."""
+
+    result: BackendsResult
+    failed: tuple[tuple[RunRecord, Cell], ...]
+    diagnose_commands: Mapping[str, str]
+
+
+def run_backends(
+    path: str | Path,
+    options: profile_job.RunSpec,
+    backends: str,
+    store: Store,
+    *,
+    on_backend: Callable[[str], None] | None = None,
+) -> BackendsOutcome:
+    """``nbscope profile --backends``: ``backends`` (comma-separated, two at least) checked, the notebook profiled
+    once per backend (:func:`profile_backends`). A backend JAX could not start is reported, not counted as the
+    notebook failing."""
+    result = profile_backends(path, options, parse_backends(backends, at_least=2), store=store, on_backend=on_backend)
+    started = [r["record"] for r in result.runs if r["record"] is not None and r["available"]]
+    commands = {r["backend"]: profile_job.diagnose_command(r["record"], store) for r in result.runs if r["run_id"]}
+    return BackendsOutcome(result, profile_job.failures(started), commands)

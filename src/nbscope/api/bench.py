@@ -29,10 +29,10 @@ from nbscope.collect.bench._config import (
     sizes_for,
 )
 from nbscope.collect.bench._runner import run_worker
-from nbscope.record.run import RunRecord, labelled
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode
-from nbscope.schema.suite import BenchRun, BenchTotals
+from nbscope.schema.suite import BenchRun, BenchTotals, WorkerRun
 
 __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
 
@@ -53,8 +53,10 @@ def run_bench(
     timeout_s: float | None = None,
     progress: ProgressCallback | None = None,
     fingerprint: dict[str, Any] | None = None,
+    label: str | None = None,
 ) -> RunRecord:
-    """Run the suite (or the ``only`` groups) and return its run record, not yet stored.
+    """Run the suite (or the ``only`` groups) and return its run record (labelled ``label``; None:
+    ``$NBSCOPE_LABEL``), not yet stored.
 
     ``overrides`` replaces problem sizes (``{"numba.n": 4_000_000}``); user errors (an unknown group,
     dtype or size) raise :class:`nbscope.NbscopeError`. An interrupt stops the suite and returns what
@@ -69,6 +71,7 @@ def run_bench(
         fingerprint = fp.collect()
     record = RunRecord(
         kind="bench",
+        label=label if label is not None else default_label(),
         target=f"suite:{size}",
         fingerprint=fingerprint,
         settings={
@@ -115,10 +118,11 @@ def _measurements(
         runs = entry["runs"]
         if not runs:
             continue
-        statuses = [run["status"] for run in runs]
+        workers = [decode(WorkerRun, run) for run in runs]  # each worker's document, as the group stores it
+        statuses = [worker.status for worker in workers]
         status = "error" if "error" in statuses else "skipped" if all(s == "skipped" for s in statuses) else "ok"
-        reasons = sorted({run["reason"] for run in runs if run.get("reason")})
-        background = max((run.get("background_cores") or 0.0 for run in runs), default=0.0)
+        reasons = sorted({worker.reason for worker in workers if worker.reason})
+        background = max((worker.background_cores or 0.0 for worker in workers), default=0.0)
         warnings = []
         if background > BUSY_CORES_WARN:
             warnings.append(
@@ -129,8 +133,8 @@ def _measurements(
             "title": GROUPS[name].title,
             "status": status,
             "reason": "; ".join(reasons) or None,
-            "wall_s": sum(run.get("wall_s") or 0.0 for run in runs),
-            "peak_rss_bytes": max((run.get("peak_rss_bytes") or 0 for run in runs), default=None),
+            "wall_s": sum(worker.wall_s or 0.0 for worker in workers),
+            "peak_rss_bytes": max((worker.peak_rss_bytes or 0 for worker in workers), default=None),
             "background_cores": background,
             "warnings": warnings,
             "sizes": {k.partition(".")[2]: v for k, v in sizes.items() if k.startswith(name + ".")},
@@ -232,14 +236,13 @@ def bench(
     if via:
         from nbscope.api.pathways import parse_via, run_bench_pathways
 
-        with labelled(label):
-            pathways = parse_via(via)
-            record = run_bench_pathways(via=pathways, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
-                                        repeat=repeat, store=store, progress=via_progress)
+        pathways = parse_via(via)
+        record = run_bench_pathways(via=pathways, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
+                                    repeat=repeat, store=store, progress=via_progress, label=check_label(label))
         return BenchOutcome(record, tuple(pathways))
-    with labelled(label):
-        record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress)
-        store.save(record)
+    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress,
+                       label=check_label(label))
+    store.save(record)
     outcome = BenchOutcome(record)
     if outcome.interrupted:
         from nbscope import _signals

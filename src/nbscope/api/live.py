@@ -1,4 +1,5 @@
-"""Storing the partial run an unfinished live file holds (``nbscope import FILE.jsonl``, an interrupted audit).
+"""``nbscope import``, and storing the partial run an unfinished live file holds (``nbscope import FILE.jsonl``, an
+interrupted audit).
 
 The live-file format is :mod:`nbscope.record.live`'s; this job decides what storing one does to the store and
 to the file:
@@ -11,6 +12,7 @@ to the file:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,15 +49,12 @@ def stored_id(record: RunRecord, store: Store) -> int | None:
     """The id of the stored run that is this one (the same live run, by its uuid), if any."""
     if not store.path.exists():
         return None
-    run_uuid = record.measurements.get("run_uuid")
+    run_uuid = record.notebook_run().run_uuid
     for row in store.list(kind=record.kind, target=record.target):
         if row["started_at"] != record.started_at:
             continue
-        try:
-            stored = store.get(row["id"])
-        except NbscopeError:
-            continue
-        if stored.measurements.get("run_uuid") == run_uuid:
+        stored = store.readable(row["id"])
+        if stored is not None and stored.notebook_run().run_uuid == run_uuid:
             return int(row["id"])
     return None
 
@@ -73,6 +72,42 @@ def store_recovered(path: str | Path, record: RunRecord, store: Store) -> Import
     if removed:
         live_format.remove_live_file(path)
     return Imported(record, existing is None, removed)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedRun:
+    """One file ``nbscope import`` read: the run it held and what storing it did."""
+
+    path: Path
+    record: RunRecord  # with its id in the store
+    added: bool  # False: the store held the run already
+    live_file_removed: bool | None  # a live file: removed (one of the store's own) or kept; None: a run record
+
+
+@dataclass(frozen=True, slots=True)
+class Imports:
+    """What ``nbscope import`` did, file by file (live files first), in the store at ``store_path``."""
+
+    store_path: Path
+    runs: tuple[ImportedRun, ...]
+
+
+def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> Imports:
+    """``nbscope import``: run records (``export`` or ``--json`` output) and live files of unfinished runs
+    (``.jsonl``) stored, each once; every file is read and validated before anything is written."""
+    from nbscope.api.runs import load_run, open_store
+
+    recovered = [(path, recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
+    records = [(path, load_run(path)) for path in files if path.suffix != ".jsonl"]
+    store = open_store(db, on_skip=on_skip)
+    imported = []
+    for path, partial in recovered:
+        done = store_recovered(path, partial, store)
+        imported.append(ImportedRun(path, done.record, done.added, done.removed))
+    for path, record in records:
+        _, added = store.add(record)
+        imported.append(ImportedRun(path, record, added, None))
+    return Imports(Path(store.path), tuple(imported))
 
 
 # ---- what runs now: `nbscope runs --live` -------------------------------------------------------------

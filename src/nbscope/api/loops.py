@@ -9,7 +9,7 @@ from typing import Any
 
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
-from nbscope.record.run import RunRecord, labelled
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 
 __all__ = ["LoopOptions", "LoopsOutcome", "loops", "run_loops"]  # the command's options, with the job that takes them
@@ -27,8 +27,7 @@ def loops(options: LoopOptions, store: Store, *, label: str | None = None,
           progress: Progress | None = None) -> LoopsOutcome:
     """``nbscope loops``: the sweep run (options checked first), its run labelled ``label`` and stored."""
     options.validate()
-    with labelled(label):
-        record = run_loops(options, store=store, progress=progress)
+    record = run_loops(options, store=store, progress=progress, label=check_label(label))
     return LoopsOutcome(record, store.path)
 
 
@@ -38,8 +37,10 @@ def run_loops(
     store: Store | None = None,
     progress: Progress | None = None,
     fingerprint: dict[str, Any] | None = None,
+    label: str | None = None,
 ) -> RunRecord:
-    """Sweep trip counts, fit, extrapolate; returns a ``loops`` RunRecord (saved in ``store`` if given)."""
+    """Sweep trip counts, fit, extrapolate; returns a ``loops`` RunRecord labelled ``label`` (None:
+    ``$NBSCOPE_LABEL``), saved in ``store`` if given."""
     options = options or LoopOptions()
     options.validate()
     fingerprint = fingerprint or fp.collect()
@@ -48,7 +49,7 @@ def run_loops(
     settings = options.resolved()
     settings.pop("timeout_s", None)
     record = RunRecord(kind="loops", target=options.target or BUILTIN_TARGET, fingerprint=fingerprint,
-                       settings=settings)
+                       settings=settings, label=label if label is not None else default_label())
     sweeps = result["sweeps"]
     estimates = [
         {"device": s["device"], "placement": s["placement"], "seconds": extrapolate(s["fit"], options.at),

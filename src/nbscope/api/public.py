@@ -10,7 +10,7 @@ from nbscope.analyse import compare as compare_module
 from nbscope.analyse import diagnose as diagnose_module
 from nbscope.api import bench as bench_job
 from nbscope.api import profile as profile_job
-from nbscope.record.run import RunRecord, check_label, labelled
+from nbscope.record.run import RunRecord, check_label
 from nbscope.record.sources import naming
 from nbscope.record.store import Store
 
@@ -100,8 +100,7 @@ def bench(
 ) -> RunRecord:
     """Run the hardware suite (``only``, ``dtype``, ``size``, ``jax_platform``) and return its record
     (``label`` names it, as ``--label`` does)."""
-    with labelled(label):
-        record = bench_job.run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform)
+    record = bench_job.run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, label=check_label(label))
     target = _store(store)
     if target is not None:
         target.save(record)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nbscope.record.run import LABEL_ENV, RunRecord, check_label, labelled
+from nbscope.record.run import LABEL_ENV, RunRecord, check_label
 from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
 
 if TYPE_CHECKING:
     from nbscope.record.live import UnfinishedRun
 
-__all__ = ["LABEL_ENV", "RUN_REFERENCE", "RunRecord", "Store", "check_label", "db_option", "labelled", "open_store", "resolve", "store_then_stop"]
+__all__ = ["LABEL_ENV", "RUN_REFERENCE", "Exported", "RunRecord", "Store", "check_label", "db_option", "export",
+           "open_store", "resolve", "show", "store_then_stop"]
 
 
 def open_store(db: Path | None, *, read_only: bool = False, on_skip: Callable[[str], None] | None = None) -> Store:
@@ -55,6 +57,32 @@ def export_run(record: RunRecord, output: Path, *, portable: bool = False) -> Ru
         record.run_id = run_id
     record_module.dump(record, output)
     return record
+
+
+def show(reference: str, db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> RunRecord:
+    """``nbscope show``: the run ``reference`` names, read from the store at ``db`` (never created)."""
+    return resolve(reference, open_store(db, read_only=True, on_skip=on_skip))
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    """What ``nbscope export`` wrote: the run (its id kept), named as its confirmation names it, and where."""
+
+    record: RunRecord
+    name: str  # ``run 7``; the reference given for a run read from a file
+    written_to: str
+
+
+def export(reference: str, output: Path, db: Path | None, *, portable: bool = False,
+           on_skip: Callable[[str], None] | None = None) -> Exported:
+    """``nbscope export``: the run ``reference`` names written to ``output`` (see :func:`export_run`)."""
+    from nbscope._files import check_target, written_to
+
+    store = open_store(db, read_only=True, on_skip=on_skip)
+    check_target(output, option="-o")  # after the store is open: -o naming it is refused before anything is written
+    record = export_run(resolve(reference, store), output, portable=portable)
+    name = f"run {record.run_id}" if record.run_id is not None else reference
+    return Exported(record, name, written_to(output))
 
 
 def load_run(path: Path) -> RunRecord:

@@ -40,7 +40,7 @@ from nbscope.collect import notebook as notebook_module
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.runner import merge_cell
 from nbscope.record.cells import target_name
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.build import derive, totals
 from nbscope.schema.codec import decode
@@ -382,8 +382,9 @@ def run_traced(
     forecast: list[str] | None = None,
     cell_timeout: float | None = None,
     theme_stand_in: bool = False,
+    label: str | None = None,
 ) -> TraceResult:
-    """Run ``command`` with the probe injected into every IPython kernel it starts.
+    """Run ``command`` with the probe injected into every IPython kernel it starts; its runs carry ``label``.
 
     ``theme_stand_in``: a mystmd / jupyter-book 2 project without a site theme in its build folder gets the
     local stand-in for this build (so it builds offline), removed afterwards.
@@ -415,7 +416,7 @@ def run_traced(
             nb = match(log, notebooks)
             if nb is not None:  # else a kernel that ran no notebook of the book (e.g. a helper kernel)
                 records.append(_record_of(log, nb, ran, command=command, cwd=cwd, fingerprint=fingerprint,
-                                          forecast=forecast))
+                                          forecast=forecast, label=label))
     finally:
         if programs_dir is not None:
             import shutil
@@ -493,7 +494,7 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
 
 
 def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *, command: list[str], cwd: Path,
-               fingerprint: dict[str, Any], forecast: list[str] | None) -> RunRecord:
+               fingerprint: dict[str, Any], forecast: list[str] | None, label: str | None) -> RunRecord:
     """The run record of one notebook a traced command executed, from its kernel's log."""
     collector = None
     if forecast is not None:
@@ -509,7 +510,8 @@ def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *,
         settings["cell_timeout"] = ran.cell_timeout
     if forecast is not None:
         settings.update(programs=True, forecast=list(forecast))
-    record = RunRecord(kind="trace", target=target_name(nb.path, cwd), fingerprint=fingerprint, settings=settings)
+    record = RunRecord(kind="trace", target=target_name(nb.path, cwd), fingerprint=fingerprint, settings=settings,
+                       label=label if label is not None else default_label())
     runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": ran.wall_s,
                               "returncode": ran.returncode}
     if ran.book2.is_jupyter_book2:
@@ -849,8 +851,10 @@ def trace_command(
     forecast: list[str] | None = None,
     cell_timeout: float | None = None,
     theme_stand_in: bool = False,
+    label: str | None = None,
 ) -> TraceResult:
-    """The CLI's ``trace``: run, store, and fail with one line when nothing was traced.
+    """The CLI's ``trace``: run, store (the runs labelled ``label``), and fail with one line when nothing was
+    traced.
 
     ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
     that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
@@ -875,7 +879,7 @@ def trace_command(
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), (env or os.environ).get("PATH", os.defpath)])}
     result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast,
-                        cell_timeout=cell_timeout, theme_stand_in=theme_stand_in)
+                        cell_timeout=cell_timeout, theme_stand_in=theme_stand_in, label=label)
     if result.interrupted:
         not_stored = result.not_stored_message(store.path) if store is not None else None
         if not_stored is not None:
@@ -945,16 +949,15 @@ def trace(
     opened, the command traced with its kernels' runs labelled ``label`` and stored, then each run diagnosed
     (unless not ``diagnose``). See :func:`trace_command` for the rest."""
     from nbscope.api.profile import diagnosis_of, failures, forecast_devices
-    from nbscope.api.runs import labelled, open_store
+    from nbscope.api.runs import open_store
 
     gpus = forecast_devices(forecast, None) or None
     store = open_store(db, on_skip=on_skip)
-    with labelled(label):  # the traced command's kernels, and the runs stored from them, carry it
-        result = trace_command(
-            command, store=store, sources=sources, timeout=timeout, fresh=fresh,
-            jupyter_book2_first=jupyter_book2_first, forecast=gpus, cell_timeout=cell_timeout,
-            theme_stand_in=theme_stand_in,
-        )
+    result = trace_command(
+        command, store=store, sources=sources, timeout=timeout, fresh=fresh,
+        jupyter_book2_first=jupyter_book2_first, forecast=gpus, cell_timeout=cell_timeout,
+        theme_stand_in=theme_stand_in, label=check_label(label),
+    )
     notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
     diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)
     keep_run_summaries(store, zip(result.records, (found for found, _ in diagnoses), strict=True), diagnose=diagnose)

@@ -61,7 +61,7 @@ def resolve(reference: str, store: Store, *, kinds: Sequence[str] | None = None)
 
 
 def _checked_label(value: str | None) -> str | None:
-    # Checked as the options are parsed; the command hands it to the runs it records (labelled()).
+    # Checked as the options are parsed; the command hands it to the API, whose runs carry it (never os.environ).
     return check_label(value)
 
 

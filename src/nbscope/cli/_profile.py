@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -73,7 +73,7 @@ def profile(
     """Per-cell ledger of a notebook run in a real Jupyter kernel: wall, compile, run, compiles, memory; then its top
     findings (causes with their fixes; `nbscope diagnose RUN` shows them in full). Exits 1 when a cell failed
     (an error, a timeout, a dead kernel) unless --allow-errors."""
-    from nbscope.api.profile import RunSpec, failures, forecast_devices, parse_env, run_profile
+    from nbscope.api.profile import RunSpec, forecast_devices, parse_env, run_profile
     from nbscope.render.progress import ProfileProgress
     from nbscope.render.terminal import console
 
@@ -88,9 +88,8 @@ def profile(
     options = options.for_forecast(gpus, programs=programs)
     store = open_store(db)
     if backends:
-        records = _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown,
-                                    diagnosis=not no_diagnose)
-        exit_if_failed(failures(records), allow_errors)
+        _profile_backends(path, options, backends, store=store, as_json=as_json, markdown=markdown,
+                          diagnosis=not no_diagnose, allow_errors=allow_errors)
         return
     progress = ProfileProgress(repeat, console.is_terminal and not (as_json or markdown))
 
@@ -150,19 +149,18 @@ def _print_profile(outcome: ProfileOutcome, store: Store, options: ProfileOption
 
 
 def _profile_backends(path: Path, options: ProfileOptions, backends: str, *, store: Store, as_json: bool, markdown: bool,
-                      diagnosis: bool) -> list[Any]:
-    """Profile once per backend and print their comparison; the runs made."""
-    from nbscope.api.backends import parse_backends, profile_backends
-    from nbscope.api.profile import diagnose_command
+                      diagnosis: bool, allow_errors: bool) -> None:
+    """Profile once per backend and print their comparison; exits 1 when a cell failed a backend's run."""
+    from nbscope.api.backends import run_backends
     from nbscope.render import backends as view
     from nbscope.render.terminal import console
 
-    names = parse_backends(backends, at_least=2)
     quiet = as_json or markdown
-    result = profile_backends(
-        path, options, names, store=store,
+    outcome = run_backends(
+        path, options, backends, store,
         on_backend=None if quiet else lambda b: console.print(f"[dim]profiling with JAX_PLATFORMS={b} …[/dim]"),
     )
+    result = outcome.result
     if as_json:
         document = result.to_dict()
         if not diagnosis:
@@ -171,7 +169,5 @@ def _profile_backends(path: Path, options: ProfileOptions, backends: str, *, sto
     elif markdown:
         print(view.backends_markdown(result), end="")
     else:
-        commands = {r["backend"]: diagnose_command(result.record_of(r["backend"]), store) for r in result.runs if r["run_id"]}
-        view.print_backends(result, store_path=store.path, commands=commands, diagnosis=diagnosis)
-    # A backend JAX could not start is reported above, not counted as the notebook failing.
-    return [r["record"] for r in result.runs if r["record"] is not None and r["available"]]
+        view.print_backends(result, store_path=store.path, commands=dict(outcome.diagnose_commands), diagnosis=diagnosis)
+    exit_if_failed(outcome.failed, allow_errors)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from nbscope.api.files import written_to
 from nbscope.cli import app
 from nbscope.cli._options import (
     DbOption,
@@ -16,15 +15,9 @@ from nbscope.cli._options import (
     all_option,
     confirm_written,
     limit_option,
-    open_store,
-    output_file,
     output_option,
-    resolve,
     warn,
 )
-
-if TYPE_CHECKING:
-    from nbscope.api.runs import RunRecord, Store
 
 
 @app.command()
@@ -58,21 +51,6 @@ def runs(
         print_runs(listing)
 
 
-def _store_live(path: Path, record: RunRecord, store: Store) -> None:
-    """``nbscope import LIVEFILE.jsonl``: store an unfinished run (once), ``ok`` when every cell was measured, else
-    ``partial``; the file is removed
-    when it is one of this store's live files, and kept otherwise."""
-    from nbscope.api import live
-
-    done = live.store_recovered(path, record, store)
-    totals = record.notebook_run().totals
-    what = (f"imported as run {record.run_id} ({record.status}: {totals.cells_run} of {totals.cells} cells ran)"
-            if done.added else f"already in {store.path} as run {record.run_id}; not imported again")
-    kept = ("the live file is removed" if done.removed
-            else "the file is kept (it is not one of this store's live files)")
-    print(f"{path}: {what}; {kept}")
-
-
 @app.command()
 def show(
     run: RunArgument,
@@ -80,9 +58,10 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Print one run: a profile's every cell in notebook order, with its figures."""
+    from nbscope.api.runs import show as show_run
     from nbscope.render import terminal
 
-    record = resolve(run, open_store(db, read_only=True))
+    record = show_run(run, db, on_skip=warn)
     if as_json:
         print(record.to_json())
     else:
@@ -104,13 +83,10 @@ def export(
 
     By default the record is written as stored, so that importing it back finds the same run; --portable
     drops what only this machine knows (paths) for a record that is shared."""
-    from nbscope.api.runs import export_run
+    from nbscope.api.runs import export as export_run
 
-    store = open_store(db, read_only=True)
-    output_file(output)  # after the store is open: -o naming it is refused before anything is written
-    record = export_run(resolve(run, store), output, portable=portable)
-    name = f"run {record.run_id}" if record.run_id is not None else run
-    confirm_written(f"{name} written to {written_to(output)}", output)
+    exported = export_run(run, output, db, portable=portable, on_skip=warn)
+    confirm_written(f"{exported.name} written to {exported.written_to}", output)
 
 
 @app.command("import")
@@ -125,19 +101,9 @@ def import_(
 
     Each run is stored once. A live file (.jsonl) of an unfinished run is removed once stored only when it is
     one of this store's own live files (`nbscope runs --unfinished` lists them); any other file stays."""
-    from nbscope.api import live
-    from nbscope.api.runs import load_run
+    from nbscope.api.live import import_runs
+    from nbscope.render.runs import import_lines
 
-    # Live files are unfinished runs (nbscope runs --unfinished); the others are run records.
-    recovered = [(path, live.recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
-    files = [path for path in files if path.suffix != ".jsonl"]
-    records = [load_run(path) for path in files]  # validate all before writing any
-    store = open_store(db)
-    for path, partial in recovered:
-        _store_live(path, partial, store)
-    for path, record in zip(files, records, strict=True):
-        run_id, added = store.add(record)
-        if added:
-            print(f"{path}: imported as run {run_id}")
-        else:
-            print(f"{path}: already in {store.path} as run {run_id}; not imported again")
+    imported = import_runs(files, db, on_skip=warn)
+    for line in import_lines(imported.runs, imported.store_path):
+        print(line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope.render.live import RunningKernel, live_lines
@@ -12,6 +13,7 @@ from nbscope.render.terminal import console, print_run_list
 
 if TYPE_CHECKING:
     from nbscope.record.live import UnfinishedRun
+    from nbscope.record.run import RunRecord
 
 
 class RunList(Protocol):
@@ -77,3 +79,41 @@ def print_unfinished(found: Sequence[UnfinishedRun], db_hint: str) -> None:
             print(f"{path}: {what}: still running (process {item.pid}), {done} so far")
         else:
             print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{db_hint}")
+
+
+class ImportedRun(Protocol):
+    """One file ``nbscope import`` read (:class:`nbscope.api.live.ImportedRun`)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def record(self) -> RunRecord: ...
+
+    @property
+    def added(self) -> bool: ...
+
+    @property
+    def live_file_removed(self) -> bool | None: ...
+
+
+def import_lines(runs: Sequence[ImportedRun], store_path: Path) -> list[str]:
+    """``nbscope import``: one line per file, saying what storing its run did (and a live file's fate)."""
+    return [f"{run.path}: {_what_import_did(run, store_path)}" for run in runs]
+
+
+def _what_import_did(run: ImportedRun, store_path: Path) -> str:
+    record = run.record
+    if not run.added:
+        return f"already in {store_path} as run {record.run_id}; not imported again" + _live_file(run)
+    if run.live_file_removed is None:
+        return f"imported as run {record.run_id}"
+    totals = record.notebook_run().totals
+    return f"imported as run {record.run_id} ({record.status}: {totals.cells_run} of {totals.cells} cells ran)" + _live_file(run)
+
+
+def _live_file(run: ImportedRun) -> str:
+    if run.live_file_removed is None:
+        return ""
+    return ("; the live file is removed" if run.live_file_removed
+            else "; the file is kept (it is not one of this store's live files)")

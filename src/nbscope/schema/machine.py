@@ -65,6 +65,7 @@ class Gpu:
     memory_used_bytes: int | None  # by every process, when the fingerprint was taken
     compute_capability: str | None
     fp64: Annotated[Float64Class, Read(key="fp64_class")]
+    uuid: str | None = None  # NVML's; CUDA_VISIBLE_DEVICES may name the GPU by it
 
 
 @dataclass(frozen=True, slots=True)

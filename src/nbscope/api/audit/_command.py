@@ -4,7 +4,7 @@ with its runs when asked, and returned with its typed measurements for the views
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +12,7 @@ from nbscope._files import check_target, note_input
 from nbscope.api.audit._discover import discover
 from nbscope.api.audit._merge import export_audit, merge
 from nbscope.api.audit._run import AuditOptions, EventCallback, audit
-from nbscope.record.run import RunRecord, labelled
+from nbscope.record.run import RunRecord
 from nbscope.schema.audit import Audit
 from nbscope.schema.codec import decode
 
@@ -54,11 +54,12 @@ def run_audit(targets: Sequence[str | Path], options: AuditOptions, store: Store
     """``nbscope audit``: the options, the book and the outputs (``-o``, ``--html``) checked before anything runs
     (one-line errors), every notebook profiled on each backend under ``label`` (its workers, here or on other
     machines, record their runs with it), the audit stored, and written to ``output`` with its runs when given."""
+    if label is not None:
+        options = replace(options, label=label)
     options.validate()
     discover(targets)  # notes the notebooks as read: an output naming one is refused before the audit runs
     _check_outputs(output, html)
-    with labelled(label):
-        record = audit(targets, options, store=store, on_event=on_event)
+    record = audit(targets, options, store=store, on_event=on_event)
     return _outcome(record, store, output)
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, run_job_in_thread, worker_fingerprint
-from nbscope.api.audit._schedule import gpu_devices, memory_fraction
+from nbscope.api.audit._schedule import memory_fraction
+from nbscope.schema.codec import decode
+from nbscope.schema.machine import Machine
 
 
 class DaskRunner:
@@ -45,6 +47,7 @@ class DaskRunner:
             raise NbscopeError(f"--dask {address}: cannot reach the scheduler ({type(exc).__name__})") from None
         self.address = address
         self.fingerprints = self._fingerprints()
+        self.machines = {address: decode(Machine, fingerprint) for address, fingerprint in self.fingerprints.items()}
 
     def _fingerprints(self) -> dict[str, dict[str, Any]]:
         """Each worker's fingerprint (its environment digest decides which stored runs can be reused)."""
@@ -63,13 +66,13 @@ class DaskRunner:
         return {address: dict(info.get("resources") or {}) for address, info in workers.items()}
 
     def digests(self) -> set[str]:
-        return {str(f.get("digest")) for f in self.fingerprints.values()}
+        return {machine.digest for machine in self.machines.values()}
 
     def gpu_availability(self) -> tuple[bool, str | None]:
         """Whether some worker both sees a GPU and declares the GPU resource; else why not."""
         resources = self.resources()
         with_resource = [a for a, r in resources.items() if r.get("GPU", 0) > 0]
-        with_devices = [a for a, f in self.fingerprints.items() if gpu_devices(f)]
+        with_devices = [a for a, machine in self.machines.items() if machine.gpus]
         if with_resource and any(a in with_devices for a in with_resource):
             return True, None
         if with_devices:

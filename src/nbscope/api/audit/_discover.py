@@ -17,6 +17,8 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope._files import note_input
+from nbscope.schema.codec import decode
+from nbscope.schema.myst_yml import MystYml
 
 TOC_NAMES = ("_toc.yml", "_toc.yaml")
 MYST_NAMES = ("myst.yml", "myst.yaml")
@@ -110,8 +112,7 @@ def _discover_one(target: str) -> tuple[Path, str, Path | None, list[Path]]:
         if path.name in MYST_NAMES:
             return path.parent, "myst", path, read_myst_yml(path)
         if path.suffix.lower() in (".yml", ".yaml"):
-            data = _load_yaml(path)
-            if isinstance(data, dict) and isinstance(data.get("project"), dict):
+            if decode(MystYml, _load_yaml(path)).project is not None:
                 return path.parent, "myst", path, read_myst_yml(path)
             return path.parent, "toc", path, read_toc(path)
         if path.suffix.lower() not in NOTEBOOK_SUFFIXES:
@@ -220,10 +221,10 @@ def read_myst_yml(path: Path) -> list[Path]:
     data = _load_yaml(path)
     if not isinstance(data, dict):
         raise NbscopeError(f"{path}: not a myst.yml (expected a mapping with 'project')")
-    project = data.get("project") or {}
-    if not isinstance(project, dict):
+    config = decode(MystYml, data)
+    if config.project_malformed:
         raise NbscopeError(f"{path}: 'project' must be a mapping")
-    toc = project.get("toc")
+    toc = config.project.toc if config.project is not None else None
     if toc is None:
         return scan_directory(path.parent)
     pages: list[Path] = []

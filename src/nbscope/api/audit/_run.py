@@ -13,14 +13,14 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
-from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_devices, gpu_slots
+from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_slots
 from nbscope.api.publish import keep_run_summary
 from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
 from nbscope.record.cells import target_name
 from nbscope.record.live import new_live_path
-from nbscope.record.run import RunRecord, default_label
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record
 from nbscope.schema.audit import AuditEntry, AuditTag, Availability
 from nbscope.schema.codec import decode, encode
@@ -51,9 +51,15 @@ class AuditOptions:
     # GPUs (device table keys) to forecast each lecture for from its CPU run: the CPU runs record program
     # data, and the audit gives each lecture's GPU blast radius (nbscope.analyse.audit.forecast_summary).
     forecast: list[str] = field(default_factory=list)
+    label: str | None = None  # names the audit and every notebook's run (``--label``; None: ``$NBSCOPE_LABEL``)
+
+    def run_label(self) -> str | None:
+        """The label the audit's runs carry (not one of its settings)."""
+        return self.label if self.label is not None else default_label()
 
     def validate(self) -> None:
         parse_backends(",".join(self.backends))
+        check_label(self.label)
         if self.forecast:
             from nbscope.analyse.forecast.devices import load_table, resolve
 
@@ -96,11 +102,11 @@ def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_pe
             if slots:
                 result[backend] = Availability(True, platform, None, tuple(s.label for s in slots))
             else:
-                devices = (fingerprint.get("gpu") or {}).get("devices")
-                if gpu_devices(fingerprint):
+                machine = decode(Machine, fingerprint)
+                if machine.gpus:
                     reason = "CUDA_VISIBLE_DEVICES hides every GPU in the fingerprint"
-                elif fp.is_absent(devices):
-                    reason = f"no GPU devices in the fingerprint ({devices['absent']})"
+                elif machine.gpus_absent is not None:
+                    reason = f"no GPU devices in the fingerprint ({machine.gpus_absent})"
                 else:
                     reason = "no GPU devices in the fingerprint"
                 result[backend] = Availability(False, platform, reason)
@@ -165,7 +171,8 @@ def audit(
     fingerprint = fingerprint or fp.collect()
     started = time.perf_counter()
     record = RunRecord(kind="audit", target=_book_target(book), fingerprint=fingerprint,
-                       settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]})
+                       settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
+                       label=options.run_label())
     runner: DaskRunner | None = None
     if options.dask:
         from nbscope.api.audit._dask import DaskRunner
@@ -218,15 +225,15 @@ def _where_jobs_can_run(runner: DaskRunner | None, options: AuditOptions, finger
     if runner is None:
         availability = local_availability(options.backends, fingerprint,
                                           options.jobs_per_gpu if options.share_gpu else 1)
-        return availability, {str(fingerprint.get("digest"))}, None
+        return availability, {decode(Machine, fingerprint).digest}, None
     gpu_ok, gpu_reason = runner.gpu_availability()
     availability = {
         b: (Availability(True, BACKENDS[b], None) if BACKENDS[b] == "cpu" or gpu_ok else
             Availability(False, BACKENDS[b], gpu_reason if BACKENDS[b] == "cuda" else _unschedulable(b)))
         for b in options.backends
     }
-    workers = {a: {"digest": f.get("digest"), "machine": decode(Machine, f).summary}
-               for a, f in runner.fingerprints.items()}
+    workers = {address: {"digest": machine.digest, "machine": machine.summary}
+               for address, machine in runner.machines.items()}
     return availability, runner.digests(), workers
 
 
@@ -265,7 +272,7 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
             plan.jobs.append(Job(
                 key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
                 source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
-                content=path.read_bytes() if remote else None, forecast=forecast, label=default_label(),
+                content=path.read_bytes() if remote else None, forecast=forecast, label=options.run_label(),
             ))
             plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
             if estimate is not None:

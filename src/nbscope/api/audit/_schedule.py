@@ -22,6 +22,8 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, init_local_worker, run_job
+from nbscope.schema.codec import decode
+from nbscope.schema.machine import Gpu, Machine
 
 # Memory left to the CUDA contexts and cuDNN/cuBLAS workspaces outside XLA's pools when a GPU is shared.
 SHARED_GPU_HEADROOM = 0.10
@@ -40,9 +42,9 @@ class GpuSlot:
     running: int = 0
 
 
-def gpu_devices(fingerprint: dict[str, Any]) -> list[dict[str, Any]]:
-    devices = (fingerprint.get("gpu") or {}).get("devices")
-    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+def gpu_devices(fingerprint: dict[str, Any]) -> tuple[Gpu, ...]:
+    """The GPUs a fingerprint lists (none when it lists none, or says why they are absent)."""
+    return decode(Machine, fingerprint).gpus
 
 
 def gpu_slots(fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None) -> list[GpuSlot]:
@@ -55,13 +57,12 @@ def gpu_slots(fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     allowed = None if visible is None else {v.strip() for v in visible.split(",") if v.strip()}
     slots = []
-    for position, device in enumerate(gpu_devices(fingerprint)):
-        index = str(device.get("index", position))
-        uuid = device.get("uuid") if isinstance(device.get("uuid"), str) else None
-        if allowed is not None and index not in allowed and (uuid is None or uuid not in allowed):
+    for position, gpu in enumerate(gpu_devices(fingerprint)):
+        index = str(gpu.index if gpu.index is not None else position)
+        if allowed is not None and index not in allowed and (gpu.uuid is None or gpu.uuid not in allowed):
             continue
-        name = device.get("name") if isinstance(device.get("name"), str) else "GPU"
-        slots.append(GpuSlot(device=uuid or index, label=f"{index}: {name}", capacity=max(1, jobs_per_gpu)))
+        slots.append(GpuSlot(device=gpu.uuid or index, label=f"{index}: {gpu.name or 'GPU'}",
+                             capacity=max(1, jobs_per_gpu)))
     return slots
 
 

@@ -47,10 +47,10 @@ from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult
 from nbscope.api.runs import store_then_stop
 from nbscope.record.cells import target_name
-from nbscope.record.run import RunRecord, labelled
+from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.schema.codec import decode, encode
-from nbscope.schema.model import Cell
+from nbscope.schema.model import Cell, Totals
 from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwaysRun, PathwaysTotals
 
 if TYPE_CHECKING:
@@ -134,9 +134,8 @@ def pathways_command(path: str | Path, via: Sequence[str], repeat: int, store: S
                      progress: ProgressCallback | None = None) -> PathwaysOutcome:
     """``nbscope pathways``: the notebook run through each pathway (``via``: :func:`parse_via`'s) under ``label``,
     stored, and returned typed."""
-    with labelled(label):
-        record = run_pathways(path, via, repeat, store, timeout=timeout, kernel=kernel, env=env,
-                              jax_platform=jax_platform, progress=progress)
+    record = run_pathways(path, via, repeat, store, timeout=timeout, kernel=kernel, env=env,
+                          jax_platform=jax_platform, progress=progress, label=check_label(label))
     return PathwaysOutcome(record=record, run=decode(PathwaysRun, record.measurements), store=store)
 
 
@@ -144,7 +143,7 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
                  store: Store | None = None, *, timeout: float | None = None, kernel: str | None = None,
                  env: dict[str, str] | None = None, jax_platform: str | None = None,
                  fingerprint: dict[str, Any] | None = None, progress: ProgressCallback | None = None,
-                 env_hook: EnvHook | None = None, target: str | None = None) -> RunRecord:
+                 env_hook: EnvHook | None = None, target: str | None = None, label: str | None = None) -> RunRecord:
     """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record (the options:
     those of :func:`pathways_until_stopped`).
 
@@ -158,7 +157,8 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
     # --env values hidden under the store's key, so that they compare within it
     record, _, interrupted = pathways_until_stopped(
         path, via, repeat, timeout=timeout, kernel=kernel, env=env, jax_platform=jax_platform, fingerprint=fingerprint,
-        progress=progress, env_hook=env_hook, target=target, env_key=store.env_key() if store is not None else None)
+        progress=progress, env_hook=env_hook, target=target, env_key=store.env_key() if store is not None else None,
+        label=label)
     store_then_stop(record, store, interrupted)
     return record
 
@@ -177,10 +177,11 @@ def pathways_until_stopped(
     env_hook: EnvHook | None = None,
     target: str | None = None,
     env_key: bytes | None = None,
+    label: str | None = None,
 ) -> tuple[RunRecord, PathwaysRun, bool]:
     """:func:`run_pathways` without storing: ``(record, its measurements typed, interrupted)``; ``--env`` values
-    hidden under ``env_key``
-    (the store's; None: this process's)."""
+    hidden under ``env_key`` (the store's; None: this process's); the run labelled ``label`` (None:
+    ``$NBSCOPE_LABEL``)."""
     from nbscope.collect import fingerprint as fp
     from nbscope.collect import notebook as notebook_module
 
@@ -192,9 +193,12 @@ def pathways_until_stopped(
     check_timeout(timeout)
     notebook = notebook_module.read(path)
     fingerprint = fingerprint or fp.collect()
-    options = PathwayOptions(timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform)
+    label = label if label is not None else default_label()
+    options = PathwayOptions(timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform,
+                             label=label)
     record = RunRecord(
         kind="pathways",
+        label=label,
         target=target or target_name(notebook.path),
         fingerprint=fingerprint,
         settings={
@@ -265,7 +269,8 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[Pat
     combined = PathwayResult(name, last.status, runner=dict(complete[-1].runner))
     combined.cells = combine_repeats([r.cells for r in complete]) if len(complete) > 1 else complete[-1].cells
     result_totals = dict(complete[-1].totals)
-    result_totals.update(totals(combined.cells, combined.runner, str(result_totals.get("cache_state") or "off")))
+    cache_state = decode(Totals, result_totals).cache_state or "off"
+    result_totals.update(totals(combined.cells, combined.runner, cache_state))
     overheads, samples = combine_overheads(complete)
     for key, value in overheads.items():
         if key in result_totals or key.startswith("book_"):

@@ -85,8 +85,10 @@ def run_bench_pathways(
     store: Store | None = None,
     progress: ProgressCallback | None = None,
     fingerprint: dict[str, Any] | None = None,
+    label: str | None = None,
 ) -> RunRecord:
-    """Run the suite's workloads through each pathway; a ``pathways`` record with bench ``figures``."""
+    """Run the suite's workloads through each pathway; a ``pathways`` record with bench ``figures``, labelled
+    ``label``."""
     from nbscope.collect.bench._config import TIMEOUTS_S, parse_dtypes, parse_groups, parse_size
     from nbscope.collect.notebook import import_nbformat
 
@@ -103,7 +105,7 @@ def run_bench_pathways(
 
         record, run, interrupted = pathways_until_stopped(
             path, via, repeat, timeout=TIMEOUTS_S[size], jax_platform=jax_platform,
-            fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=f"bench:{size}",
+            fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=f"bench:{size}", label=label,
         )
         record.settings.update(size=size, dtype=dtype, only=groups if only else None)
         figures = pair_figures(outputs, list(run.pathways))

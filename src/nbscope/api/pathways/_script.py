@@ -21,6 +21,8 @@ from nbscope.collect.inject import ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
 from nbscope.collect.runner import ProbeReader, merge_cell
 from nbscope.schema.build import derive, totals
+from nbscope.schema.codec import decode
+from nbscope.schema.script_events import ScriptEvent
 
 WORKER_FILE = Path(__file__).parents[2] / "collect" / "script_worker.py"
 WORKER_MODULE = "_nbscope_script_worker"
@@ -57,7 +59,7 @@ def _skip_reason(cell: CodeCell) -> str | None:
     return None
 
 
-def _read_events(path: Path) -> list[dict[str, Any]]:
+def _read_events(path: Path) -> list[ScriptEvent]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -65,7 +67,7 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
     events = []
     for line in text.splitlines():
         try:
-            events.append(json.loads(line))
+            events.append(decode(ScriptEvent, json.loads(line)))
         except json.JSONDecodeError:
             continue  # a worker killed mid-write leaves a partial last line
     return events
@@ -132,8 +134,8 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     runner["returncode"] = process.returncode
     reader.poll()
     events = _read_events(events_file)
-    worker = next((e for e in events if e.get("type") == "worker"), None)
-    done = next((e for e in events if e.get("type") == "done"), None)
+    worker = next((e for e in events if e.type == "worker"), None)
+    done = next((e for e in events if e.type == "done"), None)
     output = log_file.read_text(encoding="utf-8", errors="replace")
     if worker is None:
         return PathwayResult(
@@ -146,12 +148,12 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     last_end = max((c["started_unix"] + c["wall_s"] for c in cells if c.get("started_unix") and c.get("wall_s")), default=None)
     runner.update(
         # Spawn to the first cell: interpreter start, IPython import and shell, probe (a kernel's start).
-        process_start_s=worker["ready_unix"] - spawned_unix,
-        interpreter_start_s=worker["started_unix"] - spawned_unix,
-        ipython_setup_s=worker["ready_unix"] - worker["imported_unix"],
-        execute_s=(done["unix"] if done else (last_end or exited_unix)) - worker["ready_unix"],
-        shutdown_s=exited_unix - done["unix"] if done else None,
-        matplotlib_backend=worker.get("matplotlib_backend"),
+        process_start_s=worker.ready_unix - spawned_unix,
+        interpreter_start_s=worker.started_unix - spawned_unix,
+        ipython_setup_s=worker.ready_unix - worker.imported_unix,
+        execute_s=(done.unix if done else (last_end or exited_unix)) - worker.ready_unix,
+        shutdown_s=exited_unix - done.unix if done else None,
+        matplotlib_backend=worker.matplotlib_backend,
     )
     status = "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
     if status != "ok":
@@ -178,11 +180,11 @@ def _wait(process: subprocess.Popen[bytes], events_file: Path, reader: ProbeRead
             return None
         except subprocess.TimeoutExpired:
             pass
-        runs = [e for e in _read_events(events_file) if e.get("type") == "run"]
+        runs = [e for e in _read_events(events_file) if e.type == "run"]
         reader.poll()
-        if runs and len(runs) > len(reader.cells) and time.time() - runs[-1]["unix"] > (timeout or 0):
+        if runs and len(runs) > len(reader.cells) and time.time() - runs[-1].unix > (timeout or 0):
             _kill(process)
-            return int(runs[-1]["index"])
+            return runs[-1].index
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -195,7 +197,7 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 
 def _cells(
     notebook: Notebook,
-    events: list[dict[str, Any]],
+    events: list[ScriptEvent],
     reader: ProbeReader,
     timed_out: int | None,
     timeout: float | None,
@@ -204,8 +206,8 @@ def _cells(
     *,
     interrupted: bool = False,
 ) -> list[dict[str, Any]]:
-    skips = {e["index"]: e["reason"] for e in events if e.get("type") == "skip"}
-    runs = {e["index"]: (seq, e) for seq, e in enumerate((e for e in events if e.get("type") == "run"), start=1)}
+    skips = {e.index: e.reason for e in events if e.type == "skip"}
+    runs = {e.index: (seq, e) for seq, e in enumerate((e for e in events if e.type == "run"), start=1)}
     cells = []
     for code_cell in notebook.code_cells:
         if code_cell.index in skips:
@@ -224,10 +226,10 @@ def _cells(
             elif interrupted:
                 record = merge_cell(code_cell, None, status="not-run")  # stopped by nbscope, as `profile` records it
             elif code_cell.index == timed_out:
-                record = merge_cell(code_cell, None, status="timeout", wall_s=exited_unix - run["unix"])
+                record = merge_cell(code_cell, None, status="timeout", wall_s=exited_unix - run.unix)
                 record["error"] = {"name": "CellTimeoutError", "message": f"cell exceeded --timeout {timeout:g} s"}
             else:
-                record = merge_cell(code_cell, None, status="kernel-died", wall_s=exited_unix - run["unix"])
+                record = merge_cell(code_cell, None, status="kernel-died", wall_s=exited_unix - run.unix)
                 record["error"] = {
                     "name": "ProcessDied",
                     "message": f"the script process exited with code {returncode} while running this cell",
