@@ -47,16 +47,14 @@ def _publish(args: list[str]) -> Callable[[], None] | None:
 
 
 def _as_click_runs(command: Callable[[], None]) -> None:
-    """``command`` run as click runs a command (``nbscope.cli._invoke``): an interrupt with no stop signal (an end of
-    input) becomes "aborted" (exit 1); a stop signal is the session's to report; the end exit 0."""
+    """``command`` run as click runs a command (``nbscope.cli._invoke``): an end of input becomes "aborted" (exit 1);
+    an interrupt (a stop signal) is left to the command's session, whose one line says what stopped it and what
+    was saved; the end exit 0."""
     from nbscope.cli import _print_error
-    from nbscope.cli._session import stopped_by_signal
 
     try:
         command()
-    except (EOFError, KeyboardInterrupt):
-        if stopped_by_signal():
-            raise  # a stop signal: the session's one line says what stopped it and what was saved
+    except EOFError:
         print(file=sys.stderr)  # click's echo() before its Abort
         _print_error("nbscope: aborted")
         raise SystemExit(1) from None
