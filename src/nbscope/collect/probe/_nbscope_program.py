@@ -280,6 +280,13 @@ EARLY_FAST_S = 0.1
 # filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
+# Half the budget when the heaps are still growing at this rate or more between the last two readings
+# (HEAP_RATE_S apart at least): a session recording events, whose stop peaks at 5-8 times what they hold (the
+# Kalman filter's cells, 25-40 MB/s of events: 32 MiB of growth counted meant +209 to +343 MB at the stop).
+# A level reached once (an array held in the heap: forecast_honest.md's loop holds 16 MB) keeps the budget.
+EVENTS_RATE_BYTES_PER_S = 4 * 2**20
+HEAP_RATE_S = 0.02
+COMPILE_HEAP_EVERY = 5  # polls between readings of the heaps while JAX compiles (a walk of the heap, ~0.5 ms)
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
 # A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
@@ -403,6 +410,7 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
+        self.events_budget = self.memory_budget // 2  # the heaps growing at an event rate: see EVENTS_RATE_BYTES_PER_S
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -440,6 +448,9 @@ class _Guard:
         # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
         # the heap): read as a compile is first seen and once it is over.
         heap_base, heap_at_compile = whole_base, None
+        compile_high = compile_low = 0  # the heaps' highest reading in a compile, and the lowest since
+        # The last readings of the heaps' growth (time, bytes), to tell events still being recorded from a level.
+        heap_read: list[tuple[float, int]] = []
         polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
@@ -460,17 +471,38 @@ class _Guard:
                 if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
                     if compiling:
                         heap_at_compile = heap()
+                        compile_high = compile_low = heap_at_compile
                     else:
-                        heap_base += heap() - (heap_at_compile or 0)
+                        # What grew after the compiler freed its memory is not the compiler's: a program
+                        # dispatched before runs meanwhile and records events (the Kalman likelihood's eager
+                        # scan: 25 MB while the next operation compiled). It counts, at once.
+                        heap_end = heap()
+                        heap_base += min(heap_end, compile_low) - (heap_at_compile or 0)
                         heap_at_compile = None
+                        kernel_steady = max(kernel_steady, heap_end - heap_base)
+                        heap_read = [(clock, heap_end - heap_base)]  # the next reading's rate starts here
+                elif compiling and heap is not None and heap_at_compile is not None and polls % COMPILE_HEAP_EVERY == 0:
+                    reading = heap()
+                    compile_high, compile_low = (reading, reading) if reading > compile_high else (
+                        compile_high, min(compile_low, reading))
                 kernel_grown = kernel - self.base
-                if kernel_steady > self.memory_budget and heap is not None and heap_base is not None:
+                heap_due = kernel_steady > self.memory_budget or (
+                    kernel_steady > self.events_budget and (not heap_read or clock - heap_read[-1][0] >= HEAP_RATE_S))
+                if heap_due and heap is not None and heap_base is not None:
                     # Where malloc's heaps can be read, they decide: the session's events are small blocks
                     # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
                     # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
                     whole_now = heap()
                     kernel_steady = whole_now - heap_base
-                if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
+                    heap_read = [*heap_read[-1:], (clock, kernel_steady)]
+                limit = self.memory_budget
+                if len(heap_read) == 2 and all(
+                        b - a >= EVENTS_RATE_BYTES_PER_S * (t1 - t0)
+                        for (t0, a), (t1, b) in zip(heap_read, heap_read[1:], strict=False)):
+                    # The heaps kept growing between the last two readings: events being recorded, which the stop
+                    # multiplies (5-8x), not arrays held at a level (tests/files/forecast_honest.md's 16 MB).
+                    limit = self.events_budget
+                if kernel_steady > limit or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
                     return
             if now is None or base is None:
