@@ -280,6 +280,14 @@ EARLY_FAST_S = 0.1
 # filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
+# Half the budget when, since a compile's end, the heaps and the kernel keep growing at this rate or more
+# between two readings (HEAP_RATE_S apart at least): the program just compiled recording events, whose stop
+# peaks at 4-8 times what they hold (benchmarks/lectures/kalman_x64.md: 25-100 MB/s of events; 32 MiB of growth
+# counted meant +209 to +343 MB at the stop). Only since a compile's end: elsewhere a heap swinging with
+# reused arrays reads alike (forecast_honest.md's loop holds 16-34 MB of arrays in the heap at its readings).
+EVENTS_RATE_BYTES_PER_S = 4 * 2**20
+HEAP_RATE_S = 0.02
+COMPILE_HEAP_EVERY = 5  # polls between readings of the heaps while JAX compiles (a walk of the heap, ~0.5 ms)
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
 # A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
@@ -403,6 +411,7 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
+        self.events_budget = self.memory_budget // 2  # the heaps growing at an event rate: see EVENTS_RATE_BYTES_PER_S
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -440,6 +449,11 @@ class _Guard:
         # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
         # the heap): read as a compile is first seen and once it is over.
         heap_base, heap_at_compile = whole_base, None
+        compile_high = compile_low = 0  # the heaps' highest reading in a compile, and the lowest since
+        # The last two readings of the heaps' growth (time, bytes, the kernel's resident bytes), to tell events
+        # being recorded from a level.
+        heap_read: list[tuple[float, int, int]] = []
+        compiled_at = -1.0  # when the last compile was seen over (its reading of the heaps starts the events tier)
         polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
@@ -460,18 +474,44 @@ class _Guard:
                 if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
                     if compiling:
                         heap_at_compile = heap()
+                        compile_high = compile_low = heap_at_compile
                     else:
-                        heap_base += heap() - (heap_at_compile or 0)
+                        # What grew after the compiler freed its memory is not the compiler's: a program
+                        # dispatched before runs meanwhile and records events (the Kalman likelihood's eager
+                        # scan: 25 MB while the next operation compiled). It counts, at once.
+                        heap_end = heap()
+                        heap_base += min(heap_end, compile_low) - (heap_at_compile or 0)
                         heap_at_compile = None
+                        kernel_steady = max(kernel_steady, heap_end - heap_base)
+                        heap_read = [(clock, heap_end - heap_base, kernel)]  # the next rate starts here
+                        compiled_at = clock
+                elif compiling and heap is not None and heap_at_compile is not None and polls % COMPILE_HEAP_EVERY == 0:
+                    reading = heap()
+                    compile_high, compile_low = (reading, reading) if reading > compile_high else (
+                        compile_high, min(compile_low, reading))
                 kernel_grown = kernel - self.base
-                if kernel_steady > self.memory_budget and heap is not None and heap_base is not None:
+                heap_due = kernel_steady > self.memory_budget
+                events_due = kernel_steady > self.events_budget and (
+                    not heap_read or clock - heap_read[-1][0] >= HEAP_RATE_S)
+                if (heap_due or events_due) and heap is not None and heap_base is not None:
                     # Where malloc's heaps can be read, they decide: the session's events are small blocks
                     # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
                     # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
                     whole_now = heap()
-                    kernel_steady = whole_now - heap_base
-                if kernel_steady > self.memory_budget or kernel_grown > MEMORY_TOTAL_BYTES:
-                    self._cut(elapsed, max(kernel_steady, 0), "memory budget", kernel_grown)
+                    heap_read = [*heap_read[-1:], (clock, whole_now - heap_base, kernel)]
+                    since_compile = heap_read[0][0] >= compiled_at >= 0
+                    kernel_steady = whole_now - heap_base if heap_due or since_compile else kernel_steady
+                judged, limit = kernel_steady, self.memory_budget
+                if len(heap_read) == 2 and heap_read[0][0] >= compiled_at >= 0:
+                    (t0, heap0, kernel0), (t1, heap1, kernel1) = heap_read
+                    if min(heap1 - heap0, kernel1 - kernel0) >= EVENTS_RATE_BYTES_PER_S * (t1 - t0):
+                        # Since a compile's end (the compiler's memory just freed: a clean start) the heaps and
+                        # the kernel kept growing: the events of the program just compiled, which the stop
+                        # multiplies (5-8x). Without a compile a heap swinging with reused arrays reads alike
+                        # (tests/files/forecast_honest.md's loop of 16 MB arrays), so the budget stays.
+                        judged, limit = max(kernel_steady, heap1), self.events_budget
+                if judged > limit or kernel_grown > MEMORY_TOTAL_BYTES:
+                    self._cut(elapsed, max(judged, 0), "memory budget", kernel_grown)
                     return
             if now is None or base is None:
                 continue
