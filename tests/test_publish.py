@@ -276,3 +276,19 @@ def test_a_notebooks_profile_and_trace_runs_make_one_history_in_time_order(tmp_p
         [row] = json.loads((tmp_path / name / "site" / data_file(STEPS)).read_text())["rows"]
         histories.append((row["history"], row["changes"]))
     assert histories[0] == histories[1] and histories[0][0]["ids"] == list(range(1, BUILDS + 1))
+
+
+def test_an_imported_run_is_summarised_when_it_is_stored(tmp_path: Path) -> None:
+    """``nbscope import`` keeps each new run's summary as profile does, so the next publish diagnoses nothing;
+    a run already in the store is not summarised again."""
+    from nbscope.api.live import import_runs
+
+    record = RECORDS / "cpu_unrolled_loop.json"
+    db = tmp_path / "s.db"
+    first = import_runs([record], db)
+    run_id = first.runs[0].record.run_id
+    assert first.runs[0].added and run_id is not None
+    kept = Store(db).run_summaries([run_id])
+    assert kept[run_id]["cells"]
+    again = import_runs([record], db)
+    assert not again.runs[0].added

@@ -95,6 +95,7 @@ class Imports:
 def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> Imports:
     """``nbscope import``: run records (``export`` or ``--json`` output) and live files of unfinished runs
     (``.jsonl``) stored, each once; every file is read and validated before anything is written."""
+    from nbscope.api.publish import keep_run_summary
     from nbscope.api.runs import load_run, open_store
 
     recovered = [(path, recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
@@ -103,9 +104,13 @@ def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[st
     imported = []
     for path, partial in recovered:
         done = store_recovered(path, partial, store)
+        if done.added:
+            keep_run_summary(store, done.record)  # publish then reads it, as a profiled run's
         imported.append(ImportedRun(path, done.record, done.added, done.removed))
     for path, record in records:
         _, added = store.add(record)
+        if added:
+            keep_run_summary(store, record)
         imported.append(ImportedRun(path, record, added, None))
     return Imports(Path(store.path), tuple(imported))
 
