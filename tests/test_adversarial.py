@@ -376,6 +376,30 @@ def test_a_kernel_that_dies_while_starting_once_gets_one_more_start(tmp_path: Pa
     assert [c["status"] for c in record.measurements["cells"]][:2] == ["ok", "ok"]  # it ran, in the second kernel
 
 
+def test_a_kernel_that_never_replies_on_its_first_start_gets_one_more_start(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel alive but silent past the start-up time on its first start (as when parallel starts race for
+    one port): one more start, said in the record, and the cells run in it."""
+    from nbscope.collect import notebook as notebook_module
+    from nbscope.collect.runner import ExecutionOptions, execute
+
+    spec = tmp_path / "jupyter" / "kernels" / "silent"
+    spec.mkdir(parents=True)
+    marker = tmp_path / "started-once"
+    code = (f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
+            "    time.sleep(600)\nfrom ipykernel import kernelapp\nkernelapp.launch_new_instance()")
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-c", code, "-f", "{connection_file}"],
+        "display_name": "silent", "language": "python",
+    }))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    done = execute(notebook_module.read(FILES / "kernel_dies.ipynb"),
+                   ExecutionOptions(kernel_name="silent", startup_timeout=5))
+    assert marker.exists()
+    assert done.runner["kernel_restarts"] == 1
+    assert [c["status"] for c in done.cells][:2] == ["ok", "ok"]  # it ran, in the second kernel
+
+
 # ---- never a lost ledger -------------------------------------------------------------------------------
 
 

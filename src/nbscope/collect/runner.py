@@ -191,11 +191,17 @@ def _track(client: NotebookClient) -> Descendants | None:
     return descendants
 
 
+# jupyter_client's words for a start that may succeed the second time (nothing of the notebook ran yet).
+_START_AGAIN = ("died before replying", "didn't respond")
+
+
 def _start_kernel(new_client: Callable[[], NotebookClient], env: dict[str, str], log: IO[bytes],
                   ) -> tuple[NotebookClient, AbstractContextManager[None], int]:
     """A client of ``new_client()``'s with its kernel started: ``(client, entered context, restarts)``. A
     failed or interrupted start leaves no kernel behind. A kernel that died before replying to its first
-    request (seen twice in about 2,000 starts on a busy 2-core machine), before running anything, gets one
+    request (seen twice in about 2,000 starts on a busy 2-core machine), or never replied within the start-up
+    time (seen once in a Dask audit starting kernels in two processes at once: jupyter_client picks free ports
+    by binding and releasing them, so parallel starts can race for one), before running anything, gets one
     more start; a kernel that cannot start fails both."""
     restarts = 0
     while True:
@@ -208,7 +214,7 @@ def _start_kernel(new_client: Callable[[], NotebookClient], env: dict[str, str],
             ensure_dead(client, kernel_family(client))
             if not isinstance(exc, Exception):
                 raise
-            if restarts == 0 and "died before replying" in str(exc):
+            if restarts == 0 and any(why in str(exc) for why in _START_AGAIN):
                 restarts = 1
                 continue
             raise NbscopeError(f"could not start kernel {client.kernel_name!r}: {describe(exc)}") from None
