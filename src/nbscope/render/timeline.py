@@ -2,46 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nbscope.record.run import RunRecord
 from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
-from nbscope.schema.codec import Measured, decode
+from nbscope.schema.codec import decode
+from nbscope.schema.timeline import OpCount, TimelineSummary
 
 
-@dataclass(frozen=True, slots=True)
-class _Count:
-    count: Measured
-
-
-@dataclass(frozen=True, slots=True)
-class _TopOp:
-    name: str | None
-    count: Measured
-    longest_s: Measured
-
-
-@dataclass(frozen=True, slots=True)
-class _Summary:
-    """The figures of a cell's timeline summary that the table shows, read once (``collect.timeline`` writes it;
-    the cell model keeps it as recorded)."""
-
-    classification: str | None  # None: the cell was not traced (``skipped`` or ``error`` says why)
-    skipped: str | None
-    error: str | None
-    wall_s: Measured
-    device_busy_s: Measured
-    device_busy_share: Measured
-    ops: Measured
-    mean_op_s: Measured
-    dispatch_s: Measured
-    dispatches: Measured
-    transfers: _Count | None
-    syncs: _Count | None
-    top_ops: tuple[_TopOp, ...]
-
-
-def _count(counted: _Count | None) -> str:
+def _count(counted: OpCount | None) -> str:
     return "" if counted is None or counted.count is None else str(counted.count)
 
 
@@ -63,7 +30,7 @@ def print_timeline(record: RunRecord) -> None:
     ]
     rows = []
     for cell in cells:
-        summary = decode(_Summary, cell.timeline)
+        summary = decode(TimelineSummary, cell.timeline)
         where = literal(cell.line or "")
         if summary.classification is None:
             rows.append([str(cell.index + 1), where, "", "", "", "", "", "", "", "–",
