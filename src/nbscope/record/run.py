@@ -25,6 +25,8 @@ from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
 from nbscope.schema import codec
 from nbscope.schema.envelope import Envelope
+from nbscope.schema.kinds import KINDS
+from nbscope.schema.kinds import PROFILE_KINDS as PROFILE_KINDS  # its readers import it from here too
 from nbscope.schema.status import CELL_STATUSES
 
 if TYPE_CHECKING:
@@ -39,8 +41,6 @@ FORMAT_NAME = "nbscope-run"
 SCHEMA_VERSION = 2
 View = TypeVar("View")
 _VIEWED = ("measurements", "fingerprint", "settings")  # the parts of a record its typed views are read from
-KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
-PROFILE_KINDS = ("profile", "trace")  # runs of a notebook, cell by cell
 RUN_STATUSES = ("ok", "partial", "error")
 # Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be
 # negative, and is only checked to be finite).

@@ -24,13 +24,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
-from nbscope.record import run as record_module
-from nbscope.record.run import RunRecord, series_settings
-from nbscope.record.secrets import hide_stored_values, new_key
+
+# The run record's model (``record.run``) and the hiding of ``--env`` values (``record.secrets``) are imported where
+# a run's document is read or written: a reader of the columns and summaries alone (``publish``) does without them.
+if TYPE_CHECKING:
+    from nbscope.record.run import RunRecord
 
 STORE_FOLDER = ".nbscope"
 DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
@@ -138,12 +140,16 @@ _COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machi
 
 def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
     """The backend, measurement settings and totals columns of a run."""
+    from nbscope.record.run import series_settings
+
     totals = record.measurements.get("totals") if isinstance(record.measurements, dict) else None
     return (_backend(record), settings_key(series_settings(record.settings)),
             json.dumps(totals if isinstance(totals, dict) else {}, default=str))
 
 
 def _migrate_to_4(db: sqlite3.Connection) -> None:
+    from nbscope.record import run as record_module
+
     # The documents move to their own table, runs is made again without them (with the new columns,
     # filled from each run's document), and indexed anew.
     db.execute("ALTER TABLE runs RENAME TO runs_v3")
@@ -174,6 +180,9 @@ def _migrate_to_4(db: sqlite3.Connection) -> None:
 def _migrate_to_5(db: sqlite3.Connection) -> None:
     """Runs stored before ``--env`` values were hashed keep them no longer (``record.secrets``): each such
     document is written again without them, with its content hash and settings column."""
+    from nbscope.record import run as record_module
+    from nbscope.record.secrets import hide_stored_values
+
     # The pages a document leaves are zeroed, not just freed: the values must not stay in the file.
     db.execute("PRAGMA secure_delete = ON")
     key = _env_key(db)  # the key version 6 keeps: the values hidden here compare with later runs' ones
@@ -191,6 +200,8 @@ def _migrate_to_5(db: sqlite3.Connection) -> None:
 
 def _env_key(db: sqlite3.Connection, made: bytes | None = None) -> bytes:
     """The store's key for hidden ``--env`` values; made now (``made``, else a random one) when it has none."""
+    from nbscope.record.secrets import new_key
+
     db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('env_key', ?)", ((made or new_key()).hex(),))
     (value,) = db.execute("SELECT value FROM meta WHERE key = 'env_key'").fetchone()
     return bytes.fromhex(value)
@@ -292,6 +303,8 @@ def _document_hash(text: str) -> str:
         document = json.loads(text)
     except (TypeError, ValueError):
         return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
+    from nbscope.record import run as record_module
+
     return record_module.content_hash(document) if isinstance(document, dict) else hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -453,8 +466,9 @@ class Store:
         # A read-only store of an older version, migrated in memory: reading never writes to the file.
         self._migrated_copy: sqlite3.Connection | None = None
         self._held: sqlite3.Connection | None = None  # the connection of ``held``, while one is open
-        # The key a store not made yet gets when it is made (a run hides its --env values before it is stored).
-        self._new_env_key = new_key()
+        # The key a store not made yet gets when it is made (a run hides its --env values before it is stored):
+        # made when first asked for (``_new_env_key``), once.
+        self._made_env_key: bytes | None = None
         from nbscope._files import note_input
 
         # No -o of this command replaces it, nor a file SQLite would take for its own (a rollback journal is
@@ -463,6 +477,14 @@ class Store:
         for suffix in ("-wal", "-shm", "-journal"):
             note_input(Path(f"{self.path}{suffix}"), "the run store", transient=True)
         self._check_file()
+
+    @property
+    def _new_env_key(self) -> bytes:
+        if self._made_env_key is None:
+            from nbscope.record.secrets import new_key
+
+            self._made_env_key = new_key()
+        return self._made_env_key
 
     def _check_file(self) -> None:
         if self.path.is_dir():
@@ -653,6 +675,8 @@ class Store:
             self.on_skip(f"{reason}; run {run_id} skipped")
 
     def _parse(self, run_id: int, document: Any) -> RunRecord:
+        from nbscope.record import run as record_module
+
         source = f"run {run_id} in {self.path}"
         if not isinstance(document, str):
             raise NbscopeError(f"{source} has no JSON document")
@@ -666,6 +690,9 @@ class Store:
 
     def add_many(self, records: Iterable[RunRecord]) -> list[tuple[int, bool]]:
         """``add`` for many runs in one transaction (an import of many runs): (id, added) for each."""
+        from nbscope.record import run as record_module
+        from nbscope.record.secrets import hide_stored_values
+
         records = list(records)
         key = self.env_key()
         for record in records:  # a run recorded (or exported) before ``--env`` values were hashed
@@ -986,6 +1013,8 @@ class Store:
 
     def record_verdict(self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: list[str]) -> None:
         """Remember that ``nbscope gate`` passed or failed run ``run_id`` (against ``baseline_id``)."""
+        from nbscope.record import run as record_module
+
         with self._connect() as db:
             try:
                 db.execute(
@@ -1034,6 +1063,8 @@ _CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
 
 def _row(record: RunRecord) -> tuple[Any, ...]:
     """The values of ``_ROW_COLUMNS`` for a run, then its document."""
+    from nbscope.record import run as record_module
+
     text = record.to_json(indent=None)
     document = json.loads(text)
     backend, settings, totals = _summary_values(record)
@@ -1048,6 +1079,8 @@ def _backend(record: RunRecord) -> str | None:
     if record.kind == "audit":
         backends = (record.settings or {}).get("backends")
         return ",".join(map(str, backends)) if isinstance(backends, list) and backends else None
+    from nbscope.record import run as record_module
+
     return record_module.backend_of(record)["platform"]
 
 
@@ -1069,6 +1102,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     ``latest`` and labels consider only runs of ``kinds`` when given (the command's own kinds). A
     reference that names nothing is a one-line NbscopeError saying what was looked for.
     """
+    from nbscope.record import run as record_module
+
     text = reference.strip()
     if not text:
         raise NbscopeError(f"an empty run reference; give {RUN_REFERENCE}")
