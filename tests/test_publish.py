@@ -259,6 +259,39 @@ def test_a_run_summarised_when_saved_is_only_read_by_publish(site: dict[str, Any
     assert page.read_bytes() == made_at_save
 
 
+def test_an_incremental_publish_reads_no_run_record_and_keeps_the_manifest_as_json_writes_it(
+        site: dict[str, Any], tmp_path: Path) -> None:
+    """After one new run, summarised when it was saved, the command makes its one row from the store's columns and
+    summaries: it imports neither the run record's model nor the analyses (nor typer, dataclasses, statistics or
+    html: the start-up an incremental publish is made of). The rows it keeps are written out as the manifest held
+    them: the manifest is what ``json.dumps`` writes of it, and the same as a publish that made every row again."""
+    import os
+    import subprocess
+    import sys
+
+    store, folder = site["store"], site["folder"]
+    record = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True)
+    store.add(record)
+    keep_run_summary(store, record)
+    heavy = ("nbscope.record.run", "nbscope.analyse.history", "nbscope.analyse.diagnose", "nbscope.record.cells",
+             "typer", "click", "rich", "dataclasses", "statistics", "html")
+    probe = ("import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+             f"    print('modules', [m for m in {heavy!r} if m in sys.modules], file=sys.stderr)")
+    env = {key: value for key, value in os.environ.items() if key != "NBSCOPE_DB"}
+    done = subprocess.run([sys.executable, "-c", probe, "publish", str(store.path), "-o", str(folder)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "; 1 rebuilt;" in done.stdout, done.stderr
+    assert done.stderr.endswith("modules []\n")
+    text = (folder / MANIFEST).read_text()
+    assert text == json.dumps(json.loads(text), separators=(",", ":"))
+    again = tmp_path / "again"
+    publish(store.path, again, site=site_pages)
+    made_again = json.loads((again / MANIFEST).read_text())
+    assert json.loads(text)["rows"] == made_again["rows"]
+    assert {name: (folder / name).read_bytes() for name in made_again["pages"]} == {
+        name: (again / name).read_bytes() for name in made_again["pages"]}
+
+
 def test_a_notebooks_profile_and_trace_runs_make_one_history_in_time_order(tmp_path: Path) -> None:
     """A row's runs of two kinds come from two walks of the store's index; the row has them in time order, as
     the same runs of one kind."""

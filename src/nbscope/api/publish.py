@@ -25,22 +25,21 @@ import itertools
 import json
 import operator
 import re
-import statistics
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope import __version__
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
-from nbscope.record.cells import project_root
-from nbscope.record.run import PROFILE_KINDS
 from nbscope.record.store import STORE_FOLDER, Store
+from nbscope.schema.kinds import PROFILE_KINDS
 
 # The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
-# every summary kept (an unchanged row, a new site of a published store) does without them.
+# every summary kept (an unchanged row, a new site of a published store) does without them. So is the run
+# record's model, read only where a run's document is: an incremental publish, most of whose cost is starting the
+# command, imports neither (nor ``dataclasses`` or ``statistics``, which cost it as much as its own work).
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
@@ -53,14 +52,16 @@ SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
 
 
-@dataclass
 class PublishResult:
-    folder: Path
-    rows: int
-    runs: int
-    rows_rebuilt: int
-    pages_written: list[str] = field(default_factory=list)
-    pages_kept: int = 0
+    """What a publish made: the rows and runs it shows, the rows made again, the pages written and those kept."""
+
+    def __init__(self, folder: Path, rows: int, runs: int, rows_rebuilt: int, pages_kept: int = 0) -> None:
+        self.folder = folder
+        self.rows = rows
+        self.runs = runs
+        self.rows_rebuilt = rows_rebuilt
+        self.pages_written: list[str] = []
+        self.pages_kept = pages_kept
 
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "rows": self.rows, "runs": self.runs, "rows_rebuilt": self.rows_rebuilt,
@@ -72,6 +73,8 @@ def store_of(source: str | Path) -> Store:
     (``record.cells.project_root``: where ``nbscope profile`` run in that folder stores its runs)."""
     path = Path(source)
     if path.is_dir():
+        from nbscope.record.cells import project_root
+
         path = project_root(path) / STORE_FOLDER / "nbscope.db"
     if not path.is_file():
         raise NbscopeError(f"no run store at {path}: give a store file or a folder whose {STORE_FOLDER}/ holds one")
@@ -97,6 +100,14 @@ def _number(value: object) -> float | None:
 
 def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old if new is not None and old else None
+
+
+def _median(values: Sequence[float]) -> float:
+    """``statistics.median``'s figure (the middle value, or the mean of the two middle ones), without importing
+    ``statistics`` (its fractions and decimals) into the command for one median."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 # A run's summary (``Store.run_summaries``, ``analyse.run_summary``): what a row shows of the run, made whole when the
@@ -236,18 +247,20 @@ def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> lis
 TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
 
 
-@dataclass
 class RowPlan:
     """A row's runs (``Store.book_series`` tuples, oldest first), its change points and its confirmed regressions
     (as ``ChangePoint.to_dict`` gives them): found from the columns alone, or kept in the newest run's summary
     for the same series, so that the runs' summaries every row needs are read (or made) together."""
 
-    series: Sequence[tuple[Any, ...]]
-    ids: list[int]
-    walls: list[float | None]
-    changes: list[dict[str, Any]]
-    steps: list[tuple[dict[str, Any], int]]  # each confirmed regression and the index of its new level's first run
-    found: dict[str, Any] | None = None  # change points found now, for the newest run's summary
+    def __init__(self, series: Sequence[tuple[Any, ...]], ids: list[int], walls: list[float | None],
+                 changes: list[dict[str, Any]], steps: list[tuple[dict[str, Any], int]],
+                 found: dict[str, Any] | None = None) -> None:
+        self.series = series
+        self.ids = ids
+        self.walls = walls
+        self.changes = changes
+        self.steps = steps  # each confirmed regression and the index of its new level's first run
+        self.found = found  # change points found now, for the newest run's summary
 
 
 def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
@@ -322,7 +335,7 @@ def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine:
         else None,
         "cells": _cells(newest, previous),
         "findings": newest["findings"], "forecast": newest["forecast"],
-        "median_wall_s": statistics.median([w for w in walls if w is not None]) if any(walls) else None,
+        "median_wall_s": _median([w for w in walls if w is not None]) if any(walls) else None,
     }
 
 
@@ -406,24 +419,95 @@ def _series_by_row(per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str]
     return dict(sorted(grouped.items(), key=lambda item: (item[1][-1][STARTED_AT], item[1][-1][ID]), reverse=True))
 
 
-def _manifest(folder: Path) -> dict[str, Any] | None:
-    path = folder / MANIFEST
+# The manifest as publish writes it: compact JSON.
+COMPACT = (",", ":")
+_DECODE = json.JSONDecoder().raw_decode
+_string = json.encoder.encode_basestring_ascii  # a key as json.dumps writes it (ensure_ascii)
+
+
+def _manifest(folder: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The folder's manifest, and the text of each of its rows as it stands there (``_read_manifest``)."""
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) and manifest.get("version") in READABLE_MANIFESTS else None
+        text = (folder / MANIFEST).read_text()
+    except OSError:
+        return None, {}
+    try:
+        manifest, row_texts = _read_manifest(text)
+    except (ValueError, IndexError):  # laid out otherwise (edited by hand): read as any JSON, its rows written anew
+        row_texts = {}
+        try:
+            manifest = json.loads(text)
+        except ValueError:
+            return None, {}
+    if not isinstance(manifest, dict) or manifest.get("version") not in READABLE_MANIFESTS:
+        return None, {}
+    return manifest, row_texts
 
 
-def _check_folder(folder: Path) -> dict[str, Any] | None:
-    """The folder's manifest; refuses a folder that holds anything publish did not make (it is never replaced)."""
+def _read_manifest(text: str) -> tuple[Any, dict[str, str]]:
+    """``json.loads(text)`` of a manifest laid out as publish writes it (compact), and the text of each member of
+    its "rows" as it stands there: a row kept as it was is written out as that text (``_manifest_text``). A
+    ValueError (or IndexError) when it is laid out otherwise."""
+    row_texts: dict[str, str] = {}
+
+    def members(at: int, texts: dict[str, str] | None) -> tuple[dict[str, Any], int]:
+        # The object at text[at] and where it ends; each member's text to ``texts`` when given; at the top
+        # (``texts`` None) the object "rows" is read member by member, their texts to ``row_texts``.
+        if text[at] != "{":
+            raise ValueError("not an object")
+        found: dict[str, Any] = {}
+        at += 1
+        if text[at] == "}":
+            return found, at + 1
+        while True:
+            key, at = _DECODE(text, at)
+            if not isinstance(key, str) or text[at] != ":":
+                raise ValueError("not a member")
+            if texts is None and key == "rows" and text[at + 1] == "{":
+                found[key], end = members(at + 1, row_texts)
+            else:
+                found[key], end = _DECODE(text, at + 1)
+                if texts is not None:
+                    texts[key] = text[at + 1 : end]
+            at = end
+            if text[at] == "}":
+                return found, at + 1
+            if text[at] != ",":
+                raise ValueError("not a member")
+            at += 1
+
+    manifest, end = members(0, None)
+    if end != len(text):
+        raise ValueError("text after the manifest")
+    return manifest, row_texts
+
+
+def _manifest_text(manifest: Mapping[str, Any], row_texts: Mapping[str, str]) -> str:
+    """``json.dumps(manifest, default=str, separators=COMPACT)``, the same text, but each row of ``row_texts`` (a
+    row kept as the last publish wrote it) written as its text there: 240 rows' parts of the book pages are not
+    encoded again for one new run."""
+
+    def member(key: str, value: object) -> str:
+        if key != "rows" or not row_texts or not isinstance(value, Mapping):
+            return f"{_string(key)}:{json.dumps(value, default=str, separators=COMPACT)}"
+        rows = ",".join(f"{_string(name)}:{row_texts[name]}" if name in row_texts
+                        else f"{_string(name)}:{json.dumps(row, default=str, separators=COMPACT)}"
+                        for name, row in value.items())
+        return f'"rows":{{{rows}}}'
+
+    return "{" + ",".join(member(key, value) for key, value in manifest.items()) + "}"
+
+
+def _check_folder(folder: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The folder's manifest (and its rows' texts); refuses a folder that holds anything publish did not make (it
+    is never replaced)."""
     refuse_input(folder, option="-o")  # the store itself, named as the site's folder
     if folder.exists() and not folder.is_dir():
         raise NbscopeError(f"-o {folder} is a file, not a folder")
-    manifest = _manifest(folder) if folder.is_dir() else None
+    manifest, row_texts = _manifest(folder) if folder.is_dir() else (None, {})
     if folder.is_dir() and manifest is None and any(folder.iterdir()):
         raise NbscopeError(f"-o {folder} is not empty and was not made by `nbscope publish`; give a new or empty folder")
-    return manifest
+    return manifest, row_texts
 
 
 def _target_of(key: str) -> str:
@@ -472,13 +556,13 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
 
     store = store_of(source)
     folder = Path(output)
-    manifest = _check_folder(folder)
+    manifest, row_texts = _check_folder(folder)
     with store.held():  # one connection for every query and document
-        return _publish(store, folder, manifest, site=site, full=full, options=options)
+        return _publish(store, folder, manifest, row_texts, site=site, full=full, options=options)
 
 
-def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, site: SitePages, full: bool,
-             options: ChangeOptions | None) -> PublishResult:
+def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, row_texts: Mapping[str, str], *,
+             site: SitePages, full: bool, options: ChangeOptions | None) -> PublishResult:
     # Each row's parts of the book pages as the renderer made them (``site.book_row``) are kept with the row in the
     # manifest, valid while the nbscope that made them publishes: after another one, every row is made again.
     same_tool = manifest is not None and "tool" in manifest and manifest["tool"] == __version__
@@ -537,7 +621,7 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
         page = target_rows[0]["page"]
         if (full or target in changed or page not in old_pages) and all("history" in r for r in target_rows):
             pages[page] = site.lecture_page(target, target_rows)
-            pages[_data_file(page)] = json.dumps({"rows": target_rows}, default=str, separators=(",", ":"))
+            pages[_data_file(page)] = json.dumps({"rows": target_rows}, default=str, separators=COMPACT)
     result = PublishResult(folder=folder, rows=len(rows), runs=sum(s[0] for s in signatures.values()),
                            rows_rebuilt=len([key for key in stale if key in rows]))
     hashes = dict(old_pages)
@@ -545,7 +629,7 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
     # takes up (in full: no rows are known), not one it refuses as someone else's.
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder / MANIFEST, json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "scan": None,
-                                          "rows": {}, "pages": hashes}, separators=(",", ":")))
+                                          "rows": {}, "pages": hashes}, separators=COMPACT))
     for name, text in pages.items():
         digest = hashlib.sha256(text.encode()).hexdigest()
         path = folder / name
@@ -557,10 +641,13 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, *, 
         hashes[name] = digest
         result.pages_written.append(name)
     result.pages_kept += len(set(old_pages) - set(pages))
-    kept = {key: {**book_fields(row), "signature": signatures[key], "parts": parts[key]} for key, row in rows.items()}
-    manifest_text = json.dumps({"version": MANIFEST_VERSION, "tool": __version__, "store": str(store.path),
-                                "scan": scan, "rows": kept, "pages": hashes}, default=str, separators=(",", ":"))
-    _write(folder / MANIFEST, manifest_text)
+    # A row kept from the manifest as it was (no new run, not read from its data file) is written as its text there.
+    as_written = {key: row_texts[key] for key in rows if key not in stale and key not in whole and key in row_texts}
+    kept = {key: old_rows[key] if key in as_written else
+            {**book_fields(row), "signature": signatures[key], "parts": parts[key]} for key, row in rows.items()}
+    _write(folder / MANIFEST, _manifest_text({"version": MANIFEST_VERSION, "tool": __version__,
+                                              "store": str(store.path), "scan": scan, "rows": kept, "pages": hashes},
+                                             as_written))
     return result
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,9 +18,12 @@ from nbscope._units import seconds
 
 
 def e(value: Any) -> str:
-    """HTML-escaped text of any value (as ``render.html._base.e``, whose package import would pull in the report's
-    plots and diagnosis: a second of an incremental publish)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """HTML-escaped text of any value, as ``html.escape(text, quote=True)`` escapes it (``render.html._base.e``,
+    whose package import would pull in the report's plots and diagnosis: a second of an incremental publish). Not
+    ``html.escape`` itself: importing ``html`` reads its table of every named entity, which nothing here needs."""
+    text = "" if value is None else str(value)
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+            .replace("'", "&#x27;"))
 
 STATUS_ORDER = {"died": 0, "stopped": 1, "timeout": 2, "failed": 3, "ok": 4}
 STATUS_COLOURS = {"ok": "#2e7d32", "failed": "#c62828", "timeout": "#ef6c00", "died": "#6a1b9a", "stopped": "#546e7a"}
