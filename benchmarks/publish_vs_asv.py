@@ -18,7 +18,8 @@ publish`` once (asv has no incremental publish). asv is a dependency of this ben
 
 Each round times, side by side: ``publish`` full, ``publish`` after one lecture's new build, ``publish`` with
 nothing new, ``asv publish``, and ``publish`` after a whole new build; the store is put back as built before each round.
-Each ``publish`` is timed twice: as the command (``python -m nbscope publish``: the interpreter's and the command
+Beside them, the interpreter's own start-up (``python -c pass``, this environment's ``site`` and ``.pth`` files
+included), the floor under any command. Each ``publish`` is timed twice: as the command (``python -m nbscope publish``: the interpreter's and the command
 line's start-up included) and as the API call (``nbscope.api.publish.publish`` in a process that imported nbscope
 first: the publish's own work), each into its own site folder. A new build's runs are stored as ``nbscope profile``
 stores them: each with its summary made when it is saved (``keep_run_summary``); the time that takes, which
@@ -105,7 +106,10 @@ def add_build(path: Path, lectures: range, runners: tuple[str, ...], build: int,
     store = Store(path)
     records = [RunRecord.from_dict(run_document(bases[i % len(bases)], i, r, build, rng, builds=builds))
                for i in lectures for r in runners]
-    store.add_many(records)
+    if not all(added for _, added in store.add_many(records)):
+        # The same runs stored already (a round stopped before the store was put back): the publish after them
+        # would time "nothing new" under the name of a new build.
+        sys.exit(f"{path}: build {build}'s runs are stored already; run again without --keep-store")
     keep = getattr(publish, "keep_run_summary", None)
     if keep is None:
         return None
@@ -239,8 +243,12 @@ def main() -> None:
     folder: Path = args.folder
     store, asv = folder / "store" / "nbscope.db", folder / "asv"
     expected = args.lectures * len(RUNNERS) * args.builds
+    if subprocess.run([sys.executable, "-c", "import asv"], capture_output=True).returncode != 0:
+        sys.exit("asv is not importable: pip install asv (a dependency of this benchmark only)")
     if not args.keep_store:
         shutil.rmtree(folder, ignore_errors=True)
+    if store.exists() and _count(store) > expected:
+        sys.exit(f"{store} holds {_count(store)} runs, more than {expected}: run again without --keep-store")
     if not store.exists() or _count(store) < expected:
         started = time.perf_counter()
         runs = build_store(store, args.lectures, args.builds)
@@ -271,6 +279,18 @@ def main() -> None:
     shutil.copy(store, pristine)
     rounds: list[dict[str, tuple[float, float]]] = []
     api_site = folder / "site-api"
+    try:
+        _rounds(args, store, pristine, site, api_site, asv, nbscope, env, rounds)
+    finally:  # also after a failure: the next --keep-store starts from the store as built
+        shutil.copy(pristine, store)
+    if len(rounds) > 1:
+        median = {name: (statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds))
+                  for name in rounds[0]}
+        _report("median", median)
+
+
+def _rounds(args: argparse.Namespace, store: Path, pristine: Path, site: Path, api_site: Path, asv: Path,
+            nbscope: list[str], env: dict[str, str], rounds: list[dict[str, tuple[float, float]]]) -> None:
     for round_ in range(args.repeat):
         # Each round: the store as built, empty site folders; asv between nbscope's timings, so that a change
         # of the machine's load falls on both. Each publish as the command, then as the API call.
@@ -280,6 +300,11 @@ def main() -> None:
         os.sync()  # the copy's gigabyte is written back before the timings, not during them
         figures: dict[str, float] = {}
         api: dict[str, tuple[float, float]] = {}
+        # The interpreter alone, as the commands start it: the share of every command no publish can cut.
+        starts = [(timed([sys.executable, "-c", "pass"], store.parent, env, name="python"), CPU_TIMES["python"])
+                  for _ in range(5)]
+        figures["python"] = statistics.median(wall for wall, _ in starts)
+        CPU_TIMES["python"] = statistics.median(cpu for _, cpu in starts)
         figures["full"], api["full"] = timed_both(nbscope, store, site, api_site, env, name="full")
         per_run = add_build(store, range(1, 2), ("cpu",), args.builds, args.builds)
         os.sync()
@@ -297,11 +322,6 @@ def main() -> None:
         if per_run is not None and whole_per_run is not None:
             rounds[-1]["save"] = (per_run, whole_per_run)
         _report(round_ + 1, rounds[-1])
-    shutil.copy(pristine, store)
-    if len(rounds) > 1:
-        median = {name: (statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds))
-                  for name in rounds[0]}
-        _report("median", median)
 
 
 def _summaries_kept(store: Path) -> int:
@@ -322,29 +342,34 @@ def _count(store: Path) -> int:
 
 def _report(round_: int | str, figures: dict[str, tuple[float, float]]) -> None:
     asv_s, asv_cpu = figures["asv"]
+    python_s, python_cpu = figures["python"]
     print(f"round {round_}: load average {os.getloadavg()[0]:.1f} (wall | CPU time)")
-    print(f"  asv publish (full)                                {asv_s:7.2f} s | {asv_cpu:7.2f} s")
+    print(f"  asv publish (full)                                {asv_s:7.3f} s | {asv_cpu:7.3f} s")
+    print(f"  the interpreter's start-up alone (python -c pass) {python_s:7.3f} s | {python_cpu:7.3f} s")
     for how, prefix in (("command: ", ""), ("API call:", "api ")):
         full, full_cpu = figures[f"{prefix}full"]
         one, one_cpu = figures[f"{prefix}one"]
         none, none_cpu = figures[f"{prefix}none"]
         whole, whole_cpu = figures[f"{prefix}whole"]
-        print(f"  {how} nbscope publish (full)                 {full:7.2f} s | {full_cpu:7.2f} s   "
+        print(f"  {how} nbscope publish (full)                 {full:7.3f} s | {full_cpu:7.3f} s   "
               f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)")
-        print(f"  {how} after one lecture's build               {one:7.2f} s | {one_cpu:7.2f} s   "
+        print(f"  {how} after one lecture's build               {one:7.3f} s | {one_cpu:7.3f} s   "
               f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)")
-        print(f"  {how} nothing new                             {none:7.2f} s | {none_cpu:7.2f} s   "
+        if not prefix:  # what the command adds to the interpreter's start-up, against the same of a full one
+            print(f"  {how}   less the interpreter's start-up       {one - python_s:7.3f} s | "
+                  f"{one_cpu - python_cpu:7.3f} s   {(one - python_s) / (full - python_s):.1%} | "
+                  f"{(one_cpu - python_cpu) / (full_cpu - python_cpu):.1%} of full less it")
+        print(f"  {how} nothing new                             {none:7.3f} s | {none_cpu:7.3f} s   "
               f"{none / full:.1%} | {none_cpu / full_cpu:.1%} of full")
-        print(f"  {how} after a whole-book build                {whole:7.2f} s | {whole_cpu:7.2f} s   "
+        print(f"  {how} after a whole-book build                {whole:7.3f} s | {whole_cpu:7.3f} s   "
               f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full")
     if "save" in figures:
         one_run, each_of_whole = figures["save"]
-        print(f"  each new run's summary made when it is saved: {one_run:.2f} s CPU (one build), "
-              f"{each_of_whole:.2f} s CPU each (a whole build)")
+        print(f"  each new run's summary made when it is saved: {one_run:.3f} s CPU (one build), "
+              f"{each_of_whole:.3f} s CPU each (a whole build)")
     else:
         print("  summaries made when a run is saved: not by this nbscope (publish makes them)")
     sys.stdout.flush()
-
 
 if __name__ == "__main__":
     main()
