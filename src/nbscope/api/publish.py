@@ -38,8 +38,8 @@ from nbscope.schema.kinds import PROFILE_KINDS
 
 # The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
 # every summary kept (an unchanged row, a new site of a published store) does without them. So is the run
-# record's model, read only where a run's document is: an incremental publish, most of whose cost is starting the
-# command, imports neither (nor ``dataclasses`` or ``statistics``, which cost it as much as its own work).
+# record's model, needed only where a run's document is read: the command of an incremental publish is mostly its
+# start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``).
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
