@@ -20,7 +20,7 @@ and ``cell-error``. An analysis only: nothing here prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -172,7 +172,7 @@ def _settings_change(before: RunRecord, after: RunRecord) -> Change | None:
 
 
 def _peak_memory(cells: Sequence[Cell]) -> float | None:
-    peaks = [_units.number(cell.rss.get("peak_bytes")) for cell in cells]
+    peaks = [_units.number(cell.rss.peak_bytes) for cell in cells]
     return max((p for p in peaks if p is not None), default=None)
 
 
@@ -190,8 +190,7 @@ def classify_failure(record: RunRecord, run: NotebookRun | None = None) -> Failu
     died = next((c for c in cells if c.status == "kernel-died"), None)
     if died is not None:
         peak = _peak_memory(cells)
-        total = _units.number(record.fingerprint.get("memory", {}).get("total_bytes")
-                              if isinstance(record.fingerprint.get("memory"), Mapping) else None)
+        total = record.machine().memory.total_bytes
         if peak is not None and total and peak >= OOM_SHARE * total:
             return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory (peak "
                            f"{_units.size(peak)} of the machine's {_units.size(total)})", died.index)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from nbscope.schema import _fields
 from nbscope.schema.codec import Read, Repeat
 
-__all__ = ["Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Settings"]
+__all__ = ["Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Memory", "Settings"]
 
 
 def _absent(value: object) -> str | None:
@@ -45,6 +45,14 @@ class Cpu:
         if not self.load_average or not self.logical_cores:
             return None
         return self.load_average[0] / self.logical_cores
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The machine's memory when the fingerprint was taken (``/proc/meminfo``); None: not read."""
+
+    total_bytes: float | None
+    available_bytes: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,7 @@ class Machine:
 
     digest: str
     cpu: Cpu
+    memory: Memory
     gpus: tuple[Gpu, ...]
     gpus_absent: str | None  # why no GPU was listed (no driver, NVML missing, …); None when listed
     environment: Mapping[str, str]  # the variables the fingerprint records (JAX_*, XLA_*, …)

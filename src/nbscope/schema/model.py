@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 from nbscope.schema import _fields
 from nbscope.schema.codec import Read, Repeat, Time
+from nbscope.schema.memory import MemoryReading
 from nbscope.schema.programs import CellPrograms, ProgramData
 from nbscope.schema.status import RAN
 
@@ -148,8 +149,8 @@ class Cell:
     timeline: Mapping[str, Any] | None
     programs: CellPrograms | None  # the compiled programs the cell ran (program data; None: not recorded)
     alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
-    rss: Mapping[str, Any]
-    gpu_memory: Mapping[str, Any]
+    rss: MemoryReading  # the kernel's resident memory at the cell's start and end, and its peak
+    gpu_memory: MemoryReading  # the kernel's GPU memory (NVML), at the cell's start and end
     sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
     interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
     output_bytes: int | None = None  # what the cell sent to its outputs
