@@ -27,9 +27,9 @@ from typing import ClassVar
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
 from nbscope.record.run import RunRecord, backend_of, describe_settings, measurement_settings
-from nbscope.record.store import program_hashes as stored_program_hashes
 from nbscope.schema.codec import Encoded
 from nbscope.schema.model import Cell, NotebookRun
+from nbscope.schema.run_index import IndexedMeasurements
 
 # A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
 # kernel's out-of-memory killer (or a container limit below the machine's memory).
@@ -83,8 +83,8 @@ class Attribution(Encoded):
 
 def program_hashes(record: RunRecord) -> tuple[str, ...] | None:
     """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none
-    (``record.store.program_hashes``: where a run records them)."""
-    return stored_program_hashes({"measurements": record.measurements})
+    (``schema.run_index``: where a run records them)."""
+    return record.measured(IndexedMeasurements).program_hashes
 
 
 def _code_change(before: Sequence[Cell], after: Sequence[Cell]) -> Change | None:
