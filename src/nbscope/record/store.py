@@ -1017,8 +1017,8 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
 def _backend(record: RunRecord) -> str | None:
     """The backend a run measured on, for listings: an audit's backends, else the JAX backend it used."""
     if record.kind == "audit":
-        backends = (record.settings or {}).get("backends")
-        return ",".join(map(str, backends)) if isinstance(backends, list) and backends else None
+        backends = record.run_settings().backends
+        return ",".join(map(str, backends)) if backends else None
     return record_module.backend_of(record)["platform"]
 
 

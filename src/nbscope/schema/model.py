@@ -262,6 +262,10 @@ class NotebookRun:
     runner: RunnerInfo = field(default_factory=RunnerInfo)
     kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
     run_uuid: str | None = None  # the run's identity, as its live file's header has it (None: recorded without one)
+    live_file: str | None = None  # the live file the run wrote as it went (None: none kept)
+    recovered_from: str | None = None  # the live file a recovered run was read from
+    # each repeat's runner (``--repeat N``; empty: one run); an entry that is not an object stays in its place, as None
+    repeat_runners: tuple[RunnerInfo | None, ...] = ()
 
     @property
     def sources(self) -> dict[str, str]:
