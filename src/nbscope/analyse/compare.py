@@ -23,7 +23,6 @@ from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
 from nbscope.schema.codec import Encoded, Write, decode, given, known, never
 from nbscope.schema.model import Cell, Totals
-from nbscope.schema.timeline import TimelineSummary
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
@@ -210,7 +209,7 @@ def cell_figures(cell: Cell | None) -> CellFigures | None:
     """The figures of one cell that a comparison shows (None for a cell absent from a run)."""
     if cell is None:
         return None
-    classification = decode(TimelineSummary, cell.timeline).classification if cell.timeline is not None else None
+    classification = cell.timeline_summary.classification if cell.timeline_summary is not None else None
     return CellFigures(
         index=cell.index, line=cell.line, status=cell.status, wall_s=cell.wall_s, compile_s=cell.compile_s,
         run_s=cell.run_s, compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),

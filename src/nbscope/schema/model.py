@@ -24,6 +24,7 @@ from nbscope.schema.codec import Read, Repeat, Time
 from nbscope.schema.memory import MemoryReading
 from nbscope.schema.programs import CellPrograms, ProgramData
 from nbscope.schema.status import RAN
+from nbscope.schema.timeline import TimelineSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +146,10 @@ class Cell:
     jax: JaxFigures | None
     numba: NumbaFigures | None
     samples: Samples | None
-    # The timeline summary, which ``collect.timeline`` reads, kept as recorded.
+    # The timeline summary (``profile --timeline``) as recorded, which a finding's evidence quotes, and typed
+    # (None: the cell was not traced)
     timeline: Mapping[str, Any] | None
+    timeline_summary: Annotated[TimelineSummary | None, Read(key="timeline")]
     programs: CellPrograms | None  # the compiled programs the cell ran (program data; None: not recorded)
     alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
     rss: MemoryReading  # the kernel's resident memory at the cell's start and end, and its peak
