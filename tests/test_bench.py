@@ -17,6 +17,8 @@ from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render.bench import bench_markdown, print_bench
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import GroupFigure
 
 FAKE_FINGERPRINT = {"digest": "0123456789ab", "cpu": {"model": "test CPU", "logical_cores": 2}, "gpu": {}}
 
@@ -90,12 +92,12 @@ def test_linear_fit_recovers_slope_and_intercept() -> None:
 def test_a_figure_is_read_with_its_spread() -> None:
     steady = {"steady": {"median_s": 2.0, "spread": 0.1}}
     fit = {"fit": {"per_iter_s": 3e-9, "spread": 0.02}}
-    assert _stats.figure_value(steady) == (2.0, 0.1)
-    assert _stats.figure_value(fit) == (3e-9, 0.02)
-    assert _stats.figure_value({"first": {"wall_s": 1.0}}) is None
+    assert decode(GroupFigure, steady).reported() == (2.0, 0.1)
+    assert decode(GroupFigure, fit).reported() == (3e-9, 0.02)
+    assert decode(GroupFigure, {"first": {"wall_s": 1.0}}).reported() is None
     raised = {"steady": {"median_s": 2.0, "spread": 0.01, "uncertainty": 0.3}}
-    assert _stats.figure_value(raised) == (2.0, 0.3)
-    assert _stats.figure_value(raised, machine=False) == (2.0, 0.01)
+    assert decode(GroupFigure, raised).reported() == (2.0, 0.3)
+    assert decode(GroupFigure, raised).reported(machine=False) == (2.0, 0.01)
 
 
 def test_steadiness_sees_a_slow_state_that_the_mad_would_hide() -> None:

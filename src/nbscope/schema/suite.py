@@ -136,6 +136,19 @@ class GroupFigure:
     warnings: tuple[str, ...]
     note: str | None
 
+    def reported(self, *, machine: bool = True) -> tuple[float, float] | None:
+        """The (value, relative uncertainty) the figure reports, or None when it has none (a first call).
+
+        The uncertainty is the figure's ``uncertainty`` (its spread, raised to the machine's unsteadiness
+        during the run) or, with ``machine=False`` or in records without it, its spread alone."""
+        for value, spread, uncertainty in (
+            (self.steady.median_s, self.steady.spread, self.steady.uncertainty) if self.steady else (None, None, None),
+            (self.fit.per_iter_s, self.fit.spread, self.fit.uncertainty) if self.fit else (None, None, None),
+        ):
+            if spread is not None and value is not None:
+                return float(value), float(uncertainty if machine and uncertainty is not None else spread)
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerRun:

@@ -9,7 +9,7 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -256,17 +256,3 @@ def linear_fit(
         "r2": 1 - residual / total if total > 0 else 1.0,
         "points": n,
     }
-
-
-def figure_value(figure: Mapping[str, Any], *, machine: bool = True) -> tuple[float, float] | None:
-    """The (value, relative uncertainty) a figure reports, or None when it has none (a first call).
-
-    The uncertainty is the figure's ``uncertainty`` (its spread, raised to the machine's unsteadiness
-    during the run) or, with ``machine=False`` or in records without it, its spread alone.
-    """
-    for part, value_key in (("steady", "median_s"), ("fit", "per_iter_s")):
-        block = figure.get(part)
-        if isinstance(block, Mapping) and block.get("spread") is not None:
-            spread = block["uncertainty"] if machine and block.get("uncertainty") is not None else block["spread"]
-            return float(block[value_key]), float(spread)
-    return None
