@@ -283,6 +283,7 @@ class Sweep:
     platform: str | None
     device_kind: str | None
     loop: str | None  # the loop's target
+    trip_counts: tuple[int, ...]  # as swept, in increasing order
     points: tuple[LoopPoint, ...]  # in increasing trip count
     rounds: int | None
     fit: LoopFit | None  # None: fewer than two trip counts
