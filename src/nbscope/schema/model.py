@@ -161,6 +161,8 @@ class Cell:
     # wall_s; None: not recorded (no --forecast, or a record older than the field)
     collection_s: Time = None
     collection: Annotated[Mapping[str, float] | None, Read(_fields.times)] = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+    started_unix: float | None = None  # when the probe saw the cell start, on the kernel's clock (None: not seen)
+    skip_reason: str | None = None  # why a pathway's runner did not run the cell (the script pathway); None: it ran
 
     @staticmethod
     def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:

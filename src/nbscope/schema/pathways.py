@@ -59,14 +59,14 @@ class PathwayCell:
     reshape = staticmethod(_with_error_flag)
 
     @classmethod
-    def of(cls, cell: Cell, skip_reason: str | None) -> PathwayCell:
-        """From a typed cell of a pathway's run (``skip_reason``: the runner's, which the cell model lacks)."""
+    def of(cls, cell: Cell) -> PathwayCell:
+        """From a typed cell of a pathway's run."""
         walls = cell.samples.wall_s if cell.samples is not None else ()
         return cls(
             wall_s=cell.wall_s, compile_s=cell.compile_s, run_s=cell.run_s, status=cell.status,
             compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
             error=(cell.error.name or None) if cell.error else None, has_error=cell.error is not None,
-            skip_reason=skip_reason, samples=walls if len(walls) > 1 else (),
+            skip_reason=cell.skip_reason, samples=walls if len(walls) > 1 else (),
             spread=cell.spread if len(walls) > 1 else None,
         )
 
