@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Measured, Read
+from nbscope.schema.codec import Measured, Read, Write, known
 
 __all__ = [
     "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "LoopEstimate", "Extrapolation", "FirstCall", "FitPoint",
@@ -152,18 +152,23 @@ class GroupFigure:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRun:
-    """One worker process of a group (one dtype): how it ended and what it costs."""
+    """One worker process of a group (one dtype): how it ended and what it costs. Written (``api.bench``) with
+    the fields it has, in this order: a field the worker's document lacks is left out."""
 
-    dtype: str | None
-    status: str | None  # ok, skipped, error
-    reason: str | None
-    wall_s: Measured
-    worker_s: Measured
-    cpu_s: Measured
-    background_cores: Measured  # cores other processes kept busy meanwhile, on average
-    peak_rss_bytes: Measured
-    exit_code: int | None
-    notes: tuple[str, ...]
+    dtype: Annotated[str | None, Write(when=known)]
+    status: Annotated[str | None, Write(when=known)]  # ok, skipped, error
+    reason: Annotated[str | None, Write(when=known)]
+    wall_s: Annotated[Measured, Write(when=known)]
+    worker_s: Annotated[Measured, Write(when=known)]
+    cpu_s: Annotated[Measured, Write(when=known)]
+    background_cores: Annotated[Measured, Write(when=known)]  # cores other processes kept busy meanwhile, on average
+    peak_rss_bytes: Annotated[Measured, Write(when=known)]
+    exit_code: Annotated[int | None, Write(when=known)]
+    import_s: Annotated[Mapping[str, Measured] | None, Write(when=known)] = None  # each library's import
+    info: Annotated[Mapping[str, Any] | None, Write(when=known)] = None  # what the group reports of its library
+    notes: Annotated[tuple[str, ...] | None, Write(when=known)] = None
+    traceback: Annotated[str | None, Write(when=known)] = None  # a failed worker's
+    reference_s: Annotated[tuple[Measured, ...] | None, Write(when=known)] = None  # the reference workload's times
 
     @property
     def failed(self) -> bool:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from nbscope.collect.bench._config import Budget
+from nbscope.schema.suite import Steadiness
 
 MIN_SAMPLES = 5
 SPREAD_WARN = 0.10  # relative spread (MAD / median) above which a figure is flagged
@@ -153,7 +154,7 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def steadiness(reference_s: Sequence[float]) -> dict[str, Any] | None:
+def steadiness(reference_s: Sequence[float]) -> Steadiness | None:
     """How much the reference workload's time varied: half the 10–90 % range over the median.
 
     Not the MAD: a slow state that lasts a third of the run leaves the MAD small but moves a figure
@@ -163,16 +164,9 @@ def steadiness(reference_s: Sequence[float]) -> dict[str, Any] | None:
         return None
     median = statistics.median(reference_s)
     low, high = quantile(reference_s, 0.1), quantile(reference_s, 0.9)
-    return {
-        "workload": f"pure-Python loop of {REFERENCE_N:,} additions",
-        "samples": len(reference_s),
-        "median_s": median,
-        "p10_s": low,
-        "p90_s": high,
-        "min_s": min(reference_s),
-        "max_s": max(reference_s),
-        "spread": (high - low) / 2 / median if median > 0 else None,
-    }
+    return Steadiness(workload=f"pure-Python loop of {REFERENCE_N:,} additions", samples=len(reference_s),
+                      median_s=median, p10_s=low, p90_s=high, min_s=min(reference_s), max_s=max(reference_s),
+                      spread=(high - low) / 2 / median if median > 0 else None)
 
 
 @contextmanager
