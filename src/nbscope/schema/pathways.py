@@ -109,6 +109,21 @@ def _not_combined(entry: PathwayEntry) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class PathwayRunner:
+    """What a pathway's runner recorded of one run that is read back (``PathwayEntry.runner`` holds it as recorded):
+    how long it took, and the load average before and after it."""
+
+    build_s: float | None  # a book build: its command, spawn to exit
+    total_s: float | None  # a kernel's or a script's run
+    load_average: tuple[float, ...]  # the 1-minute load average before and after the run (those read)
+
+    @property
+    def elapsed(self) -> float | None:
+        """Spawn (or build command) to exit."""
+        return self.build_s if self.build_s is not None else self.total_s
+
+
+@dataclass(frozen=True, slots=True)
 class PathwayEntry:
     """One pathway of a record (``pathways[name]``): how it ran, its totals (as a profile's, plus what the pathway
     adds: ``process_start_s``, ``book_build_s``, ...), its runner's figures and its fixed costs outside the cells;
@@ -144,8 +159,7 @@ class PathwayEntry:
         """Spawn (or build command) to exit: the entry's, else (an earlier record) its runner's."""
         if self.elapsed_s is not None:
             return float(self.elapsed_s)
-        build = self.runner.get("build_s")
-        return number(build) if build is not None else number(self.runner.get("total_s"))
+        return decode(PathwayRunner, self.runner).elapsed
 
 
 # ---- bench figures through the pathways ---------------------------------------------------------------------
