@@ -411,11 +411,10 @@ def _wall_within_noise(row: TotalRow, floor_s: float) -> TotalRow:
     return replace(row, winner=within_noise(row.winner or Winner.of(row.a, row.b), floor_s, delta, "wall"))
 
 
-def _total(record: RunRecord, totals: Totals, key: str) -> float | None:
+def _total(totals: Totals, key: str) -> float | None:
     """A total of TOTAL_KEYS as the record has it: unknown when it has none (the typed ``Totals`` reads an
     absent count as 0), bytes as the whole number recorded (the typed view holds every figure as a float)."""
-    recorded = record.measurements.get("totals")
-    if not isinstance(recorded, Mapping) or key not in recorded:
+    if key not in totals.recorded:
         return None
     value = getattr(totals, key)
     return int(value) if key.endswith("_bytes") and value is not None and value.is_integer() else value
@@ -426,7 +425,7 @@ def compare_totals(a: RunRecord, b: RunRecord) -> tuple[TotalRow, ...]:
     totals_a, totals_b = a.notebook_run().totals, b.notebook_run().totals
     rows = []
     for key in TOTAL_KEYS:
-        va, vb = _total(a, totals_a, key), _total(b, totals_b, key)
+        va, vb = _total(totals_a, key), _total(totals_b, key)
         rows.append(TotalRow(key, va, vb, Winner.of(va, vb) if key.endswith("_s") else None))
     return tuple(rows)
 

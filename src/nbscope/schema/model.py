@@ -210,6 +210,12 @@ class Totals:
     cache_saving_s: float | None = None
     cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None
     cold_compiles: int | None = None
+    # the figures the record carries, in its order: a count it lacks reads as 0 above, and is unknown
+    recorded: tuple[str, ...] = ()
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**value, "recorded": list(value)}
 
 
 @dataclass(frozen=True, slots=True)
