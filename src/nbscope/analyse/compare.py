@@ -93,7 +93,7 @@ def check_profile(record: RunRecord, name: str = "run") -> None:
     if record.kind not in PROFILE_KINDS:
         raise NbscopeError(f"{name} is a {record.kind!r} run; compare and diagnose need a profile run")
     # The document's shape, checked where it is read: a missing list is not an empty notebook.
-    if not isinstance(record.measurements.get("cells"), list):
+    if not record.notebook_run().cells_recorded:
         raise NbscopeError(f"{name} has no per-cell measurements (measurements.cells is missing)")
 
 

@@ -277,6 +277,11 @@ class NotebookRun:
     recovered_from: str | None = None  # the live file a recovered run was read from
     # each repeat's runner (``--repeat N``; empty: one run); an entry that is not an object stays in its place, as None
     repeat_runners: tuple[RunnerInfo | None, ...] = ()
+    cells_recorded: bool = True  # False: the record holds no list of cells (not an empty notebook: no cell figures)
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**value, "cells_recorded": isinstance(value.get("cells"), list)}
 
     @property
     def sources(self) -> dict[str, str]:
