@@ -23,6 +23,8 @@ from typing import Any
 from nbscope.api.bench import BUSY_CORES_WARN, run_bench
 from nbscope.collect.bench import _stats
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import GroupFigure
 
 
 def figures_by_key(record: RunRecord) -> dict[str, dict[str, Any]]:
@@ -42,8 +44,9 @@ def compare(a: RunRecord, b: RunRecord, quiet_below: float = BUSY_CORES_WARN) ->
     rows, first_calls = [], []
     for key in figures_a.keys() & figures_b.keys():
         fa, fb = figures_a[key], figures_b[key]
-        va, vb = _stats.figure_value(fa), _stats.figure_value(fb)
-        sa, sb = _stats.figure_value(fa, machine=False), _stats.figure_value(fb, machine=False)
+        typed_a, typed_b = decode(GroupFigure, fa), decode(GroupFigure, fb)
+        va, vb = typed_a.reported(), typed_b.reported()
+        sa, sb = typed_a.reported(machine=False), typed_b.reported(machine=False)
         if va is not None and vb is not None and sa is not None and sb is not None:
             rows.append({
                 "key": key, "a": va[0], "b": vb[0], "spread_a": sa[1], "spread_b": sb[1],

@@ -17,6 +17,8 @@ from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render.bench import bench_markdown, print_bench
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import GroupFigure
 
 FAKE_FINGERPRINT = {"digest": "0123456789ab", "cpu": {"model": "test CPU", "logical_cores": 2}, "gpu": {}}
 
@@ -90,21 +92,22 @@ def test_linear_fit_recovers_slope_and_intercept() -> None:
 def test_a_figure_is_read_with_its_spread() -> None:
     steady = {"steady": {"median_s": 2.0, "spread": 0.1}}
     fit = {"fit": {"per_iter_s": 3e-9, "spread": 0.02}}
-    assert _stats.figure_value(steady) == (2.0, 0.1)
-    assert _stats.figure_value(fit) == (3e-9, 0.02)
-    assert _stats.figure_value({"first": {"wall_s": 1.0}}) is None
+    assert decode(GroupFigure, steady).reported() == (2.0, 0.1)
+    assert decode(GroupFigure, fit).reported() == (3e-9, 0.02)
+    assert decode(GroupFigure, {"first": {"wall_s": 1.0}}).reported() is None
     raised = {"steady": {"median_s": 2.0, "spread": 0.01, "uncertainty": 0.3}}
-    assert _stats.figure_value(raised) == (2.0, 0.3)
-    assert _stats.figure_value(raised, machine=False) == (2.0, 0.01)
+    assert decode(GroupFigure, raised).reported() == (2.0, 0.3)
+    assert decode(GroupFigure, raised).reported(machine=False) == (2.0, 0.01)
 
 
 def test_steadiness_sees_a_slow_state_that_the_mad_would_hide() -> None:
     fast, slow = [7e-3] * 14, [13e-3] * 6  # 30 % of the probes in a 1.9x slower state
     machine = _stats.steadiness(fast + slow)
-    assert machine["median_s"] == 7e-3
+    assert machine is not None and machine.median_s == 7e-3
     assert _stats.summarise(fast + slow)["spread"] == 0.0  # the MAD does not see it
-    assert machine["spread"] == pytest.approx((13e-3 - 7e-3) / 2 / 7e-3)
-    assert _stats.steadiness([1e-3] * 20)["spread"] == 0.0
+    assert machine.spread == pytest.approx((13e-3 - 7e-3) / 2 / 7e-3)
+    steady = _stats.steadiness([1e-3] * 20)
+    assert steady is not None and steady.spread == 0.0
     assert _stats.steadiness([1e-3] * 3) is None  # too few probes to say
     assert _stats.time_reference() > 0
 
@@ -186,7 +189,7 @@ def test_python_and_numpy_in_both_dtypes_give_a_valid_record(
             _figure_ok(figure)
             assert figure["first"]["wall_s"] > 0  # the first call is its own figure
     totals = record.measurements["totals"]
-    assert totals["figures"] == count_figures(f for g in groups.values() for f in g["figures"]) == 12
+    assert totals["figures"] == count_figures(decode(GroupFigure, f) for g in groups.values() for f in g["figures"]) == 12
     assert totals["wall_s"] > 0 and totals["groups_ok"] == 2
     assert ("start", "numpy", "float64") in events
     machine = record.measurements["machine"]

@@ -12,6 +12,8 @@ from nbscope._errors import NbscopeError
 from nbscope.api.loops import run_loops
 from nbscope.collect.loops import LoopOptions, extrapolate, linear_fit, load_target, parse_target
 from nbscope.record.store import Store
+from nbscope.schema.codec import decode
+from nbscope.schema.suite import LoopFit
 
 
 def test_linear_fit_recovers_a_line() -> None:
@@ -21,7 +23,7 @@ def test_linear_fit_recovers_a_line() -> None:
     assert fit["b_s"] == pytest.approx(5e-9)
     assert fit["us_per_iter"] == pytest.approx(0.005)
     assert fit["r2"] == pytest.approx(1.0)
-    assert extrapolate(fit, 10_000_000) == pytest.approx(40e-6 + 0.05)
+    assert extrapolate(decode(LoopFit, fit), 10_000_000) == pytest.approx(40e-6 + 0.05)
 
 
 def test_linear_fit_quality_drops_with_noise() -> None:

@@ -132,7 +132,7 @@ def test_absent_fields_read_none() -> None:
     assert figure.fit is not None and figure.fit.per_iter_s is None and figure.fit.points == ()
     group = decode(BenchGroup, {"status": "ok", "wall_s": "slow", "runs": [{"dtype": "float32"}, "garbage"]})
     assert group.wall_s is None and group.title is None and len(group.runs) == 1
-    assert group.runs[0].status is None and group.runs[0].notes == () and not group.runs[0].failed
+    assert group.runs[0].status is None and group.runs[0].notes is None and not group.runs[0].failed
 
     loops = decode(LoopsRun, {"sweeps": [{"placement": "default", "fit": {}}, "garbage"]})
     (sweep,) = loops.sweeps

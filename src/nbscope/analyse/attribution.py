@@ -20,16 +20,16 @@ and ``cell-error``. An analysis only: nothing here prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
 from nbscope.record.run import RunRecord, backend_of, describe_settings, measurement_settings
-from nbscope.record.store import program_hashes as stored_program_hashes
 from nbscope.schema.codec import Encoded
 from nbscope.schema.model import Cell, NotebookRun
+from nbscope.schema.run_index import IndexedMeasurements
 
 # A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
 # kernel's out-of-memory killer (or a container limit below the machine's memory).
@@ -83,8 +83,8 @@ class Attribution(Encoded):
 
 def program_hashes(record: RunRecord) -> tuple[str, ...] | None:
     """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none
-    (``record.store.program_hashes``: where a run records them)."""
-    return stored_program_hashes({"measurements": record.measurements})
+    (``schema.run_index``: where a run records them)."""
+    return record.measured(IndexedMeasurements).program_hashes
 
 
 def _code_change(before: Sequence[Cell], after: Sequence[Cell]) -> Change | None:
@@ -172,7 +172,7 @@ def _settings_change(before: RunRecord, after: RunRecord) -> Change | None:
 
 
 def _peak_memory(cells: Sequence[Cell]) -> float | None:
-    peaks = [_units.number(cell.rss.get("peak_bytes")) for cell in cells]
+    peaks = [_units.number(cell.rss.peak_bytes) for cell in cells]
     return max((p for p in peaks if p is not None), default=None)
 
 
@@ -190,8 +190,7 @@ def classify_failure(record: RunRecord, run: NotebookRun | None = None) -> Failu
     died = next((c for c in cells if c.status == "kernel-died"), None)
     if died is not None:
         peak = _peak_memory(cells)
-        total = _units.number(record.fingerprint.get("memory", {}).get("total_bytes")
-                              if isinstance(record.fingerprint.get("memory"), Mapping) else None)
+        total = record.machine().memory.total_bytes
         if peak is not None and total and peak >= OOM_SHARE * total:
             return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory (peak "
                            f"{_units.size(peak)} of the machine's {_units.size(total)})", died.index)

@@ -40,6 +40,7 @@ from nbscope.record.run import RunRecord
 from nbscope.schema.audit import (
     MEASURED,
     Audit,
+    AuditedRun,
     AuditEntry,
     AuditTag,
     AuditTotals,
@@ -57,7 +58,7 @@ from nbscope.schema.audit import (
     MergedFile,
     TopCause,
 )
-from nbscope.schema.codec import decode, decode_optional
+from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:  # the forecast is imported only for runs with program data
     from nbscope.analyse.forecast import Forecast
@@ -194,7 +195,7 @@ def diagnose_entries(entries: Sequence[AuditEntry], load: Callable[[AuditEntry],
 
 def audit_tag(record: RunRecord) -> AuditTag | None:
     """What the audit noted on a profile it ran (None: a profile no audit ran)."""
-    return decode_optional(AuditTag, record.measurements.get("audit"))
+    return record.measured(AuditedRun).audit
 
 
 def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash: str, reused: bool) -> AuditEntry:

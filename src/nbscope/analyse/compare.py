@@ -23,7 +23,6 @@ from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
 from nbscope.schema.codec import Encoded, Write, decode, given, known, never
 from nbscope.schema.model import Cell, Totals
-from nbscope.schema.timeline import TimelineSummary
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
@@ -94,7 +93,7 @@ def check_profile(record: RunRecord, name: str = "run") -> None:
     if record.kind not in PROFILE_KINDS:
         raise NbscopeError(f"{name} is a {record.kind!r} run; compare and diagnose need a profile run")
     # The document's shape, checked where it is read: a missing list is not an empty notebook.
-    if not isinstance(record.measurements.get("cells"), list):
+    if not record.notebook_run().cells_recorded:
         raise NbscopeError(f"{name} has no per-cell measurements (measurements.cells is missing)")
 
 
@@ -210,7 +209,7 @@ def cell_figures(cell: Cell | None) -> CellFigures | None:
     """The figures of one cell that a comparison shows (None for a cell absent from a run)."""
     if cell is None:
         return None
-    classification = decode(TimelineSummary, cell.timeline).classification if cell.timeline is not None else None
+    classification = cell.timeline_summary.classification if cell.timeline_summary is not None else None
     return CellFigures(
         index=cell.index, line=cell.line, status=cell.status, wall_s=cell.wall_s, compile_s=cell.compile_s,
         run_s=cell.run_s, compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
@@ -412,11 +411,10 @@ def _wall_within_noise(row: TotalRow, floor_s: float) -> TotalRow:
     return replace(row, winner=within_noise(row.winner or Winner.of(row.a, row.b), floor_s, delta, "wall"))
 
 
-def _total(record: RunRecord, totals: Totals, key: str) -> float | None:
+def _total(totals: Totals, key: str) -> float | None:
     """A total of TOTAL_KEYS as the record has it: unknown when it has none (the typed ``Totals`` reads an
     absent count as 0), bytes as the whole number recorded (the typed view holds every figure as a float)."""
-    recorded = record.measurements.get("totals")
-    if not isinstance(recorded, Mapping) or key not in recorded:
+    if key not in totals.recorded:
         return None
     value = getattr(totals, key)
     return int(value) if key.endswith("_bytes") and value is not None and value.is_integer() else value
@@ -427,7 +425,7 @@ def compare_totals(a: RunRecord, b: RunRecord) -> tuple[TotalRow, ...]:
     totals_a, totals_b = a.notebook_run().totals, b.notebook_run().totals
     rows = []
     for key in TOTAL_KEYS:
-        va, vb = _total(a, totals_a, key), _total(b, totals_b, key)
+        va, vb = _total(totals_a, key), _total(totals_b, key)
         rows.append(TotalRow(key, va, vb, Winner.of(va, vb) if key.endswith("_s") else None))
     return tuple(rows)
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from nbscope._units import number, seconds
 from nbscope.record import cells as cell_model
-from nbscope.schema._fields import text as _text
 from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
 from nbscope.schema.pathways import (
@@ -62,23 +61,21 @@ def tolerance(entries: Sequence[PathwayCell]) -> float:
     return tol
 
 
-def _typed(cells: Sequence[Mapping[str, Any]]) -> list[tuple[Cell, str | None]]:
-    """A run's cell documents as typed cells, each with the runner's ``skip_reason`` (not in the cell model)."""
-    return [(decode(Cell, c), _text(c.get("skip_reason"))) for c in cells]
+def _typed(cells: Sequence[Mapping[str, Any]]) -> list[Cell]:
+    """A run's cell documents as typed cells."""
+    return [decode(Cell, c) for c in cells]
 
 
 def pair_cells(reference: Sequence[Mapping[str, Any]], results: Mapping[str, Any]) -> list[PathwayRow]:
     """One row per code cell of ``reference`` (the notebook's cells) with each pathway's figures
     (``results`` maps a pathway's name to its result, whose ``cells`` ran that notebook)."""
-    notebook = [cell for cell, _ in _typed(reference)]
+    notebook = _typed(reference)
     ran: dict[str, dict[int, PathwayCell]] = {}
     for name, result in results.items():
         if not result.cells:
             continue
-        cells = _typed(result.cells)
-        reasons = {id(cell): reason for cell, reason in cells}
-        ran[name] = {id(p.a): PathwayCell.of(p.b, reasons[id(p.b)])
-                     for p in cell_model.pair_cells(notebook, [cell for cell, _ in cells])
+        ran[name] = {id(p.a): PathwayCell.of(p.b)
+                     for p in cell_model.pair_cells(notebook, _typed(result.cells))
                      if p.match == "hash" and p.a is not None and p.b is not None}
     return [_row(cell, {name: paired[id(cell)] for name, paired in ran.items() if id(cell) in paired}, len(ran))
             for cell in notebook]

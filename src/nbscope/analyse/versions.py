@@ -65,7 +65,7 @@ def variant_run(label: str, requirements: Sequence[str], *, environment: str | N
     return VariantRun(
         label=label, requirements=tuple(requirements), environment=environment, reused=reused, build_s=build_s,
         run_id=record.run_id if record else None, status=record.status if record else "not-run",
-        digest=record.digest if record else None, versions=record.fingerprint.get("versions") if record else None,
+        digest=record.digest if record else None, versions=record.machine().recorded_versions if record else None,
         kernel_python=kernel.executable if kernel else None, error=error, record=record,
     )
 

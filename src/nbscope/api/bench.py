@@ -31,8 +31,8 @@ from nbscope.collect.bench._config import (
 from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
-from nbscope.schema.codec import decode
-from nbscope.schema.suite import BenchRun, BenchTotals, WorkerRun
+from nbscope.schema.codec import decode, encode
+from nbscope.schema.suite import BenchRun, BenchTotals, GroupFigure, WorkerRun
 
 __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
 
@@ -114,11 +114,13 @@ def _measurements(
     results: dict[str, dict[str, Any]], sizes: dict[str, Any], wall: float, interrupted: bool
 ) -> dict[str, Any]:
     groups: dict[str, Any] = {}
+    reference: list[float] = []  # the reference workload's times, every worker's
     for name, entry in results.items():
         runs = entry["runs"]
         if not runs:
             continue
         workers = [decode(WorkerRun, run) for run in runs]  # each worker's document, as the group stores it
+        reference.extend(t for worker in workers for t in worker.reference_s or () if t is not None)
         statuses = [worker.status for worker in workers]
         status = "error" if "error" in statuses else "skipped" if all(s == "skipped" for s in statuses) else "ok"
         reasons = sorted({worker.reason for worker in workers if worker.reason})
@@ -138,29 +140,18 @@ def _measurements(
             "background_cores": background,
             "warnings": warnings,
             "sizes": {k.partition(".")[2]: v for k, v in sizes.items() if k.startswith(name + ".")},
-            "runs": [
-                {
-                    key: run.get(key)
-                    for key in (
-                        "dtype", "status", "reason", "wall_s", "worker_s", "cpu_s", "background_cores", "peak_rss_bytes", "exit_code",
-                        "import_s", "info", "notes", "traceback", "reference_s",
-                    )
-                    if run.get(key) is not None
-                }
-                for run in runs
-            ],
+            "runs": [encode(worker) for worker in workers],
             "figures": [figure for run in runs for figure in run.get("figures", [])],
         }
     figures = [figure for group in groups.values() for figure in group["figures"]]
-    reference = [t for entry in results.values() for run in entry["runs"] for t in run.get("reference_s") or []]
+    typed = [decode(GroupFigure, figure) for figure in figures]
     machine = _stats.steadiness(reference)
-    machine_spread = (machine or {}).get("spread") or 0.0
-    for figure in figures:
-        for part in ("steady", "fit"):
-            block = figure.get(part)
-            if block and block.get("spread") is not None:
+    machine_spread = (machine.spread if machine is not None else None) or 0.0
+    for figure, read in zip(figures, typed, strict=True):
+        for part, block in (("steady", read.steady), ("fit", read.fit)):
+            if block is not None and block.spread is not None:
                 # What a figure is known to: its own spread, or the machine's drift if that is larger.
-                block["uncertainty"] = max(block["spread"], machine_spread)
+                figure[part]["uncertainty"] = max(block.spread, machine_spread)
     warnings = []
     if machine_spread > _stats.SPREAD_WARN:
         warnings.append(
@@ -169,28 +160,28 @@ def _measurements(
         )
     return {
         "totals": {
-            "figures": count_figures(figures),
+            "figures": count_figures(typed),
             "rows": len(figures),
             "wall_s": wall,
             "groups": len(groups),
             "groups_ok": sum(g["status"] == "ok" for g in groups.values()),
             "groups_skipped": sum(g["status"] == "skipped" for g in groups.values()),
             "groups_failed": sum(g["status"] == "error" for g in groups.values()),
-            "warnings": sum(len(f.get("warnings") or []) for f in figures),
+            "warnings": sum(len(f.warnings) for f in typed),
             "peak_rss_bytes": max((g["peak_rss_bytes"] or 0 for g in groups.values()), default=None),
             "background_cores": max((g["background_cores"] for g in groups.values()), default=0.0),
             "interrupted": interrupted,
             "machine_spread": machine_spread if machine else None,
         },
-        "machine": machine,
+        "machine": encode(machine) if machine is not None else None,
         "warnings": warnings,
         "groups": groups,
     }
 
 
-def count_figures(figures: Iterable[dict[str, Any]]) -> int:
+def count_figures(figures: Iterable[GroupFigure]) -> int:
     """Timed values reported: each first call, each steady state and each fitted slope is one figure."""
-    return sum((f.get("first") is not None) + (f.get("steady") is not None) + (f.get("fit") is not None) for f in figures)
+    return sum((f.first is not None) + (f.steady is not None) + (f.fit is not None) for f in figures)
 
 
 @dataclass(frozen=True)

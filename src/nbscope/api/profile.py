@@ -493,8 +493,8 @@ def _how_far(record: RunRecord, executions: list[NotebookExecution], repeats: in
     finished = sum(1 for e in executions if not e.interrupted)
     if repeats > 1 and finished:
         return f"{finished} of {repeats} repeats finished"
-    done = record.measurements["totals"]
-    return f"{done['cells_run']} of {done['cells']} cells ran"
+    done = record.notebook_run().totals
+    return f"{done.cells_run} of {done.cells} cells ran"
 
 
 def _check_can_empty(folder: Path) -> None:

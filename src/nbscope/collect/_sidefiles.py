@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nbscope.schema.codec import decode
-from nbscope.schema.probe import ProbeCell, ProbeStart, ProbeWarning
+from nbscope.schema.probe import ProbeCell, ProbeLine, ProbeStart, ProbeWarning
 
 
 class ProbeReader:
@@ -39,7 +39,7 @@ class ProbeReader:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            kind = record.get("type") if isinstance(record, dict) else None
+            kind = decode(ProbeLine, record).type
             if kind == "kernel":
                 self.kernel = record
             elif kind == "cell":

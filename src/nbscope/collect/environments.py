@@ -35,6 +35,8 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope.collect import fingerprint as fp
+from nbscope.schema import codec
+from nbscope.schema.machine import Machine
 
 ENV_FORMAT = 1
 COMPLETE_MARKER = ".nbscope-env.json"  # written last: everything is installed
@@ -232,7 +234,7 @@ def variant_fingerprint(base: dict[str, Any], environment: Environment, packages
     versions = fp.versions_from(installed, environment.python_version(), sys.implementation.name)
     for name in packages:
         versions.setdefault(name, installed.get(name) or fp.absent("not installed"))
-    own = base.get("versions") or {}
+    own = codec.decode(Machine, base).recorded_versions or {}  # nbscope's own environment's
     for section, package in (("blas", "numpy"), ("numba_threading", "numba")):
         if versions.get(package) != own.get(package):
             document[section] = fp.absent(

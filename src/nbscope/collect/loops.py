@@ -41,6 +41,8 @@ from nbscope._errors import NbscopeError
 if TYPE_CHECKING:
     from jax import Array, Device
 
+    from nbscope.schema.suite import LoopFit
+
 BUILTIN_TARGET = "builtin:logistic-map"
 BUILTIN_DESCRIPTION = "logistic map x ← 4·x·(1 − x), lax.scan over jnp.arange(n) (the lecture's qm_jax)"
 DEFAULT_TRIPS = (1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000)
@@ -138,8 +140,9 @@ def linear_fit(trips: Sequence[float], seconds: Sequence[float]) -> dict[str, fl
     return {"a_s": a, "b_s": b, "us_per_iter": b * 1e6, "r2": r2}
 
 
-def extrapolate(fit: dict[str, Any], trips: int) -> float:
-    return float(fit["a_s"] + fit["b_s"] * trips)
+def extrapolate(fit: LoopFit, trips: int) -> float | None:
+    """The fit's time at ``trips`` (None: a fit without its line's figures)."""
+    return None if fit.a_s is None or fit.b_s is None else float(fit.a_s + fit.b_s * trips)
 
 
 # ---- the parent: run the worker, build the record ------------------------------------------------
@@ -354,7 +357,7 @@ class _Sweeper:
                     notes.append(f"{self.placement}: stopped sampling after {rounds} rounds (sweep budget {budget:g} s)")
                     break
                 if rounds >= self.settings["samples"] and (
-                    len(points) < 2 or (self.fit(points).get("r2") or 0.0) >= STEADY_R2
+                    len(points) < 2 or (self.fit(points)["r2"] or 0.0) >= STEADY_R2
                 ):
                     break
         finally:

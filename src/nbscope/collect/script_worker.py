@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         }
     )
     for cell in cells:
-        reason = cell.get("skip")
+        reason = cell["skip"]  # the runner writes every cell's index, source, hash and skip (None: run it)
         if reason is None:
             missing = missing_magics(shell, cell["source"])
             if missing:

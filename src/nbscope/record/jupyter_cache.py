@@ -149,7 +149,7 @@ def _already_imported(store: Store) -> set[tuple[str, str]]:
     seen = set()
     for row in store.list(kind="jupyter-cache"):
         record = store.get(row["id"])
-        seen.add((str(record.settings.get("hashkey")), record.started_at))
+        seen.add((str(record.run_settings().hashkey), record.started_at))
     return seen
 
 

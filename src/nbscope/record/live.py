@@ -274,7 +274,7 @@ def fill_measurements(
         runner = dict(executions[-1].runner)
         status = "ok" if all(e.status == "ok" for e in executions) else "partial"
         kernel = executions[-1].kernel
-    run_uuid = record.measurements.get("run_uuid")
+    run_uuid = record.notebook_run().run_uuid
     record.measurements = {
         "notebook": notebook,
         "runner": runner,

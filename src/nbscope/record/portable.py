@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 from nbscope.schema import codec
+from nbscope.schema.machine import Machine
 from nbscope.schema.model import NotebookRun
 
 ELLIPSIS = "…/"
@@ -94,17 +95,18 @@ def portable(document: dict[str, Any], *, root: str | Path | None = None, home: 
         if run.kernel is not None and run.kernel.cwd is not None:
             relative = localiser.text(run.kernel.cwd)
             measurements["kernel"]["cwd"] = _last_part(relative) if _absolute(relative) else relative
-        for name in ("live_file", "recovered_from"):
-            if isinstance(measurements.get(name), str):
-                measurements[name] = _last_part(measurements[name])
-        for runner in [measurements.get("runner"), *(measurements.get("repeat_runners") or [])]:
-            if isinstance(runner, dict) and isinstance(runner.get("recovered_from"), str):
-                runner["recovered_from"] = _last_part(runner["recovered_from"])
+        for name, live in (("live_file", run.live_file), ("recovered_from", run.recovered_from)):
+            if live is not None:
+                measurements[name] = _last_part(live)
+        if run.runner.recovered_from is not None:
+            measurements["runner"]["recovered_from"] = _last_part(run.runner.recovered_from)
+        for position, runner in enumerate(run.repeat_runners):
+            if runner is not None and runner.recovered_from is not None:
+                measurements["repeat_runners"][position]["recovered_from"] = _last_part(runner.recovered_from)
         measurements["portable"] = True
-    pools = (document["fingerprint"].get("blas") or {}).get("pools")
-    for pool in pools if isinstance(pools, list) else []:
-        if isinstance(pool, dict) and isinstance(pool.get("path"), str):
-            pool["path"] = PurePosixPath(pool["path"].replace("\\", "/")).name
+    for position, pool in enumerate(codec.decode(Machine, document["fingerprint"]).blas.pools):
+        if pool is not None and pool.path is not None:
+            document["fingerprint"]["blas"]["pools"][position]["path"] = PurePosixPath(pool.path.replace("\\", "/")).name
     document = cast(dict[str, Any], localiser.walk(document))  # a document walks into a document
     command = document["command"]
     if isinstance(command, list) and command:

@@ -196,7 +196,12 @@ class RunRecord(codec.Encoded):
         for other kinds, the cells and totals they have)."""
         from nbscope.schema.model import NotebookRun
 
-        return self._view(NotebookRun, self.measurements)
+        return self.measured(NotebookRun)
+
+    def measured(self, cls: type[View]) -> View:
+        """The parts of this run's measurements that ``cls`` types (``notebook_run``'s, or another view's), decoded
+        once for a loaded record."""
+        return self._view(cls, self.measurements)
 
     def machine(self) -> Machine:
         """The machine this run ran on (its fingerprint), typed."""

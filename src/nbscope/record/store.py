@@ -223,46 +223,18 @@ def _short_hash(parts: Iterable[str]) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def program_hashes(document: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The distinct hashes of the compiled programs a run executed, sorted; None when the run recorded none.
-    Read from its cells' ``programs_hash`` (``[{name, hash}]`` of each program a cell compiled: every run of a
-    probe that hashes programs), else from the programs table (``measurements.programs.programs[*].program_hash``),
-    which counts only when every program in it has one."""
-    measurements = document.get("measurements")
-    if not isinstance(measurements, Mapping):
-        return None
-    per_cell = [entry.get("hash") for cell in measurements.get("cells") or () if isinstance(cell, Mapping)
-                for entry in (cell.get("programs_hash") or ()) if isinstance(entry, Mapping)]
-    if per_cell:
-        hashes = per_cell
-    else:
-        table = measurements.get("programs")
-        programs = table.get("programs") if isinstance(table, Mapping) else None
-        if not isinstance(programs, Mapping):
-            return None
-        hashes = [entry.get("program_hash") if isinstance(entry, Mapping) else None for entry in programs.values()]
-    if not hashes or not all(isinstance(h, str) and h for h in hashes):
-        return None
-    return tuple(sorted({str(h) for h in hashes}))
-
-
 def _document_summary(document: Mapping[str, Any]) -> tuple[Any, ...]:
     """Version 7's columns of a run, from its document (as stored, or as a migration reads it)."""
-    measurements = document.get("measurements")
-    measurements = measurements if isinstance(measurements, Mapping) else {}
-    totals = measurements.get("totals")
-    totals = totals if isinstance(totals, Mapping) else {}
-    # Not a bool, which is an int.
-    figures = [float(v) if isinstance(v := totals.get(name), (int, float)) and not isinstance(v, bool) else None
-               for name in FIGURE_COLUMNS]
-    cache = totals.get("cache_state")
-    cells = [c.get("source_hash") for c in measurements.get("cells") or () if isinstance(c, Mapping)]
-    fingerprint = document.get("fingerprint")
-    versions = fingerprint.get("versions") if isinstance(fingerprint, Mapping) else None
+    from nbscope.schema import codec
+    from nbscope.schema.run_index import IndexedRun
+
+    run = codec.decode(IndexedRun, document)
+    totals, versions = run.measurements.totals, run.fingerprint.versions
     packages = sorted(f"{k}={json.dumps(v, sort_keys=True, default=str)}" for k, v in versions.items()) \
-        if isinstance(versions, Mapping) else []
-    programs = program_hashes(document)
-    return (*figures, str(cache) if isinstance(cache, str) else None, _short_hash(map(str, cells)),
+        if versions is not None else []
+    programs = run.measurements.program_hashes
+    return (totals.wall_s, totals.compile_s, totals.run_s, totals.cache_state,
+            _short_hash(str(cell.source_hash) for cell in run.measurements.cells),
             _short_hash(packages), _short_hash(programs) if programs is not None else None)
 
 
@@ -1077,8 +1049,8 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
 def _backend(record: RunRecord) -> str | None:
     """The backend a run measured on, for listings: an audit's backends, else the JAX backend it used."""
     if record.kind == "audit":
-        backends = (record.settings or {}).get("backends")
-        return ",".join(map(str, backends)) if isinstance(backends, list) and backends else None
+        backends = record.run_settings().backends
+        return ",".join(map(str, backends)) if backends else None
     from nbscope.record import run as record_module
 
     return record_module.backend_of(record)["platform"]

@@ -167,7 +167,7 @@ def _notes(name: str, group: BenchGroup) -> list[str]:
         notes.append(f"[dim]{literal(where)}: {literal(note)}[/dim]")
     notes.extend(f"[yellow]⚠ {literal(warning)}[/yellow]" for warning in group.warnings)
     for run in group.runs:
-        notes.extend(f"[dim]{literal(note)}[/dim]" for note in run.notes)
+        notes.extend(f"[dim]{literal(note)}[/dim]" for note in run.notes or ())
         if run.failed:
             notes.append(f"[red]{literal(name)} ({literal(run.dtype)}) failed:[/red] {literal(run.reason)}")
     return list(dict.fromkeys(notes))

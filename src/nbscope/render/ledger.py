@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from nbscope import _units as units
 from nbscope.record.run import RunRecord
@@ -125,18 +124,16 @@ def print_summary(record: RunRecord) -> None:
     run = record.notebook_run()
     t = run.totals
     # A figure the record does not carry (a record without totals, from elsewhere) is "unknown", never 0 or None.
-    given = record.measurements.get("totals")
-    given = given if isinstance(given, dict) else {}
-    if not given:
+    if not t.recorded:
         console.print("[bold]total[/bold] unknown: the record carries no totals")
     else:
-        _print_totals(t, given)
+        _print_totals(t)
     _print_cell_errors(run)
 
 
-def _print_totals(t: Totals, given: dict[str, Any]) -> None:
+def _print_totals(t: Totals) -> None:
     def known(name: str, value: object) -> str:
-        return str(value) if name in given and value is not None else "unknown"
+        return str(value) if name in t.recorded and value is not None else "unknown"
 
     wall = t.wall_s
     share = f" ({(t.compile_s or 0.0) / wall:.0%})" if wall and t.compile_s is not None else ""

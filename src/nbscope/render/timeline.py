@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from nbscope.record.run import RunRecord
 from nbscope.render.terminal import Column, console, fitted_table, format_seconds, literal, source_text
-from nbscope.schema.codec import decode
-from nbscope.schema.timeline import OpCount, TimelineSummary
+from nbscope.schema.timeline import OpCount
 
 
 def _count(counted: OpCount | None) -> str:
@@ -15,9 +14,9 @@ def _count(counted: OpCount | None) -> str:
 def print_timeline(record: RunRecord) -> None:
     """A per-cell table of the timeline summaries of a profile record (``--timeline``).
 
-    A cell's summary is read as ``collect.timeline`` wrote it: the cell model keeps it as recorded."""
-    cells = [c for c in record.notebook_run().cells if c.timeline]
-    if not cells:
+    A cell's summary is read as ``collect.timeline`` wrote it (the cell model's ``timeline_summary``)."""
+    traced = [(c, c.timeline_summary) for c in record.notebook_run().cells if c.timeline_summary is not None]
+    if not traced:
         console.print("[dim]timeline: no cell was traced (only cells after the notebook's own first JAX work are)[/dim]")
         return
     columns = [
@@ -29,8 +28,7 @@ def print_timeline(record: RunRecord) -> None:
         Column("longest op", "left", "source", min_width=10),
     ]
     rows = []
-    for cell in cells:
-        summary = decode(TimelineSummary, cell.timeline)
+    for cell, summary in traced:
         where = literal(cell.line or "")
         if summary.classification is None:
             rows.append([str(cell.index + 1), where, "", "", "", "", "", "", "", "–",

@@ -57,6 +57,13 @@ class AuditTag:
     interrupted: Annotated[bool | None, Write(omit=_finished)] = None
 
 
+@dataclass(frozen=True, slots=True)
+class AuditedRun:
+    """A profile's measurements as an audit reads them: the tag it noted there (None: a profile no audit ran)."""
+
+    audit: AuditTag | None
+
+
 # ---- a lecture's GPU forecast from its CPU run --------------------------------------------------------------
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Read, Repeat
+from nbscope.schema.codec import Name, Read, Repeat
 
-__all__ = ["Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Settings"]
+__all__ = ["Blas", "BlasPool", "Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Memory", "Settings"]
 
 
 def _absent(value: object) -> str | None:
@@ -45,6 +45,27 @@ class Cpu:
         if not self.load_average or not self.logical_cores:
             return None
         return self.load_average[0] / self.logical_cores
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The machine's memory when the fingerprint was taken (``/proc/meminfo``); None: not read."""
+
+    total_bytes: float | None
+    available_bytes: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BlasPool:
+    """A thread pool of a numerical library the kernel's NumPy loaded (``threadpoolctl``)."""
+
+    path: str | None  # the library's file
+
+
+@dataclass(frozen=True, slots=True)
+class Blas:
+    # every pool, in the fingerprint's order; an entry that is not an object stays in its place, as None
+    pools: tuple[BlasPool | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +115,15 @@ class Machine:
 
     digest: str
     cpu: Cpu
+    memory: Memory
+    blas: Blas
     gpus: tuple[Gpu, ...]
     gpus_absent: str | None  # why no GPU was listed (no driver, NVML missing, …); None when listed
     environment: Mapping[str, str]  # the variables the fingerprint records (JAX_*, XLA_*, …)
     versions: Mapping[str, str]  # package versions (``jax_plugins`` is in ``jax_plugins``)
     jax_plugins: Mapping[str, str]
     jax_runtime: JaxRuntime | None  # None: not collected
+    recorded_versions: Mapping[str, Any] | None  # ``versions`` as recorded (an absent package as ``{"absent": why}``)
 
     @staticmethod
     def reshape(fingerprint: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -107,7 +131,7 @@ class Machine:
         versions apart from ``jax_plugins``."""
         devices = _fields.mapping(fingerprint.get("gpu")).get("devices")
         versions = _fields.mapping(fingerprint.get("versions"))
-        return {**fingerprint, "gpus": devices,
+        return {**fingerprint, "gpus": devices, "recorded_versions": fingerprint.get("versions"),
                 "gpus_absent": _absent(devices) or (None if isinstance(devices, list) else "not recorded"),
                 "versions": {k: str(v) for k, v in versions.items() if not isinstance(v, (Mapping, list))},
                 "jax_plugins": versions.get("jax_plugins")}
@@ -143,6 +167,8 @@ class Settings:
     timeout: float | None
     kernel: str | None = None  # the kernel asked for (None: the notebook's own)
     env_values_stored: bool = False  # ``--env`` values kept as given (``--env-store-values``), not as hashes
+    backends: tuple[Name, ...] = ()  # an audit: the backends it ran the notebooks on
+    hashkey: Name = None  # a jupyter-cache import: the cache's key of the executed notebook
 
 
     def environment(self, machine: Machine) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The typed view of a cell's memory readings: ``rss`` (the kernel's resident memory) and ``gpu_memory`` (the
 kernel's GPU memory, from NVML), as the probe writes them at the cell's start and end.
 
-The cell model keeps both as recorded (``Cell.rss``, ``Cell.gpu_memory``); readers of their figures decode this
-view of them. A reading the probe did not take, or holds as something other than a finite number, is None.
+The cell model reads both as this view once, at load (``Cell.rss``, ``Cell.gpu_memory``; a cell without one reads
+as a reading of nothing). A reading the probe did not take, or holds as something other than a finite number, is
+None.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ from typing import Annotated, Any
 
 from nbscope.schema import _fields
 from nbscope.schema.codec import Read, Repeat, Time
+from nbscope.schema.memory import MemoryReading
 from nbscope.schema.programs import CellPrograms, ProgramData
 from nbscope.schema.status import RAN
+from nbscope.schema.timeline import TimelineSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +146,14 @@ class Cell:
     jax: JaxFigures | None
     numba: NumbaFigures | None
     samples: Samples | None
-    # The timeline summary, which ``collect.timeline`` reads, kept as recorded.
+    # The timeline summary (``profile --timeline``) as recorded, which a finding's evidence quotes, and typed
+    # (None: the cell was not traced)
     timeline: Mapping[str, Any] | None
+    timeline_summary: Annotated[TimelineSummary | None, Read(key="timeline")]
     programs: CellPrograms | None  # the compiled programs the cell ran (program data; None: not recorded)
     alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
-    rss: Mapping[str, Any]
-    gpu_memory: Mapping[str, Any]
+    rss: MemoryReading  # the kernel's resident memory at the cell's start and end, and its peak
+    gpu_memory: MemoryReading  # the kernel's GPU memory (NVML), at the cell's start and end
     sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
     interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
     output_bytes: int | None = None  # what the cell sent to its outputs
@@ -157,6 +161,8 @@ class Cell:
     # wall_s; None: not recorded (no --forecast, or a record older than the field)
     collection_s: Time = None
     collection: Annotated[Mapping[str, float] | None, Read(_fields.times)] = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+    started_unix: float | None = None  # when the probe saw the cell start, on the kernel's clock (None: not seen)
+    skip_reason: str | None = None  # why a pathway's runner did not run the cell (the script pathway); None: it ran
 
     @staticmethod
     def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -204,6 +210,12 @@ class Totals:
     cache_saving_s: float | None = None
     cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None
     cold_compiles: int | None = None
+    # the figures the record carries, in its order: a count it lacks reads as 0 above, and is unknown
+    recorded: tuple[str, ...] = ()
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**value, "recorded": list(value)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +273,15 @@ class NotebookRun:
     runner: RunnerInfo = field(default_factory=RunnerInfo)
     kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
     run_uuid: str | None = None  # the run's identity, as its live file's header has it (None: recorded without one)
+    live_file: str | None = None  # the live file the run wrote as it went (None: none kept)
+    recovered_from: str | None = None  # the live file a recovered run was read from
+    # each repeat's runner (``--repeat N``; empty: one run); an entry that is not an object stays in its place, as None
+    repeat_runners: tuple[RunnerInfo | None, ...] = ()
+    cells_recorded: bool = True  # False: the record holds no list of cells (not an empty notebook: no cell figures)
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**value, "cells_recorded": isinstance(value.get("cells"), list)}
 
     @property
     def sources(self) -> dict[str, str]:

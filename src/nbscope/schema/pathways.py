@@ -59,14 +59,14 @@ class PathwayCell:
     reshape = staticmethod(_with_error_flag)
 
     @classmethod
-    def of(cls, cell: Cell, skip_reason: str | None) -> PathwayCell:
-        """From a typed cell of a pathway's run (``skip_reason``: the runner's, which the cell model lacks)."""
+    def of(cls, cell: Cell) -> PathwayCell:
+        """From a typed cell of a pathway's run."""
         walls = cell.samples.wall_s if cell.samples is not None else ()
         return cls(
             wall_s=cell.wall_s, compile_s=cell.compile_s, run_s=cell.run_s, status=cell.status,
             compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
             error=(cell.error.name or None) if cell.error else None, has_error=cell.error is not None,
-            skip_reason=skip_reason, samples=walls if len(walls) > 1 else (),
+            skip_reason=cell.skip_reason, samples=walls if len(walls) > 1 else (),
             spread=cell.spread if len(walls) > 1 else None,
         )
 
@@ -109,6 +109,21 @@ def _not_combined(entry: PathwayEntry) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class PathwayRunner:
+    """What a pathway's runner recorded of one run that is read back (``PathwayEntry.runner`` holds it as recorded):
+    how long it took, and the load average before and after it."""
+
+    build_s: float | None  # a book build: its command, spawn to exit
+    total_s: float | None  # a kernel's or a script's run
+    load_average: tuple[float, ...]  # the 1-minute load average before and after the run (those read)
+
+    @property
+    def elapsed(self) -> float | None:
+        """Spawn (or build command) to exit."""
+        return self.build_s if self.build_s is not None else self.total_s
+
+
+@dataclass(frozen=True, slots=True)
 class PathwayEntry:
     """One pathway of a record (``pathways[name]``): how it ran, its totals (as a profile's, plus what the pathway
     adds: ``process_start_s``, ``book_build_s``, ...), its runner's figures and its fixed costs outside the cells;
@@ -144,8 +159,7 @@ class PathwayEntry:
         """Spawn (or build command) to exit: the entry's, else (an earlier record) its runner's."""
         if self.elapsed_s is not None:
             return float(self.elapsed_s)
-        build = self.runner.get("build_s")
-        return number(build) if build is not None else number(self.runner.get("total_s"))
+        return decode(PathwayRunner, self.runner).elapsed
 
 
 # ---- bench figures through the pathways ---------------------------------------------------------------------

@@ -17,6 +17,14 @@ from nbscope.schema.codec import Measured
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeLine:
+    """Any line of the probe's, by its kind: ``start``, ``cell``, ``warning`` or ``kernel`` (None: not a line of
+    the probe's)."""
+
+    type: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeStart:
     """``{"type": "start"}``: a cell began (its source's hash, and when)."""
 

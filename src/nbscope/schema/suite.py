@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Measured, Read
+from nbscope.schema.codec import Measured, Read, Write, known
 
 __all__ = [
     "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "LoopEstimate", "Extrapolation", "FirstCall", "FitPoint",
@@ -136,21 +136,39 @@ class GroupFigure:
     warnings: tuple[str, ...]
     note: str | None
 
+    def reported(self, *, machine: bool = True) -> tuple[float, float] | None:
+        """The (value, relative uncertainty) the figure reports, or None when it has none (a first call).
+
+        The uncertainty is the figure's ``uncertainty`` (its spread, raised to the machine's unsteadiness
+        during the run) or, with ``machine=False`` or in records without it, its spread alone."""
+        for value, spread, uncertainty in (
+            (self.steady.median_s, self.steady.spread, self.steady.uncertainty) if self.steady else (None, None, None),
+            (self.fit.per_iter_s, self.fit.spread, self.fit.uncertainty) if self.fit else (None, None, None),
+        ):
+            if spread is not None and value is not None:
+                return float(value), float(uncertainty if machine and uncertainty is not None else spread)
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerRun:
-    """One worker process of a group (one dtype): how it ended and what it costs."""
+    """One worker process of a group (one dtype): how it ended and what it costs. Written (``api.bench``) with
+    the fields it has, in this order: a field the worker's document lacks is left out."""
 
-    dtype: str | None
-    status: str | None  # ok, skipped, error
-    reason: str | None
-    wall_s: Measured
-    worker_s: Measured
-    cpu_s: Measured
-    background_cores: Measured  # cores other processes kept busy meanwhile, on average
-    peak_rss_bytes: Measured
-    exit_code: int | None
-    notes: tuple[str, ...]
+    dtype: Annotated[str | None, Write(when=known)]
+    status: Annotated[str | None, Write(when=known)]  # ok, skipped, error
+    reason: Annotated[str | None, Write(when=known)]
+    wall_s: Annotated[Measured, Write(when=known)]
+    worker_s: Annotated[Measured, Write(when=known)]
+    cpu_s: Annotated[Measured, Write(when=known)]
+    background_cores: Annotated[Measured, Write(when=known)]  # cores other processes kept busy meanwhile, on average
+    peak_rss_bytes: Annotated[Measured, Write(when=known)]
+    exit_code: Annotated[int | None, Write(when=known)]
+    import_s: Annotated[Mapping[str, Measured] | None, Write(when=known)] = None  # each library's import
+    info: Annotated[Mapping[str, Any] | None, Write(when=known)] = None  # what the group reports of its library
+    notes: Annotated[tuple[str, ...] | None, Write(when=known)] = None
+    traceback: Annotated[str | None, Write(when=known)] = None  # a failed worker's
+    reference_s: Annotated[tuple[Measured, ...] | None, Write(when=known)] = None  # the reference workload's times
 
     @property
     def failed(self) -> bool:
@@ -270,6 +288,7 @@ class Sweep:
     platform: str | None
     device_kind: str | None
     loop: str | None  # the loop's target
+    trip_counts: tuple[int, ...]  # as swept, in increasing order
     points: tuple[LoopPoint, ...]  # in increasing trip count
     rounds: int | None
     fit: LoopFit | None  # None: fewer than two trip counts

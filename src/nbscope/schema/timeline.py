@@ -1,14 +1,16 @@
 """The typed view of a cell's timeline summary (``profile --timeline``): what ``collect.timeline.summarise_cell``
 writes into a cell's ``timeline``, read once into frozen dataclasses by ``schema.codec.decode``.
 
-The cell model keeps the summary as recorded (``Cell.timeline``: its op tables and newer figures stay in the
-document, and a finding's evidence quotes it); readers that need its figures decode this view of it. A figure the
-summary lacks, or holds as something other than a finite number, reads as None (unknown).
+The cell model reads it as this view once, at load (``Cell.timeline_summary``), and keeps it as recorded too
+(``Cell.timeline``: its op tables and newer figures stay in the document, and a finding's evidence quotes it). A
+figure the summary lacks, or holds as something other than a finite number, reads as None (unknown).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from nbscope.schema.codec import Measured
 
@@ -46,3 +48,8 @@ class TimelineSummary:
     transfers: OpCount | None
     syncs: OpCount | None
     top_ops: tuple[TopOp, ...]
+
+    @staticmethod
+    def present(value: Mapping[str, Any]) -> bool:
+        """An empty summary is none."""
+        return bool(value)

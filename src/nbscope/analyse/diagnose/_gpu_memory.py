@@ -10,8 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
-from nbscope.schema.codec import decode
-from nbscope.schema.memory import MemoryReading
 
 NAME = "gpu-memory"
 PREALLOCATED_SHARE = 0.6  # a process holding this share of the GPU has preallocated (default 0.75)
@@ -38,7 +36,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     env = ctx.settings.environment(ctx.machine)
     allocator = {k: env[k] for k in ALLOCATOR_VARIABLES if k in env}
     others = device.memory_used_bytes
-    readings = [(cell, decode(MemoryReading, cell.gpu_memory).after_bytes) for cell in ctx.run.cells]
+    readings = [(cell, cell.gpu_memory.after_bytes) for cell in ctx.run.cells]
     used = [(cell, after) for cell, after in readings if after is not None]
     oom = [c for c in ctx.run.cells if c.error and any(m in c.error.message + c.error.name for m in OOM_MARKERS)]
     if not used and not oom:

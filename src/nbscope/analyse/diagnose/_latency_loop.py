@@ -28,7 +28,6 @@ from nbscope.analyse.diagnose._base import (
     seconds,
     severity,
 )
-from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
 from nbscope.schema.timeline import TimelineSummary
 
@@ -51,10 +50,8 @@ def _label(index: int, cell: Cell | None) -> str:
 
 def _timeline(cell: Cell) -> TimelineSummary | None:
     """The cell's timeline summary, when its trace was read and classified."""
-    if cell.timeline is None:
-        return None
-    summary = decode(TimelineSummary, cell.timeline)
-    return summary if summary.classification and not summary.error else None
+    summary = cell.timeline_summary
+    return summary if summary is not None and summary.classification and not summary.error else None
 
 
 def _timeline_evidence(timeline: Mapping[str, Any]) -> dict[str, Any]:

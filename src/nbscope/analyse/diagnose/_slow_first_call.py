@@ -29,8 +29,7 @@ from typing import Annotated, Any
 from nbscope import _units as units
 from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
-from nbscope.schema.codec import Write, decode, encode, never
-from nbscope.schema.memory import MemoryReading
+from nbscope.schema.codec import Write, encode, never
 from nbscope.schema.model import Cell
 
 NAME = "slow-first-call"
@@ -241,7 +240,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
 
 def _growth(cell: Cell) -> int | None:
     """How much the kernel's resident memory grew during the cell, when both ends were measured."""
-    rss = decode(MemoryReading, cell.rss)
+    rss = cell.rss
     return int(rss.after_bytes - rss.before_bytes) if rss.before_bytes is not None and rss.after_bytes is not None else None
 
 

@@ -51,7 +51,7 @@ from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.schema.codec import decode, encode
 from nbscope.schema.model import Cell, Totals
-from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwaysRun, PathwaysTotals
+from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwayRunner, PathwaysRun, PathwaysTotals
 
 if TYPE_CHECKING:
     from nbscope.collect.notebook import Notebook
@@ -276,7 +276,7 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[Pat
         if key in result_totals or key.startswith("book_"):
             result_totals[key] = value
     statuses = {r.status for r in runs}
-    elapsed = [e for e in (_elapsed(r.runner) for r in complete) if e is not None]
+    elapsed = [e for e in (decode(PathwayRunner, r.runner).elapsed for r in complete) if e is not None]
     errors = [r.error for r in runs if r.error]
     entry = PathwayEntry(
         status="ok" if statuses == {"ok"} else "error" if statuses == {"error"} else "partial",
@@ -302,11 +302,6 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _elapsed(runner: dict[str, Any]) -> float | None:
-    value = runner.get("build_s") if runner.get("build_s") is not None else runner.get("total_s")
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def measurements(
     notebook: Notebook, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1,
     interrupted: bool = False,
@@ -326,7 +321,7 @@ def measurements(
     reference = [merge_cell(c, None) for c in notebook.code_cells]
     rows = pair_cells(reference, combined)
     execution = {n: sum(decode(Cell, c).wall_s or 0.0 for c in combined[n].cells) for n in combined}
-    loads = [v for runs in results.values() for r in runs for v in (r.runner.get("load_average") or []) if v is not None]
+    loads = [v for runs in results.values() for r in runs for v in decode(PathwayRunner, r.runner).load_average]
     max_load = max(loads, default=None)
     busy = max_load is not None and max_load > _cpus()
     return PathwaysRun(

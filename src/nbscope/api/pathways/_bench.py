@@ -25,7 +25,7 @@ from nbscope.api.runs import store_then_stop
 from nbscope.record.run import RunRecord
 from nbscope.schema.codec import decode, encode
 from nbscope.schema.pathways import BenchFigure, FigureEntry
-from nbscope.schema.suite import GroupFigure
+from nbscope.schema.suite import BenchGroup, GroupFigure
 
 if TYPE_CHECKING:
     import nbformat
@@ -128,18 +128,15 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 def pair_figures(outputs: Path, names: list[str]) -> list[BenchFigure]:
     """Each figure's steady median (and first call) per pathway, medians over repeats."""
-    from nbscope.collect.bench._stats import figure_value
-
     values: dict[str, dict[str, list[tuple[float, float, float | None]]]] = {}
     labels: dict[str, GroupFigure] = {}
     for name in names:
         for path in sorted(outputs.glob(f"{name}-*.jsonl")):
             for group in _read(path):
-                for document in group.get("figures") or []:
-                    value = figure_value(document)
+                for figure in decode(BenchGroup, group).figures:
+                    value = figure.reported()
                     if value is None:
                         continue
-                    figure = decode(GroupFigure, document)
                     first = figure.first.wall_s if figure.first is not None else None
                     values.setdefault(str(figure.key), {}).setdefault(name, []).append((*value, first))
                     labels.setdefault(str(figure.key), figure)

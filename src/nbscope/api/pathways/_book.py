@@ -175,7 +175,7 @@ def build_and_measure(
     # Which kernel the cells came from: one the book started, in the book's folder (not a re-run).
     runner["kernel"] = kernel_described(run)
     cells = list(m["cells"])
-    if runner.get("execution_failed") == "CellTimeoutError":
+    if runner["execution_failed"] == "CellTimeoutError":  # book_figures always says (as it says executed_s)
         message = runner.pop("timeout_message", None) or f"cell exceeded --timeout {options.timeout:g} s"
         for cell, measured in zip(cells, run.cells, strict=True):
             # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
@@ -197,7 +197,7 @@ def build_and_measure(
     status = record.status
     if result.interrupted:
         runner["interrupted"] = run.runner.interrupted
-    if result.returncode != 0 or runner.get("execution_failed") or result.interrupted:
+    if result.returncode != 0 or runner["execution_failed"] or result.interrupted:
         status = "partial"
         runner["output_tail"] = result.output[-2000:]
     result_totals = dict(m["totals"])  # a trace record always holds its totals

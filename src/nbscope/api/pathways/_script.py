@@ -22,6 +22,7 @@ from nbscope.collect.notebook import CodeCell, Notebook
 from nbscope.collect.runner import ProbeReader, merge_cell
 from nbscope.schema.build import derive, totals
 from nbscope.schema.codec import decode
+from nbscope.schema.model import Cell
 from nbscope.schema.script_events import ScriptEvent
 
 WORKER_FILE = Path(__file__).parents[2] / "collect" / "script_worker.py"
@@ -145,7 +146,8 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
         )
     cells = _cells(notebook, events, reader, timed_out, options.timeout, process.returncode, exited_unix,
                    interrupted=interrupted)
-    last_end = max((c["started_unix"] + c["wall_s"] for c in cells if c.get("started_unix") and c.get("wall_s")), default=None)
+    ran = [decode(Cell, c) for c in cells]
+    last_end = max((c.started_unix + c.wall_s for c in ran if c.started_unix and c.wall_s), default=None)
     runner.update(
         # Spawn to the first cell: interpreter start, IPython import and shell, probe (a kernel's start).
         process_start_s=worker.ready_unix - spawned_unix,

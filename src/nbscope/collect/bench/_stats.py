@@ -9,11 +9,12 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from nbscope.collect.bench._config import Budget
+from nbscope.schema.suite import Steadiness
 
 MIN_SAMPLES = 5
 SPREAD_WARN = 0.10  # relative spread (MAD / median) above which a figure is flagged
@@ -153,7 +154,7 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def steadiness(reference_s: Sequence[float]) -> dict[str, Any] | None:
+def steadiness(reference_s: Sequence[float]) -> Steadiness | None:
     """How much the reference workload's time varied: half the 10–90 % range over the median.
 
     Not the MAD: a slow state that lasts a third of the run leaves the MAD small but moves a figure
@@ -163,16 +164,9 @@ def steadiness(reference_s: Sequence[float]) -> dict[str, Any] | None:
         return None
     median = statistics.median(reference_s)
     low, high = quantile(reference_s, 0.1), quantile(reference_s, 0.9)
-    return {
-        "workload": f"pure-Python loop of {REFERENCE_N:,} additions",
-        "samples": len(reference_s),
-        "median_s": median,
-        "p10_s": low,
-        "p90_s": high,
-        "min_s": min(reference_s),
-        "max_s": max(reference_s),
-        "spread": (high - low) / 2 / median if median > 0 else None,
-    }
+    return Steadiness(workload=f"pure-Python loop of {REFERENCE_N:,} additions", samples=len(reference_s),
+                      median_s=median, p10_s=low, p90_s=high, min_s=min(reference_s), max_s=max(reference_s),
+                      spread=(high - low) / 2 / median if median > 0 else None)
 
 
 @contextmanager
@@ -256,17 +250,3 @@ def linear_fit(
         "r2": 1 - residual / total if total > 0 else 1.0,
         "points": n,
     }
-
-
-def figure_value(figure: Mapping[str, Any], *, machine: bool = True) -> tuple[float, float] | None:
-    """The (value, relative uncertainty) a figure reports, or None when it has none (a first call).
-
-    The uncertainty is the figure's ``uncertainty`` (its spread, raised to the machine's unsteadiness
-    during the run) or, with ``machine=False`` or in records without it, its spread alone.
-    """
-    for part, value_key in (("steady", "median_s"), ("fit", "per_iter_s")):
-        block = figure.get(part)
-        if isinstance(block, Mapping) and block.get("spread") is not None:
-            spread = block["uncertainty"] if machine and block.get("uncertainty") is not None else block["spread"]
-            return float(block[value_key]), float(spread)
-    return None
