@@ -132,7 +132,7 @@ _GENERIC = {rule.name for rule in RULES if rule.generic}
 
 def _order(finding: Finding) -> tuple[int, bool, float, float, int]:
     return (
-        SEVERITIES.index(finding.severity) if finding.severity in SEVERITIES else len(SEVERITIES),
+        SEVERITIES.index(finding.severity),
         finding.rule in _GENERIC,
         -finding.seconds_at_stake,
         -finding.confidence,
