@@ -7,7 +7,8 @@ from typing import Any, Literal, get_args
 
 import pytest
 
-from nbscope.analyse import recommend
+from nbscope.analyse import recommend, run_summary
+from nbscope.analyse.attribution import FailureKind
 from nbscope.analyse.compare import WinnerSide
 from nbscope.analyse.diagnose._base import Severity
 from nbscope.analyse.forecast import NotebookVerdict
@@ -29,7 +30,7 @@ def _words(closed: Any) -> set[Any]:
     (gate.VERDICT_MARK, GateVerdict), (gate.VERDICT_STYLE, GateVerdict),
     (versions.BISECT_MARK, BisectVerdict), (versions.BISECT_STYLE, BisectVerdict),
     (forecast.VERDICT_STYLE, NotebookVerdict | Literal["not forecast"]), (recommend._CHOICE, NotebookVerdict),
-    (findings.SEVERITY_STYLE, Severity), (compare.MATCH_NOTE, CellMatch), (compare.WINNER_STYLE, WinnerSide | None),
+    (findings.SEVERITY_STYLE, Severity), (run_summary.STATUS_OF_FAILURE, FailureKind), (compare.MATCH_NOTE, CellMatch), (compare.WINNER_STYLE, WinnerSide | None),
 ])
 def test_a_table_of_a_closed_set_has_every_word(table: dict[Any, str], closed: Any) -> None:
     assert set(table) == _words(closed)

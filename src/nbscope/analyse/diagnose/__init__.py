@@ -199,7 +199,7 @@ def diagnose(
     failed = [{"index": c.index, "line": c.line, "status": c.status, "text": text}
               for c in ctx.run.cells if c.status != "expected-error" and (text := failure_text(c))]
     not_run = sum(1 for c in ctx.run.cells if c.status == "not-run")
-    evidence = ctx.__dict__.get("forecast")  # computed only if a rule asked for it (a cached property)
+    evidence = ctx.made_forecast  # made only if a rule asked for it
     return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,
                     failed_cells=failed, cells_not_run=not_run,
                     forecast=evidence.result if evidence is not None else None)

@@ -311,6 +311,7 @@ class Context:
         self.sources, self.sources_note = load_sources(record)
         self.run: NotebookRun = record.notebook_run()
         self.totals: Totals = self.run.totals
+        self.made_forecast: _forecast.ForecastEvidence | None = None  # made when a rule first asks for it
 
     def limits(self, rule: str, defaults: Mapping[str, float]) -> dict[str, float]:
         """A rule's thresholds: its defaults, with the values the caller passed for that rule."""
@@ -342,11 +343,13 @@ class Context:
         """The JAX backend the run used, and what says so."""
         return compare_module.backend(self.record)
 
-    @cached_property
+    @property
     def forecast(self) -> _forecast.ForecastEvidence:
-        """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
-        return _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
-                                  devices_file=self.devices_file)
+        """The run's GPU forecast for the GPU rules on a CPU run, or why there is none (made once, on first use)."""
+        if self.made_forecast is None:
+            self.made_forecast = _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
+                                                    devices_file=self.devices_file)
+        return self.made_forecast
 
     @cached_property
     def x64(self) -> compare_module.X64:
