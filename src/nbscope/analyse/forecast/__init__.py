@@ -52,9 +52,9 @@ if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
     from nbscope.record.run import RunRecord
 
-__all__ = ["CellForecast", "CellTimes", "CodeChange", "CpuRates", "Forecast", "GainedFunction", "KeptFunction",
-           "NotForecast", "NotebookForecast", "Outcome", "Plan", "ProgramRun", "RunInfo", "Term", "Uncertainty",
-           "check_record", "cpu_rates", "forecast", "not_forecast", "CellVerdict", "NotebookVerdict"]
+__all__ = ["CellForecast", "CellTimes", "CellVerdict", "CodeChange", "CpuRates", "Forecast", "GainedFunction",
+           "KeptFunction", "NotForecast", "NotebookForecast", "NotebookVerdict", "Outcome", "Plan", "ProgramRun",
+           "RunInfo", "Term", "Uncertainty", "check_record", "cpu_rates", "forecast", "not_forecast"]
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
