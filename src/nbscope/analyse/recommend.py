@@ -414,7 +414,7 @@ def _forecast_pinned_and_gains(notebook: NotebookForecast, cells: Mapping[int, C
     """The functions the forecast keeps on the CPU (with the code change), and the largest GPU gains."""
     pinned = []
     for kept in notebook.keep_on_cpu:
-        first = cells.get(kept.cells[0]) if kept.cells else None
+        first = cells[kept.cells[0]] if kept.cells else None  # a kept function's cells are the forecast's
         pinned.append(ForecastPin(
             cell=kept.cells[0] if kept.cells else None, cells=kept.cells,
             line=first.line if first is not None else None, first_line=first.first_line if first is not None else None,
