@@ -15,7 +15,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import forecast
-from nbscope.analyse.forecast.calibrate import calibrate, to_toml
+from nbscope.analyse.forecast.calibrate import DeviceEntry, calibrate, to_toml
 from nbscope.analyse.forecast.devices import load_table, resolve
 from nbscope.analyse.forecast.model import program_terms
 from nbscope.api.profile import ProfileOptions, profile
@@ -133,7 +133,7 @@ def test_user_file_overrides_one_figure_and_adds_a_device(tmp_path: Path) -> Non
     path = tmp_path / "devices.toml"
     path.write_text(
         '[devices.t4]\nloop_iteration_us = { value = 5.0, basis = "measured", source = "our runner" }\n'
-        + to_toml({"key": "lab", "name": "Lab GPU", "match": ["Lab"], "figures": load_table(environ={}).devices["h100"].figures})
+        + to_toml(DeviceEntry(key="lab", name="Lab GPU", match=["Lab"], figures=load_table(environ={}).devices["h100"].figures))
     )
     table = load_table(path)
     assert table.devices["t4"].figure("loop_iteration_us").low == 5.0
@@ -193,7 +193,7 @@ def test_calibration_from_loops_and_bench_runs_on_a_gpu() -> None:
     }})
     table = load_table(environ={})
     entry = calibrate([loops, bench], "l40s", table.devices["l4"])
-    figures = entry["figures"]
+    figures = entry.figures
     assert (figures["loop_iteration_us"].low, figures["loop_iteration_us"].high) == (6.0, 6.4)
     assert figures["sync_iteration_us"].low == pytest.approx(18.0)
     assert figures["fp32_tflops"].low == pytest.approx(40.0)
@@ -201,8 +201,8 @@ def test_calibration_from_loops_and_bench_runs_on_a_gpu() -> None:
     assert figures["host_link_gbs"].low == 22.0
     assert figures["fp64_tflops"] is table.devices["l4"].figures["fp64_tflops"]  # from --base
     assert "run 7" in figures["loop_iteration_us"].source and "NVIDIA L40S" in figures["loop_iteration_us"].source
-    assert entry["match"] == ["NVIDIA L40S"]
-    assert set(entry["calibrated"]) == {"loop_iteration_us", "sync_iteration_us", "fp32_tflops", "memory_gbs",
+    assert entry.match == ["NVIDIA L40S"]
+    assert set(entry.calibrated) == {"loop_iteration_us", "sync_iteration_us", "fp32_tflops", "memory_gbs",
                                         "host_link_gbs"}
 
 

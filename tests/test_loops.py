@@ -10,7 +10,15 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.api.loops import run_loops
-from nbscope.collect.loops import LoopOptions, extrapolate, linear_fit, load_target, parse_target
+from nbscope.collect.loops import (
+    LoopOptions,
+    LoopsProgress,
+    extrapolate,
+    linear_fit,
+    load_target,
+    parse_target,
+    run_worker,
+)
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode
 from nbscope.schema.suite import LoopFit
@@ -155,3 +163,31 @@ def test_user_loop_pinned_to_cpu_with_xla_dump(run_cli: Any, tmp_path: Path, tmp
     assert sweep["fit"]["r2"] >= 0.98
     assert measurements["xla_dump"]["files"] > 0
     assert any((tmp_path / "dump").iterdir())
+
+
+PRINTING_LOOP = '''
+import jax
+from jax import lax
+
+
+@jax.jit
+def _loop(n):
+    return lax.fori_loop(0, n, lambda i, x: x * 0.5 + 1.0, 0.0)
+
+
+def run(n):
+    print(7)  # the target's own output, a JSON number, on the worker's standard output
+    print('{"event": "sweep"}x')
+    return _loop(n)
+'''
+
+
+def test_progress_comes_typed_and_a_target_printing_to_stdout_is_no_progress(tmp_path: Path) -> None:
+    script = tmp_path / "printing_loop.py"
+    script.write_text(PRINTING_LOOP)
+    events: list[LoopsProgress] = []
+    run_worker(LoopOptions(target=f"{script}:run", trip_counts=[1000, 10000], placements=["cpu"], samples=2,
+                           budget_s=60.0, timeout_s=300.0), events.append)
+    assert [e.event for e in events[:1]] == ["sweep"] and events[0].placement == "cpu" and events[0].device
+    points = [e for e in events if e.event == "point"]
+    assert [p.n for p in points][:2] == [1000, 10000] and all(p.seconds > 0 for p in points)

@@ -124,7 +124,8 @@ def test_findings_and_notes_print_as_written() -> None:
     )
     with console.capture() as captured:
         findings_view.print_findings(Findings([finding]))
-        backends_view.print_unavailable([{"backend": "cuda", "reason": "RuntimeError: [/x] no device"}])
+        backends_view.print_unavailable([{"backend": "cuda", "run_id": None, "available": False,  # as BackendsResult
+                                          "reason": "RuntimeError: [/x] no device", "record": None}])
         backends_view.print_recommendation(Recommendation(recommendation=None, reason="only [i] ran", basis="measured",
                                                          estimates=None, pinned=(), caveats=(), runs={}))
     out = captured.get()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
@@ -36,7 +36,8 @@ from nbscope.schema.run_index import IndexedMeasurements
 OOM_SHARE = 0.85
 # The signals with which a runner stops nbscope itself (a CI cancel, a spot reclamation), not the user's Ctrl-C.
 RUNNER_SIGNALS = ("SIGTERM", "SIGHUP")
-FAILURE_KINDS = ("runner-stopped", "out-of-memory", "kernel-killed", "timeout", "cell-error", "interrupted")
+FailureKind = Literal["runner-stopped", "out-of-memory", "kernel-killed", "timeout", "cell-error", "interrupted"]
+FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
 CHANGE_KINDS = ("code", "packages", "machine", "cache", "settings")
 
 
@@ -53,7 +54,7 @@ class Change:
 class Failure:
     """Why a run did not end ok."""
 
-    kind: str  # one of FAILURE_KINDS
+    kind: FailureKind
     text: str
     cell: int | None = None  # the code cell (0-based) where it happened
 

@@ -105,9 +105,9 @@ def recommendation_of(cpu: RunRecord, gpu: RunRecord | None = None) -> dict[str,
 
 
 def _brief(result: Recommendation, keys: tuple[str, ...]) -> dict[str, Any]:
-    """Some keys of a recommendation's JSON document: what an audit entry keeps of it."""
+    """Some keys of a recommendation's JSON document (every kind's has these): what an audit entry keeps of it."""
     document = result.to_dict()
-    return {k: document.get(k) for k in keys}
+    return {k: document[k] for k in keys}
 
 
 def _dominant(result: Forecast, key: str) -> DominantTerm | None:

@@ -8,6 +8,7 @@ in :mod:`nbscope.render.book` format them.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -102,18 +103,16 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestC
     for record in (r for run_set in runs for r in run_set.records if r.kind in CELL_KINDS):
         if not any(record is kept or (record.run_id is not None and record.run_id == kept.run_id) for kept in records):
             records.append(record)  # a run named twice counts once
-    per_notebook: dict[str, int] = {}
-    for record in records:
-        per_notebook[record.target] = per_notebook.get(record.target, 0) + 1
+    per_notebook = Counter(record.target for record in records)
     per_run = any(count > 1 for count in per_notebook.values())
     rows: list[tuple[int, SlowCell]] = []  # (the run's place in ``records``, the cell)
-    run_wall: dict[int, float] = {}
+    run_wall: defaultdict[int, float] = defaultdict(float)  # each run's timed cells: a shown row's run has one
     for number_in_list, record in enumerate(records):
         backend = platform_of(record)["platform"]
         for cell in record.notebook_run().cells:
             if cell.wall_s is None:
                 continue
-            run_wall[number_in_list] = run_wall.get(number_in_list, 0.0) + cell.wall_s
+            run_wall[number_in_list] += cell.wall_s
             rows.append((number_in_list, SlowCell(
                 target=record.target, run_id=record.run_id, backend=backend, index=cell.index, line=cell.line,
                 source=cell.code_line, source_hash=cell.source_hash, status=cell.status, wall_s=cell.wall_s,
@@ -123,7 +122,7 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestC
     rows.sort(key=lambda item: item[1].wall_s, reverse=True)
     shown = []
     for run, row in rows[:limit] if limit else rows:
-        whole = run_wall.get(run, 0.0) if per_run else total
+        whole = run_wall[run] if per_run else total
         shown.append(replace(row, share=row.wall_s / whole if whole > 0 else None))
     return SlowestCells(
         sets=tuple(runs), notebooks=len(per_notebook), runs=len(records), share_of="run" if per_run else "all",

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
-from nbscope.record.cells import CellPair, pair_cells, same_notebook
+from nbscope.record.cells import CellMatch, CellPair, pair_cells, same_notebook
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
 from nbscope.schema.codec import Encoded, Write, decode, given, known, never
@@ -156,11 +156,14 @@ def x64_of(record: RunRecord) -> X64:
 # ---- comparison ---------------------------------------------------------------------------------
 
 
+WinnerSide = Literal["A", "B", "tie"]
+
+
 @dataclass(frozen=True, slots=True)
 class Winner(Encoded):
     """Who is faster, by how much, and whether the machine's noise explains the difference."""
 
-    side: Annotated[str | None, Write(key="winner")]  # "A", "B", "tie"; None: a side has no figure
+    side: Annotated[WinnerSide | None, Write(key="winner")]  # None: a side has no figure
     factor: float | None  # the slower side's figure over the faster's
     text: str  # "B 3.1× faster", "tie", "within noise", "–"
     # None: the noise was not judged (a cell of one run, a count)
@@ -177,7 +180,7 @@ class Winner(Encoded):
         factor = slow / fast if fast > 0 else float("inf")
         if factor < TIE_RATIO or slow - fast < TIE_SECONDS:
             return cls("tie", round(factor, 3), "tie")
-        side = "B" if b < a else "A"
+        side: WinnerSide = "B" if b < a else "A"
         shown = f"{factor:.1f}" if factor < 100 else f"{factor:.0f}"
         return cls(side, round(factor, 3), f"{side} {shown}× faster")
 
@@ -221,7 +224,7 @@ def cell_figures(cell: Cell | None) -> CellFigures | None:
 class CellRow:
     """One row of a comparison: a cell of A, of B or of both (as they were paired), and who is faster."""
 
-    match: str  # how the cells were paired (:class:`nbscope.record.cells.CellPair`)
+    match: CellMatch  # how the cells were paired (:class:`nbscope.record.cells.CellPair`)
     similarity: float | None
     line: int | None  # of A's cell when there is one, else B's
     first_line: str

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
@@ -51,6 +51,9 @@ from nbscope.schema.model import Cell
 OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
 CELL_KINDS = ("profile", "trace")
+# What the gate says of a pair of cells (or of the total): the module's docstring says when each holds.
+GateVerdict = Literal["regression", "failed", "not-significant", "faster", "new", "removed", "not-comparable",
+                      "below-floor", "unchanged"]
 FAILING_VERDICTS = ("regression", "failed")
 UNPAIRED_VERDICTS = ("new", "removed")
 
@@ -149,7 +152,7 @@ class GateComparison(Encoded):
     history_runs: int = 0
     p_value: float | None = None
     test: str = "none"  # "mann-whitney" | "none" (too few samples: thresholds alone decide)
-    verdict: str = "unchanged"
+    verdict: GateVerdict = "unchanged"
     base_status: str | None = None
     cand_status: str | None = None
     source_changed: bool = False
@@ -320,6 +323,7 @@ def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
         p_value = slower if jc >= jb else faster
     note = comparison.note
     significant = p_value is None or p_value <= options.alpha
+    verdict: GateVerdict
     if max(base, cand) < options.min_cell_s:
         verdict = "below-floor"
     elif abs(delta) < floor_s:

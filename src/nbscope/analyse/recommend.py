@@ -21,7 +21,7 @@ from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose._source import NotebookCode
-    from nbscope.analyse.forecast import CellForecast, Forecast, NotebookForecast, Plan
+    from nbscope.analyse.forecast import CellForecast, Forecast, NotebookForecast, NotebookVerdict, Plan
 
 __all__ = ["Estimate", "ForecastGain", "ForecastPin", "GpuChoice", "MeasuredPin", "Recommendation", "RunOnBackend",
            "RunTotal", "recommend", "recommend_forecast"]
@@ -236,7 +236,8 @@ _s = units.seconds
 
 # ---- backend recommendation from a forecast ---------------------------------------------------------
 
-_CHOICE = {"mixed": "mixed", "slower": "cpu", "similar": "cpu", "faster": "gpu"}
+_CHOICE: dict[NotebookVerdict, str] = {"mixed": "mixed", "slower": "cpu", "similar": "cpu", "faster": "gpu",
+                                       "uncertain": "cpu", "unchanged": "cpu"}
 
 
 def recommend_forecast(
@@ -287,7 +288,7 @@ def recommend_forecast(
             plan=notebook.plan)
     device = forecast_result.devices[0]
     notebook = forecast_result.notebook[device.key]
-    choice = _CHOICE.get(notebook.verdict, "cpu")
+    choice = _CHOICE[notebook.verdict]
     estimates = [Estimate("cpu", round(notebook.cpu_s, 4)), Estimate("gpu_low", round(notebook.low_s, 4)),
                  Estimate("gpu_high", None if notebook.high_s is None else round(notebook.high_s, 4))]
     plan = notebook.plan
@@ -413,7 +414,7 @@ def _forecast_pinned_and_gains(notebook: NotebookForecast, cells: Mapping[int, C
     """The functions the forecast keeps on the CPU (with the code change), and the largest GPU gains."""
     pinned = []
     for kept in notebook.keep_on_cpu:
-        first = cells.get(kept.cells[0]) if kept.cells else None
+        first = cells[kept.cells[0]] if kept.cells else None  # a kept function's cells are the forecast's
         pinned.append(ForecastPin(
             cell=kept.cells[0] if kept.cells else None, cells=kept.cells,
             line=first.line if first is not None else None, first_line=first.first_line if first is not None else None,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 
 if TYPE_CHECKING:
+    from nbscope.analyse.attribution import FailureKind
     from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.forecast import Forecast
     from nbscope.analyse.forecast.devices import DeviceTable
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 # ``attribution`` (against the run before it in its row, named by its ``before_id``); a row's newest run also keeps
 # the row's change points (``changes``, made by the API, which finds the row's runs).
 SUMMARY_FORMAT = 1  # made again when this changes
-STATUS_OF_FAILURE = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died", "out-of-memory": "died",
-                     "runner-stopped": "stopped", "interrupted": "stopped"}
+STATUS_OF_FAILURE: dict[FailureKind, str] = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died",
+                                             "out-of-memory": "died", "runner-stopped": "stopped", "interrupted": "stopped"}
 
 
 def status_summary(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
@@ -32,7 +33,7 @@ def status_summary(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
     from nbscope.analyse.attribution import classify_failure
 
     failure = classify_failure(record, run)
-    return {"status": "ok" if failure is None else STATUS_OF_FAILURE.get(failure.kind, "failed"),
+    return {"status": "ok" if failure is None else STATUS_OF_FAILURE[failure.kind],
             "error": None if failure is None else failure.text, "cache_state": run.totals.cache_state,
             "cells": [{"label": c.label, "first_line": c.first_line, "status": c.status, "wall_s": c.wall_s,
                        "compile_s": c.compile_s, "source_hash": c.source_hash} for c in run.cells]}

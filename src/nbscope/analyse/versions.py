@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse import gate as gate_module
 from nbscope.analyse.compare import CellFigures, cell_figures
 from nbscope.analyse.diagnose import Finding
-from nbscope.analyse.gate import GateOptions
+from nbscope.analyse.gate import GateOptions, GateVerdict
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
@@ -29,6 +29,8 @@ from nbscope.schema.codec import Write
 from nbscope.schema.model import Cell, Totals
 
 BAD_VERDICTS = ("regression",)
+# A bisection step's word: the gate's on a version, "baseline" on the good version, "untestable" where none ran.
+BisectVerdict = GateVerdict | Literal["baseline", "untestable"]
 
 
 def _always(owner: object) -> bool:
@@ -185,7 +187,7 @@ def compare_variants(
                           differences=tuple(differing_fields(records)), gates=tuple(gates))
 
 
-def verdicts_by_cell(gate_result: gate_module.GateResult) -> dict[int, str]:
+def verdicts_by_cell(gate_result: gate_module.GateResult) -> dict[int, GateVerdict]:
     """The gate's verdict per cell, keyed by the candidate's (0-based) cell index."""
     return {c.index: c.verdict for c in gate_result.cells if c.index is not None}
 
@@ -379,7 +381,7 @@ class BisectStep:
 
     version: str
     run_id: int | None
-    verdict: str  # the gate's verdict on the target, "good" version itself: "baseline"; "untestable"
+    verdict: BisectVerdict  # the gate's verdict on the target
     bad: bool | None  # None: the baseline, or untestable
     comparison: gate_module.GateComparison | None = None
     error: str | None = None

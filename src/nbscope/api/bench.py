@@ -39,7 +39,8 @@ __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "ru
 # Average cores used by other processes during a group above which its figures are flagged.
 BUSY_CORES_WARN = 0.25
 
-# progress(event, payload): event "start" (payload {"group", "dtype"}) or "done" (payload: the group run).
+# progress(event, payload): event "start" (payload {"group", "dtype"}) or "done" ({"group", "dtype", "status",
+# "reason"}: how the group's worker ended).
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 
 
@@ -101,7 +102,9 @@ def run_bench(
                 )
                 runs.append(run)
                 if progress:
-                    progress("done", run)
+                    worker = decode(WorkerRun, run)
+                    progress("done", {"group": group, "dtype": group_dtype, "status": worker.status,
+                                      "reason": worker.reason})
     except KeyboardInterrupt:
         interrupted = True
     wall = time.perf_counter() - started

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.forecast.devices import DeviceTable, load_table
 from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
 from nbscope.schema.codec import Encoded, Write, never
+
+if TYPE_CHECKING:
+    from nbscope.analyse.forecast.calibrate import DeviceEntry
 
 __all__ = ["DeviceTable", "device_table"]
 
@@ -46,7 +49,7 @@ class Calibrated(Encoded):
     file."""
 
     name: Annotated[str, Write(when=never)]  # the key as given
-    entry: Annotated[dict[str, Any], Write(inline=True)]
+    entry: Annotated[DeviceEntry, Write(inline=True)]
     text: Annotated[str, Write(when=never)]
 
 

@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope.schema.codec import decode_optional
 
 if TYPE_CHECKING:
     from jax import Array, Device
@@ -147,7 +148,29 @@ def extrapolate(fit: LoopFit, trips: int) -> float | None:
 
 # ---- the parent: run the worker, build the record ------------------------------------------------
 
-Progress = Callable[[dict[str, Any]], None]
+@dataclass(frozen=True, slots=True)
+class LoopsProgress:
+    """A line the worker prints as it goes: a placement's sweep starting (``sweep``, on ``device``), or the time
+    of ``n`` trips (``point``)."""
+
+    event: str
+    placement: str
+    device: str = ""
+    n: int = 0
+    seconds: float = 0.0
+
+
+Progress = Callable[[LoopsProgress], None]
+
+
+def _progress_event(line: str) -> LoopsProgress | None:
+    """The worker's progress line, or None for anything else on its output (the target's own prints)."""
+    try:
+        document = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    event = decode_optional(LoopsProgress, document)
+    return event if event is not None and event.event in ("sweep", "point") else None
 
 
 def worker_env(options: LoopOptions) -> dict[str, str]:
@@ -179,11 +202,8 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
             try:
                 assert process.stdout is not None
                 for line in process.stdout:  # progress, one JSON object a line
-                    if progress is not None:
-                        try:
-                            progress(json.loads(line))
-                        except json.JSONDecodeError:
-                            pass
+                    if progress is not None and (event := _progress_event(line)) is not None:
+                        progress(event)
                     if time.monotonic() > deadline:
                         break
                 process.wait(timeout=max(1.0, deadline - time.monotonic()))

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
@@ -167,6 +167,9 @@ def shares_cells(a: Sequence[str], b: Sequence[str]) -> bool:
 CellT = TypeVar("CellT", bound="Cell")
 
 
+CellMatch = Literal["hash", "moved", "edited", "similar", "only-a", "only-b"]  # as CellPair says
+
+
 @dataclass
 class CellPair(Generic[CellT]):
     """One row of a pairing: a cell of A, of B, or of both, and how they were matched.
@@ -178,7 +181,7 @@ class CellPair(Generic[CellT]):
 
     a: CellT | None
     b: CellT | None
-    match: str
+    match: CellMatch
     similarity: float | None = None
 
     @property

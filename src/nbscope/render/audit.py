@@ -304,8 +304,8 @@ def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
             for text in unavailable:
                 err.print(f"[yellow]unavailable: {escape(text)}[/yellow]")
         elif kind == "start":
-            where = f" on GPU {data['gpu']}" if data.get("gpu") else ""
-            verb = "queued" if data.get("queued") else "start"
+            where = f" on GPU {data['gpu']}" if data["gpu"] else ""
+            verb = "queued" if data["queued"] else "start"
             err.print(f"[dim]{verb} {escape(data['path'])} ({data['backend']}{escape(where)})[/dim]")
         elif kind == "retry":
             err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")

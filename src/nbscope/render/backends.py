@@ -71,7 +71,7 @@ def recommendation_markdown(recommendation: Recommendation) -> str:
 
 def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
     for item in unavailable:
-        run = f" (run {item['run_id']})" if item.get("run_id") else ""
+        run = f" (run {item['run_id']})" if item["run_id"] else ""  # every entry of BackendsResult.runs has one
         console.print(f"[yellow]backend {literal(item['backend'])} unavailable{literal(run)}[/yellow]: "
                       f"{literal(item['reason'])}")
 

@@ -251,7 +251,7 @@ def bench_progress() -> Callable[[str, dict[str, Any]], None]:
     def progress(event: str, payload: dict[str, Any]) -> None:
         if event == "start":
             status.print(f"[dim]bench: {payload['group']} ({payload['dtype']}) …[/dim]")
-        elif payload.get("status") != "ok":
-            status.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload.get('reason')}[/dim]")
+        elif payload["status"] != "ok":  # "done" {group, dtype, status, reason}: api.bench.ProgressCallback
+            status.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload['reason']}[/dim]")
 
     return progress

@@ -22,9 +22,10 @@ from nbscope.render.terminal import (
 
 if TYPE_CHECKING:
 
-    from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow
+    from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow, WinnerSide
+    from nbscope.record.cells import CellMatch
 
-MATCH_NOTE = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
+MATCH_NOTE: dict[CellMatch, str] = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
 
 
 def _cell_name(row: CellRow) -> str:
@@ -80,7 +81,8 @@ def _different_note(comparison: Comparison) -> str | None:
 
 # ---- comparison ---------------------------------------------------------------------------------
 
-WINNER_STYLE = {"B": "green", "A": "red"}  # B against A: green when it is faster; a tie or no winner is dim
+# B against A: green when it is faster; a tie or no winner (a side without a figure) is dim
+WINNER_STYLE: dict[WinnerSide | None, str] = {"B": "green", "A": "red", "tie": "dim", None: "dim"}
 
 # The cells table. A terminal names a cell by its number, line and source (and how it was paired); markdown
 # by one "Benchmark" label: "cell 3 · line 41: `code` (edited)".
@@ -131,12 +133,12 @@ def comparison_rows(comparison: Comparison, *, top: int | None = None,
     rows: list[list[Any]] = []
     for row in cells:
         code = row.code_line or row.first_line
-        note = MATCH_NOTE.get(row.match, row.match)
+        note = MATCH_NOTE[row.match]
         benchmark = Item(code[:60], code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
         figures = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
         if compile_figures == "columns":
             figures += [_side_compile(row.a), _side_compile(row.b)]
-        winner = Item(row.winner.text or "–", WINNER_STYLE.get(row.winner.side or "", "dim"))
+        winner = Item(row.winner.text or "–", WINNER_STYLE[row.winner.side])
         rows.append([_cell_number(row), str(row.line or ""), Item(code, code=True),
                      benchmark, *figures, winner, note])
     for key in TOTAL_ROWS if with_totals else ():

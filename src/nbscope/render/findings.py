@@ -23,13 +23,14 @@ from nbscope.render.terminal import (
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding
+    from nbscope.analyse.diagnose._base import Severity
     from nbscope.record.run import RunRecord
     from nbscope.schema.model import Cell
 
 
 # ---- findings -----------------------------------------------------------------------------------
 
-SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+SEVERITY_STYLE: dict[Severity, str] = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 FINDING_LINES = 8  # a finding without --verbose fits in this many lines, at any console width
 SUMMARY_LINES = 3  # of which the sentence takes at most this many
 
@@ -85,7 +86,7 @@ def _one_line(text: str, width: int) -> str:
 def finding_text(finding: Finding, cells: Mapping[int, Cell], width: int, *, verbose: bool = False) -> list[tuple[str, str]]:
     """A finding as (style, plain line) pairs at most ``width`` wide: the header, the sentence, the fix and a
     few labelled evidence lines; FINDING_LINES at most unless ``verbose`` (which adds the whole evidence)."""
-    style = SEVERITY_STYLE.get(finding.severity, "")
+    style = SEVERITY_STYLE[finding.severity]
     header = f"{finding.severity} · {finding.title} · {_where(finding, cells)}"
     tag = f"{finding.rule} · {finding.confidence:.0%}"
     if len(header) + len(tag) + 3 <= width:
@@ -184,7 +185,7 @@ def top_findings_text(findings: Sequence[Finding], record: RunRecord | None, com
         line = f"{lead}{finding.title}: {finding.summary}"
         if len(line) > width and len(lead) + len(finding.summary) <= width:
             line = lead + finding.summary  # the sentence whole rather than the title
-        lines.append((SEVERITY_STYLE.get(finding.severity, ""), _one_line(line, width)))
+        lines.append((SEVERITY_STYLE[finding.severity], _one_line(line, width)))
         lines.append(("green", _one_line(f"    fix: {finding.short_fix()}", width)))
     return lines
 

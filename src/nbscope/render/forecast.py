@@ -7,7 +7,7 @@ Each table reads the typed :class:`~nbscope.analyse.forecast.Forecast` in its ro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.table import Table
 
@@ -18,13 +18,14 @@ from nbscope.render.terminal import console, format_seconds, literal, terminal_t
 from nbscope.schema.codec import encode
 
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast import CellForecast, Forecast, GainedFunction, KeptFunction, Outcome
+    from nbscope.analyse.forecast import CellForecast, Forecast, GainedFunction, KeptFunction, NotebookVerdict, Outcome
     from nbscope.analyse.forecast.devices import DeviceTable, Figure
     from nbscope.analyse.forecast.measured import MeasuredComparison
     from nbscope.analyse.report import ReportData
 
-VERDICT_STYLE = {"faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim",
-                 "uncertain": "magenta", "not forecast": "dim"}
+VERDICT_STYLE: dict[NotebookVerdict | Literal["not forecast"], str] = {
+    "faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim", "uncertain": "magenta",
+    "not forecast": "dim"}
 MEANING = (
     "CPU: the cell's time measured on this machine. Forecast: low–high seconds on the GPU = host work "
     "(Python, NumPy, Numba) carried over as measured here, XLA:GPU compile derived from this CPU's compile, "
@@ -128,7 +129,7 @@ def _gained(entry: GainedFunction) -> Advice:
 
 def _device_summary(result: Forecast, key: str) -> DeviceSummary:
     notebook = result.notebook[key]
-    return DeviceSummary(_headline(result, key), VERDICT_STYLE.get(notebook.verdict, ""),
+    return DeviceSummary(_headline(result, key), VERDICT_STYLE[notebook.verdict],
                          tuple(_kept(e) for e in notebook.keep_on_cpu), tuple(_gained(e) for e in notebook.gains))
 
 
@@ -164,7 +165,7 @@ def forecast_rows(result: Forecast, key: str, *, top: int | None = 15, show_all:
         outcome = cell.gpu[key]
         rows.append((*_cell_items(cell.index, cell.line, cell.first_line, cell.cpu.wall_s),
                      seconds_range(outcome.low_s, outcome.high_s),
-                     Item(outcome.verdict, VERDICT_STYLE.get(outcome.verdict, "")), dominant_words(outcome)))
+                     Item(outcome.verdict, VERDICT_STYLE[outcome.verdict]), dominant_words(outcome)))
     for failed in result.not_forecast:
         rows.append((*_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
                      "–", Item("not forecast", VERDICT_STYLE["not forecast"]), failed.reason))

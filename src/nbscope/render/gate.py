@@ -5,12 +5,12 @@ from __future__ import annotations
 from rich.markup import escape
 
 from nbscope._units import count
-from nbscope.analyse.gate import GateComparison, GateResult, GateRunSummary
+from nbscope.analyse.gate import GateComparison, GateResult, GateRunSummary, GateVerdict
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import cell_columns, console, format_seconds, terminal_table
 
-VERDICT_STYLE = {
+VERDICT_STYLE: dict[GateVerdict, str] = {  # every verdict: tests/test_gate.py checks the tables are whole
     "regression": "bold red",
     "failed": "bold red",
     "not-significant": "yellow",
@@ -21,7 +21,7 @@ VERDICT_STYLE = {
     "below-floor": "dim",
     "unchanged": "",
 }
-VERDICT_MARK = {
+VERDICT_MARK: dict[GateVerdict, str] = {
     "regression": "❌ regression",
     "failed": "❌ failed",
     "not-significant": "⚠️ slower, not significant",
@@ -94,14 +94,14 @@ def gate_rows(
     rows = []
     for c in [*comparisons, *result.totals] if total else comparisons:
         is_total = c in result.totals
-        mark = VERDICT_MARK.get(c.verdict, c.verdict)
+        mark = VERDICT_MARK[c.verdict]
         rows.append((
             "" if is_total or c.index is None else str(c.index + 1),
             "" if is_total or not c.line else str(c.line),
             Item(_row_name(c, result), strong=True) if is_total else Item(c.first_line, code=True),
             format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c), _p(c),
             format_seconds(c.floor_s) if c.floor_s else "–",
-            Item(mark, VERDICT_STYLE.get(c.verdict, "")),
+            Item(mark, VERDICT_STYLE[c.verdict]),
             mark + (f" ({c.note})" if c.note else ""),
         ))
     return Rows.of(columns, rows)
@@ -151,7 +151,7 @@ def _row_name(c: GateComparison, result: GateResult) -> str:
 
 def _total_line(c: GateComparison, name: str) -> str:
     return (f"**{name}**: {format_seconds(c.base_s)} → {format_seconds(c.cand_s)} ({_ratio(c)}, "
-            f"{VERDICT_MARK.get(c.verdict, c.verdict)})")
+            f"{VERDICT_MARK[c.verdict]})")
 
 
 def gate_markdown(result: GateResult, *, everything: bool = False) -> str:

@@ -184,11 +184,12 @@ def pathways_progress() -> Any:
     status = stderr_console()
 
     def progress(event: str, payload: dict[str, Any]) -> None:
-        run = f" (repeat {payload['repeat'] + 1})" if payload.get("repeat") else ""
+        # "start" {pathway, repeat}, "done" {pathway, repeat, status, reason}: api.pathways.ProgressCallback
+        run = f" (repeat {payload['repeat'] + 1})" if payload["repeat"] else ""
         if event == "start":
             status.print(f"[dim]pathways: {payload['pathway']}{run} …[/dim]")
-        elif payload.get("status") != "ok":
-            status.print(f"[dim]pathways: {payload['pathway']}{run}: {payload['status']} – {payload.get('reason')}[/dim]")
+        elif payload["status"] != "ok":
+            status.print(f"[dim]pathways: {payload['pathway']}{run}: {payload['status']} – {payload['reason']}[/dim]")
 
     return progress
 

@@ -340,9 +340,9 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
             literal(str(row["started_at"])[:16].replace("T", " ")[0 if extra["digest"] else 5:]),
             literal(row["kind"]),
             literal(row["target"]),
-            literal(row.get("backend") or ""),
+            literal(row["backend"] or ""),  # store.list gives every summary column and the backend
             literal(row["status"]),
-            literal(row.get("label") or ""),
+            literal(row["label"] or ""),
             literal(headline_text(row["headline"])),
         ]
         if extra["digest"]:

@@ -8,8 +8,16 @@ import math
 from typing import Any
 
 from nbscope.analyse.compare import CellFigures
-from nbscope.analyse.gate import GateComparison
-from nbscope.analyse.versions import BisectResult, Evidence, VariantCell, VersionsResult, target_label, verdicts_by_cell
+from nbscope.analyse.gate import GateComparison, GateVerdict
+from nbscope.analyse.versions import (
+    BisectResult,
+    BisectVerdict,
+    Evidence,
+    VariantCell,
+    VersionsResult,
+    target_label,
+    verdicts_by_cell,
+)
 from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
@@ -44,12 +52,20 @@ def _wall(figures: CellFigures | None) -> str:
     return text
 
 
-def _verdicts(result: VersionsResult) -> list[dict[int, str]]:
+# A bisection step's verdict: the gate's, or the two words of a step the gate did not judge.
+BISECT_MARK: dict[BisectVerdict, str] = {"baseline": "baseline", "untestable": "untestable"}
+BISECT_MARK.update((verdict, mark) for verdict, mark in VERDICT_MARK.items())
+BISECT_STYLE: dict[BisectVerdict, str] = {"baseline": "", "untestable": ""}
+BISECT_STYLE.update((verdict, style) for verdict, style in VERDICT_STYLE.items())
+
+
+def _verdicts(result: VersionsResult) -> list[dict[int, GateVerdict]]:
     return [verdicts_by_cell(g.result) for g in result.gates]
 
 
-def _verdict(verdict: str) -> Item:
-    return Item(VERDICT_MARK.get(verdict, verdict), VERDICT_STYLE.get(verdict, ""))
+def _verdict(verdict: GateVerdict | None) -> Item:
+    """A gate's verdict; a blank where the cell has none."""
+    return Item("", "") if verdict is None else Item(VERDICT_MARK[verdict], VERDICT_STYLE[verdict])
 
 
 def variant_letters(count: int) -> list[str]:
@@ -77,7 +93,7 @@ def versions_rows(result: VersionsResult) -> Rows:
             values.append(_wall(figures))
             if number < len(verdicts):
                 after = row.runs[number + 1]
-                values.append(_verdict(verdicts[number].get(after.index, "") if after is not None else ""))
+                values.append(_verdict(verdicts[number].get(after.index) if after is not None else None))
         rows.append(values)
     total_row: list[Any] = ["", Item("total", strong=True)]
     for number, totals in enumerate(result.totals):
@@ -189,9 +205,9 @@ def bisect_rows(result: BisectResult) -> Rows:
                Column("verdict", "left", "text", min_width=14))
     rows = []
     for step in result.steps:
-        verdict = VERDICT_MARK.get(step.verdict, step.verdict) + (f": {step.error}" if step.error else "")
+        verdict = BISECT_MARK[step.verdict] + (f": {step.error}" if step.error else "")
         rows.append((step.version, str(step.run_id or "–"), _comparison_text(step.comparison),
-                     Item(verdict, VERDICT_STYLE.get(step.verdict, ""))))
+                     Item(verdict, BISECT_STYLE[step.verdict])))
     return Rows.of(columns, rows)
 
 

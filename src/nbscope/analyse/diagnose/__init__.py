@@ -132,7 +132,7 @@ _GENERIC = {rule.name for rule in RULES if rule.generic}
 
 def _order(finding: Finding) -> tuple[int, bool, float, float, int]:
     return (
-        SEVERITIES.index(finding.severity) if finding.severity in SEVERITIES else len(SEVERITIES),
+        SEVERITIES.index(finding.severity),
         finding.rule in _GENERIC,
         -finding.seconds_at_stake,
         -finding.confidence,
@@ -199,7 +199,7 @@ def diagnose(
     failed = [{"index": c.index, "line": c.line, "status": c.status, "text": text}
               for c in ctx.run.cells if c.status != "expected-error" and (text := failure_text(c))]
     not_run = sum(1 for c in ctx.run.cells if c.status == "not-run")
-    evidence = ctx.__dict__.get("forecast")  # computed only if a rule asked for it (a cached property)
+    evidence = ctx.made_forecast  # made only if a rule asked for it
     return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,
                     failed_cells=failed, cells_not_run=not_run,
                     forecast=evidence.result if evidence is not None else None)

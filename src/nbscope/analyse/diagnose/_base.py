@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypedDict
+from typing import Annotated, Any, ClassVar, Literal, TypedDict, get_args
 
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
@@ -21,7 +21,8 @@ from nbscope.schema.codec import Encoded, Read, decode
 from nbscope.schema.machine import Machine, Settings
 from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
 
-SEVERITIES = ("high", "medium", "low")
+Severity = Literal["high", "medium", "low"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # highest first
 
 
 HIGHLIGHTS = 3  # labelled evidence lines a finding shows without --verbose
@@ -39,6 +40,11 @@ def _pairs(value: object) -> list[tuple[str, str]] | None:
     if not isinstance(value, list):
         return None
     return [(str(item[0]), str(item[1])) for item in value if isinstance(item, (list, tuple)) and len(item) == 2]
+
+
+def _severity(value: object) -> Severity | None:
+    """A finding's severity as written; one of another word reads as unknown."""
+    return next((known for known in SEVERITIES if known == value), None)
 
 
 def _texts(value: object) -> list[str]:
@@ -64,7 +70,7 @@ class Finding(Encoded):
     rule: str  # e.g. "unrolled-loop"
     title: str  # short human title
     cell_index: Annotated[int | None, Read(key="index")]  # code-cell index (record cell "index"), None for notebook-level
-    severity: Annotated[str, Read(otherwise="low")]  # "high" | "medium" | "low"
+    severity: Annotated[Severity, Read(_severity, otherwise="low")]
     confidence: float  # 0..1
     evidence: dict[str, Any]
     summary: str  # one sentence with the numbers that matter
@@ -198,9 +204,10 @@ class Rule:
     thresholds: Mapping[str, float] = field(default_factory=dict)
 
 
-def severity(seconds: float, total: float | None, *, floor: str = "low") -> str:
+def severity(seconds: float, total: float | None, *, floor: Severity = "low") -> Severity:
     """High when the cause costs a quarter of the notebook or ≥ 10 s; medium from 1 s or 5 %."""
     share = seconds / total if total else 0.0
+    level: Severity
     if seconds >= 10 or (share >= 0.25 and seconds >= 1):
         level = "high"
     elif seconds >= 1 or (share >= 0.05 and seconds >= 0.2):
@@ -304,6 +311,7 @@ class Context:
         self.sources, self.sources_note = load_sources(record)
         self.run: NotebookRun = record.notebook_run()
         self.totals: Totals = self.run.totals
+        self.made_forecast: _forecast.ForecastEvidence | None = None  # made when a rule first asks for it
 
     def limits(self, rule: str, defaults: Mapping[str, float]) -> dict[str, float]:
         """A rule's thresholds: its defaults, with the values the caller passed for that rule."""
@@ -335,11 +343,13 @@ class Context:
         """The JAX backend the run used, and what says so."""
         return compare_module.backend(self.record)
 
-    @cached_property
+    @property
     def forecast(self) -> _forecast.ForecastEvidence:
-        """The run's GPU forecast for the GPU rules on a CPU run, or why there is none."""
-        return _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
-                                  devices_file=self.devices_file)
+        """The run's GPU forecast for the GPU rules on a CPU run, or why there is none (made once, on first use)."""
+        if self.made_forecast is None:
+            self.made_forecast = _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
+                                                    devices_file=self.devices_file)
+        return self.made_forecast
 
     @cached_property
     def x64(self) -> compare_module.X64:

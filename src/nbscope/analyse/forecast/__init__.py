@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
@@ -52,9 +52,9 @@ if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
     from nbscope.record.run import RunRecord
 
-__all__ = ["CellForecast", "CellTimes", "CodeChange", "CpuRates", "Forecast", "GainedFunction", "KeptFunction",
-           "NotForecast", "NotebookForecast", "Outcome", "Plan", "ProgramRun", "RunInfo", "Term", "Uncertainty",
-           "check_record", "cpu_rates", "forecast", "not_forecast"]
+__all__ = ["CellForecast", "CellTimes", "CellVerdict", "CodeChange", "CpuRates", "Forecast", "GainedFunction",
+           "KeptFunction", "NotForecast", "NotebookForecast", "NotebookVerdict", "Outcome", "Plan", "ProgramRun",
+           "RunInfo", "Term", "Uncertainty", "check_record", "cpu_rates", "forecast", "not_forecast"]
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
@@ -62,6 +62,9 @@ UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the
 SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell (after a cut: this) is carried over
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
+# A cell's verdict on a GPU against its CPU time ("unchanged": no JAX work); a notebook's may also be "mixed".
+CellVerdict = Literal["faster", "slower", "similar", "uncertain", "unchanged"]
+NotebookVerdict = CellVerdict | Literal["mixed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,7 @@ class Outcome:
     low_s: float
     high_s: float | None  # None: no upper bound
     cpu_s: float  # the cell's time measured on the CPU
-    verdict: str  # faster | slower | similar | uncertain | unchanged
+    verdict: CellVerdict
     uncertain: Uncertainty | None
     dominant: Term | None
     jax_dominant: Term | None  # the largest term that is neither host work nor compile
@@ -227,8 +230,8 @@ class NotebookForecast:
     cpu_s: float
     low_s: float
     high_s: float | None
-    all_on_gpu: str  # the verdict with everything on the GPU ("unchanged": the notebook runs no JAX)
-    verdict: str  # all_on_gpu, or "mixed" when keeping some functions on the CPU beats both
+    all_on_gpu: CellVerdict  # the verdict with everything on the GPU ("unchanged": the notebook runs no JAX)
+    verdict: NotebookVerdict  # all_on_gpu, or "mixed" when keeping some functions on the CPU beats both
     keep_on_cpu: tuple[KeptFunction, ...]
     gains: tuple[GainedFunction, ...]
     plan: Plan | None
@@ -604,7 +607,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
     dominant = _dominant(terms)
     jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
     jax_work = cell.jax_work
-    verdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
+    verdict: CellVerdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
     uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms) if jax_work else None
     if uncertain is not None:
         verdict = "uncertain"
@@ -621,7 +624,7 @@ def _dominant(terms: list[Term]) -> Term | None:
     return max(terms, key=_weight) if terms else None
 
 
-def _verdict(cpu: float, low: float, high: float | None) -> str:
+def _verdict(cpu: float, low: float, high: float | None) -> CellVerdict:
     if high is not None and high < cpu * (1 - MARGIN):
         return "faster"
     if low > cpu * (1 + MARGIN):
@@ -756,6 +759,7 @@ def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int
         if plan_high is not None and kept.gpu_high_s is not None:
             plan_high += kept.cpu_s - kept.gpu_high_s
     all_on_gpu = _verdict(cpu_total, low, high)
+    verdict: NotebookVerdict
     if keep and gains and plan_high is not None and plan_high < cpu_total * (1 - MARGIN):
         verdict = "mixed"
     else:

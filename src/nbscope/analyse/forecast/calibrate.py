@@ -16,6 +16,7 @@ Every calibrated figure's source names the run, the GPU, the date and the nbscop
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
@@ -121,12 +122,26 @@ def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -
         add("dispatch_us", median * 1e6, median * 1e6, "tiny jitted call round trip", figure)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceEntry:
+    """A device of the table in the ``devices.toml`` format (``--json`` writes its fields in this order): what
+    calibration built, ``calibrated`` naming the figures it measured, ``base`` the device it took the rest from."""
+
+    key: str
+    name: str
+    match: list[str]
+    compute_capability: str | None = None
+    figures: dict[str, Figure]
+    calibrated: list[str] = field(default_factory=list)
+    base: str | None = None
+
+
 def _label(record: RunRecord) -> str:
     return f"run {record.run_id}" if record.run_id is not None else f"the {record.kind} run"
 
 
-def calibrate(records: list[Any], key: str, base: Device | None) -> dict[str, Any]:
-    """A device entry (``devices.toml`` format, as a dict) from loops and bench runs on one GPU."""
+def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
+    """A device entry from loops and bench runs on one GPU."""
     found: dict[str, Figure] = {}
     names: list[str] = []
     for record in records:
@@ -146,29 +161,29 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> dict[str, An
     if missing:
         raise NbscopeError(f"the runs do not give {', '.join(missing)}: pass --base DEVICE to take those from "
                            "a device of the table")
-    return {
-        "key": key.lower(),
-        "name": gpu_names[0] if len(gpu_names) == 1 else (base.name if base else key),
-        "match": gpu_names or ([key] if base is None else base.match),
-        "compute_capability": base.compute_capability if base else None,
-        "figures": figures,
-        "calibrated": sorted(found),
-        "base": base.key if base else None,
-    }
+    return DeviceEntry(
+        key=key.lower(),
+        name=gpu_names[0] if len(gpu_names) == 1 else (base.name if base else key),
+        match=gpu_names or ([key] if base is None else base.match),
+        compute_capability=base.compute_capability if base else None,
+        figures=figures,
+        calibrated=sorted(found),
+        base=base.key if base else None,
+    )
 
 
 def _toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def to_toml(entry: dict[str, Any]) -> str:
+def to_toml(entry: DeviceEntry) -> str:
     """The entry as a ``[devices.KEY]`` table for a device file."""
-    lines = [f"[devices.{entry['key']}]", f"name = {_toml_string(entry['name'])}",
-             "match = [" + ", ".join(_toml_string(m) for m in entry["match"]) + "]"]
-    if entry.get("compute_capability"):
-        lines.append(f"compute_capability = {_toml_string(entry['compute_capability'])}")
+    lines = [f"[devices.{entry.key}]", f"name = {_toml_string(entry.name)}",
+             "match = [" + ", ".join(_toml_string(m) for m in entry.match) + "]"]
+    if entry.compute_capability:
+        lines.append(f"compute_capability = {_toml_string(entry.compute_capability)}")
     for name in DEVICE_FIGURES:
-        figure: Figure = entry["figures"][name]
+        figure = entry.figures[name]
         amount = f"value = {figure.low:.6g}" if figure.low == figure.high else f"low = {figure.low:.6g}, high = {figure.high:.6g}"
         lines.append(f"{name} = {{ {amount}, basis = {_toml_string(figure.basis)}, source = {_toml_string(figure.source)} }}")
     return "\n".join(lines) + "\n"

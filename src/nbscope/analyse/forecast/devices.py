@@ -153,15 +153,24 @@ def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin:
         if not isinstance(raw, dict):
             raise NbscopeError(f"{where}: must be a table")
         key = key.lower()
-        existing = table.devices.get(key)
+        existing = table.devices.get(key)  # None: a new device
+        # The device's fields as it stands (a new one's: its key), each field the file gives read over them.
+        device_name = existing.name if existing else key
+        match = existing.match if existing else [key]
+        compute_capability = existing.compute_capability if existing else None
         figures = dict(existing.figures) if existing else {}
         for name, value in raw.items():
             if name in ("name", "compute_capability"):
                 if not isinstance(value, str):
                     raise NbscopeError(f"{where}.{name}: must be text, got {value!r}")
+                if name == "name":
+                    device_name = value
+                else:
+                    compute_capability = value
             elif name == "match":
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise NbscopeError(f"{where}.match: must be a list of text, got {value!r}")
+                match = value
             elif name in DEVICE_FIGURES:
                 figures[name] = _figure(value, f"{where}.{name}", source_file)
             else:
@@ -172,9 +181,9 @@ def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin:
             raise NbscopeError(f"{where}.{missing[0]}: missing (a new device needs {', '.join(DEVICE_FIGURES)})")
         table.devices[key] = Device(
             key=key,
-            name=str(raw.get("name", existing.name if existing else key)),
-            match=list(raw.get("match", existing.match if existing else [key])),
-            compute_capability=raw.get("compute_capability", existing.compute_capability if existing else None),
+            name=device_name,
+            match=list(match),
+            compute_capability=compute_capability,
             figures=figures,
             origin="nbscope" if builtin else source_file,
         )

@@ -190,7 +190,7 @@ def audit(
             if runner is not None:
                 # Dask takes every job at once and starts each when a worker is free: report them as queued.
                 return runner.run(batch, share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu,
-                                  on_start=lambda job: emit("start", {**_job_event(job), "queued": True}))
+                                  on_start=lambda job: emit("start", _job_event(job, queued=True)))
             scheduler = LocalScheduler(
                 options.workers, gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
                 share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu, fingerprint=fingerprint,
@@ -337,8 +337,9 @@ def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict
     return {"index": index, "count": count, "notebooks": len(selected), "in_book": len(keys)}
 
 
-def _job_event(job: Job) -> dict[str, Any]:
-    return {"path": job.key, "backend": job.backend, "gpu": job.gpu}
+def _job_event(job: Job, *, queued: bool = False) -> dict[str, Any]:
+    """A "start" event's payload (``queued``: the job waits for a GPU)."""
+    return {"path": job.key, "backend": job.backend, "gpu": job.gpu, "queued": queued}
 
 
 def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, str], AuditEntry],

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nbscope._units import count
+from nbscope.analyse.gate import GateVerdict
 from nbscope.analyse.report import ReportData
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
@@ -289,8 +290,8 @@ def gate(data: ReportData) -> str:
     records, result = data.records, data.gate
     runs = [records[data.gate_runs[0]], records[data.gate_runs[1]]]
 
-    def mark(verdict: str) -> str:
-        return VERDICT_MARK.get(verdict, verdict).removeprefix("❌ ").removeprefix("✅ ").removeprefix("⚠️ ")
+    def mark(verdict: GateVerdict) -> str:
+        return VERDICT_MARK[verdict].removeprefix("❌ ").removeprefix("✅ ").removeprefix("⚠️ ")
 
     verdict = '<span class="pass">PASS</span>' if result.passed else '<span class="fail">FAIL</span>'
     rows = []
