@@ -31,6 +31,7 @@ from nbscope._version import __version__
 from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord, series_settings
 from nbscope.record.secrets import hide_stored_values, new_key
+from nbscope.schema import process_environment
 
 STORE_FOLDER = ".nbscope"
 DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
@@ -308,9 +309,9 @@ def _notebook_cell_hashes(path: Path) -> list[str]:
 def default_path() -> Path:
     """The store commands use without ``--db``: ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project
     root of the working directory (relative when that root is the working directory itself)."""
-    env = os.environ.get("NBSCOPE_DB")
-    if env:
-        return Path(env)
+    given = process_environment.read().store
+    if given:
+        return Path(given)
     from nbscope.record.cells import project_root
 
     here = Path.cwd()
