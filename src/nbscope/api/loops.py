@@ -11,8 +11,6 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
-from nbscope.schema.codec import decode
-from nbscope.schema.suite import Sweep
 
 __all__ = ["LoopOptions", "LoopsOutcome", "loops", "run_loops"]  # the command's options, with the job that takes them
 
@@ -52,34 +50,31 @@ def run_loops(
     settings.pop("timeout_s", None)
     record = RunRecord(kind="loops", target=options.target or BUILTIN_TARGET, fingerprint=fingerprint,
                        settings=settings, label=label if label is not None else default_label())
-    # The worker always writes its loop, JAX, sweeps and notes (or an error, raised): they go into the record
-    # as it wrote them; its fits are read typed.
     sweeps = result["sweeps"]
-    fitted = [(sweep, fit) for sweep in sweeps if (fit := decode(Sweep, sweep).fit) is not None]
     estimates = [
-        {"device": sweep["device"], "placement": sweep["placement"], "seconds": extrapolate(sweep["fit"], options.at),
-         "measured_up_to": max(sweep["trip_counts"])}
-        for sweep, _ in fitted
+        {"device": s["device"], "placement": s["placement"], "seconds": extrapolate(s["fit"], options.at),
+         "measured_up_to": max(s["trip_counts"])}
+        for s in sweeps if s.get("fit")
     ]
     dump = None
     if options.xla_dump is not None:
         files = [p for p in options.xla_dump.rglob("*") if p.is_file()]
         dump = {"dir": str(options.xla_dump.resolve()), "files": len(files)}
-    fits = [fit for _, fit in fitted]
+    fits = [s["fit"] for s in sweeps if s.get("fit")]
     record.measurements = {
         "totals": {
             "sweeps": len(sweeps),
             "wall_s": time.perf_counter() - started,
-            "us_per_iter": fits[0].us_per_iter if fits else None,
-            "r2_min": min((fit.r2 for fit in fits if fit.r2 is not None), default=None),
+            "us_per_iter": fits[0]["us_per_iter"] if fits else None,
+            "r2_min": min((f["r2"] for f in fits if f.get("r2") is not None), default=None),
             "at": options.at,
             "at_s": estimates[0]["seconds"] if estimates else None,
         },
-        "loop": result["loop"],
-        "jax": result["jax"],
+        "loop": result.get("loop"),
+        "jax": result.get("jax"),
         "sweeps": sweeps,
         "extrapolation": {"trip_count": options.at, "estimates": estimates},
-        "notes": result["notes"],
+        "notes": result.get("notes", []),
         "xla_dump": dump,
     }
     record.finish("ok" if fits else "partial")
