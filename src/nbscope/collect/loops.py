@@ -38,8 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.schema import process_environment
-from nbscope.schema.codec import decode
-from nbscope.schema.progress import SweepProgress
 
 if TYPE_CHECKING:
     from jax import Array, Device
@@ -147,7 +145,7 @@ def extrapolate(fit: dict[str, Any], trips: int) -> float:
 
 # ---- the parent: run the worker, build the record ------------------------------------------------
 
-Progress = Callable[[SweepProgress], None]
+Progress = Callable[[dict[str, Any]], None]
 
 
 def worker_env(options: LoopOptions) -> dict[str, str]:
@@ -181,7 +179,7 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
                 for line in process.stdout:  # progress, one JSON object a line
                     if progress is not None:
                         try:
-                            progress(decode(SweepProgress, json.loads(line)))
+                            progress(json.loads(line))
                         except json.JSONDecodeError:
                             pass
                     if time.monotonic() > deadline:

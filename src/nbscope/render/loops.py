@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from nbscope.record.run import RunRecord
 from nbscope.render.terminal import (
@@ -16,7 +17,6 @@ from nbscope.render.terminal import (
     stderr_console,
 )
 from nbscope.schema.codec import decode
-from nbscope.schema.progress import SweepProgress
 from nbscope.schema.suite import LoopFit, LoopsRun
 
 
@@ -70,18 +70,18 @@ def print_loops(record: RunRecord) -> None:
         console.print(f"[dim]XLA dump: {literal(run.xla_dump.files)} files in {literal(run.xla_dump.dir)}[/dim]")
 
 
-def loops_progress(quiet: bool) -> Callable[[SweepProgress], None]:
+def loops_progress(quiet: bool) -> Callable[[Mapping[str, Any]], None]:
     """The sweep's progress on standard error: each placement as it starts and each trip count's time (nothing
     when ``quiet``: the JSON output stands alone)."""
     status = stderr_console()
 
-    def progress(event: SweepProgress) -> None:
+    def progress(event: Mapping[str, Any]) -> None:
         if quiet:
             return
-        if event.event == "sweep":
-            status.print(f"[dim]loops: sweeping on {event.placement} ({event.device}) …[/dim]")
-        elif event.event == "point" and event.n is not None and event.seconds is not None:
-            status.print(f"[dim]  {event.n:>10,} trips  {event.seconds * 1e3:9.3f} ms[/dim]")
+        if event.get("event") == "sweep":
+            status.print(f"[dim]loops: sweeping on {event['placement']} ({event['device']}) …[/dim]")
+        elif event.get("event") == "point":
+            status.print(f"[dim]  {event['n']:>10,} trips  {event['seconds'] * 1e3:9.3f} ms[/dim]")
 
     return progress
 

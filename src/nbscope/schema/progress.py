@@ -1,7 +1,6 @@
 """The progress events long commands report as they go, typed: the suite's groups (``bench``), each pathway's runs
-(``pathways``, ``bench --via``), the loop sweep's placements and trip counts (``loops``, decoded from the
-sweep worker's lines) and the audit's plan and notebooks (``audit``). The API builds them (or ``collect.loops``
-decodes them) and hands each to a caller's callback; the renderers' progress lines read them.
+(``pathways``, ``bench --via``) and the audit's plan and notebooks (``audit``). The API builds them and hands
+each to a caller's callback; the renderers' progress lines read them.
 """
 
 from __future__ import annotations
@@ -33,18 +32,6 @@ class PathwayProgress:
     repeat: int  # from 0
     status: str | None = None  # done: ok, partial, skipped, error
     reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SweepProgress:
-    """A line of the loop sweep's worker: a placement's sweep starts (``sweep``), or one trip count was timed
-    (``point``). What a line lacks reads as None."""
-
-    event: str | None  # sweep, point
-    placement: str | None  # default, cpu
-    device: str | None  # sweep: the device it runs on
-    n: int | None  # point: the trip count
-    seconds: float | None  # point: its median time
 
 
 @dataclass(frozen=True, slots=True)
