@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import BenchContext
 from nbscope.collect.probe import _nbscope_events as events
-from nbscope.schema import process_environment
 
 if TYPE_CHECKING:
     import jax
@@ -55,6 +54,8 @@ def setup(ctx: BenchContext) -> Any:
     try:
         devices = jax.devices()
     except Exception as exc:  # jax 0.10 raises a bare AssertionError when no requested platform starts
+        from nbscope.schema import process_environment  # only here: the worker starts without the codec
+
         platforms = process_environment.read().jax_platforms or "(default)"
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeError(f"no JAX backend for JAX_PLATFORMS={platforms}: {detail}") from exc
