@@ -23,16 +23,14 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
 from nbscope.record import run as record_module
 from nbscope.record.run import RunRecord, series_settings
 from nbscope.record.secrets import hide_stored_values, new_key
-from nbscope.schema import process_environment
 
 STORE_FOLDER = ".nbscope"
 DEFAULT_DB = Path(STORE_FOLDER) / "nbscope.db"
@@ -310,6 +308,8 @@ def _notebook_cell_hashes(path: Path) -> list[str]:
 def default_path() -> Path:
     """The store commands use without ``--db``: ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project
     root of the working directory (relative when that root is the working directory itself)."""
+    from nbscope.schema import process_environment  # here: a store given its path starts without the codec
+
     given = process_environment.read().store
     if given:
         return Path(given)
@@ -389,10 +389,10 @@ class RunFilters(TypedDict, total=False):
     limit: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class RunQuery:
+class RunQuery(NamedTuple):
     """The ``RunFilters`` a ``Store`` method was given, typed once: what each column must match (None: any
-    value), and how many runs at most."""
+    value), and how many runs at most. (A named tuple, not a dataclass: a reader of the store's columns alone,
+    such as ``publish``, starts without importing dataclasses.)"""
 
     kind: Match = None
     target: Match = None
