@@ -181,14 +181,6 @@ class BenchFigure:
     slowest: Annotated[str | None, Write(omit=_one_pathway)] = None
 
 
-@dataclass(frozen=True, slots=True)
-class BenchCellLine:
-    """A line a bench workload's notebook cell wrote (``api.pathways._bench``): its group's figures, each as the
-    suite's worker wrote it (no figures: a group that failed or was skipped)."""
-
-    figures: tuple[Mapping[str, Any], ...]
-
-
 # ---- the whole record ----------------------------------------------------------------------------------------
 
 

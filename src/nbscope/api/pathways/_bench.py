@@ -24,7 +24,7 @@ from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_s
 from nbscope.api.runs import store_then_stop
 from nbscope.record.run import RunRecord
 from nbscope.schema.codec import decode, encode
-from nbscope.schema.pathways import BenchCellLine, BenchFigure, FigureEntry
+from nbscope.schema.pathways import BenchFigure, FigureEntry
 from nbscope.schema.suite import GroupFigure
 
 if TYPE_CHECKING:
@@ -116,11 +116,11 @@ def run_bench_pathways(
     return record
 
 
-def _read(path: Path) -> list[BenchCellLine]:
+def _read(path: Path) -> list[dict[str, Any]]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rows.append(decode(BenchCellLine, json.loads(line)))
+            rows.append(json.loads(line))
         except json.JSONDecodeError:
             continue
     return rows
@@ -135,7 +135,7 @@ def pair_figures(outputs: Path, names: list[str]) -> list[BenchFigure]:
     for name in names:
         for path in sorted(outputs.glob(f"{name}-*.jsonl")):
             for group in _read(path):
-                for document in group.figures:
+                for document in group.get("figures") or []:
                     value = figure_value(document)
                     if value is None:
                         continue
