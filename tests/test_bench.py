@@ -168,7 +168,7 @@ def test_python_and_numpy_in_both_dtypes_give_a_valid_record(
     record = run_bench(
         only=["python,numpy"], dtype="both", size="quick", fingerprint=FAKE_FINGERPRINT,
         overrides={"python.int_sum_n": 100_000, "python.sqrt_n": 50_000, "numpy.matmul_n": 100, "numpy.elementwise_n": 10_000},
-        progress=lambda event, payload: events.append((event, payload.get("group"), payload.get("dtype"))),
+        progress=lambda event: events.append((event.event, event.group, event.dtype)),
     )
     assert record.kind == "bench" and record.target == "suite:quick" and record.status == "ok"
     document = json.loads(record.to_json())

@@ -158,7 +158,7 @@ def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: P
     store = Store(tmp_db)
     events: list[tuple[str, str]] = []
     record = run_pathways(SMALL, ("script", "kernel", "book"), store=store,
-                          progress=lambda event, payload: events.append((event, payload["pathway"])))
+                          progress=lambda event: events.append((event.event, event.pathway)))
     m = record.measurements
     assert record.kind == "pathways" and record.status == "ok", m["verdict"]
     assert [e for e in events if e[0] == "done"] == [("done", "script"), ("done", "kernel"), ("done", "book")]

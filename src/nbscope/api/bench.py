@@ -32,6 +32,7 @@ from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode, encode
+from nbscope.schema.progress import GroupProgress, PathwayProgress
 from nbscope.schema.suite import BenchRun, BenchTotals, GroupFigure, WorkerRun
 
 __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "run_bench"]
@@ -39,9 +40,8 @@ __all__ = ["BUDGETS", "BUSY_CORES_WARN", "GROUPS", "SIZES", "count_figures", "ru
 # Average cores used by other processes during a group above which its figures are flagged.
 BUSY_CORES_WARN = 0.25
 
-# progress(event, payload): event "start" (payload {"group", "dtype"}) or "done" ({"group", "dtype", "status",
-# "reason"}: how the group's worker ended).
-ProgressCallback = Callable[[str, dict[str, Any]], None]
+# Called as each group's worker starts and as it ends.
+ProgressCallback = Callable[[GroupProgress], None]
 
 
 def run_bench(
@@ -91,7 +91,7 @@ def run_bench(
             runs = results.setdefault(group, {"runs": []})["runs"]
             for group_dtype in dtypes_for(group, dtypes):
                 if progress:
-                    progress("start", {"group": group, "dtype": group_dtype})
+                    progress(GroupProgress("start", group, group_dtype))
                 run = run_worker(
                     group,
                     group_dtype,
@@ -102,9 +102,8 @@ def run_bench(
                 )
                 runs.append(run)
                 if progress:
-                    worker = decode(WorkerRun, run)
-                    progress("done", {"group": group, "dtype": group_dtype, "status": worker.status,
-                                      "reason": worker.reason})
+                    ended = decode(WorkerRun, run)
+                    progress(GroupProgress("done", group, group_dtype, status=ended.status, reason=ended.reason))
     except KeyboardInterrupt:
         interrupted = True
     wall = time.perf_counter() - started
@@ -222,7 +221,7 @@ def bench(
     label: str | None = None,
     via: str | None = None,
     repeat: int = 1,
-    via_progress: ProgressCallback | None = None,
+    via_progress: Callable[[PathwayProgress], None] | None = None,
 ) -> BenchOutcome:
     """``nbscope bench``: run the suite and store it, also when a signal cut it short (then noted as saved); with
     ``via`` (``script,kernel,...``) its workloads run as notebook cells through those pathways, ``repeat`` times

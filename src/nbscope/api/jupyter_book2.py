@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbscope._errors import NbscopeError
+from nbscope.schema import process_environment
 
 REQUIREMENT = "jupyter-book>=2,<3"
 # The launcher's own imports (used when it has to look for Node.js); the server side is this environment's.
@@ -69,10 +70,10 @@ WINDOW = 4096  # characters after a marker in which its page or URL must end
 
 def cache_dir() -> Path:
     """nbscope's cache folder (``NBSCOPE_CACHE_DIR``, ``$XDG_CACHE_HOME/nbscope`` or ``~/.cache/nbscope``)."""
-    given = os.environ.get("NBSCOPE_CACHE_DIR")
-    if given:
-        return Path(given).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    settings = process_environment.read()
+    if settings.cache_dir:
+        return Path(settings.cache_dir).expanduser()
+    xdg = settings.xdg_cache_home
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "nbscope"
 
 
@@ -153,7 +154,7 @@ def node_major() -> int | None:
 def find() -> JupyterBook2:
     """The jupyter-book 2 to use: ``NBSCOPE_JUPYTER_BOOK2``, this environment's, nbscope's own, or ``myst``."""
     found = JupyterBook2()
-    given = os.environ.get(COMMAND_VARIABLE)
+    given = process_environment.read().jupyter_book2
     here = _this_environment_version()
     beside = Path(sys.executable).parent / "jupyter-book"
     own = _bin(environment_dir()) / "jupyter-book"
@@ -277,7 +278,7 @@ def interpreter_first(folder: Path, base_path: str | None = None) -> str:
     script = folder / "python"
     script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
     script.chmod(0o755)
-    base = os.environ.get("PATH", os.defpath) if base_path is None else base_path
+    base = process_environment.read().path if base_path is None else base_path
     return os.pathsep.join([str(folder), base])
 
 
@@ -291,7 +292,7 @@ def server_config_for_root(folder: Path) -> dict[str, str]:
         return {}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}), encoding="utf-8")
-    existing = os.environ.get("JUPYTER_CONFIG_PATH", "")
+    existing = process_environment.read().jupyter_config_path
     return {"JUPYTER_CONFIG_PATH": os.pathsep.join(p for p in (str(folder), existing) if p)}
 
 
@@ -316,7 +317,7 @@ class Myst(FoundCommand):
 
 def find_myst() -> Myst:
     """The mystmd to use: ``NBSCOPE_MYST``, ``myst`` on PATH, or nbscope's own (``book2-env --install``)."""
-    given = os.environ.get(MYST_VARIABLE)
+    given = process_environment.read().myst
     on_path = shutil.which("myst")
     own = _own_myst()
     if given:

@@ -42,6 +42,7 @@ from nbscope.collect.runner import merge_cell
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
+from nbscope.schema import process_environment
 from nbscope.schema.build import derive, totals
 from nbscope.schema.codec import decode
 from nbscope.schema.probe import ProbeCell
@@ -659,7 +660,7 @@ def _run_command(
     its process group, what ``end_left`` finds (the processes carrying the run's token) and every process
     still holding the output pipe are stopped, and the output is read for at most ``DRAIN_S`` more."""
     # Where it can be, the command runs in a cgroup of its own from its start: every process it starts is ended.
-    found = shutil.which(command[0], path=env.get("PATH")) if command else None
+    found = shutil.which(command[0], path=process_environment.read(env).path) if command else None
     cgroup = Cgroup.make() if found else None
     try:
         # Its own process group, so a timeout or a signal ends the command and its children together.
@@ -867,17 +868,19 @@ def trace_command(
         raise NbscopeError("--cell-timeout must be a positive number of seconds")
     if store is not None:
         check_store(store)  # a store the runs could not be saved in is refused before the command runs
-    env = None
+    env = None  # the variables the command gets besides this process's: only a PATH with a command put first
+    path = process_environment.read().path
     if jupyter_book2_first:
         found = jupyter_book2.find()
         if not found.usable or found.path_folder is None:
             raise NbscopeError(found.problem or "jupyter-book 2 is not available")
-        env = {"PATH": os.pathsep.join([str(found.path_folder), os.environ.get("PATH", os.defpath)])}
-    if command and command[0] == "myst" and shutil.which("myst", path=(env or os.environ).get("PATH")) is None:
+        path = os.pathsep.join([str(found.path_folder), path])
+        env = {"PATH": path}
+    if command and command[0] == "myst" and shutil.which("myst", path=path) is None:
         myst = jupyter_book2.find_myst()  # nbscope's own mystmd (`book2-env --install`)
         if not myst.usable or myst.path_folder is None:
             raise NbscopeError(myst.problem or "mystmd is not available")
-        env = {"PATH": os.pathsep.join([str(myst.path_folder), (env or os.environ).get("PATH", os.defpath)])}
+        env = {"PATH": os.pathsep.join([str(myst.path_folder), path])}
     result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast,
                         cell_timeout=cell_timeout, theme_stand_in=theme_stand_in, label=label)
     if result.interrupted:

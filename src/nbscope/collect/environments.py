@@ -35,7 +35,7 @@ from typing import Any
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope.collect import fingerprint as fp
-from nbscope.schema import codec
+from nbscope.schema import codec, process_environment
 from nbscope.schema.machine import Machine
 
 ENV_FORMAT = 1
@@ -71,9 +71,10 @@ runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 def default_cache_root() -> Path:
     """Where environments are kept: ``$NBSCOPE_ENV_CACHE``, else ``$XDG_CACHE_HOME/nbscope/envs``, else
     ``~/.cache/nbscope/envs``."""
-    if os.environ.get("NBSCOPE_ENV_CACHE"):
-        return Path(os.environ["NBSCOPE_ENV_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    settings = process_environment.read()
+    if settings.environments_dir:
+        return Path(settings.environments_dir).expanduser()
+    base = settings.xdg_cache_home or str(Path.home() / ".cache")
     return Path(base).expanduser() / "nbscope" / "envs"
 
 
@@ -213,7 +214,7 @@ class Environment:
     @contextmanager
     def kernelspec_visible(self) -> Iterator[None]:
         """Inside the block, jupyter_client (in this process) finds this environment's kernel by name."""
-        before = os.environ.get("JUPYTER_PATH")
+        before = process_environment.read().jupyter_path
         os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(self.jupyter_data), before) if p)
         try:
             yield

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, TypeGuard
 
 from nbscope.collect._gpu_classes import fp64_class
+from nbscope.schema import process_environment
 from nbscope.schema.codec import decode
 from nbscope.schema.threadpools import ThreadPool
 
@@ -265,9 +266,10 @@ def _numba_threading() -> dict[str, Any] | dict[str, str]:
         for layer, stem in (("tbb", "tbbpool"), ("omp", "omppool"), ("workqueue", "workqueue")):
             if path.name.startswith(stem) and path.suffix in (".so", ".pyd"):
                 available.add(layer)
-    threads_env = os.environ.get("NUMBA_NUM_THREADS")
+    settings = process_environment.read()
+    threads_env = settings.numba_num_threads
     return {
-        "layer": os.environ.get("NUMBA_THREADING_LAYER", "default"),
+        "layer": settings.numba_threading_layer if settings.numba_threading_layer is not None else "default",
         "available_layers": sorted(available),
         "threads": int(threads_env) if threads_env and threads_env.isdigit() else os.cpu_count(),
         "threads_source": "NUMBA_NUM_THREADS" if threads_env else "cpu count",
@@ -283,24 +285,23 @@ def _environment() -> dict[str, str]:
 
 
 def _ci() -> dict[str, Any] | dict[str, str]:
-    env = os.environ
-    if env.get("GITHUB_ACTIONS") == "true":
+    ci = process_environment.read().ci
+    if ci.github_actions == "true":
         info: dict[str, Any] = {
             "provider": "github-actions",
-            "runner_name": env.get("RUNNER_NAME"),
-            "runner_os": env.get("RUNNER_OS"),
-            "runner_arch": env.get("RUNNER_ARCH"),
-            "workflow": env.get("GITHUB_WORKFLOW"),
-            "run_id": env.get("GITHUB_RUN_ID"),
-            "repository": env.get("GITHUB_REPOSITORY"),
-            "sha": env.get("GITHUB_SHA"),
+            "runner_name": ci.runner_name,
+            "runner_os": ci.runner_os,
+            "runner_arch": ci.runner_arch,
+            "workflow": ci.workflow,
+            "run_id": ci.run_id,
+            "repository": ci.repository,
+            "sha": ci.sha,
         }
-        labels = {k: v for k, v in env.items() if k.startswith("RUNS_ON_")}
-        if labels:
-            info["runs_on"] = labels
+        if ci.runs_on:
+            info["runs_on"] = dict(ci.runs_on)
         return info
-    if env.get("CI"):
-        return {"provider": "generic", "ci": env.get("CI")}
+    if ci.ci:
+        return {"provider": "generic", "ci": ci.ci}
     return absent("not running under CI")
 
 
@@ -314,7 +315,7 @@ def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, Any]:
     if fake_nvml is not None:
         nvml = fake_nvml
     else:
-        mode = os.environ.get("NBSCOPE_NVML", "auto").lower()
+        mode = process_environment.read().nvml
         if mode == "off":
             return {"devices": absent("NVML disabled by NBSCOPE_NVML=off")}
         if mode != "force" and not _nvidia_driver_present():

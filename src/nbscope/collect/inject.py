@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope.collect.probe import PROBE_FILE, PROBE_MODULE
+from nbscope.schema import process_environment
 
 PROBE_ARGUMENT = f"--InteractiveShellApp.extra_extensions={PROBE_MODULE}"
 
@@ -54,7 +55,8 @@ class ProbeHome:
     ) -> dict[str, str]:
         """Environment for a kernel (or a tool that starts kernels) that should load the probe."""
         env = dict(os.environ if base is None else base)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.lib), env.get("PYTHONPATH", "")) if p)
+        given = process_environment.read(env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.lib), given.pythonpath) if p)
         if out_file is not None:
             env["NBSCOPE_PROBE_OUT"] = str(out_file)
         if out_dir is not None:
@@ -65,7 +67,7 @@ class ProbeHome:
             env["NBSCOPE_PROBE_TIMELINE"] = str(timeline_dir)
         if kernelspecs:
             share = str(self.kernels.parent)
-            env["JUPYTER_PATH"] = os.pathsep.join(p for p in (share, env.get("JUPYTER_PATH", "")) if p)
+            env["JUPYTER_PATH"] = os.pathsep.join(p for p in (share, given.jupyter_path) if p)
         return env
 
     def override_kernelspecs(self) -> list[str]:
@@ -116,7 +118,7 @@ class ProbeHome:
     def cleanup(self) -> None:
         for entry in self._announced:
             entry.unlink(missing_ok=True)
-        if self._announced and not os.environ.get(RUNNING_VARIABLE):
+        if self._announced and not process_environment.read().running_dir:
             with contextlib.suppress(OSError):  # still holding another run's entry, or gone: either is fine
                 self._announced[0].parent.rmdir()  # nbscope's own folder, left only while runs are listed
         self._announced.clear()
@@ -134,16 +136,13 @@ def _is_ipython_kernel(argv: list[str]) -> bool:
     return any("ipykernel" in part for part in argv)
 
 
-RUNNING_VARIABLE = "NBSCOPE_RUNNING_DIR"
-
-
 def running_folder() -> Path:
     """Where announced probe homes are listed: ``NBSCOPE_RUNNING_DIR``, else ``$XDG_RUNTIME_DIR/nbscope``, else
     ``<tmp>/nbscope-running-<uid>`` (one per user: it names only that user's runs)."""
-    given = os.environ.get(RUNNING_VARIABLE)
-    if given:
-        return Path(given).expanduser()
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    settings = process_environment.read()
+    if settings.running_dir:
+        return Path(settings.running_dir).expanduser()
+    runtime = settings.xdg_runtime_dir
     if runtime and Path(runtime).is_dir():
         return Path(runtime) / "nbscope"
     user = os.getuid() if hasattr(os, "getuid") else 0

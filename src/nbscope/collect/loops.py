@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope.schema import process_environment
 from nbscope.schema.codec import decode_optional
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ def worker_env(options: LoopOptions) -> dict[str, str]:
     if options.jax_platform:
         env["JAX_PLATFORMS"] = options.jax_platform
     if options.xla_dump is not None:
-        flags = env.get("XLA_FLAGS", "")
+        flags = process_environment.read().xla_flags or ""
         env["XLA_FLAGS"] = f"{flags} --xla_dump_to={options.xla_dump.resolve()}".strip()
     return env
 

@@ -23,7 +23,7 @@ from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope._version import __version__
 from nbscope.record.secrets import command_for_record
-from nbscope.schema import codec
+from nbscope.schema import codec, process_environment
 from nbscope.schema.envelope import Envelope
 from nbscope.schema.kinds import KINDS
 from nbscope.schema.kinds import PROFILE_KINDS as PROFILE_KINDS  # its readers import it from here too
@@ -84,7 +84,7 @@ def check_label(label: str | None) -> str | None:
 
 def default_label() -> str | None:
     """The label of runs recorded now: ``$NBSCOPE_LABEL`` (what ``--label`` sets), or none."""
-    return check_label(os.environ.get(LABEL_ENV) or None)
+    return check_label(process_environment.read().label or None)
 
 
 @contextmanager
@@ -95,7 +95,7 @@ def labelled(label: str | None) -> Iterator[None]:
     if label is None:
         yield
         return
-    before = os.environ.get(LABEL_ENV)
+    before = process_environment.read().label
     os.environ[LABEL_ENV] = label
     try:
         yield
@@ -302,10 +302,10 @@ def backend_of(record: RunRecord) -> dict[str, Any]:
     machine, settings = record.machine(), record.run_settings()
     if settings.jax_platform:
         return {"platform": _platform_word(settings.jax_platform), "source": "settings.jax_platform"}
-    env = settings.environment(machine)
-    for name in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME"):
-        if env.get(name):
-            return {"platform": _platform_word(env[name]), "source": f"environment {name}"}
+    recorded = process_environment.read(settings.environment(machine))
+    for name, value in (("JAX_PLATFORMS", recorded.jax_platforms), ("JAX_PLATFORM_NAME", recorded.jax_platform_name)):
+        if value:
+            return {"platform": _platform_word(value), "source": f"environment {name}"}
     if machine.jax_runtime and machine.jax_runtime.default_backend:
         return {"platform": _platform_word(machine.jax_runtime.default_backend), "source": "fingerprint.jax_runtime"}
     if machine.gpus and any("cuda" in name for name in machine.jax_plugins):

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
 from nbscope._version import __version__
@@ -293,9 +293,11 @@ def _notebook_cell_hashes(path: Path) -> list[str]:
 def default_path() -> Path:
     """The store commands use without ``--db``: ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project
     root of the working directory (relative when that root is the working directory itself)."""
-    env = os.environ.get("NBSCOPE_DB")
-    if env:
-        return Path(env)
+    from nbscope.schema import process_environment  # here: a store given its path starts without the codec
+
+    given = process_environment.read().store
+    if given:
+        return Path(given)
     from nbscope.record.cells import project_root
 
     here = Path.cwd()
@@ -372,12 +374,24 @@ class RunFilters(TypedDict, total=False):
     limit: int | None
 
 
-def _where(filters: RunFilters) -> tuple[str, list[Any]]:
-    """The WHERE clause (empty or starting with a space) and its parameters for ``filters``."""
+class RunQuery(NamedTuple):
+    """The ``RunFilters`` a ``Store`` method was given, typed once: what each column must match (None: any
+    value), and how many runs at most. (A named tuple, not a dataclass: a reader of the store's columns alone,
+    such as ``publish``, starts without importing dataclasses.)"""
+
+    kind: Match = None
+    target: Match = None
+    digest: str | None = None
+    label: str | None = None
+    limit: int | None = None
+
+
+def _where(query: RunQuery) -> tuple[str, list[Any]]:
+    """The WHERE clause (empty or starting with a space) and its parameters for ``query``."""
     clauses: list[str] = []
     params: list[Any] = []
-    for column in ("kind", "target", "digest", "label"):
-        value = filters.get(column)
+    columns = (("kind", query.kind), ("target", query.target), ("digest", query.digest), ("label", query.label))
+    for column, value in columns:
         if value is None:
             continue
         values = [value] if isinstance(value, str) else list(value)
@@ -386,7 +400,7 @@ def _where(filters: RunFilters) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _newest_ids(db: sqlite3.Connection, filters: RunFilters) -> Iterator[int]:
+def _newest_ids(db: sqlite3.Connection, query: RunQuery) -> Iterator[int]:
     """The ids of the matching runs, newest first, found lazily in index order (no document is read).
 
     Runs of several kinds and nothing else (``latest`` of a command's kinds) are one query per kind, each
@@ -394,8 +408,8 @@ def _newest_ids(db: sqlite3.Connection, filters: RunFilters) -> Iterator[int]:
     those kinds to give the newest. Any other filter has an index of its own (a notebook's runs, a
     label's) to walk or to sort, whatever the size of the store.
     """
-    kinds = filters.get("kind")
-    others = [c for c in ("target", "digest", "label") if filters.get(c) is not None]
+    kinds = query.kind
+    others = [value for value in (query.target, query.digest, query.label) if value is not None]
     if kinds is not None and not isinstance(kinds, str) and not others:
         order = "ORDER BY started_at DESC, id DESC"
         cursors = [db.execute(f"SELECT started_at, id FROM runs WHERE kind = ? {order}", (kind,))
@@ -403,7 +417,7 @@ def _newest_ids(db: sqlite3.Connection, filters: RunFilters) -> Iterator[int]:
         for _, run_id in heapq.merge(*cursors, reverse=True):
             yield int(run_id)
         return
-    where, params = _where(filters)
+    where, params = _where(query)
     for (run_id,) in db.execute(f"SELECT id FROM runs{where} ORDER BY started_at DESC, id DESC", params):
         yield int(run_id)
 
@@ -751,18 +765,18 @@ class Store:
             finally:
                 self._held = None
 
-    def _readable(self, filters: RunFilters) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
+    def _readable(self, query: RunQuery) -> Iterator[tuple[tuple[Any, ...], RunRecord]]:
         """(summary columns, record) of the matching runs, newest first, skipping (and reporting) bad rows.
 
         The ids are found and ordered in an index first; a document is read and parsed only for a run
         that is given (or skipped), so ``runs --limit 20`` reads twenty documents in any store.
         """
-        limit = filters.get("limit")
+        limit = query.limit
         columns = ", ".join(f"r.{c}" for c in (*SUMMARY_COLUMNS, "headline", "backend"))
         row_sql = f"SELECT {columns}, d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?"
         given = 0
         with self._connect() as db:
-            for run_id in _newest_ids(db, filters):  # one by one: the cursors stop where the caller does
+            for run_id in _newest_ids(db, query):  # one by one: the cursors stop where the caller does
                 if limit and given >= limit:
                     return
                 row = db.execute(row_sql, (run_id,)).fetchone()
@@ -779,7 +793,7 @@ class Store:
     def list(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """Summaries of the readable runs, newest first, with the JAX backend each used."""
         result = []
-        for row, record in self._readable(filters):
+        for row, record in self._readable(RunQuery(**filters)):
             item = dict(zip(SUMMARY_COLUMNS, row[: len(SUMMARY_COLUMNS)], strict=True))
             headline = _json_column(row[len(SUMMARY_COLUMNS)])
             item["headline"] = headline if isinstance(headline, dict) else record.headline()
@@ -789,7 +803,7 @@ class Store:
 
     def records(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
         """Whole records matching ``list``'s filters, newest first (unreadable rows skipped and reported)."""
-        return [record for _, record in self._readable(filters)]
+        return [record for _, record in self._readable(RunQuery(**filters))]
 
     def latest(
         self, *, target: Match = None, digest: str | None = None, kind: Match = None, label: str | None = None
@@ -801,7 +815,7 @@ class Store:
     def newest_per_target(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
         """The newest readable matching run of each target (each notebook), newest first; only those
         documents are read (an unreadable newest run is skipped, reported, and the one before it given)."""
-        where, params = _where(filters)
+        where, params = _where(RunQuery(**filters))
         sql = (f"SELECT id, target FROM (SELECT id, target, started_at, ROW_NUMBER() OVER (PARTITION BY target"
                f" ORDER BY started_at DESC, id DESC) AS place FROM runs{where}) WHERE place = ?")
         found: dict[str, RunRecord] = {}
@@ -828,8 +842,9 @@ class Store:
         ``run_s`` and ``cache_state``, and the hashes of the cells' code, the package versions and the compiled
         programs (``*_hash``); only ``columns`` (and ``id``) when given. A run whose document could not be read
         when the store was migrated has these None (``readable`` says why)."""
-        where, params = _where(filters)
-        limit = filters.get("limit")
+        query = RunQuery(**filters)
+        where, params = _where(query)
+        limit = query.limit
         known = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals", *FIGURE_COLUMNS, "cache_state",
                  *HASH_COLUMNS)
         if columns is None:

@@ -18,8 +18,9 @@ from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.forecast import seconds_range as _seconds_range
 from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
-from nbscope.schema.audit import Audit, AuditEntry, Availability, BackendRun, BlastLecture, BlastRadius, Lecture
+from nbscope.schema.audit import Audit, BackendRun, BlastLecture, BlastRadius, Lecture
 from nbscope.schema.codec import decode
+from nbscope.schema.progress import AuditEvent, AuditJobDone, AuditJobStarted, AuditPlanned, AuditRetry
 
 
 def _audit(record: RunRecord, audit: Audit | None) -> Audit:
@@ -285,38 +286,37 @@ def emit_audit(record: RunRecord, audit: Audit, *, as_json: bool, markdown: bool
         console.print(f"[dim]{'; '.join(x for x in (saved, f'written to {files}' if files else '') if x)}[/dim]")
 
 
-def audit_progress(quiet: bool) -> Callable[[str, dict[str, Any]], None]:
+def audit_progress(quiet: bool) -> Callable[[AuditEvent], None]:
     """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
     from nbscope.render.terminal import stderr_console
 
     err = stderr_console()
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
+    def on_event(event: AuditEvent) -> None:
         if quiet:
             return
-        if kind == "plan":
-            availability: dict[str, Availability] = data["availability"]
-            unavailable = [f"{b} ({i.reason})" for b, i in availability.items() if not i.available]
-            line = (f"audit: {data['notebooks']} notebooks"
-                    + (f" (shard of {data['in_book']})" if data["in_book"] != data["notebooks"] else "")
-                    + f", {data['jobs']} to profile, {data['reused']} reused from the store")
+        if isinstance(event, AuditPlanned):
+            unavailable = [f"{b} ({i.reason})" for b, i in event.availability.items() if not i.available]
+            line = (f"audit: {event.notebooks} notebooks"
+                    + (f" (shard of {event.in_book})" if event.in_book != event.notebooks else "")
+                    + f", {event.jobs} to profile, {event.reused} reused from the store")
             err.print(escape(line))
             for text in unavailable:
                 err.print(f"[yellow]unavailable: {escape(text)}[/yellow]")
-        elif kind == "start":
-            where = f" on GPU {data['gpu']}" if data["gpu"] else ""
-            verb = "queued" if data["queued"] else "start"
-            err.print(f"[dim]{verb} {escape(data['path'])} ({data['backend']}{escape(where)})[/dim]")
-        elif kind == "retry":
-            err.print(f"[yellow]retry {escape(data['path'])} ({data['backend']}) later: {escape(str(data['error']))}[/yellow]")
-        elif kind == "done":
-            entry: AuditEntry = data["entry"]
+        elif isinstance(event, AuditJobStarted):
+            where = f" on GPU {event.gpu}" if event.gpu else ""
+            verb = "queued" if event.queued else "start"
+            err.print(f"[dim]{verb} {escape(event.path)} ({event.backend}{escape(where)})[/dim]")
+        elif isinstance(event, AuditRetry):
+            err.print(f"[yellow]retry {escape(event.path)} ({event.backend}) later: {escape(str(event.error))}[/yellow]")
+        elif isinstance(event, AuditJobDone):
+            entry = event.entry
             status = entry.status
             colour = "green" if status == "ok" and not entry.cells_failed else "yellow" if status != "error" else "red"
             detail = format_seconds(entry.wall_s) if entry.wall_s is not None else escape(str(entry.error))
             failed = f", {entry.cells_failed} cell(s) failed" if entry.cells_failed else ""
             run = f" · run {entry.run_id}" if entry.run_id else ""
-            err.print(f"[{data['done']}/{data['total']}] {escape(entry.path)} {entry.backend}: "
+            err.print(f"[{event.done}/{event.total}] {escape(entry.path)} {entry.backend}: "
                       f"[{colour}]{status}[/{colour}] {detail}{failed}{run}")
 
     return on_event

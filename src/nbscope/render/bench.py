@@ -18,6 +18,7 @@ from nbscope.render.terminal import (
     terminal_table,
 )
 from nbscope.schema.codec import decode
+from nbscope.schema.progress import GroupProgress
 from nbscope.schema.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure
 
 
@@ -244,14 +245,14 @@ def bench_markdown(record: RunRecord) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench_progress() -> Callable[[str, dict[str, Any]], None]:
+def bench_progress() -> Callable[[GroupProgress], None]:
     """The suite's progress on standard error: each group as it starts, and why one did not run or failed."""
     status = stderr_console()
 
-    def progress(event: str, payload: dict[str, Any]) -> None:
-        if event == "start":
-            status.print(f"[dim]bench: {payload['group']} ({payload['dtype']}) …[/dim]")
-        elif payload["status"] != "ok":  # "done" {group, dtype, status, reason}: api.bench.ProgressCallback
-            status.print(f"[dim]bench: {payload['group']}: {payload['status']} – {payload['reason']}[/dim]")
+    def progress(event: GroupProgress) -> None:
+        if event.event == "start":
+            status.print(f"[dim]bench: {event.group} ({event.dtype}) …[/dim]")
+        elif event.status != "ok":
+            status.print(f"[dim]bench: {event.group}: {event.status} – {event.reason}[/dim]")
 
     return progress

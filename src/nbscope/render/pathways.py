@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from nbscope._units import count
 from nbscope.record.run import RunRecord
@@ -22,6 +21,7 @@ from nbscope.render.terminal import (
 )
 from nbscope.schema.codec import decode
 from nbscope.schema.pathways import BenchFigure, PathwayEntry, PathwayRow, PathwaysRun
+from nbscope.schema.progress import PathwayProgress
 
 # Each pathway's fixed cost outside the cells, in the order shown.
 OVERHEAD_LABELS = (
@@ -179,17 +179,16 @@ def pathways_markdown(record: RunRecord, run: PathwaysRun | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pathways_progress() -> Any:
+def pathways_progress() -> Callable[[PathwayProgress], None]:
     """Progress lines on stderr, so --json and --markdown output stays clean on stdout."""
     status = stderr_console()
 
-    def progress(event: str, payload: dict[str, Any]) -> None:
-        # "start" {pathway, repeat}, "done" {pathway, repeat, status, reason}: api.pathways.ProgressCallback
-        run = f" (repeat {payload['repeat'] + 1})" if payload["repeat"] else ""
-        if event == "start":
-            status.print(f"[dim]pathways: {payload['pathway']}{run} …[/dim]")
-        elif payload["status"] != "ok":
-            status.print(f"[dim]pathways: {payload['pathway']}{run}: {payload['status']} – {payload['reason']}[/dim]")
+    def progress(event: PathwayProgress) -> None:
+        run = f" (repeat {event.repeat + 1})" if event.repeat else ""
+        if event.event == "start":
+            status.print(f"[dim]pathways: {event.pathway}{run} …[/dim]")
+        elif event.status != "ok":
+            status.print(f"[dim]pathways: {event.pathway}{run}: {event.status} – {event.reason}[/dim]")
 
     return progress
 

@@ -1,7 +1,8 @@
-"""A cell of an nbformat 4 notebook, as nbscope reads it: its tags, and once nbclient ran it, the timestamps
-nbclient put in its ``metadata.execution`` and what it sent to its ``outputs``, typed. Decoded once per cell
-where it is read (``collect.notebook``, ``collect.runner``); what a cell lacks (a kernel that never answered)
-reads as None, or as no tags.
+"""A cell of an nbformat 4 notebook, as nbscope reads it: its type, its tags, and once nbclient ran it, the
+timestamps nbclient put in its ``metadata.execution`` and what it sent to its ``outputs``, typed. Decoded once
+per cell where it is read (``collect.notebook``, ``collect.runner``; a whole notebook's cells where the audit asks
+whether it has code, ``api.audit._discover``); what a cell lacks (a kernel that never answered) reads as None,
+or as no tags.
 """
 
 from __future__ import annotations
@@ -37,5 +38,13 @@ class CellOutput:
 
 @dataclass(frozen=True, slots=True)
 class NotebookCell:
+    cell_type: str | None  # code, markdown, raw
     metadata: CellMetadata
     outputs: tuple[CellOutput, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NotebookCells:
+    """A notebook's cells, as far as telling whether it has code cells needs (``api.audit._discover``)."""
+
+    cells: tuple[NotebookCell, ...]

@@ -9,7 +9,6 @@ malformed file is refused with one line naming the file and the field.
 from __future__ import annotations
 
 import math
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope.schema import process_environment
 
 BUILTIN = Path(__file__).with_name("devices.toml")
 DEVICE_FIGURES = (
@@ -206,12 +206,12 @@ def check_device_text(text: str, path: Path) -> None:
 
 def user_file(explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path | None:
     """The user's device file: ``explicit``, else ``$NBSCOPE_DEVICES``, else the config folder's, if any."""
-    environ = dict(os.environ if environ is None else environ)
     if explicit:
         return Path(explicit).expanduser()
-    if environ.get("NBSCOPE_DEVICES"):
-        return Path(environ["NBSCOPE_DEVICES"]).expanduser()
-    config = Path(environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "nbscope" / "devices.toml"
+    settings = process_environment.read(environ)
+    if settings.devices_file:
+        return Path(settings.devices_file).expanduser()
+    config = Path(settings.xdg_config_home or Path.home() / ".config") / "nbscope" / "devices.toml"
     return config if config.is_file() else None
 
 

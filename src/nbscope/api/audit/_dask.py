@@ -17,6 +17,7 @@ from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, run_job_in_thread, worker_fingerprint
 from nbscope.api.audit._schedule import memory_fraction
 from nbscope.schema.codec import decode
+from nbscope.schema.dask_scheduler import DaskScheduler
 from nbscope.schema.machine import Machine
 
 
@@ -51,7 +52,7 @@ class DaskRunner:
 
     def _fingerprints(self) -> dict[str, dict[str, Any]]:
         """Each worker's fingerprint (its environment digest decides which stored runs can be reused)."""
-        if not self.client.scheduler_info().get("workers"):
+        if not self._scheduler().workers:
             try:
                 self.client.wait_for_workers(1, timeout=30)
             except (TimeoutError, OSError):
@@ -61,17 +62,16 @@ class DaskRunner:
         except (ImportError, ModuleNotFoundError):
             raise NbscopeError(f"--dask {self.address}: the workers cannot import nbscope; install it on every worker") from None
 
-    def resources(self) -> dict[str, dict[str, float]]:
-        workers = self.client.scheduler_info().get("workers", {})
-        return {address: dict(info.get("resources") or {}) for address, info in workers.items()}
+    def _scheduler(self) -> DaskScheduler:
+        return decode(DaskScheduler, self.client.scheduler_info())
 
     def digests(self) -> set[str]:
         return {machine.digest for machine in self.machines.values()}
 
     def gpu_availability(self) -> tuple[bool, str | None]:
         """Whether some worker both sees a GPU and declares the GPU resource; else why not."""
-        resources = self.resources()
-        with_resource = [a for a, r in resources.items() if r.get("GPU", 0) > 0]
+        workers = self._scheduler().workers
+        with_resource = [a for a, worker in workers.items() if (worker.resources.gpu or 0) > 0]
         with_devices = [a for a, machine in self.machines.items() if machine.gpus]
         if with_resource and any(a in with_devices for a in with_resource):
             return True, None

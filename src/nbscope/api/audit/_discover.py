@@ -19,6 +19,7 @@ from nbscope._errors import NbscopeError
 from nbscope._files import note_input
 from nbscope.schema.codec import decode
 from nbscope.schema.myst_yml import MystYml
+from nbscope.schema.notebook_cell import NotebookCells
 
 TOC_NAMES = ("_toc.yml", "_toc.yaml")
 MYST_NAMES = ("myst.yml", "myst.yaml")
@@ -261,10 +262,12 @@ def _not_a_notebook(path: Path) -> str | None:
         return None
     if suffix == ".ipynb":
         try:
-            cells = json.loads(text).get("cells", [])
-        except (json.JSONDecodeError, AttributeError):
+            document = json.loads(text)
+        except json.JSONDecodeError:
             return None
-        has_code = any(isinstance(c, dict) and c.get("cell_type") == "code" for c in cells)
+        if not isinstance(document, dict):
+            return None
+        has_code = any(cell.cell_type == "code" for cell in decode(NotebookCells, document).cells)
         return None if has_code else "no code cells"
     return None if _CODE_CELL.search(text) else "no code cells"
 

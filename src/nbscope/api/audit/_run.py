@@ -25,13 +25,14 @@ from nbscope.record.secrets import command_for_record
 from nbscope.schema.audit import AuditEntry, AuditTag, Availability
 from nbscope.schema.codec import decode, encode
 from nbscope.schema.machine import Machine
+from nbscope.schema.progress import AuditEvent, AuditJobDone, AuditJobStarted, AuditPlanned, AuditRetry
 
 if TYPE_CHECKING:
     from nbscope.api.audit._dask import DaskRunner
     from nbscope.record.store import Store
 
 # Backend names and the JAX_PLATFORMS value each runs under.
-EventCallback = Callable[[str, dict[str, Any]], None]
+EventCallback = Callable[[AuditEvent], None]
 # Stored runs looked at per notebook when searching for one to reuse (newest first).
 LOOKUP_LIMIT = 200
 
@@ -164,7 +165,7 @@ def audit(
     """
     options = options or AuditOptions()
     options.validate()
-    emit = on_event or (lambda kind, data: None)
+    emit = on_event or (lambda event: None)
     book = discover(targets)
     keys = book.keys
     selected = select_shard(keys, *parse_shard(options.shard)) if options.shard else keys
@@ -182,21 +183,21 @@ def audit(
         availability, digests, workers = _where_jobs_can_run(runner, options, fingerprint)
         plan = _plan(selected, dict(zip(keys, book.notebooks, strict=True)), options, availability, digests,
                      store, remote=runner is not None)
-        emit("plan", {"notebooks": len(selected), "in_book": len(keys), "jobs": len(plan.jobs),
-                      "reused": sum(1 for e in plan.entries.values() if e.reused),
-                      "availability": availability, "skipped": book.skipped})
+        emit(AuditPlanned(notebooks=len(selected), in_book=len(keys), jobs=len(plan.jobs),
+                          reused=sum(1 for e in plan.entries.values() if e.reused),
+                          availability=availability, skipped=tuple(book.skipped)))
 
         def execute(batch: list[Job]) -> Any:
             if runner is not None:
                 # Dask takes every job at once and starts each when a worker is free: report them as queued.
                 return runner.run(batch, share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu,
-                                  on_start=lambda job: emit("start", _job_event(job, queued=True)))
+                                  on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)))
             scheduler = LocalScheduler(
                 options.workers, gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
                 share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu, fingerprint=fingerprint,
                 executor_factory=executor_factory, job_function=job_function,
             )
-            return scheduler.run(batch, on_start=lambda job: emit("start", _job_event(job)))
+            return scheduler.run(batch, on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu)))
 
         interrupted = _run_jobs(plan, execute, store, record.target, emit)
         ordered = [plan.entries[k, b] for k in selected for b in options.backends]
@@ -298,7 +299,7 @@ def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | N
                 result = JobResult.of(sent)
                 if attempt == 0 and not result.ok and result.retryable:
                     retry.append(job)
-                    emit("retry", {"path": job.key, "backend": job.backend, "error": result.error})
+                    emit(AuditRetry(job.key, job.backend, result.error))
                     continue
                 entry, profile_record = _save_result(store, job, result, audit_target)
                 if profile_record is not None:
@@ -306,7 +307,7 @@ def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | N
                 entry = replace(entry, attempts=attempt + 1)
                 plan.entries[job.key, job.backend] = entry
                 done += 1
-                emit("done", {"entry": entry, "done": done, "total": len(plan.jobs)})
+                emit(AuditJobDone(entry, done, len(plan.jobs)))
     except KeyboardInterrupt:
         # The notebooks that were running when the audit stopped: their pool processes are gone, and
         # the cells they finished are in their live files. Store those as partial runs, each with the cell
@@ -335,11 +336,6 @@ def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict
         return None
     index, count = parse_shard(shard)
     return {"index": index, "count": count, "notebooks": len(selected), "in_book": len(keys)}
-
-
-def _job_event(job: Job, *, queued: bool = False) -> dict[str, Any]:
-    """A "start" event's payload (``queued``: the job waits for a GPU)."""
-    return {"path": job.key, "backend": job.backend, "gpu": job.gpu, "queued": queued}
 
 
 def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, str], AuditEntry],

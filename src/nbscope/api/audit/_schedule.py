@@ -22,6 +22,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, init_local_worker, run_job
+from nbscope.schema import process_environment
 from nbscope.schema.codec import decode
 from nbscope.schema.machine import Gpu, Machine
 
@@ -53,8 +54,7 @@ def gpu_slots(fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[
     Devices are named by UUID where NVML gave one: NVML numbers GPUs in PCI order, CUDA by default
     fastest first, so an index could pin a job to a different GPU than the one listed.
     """
-    environ = dict(os.environ if environ is None else environ)
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    visible = process_environment.read(environ).cuda_visible_devices
     allowed = None if visible is None else {v.strip() for v in visible.split(",") if v.strip()}
     slots = []
     for position, gpu in enumerate(gpu_devices(fingerprint)):

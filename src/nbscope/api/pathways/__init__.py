@@ -52,6 +52,7 @@ from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.schema.codec import decode, encode
 from nbscope.schema.model import Cell, Totals
 from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwayRunner, PathwaysRun, PathwaysTotals
+from nbscope.schema.progress import PathwayProgress
 
 if TYPE_CHECKING:
     from nbscope.collect.notebook import Notebook
@@ -65,9 +66,8 @@ __all__ = [
 PATHWAYS = ("script", "kernel", "book", "book2")
 DEFAULT_VIA = ("script", "kernel", "book")
 
-# progress(event, payload): "start" {"pathway", "repeat"} before a run, "done" {"pathway", "repeat",
-# "status", "reason"} after it.
-ProgressCallback = Callable[[str, dict[str, Any]], None]
+# Called before each run of a pathway and after it.
+ProgressCallback = Callable[[PathwayProgress], None]
 # Extra environment for one run of one pathway (name, repeat): lets a caller tell runs apart.
 EnvHook = Callable[[str, int], dict[str, str]]
 
@@ -226,7 +226,7 @@ def pathways_until_stopped(
                     if env_hook is not None:
                         run_options = replace(options, env={**options.env, **env_hook(name, number)})
                     if progress:
-                        progress("start", {"pathway": name, "repeat": number})
+                        progress(PathwayProgress("start", name, number))
                     load_before = _load_average()
                     result = _run_one(name, notebook, run_options, fingerprint, Path(live))
                     result.runner["load_average"] = [load_before, _load_average()]
@@ -234,8 +234,8 @@ def pathways_until_stopped(
                     if result.interrupted:
                         raise KeyboardInterrupt  # its cells so far are kept; no other pathway starts
                     if progress:
-                        progress("done", {"pathway": name, "repeat": number, "status": result.status,
-                                          "reason": result.skipped or result.error})
+                        progress(PathwayProgress("done", name, number, status=result.status,
+                                                 reason=result.skipped or result.error))
         except KeyboardInterrupt:
             interrupted = True
     run = measurements(notebook, results, time.perf_counter() - started, repeat=repeat, interrupted=interrupted)

@@ -20,6 +20,7 @@ from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
 from nbscope.collect.runner import ProbeReader, merge_cell
+from nbscope.schema import process_environment
 from nbscope.schema.build import derive, totals
 from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
@@ -160,7 +161,7 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     status = "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
     if status != "ok":
         runner["output_tail"] = output[-2000:] or None
-    cache_state = "cold" if env.get("JAX_COMPILATION_CACHE_DIR") else "off"
+    cache_state = "cold" if process_environment.read(env).jax_compilation_cache_dir else "off"
     result_totals = totals(cells, runner, cache_state)
     result_totals["process_start_s"] = runner["process_start_s"]
     return PathwayResult(

@@ -5,7 +5,6 @@ Imported only inside workers, after the worker checked that jax imports.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,7 +54,9 @@ def setup(ctx: BenchContext) -> Any:
     try:
         devices = jax.devices()
     except Exception as exc:  # jax 0.10 raises a bare AssertionError when no requested platform starts
-        platforms = os.environ.get("JAX_PLATFORMS") or "(default)"
+        from nbscope.schema import process_environment  # only here: the worker starts without the codec
+
+        platforms = process_environment.read().jax_platforms or "(default)"
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuntimeError(f"no JAX backend for JAX_PLATFORMS={platforms}: {detail}") from exc
     ctx.info["backend_init_s"] = time.perf_counter() - start
