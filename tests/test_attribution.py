@@ -1,13 +1,17 @@
 """Attribution (``analyse.attribution``): each change between two stored runs and each failure is named for what
-it is, from real runs: an edited cell, a cold cache, a kernel that died, a runner stopped by SIGTERM; and a package
-change whose compiled programs hash the same (a record written as a probe that hashes programs would write it:
-this probe does not record program hashes yet)."""
+it is, from real runs: an edited cell, a cold cache, a kernel that died, a kernel the OOM killer ended under a
+memory cgroup's limit, a runner stopped by SIGTERM; and a package change whose compiled programs hash the same (the
+hashes the probe records per cell, written into a real record with a jaxlib version edited)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import signal
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +86,72 @@ def test_a_dead_kernel_is_killed_and_out_of_memory_only_near_the_memory(tmp_path
     status = _published_status(store, tmp_path / "site")
     assert status[died.target]["status"] == status["oom.ipynb"]["status"] == "died"
     assert "a signal ended it" in status[died.target]["error"] and "out of memory" in status["oom.ipynb"]["error"]
+
+
+MEMORY_LIMIT = 768 * 1024**2  # the nbscope process and an idle kernel fit; a cell writing 3 GiB does not
+
+
+def _memory_limited_cgroup(limit: int) -> Path:
+    """A new memory cgroup with ``limit`` under this process's own (v1 memory, or v2 where its memory controller
+    is delegated); skips where none can be made here."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines() if Path("/proc/self/cgroup").exists() else []
+    for line in lines:
+        _, controllers, relative = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base, limit_file = Path("/sys/fs/cgroup/memory") / relative.lstrip("/"), "memory.limit_in_bytes"
+        elif not controllers and "memory" in _read(Path("/sys/fs/cgroup") / relative.lstrip("/") / "cgroup.subtree_control"):
+            base, limit_file = Path("/sys/fs/cgroup") / relative.lstrip("/"), "memory.max"
+        else:
+            continue
+        folder = base / f"nbscope-test-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir()
+            (folder / limit_file).write_text(str(limit))
+        except OSError as exc:
+            if folder.exists():
+                folder.rmdir()
+            pytest.skip(f"no memory cgroup with a limit can be made here: {exc}")
+        return folder
+    pytest.skip("no memory cgroup (v1 memory, or v2 with its memory controller delegated) to make a limit in")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_a_kernel_the_oom_killer_ended_under_a_memory_limit_is_out_of_memory(tmp_path: Path) -> None:
+    # A real kill: nbscope and its kernel run in a memory cgroup of 768 MiB (a container's or a CI job's limit,
+    # far below the machine's memory), and the second cell writes 3 GiB.
+    group = _memory_limited_cgroup(MEMORY_LIMIT)
+    notebook = tmp_path / "hog.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("hog = bytearray(b'x') * 3 * 1024**3"),
+                                       new_code_cell("b = 2")]), notebook)
+    db = tmp_path / "db" / "nbscope.db"
+    env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
+    try:
+        done = subprocess.run(
+            ["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec "$0" -m nbscope profile "$1" --db "$2"',
+             sys.executable, str(notebook), str(db)],
+            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    finally:
+        for leftover in _read(group / "cgroup.procs").split():  # nothing should be left; never leave a process
+            os.kill(int(leftover), signal.SIGKILL)
+        group.rmdir()
+    assert done.returncode != 0, done.stdout[-2000:]
+    [record] = Store(db).records(kind="profile")
+    died = record.notebook_run()
+    assert [c.status for c in died.cells] == ["ok", "kernel-died", "not-run"], done.stderr[-2000:]
+    assert died.runner.oom_kill is not None and died.runner.oom_kill.limit_bytes == MEMORY_LIMIT
+    assert died.cells[1].error is not None and "out-of-memory killer" in died.cells[1].error.message
+    failure = classify_failure(record)
+    assert failure is not None and failure.kind == "out-of-memory" and failure.cell == 1, failure
+    assert "OOM killer ended it, under a memory limit of" in failure.text, failure.text
+    [status] = _published_status(Store(db), tmp_path / "site").values()
+    assert status["status"] == "died" and "out of memory" in status["error"], status
 
 
 @pytest.mark.slow

@@ -191,6 +191,12 @@ def classify_failure(record: RunRecord, run: NotebookRun | None = None) -> Failu
     died = next((c for c in cells if c.status == "kernel-died"), None)
     if died is not None:
         peak = _peak_memory(cells)
+        killed = run.runner.oom_kill
+        if killed is not None:
+            under = f", under a memory limit of {_units.size(killed.limit_bytes)}" if killed.limit_bytes else ""
+            where = "the machine's" if killed.where == "the machine" else f"memory cgroup {killed.where}'s"
+            return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory ({where} OOM killer "
+                           f"ended it{under})", died.index)
         total = record.machine().memory.total_bytes
         if peak is not None and total and peak >= OOM_SHARE * total:
             return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory (peak "

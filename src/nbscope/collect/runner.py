@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
 from nbscope._processes import Descendants
+from nbscope.collect import oom
 from nbscope.collect._cells import (
     interrupted_described,
     iso_seconds,
@@ -146,6 +147,8 @@ def execute(
         # user's terminal.
         client, context, restarts = _start_kernel(new_client, env, kernel_log)
         descendants = _track(client)
+        process = kernel_process(client)
+        loop.oom_counts = oom.read_counts(process.pid) if process is not None else None
         loop.runner["processes_tracked_by"] = descendants.tracked_by if descendants is not None else None
         if restarts:
             loop.runner["kernel_restarts"] = restarts
@@ -236,6 +239,7 @@ class _CellLoop:
         self.stopped = self.interrupted = self.kernel_written = False
         self.running: CodeCell | None = None  # the cell being executed, and since when (for an interrupt)
         self.cell_started = 0.0
+        self.oom_counts: oom.OomCounts | None = None  # Linux's OOM kill counts over the kernel, at its start
 
     def run(self, client: NotebookClient) -> None:
         """Each cell in ``client``'s started kernel."""
@@ -279,6 +283,8 @@ class _CellLoop:
         self.running = None
         probe = self.reader.take(code_cell.source_hash) if outcome == "ran" else None
         record = _cell_record(code_cell, cell, outcome, elapsed, probe, self.options, self.programs)
+        if outcome == "kernel-died":
+            self._note_oom_kill(record)
         self.cells.append(record)
         if self.reader.kernel is not None and not self.kernel_written:
             self.live.write(self.reader.kernel)  # the probe's kernel header: a recovered run names its kernel
@@ -287,6 +293,13 @@ class _CellLoop:
         if self.on_cell_done is not None:
             self.on_cell_done(record)
         self._after(code_cell, cell, outcome, record, client)
+
+    def _note_oom_kill(self, record: dict[str, Any]) -> None:
+        """Whether Linux counted an OOM kill where the kernel ran while it died: then it was killed for memory."""
+        killed = oom.kill_between(self.oom_counts, oom.reread(self.oom_counts)) if self.oom_counts else None
+        if killed is not None:
+            self.runner["oom_kill"] = {"where": killed.where, "kills": killed.kills, "limit_bytes": killed.limit_bytes}
+            record["error"]["message"] += f": {killed.text}"
 
     def _after(self, code_cell: CodeCell, cell: NotebookNode, outcome: str, record: dict[str, Any],
                client: NotebookClient) -> None:

@@ -244,6 +244,16 @@ class RunnerInfo:
     command_wall_s: float | None = None
     returncode: int | None = None
     interrupted: str | None = None  # trace: the signal that stopped the command
+    oom_kill: OomKillInfo | None = None  # the kernel died while Linux counted an OOM kill where it ran
+
+
+@dataclass(frozen=True, slots=True)
+class OomKillInfo:
+    """An OOM kill Linux counted while the kernel died (``collect.oom``): the kernel was killed for memory."""
+
+    where: str | None = None  # the memory cgroup that counted it, or "the machine"
+    kills: int | None = None
+    limit_bytes: int | None = None  # the lowest memory limit over the kernel's cgroups; None: none set
 
 
 @dataclass(frozen=True, slots=True)
