@@ -11,6 +11,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import describe
+from nbscope.schema.codec import decode
+from nbscope.schema.notebook_cell import NotebookCell
 
 if TYPE_CHECKING:
     import psutil
@@ -41,11 +43,13 @@ def interrupt_cell(client: NotebookClient, cell: Mapping[str, Any], wait_s: floa
         run_sync(manager.interrupt_kernel)()
     except Exception:
         return False
-    timing = cell.get("metadata", {}).get("execution", {})
+    def idle() -> bool:  # read afresh each time: nbclient's reader task writes the cell as messages arrive
+        return decode(NotebookCell, cell).metadata.execution.idle is not None
+
     deadline = time.monotonic() + wait_s
-    while "iopub.status.idle" not in timing and time.monotonic() < deadline:
+    while not idle() and time.monotonic() < deadline:
         run_sync(asyncio.sleep)(0.01)
-    return "iopub.status.idle" in timing
+    return idle()
 
 
 def shut_down(client: NotebookClient, context: AbstractContextManager[None], runner: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.schema.codec import decode
+from nbscope.schema.ipynb_document import IpynbDocument, check_cells, shown
 from nbscope.schema.notebook_cell import NotebookCell
 from nbscope.schema.notebook_metadata import NotebookMetadata
 
@@ -166,37 +167,6 @@ def _where(parts: Iterable[object]) -> str:
     return text or "the notebook"
 
 
-def _check_cells(data: object) -> None:
-    """The fields nbscope itself reads, checked before nbformat's schema: the first wrong one, by path."""
-    if not isinstance(data, dict):
-        raise ValueError(f"the notebook: {_short(data)} is not a JSON object")
-    cells = data.get("cells")
-    if not isinstance(cells, list):
-        raise ValueError(f"cells: {_short(cells)} is not a list" if "cells" in data else "cells: missing")
-    for number, cell in enumerate(cells):
-        where = f"cells[{number}]"
-        if not isinstance(cell, dict):
-            raise ValueError(f"{where}: {_short(cell)} is not a JSON object")
-        if cell.get("cell_type") not in ("code", "markdown", "raw"):
-            raise ValueError(f"{where}.cell_type: {_short(cell.get('cell_type'))} is not code, markdown or raw")
-        source = cell.get("source")
-        if "source" not in cell:
-            raise ValueError(f"{where}.source: missing")
-        if not (isinstance(source, str) or (isinstance(source, list) and all(isinstance(s, str) for s in source))):
-            raise ValueError(f"{where}.source: {_short(source)} is not a string or list of strings")
-        metadata = cell.get("metadata", {})
-        if not isinstance(metadata, dict):
-            raise ValueError(f"{where}.metadata: {_short(metadata)} is not a JSON object")
-        tags = metadata.get("tags", [])
-        if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
-            raise ValueError(f"{where}.metadata.tags: {_short(tags)} is not a list of strings")
-
-
-def _short(value: object) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
 def _read_ipynb(path: Path, text: str) -> nbformat.NotebookNode:
     """Parse and check an ``.ipynb``; errors name the JSON line or the field that is wrong."""
     nbformat = import_nbformat()
@@ -207,16 +177,15 @@ def _read_ipynb(path: Path, text: str) -> nbformat.NotebookNode:
             f"{path}: not a valid .ipynb notebook: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
         ) from None
     if not isinstance(data, dict):
-        raise NbscopeError(f"{path}: not a valid .ipynb notebook: {_short(data)} is not a JSON object")
-    if data.get("nbformat") != 4:
-        major = data.get("nbformat")
-        if not isinstance(major, int) or major < 1 or major > 4:
-            raise NbscopeError(f"{path}: nbformat: {_short(major)} is not a notebook format version (4 expected)")
+        raise NbscopeError(f"{path}: not a valid .ipynb notebook: {shown(data)} is not a JSON object")
+    major = decode(IpynbDocument, data).nbformat
+    if major != 4 and (not isinstance(major, int) or major < 1 or major > 4):
+        raise NbscopeError(f"{path}: nbformat: {shown(major)} is not a notebook format version (4 expected)")
     try:
-        if data.get("nbformat") == 4:
-            _check_cells(data)
+        if major == 4:
+            check_cells(data)
         nb = nbformat.reads(text, as_version=4)
-        _check_cells(nb)
+        check_cells(nb)
         with warnings.catch_warnings():  # nbformat.reads has warned already (a missing cell id, ...)
             warnings.simplefilter("ignore")
             nbformat.validate(nb)
