@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from nbscope.schema.codec import Write, decode, known
+from nbscope.schema.hlo_backend_config import BackendConfig
 from nbscope.schema.programs import WORK_FIELDS, SourceSpan, Work
 
 ELEMENT_BYTES = {
@@ -81,11 +82,8 @@ class Instruction:
 
     @property
     def trip_count(self) -> int | None:
-        config = self.backend_config()
-        try:
-            return int(config["known_trip_count"]["n"])
-        except (KeyError, TypeError, ValueError):
-            return None
+        known_count = decode(BackendConfig, self.backend_config()).known_trip_count
+        return known_count.n if known_count is not None else None
 
     def backend_config(self) -> dict[str, Any]:
         marker = self.text.find("backend_config=")

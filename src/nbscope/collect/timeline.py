@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
 from nbscope.schema.probe import ProbeTimeline
+from nbscope.schema.trace_stats import EventStats
 
 SUMMARY_VERSION = 1
 CLASSIFICATIONS = ("compute-bound", "launch-bound", "transfer-bound", "host-bound", "compile-bound")
@@ -234,11 +235,12 @@ def read_trace(trace: str | Path) -> TraceEvents:
     return result
 
 
-def _stats(event: TraceEvent) -> dict[str, Any]:
+def _stats(event: TraceEvent) -> EventStats:
     try:
-        return dict(event.stats)
+        stats = dict(event.stats)
     except Exception:  # a stat of a type the binding cannot convert
-        return {}
+        stats = {}
+    return decode(EventStats, stats)
 
 
 def _span(event: TraceEvent, first: float | None, last: float | None) -> tuple[float, float, float, float]:
@@ -304,9 +306,8 @@ def _host_kind(name: str, event: TraceEvent) -> tuple[str, str | None]:
     if _LAUNCH.match(name):
         return ("launch", None)
     stats = _stats(event)
-    if "hlo_op" in stats:  # an XLA:CPU thunk: the CPU's "device" work
-        module = stats.get("hlo_module")
-        return ("op", str(module) if module is not None else None)
+    if stats.hlo_op is not None:  # an XLA:CPU thunk: the CPU's "device" work
+        return ("op", stats.hlo_module)
     return ("other", None)
 
 
@@ -334,15 +335,14 @@ def _read_device_line(
             size = None
             if memcpy_read < MEMCPY_STATS_LIMIT:
                 memcpy_read += 1
-                match = _MEMCPY_SIZE.search(str(_stats(event).get("memcpy_details", "")))
+                match = _MEMCPY_SIZE.search(_stats(event).memcpy_details)
                 size = int(match.group(1)) if match else None
             result.copies.append((start, end, name, size))
             continue
         if is_stream and ("memset" in name.lower() or has_op_line):
             continue  # with an XLA Ops line, the stream kernels are the same work again
         if name not in module_of:
-            module = _stats(event).get("hlo_module")
-            module_of[name] = str(module) if module is not None else None
+            module_of[name] = _stats(event).hlo_module
         result.ops.append(_Op(start, end, name, module_of[name], line_id))
     return first, last
 
