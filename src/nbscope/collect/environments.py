@@ -36,6 +36,7 @@ from nbscope._errors import NbscopeError
 from nbscope._redact import redact
 from nbscope.collect import fingerprint as fp
 from nbscope.schema import codec, process_environment
+from nbscope.schema.environment_marker import EnvironmentMarker
 from nbscope.schema.machine import Machine
 
 ENV_FORMAT = 1
@@ -236,11 +237,12 @@ def variant_fingerprint(base: dict[str, Any], environment: Environment, packages
     for name in packages:
         versions.setdefault(name, installed.get(name) or fp.absent("not installed"))
     own = codec.decode(Machine, base).recorded_versions or {}  # nbscope's own environment's
-    for section, package in (("blas", "numpy"), ("numba_threading", "numba")):
-        if versions.get(package) != own.get(package):
+    for section, package in (("blas", "numpy"), ("numba_threading", "numba")):  # both VERSIONED_PACKAGES
+        recorded = own.get(package)
+        if versions[package] != recorded:
             document[section] = fp.absent(
-                f"read only for nbscope's own environment ({package} {_shown(own.get(package))}); "
-                f"this environment has {package} {_shown(versions.get(package))}"
+                f"read only for nbscope's own environment ({package} {_shown(recorded)}); "
+                f"this environment has {package} {_shown(versions[package])}"
             )
     document["versions"] = versions
     document["digest"] = fp.digest(document)
@@ -433,14 +435,14 @@ def list_environments(root: Path | None = None) -> list[dict[str, Any]]:
     for path in sorted(root.iterdir()):
         if not path.is_dir() or path.is_symlink() or not made_by_nbscope(path):
             continue
-        described: dict[str, Any] = {}
+        described: object = {}
         if is_complete(path):
             try:
                 described = json.loads((path / COMPLETE_MARKER).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 described = {}
         found.append({"path": str(path), "complete": is_complete(path),
-                      "requirements": described.get("requirements"), "bytes": _size(path)})
+                      "requirements": codec.decode(EnvironmentMarker, described).requirements, "bytes": _size(path)})
     return found
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeGuard
 from nbscope.collect._gpu_classes import fp64_class
 from nbscope.schema import process_environment
 from nbscope.schema.codec import decode
+from nbscope.schema.meminfo import Meminfo
 from nbscope.schema.threadpools import ThreadPool
 
 FINGERPRINT_VERSION = 1
@@ -161,9 +162,10 @@ def _memory() -> dict[str, Any]:
         parts = rest.split()
         if parts and parts[0].isdigit():
             values[key] = int(parts[0]) * 1024
+    meminfo = decode(Meminfo, values)
     return {
-        "total_bytes": values.get("MemTotal", absent("no MemTotal")),
-        "available_bytes": values.get("MemAvailable", absent("no MemAvailable")),
+        "total_bytes": meminfo.total_bytes if meminfo.total_bytes is not None else absent("no MemTotal"),
+        "available_bytes": meminfo.available_bytes if meminfo.available_bytes is not None else absent("no MemAvailable"),
     }
 
 

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.schema import process_environment
-from nbscope.schema.codec import decode_optional
+from nbscope.schema.codec import decode, decode_optional
+from nbscope.schema.loop_worker import WorkerOutcome
 
 if TYPE_CHECKING:
     from jax import Array, Device
@@ -224,8 +225,9 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
                 result = json.loads(out.read_text())
             except json.JSONDecodeError:
                 result = None
-        if result is not None and result.get("error"):
-            raise NbscopeError(str(result["error"]))
+        error = decode(WorkerOutcome, result).error if result is not None else None
+        if error:
+            raise NbscopeError(error)
         if result is None or process.returncode != 0:
             tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
             why = tail[-1] if tail else f"exit status {process.returncode}"
@@ -420,7 +422,7 @@ def _describe(device: Device) -> dict[str, Any]:
 
 def worker(settings: dict[str, Any]) -> dict[str, Any]:
     """The sweep itself (in the fresh process); returns the result document."""
-    function, loop = load_target(settings.get("target"))  # a bad target fails before JAX loads
+    function, loop = load_target(settings["target"])  # a bad target fails before JAX loads
     import jax
 
     default = jax.devices()[0]
