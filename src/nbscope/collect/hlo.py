@@ -611,18 +611,19 @@ def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:
         own[key] = replace(own[key], flops_f64=(own[key].flops or 0.0) * share,
                            transcendentals_f64=(own[key].transcendentals or 0.0) * tshare)
     loops = []
+    # Every region but the entry is a loop, walked after the region it sits in: its parent's multiplier is set.
     multipliers: dict[str, float | None] = {"entry": 1.0}
     for key, region in regions.items():
         if region.instruction is None:
             continue
         trips = region.instruction.trip_count
-        parent = multipliers.get(region.parent or "entry")
+        parent = multipliers[region.parent or "entry"]
         multipliers[key] = parent * trips if parent is not None and trips is not None else None
         loops.append(_loop_entry(module, region, own[key], trips, parent))
     total = NO_WORK
     complete = True
     for key in regions:
-        multiplier = multipliers.get(key)
+        multiplier = multipliers[key]
         if multiplier is None:
             complete = False
             multiplier = 1.0  # at least one iteration: the totals are then a lower bound
