@@ -35,7 +35,6 @@ from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
-from nbscope.schema.run_summary import NO_SUMMARY, KeptChanges, RunSummary, read_run_summary, summary_document
 from nbscope.schema.site_manifest import (
     MANIFEST_VERSION,
     BookRow,
@@ -49,11 +48,13 @@ from nbscope.schema.site_manifest import (
 # The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
 # every summary kept (an unchanged row, a new site of a published store) does without them. So is the run
 # record's model, needed only where a run's document is read: the command of an incremental publish is mostly its
-# start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``).
+# start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``); one with nothing new reads no
+# run's summary either (``schema.run_summary``).
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
     from nbscope.record.run import RunRecord
+    from nbscope.schema.run_summary import KeptChanges, RunSummary
 
 MANIFEST = "nbscope-site.json"
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
@@ -152,6 +153,7 @@ class Summaries:
         reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
         records = self.store.documents(reads) if reads else {}
         from nbscope.analyse.run_summary import SUMMARY_FORMAT, RunFindings, attribution_summary, status_summary
+        from nbscope.schema.run_summary import NO_SUMMARY, summary_document
 
         made: set[int] = set()
         forecasts = RunFindings()
@@ -184,6 +186,7 @@ class Summaries:
     def read(self, run_ids: Iterable[int]) -> None:
         """The kept summaries of ``run_ids`` not read yet (none when made ``again``)."""
         from nbscope.analyse.run_summary import SUMMARY_FORMAT
+        from nbscope.schema.run_summary import read_run_summary
 
         unread = set() if self.again else set(run_ids) - set(self.by_id)
         for run_id, document in self.store.run_summaries(unread).items():
@@ -299,6 +302,7 @@ def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = 
         changes = cached.found
         return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached.steps])
     from nbscope.analyse.history import ChangeOptions, Point, change_points
+    from nbscope.schema.run_summary import KeptChanges
 
     points = [Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)]
     changes = [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
