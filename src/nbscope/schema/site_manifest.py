@@ -125,7 +125,7 @@ def _book_row(value: object) -> BookRow | None:
     return row
 
 
-def site_row(value: object) -> SiteRow | None:
+def _site_row(value: object) -> SiteRow | None:
     """A data file's row, None when it is not one as this version writes it."""
     if not isinstance(value, dict) or tuple(value) != SiteRow._fields:
         return None
@@ -145,7 +145,7 @@ def read_page_rows(text: str) -> list[SiteRow]:
     except ValueError:
         return []
     rows = document.get("rows") if isinstance(document, dict) else None
-    return [row for row in map(site_row, rows) if row is not None] if isinstance(rows, list) else []
+    return [row for row in map(_site_row, rows) if row is not None] if isinstance(rows, list) else []
 
 
 def read_manifest(text: str) -> SiteManifest | None:
