@@ -106,12 +106,14 @@ class SiteManifest(NamedTuple):
 _DECODE = json.JSONDecoder().raw_decode
 
 
+# Checked without generators: 240 rows are read per publish.
 def _is_signature(value: object) -> bool:
-    return isinstance(value, list) and len(value) == 2 and all(type(n) is int for n in value)
+    return type(value) is list and len(value) == 2 and type(value[0]) is int and type(value[1]) is int
 
 
 def _texts(row: SiteRow | BookRow) -> bool:
-    return all(isinstance(text, str) for text in (row.target, row.runner, row.page, row.status, row.started_at))
+    return (type(row.target) is str and type(row.runner) is str and type(row.page) is str
+            and type(row.status) is str and type(row.started_at) is str)
 
 
 def _book_row(value: object) -> BookRow | None:
@@ -119,8 +121,9 @@ def _book_row(value: object) -> BookRow | None:
         return None
     row = BookRow._make(value.values())  # its members in order: a fifth of BookRow(**value)'s time, 240 rows a publish
     parts = row.parts
-    if not (_texts(row) and _is_signature(row.signature) and isinstance(parts, dict)
-            and all(isinstance(parts.get(name), str) for name in BOOK_PARTS)):
+    if not (_texts(row) and _is_signature(row.signature) and type(parts) is dict and tuple(parts) == BOOK_PARTS
+            and type(parts["index.html"]) is str and type(parts["status.json"]) is str
+            and type(parts["status.md"]) is str):
         return None
     return row
 
