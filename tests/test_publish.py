@@ -132,6 +132,27 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     assert taken.rows_rebuilt == 4 and taken.pages_written == []
 
 
+def test_a_row_not_as_publish_wrote_it_is_made_again(site: dict[str, Any], tmp_path: Path) -> None:
+    """The manifest's rows and a lecture page's data file are taken only as this version writes them: a row of the
+    data file that lacks a member is made again from the store, and a manifest with such a row keeps none (every
+    row again); the pages are those a new site of the store has."""
+    store, folder = site["store"], site["folder"]
+    store.add(stored_run("cpu_x64.json", STEADY, BUILDS, 0.5, runner="gpu"))
+    kept = json.loads((folder / data_file(STEADY)).read_text())
+    del kept["rows"][0]["median_wall_s"]  # the CPU row, which has no new run
+    (folder / data_file(STEADY)).write_text(json.dumps(kept))
+    both = publish(store.path, folder, site=site_pages)
+    assert both.rows_rebuilt == 2 and lecture_page(STEADY) in both.pages_written
+    manifest = json.loads((folder / MANIFEST).read_text())
+    del manifest["rows"][f"cpu\x1f{STEPS}"]["parts"]
+    (folder / MANIFEST).write_text(json.dumps(manifest, separators=(",", ":")))
+    every = publish(store.path, folder, site=site_pages)
+    assert every.rows_rebuilt == 4 and every.pages_written == []
+    fresh = publish(store.path, tmp_path / "fresh", site=site_pages)
+    assert {name: (folder / name).read_bytes() for name in [*fresh.pages_written, MANIFEST]} == {
+        name: (tmp_path / "fresh" / name).read_bytes() for name in [*fresh.pages_written, MANIFEST]}
+
+
 def test_a_cpu_run_with_program_data_shows_the_gpu_forecast_verdict(tmp_path: Path) -> None:
     """The verdict is the forecast's own (the one the diagnosis made for its GPU rules, not a second one)."""
     from nbscope.analyse.forecast import forecast

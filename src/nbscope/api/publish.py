@@ -35,19 +35,28 @@ from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
+from nbscope.schema.site_manifest import (
+    MANIFEST_VERSION,
+    BookRow,
+    Scan,
+    SiteManifest,
+    SiteRow,
+    read_manifest,
+    read_page_rows,
+)
 
 # The analyses are imported where a run is summarised or a row's change points are found: a publish that finds
 # every summary kept (an unchanged row, a new site of a published store) does without them. So is the run
 # record's model, needed only where a run's document is read: the command of an incremental publish is mostly its
-# start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``).
+# start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``); one with nothing new reads no
+# run's summary either (``schema.run_summary``).
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
     from nbscope.record.run import RunRecord
+    from nbscope.schema.run_summary import KeptChanges, RunSummary
 
 MANIFEST = "nbscope-site.json"
-MANIFEST_VERSION = 3  # 3: each row's parts of the book pages, not its sparkline's figures
-READABLE_MANIFESTS = (2, MANIFEST_VERSION)  # a folder of version 2 is published again whole, and taken over
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
 LECTURE_FOLDER = "lectures"
 
@@ -124,7 +133,7 @@ class Summaries:
     def __init__(self, store: Store, *, again: bool = False) -> None:
         self.store = store
         self.again = again  # every summary made again from the documents (``--full``), and kept
-        self.by_id: dict[int, dict[str, Any]] = {}
+        self.by_id: dict[int, RunSummary] = {}
 
     def need(self, plans: Iterable[RowPlan], runners: Iterable[str]) -> None:
         """Every part each row needs (``RowPlan``): read from the store, made where missing, kept."""
@@ -144,51 +153,60 @@ class Summaries:
         reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
         records = self.store.documents(reads) if reads else {}
         from nbscope.analyse.run_summary import SUMMARY_FORMAT, RunFindings, attribution_summary, status_summary
+        from nbscope.schema.run_summary import NO_SUMMARY, summary_document
 
-        made: dict[int, dict[str, Any]] = {}
+        made: set[int] = set()
         forecasts = RunFindings()
         for run_id, part, before, runner in missing:
             record = records.get(run_id)
             if record is None or self._has(run_id, part, before):
                 continue
-            summary = self.by_id.setdefault(run_id, {"format": SUMMARY_FORMAT})
+            summary = self.by_id.get(run_id, NO_SUMMARY)  # a run the store keeps no summary of: none made yet
             run = record.notebook_run()
-            if "status" not in summary:
-                summary.update(status_summary(record, run))
+            if summary.status is None:
+                self.by_id[run_id] = summary = summary._replace(**status_summary(record, run))
             if part == "findings":
-                summary.update(forecasts.findings(record, run, runner))
+                summary = summary._replace(**forecasts.findings(record, run, runner))
             elif part == "attribution":
                 earlier = records.get(before) if before is not None else None
                 if earlier is None:
                     continue  # unreadable: the row says nothing of what changed, as before
-                summary["attribution"] = attribution_summary(earlier, record, run)
-            made[run_id] = summary
+                summary = summary._replace(attribution=attribution_summary(earlier, record, run))
+            self.by_id[run_id] = summary
+            made.add(run_id)
         for plan in plans:  # change points found now are kept with the newest run's summary
-            newest_summary = self.by_id.get(plan.ids[-1])
-            if plan.found is not None and newest_summary is not None and "status" in newest_summary:
-                newest_summary["changes"] = plan.found
-                made[plan.ids[-1]] = newest_summary
-        self.store.keep_run_summaries(made)
+            newest = plan.ids[-1]
+            newest_summary = self.by_id.get(newest)
+            if plan.found is not None and newest_summary is not None and newest_summary.status is not None:
+                self.by_id[newest] = newest_summary._replace(changes=plan.found)
+                made.add(newest)
+        self.store.keep_run_summaries({run_id: summary_document(self.by_id[run_id], SUMMARY_FORMAT)
+                                       for run_id in made})
 
     def read(self, run_ids: Iterable[int]) -> None:
         """The kept summaries of ``run_ids`` not read yet (none when made ``again``)."""
         from nbscope.analyse.run_summary import SUMMARY_FORMAT
+        from nbscope.schema.run_summary import read_run_summary
 
         unread = set() if self.again else set(run_ids) - set(self.by_id)
-        self.by_id.update((run_id, summary) for run_id, summary in self.store.run_summaries(unread).items()
-                          if summary.get("format") == SUMMARY_FORMAT)
+        for run_id, document in self.store.run_summaries(unread).items():
+            summary = read_run_summary(document, SUMMARY_FORMAT)
+            if summary is not None:
+                self.by_id[run_id] = summary
 
     def _has(self, run_id: int, part: str, before: int | None) -> bool:
-        summary = self.by_id.get(run_id)
-        if summary is None or "status" not in summary:
+        summary = self.by_id.get(run_id)  # None: neither kept nor made
+        if summary is None or summary.status is None:
             return False
         if part == "attribution":
-            return (summary.get("attribution") or {}).get("before_id") == before
-        return part in summary
+            return summary.attribution is not None and summary.attribution["before_id"] == before
+        return part == "status" or summary.findings is not None
 
     def attribution(self, run_id: int, before: int) -> dict[str, Any] | None:
-        found = (self.by_id.get(run_id) or {}).get("attribution")
-        return found if isinstance(found, dict) and found.get("before_id") == before else None
+        """What changed from ``before`` to ``run_id``, when made against that very run."""
+        summary = self.by_id.get(run_id)  # None: neither kept nor made
+        found = None if summary is None else summary.attribution
+        return found if found is not None and found["before_id"] == before else None
 
 
 def keep_run_summary(store: Store | None, record: RunRecord, *, findings: Findings | None = None,
@@ -217,8 +235,9 @@ def keep_run_summary(store: Store | None, record: RunRecord, *, findings: Findin
             before = store.readable(ids[place - 1]) if place else None
             summary = run_summary(record, runner=key.split("\x1f", 1)[0], before=before, found=findings,
                                   diagnose=diagnose)
-            if place == len(ids) - 1:  # the row's newest run keeps the row's change points
-                summary["changes"] = plan_row(series).found
+            found = plan_row(series).found if place == len(ids) - 1 else None
+            if found is not None:  # the row's newest run keeps the row's change points
+                summary["changes"] = found._asdict()
             store.keep_run_summaries({record.run_id: summary})
     except Exception:  # as a failed diagnosis (``diagnosis_of``): it costs the run its summary, not the command
         return
@@ -231,11 +250,11 @@ def keep_run_summaries(store: Store | None, runs: Iterable[tuple[RunRecord, Find
         keep_run_summary(store, record, findings=findings, diagnose=diagnose)
 
 
-def _cells(newest: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def _cells(newest: RunSummary, previous: RunSummary | None) -> list[dict[str, Any]]:
     """The newest run's cells beside the previous run's cell of the same code (by source hash)."""
-    before = {c["source_hash"]: c for c in previous["cells"]} if previous else {}
+    before = {c["source_hash"]: c for c in previous.cells} if previous else {}
     rows = []
-    for cell in newest["cells"]:
+    for cell in newest.cells:
         old = before.get(cell["source_hash"])
         rows.append({"label": cell["label"], "first_line": cell["first_line"], "status": cell["status"],
                      "wall_s": cell["wall_s"], "compile_s": cell["compile_s"],
@@ -254,7 +273,7 @@ class RowPlan:
 
     def __init__(self, series: Sequence[tuple[Any, ...]], ids: list[int], walls: list[float | None],
                  changes: list[dict[str, Any]], steps: list[tuple[dict[str, Any], int]],
-                 found: dict[str, Any] | None = None) -> None:
+                 found: KeptChanges | None = None) -> None:
         self.series = series
         self.ids = ids
         self.walls = walls
@@ -272,17 +291,18 @@ def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
 
 
 def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None,
-             kept: Mapping[str, Any] | None = None) -> RowPlan:
+             kept: RunSummary | None = None) -> RowPlan:
     """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
     this very series, else found now."""
     ids = [run[ID] for run in series]
     walls = [_number(run[WALL]) for run in series]
     key = _series_key(ids, options)
-    cached = (kept or {}).get("changes")
-    if isinstance(cached, dict) and cached.get("series") == key:
-        changes: list[dict[str, Any]] = cached["found"]
-        return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached["steps"]])
+    cached = None if kept is None else kept.changes
+    if cached is not None and cached.series == key:
+        changes = cached.found
+        return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached.steps])
     from nbscope.analyse.history import ChangeOptions, Point, change_points
+    from nbscope.schema.run_summary import KeptChanges
 
     points = [Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)]
     changes = [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
@@ -292,24 +312,24 @@ def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = 
     confirmed = [n for n, change in enumerate(changes)
                  if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
     return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in confirmed],
-                   {"series": key, "found": changes, "steps": confirmed})
+                   KeptChanges(key, changes, confirmed))
 
 
 def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine: str | None,
-              baselines: Mapping[int, int | None]) -> dict[str, Any] | None:
-    """One lecture × runner row (plain JSON: the manifest keeps it) from its plan and its runs' summaries (``runs``,
-    made for the plan: ``Summaries.need``); None when its newest run cannot be read."""
+              baselines: Mapping[int, int | None], signature: list[int]) -> SiteRow | None:
+    """One lecture × runner row (its data file keeps it) from its plan and its runs' summaries (``runs``, made for
+    the plan: ``Summaries.need``), with its ``signature``; None when its newest run cannot be read."""
     series, walls = plan.series, plan.walls
     ids = plan.ids
     compiles = [_number(run[COMPILE]) for run in series]
     run_figures = [_number(run[RUN]) for run in series]
     newest_id = ids[-1]
-    newest = runs.by_id.get(newest_id)
-    if newest is None or "findings" not in newest:
+    newest = runs.by_id.get(newest_id)  # None: unreadable
+    if newest is None or newest.status is None or newest.findings is None:
         return None
     previous_id = ids[-2] if len(ids) > 1 else None
     previous = runs.by_id.get(previous_id) if previous_id is not None else None
-    if previous is not None and "status" not in previous:
+    if previous is not None and previous.status is None:
         previous = None
     baseline_id = baselines.get(newest_id) or ids[0]
     baseline_wall = next((wall for run_id, wall in zip(ids, walls, strict=True) if run_id == baseline_id), None)
@@ -319,38 +339,39 @@ def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine:
         regressions.append({**change, "step_index": step, "attribution": why})
     wall, compile_s = walls[-1], compiles[-1]
     started_at = series[-1][STARTED_AT]
-    return {
-        "target": target, "runner": runner, "page": lecture_page(target), "machine": machine,
-        "runs": len(series), "newest_id": newest_id, "started_at": started_at,
-        "status": newest["status"], "error": newest["error"], "wall_s": wall, "compile_s": compile_s,
-        "compile_share": compile_s / wall if wall and compile_s is not None else None,
-        "cache_state": newest["cache_state"],
-        "vs_previous": _ratio(wall, walls[-2]) if len(walls) > 1 else None,
-        "baseline_id": baseline_id, "vs_baseline": _ratio(wall, baseline_wall),
-        "spark": walls[-SPARK_RUNS:], "history": {"started_at": [run[STARTED_AT] for run in series], "wall_s": walls,
-                                                   "compile_s": compiles, "run_s": run_figures, "ids": ids},
-        "changes": plan.changes, "regressions": regressions,
-        "regression_count": len(regressions),
-        "attribution": runs.attribution(newest_id, previous_id) if previous is not None and previous_id is not None
+    return SiteRow(
+        target=target, runner=runner, page=lecture_page(target), machine=machine,
+        runs=len(series), newest_id=newest_id, started_at=started_at,
+        status=newest.status, error=newest.error, wall_s=wall, compile_s=compile_s,
+        compile_share=compile_s / wall if wall and compile_s is not None else None,
+        cache_state=newest.cache_state,
+        vs_previous=_ratio(wall, walls[-2]) if len(walls) > 1 else None,
+        baseline_id=baseline_id, vs_baseline=_ratio(wall, baseline_wall),
+        spark=walls[-SPARK_RUNS:], history={"started_at": [run[STARTED_AT] for run in series], "wall_s": walls,
+                                            "compile_s": compiles, "run_s": run_figures, "ids": ids},
+        changes=plan.changes, regressions=regressions,
+        regression_count=len(regressions),
+        attribution=runs.attribution(newest_id, previous_id) if previous is not None and previous_id is not None
         else None,
-        "cells": _cells(newest, previous),
-        "findings": newest["findings"], "forecast": newest["forecast"],
-        "median_wall_s": _median([w for w in walls if w is not None]) if any(walls) else None,
-    }
+        cells=_cells(newest, previous),
+        findings=newest.findings, forecast=newest.forecast,
+        median_wall_s=_median([w for w in walls if w is not None]) if any(walls) else None,
+        signature=signature,
+    )
 
 
 # What the manifest keeps of a row: what the book page and the status files show. A lecture page's history, cells
 # and findings are made again from the store when its notebook has new runs, and only then.
-BOOK_FIELDS = ("target", "runner", "page", "machine", "runs", "newest_id", "started_at", "status", "error", "wall_s",
-               "compile_s", "compile_share", "cache_state", "vs_previous", "baseline_id", "vs_baseline", "spark",
-               "regression_count", "forecast")
-
-
-def book_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The row as the manifest keeps it: its book fields, its last regression and its top finding; not its
-    sparkline's figures, which only its parts of the book pages show (kept beside it, ``site.book_row``)."""
-    return {**{name: row[name] for name in BOOK_FIELDS if name != "spark"}, "regressions": row["regressions"][-1:],
-            "findings": row["findings"][:1]}
+def book_fields(row: SiteRow, parts: dict[str, str]) -> BookRow:
+    """The row as the manifest keeps it: its book fields, its last regression and its top finding, with its parts of
+    the book pages (``site.book_row``); not its sparkline's figures, which only those parts show."""
+    return BookRow(
+        target=row.target, runner=row.runner, page=row.page, machine=row.machine, runs=row.runs,
+        newest_id=row.newest_id, started_at=row.started_at, status=row.status, error=row.error, wall_s=row.wall_s,
+        compile_s=row.compile_s, compile_share=row.compile_share, cache_state=row.cache_state,
+        vs_previous=row.vs_previous, baseline_id=row.baseline_id, vs_baseline=row.vs_baseline,
+        regression_count=row.regression_count, forecast=row.forecast, regressions=row.regressions[-1:],
+        findings=row.findings[:1], signature=row.signature, parts=parts)
 
 
 def _summaries(store: Store, columns: Sequence[str], targets: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -359,27 +380,26 @@ def _summaries(store: Store, columns: Sequence[str], targets: Sequence[str] | No
     return list(rows)
 
 
-def _signatures(store: Store, manifest: Mapping[str, Any] | None) -> tuple[dict[str, list[int]], dict[str, int]]:
+def _signatures(store: Store, manifest: SiteManifest) -> tuple[dict[str, list[int]], Scan]:
     """Per row key, the count and the newest id of its runs; and the store's run count and newest id.
 
     After a publish, the runs stored since are the newest ids (ids only grow): when the store has exactly as many
     more runs as the newest few with an id above the last publish's newest, only those are read. Anything else
     (a first publish, runs deleted, more than a few thousand new) reads every run's id, notebook and backend."""
     total = store.count()
-    old = manifest.get("scan") if manifest else None
-    rows = (manifest or {}).get("rows") or {}
-    if isinstance(old, dict) and isinstance(old.get("count"), int) and isinstance(old.get("newest_id"), int):
-        added = total - old["count"]
+    old = manifest.scan
+    if old is not None:
+        added = total - old.run_count
         if 0 <= added <= 5000:
             newest: Any = store.summaries(("id", "kind", "target", "backend"), limit=added + 64) if added else []
-            new = [row for row in newest if row["id"] > old["newest_id"]]
+            new = [row for row in newest if row["id"] > old.newest_id]
             if len(new) == added:
-                signatures = {key: list(row["signature"]) for key, row in rows.items()}
+                signatures = {key: list(row.signature) for key, row in manifest.rows.items()}
                 for row in new:
                     if row["kind"] in PROFILE_KINDS:
                         _count(signatures, row["target"], row["backend"], row["id"])
-                newest_id = max([old["newest_id"], *(row["id"] for row in new)])
-                return signatures, {"count": total, "newest_id": newest_id}
+                newest_id = max([old.newest_id, *(row["id"] for row in new)])
+                return signatures, Scan(total, newest_id)
     signatures = {}
     newest_id = 0
     for row in _summaries(store, ("id", "target", "backend"), None):
@@ -387,7 +407,7 @@ def _signatures(store: Store, manifest: Mapping[str, Any] | None) -> tuple[dict[
         newest_id = max(newest_id, row["id"])
     every: Any = store.summaries(("id",), limit=1)  # the newest run of any kind: its id bounds the next scan
     newest_id = max([newest_id, *(row["id"] for row in every)])
-    return signatures, {"count": total, "newest_id": newest_id}
+    return signatures, Scan(total, newest_id)
 
 
 def _count(signatures: dict[str, list[int]], target: str, backend: str | None, run_id: int) -> None:
@@ -421,93 +441,42 @@ def _series_by_row(per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str]
 
 # The manifest as publish writes it: compact JSON.
 COMPACT = (",", ":")
-_DECODE = json.JSONDecoder().raw_decode
 _string = json.encoder.encode_basestring_ascii  # a key as json.dumps writes it (ensure_ascii)
 
 
-def _manifest(folder: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    """The folder's manifest, and the text of each of its rows as it stands there (``_read_manifest``)."""
+def _manifest(folder: Path) -> SiteManifest | None:
+    """The folder's manifest (``schema.site_manifest``), None when there is none publish can read."""
     try:
         text = (folder / MANIFEST).read_text()
     except OSError:
-        return None, {}
-    try:
-        manifest, row_texts = _read_manifest(text)
-    except (ValueError, IndexError):  # laid out otherwise (edited by hand): read as any JSON, its rows written anew
-        row_texts = {}
-        try:
-            manifest = json.loads(text)
-        except ValueError:
-            return None, {}
-    if not isinstance(manifest, dict) or manifest.get("version") not in READABLE_MANIFESTS:
-        return None, {}
-    return manifest, row_texts
+        return None
+    return read_manifest(text)
 
 
-def _read_manifest(text: str) -> tuple[Any, dict[str, str]]:
-    """``json.loads(text)`` of a manifest laid out as publish writes it (compact), and the text of each member of
-    its "rows" as it stands there: a row kept as it was is written out as that text (``_manifest_text``). A
-    ValueError (or IndexError) when it is laid out otherwise."""
-    row_texts: dict[str, str] = {}
-
-    def members(at: int, texts: dict[str, str] | None) -> tuple[dict[str, Any], int]:
-        # The object at text[at] and where it ends; each member's text to ``texts`` when given; at the top
-        # (``texts`` None) the object "rows" is read member by member, their texts to ``row_texts``.
-        if text[at] != "{":
-            raise ValueError("not an object")
-        found: dict[str, Any] = {}
-        at += 1
-        if text[at] == "}":
-            return found, at + 1
-        while True:
-            key, at = _DECODE(text, at)
-            if not isinstance(key, str) or text[at] != ":":
-                raise ValueError("not a member")
-            if texts is None and key == "rows" and text[at + 1] == "{":
-                found[key], end = members(at + 1, row_texts)
-            else:
-                found[key], end = _DECODE(text, at + 1)
-                if texts is not None:
-                    texts[key] = text[at + 1 : end]
-            at = end
-            if text[at] == "}":
-                return found, at + 1
-            if text[at] != ",":
-                raise ValueError("not a member")
-            at += 1
-
-    manifest, end = members(0, None)
-    if end != len(text):
-        raise ValueError("text after the manifest")
-    return manifest, row_texts
-
-
-def _manifest_text(manifest: Mapping[str, Any], row_texts: Mapping[str, str]) -> str:
-    """``json.dumps(manifest, default=str, separators=COMPACT)``, the same text, but each row of ``row_texts`` (a
+def _manifest_text(store: Store, scan: Scan, rows: Mapping[str, BookRow], row_texts: Mapping[str, str],
+                   pages: Mapping[str, str]) -> str:
+    """The manifest as ``json.dumps(..., default=str, separators=COMPACT)`` writes it, but each row of ``row_texts`` (a
     row kept as the last publish wrote it) written as its text there: 240 rows' parts of the book pages are not
     encoded again for one new run."""
 
-    def member(key: str, value: object) -> str:
-        if key != "rows" or not row_texts or not isinstance(value, Mapping):
-            return f"{_string(key)}:{json.dumps(value, default=str, separators=COMPACT)}"
-        rows = ",".join(f"{_string(name)}:{row_texts[name]}" if name in row_texts
-                        else f"{_string(name)}:{json.dumps(row, default=str, separators=COMPACT)}"
-                        for name, row in value.items())
-        return f'"rows":{{{rows}}}'
+    def encoded(value: object) -> str:
+        return json.dumps(value, default=str, separators=COMPACT)
 
-    return "{" + ",".join(member(key, value) for key, value in manifest.items()) + "}"
+    written = ",".join(f"{_string(key)}:{row_texts[key] if key in row_texts else encoded(row._asdict())}"
+                       for key, row in rows.items())
+    return (f'{{"version":{MANIFEST_VERSION},"tool":{encoded(__version__)},"store":{encoded(str(store.path))},'
+            f'"scan":{{"count":{scan.run_count},"newest_id":{scan.newest_id}}},"rows":{{{written}}},"pages":{encoded(pages)}}}')
 
 
-def _check_folder(folder: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    """The folder's manifest (and its rows' texts); refuses a folder that holds anything publish did not make (it
-    is never replaced)."""
+def _check_folder(folder: Path) -> SiteManifest | None:
+    """The folder's manifest; refuses a folder that holds anything publish did not make (it is never replaced)."""
     refuse_input(folder, option="-o")  # the store itself, named as the site's folder
     if folder.exists() and not folder.is_dir():
         raise NbscopeError(f"-o {folder} is a file, not a folder")
-    manifest, row_texts = _manifest(folder) if folder.is_dir() else (None, {})
+    manifest = _manifest(folder) if folder.is_dir() else None
     if folder.is_dir() and manifest is None and any(folder.iterdir()):
         raise NbscopeError(f"-o {folder} is not empty and was not made by `nbscope publish`; give a new or empty folder")
-    return manifest, row_texts
+    return manifest
 
 
 def _target_of(key: str) -> str:
@@ -519,20 +488,19 @@ def _data_file(page: str) -> str:
     return page.removesuffix(".html") + ".json"
 
 
-def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, BookRow]) -> dict[str, SiteRow]:
     """The whole rows of ``targets`` as the last publish kept them, by row key: only those whose runs are those
     the manifest records for the row (a file written by a publish stopped midway is not trusted)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, SiteRow] = {}
     for target in targets:
         try:
-            kept = json.loads((folder / _data_file(lecture_page(target))).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = (folder / _data_file(lecture_page(target))).read_text(encoding="utf-8")
+        except OSError:
             continue
-        for row in kept.get("rows") or [] if isinstance(kept, dict) else []:
-            if not isinstance(row, dict) or "history" not in row:
-                continue
-            key = row_key(str(row.get("target")), str(row.get("runner")))
-            if (old_rows.get(key) or {}).get("signature") == row.get("signature"):
+        for row in read_page_rows(text):
+            key = row_key(row.target, row.runner)
+            old = old_rows.get(key)  # None: a row the manifest does not know
+            if old is not None and old.signature == row.signature:
                 found[key] = row
     return found
 
@@ -540,12 +508,11 @@ def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, Any]) -> 
 class SitePages(Protocol):
     """What formats the site's pages (``nbscope.render.site``): the API gathers the rows, the renderer writes them."""
 
-    def book_row(self, row: Mapping[str, Any]) -> dict[str, str]: ...
+    def book_row(self, row: SiteRow) -> dict[str, str]: ...
 
-    def book_pages(self, rows: Sequence[Mapping[str, Any]],
-                   parts: Sequence[Mapping[str, str]] | None = None) -> dict[str, str]: ...
+    def book_pages(self, rows: Sequence[SiteRow | BookRow], parts: Sequence[Mapping[str, str]]) -> dict[str, str]: ...
 
-    def lecture_page(self, target: str, rows: Sequence[Mapping[str, Any]]) -> str: ...
+    def lecture_page(self, target: str, rows: Sequence[SiteRow]) -> str: ...
 
 
 def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bool = False,
@@ -556,30 +523,30 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
 
     store = store_of(source)
     folder = Path(output)
-    manifest, row_texts = _check_folder(folder)
+    manifest = _check_folder(folder)
     with store.held():  # one connection for every query and document
-        return _publish(store, folder, manifest, row_texts, site=site, full=full, options=options)
+        return _publish(store, folder, manifest, site=site, full=full, options=options)
 
 
-def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, row_texts: Mapping[str, str], *,
-             site: SitePages, full: bool, options: ChangeOptions | None) -> PublishResult:
+def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site: SitePages, full: bool,
+             options: ChangeOptions | None) -> PublishResult:
     # Each row's parts of the book pages as the renderer made them (``site.book_row``) are kept with the row in the
     # manifest, valid while the nbscope that made them publishes: after another one, every row is made again.
-    same_tool = manifest is not None and "tool" in manifest and manifest["tool"] == __version__
-    old_rows: dict[str, Any] = manifest["rows"] if same_tool and not full and manifest is not None else {}
+    old_rows = manifest.rows if manifest is not None and manifest.tool == __version__ and not full else {}
     # Even with ``full``, a page whose text is the same is not written again.
-    old_pages: dict[str, str] = {} if manifest is None else manifest.get("pages") or {}
+    old_pages = {} if manifest is None else manifest.pages
     every: dict[str, list[tuple[Any, ...]]] | None = None
-    if old_rows:
+    if manifest is not None and old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
         every = _series_by_row(store.book_series(PROFILE_KINDS), None)
         signatures = {key: [len(runs), max(run[ID] for run in runs)] for key, runs in every.items()}
-        scan = {"count": store.count(), "newest_id": max((newest for _, newest in signatures.values()), default=0)}
+        scan = Scan(store.count(), max((newest for _, newest in signatures.values()), default=0))
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
+    # A row the manifest does not keep (None) is new.
     changed_keys = {key for key, signature in signatures.items()
-                    if (old_rows.get(key) or {}).get("signature") != signature}
+                    if (old := old_rows.get(key)) is None or old.signature != signature}
     changed = {_target_of(key) for key in changed_keys}
     if not changed_keys and manifest is not None and _unchanged(folder, manifest, store, scan, old_pages):
         # Nothing new since the last publish, whose pages are all there: nothing to format or write.
@@ -591,7 +558,8 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, row
     kept_rows = {_target_of(key) for key in signatures if key not in changed_keys} & changed
     whole = _row_files(folder, kept_rows, old_rows) if old_rows else {}
     stale = changed_keys | {key for key in signatures if _target_of(key) in changed and key not in whole}
-    rows: dict[str, dict[str, Any]] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
+    # A kept row: whole from its data file, else as the manifest keeps it (None from ``get``: not read whole).
+    rows: dict[str, SiteRow | BookRow] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
     if stale:
         # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
         # whole new build: one walk of the index is quicker than looking each notebook up).
@@ -602,26 +570,29 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, row
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
         plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
         newest_ids = [plan.ids[-1] for plan in plans.values()]
-        baselines = {run_id: v.get("baseline_id") for run_id, v in store.verdicts(newest_ids).items()}
+        baselines = {run_id: verdict["baseline_id"] for run_id, verdict in store.verdicts(newest_ids).items()}
         machines = store.machines(newest_ids)
         runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
         for key, plan in plans.items():
             runner, target = key.split("\x1f", 1)
-            built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines)
+            built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines, signatures[key])
             if built is not None:
-                rows[key] = {**built, "signature": signatures[key]}
-    parts = {key: old_rows[key]["parts"] if key not in stale else site.book_row(row) for key, row in rows.items()}
-    keys = sorted(rows, key=lambda k: (rows[k]["target"], rows[k]["runner"]))
+                rows[key] = built
+    parts = {key: site.book_row(row) if key in stale and isinstance(row, SiteRow) else old_rows[key].parts
+             for key, row in rows.items()}
+    keys = sorted(rows, key=lambda k: (rows[k].target, rows[k].runner))
     ordered = [rows[key] for key in keys]
     pages = site.book_pages(ordered, [parts[key] for key in keys])
-    by_target: dict[str, list[dict[str, Any]]] = {}
+    by_target: dict[str, list[SiteRow | BookRow]] = {}
     for row in ordered:
-        by_target.setdefault(row["target"], []).append(row)
+        by_target.setdefault(row.target, []).append(row)
     for target, target_rows in by_target.items():
-        page = target_rows[0]["page"]
-        if (full or target in changed or page not in old_pages) and all("history" in r for r in target_rows):
-            pages[page] = site.lecture_page(target, target_rows)
-            pages[_data_file(page)] = json.dumps({"rows": target_rows}, default=str, separators=COMPACT)
+        page = target_rows[0].page
+        whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
+        if (full or target in changed or page not in old_pages) and len(whole_rows) == len(target_rows):
+            pages[page] = site.lecture_page(target, whole_rows)
+            pages[_data_file(page)] = json.dumps({"rows": [r._asdict() for r in whole_rows]}, default=str,
+                                                 separators=COMPACT)
     result = PublishResult(folder=folder, rows=len(rows), runs=sum(s[0] for s in signatures.values()),
                            rows_rebuilt=len([key for key in stale if key in rows]))
     hashes = dict(old_pages)
@@ -642,20 +613,17 @@ def _publish(store: Store, folder: Path, manifest: Mapping[str, Any] | None, row
         result.pages_written.append(name)
     result.pages_kept += len(set(old_pages) - set(pages))
     # A row kept from the manifest as it was (no new run, not read from its data file) is written as its text there.
-    as_written = {key: row_texts[key] for key in rows if key not in stale and key not in whole and key in row_texts}
-    kept = {key: old_rows[key] if key in as_written else
-            {**book_fields(row), "signature": signatures[key], "parts": parts[key]} for key, row in rows.items()}
-    _write(folder / MANIFEST, _manifest_text({"version": MANIFEST_VERSION, "tool": __version__,
-                                              "store": str(store.path), "scan": scan, "rows": kept, "pages": hashes},
-                                             as_written))
+    row_texts = {} if manifest is None else manifest.row_texts
+    as_written = {key: row_texts[key] for key, row in rows.items() if isinstance(row, BookRow) and key in row_texts}
+    kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
+    _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
     return result
 
 
-def _unchanged(folder: Path, manifest: Mapping[str, Any], store: Store, scan: Mapping[str, int],
-               pages: Mapping[str, str]) -> bool:
+def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, pages: Mapping[str, str]) -> bool:
     """Whether the last publish into ``folder`` was of this store as it is now (no run stored since) and its book
     pages are all there: a publish would write the same pages again."""
-    return (manifest["store"] == str(store.path) and manifest["scan"] == scan
+    return (manifest.store == str(store.path) and manifest.scan == scan
             and all((folder / name).is_file() for name in pages if "/" not in name))
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nbscope._units import seconds
+from nbscope.schema.site_manifest import BookRow, SiteRow
 
 
 def e(value: Any) -> str:
@@ -130,21 +131,25 @@ def spark_svg(values: Sequence[float | None], *, width: int = 120, height: int =
             f'<circle cx="{last_x}" cy="{last_y}" r="2" fill="#c44e52"/></svg>')
 
 
-def _status(row: Mapping[str, Any]) -> str:
-    status = str(row["status"])
+def _status(row: SiteRow) -> str:
+    status = str(row.status)
     return f'<span class="status" style="color:{STATUS_COLOURS.get(status, "#000")}">{e(status)}</span>'
 
 
-def _regressions(row: Mapping[str, Any]) -> str:
-    found = row.get("regressions") or []
-    if not found:
+def _text(part: Mapping[str, Any] | None) -> str | None:
+    """The text of a row's forecast or attribution (None: there is none)."""
+    return None if part is None else part["text"]
+
+
+def _regressions(row: SiteRow) -> str:
+    if not row.regressions:
         return "none"
-    last = found[-1]
-    why = (last.get("attribution") or {}).get("text") or "no record of either side"
-    return f"{row['regression_count']}; last {last['ratio']:.2f}× at {e(last['started_at'][:10])}: {e(why)}"
+    last = row.regressions[-1]
+    why = _text(last["attribution"]) or "no record of either side"
+    return f"{row.regression_count}; last {last['ratio']:.2f}× at {e(last['started_at'][:10])}: {e(why)}"
 
 
-def book_row(row: Mapping[str, Any]) -> dict[str, str]:
+def book_row(row: SiteRow) -> dict[str, str]:
     """A row's own parts of the book pages (its line of the book table, its entry of ``status.json`` and its line of
     ``status.md``): what the API keeps with the row, so that a publish formats only the rows that changed
     (``book_pages``' ``parts``)."""
@@ -158,43 +163,42 @@ def _status_entry(entry: Mapping[str, Any]) -> str:
     return "\n".join("  " + line for line in json.dumps(entry, indent=1, default=str).split("\n"))
 
 
-def _book_line(row: Mapping[str, Any]) -> str:
-    finding = (row.get("findings") or [{}])[0]
-    forecast = (row.get("forecast") or {}).get("text") or "—"
-    error = f'<div class="small">{e(row["error"])}</div>' if row.get("error") else ""
+def _book_line(row: SiteRow) -> str:
+    title, title_key = (row.findings[0]["title"],) * 2 if row.findings else ("none", "")
+    forecast = _text(row.forecast) or "—"
+    error = f'<div class="small">{e(row.error)}</div>' if row.error else ""
     return (
-        f'<tr data-status="{e(row["status"])}">'
-        f'<td data-sort="{e(row["target"])}"><a href="{e(row["page"])}">{e(row["target"])}</a></td>'
-        f'<td data-sort="{e(row["runner"])}">{e(row["runner"])}<div class="small">{e(row["machine"])}</div></td>'
-        f'<td data-sort="{STATUS_ORDER.get(str(row["status"]), 9)}">{_status(row)}{error}</td>'
-        f'<td data-sort="{e(row["started_at"])}">{e(row["started_at"][:16].replace("T", " "))}'
-        f'<div class="small">run {e(row["newest_id"])} · {e(row["runs"])} runs</div></td>'
-        f'<td class="n" data-sort="{_key(row["wall_s"])}">{e(_s(row["wall_s"]))}</td>'
-        f'<td class="n" data-sort="{_key(row["compile_share"])}">'
-        f'{_share(row["compile_share"])}</td>'
-        f'<td data-sort="{_key(row["wall_s"])}">{spark_svg(row["spark"])}</td>'
-        f'<td class="n" data-sort="{_key(row["vs_previous"])}">{_ratio(row["vs_previous"])}</td>'
-        f'<td class="n" data-sort="{_key(row["vs_baseline"])}">{_ratio(row["vs_baseline"])}'
-        f'<div class="small">run {e(row["baseline_id"])}</div></td>'
-        f'<td data-sort="{row["regression_count"]}">{_regressions(row)}</td>'
-        f'<td data-sort="{e(finding.get("title", ""))}">{e(finding.get("title", "none"))}</td>'
+        f'<tr data-status="{e(row.status)}">'
+        f'<td data-sort="{e(row.target)}"><a href="{e(row.page)}">{e(row.target)}</a></td>'
+        f'<td data-sort="{e(row.runner)}">{e(row.runner)}<div class="small">{e(row.machine)}</div></td>'
+        f'<td data-sort="{STATUS_ORDER.get(str(row.status), 9)}">{_status(row)}{error}</td>'
+        f'<td data-sort="{e(row.started_at)}">{e(row.started_at[:16].replace("T", " "))}'
+        f'<div class="small">run {e(row.newest_id)} · {e(row.runs)} runs</div></td>'
+        f'<td class="n" data-sort="{_key(row.wall_s)}">{e(_s(row.wall_s))}</td>'
+        f'<td class="n" data-sort="{_key(row.compile_share)}">'
+        f'{_share(row.compile_share)}</td>'
+        f'<td data-sort="{_key(row.wall_s)}">{spark_svg(row.spark)}</td>'
+        f'<td class="n" data-sort="{_key(row.vs_previous)}">{_ratio(row.vs_previous)}</td>'
+        f'<td class="n" data-sort="{_key(row.vs_baseline)}">{_ratio(row.vs_baseline)}'
+        f'<div class="small">run {e(row.baseline_id)}</div></td>'
+        f'<td data-sort="{row.regression_count}">{_regressions(row)}</td>'
+        f'<td data-sort="{e(title_key)}">{e(title)}</td>'
         f'<td data-sort="{e(forecast)}">{e(forecast)}</td></tr>'
     )
 
 
-def book_page(rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = None) -> str:
-    """The book table, failures first; ``lines``: each row's line as ``book_row`` made it (made here when None)."""
-    lines = [_book_line(row) for row in rows] if lines is None else lines
-    order = sorted(range(len(rows)), key=lambda n: (STATUS_ORDER.get(str(rows[n]["status"]), 9), rows[n]["target"],
-                                                    rows[n]["runner"]))
-    statuses = sorted({str(r["status"]) for r in rows}, key=lambda s: STATUS_ORDER.get(s, 9))
-    counts = ", ".join(f"{sum(r['status'] == s for r in rows)} {e(s)}" for s in statuses)
+def book_page(rows: Sequence[SiteRow | BookRow], lines: Sequence[str]) -> str:
+    """The book table, failures first; ``lines``: each row's line as ``book_row`` made it."""
+    order = sorted(range(len(rows)), key=lambda n: (STATUS_ORDER.get(str(rows[n].status), 9), rows[n].target,
+                                                    rows[n].runner))
+    statuses = sorted({str(r.status) for r in rows}, key=lambda s: STATUS_ORDER.get(s, 9))
+    counts = ", ".join(f"{sum(r.status == s for r in rows)} {e(s)}" for s in statuses)
     head = ("lecture", "runner", "status", "newest run", "wall", "compile share", "last builds", "vs previous",
             "vs baseline", "confirmed regressions", "top finding", "GPU forecast")
     options = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in statuses)
     body = (
-        f"<h1>Book status</h1><p>{len({r['target'] for r in rows})} lectures, {len(rows)} lecture × runner rows: "
-        f"{counts}. Newest run {e(max(r['started_at'] for r in rows)[:16].replace('T', ' '))} UTC. "
+        f"<h1>Book status</h1><p>{len({r.target for r in rows})} lectures, {len(rows)} lecture × runner rows: "
+        f"{counts}. Newest run {e(max(r.started_at for r in rows)[:16].replace('T', ' '))} UTC. "
         '<a href="status.json">status.json</a> · <a href="status.md">status.md</a></p>'
         '<div id="filter" hidden><label>Filter <input id="filter-text" type="search"></label> '
         f'<label>status <select id="filter-status"><option value="">any</option>{options}</select></label></div>'
@@ -204,10 +208,10 @@ def book_page(rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = N
     return _page("Book status", body)
 
 
-def status_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def status_entries(rows: Sequence[SiteRow]) -> list[dict[str, Any]]:
     """Per notebook and runner: the execution table's data (file, last run, run time, status, error, cache)."""
-    return [{"file": r["target"], "runner": r["runner"], "last_run": r["started_at"], "run_time_s": r["wall_s"],
-             "status": r["status"], "error": r.get("error"), "cache": r.get("cache_state"), "run_id": r["newest_id"]}
+    return [{"file": r.target, "runner": r.runner, "last_run": r.started_at, "run_time_s": r.wall_s,
+             "status": r.status, "error": r.error, "cache": r.cache_state, "run_id": r.newest_id}
             for r in rows]
 
 
@@ -224,27 +228,24 @@ def _status_line(entry: Mapping[str, Any]) -> str:
             f"{_md(_s(entry['run_time_s']))} | {_md(entry['status'])} | {_md(entry['error'])} | {_md(entry['cache'])} |")
 
 
-def status_markdown(rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = None) -> str:
-    """``status.md``: ``lines``, each row's line as ``book_row`` made it (made here when None)."""
+def status_markdown(lines: Sequence[str]) -> str:
+    """``status.md``: ``lines``, each row's line as ``book_row`` made it."""
     head = "| file | runner | last run | run time | status | error | cache |\n|---|---|---|---:|---|---|---|\n"
-    lines = [_status_line(entry) for entry in status_entries(rows)] if lines is None else lines
     return head + "\n".join(lines) + "\n"
 
 
-def book_pages(rows: Sequence[Mapping[str, Any]],
-               parts: Sequence[Mapping[str, str]] | None = None) -> dict[str, str]:
+def book_pages(rows: Sequence[SiteRow | BookRow], parts: Sequence[Mapping[str, str]]) -> dict[str, str]:
     """``index.html``, ``status.json`` and ``status.md``, each of every row; ``parts``: each row's own parts as
-    ``book_row`` made them (kept from an earlier publish for a row that did not change; made here when None)."""
-    parts = [book_row(row) for row in rows] if parts is None else parts
+    ``book_row`` made them (kept from an earlier publish for a row that did not change)."""
     entries = ",\n".join(part["status.json"] for part in parts)
     return {"index.html": book_page(rows, [part["index.html"] for part in parts]),
             "status.json": '{\n "notebooks": [\n' + entries + "\n ]\n}\n" if parts else '{\n "notebooks": []\n}\n',
-            "status.md": status_markdown(rows, [part["status.md"] for part in parts])}
+            "status.md": status_markdown([part["status.md"] for part in parts])}
 
 
-def history_svg(row: Mapping[str, Any], *, width: int = 900, height: int = 180) -> str:
+def history_svg(row: SiteRow, *, width: int = 900, height: int = 180) -> str:
     """Wall, compile and run of every run of a row, oldest left; a dashed line at each change point."""
-    history = row["history"]
+    history = row.history
     series = (("wall_s", "#4c72b0"), ("compile_s", "#dd8452"), ("run_s", "#55a868"))
     values = [v for name, _ in series for v in history[name] if isinstance(v, (int, float))]
     if not values:
@@ -252,7 +253,7 @@ def history_svg(row: Mapping[str, Any], *, width: int = 900, height: int = 180) 
     high = max(values) or 1.0
     count = len(history["wall_s"])
     step = (width - 60) / max(1, count - 1)
-    parts = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="history of {e(row["target"])}">',
+    parts = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="history of {e(row.target)}">',
              f'<text x="0" y="12" font-size="11">{e(_s(high))}</text><text x="0" y="{height}" font-size="11">0</text>']
     # Each row draws three lines of every run (365 a year): each run's x is formatted once for the three.
     xs = [f"{50 + i * step:.1f}," for i in range(count)]
@@ -260,7 +261,7 @@ def history_svg(row: Mapping[str, Any], *, width: int = 900, height: int = 180) 
         points = " ".join([f"{xs[i]}{height - v / high * (height - 20):.1f}"
                            for i, v in enumerate(history[name]) if isinstance(v, (int, float))])
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.3" points="{points}"/>')
-    for change in row.get("changes") or []:
+    for change in row.changes:
         x = 50 + change["index"] * step
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="14" y2="{height}" stroke="#c44e52" stroke-dasharray="4 3"/>')
     legend = " ".join(f'<tspan fill="{c}">■ {e(n.removesuffix("_s"))}</tspan>' for n, c in series)
@@ -268,8 +269,8 @@ def history_svg(row: Mapping[str, Any], *, width: int = 900, height: int = 180) 
     return "".join(parts)
 
 
-def _runner_section(row: Mapping[str, Any]) -> str:
-    changes = row.get("changes") or []
+def _runner_section(row: SiteRow) -> str:
+    changes = row.changes
     change_rows = "".join(
         f"<tr><td>{e(c['started_at'][:16].replace('T', ' '))}</td><td>run {e(c['run_id'])}</td>"
         f"<td class=\"n\">{e(_s(c['before']))} → {e(_s(c['after']))}</td><td class=\"n\">{_ratio(c['ratio'])}</td>"
@@ -281,15 +282,15 @@ def _runner_section(row: Mapping[str, Any]) -> str:
         f"<td class=\"n\" data-sort=\"{_key(c['wall_s'])}\">{e(_s(c['wall_s']))}</td>"
         f"<td class=\"n\" data-sort=\"{_key(c['previous_wall_s'])}\">{e(_s(c['previous_wall_s']))}</td>"
         f"<td class=\"n\" data-sort=\"{_key(c['compile_s'])}\">{e(_s(c['compile_s']))}</td></tr>"
-        for c in row.get("cells") or [])
-    findings = "".join(f"<li><b>{e(f['title'])}</b>: {e(f['summary'])}</li>" for f in row.get("findings") or [])
-    attribution = (row.get("attribution") or {}).get("text") or "no earlier run"
-    forecast = (row.get("forecast") or {}).get("text") or "not forecast (a GPU run, or no program data recorded)"
+        for c in row.cells)
+    findings = "".join(f"<li><b>{e(f['title'])}</b>: {e(f['summary'])}</li>" for f in row.findings)
+    attribution = _text(row.attribution) or "no earlier run"
+    forecast = _text(row.forecast) or "not forecast (a GPU run, or no program data recorded)"
     return (
-        f"<h2>{e(row['runner'])} runner <span class=\"small\">{e(row['machine'])}</span></h2>"
-        f"<p>Newest: run {e(row['newest_id'])}, {e(row['started_at'][:16].replace('T', ' '))}, {_status(row)}"
-        f"{' — ' + e(row['error']) if row.get('error') else ''}; wall {e(_s(row['wall_s']))}, "
-        f"{e(row['runs'])} runs. Against the previous run: {e(attribution)}.</p>"
+        f"<h2>{e(row.runner)} runner <span class=\"small\">{e(row.machine)}</span></h2>"
+        f"<p>Newest: run {e(row.newest_id)}, {e(row.started_at[:16].replace('T', ' '))}, {_status(row)}"
+        f"{' — ' + e(row.error) if row.error else ''}; wall {e(_s(row.wall_s))}, "
+        f"{e(row.runs)} runs. Against the previous run: {e(attribution)}.</p>"
         + history_svg(row)
         + "<h3>Change points</h3>"
         + (f'<table class="sortable"><thead><tr><th>from</th><th>run</th><th>wall</th><th>ratio</th><th>kind</th>'
@@ -302,14 +303,14 @@ def _runner_section(row: Mapping[str, Any]) -> str:
     )
 
 
-def _why(row: Mapping[str, Any], change: Mapping[str, Any]) -> str:
-    for regression in row.get("regressions") or []:
-        if regression["index"] == change["index"] and regression.get("attribution"):
+def _why(row: SiteRow, change: Mapping[str, Any]) -> str:
+    for regression in row.regressions:
+        if regression["index"] == change["index"] and regression["attribution"]:
             return str(regression["attribution"]["text"])
     return "—"
 
 
-def lecture_page(target: str, rows: Sequence[Mapping[str, Any]]) -> str:
+def lecture_page(target: str, rows: Sequence[SiteRow]) -> str:
     body = (f'<p><a href="../index.html">← book status</a></p><h1>{e(target)}</h1>'
             + "".join(_runner_section(row) for row in rows))
     return _page(target, body)
