@@ -209,9 +209,15 @@ class RunRecord(codec.Encoded):
             self._views = {}  # a part replaced: its views are read again
         object.__setattr__(self, name, value)
 
+    def totals(self) -> Mapping[str, Any]:
+        """This run's totals, whatever its kind, each figure by name as recorded (empty: none recorded)."""
+        from nbscope.schema.recorded_figures import RecordedFigures
+
+        return self.measured(RecordedFigures).totals
+
     def headline(self) -> dict[str, Any]:
         """The few totals that `nbscope runs` lists."""
-        totals = self.measurements.get("totals") or {}
+        totals = self.totals()
         keys = ("wall_s", "compile_s", "cells", "compiles", "figures", "notebooks")
         return {k: totals[k] for k in keys if k in totals}
 
