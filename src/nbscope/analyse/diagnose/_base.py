@@ -17,6 +17,7 @@ from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
+from nbscope.schema import finding_document
 from nbscope.schema.codec import Encoded, Read, decode
 from nbscope.schema.machine import Machine, Settings
 from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
@@ -82,12 +83,7 @@ class Finding(Encoded):
     # measured. Empty for findings measured in the run.
     forecast: Annotated[list[str], Read(_texts)] = field(default_factory=list)
 
-    @staticmethod
-    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A finding as its document (``to_dict()``, an audit's) wrote it: its cell at ``index`` (or
-        ``cell_index``), its title the rule's name when it has none."""
-        index = next((value[k] for k in ("cell_index", "index") if isinstance(value.get(k), int)), None)
-        return {**value, "index": index, "title": value.get("title") or value.get("rule")}
+    reshape = staticmethod(finding_document.reshape)  # read back from its document (``to_dict()``, an audit's)
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Finding:
