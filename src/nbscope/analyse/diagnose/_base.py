@@ -94,8 +94,8 @@ class Finding(Encoded):
         """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
         lines = ([(str(label), str(text)) for label, text in self.highlights] if self.highlights is not None
                  else derived_highlights(self.evidence))
-        see_also = self.evidence.get("see_also")
-        if isinstance(see_also, list) and see_also:  # a generic symptom names the specific causes found on its cell
+        see_also = decode(finding_document.EvidenceTerms, self.evidence).see_also
+        if see_also:  # a generic symptom names the specific causes found on its cell
             lines.insert(0, ("likely cause", ", ".join(f"{rule} (its own finding)" for rule in see_also)))
         return lines[:HIGHLIGHTS]
 
@@ -105,8 +105,7 @@ class Finding(Encoded):
 
     @property
     def seconds_at_stake(self) -> float:
-        value = self.evidence.get("seconds_at_stake")
-        return float(value) if isinstance(value, (int, float)) else 0.0
+        return decode(finding_document.EvidenceTerms, self.evidence).seconds_at_stake
 
     # Its document: the fields, its highlights and one-line fix as shown, and its cell by both conventions.
     document_keys: ClassVar = ("rule", "title", "severity", "confidence", "evidence", "summary", "fix",
