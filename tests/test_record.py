@@ -13,15 +13,14 @@ import pytest
 from nbscope._errors import NbscopeError
 from nbscope.record.run import (
     FORMAT_NAME,
-    REQUIRED_FIELDS,
     SCHEMA_VERSION,
     RunRecord,
     dump,
     load,
     loads,
     utc_now,
-    validate,
 )
+from nbscope.schema.validate import REQUIRED_FIELDS, validate
 
 FINGERPRINT = {
     "fingerprint_version": 1,
@@ -65,7 +64,7 @@ def test_new_record_envelope() -> None:
     assert document["ended_at"] is None and document["status"] == "ok"
     assert "run_id" not in document
     assert record.digest == "0123456789ab"
-    validate(document)
+    validate(document, source="document", reader="test")
 
 
 def test_finish_sets_end_time_and_status() -> None:

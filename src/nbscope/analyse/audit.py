@@ -45,6 +45,7 @@ from nbscope.schema.audit import (
     AuditTag,
     AuditTotals,
     Availability,
+    BackendChoice,
     BackendRun,
     BlastLecture,
     BlastRadius,
@@ -259,7 +260,8 @@ def lectures(entries: Sequence[AuditEntry], backends: Sequence[str]) -> list[Lec
         recommendation = next((e.recommendation for e in runs.values() if e.recommendation), None)
         action = (cause.action or cause.fix) if cause else None  # the fix in one line
         if action is None and recommendation:
-            action = f"run it on {recommendation['recommendation']}: {recommendation.get('reason') or ''}".rstrip(": ")
+            choice = decode(BackendChoice, recommendation)
+            action = f"run it on {choice.recommendation}: {choice.reason or ''}".rstrip(": ")
         rows.append(Lecture(
             path=key, backends={b: _backend_run(e) for b, e in runs.items()}, cpu_s=cpu_s, gpu_backend=gpu_backend,
             gpu_s=gpu_s, winner=winner, ratio=ratio,

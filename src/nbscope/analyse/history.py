@@ -30,6 +30,7 @@ from nbscope.record.run import RunRecord, describe_settings, series_settings
 from nbscope.schema.codec import Encoded, Write, decode, given
 from nbscope.schema.machine import Settings
 from nbscope.schema.model import Cell, Samples, Totals
+from nbscope.schema.recorded_figures import RecordedFigures
 
 if TYPE_CHECKING:
     from nbscope.record.store import Store
@@ -376,7 +377,7 @@ _SAMPLE_FIGURES = frozenset(f.name for f in fields(Samples))
 def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tuple[float | None, list[float]]:
     """The figure ``metric`` of a run (from ``totals``, or from one cell), with repeated samples if any."""
     if cell is None:
-        return _total_value(record.measurements.get("totals"), metric)
+        return _total_value(record.totals(), metric)
     cells = record.notebook_run().cells
     found = find_cell(cells, cell)
     if found is None:
@@ -387,8 +388,7 @@ def metric_value(record: RunRecord, metric: str, cell: str | None = None) -> tup
         if found.samples is not None and metric in _SAMPLE_FIGURES:
             samples = getattr(found.samples, metric)
     else:
-        documents = [c for c in record.measurements.get("cells") or () if isinstance(c, Mapping)]
-        value = documents[cells.index(found)].get(metric)
+        value = record.measured(RecordedFigures).cells[cells.index(found)].get(metric)
     if not _finite(value):
         return None, []  # NaN or a missing figure is a gap in the series, not a level
     return float(value), [float(s) for s in samples if _finite(s)]
@@ -440,7 +440,7 @@ def history(
             record = store.readable(row["id"])
             if record is None:
                 continue  # reported by the store
-            row = {**row, "settings": series_settings(record.settings), "totals": record.measurements.get("totals") or {}}
+            row = {**row, "settings": series_settings(record.settings), "totals": dict(record.totals())}
         settings_key = json.dumps(row["settings"], sort_keys=True, default=str)
         groups.setdefault((row["kind"], row["digest"], settings_key), []).append(row)
     series = []

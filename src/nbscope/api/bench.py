@@ -143,7 +143,7 @@ def _measurements(
             "warnings": warnings,
             "sizes": {k.partition(".")[2]: v for k, v in sizes.items() if k.startswith(name + ".")},
             "runs": [encode(worker) for worker in workers],
-            "figures": [figure for run in runs for figure in run.get("figures", [])],
+            "figures": [figure for worker in workers for figure in worker.figures],
         }
     figures = [figure for group in groups.values() for figure in group["figures"]]
     typed = [decode(GroupFigure, figure) for figure in figures]

@@ -205,10 +205,11 @@ class CellWatchdog(threading.Thread):
 
     def _follow(self, path: Path) -> None:
         with path.open("rb") as handle:
-            handle.seek(self._read.get(path.name, 0))
+            start = self._read.get(path.name, 0)  # 0: a file not read before
+            handle.seek(start)
             data = handle.read()
         complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
-        self._read[path.name] = self._read.get(path.name, 0) + len(complete)
+        self._read[path.name] = start + len(complete)
         running = self._running.setdefault(path.name, {})
         for raw in complete.splitlines():
             line = probe_line(raw)

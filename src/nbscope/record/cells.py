@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
@@ -20,13 +20,6 @@ if TYPE_CHECKING:
 
 # Cells whose sources changed pair up when their texts are at least this similar.
 SIMILARITY_THRESHOLD = 0.6
-
-
-def label(cell: Mapping[str, Any]) -> str:
-    """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
-    index = cell.get("index")
-    name = f"cell {index + 1}" if isinstance(index, int) else "cell ?"
-    return f"{name} (line {cell['line']})" if cell.get("line") else name
 
 
 # What happened to a cell that did not finish cleanly, as a sentence says it ("the cell died").

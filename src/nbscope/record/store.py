@@ -142,9 +142,8 @@ def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
     """The backend, measurement settings and totals columns of a run."""
     from nbscope.record.run import series_settings
 
-    totals = record.measurements.get("totals") if isinstance(record.measurements, dict) else None
     return (_backend(record), settings_key(series_settings(record.settings)),
-            json.dumps(totals if isinstance(totals, dict) else {}, default=str))
+            json.dumps(dict(record.totals()), default=str))
 
 
 def _migrate_to_4(db: sqlite3.Connection) -> None:

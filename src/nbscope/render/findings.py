@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from nbscope._units import count
-from nbscope.record.cells import label as cell_label
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import (
     console,
@@ -149,7 +148,7 @@ def failed_cells_lines(findings: Sequence[Finding]) -> list[str]:
     rules judged only what ran; no lines when every cell finished."""
     failed = getattr(findings, "failed_cells", None) or []
     not_run = int(getattr(findings, "cells_not_run", 0) or 0)
-    lines = [f"{cell_label(c)} {c['text']}" for c in failed]
+    lines = [f"{c.label} {c.text}" for c in failed]
     if not_run:
         lines.append(f"{count(not_run, 'cell')} did not run")
     if lines:

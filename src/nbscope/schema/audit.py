@@ -181,6 +181,14 @@ def _whole_finding(value: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class BackendChoice:
+    """What a lecture's line says of its backend recommendation (the brief of it an audit entry stores)."""
+
+    recommendation: str  # cpu, gpu or mixed
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TopCause:
     """The strongest finding of a lecture's slower run: diagnose's finding, as stored, with its backend."""
 

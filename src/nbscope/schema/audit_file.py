@@ -1,6 +1,7 @@
 """An exported audit file (``nbscope audit -o``, ``nbscope merge -o``) beyond its run record: ``runs``, the
-profile records its entries point to, keyed by their run id in the store that wrote the file. Read once, where
-the file is read; the records themselves are read (and validated) as runs when they are used."""
+profile records its entries point to, keyed by their run id in the store that wrote the file, and whether its
+entries can be merged. Read once, where the file is read; the records themselves are read (and validated) as
+runs when they are used."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ def _embedded(value: object) -> Mapping[int, Mapping[str, Any]] | None:
     return {int(key): run for key, run in value.items() if str(key).isdigit() and isinstance(run, Mapping)}
 
 
+def _entries(measurements: object) -> str:
+    """Whether the audit's ``notebooks`` can be merged: ``ok``, ``missing`` (no list of them) or ``incomplete`` (an
+    entry lacks its path or backend)."""
+    notebooks = measurements.get("notebooks") if isinstance(measurements, Mapping) else None
+    if not isinstance(notebooks, list):
+        return "missing"
+    if any(not isinstance(e, Mapping) or "path" not in e or "backend" not in e for e in notebooks):
+        return "incomplete"
+    return "ok"
+
+
 @dataclass(frozen=True, slots=True)
 class AuditFile:
     runs: Annotated[Mapping[int, Mapping[str, Any]] | None, Read(_embedded)]  # None: not an object (refused)
+    entries: Annotated[str, Read(_entries, key="measurements")]

@@ -23,7 +23,7 @@ an object that still writes itself (``to_dict``, not through ``Encoded``) is wri
 attributes its document holds, in order, properties included (``(key, attribute)``: one written under
 another key; ``(key, function)``: what a function of the object, such as a method, returns).
 
-Values were validated once, at load (``record.run.validate``, field names in every error); decoding never
+Values were validated once, at load (``schema.validate``, field names in every error); decoding never
 raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
 fingerprint's GPUs sit at ``gpu.devices``).
 

@@ -15,7 +15,7 @@ from nbscope.schema.codec import Read
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """The fields of a run document around its parts; validation (``record.run.validate``) has checked their
+    """The fields of a run document around its parts; validation (``schema.validate``) has checked their
     types, and the required ones are present. An optional one absent reads as a run without it had it."""
 
     kind: str

@@ -4,7 +4,7 @@ Numba figures, its totals and its notebook, as read-only objects with typed attr
 Why dataclasses: they are in the standard library, so reading a record costs no import (typer is pinned below
 0.17 because pydantic's import alone broke ``nbscope info``'s start-up budget), they are frozen and slotted
 (a record read from the store cannot be changed by a reader), and the validation they need is already done
-once, at load, by ``record.run.validate`` (field names in every error). attrs would add a dependency for
+once, at load, by ``schema.validate`` (field names in every error). attrs would add a dependency for
 nothing we use; pydantic would add its import and a second validator.
 
 ``schema.codec.decode`` builds these from the validated JSON document, by their annotations (``RunRecord``

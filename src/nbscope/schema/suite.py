@@ -150,6 +150,10 @@ class GroupFigure:
         return None
 
 
+def _kept_by_the_group(owner: object) -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerRun:
     """One worker process of a group (one dtype): how it ended and what it costs. Written (``api.bench``) with
@@ -169,6 +173,8 @@ class WorkerRun:
     notes: Annotated[tuple[str, ...] | None, Write(when=known)] = None
     traceback: Annotated[str | None, Write(when=known)] = None  # a failed worker's
     reference_s: Annotated[tuple[Measured, ...] | None, Write(when=known)] = None  # the reference workload's times
+    # The worker's figures, as it wrote them: its group keeps them (``BenchGroup.figures``), not the run's document.
+    figures: Annotated[tuple[Mapping[str, Any], ...], Write(omit=_kept_by_the_group)] = ()
 
     @property
     def failed(self) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,21 @@ def _checked_thresholds(thresholds: Mapping[str, Mapping[str, float]]) -> dict[s
     return checked
 
 
+@dataclass(frozen=True, slots=True)
+class FailedCell:
+    """A cell that raised, died, timed out or was interrupted: the rules judged only what ran."""
+
+    index: int
+    line: int | None
+    status: str
+    text: str  # what happened, as a sentence says it: "died (DeadKernelError: …)"
+
+    @property
+    def label(self) -> str:
+        """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
+        return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
+
+
 class Findings(list[Finding]):
     """The findings of one diagnosis (a plain list of Finding), plus what could not be evaluated."""
 
@@ -103,16 +119,15 @@ class Findings(list[Finding]):
         skipped: Iterable[Skip] = (),
         notes: Iterable[str] = (),
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
-        failed_cells: Iterable[Mapping[str, Any]] = (),
+        failed_cells: Iterable[FailedCell] = (),
         cells_not_run: int = 0,
         forecast: Forecast | None = None,
     ) -> None:
         super().__init__(findings)
         self.skipped: list[Skip] = list(skipped)
         self.notes: list[str] = list(notes)
-        # Cells that raised, died, timed out or were interrupted (``index``, ``line``, ``status``, ``text``:
-        # "died (DeadKernelError: …)"), and how many never ran: the rules judged only what ran.
-        self.failed_cells: list[dict[str, Any]] = [dict(c) for c in failed_cells]
+        # Cells that raised, died, timed out or were interrupted, and how many never ran.
+        self.failed_cells: list[FailedCell] = list(failed_cells)
         self.cells_not_run = cells_not_run
         # The GPU forecast the GPU rules read (None when no rule needed one): the backend choice reuses it.
         self.forecast: Forecast | None = forecast
@@ -123,7 +138,7 @@ class Findings(list[Finding]):
         """The diagnosis as ``diagnose --json`` prints it (thresholds only where the caller set some)."""
         thresholds = {"thresholds": self.thresholds} if self.thresholds else {}
         return {"findings": encode(list(self)), "skipped": encode(self.skipped), "notes": self.notes,
-                "failed_cells": self.failed_cells, "cells_not_run": self.cells_not_run, "rules": rule_names(),
+                "failed_cells": encode(self.failed_cells), "cells_not_run": self.cells_not_run, "rules": rule_names(),
                 **thresholds}
 
 
@@ -196,7 +211,7 @@ def diagnose(
             skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
     _link(findings)
     notes = [ctx.sources_note] if ctx.sources_note else []
-    failed = [{"index": c.index, "line": c.line, "status": c.status, "text": text}
+    failed = [FailedCell(c.index, c.line, c.status, text)
               for c in ctx.run.cells if c.status != "expected-error" and (text := failure_text(c))]
     not_run = sum(1 for c in ctx.run.cells if c.status == "not-run")
     evidence = ctx.made_forecast  # made only if a rule asked for it

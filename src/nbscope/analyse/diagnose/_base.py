@@ -17,6 +17,7 @@ from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
 from nbscope.record.run import RunRecord
 from nbscope.record.sources import load_sources
+from nbscope.schema import finding_document
 from nbscope.schema.codec import Encoded, Read, decode
 from nbscope.schema.machine import Machine, Settings
 from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
@@ -82,12 +83,7 @@ class Finding(Encoded):
     # measured. Empty for findings measured in the run.
     forecast: Annotated[list[str], Read(_texts)] = field(default_factory=list)
 
-    @staticmethod
-    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A finding as its document (``to_dict()``, an audit's) wrote it: its cell at ``index`` (or
-        ``cell_index``), its title the rule's name when it has none."""
-        index = next((value[k] for k in ("cell_index", "index") if isinstance(value.get(k), int)), None)
-        return {**value, "index": index, "title": value.get("title") or value.get("rule")}
+    reshape = staticmethod(finding_document.reshape)  # read back from its document (``to_dict()``, an audit's)
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Finding:
@@ -98,8 +94,8 @@ class Finding(Encoded):
         """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
         lines = ([(str(label), str(text)) for label, text in self.highlights] if self.highlights is not None
                  else derived_highlights(self.evidence))
-        see_also = self.evidence.get("see_also")
-        if isinstance(see_also, list) and see_also:  # a generic symptom names the specific causes found on its cell
+        see_also = decode(finding_document.EvidenceTerms, self.evidence).see_also
+        if see_also:  # a generic symptom names the specific causes found on its cell
             lines.insert(0, ("likely cause", ", ".join(f"{rule} (its own finding)" for rule in see_also)))
         return lines[:HIGHLIGHTS]
 
@@ -109,8 +105,7 @@ class Finding(Encoded):
 
     @property
     def seconds_at_stake(self) -> float:
-        value = self.evidence.get("seconds_at_stake")
-        return float(value) if isinstance(value, (int, float)) else 0.0
+        return decode(finding_document.EvidenceTerms, self.evidence).seconds_at_stake
 
     # Its document: the fields, its highlights and one-line fix as shown, and its cell by both conventions.
     document_keys: ClassVar = ("rule", "title", "severity", "confidence", "evidence", "summary", "fix",

@@ -60,15 +60,14 @@ def load_audit(path: str | Path) -> tuple[RunRecord, Mapping[int, Mapping[str, A
         raise NbscopeError(f"{path} is a {record.kind} run, not an audit")
     from nbscope._files import read_bounded
 
-    runs = decode(AuditFile, json.loads(read_bounded(path, what="run record"))).runs
-    if runs is None:
+    exported = decode(AuditFile, json.loads(read_bounded(path, what="run record")))
+    if exported.runs is None:
         raise NbscopeError(f"{path}: 'runs' must be an object of run records")
-    notebooks = record.measurements.get("notebooks")
-    if not isinstance(notebooks, list):
+    if exported.entries == "missing":
         raise NbscopeError(f"{path}: audit has no 'notebooks' list")
-    if any(not isinstance(e, dict) or "path" not in e or "backend" not in e for e in notebooks):
+    if exported.entries == "incomplete":
         raise NbscopeError(f"{path}: an entry of 'notebooks' lacks path or backend")
-    return record, runs
+    return record, exported.runs
 
 
 def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int | None:

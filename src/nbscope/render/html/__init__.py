@@ -80,7 +80,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
     others = [(i, r) for i, r in enumerate(records) if r.kind not in (*CELL_KINDS, "pathways", "loops")]
     for i, r in others:
         # Whatever totals a record of another kind holds, each shown as recorded (no typed view spans every kind).
-        body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + sections._totals_table(r.measurements.get("totals") or {}))
+        body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + sections._totals_table(r.totals()))
     body.append(forecast_section(data))
     body.append(sections.diagnosis(data))
     body.append(sections.history(data))
