@@ -43,15 +43,29 @@ def test_a_heap_extended_and_filled_counts_as_events() -> None:
 def test_an_array_written_into_a_block_mapped_earlier_is_not_events() -> None:
     # A 400 MB result is mapped at once (VmData) and written over the next polls at the speed it computes.
     counted, unwritten = recorder._events_step(10 * MB, 400 * MB, JUMP, 0)
-    assert counted == 10 * MB and unwritten == 390 * MB
+    assert counted == 0 and unwritten == 390 * MB
     total = counted
     for _ in range(39):
         step, unwritten = recorder._events_step(10 * MB, 0, JUMP, unwritten)
         total += step
-    assert total == 10 * MB and unwritten == 0
+    assert total == 0 and unwritten == 0
     # Events recorded meanwhile grow the heap's mapping as well and still count.
     step, unwritten = recorder._events_step(30 * MB, 20 * MB, JUMP, 100 * MB)
     assert step == 20 * MB and unwritten == 90 * MB
+
+
+def test_a_result_replacing_the_one_before_is_not_events() -> None:
+    # ``y = jnp.cos(x)`` again: the old 400 MB block freed and a new one mapped in the same poll (the mapping
+    # nets out), then the new one written over the next polls.
+    counted, unwritten = recorder._events_step(-300 * MB, 0, JUMP, 0)
+    assert counted == 0 and unwritten == 300 * MB
+    total = counted
+    for _ in range(30):
+        step, unwritten = recorder._events_step(10 * MB, 0, JUMP, unwritten)
+        total += step
+    assert total == 0 and unwritten == 0
+    # Written at memory speed: a jump, which still writes the block mapped before.
+    assert recorder._events_step(JUMP + 10 * MB, 0, JUMP, 400 * MB) == (0, 400 * MB - JUMP - 10 * MB)
 
 
 def test_a_heap_refilled_after_its_pages_were_handed_back_counts_as_events() -> None:
@@ -62,6 +76,8 @@ def test_a_heap_refilled_after_its_pages_were_handed_back_counts_as_events() -> 
 def test_a_jump_or_a_shrink_is_not_events() -> None:
     assert recorder._events_step(JUMP + 1, JUMP + 1, JUMP, 0) == (0, 0)
     assert recorder._events_step(-50 * MB, -50 * MB, JUMP, 3 * MB) == (0, 3 * MB)
+    # A heap's top trimmed (its mapping kept) by less than a block: nothing counts, nothing is kept unwritten.
+    assert recorder._events_step(-2 * MB, 0, JUMP, 0) == (0, 0)
 
 
 def test_a_late_poll_brings_the_cut_forward() -> None:

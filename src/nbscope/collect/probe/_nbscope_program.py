@@ -284,6 +284,19 @@ RATE_POLLS = 5
 # time after a compile; growth in resident memory does not swing so.
 EVENTS_RATE_BYTES_PER_S = 4 * 2**20
 COMPILE_HEAP_EVERY = 5
+# The kernel-wide rule cuts once a reading of the heaps (on the reader's thread, at most every CONFIRM_EVERY_S while
+# the growth counted is CONFIRM_BYTES or more, or a compile's last) showed them grown by CONFIRM_BYTES since
+# the session started, less what compiles kept: a program's result in a mmapped block written at memory speed
+# within one poll grows the resident memory and the mapping alike (the seed lecture's qm_jax, 13 MB in 10 ms,
+# was cut after 0.01 s of a single 10,000,000-step call, and forecast "≈10 calls, likely more").
+CONFIRM_BYTES = 4 * 2**20
+CONFIRM_EVERY_S = 0.1
+# Waiting for that reading would let the events run on (it takes 50-100 ms while they flood): growth at every
+# one of the last STEADY_EVENT_POLLS polls while a reading has been under way this long cuts without it. The seed
+# lecture's small cells, whose arrays grew the kernel at each of a few 2.5 ms polls, were cut on steady
+# growth alone, and lost their upper bound.
+SLOW_READING_S = 0.01
+STEADY_EVENT_POLLS = 3
 AFTER_COMPILE_S = 0.5  # polled every POLL_S this long after a compile's end: its program's events come fastest
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
@@ -385,26 +398,34 @@ def _events_step(resident: int, data: int, jump: int, unwritten: int) -> tuple[i
     after it. A heap extended and filled grows the resident memory and the mapping alike (glibc's arenas map
     as they fill); a heap refilled after ``malloc_trim`` handed its pages back grows the resident memory only,
     as does an array written into a block mapped earlier (``jnp.cos`` over 50 M values: 400 MB at the speed
-    it computes). So what a poll maps beyond what it writes (an array's block, a thread's stack) is kept as
-    unwritten, resident growth beyond the mapping's is the writing of those blocks as far as they go, and the
-    rest counts. A jump (an array's pages at memory speed) never counts."""
-    if resident > jump:
-        return 0, unwritten
-    mapped = max(0, data)
-    unwritten += max(0, mapped - max(0, resident))
-    beyond = resident - mapped  # resident growth in blocks mapped before this poll
+    it computes). So what a poll maps beyond what it writes (an array's block, a thread's stack; by
+    MEMORY_JUMP_MIN_BYTES or more, a block mapped, maybe as another was freed: ``y = jnp.cos(x)`` again,
+    whose mapping nets out; such a poll counts nothing) is kept as unwritten, resident growth beyond the
+    mapping's is the writing of those blocks as far as they go, and the rest counts. A jump (pages written at
+    memory speed) never counts."""
+    lead = data - resident
+    if lead >= MEMORY_JUMP_MIN_BYTES:  # a block mapped: what the poll wrote is its first pages, not events
+        return 0, unwritten + lead
+    unwritten += max(0, data - max(0, resident)) if data > 0 else 0
+    beyond = resident - max(0, data)  # resident growth in blocks mapped before this poll
     written = min(max(0, beyond), unwritten)
-    return max(0, min(resident, mapped)) + max(0, beyond - written), unwritten - written
+    if resident > jump:
+        return 0, unwritten - written
+    return max(0, min(resident, data)) + max(0, beyond - written), unwritten - written
 
 
 def _events_ahead(history: list[tuple[float, int]], intervals: list[float]) -> tuple[float, float]:
     """The events' rate over the polls in ``history`` ((clock, events) each, oldest first) and what they will
     hold at the next poll if it comes as late as the latest of ``intervals``: the stop is what outgrows the
     bound (it peaks at 4-5 times what the events hold), and on a loaded machine a poll comes 0.1-0.8 s late,
-    so the session is judged by what its events will hold then, and cut now if that is over the budget."""
+    so the session is judged by what its events will hold then, and cut now if that is over the budget. Only
+    growth in all but one of the polls is a rate."""
     (first_clock, first_events), (clock, events) = history[0], history[-1]
+    rises = sum(1 for (_, a), (_, b) in zip(history, history[1:], strict=False) if b > a)
     rate = (events - first_events) / (clock - first_clock) if clock > first_clock else 0.0
-    return rate, events + max(0.0, rate) * max(intervals, default=0.0)
+    # Events grow at (nearly) every poll; one step is a level, not a rate to project.
+    steady = rises >= max(1, len(history) - 2)
+    return rate, events + (max(0.0, rate) * max(intervals, default=0.0) if steady else 0.0)
 
 
 def _in_jax_compile(frame: Any) -> bool:
@@ -423,8 +444,10 @@ class _HeapReader:
 
     def __init__(self, read: Callable[[], int]) -> None:
         self.read = read
+        self.base = read()  # as the session starts: nothing recorded yet, 2-3 ms
         self.asked: tuple[str, int | None] | None = None
         self.pending: tuple[str, int | None] | None = None  # a compile's end, asked while a reading was under way
+        self.asked_at = 0.0
         self.done: list[tuple[str, int | None, int]] = []  # appended here, popped by the guard (atomic both)
         self.wanted = threading.Event()
         self.closed = False
@@ -433,7 +456,7 @@ class _HeapReader:
     def ask(self, kind: str, value: int | None) -> None:
         """A reading, unless one is under way (then the next poll asks again; a compile's end waits for it)."""
         if self.asked is None:
-            self.asked = (kind, value)
+            self.asked, self.asked_at = (kind, value), time.perf_counter()
             self.wanted.set()
         elif kind == "end":
             self.pending = (kind, value)
@@ -443,9 +466,14 @@ class _HeapReader:
         while self.done:
             done.append(self.done.pop(0))
         if self.asked is None and self.pending is not None:
-            self.asked, self.pending = self.pending, None
+            self.asked, self.pending, self.asked_at = self.pending, None, time.perf_counter()
             self.wanted.set()
         return done
+
+    def slow(self, clock: float) -> bool:
+        """A reading has been under way SLOW_READING_S or more: the heaps' locks are busy, as they are while a
+        session records events fast (a reading takes 2-3 ms otherwise)."""
+        return self.asked is not None and clock - self.asked_at >= SLOW_READING_S
 
     def close(self) -> None:
         self.closed = True
@@ -544,6 +572,9 @@ class _Guard:
         was_compiling, compiled_at = False, -1.0  # when a compile was last seen over (the events tier)
         compile_high: int | None = None  # the heaps' highest reading in a compile
         compile_low: int | None = None  # and the lowest since
+        compile_start = heap_base = heap.base if heap is not None else 0  # the heaps at the compile's start, the session's
+        excluded = 0  # what the heaps kept of what grew while JAX compiled (its executables, caches)
+        confirmed, confirm_asked = False, -1.0  # a reading of the heaps showed them grown (see CONFIRM_BYTES)
         polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
@@ -568,13 +599,22 @@ class _Guard:
                         heap.ask("compile", None if not was_compiling else compile_low)
                     elif was_compiling and not compiling:
                         heap.ask("end", compile_low)
+                    elif not confirmed and events >= CONFIRM_BYTES and clock - confirm_asked >= CONFIRM_EVERY_S:
+                        heap.ask("confirm", None)
+                        confirm_asked = clock
                     for kind, low, reading in heap.take():
                         if kind == "end":
                             events += max(0, reading - low) if low is not None else 0
-                        elif low is None or compile_high is None or compile_low is None or reading > compile_high:
+                            excluded += max(0, min(reading, low if low is not None else reading) - compile_start)
+                        elif kind != "confirm" and (low is None or compile_high is None or compile_low is None or reading > compile_high):
                             compile_high = compile_low = reading
-                        else:
+                            compile_start = reading if low is None else compile_start
+                        elif kind != "confirm" and compile_low is not None:
                             compile_low = min(compile_low, reading)
+                        # The heaps grew (less what compiles left): the growth counted is events, not a
+                        # program's result in a mmapped block (qm_jax's output, written at memory speed).
+                        if kind != "compile":
+                            confirmed = confirmed or reading - heap_base - excluded >= CONFIRM_BYTES
                 if was_compiling and not compiling:
                     compiled_at = clock
                 was_compiling = compiling
@@ -587,7 +627,12 @@ class _Guard:
                 intervals = [*intervals[-(RATE_POLLS - 1):], interval]
                 rate, ahead = _events_ahead(history, intervals)
                 limit = self.events_budget if rate >= EVENTS_RATE_BYTES_PER_S else self.memory_budget
-                if ahead > limit or kernel_grown > MEMORY_TOTAL_BYTES:
+                # Growth at every one of the last polls while a reading of the heaps is slow is events being
+                # recorded fast; else the growth may be a program's result, and waits for the heaps to confirm it.
+                last = history[-STEADY_EVENT_POLLS:]
+                steady = len(last) == STEADY_EVENT_POLLS and all(b > a for (_, a), (_, b) in zip(last, last[1:], strict=False))
+                flooding = steady and heap is not None and heap.slow(clock)
+                if (ahead > limit and (confirmed or flooding or heap is None)) or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(events, 0), "memory budget", kernel_grown)
                     return
             if now is None or base is None:
