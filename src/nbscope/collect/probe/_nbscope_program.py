@@ -629,8 +629,9 @@ class _Guard:
                 limit = self.events_budget if rate >= EVENTS_RATE_BYTES_PER_S else self.memory_budget
                 # Growth at every one of the last polls while a reading of the heaps is slow is events being
                 # recorded fast; else the growth may be a program's result, and waits for the heaps to confirm it.
-                last = history[-STEADY_EVENT_POLLS:]
-                steady = len(last) == STEADY_EVENT_POLLS and all(b > a for (_, a), (_, b) in zip(last, last[1:], strict=False))
+                latest = history[-STEADY_EVENT_POLLS:]
+                steady = len(latest) == STEADY_EVENT_POLLS and all(
+                    b > a for (_, a), (_, b) in zip(latest, latest[1:], strict=False))
                 flooding = steady and heap is not None and heap.slow(clock)
                 if (ahead > limit and (confirmed or flooding or heap is None)) or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(events, 0), "memory budget", kernel_grown)
