@@ -654,7 +654,7 @@ class _Guard:
             (t0, c0), (t1, c1) = cpu[0], cpu[-1]
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - base
-            grown_all = max(grown, events)
+            grown_all = max(grown, events if confirmed else 0)  # every thread's events, once the heaps showed them
             early = elapsed < MIN_TRACE_S
             last = recent[-EARLY_POLLS:]
             steps = [b - a for a, b in zip(last, last[1:], strict=False)]
