@@ -284,9 +284,10 @@ RATE_POLLS = 5
 # time after a compile; growth in resident memory does not swing so.
 EVENTS_RATE_BYTES_PER_S = 4 * 2**20
 COMPILE_HEAP_EVERY = 5
-# The kernel-wide rule cuts once a reading of the heaps (on the reader's thread, at most every CONFIRM_EVERY_S while
-# the growth counted is CONFIRM_BYTES or more, or a compile's last) showed them grown by CONFIRM_BYTES since
-# the session started, less what compiles kept: a program's result in a mmapped block written at memory speed
+# The kernel-wide rule cuts when a reading of the heaps (on the reader's thread, every CONFIRM_EVERY_S while the
+# growth counted is CONFIRM_BYTES or more, and a compile's last) shows them grown since the session started,
+# less what compiles kept, by a quarter of the budget (CONFIRM_BYTES at least), or when the events flood
+# (SLOW_READING_S below): a program's result in a mmapped block written at memory speed
 # within one poll grows the resident memory and the mapping alike (the seed lecture's qm_jax, 13 MB in 10 ms,
 # was cut after 0.01 s of a single 10,000,000-step call, and forecast "≈10 calls, likely more").
 CONFIRM_BYTES = 4 * 2**20
