@@ -22,9 +22,7 @@ weighs on both sides alike. Per notebook it prints:
   program data minus the same cell's without;
 * **peak memory per cell**: the kernel's peak (VmHWM, reset at each cell's start) without and with program
   data, the difference, its growth over the cell's start with minus without (the issue's bound: at most
-  200 MB), whether each cell finished in every run, why its trace was cut when it was, and each pair's
-  own peak with over without (the medians may come from different pairs), with the machine's load average
-  as each pair ended.
+  200 MB), whether each cell finished in every run, and why its trace was cut when it was.
 
     python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--control] [--json OUT]
 
@@ -43,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -165,7 +162,6 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
     # the ratios are the medians of the pairs' (wall time, the cell's thread's CPU time, the kernel's).
     pairs: dict[str, list[float]] = {"wall": [], "longest_cell": [], "thread_cpu": [], "kernel_cpu": []}
     per_cell_pairs: dict[int, list[float]] = {}
-    loads: list[float] = []  # the machine's 1-minute load average as each pair ended
     for index in range(repeats):
         if together:
             pair = _profile_pair(notebook, control=control)
@@ -183,7 +179,6 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
                    "longest_cell": _pair_ratio(*_longest_cell(pair[False], pair[True])),
                    "thread_cpu": _pair_ratio(_cells_cpu(pair[False], "on_cpu_s"), _cells_cpu(pair[True], "on_cpu_s")),
                    "kernel_cpu": _pair_ratio(_cells_cpu(pair[False], "cpu_s"), _cells_cpu(pair[True], "cpu_s"))}
-        loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
         for name, value in figures.items():
             if value is not None:
                 pairs[name].append(value)
@@ -226,13 +221,9 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
                           if (c.get("programs") or {}).get("window")})
         statuses = sorted({r["record"]["measurements"]["cells"][index].get("status") or "?"
                            for side in (False, True) for r in runs[side]})
-        # Each pair's own peak with over without (the medians above may come from different pairs).
-        each = [(_peak(on_run["record"]["measurements"]["cells"][index]), _peak(off_run["record"]["measurements"]["cells"][index]))
-                for off_run, on_run in zip(runs[False], runs[True], strict=True)]
         memory.append({"index": index, "line": cell.get("line"), "peak_off_bytes": peak_off[index],
                        "peak_on_bytes": peak_on[index], "growth_off_bytes": grow_off[index],
-                       "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons,
-                       "pair_peak_added_bytes": [a - b if a is not None and b is not None else None for a, b in each]})
+                       "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons})
     return {"notebook": str(notebook), "repeats": repeats, "control": control, "cells_off_s": sum_off, "cells_on_s": sum_on,
             "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
             "cells_ratio_interval": _interval(pairs["wall"]),
@@ -243,7 +234,7 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
             "elapsed_off_s": elapsed_off,
             "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
             "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
-            "traces_cut": cut / len(runs[True]), "cells": cells, "memory": memory, "load_averages": loads}
+            "traces_cut": cut / len(runs[True]), "cells": cells, "memory": memory}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{_megabytes(on)} on ({_megabytes(on - off if on is not None and off is not None else None, sign=True)}); "
                   f"growth over the cell's start {_megabytes(added, sign=True)} with program data"
                   f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
-                  f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else "")
-                  + "; each pair's peak with over without " + ", ".join(_megabytes(a, sign=True) for a in row["pair_peak_added_bytes"]))
-        print(f"{name}: load average (1 min) as each pair ended " + ", ".join(f"{v:.1f}" for v in figures["load_averages"]))
+                  f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else ""))
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

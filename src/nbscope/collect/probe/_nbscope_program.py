@@ -244,8 +244,9 @@ STEADY_POLLS = 10
 # 1.005× after 50 recorded calls, 1.03× after 300, 0.99–1.08× after 1,000, 1.05× after 3,000), and a stop after
 # ~9,000 takes ~9× as long; a million-call cell went from 1.14× to 1.03–1.11× its time without program data
 # (medians over pairs; 1.014× on a quiet machine, 40 pairs), +65 MB to +4–11 MB. So short a window is easily hit by load: the time the cell's thread waited for a CPU in it
-# is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (The hard cap judges the
-# kernel-wide bound's reading of every thread's heaps, below.) Where the break cannot be read
+# is kept (``wait_s``), and the count is extrapolated over the time it did not wait. (glibc's mallinfo2 sees
+# every thread's heap but walks it, ~0.5 ms, with its locks held: polled every 10 ms, it slowed the traced
+# calls by a third; it serves the hard cap, read every HEAP_EVERY polls.) Where the break cannot be read
 # (the cell's thread is not the main one, or no sbrk), the kernel's growth stands in, EARLY_CAP_BYTES.
 EARLY_HEAP_BYTES = 2 * 2**20
 # Arrays up to 32 MB can come from the heap too (glibc raises its mmap threshold after freeing a mmapped
@@ -253,6 +254,7 @@ EARLY_HEAP_BYTES = 2 * 2**20
 # heap by ~0.5 MB per 2.5 ms poll), and counts toward neither the early budget nor its "rising at every poll".
 EARLY_JUMP_BYTES = 4 * 2**20
 EARLY_CAP_BYTES = 40 * 2**20
+HEAP_EVERY = 25
 EARLY_CAP_AFTER_S = 0.01
 EARLY_POLLS = 4
 BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the last polls' time: it makes calls
@@ -261,49 +263,33 @@ EARLY_POLL_S = 0.0025  # the first EARLY_FAST_S: a cell of small calls is cut wi
 EARLY_FAST_S = 0.1
 # The kernel-wide bound (issue 34): the rules above watch the cell's own thread, but the session records
 # every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
-# show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's memory
-# (/proc/self/statm, ~10 µs: resident bytes and VmData), and counts as events what grew in both alike (a heap
-# extended and filled; _events_step), outside JAX's tracing, lowering and compiling (XLA grows the kernel by
-# ~100 MB compiling a scan with an LU; its events come after). What is bounded is what the events will hold
-# at the next poll: their rate over the last RATE_POLLS polls times the latest of those polls' intervals
-# (under load polls came 0.1-0.8 s apart), added to what they hold; past MEMORY_BUDGET_BYTES the session is
-# cut, whatever the cell's thread does. Stopping a session peaks at 4-5 times what its events hold (measured,
-# jax 0.10.2: a Kalman filter's gradient, 244 MB of events, its stop peaking 1,143 MB above the start), so
-# 32 MiB of events is ~160 MB at the stop. glibc's heap statistics (mallinfo2), which the bound read before,
-# took 50-100 ms a reading while a session recorded events (2-3 ms without one): the guard went blind just
-# after a compile, when the events came fastest. A cell filling a heap itself (small arrays, Python objects)
-# is cut early: that costs forecast precision (its counts are extrapolated, and the record says why), never
-# the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
+# show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's resident
+# memory (/proc/self/statm, ~10 µs), and the session is cut, whatever the cell's thread does, once the
+# kernel has grown steadily by MEMORY_BUDGET_BYTES since it started. Stopping a session peaks at about 5 times
+# what its events hold (measured, jax 0.10.2: a scan with LAPACK calls in its body, 172 MiB of events, a stop
+# peaking 854 MiB over the cell's start; 882 MiB, 4.4 GB), and the growth counted here falls short of the
+# events on such scans (a Kalman filter's cells cut at 32 MiB counted still added +246 to +419 MB; +44 to
+# +191 MB at 8 MiB). The default stays 32 MiB: 8 MiB also cut tests/files/forecast_honest.md's 50 calls of a
+# loop and undercounted them (450 iterations of 1,000). What the
+# notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
+# MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
+# while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
+# a program with a scan and an LU, and its events come after). Once that growth passes the budget, glibc's
+# heaps (mallinfo2, every thread's, mmapped arrays apart) are read, where they can be, and their growth
+# since the start (less what grew while JAX compiled) stands for it instead, so a cell whose results fill memory keeps its trace; a cell
+# filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
+# and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
-RATE_POLLS = 5
-# Half the budget while the events grow at this rate or more: a program recording events per iteration
-# (benchmarks/lectures/kalman_x64.md: 25-250 MB/s of them), where what the growth counted misses (events
-# refilling a heap's freed blocks grow nothing) makes the stop's peak up to 7 times it
-# (tests/files/forecast_scan_events.md: 30 MB counted at the cut, +210 MB at the stop). The heaps' statistics
-# swung with a loop's reused arrays (forecast_honest.md's 16 MB ones), which is why this was once kept to the
-# time after a compile; growth in resident memory does not swing so.
+# Half the budget when, since a compile's end, the heaps and the kernel keep growing at this rate or more
+# between two readings (HEAP_RATE_S apart at least): the program just compiled recording events, whose stop
+# peaks at 4-8 times what they hold (benchmarks/lectures/kalman_x64.md: 25-100 MB/s of events; 32 MiB of growth
+# counted meant +209 to +343 MB at the stop). Only since a compile's end: elsewhere a heap swinging with
+# reused arrays reads alike (forecast_honest.md's loop holds 16-34 MB of arrays in the heap at its readings).
 EVENTS_RATE_BYTES_PER_S = 4 * 2**20
-COMPILE_HEAP_EVERY = 5
-# The kernel-wide rule cuts when a reading of the heaps (on the reader's thread, every CONFIRM_EVERY_S while the
-# growth counted is CONFIRM_BYTES or more, and a compile's last) shows them grown since the session started,
-# less what compiles kept, by a quarter of the budget (CONFIRM_BYTES at least), or when the events flood
-# (SLOW_READING_S below): a program's result in a mmapped block written at memory speed
-# within one poll grows the resident memory and the mapping alike (the seed lecture's qm_jax, 13 MB in 10 ms,
-# was cut after 0.01 s of a single 10,000,000-step call, and forecast "≈10 calls, likely more").
-CONFIRM_BYTES = 4 * 2**20
-CONFIRM_EVERY_S = 0.1
-# Waiting for that reading would let the events run on (it takes 50-100 ms while they flood): growth at every
-# one of the last STEADY_EVENT_POLLS polls while a reading has been under way this long cuts without it. The seed
-# lecture's small cells, whose arrays grew the kernel at each of a few 2.5 ms polls, were cut on steady
-# growth alone, and lost their upper bound.
-SLOW_READING_S = 0.01
-STEADY_EVENT_POLLS = 3
-AFTER_COMPILE_S = 0.5  # polled every POLL_S this long after a compile's end: its program's events come fastest
+HEAP_RATE_S = 0.02
+COMPILE_HEAP_EVERY = 5  # polls between readings of the heaps while JAX compiles (a walk of the heap, ~0.5 ms)
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
-# glibc trims a heap's top once it holds twice the mmap threshold free (at most 2 x 32 MiB): a poll's shrink
-# of the resident memory and the mapping alike this large or more is a block unmapped, not a heap trimmed.
-UNMAPPED_BLOCK_BYTES = 64 * 2**20
 # A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
 # guess about what grew, and the session's share of memory this large must not go unchecked.
 MEMORY_TOTAL_BYTES = 1024 * 2**20
@@ -313,13 +299,15 @@ _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
 # glibc's struct mallinfo2 (2.33+): uordblks is the heap's bytes in use over all arenas, mmapped blocks apart.
 _MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
                      "fordblks", "keepcost")
-_LIBC: dict[str, Any] = {}  # mallinfo2, sbrk and malloc_trim, resolved once per kernel (None where missing)
+
+
+_LIBC: dict[str, Any] = {}  # mallinfo2 and sbrk, resolved once per kernel (None where missing)
 
 
 def _libc(name: str) -> Any:
     """glibc's ``mallinfo2`` (bytes in use over every thread's heap), ``sbrk`` (the program break) or
-    ``malloc_trim`` (freed heap back to the system) as a function of no argument, looked up on first use;
-    None where the C library has none."""
+    ``malloc_trim`` (freed heap back to the system) as a function of no argument, looked up on first use; None
+    where the C library has none."""
     if name not in _LIBC:
         _LIBC[name] = None
         try:
@@ -381,61 +369,11 @@ def _memory_budget() -> int:
 
 
 def _rss() -> int | None:
-    statm = _statm()
-    return statm[0] if statm is not None else None
-
-
-def _statm() -> tuple[int, int] | None:
-    """The kernel's resident bytes and its private writable mappings' bytes (``VmData``: the heaps as far as
-    they are grown, mmapped blocks whole from their mapping), from one read of /proc/self/statm."""
     try:
         with open("/proc/self/statm", "rb") as handle:
-            fields = handle.read().split()
-        page = os.sysconf("SC_PAGE_SIZE")
-        return int(fields[1]) * page, int(fields[5]) * page
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _events_step(resident: int, data: int, jump: int, unwritten: int) -> tuple[int, int]:
-    """How much of one poll's growth counts as the session's events, and the bytes mapped but not yet written
-    after it. A heap extended and filled grows the resident memory and the mapping alike (glibc's arenas map
-    as they fill); a heap refilled after ``malloc_trim`` handed its pages back grows the resident memory only,
-    as does an array written into a block mapped earlier (``jnp.cos`` over 50 M values: 400 MB at the speed
-    it computes). So what a poll maps beyond what it writes (an array's block, a thread's stack; by
-    MEMORY_JUMP_MIN_BYTES or more, a block mapped, maybe as another was freed: ``y = jnp.cos(x)`` again,
-    whose mapping nets out; such a poll counts nothing) is kept as unwritten, resident growth beyond the
-    mapping's is the writing of those blocks as far as they go, and the rest counts. A jump (pages written at
-    memory speed) never counts."""
-    if resident < 0 and data < 0:
-        # A heap given back (its top trimmed: both shrink) was the notebook's memory, which a loop reusing
-        # arrays regrows (forecast_honest.md's 16 MB ones): counted only upward, its swings added up to a cut.
-        # A larger shrink is a block unmapped (an array freed), which the events never were.
-        shrink = max(resident, data)
-        return (shrink if -shrink < UNMAPPED_BLOCK_BYTES else 0), unwritten
-    lead = data - resident
-    if lead >= MEMORY_JUMP_MIN_BYTES:  # a block mapped: what the poll wrote is its first pages, not events
-        return 0, unwritten + lead
-    unwritten += max(0, data - max(0, resident)) if data > 0 else 0
-    beyond = resident - max(0, data)  # resident growth in blocks mapped before this poll
-    written = min(max(0, beyond), unwritten)
-    if resident > jump:
-        return 0, unwritten - written
-    return max(0, min(resident, data)) + max(0, beyond - written), unwritten - written
-
-
-def _events_ahead(history: list[tuple[float, int]], intervals: list[float]) -> tuple[float, float]:
-    """The events' rate over the polls in ``history`` ((clock, events) each, oldest first) and what they will
-    hold at the next poll if it comes as late as the latest of ``intervals``: the stop is what outgrows the
-    bound (it peaks at 4-5 times what the events hold), and on a loaded machine a poll comes 0.1-0.8 s late,
-    so the session is judged by what its events will hold then, and cut now if that is over the budget. Only
-    growth in all but one of the polls is a rate."""
-    (first_clock, first_events), (clock, events) = history[0], history[-1]
-    rises = sum(1 for (_, a), (_, b) in zip(history, history[1:], strict=False) if b > a)
-    rate = (events - first_events) / (clock - first_clock) if clock > first_clock else 0.0
-    # Events grow at (nearly) every poll; one step is a level, not a rate to project.
-    steady = rises >= max(1, len(history) - 2)
-    return rate, events + (max(0.0, rate) * max(intervals, default=0.0) if steady else 0.0)
 
 
 def _in_jax_compile(frame: Any) -> bool:
@@ -446,60 +384,6 @@ def _in_jax_compile(frame: Any) -> bool:
             return True
         frame, depth = frame.f_back, depth + 1
     return False
-
-
-class _HeapReader:
-    """Reads the heaps' bytes in use on a thread of its own, one reading at a time, each asked for with a kind
-    and a value handed back with it."""
-
-    def __init__(self, read: Callable[[], int]) -> None:
-        self.read = read
-        self.base = read()  # as the session starts: nothing recorded yet, 2-3 ms
-        self.asked: tuple[str, int | None] | None = None
-        self.pending: tuple[str, int | None] | None = None  # a compile's end, asked while a reading was under way
-        self.asked_at = 0.0
-        self.done: list[tuple[str, int | None, int]] = []  # appended here, popped by the guard (atomic both)
-        self.wanted = threading.Event()
-        self.closed = False
-        threading.Thread(target=self._run, name="nbscope-heap-reader", daemon=True).start()
-
-    def ask(self, kind: str, value: int | None) -> None:
-        """A reading, unless one is under way (then the next poll asks again; a compile's end waits for it)."""
-        if self.asked is None:
-            self.asked, self.asked_at = (kind, value), time.perf_counter()
-            self.wanted.set()
-        elif kind == "end":
-            self.pending = (kind, value)
-
-    def take(self) -> list[tuple[str, int | None, int]]:
-        done = []
-        while self.done:
-            done.append(self.done.pop(0))
-        if self.asked is None and self.pending is not None:
-            self.asked, self.pending, self.asked_at = self.pending, None, time.perf_counter()
-            self.wanted.set()
-        return done
-
-    def slow(self, clock: float) -> bool:
-        """A reading has been under way SLOW_READING_S or more: the heaps' locks are busy, as they are while a
-        session records events fast (a reading takes 2-3 ms otherwise)."""
-        return self.asked is not None and clock - self.asked_at >= SLOW_READING_S
-
-    def close(self) -> None:
-        self.closed = True
-        self.wanted.set()
-
-    def _run(self) -> None:
-        while True:
-            self.wanted.wait()
-            self.wanted.clear()
-            asked = self.asked
-            if self.closed:
-                return
-            if asked is not None:
-                reading = self.read()
-                self.done.append((asked[0], asked[1], reading))
-                self.asked = None
 
 
 class _Guard:
@@ -538,11 +422,8 @@ class _Guard:
             self.thread.start()
 
     @staticmethod
-    def _poll_s(elapsed: float, compiled_at: float) -> float:
-        if elapsed < EARLY_FAST_S:
-            return EARLY_POLL_S
-        after_compile = compiled_at >= 0 and time.perf_counter() - compiled_at < AFTER_COMPILE_S
-        return POLL_S if elapsed < MIN_TRACE_S or after_compile else 2 * POLL_S
+    def _poll_s(elapsed: float) -> float:
+        return EARLY_POLL_S if elapsed < EARLY_FAST_S else POLL_S if elapsed < MIN_TRACE_S else 2 * POLL_S
 
     def _compiling(self) -> bool:
         """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
@@ -556,105 +437,89 @@ class _Guard:
         return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items() if ident != own)
 
     def _watch(self) -> None:
-        # Every thread's heaps' bytes in use (glibc's mallinfo2), read only while JAX compiles (every
-        # COMPILE_HEAP_EVERY polls, and as it starts and ends), on a thread of its own: it walks the heaps with
-        # their locks held, 2-3 ms, but 50-100 ms while a session records events fast, and the guard must not
-        # go blind then (a compile's end, when its program's events come fastest).
-        reads = _libc("mallinfo2")
-        heap = _HeapReader(reads) if reads is not None else None
-        try:
-            self._poll(heap)
-        finally:
-            if heap is not None:
-                heap.close()
-
-    def _poll(self, heap: _HeapReader | None) -> None:
         # The session's events are what is bounded: where the break can be read, the cell's own heap is judged
-        # (a cell's large arrays are not in it), else the kernel's memory.
+        # (a cell's large arrays are not in it), else the kernel's memory; the hard cap judges every heap.
         read, base = (self.brk, self.brk_base) if self.brk_base is not None else (_rss, self.base)
         early_cap = EARLY_HEAP_BYTES if self.brk_base is not None else EARLY_CAP_BYTES
-        statm = _statm()
-        kernel_last, data_last = statm if statm is not None else (None, None)
-        events = 0  # the kernel's growth that reads as heap growth: every thread's events (see _events_step)
-        unwritten = 0  # bytes mapped since the start that no poll saw written yet
-        history: list[tuple[float, int]] = []  # (clock, events) at the last RATE_POLLS polls: the events' rate
-        intervals: list[float] = []  # the last RATE_POLLS polls' intervals: how late the next one may come
-        was_compiling, compiled_at = False, -1.0  # when a compile was last seen over (the events tier)
-        compile_high: int | None = None  # the heaps' highest reading in a compile
-        compile_low: int | None = None  # and the lowest since
-        compile_start = heap_base = heap.base if heap is not None else 0  # the heaps at the compile's start, the session's
-        excluded = 0  # what the heaps kept of what grew while JAX compiled (its executables, caches)
-        confirmed, confirm_asked = False, -1.0  # a reading of the heaps showed them grown (see CONFIRM_BYTES)
-        heap_grown = 0  # the heaps' growth at the latest reading, less what compiles kept
+        # Every thread's heap, for the hard cap: read here, not on the cell's thread (a walk of the heap).
+        heap = _libc("mallinfo2")
+        whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
+        whole_now = whole_base
+        kernel_last, kernel_grown, kernel_steady = self.base, 0, 0  # the kernel-wide bound's readings
+        # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
+        # the heap): read as a compile is first seen and once it is over.
+        heap_base, heap_at_compile = whole_base, None
+        compile_high = compile_low = 0  # the heaps' highest reading in a compile, and the lowest since
+        # The last two readings of the heaps' growth (time, bytes, the kernel's resident bytes), to tell events
+        # being recorded from a level.
+        heap_read: list[tuple[float, int, int]] = []
+        compiled_at = -1.0  # when the last compile was seen over (its reading of the heaps starts the events tier)
         polled = self.started
         recent: list[int] = []
         events_grown = 0  # the break's moves in polls that moved it by less than an array's jump
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
         polls = 0
-        while not self.done.wait(self._poll_s(time.perf_counter() - self.started, compiled_at)):
+        while not self.done.wait(self._poll_s(time.perf_counter() - self.started)):
             clock = time.perf_counter()
             elapsed, interval, polled = clock - self.started, clock - polled, clock
-            statm = _statm()
-            kernel = statm[0] if statm is not None else None
-            now = (statm[0] if statm is not None else None) if read is _rss else read() if read is not None else None
-            kernel_grown = kernel - self.base if kernel is not None and self.base is not None else None
-            if statm is not None and kernel_last is not None and data_last is not None and kernel_grown is not None:
+            kernel = _rss() if read is not _rss else None
+            now = read() if read is not None else None
+            kernel = now if read is _rss else kernel
+            if kernel is not None and kernel_last is not None and self.base is not None:
+                step, kernel_last = kernel - kernel_last, kernel
+                jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
                 compiling = self._compiling_anywhere()
-                if heap is not None:
-                    # What a compile grew is left out, but a program dispatched before runs meanwhile and
-                    # records events (the Kalman likelihood's eager scan: ~30 MB while the next operation
-                    # compiled): what the heaps' bytes in use gained after their lowest reading since the
-                    # compile's highest (the compiler freeing its memory) counts once the compile is over.
-                    if compiling and (not was_compiling or polls % COMPILE_HEAP_EVERY == 0):
-                        heap.ask("compile", None if not was_compiling else compile_low)
-                    elif was_compiling and not compiling:
-                        heap.ask("end", compile_low)
-                    elif events >= CONFIRM_BYTES and clock - confirm_asked >= CONFIRM_EVERY_S:
-                        heap.ask("confirm", None)
-                        confirm_asked = clock
-                    for kind, low, reading in heap.take():
-                        if kind == "end":
-                            events += max(0, reading - low) if low is not None else 0
-                            excluded += max(0, min(reading, low if low is not None else reading) - compile_start)
-                        elif kind != "confirm" and (low is None or compile_high is None or compile_low is None or reading > compile_high):
-                            compile_high = compile_low = reading
-                            compile_start = reading if low is None else compile_start
-                        elif kind != "confirm" and compile_low is not None:
-                            compile_low = min(compile_low, reading)
-                        # The heaps grew (less what compiles left): the growth counted is events, not a
-                        # program's result in a mmapped block (qm_jax's output, written at memory speed).
-                        if kind != "compile":
-                            heap_grown = reading - heap_base - excluded
-                            confirmed = confirmed or heap_grown >= CONFIRM_BYTES
-                if was_compiling and not compiling:
-                    compiled_at = clock
-                was_compiling = compiling
-                jump = max(MEMORY_JUMP_MIN_BYTES, int(MEMORY_JUMP_BYTES_PER_S * interval))
-                if not compiling:
-                    step, unwritten = _events_step(statm[0] - kernel_last, statm[1] - data_last, jump, unwritten)
-                    events = max(0, events + step)
-                kernel_last, data_last = statm
-                history = [*history[-(RATE_POLLS - 1):], (clock, events)]
-                intervals = [*intervals[-(RATE_POLLS - 1):], interval]
-                rate, ahead = _events_ahead(history, intervals)
-                limit = self.events_budget if rate >= EVENTS_RATE_BYTES_PER_S else self.memory_budget
-                # Growth at every one of the last polls while a reading of the heaps is slow is events being
-                # recorded fast; else the growth may be a program's result, and waits for the heaps to confirm it.
-                latest = history[-STEADY_EVENT_POLLS:]
-                steady = len(latest) == STEADY_EVENT_POLLS and all(
-                    b > a for (_, a), (_, b) in zip(latest, latest[1:], strict=False))
-                flooding = steady and heap is not None and heap.slow(clock)
-                # The heaps' own growth must bear the budget out (a quarter of it: the stop multiplies what
-                # they hold), else the growth counted is the notebook's arrays (forecast_honest.md's loop
-                # grew the kernel by 330 MB of 16 MB results in 0.35 s, its heaps by less than 34 MB).
-                borne = heap_grown >= max(CONFIRM_BYTES, limit // 4)
-                if (ahead > limit and (borne or flooding or heap is None)) or kernel_grown > MEMORY_TOTAL_BYTES:
-                    self._cut(elapsed, max(events, 0), "memory budget", kernel_grown)
+                kernel_steady += step if 0 < step <= jump and not compiling else 0
+                if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
+                    if compiling:
+                        heap_at_compile = heap()
+                        compile_high = compile_low = heap_at_compile
+                    else:
+                        # What grew after the compiler freed its memory is not the compiler's: a program
+                        # dispatched before runs meanwhile and records events (the Kalman likelihood's eager
+                        # scan: 25 MB while the next operation compiled). It counts, at once.
+                        heap_end = heap()
+                        heap_base += min(heap_end, compile_low) - (heap_at_compile or 0)
+                        heap_at_compile = None
+                        kernel_steady = max(kernel_steady, heap_end - heap_base)
+                        heap_read = [(clock, heap_end - heap_base, kernel)]  # the next rate starts here
+                        compiled_at = clock
+                elif compiling and heap is not None and heap_at_compile is not None and polls % COMPILE_HEAP_EVERY == 0:
+                    reading = heap()
+                    compile_high, compile_low = (reading, reading) if reading > compile_high else (
+                        compile_high, min(compile_low, reading))
+                kernel_grown = kernel - self.base
+                heap_due = kernel_steady > self.memory_budget
+                events_due = kernel_steady > self.events_budget and (
+                    not heap_read or clock - heap_read[-1][0] >= HEAP_RATE_S)
+                if (heap_due or events_due) and heap is not None and heap_base is not None:
+                    # Where malloc's heaps can be read, they decide: the session's events are small blocks
+                    # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
+                    # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
+                    whole_now = heap()
+                    heap_read = [*heap_read[-1:], (clock, whole_now - heap_base, kernel)]
+                    since_compile = heap_read[0][0] >= compiled_at >= 0
+                    kernel_steady = whole_now - heap_base if heap_due or since_compile else kernel_steady
+                judged, limit = kernel_steady, self.memory_budget
+                if len(heap_read) == 2 and heap_read[0][0] >= compiled_at >= 0:
+                    (t0, heap0, kernel0), (t1, heap1, kernel1) = heap_read
+                    if min(heap1 - heap0, kernel1 - kernel0) >= EVENTS_RATE_BYTES_PER_S * (t1 - t0):
+                        # Since a compile's end (the compiler's memory just freed: a clean start) the heaps and
+                        # the kernel kept growing: the events of the program just compiled, which the stop
+                        # multiplies (5-8x). Without a compile a heap swinging with reused arrays reads alike
+                        # (tests/files/forecast_honest.md's loop of 16 MB arrays), so the budget stays.
+                        judged, limit = max(kernel_steady, heap1), self.events_budget
+                if judged > limit or kernel_grown > MEMORY_TOTAL_BYTES:
+                    self._cut(elapsed, max(judged, 0), "memory budget", kernel_grown)
                     return
             if now is None or base is None:
                 continue
             polls += 1
+            if whole is _rss:
+                whole_now = kernel
+            elif polls % HEAP_EVERY == 0 and whole is not None:
+                whole_now = whole()
             step = now - recent[-1] if recent else now - base
             events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
             recent = [*recent[-(STEADY_POLLS - 1):], now]
@@ -670,7 +535,7 @@ class _Guard:
             (t0, c0), (t1, c1) = cpu[0], cpu[-1]
             calling = c0 is None or c1 is None or (t1 > t0 and (c1 - c0) / (t1 - t0) >= BUSY_SHARE)
             grown = now - base
-            grown_all = max(grown, events if confirmed else 0)  # every thread's events, once the heaps showed them
+            grown_all = (whole_now - whole_base) if whole_now is not None and whole_base is not None else grown
             early = elapsed < MIN_TRACE_S
             last = recent[-EARLY_POLLS:]
             steps = [b - a for a, b in zip(last, last[1:], strict=False)]
