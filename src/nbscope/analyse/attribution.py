@@ -31,8 +31,8 @@ from nbscope.schema.codec import Encoded
 from nbscope.schema.model import Cell, NotebookRun
 from nbscope.schema.run_index import IndexedMeasurements
 
-# A kernel that died with its peak memory at or above this share of the machine's was most likely killed by the
-# kernel's out-of-memory killer (or a container limit below the machine's memory).
+# Where Linux's OOM kill counts could not be read (``runner.oom_kill`` absent): a kernel that died with its peak
+# memory at or above this share of the machine's was most likely killed by the out-of-memory killer.
 OOM_SHARE = 0.85
 # The signals with which a runner stops nbscope itself (a CI cancel, a spot reclamation), not the user's Ctrl-C.
 RUNNER_SIGNALS = ("SIGTERM", "SIGHUP")
@@ -190,14 +190,13 @@ def classify_failure(record: RunRecord, run: NotebookRun | None = None) -> Failu
                        "not the notebook's fault)", stopped.index if stopped else None)
     died = next((c for c in cells if c.status == "kernel-died"), None)
     if died is not None:
-        peak = _peak_memory(cells)
         killed = run.runner.oom_kill
         if killed is not None:
             under = f", under a memory limit of {_units.size(killed.limit_bytes)}" if killed.limit_bytes else ""
             where = "the machine's" if killed.where == "the machine" else f"memory cgroup {killed.where}'s"
             return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory ({where} OOM killer "
                            f"ended it{under})", died.index)
-        total = record.machine().memory.total_bytes
+        peak, total = _peak_memory(cells), record.machine().memory.total_bytes
         if peak is not None and total and peak >= OOM_SHARE * total:
             return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory (peak "
                            f"{_units.size(peak)} of the machine's {_units.size(total)})", died.index)

@@ -46,9 +46,8 @@ class OomKill:
 def read_counts(pid: int) -> OomCounts:
     """The counts that cover process ``pid`` now (it must be alive: its cgroups are read from /proc)."""
     folders = _memory_cgroups(pid)
-    counted = [(str(folder), count) for folder in folders if (count := _cgroup_kills(folder)) is not None]
     limits = [limit for folder in folders if (limit := _cgroup_limit(folder)) is not None]
-    return OomCounts(_vmstat_kills(), tuple(counted), min(limits, default=None))
+    return _counts(folders, min(limits, default=None))
 
 
 def kill_between(before: OomCounts, after: OomCounts) -> OomKill | None:
@@ -67,9 +66,12 @@ def kill_between(before: OomCounts, after: OomCounts) -> OomKill | None:
 
 def reread(before: OomCounts) -> OomCounts:
     """The same counters read again (the process may be gone: its cgroup folders are those read before)."""
-    counted = [(folder, count) for folder, _ in before.cgroups
-               if (count := _cgroup_kills(Path(folder))) is not None]
-    return OomCounts(_vmstat_kills(), tuple(counted), before.limit_bytes)
+    return _counts([Path(folder) for folder, _ in before.cgroups], before.limit_bytes)
+
+
+def _counts(folders: list[Path], limit_bytes: int | None) -> OomCounts:
+    counted = [(str(folder), count) for folder in folders if (count := _cgroup_kills(folder)) is not None]
+    return OomCounts(_vmstat_kills(), tuple(counted), limit_bytes)
 
 
 def _memory_cgroups(pid: int) -> list[Path]:

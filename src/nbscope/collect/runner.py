@@ -53,6 +53,7 @@ from nbscope.schema.notebook_cell import NotebookCell
 from nbscope.schema.probe import ProbeCell, ProbePrograms, ProbeTimeline
 
 if TYPE_CHECKING:
+    import subprocess
     from contextlib import AbstractContextManager
 
     from nbclient import NotebookClient
@@ -146,8 +147,8 @@ def execute(
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
         client, context, restarts = _start_kernel(new_client, env, kernel_log)
-        descendants = _track(client)
         process = kernel_process(client)
+        descendants = _track(process)
         loop.oom_counts = oom.read_counts(process.pid) if process is not None else None
         loop.runner["processes_tracked_by"] = descendants.tracked_by if descendants is not None else None
         if restarts:
@@ -183,10 +184,9 @@ def execute(
     )
 
 
-def _track(client: NotebookClient) -> Descendants | None:
+def _track(process: subprocess.Popen[bytes] | None) -> Descendants | None:
     """What will end every process the started kernel starts: its own cgroup where one can be made (the kernel
     has run none of the notebook yet), else its process tree sampled while it runs (:class:`Descendants`)."""
-    process = kernel_process(client)
     if process is None or process.poll() is not None:
         return None
     descendants = Descendants(process.pid)
