@@ -92,13 +92,25 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
     assert regression["attribution"]["changes"][0]["kind"] == "code"
     assert manifest["rows"][f"cpu\x1f{STEADY}"]["regressions"] == []
     page = (folder / lecture_page(STEPS)).read_text()
-    assert "code: 1 cell edited (cell 6" in page and "confirmed" in page
+    assert "code: 1 cell edited (cell 6" in page and "<td>regression</td>" in page
     book = (folder / "index.html").read_text()
     assert "<img" not in book and "&lt;img src=x onerror=alert(1)&gt;" in book
     assert "http://" not in book and "https://" not in book  # nothing loaded from anywhere
     markdown = (folder / "status.md").read_text()
     assert "\\<img src=x onerror=alert(1)\\>\\|\\`\\*x\\*\\`.md" in markdown
     assert all(line.count(" | ") == 6 for line in markdown.splitlines()[2:])
+
+
+def test_a_speed_up_is_a_change_point_not_a_regression(tmp_path: Path) -> None:
+    # The wall halves at build 8: the lecture page shows the change point, the book counts no regression.
+    store = Store(tmp_path / "nbscope.db")
+    store.add_many([stored_run("cpu_latency_loop.json", STEPS, build, 0.5 if build >= 8 else 1.0, edited=build >= 8)
+                    for build in range(BUILDS)])
+    publish(store.path, tmp_path / "site", site=site_pages)
+    page = (tmp_path / "site" / lecture_page(STEPS)).read_text()
+    assert "<td>speed-up</td>" in page and "<td>regression</td>" not in page and "confirmed" not in page
+    manifest = json.loads((tmp_path / "site" / MANIFEST).read_text())
+    assert manifest["rows"][f"cpu\x1f{STEPS}"]["regressions"] == []
 
 
 def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:

@@ -274,7 +274,7 @@ def _runner_section(row: SiteRow) -> str:
     change_rows = "".join(
         f"<tr><td>{e(c['started_at'][:16].replace('T', ' '))}</td><td>run {e(c['run_id'])}</td>"
         f"<td class=\"n\">{e(_s(c['before']))} → {e(_s(c['after']))}</td><td class=\"n\">{_ratio(c['ratio'])}</td>"
-        f"<td>{'tentative' if c['tentative'] else 'confirmed'}</td><td>{e(_why(row, c))}</td></tr>"
+        f"<td>{_kind(row, c)}</td><td>{e(_why(row, c))}</td></tr>"
         for c in changes)
     cells = "".join(
         f"<tr><td data-sort=\"{e(c['label'])}\">{e(c['label'])}<div class=\"small\"><code>{e(c['first_line'])}</code></div></td>"
@@ -301,6 +301,17 @@ def _runner_section(row: SiteRow) -> str:
         + f"<h3>Findings</h3>{'<ul>' + findings + '</ul>' if findings else '<p>None.</p>'}"
         + f"<h3>GPU forecast</h3><p>{e(forecast)}</p>"
     )
+
+
+def _kind(row: SiteRow, change: Mapping[str, Any]) -> str:
+    """What a change point is: only those the row counts as regressions are called so (a shift under the
+    history's floor, or a speed-up, is a change point but not a regression)."""
+    if change["tentative"]:
+        return "tentative (the newest run alone)"
+    if any(regression["index"] == change["index"] for regression in row.regressions):
+        return "regression"
+    ratio = change["ratio"]
+    return "speed-up" if ratio is not None and ratio < 1 else "under the floor (not a regression)"
 
 
 def _why(row: SiteRow, change: Mapping[str, Any]) -> str:
