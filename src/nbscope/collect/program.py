@@ -621,7 +621,7 @@ def _loop_kernels(text: str) -> dict[str, LoopKernels]:
             if instruction.opcode != "while":
                 continue
             match = re.search(r"\bbody=%?([\w.\-]+)", instruction.text)
-            body = module.computations.get(match.group(1)) if match else None
+            body = module.computation(match.group(1)) if match else None
             if body is None:
                 continue
             kernels = frozenset(i.name for i in body.instructions
