@@ -157,7 +157,7 @@ def verdict(
         )
     shown = []
     for row in differing[:3]:
-        slowest, fastest = row.by_pathway.get(row.slowest or ""), row.by_pathway.get(row.fastest or "")
+        slowest, fastest = row.in_pathway(row.slowest or ""), row.in_pathway(row.fastest or "")
         shown.append(
             f"{row.label} {row.slowest} {seconds(slowest.wall_s if slowest else None)} vs "
             f"{row.fastest} {seconds(fastest.wall_s if fastest else None)}"

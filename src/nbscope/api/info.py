@@ -9,6 +9,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as _fp
+from nbscope.schema.fingerprint_file import fingerprint_in
 
 
 def collect_fingerprint(*, include_jax: bool = False) -> dict[str, Any]:
@@ -25,11 +26,10 @@ def load_fingerprint(path: str | Path) -> dict[str, Any]:
         raise NbscopeError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise NbscopeError(f"{path} is not a JSON fingerprint") from None
-    if isinstance(document, dict) and isinstance(document.get("fingerprint"), dict):
-        document = document["fingerprint"]
-    if not isinstance(document, dict) or "fingerprint_version" not in document:
+    found = fingerprint_in(document)
+    if found is None:
         raise NbscopeError(f"{path} is neither a fingerprint nor a run record")
-    return document
+    return found
 
 
 def diff_fingerprints(a: str | Path, b: str | Path, *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:

@@ -135,6 +135,11 @@ class Summaries:
         self.again = again  # every summary made again from the documents (``--full``), and kept
         self.by_id: dict[int, RunSummary] = {}
 
+    def of(self, run_id: int) -> RunSummary | None:
+        """The run's summary; None: neither kept nor made yet (for a row's run after ``need``: its document is
+        unreadable)."""
+        return self.by_id.get(run_id)
+
     def need(self, plans: Iterable[RowPlan], runners: Iterable[str]) -> None:
         """Every part each row needs (``RowPlan``): read from the store, made where missing, kept."""
         # (run id, part, the run before it for "attribution", the row's runner)
@@ -161,7 +166,7 @@ class Summaries:
             record = records.get(run_id)
             if record is None or self._has(run_id, part, before):
                 continue
-            summary = self.by_id.get(run_id, NO_SUMMARY)  # a run the store keeps no summary of: none made yet
+            summary = self.of(run_id) or NO_SUMMARY  # a run the store keeps no summary of: none made yet
             run = record.notebook_run()
             if summary.status is None:
                 self.by_id[run_id] = summary = summary._replace(**status_summary(record, run))
@@ -176,7 +181,7 @@ class Summaries:
             made.add(run_id)
         for plan in plans:  # change points found now are kept with the newest run's summary
             newest = plan.ids[-1]
-            newest_summary = self.by_id.get(newest)
+            newest_summary = self.of(newest)
             if plan.found is not None and newest_summary is not None and newest_summary.status is not None:
                 self.by_id[newest] = newest_summary._replace(changes=plan.found)
                 made.add(newest)
@@ -195,7 +200,7 @@ class Summaries:
                 self.by_id[run_id] = summary
 
     def _has(self, run_id: int, part: str, before: int | None) -> bool:
-        summary = self.by_id.get(run_id)  # None: neither kept nor made
+        summary = self.of(run_id)
         if summary is None or summary.status is None:
             return False
         if part == "attribution":
@@ -204,7 +209,7 @@ class Summaries:
 
     def attribution(self, run_id: int, before: int) -> dict[str, Any] | None:
         """What changed from ``before`` to ``run_id``, when made against that very run."""
-        summary = self.by_id.get(run_id)  # None: neither kept nor made
+        summary = self.of(run_id)
         found = None if summary is None else summary.attribution
         return found if found is not None and found["before_id"] == before else None
 
@@ -324,11 +329,11 @@ def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine:
     compiles = [_number(run[COMPILE]) for run in series]
     run_figures = [_number(run[RUN]) for run in series]
     newest_id = ids[-1]
-    newest = runs.by_id.get(newest_id)  # None: unreadable
+    newest = runs.of(newest_id)
     if newest is None or newest.status is None or newest.findings is None:
         return None
     previous_id = ids[-2] if len(ids) > 1 else None
-    previous = runs.by_id.get(previous_id) if previous_id is not None else None
+    previous = runs.of(previous_id) if previous_id is not None else None
     if previous is not None and previous.status is None:
         previous = None
     baseline_id = baselines.get(newest_id) or ids[0]
@@ -568,7 +573,7 @@ def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site:
             store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
         runs = Summaries(store, again=full)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
-        plans = {key: plan_row(group, options, runs.by_id.get(group[-1][ID])) for key, group in grouped.items()}
+        plans = {key: plan_row(group, options, runs.of(group[-1][ID])) for key, group in grouped.items()}
         newest_ids = [plan.ids[-1] for plan in plans.values()]
         baselines = {run_id: verdict["baseline_id"] for run_id, verdict in store.verdicts(newest_ids).items()}
         machines = store.machines(newest_ids)

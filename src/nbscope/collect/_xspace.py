@@ -67,6 +67,25 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    """An ``XStat`` (or, for ``metadata_id`` and ``name``, an ``XStatMetadata``), its fields by name: the last
+    value of each field number, as protobuf reads a message; None: the message lacks it."""
+
+    metadata_id: int | memoryview | None = None  # XStat.metadata_id = 1 (XStatMetadata.id = 1)
+    name: int | memoryview | None = None  # XStatMetadata.name = 2
+    uint64_value: int | memoryview | None = None  # XStat.uint64_value = 3
+    int64_value: int | memoryview | None = None  # XStat.int64_value = 4
+    bytes_value: int | memoryview | None = None  # XStat.bytes_value = 6
+
+
+_STAT_FIELDS = {1: "metadata_id", 2: "name", 3: "uint64_value", 4: "int64_value", 6: "bytes_value"}
+
+
+def _stat(message: memoryview) -> _Stat:
+    return _Stat(**{_STAT_FIELDS[number]: value for number, _, value in fields(message) if number in _STAT_FIELDS})
+
+
 def _map_value(entry: memoryview) -> memoryview | None:
     for number, wire, value in fields(entry):
         if number == 2 and wire == 2 and isinstance(value, memoryview):
@@ -91,8 +110,8 @@ def hlo_programs(xspace: bytes) -> list[HloProgram]:
             elif field == 5:
                 stat = _map_value(value)
                 if stat is not None:
-                    parts = {f: v for f, _, v in fields(stat)}
-                    identifier, stat_name = parts.get(1), parts.get(2)
+                    described = _stat(stat)
+                    identifier, stat_name = described.metadata_id, described.name
                     if isinstance(identifier, int) and isinstance(stat_name, memoryview):
                         stat_names[identifier] = bytes(stat_name).decode("utf-8", "replace")
         if name != "/host:metadata":
@@ -135,14 +154,14 @@ def _program(event: memoryview, stat_names: dict[int, str]) -> HloProgram | None
         if field == 2 and isinstance(value, memoryview):
             name = bytes(value).decode("utf-8", "replace")
         elif field == 5 and isinstance(value, memoryview):
-            stat = {f: v for f, _, v in fields(value)}
-            key = stat.get(1, -1)
-            kind = stat_names.get(key if isinstance(key, int) else -1, "")
-            hlo = stat.get(6)
+            stat = _stat(value)
+            key = stat.metadata_id
+            kind = stat_names.get(key if isinstance(key, int) else -1, "")  # "": a stat the plane does not name
+            hlo = stat.bytes_value
             if kind == "Hlo Proto" and isinstance(hlo, memoryview):
                 proto = hlo
             elif kind == "program_id":
-                raw = stat.get(4, stat.get(3))
+                raw = stat.int64_value if stat.int64_value is not None else stat.uint64_value
                 program_id = _signed(raw) if isinstance(raw, int) else None
     if proto is None:
         return None

@@ -157,6 +157,11 @@ class Module:
     locations: dict[int, FileLocation]
     frames: dict[int, StackFrame]
 
+    def computation(self, name: str) -> Computation | None:
+        """The computation the module's text defines under ``name``; None: it defines none of that name (an
+        entry or a callee its text lacks)."""
+        return self.computations.get(name)
+
     def source(self, frame_id: int | None) -> SourceSpan | None:
         """The innermost source location of a stack frame: file, function, line, columns."""
         if frame_id is None or frame_id not in self.frames:
@@ -317,7 +322,7 @@ class _Walker:
         return self.regions
 
     def _visit(self, name: str, region: Region, stack: set[str]) -> None:
-        computation = self.module.computations.get(name)
+        computation = self.module.computation(name)
         if computation is None or name in stack:
             return
         stack = stack | {name}
@@ -370,7 +375,7 @@ CostFunction = Callable[[str], Work | None]  # sub-module text -> its flops, tra
 def _callees(module: Module, name: str, seen: set[str]) -> list[str]:
     """Computations ``name`` calls, transitively, callees first."""
     order: list[str] = []
-    computation = module.computations.get(name)
+    computation = module.computation(name)
     if computation is None:
         return order
     for instruction in computation.instructions:
@@ -400,7 +405,7 @@ def submodule_text(module: Module, computation: str) -> str:
 def _unvisited(module: Module, name: str, seen: set[str]) -> tuple[list[Any], set[str]]:
     """A computation's instructions when it is not on the current call path yet (else none), and the
     path with it."""
-    computation = module.computations.get(name)
+    computation = module.computation(name)
     if computation is None or name in seen:
         return [], seen
     return computation.instructions, seen | {name}
@@ -664,14 +669,14 @@ def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, o
 
 
 def _parameter_bytes(module: Module) -> list[int]:
-    entry = module.computations.get(module.entry)
+    entry = module.computation(module.entry)
     if entry is None:
         return []
     return [shape_bytes(i.shape) for i in entry.instructions if i.opcode == "parameter"]
 
 
 def _output_bytes(module: Module) -> int:
-    entry = module.computations.get(module.entry)
+    entry = module.computation(module.entry)
     if entry is None:
         return 0
     root = next((i for i in entry.instructions if i.root), None)

@@ -44,6 +44,7 @@ from nbscope.schema.codec import Write, decode, encode, given, known, never
 from nbscope.schema.model import Cell
 from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
 from nbscope.schema.programs import CallRate, CollectTimes, TraceWindow, Transfers
+from nbscope.schema.trace_stats import OpStats
 
 PROGRAMS_VERSION = 1
 # The fastest a CPU copies host memory (bytes per ns = GB/s, assumed): a copy that took t ns on the CPU
@@ -493,18 +494,17 @@ class ProgramCollector:
         for index in range(0, len(events.ops), found.step):
             event, start, end, _ = events.ops[index]
             try:
-                stats = dict(event.stats)
+                stats = decode(OpStats, dict(event.stats))
             except Exception:
                 continue
-            program_id = stats.get("program_id")
-            if not isinstance(program_id, int):
+            program_id = stats.program_id
+            if program_id is None:
                 continue
-            run = stats.get("run_id")
+            run = stats.run_id if stats.run_id is not None else index
             if program_id not in self.key_of:
-                module = str(stats.get("hlo_module", "?"))
-                found.unknown_modules.setdefault(module, set()).add(run if isinstance(run, int) else index)
+                found.unknown_modules.setdefault(stats.hlo_module, set()).add(run)
                 continue
-            found.runs.setdefault(program_id, set()).add(run if isinstance(run, int) else index)
+            found.runs.setdefault(program_id, set()).add(run)
             found.spans.setdefault(program_id, []).append((start, end))
             sampled.append((start, program_id))
             name = event.name
@@ -621,7 +621,7 @@ def _loop_kernels(text: str) -> dict[str, LoopKernels]:
             if instruction.opcode != "while":
                 continue
             match = re.search(r"\bbody=%?([\w.\-]+)", instruction.text)
-            body = module.computations.get(match.group(1)) if match else None
+            body = module.computation(match.group(1)) if match else None
             if body is None:
                 continue
             kernels = frozenset(i.name for i in body.instructions

@@ -90,13 +90,16 @@ def _migrate_to_2(db: sqlite3.Connection) -> None:
 
 
 def _migrate_to_3(db: sqlite3.Connection) -> None:
+    from nbscope.schema import codec
+    from nbscope.schema.run_index import LabelledRun
+
     db.execute("ALTER TABLE runs ADD COLUMN label TEXT")
     for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
         try:
-            label = json.loads(document).get("label")
-        except (TypeError, ValueError, AttributeError):
+            label = codec.decode(LabelledRun, json.loads(document)).label
+        except (TypeError, ValueError):
             continue  # a corrupt row stays unlabelled (and is reported when read)
-        if isinstance(label, str):
+        if label is not None:
             db.execute("UPDATE runs SET label = ? WHERE id = ?", (label, run_id))
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
 

@@ -107,7 +107,7 @@ def cell_rows(run: PathwaysRun) -> Rows:
                Column("note", "left", "text", optional=True)]
     rows = []
     for row in run.cells:
-        entries = [row.by_pathway.get(name) for name in names]
+        entries = [row.in_pathway(name) for name in names]
         rows.append((
             str((row.index or 0) + 1), str(row.line or ""), Item(row.first_line or "", code=True),
             *(_with_bracket(e.wall_s, e.compile_s) if e else _with_bracket(None, None) for e in entries),
@@ -122,7 +122,7 @@ def figure_rows(figures: Sequence[BenchFigure], names: list[str]) -> Rows:
                Column("note", "left", "number", optional=True)]
     rows = []
     for figure in figures:
-        entries = [figure.by_pathway.get(name) for name in names]
+        entries = [figure.in_pathway(name) for name in names]
         rows.append((
             figure.label or figure.key,
             *(_with_bracket(e.median_s, e.first_s) if e else _with_bracket(None, None) for e in entries),

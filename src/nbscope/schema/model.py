@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from nbscope.schema import _fields
 from nbscope.schema.codec import Read, Repeat, Time
 from nbscope.schema.memory import MemoryReading
-from nbscope.schema.programs import CellPrograms, ProgramData
+from nbscope.schema.programs import CellPrograms, Program, ProgramData
 from nbscope.schema.status import RAN
 from nbscope.schema.timeline import TimelineSummary
 
@@ -300,3 +300,8 @@ class NotebookRun:
 
     def cell(self, index: int) -> Cell | None:
         return next((c for c in self.cells if c.index == index), None)
+
+    def program(self, key: str) -> Program | None:
+        """The program of the run's table under ``key`` (what an execution names); None: the run recorded no
+        such program (no table, or one without it: a forecast names it missing)."""
+        return self.program_data.programs.get(key) if self.program_data is not None else None

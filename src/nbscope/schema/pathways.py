@@ -94,6 +94,10 @@ class PathwayRow:
     fastest: Annotated[str | None, Write(omit=_no_delta)]
     ran_differently: bool  # its status is not the same in every pathway
 
+    def in_pathway(self, name: str) -> PathwayCell | None:
+        """The cell's figures in pathway ``name``; None: that pathway has none (it did not run the cell)."""
+        return self.by_pathway.get(name)
+
     @property
     def label(self) -> str:
         """``cell 3 (line 41)``, as the cell model names cells."""
@@ -193,6 +197,10 @@ class BenchFigure:
     differs: bool
     ratio: float | None
     slowest: Annotated[str | None, Write(omit=_one_pathway)] = None
+
+    def in_pathway(self, name: str) -> FigureEntry | None:
+        """The figure's medians in pathway ``name``; None: that pathway has none (it did not measure it)."""
+        return self.by_pathway.get(name)
 
 
 # ---- the whole record ----------------------------------------------------------------------------------------

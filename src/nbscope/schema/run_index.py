@@ -80,3 +80,10 @@ class IndexedFingerprint:
 class IndexedRun:
     measurements: IndexedMeasurements
     fingerprint: IndexedFingerprint
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledRun:
+    """A stored document's label, which version 3 of the store copied into its ``label`` column."""
+
+    label: str | None  # None: unlabelled, or a label that is not a string

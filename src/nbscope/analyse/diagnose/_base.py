@@ -374,7 +374,7 @@ class Context:
         ``package`` None: the one package other than JAX, NumPy, Numba and the standard library that the cell
         calls, if only one."""
         source = self.sources_by_index.get(cell_index)
-        tree = self.bindings.trees.get(cell_index) or self.code.trees.get(cell_index)
+        tree = self.bindings.tree(cell_index) or self.code.trees.get(cell_index)
         if source is None or tree is None:
             return None
         if package is None:

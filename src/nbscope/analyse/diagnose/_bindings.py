@@ -191,6 +191,10 @@ class Bindings:
         for name in bound:
             env[name] = Bound(None, f"`{name}` is bound by a {kind} statement ({where})")
 
+    def tree(self, cell: int) -> ast.Module | None:
+        """The code cell's parsed code; None: its code is unknown, or is not Python that parses."""
+        return self.trees.get(cell)
+
     def start(self, cell: int) -> dict[str, Bound]:
         """Names as the cell starts."""
         return dict(self._starts.get(cell, self._end))
@@ -258,7 +262,7 @@ class LoopResolver:
         self.entry = entry
         self.sites: list[_Site] = []
         for cell in sorted(set(compiled_in)):
-            tree = bindings.trees.get(cell)
+            tree = bindings.tree(cell)
             calls = calls_to(tree, entry.name) if tree is not None else []
             self.sites += [_Site(cell, call.lineno, call) for call in calls] or [_Site(cell, 0, None)]
 
@@ -355,7 +359,7 @@ class LoopResolver:
                                   f"{value.origin}")
 
     def _bound_in(self, cell: int) -> set[str]:
-        tree = self.bindings.trees.get(cell)
+        tree = self.bindings.tree(cell)
         return _bound_names(tree) if tree is not None else set()
 
     def _inner_calls(self, name: str) -> list[ast.Call]:

@@ -114,7 +114,7 @@ def _pairs(ctx: Context) -> list[_Pair]:
     trees = ctx.bindings.trees
     groups: dict[tuple[str, ...], list[Cell]] = {}
     for cell in _ran_to_its_end(ctx):
-        key = _work_key(trees.get(cell.index))
+        key = _work_key(ctx.bindings.tree(cell.index))
         if key:
             groups.setdefault(key, []).append(cell)
     pairs = []
@@ -131,7 +131,7 @@ def _pairs(ctx: Context) -> list[_Pair]:
                 candidates.append((repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes"))
                 continue
             read = _read_names(tree)
-            between = set().union(*(_bound(trees.get(i)) for i in range(first.index, repeat.index + 1)))
+            between = set().union(*(_bound(ctx.bindings.tree(i)) for i in range(first.index, repeat.index + 1)))
             if not read & between:
                 candidates.append((repeat, "the same statements on the same names, not rebound in between"))
         if candidates:
@@ -214,7 +214,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
             called = {key.split("(")[0] for key in shared}
             if not shared or _recompiled(repeat, called | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
-            between = set().union(*(_bound(trees.get(i)) for i in range(index + 1, later)))
+            between = set().union(*(_bound(ctx.bindings.tree(i)) for i in range(index + 1, later)))
             for key in shared:
                 call = calls[later][key]
                 # Also rebound: after the call in the first cell, before it in the repeat's own cell.
@@ -250,7 +250,7 @@ def _size(value: float | None) -> str:
 
 def _allocations(ctx: Context, index: int) -> list[str]:
     """Array allocations in the cell and in the notebook functions it calls: "`np.empty((n, m))` ×3 in `simulate`"."""
-    tree = ctx.bindings.trees.get(index)
+    tree = ctx.bindings.tree(index)
     places: list[tuple[str, ast.AST]] = [("", tree)] if tree is not None else []
     for name in sorted(ctx.code.calls_in(index)):
         for function in ctx.code.traced_by(name, index):

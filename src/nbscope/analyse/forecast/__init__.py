@@ -46,7 +46,7 @@ from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources, naming
 from nbscope.schema.codec import Encoded, Write, known, never
 from nbscope.schema.model import Cell, NotebookRun
-from nbscope.schema.programs import Execution, Program
+from nbscope.schema.programs import Execution
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
@@ -318,12 +318,11 @@ def forecast(
     run = record.notebook_run()
     check_record(record, label, run)
     data = run.program_data
-    programs = data.programs if data is not None else {}
     record = naming(naming(record, sources), notebook_path)
     code = _notebook_sources(record, run)
     ran = list(forecastable_cells(run, code).values())
     failed = tuple(f for f in (not_forecast(c) for c in run.cells) if f is not None)
-    rates = cpu_rates(ran, programs)
+    rates = cpu_rates(ran, run)
     placement = placement_module.read(code)
     cell_lines = {c.index: c.line for c in run.cells}
     has_jax = runs_jax(run)
@@ -340,8 +339,8 @@ def forecast(
             "so the forecast is its host work as measured"
         )
     cells = tuple(
-        _cell_entry(cell, programs, {device.key: _cell_forecast(cell, programs, device, table, rates,
-                                                                _pins(cell, programs, placement, cell_lines))
+        _cell_entry(cell, run, {device.key: _cell_forecast(cell, run, device, table, rates,
+                                                           _pins(cell, run, placement, cell_lines))
                                      for device in devices})
         for cell in ran)
     failed_indices = tuple(f.index for f in failed)
@@ -452,11 +451,11 @@ def not_forecast(cell: Cell) -> NotForecast | None:
                        cpu_s=cell.notebook_wall_s, reason=f"not forecast: the cell {what}")
 
 
-def _cell_entry(cell: _Cell, programs: Mapping[str, Program], outcomes: Mapping[str, Outcome]) -> CellForecast:
+def _cell_entry(cell: _Cell, run: NotebookRun, outcomes: Mapping[str, Outcome]) -> CellForecast:
     recorded = cell.cell
 
     def program(execution: Execution) -> ProgramRun:
-        known = programs.get(execution.program)
+        known = run.program(execution.program)
         return ProgramRun(program=execution.program, function=known.function if known else None,
                           kind=known.kind if known else None, count=execution.runs,
                           count_basis=execution.count_basis, cpu_s=execution.cpu_s)
@@ -484,7 +483,7 @@ class _BestRate:
     function: str | None = None
 
 
-def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates | None:
+def cpu_rates(cells: list[_Cell], run: NotebookRun) -> CpuRates | None:
     """This CPU's achieved flops/s and bytes/s, measured in the run itself: the best over executions of
     at least 1 ms of loop-free programs (whose time is their work, not a loop's bookkeeping). What a
     trip-count estimate divides by; None when the run has no such execution."""
@@ -492,7 +491,7 @@ def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates |
     first: _BestRate | None = None  # the rate the run found first, which the document lists first
     for cell in cells:
         for execution in cell.executions:
-            program = programs.get(execution.program)
+            program = run.program(execution.program)
             count, cpu = execution.runs, execution.cpu_s
             if (program is None or not program.per_execution.complete or program.loops or cpu is None or not count
                     or cpu / count < 1e-3):
@@ -510,13 +509,13 @@ def cpu_rates(cells: list[_Cell], programs: Mapping[str, Program]) -> CpuRates |
                     bytes_from=bytes_rate.function, bytes_first=first is bytes_rate)
 
 
-def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_module.Placement,
+def _pins(cell: _Cell, run: NotebookRun, placement: placement_module.Placement,
           cell_lines: dict[int, int | None]) -> dict[str, str]:
     """Per program the cell ran: why it runs on the CPU even on a GPU machine ("pinned to the CPU at
     line 12 (jax.jit(f, device=cpu))"); programs not pinned are absent. A ``default_device`` block whose
     calls name none of the cell's programs pins them all (its eager operations)."""
     index = cell.cell.index
-    functions = {e.program: _function(programs, e) for e in cell.executions}
+    functions = {e.program: _function(run, e) for e in cell.executions}
     named = {name for names, _ in placement.pins_in(index) if names for name in names}
     blanket = [pin for names, pin in placement.pins_in(index) if names and pin.how == "default_device"
                and not (names & set(functions.values()))]
@@ -528,13 +527,13 @@ def _pins(cell: _Cell, programs: Mapping[str, Program], placement: placement_mod
     return found
 
 
-def _function(programs: Mapping[str, Program], execution: Execution) -> str | None:
+def _function(run: NotebookRun, execution: Execution) -> str | None:
     """The jitted function of the program an execution ran (None: not in the run's table)."""
-    program = programs.get(execution.program)
+    program = run.program(execution.program)
     return program.function if program is not None else None
 
 
-def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device, table: DeviceTable,
+def _cell_forecast(cell: _Cell, run: NotebookRun, device: Device, table: DeviceTable,
                    rates: CpuRates | None = None, pins: dict[str, str] | None = None) -> Outcome:
     terms: list[Term] = []
     pins = pins or {}
@@ -567,7 +566,7 @@ def _cell_forecast(cell: _Cell, programs: Mapping[str, Program], device: Device,
             figures=Unattributed(cell.unattributed_s, cell.unseen)))
     missing = []
     for execution in cell.executions:
-        program = programs.get(execution.program)
+        program = run.program(execution.program)
         if program is None:
             missing.append(execution.program)
             continue

@@ -137,9 +137,8 @@ def float64_costs(record: RunRecord, device: Device, table: DeviceTable) -> list
     from nbscope.analyse.forecast import cpu_rates, forecastable_cells
 
     run = record.notebook_run()
-    programs = run.program_data.programs if run.program_data is not None else {}
     measured = forecastable_cells(run)
-    rates = cpu_rates(list(measured.values()), programs)
+    rates = cpu_rates(list(measured.values()), run)
     rows = []
     for cell in run.cells:
         seen = measured.get(cell.index)
@@ -147,7 +146,7 @@ def float64_costs(record: RunRecord, device: Device, table: DeviceTable) -> list
         high: dict[str, float | None] = {"float64": 0.0, "float32": 0.0}
         functions: set[str] = set()
         for execution in seen.executions if seen is not None else ():
-            program = programs.get(execution.program)
+            program = run.program(execution.program)
             if program is None or not _has_float64(program):
                 continue
             count = execution.runs

@@ -105,7 +105,7 @@ def pathways_svg(record: RunRecord) -> str | None:
         return None
 
     def wall(row: PathwayRow, name: str) -> float | None:
-        entry = row.by_pathway.get(name)
+        entry = row.in_pathway(name)
         return entry.wall_s if entry is not None else None
 
     slowest = sorted(run.cells, key=lambda c: max((wall(c, p) or 0.0) for p in pathways), reverse=True)[:MAX_BAR_CELLS]

@@ -167,6 +167,13 @@ def _profile_section(record: RunRecord, position: int) -> str:
     return head + (plot or '<p class="note">no cell timings</p>') + more + _cell_table(record)
 
 
+def _total_cell(key: str, value: object) -> object:
+    """One of a pathway's totals as its column shows it: seconds, a JSON value, or as recorded."""
+    if key.endswith("_s"):
+        return _seconds(value)
+    return json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+
+
 def _pathways_section(record: RunRecord, position: int) -> str:
     run = decode(PathwaysRun, record.measurements)
     if not run.pathways:
@@ -177,18 +184,14 @@ def _pathways_section(record: RunRecord, position: int) -> str:
     rows = []
     for name, entry in run.pathways.items():
         totals = entry.totals
-        rows.append((name, *[
-            _seconds(totals.get(k)) if k.endswith("_s") else
-            (json.dumps(totals.get(k), default=str) if isinstance(totals.get(k), (dict, list)) else totals.get(k, ""))
-            for k in keys
-        ]))
+        rows.append((name, *[_total_cell(k, totals.get(k, "")) for k in keys]))  # "": a total it lacks
     plot = pathways_svg(record) or ""
     names = list(run.pathways)
     cell_rows = []
     for row in run.cells:
         cell_rows.append((
             (row.index or 0) + 1, row.line or "", Markup(f'<span class="src">{e(row.first_line)}</span>'),
-            *[_pathway_cell(row.by_pathway.get(n)) for n in names],
+            *[_pathway_cell(row.in_pathway(n)) for n in names],
         ))
     cells = (f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
              f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>")
