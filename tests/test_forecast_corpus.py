@@ -76,7 +76,7 @@ def test_seed_lecture_forecast_on_a_t4(seed: tuple[Any, dict[str, Any]]) -> None
 
 def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, dict[str, Any]]) -> None:
     """On the CPU run alone: the latency-bound loop fires as a T4 forecast on both qm_jax cells, and the
-    recommendation (no GPU run) is the CPU, keeping qm_jax there."""
+    recommendation (no GPU run) keeps qm_jax on the CPU: the CPU, or the GPU with qm_jax kept off it."""
     from nbscope.analyse.diagnose import diagnose
     from nbscope.analyse.recommend import recommend
     from nbscope.collect import notebook as notebook_module
@@ -93,7 +93,10 @@ def test_seed_lecture_diagnose_and_recommend_use_the_forecast(seed: tuple[Any, d
         assert 40 <= finding.evidence["forecast"]["t4"]["loop_low_s"] <= 160
     assert findings[0].rule == "latency-bound-loop"  # the lecture's biggest risk comes first
     advice = recommend(record).to_dict()  # the record carries its code
-    assert advice["basis"] == "forecast" and advice["recommendation"] == "cpu"
+    # Never the GPU as a whole: qm_jax's loop stays on the CPU. The lecture's array cells gain on a T4 by more or
+    # less as this CPU was busy when they ran, so whether keeping only qm_jax on the CPU ("mixed") beats the
+    # CPU alone by the 5 % a mixed plan must win by depends on the machine: either is right.
+    assert advice["basis"] == "forecast" and advice["recommendation"] in {"cpu", "mixed"}
     assert [p["functions"] for p in advice["pinned"]] == [["qm_jax"]]
     assert advice["estimates"]["gpu_low_s"] > advice["estimates"]["cpu_s"]
 
