@@ -368,3 +368,14 @@ def test_jax_platform_reaches_only_the_jax_groups(monkeypatch: pytest.MonkeyPatc
     result = run_worker("dispatch", "float32", "quick", timeout_s=60, jax_platform="no_such_platform")
     assert result["status"] == "error"
     assert "JAX_PLATFORMS=no_such_platform" in result["reason"]
+
+
+def test_a_workers_peak_memory_is_its_own_not_what_started_it() -> None:
+    """A bench worker's peak is its own VmHWM: ru_maxrss, kept across execve, read at least what the process
+    that started it held (nbscope's memory, not the benchmark's)."""
+    import subprocess
+
+    held = b"\x01" * (500 * 2**20)
+    code = "from nbscope.collect.bench._worker import _own_peak_bytes; print(_own_peak_bytes())"
+    peak = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0 < peak < 300 * 2**20 < len(held)

@@ -529,3 +529,19 @@ def test_probe_reader_waits_for_whole_lines(tmp_path: Path) -> None:
     second = reader.take("h1")
     assert second is not None and second.seq == 1
     assert reader.take("h1") is None
+
+
+@pytest.mark.slow
+def test_a_cells_peak_is_the_kernels_own_not_what_started_it() -> None:
+    """A cell's peak is the kernel's own VmHWM since the cell started. Linux keeps ``ru_maxrss`` across execve, so
+    read from there a kernel started by a process holding 700 MB said every cell peaked at 700 MB or more (the
+    forecast benchmark's per-cell growth then swung by hundreds of MB from run to run)."""
+    held = b"\x01" * (700 * 2**20)  # resident in this process, which starts the kernel
+    record = profile(FILES / "gate_tiny.ipynb", ProfileOptions(),
+                     fingerprint={"digest": "test"})
+    cells = record.measurements["cells"]
+    assert cells and all(c["status"] == "ok" for c in cells)
+    for cell in cells:
+        assert cell["rss"]["peak_is_per_cell"] is True
+        assert cell["rss"]["before_bytes"] <= cell["rss"]["peak_bytes"] < 400 * 2**20, cell["rss"]
+    assert len(held) == 700 * 2**20
