@@ -164,6 +164,26 @@ def test_jax_code_is_read_in_the_order_the_cells_ran() -> None:
     assert cells_touching_jax(sources) == {0, 3, 4, 5, 6}
 
 
+def test_a_functions_own_parameters_and_locals_are_not_the_notebooks_jax_names() -> None:
+    """The seed lecture's Numba ``qm`` has a local ``x`` while the notebook's ``x`` is a JAX array: calling qm is
+    no JAX work (its cell, cut by a busy machine's trace, was forecast "uncertain" with all its time JAX).
+    A function that reads the notebook's ``x`` (or assigns it through ``global``) does touch JAX."""
+    from nbscope.analyse.forecast.jax_code import cells_touching_jax
+
+    sources = {
+        0: "import numpy as np\nimport numba\nimport jax.numpy as jnp\nimport quantecon as qe",
+        1: "x = jnp.linspace(0, 1, 5)",
+        2: "@numba.jit\ndef qm(x0, n, a=4.0):\n    x = np.empty(n + 1)\n    x[0] = x0\n    for t in range(n):\n"
+           "        x[t + 1] = a * x[t] * (1 - x[t])\n    return x",
+        3: "n = 10\nwith qe.Timer():\n    x = qm(0.1, n)",  # under ``with``: x may still be the JAX array
+        4: "def f(y):\n    return x + y",
+        5: "z = f(1)",
+        6: "def g(v):\n    global x\n    x = v\n    return x",
+        7: "square = lambda x: x * x\nsquare(2)",
+    }
+    assert cells_touching_jax(sources) == {0, 1, 4, 5, 6}
+
+
 def test_time_after_the_cut_beyond_what_the_extrapolated_calls_took_stays_jax_time() -> None:
     """The window measured a call rate, but its calls, extrapolated, explain only part of what came after
     the cut (NumPyro's sampler after a window of its setup's small calls): the rest is JAX time the trace

@@ -28,7 +28,32 @@ Binding = ast.AST
 
 
 def _names(node: ast.AST) -> set[str]:
+    """The names ``node`` refers to; for a function, only those its body does not bind itself: a parameter or
+    local ``x`` of a Numba or NumPy function is not the notebook's ``x = jnp.linspace(...)``."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return _free_names(node)
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _free_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """Names a function reads from outside: what it (and what it nests) loads, less its parameters and the
+    names assigned in it (Python makes those local), unless declared ``global`` or ``nonlocal``."""
+    arguments = function.args
+    parameters = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+    parameters |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    body = function.body if isinstance(function.body, list) else [function.body]
+    inner = [node for statement in body for node in ast.walk(statement)]
+    declared = {name for node in inner if isinstance(node, (ast.Global, ast.Nonlocal)) for name in node.names}
+    local = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    local |= {n.name for n in inner if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    local |= {(a.asname or a.name).split(".")[0] for n in inner if isinstance(n, (ast.Import, ast.ImportFrom))
+              for a in n.names}
+    loads = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    # Decorators, defaults and annotations are read where the function is defined.
+    outside = [*getattr(function, "decorator_list", []), *arguments.defaults,
+               *(d for d in arguments.kw_defaults if d is not None)]
+    loads |= {n.id for node in outside for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return loads - ((parameters | local) - declared)
 
 
 def _bound(target: ast.AST) -> set[str]:
@@ -147,6 +172,18 @@ def cells_touching_jax(sources: Mapping[int, str]) -> set[int]:
 
 
 def _used(statement: ast.stmt) -> set[str]:
-    """The names a statement reads (``x += 1`` reads x too); a ``def`` reads what its body and decorators do."""
-    return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)
-            and (isinstance(n.ctx, ast.Load) or isinstance(statement, ast.AugAssign))}
+    """The names a statement reads (``x += 1`` reads x too); a ``def`` reads what its body and decorators read
+    from outside it (not its parameters or locals)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _free_names(statement)
+    read: set[str] = set()
+    pending: list[ast.AST] = [statement]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Lambda):
+            read |= _free_names(node)
+            continue
+        if isinstance(node, ast.Name) and (isinstance(node.ctx, ast.Load) or isinstance(statement, ast.AugAssign)):
+            read.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return read
