@@ -22,7 +22,8 @@ weighs on both sides alike. Per notebook it prints:
   program data minus the same cell's without;
 * **peak memory per cell**: the kernel's peak (VmHWM, reset at each cell's start) without and with program
   data, the difference, its growth over the cell's start with minus without (the issue's bound: at most
-  200 MB), whether each cell finished in every run, and why its trace was cut when it was.
+  200 MB), whether each cell finished in every run, why its trace was cut when it was, and the growth with
+  minus without in each pair (the bound holds per cell in every run, not on the median).
 
     python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--control] [--json OUT]
 
@@ -221,9 +222,15 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
                           if (c.get("programs") or {}).get("window")})
         statuses = sorted({r["record"]["measurements"]["cells"][index].get("status") or "?"
                            for side in (False, True) for r in runs[side]})
+        # The bound holds per cell in every run, not on the median: each pair's growth with minus without.
+        each_pair = [None if a is None or b is None else b - a
+                     for a, b in ((_growth(off_run["record"]["measurements"]["cells"][index]),
+                                   _growth(on_run["record"]["measurements"]["cells"][index]))
+                                  for off_run, on_run in zip(runs[False], runs[True], strict=False))]
         memory.append({"index": index, "line": cell.get("line"), "peak_off_bytes": peak_off[index],
                        "peak_on_bytes": peak_on[index], "growth_off_bytes": grow_off[index],
-                       "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons})
+                       "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons,
+                       "added_each_pair_bytes": each_pair})
     return {"notebook": str(notebook), "repeats": repeats, "control": control, "cells_off_s": sum_off, "cells_on_s": sum_on,
             "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
             "cells_ratio_interval": _interval(pairs["wall"]),
@@ -284,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{_megabytes(on)} on ({_megabytes(on - off if on is not None and off is not None else None, sign=True)}); "
                   f"growth over the cell's start {_megabytes(added, sign=True)} with program data"
                   f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
-                  f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else ""))
+                  f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else "")
+                  + "; each pair " + ", ".join(_megabytes(added, sign=True) for added in row["added_each_pair_bytes"]))
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

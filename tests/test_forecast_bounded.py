@@ -149,3 +149,27 @@ def test_a_scan_recording_events_every_iteration_is_cut_before_its_stop_outgrows
     # The bound itself, not half of it: in the whole suite on 2 busy cores the guard's polls come late (26 MB
     # counted against the 4 MiB budget, the stop then +167 MB over the cell without --forecast).
     assert growth(on) - growth(off) <= MEMORY_BOUND, (growth(on), growth(off), window)
+
+
+@pytest.mark.slow
+def test_an_eager_scans_events_are_counted_before_the_next_operation_compiles() -> None:
+    """An eager scan runs on XLA's threads while JAX compiles the operations after it: its events came while a
+    compile was on the stack, where the guard leaves growth out, so the cut came only once they held ~70 MB
+    (the Kalman likelihood: +170 to +239 MB at the stop). While the session records, the probe lets what was
+    dispatched finish before the next program is lowered (timed as ``collection.dispatch_wait_s``, no part of
+    the cell's compile), so the guard counts the events as they come, at the default budget."""
+    pytest.importorskip("jax")
+    cells = {}
+    for programs in (False, True):
+        record = profile(FILES / "forecast_eager_scan.md", ProfileOptions(programs=programs, jax_platform="cpu"),
+                         fingerprint={"digest": "test"})
+        cells[programs] = record.measurements["cells"]
+    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
+    off, on = cells[False][1], cells[True][1]
+    assert on["collection"]["dispatch_wait_s"] > 0, on["collection"]
+    assert "dispatch_wait_s" not in on["collection"] or on["collection_s"] == pytest.approx(
+        sum(v for k, v in on["collection"].items() if k not in ("cut_stop_s", "lowering_jax_s", "dispatch_wait_s")))
+    window = on["programs"]["window"]
+    assert window["cut"] is True and window["reason"] == "memory budget", window
+    growth = {side: cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"] for side, cell in ((False, off), (True, on))}
+    assert growth[True] - growth[False] <= MEMORY_BOUND, (growth, window)

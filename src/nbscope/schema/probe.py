@@ -65,6 +65,9 @@ class ProbePrograms:
     trace_error: str | None
     window: Mapping[str, Any] | None  # a trace cut short: what it covered (``schema.programs.TraceWindow``)
     trace_stop_s: Measured
+    # waiting, while the session recorded, for dispatched programs before lowering the next (the programs' own
+    # run time, which would otherwise have overlapped that compile)
+    dispatch_wait_s: Measured
     programs: str | None  # the HLO of the programs compiled in the cell
     programs_error: str | None
     programs_s: Measured

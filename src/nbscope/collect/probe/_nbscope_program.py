@@ -70,12 +70,14 @@ class Programs:
         self.compiled_over = 0
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
+        self.dispatch_wait_s = 0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
 
     def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
         (read when the session is cut: calls do not run while JAX compiles)."""
         self.session, self.skipped, self.shared = None, None, shared
         self.lowered = []
+        self.dispatch_wait_s = 0.0
         self.compiled, self.compiled_over = [], 0
         if sys.modules.get("jax") is not None and not self.hooked:
             self._hook_lowering()
@@ -119,6 +121,8 @@ class Programs:
         elif not self.shared:
             result["trace_error"] = "no trace: the notebook had not imported jax when the cell started"
         result["trace_stop_s"] = time.perf_counter() - started
+        if self.dispatch_wait_s:
+            result["dispatch_wait_s"] = self.dispatch_wait_s
         executables, self.compiled = self.compiled, []
         if compiled or executables:
             started = time.perf_counter()
@@ -162,12 +166,41 @@ class Programs:
         recorder = self
 
         def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any, *args: Any, **kwargs: Any) -> Any:
-            if not recorder.exporting and len(recorder.lowered) < MAX_LOWERED:
-                recorder.lowered.append((str(fun_name), closed_jaxpr))
+            if not recorder.exporting:
+                recorder._wait_for_dispatched()
+                if len(recorder.lowered) < MAX_LOWERED:
+                    recorder.lowered.append((str(fun_name), closed_jaxpr))
             return original(closed_jaxpr, api_name, fun_name, *args, **kwargs)
 
         lower_sharding_computation._nbscope = True  # type: ignore[attr-defined]
         pxla.lower_sharding_computation = lower_sharding_computation
+
+    def _wait_for_dispatched(self) -> None:
+        """While the session records, let the programs JAX dispatched earlier finish before the next one is
+        lowered and compiled. XLA:CPU runs a dispatched program on its own threads while the caller goes on,
+        so without this a program's events come while JAX compiles the next operation (the Kalman
+        likelihood's eager scan: ~70 MB of events at up to 500 MB/s, all of it during the compile of the
+        ``jnp.sum`` after it), and the guard, which must leave a compile's own growth out, cannot count them
+        in time. Waited for here, outside JAX's trace, lower and compile timings (it is the programs' run
+        time), the guard counts them as they come. At most DISPATCH_WAIT_S (a host callback that compiles
+        must not wait for the program that called it), and not once the session is cut."""
+        guard = self.guard
+        live_arrays = getattr(sys.modules.get("jax"), "live_arrays", None)
+        if guard is None or guard.done.is_set() or live_arrays is None:
+            return
+        me = threading.get_ident()
+        started = time.perf_counter()
+        guard.waiting.add(me)
+        try:
+            pending = [array for array in live_arrays() if not _ready(array)]
+            while pending and not guard.done.is_set() and time.perf_counter() - started < DISPATCH_WAIT_S:
+                time.sleep(DISPATCH_POLL_S)
+                pending = [array for array in pending if not _ready(array)]
+        except Exception:  # the probe must never break the notebook's compile
+            pass
+        finally:
+            guard.waiting.discard(me)
+            self.dispatch_wait_s += time.perf_counter() - started
 
     def _hook_compiling(self) -> None:
         compiler = sys.modules.get("jax._src.compiler")
@@ -181,6 +214,9 @@ class Programs:
 
         def compile_or_get_cached(*args: object, **kwargs: object) -> Any:
             executable = original(*args, **kwargs)
+            guard = recorder.guard
+            if guard is not None:
+                guard.compiled()
             if len(recorder.compiled) < MAX_COMPILED:
                 recorder.compiled.append(executable)
             else:
@@ -261,6 +297,7 @@ BUSY_SHARE = 0.15  # the cell's thread on the CPU at least this share of the las
 POLL_S = 0.01
 EARLY_POLL_S = 0.0025  # the first EARLY_FAST_S: a cell of small calls is cut within ~1,000 calls
 EARLY_FAST_S = 0.1
+FAST_AFTER_COMPILE_S = 0.1
 # The kernel-wide bound (issue 34): the rules above watch the cell's own thread, but the session records
 # every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
 # show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's resident
@@ -287,7 +324,7 @@ MEMORY_BUDGET_BYTES = 32 * 2**20
 # reused arrays reads alike (forecast_honest.md's loop holds 16-34 MB of arrays in the heap at its readings).
 EVENTS_RATE_BYTES_PER_S = 4 * 2**20
 HEAP_RATE_S = 0.02
-COMPILE_HEAP_EVERY = 5  # polls between readings of the heaps while JAX compiles (a walk of the heap, ~0.5 ms)
+HEAP_WATCH_S = 0.5
 MEMORY_JUMP_BYTES_PER_S = 1.5e9
 MEMORY_JUMP_MIN_BYTES = 16 * 2**20  # a poll's growth below this is never an array's jump
 # A kernel that grows by this much in one traced cell is cut whatever the growth looked like: jumps are a
@@ -411,30 +448,50 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
-        self.events_budget = self.memory_budget // 2  # the heaps growing at an event rate: see EVENTS_RATE_BYTES_PER_S
+        self.events_budget = self.memory_budget // 4  # the heaps growing at an event rate: see EVENTS_RATE_BYTES_PER_S
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
+        # Set by a compile's end (the probe's compile hook) and by finish(): the guard polls at once, not at its
+        # next poll, since the program just compiled runs right after and records at up to ~1 GB/s.
+        self.wake = threading.Event()
+        # (when, the heaps, the kernel's resident bytes) read by the compiling thread as a compile ended, before
+        # the program it made could run: the guard, polling later, would read the first events with them.
+        self.compile_end: tuple[float, int | None, int | None] | None = None
+        self.waiting: set[int] = set()  # threads waiting for dispatched programs before lowering: not compiling
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         if self.base is not None:  # no /proc: no guard (macOS, Windows)
             self.thread = threading.Thread(target=self._watch, name="nbscope-trace-guard", daemon=True)
             self.thread.start()
 
-    @staticmethod
-    def _poll_s(elapsed: float) -> float:
-        return EARLY_POLL_S if elapsed < EARLY_FAST_S else POLL_S if elapsed < MIN_TRACE_S else 2 * POLL_S
+    def _poll_s(self, clock: float, fast_until: float) -> float:
+        """The wait before the next poll: short at first, and from a compile's end, or while the cell's
+        thread waits for dispatched programs, for FAST_AFTER_COMPILE_S: the program just compiled runs then, and
+        its events can come at up to ~1 GB/s (the Kalman filter's ``jit(grad)``: 21 MB in one 21 ms poll)."""
+        elapsed = clock - self.started
+        if elapsed < EARLY_FAST_S or clock < fast_until or self.waiting:
+            return EARLY_POLL_S
+        return POLL_S if elapsed < MIN_TRACE_S else 2 * POLL_S
+
+    def compiled(self) -> None:
+        """A compile just ended (on the compiling thread, before its program runs): read the heaps and the
+        kernel's memory now, and poll now and often for a while."""
+        heap = _libc("mallinfo2")
+        self.compile_end = (time.perf_counter(), heap() if heap is not None else None, _rss())
+        self.wake.set()
 
     def _compiling(self) -> bool:
         """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
         then, and what it compiles runs after, so the session must not be cut."""
-        return _in_jax_compile(sys._current_frames().get(self.thread_id))
+        return self.thread_id not in self.waiting and _in_jax_compile(sys._current_frames().get(self.thread_id))
 
     def _compiling_anywhere(self) -> bool:
         """Any thread but the guard's is inside JAX's tracing, lowering or compiling (a worker thread
         compiles too): the kernel's growth then is the compiler's, not the session's."""
         own = threading.get_ident()
-        return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items() if ident != own)
+        return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items()
+                   if ident != own and ident not in self.waiting)
 
     def _watch(self) -> None:
         # The session's events are what is bounded: where the break can be read, the cell's own heap is judged
@@ -449,7 +506,6 @@ class _Guard:
         # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
         # the heap): read as a compile is first seen and once it is over.
         heap_base, heap_at_compile = whole_base, None
-        compile_high = compile_low = 0  # the heaps' highest reading in a compile, and the lowest since
         # The last two readings of the heaps' growth (time, bytes, the kernel's resident bytes), to tell events
         # being recorded from a level.
         heap_read: list[tuple[float, int, int]] = []
@@ -460,57 +516,82 @@ class _Guard:
         compiled: list[bool] = []  # whether each recent poll found the cell's thread compiling
         cpu: list[tuple[float, float | None]] = []
         polls = 0
-        while not self.done.wait(self._poll_s(time.perf_counter() - self.started)):
+        fast_until = 0.0  # polled every EARLY_POLL_S until then (a compile just ended)
+        heap_watch_until = 0.0  # the heaps read every HEAP_RATE_S until then (a compile just ended)
+        was_compiling = False
+        while True:
+            self.wake.wait(self._poll_s(time.perf_counter(), fast_until))
+            self.wake.clear()
+            if self.done.is_set():
+                return
             clock = time.perf_counter()
+            compile_end, self.compile_end = self.compile_end, None
+            if compile_end is not None:
+                fast_until = clock + FAST_AFTER_COMPILE_S
+                heap_watch_until = clock + HEAP_WATCH_S
             elapsed, interval, polled = clock - self.started, clock - polled, clock
             kernel = _rss() if read is not _rss else None
             now = read() if read is not None else None
             kernel = now if read is _rss else kernel
             if kernel is not None and kernel_last is not None and self.base is not None:
+                compiling = self._compiling_anywhere()
+                if compile_end is not None and compile_end[2] is not None:
+                    # What grew up to the compile's end is the compiler's; what grew after, its program's.
+                    kernel_last = compile_end[2]
+                    compiling = False
                 step, kernel_last = kernel - kernel_last, kernel
                 jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
-                compiling = self._compiling_anywhere()
-                kernel_steady += step if 0 < step <= jump and not compiling else 0
+                counted = step if 0 < step <= jump and not compiling else 0
+                kernel_steady += counted
+                # What one more poll at this poll's rate adds before a stop could begin: events are judged
+                # where the session will be by then (a flood of 500 MB/s adds 10 MB a poll, and the stop holds
+                # about five times what it stops).
+                ahead = counted
+                if was_compiling and not compiling:
+                    fast_until = clock + FAST_AFTER_COMPILE_S
+                was_compiling = compiling
                 if heap is not None and heap_base is not None and compiling != (heap_at_compile is not None):
                     if compiling:
                         heap_at_compile = heap()
-                        compile_high = compile_low = heap_at_compile
                     else:
-                        # What grew after the compiler freed its memory is not the compiler's: a program
-                        # dispatched before runs meanwhile and records events (the Kalman likelihood's eager
-                        # scan: 25 MB while the next operation compiled). It counts, at once.
-                        heap_end = heap()
-                        heap_base += min(heap_end, compile_low) - (heap_at_compile or 0)
+                        # What the heaps grew by while JAX traced, lowered and compiled stays (executables,
+                        # caches) and is not the session's. Programs dispatched earlier ran before the lowering
+                        # (Programs._wait_for_dispatched), so none recorded meanwhile; the reading is the
+                        # compiling thread's, taken before its program could run, where it has one.
+                        heap_end = compile_end[1] if compile_end is not None and compile_end[1] is not None else heap()
+                        heap_base += heap_end - (heap_at_compile or heap_end)
                         heap_at_compile = None
                         kernel_steady = max(kernel_steady, heap_end - heap_base)
                         heap_read = [(clock, heap_end - heap_base, kernel)]  # the next rate starts here
                         compiled_at = clock
-                elif compiling and heap is not None and heap_at_compile is not None and polls % COMPILE_HEAP_EVERY == 0:
-                    reading = heap()
-                    compile_high, compile_low = (reading, reading) if reading > compile_high else (
-                        compile_high, min(compile_low, reading))
                 kernel_grown = kernel - self.base
-                heap_due = kernel_steady > self.memory_budget
-                events_due = kernel_steady > self.events_budget and (
+                heap_due = kernel_steady + ahead > self.memory_budget
+                # After a compile the heaps are read whatever the kernel did: the program just compiled records
+                # its events first into the memory the compiler freed, which stays resident (the Kalman vmap:
+                # 40 MB of events while the kernel's memory did not move).
+                events_due = (kernel_steady + ahead > self.events_budget or clock < heap_watch_until) and (
                     not heap_read or clock - heap_read[-1][0] >= HEAP_RATE_S)
-                if (heap_due or events_due) and heap is not None and heap_base is not None:
+                if (heap_due or events_due) and not compiling and heap is not None and heap_base is not None:
                     # Where malloc's heaps can be read, they decide: the session's events are small blocks
                     # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
                     # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
                     whole_now = heap()
-                    heap_read = [*heap_read[-1:], (clock, whole_now - heap_base, kernel)]
+                    heap_read = [*heap_read[-2:], (clock, whole_now - heap_base, kernel)]
                     since_compile = heap_read[0][0] >= compiled_at >= 0
                     kernel_steady = whole_now - heap_base if heap_due or since_compile else kernel_steady
                 judged, limit = kernel_steady, self.memory_budget
-                if len(heap_read) == 2 and heap_read[0][0] >= compiled_at >= 0:
-                    (t0, heap0, kernel0), (t1, heap1, kernel1) = heap_read
-                    if min(heap1 - heap0, kernel1 - kernel0) >= EVENTS_RATE_BYTES_PER_S * (t1 - t0):
-                        # Since a compile's end (the compiler's memory just freed: a clean start) the heaps and
-                        # the kernel kept growing: the events of the program just compiled, which the stop
-                        # multiplies (5-8x). Without a compile a heap swinging with reused arrays reads alike
-                        # (tests/files/forecast_honest.md's loop of 16 MB arrays), so the budget stays.
-                        judged, limit = max(kernel_steady, heap1), self.events_budget
-                if judged > limit or kernel_grown > MEMORY_TOTAL_BYTES:
+                heap_rises = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)
+                         if earlier[0] >= compiled_at >= 0
+                         and later[1] - earlier[1] >= EVENTS_RATE_BYTES_PER_S * (later[0] - earlier[0])]
+                if len(heap_rises) >= 2 and not compiling:
+                    # Since a compile's end (the compiler's memory just freed: a clean start) the heaps kept
+                    # growing, at two readings in a row: the events of the program just compiled, which the stop
+                    # multiplies (~5x). One rise is as likely a result in the heap (the 8 MB of a 1000x1000
+                    # float64 matmul); without a compile a heap swinging with reused arrays reads alike
+                    # (tests/files/forecast_honest.md's loop of 16 MB arrays), so the budget stays.
+                    judged, limit = max(kernel_steady, heap_read[-1][1]), self.events_budget
+                    ahead = max(ahead, heap_rises[-1])
+                if judged + ahead > limit or kernel_grown > MEMORY_TOTAL_BYTES:
                     self._cut(elapsed, max(judged, 0), "memory budget", kernel_grown)
                     return
             if now is None or base is None:
@@ -585,10 +666,22 @@ class _Guard:
         with self.lock:
             if not self.done.is_set():
                 self.done.set()
+                self.wake.set()
                 return self._stop_and_write()
         if self.error is not None:
             raise self.error
         return self.written or _write_to(self.path, b"")
+
+
+DISPATCH_WAIT_S = 2.0
+DISPATCH_POLL_S = 0.001
+
+
+def _ready(array: Any) -> bool:
+    try:
+        return bool(array.is_ready())
+    except Exception:  # deleted or donated meanwhile: nothing to wait for
+        return True
 
 
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
