@@ -101,10 +101,9 @@ def run_worker(
             }
         result["exit_code"] = process.returncode
         result["wall_s"] = wall
-        # The worker's own VmHWM where it said: wait4's ru_maxrss keeps, across the worker's execve, what this
-        # process held when it started it.
-        own_peak = result.get("self_peak_rss_bytes")
-        result["peak_rss_bytes"] = own_peak if isinstance(own_peak, int) else usage.ru_maxrss * 1024  # KiB on Linux
+        # The worker's own VmHWM where it said (its result's peak_rss_bytes); else wait4's ru_maxrss (KiB on Linux),
+        # which keeps, across the worker's execve, what this process held when it started it.
+        result.setdefault("peak_rss_bytes", usage.ru_maxrss * 1024)
         result["cpu_s"] = usage.ru_utime + usage.ru_stime
         if busy_before is not None and busy_after is not None and wall > 0:
             # CPU time the whole machine spent that this worker did not: other processes (and a VM's

@@ -61,7 +61,7 @@ def run_group(group: str, dtype: str, size: str, overrides: dict[str, Any] | Non
     result["reference_s"] = [float(f"{v:.6g}") for v in ctx.reference_s]
     result["import_s"] = imports
     result["worker_s"] = time.perf_counter() - started
-    result["self_peak_rss_bytes"] = _own_peak_bytes()
+    result["self_peak_rss_bytes"] = result["peak_rss_bytes"] = _own_peak_bytes()
     return result
 
 

@@ -185,8 +185,10 @@ class Programs:
         time), the guard counts them as they come. At most DISPATCH_WAIT_S (a host callback that compiles
         must not wait for the program that called it), and not once the session is cut."""
         guard = self.guard
-        live_arrays = getattr(sys.modules.get("jax"), "live_arrays", None)
-        if guard is None or guard.done.is_set() or live_arrays is None:
+        if guard is None or guard.done.is_set():
+            return
+        live_arrays = getattr(sys.modules["jax"], "live_arrays", None)  # JAX is lowering: it is imported
+        if live_arrays is None:
             return
         me = threading.get_ident()
         started = time.perf_counter()
@@ -317,11 +319,13 @@ FAST_AFTER_COMPILE_S = 0.1
 # filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 32 * 2**20
-# Half the budget when, since a compile's end, the heaps and the kernel keep growing at this rate or more
-# between two readings (HEAP_RATE_S apart at least): the program just compiled recording events, whose stop
-# peaks at 4-8 times what they hold (benchmarks/lectures/kalman_x64.md: 25-100 MB/s of events; 32 MiB of growth
-# counted meant +209 to +343 MB at the stop). Only since a compile's end: elsewhere a heap swinging with
-# reused arrays reads alike (forecast_honest.md's loop holds 16-34 MB of arrays in the heap at its readings).
+# A quarter of the budget when, since a compile's end, the heaps rose at this rate or more at two readings in
+# a row (HEAP_RATE_S apart at least; the first taken by the compiling thread as the compile ended): the program
+# just compiled recording events, whose stop peaks at about 5 times what they hold (benchmarks/lectures/
+# kalman_x64.md: up to ~1 GB/s of events right after a compile, first into the memory the compiler freed, where
+# the kernel's resident size does not show them). The heaps are read every HEAP_RATE_S for HEAP_WATCH_S after
+# each compile. One rise is as likely a result in the heap (a 1000x1000 float64 matmul's 8 MB); without a
+# compile a heap swinging with reused arrays reads alike (forecast_honest.md's loop of 16 MB arrays).
 EVENTS_RATE_BYTES_PER_S = 4 * 2**20
 HEAP_RATE_S = 0.02
 HEAP_WATCH_S = 0.5
@@ -448,7 +452,7 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
-        self.events_budget = self.memory_budget // 4  # the heaps growing at an event rate: see EVENTS_RATE_BYTES_PER_S
+        self.events_budget = self.memory_budget // 4  # the heaps rising after a compile: see EVENTS_RATE_BYTES_PER_S
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -577,8 +581,13 @@ class _Guard:
                     # kernel by 200 MB at the speed it computes, no jump). Read only when the kernel grew.
                     whole_now = heap()
                     heap_read = [*heap_read[-2:], (clock, whole_now - heap_base, kernel)]
-                    since_compile = heap_read[0][0] >= compiled_at >= 0
-                    kernel_steady = whole_now - heap_base if heap_due or since_compile else kernel_steady
+                    since_compile = len(heap_read) >= 2 and heap_read[-2][0] >= compiled_at >= 0
+                    if heap_due or since_compile:
+                        kernel_steady = whole_now - heap_base
+                        # Judged ahead by the heaps' own last rise, not the kernel's step: a result written into
+                        # a mapping of its own grows the kernel, not the heaps (jax_intro's eager f over 50 M
+                        # values: 10 MB a 2.5 ms poll, which cut it before its cos ran).
+                        ahead = max(0, heap_read[-1][1] - heap_read[-2][1]) if len(heap_read) >= 2 else 0
                 judged, limit = kernel_steady, self.memory_budget
                 heap_rises = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)
                          if earlier[0] >= compiled_at >= 0
@@ -677,9 +686,10 @@ DISPATCH_WAIT_S = 2.0
 DISPATCH_POLL_S = 0.001
 
 
-def _ready(array: Any) -> bool:
+def _ready(array: object) -> bool:
     try:
-        return bool(array.is_ready())
+        is_ready = getattr(array, "is_ready", None)
+        return is_ready is None or bool(is_ready())
     except Exception:  # deleted or donated meanwhile: nothing to wait for
         return True
 
