@@ -207,3 +207,28 @@ def test_time_after_the_cut_beyond_what_the_extrapolated_calls_took_stays_jax_ti
     assert after.figures.cpu_s >= unexplained - 1e-9
     assert cell.cpu.host_s <= window["traced_s"]
     assert result.notebook["t4"].unbounded == (LOOP,)
+
+
+def test_time_waited_for_an_earlier_cells_programs_is_jax_time_in_a_jax_cell_and_nbscopes_in_a_plain_one() -> None:
+    """As a cell starts, the probe waits for programs an earlier cell dispatched that still run (their events
+    would flood its session) and records it as ``in_flight_wait_s``, within the cell's wall. In a cell whose code
+    uses JAX that is JAX time no trace saw: unattributed, named as an earlier cell's programs, never host work.
+    A cell whose code cannot use their results would have run beside them: the wait is nbscope's, left out."""
+    record = edited(load_record("cpu_forecast_cut"))
+    cells = _cells(record)
+    before = forecast(load_record("cpu_forecast_cut"), "t4")
+    waited = 1.0
+    for index in (0, PLAIN):
+        cells[index]["wall_s"] += waited
+        cells[index]["collection"] = {"in_flight_wait_s": waited}
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    jax_cell, plain = result.cell(0), result.cell(PLAIN)
+    was_jax, was_plain = before.cell(0), before.cell(PLAIN)
+    assert jax_cell is not None and plain is not None and was_jax is not None and was_plain is not None
+    assert jax_cell.cpu.wall_s == pytest.approx(was_jax.cpu.wall_s + waited)
+    assert jax_cell.cpu.host_s <= was_jax.cpu.host_s + 1e-9  # none of the wait is host work
+    (ran_on,) = [t for t in jax_cell.gpu["t4"].terms if t.kind == "unattributed"]
+    assert ran_on.figures.cpu_s >= waited and "an earlier cell dispatched" in ran_on.words
+    assert ran_on.high_s is None  # a second of an unknown program: its GPU time is not known
+    assert plain.cpu.wall_s == pytest.approx(was_plain.cpu.wall_s)
+    assert plain.gpu["t4"].verdict == "unchanged"

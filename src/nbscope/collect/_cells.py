@@ -93,7 +93,9 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     stopped on a thread of its own while the cell ran on: ``cut_stop_s`` records it, but it is no part of
     ``collection_s``, which the cell's figures leave out, nor is ``dispatch_wait_s`` (the cell's thread waiting,
     before it lowered a program, for programs dispatched earlier to finish: their run time, spent while the
-    session recorded and not overlapped with the compile after it), nor ``compile_read_s`` (the guard's memory
+    session recorded and not overlapped with the compile after it), nor ``in_flight_wait_s`` (waiting as the
+    cell started, before its session, for programs an earlier cell dispatched: their run time, in the cell's
+    time, which no trace of the cell saw), nor ``compile_read_s`` (the guard's memory
     readings as each compile ended, within the cell's compile figure); ``lowering_jax_s``, the JAX trace and lower time
     nbscope's own lowering for CUDA triggered, is within ``lowering_s`` (and never in the cell's compile)."""
     measured = {"session_stop_s": probe_programs.trace_stop_s, "lowering_s": probe_programs.gpu_lowering_s,
@@ -103,6 +105,7 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     apart = {"cut_stop_s": window.stop_s if window is not None else None,
              "lowering_jax_s": number(probe_programs.gpu_lowering_jax_s),
              "dispatch_wait_s": number(probe_programs.dispatch_wait_s),
+             "in_flight_wait_s": number(probe_programs.in_flight_wait_s),
              "compile_read_s": number(probe_programs.compile_read_s)}
     collection = {**parts, **{name: seconds for name, seconds in apart.items() if seconds is not None}}
     return {"collection_s": sum(parts.values()), "collection": collection}

@@ -175,6 +175,13 @@ class Cell:
         return _fields.without_collection(self.wall_s, self.collection_s)
 
     @property
+    def in_flight_wait_s(self) -> float:
+        """Seconds the cell waited as it started, before its session, for programs an earlier cell dispatched
+        (``collection.in_flight_wait_s``, --forecast): JAX time within its wall that no trace of it saw."""
+        collection = self.collection or {}
+        return collection["in_flight_wait_s"] if "in_flight_wait_s" in collection else 0.0
+
+    @property
     def ran(self) -> bool:
         """It came to an end, cleanly or not (``schema.status.RAN``): not interrupted, skipped or left unrun."""
         return self.status in RAN

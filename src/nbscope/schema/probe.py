@@ -68,6 +68,9 @@ class ProbePrograms:
     # waiting, while the session recorded, for dispatched programs before lowering the next (the programs' own
     # run time, which would otherwise have overlapped that compile)
     dispatch_wait_s: Measured
+    # waiting as the cell started, before its session, for programs an earlier cell dispatched that ran on (their
+    # run time, counted in the cell's time; no trace of the cell saw them)
+    in_flight_wait_s: Measured
     compile_read_s: Measured  # the guard's memory readings at each compile's end, within JAX's compile timing
     programs: str | None  # the HLO of the programs compiled in the cell
     programs_error: str | None

@@ -78,6 +78,7 @@ class _Cell:
     unseen: bool = False  # the trace was cut before any program of the cell was seen: JAX or host, unknown
     jax_work: bool = False  # the cell ran JAX work (what ran says so, or its code may and nothing says not)
     after_cut_s: float = 0.0  # of ``unattributed_s``: time after a cut that no measured call rate accounts for
+    ran_on_s: float = 0.0  # of ``unattributed_s``: programs an earlier cell dispatched, waited for as this one started
     copies_s: float = 0.0  # host↔device copies on this CPU (the forecast's transfer term replaces them)
 
 
@@ -393,6 +394,10 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     # A cell that raised, died, timed out or was interrupted is not forecast (:func:`not_forecast`).
     if wall is None or cell.status in ("not-run", "skipped", *FAILURE_WORDS):
         return None
+    if not code_may_run_jax:
+        # The probe waited, as the cell started, for programs an earlier cell dispatched; a cell whose code
+        # cannot use their results would have run beside them: that wait is nbscope's, not the cell's.
+        wall = max(0.0, wall - cell.in_flight_wait_s)
     compile_s = min(cell.jax.compile_s if cell.jax is not None else 0.0, wall)  # JAX's; Numba's is host work here
     data = cell.programs
     rest = max(0.0, wall - compile_s)
@@ -408,6 +413,10 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     copies = (transfers.cpu_s or 0.0) if transfers is not None else 0.0  # replaced by the forecast's own transfer term
     copies = min(copies, max(0.0, rest - busy))
     unattributed = min(unattributed, max(0.0, rest - busy - copies))
+    # Programs an earlier cell dispatched ran on into this one; the probe waited for them before the cell's
+    # session started (``in_flight_wait_s``, in the cell's time): JAX time that no trace of this cell saw.
+    ran_on = min(cell.in_flight_wait_s if code_may_run_jax else 0.0, max(0.0, rest - busy - copies - unattributed))
+    unattributed += ran_on
     window = data.window if data is not None and data.window is not None and data.window.cut else None
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
@@ -439,7 +448,7 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         host = known
     return _Cell(cell=cell, wall=wall, compile_s=compile_s, host_s=host, executions=executions,
                  unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut,
-                 copies_s=copies)
+                 copies_s=copies, ran_on_s=ran_on)
 
 
 def not_forecast(cell: Cell) -> NotForecast | None:
@@ -553,10 +562,12 @@ def _cell_forecast(cell: _Cell, run: NotebookRun, device: Device, table: DeviceT
                           figures=CompileFigures(cell.compile_s, ratio.basis)))
     if cell.unattributed_s > 0:
         # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
-        small = cell.unattributed_s < (SMALL_UNATTRIBUTED_S if cell.after_cut_s > 0
+        small = cell.unattributed_s < (SMALL_UNATTRIBUTED_S if cell.after_cut_s > 0 or cell.ran_on_s > 0
                                        else max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall))
         what = ("time a trace cut short did not attribute, a JAX program's or host work" if cell.unseen
-                else "JAX time after the trace's cut, not attributed to a program" if cell.after_cut_s > 0
+                else "JAX time after the trace's cut, not attributed to a program" if cell.after_cut_s > cell.ran_on_s
+                else ("JAX time of programs an earlier cell dispatched, which ran on into this one (block on their "
+                      "results at that cell's end to see them there)") if cell.ran_on_s > 0
                 else "JAX time the trace did not attribute to a program")
         seconds = units.seconds(cell.unattributed_s)
         terms.append(Term(

@@ -255,9 +255,12 @@ class Probe:
             # started JAX's backends, where the programs' own session (which starts none) still records.
             self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None,
                                 compile_clock=self._compile_seconds)
-        self.cell_start_unix = _time()
+        # Programs an earlier cell dispatched, waited for before the session started, are the cell's time: the
+        # cell would have waited for them itself where it used their results.
+        waited = self.programs.start_wait_s if self.programs is not None else 0.0
+        self.cell_start_unix = _time() - waited
         self.sched_before = _thread_sched()
-        self.cell_start = _perf_counter()
+        self.cell_start = _perf_counter() - waited
 
     def _compile_seconds(self) -> float:
         """JAX's trace, lower and backend compile seconds in the cell so far (what the cell model calls compile)."""

@@ -71,18 +71,23 @@ class Programs:
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
         self.dispatch_wait_s = 0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
+        self.start_wait_s = 0.0  # waiting as the cell started, before its session, for an earlier cell's (_wait_in_flight)
 
     def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
         (read when the session is cut: calls do not run while JAX compiles)."""
         self.session, self.skipped, self.shared = None, None, shared
         self.lowered = []
-        self.dispatch_wait_s = 0.0
+        self.dispatch_wait_s = self.start_wait_s = 0.0
         self.compiled, self.compiled_over = [], 0
         if sys.modules.get("jax") is not None and not self.hooked:
             self._hook_lowering()
         self.watching = self.compile_hooked
         if shared or sys.modules.get("jax") is None:
+            return
+        if not self._wait_in_flight():
+            self.skipped = (f"no trace: programs an earlier cell dispatched still ran after {IN_FLIGHT_WAIT_S:.0f} s "
+                            "(their events would have filled the session)")
             return
         try:
             self.session = _session(hlo_protos=False)
@@ -123,6 +128,8 @@ class Programs:
         result["trace_stop_s"] = time.perf_counter() - started
         if self.dispatch_wait_s:
             result["dispatch_wait_s"] = self.dispatch_wait_s
+        if self.start_wait_s:
+            result["in_flight_wait_s"] = self.start_wait_s
         if guard is not None and guard.compile_read_s:
             result["compile_read_s"] = guard.compile_read_s
         executables, self.compiled = self.compiled, []
@@ -205,6 +212,27 @@ class Programs:
         finally:
             guard.waiting.discard(me)
             self.dispatch_wait_s += time.perf_counter() - started
+
+    def _wait_in_flight(self) -> bool:
+        """Before the cell's session starts, let programs an earlier cell dispatched finish: JAX returns from a
+        call before its program ends, and a session started meanwhile records that program's events, which come
+        faster than any poll can cut them (QuantEcon's ar1_bayes: ``mcmc.run`` returns while its NUTS loop
+        runs on; the next cell's session held 9 to 23 MB of its events at the guard's first poll, 17 to 40 ms
+        in, and peaked 150 to 230 MB over the same cell without --forecast as they were stopped). The cell would
+        wait for them anyway where it uses their results: the wait is counted in its time (the probe starts the
+        cell's clock before it) and recorded as ``in_flight_wait_s``. False when they still run after
+        IN_FLIGHT_WAIT_S: the cell then has no trace, and says why."""
+        pending = _in_flight()
+        if not pending:
+            return True
+        started = time.perf_counter()
+        try:
+            while pending and time.perf_counter() - started < IN_FLIGHT_WAIT_S:
+                time.sleep(DISPATCH_POLL_S)
+                pending = [array for array in pending if not _ready(array)]
+        finally:
+            self.start_wait_s = time.perf_counter() - started
+        return not pending
 
     def _hook_compiling(self) -> None:
         compiler = sys.modules.get("jax._src.compiler")
@@ -690,6 +718,23 @@ class _Guard:
 
 DISPATCH_WAIT_S = 2.0
 DISPATCH_POLL_S = 0.001
+# At a cell's start nothing of the notebook's runs yet, so the wait for programs still running can be longer;
+# it is bounded all the same (a program may run for minutes while the notebook goes on with other work).
+IN_FLIGHT_WAIT_S = 10.0
+IN_FLIGHT_CHECKED = 2000  # the newest live arrays looked at as a cell starts (JAX lists the newest first)
+
+
+def _in_flight() -> list[Any]:
+    """The newest arrays whose programs still run; none before JAX's backends are up (listing arrays would
+    start them, and a notebook may still choose its platform)."""
+    try:
+        jax = sys.modules["jax"]  # a cell's session starts only once the notebook imported it
+        bridge = getattr(getattr(jax, "_src", None), "xla_bridge", None)
+        if not getattr(bridge, "_backends", None):
+            return []
+        return [array for array in jax.live_arrays()[:IN_FLIGHT_CHECKED] if not _ready(array)]
+    except Exception:  # the probe must never break the notebook's cell
+        return []
 
 
 def _ready(array: object) -> bool:
