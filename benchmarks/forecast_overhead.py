@@ -20,6 +20,8 @@ weighs on both sides alike. Per notebook it prints:
   kernel (reading traces and HLO, XLA's cost analysis, importing JAX once);
 * **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
   program data minus the same cell's without;
+* **the run's peak**: the highest cell's peak, with and without program data, per pair (where waits move an
+  earlier cell's asynchronous work into the cell that dispatched it, per-cell peaks move with it);
 * **peak memory per cell**: the kernel's peak (VmHWM, reset at each cell's start) without and with program
   data, the difference, its growth over the cell's start with minus without (the issue's bound: at most
   200 MB), whether each cell finished in every run, why its trace was cut when it was, and the growth with
@@ -112,6 +114,12 @@ def _peak(cell: dict[str, Any]) -> int | None:
     """The kernel's peak resident memory in the cell (VmHWM, reset at its start where Linux allows)."""
     peak = (cell.get("rss") or {}).get("peak_bytes")
     return peak if isinstance(peak, int) else None
+
+
+def _run_peak(run: dict[str, Any]) -> int | None:
+    """The kernel's peak over the whole run: the highest of its cells' peaks."""
+    peaks = [peak for peak in map(_peak, run["record"]["measurements"]["cells"]) if peak is not None]
+    return max(peaks) if peaks else None
 
 
 def _megabytes(value: float | None, *, sign: bool = False) -> str:
@@ -231,7 +239,12 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
                        "peak_on_bytes": peak_on[index], "growth_off_bytes": grow_off[index],
                        "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons,
                        "added_each_pair_bytes": each_pair})
+    # The run's peak, the highest of its cells': where --forecast's waits moved an earlier cell's asynchronous
+    # work into the cell that dispatched it (docs/forecast.md), that cell's peak rises by what the run without
+    # allocated in a later cell, and the later cell's falls; the kernel's own peak compares like for like.
+    run_peaks = [(_run_peak(off_run), _run_peak(on_run)) for off_run, on_run in zip(runs[False], runs[True], strict=False)]
     return {"notebook": str(notebook), "repeats": repeats, "control": control, "cells_off_s": sum_off, "cells_on_s": sum_on,
+            "run_peak_each_pair_bytes": run_peaks,
             "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
             "cells_ratio_interval": _interval(pairs["wall"]),
             "longest_cell_ratio": _median(pairs["longest_cell"]), "longest_cell_pair_ratios": pairs["longest_cell"] or None,
@@ -293,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
                   f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else "")
                   + "; each pair " + ", ".join(_megabytes(added, sign=True) for added in row["added_each_pair_bytes"]))
+        print(f"{name}: the run's peak (its highest cell's), each pair: " + ", ".join(
+            f"{_megabytes(off)} off, {_megabytes(on)} on "
+            f"({_megabytes(on - off if on is not None and off is not None else None, sign=True)})"
+            for off, on in figures["run_peak_each_pair_bytes"]))
         for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
                            ("kernel CPU", "kernel_cpu_pair_ratios")):
             if figures[key]:

@@ -72,6 +72,7 @@ class Programs:
         self.watching = False  # the compile hook was in place when the cell started
         self.dispatch_wait_s = 0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
         self.start_wait_s = 0.0  # waiting as the cell started, before its session, for an earlier cell's (_wait_in_flight)
+        self.heavy = False  # the last cell's session recorded heavily: it was cut, or its stop took HEAVY_STOP_S
 
     def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
@@ -85,7 +86,10 @@ class Programs:
         self.watching = self.compile_hooked
         if shared or sys.modules.get("jax") is None:
             return
-        if not self._wait_in_flight():
+        # Programs the last cell dispatched may run on into this one; where its session recorded heavily, they
+        # are waited for before this session starts (see _wait_in_flight).
+        pending = _in_flight()
+        if pending and (self.heavy or _flooding()) and not self._wait_in_flight(pending):
             self.skipped = (f"no trace: programs an earlier cell dispatched still ran after {IN_FLIGHT_WAIT_S:.0f} s "
                             "(their events would have filled the session)")
             return
@@ -126,6 +130,7 @@ class Programs:
         elif not self.shared:
             result["trace_error"] = "no trace: the notebook had not imported jax when the cell started"
         result["trace_stop_s"] = time.perf_counter() - started
+        self.heavy = guard is not None and (guard.cut_after is not None or result["trace_stop_s"] >= HEAVY_STOP_S)
         if self.dispatch_wait_s:
             result["dispatch_wait_s"] = self.dispatch_wait_s
         if self.start_wait_s:
@@ -192,7 +197,11 @@ class Programs:
         ``jnp.sum`` after it), and the guard, which must leave a compile's own growth out, cannot count them
         in time. Waited for here, outside JAX's trace, lower and compile timings (it is the programs' run
         time), the guard counts them as they come. At most DISPATCH_WAIT_S (a host callback that compiles
-        must not wait for the program that called it), and not once the session is cut."""
+        must not wait for the program that called it), not once the session is cut, and only while the
+        programs record events fast (the heaps rise at DISPATCH_EVENTS_BYTES_PER_S or more over
+        DISPATCH_PROBE_S): waiting for programs that record few changes when the notebook's arrays are
+        written and freed (jax_intro's eager ``f`` over 50 M values, each operation's 400 MB result: waited
+        for, the cell peaked 200 to 400 MB higher than without --forecast)."""
         guard = self.guard
         if guard is None or guard.done.is_set():
             return
@@ -204,6 +213,8 @@ class Programs:
         guard.waiting.add(me)
         try:
             pending = [array for array in live_arrays() if not _ready(array)]
+            if pending and not _recording_fast(pending):
+                return
             while pending and not guard.done.is_set() and time.perf_counter() - started < DISPATCH_WAIT_S:
                 time.sleep(DISPATCH_POLL_S)
                 pending = [array for array in pending if not _ready(array)]
@@ -213,18 +224,19 @@ class Programs:
             guard.waiting.discard(me)
             self.dispatch_wait_s += time.perf_counter() - started
 
-    def _wait_in_flight(self) -> bool:
-        """Before the cell's session starts, let programs an earlier cell dispatched finish: JAX returns from a
-        call before its program ends, and a session started meanwhile records that program's events, which come
-        faster than any poll can cut them (QuantEcon's ar1_bayes: ``mcmc.run`` returns while its NUTS loop
-        runs on; the next cell's session held 9 to 23 MB of its events at the guard's first poll, 17 to 40 ms
-        in, and peaked 150 to 230 MB over the same cell without --forecast as they were stopped). The cell would
-        wait for them anyway where it uses their results: the wait is counted in its time (the probe starts the
-        cell's clock before it) and recorded as ``in_flight_wait_s``. False when they still run after
+    def _wait_in_flight(self, pending: list[Any]) -> bool:
+        """Before the cell's session starts, let programs an earlier cell dispatched finish, when the last
+        cell's session recorded heavily (it was cut, or stopping it took HEAVY_STOP_S): JAX returns from a call
+        before its program ends, and a session started meanwhile records that program's events, which come
+        faster than any poll can cut them (QuantEcon's ar1_bayes: ``mcmc.run`` returns while its NUTS loop runs
+        on; the next cell's session held 9 to 23 MB of its events at the guard's first poll, 17 to 40 ms in, and
+        peaked 150 to 230 MB over the same cell without --forecast as they were stopped; a session started and
+        stopped at once to look took 0.7 to 0.9 s to stop, and as much memory). Programs that record few are
+        not waited for: waiting changes when the notebook's arrays are written and freed (jax_intro's
+        ``jnp.cos`` after a ``jnp.linspace`` of 400 MB then peaked 400 MB higher than without --forecast). The
+        cell would wait for them anyway where it uses their results: the wait is counted in its time (the probe
+        starts the cell's clock before it) and recorded as ``in_flight_wait_s``. False when they still run after
         IN_FLIGHT_WAIT_S: the cell then has no trace, and says why."""
-        pending = _in_flight()
-        if not pending:
-            return True
         started = time.perf_counter()
         try:
             while pending and time.perf_counter() - started < IN_FLIGHT_WAIT_S:
@@ -338,8 +350,11 @@ FAST_AFTER_COMPILE_S = 0.1
 # what its events hold (measured, jax 0.10.2: a scan with LAPACK calls in its body, 172 MiB of events, a stop
 # peaking 854 MiB over the cell's start; 882 MiB, 4.4 GB), and the growth counted here falls short of the
 # events on such scans (a Kalman filter's cells cut at 32 MiB counted still added +246 to +419 MB; +44 to
-# +191 MB at 8 MiB). The default stays 32 MiB: 8 MiB also cut tests/files/forecast_honest.md's 50 calls of a
-# loop and undercounted them (450 iterations of 1,000). What the
+# +191 MB at 8 MiB). The default is 16 MiB (2026-12-06): at 32 MiB, cuts on real lectures held 28–38 MB of
+# heap and their stops peaked 4.7–7.8 times that over the cell's start (QuantEcon aiyagari: +160 to +220 MB;
+# bayes_nonconj's NUTS: +244 MB, +201 over the cell without). 8 MiB also cut tests/files/forecast_honest.md's
+# 50 calls of a loop and undercounted them (450 iterations of 1,000): a smaller budget costs loop counts
+# observed, which a longer trace or a budget passed in gives back. What the
 # notebook itself allocates counts too unless it comes as a jump (a poll's growth faster than
 # MEMORY_JUMP_BYTES_PER_S: an array's pages written at memory speed, not events recorded call by call) or
 # while a thread is inside JAX's tracing, lowering or compiling (XLA grows the kernel by ~100 MB compiling
@@ -348,8 +363,8 @@ FAST_AFTER_COMPILE_S = 0.1
 # since the start (less what grew while JAX compiled) stands for it instead, so a cell whose results fill memory keeps its trace; a cell
 # filling malloc's heap itself (small arrays, Python objects) is cut early: that costs forecast precision (its counts are extrapolated,
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
-MEMORY_BUDGET_BYTES = 32 * 2**20
-# A quarter of the budget when, since a compile's end, the heaps rose at this rate or more at two readings in
+MEMORY_BUDGET_BYTES = 16 * 2**20
+# Half the budget (8 MiB by default) when, since a compile's end, the heaps rose at this rate or more at two readings in
 # a row (HEAP_RATE_S apart at least; the first taken by the compiling thread as the compile ended): the program
 # just compiled recording events, whose stop peaks at about 5 times what they hold (benchmarks/lectures/
 # kalman_x64.md: up to ~1 GB/s of events right after a compile, first into the memory the compiler freed, where
@@ -482,7 +497,7 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
-        self.events_budget = self.memory_budget // 4  # the heaps rising after a compile: see EVENTS_RATE_BYTES_PER_S
+        self.events_budget = max(1, self.memory_budget // 2)  # the heaps rising after a compile: see EVENTS_RATE_BYTES_PER_S
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -541,6 +556,7 @@ class _Guard:
         whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
         whole_now = whole_base
         kernel_last, kernel_grown, kernel_steady = self.base, 0, 0  # the kernel-wide bound's readings
+        counted_before = 0  # the previous poll's growth counted
         # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
         # the heap): read as a compile is first seen and once it is over.
         heap_base, heap_at_compile = whole_base, None
@@ -583,8 +599,11 @@ class _Guard:
                 kernel_steady += counted
                 # What one more poll at this poll's rate adds before a stop could begin: events are judged
                 # where the session will be by then (a flood of 500 MB/s adds 10 MB a poll, and the stop holds
-                # about five times what it stops).
-                ahead = counted
+                # about five times what it stops). Only growth that goes on: one poll's step alone is as likely a
+                # result written (forecast_matmul.md's 8 MB product, judged twice over, cut at a 16 MiB budget
+                # before the program's event came).
+                ahead = counted if counted_before > 0 else 0
+                counted_before = counted
                 if was_compiling and not compiling:
                     fast_until = clock + FAST_AFTER_COMPILE_S
                 was_compiling = compiling
@@ -620,8 +639,10 @@ class _Guard:
                         kernel_steady = whole_now - heap_base
                         # Judged ahead by the heaps' own last rise, not the kernel's step: a result written into
                         # a mapping of its own grows the kernel, not the heaps (jax_intro's eager f over 50 M
-                        # values: 10 MB a 2.5 ms poll, which cut it before its cos ran).
-                        ahead = max(0, heap_read[-1][1] - heap_read[-2][1]) if len(heap_read) >= 2 else 0
+                        # values: 10 MB a 2.5 ms poll, which cut it before its cos ran), and only when they rose
+                        # at the reading before too (one rise alone: forecast_matmul.md's 8 MB product).
+                        rises_now = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)]
+                        ahead = max(0, rises_now[-1]) if len(rises_now) >= 2 and rises_now[-2] > 0 else 0
                 judged, limit = kernel_steady, self.memory_budget
                 heap_rises = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)
                          if earlier[0] >= compiled_at >= 0
@@ -718,10 +739,45 @@ class _Guard:
 
 DISPATCH_WAIT_S = 2.0
 DISPATCH_POLL_S = 0.001
+# Waited for only when the programs in flight grow the heaps this fast (their events; the Kalman eager scan:
+# 25-500 MB/s), read over DISPATCH_PROBE_S: a result is a mmapped block apart, which the heaps do not show.
+DISPATCH_PROBE_S = 0.002
+DISPATCH_EVENTS_BYTES_PER_S = 16 * 2**20
 # At a cell's start nothing of the notebook's runs yet, so the wait for programs still running can be longer;
 # it is bounded all the same (a program may run for minutes while the notebook goes on with other work).
 IN_FLIGHT_WAIT_S = 10.0
+HEAVY_STOP_S = 0.1  # a cell's session whose stop took this long recorded heavily (~2,000 calls' events)
+IN_FLIGHT_PROBE_S = 0.002
+IN_FLIGHT_PROBE_BYTES_PER_S = 4 * 2**20
 IN_FLIGHT_CHECKED = 2000  # the newest live arrays looked at as a cell starts (JAX lists the newest first)
+
+
+def _flooding() -> bool:
+    """Whether programs running now record events fast: a session held for IN_FLIGHT_PROBE_S, then stopped,
+    came to IN_FLIGHT_PROBE_BYTES_PER_S or more once serialised (a loop whose body calls LAPACK: ~100 MB/s;
+    ``jnp.linspace`` over 50 M values: next to nothing). Stopping costs about ten times as long as the session
+    recorded such a flood, so the look is short. Taken to flood where no session can be made."""
+    try:
+        session = _session(hlo_protos=False)
+        started = time.perf_counter()
+        time.sleep(IN_FLIGHT_PROBE_S)
+        held = time.perf_counter() - started
+        return len(session.stop()) / held >= IN_FLIGHT_PROBE_BYTES_PER_S
+    except Exception:  # the notebook runs its own jax.profiler trace: then no session of the cell's either
+        return True
+
+
+def _recording_fast(pending: list[Any]) -> bool:
+    """Whether programs still running record events fast into the session: the heaps read DISPATCH_PROBE_S
+    apart rise at DISPATCH_EVENTS_BYTES_PER_S or more (the Kalman eager scan: 25-500 MB/s). Where the heaps
+    cannot be read, they are taken to."""
+    heap = _libc("mallinfo2")
+    if heap is None:
+        return True
+    started, before = time.perf_counter(), heap()
+    time.sleep(DISPATCH_PROBE_S)
+    rate = (heap() - before) / max(time.perf_counter() - started, DISPATCH_PROBE_S)
+    return rate >= DISPATCH_EVENTS_BYTES_PER_S and any(not _ready(array) for array in pending)
 
 
 def _in_flight() -> list[Any]:
