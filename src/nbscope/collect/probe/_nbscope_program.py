@@ -556,7 +556,6 @@ class _Guard:
         whole, whole_base = (heap, heap()) if heap is not None else (_rss, self.base)
         whole_now = whole_base
         kernel_last, kernel_grown, kernel_steady = self.base, 0, 0  # the kernel-wide bound's readings
-        counted_before = 0  # the previous poll's growth counted
         # The heaps' growth the bound judges leaves out what grew while JAX compiled (executables stay in
         # the heap): read as a compile is first seen and once it is over.
         heap_base, heap_at_compile = whole_base, None
@@ -599,11 +598,9 @@ class _Guard:
                 kernel_steady += counted
                 # What one more poll at this poll's rate adds before a stop could begin: events are judged
                 # where the session will be by then (a flood of 500 MB/s adds 10 MB a poll, and the stop holds
-                # about five times what it stops). Only growth that goes on: one poll's step alone is as likely a
-                # result written (forecast_matmul.md's 8 MB product, judged twice over, cut at a 16 MiB budget
-                # before the program's event came).
-                ahead = counted if counted_before > 0 else 0
-                counted_before = counted
+                # about five times what it stops). A single step too, though it may be a result written (see
+                # docs/forecast.md: waiting for a second step let NUTS and Kalman floods past the bound).
+                ahead = counted
                 if was_compiling and not compiling:
                     fast_until = clock + FAST_AFTER_COMPILE_S
                 was_compiling = compiling
@@ -641,8 +638,7 @@ class _Guard:
                         # a mapping of its own grows the kernel, not the heaps (jax_intro's eager f over 50 M
                         # values: 10 MB a 2.5 ms poll, which cut it before its cos ran), and only when they rose
                         # at the reading before too (one rise alone: forecast_matmul.md's 8 MB product).
-                        rises_now = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)]
-                        ahead = max(0, rises_now[-1]) if len(rises_now) >= 2 and rises_now[-2] > 0 else 0
+                        ahead = max(0, heap_read[-1][1] - heap_read[-2][1]) if len(heap_read) >= 2 else 0
                 judged, limit = kernel_steady, self.memory_budget
                 heap_rises = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)
                          if earlier[0] >= compiled_at >= 0
