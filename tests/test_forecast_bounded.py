@@ -22,6 +22,22 @@ FILES = Path(__file__).resolve().parent / "files"
 MEMORY_BOUND = 200e6
 
 
+def _second_cell_without_and_with(name: str) -> tuple[dict, dict]:
+    """The notebook's second cell profiled without program data and with it, one run after the other; both of
+    its cells ran clean in both."""
+    cells = {}
+    for programs in (False, True):
+        record = profile(FILES / name, ProfileOptions(programs=programs, jax_platform="cpu"), fingerprint={"digest": "test"})
+        cells[programs] = record.measurements["cells"]
+    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
+    return cells[False][1], cells[True][1]
+
+
+def _growth(cell: dict) -> int:
+    """The kernel's peak in the cell over its memory as the cell started."""
+    return cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"]
+
+
 @pytest.mark.slow
 def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
     pytest.importorskip("jax")
@@ -133,22 +149,12 @@ def test_a_scan_recording_events_every_iteration_is_cut_before_its_stop_outgrows
     pytest.importorskip("jax")
     budget = 4 * 2**20
     monkeypatch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(budget))
-    cells = {}
-    for programs in (False, True):
-        record = profile(FILES / "forecast_scan_events.md", ProfileOptions(programs=programs, jax_platform="cpu"),
-                         fingerprint={"digest": "test"})
-        cells[programs] = record.measurements["cells"]
-    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
-
-    def growth(cell: dict) -> int:
-        return cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"]
-
-    off, on = cells[False][1], cells[True][1]
+    off, on = _second_cell_without_and_with("forecast_scan_events.md")
     window = on["programs"]["window"]
     assert window["cut"] is True and window["scale"] > 1, window
     # The bound itself, not half of it: in the whole suite on 2 busy cores the guard's polls come late (26 MB
     # counted against the 4 MiB budget, the stop then +167 MB over the cell without --forecast).
-    assert growth(on) - growth(off) <= MEMORY_BOUND, (growth(on), growth(off), window)
+    assert _growth(on) - _growth(off) <= MEMORY_BOUND, (_growth(on), _growth(off), window)
 
 
 @pytest.mark.slow
@@ -159,20 +165,13 @@ def test_an_eager_scans_events_are_counted_before_the_next_operation_compiles() 
     dispatched finish before the next program is lowered (timed as ``collection.dispatch_wait_s``, no part of
     the cell's compile), so the guard counts the events as they come, at the default budget."""
     pytest.importorskip("jax")
-    cells = {}
-    for programs in (False, True):
-        record = profile(FILES / "forecast_eager_scan.md", ProfileOptions(programs=programs, jax_platform="cpu"),
-                         fingerprint={"digest": "test"})
-        cells[programs] = record.measurements["cells"]
-    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
-    off, on = cells[False][1], cells[True][1]
+    off, on = _second_cell_without_and_with("forecast_eager_scan.md")
     assert on["collection"]["dispatch_wait_s"] > 0, on["collection"]
     assert "dispatch_wait_s" not in on["collection"] or on["collection_s"] == pytest.approx(
         sum(v for k, v in on["collection"].items() if k not in ("cut_stop_s", "lowering_jax_s", "dispatch_wait_s", "in_flight_wait_s", "compile_read_s")))
     window = on["programs"]["window"]
     assert window["cut"] is True and window["reason"] == "memory budget", window
-    growth = {side: cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"] for side, cell in ((False, off), (True, on))}
-    assert growth[True] - growth[False] <= MEMORY_BOUND, (growth, window)
+    assert _growth(on) - _growth(off) <= MEMORY_BOUND, (_growth(on), _growth(off), window)
 
 
 @pytest.mark.slow
@@ -182,16 +181,9 @@ def test_a_program_running_on_from_an_earlier_cell_is_waited_for_before_the_sess
     after ``mcmc.run``: +150 to +230 MB). The probe lets it finish before the session starts; the wait is the
     cell's time (the cell waits for it anyway) and is recorded as ``in_flight_wait_s``."""
     pytest.importorskip("jax")
-    cells = {}
-    for programs in (False, True):
-        record = profile(FILES / "forecast_in_flight.md", ProfileOptions(programs=programs, jax_platform="cpu"),
-                         fingerprint={"digest": "test"})
-        cells[programs] = record.measurements["cells"]
-    assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
-    off, on = cells[False][1], cells[True][1]
+    off, on = _second_cell_without_and_with("forecast_in_flight.md")
     waited = on["collection"]["in_flight_wait_s"]
     assert waited > 0.1, on["collection"]  # the loop ran on (sized to about 4 s of steps)
     assert on["wall_s"] >= waited and on["code_s"] >= waited  # the wait is the cell's own time
     assert "window" not in on["programs"] and "trace_error" not in on["programs"], on["programs"]
-    growth = {side: cell["rss"]["peak_bytes"] - cell["rss"]["before_bytes"] for side, cell in ((False, off), (True, on))}
-    assert growth[True] - growth[False] <= MEMORY_BOUND, growth
+    assert _growth(on) - _growth(off) <= MEMORY_BOUND, (_growth(on), _growth(off))

@@ -394,9 +394,11 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     # A cell that raised, died, timed out or was interrupted is not forecast (:func:`not_forecast`).
     if wall is None or cell.status in ("not-run", "skipped", *FAILURE_WORDS):
         return None
+    # The probe waited, as the cell started, for programs an earlier cell dispatched (``in_flight_wait_s``, in
+    # the cell's time). A cell whose code cannot use their results would have run beside them: that wait is
+    # nbscope's, not the cell's. Otherwise it is JAX time that no trace of this cell saw.
+    waited = cell.in_flight_wait_s if code_may_run_jax else 0.0
     if not code_may_run_jax:
-        # The probe waited, as the cell started, for programs an earlier cell dispatched; a cell whose code
-        # cannot use their results would have run beside them: that wait is nbscope's, not the cell's.
         wall = max(0.0, wall - cell.in_flight_wait_s)
     compile_s = min(cell.jax.compile_s if cell.jax is not None else 0.0, wall)  # JAX's; Numba's is host work here
     data = cell.programs
@@ -413,9 +415,7 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     copies = (transfers.cpu_s or 0.0) if transfers is not None else 0.0  # replaced by the forecast's own transfer term
     copies = min(copies, max(0.0, rest - busy))
     unattributed = min(unattributed, max(0.0, rest - busy - copies))
-    # Programs an earlier cell dispatched ran on into this one; the probe waited for them before the cell's
-    # session started (``in_flight_wait_s``, in the cell's time): JAX time that no trace of this cell saw.
-    ran_on = min(cell.in_flight_wait_s if code_may_run_jax else 0.0, max(0.0, rest - busy - copies - unattributed))
+    ran_on = min(waited, max(0.0, rest - busy - copies - unattributed))
     unattributed += ran_on
     window = data.window if data is not None and data.window is not None and data.window.cut else None
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0

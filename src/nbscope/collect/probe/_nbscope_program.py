@@ -205,19 +205,13 @@ class Programs:
         guard = self.guard
         if guard is None or guard.done.is_set():
             return
-        live_arrays = getattr(sys.modules["jax"], "live_arrays", None)  # JAX is lowering: it is imported
-        if live_arrays is None:
-            return
         me = threading.get_ident()
         started = time.perf_counter()
         guard.waiting.add(me)
         try:
-            pending = [array for array in live_arrays() if not _ready(array)]
-            if pending and not _recording_fast(pending):
-                return
-            while pending and not guard.done.is_set() and time.perf_counter() - started < DISPATCH_WAIT_S:
-                time.sleep(DISPATCH_POLL_S)
-                pending = [array for array in pending if not _ready(array)]
+            pending = _in_flight()
+            if pending and _recording_fast(pending):
+                _wait_ready(pending, started + DISPATCH_WAIT_S, guard.done)
         except Exception:  # the probe must never break the notebook's compile
             pass
         finally:
@@ -239,12 +233,9 @@ class Programs:
         IN_FLIGHT_WAIT_S: the cell then has no trace, and says why."""
         started = time.perf_counter()
         try:
-            while pending and time.perf_counter() - started < IN_FLIGHT_WAIT_S:
-                time.sleep(DISPATCH_POLL_S)
-                pending = [array for array in pending if not _ready(array)]
+            return _wait_ready(pending, started + IN_FLIGHT_WAIT_S)
         finally:
             self.start_wait_s = time.perf_counter() - started
-        return not pending
 
     def _hook_compiling(self) -> None:
         compiler = sys.modules.get("jax._src.compiler")
@@ -745,7 +736,7 @@ IN_FLIGHT_WAIT_S = 10.0
 HEAVY_STOP_S = 0.1  # a cell's session whose stop took this long recorded heavily (~2,000 calls' events)
 IN_FLIGHT_PROBE_S = 0.002
 IN_FLIGHT_PROBE_BYTES_PER_S = 4 * 2**20
-IN_FLIGHT_CHECKED = 2000  # the newest live arrays looked at as a cell starts (JAX lists the newest first)
+IN_FLIGHT_CHECKED = 2000  # the newest live arrays looked at for programs still running (JAX lists the newest first)
 
 
 def _flooding() -> bool:
@@ -776,11 +767,20 @@ def _recording_fast(pending: list[Any]) -> bool:
     return rate >= DISPATCH_EVENTS_BYTES_PER_S and any(not _ready(array) for array in pending)
 
 
+def _wait_ready(pending: list[Any], deadline: float, stop: threading.Event | None = None) -> bool:
+    """Wait until every array of ``pending`` is ready, the ``deadline`` (perf_counter) passes or ``stop`` is
+    set; whether all became ready."""
+    while pending and time.perf_counter() < deadline and not (stop is not None and stop.is_set()):
+        time.sleep(DISPATCH_POLL_S)
+        pending = [array for array in pending if not _ready(array)]
+    return not pending
+
+
 def _in_flight() -> list[Any]:
     """The newest arrays whose programs still run; none before JAX's backends are up (listing arrays would
     start them, and a notebook may still choose its platform)."""
     try:
-        jax = sys.modules["jax"]  # a cell's session starts only once the notebook imported it
+        jax = sys.modules["jax"]  # looked for only once the notebook has imported it
         bridge = getattr(getattr(jax, "_src", None), "xla_bridge", None)
         if not getattr(bridge, "_backends", None):
             return []
