@@ -88,8 +88,10 @@ def _own(part: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
-    """``collection_s`` (seconds nbscope's own collection took in the kernel after the cell's code, inside
-    ``wall_s``) and ``collection`` (its parts), from the probe's ``programs`` line. A session the probe cut
+    """``collection_s`` (seconds nbscope's own collection took in the kernel, inside ``wall_s``: after the cell's
+    code, and ``split_s``, the session stopped and started again around each compile, within the code but left
+    out of the probe's ``code_s`` and compile figures) and ``collection`` (its parts), from the probe's
+    ``programs`` line. A session the probe cut
     stopped on a thread of its own while the cell ran on: ``cut_stop_s`` records it, but it is no part of
     ``collection_s``, which the cell's figures leave out, nor is ``dispatch_wait_s`` (the cell's thread waiting,
     before it lowered a program, for programs dispatched earlier to finish: their run time, spent while the
@@ -99,7 +101,8 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     readings as each compile ended, within the cell's compile figure); ``lowering_jax_s``, the JAX trace and lower time
     nbscope's own lowering for CUDA triggered, is within ``lowering_s`` (and never in the cell's compile)."""
     measured = {"session_stop_s": probe_programs.trace_stop_s, "lowering_s": probe_programs.gpu_lowering_s,
-                "hlo_s": probe_programs.programs_s}  # the record's name of each part of the probe's collection
+                "hlo_s": probe_programs.programs_s,  # the record's name of each part of the probe's collection
+                "split_s": probe_programs.split_s}
     parts = {part: seconds for part, figure in measured.items() if (seconds := number(figure)) is not None}
     window = decode_optional(TraceWindow, probe_programs.window)
     apart = {"cut_stop_s": window.stop_s if window is not None else None,

@@ -39,7 +39,7 @@ from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
-from nbscope.collect.timeline import TraceData, TraceEvent
+from nbscope.collect.timeline import TraceData, TraceEvent, TracePlane
 from nbscope.schema.codec import Write, decode, encode, given, known, never
 from nbscope.schema.model import Cell
 from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
@@ -247,6 +247,9 @@ class _TraceEvents:
     gpu_modules: Counter[str] = field(default_factory=Counter)
     xla_spans: list[tuple[int, int]] = field(default_factory=list)  # all XLA:CPU's workers ran, attributed or not
     executes: list[tuple[int, int]] = field(default_factory=list)  # a program's thunks running, bookkeeping included
+    # The end markers XLA:CPU records as a loop's kernels end ((name, time)): a kernel running as one session part
+    # stopped and the next started is in neither part, but its marker is in the next one (see _recovered).
+    end_marks: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -274,6 +277,7 @@ class ProgramCollector:
         self.loop_ops: dict[int, dict[str, LoopKernels]] = {}  # program id → loop id → body kernels, timer
         self.trips: dict[str, dict[str, int]] = {}  # program key → its outermost loops' static trip counts
         self.timers: dict[int, set[str]] = {}  # program id → names of the thunks that time its loops
+        self.loop_body_names: dict[int, frozenset[str]] = {}  # program id → the kernels of its loops' bodies
         self.all_op_names: set[str] = set()
         self.notes: list[str] = []
         self._xla: XlaTools | None = None
@@ -301,6 +305,8 @@ class ProgramCollector:
                 self.notes.append(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}"[:300])
         elif probe.gpu_lowering_error:
             self.notes.append(f"{where}: no GPU lowering: {probe.gpu_lowering_error}"[:300])
+        if probe.trace_note:
+            self.notes.append(f"{where}: {probe.trace_note}"[:300])
         if probe.trace:
             try:
                 self._read_trace(Path(probe.trace), result)
@@ -380,6 +386,8 @@ class ProgramCollector:
                 self.op_names[program.program_id] = names
                 self.loop_ops[program.program_id] = _loop_kernels(text)
                 self.timers[program.program_id] = {p.timer for p in self.loop_ops[program.program_id].values()}
+                self.loop_body_names[program.program_id] = frozenset(
+                    name for loop in self.loop_ops[program.program_id].values() for name in loop.body)
                 self.all_op_names |= names
             new.append(key)
         return new
@@ -451,11 +459,24 @@ class ProgramCollector:
         result.call_rate = _late_call_rate(events.calls)
 
     def _gather(self, data: TraceData) -> _TraceEvents:
-        """The trace's events by kind, in one pass over its host planes (and the GPU's module executions)."""
+        """The trace's events by kind, in one pass over its host planes (and the GPU's module executions). A trace
+        the probe wrote in parts (one profiler session after another: the session is stopped as each compile
+        begins) is their XSpaces one after the other, each part's times counted from its own start: they are
+        put on the first part's clock, by the start each part's ``Task Environment`` plane records."""
         events = _TraceEvents()
+        planes = list(data.planes)
+        starts = [_profile_start(plane) for plane in planes if plane.name == _TASK_ENVIRONMENT]
+        first = next((start for start in starts if start is not None), None)
+        part = 0
         line_id = 0
-        for plane in data.planes:
+        loop_kernels = {name for names in self.loop_body_names.values() for name in names}
+        for plane in planes:
             name = plane.name
+            if name == _TASK_ENVIRONMENT:  # the end of a part's planes
+                part += 1
+                continue
+            start = starts[part] if part < len(starts) else None
+            shift = start - first if start is not None and first is not None else 0
             if name.startswith("/device:"):
                 for line in plane.lines:
                     if line.name == "XLA Modules":
@@ -470,21 +491,44 @@ class ProgramCollector:
                 for event in line.events:
                     event_name = event.name
                     if event_name == _H2D_WORK:
-                        events.h2d_work.append(_span(event))
+                        events.h2d_work.append(_span(event, shift))
                     elif event_name.startswith(_EXECUTE):
-                        events.executes.append(_span(event))
+                        events.executes.append(_span(event, shift))
+                    elif event_name.startswith(_END_MARK):
+                        if event_name[len(_END_MARK):] in loop_kernels and len(events.end_marks) <= MAX_STAT_READS:
+                            events.end_marks.append((event_name[len(_END_MARK):], _span(event, shift)[0]))
                     elif worker and not event_name.startswith(_BOOKKEEPING):
-                        events.xla_spans.append(_span(event))
+                        events.xla_spans.append(_span(event, shift))
                     if event_name in self.all_op_names:
-                        events.ops.append((event, *_span(event), line_id))
+                        events.ops.append((event, *_span(event, shift), line_id))
                     elif event_name.startswith(("PjitFunction(", "PmapFunction(")):
                         match = _CALL.match(event_name)
-                        events.calls.setdefault(line_id, []).append((*_span(event), match.group(2) if match else ""))
+                        events.calls.setdefault(line_id, []).append((*_span(event, shift), match.group(2) if match else ""))
                     elif event_name in _H2D:
-                        events.h2d.append((*_span(event), line_id))
+                        events.h2d.append((*_span(event, shift), line_id))
                     elif event_name in _D2H:
-                        events.d2h.append(_span(event))
+                        events.d2h.append(_span(event, shift))
         return events
+
+    def _recovered(self, events: _TraceEvents, found: _Attribution, starts: list[int],
+                   sampled: list[tuple[int, int]]) -> None:
+        """Count a loop's kernels by their end markers too: XLA:CPU records one as each kernel ends, beside the
+        kernel's own event, and where a session part's stop cut through a kernel (an iteration running as one
+        part stopped and the next started) its event is in neither part but its marker is in the next. Each
+        marker counts for the program whose kernel ran nearest it in time; a kernel's count is the larger of
+        its events and its markers (a kernel whose event is in one part and its marker in the next is one)."""
+        if found.step != 1 or not events.end_marks or not sampled or len(events.end_marks) > MAX_STAT_READS:
+            return
+        marks: Counter[tuple[int, str]] = Counter()
+        for name, at in events.end_marks:
+            after = bisect.bisect_left(starts, at)
+            nearest = min((i for i in (after - 1, after) if 0 <= i < len(sampled)),
+                          key=lambda i: abs(sampled[i][0] - at))
+            program_id = sampled[nearest][1]
+            if program_id in self.loop_body_names and name in self.loop_body_names[program_id]:
+                marks[(program_id, name)] += 1
+        for key, count in marks.items():
+            found.seen[key] = max(found.seen[key], count)
 
     def _attribute(self, events: _TraceEvents) -> _Attribution:
         """Which program each op event (every ``step``-th, past MAX_STAT_READS) and each execution span belongs
@@ -515,6 +559,7 @@ class ProgramCollector:
         # the program whose thunk runs inside it; one with no known thunk inside is unattributed.
         sampled.sort()
         starts = [start for start, _ in sampled]
+        self._recovered(events, found, starts, sampled)
         found.unattributed = list(events.xla_spans)
         for start, end in events.executes:
             at = bisect.bisect_left(starts, start)
@@ -588,10 +633,26 @@ _BOOKKEEPING = ("ThreadpoolListener", "end: ")
 _EXECUTE = "ThunkExecutor::Execute"  # a program's thunks running, on whichever thread runs them
 
 
-def _span(event: TraceEvent) -> tuple[int, int]:
-    """An event's start and end (ns); read only for the events kept (a trace may hold millions)."""
-    start = int(event.start_ns)
+def _span(event: TraceEvent, shift: int = 0) -> tuple[int, int]:
+    """An event's start and end (ns, plus its part's ``shift``); read only for the events kept (a trace may hold
+    millions)."""
+    start = int(event.start_ns) + shift
     return start, start + int(event.duration_ns)
+
+
+_TASK_ENVIRONMENT = "Task Environment"  # a profiler session's plane of its own settings and start time
+_END_MARK = "end: "  # XLA:CPU's marker as a thunk ends, beside the thunk's own event
+
+
+def _profile_start(plane: TracePlane) -> int | None:
+    """When the session whose ``Task Environment`` plane this is started (ns since the epoch), if it says."""
+    for key, value in plane.stats:
+        if key == "profile_start_time":
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 def _is_xla_worker(name: str) -> bool:

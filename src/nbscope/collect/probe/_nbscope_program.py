@@ -7,7 +7,10 @@ it writes, for nbscope to read *outside* the kernel (``nbscope.collect.program``
 * ``cell-<seq>.xplane.pb``: a ``jax.profiler`` session around the cell's code, without the Python
   tracer. Its host events name every program run (XLA:CPU records each thunk with the program's module
   and id), which is how executions are counted; a ``--timeline`` trace, when one is recorded, serves
-  instead (two profiler sessions cannot run at once).
+  instead (two profiler sessions cannot run at once). The session is stopped as each compile begins and a new
+  one started as it ends (a compile's passes are tens of thousands of events no reader uses), and after a loop's
+  compile it is stopped once or more to look at the loop's first events: the file holds each part's XSpace, one
+  after the other (``nbscope.collect.program`` puts them on one clock).
 * ``programs-<seq>.hlo``, only after a cell that compiled something (or loaded it from the persistent
   cache): the optimised HLO module of each program the cell compiled (``HloModuleProto``, which carries the
   program's id), taken from the executables JAX's ``compile_or_get_cached`` returned during the cell and
@@ -73,12 +76,25 @@ class Programs:
         self.dispatch_wait_s = 0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
         self.start_wait_s = 0.0  # waiting as the cell started, before its session, for an earlier cell's (_wait_in_flight)
         self.heavy = False  # the last cell's session recorded heavily: it was cut, or its stop took HEAVY_STOP_S
+        # A compile is not recorded: the session is stopped as one starts and a new one started as the last ends
+        # (see _compile_starts). How many compiles run now, the parts' stops' time, and why a part failed.
+        self.compiles_open = 0
+        self.split_lock = threading.Lock()
+        self.split_s = 0.0
+        self.split_unclaimed_s = 0.0  # of split_s, what no compile's timing has given back yet (take_split_s)
+        self.split_error: str | None = None
+        self.trace_path: str | None = None  # the cell's trace, once a part of it was written
+        self.paused: _Guard | None = None  # the guard of the part stopped for the compile running now
+        self.last_lowered: Any = None  # the closed jaxpr JAX lowered last: the program a compile makes
+        self.running_at_lowering = False  # programs dispatched earlier still ran as JAX lowered the last one
 
     def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
         (read when the session is cut: calls do not run while JAX compiles)."""
         self.session, self.skipped, self.shared = None, None, shared
-        self.lowered = []
+        self.split_s, self.split_error, self.trace_path = 0.0, None, None
+        self.split_unclaimed_s = 0.0
+        self.lowered, self.last_lowered = [], None
         self.dispatch_wait_s = self.start_wait_s = 0.0
         self.compiled, self.compiled_over = [], 0
         if sys.modules.get("jax") is not None and not self.hooked:
@@ -99,21 +115,26 @@ class Programs:
             self.skipped = f"{type(exc).__name__}: {exc}"[:300]
             return
         trace_path = os.path.join(self.folder, TRACE_NAME.format(seq=seq))
-        self.guard = _Guard(self.session, trace_path, compile_clock)
+        with self.split_lock:
+            self.guard = _Guard(self.session, trace_path, compile_clock)
+            if self.compiles_open:  # a thread of the notebook's compiles as the cell starts: not recorded either
+                self._pause()
 
     def stop(self, seq: int, *, compiled: bool, timeline_trace: Any = None) -> dict[str, Any] | None:
         """Stop the cell's session; the result goes into the probe line as ``programs``."""
-        session, self.session = self.session, None
-        guard, self.guard = self.guard, None
+        with self.split_lock:  # a compile ending on another thread now starts no part
+            session, self.session = self.session, None
+            guard, self.guard = self.guard, None
+            self.paused = None
         if sys.modules.get("jax") is None:
             return None
         result: dict[str, Any] = {"seq": seq}
         started = time.perf_counter()
-        if session is not None:
+        if session is not None or guard is not None:
             try:
                 if guard is not None:
                     result["trace"] = guard.finish()
-                else:
+                elif session is not None:
                     result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), session.stop())
                 if guard is not None and guard.cut_after is not None:
                     result["window"] = {"cut": True, "reason": guard.reason, "traced_s": guard.cut_after,
@@ -125,18 +146,22 @@ class Programs:
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
             result["trace"] = timeline_trace["path"]
             result["shared"] = True
+        elif self.trace_path is not None:  # the session was stopped for a compile, and no part followed
+            result["trace"] = self.trace_path
         elif self.skipped:
             result["trace_error"] = self.skipped
         elif not self.shared:
             result["trace_error"] = "no trace: the notebook had not imported jax when the cell started"
+        if self.split_error and "trace" in result:
+            result["trace_note"] = self.split_error
         result["trace_stop_s"] = time.perf_counter() - started
+        if self.split_s:
+            result["split_s"] = self.split_s  # within the cell's code (the probe leaves it out of code_s)
         self.heavy = guard is not None and (guard.cut_after is not None or result["trace_stop_s"] >= HEAVY_STOP_S)
         if self.dispatch_wait_s:
             result["dispatch_wait_s"] = self.dispatch_wait_s
         if self.start_wait_s:
             result["in_flight_wait_s"] = self.start_wait_s
-        if guard is not None and guard.compile_read_s:
-            result["compile_read_s"] = guard.compile_read_s
         executables, self.compiled = self.compiled, []
         if compiled or executables:
             started = time.perf_counter()
@@ -182,6 +207,7 @@ class Programs:
         def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any, *args: Any, **kwargs: Any) -> Any:
             if not recorder.exporting:
                 recorder._wait_for_dispatched()
+                recorder.last_lowered = closed_jaxpr
                 if len(recorder.lowered) < MAX_LOWERED:
                     recorder.lowered.append((str(fun_name), closed_jaxpr))
             return original(closed_jaxpr, api_name, fun_name, *args, **kwargs)
@@ -212,6 +238,9 @@ class Programs:
             pending = _in_flight()
             if pending and _recording_fast(pending):
                 _wait_ready(pending, started + DISPATCH_WAIT_S, guard.done)
+            # Programs still running as the compile after this lowering begins: the session is not split for it
+            # (see _compile_starts), else what they ran meanwhile would be in no part.
+            self.running_at_lowering = any(not _ready(array) for array in pending)
         except Exception:  # the probe must never break the notebook's compile
             pass
         finally:
@@ -248,10 +277,11 @@ class Programs:
         recorder = self
 
         def compile_or_get_cached(*args: object, **kwargs: object) -> Any:
-            executable = original(*args, **kwargs)
-            guard = recorder.guard
-            if guard is not None:
-                guard.compiled()
+            recorder._compile_starts()
+            try:
+                executable = original(*args, **kwargs)
+            finally:
+                recorder._compile_ends()
             if len(recorder.compiled) < MAX_COMPILED:
                 recorder.compiled.append(executable)
             else:
@@ -261,6 +291,72 @@ class Programs:
         compile_or_get_cached._nbscope = True  # type: ignore[attr-defined]
         setattr(compiler, "compile_or_get_cached", compile_or_get_cached)  # noqa: B010 (a module found at run time)
         self.compile_hooked = True
+
+    # ---- a compile is not recorded ---------------------------------------------------------------
+    def _compile_starts(self) -> None:
+        """XLA compiles now (or loads from its cache): stop the cell's session first and write what it recorded.
+        A compile records tens of thousands of events (its passes: ~61k, ~50 MB of heap, for QuantEcon
+        bayes_nonconj's NUTS sampler), which the guard must leave out of its judgement (the compiler's own memory
+        grows as fast) and which the stop then copies several times over, just as the program compiled runs
+        and records its own. None of them is read (``nbscope.collect.program`` reads programs' executions). A
+        new session starts as the compile ends (_compile_ends); its events are appended to the same file (two
+        serialised XSpaces, one after the other, parse as one with the planes of both). Not while programs
+        dispatched earlier still run (they ran on as the program compiling now was lowered): what they record
+        during the compile would be in no part (a loop's iterations lost), so the session records through it."""
+        running, self.running_at_lowering = self.running_at_lowering, False
+        with self.split_lock:
+            self.compiles_open += 1
+            if self.compiles_open == 1 and not running:
+                before = self.split_s
+                self._pause()
+                self.split_unclaimed_s += self.split_s - before
+
+    def _compile_ends(self) -> None:
+        with self.split_lock:
+            self.compiles_open = max(0, self.compiles_open - 1)
+            if self.compiles_open == 0 and self.paused is not None:
+                before = self.split_s
+                self._resume()
+                self.split_unclaimed_s += self.split_s - before
+
+    def take_split_s(self) -> float:
+        """The split's time within the compile JAX just timed (its backend compile event), given back once: the
+        probe leaves it out of the cell's compile figures (it is nbscope's, recorded as ``split_s``)."""
+        with self.split_lock:
+            seconds, self.split_unclaimed_s = self.split_unclaimed_s, 0.0
+        return seconds
+
+    def _pause(self) -> None:
+        """Stop the recording part (under split_lock; never raises)."""
+        guard = self.guard
+        if guard is None or guard.done.is_set() or self.exporting:  # a cut session records nothing more
+            return
+        started = time.perf_counter()
+        try:
+            self.trace_path = guard.finish()
+        except Exception as exc:  # the part's events are lost: the trace says so
+            self.split_error = f"a part of the trace was lost: {type(exc).__name__}: {exc}"[:300]
+        self.split_s += time.perf_counter() - started
+        self.session, self.guard, self.paused = None, None, guard
+
+    def _resume(self) -> None:
+        """Start the next part as the compile ends (under split_lock; never raises)."""
+        before, self.paused = self.paused, None
+        if before is None:
+            return
+        if before.cut_after is not None:  # cut as the compile began: what ran after stays extrapolated from it
+            self.guard = before
+            return
+        started = time.perf_counter()
+        try:
+            jaxpr, self.last_lowered = self.last_lowered, None
+            loops = jaxpr is not None and _has_equation(getattr(jaxpr, "jaxpr", jaxpr), _small_loop)
+            self.session = _session(hlo_protos=False)
+            self.guard = _Guard(self.session, before.path, before.compile_clock, after=before, loops=loops)
+        except Exception as exc:
+            self.session = None
+            self.split_error = f"no trace after a compile: {type(exc).__name__}: {exc}"[:300]
+        self.split_s += time.perf_counter() - started
 
     def _lower_for_gpu(self) -> list[dict[str, Any]]:
         """Each program lowered in the cell, lowered again for CUDA (no GPU needed): its loops (name stack
@@ -274,7 +370,7 @@ class Programs:
             for name, closed in self.lowered:
                 entry: dict[str, Any] = {"function": name}
                 started = time.perf_counter()
-                if not _relevant(closed.jaxpr):
+                if not _has_equation(closed.jaxpr, _gpu_relevant):
                     entry["skipped"], entry["source"] = "no loop, branch or library primitive", "not lowered"
                     found.append(entry)
                     continue
@@ -333,6 +429,18 @@ POLL_S = 0.01
 EARLY_POLL_S = 0.0025  # the first EARLY_FAST_S: a cell of small calls is cut within ~1,000 calls
 EARLY_FAST_S = 0.1
 FAST_AFTER_COMPILE_S = 0.1
+# A part started as a loop's compile ended first looks at the program's events (_Guard._look) for LOOK_WINDOW_S: each
+# look is stopped when the kernel grew LOOK_GROWTH_BYTES or after its length, and the part is cut when its events
+# came to LOOK_FLOOD_BYTES_PER_S or more once serialised (QuantEcon bayes_nonconj's NUTS sampler: ~10 MB/s with
+# the guard starved of CPU; a loop that records none: ~0.2 MB/s, the empty session's own bytes).
+LOOK_POLL_S = 0.001
+LOOK_CARRY_BYTES = 2**20  # looked at only after the compile of a loop carrying at most this much (_small_loop)
+LOOK_FIRST_S = 0.005  # each look after it twice as long: few stops cut through a long kernel (see _recovered)
+LOOKS = 6
+LOOK_WINDOW_S = 0.2
+LOOK_GROWTH_BYTES = 4 * 2**20
+LOOK_FLOOD_BYTES_PER_S = 4 * 2**20
+LOOK_FLOOD_MIN_BYTES = 64 * 2**10  # ~1,000 events: an empty session alone is 1-3 kB, a look as short as 1 ms
 # The kernel-wide bound (issue 34): the rules above watch the cell's own thread, but the session records
 # every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
 # show, and they fire only while the cell's thread is busy. So every poll also reads the kernel's resident
@@ -466,20 +574,29 @@ def _in_jax_compile(frame: Any) -> bool:
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
-    def __init__(self, session: Any, path: str, compile_clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, session: Any, path: str, compile_clock: Callable[[], float] | None = None, *,
+                 after: _Guard | None = None, loops: bool = False) -> None:
+        """``after``: the guard of the cell's part before, stopped for a compile that just ended: this part's
+        events are appended to its file, and the window a cut gives is the cell's, from its first part.
+        ``loops``: the program that compile made has a loop over small values (see _look)."""
         self.session = session
+        self.after_compile = after is not None
+        self.loops = loops
         self.compile_clock = compile_clock
         self.compile_at_cut: float | None = None  # JAX's compile seconds in the cell when the session was cut
         self.path = path  # a cut session's events are written here at once: holding them would keep them in memory
-        self.native_id = threading.get_native_id()  # the cell's thread (the guard is made in pre_run_cell)
-        self.thread_id = threading.get_ident()
+        # The cell's thread: the first part's guard is made in pre_run_cell, a later one where a compile ended.
+        self.native_id: int = after.native_id if after is not None else threading.get_native_id()
+        self.thread_id: int = after.thread_id if after is not None else threading.get_ident()
         self.started = time.perf_counter()
-        self.waited = _schedstat(self.native_id, WAITING)
+        self.cell_started: float = after.cell_started if after is not None else self.started
+        self.waited: float | None = after.waited if after is not None else _schedstat(self.native_id, WAITING)
+        self.append = after is not None
         self.window_wait: float | None = None
         self.base = _rss()
         # The cell's own heap, for the early rule: its events go to the main thread's heap, whose top is the
         # break, only when the cell runs on the main thread.
-        on_main = threading.current_thread() is threading.main_thread()
+        on_main = self.thread_id == threading.main_thread().ident
         self.brk = _libc("sbrk") if self.base is not None and on_main else None
         self.brk_base = self.brk() if self.brk is not None else None
         self.written: str | None = None
@@ -492,13 +609,7 @@ class _Guard:
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
-        # Set by a compile's end (the probe's compile hook) and by finish(): the guard polls at once, not at its
-        # next poll, since the program just compiled runs right after and records at up to ~1 GB/s.
-        self.wake = threading.Event()
-        # (when, the heaps, the kernel's resident bytes) read by the compiling thread as a compile ended, before
-        # the program it made could run: the guard, polling later, would read the first events with them.
-        self.compile_end: tuple[float, int | None, int | None] | None = None
-        self.compile_read_s = 0.0  # those readings' time, within the cell's compile figures
+        self.wake = threading.Event()  # set by finish(): the guard's thread ends at once, not at its next poll
         self.waiting: set[int] = set()  # threads waiting for dispatched programs before lowering: not compiling
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -515,16 +626,6 @@ class _Guard:
             return EARLY_POLL_S
         return POLL_S if elapsed < MIN_TRACE_S else 2 * POLL_S
 
-    def compiled(self) -> None:
-        """A compile just ended (on the compiling thread, before its program runs): read the heaps and the
-        kernel's memory now, and poll now and often for a while."""
-        started = time.perf_counter()
-        heap = _libc("mallinfo2")
-        self.compile_end = (started, heap() if heap is not None else None, _rss())
-        self.wake.set()
-        # Inside JAX's compile timing (the hook runs within it): recorded apart, so the reader knows how much.
-        self.compile_read_s += time.perf_counter() - started
-
     def _compiling(self) -> bool:
         """The cell's thread is inside JAX's tracing, lowering or compiling: its memory grows steadily
         then, and what it compiles runs after, so the session must not be cut."""
@@ -537,7 +638,74 @@ class _Guard:
         return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items()
                    if ident != own and ident not in self.waiting)
 
+    def _look(self) -> bool:
+        """A program with a loop, compiled just now, runs now, and can record events at hundreds of MB/s (QuantEcon
+        bayes_nonconj's NUTS sampler: 370 MB/s). A stop while they come costs ~15x what it stops (20 MB: a 1 s stop,
+        +340 MB), and reading the heaps then takes 50-100 ms, which blinds the guard's rules; the kernel's resident
+        growth cannot tell them from the loop's result written as it runs (the seed lecture's ``qm_jax``, cut for
+        it, was forecast as ten calls). So the part's first events are looked at, in up to LOOKS looks, the first
+        LOOK_FIRST_S long and each next twice as long, each ended early once the kernel grew LOOK_GROWTH_BYTES,
+        within LOOK_WINDOW_S (the program may start some milliseconds after its compile; each stop cuts
+        through the kernels running then, whose events are lost but whose end markers are not, see
+        ``nbscope.collect.program``): the part is cut at the first look whose events came to
+        LOOK_FLOOD_BYTES_PER_S or more once serialised; else a new session records on. Whether the part ended
+        (cut, or the cell's end came first)."""
+        length = LOOK_FIRST_S
+        for _ in range(LOOKS):
+            if time.perf_counter() - self.started >= LOOK_WINDOW_S:
+                break
+            looked, base = time.perf_counter(), _rss()
+            length, longest = 2 * length, length
+            while not self.wake.wait(LOOK_POLL_S):
+                now = _rss()
+                if time.perf_counter() - looked >= longest or (
+                        now is not None and base is not None and now - base >= LOOK_GROWTH_BYTES):
+                    break
+            with self.lock:
+                if self.done.is_set():
+                    return True
+                if self._looked_at_flood(looked, base):
+                    return True
+        return False
+
+    def _looked_at_flood(self, looked: float, base: int | None) -> bool:
+        """Stop the session of one look (under the lock) and write its events; cut the part there when they came
+        fast, else start the next session. Whether the part ended."""
+        stopping = time.perf_counter()
+        try:
+            data = self.session.stop()
+            self.written = _write_to(self.path, data, append=self.append)
+            self.append = True
+        except BaseException as exc:  # handed to finish(), never raised in this thread
+            self.error = exc
+            self.done.set()
+            return True
+        if len(data) < LOOK_FLOOD_MIN_BYTES or len(data) / max(stopping - looked, LOOK_POLL_S) < LOOK_FLOOD_BYTES_PER_S:
+            try:
+                self.session = _session(hlo_protos=False)
+                return False
+            except Exception:  # the looks' events are written: the trace ends there, as if cut
+                self.reason = "no session after a look"
+        else:
+            self.reason = "events flood"
+        now = _rss()
+        self.cut_after = stopping - self.cell_started
+        self.grown = now - base if now is not None and base is not None else 0
+        self.kernel_grown = now - self.base if now is not None and self.base is not None else None
+        try:
+            self.compile_at_cut = float(self.compile_clock()) if self.compile_clock is not None else None
+        except Exception:  # the probe's counters, read from this thread
+            self.compile_at_cut = None
+        waited = _schedstat(self.native_id, WAITING)
+        if waited is not None and self.waited is not None:
+            self.window_wait = waited - self.waited
+        self.stop_s = time.perf_counter() - stopping
+        self.done.set()
+        return True
+
     def _watch(self) -> None:
+        if self.after_compile and self.loops and self._look():
+            return
         # The session's events are what is bounded: where the break can be read, the cell's own heap is judged
         # (a cell's large arrays are not in it), else the kernel's memory; the hard cap judges every heap.
         read, base = (self.brk, self.brk_base) if self.brk_base is not None else (_rss, self.base)
@@ -562,6 +730,12 @@ class _Guard:
         polls = 0
         fast_until = 0.0  # polled every EARLY_POLL_S until then (a compile just ended)
         heap_watch_until = 0.0  # the heaps read every HEAP_RATE_S until then (a compile just ended)
+        if self.after_compile and whole is heap and whole_base is not None:
+            # A part started as a compile ended: the program it made runs now, and its events can come at up to
+            # ~1 GB/s (the Kalman filter's ``jit(grad)``: 21 MB in one 21 ms poll), first into the memory the
+            # compiler freed, which stays resident (the Kalman vmap: 40 MB while the kernel's did not move).
+            compiled_at, heap_read = self.started, [(self.started, 0, self.base or 0)]
+            fast_until, heap_watch_until = self.started + FAST_AFTER_COMPILE_S, self.started + HEAP_WATCH_S
         was_compiling = False
         while True:
             self.wake.wait(self._poll_s(time.perf_counter(), fast_until))
@@ -569,20 +743,12 @@ class _Guard:
             if self.done.is_set():
                 return
             clock = time.perf_counter()
-            compile_end, self.compile_end = self.compile_end, None
-            if compile_end is not None:
-                fast_until = clock + FAST_AFTER_COMPILE_S
-                heap_watch_until = clock + HEAP_WATCH_S
             elapsed, interval, polled = clock - self.started, clock - polled, clock
             kernel = _rss() if read is not _rss else None
             now = read() if read is not None else None
             kernel = now if read is _rss else kernel
             if kernel is not None and kernel_last is not None and self.base is not None:
                 compiling = self._compiling_anywhere()
-                if compile_end is not None and compile_end[2] is not None:
-                    # What grew up to the compile's end is the compiler's; what grew after, its program's.
-                    kernel_last = compile_end[2]
-                    compiling = False
                 step, kernel_last = kernel - kernel_last, kernel
                 jump = max(MEMORY_JUMP_MIN_BYTES, MEMORY_JUMP_BYTES_PER_S * interval)
                 counted = step if 0 < step <= jump and not compiling else 0
@@ -601,9 +767,8 @@ class _Guard:
                     else:
                         # What the heaps grew by while JAX traced, lowered and compiled stays (executables,
                         # caches) and is not the session's. Programs dispatched earlier ran before the lowering
-                        # (Programs._wait_for_dispatched), so none recorded meanwhile; the reading is the
-                        # compiling thread's, taken before its program could run, where it has one.
-                        heap_end = compile_end[1] if compile_end is not None and compile_end[1] is not None else heap()
+                        # (Programs._wait_for_dispatched), so none recorded meanwhile.
+                        heap_end = heap()
                         heap_base += heap_end - (heap_at_compile or heap_end)
                         heap_at_compile = None
                         kernel_steady = max(kernel_steady, heap_end - heap_base)
@@ -689,7 +854,8 @@ class _Guard:
         with self.lock:
             if self.done.is_set():
                 return
-            self.cut_after, self.grown, self.reason, self.kernel_grown = elapsed, grown, reason, kernel_grown
+            self.cut_after = elapsed + self.started - self.cell_started  # the cell's window, from its first part
+            self.grown, self.reason, self.kernel_grown = grown, reason, kernel_grown
             try:
                 self.compile_at_cut = float(self.compile_clock()) if self.compile_clock is not None else None
             except Exception:  # the probe's counters, read from this thread: never let it stop the cut
@@ -707,7 +873,7 @@ class _Guard:
 
     def _stop_and_write(self) -> str:
         data = self.session.stop()
-        written = _write_to(self.path, data)
+        written = _write_to(self.path, data, append=self.append)
         if len(data) >= TRIM_AFTER_BYTES:  # a small session frees little: no walk of the heap after every cell
             _release_freed()
         return written
@@ -721,7 +887,7 @@ class _Guard:
                 return self._stop_and_write()
         if self.error is not None:
             raise self.error
-        return self.written or _write_to(self.path, b"")
+        return self.written or _write_to(self.path, b"", append=self.append)
 
 
 DISPATCH_WAIT_S = 2.0
@@ -803,18 +969,40 @@ MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compi
 MAX_COMPILED = 200
 
 
-def _relevant(jaxpr: Any, depth: int = 0) -> bool:
+def _has_equation(jaxpr: Any, matches: Callable[[object], bool], depth: int = 0) -> bool:
+    """Whether ``jaxpr`` or one nested in it has an equation that ``matches``."""
     for equation in jaxpr.eqns:
-        if equation.primitive.name in GPU_RELEVANT:
+        if matches(equation):
             return True
         if depth < 8:
             for value in equation.params.values():
                 for item in value if isinstance(value, (tuple, list)) else (value,):
                     inner = getattr(item, "jaxpr", None)
                     inner = getattr(inner, "jaxpr", inner)  # ClosedJaxpr -> Jaxpr
-                    if inner is not None and hasattr(inner, "eqns") and _relevant(inner, depth + 1):
+                    if inner is not None and hasattr(inner, "eqns") and _has_equation(inner, matches, depth + 1):
                         return True
     return False
+
+
+def _gpu_relevant(equation: object) -> bool:
+    return getattr(getattr(equation, "primitive", None), "name", None) in GPU_RELEVANT
+
+
+def _small_loop(equation: object) -> bool:
+    """A ``while`` or ``scan`` whose carried values come to at most LOOK_CARRY_BYTES: its kernels are short, and it
+    can record events as fast as it runs (NUTS, a Kalman filter); a loop over large arrays (a 16 MB carry doubled
+    in place) runs kernels of milliseconds and records few."""
+    name = getattr(getattr(equation, "primitive", None), "name", None)
+    if name not in ("while", "scan"):
+        return False
+    outputs = list(getattr(equation, "outvars", ()))
+    params = getattr(equation, "params", {})
+    carried = outputs[:params["num_carry"]] if name == "scan" and "num_carry" in params else outputs
+    size = 0
+    for variable in carried:
+        aval = getattr(variable, "aval", None)
+        size += int(getattr(aval, "size", 1) or 1) * int(getattr(getattr(aval, "dtype", None), "itemsize", 8))
+    return size <= LOOK_CARRY_BYTES
 
 
 _LOC = re.compile(r"^(#loc\d+) = (.*)$", re.M)
@@ -900,8 +1088,8 @@ def _write(folder: str, name: str, data: bytes) -> str:
     return _write_to(os.path.join(folder, name), data)
 
 
-def _write_to(path: str, data: bytes) -> str:
-    with open(path, "wb") as handle:
+def _write_to(path: str, data: bytes, *, append: bool = False) -> str:
+    with open(path, "ab" if append else "wb") as handle:
         handle.write(data)
     return path
 
