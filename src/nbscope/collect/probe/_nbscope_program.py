@@ -307,17 +307,22 @@ class Programs:
         with self.split_lock:
             self.compiles_open += 1
             if self.compiles_open == 1 and not running:
-                before = self.split_s
-                self._pause()
-                self.split_unclaimed_s += self.split_s - before
+                self._timed(self._pause)
 
     def _compile_ends(self) -> None:
         with self.split_lock:
             self.compiles_open = max(0, self.compiles_open - 1)
             if self.compiles_open == 0 and self.paused is not None:
-                before = self.split_s
-                self._resume()
-                self.split_unclaimed_s += self.split_s - before
+                self._timed(self._resume)
+
+    def _timed(self, step: Callable[[], None]) -> None:
+        """Run a step of the split inside a compile's timing: its time is the cell's ``split_s``, and given back by
+        the compile's event (take_split_s)."""
+        started = time.perf_counter()
+        step()
+        seconds = time.perf_counter() - started
+        self.split_s += seconds
+        self.split_unclaimed_s += seconds
 
     def take_split_s(self) -> float:
         """The split's time within the compile JAX just timed (its backend compile event), given back once: the
@@ -331,12 +336,10 @@ class Programs:
         guard = self.guard
         if guard is None or guard.done.is_set() or self.exporting:  # a cut session records nothing more
             return
-        started = time.perf_counter()
         try:
             self.trace_path = guard.finish()
         except Exception as exc:  # the part's events are lost: the trace says so
             self.split_error = f"a part of the trace was lost: {type(exc).__name__}: {exc}"[:300]
-        self.split_s += time.perf_counter() - started
         self.session, self.guard, self.paused = None, None, guard
 
     def _resume(self) -> None:
@@ -347,7 +350,6 @@ class Programs:
         if before.cut_after is not None:  # cut as the compile began: what ran after stays extrapolated from it
             self.guard = before
             return
-        started = time.perf_counter()
         try:
             jaxpr, self.last_lowered = self.last_lowered, None
             loops = jaxpr is not None and _has_equation(getattr(jaxpr, "jaxpr", jaxpr), _small_loop)
@@ -356,7 +358,6 @@ class Programs:
         except Exception as exc:
             self.session = None
             self.split_error = f"no trace after a compile: {type(exc).__name__}: {exc}"[:300]
-        self.split_s += time.perf_counter() - started
 
     def _lower_for_gpu(self) -> list[dict[str, Any]]:
         """Each program lowered in the cell, lowered again for CUDA (no GPU needed): its loops (name stack
@@ -431,7 +432,7 @@ EARLY_FAST_S = 0.1
 FAST_AFTER_COMPILE_S = 0.1
 # A part started as a loop's compile ended first looks at the program's events (_Guard._look) for LOOK_WINDOW_S: each
 # look is stopped when the kernel grew LOOK_GROWTH_BYTES or after its length, and the part is cut when its events
-# came to LOOK_FLOOD_BYTES_PER_S or more once serialised (QuantEcon bayes_nonconj's NUTS sampler: ~10 MB/s with
+# came to FLOOD_BYTES_PER_S or more once serialised (QuantEcon bayes_nonconj's NUTS sampler: ~10 MB/s with
 # the guard starved of CPU; a loop that records none: ~0.2 MB/s, the empty session's own bytes).
 LOOK_POLL_S = 0.001
 LOOK_CARRY_BYTES = 2**20  # looked at only after the compile of a loop carrying at most this much (_small_loop)
@@ -439,7 +440,6 @@ LOOK_FIRST_S = 0.005  # each look after it twice as long: few stops cut through 
 LOOKS = 6
 LOOK_WINDOW_S = 0.2
 LOOK_GROWTH_BYTES = 4 * 2**20
-LOOK_FLOOD_BYTES_PER_S = 4 * 2**20
 LOOK_FLOOD_MIN_BYTES = 64 * 2**10  # ~1,000 events: an empty session alone is 1-3 kB, a look as short as 1 ms
 # The kernel-wide bound (issue 34): the rules above watch the cell's own thread, but the session records
 # every thread's calls (a sampler's worker, a thread pool, XLA's own workers) into heaps the break does not
@@ -464,7 +464,7 @@ LOOK_FLOOD_MIN_BYTES = 64 * 2**10  # ~1,000 events: an empty session alone is 1-
 # and the record says why), never the cell. NBSCOPE_PROBE_MEMORY_BUDGET (bytes) sets another budget.
 MEMORY_BUDGET_BYTES = 16 * 2**20
 # Half the budget (8 MiB by default) when, since a compile's end, the heaps rose at this rate or more at two readings in
-# a row (HEAP_RATE_S apart at least; the first taken by the compiling thread as the compile ended): the program
+# a row (HEAP_RATE_S apart at least; the first as the part after the compile starts): the program
 # just compiled recording events, whose stop peaks at about 5 times what they hold (benchmarks/lectures/
 # kalman_x64.md: up to ~1 GB/s of events right after a compile, first into the memory the compiler freed, where
 # the kernel's resident size does not show them). The heaps are read every HEAP_RATE_S for HEAP_WATCH_S after
@@ -648,7 +648,7 @@ class _Guard:
         within LOOK_WINDOW_S (the program may start some milliseconds after its compile; each stop cuts
         through the kernels running then, whose events are lost but whose end markers are not, see
         ``nbscope.collect.program``): the part is cut at the first look whose events came to
-        LOOK_FLOOD_BYTES_PER_S or more once serialised; else a new session records on. Whether the part ended
+        FLOOD_BYTES_PER_S or more once serialised; else a new session records on. Whether the part ended
         (cut, or the cell's end came first)."""
         length = LOOK_FIRST_S
         for _ in range(LOOKS):
@@ -680,25 +680,16 @@ class _Guard:
             self.error = exc
             self.done.set()
             return True
-        if len(data) < LOOK_FLOOD_MIN_BYTES or len(data) / max(stopping - looked, LOOK_POLL_S) < LOOK_FLOOD_BYTES_PER_S:
+        reason = "events flood"
+        if len(data) < LOOK_FLOOD_MIN_BYTES or len(data) / max(stopping - looked, LOOK_POLL_S) < FLOOD_BYTES_PER_S:
             try:
                 self.session = _session(hlo_protos=False)
                 return False
             except Exception:  # the looks' events are written: the trace ends there, as if cut
-                self.reason = "no session after a look"
-        else:
-            self.reason = "events flood"
+                reason = "no session after a look"
         now = _rss()
-        self.cut_after = stopping - self.cell_started
-        self.grown = now - base if now is not None and base is not None else 0
-        self.kernel_grown = now - self.base if now is not None and self.base is not None else None
-        try:
-            self.compile_at_cut = float(self.compile_clock()) if self.compile_clock is not None else None
-        except Exception:  # the probe's counters, read from this thread
-            self.compile_at_cut = None
-        waited = _schedstat(self.native_id, WAITING)
-        if waited is not None and self.waited is not None:
-            self.window_wait = waited - self.waited
+        self._note_cut(stopping, now - base if now is not None and base is not None else 0, reason,
+                       now - self.base if now is not None and self.base is not None else None)
         self.stop_s = time.perf_counter() - stopping
         self.done.set()
         return True
@@ -854,15 +845,7 @@ class _Guard:
         with self.lock:
             if self.done.is_set():
                 return
-            self.cut_after = elapsed + self.started - self.cell_started  # the cell's window, from its first part
-            self.grown, self.reason, self.kernel_grown = grown, reason, kernel_grown
-            try:
-                self.compile_at_cut = float(self.compile_clock()) if self.compile_clock is not None else None
-            except Exception:  # the probe's counters, read from this thread: never let it stop the cut
-                self.compile_at_cut = None
-            waited = _schedstat(self.native_id, WAITING)
-            if waited is not None and self.waited is not None:
-                self.window_wait = waited - self.waited
+            self._note_cut(self.started + elapsed, grown, reason, kernel_grown)
             stopping = time.perf_counter()
             try:
                 self.written = self._stop_and_write()
@@ -870,6 +853,19 @@ class _Guard:
                 self.error = exc
             self.stop_s = time.perf_counter() - stopping
             self.done.set()
+
+    def _note_cut(self, at: float, grown: int, reason: str, kernel_grown: int | None) -> None:
+        """What a cut at ``at`` (perf_counter) leaves of the cell's window: from the cell's first part, with JAX's
+        compile time in the cell and the cell's thread's wait for a CPU up to then."""
+        self.cut_after = at - self.cell_started
+        self.grown, self.reason, self.kernel_grown = grown, reason, kernel_grown
+        try:
+            self.compile_at_cut = float(self.compile_clock()) if self.compile_clock is not None else None
+        except Exception:  # the probe's counters, read from this thread: never let it stop the cut
+            self.compile_at_cut = None
+        waited = _schedstat(self.native_id, WAITING)
+        if waited is not None and self.waited is not None:
+            self.window_wait = waited - self.waited
 
     def _stop_and_write(self) -> str:
         data = self.session.stop()
@@ -901,13 +897,14 @@ DISPATCH_EVENTS_BYTES_PER_S = 16 * 2**20
 IN_FLIGHT_WAIT_S = 10.0
 HEAVY_STOP_S = 0.1  # a cell's session whose stop took this long recorded heavily (~2,000 calls' events)
 IN_FLIGHT_PROBE_S = 0.002
-IN_FLIGHT_PROBE_BYTES_PER_S = 4 * 2**20
+# A session whose events came to this much a second once serialised records a flood (_flooding, _Guard._look).
+FLOOD_BYTES_PER_S = 4 * 2**20
 IN_FLIGHT_CHECKED = 2000  # the newest live arrays looked at for programs still running (JAX lists the newest first)
 
 
 def _flooding() -> bool:
     """Whether programs running now record events fast: a session held for IN_FLIGHT_PROBE_S, then stopped,
-    came to IN_FLIGHT_PROBE_BYTES_PER_S or more once serialised (a loop whose body calls LAPACK: ~100 MB/s;
+    came to FLOOD_BYTES_PER_S or more once serialised (a loop whose body calls LAPACK: ~100 MB/s;
     ``jnp.linspace`` over 50 M values: next to nothing). Stopping costs about ten times as long as the session
     recorded such a flood, so the look is short. Taken to flood where no session can be made."""
     try:
@@ -915,7 +912,7 @@ def _flooding() -> bool:
         started = time.perf_counter()
         time.sleep(IN_FLIGHT_PROBE_S)
         held = time.perf_counter() - started
-        return len(session.stop()) / held >= IN_FLIGHT_PROBE_BYTES_PER_S
+        return len(session.stop()) / held >= FLOOD_BYTES_PER_S
     except Exception:  # the notebook runs its own jax.profiler trace: then no session of the cell's either
         return True
 
