@@ -53,9 +53,11 @@ def main() -> None:
         for workers in order:
             result = one_audit(args.book, workers)
             runs[workers].append(result)
-            print(f"round {round_index + 1}: --workers {workers}: {result['wall_s']:.1f} s "
-                  f"(notebooks' own wall {result['notebook_wall_s']:.1f} s, load {result['load_before']:.1f})",
-                  file=sys.stderr)
+            print(
+                f"round {round_index + 1}: --workers {workers}: {result['wall_s']:.1f} s "
+                f"(notebooks' own wall {result['notebook_wall_s']:.1f} s, load {result['load_before']:.1f})",
+                file=sys.stderr,
+            )
     serial = statistics.median(r["wall_s"] for r in runs[1])
     parallel = statistics.median(r["wall_s"] for r in runs[args.workers])
     figures = {
@@ -71,8 +73,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures, indent=1))
     else:
-        print(f"--workers 1: {serial:.1f} s · --workers {args.workers}: {parallel:.1f} s · "
-              f"speed-up {serial / parallel:.2f}× on {os.cpu_count()} cores (median of {args.rounds})")
+        print(
+            f"--workers 1: {serial:.1f} s · --workers {args.workers}: {parallel:.1f} s · "
+            f"speed-up {serial / parallel:.2f}× on {os.cpu_count()} cores (median of {args.rounds})"
+        )
 
 
 if __name__ == "__main__":

@@ -48,15 +48,22 @@ def compare(a: RunRecord, b: RunRecord, quiet_below: float = BUSY_CORES_WARN) ->
         va, vb = typed_a.reported(), typed_b.reported()
         sa, sb = typed_a.reported(machine=False), typed_b.reported(machine=False)
         if va is not None and vb is not None and sa is not None and sb is not None:
-            rows.append({
-                "key": key, "a": va[0], "b": vb[0], "spread_a": sa[1], "spread_b": sb[1],
-                "uncertainty_a": va[1], "uncertainty_b": vb[1],
-                "diff": abs(va[0] - vb[0]) / ((va[0] + vb[0]) / 2),
-                "agree": _stats.agree(va, vb),  # within the reported uncertainty (spread or machine drift)
-                "agree_spread": _stats.agree(sa, sb),  # within the samples' spread alone
-                # Both runs of this figure's group had the machine to themselves.
-                "quiet": max(busy_cores(a, fa["group"]), busy_cores(b, fb["group"])) <= quiet_below,
-            })
+            rows.append(
+                {
+                    "key": key,
+                    "a": va[0],
+                    "b": vb[0],
+                    "spread_a": sa[1],
+                    "spread_b": sb[1],
+                    "uncertainty_a": va[1],
+                    "uncertainty_b": vb[1],
+                    "diff": abs(va[0] - vb[0]) / ((va[0] + vb[0]) / 2),
+                    "agree": _stats.agree(va, vb),  # within the reported uncertainty (spread or machine drift)
+                    "agree_spread": _stats.agree(sa, sb),  # within the samples' spread alone
+                    # Both runs of this figure's group had the machine to themselves.
+                    "quiet": max(busy_cores(a, fa["group"]), busy_cores(b, fb["group"])) <= quiet_below,
+                }
+            )
         if fa.get("first") and fb.get("first"):
             wa, wb = fa["first"]["wall_s"], fb["first"]["wall_s"]
             first_calls.append({"key": key, "a": wa, "b": wb, "diff": abs(wa - wb) / ((wa + wb) / 2)})
@@ -101,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     result = compare(*runs)
 
-    print(f"{'figure':48} {'run 1':>11} {'run 2':>11} {'spr 1':>6} {'spr 2':>6} {'unc 1':>6} {'unc 2':>6} {'diff':>6}  agree")
+    print(
+        f"{'figure':48} {'run 1':>11} {'run 2':>11} {'spr 1':>6} {'spr 2':>6} {'unc 1':>6} {'unc 2':>6} {'diff':>6}  agree"
+    )
     for row in result["rows"]:
         print(
             f"{row['key']:48} {row['a']:11.4g} {row['b']:11.4g} {row['spread_a']:6.1%} {row['spread_b']:6.1%} "

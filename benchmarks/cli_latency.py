@@ -70,9 +70,22 @@ def profiled_template(folder: Path) -> dict:
     shutil.copyfile(NOTEBOOK, path)
     out = folder / "template.json"
     done = subprocess.run(
-        [sys.executable, "-m", "nbscope", "profile", str(path), "--forecast", "t4", "--no-diagnose", "--json",
-         "--db", str(folder / "template.db")],
-        capture_output=True, text=True, cwd=folder,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "profile",
+            str(path),
+            "--forecast",
+            "t4",
+            "--no-diagnose",
+            "--json",
+            "--db",
+            str(folder / "template.db"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=folder,
     )
     if done.returncode != 0:
         sys.exit(f"profiling {NOTEBOOK} failed ({done.returncode}): {done.stderr.strip()}")
@@ -181,15 +194,22 @@ def build_or_find(base: Path, args: argparse.Namespace) -> tuple[dict[str, tuple
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-n", "--repeats", type=int, default=5, help="runs of each command on each store (best counts)")
-    parser.add_argument("--record", type=Path, help="a run JSON file to copy (default: profile forecast_matmul.md once)")
+    parser.add_argument(
+        "--record", type=Path, help="a run JSON file to copy (default: profile forecast_matmul.md once)"
+    )
     parser.add_argument("--notebooks", type=int, default=50, help="lectures in the big store (default 50)")
-    parser.add_argument("--runs-each", type=int, default=720, help="runs of each lecture in the big store (default 720)")
+    parser.add_argument(
+        "--runs-each", type=int, default=720, help="runs of each lecture in the big store (default 720)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--keep", type=Path, help="build the stores in this new folder and leave them there")
     parser.add_argument("--stores", type=Path, help="measure the stores --keep left in this folder (no build)")
-    parser.add_argument("--from-source", action="store_true",
-                        help="measure without bytecode: every start compiles nbscope's modules (an editable "
-                             "checkout with PYTHONDONTWRITEBYTECODE); default: as installed, bytecode kept")
+    parser.add_argument(
+        "--from-source",
+        action="store_true",
+        help="measure without bytecode: every start compiles nbscope's modules (an editable "
+        "checkout with PYTHONDONTWRITEBYTECODE); default: as installed, bytecode kept",
+    )
     args = parser.parse_args()
     global PYCACHE
     if args.keep is not None and args.keep.exists():
@@ -219,9 +239,19 @@ def main() -> int:
         rows = []
         for command in names:
             (big, big_cpu), (small, small_cpu) = best["big"][command], best["small"][command]
-            rows.append({"command": command, "big_s": big, "small_s": small, "big_cpu_s": big_cpu,
-                         "small_cpu_s": small_cpu, "to_version": big / version[0], "to_small": big / small,
-                         "cpu_to_version": big_cpu / version[1], "cpu_to_small": big_cpu / small_cpu})
+            rows.append(
+                {
+                    "command": command,
+                    "big_s": big,
+                    "small_s": small,
+                    "big_cpu_s": big_cpu,
+                    "small_cpu_s": small_cpu,
+                    "to_version": big / version[0],
+                    "to_small": big / small,
+                    "cpu_to_version": big_cpu / version[1],
+                    "cpu_to_small": big_cpu / small_cpu,
+                }
+            )
         figures = {
             "runs": {"big": args.notebooks * args.runs_each, "small": 50},
             "store_mb": {name: round(db.stat().st_size / 1e6, 1) for name, (_, db) in stores.items()},
@@ -236,17 +266,24 @@ def main() -> int:
         print(json.dumps(figures, indent=1))
         return 0
     big_runs, small_runs = (f"{figures['runs'][n]} runs" for n in ("big", "small"))
-    made = (f"built in {figures['built_s']['big']} s (+ {figures['built_s']['template']} s for the template record)"
-            if built else "built before")
-    print(f"stores: {big_runs} ({figures['store_mb']['big']} MB, {made}) and {small_runs}; best of {args.repeats}; "
-          f"load average {figures['load_average']} on {figures['cpus']} CPUs; bytecode {figures['bytecode']}")
+    made = (
+        f"built in {figures['built_s']['big']} s (+ {figures['built_s']['template']} s for the template record)"
+        if built
+        else "built before"
+    )
+    print(
+        f"stores: {big_runs} ({figures['store_mb']['big']} MB, {made}) and {small_runs}; best of {args.repeats}; "
+        f"load average {figures['load_average']} on {figures['cpus']} CPUs; bytecode {figures['bytecode']}"
+    )
     print(f"{'':<40} {'wall time':^46} | {'CPU time (user + system)':^46}")
     heads = (big_runs, small_runs, "÷ --version", "÷ " + small_runs)
     print(f"{'command':<40} " + " ".join(f"{h:>11}" for h in heads) + " | " + " ".join(f"{h:>11}" for h in heads))
     for row in rows:
-        wall = (f"{row['big_s']:>10.3f}s {row['small_s']:>10.3f}s {row['to_version']:>11.2f} {row['to_small']:>11.2f}")
-        cpu = (f"{row['big_cpu_s']:>10.3f}s {row['small_cpu_s']:>10.3f}s {row['cpu_to_version']:>11.2f}"
-               f" {row['cpu_to_small']:>11.2f}")
+        wall = f"{row['big_s']:>10.3f}s {row['small_s']:>10.3f}s {row['to_version']:>11.2f} {row['to_small']:>11.2f}"
+        cpu = (
+            f"{row['big_cpu_s']:>10.3f}s {row['small_cpu_s']:>10.3f}s {row['cpu_to_version']:>11.2f}"
+            f" {row['cpu_to_small']:>11.2f}"
+        )
         misses = [f"÷ --version > {RATIO_TO_VERSION}" for k in ("to_version",) if row[k] > RATIO_TO_VERSION]
         misses += [f"÷ {small_runs} > {RATIO_TO_SMALL}" for k in ("to_small",) if row[k] > RATIO_TO_SMALL]
         print(f"{row['command']:<40} {wall} | {cpu}" + (f"  (wall: {', '.join(misses)})" if misses else ""))

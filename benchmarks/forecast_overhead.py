@@ -71,9 +71,13 @@ def _profile_pair(path: Path, *, control: bool = False) -> dict[bool, dict[str, 
 
     with tempfile.TemporaryDirectory(prefix="nbscope-overhead-") as folder:
         outputs = {programs: Path(folder) / f"{programs}.json" for programs in (False, True)}
-        children = {programs: subprocess.Popen([sys.executable, __file__, "--child", str(path),
-                                                "on" if programs and not control else "off", str(out)], stdout=subprocess.DEVNULL)
-                    for programs, out in outputs.items()}
+        children = {
+            programs: subprocess.Popen(
+                [sys.executable, __file__, "--child", str(path), "on" if programs and not control else "off", str(out)],
+                stdout=subprocess.DEVNULL,
+            )
+            for programs, out in outputs.items()
+        }
         for programs, child in children.items():
             if child.wait() != 0:
                 raise SystemExit(f"the profile with forecast={'on' if programs else 'off'} failed")
@@ -182,23 +186,36 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
             for programs in order:
                 pair[programs] = run = _profile(notebook, programs and not control)
                 runs[programs].append(run)
-                print(f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
-                      f"{run['elapsed_s']:.1f} s ({run['record']['status']})", file=sys.stderr)
-        figures = {"wall": _pair_ratio(_cells_wall(pair[False]), _cells_wall(pair[True])),
-                   "longest_cell": _pair_ratio(*_longest_cell(pair[False], pair[True])),
-                   "thread_cpu": _pair_ratio(_cells_cpu(pair[False], "on_cpu_s"), _cells_cpu(pair[True], "on_cpu_s")),
-                   "kernel_cpu": _pair_ratio(_cells_cpu(pair[False], "cpu_s"), _cells_cpu(pair[True], "cpu_s"))}
+                print(
+                    f"{notebook.name}: run {index + 1}/{repeats} forecast={'on ' if programs else 'off'} "
+                    f"{run['elapsed_s']:.1f} s ({run['record']['status']})",
+                    file=sys.stderr,
+                )
+        figures = {
+            "wall": _pair_ratio(_cells_wall(pair[False]), _cells_wall(pair[True])),
+            "longest_cell": _pair_ratio(*_longest_cell(pair[False], pair[True])),
+            "thread_cpu": _pair_ratio(_cells_cpu(pair[False], "on_cpu_s"), _cells_cpu(pair[True], "on_cpu_s")),
+            "kernel_cpu": _pair_ratio(_cells_cpu(pair[False], "cpu_s"), _cells_cpu(pair[True], "cpu_s")),
+        }
         for name, value in figures.items():
             if value is not None:
                 pairs[name].append(value)
-        for cell_index, (cell_off, cell_on) in enumerate(zip(pair[False]["record"]["measurements"]["cells"],
-                                                              pair[True]["record"]["measurements"]["cells"], strict=False)):
+        for cell_index, (cell_off, cell_on) in enumerate(
+            zip(
+                pair[False]["record"]["measurements"]["cells"],
+                pair[True]["record"]["measurements"]["cells"],
+                strict=False,
+            )
+        ):
             ratio = _pair_ratio(cell_off.get("wall_s"), cell_on.get("wall_s"))
             if ratio is not None:
                 per_cell_pairs.setdefault(cell_index, []).append(ratio)
-        print(f"{notebook.name}: pair {index + 1}/{repeats}: cells {_cells_wall(pair[False]):.2f} s off, "
-              f"{_cells_wall(pair[True]):.2f} s on; ratios "
-              + ", ".join(f"{name} ×{value:.3f}" for name, value in figures.items() if value is not None), file=sys.stderr)
+        print(
+            f"{notebook.name}: pair {index + 1}/{repeats}: cells {_cells_wall(pair[False]):.2f} s off, "
+            f"{_cells_wall(pair[True]):.2f} s on; ratios "
+            + ", ".join(f"{name} ×{value:.3f}" for name, value in figures.items() if value is not None),
+            file=sys.stderr,
+        )
 
     def per_cell(programs: bool, figure: Any) -> list[float | None]:
         columns = [r["record"]["measurements"]["cells"] for r in runs[programs]]
@@ -211,50 +228,101 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
     sum_on = sum(v for v in on if v is not None)
     elapsed_off = _median([r["elapsed_s"] for r in runs[False]]) or 0.0
     elapsed_on = _median([r["elapsed_s"] for r in runs[True]]) or 0.0
-    in_kernel = sum(_collection_s(c) for r in runs[True] for c in r["record"]["measurements"]["cells"]) / len(runs[True])
+    in_kernel = sum(_collection_s(c) for r in runs[True] for c in r["record"]["measurements"]["cells"]) / len(
+        runs[True]
+    )
     cells = []
     for index, ratios in sorted(per_cell_pairs.items()):
         if (off[index] or 0.0) < 0.1:
             continue
         spent = [_collection_s(r["record"]["measurements"]["cells"][index]) for r in runs[True]]
-        cells.append({"index": index, "line": runs[False][0]["record"]["measurements"]["cells"][index].get("line"),
-                      "off_s": off[index], "on_s": on[index], "ratio": _median(ratios), "interval": _interval(ratios),
-                      "collection_s": _median(spent)})
-    cut = sum(1 for r in runs[True] for c in r["record"]["measurements"]["cells"]
-              if (c.get("programs") or {}).get("window"))
+        cells.append(
+            {
+                "index": index,
+                "line": runs[False][0]["record"]["measurements"]["cells"][index].get("line"),
+                "off_s": off[index],
+                "on_s": on[index],
+                "ratio": _median(ratios),
+                "interval": _interval(ratios),
+                "collection_s": _median(spent),
+            }
+        )
+    cut = sum(
+        1 for r in runs[True] for c in r["record"]["measurements"]["cells"] if (c.get("programs") or {}).get("window")
+    )
     peak_off, peak_on = per_cell(False, _peak), per_cell(True, _peak)
     memory = []
     for index, cell in enumerate(runs[False][0]["record"]["measurements"]["cells"]):
-        reasons = sorted({str(((c.get("programs") or {}).get("window") or {}).get("reason") or "cut")
-                          for c in (r["record"]["measurements"]["cells"][index] for r in runs[True])
-                          if (c.get("programs") or {}).get("window")})
-        statuses = sorted({r["record"]["measurements"]["cells"][index].get("status") or "?"
-                           for side in (False, True) for r in runs[side]})
+        reasons = sorted(
+            {
+                str(((c.get("programs") or {}).get("window") or {}).get("reason") or "cut")
+                for c in (r["record"]["measurements"]["cells"][index] for r in runs[True])
+                if (c.get("programs") or {}).get("window")
+            }
+        )
+        statuses = sorted(
+            {
+                r["record"]["measurements"]["cells"][index].get("status") or "?"
+                for side in (False, True)
+                for r in runs[side]
+            }
+        )
         # The bound holds per cell in every run, not on the median: each pair's growth with minus without.
-        each_pair = [None if a is None or b is None else b - a
-                     for a, b in ((_growth(off_run["record"]["measurements"]["cells"][index]),
-                                   _growth(on_run["record"]["measurements"]["cells"][index]))
-                                  for off_run, on_run in zip(runs[False], runs[True], strict=False))]
-        memory.append({"index": index, "line": cell.get("line"), "peak_off_bytes": peak_off[index],
-                       "peak_on_bytes": peak_on[index], "growth_off_bytes": grow_off[index],
-                       "growth_on_bytes": grow_on[index], "statuses": statuses, "cut": reasons,
-                       "added_each_pair_bytes": each_pair})
+        each_pair = [
+            None if a is None or b is None else b - a
+            for a, b in (
+                (
+                    _growth(off_run["record"]["measurements"]["cells"][index]),
+                    _growth(on_run["record"]["measurements"]["cells"][index]),
+                )
+                for off_run, on_run in zip(runs[False], runs[True], strict=False)
+            )
+        ]
+        memory.append(
+            {
+                "index": index,
+                "line": cell.get("line"),
+                "peak_off_bytes": peak_off[index],
+                "peak_on_bytes": peak_on[index],
+                "growth_off_bytes": grow_off[index],
+                "growth_on_bytes": grow_on[index],
+                "statuses": statuses,
+                "cut": reasons,
+                "added_each_pair_bytes": each_pair,
+            }
+        )
     # The run's peak, the highest of its cells': where --forecast's waits moved an earlier cell's asynchronous
     # work into the cell that dispatched it (docs/forecast.md), that cell's peak rises by what the run without
     # allocated in a later cell, and the later cell's falls; the kernel's own peak compares like for like.
-    run_peaks = [(_run_peak(off_run), _run_peak(on_run)) for off_run, on_run in zip(runs[False], runs[True], strict=False)]
-    return {"notebook": str(notebook), "repeats": repeats, "control": control, "cells_off_s": sum_off, "cells_on_s": sum_on,
-            "run_peak_each_pair_bytes": run_peaks,
-            "cells_ratio": _median(pairs["wall"]), "pair_ratios": pairs["wall"] or None,
-            "cells_ratio_interval": _interval(pairs["wall"]),
-            "longest_cell_ratio": _median(pairs["longest_cell"]), "longest_cell_pair_ratios": pairs["longest_cell"] or None,
-            "longest_cell_ratio_interval": _interval(pairs["longest_cell"]),
-            "thread_cpu_ratio": _median(pairs["thread_cpu"]), "kernel_cpu_ratio": _median(pairs["kernel_cpu"]),
-            "thread_cpu_pair_ratios": pairs["thread_cpu"] or None, "kernel_cpu_pair_ratios": pairs["kernel_cpu"] or None,
-            "elapsed_off_s": elapsed_off,
-            "elapsed_on_s": elapsed_on, "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
-            "memory_added_bytes": max(added) if added else None, "in_kernel_collection_s": in_kernel,
-            "traces_cut": cut / len(runs[True]), "cells": cells, "memory": memory}
+    run_peaks = [
+        (_run_peak(off_run), _run_peak(on_run)) for off_run, on_run in zip(runs[False], runs[True], strict=False)
+    ]
+    return {
+        "notebook": str(notebook),
+        "repeats": repeats,
+        "control": control,
+        "cells_off_s": sum_off,
+        "cells_on_s": sum_on,
+        "run_peak_each_pair_bytes": run_peaks,
+        "cells_ratio": _median(pairs["wall"]),
+        "pair_ratios": pairs["wall"] or None,
+        "cells_ratio_interval": _interval(pairs["wall"]),
+        "longest_cell_ratio": _median(pairs["longest_cell"]),
+        "longest_cell_pair_ratios": pairs["longest_cell"] or None,
+        "longest_cell_ratio_interval": _interval(pairs["longest_cell"]),
+        "thread_cpu_ratio": _median(pairs["thread_cpu"]),
+        "kernel_cpu_ratio": _median(pairs["kernel_cpu"]),
+        "thread_cpu_pair_ratios": pairs["thread_cpu"] or None,
+        "kernel_cpu_pair_ratios": pairs["kernel_cpu"] or None,
+        "elapsed_off_s": elapsed_off,
+        "elapsed_on_s": elapsed_on,
+        "elapsed_ratio": elapsed_on / elapsed_off if elapsed_off else None,
+        "memory_added_bytes": max(added) if added else None,
+        "in_kernel_collection_s": in_kernel,
+        "traces_cut": cut / len(runs[True]),
+        "cells": cells,
+        "memory": memory,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,59 +334,95 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind per notebook (default 3)")
-    parser.add_argument("--together", action="store_true",
-                        help="run each pair at the same time (ratio: the median of the pairs'; needs two free cores)")
-    parser.add_argument("--control", action="store_true",
-                        help="both sides of every pair without program data: what the method gives when nothing differs")
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="run each pair at the same time (ratio: the median of the pairs'; needs two free cores)",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="both sides of every pair without program data: what the method gives when nothing differs",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or [MILLION] + ([CORPUS] if CORPUS.exists() else [])
     results = [measure(path, args.repeats, together=args.together, control=args.control) for path in notebooks]
     if args.control:
-        print("control: both sides of every pair ran without program data (\"on\" below is a second run without)")
-    print(f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'thread':>7} {'kernel':>7} "
-          f"{'elapsed':>8} {'memory +':>10} {'cut':>4} {'in kernel':>10}")
+        print('control: both sides of every pair ran without program data ("on" below is a second run without)')
+    print(
+        f"{'notebook':<28} {'cells off':>10} {'cells on':>10} {'ratio':>7} {'thread':>7} {'kernel':>7} "
+        f"{'elapsed':>8} {'memory +':>10} {'cut':>4} {'in kernel':>10}"
+    )
     for figures in results:
         memory = figures["memory_added_bytes"]
-        print(f"{Path(figures['notebook']).name[:28]:<28} {figures['cells_off_s']:>9.2f}s {figures['cells_on_s']:>9.2f}s "
-              f"{figures['cells_ratio'] or 0:>7.3f} {figures['thread_cpu_ratio'] or 0:>7.3f} "
-              f"{figures['kernel_cpu_ratio'] or 0:>7.3f} {figures['elapsed_ratio'] or 0:>8.3f} "
-              f"{'–' if memory is None else f'{memory / 1e6:.0f} MB':>10} {figures['traces_cut']:>4.0f} "
-              f"{figures['in_kernel_collection_s'] * 1e3:>8.0f}ms")
+        print(
+            f"{Path(figures['notebook']).name[:28]:<28} {figures['cells_off_s']:>9.2f}s {figures['cells_on_s']:>9.2f}s "
+            f"{figures['cells_ratio'] or 0:>7.3f} {figures['thread_cpu_ratio'] or 0:>7.3f} "
+            f"{figures['kernel_cpu_ratio'] or 0:>7.3f} {figures['elapsed_ratio'] or 0:>8.3f} "
+            f"{'–' if memory is None else f'{memory / 1e6:.0f} MB':>10} {figures['traces_cut']:>4.0f} "
+            f"{figures['in_kernel_collection_s'] * 1e3:>8.0f}ms"
+        )
     for figures in results:
-        for label, prefix, pairs in (("cells", "cells", "pair_ratios"), ("longest cell", "longest_cell", "longest_cell_pair_ratios")):
+        for label, prefix, pairs in (
+            ("cells", "cells", "pair_ratios"),
+            ("longest cell", "longest_cell", "longest_cell_pair_ratios"),
+        ):
             interval = figures[f"{prefix}_ratio_interval"]
-            print(f"{Path(figures['notebook']).name}: {label} ratio {figures[f'{prefix}_ratio'] or 0:.3f}, 90 % interval "
-                  + _interval_text(interval) + f" over {len(figures[pairs] or [])} pairs: ≤ 1.05 {_verdict(interval)}")
+            print(
+                f"{Path(figures['notebook']).name}: {label} ratio {figures[f'{prefix}_ratio'] or 0:.3f}, 90 % interval "
+                + _interval_text(interval)
+                + f" over {len(figures[pairs] or [])} pairs: ≤ 1.05 {_verdict(interval)}"
+            )
         for cell in figures["cells"]:
             interval = cell["interval"]
-            print(f"{Path(figures['notebook']).name}: cell {cell['index'] + 1} (line {cell['line'] or '?'}): "
-                  f"{cell['off_s']:.2f} s off, {cell['on_s']:.2f} s on, ratio {cell['ratio'] or 0:.3f}, 90 % interval "
-                  + _interval_text(interval) + f"; collection after it in the kernel {(cell['collection_s'] or 0) * 1e3:.0f} ms")
+            print(
+                f"{Path(figures['notebook']).name}: cell {cell['index'] + 1} (line {cell['line'] or '?'}): "
+                f"{cell['off_s']:.2f} s off, {cell['on_s']:.2f} s on, ratio {cell['ratio'] or 0:.3f}, 90 % interval "
+                + _interval_text(interval)
+                + f"; collection after it in the kernel {(cell['collection_s'] or 0) * 1e3:.0f} ms"
+            )
         name = Path(figures["notebook"]).name
         for row in figures["memory"]:
-            off, on, grow_off, grow_on = (row[k] for k in ("peak_off_bytes", "peak_on_bytes", "growth_off_bytes",
-                                                              "growth_on_bytes"))
+            off, on, grow_off, grow_on = (
+                row[k] for k in ("peak_off_bytes", "peak_on_bytes", "growth_off_bytes", "growth_on_bytes")
+            )
             added = grow_on - grow_off if grow_on is not None and grow_off is not None else None
-            print(f"{name}: cell {row['index'] + 1} (line {row['line'] or '?'}): peak (VmHWM) {_megabytes(off)} off, "
-                  f"{_megabytes(on)} on ({_megabytes(on - off if on is not None and off is not None else None, sign=True)}); "
-                  f"growth over the cell's start {_megabytes(added, sign=True)} with program data"
-                  f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
-                  f"status {'/'.join(row['statuses'])}" + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else "")
-                  + "; each pair " + ", ".join(_megabytes(added, sign=True) for added in row["added_each_pair_bytes"]))
-        print(f"{name}: the run's peak (its highest cell's), each pair: " + ", ".join(
-            f"{_megabytes(off)} off, {_megabytes(on)} on "
-            f"({_megabytes(on - off if on is not None and off is not None else None, sign=True)})"
-            for off, on in figures["run_peak_each_pair_bytes"]))
-        for label, key in (("wall", "pair_ratios"), ("longest cell", "longest_cell_pair_ratios"), ("thread CPU", "thread_cpu_pair_ratios"),
-                           ("kernel CPU", "kernel_cpu_pair_ratios")):
+            print(
+                f"{name}: cell {row['index'] + 1} (line {row['line'] or '?'}): peak (VmHWM) {_megabytes(off)} off, "
+                f"{_megabytes(on)} on ({_megabytes(on - off if on is not None and off is not None else None, sign=True)}); "
+                f"growth over the cell's start {_megabytes(added, sign=True)} with program data"
+                f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
+                f"status {'/'.join(row['statuses'])}"
+                + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else "")
+                + "; each pair "
+                + ", ".join(_megabytes(added, sign=True) for added in row["added_each_pair_bytes"])
+            )
+        print(
+            f"{name}: the run's peak (its highest cell's), each pair: "
+            + ", ".join(
+                f"{_megabytes(off)} off, {_megabytes(on)} on "
+                f"({_megabytes(on - off if on is not None and off is not None else None, sign=True)})"
+                for off, on in figures["run_peak_each_pair_bytes"]
+            )
+        )
+        for label, key in (
+            ("wall", "pair_ratios"),
+            ("longest cell", "longest_cell_pair_ratios"),
+            ("thread CPU", "thread_cpu_pair_ratios"),
+            ("kernel CPU", "kernel_cpu_pair_ratios"),
+        ):
             if figures[key]:
-                print(f"{Path(figures['notebook']).name}: each pair's {label} ratio "
-                      + ", ".join(f"{r:.3f}" for r in figures[key]))
-    print("targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: the median over pairs of the cells' wall time "
-          "with program data over without; thread, kernel: the same of the cell's thread's CPU time and of the "
-          "kernel's, every thread; memory: the largest per-cell peak growth with minus without; cut: cells whose "
-          "trace hit its memory budget)")
+                print(
+                    f"{Path(figures['notebook']).name}: each pair's {label} ratio "
+                    + ", ".join(f"{r:.3f}" for r in figures[key])
+                )
+    print(
+        "targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: the median over pairs of the cells' wall time "
+        "with program data over without; thread, kernel: the same of the cell's thread's CPU time and of the "
+        "kernel's, every thread; memory: the largest per-cell peak growth with minus without; cut: cells whose "
+        "trace hit its memory budget)"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

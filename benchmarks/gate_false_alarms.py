@@ -75,21 +75,35 @@ def write_notebook(folder: Path, *, with_jax: bool) -> Path:
     return path
 
 
-def run_profiles(notebook: Path, count: int, repeat: int, store: Store, live: Path,
-                 scale: float = 1.0, extra_env: dict[str, str] | None = None) -> list[RunRecord]:
+def run_profiles(
+    notebook: Path,
+    count: int,
+    repeat: int,
+    store: Store,
+    live: Path,
+    scale: float = 1.0,
+    extra_env: dict[str, str] | None = None,
+) -> list[RunRecord]:
     records = []
     for number in range(count):
         started = time.perf_counter()
         # A fingerprint per run: it records the load average at the run's start.
         env = {SCALE_VARIABLE: str(scale), **(extra_env or {})}
-        record = profile(notebook, ProfileOptions(repeat=repeat, env=env), store=store,
-                         live_path=live / f"r{repeat}-{scale}-{number}.jsonl")
+        record = profile(
+            notebook,
+            ProfileOptions(repeat=repeat, env=env),
+            store=store,
+            live_path=live / f"r{repeat}-{scale}-{number}.jsonl",
+        )
         if record.status != "ok":
             raise SystemExit(f"profile run failed ({record.status}); see run {record.run_id} in {store.path}")
-        print(f"  repeat {repeat} scale {scale:g} run {number + 1}/{count}: total "
-              f"{record.measurements['totals']['wall_s']:.3f} s (took {time.perf_counter() - started:.1f} s, "
-              f"load {load(record)})",
-              file=sys.stderr, flush=True)
+        print(
+            f"  repeat {repeat} scale {scale:g} run {number + 1}/{count}: total "
+            f"{record.measurements['totals']['wall_s']:.3f} s (took {time.perf_counter() - started:.1f} s, "
+            f"load {load(record)})",
+            file=sys.stderr,
+            flush=True,
+        )
         records.append(record)
     return records
 
@@ -104,11 +118,14 @@ def cell_noise(records: list[RunRecord]) -> list[dict[str, Any]]:
     for cells in zip(*(r.measurements["cells"] for r in records), strict=True):
         walls = [c["wall_s"] for c in cells if isinstance(c.get("wall_s"), (int, float))]
         mean = statistics.fmean(walls)
-        rows.append({
-            "cell": cells[0]["index"] + 1, "source": cells[0]["first_line"][:40],
-            "median_s": statistics.median(walls),
-            "cv": statistics.stdev(walls) / mean if len(walls) > 1 and mean > 0 else 0.0,
-        })
+        rows.append(
+            {
+                "cell": cells[0]["index"] + 1,
+                "source": cells[0]["first_line"][:40],
+                "median_s": statistics.median(walls),
+                "cv": statistics.stdev(walls) / mean if len(walls) > 1 and mean > 0 else 0.0,
+            }
+        )
     return rows
 
 
@@ -141,26 +158,37 @@ def false_alarms(records: list[RunRecord], threshold: str, pairs: str, *, use_hi
                 cell_alarms += 1
                 alarmed_cells[(c.index or 0) + 1] = alarmed_cells.get((c.index or 0) + 1, 0) + 1
     return {
-        "threshold": threshold, "history": use_history, "pairs": len(chosen), "failed_pairs": failed,
+        "threshold": threshold,
+        "history": use_history,
+        "pairs": len(chosen),
+        "failed_pairs": failed,
         "false_alarm_rate": failed / len(chosen) if chosen else None,
-        "pairs_with_3_earlier": seasoned_pairs, "failed_with_3_earlier": seasoned_failed,
+        "pairs_with_3_earlier": seasoned_pairs,
+        "failed_with_3_earlier": seasoned_failed,
         "rate_with_3_earlier": seasoned_failed / seasoned_pairs if seasoned_pairs else None,
-        "cell_alarms": cell_alarms, "total_alarms": total_alarms,
+        "cell_alarms": cell_alarms,
+        "total_alarms": total_alarms,
         "alarmed_cells": dict(sorted(alarmed_cells.items())),
     }
 
 
-def detection(baselines: list[RunRecord], slow: list[RunRecord], threshold: str, *, use_history: bool,
-              cell: int = SLOW_CELL) -> dict[str, Any]:
+def detection(
+    baselines: list[RunRecord], slow: list[RunRecord], threshold: str, *, use_history: bool, cell: int = SLOW_CELL
+) -> dict[str, Any]:
     """Gate each run with one cell made slower against each unchanged run; count the gates that fail
     naming that cell. With history: the unchanged runs before it (as ``--history 10`` would see)."""
     options = GateOptions(max_slowdown=parse_slowdown(threshold))
     history = baselines[-HISTORY:] if use_history else None
     results = [gate(base, run, options, history=history) for run in slow for base in baselines]
     named = sum(any(c.failing and c.index == cell for c in r.cells) for r in results)
-    return {"threshold": threshold, "history": use_history, "pairs": len(results),
-            "failed": sum(not r.passed for r in results), "named_scaled_cell": named,
-            "detection_rate": named / len(results) if results else None}
+    return {
+        "threshold": threshold,
+        "history": use_history,
+        "pairs": len(results),
+        "failed": sum(not r.passed for r in results),
+        "named_scaled_cell": named,
+        "detection_rate": named / len(results) if results else None,
+    }
 
 
 def from_store(path: Path) -> tuple[list[RunRecord], list[RunRecord], dict[str, Any]]:
@@ -182,8 +210,14 @@ def busy_loop() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def measure_mode(mode: str, args: argparse.Namespace, notebook: Path, folder: Path,
-                 base_env: dict[str, str], slow_env: dict[str, str]) -> tuple[list[RunRecord], list[RunRecord]]:
+def measure_mode(
+    mode: str,
+    args: argparse.Namespace,
+    notebook: Path,
+    folder: Path,
+    base_env: dict[str, str],
+    slow_env: dict[str, str],
+) -> tuple[list[RunRecord], list[RunRecord]]:
     """Profile the unchanged runs, then the slowed ones, in one mode ("idle" or "loaded")."""
     db_folder = args.db or folder
     db_folder.mkdir(parents=True, exist_ok=True)
@@ -195,8 +229,9 @@ def measure_mode(mode: str, args: argparse.Namespace, notebook: Path, folder: Pa
         slow: list[RunRecord] = []
         if args.slow_runs and (args.notebook is None or args.slow_env):
             print(f"[{mode}] profiling {args.slow_runs} runs with the cell made slower ...", file=sys.stderr)
-            slow = run_profiles(notebook, args.slow_runs, args.repeat, store, folder, scale=3.0,
-                                extra_env={**base_env, **slow_env})
+            slow = run_profiles(
+                notebook, args.slow_runs, args.repeat, store, folder, scale=3.0, extra_env={**base_env, **slow_env}
+            )
     finally:
         if loop is not None:
             loop.kill()
@@ -207,12 +242,20 @@ def measure_mode(mode: str, args: argparse.Namespace, notebook: Path, folder: Pa
 def analyse_mode(unchanged: list[RunRecord], slow: list[RunRecord], args: argparse.Namespace) -> dict[str, Any]:
     thresholds = sorted({DEFAULT_THRESHOLD, *THRESHOLDS}, key=parse_slowdown)
     return {
-        "runs": len(unchanged), "slow_runs": len(slow),
+        "runs": len(unchanged),
+        "slow_runs": len(slow),
         "run_loads": [round(load(r), 2) for r in unchanged + slow],
         "noise": cell_noise(unchanged),
-        "false_alarms": [false_alarms(unchanged, t, args.pairs, use_history=h) for h in (False, True) for t in thresholds],
-        "detection": [detection(unchanged, slow, t, use_history=h, cell=args.slow_cell - 1)
-                      for h in (False, True) for t in thresholds] if slow else [],
+        "false_alarms": [
+            false_alarms(unchanged, t, args.pairs, use_history=h) for h in (False, True) for t in thresholds
+        ],
+        "detection": [
+            detection(unchanged, slow, t, use_history=h, cell=args.slow_cell - 1)
+            for h in (False, True)
+            for t in thresholds
+        ]
+        if slow
+        else [],
     }
 
 
@@ -224,17 +267,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=16, help="unchanged runs per mode (default 16)")
     parser.add_argument("--slow-runs", type=int, default=4, help="runs with one cell 3× slower per mode (default 4)")
     parser.add_argument("--repeat", type=int, default=1, help="repeats per run (default 1, as the issue asks)")
-    parser.add_argument("--modes", default="idle,loaded",
-                        help="comma-separated: idle (nothing added) and/or loaded (a busy loop on one core)")
+    parser.add_argument(
+        "--modes",
+        default="idle,loaded",
+        help="comma-separated: idle (nothing added) and/or loaded (a busy loop on one core)",
+    )
     parser.add_argument("--pairs", choices=("all", "consecutive"), default="all")
     parser.add_argument("--notebook", type=Path, help="notebook to use instead of the generated one")
     parser.add_argument("--no-jax", action="store_true", help="leave the JAX cells out of the generated notebook")
-    parser.add_argument("--slow-env", metavar="KEY=VALUE",
-                        help="with --notebook: environment that makes one cell slower, for the detection check")
-    parser.add_argument("--slow-cell", type=int, default=SLOW_CELL + 1,
-                        help="the cell (1-based) --slow-env slows (default: the generated notebook's Python loop, 4)")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="environment for every run's kernel, e.g. OPENBLAS_NUM_THREADS=1; repeatable")
+    parser.add_argument(
+        "--slow-env",
+        metavar="KEY=VALUE",
+        help="with --notebook: environment that makes one cell slower, for the detection check",
+    )
+    parser.add_argument(
+        "--slow-cell",
+        type=int,
+        default=SLOW_CELL + 1,
+        help="the cell (1-based) --slow-env slows (default: the generated notebook's Python loop, 4)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment for every run's kernel, e.g. OPENBLAS_NUM_THREADS=1; repeatable",
+    )
     parser.add_argument("--db", type=Path, help="keep the runs in this folder (MODE.db; default: a temporary one)")
     parser.add_argument("--from-db", type=Path, help="analyse the runs kept by an earlier --db FOLDER instead")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -280,52 +338,87 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     results: dict[str, Any] = {
-        "machine": decode(Machine, fingerprint).summary, "digest": fingerprint.get("digest"),
-        "notebook": str(args.from_db or args.notebook
-                        or "generated (numpy import, matmuls, python loop, sort" + (", jax)" if with_jax else ")")),
-        "repeat": args.repeat, "pairs": args.pairs, "env": base_env, "profiling_s": round(elapsed, 1),
-        "load_average_before": load_before, "load_average_after": load_after,
-        "gate_defaults": {"max_slowdown": DEFAULT_THRESHOLD, "alpha": GateOptions().alpha,
-                          "min_cell_s": GateOptions().min_cell_s, "abs_floor_s": GateOptions().abs_floor_s,
-                          "mad_k": GateOptions().mad_k, "history": HISTORY},
+        "machine": decode(Machine, fingerprint).summary,
+        "digest": fingerprint.get("digest"),
+        "notebook": str(
+            args.from_db
+            or args.notebook
+            or "generated (numpy import, matmuls, python loop, sort" + (", jax)" if with_jax else ")")
+        ),
+        "repeat": args.repeat,
+        "pairs": args.pairs,
+        "env": base_env,
+        "profiling_s": round(elapsed, 1),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "gate_defaults": {
+            "max_slowdown": DEFAULT_THRESHOLD,
+            "alpha": GateOptions().alpha,
+            "min_cell_s": GateOptions().min_cell_s,
+            "abs_floor_s": GateOptions().abs_floor_s,
+            "mad_k": GateOptions().mad_k,
+            "history": HISTORY,
+        },
         "modes": {mode: analyse_mode(*records, args) for mode, records in runs.items()},
     }
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return 0
-    print(f"machine {results['machine']} · digest {results['digest']} · env {base_env or '-'} · --repeat {args.repeat}"
-          f" · {args.pairs} pairs (earlier run = baseline) · profiling took {elapsed:.0f} s · load average "
-          f"{load_before[0]:.1f} before, {load_after[0]:.1f} after")
+    print(
+        f"machine {results['machine']} · digest {results['digest']} · env {base_env or '-'} · --repeat {args.repeat}"
+        f" · {args.pairs} pairs (earlier run = baseline) · profiling took {elapsed:.0f} s · load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after"
+    )
     print(f"\nAt the default threshold (--max-slowdown {DEFAULT_THRESHOLD}), --repeat {args.repeat}:")
     print(f"{'mode':>7} {'history':>8} {'false alarms':>22} {'detection of 3× slower cell':>30}")
     for mode, data in results["modes"].items():
         for with_history in (False, True):
-            alarm = next(r for r in data["false_alarms"]
-                         if r["threshold"] == DEFAULT_THRESHOLD and r["history"] == with_history)
-            found = next((r for r in data["detection"]
-                          if r["threshold"] == DEFAULT_THRESHOLD and r["history"] == with_history), None)
-            caught = "–" if found is None else (
-                f"{found['detection_rate']:.1%} ({found['named_scaled_cell']}/{found['pairs']})")
-            print(f"{mode:>7} {'yes' if with_history else 'no':>8} "
-                  f"{alarm['false_alarm_rate']:>9.1%} ({alarm['failed_pairs']:>3}/{alarm['pairs']:<3}) {caught:>30}")
+            alarm = next(
+                r for r in data["false_alarms"] if r["threshold"] == DEFAULT_THRESHOLD and r["history"] == with_history
+            )
+            found = next(
+                (r for r in data["detection"] if r["threshold"] == DEFAULT_THRESHOLD and r["history"] == with_history),
+                None,
+            )
+            caught = (
+                "–"
+                if found is None
+                else (f"{found['detection_rate']:.1%} ({found['named_scaled_cell']}/{found['pairs']})")
+            )
+            print(
+                f"{mode:>7} {'yes' if with_history else 'no':>8} "
+                f"{alarm['false_alarm_rate']:>9.1%} ({alarm['failed_pairs']:>3}/{alarm['pairs']:<3}) {caught:>30}"
+            )
     for mode, data in results["modes"].items():
         print(f"\n== {mode}: {data['runs']} unchanged runs, {data['slow_runs']} with a cell 3× slower ==")
         print("load average at each run's start: " + ", ".join(f"{v:.1f}" for v in data["run_loads"]))
-        print("cell noise across unchanged runs (median, CV): " + ", ".join(
-            f"#{n['cell']} {n['median_s'] * 1e3:.0f} ms ±{n['cv']:.0%}" for n in data["noise"]))
-        print(f"{'history':>8} {'max slowdown':>12} {'pairs':>6} {'failed':>7} {'false alarms':>13} "
-              f"{'(≥3 earlier)':>13} {'cell alarms':>12}  cells alarmed")
+        print(
+            "cell noise across unchanged runs (median, CV): "
+            + ", ".join(f"#{n['cell']} {n['median_s'] * 1e3:.0f} ms ±{n['cv']:.0%}" for n in data["noise"])
+        )
+        print(
+            f"{'history':>8} {'max slowdown':>12} {'pairs':>6} {'failed':>7} {'false alarms':>13} "
+            f"{'(≥3 earlier)':>13} {'cell alarms':>12}  cells alarmed"
+        )
         for row in data["false_alarms"]:
             seasoned = "–" if row["rate_with_3_earlier"] is None else f"{row['rate_with_3_earlier']:.1%}"
-            print(f"{'yes' if row['history'] else 'no':>8} {row['threshold']:>12} {row['pairs']:>6} "
-                  f"{row['failed_pairs']:>7} {row['false_alarm_rate']:>13.1%} {seasoned:>13} "
-                  f"{row['cell_alarms']:>12}  {row['alarmed_cells'] or '-'}")
+            print(
+                f"{'yes' if row['history'] else 'no':>8} {row['threshold']:>12} {row['pairs']:>6} "
+                f"{row['failed_pairs']:>7} {row['false_alarm_rate']:>13.1%} {seasoned:>13} "
+                f"{row['cell_alarms']:>12}  {row['alarmed_cells'] or '-'}"
+            )
         if data["detection"]:
-            what = f"cell {args.slow_cell} slowed by {args.slow_env}" if args.slow_env else "the Python-loop cell made 3× slower"
+            what = (
+                f"cell {args.slow_cell} slowed by {args.slow_env}"
+                if args.slow_env
+                else "the Python-loop cell made 3× slower"
+            )
             print(f"detection of {what} (each slowed run gated against each unchanged run):")
             for row in data["detection"]:
-                print(f"{'yes' if row['history'] else 'no':>8} {row['threshold']:>12} {row['pairs']:>6} "
-                      f"failed {row['failed']:>3}, named the cell {row['named_scaled_cell']:>3}")
+                print(
+                    f"{'yes' if row['history'] else 'no':>8} {row['threshold']:>12} {row['pairs']:>6} "
+                    f"failed {row['failed']:>3}, named the cell {row['named_scaled_cell']:>3}"
+                )
     return 0
 
 

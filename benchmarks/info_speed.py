@@ -33,20 +33,14 @@ def timed(command: list[str]) -> tuple[float, float]:
     result = subprocess.run(command, capture_output=True)
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
-        sys.exit(
-            f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr.decode(errors='replace')}"
-        )
+        sys.exit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr.decode(errors='replace')}")
     return elapsed, _children_cpu() - cpu_before
 
 
 def stats(samples: list[tuple[float, float]]) -> dict[str, float]:
     walls = [wall for wall, _ in samples]
     cpus = [cpu for _, cpu in samples]
-    return {
-        "median_s": statistics.median(walls),
-        "min_s": min(walls),
-        "cpu_median_s": statistics.median(cpus),
-    }
+    return {"median_s": statistics.median(walls), "min_s": min(walls), "cpu_median_s": statistics.median(cpus)}
 
 
 def main() -> int:
@@ -81,9 +75,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(figures, indent=1))
     else:
-        print(
-            f"{args.runs} runs each, interleaved; {figures['cpus']} CPUs; load average {figures['load_average']}"
-        )
+        print(f"{args.runs} runs each, interleaved; {figures['cpus']} CPUs; load average {figures['load_average']}")
         print(f"{'command':<32} {'median':>9} {'min':>9} {'CPU median':>11}")
         for label, row in (("python -c pass (floor)", floor), ("python -m nbscope info --json", info)):
             print(f"{label:<32} {row['median_s']:>8.3f}s {row['min_s']:>8.3f}s {row['cpu_median_s']:>10.3f}s")

@@ -32,7 +32,7 @@ LOG_ENV = "NBSCOPE_KERNEL_NOTEBOOKS"
 SITE_ENV = "NBSCOPE_KERNEL_NOTEBOOKS_SITE"
 
 # Runs in every Python process that has the folder on its path. Kept to the standard library.
-_SITECUSTOMIZE = r'''
+_SITECUSTOMIZE = r"""
 import importlib.abc, importlib.machinery, json, os, sys, hashlib
 
 def _digest(nb):
@@ -111,7 +111,7 @@ for _entry in (sys.path if __name__ == "sitecustomize" else []):
         if "NBSCOPE_KERNEL_NOTEBOOKS" not in _text:
             exec(compile(_text, _other, "exec"), {"__name__": "sitecustomize", "__file__": _other})
         break
-'''
+"""
 
 
 def pytest_configure(config: Any) -> None:
@@ -123,14 +123,19 @@ def pytest_configure(config: Any) -> None:
         os.environ[SITE_ENV] = str(site)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     site = Path(os.environ[SITE_ENV])
-    exec(compile(_SITECUSTOMIZE, str(site / "sitecustomize.py"), "exec"), {"__file__": str(site / "sitecustomize.py"), "__name__": "kernel_notebooks_site"})
+    exec(
+        compile(_SITECUSTOMIZE, str(site / "sitecustomize.py"), "exec"),
+        {"__file__": str(site / "sitecustomize.py"), "__name__": "kernel_notebooks_site"},
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     log = Path(os.environ[LOG_ENV])
     rows = read_log(log)
-    terminalreporter.write_line(f"kernel notebooks: {len(rows)} kernel starts, {len({r['digest'] for r in rows})} "
-                                f"distinct notebooks (log {log}; list it with benchmarks/kernel_notebooks.py)")
+    terminalreporter.write_line(
+        f"kernel notebooks: {len(rows)} kernel starts, {len({r['digest'] for r in rows})} "
+        f"distinct notebooks (log {log}; list it with benchmarks/kernel_notebooks.py)"
+    )
 
 
 def read_log(log: Path) -> list[dict[str, Any]]:
@@ -188,8 +193,10 @@ def main(argv: list[str]) -> int:
     if len(lists) == 2:
         before, after = lists
         lost = sorted(before.keys() - after.keys())
-        print(f"# before {len(before)}, after {len(after)}; only before: {len(lost)}; only after: "
-              f"{len(after.keys() - before.keys())}")
+        print(
+            f"# before {len(before)}, after {len(after)}; only before: {len(lost)}; only after: "
+            f"{len(after.keys() - before.keys())}"
+        )
         for digest in lost:
             print(f"only before: {digest}  {before[digest]}")
     return 0

@@ -87,8 +87,10 @@ def report(name: str, plain: list[float], probed: list[float], cells: int) -> No
     print(f"  added per cell (medians): {(q - p) / cells * 1e3:+.3f} ms")
     # Under background load the minimum is the steadier estimate of each runner's own cost.
     lo_p, lo_q = min(plain), min(probed)
-    print(f"  ratio probed/plain (minimums): {lo_q / lo_p:.4f}  ({(lo_q / lo_p - 1) * 100:+.2f} %), "
-          f"added per cell {(lo_q - lo_p) / cells * 1e3:+.3f} ms")
+    print(
+        f"  ratio probed/plain (minimums): {lo_q / lo_p:.4f}  ({(lo_q / lo_p - 1) * 100:+.2f} %), "
+        f"added per cell {(lo_q - lo_p) / cells * 1e3:+.3f} ms"
+    )
 
 
 def main() -> int:

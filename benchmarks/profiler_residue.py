@@ -171,11 +171,17 @@ def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False, tunables: st
                     os.environ.update(NBSCOPE_RESIDUE_CASE=kind, NBSCOPE_RESIDUE_OUT=str(out))
                     _set_tunables(tuned or outside)
                     out.unlink(missing_ok=True)
-                    profile(notebook, ProfileOptions(programs=kind == "forecast", jax_platform="cpu"),
-                            fingerprint={"digest": "bench"})
+                    profile(
+                        notebook,
+                        ProfileOptions(programs=kind == "forecast", jax_platform="cpu"),
+                        fingerprint={"digest": "bench"},
+                    )
                     fastest[(kind, tuned)].append(min(json.loads(out.read_text())))
-                print(f"round {index + 1}/{rounds}: " + ", ".join(
-                    f"{_label(case)} {values[-1] * 1e6:.2f} µs" for case, values in fastest.items()), file=sys.stderr)
+                print(
+                    f"round {index + 1}/{rounds}: "
+                    + ", ".join(f"{_label(case)} {values[-1] * 1e6:.2f} µs" for case, values in fastest.items()),
+                    file=sys.stderr,
+                )
         finally:
             _set_tunables(outside)
     width = max(len(_label(case)) for case in cases)
@@ -183,8 +189,10 @@ def in_kernels(rounds: int, calls: list[int], *, hlo: bool = False, tunables: st
     for (kind, tuned), values in fastest.items():
         base = fastest[("none", tuned)]
         ratios = [value / reference for value, reference in zip(values, base, strict=True)]
-        print(f"{_label((kind, tuned)):<{width}} {statistics.median(values) * 1e6:>7.2f}µs {statistics.median(ratios):>7.3f} "
-              f"{sum(r > 1 for r in ratios):>3}/{len(ratios):<2}   {' '.join(f'{r:.2f}' for r in sorted(ratios))}")
+        print(
+            f"{_label((kind, tuned)):<{width}} {statistics.median(values) * 1e6:>7.2f}µs {statistics.median(ratios):>7.3f} "
+            f"{sum(r > 1 for r in ratios):>3}/{len(ratios):<2}   {' '.join(f'{r:.2f}' for r in sorted(ratios))}"
+        )
 
 
 def _set_tunables(value: str | None) -> None:
@@ -204,12 +212,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, nargs="+", default=[1000, 9000])
-    parser.add_argument("--hlo", action="store_true",
-                        help="also the cases after an empty HLO-collecting session (hlo+control, hlo+thread-N)")
+    parser.add_argument(
+        "--hlo",
+        action="store_true",
+        help="also the cases after an empty HLO-collecting session (hlo+control, hlo+thread-N)",
+    )
     parser.add_argument("--kernel", action="store_true", help="measure inside Jupyter kernels run by nbscope")
-    parser.add_argument("--glibc-tunables", metavar="TUNABLES",
-                        help="with --kernel: every case also with the kernel's GLIBC_TUNABLES set so, "
-                             "e.g. glibc.malloc.tcache_count=0")
+    parser.add_argument(
+        "--glibc-tunables",
+        metavar="TUNABLES",
+        help="with --kernel: every case also with the kernel's GLIBC_TUNABLES set so, e.g. glibc.malloc.tcache_count=0",
+    )
     args = parser.parse_args()
     if args.kernel:
         in_kernels(args.rounds, args.calls, hlo=args.hlo, tunables=args.glibc_tunables)
@@ -221,8 +234,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for mode, calls in cases:
             name = mode if mode.endswith("control") else f"{mode}-{calls}"
-            done = subprocess.run([sys.executable, "-c", CHILD, mode, str(calls)], capture_output=True, text=True,
-                                  check=True)
+            done = subprocess.run(
+                [sys.executable, "-c", CHILD, mode, str(calls)], capture_output=True, text=True, check=True
+            )
             ratios.setdefault(name, []).append(float(done.stdout.split()[-1]))
     print(f"{'case':<14} {'after / before':>14}   (each process)")
     for name, values in ratios.items():

@@ -58,8 +58,9 @@ def _scaled(document: dict[str, Any], factor: float) -> None:
                 figures[name] = figures[name] * factor
 
 
-def run_document(base: dict[str, Any], lecture: int, runner: str, build: int, rng: random.Random,
-                 *, builds: int) -> dict[str, Any]:
+def run_document(
+    base: dict[str, Any], lecture: int, runner: str, build: int, rng: random.Random, *, builds: int
+) -> dict[str, Any]:
     document = copy.deepcopy(base)
     document["target"] = f"lectures/lecture_{lecture:03d}.md"
     document["measurements"]["notebook"]["path"] = document["target"]
@@ -86,9 +87,11 @@ def build_store(path: Path, lectures: int, builds: int) -> int:
     rng = random.Random(37 + done)
     count = done * lectures * len(RUNNERS)
     for build in range(done, builds):
-        batch = [RunRecord.from_dict(run_document(bases[lecture % len(bases)], lecture, runner, build, rng,
-                                                  builds=builds))
-                 for lecture in range(lectures) for runner in RUNNERS]
+        batch = [
+            RunRecord.from_dict(run_document(bases[lecture % len(bases)], lecture, runner, build, rng, builds=builds))
+            for lecture in range(lectures)
+            for runner in RUNNERS
+        ]
         store.add_many(batch)
         count += len(batch)
     return count
@@ -104,8 +107,11 @@ def add_build(path: Path, lectures: range, runners: tuple[str, ...], build: int,
     bases = [json.loads(p.read_text()) for p in RECORDS]
     rng = random.Random(build)
     store = Store(path)
-    records = [RunRecord.from_dict(run_document(bases[i % len(bases)], i, r, build, rng, builds=builds))
-               for i in lectures for r in runners]
+    records = [
+        RunRecord.from_dict(run_document(bases[i % len(bases)], i, r, build, rng, builds=builds))
+        for i in lectures
+        for r in runners
+    ]
     if not all(added for _, added in store.add_many(records)):
         # The same runs stored already (a round stopped before the store was put back): the publish after them
         # would time "nothing new" under the name of a new build.
@@ -123,36 +129,84 @@ def asv_results(folder: Path, lectures: int, builds: int) -> None:
     """An asv project with ``builds`` commits and the same number of results as the store."""
     repo = folder / "repo"
     repo.mkdir(parents=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@b"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+    }
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     # One fast-import stream instead of 365 `git commit` processes.
     stream = []
     for build in range(builds):
         when = int((START + timedelta(days=build)).timestamp())
-        stream.append(f"commit refs/heads/main\nmark :{build + 1}\ncommitter b <b@b> {when} +0000\ndata 2\nc\n"
-                      + (f"from :{build}\n" if build else "") + "\n")
+        stream.append(
+            f"commit refs/heads/main\nmark :{build + 1}\ncommitter b <b@b> {when} +0000\ndata 2\nc\n"
+            + (f"from :{build}\n" if build else "")
+            + "\n"
+        )
     subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input="".join(stream).encode(), check=True, env=env)
-    hashes = subprocess.run(["git", "rev-list", "--reverse", "main"], cwd=repo, capture_output=True, text=True,
-                            check=True).stdout.split()
-    (folder / "asv.conf.json").write_text(json.dumps({
-        "version": 1, "project": "book", "project_url": "https://example.org", "repo": str(repo),
-        "branches": ["main"], "environment_type": "existing", "results_dir": "results", "html_dir": "html",
-        "benchmark_dir": "benchmarks"}))
+    hashes = subprocess.run(
+        ["git", "rev-list", "--reverse", "main"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.split()
+    (folder / "asv.conf.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "project": "book",
+                "project_url": "https://example.org",
+                "repo": str(repo),
+                "branches": ["main"],
+                "environment_type": "existing",
+                "results_dir": "results",
+                "html_dir": "html",
+                "benchmark_dir": "benchmarks",
+            }
+        )
+    )
     names = [f"lectures.lecture_{i:03d}" for i in range(lectures)]
     results = folder / "results"
     results.mkdir()
-    (results / "benchmarks.json").write_text(json.dumps({
-        **{name: {"code": "", "name": name, "param_names": [], "params": [], "timeout": 60, "type": "time",
-                  "unit": "seconds", "version": "1", "number": 0, "repeat": 0, "min_run_count": 2,
-                  "warmup_time": -1, "rounds": 2, "sample_time": 0.01}
-           for name in names}, "version": 2}))
+    (results / "benchmarks.json").write_text(
+        json.dumps(
+            {
+                **{
+                    name: {
+                        "code": "",
+                        "name": name,
+                        "param_names": [],
+                        "params": [],
+                        "timeout": 60,
+                        "type": "time",
+                        "unit": "seconds",
+                        "version": "1",
+                        "number": 0,
+                        "repeat": 0,
+                        "min_run_count": 2,
+                        "warmup_time": -1,
+                        "rounds": 2,
+                        "sample_time": 0.01,
+                    }
+                    for name in names
+                },
+                "version": 2,
+            }
+        )
+    )
     rng = random.Random(37)
     for runner in RUNNERS:
         machine = results / f"{runner}-runner"
         machine.mkdir()
-        info = {"arch": "x86_64", "cpu": runner, "machine": f"{runner}-runner", "num_cpu": "2", "os": "Linux",
-                "ram": "24GB", "version": 1}
+        info = {
+            "arch": "x86_64",
+            "cpu": runner,
+            "machine": f"{runner}-runner",
+            "num_cpu": "2",
+            "os": "Linux",
+            "ram": "24GB",
+            "version": 1,
+        }
         (machine / "machine.json").write_text(json.dumps(info))
         for build, commit in enumerate(hashes):
             values = {}
@@ -160,10 +214,19 @@ def asv_results(folder: Path, lectures: int, builds: int) -> None:
                 level = 1.0 + (i % 7) * 0.5 if runner == "cpu" else 0.4 + (i % 5) * 0.2
                 step = 1.4 if i % 10 == 3 and build >= builds * 200 // 365 else 1.0
                 values[name] = [[level * step * (1 + rng.uniform(-0.03, 0.03))], [], "1", 1, 1.0]
-            document = {"commit_hash": commit, "env_name": "existing-py", "date": int((START + timedelta(days=build)).timestamp() * 1000),
-                        "params": {**info, "python": "3.11"}, "python": "3.11", "requirements": {},
-                        "env_vars": {}, "result_columns": ["result", "params", "version", "started_at", "duration"],
-                        "results": values, "durations": {}, "version": 2}
+            document = {
+                "commit_hash": commit,
+                "env_name": "existing-py",
+                "date": int((START + timedelta(days=build)).timestamp() * 1000),
+                "params": {**info, "python": "3.11"},
+                "python": "3.11",
+                "requirements": {},
+                "env_vars": {},
+                "result_columns": ["result", "params", "version", "started_at", "duration"],
+                "results": values,
+                "durations": {},
+                "version": 2,
+            }
             (machine / f"{commit[:8]}-existing-py.json").write_text(json.dumps(document))
 
 
@@ -195,8 +258,9 @@ print(json.dumps([time.perf_counter() - wall, time.process_time() - cpu]))
 """
 
 
-def timed_both(command: list[str], store: Path, site: Path, api_site: Path, env: dict[str, str], *,
-               name: str) -> tuple[float, tuple[float, float]]:
+def timed_both(
+    command: list[str], store: Path, site: Path, api_site: Path, env: dict[str, str], *, name: str
+) -> tuple[float, tuple[float, float]]:
     """The command's wall time (its CPU time to CPU_TIMES[name]), then the API call's (wall, CPU) on the store as
     the command found it: the summaries the command made and kept are taken out again, so that the API call makes
     them too."""
@@ -224,8 +288,9 @@ def _put_back_summaries(store: Path, rows: list[tuple[Any, ...]]) -> None:
 
 def timed_api(store: Path, site: Path, env: dict[str, str]) -> tuple[float, float]:
     """``nbscope.api.publish.publish`` of ``store`` into ``site``: its (wall, CPU) seconds, imports left out."""
-    done = subprocess.run([sys.executable, "-c", API_PUBLISH, str(store), str(site)], capture_output=True, text=True,
-                          env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", API_PUBLISH, str(store), str(site)], capture_output=True, text=True, env=env
+    )
     if done.returncode != 0:
         sys.exit(f"the API publish failed ({done.returncode}): {done.stderr[-2000:]}")
     wall, cpu = json.loads(done.stdout.splitlines()[-1])
@@ -252,8 +317,10 @@ def main() -> None:
     if not store.exists() or _count(store) < expected:
         started = time.perf_counter()
         runs = build_store(store, args.lectures, args.builds)
-        print(f"store: {runs} runs from {len(RECORDS)} real records, {store.stat().st_size / 2**20:.0f} MiB, "
-              f"built in {time.perf_counter() - started:.0f} s")
+        print(
+            f"store: {runs} runs from {len(RECORDS)} real records, {store.stat().st_size / 2**20:.0f} MiB, "
+            f"built in {time.perf_counter() - started:.0f} s"
+        )
     if not (asv / "asv.conf.json").exists():
         shutil.rmtree(asv, ignore_errors=True)
         asv_results(asv, args.lectures, args.builds)
@@ -273,8 +340,11 @@ def main() -> None:
     kept = _summaries_kept(store)
     shutil.rmtree(site, ignore_errors=True)
     first = timed([*nbscope, str(store), "-o", str(site)], folder, env, name="first")
-    print(f"first publish of the store ({'summaries kept already' if kept else 'every summary made'}): "
-          f"{first:.2f} s | {CPU_TIMES['first']:.2f} s CPU", flush=True)
+    print(
+        f"first publish of the store ({'summaries kept already' if kept else 'every summary made'}): "
+        f"{first:.2f} s | {CPU_TIMES['first']:.2f} s CPU",
+        flush=True,
+    )
     pristine = folder / "pristine.db"
     shutil.copy(store, pristine)
     rounds: list[dict[str, tuple[float, float]]] = []
@@ -284,13 +354,24 @@ def main() -> None:
     finally:  # also after a failure: the next --keep-store starts from the store as built
         shutil.copy(pristine, store)
     if len(rounds) > 1:
-        median = {name: (statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds))
-                  for name in rounds[0]}
+        median = {
+            name: (statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds))
+            for name in rounds[0]
+        }
         _report("median", median)
 
 
-def _rounds(args: argparse.Namespace, store: Path, pristine: Path, site: Path, api_site: Path, asv: Path,
-            nbscope: list[str], env: dict[str, str], rounds: list[dict[str, tuple[float, float]]]) -> None:
+def _rounds(
+    args: argparse.Namespace,
+    store: Path,
+    pristine: Path,
+    site: Path,
+    api_site: Path,
+    asv: Path,
+    nbscope: list[str],
+    env: dict[str, str],
+    rounds: list[dict[str, tuple[float, float]]],
+) -> None:
     for round_ in range(args.repeat):
         # Each round: the store as built, empty site folders; asv between nbscope's timings, so that a change
         # of the machine's load falls on both. Each publish as the command, then as the API call.
@@ -301,8 +382,10 @@ def _rounds(args: argparse.Namespace, store: Path, pristine: Path, site: Path, a
         figures: dict[str, float] = {}
         api: dict[str, tuple[float, float]] = {}
         # The interpreter alone, as the commands start it: the share of every command no publish can cut.
-        starts = [(timed([sys.executable, "-c", "pass"], store.parent, env, name="python"), CPU_TIMES["python"])
-                  for _ in range(5)]
+        starts = [
+            (timed([sys.executable, "-c", "pass"], store.parent, env, name="python"), CPU_TIMES["python"])
+            for _ in range(5)
+        ]
         figures["python"] = statistics.median(wall for wall, _ in starts)
         CPU_TIMES["python"] = statistics.median(cpu for _, cpu in starts)
         figures["full"], api["full"] = timed_both(nbscope, store, site, api_site, env, name="full")
@@ -312,13 +395,18 @@ def _rounds(args: argparse.Namespace, store: Path, pristine: Path, site: Path, a
         # Nothing new: the floor under any incremental publish (start-up, the scan, the manifest).
         figures["none"], api["none"] = timed_both(nbscope, store, site, api_site, env, name="none")
         shutil.rmtree(asv / "html", ignore_errors=True)
-        figures["asv"] = timed([sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv,
-                               name="asv")
+        figures["asv"] = timed(
+            [sys.executable, "-m", "asv", "publish", "--config", str(asv / "asv.conf.json")], asv, name="asv"
+        )
         whole_per_run = add_build(store, range(args.lectures), RUNNERS, args.builds + 1, args.builds)
         os.sync()
         figures["whole"], api["whole"] = timed_both(nbscope, store, site, api_site, env, name="whole")
-        rounds.append({**{name: (wall, CPU_TIMES[name]) for name, wall in figures.items()},
-                       **{f"api {name}": pair for name, pair in api.items()}})
+        rounds.append(
+            {
+                **{name: (wall, CPU_TIMES[name]) for name, wall in figures.items()},
+                **{f"api {name}": pair for name, pair in api.items()},
+            }
+        )
         if per_run is not None and whole_per_run is not None:
             rounds[-1]["save"] = (per_run, whole_per_run)
         _report(round_ + 1, rounds[-1])
@@ -351,25 +439,38 @@ def _report(round_: int | str, figures: dict[str, tuple[float, float]]) -> None:
         one, one_cpu = figures[f"{prefix}one"]
         none, none_cpu = figures[f"{prefix}none"]
         whole, whole_cpu = figures[f"{prefix}whole"]
-        print(f"  {how} nbscope publish (full)                 {full:7.3f} s | {full_cpu:7.3f} s   "
-              f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)")
-        print(f"  {how} after one lecture's build               {one:7.3f} s | {one_cpu:7.3f} s   "
-              f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)")
+        print(
+            f"  {how} nbscope publish (full)                 {full:7.3f} s | {full_cpu:7.3f} s   "
+            f"{full / asv_s:.3f}× | {full_cpu / asv_cpu:.3f}× asv  (target ≤ 0.2×)"
+        )
+        print(
+            f"  {how} after one lecture's build               {one:7.3f} s | {one_cpu:7.3f} s   "
+            f"{one / full:.1%} | {one_cpu / full_cpu:.1%} of full  (target ≤ 5 %)"
+        )
         if not prefix:  # what the command adds to the interpreter's start-up, against the same of a full one
-            print(f"  {how}   less the interpreter's start-up       {one - python_s:7.3f} s | "
-                  f"{one_cpu - python_cpu:7.3f} s   {(one - python_s) / (full - python_s):.1%} | "
-                  f"{(one_cpu - python_cpu) / (full_cpu - python_cpu):.1%} of full less it")
-        print(f"  {how} nothing new                             {none:7.3f} s | {none_cpu:7.3f} s   "
-              f"{none / full:.1%} | {none_cpu / full_cpu:.1%} of full")
-        print(f"  {how} after a whole-book build                {whole:7.3f} s | {whole_cpu:7.3f} s   "
-              f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full")
+            print(
+                f"  {how}   less the interpreter's start-up       {one - python_s:7.3f} s | "
+                f"{one_cpu - python_cpu:7.3f} s   {(one - python_s) / (full - python_s):.1%} | "
+                f"{(one_cpu - python_cpu) / (full_cpu - python_cpu):.1%} of full less it"
+            )
+        print(
+            f"  {how} nothing new                             {none:7.3f} s | {none_cpu:7.3f} s   "
+            f"{none / full:.1%} | {none_cpu / full_cpu:.1%} of full"
+        )
+        print(
+            f"  {how} after a whole-book build                {whole:7.3f} s | {whole_cpu:7.3f} s   "
+            f"{whole / full:.1%} | {whole_cpu / full_cpu:.1%} of full"
+        )
     if "save" in figures:
         one_run, each_of_whole = figures["save"]
-        print(f"  each new run's summary made when it is saved: {one_run:.3f} s CPU (one build), "
-              f"{each_of_whole:.3f} s CPU each (a whole build)")
+        print(
+            f"  each new run's summary made when it is saved: {one_run:.3f} s CPU (one build), "
+            f"{each_of_whole:.3f} s CPU each (a whole build)"
+        )
     else:
         print("  summaries made when a run is saved: not by this nbscope (publish makes them)")
     sys.stdout.flush()
+
 
 if __name__ == "__main__":
     main()

@@ -73,7 +73,9 @@ x.block_until_ready()
 ```
 
 """
-NOTEBOOK = WARM_UP + """```{code-cell} ipython3
+NOTEBOOK = (
+    WARM_UP
+    + """```{code-cell} ipython3
 options = jax.profiler.ProfileOptions()
 options.python_tracer_level = 0
 session = _profiler.ProfilerSession(options)
@@ -93,7 +95,10 @@ x.block_until_ready()
 os._exit(0)
 ```
 """
-PROBE_NOTEBOOK = WARM_UP + """```{code-cell} ipython3
+)
+PROBE_NOTEBOOK = (
+    WARM_UP
+    + """```{code-cell} ipython3
 import _nbscope_probe
 
 guard = getattr(getattr(_nbscope_probe._PROBE, "programs", None), "guard", None)  # None: no program data
@@ -122,6 +127,7 @@ with open(os.environ["RESIDUE_PID"], "w") as handle:
 os._exit(0)
 ```
 """
+)
 DISPATCH = "*PjitFunction*Call*"  # jaxlib's C++ entry of a jitted call: what is collected
 EVENTS = {"Ir": "instructions", "D1mr": "L1 read misses", "D1mw": "L1 write misses"}
 PROBE_EVENTS = {**EVENTS, "I1mr": "L1 instruction misses", "Bcm": "mispredicted branches"}
@@ -129,8 +135,9 @@ PROBE_EVENTS = {**EVENTS, "I1mr": "L1 instruction misses", "Bcm": "mispredicted 
 
 def _child(folder: str, tag: str, programs: str) -> int:
     """One kernel under valgrind, profiled by nbscope (run in a process of its own, for its environment)."""
-    os.environ.update(JUPYTER_PATH=folder, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1",
-                      RESIDUE_PID=str(Path(folder) / f"pid-{tag}"))
+    os.environ.update(
+        JUPYTER_PATH=folder, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", RESIDUE_PID=str(Path(folder) / f"pid-{tag}")
+    )
     import nbscope.collect.runner as runner
     from nbscope.api.profile import ProfileOptions, profile
 
@@ -142,8 +149,11 @@ def _child(folder: str, tag: str, programs: str) -> int:
         self.startup_timeout = 1800.0
 
     runner.ExecutionOptions.__init__ = patient  # type: ignore[method-assign]
-    profile(Path(folder) / "residue.md", ProfileOptions(kernel="nbscope-callgrind", jax_platform="cpu", timeout=3600,
-                                                        programs=programs == "on"), fingerprint={"digest": "bench"})
+    profile(
+        Path(folder) / "residue.md",
+        ProfileOptions(kernel="nbscope-callgrind", jax_platform="cpu", timeout=3600, programs=programs == "on"),
+        fingerprint={"digest": "bench"},
+    )
     return 0
 
 
@@ -161,13 +171,34 @@ def _run(folder: Path, notebook: str, valgrind: list[str], cases: dict[str, tupl
     (folder / "residue.md").write_text(notebook)
     spec = folder / "kernels" / "nbscope-callgrind"
     spec.mkdir(parents=True, exist_ok=True)
-    spec.joinpath("kernel.json").write_text(json.dumps({
-        "argv": ["valgrind", "--tool=callgrind", *valgrind, f"--callgrind-out-file={folder}/callgrind.%p",
-                 sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "callgrind", "language": "python"}))
-    children = [subprocess.Popen([sys.executable, __file__, "--child", str(folder), tag, programs],
-                                 env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                for tag, (env, programs) in cases.items()]
+    spec.joinpath("kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [
+                    "valgrind",
+                    "--tool=callgrind",
+                    *valgrind,
+                    f"--callgrind-out-file={folder}/callgrind.%p",
+                    sys.executable,
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                ],
+                "display_name": "callgrind",
+                "language": "python",
+            }
+        )
+    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--child", str(folder), tag, programs],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for tag, (env, programs) in cases.items()
+    ]
     # A kernel that failed under valgrind leaves no totals: say which case, in one line.
     codes = [child.wait() for child in children]
     missing = [tag for tag, code in zip(cases, codes, strict=True) if code or not (folder / f"pid-{tag}").exists()]
@@ -183,8 +214,12 @@ def _sessions(folder: Path, calls: list[int], after: int) -> dict[str, dict[str,
         _run(folder, NOTEBOOK, ["--cache-sim=yes", f"--toggle-collect={DISPATCH}"], cases)
         base, counted = _totals(folder, f"{count}-0")[0], _totals(folder, f"{count}-{after}")[0]
         per_call[f"{count} calls recorded"] = {e: (counted[e] - base[e]) / after for e in EVENTS}
-        print(f"{count} calls recorded: " + ", ".join(f"{EVENTS[e]} {v:.1f}" for e, v in per_call[f"{count} calls recorded"].items())
-              + " per call", file=sys.stderr)
+        print(
+            f"{count} calls recorded: "
+            + ", ".join(f"{EVENTS[e]} {v:.1f}" for e, v in per_call[f"{count} calls recorded"].items())
+            + " per call",
+            file=sys.stderr,
+        )
     return per_call
 
 
@@ -207,13 +242,23 @@ def main() -> int:
     if sys.argv[1:2] == ["--child"]:
         return _child(*sys.argv[2:5])
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--calls", type=int, nargs="+", default=[0, 50, 1200],
-                        help="calls recorded by the session, per case (default 0 50 1200)")
-    parser.add_argument("--after", type=int, default=None,
-                        help="calls counted after the stop (default 100000; --probe: 20000)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        nargs="+",
+        default=[0, 50, 1200],
+        help="calls recorded by the session, per case (default 0 50 1200)",
+    )
+    parser.add_argument(
+        "--after", type=int, default=None, help="calls counted after the stop (default 100000; --probe: 20000)"
+    )
     parser.add_argument("--probe", action="store_true", help="nbscope's own probe, with and without program data")
-    parser.add_argument("--before", type=int, default=1_000,
-                        help="--probe: calls recorded before the cut (default 1000, as the guard's early rule)")
+    parser.add_argument(
+        "--before",
+        type=int,
+        default=1_000,
+        help="--probe: calls recorded before the cut (default 1000, as the guard's early rule)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("residue_callgrind: valgrind is not on PATH", file=sys.stderr)

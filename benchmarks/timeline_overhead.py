@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             run = _profile(args.notebook, timeline)
             runs[timeline].append(run)
             status = run["record"]["status"]
-            print(f"run {index + 1}/{args.repeats} timeline={'on ' if timeline else 'off'} "
-                  f"{run['elapsed_s']:.1f} s ({status})", file=sys.stderr)
+            print(
+                f"run {index + 1}/{args.repeats} timeline={'on ' if timeline else 'off'} "
+                f"{run['elapsed_s']:.1f} s ({status})",
+                file=sys.stderr,
+            )
 
     cells_off = [r["record"]["measurements"]["cells"] for r in runs[False]]
     cells_on = [r["record"]["measurements"]["cells"] for r in runs[True]]
@@ -77,16 +80,20 @@ def main(argv: list[str] | None = None) -> int:
         return sum(r[key] for r in rows if isinstance(r[key], (int, float)))
 
     print(f"\nnotebook: {args.notebook}  ({args.repeats} runs each, medians)")
-    print(f"{'#':>3} {'wall off':>10} {'wall on':>10} {'Δ ms':>9} {'code Δ ms':>10} {'trace write':>12} "
-          f"{'events':>8}  class / source")
+    print(
+        f"{'#':>3} {'wall off':>10} {'wall on':>10} {'Δ ms':>9} {'code Δ ms':>10} {'trace write':>12} "
+        f"{'events':>8}  class / source"
+    )
     for row in rows:
         delta = (row["wall_on_s"] or 0) - (row["wall_off_s"] or 0)
         code_delta = (row["code_on_s"] or 0) - (row["code_off_s"] or 0)
         stop = f"{row['stop_s'] * 1e3:.1f} ms" if row["stop_s"] is not None else "–"
         events = f"{row['events']:.0f}" if row["events"] is not None else "–"
-        print(f"{row['index'] + 1:>3} {(row['wall_off_s'] or 0) * 1e3:>8.1f}ms {(row['wall_on_s'] or 0) * 1e3:>8.1f}ms "
-              f"{delta * 1e3:>9.1f} {code_delta * 1e3:>10.1f} {stop:>12} {events:>8}  "
-              f"{row['classification'] or '-'} · {row['first_line']}")
+        print(
+            f"{row['index'] + 1:>3} {(row['wall_off_s'] or 0) * 1e3:>8.1f}ms {(row['wall_on_s'] or 0) * 1e3:>8.1f}ms "
+            f"{delta * 1e3:>9.1f} {code_delta * 1e3:>10.1f} {stop:>12} {events:>8}  "
+            f"{row['classification'] or '-'} · {row['first_line']}"
+        )
     wall_off, wall_on = total("wall_off_s"), total("wall_on_s")
     code_off, code_on = total("code_off_s"), total("code_on_s")
     traced = [r for r in rows if r["stop_s"] is not None]
@@ -103,17 +110,22 @@ def main(argv: list[str] | None = None) -> int:
         "code_ratio": code_on / code_off if code_off else None,
         # Untraced cells (before `import jax`) differ only by noise: leave them out of the per-cell cost.
         "ms_per_traced_cell": sum((r["wall_on_s"] or 0) - (r["wall_off_s"] or 0) for r in traced) / len(traced) * 1e3
-        if traced else None,
+        if traced
+        else None,
         "median_trace_write_ms": (_median([r["stop_s"] for r in traced]) or 0.0) * 1e3 if traced else None,
         "elapsed_off_s": elapsed_off,
         "elapsed_on_s": elapsed_on,
         "rows": rows,
     }
-    print(f"\ncells' wall: {wall_off:.2f} s without, {wall_on:.2f} s with --timeline "
-          f"(×{summary['wall_ratio']:.3f}); cells' code alone ×{summary['code_ratio']:.3f}")
+    print(
+        f"\ncells' wall: {wall_off:.2f} s without, {wall_on:.2f} s with --timeline "
+        f"(×{summary['wall_ratio']:.3f}); cells' code alone ×{summary['code_ratio']:.3f}"
+    )
     if traced:
-        print(f"{len(traced)} traced cells: +{summary['ms_per_traced_cell']:.1f} ms each on average, "
-              f"median trace write {summary['median_trace_write_ms']:.1f} ms")
+        print(
+            f"{len(traced)} traced cells: +{summary['ms_per_traced_cell']:.1f} ms each on average, "
+            f"median trace write {summary['median_trace_write_ms']:.1f} ms"
+        )
     print(f"whole profile (kernel start to shutdown, summarising included): {elapsed_off:.1f} s → {elapsed_on:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1, default=str))

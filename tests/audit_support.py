@@ -28,8 +28,14 @@ def audit_env() -> dict[str, str]:
 
 
 def nbscope(*args: Any, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=audit_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "nbscope", *map(str, args)],
+        cwd=cwd,
+        env=audit_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def audit_file(*args: Any, cwd: Path, name: str, timeout: float = 600) -> dict[str, Any]:

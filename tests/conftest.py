@@ -54,10 +54,7 @@ def cli_env(env: Mapping[str, str | None] | None = None, base: Mapping[str, str]
 
 
 def run_in_process(
-    args: Sequence[str | os.PathLike[str]],
-    *,
-    env: Mapping[str, str | None] | None = None,
-    cwd: str | os.PathLike[str],
+    args: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str | None] | None = None, cwd: str | os.PathLike[str]
 ) -> subprocess.CompletedProcess[str]:
     """``nbscope.cli.main(args)`` in this process, as ``python -m nbscope`` would run it in a new one.
 
@@ -91,8 +88,9 @@ def run_in_process(
         for fd, file in zip((1, 2), captured, strict=True):
             os.dup2(file.fileno(), fd)
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                      errors="backslashreplace", write_through=True)
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+        )
         _fresh_typer_settings()
         _fresh_caches()
         with warnings.catch_warnings():
@@ -134,13 +132,10 @@ def _in_process_state() -> list[tuple[ModuleType, str]]:
 
 
 # Typer's help reads the terminal settings once, at import.
-_IN_PROCESS_STATE = [
-    ("typer.rich_utils", "FORCE_TERMINAL"),
-    ("typer.rich_utils", "MAX_WIDTH"),
-]
+_IN_PROCESS_STATE = [("typer.rich_utils", "FORCE_TERMINAL"), ("typer.rich_utils", "MAX_WIDTH")]
 # Caches a command fills that a new process starts without: (module, name) -> the value at import.
 _FRESH_CACHES = {
-    ("nbscope.api.audit._jobs", "_FINGERPRINT"): None,  # an in-process audit worker's fingerprint
+    ("nbscope.api.audit._jobs", "_FINGERPRINT"): None  # an in-process audit worker's fingerprint
 }
 
 
@@ -307,8 +302,17 @@ def audited_corpus_once(tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     folder = tmp_path_factory.mktemp("audited-corpus")
     started = time.perf_counter()
     # Up to pytest's own limit (pyproject.toml): on a busy machine the two lectures take many minutes.
-    document = audit_file(BOOK, *(CORPUS / name for name in LECTURES), "--workers", "2", "--forecast", "t4",
-                          cwd=folder, name="corpus", timeout=900)
+    document = audit_file(
+        BOOK,
+        *(CORPUS / name for name in LECTURES),
+        "--workers",
+        "2",
+        "--forecast",
+        "t4",
+        cwd=folder,
+        name="corpus",
+        timeout=900,
+    )
     document["_wall_s"] = time.perf_counter() - started
     return document
 
@@ -331,15 +335,42 @@ SESSION_FIXTURE_GROUPS = {"profiled": "profiled", "audited_corpus_once": "quiet"
 # keeps one worker busy while the other idles: the groups are queued longest first. These are the seconds
 # the longest groups took in one run of the whole suite (--durations=0, two workers, a busy two-core machine;
 # only their order matters); a group not listed is taken to be shorter than every listed one.
-GROUP_SECONDS: dict[str, float] = {"test_versions.py": 936, "quiet": 738, "test_adversarial.py": 615, "test_views.py": 321,
-    "profiled": 226, "test_pathways.py": 218, "test_adversarial_ci.py": 171, "test_adversarial_processes.py": 170,
-    "test_book2.py": 168, "test_findings_output.py": 161, "test_signals.py": 146, "test_profile.py": 137,
-    "test_cli_uniform.py": 135, "test_imports.py": 93, "test_forecast.py": 86, "test_probe.py": 82,
-    "test_forecast_uses.py": 80, "test_timeline.py": 69, "test_action.py": 62, "test_trace.py": 60,
-    "test_cli_core.py": 56, "test_store.py": 46, "test_forecast_bounded.py": 46, "test_forecast_trace.py": 38,
-    "test_fingerprint.py": 32, "test_diagnose_unsynchronised_timing.py": 30, "test_record_sources.py": 27,
-    "test_myst.py": 25, "test_layout.py": 22, "test_adversarial_inputs.py": 21, "test_jupyter_cache_import.py": 19,
-    "test_store_location.py": 16, "test_report_html.py": 16, "test_api.py": 15}
+GROUP_SECONDS: dict[str, float] = {
+    "test_versions.py": 936,
+    "quiet": 738,
+    "test_adversarial.py": 615,
+    "test_views.py": 321,
+    "profiled": 226,
+    "test_pathways.py": 218,
+    "test_adversarial_ci.py": 171,
+    "test_adversarial_processes.py": 170,
+    "test_book2.py": 168,
+    "test_findings_output.py": 161,
+    "test_signals.py": 146,
+    "test_profile.py": 137,
+    "test_cli_uniform.py": 135,
+    "test_imports.py": 93,
+    "test_forecast.py": 86,
+    "test_probe.py": 82,
+    "test_forecast_uses.py": 80,
+    "test_timeline.py": 69,
+    "test_action.py": 62,
+    "test_trace.py": 60,
+    "test_cli_core.py": 56,
+    "test_store.py": 46,
+    "test_forecast_bounded.py": 46,
+    "test_forecast_trace.py": 38,
+    "test_fingerprint.py": 32,
+    "test_diagnose_unsynchronised_timing.py": 30,
+    "test_record_sources.py": 27,
+    "test_myst.py": 25,
+    "test_layout.py": 22,
+    "test_adversarial_inputs.py": 21,
+    "test_jupyter_cache_import.py": 19,
+    "test_store_location.py": 16,
+    "test_report_html.py": 16,
+    "test_api.py": 15,
+}
 UNLISTED_GROUP_S = 0.0
 
 

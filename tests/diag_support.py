@@ -89,4 +89,3 @@ def assert_compact(findings: list[Finding], record: RunRecord | None = None, *, 
         assert any(line.lstrip().startswith("fix: ") for line in lines), (finding.rule, lines)
         if finding.evidence_highlights():
             assert any(line.lstrip().startswith("· ") for line in lines), (finding.rule, lines)
-

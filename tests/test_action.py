@@ -31,9 +31,20 @@ CONDITION = re.compile(r"^inputs\.([\w-]+) (==|!=) '([^']*)'$")
 NOTEBOOK = {
     "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": "# A lecture that CI builds"},
-        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "import pathlib\nimport time"},
-        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-         "source": "delay = float(pathlib.Path('delay.txt').read_text())"},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": "import pathlib\nimport time",
+        },
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": "delay = float(pathlib.Path('delay.txt').read_text())",
+        },
         {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "time.sleep(delay)"},
         {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "done = True"},
     ],
@@ -86,8 +97,11 @@ def run_action(workspace: Path, artifacts: Path, **given: str) -> ActionRun:
         output_file = artifacts.parent / f"{artifacts.name}-output-{number}"
         output_file.write_text("")
         env.update(
-            GITHUB_OUTPUT=str(output_file), GITHUB_STEP_SUMMARY=str(summary), GITHUB_WORKSPACE=str(workspace),
-            GITHUB_ACTION_PATH=str(ACTION.parent), RUNNER_TEMP=str(artifacts.parent),
+            GITHUB_OUTPUT=str(output_file),
+            GITHUB_STEP_SUMMARY=str(summary),
+            GITHUB_WORKSPACE=str(workspace),
+            GITHUB_ACTION_PATH=str(ACTION.parent),
+            RUNNER_TEMP=str(artifacts.parent),
         )
         for key, value in (step.get("env") or {}).items():
             env[key] = EXPRESSION.sub(lambda m: _expression(m[1], inputs, outputs), str(value))
@@ -95,8 +109,14 @@ def run_action(workspace: Path, artifacts: Path, **given: str) -> ActionRun:
         script = artifacts.parent / f"{artifacts.name}-step-{number}.sh"
         script.write_text(step["run"])
         # How GitHub runs `shell: bash`.
-        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=workspace,
-                              env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            cwd=workspace,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         log.append(f"--- {step.get('name')}: exit {done.returncode}\n{done.stdout}{done.stderr}")
         outputs[step.get("id", str(number))] = dict(
             line.split("=", 1) for line in output_file.read_text().splitlines() if "=" in line
@@ -108,15 +128,23 @@ def run_action(workspace: Path, artifacts: Path, **given: str) -> ActionRun:
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args], cwd=repo,
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    if shutil.which("jupyter-execute", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")) is None:
+    if (
+        shutil.which("jupyter-execute", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+        is None
+    ):
         pytest.skip("jupyter-execute (nbclient) is not on PATH")
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -187,13 +215,21 @@ def test_a_failing_build_fails_the_action_with_its_exit_code(repository: Path, t
 
 @pytest.mark.slow
 def test_gpu_forecasts_go_into_the_summary(repository: Path, tmp_path: Path) -> None:
-    has_forecast = subprocess.run([sys.executable, "-m", "nbscope", "forecast", "--help"], capture_output=True,
-                                  text=True, timeout=120)
+    has_forecast = subprocess.run(
+        [sys.executable, "-m", "nbscope", "forecast", "--help"], capture_output=True, text=True, timeout=120
+    )
     if has_forecast.returncode != 0:
         pytest.skip("this nbscope has no `forecast` command")
     build = f"{Path(sys.executable).parent / 'jupyter-execute'} lecture.ipynb"
-    done = run_action(repository, tmp_path / "art", build=build, install="false", python=sys.executable,
-                      baseline="none", **{"forecast-gpus": "t4"})
+    done = run_action(
+        repository,
+        tmp_path / "art",
+        build=build,
+        install="false",
+        python=sys.executable,
+        baseline="none",
+        **{"forecast-gpus": "t4"},
+    )
     assert done.exit_code == 0, done.log + done.summary
     assert "#### GPU forecast: `lecture.ipynb`" in done.summary, done.summary + done.log
     assert "no GPU forecast" not in done.summary

@@ -94,8 +94,13 @@ RECORDS = FILES / "records"
 # ---- helpers -------------------------------------------------------------------------------------------
 
 
-def nbscope(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300,
-            stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+def nbscope(
+    *args: str | os.PathLike[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    stdout: Any = subprocess.PIPE,
+) -> subprocess.CompletedProcess[str]:
     """``python -m nbscope ARGS`` with the stop signals at their defaults (the test runner may ignore some)."""
     merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"} | (env or {})
 
@@ -103,8 +108,16 @@ def nbscope(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
 
-    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=merged, stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout, preexec_fn=default_signals)
+    return subprocess.run(
+        [sys.executable, "-m", "nbscope", *map(str, args)],
+        cwd=cwd,
+        env=merged,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        preexec_fn=default_signals,
+    )
 
 
 def live_files(db: Path) -> list[Path]:
@@ -121,8 +134,14 @@ def full_store(path: Path, runs: int = 3) -> Path:
     """A real store holding ``runs`` runs (padded, so that it spans several pages)."""
     store = Store(path)
     for number in range(runs):
-        store.save(RunRecord(kind="profile", target=f"nb{number}.ipynb", fingerprint={"digest": "d"},
-                             measurements={"cells": [], "totals": {}, "pad": "x" * 6000, "n": number}))
+        store.save(
+            RunRecord(
+                kind="profile",
+                target=f"nb{number}.ipynb",
+                fingerprint={"digest": "d"},
+                measurements={"cells": [], "totals": {}, "pad": "x" * 6000, "n": number},
+            )
+        )
     return path
 
 
@@ -131,7 +150,10 @@ def read_only(path: Path) -> Iterator[None]:
     """``path`` (a file or a folder) read-only for the block. Root writes through permissions: the file is
     made immutable (``chattr +i``) instead, and the test is skipped where that is not allowed."""
     if os.geteuid() == 0:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        if (
+            shutil.which("chattr") is None
+            or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode
+        ):
             pytest.skip("running as root without chattr +i: a read-only store cannot be made")
         try:
             yield
@@ -163,8 +185,9 @@ def test_a_failing_cell_exits_1_and_allow_errors_exits_0_the_run_stored_either_w
     [line] = failed.stderr.strip().splitlines()
     assert line.startswith("nbscope: failed: cell 2 of ") and "(error ValueError)" in line and "--allow-errors" in line
     assert "saved as run 1" in failed.stdout  # the ledger came first
-    allowed = nbscope("profile", FILES / "error.ipynb", "--db", db, "--no-diagnose", "--allow-errors", "--json",
-                      cwd=tmp_path)
+    allowed = nbscope(
+        "profile", FILES / "error.ipynb", "--db", db, "--no-diagnose", "--allow-errors", "--json", cwd=tmp_path
+    )
     assert allowed.returncode == 0 and allowed.stderr == "", allowed.stderr
     assert [c["status"] for c in loads(allowed.stdout).measurements["cells"]] == ["ok", "error", "ok", "ok"]
     assert [r["status"] for r in Store(db).list()] == ["ok", "ok"]  # both stored: the figures stand
@@ -173,8 +196,9 @@ def test_a_failing_cell_exits_1_and_allow_errors_exits_0_the_run_stored_either_w
 
 def test_on_error_stop_and_a_dead_kernel_exit_1(tmp_path: Path) -> None:
     db = tmp_path / "db" / "nbscope.db"
-    stopped = nbscope("profile", FILES / "error.ipynb", "--on-error", "stop", "--db", db, "--json", "--no-diagnose",
-                      cwd=tmp_path)
+    stopped = nbscope(
+        "profile", FILES / "error.ipynb", "--on-error", "stop", "--db", db, "--json", "--no-diagnose", cwd=tmp_path
+    )
     assert stopped.returncode == 1 and "nbscope: failed: cell 2 of" in stopped.stderr, stopped.stderr
     assert [c["status"] for c in loads(stopped.stdout).measurements["cells"]] == ["ok", "error", "not-run", "not-run"]
     died = nbscope("profile", FILES / "kernel_dies.ipynb", "--db", db, "--no-diagnose", cwd=tmp_path)
@@ -197,8 +221,9 @@ def test_on_error_stop_and_a_dead_kernel_exit_1(tmp_path: Path) -> None:
 
 
 def test_an_expected_error_exits_0(tmp_path: Path) -> None:
-    done = nbscope("profile", FILES / "raises_exception.ipynb", "--db", tmp_path / "s.db", "--no-diagnose",
-                   cwd=tmp_path)
+    done = nbscope(
+        "profile", FILES / "raises_exception.ipynb", "--db", tmp_path / "s.db", "--no-diagnose", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -225,12 +250,19 @@ def test_a_closed_output_pipe_exits_0_quietly_and_profile_still_fails_a_broken_n
             done = nbscope(*args, cwd=tmp_path, stdout=write_end)
             assert (done.returncode, done.stderr) == (0, ""), (args, done.returncode, done.stderr)
         # A command whose status is a verdict never turns a failure into 0: its verdict is still given.
-        profiled = nbscope("profile", FILES / "error.ipynb", "--db", tmp_path / "p.db", "--no-diagnose", cwd=tmp_path,
-                           stdout=write_end)
+        profiled = nbscope(
+            "profile", FILES / "error.ipynb", "--db", tmp_path / "p.db", "--no-diagnose", cwd=tmp_path, stdout=write_end
+        )
         assert profiled.returncode == 1 and "Traceback" not in profiled.stderr, profiled.stderr
         assert profiled.stderr.startswith("nbscope: failed: cell 2 of")
-        differ = nbscope("info", "--diff", RECORDS / "cpu_x64.json", RECORDS / "synthetic_t4_x64.json", cwd=tmp_path,
-                         stdout=write_end)
+        differ = nbscope(
+            "info",
+            "--diff",
+            RECORDS / "cpu_x64.json",
+            RECORDS / "synthetic_t4_x64.json",
+            cwd=tmp_path,
+            stdout=write_end,
+        )
         assert differ.returncode == 1 and "Traceback" not in differ.stderr, differ.stderr
     finally:
         os.close(write_end)
@@ -254,22 +286,34 @@ def _lacking(backend: str) -> Any:
         (["--keep-traces", "/dev/null"], ["--keep-traces /dev/null: exists and is not a folder"]),
         (["--keep-traces", "{tmp}/afile/traces"], ["--keep-traces ", "afile is not a folder"]),
         (["--db", "{tmp}/afile/n.db"], ["--db ", "afile is not a folder"]),
-        pytest.param(["--jax-platform", "cuda"], ["--jax-platform cuda: this machine has no NVIDIA GPU"],
-                     marks=_lacking("cuda")),
-        pytest.param(["--backends", "cpu,cuda"], ["--backends cuda: this machine has no NVIDIA GPU"],
-                     marks=_lacking("cuda")),
+        pytest.param(
+            ["--jax-platform", "cuda"], ["--jax-platform cuda: this machine has no NVIDIA GPU"], marks=_lacking("cuda")
+        ),
+        pytest.param(
+            ["--backends", "cpu,cuda"], ["--backends cuda: this machine has no NVIDIA GPU"], marks=_lacking("cuda")
+        ),
         pytest.param(["--backends", "cpu,tpu"], ["--backends tpu: this machine has no TPU"], marks=_lacking("tpu")),
     ],
-    ids=["kernel", "jax-cache-dev-null", "jax-cache-file", "keep-traces-dev-null", "keep-traces-under-a-file",
-         "db-under-a-file", "jax-platform-cuda", "backends-cuda", "backends-tpu"],
+    ids=[
+        "kernel",
+        "jax-cache-dev-null",
+        "jax-cache-file",
+        "keep-traces-dev-null",
+        "keep-traces-under-a-file",
+        "db-under-a-file",
+        "jax-platform-cuda",
+        "backends-cuda",
+        "backends-tpu",
+    ],
 )
 def test_a_bad_option_is_refused_before_anything_runs(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
     (tmp_path / "afile").write_text("the user's own file\n")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     db = tmp_path / "db" / "nbscope.db"
     started = time.monotonic()
-    done = nbscope("profile", FILES / "error.ipynb", *(["--db", str(db)] if "--db" not in args else []), *args,
-                   cwd=tmp_path)
+    done = nbscope(
+        "profile", FILES / "error.ipynb", *(["--db", str(db)] if "--db" not in args else []), *args, cwd=tmp_path
+    )
     assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
     assert_one_line_error(done, *fragments)
     assert not db.exists() and not (tmp_path / "db").exists()  # nothing stored: the store was not even made
@@ -300,8 +344,11 @@ def _not_sqlite(path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "make, fragments",
-    [(_truncated, ["is not a usable nbscope database"]), (_newer, ["store of version 99", "upgrade nbscope"]),
-     (_not_sqlite, ["is not an SQLite database; refusing to touch it"])],
+    [
+        (_truncated, ["is not a usable nbscope database"]),
+        (_newer, ["store of version 99", "upgrade nbscope"]),
+        (_not_sqlite, ["is not an SQLite database; refusing to touch it"]),
+    ],
     ids=["truncated", "newer-version", "not-sqlite"],
 )
 def test_a_bad_store_is_refused_before_anything_runs_and_left_as_it_was(
@@ -343,13 +390,26 @@ def test_a_read_only_store_is_refused_before_anything_runs(tmp_path: Path, store
 def test_a_kernel_that_will_not_start_stores_nothing_and_leaves_no_live_file(tmp_path: Path) -> None:
     spec = tmp_path / "jupyter" / "kernels" / "broken"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(tmp_path / "no-such-python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "broken", "language": "python",
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(tmp_path / "no-such-python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "broken",
+                "language": "python",
+            }
+        )
+    )
     db = tmp_path / "db" / "nbscope.db"
-    done = nbscope("profile", FILES / "error.ipynb", "--kernel", "broken", "--db", db, cwd=tmp_path,
-                   env={"JUPYTER_PATH": str(tmp_path / "jupyter")})
+    done = nbscope(
+        "profile",
+        FILES / "error.ipynb",
+        "--kernel",
+        "broken",
+        "--db",
+        db,
+        cwd=tmp_path,
+        env={"JUPYTER_PATH": str(tmp_path / "jupyter")},
+    )
     assert done.returncode == 2
     assert_one_line_error(done, "could not start kernel 'broken'")
     assert not db.exists() and live_files(db) == []  # no 0-cell junk run, no live file
@@ -361,23 +421,41 @@ def test_a_kernel_that_dies_while_starting_once_gets_one_more_start(tmp_path: Pa
     spec = tmp_path / "jupyter" / "kernels" / "flaky"
     spec.mkdir(parents=True)
     marker = tmp_path / "started-once"
-    code = (f"import os, sys\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
-            "    sys.exit(1)\nfrom ipykernel import kernelapp\nkernelapp.launch_new_instance()")
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-c", code, "-f", "{connection_file}"],
-        "display_name": "flaky", "language": "python",
-    }))
+    code = (
+        f"import os, sys\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
+        "    sys.exit(1)\nfrom ipykernel import kernelapp\nkernelapp.launch_new_instance()"
+    )
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-c", code, "-f", "{connection_file}"],
+                "display_name": "flaky",
+                "language": "python",
+            }
+        )
+    )
     db = tmp_path / "db" / "nbscope.db"
-    done = nbscope("profile", FILES / "kernel_dies.ipynb", "--kernel", "flaky", "--db", db, "--json", "--no-diagnose",
-                   cwd=tmp_path, env={"JUPYTER_PATH": str(tmp_path / "jupyter")})
+    done = nbscope(
+        "profile",
+        FILES / "kernel_dies.ipynb",
+        "--kernel",
+        "flaky",
+        "--db",
+        db,
+        "--json",
+        "--no-diagnose",
+        cwd=tmp_path,
+        env={"JUPYTER_PATH": str(tmp_path / "jupyter")},
+    )
     assert marker.exists()
     record = loads(done.stdout)
     assert record.measurements["runner"]["kernel_restarts"] == 1
     assert [c["status"] for c in record.measurements["cells"]][:2] == ["ok", "ok"]  # it ran, in the second kernel
 
 
-def test_a_kernel_that_never_replies_on_its_first_start_gets_one_more_start(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernel_that_never_replies_on_its_first_start_gets_one_more_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A kernel alive but silent past the start-up time on its first start (as when parallel starts race for
     one port): one more start, said in the record, and the cells run in it."""
     from nbscope.collect import notebook as notebook_module
@@ -386,15 +464,23 @@ def test_a_kernel_that_never_replies_on_its_first_start_gets_one_more_start(tmp_
     spec = tmp_path / "jupyter" / "kernels" / "silent"
     spec.mkdir(parents=True)
     marker = tmp_path / "started-once"
-    code = (f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
-            "    time.sleep(600)\nfrom ipykernel import kernelapp\nkernelapp.launch_new_instance()")
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-c", code, "-f", "{connection_file}"],
-        "display_name": "silent", "language": "python",
-    }))
+    code = (
+        f"import os, time\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
+        "    time.sleep(600)\nfrom ipykernel import kernelapp\nkernelapp.launch_new_instance()"
+    )
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-c", code, "-f", "{connection_file}"],
+                "display_name": "silent",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    done = execute(notebook_module.read(FILES / "kernel_dies.ipynb"),
-                   ExecutionOptions(kernel_name="silent", startup_timeout=5))
+    done = execute(
+        notebook_module.read(FILES / "kernel_dies.ipynb"), ExecutionOptions(kernel_name="silent", startup_timeout=5)
+    )
     assert marker.exists()
     assert done.runner["kernel_restarts"] == 1
     assert [c["status"] for c in done.cells][:2] == ["ok", "ok"]  # it ran, in the second kernel
@@ -406,8 +492,14 @@ def test_a_kernel_that_never_replies_on_its_first_start_gets_one_more_start(tmp_
 def test_a_store_that_fails_after_the_run_gets_the_ledger_then_the_import_command(tmp_path: Path) -> None:
     db = full_store(tmp_path / "store" / "nbscope.db", runs=1)
     try:
-        done = nbscope("profile", FILES / "store_read_only_midrun.ipynb", "--db", db, cwd=tmp_path,
-                       env={"NBSCOPE_TEST_STORE": str(db)})
+        done = nbscope(
+            "profile",
+            FILES / "store_read_only_midrun.ipynb",
+            "--db",
+            db,
+            cwd=tmp_path,
+            env={"NBSCOPE_TEST_STORE": str(db)},
+        )
     finally:
         writable_again(db)
     assert done.returncode == 2, done.stderr
@@ -431,8 +523,18 @@ def test_a_store_that_fails_after_a_traced_command_keeps_the_runs_in_files_to_im
     db = full_store(tmp_path / "store" / "nbscope.db", runs=1)
     (tmp_path / "tmp").mkdir()  # where the run files go (the system's temporary folder, here the test's)
     try:
-        done = nbscope("trace", "--db", db, "--no-diagnose", "--", "jupyter", "execute", "midrun.ipynb", cwd=tmp_path,
-                       env={"NBSCOPE_TEST_STORE": str(db), "TMPDIR": str(tmp_path / "tmp")})
+        done = nbscope(
+            "trace",
+            "--db",
+            db,
+            "--no-diagnose",
+            "--",
+            "jupyter",
+            "execute",
+            "midrun.ipynb",
+            cwd=tmp_path,
+            env={"NBSCOPE_TEST_STORE": str(db), "TMPDIR": str(tmp_path / "tmp")},
+        )
     finally:
         writable_again(db)
     assert done.returncode == 2, done.stderr[-2000:]
@@ -464,8 +566,17 @@ def test_a_cell_that_ignores_the_interrupt_after_its_timeout_stops_the_kernel_an
 ) -> None:
     db = tmp_path / "db" / "nbscope.db"
     started = time.monotonic()
-    done = nbscope("profile", FILES / "ignores_interrupt.ipynb", "--timeout", "3", "--db", db, "--json",
-                   "--no-diagnose", cwd=tmp_path)
+    done = nbscope(
+        "profile",
+        FILES / "ignores_interrupt.ipynb",
+        "--timeout",
+        "3",
+        "--db",
+        db,
+        "--json",
+        "--no-diagnose",
+        cwd=tmp_path,
+    )
     took = time.monotonic() - started
     assert done.returncode == 1, done.stderr
     record = loads(done.stdout)
@@ -489,9 +600,24 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
             signal.signal(signum, signal.SIG_DFL)
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "nbscope", "profile", str(FILES / "sleeps_second_repeat.ipynb"), "--repeat", "2",
-         "--db", str(db)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=default_signals,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "profile",
+            str(FILES / "sleeps_second_repeat.ipynb"),
+            "--repeat",
+            "2",
+            "--db",
+            str(db),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
     )
     try:
         deadline = time.monotonic() + 300
@@ -515,8 +641,9 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
 
 
 def test_the_probe_keeps_its_own_clocks_whatever_the_notebook_does_to_its_modules(tmp_path: Path) -> None:
-    done = nbscope("profile", FILES / "probe_tampering.ipynb", "--db", tmp_path / "s.db", "--json", "--no-diagnose",
-                   cwd=tmp_path)
+    done = nbscope(
+        "profile", FILES / "probe_tampering.ipynb", "--db", tmp_path / "s.db", "--json", "--no-diagnose", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     cells = loads(done.stdout).measurements["cells"]
     assert [c["status"] for c in cells] == ["ok"] * 4
@@ -537,7 +664,6 @@ SECRET = "hf_Adversarial0Secret1Value2"  # what --env HF_TOKEN= is given; must a
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
-
 def env_without_db() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
 
@@ -555,12 +681,16 @@ def secret_profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object
 # ---- writing files: -o, export, report ------------------------------------------------------------------------
 
 
-def test_export_refuses_a_symlink_target_and_leaves_link_and_file_as_they_were(secret_profile: dict, tmp_path: Path) -> None:
+def test_export_refuses_a_symlink_target_and_leaves_link_and_file_as_they_were(
+    secret_profile: dict, tmp_path: Path
+) -> None:
     kept = tmp_path / "kept.txt"
     kept.write_text("the user's file")
     link = tmp_path / "link.json"
     link.symlink_to(kept)
-    line = assert_one_line_error(nbscope("export", "1", "-o", link, "--db", secret_profile["db"], cwd=tmp_path), "symbolic link")
+    line = assert_one_line_error(
+        nbscope("export", "1", "-o", link, "--db", secret_profile["db"], cwd=tmp_path), "symbolic link"
+    )
     assert str(link) in line
     assert link.is_symlink() and os.readlink(link) == str(kept)
     assert kept.read_text() == "the user's file"
@@ -569,11 +699,15 @@ def test_export_refuses_a_symlink_target_and_leaves_link_and_file_as_they_were(s
 def test_export_refuses_a_fifo_without_opening_it(secret_profile: dict, tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
-    assert_one_line_error(nbscope("export", "1", "-o", fifo, "--db", secret_profile["db"], cwd=tmp_path, timeout=60), "FIFO")
+    assert_one_line_error(
+        nbscope("export", "1", "-o", fifo, "--db", secret_profile["db"], cwd=tmp_path, timeout=60), "FIFO"
+    )
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
-def test_export_to_dev_stdout_and_dash_writes_standard_output_and_makes_no_file(secret_profile: dict, tmp_path: Path) -> None:
+def test_export_to_dev_stdout_and_dash_writes_standard_output_and_makes_no_file(
+    secret_profile: dict, tmp_path: Path
+) -> None:
     was_link = os.path.islink("/dev/stdout")
     for target in ("/dev/stdout", "-"):
         done = nbscope("export", "1", "-o", target, "--db", secret_profile["db"], cwd=tmp_path)
@@ -597,17 +731,25 @@ def test_a_users_file_tmp_beside_the_target_is_never_touched(secret_profile: dic
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.json.tmp"]  # no temporary left
 
 
-def test_a_parent_that_is_a_file_or_missing_is_one_line_and_nothing_is_made(secret_profile: dict, tmp_path: Path) -> None:
+def test_a_parent_that_is_a_file_or_missing_is_one_line_and_nothing_is_made(
+    secret_profile: dict, tmp_path: Path
+) -> None:
     blocker = tmp_path / "notes"
     blocker.write_text("a file, not a folder")
-    assert_one_line_error(nbscope("export", "1", "-o", blocker / "run.json", "--db", secret_profile["db"], cwd=tmp_path), str(blocker))
+    assert_one_line_error(
+        nbscope("export", "1", "-o", blocker / "run.json", "--db", secret_profile["db"], cwd=tmp_path), str(blocker)
+    )
     assert blocker.read_text() == "a file, not a folder"
     missing = tmp_path / "new" / "deeper" / "run.json"
-    assert_one_line_error(nbscope("export", "1", "-o", missing, "--db", secret_profile["db"], cwd=tmp_path),
-                          f"the folder {missing.parent} does not exist")
+    assert_one_line_error(
+        nbscope("export", "1", "-o", missing, "--db", secret_profile["db"], cwd=tmp_path),
+        f"the folder {missing.parent} does not exist",
+    )
     assert not (tmp_path / "new").exists()
-    assert_one_line_error(nbscope("report", "1", "-o", missing.with_suffix(".html"), "--db", secret_profile["db"],
-                                  cwd=tmp_path), "does not exist")
+    assert_one_line_error(
+        nbscope("report", "1", "-o", missing.with_suffix(".html"), "--db", secret_profile["db"], cwd=tmp_path),
+        "does not exist",
+    )
     assert not (tmp_path / "new").exists()
     missing.parent.mkdir(parents=True)
     assert nbscope("export", "1", "-o", missing, "--db", secret_profile["db"], cwd=tmp_path).returncode == 0
@@ -620,7 +762,9 @@ def test_report_to_standard_output_and_a_refused_link(secret_profile: dict, tmp_
     assert done.stdout.startswith("<!DOCTYPE html>") and not (tmp_path / "-").exists()
     (tmp_path / "real.html").write_text("mine")
     (tmp_path / "r.html").symlink_to(tmp_path / "real.html")
-    assert_one_line_error(nbscope("report", "1", "--db", secret_profile["db"], "-o", tmp_path / "r.html", cwd=tmp_path), "symbolic link")
+    assert_one_line_error(
+        nbscope("report", "1", "--db", secret_profile["db"], "-o", tmp_path / "r.html", cwd=tmp_path), "symbolic link"
+    )
     assert (tmp_path / "real.html").read_text() == "mine"
 
 
@@ -639,9 +783,17 @@ def test_the_safe_writer_keeps_a_replaced_files_permissions(tmp_path: Path) -> N
 
 def test_jax_cache_cold_removes_only_what_jax_wrote(tmp_path: Path) -> None:
     notebook = tmp_path / "jit.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("import jax, jax.numpy as jnp\n"
-                                                     "y = jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()")],
-                                metadata={"kernelspec": KERNELSPEC}), notebook)
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell(
+                    "import jax, jax.numpy as jnp\ny = jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()"
+                )
+            ],
+            metadata={"kernelspec": KERNELSPEC},
+        ),
+        notebook,
+    )
     db = tmp_path / "db" / "nbscope.db"
     warm = nbscope("profile", notebook, "--db", db, "--jax-cache", "warm", "--json", cwd=tmp_path)
     assert warm.returncode == 0, warm.stderr
@@ -672,8 +824,14 @@ def _live_run(tmp_path: Path, live: Path, env: dict[str, str] | None = None) -> 
         "import sys\nfrom pathlib import Path\nfrom nbscope.api.profile import ProfileOptions, profile\n"
         f"profile(sys.argv[1], ProfileOptions(env={env or {}!r}), live_path=Path(sys.argv[2]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(TINY), str(live)], cwd=tmp_path, env=env_without_db(),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(TINY), str(live)],
+        cwd=tmp_path,
+        env=env_without_db(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert live.is_file()
 
@@ -736,10 +894,13 @@ def test_an_env_secret_is_never_printed_stored_or_exported(secret_profile: dict,
     hidden = record.settings["env"]["HF_TOKEN"]
     assert hidden.startswith("hidden-hmac-") and record.settings["env"]["JAX_PLATFORMS"] == "cpu"
     assert any(arg.startswith("HF_TOKEN=hidden-hmac-") for arg in record.command)
-    outputs = [nbscope("show", "1", "--db", db, cwd=tmp_path), nbscope("show", "1", "--json", "--db", db, cwd=tmp_path),
-               nbscope("export", "1", "-o", "-", "--db", db, cwd=tmp_path),
-               nbscope("export", "1", "-o", "-", "--portable", "--db", db, cwd=tmp_path),
-               nbscope("report", "1", "-o", "-", "--db", db, cwd=tmp_path)]
+    outputs = [
+        nbscope("show", "1", "--db", db, cwd=tmp_path),
+        nbscope("show", "1", "--json", "--db", db, cwd=tmp_path),
+        nbscope("export", "1", "-o", "-", "--db", db, cwd=tmp_path),
+        nbscope("export", "1", "-o", "-", "--portable", "--db", db, cwd=tmp_path),
+        nbscope("report", "1", "-o", "-", "--db", db, cwd=tmp_path),
+    ]
     for output in outputs:
         assert output.returncode == 0, output.stderr
         assert SECRET not in output.stdout + output.stderr
@@ -748,7 +909,9 @@ def test_an_env_secret_is_never_printed_stored_or_exported(secret_profile: dict,
 def test_compare_says_a_hidden_value_differs_without_showing_it(secret_profile: dict, tmp_path: Path) -> None:
     db = Path(str(secret_profile["db"]))
     other = "hf_AnotherSecretValue9"
-    second = nbscope("profile", TINY, "--db", db, "--env", f"HF_TOKEN={other}", "--env", "JAX_PLATFORMS=cpu", cwd=tmp_path)
+    second = nbscope(
+        "profile", TINY, "--db", db, "--env", f"HF_TOKEN={other}", "--env", "JAX_PLATFORMS=cpu", cwd=tmp_path
+    )
     assert second.returncode == 0, second.stderr
     for extra in ((), ("--markdown",)):
         done = nbscope("compare", "1", "2", "--db", db, *extra, cwd=tmp_path)
@@ -756,7 +919,9 @@ def test_compare_says_a_hidden_value_differs_without_showing_it(secret_profile: 
         text = done.stdout + done.stderr
         assert "HF_TOKEN" in text and "hidden-hmac-" in text
         assert SECRET not in text and other not in text
-    kept = nbscope("profile", TINY, "--db", db, "--env", "MY_SETTING=visible", "--env-store-values", "--json", cwd=tmp_path)
+    kept = nbscope(
+        "profile", TINY, "--db", db, "--env", "MY_SETTING=visible", "--env-store-values", "--json", cwd=tmp_path
+    )
     assert kept.returncode == 0, kept.stderr
     document = json.loads(kept.stdout)
     assert document["settings"]["env"] == {"MY_SETTING": "visible"} and document["settings"]["env_values_stored"]
@@ -782,8 +947,18 @@ def test_a_portable_export_carries_no_machine_local_path(secret_profile: dict, t
 def test_every_spelling_of_env_on_a_command_line_is_hidden() -> None:
     from nbscope.record.secrets import command_for_record, env_for_record
 
-    argv = ["nbscope", "profile", "x.md", "--env", f"HF_TOKEN={SECRET}", f"--env=OPENAI_API_KEY={SECRET}",
-            "--env", "JAX_PLATFORMS=cpu", "--env", f"JAX_AUTH_TOKEN={SECRET}"]
+    argv = [
+        "nbscope",
+        "profile",
+        "x.md",
+        "--env",
+        f"HF_TOKEN={SECRET}",
+        f"--env=OPENAI_API_KEY={SECRET}",
+        "--env",
+        "JAX_PLATFORMS=cpu",
+        "--env",
+        f"JAX_AUTH_TOKEN={SECRET}",
+    ]
     kept = command_for_record(argv)
     assert SECRET not in " ".join(kept) and "JAX_PLATFORMS=cpu" in kept
     assert kept[4].startswith("HF_TOKEN=hidden-hmac-") and kept[5].startswith("--env=OPENAI_API_KEY=hidden-hmac-")
@@ -794,11 +969,16 @@ def test_every_spelling_of_env_on_a_command_line_is_hidden() -> None:
 def test_a_portable_record_replaces_only_whole_folder_names() -> None:
     from nbscope.record.portable import portable
 
-    document = {"target": "a.md", "command": ["/usr/bin/nbscope", "profile", "/home/me/proj/a.md", "--db=/srv/x.db"],
-                "measurements": {"notebook": {"path": "/home/me/proj/a.md"},
-                                 "kernel": {"cwd": "/elsewhere/run", "executable": "/opt/py/bin/python3"},
-                                 "cells": [{"error": {"message": "see /home/me/proj/a.md and /home/melanie/b"}}]},
-                "fingerprint": {}}
+    document = {
+        "target": "a.md",
+        "command": ["/usr/bin/nbscope", "profile", "/home/me/proj/a.md", "--db=/srv/x.db"],
+        "measurements": {
+            "notebook": {"path": "/home/me/proj/a.md"},
+            "kernel": {"cwd": "/elsewhere/run", "executable": "/opt/py/bin/python3"},
+            "cells": [{"error": {"message": "see /home/me/proj/a.md and /home/melanie/b"}}],
+        },
+        "fingerprint": {},
+    }
     shared = portable(document, root="/home/me/proj", home="/home/me")
     assert shared["command"] == ["nbscope", "profile", "a.md", "--db=…/x.db"]
     assert shared["measurements"]["notebook"]["path"] == "a.md"
@@ -808,25 +988,45 @@ def test_a_portable_record_replaces_only_whole_folder_names() -> None:
 
 
 # ==== 3. the gate, compare, reading notebooks =====================================================
-def cell(index: int, wall: float, *, wait: float | None = None, first_line: str | None = None,
-         compile_s: float = 0.0) -> dict[str, Any]:
+def cell(
+    index: int, wall: float, *, wait: float | None = None, first_line: str | None = None, compile_s: float = 0.0
+) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "index": index, "cell_index": index + 1, "source_hash": f"hash{index:012d}", "line": None,
-        "first_line": first_line or f"work({index})", "status": "ok", "error": None, "wall_s": wall,
-        "compile_s": compile_s, "run_s": wall - compile_s,
+        "index": index,
+        "cell_index": index + 1,
+        "source_hash": f"hash{index:012d}",
+        "line": None,
+        "first_line": first_line or f"work({index})",
+        "status": "ok",
+        "error": None,
+        "wall_s": wall,
+        "compile_s": compile_s,
+        "run_s": wall - compile_s,
     }
     if wait is not None:  # what the probe records: the cell's wait for a CPU, and its own time on one
         data["sched"] = {"wait_s": wait, "on_cpu_s": wall - wait, "cpu_s": wall - wait}
     return data
 
 
-def record(cells: list[dict[str, Any]], *, started: str = "2026-01-01T00:00:00.000Z", target: str = "nb.ipynb",
-           kind: str = "profile") -> RunRecord:
+def record(
+    cells: list[dict[str, Any]],
+    *,
+    started: str = "2026-01-01T00:00:00.000Z",
+    target: str = "nb.ipynb",
+    kind: str = "profile",
+) -> RunRecord:
     return RunRecord(
-        kind=kind, target=target, fingerprint={"digest": "d1", "cpu": {"model": "Test CPU", "logical_cores": 2}},
-        measurements={"totals": {"wall_s": sum(c["wall_s"] for c in cells), "cells": len(cells)}, "cells": cells,
-                      "repeats": 1},
-        settings={"repeat": 1}, command=["test"], started_at=started,
+        kind=kind,
+        target=target,
+        fingerprint={"digest": "d1", "cpu": {"model": "Test CPU", "logical_cores": 2}},
+        measurements={
+            "totals": {"wall_s": sum(c["wall_s"] for c in cells), "cells": len(cells)},
+            "cells": cells,
+            "repeats": 1,
+        },
+        settings={"repeat": 1},
+        command=["test"],
+        started_at=started,
     )
 
 
@@ -889,15 +1089,19 @@ def test_one_note_on_the_noise_with_one_earlier_run() -> None:
     result = gate(base, cand, history=[base])
     notes = [result.noise_note, *result.warnings]
     assert sum("noise" in note for note in notes) == 1, notes
-    assert result.noise_note.startswith("noise: floors by each cell's kind and size (1 earlier comparable run here, "
-                                        "3 needed for run-to-run noise)")
-    history = [record([cell(0, wall, wait=0.0)], started=f"2025-12-2{n}T00:00:00.000Z")
-               for n, wall in enumerate((1.0, 1.05, 0.97))]
+    assert result.noise_note.startswith(
+        "noise: floors by each cell's kind and size (1 earlier comparable run here, 3 needed for run-to-run noise)"
+    )
+    history = [
+        record([cell(0, wall, wait=0.0)], started=f"2025-12-2{n}T00:00:00.000Z")
+        for n, wall in enumerate((1.0, 1.05, 0.97))
+    ]
     seasoned = gate(base, cand, history=history)
     notes = [seasoned.noise_note, *seasoned.warnings]
     assert sum("noise" in note for note in notes) == 1, notes
-    assert seasoned.noise_note.startswith("noise: the larger of each cell's floor by kind and size and the "
-                                          "run-to-run noise of 3 earlier comparable runs")
+    assert seasoned.noise_note.startswith(
+        "noise: the larger of each cell's floor by kind and size and the run-to-run noise of 3 earlier comparable runs"
+    )
 
 
 # --- compare calling noise a speed-up ----------------------------------------------------------------------
@@ -978,8 +1182,9 @@ def _notebook(path: Path, *sources: str) -> Path:
     return path
 
 
-def test_notebooks_of_one_name_in_two_folders_are_never_merged(run_cli: Any, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebooks_of_one_name_in_two_folders_are_never_merged(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Bad input: ``a/intro.ipynb`` and ``b/intro.ipynb`` (different cells) in a folder with no git tree or
     book, and a run an older nbscope stored under the bare ``intro.ipynb``. Each notebook keeps its own name,
     history and baseline; the old run counts only for the notebook whose cells it measured."""
@@ -993,8 +1198,9 @@ def test_notebooks_of_one_name_in_two_folders_are_never_merged(run_cli: Any, tmp
     assert sorted(store.targets()) == ["a/intro.ipynb", "b/intro.ipynb"]
     a_run = store.latest(target="a/intro.ipynb")
     assert a_run is not None
-    legacy = RunRecord.from_dict({**a_run.to_dict(), "run_id": None, "target": "intro.ipynb",
-                                  "started_at": "2026-01-01T00:00:00.000Z"})
+    legacy = RunRecord.from_dict(
+        {**a_run.to_dict(), "run_id": None, "target": "intro.ipynb", "started_at": "2026-01-01T00:00:00.000Z"}
+    )
     store.save(legacy)
     monkeypatch.chdir(tmp_path)
     assert store.names_of("a/intro.ipynb")[:1] == ["a/intro.ipynb"] and "intro.ipynb" in store.names_of("a/intro.ipynb")

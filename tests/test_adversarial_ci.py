@@ -44,12 +44,25 @@ def nbscope_shell(command: str, *, cwd: Path, timeout: float = 120) -> subproces
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
 
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=default_signals)
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=default_signals,
+    )
 
 
-def two_runs(db: Path, *, base_walls: list[float], cand_walls: list[float], extra: dict[str, float] | None = None,
-             removed: dict[str, float] | None = None) -> tuple[int, int]:
+def two_runs(
+    db: Path,
+    *,
+    base_walls: list[float],
+    cand_walls: list[float],
+    extra: dict[str, float] | None = None,
+    removed: dict[str, float] | None = None,
+) -> tuple[int, int]:
     """A baseline and a candidate of one notebook in ``db``: the paired cells ``s0, s1, ...`` with those walls,
     ``extra`` cells only in the candidate and ``removed`` cells only in the baseline (source → wall)."""
     base = [make_cell(i, wall, source=f"s{i}") for i, wall in enumerate(base_walls)]
@@ -57,8 +70,10 @@ def two_runs(db: Path, *, base_walls: list[float], cand_walls: list[float], extr
     base += [make_cell(len(base) + i, wall, source=src) for i, (src, wall) in enumerate((removed or {}).items())]
     cand += [make_cell(len(cand) + i, wall, source=src) for i, (src, wall) in enumerate((extra or {}).items())]
     store = Store(db)
-    return (store.save(make_record(base, started="2026-01-01T00:00:00.000Z")),
-            store.save(make_record(cand, started="2026-01-02T00:00:00.000Z")))
+    return (
+        store.save(make_record(base, started="2026-01-01T00:00:00.000Z")),
+        store.save(make_record(cand, started="2026-01-02T00:00:00.000Z")),
+    )
 
 
 # ==== the gate counts unpaired cells ================================================================
@@ -102,8 +117,10 @@ def test_a_removed_slow_cell_is_listed_and_counted_but_passes(tmp_path: Path) ->
 def test_a_new_cell_that_slows_a_long_notebook_within_the_allowance_passes() -> None:
     """The whole notebook is judged as the total is: 2 s more on 100 s is within a 10 % gate."""
     base = make_record([make_cell(i, 10.0, source=f"s{i}") for i in range(10)])
-    cand = make_record([*(make_cell(i, 10.0, source=f"s{i}") for i in range(10)), make_cell(10, 2.0, source="new")],
-                       started="2026-01-02T00:00:00.000Z")
+    cand = make_record(
+        [*(make_cell(i, 10.0, source=f"s{i}") for i in range(10)), make_cell(10, 2.0, source="new")],
+        started="2026-01-02T00:00:00.000Z",
+    )
     result = gate(base, cand)
     assert result.passed and result.whole is not None and result.whole.verdict != "regression"
 
@@ -119,31 +136,44 @@ def piped_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = Store(db)
     cells = 3000
     walls = [0.5] * cells
-    store.save(make_record([make_cell(i, w, source=f"s{i}") for i, w in enumerate(walls)],
-                           started="2026-01-01T00:00:00.000Z"))
-    store.save(make_record([make_cell(i, w, source=f"s{i}") for i, w in enumerate(walls)],
-                           started="2026-01-02T00:00:00.000Z"))
+    store.save(
+        make_record([make_cell(i, w, source=f"s{i}") for i, w in enumerate(walls)], started="2026-01-01T00:00:00.000Z")
+    )
+    store.save(
+        make_record([make_cell(i, w, source=f"s{i}") for i, w in enumerate(walls)], started="2026-01-02T00:00:00.000Z")
+    )
     slower = [3.0 if i == 3 else w for i, w in enumerate(walls)]
-    store.save(make_record([make_cell(i, w, source=f"s{i}") for i, w in enumerate(slower)],
-                           started="2026-01-03T00:00:00.000Z"))
-    store.add_many([make_record([make_cell(0, 0.1)], target=f"nb{n}.ipynb", started="2026-01-04T00:00:00.000Z")
-                    for n in range(2000)])
+    store.save(
+        make_record([make_cell(i, w, source=f"s{i}") for i, w in enumerate(slower)], started="2026-01-03T00:00:00.000Z")
+    )
+    store.add_many(
+        [
+            make_record([make_cell(0, 0.1)], target=f"nb{n}.ipynb", started="2026-01-04T00:00:00.000Z")
+            for n in range(2000)
+        ]
+    )
     return db
 
 
-@pytest.mark.parametrize("command, code", [
-    ("gate --baseline 1 --candidate 2 --all", 0),  # passing: the reader had enough, the verdict is 0
-    ("gate --baseline 1 --candidate 2 --all --json", 0),
-    ("gate --baseline 1 --candidate 3 --all", 1),  # failing: a closed pipe never turns 1 into 0
-    ("gate --baseline 1 --candidate 3 --all --markdown", 1),
-    ("runs --limit 5000", 0),
-    ("show 1", 0),
-    ("diagnose 1", 0),  # no --fail-on: diagnose never exits 1
-])
-def test_a_closed_output_pipe_keeps_the_verdicts_exit_code(piped_store: Path, tmp_path: Path, command: str,
-                                                           code: int) -> None:
-    done = nbscope_shell(f'$NBSCOPE {command} --db "{piped_store}" | head -1 > /dev/null; '
-                         'echo "exit=${PIPESTATUS[0]}" >&2', cwd=tmp_path)
+@pytest.mark.parametrize(
+    "command, code",
+    [
+        ("gate --baseline 1 --candidate 2 --all", 0),  # passing: the reader had enough, the verdict is 0
+        ("gate --baseline 1 --candidate 2 --all --json", 0),
+        ("gate --baseline 1 --candidate 3 --all", 1),  # failing: a closed pipe never turns 1 into 0
+        ("gate --baseline 1 --candidate 3 --all --markdown", 1),
+        ("runs --limit 5000", 0),
+        ("show 1", 0),
+        ("diagnose 1", 0),  # no --fail-on: diagnose never exits 1
+    ],
+)
+def test_a_closed_output_pipe_keeps_the_verdicts_exit_code(
+    piped_store: Path, tmp_path: Path, command: str, code: int
+) -> None:
+    done = nbscope_shell(
+        f'$NBSCOPE {command} --db "{piped_store}" | head -1 > /dev/null; echo "exit=${{PIPESTATUS[0]}}" >&2',
+        cwd=tmp_path,
+    )
     assert f"exit={code}" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr[-2000:]
     if command.startswith("gate"):  # the verdict was stored although its printing was cut short
@@ -151,7 +181,9 @@ def test_a_closed_output_pipe_keeps_the_verdicts_exit_code(piped_store: Path, tm
         assert Store(piped_store).verdicts([candidate])[candidate]["passed"] is (code == 0)
 
 
-@pytest.mark.parametrize("target", ["/proc/nbscope-summary", "missing/folder/summary.md", "folder", "/dev/full", "fifo"])
+@pytest.mark.parametrize(
+    "target", ["/proc/nbscope-summary", "missing/folder/summary.md", "folder", "/dev/full", "fifo"]
+)
 def test_a_summary_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path, run_cli_process: Any, target: str) -> None:
     db = tmp_path / "s.db"
     base, cand = two_runs(db, base_walls=[0.5], cand_walls=[0.5])
@@ -180,19 +212,27 @@ def test_the_actions_step_summary_shows_a_usage_errors_message_not_its_box(tmp_p
     art.mkdir()
     (art / "run-ids.txt").write_text(f"{cand}\tnb.ipynb\n")
     outputs, step_summary = tmp_path / "outputs", tmp_path / "step-summary.md"
-    env = cli_env({
-        "NBSCOPE_PYTHON": sys.executable, "NBSCOPE_BASELINE": str(db.with_name("none.json")),
-        "NBSCOPE_MAX_SLOWDOWN": "10%", "NBSCOPE_GATE_OPTIONS": "--min-cel 0.5", "NBSCOPE_ARTIFACTS": str(art),
-        "NBSCOPE_STORE": str(db), "NBSCOPE_TRACE_CODE": "0", "GITHUB_OUTPUT": str(outputs),
-        "GITHUB_STEP_SUMMARY": str(step_summary),
-    })
+    env = cli_env(
+        {
+            "NBSCOPE_PYTHON": sys.executable,
+            "NBSCOPE_BASELINE": str(db.with_name("none.json")),
+            "NBSCOPE_MAX_SLOWDOWN": "10%",
+            "NBSCOPE_GATE_OPTIONS": "--min-cel 0.5",
+            "NBSCOPE_ARTIFACTS": str(art),
+            "NBSCOPE_STORE": str(db),
+            "NBSCOPE_TRACE_CODE": "0",
+            "GITHUB_OUTPUT": str(outputs),
+            "GITHUB_STEP_SUMMARY": str(step_summary),
+        }
+    )
     # A baseline run file for nb.ipynb, so that the gate is called (and meets the bad option).
     Store(db).get(base).to_dict()
     baseline = tmp_path / "base.json"
     baseline.write_text(Store(db).get(base).to_json())
     env["NBSCOPE_BASELINE"] = str(baseline)
-    done = subprocess.run(["bash", "-e", "-c", _gate_step()], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        ["bash", "-e", "-c", _gate_step()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     summary = step_summary.read_text()
     assert "No such option: --min-cel" in summary, summary
@@ -200,17 +240,21 @@ def test_the_actions_step_summary_shows_a_usage_errors_message_not_its_box(tmp_p
     assert "exit-code=2" in outputs.read_text()
 
 
-@pytest.mark.parametrize("args, words", [
-    (["gate", "--min-cel", "0.5"], ["No such option: --min-cel", "nbscope gate -h"]),
-    (["profile"], ["Missing argument 'PATH'", "nbscope profile -h"]),
-    (["runs", "--limit", "x"], ["'--limit'", "'x' is not a valid integer"]),
-    (["show", "1", "2"], ["unexpected extra argument (2)"]),
-    (["export", "1", "-o"], ["'-o' requires an argument"]),
-    (["compare", "1", "2", "--json", "--markdown"], ["--json", "--markdown"]),
-    (["bogus"], ["No such command 'bogus'", "nbscope -h"]),
-])
-def test_a_usage_error_is_one_line_in_every_command(tmp_path: Path, run_cli_process: Any, args: list[str],
-                                                    words: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["gate", "--min-cel", "0.5"], ["No such option: --min-cel", "nbscope gate -h"]),
+        (["profile"], ["Missing argument 'PATH'", "nbscope profile -h"]),
+        (["runs", "--limit", "x"], ["'--limit'", "'x' is not a valid integer"]),
+        (["show", "1", "2"], ["unexpected extra argument (2)"]),
+        (["export", "1", "-o"], ["'-o' requires an argument"]),
+        (["compare", "1", "2", "--json", "--markdown"], ["--json", "--markdown"]),
+        (["bogus"], ["No such command 'bogus'", "nbscope -h"]),
+    ],
+)
+def test_a_usage_error_is_one_line_in_every_command(
+    tmp_path: Path, run_cli_process: Any, args: list[str], words: list[str]
+) -> None:
     """click's usage, hint and box become the one line every other error is (README: exit 2, one line);
     nothing is stored."""
     done = run_cli_process(args[0], "--db", tmp_path / "s.db", *args[1:])
@@ -218,20 +262,24 @@ def test_a_usage_error_is_one_line_in_every_command(tmp_path: Path, run_cli_proc
     assert done.stdout == "" and not (tmp_path / "s.db").exists()
 
 
-@pytest.mark.parametrize("args, words", [
-    (["gate", "--min-cell", "nan"], ["--min-cell", "nan"]),
-    (["gate", "--floor", "inf"], ["--floor"]),
-    (["gate", "--mad-k", "-1"], ["--mad-k"]),
-    (["gate", "--max-slowdown", "abc"], ["--max-slowdown", "abc"]),
-    (["gate", "--alpha", "nan"], ["--alpha"]),
-    (["profile", str(FILES / "gate_tiny.ipynb"), "--jax-platform", "bogus"], ["--jax-platform bogus"]),
-    (["profile", str(FILES / "gate_tiny.ipynb"), "--timeout", "nan"], ["--timeout", "nan"]),
-    (["profile", str(FILES / "gate_tiny.ipynb"), "--repeat", "-1"], ["--repeat"]),
-    (["audit", str(FILES / "gate_tiny.ipynb"), "--timeout", "nan"], ["--timeout"]),
-    (["bench", "--repeat", "-1"], ["--repeat"]),  # ignored without --pathway, yet refused
-])
-def test_bad_numbers_and_platforms_are_refused_before_anything_runs(tmp_path: Path, run_cli: Any, args: list[str],
-                                                                    words: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["gate", "--min-cell", "nan"], ["--min-cell", "nan"]),
+        (["gate", "--floor", "inf"], ["--floor"]),
+        (["gate", "--mad-k", "-1"], ["--mad-k"]),
+        (["gate", "--max-slowdown", "abc"], ["--max-slowdown", "abc"]),
+        (["gate", "--alpha", "nan"], ["--alpha"]),
+        (["profile", str(FILES / "gate_tiny.ipynb"), "--jax-platform", "bogus"], ["--jax-platform bogus"]),
+        (["profile", str(FILES / "gate_tiny.ipynb"), "--timeout", "nan"], ["--timeout", "nan"]),
+        (["profile", str(FILES / "gate_tiny.ipynb"), "--repeat", "-1"], ["--repeat"]),
+        (["audit", str(FILES / "gate_tiny.ipynb"), "--timeout", "nan"], ["--timeout"]),
+        (["bench", "--repeat", "-1"], ["--repeat"]),  # ignored without --pathway, yet refused
+    ],
+)
+def test_bad_numbers_and_platforms_are_refused_before_anything_runs(
+    tmp_path: Path, run_cli: Any, args: list[str], words: list[str]
+) -> None:
     db = tmp_path / "s.db"
     base, cand = two_runs(db, base_walls=[0.5], cand_walls=[0.5])
     if args[0] == "gate":
@@ -239,8 +287,11 @@ def test_bad_numbers_and_platforms_are_refused_before_anything_runs(tmp_path: Pa
     before = db.read_bytes()
     done = run_cli(*args, "--db", db)
     assert_one_line_error(done, *words)
-    assert db.read_bytes() == before and not (tmp_path / "s.db.d" / "live").is_dir() or not list(
-        (tmp_path / "s.db.d" / "live").glob("*.jsonl"))
+    assert (
+        db.read_bytes() == before
+        and not (tmp_path / "s.db.d" / "live").is_dir()
+        or not list((tmp_path / "s.db.d" / "live").glob("*.jsonl"))
+    )
 
 
 # ==== recovery keeps what was measured ==============================================================
@@ -248,9 +299,13 @@ def test_bad_numbers_and_platforms_are_refused_before_anything_runs(tmp_path: Pa
 
 def _three_cells(folder: Path) -> Path:
     path = folder / "three.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("y = x + 1"), new_code_cell("z = y")],
-                                metadata={"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                         "name": "python3"}}), path)
+    nbformat.write(
+        new_notebook(
+            cells=[new_code_cell("x = 1"), new_code_cell("y = x + 1"), new_code_cell("z = y")],
+            metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        ),
+        path,
+    )
     return path
 
 
@@ -259,8 +314,14 @@ def _complete_live_file(path: Path, notebook: Path, walls: list[float]) -> None:
     (the header names a process that has ended)."""
     nb = read(notebook)
     cells = [c.describe() for c in nb.code_cells]
-    record = RunRecord(kind="profile", target=notebook.name, fingerprint={"digest": "d1"}, settings={"repeat": 1},
-                       command=["nbscope", "profile", str(notebook)], started_at="2026-01-01T00:00:00.000Z")
+    record = RunRecord(
+        kind="profile",
+        target=notebook.name,
+        fingerprint={"digest": "d1"},
+        settings={"repeat": 1},
+        command=["nbscope", "profile", str(notebook)],
+        started_at="2026-01-01T00:00:00.000Z",
+    )
     scratch = path.with_suffix(".header")
     LiveWriter(scratch).header(record, nb.describe(), cells, None)
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -309,11 +370,14 @@ def test_an_unfinished_live_file_stays_partial(tmp_path: Path, run_cli: Any) -> 
 
 
 def _sleeping_notebook(path: Path, started: Path) -> None:
-    nb = new_notebook(cells=[
-        new_code_cell("x = 1"),
-        new_code_cell(f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('1')\ntime.sleep(120)"),
-        new_code_cell("y = 2"),
-    ], metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
+    nb = new_notebook(
+        cells=[
+            new_code_cell("x = 1"),
+            new_code_cell(f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('1')\ntime.sleep(120)"),
+            new_code_cell("y = 2"),
+        ],
+        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+    )
     nbformat.write(nb, path)
 
 
@@ -333,9 +397,15 @@ def test_sigint_during_a_parallel_audit_keeps_each_running_notebooks_cells_and_i
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
 
-    process = subprocess.Popen([sys.executable, "-m", "nbscope", "audit", "a.ipynb", "b.ipynb", "-j", "2", "--db",
-                                str(db), "-q"], cwd=book, env=cli_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", "audit", "a.ipynb", "b.ipynb", "-j", "2", "--db", str(db), "-q"],
+        cwd=book,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
     try:
         deadline = time.monotonic() + 240
         while not all((tmp_path / f"started-{n}").exists() for n in "ab"):
@@ -386,8 +456,12 @@ def test_a_full_disk_is_named_as_a_full_disk(tmp_path: Path, run_cli: Any) -> No
     unusable, and the store stays as it was. (A small tmpfs: root only.)"""
     mount = tmp_path / "small"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("a full filesystem needs a tmpfs mount (root)")
     try:
         db = mount / "s.db"
@@ -405,7 +479,9 @@ def test_a_full_disk_is_named_as_a_full_disk(tmp_path: Path, run_cli: Any) -> No
 
 def test_a_myst_file_without_code_cells_warns(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n# A page\n\n```python\nx = 1\n```\n")
+    page.write_text(
+        "---\njupytext:\n  text_representation:\n    format_name: myst\n---\n# A page\n\n```python\nx = 1\n```\n"
+    )
     [warning] = read(page).warnings
     assert "no code cells" in warning and "```python" in warning and "line 8" in warning
     notebook = tmp_path / "text.ipynb"
@@ -457,18 +533,27 @@ def test_a_device_entry_is_checked_before_the_users_file_is_touched(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_notebook_that_clears_the_cell_callbacks_is_warned_about_and_measured_after(tmp_path: Path,
-                                                                                       run_cli: Any) -> None:
+def test_a_notebook_that_clears_the_cell_callbacks_is_warned_about_and_measured_after(
+    tmp_path: Path, run_cli: Any
+) -> None:
     """The cell that removes IPython's cell callbacks has no probe figures (a warning names it); the probe
     registers them again, so the cells after it are measured."""
     notebook = tmp_path / "cleared.ipynb"
-    nbformat.write(new_notebook(cells=[
-        new_code_cell("x = 1"),
-        new_code_cell("get_ipython().events.callbacks['pre_run_cell'].clear()\n"
-                      "get_ipython().events.callbacks['post_run_cell'].clear()"),
-        new_code_cell("y = x + 1"),
-        new_code_cell("z = y"),
-    ], metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}), notebook)
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("x = 1"),
+                new_code_cell(
+                    "get_ipython().events.callbacks['pre_run_cell'].clear()\n"
+                    "get_ipython().events.callbacks['post_run_cell'].clear()"
+                ),
+                new_code_cell("y = x + 1"),
+                new_code_cell("z = y"),
+            ],
+            metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        ),
+        notebook,
+    )
     done = run_cli("profile", notebook, "--db", tmp_path / "s.db", "--json", "--no-diagnose")
     assert done.returncode == 0, done.stderr
     assert "nbscope: warning: cell 2: the notebook removed nbscope's cell callbacks" in done.stderr
@@ -482,12 +567,34 @@ def test_forecast_append_to_never_leaves_the_users_device_file_broken(tmp_path: 
     """``--append-to``: the new entry and the file as it would be are checked before anything is written; a file
     that is not TOML, or already has that device, stays byte for byte as it was."""
     db = tmp_path / "s.db"
-    loops = RunRecord(kind="loops", target="builtin:logistic-map", fingerprint={"digest": "abc123def456"},
-                      measurements={"sweeps": [{"placement": "default", "platform": "gpu", "device_kind": "NVIDIA L40S",
-                                                "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4}}]})
+    loops = RunRecord(
+        kind="loops",
+        target="builtin:logistic-map",
+        fingerprint={"digest": "abc123def456"},
+        measurements={
+            "sweeps": [
+                {
+                    "placement": "default",
+                    "platform": "gpu",
+                    "device_kind": "NVIDIA L40S",
+                    "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4},
+                }
+            ]
+        },
+    )
     run_id = Store(db).save(loops)
-    calibrate = ["forecast", "--calibrate-from", str(run_id), "--name", "mine", "--base", "l4", "--db", str(db),
-                 "--append-to"]
+    calibrate = [
+        "forecast",
+        "--calibrate-from",
+        str(run_id),
+        "--name",
+        "mine",
+        "--base",
+        "l4",
+        "--db",
+        str(db),
+        "--append-to",
+    ]
     for text in ("[devices.other\nname = 'x'\n", "[devices.mine]\nlaunch_us = 2.5\n"):
         devices = tmp_path / "devices.toml"
         devices.write_text(text)
@@ -513,8 +620,13 @@ def test_a_publish_stopped_midway_leaves_a_folder_the_next_publish_takes_up(tmp_
     for lecture in range(40):
         store.save(loads(text.replace("tests/files/diag_unrolled_loop.ipynb", f"lectures/l{lecture:02d}.md")))
     site = tmp_path / "site"
-    process = subprocess.Popen([sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
     deadline = time.monotonic() + 120
     while not (site / "index.html").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -522,7 +634,12 @@ def test_a_publish_stopped_midway_leaves_a_folder_the_next_publish_takes_up(tmp_
     _, stderr = process.communicate(timeout=120)
     if process.returncode == 143:  # stopped while writing (else it had finished: nothing midway to check)
         assert stderr.strip().splitlines() == ["nbscope: stopped by SIGTERM"]
-    again = subprocess.run([sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
-                           capture_output=True, text=True, env=cli_env(), timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "nbscope", "publish", str(tmp_path / "s.db"), "-o", str(site)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr
     assert len(list((site / "lectures").iterdir())) >= 40

@@ -58,8 +58,9 @@ def store(tmp_path: Path, run_cli: Any) -> Path:
     ],
     ids=["export-store", "report-spelled-otherwise", "export-hard-link", "report-linked-folder", "export-journal"],
 )
-def test_o_naming_the_store_is_refused_and_the_store_kept(command: tuple[str, ...], store: Path, tmp_path: Path,
-                                                          run_cli: Any) -> None:
+def test_o_naming_the_store_is_refused_and_the_store_kept(
+    command: tuple[str, ...], store: Path, tmp_path: Path, run_cli: Any
+) -> None:
     (tmp_path / "x").mkdir()
     os.link(store, tmp_path / "hard.db")
     (tmp_path / "linked").symlink_to(tmp_path)
@@ -111,15 +112,25 @@ EVERY_OUTPUT_OPTION = {
     "merge -o": ("merge", "{audit}", "-o", "{db}"),
     "merge --html input": ("merge", "{audit}", "--html", "{audit}"),
     "gate --summary": ("gate", "--candidate", "2", "--baseline", "1", "--summary", "{db}"),
-    "forecast --append-to": ("forecast", "--calibrate-from", "3", "--name", "mine", "--base", "l4", "--append-to",
-                             "{db}"),
+    "forecast --append-to": (
+        "forecast",
+        "--calibrate-from",
+        "3",
+        "--name",
+        "mine",
+        "--base",
+        "l4",
+        "--append-to",
+        "{db}",
+    ),
     "publish -o": ("publish", "{db}", "-o", "{db}"),
 }
 
 
 @pytest.mark.parametrize("command", EVERY_OUTPUT_OPTION.values(), ids=EVERY_OUTPUT_OPTION.keys())
-def test_every_output_option_refuses_the_store_and_every_input(command: tuple[str, ...], store: Path, tmp_path: Path,
-                                                              run_cli: Any) -> None:
+def test_every_output_option_refuses_the_store_and_every_input(
+    command: tuple[str, ...], store: Path, tmp_path: Path, run_cli: Any
+) -> None:
     """The same one-line refusal (``_files.refuse_input``) for every option that writes, before anything is written:
     the store and the inputs are byte for byte as they were."""
     from nbscope.record.run import RunRecord
@@ -127,10 +138,23 @@ def test_every_output_option_refuses_the_store_and_every_input(command: tuple[st
 
     later = _record(tmp_path, "later.json", lambda d: d.update(started_at="2026-12-01T07:42:31.229Z"))
     assert run_cli("import", later, "--db", store).returncode == 0  # run 2: the gate's candidate
-    Store(store).save(RunRecord(kind="loops", target="builtin:logistic-map", fingerprint={"digest": "abc123def456"},
-                                measurements={"sweeps": [{"placement": "default", "platform": "gpu",
-                                                          "device_kind": "NVIDIA L40S",
-                                                          "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4}}]}))
+    Store(store).save(
+        RunRecord(
+            kind="loops",
+            target="builtin:logistic-map",
+            fingerprint={"digest": "abc123def456"},
+            measurements={
+                "sweeps": [
+                    {
+                        "placement": "default",
+                        "platform": "gpu",
+                        "device_kind": "NVIDIA L40S",
+                        "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4},
+                    }
+                ]
+            },
+        )
+    )
     notebook = tmp_path / "nb.ipynb"
     notebook.write_bytes((FILES / "gate_tiny.ipynb").read_bytes())
     audit = _record(tmp_path, "audit.json", lambda d: d.update(kind="audit", measurements={"notebooks": []}, runs={}))
@@ -139,7 +163,9 @@ def test_every_output_option_refuses_the_store_and_every_input(command: tuple[st
     done = run_cli(*args, *([] if command[0] == "publish" else ["--db", store]))
     option, target = args[-2], args[-1]
     assert_one_line_error(done, f"{option} ", "nbscope never writes over it")
-    assert ("the run store" if target == str(store) else "it reads" if target == str(audit) else "it audits") in done.stderr
+    assert (
+        "the run store" if target == str(store) else "it reads" if target == str(audit) else "it audits"
+    ) in done.stderr
     assert {path: path.read_bytes() for path in kept} == kept
 
 
@@ -179,14 +205,18 @@ def _fifo(tmp_path: Path) -> Path:
 
 def _digits(tmp_path: Path) -> Path:
     path = _record(tmp_path, "digits.json")
-    path.write_text(path.read_text().replace('"wall_s": ', '"wall_s": ' + "9" * 5000 + ", \"was\": ", 1))
+    path.write_text(path.read_text().replace('"wall_s": ', '"wall_s": ' + "9" * 5000 + ', "was": ', 1))
     return path
 
 
 def _loops(*pairs: tuple[str, str | None]) -> Any:
     def change(document: dict[str, Any]) -> None:
         loops = [{"id": loop, "parent": parent, "trip_count": 3} for loop, parent in pairs]
-        document["measurements"]["programs"] = {"version": 1, "programs": {"jit_f#1": {"key": "jit_f#1", "loops": loops}}}
+        document["measurements"]["programs"] = {
+            "version": 1,
+            "programs": {"jit_f#1": {"key": "jit_f#1", "loops": loops}},
+        }
+
     return change
 
 
@@ -197,38 +227,64 @@ def _loops(*pairs: tuple[str, str | None]) -> Any:
         (_fifo, ("fifo.json", "a FIFO, not a regular file")),
         (_sparse, ("sparse.json", "1024 MiB", "read only up to 64 MiB")),
         (_deep, ("deep.json", "nested deeper than 100 levels")),
-        (lambda tmp: _record(tmp, "cycle.json", _loops(("a", "c"), ("b", "a"), ("c", "b"))),
-         ("cycle.json", "loops' parents form a cycle (a -> c -> b -> a)")),
+        (
+            lambda tmp: _record(tmp, "cycle.json", _loops(("a", "c"), ("b", "a"), ("c", "b"))),
+            ("cycle.json", "loops' parents form a cycle (a -> c -> b -> a)"),
+        ),
         (lambda tmp: _record(tmp, "self.json", _loops(("a", "a"))), ("self.json", "cycle (a -> a)")),
-        (lambda tmp: _record(tmp, "orphan.json", _loops(("a", None), ("b", "zz"))),
-         ("orphan.json", "parent 'zz', which is no loop of its program")),
-        (lambda tmp: _record(tmp, "nodate.json", lambda d: d.update(started_at="not-a-date")),
-         ("nodate.json", "'started_at' is 'not-a-date', not an ISO 8601 time")),
-        (lambda tmp: _record(tmp, "future.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")),
-         ("future.json", "in the future of this machine's clock")),
-        (lambda tmp: _record(tmp, "eons.json", lambda d: d["measurements"]["cells"][1].update(wall_s=10**29)),
-         ("eons.json", "measurements.cells[1].wall_s is 1e+29, larger than any measurement")),
+        (
+            lambda tmp: _record(tmp, "orphan.json", _loops(("a", None), ("b", "zz"))),
+            ("orphan.json", "parent 'zz', which is no loop of its program"),
+        ),
+        (
+            lambda tmp: _record(tmp, "nodate.json", lambda d: d.update(started_at="not-a-date")),
+            ("nodate.json", "'started_at' is 'not-a-date', not an ISO 8601 time"),
+        ),
+        (
+            lambda tmp: _record(tmp, "future.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")),
+            ("future.json", "in the future of this machine's clock"),
+        ),
+        (
+            lambda tmp: _record(tmp, "eons.json", lambda d: d["measurements"]["cells"][1].update(wall_s=10**29)),
+            ("eons.json", "measurements.cells[1].wall_s is 1e+29, larger than any measurement"),
+        ),
         (_digits, ("digits.json", "a number of thousands of digits")),
         (lambda tmp: Path("/dev/urandom"), ("/dev/urandom", "a device")),
         (lambda tmp: _symlink(tmp, "/dev/zero"), ("zero.json", "a device")),
         (_crafted_live_file, ("crafted.jsonl", "not an nbscope live file")),
     ],
-    ids=["device", "fifo", "sparse-1GiB", "nested-100k", "loop-cycle-3", "loop-own-parent", "loop-orphan",
-         "unparseable-date", "future-date", "time-of-1e29-s", "5000-digit-number", "urandom", "link-to-a-device",
-         "crafted-live-file"],
+    ids=[
+        "device",
+        "fifo",
+        "sparse-1GiB",
+        "nested-100k",
+        "loop-cycle-3",
+        "loop-own-parent",
+        "loop-orphan",
+        "unparseable-date",
+        "future-date",
+        "time-of-1e29-s",
+        "5000-digit-number",
+        "urandom",
+        "link-to-a-device",
+        "crafted-live-file",
+    ],
 )
-def test_import_refuses_crafted_input_in_one_line_and_stores_nothing(make: Any, words: tuple[str, ...],
-                                                                    tmp_path: Path, run_cli_process: Any) -> None:
+def test_import_refuses_crafted_input_in_one_line_and_stores_nothing(
+    make: Any, words: tuple[str, ...], tmp_path: Path, run_cli_process: Any
+) -> None:
     db = tmp_path / "s.db"
     done = run_cli_process("import", make(tmp_path), "--db", db, timeout=60)  # a process: a FIFO must not hang it
     assert_one_line_error(done, *words)
     assert not db.exists() or _runs_in(db) == 0
 
 
-@pytest.mark.parametrize("command", [("forecast", "1"), ("diagnose", "1"), ("report", "1", "-o", "r.html")],
-                         ids=lambda c: c[0])
-def test_a_cyclic_loop_that_got_into_a_store_earlier_is_one_line(command: tuple[str, ...], store: Path,
-                                                                 tmp_path: Path, run_cli: Any) -> None:
+@pytest.mark.parametrize(
+    "command", [("forecast", "1"), ("diagnose", "1"), ("report", "1", "-o", "r.html")], ids=lambda c: c[0]
+)
+def test_a_cyclic_loop_that_got_into_a_store_earlier_is_one_line(
+    command: tuple[str, ...], store: Path, tmp_path: Path, run_cli: Any
+) -> None:
     cyclic = json.loads(_record(tmp_path, "c.json", _loops(("a", "b"), ("b", "a"))).read_text())
     with sqlite3.connect(store) as connection:  # as an older nbscope's import left it
         connection.execute("UPDATE documents SET document = ?", (json.dumps(cyclic),))
@@ -247,12 +303,18 @@ def _catches(pid: int, signum: int) -> bool:
     return bool(int(mask, 16) >> (signum - 1) & 1)
 
 
-def test_a_run_dated_in_the_future_that_got_into_a_store_earlier_is_never_latest(store: Path, tmp_path: Path,
-                                                                                 run_cli: Any) -> None:
-    future = json.loads(_record(tmp_path, "f.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")).read_text())
+def test_a_run_dated_in_the_future_that_got_into_a_store_earlier_is_never_latest(
+    store: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    future = json.loads(
+        _record(tmp_path, "f.json", lambda d: d.update(started_at="3000-01-01T00:00:00.000Z")).read_text()
+    )
     with sqlite3.connect(store) as connection:  # as an older nbscope's import left it
-        connection.execute("INSERT INTO runs (started_at, kind, target, status, machine, digest, headline) "
-                           "SELECT ?, kind, target, status, machine, digest, headline FROM runs", (future["started_at"],))
+        connection.execute(
+            "INSERT INTO runs (started_at, kind, target, status, machine, digest, headline) "
+            "SELECT ?, kind, target, status, machine, digest, headline FROM runs",
+            (future["started_at"],),
+        )
         connection.execute("INSERT INTO documents (run_id, document) VALUES (2, ?)", (json.dumps(future),))
     done = run_cli("show", "latest", "--json", "--db", store)
     assert done.returncode == 0, done.stderr
@@ -268,8 +330,14 @@ def test_a_signal_during_import_exits_128_plus_it_with_one_line(signum: int, cod
 
     path = _record(tmp_path, "large.json", large)
     db = tmp_path / "s.db"
-    process = subprocess.Popen([sys.executable, "-m", "nbscope", "import", str(path), "--db", str(db)],
-                               cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", "import", str(path), "--db", str(db)],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while process.poll() is None and not _catches(process.pid, signal.SIGTERM):
         time.sleep(0.01)  # until nbscope handles the stop signals: then it is reading or validating the record
     process.send_signal(signum)
@@ -307,12 +375,20 @@ def escaped_store(tmp_path: Path, run_cli: Any) -> Path:
 
 @pytest.mark.parametrize(
     "command",
-    [("show", "2"), ("diagnose", "2"), ("compare", "1", "2", "--allow-different"), ("cells", "2"), ("runs",),
-     ("gate", "--baseline", "1", "--candidate", "2"), ("history", f"lec{ESCAPES}ture.md")],
+    [
+        ("show", "2"),
+        ("diagnose", "2"),
+        ("compare", "1", "2", "--allow-different"),
+        ("cells", "2"),
+        ("runs",),
+        ("gate", "--baseline", "1", "--candidate", "2"),
+        ("history", f"lec{ESCAPES}ture.md"),
+    ],
     ids=lambda c: c[0],
 )
-def test_escape_sequences_of_a_record_never_reach_the_terminal(command: tuple[str, ...], escaped_store: Path,
-                                                                run_cli: Any) -> None:
+def test_escape_sequences_of_a_record_never_reach_the_terminal(
+    command: tuple[str, ...], escaped_store: Path, run_cli: Any
+) -> None:
     done = run_cli(*command, "--db", escaped_store, env={"COLUMNS": "200"})
     assert done.returncode in (0, 1), done.stderr  # gate's verdict may be 1
     shown = done.stdout + done.stderr
@@ -355,17 +431,28 @@ def _with_credentials(document: dict[str, Any]) -> None:
     document["command"] = ["nbscope", "versions", "--with", "pkg@https://user:SECRET8@host/x.whl"]
     document["measurements"]["cells"][1]["status"] = "error"
     document["measurements"]["cells"][1]["error"] = {
-        "name": "OSError", "message": "GET https://h/?password=SECRET9 with GITHUB_TOKEN=SECRET10, Authorization: Bearer SECRET11"}
+        "name": "OSError",
+        "message": "GET https://h/?password=SECRET9 with GITHUB_TOKEN=SECRET10, Authorization: Bearer SECRET11",
+    }
 
 
 def test_credentials_are_redacted_in_the_store_exports_reports_and_terminal(tmp_path: Path, run_cli: Any) -> None:
     db = tmp_path / "s.db"
     leaky = _record(tmp_path, "leaky.json", _with_credentials)  # as an nbscope before redaction exported it
     outputs = [run_cli("import", leaky, "--db", db)]
-    outputs += [run_cli(*command, "--db", db) for command in (
-        ("show", "1"), ("show", "1", "--json"), ("runs", "--json"), ("diagnose", "1"),
-        ("export", "1", "-o", "plain.json"), ("export", "1", "--portable", "-o", "portable.json"),
-        ("report", "1", "-o", "report.html"), ("report", str(leaky), "-o", "from-file.html"))]
+    outputs += [
+        run_cli(*command, "--db", db)
+        for command in (
+            ("show", "1"),
+            ("show", "1", "--json"),
+            ("runs", "--json"),
+            ("diagnose", "1"),
+            ("export", "1", "-o", "plain.json"),
+            ("export", "1", "--portable", "-o", "portable.json"),
+            ("report", "1", "-o", "report.html"),
+            ("report", str(leaky), "-o", "from-file.html"),
+        )
+    ]
     assert all(done.returncode == 0 for done in outputs), [done.stderr for done in outputs]
     written = [tmp_path / name for name in ("plain.json", "portable.json", "report.html", "from-file.html")]
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("s.db*"))
@@ -389,6 +476,7 @@ def test_env_hashes_are_keyed_per_store_and_history_names_runs_hashed_elsewhere(
         def change(document: dict[str, Any]) -> None:
             document["settings"]["env"] = {"HF_TOKEN": weak}
             document["started_at"] = started_at
+
         return change
 
     first = _record(tmp_path, "first.json", with_env("2026-11-30T07:00:00.000Z"))
@@ -418,10 +506,18 @@ def test_env_hashes_are_keyed_per_store_and_history_names_runs_hashed_elsewhere(
 @pytest.mark.parametrize(
     "raw, shown",
     [
-        ("a\x1b[2Jb", "ab"), ("a\x1b[1;31mred\x1b[0mb", "aredb"), ("a\x1b]52;c;SGk=\x07b", "ab"),
-        ("a\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\b", "alinkb"), ("a\x1bPq#0;2;0;0;0\x1b\\b", "ab"),  # DCS (sixel)
-        ("a\x1b_APC payload\x1b\\b", "ab"), ("a\x9d0;title\x9cb", "ab"), ("a\x9b2Jb", "ab"), ("a\x1bcb", "ab"),
-        ("a\rb\x08c\x00d", "abcd"), ("a\u202eb", "ab"), ("line 1\n\tline 2", "line 1\n\tline 2"),
+        ("a\x1b[2Jb", "ab"),
+        ("a\x1b[1;31mred\x1b[0mb", "aredb"),
+        ("a\x1b]52;c;SGk=\x07b", "ab"),
+        ("a\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),
+        ("a\x1bPq#0;2;0;0;0\x1b\\b", "ab"),  # DCS (sixel)
+        ("a\x1b_APC payload\x1b\\b", "ab"),
+        ("a\x9d0;title\x9cb", "ab"),
+        ("a\x9b2Jb", "ab"),
+        ("a\x1bcb", "ab"),
+        ("a\rb\x08c\x00d", "abcd"),
+        ("a\u202eb", "ab"),
+        ("line 1\n\tline 2", "line 1\n\tline 2"),
         ("cut short \x1b]0;no end", "cut short "),
         ("a\u200eb\u200fc\u061cd\u2066e\u2069f", "abcdef"),  # bidi marks and isolates
         ("a\u2028b\u2029c", "abc"),  # line and paragraph separators
@@ -438,7 +534,10 @@ def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(r
 @pytest.mark.parametrize(
     "raw, shown",
     [
-        ("--index-url https://__token__:pypi-AgEI@upload.pypi.org/legacy/", "--index-url https://REDACTED@upload.pypi.org/legacy/"),
+        (
+            "--index-url https://__token__:pypi-AgEI@upload.pypi.org/legacy/",
+            "--index-url https://REDACTED@upload.pypi.org/legacy/",
+        ),
         ("git+ssh://git@github.com/o/r.git", "git+ssh://REDACTED@github.com/o/r.git"),
         ("https://s3/x?X-Amz-Signature=abc&X-Amz-Date=1", "https://s3/x?X-Amz-Signature=REDACTED&X-Amz-Date=1"),
         ("https://h/api?api_key=abc#frag", "https://h/api?api_key=REDACTED#frag"),
@@ -446,7 +545,10 @@ def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(r
         ("https://user:p@ss@host/simple", "https://REDACTED@host/simple"),  # a password holding '@'
         ("https://host?next=a@b", "https://host?next=a@b"),  # an '@' in a query is no user information
         ("https://h/cb#access_token=abc&state=1", "https://h/cb#access_token=REDACTED&state=1"),
-        ("https://a.blob.core.windows.net/c?sv=2020&sig=abc%3D", "https://a.blob.core.windows.net/c?sv=2020&sig=REDACTED"),
+        (
+            "https://a.blob.core.windows.net/c?sv=2020&sig=abc%3D",
+            "https://a.blob.core.windows.net/c?sv=2020&sig=REDACTED",
+        ),
         ('curl -H "Authorization: Bearer abc" https://x', 'curl -H "Authorization: Bearer REDACTED" https://x'),
         ("Proxy-Authorization: Basic dXNlcjpwYXNz", "Proxy-Authorization: Basic REDACTED"),
         ("PRIVATE-TOKEN: abc", "PRIVATE-TOKEN: REDACTED"),
@@ -454,7 +556,10 @@ def test_for_terminal_removes_every_kind_of_sequence_and_keeps_newline_and_tab(r
         ("twine upload --password abc dist/*", "twine upload --password REDACTED dist/*"),
         ("pushed with ghp_" + "a" * 36 + " today", "pushed with REDACTED today"),
         ("hf_" + "b" * 34, "REDACTED"),
-        ('{"line": "Authorization: token abc\\nnext"}', '{"line": "Authorization: token REDACTED\\nnext"}'),  # JSON kept
+        (
+            '{"line": "Authorization: token abc\\nnext"}',
+            '{"line": "Authorization: token REDACTED\\nnext"}',
+        ),  # JSON kept
         ("max_tokens: 100, tokens: 5, key=3, design=2", "max_tokens: 100, tokens: 5, key=3, design=2"),
     ],
 )

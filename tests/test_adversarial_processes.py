@@ -64,8 +64,15 @@ def _default_signals() -> None:
 def start_nbscope(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     """``python -m nbscope ARGS`` with the stop signals at their defaults (the test runner may ignore some)."""
     merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"} | env
-    return subprocess.Popen([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=merged,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nbscope", *map(str, args)],
+        cwd=cwd,
+        env=merged,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
+    )
 
 
 def nbscope(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -138,8 +145,10 @@ def left_running(pids: Path, env: dict[str, str]) -> list[str]:
 
 
 def test_a_10_mb_line_is_read_in_bounded_time_and_kept_cut_with_a_last_line_without_newline(tmp_path: Path) -> None:
-    script = (f"import sys; sys.stdout.write('a' * {TEN_MB} + '\\nshort\\n'); sys.stdout.flush(); "
-              f"sys.stderr.write('b' * {TEN_MB})")
+    script = (
+        f"import sys; sys.stdout.write('a' * {TEN_MB} + '\\nshort\\n'); sys.stdout.flush(); "
+        f"sys.stderr.write('b' * {TEN_MB})"
+    )
     started = time.perf_counter()
     code, output = _run([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), echo=False)
     assert time.perf_counter() - started < LIMIT_S
@@ -168,7 +177,9 @@ def test_a_megabyte_build_log_line_is_parsed_in_bounded_time(shape: str) -> None
 
 @pytest.mark.slow
 @needs_jupyter
-def test_trace_of_a_failing_build_printing_10_mb_lines_stores_its_run_complete_and_exits_3(tmp_path: Path, helpers: Any) -> None:
+def test_trace_of_a_failing_build_printing_10_mb_lines_stores_its_run_complete_and_exits_3(
+    tmp_path: Path, helpers: Any
+) -> None:
     _, env = helpers
     shutil.copy(TINY, tmp_path / "tiny.ipynb")
     blob = f"{sys.executable} -c \"import sys; sys.stdout.write('a' * {TEN_MB} + chr(10))\""
@@ -193,8 +204,18 @@ def test_trace_of_a_failing_build_printing_10_mb_lines_stores_its_run_complete_a
 def test_trace_ends_with_the_command_when_its_notebook_daemonised_helpers(tmp_path: Path, helpers: Any) -> None:
     pids, env = helpers
     shutil.copy(DAEMONS, tmp_path / "daemons.ipynb")
-    done = nbscope("trace", "--db", tmp_path / "db", "--json", "--", "jupyter", "execute", "daemons.ipynb",
-                   cwd=tmp_path, env=env | NO_CGROUP)  # the command's cgroup: test_command_timeout_ends...
+    done = nbscope(
+        "trace",
+        "--db",
+        tmp_path / "db",
+        "--json",
+        "--",
+        "jupyter",
+        "execute",
+        "daemons.ipynb",
+        cwd=tmp_path,
+        env=env | NO_CGROUP,
+    )  # the command's cgroup: test_command_timeout_ends...
     assert done.returncode == 0, done.stderr[-2000:]
     [printed] = json.loads(done.stdout)
     assert printed["status"] == "ok"  # complete: no daemon holding the pipe made it partial
@@ -209,18 +230,19 @@ def test_command_timeout_ends_a_command_whose_daemons_hold_its_output(tmp_path: 
     # One helper per way of leaving the command's process group; each keeps the output pipe open.
     script.write_text(
         f"cd {pids}\n"
-        f"{sys.executable} -c 'import subprocess, sys; p = subprocess.Popen([\"sleep\", \"600\"], "
-        "start_new_session=True); open(\"popen-new-session\", \"w\").write(str(p.pid))'\n"
+        f'{sys.executable} -c \'import subprocess, sys; p = subprocess.Popen(["sleep", "600"], '
+        'start_new_session=True); open("popen-new-session", "w").write(str(p.pid))\'\n'
         f"{sys.executable} -c 'import os, time\nif os.fork() == 0:\n    os.setsid()\n    pid = os.fork()\n"
-        "    if pid == 0:\n        time.sleep(600)\n        os._exit(0)\n    open(\"double-fork\", \"w\").write(str(pid))\n"
+        '    if pid == 0:\n        time.sleep(600)\n        os._exit(0)\n    open("double-fork", "w").write(str(pid))\n'
         "    os._exit(0)\nos.wait()'\n"
         "nohup sleep 600 & echo $! > nohup\n"
         "setsid env -i sleep 600 & echo $! > cleared-environment\n"
         "sleep 600\n"
     )
     started = time.perf_counter()
-    done = nbscope("trace", "--db", tmp_path / "db", "--command-timeout", "3", "--", "bash", str(script),
-                   cwd=tmp_path, env=env)
+    done = nbscope(
+        "trace", "--db", tmp_path / "db", "--command-timeout", "3", "--", "bash", str(script), cwd=tmp_path, env=env
+    )
     assert time.perf_counter() - started < LIMIT_S
     assert done.returncode == 128 + signal.SIGKILL, done.stderr
     [line] = done.stderr.strip().splitlines()[-1:]
@@ -241,8 +263,14 @@ def test_profile_ends_daemonised_helpers_at_its_end_and_on_sigterm(tmp_path: Pat
     for path in pids.iterdir():
         path.unlink()
     started_file = tmp_path / "started"
-    process = start_nbscope("profile", DAEMONS, "--db", db, cwd=tmp_path,
-                            env=env | {"NBSCOPE_TEST_HOLD": "600", "NBSCOPE_TEST_STARTED": str(started_file)})
+    process = start_nbscope(
+        "profile",
+        DAEMONS,
+        "--db",
+        db,
+        cwd=tmp_path,
+        env=env | {"NBSCOPE_TEST_HOLD": "600", "NBSCOPE_TEST_STARTED": str(started_file)},
+    )
     try:
         deadline = time.monotonic() + LIMIT_S
         while not started_file.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -264,11 +292,13 @@ def test_profile_ends_daemonised_helpers_at_its_end_and_on_sigterm(tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.skipif(own_cgroup() is None, reason="no writable cgroup v2 here; the fallback is tested above")
 def test_profile_in_a_cgroup_ends_a_helper_that_left_the_kernels_tree_session_environment_and_files(
-        tmp_path: Path, helpers: Any) -> None:
+    tmp_path: Path, helpers: Any
+) -> None:
     """The fallback would miss this helper (tests/files/detached_helper.ipynb); the kernel's cgroup does not."""
     pids, env = helpers
-    process = start_nbscope("profile", DETACHED, "--db", tmp_path / "db", "--json", "--no-diagnose", cwd=tmp_path,
-                            env=env)
+    process = start_nbscope(
+        "profile", DETACHED, "--db", tmp_path / "db", "--json", "--no-diagnose", cwd=tmp_path, env=env
+    )
     stdout, stderr = process.communicate(timeout=LIMIT_S)
     assert process.returncode == 0, stderr[-2000:]
     assert json.loads(stdout)["measurements"]["runner"]["processes_tracked_by"] == "cgroup"
@@ -286,13 +316,18 @@ def _assert_ended_and_cgroup_removed(pid: int, nbscope_pid: int) -> None:
 
 @pytest.mark.skipif(own_cgroup() is None, reason="no writable cgroup v2 here; the fallback is tested above")
 def test_trace_in_a_cgroup_ends_a_helper_that_left_the_commands_tree_session_environment_and_files(
-        tmp_path: Path) -> None:
-    detach = ("import os, sys, time\nif os.fork():\n    os._exit(0)\nos.setsid()\n"
-              "open(sys.argv[1] + '.part', 'w').write(str(os.getpid()))\n"
-              "os.rename(sys.argv[1] + '.part', sys.argv[1])\ntime.sleep(600)\n")
+    tmp_path: Path,
+) -> None:
+    detach = (
+        "import os, sys, time\nif os.fork():\n    os._exit(0)\nos.setsid()\n"
+        "open(sys.argv[1] + '.part', 'w').write(str(os.getpid()))\n"
+        "os.rename(sys.argv[1] + '.part', sys.argv[1])\ntime.sleep(600)\n"
+    )
     pid_file = tmp_path / "detached"
-    script = (f"env -i {sys.executable} -c \"$0\" {pid_file} </dev/null >/dev/null 2>&1; "
-              f"while [ ! -e {pid_file} ]; do sleep 0.01; done; exit 0")
+    script = (
+        f'env -i {sys.executable} -c "$0" {pid_file} </dev/null >/dev/null 2>&1; '
+        f"while [ ! -e {pid_file} ]; do sleep 0.01; done; exit 0"
+    )
     process = start_nbscope("trace", "--db", tmp_path / "db", "--", "bash", "-c", script, detach, cwd=tmp_path, env={})
     try:
         _, stderr = process.communicate(timeout=LIMIT_S)
@@ -319,7 +354,9 @@ def test_trace_exits_with_the_traced_commands_own_status(tmp_path: Path, script:
     assert not (tmp_path / "db").exists() or not Store(tmp_path / "db").records()
 
 
-@pytest.mark.parametrize("build, code", [("exit 3", 3), ("kill -TERM $$", 128 + signal.SIGTERM)], ids=["exit-3", "sigterm"])
+@pytest.mark.parametrize(
+    "build, code", [("exit 3", 3), ("kill -TERM $$", 128 + signal.SIGTERM)], ids=["exit-3", "sigterm"]
+)
 def test_the_action_reports_the_builds_own_exit_status(tmp_path: Path, build: str, code: int) -> None:
     from test_action import run_action
 

@@ -35,8 +35,11 @@ def _notebook(path: Path, second_cell: str) -> Path:
 
 
 def _profiled(path: Path) -> RunRecord:
-    return profile(path, ProfileOptions(jax_platform="cpu", cache_root=path.parent / "jax-cache"),
-                   live_path=path.with_suffix(".jsonl"))
+    return profile(
+        path,
+        ProfileOptions(jax_platform="cpu", cache_root=path.parent / "jax-cache"),
+        live_path=path.with_suffix(".jsonl"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +102,9 @@ def _memory_limited_cgroup(limit: int) -> Path:
         _, controllers, relative = line.split(":", 2)
         if "memory" in controllers.split(","):
             base, limit_file = Path("/sys/fs/cgroup/memory") / relative.lstrip("/"), "memory.limit_in_bytes"
-        elif not controllers and "memory" in _read(Path("/sys/fs/cgroup") / relative.lstrip("/") / "cgroup.subtree_control"):
+        elif not controllers and "memory" in _read(
+            Path("/sys/fs/cgroup") / relative.lstrip("/") / "cgroup.subtree_control"
+        ):
             base, limit_file = Path("/sys/fs/cgroup") / relative.lstrip("/"), "memory.max"
         else:
             continue
@@ -128,15 +133,31 @@ def test_a_kernel_the_oom_killer_ended_under_a_memory_limit_is_out_of_memory(tmp
     # far below the machine's memory), and the second cell writes 3 GiB.
     group = _memory_limited_cgroup(MEMORY_LIMIT)
     notebook = tmp_path / "hog.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("hog = bytearray(b'x') * 3 * 1024**3"),
-                                       new_code_cell("b = 2")]), notebook)
+    nbformat.write(
+        new_notebook(
+            cells=[new_code_cell("a = 1"), new_code_cell("hog = bytearray(b'x') * 3 * 1024**3"), new_code_cell("b = 2")]
+        ),
+        notebook,
+    )
     db = tmp_path / "db" / "nbscope.db"
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     try:
         done = subprocess.run(
-            ["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec "$0" -m nbscope profile "$1" --db "$2"',
-             sys.executable, str(notebook), str(db)],
-            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+            [
+                "sh",
+                "-c",
+                f'echo $$ > "{group}/cgroup.procs" && exec "$0" -m nbscope profile "$1" --db "$2"',
+                sys.executable,
+                str(notebook),
+                str(db),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         for leftover in _read(group / "cgroup.procs").split():  # nothing should be left; never leave a process
             os.kill(int(leftover), signal.SIGKILL)
@@ -158,8 +179,9 @@ def test_a_kernel_the_oom_killer_ended_under_a_memory_limit_is_out_of_memory(tmp
 def test_a_sigterm_to_the_runner_is_named_as_the_runner_stopping(tmp_path: Path, marker: str) -> None:  # noqa: F811
     db = tmp_path / "db" / "nbscope.db"
     started = tmp_path / "started"
-    process = start_nbscope(["profile", str(SLEEPING_NOTEBOOK), "--db", str(db)], cwd=tmp_path, marker=marker,
-                            started=started)
+    process = start_nbscope(
+        ["profile", str(SLEEPING_NOTEBOOK), "--db", str(db)], cwd=tmp_path, marker=marker, started=started
+    )
     wait_until_cell_runs(process, started)
     stop(process, signal.SIGTERM)
     [record] = Store(db).records(kind="profile")
@@ -183,8 +205,9 @@ def _with_programs(record: RunRecord, hashes: list[str] | None, jaxlib: str) -> 
     document = copy.deepcopy(record.to_dict())
     document["fingerprint"].setdefault("versions", {})["jaxlib"] = jaxlib
     if hashes is not None:
-        document["measurements"]["programs"] = {"programs": {
-            f"jit_f#{n}": {"key": f"jit_f#{n}", "program_hash": value} for n, value in enumerate(hashes)}}
+        document["measurements"]["programs"] = {
+            "programs": {f"jit_f#{n}": {"key": f"jit_f#{n}", "program_hash": value} for n, value in enumerate(hashes)}
+        }
     return RunRecord.from_dict(document)
 
 

@@ -188,19 +188,40 @@ class Recorder:
             self.now[device] -= 1
         wall = self.walls.get((job.key, job.backend), 1.0)
         record = RunRecord(
-            kind="profile", target=job.target, fingerprint=fingerprint or {},
+            kind="profile",
+            target=job.target,
+            fingerprint=fingerprint or {},
             settings={"jax_platform": job.platform, "env": job.env},
-            measurements={"totals": {"wall_s": wall, "compile_s": 0.1, "cells": 1, "cells_failed": 0},
-                          "runner": {"total_s": wall + 0.5, "execute_s": wall},
-                          "cells": [{"index": 0, "source_hash": job.source_hash, "status": "ok", "wall_s": wall}]},
+            measurements={
+                "totals": {"wall_s": wall, "compile_s": 0.1, "cells": 1, "cells_failed": 0},
+                "runner": {"total_s": wall + 0.5, "execute_s": wall},
+                "cells": [{"index": 0, "source_hash": job.source_hash, "status": "ok", "wall_s": wall}],
+            },
         ).finish("ok")
-        return {"key": job.key, "backend": job.backend, "ok": True, "record": record.to_dict(), "error": None,
-                "worker": {"host": "test", "pid": 0}, "elapsed_s": self.delay}
+        return {
+            "key": job.key,
+            "backend": job.backend,
+            "ok": True,
+            "record": record.to_dict(),
+            "error": None,
+            "worker": {"host": "test", "pid": 0},
+            "elapsed_s": self.delay,
+        }
 
 
 def _jobs(count: int, platform: str) -> list[Job]:
-    return [Job(key=f"n{i}.md", path=f"/x/n{i}.md", target=f"n{i}.md", backend=platform, platform=platform,
-                source_hash="h", index=i) for i in range(count)]
+    return [
+        Job(
+            key=f"n{i}.md",
+            path=f"/x/n{i}.md",
+            target=f"n{i}.md",
+            backend=platform,
+            platform=platform,
+            source_hash="h",
+            index=i,
+        )
+        for i in range(count)
+    ]
 
 
 @pytest.mark.parametrize("share", [False, True])
@@ -211,8 +232,15 @@ def test_gpu_jobs_run_one_per_gpu_unless_shared(monkeypatch: pytest.MonkeyPatch,
     slots = gpu_slots(fingerprint, per_gpu)
     assert len(slots) == 2
     recorder = Recorder(delay=0.08)
-    scheduler = LocalScheduler(2, slots, share_gpu=share, jobs_per_gpu=per_gpu, fingerprint=fingerprint,
-                               executor_factory=lambda n: ThreadPoolExecutor(max_workers=n), job_function=recorder)
+    scheduler = LocalScheduler(
+        2,
+        slots,
+        share_gpu=share,
+        jobs_per_gpu=per_gpu,
+        fingerprint=fingerprint,
+        executor_factory=lambda n: ThreadPoolExecutor(max_workers=n),
+        job_function=recorder,
+    )
     cuda = _jobs(8, "cuda")
     cpu = [Job(**{**j.__dict__, "index": j.index + 100, "key": "c" + j.key}) for j in _jobs(5, "cpu")]
     results = list(scheduler.run(cuda + cpu))
@@ -231,8 +259,14 @@ def test_gpu_jobs_run_one_per_gpu_unless_shared(monkeypatch: pytest.MonkeyPatch,
 
 
 def _fake_audit(target: Any, store: Store, fingerprint: dict[str, Any], recorder: Any, **options: Any) -> RunRecord:
-    return audit(target, AuditOptions(**options), store=store, fingerprint=fingerprint,
-                 executor_factory=lambda n: ThreadPoolExecutor(max_workers=n), job_function=recorder)
+    return audit(
+        target,
+        AuditOptions(**options),
+        store=store,
+        fingerprint=fingerprint,
+        executor_factory=lambda n: ThreadPoolExecutor(max_workers=n),
+        job_function=recorder,
+    )
 
 
 def _written_back(record: RunRecord) -> str:
@@ -248,14 +282,17 @@ def no_gpu() -> dict[str, Any]:
     return fingerprint
 
 
-def test_audit_resumes_from_the_store_and_reruns_only_changed_notebooks(tmp_path: Path, tmp_db: Path,
-                                                                        no_gpu: dict[str, Any]) -> None:
+def test_audit_resumes_from_the_store_and_reruns_only_changed_notebooks(
+    tmp_path: Path, tmp_db: Path, no_gpu: dict[str, Any]
+) -> None:
     book = tmp_path / "book"
     shutil.copytree(BOOK, book)
     store = Store(tmp_db)
     first = Recorder()
     record = _fake_audit(book, store, no_gpu, first, backends=["cpu", "cuda"], workers=2, label="nightly")
-    assert record.label == "nightly" and {job.label for job in first.jobs} == {"nightly"}  # in the options, not os.environ
+    assert record.label == "nightly" and {job.label for job in first.jobs} == {
+        "nightly"
+    }  # in the options, not os.environ
     t = record.measurements["totals"]
     assert (t["notebooks"], t["profiled"], t["reused"], t["unavailable"]) == (6, 6, 0, 6)
     assert record.kind == "audit" and record.run_id is not None
@@ -290,11 +327,23 @@ def test_a_job_that_failed_outside_its_notebook_is_tried_once_more(tmp_db: Path,
     def flaky(job: Job, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
         calls.append(job.key)
         if job.key == "jax_small.md" and calls.count(job.key) == 1:
-            return {"key": job.key, "backend": job.backend, "ok": False, "record": None, "retryable": True,
-                    "error": "could not start kernel 'python3': TimeoutError"}
+            return {
+                "key": job.key,
+                "backend": job.backend,
+                "ok": False,
+                "record": None,
+                "retryable": True,
+                "error": "could not start kernel 'python3': TimeoutError",
+            }
         if job.key == "numpy_stats.md":  # the notebook's own problem: no second try
-            return {"key": job.key, "backend": job.backend, "ok": False, "record": None, "retryable": False,
-                    "error": "numpy_stats.md: not a readable MyST notebook"}
+            return {
+                "key": job.key,
+                "backend": job.backend,
+                "ok": False,
+                "record": None,
+                "retryable": False,
+                "error": "numpy_stats.md: not a readable MyST notebook",
+            }
         return recorder(job, fingerprint)
 
     record = _fake_audit(BOOK, Store(tmp_db), no_gpu, flaky, workers=2)
@@ -323,8 +372,9 @@ def test_gpu_audit_names_the_winner_and_counts_lectures_slower_on_the_gpu(
     assert _written_back(record) == json.dumps(m)  # the typed model reads and writes the stored audit unchanged
 
 
-def test_merge_joins_shards_and_prefers_measured_runs(tmp_path: Path, no_gpu: dict[str, Any],
-                                                      monkeypatch: pytest.MonkeyPatch, fake_nvml: Any) -> None:
+def test_merge_joins_shards_and_prefers_measured_runs(
+    tmp_path: Path, no_gpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch, fake_nvml: Any
+) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     files = []
     for index in (1, 2):
@@ -333,8 +383,9 @@ def test_merge_joins_shards_and_prefers_measured_runs(tmp_path: Path, no_gpu: di
         assert len(record.measurements["notebooks"]) == 6  # 3 notebooks × 2 backends
         files.append(export_audit(record, tmp_path / f"shard{index}.json", store=store))
     gpu_store = Store(tmp_path / "gpu.db")
-    gpu_record = _fake_audit(BOOK, gpu_store, fp.collect(nvml=fake_nvml), Recorder({(k, "cuda"): 0.1 for k in NOTEBOOKS}),
-                             backends=["cuda"])
+    gpu_record = _fake_audit(
+        BOOK, gpu_store, fp.collect(nvml=fake_nvml), Recorder({(k, "cuda"): 0.1 for k in NOTEBOOKS}), backends=["cuda"]
+    )
     gpu_file = export_audit(gpu_record, tmp_path / "gpu.json", store=gpu_store)
     assert len(json.loads(gpu_file.read_text())["runs"]) == 6
 
@@ -370,7 +421,9 @@ def test_merge_refuses_what_is_not_an_audit(tmp_path: Path, no_gpu: dict[str, An
 # --- rendering ---------------------------------------------------------------------------------------
 
 
-def test_reports_escape_notebook_text(tmp_path: Path, no_gpu: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_reports_escape_notebook_text(
+    tmp_path: Path, no_gpu: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     from nbscope.render.audit import audit_html, audit_markdown, print_audit
 
     page = tmp_path / "<script>alert(1) [red]x.md"

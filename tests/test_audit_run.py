@@ -17,16 +17,25 @@ import pytest
 from audit_support import BOOK, LECTURES, audit_env, audit_file, nbscope
 from nbscope.record.store import Store
 
-NOTEBOOKS = {"sleep_numpy.ipynb", "numpy_stats.md", "chapters/pure_python.md", "jax_small.md", "numba_small.ipynb",
-             "error_cell.ipynb"}
+NOTEBOOKS = {
+    "sleep_numpy.ipynb",
+    "numpy_stats.md",
+    "chapters/pure_python.md",
+    "jax_small.md",
+    "numba_small.ipynb",
+    "error_cell.ipynb",
+}
 
 pytestmark = pytest.mark.slow
 
 
 def problems(document: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """Entries that did not run cleanly, with their errors: the message of a failed assertion."""
-    return [(e["path"], e["status"], e.get("error")) for e in document["measurements"]["notebooks"]
-            if e["status"] not in ("ok", "unavailable")]
+    return [
+        (e["path"], e["status"], e.get("error"))
+        for e in document["measurements"]["notebooks"]
+        if e["status"] not in ("ok", "unavailable")
+    ]
 
 
 def cells_by_notebook(document: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
@@ -45,8 +54,9 @@ def local_audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The small book audited on this machine with two workers, asking for cpu and cuda."""
     folder = tmp_path_factory.mktemp("local")
     started = time.perf_counter()
-    document = audit_file(BOOK, "--backends", "cpu,cuda", "--workers", "2", "--html", folder / "a.html",
-                          cwd=folder, name="local")
+    document = audit_file(
+        BOOK, "--backends", "cpu,cuda", "--workers", "2", "--html", folder / "a.html", cwd=folder, name="local"
+    )
     document["_wall_s"] = time.perf_counter() - started
     document["_folder"] = folder
     return document
@@ -77,15 +87,17 @@ def test_second_audit_reuses_every_notebook(local_audit: dict[str, Any]) -> None
     assert (totals["reused"], totals["profiled"]) == (6, 0), problems(local_audit)
 
 
-def test_dask_local_cluster_gives_the_same_notebook_records(local_audit: dict[str, Any], tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dask_local_cluster_gives_the_same_notebook_records(
+    local_audit: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     distributed = pytest.importorskip("distributed")
     monkeypatch.setenv("NBSCOPE_NVML", "off")  # as in the other audits here (the workers inherit it)
     from nbscope.api.audit import AuditOptions, audit, export_audit
 
     store = Store(tmp_path / "dask.db")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  resources={"CPU": 1}) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, resources={"CPU": 1}
+    ) as cluster:
         record = audit(BOOK, AuditOptions(backends=["cpu", "cuda"], dask=cluster.scheduler_address), store=store)
     document = json.loads(export_audit(record, tmp_path / "dask.json", store=store).read_text())
     assert cells_by_notebook(document) == cells_by_notebook(local_audit), (problems(document), problems(local_audit))
@@ -102,9 +114,27 @@ def test_shards_merged_cover_exactly_the_unsharded_audit(local_audit: dict[str, 
     # Both shards at once, as two CI jobs would run them (and in half the time).
     env = audit_env()
     processes = [
-        subprocess.Popen([sys.executable, "-m", "nbscope", "audit", BOOK, "--shard", f"{i}/2", "--db", tmp_path / f"shard{i}.db",
-                          "-o", tmp_path / f"shard{i}.json", "-q"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nbscope",
+                "audit",
+                BOOK,
+                "--shard",
+                f"{i}/2",
+                "--db",
+                tmp_path / f"shard{i}.db",
+                "-o",
+                tmp_path / f"shard{i}.json",
+                "-q",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in (1, 2)
     ]
     for process in processes:
@@ -113,8 +143,17 @@ def test_shards_merged_cover_exactly_the_unsharded_audit(local_audit: dict[str, 
     shards = [json.loads((tmp_path / f"shard{i}.json").read_text()) for i in (1, 2)]
     paths = [{e["path"] for e in s["measurements"]["notebooks"]} for s in shards]
     assert paths[0].isdisjoint(paths[1])
-    result = nbscope("merge", tmp_path / "shard1.json", tmp_path / "shard2.json", "--db", tmp_path / "merged.db",
-                     "-o", tmp_path / "merged.json", "--markdown", cwd=tmp_path)
+    result = nbscope(
+        "merge",
+        tmp_path / "shard1.json",
+        tmp_path / "shard2.json",
+        "--db",
+        tmp_path / "merged.db",
+        "-o",
+        tmp_path / "merged.json",
+        "--markdown",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     merged = json.loads((tmp_path / "merged.json").read_text())
     unsharded = {e["path"] for e in local_audit["measurements"]["notebooks"]}
@@ -127,8 +166,13 @@ def test_shards_merged_cover_exactly_the_unsharded_audit(local_audit: dict[str, 
 def test_killed_audit_resumes_without_rerunning_finished_notebooks(tmp_path: Path) -> None:
     db = tmp_path / "kill.db"
     env = audit_env()
-    process = subprocess.Popen([sys.executable, "-m", "nbscope", "audit", BOOK, "--workers", "1", "--db", db, "-q"],
-                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", "audit", BOOK, "--workers", "1", "--db", db, "-q"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     finished: list[dict[str, Any]] = []
     while len(finished) < 2:
@@ -165,5 +209,7 @@ def test_audit_of_the_book_and_the_corpus_lectures_with_two_workers(audited_corp
     for name in LECTURES:
         assert entries[name]["wall_s"] > 5 and entries[name]["compile_s"] > 0
     assert entries["jax_intro.md"]["cells_failed"] == 0  # its raises-exception cell is an expected error
-    print(f"\naudit of 6 small notebooks + 2 corpus lectures, --workers 2: {document['_wall_s']:.1f} s "
-          f"(notebooks' own wall {m['totals']['cpu_s']:.1f} s)")
+    print(
+        f"\naudit of 6 small notebooks + 2 corpus lectures, --workers 2: {document['_wall_s']:.1f} s "
+        f"(notebooks' own wall {m['totals']['cpu_s']:.1f} s)"
+    )

@@ -166,8 +166,16 @@ def test_python_and_numpy_in_both_dtypes_give_a_valid_record(
 ) -> None:
     events = []
     record = run_bench(
-        only=["python,numpy"], dtype="both", size="quick", fingerprint=FAKE_FINGERPRINT,
-        overrides={"python.int_sum_n": 100_000, "python.sqrt_n": 50_000, "numpy.matmul_n": 100, "numpy.elementwise_n": 10_000},
+        only=["python,numpy"],
+        dtype="both",
+        size="quick",
+        fingerprint=FAKE_FINGERPRINT,
+        overrides={
+            "python.int_sum_n": 100_000,
+            "python.sqrt_n": 50_000,
+            "numpy.matmul_n": 100,
+            "numpy.elementwise_n": 10_000,
+        },
         progress=lambda event: events.append((event.event, event.group, event.dtype)),
     )
     assert record.kind == "bench" and record.target == "suite:quick" and record.status == "ok"
@@ -180,7 +188,10 @@ def test_python_and_numpy_in_both_dtypes_give_a_valid_record(
     assert [run["dtype"] for run in groups["numpy"]["runs"]] == ["float32", "float64"]
     assert {f["dtype"] for f in groups["python"]["figures"]} == {"int", "float64"}
     assert [f["key"] for f in groups["numpy"]["figures"]] == [
-        "numpy.matmul[float32]", "numpy.elementwise[float32]", "numpy.matmul[float64]", "numpy.elementwise[float64]",
+        "numpy.matmul[float32]",
+        "numpy.elementwise[float32]",
+        "numpy.matmul[float64]",
+        "numpy.elementwise[float64]",
     ]
     for group in groups.values():
         assert group["status"] == "ok"
@@ -189,7 +200,9 @@ def test_python_and_numpy_in_both_dtypes_give_a_valid_record(
             _figure_ok(figure)
             assert figure["first"]["wall_s"] > 0  # the first call is its own figure
     totals = record.measurements["totals"]
-    assert totals["figures"] == count_figures(decode(GroupFigure, f) for g in groups.values() for f in g["figures"]) == 12
+    assert (
+        totals["figures"] == count_figures(decode(GroupFigure, f) for g in groups.values() for f in g["figures"]) == 12
+    )
     assert totals["wall_s"] > 0 and totals["groups_ok"] == 2
     assert ("start", "numpy", "float64") in events
     machine = record.measurements["machine"]
@@ -234,7 +247,9 @@ def without_jax_and_numba(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
 
 
-def test_groups_needing_missing_libraries_are_skipped_and_the_rest_runs(without_jax_and_numba: None, run_cli, tmp_db: Path) -> None:
+def test_groups_needing_missing_libraries_are_skipped_and_the_rest_runs(
+    without_jax_and_numba: None, run_cli, tmp_db: Path
+) -> None:
     result = run_cli(
         "bench", "--only", "python,numba,jax,loops", "--size", "quick", "--db", tmp_db, env={"COLUMNS": "160"}
     )
@@ -270,9 +285,15 @@ def test_quick_suite_json_covers_every_group(run_cli, tmp_db: Path) -> None:
         for figure in group["figures"]:
             _figure_ok(figure)
     keys = {f["key"] for g in groups.values() for f in g["figures"]}
-    for key in ("jax.matmul_large[float32]", "multi-size.matmul_3000[float32]", "multi-size.total[float32]",
-                "dispatch.round_trip[float32]", "transfer.host_to_device[float32]", "loops.scan_default_per_iter[float32]",
-                "numba.prange[float32]"):
+    for key in (
+        "jax.matmul_large[float32]",
+        "multi-size.matmul_3000[float32]",
+        "multi-size.total[float32]",
+        "dispatch.round_trip[float32]",
+        "transfer.host_to_device[float32]",
+        "loops.scan_default_per_iter[float32]",
+        "numba.prange[float32]",
+    ):
         assert key in keys
     jax_first = next(f for f in groups["jax"]["figures"] if f["name"] == "matmul_large")["first"]
     assert jax_first["compile_s"] > 0 and jax_first["run_s"] > 0 and jax_first["compiles"] >= 1
@@ -294,6 +315,7 @@ def test_steady_state_kernels_scale_with_n() -> None:
     growth (250 000 against 500 000 elements measured only 1.4× here). A factor of four in n, judged
     against a factor of two, leaves room for a busy machine (a folded loop stays near 1×).
     """
+
     def fastest(group: str, overrides: dict) -> dict[str, float]:
         # JAX on the CPU: on a GPU these sizes take microseconds, and launch latency would hide the doubling.
         result = run_worker(group, "float64", "quick", timeout_s=120, overrides=overrides, jax_platform="cpu")
@@ -306,8 +328,10 @@ def test_steady_state_kernels_scale_with_n() -> None:
     def grown(group: str, key: str, n: int, fixed: dict) -> tuple[dict[str, float], dict[str, float]]:
         """Fastest figures at n and at 4n, from the runs n, 4n, n, 4n."""
         runs = [fastest(group, {**fixed, key: size}) for size in (n, 4 * n, n, 4 * n)]
-        return ({name: min(r[name] for r in runs[0::2]) for name in runs[0]},
-                {name: min(r[name] for r in runs[1::2]) for name in runs[1]})
+        return (
+            {name: min(r[name] for r in runs[0::2]) for name in runs[0]},
+            {name: min(r[name] for r in runs[1::2]) for name in runs[1]},
+        )
 
     small, large = grown("numba", "numba.n", 4_000_000, {})
     assert large["serial"] / small["serial"] > 2, (small["serial"], large["serial"])
@@ -333,9 +357,20 @@ def test_worker_module_runs_as_a_script(tmp_path: Path) -> None:
 
     out = tmp_path / "r.json"
     subprocess.run(
-        [sys.executable, "-m", "nbscope.collect.bench._worker", "python", "--out", str(out),
-         "--param", "python.int_sum_n=1000", "--param", "python.sqrt_n=1000"],
-        check=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "nbscope.collect.bench._worker",
+            "python",
+            "--out",
+            str(out),
+            "--param",
+            "python.int_sum_n=1000",
+            "--param",
+            "python.sqrt_n=1000",
+        ],
+        check=True,
+        timeout=60,
     )
     document = json.loads(out.read_text())
     assert document["status"] == "ok" and len(document["figures"]) == 2
@@ -345,7 +380,10 @@ def test_worker_module_runs_as_a_script(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_loops_pinned_to_the_cpu_and_fitted() -> None:
     result = run_worker(
-        "loops", "float32", "quick", timeout_s=120,
+        "loops",
+        "float32",
+        "quick",
+        timeout_s=120,
         overrides={"loops.pin_cpu": "always", "loops.trips": [1_000, 10_000, 100_000]},
     )
     assert result["status"] == "ok", result.get("reason")

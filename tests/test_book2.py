@@ -75,7 +75,11 @@ def test_cache_keys_name_the_pages_of_a_real_build(tmp_path: Path, monkeypatch: 
     # nbscope's key for each page is the file name jupyter-book 2 gave that page's entry
     assert {entry.stem for entry in cache.glob("*.ipynb")} == set(keys)
     rows = read_book2_cache(cache)
-    assert [row["page"].name for row in rows] == [keys[row["hashkey"]] for row in rows] == ["intro.md", "arrays.md", "sleeps.md"]
+    assert (
+        [row["page"].name for row in rows]
+        == [keys[row["hashkey"]] for row in rows]
+        == ["intro.md", "arrays.md", "sleeps.md"]
+    )
     assert all(0 < row["execution_seconds"] < 60 and row["created"].endswith("Z") for row in rows)
     # A changed page no longer owns its old entry: that entry keeps a name of its own.
     intro = book / "intro.md"
@@ -117,7 +121,10 @@ def test_fresh_sets_the_cache_aside_and_puts_the_users_entries_back(tmp_path: Pa
 
 
 def test_book2_env_says_how_to_install_when_it_is_missing(run_cli: Any, tmp_path: Path) -> None:
-    if jupyter_book2._this_environment_version() and jupyter_book2._major(jupyter_book2._this_environment_version()) == 2:
+    if (
+        jupyter_book2._this_environment_version()
+        and jupyter_book2._major(jupyter_book2._this_environment_version()) == 2
+    ):
         pytest.skip("this environment has jupyter-book 2 itself")
     if shutil.which("myst"):
         pytest.skip("mystmd is on PATH")
@@ -160,15 +167,34 @@ def _copy_book(tmp_path: Path, *, offline_theme: bool = False) -> Path:
     return book
 
 
-def _trace(book: Path, found: jupyter_book2.JupyterBook2, db: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _trace(
+    book: Path, found: jupyter_book2.JupyterBook2, db: Path, *extra: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """`nbscope trace [extra] -- jupyter book build --execute` in ``book``, with jupyter-book 2 first on PATH."""
     env = dict(os.environ)
     env.pop("NBSCOPE_DB", None)
     env["PATH"] = os.pathsep.join([str(found.path_folder), env.get("PATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", "nbscope", "trace", "--db", str(db), "--json", *extra, "--",
-         "jupyter", "book", "build", "--execute"],
-        cwd=book, env=env, capture_output=True, text=True, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "trace",
+            "--db",
+            str(db),
+            "--json",
+            *extra,
+            "--",
+            "jupyter",
+            "book",
+            "build",
+            "--execute",
+        ],
+        cwd=book,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -225,9 +251,27 @@ def test_trace_a_three_page_book(book2: jupyter_book2.JupyterBook2, tmp_path: Pa
     # --fresh runs every page and leaves the cache as it was; --jupyter-book2 puts it first on PATH itself.
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     fresh = subprocess.run(
-        [sys.executable, "-m", "nbscope", "trace", "--db", str(db), "--json", "--fresh", "--jupyter-book2", "--",
-         "jupyter", "book", "build", "--execute"],
-        cwd=book, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "trace",
+            "--db",
+            str(db),
+            "--json",
+            "--fresh",
+            "--jupyter-book2",
+            "--",
+            "jupyter",
+            "book",
+            "build",
+            "--execute",
+        ],
+        cwd=book,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert sorted(r["target"] for r in json.loads(fresh.stdout)) == PAGES
@@ -268,7 +312,11 @@ def test_stopping_the_build_midway_leaves_nothing_behind(
     env["PATH"] = os.pathsep.join([str(book2.path_folder), env.get("PATH", "")])
     process = subprocess.Popen(
         [sys.executable, "-m", "nbscope", "trace", "--db", str(db), "--", "jupyter", "book", "build", "--execute"],
-        cwd=book, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=book,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         # One kernel per page, in order: the third one runs sleeps.md, whose last cell sleeps for 120 s.
@@ -283,8 +331,11 @@ def test_stopping_the_build_midway_leaves_nothing_behind(
         if stop == "nbscope gets SIGTERM":
             process.send_signal(signal.SIGTERM)
         else:
-            (build,) = [p for p in psutil.process_iter(["cmdline"]) if "jupyter-book.cjs" in " ".join(p.info["cmdline"] or [])
-                        and _cwd(p) == str(book)]
+            (build,) = [
+                p
+                for p in psutil.process_iter(["cmdline"])
+                if "jupyter-book.cjs" in " ".join(p.info["cmdline"] or []) and _cwd(p) == str(book)
+            ]
             build.kill()  # the Jupyter server and the kernel it started stay behind: nbscope stops them
         _, stderr = process.communicate(timeout=120)
     finally:

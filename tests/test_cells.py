@@ -31,9 +31,7 @@ def cells(*sources: str) -> list[Cell]:
 
 
 def matches(pairs: list[Any]) -> list[tuple[str | None, str | None, str]]:
-    return [
-        (p.a.first_line if p.a else None, p.b.first_line if p.b else None, p.match) for p in pairs
-    ]
+    return [(p.a.first_line if p.a else None, p.b.first_line if p.b else None, p.match) for p in pairs]
 
 
 def test_derive_splits_wall_into_compile_run_and_overhead() -> None:
@@ -46,8 +44,7 @@ def test_derive_splits_wall_into_compile_run_and_overhead() -> None:
 
 def test_repeats_derive_run_as_for_a_single_run() -> None:
     runs = [
-        [derive({"wall_s": w, "code_s": w - 0.2, "jax": {"backend_s": 0.5}, "status": "ok"})]
-        for w in (2.0, 3.0, 2.5)
+        [derive({"wall_s": w, "code_s": w - 0.2, "jax": {"backend_s": 0.5}, "status": "ok"})] for w in (2.0, 3.0, 2.5)
     ]
     (combined,) = combine_repeats(runs)
     assert combined["wall_s"] == 2.5
@@ -78,7 +75,9 @@ def test_unchanged_cells_pair_by_hash() -> None:
 def test_edited_cell_pairs_in_place() -> None:
     pairs = pair_cells(cells("import jax", "x = 1", "y = x"), cells("import jax", "x = 2", "y = x"))
     assert matches(pairs) == [
-        ("import jax", "import jax", "hash"), ("x = 1", "x = 2", "edited"), ("y = x", "y = x", "hash"),
+        ("import jax", "import jax", "hash"),
+        ("x = 1", "x = 2", "edited"),
+        ("y = x", "y = x", "hash"),
     ]
     assert pairs[1].source_changed and not pairs[0].source_changed
 
@@ -88,7 +87,9 @@ def test_moved_cell_pairs_with_itself() -> None:
     b = cells("import jax", "x = 1", "def f(x): return x", "y = f(x)")
     pairs = pair_cells(a, b)
     assert all(p.paired for p in pairs)
-    assert {(p.a.first_line, p.b.first_line) for p in pairs} == {(s, s) for s in ("import jax", "def f(x): return x", "x = 1", "y = f(x)")}
+    assert {(p.a.first_line, p.b.first_line) for p in pairs} == {
+        (s, s) for s in ("import jax", "def f(x): return x", "x = 1", "y = f(x)")
+    }
     assert "moved" in {p.match for p in pairs}
 
 
@@ -102,8 +103,10 @@ def test_duplicated_cell_pairs_with_its_own_twin() -> None:
 def test_removed_and_added_cells_stay_unpaired() -> None:
     pairs = pair_cells(cells("import jax", "print('gone')", "z = 3"), cells("import jax", "z = 3", "plt.show()"))
     assert matches(pairs) == [
-        ("import jax", "import jax", "hash"), ("print('gone')", None, "only-a"),
-        ("z = 3", "z = 3", "hash"), (None, "plt.show()", "only-b"),
+        ("import jax", "import jax", "hash"),
+        ("print('gone')", None, "only-a"),
+        ("z = 3", "z = 3", "hash"),
+        (None, "plt.show()", "only-b"),
     ]
 
 
@@ -116,8 +119,13 @@ def test_cells_without_hash_are_never_equal() -> None:
 def _record(cells_: list[dict[str, Any]]) -> Any:
     from nbscope.record.run import RunRecord
 
-    return RunRecord(kind="profile", target="nb.ipynb", fingerprint={"digest": "d"}, command=["test"],
-                     measurements={"cells": cells_, "totals": {"wall_s": sum(c["wall_s"] for c in cells_)}})
+    return RunRecord(
+        kind="profile",
+        target="nb.ipynb",
+        fingerprint={"digest": "d"},
+        command=["test"],
+        measurements={"cells": cells_, "totals": {"wall_s": sum(c["wall_s"] for c in cells_)}},
+    )
 
 
 def test_compare_gate_and_report_agree_on_the_pairing() -> None:
@@ -129,12 +137,28 @@ def test_compare_gate_and_report_agree_on_the_pairing() -> None:
         return cell(source, i, wall_s=wall, compile_s=0.0, run_s=wall)
 
     # Edited in place ("x = 1", the last cell), moved to the end ("def f"), a duplicated source ("t = time()").
-    a = _record([figures(0, "import jax", 1.0), figures(1, "def f(x): return x", 1.1), figures(2, "x = 1", 1.2),
-                 figures(3, "t = time()", 1.3), figures(4, "y = f(x)", 1.4), figures(5, "t = time()", 1.5),
-                 figures(6, "print('gone')", 1.6)])
-    b = _record([figures(0, "import jax", 2.0), figures(1, "x = 2", 2.2), figures(2, "t = time()", 2.3),
-                 figures(3, "y = f(x)", 2.4), figures(4, "t = time()", 2.5), figures(5, "plt.show()", 2.7),
-                 figures(6, "def f(x): return x", 2.1)])
+    a = _record(
+        [
+            figures(0, "import jax", 1.0),
+            figures(1, "def f(x): return x", 1.1),
+            figures(2, "x = 1", 1.2),
+            figures(3, "t = time()", 1.3),
+            figures(4, "y = f(x)", 1.4),
+            figures(5, "t = time()", 1.5),
+            figures(6, "print('gone')", 1.6),
+        ]
+    )
+    b = _record(
+        [
+            figures(0, "import jax", 2.0),
+            figures(1, "x = 2", 2.2),
+            figures(2, "t = time()", 2.3),
+            figures(3, "y = f(x)", 2.4),
+            figures(4, "t = time()", 2.5),
+            figures(5, "plt.show()", 2.7),
+            figures(6, "def f(x): return x", 2.1),
+        ]
+    )
     expected = {(1.0, 2.0), (1.1, 2.1), (1.2, 2.2), (1.3, 2.3), (1.4, 2.4), (1.5, 2.5), (1.6, 2.7)}
     pairs = compare(a, b).pairs
     assert {p.match for p in pairs} == {"hash", "moved", "edited"}

@@ -34,7 +34,6 @@ def saved_run(db: Path, target: str = "lecture.md", wall: float = 1.25) -> RunRe
     return record
 
 
-
 # --- version and help -------------------------------------------------------------------------------
 
 
@@ -84,17 +83,7 @@ def test_info_json_parses(run_cli: Any) -> None:
     fingerprint = json.loads(result.stdout)
     assert fingerprint["fingerprint_version"] == 1
     assert len(fingerprint["digest"]) == 12
-    for section in (
-        "host",
-        "cpu",
-        "memory",
-        "blas",
-        "numba_threading",
-        "gpu",
-        "versions",
-        "environment",
-        "ci",
-    ):
+    for section in ("host", "cpu", "memory", "blas", "numba_threading", "gpu", "versions", "environment", "ci"):
         assert section in fingerprint, section
 
 
@@ -208,9 +197,7 @@ def test_import_validates_every_file_before_writing_any(run_cli: Any, tmp_db: Pa
     newer["schema_version"] = 99
     (tmp_path / "newer.json").write_text(json.dumps(newer))
     (tmp_path / "list.json").write_text("[1, 2]")
-    assert_one_line_error(
-        run_cli("import", good, "newer.json", "--db", tmp_db), "schema version 99", "upgrade"
-    )
+    assert_one_line_error(run_cli("import", good, "newer.json", "--db", tmp_db), "schema version 99", "upgrade")
     assert_one_line_error(run_cli("import", good, "list.json", "--db", tmp_db), "not an nbscope run record")
     assert_one_line_error(run_cli("import", good, "missing.json", "--db", tmp_db), "no such file")
     assert not tmp_db.exists() or Store(tmp_db).count() == 0
@@ -235,9 +222,7 @@ def test_show_neither_id_nor_file(run_cli: Any, tmp_db: Path) -> None:
 
 def test_export_errors(run_cli: Any, tmp_db: Path, tmp_path: Path) -> None:
     saved_run(tmp_db)
-    assert_one_line_error(
-        run_cli("export", "7", "-o", tmp_path / "x.json", "--db", tmp_db), "no run with id 7"
-    )
+    assert_one_line_error(run_cli("export", "7", "-o", tmp_path / "x.json", "--db", tmp_db), "no run with id 7")
     assert_one_line_error(run_cli("export", "1", "-o", tmp_path, "--db", tmp_db), "is a directory")
     assert not (tmp_path / "x.json").exists()
 
@@ -254,9 +239,7 @@ def test_export_errors(run_cli: Any, tmp_db: Path, tmp_path: Path) -> None:
     ],
     ids=lambda a: "-".join(a),
 )
-def test_db_that_is_not_sqlite_is_refused_and_untouched(
-    run_cli: Any, tmp_path: Path, args: tuple[str, ...]
-) -> None:
+def test_db_that_is_not_sqlite_is_refused_and_untouched(run_cli: Any, tmp_path: Path, args: tuple[str, ...]) -> None:
     notes = tmp_path / "notes.txt"
     content = b"These are my notes.\nNot a database.\n\x00\x01 binary tail"
     notes.write_bytes(content)
@@ -270,9 +253,7 @@ def test_db_that_is_not_sqlite_is_refused_and_untouched(
 def test_db_from_the_environment_that_is_not_sqlite(run_cli: Any, tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("notes\n")
-    assert_one_line_error(
-        run_cli("runs", env={"NBSCOPE_DB": str(notes)}), "notes.txt", "not an SQLite database"
-    )
+    assert_one_line_error(run_cli("runs", env={"NBSCOPE_DB": str(notes)}), "notes.txt", "not an SQLite database")
     assert notes.read_text() == "notes\n"
 
 
@@ -302,8 +283,18 @@ def test_profile_checks_the_notebook_and_forecasts_once(
     monkeypatch.setattr(profile_module, "preflight", counted("preflight", profile_module.preflight))
     monkeypatch.setattr(forecast_module, "forecast", counted("forecast", forecast_module.forecast))
     files = Path(__file__).resolve().parent / "files"
-    result = run_cli("profile", files / "forecast_matmul.md", "--db", tmp_db, "--forecast", "t4",
-                     "--jax-platform", "cpu", "--markdown", timeout=300)
+    result = run_cli(
+        "profile",
+        files / "forecast_matmul.md",
+        "--db",
+        tmp_db,
+        "--forecast",
+        "t4",
+        "--jax-platform",
+        "cpu",
+        "--markdown",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "T4" in result.stdout and "nbscope diagnose" in result.stdout  # the forecast and the findings shown
     assert calls == {"preflight": 1, "forecast": 1}

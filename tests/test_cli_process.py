@@ -25,7 +25,6 @@ def console_script() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("nbscope")
 
 
-
 def test_python_m_nbscope_exit_codes(run_cli_process: Any, tmp_path: Path) -> None:
     version = run_cli_process("--version")
     assert (version.returncode, version.stdout) == (0, f"nbscope {__version__}\n"), version.stderr
@@ -40,8 +39,9 @@ def test_the_console_script_exit_codes(tmp_path: Path) -> None:
     assert script is not None
 
     def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([script, *map(str, args)], cwd=tmp_path, env=cli_env(), capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [script, *map(str, args)], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120
+        )
 
     version = run("--version")
     assert (version.returncode, version.stdout) == (0, f"nbscope {__version__}\n"), version.stderr
@@ -65,4 +65,3 @@ def test_run_cli_prints_what_a_process_prints(run_cli: Any, run_cli_process: Any
     for args, env in calls:
         here, there = run_cli(*args, env=env), run_cli_process(*args, env=env)
         assert (here.returncode, here.stdout, here.stderr) == (there.returncode, there.stdout, there.stderr), args
-

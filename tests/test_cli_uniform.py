@@ -26,14 +26,7 @@ from conftest import assert_one_line_error
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.cli import build_command
-from nbscope.record.cells import (
-    aliases_for,
-    notebook_file,
-    pair_cells,
-    project_root,
-    same_notebook,
-    target_name,
-)
+from nbscope.record.cells import aliases_for, notebook_file, pair_cells, project_root, same_notebook, target_name
 from nbscope.record.run import RunRecord, check_label
 from nbscope.record.store import Store, resolve_run
 from nbscope.schema.build import totals
@@ -93,9 +86,11 @@ def test_each_command_is_registered_by_the_module_that_command_modules_names() -
 
 def test_a_command_started_alone_registers_only_its_own_module() -> None:
     """In a fresh process, ``nbscope show`` imports the runs module and no other command's."""
-    code = ("import json, sys\nfrom nbscope.cli import main\ntry:\n    main(['show', '--help'])\n"
-            "except SystemExit:\n    pass\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nbscope.cli._'))), file=sys.stderr)")
+    code = (
+        "import json, sys\nfrom nbscope.cli import main\ntry:\n    main(['show', '--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nbscope.cli._'))), file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
@@ -170,8 +165,9 @@ def test_the_grammar(stored: dict[str, Any], tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("reference", ["id", "latest", "label", "file"])
-def test_every_run_taking_command_takes_every_reference(stored: dict[str, Any], run_cli: Any, tmp_path: Path,
-                                                         reference: str) -> None:
+def test_every_run_taking_command_takes_every_reference(
+    stored: dict[str, Any], run_cli: Any, tmp_path: Path, reference: str
+) -> None:
     """show, export, compare, diagnose, forecast, gate, report, cells and lectures, with each kind of reference
     to run 1 (the CPU run) and run 2 (its GPU twin)."""
     db = stored["db"]
@@ -239,8 +235,9 @@ def test_labels_are_recorded_stored_and_migrated(tmp_path: Path, monkeypatch: py
 
 
 def test_a_bad_label_is_refused_before_anything_runs(run_cli: Any, tmp_path: Path) -> None:
-    assert_one_line_error(run_cli("profile", FILES / "empty.ipynb", "--label", "a b", "--db", tmp_path / "s.db"),
-                          "cannot name runs")
+    assert_one_line_error(
+        run_cli("profile", FILES / "empty.ipynb", "--label", "a b", "--db", tmp_path / "s.db"), "cannot name runs"
+    )
     assert not (tmp_path / "s.db").exists()
 
 
@@ -249,8 +246,16 @@ def test_a_bad_label_is_refused_before_anything_runs(run_cli: Any, tmp_path: Pat
 
 def test_reading_a_missing_store_is_an_error_and_creates_nothing(run_cli: Any, tmp_path: Path) -> None:
     before = sorted(p.name for p in tmp_path.iterdir())
-    for args in (("runs",), ("show", "1"), ("history", "x.md"), ("gate",), ("compare", "1", "2"),
-                 ("diagnose", "latest"), ("cells", "main"), ("export", "1", "-o", "x.json")):
+    for args in (
+        ("runs",),
+        ("show", "1"),
+        ("history", "x.md"),
+        ("gate",),
+        ("compare", "1", "2"),
+        ("diagnose", "latest"),
+        ("cells", "main"),
+        ("export", "1", "-o", "x.json"),
+    ):
         assert_one_line_error(run_cli(*args, "--db", "missing.db"), "no run store at missing.db")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -331,7 +336,9 @@ def test_runs_at_80_columns(stored: dict[str, Any], run_cli: Any) -> None:
     done = run_cli("runs", "--db", stored["db"], env=NARROW)
     assert done.returncode == 0, done.stderr
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
-    assert re.search(r"^\s*2\s.*\bgpu\b", done.stdout, re.MULTILINE) and re.search(r"^\s*1\s.*\bcpu\b", done.stdout, re.MULTILINE)
+    assert re.search(r"^\s*2\s.*\bgpu\b", done.stdout, re.MULTILINE) and re.search(
+        r"^\s*1\s.*\bcpu\b", done.stdout, re.MULTILINE
+    )
     assert "wall_s" not in done.stdout and "4.29 s" in done.stdout
     assert "main-cpu" in done.stdout
     labelled = json.loads(run_cli("runs", "--db", stored["db"], "--label", "main-gpu", "--json").stdout)
@@ -340,14 +347,22 @@ def test_runs_at_80_columns(stored: dict[str, Any], run_cli: Any) -> None:
 
 def test_units() -> None:
     assert [units.seconds(v) for v in (1.51, 59.99, 75.3, 1508, 3661, 0.0123, -2.5)] == [
-        "1.51 s", "59.99 s", "1 min 15 s", "25 min 8 s", "1 h 1 min", "12.3 ms", "-2.50 s"]
+        "1.51 s",
+        "59.99 s",
+        "1 min 15 s",
+        "25 min 8 s",
+        "1 h 1 min",
+        "12.3 ms",
+        "-2.50 s",
+    ]
 
 
 # ---- compare -----------------------------------------------------------------------------------------------
 
 
-def test_compare_pairs_a_shared_cell_hash_and_refuses_two_notebooks(stored: dict[str, Any], run_cli: Any,
-                                                                     tmp_path: Path) -> None:
+def test_compare_pairs_a_shared_cell_hash_and_refuses_two_notebooks(
+    stored: dict[str, Any], run_cli: Any, tmp_path: Path
+) -> None:
     db = stored["db"]
     same = json.loads(run_cli("compare", "1", "2", "--db", db, "--json").stdout)
     assert same["same_notebook"] and same["pairing"]["all_paired"]
@@ -355,8 +370,11 @@ def test_compare_pairs_a_shared_cell_hash_and_refuses_two_notebooks(stored: dict
     # Another notebook that shares two of run 1's cells, in another order.
     other = copy.deepcopy(stored["cpu"]) | {"target": "elsewhere/another.ipynb", "label": None}
     cells = other["measurements"]["cells"]
-    other["measurements"]["cells"] = [dict(cells[4], index=0), {**cells[1], "index": 1, "source_hash": "f" * 16},
-                                      dict(cells[0], index=2)]
+    other["measurements"]["cells"] = [
+        dict(cells[4], index=0),
+        {**cells[1], "index": 1, "source_hash": "f" * 16},
+        dict(cells[0], index=2),
+    ]
     other["measurements"]["notebook"]["content_hash"] = "0" * 16
     path = write(tmp_path / "another.json", other)
     refused = run_cli("compare", "1", path, "--db", db)
@@ -370,7 +388,9 @@ def test_compare_pairs_a_shared_cell_hash_and_refuses_two_notebooks(stored: dict
     assert shared and shared <= paired
     markdown = run_cli("compare", "1", path, "--db", db, "--allow-different", "--markdown").stdout
     title = markdown.splitlines()[0]
-    assert "different notebooks" in title and "tests/files/diag_latency_loop.ipynb" in title and "another.ipynb" in title
+    assert (
+        "different notebooks" in title and "tests/files/diag_latency_loop.ipynb" in title and "another.ipynb" in title
+    )
     text = run_cli("compare", "1", path, "--db", db, "--allow-different", env=NARROW).stdout
     assert "different notebooks" in text and max(len(line) for line in text.splitlines()) <= 80
 
@@ -380,10 +400,15 @@ def test_cells_with_one_source_hash_always_pair() -> None:
     rng = random.Random(18)
     lines = {h: f"x = {h} * 2" for h in "abcdefg"}
     for _ in range(3000):
-        a = [decode(Cell, {"source_hash": h, "first_line": lines[h]}) for h in rng.choices("abcdefg", k=rng.randint(0, 9))]
-        b = [decode(Cell, {"source_hash": h, "first_line": lines[h]}) for h in rng.choices("abcdefg", k=rng.randint(0, 9))]
-        same = Counter(p.a.source_hash for p in pair_cells(a, b)
-                       if p.a and p.b and p.a.source_hash == p.b.source_hash)
+        a = [
+            decode(Cell, {"source_hash": h, "first_line": lines[h]})
+            for h in rng.choices("abcdefg", k=rng.randint(0, 9))
+        ]
+        b = [
+            decode(Cell, {"source_hash": h, "first_line": lines[h]})
+            for h in rng.choices("abcdefg", k=rng.randint(0, 9))
+        ]
+        same = Counter(p.a.source_hash for p in pair_cells(a, b) if p.a and p.b and p.a.source_hash == p.b.source_hash)
         count_a, count_b = Counter(c.source_hash for c in a), Counter(c.source_hash for c in b)
         assert all(same[h] == min(count_a[h], count_b[h]) for h in count_a), (a, b)
 
@@ -409,7 +434,9 @@ def test_a_notebook_has_one_name_from_every_folder(tmp_path: Path, monkeypatch: 
     assert aliases[0] == "lectures/intro.md"
     assert {"intro.md", "lectures/intro.md", notebook.as_posix()} <= set(aliases)
     monkeypatch.chdir(tmp_path)
-    assert aliases_for("lectures/intro.md", notebook_file("lectures/intro.md")) == ["lectures/intro.md"]  # not a file from here: as written
+    assert aliases_for("lectures/intro.md", notebook_file("lectures/intro.md")) == [
+        "lectures/intro.md"
+    ]  # not a file from here: as written
     # Outside git, a book's root; outside both, the working directory's project root (where the store is),
     # else the absolute path: two loose folders' notebooks of one name are never one name.
     book = tmp_path / "book"
@@ -424,12 +451,17 @@ def test_a_notebook_has_one_name_from_every_folder(tmp_path: Path, monkeypatch: 
 
 def test_same_notebook() -> None:
     def run(target: str, content: str | None = None) -> RunRecord:
-        return RunRecord(kind="profile", target=target, fingerprint={},
-                         measurements={"notebook": {"content_hash": content}})
+        return RunRecord(
+            kind="profile", target=target, fingerprint={}, measurements={"notebook": {"content_hash": content}}
+        )
 
     def cells(target: str, *hashes: str) -> RunRecord:
-        return RunRecord(kind="profile", target=target, fingerprint={},
-                         measurements={"cells": [{"index": i, "source_hash": h} for i, h in enumerate(hashes)]})
+        return RunRecord(
+            kind="profile",
+            target=target,
+            fingerprint={},
+            measurements={"cells": [{"index": i, "source_hash": h} for i, h in enumerate(hashes)]},
+        )
 
     assert same_notebook(run("lectures/a.md"), run("lectures/a.md"))
     # A name from before project roots is the same notebook when the cells are mostly the same.
@@ -458,8 +490,9 @@ def test_history_and_gate_find_a_lecture_from_another_folder(run_cli: Any, tmp_p
     assert history.returncode == 0, history.stderr
     (series,) = json.loads(history.stdout)["series"]
     assert series["runs"] == 2
-    gate = run_cli("gate", "--target", absolute, "--db", db, "--json", "--max-slowdown", "500%",
-                   cwd=tmp_path / "elsewhere")
+    gate = run_cli(
+        "gate", "--target", absolute, "--db", db, "--json", "--max-slowdown", "500%", cwd=tmp_path / "elsewhere"
+    )
     assert gate.returncode in (0, 1), gate.stderr
     assert json.loads(gate.stdout)["candidate"]["run_id"] == 2
     shown = run_cli("show", f"main-cpu:{absolute}", "--db", db, "--json", cwd=tmp_path / "elsewhere")
@@ -471,8 +504,11 @@ def test_history_and_gate_find_a_lecture_from_another_folder(run_cli: Any, tmp_p
 
 
 def test_every_cell_carries_the_runs_cache_state() -> None:
-    cells = [{"wall_s": 1.0, "jax": {"cache_state": "on", "cache_hits": 0}}, {"wall_s": 1.0, "jax": None},
-             {"wall_s": 1.0, "jax": {"cache_state": None, "cache_hits": 2}}]
+    cells = [
+        {"wall_s": 1.0, "jax": {"cache_state": "on", "cache_hits": 0}},
+        {"wall_s": 1.0, "jax": None},
+        {"wall_s": 1.0, "jax": {"cache_state": None, "cache_hits": 2}},
+    ]
     result = totals(cells, {}, "cold")
     assert result["cache_state"] == "warm"  # a cold cache that hit
     assert cells[0]["jax"] == {"cache_state": "warm", "cache_feature": "on", "cache_hits": 0}
@@ -495,13 +531,25 @@ def test_cells_of_a_book_an_audit_and_a_label(stored: dict[str, Any], run_cli: A
     assert top["cell"] == top["index"] + 1 and abs(sum(r["share"] for r in book["rows"]) - 1) < 1e-9
     # An audit file as `audit -o` writes it: its notebooks, each with its profile embedded.
     audit = {
-        "format": "nbscope-run", "schema_version": 1, "tool_version": "0.1.0", "command": ["nbscope", "audit"],
-        "started_at": "2026-12-02T00:00:00.000Z", "ended_at": "2026-12-02T00:01:00.000Z", "status": "ok",
-        "kind": "audit", "target": "tests/files", "settings": {"backends": ["cpu"]}, "fingerprint": stored["cpu"]["fingerprint"],
-        "measurements": {"notebooks": [
-            {"path": "diag_latency_loop.ipynb", "backend": "cpu", "run_id": 41, "status": "ok"},
-            {"path": "diag_x64.ipynb", "backend": "cpu", "run_id": None, "status": "error"},
-        ], "lectures": [], "totals": {"notebooks": 2}},
+        "format": "nbscope-run",
+        "schema_version": 1,
+        "tool_version": "0.1.0",
+        "command": ["nbscope", "audit"],
+        "started_at": "2026-12-02T00:00:00.000Z",
+        "ended_at": "2026-12-02T00:01:00.000Z",
+        "status": "ok",
+        "kind": "audit",
+        "target": "tests/files",
+        "settings": {"backends": ["cpu"]},
+        "fingerprint": stored["cpu"]["fingerprint"],
+        "measurements": {
+            "notebooks": [
+                {"path": "diag_latency_loop.ipynb", "backend": "cpu", "run_id": 41, "status": "ok"},
+                {"path": "diag_x64.ipynb", "backend": "cpu", "run_id": None, "status": "error"},
+            ],
+            "lectures": [],
+            "totals": {"notebooks": 2},
+        },
         "runs": {"41": stored["cpu"]},
     }
     path = write(tmp_path / "audit.json", audit)
@@ -521,7 +569,10 @@ def test_lectures_side_by_side(stored: dict[str, Any], run_cli: Any) -> None:
     (row,) = data["rows"]
     assert row["target"] == stored["cpu"]["target"] and data["paired"] == 1
     assert (row["a"]["run_id"], row["a"]["backend"], row["b"]["run_id"], row["b"]["backend"]) == (1, "cpu", 2, "gpu")
-    wall_a, wall_b = stored["cpu"]["measurements"]["totals"]["wall_s"], stored["gpu"]["measurements"]["totals"]["wall_s"]
+    wall_a, wall_b = (
+        stored["cpu"]["measurements"]["totals"]["wall_s"],
+        stored["gpu"]["measurements"]["totals"]["wall_s"],
+    )
     assert row["winner"] == ("A" if wall_a < wall_b else "B")
     text = run_cli("lectures", "main-cpu", "main-gpu", "--db", db, env=NARROW).stdout
     assert units.seconds(wall_a) in text and units.seconds(wall_b) in text and row["text"] in text
@@ -538,8 +589,11 @@ def test_a_required_argument_left_out_is_a_usage_error_in_every_command(run_cli:
     from nbscope.cli import build_command
 
     group = build_command()
-    needing = [name for name, command in group.commands.items()  # type: ignore[attr-defined]
-               if any(p.required and p.param_type_name == "argument" for p in command.params)]
+    needing = [
+        name
+        for name, command in group.commands.items()  # type: ignore[attr-defined]
+        if any(p.required and p.param_type_name == "argument" for p in command.params)
+    ]
     assert {"diagnose", "show", "profile", "export"} <= set(needing)
     for name in needing:
         assert_one_line_error(run_cli(name), "Missing argument", f"nbscope {name} -h")

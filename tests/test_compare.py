@@ -19,8 +19,19 @@ from nbscope.schema.model import Cell
 
 def _cell(index: int, source_hash: str, first_line: str = "", wall: float = 1.0) -> Cell:
     """A cell as a record's readers see it (pairing takes typed cells)."""
-    return decode(Cell, {"index": index, "source_hash": source_hash, "first_line": first_line, "wall_s": wall,
-                         "compile_s": 0.0, "run_s": wall, "status": "ok", "line": None})
+    return decode(
+        Cell,
+        {
+            "index": index,
+            "source_hash": source_hash,
+            "first_line": first_line,
+            "wall_s": wall,
+            "compile_s": 0.0,
+            "run_s": wall,
+            "status": "ok",
+            "line": None,
+        },
+    )
 
 
 # ---- pairing --------------------------------------------------------------------------------------
@@ -34,26 +45,47 @@ def test_pairs_by_hash_in_order_including_duplicates() -> None:
 
 
 def test_edited_inserted_and_removed_cells() -> None:
-    a = [_cell(0, "h0", "import jax"), _cell(1, "old", "x = f(1000)"), _cell(2, "h2", "plot(x)"),
-         _cell(3, "gone", "print('bye')")]
+    a = [
+        _cell(0, "h0", "import jax"),
+        _cell(1, "old", "x = f(1000)"),
+        _cell(2, "h2", "plot(x)"),
+        _cell(3, "gone", "print('bye')"),
+    ]
     b = [_cell(0, "h0", "import jax"), _cell(1, "new", "x = f(2000)"), _cell(2, "h2", "plot(x)")]
     pairs = compare_module.pair_cells(a, b)
     assert [(p.match, p.a and p.a.index, p.b and p.b.index) for p in pairs] == [
-        ("hash", 0, 0), ("edited", 1, 1), ("hash", 2, 2), ("only-a", 3, None)]
+        ("hash", 0, 0),
+        ("edited", 1, 1),
+        ("hash", 2, 2),
+        ("only-a", 3, None),
+    ]
     assert pairs[1].similarity is not None and pairs[1].similarity > 0.8
 
 
 def test_similarity_pairs_across_an_insertion() -> None:
     a = [_cell(0, "h0", "import jax"), _cell(1, "a1", "result = simulate(x0, n=100)")]
-    b = [_cell(0, "h0", "import jax"), _cell(1, "b1", "print('new cell')"), _cell(2, "b2", "result = simulate(x0, n=200)")]
+    b = [
+        _cell(0, "h0", "import jax"),
+        _cell(1, "b1", "print('new cell')"),
+        _cell(2, "b2", "result = simulate(x0, n=200)"),
+    ]
     pairs = compare_module.pair_cells(a, b)
     assert [(p.match, p.a and p.a.index, p.b and p.b.index) for p in pairs] == [
-        ("hash", 0, 0), ("only-b", None, 1), ("similar", 1, 2)]
+        ("hash", 0, 0),
+        ("only-b", None, 1),
+        ("similar", 1, 2),
+    ]
 
 
 @pytest.mark.parametrize(
     ("a", "b", "text"),
-    [(3.1, 1.0, "B 3.1× faster"), (1.0, 2.0, "A 2.0× faster"), (1.0, 1.05, "tie"), (0.001, 0.004, "tie"), (None, 1.0, "–")],
+    [
+        (3.1, 1.0, "B 3.1× faster"),
+        (1.0, 2.0, "A 2.0× faster"),
+        (1.0, 1.05, "tie"),
+        (0.001, 0.004, "tie"),
+        (None, 1.0, "–"),
+    ],
 )
 def test_winner_text(a, b, text) -> None:
     assert compare_module.Winner.of(a, b).text == text
@@ -86,7 +118,9 @@ def test_settings_differences_are_named() -> None:
 
 
 def test_markdown_in_the_seed_style() -> None:
-    text = comparison_markdown(compare_module.compare(load_record("cpu_latency_loop"), load_record("synthetic_t4_latency_loop")))
+    text = comparison_markdown(
+        compare_module.compare(load_record("cpu_latency_loop"), load_record("synthetic_t4_latency_loop"))
+    )
     lines = text.splitlines()
     assert "| Benchmark | A | B | Winner |" in lines
     assert any("× faster |" in line for line in lines)
@@ -116,12 +150,15 @@ def test_backend_unavailable_detection() -> None:
     assert backend_unavailable(ok) is None
     broken = edited(ok)
     for cell in broken.measurements["cells"][2:]:
-        cell.update(status="error", error={"name": "AssertionError", "message": ""}, jax={"compiles": 0, "functions": []})
+        cell.update(
+            status="error", error={"name": "AssertionError", "message": ""}, jax={"compiles": 0, "functions": []}
+        )
     broken.measurements["totals"]["compiles"] = 0
     assert "no JAX operation ran" in backend_unavailable(broken)
     named = edited(ok)
-    named.measurements["cells"][2].update(status="error", error={
-        "name": "RuntimeError", "message": "Unable to initialize backend 'cuda': no devices"})
+    named.measurements["cells"][2].update(
+        status="error", error={"name": "RuntimeError", "message": "Unable to initialize backend 'cuda': no devices"}
+    )
     assert "Unable to initialize backend" in backend_unavailable(named)
     with pytest.raises(NbscopeError, match="at least two"):
         parse_backends("cpu", at_least=2)
@@ -180,15 +217,24 @@ def test_cli_compare_runs_in_the_store_names_the_cache_setting(run_cli, profiled
 def test_profile_backends_reports_an_unavailable_backend(run_cli, tmp_path: Path) -> None:
     from nbscope.collect.platforms import machine_lacks
 
-    unknown = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,no_such_platform",
-                      "--db", tmp_path / "s.db")
+    unknown = run_cli(
+        "profile", FILES / "diag_first_call.ipynb", "--backends", "cpu,no_such_platform", "--db", tmp_path / "s.db"
+    )
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "unknown backend" in unknown.stderr
     # A backend this machine has no device for is refused before anything runs (tests/test_adversarial.py).
     present = ["cpu"] + [b for b in ("cuda", "tpu") if machine_lacks(b) is None]
     if len(present) < 2:
         pytest.skip("this machine has no GPU or TPU: a second backend is refused before anything runs")
-    result = run_cli("profile", FILES / "diag_first_call.ipynb", "--backends", ",".join(present),
-                     "--db", tmp_path / "s.db", "--json", timeout=300)
+    result = run_cli(
+        "profile",
+        FILES / "diag_first_call.ipynb",
+        "--backends",
+        ",".join(present),
+        "--db",
+        tmp_path / "s.db",
+        "--json",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     backends = {b["backend"]: b for b in document["backends"]}
@@ -212,8 +258,12 @@ def test_rules_survive_partial_records() -> None:
         record = edited(load_record(name))
         record.status = "partial"
         cells = record.measurements["cells"]
-        cells[-1].update(status="not-run", wall_s=None, compile_s=None, run_s=None, jax=None, numba=None, gpu_memory=None)
-        cells[-2].update(status="kernel-died", error={"name": "DeadKernelError", "message": "died"}, timeline={"error": "x"})
+        cells[-1].update(
+            status="not-run", wall_s=None, compile_s=None, run_s=None, jax=None, numba=None, gpu_memory=None
+        )
+        cells[-2].update(
+            status="kernel-died", error={"name": "DeadKernelError", "message": "died"}, timeline={"error": "x"}
+        )
         cells[0]["jax"] = {"functions": [{"name": "odd"}]}  # fields missing inside a function entry
         findings = diagnose(record, sources={})
         assert not [s for s in findings.skipped if s.reason.startswith("rule failed")], findings.skipped  # type: ignore[attr-defined]
@@ -251,5 +301,7 @@ def test_profile_backends_with_two_available_backends(monkeypatch, capsys, tmp_p
     assert [p["cell"] for p in document["recommendation"]["pinned"]] == [2, 3]
     rules = {f["rule"] for f in document["diagnosis"]["cuda"]["findings"]}
     assert "latency-bound-loop" in rules  # the CPU run is the evidence
-    text = backends_markdown(profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store))
+    text = backends_markdown(
+        profile_backends(FILES / "diag_latency_loop.ipynb", ProfileOptions(), "cpu,cuda", store=store)
+    )
     assert "| Benchmark | A | B | Winner |" in text and "Recommended backend" in text

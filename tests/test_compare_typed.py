@@ -58,8 +58,9 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_json_is_what_the_command_prints(stored: dict[str, Any], run_cli: Any) -> None:
     a, b = (stored["store"].get(run_id) for run_id in stored["ids"])
     comparison = compare_module.compare(a, b)
-    done = run_cli("compare", str(a.run_id), str(b.run_id), "--db", stored["folder"] / "nbscope.db", "--json",
-                   cwd=stored["folder"])
+    done = run_cli(
+        "compare", str(a.run_id), str(b.run_id), "--db", stored["folder"] / "nbscope.db", "--json", cwd=stored["folder"]
+    )
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     assert printed.pop("recommendation") is None  # one backend: nothing to recommend
@@ -103,8 +104,13 @@ def test_winner_as_data_and_as_json() -> None:
     assert compare_module.Winner.of(3.1, 1.0) == compare_module.Winner("B", 3.1, "B 3.1× faster")
     assert compare_module.Winner.of(3.1, 1.0).to_dict() == {"winner": "B", "factor": 3.1, "text": "B 3.1× faster"}
     noisy = compare_module.within_noise(compare_module.Winner.of(0.4, 0.2), 0.5, -0.2, "unwaited")
-    assert noisy.to_dict() == {"winner": "tie", "factor": 2.0, "text": "within noise", "within_noise": True,
-                               "noise_floor_s": 0.5}
+    assert noisy.to_dict() == {
+        "winner": "tie",
+        "factor": 2.0,
+        "text": "within noise",
+        "within_noise": True,
+        "noise_floor_s": 0.5,
+    }
 
 
 def test_different_notebooks_are_refused_unless_allowed() -> None:

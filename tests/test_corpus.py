@@ -40,7 +40,9 @@ def run_lecture(name: str, audited_corpus: dict[str, Any]) -> RunRecord:
     """The lecture's CPU run from the session's audit of the corpus (tests/conftest.py ``audited_corpus``): a
     profile in an audit worker (recording program data for the forecast), stored and embedded in the audit file."""
     path = CORPUS / name
-    (entry,) = [e for e in audited_corpus["measurements"]["notebooks"] if e["backend"] == "cpu" and Path(e["path"]).name == name]
+    (entry,) = [
+        e for e in audited_corpus["measurements"]["notebooks"] if e["backend"] == "cpu" and Path(e["path"]).name == name
+    ]
     assert entry["run_id"] is not None and not entry["reused"]
     record = RunRecord.from_dict(audited_corpus["runs"][str(entry["run_id"])])
     assert record.settings["jax_platform"] == "cpu"
@@ -103,8 +105,11 @@ def test_the_audits_run_and_a_warm_rerun_pair_every_cell(audited_corpus: dict[st
 
     name = "numpy_vs_numba_vs_jax.md"
     audited = run_lecture(name, audited_corpus)
-    warm = profile(CORPUS / name, ProfileOptions(jax_cache="warm", jax_platform="cpu", cache_root=tmp_path / "cache"),
-                   live_path=tmp_path / "warm.jsonl")
+    warm = profile(
+        CORPUS / name,
+        ProfileOptions(jax_cache="warm", jax_platform="cpu", cache_root=tmp_path / "cache"),
+        live_path=tmp_path / "warm.jsonl",
+    )
     data = compare(audited, warm).to_dict()
     assert data["pairing"]["all_paired"] and data["pairing"]["by_hash"] == len(audited.measurements["cells"])
     assert all(row["line"] for row in data["cells"])  # MyST lines kept

@@ -13,7 +13,10 @@ from nbscope.analyse.diagnose import diagnose, rule_thresholds
 
 # Far below the compile seconds of the unrolled loop on any machine (0.9 s here): whether the rules fire
 # depends on the compile's share of the cell and on the loop in the source, not on this machine's speed.
-LOW = {"compile-bound": {"min_compile_s": 0.01}, "unrolled-loop": {"min_compile_s": 0.01, "min_compile_s_long_loop": 0.01}}
+LOW = {
+    "compile-bound": {"min_compile_s": 0.01},
+    "unrolled-loop": {"min_compile_s": 0.01, "min_compile_s_long_loop": 0.01},
+}
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +69,9 @@ def test_thresholds_decide_with_the_measured_figures() -> None:
     above = {"compile-bound": {"min_compile_s": 2 * compile_s}}
     assert not fired(diagnose(record, sources=SOURCES, thresholds=above), "compile-bound")
     share = record.measurements["cells"][1]["compile_s"] / record.measurements["cells"][1]["wall_s"]
-    assert not fired(diagnose(record, sources=SOURCES, thresholds={"compile-bound": {"min_share": (1 + share) / 2}}),
-                     "compile-bound")
+    assert not fired(
+        diagnose(record, sources=SOURCES, thresholds={"compile-bound": {"min_share": (1 + share) / 2}}), "compile-bound"
+    )
     # The findings say which thresholds differed from the defaults; a plain diagnosis says nothing.
     assert diagnose(record, sources=SOURCES, thresholds=above).to_dict()["thresholds"] == above  # type: ignore[attr-defined]
     assert "thresholds" not in diagnose(record, sources=SOURCES).to_dict()  # type: ignore[attr-defined]

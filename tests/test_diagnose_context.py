@@ -40,8 +40,11 @@ def edited_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord
     runs = {}
     for name, sources in (("before", [*SETUP, ORIGINAL, LAST]), ("after", [*SETUP, INSERTED, EDITED, LAST])):
         _write(path, *sources)
-        runs[name] = profile(path, ProfileOptions(jax_platform="cpu", cache_root=folder / "jax-cache"),
-                             live_path=folder / f"{name}.jsonl")
+        runs[name] = profile(
+            path,
+            ProfileOptions(jax_platform="cpu", cache_root=folder / "jax-cache"),
+            live_path=folder / f"{name}.jsonl",
+        )
     return runs
 
 
@@ -85,8 +88,9 @@ def stored_cache_runs(profiled: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.mark.slow
-def test_findings_json_carries_the_records_figures_as_recorded(stored_cache_runs: tuple[Path, RunRecord, RunRecord],
-                                                               run_cli: Any) -> None:
+def test_findings_json_carries_the_records_figures_as_recorded(
+    stored_cache_runs: tuple[Path, RunRecord, RunRecord], run_cli: Any
+) -> None:
     db, cold, warm = stored_cache_runs
     document = diagnose(cold, other=warm, thresholds=LOW).to_dict()
     [finding] = [f for f in document["findings"] if f["rule"] == "cold-cache"]
@@ -95,21 +99,35 @@ def test_findings_json_carries_the_records_figures_as_recorded(stored_cache_runs
     for key in ("compile_s", "compiles", "cache_hits", "cache_state"):
         assert json.dumps(evidence[key]) == json.dumps(totals[key]), key
     assert evidence["jax_cache_setting"] == cold.settings["jax_cache"] == "cold"
-    assert evidence["warm_run"] == warm.run_id and json.dumps(evidence["warm_cache_hits"]) == json.dumps(warm_totals["cache_hits"])
+    assert evidence["warm_run"] == warm.run_id and json.dumps(evidence["warm_cache_hits"]) == json.dumps(
+        warm_totals["cache_hits"]
+    )
     warm_backend = sum((c.get("jax") or {}).get("backend_s") or 0.0 for c in warm.measurements["cells"])
     assert evidence["warm_backend_compile_s"] == round(warm_backend, 4)
     assert finding["summary"].startswith(f"{totals['compiles']} compiles with the persistent cache cold")
     assert document["failed_cells"] == [] and document["cells_not_run"] == 0
     # `nbscope diagnose --json` prints exactly that document.
-    done = run_cli("diagnose", str(cold.run_id), "--other", str(warm.run_id), "--db", db, "--json",
-                   "--threshold", "cold-cache.min_backend_s=0.01")
+    done = run_cli(
+        "diagnose",
+        str(cold.run_id),
+        "--other",
+        str(warm.run_id),
+        "--db",
+        db,
+        "--json",
+        "--threshold",
+        "cold-cache.min_backend_s=0.01",
+    )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == json.loads(json.dumps(
-        {"run_id": cold.run_id, "target": cold.target, **document}, default=str))
+    assert json.loads(done.stdout) == json.loads(
+        json.dumps({"run_id": cold.run_id, "target": cold.target, **document}, default=str)
+    )
 
 
 @pytest.mark.slow
-def test_a_warm_run_of_another_notebook_is_not_the_measured_saving(stored_cache_runs: tuple[Path, RunRecord, RunRecord]) -> None:
+def test_a_warm_run_of_another_notebook_is_not_the_measured_saving(
+    stored_cache_runs: tuple[Path, RunRecord, RunRecord],
+) -> None:
     _, cold, warm = stored_cache_runs
     elsewhere = RunRecord.from_dict({**warm.to_dict(), "target": "another/notebook.ipynb"})
     [finding] = fired(diagnose(cold, other=elsewhere, thresholds=LOW), "cold-cache")

@@ -78,10 +78,20 @@ def test_the_lectures_figures_fire_at_the_default_thresholds(runs: dict) -> None
     record = edited(runs["diag_first_call_across"])
     first, repeat = record.measurements["cells"][2], record.measurements["cells"][3]
     first.update(wall_s=68.0, compile_s=3.3)
-    repeat.update(wall_s=23.0, compile_s=0.05, jax={"compiles": 1, "eager_compiles": 1, "user_compiles": 0,
-                                                    "functions": [{"name": "_where", "kind": "eager", "count": 1}]})
+    repeat.update(
+        wall_s=23.0,
+        compile_s=0.05,
+        jax={
+            "compiles": 1,
+            "eager_compiles": 1,
+            "user_compiles": 0,
+            "functions": [{"name": "_where", "kind": "eager", "count": 1}],
+        },
+    )
     [finding] = fired(diagnose(record), "slow-first-call", 2)
     assert finding.evidence["repeat_cell"] == 3
-    assert finding.evidence["first_s"] == pytest.approx(68.0) and finding.evidence["first_compile_s"] == pytest.approx(3.3)
+    assert finding.evidence["first_s"] == pytest.approx(68.0) and finding.evidence["first_compile_s"] == pytest.approx(
+        3.3
+    )
     assert finding.evidence["gap_s"] == pytest.approx(68.0 - 3.3 - (23.0 - 0.05))
     assert "not compile (3.30 s)" in finding.summary

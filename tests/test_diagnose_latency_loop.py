@@ -55,7 +55,10 @@ def test_without_timeline_or_cpu_run_it_says_what_it_needs(gpu) -> None:
 def test_uses_the_timeline_summary_when_present(gpu) -> None:
     record = edited(gpu)
     record.measurements["cells"][3]["timeline"] = {
-        "classification": "launch-bound", "device_busy_s": 0.4, "ops": 3_000_000, "wall_s": 8.2,
+        "classification": "launch-bound",
+        "device_busy_s": 0.4,
+        "ops": 3_000_000,
+        "wall_s": 8.2,
     }
     record.measurements["cells"][5]["timeline"] = {"classification": "compute-bound", "device_busy_s": 0.002}
     findings = fired(diagnose(record, sources=SOURCES), "latency-bound-loop")
@@ -73,7 +76,9 @@ def test_broken_timeline_is_ignored(gpu) -> None:
 
 @pytest.mark.slow
 def test_silent_on_the_cpu_run(cpu, tmp_path) -> None:
-    assert not fired(diagnose(cpu, other=load_record("synthetic_t4_latency_loop"), sources=SOURCES), "latency-bound-loop")
+    assert not fired(
+        diagnose(cpu, other=load_record("synthetic_t4_latency_loop"), sources=SOURCES), "latency-bound-loop"
+    )
     live = profile_notebook("diag_latency_loop", tmp_path)
     assert not fired(diagnose(live), "latency-bound-loop")
 

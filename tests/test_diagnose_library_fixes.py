@@ -28,7 +28,11 @@ def runs(profiled: Any) -> dict:
 def test_the_probe_records_whose_code_numba_compiled(runs: dict) -> None:
     [entry] = runs["diag_library_numba"].measurements["cells"][1]["numba"]["functions"]
     assert entry["name"] == "_fill_decay" and entry["module"] == "numba_tables" and entry["cache"] is False
-    own = {f["name"]: f for c in runs["diag_numba_cache"].measurements["cells"] for f in (c.get("numba") or {}).get("functions") or []}
+    own = {
+        f["name"]: f
+        for c in runs["diag_numba_cache"].measurements["cells"]
+        for f in (c.get("numba") or {}).get("functions") or []
+    }
     assert {f["module"] for f in own.values()} == {"__main__"}
 
 
@@ -74,17 +78,18 @@ def test_a_library_jax_function_gets_the_calling_line(tmp_path_factory: pytest.T
     assert_compact([finding], record)
 
 
-
 def test_a_redefined_numba_function_is_the_one_in_force_where_it_compiled() -> None:
     """numpy_vs_numba_vs_jax.md defines `compute_max_numba_parallel` twice (a racy version, then a corrected one):
     the decorator to edit is the one of the definition the compiling cell called."""
-    code = analyse({
-        0: "import numba",
-        1: "@numba.jit(parallel=True)\ndef f(x):\n    return x",
-        2: "f(1.0)",
-        3: "\n@numba.jit(parallel=True, cache=True)\ndef f(x):\n    return x + 1",
-        4: "f(2.0)",
-    })
+    code = analyse(
+        {
+            0: "import numba",
+            1: "@numba.jit(parallel=True)\ndef f(x):\n    return x",
+            2: "f(1.0)",
+            3: "\n@numba.jit(parallel=True, cache=True)\ndef f(x):\n    return x + 1",
+            4: "f(2.0)",
+        }
+    )
     first, second = code.numba_function_at("f", 2), code.numba_function_at("f", 4)
     assert first is not None and (first.cell, first.line, first.cache) == (1, 1, False)
     assert second is not None and (second.cell, second.line, second.cache) == (3, 2, True)

@@ -67,8 +67,16 @@ def test_a_redefined_function_is_two_functions() -> None:
     }
 
     def compile_of(shape: str) -> dict:
-        return {"name": "f", "kind": "user", "count": 1, "cache_hits": 0, "trace_s": 0.01, "lower_s": 0.01,
-                "backend_s": 0.05, "shapes": [shape]}
+        return {
+            "name": "f",
+            "kind": "user",
+            "count": 1,
+            "cache_hits": 0,
+            "trace_s": 0.01,
+            "lower_s": 0.01,
+            "backend_s": 0.05,
+            "shapes": [shape],
+        }
 
     for index, shape in ((2, "float32[2]"), (3, "float32[3]"), (4, "float32[4]"), (5, "float32[5]")):
         cells[index]["jax"] = {"compiles": 1, "functions": [compile_of(shape)]}

@@ -58,11 +58,13 @@ def test_needs_sources_says_so(runs: dict, tmp_path: Path) -> None:
 
 
 def test_source_analysis_follows_calls_and_literal_lengths() -> None:
-    code = analyse({
-        0: "N = 64\n\ndef body(x):\n    for _ in range(N):\n        x = x + 1\n    return x",
-        1: "import jax\n\n@jax.jit\ndef outer(x):\n    return body(x)\n\ng = jax.jit(lambda x: x)",
-        2: "def plain(x):\n    for i in range(3):\n        pass",
-    })
+    code = analyse(
+        {
+            0: "N = 64\n\ndef body(x):\n    for _ in range(N):\n        x = x + 1\n    return x",
+            1: "import jax\n\n@jax.jit\ndef outer(x):\n    return body(x)\n\ng = jax.jit(lambda x: x)",
+            2: "def plain(x):\n    for i in range(3):\n        pass",
+        }
+    )
     assert code.functions["outer"].jitted and not code.functions["body"].jitted
     [loop] = code.loops_in("outer")  # found through the call to `body`
     assert loop.trips == 64 and loop.function == "body"

@@ -38,7 +38,9 @@ def _unsynced(source: str, jitted: set[str] | None = None) -> list[str]:
     assert tree is not None
     hits = []
     for region in _source.timed_regions(tree):
-        if _source.jax_calls(region.nodes, jitted or set(), {"jax", "jnp", "lax"}) and not _source.synchronisations(region.nodes):
+        if _source.jax_calls(region.nodes, jitted or set(), {"jax", "jnp", "lax"}) and not _source.synchronisations(
+            region.nodes
+        ):
             hits.append(region.how)
     return hits
 

@@ -40,7 +40,10 @@ def test_silent_on_cpu_and_on_float32_gpu_work() -> None:
 
 def test_unknown_gpu_class_is_reported() -> None:
     record = load_record("synthetic_t4_x64")
-    record.fingerprint["gpu"]["devices"][0]["fp64_class"] = {"ratio": None, "reason": "compute capability 99.0 not in nbscope's table"}
+    record.fingerprint["gpu"]["devices"][0]["fp64_class"] = {
+        "ratio": None,
+        "reason": "compute capability 99.0 not in nbscope's table",
+    }
     findings = diagnose(record, sources=SOURCES)
     assert not fired(findings, "weak-float64")
     assert any(s.rule == "weak-float64" and "99.0" in s.reason for s in findings.skipped)  # type: ignore[attr-defined]

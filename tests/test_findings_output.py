@@ -48,8 +48,9 @@ def _blocks(stdout: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(("record", "notebook", "other", "rules"), STORED, ids=[s[0] for s in STORED])
-def test_diagnose_prints_each_finding_in_8_lines_at_100_columns(run_cli: Any, record: str, notebook: str,
-                                                                 other: str | None, rules: set[str]) -> None:
+def test_diagnose_prints_each_finding_in_8_lines_at_100_columns(
+    run_cli: Any, record: str, notebook: str, other: str | None, rules: set[str]
+) -> None:
     args = ["diagnose", RECORDS / f"{record}.json", "--notebook", FILES / f"{notebook}.ipynb"]
     args += ["--other", RECORDS / f"{other}.json"] if other else []
     done = run_cli(*args, env={"COLUMNS": "100"})  # piped, as in CI logs
@@ -67,8 +68,9 @@ def test_diagnose_prints_each_finding_in_8_lines_at_100_columns(run_cli: Any, re
 
 
 def test_json_carries_the_lines_chosen_for_the_reader_and_the_whole_evidence(run_cli: Any) -> None:
-    done = run_cli("diagnose", RECORDS / "cpu_unrolled_loop.json", "--notebook", FILES / "diag_unrolled_loop.ipynb",
-                   "--json")
+    done = run_cli(
+        "diagnose", RECORDS / "cpu_unrolled_loop.json", "--notebook", FILES / "diag_unrolled_loop.ipynb", "--json"
+    )
     assert done.returncode == 0, done.stderr
     [loop] = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "unrolled-loop"]
     assert [label for label, _ in loop["highlights"]] == ["loop", "steps", "compile"]
@@ -82,9 +84,11 @@ def test_thresholds_from_the_command_line(run_cli: Any) -> None:
     above = run_cli(*args, "--threshold", f"compile-bound.min_compile_s={2 * compile_s}")
     assert above.returncode == 0, above.stderr
     assert "compile-bound" not in {f["rule"] for f in json.loads(above.stdout)["findings"]}
-    for bad, message in (("compile-bound=1", "--threshold expects RULE.NAME=NUMBER"),
-                         ("compile-bound.min_compile_s=fast", "--threshold expects RULE.NAME=NUMBER"),
-                         ("compile-bound.nope=1", "rule compile-bound has no threshold nope")):
+    for bad, message in (
+        ("compile-bound=1", "--threshold expects RULE.NAME=NUMBER"),
+        ("compile-bound.min_compile_s=fast", "--threshold expects RULE.NAME=NUMBER"),
+        ("compile-bound.nope=1", "rule compile-bound has no threshold nope"),
+    ):
         refused = run_cli(*args, "--threshold", bad)
         assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr
 
@@ -93,10 +97,24 @@ def test_thresholds_from_the_command_line(run_cli: Any) -> None:
 
 
 def _bare(**fields: Any) -> Finding:
-    values: dict[str, Any] = dict(rule="some-rule", title="A title", cell_index=2, severity="medium", confidence=0.8,
-                                  evidence={"wall_s": 1.5, "static_args": False, "table": {"a": 1}, "seconds_at_stake": 1.0,
-                                            "peak_bytes": 3 * 2**30, "cause": "new argument shapes", "extra": 7},
-                                  summary="Something took 1.50 s.", fix="Do this: then that; and more.")
+    values: dict[str, Any] = dict(
+        rule="some-rule",
+        title="A title",
+        cell_index=2,
+        severity="medium",
+        confidence=0.8,
+        evidence={
+            "wall_s": 1.5,
+            "static_args": False,
+            "table": {"a": 1},
+            "seconds_at_stake": 1.0,
+            "peak_bytes": 3 * 2**30,
+            "cause": "new argument shapes",
+            "extra": 7,
+        },
+        summary="Something took 1.50 s.",
+        fix="Do this: then that; and more.",
+    )
     values.update(fields)
     return Finding(**values)
 
@@ -139,11 +157,11 @@ def test_report_card_shows_the_labelled_lines_and_folds_the_evidence() -> None:
     data = report_data([record])
     data.diagnoses = [(0, diagnose(record, sources=sources_of("diag_unrolled_loop")))]
     text = report_html.report(data)
-    card = text[text.index("Python loop unrolled inside jit"):]
+    card = text[text.index("Python loop unrolled inside jit") :]
     card = card[: card.index("</div>")]
-    highlights = card[card.index('<ul class="highlights">'): card.index("</ul>")]
+    highlights = card[card.index('<ul class="highlights">') : card.index("</ul>")]
     assert "<b>steps</b>: 200 steps (literal)" in highlights and "<b>loop</b>" in highlights
-    fold = card[card.index("<details>"):]
+    fold = card[card.index("<details>") :]
     assert "all_loops" in fold and "trace_s" in fold  # the whole evidence, folded
 
 
@@ -160,10 +178,11 @@ def test_readme_main_job_shows_the_ledger_then_the_findings(run_cli: Any, tmp_pa
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     ledger = next(i for i, line in enumerate(lines) if "slowest" in line)
-    heading = next(i for i, line in enumerate(lines)
-                   if re.search(r"`nbscope diagnose 1` shows (it|them) in full", line))
+    heading = next(
+        i for i, line in enumerate(lines) if re.search(r"`nbscope diagnose 1` shows (it|them) in full", line)
+    )
     assert ledger < heading and "--db" not in lines[heading]  # the default store needs no --db
-    shown = [line for line in lines[heading + 1:] if line.strip()]
+    shown = [line for line in lines[heading + 1 :] if line.strip()]
     assert shown and len(shown) % 2 == 0 and len(shown) <= 6  # two lines per finding, at most three findings
     assert all(line.startswith("    fix: ") for line in shown[1::2])
     # `energy` is called with four shapes: retrace churn fires on any machine (it has no time threshold).
@@ -210,8 +229,10 @@ def test_audit_lists_each_notebooks_top_findings() -> None:
     runs = {name: load_record(name) for name in ("cpu_unrolled_loop", "cpu_x64")}
     for number, record in enumerate(runs.values(), start=1):
         record.run_id = number
-    entries = [entry_from_record(r, key=f"{name}.ipynb", backend="cpu", source_hash="x", reused=False)
-               for name, r in runs.items()]
+    entries = [
+        entry_from_record(r, key=f"{name}.ipynb", backend="cpu", source_hash="x", reused=False)
+        for name, r in runs.items()
+    ]
     entries = diagnose_entries(entries, lambda entry: runs[entry.path[: -len(".ipynb")]])
     loop = entries[0]
     assert loop.findings is not None and loop.findings >= 3

@@ -18,8 +18,18 @@ from nbscope.schema.codec import decode
 from nbscope.schema.machine import Machine
 
 # The packages issue A names, listed here on purpose rather than read from nbscope.collect.fingerprint.
-ISSUE_PACKAGES = ("numpy", "scipy", "numba", "jax", "jaxlib", "nbclient", "ipykernel", "jupytext", "myst-nb",
-                  "jupyter-book")
+ISSUE_PACKAGES = (
+    "numpy",
+    "scipy",
+    "numba",
+    "jax",
+    "jaxlib",
+    "nbclient",
+    "ipykernel",
+    "jupytext",
+    "myst-nb",
+    "jupyter-book",
+)
 FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"
 GIB = 1024**3
 
@@ -189,14 +199,8 @@ def test_missing_packages_are_absent_not_errors(monkeypatch: pytest.MonkeyPatch)
     assert result["blas"] == {"absent": "threadpoolctl not installed"}
 
 
-def test_installed_distributions_reads_dist_info_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in (
-        "Jupyter_Book-1.0.4.post1.dist-info",
-        "myst_nb-1.4.0.dist-info",
-        "jax_cuda12_plugin-0.10.2.dist-info",
-    ):
+def test_installed_distributions_reads_dist_info_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("Jupyter_Book-1.0.4.post1.dist-info", "myst_nb-1.4.0.dist-info", "jax_cuda12_plugin-0.10.2.dist-info"):
         (tmp_path / name).mkdir()
     (tmp_path / "not_a_dist-1.0.egg-link").write_text("")
     monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "missing")])
@@ -466,9 +470,7 @@ def test_info_diff_reads_a_run_record(tmp_path: Path, base: dict[str, Any], run_
 
     a, b = changed_pair(tmp_path, base)
     record_path = tmp_path / "run.json"
-    record_path.write_text(
-        RunRecord(kind="profile", target="x.md", fingerprint=json.loads(b.read_text())).to_json()
-    )
+    record_path.write_text(RunRecord(kind="profile", target="x.md", fingerprint=json.loads(b.read_text())).to_json())
     result = run_cli("info", "--diff", a, record_path, "--json")
     assert result.returncode == 1, result.stderr
     assert [row["field"] for row in json.loads(result.stdout)] == ["blas.threads", "versions.jax"]

@@ -31,6 +31,7 @@ jax = pytest.importorskip("jax")
 
 # ---- HLO: loops, trip counts, syncs, work ----------------------------------------------------------
 
+
 def _hlo(function: Any, *args: Any) -> str:
     return str(jax.jit(function).lower(*args).compile().as_text())
 
@@ -82,8 +83,9 @@ def test_cond_inside_a_counted_loop_syncs_every_iteration() -> None:
     assert loop["trip_count"] == 50
     assert loop["conditionals_per_iteration"] + loop["select_conds"] >= 1
     table = load_table()
-    (term,) = [t for t in program_terms({"loops": [loop], "entry": {}}, table.devices["t4"], table.model)
-               if t.kind == "loop"]
+    (term,) = [
+        t for t in program_terms({"loops": [loop], "entry": {}}, table.devices["t4"], table.model) if t.kind == "loop"
+    ]
     sync = table.devices["t4"].figure("sync_iteration_us")
     assert term.high_s is not None and term.high_s >= 50 * sync.high * 1e-6
 
@@ -114,6 +116,7 @@ def test_estimate_agrees_with_xla_on_a_matmul() -> None:
 
 # ---- the device table --------------------------------------------------------------------------
 
+
 def test_builtin_table_has_the_issue_gpus_each_figure_with_a_source() -> None:
     table = load_table(environ={})
     assert {"t4", "l4", "a10g", "a100", "h100", "h200"} <= set(table.devices)
@@ -133,7 +136,11 @@ def test_user_file_overrides_one_figure_and_adds_a_device(tmp_path: Path) -> Non
     path = tmp_path / "devices.toml"
     path.write_text(
         '[devices.t4]\nloop_iteration_us = { value = 5.0, basis = "measured", source = "our runner" }\n'
-        + to_toml(DeviceEntry(key="lab", name="Lab GPU", match=["Lab"], figures=load_table(environ={}).devices["h100"].figures))
+        + to_toml(
+            DeviceEntry(
+                key="lab", name="Lab GPU", match=["Lab"], figures=load_table(environ={}).devices["h100"].figures
+            )
+        )
     )
     table = load_table(path)
     assert table.devices["t4"].figure("loop_iteration_us").low == 5.0
@@ -169,6 +176,7 @@ def test_environment_variable_names_the_user_file(tmp_path: Path) -> None:
 
 # ---- calibration -------------------------------------------------------------------------------
 
+
 def _record(kind: str, target: str, measurements: dict[str, Any]) -> RunRecord:
     record = RunRecord(kind=kind, target=target, fingerprint={"digest": "abc123def456"}, measurements=measurements)
     record.run_id = 7
@@ -176,21 +184,51 @@ def _record(kind: str, target: str, measurements: dict[str, Any]) -> RunRecord:
 
 
 def test_calibration_from_loops_and_bench_runs_on_a_gpu() -> None:
-    loops = _record("loops", "builtin:logistic-map", {"sweeps": [
-        {"placement": "default", "platform": "gpu", "device_kind": "NVIDIA L40S",
-         "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4}},
-        {"placement": "cpu", "platform": "cpu", "fit": {"us_per_iter": 0.006}},
-    ]})
+    loops = _record(
+        "loops",
+        "builtin:logistic-map",
+        {
+            "sweeps": [
+                {
+                    "placement": "default",
+                    "platform": "gpu",
+                    "device_kind": "NVIDIA L40S",
+                    "fit": {"us_per_iter": 6.0, "us_per_iter_top": 6.4},
+                },
+                {"placement": "cpu", "platform": "cpu", "fit": {"us_per_iter": 0.006}},
+            ]
+        },
+    )
     gpu = "gpu:0 (NVIDIA L40S)"
-    bench = _record("bench", "suite", {"groups": {
-        "loops": {"figures": [{"key": "loops.fori_loop_default_per_iter[float32]", "device": gpu,
-                               "fit": {"per_iter_us": 20.0, "spread": 0.1}}]},
-        "jax": {"figures": [{"key": "jax.matmul_large[float32]", "device": gpu, "throughput": {"value": 40_000.0}},
-                            {"key": "jax.elementwise[float32]", "device": gpu, "throughput": {"value": 100.0}}]},
-        "transfer": {"figures": [{"key": "transfer.host_to_device[float32]", "device": gpu,
-                                  "throughput": {"value": 22.0}}]},
-        "numpy": {"figures": [{"key": "numpy.matmul[float32]", "device": "cpu", "throughput": {"value": 1.0}}]},
-    }})
+    bench = _record(
+        "bench",
+        "suite",
+        {
+            "groups": {
+                "loops": {
+                    "figures": [
+                        {
+                            "key": "loops.fori_loop_default_per_iter[float32]",
+                            "device": gpu,
+                            "fit": {"per_iter_us": 20.0, "spread": 0.1},
+                        }
+                    ]
+                },
+                "jax": {
+                    "figures": [
+                        {"key": "jax.matmul_large[float32]", "device": gpu, "throughput": {"value": 40_000.0}},
+                        {"key": "jax.elementwise[float32]", "device": gpu, "throughput": {"value": 100.0}},
+                    ]
+                },
+                "transfer": {
+                    "figures": [
+                        {"key": "transfer.host_to_device[float32]", "device": gpu, "throughput": {"value": 22.0}}
+                    ]
+                },
+                "numpy": {"figures": [{"key": "numpy.matmul[float32]", "device": "cpu", "throughput": {"value": 1.0}}]},
+            }
+        },
+    )
     table = load_table(environ={})
     entry = calibrate([loops, bench], "l40s", table.devices["l4"])
     figures = entry.figures
@@ -202,22 +240,34 @@ def test_calibration_from_loops_and_bench_runs_on_a_gpu() -> None:
     assert figures["fp64_tflops"] is table.devices["l4"].figures["fp64_tflops"]  # from --base
     assert "run 7" in figures["loop_iteration_us"].source and "NVIDIA L40S" in figures["loop_iteration_us"].source
     assert entry.match == ["NVIDIA L40S"]
-    assert set(entry.calibrated) == {"loop_iteration_us", "sync_iteration_us", "fp32_tflops", "memory_gbs",
-                                        "host_link_gbs"}
+    assert set(entry.calibrated) == {
+        "loop_iteration_us",
+        "sync_iteration_us",
+        "fp32_tflops",
+        "memory_gbs",
+        "host_link_gbs",
+    }
 
 
 def test_calibration_refuses_cpu_only_runs_and_missing_figures() -> None:
-    cpu_loops = _record("loops", "builtin:logistic-map", {"sweeps": [{"placement": "default", "platform": "cpu",
-                                                                      "fit": {"us_per_iter": 0.006}}]})
+    cpu_loops = _record(
+        "loops",
+        "builtin:logistic-map",
+        {"sweeps": [{"placement": "default", "platform": "cpu", "fit": {"us_per_iter": 0.006}}]},
+    )
     with pytest.raises(NbscopeError, match="no sweep on a GPU"):
         calibrate([cpu_loops], "x", None)
-    gpu_loops = _record("loops", "builtin:logistic-map", {"sweeps": [
-        {"placement": "default", "platform": "gpu", "device_kind": "X", "fit": {"us_per_iter": 3.0}}]})
+    gpu_loops = _record(
+        "loops",
+        "builtin:logistic-map",
+        {"sweeps": [{"placement": "default", "platform": "gpu", "device_kind": "X", "fit": {"us_per_iter": 3.0}}]},
+    )
     with pytest.raises(NbscopeError, match="pass --base"):
         calibrate([gpu_loops], "x", None)
 
 
 # ---- small notebooks end to end ------------------------------------------------------------------
+
 
 def _profiled(name: str) -> RunRecord:
     return profile(FILES / name, ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"})
@@ -278,7 +328,9 @@ def test_while_loop_reports_unknown_trip_count_and_cond_loop_syncs() -> None:
 
 
 @pytest.mark.slow
-def test_float64_matmul_is_far_slower_on_a_t4_than_on_an_h100_but_float32_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_float64_matmul_is_far_slower_on_a_t4_than_on_an_h100_but_float32_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The forecast of float64 work is what this checks, not the trace guard: at the default budget the 8 MB
     # float64 product, written into the heap right after its compile, reads like a program's events and can
     # cut the session before the program's own event (docs/forecast.md), so a budget is passed in.
@@ -310,11 +362,14 @@ def test_cli_forecast_without_program_data_and_for_a_notebook_without_jax(run_cl
     assert "Traceback" not in refused.stderr
     unknown = run_cli("forecast", run_id, "--db", tmp_db, "--gpu", "v100")
     assert unknown.returncode == 2 and "known are a100" in unknown.stderr
-    host = run_cli("profile", FILES / "forecast_host_only.md", "--db", tmp_db, "--forecast", "t4", "--markdown",
-                   timeout=300)
+    host = run_cli(
+        "profile", FILES / "forecast_host_only.md", "--db", tmp_db, "--forecast", "t4", "--markdown", timeout=300
+    )
     assert host.returncode == 0, host.stderr
     assert "runs no JAX" in host.stdout
-    result = run_cli("forecast", str(Store(tmp_db).list(limit=1)[0]["id"]), "--db", tmp_db, "--gpu", "t4,h100", "--json")
+    result = run_cli(
+        "forecast", str(Store(tmp_db).list(limit=1)[0]["id"]), "--db", tmp_db, "--gpu", "t4,h100", "--json"
+    )
     document = json.loads(result.stdout)
     assert document["has_jax"] is False
     assert {n["verdict"] for n in document["notebook"].values()} == {"unchanged"}
@@ -368,7 +423,7 @@ def test_report_has_a_forecast_section_for_runs_with_program_data(scan_record: R
 
     scan_record.settings["forecast"] = ["t4", "h200"]
     text = report(report_data([scan_record]))
-    section = text[text.index("<h2>GPU forecast</h2>"):]
+    section = text[text.index("<h2>GPU forecast</h2>") :]
     assert "NVIDIA T4" in section and "NVIDIA H200" in section
     assert "lax.scan of 100,000 iterations" in section
     assert "<svg" in section and "<script" not in text
@@ -378,8 +433,11 @@ def test_report_has_a_forecast_section_for_runs_with_program_data(scan_record: R
 
 @pytest.mark.slow
 def test_program_data_and_timeline_share_one_trace() -> None:
-    record = profile(FILES / "forecast_scan.md", ProfileOptions(programs=True, timeline=True, jax_platform="cpu"),
-                     fingerprint={"digest": "test"})
+    record = profile(
+        FILES / "forecast_scan.md",
+        ProfileOptions(programs=True, timeline=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
     cells = [c for c in record.measurements["cells"] if (c.get("programs") or {}).get("executions")]
     assert [e["count"] for c in cells for e in c["programs"]["executions"] if "logistic" in e["program"]] == [1, 1, 1]
     # Where the timeline traced the cell, its trace serves the program data too; the first JAX cell, which

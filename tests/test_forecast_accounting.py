@@ -70,8 +70,12 @@ def test_a_cut_cell_without_jax_is_unchanged_and_the_notebook_stays_bounded() ->
     plain = _cells(record)[PLAIN]
     assert not plain["programs"]["executions"] and "jax" not in plain["source"]
     # Only the window fields: its trace cut after a tenth of the cell, as a busy plain-Python cell can be.
-    plain["programs"]["window"] = {"cut": True, "traced_s": plain["wall_s"] / 10, "cell_s": plain["wall_s"],
-                                   "scale": 10.0}
+    plain["programs"]["window"] = {
+        "cut": True,
+        "traced_s": plain["wall_s"] / 10,
+        "cell_s": plain["wall_s"],
+        "scale": 10.0,
+    }
     result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
     cell = result.cell(PLAIN)
     assert cell is not None
@@ -139,8 +143,9 @@ def test_the_forecast_reads_the_notebooks_own_time_not_nbscopes_collection() -> 
         assert cell.cpu.wall_s == cell.gpu["t4"].cpu_s == pytest.approx(cells[index]["wall_s"] * 2 / 3)
     plain = result.cell(PLAIN).gpu["t4"]  # type: ignore[union-attr]
     assert plain.verdict == "unchanged" and plain.low_s == plain.high_s == pytest.approx(cells[PLAIN]["wall_s"] * 2 / 3)
-    assert result.notebook["t4"].cpu_s == pytest.approx(sum(c["wall_s"] * 2 / 3 for c in cells.values()
-                                                            if c["status"] == "ok"))
+    assert result.notebook["t4"].cpu_s == pytest.approx(
+        sum(c["wall_s"] * 2 / 3 for c in cells.values() if c["status"] == "ok")
+    )
     assert all(row.cpu_s == result.cell(row.index).cpu.wall_s for row in loop_slowdowns(result, "t4"))  # type: ignore[union-attr]
 
 
@@ -174,7 +179,7 @@ def test_a_functions_own_parameters_and_locals_are_not_the_notebooks_jax_names()
         0: "import numpy as np\nimport numba\nimport jax.numpy as jnp\nimport quantecon as qe",
         1: "x = jnp.linspace(0, 1, 5)",
         2: "@numba.jit\ndef qm(x0, n, a=4.0):\n    x = np.empty(n + 1)\n    x[0] = x0\n    for t in range(n):\n"
-           "        x[t + 1] = a * x[t] * (1 - x[t])\n    return x",
+        "        x[t + 1] = a * x[t] * (1 - x[t])\n    return x",
         3: "n = 10\nwith qe.Timer():\n    x = qm(0.1, n)",  # under ``with``: x may still be the JAX array
         4: "def f(y):\n    return x + y",
         5: "z = f(1)",

@@ -27,7 +27,9 @@ def _second_cell_without_and_with(name: str) -> tuple[dict, dict]:
     its cells ran clean in both."""
     cells = {}
     for programs in (False, True):
-        record = profile(FILES / name, ProfileOptions(programs=programs, jax_platform="cpu"), fingerprint={"digest": "test"})
+        record = profile(
+            FILES / name, ProfileOptions(programs=programs, jax_platform="cpu"), fingerprint={"digest": "test"}
+        )
         cells[programs] = record.measurements["cells"]
     assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
     return cells[False][1], cells[True][1]
@@ -43,8 +45,11 @@ def test_a_million_small_calls_stay_within_memory_and_time_bounds() -> None:
     pytest.importorskip("jax")
     runs, records = {}, {}
     for programs in (False, True):
-        records[programs] = profile(FILES / "forecast_million.md", ProfileOptions(programs=programs, jax_platform="cpu"),
-                                    fingerprint={"digest": "test"})
+        records[programs] = profile(
+            FILES / "forecast_million.md",
+            ProfileOptions(programs=programs, jax_platform="cpu"),
+            fingerprint={"digest": "test"},
+        )
         runs[programs] = records[programs].measurements["cells"][1]
     off, on = runs[False], runs[True]
 
@@ -71,9 +76,13 @@ def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_cal
     from nbscope.collect.program import CellResult, Executed, _extrapolate
     from nbscope.schema.programs import CallRate
 
-    def scaled(window: dict, cell_wait: float | None, rate: dict | None, compile_s: float | None = None) -> tuple[int, float]:
+    def scaled(
+        window: dict, cell_wait: float | None, rate: dict | None, compile_s: float | None = None
+    ) -> tuple[int, float]:
         execution = Executed(program="jit_step#1", count=100, count_basis="trace", cpu_s=0.5)
-        late = CallRate(calls=rate["calls"], late_calls=None, late_s=None, late_per_s=rate["late_per_s"]) if rate else None
+        late = (
+            CallRate(calls=rate["calls"], late_calls=None, late_s=None, late_per_s=rate["late_per_s"]) if rate else None
+        )
         result = CellResult(executions=[execution], call_rate=late)
         _extrapolate(result, {"cut": True, "traced_s": 1.0, **window}, 10.0, cell_wait, compile_s)
         assert result.window is not None
@@ -91,7 +100,8 @@ def test_a_cut_trace_is_extrapolated_over_the_time_the_cell_ran_at_the_later_cal
     # A wait falls on compiling and calling alike: each side keeps its share of time not waited (a window's
     # 0.45 s of wait taken whole from its 0.5 s of calls would make the scale 170).
     assert scaled({"compile_s": 0.5, "wait_s": 0.45}, 1.0, None, compile_s=0.5)[1] == pytest.approx(
-        9.5 * 0.9 / (0.5 * 0.55))
+        9.5 * 0.9 / (0.5 * 0.55)
+    )
 
 
 @pytest.mark.slow
@@ -103,8 +113,11 @@ def test_memory_grown_on_another_thread_stays_within_the_kernel_wide_budget() ->
     pytest.importorskip("jax")
     cells = {}
     for programs in (False, True):
-        record = profile(FILES / "forecast_thread_memory.md", ProfileOptions(programs=programs, jax_platform="cpu"),
-                         fingerprint={"digest": "test"})
+        record = profile(
+            FILES / "forecast_thread_memory.md",
+            ProfileOptions(programs=programs, jax_platform="cpu"),
+            fingerprint={"digest": "test"},
+        )
         cells[programs] = record.measurements["cells"]
     assert [c["status"] for c in cells[True]] == [c["status"] for c in cells[False]] == ["ok", "ok"]
 
@@ -127,8 +140,13 @@ def test_a_call_still_running_at_the_cut_is_one_call_not_as_many_as_the_time_say
     from nbscope.collect.program import CellResult, Executed, LoopSeen, _extrapolate
 
     def extrapolated(iterations: int, trips: dict | None) -> Executed:
-        execution = Executed(program="jit_qm#1", count=1, count_basis="trace", cpu_s=3.6,
-                             loops={"while.1": LoopSeen(iterations=iterations)})
+        execution = Executed(
+            program="jit_qm#1",
+            count=1,
+            count_basis="trace",
+            cpu_s=3.6,
+            loops={"while.1": LoopSeen(iterations=iterations)},
+        )
         _extrapolate(CellResult(executions=[execution]), {"cut": True, "traced_s": 4.0}, 10.0, None, 0.0, trips)
         return execution
 
@@ -169,7 +187,12 @@ def test_an_eager_scans_events_are_counted_before_the_next_operation_compiles() 
     off, on = _second_cell_without_and_with("forecast_eager_scan.md")
     assert on["collection"]["dispatch_wait_s"] > 0, on["collection"]
     assert "dispatch_wait_s" not in on["collection"] or on["collection_s"] == pytest.approx(
-        sum(v for k, v in on["collection"].items() if k not in ("cut_stop_s", "lowering_jax_s", "dispatch_wait_s", "in_flight_wait_s", "compile_read_s")))
+        sum(
+            v
+            for k, v in on["collection"].items()
+            if k not in ("cut_stop_s", "lowering_jax_s", "dispatch_wait_s", "in_flight_wait_s", "compile_read_s")
+        )
+    )
     window = on["programs"]["window"]
     assert window["cut"] is True and window["reason"] in ("memory budget", "events flood"), window
     assert _growth(on) - _growth(off) <= MEMORY_BOUND, (_growth(on), _growth(off), window)

@@ -109,7 +109,8 @@ def intro(audited_corpus_once: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 @pytest.mark.parametrize("lecture", ["seed", "intro"])
 def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
-        lecture: str, request: pytest.FixtureRequest) -> None:
+    lecture: str, request: pytest.FixtureRequest
+) -> None:
     """nbscope's own collection after each cell (the session's stop, the HLO, the lowering for CUDA) is the
     cell's ``collection_s``, and no part of its code, compile, run or overhead figures; the cell model's
     ``notebook_wall_s`` is its wall time without it."""
@@ -123,7 +124,13 @@ def test_collection_time_is_recorded_apart_from_the_cells_code_compile_and_host(
         where = (cell["index"], cell.get("collection"))
         parts = cell["collection"]
         assert parts["session_stop_s"] >= 0, where
-        apart = ("cut_stop_s", "lowering_jax_s", "dispatch_wait_s", "in_flight_wait_s", "compile_read_s")  # within the code (a cut's stop, the wait) or lowering_s
+        apart = (
+            "cut_stop_s",
+            "lowering_jax_s",
+            "dispatch_wait_s",
+            "in_flight_wait_s",
+            "compile_read_s",
+        )  # within the code (a cut's stop, the wait) or lowering_s
         assert cell["collection_s"] == pytest.approx(sum(v for k, v in parts.items() if k not in apart)), where
         if "lowering_jax_s" in parts:  # nbscope's lowering made JAX trace and lower: none of it is the cell's compile
             assert parts["lowering_jax_s"] <= parts["lowering_s"], where
@@ -154,7 +161,9 @@ def test_jax_intro_large_elementwise_cells_are_faster_on_every_gpu(intro: tuple[
     assert len(timed) >= 6
     cos_cells = [c for c in timed if big_cos(c)]
     assert cos_cells
-    cut = {c["index"] for c in record.measurements["cells"] if ((c.get("programs") or {}).get("window") or {}).get("cut")}
+    cut = {
+        c["index"] for c in record.measurements["cells"] if ((c.get("programs") or {}).get("window") or {}).get("cut")
+    }
     for cell in timed:
         if cell["programs"] or cell["index"] not in cut:
             continue
@@ -192,8 +201,12 @@ def _plainly_without_jax(record: Any) -> set[int]:
     for cell in sorted(record.measurements["cells"], key=lambda c: c["index"]):
         source, programs = str(cell.get("source") or ""), cell.get("programs") or {}
         words = set(re.findall(r"\w+", source))
-        ran = (programs.get("executions") or programs.get("xla_busy_s") or (programs.get("transfers") or {}).get("cpu_s")
-               or ((cell.get("jax") or {}).get("compiles") or 0))
+        ran = (
+            programs.get("executions")
+            or programs.get("xla_busy_s")
+            or (programs.get("transfers") or {}).get("cpu_s")
+            or ((cell.get("jax") or {}).get("compiles") or 0)
+        )
         if _JAX_WORD.search(source):
             bound |= {name for pair in _BOUND.findall(source) for name in pair if name}
         elif not ran and not words & bound:

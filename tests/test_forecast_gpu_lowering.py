@@ -16,8 +16,11 @@ FILES = Path(__file__).resolve().parent / "files"
 
 def test_random_and_solve_have_no_loop_term_from_threefry_or_lu() -> None:
     pytest.importorskip("jax")
-    record = profile(FILES / "forecast_random_solve.md", ProfileOptions(programs=True, jax_platform="cpu"),
-                     fingerprint={"digest": "test"})
+    record = profile(
+        FILES / "forecast_random_solve.md",
+        ProfileOptions(programs=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
     programs = record.measurements["programs"]["programs"]
     program = next(p for p in programs.values() if p["function"] == "draw_and_solve")
     assert program["gpu"]["source"] == "lower (cuda)"
@@ -55,8 +58,11 @@ def test_lowering_for_cuda_gives_the_module_jax_export_gives() -> None:
         return solved.sum() + scanned + counted
 
     function = jax.jit(draw_and_solve)
-    avals = [jax.ShapeDtypeStruct((), jax.random.key(0).dtype), jax.ShapeDtypeStruct((11, 11), jnp.float32),
-             jax.ShapeDtypeStruct((), jnp.float32)]
+    avals = [
+        jax.ShapeDtypeStruct((), jax.random.key(0).dtype),
+        jax.ShapeDtypeStruct((11, 11), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+    ]
     entry: dict = {}
     text = recorder._cuda_module(jax, function, avals, entry)
     assert entry["source"] == "lower (cuda)"

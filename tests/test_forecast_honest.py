@@ -39,13 +39,19 @@ def honest() -> Any:
     # keeps a loaded or different machine from cutting one (a cut is tested in test_forecast_bounded.py).
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(512 * 2**20))
-        return profile(FILES / "forecast_honest.md", ProfileOptions(programs=True, jax_platform="cpu"),
-                       fingerprint={"digest": "test"})
+        return profile(
+            FILES / "forecast_honest.md",
+            ProfileOptions(programs=True, jax_platform="cpu"),
+            fingerprint={"digest": "test"},
+        )
 
 
 def _cell(result: dict[str, Any], text: str) -> dict[str, Any]:
-    return next(c for c in result["cells"] if text in (c.get("first_line") or "") or any(
-        text == p.get("function") for p in c["programs"]))
+    return next(
+        c
+        for c in result["cells"]
+        if text in (c.get("first_line") or "") or any(text == p.get("function") for p in c["programs"])
+    )
 
 
 def test_data_dependent_while_loop_reports_its_observed_trip_count(honest: Any) -> None:
@@ -119,7 +125,9 @@ def test_a_range_that_straddles_the_cpu_time_is_uncertain(honest: Any, tmp_path:
     lines.append(f"sync_iteration_us = {{ low = {low_us!r}, high = {high_us!r} }}")
     path = tmp_path / "devices.toml"
     path.write_text("\n".join(lines) + "\n")
-    straddled = _cell(forecast(honest, "straddle", devices_file=path).to_dict(), "for _ in range(50)")["gpu"]["straddle"]
+    straddled = _cell(forecast(honest, "straddle", devices_file=path).to_dict(), "for _ in range(50)")["gpu"][
+        "straddle"
+    ]
     assert straddled["low_s"] == pytest.approx(cpu * 0.85, rel=1e-6)
     assert straddled["high_s"] == pytest.approx(cpu * 2, rel=1e-6)
     assert straddled["verdict"] == "uncertain"
@@ -166,9 +174,12 @@ def test_an_uncertain_cell_led_by_measured_host_work_names_the_term_whose_width_
     """Host work is carried over as measured, so it is not what is unknown: when a cell whose largest
     term is host work straddles its CPU time, what would settle it is behind the widest other term."""
     result = forecast(honest, "t4")
-    outcome = next(cell.gpu["t4"] for cell in result.cells
-                   if cell.gpu["t4"].verdict != "unchanged"
-                   and any(t.kind != "host" and t.high_s is not None and t.high_s > t.low_s for t in cell.gpu["t4"].terms))
+    outcome = next(
+        cell.gpu["t4"]
+        for cell in result.cells
+        if cell.gpu["t4"].verdict != "unchanged"
+        and any(t.kind != "host" and t.high_s is not None and t.high_s > t.low_s for t in cell.gpu["t4"].terms)
+    )
     others = [t for t in outcome.terms if t.kind != "host"]
     widest = max(others, key=lambda t: float("inf") if t.high_s is None else t.high_s - t.low_s)
     cpu = outcome.cpu_s

@@ -24,10 +24,15 @@ def _by_function(result: dict[str, Any], function: str) -> dict[str, Any]:
     return next(c for c in result["cells"] if any(p["function"] == function for p in c["programs"]))
 
 
-@pytest.mark.parametrize(("function", "how"), [
-    ("path_on_device", "device=cpu"), ("path", 'backend="cpu"'), ("path_default", "default_device(cpu)"),
-    ("path_committed", "device_put"),
-])
+@pytest.mark.parametrize(
+    ("function", "how"),
+    [
+        ("path_on_device", "device=cpu"),
+        ("path", 'backend="cpu"'),
+        ("path_default", "default_device(cpu)"),
+        ("path_committed", "device_put"),
+    ],
+)
 def test_each_placement_form_is_forecast_on_the_cpu(pinned_run: Any, function: str, how: str) -> None:
     record, result = pinned_run
     cell = _by_function(result, function)
@@ -73,8 +78,11 @@ def test_platform_name_pins_the_whole_notebook() -> None:
 
 
 def test_jax_platforms_environment_forms_are_read() -> None:
-    for source in ('import os\nos.environ["JAX_PLATFORMS"] = "cpu"\nimport jax', "%env JAX_PLATFORMS=cpu",
-                   'jax.config.update("jax_platforms", "cpu")'):
+    for source in (
+        'import os\nos.environ["JAX_PLATFORMS"] = "cpu"\nimport jax',
+        "%env JAX_PLATFORMS=cpu",
+        'jax.config.update("jax_platforms", "cpu")',
+    ):
         found = placement.read({0: source, 1: "y = f(x)"})
         assert found.platform is not None and found.pin_of(1, "f") is not None, source
     assert placement.read({0: 'os.environ["JAX_PLATFORMS"] = "cuda"'}).platform is None

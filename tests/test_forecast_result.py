@@ -31,8 +31,12 @@ GPU_RUN = FILES / "records" / "synthetic_t4_latency_loop.json"
 
 def _saved(name: str, folder: Path) -> Path:
     """A profile of ``name`` on this CPU with program data, written as a run file (what the commands read)."""
-    record = profile(FILES / name, ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"},
-                     live_path=folder / f"{Path(name).stem}.jsonl")
+    record = profile(
+        FILES / name,
+        ProfileOptions(programs=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+        live_path=folder / f"{Path(name).stem}.jsonl",
+    )
     path = folder / f"{Path(name).stem}.json"
     path.write_text(record.to_json())
     return path
@@ -88,8 +92,14 @@ def test_the_result_is_frozen(honest_file: Path) -> None:
     notebook = result.notebook["t4"]
     assert isinstance(cell, CellForecast) and isinstance(outcome, Outcome)
     assert isinstance(notebook, NotebookForecast) and all(isinstance(t, Term) for t in outcome.terms)
-    for part, name in ((result, "cells"), (cell, "index"), (outcome, "verdict"), (notebook, "verdict"),
-                       (outcome.terms[0], "low_s"), (result.devices[0], "name")):
+    for part, name in (
+        (result, "cells"),
+        (cell, "index"),
+        (outcome, "verdict"),
+        (notebook, "verdict"),
+        (outcome.terms[0], "low_s"),
+        (result.devices[0], "name"),
+    ):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(part, name, None)
     assert isinstance(result.cells, tuple) and isinstance(outcome.terms, tuple) and isinstance(notebook.ranking, tuple)
@@ -119,8 +129,9 @@ def test_the_recommendation_is_what_diagnose_json_prints(honest_file: Path, run_
         recommendation.reason = ""  # type: ignore[misc]
 
 
-def test_the_recommendation_and_forecast_vs_measured_are_what_compare_json_prints(loop_file: Path,
-                                                                                 run_cli: Any) -> None:
+def test_the_recommendation_and_forecast_vs_measured_are_what_compare_json_prints(
+    loop_file: Path, run_cli: Any
+) -> None:
     shown = run_cli("compare", loop_file, GPU_RUN, "--json")
     assert shown.returncode == 0, shown.stderr
     document = json.loads(shown.stdout)

@@ -42,8 +42,9 @@ pytestmark = pytest.mark.slow
 
 
 def _nbscope(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nbscope", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "nbscope", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def _check(db: Path, page: str) -> None:
@@ -63,15 +64,30 @@ def test_trace_forecast_inside_a_jupyter_book_1_build(tmp_path: Path) -> None:
         pytest.skip(f"needs jupyter-book 1, found {version.strip()[:80]!r}")
     book = tmp_path / "book"
     book.mkdir()
-    (book / "_config.yml").write_text("title: t\nauthor: nbscope\nonly_build_toc_files: true\n"
-                                      "execute:\n  execute_notebooks: force\n  timeout: 300\n")
+    (book / "_config.yml").write_text(
+        "title: t\nauthor: nbscope\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: force\n  timeout: 300\n"
+    )
     (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: scan\n")
     (book / "intro.md").write_text("# Intro\n")
-    (book / "scan.md").write_text("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
-                                  + SCAN_PAGE.split("---\n", 1)[1])
+    (book / "scan.md").write_text(
+        "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+        + SCAN_PAGE.split("---\n", 1)[1]
+    )
     db = tmp_path / "db" / "nbscope.db"
-    done = _nbscope("trace", "--db", str(db), "--forecast", "t4", "--no-diagnose", "--", "jupyter-book", "build",
-                    "--all", str(book), cwd=book)
+    done = _nbscope(
+        "trace",
+        "--db",
+        str(db),
+        "--forecast",
+        "t4",
+        "--no-diagnose",
+        "--",
+        "jupyter-book",
+        "build",
+        "--all",
+        str(book),
+        cwd=book,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     _check(db, "scan.md")
 
@@ -90,7 +106,20 @@ def test_trace_forecast_inside_a_jupyter_book_2_build(tmp_path: Path) -> None:
     env.pop("NBSCOPE_DB", None)
     env["PATH"] = os.pathsep.join([str(found.path_folder), env.get("PATH", "")])
     db = tmp_path / "db" / "nbscope.db"
-    done = _nbscope("trace", "--db", str(db), "--forecast", "t4", "--no-diagnose", "--", "jupyter", "book", "build",
-                    "--execute", cwd=book, env=env)
+    done = _nbscope(
+        "trace",
+        "--db",
+        str(db),
+        "--forecast",
+        "t4",
+        "--no-diagnose",
+        "--",
+        "jupyter",
+        "book",
+        "build",
+        "--execute",
+        cwd=book,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     _check(db, "arrays.md")

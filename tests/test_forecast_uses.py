@@ -36,7 +36,9 @@ SCAN_STEPS = 1_000_000  # each logistic_path call in diag_latency_loop
 
 def _profiled(path: Path, tmp: Path, **options: Any) -> RunRecord:
     options.setdefault("jax_platform", "cpu")
-    return profile(path, ProfileOptions(**options), fingerprint={"digest": "test"}, live_path=tmp / f"{path.stem}.jsonl")
+    return profile(
+        path, ProfileOptions(**options), fingerprint={"digest": "test"}, live_path=tmp / f"{path.stem}.jsonl"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,7 @@ def _t4_per_iteration(record: RunRecord) -> float:
 
 # ---- diagnose: the GPU rules as forecast risks ---------------------------------------------------------
 
+
 def test_latency_loop_fires_as_a_forecast_on_the_cpu_run(loop_run: RunRecord) -> None:
     findings = diagnose(loop_run, sources=LATENCY_SOURCES)
     loops = fired(findings, "latency-bound-loop")
@@ -90,7 +93,9 @@ def test_forecast_gpus_come_from_the_caller_then_the_record(loop_run: RunRecord)
     assert all(f.forecast == ["t4", "h100"] and "on an H100 " in f.summary for f in both)
     named = edited(loop_run)
     named.settings["forecast"] = ["l4"]  # as `profile --forecast l4` records it
-    assert {tuple(f.forecast) for f in fired(diagnose(named, sources=LATENCY_SOURCES), "latency-bound-loop")} == {("l4",)}
+    assert {tuple(f.forecast) for f in fired(diagnose(named, sources=LATENCY_SOURCES), "latency-bound-loop")} == {
+        ("l4",)
+    }
     # The thresholds apply to the forecast: a slowdown this size (seconds) is not below a 1000 s minimum.
     quiet = diagnose(loop_run, sources=LATENCY_SOURCES, thresholds={"latency-bound-loop": {"min_delta_s": 1000}})
     assert not fired(quiet, "latency-bound-loop")
@@ -164,6 +169,7 @@ def sources_of_md(name: str) -> dict[str, str]:
 
 # ---- recommend without a GPU run ---------------------------------------------------------------------
 
+
 def test_recommend_from_the_forecast_says_so_and_keeps_the_loop_on_the_cpu(loop_run: RunRecord) -> None:
     result = recommend(naming(loop_run, LATENCY_SOURCES)).to_dict()
     forecast_result = forecast(loop_run, "t4", sources=LATENCY_SOURCES).to_dict()
@@ -181,7 +187,9 @@ def test_recommend_from_the_forecast_says_so_and_keeps_the_loop_on_the_cpu(loop_
     # Two CPU runs of the notebook: the forecast decides (there is no GPU run to measure by).
     assert recommend(load_record("cpu_latency_loop"), naming(loop_run, LATENCY_SOURCES)).basis == "forecast"
     # A CPU and a GPU run: measured, as before.
-    measured = recommend(*(naming(load_record(name), LATENCY_SOURCES) for name in ("synthetic_t4_latency_loop", "cpu_latency_loop")))
+    measured = recommend(
+        *(naming(load_record(name), LATENCY_SOURCES) for name in ("synthetic_t4_latency_loop", "cpu_latency_loop"))
+    )
     assert measured.basis == "measured"
 
 
@@ -194,6 +202,7 @@ def test_recommend_refuses_a_run_without_program_data_and_says_when_there_is_no_
 
 
 # ---- forecast vs a measured GPU run -------------------------------------------------------------------
+
 
 def test_compare_shows_forecast_vs_measured_per_cell(loop_run: RunRecord, run_cli: Any, tmp_path: Path) -> None:
     gpu = load_record("synthetic_t4_latency_loop")
@@ -243,7 +252,10 @@ def test_duplicated_cells_pair_with_their_own_twin(loop_run: RunRecord) -> None:
 
 # ---- diagnose --gpu and the CLI -------------------------------------------------------------------------
 
-def test_cli_diagnose_gpu_labels_forecasts_and_refuses_bad_input(loop_run: RunRecord, run_cli: Any, tmp_path: Path) -> None:
+
+def test_cli_diagnose_gpu_labels_forecasts_and_refuses_bad_input(
+    loop_run: RunRecord, run_cli: Any, tmp_path: Path
+) -> None:
     run_file = tmp_path / "run.json"
     run_file.write_text(loop_run.to_json())
     notebook = FILES / "diag_latency_loop.ipynb"
@@ -262,7 +274,9 @@ def test_cli_diagnose_gpu_labels_forecasts_and_refuses_bad_input(loop_run: RunRe
     assert len(plain.stderr.strip().splitlines()) == 1
 
 
-def test_diagnose_forecasts_for_a_gpu_of_the_named_device_file(loop_run: RunRecord, run_cli: Any, tmp_path: Path) -> None:
+def test_diagnose_forecasts_for_a_gpu_of_the_named_device_file(
+    loop_run: RunRecord, run_cli: Any, tmp_path: Path
+) -> None:
     """``diagnose(devices_file=...)`` / ``diagnose --devices FILE``: a GPU only the user's file knows (here the
     H100's figures under another name) is forecast for, as ``nbscope forecast --devices`` does."""
     devices = tmp_path / "devices.toml"
@@ -276,8 +290,17 @@ def test_diagnose_forecasts_for_a_gpu_of_the_named_device_file(loop_run: RunReco
     assert [f.evidence["forecast"]["lab"] for f in lab] == [f.evidence["forecast"]["h100"] for f in h100_findings]
     run_file = tmp_path / "run.json"
     run_file.write_text(loop_run.to_json())
-    shown = run_cli("diagnose", run_file, "--gpu", "lab", "--devices", devices,
-                    "--notebook", FILES / "diag_latency_loop.ipynb", "--json")
+    shown = run_cli(
+        "diagnose",
+        run_file,
+        "--gpu",
+        "lab",
+        "--devices",
+        devices,
+        "--notebook",
+        FILES / "diag_latency_loop.ipynb",
+        "--json",
+    )
     assert shown.returncode == 0, shown.stderr
     document = json.loads(shown.stdout)
     assert [f["forecast"] for f in document["findings"] if f["rule"] == "latency-bound-loop"] == [["lab"]] * len(lab)
@@ -285,6 +308,7 @@ def test_diagnose_forecasts_for_a_gpu_of_the_named_device_file(loop_run: RunReco
 
 
 # ---- audit --forecast -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def forecast_audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord, Path, Path]:
@@ -303,7 +327,9 @@ def forecast_audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord,
     fingerprint = fp.collect(nvml=None)
     fingerprint["gpu"] = {"devices": fp.absent("NVML unavailable: test")}  # CPU only, whatever the machine has
     fingerprint["digest"] = fp.digest(fingerprint)
-    record = audit(book, AuditOptions(backends=["cpu"], forecast=["t4", "h100"]), store=Store(db), fingerprint=fingerprint)
+    record = audit(
+        book, AuditOptions(backends=["cpu"], forecast=["t4", "h100"]), store=Store(db), fingerprint=fingerprint
+    )
     return record, book, db
 
 
@@ -342,12 +368,18 @@ def test_audit_forecast_renders_merges_and_reuses_only_runs_with_program_data(
 
     record, _, db = forecast_audit
     markdown = audit_markdown(record)
-    assert "GPU blast radius" in markdown and "| `forecast_scan.md` |" in markdown and "T4 forecast" in markdown and "lax.scan of 100,000" in markdown
+    assert (
+        "GPU blast radius" in markdown
+        and "| `forecast_scan.md` |" in markdown
+        and "T4 forecast" in markdown
+        and "lax.scan of 100,000" in markdown
+    )
     assert "GPU blast radius (forecast)" in audit_html(record)
     path = export_audit(record, tmp_path / "audit.json", store=Store(db))
     merged = merge([path], store=Store(tmp_path / "merged.db"), fingerprint={"digest": "merge"})
     assert [x["path"] for x in merged.measurements["forecast"]["lectures"]] == [
-        x["path"] for x in record.measurements["forecast"]["lectures"]]
+        x["path"] for x in record.measurements["forecast"]["lectures"]
+    ]
     store = Store(db)
     entry = next(e for e in record.measurements["notebooks"] if e["path"] == "forecast_scan.md")
     stored = store.get(entry["run_id"])

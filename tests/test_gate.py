@@ -25,12 +25,20 @@ FILES = Path(__file__).resolve().parent / "files"
 NOTEBOOK = FILES / "gate_sleep.ipynb"
 
 
-def make_cell(index: int, wall: float, samples: list[float] | None = None, *, source: str | None = None,
-              status: str = "ok") -> dict[str, Any]:
+def make_cell(
+    index: int, wall: float, samples: list[float] | None = None, *, source: str | None = None, status: str = "ok"
+) -> dict[str, Any]:
     cell: dict[str, Any] = {
-        "index": index, "cell_index": index + 1, "source_hash": source or f"hash{index:012d}", "line": None,
-        "first_line": f"work({index})", "status": status, "error": None, "wall_s": wall,
-        "compile_s": 0.0, "run_s": wall,
+        "index": index,
+        "cell_index": index + 1,
+        "source_hash": source or f"hash{index:012d}",
+        "line": None,
+        "first_line": f"work({index})",
+        "status": status,
+        "error": None,
+        "wall_s": wall,
+        "compile_s": 0.0,
+        "run_s": wall,
     }
     if status == "error":
         cell["error"] = {"name": "ValueError", "message": "boom"}
@@ -39,15 +47,27 @@ def make_cell(index: int, wall: float, samples: list[float] | None = None, *, so
     return cell
 
 
-def make_record(cells: list[dict[str, Any]], *, digest: str = "d1", started: str = "2026-01-01T00:00:00.000Z",
-                kind: str = "profile", target: str = "nb.ipynb", repeats: int = 1) -> RunRecord:
+def make_record(
+    cells: list[dict[str, Any]],
+    *,
+    digest: str = "d1",
+    started: str = "2026-01-01T00:00:00.000Z",
+    kind: str = "profile",
+    target: str = "nb.ipynb",
+    repeats: int = 1,
+) -> RunRecord:
     return RunRecord(
-        kind=kind, target=target, fingerprint={"digest": digest, "cpu": {"model": "Test CPU", "logical_cores": 2}},
+        kind=kind,
+        target=target,
+        fingerprint={"digest": digest, "cpu": {"model": "Test CPU", "logical_cores": 2}},
         measurements={
             "totals": {"wall_s": sum(c["wall_s"] for c in cells), "cells": len(cells)},
-            "cells": cells, "repeats": repeats,
+            "cells": cells,
+            "repeats": repeats,
         },
-        settings={"repeat": repeats}, command=["test"], started_at=started,
+        settings={"repeat": repeats},
+        command=["test"],
+        started_at=started,
     )
 
 
@@ -92,10 +112,20 @@ def test_parse_slowdown_rejects(text: str) -> None:
 
 
 def test_pairing_by_source_hash_with_edits_inserts_and_duplicates() -> None:
-    base = [make_cell(0, 1, source="a"), make_cell(1, 1, source="b"), make_cell(2, 1, source="c"),
-            make_cell(3, 1, source="a")]
-    cand = [make_cell(0, 1, source="a"), make_cell(1, 1, source="B"), make_cell(2, 1, source="new1"),
-            make_cell(3, 1, source="new2"), make_cell(4, 1, source="c"), make_cell(5, 1, source="a")]
+    base = [
+        make_cell(0, 1, source="a"),
+        make_cell(1, 1, source="b"),
+        make_cell(2, 1, source="c"),
+        make_cell(3, 1, source="a"),
+    ]
+    cand = [
+        make_cell(0, 1, source="a"),
+        make_cell(1, 1, source="B"),
+        make_cell(2, 1, source="new1"),
+        make_cell(3, 1, source="new2"),
+        make_cell(4, 1, source="c"),
+        make_cell(5, 1, source="a"),
+    ]
     pairs = pair_cells([decode(Cell, c) for c in base], [decode(Cell, c) for c in cand])
     described = [(p.a and p.a.source_hash, p.b and p.b.source_hash, p.source_changed) for p in pairs]
     assert ("a", "a", False) in described
@@ -120,8 +150,9 @@ def test_edited_cell_at_same_place_pairs_by_position() -> None:
 
 def test_single_samples_regression_named_and_tiny_cells_ignored() -> None:
     base = make_record([make_cell(0, 0.010), make_cell(1, 0.50), make_cell(2, 0.30)])
-    cand = make_record([make_cell(0, 0.040), make_cell(1, 1.50), make_cell(2, 0.325)],
-                       started="2026-01-02T00:00:00.000Z")
+    cand = make_record(
+        [make_cell(0, 0.040), make_cell(1, 1.50), make_cell(2, 0.325)], started="2026-01-02T00:00:00.000Z"
+    )
     result = gate(base, cand, GateOptions(max_slowdown=0.10))
     verdicts = [c.verdict for c in result.cells]
     # 10 → 40 ms is 4× but tiny; 0.30 → 0.325 s is within a single sample's noise
@@ -173,8 +204,9 @@ def test_failed_cell_fails_the_gate_unless_ignored() -> None:
 
 def test_faster_and_small_new_cells_do_not_fail() -> None:
     base = make_record([make_cell(0, 2.0, source="a")])
-    cand = make_record([make_cell(0, 0.5, source="a"), make_cell(1, 0.5, source="z")],
-                       started="2026-01-02T00:00:00.000Z")
+    cand = make_record(
+        [make_cell(0, 0.5, source="a"), make_cell(1, 0.5, source="z")], started="2026-01-02T00:00:00.000Z"
+    )
     result = gate(base, cand)
     assert [c.verdict for c in result.cells] == ["faster", "new"]
     assert result.passed and result.total.verdict == "faster"
@@ -184,8 +216,13 @@ def test_faster_and_small_new_cells_do_not_fail() -> None:
 
 def test_totals_only_for_jupyter_cache_runs() -> None:
     def run(seconds: float) -> RunRecord:
-        return RunRecord(kind="jupyter-cache", target="book/a.md", fingerprint={"digest": "d"},
-                         measurements={"totals": {"wall_s": seconds}}, command=[])
+        return RunRecord(
+            kind="jupyter-cache",
+            target="book/a.md",
+            fingerprint={"digest": "d"},
+            measurements={"totals": {"wall_s": seconds}},
+            command=[],
+        )
 
     result = gate(run(10.0), run(40.0))
     assert result.cells == [] and result.total.verdict == "regression"
@@ -196,7 +233,9 @@ def test_totals_only_for_jupyter_cache_runs() -> None:
 
 
 def test_bad_input() -> None:
-    bench = RunRecord(kind="bench", target="suite", fingerprint={"digest": "d"}, measurements={"totals": {}}, command=[])
+    bench = RunRecord(
+        kind="bench", target="suite", fingerprint={"digest": "d"}, measurements={"totals": {}}, command=[]
+    )
     profile_run = make_record([make_cell(0, 1.0)])
     with pytest.raises(NbscopeError, match="bench"):
         gate(bench, profile_run)
@@ -208,8 +247,10 @@ def test_bad_input() -> None:
 
 
 def test_warnings_for_other_environment_and_target() -> None:
-    result = gate(make_record([make_cell(0, 1.0)], digest="aaa"),
-                  make_record([make_cell(0, 1.0)], digest="bbb", target="other.ipynb"))
+    result = gate(
+        make_record([make_cell(0, 1.0)], digest="aaa"),
+        make_record([make_cell(0, 1.0)], digest="bbb", target="other.ipynb"),
+    )
     assert any("different environments" in w for w in result.warnings)
     assert any("different targets" in w for w in result.warnings)
 
@@ -307,26 +348,43 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     store = Store(folder / "nbscope.db")
     runs = {}
     for name, seconds in (("base", "0.1"), ("same", "0.1"), ("slow", "0.3")):
-        record = profile(NOTEBOOK, ProfileOptions(repeat=4, env={"NBSCOPE_GATE_SLOW": seconds}), store=store,
-                         live_path=folder / f"{name}.jsonl")
+        record = profile(
+            NOTEBOOK,
+            ProfileOptions(repeat=4, env={"NBSCOPE_GATE_SLOW": seconds}),
+            store=store,
+            live_path=folder / f"{name}.jsonl",
+        )
         assert record.status == "ok", record.measurements.get("cells")
         runs[name] = record.run_id
     return {"db": store.path, **runs}
 
 
 @pytest.mark.slow
-def test_gate_three_times_slower_cell_exits_1_and_names_it(gate_runs: dict[str, Any], run_cli: Any,
-                                                           tmp_path: Path) -> None:
+def test_gate_three_times_slower_cell_exits_1_and_names_it(
+    gate_runs: dict[str, Any], run_cli: Any, tmp_path: Path
+) -> None:
     summary = tmp_path / "summary.md"
-    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
-                   gate_runs["slow"], "--max-slowdown", "10%", "--summary", summary)
+    done = run_cli(
+        "gate",
+        "--db",
+        gate_runs["db"],
+        "--baseline",
+        gate_runs["base"],
+        "--candidate",
+        gate_runs["slow"],
+        "--max-slowdown",
+        "10%",
+        "--summary",
+        summary,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL" in done.stdout and "cell 2" in done.stdout and "NBSCOPE_GATE_SLOW" in done.stdout
     text = summary.read_text()
     assert "❌ nbscope gate failed" in text and "- cell 2: time.sleep" in text
 
-    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
-                   gate_runs["slow"], "--json")
+    done = run_cli(
+        "gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate", gate_runs["slow"], "--json"
+    )
     assert done.returncode == 1
     result = json.loads(done.stdout)
     failing = [c for c in result["cells"] if c["verdict"] == "regression"]
@@ -337,12 +395,14 @@ def test_gate_three_times_slower_cell_exits_1_and_names_it(gate_runs: dict[str, 
 
 @pytest.mark.slow
 def test_the_typed_gate_of_fresh_profiles_is_what_gate_json_prints_and_leaves_out_the_wait(
-        gate_runs: dict[str, Any], run_cli: Any) -> None:
+    gate_runs: dict[str, Any], run_cli: Any
+) -> None:
     store = Store(gate_runs["db"])
     base, cand = store.get(gate_runs["base"]), store.get(gate_runs["slow"])
     result = gate(base, cand, history=history_runs(store, cand, 10))
-    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate", gate_runs["slow"],
-                   "--json")
+    done = run_cli(
+        "gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate", gate_runs["slow"], "--json"
+    )
     assert done.returncode == result.exit_code == 1, done.stdout + done.stderr
     assert json.loads(done.stdout) == json.loads(json.dumps(result.to_dict(), indent=1, default=str))
     slow = next(c for c in result.cells if c.index == 1)
@@ -355,8 +415,9 @@ def test_the_typed_gate_of_fresh_profiles_is_what_gate_json_prints_and_leaves_ou
 
 @pytest.mark.slow
 def test_gate_unchanged_notebook_exits_0(gate_runs: dict[str, Any], run_cli: Any) -> None:
-    done = run_cli("gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate",
-                   gate_runs["same"], "--markdown")
+    done = run_cli(
+        "gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate", gate_runs["same"], "--markdown"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "✅ nbscope gate passed" in done.stdout
 
@@ -401,7 +462,9 @@ def test_missing_or_nan_figures_fail_never_unchanged(bad: float | None) -> None:
     assert result.total.verdict == "failed" and result.exit_code == 1
 
 
-def test_nan_in_an_imported_record_is_refused_and_an_unknown_figure_fails_the_gate(run_cli: Any, tmp_path: Path) -> None:
+def test_nan_in_an_imported_record_is_refused_and_an_unknown_figure_fails_the_gate(
+    run_cli: Any, tmp_path: Path
+) -> None:
     base = make_record([make_cell(0, 1.0)])
     cand = make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z")
     (tmp_path / "base.json").write_text(base.to_json())
@@ -438,7 +501,9 @@ def baseline_store(db: Path) -> dict[str, int]:
         ids[name] = store.save(record)
     store.record_verdict(ids["passed"], baseline_id=ids["first"], passed=True, reasons=[])
     store.record_verdict(ids["failed"], baseline_id=ids["passed"], passed=True, reasons=[])
-    store.record_verdict(ids["failed"], baseline_id=ids["passed"], passed=False, reasons=["cell 1: slower"])  # latest counts
+    store.record_verdict(
+        ids["failed"], baseline_id=ids["passed"], passed=False, reasons=["cell 1: slower"]
+    )  # latest counts
     return ids
 
 
@@ -466,7 +531,9 @@ def test_automatic_baseline_before_any_run_passed_is_the_newest_comparable(tmp_d
     assert latest_baseline(store, store.get(third), notes).run_id == second and notes == []
     store.record_verdict(second, baseline_id=first, passed=False, reasons=["cell 1: slower"])
     assert latest_baseline(store, store.get(third), notes).run_id == first
-    assert notes == [f"baseline run {first} is the newest comparable run; newer runs passed over: run {second} (failed the gate)"]
+    assert notes == [
+        f"baseline run {first} is the newest comparable run; newer runs passed over: run {second} (failed the gate)"
+    ]
 
 
 def test_no_baseline_says_what_was_left_out(tmp_db: Path) -> None:
@@ -484,8 +551,10 @@ def test_no_baseline_says_what_was_left_out(tmp_db: Path) -> None:
 
 
 def test_different_settings_are_named() -> None:
-    result = gate(make_record([make_cell(0, 1.0)], repeats=1),
-                  make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z", repeats=4))
+    result = gate(
+        make_record([make_cell(0, 1.0)], repeats=1),
+        make_record([make_cell(0, 1.0)], started="2026-01-02T00:00:00.000Z", repeats=4),
+    )
     assert any(w.startswith("different measurement settings (default settings vs repeat 4)") for w in result.warnings)
     assert result.candidate.settings["repeat"] == 4
 
@@ -520,8 +589,12 @@ def test_a_regressed_candidate_then_an_unchanged_rerun_is_judged_against_the_las
     loose = ("--max-slowdown", "300%", "--floor", "0.5", "--json", "--db", store.path)
 
     def profiled(seconds: str) -> int:
-        record = profile(NOTEBOOK, ProfileOptions(env={"NBSCOPE_GATE_SLOW": seconds}), store=store,
-                         live_path=tmp_path / f"live-{seconds}-{store.count()}.jsonl")
+        record = profile(
+            NOTEBOOK,
+            ProfileOptions(env={"NBSCOPE_GATE_SLOW": seconds}),
+            store=store,
+            live_path=tmp_path / f"live-{seconds}-{store.count()}.jsonl",
+        )
         assert record.status == "ok" and record.run_id is not None, record.measurements.get("cells")
         return record.run_id
 
@@ -548,8 +621,9 @@ def test_a_regressed_candidate_then_an_unchanged_rerun_is_judged_against_the_las
 
 
 @pytest.mark.slow
-def test_confirm_reruns_a_regressed_notebook_and_fails_only_when_the_rerun_regresses_too(tmp_path: Path,
-                                                                                          run_cli: Any) -> None:
+def test_confirm_reruns_a_regressed_notebook_and_fails_only_when_the_rerun_regresses_too(
+    tmp_path: Path, run_cli: Any
+) -> None:
     """``gate --confirm`` (false alarms p → p²): a notebook slow on its first run only (a marker file it writes) is
     rerun and passes; one slow on every run fails, confirmed. Each rerun is a stored run; the report says which."""
     notebook = tmp_path / "flaky_slow.ipynb"
@@ -566,8 +640,12 @@ def test_confirm_reruns_a_regressed_notebook_and_fails_only_when_the_rerun_regre
     gated = run_cli("gate", "--db", db, "--confirm", "--history", "0", "--json")
     assert gated.returncode == 0, gated.stdout + gated.stderr
     result = json.loads(gated.stdout)
-    assert result["confirmation"] == {"first_run_id": 2, "first_reasons": result["confirmation"]["first_reasons"],
-                                      "rerun_id": 3, "confirmed": False}
+    assert result["confirmation"] == {
+        "first_run_id": 2,
+        "first_reasons": result["confirmation"]["first_reasons"],
+        "rerun_id": 3,
+        "confirmed": False,
+    }
     assert result["confirmation"]["first_reasons"] and result["candidate"]["run_id"] == 3
     assert result["warnings"][0].startswith("not confirmed: run 2 regressed")
     assert len(Store(db).records(kind="profile")) == 3

@@ -92,4 +92,6 @@ def test_the_noise_model_reads_the_typed_cells_wait_for_a_cpu() -> None:
     waited = dataclasses.replace(cells[1], wall_s=2.0, sched=CpuTime(on_cpu_s=0.5, wait_s=1.5, cpu_s=0.5))
     assert noise.wait_of(waited) == 1.5 and noise.unwaited(waited) == 0.5
     assert noise.pair_noise(waited, waited).judged == "unwaited"
-    assert noise.wait_of(dataclasses.replace(waited, sched=CpuTime(on_cpu_s=0.5, wait_s=9.0, cpu_s=0.5))) is None  # > wall
+    assert (
+        noise.wait_of(dataclasses.replace(waited, sched=CpuTime(on_cpu_s=0.5, wait_s=9.0, cpu_s=0.5))) is None
+    )  # > wall

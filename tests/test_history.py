@@ -15,18 +15,32 @@ from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 
 
-def make_record(total: float, *, digest: str = "d1", day: int = 1, target: str = "lecture.md",
-                kind: str = "profile", cell_wall: float | None = None) -> RunRecord:
+def make_record(
+    total: float,
+    *,
+    digest: str = "d1",
+    day: int = 1,
+    target: str = "lecture.md",
+    kind: str = "profile",
+    cell_wall: float | None = None,
+) -> RunRecord:
     cells = [
         {"index": 0, "source_hash": "aaaa111122223333", "first_line": "import numpy as np", "wall_s": 0.2},
-        {"index": 1, "source_hash": "bbbb111122223333", "first_line": "result = simulate(10_000)",
-         "wall_s": cell_wall if cell_wall is not None else total - 0.2, "samples": {"wall_s": [total - 0.2]}},
+        {
+            "index": 1,
+            "source_hash": "bbbb111122223333",
+            "first_line": "result = simulate(10_000)",
+            "wall_s": cell_wall if cell_wall is not None else total - 0.2,
+            "samples": {"wall_s": [total - 0.2]},
+        },
     ]
     return RunRecord(
-        kind=kind, target=target,
+        kind=kind,
+        target=target,
         fingerprint={"digest": digest, "cpu": {"model": f"CPU {digest}", "logical_cores": 2}},
         measurements={"totals": {"wall_s": total, "compile_s": total / 10}, "cells": cells},
-        command=["test"], started_at=f"2026-01-{day:02d}T10:00:00.000Z",
+        command=["test"],
+        started_at=f"2026-01-{day:02d}T10:00:00.000Z",
     )
 
 
@@ -165,7 +179,8 @@ def test_history_series_are_split_by_measurement_settings(tmp_db: Path, run_cli:
     store.save(nan_run)
     result = history(store, "lecture.md")
     assert sorted((s.settings["repeat"], s.settings["jax_cache"], len(s.points)) for s in result.series) == [
-        (1, "off", 5), (4, "warm", 4),
+        (1, "off", 5),
+        (4, "warm", 4),
     ]
     plain = next(s for s in result.series if s.settings["repeat"] == 1)
     assert plain.points[-1].value is None and plain.changes == []  # NaN is a gap, not a level

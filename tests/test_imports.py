@@ -54,8 +54,14 @@ def carrying_sources(record: record_module.RunRecord) -> record_module.RunRecord
 def command_modules(*args: str | os.PathLike[str], timeout: float = 300) -> tuple[int, set[str], str]:
     """(exit code, top-level modules imported, stderr) of one nbscope command in a fresh interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
-    done = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     head, _, report = done.stderr.rpartition("nbscope-imports ")
     assert report, done.stderr
     found = json.loads(report)
@@ -69,10 +75,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("imports")
     db = folder / "nbscope.db"
     store = Store(db)
-    ids = {name: store.save(carrying_sources(record_module.load(FILES / "records" / f"{name}.json")))
-           for name in ("cpu_unrolled_loop", "synthetic_cpu_slow_compile_alarm", "cpu_latency_loop")}
-    code, _, stderr = command_modules("profile", FILES / "forecast_matmul.md", "--forecast", "t4", "--no-diagnose",
-                                      "--db", db)
+    ids = {
+        name: store.save(carrying_sources(record_module.load(FILES / "records" / f"{name}.json")))
+        for name in ("cpu_unrolled_loop", "synthetic_cpu_slow_compile_alarm", "cpu_latency_loop")
+    }
+    code, _, stderr = command_modules(
+        "profile", FILES / "forecast_matmul.md", "--forecast", "t4", "--no-diagnose", "--db", db
+    )
     assert code == 0, stderr
     latest = store.latest()
     assert latest is not None and json.loads(latest.to_json())["measurements"].get("programs")
@@ -80,8 +89,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def read_only_commands(s: dict[str, Any]) -> dict[str, list[str]]:
-    one, other, third = (str(s["ids"][n]) for n in ("cpu_unrolled_loop", "synthetic_cpu_slow_compile_alarm",
-                                                     "cpu_latency_loop"))
+    one, other, third = (
+        str(s["ids"][n]) for n in ("cpu_unrolled_loop", "synthetic_cpu_slow_compile_alarm", "cpu_latency_loop")
+    )
     return {
         "runs": ["runs", "--limit", "20"],
         "show": ["show", "latest"],
@@ -97,7 +107,19 @@ def read_only_commands(s: dict[str, Any]) -> dict[str, list[str]]:
     }
 
 
-COMMANDS = ["runs", "show", "diagnose", "compare", "gate", "history", "forecast", "report", "cells", "lectures", "export"]
+COMMANDS = [
+    "runs",
+    "show",
+    "diagnose",
+    "compare",
+    "gate",
+    "history",
+    "forecast",
+    "report",
+    "cells",
+    "lectures",
+    "export",
+]
 
 
 @pytest.mark.parametrize("name", COMMANDS)

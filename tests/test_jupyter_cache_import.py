@@ -47,8 +47,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     notebook = folder / "gate_tiny.ipynb"
     shutil.copy(FILES / "gate_tiny.ipynb", notebook)
     cache = folder / ".jupyter_cache"
-    subprocess.run([sys.executable, "-c", EXECUTE, str(cache), str(notebook)], check=True, capture_output=True,
-                   timeout=180)
+    subprocess.run(
+        [sys.executable, "-c", EXECUTE, str(cache), str(notebook)], check=True, capture_output=True, timeout=180
+    )
     return cache
 
 

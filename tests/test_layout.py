@@ -68,8 +68,17 @@ def test_the_top_level_shows_the_stages() -> None:
     assert set(STAGES) <= folders
     loose = {p.name for p in PACKAGE.glob("*.py")}
     # Infrastructure every stage may use: errors, units, signal handling, process clean-up, files, redaction.
-    assert loose <= {"__init__.py", "__main__.py", "_errors.py", "_version.py", "_units.py", "_signals.py", "_processes.py",
-                     "_files.py", "_redact.py"}
+    assert loose <= {
+        "__init__.py",
+        "__main__.py",
+        "_errors.py",
+        "_version.py",
+        "_units.py",
+        "_signals.py",
+        "_processes.py",
+        "_files.py",
+        "_redact.py",
+    }
 
 
 @pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
@@ -101,21 +110,32 @@ CLI_MAY_IMPORT = ("nbscope.api", "nbscope.render", "nbscope.cli")
 CLI_ALSO_MAY_IMPORT = {"nbscope.cli._session": ("nbscope._signals",)}
 
 
-@pytest.mark.parametrize(("module", "path"), [m for m in modules() if m[0].startswith("nbscope.cli")],
-                         ids=[m for m, _ in modules() if m.startswith("nbscope.cli")])
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [m for m in modules() if m[0].startswith("nbscope.cli")],
+    ids=[m for m, _ in modules() if m.startswith("nbscope.cli")],
+)
 def test_the_command_line_imports_only_the_api_and_the_renderers(module: str, path: Path) -> None:
     all_modules = {m for m, _ in modules()}
     reached = {known(name, all_modules) for name in imports(module, path)} - {None, "nbscope"}
     allowed = CLI_MAY_IMPORT + CLI_ALSO_MAY_IMPORT.get(module, ())
-    bad = sorted(str(t) for t in reached if not (str(t) in allowed or str(t).startswith(tuple(f"{a}." for a in allowed))))
+    bad = sorted(
+        str(t) for t in reached if not (str(t) in allowed or str(t).startswith(tuple(f"{a}." for a in allowed)))
+    )
     assert not bad, f"{module} imports {bad}: go through nbscope.api"
 
 
-@pytest.mark.parametrize(("module", "path"), [(m, p) for m, p in modules() if stage(m)[0] == "schema"],
-                         ids=[m for m, _ in modules() if stage(m)[0] == "schema"])
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(m, p) for m, p in modules() if stage(m)[0] == "schema"],
+    ids=[m for m, _ in modules() if stage(m)[0] == "schema"],
+)
 def test_the_schema_imports_only_the_units_and_itself(module: str, path: Path) -> None:
-    outside = {name for name in imports(module, path)
-               if name not in SCHEMA_MAY_IMPORT and not name.startswith(("nbscope.schema", "nbscope._units."))}
+    outside = {
+        name
+        for name in imports(module, path)
+        if name not in SCHEMA_MAY_IMPORT and not name.startswith(("nbscope.schema", "nbscope._units."))
+    }
     assert not outside, f"{module} imports {sorted(outside)}: the schema stands on nothing but nbscope._units"
 
 
@@ -228,8 +248,11 @@ def _any_parameters() -> list[str]:
 # and the gate job, whose loops over Store.list's rows mypy reads as untyped until Store's annotations stop
 # naming its own ``list`` method.
 UNTYPED_STORES_AND_RECORDS = {
-    "nbscope.api.gate._comparable_earlier(store)", "nbscope.api.gate.latest_baseline(store)",
-    "nbscope.api.gate.history_runs(store)", "nbscope.api.gate.latest_run(store)", "nbscope.api.gate.gate_stored(store)",
+    "nbscope.api.gate._comparable_earlier(store)",
+    "nbscope.api.gate.latest_baseline(store)",
+    "nbscope.api.gate.history_runs(store)",
+    "nbscope.api.gate.latest_run(store)",
+    "nbscope.api.gate.gate_stored(store)",
     "nbscope.collect.probe._nbscope_probe.keep(record)",
 }
 
@@ -238,7 +261,9 @@ def test_any_typed_parameters_only_shrink() -> None:
     found = _any_parameters()
     assert len(found) <= ANY_PARAMETERS_MOST, f"{len(found)} parameters typed Any; the count may only shrink"
     untyped = {name for name in found if name.endswith(("(store)", "(record)"))}
-    assert untyped <= UNTYPED_STORES_AND_RECORDS, f"type these as Store or RunRecord: {sorted(untyped - UNTYPED_STORES_AND_RECORDS)}"
+    assert untyped <= UNTYPED_STORES_AND_RECORDS, (
+        f"type these as Store or RunRecord: {sorted(untyped - UNTYPED_STORES_AND_RECORDS)}"
+    )
 
 
 # Untyped reads and hand-written (de)serialisation (issue 36). ``.get(`` on a mapping is how a dict document is
@@ -249,9 +274,20 @@ GET_CALLS_MOST = 289
 GET_CALLS_OUTSIDE_BOUNDARY_MOST = 150
 JSON_BOUNDARY = ("nbscope.schema", "nbscope.collect.probe")
 # A class's own writer or reader of its document, which the codec (schema/codec.py) now writes and reads.
-SERIALISING_METHODS = {"parse", "from_dict", "from_json", "to_dict", "as_dict", "as_json", "to_json", "from_row",
-                       "to_row", "from_document", "to_document"}
-SERIALISING_LINES_MOST = 69
+SERIALISING_METHODS = {
+    "parse",
+    "from_dict",
+    "from_json",
+    "to_dict",
+    "as_dict",
+    "as_json",
+    "to_json",
+    "from_row",
+    "to_row",
+    "from_document",
+    "to_document",
+}
+SERIALISING_LINES_MOST = 31  # statements (69 lines before the tree was formatted)
 
 
 def _get_calls() -> dict[str, int]:
@@ -268,20 +304,25 @@ def _serialising_lines() -> dict[str, int]:
                 for method in node.body:
                     if isinstance(method, ast.FunctionDef) and method.name in SERIALISING_METHODS:
                         name = f"{module}.{node.name}.{method.name}"
-                        found[name] = (method.end_lineno or method.lineno) - method.lineno + 1
+                        # statements, not lines: a count the formatter cannot change
+                        found[name] = sum(isinstance(n, ast.stmt) for n in ast.walk(method))
     return found
 
 
 def test_untyped_reads_only_shrink() -> None:
     calls = _get_calls()
     outside = sum(n for module, n in calls.items() if not module.startswith(JSON_BOUNDARY))
-    assert sum(calls.values()) <= GET_CALLS_MOST, f"{sum(calls.values())} .get( calls in src/; the count may only shrink"
-    assert outside <= GET_CALLS_OUTSIDE_BOUNDARY_MOST, f"{outside} .get( calls outside the JSON boundary; may only shrink"
+    assert sum(calls.values()) <= GET_CALLS_MOST, (
+        f"{sum(calls.values())} .get( calls in src/; the count may only shrink"
+    )
+    assert outside <= GET_CALLS_OUTSIDE_BOUNDARY_MOST, (
+        f"{outside} .get( calls outside the JSON boundary; may only shrink"
+    )
 
 
 def test_hand_written_serialisation_only_shrinks() -> None:
     found = _serialising_lines()
-    assert sum(found.values()) <= SERIALISING_LINES_MOST, f"{sum(found.values())} lines in {sorted(found)}"
+    assert sum(found.values()) <= SERIALISING_LINES_MOST, f"{sum(found.values())} statements in {sorted(found)}"
 
 
 def test_the_counters_see_what_they_count() -> None:

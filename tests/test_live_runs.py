@@ -23,9 +23,21 @@ def test_runs_live_names_the_cell_a_profile_runs_then_says_nothing_runs(run_cli:
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     env.update(NBSCOPE_RUNNING_DIR=str(running), NBSCOPE_GATE_SLOW="120")  # the notebook's second cell sleeps
     process = subprocess.Popen(
-        [sys.executable, "-m", "nbscope", "profile", str(FILES / "gate_sleep.ipynb"), "--db", str(tmp_path / "db"),
-         "--no-diagnose"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "profile",
+            str(FILES / "gate_sleep.ipynb"),
+            "--db",
+            str(tmp_path / "db"),
+            "--no-diagnose",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         live: list[dict[str, Any]] = []

@@ -151,8 +151,22 @@ def run(n):
 def test_user_loop_pinned_to_cpu_with_xla_dump(run_cli: Any, tmp_path: Path, tmp_db: Path) -> None:
     (tmp_path / "userloop.py").write_text(USER_LOOP)
     done = run_cli(
-        "loops", "userloop:run", "--trips", "10000,100000,1000000", "--device", "cpu", "--samples", "3",
-        "--at", "5000000", "--xla-dump", "dump", "--json", "--db", tmp_db, timeout=300,
+        "loops",
+        "userloop:run",
+        "--trips",
+        "10000,100000,1000000",
+        "--device",
+        "cpu",
+        "--samples",
+        "3",
+        "--at",
+        "5000000",
+        "--xla-dump",
+        "dump",
+        "--json",
+        "--db",
+        tmp_db,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     measurements = json.loads(done.stdout)["measurements"]
@@ -165,7 +179,7 @@ def test_user_loop_pinned_to_cpu_with_xla_dump(run_cli: Any, tmp_path: Path, tmp
     assert any((tmp_path / "dump").iterdir())
 
 
-PRINTING_LOOP = '''
+PRINTING_LOOP = """
 import jax
 from jax import lax
 
@@ -179,15 +193,24 @@ def run(n):
     print(7)  # the target's own output, a JSON number, on the worker's standard output
     print('{"event": "sweep"}x')
     return _loop(n)
-'''
+"""
 
 
 def test_progress_comes_typed_and_a_target_printing_to_stdout_is_no_progress(tmp_path: Path) -> None:
     script = tmp_path / "printing_loop.py"
     script.write_text(PRINTING_LOOP)
     events: list[LoopsProgress] = []
-    run_worker(LoopOptions(target=f"{script}:run", trip_counts=[1000, 10000], placements=["cpu"], samples=2,
-                           budget_s=60.0, timeout_s=300.0), events.append)
+    run_worker(
+        LoopOptions(
+            target=f"{script}:run",
+            trip_counts=[1000, 10000],
+            placements=["cpu"],
+            samples=2,
+            budget_s=60.0,
+            timeout_s=300.0,
+        ),
+        events.append,
+    )
     assert [e.event for e in events[:1]] == ["sweep"] and events[0].placement == "cpu" and events[0].device
     points = [e for e in events if e.event == "point"]
     assert [p.n for p in points][:2] == [1000, 10000] and all(p.seconds > 0 for p in points)

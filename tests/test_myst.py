@@ -53,10 +53,29 @@ def test_a_traced_myst_build_stops_a_cell_over_the_cell_timeout_and_keeps_the_re
     env["PATH"] = os.pathsep.join([str(myst.path_folder), env.get("PATH", "")])
     env["NBSCOPE_RUNNING_DIR"] = str(running)
     process = subprocess.Popen(
-        [sys.executable, "-m", "nbscope", "trace", "--db", str(tmp_path / "nbscope.db"), "--json",
-         "--cell-timeout", str(CELL_TIMEOUT_S), "--theme-stand-in",  # offline: the site template's stand-in
-         "--", "myst", "build", "--execute", "--execute-parallel", "2"],
-        cwd=book, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "trace",
+            "--db",
+            str(tmp_path / "nbscope.db"),
+            "--json",
+            "--cell-timeout",
+            str(CELL_TIMEOUT_S),
+            "--theme-stand-in",  # offline: the site template's stand-in
+            "--",
+            "myst",
+            "build",
+            "--execute",
+            "--execute-parallel",
+            "2",
+        ],
+        cwd=book,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         # While the sleeping cell runs, `runs --live` names it (its number, line and first line).
@@ -105,8 +124,16 @@ def test_a_traced_myst_build_stops_a_cell_over_the_cell_timeout_and_keeps_the_re
 def test_trace_myst_without_mystmd_says_how_to_install_it(run_cli: Any, tmp_path: Path) -> None:
     if shutil.which("myst"):
         pytest.skip("mystmd is on PATH")
-    done = run_cli("trace", "--db", tmp_path / "nbscope.db", "--", "myst", "build", "--execute",
-                   env={"NBSCOPE_CACHE_DIR": str(tmp_path / "cache"), "NBSCOPE_MYST": None})
+    done = run_cli(
+        "trace",
+        "--db",
+        tmp_path / "nbscope.db",
+        "--",
+        "myst",
+        "build",
+        "--execute",
+        env={"NBSCOPE_CACHE_DIR": str(tmp_path / "cache"), "NBSCOPE_MYST": None},
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "nbscope book2-env --install" in done.stderr and str(tmp_path / "cache" / "mystmd") in done.stderr
 

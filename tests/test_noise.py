@@ -7,8 +7,15 @@ from typing import Any
 from nbscope.analyse import noise
 
 
-def cell(wall: float, *, on_cpu: float | None = None, cpu: float | None = None, wait: float = 0.0,
-         source: str = "work()", compile_s: float = 0.0) -> dict[str, Any]:
+def cell(
+    wall: float,
+    *,
+    on_cpu: float | None = None,
+    cpu: float | None = None,
+    wait: float = 0.0,
+    source: str = "work()",
+    compile_s: float = 0.0,
+) -> dict[str, Any]:
     sched = None if on_cpu is None else {"on_cpu_s": on_cpu, "wait_s": wait, "cpu_s": cpu}
     return {"wall_s": wall, "compile_s": compile_s, "source": source, "sched": sched}
 

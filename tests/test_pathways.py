@@ -84,8 +84,16 @@ def test_bad_input_is_one_line_error(tmp_path: Path) -> None:
 
 def _cell(index: int, wall: float, status: str = "ok", samples: list[float] | None = None) -> dict[str, Any]:
     cell: dict[str, Any] = {
-        "index": index, "source_hash": f"h{index}", "line": None, "first_line": f"cell {index}",
-        "status": status, "wall_s": wall, "compile_s": 0.0, "run_s": wall, "jax": None, "numba": None,
+        "index": index,
+        "source_hash": f"h{index}",
+        "line": None,
+        "first_line": f"cell {index}",
+        "status": status,
+        "wall_s": wall,
+        "compile_s": 0.0,
+        "run_s": wall,
+        "jax": None,
+        "numba": None,
     }
     if samples:
         cell["samples"] = {"wall_s": samples}
@@ -127,7 +135,10 @@ def test_small_differences_do_not_make_the_pathway_the_explanation() -> None:
     rows = pair_cells(results["script"].cells, results)
     assert rows[1].differs
     text = verdict(rows, _entries({n: {"status": "ok", "overheads": r.overheads} for n, r in results.items()}))
-    assert text.startswith("the pathway does not explain the difference") and "1 small difference(s) totalling 100 ms" in text
+    assert (
+        text.startswith("the pathway does not explain the difference")
+        and "1 small difference(s) totalling 100 ms" in text
+    )
 
 
 def test_repeats_widen_the_tolerance_to_the_measured_noise() -> None:
@@ -157,8 +168,12 @@ def test_three_pathways_pair_every_cell_and_leave_nothing_behind(isolated_tmp: P
 
     store = Store(tmp_db)
     events: list[tuple[str, str]] = []
-    record = run_pathways(SMALL, ("script", "kernel", "book"), store=store,
-                          progress=lambda event: events.append((event.event, event.pathway)))
+    record = run_pathways(
+        SMALL,
+        ("script", "kernel", "book"),
+        store=store,
+        progress=lambda event: events.append((event.event, event.pathway)),
+    )
     m = record.measurements
     assert record.kind == "pathways" and record.status == "ok", m["verdict"]
     assert [e for e in events if e[0] == "done"] == [("done", "script"), ("done", "kernel"), ("done", "book")]
@@ -216,7 +231,9 @@ def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path, m
 def test_cli_pathways_timeouts_and_kernel_only_magics(run_cli: Any, tmp_db: Path, isolated_tmp: Path) -> None:
     bad = run_cli("pathways", SMALL, "--via", "script,papermill", "--db", tmp_db)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "unknown pathway" in bad.stderr
-    result = run_cli("pathways", KERNEL_MAGIC, "--timeout", "2", "--json", "--db", tmp_db, env={"TMPDIR": str(isolated_tmp)})
+    result = run_cli(
+        "pathways", KERNEL_MAGIC, "--timeout", "2", "--json", "--db", tmp_db, env={"TMPDIR": str(isolated_tmp)}
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["kind"] == "pathways" and document["settings"]["via"] == ["script", "kernel", "book"]
@@ -242,8 +259,9 @@ def test_bench_workloads_through_pathways(isolated_tmp: Path, tmp_db: Path) -> N
     from nbscope.record.store import Store
 
     # What `nbscope bench --pathway script,kernel --only python --size quick --json` calls.
-    record = run_bench_pathways(via=["script", "kernel"], only=["python"], dtype="float32", size="quick",
-                                jax_platform=None, store=Store(tmp_db))
+    record = run_bench_pathways(
+        via=["script", "kernel"], only=["python"], dtype="float32", size="quick", jax_platform=None, store=Store(tmp_db)
+    )
     m = record.measurements
     assert record.kind == "pathways" and record.target == "bench:quick"
     assert m["totals"]["cells_paired"] == m["totals"]["cells"] == 2
@@ -261,7 +279,9 @@ def test_corpus_lecture_through_all_three_pathways(isolated_tmp: Path) -> None:
     record = run_pathways(LECTURE, ("script", "kernel", "book"), fingerprint={"digest": "x"})
     m = record.measurements
     print(m["verdict"])
-    assert {n: e["status"] for n, e in m["pathways"].items()} == {"script": "ok", "kernel": "ok", "book": "ok"}, m["verdict"]
+    assert {n: e["status"] for n, e in m["pathways"].items()} == {"script": "ok", "kernel": "ok", "book": "ok"}, m[
+        "verdict"
+    ]
     assert m["totals"]["cells_paired"] == m["totals"]["cells"] == len(m["cells"]) > 10
     assert all(set(row["by_pathway"]) == {"script", "kernel", "book"} for row in m["cells"])
     book = m["pathways"]["book"]

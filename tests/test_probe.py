@@ -273,11 +273,15 @@ class FakeShell:
         self.user_ns = user_ns
 
 
-def run_cell(probe: probe_module.Probe, source: str, body: Callable[[], None], error: BaseException | None = None) -> None:
+def run_cell(
+    probe: probe_module.Probe, source: str, body: Callable[[], None], error: BaseException | None = None
+) -> None:
     info = SimpleNamespace(raw_cell=source)
     probe.pre_run_cell(info)
     body()
-    probe.post_run_cell(SimpleNamespace(error_in_exec=error, error_before_exec=None, execution_count=probe.sequence, info=info))
+    probe.post_run_cell(
+        SimpleNamespace(error_in_exec=error, error_before_exec=None, execution_count=probe.sequence, info=info)
+    )
 
 
 # The JAX side of a compile as the probe sees it. Defined in a namespace named like a JAX module: the probe
@@ -309,7 +313,10 @@ def test_probe_lines_and_compile_classification(tmp_path: Path) -> None:
 
     def notebook_code() -> None:
         # compiles triggered from notebook code (frames whose module is __main__)
-        exec("fake_compile(probe, 'step')\nfake_compile(probe, 'step', hit=True)\nfake_compile(probe, 'broadcast_in_dim')", main)
+        exec(
+            "fake_compile(probe, 'step')\nfake_compile(probe, 'step', hit=True)\nfake_compile(probe, 'broadcast_in_dim')",
+            main,
+        )
 
     run_cell(probe, "y = step(x)\n", notebook_code)
     run_cell(probe, "raise ValueError('no')", lambda: None, error=ValueError("no"))
@@ -537,8 +544,7 @@ def test_a_cells_peak_is_the_kernels_own_not_what_started_it() -> None:
     read from there a kernel started by a process holding 700 MB said every cell peaked at 700 MB or more (the
     forecast benchmark's per-cell growth then swung by hundreds of MB from run to run)."""
     held = b"\x01" * (700 * 2**20)  # resident in this process, which starts the kernel
-    record = profile(FILES / "gate_tiny.ipynb", ProfileOptions(),
-                     fingerprint={"digest": "test"})
+    record = profile(FILES / "gate_tiny.ipynb", ProfileOptions(), fingerprint={"digest": "test"})
     cells = record.measurements["cells"]
     assert cells and all(c["status"] == "ok" for c in cells)
     for cell in cells:

@@ -108,7 +108,9 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., RunRecor
     def run(name: str, **options: Any) -> RunRecord:
         key = json.dumps([name, options], sort_keys=True)
         if key not in done:
-            done[key] = profile(FILES / name, ProfileOptions(**options), store=store, live_path=root / f"{len(done)}.jsonl")
+            done[key] = profile(
+                FILES / name, ProfileOptions(**options), store=store, live_path=root / f"{len(done)}.jsonl"
+            )
         return done[key]
 
     return run
@@ -166,7 +168,9 @@ def test_notebooks_without_code(profiled: Callable[..., RunRecord], name: str) -
 
 
 @pytest.mark.slow
-def test_timeout_cell_is_recorded_and_the_run_saved(run_cli: Callable[..., Any], tmp_path: Path, kernel_marker: str) -> None:
+def test_timeout_cell_is_recorded_and_the_run_saved(
+    run_cli: Callable[..., Any], tmp_path: Path, kernel_marker: str
+) -> None:
     db = tmp_path / "db" / "nbscope.db"
     result = run_cli(
         "profile", FILES / "timeout.ipynb", "--timeout", "2", "--json", "--db", db, "--env", f"{MARKER}={kernel_marker}"
@@ -262,8 +266,12 @@ def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     cache_root = tmp_path / "jax-cache"
     notebook = FILES / "recompile_shapes.ipynb"
-    cold = profile(notebook, ProfileOptions(jax_cache="cold", cache_root=cache_root), store=store, live_path=tmp_path / "a.jsonl")
-    warm = profile(notebook, ProfileOptions(jax_cache="warm", cache_root=cache_root), store=store, live_path=tmp_path / "b.jsonl")
+    cold = profile(
+        notebook, ProfileOptions(jax_cache="cold", cache_root=cache_root), store=store, live_path=tmp_path / "a.jsonl"
+    )
+    warm = profile(
+        notebook, ProfileOptions(jax_cache="warm", cache_root=cache_root), store=store, live_path=tmp_path / "b.jsonl"
+    )
     assert any(p.name != CACHE_MARKER for p in cache_root.iterdir())  # the cold run filled the cache
     c, w = cold.measurements["totals"], warm.measurements["totals"]
     assert c["cache_state"] == "cold" and w["cache_state"] == "warm"
@@ -277,7 +285,9 @@ def test_jax_cache_cold_then_warm(tmp_path: Path) -> None:
     saving = c["compile_s"] - w["compile_s"]  # measured, not JAX's compile_time_saved (whole seconds)
     # Three compiles against three retrievals from the cache. Tracing and lowering (repeated in the warm run)
     # can take longer in one run than in the other on a busy machine: compare the backend step alone.
-    backend = [sum(cell["jax"]["backend_s"] for cell in run.measurements["cells"] if cell["jax"]) for run in (cold, warm)]
+    backend = [
+        sum(cell["jax"]["backend_s"] for cell in run.measurements["cells"] if cell["jax"]) for run in (cold, warm)
+    ]
     assert backend[0] > backend[1], backend
     # The warm run's record names its cold baseline and the saving, so the ledger can show it.
     assert w["cache_baseline_run"] == cold.run_id
@@ -373,4 +383,3 @@ def test_cli_bad_input_is_one_line_exit_2(run_cli: Callable[..., Any], tmp_path:
     assert lines[0].startswith("nbscope: error: ")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "db" / "nbscope.db").exists()  # nothing was run, nothing stored
-

@@ -20,15 +20,16 @@ from nbscope.record.store import Store
 from nbscope.render import site as site_pages
 
 RECORDS = Path(__file__).resolve().parent / "files" / "records"
-HOSTILE = 'lectures/<img src=x onerror=alert(1)>|`*x*`.md'
+HOSTILE = "lectures/<img src=x onerror=alert(1)>|`*x*`.md"
 STEADY = "lectures/steady.md"
 STEPS = "lectures/steps.md"
 BUILDS = 12
 START = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
 
 
-def stored_run(name: str, target: str, build: int, factor: float, *, edited: bool = False,
-               runner: str = "cpu") -> RunRecord:
+def stored_run(
+    name: str, target: str, build: int, factor: float, *, edited: bool = False, runner: str = "cpu"
+) -> RunRecord:
     document = json.loads((RECORDS / name).read_text())
     document["target"] = target
     document["measurements"]["notebook"]["path"] = target
@@ -76,13 +77,23 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
     folder, result = site["folder"], site["result"]
     assert result.rows == 4 and result.runs == 4 * BUILDS and result.rows_rebuilt == 4
     assert sorted(result.pages_written) == sorted(
-        ["index.html", "status.json", "status.md", *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE)),
-         *(data_file(t) for t in (STEADY, STEPS, HOSTILE))])
+        [
+            "index.html",
+            "status.json",
+            "status.md",
+            *(lecture_page(t) for t in (STEADY, STEPS, HOSTILE)),
+            *(data_file(t) for t in (STEADY, STEPS, HOSTILE)),
+        ]
+    )
     status = json.loads((folder / "status.json").read_text())["notebooks"]
     # Put together from each row's kept entry, as json.dumps writes the whole.
     assert (folder / "status.json").read_text() == json.dumps({"notebooks": status}, indent=1) + "\n"
-    assert {(s["file"], s["runner"]) for s in status} == {(STEADY, "cpu"), (STEADY, "gpu"), (STEPS, "cpu"),
-                                                           (HOSTILE, "cpu")}
+    assert {(s["file"], s["runner"]) for s in status} == {
+        (STEADY, "cpu"),
+        (STEADY, "gpu"),
+        (STEPS, "cpu"),
+        (HOSTILE, "cpu"),
+    }
     assert all(s["status"] == "ok" and s["cache"] == "off" and s["run_time_s"] > 0 for s in status)
     manifest = json.loads((folder / MANIFEST).read_text())
     steps = manifest["rows"][f"cpu\x1f{STEPS}"]
@@ -104,8 +115,12 @@ def test_publish_writes_the_book_the_lectures_and_the_status_files(site: dict[st
 def test_a_speed_up_is_a_change_point_not_a_regression(tmp_path: Path) -> None:
     # The wall halves at build 8: the lecture page shows the change point, the book counts no regression.
     store = Store(tmp_path / "nbscope.db")
-    store.add_many([stored_run("cpu_latency_loop.json", STEPS, build, 0.5 if build >= 8 else 1.0, edited=build >= 8)
-                    for build in range(BUILDS)])
+    store.add_many(
+        [
+            stored_run("cpu_latency_loop.json", STEPS, build, 0.5 if build >= 8 else 1.0, edited=build >= 8)
+            for build in range(BUILDS)
+        ]
+    )
     publish(store.path, tmp_path / "site", site=site_pages)
     page = (tmp_path / "site" / lecture_page(STEPS)).read_text()
     assert "<td>speed-up</td>" in page and "<td>regression</td>" not in page and "confirmed" not in page
@@ -122,8 +137,9 @@ def test_publish_again_rewrites_only_what_changed(site: dict[str, Any]) -> None:
     store.add(stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True))
     one = publish(store.path, folder, site=site_pages)
     assert one.rows_rebuilt == 1
-    assert sorted(one.pages_written) == sorted(["index.html", "status.json", "status.md", lecture_page(STEPS),
-                                                data_file(STEPS)])
+    assert sorted(one.pages_written) == sorted(
+        ["index.html", "status.json", "status.md", lecture_page(STEPS), data_file(STEPS)]
+    )
     assert lecture.stat().st_mtime_ns == before
     # A new GPU build of a lecture makes only its GPU row again; its page still shows the CPU runner in full.
     store.add(stored_run("cpu_x64.json", STEADY, BUILDS, 0.5, runner="gpu"))
@@ -162,7 +178,8 @@ def test_a_row_not_as_publish_wrote_it_is_made_again(site: dict[str, Any], tmp_p
     assert every.rows_rebuilt == 4 and every.pages_written == []
     fresh = publish(store.path, tmp_path / "fresh", site=site_pages)
     assert {name: (folder / name).read_bytes() for name in [*fresh.pages_written, MANIFEST]} == {
-        name: (tmp_path / "fresh" / name).read_bytes() for name in [*fresh.pages_written, MANIFEST]}
+        name: (tmp_path / "fresh" / name).read_bytes() for name in [*fresh.pages_written, MANIFEST]
+    }
 
 
 def test_a_cpu_run_with_program_data_shows_the_gpu_forecast_verdict(tmp_path: Path) -> None:
@@ -210,27 +227,39 @@ def test_the_command_runs_without_typer_and_says_what_typer_would(tmp_path: Path
     import sys
 
     store = make_store(tmp_path / "store" / "nbscope.db").path
-    probe = ("import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
-             "    print('modules', sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}),"
-             " file=sys.stderr)")
+    probe = (
+        "import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+        "    print('modules', sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}),"
+        " file=sys.stderr)"
+    )
     env = {key: value for key, value in os.environ.items() if key != "NBSCOPE_DB"}
     done = {}
     for name, args in (("fast", ["-o", "site"]), ("typer", ["-osite"])):
         (tmp_path / name).mkdir()
         for source in (store, tmp_path / "nowhere"):
-            done[name, source] = subprocess.run([sys.executable, "-c", probe, "publish", str(source), *args],
-                                                cwd=tmp_path / name, env=env, capture_output=True, text=True, timeout=120)
+            done[name, source] = subprocess.run(
+                [sys.executable, "-c", probe, "publish", str(source), *args],
+                cwd=tmp_path / name,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     for source in (store, tmp_path / "nowhere"):
         fast, typer = done["fast", source], done["typer", source]
         assert fast.stderr.endswith("modules []\n") and typer.stderr.endswith("modules ['click', 'rich', 'typer']\n")
         assert (fast.returncode, fast.stdout, fast.stderr.splitlines()[:-1]) == (
-            typer.returncode, typer.stdout, typer.stderr.splitlines()[:-1])
+            typer.returncode,
+            typer.stdout,
+            typer.stderr.splitlines()[:-1],
+        )
     assert done["fast", store].stdout.startswith("4 lecture × runner rows from 48 runs")
     assert done["fast", tmp_path / "nowhere"].stderr.startswith("nbscope: error: no run store at")
 
 
-def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(site: dict[str, Any],
-                                                                             tmp_path: Path) -> None:
+def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(
+    site: dict[str, Any], tmp_path: Path
+) -> None:
     """A publish keeps what it made of each run it read (status, cells, findings, what changed) in the store; the
     next publish reads those summaries, not the runs: the same pages; ``full`` makes them again. A version-7 store (before summaries) is
     published read-only and then given the table (one empty table: no run is written again)."""
@@ -246,8 +275,10 @@ def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(sit
         assert (tmp_path / "again" / page).read_bytes() == (folder / page).read_bytes(), page
     # What the page shows of a run is its summary's (a summary the store keeps is not made again).
     with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE run_summaries SET summary = replace(summary, ?, ?) WHERE run_id = ?",
-                   (kept["findings"][0]["title"], "a kept title", newest))
+        db.execute(
+            "UPDATE run_summaries SET summary = replace(summary, ?, ?) WHERE run_id = ?",
+            (kept["findings"][0]["title"], "a kept title", newest),
+        )
     publish(store.path, tmp_path / "kept", site=site_pages)
     assert "a kept title" in (tmp_path / "kept" / lecture_page(STEPS)).read_text()
     publish(store.path, tmp_path / "kept", site=site_pages, full=True)  # every summary made again from the runs
@@ -285,15 +316,18 @@ def test_a_run_summarised_when_saved_is_only_read_by_publish(site: dict[str, Any
     assert publish(store.path, folder, site=site_pages, full=True).pages_written == []  # made again: the same
     assert store.run_summaries([record.run_id])[record.run_id] == kept
     with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE run_summaries SET summary = replace(summary, ?, ?) WHERE run_id = ?",
-                   (kept["findings"][0]["title"], "a kept title", record.run_id))
+        db.execute(
+            "UPDATE run_summaries SET summary = replace(summary, ?, ?) WHERE run_id = ?",
+            (kept["findings"][0]["title"], "a kept title", record.run_id),
+        )
     publish(store.path, folder.parent / "kept", site=site_pages)
     assert "a kept title" in (folder.parent / "kept" / lecture_page(STEPS)).read_text()
     assert page.read_bytes() == made_at_save
 
 
 def test_an_incremental_publish_reads_no_run_record_and_keeps_the_manifest_as_json_writes_it(
-        site: dict[str, Any], tmp_path: Path) -> None:
+    site: dict[str, Any], tmp_path: Path
+) -> None:
     """After one new run, summarised when it was saved, the command makes its one row from the store's columns and
     summaries: it imports neither the run record's model nor the analyses (nor typer, dataclasses, statistics or
     html: the start-up an incremental publish is made of). The rows it keeps are written out as the manifest held
@@ -306,13 +340,30 @@ def test_an_incremental_publish_reads_no_run_record_and_keeps_the_manifest_as_js
     record = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True)
     store.add(record)
     keep_run_summary(store, record)
-    heavy = ("nbscope.record.run", "nbscope.analyse.history", "nbscope.analyse.diagnose", "nbscope.record.cells",
-             "typer", "click", "rich", "dataclasses", "statistics", "html")
-    probe = ("import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
-             f"    print('modules', [m for m in {heavy!r} if m in sys.modules], file=sys.stderr)")
+    heavy = (
+        "nbscope.record.run",
+        "nbscope.analyse.history",
+        "nbscope.analyse.diagnose",
+        "nbscope.record.cells",
+        "typer",
+        "click",
+        "rich",
+        "dataclasses",
+        "statistics",
+        "html",
+    )
+    probe = (
+        "import sys\nfrom nbscope.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+        f"    print('modules', [m for m in {heavy!r} if m in sys.modules], file=sys.stderr)"
+    )
     env = {key: value for key, value in os.environ.items() if key != "NBSCOPE_DB"}
-    done = subprocess.run([sys.executable, "-c", probe, "publish", str(store.path), "-o", str(folder)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "publish", str(store.path), "-o", str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "; 1 rebuilt;" in done.stdout, done.stderr
     assert done.stderr.endswith("modules []\n")
     text = (folder / MANIFEST).read_text()
@@ -322,7 +373,8 @@ def test_an_incremental_publish_reads_no_run_record_and_keeps_the_manifest_as_js
     made_again = json.loads((again / MANIFEST).read_text())
     assert json.loads(text)["rows"] == made_again["rows"]
     assert {name: (folder / name).read_bytes() for name in made_again["pages"]} == {
-        name: (again / name).read_bytes() for name in made_again["pages"]}
+        name: (again / name).read_bytes() for name in made_again["pages"]
+    }
 
 
 def test_a_notebooks_profile_and_trace_runs_make_one_history_in_time_order(tmp_path: Path) -> None:

@@ -35,8 +35,14 @@ def test_pages_render_without_console_errors(site: Path, page: str, tmp_path: Pa
     from matplotlib import image
 
     screenshot = tmp_path / "page.png"
-    done = chromium("--enable-logging=stderr", "--v=0", f"--screenshot={screenshot}", "--window-size=1400,1000",
-                    (site / page).resolve().as_uri(), profile=tmp_path / "profile")
+    done = chromium(
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--screenshot={screenshot}",
+        "--window-size=1400,1000",
+        (site / page).resolve().as_uri(),
+        profile=tmp_path / "profile",
+    )
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
     assert "Content Security Policy" not in done.stderr  # the script's hash matches: it was allowed to run
@@ -72,8 +78,9 @@ def test_clicking_a_header_sorts_the_book_table(site: Path, tmp_path: Path) -> N
     page.write_text(text.replace("</body>", click + "</body>"))
     dom = chromium("--dump-dom", page.as_uri(), profile=tmp_path / "profile").stdout
     walls = [float(re.findall(r'data-sort="([^"]*)"', row)[wall]) for row in _rows(dom)]
-    assert walls == sorted(walls) and walls != [float(re.findall(r'data-sort="([^"]*)"', row)[wall])
-                                                  for row in _rows(text)], walls
+    assert walls == sorted(walls) and walls != [
+        float(re.findall(r'data-sort="([^"]*)"', row)[wall]) for row in _rows(text)
+    ], walls
     assert 'aria-sort="ascending"' in dom
 
 
@@ -85,5 +92,9 @@ def test_screenshots_of_the_site(site: Path, tmp_path: Path, request: Any) -> No
     if not target:
         pytest.skip("NBSCOPE_SCREENSHOTS not set: no screenshots wanted")
     for name, page in (("publish-book.png", "index.html"), ("publish-lecture.png", lecture_page(STEPS))):
-        chromium(f"--screenshot={Path(target).resolve() / name}", "--window-size=1400,900",
-                 (site / page).resolve().as_uri(), profile=tmp_path / name)
+        chromium(
+            f"--screenshot={Path(target).resolve() / name}",
+            "--window-size=1400,900",
+            (site / page).resolve().as_uri(),
+            profile=tmp_path / name,
+        )

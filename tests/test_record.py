@@ -11,22 +11,10 @@ import numpy as np
 import pytest
 
 from nbscope._errors import NbscopeError
-from nbscope.record.run import (
-    FORMAT_NAME,
-    SCHEMA_VERSION,
-    RunRecord,
-    dump,
-    load,
-    loads,
-    utc_now,
-)
+from nbscope.record.run import FORMAT_NAME, SCHEMA_VERSION, RunRecord, dump, load, loads, utc_now
 from nbscope.schema.validate import REQUIRED_FIELDS, validate
 
-FINGERPRINT = {
-    "fingerprint_version": 1,
-    "cpu": {"model": "Test CPU", "logical_cores": 4},
-    "digest": "0123456789ab",
-}
+FINGERPRINT = {"fingerprint_version": 1, "cpu": {"model": "Test CPU", "logical_cores": 4}, "digest": "0123456789ab"}
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
@@ -222,23 +210,58 @@ def _cells(document: dict[str, Any]) -> list[dict[str, Any]]:
         (lambda d: _cells(d)[0].__setitem__("wall_s", True), "measurements.cells[0].wall_s", "a boolean", "a number"),
         (lambda d: _cells(d)[0].__setitem__("index", None), "measurements.cells[0].index", "null", "an integer"),
         (lambda d: _cells(d)[0].__setitem__("index", 0.5), "measurements.cells[0].index", "a number", "an integer"),
-        (lambda d: _cells(d)[0].__setitem__("samples", {"wall_s": [1.0, "x"]}),
-         "measurements.cells[0].samples.wall_s[1]", "a string", "a number"),
-        (lambda d: _cells(d)[0].__setitem__("jax", {"functions": [{"name": "f", "count": "2"}]}),
-         "measurements.cells[0].jax.functions[0].count", "a string", "a number"),
-        (lambda d: _cells(d)[0].__setitem__("rss", {"peak_bytes": "1 GB"}),
-         "measurements.cells[0].rss.peak_bytes", "a string", "a number"),
+        (
+            lambda d: _cells(d)[0].__setitem__("samples", {"wall_s": [1.0, "x"]}),
+            "measurements.cells[0].samples.wall_s[1]",
+            "a string",
+            "a number",
+        ),
+        (
+            lambda d: _cells(d)[0].__setitem__("jax", {"functions": [{"name": "f", "count": "2"}]}),
+            "measurements.cells[0].jax.functions[0].count",
+            "a string",
+            "a number",
+        ),
+        (
+            lambda d: _cells(d)[0].__setitem__("rss", {"peak_bytes": "1 GB"}),
+            "measurements.cells[0].rss.peak_bytes",
+            "a string",
+            "a number",
+        ),
         (lambda d: _cells(d)[0].__setitem__("error", "boom"), "measurements.cells[0].error", "a string", "an object"),
         (lambda d: d["measurements"].__setitem__("totals", [1.5]), "measurements.totals", "an array", "an object"),
-        (lambda d: d["measurements"]["totals"].__setitem__("wall_s", {"median": "1.5"}),
-         "measurements.totals.wall_s.median", "a string", "a number"),
-        (lambda d: d["measurements"].__setitem__("notebook", {"path": ["a.md"]}),
-         "measurements.notebook.path", "an array", "a string"),
+        (
+            lambda d: d["measurements"]["totals"].__setitem__("wall_s", {"median": "1.5"}),
+            "measurements.totals.wall_s.median",
+            "a string",
+            "a number",
+        ),
+        (
+            lambda d: d["measurements"].__setitem__("notebook", {"path": ["a.md"]}),
+            "measurements.notebook.path",
+            "an array",
+            "a string",
+        ),
         (lambda d: d.__setitem__("settings", ["--repeat", "3"]), "field 'settings'", "an array", "an object"),
         (lambda d: d.__setitem__("status", 0), "field 'status'", "a number", "a string"),
     ],
-    ids=["cells-object", "cell-string", "wall-string", "wall-bool", "index-null", "index-float", "sample",
-         "function-count", "rss", "error", "totals-array", "nested-time", "notebook-path", "settings", "status"],
+    ids=[
+        "cells-object",
+        "cell-string",
+        "wall-string",
+        "wall-bool",
+        "index-null",
+        "index-float",
+        "sample",
+        "function-count",
+        "rss",
+        "error",
+        "totals-array",
+        "nested-time",
+        "notebook-path",
+        "settings",
+        "status",
+    ],
 )
 def test_malformed_measurements_are_refused_naming_the_field(change: Any, field: str, found: str, wanted: str) -> None:
     document = make_record().to_dict()
@@ -263,8 +286,10 @@ def test_unknown_and_null_fields_in_measurements_are_accepted() -> None:
         (lambda d: d["measurements"]["totals"].update(wall_s=float("nan")), "measurements.totals.wall_s is NaN"),
         (lambda d: _cells(d)[0].update(wall_s=float("inf")), "measurements.cells[0].wall_s is Infinity"),
         (lambda d: _cells(d)[0].update(compile_s=-1.5), "measurements.cells[0].compile_s is -1.5"),
-        (lambda d: _cells(d)[0].setdefault("samples", {}).update(wall_s=[0.1, -2.0]),
-         "measurements.cells[0].samples.wall_s[1] is -2.0"),
+        (
+            lambda d: _cells(d)[0].setdefault("samples", {}).update(wall_s=[0.1, -2.0]),
+            "measurements.cells[0].samples.wall_s[1] is -2.0",
+        ),
         (lambda d: _cells(d)[0].update(status="exploded"), "measurements.cells[0].status is 'exploded'"),
         (lambda d: d.update(status="weird"), "field 'status' is 'weird'"),
         (lambda d: d.update(kind="nonsense"), "field 'kind' is 'nonsense'"),
@@ -300,10 +325,21 @@ def test_measurement_settings() -> None:
     from nbscope.record.run import describe_settings
 
     assert make_record().measurement_settings() == {
-        "jax_platform": None, "jax_cache": "off", "timeline": False, "repeat": 1,
+        "jax_platform": None,
+        "jax_cache": "off",
+        "timeline": False,
+        "repeat": 1,
     }
-    record = make_record(settings={"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4,
-                                   "timeout": 60, "env": {"X": "1"}})
+    record = make_record(
+        settings={
+            "jax_platform": "cpu",
+            "jax_cache": "warm",
+            "timeline": True,
+            "repeat": 4,
+            "timeout": 60,
+            "env": {"X": "1"},
+        }
+    )
     assert record.measurement_settings() == {"jax_platform": "cpu", "jax_cache": "warm", "timeline": True, "repeat": 4}
     from nbscope.record.run import series_settings
 
@@ -318,8 +354,12 @@ def test_typed_views_are_decoded_once_when_loaded_or_stored_and_afresh_while_a_j
     recorded = Path(__file__).resolve().parent / "files" / "records" / "cpu_x64.json"
     loaded = load(recorded)
     assert loaded.notebook_run() is loaded.notebook_run() and loaded.machine() is loaded.machine()
-    written = RunRecord(kind="profile", target="x.ipynb", fingerprint=FINGERPRINT,
-                        measurements=json.loads(recorded.read_text())["measurements"])
+    written = RunRecord(
+        kind="profile",
+        target="x.ipynb",
+        fingerprint=FINGERPRINT,
+        measurements=json.loads(recorded.read_text())["measurements"],
+    )
     before = written.notebook_run().totals.wall_s
     written.measurements["totals"]["wall_s"] = before + 1.0  # a job still writing sees what it writes
     assert written.notebook_run().totals.wall_s == before + 1.0

@@ -31,22 +31,49 @@ X64_CPU, X64_T4 = RUN["cpu_x64"], RUN["synthetic_t4_x64"]
 SCAN = RUN["profiled_forecast_scan"]
 FORMATS = ((), ("--json",), ("--markdown",))
 COMMANDS: dict[str, tuple[str, ...]] = {
-    **{f"show-{name}{'-json' * bool(form)}": ("show", run, *form) for name, run in RUN.items()
-       for form in ((), ("--json",))},
-    **{f"diagnose-{name}{fmt[0][1:] if fmt else ''}": ("diagnose", RUN[name], *fmt)
-       for name in ("cpu_latency_loop", "synthetic_t4_gpu_memory", "cpu_x64", "synthetic_cpu_slow_compile_alarm",
-                    "cpu_forecast_cut", "profiled_forecast_scan") for fmt in FORMATS},
+    **{
+        f"show-{name}{'-json' * bool(form)}": ("show", run, *form)
+        for name, run in RUN.items()
+        for form in ((), ("--json",))
+    },
+    **{
+        f"diagnose-{name}{fmt[0][1:] if fmt else ''}": ("diagnose", RUN[name], *fmt)
+        for name in (
+            "cpu_latency_loop",
+            "synthetic_t4_gpu_memory",
+            "cpu_x64",
+            "synthetic_cpu_slow_compile_alarm",
+            "cpu_forecast_cut",
+            "profiled_forecast_scan",
+        )
+        for fmt in FORMATS
+    },
     "diagnose-latency-other-json": ("diagnose", LATENCY_T4, "--other", LATENCY_CPU, "--json"),
-    **{f"forecast-{name}{fmt[0][1:] if fmt else ''}": ("forecast", RUN[name], "--gpu", "t4,a100", *fmt)
-       for name in ("cpu_forecast_cut", "cpu_forecast_f64_loop", "profiled_forecast_scan") for fmt in FORMATS},
+    **{
+        f"forecast-{name}{fmt[0][1:] if fmt else ''}": ("forecast", RUN[name], "--gpu", "t4,a100", *fmt)
+        for name in ("cpu_forecast_cut", "cpu_forecast_f64_loop", "profiled_forecast_scan")
+        for fmt in FORMATS
+    },
     "forecast-scan-all": ("forecast", SCAN, "--gpu", "t4", "--all"),
     **{f"compare-latency{fmt[0][1:] if fmt else ''}": ("compare", LATENCY_CPU, LATENCY_T4, *fmt) for fmt in FORMATS},
     **{f"compare-x64{fmt[0][1:] if fmt else ''}": ("compare", X64_CPU, X64_T4, *fmt) for fmt in FORMATS},
     **{f"cells{fmt[0][1:] if fmt else ''}": ("cells", *RUN.values(), "--all", *fmt) for fmt in FORMATS},
-    **{f"gate{fmt[0][1:] if fmt else ''}": ("gate", "--candidate", LATENCY_T4, "--baseline", LATENCY_CPU, "--all",
-                                             *fmt) for fmt in FORMATS},
-    **{f"history{fmt[0][1:] if fmt else ''}": ("history", "tests/files/diag_latency_loop.ipynb", *fmt)
-       for fmt in FORMATS},
+    **{
+        f"gate{fmt[0][1:] if fmt else ''}": (
+            "gate",
+            "--candidate",
+            LATENCY_T4,
+            "--baseline",
+            LATENCY_CPU,
+            "--all",
+            *fmt,
+        )
+        for fmt in FORMATS
+    },
+    **{
+        f"history{fmt[0][1:] if fmt else ''}": ("history", "tests/files/diag_latency_loop.ipynb", *fmt)
+        for fmt in FORMATS
+    },
     "runs-json": ("runs", "--json"),
     "report-scan-html": ("report", SCAN, "-o", "-", "--no-history"),
     "report-latency-html": ("report", LATENCY_CPU, LATENCY_T4, "-o", "-"),
@@ -88,8 +115,11 @@ def _run(store: Path) -> Callable[[tuple[str, ...]], subprocess.CompletedProcess
     from conftest import run_in_process
 
     def run(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-        return run_in_process([*args, "--db", str(store)], cwd=REPO, env={"COLUMNS": "100", "LINES": "50",
-                                                                           "NO_COLOR": "1", "TERM": "dumb"})
+        return run_in_process(
+            [*args, "--db", str(store)],
+            cwd=REPO,
+            env={"COLUMNS": "100", "LINES": "50", "NO_COLOR": "1", "TERM": "dumb"},
+        )
 
     return run
 
@@ -105,14 +135,19 @@ def test_view_renders_as_captured(name: str, store: Path) -> None:
     assert rendered == captured.read_text(encoding="utf-8"), f"{name} renders differently from {captured}"
 
 
-@pytest.mark.parametrize(("args", "runs"), [
-    (("report", SCAN, "-o", "-"), 1),
-    (("forecast", SCAN, "--gpu", "t4", "--json"), 1),
-    (("diagnose", RUN["cpu_forecast_cut"], "--gpu", "t4", "--notebook", "tests/files/forecast_cut.md"), 1),
-    (("compare", LATENCY_CPU, LATENCY_T4), 2),
-], ids=["report", "forecast", "diagnose", "compare"])
-def test_each_command_decodes_each_run_once(args: tuple[str, ...], runs: int, store: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "runs"),
+    [
+        (("report", SCAN, "-o", "-"), 1),
+        (("forecast", SCAN, "--gpu", "t4", "--json"), 1),
+        (("diagnose", RUN["cpu_forecast_cut"], "--gpu", "t4", "--notebook", "tests/files/forecast_cut.md"), 1),
+        (("compare", LATENCY_CPU, LATENCY_T4), 2),
+    ],
+    ids=["report", "forecast", "diagnose", "compare"],
+)
+def test_each_command_decodes_each_run_once(
+    args: tuple[str, ...], runs: int, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A command loads each run it reads once, and decodes its document into the typed model once, however many
     analyses and views read it."""
     from nbscope.schema import codec

@@ -51,7 +51,11 @@ class Result(Encoded):
 
     @property
     def document_keys(self) -> tuple[str, ...]:
-        return (("shown_as", "shown"), "side", "part", "note", "ratio", ("twice", Result.twice)) if self.side else ("side", "note")
+        return (
+            (("shown_as", "shown"), "side", "part", "note", "ratio", ("twice", Result.twice))
+            if self.side
+            else ("side", "note")
+        )
 
     @property
     def shown(self) -> str:
@@ -63,20 +67,44 @@ class Result(Encoded):
 
 def test_a_result_writes_its_keys_renamed_inlined_left_out_and_in_its_own_order() -> None:
     assert Result("a", Part(1, "x"), None, float("inf"), kept=object()).to_dict() == {
-        "shown_as": "a wins", "winner": "a", "size": 1, "name": "x", "ratio": None,
-        "twice": "a winsa wins"}
+        "shown_as": "a wins",
+        "winner": "a",
+        "size": 1,
+        "name": "x",
+        "ratio": None,
+        "twice": "a winsa wins",
+    }
     assert list(encode(Result(None, None, "why", 2.0))) == ["winner", "note"]
 
 
 def test_each_kind_of_field_reads_the_document_or_unknown_never_a_guess() -> None:
-    whole = decode(Whole, {
-        "count": 3.0, "share": float("nan"), "flag": 1, "wait": -0.5, "tags": ["a", 2, "b"],
-        "parts": [{"size": 2.0, "name": "x"}, "not an object", {"size": True}], "by_name": {"a": 1, "b": "2"},
-        "first": {}, "old_name": "kept", "mode": "",
-    })
-    assert whole == Whole(count=3, share=None, flag=None, wait=None, tags=("a", "b"),
-                          parts=(Part(2, "x"), Part(None, "")), by_name={"a": 1}, first=None, renamed="kept",
-                          mode="off")
+    whole = decode(
+        Whole,
+        {
+            "count": 3.0,
+            "share": float("nan"),
+            "flag": 1,
+            "wait": -0.5,
+            "tags": ["a", 2, "b"],
+            "parts": [{"size": 2.0, "name": "x"}, "not an object", {"size": True}],
+            "by_name": {"a": 1, "b": "2"},
+            "first": {},
+            "old_name": "kept",
+            "mode": "",
+        },
+    )
+    assert whole == Whole(
+        count=3,
+        share=None,
+        flag=None,
+        wait=None,
+        tags=("a", "b"),
+        parts=(Part(2, "x"), Part(None, "")),
+        by_name={"a": 1},
+        first=None,
+        renamed="kept",
+        mode="off",
+    )
     assert decode(Whole, "not an object") == Whole(0, None, None, None, (), (), {}, None, None, "off")
     assert decode_optional(Part, None) is None and decode_optional(Part, {"name": "y"}) == Part(None, "y")
 
@@ -89,8 +117,10 @@ def test_a_recorded_program_and_cell_write_back_as_recorded() -> None:
     assert encode(typed.per_execution)["flops"] == program["per_execution"]["flops"]
     assert encode(typed.entry.plus(Work(1.0, None, None, None, None))) == {
         **{k: program["entry"][k] for k in ("flops", "transcendentals", "bytes", "flops_f64", "transcendentals_f64")},
-        "flops": program["entry"]["flops"] + 1.0, "kernels": program["entry"]["kernels"],
-        "conditionals": program["entry"]["conditionals"]}
+        "flops": program["entry"]["flops"] + 1.0,
+        "kernels": program["entry"]["kernels"],
+        "conditionals": program["entry"]["conditionals"],
+    }
     cell = document["measurements"]["cells"][0]
     assert decode(Cell, cell).code_line == cell["code_line"]
     assert decode(Cell, {**cell, "code_line": None}).code_line == cell["first_line"]

@@ -39,14 +39,31 @@ def test_the_typed_view_is_read_only() -> None:
 def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none() -> None:
     from nbscope.schema.machine import Machine, Settings
 
-    machine = decode(Machine, {
-        "digest": "abc", "cpu": {"model": "EPYC", "logical_cores": 4, "load_average": [6.0, 1.0, 1.0]},
-        "gpu": {"devices": [{"index": 0, "name": "Tesla T4", "memory_total_bytes": 16 * 2**30,
-                             "compute_capability": "7.5", "fp64_class": {"ratio": "1/32", "value": 0.03, "weak": True}}]},
-        "versions": {"jax": "0.10.2", "numba": {"absent": "not installed"}, "jax_plugins": {"jax-cuda12-plugin": "0.10.2"}},
-        "environment": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
-        "jax_runtime": {"absent": "not collected: pass --jax"},
-    })
+    machine = decode(
+        Machine,
+        {
+            "digest": "abc",
+            "cpu": {"model": "EPYC", "logical_cores": 4, "load_average": [6.0, 1.0, 1.0]},
+            "gpu": {
+                "devices": [
+                    {
+                        "index": 0,
+                        "name": "Tesla T4",
+                        "memory_total_bytes": 16 * 2**30,
+                        "compute_capability": "7.5",
+                        "fp64_class": {"ratio": "1/32", "value": 0.03, "weak": True},
+                    }
+                ]
+            },
+            "versions": {
+                "jax": "0.10.2",
+                "numba": {"absent": "not installed"},
+                "jax_plugins": {"jax-cuda12-plugin": "0.10.2"},
+            },
+            "environment": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+            "jax_runtime": {"absent": "not collected: pass --jax"},
+        },
+    )
     assert machine.cpu.load_per_core == 1.5
     assert machine.gpu is not None and machine.gpu.name == "Tesla T4" and machine.gpu.fp64.weak is True
     assert machine.versions == {"jax": "0.10.2"} and "jax-cuda12-plugin" in machine.jax_plugins

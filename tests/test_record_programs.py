@@ -26,8 +26,11 @@ def record() -> RunRecord:
     """A profile with program data of a notebook whose one jitted function has a scan, loops only XLA:CPU builds
     (threefry, LU) and a cuSOLVER call on the GPU, read back from its JSON document as a stored run is."""
     pytest.importorskip("jax")
-    made = profile(FILES / "forecast_random_solve.md", ProfileOptions(forecast=["t4"], jax_platform="cpu"),
-                   fingerprint={"digest": "test"})
+    made = profile(
+        FILES / "forecast_random_solve.md",
+        ProfileOptions(forecast=["t4"], jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
     return RunRecord.from_dict(made.to_dict())
 
 
@@ -63,8 +66,11 @@ def test_the_run_s_program_table_reads_as_typed_programs_with_the_document_s_fig
     document = record.measurements["programs"]
     data = record.notebook_run().program_data
     assert isinstance(data, ProgramData)
-    assert (data.version, data.cost_source, list(data.notes)) == (document["version"], document["cost_source"],
-                                                                   document["notes"])
+    assert (data.version, data.cost_source, list(data.notes)) == (
+        document["version"],
+        document["cost_source"],
+        document["notes"],
+    )
     assert set(data.programs) == set(document["programs"]) and data.programs
     for key, program in data.programs.items():
         assert isinstance(program, Program) and program.key == key
@@ -82,8 +88,11 @@ def test_a_cell_that_ran_a_jitted_function_knows_its_programs(record: RunRecord)
     for cell, document in zip(run.cells, record.measurements["cells"], strict=True):
         assert isinstance(cell.programs, CellPrograms)  # a --forecast run records every cell's
         same(cell.programs, document["programs"])
-    solving = next(c for c in run.cells if c.programs and any(
-        programs[e.program].function == "draw_and_solve" for e in c.programs.executions))
+    solving = next(
+        c
+        for c in run.cells
+        if c.programs and any(programs[e.program].function == "draw_and_solve" for e in c.programs.executions)
+    )
     assert solving.programs is not None and solving.programs.trace == "read"
     execution = next(e for e in solving.programs.executions if programs[e.program].function == "draw_and_solve")
     assert isinstance(execution, Execution) and execution.count == execution.runs == 1
@@ -99,7 +108,8 @@ def test_the_forecast_reads_a_typed_program_as_it_read_its_document(record: RunR
     for key, program in data.programs.items():
         document = record.measurements["programs"]["programs"][key]
         assert program_terms(program, table.devices["t4"], table.model) == program_terms(
-            document, table.devices["t4"], table.model)
+            document, table.devices["t4"], table.model
+        )
 
 
 def test_absent_fields_read_as_none_never_as_a_guess() -> None:
@@ -109,8 +119,9 @@ def test_absent_fields_read_as_none_never_as_a_guess() -> None:
     (loop,) = program.loops
     assert loop.trip_count is None and loop.syncs_per_iteration is None and loop.cpu_only is None
     assert loop.source is None and loop.per_iteration.bytes is None
-    cell = decode(CellPrograms, {"executions": [{"program": "jit_f#1", "count": None, "sampled_runs": 40},
-                                              {"count": 3}]})
+    cell = decode(
+        CellPrograms, {"executions": [{"program": "jit_f#1", "count": None, "sampled_runs": 40}, {"count": 3}]}
+    )
     assert cell is not None and cell.transfers is None and cell.window is None and cell.cpu_busy_s is None
     (execution,) = cell.executions  # an entry naming no program is none to read against the table
     assert execution.count is None and execution.cpu_s is None and execution.runs == 40

@@ -42,9 +42,22 @@ def profiled_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     shutil.copy(FILES / "diag_unrolled_loop.ipynb", notebook)
     db = root / "store" / "nbscope.db"
     result = subprocess.run(
-        [sys.executable, "-m", "nbscope", "profile", str(notebook), "--db", str(db), "--jax-platform", "cpu",
-         "--no-diagnose"],
-        cwd=elsewhere, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "profile",
+            str(notebook),
+            "--db",
+            str(db),
+            "--jax-platform",
+            "cpu",
+            "--no-diagnose",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     return {"root": root, "notebook": notebook, "db": db, "elsewhere": elsewhere}
@@ -64,15 +77,15 @@ def test_the_record_carries_each_cells_whole_source_and_line_range(profiled_else
     assert text[first - 1].strip().startswith('"source"') and last > first and simulate["line"] is None
 
 
-def test_findings_are_the_same_from_any_folder(profiled_elsewhere: dict[str, Path], run_cli: RunCli,
-                                               tmp_path: Path) -> None:
+def test_findings_are_the_same_from_any_folder(
+    profiled_elsewhere: dict[str, Path], run_cli: RunCli, tmp_path: Path
+) -> None:
     db = profiled_elsewhere["db"]
     here = _findings(run_cli("diagnose", "latest", "--db", db, "--json", cwd=profiled_elsewhere["elsewhere"]))
     other = tmp_path / "unrelated"
     other.mkdir()
     there = _findings(run_cli("diagnose", "latest", "--db", db, "--json", cwd=other))
-    beside = _findings(run_cli("diagnose", "latest", "--db", db, "--json",
-                               cwd=profiled_elsewhere["notebook"].parent))
+    beside = _findings(run_cli("diagnose", "latest", "--db", db, "--json", cwd=profiled_elsewhere["notebook"].parent))
     assert "unrolled-loop" in {f["rule"] for f in here}
     assert here == there == beside
 
@@ -104,8 +117,7 @@ def test_diagnose_quotes_the_code_that_ran_after_the_notebook_is_edited(
     original = notebook.read_text()
     notebook.write_text(original.replace("for t in range(200):", "for step in range(3):  # edited later"))
     try:
-        result = run_cli("diagnose", "latest", "--db", profiled_elsewhere["db"], "--verbose",
-                         cwd=notebook.parent)
+        result = run_cli("diagnose", "latest", "--db", profiled_elsewhere["db"], "--verbose", cwd=notebook.parent)
     finally:
         notebook.write_text(original)
     assert result.returncode == 0, result.stderr

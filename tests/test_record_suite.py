@@ -23,14 +23,7 @@ from nbscope.render.html._sections import _loops_section
 from nbscope.render.loops import print_loops
 from nbscope.schema.codec import decode
 from nbscope.schema.model import KernelInfo, NotebookRun, RunnerInfo
-from nbscope.schema.suite import (
-    BenchGroup,
-    BenchRun,
-    BenchSettings,
-    GroupFigure,
-    LoopsRun,
-    Sweep,
-)
+from nbscope.schema.suite import BenchGroup, BenchRun, BenchSettings, GroupFigure, LoopsRun, Sweep
 from test_loops import USER_LOOP
 
 RECORDS = Path(__file__).resolve().parent / "files" / "records"
@@ -42,8 +35,13 @@ LOOP = USER_LOOP  # a fori_loop with a traced trip count, as test_loops sweeps i
 def bench() -> RunRecord:
     """A real bench run, small: the pure-Python group and the loops group (its fitted slopes), read back from
     its JSON as a stored record is."""
-    record = run_bench(only=["python,loops"], size="quick", fingerprint=FINGERPRINT, jax_platform="cpu",
-                       overrides={"python.int_sum_n": 100_000, "python.sqrt_n": 50_000, "loops.trips": [1_000, 10_000]})
+    record = run_bench(
+        only=["python,loops"],
+        size="quick",
+        fingerprint=FINGERPRINT,
+        jax_platform="cpu",
+        overrides={"python.int_sum_n": 100_000, "python.sqrt_n": 50_000, "loops.trips": [1_000, 10_000]},
+    )
     return RunRecord.from_dict(json.loads(record.to_json()))
 
 
@@ -51,8 +49,17 @@ def bench() -> RunRecord:
 def loops(tmp_path_factory: pytest.TempPathFactory) -> RunRecord:
     script = tmp_path_factory.mktemp("loops") / "userloop.py"
     script.write_text(LOOP)
-    record = run_loops(LoopOptions(target=f"{script}:run", trip_counts=[1_000, 10_000, 100_000], samples=2,
-                                   placements=["cpu"], at=5_000_000, jax_platform="cpu"), fingerprint=FINGERPRINT)
+    record = run_loops(
+        LoopOptions(
+            target=f"{script}:run",
+            trip_counts=[1_000, 10_000, 100_000],
+            samples=2,
+            placements=["cpu"],
+            at=5_000_000,
+            jax_platform="cpu",
+        ),
+        fingerprint=FINGERPRINT,
+    )
     return RunRecord.from_dict(json.loads(record.to_json()))
 
 
@@ -61,8 +68,11 @@ def same(view: Any, document: Any, where: str = "") -> int:
     returns how many values were compared."""
     if dataclasses.is_dataclass(view):
         assert isinstance(document, Mapping), where
-        return sum(same(getattr(view, f.name), document[f.name], f"{where}.{f.name}")
-                   for f in dataclasses.fields(view) if f.name in document)
+        return sum(
+            same(getattr(view, f.name), document[f.name], f"{where}.{f.name}")
+            for f in dataclasses.fields(view)
+            if f.name in document
+        )
     if isinstance(view, tuple):
         assert len(view) == len(document), where
         return sum(same(v, d, f"{where}[{i}]") for i, (v, d) in enumerate(zip(view, document, strict=True)))
@@ -143,7 +153,9 @@ def test_absent_fields_read_none() -> None:
     # A point needs a trip count and a time; the lists beside them may be shorter, or hold the wrong thing.
     partial = decode(Sweep, {"trip_counts": [10, "x", 1000], "seconds": [1e-6, 2e-6, 3e-6], "inner": [4]})
     assert [(p.trips, p.seconds, p.inner, p.first_call_s) for p in partial.points] == [
-        (10, 1e-6, 4, None), (1000, 3e-6, None, None)]
+        (10, 1e-6, 4, None),
+        (1000, 3e-6, None, None),
+    ]
 
     runner = decode(NotebookRun, {}).runner
     assert runner == RunnerInfo() and runner.pathway is None and runner.execute_s is None
@@ -186,8 +198,16 @@ def _markdown_row(figure: Mapping[str, Any]) -> str:
         samples = f"fit of {len(fit.get('points') or [])}" if fit else ("1" if first else "–")
     throughput = figure.get("throughput")
     rate = f"{throughput['value']:.3g} {throughput['unit']}" if throughput else ""
-    cells = [figure["label"], time, _seconds(first.get("wall_s")) if first else "–",
-             _seconds(first.get("compile_s")), spread_text, samples, rate, figure["dtype"]]
+    cells = [
+        figure["label"],
+        time,
+        _seconds(first.get("wall_s")) if first else "–",
+        _seconds(first.get("compile_s")),
+        spread_text,
+        samples,
+        rate,
+        figure["dtype"],
+    ]
     return "| " + " | ".join(plain_text(cell) for cell in cells) + " |"
 
 
@@ -195,8 +215,9 @@ def _squeezed(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_bench_views_print_the_documents_figures(bench: RunRecord, capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_views_print_the_documents_figures(
+    bench: RunRecord, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     markdown = [_squeezed(line) for line in bench_markdown(bench).splitlines()]
     figures = [f for group in bench.measurements["groups"].values() for f in group["figures"]]
     for figure in figures:
@@ -214,8 +235,9 @@ def test_bench_views_print_the_documents_figures(bench: RunRecord, capsys: pytes
     assert f"varied ±{spread:.1%} over the run" in out
 
 
-def test_loops_views_print_the_documents_figures(loops: RunRecord, capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_loops_views_print_the_documents_figures(
+    loops: RunRecord, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(terminal.console, "width", 200)
     print_loops(loops)
     out = capsys.readouterr().out
@@ -227,8 +249,12 @@ def test_loops_views_print_the_documents_figures(loops: RunRecord, capsys: pytes
     text = f"{fit['us_per_iter']:.4g} µs/iteration {'+' if a >= 0 else '−'} {_seconds(abs(a))} per call, R² {fit['r2']:.4f}"
     assert f"fit (wall clock): {text}" in out
     (estimate,) = loops.measurements["extrapolation"]["estimates"]
-    assert f"at 5,000,000 trips on {estimate['placement']} ({estimate['device']}): {_seconds(estimate['seconds'])}" in out
+    assert (
+        f"at 5,000,000 trips on {estimate['placement']} ({estimate['device']}): {_seconds(estimate['seconds'])}" in out
+    )
     html = _loops_section(loops, 0)
-    row = (f"<td class=\"n\">{len(sweep['trip_counts'])}</td><td class=\"n\">{fit['us_per_iter']:.4g}</td>"
-           f"<td class=\"n\">{_seconds(a)}</td><td class=\"n\">{fit['b_s']:.3g}</td><td class=\"n\">{fit['r2']:.4f}</td>")
+    row = (
+        f'<td class="n">{len(sweep["trip_counts"])}</td><td class="n">{fit["us_per_iter"]:.4g}</td>'
+        f'<td class="n">{_seconds(a)}</td><td class="n">{fit["b_s"]:.3g}</td><td class="n">{fit["r2"]:.4f}</td>'
+    )
     assert row in html

@@ -26,7 +26,7 @@ from nbscope.render.terminal import console
 FILES = Path(__file__).resolve().parent / "files"
 NOTEBOOK = FILES / "markup_source.md"
 # First lines (as the ledger cuts them, to 48 characters) that rich would misread as markup.
-MARKUP_LINES = ('y = x[i]', 'tag = "[/x]"', 'label = "[bold red]not styled[/bold red]"', 'z = z + x[i]')
+MARKUP_LINES = ("y = x[i]", 'tag = "[/x]"', 'label = "[bold red]not styled[/bold red]"', "z = z + x[i]")
 TABLE_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s")
 
 
@@ -47,8 +47,9 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder.mkdir()
     shutil.copy(NOTEBOOK, folder / NOTEBOOK.name)
     # The notebook raises on purpose (its error message carries markup too): --allow-errors, so it exits 0.
-    done = nbscope("profile", f"lecture[i]/{NOTEBOOK.name}", "--all", "--allow-errors", "--db", "db/nbscope.db",
-                   cwd=root)
+    done = nbscope(
+        "profile", f"lecture[i]/{NOTEBOOK.name}", "--all", "--allow-errors", "--db", "db/nbscope.db", cwd=root
+    )
     cells = {(str(c.index + 1), str(c.line)) for c in notebook_module.read(NOTEBOOK).code_cells}
     return {"root": root, "stdout": done.stdout, "cells": cells}
 
@@ -64,7 +65,7 @@ def test_profile_ledger_shows_sources_as_written(profiled: dict[str, Any]) -> No
     out = profiled["stdout"]
     for line in MARKUP_LINES:
         assert line in out, line
-    assert 'cell 5 (line 109): error ValueError: bad value [/x] at x[i]' in out  # the error message
+    assert "cell 5 (line 109): error ValueError: bad value [/x] at x[i]" in out  # the error message
     assert f"lecture[i]/{NOTEBOOK.name}" in out  # the target in the header
     assert "saved as run 1 in db" in out
     assert number_and_line_columns(out) == profiled["cells"]
@@ -85,7 +86,7 @@ def test_show_in_a_narrow_terminal_keeps_the_cell_number_and_line_whole(profiled
 @pytest.mark.slow
 def test_compare_shows_sources_as_written(profiled: dict[str, Any]) -> None:
     out = nbscope("compare", "1", "1", "--db", "db/nbscope.db", cwd=profiled["root"]).stdout
-    for line in ('y = x[i]', 'tag = "[/x]"', 'label = "[bold red]not styled', 'z = z + x[i]'):
+    for line in ("y = x[i]", 'tag = "[/x]"', 'label = "[bold red]not styled', "z = z + x[i]"):
         assert line in out, line
     assert re.search(r"^\s*10\s+134\s", out, re.MULTILINE)  # cell 10, line 134
 
@@ -118,17 +119,48 @@ def test_findings_and_notes_print_as_written() -> None:
         notes = ["notebook not found (runs[i]/a.md)"]
 
     finding = Finding(
-        rule="retrace-churn", title="Retrace [/x] churn", cell_index=None, severity="low", confidence=0.9,
-        evidence={"function": "f[/x]", "shapes": ["float32[3]"]}, summary="`f[/x]` compiled x[i] times",
+        rule="retrace-churn",
+        title="Retrace [/x] churn",
+        cell_index=None,
+        severity="low",
+        confidence=0.9,
+        evidence={"function": "f[/x]", "shapes": ["float32[3]"]},
+        summary="`f[/x]` compiled x[i] times",
         fix="keep [bold]f[/bold] steady",
     )
     with console.capture() as captured:
         findings_view.print_findings(Findings([finding]))
-        backends_view.print_unavailable([{"backend": "cuda", "run_id": None, "available": False,  # as BackendsResult
-                                          "reason": "RuntimeError: [/x] no device", "record": None}])
-        backends_view.print_recommendation(Recommendation(recommendation=None, reason="only [i] ran", basis="measured",
-                                                         estimates=None, pinned=(), caveats=(), runs={}))
+        backends_view.print_unavailable(
+            [
+                {
+                    "backend": "cuda",
+                    "run_id": None,
+                    "available": False,  # as BackendsResult
+                    "reason": "RuntimeError: [/x] no device",
+                    "record": None,
+                }
+            ]
+        )
+        backends_view.print_recommendation(
+            Recommendation(
+                recommendation=None,
+                reason="only [i] ran",
+                basis="measured",
+                estimates=None,
+                pinned=(),
+                caveats=(),
+                runs={},
+            )
+        )
     out = captured.get()
-    for text in ("Retrace [/x] churn", "`f[/x]` compiled x[i] times", "function: f[/x]", "keep [bold]f[/bold]",
-                 "needs [/x] sources", "runs[i]/a.md", "RuntimeError: [/x] no device", "only [i] ran"):
+    for text in (
+        "Retrace [/x] churn",
+        "`f[/x]` compiled x[i] times",
+        "function: f[/x]",
+        "keep [bold]f[/bold]",
+        "needs [/x] sources",
+        "runs[i]/a.md",
+        "RuntimeError: [/x] no device",
+        "only [i] ran",
+    ):
         assert text in out, text

@@ -33,28 +33,57 @@ needs_chromium = pytest.mark.skipif(
 
 
 def fake_diagnose(record: RunRecord, other: RunRecord | None = None) -> Findings:
-    return Findings([
-        Finding(rule="slow-cell", title="Slow cell <img src=x onerror=alert(3)>", cell_index=1, severity="high",
-                confidence=0.9, evidence={"wall_s": 0.3, "source": "<script>alert(4)</script>"},
-                summary="Cell 2 sleeps & waits.", fix="Sleep less <b>now</b>."),
-    ])
+    return Findings(
+        [
+            Finding(
+                rule="slow-cell",
+                title="Slow cell <img src=x onerror=alert(3)>",
+                cell_index=1,
+                severity="high",
+                confidence=0.9,
+                evidence={"wall_s": 0.3, "source": "<script>alert(4)</script>"},
+                summary="Cell 2 sleeps & waits.",
+                fix="Sleep less <b>now</b>.",
+            )
+        ]
+    )
 
 
 def synthetic_pathways() -> RunRecord:
     cells = [
-        {"source_hash": "p1", "index": 0, "line": 12, "first_line": "import jax",
-         "by_pathway": {"kernel": {"wall_s": 0.8, "compile_s": 0.0, "status": "ok"},
-                        "script": {"wall_s": 0.7, "compile_s": 0.0, "status": "ok"}}},
-        {"source_hash": "p2", "index": 1, "line": 20, "first_line": HOSTILE,
-         "by_pathway": {"kernel": {"wall_s": 1.5, "compile_s": 0.4, "status": "ok"},
-                        "script": {"wall_s": 1.2, "compile_s": 0.4, "status": "ok"}}},
+        {
+            "source_hash": "p1",
+            "index": 0,
+            "line": 12,
+            "first_line": "import jax",
+            "by_pathway": {
+                "kernel": {"wall_s": 0.8, "compile_s": 0.0, "status": "ok"},
+                "script": {"wall_s": 0.7, "compile_s": 0.0, "status": "ok"},
+            },
+        },
+        {
+            "source_hash": "p2",
+            "index": 1,
+            "line": 20,
+            "first_line": HOSTILE,
+            "by_pathway": {
+                "kernel": {"wall_s": 1.5, "compile_s": 0.4, "status": "ok"},
+                "script": {"wall_s": 1.2, "compile_s": 0.4, "status": "ok"},
+            },
+        },
     ]
     return RunRecord(
-        kind="pathways", target="lecture.md", fingerprint={"digest": "d9", "cpu": {"model": "CPU"}},
-        measurements={"totals": {"wall_s": 2.3},
-                      "pathways": {"kernel": {"totals": {"wall_s": 2.3, "cells": 2}},
-                                   "script": {"totals": {"wall_s": 1.9, "cells": 2}}},
-                      "cells": cells},
+        kind="pathways",
+        target="lecture.md",
+        fingerprint={"digest": "d9", "cpu": {"model": "CPU"}},
+        measurements={
+            "totals": {"wall_s": 2.3},
+            "pathways": {
+                "kernel": {"totals": {"wall_s": 2.3, "cells": 2}},
+                "script": {"totals": {"wall_s": 1.9, "cells": 2}},
+            },
+            "cells": cells,
+        },
         command=["test"],
     )
 
@@ -62,13 +91,28 @@ def synthetic_pathways() -> RunRecord:
 def synthetic_loops() -> RunRecord:
     counts = [10, 100, 1000, 10000, 100000]
     return RunRecord(
-        kind="loops", target="loops-suite", fingerprint={"digest": "d9"},
-        measurements={"totals": {"wall_s": 4.0}, "sweeps": [
-            {"device": "cpu", "loop": "fori_loop", "trip_counts": counts,
-             "seconds": [1e-4 + 2e-8 * n for n in counts], "fit": {"us_per_iter": 0.02, "a_s": 1e-4, "b_s": 2e-8, "r2": 0.999}},
-            {"device": "cpu", "loop": "scan <b>", "trip_counts": counts,
-             "seconds": [2e-4 + 1e-7 * n for n in counts], "fit": {"us_per_iter": 0.1, "a_s": 2e-4, "b_s": 1e-7, "r2": 0.998}},
-        ]},
+        kind="loops",
+        target="loops-suite",
+        fingerprint={"digest": "d9"},
+        measurements={
+            "totals": {"wall_s": 4.0},
+            "sweeps": [
+                {
+                    "device": "cpu",
+                    "loop": "fori_loop",
+                    "trip_counts": counts,
+                    "seconds": [1e-4 + 2e-8 * n for n in counts],
+                    "fit": {"us_per_iter": 0.02, "a_s": 1e-4, "b_s": 2e-8, "r2": 0.999},
+                },
+                {
+                    "device": "cpu",
+                    "loop": "scan <b>",
+                    "trip_counts": counts,
+                    "seconds": [2e-4 + 1e-7 * n for n in counts],
+                    "fit": {"us_per_iter": 0.1, "a_s": 2e-4, "b_s": 1e-7, "r2": 0.998},
+                },
+            ],
+        },
         command=["test"],
     )
 
@@ -83,8 +127,14 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     store = Store(folder / "nbscope.db")
     runs = []
     for seconds in ("0.1", "0.3"):
-        runs.append(profile(NOTEBOOK, ProfileOptions(env={"NBSCOPE_GATE_SLOW": seconds}), store=store,
-                            live_path=folder / f"{seconds}.jsonl"))
+        runs.append(
+            profile(
+                NOTEBOOK,
+                ProfileOptions(env={"NBSCOPE_GATE_SLOW": seconds}),
+                store=store,
+                live_path=folder / f"{seconds}.jsonl",
+            )
+        )
     pathways, loops = synthetic_pathways(), synthetic_loops()
     pathways.fingerprint = loops.fingerprint = runs[0].fingerprint  # measured on the same machine
     data = report_data([*runs, pathways, loops], store=store)
@@ -136,8 +186,17 @@ def test_report_is_self_contained_and_escaped(report_file: dict[str, Any]) -> No
     assert "<script>alert(1)</script>" in joined  # the parser unescaped it: it was escaped in the file
     assert re.search(r"<text[^>]*>[^<]*&lt;script&gt;alert\(1\)", text)
     assert "$5 &amp; $x^2$" in text
-    for heading in ("Runs", "Gate:", "Fingerprint", "Cells: waterfall", "Compared runs", "Pathways",
-                    "Loop sweeps", "Diagnosis", "History"):
+    for heading in (
+        "Runs",
+        "Gate:",
+        "Fingerprint",
+        "Cells: waterfall",
+        "Compared runs",
+        "Pathways",
+        "Loop sweeps",
+        "Diagnosis",
+        "History",
+    ):
         assert f"<h2>{heading}" in text, heading
 
 
@@ -201,8 +260,13 @@ def test_report_without_optional_parts(tmp_path: Path) -> None:
     record = synthetic_loops()
     text = html_report.report(report_data([record]))
     assert "<h2>Loop sweeps</h2>" in text and "<h2>History</h2>" not in text and "<h2>Gate" not in text
-    bench = RunRecord(kind="bench", target="suite", fingerprint={"digest": "x"},
-                      measurements={"totals": {"wall_s": 3.0, "groups": 2}}, command=[])
+    bench = RunRecord(
+        kind="bench",
+        target="suite",
+        fingerprint={"digest": "x"},
+        measurements={"totals": {"wall_s": 3.0, "groups": 2}},
+        command=[],
+    )
     assert "bench totals" in html_report.report(report_data([bench]))
     with pytest.raises(NbscopeError, match="at least one"):
         html_report.report(report_data([]))
@@ -237,12 +301,21 @@ def test_report_cli(report_file: dict[str, Any], run_cli: Any, tmp_path: Path) -
 def chromium(*args: str, profile: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """Headless Chromium with no network side traffic; killed with its children on timeout."""
     command = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", *args,
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        *args,
     ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -258,8 +331,14 @@ def test_chromium_renders_plots_without_console_errors(report_file: dict[str, An
     from matplotlib import image
 
     screenshot = tmp_path / "report.png"
-    done = chromium("--enable-logging=stderr", "--v=0", f"--screenshot={screenshot}", "--window-size=1280,2400",
-                    report_file["path"].resolve().as_uri(), profile=tmp_path / "profile")
+    done = chromium(
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--screenshot={screenshot}",
+        "--window-size=1280,2400",
+        report_file["path"].resolve().as_uri(),
+        profile=tmp_path / "profile",
+    )
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == [], console
     assert "Content Security Policy" not in done.stderr

@@ -20,9 +20,13 @@ def _printed(rows: Rows, width: int = 100) -> str:
     return out.getvalue()
 
 
-COLUMNS = (Column("cell", "right", "number"), Column("line", "right", "number", optional=True),
-           Column("source", "left", "source", markdown="Code"), Column("only here", terminal=False),
-           Column("wall", "right", "number"))
+COLUMNS = (
+    Column("cell", "right", "number"),
+    Column("line", "right", "number", optional=True),
+    Column("source", "left", "source", markdown="Code"),
+    Column("only here", terminal=False),
+    Column("wall", "right", "number"),
+)
 
 
 def test_one_rows_two_formats_each_escaped_its_own_way() -> None:

@@ -104,8 +104,14 @@ def start_nbscope(
             signal.signal(signum, signal.SIG_IGN)
 
     return subprocess.Popen(
-        [sys.executable, "-m", "nbscope", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=dispositions,
+        [sys.executable, "-m", "nbscope", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=dispositions,
     )
 
 
@@ -216,7 +222,9 @@ def test_a_signal_during_a_traced_book_build_saves_its_partial_run_and_stops_its
     started = tmp_path / "started"
     process = start_nbscope(
         ["trace", "--db", str(db), "--", "jupyter-book", "build", "--all", str(book)],
-        cwd=book, marker=marker, started=started,
+        cwd=book,
+        marker=marker,
+        started=started,
     )
     wait_until_cell_runs(process, started)
     child = int(started.read_text())
@@ -241,8 +249,12 @@ def test_a_signal_during_a_traced_book_build_saves_its_partial_run_and_stops_its
 def test_sigterm_during_pathways_keeps_the_pathway_it_cut_short(tmp_path: Path, marker: str) -> None:
     db = tmp_path / "db" / "nbscope.db"
     started = tmp_path / "started"
-    process = start_nbscope(["pathways", str(NOTEBOOK), "--via", "script,kernel", "--db", str(db)],
-                            cwd=tmp_path, marker=marker, started=started)
+    process = start_nbscope(
+        ["pathways", str(NOTEBOOK), "--via", "script,kernel", "--db", str(db)],
+        cwd=tmp_path,
+        marker=marker,
+        started=started,
+    )
     wait_until_cell_runs(process, started)  # in the script pathway, which runs first
     child = int(started.read_text())
     stderr = stop(process, signal.SIGTERM)
@@ -252,7 +264,11 @@ def test_sigterm_during_pathways_keeps_the_pathway_it_cut_short(tmp_path: Path, 
     assert record.status == "partial" and record.measurements["totals"]["interrupted"] is True
     script, kernel = (record.measurements["pathways"][name] for name in ("script", "kernel"))
     assert script["status"] == "partial" and kernel["status"] == "not-run"
-    assert [row["by_pathway"]["script"]["status"] for row in record.measurements["cells"]] == ["ok", "not-run", "not-run"]
+    assert [row["by_pathway"]["script"]["status"] for row in record.measurements["cells"]] == [
+        "ok",
+        "not-run",
+        "not-run",
+    ]
     assert f"saved partial run {record.run_id}" in stderr
     assert_nothing_left(marker, child)
 
@@ -261,7 +277,9 @@ def test_sigterm_during_pathways_keeps_the_pathway_it_cut_short(tmp_path: Path, 
 def test_sigterm_during_audit_saves_the_running_notebook_and_the_audit(tmp_path: Path, marker: str) -> None:
     db = tmp_path / "db" / "nbscope.db"
     started = tmp_path / "started"
-    process = start_nbscope(["audit", str(NOTEBOOK), "--db", str(db), "-q"], cwd=tmp_path, marker=marker, started=started)
+    process = start_nbscope(
+        ["audit", str(NOTEBOOK), "--db", str(db), "-q"], cwd=tmp_path, marker=marker, started=started
+    )
     wait_until_cell_runs(process, started)
     child = int(started.read_text())
     stderr = stop(process, signal.SIGTERM)
@@ -301,14 +319,25 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
     nbscope = [sys.executable, "-m", "nbscope"]
     listed = subprocess.run([*nbscope, "runs", "--db", str(db)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert listed.returncode == 0 and "1 unfinished run(s)" in listed.stdout, listed.stdout + listed.stderr
-    unfinished = subprocess.run([*nbscope, "runs", "--db", str(db), "--unfinished", "--json"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True)
+    unfinished = subprocess.run(
+        [*nbscope, "runs", "--db", str(db), "--unfinished", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     [item] = json.loads(unfinished.stdout)
     assert item["path"] == str(live) and item["state"] == "unfinished"
-    assert (item["kind"], item["target"], item["cells_measured"], item["code_cells"]) == ("profile", target_name(NOTEBOOK), 1, 3)
+    assert (item["kind"], item["target"], item["cells_measured"], item["code_cells"]) == (
+        "profile",
+        target_name(NOTEBOOK),
+        1,
+        3,
+    )
 
-    imported = subprocess.run([*nbscope, "import", str(live), "--db", str(db)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True)
+    imported = subprocess.run(
+        [*nbscope, "import", str(live), "--db", str(db)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert imported.returncode == 0, imported.stderr
     assert "imported as run 1 (partial: 1 of 3 cells ran)" in imported.stdout
     record = Store(db).get(1)
@@ -316,8 +345,9 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
     assert record.target == target_name(NOTEBOOK) and record.measurements["recovered_from"] == str(live)
     assert isinstance(record.measurements["kernel"]["pid"], int)  # the probe's kernel header was kept too
     assert not live.exists()  # in the store now: nothing piles up
-    again = subprocess.run([*nbscope, "runs", "--db", str(db), "--unfinished"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True)
+    again = subprocess.run(
+        [*nbscope, "runs", "--db", str(db), "--unfinished"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert again.stdout.strip() == "No unfinished runs."
 
 
@@ -326,7 +356,10 @@ def test_a_stored_run_leaves_no_live_file_and_a_named_one_stays(tmp_path: Path) 
     from nbscope.api.profile import profile
 
     path = tmp_path / "quick.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("b = a + 1")], metadata={"kernelspec": KERNELSPEC}), path)
+    nbformat.write(
+        new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("b = a + 1")], metadata={"kernelspec": KERNELSPEC}),
+        path,
+    )
     store = Store(tmp_path / "db" / "nbscope.db")
     record = profile(path, ProfileOptions(), store=store)
     assert record.measurements["live_file"] is None
@@ -342,7 +375,9 @@ def test_a_stored_run_leaves_no_live_file_and_a_named_one_stays(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_failing_kernel_shutdown_still_returns_the_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
+def test_a_failing_kernel_shutdown_still_returns_the_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str
+) -> None:
     from nbclient import NotebookClient
 
     from nbscope.collect import notebook as notebook_module
@@ -355,7 +390,10 @@ def test_a_failing_kernel_shutdown_still_returns_the_cells(tmp_path: Path, monke
 
     monkeypatch.setattr(NotebookClient, "_cleanup_kernel", cleanup_then_fail)
     path = tmp_path / "two.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("b = a + 1")], metadata={"kernelspec": KERNELSPEC}), path)
+    nbformat.write(
+        new_notebook(cells=[new_code_cell("a = 1"), new_code_cell("b = a + 1")], metadata={"kernelspec": KERNELSPEC}),
+        path,
+    )
     execution = execute(notebook_module.read(path), ExecutionOptions(env={MARKER: marker}))
     assert [c["status"] for c in execution.cells] == ["ok", "ok"]
     assert execution.runner["shutdown_error"] == "RuntimeError: shutdown failed"
@@ -373,7 +411,11 @@ def test_jax_cache_cold_never_empties_a_folder_nbscope_did_not_make(tmp_path: Pa
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     result = subprocess.run(
         [sys.executable, "-m", "nbscope", "profile", str(NOTEBOOK), "--db", str(db), "--jax-cache", "cold"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

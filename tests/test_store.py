@@ -20,11 +20,7 @@ from nbscope.record.run import RunRecord, dump, series_settings
 from nbscope.record.secrets import hidden
 from nbscope.record.store import SQLITE_MAGIC, STORE_VERSION, Store, default_path, resolve_run
 
-FINGERPRINT_A = {
-    "fingerprint_version": 1,
-    "cpu": {"model": "CPU A", "logical_cores": 2},
-    "digest": "aaaaaaaaaaaa",
-}
+FINGERPRINT_A = {"fingerprint_version": 1, "cpu": {"model": "CPU A", "logical_cores": 2}, "digest": "aaaaaaaaaaaa"}
 FINGERPRINT_B = {
     "fingerprint_version": 1,
     "cpu": {"model": "CPU B", "logical_cores": 4},
@@ -34,12 +30,7 @@ FINGERPRINT_B = {
 
 
 def make_record(
-    target: str = "a.md",
-    *,
-    kind: str = "profile",
-    started_at: str,
-    fingerprint: Any = None,
-    wall: float = 1.0,
+    target: str = "a.md", *, kind: str = "profile", started_at: str, fingerprint: Any = None, wall: float = 1.0
 ) -> RunRecord:
     return RunRecord(
         kind=kind,
@@ -78,9 +69,7 @@ def test_list_filters_and_orders_newest_first(tmp_db: Path) -> None:
     ids = {
         "old-a": store.save(make_record("a.md", started_at="2025-01-01T10:00:00.000Z", wall=3.0)),
         "new-a": store.save(make_record("a.md", started_at="2025-01-03T10:00:00.000Z", wall=2.0)),
-        "b-on-gpu": store.save(
-            make_record("b.md", started_at="2025-01-02T10:00:00.000Z", fingerprint=FINGERPRINT_B)
-        ),
+        "b-on-gpu": store.save(make_record("b.md", started_at="2025-01-02T10:00:00.000Z", fingerprint=FINGERPRINT_B)),
         "bench": store.save(make_record("suite", kind="bench", started_at="2025-01-04T10:00:00.000Z")),
     }
     rows = store.list()
@@ -105,9 +94,7 @@ def test_latest(tmp_db: Path) -> None:
     assert store.latest(target="a.md") is None
     store.save(make_record("a.md", started_at="2025-01-01T10:00:00.000Z", wall=3.0))
     newest = store.save(make_record("a.md", started_at="2025-01-02T10:00:00.000Z", wall=2.0))
-    other_machine = store.save(
-        make_record("a.md", started_at="2025-01-03T10:00:00.000Z", fingerprint=FINGERPRINT_B)
-    )
+    other_machine = store.save(make_record("a.md", started_at="2025-01-03T10:00:00.000Z", fingerprint=FINGERPRINT_B))
     latest = store.latest(target="a.md")
     assert latest is not None and latest.run_id == other_machine
     on_a = store.latest(target="a.md", digest="aaaaaaaaaaaa")
@@ -236,8 +223,7 @@ def test_many_connections_creating_a_new_store_at_once(tmp_path: Path) -> None:
     for round_ in range(40):
         barrier = threading.Barrier(4)
         threads = [
-            threading.Thread(target=open_and_count, args=(tmp_path / f"new{round_}.db", barrier))
-            for _ in range(4)
+            threading.Thread(target=open_and_count, args=(tmp_path / f"new{round_}.db", barrier)) for _ in range(4)
         ]
         for thread in threads:
             thread.start()
@@ -270,8 +256,17 @@ def write_v1_store(path: Path, records: list[RunRecord], *, with_version: bool =
             db.execute(
                 "INSERT INTO runs (started_at, ended_at, kind, target, status, machine, digest, headline, document)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.started_at, record.ended_at, record.kind, record.target, record.status, "CPU A ×2",
-                 record.digest, json.dumps(record.headline()), record.to_json(indent=None)),
+                (
+                    record.started_at,
+                    record.ended_at,
+                    record.kind,
+                    record.target,
+                    record.status,
+                    "CPU A ×2",
+                    record.digest,
+                    json.dumps(record.headline()),
+                    record.to_json(indent=None),
+                ),
             )
         db.commit()
 
@@ -472,8 +467,11 @@ def test_an_older_store_gets_the_figures_and_hashes_a_new_store_writes(tmp_path:
     assert [{**r, "id": 0} for r in old] == [{**r, "id": 0} for r in new]
     for row in old:
         totals = migrated.get(row["id"]).measurements["totals"]
-        assert (row["wall_s"], row["compile_s"], row["cache_state"]) == (totals["wall_s"], totals["compile_s"],
-                                                                         totals["cache_state"])
+        assert (row["wall_s"], row["compile_s"], row["cache_state"]) == (
+            totals["wall_s"],
+            totals["compile_s"],
+            totals["cache_state"],
+        )
     assert len({r["cells_hash"] for r in old}) == 3 and all(r["programs_hash"] is None for r in old)
 
 

@@ -18,18 +18,37 @@ from nbscope.record.store import GITIGNORE_TEXT, Store, default_path, files_fold
 TINY = Path(__file__).resolve().parent / "files" / "gate_tiny.ipynb"
 
 
-def cli(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     # Wide enough that a long store path is printed on one line (piped output is 80 columns by default).
     merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"} | {"COLUMNS": "400"} | (env or {})
-    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=merged,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "nbscope", *map(str, args)],
+        cwd=cwd,
+        env=merged,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def git(folder: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t",
-                               "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    done = subprocess.run(
+        ["git", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -28,6 +28,7 @@ MS = 1_000_000  # nanoseconds
 
 # ---- intervals ---------------------------------------------------------------------------------
 
+
 def test_union_overlap_and_top_level() -> None:
     merged = timeline.union([(5, 10), (0, 3), (2, 4), (10, 12)])
     assert merged == [(0, 4), (5, 12)]
@@ -38,6 +39,7 @@ def test_union_overlap_and_top_level() -> None:
 
 
 # ---- classification on synthetic traces ----------------------------------------------------------
+
 
 def _ops(count: int, duration_ns: int, gap_ns: int, name: str = "fusion", start: int = 0) -> list[_Op]:
     step = duration_ns + gap_ns
@@ -155,7 +157,10 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (home / "lib" / "_nbscope_probe.py").write_text("# marks a probe home\n")
     done = subprocess.run(
         [sys.executable, "-c", _TRACER_SCRIPT, str(PROBE_FILE.parent), str(root / "kept"), str(home / "traces")],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"},  # XLA:CPU traces
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},  # XLA:CPU traces
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -219,13 +224,15 @@ def test_temporary_trace_is_deleted_after_summarising(traced: dict[str, Any]) ->
 
 # ---- end to end ----------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_scan_and_matmul_cells_get_different_timelines(tmp_path: Path) -> None:
     from nbscope.api.profile import ProfileOptions, profile
 
     # On the CPU: what these traces look like on XLA:CPU (on a GPU the scans are latency-bound, see the notebook).
     record = profile(
-        FILES / "timeline_scan_matmul.ipynb", ProfileOptions(timeline=True, jax_platform="cpu"),
+        FILES / "timeline_scan_matmul.ipynb",
+        ProfileOptions(timeline=True, jax_platform="cpu"),
         live_path=tmp_path / "live.jsonl",
     )
     assert record.status == "ok"
@@ -262,8 +269,16 @@ def test_scan_and_matmul_cells_get_different_timelines(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cli_timeline_keeps_traces(run_cli: Any, tmp_path: Path, tmp_db: Path) -> None:
     kept = tmp_path / "kept"
-    done = run_cli("profile", FILES / "timeline_tiny.ipynb", "--keep-traces", "kept", "--json", "--db", tmp_db,
-                   env={"JAX_PLATFORMS": "cpu"})
+    done = run_cli(
+        "profile",
+        FILES / "timeline_tiny.ipynb",
+        "--keep-traces",
+        "kept",
+        "--json",
+        "--db",
+        tmp_db,
+        env={"JAX_PLATFORMS": "cpu"},
+    )
     assert done.returncode == 0, done.stderr
     cells = json.loads(done.stdout)["measurements"]["cells"]
     assert "timeline" not in cells[0]

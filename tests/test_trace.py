@@ -62,7 +62,9 @@ def test_a_kernel_log_matches_the_source_whose_cells_it_ran() -> None:
     log = KernelLog(Path("k.jsonl"), cells=logged([probe_cell(i + 1, h) for i, h in enumerate(hashes)]))
     assert match(log, [other, myst]) is myst
     # a kernel that ran mostly something else is not claimed
-    stranger = KernelLog(Path("s.jsonl"), cells=logged([probe_cell(1, hashes[0])] + [probe_cell(i, f"{i:016x}") for i in range(2, 6)]))
+    stranger = KernelLog(
+        Path("s.jsonl"), cells=logged([probe_cell(1, hashes[0])] + [probe_cell(i, f"{i:016x}") for i in range(2, 6)])
+    )
     assert match(stranger, [other, myst]) is None
     assert match(KernelLog(Path("e.jsonl")), [myst]) is None  # a kernel that ran nothing
 
@@ -97,8 +99,9 @@ def test_cells_from_log_expected_errors_and_repeated_sources(tmp_path: Path) -> 
     nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("x = 1")]), path)
     twice = notebook_module.read(path)
     same = twice.code_cells[0].source_hash
-    cells, _ = cells_from_log(twice, KernelLog(path, cells=logged([probe_cell(1, same, wall=0.1),
-                                                                            probe_cell(2, same, wall=0.2)])))
+    cells, _ = cells_from_log(
+        twice, KernelLog(path, cells=logged([probe_cell(1, same, wall=0.1), probe_cell(2, same, wall=0.2)]))
+    )
     assert [c["wall_s"] for c in cells] == [0.1, 0.2]
 
 
@@ -127,8 +130,9 @@ def test_discover_sources_skips_build_folders(tmp_path: Path) -> None:
 def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     shutil.copy(FILES / "recompile_shapes.ipynb", tmp_path / "shapes.ipynb")
     db = tmp_path / "db" / "nbscope.db"
-    result = run_cli("trace", "--db", db, "--json", "--label", "traced", "--", "jupyter", "execute", "shapes.ipynb",
-                     timeout=180)
+    result = run_cli(
+        "trace", "--db", db, "--json", "--label", "traced", "--", "jupyter", "execute", "shapes.ipynb", timeout=180
+    )
     assert result.returncode == 0, result.stderr
     [printed] = json.loads(result.stdout)
     assert printed["kind"] == "trace" and printed["target"] == "shapes.ipynb"
@@ -147,15 +151,28 @@ def test_trace_jupyter_execute(run_cli: Callable[..., Any], tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_cell_timeout_ends_a_kernel_whose_cell_ignores_the_interrupt(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+def test_cell_timeout_ends_a_kernel_whose_cell_ignores_the_interrupt(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
     """The interrupt first; a cell that ignores it has its kernel ended: recorded as ``timeout``, with the
     cells before it kept."""
     from nbscope.api.trace import INTERRUPT_GRACE_S
 
     shutil.copy(FILES / "ignores_interrupt.ipynb", tmp_path / "stubborn.ipynb")
     started = time.monotonic()
-    result = run_cli("trace", "--db", tmp_path / "nbscope.db", "--json", "--cell-timeout", "2", "--",
-                     "jupyter", "execute", "stubborn.ipynb", timeout=180)
+    result = run_cli(
+        "trace",
+        "--db",
+        tmp_path / "nbscope.db",
+        "--json",
+        "--cell-timeout",
+        "2",
+        "--",
+        "jupyter",
+        "execute",
+        "stubborn.ipynb",
+        timeout=180,
+    )
     assert time.monotonic() - started < 120  # not the cell's 300 s
     assert result.returncode != 0  # the kernel died under jupyter execute, which exits non-zero
     [printed] = json.loads(result.stdout)
@@ -175,7 +192,9 @@ def test_cell_timeout_ends_a_kernel_whose_cell_ignores_the_interrupt(run_cli: Ca
     ],
     ids=["empty", "not-found", "no-kernel"],
 )
-def test_trace_errors_are_one_line(run_cli: Callable[..., Any], tmp_path: Path, command: list[str], message: str) -> None:
+def test_trace_errors_are_one_line(
+    run_cli: Callable[..., Any], tmp_path: Path, command: list[str], message: str
+) -> None:
     result = run_cli("trace", "--db", tmp_path / "db" / "nbscope.db", "--", *command)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -229,7 +248,11 @@ def make_book(root: Path) -> Path:
     (root / "intro.md").write_text("# Intro\n\nA book for `nbscope trace`.\n")
     (root / "jaxpage.md").write_text(JAX_PAGE)
     plain = new_notebook(
-        cells=[new_markdown_cell("# A plain page"), new_code_cell("total = sum(range(10))"), new_code_cell("print(total)")],
+        cells=[
+            new_markdown_cell("# A plain page"),
+            new_code_cell("total = sum(range(10))"),
+            new_code_cell("print(total)"),
+        ],
         metadata={"kernelspec": KERNELSPEC},
     )
     nbformat.write(plain, root / "plain.ipynb")
@@ -245,7 +268,20 @@ def test_trace_jupyter_book_build(tmp_path: Path) -> None:
     book = make_book(tmp_path / "book")
     db = tmp_path / "db" / "nbscope.db"
     result = subprocess.run(
-        [sys.executable, "-m", "nbscope", "trace", "--db", str(db), "--json", "--", "jupyter-book", "build", "--all", str(book)],
+        [
+            sys.executable,
+            "-m",
+            "nbscope",
+            "trace",
+            "--db",
+            str(db),
+            "--json",
+            "--",
+            "jupyter-book",
+            "build",
+            "--all",
+            str(book),
+        ],
         cwd=book,
         capture_output=True,
         text=True,
@@ -278,7 +314,11 @@ def test_a_traced_command_past_its_timeout_is_stopped_with_its_children(tmp_path
     marker = f"nbscope-trace-timeout-{os.getpid()}"
     started = time.perf_counter()
     code, output = _run(
-        ["bash", "-c", f"sleep 60 & exec -a {marker} sleep 60"], cwd=tmp_path, env=dict(os.environ), echo=False, timeout=1.0
+        ["bash", "-c", f"sleep 60 & exec -a {marker} sleep 60"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        echo=False,
+        timeout=1.0,
     )
     assert time.perf_counter() - started < 20
     assert code != 0 and "ran past its 1 s limit" in output

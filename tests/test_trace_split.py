@@ -84,8 +84,11 @@ def test_a_loop_writing_its_result_as_it_runs_is_not_cut_for_the_growth() -> Non
     """The part after the scan's compile looks at its events (few: XLA:CPU runs the loop as one kernel) while
     the kernel grows by the 40 MB result it writes: the trace is whole, and its one call is counted as one."""
     pytest.importorskip("jax")
-    record = profile(FILES / "forecast_scan_result.md", ProfileOptions(programs=True, jax_platform="cpu"),
-                     fingerprint={"digest": "test"})
+    record = profile(
+        FILES / "forecast_scan_result.md",
+        ProfileOptions(programs=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
     cell = record.measurements["cells"][1]
     assert cell["status"] == "ok" and cell["programs"]["trace"] == "read", cell["programs"]
     assert not cell["programs"].get("window"), cell["programs"]["window"]
@@ -106,8 +109,11 @@ def test_a_loop_flooding_the_trace_as_soon_as_it_is_compiled_is_cut_at_its_first
     pytest.importorskip("jax")
     cells = {}
     for programs in (False, True):
-        record = profile(FILES / "forecast_compile_then_flood.md", ProfileOptions(programs=programs, jax_platform="cpu"),
-                         fingerprint={"digest": "test"})
+        record = profile(
+            FILES / "forecast_compile_then_flood.md",
+            ProfileOptions(programs=programs, jax_platform="cpu"),
+            fingerprint={"digest": "test"},
+        )
         cells[programs] = record.measurements["cells"][1]
     off, on = cells[False], cells[True]
     assert off["status"] == on["status"] == "ok"
@@ -141,8 +147,10 @@ class _Trace:
 
 def _kernel(start_ms: float, duration_ms: float) -> list[_Event]:
     """A loop's body kernel as XLA:CPU records it: its event, with the program's stats, and its end marker."""
-    return [_Event("body_fusion", start_ms, duration_ms, program_id=7, run_id=1, hlo_module="jit_f"),
-            _Event("end: body_fusion", start_ms + duration_ms, 0.0)]
+    return [
+        _Event("body_fusion", start_ms, duration_ms, program_id=7, run_id=1, hlo_module="jit_f"),
+        _Event("end: body_fusion", start_ms + duration_ms, 0.0),
+    ]
 
 
 def test_a_trace_in_parts_is_read_on_one_clock_and_a_kernel_its_stop_cut_through_still_counts() -> None:
@@ -160,9 +168,14 @@ def test_a_trace_in_parts_is_read_on_one_clock_and_a_kernel_its_stop_cut_through
     thread = "tf_XLAEigen/1"
     first = [*_kernel(1.0, 2.0), *_kernel(3.5, 2.0)]  # then one from 6.0 ms, cut through by the stop at 8 ms
     second = [_Event("end: body_fusion", 0.5, 0.0), *_kernel(1.0, 2.0), *_kernel(3.5, 2.0)]
-    trace = _Trace([_Plane("/host:CPU", [_Line(thread, first)]), _Plane("Task Environment", profile_start_time=10**9),
-                    _Plane("/host:CPU", [_Line(thread, second)]),
-                    _Plane("Task Environment", profile_start_time=10**9 + 10**7)])
+    trace = _Trace(
+        [
+            _Plane("/host:CPU", [_Line(thread, first)]),
+            _Plane("Task Environment", profile_start_time=10**9),
+            _Plane("/host:CPU", [_Line(thread, second)]),
+            _Plane("Task Environment", profile_start_time=10**9 + 10**7),
+        ]
+    )
     events = collector._gather(trace)  # type: ignore[arg-type]
     starts = sorted(start for _, start, _, _ in events.ops)
     assert starts == [1_000_000, 3_500_000, 11_000_000, 13_500_000]
@@ -177,8 +190,11 @@ def test_a_loops_iterations_are_all_counted_across_looks_and_compiles_while_it_r
     and in the cell that compiles something else while it runs: there the session is not split for that compile
     (what the loop ran meanwhile would be in no part: 17 of its 20 iterations were seen)."""
     pytest.importorskip("jax")
-    record = profile(FILES / "forecast_split_loop.md", ProfileOptions(programs=True, jax_platform="cpu"),
-                     fingerprint={"digest": "test"})
+    record = profile(
+        FILES / "forecast_split_loop.md",
+        ProfileOptions(programs=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
     cells = record.measurements["cells"]
     assert [c["status"] for c in cells] == ["ok", "ok", "ok"]
     for cell in cells[1:]:

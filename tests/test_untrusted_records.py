@@ -31,7 +31,10 @@ def malformed(tmp_path: Path, name: str, change: Any) -> Path:
     "change, field",
     [
         (lambda m: m.__setitem__("cells", {"first": m["cells"][0]}), "measurements.cells is an object, not an array"),
-        (lambda m: m["cells"][1].__setitem__("wall_s", "1.4"), "measurements.cells[1].wall_s is a string, not a number"),
+        (
+            lambda m: m["cells"][1].__setitem__("wall_s", "1.4"),
+            "measurements.cells[1].wall_s is a string, not a number",
+        ),
     ],
     ids=["cells-not-a-list", "wall-a-string"],
 )

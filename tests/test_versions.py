@@ -79,8 +79,15 @@ def nbscope(*args: str | os.PathLike[str], cwd: Path, timeout: float = 900) -> s
     """``python -m nbscope ...`` with nbscope's source on PYTHONPATH (which no variant kernel may see)."""
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-m", "nbscope", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "nbscope", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 # ---- fast: parsing, requirements, the search, the cache -------------------------------------------------
@@ -99,13 +106,18 @@ def test_the_notebooks_imports_are_pinned_at_the_versions_installed_here() -> No
     from importlib import metadata
 
     assert imported_modules(["%matplotlib inline\nimport numpy as np, os\nfrom jax import numpy as jnp\n!ls"]) == [
-        "numpy", "os", "jax"]
+        "numpy",
+        "os",
+        "jax",
+    ]
     assert imported_modules(["x = 1 +\nimport scipy.linalg"]) == ["scipy"]  # unparsable: line by line
     found = notebook_requirements(read(JAX_NOTEBOOK))
     assert f"jax=={metadata.version('jax')}" in found.lines
     assert f"ipykernel=={metadata.version('ipykernel')}" in found.lines
     # The package a variant names is the variant's to decide.
-    assert not any(line.startswith("jax==") for line in notebook_requirements(read(JAX_NOTEBOOK), exclude=["jax"]).lines)
+    assert not any(
+        line.startswith("jax==") for line in notebook_requirements(read(JAX_NOTEBOOK), exclude=["jax"]).lines
+    )
     unresolved = notebook_requirements(read(SLOW_NOTEBOOK), exclude=[PACKAGE]).unresolved
     assert unresolved == ["nbscope_test_slowpkg"]  # not installed here: it must come from the variant
 
@@ -117,7 +129,9 @@ def test_a_requirements_file_gives_the_notebooks_requirements_less_the_variants_
 
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("# pinned for the lecture\njax==0.10.2  # the variant decides\nscipy>=1.11\n")
-    lines, notes = variant_requirements(read(JAX_NOTEBOOK), ["jax==0.10.1"], VersionsOptions(requirements_file=requirements))
+    lines, notes = variant_requirements(
+        read(JAX_NOTEBOOK), ["jax==0.10.1"], VersionsOptions(requirements_file=requirements)
+    )
     assert lines == ["scipy>=1.11", f"ipykernel=={metadata.version('ipykernel')}", "jax==0.10.1"]
     assert notes == []
 
@@ -173,10 +187,28 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, wheels: Path, run_cli: 
         (["versions", SLOW_NOTEBOOK, "--with", "==0.10.2"], "not a requirement"),
         (["versions", SLOW_NOTEBOOK, "--with", "jax==0.10.2", "--no-index"], "--no-index needs --find-links"),
         (["versions", SLOW_NOTEBOOK, "--with", "jax==0.10.2", "--find-links", tmp_path / "none"], "not a folder"),
-        (["bisect", SLOW_NOTEBOOK, "--package", PACKAGE, "--good", "1.0", "--bad", "1.4", "--cell", "2", "--total"],
-         "exclude each other"),
-        (["bisect", SLOW_NOTEBOOK, "--package", PACKAGE, "--good", "1.0", "--bad", "9.9", "--find-links", wheels,
-          "--no-index", "--env-cache", tmp_path / "envs"], "not among the released versions"),
+        (
+            ["bisect", SLOW_NOTEBOOK, "--package", PACKAGE, "--good", "1.0", "--bad", "1.4", "--cell", "2", "--total"],
+            "exclude each other",
+        ),
+        (
+            [
+                "bisect",
+                SLOW_NOTEBOOK,
+                "--package",
+                PACKAGE,
+                "--good",
+                "1.0",
+                "--bad",
+                "9.9",
+                "--find-links",
+                wheels,
+                "--no-index",
+                "--env-cache",
+                tmp_path / "envs",
+            ],
+            "not among the released versions",
+        ),
     ]
     for args, message in cases:
         done = run_cli(*args, "--db", tmp_path / "db.sqlite", cwd=tmp_path)  # refused before any environment
@@ -191,8 +223,22 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, wheels: Path, run_cli: 
 @pytest.mark.slow
 def test_versions_profiles_each_variant_in_its_own_environment(tmp_path: Path, wheels: Path, env_cache: Path) -> None:
     db = tmp_path / "db.sqlite"
-    args = ["versions", SLOW_NOTEBOOK, "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==1.3",
-            "--find-links", wheels, "--env-cache", env_cache, "--max-slowdown", "50%", "--db", db]
+    args = [
+        "versions",
+        SLOW_NOTEBOOK,
+        "--with",
+        f"{PACKAGE}==1.0",
+        "--with",
+        f"{PACKAGE}==1.3",
+        "--find-links",
+        wheels,
+        "--env-cache",
+        env_cache,
+        "--max-slowdown",
+        "50%",
+        "--db",
+        db,
+    ]
     done = nbscope(*args, "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -232,19 +278,47 @@ def test_versions_profiles_each_variant_in_its_own_environment(tmp_path: Path, w
 
 
 @pytest.mark.slow
-def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(tmp_path: Path, wheels: Path, env_cache: Path) -> None:
-    done = nbscope("versions", SLOW_NOTEBOOK, "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==7.7",
-                   "--find-links", wheels, "--env-cache", env_cache, "--db", tmp_path / "db.sqlite", "--json",
-                   cwd=tmp_path)
+def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(
+    tmp_path: Path, wheels: Path, env_cache: Path
+) -> None:
+    done = nbscope(
+        "versions",
+        SLOW_NOTEBOOK,
+        "--with",
+        f"{PACKAGE}==1.0",
+        "--with",
+        f"{PACKAGE}==7.7",
+        "--find-links",
+        wheels,
+        "--env-cache",
+        env_cache,
+        "--db",
+        tmp_path / "db.sqlite",
+        "--json",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     ok, missing = json.loads(done.stdout)["variants"]
     assert ok["status"] == "ok" and ok["run_id"] is not None
     assert missing["run_id"] is None and "7.7" in missing["error"]
     # Nothing half-built is left for the failed variant.
     assert all(e["complete"] for e in environments.list_environments(env_cache))
-    shown = nbscope("versions", SLOW_NOTEBOOK, "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==7.7",
-                    "--find-links", wheels, "--env-cache", env_cache, "--db", tmp_path / "db.sqlite", "--markdown",
-                    cwd=tmp_path)
+    shown = nbscope(
+        "versions",
+        SLOW_NOTEBOOK,
+        "--with",
+        f"{PACKAGE}==1.0",
+        "--with",
+        f"{PACKAGE}==7.7",
+        "--find-links",
+        wheels,
+        "--env-cache",
+        env_cache,
+        "--db",
+        tmp_path / "db.sqlite",
+        "--markdown",
+        cwd=tmp_path,
+    )
     assert shown.returncode == 0, shown.stderr
     assert f"| `{PACKAGE}==1.0` |" in shown.stdout  # the variant that ran, as a column
     assert f"> `{PACKAGE}==7.7` not run: could not install" in shown.stdout
@@ -253,9 +327,28 @@ def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(tmp_path: P
 @pytest.mark.slow
 def test_bisect_finds_the_release_that_made_a_cell_slower(tmp_path: Path, wheels: Path, env_cache: Path) -> None:
     db = tmp_path / "db.sqlite"
-    done = nbscope("bisect", SLOW_NOTEBOOK, "--package", PACKAGE, "--good", "1.0", "--bad", "1.4", "--cell", "2",
-                   "--max-slowdown", "50%", "--find-links", wheels, "--env-cache", env_cache, "--db", db, "--json",
-                   cwd=tmp_path)
+    done = nbscope(
+        "bisect",
+        SLOW_NOTEBOOK,
+        "--package",
+        PACKAGE,
+        "--good",
+        "1.0",
+        "--bad",
+        "1.4",
+        "--cell",
+        "2",
+        "--max-slowdown",
+        "50%",
+        "--find-links",
+        wheels,
+        "--env-cache",
+        env_cache,
+        "--db",
+        db,
+        "--json",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["versions"] == list(RELEASES)
@@ -269,9 +362,28 @@ def test_bisect_finds_the_release_that_made_a_cell_slower(tmp_path: Path, wheels
     assert evidence["compile_counts_changed"] == {}
     assert [d["field"] for d in evidence["differences"]] == [f"versions.{PACKAGE}"]
 
-    shown = nbscope("bisect", SLOW_NOTEBOOK, "--package", PACKAGE, "--good", "1.0", "--bad", "1.4", "--total",
-                    "--repeat", "1", "--max-slowdown", "50%", "--find-links", wheels, "--env-cache", env_cache,
-                    "--db", db, cwd=tmp_path)
+    shown = nbscope(
+        "bisect",
+        SLOW_NOTEBOOK,
+        "--package",
+        PACKAGE,
+        "--good",
+        "1.0",
+        "--bad",
+        "1.4",
+        "--total",
+        "--repeat",
+        "1",
+        "--max-slowdown",
+        "50%",
+        "--find-links",
+        wheels,
+        "--env-cache",
+        env_cache,
+        "--db",
+        db,
+        cwd=tmp_path,
+    )
     assert shown.returncode == 0, shown.stderr
     assert f"first bad release: {PACKAGE} 1.3 (last good 1.2) on the total" in shown.stdout
 
@@ -279,8 +391,16 @@ def test_bisect_finds_the_release_that_made_a_cell_slower(tmp_path: Path, wheels
 def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return subprocess.Popen([sys.executable, "-m", "nbscope", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nbscope", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
@@ -297,8 +417,19 @@ def _building(cache: Path) -> list[Path]:
 @pytest.mark.slow
 def test_an_interrupted_build_is_never_reused(tmp_path: Path, wheels: Path) -> None:
     cache = tmp_path / "envs"
-    args = ["versions", str(SLOW_NOTEBOOK), "--with", f"{PACKAGE}==1.1", "--find-links", str(wheels),
-            "--env-cache", str(cache), "--db", str(tmp_path / "db.sqlite"), "--json"]
+    args = [
+        "versions",
+        str(SLOW_NOTEBOOK),
+        "--with",
+        f"{PACKAGE}==1.1",
+        "--find-links",
+        str(wheels),
+        "--env-cache",
+        str(cache),
+        "--db",
+        str(tmp_path / "db.sqlite"),
+        "--json",
+    ]
 
     # SIGTERM (as CI sends) while pip installs: nbscope stops pip and removes the folder it was building.
     process = _start(args, tmp_path)
@@ -337,8 +468,23 @@ def test_an_interrupted_build_is_never_reused(tmp_path: Path, wheels: Path) -> N
 @pytest.mark.slow
 def test_sigterm_during_a_variants_run_keeps_the_runs_measured(tmp_path: Path, wheels: Path, env_cache: Path) -> None:
     db = tmp_path / "store" / "nbscope.db"
-    process = _start(["versions", str(SLOW_NOTEBOOK), "--with", f"{PACKAGE}==1.0", "--with", f"{PACKAGE}==1.3",
-                      "--find-links", str(wheels), "--env-cache", str(env_cache), "--db", str(db)], tmp_path)
+    process = _start(
+        [
+            "versions",
+            str(SLOW_NOTEBOOK),
+            "--with",
+            f"{PACKAGE}==1.0",
+            "--with",
+            f"{PACKAGE}==1.3",
+            "--find-links",
+            str(wheels),
+            "--env-cache",
+            str(env_cache),
+            "--db",
+            str(db),
+        ],
+        tmp_path,
+    )
     live = live_folder(db)
 
     def second_variant_running() -> bool:
@@ -377,8 +523,18 @@ def test_versions_of_a_jax_notebook_across_two_jax_releases(tmp_path: Path) -> N
         pytest.skip(f"the package index does not offer jax {' and '.join(pair)} (it lists {released[-5:]})")
     # Two full JAX installs: NBSCOPE_ENV_CACHE, when set, lets a developer's repeated runs reuse them.
     cache = os.environ.get("NBSCOPE_ENV_CACHE") or tmp_path / "envs"
-    done = nbscope("versions", JAX_NOTEBOOK, *[a for v in pair for a in ("--with", f"jax=={v}")],
-                   "--env-cache", cache, "--db", tmp_path / "db.sqlite", "--json", cwd=tmp_path, timeout=1800)
+    done = nbscope(
+        "versions",
+        JAX_NOTEBOOK,
+        *[a for v in pair for a in ("--with", f"jax=={v}")],
+        "--env-cache",
+        cache,
+        "--db",
+        tmp_path / "db.sqlite",
+        "--json",
+        cwd=tmp_path,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert [v["versions"]["jax"] for v in result["variants"]] == list(pair)

@@ -26,11 +26,20 @@ def _words(closed: Any) -> set[Any]:
     return found
 
 
-@pytest.mark.parametrize(("table", "closed"), [
-    (gate.VERDICT_MARK, GateVerdict), (gate.VERDICT_STYLE, GateVerdict),
-    (versions.BISECT_MARK, BisectVerdict), (versions.BISECT_STYLE, BisectVerdict),
-    (forecast.VERDICT_STYLE, NotebookVerdict | Literal["not forecast"]), (recommend._CHOICE, NotebookVerdict),
-    (findings.SEVERITY_STYLE, Severity), (run_summary.STATUS_OF_FAILURE, FailureKind), (compare.MATCH_NOTE, CellMatch), (compare.WINNER_STYLE, WinnerSide | None),
-])
+@pytest.mark.parametrize(
+    ("table", "closed"),
+    [
+        (gate.VERDICT_MARK, GateVerdict),
+        (gate.VERDICT_STYLE, GateVerdict),
+        (versions.BISECT_MARK, BisectVerdict),
+        (versions.BISECT_STYLE, BisectVerdict),
+        (forecast.VERDICT_STYLE, NotebookVerdict | Literal["not forecast"]),
+        (recommend._CHOICE, NotebookVerdict),
+        (findings.SEVERITY_STYLE, Severity),
+        (run_summary.STATUS_OF_FAILURE, FailureKind),
+        (compare.MATCH_NOTE, CellMatch),
+        (compare.WINNER_STYLE, WinnerSide | None),
+    ],
+)
 def test_a_table_of_a_closed_set_has_every_word(table: dict[Any, str], closed: Any) -> None:
     assert set(table) == _words(closed)

@@ -58,8 +58,14 @@ def on_terminal(args: list[str], cwd: Path, timeout: float = 300) -> str:
     its output with the colour codes taken out."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, WIDTH, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "nbscope", *args], cwd=cwd, env=_env(TERM="xterm-256color"),
-                               stdin=slave, stdout=slave, stderr=slave)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", *args],
+        cwd=cwd,
+        env=_env(TERM="xterm-256color"),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -88,12 +94,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shutil.copy(FILES / "gate_sleep.ipynb", folder / "gate_sleep.ipynb")
     db = folder / "store" / "nbscope.db"
     printed = {}
-    for number, args in enumerate([
-        ["ledger_tour.md", "--jax-cache", "warm", "--jax-platform", "cpu"],
-        ["ledger_tour.md", "--jax-cache", "warm", "--jax-platform", "cpu"],
-        ["gate_sleep.ipynb", "--env", f"{SLOW_ENV}=0.1"],
-        ["gate_sleep.ipynb", "--env", f"{SLOW_ENV}=0.4"],
-    ], start=1):
+    for number, args in enumerate(
+        [
+            ["ledger_tour.md", "--jax-cache", "warm", "--jax-platform", "cpu"],
+            ["ledger_tour.md", "--jax-cache", "warm", "--jax-platform", "cpu"],
+            ["gate_sleep.ipynb", "--env", f"{SLOW_ENV}=0.1"],
+            ["gate_sleep.ipynb", "--env", f"{SLOW_ENV}=0.4"],
+        ],
+        start=1,
+    ):
         done = piped(["profile", *args, "--db", str(db)], folder)
         assert done.returncode == 0, done.stderr
         printed[number] = done.stdout
@@ -128,7 +137,10 @@ def test_a_warm_cache_does_not_hide_a_retrace(project: dict[str, Any]) -> None:
     assert "Retrace churn" in project["profile_output"][2] and "no findings" not in project["profile_output"][2]
 
 
-LOW = {"cold-cache": {"min_backend_s": 1e-4, "min_share": 0.0}, "compile-bound": {"min_compile_s": 1e-4, "min_share": 0.3}}
+LOW = {
+    "cold-cache": {"min_backend_s": 1e-4, "min_share": 0.0},
+    "compile-bound": {"min_compile_s": 1e-4, "min_share": 0.3},
+}
 
 
 def test_a_fix_never_asks_for_what_the_run_already_did(project: dict[str, Any]) -> None:
@@ -229,7 +241,7 @@ def test_the_gate_keeps_its_verdict_and_times_whole(project: dict[str, Any]) -> 
     lines = done.stdout.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.startswith("─" * 10))
     end = next(i for i, line in enumerate(lines) if line.startswith("regression "))
-    rows = [line for line in lines[rule + 1:end] if line.strip()]
+    rows = [line for line in lines[rule + 1 : end] if line.strip()]
     assert rows and all(re.match(r"\s*\d+\s+\S", line) or line.split()[0] == "total" for line in rows), rows
 
 

@@ -102,8 +102,9 @@ def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file
         raise NbscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
     _refuse_irregular(path, info.st_mode, what)
     if info.st_size > limit:
-        raise NbscopeError(f"{path} is {info.st_size / 2**20:.0f} MiB; a {what} is read only up to "
-                           f"{limit // 2**20} MiB")
+        raise NbscopeError(
+            f"{path} is {info.st_size / 2**20:.0f} MiB; a {what} is read only up to {limit // 2**20} MiB"
+        )
     try:
         handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
@@ -131,8 +132,15 @@ def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file
 def _refuse_irregular(path: Path, mode: int, what: str) -> None:
     if stat.S_ISREG(mode):
         return
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device")
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+    )
     raise NbscopeError(f"{path}: cannot read: it is {kind}, not a regular file (a {what} is read only from one)")
 
 
@@ -162,7 +170,9 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
                 f"{option} {path} is a symbolic link; nbscope replaces only regular files: give the file it points to"
             )
         if not stat.S_ISREG(info.st_mode):
-            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
+            kind = (
+                "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
+            )
             raise NbscopeError(f"{option} {path} is {kind}, not a regular file; nbscope replaces only regular files")
     refuse_input(path, option=option)
     parent = path.parent

@@ -208,7 +208,7 @@ def own_cgroup() -> Path | None:
     if relative is None or relative.endswith("(deleted)"):
         return None
     for field in fields:
-        if "-" in field and field[field.index("-") + 1:][:1] == ["cgroup2"]:
+        if "-" in field and field[field.index("-") + 1 :][:1] == ["cgroup2"]:
             root, mount_point = (_unescape(part) for part in field[3:5])
             if not relative.startswith(root):
                 continue

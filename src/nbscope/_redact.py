@@ -15,12 +15,16 @@ _URL_USER = re.compile(r"(?<=://)[^/?#\s\"'<>\\]{1,512}@")
 # ``X-Amz-Signature``, Azure's ``sig``, ``pwd``).
 _SECRET_QUERY = re.compile(
     r"([?&#;][A-Za-z0-9_.\-]{0,40}?(?:token|key|passw|pwd|secret|signature|sig|auth|credential|jwt)"
-    r"[A-Za-z0-9_.\-]{0,40}=)[^&#;\s\"'<>\\]{1,2048}", re.IGNORECASE)
+    r"[A-Za-z0-9_.\-]{0,40}=)[^&#;\s\"'<>\\]{1,2048}",
+    re.IGNORECASE,
+)
 # HTTP headers in logs (``Authorization: Bearer ...``, ``PRIVATE-TOKEN: ...``, ``X-API-Key: ...``), keeping the
 # scheme word.
 _HEADER = re.compile(
     r"\b((?:proxy-)?authorization\s*[:=]\s*(?:(?:bearer|basic|token|digest|negotiate|bot)\s+)?"
-    r"|[A-Za-z-]{0,30}(?:token|api-key|apikey|secret|password)\s*:\s*)[^\s\"'<>\\,;]{1,4096}", re.IGNORECASE)
+    r"|[A-Za-z-]{0,30}(?:token|api-key|apikey|secret|password)\s*:\s*)[^\s\"'<>\\,;]{1,4096}",
+    re.IGNORECASE,
+)
 # Assignments and options naming a secret: ``GITHUB_TOKEN=...``, ``export HF_TOKEN="..."``, ``PYPI_PASSWORD=...``,
 # ``--password x``, ``--token=x``.
 _ASSIGNED = re.compile(
@@ -28,12 +32,14 @@ _ASSIGNED = re.compile(
     r"(?:\\?[\"'])?)"
     r"(?!hidden-)[^\s\"'<>\\]{1,4096}"  # nbscope's own keyed hash of an --env value is no secret
     r"|(?<![\w-])(--?(?:password|passwd|token|api[-_]key|secret|access[-_]token|auth[-_]token)(?:=|\s+))"
-    r"(?!-)[^\s\"'<>\\]{1,4096}")
+    r"(?!-)[^\s\"'<>\\]{1,4096}"
+)
 # Tokens whose form names them wherever they stand: GitHub, GitLab, PyPI, Hugging Face, npm, Slack, AWS keys.
 _TOKEN = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{30,255}|glpat-[A-Za-z0-9_\-]{20,255}"
     r"|pypi-[A-Za-z0-9_\-]{50,1024}|hf_[A-Za-z0-9]{30,255}|npm_[A-Za-z0-9]{36,255}|xox[abprs]-[A-Za-z0-9\-]{10,255}"
-    r"|A[KS]IA[0-9A-Z]{16})\b")
+    r"|A[KS]IA[0-9A-Z]{16})\b"
+)
 
 
 def redact(text: str, *, assignments: bool = True) -> str:

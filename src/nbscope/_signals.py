@@ -76,8 +76,10 @@ def _say(text: str) -> None:
 def _handle(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     if 1 < len(_received) <= 1 + WIND_DOWN_SIGNALS:
-        _say(f"nbscope: {signal_name(signum)} again: still stopping kernels and saving what was measured; "
-             "send it once more to quit at once")
+        _say(
+            f"nbscope: {signal_name(signum)} again: still stopping kernels and saving what was measured; "
+            "send it once more to quit at once"
+        )
         return
     raise Interrupted(signum)
 

@@ -18,7 +18,7 @@ RECORD_PATHS = (
     "_work = {}\n"
     "\n"
     "def record_paths(n_paths, n_steps, every=512):\n"
-    "    \"\"\"Every `every`-th step of n_paths paths, in three work arrays made by the first call and reused.\"\"\"\n"
+    '    """Every `every`-th step of n_paths paths, in three work arrays made by the first call and reused."""\n'
     "    key = (n_paths, n_steps)\n"
     "    if key not in _work:\n"
     "        _work[key] = [np.empty((n_paths, n_steps)) for _ in range(3)]\n"
@@ -56,8 +56,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     # and the loop, has 20 steps.
     "diag_shadowed_default": [
         IMPORTS,
-        "n = 50_000_000  # draws for a Monte Carlo estimate elsewhere in the lecture\n"
-        "print(f\"{n:,} draws\")",
+        'n = 50_000_000  # draws for a Monte Carlo estimate elsewhere in the lecture\nprint(f"{n:,} draws")',
         "n, β = 20, 0.9  # as jax_intro.md's exercise sets its parameters\n"
         "\n"
         "@jax.jit\n"
@@ -68,14 +67,13 @@ NOTEBOOKS: dict[str, list[str]] = {
         "\n"
         "y = iterate(jnp.ones(1000)).block_until_ready()",
         "n = 50_000_000  # the Monte Carlo again, later in the lecture: the last `n` of the notebook\n"
-        "print(f\"{n:,} draws\")",
+        'print(f"{n:,} draws")',
     ],
     # A loop whose length is a static argument: each call with a new length compiles a new, longer program.
     "diag_static_loop": [
         IMPORTS + "\nfrom functools import partial",
-        "steps = 5_000  # a different `steps` elsewhere in the lecture\n"
-        "grid = jnp.linspace(0.0, 1.0, 1000)",
-        "@partial(jax.jit, static_argnames=(\"steps\",))\n"
+        "steps = 5_000  # a different `steps` elsewhere in the lecture\ngrid = jnp.linspace(0.0, 1.0, 1000)",
+        '@partial(jax.jit, static_argnames=("steps",))\n'
         "def iterate(x, steps):\n"
         "    for t in range(steps):\n"
         "        x = 0.9 * jnp.sin(x) + 0.1 * x * x\n"
@@ -96,13 +94,13 @@ NOTEBOOKS: dict[str, list[str]] = {
         "start = time.perf_counter()\n"
         "b = step(a)\n"
         "elapsed = time.perf_counter() - start\n"
-        "print(f\"step: {elapsed * 1e3:.3f} ms\")",
+        'print(f"step: {elapsed * 1e3:.3f} ms")',
         "%timeit -n 5 -r 1 step(a)",
         "# NumPy is synchronous: timing it this way is fine\n"
         "m = np.ones((300, 300))\n"
         "start = time.perf_counter()\n"
         "n = np.tanh(m @ m)\n"
-        "print(f\"numpy: {(time.perf_counter() - start) * 1e3:.3f} ms\")",
+        'print(f"numpy: {(time.perf_counter() - start) * 1e3:.3f} ms")',
     ],
     "diag_unsync_timing_fixed": [
         "import time\nimport numpy as np\n" + IMPORTS,
@@ -115,20 +113,18 @@ NOTEBOOKS: dict[str, list[str]] = {
         "start = time.perf_counter()\n"
         "b = step(a).block_until_ready()\n"
         "elapsed = time.perf_counter() - start\n"
-        "print(f\"step: {elapsed * 1e3:.3f} ms\")",
+        'print(f"step: {elapsed * 1e3:.3f} ms")',
         "%timeit -n 5 -r 1 step(a).block_until_ready()",
         "# NumPy is synchronous: timing it this way is fine\n"
         "m = np.ones((300, 300))\n"
         "start = time.perf_counter()\n"
         "n = np.tanh(m @ m)\n"
-        "print(f\"numpy: {(time.perf_counter() - start) * 1e3:.3f} ms\")",
+        'print(f"numpy: {(time.perf_counter() - start) * 1e3:.3f} ms")',
     ],
     # One function compiled for eight shapes; a lambda jitted anew on every call.
     "diag_retrace": [
         "import numpy as np\n" + IMPORTS,
-        "@jax.jit\n"
-        "def normalise(x):\n"
-        "    return (x - x.mean()) / x.std()",
+        "@jax.jit\ndef normalise(x):\n    return (x - x.mean()) / x.std()",
         "# a new length on every call: one compile per shape\n"
         "for n in range(100, 108):\n"
         "    normalise(np.linspace(0, 1, n, dtype=np.float32)).block_until_ready()",
@@ -139,9 +135,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     ],
     "diag_retrace_fixed": [
         "import numpy as np\n" + IMPORTS,
-        "@jax.jit\n"
-        "def normalise(x):\n"
-        "    return (x - x.mean()) / x.std()",
+        "@jax.jit\ndef normalise(x):\n    return (x - x.mean()) / x.std()",
         "# one shape for every call: one compile\n"
         "for n in range(100, 108):\n"
         "    normalise(np.linspace(0, n, 128, dtype=np.float32)).block_until_ready()",
@@ -193,21 +187,13 @@ NOTEBOOKS: dict[str, list[str]] = {
         "ai = inverse(a).block_until_ready()",
     ],
     # A notebook so small that importing JAX and the first PRNG call are most of its time.
-    "diag_first_call": [
-        IMPORTS,
-        "key = jax.random.key(0)\n"
-        "x = jax.random.normal(key, (100,))\n"
-        "print(float(x.mean()))",
-    ],
+    "diag_first_call": [IMPORTS, "key = jax.random.key(0)\nx = jax.random.normal(key, (100,))\nprint(float(x.mean()))"],
     # Its real work lasts four times what importing JAX and the first operations took before it, whatever
     # the machine's speed: the first-call share stays below 20 %.
     "diag_first_call_clean": [
-        "import time\n"
-        "\n"
-        "started = time.perf_counter()",
+        "import time\n\nstarted = time.perf_counter()",
         IMPORTS,
-        "x = jnp.arange(10.0)\n"
-        "print(float(x.sum()))",
+        "x = jnp.arange(10.0)\nprint(float(x.sum()))",
         "# the notebook's real work (a stand-in for a long computation)\n"
         "time.sleep(max(5.0, 4 * (time.perf_counter() - started)))",
     ],
@@ -292,9 +278,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     # in the notebook cell that calls it, never in the library's decorator.
     "diag_library_numba": [
         "import numpy as np\nimport numba_tables as nt",
-        "# the library compiles its Numba kernel on this first call\n"
-        "P = nt.decay_matrix(200)\n"
-        "print(P.shape)",
+        "# the library compiles its Numba kernel on this first call\nP = nt.decay_matrix(200)\nprint(P.shape)",
         "P = nt.decay_matrix(300)  # same argument types: no compile",
     ],
     # A first call slowed by first-touch allocation: it allocates three 500 MB work arrays (kept for later calls)
@@ -304,18 +288,17 @@ NOTEBOOKS: dict[str, list[str]] = {
     "diag_slow_first_call": [
         "import numpy as np",
         RECORD_PATHS,
-        "# the first call: allocates and touches 1.5 GB of work arrays\n"
-        "total = record_paths(500, 125_000)",
-        "# the same call again: the work arrays exist\n"
-        "total = record_paths(500, 125_000)",
+        "# the first call: allocates and touches 1.5 GB of work arrays\ntotal = record_paths(500, 125_000)",
+        "# the same call again: the work arrays exist\ntotal = record_paths(500, 125_000)",
     ],
     # The same call, the work arrays allocated and touched in a setup cell: the first call is as fast as its repeat
     # (each also waits 0.5 s, a stand-in for a simulation's steady work, so that noise cannot double either).
     "diag_slow_first_call_clean": [
         "import time\nimport numpy as np",
-        RECORD_PATHS.replace("    return level[:, ::every].sum()",
-                             "    time.sleep(0.5)  # stands in for the steady work of each call\n"
-                             "    return level[:, ::every].sum()"),
+        RECORD_PATHS.replace(
+            "    return level[:, ::every].sum()",
+            "    time.sleep(0.5)  # stands in for the steady work of each call\n    return level[:, ::every].sum()",
+        ),
         "# the work arrays, allocated and written before the calls\n"
         "_work[(500, 125_000)] = [np.full((500, 125_000), 0.0) for _ in range(3)]",
         "total = record_paths(500, 125_000)",
@@ -325,7 +308,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     # first run pays for it. DIAG_DATA_DIR keeps the file out of the source tree.
     "diag_first_run_data": [
         "import os\nimport pathlib\nimport time\nimport numpy as np",
-        "path = pathlib.Path(os.environ.get(\"DIAG_DATA_DIR\", \".\")) / \"table.npy\"\n"
+        'path = pathlib.Path(os.environ.get("DIAG_DATA_DIR", ".")) / "table.npy"\n'
         "if path.exists():\n"
         "    table = np.load(path)\n"
         "else:\n"
@@ -336,7 +319,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     ],
     # float64 throughout (GPU figures are synthetic: a T4 has 1/32-rate float64).
     "diag_x64": [
-        "import jax\njax.config.update(\"jax_enable_x64\", True)\nimport jax.numpy as jnp",
+        'import jax\njax.config.update("jax_enable_x64", True)\nimport jax.numpy as jnp',
         "@jax.jit\n"
         "def smooth(x):\n"
         "    return jnp.cumsum(jnp.sin(x) * jnp.cos(x)) / x.size\n"

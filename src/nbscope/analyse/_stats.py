@@ -48,7 +48,7 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
     if not has_ties and n <= 30 and m <= 30:
         counts = _u_distribution(n, m)
         total = math.comb(n + m, n)
-        return min(1.0, sum(counts[math.ceil(u - 1e-9):]) / total)
+        return min(1.0, sum(counts[math.ceil(u - 1e-9) :]) / total)
     mean = n * m / 2
     total_n = n + m
     tie_term = sum(t**3 - t for t in tie_groups) / (total_n * (total_n - 1))

@@ -108,8 +108,9 @@ def _code_change(before: Sequence[Cell], after: Sequence[Cell]) -> Change | None
     parts = [named(cells, verb) for cells, verb in ((edited, "edited"), (added, "added")) if cells]
     if removed > 0:
         parts.append(f"{_units.count(removed, 'cell')} removed")
-    return Change("code", "code: " + ", ".join(parts),
-                  tuple(f"{cell.label}: {cell.first_line}" for cell in changed[:20]))
+    return Change(
+        "code", "code: " + ", ".join(parts), tuple(f"{cell.label}: {cell.first_line}" for cell in changed[:20])
+    )
 
 
 def _versions(record: RunRecord) -> dict[str, str]:
@@ -119,13 +120,18 @@ def _versions(record: RunRecord) -> dict[str, str]:
 
 def _package_change(before: RunRecord, after: RunRecord, program: str) -> Change | None:
     old, new = _versions(before), _versions(after)
-    moved = [f"{name} {old.get(name, 'absent')} → {new.get(name, 'absent')}"
-             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    moved = [
+        f"{name} {old.get(name, 'absent')} → {new.get(name, 'absent')}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
     if not moved:
         return None
     text = "packages: " + ", ".join(moved[:4]) + (f" and {len(moved) - 4} more" if len(moved) > 4 else "")
     if program == "unchanged":
-        text += " (program unchanged: the compiled programs are identical, so the backend changed; try `nbscope bisect`)"
+        text += (
+            " (program unchanged: the compiled programs are identical, so the backend changed; try `nbscope bisect`)"
+        )
     return Change("packages", text, tuple(moved))
 
 
@@ -152,7 +158,9 @@ def _settings_text(record: RunRecord) -> str:
     settings = record.run_settings()
     text = describe_settings(measurement_settings(record.settings))
     if settings.env:
-        text += " · " + " ".join(f"--env {name} #{digest}" for name, digest in sorted(short_hashes(settings.env).items()))
+        text += " · " + " ".join(
+            f"--env {name} #{digest}" for name, digest in sorted(short_hashes(settings.env).items())
+        )
     if settings.timeout is not None:
         text += f" · --timeout {settings.timeout:g}"
     if settings.programs or settings.forecast:  # the probe records each compiled program: it costs time
@@ -165,8 +173,13 @@ def _settings_text(record: RunRecord) -> str:
 def _settings_change(before: RunRecord, after: RunRecord) -> Change | None:
     def without_cache(record: RunRecord) -> RunRecord:
         # The cache mode is the cache change's to name; here only the other settings.
-        return RunRecord(kind=record.kind, target=record.target, fingerprint=record.fingerprint,
-                         settings={k: v for k, v in record.settings.items() if k != "jax_cache"}, command=[])
+        return RunRecord(
+            kind=record.kind,
+            target=record.target,
+            fingerprint=record.fingerprint,
+            settings={k: v for k, v in record.settings.items() if k != "jax_cache"},
+            command=[],
+        )
 
     old, new = _settings_text(without_cache(before)), _settings_text(without_cache(after))
     return None if old == new else Change("settings", f"settings: {old} → {new}")
@@ -186,27 +199,40 @@ def classify_failure(record: RunRecord, run: NotebookRun | None = None) -> Failu
     signal = (stopped.interrupted_by if stopped else None) or run.runner.interrupted
     if signal in RUNNER_SIGNALS:
         where = f" in {stopped.label}" if stopped else ""
-        return Failure("runner-stopped", f"runner stopped: nbscope got {signal}{where} (the build was stopped, "
-                       "not the notebook's fault)", stopped.index if stopped else None)
+        return Failure(
+            "runner-stopped",
+            f"runner stopped: nbscope got {signal}{where} (the build was stopped, not the notebook's fault)",
+            stopped.index if stopped else None,
+        )
     died = next((c for c in cells if c.status == "kernel-died"), None)
     if died is not None:
         killed = run.runner.oom_kill
         if killed is not None:
             under = f", under a memory limit of {_units.size(killed.limit_bytes)}" if killed.limit_bytes else ""
             where = "the machine's" if killed.where == "the machine" else f"memory cgroup {killed.where}'s"
-            return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory ({where} OOM killer "
-                           f"ended it{under})", died.index)
+            return Failure(
+                "out-of-memory",
+                f"kernel killed in {died.label}: out of memory ({where} OOM killer ended it{under})",
+                died.index,
+            )
         peak, total = _peak_memory(cells), record.machine().memory.total_bytes
         if peak is not None and total and peak >= OOM_SHARE * total:
-            return Failure("out-of-memory", f"kernel killed in {died.label}: out of memory (peak "
-                           f"{_units.size(peak)} of the machine's {_units.size(total)})", died.index)
+            return Failure(
+                "out-of-memory",
+                f"kernel killed in {died.label}: out of memory (peak "
+                f"{_units.size(peak)} of the machine's {_units.size(total)})",
+                died.index,
+            )
         memory = f" (peak {_units.size(peak)}, far from the machine's memory)" if peak is not None and total else ""
         return Failure("kernel-killed", f"kernel killed in {died.label}: a signal ended it{memory}", died.index)
     timed_out = next((c for c in cells if c.status == "timeout"), None)
     if timed_out is not None:
         limit = record.run_settings().timeout
-        return Failure("timeout", f"timeout in {timed_out.label}"
-                       + (f" (--timeout {limit:g} s)" if limit is not None else ""), timed_out.index)
+        return Failure(
+            "timeout",
+            f"timeout in {timed_out.label}" + (f" (--timeout {limit:g} s)" if limit is not None else ""),
+            timed_out.index,
+        )
     error = next((c for c in cells if c.status == "error"), None)
     if error is not None:
         name = error.error.name if error.error and error.error.name else "an error"
@@ -225,8 +251,9 @@ def _program(before: RunRecord, after: RunRecord) -> str:
     return "unchanged" if old == new else "changed"
 
 
-def attribute(before: RunRecord, after: RunRecord, *,
-              runs: tuple[NotebookRun, NotebookRun] | None = None) -> Attribution:
+def attribute(
+    before: RunRecord, after: RunRecord, *, runs: tuple[NotebookRun, NotebookRun] | None = None
+) -> Attribution:
     """What differs between two runs of a notebook (``before`` the earlier), and why ``after`` failed. ``runs``:
     their cells and totals typed (``notebook_run``), when the caller has them already."""
     program = _program(before, after)
@@ -238,6 +265,10 @@ def attribute(before: RunRecord, after: RunRecord, *,
         _cache_change(old, new),
         _settings_change(before, after),
     )
-    return Attribution(before_id=before.run_id, after_id=after.run_id,
-                       changes=tuple(change for change in found if change is not None), program=program,
-                       failure=classify_failure(after, new))
+    return Attribution(
+        before_id=before.run_id,
+        after_id=after.run_id,
+        changes=tuple(change for change in found if change is not None),
+        program=program,
+        failure=classify_failure(after, new),
+    )

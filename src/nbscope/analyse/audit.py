@@ -65,8 +65,19 @@ if TYPE_CHECKING:  # the forecast is imported only for runs with program data
     from nbscope.analyse.forecast import Forecast
 
 __all__ = [
-    "MEASURED", "TIE_RATIO", "TOP_FINDINGS", "Audit", "AuditEntry", "bare_entry", "blast_radius",
-    "diagnose_entries", "entry_from_record", "forecast_summary", "is_gpu_backend", "lectures", "measurements",
+    "MEASURED",
+    "TIE_RATIO",
+    "TOP_FINDINGS",
+    "Audit",
+    "AuditEntry",
+    "bare_entry",
+    "blast_radius",
+    "diagnose_entries",
+    "entry_from_record",
+    "forecast_summary",
+    "is_gpu_backend",
+    "lectures",
+    "measurements",
     "summary_text",
 ]
 
@@ -123,13 +134,16 @@ def _dominant(result: Forecast, key: str) -> DominantTerm | None:
             group = grouped.get(name) or DominantTerm(term.kind, term.function, term.words, 0.0, 0.0, (), ())
             high = None if group.high_s is None or term.high_s is None else group.high_s + term.high_s
             seen = cell.index in group.cells
-            grouped[name] = replace(group, low_s=(group.low_s or 0.0) + term.low_s, high_s=high,
-                                    cells=group.cells if seen else (*group.cells, cell.index),
-                                    lines=group.lines if seen else (*group.lines, cell.line))
+            grouped[name] = replace(
+                group,
+                low_s=(group.low_s or 0.0) + term.low_s,
+                high_s=high,
+                cells=group.cells if seen else (*group.cells, cell.index),
+                lines=group.lines if seen else (*group.lines, cell.line),
+            )
     if not grouped:
         return None
-    return max(grouped.values(),
-               key=lambda g: float("inf") if g.high_s is None else (g.low_s or 0.0) + g.high_s)
+    return max(grouped.values(), key=lambda g: float("inf") if g.high_s is None else (g.low_s or 0.0) + g.high_s)
 
 
 def forecast_summary(record: RunRecord) -> ForecastSummary | None:
@@ -151,10 +165,15 @@ def forecast_summary(record: RunRecord) -> ForecastSummary | None:
         notebook = result.notebook[device.key]
         cpu_s = notebook.cpu_s
         devices[device.key] = DeviceForecast(
-            name=device.name, cpu_s=cpu_s, low_s=notebook.low_s, high_s=notebook.high_s,
-            verdict=notebook.verdict, all_on_gpu=notebook.all_on_gpu,
+            name=device.name,
+            cpu_s=cpu_s,
+            low_s=notebook.low_s,
+            high_s=notebook.high_s,
+            verdict=notebook.verdict,
+            all_on_gpu=notebook.all_on_gpu,
             slowdown=notebook.low_s / cpu_s if cpu_s > 0 else None,
-            dominant=_dominant(result, device.key), keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
+            dominant=_dominant(result, device.key),
+            keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
             plan=notebook.plan.to_dict() if notebook.plan is not None else None,
         )
     return ForecastSummary(gpus=tuple(devices), has_jax=result.has_jax, devices=devices, notes=tuple(result.notes))
@@ -181,9 +200,12 @@ def diagnose_entries(entries: Sequence[AuditEntry], load: Callable[[AuditEntry],
             findings, why_not = findings_of(record, cpu if is_gpu_backend(backend) else None)
             position = runs[backend]
             done[position] = replace(
-                done[position], top_finding=findings[0] if findings else None,
+                done[position],
+                top_finding=findings[0] if findings else None,
                 top_findings=tuple(findings or [])[:TOP_FINDINGS],
-                findings=len(findings) if findings is not None else None, diagnosis=why_not)
+                findings=len(findings) if findings is not None else None,
+                diagnosis=why_not,
+            )
             if is_gpu_backend(backend) and cpu is not None:
                 done[position] = replace(done[position], recommendation=recommendation_of(cpu, record))
         if cpu is not None and cpu.notebook_run().program_data is not None:
@@ -205,33 +227,82 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
     totals, runner = run.totals, run.runner
     tag = audit_tag(record)
     return AuditEntry(
-        path=key, target=record.target, source_hash=source_hash, backend=backend, run_id=record.run_id,
-        status=record.status, reused=reused, wall_s=totals.wall_s, compile_s=totals.compile_s, run_s=totals.run_s,
-        execute_s=runner.execute_s, kernel_start_s=runner.kernel_start_s,
-        elapsed_s=tag.elapsed_s if tag is not None else None, cells=totals.cells, cells_failed=totals.cells_failed,
+        path=key,
+        target=record.target,
+        source_hash=source_hash,
+        backend=backend,
+        run_id=record.run_id,
+        status=record.status,
+        reused=reused,
+        wall_s=totals.wall_s,
+        compile_s=totals.compile_s,
+        run_s=totals.run_s,
+        execute_s=runner.execute_s,
+        kernel_start_s=runner.kernel_start_s,
+        elapsed_s=tag.elapsed_s if tag is not None else None,
+        cells=totals.cells,
+        cells_failed=totals.cells_failed,
         compiles=totals.compiles,
         # filled by diagnose_entries once every run is in (the forecast: for a CPU run with program data)
-        top_finding=None, top_findings=None, findings=None, diagnosis=None, recommendation=None, forecast=None,
-        digest=record.digest, machine=record.machine().summary, worker=tag.worker if tag is not None else None,
-        gpu=tag.gpu if tag is not None else None, started_at=record.started_at, error=None,
+        top_finding=None,
+        top_findings=None,
+        findings=None,
+        diagnosis=None,
+        recommendation=None,
+        forecast=None,
+        digest=record.digest,
+        machine=record.machine().summary,
+        worker=tag.worker if tag is not None else None,
+        gpu=tag.gpu if tag is not None else None,
+        started_at=record.started_at,
+        error=None,
     )
 
 
-def bare_entry(key: str, backend: str, source_hash: str | None, status: str, error: str | None,
-               target: str | None = None) -> AuditEntry:
+def bare_entry(
+    key: str, backend: str, source_hash: str | None, status: str, error: str | None, target: str | None = None
+) -> AuditEntry:
     """An entry without a run: ``unavailable`` backend, ``error`` (no record), or ``not-run`` (interrupted)."""
     return AuditEntry(
-        path=key, target=target, source_hash=source_hash, backend=backend, run_id=None, status=status, reused=False,
-        wall_s=None, compile_s=None, run_s=None, execute_s=None, kernel_start_s=None, elapsed_s=None, cells=None,
-        cells_failed=None, compiles=None, top_finding=None, top_findings=None, findings=None, diagnosis=None,
-        recommendation=None, forecast=None, digest=None, machine=None, worker=None, gpu=None, started_at=None,
+        path=key,
+        target=target,
+        source_hash=source_hash,
+        backend=backend,
+        run_id=None,
+        status=status,
+        reused=False,
+        wall_s=None,
+        compile_s=None,
+        run_s=None,
+        execute_s=None,
+        kernel_start_s=None,
+        elapsed_s=None,
+        cells=None,
+        cells_failed=None,
+        compiles=None,
+        top_finding=None,
+        top_findings=None,
+        findings=None,
+        diagnosis=None,
+        recommendation=None,
+        forecast=None,
+        digest=None,
+        machine=None,
+        worker=None,
+        gpu=None,
+        started_at=None,
         error=error,
     )
 
 
 def _backend_run(entry: AuditEntry) -> BackendRun:
-    return BackendRun(status=entry.status, wall_s=number(entry.wall_s), run_id=entry.run_id,
-                      cells_failed=entry.cells_failed, error=entry.error)
+    return BackendRun(
+        status=entry.status,
+        wall_s=number(entry.wall_s),
+        run_id=entry.run_id,
+        cells_failed=entry.cells_failed,
+        error=entry.error,
+    )
 
 
 def lectures(entries: Sequence[AuditEntry], backends: Sequence[str]) -> list[Lecture]:
@@ -262,19 +333,29 @@ def lectures(entries: Sequence[AuditEntry], backends: Sequence[str]) -> list[Lec
         if action is None and recommendation:
             choice = decode(BackendChoice, recommendation)
             action = f"run it on {choice.recommendation}: {choice.reason or ''}".rstrip(": ")
-        rows.append(Lecture(
-            path=key, backends={b: _backend_run(e) for b, e in runs.items()}, cpu_s=cpu_s, gpu_backend=gpu_backend,
-            gpu_s=gpu_s, winner=winner, ratio=ratio,
-            incomplete=any((e.cells_failed or 0) > 0 or e.status != "ok" for e in runs.values()
-                           if e.status != "unavailable"),
-            top_finding=cause, recommendation=recommendation,
-            forecast=cpu.forecast if cpu is not None and cpu.measured else None, action=action,
-        ))
+        rows.append(
+            Lecture(
+                path=key,
+                backends={b: _backend_run(e) for b, e in runs.items()},
+                cpu_s=cpu_s,
+                gpu_backend=gpu_backend,
+                gpu_s=gpu_s,
+                winner=winner,
+                ratio=ratio,
+                incomplete=any(
+                    (e.cells_failed or 0) > 0 or e.status != "ok" for e in runs.values() if e.status != "unavailable"
+                ),
+                top_finding=cause,
+                recommendation=recommendation,
+                forecast=cpu.forecast if cpu is not None and cpu.measured else None,
+                action=action,
+            )
+        )
     return rows
 
 
 def summary_text(rows: Sequence[Lecture], backends: Sequence[str], availability: Mapping[str, Availability]) -> str:
-    """"N of M lectures are slower on the GPU", or why no lecture could be compared."""
+    """ "N of M lectures are slower on the GPU", or why no lecture could be compared."""
     gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
     if gpu_backend is None:
         measured = sum(1 for r in rows if r.cpu_s is not None)
@@ -302,8 +383,12 @@ def _slower_on_gpu(compared: Sequence[Lecture]) -> int:
 
 
 def _in_brief(device: DeviceForecast) -> GpuForecastRange:
-    return GpuForecastRange(low_s=number(device.low_s), high_s=number(device.high_s), verdict=device.verdict,
-                            slowdown=number(device.slowdown))
+    return GpuForecastRange(
+        low_s=number(device.low_s),
+        high_s=number(device.high_s),
+        verdict=device.verdict,
+        slowdown=number(device.slowdown),
+    )
 
 
 def blast_radius(rows: Sequence[Lecture]) -> BlastRadius | None:
@@ -319,31 +404,44 @@ def blast_radius(rows: Sequence[Lecture]) -> BlastRadius | None:
         gpus += [g for g in summary.gpus if g not in gpus]
     errors = tuple(ForecastError(path, summary.error) for path, summary in forecast_rows if summary.error)
     if not gpus:
-        return BlastRadius(gpu=None, gpu_name=None, gpus=(), lectures=(), errors=errors,
-                           summary="no lecture could be forecast")
+        return BlastRadius(
+            gpu=None, gpu_name=None, gpus=(), lectures=(), errors=errors, summary="no lecture could be forecast"
+        )
     key = gpus[0]
     lectures = []
     for path, summary in forecast_rows:
         device = summary.devices.get(key)
         if device is None:
             continue
-        lectures.append(BlastLecture(
-            path=path, cpu_s=device.cpu_s, low_s=device.low_s, high_s=device.high_s, slowdown=device.slowdown,
-            verdict=device.verdict, all_on_gpu=device.all_on_gpu, dominant=device.dominant,
-            keep_on_cpu=device.keep_on_cpu, has_jax=summary.has_jax,
-            gpus={k: _in_brief(d) for k, d in summary.devices.items()},
-        ))
+        lectures.append(
+            BlastLecture(
+                path=path,
+                cpu_s=device.cpu_s,
+                low_s=device.low_s,
+                high_s=device.high_s,
+                slowdown=device.slowdown,
+                verdict=device.verdict,
+                all_on_gpu=device.all_on_gpu,
+                dominant=device.dominant,
+                keep_on_cpu=device.keep_on_cpu,
+                has_jax=summary.has_jax,
+                gpus={k: _in_brief(d) for k, d in summary.devices.items()},
+            )
+        )
     lectures.sort(key=lambda x: (-(x.slowdown or 0.0), x.path))
     name = next((d.name for _, summary in forecast_rows for k, d in summary.devices.items() if k == key), key)
     slower = sum(1 for x in lectures if x.all_on_gpu == "slower")
     faster = sum(1 for x in lectures if x.all_on_gpu == "faster")
-    text = (f"forecast from CPU runs: {slower} of {len(lectures)} lectures slower on the {name} with everything on "
-            f"the GPU, {faster} faster")
+    text = (
+        f"forecast from CPU runs: {slower} of {len(lectures)} lectures slower on the {name} with everything on "
+        f"the GPU, {faster} faster"
+    )
     return BlastRadius(gpu=key, gpu_name=name, gpus=tuple(gpus), lectures=tuple(lectures), errors=errors, summary=text)
 
 
-def _totals(entries: Sequence[AuditEntry], rows: Sequence[Lecture], gpu_backend: str | None,
-            wall_s: float | None) -> AuditTotals:
+def _totals(
+    entries: Sequence[AuditEntry], rows: Sequence[Lecture], gpu_backend: str | None, wall_s: float | None
+) -> AuditTotals:
     compared = _compared(rows)
 
     def count(*statuses: str) -> int:
@@ -354,13 +452,21 @@ def _totals(entries: Sequence[AuditEntry], rows: Sequence[Lecture], gpu_backend:
         return sum(values) if values else None
 
     return AuditTotals(
-        notebooks=len(rows), runs=count(*MEASURED),
+        notebooks=len(rows),
+        runs=count(*MEASURED),
         profiled=sum(1 for e in entries if e.status in MEASURED and not e.reused),
-        reused=sum(1 for e in entries if e.reused), failed=count("error"), partial=count("partial"),
-        not_run=count("not-run"), unavailable=count("unavailable"),
-        cells_failed=sum(e.cells_failed or 0 for e in entries), wall_s=wall_s, cpu_s=backend_total("cpu"),
-        gpu_s=backend_total(gpu_backend), compile_s=sum(e.compile_s or 0.0 for e in entries if e.measured),
-        compared=len(compared), slower_on_gpu=_slower_on_gpu(compared),
+        reused=sum(1 for e in entries if e.reused),
+        failed=count("error"),
+        partial=count("partial"),
+        not_run=count("not-run"),
+        unavailable=count("unavailable"),
+        cells_failed=sum(e.cells_failed or 0 for e in entries),
+        wall_s=wall_s,
+        cpu_s=backend_total("cpu"),
+        gpu_s=backend_total(gpu_backend),
+        compile_s=sum(e.compile_s or 0.0 for e in entries if e.measured),
+        compared=len(compared),
+        slower_on_gpu=_slower_on_gpu(compared),
     )
 
 
@@ -381,8 +487,15 @@ def measurements(
     rows = lectures(entries, backends)
     gpu_backend = next((b for b in backends if is_gpu_backend(b)), None)
     return Audit(
-        workers=workers, totals=_totals(entries, rows, gpu_backend, wall_s), backends=dict(availability),
-        discovery=discovery, notebooks=tuple(entries), lectures=tuple(rows),
-        summary=summary_text(rows, backends, availability), forecast=blast_radius(rows), shard=shard,
-        merged_from=tuple(merged_from) if merged_from is not None else None, coverage=coverage,
+        workers=workers,
+        totals=_totals(entries, rows, gpu_backend, wall_s),
+        backends=dict(availability),
+        discovery=discovery,
+        notebooks=tuple(entries),
+        lectures=tuple(rows),
+        summary=summary_text(rows, backends, availability),
+        forecast=blast_radius(rows),
+        shard=shard,
+        merged_from=tuple(merged_from) if merged_from is not None else None,
+        coverage=coverage,
     )

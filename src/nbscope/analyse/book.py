@@ -65,10 +65,21 @@ class SlowCell:
         return self.index + 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "run_id": self.run_id, "backend": self.backend, "index": self.index,
-                "cell": self.cell, "line": self.line, "source": self.source, "source_hash": self.source_hash,
-                "status": self.status, "wall_s": self.wall_s, "compile_s": self.compile_s, "run_s": self.run_s,
-                "share": self.share}
+        return {
+            "target": self.target,
+            "run_id": self.run_id,
+            "backend": self.backend,
+            "index": self.index,
+            "cell": self.cell,
+            "line": self.line,
+            "source": self.source,
+            "source_hash": self.source_hash,
+            "status": self.status,
+            "wall_s": self.wall_s,
+            "compile_s": self.compile_s,
+            "run_s": self.run_s,
+            "share": self.share,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +96,16 @@ class SlowestCells:
     rows: tuple[SlowCell, ...]  # slowest first
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sets": [s.to_dict() for s in self.sets], "notebooks": self.notebooks, "runs": self.runs,
-                "share_of": self.share_of, "cells": self.cells, "wall_s": self.wall_s,
-                "shown_wall_s": self.shown_wall_s, "rows": [row.to_dict() for row in self.rows]}
+        return {
+            "sets": [s.to_dict() for s in self.sets],
+            "notebooks": self.notebooks,
+            "runs": self.runs,
+            "share_of": self.share_of,
+            "cells": self.cells,
+            "wall_s": self.wall_s,
+            "shown_wall_s": self.shown_wall_s,
+            "rows": [row.to_dict() for row in self.rows],
+        }
 
 
 def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestCells:
@@ -113,11 +131,24 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestC
             if cell.wall_s is None:
                 continue
             run_wall[number_in_list] += cell.wall_s
-            rows.append((number_in_list, SlowCell(
-                target=record.target, run_id=record.run_id, backend=backend, index=cell.index, line=cell.line,
-                source=cell.code_line, source_hash=cell.source_hash, status=cell.status, wall_s=cell.wall_s,
-                compile_s=cell.compile_s, run_s=cell.run_s,
-            )))
+            rows.append(
+                (
+                    number_in_list,
+                    SlowCell(
+                        target=record.target,
+                        run_id=record.run_id,
+                        backend=backend,
+                        index=cell.index,
+                        line=cell.line,
+                        source=cell.code_line,
+                        source_hash=cell.source_hash,
+                        status=cell.status,
+                        wall_s=cell.wall_s,
+                        compile_s=cell.compile_s,
+                        run_s=cell.run_s,
+                    ),
+                )
+            )
     total = sum(row.wall_s for _, row in rows)
     rows.sort(key=lambda item: item[1].wall_s, reverse=True)
     shown = []
@@ -125,8 +156,14 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestC
         whole = run_wall[run] if per_run else total
         shown.append(replace(row, share=row.wall_s / whole if whole > 0 else None))
     return SlowestCells(
-        sets=tuple(runs), notebooks=len(per_notebook), runs=len(records), share_of="run" if per_run else "all",
-        cells=len(rows), wall_s=total, shown_wall_s=sum(row.wall_s for row in shown), rows=tuple(shown),
+        sets=tuple(runs),
+        notebooks=len(per_notebook),
+        runs=len(records),
+        share_of="run" if per_run else "all",
+        cells=len(rows),
+        wall_s=total,
+        shown_wall_s=sum(row.wall_s for row in shown),
+        rows=tuple(shown),
     )
 
 
@@ -145,13 +182,26 @@ class LectureSide:
     @classmethod
     def of(cls, record: RunRecord) -> LectureSide:
         totals = record.notebook_run().totals
-        return cls(run_id=record.run_id, backend=platform_of(record)["platform"] if record.kind in CELL_KINDS else None,
-                   status=record.status, wall_s=totals.wall_s, compile_s=totals.compile_s, cells=totals.cells,
-                   cells_failed=totals.cells_failed)
+        return cls(
+            run_id=record.run_id,
+            backend=platform_of(record)["platform"] if record.kind in CELL_KINDS else None,
+            status=record.status,
+            wall_s=totals.wall_s,
+            compile_s=totals.compile_s,
+            cells=totals.cells,
+            cells_failed=totals.cells_failed,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "backend": self.backend, "status": self.status, "wall_s": self.wall_s,
-                "compile_s": self.compile_s, "cells": self.cells, "cells_failed": self.cells_failed}
+        return {
+            "run_id": self.run_id,
+            "backend": self.backend,
+            "status": self.status,
+            "wall_s": self.wall_s,
+            "compile_s": self.compile_s,
+            "cells": self.cells,
+            "cells_failed": self.cells_failed,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +214,12 @@ class LectureRow:
     winner: Winner
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "a": self.a.to_dict() if self.a else None,
-                "b": self.b.to_dict() if self.b else None, **self.winner.to_dict()}
+        return {
+            "target": self.target,
+            "a": self.a.to_dict() if self.a else None,
+            "b": self.b.to_dict() if self.b else None,
+            **self.winner.to_dict(),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +241,11 @@ class Lectures:
             "b": self.b.to_dict(),
             "rows": [row.to_dict() for row in self.rows],
             "paired": self.paired,
-            "totals": {"a_wall_s": self.a_wall_s, "b_wall_s": self.b_wall_s,
-                       **(self.winner.to_dict() if self.winner else {})},
+            "totals": {
+                "a_wall_s": self.a_wall_s,
+                "b_wall_s": self.b_wall_s,
+                **(self.winner.to_dict() if self.winner else {}),
+            },
             "wins": dict(self.wins),
         }
 
@@ -210,13 +267,26 @@ def by_lecture(a: RunSet, b: RunSet) -> Lectures:
             unpaired_b.remove(match)
         rows.append(_lecture_row(record_a, match))
     rows.extend(_lecture_row(None, record_b) for record_b in unpaired_b)
-    both = [(r.a.wall_s, r.b.wall_s) for r in rows
-            if r.a and r.b and r.a.wall_s is not None and r.b.wall_s is not None]
+    both = [(r.a.wall_s, r.b.wall_s) for r in rows if r.a and r.b and r.a.wall_s is not None and r.b.wall_s is not None]
     total_a, total_b = sum(wall_a for wall_a, _ in both), sum(wall_b for _, wall_b in both)
-    wins = {side: sum(1 for r in rows if r.a and r.b and r.a.wall_s is not None and r.b.wall_s is not None
-                      and r.winner.side == side) for side in ("A", "B", "tie")}
-    return Lectures(a=a, b=b, rows=tuple(rows), paired=len(both), a_wall_s=total_a, b_wall_s=total_b,
-                    winner=Winner.of(total_a, total_b) if both else None, wins=wins)
+    wins = {
+        side: sum(
+            1
+            for r in rows
+            if r.a and r.b and r.a.wall_s is not None and r.b.wall_s is not None and r.winner.side == side
+        )
+        for side in ("A", "B", "tie")
+    }
+    return Lectures(
+        a=a,
+        b=b,
+        rows=tuple(rows),
+        paired=len(both),
+        a_wall_s=total_a,
+        b_wall_s=total_b,
+        winner=Winner.of(total_a, total_b) if both else None,
+        wins=wins,
+    )
 
 
 def _lecture_row(record_a: RunRecord | None, record_b: RunRecord | None) -> LectureRow:

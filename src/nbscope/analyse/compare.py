@@ -138,8 +138,9 @@ class X64:
 def x64_of(record: RunRecord) -> X64:
     """Whether JAX ran in float64, from the strongest evidence the record holds."""
     machine = record.machine()
-    functions = [(cell.index, function) for cell in record.notebook_run().cells if cell.jax
-                 for function in cell.jax.functions]
+    functions = [
+        (cell.index, function) for cell in record.notebook_run().cells if cell.jax for function in cell.jax.functions
+    ]
     float64_cells = sorted({index for index, function in functions if any(map(_is_float64, function.shapes))})
     if float64_cells:
         return X64(True, "float64 argument shapes in JAX compiles", tuple(float64_cells))
@@ -214,9 +215,15 @@ def cell_figures(cell: Cell | None) -> CellFigures | None:
         return None
     classification = cell.timeline_summary.classification if cell.timeline_summary is not None else None
     return CellFigures(
-        index=cell.index, line=cell.line, status=cell.status, wall_s=cell.wall_s, compile_s=cell.compile_s,
-        run_s=cell.run_s, compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
-        cache_hits=cell.jax.cache_hits if cell.jax else 0, timeline=classification,
+        index=cell.index,
+        line=cell.line,
+        status=cell.status,
+        wall_s=cell.wall_s,
+        compile_s=cell.compile_s,
+        run_s=cell.run_s,
+        compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
+        cache_hits=cell.jax.cache_hits if cell.jax else 0,
+        timeline=classification,
     )
 
 
@@ -235,8 +242,21 @@ class CellRow:
     ratio_b_over_a: float | None
     delta_s: float | None  # B's wall less A's
     winner: Annotated[Winner, Write(inline=True)]
-    document_keys: ClassVar = ("index_a", "index_b", "line", "first_line", "code_line", "source_hash", "match",
-                               "similarity", "a", "b", "ratio_b_over_a", "delta_s", "winner")
+    document_keys: ClassVar = (
+        "index_a",
+        "index_b",
+        "line",
+        "first_line",
+        "code_line",
+        "source_hash",
+        "match",
+        "similarity",
+        "a",
+        "b",
+        "ratio_b_over_a",
+        "delta_s",
+        "winner",
+    )
 
     @property
     def index_a(self) -> int | None:
@@ -281,8 +301,17 @@ class Pairing:
     by_similarity: int
     only_a: int
     only_b: int
-    document_keys: ClassVar = ("cells_a", "cells_b", "by_hash", "by_order", "by_move", "by_similarity", "only_a",
-                               "only_b", "all_paired")
+    document_keys: ClassVar = (
+        "cells_a",
+        "cells_b",
+        "by_hash",
+        "by_order",
+        "by_move",
+        "by_similarity",
+        "only_a",
+        "only_b",
+        "all_paired",
+    )
 
     @property
     def all_paired(self) -> bool:
@@ -293,9 +322,16 @@ class Pairing:
         def matched(match: str) -> int:
             return sum(p.match == match for p in pairs)
 
-        return cls(cells_a=cells_a, cells_b=cells_b, by_hash=matched("hash"), by_order=matched("edited"),
-                   by_move=matched("moved"), by_similarity=matched("similar"), only_a=matched("only-a"),
-                   only_b=matched("only-b"))
+        return cls(
+            cells_a=cells_a,
+            cells_b=cells_b,
+            by_hash=matched("hash"),
+            by_order=matched("edited"),
+            by_move=matched("moved"),
+            by_similarity=matched("similar"),
+            only_a=matched("only-a"),
+            only_b=matched("only-b"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,10 +354,18 @@ class RunSummary:
     @classmethod
     def of(cls, record: RunRecord, name: str) -> RunSummary:
         recorded = record.settings or {}
-        return cls(label=name, run_id=record.run_id, target=record.target, status=record.status,
-                   started_at=record.started_at, machine=record.machine().summary, digest=record.digest,
-                   platform=platform_of(record)["platform"], recorded_settings=record.settings,
-                   title_settings=tuple((k, v) for k, v in recorded.items() if k in TITLE_SETTINGS and v))
+        return cls(
+            label=name,
+            run_id=record.run_id,
+            target=record.target,
+            status=record.status,
+            started_at=record.started_at,
+            machine=record.machine().summary,
+            digest=record.digest,
+            platform=platform_of(record)["platform"],
+            recorded_settings=record.settings,
+            title_settings=tuple((k, v) for k, v in recorded.items() if k in TITLE_SETTINGS and v),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +382,15 @@ class Comparison(Encoded):
     totals: tuple[TotalRow, ...]  # in the order of TOTAL_KEYS
     differences: tuple[Difference, ...]
     same_notebook: bool = True  # False: two different notebooks, compared because the caller allowed it
-    document_keys: ClassVar = ("run_a", "run_b", "same_notebook", "pairing", "rows", ("totals", "totals_by_key"),
-                               "differences")
+    document_keys: ClassVar = (
+        "run_a",
+        "run_b",
+        "same_notebook",
+        "pairing",
+        "rows",
+        ("totals", "totals_by_key"),
+        "differences",
+    )
 
     @property
     def totals_by_key(self) -> dict[str, TotalRow]:
@@ -361,20 +412,29 @@ def _row(pair: CellPair[Cell]) -> tuple[CellRow, float | None]:
     result, floor = Winner.of(wall_a, wall_b), None
     if pair.a is not None and pair.b is not None:
         pair_noise = noise.pair_noise(pair.a, pair.b)
-        judged_delta = (pair_noise.cand_s - pair_noise.base_s
-                        if pair_noise.base_s is not None and pair_noise.cand_s is not None else None)
+        judged_delta = (
+            pair_noise.cand_s - pair_noise.base_s
+            if pair_noise.base_s is not None and pair_noise.cand_s is not None
+            else None
+        )
         result, floor = within_noise(result, pair_noise.floor_s, judged_delta, pair_noise.judged), pair_noise.floor_s
     row = CellRow(
-        match=pair.match, similarity=pair.similarity, line=ref.line, first_line=ref.first_line,
-        code_line=ref.code_line, source_hash=ref.source_hash, a=fa, b=fb,
-        ratio_b_over_a=ratio, delta_s=delta, winner=result,
+        match=pair.match,
+        similarity=pair.similarity,
+        line=ref.line,
+        first_line=ref.first_line,
+        code_line=ref.code_line,
+        source_hash=ref.source_hash,
+        a=fa,
+        b=fb,
+        ratio_b_over_a=ratio,
+        delta_s=delta,
+        winner=result,
     )
     return row, floor
 
 
-def compare(
-    a: RunRecord, b: RunRecord, *, allow_different: bool = False
-) -> Comparison:
+def compare(a: RunRecord, b: RunRecord, *, allow_different: bool = False) -> Comparison:
     """Compare two profile runs of one notebook (under different machines, settings or versions).
 
     Runs of two different notebooks (:func:`nbscope.record.cells.same_notebook`) are refused: their
@@ -403,9 +463,18 @@ def compare(
     # The machine slows every cell of a run together: the totals' noise is the sum of the cells'.
     if pairing.all_paired and floors:
         totals = tuple(_wall_within_noise(row, sum(floors)) if row.key == "wall_s" else row for row in totals)
-    return Comparison(a=a, b=b, pairs=tuple(pairs), run_a=RunSummary.of(a, label(a, "A")),
-                      run_b=RunSummary.of(b, label(b, "B")), pairing=pairing, rows=tuple(rows), totals=totals,
-                      differences=differences(a, b), same_notebook=same)
+    return Comparison(
+        a=a,
+        b=b,
+        pairs=tuple(pairs),
+        run_a=RunSummary.of(a, label(a, "A")),
+        run_b=RunSummary.of(b, label(b, "B")),
+        pairing=pairing,
+        rows=tuple(rows),
+        totals=totals,
+        differences=differences(a, b),
+        same_notebook=same,
+    )
 
 
 def _wall_within_noise(row: TotalRow, floor_s: float) -> TotalRow:
@@ -457,8 +526,15 @@ def _derived_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     rows = []
     pa, pb = platform_of(a), platform_of(b)
     if pa["platform"] != pb["platform"]:
-        rows.append(_difference("derived.platform", pa["platform"], pb["platform"], "derived",
-                                note=f"A from {pa['source']}; B from {pb['source']}"))
+        rows.append(
+            _difference(
+                "derived.platform",
+                pa["platform"],
+                pb["platform"],
+                "derived",
+                note=f"A from {pa['source']}; B from {pb['source']}",
+            )
+        )
     ca, cb = a.notebook_run().totals.cache_state, b.notebook_run().totals.cache_state
     if ca != cb:
         rows.append(_difference("derived.cache_state", ca, cb, "derived"))
@@ -481,8 +557,11 @@ def _load_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     loads = [cpu.load_per_core for cpu in cpus]
     if any(x is not None and x >= 0.5 for x in loads) and loads[0] != loads[1]:
         la, lb = (list(cpu.load_average) if cpu.load_average is not None else None for cpu in cpus)
-        return [_difference("cpu.load_average", la, lb, "machine",
-                            note="1-minute load at the start, per core ≥ 0.5 on one side")]
+        return [
+            _difference(
+                "cpu.load_average", la, lb, "machine", note="1-minute load at the start, per core ≥ 0.5 on one side"
+            )
+        ]
     return []
 
 

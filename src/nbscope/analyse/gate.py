@@ -52,8 +52,9 @@ OK_STATUSES = ("ok", "expected-error")
 FAILED_STATUSES = ("error", "timeout", "kernel-died", "not-run", "interrupted")
 CELL_KINDS = ("profile", "trace")
 # What the gate says of a pair of cells (or of the total): the module's docstring says when each holds.
-GateVerdict = Literal["regression", "failed", "not-significant", "faster", "new", "removed", "not-comparable",
-                      "below-floor", "unchanged"]
+GateVerdict = Literal[
+    "regression", "failed", "not-significant", "faster", "new", "removed", "not-comparable", "below-floor", "unchanged"
+]
 FAILING_VERDICTS = ("regression", "failed")
 UNPAIRED_VERDICTS = ("new", "removed")
 
@@ -194,8 +195,10 @@ class Confirmation:
         rerun = f"run {self.rerun_id}" if self.rerun_id is not None else "a rerun"
         if self.confirmed:
             return f"confirmed: {first} regressed, and so did {rerun}, a rerun of its notebook"
-        return (f"not confirmed: {first} regressed ({'; '.join(self.first_reasons)}), but {rerun}, a rerun of its "
-                f"notebook, did not: a one-off slowdown, not failed")
+        return (
+            f"not confirmed: {first} regressed ({'; '.join(self.first_reasons)}), but {rerun}, a rerun of its "
+            f"notebook, did not: a one-off slowdown, not failed"
+        )
 
 
 @dataclass(frozen=True)
@@ -216,8 +219,21 @@ class GateResult(Encoded):
     # result judges the rerun, ``confirmation`` says of what (see :func:`nbscope.api.gate.confirm`).
     confirmation: Annotated[Confirmation | None, Write(when=known)] = None
     # What ``gate --json`` prints, in its order.
-    document_keys: ClassVar = ("passed", "exit_code", "reasons", "baseline", "candidate", "options", "history_runs",
-                               "noise_note", "total", "whole", "cells", "warnings", "confirmation")
+    document_keys: ClassVar = (
+        "passed",
+        "exit_code",
+        "reasons",
+        "baseline",
+        "candidate",
+        "options",
+        "history_runs",
+        "noise_note",
+        "total",
+        "whole",
+        "cells",
+        "warnings",
+        "confirmation",
+    )
 
     @property
     def totals(self) -> list[GateComparison]:
@@ -293,8 +309,9 @@ def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
     if base is None or cand is None:
         # Both ran, yet a figure is missing, NaN or negative: a broken record must never pass.
         sides = " and ".join(name for name, value in (("baseline", base), ("candidate", cand)) if value is None)
-        return replace(comparison, verdict="failed",
-                       note=f"no wall time in the {sides} (missing, negative or not a finite number)")
+        return replace(
+            comparison, verdict="failed", note=f"no wall time in the {sides} (missing, negative or not a finite number)"
+        )
     judged, jb, jc = comparison.judged, comparison.base_judged_s, comparison.cand_judged_s
     if jb is None or jc is None:
         judged, jb, jc = "wall", base, cand
@@ -308,8 +325,9 @@ def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
         # The history widens the floor of a cell noisier than its kind, never narrows it: ten runs show
         # the typical run-to-run noise, not its heavy tails (benchmarks/gate_false_alarms.py: 18–24 % false
         # alarms per pair on a shared 2-core machine when the history alone set the floor).
-        history = noise_model.history_floor(comparison.history_mad_s, options.mad_k, min(jb, jc),
-                                            comparison.history_range_s or 0.0)
+        history = noise_model.history_floor(
+            comparison.history_mad_s, options.mad_k, min(jb, jc), comparison.history_range_s or 0.0
+        )
         if history >= floor:
             floor, basis = history, "history"
     if repeats_floor > floor:
@@ -337,8 +355,20 @@ def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
         verdict = "faster" if significant else "unchanged"
     else:
         verdict = "unchanged"
-    return replace(comparison, judged=judged, base_judged_s=jb, cand_judged_s=jc, delta_s=delta, ratio=ratio,
-                   floor_s=floor_s, floor_basis=basis, test=test, p_value=p_value, verdict=verdict, note=note)
+    return replace(
+        comparison,
+        judged=judged,
+        base_judged_s=jb,
+        cand_judged_s=jc,
+        delta_s=delta,
+        ratio=ratio,
+        floor_s=floor_s,
+        floor_basis=basis,
+        test=test,
+        p_value=p_value,
+        verdict=verdict,
+        note=note,
+    )
 
 
 def _join(note: str, more: str) -> str:
@@ -346,12 +376,7 @@ def _join(note: str, more: str) -> str:
 
 
 def _compare_cells(
-    base: Cell | None,
-    cand: Cell | None,
-    changed: bool,
-    options: GateOptions,
-    noise: HistoryNoise,
-    key: str | None,
+    base: Cell | None, cand: Cell | None, changed: bool, options: GateOptions, noise: HistoryNoise, key: str | None
 ) -> GateComparison:
     cell = cand if cand is not None else base
     assert cell is not None
@@ -376,48 +401,71 @@ def _compare_cells(
             note = f"{where}; {cell.status}"
         else:
             note = f"{where}: {units.seconds(wall)}, " + (
-                "counted in the whole notebook's total" if wall >= floor else "under the noise floor")
-        return replace(comparison, verdict="new" if base is None else "removed",
-                       base_s=_number(base.wall_s) if base else None,
-                       cand_s=_number(cand.wall_s) if cand else None, floor_s=floor, note=note)
+                "counted in the whole notebook's total" if wall >= floor else "under the noise floor"
+            )
+        return replace(
+            comparison,
+            verdict="new" if base is None else "removed",
+            base_s=_number(base.wall_s) if base else None,
+            cand_s=_number(cand.wall_s) if cand else None,
+            floor_s=floor,
+            note=note,
+        )
     pair = noise_model.pair_noise(base, cand)
     spread = noise.of(key, pair.judged) if key is not None and not changed else RunSpread()
     comparison = replace(
         comparison,
-        base_s=_number(base.wall_s), cand_s=_number(cand.wall_s),
-        judged=pair.judged, kind=pair.kind, base_judged_s=pair.base_s, cand_judged_s=pair.cand_s,
+        base_s=_number(base.wall_s),
+        cand_s=_number(cand.wall_s),
+        judged=pair.judged,
+        kind=pair.kind,
+        base_judged_s=pair.base_s,
+        cand_judged_s=pair.cand_s,
         model_floor_s=pair.floor_s,
-        base_samples=_samples(base, pair.judged), cand_samples=_samples(cand, pair.judged),
-        history_mad_s=spread.mad_s, history_range_s=spread.range_s, history_runs=spread.runs,
+        base_samples=_samples(base, pair.judged),
+        cand_samples=_samples(cand, pair.judged),
+        history_mad_s=spread.mad_s,
+        history_range_s=spread.range_s,
+        history_runs=spread.runs,
         note="source changed" if changed else "",
     )
     base_ran = comparison.base_status in OK_STATUSES
     if comparison.cand_status in FAILED_STATUSES and base_ran:
         error = cand.error
         return replace(
-            comparison, verdict="failed" if options.check_status else "not-comparable",
-            note=f"now {comparison.cand_status}" + (f" ({error.name}: {error.message[:80]})" if error and error.name else ""),
+            comparison,
+            verdict="failed" if options.check_status else "not-comparable",
+            note=f"now {comparison.cand_status}"
+            + (f" ({error.name}: {error.message[:80]})" if error and error.name else ""),
         )
     if comparison.base_status == comparison.cand_status and not base_ran:
         return replace(comparison, verdict="unchanged", note=f"{comparison.cand_status} in both runs")
     if not base_ran or comparison.cand_status not in OK_STATUSES:
-        return replace(comparison, verdict="not-comparable",
-                       note=f"status {comparison.base_status} → {comparison.cand_status}")
+        return replace(
+            comparison, verdict="not-comparable", note=f"status {comparison.base_status} → {comparison.cand_status}"
+        )
     return judge(comparison, options)
 
 
-def _total(pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, options: GateOptions,
-           noise: HistoryNoise) -> GateComparison:
+def _total(
+    pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, options: GateOptions, noise: HistoryNoise
+) -> GateComparison:
     base_run, cand_run = base.notebook_run(), cand.notebook_run()
     if not base_run.cells or not cand_run.cells:
         # Per-notebook figures only (jupyter-cache, or a record without cells): compare totals.
         base_s, cand_s = _number(base_run.totals.wall_s), _number(cand_run.totals.wall_s)
         spread = noise.of("total", "wall")
         total = GateComparison(
-            key="total", label="total (whole notebook)", base_s=base_s, cand_s=cand_s,
-            history_mad_s=spread.mad_s, history_range_s=spread.range_s, history_runs=spread.runs,
-            model_floor_s=(noise_model.model_floor(min(base_s, cand_s))
-                           if base_s is not None and cand_s is not None else None),
+            key="total",
+            label="total (whole notebook)",
+            base_s=base_s,
+            cand_s=cand_s,
+            history_mad_s=spread.mad_s,
+            history_range_s=spread.range_s,
+            history_runs=spread.runs,
+            model_floor_s=(
+                noise_model.model_floor(min(base_s, cand_s)) if base_s is not None and cand_s is not None else None
+            ),
         )
         return judge(total, options)
     counted = [c for c in pairs if c.verdict not in ("new", "removed", "not-comparable", "failed")]
@@ -439,13 +487,21 @@ def _total(pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, op
         base_samples = tuple(sum(s) for s in zip(*(c.base_samples for c in counted), strict=True))
         cand_samples = tuple(sum(s) for s in zip(*(c.cand_samples for c in counted), strict=True))
     total = GateComparison(
-        key="total", label=f"total of {units.count(len(counted), 'paired cell')}",
-        base_s=base_s, cand_s=cand_s, judged=judged, base_judged_s=base_judged, cand_judged_s=cand_judged,
-        history_mad_s=spread.mad_s, history_range_s=spread.range_s, history_runs=spread.runs,
+        key="total",
+        label=f"total of {units.count(len(counted), 'paired cell')}",
+        base_s=base_s,
+        cand_s=cand_s,
+        judged=judged,
+        base_judged_s=base_judged,
+        cand_judged_s=cand_judged,
+        history_mad_s=spread.mad_s,
+        history_range_s=spread.range_s,
+        history_runs=spread.runs,
         # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
         # history may widen it, as a cell's).
         model_floor_s=sum(c.model_floor_s or 0.0 for c in counted),
-        base_samples=base_samples, cand_samples=cand_samples,
+        base_samples=base_samples,
+        cand_samples=cand_samples,
     )
     return judge(total, options)
 
@@ -460,16 +516,24 @@ def _whole(comparisons: Sequence[GateComparison], total: GateComparison, options
     removed = [c for c in unpaired if c.verdict == "removed" and c.base_status in OK_STATUSES]
     new_s = sum(c.cand_s or 0.0 for c in new)
     removed_s = sum(c.base_s or 0.0 for c in removed)
-    parts = [f"{units.count(len(new), 'new cell')} {units.seconds(new_s)}" if new else "",
-             f"{units.count(len(removed), 'removed cell')} {units.seconds(removed_s)}" if removed else ""]
+    parts = [
+        f"{units.count(len(new), 'new cell')} {units.seconds(new_s)}" if new else "",
+        f"{units.count(len(removed), 'removed cell')} {units.seconds(removed_s)}" if removed else "",
+    ]
     whole = GateComparison(
-        key="whole", label="whole notebook (paired cells + " + " + ".join(p for p in parts if p) + ")"
-        if new or removed else "whole notebook (paired cells; the unpaired ones did not run)",
-        base_s=total.base_s + removed_s, cand_s=total.cand_s + new_s,
+        key="whole",
+        label="whole notebook (paired cells + " + " + ".join(p for p in parts if p) + ")"
+        if new or removed
+        else "whole notebook (paired cells; the unpaired ones did not run)",
+        base_s=total.base_s + removed_s,
+        cand_s=total.cand_s + new_s,
         # The figure the paired total judged (wall, or wall less the wait for a CPU) plus the unpaired walls.
         judged=total.judged,
-        base_judged_s=(total.base_judged_s or 0.0) + removed_s, cand_judged_s=(total.cand_judged_s or 0.0) + new_s,
-        history_mad_s=total.history_mad_s, history_range_s=total.history_range_s, history_runs=total.history_runs,
+        base_judged_s=(total.base_judged_s or 0.0) + removed_s,
+        cand_judged_s=(total.cand_judged_s or 0.0) + new_s,
+        history_mad_s=total.history_mad_s,
+        history_range_s=total.history_range_s,
+        history_runs=total.history_runs,
         # Each unpaired cell changes from 0 s: its floor is that of a change from nothing.
         model_floor_s=(total.model_floor_s or 0.0) + noise_model.model_floor(0.0) * len(new + removed),
     )
@@ -541,8 +605,13 @@ def history_noise(history: Sequence[RunRecord]) -> HistoryNoise:
             values.setdefault(("total", "wall"), []).append(total)
         if cells and free_total is not None:
             values.setdefault(("total", "unwaited"), []).append(free_total)
-    return HistoryNoise({key: RunSpread(mad(found), max(found) - min(found), len(found))
-                         for key, found in values.items() if len(found) >= MIN_HISTORY})
+    return HistoryNoise(
+        {
+            key: RunSpread(mad(found), max(found) - min(found), len(found))
+            for key, found in values.items()
+            if len(found) >= MIN_HISTORY
+        }
+    )
 
 
 def noise_note(comparisons: list[GateComparison], history: int, repeats: tuple[int, int], options: GateOptions) -> str:
@@ -552,18 +621,23 @@ def noise_note(comparisons: list[GateComparison], history: int, repeats: tuple[i
     unwaited = sum(c.judged == "unwaited" for c in judged)
     runs = f"{history} earlier comparable run{'s' if history != 1 else ''}"
     if history >= MIN_HISTORY and options.noise_model:
-        text = (f"noise: the larger of each cell's floor by kind and size and the run-to-run noise of {runs} "
-                f"({options.mad_k:g} σ of a difference; it set {by_history} of {len(judged)} floors)")
+        text = (
+            f"noise: the larger of each cell's floor by kind and size and the run-to-run noise of {runs} "
+            f"({options.mad_k:g} σ of a difference; it set {by_history} of {len(judged)} floors)"
+        )
     elif history >= MIN_HISTORY:
         text = f"noise: run-to-run noise of {runs} ({options.mad_k:g} σ of a difference); noise model off"
     elif options.noise_model:
         text = f"noise: floors by each cell's kind and size ({runs} here, {MIN_HISTORY} needed for run-to-run noise)"
     else:
-        text = (f"noise: abs_floor {options.abs_floor_s:g} s and {options.mad_k:g} × MAD of repeats only "
-                f"(noise model off; {runs} here, {MIN_HISTORY} needed for run-to-run noise)")
+        text = (
+            f"noise: abs_floor {options.abs_floor_s:g} s and {options.mad_k:g} × MAD of repeats only "
+            f"(noise model off; {runs} here, {MIN_HISTORY} needed for run-to-run noise)"
+        )
     if unwaited:
         text += "; each cell's wait for a CPU left out" + (
-            f" ({unwaited} of {len(judged)} cells)" if unwaited < len(judged) else "")
+            f" ({unwaited} of {len(judged)} cells)" if unwaited < len(judged) else ""
+        )
     if min(repeats) >= options.min_samples:
         text += f"; repeats tested (Mann–Whitney, α={options.alpha:g})"
     elif comparisons:
@@ -617,8 +691,11 @@ def gate(
             waits = bool(cells) and all(noise_model.wait_of(c) is not None for c in cells if c.status == "ok")
             warnings.append(
                 f"the machine was busy when the {name} run started (load average {load:.1f} on {cores} cores): "
-                + ("its walls are inflated; the verdicts leave out each cell's wait for a CPU" if waits
-                   else "its timings may be inflated and false alarms are likely")
+                + (
+                    "its walls are inflated; the verdicts leave out each cell's wait for a CPU"
+                    if waits
+                    else "its timings may be inflated and false alarms are likely"
+                )
             )
     history = [r for r in history or [] if r is not candidate and (r.run_id is None or r.run_id != candidate.run_id)]
     noise = history_noise(history)

@@ -86,9 +86,22 @@ class Series:
     settings: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # --env name -> a short hash of its value (never the value)
     label: str = ""  # what sets this series apart from the target's others (see :func:`series_labels`)
-    document_keys: ClassVar = ("kind", "digest", "machine", "settings", "env", "label", ("runs", "run_count"),
-                               "latest", "median", ("min", "smallest"), ("max", "largest"), "sparkline", "points",
-                               "changes")
+    document_keys: ClassVar = (
+        "kind",
+        "digest",
+        "machine",
+        "settings",
+        "env",
+        "label",
+        ("runs", "run_count"),
+        "latest",
+        "median",
+        ("min", "smallest"),
+        ("max", "largest"),
+        "sparkline",
+        "points",
+        "changes",
+    )
 
     @property
     def settings_text(self) -> str:
@@ -163,13 +176,14 @@ def foreign_env_note(store: Store, rows: Sequence[Mapping[str, Any]]) -> str | N
     from nbscope.record.secrets import hidden_key_ids, key_id
 
     own = key_id(store.env_key())
-    foreign = sorted({row["id"] for row in rows
-                      if hidden_key_ids(decode(Settings, row["settings"]).env) - {own}})
+    foreign = sorted({row["id"] for row in rows if hidden_key_ids(decode(Settings, row["settings"]).env) - {own}})
     if not foreign:
         return None
     shown = ", ".join(map(str, foreign[:8])) + (" ..." if len(foreign) > 8 else "")
-    return (f"run(s) {shown} hid their --env values with another store's key (imported): equal values hash "
-            "differently there, so they are in a series of their own")
+    return (
+        f"run(s) {shown} hid their --env values with another store's key (imported): equal values hash "
+        "differently there, so they are in a series of their own"
+    )
 
 
 # --- change points ---------------------------------------------------------------------------------------
@@ -427,9 +441,15 @@ def history(
     # The store's summary columns group and order the runs; a run's document is read only for a cell's
     # figure (a total is in the summaries), and only for the runs the series keep.
     # Typed here: inside Store, ``list`` names its method, which hides the builtin from its annotations.
-    rows: list[dict[str, Any]] = cast("list[dict[str, Any]]", store.summaries(
-        ("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
-        target=names, kind=kind, digest=digest))
+    rows: list[dict[str, Any]] = cast(
+        "list[dict[str, Any]]",
+        store.summaries(
+            ("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
+            target=names,
+            kind=kind,
+            digest=digest,
+        ),
+    )
     if not rows:
         known = cast("list[str]", store.targets())
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""
@@ -513,4 +533,3 @@ def series_labels(series: Sequence[Series]) -> list[str]:
                 shown.append(text)
         labels.append(" · ".join(shown))
     return labels
-

@@ -52,8 +52,6 @@ OTHER_THREADS_SHARE = 0.25  # and the other threads' CPU time is at least this s
 _IMPORT = re.compile(r"^\s*(import\s|from\s+\S+\s+import\s|%|!|#|$)")
 
 
-
-
 # A cell as the functions below take it: typed, or a cell of a document (tests and hand-made records).
 NoiseCell = Cell | Mapping[str, Any]
 
@@ -158,8 +156,9 @@ def pair_noise(base: NoiseCell | None, cand: NoiseCell | None) -> PairNoise:
     present = [f for f in figures if f is not None]
     smaller = min(present) if present else 0.0
     floor = model_floor(smaller, relative)
-    return PairNoise(floor_s=floor, kind=kind, judged=judged, base_s=figures[0], cand_s=figures[1],
-                     contention=contention)
+    return PairNoise(
+        floor_s=floor, kind=kind, judged=judged, base_s=figures[0], cand_s=figures[1], contention=contention
+    )
 
 
 def model_floor(smaller: float, relative: float = RELATIVE["plain"]) -> float:

@@ -23,8 +23,19 @@ from nbscope.schema.pathways import (
 )
 
 __all__ = [
-    "NOT_RAN", "BenchFigure", "FigureEntry", "PathwayCell", "PathwayEntry", "PathwayRow", "PathwaysRun",
-    "PathwaysTotals", "combine_overheads", "fixed_overheads", "pair_cells", "tolerance", "verdict",
+    "NOT_RAN",
+    "BenchFigure",
+    "FigureEntry",
+    "PathwayCell",
+    "PathwayEntry",
+    "PathwayRow",
+    "PathwaysRun",
+    "PathwaysTotals",
+    "combine_overheads",
+    "fixed_overheads",
+    "pair_cells",
+    "tolerance",
+    "verdict",
 ]
 
 # Timings on a shared machine vary by about ±20 %; a cell differs only beyond the larger of these, or
@@ -74,11 +85,15 @@ def pair_cells(reference: Sequence[Mapping[str, Any]], results: Mapping[str, Any
     for name, result in results.items():
         if not result.cells:
             continue
-        ran[name] = {id(p.a): PathwayCell.of(p.b)
-                     for p in cell_model.pair_cells(notebook, _typed(result.cells))
-                     if p.match == "hash" and p.a is not None and p.b is not None}
-    return [_row(cell, {name: paired[id(cell)] for name, paired in ran.items() if id(cell) in paired}, len(ran))
-            for cell in notebook]
+        ran[name] = {
+            id(p.a): PathwayCell.of(p.b)
+            for p in cell_model.pair_cells(notebook, _typed(result.cells))
+            if p.match == "hash" and p.a is not None and p.b is not None
+        }
+    return [
+        _row(cell, {name: paired[id(cell)] for name, paired in ran.items() if id(cell) in paired}, len(ran))
+        for cell in notebook
+    ]
 
 
 def _row(cell: Cell, by_pathway: dict[str, PathwayCell], pathways: int) -> PathwayRow:
@@ -89,11 +104,19 @@ def _row(cell: Cell, by_pathway: dict[str, PathwayCell], pathways: int) -> Pathw
         fastest, slowest = min(walls, key=walls.__getitem__), max(walls, key=walls.__getitem__)
         delta, allowed = walls[slowest] - walls[fastest], tolerance(list(comparable.values()))
     return PathwayRow(
-        source_hash=cell.source_hash or None, index=cell.index, line=cell.line, first_line=cell.first_line,
-        by_pathway=by_pathway, paired=len(by_pathway) == pathways and pathways > 0,
+        source_hash=cell.source_hash or None,
+        index=cell.index,
+        line=cell.line,
+        first_line=cell.first_line,
+        by_pathway=by_pathway,
+        paired=len(by_pathway) == pathways and pathways > 0,
         compared=len(comparable) >= 2 and len(comparable) == len(by_pathway),
-        differs=delta is not None and allowed is not None and delta > allowed, delta_s=delta, tolerance_s=allowed,
-        slowest=slowest, fastest=fastest, ran_differently=len({e.status for e in by_pathway.values()}) > 1,
+        differs=delta is not None and allowed is not None and delta > allowed,
+        delta_s=delta,
+        tolerance_s=allowed,
+        slowest=slowest,
+        fastest=fastest,
+        ran_differently=len({e.status for e in by_pathway.values()}) > 1,
     )
 
 
@@ -146,9 +169,7 @@ def verdict(
     moved = sum(r.delta_s or 0.0 for r in differing)
     material = max(MATERIAL_S, MATERIAL_SHARE * statistics.median(execution.values()))
     if not differing or moved < material:
-        small = (
-            f" but for {len(differing)} small difference(s) totalling {seconds(moved)}" if differing else ""
-        )
+        small = f" but for {len(differing)} small difference(s) totalling {seconds(moved)}" if differing else ""
         # On a busy machine the noise is wide, so "within noise" is a weaker statement: say so.
         busy_note = f"; the machine was busy (load average up to {busy[0]:.1f} on {busy[1]} CPUs)" if busy else ""
         return (

@@ -23,8 +23,18 @@ if TYPE_CHECKING:
     from nbscope.analyse.diagnose._source import NotebookCode
     from nbscope.analyse.forecast import CellForecast, Forecast, NotebookForecast, NotebookVerdict, Plan
 
-__all__ = ["Estimate", "ForecastGain", "ForecastPin", "GpuChoice", "MeasuredPin", "Recommendation", "RunOnBackend",
-           "RunTotal", "recommend", "recommend_forecast"]
+__all__ = [
+    "Estimate",
+    "ForecastGain",
+    "ForecastPin",
+    "GpuChoice",
+    "MeasuredPin",
+    "Recommendation",
+    "RunOnBackend",
+    "RunTotal",
+    "recommend",
+    "recommend_forecast",
+]
 
 PIN_MIN_GAIN_S = 0.1  # a cell moves to the CPU only if that saves at least this ...
 PIN_MIN_RATIO = 1.3  # ... and the accelerator is at least this much slower on it
@@ -33,6 +43,7 @@ MIXED_MIN_GAIN = 0.05  # mixed must beat the best single backend by 5 % to be wo
 
 # ---- the result ------------------------------------------------------------------------------------
 # ``Recommendation.to_dict()`` (the codec's encoding) is what ``compare --json`` and ``diagnose --json`` print as "recommendation".
+
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -78,8 +89,15 @@ class MeasuredPin:
 
     @property
     def document_keys(self) -> tuple[str | tuple[str, str], ...]:
-        return ("cell", "line", "first_line", "functions", "cpu_s", (f"{self.accelerator}_s", "accelerator_s"),
-                "saving_s")
+        return (
+            "cell",
+            "line",
+            "first_line",
+            "functions",
+            "cpu_s",
+            (f"{self.accelerator}_s", "accelerator_s"),
+            "saving_s",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +204,7 @@ def _total_s(run: RunRecord) -> float:
     return sum(c.wall_s or 0.0 for c in run.notebook_run().cells)
 
 
-def recommend(
-    a: RunRecord,
-    b: RunRecord | None = None,
-    *,
-    gpus: str | Sequence[str] | None = None,
-) -> Recommendation:
+def recommend(a: RunRecord, b: RunRecord | None = None, *, gpus: str | Sequence[str] | None = None) -> Recommendation:
     """Which backend this notebook should use, from the measured per-cell figures of a CPU and a GPU run,
     or, when no GPU run exists, from the GPU forecast of a CPU run recorded with program data.
 
@@ -218,15 +231,29 @@ def recommend(
         with_programs = [r for r in (a, b) if r.notebook_run().program_data is not None]
         if pa == "cpu" and with_programs:
             return recommend_forecast(with_programs[0], gpus=gpus)
-        return Recommendation(recommendation=None, reason=f"both runs used the {pa} backend: nothing to choose between",
-                              basis="measured", estimates=None, pinned=(), caveats=(), runs=runs)
+        return Recommendation(
+            recommendation=None,
+            reason=f"both runs used the {pa} backend: nothing to choose between",
+            basis="measured",
+            estimates=None,
+            pinned=(),
+            caveats=(),
+            runs=runs,
+        )
     if "cpu" not in (pa, pb):
         ta, tb = (r.notebook_run().totals.wall_s for r in (a, b))
         choice, estimates = None, None
         if ta is not None and tb is not None:
             choice, estimates = (pa if ta <= tb else pb), (Estimate(pa, ta), Estimate(pb, tb))
-        return Recommendation(recommendation=choice, reason=f"neither run used the CPU ({pa} vs {pb}): no mixed estimate",
-                              basis="measured", estimates=estimates, pinned=(), caveats=(), runs=runs)
+        return Recommendation(
+            recommendation=choice,
+            reason=f"neither run used the CPU ({pa} vs {pb}): no mixed estimate",
+            basis="measured",
+            estimates=estimates,
+            pinned=(),
+            caveats=(),
+            runs=runs,
+        )
     cpu, acc = (a, b) if pa == "cpu" else (b, a)
     return _measured_choice(cpu, acc, pb if pa == "cpu" else pa)
 
@@ -236,8 +263,14 @@ _s = units.seconds
 
 # ---- backend recommendation from a forecast ---------------------------------------------------------
 
-_CHOICE: dict[NotebookVerdict, str] = {"mixed": "mixed", "slower": "cpu", "similar": "cpu", "faster": "gpu",
-                                       "uncertain": "cpu", "unchanged": "cpu"}
+_CHOICE: dict[NotebookVerdict, str] = {
+    "mixed": "mixed",
+    "slower": "cpu",
+    "similar": "cpu",
+    "faster": "gpu",
+    "uncertain": "cpu",
+    "unchanged": "cpu",
+}
 
 
 def recommend_forecast(
@@ -270,10 +303,20 @@ def recommend_forecast(
     runs = {"cpu": RunTotal(record.run_id, round(_total_s(record), 4))}
     if not uses_jax(record):
         return Recommendation(
-            recommendation=None, basis="forecast", estimates=None, pinned=(), faster_on_accelerator=(),
-            accelerator="gpu", caveats=(), forecast={}, runs=runs,
-            reason=("forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
-                    "GPU the machine has: nothing to choose between"))
+            recommendation=None,
+            basis="forecast",
+            estimates=None,
+            pinned=(),
+            faster_on_accelerator=(),
+            accelerator="gpu",
+            caveats=(),
+            forecast={},
+            runs=runs,
+            reason=(
+                "forecast: the notebook runs no JAX, so NumPy, Numba and Python run on the CPU whatever "
+                "GPU the machine has: nothing to choose between"
+            ),
+        )
     keys = gpus_of(record, gpus if gpus is None or isinstance(gpus, str) else list(gpus))
     if made is not None and [d.key for d in made.devices] == list(keys):
         forecast_result = made
@@ -283,24 +326,42 @@ def recommend_forecast(
     for each in forecast_result.devices:
         notebook = forecast_result.notebook[each.key]
         choices[each.key] = GpuChoice(
-            name=each.name, verdict=notebook.verdict, all_on_gpu=notebook.all_on_gpu, cpu_s=notebook.cpu_s,
-            low_s=notebook.low_s, high_s=notebook.high_s, keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
-            plan=notebook.plan)
+            name=each.name,
+            verdict=notebook.verdict,
+            all_on_gpu=notebook.all_on_gpu,
+            cpu_s=notebook.cpu_s,
+            low_s=notebook.low_s,
+            high_s=notebook.high_s,
+            keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
+            plan=notebook.plan,
+        )
     device = forecast_result.devices[0]
     notebook = forecast_result.notebook[device.key]
     choice = _CHOICE[notebook.verdict]
-    estimates = [Estimate("cpu", round(notebook.cpu_s, 4)), Estimate("gpu_low", round(notebook.low_s, 4)),
-                 Estimate("gpu_high", None if notebook.high_s is None else round(notebook.high_s, 4))]
+    estimates = [
+        Estimate("cpu", round(notebook.cpu_s, 4)),
+        Estimate("gpu_low", round(notebook.low_s, 4)),
+        Estimate("gpu_high", None if notebook.high_s is None else round(notebook.high_s, 4)),
+    ]
     plan = notebook.plan
     if plan:
-        estimates += [Estimate("mixed_low", round(plan.low_s, 4)),
-                      Estimate("mixed_high", None if plan.high_s is None else round(plan.high_s, 4))]
+        estimates += [
+            Estimate("mixed_low", round(plan.low_s, 4)),
+            Estimate("mixed_high", None if plan.high_s is None else round(plan.high_s, 4)),
+        ]
     pinned, gains = _forecast_pinned_and_gains(notebook, {c.index: c for c in forecast_result.cells})
     loop = device.figure("loop_iteration_us")
     return Recommendation(
-        recommendation=choice, reason=_forecast_reason(record, device.name, choice, notebook), basis="forecast",
-        estimates=tuple(estimates), pinned=pinned, faster_on_accelerator=gains, accelerator="gpu", runs=runs,
-        forecast=choices, device=device.key,
+        recommendation=choice,
+        reason=_forecast_reason(record, device.name, choice, notebook),
+        basis="forecast",
+        estimates=tuple(estimates),
+        pinned=pinned,
+        faster_on_accelerator=gains,
+        accelerator="gpu",
+        runs=runs,
+        forecast=choices,
+        device=device.key,
         caveats=(
             "a forecast from a CPU run, not a measurement: loops at the device table's per-iteration cost "
             f"({device.name}: {loop.low:g}–{loop.high:g} µs per iteration, {loop.basis}), work on a roofline of its "
@@ -328,8 +389,11 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
     acc_total = sum(c.wall_s or 0.0 for c in acc_cells)
     pinned, faster_on_acc, saved = _pin_cells(pairs, code, acc_name)
     mixed = acc_total - saved
-    estimates = (Estimate("cpu", round(cpu_total, 4)), Estimate(acc_name, round(acc_total, 4)),
-                 Estimate("mixed", round(mixed, 4) if pinned else None))
+    estimates = (
+        Estimate("cpu", round(cpu_total, 4)),
+        Estimate(acc_name, round(acc_total, 4)),
+        Estimate("mixed", round(mixed, 4) if pinned else None),
+    )
     best_single = "cpu" if cpu_total <= acc_total else acc_name
     best_single_s = min(cpu_total, acc_total)
     if pinned and mixed < best_single_s * (1 - MIXED_MIN_GAIN):
@@ -339,14 +403,16 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
     reason = _measured_reason(choice, pinned, acc_name, cpu_total, acc_total, mixed)
     caveats = [
         "estimates add measured cell times (kernel start excluded); pinning moves a function's inputs between "
-        "devices, which these runs did not measure",
+        "devices, which these runs did not measure"
     ]
     cpu_host, acc_host = cpu.machine().cpu, acc.machine().cpu
     cpu_model, acc_model = cpu_host.model, acc_host.model
     same_host = cpu_model == acc_model and cpu_host.logical_cores == acc_host.logical_cores
     if not same_host:
-        caveats.append(f"the runs come from different hosts ({cpu_model} vs {acc_model}): CPU-pinned figures are "
-                       "those of the CPU run's host")
+        caveats.append(
+            f"the runs come from different hosts ({cpu_model} vs {acc_model}): CPU-pinned figures are "
+            "those of the CPU run's host"
+        )
     return Recommendation(
         recommendation=choice,
         reason=reason,
@@ -361,8 +427,9 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
     )
 
 
-def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
-               acc_name: str) -> tuple[list[MeasuredPin], list[MeasuredPin], float]:
+def _pin_cells(
+    pairs: Sequence[CellPair[Cell]], code: NotebookCode, acc_name: str
+) -> tuple[list[MeasuredPin], list[MeasuredPin], float]:
     """The paired cells (accelerator run, CPU run) worth pinning to the CPU (JAX work, and enough time
     saved), those faster on the accelerator, and the seconds pinning saves."""
     pinned: list[MeasuredPin] = []
@@ -381,9 +448,16 @@ def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
         worth_pinning = bool(functions) and gain >= PIN_MIN_GAIN_S and (wc <= 0 or wa / wc >= PIN_MIN_RATIO)
         if not worth_pinning and wc - wa < PIN_MIN_GAIN_S:
             continue
-        entry = MeasuredPin(cell=pair.a.index, line=pair.a.line, first_line=pair.a.first_line, functions=functions,
-                            cpu_s=round(wc, 4), accelerator=acc_name, accelerator_s=round(wa, 4),
-                            saving_s=round(gain if worth_pinning else wc - wa, 4))
+        entry = MeasuredPin(
+            cell=pair.a.index,
+            line=pair.a.line,
+            first_line=pair.a.first_line,
+            functions=functions,
+            cpu_s=round(wc, 4),
+            accelerator=acc_name,
+            accelerator_s=round(wa, 4),
+            saving_s=round(gain if worth_pinning else wc - wa, 4),
+        )
         if worth_pinning:
             pinned.append(entry)
             saved += gain
@@ -392,8 +466,9 @@ def _pin_cells(pairs: Sequence[CellPair[Cell]], code: NotebookCode,
     return pinned, faster_on_acc, saved
 
 
-def _measured_reason(choice: str, pinned: list[MeasuredPin], acc_name: str, cpu_total: float, acc_total: float,
-                     mixed: float) -> str:
+def _measured_reason(
+    choice: str, pinned: list[MeasuredPin], acc_name: str, cpu_total: float, acc_total: float, mixed: float
+) -> str:
     pinned_names = sorted({n for p in pinned for n in p.functions})
     if choice == "mixed":
         return (
@@ -404,28 +479,47 @@ def _measured_reason(choice: str, pinned: list[MeasuredPin], acc_name: str, cpu_
         worst = max(pinned, key=lambda p: p.saving_s, default=None)
         return f"CPU {_s(cpu_total)} vs {acc_name.upper()} {_s(acc_total)}" + (
             f"; the {acc_name.upper()} loses most in cell {worst.cell + 1} ({', '.join(worst.functions)}: "
-            f"{_s(worst.accelerator_s)} vs {_s(worst.cpu_s)})" if worst else ""
+            f"{_s(worst.accelerator_s)} vs {_s(worst.cpu_s)})"
+            if worst
+            else ""
         )
     return f"{acc_name.upper()} {_s(acc_total)} vs CPU {_s(cpu_total)}"
 
 
-def _forecast_pinned_and_gains(notebook: NotebookForecast, cells: Mapping[int, CellForecast]
-                               ) -> tuple[tuple[ForecastPin, ...], tuple[ForecastGain, ...]]:
+def _forecast_pinned_and_gains(
+    notebook: NotebookForecast, cells: Mapping[int, CellForecast]
+) -> tuple[tuple[ForecastPin, ...], tuple[ForecastGain, ...]]:
     """The functions the forecast keeps on the CPU (with the code change), and the largest GPU gains."""
     pinned = []
     for kept in notebook.keep_on_cpu:
         first = cells[kept.cells[0]] if kept.cells else None  # a kept function's cells are the forecast's
-        pinned.append(ForecastPin(
-            cell=kept.cells[0] if kept.cells else None, cells=kept.cells,
-            line=first.line if first is not None else None, first_line=first.first_line if first is not None else None,
-            functions=(kept.function,), cpu_s=round(kept.cpu_s, 4), gpu_low_s=round(kept.gpu_low_s, 4),
-            gpu_high_s=None if kept.gpu_high_s is None else round(kept.gpu_high_s, 4),
-            saving_s=round(kept.slower_by_s, 4), change=kept.change.text, example=kept.change.example,
-        ))
-    gains = tuple(ForecastGain(functions=(e.function,), cells=e.cells, cell=e.cells[0] if e.cells else None,
-                               cpu_s=round(e.cpu_s, 4), gpu_low_s=round(e.gpu_low_s, 4),
-                               gpu_high_s=None if e.gpu_high_s is None else round(e.gpu_high_s, 4),
-                               saving_s=round(e.faster_by_s, 4)) for e in notebook.gains[:5])
+        pinned.append(
+            ForecastPin(
+                cell=kept.cells[0] if kept.cells else None,
+                cells=kept.cells,
+                line=first.line if first is not None else None,
+                first_line=first.first_line if first is not None else None,
+                functions=(kept.function,),
+                cpu_s=round(kept.cpu_s, 4),
+                gpu_low_s=round(kept.gpu_low_s, 4),
+                gpu_high_s=None if kept.gpu_high_s is None else round(kept.gpu_high_s, 4),
+                saving_s=round(kept.slower_by_s, 4),
+                change=kept.change.text,
+                example=kept.change.example,
+            )
+        )
+    gains = tuple(
+        ForecastGain(
+            functions=(e.function,),
+            cells=e.cells,
+            cell=e.cells[0] if e.cells else None,
+            cpu_s=round(e.cpu_s, 4),
+            gpu_low_s=round(e.gpu_low_s, 4),
+            gpu_high_s=None if e.gpu_high_s is None else round(e.gpu_high_s, 4),
+            saving_s=round(e.faster_by_s, 4),
+        )
+        for e in notebook.gains[:5]
+    )
     return tuple(pinned), gains
 
 
@@ -436,15 +530,19 @@ def _forecast_reason(record: RunRecord, name: str, choice: str, notebook: Notebo
     where = f"CPU run {record.run_id}" if record.run_id is not None else "the CPU run"
     head = f"forecast for the {name} from {where} (no GPU run)"
     if choice == "mixed" and plan is not None:
-        return (f"{head}: GPU with {kept} kept on the CPU, {_range(plan.low_s, plan.high_s)}, vs "
-                f"{_s(notebook.cpu_s)} measured on the CPU and {gpu_range} with everything on the GPU")
+        return (
+            f"{head}: GPU with {kept} kept on the CPU, {_range(plan.low_s, plan.high_s)}, vs "
+            f"{_s(notebook.cpu_s)} measured on the CPU and {gpu_range} with everything on the GPU"
+        )
     if choice == "gpu":
         return f"{head}: {gpu_range} on the GPU vs {_s(notebook.cpu_s)} measured on the CPU"
     if notebook.verdict != "slower" and notebook.high_s is None and notebook.unbounded:
         cells = ", ".join(str(i + 1) for i in notebook.unbounded)
-        return (f"{head}: not known on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU: the GPU "
-                f"time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} has no upper bound; the CPU "
-                "is what was measured" + (f"; on a GPU, keep {kept} on the CPU" if kept else ""))
+        return (
+            f"{head}: not known on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU: the GPU "
+            f"time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} has no upper bound; the CPU "
+            "is what was measured" + (f"; on a GPU, keep {kept} on the CPU" if kept else "")
+        )
     why = "slower" if notebook.verdict == "slower" else "no faster"
     reason = f"{head}: {why} on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU"
     return reason + (f"; on a GPU, keep {kept} on the CPU" if kept else "")

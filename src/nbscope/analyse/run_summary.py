@@ -24,8 +24,14 @@ if TYPE_CHECKING:
 # ``attribution`` (against the run before it in its row, named by its ``before_id``); a row's newest run also keeps
 # the row's change points (``changes``, made by the API, which finds the row's runs).
 SUMMARY_FORMAT = 1  # made again when this changes
-STATUS_OF_FAILURE: dict[FailureKind, str] = {"cell-error": "failed", "timeout": "timeout", "kernel-killed": "died",
-                                             "out-of-memory": "died", "runner-stopped": "stopped", "interrupted": "stopped"}
+STATUS_OF_FAILURE: dict[FailureKind, str] = {
+    "cell-error": "failed",
+    "timeout": "timeout",
+    "kernel-killed": "died",
+    "out-of-memory": "died",
+    "runner-stopped": "stopped",
+    "interrupted": "stopped",
+}
 
 
 def status_summary(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
@@ -33,10 +39,22 @@ def status_summary(record: RunRecord, run: NotebookRun) -> dict[str, Any]:
     from nbscope.analyse.attribution import classify_failure
 
     failure = classify_failure(record, run)
-    return {"status": "ok" if failure is None else STATUS_OF_FAILURE[failure.kind],
-            "error": None if failure is None else failure.text, "cache_state": run.totals.cache_state,
-            "cells": [{"label": c.label, "first_line": c.first_line, "status": c.status, "wall_s": c.wall_s,
-                       "compile_s": c.compile_s, "source_hash": c.source_hash} for c in run.cells]}
+    return {
+        "status": "ok" if failure is None else STATUS_OF_FAILURE[failure.kind],
+        "error": None if failure is None else failure.text,
+        "cache_state": run.totals.cache_state,
+        "cells": [
+            {
+                "label": c.label,
+                "first_line": c.first_line,
+                "status": c.status,
+                "wall_s": c.wall_s,
+                "compile_s": c.compile_s,
+                "source_hash": c.source_hash,
+            }
+            for c in run.cells
+        ],
+    }
 
 
 def attribution_summary(before: RunRecord, record: RunRecord, run: NotebookRun | None = None) -> dict[str, Any]:
@@ -53,8 +71,9 @@ class RunFindings:
     def __init__(self) -> None:
         self._table: DeviceTable | None = None
 
-    def findings(self, record: RunRecord, run: NotebookRun, runner: str,
-                 found: Findings | None = None) -> dict[str, Any]:
+    def findings(
+        self, record: RunRecord, run: NotebookRun, runner: str, found: Findings | None = None
+    ) -> dict[str, Any]:
         """The run's first findings (``found``: those its command made already, else diagnosed here), and for a
         CPU run with program data the GPU forecast's verdict (the GPUs it was recorded for, else the T4): the
         forecast the diagnosis made for its GPU rules when it made one."""
@@ -64,12 +83,16 @@ class RunFindings:
             try:
                 found = diagnose(record)
             except NbscopeError as exc:
-                return {"findings": [{"title": "not diagnosed", "summary": str(exc)}],
-                        "forecast": self._forecast(record, run, runner, None)}
+                return {
+                    "findings": [{"title": "not diagnosed", "summary": str(exc)}],
+                    "forecast": self._forecast(record, run, runner, None),
+                }
         findings = [{"title": f.title, "summary": f.summary, "severity": f.severity} for f in found[:5]]
         return {"findings": findings, "forecast": self._forecast(record, run, runner, found.forecast)}
 
-    def _forecast(self, record: RunRecord, run: NotebookRun, runner: str, made: Forecast | None) -> dict[str, Any] | None:
+    def _forecast(
+        self, record: RunRecord, run: NotebookRun, runner: str, made: Forecast | None
+    ) -> dict[str, Any] | None:
         if runner != "cpu" or run.program_data is None:
             return None
         result = made
@@ -88,8 +111,14 @@ class RunFindings:
         return {"text": "; ".join(verdicts) or "no verdict"}
 
 
-def run_summary(record: RunRecord, *, runner: str, before: RunRecord | None = None, found: Findings | None = None,
-                diagnose: bool = True) -> dict[str, Any]:
+def run_summary(
+    record: RunRecord,
+    *,
+    runner: str,
+    before: RunRecord | None = None,
+    found: Findings | None = None,
+    diagnose: bool = True,
+) -> dict[str, Any]:
     """Every part of a run's summary (plain JSON): its status and cells, its findings and forecast verdict (it is
     on ``runner``, the row's backend; ``found``: the findings its command made, else diagnosed here; none when not
     to ``diagnose``: a publish makes them), and what changed since ``before`` when given."""

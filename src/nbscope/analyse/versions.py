@@ -60,15 +60,31 @@ class VariantRun:
         return self.record is not None
 
 
-def variant_run(label: str, requirements: Sequence[str], *, environment: str | None = None, reused: bool | None = None,
-                build_s: float | None = None, record: RunRecord | None = None, error: str | None = None) -> VariantRun:
+def variant_run(
+    label: str,
+    requirements: Sequence[str],
+    *,
+    environment: str | None = None,
+    reused: bool | None = None,
+    build_s: float | None = None,
+    record: RunRecord | None = None,
+    error: str | None = None,
+) -> VariantRun:
     """A variant, with what its run (if any) says of itself."""
     kernel = record.notebook_run().kernel if record else None
     return VariantRun(
-        label=label, requirements=tuple(requirements), environment=environment, reused=reused, build_s=build_s,
-        run_id=record.run_id if record else None, status=record.status if record else "not-run",
-        digest=record.digest if record else None, versions=record.machine().recorded_versions if record else None,
-        kernel_python=kernel.executable if kernel else None, error=error, record=record,
+        label=label,
+        requirements=tuple(requirements),
+        environment=environment,
+        reused=reused,
+        build_s=build_s,
+        run_id=record.run_id if record else None,
+        status=record.status if record else "not-run",
+        digest=record.digest if record else None,
+        versions=record.machine().recorded_versions if record else None,
+        kernel_python=kernel.executable if kernel else None,
+        error=error,
+        record=record,
     )
 
 
@@ -94,8 +110,13 @@ class VariantTotals:
 
     @classmethod
     def of(cls, totals: Totals) -> VariantTotals:
-        return cls(wall_s=totals.wall_s, compile_s=totals.compile_s, run_s=totals.run_s, compiles=totals.compiles,
-                   cells_failed=totals.cells_failed)
+        return cls(
+            wall_s=totals.wall_s,
+            compile_s=totals.compile_s,
+            run_s=totals.run_s,
+            compiles=totals.compiles,
+            cells_failed=totals.cells_failed,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +171,10 @@ def differing_fields(records: Sequence[RunRecord]) -> list[FieldValues]:
                 paths.append(path)
     flat = [fp.flatten(r.fingerprint) for r in records]
     missing = fp.absent("field not present")
-    rows = [FieldValues(field=path, values=tuple(f.get(path, missing) for f in flat), why=compare_module.why(path))
-            for path in paths]
+    rows = [
+        FieldValues(field=path, values=tuple(f.get(path, missing) for f in flat), why=compare_module.why(path))
+        for path in paths
+    ]
     # Software first: the question is which package version moved.
     return sorted(rows, key=lambda row: (not row.field.startswith("versions."), row.field))
 
@@ -170,8 +193,12 @@ def compare_variants(
         pairs = pair_cells(reference, record.notebook_run().cells)
         per_variant.append({pair.a.index: pair.b for pair in pairs if pair.a is not None and pair.b is not None})
     cells = tuple(
-        VariantCell(index=cell.index, line=cell.line, first_line=cell.first_line,
-                    runs=tuple(cell_figures(found.get(cell.index)) for found in per_variant))
+        VariantCell(
+            index=cell.index,
+            line=cell.line,
+            first_line=cell.first_line,
+            runs=tuple(cell_figures(found.get(cell.index)) for found in per_variant),
+        )
         for cell in reference
     )
     options = gate_options or GateOptions()
@@ -179,12 +206,18 @@ def compare_variants(
     for before, after in zip(ran, ran[1:], strict=False):
         gate_result = gate_module.gate(before.record, after.record, options)  # type: ignore[arg-type]
         # Different environments are the point here: the differing fields are listed instead.
-        gate_result = replace(gate_result, warnings=[w for w in gate_result.warnings
-                                                     if not w.startswith("different environments")])
+        gate_result = replace(
+            gate_result, warnings=[w for w in gate_result.warnings if not w.startswith("different environments")]
+        )
         gates.append(VariantGate(a=before.label, b=after.label, result=gate_result))
-    return VersionsResult(target=target, variants=tuple(variants), cells=cells,
-                          totals=tuple(VariantTotals.of(record.notebook_run().totals) for record in records),
-                          differences=tuple(differing_fields(records)), gates=tuple(gates))
+    return VersionsResult(
+        target=target,
+        variants=tuple(variants),
+        cells=cells,
+        totals=tuple(VariantTotals.of(record.notebook_run().totals) for record in records),
+        differences=tuple(differing_fields(records)),
+        gates=tuple(gates),
+    )
 
 
 def verdicts_by_cell(gate_result: gate_module.GateResult) -> dict[int, GateVerdict]:
@@ -272,17 +305,28 @@ class Figures:
 
     @classmethod
     def of_totals(cls, totals: Totals) -> Figures:
-        return cls(wall_s=totals.wall_s, compile_s=totals.compile_s, run_s=totals.run_s, compiles=totals.compiles,
-                   user_compiles=totals.user_compiles, eager_compiles=totals.eager_compiles,
-                   numba_compiles=totals.numba_compiles)
+        return cls(
+            wall_s=totals.wall_s,
+            compile_s=totals.compile_s,
+            run_s=totals.run_s,
+            compiles=totals.compiles,
+            user_compiles=totals.user_compiles,
+            eager_compiles=totals.eager_compiles,
+            numba_compiles=totals.numba_compiles,
+        )
 
     @classmethod
     def of_cell(cls, cell: Cell) -> Figures:
         jax, numba = cell.jax, cell.numba
-        return cls(wall_s=cell.wall_s, compile_s=cell.compile_s, run_s=cell.run_s,
-                   compiles=jax.compiles if jax else None, user_compiles=jax.user_compiles if jax else None,
-                   eager_compiles=jax.eager_compiles if jax else None,
-                   numba_compiles=numba.compiles if numba else None)
+        return cls(
+            wall_s=cell.wall_s,
+            compile_s=cell.compile_s,
+            run_s=cell.run_s,
+            compiles=jax.compiles if jax else None,
+            user_compiles=jax.user_compiles if jax else None,
+            eager_compiles=jax.eager_compiles if jax else None,
+            numba_compiles=numba.compiles if numba else None,
+        )
 
 
 COUNTS = ("compiles", "user_compiles", "eager_compiles", "numba_compiles")
@@ -352,8 +396,9 @@ def evidence(
         good_cell, bad_cell = _cell_of(last_good, last_good, cell), _cell_of(first_bad, last_good, cell)
         before = Figures.of_cell(good_cell) if good_cell else None
         after = Figures.of_cell(bad_cell) if bad_cell else None
-    growth = {key: _growth(getattr(before, key, None), getattr(after, key, None))
-              for key in ("wall_s", "compile_s", "run_s")}
+    growth = {
+        key: _growth(getattr(before, key, None), getattr(after, key, None)) for key in ("wall_s", "compile_s", "run_s")
+    }
     moved = Moved(wall_s=growth["wall_s"], compile_s=growth["compile_s"], run_s=growth["run_s"])
     grew = {part: seconds for part, seconds in growth.items() if part != "wall_s" and seconds is not None}
     wall = growth["wall_s"]
@@ -368,7 +413,10 @@ def evidence(
     relevant = [f for f in findings_bad if total or f.cell_index is None or f.cell_index == (cell or 0) - 1]
     known = {keyed(f) for f in findings_good}
     return Evidence(
-        target=target_label(cell), good=before, bad=after, moved=moved,
+        target=target_label(cell),
+        good=before,
+        bad=after,
+        moved=moved,
         compile_counts_changed={k: CountChange(a, b) for k, (a, b) in counts.items() if a != b},
         findings_appeared=tuple(f for f in relevant if keyed(f) not in known),
         differences=tuple(differing_fields([last_good, first_bad])),

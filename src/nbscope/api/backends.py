@@ -24,8 +24,14 @@ if TYPE_CHECKING:
 
 # Errors that say a JAX backend cannot start (jax 0.10 on a machine without CUDA raises a bare
 # AssertionError instead, which the "no JAX work ran" test below catches).
-UNAVAILABLE_MARKERS = ("Unable to initialize backend", "not in the list of known backends", "No visible GPU",
-                       "no supported devices", "CUDA_ERROR_NO_DEVICE", "Unknown backend")
+UNAVAILABLE_MARKERS = (
+    "Unable to initialize backend",
+    "not in the list of known backends",
+    "No visible GPU",
+    "no supported devices",
+    "CUDA_ERROR_NO_DEVICE",
+    "Unknown backend",
+)
 
 
 def backend_unavailable(record: RunRecord) -> str | None:
@@ -42,8 +48,10 @@ def backend_unavailable(record: RunRecord) -> str | None:
         first = failed[0].error
         parts = (first.name, first.message) if first else ()
         error = " ".join(part.strip() for part in parts if part.strip())
-        return (f"no JAX operation ran: {len(failed)} of {len(jax_cells)} cells after `import jax` failed "
-                f"(first: cell {failed[0].index + 1}" + (f" {error}" if error else "") + ")")
+        return (
+            f"no JAX operation ran: {len(failed)} of {len(jax_cells)} cells after `import jax` failed "
+            f"(first: cell {failed[0].index + 1}" + (f" {error}" if error else "") + ")"
+        )
     return None
 
 
@@ -105,20 +113,30 @@ def profile_backends(
         if on_backend is not None:
             on_backend(backend)
         try:
-            record = profile_job.profile(path, dataclasses.replace(options, jax_platform=backend), store=store,
-                                         fingerprint=fingerprint)
+            record = profile_job.profile(
+                path, dataclasses.replace(options, jax_platform=backend), store=store, fingerprint=fingerprint
+            )
         except profile_job.RunNotStored:
             raise
         except NbscopeError as exc:  # the kernel would not start under this backend's settings
-            result.runs.append({"backend": backend, "run_id": None, "available": False, "reason": str(exc),
-                                "record": None})
+            result.runs.append(
+                {"backend": backend, "run_id": None, "available": False, "reason": str(exc), "record": None}
+            )
             continue
         reason = backend_unavailable(record)
         if reason is None and BACKENDS[backend] != "cpu" and not _ran_jax(record):
             # JAX_PLATFORMS changes only what JAX runs: this run says nothing about the backend.
             reason = f"the notebook ran no JAX code, so JAX_PLATFORMS={backend} changed nothing it measured"
-        result.runs.append({"backend": backend, "run_id": record.run_id, "available": reason is None,
-                            "reason": reason, "record": record, "status": record.status})
+        result.runs.append(
+            {
+                "backend": backend,
+                "run_id": record.run_id,
+                "available": reason is None,
+                "reason": reason,
+                "record": record,
+                "status": record.status,
+            }
+        )
     available = result.available
     if len(available) >= 2:
         first, second = available[0]["record"], available[1]["record"]

@@ -230,11 +230,21 @@ def bench(
         from nbscope.api.pathways import parse_via, run_bench_pathways
 
         pathways = parse_via(via)
-        record = run_bench_pathways(via=pathways, only=only, dtype=dtype, size=size, jax_platform=jax_platform,
-                                    repeat=repeat, store=store, progress=via_progress, label=check_label(label))
+        record = run_bench_pathways(
+            via=pathways,
+            only=only,
+            dtype=dtype,
+            size=size,
+            jax_platform=jax_platform,
+            repeat=repeat,
+            store=store,
+            progress=via_progress,
+            label=check_label(label),
+        )
         return BenchOutcome(record, tuple(pathways))
-    record = run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress,
-                       label=check_label(label))
+    record = run_bench(
+        only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress, label=check_label(label)
+    )
     store.save(record)
     outcome = BenchOutcome(record)
     if outcome.interrupted:

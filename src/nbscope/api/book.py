@@ -42,8 +42,9 @@ def run_set(reference: str, store: Store) -> RunSet:
         return RunSet(name, [record])
     label, _, notebook = reference.partition(":")
     if LABEL_PATTERN.fullmatch(label) and store.path.exists():
-        records = store.newest_per_target(label=label, kind=list(CELL_KINDS),
-                                          target=store.names_of(notebook) if notebook else None)
+        records = store.newest_per_target(
+            label=label, kind=list(CELL_KINDS), target=store.names_of(notebook) if notebook else None
+        )
         if records:
             return RunSet(reference, records)
         audit = store.latest(label=label, kind="audit")

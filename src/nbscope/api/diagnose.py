@@ -64,14 +64,20 @@ def diagnose_run(
         from nbscope.record.sources import naming
 
         record = naming(record, notebook)
-    findings = diagnose(record, other=other_record, rules=rules, gpus=gpus, thresholds=thresholds,
-                        devices_file=devices_file)
+    findings = diagnose(
+        record, other=other_record, rules=rules, gpus=gpus, thresholds=thresholds, devices_file=devices_file
+    )
     recommendation = forecast_recommendation(record, other_record, gpus, devices_file, findings.forecast)
     return DiagnoseOutcome(record, findings, recommendation, failing)
 
 
-def forecast_recommendation(record: RunRecord, other: RunRecord | None, gpus: str | None, devices_file: Path | None,
-                            made: Forecast | None = None) -> Recommendation | None:
+def forecast_recommendation(
+    record: RunRecord,
+    other: RunRecord | None,
+    gpus: str | None,
+    devices_file: Path | None,
+    made: Forecast | None = None,
+) -> Recommendation | None:
     """The forecast's backend choice, on a CPU run with program data that no GPU run accompanies (``made``: the
     forecast the findings already made, reused)."""
     from nbscope.analyse.forecastable import forecast_unavailable

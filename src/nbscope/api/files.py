@@ -7,5 +7,13 @@ from __future__ import annotations
 from nbscope._files import check_target, forget_inputs, is_stdout, note_input, refuse_input, write_text, written_to
 from nbscope._redact import redact
 
-__all__ = ["check_target", "forget_inputs", "is_stdout", "note_input", "redact", "refuse_input", "write_text",
-           "written_to"]
+__all__ = [
+    "check_target",
+    "forget_inputs",
+    "is_stdout",
+    "note_input",
+    "redact",
+    "refuse_input",
+    "write_text",
+    "written_to",
+]

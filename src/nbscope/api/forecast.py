@@ -24,8 +24,15 @@ def device_table(devices_file: Path | None) -> DeviceTable:
     return load_table(devices_file)
 
 
-def forecast_run(run: str | None, store: Store, table: DeviceTable, *, gpus: str, notebook: Path | None = None,
-                 measured: str | None = None) -> Forecast:
+def forecast_run(
+    run: str | None,
+    store: Store,
+    table: DeviceTable,
+    *,
+    gpus: str,
+    notebook: Path | None = None,
+    measured: str | None = None,
+) -> Forecast:
     """The forecast of the profile run ``run`` names on ``gpus``; with ``measured`` (a run of the same notebook on
     the GPU), each device's forecast against what it measured."""
     if run is None:
@@ -53,8 +60,9 @@ class Calibrated(Encoded):
     text: Annotated[str, Write(when=never)]
 
 
-def calibrate_device(runs: list[str], name: str | None, base: str | None, table: DeviceTable,
-                     store: Store) -> Calibrated:
+def calibrate_device(
+    runs: list[str], name: str | None, base: str | None, table: DeviceTable, store: Store
+) -> Calibrated:
     """``forecast --calibrate-from``: the entry of a new device ``name`` from ``nbscope loops`` / ``bench`` runs,
     figures they lack taken from ``base``."""
     from nbscope.analyse.forecast.calibrate import calibrate, to_toml

@@ -47,8 +47,9 @@ def _comparable_earlier(store: Any, candidate: RunRecord) -> Comparable:
     kept: list[dict[str, Any]] = []
     left_out: dict[str, list[dict[str, Any]]] = {}
     names = store.names_of(candidate.target)  # runs stored under the notebook's older names too
-    rows = store.summaries(("started_at", "status", "settings"), target=names, digest=candidate.digest,
-                           kind=candidate.kind)
+    rows = store.summaries(
+        ("started_at", "status", "settings"), target=names, digest=candidate.digest, kind=candidate.kind
+    )
     failed = {run_id for run_id, verdict in store.verdicts(row["id"] for row in rows).items() if not verdict["passed"]}
     for row in rows:
         if candidate.run_id is not None and (row["id"] == candidate.run_id or row["started_at"] > candidate.started_at):
@@ -166,20 +167,33 @@ class GateRequest:
     summary: Path | None = None
 
 
-def run_gate(store: Store, request: GateRequest, *,
-             summary_text: Callable[[GateResult], str] | None = None) -> GateResult:
+def run_gate(
+    store: Store, request: GateRequest, *, summary_text: Callable[[GateResult], str] | None = None
+) -> GateResult:
     """``nbscope gate``: the options checked, the summary file opened (a target that cannot be appended to is
     refused before a verdict is stored), the candidate judged (:func:`gate_stored`), and ``summary_text`` of the
     result appended to ``request.summary``."""
-    options = GateOptions(max_slowdown=parse_slowdown(request.max_slowdown), alpha=request.alpha,
-                          min_cell_s=request.min_cell_s, abs_floor_s=request.floor_s, mad_k=request.mad_k,
-                          check_status=request.check_status)
+    options = GateOptions(
+        max_slowdown=parse_slowdown(request.max_slowdown),
+        alpha=request.alpha,
+        min_cell_s=request.min_cell_s,
+        abs_floor_s=request.floor_s,
+        mad_k=request.mad_k,
+        check_status=request.check_status,
+    )
     options.validate()
     summary = request.summary
     handle = _open_summary(summary) if summary is not None else None
     try:
-        result = gate_stored(store, candidate=request.candidate, baseline=request.baseline, target=request.target,
-                             options=options, history=request.history, confirm=request.confirm)
+        result = gate_stored(
+            store,
+            candidate=request.candidate,
+            baseline=request.baseline,
+            target=request.target,
+            options=options,
+            history=request.history,
+            confirm=request.confirm,
+        )
         if handle is not None and summary is not None and summary_text is not None:
             _append(handle, summary, summary_text(result) + "\n")
     finally:
@@ -214,8 +228,11 @@ def gate_stored(
     cand = latest_run(store, target) if candidate == "latest" else resolve_run(candidate, store, kinds=GATE_KINDS)
     notes: list[str] = []
     comparable = _comparable_earlier(store, cand)  # one search of the store for both
-    base = (latest_baseline(store, cand, notes, comparable=comparable) if baseline == "latest"
-            else resolve_run(baseline, store, kinds=GATE_KINDS))
+    base = (
+        latest_baseline(store, cand, notes, comparable=comparable)
+        if baseline == "latest"
+        else resolve_run(baseline, store, kinds=GATE_KINDS)
+    )
     result = gate(base, cand, options, history=history_runs(store, cand, history, comparable=comparable))
     result = replace(result, warnings=[*notes, *result.warnings])
     if cand.run_id is not None:
@@ -225,21 +242,30 @@ def gate_stored(
         except NbscopeError as exc:  # a read-only store still gets its verdict; it is only not remembered
             result = replace(result, warnings=[*result.warnings, f"the verdict is not remembered: {exc}"])
     if confirm and not result.passed:
-        result = confirm_regression(store, base, cand, result, options,
-                                    history=history_runs(store, cand, history, comparable=comparable))
+        result = confirm_regression(
+            store, base, cand, result, options, history=history_runs(store, cand, history, comparable=comparable)
+        )
     return result
 
 
-def confirm_regression(store: Store, base: RunRecord, cand: RunRecord, result: GateResult, options: GateOptions | None,
-                       *, history: list[RunRecord]) -> GateResult:
+def confirm_regression(
+    store: Store,
+    base: RunRecord,
+    cand: RunRecord,
+    result: GateResult,
+    options: GateOptions | None,
+    *,
+    history: list[RunRecord],
+) -> GateResult:
     """``result`` (a failed gate) judged once more: the candidate's notebook profiled again with its settings,
     stored, and gated against ``base``; the rerun's result, with its :class:`Confirmation`. A failing cell is not
     rerun (a rerun does not excuse an error), nor a notebook that cannot be found or run as it was (``--env``
     values kept only as hashes): the failure then stands, and a note says why."""
     from nbscope.api.profile import ProfileOptions, profile
 
-    why_not = ("a cell failed, which a rerun does not excuse" if any(c.verdict == "failed" for c in result.failures)
-               else None)
+    why_not = (
+        "a cell failed, which a rerun does not excuse" if any(c.verdict == "failed" for c in result.failures) else None
+    )
     path = None if why_not else _notebook_file(store, cand)
     if why_not is None and path is None:
         why_not = f"its notebook {cand.target} is not found in this project"
@@ -260,8 +286,9 @@ def confirm_regression(store: Store, base: RunRecord, cand: RunRecord, result: G
             writable.record_verdict(rerun.run_id, baseline_id=base.run_id, passed=second.passed, reasons=second.reasons)
         except NbscopeError:
             pass  # a read-only store: the first verdict's note says so already
-    confirmation = Confirmation(first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id,
-                                confirmed=not second.passed)
+    confirmation = Confirmation(
+        first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id, confirmed=not second.passed
+    )
     return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
 
 
@@ -299,9 +326,13 @@ def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
         return "its --env values are stored only as hashes"
     return ProfileOptions(
         kernel=settings.kernel,
-        timeout=settings.timeout, on_error="stop" if settings.on_error == "stop" else "continue",
-        env=dict(settings.env), env_store_values=bool(settings.env),
-        jax_platform=settings.jax_platform, jax_cache=settings.jax_cache, repeat=settings.repeat,
+        timeout=settings.timeout,
+        on_error="stop" if settings.on_error == "stop" else "continue",
+        env=dict(settings.env),
+        env_store_values=bool(settings.env),
+        jax_platform=settings.jax_platform,
+        jax_cache=settings.jax_cache,
+        repeat=settings.repeat,
         timeline=settings.timeline,
     )
 

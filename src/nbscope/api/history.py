@@ -27,5 +27,14 @@ def history(
     if min_size < 1:
         raise NbscopeError("--min-size must be at least 1")
     options = ChangeOptions(min_size=min_size, k=threshold, rel_floor=rel_floor)
-    return build_history(store, target, metric=metric, cell=cell, kind=kind, digest=digest, limit=limit,
-                         options=options, aliases=store.names_of(target))
+    return build_history(
+        store,
+        target,
+        metric=metric,
+        cell=cell,
+        kind=kind,
+        digest=digest,
+        limit=limit,
+        options=options,
+        aliases=store.names_of(target),
+    )

@@ -50,8 +50,9 @@ class InfoOutcome:
         return 1 if self.differences else 0
 
 
-def info(*, include_jax: bool = False, diff: tuple[Path, Path] | None = None,
-         include_volatile: bool = False) -> InfoOutcome:
+def info(
+    *, include_jax: bool = False, diff: tuple[Path, Path] | None = None, include_volatile: bool = False
+) -> InfoOutcome:
     """``nbscope info``: the fingerprint of this machine, or (``diff``) where two fingerprints differ."""
     if diff is not None:
         return InfoOutcome(differences=tuple(diff_fingerprints(diff[0], diff[1], include_volatile=include_volatile)))

@@ -161,8 +161,11 @@ def find() -> JupyterBook2:
     if given:
         found = JupyterBook2([given], origin=f"${COMMAND_VARIABLE}")
     elif (_major(here) or 0) >= 2 and (beside.exists() or shutil.which("jupyter-book")):
-        found = JupyterBook2([str(beside) if beside.exists() else str(shutil.which("jupyter-book"))],
-                             version=here, origin="this environment")
+        found = JupyterBook2(
+            [str(beside) if beside.exists() else str(shutil.which("jupyter-book"))],
+            version=here,
+            origin="this environment",
+        )
     elif _complete(environment_dir()):
         found = JupyterBook2([str(own)], origin=f"nbscope's own environment ({environment_dir()})")
     elif shutil.which("myst"):
@@ -213,8 +216,17 @@ def install(*, quiet: bool = True) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     steps = [
         [sys.executable, "-m", "venv", str(target)],
-        [str(_bin(target) / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-         *(["--quiet"] if quiet else []), "--no-deps", REQUIREMENT, *LAUNCHER_PACKAGES],
+        [
+            str(_bin(target) / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            *(["--quiet"] if quiet else []),
+            "--no-deps",
+            REQUIREMENT,
+            *LAUNCHER_PACKAGES,
+        ],
     ]
     for number, step in enumerate(steps):
         try:
@@ -224,8 +236,11 @@ def install(*, quiet: bool = True) -> Path:
         if number == 0 and target.exists():
             (target / MADE_MARKER).write_text("made by nbscope book2-env\n", encoding="utf-8")
         if done is None or done.returncode != 0:
-            lines = [ln.strip() for ln in ((done.stderr + done.stdout) if done else "").splitlines()
-                     if ln.strip() and not ln.startswith("WARNING")]
+            lines = [
+                ln.strip()
+                for ln in ((done.stderr + done.stdout) if done else "").splitlines()
+                if ln.strip() and not ln.startswith("WARNING")
+            ]
             why = f"exited {done.returncode}" if done else f"ran past {INSTALL_TIMEOUT_S} s"
             if target.exists() and (target / MADE_MARKER).exists():
                 shutil.rmtree(target, ignore_errors=True)
@@ -291,7 +306,9 @@ def server_config_for_root(folder: Path) -> dict[str, str]:
     if not (hasattr(os, "geteuid") and os.geteuid() == 0):
         return {}
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}), encoding="utf-8")
+    (folder / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"allow_root": True}}), encoding="utf-8"
+    )
     existing = process_environment.read().jupyter_config_path
     return {"JUPYTER_CONFIG_PATH": os.pathsep.join(p for p in (str(folder), existing) if p)}
 
@@ -327,8 +344,10 @@ def find_myst() -> Myst:
     elif (myst_dir() / COMPLETE_MARKER).exists() and own.exists():
         found = Myst([str(own)], origin=f"nbscope's own folder ({myst_dir()})")
     else:
-        return Myst(problem=f"mystmd is not installed: run `nbscope book2-env --install` (needs npm), which puts it "
-                            f"under {myst_dir()}, or set {MYST_VARIABLE} to a myst command")
+        return Myst(
+            problem=f"mystmd is not installed: run `nbscope book2-env --install` (needs npm), which puts it "
+            f"under {myst_dir()}, or set {MYST_VARIABLE} to a myst command"
+        )
     node = node_major()
     if node is None or node < MIN_NODE:
         found.problem = f"mystmd needs Node.js {MIN_NODE} or newer; found {'none' if node is None else node}"
@@ -347,8 +366,10 @@ def install_myst() -> Path:
         return target
     npm = shutil.which("npm")
     if npm is None or (node_major() or 0) < MIN_NODE:
-        raise NbscopeError(f"mystmd needs npm and Node.js {MIN_NODE} or newer, and this machine has "
-                           f"{'no npm' if npm is None else 'an older Node.js'}")
+        raise NbscopeError(
+            f"mystmd needs npm and Node.js {MIN_NODE} or newer, and this machine has "
+            f"{'no npm' if npm is None else 'an older Node.js'}"
+        )
     if target.exists() and not (target / MADE_MARKER).exists():
         raise NbscopeError(f"{target} exists and was not made by nbscope: move it away or set NBSCOPE_CACHE_DIR")
     shutil.rmtree(target, ignore_errors=True)
@@ -363,8 +384,10 @@ def install_myst() -> Path:
         lines = [ln.strip() for ln in ((done.stderr + done.stdout) if done else "").splitlines() if ln.strip()]
         why = f"ran past {INSTALL_TIMEOUT_S} s" if done is None else f"exited {done.returncode}"
         shutil.rmtree(target, ignore_errors=True)
-        raise NbscopeError(f"could not install mystmd (npm install {MYST_PACKAGE} {why}): "
-                           f"{lines[-1] if lines else 'myst --version fails'}")
+        raise NbscopeError(
+            f"could not install mystmd (npm install {MYST_PACKAGE} {why}): "
+            f"{lines[-1] if lines else 'myst --version fails'}"
+        )
     (target / COMPLETE_MARKER).write_text(MYST_PACKAGE + "\n", encoding="utf-8")
     return target
 
@@ -414,7 +437,7 @@ def _page_built(line: str) -> tuple[str, float] | None:
     start = line.find(PAGE_BUILT)
     while start >= 0:
         begin = start + len(PAGE_BUILT)
-        words = line[begin:begin + WINDOW].split(" ", 4)
+        words = line[begin : begin + WINDOW].split(" ", 4)
         if len(words) >= 4 and words[0] and words[1] == "in" and words[2].strip("0123456789.") == "" and words[2]:
             unit = _leading_word(words[3])
             if unit in ("ms", "s"):
@@ -438,9 +461,9 @@ def _theme_unreachable(line: str) -> bool:
     start = line.find(THEME_REQUEST)
     while start >= 0:
         begin = start + len(THEME_REQUEST)
-        rest = line[begin:begin + WINDOW]
+        rest = line[begin : begin + WINDOW]
         url = rest.split(None, 1)[0] if rest.strip() else ""
-        if "/templates/" in url[1:-1] and rest[len(url):].startswith(" failed"):
+        if "/templates/" in url[1:-1] and rest[len(url) :].startswith(" failed"):
             return True
         start = line.find(THEME_REQUEST, begin)
     return False

@@ -153,8 +153,13 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
             if log.header is None or not _alive(log.header.pid):
                 continue  # a kernel that ended: its notebook is done (or another kernel goes on)
             nb = match(log, notebooks) if len(notebooks) != 1 else notebooks[0]
-            kernel = RunningKernel(kind=str(entry.kind), nbscope_pid=entry.pid, kernel_pid=log.header.pid,
-                                   notebook=str(nb.path) if nb else None, cells_done=len(log.cells))
+            kernel = RunningKernel(
+                kind=str(entry.kind),
+                nbscope_pid=entry.pid,
+                kernel_pid=log.header.pid,
+                notebook=str(nb.path) if nb else None,
+                cells_done=len(log.cells),
+            )
             running = log.unfinished[-1] if log.unfinished else None
             if running is not None:
                 current = time.time() if now is None else now  # read after the log: never before its start line
@@ -164,8 +169,15 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
                     kernel.cell, kernel.line, kernel.first_line = cell.index + 1, cell.line, cell.first_line
             found.append(kernel)
         if len(found) == before:  # the run goes on, but none of its kernels runs now
-            found.append(RunningKernel(kind=str(entry.kind), nbscope_pid=entry.pid, kernel_pid=None,
-                                       notebook=None, cells_done=sum(len(log.cells) for log in logs)))
+            found.append(
+                RunningKernel(
+                    kind=str(entry.kind),
+                    nbscope_pid=entry.pid,
+                    kernel_pid=None,
+                    notebook=None,
+                    cells_done=sum(len(log.cells) for log in logs),
+                )
+            )
     return found
 
 
@@ -178,7 +190,6 @@ class Announced:
     pid: int
     outputs: tuple[str, ...]
     sources: tuple[str, ...]
-
 
 
 def _alive(pid: int | None) -> bool:

@@ -25,8 +25,9 @@ class LoopsOutcome:
     store_path: Path
 
 
-def loops(options: LoopOptions, store: Store, *, label: str | None = None,
-          progress: Progress | None = None) -> LoopsOutcome:
+def loops(
+    options: LoopOptions, store: Store, *, label: str | None = None, progress: Progress | None = None
+) -> LoopsOutcome:
     """``nbscope loops``: the sweep run (options checked first), its run labelled ``label`` and stored."""
     options.validate()
     record = run_loops(options, store=store, progress=progress, label=check_label(label))
@@ -50,12 +51,24 @@ def run_loops(
     result = run_worker(options, progress)
     settings = options.resolved()
     settings.pop("timeout_s", None)
-    record = RunRecord(kind="loops", target=options.target or BUILTIN_TARGET, fingerprint=fingerprint,
-                       settings=settings, label=label if label is not None else default_label())
+    record = RunRecord(
+        kind="loops",
+        target=options.target or BUILTIN_TARGET,
+        fingerprint=fingerprint,
+        settings=settings,
+        label=label if label is not None else default_label(),
+    )
     measured = decode(LoopsRun, result)  # the worker's document holds a loops record's loop, jax, sweeps and notes
     fitted = [(sweep, sweep.fit) for sweep in measured.sweeps if sweep.fit is not None]
-    estimates = [LoopEstimate(device=sweep.device, placement=sweep.placement, seconds=extrapolate(fit, options.at),
-                              measured_up_to=max(sweep.trip_counts, default=None)) for sweep, fit in fitted]
+    estimates = [
+        LoopEstimate(
+            device=sweep.device,
+            placement=sweep.placement,
+            seconds=extrapolate(fit, options.at),
+            measured_up_to=max(sweep.trip_counts, default=None),
+        )
+        for sweep, fit in fitted
+    ]
     dump = None
     if options.xla_dump is not None:
         files = [p for p in options.xla_dump.rglob("*") if p.is_file()]
@@ -63,14 +76,16 @@ def run_loops(
     fits = [fit for _, fit in fitted]
     # The worker's parts are written as it wrote them (``worker`` always writes each); the rest from the typed view.
     record.measurements = {
-        "totals": encode(LoopsTotals(
-            sweeps=len(measured.sweeps),
-            wall_s=time.perf_counter() - started,
-            us_per_iter=fits[0].us_per_iter if fits else None,
-            r2_min=min((f.r2 for f in fits if f.r2 is not None), default=None),
-            at=options.at,
-            at_s=estimates[0].seconds if estimates else None,
-        )),
+        "totals": encode(
+            LoopsTotals(
+                sweeps=len(measured.sweeps),
+                wall_s=time.perf_counter() - started,
+                us_per_iter=fits[0].us_per_iter if fits else None,
+                r2_min=min((f.r2 for f in fits if f.r2 is not None), default=None),
+                at=options.at,
+                at_s=estimates[0].seconds if estimates else None,
+            )
+        ),
         "loop": result["loop"],
         "jax": result["jax"],
         "sweeps": result["sweeps"],

@@ -64,9 +64,16 @@ class RunSpec:
 
     def execution(self, env: Mapping[str, str], *, nvml: bool) -> ExecutionOptions:
         """How one execution of the notebook runs (``env``: the kernel's whole overrides)."""
-        return ExecutionOptions(timeout=self.timeout, on_error=self.on_error, kernel_name=self.kernel, env=dict(env),
-                                nvml=nvml, timeline=self.timeline, keep_traces=self.keep_traces,
-                                programs=self.collects_programs)
+        return ExecutionOptions(
+            timeout=self.timeout,
+            on_error=self.on_error,
+            kernel_name=self.kernel,
+            env=dict(env),
+            nvml=nvml,
+            timeline=self.timeline,
+            keep_traces=self.keep_traces,
+            programs=self.collects_programs,
+        )
 
     def process_env(self) -> dict[str, str]:
         """The kernel's environment overrides: ``env``, with ``JAX_PLATFORMS`` when a platform is named."""
@@ -170,12 +177,12 @@ def check_store(store: Store) -> None:
     check_folder_option("live folder", folder)
 
 
-
 def check_timeout(timeout: float | None, option: str = "--timeout") -> None:
     """A per-cell limit is a positive, finite number of seconds (NaN would reach the kernel client as a
     traceback; infinity is no limit: leave the option out)."""
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise NbscopeError(f"{option} must be a positive number of seconds, not {timeout}")
+
 
 def preflight(
     path: str | Path, options: RunSpec, store: Store | None = None, fingerprint: dict[str, Any] | None = None
@@ -339,8 +346,15 @@ def profile(
     then re-raises KeyboardInterrupt.
     """
     record, interrupted = profile_until_stopped(
-        path, options, store=store, live_path=live_path, on_cell_start=on_cell_start, on_cell_done=on_cell_done,
-        fingerprint=fingerprint, on_notebook=on_notebook)
+        path,
+        options,
+        store=store,
+        live_path=live_path,
+        on_cell_start=on_cell_start,
+        on_cell_done=on_cell_done,
+        fingerprint=fingerprint,
+        on_notebook=on_notebook,
+    )
     if interrupted:
         raise KeyboardInterrupt
     return record
@@ -537,7 +551,6 @@ def diagnosis_of(
         return None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, NbscopeError) else str(exc)
 
 
-
 @dataclass(frozen=True)
 class ProfileOutcome:
     """What ``nbscope profile`` found: the run, its findings (or why it has none), its GPU forecast when one was
@@ -587,23 +600,32 @@ def run_profile(
     is saved, as :func:`profile` does."""
     not_stored = None
     try:
-        record = profile(path, options, store=store, on_notebook=on_notebook, on_cell_start=on_cell_start,
-                         on_cell_done=on_cell_done)
+        record = profile(
+            path, options, store=store, on_notebook=on_notebook, on_cell_start=on_cell_start, on_cell_done=on_cell_done
+        )
     except RunNotStored as exc:  # measured, not stored: the ledger still shows, then how to store it
         record, not_stored = exc.record, exc
-    findings, why_not = (None, "--no-diagnose") if not diagnose or not_stored is not None else diagnosis_of(
-        record, path, devices_file=devices_file)
+    findings, why_not = (
+        (None, "--no-diagnose")
+        if not diagnose or not_stored is not None
+        else diagnosis_of(record, path, devices_file=devices_file)
+    )
     keep_run_summary(store, record, findings=findings, diagnose=diagnose)  # for publish: its findings made once
     return ProfileOutcome(
-        record=record, findings=findings, why_not_diagnosed=why_not,
+        record=record,
+        findings=findings,
+        why_not_diagnosed=why_not,
         forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
-        warnings=tuple(probe_warnings(record)), failed=failures([record]), not_stored=not_stored,
+        warnings=tuple(probe_warnings(record)),
+        failed=failures([record]),
+        not_stored=not_stored,
         allow_errors=allow_errors,
     )
 
 
-def _forecast_of(record: RunRecord, gpus: Sequence[str], findings: Findings | None, devices_file: Path | None,
-                 path: str | Path) -> Forecast | None:
+def _forecast_of(
+    record: RunRecord, gpus: Sequence[str], findings: Findings | None, devices_file: Path | None, path: str | Path
+) -> Forecast | None:
     """The run's forecast on ``gpus``: the one the findings made for the same GPUs, else made here; none unasked."""
     if not gpus:
         return None
@@ -619,8 +641,7 @@ def failures(records: Iterable[RunRecord]) -> tuple[tuple[RunRecord, Cell], ...]
     """Each cell that failed these runs, with its run: an error, a timeout, a dead kernel."""
     from nbscope.schema.status import FAILED
 
-    return tuple((record, cell) for record in records for cell in record.notebook_run().cells
-                 if cell.status in FAILED)
+    return tuple((record, cell) for record in records for cell in record.notebook_run().cells if cell.status in FAILED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,10 +53,20 @@ def profile(
     path) the run is saved there too; ``label`` names it, as ``--label`` does.
     """
     spec = profile_job.RunSpec(
-        timeout=timeout, on_error=on_error, kernel=kernel, env=dict(env or {}), env_store_values=env_store_values,
-        jax_platform=jax_platform, jax_cache=jax_cache, repeat=repeat, timeline=timeline, keep_traces=keep_traces,
-        cache_root=cache_root, programs=programs,
-        forecast=tuple(forecast), label=check_label(label),
+        timeout=timeout,
+        on_error=on_error,
+        kernel=kernel,
+        env=dict(env or {}),
+        env_store_values=env_store_values,
+        jax_platform=jax_platform,
+        jax_cache=jax_cache,
+        repeat=repeat,
+        timeline=timeline,
+        keep_traces=keep_traces,
+        cache_root=cache_root,
+        programs=programs,
+        forecast=tuple(forecast),
+        label=check_label(label),
     )
     return profile_job.profile(path, spec, store=_store(store))
 
@@ -85,8 +95,9 @@ def diagnose(
     same notebook on another backend or cache state, used as evidence; ``sources``, ``rules``,
     ``thresholds``; ``gpus``: on a CPU run recorded with ``forecast=[...]`` or ``programs=True``, the GPUs
     the GPU rules are forecast for, default those named when it was recorded, else the T4)."""
-    return diagnose_module.diagnose(record, other=other, sources=sources, rules=rules, thresholds=thresholds,
-                                    gpus=gpus, devices_file=devices_file)
+    return diagnose_module.diagnose(
+        record, other=other, sources=sources, rules=rules, thresholds=thresholds, gpus=gpus, devices_file=devices_file
+    )
 
 
 def bench(

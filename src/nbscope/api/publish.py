@@ -73,8 +73,14 @@ class PublishResult:
         self.pages_kept = pages_kept
 
     def to_dict(self) -> dict[str, Any]:
-        return {"folder": str(self.folder), "rows": self.rows, "runs": self.runs, "rows_rebuilt": self.rows_rebuilt,
-                "pages_written": self.pages_written, "pages_kept": self.pages_kept}
+        return {
+            "folder": str(self.folder),
+            "rows": self.rows,
+            "runs": self.runs,
+            "rows_rebuilt": self.rows_rebuilt,
+            "pages_written": self.pages_written,
+            "pages_kept": self.pages_kept,
+        }
 
 
 def store_of(source: str | Path) -> Store:
@@ -153,8 +159,11 @@ class Summaries:
                 parts += [(ids[-2], "status", None, runner), (newest, "attribution", ids[-2], runner)]
             parts += [(ids[step], "attribution", ids[step - 1], runner) for _, step in plan.steps]
         self.read(run_id for run_id, *_ in parts)
-        missing = [(run_id, part, before, runner) for run_id, part, before, runner in parts
-                   if not self._has(run_id, part, before)]
+        missing = [
+            (run_id, part, before, runner)
+            for run_id, part, before, runner in parts
+            if not self._has(run_id, part, before)
+        ]
         reads = {run_id for run_id, *_ in missing} | {before for _, _, before, _ in missing if before is not None}
         records = self.store.documents(reads) if reads else {}
         from nbscope.analyse.run_summary import SUMMARY_FORMAT, RunFindings, attribution_summary, status_summary
@@ -185,8 +194,7 @@ class Summaries:
             if plan.found is not None and newest_summary is not None and newest_summary.status is not None:
                 self.by_id[newest] = newest_summary._replace(changes=plan.found)
                 made.add(newest)
-        self.store.keep_run_summaries({run_id: summary_document(self.by_id[run_id], SUMMARY_FORMAT)
-                                       for run_id in made})
+        self.store.keep_run_summaries({run_id: summary_document(self.by_id[run_id], SUMMARY_FORMAT) for run_id in made})
 
     def read(self, run_ids: Iterable[int]) -> None:
         """The kept summaries of ``run_ids`` not read yet (none when made ``again``)."""
@@ -214,8 +222,9 @@ class Summaries:
         return found if found is not None and found["before_id"] == before else None
 
 
-def keep_run_summary(store: Store | None, record: RunRecord, *, findings: Findings | None = None,
-                     diagnose: bool = True) -> None:
+def keep_run_summary(
+    store: Store | None, record: RunRecord, *, findings: Findings | None = None, diagnose: bool = True
+) -> None:
     """Right after ``record`` was saved in ``store`` (by ``profile``, ``trace``, ``audit``, ``merge``, ``gate``'s
     rerun): its summary as publish shows it, made whole and kept in the store (``analyse.run_summary``), with what
     changed since the run before it in its row and, when it is the row's newest run, the row's change points; the
@@ -231,15 +240,18 @@ def keep_run_summary(store: Store | None, record: RunRecord, *, findings: Findin
     try:
         with store.held():
             rows = _series_by_row(store.book_series(PROFILE_KINDS, [record.target]), None)
-            key, series = next(((key, series) for key, series in rows.items()
-                                if any(run[ID] == record.run_id for run in series)), ("", []))
+            key, series = next(
+                ((key, series) for key, series in rows.items() if any(run[ID] == record.run_id for run in series)),
+                ("", []),
+            )
             ids = [run[ID] for run in series]
             if not ids:
                 return
             place = ids.index(record.run_id)
             before = store.readable(ids[place - 1]) if place else None
-            summary = run_summary(record, runner=key.split("\x1f", 1)[0], before=before, found=findings,
-                                  diagnose=diagnose)
+            summary = run_summary(
+                record, runner=key.split("\x1f", 1)[0], before=before, found=findings, diagnose=diagnose
+            )
             found = plan_row(series).found if place == len(ids) - 1 else None
             if found is not None:  # the row's newest run keeps the row's change points
                 summary["changes"] = found._asdict()
@@ -248,8 +260,9 @@ def keep_run_summary(store: Store | None, record: RunRecord, *, findings: Findin
         return
 
 
-def keep_run_summaries(store: Store | None, runs: Iterable[tuple[RunRecord, Findings | None]], *,
-                       diagnose: bool = True) -> None:
+def keep_run_summaries(
+    store: Store | None, runs: Iterable[tuple[RunRecord, Findings | None]], *, diagnose: bool = True
+) -> None:
     """``keep_run_summary`` of each of ``runs``: a run saved and the findings its command made of it (or None)."""
     for record, findings in runs:
         keep_run_summary(store, record, findings=findings, diagnose=diagnose)
@@ -261,9 +274,17 @@ def _cells(newest: RunSummary, previous: RunSummary | None) -> list[dict[str, An
     rows = []
     for cell in newest.cells:
         old = before.get(cell["source_hash"])
-        rows.append({"label": cell["label"], "first_line": cell["first_line"], "status": cell["status"],
-                     "wall_s": cell["wall_s"], "compile_s": cell["compile_s"],
-                     "previous_wall_s": old["wall_s"] if old else None, "edited": previous is not None and old is None})
+        rows.append(
+            {
+                "label": cell["label"],
+                "first_line": cell["first_line"],
+                "status": cell["status"],
+                "wall_s": cell["wall_s"],
+                "compile_s": cell["compile_s"],
+                "previous_wall_s": old["wall_s"] if old else None,
+                "edited": previous is not None and old is None,
+            }
+        )
     return rows
 
 
@@ -276,9 +297,15 @@ class RowPlan:
     (as ``ChangePoint.to_dict`` gives them): found from the columns alone, or kept in the newest run's summary
     for the same series, so that the runs' summaries every row needs are read (or made) together."""
 
-    def __init__(self, series: Sequence[tuple[Any, ...]], ids: list[int], walls: list[float | None],
-                 changes: list[dict[str, Any]], steps: list[tuple[dict[str, Any], int]],
-                 found: KeptChanges | None = None) -> None:
+    def __init__(
+        self,
+        series: Sequence[tuple[Any, ...]],
+        ids: list[int],
+        walls: list[float | None],
+        changes: list[dict[str, Any]],
+        steps: list[tuple[dict[str, Any], int]],
+        found: KeptChanges | None = None,
+    ) -> None:
         self.series = series
         self.ids = ids
         self.walls = walls
@@ -295,8 +322,9 @@ def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
     return digest.hexdigest()[:32]
 
 
-def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None,
-             kept: RunSummary | None = None) -> RowPlan:
+def plan_row(
+    series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None, kept: RunSummary | None = None
+) -> RowPlan:
     """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
     this very series, else found now."""
     ids = [run[ID] for run in series]
@@ -309,19 +337,39 @@ def plan_row(series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = 
     from nbscope.analyse.history import ChangeOptions, Point, change_points
     from nbscope.schema.run_summary import KeptChanges
 
-    points = [Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)]
-    changes = [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
+    points = [
+        Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)
+    ]
+    changes = (
+        [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
+    )
     floor = 1 + (options or ChangeOptions()).rel_floor
     # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
     # is not a regression (its split was found in a wider segment, where the shift looked larger).
-    confirmed = [n for n, change in enumerate(changes)
-                 if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor]
-    return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in confirmed],
-                   KeptChanges(key, changes, confirmed))
+    confirmed = [
+        n
+        for n, change in enumerate(changes)
+        if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor
+    ]
+    return RowPlan(
+        series,
+        ids,
+        walls,
+        changes,
+        [(changes[n], changes[n]["index"]) for n in confirmed],
+        KeptChanges(key, changes, confirmed),
+    )
 
 
-def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine: str | None,
-              baselines: Mapping[int, int | None], signature: list[int]) -> SiteRow | None:
+def build_row(
+    plan: RowPlan,
+    target: str,
+    runner: str,
+    runs: Summaries,
+    machine: str | None,
+    baselines: Mapping[int, int | None],
+    signature: list[int],
+) -> SiteRow | None:
     """One lecture × runner row (its data file keeps it) from its plan and its runs' summaries (``runs``, made for
     the plan: ``Summaries.need``), with its ``signature``; None when its newest run cannot be read."""
     series, walls = plan.series, plan.walls
@@ -345,21 +393,39 @@ def build_row(plan: RowPlan, target: str, runner: str, runs: Summaries, machine:
     wall, compile_s = walls[-1], compiles[-1]
     started_at = series[-1][STARTED_AT]
     return SiteRow(
-        target=target, runner=runner, page=lecture_page(target), machine=machine,
-        runs=len(series), newest_id=newest_id, started_at=started_at,
-        status=newest.status, error=newest.error, wall_s=wall, compile_s=compile_s,
+        target=target,
+        runner=runner,
+        page=lecture_page(target),
+        machine=machine,
+        runs=len(series),
+        newest_id=newest_id,
+        started_at=started_at,
+        status=newest.status,
+        error=newest.error,
+        wall_s=wall,
+        compile_s=compile_s,
         compile_share=compile_s / wall if wall and compile_s is not None else None,
         cache_state=newest.cache_state,
         vs_previous=_ratio(wall, walls[-2]) if len(walls) > 1 else None,
-        baseline_id=baseline_id, vs_baseline=_ratio(wall, baseline_wall),
-        spark=walls[-SPARK_RUNS:], history={"started_at": [run[STARTED_AT] for run in series], "wall_s": walls,
-                                            "compile_s": compiles, "run_s": run_figures, "ids": ids},
-        changes=plan.changes, regressions=regressions,
+        baseline_id=baseline_id,
+        vs_baseline=_ratio(wall, baseline_wall),
+        spark=walls[-SPARK_RUNS:],
+        history={
+            "started_at": [run[STARTED_AT] for run in series],
+            "wall_s": walls,
+            "compile_s": compiles,
+            "run_s": run_figures,
+            "ids": ids,
+        },
+        changes=plan.changes,
+        regressions=regressions,
         regression_count=len(regressions),
-        attribution=runs.attribution(newest_id, previous_id) if previous is not None and previous_id is not None
+        attribution=runs.attribution(newest_id, previous_id)
+        if previous is not None and previous_id is not None
         else None,
         cells=_cells(newest, previous),
-        findings=newest.findings, forecast=newest.forecast,
+        findings=newest.findings,
+        forecast=newest.forecast,
         median_wall_s=_median([w for w in walls if w is not None]) if any(walls) else None,
         signature=signature,
     )
@@ -371,12 +437,29 @@ def book_fields(row: SiteRow, parts: dict[str, str]) -> BookRow:
     """The row as the manifest keeps it: its book fields, its last regression and its top finding, with its parts of
     the book pages (``site.book_row``); not its sparkline's figures, which only those parts show."""
     return BookRow(
-        target=row.target, runner=row.runner, page=row.page, machine=row.machine, runs=row.runs,
-        newest_id=row.newest_id, started_at=row.started_at, status=row.status, error=row.error, wall_s=row.wall_s,
-        compile_s=row.compile_s, compile_share=row.compile_share, cache_state=row.cache_state,
-        vs_previous=row.vs_previous, baseline_id=row.baseline_id, vs_baseline=row.vs_baseline,
-        regression_count=row.regression_count, forecast=row.forecast, regressions=row.regressions[-1:],
-        findings=row.findings[:1], signature=row.signature, parts=parts)
+        target=row.target,
+        runner=row.runner,
+        page=row.page,
+        machine=row.machine,
+        runs=row.runs,
+        newest_id=row.newest_id,
+        started_at=row.started_at,
+        status=row.status,
+        error=row.error,
+        wall_s=row.wall_s,
+        compile_s=row.compile_s,
+        compile_share=row.compile_share,
+        cache_state=row.cache_state,
+        vs_previous=row.vs_previous,
+        baseline_id=row.baseline_id,
+        vs_baseline=row.vs_baseline,
+        regression_count=row.regression_count,
+        forecast=row.forecast,
+        regressions=row.regressions[-1:],
+        findings=row.findings[:1],
+        signature=row.signature,
+        parts=parts,
+    )
 
 
 def _summaries(store: Store, columns: Sequence[str], targets: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -421,13 +504,17 @@ def _count(signatures: dict[str, list[int]], target: str, backend: str | None, r
     count_and_newest[1] = max(count_and_newest[1], run_id)
 
 
-def _series_by_row(per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None) -> dict[str, list[tuple[Any, ...]]]:
+def _series_by_row(
+    per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None
+) -> dict[str, list[tuple[Any, ...]]]:
     """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
     gives each kind's runs of a row in that order already; a row with runs of two kinds, or of backends that are one
     row (none recorded and "unknown"), is sorted."""
     grouped: dict[str, list[tuple[Any, ...]]] = {}
     unordered: set[str] = set()
-    groups = (group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND)))
+    groups = (
+        group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND))
+    )
     for (target, backend), runs in groups:
         key = row_key(target, backend or "unknown")
         if keys is not None and key not in keys:
@@ -458,8 +545,9 @@ def _manifest(folder: Path) -> SiteManifest | None:
     return read_manifest(text)
 
 
-def _manifest_text(store: Store, scan: Scan, rows: Mapping[str, BookRow], row_texts: Mapping[str, str],
-                   pages: Mapping[str, str]) -> str:
+def _manifest_text(
+    store: Store, scan: Scan, rows: Mapping[str, BookRow], row_texts: Mapping[str, str], pages: Mapping[str, str]
+) -> str:
     """The manifest as ``json.dumps(..., default=str, separators=COMPACT)`` writes it, but each row of ``row_texts`` (a
     row kept as the last publish wrote it) written as its text there: 240 rows' parts of the book pages are not
     encoded again for one new run."""
@@ -467,10 +555,13 @@ def _manifest_text(store: Store, scan: Scan, rows: Mapping[str, BookRow], row_te
     def encoded(value: object) -> str:
         return json.dumps(value, default=str, separators=COMPACT)
 
-    written = ",".join(f"{_string(key)}:{row_texts[key] if key in row_texts else encoded(row._asdict())}"
-                       for key, row in rows.items())
-    return (f'{{"version":{MANIFEST_VERSION},"tool":{encoded(__version__)},"store":{encoded(str(store.path))},'
-            f'"scan":{{"count":{scan.run_count},"newest_id":{scan.newest_id}}},"rows":{{{written}}},"pages":{encoded(pages)}}}')
+    written = ",".join(
+        f"{_string(key)}:{row_texts[key] if key in row_texts else encoded(row._asdict())}" for key, row in rows.items()
+    )
+    return (
+        f'{{"version":{MANIFEST_VERSION},"tool":{encoded(__version__)},"store":{encoded(str(store.path))},'
+        f'"scan":{{"count":{scan.run_count},"newest_id":{scan.newest_id}}},"rows":{{{written}}},"pages":{encoded(pages)}}}'
+    )
 
 
 def _check_folder(folder: Path) -> SiteManifest | None:
@@ -480,7 +571,9 @@ def _check_folder(folder: Path) -> SiteManifest | None:
         raise NbscopeError(f"-o {folder} is a file, not a folder")
     manifest = _manifest(folder) if folder.is_dir() else None
     if folder.is_dir() and manifest is None and any(folder.iterdir()):
-        raise NbscopeError(f"-o {folder} is not empty and was not made by `nbscope publish`; give a new or empty folder")
+        raise NbscopeError(
+            f"-o {folder} is not empty and was not made by `nbscope publish`; give a new or empty folder"
+        )
     return manifest
 
 
@@ -520,8 +613,9 @@ class SitePages(Protocol):
     def lecture_page(self, target: str, rows: Sequence[SiteRow]) -> str: ...
 
 
-def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bool = False,
-            options: ChangeOptions | None = None) -> PublishResult:
+def publish(
+    source: str | Path, output: str | Path, *, site: SitePages, full: bool = False, options: ChangeOptions | None = None
+) -> PublishResult:
     """Write the site for the store ``source`` names into ``output``, its pages formatted by ``site``; only what
     changed since the last publish into that folder (``full``: every row and page again, and every run's summary
     made again from its document: what a publish with another version of the analyses' rules needs)."""
@@ -533,8 +627,15 @@ def publish(source: str | Path, output: str | Path, *, site: SitePages, full: bo
         return _publish(store, folder, manifest, site=site, full=full, options=options)
 
 
-def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site: SitePages, full: bool,
-             options: ChangeOptions | None) -> PublishResult:
+def _publish(
+    store: Store,
+    folder: Path,
+    manifest: SiteManifest | None,
+    *,
+    site: SitePages,
+    full: bool,
+    options: ChangeOptions | None,
+) -> PublishResult:
     # Each row's parts of the book pages as the renderer made them (``site.book_row``) are kept with the row in the
     # manifest, valid while the nbscope that made them publishes: after another one, every row is made again.
     old_rows = manifest.rows if manifest is not None and manifest.tool == __version__ and not full else {}
@@ -550,13 +651,19 @@ def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site:
     if not signatures:
         raise NbscopeError(f"{store.path} holds no profile or trace runs to publish")
     # A row the manifest does not keep (None) is new.
-    changed_keys = {key for key, signature in signatures.items()
-                    if (old := old_rows.get(key)) is None or old.signature != signature}
+    changed_keys = {
+        key for key, signature in signatures.items() if (old := old_rows.get(key)) is None or old.signature != signature
+    }
     changed = {_target_of(key) for key in changed_keys}
     if not changed_keys and manifest is not None and _unchanged(folder, manifest, store, scan, old_pages):
         # Nothing new since the last publish, whose pages are all there: nothing to format or write.
-        return PublishResult(folder=folder, rows=len(signatures), runs=sum(s[0] for s in signatures.values()),
-                             rows_rebuilt=0, pages_kept=len(old_pages))
+        return PublishResult(
+            folder=folder,
+            rows=len(signatures),
+            runs=sum(s[0] for s in signatures.values()),
+            rows_rebuilt=0,
+            pages_kept=len(old_pages),
+        )
     # A lecture page shows every runner of its notebook in full: the rows of a changed notebook that have no
     # new run are read whole from its data file (made again only when that file is missing or out of date).
     # Only a notebook with a row that has no new run has a data file worth reading.
@@ -564,13 +671,18 @@ def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site:
     whole = _row_files(folder, kept_rows, old_rows) if old_rows else {}
     stale = changed_keys | {key for key in signatures if _target_of(key) in changed and key not in whole}
     # A kept row: whole from its data file, else as the manifest keeps it (None from ``get``: not read whole).
-    rows: dict[str, SiteRow | BookRow] = {key: whole.get(key) or old_rows[key] for key in signatures if key not in stale}
+    rows: dict[str, SiteRow | BookRow] = {
+        key: whole.get(key) or old_rows[key] for key in signatures if key not in stale
+    }
     if stale:
         # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
         # whole new build: one walk of the index is quicker than looking each notebook up).
         most = len(changed) * 2 > len({_target_of(key) for key in signatures})
-        grouped = every if every is not None else _series_by_row(
-            store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
+        grouped = (
+            every
+            if every is not None
+            else _series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
+        )
         runs = Summaries(store, again=full)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
         plans = {key: plan_row(group, options, runs.of(group[-1][ID])) for key, group in grouped.items()}
@@ -583,8 +695,10 @@ def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site:
             built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines, signatures[key])
             if built is not None:
                 rows[key] = built
-    parts = {key: site.book_row(row) if key in stale and isinstance(row, SiteRow) else old_rows[key].parts
-             for key, row in rows.items()}
+    parts = {
+        key: site.book_row(row) if key in stale and isinstance(row, SiteRow) else old_rows[key].parts
+        for key, row in rows.items()
+    }
     keys = sorted(rows, key=lambda k: (rows[k].target, rows[k].runner))
     ordered = [rows[key] for key in keys]
     pages = site.book_pages(ordered, [parts[key] for key in keys])
@@ -596,16 +710,26 @@ def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site:
         whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
         if (full or target in changed or page not in old_pages) and len(whole_rows) == len(target_rows):
             pages[page] = site.lecture_page(target, whole_rows)
-            pages[_data_file(page)] = json.dumps({"rows": [r._asdict() for r in whole_rows]}, default=str,
-                                                 separators=COMPACT)
-    result = PublishResult(folder=folder, rows=len(rows), runs=sum(s[0] for s in signatures.values()),
-                           rows_rebuilt=len([key for key in stale if key in rows]))
+            pages[_data_file(page)] = json.dumps(
+                {"rows": [r._asdict() for r in whole_rows]}, default=str, separators=COMPACT
+            )
+    result = PublishResult(
+        folder=folder,
+        rows=len(rows),
+        runs=sum(s[0] for s in signatures.values()),
+        rows_rebuilt=len([key for key in stale if key in rows]),
+    )
     hashes = dict(old_pages)
     # Marked as publish's before its first page: a publish stopped midway (SIGTERM) leaves a folder the next one
     # takes up (in full: no rows are known), not one it refuses as someone else's.
     folder.mkdir(parents=True, exist_ok=True)
-    _write(folder / MANIFEST, json.dumps({"version": MANIFEST_VERSION, "store": str(store.path), "scan": None,
-                                          "rows": {}, "pages": hashes}, separators=COMPACT))
+    _write(
+        folder / MANIFEST,
+        json.dumps(
+            {"version": MANIFEST_VERSION, "store": str(store.path), "scan": None, "rows": {}, "pages": hashes},
+            separators=COMPACT,
+        ),
+    )
     for name, text in pages.items():
         digest = hashlib.sha256(text.encode()).hexdigest()
         path = folder / name
@@ -628,8 +752,11 @@ def _publish(store: Store, folder: Path, manifest: SiteManifest | None, *, site:
 def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, pages: Mapping[str, str]) -> bool:
     """Whether the last publish into ``folder`` was of this store as it is now (no run stored since) and its book
     pages are all there: a publish would write the same pages again."""
-    return (manifest.store == str(store.path) and manifest.scan == scan
-            and all((folder / name).is_file() for name in pages if "/" not in name))
+    return (
+        manifest.store == str(store.path)
+        and manifest.scan == scan
+        and all((folder / name).is_file() for name in pages if "/" not in name)
+    )
 
 
 def _write(path: Path, text: str) -> None:

@@ -30,9 +30,17 @@ class RunList:
     db_hint: str = ""
 
 
-def list_runs(db: Path | None, *, kind: str | None = None, target: str | None = None, label: str | None = None,
-              limit: int | None = 50, unfinished_only: bool = False, live: bool = False,
-              on_skip: Callable[[str], None] | None = None) -> RunList:
+def list_runs(
+    db: Path | None,
+    *,
+    kind: str | None = None,
+    target: str | None = None,
+    label: str | None = None,
+    limit: int | None = 50,
+    unfinished_only: bool = False,
+    live: bool = False,
+    on_skip: Callable[[str], None] | None = None,
+) -> RunList:
     """``nbscope runs``: with ``live`` the kernels that profiles, audits and traced builds of this user run now
     (any store); else the store at ``db`` (never created): its unfinished runs, or its runs of this ``kind``,
     ``target`` (a path, or a name as listed) and ``label``, at most ``limit``. A missing store is an error that
@@ -44,9 +52,9 @@ def list_runs(db: Path | None, *, kind: str | None = None, target: str | None = 
         return RunList(unfinished=tuple(unfinished(store)), db_hint=db_option(store))
     waiting = sum(item.state == "unfinished" for item in unfinished(store))
     if not store.path.exists():
-        hint = (f"; {waiting} unfinished run(s) of it: see nbscope runs --unfinished{db_option(store)}"
-                if waiting else "")
+        hint = (
+            f"; {waiting} unfinished run(s) of it: see nbscope runs --unfinished{db_option(store)}" if waiting else ""
+        )
         raise NbscopeError(f"{store.missing()}{hint}")
     rows = store.list(kind=kind, target=store.names_of(target) if target else None, label=label, limit=limit)
-    return RunList(rows=tuple(rows), filtered=bool(kind or target or label), waiting=waiting,
-                   db_hint=db_option(store))
+    return RunList(rows=tuple(rows), filtered=bool(kind or target or label), waiting=waiting, db_hint=db_option(store))

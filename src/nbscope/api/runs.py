@@ -13,8 +13,20 @@ from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
 if TYPE_CHECKING:
     from nbscope.record.live import UnfinishedRun
 
-__all__ = ["LABEL_ENV", "RUN_REFERENCE", "Exported", "RunRecord", "Store", "check_label", "db_option", "export",
-           "open_store", "resolve", "show", "store_then_stop"]
+__all__ = [
+    "LABEL_ENV",
+    "RUN_REFERENCE",
+    "Exported",
+    "RunRecord",
+    "Store",
+    "check_label",
+    "db_option",
+    "export",
+    "open_store",
+    "resolve",
+    "show",
+    "store_then_stop",
+]
 
 
 def open_store(db: Path | None, *, read_only: bool = False, on_skip: Callable[[str], None] | None = None) -> Store:
@@ -73,8 +85,14 @@ class Exported:
     written_to: str
 
 
-def export(reference: str, output: Path, db: Path | None, *, portable: bool = False,
-           on_skip: Callable[[str], None] | None = None) -> Exported:
+def export(
+    reference: str,
+    output: Path,
+    db: Path | None,
+    *,
+    portable: bool = False,
+    on_skip: Callable[[str], None] | None = None,
+) -> Exported:
     """``nbscope export``: the run ``reference`` names written to ``output`` (see :func:`export_run`)."""
     from nbscope._files import check_target, written_to
 

@@ -127,8 +127,10 @@ class TraceResult:
         if self.store_error is None:
             return None
         files = " ".join(str(f) for f in self.unstored)
-        return (f"the traced runs could not be stored in {store_path} ({self.store_error}); they are kept in "
-                f"{files}: store them with `nbscope import {files} --db {store_path}`")
+        return (
+            f"the traced runs could not be stored in {store_path} ({self.store_error}); they are kept in "
+            f"{files}: store them with `nbscope import {files} --db {store_path}`"
+        )
 
     @property
     def cached_pages(self) -> list[str]:
@@ -170,8 +172,11 @@ class CellTimeout:
         return (self.ended_unix or self.interrupted_unix) - self.started_unix
 
     def error(self) -> dict[str, str]:
-        ended = (f"; it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its kernel was ended"
-                 if self.ended_unix is not None else "")
+        ended = (
+            f"; it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its kernel was ended"
+            if self.ended_unix is not None
+            else ""
+        )
         return {"name": "CellTimeoutError", "message": f"cell exceeded --cell-timeout {self.limit_s:g} s{ended}"}
 
 
@@ -208,7 +213,7 @@ class CellWatchdog(threading.Thread):
             start = self._read.get(path.name, 0)  # 0: a file not read before
             handle.seek(start)
             data = handle.read()
-        complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
         self._read[path.name] = start + len(complete)
         running = self._running.setdefault(path.name, {})
         for raw in complete.splitlines():
@@ -236,7 +241,11 @@ class CellWatchdog(threading.Thread):
                 if stopped is None and now - began > self.limit_s:
                     stopped_here[seq] = CellTimeout(self.limit_s, began, now)
                     _send(kernel, signal.SIGINT)
-                elif stopped is not None and stopped.ended_unix is None and now - stopped.interrupted_unix > INTERRUPT_GRACE_S:
+                elif (
+                    stopped is not None
+                    and stopped.ended_unix is None
+                    and now - stopped.interrupted_unix > INTERRUPT_GRACE_S
+                ):
                     stopped.ended_unix = now
                     _send(kernel, signal.SIGKILL)
 
@@ -310,8 +319,14 @@ def match(log: KernelLog, sources: list[notebook_module.Notebook]) -> notebook_m
 
 
 def cells_from_log(
-    nb: notebook_module.Notebook, log: KernelLog, *, stopped: bool = False, stopped_unix: float | None = None,
-    signal_name: str = "SIGINT", programs: ProgramCollector | None = None, timeouts: dict[int, CellTimeout] | None = None,
+    nb: notebook_module.Notebook,
+    log: KernelLog,
+    *,
+    stopped: bool = False,
+    stopped_unix: float | None = None,
+    signal_name: str = "SIGINT",
+    programs: ProgramCollector | None = None,
+    timeouts: dict[int, CellTimeout] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
@@ -409,16 +424,28 @@ def run_traced(
 
         programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
     try:
-        ran = _run_probed(command, cwd=cwd, env=env, echo=echo, timeout=timeout, fresh=fresh,
-                          programs_dir=programs_dir, cell_timeout=cell_timeout,
-                          sources=sources if sources else discover_sources(cwd), theme_stand_in=theme_stand_in)
+        ran = _run_probed(
+            command,
+            cwd=cwd,
+            env=env,
+            echo=echo,
+            timeout=timeout,
+            fresh=fresh,
+            programs_dir=programs_dir,
+            cell_timeout=cell_timeout,
+            sources=sources if sources else discover_sources(cwd),
+            theme_stand_in=theme_stand_in,
+        )
         notebooks = _load_sources(sources if sources else discover_sources(cwd))  # pages the build wrote too
         records = []
         for log in ran.logs:
             nb = match(log, notebooks)
             if nb is not None:  # else a kernel that ran no notebook of the book (e.g. a helper kernel)
-                records.append(_record_of(log, nb, ran, command=command, cwd=cwd, fingerprint=fingerprint,
-                                          forecast=forecast, label=label))
+                records.append(
+                    _record_of(
+                        log, nb, ran, command=command, cwd=cwd, fingerprint=fingerprint, forecast=forecast, label=label
+                    )
+                )
     finally:
         if programs_dir is not None:
             import shutil
@@ -426,9 +453,15 @@ def run_traced(
             shutil.rmtree(programs_dir, ignore_errors=True)
     store_error, unstored = _store_all(records, store, ran.interrupted)
     return TraceResult(
-        records=records, returncode=ran.returncode, output=ran.output, wall_s=ran.wall_s,
-        interrupted=ran.interrupted, timed_output=ran.timed, book2=ran.book2 if ran.book2.is_jupyter_book2 else None,
-        store_error=store_error, unstored=unstored,
+        records=records,
+        returncode=ran.returncode,
+        output=ran.output,
+        wall_s=ran.wall_s,
+        interrupted=ran.interrupted,
+        timed_output=ran.timed,
+        book2=ran.book2 if ran.book2.is_jupyter_book2 else None,
+        store_error=store_error,
+        unstored=unstored,
     )
 
 
@@ -448,9 +481,19 @@ class _ProbedRun:
     cell_timeout: float | None = None
 
 
-def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, echo: bool, timeout: float | None,
-                fresh: bool, programs_dir: Path | None, cell_timeout: float | None = None,
-                sources: list[Path] | None = None, theme_stand_in: bool = False) -> _ProbedRun:
+def _run_probed(
+    command: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None,
+    echo: bool,
+    timeout: float | None,
+    fresh: bool,
+    programs_dir: Path | None,
+    cell_timeout: float | None = None,
+    sources: list[Path] | None = None,
+    theme_stand_in: bool = False,
+) -> _ProbedRun:
     """Run ``command`` with every IPython kernel it starts probed; the probe home is gone when this returns.
     ``sources``: the notebooks ``nbscope runs --live`` names the running cells from."""
     home = ProbeHome()
@@ -473,8 +516,7 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
             if watchdog is not None:
                 watchdog.start()
             returncode, output, interrupted, timed = _run_command(
-                command, cwd=cwd, env=run_env, echo=echo, timeout=timeout,
-                end_left=lambda: reap(TOKEN_VARIABLE, token),
+                command, cwd=cwd, env=run_env, echo=echo, timeout=timeout, end_left=lambda: reap(TOKEN_VARIABLE, token)
             )
             stopped_unix = time.time()  # when an interrupt stopped the command (within its wind-down)
         finally:
@@ -488,15 +530,33 @@ def _run_probed(command: list[str], *, cwd: Path, env: dict[str, str] | None, ec
             _remove_made(stand_in)
         wall = time.perf_counter() - started_at
         logs = [read_kernel_log(p) for p in sorted(probe_dir.glob("*.jsonl"))] if probe_dir.exists() else []
-        return _ProbedRun(returncode=returncode, output=output, interrupted=interrupted, timed=timed,
-                          stopped_unix=stopped_unix, wall_s=wall, book2=jupyter_book2.read_build_log(timed), logs=logs,
-                          timeouts=watchdog.stopped if watchdog is not None else {}, cell_timeout=cell_timeout)
+        return _ProbedRun(
+            returncode=returncode,
+            output=output,
+            interrupted=interrupted,
+            timed=timed,
+            stopped_unix=stopped_unix,
+            wall_s=wall,
+            book2=jupyter_book2.read_build_log(timed),
+            logs=logs,
+            timeouts=watchdog.stopped if watchdog is not None else {},
+            cell_timeout=cell_timeout,
+        )
     finally:
         home.cleanup()
 
 
-def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *, command: list[str], cwd: Path,
-               fingerprint: dict[str, Any], forecast: list[str] | None, label: str | None) -> RunRecord:
+def _record_of(
+    log: KernelLog,
+    nb: notebook_module.Notebook,
+    ran: _ProbedRun,
+    *,
+    command: list[str],
+    cwd: Path,
+    fingerprint: dict[str, Any],
+    forecast: list[str] | None,
+    label: str | None,
+) -> RunRecord:
     """The run record of one notebook a traced command executed, from its kernel's log."""
     collector = None
     if forecast is not None:
@@ -504,18 +564,33 @@ def _record_of(log: KernelLog, nb: notebook_module.Notebook, ran: _ProbedRun, *,
 
         collector = ProgramCollector(nb.code_cells)
     signum = _signals.received()
-    cells, status = cells_from_log(nb, log, stopped=ran.interrupted, stopped_unix=ran.stopped_unix,
-                                   signal_name=_signals.signal_name(signum) if signum else "SIGINT",
-                                   programs=collector, timeouts=ran.timeouts.get(log.path.name))
+    cells, status = cells_from_log(
+        nb,
+        log,
+        stopped=ran.interrupted,
+        stopped_unix=ran.stopped_unix,
+        signal_name=_signals.signal_name(signum) if signum else "SIGINT",
+        programs=collector,
+        timeouts=ran.timeouts.get(log.path.name),
+    )
     settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
     if ran.cell_timeout:
         settings["cell_timeout"] = ran.cell_timeout
     if forecast is not None:
         settings.update(programs=True, forecast=list(forecast))
-    record = RunRecord(kind="trace", target=target_name(nb.path, cwd), fingerprint=fingerprint, settings=settings,
-                       label=label if label is not None else default_label())
-    runner: dict[str, Any] = {"pathway": "trace", "command": command, "command_wall_s": ran.wall_s,
-                              "returncode": ran.returncode}
+    record = RunRecord(
+        kind="trace",
+        target=target_name(nb.path, cwd),
+        fingerprint=fingerprint,
+        settings=settings,
+        label=label if label is not None else default_label(),
+    )
+    runner: dict[str, Any] = {
+        "pathway": "trace",
+        "command": command,
+        "command_wall_s": ran.wall_s,
+        "returncode": ran.returncode,
+    }
     if ran.book2.is_jupyter_book2:
         runner["jupyter_book2"] = {
             "server_start_s": ran.book2.server_start_s,
@@ -649,7 +724,12 @@ def _run(
 
 
 def _run_command(
-    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None,
+    command: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    echo: bool,
+    timeout: float | None = None,
     end_left: Callable[[], object] | None = None,
 ) -> tuple[int, str, bool, list[tuple[float, str]]]:
     """``(returncode, output, interrupted, timed lines)``: on Ctrl-C, SIGTERM or SIGHUP the command's
@@ -665,8 +745,14 @@ def _run_command(
     cgroup = Cgroup.make() if found else None
     try:
         # Its own process group, so a timeout or a signal ends the command and its children together.
-        process = subprocess.Popen(cgroup.wrap(command) if cgroup is not None else command, cwd=cwd, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            cgroup.wrap(command) if cgroup is not None else command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     except BaseException as exc:
         if cgroup is not None:
             cgroup.end()
@@ -760,7 +846,7 @@ class _OutputReader(threading.Thread):
         if self._after_cr and chunk.startswith(b"\n"):
             start = 1  # the \n of a \r\n split between two reads
         for ending in LINE_ENDS.finditer(chunk, start):
-            self._keep(chunk[start:ending.start()])
+            self._keep(chunk[start : ending.start()])
             self._end_line()
             start = ending.end()
         self._keep(chunk[start:])
@@ -768,7 +854,7 @@ class _OutputReader(threading.Thread):
 
     def _keep(self, piece: bytes) -> None:
         room = MAX_LINE_BYTES - len(self._line)
-        self._line += piece[:max(room, 0)]
+        self._line += piece[: max(room, 0)]
         self._cut += max(len(piece) - max(room, 0), 0)
 
     def _end_line(self, newline: bool = True) -> None:
@@ -780,8 +866,12 @@ class _OutputReader(threading.Thread):
         self._cut = 0
 
 
-def _end_what_is_left(process: subprocess.Popen[bytes], end_left: Callable[[], object] | None,
-                      descendants: Descendants, reader: _OutputReader) -> None:
+def _end_what_is_left(
+    process: subprocess.Popen[bytes],
+    end_left: Callable[[], object] | None,
+    descendants: Descendants,
+    reader: _OutputReader,
+) -> None:
     """After the command ended: stop what it left in its group, what ``end_left`` finds, every descendant
     seen while it ran and whatever still holds its output pipe, then read what remains in the pipe (for at
     most ``DRAIN_S``)."""
@@ -882,8 +972,18 @@ def trace_command(
         if not myst.usable or myst.path_folder is None:
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), path])}
-    result = run_traced(command, sources=sources, store=store, timeout=timeout, fresh=fresh, env=env, forecast=forecast,
-                        cell_timeout=cell_timeout, theme_stand_in=theme_stand_in, label=label)
+    result = run_traced(
+        command,
+        sources=sources,
+        store=store,
+        timeout=timeout,
+        fresh=fresh,
+        env=env,
+        forecast=forecast,
+        cell_timeout=cell_timeout,
+        theme_stand_in=theme_stand_in,
+        label=label,
+    )
     if result.interrupted:
         not_stored = result.not_stored_message(store.path) if store is not None else None
         if not_stored is not None:
@@ -958,9 +1058,16 @@ def trace(
     gpus = forecast_devices(forecast, None) or None
     store = open_store(db, on_skip=on_skip)
     result = trace_command(
-        command, store=store, sources=sources, timeout=timeout, fresh=fresh,
-        jupyter_book2_first=jupyter_book2_first, forecast=gpus, cell_timeout=cell_timeout,
-        theme_stand_in=theme_stand_in, label=check_label(label),
+        command,
+        store=store,
+        sources=sources,
+        timeout=timeout,
+        fresh=fresh,
+        jupyter_book2_first=jupyter_book2_first,
+        forecast=gpus,
+        cell_timeout=cell_timeout,
+        theme_stand_in=theme_stand_in,
+        label=check_label(label),
     )
     notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
     diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)

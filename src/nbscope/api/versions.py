@@ -60,13 +60,22 @@ class VersionsOptions:
             raise NbscopeError(f"--requirements {self.requirements_file}: no such file")
 
 
-def versions_options(requirements: Path | None, find_links: Sequence[str] | None, no_index: bool,
-                     env_cache: Path | None, max_slowdown: str, alpha: float) -> VersionsOptions:
+def versions_options(
+    requirements: Path | None,
+    find_links: Sequence[str] | None,
+    no_index: bool,
+    env_cache: Path | None,
+    max_slowdown: str,
+    alpha: float,
+) -> VersionsOptions:
     """The options of ``versions`` and ``bisect`` from their command-line values, checked (one line when bad)."""
     from nbscope.analyse.gate import parse_slowdown
 
     options = VersionsOptions(
-        requirements_file=requirements, find_links=list(find_links or []), no_index=no_index, env_cache=env_cache,
+        requirements_file=requirements,
+        find_links=list(find_links or []),
+        no_index=no_index,
+        env_cache=env_cache,
         gate=GateOptions(max_slowdown=parse_slowdown(max_slowdown), alpha=alpha),
     )
     options.validate()
@@ -131,8 +140,14 @@ def profile_variant(
     except NbscopeError as exc:
         _say(on_event, f"{label}: {exc}")
         return analysis.variant_run(label, requirements, error=str(exc))
-    built = functools.partial(analysis.variant_run, label, requirements, environment=str(environment.path),
-                              reused=environment.reused, build_s=environment.build_s)
+    built = functools.partial(
+        analysis.variant_run,
+        label,
+        requirements,
+        environment=str(environment.path),
+        reused=environment.reused,
+        build_s=environment.build_s,
+    )
     if environment.reused:
         _say(on_event, f"{label}: reusing environment {environment.path}")
     packages = environments.requirement_names(variant)
@@ -193,8 +208,15 @@ class VersionsOutcome:
         return 0 if self.result.ran else 1
 
 
-def versions_command(path: str | Path, variants: Sequence[Sequence[str]], profile_options: profile_job.RunSpec,
-                     options: VersionsOptions, store: Store, *, on_event: EventCallback | None = None) -> VersionsOutcome:
+def versions_command(
+    path: str | Path,
+    variants: Sequence[Sequence[str]],
+    profile_options: profile_job.RunSpec,
+    options: VersionsOptions,
+    store: Store,
+    *,
+    on_event: EventCallback | None = None,
+) -> VersionsOutcome:
     """``nbscope versions``: the notebook profiled once per variant (each :func:`parse_variants`'s), compared."""
     result = profile_versions(path, variants, profile_options, options, store=store, on_event=on_event)
     return VersionsOutcome(result=result, store=store)
@@ -234,21 +256,30 @@ def bisect(
     except InvalidVersion as exc:
         raise NbscopeError(f"not a version: {exc}") from None
     _say(on_event, f"listing the released versions of {package} …")
-    released = environments.released_versions(package, find_links=options.find_links, no_index=options.no_index, pre=pre)
+    released = environments.released_versions(
+        package, find_links=options.find_links, no_index=options.no_index, pre=pre
+    )
     versions = environments.versions_between(released, good, bad)
     result = analysis.BisectResult(
-        target=target_name(notebook.path), package=package, good=good, bad=bad, cell=cell,
-        on=analysis.target_label(cell), versions=versions,
+        target=target_name(notebook.path),
+        package=package,
+        good=good,
+        bad=bad,
+        cell=cell,
+        on=analysis.target_label(cell),
+        versions=versions,
     )
     records: dict[int, RunRecord] = {}
 
     def measure(position: int) -> RunRecord | None:
         version = versions[position]
-        run = profile_variant(path, [f"{package}=={version}"], profile_options, options, store=store,
-                              on_event=on_event)
+        run = profile_variant(path, [f"{package}=={version}"], profile_options, options, store=store, on_event=on_event)
         if run.record is None:
-            result.add(analysis.BisectStep(version=version, run_id=None, verdict="untestable", bad=None,
-                                           error=run.error, profiled=False))
+            result.add(
+                analysis.BisectStep(
+                    version=version, run_id=None, verdict="untestable", bad=None, error=run.error, profiled=False
+                )
+            )
             return None
         records[position] = run.record
         return run.record
@@ -263,16 +294,24 @@ def bisect(
     return result
 
 
-def _halve(result: analysis.BisectResult, baseline: RunRecord, measure: Callable[[int], RunRecord | None], gate: GateOptions,
-           on_event: EventCallback | None) -> tuple[int, int, set[int]]:
+def _halve(
+    result: analysis.BisectResult,
+    baseline: RunRecord,
+    measure: Callable[[int], RunRecord | None],
+    gate: GateOptions,
+    on_event: EventCallback | None,
+) -> tuple[int, int, set[int]]:
     """Halve the versions between the last known good and the first known bad until none is left between;
     returns (last good, first bad — ``len(versions)`` when none is bad, the untestable positions)."""
     versions, cell = result.versions, result.cell
     low, high = 0, len(versions)  # low: known good; high: known bad (len: nothing known bad yet)
     untestable: set[int] = set()
     while (position := analysis.next_probe(low, high, untestable)) is not None:
-        _say(on_event, f"bisecting: {versions[low]} is good; trying {versions[position]} "
-                       f"({high - low - 1} version(s) left between)")
+        _say(
+            on_event,
+            f"bisecting: {versions[low]} is good; trying {versions[position]} "
+            f"({high - low - 1} version(s) left between)",
+        )
         record = measure(position)
         if record is None:
             untestable.add(position)
@@ -280,14 +319,27 @@ def _halve(result: analysis.BisectResult, baseline: RunRecord, measure: Callable
         comparison = analysis.judge_version(baseline, record, cell, gate)
         if comparison.verdict in ("failed", "not-comparable"):
             untestable.add(position)
-            result.add(analysis.BisectStep(
-                version=versions[position], run_id=record.run_id, verdict="untestable", bad=None,
-                comparison=comparison, error=comparison.note or f"status {comparison.cand_status}",
-            ))
+            result.add(
+                analysis.BisectStep(
+                    version=versions[position],
+                    run_id=record.run_id,
+                    verdict="untestable",
+                    bad=None,
+                    comparison=comparison,
+                    error=comparison.note or f"status {comparison.cand_status}",
+                )
+            )
             continue
         bad_here = analysis.is_bad(comparison)
-        result.add(analysis.BisectStep(version=versions[position], run_id=record.run_id,
-                                       verdict=comparison.verdict, bad=bad_here, comparison=comparison))
+        result.add(
+            analysis.BisectStep(
+                version=versions[position],
+                run_id=record.run_id,
+                verdict=comparison.verdict,
+                bad=bad_here,
+                comparison=comparison,
+            )
+        )
         if bad_here:
             high = position
         else:
@@ -295,21 +347,31 @@ def _halve(result: analysis.BisectResult, baseline: RunRecord, measure: Callable
     return low, high, untestable
 
 
-def _conclude(result: analysis.BisectResult, records: dict[int, RunRecord], low: int, high: int,
-              untestable: set[int], gate: GateOptions) -> None:
+def _conclude(
+    result: analysis.BisectResult,
+    records: dict[int, RunRecord],
+    low: int,
+    high: int,
+    untestable: set[int],
+    gate: GateOptions,
+) -> None:
     """The answer: the first bad version (or a range, or none), its slowdown and the evidence for it."""
     versions, cell = result.versions, result.cell
     result.untestable = [versions[i] for i in sorted(untestable)]
     result.last_good = versions[low]
     if high == len(versions):
-        result.note = (f"no version from {result.good} to {result.bad} is significantly slower than {result.good} "
-                       f"on {analysis.target_label(cell)}")
+        result.note = (
+            f"no version from {result.good} to {result.bad} is significantly slower than {result.good} "
+            f"on {analysis.target_label(cell)}"
+        )
         return
     result.first_bad = versions[high]
     result.ambiguous = [versions[i] for i in range(low + 1, high)]
     if result.ambiguous:
-        result.note = (f"the first bad version is one of {', '.join([*result.ambiguous, versions[high]])}: "
-                       f"{', '.join(result.ambiguous)} could not be tested")
+        result.note = (
+            f"the first bad version is one of {', '.join([*result.ambiguous, versions[high]])}: "
+            f"{', '.join(result.ambiguous)} could not be tested"
+        )
     result.slowdown = analysis.judge_version(records[0], records[high], cell, gate)
     result.step_slowdown = (
         result.slowdown if low == 0 else analysis.judge_version(records[low], records[high], cell, gate)
@@ -317,8 +379,7 @@ def _conclude(result: analysis.BisectResult, records: dict[int, RunRecord], low:
     from nbscope.analyse.diagnose import diagnose
 
     result.evidence = analysis.evidence(
-        records[low], records[high], cell,
-        findings_good=diagnose(records[low]), findings_bad=diagnose(records[high]),
+        records[low], records[high], cell, findings_good=diagnose(records[low]), findings_bad=diagnose(records[high])
     )
 
 

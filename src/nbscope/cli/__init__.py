@@ -71,13 +71,31 @@ def _app() -> typer.Typer:
 # The module that registers each command. ``nbscope CMD`` imports only CMD's module: a command's start-up
 # then pays for its own imports, not for every other command's (benchmarks/cli_latency.py).
 COMMAND_MODULES: dict[str, str] = {
-    "profile": "_profile", "trace": "_trace", "bench": "_bench", "loops": "_loops", "pathways": "_pathways",
-    "versions": "_versions", "bisect": "_versions",
-    "show": "_runs", "runs": "_runs", "export": "_runs", "import": "_runs",
-    "cells": "_cells", "lectures": "_cells", "history": "_history", "publish": "_publish",
-    "diagnose": "_diagnose", "compare": "_compare", "forecast": "_forecast",
-    "gate": "_gate", "report": "_report", "import-jupyter-cache": "_import_jupyter_cache",
-    "audit": "_audit", "merge": "_audit", "info": "_info", "book2-env": "_book2_env",
+    "profile": "_profile",
+    "trace": "_trace",
+    "bench": "_bench",
+    "loops": "_loops",
+    "pathways": "_pathways",
+    "versions": "_versions",
+    "bisect": "_versions",
+    "show": "_runs",
+    "runs": "_runs",
+    "export": "_runs",
+    "import": "_runs",
+    "cells": "_cells",
+    "lectures": "_cells",
+    "history": "_history",
+    "publish": "_publish",
+    "diagnose": "_diagnose",
+    "compare": "_compare",
+    "forecast": "_forecast",
+    "gate": "_gate",
+    "report": "_report",
+    "import-jupyter-cache": "_import_jupyter_cache",
+    "audit": "_audit",
+    "merge": "_audit",
+    "info": "_info",
+    "book2-env": "_book2_env",
 }
 
 
@@ -139,7 +157,9 @@ def build_command(only: str | None = None) -> click.Command:
     for sub in [command, *commands]:
         for param in sub.params:
             # typer makes every parameter one of these two, which both carry show_default (click's base does not)
-            if (param.default is None or param.required) and isinstance(param, (click.Option, typer.core.TyperArgument)):
+            if (param.default is None or param.required) and isinstance(
+                param, (click.Option, typer.core.TyperArgument)
+            ):
                 param.show_default = False
             if isinstance(param, click.Option) and param.envvar is None:
                 param.show_envvar = False  # typer shows every option's, and a bad value said "(env var: 'None')"
@@ -229,8 +249,24 @@ def _invoke(command: click.Command, args: list[str]) -> None:
 
 
 # Commands whose exit status says more than "done" (a gate, findings, failed cells or groups).
-VERDICT_COMMANDS = frozenset({"audit", "bench", "bisect", "book2-env", "diagnose", "gate", "import", "info", "loops",
-                              "merge", "pathways", "profile", "trace", "versions"})
+VERDICT_COMMANDS = frozenset(
+    {
+        "audit",
+        "bench",
+        "bisect",
+        "book2-env",
+        "diagnose",
+        "gate",
+        "import",
+        "info",
+        "loops",
+        "merge",
+        "pathways",
+        "profile",
+        "trace",
+        "versions",
+    }
+)
 
 
 def _gives_verdict(args: list[str]) -> bool:

@@ -9,15 +9,7 @@ import typer
 
 from nbscope.api.files import write_text
 from nbscope.cli import app
-from nbscope.cli._options import (
-    DbOption,
-    JsonOption,
-    LabelOption,
-    MarkdownOption,
-    TimeoutOption,
-    open_store,
-    warn,
-)
+from nbscope.cli._options import DbOption, JsonOption, LabelOption, MarkdownOption, TimeoutOption, open_store, warn
 
 if TYPE_CHECKING:
     from nbscope.api.audit import AuditOutcome
@@ -29,43 +21,71 @@ OutputOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")]
 
 
-def _emit(outcome: AuditOutcome, *, as_json: bool, markdown: bool, html_path: Path | None, diagnosis: bool = True) -> None:
+def _emit(
+    outcome: AuditOutcome, *, as_json: bool, markdown: bool, html_path: Path | None, diagnosis: bool = True
+) -> None:
     from nbscope.api.runs import db_option
     from nbscope.render.audit import audit_html, emit_audit
 
     if html_path is not None:
         write_text(html_path, audit_html(outcome.record, outcome.audit), option="--html")
     db = db_option(outcome.store)
-    emit_audit(outcome.record, outcome.audit, as_json=as_json, markdown=markdown, store_path=outcome.store.path,
-               written=(outcome.output, html_path),
-               diagnose_command=(lambda run_id: f"nbscope diagnose {run_id}{db}") if diagnosis else None)
+    emit_audit(
+        outcome.record,
+        outcome.audit,
+        as_json=as_json,
+        markdown=markdown,
+        store_path=outcome.store.path,
+        written=(outcome.output, html_path),
+        diagnose_command=(lambda run_id: f"nbscope diagnose {run_id}{db}") if diagnosis else None,
+    )
 
 
 @app.command()
 def audit(
     targets: Annotated[
-        list[str], typer.Argument(help="Book folder (with _toc.yml or myst.yml), a _toc.yml / myst.yml, notebooks, or a glob.")
+        list[str],
+        typer.Argument(help="Book folder (with _toc.yml or myst.yml), a _toc.yml / myst.yml, notebooks, or a glob."),
     ],
-    backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends: cpu, cuda (gpu), rocm, tpu.")] = "cpu",
-    workers: Annotated[int, typer.Option("--workers", "-j", help="CPU-backend notebooks at once (parallel runs share cores).")] = 1,
-    force: Annotated[bool, typer.Option("--force", help="Profile again notebooks already profiled unchanged here.")] = False,
-    shard: Annotated[str | None, typer.Option("--shard", help="Only shard i of n (e.g. 2/4); join with nbscope merge.")] = None,
-    dask: Annotated[str | None, typer.Option("--dask", help="Dask scheduler address (tcp://host:8786), or local[:N].")] = None,
-    share_gpu: Annotated[bool, typer.Option("--share-gpu", help="Let notebooks share a GPU, each capped to its memory share.")] = False,
-    jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="With --share-gpu: notebooks per GPU at once.")] = 2,
+    backends: Annotated[
+        str, typer.Option("--backends", help="Comma-separated backends: cpu, cuda (gpu), rocm, tpu.")
+    ] = "cpu",
+    workers: Annotated[
+        int, typer.Option("--workers", "-j", help="CPU-backend notebooks at once (parallel runs share cores).")
+    ] = 1,
+    force: Annotated[
+        bool, typer.Option("--force", help="Profile again notebooks already profiled unchanged here.")
+    ] = False,
+    shard: Annotated[
+        str | None, typer.Option("--shard", help="Only shard i of n (e.g. 2/4); join with nbscope merge.")
+    ] = None,
+    dask: Annotated[
+        str | None, typer.Option("--dask", help="Dask scheduler address (tcp://host:8786), or local[:N].")
+    ] = None,
+    share_gpu: Annotated[
+        bool, typer.Option("--share-gpu", help="Let notebooks share a GPU, each capped to its memory share.")
+    ] = False,
+    jobs_per_gpu: Annotated[
+        int, typer.Option("--jobs-per-gpu", help="With --share-gpu: notebooks per GPU at once.")
+    ] = 2,
     timeout: TimeoutOption = None,
     forecast: Annotated[
         str | None,
-        typer.Option("--forecast", metavar="GPU[,GPU...]",
-                     help="Record program data in the CPU runs and forecast each lecture on these GPUs: the GPU "
-                          "blast radius of a CPU-only fleet (see `nbscope forecast --help`)."),
+        typer.Option(
+            "--forecast",
+            metavar="GPU[,GPU...]",
+            help="Record program data in the CPU runs and forecast each lecture on these GPUs: the GPU "
+            "blast radius of a CPU-only fleet (see `nbscope forecast --help`).",
+        ),
     ] = None,
     output: OutputOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
     html_path: HtmlOption = None,
     quiet: QuietOption = False,
-    no_diagnose: Annotated[bool, typer.Option("--no-diagnose", help="Do not list each notebook's top findings.")] = False,
+    no_diagnose: Annotated[
+        bool, typer.Option("--no-diagnose", help="Do not list each notebook's top findings.")
+    ] = False,
     db: DbOption = None,
     label: LabelOption = None,
 ) -> None:
@@ -80,13 +100,20 @@ def audit(
     from nbscope.render.audit import audit_progress
 
     options = AuditOptions(
-        backends=parse_backends(backends), workers=workers, force=force, shard=shard, dask=dask,
-        share_gpu=share_gpu, jobs_per_gpu=jobs_per_gpu, timeout=timeout,
+        backends=parse_backends(backends),
+        workers=workers,
+        force=force,
+        shard=shard,
+        dask=dask,
+        share_gpu=share_gpu,
+        jobs_per_gpu=jobs_per_gpu,
+        timeout=timeout,
         forecast=[g.strip() for g in forecast.split(",") if g.strip()] if forecast else [],
     )
     options.validate()  # before the store is opened: a bad option creates nothing
-    outcome = run_audit(targets, options, open_store(db), output=output, html=html_path, label=label,
-                        on_event=audit_progress(quiet))
+    outcome = run_audit(
+        targets, options, open_store(db), output=output, html=html_path, label=label, on_event=audit_progress(quiet)
+    )
     _emit(outcome, as_json=as_json, markdown=markdown, html_path=html_path, diagnosis=not no_diagnose)
 
 

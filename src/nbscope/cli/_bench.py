@@ -67,9 +67,18 @@ def bench(
     if repeat < 1:  # refused even where it is unused (without --pathway): a bad option is never ignored
         raise NbscopeError("--repeat must be at least 1")
     store = open_store(db)  # refuse a bad --db before spending minutes measuring
-    outcome = run_bench(store, only=only, dtype=dtype, size=size, jax_platform=jax_platform, label=label,
-                        progress=bench_progress(), via=pathway, repeat=repeat,
-                        via_progress=pathways_progress() if pathway else None)
+    outcome = run_bench(
+        store,
+        only=only,
+        dtype=dtype,
+        size=size,
+        jax_platform=jax_platform,
+        label=label,
+        progress=bench_progress(),
+        via=pathway,
+        repeat=repeat,
+        via_progress=pathways_progress() if pathway else None,
+    )
     record = outcome.record
     if outcome.via:
         emit_pathways(record, as_json=as_json, markdown=markdown, store_path=store.path)

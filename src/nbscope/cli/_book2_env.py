@@ -10,14 +10,15 @@ from nbscope.api import NbscopeError
 from nbscope.cli import app
 from nbscope.cli._options import JsonOption
 
-INSTALL_HELP = ("Install jupyter-book 2 in nbscope's own environment (from the package index) when none is found, "
-                "and mystmd (the `myst` command) with npm when none is found and npm is there.")
+INSTALL_HELP = (
+    "Install jupyter-book 2 in nbscope's own environment (from the package index) when none is found, "
+    "and mystmd (the `myst` command) with npm when none is found and npm is there."
+)
 
 
 @app.command("book2-env")
 def book2_env(
-    install: Annotated[bool, typer.Option("--install", help=INSTALL_HELP)] = False,
-    as_json: JsonOption = False,
+    install: Annotated[bool, typer.Option("--install", help=INSTALL_HELP)] = False, as_json: JsonOption = False
 ) -> None:
     """The jupyter-book 2 that `pathways --via book2` uses (and the mystmd that `trace -- myst build` uses): print a folder to put first on PATH so that
     `jupyter book ...` runs it (it shares jupyter-book 1's package name, so nbscope keeps one in an

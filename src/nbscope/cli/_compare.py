@@ -8,14 +8,7 @@ from typing import Annotated
 import typer
 
 from nbscope.cli import app
-from nbscope.cli._options import (
-    DbOption,
-    JsonOption,
-    MarkdownOption,
-    limit_option,
-    open_store,
-    run_help,
-)
+from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, limit_option, open_store, run_help
 
 
 @app.command("compare")
@@ -54,8 +47,11 @@ def compare_command(
         if recommendation is not None:
             text += "\n" + backends.recommendation_markdown(recommendation)
         if measured is not None:
-            text += "\n" + (forecast_view.measured_markdown(measured.comparison) if measured.comparison
-                            else f"_forecast vs measured: {measured.note}_\n")
+            text += "\n" + (
+                forecast_view.measured_markdown(measured.comparison)
+                if measured.comparison
+                else f"_forecast vs measured: {measured.note}_\n"
+            )
         print(text, end="")
     else:
         view.print_comparison(comparison, top=limit)

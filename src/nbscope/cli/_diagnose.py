@@ -10,15 +10,7 @@ import typer
 
 from nbscope.api import NbscopeError
 from nbscope.cli import app, output_may_close
-from nbscope.cli._options import (
-    DbOption,
-    DevicesOption,
-    JsonOption,
-    MarkdownOption,
-    limit_option,
-    open_store,
-    run_help,
-)
+from nbscope.cli._options import DbOption, DevicesOption, JsonOption, MarkdownOption, limit_option, open_store, run_help
 
 
 @app.command("diagnose")
@@ -26,7 +18,11 @@ def diagnose_command(
     run: Annotated[str, typer.Argument(metavar="RUN", help=run_help("A profile run"))],
     other: Annotated[
         str | None,
-        typer.Option("--other", metavar="RUN", help="A second run of the same notebook (CPU run for a GPU run, warm-cache run) used as evidence."),
+        typer.Option(
+            "--other",
+            metavar="RUN",
+            help="A second run of the same notebook (CPU run for a GPU run, warm-cache run) used as evidence.",
+        ),
     ] = None,
     notebook: Annotated[
         Path | None, typer.Option("--notebook", help="The notebook's source, when it is not where the run recorded it.")
@@ -35,23 +31,31 @@ def diagnose_command(
     limit: Annotated[int | None, limit_option("Show at most N findings.")] = None,
     gpu: Annotated[
         str | None,
-        typer.Option("--gpu", metavar="GPU[,GPU...]",
-                     help="On a CPU run with program data: forecast the GPU rules for these GPUs "
-                          "(default: those of `profile --forecast`, else t4)."),
+        typer.Option(
+            "--gpu",
+            metavar="GPU[,GPU...]",
+            help="On a CPU run with program data: forecast the GPU rules for these GPUs "
+            "(default: those of `profile --forecast`, else t4).",
+        ),
     ] = None,
     devices: DevicesOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's whole evidence.")] = False,
     threshold: Annotated[
         list[str] | None,
-        typer.Option("--threshold", metavar="RULE.NAME=VALUE",
-                     help="Override one rule's threshold, e.g. compile-bound.min_compile_s=0.1 (repeatable)."),
+        typer.Option(
+            "--threshold",
+            metavar="RULE.NAME=VALUE",
+            help="Override one rule's threshold, e.g. compile-bound.min_compile_s=0.1 (repeatable).",
+        ),
     ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
     fail_on: Annotated[
         str | None,
-        typer.Option("--fail-on", metavar="medium|high", help="Exit 1 when a finding is this severe or worse (as linters do)."),
+        typer.Option(
+            "--fail-on", metavar="medium|high", help="Exit 1 when a finding is this severe or worse (as linters do)."
+        ),
     ] = None,
 ) -> None:
     """Named causes of slow or wrongly timed cells: each a sentence with its numbers, the fix and a few lines of
@@ -65,8 +69,17 @@ def diagnose_command(
     from nbscope.render import findings as view
     from nbscope.render.terminal import print_record_header
 
-    outcome = diagnose_run(run, open_store(db, read_only=True), other=other, notebook=notebook, rules=rule, gpus=gpu,
-                           devices_file=devices, thresholds=_thresholds(threshold or []), fail_on=fail_on)
+    outcome = diagnose_run(
+        run,
+        open_store(db, read_only=True),
+        other=other,
+        notebook=notebook,
+        rules=rule,
+        gpus=gpu,
+        devices_file=devices,
+        thresholds=_thresholds(threshold or []),
+        fail_on=fail_on,
+    )
     record, findings, recommendation = outcome.record, outcome.findings, outcome.recommendation
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:
@@ -97,6 +110,8 @@ def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
         except ValueError:
             number = None
         if not sep or not dot or not rule or not name or number is None:
-            raise NbscopeError(f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}")
+            raise NbscopeError(
+                f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}"
+            )
         thresholds.setdefault(rule, {})[name] = number
     return thresholds

@@ -72,5 +72,7 @@ def publish_and_print(source: Path, output: Path, *, full: bool, as_json: bool) 
     if as_json:
         print(json.dumps(result.to_dict(), indent=1))
         return
-    print(f"{result.rows} lecture × runner rows from {result.runs} runs; {result.rows_rebuilt} rebuilt; "
-          f"{len(result.pages_written)} pages written, {result.pages_kept} unchanged: {result.folder / 'index.html'}")
+    print(
+        f"{result.rows} lecture × runner rows from {result.runs} runs; {result.rows_rebuilt} rebuilt; "
+        f"{len(result.pages_written)} pages written, {result.pages_kept} unchanged: {result.folder / 'index.html'}"
+    )

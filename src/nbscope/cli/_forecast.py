@@ -51,27 +51,56 @@ and `nbscope compare` of a CPU run with a GPU run.
 
 @app.command("forecast", help=HELP)
 def forecast_command(
-    run: Annotated[str | None, typer.Argument(
-        metavar="RUN", help=run_help("A profile run (needed unless --list or --calibrate-from)"))] = None,
-    gpu: Annotated[str, typer.Option("--gpu", metavar="GPU[,GPU...]", help="GPUs of the device table (t4, l4, a10g, a100, h100, h200, or your own).")] = "t4",
+    run: Annotated[
+        str | None,
+        typer.Argument(metavar="RUN", help=run_help("A profile run (needed unless --list or --calibrate-from)")),
+    ] = None,
+    gpu: Annotated[
+        str,
+        typer.Option(
+            "--gpu",
+            metavar="GPU[,GPU...]",
+            help="GPUs of the device table (t4, l4, a10g, a100, h100, h200, or your own).",
+        ),
+    ] = "t4",
     devices: DevicesOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
     limit: Annotated[int, limit_option("Show the N cells the GPU changes most.")] = 15,
     all_cells: Annotated[bool, all_option("Show every cell, in notebook order.")] = False,
-    notebook: Annotated[Path | None, typer.Option("--notebook", help="The profiled notebook, for exact code changes (default: its recorded path).")] = None,
+    notebook: Annotated[
+        Path | None,
+        typer.Option("--notebook", help="The profiled notebook, for exact code changes (default: its recorded path)."),
+    ] = None,
     calibrate_from: Annotated[
         list[str] | None,
-        typer.Option("--calibrate-from", metavar="RUN", help="Build a device entry from `nbscope loops` / `nbscope bench` runs made on a GPU (repeatable)."),
+        typer.Option(
+            "--calibrate-from",
+            metavar="RUN",
+            help="Build a device entry from `nbscope loops` / `nbscope bench` runs made on a GPU (repeatable).",
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="With --calibrate-from: the new device's key.")] = None,
-    base: Annotated[str | None, typer.Option("--base", help="With --calibrate-from: take figures the runs lack from this device.")] = None,
-    output: Annotated[Path | None, typer.Option("--append-to", metavar="FILE", help="With --calibrate-from: append the entry to this device file.")] = None,
-    list_devices: Annotated[bool, typer.Option("--list", help="List the device table with each figure's source.")] = False,
+    base: Annotated[
+        str | None, typer.Option("--base", help="With --calibrate-from: take figures the runs lack from this device.")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--append-to", metavar="FILE", help="With --calibrate-from: append the entry to this device file."
+        ),
+    ] = None,
+    list_devices: Annotated[
+        bool, typer.Option("--list", help="List the device table with each figure's source.")
+    ] = False,
     measured: Annotated[
         str | None,
-        typer.Option("--measured", metavar="RUN", help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error."),
+        typer.Option(
+            "--measured",
+            metavar="RUN",
+            help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error.",
+        ),
     ] = None,
 ) -> None:
     from nbscope.api.forecast import device_table, forecast_run
@@ -104,8 +133,15 @@ def _list(table: DeviceTable, as_json: bool) -> None:
         print_device_table(table)
 
 
-def _calibrate(runs: list[str], name: str | None, base: str | None, output: Path | None, table: DeviceTable,
-               store: Store, as_json: bool) -> None:
+def _calibrate(
+    runs: list[str],
+    name: str | None,
+    base: str | None,
+    output: Path | None,
+    table: DeviceTable,
+    store: Store,
+    as_json: bool,
+) -> None:
     from nbscope.api.forecast import append_device, calibrate_device
 
     calibrated = calibrate_device(runs, name, base, table, store)

@@ -16,7 +16,11 @@ from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, all_optio
 def gate(
     candidate: Annotated[
         str,
-        typer.Option("--candidate", metavar="RUN", help=run_help("The run judged") + " latest: the newest run (of --target if given)."),
+        typer.Option(
+            "--candidate",
+            metavar="RUN",
+            help=run_help("The run judged") + " latest: the newest run (of --target if given).",
+        ),
     ] = "latest",
     baseline: Annotated[
         str,
@@ -28,11 +32,17 @@ def gate(
             "runs that failed are skipped).",
         ),
     ] = "latest",
-    target: Annotated[str | None, typer.Option(help="With --candidate latest: the notebook (a path, or its stored name).")] = None,
+    target: Annotated[
+        str | None, typer.Option(help="With --candidate latest: the notebook (a path, or its stored name).")
+    ] = None,
     db: DbOption = None,
     max_slowdown: Annotated[str, typer.Option("--max-slowdown", help="Allowed slowdown: 10%, 0.1 or 1.1x.")] = "10%",
-    alpha: Annotated[float, typer.Option(help="Significance level of the Mann–Whitney test (with --repeat samples).")] = 0.05,
-    min_cell: Annotated[float, typer.Option("--min-cell", help="Cells faster than this (s) in both runs are not judged.")] = 0.05,
+    alpha: Annotated[
+        float, typer.Option(help="Significance level of the Mann–Whitney test (with --repeat samples).")
+    ] = 0.05,
+    min_cell: Annotated[
+        float, typer.Option("--min-cell", help="Cells faster than this (s) in both runs are not judged.")
+    ] = 0.05,
     floor: Annotated[float, typer.Option(help="Absolute changes below this (s) are noise.")] = 0.02,
     mad_k: Annotated[float, typer.Option("--mad-k", help="... and so are changes below K × the samples' MAD.")] = 3.0,
     history: Annotated[
@@ -47,13 +57,16 @@ def gate(
     ] = False,
     confirm: Annotated[
         bool,
-        typer.Option("--confirm", help="Before failing on a slowdown, profile the candidate's notebook once more "
-                     "(stored as a new run) and fail only if that rerun is slower too (a failing cell is not rerun)."),
+        typer.Option(
+            "--confirm",
+            help="Before failing on a slowdown, profile the candidate's notebook once more "
+            "(stored as a new run) and fail only if that rerun is slower too (a failing cell is not rerun).",
+        ),
     ] = False,
     everything: Annotated[bool, all_option("List every cell, not only those that moved.")] = False,
     summary: Annotated[
         Path | None,
-        typer.Option("--summary", help="Append the markdown summary to this file (e.g. \"$GITHUB_STEP_SUMMARY\")."),
+        typer.Option("--summary", help='Append the markdown summary to this file (e.g. "$GITHUB_STEP_SUMMARY").'),
     ] = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
@@ -64,9 +77,20 @@ def gate(
 
     # Never made here: verdicts (and --confirm's rerun) are written only to a store that holds the candidate.
     store = open_store(db, read_only=True)
-    request = GateRequest(candidate=candidate, baseline=baseline, target=target, max_slowdown=max_slowdown,
-                          alpha=alpha, min_cell_s=min_cell, floor_s=floor, mad_k=mad_k, check_status=not ignore_status,
-                          history=history, confirm=confirm, summary=summary)
+    request = GateRequest(
+        candidate=candidate,
+        baseline=baseline,
+        target=target,
+        max_slowdown=max_slowdown,
+        alpha=alpha,
+        min_cell_s=min_cell,
+        floor_s=floor,
+        mad_k=mad_k,
+        check_status=not ignore_status,
+        history=history,
+        confirm=confirm,
+        summary=summary,
+    )
     result = run_gate(store, request, summary_text=lambda judged: gate_markdown(judged, everything=everything))
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
         if as_json:

@@ -13,12 +13,19 @@ from nbscope.cli._options import DbOption, JsonOption, warn
 
 @app.command("import-jupyter-cache")
 def import_jupyter_cache(
-    path: Annotated[Path, typer.Argument(help="jupyter-book 1's jupyter-cache (_build/.jupyter_cache or its global.db), "
-                                              "jupyter-book 2's _build/execute, or the book's folder.")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="jupyter-book 1's jupyter-cache (_build/.jupyter_cache or its global.db), "
+            "jupyter-book 2's _build/execute, or the book's folder."
+        ),
+    ],
     db: DbOption = None,
     fingerprint: Annotated[
         Path | None,
-        typer.Option(help="Fingerprint of the machine that built the book (`nbscope info --json` output); default: this machine."),
+        typer.Option(
+            help="Fingerprint of the machine that built the book (`nbscope info --json` output); default: this machine."
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:

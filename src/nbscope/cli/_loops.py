@@ -26,7 +26,9 @@ def _trip_counts(text: str | None) -> list[int] | None:
 def loops(
     target: Annotated[
         str | None,
-        typer.Argument(help="MODULE:FUNCTION; FUNCTION(n) runs the loop n times. Default: the built-in logistic-map lax.scan."),
+        typer.Argument(
+            help="MODULE:FUNCTION; FUNCTION(n) runs the loop n times. Default: the built-in logistic-map lax.scan."
+        ),
     ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer trip counts and samples (≈10 s).")] = False,
     trips: Annotated[
@@ -34,14 +36,20 @@ def loops(
     ] = None,
     at: Annotated[int, typer.Option("--at", metavar="N", help="Extrapolate the fit to this trip count.")] = 10_000_000,
     device: Annotated[
-        str, typer.Option("--device", metavar="default,cpu", help="Where to run: the default device and/or pinned to the CPU.")
+        str,
+        typer.Option(
+            "--device", metavar="default,cpu", help="Where to run: the default device and/or pinned to the CPU."
+        ),
     ] = "default,cpu",
-    samples: Annotated[int | None, typer.Option("--samples", help="Timed samples per trip count (median kept).")] = None,
+    samples: Annotated[
+        int | None, typer.Option("--samples", help="Timed samples per trip count (median kept).")
+    ] = None,
     xla_dump: Annotated[
         Path | None, typer.Option("--xla-dump", metavar="DIR", help="Dump XLA's HLO here (XLA_FLAGS=--xla_dump_to).")
     ] = None,
     jax_platform: Annotated[
-        str | None, typer.Option("--jax-platform", metavar="PLATFORM", help="JAX_PLATFORMS for the sweep (cpu, cuda, ...).")
+        str | None,
+        typer.Option("--jax-platform", metavar="PLATFORM", help="JAX_PLATFORMS for the sweep (cpu, cuda, ...)."),
     ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -53,8 +61,13 @@ def loops(
     from nbscope.render.loops import loops_progress, print_loops_saved
 
     options = LoopOptions(
-        target=target, quick=quick, trip_counts=_trip_counts(trips), at=at,
-        placements=[p.strip() for p in device.split(",") if p.strip()], samples=samples, xla_dump=xla_dump,
+        target=target,
+        quick=quick,
+        trip_counts=_trip_counts(trips),
+        at=at,
+        placements=[p.strip() for p in device.split(",") if p.strip()],
+        samples=samples,
+        xla_dump=xla_dump,
         jax_platform=jax_platform,
     )
     options.validate()

@@ -21,7 +21,11 @@ from nbscope.api.runs import LABEL_ENV, RUN_REFERENCE, RunRecord, Store, check_l
 
 DbOption = Annotated[
     Path | None,
-    typer.Option("--db", envvar="NBSCOPE_DB", help="Run store (SQLite). Default: .nbscope/nbscope.db at the project root (git work tree, book root or this folder)."),
+    typer.Option(
+        "--db",
+        envvar="NBSCOPE_DB",
+        help="Run store (SQLite). Default: .nbscope/nbscope.db at the project root (git work tree, book root or this folder).",
+    ),
 ]
 
 # The output formats a command prints; naming two is refused (--json --markdown used to give JSON silently).
@@ -137,6 +141,9 @@ NoDiagnoseOption = Annotated[
 ]
 AllowErrorsOption = Annotated[
     bool,
-    typer.Option("--allow-errors", help="Exit 0 although a cell raised, timed out or killed its kernel (as nbclient's "
-                 "and jupyter-book's allow_errors); without it such a run exits 1. The run is stored either way."),
+    typer.Option(
+        "--allow-errors",
+        help="Exit 0 although a cell raised, timed out or killed its kernel (as nbclient's "
+        "and jupyter-book's allow_errors); without it such a run exits 1. The run is stored either way.",
+    ),
 ]

@@ -16,12 +16,16 @@ def pathways(
     path: Annotated[Path, typer.Argument(help="Notebook: .ipynb or MyST .md")],
     via: Annotated[
         str,
-        typer.Option("--via", metavar="PATHWAY[,PATHWAY]", help="script, kernel, book (jupyter-book 1), book2 (jupyter-book 2)."),
+        typer.Option(
+            "--via", metavar="PATHWAY[,PATHWAY]", help="script, kernel, book (jupyter-book 1), book2 (jupyter-book 2)."
+        ),
     ] = "script,kernel,book",
     repeat: Annotated[int, typer.Option(help="Run each pathway N times (interleaved); report medians and spread.")] = 1,
     timeout: TimeoutOption = None,
     kernel: Annotated[str | None, typer.Option(help="Kernel name (default: the notebook's).")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the notebook's process; repeatable.")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="KEY=VALUE for the notebook's process; repeatable.")
+    ] = None,
     jax_platform: Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS in every pathway.")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -35,8 +39,18 @@ def pathways(
     from nbscope.render.pathways import emit_pathways, pathways_progress
 
     names, overrides = parse_via(via), parse_env(env or [])  # one-line errors before anything starts
-    outcome = pathways_command(path, names, repeat, open_store(db), timeout=timeout, kernel=kernel, env=overrides,
-                               jax_platform=jax_platform, label=label, progress=pathways_progress())
+    outcome = pathways_command(
+        path,
+        names,
+        repeat,
+        open_store(db),
+        timeout=timeout,
+        kernel=kernel,
+        env=overrides,
+        jax_platform=jax_platform,
+        label=label,
+        progress=pathways_progress(),
+    )
     emit_pathways(outcome.record, outcome.run, as_json=as_json, markdown=markdown, store_path=outcome.store.path)
     if outcome.exit_status:
         raise typer.Exit(outcome.exit_status)

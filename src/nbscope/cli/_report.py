@@ -15,8 +15,7 @@ from nbscope.cli._options import DbOption, open_store, output_file, output_optio
 @app.command()
 def report(
     runs: Annotated[
-        list[str],
-        typer.Argument(metavar="RUN...", help=run_help("Runs, each") + " The first is the baseline."),
+        list[str], typer.Argument(metavar="RUN...", help=run_help("Runs, each") + " The first is the baseline.")
     ],
     output: Annotated[Path, output_option("HTML file to write.")] = Path("report.html"),
     db: DbOption = None,

@@ -32,19 +32,35 @@ def runs(
     everything: Annotated[bool, all_option("Every run (no --limit).")] = False,
     as_json: JsonOption = False,
     unfinished: Annotated[
-        bool, typer.Option("--unfinished", help="List this store's runs killed before they were stored (import them with `nbscope import FILE`).")
+        bool,
+        typer.Option(
+            "--unfinished",
+            help="List this store's runs killed before they were stored (import them with `nbscope import FILE`).",
+        ),
     ] = False,
     running_now: Annotated[
-        bool, typer.Option("--live", help="Each kernel that a profile, audit or traced build runs now: its notebook, "
-                           "the cell it runs (number, line, first line) and for how long (any store).")
+        bool,
+        typer.Option(
+            "--live",
+            help="Each kernel that a profile, audit or traced build runs now: its notebook, "
+            "the cell it runs (number, line, first line) and for how long (any store).",
+        ),
     ] = False,
 ) -> None:
     """List stored runs: id, time, kind, notebook, backend, status, label, digest and the headline figures."""
     from nbscope.api.run_list import list_runs
     from nbscope.render.runs import print_runs, runs_json
 
-    listing = list_runs(db, kind=kind, target=target, label=label, limit=None if everything else limit,
-                        unfinished_only=unfinished, live=running_now, on_skip=warn)
+    listing = list_runs(
+        db,
+        kind=kind,
+        target=target,
+        label=label,
+        limit=None if everything else limit,
+        unfinished_only=unfinished,
+        live=running_now,
+        on_skip=warn,
+    )
     if as_json:
         print(runs_json(listing))
     else:
@@ -52,11 +68,7 @@ def runs(
 
 
 @app.command()
-def show(
-    run: RunArgument,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
+def show(run: RunArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Print one run: a profile's every cell in notebook order, with its figures."""
     from nbscope.api.runs import show as show_run
     from nbscope.render import terminal
@@ -75,8 +87,11 @@ def export(
     db: DbOption = None,
     portable: Annotated[
         bool,
-        typer.Option("--portable", help="Drop machine-local paths (home folder, project root, interpreter, kernel "
-                     "folder) for sharing; docs/run-record.md lists the fields."),
+        typer.Option(
+            "--portable",
+            help="Drop machine-local paths (home folder, project root, interpreter, kernel "
+            "folder) for sharing; docs/run-record.md lists the fields.",
+        ),
     ] = False,
 ) -> None:
     """Write one run as a JSON record (to move it to another machine).
@@ -93,7 +108,9 @@ def export(
 def import_(
     files: Annotated[
         list[Path],
-        typer.Argument(help="Run JSON files written by `nbscope export` or --json, or live files of unfinished runs (.jsonl)."),
+        typer.Argument(
+            help="Run JSON files written by `nbscope export` or --json, or live files of unfinished runs (.jsonl)."
+        ),
     ],
     db: DbOption = None,
 ) -> None:

@@ -14,25 +14,41 @@ from nbscope.cli._options import DbOption, JsonOption, MarkdownOption, open_stor
 
 WithOption = Annotated[
     list[str] | None,
-    typer.Option("--with", help="One variant: requirement specifiers, e.g. 'jax==0.10.2' or 'jax==0.10.2 numpy==2.1'; repeatable."),
+    typer.Option(
+        "--with",
+        help="One variant: requirement specifiers, e.g. 'jax==0.10.2' or 'jax==0.10.2 numpy==2.1'; repeatable.",
+    ),
 ]
 RequirementsOption = Annotated[
     Path | None,
-    typer.Option("--requirements", "-r", help="The notebook's requirements (default: its imports, at the versions installed here)."),
+    typer.Option(
+        "--requirements",
+        "-r",
+        help="The notebook's requirements (default: its imports, at the versions installed here).",
+    ),
 ]
 FindLinksOption = Annotated[
-    list[str] | None, typer.Option("--find-links", metavar="DIR", help="Also take wheels from this folder (pip --find-links); repeatable.")
+    list[str] | None,
+    typer.Option(
+        "--find-links", metavar="DIR", help="Also take wheels from this folder (pip --find-links); repeatable."
+    ),
 ]
 NoIndexOption = Annotated[bool, typer.Option("--no-index", help="Take packages only from --find-links folders.")]
 EnvCacheOption = Annotated[
     Path | None,
-    typer.Option("--env-cache", envvar="NBSCOPE_ENV_CACHE", help="Where environments are kept. Default: ~/.cache/nbscope/envs"),
+    typer.Option(
+        "--env-cache", envvar="NBSCOPE_ENV_CACHE", help="Where environments are kept. Default: ~/.cache/nbscope/envs"
+    ),
 ]
-MaxSlowdownOption = Annotated[str, typer.Option("--max-slowdown", help="The gate's allowed slowdown: 10%, 0.1 or 1.1x.")]
+MaxSlowdownOption = Annotated[
+    str, typer.Option("--max-slowdown", help="The gate's allowed slowdown: 10%, 0.1 or 1.1x.")
+]
 AlphaOption = Annotated[float, typer.Option(help="Significance level of the gate's Mann–Whitney test.")]
 TimeoutOption = Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")]
 EnvOption = Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the kernel; repeatable.")]
-PlatformOption = Annotated[str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")]
+PlatformOption = Annotated[
+    str | None, typer.Option("--jax-platform", help="JAX_PLATFORMS for the kernel: cpu, cuda, ...")
+]
 
 
 def _events(quiet: bool) -> Any:
@@ -48,7 +64,9 @@ def versions(
     path: Annotated[Path | None, typer.Argument(help="Notebook: .ipynb or MyST .md")] = None,
     variants: WithOption = None,
     requirements: RequirementsOption = None,
-    repeat: Annotated[int, typer.Option(help="Run N times per variant, each in a fresh kernel (the gate tests with N ≥ 3).")] = 1,
+    repeat: Annotated[
+        int, typer.Option(help="Run N times per variant, each in a fresh kernel (the gate tests with N ≥ 3).")
+    ] = 1,
     timeout: TimeoutOption = None,
     env: EnvOption = None,
     jax_platform: PlatformOption = None,
@@ -60,8 +78,12 @@ def versions(
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
-    clear_cache: Annotated[bool, typer.Option("--clear-cache", help="Remove every environment nbscope built, and exit.")] = False,
-    list_cache: Annotated[bool, typer.Option("--list-cache", help="List the environments nbscope built, and exit.")] = False,
+    clear_cache: Annotated[
+        bool, typer.Option("--clear-cache", help="Remove every environment nbscope built, and exit.")
+    ] = False,
+    list_cache: Annotated[
+        bool, typer.Option("--list-cache", help="List the environments nbscope built, and exit.")
+    ] = False,
 ) -> None:
     """Profile a notebook under several versions of its packages (one isolated environment per --with),
     side by side per cell, with the fingerprint fields that differ and the gate between consecutive variants."""
@@ -81,8 +103,9 @@ def versions(
     profile_options = RunSpec(timeout=timeout, env=parse_env(env or []), jax_platform=jax_platform, repeat=repeat)
     profile_options.validate()
     options = job.versions_options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
-    outcome = job.versions_command(path, parsed, profile_options, options, open_store(db),
-                                   on_event=_events(as_json or markdown))
+    outcome = job.versions_command(
+        path, parsed, profile_options, options, open_store(db), on_event=_events(as_json or markdown)
+    )
     from nbscope.render import versions as view
 
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status
@@ -105,8 +128,10 @@ def _cache(env_cache: Path | None, *, clear: bool, as_json: bool) -> None:
         if as_json:
             print(json.dumps(done, indent=1))
         else:
-            console.print(f"removed {len(done['removed'])} environment(s) from {literal(done['root'])} "
-                          f"({format_bytes(done['bytes'])})")
+            console.print(
+                f"removed {len(done['removed'])} environment(s) from {literal(done['root'])} "
+                f"({format_bytes(done['bytes'])})"
+            )
         return
     found = job.list_cache(env_cache)
     if as_json:
@@ -114,8 +139,10 @@ def _cache(env_cache: Path | None, *, clear: bool, as_json: bool) -> None:
         return
     for entry in found:
         state = "" if entry["complete"] else " [yellow](unfinished: removed on next use)[/yellow]"
-        console.print(f"{literal(entry['path'])} · {format_bytes(entry['bytes'])} · "
-                      f"{literal(' '.join(entry['requirements'] or []))}{state}")
+        console.print(
+            f"{literal(entry['path'])} · {format_bytes(entry['bytes'])} · "
+            f"{literal(' '.join(entry['requirements'] or []))}{state}"
+        )
     if not found:
         console.print("no environments")
 
@@ -126,12 +153,16 @@ def bisect(
     package: Annotated[str, typer.Option("--package", help="The package whose releases to bisect, e.g. jax.")],
     good: Annotated[str, typer.Option("--good", help="A release under which the notebook is fast.")],
     bad: Annotated[str, typer.Option("--bad", help="A later release under which it is slow.")],
-    cell: Annotated[int | None, typer.Option("--cell", help="Judge this code cell (numbered from 1, as the ledger shows).")] = None,
+    cell: Annotated[
+        int | None, typer.Option("--cell", help="Judge this code cell (numbered from 1, as the ledger shows).")
+    ] = None,
     total: Annotated[bool, typer.Option("--total", help="Judge the notebook's total (the default).")] = False,
     # How a release is judged slower, where releases come from, how the notebook runs: grouped by role.
     max_slowdown: MaxSlowdownOption = "10%",
     alpha: AlphaOption = 0.05,
-    repeat: Annotated[int, typer.Option(help="Runs per version, each in a fresh kernel; the significance test needs 3 or more.")] = 3,
+    repeat: Annotated[
+        int, typer.Option(help="Runs per version, each in a fresh kernel; the significance test needs 3 or more.")
+    ] = 3,
     requirements: RequirementsOption = None,
     find_links: FindLinksOption = None,
     no_index: NoIndexOption = False,
@@ -155,8 +186,17 @@ def bisect(
     profile_options.validate()
     options = job.versions_options(requirements, find_links, no_index, env_cache, max_slowdown, alpha)
     store = open_store(db)
-    result = job.bisect(path, package, good, bad, cell=cell, profile_options=profile_options, options=options,
-                        store=store, on_event=_events(as_json or markdown))
+    result = job.bisect(
+        path,
+        package,
+        good,
+        bad,
+        cell=cell,
+        profile_options=profile_options,
+        options=options,
+        store=store,
+        on_event=_events(as_json or markdown),
+    )
     from nbscope.render import versions as view
 
     if as_json:

@@ -67,10 +67,18 @@ def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runn
     )
     if probe is not None:
         record.update(
-            execution_count=probe.execution_count, status=probe.status, error=_own(probe.error),
-            wall_s=probe.wall_s, code_s=probe.code_s, started_unix=probe.started_unix, jax=_own(probe.jax),
-            numba=_own(probe.numba), alarms=None if probe.alarms is None else list(probe.alarms),
-            rss=_own(probe.rss), gpu_memory=_own(probe.gpu_memory), sched=_own(probe.sched),
+            execution_count=probe.execution_count,
+            status=probe.status,
+            error=_own(probe.error),
+            wall_s=probe.wall_s,
+            code_s=probe.code_s,
+            started_unix=probe.started_unix,
+            jax=_own(probe.jax),
+            numba=_own(probe.numba),
+            alarms=None if probe.alarms is None else list(probe.alarms),
+            rss=_own(probe.rss),
+            gpu_memory=_own(probe.gpu_memory),
+            sched=_own(probe.sched),
         )
         if probe.programs_hash:  # [{name, hash}] of each program the cell compiled
             record["programs_hash"] = [dict(entry) for entry in probe.programs_hash]
@@ -100,16 +108,21 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     time, which no trace of the cell saw), nor ``compile_read_s`` (the guard's memory
     readings as each compile ended, within the cell's compile figure); ``lowering_jax_s``, the JAX trace and lower time
     nbscope's own lowering for CUDA triggered, is within ``lowering_s`` (and never in the cell's compile)."""
-    measured = {"session_stop_s": probe_programs.trace_stop_s, "lowering_s": probe_programs.gpu_lowering_s,
-                "hlo_s": probe_programs.programs_s,  # the record's name of each part of the probe's collection
-                "split_s": probe_programs.split_s}
+    measured = {
+        "session_stop_s": probe_programs.trace_stop_s,
+        "lowering_s": probe_programs.gpu_lowering_s,
+        "hlo_s": probe_programs.programs_s,  # the record's name of each part of the probe's collection
+        "split_s": probe_programs.split_s,
+    }
     parts = {part: seconds for part, figure in measured.items() if (seconds := number(figure)) is not None}
     window = decode_optional(TraceWindow, probe_programs.window)
-    apart = {"cut_stop_s": window.stop_s if window is not None else None,
-             "lowering_jax_s": number(probe_programs.gpu_lowering_jax_s),
-             "dispatch_wait_s": number(probe_programs.dispatch_wait_s),
-             "in_flight_wait_s": number(probe_programs.in_flight_wait_s),
-             "compile_read_s": number(probe_programs.compile_read_s)}
+    apart = {
+        "cut_stop_s": window.stop_s if window is not None else None,
+        "lowering_jax_s": number(probe_programs.gpu_lowering_jax_s),
+        "dispatch_wait_s": number(probe_programs.dispatch_wait_s),
+        "in_flight_wait_s": number(probe_programs.in_flight_wait_s),
+        "compile_read_s": number(probe_programs.compile_read_s),
+    }
     collection = {**parts, **{name: seconds for name, seconds in apart.items() if seconds is not None}}
     return {"collection_s": sum(parts.values()), "collection": collection}
 
@@ -119,5 +132,8 @@ def interrupted_described(description: dict[str, Any], elapsed_s: float | None, 
     ``interrupted``, how long it had run (``wall_s``, None when unknown) and the signal (``interrupted_by``)."""
     seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""
     record = merge_described(description, None, status="interrupted", wall_s=elapsed_s, interrupted_by=signal_name)
-    record["error"] = {"name": "Interrupted", "message": f"nbscope was stopped by {signal_name}{seconds} into this cell"}
+    record["error"] = {
+        "name": "Interrupted",
+        "message": f"nbscope was stopped by {signal_name}{seconds} into this cell",
+    }
     return record

@@ -43,6 +43,7 @@ def interrupt_cell(client: NotebookClient, cell: Mapping[str, Any], wait_s: floa
         run_sync(manager.interrupt_kernel)()
     except Exception:
         return False
+
     def idle() -> bool:  # read afresh each time: nbclient's reader task writes the cell as messages arrive
         return decode(NotebookCell, cell).metadata.execution.idle is not None
 

@@ -54,7 +54,8 @@ class ProbeReader:
                 warning = decode(ProbeWarning, record)
                 started = self.started.get(warning.seq) if warning.seq is not None else None
                 self.kernel.setdefault("warnings", []).append(
-                    {"hash": started.hash if started is not None else None, "message": warning.message})
+                    {"hash": started.hash if started is not None else None, "message": warning.message}
+                )
 
     def take(self, source_hash: str) -> ProbeCell | None:
         """The latest finished probe line for a cell with this hash, removed from the pool."""

@@ -61,8 +61,13 @@ class XlaTools:
             return None
         if isinstance(raw, list):  # older jaxlibs: one dict per device
             raw = raw[0] if raw else {}
-        return Work(flops=_loose(raw, "flops"), transcendentals=_loose(raw, "transcendentals"),
-                    bytes=_loose(raw, "bytes accessed", "bytes_accessed"), flops_f64=0.0, transcendentals_f64=0.0)
+        return Work(
+            flops=_loose(raw, "flops"),
+            transcendentals=_loose(raw, "transcendentals"),
+            bytes=_loose(raw, "bytes accessed", "bytes_accessed"),
+            flops_f64=0.0,
+            transcendentals_f64=0.0,
+        )
 
 
 def _loose(costs: dict[str, Any], *names: str) -> float:

@@ -132,8 +132,8 @@ def hlo_modules(data: bytes) -> list[HloProgram]:
     programs: list[HloProgram] = []
     view, index = memoryview(data), 0
     while index + 8 <= len(view):
-        size = int.from_bytes(view[index:index + 8], "little")
-        module = view[index + 8:index + 8 + size]
+        size = int.from_bytes(view[index : index + 8], "little")
+        module = view[index + 8 : index + 8 + size]
         index += 8 + size
         if len(module) != size:
             break  # a file cut short: what came whole is kept
@@ -143,8 +143,9 @@ def hlo_modules(data: bytes) -> list[HloProgram]:
                 name = bytes(value).decode("utf-8", "replace")
             elif field == 5 and wire == 0 and isinstance(value, int):
                 program_id = _signed(value)
-        programs.append(HloProgram(name=f"{name}({program_id})", module=name, program_id=program_id,
-                                   module_proto=bytes(module)))
+        programs.append(
+            HloProgram(name=f"{name}({program_id})", module=name, program_id=program_id, module_proto=bytes(module))
+        )
     return programs
 
 

@@ -286,10 +286,7 @@ def _locked(lock_path: Path) -> Iterator[int]:
 
 
 def ensure(
-    spec: EnvironmentSpec,
-    root: Path | None = None,
-    *,
-    on_progress: ProgressCallback | None = None,
+    spec: EnvironmentSpec, root: Path | None = None, *, on_progress: ProgressCallback | None = None
 ) -> Environment:
     """The environment for ``spec``: reused from the cache when complete, else built (a half-built one is
     removed first). Raises :class:`NbscopeError` with pip's reason when the requirements cannot be installed;
@@ -324,8 +321,18 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         if on_progress is not None:
             on_progress(f"building environment {path.name}: {' '.join(spec.requirements)}")
         _run([spec.python, "-m", "venv", "--without-pip", str(path)], path, "create the virtual environment", lock)
-        command = [spec.python, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
-                   "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
+        command = [
+            spec.python,
+            "-m",
+            "pip",
+            "--python",
+            str(path / "bin" / "python"),
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--progress-bar",
+            "off",
+        ]
         for folder in spec.find_links:
             command += ["--find-links", str(Path(folder).expanduser().resolve())]
         if spec.no_index:
@@ -339,8 +346,14 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
-        partial.write_text(redact(json.dumps({**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                                             indent=1)), encoding="utf-8")
+        partial.write_text(
+            redact(
+                json.dumps(
+                    {**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1
+                )
+            ),
+            encoding="utf-8",
+        )
         os.replace(partial, marker)
         (path / BUILDING_MARKER).unlink()
     except BaseException:
@@ -356,8 +369,15 @@ def _run(command: list[str], path: Path, what: str, lock: int) -> None:
     with open(log_path, "ab") as log:
         log.write(("$ " + redact(" ".join(command)) + "\n").encode())  # a --with URL's token stays out of the log
         log.flush()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                   start_new_session=True, pass_fds=(lock,))
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            pass_fds=(lock,),
+        )
         try:
             returncode = process.wait()
         except BaseException:
@@ -441,8 +461,14 @@ def list_environments(root: Path | None = None) -> list[dict[str, Any]]:
                 described = json.loads((path / COMPLETE_MARKER).read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 described = {}
-        found.append({"path": str(path), "complete": is_complete(path),
-                      "requirements": codec.decode(EnvironmentMarker, described).requirements, "bytes": _size(path)})
+        found.append(
+            {
+                "path": str(path),
+                "complete": is_complete(path),
+                "requirements": codec.decode(EnvironmentMarker, described).requirements,
+                "bytes": _size(path),
+            }
+        )
     return found
 
 
@@ -459,7 +485,7 @@ def clear_cache(root: Path | None = None) -> dict[str, Any]:
         (root / f".{path.name}.lock").unlink(missing_ok=True)
         removed.append(str(path))
     for lock in root.glob(".*.lock") if root.is_dir() else []:
-        if not (root / lock.name[1:-len(".lock")]).exists():
+        if not (root / lock.name[1 : -len(".lock")]).exists():
             lock.unlink(missing_ok=True)
     return {"root": str(root), "removed": removed, "bytes": freed}
 

@@ -165,7 +165,9 @@ def _memory() -> dict[str, Any]:
     meminfo = decode(Meminfo, values)
     return {
         "total_bytes": meminfo.total_bytes if meminfo.total_bytes is not None else absent("no MemTotal"),
-        "available_bytes": meminfo.available_bytes if meminfo.available_bytes is not None else absent("no MemAvailable"),
+        "available_bytes": meminfo.available_bytes
+        if meminfo.available_bytes is not None
+        else absent("no MemAvailable"),
     }
 
 
@@ -240,8 +242,15 @@ def _blas() -> dict[str, Any] | dict[str, str]:
         except ImportError:
             return absent("numpy not installed")
     pools = [
-        {"api": pool.user_api, "library": pool.internal_api, "version": pool.version, "threads": pool.num_threads,
-         "architecture": pool.architecture, "threading_layer": pool.threading_layer, "path": pool.filepath}
+        {
+            "api": pool.user_api,
+            "library": pool.internal_api,
+            "version": pool.version,
+            "threads": pool.num_threads,
+            "architecture": pool.architecture,
+            "threading_layer": pool.threading_layer,
+            "path": pool.filepath,
+        }
         for pool in (decode(ThreadPool, info) for info in threadpool_info())
     ]
     blas = [p for p in pools if p["api"] == "blas"]

@@ -35,8 +35,23 @@ from nbscope.schema.hlo_backend_config import BackendConfig
 from nbscope.schema.programs import WORK_FIELDS, SourceSpan, Work
 
 ELEMENT_BYTES = {
-    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8,
-    "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
+    "pred": 1,
+    "s4": 1,
+    "u4": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "s32": 4,
+    "u32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f16": 2,
+    "bf16": 2,
+    "f32": 4,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
 }
 FLOAT64 = {"f64", "c128"}
 FLOATS = {"f16", "bf16", "f32", "f64", "c64", "c128"}
@@ -44,19 +59,69 @@ NO_WORK = Work(**dict.fromkeys(WORK_FIELDS, 0.0))  # what sums start from
 _SHAPE = re.compile(r"\b(pred|[su](?:4|8|16|32|64)|f8\w*|bf16|f16|f32|f64|c64|c128|token)\[([0-9,]*)\]")
 # Instructions that run no kernel of their own (views, plumbing, literals).
 NO_KERNEL = {
-    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "add-dependency",
-    "opt-barrier", "partition-id", "replica-id", "domain",
+    "parameter",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "after-all",
+    "add-dependency",
+    "opt-barrier",
+    "partition-id",
+    "replica-id",
+    "domain",
 }
 TRANSCENDENTAL = {
-    "cosine", "sine", "tan", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic",
-    "power", "rsqrt", "sqrt", "cbrt", "tanh", "atan2", "erf",
+    "cosine",
+    "sine",
+    "tan",
+    "exponential",
+    "exponential-minus-one",
+    "log",
+    "log-plus-one",
+    "logistic",
+    "power",
+    "rsqrt",
+    "sqrt",
+    "cbrt",
+    "tanh",
+    "atan2",
+    "erf",
 }
 # Ops that are arithmetic on each element (one flop per element, as XLA's cost analysis counts them).
 _NOT_ARITHMETIC = NO_KERNEL | {
-    "broadcast", "reshape", "transpose", "copy", "slice", "dynamic-slice", "dynamic-update-slice",
-    "concatenate", "pad", "iota", "convert", "bitcast-convert", "reverse", "gather", "scatter", "while",
-    "conditional", "call", "fusion", "custom-call", "rng", "rng-bit-generator", "sort", "infeed", "outfeed",
-    "copy-start", "copy-done", "send", "recv", "send-done", "recv-done", "get-dimension-size",
+    "broadcast",
+    "reshape",
+    "transpose",
+    "copy",
+    "slice",
+    "dynamic-slice",
+    "dynamic-update-slice",
+    "concatenate",
+    "pad",
+    "iota",
+    "convert",
+    "bitcast-convert",
+    "reverse",
+    "gather",
+    "scatter",
+    "while",
+    "conditional",
+    "call",
+    "fusion",
+    "custom-call",
+    "rng",
+    "rng-bit-generator",
+    "sort",
+    "infeed",
+    "outfeed",
+    "copy-start",
+    "copy-done",
+    "send",
+    "recv",
+    "send-done",
+    "recv-done",
+    "get-dimension-size",
 }
 _HEADER_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _CALLED = re.compile(
@@ -169,12 +234,18 @@ class Module:
         location = self.locations.get(self.frames[frame_id].file_location_id)
         if location is None:
             return None
-        return SourceSpan(file=self.files.get(location.file_name_id),
-                          function=self.functions.get(location.function_name_id), line=location.line,
-                          end_line=location.end_line, column=location.column, end_column=location.end_column)
+        return SourceSpan(
+            file=self.files.get(location.file_name_id),
+            function=self.functions.get(location.function_name_id),
+            line=location.line,
+            end_line=location.end_line,
+            column=location.column,
+            end_column=location.end_column,
+        )
 
 
 # ---- parsing -----------------------------------------------------------------------------------
+
 
 def _split_shape(rest: str) -> tuple[str, str]:
     """``(s32[], f32[]) while(...)`` → shape ``(s32[], f32[])`` and the remainder ``while(...)``."""
@@ -202,8 +273,9 @@ def _instruction(line: str) -> Instruction | None:
             called.append(single)
         elif list_key and many:
             called.extend(part.strip().lstrip("%") for part in many.split(",") if part.strip())
-    return Instruction(name=match.group(2), shape=shape, opcode=opcode, text=remainder, called=called,
-                       root=bool(match.group(1)))
+    return Instruction(
+        name=match.group(2), shape=shape, opcode=opcode, text=remainder, called=called, root=bool(match.group(1))
+    )
 
 
 def _table_entry(line: str) -> tuple[int, str] | None:
@@ -219,8 +291,15 @@ def parse(text: str) -> Module:
     """Parse an HLO module as XLA prints it (with or without metadata tables)."""
     lines = text.splitlines()
     name_match = re.match(r"HloModule\s+([\w.\-]+)", lines[0] if lines else "")
-    module = Module(name=name_match.group(1) if name_match else "", computations={}, entry="",
-                    files={}, functions={}, locations={}, frames={})
+    module = Module(
+        name=name_match.group(1) if name_match else "",
+        computations={},
+        entry="",
+        files={},
+        functions={},
+        locations={},
+        frames={},
+    )
     table: str | None = None
     current: Computation | None = None
     for line in lines[1:]:
@@ -266,6 +345,7 @@ def parse(text: str) -> Module:
 
 # ---- shapes --------------------------------------------------------------------------------------
 
+
 def shape_arrays(shape: str) -> list[tuple[str, int]]:
     """(element type, element count) of each array in a (possibly tuple) shape."""
     arrays = []
@@ -290,6 +370,7 @@ def _elements(shape: str) -> tuple[str | None, int]:
 
 
 # ---- regions, kernels and loops ------------------------------------------------------------------
+
 
 @dataclass
 class Region:
@@ -354,8 +435,9 @@ class _Walker:
         key = instruction.name
         while key in self.regions:
             key += "'"
-        loop = Region(key=key, computations=[c for c in (body, condition) if c], parent=parent.key,
-                      instruction=instruction)
+        loop = Region(
+            key=key, computations=[c for c in (body, condition) if c], parent=parent.key, instruction=instruction
+        )
         self.regions[key] = loop
         parent.children.append(key)
         for computation in loop.computations:
@@ -428,8 +510,18 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
             dtype, elements = _elements(instruction.shape)
             if dtype in FLOATS:
                 dtypes.add(dtype)
-            if opcode in ("fusion", "call", "conditional", "reduce", "reduce-window", "map", "sort", "scatter",
-                          "select-and-scatter", "all-reduce"):
+            if opcode in (
+                "fusion",
+                "call",
+                "conditional",
+                "reduce",
+                "reduce-window",
+                "map",
+                "sort",
+                "scatter",
+                "select-and-scatter",
+                "all-reduce",
+            ):
                 for callee in instruction.called:
                     arithmetic(callee, seen)
             if opcode == "while":
@@ -498,8 +590,13 @@ def _subtract_children(work: Work, children: list[Work]) -> Work:
     def own(name: str) -> float:
         return max(0.0, (getattr(work, name) or 0.0) - sum(getattr(c, name) or 0.0 for c in children))
 
-    return Work(flops=own("flops"), transcendentals=own("transcendentals"), bytes=own("bytes"), flops_f64=0.0,
-                transcendentals_f64=0.0)
+    return Work(
+        flops=own("flops"),
+        transcendentals=own("transcendentals"),
+        bytes=own("bytes"),
+        flops_f64=0.0,
+        transcendentals_f64=0.0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,8 +710,11 @@ def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:
         estimate, _ = _estimate(module, region.computations, include_loops=False)
         share = (estimate.flops_f64 or 0.0) / estimate.flops if estimate.flops else 0.0
         tshare = (estimate.transcendentals_f64 or 0.0) / estimate.transcendentals if estimate.transcendentals else 0.0
-        own[key] = replace(own[key], flops_f64=(own[key].flops or 0.0) * share,
-                           transcendentals_f64=(own[key].transcendentals or 0.0) * tshare)
+        own[key] = replace(
+            own[key],
+            flops_f64=(own[key].flops or 0.0) * share,
+            transcendentals_f64=(own[key].transcendentals or 0.0) * tshare,
+        )
     loops = []
     # Every region but the entry is a loop, walked after the region it sits in: its parent's multiplier is set.
     multipliers: dict[str, float | None] = {"entry": 1.0}
@@ -646,8 +746,7 @@ def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:
     )
 
 
-def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, outer: float | None,
-                ) -> LoopDescription:
+def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, outer: float | None) -> LoopDescription:
     assert region.instruction is not None
     instruction = region.instruction
     syncs = region.conditionals + (0 if trips is not None else 1)

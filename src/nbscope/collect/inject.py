@@ -94,14 +94,21 @@ class ProbeHome:
             written.append(name)
         return written
 
-    def announce(self, kind: str, sources: list[Path], outputs: list[Path], *, command: list[str] | None = None) -> Path:
+    def announce(
+        self, kind: str, sources: list[Path], outputs: list[Path], *, command: list[str] | None = None
+    ) -> Path:
         """Tell ``nbscope runs --live`` that kernels of this home run: ``kind`` (profile, trace), the notebook
         ``sources`` their cells come from and the probe ``outputs`` (files, or folders of them) they write."""
         folder = running_folder()
         entry = folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-        document = {"pid": os.getpid(), "kind": kind, "started_unix": time.time(), "command": command,
-                    "sources": [str(Path(p).resolve()) for p in sources],
-                    "outputs": [str(Path(p)) for p in outputs]}
+        document = {
+            "pid": os.getpid(),
+            "kind": kind,
+            "started_unix": time.time(),
+            "command": command,
+            "sources": [str(Path(p).resolve()) for p in sources],
+            "outputs": [str(Path(p)) for p in outputs],
+        }
         partial = entry.with_suffix(".tmp")
         for attempt in (1, 2):  # another run's cleanup may remove the empty folder between mkdir and write
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -167,4 +174,3 @@ def announced() -> list[dict[str, Any]]:
             continue
         found.append(document | {"path": str(entry)})
     return found
-

@@ -126,6 +126,7 @@ def check_target(target: str) -> None:
 
 # ---- the fit -----------------------------------------------------------------------------------
 
+
 def linear_fit(trips: Sequence[float], seconds: Sequence[float]) -> dict[str, float | None]:
     """Least-squares ``seconds = a + b·trips``: a_s, b_s, us_per_iter and R²."""
     if len(trips) != len(seconds) or len(trips) < 2:
@@ -149,6 +150,7 @@ def extrapolate(fit: LoopFit, trips: int) -> float | None:
 
 
 # ---- the parent: run the worker, build the record ------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class LoopsProgress:
@@ -197,7 +199,10 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
         with open(log, "wb") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-m", "nbscope.collect.loops", "--spec", str(spec), "--out", str(out)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, env=worker_env(options),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=worker_env(options),
                 text=True,
             )
             deadline = time.monotonic() + options.timeout_s
@@ -237,6 +242,7 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
 
 # ---- the worker: runs in a fresh process ----------------------------------------------------------
 
+
 def _emit(event: dict[str, Any]) -> None:
     print(json.dumps(event, default=str), flush=True)
 
@@ -264,7 +270,9 @@ def load_target(target: str | None) -> tuple[Callable[[int], Any], dict[str, Any
     except ModuleNotFoundError as exc:
         raise NbscopeError(f"loop target {target!r}: no module named {exc.name or module_name!r}") from None
     except Exception as exc:
-        raise NbscopeError(f"loop target {target!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from None
+        raise NbscopeError(
+            f"loop target {target!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from None
     function = getattr(module, function_name, None)
     if function is None:
         raise NbscopeError(f"loop target {target!r}: {module_name} has no {function_name}")
@@ -297,8 +305,14 @@ def _builtin_loop() -> Callable[[int], Any]:
 class _Sweeper:
     """Times one loop function at several trip counts on one placement."""
 
-    def __init__(self, jax: ModuleType, function: Callable[[int], Any], placement: str, device: Device | None,
-                 settings: dict[str, Any]):
+    def __init__(
+        self,
+        jax: ModuleType,
+        function: Callable[[int], Any],
+        placement: str,
+        device: Device | None,
+        settings: dict[str, Any],
+    ):
         self.jax = jax
         self.function = function
         self.placement = placement
@@ -377,7 +391,9 @@ class _Sweeper:
                     self.sample(point)
                 rounds += 1
                 if time.perf_counter() - started > budget:
-                    notes.append(f"{self.placement}: stopped sampling after {rounds} rounds (sweep budget {budget:g} s)")
+                    notes.append(
+                        f"{self.placement}: stopped sampling after {rounds} rounds (sweep budget {budget:g} s)"
+                    )
                     break
                 if rounds >= self.settings["samples"] and (
                     len(points) < 2 or (self.fit(points)["r2"] or 0.0) >= STEADY_R2
@@ -416,8 +432,11 @@ class _Sweeper:
 
 
 def _describe(device: Device) -> dict[str, Any]:
-    return {"device": str(device), "platform": getattr(device, "platform", None),
-            "device_kind": getattr(device, "device_kind", None)}
+    return {
+        "device": str(device),
+        "platform": getattr(device, "platform", None),
+        "device_kind": getattr(device, "device_kind", None),
+    }
 
 
 def worker(settings: dict[str, Any]) -> dict[str, Any]:
@@ -451,16 +470,22 @@ def worker(settings: dict[str, Any]) -> dict[str, Any]:
             raise
         except Exception as exc:
             text = str(exc).strip().splitlines()
-            raise NbscopeError(f"{loop['target']}({sweeper.current}) on {placement} raised "
-                               f"{type(exc).__name__}: {text[0] if text else ''}"[:300]) from None
+            raise NbscopeError(
+                f"{loop['target']}({sweeper.current}) on {placement} raised "
+                f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+            ) from None
         sweep.update(_describe(device or default))
         sweep["loop"] = loop["target"]
         notes.extend(sweep["notes"])
         sweeps.append(sweep)
     return {
         "loop": loop,
-        "jax": {"version": jax.__version__, "default_device": str(default), "platform": default.platform,
-                "x64": bool(jax.config.read("jax_enable_x64"))},
+        "jax": {
+            "version": jax.__version__,
+            "default_device": str(default),
+            "platform": default.platform,
+            "x64": bool(jax.config.read("jax_enable_x64")),
+        },
         "sweeps": sweeps,
         "notes": notes,
     }

@@ -228,12 +228,20 @@ def myst_warnings(text: str) -> list[str]:
             number += 1
             continue
         fence, info = match["fence"], (match["info"] or "").strip()
-        close = next((n for n in range(number + 1, len(lines))
-                      if re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[n])), None)
+        close = next(
+            (
+                n
+                for n in range(number + 1, len(lines))
+                if re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[n])
+            ),
+            None,
+        )
         if info.startswith("{code-cell}"):
             if close is None:
-                found.append(f"line {number + 1}: this {fence}{{code-cell}} fence is never closed: the rest of the "
-                             "file is read as its code")
+                found.append(
+                    f"line {number + 1}: this {fence}{{code-cell}} fence is never closed: the rest of the "
+                    "file is read as its code"
+                )
                 return found
             found += _option_warnings(lines, number, close, yaml)
         number = (close if close is not None else len(lines)) + 1
@@ -252,7 +260,9 @@ def _option_warnings(lines: list[str], fence: int, close: int, yaml: types.Modul
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = fence + 3 + mark.line if mark is not None else fence + 2
-            return [f"line {at}: the code cell's option block is not valid YAML ({getattr(exc, 'problem', None) or exc})"]
+            return [
+                f"line {at}: the code cell's option block is not valid YAML ({getattr(exc, 'problem', None) or exc})"
+            ]
         if options is not None and not isinstance(options, dict):
             return [f"line {fence + 2}: the code cell's option block is not a mapping of key: value"]
         return []
@@ -279,7 +289,9 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{shown}: the notebook's path is not valid UTF-8; rename it (or its folder)") from None
     from nbscope._files import read_bounded
 
-    data = read_bounded(path, limit=512 * 2**20, what="notebook")  # a FIFO or a device never hangs it; noted: no -o replaces it
+    data = read_bounded(
+        path, limit=512 * 2**20, what="notebook"
+    )  # a FIFO or a device never hangs it; noted: no -o replaces it
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -316,8 +328,14 @@ def read(path: str | Path) -> Notebook:
         )
     if not code_cells:
         notes.append(_no_code_warning(path, text if fmt == "myst" else None))
-    return Notebook(path=path, format=fmt, nb=nb, code_cells=code_cells,
-                    content_hash=hashlib.sha256(data).hexdigest()[:16], warnings=notes)
+    return Notebook(
+        path=path,
+        format=fmt,
+        nb=nb,
+        code_cells=code_cells,
+        content_hash=hashlib.sha256(data).hexdigest()[:16],
+        warnings=notes,
+    )
 
 
 def _no_code_warning(path: Path, myst_text: str | None) -> str:
@@ -326,7 +344,10 @@ def _no_code_warning(path: Path, myst_text: str | None) -> str:
     for number, line in enumerate((myst_text or "").split("\n"), start=1):
         match = _FENCE.match(line)
         if match and (match["info"] or "").strip().split()[:1] in (["python"], ["python3"], ["ipython"], ["ipython3"]):
-            return text + f" (line {number} is a plain {match['fence']}{match['info'].split()[0]} fence: MyST runs only {{code-cell}} fences)"
+            return (
+                text
+                + f" (line {number} is a plain {match['fence']}{match['info'].split()[0]} fence: MyST runs only {{code-cell}} fences)"
+            )
     return text
 
 

@@ -38,8 +38,9 @@ class OomKill:
 
     @property
     def text(self) -> str:
-        counted = "the machine's OOM killer counted" if self.where == "the machine" else \
-            f"memory cgroup {self.where} counted"
+        counted = (
+            "the machine's OOM killer counted" if self.where == "the machine" else f"memory cgroup {self.where} counted"
+        )
         return f"killed by the out-of-memory killer ({counted} {self.kills} OOM kill{'s' * (self.kills != 1)})"
 
 
@@ -56,8 +57,12 @@ def kill_between(before: OomCounts, after: OomCounts) -> OomKill | None:
     for folder, count in after.cgroups:
         if folder in earlier and count > earlier[folder]:
             return OomKill(folder, count - earlier[folder], before.limit_bytes)
-    if not before.cgroups and before.machine is not None and after.machine is not None \
-            and after.machine > before.machine:
+    if (
+        not before.cgroups
+        and before.machine is not None
+        and after.machine is not None
+        and after.machine > before.machine
+    ):
         # No memory cgroup to read: the machine's count is the only evidence (on a machine running other
         # jobs a kill of theirs could coincide, so it is read only where nothing nearer can be).
         return OomKill("the machine", after.machine - before.machine, before.limit_bytes)

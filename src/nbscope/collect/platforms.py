@@ -14,6 +14,7 @@ from nbscope.schema.machine import Machine
 # Backend names as JAX_PLATFORMS takes them; "gpu" is another name for "cuda".
 BACKENDS = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm", "tpu": "tpu"}
 
+
 def parse_backends(text: str | None, *, at_least: int = 1) -> list[str]:
     """``"cpu, CUDA"`` to ``["cpu", "cuda"]``: known names, none twice (gpu means cuda), at least ``at_least``."""
     backends = [b.strip().lower() for b in (text or "").split(",") if b.strip()]

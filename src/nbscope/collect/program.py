@@ -51,10 +51,22 @@ PROGRAMS_VERSION = 1
 # moved at most t × this many bytes, which bounds copies the trace gives no size for.
 HOST_COPY_BYTES_PER_NS = 20.0
 MAX_STAT_READS = 40_000  # ≈ 1.5 s of stats reads per cell, outside the kernel
-_H2D = ("DevicePut", "DevicePutWithSharding", "batched_copy_array_to_devices_with_sharding",
-        "BufferFromPyval", "TransferToDevice", "TransferLiteralToDevice")
-_D2H = ("np.asarray(jax.Array)", "CopyToHost", "CopyRawToHost", "ToLiteral", "TransferFromDevice",
-        "TransferLiteralFromDevice")
+_H2D = (
+    "DevicePut",
+    "DevicePutWithSharding",
+    "batched_copy_array_to_devices_with_sharding",
+    "BufferFromPyval",
+    "TransferToDevice",
+    "TransferLiteralToDevice",
+)
+_D2H = (
+    "np.asarray(jax.Array)",
+    "CopyToHost",
+    "CopyRawToHost",
+    "ToLiteral",
+    "TransferFromDevice",
+    "TransferLiteralFromDevice",
+)
 _H2D_WORK = "H2D Dispatch"  # the copy itself, on XLA:CPU's worker thread, after the DevicePut that asked for it
 _CALL = re.compile(r"^(PjitFunction|PmapFunction)\((.*)\)$")
 _LOOP_CALL = re.compile(r"\b(?:jax\.)?(?:lax\.)?(scan|fori_loop|while_loop|map|associative_scan)\s*\(")
@@ -119,8 +131,14 @@ class CellResult:
     cut: Annotated[bool, Write(when=never)] = False  # the trace was read and the probe cut it short
 
 
-def _extrapolate(result: CellResult, window: Mapping[str, Any], wall: float | None, cell_wait: float | None = None,
-                 compile_s: float | None = None, trips: dict[str, dict[str, int]] | None = None) -> None:
+def _extrapolate(
+    result: CellResult,
+    window: Mapping[str, Any],
+    wall: float | None,
+    cell_wait: float | None = None,
+    compile_s: float | None = None,
+    trips: dict[str, dict[str, int]] | None = None,
+) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
     JAX's compile time in the whole cell; with the window's own (``TraceWindow.compile_s``, read at the cut)
@@ -135,8 +153,12 @@ def _extrapolate(result: CellResult, window: Mapping[str, Any], wall: float | No
         return
     running, running_traced = wall, traced
     compiled_before = covered.compile_s
-    if compiled_before is not None and compile_s is not None \
-            and running - compile_s > 0 and running_traced - compiled_before > 0:
+    if (
+        compiled_before is not None
+        and compile_s is not None
+        and running - compile_s > 0
+        and running_traced - compiled_before > 0
+    ):
         running, running_traced = running - compile_s, running_traced - compiled_before
     # The time the cell's thread waited for a CPU (load on the machine) ran no calls: rates are judged over
     # the time it did not wait, in the traced window and in the whole cell. A wait falls on compiling and
@@ -179,23 +201,33 @@ def _extrapolate(result: CellResult, window: Mapping[str, Any], wall: float | No
 
 def _scaled_transfers(transfers: Transfers, scale: float) -> Transfers:
     """A cut trace's copies for the whole cell: counts rounded, bytes and time scaled."""
+
     def count(value: int | None) -> int | None:
         return None if value is None else round(value * scale)
 
     def figure(value: float | None) -> float | None:
         return None if value is None else value * scale
 
-    return replace(transfers, host_to_device=count(transfers.host_to_device),
-                   device_to_host=count(transfers.device_to_host), sized=count(transfers.sized),
-                   unsized=count(transfers.unsized), bytes_low=figure(transfers.bytes_low),
-                   bytes_high=figure(transfers.bytes_high), cpu_s=figure(transfers.cpu_s))
+    return replace(
+        transfers,
+        host_to_device=count(transfers.host_to_device),
+        device_to_host=count(transfers.device_to_host),
+        sized=count(transfers.sized),
+        unsized=count(transfers.unsized),
+        bytes_low=figure(transfers.bytes_low),
+        bytes_high=figure(transfers.bytes_high),
+        cpu_s=figure(transfers.cpu_s),
+    )
 
 
 def _traced_fraction(execution: Executed, trips: dict[str, int], seen: int) -> float:
     """How many of the ``seen`` executions the window saw whole, as a share: below 1 when an outermost loop
     with a static trip count showed fewer iterations than the executions would have run (the last was cut)."""
-    shares = [loop.iterations / trip for loop_id, trip in trips.items()
-              if trip and (loop := execution.loops.get(loop_id)) is not None and loop.iterations is not None]
+    shares = [
+        loop.iterations / trip
+        for loop_id, trip in trips.items()
+        if trip and (loop := execution.loops.get(loop_id)) is not None and loop.iterations is not None
+    ]
     return max(0.0, min([1.0, *shares])) if seen else 1.0
 
 
@@ -214,7 +246,7 @@ def _late_call_rate(calls: dict[int, list[tuple[int, int, str]]]) -> CallRate | 
     if len(starts) < 200:
         return None
     starts.sort()
-    half = starts[len(starts) // 2:]
+    half = starts[len(starts) // 2 :]
     span = (half[-1] - half[0]) / 1e9
     if span <= 0:
         return None
@@ -230,7 +262,7 @@ def function_of(module: str) -> str:
     """The jitted function behind a module name (``jit_qm_jax`` → ``qm_jax``)."""
     for prefix in ("jit_", "pmap_", "xmap_"):
         if module.startswith(prefix):
-            module = module[len(prefix):]
+            module = module[len(prefix) :]
             break
     return "<lambda>" if re.fullmatch(r"_lambda_?", module) else module
 
@@ -239,7 +271,9 @@ def function_of(module: str) -> str:
 class _TraceEvents:
     """A cell trace's events that the program data is read from, by kind (times in ns)."""
 
-    ops: list[tuple[Any, int, int, int]] = field(default_factory=list)  # a known program's thunks: (event, start, end, line)
+    ops: list[tuple[Any, int, int, int]] = field(
+        default_factory=list
+    )  # a known program's thunks: (event, start, end, line)
     calls: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # jitted calls by thread line
     h2d: list[tuple[int, int, int]] = field(default_factory=list)
     d2h: list[tuple[int, int]] = field(default_factory=list)
@@ -327,8 +361,9 @@ class ProgramCollector:
             if key not in counted and result.trace != "read":
                 # Compiled here, so called here at least once; how often is not known.
                 result.executions.append(Executed(program=key, count=1, count_basis="compiled"))
-        result.collect_s = CollectTimes(trace_stop_s=probe.trace_stop_s, programs_s=probe.programs_s,
-                                        gpu_lowering_s=probe.gpu_lowering_s)
+        result.collect_s = CollectTimes(
+            trace_stop_s=probe.trace_stop_s, programs_s=probe.programs_s, gpu_lowering_s=probe.gpu_lowering_s
+        )
         if not probe.shared:
             _remove(probe.trace)
         _remove(probe.programs)
@@ -378,8 +413,11 @@ class ProgramCollector:
             for loop in description.loops:
                 _place(loop, self.code_cells, cell.index)
             self.programs[key] = description
-            self.trips[key] = {loop.id: loop.trip_count for loop in description.loops
-                               if loop.parent is None and loop.trip_count is not None}
+            self.trips[key] = {
+                loop.id: loop.trip_count
+                for loop in description.loops
+                if loop.parent is None and loop.trip_count is not None
+            }
             if program.program_id is not None:
                 self.key_of[program.program_id] = key
                 names = _kernel_names(text)
@@ -387,7 +425,8 @@ class ProgramCollector:
                 self.loop_ops[program.program_id] = _loop_kernels(text)
                 self.timers[program.program_id] = {p.timer for p in self.loop_ops[program.program_id].values()}
                 self.loop_body_names[program.program_id] = frozenset(
-                    name for loop in self.loop_ops[program.program_id].values() for name in loop.body)
+                    name for loop in self.loop_ops[program.program_id].values() for name in loop.body
+                )
                 self.all_op_names |= names
             new.append(key)
         return new
@@ -398,8 +437,10 @@ class ProgramCollector:
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
         import json
 
-        by_function = {_normal(entry.function or ""): entry
-                       for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))}
+        by_function = {
+            _normal(entry.function or ""): entry
+            for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))
+        }
         for key in new_programs:
             program = self.programs[key]
             entry = by_function.get(_normal(program.function or ""))
@@ -414,9 +455,13 @@ class ProgramCollector:
                 program.gpu = hlo.GpuDescription(source=entry.source, error=entry.error)
                 continue
             gpu_loops = [(_tail(g.stack), g.line) for g in entry.loops]
-            program.gpu = hlo.GpuDescription(source=entry.source, loops=len(gpu_loops),
-                                             custom_calls=dict(entry.custom_calls or {}),
-                                             conditionals=entry.conditionals, seconds=entry.seconds)
+            program.gpu = hlo.GpuDescription(
+                source=entry.source,
+                loops=len(gpu_loops),
+                custom_calls=dict(entry.custom_calls or {}),
+                conditionals=entry.conditionals,
+                seconds=entry.seconds,
+            )
             remaining = list(gpu_loops)
             for loop in program.loops:
                 mine = (_tail(loop.op_name), loop.source.line if loop.source is not None else None)
@@ -495,23 +540,26 @@ class ProgramCollector:
                     elif event_name.startswith(_EXECUTE):
                         events.executes.append(_span(event, shift))
                     elif event_name.startswith(_END_MARK):
-                        if event_name[len(_END_MARK):] in loop_kernels and len(events.end_marks) <= MAX_STAT_READS:
-                            events.end_marks.append((event_name[len(_END_MARK):], _span(event, shift)[0]))
+                        if event_name[len(_END_MARK) :] in loop_kernels and len(events.end_marks) <= MAX_STAT_READS:
+                            events.end_marks.append((event_name[len(_END_MARK) :], _span(event, shift)[0]))
                     elif worker and not event_name.startswith(_BOOKKEEPING):
                         events.xla_spans.append(_span(event, shift))
                     if event_name in self.all_op_names:
                         events.ops.append((event, *_span(event, shift), line_id))
                     elif event_name.startswith(("PjitFunction(", "PmapFunction(")):
                         match = _CALL.match(event_name)
-                        events.calls.setdefault(line_id, []).append((*_span(event, shift), match.group(2) if match else ""))
+                        events.calls.setdefault(line_id, []).append(
+                            (*_span(event, shift), match.group(2) if match else "")
+                        )
                     elif event_name in _H2D:
                         events.h2d.append((*_span(event, shift), line_id))
                     elif event_name in _D2H:
                         events.d2h.append(_span(event, shift))
         return events
 
-    def _recovered(self, events: _TraceEvents, found: _Attribution, starts: list[int],
-                   sampled: list[tuple[int, int]]) -> None:
+    def _recovered(
+        self, events: _TraceEvents, found: _Attribution, starts: list[int], sampled: list[tuple[int, int]]
+    ) -> None:
         """Count a loop's kernels by their end markers too: XLA:CPU records one as each kernel ends, beside the
         kernel's own event, and where a session part's stop cut through a kernel (an iteration running as one
         part stopped and the next started) its event is in neither part but its marker is in the next. Each
@@ -522,8 +570,9 @@ class ProgramCollector:
         marks: Counter[tuple[int, str]] = Counter()
         for name, at in events.end_marks:
             after = bisect.bisect_left(starts, at)
-            nearest = min((i for i in (after - 1, after) if 0 <= i < len(sampled)),
-                          key=lambda i: abs(sampled[i][0] - at))
+            nearest = min(
+                (i for i in (after - 1, after) if 0 <= i < len(sampled)), key=lambda i: abs(sampled[i][0] - at)
+            )
             program_id = sampled[nearest][1]
             if program_id in self.loop_body_names and name in self.loop_body_names[program_id]:
                 marks[(program_id, name)] += 1
@@ -581,13 +630,17 @@ class ProgramCollector:
             count_basis="trace" if step == 1 else "sampled",
             sampled_runs=len(run_ids) if step > 1 else None,
             cpu_s=covered(union(found.spans[program_id])) / 1e9 * step,
-            loops=_observed_loops(self.loop_ops[program_id], program_id, found.seen, found.timer_ns, step,
-                                  len(run_ids)),
+            loops=_observed_loops(
+                self.loop_ops[program_id], program_id, found.seen, found.timer_ns, step, len(run_ids)
+            ),
             from_run_ids=True,
         )
 
     def _transfers(
-        self, h2d: list[tuple[int, int, int]], d2h: list[tuple[int, int]], calls: dict[int, list[tuple[int, int, str]]],
+        self,
+        h2d: list[tuple[int, int, int]],
+        d2h: list[tuple[int, int]],
+        calls: dict[int, list[tuple[int, int, str]]],
         work: list[tuple[int, int]] | None = None,
     ) -> Transfers:
         from nbscope.collect.timeline import covered, union
@@ -625,8 +678,15 @@ class ProgramCollector:
         # On a CPU these copies are host work (a memcpy, or nothing when the buffer is shared): the
         # forecast takes their time out of the cell's host time and puts its own transfer term in.
         seconds = covered(union([(s, e) for s, e, _ in h2d] + d2h + work)) / 1e9
-        return Transfers(host_to_device=len(h2d), device_to_host=len(d2h), sized=sized, unsized=unsized,
-                         bytes_low=low, bytes_high=high, cpu_s=seconds)
+        return Transfers(
+            host_to_device=len(h2d),
+            device_to_host=len(d2h),
+            sized=sized,
+            unsized=unsized,
+            bytes_low=low,
+            bytes_high=high,
+            cpu_s=seconds,
+        )
 
 
 _BOOKKEEPING = ("ThreadpoolListener", "end: ")
@@ -674,8 +734,13 @@ def _loop_kernels(text: str) -> dict[str, LoopKernels]:
     and the thunk whose span times the loop: the ``while`` itself, or the small ``call`` XLA:CPU wraps
     a scalar loop in (then its iterations leave no events)."""
     module = hlo.parse(text)
-    callers = {callee: i.name for c in module.computations.values() for i in c.instructions
-               if i.opcode == "call" for callee in i.called}
+    callers = {
+        callee: i.name
+        for c in module.computations.values()
+        for i in c.instructions
+        if i.opcode == "call"
+        for callee in i.called
+    }
     loops: dict[str, LoopKernels] = {}
     for name, computation in module.computations.items():
         for instruction in computation.instructions:
@@ -685,14 +750,23 @@ def _loop_kernels(text: str) -> dict[str, LoopKernels]:
             body = module.computation(match.group(1)) if match else None
             if body is None:
                 continue
-            kernels = frozenset(i.name for i in body.instructions
-                                if i.opcode not in hlo.NO_KERNEL and i.opcode not in ("while", "conditional"))
+            kernels = frozenset(
+                i.name
+                for i in body.instructions
+                if i.opcode not in hlo.NO_KERNEL and i.opcode not in ("while", "conditional")
+            )
             loops[instruction.name] = LoopKernels(body=kernels, timer=callers.get(name, instruction.name))
     return loops
 
 
-def _observed_loops(loop_ops: dict[str, LoopKernels], program_id: int, seen: Counter[tuple[int, str]],
-                    timer_ns: Counter[tuple[int, str]], step: int, runs: int) -> dict[str, LoopSeen]:
+def _observed_loops(
+    loop_ops: dict[str, LoopKernels],
+    program_id: int,
+    seen: Counter[tuple[int, str]],
+    timer_ns: Counter[tuple[int, str]],
+    step: int,
+    runs: int,
+) -> dict[str, LoopSeen]:
     """Per loop of a program: iterations per execution counted from its body's kernels in the trace
     (each runs at least once per iteration; the fewest events of them), and the time spent inside the
     loop."""
@@ -713,10 +787,16 @@ def _observed_loops(loop_ops: dict[str, LoopKernels], program_id: int, seen: Cou
 
 def _kernel_names(text: str) -> set[str]:
     module = hlo.parse(text)
-    fusion_bodies = {c for comp in module.computations.values() for i in comp.instructions
-                     if i.opcode == "fusion" for c in i.called}
-    return {i.name for name, comp in module.computations.items() if name not in fusion_bodies
-            for i in comp.instructions if i.opcode not in hlo.NO_KERNEL}
+    fusion_bodies = {
+        c for comp in module.computations.values() for i in comp.instructions if i.opcode == "fusion" for c in i.called
+    }
+    return {
+        i.name
+        for name, comp in module.computations.items()
+        if name not in fusion_bodies
+        for i in comp.instructions
+        if i.opcode not in hlo.NO_KERNEL
+    }
 
 
 def _place(loop: hlo.LoopDescription, cells: list[CodeCell], current: int | None) -> None:

@@ -48,7 +48,9 @@ def imported_modules(sources: Iterable[str]) -> list[str]:
                 if match and match.group(1):
                     names.append(match.group(1))
                 elif match and match.group(2):
-                    names += [part.strip().split()[0].split(".")[0] for part in match.group(2).split(",") if part.strip()]
+                    names += [
+                        part.strip().split()[0].split(".")[0] for part in match.group(2).split(",") if part.strip()
+                    ]
         else:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):

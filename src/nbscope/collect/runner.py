@@ -62,8 +62,15 @@ if TYPE_CHECKING:
     from nbscope.collect.program import ProgramCollector
 
 __all__ = [
-    "CellCallback", "NotebookExecution", "ExecutionOptions", "LineSink", "ProbeReader", "StartCallback", "execute",
-    "merge_cell", "merge_described",
+    "CellCallback",
+    "NotebookExecution",
+    "ExecutionOptions",
+    "LineSink",
+    "ProbeReader",
+    "StartCallback",
+    "execute",
+    "merge_cell",
+    "merge_described",
 ]
 
 CellCallback = Callable[[dict[str, Any]], None]
@@ -138,8 +145,15 @@ def execute(
             resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
         )
 
-    loop = _CellLoop(notebook, options, ProbeReader(probe_out), programs,
-                     live_sink if live_sink is not None else Discard(), on_cell_start, on_cell_done)
+    loop = _CellLoop(
+        notebook,
+        options,
+        ProbeReader(probe_out),
+        programs,
+        live_sink if live_sink is not None else Discard(),
+        on_cell_start,
+        on_cell_done,
+    )
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     descendants = None
@@ -178,8 +192,12 @@ def execute(
         home.cleanup()
     loop.runner["total_s"] = time.perf_counter() - started
     return NotebookExecution(
-        cells=loop.cells, runner=loop.runner, kernel=loop.reader.kernel, status=loop.status,
-        executed_nb=notebook.nb, interrupted=loop.interrupted,
+        cells=loop.cells,
+        runner=loop.runner,
+        kernel=loop.reader.kernel,
+        status=loop.status,
+        executed_nb=notebook.nb,
+        interrupted=loop.interrupted,
         programs=programs.finish() if programs is not None else None,
     )
 
@@ -198,8 +216,9 @@ def _track(process: subprocess.Popen[bytes] | None) -> Descendants | None:
 _START_AGAIN = ("died before replying", "didn't respond")
 
 
-def _start_kernel(new_client: Callable[[], NotebookClient], env: dict[str, str], log: IO[bytes],
-                  ) -> tuple[NotebookClient, AbstractContextManager[None], int]:
+def _start_kernel(
+    new_client: Callable[[], NotebookClient], env: dict[str, str], log: IO[bytes]
+) -> tuple[NotebookClient, AbstractContextManager[None], int]:
     """A client of ``new_client()``'s with its kernel started: ``(client, entered context, restarts)``. A
     failed or interrupted start leaves no kernel behind. A kernel that died before replying to its first
     request (seen twice in about 2,000 starts on a busy 2-core machine), or never replied within the start-up
@@ -227,14 +246,25 @@ class _CellLoop:
     """The cells of one execution, one at a time, in a started kernel: each cell's record, streamed to the
     live file as it finishes, and what a failure means for the cells after it."""
 
-    def __init__(self, notebook: Notebook, options: ExecutionOptions, reader: ProbeReader,
-                 programs: ProgramCollector | None, live: LineSink, on_cell_start: StartCallback | None,
-                 on_cell_done: CellCallback | None) -> None:
+    def __init__(
+        self,
+        notebook: Notebook,
+        options: ExecutionOptions,
+        reader: ProbeReader,
+        programs: ProgramCollector | None,
+        live: LineSink,
+        on_cell_start: StartCallback | None,
+        on_cell_done: CellCallback | None,
+    ) -> None:
         self.notebook, self.options, self.reader, self.programs = notebook, options, reader, programs
         self.live, self.on_cell_start, self.on_cell_done = live, on_cell_start, on_cell_done
         self.cells: list[dict[str, Any]] = []
-        self.runner: dict[str, Any] = {"pathway": "kernel", "kernel_start_s": None, "shutdown_s": None,
-                                       "execute_s": None}
+        self.runner: dict[str, Any] = {
+            "pathway": "kernel",
+            "kernel_start_s": None,
+            "shutdown_s": None,
+            "execute_s": None,
+        }
         self.status = "ok"
         self.stopped = self.interrupted = self.kernel_written = False
         self.running: CodeCell | None = None  # the cell being executed, and since when (for an interrupt)
@@ -254,10 +284,13 @@ class _CellLoop:
             # how long it had run and the signal; those after it did not run. What finished is returned,
             # and the caller saves it and stops.
             self.status, self.interrupted = "partial", True
-            for code_cell in self.notebook.code_cells[len(self.cells):]:
+            for code_cell in self.notebook.code_cells[len(self.cells) :]:
                 if code_cell is self.running:
-                    self._keep(interrupted_described(code_cell.describe(), time.perf_counter() - self.cell_started,
-                                                     stop_signal(exc)))
+                    self._keep(
+                        interrupted_described(
+                            code_cell.describe(), time.perf_counter() - self.cell_started, stop_signal(exc)
+                        )
+                    )
                 else:
                     self._keep(merge_cell(code_cell, None))
 
@@ -301,8 +334,9 @@ class _CellLoop:
             self.runner["oom_kill"] = {"where": killed.where, "kills": killed.kills, "limit_bytes": killed.limit_bytes}
             record["error"]["message"] += f": {killed.text}"
 
-    def _after(self, code_cell: CodeCell, cell: NotebookNode, outcome: str, record: dict[str, Any],
-               client: NotebookClient) -> None:
+    def _after(
+        self, code_cell: CodeCell, cell: NotebookNode, outcome: str, record: dict[str, Any], client: NotebookClient
+    ) -> None:
         """What a cell's outcome means for the run: partial, and whether the cells after it run."""
         if outcome == "kernel-died":
             self.status, self.stopped = "partial", True
@@ -323,8 +357,15 @@ class _CellLoop:
             self.status, self.stopped = "partial", True
 
 
-def _cell_record(code_cell: CodeCell, cell: NotebookNode, outcome: str, elapsed: float, probe: ProbeCell | None,
-                 options: ExecutionOptions, programs: ProgramCollector | None) -> dict[str, Any]:
+def _cell_record(
+    code_cell: CodeCell,
+    cell: NotebookNode,
+    outcome: str,
+    elapsed: float,
+    probe: ProbeCell | None,
+    options: ExecutionOptions,
+    programs: ProgramCollector | None,
+) -> dict[str, Any]:
     """One cell's record from how its request ended (``ran``, ``timeout``, ``kernel-died``), the runner's
     clock, what nbclient wrote into the cell and the probe's line."""
     error = None
@@ -342,9 +383,12 @@ def _cell_record(code_cell: CodeCell, cell: NotebookNode, outcome: str, elapsed:
             error = output_error(executed)
     elif outcome != "ran":
         runner_fields.update(status=outcome, wall_s=elapsed)
-        error = {"name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",
-                 "message": f"cell exceeded --timeout {options.timeout:g} s" if outcome == "timeout"
-                 else "the kernel died while running this cell"}
+        error = {
+            "name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",
+            "message": f"cell exceeded --timeout {options.timeout:g} s"
+            if outcome == "timeout"
+            else "the kernel died while running this cell",
+        }
     record = merge_cell(code_cell, probe, **runner_fields)
     if programs is not None and probe is not None and probe.programs is not None:
         record["programs"] = _collect_programs(programs, probe.programs, record)
@@ -365,8 +409,9 @@ def stop_signal(exc: BaseException) -> str:
     return _signals.signal_name(signum) if signum else "SIGINT"
 
 
-def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str],
-                       ) -> ProgramCollector | None:
+def _program_collector(
+    notebook: Notebook, options: ExecutionOptions, root: Path, env: dict[str, str]
+) -> ProgramCollector | None:
     """With ``programs``: where the probe writes program data, and the collector that reads it."""
     if not options.programs:
         return None
@@ -376,8 +421,9 @@ def _program_collector(notebook: Notebook, options: ExecutionOptions, root: Path
     return ProgramCollector(notebook.code_cells)
 
 
-def _collect_programs(collector: ProgramCollector, probe_programs: ProbePrograms, record: dict[str, Any],
-                      ) -> dict[str, Any]:
+def _collect_programs(
+    collector: ProgramCollector, probe_programs: ProbePrograms, record: dict[str, Any]
+) -> dict[str, Any]:
     """A cell's program data, read outside the kernel so it never adds to the cell's time."""
     try:
         return collector.cell(probe_programs, record)

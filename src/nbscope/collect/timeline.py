@@ -59,14 +59,30 @@ DISTORTION_EVENTS = 20_000
 MEMCPY_STATS_LIMIT = 20_000  # read sizes of at most this many copies; scale the rest by their mean
 
 _DISPATCH = re.compile(r"^(PjitFunction\(|PmapFunction\(|ExecuteReplicated|CommonPjRtLoadedExecutable::ExecutePrepare)")
-_EXECUTE = re.compile(r"^(CommonPjRtLoadedExecutable::ExecuteHelper|PjRtStreamExecutorLoadedExecutable::Execute"
-                      r"(Helper)?$|PjRtCApiLoadedExecutable::Execute)")
-_H2D = ("DevicePut", "DevicePutWithSharding", "batched_copy_array_to_devices_with_sharding",
-        "BufferFromPyval", "TransferToDevice", "TransferLiteralToDevice")
-_D2H = ("np.asarray(jax.Array)", "CopyToHost", "CopyRawToHost", "ToLiteral", "TransferFromDevice",
-        "TransferLiteralFromDevice")
-_COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|lower_mesh_computation|trace_to_jaxpr|"
-                      r"jaxpr_to_mlir|compile_or_get_cached|PjRt\w*Client::Compile|.*Compiler::Compile)")
+_EXECUTE = re.compile(
+    r"^(CommonPjRtLoadedExecutable::ExecuteHelper|PjRtStreamExecutorLoadedExecutable::Execute"
+    r"(Helper)?$|PjRtCApiLoadedExecutable::Execute)"
+)
+_H2D = (
+    "DevicePut",
+    "DevicePutWithSharding",
+    "batched_copy_array_to_devices_with_sharding",
+    "BufferFromPyval",
+    "TransferToDevice",
+    "TransferLiteralToDevice",
+)
+_D2H = (
+    "np.asarray(jax.Array)",
+    "CopyToHost",
+    "CopyRawToHost",
+    "ToLiteral",
+    "TransferFromDevice",
+    "TransferLiteralFromDevice",
+)
+_COMPILE = re.compile(
+    r"^(backend_compile|lower_sharding_computation|lower_mesh_computation|trace_to_jaxpr|"
+    r"jaxpr_to_mlir|compile_or_get_cached|PjRt\w*Client::Compile|.*Compiler::Compile)"
+)
 _SYNC = re.compile(r"(Buffer::Await$|BlockHostUntilReady|[Ss]ynchronize|block_until_ready)")
 _LAUNCH = re.compile(r"^(cuLaunchKernel|cudaLaunchKernel|cuLaunchKernelEx|hipModuleLaunchKernel|hipLaunchKernel)")
 _MEMCPY_SIZE = re.compile(r"size:(\d+)")
@@ -115,6 +131,7 @@ class TraceData(Protocol):
 
 
 # ---- intervals ---------------------------------------------------------------------------------
+
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, non-overlapping cover of the intervals (nanoseconds)."""
@@ -171,6 +188,7 @@ def _top_level(events: list[Interval]) -> int:
 
 
 # ---- reading the trace -------------------------------------------------------------------------
+
 
 @dataclass
 class _Op:
@@ -249,11 +267,17 @@ def _span(event: TraceEvent, first: float | None, last: float | None) -> tuple[f
     """An event's start and end (ns), and the trace's first and last instants widened to cover it."""
     start = event.start_ns
     end = start + event.duration_ns
-    return start, end, (start if first is None or start < first else first), (end if last is None or end > last else last)
+    return (
+        start,
+        end,
+        (start if first is None or start < first else first),
+        (end if last is None or end > last else last),
+    )
 
 
-def _read_host_line(result: TraceEvents, line: TraceLine, line_id: int, first: float | None, last: float | None,
-                    ) -> tuple[float | None, float | None]:
+def _read_host_line(
+    result: TraceEvents, line: TraceLine, line_id: int, first: float | None, last: float | None
+) -> tuple[float | None, float | None]:
     kinds: dict[str, tuple[str, str | None]] = {}  # event name -> (kind, module), decided once per name
     dispatch: list[Interval] = []
     busy: list[Interval] = []
@@ -350,6 +374,7 @@ def _read_device_line(
 
 
 # ---- the summary -------------------------------------------------------------------------------
+
 
 def _leaf_ops(ops: list[_Op]) -> list[_Op]:
     """Ops that contain no other op on the same thread (a CPU ``while`` thunk contains its body's)."""
@@ -467,17 +492,35 @@ def _transfers(events: TraceEvents) -> dict[str, Any]:
         mean = statistics.fmean(sizes) if sizes else None
         total = int(mean * len(host)) if mean is not None else None  # beyond MEMCPY_STATS_LIMIT: scaled
         seconds = covered(union((c[0], c[1]) for c in host)) / 1e9
-        return {"count": len(host), "host_to_device": len(h2d), "device_to_host": len(d2h), "bytes": total,
-                "mean_bytes": mean, "seconds": seconds, "source": "device copies"}
+        return {
+            "count": len(host),
+            "host_to_device": len(h2d),
+            "device_to_host": len(d2h),
+            "bytes": total,
+            "mean_bytes": mean,
+            "seconds": seconds,
+            "source": "device copies",
+        }
     h2d_count, d2h_count = _top_level(events.h2d), _top_level(events.d2h)
     seconds = covered(union(events.h2d + events.d2h)) / 1e9
     # The CPU trace names host-side copy calls but carries no sizes.
-    return {"count": h2d_count + d2h_count, "host_to_device": h2d_count, "device_to_host": d2h_count, "bytes": None,
-            "mean_bytes": None, "seconds": seconds, "source": "host calls"}
+    return {
+        "count": h2d_count + d2h_count,
+        "host_to_device": h2d_count,
+        "device_to_host": d2h_count,
+        "bytes": None,
+        "mean_bytes": None,
+        "seconds": seconds,
+        "source": "host calls",
+    }
 
 
 def _reason(
-    classification: str, parts: dict[str, float], wall: float, ops: int, per_op_s: float | None,
+    classification: str,
+    parts: dict[str, float],
+    wall: float,
+    ops: int,
+    per_op_s: float | None,
     transfers: dict[str, Any],
 ) -> str:
     share = parts[classification] / wall if wall > 0 else 0.0
@@ -495,6 +538,7 @@ def _reason(
 
 
 # ---- the runner's entry point ------------------------------------------------------------------
+
 
 def _is_temporary(folder: Path) -> bool:
     """A trace folder inside an nbscope probe home (a temporary folder), not a --keep-traces one."""

@@ -23,8 +23,13 @@ SIMILARITY_THRESHOLD = 0.6
 
 
 # What happened to a cell that did not finish cleanly, as a sentence says it ("the cell died").
-FAILURE_WORDS = {"error": "raised", "expected-error": "raised (expected)", "timeout": "timed out",
-                 "kernel-died": "died", "interrupted": "was interrupted"}
+FAILURE_WORDS = {
+    "error": "raised",
+    "expected-error": "raised (expected)",
+    "timeout": "timed out",
+    "kernel-died": "died",
+    "interrupted": "was interrupted",
+}
 
 
 def failure_text(cell: Cell) -> str | None:
@@ -37,8 +42,6 @@ def failure_text(cell: Cell) -> str | None:
     if cell.status == "interrupted" and not detail and cell.interrupted_by:
         detail = f"by {cell.interrupted_by}"
     return FAILURE_WORDS[cell.status] + (f" ({detail[:160]})" if detail else "")
-
-
 
 
 # Files that mark the root of a Jupyter Book (1 and 2).
@@ -134,7 +137,7 @@ def same_notebook(a: RunRecord, b: RunRecord) -> bool:
         return True
     parts_a, parts_b = Path(a.target).parts, Path(b.target).parts
     shorter, longer = sorted((parts_a, parts_b), key=len)
-    if not shorter or longer[len(longer) - len(shorter):] != shorter:
+    if not shorter or longer[len(longer) - len(shorter) :] != shorter:
         return False
     return shares_cells(cell_hashes(a), cell_hashes(b))
 
@@ -235,10 +238,7 @@ def _pair_gap(block_a: list[CellT], block_b: list[CellT], sources: Mapping[str, 
 
 
 def pair_cells(
-    cells_a: Sequence[CellT],
-    cells_b: Sequence[CellT],
-    *,
-    sources: Mapping[str, str] | None = None,
+    cells_a: Sequence[CellT], cells_b: Sequence[CellT], *, sources: Mapping[str, str] | None = None
 ) -> list[CellPair[CellT]]:
     """Pair the cells of two runs of a notebook (A, B), in notebook order.
 

@@ -121,8 +121,12 @@ def to_records(
     for row in rows:
         seconds = row["execution_seconds"]
         if book2:
-            where = {"tool": "jupyter-book 2", "uri": row["uri"], "hashkey": row["hashkey"],
-                     "page_found": row["page"] is not None}
+            where = {
+                "tool": "jupyter-book 2",
+                "uri": row["uri"],
+                "hashkey": row["hashkey"],
+                "page_found": row["page"] is not None,
+            }
             cached = {"data": row["context"], "description": "jupyter-book 2 execution cache entry"}
         else:
             where = {"uri": row["uri"], "hashkey": row["hashkey"], "cache_pk": row["pk"]}
@@ -261,14 +265,23 @@ def import_cache(
     if book2 is not None:
         rows = read_book2_cache(book2)
         fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
-        records = to_records(fresh, fingerprint=fingerprint, cache=book2, root=root, book2=True,
-                                fingerprint_source=fingerprint_source or "given")
+        records = to_records(
+            fresh,
+            fingerprint=fingerprint,
+            cache=book2,
+            root=root,
+            book2=True,
+            fingerprint_source=fingerprint_source or "given",
+        )
     else:
         assert database is not None
         rows = read_cache(database)
         fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
         records = to_records(
-            fresh, fingerprint=fingerprint, cache=database.parent, root=root,
+            fresh,
+            fingerprint=fingerprint,
+            cache=database.parent,
+            root=root,
             fingerprint_source=fingerprint_source or "given",
         )
     for record in records:

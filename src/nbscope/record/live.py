@@ -89,29 +89,36 @@ class LiveWriter:
             handle.write(redact(json.dumps(line, default=str)) + "\n")  # no credential of a URL is kept
 
     def header(
-        self, record: RunRecord, notebook: dict[str, Any], code_cells: list[dict[str, Any]], store_path: Path | None,
-        *, run_uuid: str | None = None,
+        self,
+        record: RunRecord,
+        notebook: dict[str, Any],
+        code_cells: list[dict[str, Any]],
+        store_path: Path | None,
+        *,
+        run_uuid: str | None = None,
     ) -> str:
         """The first line: enough to rebuild the run record from the cell lines that follow. Returns the run's
         uuid (its identity: a run imported twice, or from two copies of one file, is stored once)."""
         run_uuid = run_uuid or uuid.uuid4().hex
-        self.write({
-            "type": "run",
-            "format": LIVE_FORMAT,
-            "version": LIVE_VERSION,
-            "uuid": run_uuid,
-            "kind": record.kind,
-            "target": record.target,
-            "started_at": record.started_at,
-            "command": record.command,
-            "settings": record.settings,
-            "fingerprint": record.fingerprint,
-            "notebook": notebook,
-            "code_cells": code_cells,
-            "store": str(Path(store_path).resolve()) if store_path is not None else None,
-            "pid": os.getpid(),
-            "process_started": _process_started(os.getpid()),
-        })
+        self.write(
+            {
+                "type": "run",
+                "format": LIVE_FORMAT,
+                "version": LIVE_VERSION,
+                "uuid": run_uuid,
+                "kind": record.kind,
+                "target": record.target,
+                "started_at": record.started_at,
+                "command": record.command,
+                "settings": record.settings,
+                "fingerprint": record.fingerprint,
+                "notebook": notebook,
+                "code_cells": code_cells,
+                "store": str(Path(store_path).resolve()) if store_path is not None else None,
+                "pid": os.getpid(),
+                "process_started": _process_started(os.getpid()),
+            }
+        )
         return run_uuid
 
     def execution(self, number: int, cache_state: str) -> None:
@@ -241,10 +248,14 @@ def read_live(path: str | Path) -> LiveRun:
             run.executions[-1].cells.append(item)
             run.executions[-1].statuses.append(said.status)
     if run is None:
-        raise NbscopeError(f"{path} is not an nbscope live file with a header (an older nbscope wrote it, or another program)")
+        raise NbscopeError(
+            f"{path} is not an nbscope live file with a header (an older nbscope wrote it, or another program)"
+        )
     version = run.header.version
     if version is None or version > LIVE_VERSION:
-        raise NbscopeError(f"{path}: live file version {version!r}; this nbscope reads up to {LIVE_VERSION}: upgrade nbscope")
+        raise NbscopeError(
+            f"{path}: live file version {version!r}; this nbscope reads up to {LIVE_VERSION}: upgrade nbscope"
+        )
     return run
 
 
@@ -327,11 +338,17 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
         if stopped is not None and last and not finished and started and len(cells) < len(described):
             cells.append(interrupted_described(described[len(cells)], _ran_until(Path(path), stopped[0]), stopped[1]))
         # The cells the killed run never reached: as a run cut short records them.
-        cells += [merge_described(c, None) for c in described[len(cells):]]
+        cells += [merge_described(c, None) for c in described[len(cells) :]]
         runner = {"pathway": "kernel", "recovered_from": str(path)}
-        executions.append(NotebookExecution(cells=cells, runner=runner, kernel=entry.kernel,
-                                    status="ok" if finished else "partial",
-                                    interrupted=not finished and number == len(run.executions) - 1))
+        executions.append(
+            NotebookExecution(
+                cells=cells,
+                runner=runner,
+                kernel=entry.kernel,
+                status="ok" if finished else "partial",
+                interrupted=not finished and number == len(run.executions) - 1,
+            )
+        )
     cache_state = run.executions[-1].cache_state if run.executions else "off"
     record = RunRecord(
         kind=header.kind or "profile",
@@ -354,7 +371,6 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
     return record
 
 
-
 def _ran_until(path: Path, stopped_at: float) -> float | None:
     """Seconds from the live file's last write (the end of the last finished cell, or the kernel's start) to the
     stop signal; None when the file changed after the signal (the cell it was running finished regardless)."""
@@ -363,6 +379,7 @@ def _ran_until(path: Path, stopped_at: float) -> float | None:
     except OSError:
         return None
     return elapsed if elapsed >= 0 else None
+
 
 def _live_files(store_path: str | Path) -> list[Path]:
     """This store's live files: those in its own live folder, and those of the folder older versions shared
@@ -406,9 +423,17 @@ def unfinished(store_path: str | Path) -> list[UnfinishedRun]:
             reason = str(exc).removeprefix(f"{path} ").removeprefix(f"{path}: ")
             found.append(UnfinishedRun(str(path), "unreadable", reason=reason))
             continue
-        found.append(UnfinishedRun(
-            str(path), "running" if run.running() else "unfinished", started_at=run.header.started_at,
-            kind=run.header.kind, target=run.header.target, cells_measured=run.cells_measured,
-            code_cells=run.code_cells, executions=len(run.executions), pid=run.header.pid,
-        ))
+        found.append(
+            UnfinishedRun(
+                str(path),
+                "running" if run.running() else "unfinished",
+                started_at=run.header.started_at,
+                kind=run.header.kind,
+                target=run.header.target,
+                cells_measured=run.cells_measured,
+                code_cells=run.code_cells,
+                executions=len(run.executions),
+                pid=run.header.pid,
+            )
+        )
     return found

@@ -77,7 +77,9 @@ def _home() -> Path | None:
         return None
 
 
-def portable(document: dict[str, Any], *, root: str | Path | None = None, home: str | Path | None = None) -> dict[str, Any]:
+def portable(
+    document: dict[str, Any], *, root: str | Path | None = None, home: str | Path | None = None
+) -> dict[str, Any]:
     """A copy of a run document (``RunRecord.to_dict()``) with the machine-local paths dropped (see the module).
     ``root``: the project root (default: that of the working directory); ``home``: the home folder."""
     from nbscope.record.cells import project_root
@@ -106,12 +108,16 @@ def portable(document: dict[str, Any], *, root: str | Path | None = None, home: 
         measurements["portable"] = True
     for position, pool in enumerate(codec.decode(Machine, document["fingerprint"]).blas.pools):
         if pool is not None and pool.path is not None:
-            document["fingerprint"]["blas"]["pools"][position]["path"] = PurePosixPath(pool.path.replace("\\", "/")).name
+            document["fingerprint"]["blas"]["pools"][position]["path"] = PurePosixPath(
+                pool.path.replace("\\", "/")
+            ).name
     document = cast(dict[str, Any], localiser.walk(document))  # a document walks into a document
     command = document["command"]
     if isinstance(command, list) and command:
         args = [str(a) for a in command]
-        program = "nbscope" if PurePosixPath(args[0]).name in ("__main__.py", "nbscope") else PurePosixPath(args[0]).name
+        program = (
+            "nbscope" if PurePosixPath(args[0]).name in ("__main__.py", "nbscope") else PurePosixPath(args[0]).name
+        )
         document["command"] = [program] + [_portable_arg(a) for a in args[1:]]
     return document
 

@@ -109,8 +109,21 @@ class RunRecord(codec.Encoded):
     # The typed views of a loaded record, by class, decoded on first use (None: a record still being written,
     # whose document a job may change in place, decodes on every call).
     _views: dict[type, Any] | None = field(default=None, init=False, compare=False, repr=False)
-    document_keys = (("format", _format_name), "schema_version", "tool_version", "command", "started_at", "ended_at",
-                     "status", "kind", "target", "settings", "fingerprint", "measurements", "label")
+    document_keys = (
+        ("format", _format_name),
+        "schema_version",
+        "tool_version",
+        "command",
+        "started_at",
+        "ended_at",
+        "status",
+        "kind",
+        "target",
+        "settings",
+        "fingerprint",
+        "measurements",
+        "label",
+    )
 
     @property
     def digest(self) -> str:
@@ -237,8 +250,12 @@ def _settings(settings: Mapping[str, Any] | None) -> Settings:
 
 
 def _measured(settings: Settings) -> dict[str, Any]:
-    return {"jax_platform": settings.jax_platform, "jax_cache": settings.jax_cache, "timeline": settings.timeline,
-            "repeat": settings.repeat}
+    return {
+        "jax_platform": settings.jax_platform,
+        "jax_cache": settings.jax_cache,
+        "timeline": settings.timeline,
+        "repeat": settings.repeat,
+    }
 
 
 def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -351,7 +368,9 @@ def loads(text: str, *, source: str = "document") -> RunRecord:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
-        raise NbscopeError(f"{source} is nested deeper than {run_document.MAX_DEPTH} levels; not a run record") from None
+        raise NbscopeError(
+            f"{source} is nested deeper than {run_document.MAX_DEPTH} levels; not a run record"
+        ) from None
     except ValueError:  # Python's bound on reading an integer of thousands of digits
         raise NbscopeError(f"{source} holds a number of thousands of digits; not a run record") from None
     return RunRecord.from_dict(document, source=source)

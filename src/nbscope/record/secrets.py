@@ -40,7 +40,9 @@ STORE_VALUES_FLAG = "--env-store-values"
 HIDDEN = re.compile(r"hidden-sha256:[0-9a-f]{12}|hidden-hmac-[0-9a-f]{8}:[0-9a-f]{16}")
 # The key of values hidden without a store: this process's own.
 _PROCESS_KEY = random_source.token_bytes(32)
-_SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|(^|_)KEY($|_)|API_?KEY|_PAT$")
+_SECRET_WORDS = re.compile(
+    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|(^|_)KEY($|_)|API_?KEY|_PAT$"
+)
 
 
 def new_key() -> bytes:
@@ -100,8 +102,10 @@ def hide_stored_values(settings: dict[str, Any], command: list[str], key: bytes 
     changed = False
     env = settings.get("env")
     if isinstance(env, dict):
-        kept = {str(name): value if not isinstance(value, str) or readable(str(name)) else hidden(value, key)
-                for name, value in env.items()}
+        kept = {
+            str(name): value if not isinstance(value, str) or readable(str(name)) else hidden(value, key)
+            for name, value in env.items()
+        }
         if kept != env:
             settings["env"], changed = kept, True
     shown = command_for_record(command, key)

@@ -63,15 +63,20 @@ def load_sources(record: RunRecord, *, root: Path | None = None) -> tuple[Source
     run = record.notebook_run()  # parsed once for the record's code, its cells and its notebook's path
     sources = _trusted(run)
     missing = {c.source_hash for c in run.cells if c.source_hash} - set(sources)
-    named = {key: source for key, source in (record.named_sources or {}).items()
-             if key in missing and source_hash(source) == key}
+    named = {
+        key: source
+        for key, source in (record.named_sources or {}).items()
+        if key in missing and source_hash(source) == key
+    }
     sources.update(named)
     missing -= set(named)
     if not missing:
         return sources, None
     if record.named_sources:  # the user named the notebook: it is the one place to look
-        return sources, (f"{len(missing)} cell(s) of the run are not in the notebook named for it (edited since?): "
-                         "their code is unknown")
+        return sources, (
+            f"{len(missing)} cell(s) of the run are not in the notebook named for it (edited since?): "
+            "their code is unknown"
+        )
     from_file, note = _from_notebook_file(record, run.notebook.path, missing, root)
     sources.update(from_file)
     return sources, note
@@ -85,13 +90,17 @@ def sources_of(*records: RunRecord) -> Sources:
     return merged
 
 
-def _from_notebook_file(record: RunRecord, notebook_path: str | None, wanted: set[str],
-                        root: Path | None) -> tuple[Sources, str | None]:
+def _from_notebook_file(
+    record: RunRecord, notebook_path: str | None, wanted: set[str], root: Path | None
+) -> tuple[Sources, str | None]:
     """Sources of the cells in ``wanted``, read from the run's notebook file when it is there and unchanged."""
 
     version = record.schema_version
-    why = (f"the record (schema version {version}) does not carry its cells' code" if version == 1
-           else f"{len(wanted)} cell(s) of the record carry no code")
+    why = (
+        f"the record (schema version {version}) does not carry its cells' code"
+        if version == 1
+        else f"{len(wanted)} cell(s) of the record carry no code"
+    )
     candidates = []
     for value in (notebook_path, record.target):
         if isinstance(value, str) and value and value not in candidates:

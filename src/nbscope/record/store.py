@@ -137,16 +137,30 @@ _INDEXES_V4 = (
     "CREATE INDEX runs_target_label ON runs (target, label, started_at)",
     "CREATE INDEX runs_content ON runs (content_hash)",
 )
-_COPIED_V3 = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label",
-              "content_hash", "headline")
+_COPIED_V3 = (
+    "id",
+    "started_at",
+    "ended_at",
+    "kind",
+    "target",
+    "status",
+    "machine",
+    "digest",
+    "label",
+    "content_hash",
+    "headline",
+)
 
 
 def _summary_values(record: RunRecord) -> tuple[str | None, str, str]:
     """The backend, measurement settings and totals columns of a run."""
     from nbscope.record.run import series_settings
 
-    return (_backend(record), settings_key(series_settings(record.settings)),
-            json.dumps(dict(record.totals()), default=str))
+    return (
+        _backend(record),
+        settings_key(series_settings(record.settings)),
+        json.dumps(dict(record.totals()), default=str),
+    )
 
 
 def _migrate_to_4(db: sqlite3.Connection) -> None:
@@ -155,7 +169,9 @@ def _migrate_to_4(db: sqlite3.Connection) -> None:
     # The documents move to their own table, runs is made again without them (with the new columns,
     # filled from each run's document), and indexed anew.
     db.execute("ALTER TABLE runs RENAME TO runs_v3")
-    indexes = db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs_v3' AND sql IS NOT NULL")
+    indexes = db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs_v3' AND sql IS NOT NULL"
+    )
     for (index,) in indexes.fetchall():
         db.execute(f'DROP INDEX "{index}"')
     db.execute(_RUNS_V4)
@@ -196,8 +212,10 @@ def _migrate_to_5(db: sqlite3.Connection) -> None:
         if hide_stored_values(record.settings, record.command, key):
             row = _row(record)
             db.execute("UPDATE documents SET document = ? WHERE run_id = ?", (row[-1], run_id))
-            db.execute("UPDATE runs SET settings = ?, content_hash = ? WHERE id = ?",
-                       (row[_ROW_COLUMNS.index("settings")], row[_CONTENT_HASH], run_id))
+            db.execute(
+                "UPDATE runs SET settings = ?, content_hash = ? WHERE id = ?",
+                (row[_ROW_COLUMNS.index("settings")], row[_CONTENT_HASH], run_id),
+            )
 
 
 def _env_key(db: sqlite3.Connection, made: bytes | None = None) -> bytes:
@@ -217,8 +235,11 @@ def _migrate_to_6(db: sqlite3.Connection) -> None:
 # Version 7's columns: what `publish` and the attribution of a change read of every run without its document.
 FIGURE_COLUMNS = ("wall_s", "compile_s", "run_s")
 HASH_COLUMNS = ("cells_hash", "packages_hash", "programs_hash")
-_COLUMNS_V7 = (*(f"{name} REAL" for name in FIGURE_COLUMNS), "cache_state TEXT",
-               *(f"{name} TEXT" for name in HASH_COLUMNS))
+_COLUMNS_V7 = (
+    *(f"{name} REAL" for name in FIGURE_COLUMNS),
+    "cache_state TEXT",
+    *(f"{name} TEXT" for name in HASH_COLUMNS),
+)
 
 
 def _short_hash(parts: Iterable[str]) -> str:
@@ -232,12 +253,21 @@ def _document_summary(document: Mapping[str, Any]) -> tuple[Any, ...]:
 
     run = codec.decode(IndexedRun, document)
     totals, versions = run.measurements.totals, run.fingerprint.versions
-    packages = sorted(f"{k}={json.dumps(v, sort_keys=True, default=str)}" for k, v in versions.items()) \
-        if versions is not None else []
+    packages = (
+        sorted(f"{k}={json.dumps(v, sort_keys=True, default=str)}" for k, v in versions.items())
+        if versions is not None
+        else []
+    )
     programs = run.measurements.program_hashes
-    return (totals.wall_s, totals.compile_s, totals.run_s, totals.cache_state,
-            _short_hash(str(cell.source_hash) for cell in run.measurements.cells),
-            _short_hash(packages), _short_hash(programs) if programs is not None else None)
+    return (
+        totals.wall_s,
+        totals.compile_s,
+        totals.run_s,
+        totals.cache_state,
+        _short_hash(str(cell.source_hash) for cell in run.measurements.cells),
+        _short_hash(packages),
+        _short_hash(programs) if programs is not None else None,
+    )
 
 
 def _migrate_to_7(db: sqlite3.Connection) -> None:
@@ -254,12 +284,15 @@ def _migrate_to_7(db: sqlite3.Connection) -> None:
         if isinstance(document, dict):
             db.execute(update, (*_document_summary(document), run_id))
     # A notebook's runs on one backend, in time order, with the figures a book's history reads.
-    db.execute("CREATE INDEX runs_book ON runs (kind, target, backend, started_at, id, status, wall_s, compile_s,"
-               " run_s)")
+    db.execute(
+        "CREATE INDEX runs_book ON runs (kind, target, backend, started_at, id, status, wall_s, compile_s, run_s)"
+    )
 
 
-_SUMMARIES_V8 = ("CREATE TABLE IF NOT EXISTS run_summaries (run_id INTEGER PRIMARY KEY, tool_version TEXT NOT NULL,"
-                 " summary TEXT NOT NULL)")
+_SUMMARIES_V8 = (
+    "CREATE TABLE IF NOT EXISTS run_summaries (run_id INTEGER PRIMARY KEY, tool_version TEXT NOT NULL,"
+    " summary TEXT NOT NULL)"
+)
 
 
 def _migrate_to_8(db: sqlite3.Connection) -> None:
@@ -267,8 +300,15 @@ def _migrate_to_8(db: sqlite3.Connection) -> None:
     db.execute(_SUMMARIES_V8)
 
 
-MIGRATIONS = {1: _migrate_to_2, 2: _migrate_to_3, 3: _migrate_to_4, 4: _migrate_to_5,
-              5: _migrate_to_6, 6: _migrate_to_7, 7: _migrate_to_8}  # from version N to N + 1
+MIGRATIONS = {
+    1: _migrate_to_2,
+    2: _migrate_to_3,
+    3: _migrate_to_4,
+    4: _migrate_to_5,
+    5: _migrate_to_6,
+    6: _migrate_to_7,
+    7: _migrate_to_8,
+}  # from version N to N + 1
 
 
 def _document_hash(text: str) -> str:
@@ -279,7 +319,11 @@ def _document_hash(text: str) -> str:
         return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
     from nbscope.record import run as record_module
 
-    return record_module.content_hash(document) if isinstance(document, dict) else hashlib.sha256(text.encode()).hexdigest()
+    return (
+        record_module.content_hash(document)
+        if isinstance(document, dict)
+        else hashlib.sha256(text.encode()).hexdigest()
+    )
 
 
 def _notebook_cell_hashes(path: Path) -> list[str]:
@@ -414,8 +458,10 @@ def _newest_ids(db: sqlite3.Connection, query: RunQuery) -> Iterator[int]:
     others = [value for value in (query.target, query.digest, query.label) if value is not None]
     if kinds is not None and not isinstance(kinds, str) and not others:
         order = "ORDER BY started_at DESC, id DESC"
-        cursors = [db.execute(f"SELECT started_at, id FROM runs WHERE kind = ? {order}", (kind,))
-                   for kind in dict.fromkeys(kinds)]
+        cursors = [
+            db.execute(f"SELECT started_at, id FROM runs WHERE kind = ? {order}", (kind,))
+            for kind in dict.fromkeys(kinds)
+        ]
         for _, run_id in heapq.merge(*cursors, reverse=True):
             yield int(run_id)
         return
@@ -440,11 +486,7 @@ class Store:
     """
 
     def __init__(
-        self,
-        path: str | Path | None = None,
-        *,
-        on_skip: Callable[[str], None] | None = None,
-        read_only: bool = False,
+        self, path: str | Path | None = None, *, on_skip: Callable[[str], None] | None = None, read_only: bool = False
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.on_skip = on_skip
@@ -498,7 +540,9 @@ class Store:
         try:
             version = int(row[0])
         except (TypeError, ValueError):
-            raise NbscopeError(f"{self.path}: store_version {row[0]!r} is not a number; not an nbscope store this version can read") from None
+            raise NbscopeError(
+                f"{self.path}: store_version {row[0]!r} is not a number; not an nbscope store this version can read"
+            ) from None
         if version > STORE_VERSION:
             raise NbscopeError(
                 f"{self.path} is an nbscope store of version {version}; this nbscope ({__version__}) reads up to "
@@ -527,9 +571,7 @@ class Store:
             while version < STORE_VERSION:
                 MIGRATIONS[version](db)
                 version += 1
-            db.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),)
-            )
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -561,7 +603,9 @@ class Store:
                 finally:
                     db.execute("ROLLBACK")
             except sqlite3.Error as exc:
-                raise self._full_disk(exc) or NbscopeError(f"--db {self.path}: a run could not be stored in it ({exc})") from None
+                raise self._full_disk(exc) or NbscopeError(
+                    f"--db {self.path}: a run could not be stored in it ({exc})"
+                ) from None
 
     def missing(self) -> NbscopeError:
         """The error of a read-only command given a store that does not exist."""
@@ -589,7 +633,9 @@ class Store:
                 connection.execute("PRAGMA busy_timeout = 60000")
                 self._prepare(connection)
             except sqlite3.DatabaseError as exc:
-                raise self._full_disk(exc) or NbscopeError(f"{self.path} is not a usable nbscope database: {exc}") from None
+                raise self._full_disk(exc) or NbscopeError(
+                    f"{self.path} is not a usable nbscope database: {exc}"
+                ) from None
             try:
                 yield connection
             except sqlite3.OperationalError as exc:
@@ -608,8 +654,10 @@ class Store:
             return None
         if code == sqlite3.SQLITE_IOERR and free >= FULL_DISK_BYTES:
             return None  # a real I/O error: not a full disk
-        return NbscopeError(f"--db {self.path}: the disk is full ({free // 1024} KiB free in {folder}); "
-                            "the store itself is not damaged: free some space and run again")
+        return NbscopeError(
+            f"--db {self.path}: the disk is full ({free // 1024} KiB free in {folder}); "
+            "the store itself is not damaged: free some space and run again"
+        )
 
     @contextmanager
     def _connect_read_only(self) -> Iterator[sqlite3.Connection]:
@@ -692,8 +740,9 @@ class Store:
             db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
             try:
                 for _, row in rows:
-                    same = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1",
-                                      (row[_CONTENT_HASH],)).fetchone()
+                    same = db.execute(
+                        "SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (row[_CONTENT_HASH],)
+                    ).fetchone()
                     if same is not None:
                         found.append((int(same[0]), False))
                         continue
@@ -728,8 +777,9 @@ class Store:
 
     def get(self, run_id: int) -> RunRecord:
         with self._connect() as db:
-            row = db.execute("SELECT d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?",
-                             (run_id,)).fetchone()
+            row = db.execute(
+                "SELECT d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?", (run_id,)
+            ).fetchone()
         if row is None:
             raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         return self._parse(run_id, row[0])
@@ -742,8 +792,9 @@ class Store:
         with self._connect() as db:
             for start in range(0, len(wanted), _MOST_PARAMETERS):
                 part = wanted[start : start + _MOST_PARAMETERS]
-                rows = db.execute(f"SELECT run_id, document FROM documents WHERE run_id IN ({', '.join('?' * len(part))})",
-                                  part).fetchall()
+                rows = db.execute(
+                    f"SELECT run_id, document FROM documents WHERE run_id IN ({', '.join('?' * len(part))})", part
+                ).fetchall()
                 for run_id, text in rows:
                     try:
                         found[int(run_id)] = self._parse(int(run_id), text)
@@ -818,8 +869,10 @@ class Store:
         """The newest readable matching run of each target (each notebook), newest first; only those
         documents are read (an unreadable newest run is skipped, reported, and the one before it given)."""
         where, params = _where(RunQuery(**filters))
-        sql = (f"SELECT id, target FROM (SELECT id, target, started_at, ROW_NUMBER() OVER (PARTITION BY target"
-               f" ORDER BY started_at DESC, id DESC) AS place FROM runs{where}) WHERE place = ?")
+        sql = (
+            f"SELECT id, target FROM (SELECT id, target, started_at, ROW_NUMBER() OVER (PARTITION BY target"
+            f" ORDER BY started_at DESC, id DESC) AS place FROM runs{where}) WHERE place = ?"
+        )
         found: dict[str, RunRecord] = {}
         unread: set[str] | None = None  # targets still without a readable run (None: all, at first)
         place = 1
@@ -847,8 +900,16 @@ class Store:
         query = RunQuery(**filters)
         where, params = _where(query)
         limit = query.limit
-        known = (*SUMMARY_COLUMNS, "headline", "backend", "settings", "totals", *FIGURE_COLUMNS, "cache_state",
-                 *HASH_COLUMNS)
+        known = (
+            *SUMMARY_COLUMNS,
+            "headline",
+            "backend",
+            "settings",
+            "totals",
+            *FIGURE_COLUMNS,
+            "cache_state",
+            *HASH_COLUMNS,
+        )
         if columns is None:
             columns = known
         elif unknown := set(columns) - set(known):
@@ -891,8 +952,11 @@ class Store:
         with self._connect() as db:
             for start in range(0, len(wanted), _MOST_PARAMETERS):
                 part = wanted[start : start + _MOST_PARAMETERS]
-                found.update(db.execute(f"SELECT id, machine FROM runs WHERE id IN ({', '.join('?' * len(part))})",
-                                        part).fetchall())
+                found.update(
+                    db.execute(
+                        f"SELECT id, machine FROM runs WHERE id IN ({', '.join('?' * len(part))})", part
+                    ).fetchall()
+                )
         return found
 
     def readable(self, run_id: int) -> RunRecord | None:
@@ -960,8 +1024,11 @@ class Store:
                 return found
             for start in range(0, len(wanted), _MOST_PARAMETERS):
                 part = wanted[start : start + _MOST_PARAMETERS]
-                rows = db.execute(f"SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN"
-                                  f" ({', '.join('?' * len(part))})", [__version__, *part])
+                rows = db.execute(
+                    f"SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN"
+                    f" ({', '.join('?' * len(part))})",
+                    [__version__, *part],
+                )
                 for run_id, text in rows:
                     summary = _json_column(text)
                     if isinstance(summary, dict):
@@ -976,8 +1043,10 @@ class Store:
         summaries are made again next time."""
         if not summaries:
             return True
-        rows = [(int(run_id), __version__, json.dumps(summary, separators=(",", ":"), default=str))
-                for run_id, summary in summaries.items()]
+        rows = [
+            (int(run_id), __version__, json.dumps(summary, separators=(",", ":"), default=str))
+            for run_id, summary in summaries.items()
+        ]
         statement = "INSERT OR REPLACE INTO run_summaries (run_id, tool_version, summary) VALUES (?, ?, ?)"
         if not self.read_only:
             with self._connect() as db:
@@ -1045,8 +1114,24 @@ def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[t
 
 
 _MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement
-_ROW_COLUMNS = ("started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label", "backend",
-                "settings", "content_hash", "headline", "totals", *FIGURE_COLUMNS, "cache_state", *HASH_COLUMNS)
+_ROW_COLUMNS = (
+    "started_at",
+    "ended_at",
+    "kind",
+    "target",
+    "status",
+    "machine",
+    "digest",
+    "label",
+    "backend",
+    "settings",
+    "content_hash",
+    "headline",
+    "totals",
+    *FIGURE_COLUMNS,
+    "cache_state",
+    *HASH_COLUMNS,
+)
 _CONTENT_HASH = _ROW_COLUMNS.index("content_hash")
 
 
@@ -1057,10 +1142,23 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
     text = record.to_json(indent=None)
     document = json.loads(text)
     backend, settings, totals = _summary_values(record)
-    return (record.started_at, record.ended_at, record.kind, record.target, record.status,
-            record.machine().summary, record.digest, record.label, backend, settings,
-            record_module.content_hash(document), json.dumps(record.headline()), totals,
-            *_document_summary(document), text)
+    return (
+        record.started_at,
+        record.ended_at,
+        record.kind,
+        record.target,
+        record.status,
+        record.machine().summary,
+        record.digest,
+        record.label,
+        backend,
+        settings,
+        record_module.content_hash(document),
+        json.dumps(record.headline()),
+        totals,
+        *_document_summary(document),
+        text,
+    )
 
 
 def _backend(record: RunRecord) -> str | None:

@@ -14,7 +14,11 @@ def plain_text(text: object) -> str:
     """``text`` as markdown that shows exactly as written, in a table cell or a line: no HTML, emphasis or
     escapes read, no table break (for text outside code; inside backticks nothing is read but ``|``)."""
     return table_cell(
-        str(text).replace("\\", "\\\\").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+        str(text)
+        .replace("\\", "\\\\")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("*", "\\*")
         .replace("_", "\\_")
     )
 
@@ -30,7 +34,9 @@ def _item(item: Item) -> str:
 def markdown_table(rows: Rows) -> list[str]:
     """A view's rows as the lines of a GitHub table: header, alignment, a line per row."""
     columns, items = rows.shown(markdown=True)
-    lines = ["| " + " | ".join(c.markdown_header for c in columns) + " |",
-             "|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|"]
+    lines = [
+        "| " + " | ".join(c.markdown_header for c in columns) + " |",
+        "|" + "|".join("---:" if c.justify == "right" else "---" for c in columns) + "|",
+    ]
     lines += ["| " + " | ".join(_item(item) for item in row) + " |" for row in items]
     return lines

@@ -70,7 +70,10 @@ class Rows:
     def shown(self, *, markdown: bool) -> tuple[list[Column], list[list[Item]]]:
         """The columns one format shows (on a terminal, an optional column with nothing in it is left out)
         and their items."""
-        keep = [i for i, c in enumerate(self.columns)
-                if (c.in_markdown if markdown else c.terminal)
-                and (markdown or not c.optional or any(row[i].text for row in self.rows))]
+        keep = [
+            i
+            for i, c in enumerate(self.columns)
+            if (c.in_markdown if markdown else c.terminal)
+            and (markdown or not c.optional or any(row[i].text for row in self.rows))
+        ]
         return [self.columns[i] for i in keep], [[row[i] for i in keep] for row in self.rows]

@@ -82,10 +82,11 @@ def _dominant(lecture: BlastLecture) -> str:
         return "no JAX: host work as measured"
     if dominant is None:
         return "–"
-    where = ", ".join(f"line {line}" if line else f"cell {index + 1}"
-                      for index, line in zip(dominant.cells, dominant.lines, strict=False))
-    return (f"{dominant.words} ({_seconds_range(dominant.low_s, dominant.high_s)}"
-            + (f", {where})" if where else ")"))
+    where = ", ".join(
+        f"line {line}" if line else f"cell {index + 1}"
+        for index, line in zip(dominant.cells, dominant.lines, strict=False)
+    )
+    return f"{dominant.words} ({_seconds_range(dominant.low_s, dominant.high_s)}" + (f", {where})" if where else ")")
 
 
 # How long a text may be in a table before it is cut with "…" (None: never): a long action or dominant term
@@ -97,11 +98,19 @@ BLAST_LIMIT = 160
 def _blast_columns(radius: BlastRadius) -> tuple[Column, ...]:
     gpu = (radius.gpu or "gpu").upper()
     # (header, role, least width); the markdown headers are as the terminal's, lower case
-    shape = (("lecture", "path", 12), ("CPU (measured)", "number", 8), (f"{gpu} forecast", "number", 8),
-             ("slowdown", "number", 8), ("verdict", "text", 10), ("dominant term", "text", 14),
-             ("keep on CPU", "text", 10))
-    return tuple(Column(escape(header), "right" if role == "number" else "left", role, min_width=least,
-                        markdown=_md(header)) for header, role, least in shape)
+    shape = (
+        ("lecture", "path", 12),
+        ("CPU (measured)", "number", 8),
+        (f"{gpu} forecast", "number", 8),
+        ("slowdown", "number", 8),
+        ("verdict", "text", 10),
+        ("dominant term", "text", 14),
+        ("keep on CPU", "text", 10),
+    )
+    return tuple(
+        Column(escape(header), "right" if role == "number" else "left", role, min_width=least, markdown=_md(header))
+        for header, role, least in shape
+    )
 
 
 def blast_radius_rows(radius: BlastRadius, *, limit: int | None = BLAST_LIMIT) -> Rows:
@@ -112,9 +121,15 @@ def blast_radius_rows(radius: BlastRadius, *, limit: int | None = BLAST_LIMIT) -
         verdict = lecture.verdict or "–"
         if lecture.all_on_gpu and lecture.all_on_gpu != verdict:
             verdict += f" (all on GPU: {lecture.all_on_gpu})"
-        values = (lecture.path, format_seconds(lecture.cpu_s),
-                  _seconds_range(lecture.low_s, lecture.high_s), _slowdown(lecture.slowdown),
-                  verdict, _dominant(lecture), ", ".join(lecture.keep_on_cpu) or "–")
+        values = (
+            lecture.path,
+            format_seconds(lecture.cpu_s),
+            _seconds_range(lecture.low_s, lecture.high_s),
+            _slowdown(lecture.slowdown),
+            verdict,
+            _dominant(lecture),
+            ", ".join(lecture.keep_on_cpu) or "–",
+        )
         path, *figures = (_clip(str(v), limit) for v in values)
         rows.append((Item(path, code=True), *figures))
     return Rows.of(_blast_columns(radius), rows)
@@ -126,13 +141,17 @@ def print_blast_radius(radius: BlastRadius | None) -> None:
         return
     rows = blast_radius_rows(radius)
     if rows.rows:
-        title = (f"GPU blast radius · forecast on the {escape(str(radius.gpu_name or radius.gpu))} "
-                 "from CPU runs, largest slowdown first")
+        title = (
+            f"GPU blast radius · forecast on the {escape(str(radius.gpu_name or radius.gpu))} "
+            "from CPU runs, largest slowdown first"
+        )
         console.print(terminal_table(replace(rows, title=title)))
     for error in radius.errors:
         console.print(f"[yellow]no forecast for {escape(error.path)}:[/yellow] {escape(error.error)}")
-    console.print(f"[bold]{escape(radius.summary)}[/bold] [dim](a forecast, not a measurement: "
-                  "nbscope forecast RUN shows a lecture's cells; docs/forecast.md)[/dim]")
+    console.print(
+        f"[bold]{escape(radius.summary)}[/bold] [dim](a forecast, not a measurement: "
+        "nbscope forecast RUN shows a lecture's cells; docs/forecast.md)[/dim]"
+    )
 
 
 def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit: Audit | None = None) -> None:
@@ -174,8 +193,16 @@ def audit_rows(audit: Audit, *, limit: int | None = ACTION_LIMIT) -> Rows:
     rows = []
     for row in audit.lectures:
         cause, action = _cause(row)
-        rows.append((Item(row.path, code=True), _backend_cell(row, "cpu"), _backend_cell(row, gpu),
-                     winner_text(row), cause, _clip(action, limit)))
+        rows.append(
+            (
+                Item(row.path, code=True),
+                _backend_cell(row, "cpu"),
+                _backend_cell(row, gpu),
+                winner_text(row),
+                cause,
+                _clip(action, limit),
+            )
+        )
     return Rows.of(_audit_columns(gpu), rows, title=f"audit · {count(audit.totals.notebooks, 'notebook')}")
 
 
@@ -189,8 +216,10 @@ def print_audit(record: RunRecord, audit: Audit | None = None) -> None:
         if not info.available:
             console.print(f"[yellow]{escape(backend)} unavailable:[/yellow] {escape(str(info.reason))}")
     for entry in audit.failures:
-        console.print(f"[red]{escape(entry.path)} on {escape(entry.backend)}: {escape(str(entry.status))}[/red] "
-                      f"{escape(entry.error or '')[:200]}")
+        console.print(
+            f"[red]{escape(entry.path)} on {escape(entry.backend)}: {escape(str(entry.status))}[/red] "
+            f"{escape(entry.error or '')[:200]}"
+        )
     if audit.missing:
         console.print(f"[red]missing from the merged files: {escape(', '.join(audit.missing))}[/red]")
     t = audit.totals
@@ -212,12 +241,16 @@ def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
     ]
     radius = audit.forecast
     if radius is not None:
-        lines += ["", f"#### GPU blast radius (forecast on the {_md(radius.gpu_name or radius.gpu)})", "",
-                  f"**{_md(radius.summary)}** (a forecast from CPU runs, not a measurement)", "",
-                  *markdown_table(blast_radius_rows(radius))]
+        lines += [
+            "",
+            f"#### GPU blast radius (forecast on the {_md(radius.gpu_name or radius.gpu)})",
+            "",
+            f"**{_md(radius.summary)}** (a forecast from CPU runs, not a measurement)",
+            "",
+            *markdown_table(blast_radius_rows(radius)),
+        ]
     notes = [f"- {_md(b)} unavailable: {_md(i.reason)}" for b, i in audit.backends.items() if not i.available]
-    notes += [f"- `{_md(e.path)}` on {_md(e.backend)}: {e.status} {_md(e.error or '')[:200]}"
-              for e in audit.failures]
+    notes += [f"- `{_md(e.path)}` on {_md(e.backend)}: {e.status} {_md(e.error or '')[:200]}" for e in audit.failures]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"
@@ -245,13 +278,14 @@ def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
     e = html.escape
     audit = _audit(record, audit)
     notes = [f"<li>{e(b)} unavailable: {e(str(i.reason))}</li>" for b, i in audit.backends.items() if not i.available]
-    notes += [f"<li>{e(x.path)} on {e(x.backend)}: {e(str(x.status))} {e(x.error or '')}</li>"
-              for x in audit.failures]
+    notes += [f"<li>{e(x.path)} on {e(x.backend)}: {e(str(x.status))} {e(x.error or '')}</li>" for x in audit.failures]
     radius = audit.forecast
     blast = ""
     if radius is not None:
-        blast = (f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius.summary)}</strong> "
-                 "(a forecast from CPU runs, not a measurement)</p>" + _html_table(blast_radius_rows(radius, limit=None)))
+        blast = (
+            f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius.summary)}</strong> "
+            "(a forecast from CPU runs, not a measurement)</p>" + _html_table(blast_radius_rows(radius, limit=None))
+        )
     style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
@@ -263,13 +297,21 @@ def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
 <p><strong>{e(audit.summary)}</strong></p>
 {_html_table(audit_rows(audit, limit=None))}
 {blast}
-{('<ul>' + ''.join(notes) + '</ul>') if notes else ''}
+{("<ul>" + "".join(notes) + "</ul>") if notes else ""}
 </body></html>
 """
 
 
-def emit_audit(record: RunRecord, audit: Audit, *, as_json: bool, markdown: bool, store_path: Path,
-               written: Sequence[Path | None] = (), diagnose_command: Callable[[Any], str] | None = None) -> None:
+def emit_audit(
+    record: RunRecord,
+    audit: Audit,
+    *,
+    as_json: bool,
+    markdown: bool,
+    store_path: Path,
+    written: Sequence[Path | None] = (),
+    diagnose_command: Callable[[Any], str] | None = None,
+) -> None:
     """``nbscope audit`` or ``merge`` on stdout: the record as JSON, the markdown table, or the terminal's table with
     each notebook's top findings (``diagnose_command(run_id)`` names the command that shows them all; None: no
     findings) and where the audit was saved (``store_path``) and ``written``."""
@@ -297,9 +339,11 @@ def audit_progress(quiet: bool) -> Callable[[AuditEvent], None]:
             return
         if isinstance(event, AuditPlanned):
             unavailable = [f"{b} ({i.reason})" for b, i in event.availability.items() if not i.available]
-            line = (f"audit: {event.notebooks} notebooks"
-                    + (f" (shard of {event.in_book})" if event.in_book != event.notebooks else "")
-                    + f", {event.jobs} to profile, {event.reused} reused from the store")
+            line = (
+                f"audit: {event.notebooks} notebooks"
+                + (f" (shard of {event.in_book})" if event.in_book != event.notebooks else "")
+                + f", {event.jobs} to profile, {event.reused} reused from the store"
+            )
             err.print(escape(line))
             for text in unavailable:
                 err.print(f"[yellow]unavailable: {escape(text)}[/yellow]")
@@ -308,7 +352,9 @@ def audit_progress(quiet: bool) -> Callable[[AuditEvent], None]:
             verb = "queued" if event.queued else "start"
             err.print(f"[dim]{verb} {escape(event.path)} ({event.backend}{escape(where)})[/dim]")
         elif isinstance(event, AuditRetry):
-            err.print(f"[yellow]retry {escape(event.path)} ({event.backend}) later: {escape(str(event.error))}[/yellow]")
+            err.print(
+                f"[yellow]retry {escape(event.path)} ({event.backend}) later: {escape(str(event.error))}[/yellow]"
+            )
         elif isinstance(event, AuditJobDone):
             entry = event.entry
             status = entry.status
@@ -316,7 +362,9 @@ def audit_progress(quiet: bool) -> Callable[[AuditEvent], None]:
             detail = format_seconds(entry.wall_s) if entry.wall_s is not None else escape(str(entry.error))
             failed = f", {entry.cells_failed} cell(s) failed" if entry.cells_failed else ""
             run = f" · run {entry.run_id}" if entry.run_id else ""
-            err.print(f"[{event.done}/{event.total}] {escape(entry.path)} {entry.backend}: "
-                      f"[{colour}]{status}[/{colour}] {detail}{failed}{run}")
+            err.print(
+                f"[{event.done}/{event.total}] {escape(entry.path)} {entry.backend}: "
+                f"[{colour}]{status}[/{colour}] {detail}{failed}{run}"
+            )
 
     return on_event

@@ -1,6 +1,5 @@
 """Terminal and markdown views of a backend recommendation and of ``profile --backends``."""
 
-
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -11,11 +10,7 @@ from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Rows
 from nbscope.render.compare import comparison_markdown, print_comparison
 from nbscope.render.findings import print_top_findings
-from nbscope.render.terminal import (
-    console,
-    format_seconds,
-    literal,
-)
+from nbscope.render.terminal import console, format_seconds, literal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -47,8 +42,12 @@ def print_recommendation(recommendation: Recommendation) -> None:
     for pin in recommendation.pinned:
         names = ", ".join(pin.functions) or "(cell)"
         where = f"cell {pin.cell + 1}" if pin.cell is not None else "cell ?"
-        console.print(literal(f"  pin to CPU: {where}{' line ' + str(pin.line) if pin.line else ''} "
-                              f"{names}: saves {format_seconds(pin.saving_s)}"))
+        console.print(
+            literal(
+                f"  pin to CPU: {where}{' line ' + str(pin.line) if pin.line else ''} "
+                f"{names}: saves {format_seconds(pin.saving_s)}"
+            )
+        )
     for caveat in recommendation.caveats:
         console.print(f"[dim]caveat: {literal(caveat)}[/dim]")
 
@@ -57,23 +56,26 @@ def recommendation_markdown(recommendation: Recommendation) -> str:
     choice = recommendation.recommendation
     if choice is None:
         return f"No backend recommendation: {_md(recommendation.reason)}\n"
-    lines = [f"**Recommended backend: {choice}** — {_md(recommendation.reason)}", "",
-             *markdown_table(estimates_rows(recommendation.estimates))]
+    lines = [
+        f"**Recommended backend: {choice}** — {_md(recommendation.reason)}",
+        "",
+        *markdown_table(estimates_rows(recommendation.estimates)),
+    ]
     pins = recommendation.pinned
     if pins:
         lines += ["", "Pinned to the CPU in the mixed estimate:"]
         for pin in pins:
             where = f"cell {pin.cell + 1}" if pin.cell is not None else "cell ?"
-            lines.append(f"- {where}: {', '.join(pin.functions) or '(cell)'} "
-                         f"(saves {format_seconds(pin.saving_s)})")
+            lines.append(f"- {where}: {', '.join(pin.functions) or '(cell)'} (saves {format_seconds(pin.saving_s)})")
     return "\n".join(lines) + "\n"
 
 
 def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
     for item in unavailable:
         run = f" (run {item['run_id']})" if item["run_id"] else ""  # every entry of BackendsResult.runs has one
-        console.print(f"[yellow]backend {literal(item['backend'])} unavailable{literal(run)}[/yellow]: "
-                      f"{literal(item['reason'])}")
+        console.print(
+            f"[yellow]backend {literal(item['backend'])} unavailable{literal(run)}[/yellow]: {literal(item['reason'])}"
+        )
 
 
 def backends_markdown(result: Any) -> str:
@@ -88,8 +90,9 @@ def backends_markdown(result: Any) -> str:
     return text
 
 
-def print_backends(result: Any, *, store_path: Path | None = None, commands: Mapping[str, str] | None = None,
-                   diagnosis: bool = True) -> None:
+def print_backends(
+    result: Any, *, store_path: Path | None = None, commands: Mapping[str, str] | None = None, diagnosis: bool = True
+) -> None:
     """``profile --backends`` on the terminal: comparison, recommendation and each run's top findings (``commands``:
     the command that shows a backend's findings in full)."""
     print_unavailable(result.unavailable)

@@ -92,12 +92,18 @@ def _figure_row(figure: GroupFigure) -> tuple[Any, ...]:
     minimum = figure.steady.min_s if figure.steady else None
     dtype = str(figure.dtype)
     return (
-        str(figure.label), time_text(figure, first_fallback=True), dtype, first_text(figure),
-        compile_text(figure), time_text(figure),
+        str(figure.label),
+        time_text(figure, first_fallback=True),
+        dtype,
+        first_text(figure),
+        compile_text(figure),
+        time_text(figure),
         format_seconds(minimum) if minimum is not None else "–",
         # a warned figure is flagged by its spread: a high spread is the usual warning
         Item(f"{spread} ⚠", "yellow") if figure.warnings else spread,
-        samples_text(figure), throughput_text(figure), dtype,
+        samples_text(figure),
+        throughput_text(figure),
+        dtype,
     )
 
 
@@ -112,8 +118,11 @@ def bench_rows(groups: Mapping[str, BenchGroup], *, terminal_dtype: bool = True,
             continue
         rows += [_figure_row(figure) for figure in group.figures]
         if failures:
-            rows += [(Item(f"{name} ({run.dtype}) failed: {run.reason}", "red"), *[""] * (len(columns) - 1))
-                     for run in group.runs if run.failed]
+            rows += [
+                (Item(f"{name} ({run.dtype}) failed: {run.reason}", "red"), *[""] * (len(columns) - 1))
+                for run in group.runs
+                if run.failed
+            ]
     return Rows.of(columns, rows)
 
 
@@ -135,8 +144,15 @@ def group_rows(groups: Mapping[str, BenchGroup]) -> Rows:
         if group.reason:
             status += f": {group.reason}"
         rss = group.peak_rss_bytes
-        rows.append((name, status, format_seconds(group.wall_s), format_bytes(rss) if rss else "–",
-                     f"{group.background_cores or 0:.2f} cores"))
+        rows.append(
+            (
+                name,
+                status,
+                format_seconds(group.wall_s),
+                format_bytes(rss) if rss else "–",
+                f"{group.background_cores or 0:.2f} cores",
+            )
+        )
     return Rows.of(GROUP_COLUMNS, rows)
 
 
@@ -212,7 +228,9 @@ def print_bench(record: RunRecord) -> None:
     if (totals.background_cores or 0) > 0.25:
         line += f", [yellow]machine busy (up to {totals.background_cores:.1f} cores used by other processes)[/yellow]"
     console.print(line)
-    console.print("[dim]steady = median of calibrated samples; spread = MAD / median; first call is its own figure[/dim]")
+    console.print(
+        "[dim]steady = median of calibrated samples; spread = MAD / median; first call is its own figure[/dim]"
+    )
 
 
 def bench_markdown(record: RunRecord) -> str:

@@ -8,14 +8,7 @@ from typing import TYPE_CHECKING
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
-from nbscope.render.terminal import (
-    TIME_COLUMNS,
-    cell_columns,
-    console,
-    format_seconds,
-    literal,
-    terminal_table,
-)
+from nbscope.render.terminal import TIME_COLUMNS, cell_columns, console, format_seconds, literal, terminal_table
 
 if TYPE_CHECKING:
     from nbscope.analyse.book import LectureRow, Lectures, LectureSide, RunSet, SlowestCells
@@ -50,7 +43,7 @@ def _backends(data: SlowestCells) -> bool:
 def _cells_title(data: SlowestCells) -> str:
     """``slowest 15 of 16 cells in 2 runs of 1 notebook (share: of its run)``."""
     runs, notebooks = data.runs, data.notebooks
-    of = (f"{runs} run{'s' if runs != 1 else ''} of " if runs != notebooks else "")
+    of = f"{runs} run{'s' if runs != 1 else ''} of " if runs != notebooks else ""
     of += f"{notebooks} notebook{'s' if notebooks != 1 else ''}"
     cells = data.cells
     head = f"slowest {len(data.rows)} of {cells} cell{'s' if cells != 1 else ''} in {of}"
@@ -147,9 +140,11 @@ def _summary(data: Lectures) -> str:
     if not data.paired:
         return "no notebook is in both sets"
     paired, wins = data.paired, data.wins
-    return (f"{paired} notebook{'s' if paired != 1 else ''} in both: A {format_seconds(data.a_wall_s)}, "
-            f"B {format_seconds(data.b_wall_s)} ({data.winner.text if data.winner else '–'}); "
-            f"A faster in {wins['A']}, B in {wins['B']}, ties {wins['tie']}")
+    return (
+        f"{paired} notebook{'s' if paired != 1 else ''} in both: A {format_seconds(data.a_wall_s)}, "
+        f"B {format_seconds(data.b_wall_s)} ({data.winner.text if data.winner else '–'}); "
+        f"A faster in {wins['A']}, B in {wins['B']}, ties {wins['tie']}"
+    )
 
 
 def lectures_markdown(data: Lectures) -> str:

@@ -1,6 +1,5 @@
 """Terminal and markdown views of two runs compared cell by cell."""
 
-
 from __future__ import annotations
 
 import json
@@ -11,21 +10,20 @@ from nbscope._units import size
 from nbscope.render._markdown import markdown_table, plain_text
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
-from nbscope.render.terminal import (
-    console,
-    field_name,
-    format_seconds,
-    literal,
-    metric_name,
-    terminal_table,
-)
+from nbscope.render.terminal import console, field_name, format_seconds, literal, metric_name, terminal_table
 
 if TYPE_CHECKING:
-
     from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow, WinnerSide
     from nbscope.record.cells import CellMatch
 
-MATCH_NOTE: dict[CellMatch, str] = {"hash": "", "edited": "edited", "moved": "moved", "similar": "similar", "only-a": "only in A", "only-b": "only in B"}
+MATCH_NOTE: dict[CellMatch, str] = {
+    "hash": "",
+    "edited": "edited",
+    "moved": "moved",
+    "similar": "similar",
+    "only-a": "only in A",
+    "only-b": "only in B",
+}
 
 
 def _cell_name(row: CellRow) -> str:
@@ -68,15 +66,17 @@ def _value(value: object) -> str:
 
 def _run_title(run: RunSummary) -> str:
     shown = ", ".join(f"{field_name('settings.' + key)} {value}" for key, value in run.title_settings)
-    return (f"{run.label} · {run.target} · {run.platform} · {run.machine}" + (f" · {shown}" if shown else ""))
+    return f"{run.label} · {run.target} · {run.platform} · {run.machine}" + (f" · {shown}" if shown else "")
 
 
 def _different_note(comparison: Comparison) -> str | None:
     """The warning of a comparison of two different notebooks (made with --allow-different)."""
     if comparison.same_notebook:
         return None
-    return (f"different notebooks ({comparison.run_a.target} and {comparison.run_b.target}), compared with "
-            "--allow-different: the totals and winners compare two programs, not one notebook's speed")
+    return (
+        f"different notebooks ({comparison.run_a.target} and {comparison.run_b.target}), compared with "
+        "--allow-different: the totals and winners compare two programs, not one notebook's speed"
+    )
 
 
 # ---- comparison ---------------------------------------------------------------------------------
@@ -117,9 +117,13 @@ def _total_figures(total: TotalRow | None) -> tuple[str, str, str]:
     return shown(total.a), shown(total.b), total.winner.text if total.winner else ""
 
 
-def comparison_rows(comparison: Comparison, *, top: int | None = None,
-                    compile_figures: Literal["columns", "inline"] | None = None,
-                    with_totals: bool = False) -> Rows:
+def comparison_rows(
+    comparison: Comparison,
+    *,
+    top: int | None = None,
+    compile_figures: Literal["columns", "inline"] | None = None,
+    with_totals: bool = False,
+) -> Rows:
     """The paired cells, in notebook order (``top``: the largest differences only), once for both formats.
 
     ``compile_figures``: each side's compile time in columns of its own, or after its wall time; ``with_totals``
@@ -139,32 +143,41 @@ def comparison_rows(comparison: Comparison, *, top: int | None = None,
         if compile_figures == "columns":
             figures += [_side_compile(row.a), _side_compile(row.b)]
         winner = Item(row.winner.text or "–", WINNER_STYLE[row.winner.side])
-        rows.append([_cell_number(row), str(row.line or ""), Item(code, code=True),
-                     benchmark, *figures, winner, note])
+        rows.append([_cell_number(row), str(row.line or ""), Item(code, code=True), benchmark, *figures, winner, note])
     for key in TOTAL_ROWS if with_totals else ():
         a, b, text = _total_figures(comparison.total(key))
         totals = [Item(a, strong=True), Item(b, strong=True)]
         if compile_figures == "columns":
             totals += [Item(""), Item("")]
-        rows.append(["", "", "", Item(f"total {key[:-2]}", strong=True), *totals,
-                     Item(text or "–", strong=True), ""])
+        rows.append(["", "", "", Item(f"total {key[:-2]}", strong=True), *totals, Item(text or "–", strong=True), ""])
     title = f"{len(cells)} largest differences" if top else "cells in notebook order"
     return Rows.of(columns, rows, title=title)
 
 
 def totals_rows(totals: Sequence[TotalRow]) -> Rows:
     """The comparison's totals: a row per figure either run measured."""
-    rows = [(metric_name(total.key), *_total_figures(total)) for total in totals
-            if total.a is not None or total.b is not None]
-    columns = (Column("figure", "left", "number"), Column("A", "right", "number"), Column("B", "right", "number"),
-               Column("winner", "left", "number"))
+    rows = [
+        (metric_name(total.key), *_total_figures(total))
+        for total in totals
+        if total.a is not None or total.b is not None
+    ]
+    columns = (
+        Column("figure", "left", "number"),
+        Column("A", "right", "number"),
+        Column("B", "right", "number"),
+        Column("winner", "left", "number"),
+    )
     return Rows.of(columns, rows, title="totals")
 
 
 def differences_rows(differences: Sequence[Difference]) -> Rows:
     """The settings and fingerprint fields that differ, and why each could change the figures."""
-    columns = (Column("setting", "left", "path", min_width=10), Column("A", "left", "text", min_width=10),
-               Column("B", "left", "text", min_width=10), Column("why it matters", "left", "text", min_width=16))
+    columns = (
+        Column("setting", "left", "path", min_width=10),
+        Column("A", "left", "text", min_width=10),
+        Column("B", "left", "text", min_width=10),
+        Column("why it matters", "left", "text", min_width=16),
+    )
     rows = [(field_name(row.field), _value(row.a), _value(row.b), row.why or row.note or "") for row in differences]
     title = f"{len(rows)} difference{'s' if len(rows) != 1 else ''} that could explain the figures"
     return Rows.of(columns, rows, title=title)
@@ -179,10 +192,13 @@ def print_comparison(comparison: Comparison, *, top: int | None = None) -> None:
         console.print(f"[bold yellow]{literal(different)}[/bold yellow]")
     pairing = comparison.pairing
     note = "every cell paired" if pairing.all_paired else f"{pairing.only_a} only in A, {pairing.only_b} only in B"
-    console.print(literal(
-        f"{pairing.cells_a} vs {pairing.cells_b} cells: {pairing.by_hash} paired by source hash, "
-        f"{pairing.by_order + pairing.by_similarity + pairing.by_move} moved, edited or similar; {note}"
-    ), style="dim")
+    console.print(
+        literal(
+            f"{pairing.cells_a} vs {pairing.cells_b} cells: {pairing.by_hash} paired by source hash, "
+            f"{pairing.by_order + pairing.by_similarity + pairing.by_move} moved, edited or similar; {note}"
+        ),
+        style="dim",
+    )
     # Every figure stays whole on a narrow console: the source gives way; compile columns show from 110.
     compile_figures: Literal["columns"] | None = "columns" if console.width >= 110 else None
     console.print(terminal_table(comparison_rows(comparison, top=top, compile_figures=compile_figures)))
@@ -207,8 +223,10 @@ def comparison_markdown(comparison: Comparison) -> str:
     if comparison.same_notebook:
         title = f"### nbscope compare: `{_md(a.target)}`, {plain_text(a.label)} vs {plain_text(b.label)}"
     else:
-        title = (f"### nbscope compare (different notebooks): {plain_text(a.label)} `{_md(a.target)}` vs "
-                 f"{plain_text(b.label)} `{_md(b.target)}`")
+        title = (
+            f"### nbscope compare (different notebooks): {plain_text(a.label)} `{_md(a.target)}` vs "
+            f"{plain_text(b.label)} `{_md(b.target)}`"
+        )
     different = _different_note(comparison)
     lines = [
         title,
@@ -220,8 +238,13 @@ def comparison_markdown(comparison: Comparison) -> str:
         *markdown_table(comparison_rows(comparison, compile_figures="inline", with_totals=True)),
     ]
     differences = comparison.differences
-    lines += ["", f"**Differences that could explain the figures** ({len(differences)}):" if differences
-              else "Settings and fingerprints agree on every compared field.", ""]
+    lines += [
+        "",
+        f"**Differences that could explain the figures** ({len(differences)}):"
+        if differences
+        else "Settings and fingerprints agree on every compared field.",
+        "",
+    ]
     # A list rather than a table: a field's values can be long (a JSON object, a path).
     for setting, value_a, value_b, why in differences_rows(differences).rows:
         reason = f" — {plain_text(why.text)}" if why.text else ""

@@ -1,6 +1,5 @@
 """Terminal and markdown views of a run's findings (``diagnose``, and the top findings that end ``profile``)."""
 
-
 from __future__ import annotations
 
 import json
@@ -12,13 +11,7 @@ from rich.text import Text
 
 from nbscope._units import count
 from nbscope.render._markdown import table_cell as _md
-from nbscope.render.terminal import (
-    console,
-    format_bytes,
-    format_seconds,
-    literal,
-    metric_name,
-)
+from nbscope.render.terminal import console, format_bytes, format_seconds, literal, metric_name
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding
@@ -46,8 +39,11 @@ def _value_text(key: str, value: object) -> str:
 
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Every evidence entry as ``key: value`` (plain text; the caller escapes it)."""
-    return [f"{metric_name(key)}: {_value_text(key, value)}" for key, value in evidence.items()
-            if key != "seconds_at_stake" and value not in (None, [], {})]
+    return [
+        f"{metric_name(key)}: {_value_text(key, value)}"
+        for key, value in evidence.items()
+        if key != "seconds_at_stake" and value not in (None, [], {})
+    ]
 
 
 def _cells_of(record: RunRecord | None) -> dict[int, Cell]:
@@ -64,8 +60,9 @@ def _where(finding: Finding, cells: Mapping[int, Cell]) -> str:
 
 
 def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
-    return textwrap.wrap(text, width=max(20, width), initial_indent=first, subsequent_indent=rest,
-                         break_on_hyphens=False) or [first.rstrip()]
+    return textwrap.wrap(
+        text, width=max(20, width), initial_indent=first, subsequent_indent=rest, break_on_hyphens=False
+    ) or [first.rstrip()]
 
 
 def _clip(lines: list[str], keep: int, width: int, note: str = "") -> list[str]:
@@ -82,7 +79,9 @@ def _one_line(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
-def finding_text(finding: Finding, cells: Mapping[int, Cell], width: int, *, verbose: bool = False) -> list[tuple[str, str]]:
+def finding_text(
+    finding: Finding, cells: Mapping[int, Cell], width: int, *, verbose: bool = False
+) -> list[tuple[str, str]]:
     """A finding as (style, plain line) pairs at most ``width`` wide: the header, the sentence, the fix and a
     few labelled evidence lines; FINDING_LINES at most unless ``verbose`` (which adds the whole evidence)."""
     style = SEVERITY_STYLE[finding.severity]
@@ -116,7 +115,9 @@ def _print_lines(lines: list[tuple[str, str]]) -> None:
         console.print(Text(line, style=style), no_wrap=True, overflow="ignore", crop=False)
 
 
-def print_findings(findings: Sequence[Finding], record: RunRecord | None = None, *, limit: int | None = None, verbose: bool = False) -> None:
+def print_findings(
+    findings: Sequence[Finding], record: RunRecord | None = None, *, limit: int | None = None, verbose: bool = False
+) -> None:
     """Each finding as a short block (at most FINDING_LINES lines; ``verbose`` adds the whole evidence), then
     what was not evaluated."""
     cells = _cells_of(record)
@@ -156,8 +157,15 @@ def failed_cells_lines(findings: Sequence[Finding]) -> list[str]:
     return lines
 
 
-def top_findings_text(findings: Sequence[Finding], record: RunRecord | None, command: str, *, top: int = 3, width: int = 100,
-                      total: int | None = None) -> list[tuple[str, str]]:
+def top_findings_text(
+    findings: Sequence[Finding],
+    record: RunRecord | None,
+    command: str,
+    *,
+    top: int = 3,
+    width: int = 100,
+    total: int | None = None,
+) -> list[tuple[str, str]]:
     """The lines that end ``nbscope profile`` (and ``trace``, and each notebook of ``audit``): the ``top`` findings,
     two lines each (severity, where, title and the sentence; the fix), and the command that shows them in full.
     ``total``: how many findings there are when ``findings`` holds only the first ones."""
@@ -169,15 +177,24 @@ def top_findings_text(findings: Sequence[Finding], record: RunRecord | None, com
         skipped = len(getattr(findings, "skipped", None) or [])
         text = "no findings: no rule fired on this run" + (
             f"; {skipped} check{'s' if skipped != 1 else ''} could not be evaluated (`{command}` lists "
-            f"{'them' if skipped != 1 else 'it'})" if skipped else "")
-        return [("green", line) for line in textwrap.wrap(
-            text, width=max(20, width), break_long_words=False, break_on_hyphens=False)]
+            f"{'them' if skipped != 1 else 'it'})"
+            if skipped
+            else ""
+        )
+        return [
+            ("green", line)
+            for line in textwrap.wrap(text, width=max(20, width), break_long_words=False, break_on_hyphens=False)
+        ]
     shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
     count = f"{count_all} finding{'s' if count_all != 1 else ''}"
     them = "them" if count_all != 1 else "it"
     # Wrapped, never cut: the command is what the reader copies.
-    heading = textwrap.wrap(f"{count} ({shown}); `{command}` shows {them} in full:", width=max(20, width),
-                            break_long_words=False, break_on_hyphens=False)
+    heading = textwrap.wrap(
+        f"{count} ({shown}); `{command}` shows {them} in full:",
+        width=max(20, width),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
     lines = [("bold", line) for line in heading]
     for finding in items[:top]:
         lead = f"  {finding.severity} · {_where(finding, cells)} · "
@@ -189,11 +206,15 @@ def top_findings_text(findings: Sequence[Finding], record: RunRecord | None, com
     return lines
 
 
-def print_top_findings(findings: Sequence[Finding], record: RunRecord | None, command: str, *, top: int = 3, total: int | None = None) -> None:
+def print_top_findings(
+    findings: Sequence[Finding], record: RunRecord | None, command: str, *, top: int = 3, total: int | None = None
+) -> None:
     _print_lines(top_findings_text(findings, record, command, top=top, width=console.width, total=total))
 
 
-def findings_markdown(findings: Sequence[Finding], record: RunRecord | None = None, *, top: int | None = None, command: str | None = None) -> str:
+def findings_markdown(
+    findings: Sequence[Finding], record: RunRecord | None = None, *, top: int | None = None, command: str | None = None
+) -> str:
     """Findings for GitHub: severity, title and where; the sentence; the fix; a few labelled evidence lines.
     ``top`` keeps the first findings (with ``command``, the one that shows them all)."""
     cells = _cells_of(record)

@@ -24,8 +24,14 @@ if TYPE_CHECKING:
     from nbscope.analyse.report import ReportData
 
 VERDICT_STYLE: dict[NotebookVerdict | Literal["not forecast"], str] = {
-    "faster": "green", "slower": "red", "similar": "yellow", "mixed": "yellow", "unchanged": "dim", "uncertain": "magenta",
-    "not forecast": "dim"}
+    "faster": "green",
+    "slower": "red",
+    "similar": "yellow",
+    "mixed": "yellow",
+    "unchanged": "dim",
+    "uncertain": "magenta",
+    "not forecast": "dim",
+}
 MEANING = (
     "CPU: the cell's time measured on this machine. Forecast: low–high seconds on the GPU = host work "
     "(Python, NumPy, Numba) carried over as measured here, XLA:GPU compile derived from this CPU's compile, "
@@ -84,15 +90,19 @@ def _headline(result: Forecast, key: str) -> str:
     extra = ""
     if notebook.unbounded:
         cells = ", ".join(str(i + 1) for i in notebook.unbounded)
-        extra += f"; no upper bound: the GPU time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} is unknown"
+        extra += (
+            f"; no upper bound: the GPU time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} is unknown"
+        )
     if notebook.uncertain:
         extra += f"; uncertain cells: {', '.join(str(i + 1) for i in notebook.uncertain)}"
     if notebook.not_forecast:
         extra += f"; not forecast: cells {', '.join(str(i + 1) for i in notebook.not_forecast)}"
     plan = notebook.plan
     if verdict == "mixed" and plan is not None:
-        return (f"{text}; mixed: {seconds_range(plan.low_s, plan.high_s)} with "
-                f"{', '.join(plan.keep_on_cpu)} kept on the CPU{extra}")
+        return (
+            f"{text}; mixed: {seconds_range(plan.low_s, plan.high_s)} with "
+            f"{', '.join(plan.keep_on_cpu)} kept on the CPU{extra}"
+        )
     return f"{text}: {verdict} on the GPU{extra}"
 
 
@@ -119,8 +129,13 @@ class DeviceSummary:
 
 
 def _kept(entry: KeptFunction) -> Advice:
-    return Advice(entry.function, seconds_range(entry.gpu_low_s, entry.gpu_high_s), format_seconds(entry.cpu_s),
-                  entry.change.text or "", entry.change.example or "")
+    return Advice(
+        entry.function,
+        seconds_range(entry.gpu_low_s, entry.gpu_high_s),
+        format_seconds(entry.cpu_s),
+        entry.change.text or "",
+        entry.change.example or "",
+    )
 
 
 def _gained(entry: GainedFunction) -> Advice:
@@ -129,8 +144,12 @@ def _gained(entry: GainedFunction) -> Advice:
 
 def _device_summary(result: Forecast, key: str) -> DeviceSummary:
     notebook = result.notebook[key]
-    return DeviceSummary(_headline(result, key), VERDICT_STYLE[notebook.verdict],
-                         tuple(_kept(e) for e in notebook.keep_on_cpu), tuple(_gained(e) for e in notebook.gains))
+    return DeviceSummary(
+        _headline(result, key),
+        VERDICT_STYLE[notebook.verdict],
+        tuple(_kept(e) for e in notebook.keep_on_cpu),
+        tuple(_gained(e) for e in notebook.gains),
+    )
 
 
 def _column(header: str, justify: str = "left", role: str = "text", **options: Any) -> Column:
@@ -139,8 +158,12 @@ def _column(header: str, justify: str = "left", role: str = "text", **options: A
 
 
 def _cell_columns() -> tuple[Column, ...]:
-    return (_column("cell", "right", "number"), _column("line", "right", "number", optional=True),
-            _column("code", "left", "source", min_width=24), _column("CPU", "right", "number"))
+    return (
+        _column("cell", "right", "number"),
+        _column("line", "right", "number", optional=True),
+        _column("code", "left", "source", min_width=24),
+        _column("CPU", "right", "number"),
+    )
 
 
 def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[Any, ...]:
@@ -150,25 +173,40 @@ def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: flo
 DOMINANT = "dominant term"
 
 
-def forecast_rows(result: Forecast, key: str, *, top: int | None = 15, show_all: bool = False,
-                  dominant_on_terminal: bool = True) -> Rows:
+def forecast_rows(
+    result: Forecast, key: str, *, top: int | None = 15, show_all: bool = False, dominant_on_terminal: bool = True
+) -> Rows:
     """The per-cell table for one GPU, once for both formats: the cells by forecast change (see
     ``_cells_in_order``), then each cell not forecast with why in the dominant term's place.
 
     ``dominant_on_terminal=False`` leaves the dominant term out of the terminal's table (a narrow console
     prints it under the table); markdown always has it."""
-    columns = (*_cell_columns(), _column(f"{key.upper()} forecast", "right", "number"),
-               _column("verdict", "left", "text", min_width=12),
-               _column(DOMINANT, "left", "text", min_width=20, terminal=dominant_on_terminal))
+    columns = (
+        *_cell_columns(),
+        _column(f"{key.upper()} forecast", "right", "number"),
+        _column("verdict", "left", "text", min_width=12),
+        _column(DOMINANT, "left", "text", min_width=20, terminal=dominant_on_terminal),
+    )
     rows = []
     for cell in _cells_in_order(result, key, top, show_all):
         outcome = cell.gpu[key]
-        rows.append((*_cell_items(cell.index, cell.line, cell.first_line, cell.cpu.wall_s),
-                     seconds_range(outcome.low_s, outcome.high_s),
-                     Item(outcome.verdict, VERDICT_STYLE[outcome.verdict]), dominant_words(outcome)))
+        rows.append(
+            (
+                *_cell_items(cell.index, cell.line, cell.first_line, cell.cpu.wall_s),
+                seconds_range(outcome.low_s, outcome.high_s),
+                Item(outcome.verdict, VERDICT_STYLE[outcome.verdict]),
+                dominant_words(outcome),
+            )
+        )
     for failed in result.not_forecast:
-        rows.append((*_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
-                     "–", Item("not forecast", VERDICT_STYLE["not forecast"]), failed.reason))
+        rows.append(
+            (
+                *_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
+                "–",
+                Item("not forecast", VERDICT_STYLE["not forecast"]),
+                failed.reason,
+            )
+        )
     return Rows.of(columns, rows, title=f"per cell on the {result.device_name(key)}")
 
 
@@ -181,8 +219,10 @@ def _dominant_terms(rows: Rows) -> list[tuple[str, str]]:
 def print_forecast(result: Forecast, *, top: int | None = 15, show_all: bool = False) -> None:
     run = result.run
     where = f"run {run.id}" if run.id is not None else "the run"
-    console.print(f"[bold]GPU forecast[/bold] for {literal(run.target)} "
-                  f"({literal(where)}, measured on {literal(run.cpu or 'this CPU')})")
+    console.print(
+        f"[bold]GPU forecast[/bold] for {literal(run.target)} "
+        f"({literal(where)}, measured on {literal(run.cpu or 'this CPU')})"
+    )
     wide = console.width >= WIDE
     for device in result.devices:
         key = device.key
@@ -196,8 +236,10 @@ def print_forecast(result: Forecast, *, top: int | None = 15, show_all: bool = F
         headline = literal(summary.headline)
         console.print(f"[{summary.style}]{headline}[/{summary.style}]" if summary.style else headline)
         for advice in summary.keep_on_cpu:
-            console.print(f"  keep [bold]{literal(advice.function)}[/bold] on the CPU: {advice.gpu} forecast on the "
-                          f"{key.upper()} vs {advice.cpu} measured here")
+            console.print(
+                f"  keep [bold]{literal(advice.function)}[/bold] on the CPU: {advice.gpu} forecast on the "
+                f"{key.upper()} vs {advice.cpu} measured here"
+            )
             console.print(f"    {advice.change}", markup=False)
             for line in advice.example.splitlines():
                 console.print(f"      {line}", markup=False)
@@ -231,13 +273,23 @@ def measured_rows(comparison: MeasuredComparison) -> Rows:
     run = comparison.measured_run
     where = f"run {run.id}" if run.id is not None else "the GPU run"
     title = f"forecast ({comparison.device}) vs measured on {', '.join(run.gpus) or 'the GPU'} ({where})"
-    columns = (*_cell_columns(), _column("forecast", "right", "number"), _column("measured", "right", "number"),
-               _column("error", "right", "number"), _column("in range", "left", "number"))
+    columns = (
+        *_cell_columns(),
+        _column("forecast", "right", "number"),
+        _column("measured", "right", "number"),
+        _column("error", "right", "number"),
+        _column("in range", "left", "number"),
+    )
     rows = [
-        (*_cell_items(row.index, row.line, row.first_line, row.cpu_s),
-         seconds_range(row.forecast_low_s, row.forecast_high_s), format_seconds(row.measured_s),
-         _error(row.error), "yes" if row.within else "no")
-        for row in comparison.cells if row.measured_s is not None
+        (
+            *_cell_items(row.index, row.line, row.first_line, row.cpu_s),
+            seconds_range(row.forecast_low_s, row.forecast_high_s),
+            format_seconds(row.measured_s),
+            _error(row.error),
+            "yes" if row.within else "no",
+        )
+        for row in comparison.cells
+        if row.measured_s is not None
     ]
     return Rows.of(columns, rows, title=title)
 
@@ -264,8 +316,9 @@ def _print_figures(result: Forecast) -> None:
         for name, unit in (("loop_iteration_us", " µs/iteration"), ("sync_iteration_us", " µs/synced iteration")):
             figure = device.figure(name)
             parts.append(f"{_figure_text(figure)}{unit} ({figure.basis})")
-        console.print(f"[dim]{device.key}: {'; '.join(parts)}; sources: nbscope forecast --json or "
-                      f"docs/forecast.md[/dim]")
+        console.print(
+            f"[dim]{device.key}: {'; '.join(parts)}; sources: nbscope forecast --json or docs/forecast.md[/dim]"
+        )
 
 
 def _figure_text(figure: Figure) -> str:
@@ -284,8 +337,10 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
         if rows.rows:
             lines += [*markdown_table(rows), ""]
         for advice in summary.keep_on_cpu:
-            lines.append(f"- keep `{advice.function}` on the CPU ({advice.gpu} on the {key.upper()} vs "
-                         f"{advice.cpu} here): {advice.change}")
+            lines.append(
+                f"- keep `{advice.function}` on the CPU ({advice.gpu} on the {key.upper()} vs "
+                f"{advice.cpu} here): {advice.change}"
+            )
             if advice.example:
                 lines += ["", "  ```python", *[f"  {ln}" for ln in advice.example.splitlines()], "  ```"]
         lines.append("")
@@ -340,8 +395,13 @@ def forecast_svg(result: Forecast) -> str | None:
     if not rows:
         return None
     floor = 1e-4
-    chart = BarChart([_label(c.recorded) for c in rows], "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
-                     "seconds (log scale)", scale="log", bars_per_row=1 + len(result.devices))
+    chart = BarChart(
+        [_label(c.recorded) for c in rows],
+        "CPU measured vs GPU forecast per cell (bar: low end, whisker: high end)",
+        "seconds (log scale)",
+        scale="log",
+        bars_per_row=1 + len(result.devices),
+    )
     legend = [("CPU (measured)", "#8c8c8c")]
     for row, cell in enumerate(rows):
         chart.bar(row, floor, max(cell.cpu.wall_s, floor) - floor, "#8c8c8c")
@@ -374,15 +434,30 @@ def forecast_html(result: Forecast) -> str:
         for index in result.notebook[key].ranking[:MAX_PLOT_CELLS]:
             cell = cells[index]
             outcome = cell.gpu[key]
-            rows.append((cell.index + 1, cell.line or "", Markup(f"<code>{e(cell.first_line)}</code>"),
-                         format_seconds(cell.cpu.wall_s), seconds_range(outcome.low_s, outcome.high_s),
-                         outcome.verdict, dominant_words(outcome)))
+            rows.append(
+                (
+                    cell.index + 1,
+                    cell.line or "",
+                    Markup(f"<code>{e(cell.first_line)}</code>"),
+                    format_seconds(cell.cpu.wall_s),
+                    seconds_range(outcome.low_s, outcome.high_s),
+                    outcome.verdict,
+                    dominant_words(outcome),
+                )
+            )
         if rows:
-            parts.append(_table(("cell", "line", "code", "CPU", f"{key.upper()} forecast", "verdict", "dominant term"),
-                                rows, numeric=(0, 1, 3, 4)))
+            parts.append(
+                _table(
+                    ("cell", "line", "code", "CPU", f"{key.upper()} forecast", "verdict", "dominant term"),
+                    rows,
+                    numeric=(0, 1, 3, 4),
+                )
+            )
         for advice in summary.keep_on_cpu:
-            parts.append(f"<p>Keep <code>{e(advice.function)}</code> on the CPU: {e_code(advice.change)}</p>"
-                         + (f'<pre class="src">{e(advice.example)}</pre>' if advice.example else ""))
+            parts.append(
+                f"<p>Keep <code>{e(advice.function)}</code> on the CPU: {e_code(advice.change)}</p>"
+                + (f'<pre class="src">{e(advice.example)}</pre>' if advice.example else "")
+            )
     for failed in result.not_forecast:
         parts.append(f'<p class="note">cell {failed.index + 1}: {e(failed.reason)}</p>')
     parts.append(f'<p class="note">{e(MEANING)}</p>')

@@ -84,8 +84,10 @@ def gate_rows(
     stays one line at 80 columns. The floor is a terminal column only with ``floor_column``."""
     columns = (
         *cell_columns(),
-        Column("baseline", "right", "number"), Column("candidate", "right", "number"),
-        Column("change", "right", "number"), Column("ratio", "right", "number"),
+        Column("baseline", "right", "number"),
+        Column("candidate", "right", "number"),
+        Column("change", "right", "number"),
+        Column("ratio", "right", "number"),
         Column("p", "right", "number", optional=True, markdown="p"),
         Column("floor", "right", "number", terminal=floor_column, in_markdown=False),
         Column("verdict", "left", "text", min_width=17, in_markdown=False),  # "below noise floor" whole
@@ -95,15 +97,21 @@ def gate_rows(
     for c in [*comparisons, *result.totals] if total else comparisons:
         is_total = c in result.totals
         mark = VERDICT_MARK[c.verdict]
-        rows.append((
-            "" if is_total or c.index is None else str(c.index + 1),
-            "" if is_total or not c.line else str(c.line),
-            Item(_row_name(c, result), strong=True) if is_total else Item(c.first_line, code=True),
-            format_seconds(c.base_s), format_seconds(c.cand_s), _delta(c), _ratio(c), _p(c),
-            format_seconds(c.floor_s) if c.floor_s else "–",
-            Item(mark, VERDICT_STYLE[c.verdict]),
-            mark + (f" ({c.note})" if c.note else ""),
-        ))
+        rows.append(
+            (
+                "" if is_total or c.index is None else str(c.index + 1),
+                "" if is_total or not c.line else str(c.line),
+                Item(_row_name(c, result), strong=True) if is_total else Item(c.first_line, code=True),
+                format_seconds(c.base_s),
+                format_seconds(c.cand_s),
+                _delta(c),
+                _ratio(c),
+                _p(c),
+                format_seconds(c.floor_s) if c.floor_s else "–",
+                Item(mark, VERDICT_STYLE[c.verdict]),
+                mark + (f" ({c.note})" if c.note else ""),
+            )
+        )
     return Rows.of(columns, rows)
 
 
@@ -131,8 +139,11 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
         console.print(f"[dim]noise floor {format_seconds(next(iter(floors)))} for each cell and the total[/dim]")
     if result.whole is not None:
         covers = result.whole.label.removeprefix("whole notebook (paired cells").removesuffix(")")
-        console.print(f"[dim]total: the {escape(result.total.label.removeprefix('total of '))} only; "
-                      f"whole: the paired cells{escape(covers)}[/dim]", highlight=False)
+        console.print(
+            f"[dim]total: the {escape(result.total.label.removeprefix('total of '))} only; "
+            f"whole: the paired cells{escape(covers)}[/dim]",
+            highlight=False,
+        )
     console.print(terminal_table(gate_rows(result, rows, floor_column=floor_column)))
     for reason in result.reasons:
         console.print(f"[red]regression[/red] {escape(reason)}", highlight=False)
@@ -150,8 +161,9 @@ def _row_name(c: GateComparison, result: GateResult) -> str:
 
 
 def _total_line(c: GateComparison, name: str) -> str:
-    return (f"**{name}**: {format_seconds(c.base_s)} → {format_seconds(c.cand_s)} ({_ratio(c)}, "
-            f"{VERDICT_MARK[c.verdict]})")
+    return (
+        f"**{name}**: {format_seconds(c.base_s)} → {format_seconds(c.cand_s)} ({_ratio(c)}, {VERDICT_MARK[c.verdict]})"
+    )
 
 
 def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
@@ -159,7 +171,11 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     icon = "✅" if result.passed else "❌"
     word = "passed" if result.passed else "failed"
     if result.confirmation is not None:  # the sentence itself is the first note
-        word += " (regression confirmed by a rerun)" if result.confirmation.confirmed else " (a rerun did not confirm a regression)"
+        word += (
+            " (regression confirmed by a rerun)"
+            if result.confirmation.confirmed
+            else " (a rerun did not confirm a regression)"
+        )
     total = result.total
     lines = [
         f"### {icon} nbscope gate {word}: `{table_cell(result.candidate.target)}`",
@@ -173,8 +189,11 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
         "",
     ]
     if result.whole is not None:
-        lines[-1:-1] = ["", _total_line(result.whole, "Whole notebook")
-                        + f" · {plain_text(result.whole.label.removeprefix('whole notebook '))}"]
+        lines[-1:-1] = [
+            "",
+            _total_line(result.whole, "Whole notebook")
+            + f" · {plain_text(result.whole.label.removeprefix('whole notebook '))}",
+        ]
     reasons = result.reasons
     if reasons:
         lines += ["**Regressions:**", ""] + [f"- {plain_text(r)}" for r in reasons] + [""]

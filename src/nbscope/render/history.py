@@ -22,25 +22,45 @@ def history_points_rows(result: History, series: Series, show_points: int = 12) 
     """A series' newest runs: run, start, status, the figure; the cache state at the start of each run where
     nbscope set a persistent cache (one series holds a run that filled it and runs that read it)."""
     with_cache = any(p.cache_state not in (None, "off") for p in series.points)
-    columns = (Column("run", "right", "number"), Column("started (UTC)", "left", "number"),
-               Column("status", "left", "number"), Column(metric_name(result.metric), "right", "number"),
-               Column("cache at start", "left", "number", terminal=with_cache, in_markdown=with_cache))
-    rows = [(str(point.run_id), point.started_at[:16].replace("T", " "), str(point.status),
-             _value(point.value, result.unit), point.cache_state or "–")
-            for point in series.points[-show_points:]]
+    columns = (
+        Column("run", "right", "number"),
+        Column("started (UTC)", "left", "number"),
+        Column("status", "left", "number"),
+        Column(metric_name(result.metric), "right", "number"),
+        Column("cache at start", "left", "number", terminal=with_cache, in_markdown=with_cache),
+    )
+    rows = [
+        (
+            str(point.run_id),
+            point.started_at[:16].replace("T", " "),
+            str(point.status),
+            _value(point.value, result.unit),
+            point.cache_state or "–",
+        )
+        for point in series.points[-show_points:]
+    ]
     return Rows.of(columns, rows)
 
 
 def history_changes_rows(result: History, series: Series) -> Rows:
     """A series' change points: the run each starts at, and the level before and after it."""
-    columns = (Column("change at run", "right", "number", markdown="Change at run"),
-               Column("started (UTC)", "left", "number"),
-               Column("before", "right", "number"), Column("after", "right", "number"),
-               Column("ratio", "right", "number"))
-    rows = [(Item(f"{c.run_id}{' (tentative: newest run only)' if c.tentative else ''}", "yellow"),
-             c.started_at[:19].replace("T", " "), _value(c.before, result.unit), _value(c.after, result.unit),
-             f"×{c.ratio:.2f}" if c.ratio else "–")
-            for c in series.changes]
+    columns = (
+        Column("change at run", "right", "number", markdown="Change at run"),
+        Column("started (UTC)", "left", "number"),
+        Column("before", "right", "number"),
+        Column("after", "right", "number"),
+        Column("ratio", "right", "number"),
+    )
+    rows = [
+        (
+            Item(f"{c.run_id}{' (tentative: newest run only)' if c.tentative else ''}", "yellow"),
+            c.started_at[:19].replace("T", " "),
+            _value(c.before, result.unit),
+            _value(c.after, result.unit),
+            f"×{c.ratio:.2f}" if c.ratio else "–",
+        )
+        for c in series.changes
+    ]
     return Rows.of(columns, rows)
 
 
@@ -62,13 +82,17 @@ def _range(low: float, high: float, unit: str) -> str:
 def print_history(result: History, *, show_points: int = 12) -> None:
     """Each series: its heading, sparkline and change points, then a table of its newest runs."""
     what = f"cell {result.cell} · " if result.cell else ""
-    console.print(f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{metric_name(result.metric)}",
-                  highlight=False)
+    console.print(
+        f"[bold]history[/bold] · {escape(result.target)} · {escape(what)}{metric_name(result.metric)}", highlight=False
+    )
     for note in result.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]", highlight=False)
     if len(result.series) > 1:
-        console.print(f"[dim]{len(result.series)} series: runs are compared only within one, each labelled by what "
-                      "sets it apart[/dim]", highlight=False)
+        console.print(
+            f"[dim]{len(result.series)} series: runs are compared only within one, each labelled by what "
+            "sets it apart[/dim]",
+            highlight=False,
+        )
     for series in result.series:
         console.print()
         console.print(Text(_series_heading(result, series), style="bold"))
@@ -92,10 +116,7 @@ def history_markdown(result: History, *, show_points: int = 12) -> str:
     lines = [f"### nbscope history: `{table_cell(result.target)}`{what} · {metric_name(result.metric)}", ""]
     for series in result.series:
         count = series.run_count
-        lines += [
-            f"**{plain_text(series.label)}** · {count} run{'s' if count != 1 else ''} · `{series.sparkline}`",
-            "",
-        ]
+        lines += [f"**{plain_text(series.label)}** · {count} run{'s' if count != 1 else ''} · `{series.sparkline}`", ""]
         if series.changes:
             lines += [*markdown_table(history_changes_rows(result, series)), ""]
         else:

@@ -15,8 +15,9 @@ from nbscope.render.terminal import console, format_seconds
 
 def cache_import_json(records: Sequence[RunRecord], skipped: int) -> str:
     """The runs as run documents (each with its id in the store) and the count already stored."""
-    return json.dumps({"imported": [r.to_dict() | {"run_id": r.run_id} for r in records], "skipped": skipped},
-                      indent=1, default=str)
+    return json.dumps(
+        {"imported": [r.to_dict() | {"run_id": r.run_id} for r in records], "skipped": skipped}, indent=1, default=str
+    )
 
 
 def print_cache_import(records: Sequence[RunRecord], skipped: int, store_path: Path | None) -> None:
@@ -26,5 +27,6 @@ def print_cache_import(records: Sequence[RunRecord], skipped: int, store_path: P
             f" · executed {record.started_at[:19].replace('T', ' ')} UTC",
             highlight=False,
         )
-    console.print(f"imported {len(records)} run(s) into {escape(str(store_path))}; {skipped} already there",
-                  highlight=False)
+    console.print(
+        f"imported {len(records)} run(s) into {escape(str(store_path))}; {skipped} already there", highlight=False
+    )

@@ -60,8 +60,11 @@ def compile_text(cell: Cell) -> str:
     parts = []
     jax = cell.jax
     if jax is not None and jax.compiles:
-        kinds = [f"{n} {k}" for k, n in (("user", jax.user_compiles), ("eager", jax.eager_compiles),
-                                          ("library", jax.library_compiles)) if n]
+        kinds = [
+            f"{n} {k}"
+            for k, n in (("user", jax.user_compiles), ("eager", jax.eager_compiles), ("library", jax.library_compiles))
+            if n
+        ]
         parts.append(f"{jax.compiles} ({', '.join(kinds)})" if kinds else str(jax.compiles))
     if cell.numba is not None and cell.numba.compiles:
         parts.append(f"{cell.numba.compiles} numba")
@@ -94,13 +97,19 @@ def ledger_rows(record: RunRecord, *, top: int | None = 15, notebook_order: bool
     rows = []
     for cell in cells:
         flags = cell_flags(cell)
-        rows.append((
-            str(cell.index + 1), str(cell.line or ""), Item(cell.code_line, code=True),
-            format_seconds(cell.wall_s), format_seconds(cell.compile_s) if cell.compile_s else "–",
-            format_seconds(cell.run_s), compile_text(cell),
-            # one flag's style colours the whole note: the worst comes first (status)
-            Item(", ".join(f.text for f in flags), flags[0].style if flags else ""),
-        ))
+        rows.append(
+            (
+                str(cell.index + 1),
+                str(cell.line or ""),
+                Item(cell.code_line, code=True),
+                format_seconds(cell.wall_s),
+                format_seconds(cell.compile_s) if cell.compile_s else "–",
+                format_seconds(cell.run_s),
+                compile_text(cell),
+                # one flag's style colours the whole note: the worst comes first (status)
+                Item(", ".join(f.text for f in flags), flags[0].style if flags else ""),
+            )
+        )
     return Rows.of(LEDGER_COLUMNS, rows, title=title)
 
 
@@ -143,15 +152,20 @@ def _print_totals(t: Totals) -> None:
         f"compile {format_seconds(t.compile_s)}{share} · run {format_seconds(t.run_s)} · "
         f"kernel start {format_seconds(t.kernel_start_s)}"
     )
-    console.print(literal(
-        f"JAX compiles {known('compiles', t.compiles)} (user {known('user_compiles', t.user_compiles)}, "
-        f"eager {known('eager_compiles', t.eager_compiles)}, library {known('library_compiles', t.library_compiles)}) · "
-        f"Numba compiles {known('numba_compiles', t.numba_compiles)} · "
-        f"persistent cache {t.cache_state or 'unknown'} (hits {known('cache_hits', t.cache_hits)}, "
-        f"misses {known('cache_misses', t.cache_misses)})"
-        + (f" · peak RSS {format_bytes(t.peak_rss_bytes)}" if units.size(t.peak_rss_bytes) else
-           " · peak RSS not measured")
-    ))
+    console.print(
+        literal(
+            f"JAX compiles {known('compiles', t.compiles)} (user {known('user_compiles', t.user_compiles)}, "
+            f"eager {known('eager_compiles', t.eager_compiles)}, library {known('library_compiles', t.library_compiles)}) · "
+            f"Numba compiles {known('numba_compiles', t.numba_compiles)} · "
+            f"persistent cache {t.cache_state or 'unknown'} (hits {known('cache_hits', t.cache_hits)}, "
+            f"misses {known('cache_misses', t.cache_misses)})"
+            + (
+                f" · peak RSS {format_bytes(t.peak_rss_bytes)}"
+                if units.size(t.peak_rss_bytes)
+                else " · peak RSS not measured"
+            )
+        )
+    )
     if t.cache_saving_s is not None:
         console.print(
             f"warm cache saved {format_seconds(t.cache_saving_s)} of compile time against cold run "
@@ -191,5 +205,7 @@ def failure_line(failed: Sequence[tuple[RunRecord, Cell]]) -> str:
     what = cell.status + (f" {cell.error.name}" if cell.error is not None and cell.error.name else "")
     more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
     where = f"run {record.run_id}" if record.run_id is not None else "the run"
-    return (f"nbscope: failed: {cell.label} of {record.target} ({what}){more}; {where} is stored "
-            "with what it measured (--allow-errors exits 0 even so)")
+    return (
+        f"nbscope: failed: {cell.label} of {record.target} ({what}){more}; {where} is stored "
+        "with what it measured (--allow-errors exits 0 even so)"
+    )

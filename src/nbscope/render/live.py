@@ -22,6 +22,7 @@ class RunningKernel(Protocol):
     first_line: str | None
     elapsed_s: float | None
 
+
 NOTHING_RUNS = "Nothing runs: no profile, audit or traced build of this user has a kernel running now."
 
 
@@ -32,8 +33,10 @@ def live_lines(kernels: Sequence[RunningKernel]) -> list[str]:
     lines = []
     for kernel in kernels:
         if kernel.kernel_pid is None:
-            lines.append(f"{kernel.kind} (nbscope {kernel.nbscope_pid}): no kernel runs at this moment (one starting, "
-                         f"or between notebooks); {kernel.cells_done} cell(s) done so far")
+            lines.append(
+                f"{kernel.kind} (nbscope {kernel.nbscope_pid}): no kernel runs at this moment (one starting, "
+                f"or between notebooks); {kernel.cells_done} cell(s) done so far"
+            )
             continue
         notebook = for_terminal(kernel.notebook) if kernel.notebook else "a notebook nbscope does not know"
         where = f"{kernel.kind} (nbscope {kernel.nbscope_pid}), kernel {kernel.kernel_pid}: {notebook}"
@@ -43,6 +46,8 @@ def live_lines(kernels: Sequence[RunningKernel]) -> list[str]:
             lines.append(f"{where}: a cell not in that notebook, running for {units.seconds(kernel.elapsed_s)}")
         else:
             line = f" (line {kernel.line})" if kernel.line else ""
-            lines.append(f"{where}: cell {kernel.cell}{line} `{for_terminal(kernel.first_line or '')[:60]}`, "
-                         f"running for {units.seconds(kernel.elapsed_s)}")
+            lines.append(
+                f"{where}: cell {kernel.cell}{line} `{for_terminal(kernel.first_line or '')[:60]}`, "
+                f"running for {units.seconds(kernel.elapsed_s)}"
+            )
     return lines

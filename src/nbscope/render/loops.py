@@ -44,13 +44,22 @@ def print_loops(record: RunRecord) -> None:
     if run.loop is not None and run.loop.description:
         console.print(f"loop: {literal(run.loop.description)}")
     for sweep in run.sweeps:
-        columns = [Column(header, "right", "number")
-                   for header in ("trips", "time (median)", "per iteration", "first call", "samples")]
+        columns = [
+            Column(header, "right", "number")
+            for header in ("trips", "time (median)", "per iteration", "first call", "samples")
+        ]
         rows = []
         for point in sweep.points:
             count, inner = len(point.samples), point.inner
-            rows.append([f"{point.trips:,}", format_seconds(point.seconds), _per_iter(point.seconds, point.trips),
-                         format_seconds(point.first_call_s), f"{count}×{inner}" if inner and inner > 1 else str(count)])
+            rows.append(
+                [
+                    f"{point.trips:,}",
+                    format_seconds(point.seconds),
+                    _per_iter(point.seconds, point.trips),
+                    format_seconds(point.first_call_s),
+                    f"{count}×{inner}" if inner and inner > 1 else str(count),
+                ]
+            )
         title = literal(f"{sweep.placement} · {sweep.device} ({sweep.platform})")
         console.print(fitted_table(columns, rows, title=title))
         fit = sweep.fit

@@ -91,11 +91,17 @@ def pathway_rows(run: PathwaysRun) -> Rows:
     rows = []
     for name, entry in run.pathways.items():
         totals = entry.figures
-        rows.append((
-            name, str(entry.status), format_seconds(totals.wall_s),
-            format_seconds(totals.compile_s) if totals.compile_s else "–",
-            format_seconds(entry.elapsed), overheads_text(entry), _pathway_note(entry),
-        ))
+        rows.append(
+            (
+                name,
+                str(entry.status),
+                format_seconds(totals.wall_s),
+                format_seconds(totals.compile_s) if totals.compile_s else "–",
+                format_seconds(entry.elapsed),
+                overheads_text(entry),
+                _pathway_note(entry),
+            )
+        )
     return Rows.of(PATHWAY_COLUMNS, rows, title="pathways")
 
 
@@ -103,31 +109,45 @@ def cell_rows(run: PathwaysRun) -> Rows:
     """A row per cell: its wall time in each pathway that ran (compile in brackets), and how they differ."""
     names = run.ran
     number, line, source = cell_columns("#")
-    columns = [replace(number, markdown="Cell"), line, source, *map(_pathway_column, names),
-               Column("note", "left", "text", optional=True)]
+    columns = [
+        replace(number, markdown="Cell"),
+        line,
+        source,
+        *map(_pathway_column, names),
+        Column("note", "left", "text", optional=True),
+    ]
     rows = []
     for row in run.cells:
         entries = [row.in_pathway(name) for name in names]
-        rows.append((
-            str((row.index or 0) + 1), str(row.line or ""), Item(row.first_line or "", code=True),
-            *(_with_bracket(e.wall_s, e.compile_s) if e else _with_bracket(None, None) for e in entries),
-            _cell_flag(row),
-        ))
+        rows.append(
+            (
+                str((row.index or 0) + 1),
+                str(row.line or ""),
+                Item(row.first_line or "", code=True),
+                *(_with_bracket(e.wall_s, e.compile_s) if e else _with_bracket(None, None) for e in entries),
+                _cell_flag(row),
+            )
+        )
     return Rows.of(columns, rows, title="cells (wall; compile in brackets)")
 
 
 def figure_rows(figures: Sequence[BenchFigure], names: list[str]) -> Rows:
     """A row per bench figure: its steady median in each pathway (first call in brackets)."""
-    columns = [Column("figure", "left", "source", min_width=14), *map(_pathway_column, names),
-               Column("note", "left", "number", optional=True)]
+    columns = [
+        Column("figure", "left", "source", min_width=14),
+        *map(_pathway_column, names),
+        Column("note", "left", "number", optional=True),
+    ]
     rows = []
     for figure in figures:
         entries = [figure.in_pathway(name) for name in names]
-        rows.append((
-            figure.label or figure.key,
-            *(_with_bracket(e.median_s, e.first_s) if e else _with_bracket(None, None) for e in entries),
-            Item(f"differs ×{figure.ratio:.2f}", "red") if figure.differs and figure.ratio is not None else "",
-        ))
+        rows.append(
+            (
+                figure.label or figure.key,
+                *(_with_bracket(e.median_s, e.first_s) if e else _with_bracket(None, None) for e in entries),
+                Item(f"differs ×{figure.ratio:.2f}", "red") if figure.differs and figure.ratio is not None else "",
+            )
+        )
     return Rows.of(columns, rows, title="bench figures (steady median; first call in brackets)")
 
 
@@ -174,8 +194,12 @@ def pathways_markdown(record: RunRecord, run: PathwaysRun | None = None) -> str:
         *markdown_table(cell_rows(run)),
     ]
     if run.figures:
-        lines += ["", "Bench figures: steady median in each pathway, first call in brackets.", "",
-                  *markdown_table(figure_rows(run.figures, run.ran))]
+        lines += [
+            "",
+            "Bench figures: steady median in each pathway, first call in brackets.",
+            "",
+            *markdown_table(figure_rows(run.figures, run.ran)),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -193,8 +217,9 @@ def pathways_progress() -> Callable[[PathwayProgress], None]:
     return progress
 
 
-def emit_pathways(record: RunRecord, run: PathwaysRun | None = None, *, as_json: bool, markdown: bool,
-                  store_path: object = None) -> None:
+def emit_pathways(
+    record: RunRecord, run: PathwaysRun | None = None, *, as_json: bool, markdown: bool, store_path: object = None
+) -> None:
     """A pathways record as JSON, markdown or tables."""
     if as_json:
         print(record.to_json())

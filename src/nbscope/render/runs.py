@@ -109,11 +109,17 @@ def _what_import_did(run: ImportedRun, store_path: Path) -> str:
     if run.live_file_removed is None:
         return f"imported as run {record.run_id}"
     totals = record.notebook_run().totals
-    return f"imported as run {record.run_id} ({record.status}: {totals.cells_run} of {totals.cells} cells ran)" + _live_file(run)
+    return (
+        f"imported as run {record.run_id} ({record.status}: {totals.cells_run} of {totals.cells} cells ran)"
+        + _live_file(run)
+    )
 
 
 def _live_file(run: ImportedRun) -> str:
     if run.live_file_removed is None:
         return ""
-    return ("; the live file is removed" if run.live_file_removed
-            else "; the file is kept (it is not one of this store's live files)")
+    return (
+        "; the live file is removed"
+        if run.live_file_removed
+        else "; the file is kept (it is not one of this store's live files)"
+    )

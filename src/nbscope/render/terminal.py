@@ -84,7 +84,11 @@ def cell_columns(number: str = "cell") -> tuple[Column, Column, Column]:
 
 
 # A cell's time split, in the ledger's order.
-TIME_COLUMNS = (Column("wall", "right", "number"), Column("compile", "right", "number"), Column("run", "right", "number"))
+TIME_COLUMNS = (
+    Column("wall", "right", "number"),
+    Column("compile", "right", "number"),
+    Column("run", "right", "number"),
+)
 
 
 def _cell_width(value: object) -> int:
@@ -103,15 +107,11 @@ def fitted_table(
     markup strings or Text.
     """
     width = width or console.width
-    kept = [
-        i for i, c in enumerate(columns) if not c.optional or any(_cell_width(row[i]) for row in rows)
-    ]
+    kept = [i for i, c in enumerate(columns) if not c.optional or any(_cell_width(row[i]) for row in rows)]
     if len(kept) < len(columns):
         columns = [columns[i] for i in kept]
         rows = [[row[i] for i in kept] for row in rows]
-    natural = [
-        max([len(c.header), *(_cell_width(row[i]) for row in rows)]) for i, c in enumerate(columns)
-    ]
+    natural = [max([len(c.header), *(_cell_width(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     widths = list(natural)
     # box.SIMPLE_HEAD without edges: a rule under the header, two spaces between columns (the divider and
     # a left padding).
@@ -133,14 +133,16 @@ def fitted_table(
             if floor == "min":
                 least = max(len(column.header), column.min_width)
             elif role == "parts":
-                longest = max((len(part.rstrip()) for row in rows
-                               for part in _plain(row[i]).split(WRAP_AFTER[role])), default=0)
+                longest = max(
+                    (len(part.rstrip()) for row in rows for part in _plain(row[i]).split(WRAP_AFTER[role])), default=0
+                )
                 least = max(len(column.header), longest + len(WRAP_AFTER[role].rstrip()))
             else:
                 least = len(column.header)
             widths[i] = max(min(widths[i], least), widths[i] - excess())
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  padding=(0, 0, 0, 1))
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1)
+    )
     for column, size in zip(columns, widths, strict=True):
         table.add_column(
             column.header,
@@ -150,11 +152,16 @@ def fitted_table(
             overflow="fold" if column.role == "text" else "ellipsis",
         )
     for row in rows:
-        table.add_row(*(
-            _wrap_after(cell, size, WRAP_AFTER[column.role]) if column.role in WRAP_AFTER
-            else cell if isinstance(cell, Text) else str(cell)
-            for cell, column, size in zip(row, columns, widths, strict=True)
-        ))
+        table.add_row(
+            *(
+                _wrap_after(cell, size, WRAP_AFTER[column.role])
+                if column.role in WRAP_AFTER
+                else cell
+                if isinstance(cell, Text)
+                else str(cell)
+                for cell, column, size in zip(row, columns, widths, strict=True)
+            )
+        )
     return table
 
 
@@ -172,8 +179,12 @@ def _item(item: Item, column: Column) -> Any:
 def terminal_table(rows: Rows, *, width: int | None = None) -> Table:
     """A view's rows as a rich table fitted to ``width`` (default: the console's)."""
     columns, items = rows.shown(markdown=False)
-    return fitted_table(columns, [[_item(item, c) for item, c in zip(row, columns, strict=True)] for row in items],
-                        title=rows.title, width=width)
+    return fitted_table(
+        columns,
+        [[_item(item, c) for item, c in zip(row, columns, strict=True)] for row in items],
+        title=rows.title,
+        width=width,
+    )
 
 
 def _plain(value: object) -> str:
@@ -200,24 +211,57 @@ def _wrap_after(value: object, width: int, separator: str) -> Text:
 
 # Figures and fields as a reader names them, never as the record spells them ("wall", not "wall_s").
 FIGURE_NAMES = {
-    "wall_s": "wall", "compile_s": "compile", "run_s": "run", "kernel_start_s": "kernel start",
-    "peak_rss_bytes": "peak RSS", "compiles": "JAX compiles", "user_compiles": "user compiles",
-    "eager_compiles": "eager compiles", "numba_compiles": "Numba compiles", "cache_hits": "cache hits",
-    "numba_compile_s": "Numba compile", "backend_s": "backend compile", "dispatch_s": "dispatch",
+    "wall_s": "wall",
+    "compile_s": "compile",
+    "run_s": "run",
+    "kernel_start_s": "kernel start",
+    "peak_rss_bytes": "peak RSS",
+    "compiles": "JAX compiles",
+    "user_compiles": "user compiles",
+    "eager_compiles": "eager compiles",
+    "numba_compiles": "Numba compiles",
+    "cache_hits": "cache hits",
+    "numba_compile_s": "Numba compile",
+    "backend_s": "backend compile",
+    "dispatch_s": "dispatch",
 }
 FIELD_NAMES = {
-    "derived.cache_state": "cache at start", "derived.platform": "JAX backend", "derived.x64": "float64",
-    "derived.pathway": "pathway", "target": "notebook", "tool_version": "nbscope version",
-    "settings.jax_cache": "--jax-cache", "settings.jax_platform": "--jax-platform", "settings.pathway": "pathway",
-    "settings.repeat": "--repeat", "settings.timeline": "--timeline", "settings.on_error": "--on-error",
-    "settings.timeout": "--timeout", "settings.kernel": "--kernel", "settings.programs": "--programs",
-    "cpu.load_average": "CPU load average", "cpu.model": "CPU", "cpu.logical_cores": "CPU threads",
-    "cpu.physical_cores": "CPU cores", "cpu.affinity_cores": "usable cores", "cpu.max_mhz": "CPU clock (MHz)",
-    "cpu.cgroup_cpu_limit": "container CPU limit", "host.os": "operating system",
-    "environment": "environment variables", "digest": "environment digest",
+    "derived.cache_state": "cache at start",
+    "derived.platform": "JAX backend",
+    "derived.x64": "float64",
+    "derived.pathway": "pathway",
+    "target": "notebook",
+    "tool_version": "nbscope version",
+    "settings.jax_cache": "--jax-cache",
+    "settings.jax_platform": "--jax-platform",
+    "settings.pathway": "pathway",
+    "settings.repeat": "--repeat",
+    "settings.timeline": "--timeline",
+    "settings.on_error": "--on-error",
+    "settings.timeout": "--timeout",
+    "settings.kernel": "--kernel",
+    "settings.programs": "--programs",
+    "cpu.load_average": "CPU load average",
+    "cpu.model": "CPU",
+    "cpu.logical_cores": "CPU threads",
+    "cpu.physical_cores": "CPU cores",
+    "cpu.affinity_cores": "usable cores",
+    "cpu.max_mhz": "CPU clock (MHz)",
+    "cpu.cgroup_cpu_limit": "container CPU limit",
+    "host.os": "operating system",
+    "environment": "environment variables",
+    "digest": "environment digest",
 }
-_PREFIXES = {"cpu": "CPU", "gpu": "GPU", "blas": "BLAS", "memory": "memory", "versions": "", "host": "",
-             "numba_threading": "Numba threading", "jax_runtime": "JAX"}
+_PREFIXES = {
+    "cpu": "CPU",
+    "gpu": "GPU",
+    "blas": "BLAS",
+    "memory": "memory",
+    "versions": "",
+    "host": "",
+    "numba_threading": "Numba threading",
+    "jax_runtime": "JAX",
+}
 
 
 def metric_name(key: str) -> str:
@@ -283,8 +327,11 @@ def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b
     # The two sides are named above the table: a file's path as a header would squeeze the field names.
     console.print(f"A = {literal(name_a)}")
     console.print(f"B = {literal(name_b)}")
-    columns = [Column("field", "left", "path", min_width=14), Column("A", "left", "text", min_width=10),
-               Column("B", "left", "text", min_width=10)]
+    columns = [
+        Column("field", "left", "path", min_width=14),
+        Column("A", "left", "text", min_width=10),
+        Column("B", "left", "text", min_width=10),
+    ]
     table_rows = [[literal(path), format_value(a), format_value(b)] for path, a, b in rows]
     title = "1 field differs" if len(rows) == 1 else f"{len(rows)} fields differ"
     console.print(fitted_table(columns, table_rows, title=title))
@@ -337,7 +384,7 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         cells = [
             literal(row["id"]),
-            literal(str(row["started_at"])[:16].replace("T", " ")[0 if extra["digest"] else 5:]),
+            literal(str(row["started_at"])[:16].replace("T", " ")[0 if extra["digest"] else 5 :]),
             literal(row["kind"]),
             literal(row["target"]),
             literal(row["backend"] or ""),  # store.list gives every summary column and the backend

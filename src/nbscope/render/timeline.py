@@ -17,34 +17,57 @@ def print_timeline(record: RunRecord) -> None:
     A cell's summary is read as ``collect.timeline`` wrote it (the cell model's ``timeline_summary``)."""
     traced = [(c, c.timeline_summary) for c in record.notebook_run().cells if c.timeline_summary is not None]
     if not traced:
-        console.print("[dim]timeline: no cell was traced (only cells after the notebook's own first JAX work are)[/dim]")
+        console.print(
+            "[dim]timeline: no cell was traced (only cells after the notebook's own first JAX work are)[/dim]"
+        )
         return
     columns = [
-        Column("cell", "right", "number"), Column("line", "right", "number", optional=True),
-        Column("code time", "right", "number"), Column("device busy", "right", "number"),
-        Column("ops", "right", "number"), Column("per op", "right", "number"),
-        Column("dispatch", "right", "number"), Column("copies", "right", "number"),
-        Column("waits", "right", "number"), Column("class", "left", "text", min_width=8),
+        Column("cell", "right", "number"),
+        Column("line", "right", "number", optional=True),
+        Column("code time", "right", "number"),
+        Column("device busy", "right", "number"),
+        Column("ops", "right", "number"),
+        Column("per op", "right", "number"),
+        Column("dispatch", "right", "number"),
+        Column("copies", "right", "number"),
+        Column("waits", "right", "number"),
+        Column("class", "left", "text", min_width=8),
         Column("longest op", "left", "source", min_width=10),
     ]
     rows = []
     for cell, summary in traced:
         where = literal(cell.line or "")
         if summary.classification is None:
-            rows.append([str(cell.index + 1), where, "", "", "", "", "", "", "", "–",
-                         source_text(str(summary.skipped or summary.error or ""))])
+            rows.append(
+                [
+                    str(cell.index + 1),
+                    where,
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "–",
+                    source_text(str(summary.skipped or summary.error or "")),
+                ]
+            )
             continue
         top = summary.top_ops[0] if summary.top_ops else None
-        rows.append([
-            str(cell.index + 1), where,
-            format_seconds(summary.wall_s),
-            f"{format_seconds(summary.device_busy_s)} ({(summary.device_busy_share or 0):.0%})",
-            str(summary.ops),
-            format_seconds(summary.mean_op_s),
-            f"{format_seconds(summary.dispatch_s)} / {summary.dispatches}",
-            _count(summary.transfers),
-            _count(summary.syncs),
-            literal(summary.classification),
-            source_text(f"{top.name} {format_seconds(top.longest_s)}×{top.count}") if top else "",
-        ])
+        rows.append(
+            [
+                str(cell.index + 1),
+                where,
+                format_seconds(summary.wall_s),
+                f"{format_seconds(summary.device_busy_s)} ({(summary.device_busy_share or 0):.0%})",
+                str(summary.ops),
+                format_seconds(summary.mean_op_s),
+                f"{format_seconds(summary.dispatch_s)} / {summary.dispatches}",
+                _count(summary.transfers),
+                _count(summary.syncs),
+                literal(summary.classification),
+                source_text(f"{top.name} {format_seconds(top.longest_s)}×{top.count}") if top else "",
+            ]
+        )
     console.print(fitted_table(columns, rows, title="device timeline per cell"))

@@ -108,14 +108,17 @@ def print_versions(result: VersionsResult, *, store_path: object = None) -> None
     """Each variant's wall time per cell, the gate's verdict between consecutive variants, the totals,
     the fingerprint fields that differ, and the variants that could not run."""
     ran = result.ran
-    console.print(f"[bold]nbscope versions[/bold] · {literal(result.target)} · {len(ran)} of "
-                  f"{len(result.variants)} variants ran")
+    console.print(
+        f"[bold]nbscope versions[/bold] · {literal(result.target)} · {len(ran)} of {len(result.variants)} variants ran"
+    )
     for variant in result.variants:
         if variant.ran:
             record = variant.record
             where = "reused" if variant.reused else f"built in {format_seconds(variant.build_s)}"
-            console.print(f"[dim]{literal(variant.label)}: run {record.run_id} · {record.status} · "  # type: ignore[union-attr]
-                          f"environment {literal(variant.environment)} ({where})[/dim]")
+            console.print(
+                f"[dim]{literal(variant.label)}: run {record.run_id} · {record.status} · "  # type: ignore[union-attr]
+                f"environment {literal(variant.environment)} ({where})[/dim]"
+            )
     if ran:
         for letter, variant in zip(variant_letters(len(ran)), ran, strict=True):
             console.print(f"{letter} = {literal(variant.label)}")
@@ -147,7 +150,9 @@ def versions_markdown(result: VersionsResult) -> str:
         lines += ["**What differs:**", ""]
         for row in result.differences:
             values = " → ".join(_value(v) for v in row.values)
-            lines.append(f"- `{table_cell(row.field)}`: {plain_text(values)}" + (f" ({plain_text(row.why)})" if row.why else ""))
+            lines.append(
+                f"- `{table_cell(row.field)}`: {plain_text(values)}" + (f" ({plain_text(row.why)})" if row.why else "")
+            )
         lines.append("")
     for variant in result.failed:
         lines.append(f"> `{table_cell(variant.label)}` not run: {plain_text(variant.error)}")
@@ -158,9 +163,11 @@ def _comparison_text(comparison: GateComparison | None) -> str:
     if comparison is None:
         return "–"
     ratio = comparison.ratio  # infinite for a cell that took 0 s before: no ratio to show (nor in --json)
-    text = (f"{format_seconds(comparison.base_s)} → {format_seconds(comparison.cand_s)}"
-            + (f" (×{ratio:.2f}" if isinstance(ratio, float) and math.isfinite(ratio) else " (")
-            + (f", p={comparison.p_value:.3g})" if comparison.p_value is not None else ", no test: too few repeats)"))
+    text = (
+        f"{format_seconds(comparison.base_s)} → {format_seconds(comparison.cand_s)}"
+        + (f" (×{ratio:.2f}" if isinstance(ratio, float) and math.isfinite(ratio) else " (")
+        + (f", p={comparison.p_value:.3g})" if comparison.p_value is not None else ", no test: too few repeats)")
+    )
     return text
 
 
@@ -171,13 +178,18 @@ def _evidence_lines(evidence: Evidence | None) -> list[str]:
     lines = [
         f"compile {format_seconds(good and good.compile_s)} → {format_seconds(bad and bad.compile_s)}, "
         f"run {format_seconds(good and good.run_s)} → {format_seconds(bad and bad.run_s)}"
-        + (f": the {moved.mostly.part} time grew most ({moved.mostly.share:.0%} of the added wall time)"
-           if moved is not None and moved.mostly is not None else "")
+        + (
+            f": the {moved.mostly.part} time grew most ({moved.mostly.share:.0%} of the added wall time)"
+            if moved is not None and moved.mostly is not None
+            else ""
+        )
     ]
     counts = evidence.compile_counts_changed if evidence else {}
     if counts:
-        lines.append("compile counts changed: " + ", ".join(
-            f"{name.replace('_', ' ')} {change.good} → {change.bad}" for name, change in counts.items()))
+        lines.append(
+            "compile counts changed: "
+            + ", ".join(f"{name.replace('_', ' ')} {change.good} → {change.bad}" for name, change in counts.items())
+        )
     else:
         lines.append("compile counts unchanged")
     for finding in evidence.findings_appeared if evidence else ():
@@ -192,22 +204,33 @@ def _headline(result: BisectResult) -> str:
     on = target_label(result.cell)
     if result.first_bad is None:
         return result.note or f"no slowdown found on {on}"
-    return (f"first bad release: {result.package} {result.first_bad} (last good {result.last_good}) on {on}: "
-            f"{_comparison_text(result.slowdown)} against {result.good}")
+    return (
+        f"first bad release: {result.package} {result.first_bad} (last good {result.last_good}) on {on}: "
+        f"{_comparison_text(result.slowdown)} against {result.good}"
+    )
 
 
 def bisect_rows(result: BisectResult) -> Rows:
     """The versions tried, once for both formats: each one's run, its comparison against the good version
     and the gate's verdict (or why it could not be tried)."""
-    columns = (Column("version", "left", "number"), Column("run", "right", "number"),
-               # a version is a record's text: escaped for the terminal's header, which is read as markup
-               Column(literal("against " + result.good), "right", "number", markdown=f"Against {plain_text(result.good)}"),
-               Column("verdict", "left", "text", min_width=14))
+    columns = (
+        Column("version", "left", "number"),
+        Column("run", "right", "number"),
+        # a version is a record's text: escaped for the terminal's header, which is read as markup
+        Column(literal("against " + result.good), "right", "number", markdown=f"Against {plain_text(result.good)}"),
+        Column("verdict", "left", "text", min_width=14),
+    )
     rows = []
     for step in result.steps:
         verdict = BISECT_MARK[step.verdict] + (f": {step.error}" if step.error else "")
-        rows.append((step.version, str(step.run_id or "–"), _comparison_text(step.comparison),
-                     Item(verdict, BISECT_STYLE[step.verdict])))
+        rows.append(
+            (
+                step.version,
+                str(step.run_id or "–"),
+                _comparison_text(step.comparison),
+                Item(verdict, BISECT_STYLE[step.verdict]),
+            )
+        )
     return Rows.of(columns, rows)
 
 
@@ -229,9 +252,13 @@ def print_bisect(result: BisectResult) -> None:
 
 
 def bisect_markdown(result: BisectResult) -> str:
-    lines = [f"### nbscope bisect: `{table_cell(result.target)}` · {plain_text(result.package)} {plain_text(result.good)} … {plain_text(result.bad)}",
-             "", f"**{plain_text(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)", "",
-             *markdown_table(bisect_rows(result))]
+    lines = [
+        f"### nbscope bisect: `{table_cell(result.target)}` · {plain_text(result.package)} {plain_text(result.good)} … {plain_text(result.bad)}",
+        "",
+        f"**{plain_text(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)",
+        "",
+        *markdown_table(bisect_rows(result)),
+    ]
     lines.append("")
     if result.note and result.first_bad:
         lines += [f"> {plain_text(result.note)}", ""]

@@ -63,7 +63,10 @@ def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict
         compiles = [w for w in (number(c.get("compile_s")) for c in cells) if w is not None]
         collections = [w for w in (number(c.get("collection_s")) for c in cells) if w is not None]
         base["samples"] = {
-            "wall_s": walls, "code_s": codes, "compile_s": compiles, "status": [c.get("status") for c in cells]
+            "wall_s": walls,
+            "code_s": codes,
+            "compile_s": compiles,
+            "status": [c.get("status") for c in cells],
         }
         waits = [number((c.get("sched") or {}).get("wait_s")) for c in cells]
         if walls and len(waits) == len(walls) and None not in waits:
@@ -75,8 +78,14 @@ def combine_repeats(executions: Sequence[Sequence[dict[str, Any]]]) -> list[dict
             base["spread"] = statistics.median(abs(w - median) for w in walls) / median if median > 0 else 0.0
             if collections:
                 base["collection_s"] = statistics.median(collections)
-            base.update(_split(median, base["code_s"], statistics.median(compiles) if compiles else 0.0,
-                               base.get("collection_s") or 0.0))
+            base.update(
+                _split(
+                    median,
+                    base["code_s"],
+                    statistics.median(compiles) if compiles else 0.0,
+                    base.get("collection_s") or 0.0,
+                )
+            )
         worst = next((c for c in cells if c.get("status") not in (*FINISHED, "skipped")), None)
         if worst is not None:
             base["status"], base["error"] = worst.get("status"), worst.get("error")
@@ -131,4 +140,3 @@ def totals(cells: Sequence[Mapping[str, Any]], runner: Mapping[str, Any], cache_
         "execute_s": runner.get("execute_s"),
         "peak_rss_bytes": max((p for p in peaks if isinstance(p, int) and not isinstance(p, bool)), default=None),
     }
-

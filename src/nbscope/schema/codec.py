@@ -195,7 +195,10 @@ _SCALARS: dict[Any, Reader] = {
     bool: bool,
 }
 _OPTIONAL_SCALARS: dict[Any, Reader] = {
-    int: _fields.whole, float: _fields.number, str: _fields.text, bool: lambda v: v if isinstance(v, bool) else None,
+    int: _fields.whole,
+    float: _fields.number,
+    str: _fields.text,
+    bool: lambda v: v if isinstance(v, bool) else None,
 }
 
 

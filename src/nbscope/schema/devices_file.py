@@ -13,12 +13,24 @@ from dataclasses import dataclass
 from typing import Any
 
 DEVICE_FIGURES = (
-    "fp32_tflops", "fp64_tflops", "memory_gbs", "host_link_gbs", "launch_us", "dispatch_us",
-    "loop_iteration_us", "sync_iteration_us",
+    "fp32_tflops",
+    "fp64_tflops",
+    "memory_gbs",
+    "host_link_gbs",
+    "launch_us",
+    "dispatch_us",
+    "loop_iteration_us",
+    "sync_iteration_us",
 )
 MODEL_FIGURES = (
-    "reference_body_kernels", "compute_efficiency", "memory_efficiency", "transcendental_flops_f32",
-    "transcendental_flops_f64", "transfer_latency_us", "gpu_compile_ratio", "library_call_us",
+    "reference_body_kernels",
+    "compute_efficiency",
+    "memory_efficiency",
+    "transcendental_flops_f32",
+    "transcendental_flops_f64",
+    "transfer_latency_us",
+    "gpu_compile_ratio",
+    "library_call_us",
 )
 BASES = ("published", "measured", "derived", "assumed", "calibrated", "user")
 FIGURE_KEYS = {"value", "low", "high", "source", "basis"}
@@ -114,8 +126,9 @@ def _device(key: str, raw: object, path: str, *, new: bool) -> DeviceEntry:
         elif name in DEVICE_FIGURES:
             figures[name] = _figure(value, f"{where}.{name}", path)
         else:
-            raise InvalidDevicesFile(f"{where}.{name}: unknown field (known: name, match, compute_capability, "
-                                     f"{', '.join(DEVICE_FIGURES)})")
+            raise InvalidDevicesFile(
+                f"{where}.{name}: unknown field (known: name, match, compute_capability, {', '.join(DEVICE_FIGURES)})"
+            )
     missing = [name for name in DEVICE_FIGURES if name not in figures] if new else []
     if missing:
         raise InvalidDevicesFile(f"{where}.{missing[0]}: missing (a new device needs {', '.join(DEVICE_FIGURES)})")
@@ -135,7 +148,9 @@ def _figure(raw: object, where: str, source_file: str) -> Figure:
         raise InvalidDevicesFile(f"{where}: expected a number or a table with value or low/high, got {raw!r}")
     unknown = set(raw) - FIGURE_KEYS
     if unknown:
-        raise InvalidDevicesFile(f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(FIGURE_KEYS))})")
+        raise InvalidDevicesFile(
+            f"{where}: unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(FIGURE_KEYS))})"
+        )
     numbers = {}
     for key in ("value", "low", "high"):
         if key in raw:

@@ -37,7 +37,9 @@ class Cpu:
     model: str | None
     logical_cores: int | None
     physical_cores: int | None
-    load_average: Annotated[tuple[float, ...] | None, Read(_loads)]  # 1, 5 and 15 minutes when the run started (volatile)
+    load_average: Annotated[
+        tuple[float, ...] | None, Read(_loads)
+    ]  # 1, 5 and 15 minutes when the run started (volatile)
 
     @property
     def load_per_core(self) -> float | None:
@@ -131,10 +133,14 @@ class Machine:
         versions apart from ``jax_plugins``."""
         devices = _fields.mapping(fingerprint.get("gpu")).get("devices")
         versions = _fields.mapping(fingerprint.get("versions"))
-        return {**fingerprint, "gpus": devices, "recorded_versions": fingerprint.get("versions"),
-                "gpus_absent": _absent(devices) or (None if isinstance(devices, list) else "not recorded"),
-                "versions": {k: str(v) for k, v in versions.items() if not isinstance(v, (Mapping, list))},
-                "jax_plugins": versions.get("jax_plugins")}
+        return {
+            **fingerprint,
+            "gpus": devices,
+            "recorded_versions": fingerprint.get("versions"),
+            "gpus_absent": _absent(devices) or (None if isinstance(devices, list) else "not recorded"),
+            "versions": {k: str(v) for k, v in versions.items() if not isinstance(v, (Mapping, list))},
+            "jax_plugins": versions.get("jax_plugins"),
+        }
 
     @property
     def summary(self) -> str:
@@ -169,7 +175,6 @@ class Settings:
     env_values_stored: bool = False  # ``--env`` values kept as given (``--env-store-values``), not as hashes
     backends: tuple[Name, ...] = ()  # an audit: the backends it ran the notebooks on
     hashkey: Name = None  # a jupyter-cache import: the cache's key of the executed notebook
-
 
     def environment(self, machine: Machine) -> dict[str, str]:
         """The variables the kernel saw: the fingerprint's, overridden by ``--env``."""

@@ -128,7 +128,9 @@ class Cell:
     source_hash: str
     source: str | None  # the code that ran (None: a record of schema version 1)
     line: int | None
-    lines: Annotated[tuple[int, int] | None, Read(_fields.line_range)]  # first and last line in its file (None: a record of schema version 1)
+    lines: Annotated[
+        tuple[int, int] | None, Read(_fields.line_range)
+    ]  # first and last line in its file (None: a record of schema version 1)
     first_line: str
     code_line: str
     tags: tuple[str, ...]
@@ -160,7 +162,9 @@ class Cell:
     # nbscope's own collection after the cell's code (--forecast: session stop, HLO, lowering for CUDA), inside
     # wall_s; None: not recorded (no --forecast, or a record older than the field)
     collection_s: Time = None
-    collection: Annotated[Mapping[str, float] | None, Read(_fields.times)] = None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+    collection: Annotated[Mapping[str, float] | None, Read(_fields.times)] = (
+        None  # its parts: session_stop_s, hlo_s, lowering_s (cut_stop_s apart)
+    )
     started_unix: float | None = None  # when the probe saw the cell start, on the kernel's clock (None: not seen)
     skip_reason: str | None = None  # why a pathway's runner did not run the cell (the script pathway); None: it ran
 
@@ -286,7 +290,9 @@ class NotebookRun:
     cells: tuple[Cell, ...]
     totals: Totals
     repeats: Repeat
-    program_data: Annotated[ProgramData | None, Read(key="programs")]  # the compiled programs the run executed (None: recorded without them)
+    program_data: Annotated[
+        ProgramData | None, Read(key="programs")
+    ]  # the compiled programs the run executed (None: recorded without them)
     runner: RunnerInfo = field(default_factory=RunnerInfo)
     kernel: KernelInfo | None = None  # None: the probe never described its kernel (it did not load)
     run_uuid: str | None = None  # the run's identity, as its live file's header has it (None: recorded without one)

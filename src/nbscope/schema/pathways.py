@@ -63,10 +63,15 @@ class PathwayCell:
         """From a typed cell of a pathway's run."""
         walls = cell.samples.wall_s if cell.samples is not None else ()
         return cls(
-            wall_s=cell.wall_s, compile_s=cell.compile_s, run_s=cell.run_s, status=cell.status,
+            wall_s=cell.wall_s,
+            compile_s=cell.compile_s,
+            run_s=cell.run_s,
+            status=cell.status,
             compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
-            error=(cell.error.name or None) if cell.error else None, has_error=cell.error is not None,
-            skip_reason=cell.skip_reason, samples=walls if len(walls) > 1 else (),
+            error=(cell.error.name or None) if cell.error else None,
+            has_error=cell.error is not None,
+            skip_reason=cell.skip_reason,
+            samples=walls if len(walls) > 1 else (),
             spread=cell.spread if len(walls) > 1 else None,
         )
 
@@ -141,7 +146,9 @@ class PathwayEntry:
     repeats: Annotated[int | None, Write(omit=_not_combined)] = None
     elapsed_s: Annotated[Measured, Write(omit=_not_combined)] = None  # spawn (or build command) to exit, median
     overhead_samples: Annotated[Mapping[str, Any] | None, Write(omit=lambda e: e.overhead_samples is None)] = None
-    repeat_runners: Annotated[tuple[Mapping[str, Any], ...] | None, Write(omit=lambda e: e.repeat_runners is None)] = None
+    repeat_runners: Annotated[tuple[Mapping[str, Any], ...] | None, Write(omit=lambda e: e.repeat_runners is None)] = (
+        None
+    )
     error: Annotated[str | None, Write(omit=lambda e: e.error is None)] = None
 
     @property

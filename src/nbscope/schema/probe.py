@@ -71,7 +71,9 @@ class ProbePrograms:
     # waiting as the cell started, before its session, for programs an earlier cell dispatched that ran on (their
     # run time, counted in the cell's time; no trace of the cell saw them)
     in_flight_wait_s: Measured
-    compile_read_s: Measured  # the guard's memory readings at each compile's end, within JAX's compile timing (older probes)
+    compile_read_s: (
+        Measured  # the guard's memory readings at each compile's end, within JAX's compile timing (older probes)
+    )
     # stopping the session as each compile began and starting the next as it ended: within the cell's code, which
     # the probe's code_s and backend compile figures leave out
     split_s: Measured

@@ -24,8 +24,21 @@ from dataclasses import dataclass, replace
 from typing import Any, Self
 
 __all__ = [
-    "CallRate", "CellPrograms", "CollectTimes", "Entry", "Execution", "GpuLowering", "Loop", "ObservedLoop",
-    "PerExecution", "Program", "ProgramData", "SourceSpan", "TraceWindow", "Transfers", "Work",
+    "CallRate",
+    "CellPrograms",
+    "CollectTimes",
+    "Entry",
+    "Execution",
+    "GpuLowering",
+    "Loop",
+    "ObservedLoop",
+    "PerExecution",
+    "Program",
+    "ProgramData",
+    "SourceSpan",
+    "TraceWindow",
+    "Transfers",
+    "Work",
 ]
 
 
@@ -47,8 +60,9 @@ class Work:
 
     def plus(self, other: Work, times: float = 1.0) -> Self:
         """This work and ``times`` times ``other`` (an unknown figure adds as none), of this one's type."""
-        return replace(self, **{name: (getattr(self, name) or 0.0) + (getattr(other, name) or 0.0) * times
-                                for name in WORK_FIELDS})
+        return replace(
+            self, **{name: (getattr(self, name) or 0.0) + (getattr(other, name) or 0.0) * times for name in WORK_FIELDS}
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +167,7 @@ class ProgramData:
 
 
 # ---- a cell's executions ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class ObservedLoop:

@@ -34,16 +34,21 @@ class RunSummary(NamedTuple):
     changes: KeptChanges | None
 
 
-NO_SUMMARY = RunSummary(status=None, error=None, cache_state=None, cells=[], findings=None, forecast=None,
-                        attribution=None, changes=None)
+NO_SUMMARY = RunSummary(
+    status=None, error=None, cache_state=None, cells=[], findings=None, forecast=None, attribution=None, changes=None
+)
 
 
 def _changes(value: object) -> KeptChanges | None:
     if not isinstance(value, dict):
         return None
     series, found, steps = value.get("series"), value.get("found"), value.get("steps")
-    if not (isinstance(series, str) and isinstance(found, list) and isinstance(steps, list)
-            and all(type(n) is int and 0 <= n < len(found) for n in steps)):
+    if not (
+        isinstance(series, str)
+        and isinstance(found, list)
+        and isinstance(steps, list)
+        and all(type(n) is int and 0 <= n < len(found) for n in steps)
+    ):
         return None
     return KeptChanges(series, found, steps)
 
@@ -58,22 +63,31 @@ def read_run_summary(document: object, summary_format: int) -> RunSummary | None
     findings, forecast = document.get("findings"), document.get("forecast")
     has_findings = isinstance(findings, list) and (forecast is None or isinstance(forecast, dict))
     attribution = document.get("attribution")
-    if not (isinstance(attribution, dict) and isinstance(attribution.get("before_id"), int)
-            and isinstance(attribution.get("text"), str)):
+    if not (
+        isinstance(attribution, dict)
+        and isinstance(attribution.get("before_id"), int)
+        and isinstance(attribution.get("text"), str)
+    ):
         attribution = None
     return RunSummary(
-        status=status, error=None if status is None else document.get("error"),
-        cache_state=None if status is None else document.get("cache_state"), cells=cells,
-        findings=findings if has_findings else None, forecast=forecast if has_findings else None,
-        attribution=attribution, changes=_changes(document.get("changes")))
+        status=status,
+        error=None if status is None else document.get("error"),
+        cache_state=None if status is None else document.get("cache_state"),
+        cells=cells,
+        findings=findings if has_findings else None,
+        forecast=forecast if has_findings else None,
+        attribution=attribution,
+        changes=_changes(document.get("changes")),
+    )
 
 
 def summary_document(summary: RunSummary, summary_format: int) -> dict[str, Any]:
     """The JSON the store keeps of ``summary``: its format and the parts made."""
     document: dict[str, Any] = {"format": summary_format}
     if summary.status is not None:
-        document.update(status=summary.status, error=summary.error, cache_state=summary.cache_state,
-                        cells=summary.cells)
+        document.update(
+            status=summary.status, error=summary.error, cache_state=summary.cache_state, cells=summary.cells
+        )
     if summary.findings is not None:
         document.update(findings=summary.findings, forecast=summary.forecast)
     if summary.attribution is not None:

@@ -112,8 +112,13 @@ def _is_signature(value: object) -> bool:
 
 
 def _texts(row: SiteRow | BookRow) -> bool:
-    return (type(row.target) is str and type(row.runner) is str and type(row.page) is str
-            and type(row.status) is str and type(row.started_at) is str)
+    return (
+        type(row.target) is str
+        and type(row.runner) is str
+        and type(row.page) is str
+        and type(row.status) is str
+        and type(row.started_at) is str
+    )
 
 
 def _book_row(value: object) -> BookRow | None:
@@ -121,9 +126,15 @@ def _book_row(value: object) -> BookRow | None:
         return None
     row = BookRow._make(value.values())  # its members in order: a fifth of BookRow(**value)'s time, 240 rows a publish
     parts = row.parts
-    if not (_texts(row) and _is_signature(row.signature) and type(parts) is dict and tuple(parts) == BOOK_PARTS
-            and type(parts["index.html"]) is str and type(parts["status.json"]) is str
-            and type(parts["status.md"]) is str):
+    if not (
+        _texts(row)
+        and _is_signature(row.signature)
+        and type(parts) is dict
+        and tuple(parts) == BOOK_PARTS
+        and type(parts["index.html"]) is str
+        and type(parts["status.json"]) is str
+        and type(parts["status.md"]) is str
+    ):
         return None
     return row
 
@@ -134,8 +145,12 @@ def _site_row(value: object) -> SiteRow | None:
         return None
     row = SiteRow._make(value.values())
     lists = (row.spark, row.changes, row.regressions, row.cells, row.findings)
-    if not (_texts(row) and _is_signature(row.signature) and isinstance(row.history, dict)
-            and all(isinstance(part, list) for part in lists)):
+    if not (
+        _texts(row)
+        and _is_signature(row.signature)
+        and isinstance(row.history, dict)
+        and all(isinstance(part, list) for part in lists)
+    ):
         return None
     return row
 
@@ -172,11 +187,16 @@ def read_manifest(text: str) -> SiteManifest | None:
     pages = document.get("pages")
     tool, store = document.get("tool"), document.get("store")
     return SiteManifest(
-        version=document["version"], tool=tool if isinstance(tool, str) else None,
+        version=document["version"],
+        tool=tool if isinstance(tool, str) else None,
         store=store if isinstance(store, str) else None,
-        scan=Scan(scan["count"], scan["newest_id"]) if isinstance(scan, dict) and isinstance(scan.get("count"), int)
-        and isinstance(scan.get("newest_id"), int) else None,
-        rows=kept, pages=pages if isinstance(pages, dict) else {}, row_texts=row_texts)
+        scan=Scan(scan["count"], scan["newest_id"])
+        if isinstance(scan, dict) and isinstance(scan.get("count"), int) and isinstance(scan.get("newest_id"), int)
+        else None,
+        rows=kept,
+        pages=pages if isinstance(pages, dict) else {},
+        row_texts=row_texts,
+    )
 
 
 def _compact_manifest(text: str) -> tuple[Any, dict[str, str]]:

@@ -23,9 +23,28 @@ from nbscope.schema import _fields
 from nbscope.schema.codec import Measured, Read, Write, known
 
 __all__ = [
-    "BenchGroup", "BenchRun", "BenchSettings", "BenchTotals", "LoopEstimate", "Extrapolation", "FirstCall", "FitPoint",
-    "GroupFigure", "LoopFit", "LoopInfo", "LoopPoint", "LoopsJax", "LoopsRun", "LoopsTotals", "SlopeFit", "Steadiness",
-    "Steady", "Sweep", "Throughput", "WorkerRun", "XlaDump",
+    "BenchGroup",
+    "BenchRun",
+    "BenchSettings",
+    "BenchTotals",
+    "LoopEstimate",
+    "Extrapolation",
+    "FirstCall",
+    "FitPoint",
+    "GroupFigure",
+    "LoopFit",
+    "LoopInfo",
+    "LoopPoint",
+    "LoopsJax",
+    "LoopsRun",
+    "LoopsTotals",
+    "SlopeFit",
+    "Steadiness",
+    "Steady",
+    "Sweep",
+    "Throughput",
+    "WorkerRun",
+    "XlaDump",
 ]
 
 
@@ -50,11 +69,18 @@ def _points(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
         values = sweep.get(key)
         return values[position] if isinstance(values, list) and position < len(values) else None
 
-    return [{"trips": trips, "seconds": median, "first_call_s": at("first_call_s", position),
-             "inner": at("inner", position), "samples": at("samples", position),
-             "cpu_seconds": at("cpu_seconds", position)}
-            for position, (trips, median) in enumerate(zip(trip_counts, seconds, strict=False))
-            if _fields.integer(trips) is not None and _fields.figure(median) is not None]
+    return [
+        {
+            "trips": trips,
+            "seconds": median,
+            "first_call_s": at("first_call_s", position),
+            "inner": at("inner", position),
+            "samples": at("samples", position),
+            "cpu_seconds": at("cpu_seconds", position),
+        }
+        for position, (trips, median) in enumerate(zip(trip_counts, seconds, strict=False))
+        if _fields.integer(trips) is not None and _fields.figure(median) is not None
+    ]
 
 
 # ---- bench ----------------------------------------------------------------------------------------

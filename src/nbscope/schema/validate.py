@@ -30,8 +30,23 @@ SCHEMA_VERSION = 2
 RUN_STATUSES = ("ok", "partial", "error")
 # Durations that can only be >= 0 (a difference such as ``cache_saving_s`` or a fit's ``intercept_s`` may be
 # negative, and is only checked to be finite).
-DURATIONS = ("wall_s", "code_s", "compile_s", "run_s", "overhead_s", "roundtrip_s", "trace_s", "lower_s", "collection_s",
-             "backend_s", "elapsed_s", "median_s", "min_s", "max_s", "mad_s")
+DURATIONS = (
+    "wall_s",
+    "code_s",
+    "compile_s",
+    "run_s",
+    "overhead_s",
+    "roundtrip_s",
+    "trace_s",
+    "lower_s",
+    "collection_s",
+    "backend_s",
+    "elapsed_s",
+    "median_s",
+    "min_s",
+    "max_s",
+    "mad_s",
+)
 REQUIRED_FIELDS = {
     "format": str,
     "schema_version": int,
@@ -49,6 +64,7 @@ MAX_DEPTH = 100
 # How far ahead of this machine's clock a run may be dated (clocks of CI runners drift by seconds, not days).
 CLOCK_SKEW_S = 24 * 3600
 
+
 def utc_now() -> str:
     """An ISO 8601 UTC timestamp with milliseconds."""
     now = time.time()
@@ -59,7 +75,7 @@ def validate(document: object, *, source: str, reader: str) -> dict[str, Any]:
     """``document`` as a run record this version can read; InvalidRunDocument with one line if it is not one.
     ``reader`` is the version of nbscope reading it, which a document of a later schema names."""
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-        raise InvalidRunDocument(f"{source} is not an nbscope run record (no \"format\": \"{FORMAT_NAME}\")")
+        raise InvalidRunDocument(f'{source} is not an nbscope run record (no "format": "{FORMAT_NAME}")')
     version = document.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):  # JSON true is not a version
         raise InvalidRunDocument(f"{source}: schema_version is missing or not an integer")
@@ -113,8 +129,10 @@ def check_not_future(started_at: object, source: str) -> None:
     command's ``latest`` until then."""
     when = timestamp(started_at, f"{source}: field 'started_at'")
     if when > time.time() + CLOCK_SKEW_S:
-        raise InvalidRunDocument(f"{source}: field 'started_at' is {started_at}, in the future of this machine's "
-                           f"clock ({utc_now()}); refused")
+        raise InvalidRunDocument(
+            f"{source}: field 'started_at' is {started_at}, in the future of this machine's "
+            f"clock ({utc_now()}); refused"
+        )
 
 
 def _check_depth(document: object, source: str) -> None:
@@ -145,8 +163,10 @@ def _check_loop_parents(measurements: Mapping[str, Any], source: str) -> None:
         where = f"measurements.programs.programs[{str(key)[:60]!r}].loops"
         for loop_id, parent in parents.items():
             if parent is not None and str(parent) not in parents:
-                raise InvalidRunDocument(f"{source}: {where}: loop {loop_id[:60]!r} has parent {str(parent)[:60]!r}, "
-                                   "which is no loop of its program")
+                raise InvalidRunDocument(
+                    f"{source}: {where}: loop {loop_id[:60]!r} has parent {str(parent)[:60]!r}, "
+                    "which is no loop of its program"
+                )
             chain = [loop_id]
             while parent is not None:
                 parent = str(parent)
@@ -155,7 +175,6 @@ def _check_loop_parents(measurements: Mapping[str, Any], source: str) -> None:
                     raise InvalidRunDocument(f"{source}: {where}: the loops' parents form a cycle ({shown})")
                 chain.append(parent)
                 parent = parents.get(parent)
-
 
 
 class NotANumber(float):
@@ -202,11 +221,27 @@ def _check_finite(value: object, where: str, source: str) -> None:
 
 Spec = Any
 _NUMBERS = {n: "number" for n in ("compile_share", "spread")}
-_COUNTS = {n: "number" for n in (
-    "cells", "cells_run", "cells_ok", "cells_failed", "compiles", "backend_events", "user_compiles",
-    "eager_compiles", "library_compiles", "numba_compiles", "cache_requests", "cache_hits", "cache_misses",
-    "figures", "notebooks", "count",
-)}
+_COUNTS = {
+    n: "number"
+    for n in (
+        "cells",
+        "cells_run",
+        "cells_ok",
+        "cells_failed",
+        "compiles",
+        "backend_events",
+        "user_compiles",
+        "eager_compiles",
+        "library_compiles",
+        "numba_compiles",
+        "cache_requests",
+        "cache_hits",
+        "cache_misses",
+        "figures",
+        "notebooks",
+        "count",
+    )
+}
 _FUNCTION: Spec = {"name": "string", "kind": "string", "shapes": "array", **_COUNTS}
 _CELL: Spec = {
     "index": "integer!",

@@ -78,10 +78,13 @@ def latency_loop() -> None:
     set_cell(record, 4, wall=0.66, compile_s=0.64)  # vectorised bump: fast on the GPU
     set_cell(record, 5, wall=0.002, compile_s=0.0)
     retotal(record)
-    write("synthetic_t4_latency_loop.json", record,
-          "SYNTHETIC, not measured on a GPU: the real CPU run cpu_latency_loop.json of tests/files/diag_latency_loop.ipynb "
-          "with a Tesla T4 fingerprint (fake NVML) and cells 3-4 (logistic_path, lax.scan of 1 M steps) set to 8.2 s each "
-          "from the seed's T4 figure (81.6 s for 10 M steps); vectorised cells 5-6 set faster than on CPU.")
+    write(
+        "synthetic_t4_latency_loop.json",
+        record,
+        "SYNTHETIC, not measured on a GPU: the real CPU run cpu_latency_loop.json of tests/files/diag_latency_loop.ipynb "
+        "with a Tesla T4 fingerprint (fake NVML) and cells 3-4 (logistic_path, lax.scan of 1 M steps) set to 8.2 s each "
+        "from the seed's T4 figure (81.6 s for 10 M steps); vectorised cells 5-6 set faster than on CPU.",
+    )
 
 
 def x64() -> None:
@@ -91,10 +94,13 @@ def x64() -> None:
     set_cell(record, 1, wall=1.72 + 1.9, compile_s=1.72)
     set_cell(record, 2, wall=1.9, compile_s=0.0)
     retotal(record)
-    write("synthetic_t4_x64.json", record,
-          "SYNTHETIC, not measured on a GPU: the real CPU run cpu_x64.json of tests/files/diag_x64.ipynb (jax_enable_x64, "
-          "float64 compiles) with a Tesla T4 fingerprint (fake NVML, fp64 class 1/32) and the float64 cells' run "
-          "times set to 1.9 s.")
+    write(
+        "synthetic_t4_x64.json",
+        record,
+        "SYNTHETIC, not measured on a GPU: the real CPU run cpu_x64.json of tests/files/diag_x64.ipynb (jax_enable_x64, "
+        "float64 compiles) with a Tesla T4 fingerprint (fake NVML, fp64 class 1/32) and the float64 cells' run "
+        "times set to 1.9 s.",
+    )
 
 
 def gpu_memory() -> None:
@@ -111,10 +117,13 @@ def gpu_memory() -> None:
         cell["gpu_memory"] = {"before_bytes": before, "after_bytes": after}
         del first
     record["fingerprint"]["digest"] = fp.digest(record["fingerprint"])
-    write("synthetic_t4_gpu_memory.json", record,
-          "SYNTHETIC, not measured on a GPU: the real CPU run cpu_latency_loop.json with a Tesla T4 fingerprint (fake "
-          "NVML, 15360 MiB) showing 4 GiB used by another process at the start, and per-cell GPU memory of the kernel "
-          "set to JAX's default preallocation (75 % of the device) from the first JAX operation on.")
+    write(
+        "synthetic_t4_gpu_memory.json",
+        record,
+        "SYNTHETIC, not measured on a GPU: the real CPU run cpu_latency_loop.json with a Tesla T4 fingerprint (fake "
+        "NVML, 15360 MiB) showing 4 GiB used by another process at the start, and per-cell GPU memory of the kernel "
+        "set to JAX's default preallocation (75 % of the device) from the first JAX operation on.",
+    )
 
 
 def slow_compile_alarm() -> None:
@@ -125,9 +134,12 @@ def slow_compile_alarm() -> None:
         "[Compiling module jit_simulate] Very slow compile? If you want to file a bug, run with envvar "
         "XLA_FLAGS=--xla_dump_to=/tmp/foo and attach the results.",
     ]
-    write("synthetic_cpu_slow_compile_alarm.json", record,
-          "SYNTHETIC: the real CPU run cpu_unrolled_loop.json of tests/files/diag_unrolled_loop.ipynb with two XLA "
-          "slow-compile alarm lines added to cell 2 (XLA did not print them in the real run).")
+    write(
+        "synthetic_cpu_slow_compile_alarm.json",
+        record,
+        "SYNTHETIC: the real CPU run cpu_unrolled_loop.json of tests/files/diag_unrolled_loop.ipynb with two XLA "
+        "slow-compile alarm lines added to cell 2 (XLA did not print them in the real run).",
+    )
 
 
 if __name__ == "__main__":

@@ -46,9 +46,7 @@ from nbscope.schema.codec import encode
 if TYPE_CHECKING:  # the forecast is imported only when a rule needs one
     from nbscope.analyse.forecast import Forecast
 
-__all__ = [
-    "RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "rule_names", "rule_thresholds",
-]
+__all__ = ["RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "rule_names", "rule_thresholds"]
 
 RULES: list[Rule] = [
     _unrolled_loop.RULE,
@@ -86,7 +84,9 @@ def _checked_thresholds(thresholds: Mapping[str, Mapping[str, float]]) -> dict[s
             raise NbscopeError(f"no thresholds for rule {rule!r}; rules with thresholds: {', '.join(known)}")
         unknown = sorted(set(values) - set(known[rule]))
         if unknown:
-            raise NbscopeError(f"rule {rule} has no threshold {', '.join(unknown)}; its thresholds: {', '.join(known[rule])}")
+            raise NbscopeError(
+                f"rule {rule} has no threshold {', '.join(unknown)}; its thresholds: {', '.join(known[rule])}"
+            )
         for name, value in values.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
                 raise NbscopeError(f"threshold {rule}.{name} must be a number, not {value!r}")
@@ -137,9 +137,15 @@ class Findings(list[Finding]):
     def to_dict(self) -> dict[str, Any]:
         """The diagnosis as ``diagnose --json`` prints it (thresholds only where the caller set some)."""
         thresholds = {"thresholds": self.thresholds} if self.thresholds else {}
-        return {"findings": encode(list(self)), "skipped": encode(self.skipped), "notes": self.notes,
-                "failed_cells": encode(self.failed_cells), "cells_not_run": self.cells_not_run, "rules": rule_names(),
-                **thresholds}
+        return {
+            "findings": encode(list(self)),
+            "skipped": encode(self.skipped),
+            "notes": self.notes,
+            "failed_cells": encode(self.failed_cells),
+            "cells_not_run": self.cells_not_run,
+            "rules": rule_names(),
+            **thresholds,
+        }
 
 
 _GENERIC = {rule.name for rule in RULES if rule.generic}
@@ -186,8 +192,13 @@ def diagnose(
         compare_module.check_profile(other, "the other run")
     if gpus:
         gpus = [g.strip() for g in gpus.split(",")] if isinstance(gpus, str) else list(gpus)
-        _forecast.check_request(record, gpus, compare_module.platform_of(record)["platform"],
-                                compare_module.label(record, "the run"), devices_file=devices_file)
+        _forecast.check_request(
+            record,
+            gpus,
+            compare_module.platform_of(record)["platform"],
+            compare_module.label(record, "the run"),
+            devices_file=devices_file,
+        )
     wanted = set(rules) if rules is not None else None
     if wanted is not None:
         unknown = wanted - set(rule_names())
@@ -197,8 +208,7 @@ def diagnose(
             raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
     overrides = _checked_thresholds(thresholds or {})
     record = naming(record, sources)
-    ctx = Context(record, other=other, thresholds=overrides, gpus=gpus or None,
-                  devices_file=devices_file)
+    ctx = Context(record, other=other, thresholds=overrides, gpus=gpus or None, devices_file=devices_file)
     findings: list[Finding] = []
     skipped: list[Skip] = []
     for rule in RULES:
@@ -211,13 +221,22 @@ def diagnose(
             skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
     _link(findings)
     notes = [ctx.sources_note] if ctx.sources_note else []
-    failed = [FailedCell(c.index, c.line, c.status, text)
-              for c in ctx.run.cells if c.status != "expected-error" and (text := failure_text(c))]
+    failed = [
+        FailedCell(c.index, c.line, c.status, text)
+        for c in ctx.run.cells
+        if c.status != "expected-error" and (text := failure_text(c))
+    ]
     not_run = sum(1 for c in ctx.run.cells if c.status == "not-run")
     evidence = ctx.made_forecast  # made only if a rule asked for it
-    return Findings(sorted(findings, key=_order), skipped=skipped, notes=notes, thresholds=overrides,
-                    failed_cells=failed, cells_not_run=not_run,
-                    forecast=evidence.result if evidence is not None else None)
+    return Findings(
+        sorted(findings, key=_order),
+        skipped=skipped,
+        notes=notes,
+        thresholds=overrides,
+        failed_cells=failed,
+        cells_not_run=not_run,
+        forecast=evidence.result if evidence is not None else None,
+    )
 
 
 def _link(findings: list[Finding]) -> None:

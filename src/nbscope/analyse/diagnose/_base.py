@@ -70,7 +70,9 @@ class Finding(Encoded):
 
     rule: str  # e.g. "unrolled-loop"
     title: str  # short human title
-    cell_index: Annotated[int | None, Read(key="index")]  # code-cell index (record cell "index"), None for notebook-level
+    cell_index: Annotated[
+        int | None, Read(key="index")
+    ]  # code-cell index (record cell "index"), None for notebook-level
     severity: Annotated[Severity, Read(_severity, otherwise="low")]
     confidence: float  # 0..1
     evidence: dict[str, Any]
@@ -78,7 +80,9 @@ class Finding(Encoded):
     fix: str  # concrete change to make, in code the reader owns
     # (label, text) lines for the reader, e.g. ("compile", "1.37 s of 1.43 s (96 %)"); at most HIGHLIGHTS shown.
     highlights: Annotated[list[tuple[str, str]] | None, Read(_pairs)] = None
-    action: Annotated[str | None, Read(otherwise=None)] = None  # the fix in one short line, for the list that ends `nbscope profile`
+    action: Annotated[str | None, Read(otherwise=None)] = (
+        None  # the fix in one short line, for the list that ends `nbscope profile`
+    )
     # The GPUs (device table keys) a forecast finding is about: made from a CPU run's GPU forecast, not
     # measured. Empty for findings measured in the run.
     forecast: Annotated[list[str], Read(_texts)] = field(default_factory=list)
@@ -92,8 +96,11 @@ class Finding(Encoded):
 
     def evidence_highlights(self) -> list[tuple[str, str]]:
         """The labelled evidence lines to show: the rule's own, else a few readable ones from its evidence."""
-        lines = ([(str(label), str(text)) for label, text in self.highlights] if self.highlights is not None
-                 else derived_highlights(self.evidence))
+        lines = (
+            [(str(label), str(text)) for label, text in self.highlights]
+            if self.highlights is not None
+            else derived_highlights(self.evidence)
+        )
         see_also = decode(finding_document.EvidenceTerms, self.evidence).see_also
         if see_also:  # a generic symptom names the specific causes found on its cell
             lines.insert(0, ("likely cause", ", ".join(f"{rule} (its own finding)" for rule in see_also)))
@@ -108,9 +115,20 @@ class Finding(Encoded):
         return decode(finding_document.EvidenceTerms, self.evidence).seconds_at_stake
 
     # Its document: the fields, its highlights and one-line fix as shown, and its cell by both conventions.
-    document_keys: ClassVar = ("rule", "title", "severity", "confidence", "evidence", "summary", "fix",
-                               ("highlights", evidence_highlights), ("action", short_fix), "forecast",
-                               ("index", "cell_index"), ("cell", _cell_number))
+    document_keys: ClassVar = (
+        "rule",
+        "title",
+        "severity",
+        "confidence",
+        "evidence",
+        "summary",
+        "fix",
+        ("highlights", evidence_highlights),
+        ("action", short_fix),
+        "forecast",
+        ("index", "cell_index"),
+        ("cell", _cell_number),
+    )
 
 
 def _readable(key: str, value: object) -> str | None:
@@ -228,7 +246,9 @@ class FunctionStats:
     backend_s: float = 0.0
     shapes: list[str] = field(default_factory=list)
     cells: Counter[int] = field(default_factory=Counter)  # code-cell index -> compile events there
-    cell_seconds: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))  # code-cell index -> compile seconds there
+    cell_seconds: defaultdict[int, float] = field(
+        default_factory=lambda: defaultdict(float)
+    )  # code-cell index -> compile seconds there
 
     @property
     def main_cell(self) -> int | None:
@@ -269,8 +289,6 @@ class FunctionStats:
             "shapes": self.shapes,
             "compiles_per_cell": {str(k): v for k, v in sorted(self.cells.items())},
         }
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,8 +360,9 @@ class Context:
     def forecast(self) -> _forecast.ForecastEvidence:
         """The run's GPU forecast for the GPU rules on a CPU run, or why there is none (made once, on first use)."""
         if self.made_forecast is None:
-            self.made_forecast = _forecast.evidence(self.record, self.backend.platform, self.forecast_gpus,
-                                                    devices_file=self.devices_file)
+            self.made_forecast = _forecast.evidence(
+                self.record, self.backend.platform, self.forecast_gpus, devices_file=self.devices_file
+            )
         return self.made_forecast
 
     @cached_property
@@ -378,10 +397,14 @@ class Context:
         if source is None or tree is None:
             return None
         if package is None:
-            called = {self.code.imported[root].split(".")[0] for root in (
-                _source.dotted(n.func).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Call))
-                if root in self.code.imported}
-            candidates = called - set(sys.stdlib_module_names) - {"jax", "jaxlib", "numpy", "numba", "scipy", "matplotlib"}
+            called = {
+                self.code.imported[root].split(".")[0]
+                for root in (_source.dotted(n.func).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Call))
+                if root in self.code.imported
+            }
+            candidates = (
+                called - set(sys.stdlib_module_names) - {"jax", "jaxlib", "numpy", "numba", "scipy", "matplotlib"}
+            )
             if len(candidates) != 1:
                 return None
             package = candidates.pop()

@@ -95,7 +95,9 @@ def evaluate(node: ast.AST | None, env: Mapping[str, Bound]) -> Bound:
         assert left.value is not None and right.value is not None
         origin = " and ".join(dict.fromkeys(b.origin for b in (left, right) if b.origin != "a literal")) or "a literal"
         value = _arithmetic(node.op, left.value, right.value)
-        return Bound(value, origin if value is not None else f"`{ast.unparse(node)}` is not an integer nbscope computes")
+        return Bound(
+            value, origin if value is not None else f"`{ast.unparse(node)}` is not an integer nbscope computes"
+        )
     return Bound(None, f"`{ast.unparse(node)[:40]}` is computed when the notebook runs")
 
 
@@ -153,9 +155,12 @@ class Bindings:
             self.trees[cell] = tree
             for statement in tree.body:
                 bound = _bound_names(statement)
-                compound = any(isinstance(getattr(statement, part, None), list) for part in ("body", "orelse", "handlers"))
-                self._points.append((cell, statement.lineno, statement.end_lineno or statement.lineno, dict(env), bound,
-                                     compound))
+                compound = any(
+                    isinstance(getattr(statement, part, None), list) for part in ("body", "orelse", "handlers")
+                )
+                self._points.append(
+                    (cell, statement.lineno, statement.end_lineno or statement.lineno, dict(env), bound, compound)
+                )
                 self._apply(env, statement, cell, bound)
         self._end = env
 
@@ -165,9 +170,14 @@ class Bindings:
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             value_node = statement.value
-            if (len(targets) == 1 and isinstance(targets[0], ast.Tuple) and isinstance(value_node, ast.Tuple)
-                    and len(targets[0].elts) == len(value_node.elts) and all(isinstance(t, ast.Name) for t in targets[0].elts)
-                    and not any(isinstance(v, ast.Starred) for v in value_node.elts)):
+            if (
+                len(targets) == 1
+                and isinstance(targets[0], ast.Tuple)
+                and isinstance(value_node, ast.Tuple)
+                and len(targets[0].elts) == len(value_node.elts)
+                and all(isinstance(t, ast.Name) for t in targets[0].elts)
+                and not any(isinstance(v, ast.Starred) for v in value_node.elts)
+            ):
                 # `n, β, K = 20, 0.99, 100`: each name its own value (all read before any is bound)
                 values = [evaluate(v, env) for v in value_node.elts]
                 for target, item, value in zip(targets[0].elts, value_node.elts, values, strict=True):
@@ -207,14 +217,18 @@ class Bindings:
                 shown = dict(env)
                 if compound:  # a simple statement reads its names before it binds any
                     for name in bound:
-                        shown[name] = Bound(None, f"`{name}` changes within the statement at cell {cell + 1}, line {first}")
+                        shown[name] = Bound(
+                            None, f"`{name}` changes within the statement at cell {cell + 1}, line {first}"
+                        )
                 return shown
         return self.start(cell)
 
 
 def calls_to(tree: ast.Module, name: str) -> list[ast.Call]:
     """Direct calls ``name(...)`` in a cell, in order."""
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name]
+    found = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
     return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
@@ -256,7 +270,9 @@ class _Site:
 class LoopResolver:
     """Loop lengths of the functions one jitted function traces, from the calls in the cells that compiled it."""
 
-    def __init__(self, bindings: Bindings, code: _source.NotebookCode, entry: _source.Function, compiled_in: Iterable[int]) -> None:
+    def __init__(
+        self, bindings: Bindings, code: _source.NotebookCode, entry: _source.Function, compiled_in: Iterable[int]
+    ) -> None:
         self.bindings = bindings
         self.code = code
         self.entry = entry
@@ -268,23 +284,39 @@ class LoopResolver:
 
     def length(self, loop: _source.SourceLoop) -> LoopLength:
         node = loop.node
-        function = self.code.function_at(loop.function, self.entry.cell) if loop.function != self.entry.name else self.entry
+        function = (
+            self.code.function_at(loop.function, self.entry.cell) if loop.function != self.entry.name else self.entry
+        )
         if not isinstance(node, ast.For) or function is None or function.node is None:
             return LoopLength(None, origin="a while loop: its length is decided at run time")
         iterable = node.iter
         if isinstance(iterable, (ast.List, ast.Tuple)):
-            return LoopLength(len(iterable.elts), [len(iterable.elts)], "a literal sequence", stop=str(len(iterable.elts)))
-        if not (isinstance(iterable, ast.Call) and _source.dotted(iterable.func) == "range" and 1 <= len(iterable.args) <= 3):
-            return LoopLength(None, origin=f"iterates over `{ast.unparse(iterable)[:40]}`: its length is known only at run time")
+            return LoopLength(
+                len(iterable.elts), [len(iterable.elts)], "a literal sequence", stop=str(len(iterable.elts))
+            )
+        if not (
+            isinstance(iterable, ast.Call) and _source.dotted(iterable.func) == "range" and 1 <= len(iterable.args) <= 3
+        ):
+            return LoopLength(
+                None, origin=f"iterates over `{ast.unparse(iterable)[:40]}`: its length is known only at run time"
+            )
         args = list(iterable.args)
-        start, stop, step = (args[0], args[1], args[2] if len(args) > 2 else None) if len(args) > 1 else (None, args[0], None)
-        shown = LoopLength(None, start=ast.unparse(start) if start is not None else "0", stop=ast.unparse(stop),
-                           step=ast.unparse(step) if step is not None else None)
+        start, stop, step = (
+            (args[0], args[1], args[2] if len(args) > 2 else None) if len(args) > 1 else (None, args[0], None)
+        )
+        shown = LoopLength(
+            None,
+            start=ast.unparse(start) if start is not None else "0",
+            stop=ast.unparse(stop),
+            step=ast.unparse(step) if step is not None else None,
+        )
         lengths: list[int] = []
         origins: list[str] = []
         for site in self.sites:
-            values = [self._value(part, function, site) if part is not None else Bound(default, "")
-                      for part, default in ((start, 0), (stop, None), (step, 1))]
+            values = [
+                self._value(part, function, site) if part is not None else Bound(default, "")
+                for part, default in ((start, 0), (stop, None), (step, 1))
+            ]
             unknown = next((b for b in values if b.value is None), None)
             if unknown is not None:
                 shown.origin = unknown.origin
@@ -332,11 +364,17 @@ class LoopResolver:
                 if value.value is None:
                     return value
                 how = "static argument" if function.static_args else "argument"
-                return Bound(value.value, f"{how} `{name}` = {value.value} at the call in cell {site.cell + 1}, line "
-                                          f"{site.line}" + (f": {value.origin}" if value.origin != "a literal" else ""))
+                return Bound(
+                    value.value,
+                    f"{how} `{name}` = {value.value} at the call in cell {site.cell + 1}, line "
+                    f"{site.line}" + (f": {value.origin}" if value.origin != "a literal" else ""),
+                )
             if site.call is None and function.static_args:
-                return Bound(None, f"`{name}` may be a static argument of a call nbscope cannot see (cell {site.cell + 1} "
-                                   f"calls `{function.name}` through another function)")
+                return Bound(
+                    None,
+                    f"`{name}` may be a static argument of a call nbscope cannot see (cell {site.cell + 1} "
+                    f"calls `{function.name}` through another function)",
+                )
         elif any(_argument(call, function.node, name) is not None for call in self._inner_calls(function.name)):
             return Bound(None, f"`{name}` is passed to `{function.name}` by the code that calls it")
         if default is None:
@@ -345,8 +383,11 @@ class LoopResolver:
         if value.value is None:
             return Bound(None, f"the default `{name}={ast.unparse(default)}` of `{function.name}`: {value.origin}")
         bound_from = "" if value.origin == "a literal" else f": {value.origin}"
-        return Bound(value.value, f"default `{name}={ast.unparse(default)}` = {value.value}, bound when cell "
-                                  f"{function.cell + 1} ran the def{bound_from}")
+        return Bound(
+            value.value,
+            f"default `{name}={ast.unparse(default)}` = {value.value}, bound when cell "
+            f"{function.cell + 1} ran the def{bound_from}",
+        )
 
     def _global(self, name: str, function: _source.Function, site: _Site) -> Bound:
         env = self.bindings.at(site.cell, site.line) if site.call is not None else self.bindings.start(site.cell)
@@ -355,8 +396,10 @@ class LoopResolver:
         value = env.get(name) or Bound(None, f"`{name}` is not assigned before cell {site.cell + 1}")
         if value.value is None:
             return value
-        return Bound(value.value, f"global `{name}` = {value.value} when cell {site.cell + 1} traced `{self.entry.name}`: "
-                                  f"{value.origin}")
+        return Bound(
+            value.value,
+            f"global `{name}` = {value.value} when cell {site.cell + 1} traced `{self.entry.name}`: {value.origin}",
+        )
 
     def _bound_in(self, cell: int) -> set[str]:
         tree = self.bindings.tree(cell)
@@ -366,6 +409,9 @@ class LoopResolver:
         found: list[ast.Call] = []
         for function in self.code.traced_by(self.entry.name, self.entry.cell):
             if function.node is not None and function.name != name:
-                found += [n for n in ast.walk(function.node)
-                          if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name]
+                found += [
+                    n
+                    for n in ast.walk(function.node)
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+                ]
         return found

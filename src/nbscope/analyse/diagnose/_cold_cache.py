@@ -41,7 +41,11 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
     state = ctx.totals.cache_state
     backend = _backend_s(ctx.run.cells)
     wall = ctx.total_wall
-    if state not in ("off", "cold") or backend < limit["min_backend_s"] or (wall and backend / wall < limit["min_share"]):
+    if (
+        state not in ("off", "cold")
+        or backend < limit["min_backend_s"]
+        or (wall and backend / wall < limit["min_share"])
+    ):
         return
     evidence: dict[str, Any] = {
         "cache_state": state,
@@ -52,7 +56,12 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         "cache_hits": ctx.totals.cache_hits,
     }
     other, warm = ctx.other, ctx.other_run
-    if other is not None and warm is not None and other.target == ctx.record.target and warm.totals.cache_state == "warm":
+    if (
+        other is not None
+        and warm is not None
+        and other.target == ctx.record.target
+        and warm.totals.cache_state == "warm"
+    ):
         other_backend = _backend_s(warm.cells)
         saved = backend - other_backend
         evidence.update(
@@ -82,8 +91,13 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         confidence=confidence,
         evidence=evidence,
         summary=f"{ctx.totals.compiles} compiles with the persistent cache {state}: {saving}",
-        highlights=[("backend compile", f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend)),
-                    ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}")],
+        highlights=[
+            (
+                "backend compile",
+                f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend),
+            ),
+            ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}"),
+        ],
         **_advice(ctx, state),
     )
 
@@ -132,12 +146,17 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
             compiled_in.setdefault(name, []).append(cell.index)
     recorded = all(modules[n] is not None and caches[n] is not None for n in compiled)
     if not ctx.has_sources and not recorded:
-        yield Skip(NAME, f"Numba compiled for {seconds(numba_s)}; whether its functions use cache=True needs the cell "
-                         f"sources ({ctx.missing_sources()}); the probe does not record Numba cache hits")
+        yield Skip(
+            NAME,
+            f"Numba compiled for {seconds(numba_s)}; whether its functions use cache=True needs the cell "
+            f"sources ({ctx.missing_sources()}); the probe does not record Numba cache hits",
+        )
         return
     notebook = ctx.code.numba_functions if ctx.has_sources else {}
 
-    def own(name: str) -> bool:  # the notebook's code: its __module__ is __main__ (older records: defined in the source)
+    def own(
+        name: str,
+    ) -> bool:  # the notebook's code: its __module__ is __main__ (older records: defined in the source)
         return modules[name] == "__main__" or (modules[name] is None and name in notebook)
 
     def caches_to_disk(name: str) -> bool:
@@ -181,9 +200,21 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
             "so later runs load the compiled code from __pycache__ (keep that folder in CI)."
         ),
         highlights=[
-            ("compile", ", ".join(f"`{n}` {seconds(uncached[n])}" for n in names[:4]) + (" …" if len(names) > 4 else "")),
-            *([("library", f"{seconds(sum(library.values()))} compiling package functions (not counted: not yours "
-                           "to decorate)")] if library else []),
+            (
+                "compile",
+                ", ".join(f"`{n}` {seconds(uncached[n])}" for n in names[:4]) + (" …" if len(names) > 4 else ""),
+            ),
+            *(
+                [
+                    (
+                        "library",
+                        f"{seconds(sum(library.values()))} compiling package functions (not counted: not yours "
+                        "to decorate)",
+                    )
+                ]
+                if library
+                else []
+            ),
         ],
         action=f"add `cache=True` to the decorators of {', '.join(f'`{n}`' for n in names[:3])}",
     )
@@ -194,5 +225,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     yield from _numba(ctx)
 
 
-RULE = Rule(NAME, "Cold caches", "cache state, backend compile seconds, Numba compiles and decorators (source)", evaluate,
-            generic=True, thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "Cold caches",
+    "cache state, backend compile seconds, Numba compiles and decorators (source)",
+    evaluate,
+    generic=True,
+    thresholds=THRESHOLDS,
+)

@@ -49,8 +49,9 @@ def _contributors(cell: Cell) -> list[Compiled]:
     for entry in cell.jax.functions if cell.jax else ():
         items.append(Compiled(entry.name, f"jax {entry.kind}", round(entry.compile_s, 4), entry.compiles))
     for numba in cell.numba.functions if cell.numba else ():
-        items.append(Compiled(numba.name, "numba", round(numba.seconds, 4), 1, numba.signature, numba.module,
-                              numba.cache))
+        items.append(
+            Compiled(numba.name, "numba", round(numba.seconds, 4), 1, numba.signature, numba.module, numba.cache)
+        )
     return sorted(items, key=lambda item: item.seconds, reverse=True)
 
 
@@ -69,7 +70,7 @@ def _owner(ctx: Context, top: Compiled, cell: Cell) -> tuple[str, NumbaDefinitio
 
 
 def _caller(ctx: Context, cell: Cell, package: str | None) -> str:
-    """"line 2 of cell 3 (`P = nt.decay_matrix(200)`)", or "cell 3" when its source does not show the call."""
+    """ "line 2 of cell 3 (`P = nt.decay_matrix(200)`)", or "cell 3" when its source does not show the call."""
     call = ctx.call_into(cell.index, package) if package else None
     if call is None:
         return cell.label
@@ -82,14 +83,21 @@ def _library_numba_fix(ctx: Context, cell: Cell, top: Compiled) -> tuple[str, st
     caller = _caller(ctx, cell, package)
     lead = f"`{top.name}` is in {origin}, not in this notebook; Numba compiles it when {caller} first calls it. "
     if top.cache is True:
-        return (lead + "It caches to disk, but its cache was empty or not writable here: set NUMBA_CACHE_DIR to a folder "
-                "that persists (in CI, restore it with actions/cache) and the next run loads the compiled code.",
-                "set NUMBA_CACHE_DIR to a folder kept between runs (the library caches its Numba code)")
-    return (lead + "Make that call once, with the argument types of the real work, before anything you time (the compile "
-            "is then paid once per kernel); "
-            + ("if the package caches (`cache=True`), NUMBA_CACHE_DIR on a persisted folder keeps it across runs."
-               if top.cache is None else "it does not cache, so each new kernel compiles it again."),
-            f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top.name}` is in {origin})")
+        return (
+            lead + "It caches to disk, but its cache was empty or not writable here: set NUMBA_CACHE_DIR to a folder "
+            "that persists (in CI, restore it with actions/cache) and the next run loads the compiled code.",
+            "set NUMBA_CACHE_DIR to a folder kept between runs (the library caches its Numba code)",
+        )
+    return (
+        lead + "Make that call once, with the argument types of the real work, before anything you time (the compile "
+        "is then paid once per kernel); "
+        + (
+            "if the package caches (`cache=True`), NUMBA_CACHE_DIR on a persisted folder keeps it across runs."
+            if top.cache is None
+            else "it does not cache, so each new kernel compiles it again."
+        ),
+        f"warm up: make the call at {caller.split(' (')[0]} once before timing (`{top.name}` is in {origin})",
+    )
 
 
 def _persist(ctx: Context) -> tuple[str, str]:
@@ -97,14 +105,23 @@ def _persist(ctx: Context) -> tuple[str, str]:
     the cache for this run, the run already had JAX_COMPILATION_CACHE_DIR: the clause says what it did instead."""
     used = nbscope_cache(ctx)
     if used is None:
-        return ("keep compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` "
-                "measures the gain)", "set JAX_COMPILATION_CACHE_DIR")
+        return (
+            "keep compiled programs between runs with JAX_COMPILATION_CACHE_DIR (`nbscope profile --jax-cache warm` "
+            "measures the gain)",
+            "set JAX_COMPILATION_CACHE_DIR",
+        )
     if ctx.totals.cache_state == "cold":
-        return (f"this run's persistent cache ({used}) started empty and now holds these programs: a run with "
-                "`--jax-cache warm` reads them back (where the notebook runs without nbscope, set "
-                "JAX_COMPILATION_CACHE_DIR there)", "run again with `--jax-cache warm`")
-    return (f"the persistent cache ({used}) was warm, so what is left here is tracing, lowering and programs it "
-            "did not hold", "keep shapes fixed")
+        return (
+            f"this run's persistent cache ({used}) started empty and now holds these programs: a run with "
+            "`--jax-cache warm` reads them back (where the notebook runs without nbscope, set "
+            "JAX_COMPILATION_CACHE_DIR there)",
+            "run again with `--jax-cache warm`",
+        )
+    return (
+        f"the persistent cache ({used}) was warm, so what is left here is tracing, lowering and programs it "
+        "did not hold",
+        "keep shapes fixed",
+    )
 
 
 def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
@@ -116,17 +133,24 @@ def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
         if owner == "package":
             return _library_numba_fix(ctx, cell, top)
         if owner == "unknown":
-            return (f"Numba compiles `{top.name}` on its first call: if the notebook defines it, add `cache=True` to its "
-                    "decorator; if it comes from a package, call it once before anything you time (the sources were not "
-                    "available to tell which).", "cache it (`cache=True`) if it is yours; else warm it up before timing")
+            return (
+                f"Numba compiles `{top.name}` on its first call: if the notebook defines it, add `cache=True` to its "
+                "decorator; if it comes from a package, call it once before anything you time (the sources were not "
+                "available to tell which).",
+                "cache it (`cache=True`) if it is yours; else warm it up before timing",
+            )
         where = f"cell {own.cell + 1}, line {own.line}" if own else "where it is jitted"
         if own and own.cache:
-            return (f"`{top.name}` has `cache=True` ({where}) but was compiled: its cache was empty or not writable; "
-                    "keep __pycache__ (or NUMBA_CACHE_DIR) between runs, e.g. with actions/cache in CI.",
-                    "keep Numba's cache folder between runs")
-        return (f"Numba compiles `{top.name}` on its first call: add `cache=True` to its decorator ({where}) so later "
-                "runs load the machine code from __pycache__, and time a second call to measure the work itself.",
-                f"add `cache=True` to the decorator of `{top.name}` ({where})")
+            return (
+                f"`{top.name}` has `cache=True` ({where}) but was compiled: its cache was empty or not writable; "
+                "keep __pycache__ (or NUMBA_CACHE_DIR) between runs, e.g. with actions/cache in CI.",
+                "keep Numba's cache folder between runs",
+            )
+        return (
+            f"Numba compiles `{top.name}` on its first call: add `cache=True` to its decorator ({where}) so later "
+            "runs load the machine code from __pycache__, and time a second call to measure the work itself.",
+            f"add `cache=True` to the decorator of `{top.name}` ({where})",
+        )
     persist, persist_short = _persist(ctx)
     if top.kind == "jax eager":
         return (
@@ -137,18 +161,25 @@ def _fix(ctx: Context, cell: Cell, top: Compiled | None) -> tuple[str, str]:
     if top.kind == "jax library":
         on_gpu = ctx.backend.platform == "gpu"
         call = ctx.call_into(cell.index, None)
-        caller = (f"line {call.line} of cell {cell.index + 1} (`{call.code}`, into `{call.package}`)" if call
-                  else cell.label)
+        caller = (
+            f"line {call.line} of cell {cell.index + 1} (`{call.code}`, into `{call.package}`)" if call else cell.label
+        )
         return (
             f"`{top.name}` comes from a library, not this notebook, and is compiled when {caller} calls it: call it "
             f"with the same shapes and dtypes each time so it compiles once; {persist}"
-            + ("; if it is faster on the CPU, call it under `with jax.default_device(jax.devices('cpu')[0]):`." if on_gpu else "."),
-            "keep its argument shapes fixed" if persist_short == "keep shapes fixed"
+            + (
+                "; if it is faster on the CPU, call it under `with jax.default_device(jax.devices('cpu')[0]):`."
+                if on_gpu
+                else "."
+            ),
+            "keep its argument shapes fixed"
+            if persist_short == "keep shapes fixed"
             else f"{persist_short} and keep its argument shapes fixed",
         )
     return (
         f"`{top.name}` is compiled here: keep its argument shapes and dtypes fixed so it compiles once; {persist}.",
-        f"keep the shapes of `{top.name}` fixed" if persist_short == "keep shapes fixed"
+        f"keep the shapes of `{top.name}` fixed"
+        if persist_short == "keep shapes fixed"
         else f"{persist_short}; keep the shapes of `{top.name}` fixed",
     )
 
@@ -177,8 +208,14 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             highlights.append(("compiled", _compiled_text(contributors)))
         if top is not None and top.kind == "numba" and _owner(ctx, top, cell)[0] == "package":
             # An unrecorded cache makes the whole line "not recorded": kept as the rule has always written it
-            highlights.append(("library", f"`{top.name}` from {top.module or 'a package'}; cache "
-                                          + ("on" if top.cache else "off") if top.cache is not None else "not recorded"))
+            highlights.append(
+                (
+                    "library",
+                    f"`{top.name}` from {top.module or 'a package'}; cache " + ("on" if top.cache else "off")
+                    if top.cache is not None
+                    else "not recorded",
+                )
+            )
         yield Finding(
             rule=NAME,
             title="Compile-bound cell",
@@ -208,7 +245,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     if total_compile is not None and wall > 0:
         share = total_compile / wall
         # A notebook whose compiles are spread thin over many cells: no single cell was flagged for most of it.
-        if total_compile >= limit["notebook_min_s"] and share >= limit["notebook_share"] and flagged < 0.5 * total_compile:
+        if (
+            total_compile >= limit["notebook_min_s"]
+            and share >= limit["notebook_share"]
+            and flagged < 0.5 * total_compile
+        ):
             yield Finding(
                 rule=NAME,
                 title="Compile-bound notebook",
@@ -224,8 +265,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                     "seconds_at_stake": round(total_compile - flagged, 4),
                 },
                 summary=f"the notebook spends {seconds(total_compile)} of {seconds(wall)} ({share:.0%}) compiling, spread over many cells",
-                highlights=[("compiles", f"{ctx.totals.compiles} JAX, {ctx.totals.numba_compiles} Numba"),
-                            ("in flagged cells", seconds(flagged))],
+                highlights=[
+                    ("compiles", f"{ctx.totals.compiles} JAX, {ctx.totals.numba_compiles} Numba"),
+                    ("in flagged cells", seconds(flagged)),
+                ],
                 **_notebook_advice(ctx),
             )
 
@@ -235,16 +278,26 @@ def _notebook_advice(ctx: Context) -> Advice:
     if nbscope_cache(ctx) is None:
         return {
             "action": "persist compiled programs: JAX_COMPILATION_CACHE_DIR, Numba cache=True in your own functions",
-            "fix": ("Persist compiled programs across runs (JAX_COMPILATION_CACHE_DIR with "
-                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; `cache=True` on the notebook's own Numba functions), "
-                    "and fuse small eager steps into fewer jitted functions."),
+            "fix": (
+                "Persist compiled programs across runs (JAX_COMPILATION_CACHE_DIR with "
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0; `cache=True` on the notebook's own Numba functions), "
+                "and fuse small eager steps into fewer jitted functions."
+            ),
         }
     return {
         "action": f"{persist_short}; fuse small eager steps into fewer jitted functions",
-        "fix": (f"For JAX, {persist}. Add `cache=True` to the notebook's own Numba functions, and fuse small eager "
-                "steps into fewer jitted functions."),
+        "fix": (
+            f"For JAX, {persist}. Add `cache=True` to the notebook's own Numba functions, and fuse small eager "
+            "steps into fewer jitted functions."
+        ),
     }
 
 
-RULE = Rule(NAME, "Compile-bound cell", "per-cell compile_s and wall_s (JAX and Numba compile events)", evaluate, generic=True,
-            thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "Compile-bound cell",
+    "per-cell compile_s and wall_s (JAX and Numba compile events)",
+    evaluate,
+    generic=True,
+    thresholds=THRESHOLDS,
+)

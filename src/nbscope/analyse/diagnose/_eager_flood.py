@@ -45,8 +45,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 f"{compiles} compiles of eager operations on {len(shapes)} argument shapes: {seconds(spent)} of the "
                 f"cell's {seconds(wall)}"
             ),
-            highlights=[("operations", ", ".join(f"{n} ×{k}" for n, k in ops.most_common(4))),
-                        ("shapes", f"{len(shapes)} distinct argument shapes")],
+            highlights=[
+                ("operations", ", ".join(f"{n} ×{k}" for n, k in ops.most_common(4))),
+                ("shapes", f"{len(shapes)} distinct argument shapes"),
+            ],
             action="put the loop's array work into one `@jax.jit` function",
             fix=(
                 "Put the array work of the loop into one `@jax.jit` function (one compile instead of one per operation "
@@ -55,5 +57,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "Eager-op compile flood", "per-cell JAX compiles classified as eager, with their shapes", evaluate,
-            thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "Eager-op compile flood",
+    "per-cell JAX compiles classified as eager, with their shapes",
+    evaluate,
+    thresholds=THRESHOLDS,
+)

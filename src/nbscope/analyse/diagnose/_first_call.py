@@ -16,8 +16,21 @@ THRESHOLDS = {
     "max_notebook_s": 30.0,  # a "small notebook": its wall time below this ...
     "min_share": 0.4,  # ... with at least this share of it in first-call costs
 }
-PRNG_MARKERS = ("threefry", "random", "normal", "uniform", "randint", "bernoulli", "gamma", "choice",
-                "permutation", "_split", "fold_in", "prng", "_seed")
+PRNG_MARKERS = (
+    "threefry",
+    "random",
+    "normal",
+    "uniform",
+    "randint",
+    "bernoulli",
+    "gamma",
+    "choice",
+    "permutation",
+    "_split",
+    "fold_in",
+    "prng",
+    "_seed",
+)
 
 
 def _is_prng(name: str) -> bool:
@@ -89,11 +102,21 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         action="warm up before timing; keep JAX_COMPILATION_CACHE_DIR between runs",
         fix=(
             "These are start-up costs, not the method's: warm up (one call) before timing"
-            + ("; keep JAX_COMPILATION_CACHE_DIR between runs so the PRNG programs are not compiled again" if prng else "")
+            + (
+                "; keep JAX_COMPILATION_CACHE_DIR between runs so the PRNG programs are not compiled again"
+                if prng
+                else ""
+            )
             + "; for tiny arrays NumPy avoids them entirely."
         ),
     )
 
 
-RULE = Rule(NAME, "First-call costs", "cell sources (import cell), eager PRNG compiles, notebook wall time", evaluate,
-            generic=True, thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "First-call costs",
+    "cell sources (import cell), eager PRNG compiles, notebook wall time",
+    evaluate,
+    generic=True,
+    thresholds=THRESHOLDS,
+)

@@ -40,8 +40,14 @@ class ForecastEvidence:
         return device.name if device is not None else key
 
 
-def check_request(record: RunRecord, gpus: str | Sequence[str], platform: str | None, run_label: str = "the run",
-                  *, devices_file: str | Path | None = None) -> None:
+def check_request(
+    record: RunRecord,
+    gpus: str | Sequence[str],
+    platform: str | None,
+    run_label: str = "the run",
+    *,
+    devices_file: str | Path | None = None,
+) -> None:
     """An explicit ``gpus=`` request: unknown GPUs and runs that cannot be forecast are refused (one line)."""
     from nbscope.analyse.forecast.devices import load_table, resolve
     from nbscope.analyse.forecast.risks import gpus_of, require_forecast
@@ -50,8 +56,9 @@ def check_request(record: RunRecord, gpus: str | Sequence[str], platform: str | 
     require_forecast(record, platform, run_label)
 
 
-def evidence(record: RunRecord, platform: str | None, gpus: Sequence[str] | None, *,
-             devices_file: str | Path | None = None) -> ForecastEvidence:
+def evidence(
+    record: RunRecord, platform: str | None, gpus: Sequence[str] | None, *, devices_file: str | Path | None = None
+) -> ForecastEvidence:
     """The forecast of ``record`` on the GPUs to diagnose for, or why it has none."""
     from nbscope.analyse.forecastable import forecast_unavailable
 

@@ -60,12 +60,18 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     if oom:
         where = oom[0].label
         yield Finding(
-            rule=NAME, title="GPU out of memory", cell_index=oom[0].index, severity="high", confidence=0.95,
+            rule=NAME,
+            title="GPU out of memory",
+            cell_index=oom[0].index,
+            severity="high",
+            confidence=0.95,
             evidence=evidence,
             summary=f"{where} ran out of GPU memory on the {device.name}"
             + (f" with {_gib(others)} already used by other processes" if crowded else ""),
-            highlights=[("device", f"{device.name}, {_gib(total)}"),
-                        ("others at start", _gib(others) if others is not None else "not recorded")],
+            highlights=[
+                ("device", f"{device.name}, {_gib(total)}"),
+                ("others at start", _gib(others) if others is not None else "not recorded"),
+            ],
             action="one JAX notebook per GPU, or XLA_PYTHON_CLIENT_MEM_FRACTION per process",
             fix="Run one JAX notebook per GPU at a time, or give each process a share: "
             "XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 (or XLA_PYTHON_CLIENT_PREALLOCATE=false) in its environment; free large "
@@ -75,7 +81,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     if preallocated or full:
         problem = []
         if preallocated:
-            problem.append(f"the kernel holds {_gib(peak)} of {_gib(total)} ({peak / total:.0%}): JAX's default preallocation")
+            problem.append(
+                f"the kernel holds {_gib(peak)} of {_gib(total)} ({peak / total:.0%}): JAX's default preallocation"
+            )
         if crowded:
             problem.append(f"other processes held {_gib(others)} when the run started")
         yield Finding(
@@ -86,13 +94,20 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence=0.9,
             evidence=evidence,
             summary=f"on the {device.name}, " + "; ".join(problem),
-            highlights=[("kernel peak", f"{_gib(peak)} of {_gib(total)} ({peak / total:.0%})"),
-                        ("others at start", _gib(others) if others is not None else "not recorded"),
-                        ("allocator settings", ", ".join(f"{k}={v}" for k, v in allocator.items()) or "none")],
+            highlights=[
+                ("kernel peak", f"{_gib(peak)} of {_gib(total)} ({peak / total:.0%})"),
+                ("others at start", _gib(others) if others is not None else "not recorded"),
+                ("allocator settings", ", ".join(f"{k}={v}" for k, v in allocator.items()) or "none"),
+            ],
             action="set XLA_PYTHON_CLIENT_PREALLOCATE=false (or a MEM_FRACTION) per kernel",
             fix="For parallel builds set XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_MEM_FRACTION=<share> "
             "per kernel, and never run two JAX kernels on one GPU unguarded (one notebook per GPU at a time).",
         )
 
 
-RULE = Rule(NAME, "GPU memory preallocation or contention", "per-cell GPU memory (NVML), GPU size and use at start (fingerprint)", evaluate)
+RULE = Rule(
+    NAME,
+    "GPU memory preallocation or contention",
+    "per-cell GPU memory (NVML), GPU size and use at start (fingerprint)",
+    evaluate,
+)

@@ -19,15 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nbscope.analyse.diagnose import _forecast
-from nbscope.analyse.diagnose._base import (
-    Context,
-    Finding,
-    Outcome,
-    Rule,
-    Skip,
-    seconds,
-    severity,
-)
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
 from nbscope.schema.model import Cell
 from nbscope.schema.timeline import TimelineSummary
 
@@ -57,7 +49,8 @@ def _timeline(cell: Cell) -> TimelineSummary | None:
 def _timeline_evidence(timeline: Mapping[str, Any]) -> dict[str, Any]:
     # Scalars and short lists only: a timeline may carry long op tables.
     return {
-        k: v for k, v in timeline.items()
+        k: v
+        for k, v in timeline.items()
         if isinstance(v, (int, float, str, bool)) or v is None or (isinstance(v, list) and len(v) <= 5)
     }
 
@@ -114,12 +107,14 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             slower_by = row.gpu_low_s - cpu
             # The cell (compile and host work carried over) is forecast min_ratio times slower, and its loops
             # alone make at least half of the difference: they are the cause.
-            if (row.gpu_low_s >= limit["min_ratio"] * cpu and slower_by >= limit["min_delta_s"]
-                    and row.loop_low_s >= slower_by / 2):
+            if (
+                row.gpu_low_s >= limit["min_ratio"] * cpu
+                and slower_by >= limit["min_delta_s"]
+                and row.loop_low_s >= slower_by / 2
+            ):
                 slow.setdefault(row.index, {})[device.key] = row
             elif row.loop_high_s is None or (
-                any(loop.iterations is None for loop in row.loops)
-                and row.loop_high_s - cpu >= limit["min_delta_s"]
+                any(loop.iterations is None for loop in row.loops) and row.loop_high_s - cpu >= limit["min_delta_s"]
             ):
                 unbounded.setdefault(row.index, {})[device.key] = row
     notebook = found.result.notebook
@@ -130,24 +125,37 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
         stake = max(r.gpu_low_s - float(r.cpu_s) for r in rows.values())
         key_of_worst = max(rows, key=lambda k: rows[k].gpu_low_s - float(rows[k].cpu_s))
         functions = sorted({f for r in rows.values() for f in r.functions})
-        per_gpu = ", ".join(f"{_forecast.on_a(key)} {_forecast.seconds_range(r.gpu_low_s, r.gpu_high_s)}"
-                            for key, r in rows.items())
+        per_gpu = ", ".join(
+            f"{_forecast.on_a(key)} {_forecast.seconds_range(r.gpu_low_s, r.gpu_high_s)}" for key, r in rows.items()
+        )
         loops = "; ".join(dict.fromkeys(_loop_words(loop) for loop in first.loops))
         names = f" in {', '.join(f'`{n}`' for n in functions)}" if functions else ""
-        figures = {key: {"gpu_low_s": r.gpu_low_s, "gpu_high_s": r.gpu_high_s, "loop_low_s": r.loop_low_s,
-                         "loop_high_s": r.loop_high_s, "verdict": r.verdict,
-                         "loops": [loop.words for loop in r.loops]} for key, r in rows.items()}
+        figures = {
+            key: {
+                "gpu_low_s": r.gpu_low_s,
+                "gpu_high_s": r.gpu_high_s,
+                "loop_low_s": r.loop_low_s,
+                "loop_high_s": r.loop_high_s,
+                "verdict": r.verdict,
+                "loops": [loop.words for loop in r.loops],
+            }
+            for key, r in rows.items()
+        }
         findings[index] = Finding(
             rule=NAME,
             title=f"Latency-bound loop (forecast: {', '.join(k.upper() for k in rows)})",
             cell_index=index,
             severity=severity(stake, notebook[key_of_worst].low_s),
             confidence=0.7,
-            evidence={"platform": ctx.backend.platform, "cpu_wall_s": round(float(first.cpu_s), 4),
-                      "loop_functions": _loop_functions(ctx, index, cell),
-                      "forecast_functions": functions,
-                      "forecast": figures, "forecast_run": ctx.record.run_id,
-                      "seconds_at_stake": round(stake, 4)},
+            evidence={
+                "platform": ctx.backend.platform,
+                "cpu_wall_s": round(float(first.cpu_s), 4),
+                "loop_functions": _loop_functions(ctx, index, cell),
+                "forecast_functions": functions,
+                "forecast": figures,
+                "forecast_run": ctx.record.run_id,
+                "seconds_at_stake": round(stake, 4),
+            },
             summary=(
                 f"forecast: {per_gpu} for {_label(index, cell)} vs {seconds(float(first.cpu_s))} measured on this CPU: "
                 f"{loops}{names}, each iteration paying the GPU's per-iteration cost "
@@ -163,13 +171,15 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
         cell = ctx.run.cell(index)
         key, row = next(iter(rows.items()))
         loop = next((loop for loop in row.loops if loop.iterations is None), row.loops[0])
-        skips.append(Skip(
-            NAME,
-            f"forecast: {_label(index, cell)} runs {loop.words}: {_forecast.on_a(key)} from "
-            f"{_forecast.seconds_range(row.loop_low_s, row.loop_high_s)}; a trip count known only at run "
-            "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
-            index,
-        ))
+        skips.append(
+            Skip(
+                NAME,
+                f"forecast: {_label(index, cell)} runs {loop.words}: {_forecast.on_a(key)} from "
+                f"{_forecast.seconds_range(row.loop_low_s, row.loop_high_s)}; a trip count known only at run "
+                "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
+                index,
+            )
+        )
     return findings, skips
 
 
@@ -189,12 +199,16 @@ def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast]
     names = ", ".join(f"`{n}`" for n in functions) or "this cell's loop"
     keep = {e.function: e for key in rows for e in notebook[key].keep_on_cpu}
     example = next((keep[n].change.example for n in functions if n in keep and keep[n].change.example), None)
-    text = (f"Nothing to change on this CPU. Where the notebook runs on a GPU, run {names} on the CPU: wrap the "
-            "call in `with jax.default_device(jax.devices('cpu')[0]):`")
+    text = (
+        f"Nothing to change on this CPU. Where the notebook runs on a GPU, run {names} on the CPU: wrap the "
+        "call in `with jax.default_device(jax.devices('cpu')[0]):`"
+    )
     if example:
         text += ", e.g. `" + " ".join(line.strip() for line in example.splitlines()) + "`"
-    return text + "; a jitted function runs where its inputs live, so inputs already on the GPU move with " \
-                  "`jax.device_put(x, jax.devices('cpu')[0])`."
+    return (
+        text + "; a jitted function runs where its inputs live, so inputs already on the GPU move with "
+        "`jax.device_put(x, jax.devices('cpu')[0])`."
+    )
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
@@ -216,8 +230,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         wall, run = cell.notebook_wall_s or 0.0, cell.run_s or 0.0
         functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
-        base = {"platform": platform, "platform_source": ctx.backend.source, "wall_s": round(wall, 4),
-                "run_s": round(run, 4), "loop_functions": functions}
+        base = {
+            "platform": platform,
+            "platform_source": ctx.backend.source,
+            "wall_s": round(wall, 4),
+            "run_s": round(run, 4),
+            "loop_functions": functions,
+        }
         if timeline is not None and any(w in str(timeline.classification).lower() for w in LATENCY_WORDS):
             on_cpu = platform == "cpu"
             at_stake = run
@@ -227,7 +246,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 cell_index=cell.index,
                 severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
                 confidence=0.9 if functions else 0.75,
-                evidence={**base, "timeline": _timeline_evidence(cell.timeline or {}), "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4)},
+                evidence={
+                    **base,
+                    "timeline": _timeline_evidence(cell.timeline or {}),
+                    "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4),
+                },
                 summary=(
                     f"{cell.label} is {timeline.classification} on the {platform or 'device'}"
                     + (f": {_named(functions)}" if functions else "")
@@ -256,8 +279,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                     cell_index=cell.index,
                     severity=severity(at_stake, ctx.total_wall, floor="medium"),
                     confidence=0.8,
-                    evidence={**base, "cpu_wall_s": round(other_wall, 4), "gpu_over_cpu": round(ratio, 2),
-                              "cpu_run": ctx.other.run_id if ctx.other else None, "seconds_at_stake": round(at_stake, 4)},
+                    evidence={
+                        **base,
+                        "cpu_wall_s": round(other_wall, 4),
+                        "gpu_over_cpu": round(ratio, 2),
+                        "cpu_run": ctx.other.run_id if ctx.other else None,
+                        "seconds_at_stake": round(at_stake, 4),
+                    },
                     summary=(
                         f"{cell.label} runs {_named(functions)} "
                         f"{ratio:.0f}× slower on the GPU than on the CPU ({seconds(wall)} vs {seconds(other_wall)}): "
@@ -278,5 +306,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Skip(NAME, f"needs the cell sources to find lax.scan / fori_loop / while_loop: {ctx.missing_sources()}")
 
 
-RULE = Rule(NAME, "Latency-bound loop", "per-cell timeline summary, or a CPU run plus the cell sources (loop primitives)", evaluate,
-            thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "Latency-bound loop",
+    "per-cell timeline summary, or a CPU run plus the cell sources (loop primitives)",
+    evaluate,
+    thresholds=THRESHOLDS,
+)

@@ -61,7 +61,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             cause = "changing static arguments" if static else "a jitted function created anew per call"
             summary = (
                 f"`{stats.name}` {verb} {traces} times"
-                + (f" for the same argument shapes ({distinct[0]})" if len(distinct) == 1 else f", {repeated} of them for shapes seen before")
+                + (
+                    f" for the same argument shapes ({distinct[0]})"
+                    if len(distinct) == 1
+                    else f", {repeated} of them for shapes seen before"
+                )
                 + f": {cause}; {seconds(extra_s)} of recompiles{cached}"
             )
             fix = (
@@ -86,17 +90,30 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             confidence = 0.9 if shapes_known else 0.7
         cells = sorted(stats.cells)
         highlights = [
-            ("shapes", (", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else "")) if shapes_known
-             else "not fully reported by the probe"),
-            ("compiles", f"{traces} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
-                         f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"
-                         + (f"; {hits} read from the persistent cache" if hits else "")),
+            (
+                "shapes",
+                (", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else ""))
+                if shapes_known
+                else "not fully reported by the probe",
+            ),
+            (
+                "compiles",
+                f"{traces} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
+                f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"
+                + (f"; {hits} read from the persistent cache" if hits else ""),
+            ),
         ]
         if static:
-            highlights.append(("static arguments", f"`{stats.name}` marks some arguments static; each new value compiles"))
-        action = (f"pass changing values to `{stats.name}` as traced arguments, not static ones" if recreated and static
-                  else "create the jitted function once and reuse it" if recreated
-                  else f"give `{stats.name}` fixed shapes (pad and mask)")
+            highlights.append(
+                ("static arguments", f"`{stats.name}` marks some arguments static; each new value compiles")
+            )
+        action = (
+            f"pass changing values to `{stats.name}` as traced arguments, not static ones"
+            if recreated and static
+            else "create the jitted function once and reuse it"
+            if recreated
+            else f"give `{stats.name}` fixed shapes (pad and mask)"
+        )
         yield Finding(
             rule=NAME,
             title="Retrace churn",

@@ -34,12 +34,20 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "seconds_at_stake": round(compile_s, 4),
             },
             summary=(
-                "XLA warned: " + ("constant folding took too long" if folding else "very slow compile")
-                + (f" ({seconds(compile_s)} compiling, mostly `{top}`)" if top else f" ({seconds(compile_s)} compiling)")
+                "XLA warned: "
+                + ("constant folding took too long" if folding else "very slow compile")
+                + (
+                    f" ({seconds(compile_s)} compiling, mostly `{top}`)"
+                    if top
+                    else f" ({seconds(compile_s)} compiling)"
+                )
             ),
             highlights=[("alarm", alarms[0][:120]), ("alarms", f"{len(alarms)} in this cell")],
-            action=("pass large arrays as arguments instead of building them inside the jitted function" if folding
-                    else "replace Python loops inside jit with lax.fori_loop / lax.scan"),
+            action=(
+                "pass large arrays as arguments instead of building them inside the jitted function"
+                if folding
+                else "replace Python loops inside jit with lax.fori_loop / lax.scan"
+            ),
             fix=(
                 "Constant folding runs on arrays built from constants inside jit: pass large arrays as arguments "
                 "instead of creating them (jnp.arange/ones of a literal size) inside the jitted function."

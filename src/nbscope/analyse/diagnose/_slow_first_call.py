@@ -38,8 +38,27 @@ THRESHOLDS = {
     "min_gap_s": 1.0,  # ... and at least this many seconds slower
     "min_growth_bytes": 256 * 2**20,  # memory growth of the first call worth naming as its cause
 }
-_ALLOCATORS = {"zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like", "eye",
-               "identity", "tile", "repeat", "standard_normal", "normal", "uniform", "random", "integers", "rand", "randn"}
+_ALLOCATORS = {
+    "zeros",
+    "empty",
+    "ones",
+    "full",
+    "zeros_like",
+    "empty_like",
+    "ones_like",
+    "full_like",
+    "eye",
+    "identity",
+    "tile",
+    "repeat",
+    "standard_normal",
+    "normal",
+    "uniform",
+    "random",
+    "integers",
+    "rand",
+    "randn",
+}
 _ARRAY_ROOTS = ("np", "numpy", "jnp", "onp", "rng", "random", "jax")
 _SILENT = ("print", "display")
 
@@ -63,7 +82,11 @@ def _work_key(tree: ast.Module | None) -> tuple[str, ...]:
             node: ast.AST = statement.value
         elif isinstance(statement, ast.Expr):
             node = statement.value
-            if isinstance(node, ast.Call) and _source.dotted(node.func) in _SILENT or isinstance(node, (ast.Name, ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and _source.dotted(node.func) in _SILENT
+                or isinstance(node, (ast.Name, ast.Constant))
+            ):
                 continue
         elif isinstance(statement, (ast.Import, ast.ImportFrom)):
             continue
@@ -128,7 +151,9 @@ def _pairs(ctx: Context) -> list[_Pair]:
             if _recompiled(repeat, calls | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
             if compiled and compiled <= calls:
-                candidates.append((repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes"))
+                candidates.append(
+                    (repeat, f"{', '.join(sorted(compiled))} ran again without compiling: same shapes and dtypes")
+                )
                 continue
             read = _read_names(tree)
             between = set().union(*(_bound(ctx.bindings.tree(i)) for i in range(first.index, repeat.index + 1)))
@@ -148,8 +173,11 @@ def _calls_run(ctx: Context, index: int, tree: ast.AST) -> dict[str, ast.Call]:
     found: dict[str, ast.Call] = {}
     for call in (n for n in _run_here(tree) if isinstance(n, ast.Call)):
         name = _source.dotted(call.func)
-        if not name or (name not in jitted and ctx.code.function_at(name, index) is None
-                        and ctx.code.numba_function_at(name, index) is None):
+        if not name or (
+            name not in jitted
+            and ctx.code.function_at(name, index) is None
+            and ctx.code.numba_function_at(name, index) is None
+        ):
             continue
         arguments = [ast.dump(a, annotate_fields=False) for a in call.args]
         arguments += [f"{k.arg}={ast.dump(k.value, annotate_fields=False)}" for k in call.keywords]
@@ -163,9 +191,11 @@ def _bound_around(tree: ast.Module, call: ast.Call, *, after: bool) -> set[str]:
     holder = next((i for i, statement in enumerate(tree.body) if any(n is call for n in ast.walk(statement))), None)
     if holder is None:
         return set()
-    statements = tree.body[holder + 1:] if after else tree.body[:holder]
+    statements = tree.body[holder + 1 :] if after else tree.body[:holder]
     own = tree.body[holder]
-    inner = set() if isinstance(own, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else _bindings._bound_names(own)
+    inner = (
+        set() if isinstance(own, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else _bindings._bound_names(own)
+    )
     return inner.union(*(_bindings._bound_names(statement) for statement in statements))
 
 
@@ -208,7 +238,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
             continue
         compiled = _user_compiled(first)
         best: tuple[float, Cell, str, ast.Call] | None = None
-        for repeat in ran[position + 1:]:
+        for repeat in ran[position + 1 :]:
             later = repeat.index
             shared = sorted(calls[index].keys() & calls.get(later, {}).keys())
             called = {key.split("(")[0] for key in shared}
@@ -218,8 +248,11 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
             for key in shared:
                 call = calls[later][key]
                 # Also rebound: after the call in the first cell, before it in the repeat's own cell.
-                rebound = between | _bound_around(trees[index], calls[index][key], after=True) \
+                rebound = (
+                    between
+                    | _bound_around(trees[index], calls[index][key], after=True)
                     | _bound_around(trees[later], call, after=False)
+                )
                 read = _read_names(ast.Module(body=[ast.Expr(call)], type_ignores=[]))
                 names = {name for name in compiled if name.split(".")[0] in read}
                 if names:
@@ -241,7 +274,11 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
 def _growth(cell: Cell) -> int | None:
     """How much the kernel's resident memory grew during the cell, when both ends were measured."""
     rss = cell.rss
-    return int(rss.after_bytes - rss.before_bytes) if rss.before_bytes is not None and rss.after_bytes is not None else None
+    return (
+        int(rss.after_bytes - rss.before_bytes)
+        if rss.before_bytes is not None and rss.after_bytes is not None
+        else None
+    )
 
 
 def _size(value: float | None) -> str:
@@ -261,12 +298,19 @@ def _allocations(ctx: Context, index: int) -> list[str]:
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
             name = _source.dotted(call.func)
             parts = name.split(".")
-            if len(parts) > 1 and parts[-1] in _ALLOCATORS and parts[0] in _ARRAY_ROOTS and (call.args or call.keywords):
+            if (
+                len(parts) > 1
+                and parts[-1] in _ALLOCATORS
+                and parts[0] in _ARRAY_ROOTS
+                and (call.args or call.keywords)
+            ):
                 text = ast.unparse(call)
                 key = (text if len(text) <= 50 else text[:49] + "…", where)
                 found[key] += 1
-    return [f"`{text}`" + (f" ×{count}" if count > 1 else "") + (f" in `{where}`" if where else "")
-            for (text, where), count in list(found.items())[:3]]
+    return [
+        f"`{text}`" + (f" ×{count}" if count > 1 else "") + (f" in `{where}`" if where else "")
+        for (text, where), count in list(found.items())[:3]
+    ]
 
 
 FIRST_TOUCH = "first-touch allocation"
@@ -299,40 +343,73 @@ def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[Cause]:
     if grew is not None and grew >= limit["min_growth_bytes"] and (grew_again is None or grew_again < grew / 2):
         allocations = _allocations(ctx, index)
         again = f", {_size(grew_again)} in the repeat" if grew_again is not None else ""
-        causes.append(Cause(
-            FIRST_TOUCH,
-            f"memory grew {_size(grew)} here{again}"
-            + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
-            "time a repeat (or warm up first) when you measure the method; to shrink the cost, touch less memory: "
-            "fewer or smaller arrays (every k-th step, float32), allocated once and reused",
-            memory_growth_bytes=grew, repeat_growth_bytes=grew_again, allocations=tuple(allocations)))
+        causes.append(
+            Cause(
+                FIRST_TOUCH,
+                f"memory grew {_size(grew)} here{again}"
+                + (f": first-touch allocation of {', '.join(allocations)}" if allocations else ""),
+                "time a repeat (or warm up first) when you measure the method; to shrink the cost, touch less memory: "
+                "fewer or smaller arrays (every k-th step, float32), allocated once and reused",
+                memory_growth_bytes=grew,
+                repeat_growth_bytes=grew_again,
+                allocations=tuple(allocations),
+            )
+        )
     earlier = set().union(*(ctx.code.calls_in(c.index) for c in ctx.run.cells if c.index < index))
     calls = ctx.code.calls_in(index)
-    parallel = sorted(n for n in calls - earlier if (defined := ctx.code.numba_function_at(n, index)) and defined.parallel)
+    parallel = sorted(
+        n for n in calls - earlier if (defined := ctx.code.numba_function_at(n, index)) and defined.parallel
+    )
     if parallel:
-        causes.append(Cause(
-            "thread-pool start-up",
-            f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here",
-            "make one small parallel call in the setup cell so the threads start before the work you time"))
-    packages = {ctx.code.imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in ctx.code.imported}
-    used_before = {ctx.code.imported[name.split(".")[0]].split(".")[0] for name in earlier if name.split(".")[0] in ctx.code.imported}
+        causes.append(
+            Cause(
+                "thread-pool start-up",
+                f"the notebook's first call of parallel Numba code ({', '.join(parallel)}): its threads start here",
+                "make one small parallel call in the setup cell so the threads start before the work you time",
+            )
+        )
+    packages = {
+        ctx.code.imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in ctx.code.imported
+    }
+    used_before = {
+        ctx.code.imported[name.split(".")[0]].split(".")[0]
+        for name in earlier
+        if name.split(".")[0] in ctx.code.imported
+    }
     fresh = sorted(packages - used_before - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"})
     if fresh:
-        causes.append(Cause(
-            "lazy imports", f"the notebook's first call into {', '.join(fresh)}: modules it imports on first use load here",
-            "import (and touch once) the package in the notebook's import cell, before the work you time"))
+        causes.append(
+            Cause(
+                "lazy imports",
+                f"the notebook's first call into {', '.join(fresh)}: modules it imports on first use load here",
+                "import (and touch once) the package in the notebook's import cell, before the work you time",
+            )
+        )
     hits = first.jax.cache_hits if first.jax else 0
     if hits and first.jax:
-        causes.append(Cause(
-            "persistent-cache reads",
-            f"{hits} programs read from the JAX persistent cache ({units.seconds(first.jax.cache_retrieval_s)} retrieving)",
-            "nothing to fix: reading compiled programs from the cache is faster than compiling them"))
+        causes.append(
+            Cause(
+                "persistent-cache reads",
+                f"{hits} programs read from the JAX persistent cache ({units.seconds(first.jax.cache_retrieval_s)} retrieving)",
+                "nothing to fix: reading compiled programs from the cache is faster than compiling them",
+            )
+        )
     return causes
 
 
-def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compared: str, how: str,
-             causes: list[Cause], extra: dict[str, Any], *, subject: str = "first call",
-             other_work: tuple[str, ...] = ()) -> Finding:
+def _finding(
+    ctx: Context,
+    first: Cell,
+    first_s: float,
+    repeat_s: float,
+    compared: str,
+    how: str,
+    causes: list[Cause],
+    extra: dict[str, Any],
+    *,
+    subject: str = "first call",
+    other_work: tuple[str, ...] = (),
+) -> Finding:
     """``compared``: "its repeat in cell 4" or "the median of 2 later runs"."""
     compile_s = first.compile_s or 0.0
     gap = first_s - repeat_s
@@ -341,18 +418,27 @@ def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compare
     compiled = f"not compile ({units.seconds(compile_s)})" if compile_s > 0 else "no compile"
     summary = (
         f"{subject} {ratio:.1f}× slower than {compared} ({units.seconds(first_s + compile_s)} vs {units.seconds(repeat_s)}): "
-        f"{compiled}" + (f"; {lead.evidence}" if lead else "")
+        f"{compiled}"
+        + (f"; {lead.evidence}" if lead else "")
         + (f"; the cell also runs `{'`, `'.join(other_work)}`: part of the gap may be theirs" if other_work else "")
     )
     if lead is not None:
         action = lead.fix
         fix = f"The {units.seconds(gap)} are paid once, by the first call ({lead.cause}): {action}."
     else:
-        fix = (f"The {units.seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
-               "than the first call, and profile with `--timeline` to see where the first call spends them.")
+        fix = (
+            f"The {units.seconds(gap)} are paid once per kernel, and the run holds no evidence of why: time a repeat rather "
+            "than the first call, and profile with `--timeline` to see where the first call spends them."
+        )
         action = "time a repeat rather than the first call; `--timeline` shows where the first one goes"
-    highlights = [(subject, f"{units.seconds(first_s + compile_s)}" + (f" with {units.seconds(compile_s)} compiling" if compile_s > 0 else "")
-                            + f"; {compared}: {units.seconds(repeat_s)}; gap {units.seconds(gap)}")]
+    highlights = [
+        (
+            subject,
+            f"{units.seconds(first_s + compile_s)}"
+            + (f" with {units.seconds(compile_s)} compiling" if compile_s > 0 else "")
+            + f"; {compared}: {units.seconds(repeat_s)}; gap {units.seconds(gap)}",
+        )
+    ]
     highlights += [(cause.cause, cause.evidence) for cause in causes[1:3]]
     if len(highlights) < 3:
         highlights.append(("same call", how))
@@ -363,10 +449,17 @@ def _finding(ctx: Context, first: Cell, first_s: float, repeat_s: float, compare
         severity=severity(gap, ctx.total_wall),
         confidence=(0.8 if causes else 0.6) - (0.2 if other_work else 0.0),
         evidence={
-            "first_s": round(first_s + compile_s, 4), "first_compile_s": round(compile_s, 4),
-            "first_beyond_compile_s": round(first_s, 4), "repeat_s": round(repeat_s, 4), "repeat": compared,
-            "ratio": round(ratio, 2), "gap_s": round(gap, 4), "same_call": how, "causes": encode(causes),
-            "other_work": list(other_work), **extra,
+            "first_s": round(first_s + compile_s, 4),
+            "first_compile_s": round(compile_s, 4),
+            "first_beyond_compile_s": round(first_s, 4),
+            "repeat_s": round(repeat_s, 4),
+            "repeat": compared,
+            "ratio": round(ratio, 2),
+            "gap_s": round(gap, 4),
+            "same_call": how,
+            "causes": encode(causes),
+            "other_work": list(other_work),
+            **extra,
             "seconds_at_stake": round(gap, 4),
         },
         summary=summary,
@@ -391,9 +484,17 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             if first_s - repeat_s < limit["min_gap_s"] or first_s < limit["min_ratio"] * repeat_s:
                 continue
             flagged.add(pair.first.index)
-            yield _finding(ctx, pair.first, first_s, repeat_s, f"its repeat in {pair.repeat.label}", pair.how,
-                           _causes(ctx, pair.first, pair.repeat), {"repeat_cell": pair.repeat.index},
-                           other_work=pair.other_work)
+            yield _finding(
+                ctx,
+                pair.first,
+                first_s,
+                repeat_s,
+                f"its repeat in {pair.repeat.label}",
+                pair.how,
+                _causes(ctx, pair.first, pair.repeat),
+                {"repeat_cell": pair.repeat.index},
+                other_work=pair.other_work,
+            )
     elif any(_compiles(c) for c in ctx.run.cells):
         yield Skip(NAME, f"needs the cell sources to find cells that repeat a call: {ctx.missing_sources()}")
     for cell in ctx.run.cells:  # --repeat: the same cell in later, fresh kernels
@@ -411,19 +512,38 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         # Each run is a fresh kernel: what only the first run paid (thread pools, imports and memory are paid by
         # every kernel) was found done by the later ones, outside the kernel.
         first = replace(cell, wall_s=walls[0], compile_s=compiles[0])
-        causes = [Cause("state outside the kernel",
-                        f"only the first of {len(walls)} runs, each in a fresh kernel, was slow: files the cell reads "
-                        "or writes, the OS page cache or a persistent cache differ between runs",
-                        fix="")]  # the finding's fix is written below
-        finding = _finding(ctx, first, first_s, later, f"the median of {len(walls) - 1} later runs",
-                           "the same cell in fresh kernels (--repeat)", causes, {"samples_wall_s": walls},
-                           subject="first run")
-        finding.fix = (f"Only the first of {len(walls)} runs paid these {units.seconds(first_s - later)}: the cell finds something "
-                       "already done in later runs (a data file it wrote, files in the OS page cache, a persistent cache). "
-                       "Expect it in every fresh CI job; keep that state between jobs (e.g. actions/cache) to avoid it.")
+        causes = [
+            Cause(
+                "state outside the kernel",
+                f"only the first of {len(walls)} runs, each in a fresh kernel, was slow: files the cell reads "
+                "or writes, the OS page cache or a persistent cache differ between runs",
+                fix="",
+            )
+        ]  # the finding's fix is written below
+        finding = _finding(
+            ctx,
+            first,
+            first_s,
+            later,
+            f"the median of {len(walls) - 1} later runs",
+            "the same cell in fresh kernels (--repeat)",
+            causes,
+            {"samples_wall_s": walls},
+            subject="first run",
+        )
+        finding.fix = (
+            f"Only the first of {len(walls)} runs paid these {units.seconds(first_s - later)}: the cell finds something "
+            "already done in later runs (a data file it wrote, files in the OS page cache, a persistent cache). "
+            "Expect it in every fresh CI job; keep that state between jobs (e.g. actions/cache) to avoid it."
+        )
         finding.action = "keep between CI jobs what the first run creates (data files, caches)"
         yield finding
 
 
-RULE = Rule(NAME, "Slow first call beyond compile", "cells that repeat a call (sources), per-cell wall, compile and "
-            "memory; --repeat samples", evaluate, thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "Slow first call beyond compile",
+    "cells that repeat a call (sources), per-cell wall, compile and memory; --repeat samples",
+    evaluate,
+    thresholds=THRESHOLDS,
+)

@@ -16,19 +16,63 @@ from typing import TypeGuard
 _JIT_NAMES = ("jit", "pjit", "filter_jit")
 _LOOP_PRIMITIVES = ("scan", "fori_loop", "while_loop", "associative_scan", "map")
 _TIMER_FUNCTIONS = {
-    "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
-    "time.perf_counter_ns", "time.monotonic_ns", "perf_counter", "perf_counter_ns", "monotonic",
-    "default_timer", "timeit.default_timer", "tic", "toc", "qe.tic", "qe.toc", "quantecon.tic", "quantecon.toc",
-    "qe.tac", "tac", "datetime.now", "datetime.datetime.now",
+    "time.time",
+    "time.perf_counter",
+    "time.monotonic",
+    "time.process_time",
+    "time.time_ns",
+    "time.perf_counter_ns",
+    "time.monotonic_ns",
+    "perf_counter",
+    "perf_counter_ns",
+    "monotonic",
+    "default_timer",
+    "timeit.default_timer",
+    "tic",
+    "toc",
+    "qe.tic",
+    "qe.toc",
+    "quantecon.tic",
+    "quantecon.toc",
+    "qe.tac",
+    "tac",
+    "datetime.now",
+    "datetime.datetime.now",
 }
 _TIMER_CONTEXTS = ("Timer", "timer", "Timing", "timing", "timed", "stopwatch")
 # Calls that wait for a JAX result: whatever consumes its values on the host.
 _SYNC_ATTRIBUTES = ("block_until_ready", "item", "tolist", "device_get", "copy_to_host_async")
-_SYNC_CALLS = {"float", "int", "bool", "complex", "print", "np.asarray", "np.array", "numpy.asarray",
-               "numpy.array", "onp.asarray", "onp.array", "jax.device_get", "jax.block_until_ready", "repr", "str"}
+_SYNC_CALLS = {
+    "float",
+    "int",
+    "bool",
+    "complex",
+    "print",
+    "np.asarray",
+    "np.array",
+    "numpy.asarray",
+    "numpy.array",
+    "onp.asarray",
+    "onp.array",
+    "jax.device_get",
+    "jax.block_until_ready",
+    "repr",
+    "str",
+}
 _NUMPY_NAMES = ("np", "numpy", "onp")
-_NOT_WORK = {"jax.devices", "jax.device_count", "jax.config.update", "jax.default_backend", "jax.block_until_ready",
-             "jax.local_devices", "jax.device_get", "jax.print_environment_info", "jax.jit", "jax.vmap", "jax.grad"}
+_NOT_WORK = {
+    "jax.devices",
+    "jax.device_count",
+    "jax.config.update",
+    "jax.default_backend",
+    "jax.block_until_ready",
+    "jax.local_devices",
+    "jax.device_get",
+    "jax.print_environment_info",
+    "jax.jit",
+    "jax.vmap",
+    "jax.grad",
+}
 
 
 def to_python(source: str) -> str:
@@ -308,7 +352,7 @@ def _imports(code: NotebookCode, tree: ast.Module) -> None:
 
 
 def _decorator_kind(code: NotebookCode, decorator: ast.AST) -> str | None:
-    """"jax" for a JAX jit decorator, "numba" for a Numba one, None otherwise."""
+    """ "jax" for a JAX jit decorator, "numba" for a Numba one, None otherwise."""
     name = dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
     root = name.split(".")[0]
     if root in code.numba_aliases or (name in code.numba_names and name not in code.jax_aliases):
@@ -320,7 +364,8 @@ def _decorator_kind(code: NotebookCode, decorator: ast.AST) -> str | None:
 def _sets_true(decorator: ast.AST, option: str) -> bool:
     """Whether a decorator call passes ``option=True`` (``@numba.jit(cache=True)``)."""
     return isinstance(decorator, ast.Call) and any(
-        k.arg == option and isinstance(k.value, ast.Constant) and k.value.value is True for k in decorator.keywords)
+        k.arg == option and isinstance(k.value, ast.Constant) and k.value.value is True for k in decorator.keywords
+    )
 
 
 def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
@@ -335,8 +380,11 @@ def _collect(code: NotebookCode, index: int, tree: ast.Module) -> None:
                     function.static_args = _is_jit(decorator)[1]
                 elif kind == "numba":
                     code.numba_functions[node.name] = NumbaDefinition(
-                        cell=index, line=decorator.lineno, cache=_sets_true(decorator, "cache"),
-                        parallel=_sets_true(decorator, "parallel"))
+                        cell=index,
+                        line=decorator.lineno,
+                        cache=_sets_true(decorator, "cache"),
+                        parallel=_sets_true(decorator, "parallel"),
+                    )
                     code.numba_definitions.append((node.name, code.numba_functions[node.name]))
             _scan_body(code, function, node)
             # A later definition of the same name (a corrected version) replaces the earlier one.
@@ -375,8 +423,13 @@ def calls_into(tree: ast.Module, imported: Mapping[str, str], package: str) -> l
 
 def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
     args = node.args
-    return [*args.posonlyargs, *args.args, *([args.vararg] if args.vararg else []), *args.kwonlyargs,
-            *([args.kwarg] if args.kwarg else [])]
+    return [
+        *args.posonlyargs,
+        *args.args,
+        *([args.vararg] if args.vararg else []),
+        *args.kwonlyargs,
+        *([args.kwarg] if args.kwarg else []),
+    ]
 
 
 def _locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -399,10 +452,14 @@ def _scan_body(code: NotebookCode, function: Function, node: ast.AST) -> None:
             local = _locals(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
             constants = {k: v for k, v in code.constants.items() if k not in local}
             function.loops.append(
-                SourceLoop(child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, constants), function.name, child)
+                SourceLoop(
+                    child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, constants), function.name, child
+                )
             )
         elif isinstance(child, ast.While):
-            function.loops.append(SourceLoop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name, child))
+            function.loops.append(
+                SourceLoop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name, child)
+            )
         elif isinstance(child, ast.Call):
             name = dotted(child.func)
             last = name.split(".")[-1]
@@ -534,4 +591,3 @@ def synchronisations(nodes: Iterable[ast.AST]) -> list[str]:
         elif isinstance(node, ast.JoinedStr):
             found.append("f-string")  # formatting a value reads it
     return found
-

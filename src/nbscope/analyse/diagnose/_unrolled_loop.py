@@ -28,7 +28,7 @@ THRESHOLDS = {
 
 
 def _steps(length: LoopLength) -> str:
-    """"20 steps", "10–300 steps" or "an unknown number of steps"."""
+    """ "20 steps", "10–300 steps" or "an unknown number of steps"."""
     if length.trips is not None:
         return f"{length.trips} steps"
     if length.values:
@@ -61,7 +61,9 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     if not ctx.has_sources:
         slow = [s.name for s in candidates if s.compile_s / max(1, s.count) >= min_compile_s]
         if slow:
-            yield Skip(NAME, f"needs the cell sources to look for Python loops in {', '.join(slow)}: {ctx.missing_sources()}")
+            yield Skip(
+                NAME, f"needs the cell sources to look for Python loops in {', '.join(slow)}: {ctx.missing_sources()}"
+            )
         return
     for stats in candidates:
         at = stats.main_cell
@@ -103,14 +105,26 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "line_in_cell": loop.line,
                 "cell_line": where.line if where else None,  # the cell's fence in a MyST file
             },
-            "all_loops": [{"kind": item.kind, "iterates": item.iterates, "trips": found.trips, "lengths_seen": found.values,
-                           "function": item.function} for item, found in lengths],
+            "all_loops": [
+                {
+                    "kind": item.kind,
+                    "iterates": item.iterates,
+                    "trips": found.trips,
+                    "lengths_seen": found.values,
+                    "function": item.function,
+                }
+                for item, found in lengths
+            ],
             "seconds_at_stake": round(stats.compile_s, 4),
         }
         if length.trips:
             evidence["compile_ms_per_step"] = round(per_compile / length.trips * 1e3, 3)
         replacement = _replacement(loop, length)
-        header = f"for {ast.unparse(loop.node.target)} in {loop.iterates}" if isinstance(loop.node, ast.For) else f"while {loop.iterates}"
+        header = (
+            f"for {ast.unparse(loop.node.target)} in {loop.iterates}"
+            if isinstance(loop.node, ast.For)
+            else f"while {loop.iterates}"
+        )
         yield Finding(
             rule=NAME,
             title="Python loop unrolled inside jit",
@@ -129,13 +143,26 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             ),
             highlights=[
                 ("loop", f"`{header}` in `{loop.function}`, {place}"),
-                ("steps", f"{_steps(length)}: {length.origin}" if length.origin != "a literal" else f"{_steps(length)} (literal)"),
-                ("compile", f"{seconds(per_compile)} per compile × {stats.count} (trace {seconds(stats.trace_s / count)}, "
-                            f"lower {seconds(stats.lower_s / count)}, backend {seconds(stats.backend_s / count)})"),
+                (
+                    "steps",
+                    f"{_steps(length)}: {length.origin}"
+                    if length.origin != "a literal"
+                    else f"{_steps(length)} (literal)",
+                ),
+                (
+                    "compile",
+                    f"{seconds(per_compile)} per compile × {stats.count} (trace {seconds(stats.trace_s / count)}, "
+                    f"lower {seconds(stats.lower_s / count)}, backend {seconds(stats.backend_s / count)})",
+                ),
             ],
             action=f"use {replacement} for the loop over `{loop.iterates}` in `{loop.function}`",
         )
 
 
-RULE = Rule(NAME, "Python loop unrolled inside jit", "cell sources (loops in jitted functions) and per-function compile seconds",
-            evaluate, thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "Python loop unrolled inside jit",
+    "cell sources (loops in jitted functions) and per-function compile seconds",
+    evaluate,
+    thresholds=THRESHOLDS,
+)

@@ -47,8 +47,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if not unsynced:
             continue
         first = unsynced[0]
-        direct = any(name.split(".")[0] in code.jax_aliases or name in code.jitted_at(index)
-                     for r in unsynced for name in r["jax_calls"])
+        direct = any(
+            name.split(".")[0] in code.jax_aliases or name in code.jitted_at(index)
+            for r in unsynced
+            for name in r["jax_calls"]
+        )
         yield Finding(
             rule=NAME,
             title="Unsynchronised timing",
@@ -66,8 +69,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 f"times {', '.join(f'`{n}`' for n in first['jax_calls'][:3])} with {first['how']} but never waits for the "
                 "result: it measures JAX's asynchronous dispatch, not the computation"
             ),
-            highlights=[("timed", f"{r['how']} at line {r['line_in_cell']}: {', '.join(r['jax_calls'][:3])}")
-                        for r in unsynced[:2]] + [("printed times", "not checked: run records keep no cell outputs")],
+            highlights=[
+                ("timed", f"{r['how']} at line {r['line_in_cell']}: {', '.join(r['jax_calls'][:3])}")
+                for r in unsynced[:2]
+            ]
+            + [("printed times", "not checked: run records keep no cell outputs")],
             action="wait inside the timed region: `f(x).block_until_ready()`",
             fix=(
                 "Wait for the result inside the timed region: `f(x).block_until_ready()` (or "

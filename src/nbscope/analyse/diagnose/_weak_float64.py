@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
 
 NAME = "weak-float64"
 THRESHOLDS = {
-    "min_forecast_cost_s": 0.1,  # forecast only: float64's extra time over float32 on the GPU, whole notebook
+    "min_forecast_cost_s": 0.1  # forecast only: float64's extra time over float32 on the GPU, whole notebook
 }
 
 
@@ -49,9 +49,13 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
         f32_high = None if unbounded else sum(b for _, b in highs if b is not None)
         if extra_low >= limit["min_forecast_cost_s"]:
             costs[device.key] = {
-                "device": device.name, "fp64_share": f"1/{1 / fp64_share(device):.0f}",
-                "float64_low_s": f64_low, "float64_high_s": f64_high, "float32_low_s": f32_low,
-                "float32_high_s": f32_high, "extra_low_s": extra_low,
+                "device": device.name,
+                "fp64_share": f"1/{1 / fp64_share(device):.0f}",
+                "float64_low_s": f64_low,
+                "float64_high_s": f64_high,
+                "float32_low_s": f32_low,
+                "float32_high_s": f32_high,
+                "extra_low_s": extra_low,
                 "extra_high_s": None if f64_high is None or f32_high is None else f64_high - f32_high,
             }
             cost_rows[device.key] = rows
@@ -67,7 +71,8 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
         f"{_forecast.on_a(k)} (float64 at {c['fp64_share']} of float32) it takes "
         f"{span(c['float64_low_s'], c['float64_high_s'])} where float32 would take "
         f"{span(c['float32_low_s'], c['float32_high_s'])}: {span(c['extra_low_s'], c['extra_high_s'])} more"
-        for k, c in costs.items())
+        for k, c in costs.items()
+    )
     names = ", ".join(f"`{f}`" for f in functions[:4]) + (" …" if len(functions) > 4 else "")
     where = f"cell {cells[0] + 1}" if len(cells) == 1 else f"{len(cells)} cells"
     yield Finding(
@@ -105,8 +110,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     machine = ctx.record.machine()
     device = machine.gpu  # JAX's default device is the first visible one
     if device is None:
-        yield Skip(NAME, "JAX ran on a GPU but the fingerprint lists no GPU devices "
-                         f"({machine.gpus_absent or 'an empty list'})")
+        yield Skip(
+            NAME,
+            f"JAX ran on a GPU but the fingerprint lists no GPU devices ({machine.gpus_absent or 'an empty list'})",
+        )
         return
     fp64 = device.fp64
     if fp64.value is None:
@@ -118,8 +125,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     source_cells = ctx.code.x64_cells if ctx.has_sources else []
     if x64.x64 is not True and not source_cells:
         if x64.x64 is None:
-            yield Skip(NAME, f"{device.name} has weak float64 ({fp64.ratio}) but the run records no dtype "
-                             f"evidence ({x64.source})")
+            yield Skip(
+                NAME,
+                f"{device.name} has weak float64 ({fp64.ratio}) but the run records no dtype evidence ({x64.source})",
+            )
         return
     float64_cells = list(x64.cells)
     float64_functions = {
@@ -173,6 +182,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-RULE = Rule(NAME, "float64 on a GPU with weak float64",
-            "GPU fp64 class (fingerprint), x64 evidence (shapes, settings, source); on a CPU run, its GPU forecast",
-            evaluate, thresholds=THRESHOLDS)
+RULE = Rule(
+    NAME,
+    "float64 on a GPU with weak float64",
+    "GPU fp64 class (fingerprint), x64 evidence (shapes, settings, source); on a CPU run, its GPU forecast",
+    evaluate,
+    thresholds=THRESHOLDS,
+)

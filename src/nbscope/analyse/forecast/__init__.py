@@ -52,9 +52,29 @@ if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
     from nbscope.record.run import RunRecord
 
-__all__ = ["CellForecast", "CellTimes", "CellVerdict", "CodeChange", "CpuRates", "Forecast", "GainedFunction",
-           "KeptFunction", "NotForecast", "NotebookForecast", "NotebookVerdict", "Outcome", "Plan", "ProgramRun",
-           "RunInfo", "Term", "Uncertainty", "check_record", "cpu_rates", "forecast", "not_forecast"]
+__all__ = [
+    "CellForecast",
+    "CellTimes",
+    "CellVerdict",
+    "CodeChange",
+    "CpuRates",
+    "Forecast",
+    "GainedFunction",
+    "KeptFunction",
+    "NotForecast",
+    "NotebookForecast",
+    "NotebookVerdict",
+    "Outcome",
+    "Plan",
+    "ProgramRun",
+    "RunInfo",
+    "Term",
+    "Uncertainty",
+    "check_record",
+    "cpu_rates",
+    "forecast",
+    "not_forecast",
+]
 
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
@@ -84,6 +104,7 @@ class _Cell:
 
 # ---- the result ------------------------------------------------------------------------------------
 # ``Forecast.to_dict()`` (the codec's encoding) is the ``nbscope forecast --json`` document.
+
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
@@ -163,7 +184,9 @@ class CellForecast:
     programs: tuple[ProgramRun, ...]
     trace: str | None  # "read", or why the cell has no trace
     gpu: Mapping[str, Outcome]
-    recorded: Annotated[Cell, Write(when=never)] = field(compare=False, repr=False)  # the run's own cell (not in the document)
+    recorded: Annotated[Cell, Write(when=never)] = field(
+        compare=False, repr=False
+    )  # the run's own cell (not in the document)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,8 +270,20 @@ class NotebookForecast:
     def document_keys(self) -> tuple[str, ...]:
         # A notebook without JAX has always listed its (empty) plan and ranking before its gains.
         middle = ("plan", "ranking", "gains") if self.all_on_gpu == "unchanged" else ("gains", "plan", "ranking")
-        return ("cpu_s", "low_s", "high_s", "all_on_gpu", "verdict", "keep_on_cpu", *middle, "uncertain",
-                "most_slower", "most_faster", "not_forecast", "unbounded")
+        return (
+            "cpu_s",
+            "low_s",
+            "high_s",
+            "all_on_gpu",
+            "verdict",
+            "keep_on_cpu",
+            *middle,
+            "uncertain",
+            "most_slower",
+            "most_faster",
+            "not_forecast",
+            "unbounded",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,15 +375,26 @@ def forecast(
             "so the forecast is its host work as measured"
         )
     cells = tuple(
-        _cell_entry(cell, run, {device.key: _cell_forecast(cell, run, device, table, rates,
-                                                           _pins(cell, run, placement, cell_lines))
-                                     for device in devices})
-        for cell in ran)
+        _cell_entry(
+            cell,
+            run,
+            {
+                device.key: _cell_forecast(cell, run, device, table, rates, _pins(cell, run, placement, cell_lines))
+                for device in devices
+            },
+        )
+        for cell in ran
+    )
     failed_indices = tuple(f.index for f in failed)
     return Forecast(
         version=FORECAST_VERSION,
-        run=RunInfo(id=record.run_id, target=record.target, started_at=record.started_at, digest=record.digest,
-                    cpu=record.machine().cpu.model),
+        run=RunInfo(
+            id=record.run_id,
+            target=record.target,
+            started_at=record.started_at,
+            digest=record.digest,
+            cpu=record.machine().cpu.model,
+        ),
         has_jax=has_jax,
         devices=tuple(devices),
         model=dict(table.model),
@@ -363,6 +409,7 @@ def forecast(
 
 
 # ---- cells ---------------------------------------------------------------------------------------
+
 
 def forecastable_cells(run: NotebookRun, sources: Mapping[int, str] | None = None) -> dict[int, _Cell]:
     """The run's cells that ran and did not fail, by index, their time split as the forecast reads it
@@ -380,10 +427,17 @@ def _within(executions: tuple[Execution, ...], budget: float) -> tuple[Execution
     if total <= budget or total <= 0:
         return executions
     factor = budget / total
-    return tuple(replace(
-        e, cpu_s=None if e.cpu_s is None else e.cpu_s * factor,
-        loops={key: replace(seen, cpu_s=None if seen.cpu_s is None else seen.cpu_s * factor)
-               for key, seen in e.loops.items()}) for e in executions)
+    return tuple(
+        replace(
+            e,
+            cpu_s=None if e.cpu_s is None else e.cpu_s * factor,
+            loops={
+                key: replace(seen, cpu_s=None if seen.cpu_s is None else seen.cpu_s * factor)
+                for key, seen in e.loops.items()
+            },
+        )
+        for e in executions
+    )
 
 
 def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
@@ -446,9 +500,19 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
             after_cut = min(host - known, max(0.0, rest - scale * (traced - compiled_before)))
         unattributed += after_cut
         host = known
-    return _Cell(cell=cell, wall=wall, compile_s=compile_s, host_s=host, executions=executions,
-                 unattributed_s=unattributed, unseen=unseen, jax_work=ran_jax or unseen, after_cut_s=after_cut,
-                 copies_s=copies, ran_on_s=ran_on)
+    return _Cell(
+        cell=cell,
+        wall=wall,
+        compile_s=compile_s,
+        host_s=host,
+        executions=executions,
+        unattributed_s=unattributed,
+        unseen=unseen,
+        jax_work=ran_jax or unseen,
+        after_cut_s=after_cut,
+        copies_s=copies,
+        ran_on_s=ran_on,
+    )
 
 
 def not_forecast(cell: Cell) -> NotForecast | None:
@@ -456,8 +520,14 @@ def not_forecast(cell: Cell) -> NotForecast | None:
     what = failure_text(cell)
     if what is None:
         return None
-    return NotForecast(index=cell.index, line=cell.line, first_line=cell.first_line, status=cell.status,
-                       cpu_s=cell.notebook_wall_s, reason=f"not forecast: the cell {what}")
+    return NotForecast(
+        index=cell.index,
+        line=cell.line,
+        first_line=cell.first_line,
+        status=cell.status,
+        cpu_s=cell.notebook_wall_s,
+        reason=f"not forecast: the cell {what}",
+    )
 
 
 def _cell_entry(cell: _Cell, run: NotebookRun, outcomes: Mapping[str, Outcome]) -> CellForecast:
@@ -465,9 +535,14 @@ def _cell_entry(cell: _Cell, run: NotebookRun, outcomes: Mapping[str, Outcome]) 
 
     def program(execution: Execution) -> ProgramRun:
         known = run.program(execution.program)
-        return ProgramRun(program=execution.program, function=known.function if known else None,
-                          kind=known.kind if known else None, count=execution.runs,
-                          count_basis=execution.count_basis, cpu_s=execution.cpu_s)
+        return ProgramRun(
+            program=execution.program,
+            function=known.function if known else None,
+            kind=known.kind if known else None,
+            count=execution.runs,
+            count_basis=execution.count_basis,
+            cpu_s=execution.cpu_s,
+        )
 
     return CellForecast(
         index=recorded.index,
@@ -475,8 +550,12 @@ def _cell_entry(cell: _Cell, run: NotebookRun, outcomes: Mapping[str, Outcome]) 
         line=recorded.line,
         first_line=recorded.first_line,
         status=recorded.status,
-        cpu=CellTimes(wall_s=cell.wall, compile_s=cell.compile_s, host_s=cell.host_s,
-                      jax_s=max(0.0, cell.wall - cell.compile_s - cell.host_s)),
+        cpu=CellTimes(
+            wall_s=cell.wall,
+            compile_s=cell.compile_s,
+            host_s=cell.host_s,
+            jax_s=max(0.0, cell.wall - cell.compile_s - cell.host_s),
+        ),
         programs=tuple(program(e) for e in cell.executions),
         trace=recorded.programs.trace if recorded.programs is not None else None,
         gpu=dict(outcomes),
@@ -502,8 +581,14 @@ def cpu_rates(cells: list[_Cell], run: NotebookRun) -> CpuRates | None:
         for execution in cell.executions:
             program = run.program(execution.program)
             count, cpu = execution.runs, execution.cpu_s
-            if (program is None or not program.per_execution.complete or program.loops or cpu is None or not count
-                    or cpu / count < 1e-3):
+            if (
+                program is None
+                or not program.per_execution.complete
+                or program.loops
+                or cpu is None
+                or not count
+                or cpu / count < 1e-3
+            ):
                 continue
             work = program.per_execution
             each = cpu / count
@@ -514,20 +599,29 @@ def cpu_rates(cells: list[_Cell], run: NotebookRun) -> CpuRates | None:
                     first = first or best
     if first is None:
         return None
-    return CpuRates(flops_per_s=flops_rate.per_s, flops_from=flops_rate.function, bytes_per_s=bytes_rate.per_s,
-                    bytes_from=bytes_rate.function, bytes_first=first is bytes_rate)
+    return CpuRates(
+        flops_per_s=flops_rate.per_s,
+        flops_from=flops_rate.function,
+        bytes_per_s=bytes_rate.per_s,
+        bytes_from=bytes_rate.function,
+        bytes_first=first is bytes_rate,
+    )
 
 
-def _pins(cell: _Cell, run: NotebookRun, placement: placement_module.Placement,
-          cell_lines: dict[int, int | None]) -> dict[str, str]:
+def _pins(
+    cell: _Cell, run: NotebookRun, placement: placement_module.Placement, cell_lines: dict[int, int | None]
+) -> dict[str, str]:
     """Per program the cell ran: why it runs on the CPU even on a GPU machine ("pinned to the CPU at
     line 12 (jax.jit(f, device=cpu))"); programs not pinned are absent. A ``default_device`` block whose
     calls name none of the cell's programs pins them all (its eager operations)."""
     index = cell.cell.index
     functions = {e.program: _function(run, e) for e in cell.executions}
     named = {name for names, _ in placement.pins_in(index) if names for name in names}
-    blanket = [pin for names, pin in placement.pins_in(index) if names and pin.how == "default_device"
-               and not (names & set(functions.values()))]
+    blanket = [
+        pin
+        for names, pin in placement.pins_in(index)
+        if names and pin.how == "default_device" and not (names & set(functions.values()))
+    ]
     found = {}
     for key, function in functions.items():
         pin = placement.pin_of(index, function) or (blanket[0] if blanket and function not in named else None)
@@ -542,39 +636,82 @@ def _function(run: NotebookRun, execution: Execution) -> str | None:
     return program.function if program is not None else None
 
 
-def _cell_forecast(cell: _Cell, run: NotebookRun, device: Device, table: DeviceTable,
-                   rates: CpuRates | None = None, pins: dict[str, str] | None = None) -> Outcome:
+def _cell_forecast(
+    cell: _Cell,
+    run: NotebookRun,
+    device: Device,
+    table: DeviceTable,
+    rates: CpuRates | None = None,
+    pins: dict[str, str] | None = None,
+) -> Outcome:
     terms: list[Term] = []
     pins = pins or {}
     if cell.host_s > 0:
-        terms.append(Term(kind="host", low_s=cell.host_s, high_s=cell.host_s,
-                          words=f"host work (Python, NumPy, Numba) carried over as measured: {units.seconds(cell.host_s)}"))
+        terms.append(
+            Term(
+                kind="host",
+                low_s=cell.host_s,
+                high_s=cell.host_s,
+                words=f"host work (Python, NumPy, Numba) carried over as measured: {units.seconds(cell.host_s)}",
+            )
+        )
     all_pinned = bool(cell.executions) and all(e.program in pins for e in cell.executions)
     if cell.compile_s > 0 and all_pinned:
-        terms.append(Term(kind="compile", low_s=cell.compile_s, high_s=cell.compile_s,
-                          words=f"JAX compile on the CPU as measured ({units.seconds(cell.compile_s)}): the calls are pinned there",
-                          figures=CompileFigures(cell.compile_s, "measured")))
+        terms.append(
+            Term(
+                kind="compile",
+                low_s=cell.compile_s,
+                high_s=cell.compile_s,
+                words=f"JAX compile on the CPU as measured ({units.seconds(cell.compile_s)}): the calls are pinned there",
+                figures=CompileFigures(cell.compile_s, "measured"),
+            )
+        )
     elif cell.compile_s > 0:
         ratio = table.model["gpu_compile_ratio"]
-        terms.append(Term(kind="compile", low_s=cell.compile_s * ratio.low, high_s=cell.compile_s * ratio.high,
-                          words=(f"XLA:GPU compile: {units.seconds(cell.compile_s)} on this CPU × {ratio.text()} "
-                                 f"({ratio.basis})"),
-                          figures=CompileFigures(cell.compile_s, ratio.basis)))
+        terms.append(
+            Term(
+                kind="compile",
+                low_s=cell.compile_s * ratio.low,
+                high_s=cell.compile_s * ratio.high,
+                words=(
+                    f"XLA:GPU compile: {units.seconds(cell.compile_s)} on this CPU × {ratio.text()} ({ratio.basis})"
+                ),
+                figures=CompileFigures(cell.compile_s, ratio.basis),
+            )
+        )
     if cell.unattributed_s > 0:
         # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
-        small = cell.unattributed_s < (SMALL_UNATTRIBUTED_S if cell.after_cut_s > 0 or cell.ran_on_s > 0
-                                       else max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall))
-        what = ("time a trace cut short did not attribute, a JAX program's or host work" if cell.unseen
-                else "JAX time after the trace's cut, not attributed to a program" if cell.after_cut_s > cell.ran_on_s
-                else ("JAX time of programs an earlier cell dispatched, which ran on into this one (block on their "
-                      "results at that cell's end to see them there)") if cell.ran_on_s > 0
-                else "JAX time the trace did not attribute to a program")
+        small = cell.unattributed_s < (
+            SMALL_UNATTRIBUTED_S
+            if cell.after_cut_s > 0 or cell.ran_on_s > 0
+            else max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
+        )
+        what = (
+            "time a trace cut short did not attribute, a JAX program's or host work"
+            if cell.unseen
+            else "JAX time after the trace's cut, not attributed to a program"
+            if cell.after_cut_s > cell.ran_on_s
+            else (
+                "JAX time of programs an earlier cell dispatched, which ran on into this one (block on their "
+                "results at that cell's end to see them there)"
+            )
+            if cell.ran_on_s > 0
+            else "JAX time the trace did not attribute to a program"
+        )
         seconds = units.seconds(cell.unattributed_s)
-        terms.append(Term(
-            kind="unattributed", low_s=cell.unattributed_s if small else 0.0,
-            high_s=cell.unattributed_s if small else None,
-            words=(f"{what} ({seconds}), carried over as measured" if small else f"{what} ({seconds}): GPU time unknown"),
-            figures=Unattributed(cell.unattributed_s, cell.unseen)))
+        terms.append(
+            Term(
+                kind="unattributed",
+                low_s=cell.unattributed_s if small else 0.0,
+                high_s=cell.unattributed_s if small else None,
+                words=(
+                    f"{what} ({seconds}), carried over as measured"
+                    if small
+                    else f"{what} ({seconds}): GPU time unknown"
+                ),
+                figures=Unattributed(cell.unattributed_s, cell.unseen),
+            )
+        )
     missing = []
     for execution in cell.executions:
         program = run.program(execution.program)
@@ -584,11 +721,20 @@ def _cell_forecast(cell: _Cell, run: NotebookRun, device: Device, table: DeviceT
         count = execution.runs
         if execution.program in pins:
             cpu = execution.cpu_s or 0.0
-            terms.append(Term(kind="cpu", low_s=cpu, high_s=cpu, program=execution.program,
-                              function=program.function,
-                              words=(f"`{program.function}` {pins[execution.program]}: "
-                                     f"{count:,} call{'s' if count != 1 else ''} as measured"),
-                              called=Calls(count, pinned=pins[execution.program])))
+            terms.append(
+                Term(
+                    kind="cpu",
+                    low_s=cpu,
+                    high_s=cpu,
+                    program=execution.program,
+                    function=program.function,
+                    words=(
+                        f"`{program.function}` {pins[execution.program]}: "
+                        f"{count:,} call{'s' if count != 1 else ''} as measured"
+                    ),
+                    called=Calls(count, pinned=pins[execution.program]),
+                )
+            )
             continue
         cpu_each, observed = observed_loops(execution)
         for term in program_terms(program, device, table.model, cpu_each, observed, rates):
@@ -598,18 +744,30 @@ def _cell_forecast(cell: _Cell, run: NotebookRun, device: Device, table: DeviceT
             if execution.count_basis == "extrapolated":
                 # The traced part ran slower than the rest (the profiler's cost per call), so its rate is low.
                 called = Calls(count, calls_basis="extrapolated")
-                words = (f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
-                         f"the profiler slowed) × {term.words}")
+                words = (
+                    f"≈{count:,} calls, likely more (extrapolated from a trace cut short, whose calls "
+                    f"the profiler slowed) × {term.words}"
+                )
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
             terms.append(replace(scaled, words=words, called=called))
     if all_pinned and cell.copies_s > 0:
         # Every call stays on the CPU, and so do the arrays they take: the copies are as measured.
-        terms.append(Term(kind="transfer", low_s=cell.copies_s, high_s=cell.copies_s,
-                          words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
-                                "the calls are pinned there", figures=Basis("measured")))
-    elif (transfer := transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None,
-                                    device, table.model)) is not None:
+        terms.append(
+            Term(
+                kind="transfer",
+                low_s=cell.copies_s,
+                high_s=cell.copies_s,
+                words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
+                "the calls are pinned there",
+                figures=Basis("measured"),
+            )
+        )
+    elif (
+        transfer := transfer_term(
+            cell.cell.programs.transfers if cell.cell.programs is not None else None, device, table.model
+        )
+    ) is not None:
         terms.append(transfer)
     low = sum(t.low_s for t in terms)
     highs = [t.high_s for t in terms]
@@ -621,9 +779,17 @@ def _cell_forecast(cell: _Cell, run: NotebookRun, device: Device, table: DeviceT
     uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms) if jax_work else None
     if uncertain is not None:
         verdict = "uncertain"
-    return Outcome(low_s=low, high_s=high, cpu_s=cell.wall, verdict=verdict, uncertain=uncertain,
-                   dominant=dominant, jax_dominant=jax_term,
-                   terms=tuple(sorted(terms, key=_weight, reverse=True)), missing_programs=tuple(missing))
+    return Outcome(
+        low_s=low,
+        high_s=high,
+        cpu_s=cell.wall,
+        verdict=verdict,
+        uncertain=uncertain,
+        dominant=dominant,
+        jax_dominant=jax_term,
+        terms=tuple(sorted(terms, key=_weight, reverse=True)),
+        missing_programs=tuple(missing),
+    )
 
 
 def _weight(term: Term) -> float:
@@ -665,14 +831,21 @@ def _spread(term: Term) -> float:
     return float("inf") if term.high_s is None else term.high_s - term.low_s
 
 
-def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | None,
-                 terms: list[Term] | None = None) -> Uncertainty | None:
+def _uncertainty(
+    dominant: Term | None, cpu: float, low: float, high: float | None, terms: list[Term] | None = None
+) -> Uncertainty | None:
     """Why a cell's verdict is "uncertain" (None when it is not): its range straddles the CPU time, or
     its dominant term is wider than ×4 and the verdict would not survive that term being off by its width
     again; what is unknown and what would settle it. When the dominant term has no width of its own (host
     work, as measured), what is unknown is behind the widest of the other ``terms``."""
-    wide = dominant is not None and dominant.kind not in ("host",) and (
-        dominant.high_s is None or (dominant.low_s > 0 and dominant.high_s / dominant.low_s > UNCERTAIN_RATIO * 1.01))
+    wide = (
+        dominant is not None
+        and dominant.kind not in ("host",)
+        and (
+            dominant.high_s is None
+            or (dominant.low_s > 0 and dominant.high_s / dominant.low_s > UNCERTAIN_RATIO * 1.01)
+        )
+    )
     if _verdict(cpu, low, high) != "uncertain" and not (wide and not _holds_when_stretched(dominant, cpu, low, high)):
         return None
     assert dominant is not None
@@ -684,8 +857,11 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         unknown = f"the trip count of {cause.name or 'a loop'}"
         settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
     elif cause.kind == "unattributed":
-        unknown = ("what ran in the time a trace cut short did not attribute" if cause.unseen
-                   else "which program ran the JAX time the trace did not attribute")
+        unknown = (
+            "what ran in the time a trace cut short did not attribute"
+            if cause.unseen
+            else "which program ran the JAX time the trace did not attribute"
+        )
         settle = "a run whose trace captures the program, or a GPU run"
     elif cause.kind == "compile":
         unknown = "XLA:GPU's compile time"
@@ -694,11 +870,13 @@ def _uncertainty(dominant: Term | None, cpu: float, low: float, high: float | No
         # The term's own words are printed just before this (dominant_words): name it, don't repeat it.
         unknown = f"the device's figures behind the {cause.kind} term" + (f" of {cause.name}" if cause.name else "")
         settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
-    return Uncertainty(unknown=unknown, settle=settle, dominant_ratio=ratio,
-                       straddles=_verdict(cpu, low, high) == "uncertain")
+    return Uncertainty(
+        unknown=unknown, settle=settle, dominant_ratio=ratio, straddles=_verdict(cpu, low, high) == "uncertain"
+    )
 
 
 # ---- the notebook ----------------------------------------------------------------------------------
+
 
 @dataclass
 class _Tally:
@@ -716,17 +894,30 @@ class _Tally:
         return tuple(sorted(p for p in self.programs if p))
 
 
-def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int, str], has_jax: bool,
-              failed: tuple[int, ...]) -> NotebookForecast:
+def _notebook(
+    cells: tuple[CellForecast, ...], device: Device, sources: dict[int, str], has_jax: bool, failed: tuple[int, ...]
+) -> NotebookForecast:
     key = device.key
     cpu_total = sum(c.cpu.wall_s for c in cells)
     outcomes = [c.gpu[key] for c in cells]
     low = sum(o.low_s for o in outcomes)
     high = None if any(o.high_s is None for o in outcomes) else sum(o.high_s for o in outcomes if o.high_s is not None)
     if not has_jax:
-        return NotebookForecast(cpu_s=cpu_total, low_s=low, high_s=high, all_on_gpu="unchanged", verdict="unchanged",
-                                keep_on_cpu=(), gains=(), plan=None, ranking=(), uncertain=(), most_slower=None,
-                                most_faster=None, not_forecast=failed)
+        return NotebookForecast(
+            cpu_s=cpu_total,
+            low_s=low,
+            high_s=high,
+            all_on_gpu="unchanged",
+            verdict="unchanged",
+            keep_on_cpu=(),
+            gains=(),
+            plan=None,
+            ranking=(),
+            uncertain=(),
+            most_slower=None,
+            most_faster=None,
+            not_forecast=failed,
+        )
     # Per jitted function: its forecast GPU time against its CPU time measured in the trace.
     functions: dict[str, _Tally] = {}
     for cell in cells:
@@ -736,8 +927,9 @@ def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int
                 continue
             tally = functions.setdefault(name, _Tally(function=name))
             tally.gpu_low_s += term.low_s
-            tally.gpu_high_s = None if tally.gpu_high_s is None or term.high_s is None else (
-                tally.gpu_high_s + term.high_s)
+            tally.gpu_high_s = (
+                None if tally.gpu_high_s is None or term.high_s is None else (tally.gpu_high_s + term.high_s)
+            )
             tally.programs.add(term.program)
             if cell.index not in tally.cells:
                 tally.cells.append(cell.index)
@@ -752,15 +944,32 @@ def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int
     for tally in functions.values():
         slower_by = tally.gpu_low_s - tally.cpu_s
         if slower_by > threshold and tally.gpu_low_s > tally.cpu_s * (1 + MARGIN):
-            keep.append(KeptFunction(
-                function=tally.function, gpu_low_s=tally.gpu_low_s, gpu_high_s=tally.gpu_high_s, cpu_s=tally.cpu_s,
-                cells=tuple(tally.cells), kind=tally.kind, slower_by_s=slower_by,
-                change=_code_change(tally, cells, sources), programs=tally.program_keys()))
+            keep.append(
+                KeptFunction(
+                    function=tally.function,
+                    gpu_low_s=tally.gpu_low_s,
+                    gpu_high_s=tally.gpu_high_s,
+                    cpu_s=tally.cpu_s,
+                    cells=tuple(tally.cells),
+                    kind=tally.kind,
+                    slower_by_s=slower_by,
+                    change=_code_change(tally, cells, sources),
+                    programs=tally.program_keys(),
+                )
+            )
         elif tally.gpu_high_s is not None and tally.cpu_s - tally.gpu_high_s > threshold:
-            gains.append(GainedFunction(
-                function=tally.function, gpu_low_s=tally.gpu_low_s, gpu_high_s=tally.gpu_high_s, cpu_s=tally.cpu_s,
-                cells=tuple(tally.cells), kind=tally.kind, faster_by_s=tally.cpu_s - tally.gpu_high_s,
-                programs=tally.program_keys()))
+            gains.append(
+                GainedFunction(
+                    function=tally.function,
+                    gpu_low_s=tally.gpu_low_s,
+                    gpu_high_s=tally.gpu_high_s,
+                    cpu_s=tally.cpu_s,
+                    cells=tuple(tally.cells),
+                    kind=tally.kind,
+                    faster_by_s=tally.cpu_s - tally.gpu_high_s,
+                    programs=tally.program_keys(),
+                )
+            )
     keep.sort(key=lambda e: -e.slower_by_s)
     gains.sort(key=lambda e: -e.faster_by_s)
     plan_low, plan_high = low, high
@@ -783,8 +992,13 @@ def _notebook(cells: tuple[CellForecast, ...], device: Device, sources: dict[int
         verdict=verdict,
         keep_on_cpu=tuple(keep),
         gains=tuple(gains),
-        plan=Plan(keep_on_cpu=tuple(sorted(k.function for k in keep)), low_s=max(0.0, plan_low),
-                  high_s=None if plan_high is None else max(0.0, plan_high)) if keep else None,
+        plan=Plan(
+            keep_on_cpu=tuple(sorted(k.function for k in keep)),
+            low_s=max(0.0, plan_low),
+            high_s=None if plan_high is None else max(0.0, plan_high),
+        )
+        if keep
+        else None,
         ranking=tuple(c.index for c in ranking),
         uncertain=tuple(c.index for c in ranking if c.gpu[key].verdict == "uncertain"),
         most_slower=_extreme(ranking, key, slower=True),
@@ -819,9 +1033,11 @@ def _code_change(tally: _Tally, cells: tuple[CellForecast, ...], sources: dict[i
     user = tally.kind in ("user", "library")
     what = f"the calls of `{name}`" if user else "the code of these cells"
     return CodeChange(
-        text=(f"run {what} (cells at {place} {where}) inside "
-              f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the GPU move with "
-              f"`jax.device_put(x, {CPU_DEVICE})` (`jax.jit(..., backend=\"cpu\")` is deprecated)"),
+        text=(
+            f"run {what} (cells at {place} {where}) inside "
+            f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the GPU move with "
+            f'`jax.device_put(x, {CPU_DEVICE})` (`jax.jit(..., backend="cpu")` is deprecated)'
+        ),
         example=example,
     )
 

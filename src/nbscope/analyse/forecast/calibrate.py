@@ -32,8 +32,10 @@ GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 def _provenance(record: RunRecord, what: str, device: str) -> str:
     run = f"run {record.run_id}" if record.run_id is not None else "an imported run"
-    return (f"calibrated: {what} on {device}, nbscope {record.kind} {run} of {record.started_at[:10]} "
-            f"(nbscope {record.tool_version}, fingerprint {record.digest or '?'})")
+    return (
+        f"calibrated: {what} on {device}, nbscope {record.kind} {run} of {record.started_at[:10]} "
+        f"(nbscope {record.tool_version}, fingerprint {record.digest or '?'})"
+    )
 
 
 def _gpu_sweep(run: LoopsRun) -> Sweep | None:
@@ -58,8 +60,9 @@ def _from_loops(record: RunRecord, found: dict[str, Figure], names: list[str]) -
         raise NbscopeError(f"{_label(record)}: the GPU sweep has no fitted slope")
     device = sweep.device_kind or sweep.device or "the GPU"
     names.append(device)
-    found["loop_iteration_us"] = Figure(min(slopes), max(slopes), "calibrated",
-                                        _provenance(record, "lax.scan per-iteration slope", device))
+    found["loop_iteration_us"] = Figure(
+        min(slopes), max(slopes), "calibrated", _provenance(record, "lax.scan per-iteration slope", device)
+    )
 
 
 def _on_gpu(figure: GroupFigure) -> bool:
@@ -92,16 +95,19 @@ def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -
         value = figure.throughput.value if figure is not None and figure.throughput is not None else None
         return value if value is not None and value > 0 else None
 
-    for name, prefix, what in (("loop_iteration_us", "loops.scan_default_per_iter", "lax.scan per-iteration slope"),
-                               ("sync_iteration_us", "loops.fori_loop_default_per_iter",
-                                "fori_loop (traced bound) per-iteration slope")):
+    for name, prefix, what in (
+        ("loop_iteration_us", "loops.scan_default_per_iter", "lax.scan per-iteration slope"),
+        ("sync_iteration_us", "loops.fori_loop_default_per_iter", "fori_loop (traced bound) per-iteration slope"),
+    ):
         figure = pick(prefix)
         fit = figure.fit if figure is not None else None
         if figure is not None and fit is not None and fit.per_iter_us is not None and fit.per_iter_us > 0:
             slope, spread = fit.per_iter_us, fit.spread or 0.0
             add(name, slope * (1 - min(spread, 0.5)), slope * (1 + min(spread, 0.5)), what, figure)
-    for name, prefix, what in (("fp32_tflops", "jax.matmul_large[float32]", "large matmul rate (a floor under the peak)"),
-                               ("fp64_tflops", "jax.matmul_large[float64]", "large matmul rate (a floor under the peak)")):
+    for name, prefix, what in (
+        ("fp32_tflops", "jax.matmul_large[float32]", "large matmul rate (a floor under the peak)"),
+        ("fp64_tflops", "jax.matmul_large[float64]", "large matmul rate (a floor under the peak)"),
+    ):
         figure = pick(prefix)
         flops = rate(figure)
         if figure is not None and flops is not None:
@@ -150,8 +156,10 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
         elif record.kind == "bench":
             _from_bench(record, found, names)
         else:
-            raise NbscopeError(f"{_label(record)} is a {record.kind} run: calibration reads `nbscope loops` and "
-                               "`nbscope bench` runs made on the GPU")
+            raise NbscopeError(
+                f"{_label(record)} is a {record.kind} run: calibration reads `nbscope loops` and "
+                "`nbscope bench` runs made on the GPU"
+            )
     if not found:
         raise NbscopeError("the runs hold no GPU figure the forecast uses")
     gpu_names = sorted(set(names))
@@ -159,8 +167,9 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
     figures.update(found)
     missing = [name for name in DEVICE_FIGURES if name not in figures]
     if missing:
-        raise NbscopeError(f"the runs do not give {', '.join(missing)}: pass --base DEVICE to take those from "
-                           "a device of the table")
+        raise NbscopeError(
+            f"the runs do not give {', '.join(missing)}: pass --base DEVICE to take those from a device of the table"
+        )
     return DeviceEntry(
         key=key.lower(),
         name=gpu_names[0] if len(gpu_names) == 1 else (base.name if base else key),
@@ -178,12 +187,21 @@ def _toml_string(text: str) -> str:
 
 def to_toml(entry: DeviceEntry) -> str:
     """The entry as a ``[devices.KEY]`` table for a device file."""
-    lines = [f"[devices.{entry.key}]", f"name = {_toml_string(entry.name)}",
-             "match = [" + ", ".join(_toml_string(m) for m in entry.match) + "]"]
+    lines = [
+        f"[devices.{entry.key}]",
+        f"name = {_toml_string(entry.name)}",
+        "match = [" + ", ".join(_toml_string(m) for m in entry.match) + "]",
+    ]
     if entry.compute_capability:
         lines.append(f"compute_capability = {_toml_string(entry.compute_capability)}")
     for name in DEVICE_FIGURES:
         figure = entry.figures[name]
-        amount = f"value = {figure.low:.6g}" if figure.low == figure.high else f"low = {figure.low:.6g}, high = {figure.high:.6g}"
-        lines.append(f"{name} = {{ {amount}, basis = {_toml_string(figure.basis)}, source = {_toml_string(figure.source)} }}")
+        amount = (
+            f"value = {figure.low:.6g}"
+            if figure.low == figure.high
+            else f"low = {figure.low:.6g}, high = {figure.high:.6g}"
+        )
+        lines.append(
+            f"{name} = {{ {amount}, basis = {_toml_string(figure.basis)}, source = {_toml_string(figure.source)} }}"
+        )
     return "\n".join(lines) + "\n"

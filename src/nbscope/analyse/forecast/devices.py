@@ -75,8 +75,13 @@ def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin:
             key=entry.key,
             name=entry.name if entry.name is not None else existing.name if existing else entry.key,
             match=list(entry.match if entry.match is not None else existing.match if existing else [entry.key]),
-            compute_capability=(entry.compute_capability if entry.compute_capability is not None
-                                else existing.compute_capability if existing else None),
+            compute_capability=(
+                entry.compute_capability
+                if entry.compute_capability is not None
+                else existing.compute_capability
+                if existing
+                else None
+            ),
             figures={**(existing.figures if existing else {}), **entry.figures},
             origin="nbscope" if builtin else source_file,
         )
@@ -124,11 +129,16 @@ def _by_name(table: DeviceTable, name: str) -> Device | None:
     """The one device whose name or a ``match`` entry equals ``name``, else the one whose ``match``
     entry appears in it as a word (``Tesla T4``, ``NVIDIA A100-SXM4-80GB``: what NVML reports)."""
     lowered = name.lower()
-    exact = [d for d in table.devices.values() if d.name.lower() == lowered or any(m.lower() == lowered for m in d.match)]
+    exact = [
+        d for d in table.devices.values() if d.name.lower() == lowered or any(m.lower() == lowered for m in d.match)
+    ]
     if len(exact) == 1:
         return exact[0]
-    words = [d for d in table.devices.values()
-             if any(re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in d.match)]
+    words = [
+        d
+        for d in table.devices.values()
+        if any(re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in d.match)
+    ]
     return words[0] if len(words) == 1 else None
 
 

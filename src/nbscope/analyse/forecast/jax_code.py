@@ -20,8 +20,25 @@ from collections.abc import Iterable, Mapping
 from nbscope.analyse.diagnose._source import parse
 
 # Libraries whose calls run JAX programs: importing any of them binds a JAX name.
-JAX_PACKAGES = frozenset({"jax", "jaxlib", "numpyro", "flax", "optax", "equinox", "diffrax", "blackjax", "chex",
-                          "jaxopt", "optimistix", "lineax", "haiku", "objax", "tensorflow_probability"})
+JAX_PACKAGES = frozenset(
+    {
+        "jax",
+        "jaxlib",
+        "numpyro",
+        "flax",
+        "optax",
+        "equinox",
+        "diffrax",
+        "blackjax",
+        "chex",
+        "jaxopt",
+        "optimistix",
+        "lineax",
+        "haiku",
+        "objax",
+        "tensorflow_probability",
+    }
+)
 
 # What a name is bound to: the import, the ``def`` / ``class``, or the value assigned (an expression).
 Binding = ast.AST
@@ -46,12 +63,19 @@ def _free_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -
     declared = {name for node in inner if isinstance(node, (ast.Global, ast.Nonlocal)) for name in node.names}
     local = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
     local |= {n.name for n in inner if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    local |= {(a.asname or a.name).split(".")[0] for n in inner if isinstance(n, (ast.Import, ast.ImportFrom))
-              for a in n.names}
+    local |= {
+        (a.asname or a.name).split(".")[0]
+        for n in inner
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     loads = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     # Decorators, defaults and annotations are read where the function is defined.
-    outside = [*getattr(function, "decorator_list", []), *arguments.defaults,
-               *(d for d in arguments.kw_defaults if d is not None)]
+    outside = [
+        *getattr(function, "decorator_list", []),
+        *arguments.defaults,
+        *(d for d in arguments.kw_defaults if d is not None),
+    ]
     loads |= {n.id for node in outside for n in ast.walk(node) if isinstance(n, ast.Name)}
     return loads - ((parameters | local) - declared)
 
@@ -110,8 +134,10 @@ def _bindings(statement: ast.stmt) -> tuple[dict[str, list[Binding]], dict[str, 
                 visit(node.body + node.orelse, True)
             elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
                 handlers = [s for h in getattr(node, "handlers", []) for s in h.body]
-                visit(getattr(node, "body", []) + handlers + getattr(node, "orelse", []) + getattr(node, "finalbody", []),
-                      True)
+                visit(
+                    getattr(node, "body", []) + handlers + getattr(node, "orelse", []) + getattr(node, "finalbody", []),
+                    True,
+                )
             elif isinstance(node, ast.Match):
                 visit([s for case in node.cases for s in case.body], True)
             for walrus in (n for n in ast.walk(node) if isinstance(n, ast.NamedExpr)):

@@ -123,8 +123,9 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         raise NbscopeError(f"--measured needs a profile run of the notebook on the GPU, not a {measured.kind} run")
     # The forecast's cells pair with the measured run's cells by source hash (through the run's own cells).
     pairs = pair_cells([c.recorded for c in result.cells], measured.notebook_run().cells)
-    paired_cell: dict[int, Cell] = {id(p.a): p.b for p in pairs
-                                    if p.a is not None and p.b is not None and p.match in SAME_SOURCE}
+    paired_cell: dict[int, Cell] = {
+        id(p.a): p.b for p in pairs if p.a is not None and p.b is not None and p.match in SAME_SOURCE
+    }
     rows = []
     paired = 0
     for cell in result.cells:
@@ -143,10 +144,21 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
                 within = low <= measured_s and (high is None or measured_s <= high)
                 mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
                 error = (mid - measured_s) / measured_s if measured_s > 0 else None
-        rows.append(MeasuredCell(
-            index=cell.index, line=cell.line, first_line=cell.first_line, cpu_s=cell.cpu.wall_s,
-            forecast_low_s=low, forecast_high_s=high, verdict=outcome.verdict, measured_s=measured_s,
-            measured_wall_s=measured_wall_s, within=within, error=error))
+        rows.append(
+            MeasuredCell(
+                index=cell.index,
+                line=cell.line,
+                first_line=cell.first_line,
+                cpu_s=cell.cpu.wall_s,
+                forecast_low_s=low,
+                forecast_high_s=high,
+                verdict=outcome.verdict,
+                measured_s=measured_s,
+                measured_wall_s=measured_wall_s,
+                within=within,
+                error=error,
+            )
+        )
     if not paired:
         raise NbscopeError("--measured shares no cell with the forecast run (different notebook or version)")
     timed = [r for r in rows if r.measured_s is not None]
@@ -154,7 +166,9 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     low_total = sum(r.forecast_low_s for r in timed)
     highs = [r.forecast_high_s for r in timed]
     high_total = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
-    mid_total = low_total if high_total is None else (low_total * high_total) ** 0.5 if low_total > 0 else high_total / 2
+    mid_total = (
+        low_total if high_total is None else (low_total * high_total) ** 0.5 if low_total > 0 else high_total / 2
+    )
     notes = []
     platform = _platform(measured)
     if platform != "gpu":
@@ -165,13 +179,18 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         notes.append(f"the measured run ran on a {names[0]}, the forecast is for the {forecast_device.name}")
     return MeasuredComparison(
         device=device,
-        measured_run=MeasuredRun(id=measured.run_id, platform=platform, started_at=measured.started_at,
-                                 gpus=tuple(names)),
+        measured_run=MeasuredRun(
+            id=measured.run_id, platform=platform, started_at=measured.started_at, gpus=tuple(names)
+        ),
         cells=tuple(rows),
         paired=paired,
         within=sum(1 for r in rows if r.within),
-        total=MeasuredTotal(measured_s=measured_total, forecast_low_s=low_total, forecast_high_s=high_total,
-                            error=(mid_total - measured_total) / measured_total if measured_total > 0 else None),
+        total=MeasuredTotal(
+            measured_s=measured_total,
+            forecast_low_s=low_total,
+            forecast_high_s=high_total,
+            error=(mid_total - measured_total) / measured_total if measured_total > 0 else None,
+        ),
         notes=tuple(notes),
     )
 
@@ -179,14 +198,12 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
 def _matches(device: Device, name: str) -> bool:
     lowered = name.lower()
     return device.name.lower() == lowered or any(
-        re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in device.match or [])
+        re.search(rf"(?<![a-z0-9]){re.escape(m.lower())}(?![a-z0-9])", lowered) for m in device.match or []
+    )
 
 
 def forecast_vs_measured(
-    a: RunRecord,
-    b: RunRecord,
-    *,
-    devices_file: str | Path | None = None,
+    a: RunRecord, b: RunRecord, *, devices_file: str | Path | None = None
 ) -> ForecastVsMeasured | None:
     """For ``nbscope compare``: when one run is on a GPU and the other is a CPU run with program data,
     the CPU run's forecast for that GPU against the GPU run, per cell (:func:`against_measured`).
@@ -207,19 +224,34 @@ def forecast_vs_measured(
     table = load_table(devices_file)
     names = measured_gpus(gpu)
     if not names:
-        return ForecastVsMeasured(comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id,
-                                  note=f"{gpu_label}'s fingerprint names no GPU: no forecast to compare it with")
+        return ForecastVsMeasured(
+            comparison=None,
+            cpu_run=cpu.run_id,
+            gpu_run=gpu.run_id,
+            note=f"{gpu_label}'s fingerprint names no GPU: no forecast to compare it with",
+        )
     try:
         (device,) = resolve(table, names[0])
     except NbscopeError:
         return ForecastVsMeasured(
-            comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id,
-            note=(f"{gpu_label} ran on a {names[0]}, which is not in the device table ({table.known()}): add it "
-                  "in a device file or calibrate it (docs/forecast.md) to compare it with the forecast"))
+            comparison=None,
+            cpu_run=cpu.run_id,
+            gpu_run=gpu.run_id,
+            note=(
+                f"{gpu_label} ran on a {names[0]}, which is not in the device table ({table.known()}): add it "
+                "in a device file or calibrate it (docs/forecast.md) to compare it with the forecast"
+            ),
+        )
     result = forecast(cpu, [device.key], table=table, run_label=cpu_label)
     try:
         comparison = against_measured(result, gpu, device.key)
     except NbscopeError as exc:
         return ForecastVsMeasured(comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id, note=str(exc))
-    return ForecastVsMeasured(comparison=comparison, cpu_run=cpu.run_id, gpu_run=gpu.run_id, note=None,
-                              device=device.key, device_name=device.name)
+    return ForecastVsMeasured(
+        comparison=comparison,
+        cpu_run=cpu.run_id,
+        gpu_run=gpu.run_id,
+        note=None,
+        device=device.key,
+        device_name=device.name,
+    )

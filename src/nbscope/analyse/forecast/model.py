@@ -188,9 +188,10 @@ def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopSe
     per execution of the program): what :func:`program_terms` reads a loop's trip count from."""
     count = execution.runs
     cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
-    return cpu_each, {loop_id: LoopSeen(iterations=seen.iterations,
-                                        cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
-                      for loop_id, seen in execution.loops.items()}
+    return cpu_each, {
+        loop_id: LoopSeen(iterations=seen.iterations, cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
+        for loop_id, seen in execution.loops.items()
+    }
 
 
 def _roofline(work: Work, device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
@@ -220,7 +221,11 @@ def _roofline(work: Work, device: Device, model: dict[str, Figure]) -> tuple[flo
 
 def _iteration_overhead(loop: Loop, device: Device, model: dict[str, Figure]) -> tuple[float, float, str]:
     """Per-iteration cost of the loop machinery (seconds, low and high) and which figure it uses."""
-    known, sync, launch = device.figure("loop_iteration_us"), device.figure("sync_iteration_us"), device.figure("launch_us")
+    known, sync, launch = (
+        device.figure("loop_iteration_us"),
+        device.figure("sync_iteration_us"),
+        device.figure("launch_us"),
+    )
     syncs = loop.syncs_per_iteration or 0
     extra = max(0, (loop.kernels_per_iteration or 0) - int(model["reference_body_kernels"].low))
     if syncs:
@@ -281,8 +286,9 @@ def cpu_iteration_s(work: Work, rates: CpuRates | None) -> float:
     return max(times)
 
 
-def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each: float | None,
-                 rates: CpuRates | None) -> dict[str, tuple[float, float | None, str, str | None]]:
+def _trip_counts(
+    loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each: float | None, rates: CpuRates | None
+) -> dict[str, tuple[float, float | None, str, str | None]]:
     """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
     (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
     by_id = {loop.id: loop for loop in loops}
@@ -316,13 +322,21 @@ def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each
                 slow = max(ESTIMATE_FACTOR * fast, CPU_ITERATION_SLOW_S)
                 factor = slow / fast
                 high = max(1.0, loop_s / fast)
-                result = (max(1.0, loop_s / slow), high, "estimated",
-                          f"estimated from the loop's CPU time ({duration(loop_s)}) at {span(fast, slow)} per "
-                          f"iteration (its body's work at this CPU's measured rates, and loop bookkeeping); "
-                          f"may be off by ×{factor:.2g}")
+                result = (
+                    max(1.0, loop_s / slow),
+                    high,
+                    "estimated",
+                    f"estimated from the loop's CPU time ({duration(loop_s)}) at {span(fast, slow)} per "
+                    f"iteration (its body's work at this CPU's measured rates, and loop bookkeeping); "
+                    f"may be off by ×{factor:.2g}",
+                )
             else:
-                result = (max(1.0, outer[0]), None, "unknown",
-                          "the trip count is known only at run time and the CPU run did not show it")
+                result = (
+                    max(1.0, outer[0]),
+                    None,
+                    "unknown",
+                    "the trip count is known only at run time and the CPU run did not show it",
+                )
         found[loop_id] = result
         return result
 
@@ -331,9 +345,14 @@ def _trip_counts(loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each
     return found
 
 
-def program_terms(program: Program | Mapping[str, Any], device: Device, model: dict[str, Figure],
-                  cpu_s_per_execution: float | None = None, observed: Mapping[str, LoopSeen] | None = None,
-                  rates: CpuRates | None = None) -> list[Term]:
+def program_terms(
+    program: Program | Mapping[str, Any],
+    device: Device,
+    model: dict[str, Figure],
+    cpu_s_per_execution: float | None = None,
+    observed: Mapping[str, LoopSeen] | None = None,
+    rates: CpuRates | None = None,
+) -> list[Term]:
     """The terms of one execution of ``program`` on ``device`` (a program's document, as ``collect.hlo.describe``
     returns it, is read as a :class:`~nbscope.schema.programs.Program`).
 
@@ -376,47 +395,100 @@ def program_terms(program: Program | Mapping[str, Any], device: Device, model: d
         parts = f"{span(over_low, over_high)} step, {why_words}"
         if body_high > 0:
             parts += f" + {span(body_low, body_high)} body work"
-        terms.append(Term(
-            kind="loop",
-            low_s=low_s,
-            high_s=high_s,
-            words=f"{name} of {count} × ({parts})",
-            program=key, function=function,
-            figures=LoopFigures(
-                loop=loop.id, name=name, overhead_text=span(over_low, over_high),
-                iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
-                iterations_low=low_iterations, iterations_high=high_iterations, trip_count_basis=basis,
-                per_iteration_low_s=per_low, per_iteration_high_s=per_high, body_low_s=body_low,
-                body_high_s=body_high, figure=figure, bound=why if basis in ("estimated", "unknown") else None,
-                call=loop.call, syncs_per_iteration=loop.syncs_per_iteration),
-        ))
+        terms.append(
+            Term(
+                kind="loop",
+                low_s=low_s,
+                high_s=high_s,
+                words=f"{name} of {count} × ({parts})",
+                program=key,
+                function=function,
+                figures=LoopFigures(
+                    loop=loop.id,
+                    name=name,
+                    overhead_text=span(over_low, over_high),
+                    iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
+                    iterations_low=low_iterations,
+                    iterations_high=high_iterations,
+                    trip_count_basis=basis,
+                    per_iteration_low_s=per_low,
+                    per_iteration_high_s=per_high,
+                    body_low_s=body_low,
+                    body_high_s=body_high,
+                    figure=figure,
+                    bound=why if basis in ("estimated", "unknown") else None,
+                    call=loop.call,
+                    syncs_per_iteration=loop.syncs_per_iteration,
+                ),
+            )
+        )
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:
-        terms.append(Term(kind="work", low_s=work_low, high_s=work_high, words=_work_words(entry, device, work_bound),
-                          program=key, function=function))
+        terms.append(
+            Term(
+                kind="work",
+                low_s=work_low,
+                high_s=work_high,
+                words=_work_words(entry, device, work_bound),
+                program=key,
+                function=function,
+            )
+        )
     kernels = entry.kernels or 0
     launch = device.figure("launch_us")
     if kernels:
-        terms.append(Term(kind="launch", low_s=kernels * launch.low * 1e-6, high_s=kernels * launch.high * 1e-6,
-                          words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
-                          program=key, function=function, figures=KernelCount(kernels)))
+        terms.append(
+            Term(
+                kind="launch",
+                low_s=kernels * launch.low * 1e-6,
+                high_s=kernels * launch.high * 1e-6,
+                words=f"{kernels} kernel launch{'es' if kernels != 1 else ''} × {launch.text(' µs')}",
+                program=key,
+                function=function,
+                figures=KernelCount(kernels),
+            )
+        )
     calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
     if calls:
         each = model["library_call_us"]
         library_calls = sum(calls.values())
         names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
-        terms.append(Term(kind="library", low_s=library_calls * each.low * 1e-6, high_s=library_calls * each.high * 1e-6,
-                          words=(f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × "
-                                 f"{each.text(' µs')}"),
-                          program=key, function=function, figures=LibraryCalls(calls)))
+        terms.append(
+            Term(
+                kind="library",
+                low_s=library_calls * each.low * 1e-6,
+                high_s=library_calls * each.high * 1e-6,
+                words=(
+                    f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × "
+                    f"{each.text(' µs')}"
+                ),
+                program=key,
+                function=function,
+                figures=LibraryCalls(calls),
+            )
+        )
     dispatch = device.figure("dispatch_us")
-    terms.append(Term(kind="dispatch", low_s=dispatch.low * 1e-6, high_s=dispatch.high * 1e-6,
-                      words=f"jitted call × {dispatch.text(' µs')}", program=key, function=function))
+    terms.append(
+        Term(
+            kind="dispatch",
+            low_s=dispatch.low * 1e-6,
+            high_s=dispatch.high * 1e-6,
+            words=f"jitted call × {dispatch.text(' µs')}",
+            program=key,
+            function=function,
+        )
+    )
     return terms
 
 
-_LIBRARIES = (("cusolver", "cuSOLVER"), ("hipsolver", "hipSOLVER"), ("cublas", "cuBLAS"), ("cufft", "cuFFT"),
-              ("cudnn", "cuDNN"), ("cu_", "CUDA kernel"))
+_LIBRARIES = (
+    ("cusolver", "cuSOLVER"),
+    ("hipsolver", "hipSOLVER"),
+    ("cublas", "cuBLAS"),
+    ("cufft", "cuFFT"),
+    ("cudnn", "cuDNN"),
+    ("cu_", "CUDA kernel"),
+)
 
 
 def library_of(target: str) -> str | None:

@@ -36,7 +36,8 @@ _PLATFORM = re.compile(
     r"""config\.update\(\s*["'](?:jax_platform_name|jax_platforms)["']\s*,\s*["']cpu["']"""
     r"""|environ\s*\[\s*["']JAX_PLATFORMS["']\s*\]\s*=\s*["']cpu["']"""
     r"""|environ\.setdefault\(\s*["']JAX_PLATFORMS["']\s*,\s*["']cpu["']"""
-    r"""|^\s*%env\s+JAX_PLATFORMS\s*=?\s*cpu\b""")
+    r"""|^\s*%env\s+JAX_PLATFORMS\s*=?\s*cpu\b"""
+)
 _DEFAULT_DEVICE = re.compile(r"""config\.update\(\s*["']jax_default_device["']\s*,\s*(.+)\)""")
 _DEVICE_PUT = re.compile(r"\bdevice_put\s*\((.*)\)")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
@@ -84,14 +85,20 @@ class Placement:
 
     def summary(self, cell_lines: dict[int, int | None]) -> PlacementSummary:
         """What the forecast's result says of the pins: each with where it is in the notebook."""
+
         def one(pin: Pin) -> PinAt:
             return PinAt(how=pin.how, cell=pin.cell, where=pin.where(cell_lines), code=pin.text)
 
         return PlacementSummary(
             platform=one(self.platform) if self.platform else None,
             functions={name: one(pin) for name, pin in self.functions.items()},
-            cells={cell: tuple(CellPin(tuple(sorted(names)) if names is not None else None, one(pin))
-                               for names, pin in pins) for cell, pins in self.cells.items()})
+            cells={
+                cell: tuple(
+                    CellPin(tuple(sorted(names)) if names is not None else None, one(pin)) for names, pin in pins
+                )
+                for cell, pins in self.cells.items()
+            },
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +139,7 @@ def _jit_target(expression: str) -> str | None:
     match = _JIT.search(expression)
     if match is None:
         return None
-    inner = expression[match.end():]
+    inner = expression[match.end() :]
     name = re.match(r"\s*([A-Za-z_][\w.]*)", inner)
     return name.group(1).rsplit(".", 1)[-1] if name else None
 
@@ -210,7 +217,7 @@ def read(sources: dict[int, str]) -> Placement:
                 del committed[assign.group(1)]  # the name now holds something else
             if committed and not put:
                 for call in _CALL.finditer(line):
-                    arguments = line[call.end():]
+                    arguments = line[call.end() :]
                     for name, origin in committed.items():
                         if re.search(rf"\b{re.escape(name)}\b", arguments):
                             placement.cells.setdefault(index, []).append(({call.group(1)}, origin))

@@ -46,6 +46,7 @@ def require_forecast(record: RunRecord, platform: str | None, run_label: str) ->
 
 # ---- loops -----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class LoopSlowdown:
     """One cell's loops on a GPU against the cell's measured CPU time."""
@@ -71,21 +72,24 @@ def loop_slowdowns(result: Forecast, device: str) -> list[LoopSlowdown]:
         if not loops:
             continue
         highs = [t.high_s for t in loops]
-        rows.append(LoopSlowdown(
-            index=cell.index,
-            cpu_s=cell.cpu.wall_s,
-            gpu_low_s=outcome.low_s,
-            gpu_high_s=outcome.high_s,
-            loop_low_s=sum(t.low_s for t in loops),
-            loop_high_s=None if any(h is None for h in highs) else sum(h for h in highs if h is not None),
-            verdict=outcome.verdict,
-            functions=tuple(sorted({t.function for t in loops if t.function})),
-            loops=loops,
-        ))
+        rows.append(
+            LoopSlowdown(
+                index=cell.index,
+                cpu_s=cell.cpu.wall_s,
+                gpu_low_s=outcome.low_s,
+                gpu_high_s=outcome.high_s,
+                loop_low_s=sum(t.low_s for t in loops),
+                loop_high_s=None if any(h is None for h in highs) else sum(h for h in highs if h is not None),
+                verdict=outcome.verdict,
+                functions=tuple(sorted({t.function for t in loops if t.function})),
+                loops=loops,
+            )
+        )
     return rows
 
 
 # ---- float64 ---------------------------------------------------------------------------------------
+
 
 def fp64_share(device: Device) -> float:
     """The device's float64 peak as a share of its float32 peak (mid figures)."""
@@ -100,9 +104,11 @@ def weak_float64(device: Device) -> bool:
 def _as_float32(program: Program) -> Program:
     """The same program with its float64 arithmetic counted at the float32 rate (same bytes: a float32
     twin also halves the traffic, so the difference this gives is a lower bound)."""
-    return replace(program, entry=_without_float64(program.entry),
-                   loops=tuple(replace(loop, per_iteration=_without_float64(loop.per_iteration))
-                               for loop in program.loops))
+    return replace(
+        program,
+        entry=_without_float64(program.entry),
+        loops=tuple(replace(loop, per_iteration=_without_float64(loop.per_iteration)) for loop in program.loops),
+    )
 
 
 def _without_float64(work: AnyWork) -> AnyWork:
@@ -153,17 +159,31 @@ def float64_costs(record: RunRecord, device: Device, table: DeviceTable) -> list
             cpu_each, observed = observed_loops(execution)
             for side, variant in (("float64", program), ("float32", _as_float32(program))):
                 # Only arithmetic differs between the twins: loop machinery, launches and dispatch cancel.
-                terms = [t for t in program_terms(variant, device, table.model, cpu_each, observed, rates)
-                         if t.kind in ("work", "loop")]
+                terms = [
+                    t
+                    for t in program_terms(variant, device, table.model, cpu_each, observed, rates)
+                    if t.kind in ("work", "loop")
+                ]
                 low[side] += count * sum(t.low_s for t in terms)
                 so_far = high[side]
                 if so_far is not None:
                     highs = [t.high_s for t in terms]
-                    high[side] = None if any(h is None for h in highs) else (
-                        so_far + count * sum(h for h in highs if h is not None))
+                    high[side] = (
+                        None
+                        if any(h is None for h in highs)
+                        else (so_far + count * sum(h for h in highs if h is not None))
+                    )
             functions.add(str(program.function or program.key))
         if functions:
-            rows.append(Float64Cost(index=cell.index, cpu_s=cell.notebook_wall_s, functions=tuple(sorted(functions)),
-                                    float64_low_s=low["float64"], float64_high_s=high["float64"],
-                                    float32_low_s=low["float32"], float32_high_s=high["float32"]))
+            rows.append(
+                Float64Cost(
+                    index=cell.index,
+                    cpu_s=cell.notebook_wall_s,
+                    functions=tuple(sorted(functions)),
+                    float64_low_s=low["float64"],
+                    float64_high_s=high["float64"],
+                    float32_low_s=low["float32"],
+                    float32_high_s=high["float32"],
+                )
+            )
     return rows

@@ -49,8 +49,16 @@ def _outcome(record: RunRecord, store: Store, output: Path | None) -> AuditOutco
     return AuditOutcome(record=record, audit=decode(Audit, record.measurements), store=store, output=output)
 
 
-def run_audit(targets: Sequence[str | Path], options: AuditOptions, store: Store, *, output: Path | None = None,
-              html: Path | None = None, label: str | None = None, on_event: EventCallback | None = None) -> AuditOutcome:
+def run_audit(
+    targets: Sequence[str | Path],
+    options: AuditOptions,
+    store: Store,
+    *,
+    output: Path | None = None,
+    html: Path | None = None,
+    label: str | None = None,
+    on_event: EventCallback | None = None,
+) -> AuditOutcome:
     """``nbscope audit``: the options, the book and the outputs (``-o``, ``--html``) checked before anything runs
     (one-line errors), every notebook profiled on each backend under ``label`` (its workers, here or on other
     machines, record their runs with it), the audit stored, and written to ``output`` with its runs when given."""
@@ -63,8 +71,9 @@ def run_audit(targets: Sequence[str | Path], options: AuditOptions, store: Store
     return _outcome(record, store, output)
 
 
-def run_merge(files: Sequence[Path], store: Store, *, output: Path | None = None,
-              html: Path | None = None) -> AuditOutcome:
+def run_merge(
+    files: Sequence[Path], store: Store, *, output: Path | None = None, html: Path | None = None
+) -> AuditOutcome:
     """``nbscope merge``: one audit from audit files, their runs imported into ``store``; written to ``output``
     with its runs when given. The outputs are checked first: never one of the files merged."""
     for path in files:

@@ -36,8 +36,7 @@ class DaskRunner:
             if count and not count.isdigit():
                 raise NbscopeError(f"--dask {address}: expected local or local:N")
             self.cluster = LocalCluster(
-                n_workers=int(count) if count else workers, threads_per_worker=1, processes=True,
-                dashboard_address=None,
+                n_workers=int(count) if count else workers, threads_per_worker=1, processes=True, dashboard_address=None
             )
             address = self.cluster.scheduler_address
         try:
@@ -60,7 +59,9 @@ class DaskRunner:
         try:
             return dict(self.client.run(worker_fingerprint))
         except (ImportError, ModuleNotFoundError):
-            raise NbscopeError(f"--dask {self.address}: the workers cannot import nbscope; install it on every worker") from None
+            raise NbscopeError(
+                f"--dask {self.address}: the workers cannot import nbscope; install it on every worker"
+            ) from None
 
     def _scheduler(self) -> DaskScheduler:
         return decode(DaskScheduler, self.client.scheduler_info())
@@ -100,7 +101,11 @@ class DaskRunner:
                 if share_gpu:
                     job = replace(job, env={**job.env, "XLA_PYTHON_CLIENT_MEM_FRACTION": memory_fraction(jobs_per_gpu)})
             future = self.client.submit(
-                run_job_in_thread, job, None, resources=resources, pure=False,
+                run_job_in_thread,
+                job,
+                None,
+                resources=resources,
+                pure=False,
                 key=f"nbscope-audit-{job.index}-{job.backend}-{job.source_hash}",
             )
             futures[future] = job
@@ -112,9 +117,16 @@ class DaskRunner:
                 try:
                     result = future.result()
                 except Exception as exc:  # KilledWorker, CancelledError, a worker without the notebook's deps
-                    result = {"key": job.key, "backend": job.backend, "ok": False, "record": None,
-                              "error": f"Dask: {type(exc).__name__}: {exc}".strip(), "worker": None, "elapsed_s": None,
-                              "retryable": True}
+                    result = {
+                        "key": job.key,
+                        "backend": job.backend,
+                        "ok": False,
+                        "record": None,
+                        "error": f"Dask: {type(exc).__name__}: {exc}".strip(),
+                        "worker": None,
+                        "elapsed_s": None,
+                        "retryable": True,
+                    }
                 yield job, result
         finally:
             if futures:  # interrupted: stop what has not finished so the cluster is free again

@@ -177,9 +177,14 @@ def _glob_entry(config: Path, pattern: Any, *, add_suffixes: bool) -> list[Path]
     return sorted(found)
 
 
-
 def _walk_toc(
-    path: Path, entries: Any, key: str, pages: list[Path], *, children: tuple[str, ...], pattern: str,
+    path: Path,
+    entries: Any,
+    key: str,
+    pages: list[Path],
+    *,
+    children: tuple[str, ...],
+    pattern: str,
     add_suffixes: bool,
 ) -> None:
     """Pages of a table of contents in order: ``file`` entries, ``pattern`` globs, then each child list."""
@@ -194,8 +199,10 @@ def _walk_toc(
             pages.extend(_glob_entry(path, entry[pattern], add_suffixes=add_suffixes))
         for child in children:
             if child in entry:
-                _walk_toc(path, entry[child], child, pages, children=children, pattern=pattern,
-                          add_suffixes=add_suffixes)
+                _walk_toc(
+                    path, entry[child], child, pages, children=children, pattern=pattern, add_suffixes=add_suffixes
+                )
+
 
 def read_toc(path: Path) -> list[Path]:
     """Pages of a jupyter-book 1 ``_toc.yml`` in reading order: root, then parts/chapters/sections."""

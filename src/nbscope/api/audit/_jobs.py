@@ -55,8 +55,13 @@ class Job:
         """The profile this job runs."""
         from nbscope.api.profile import RunSpec
 
-        return RunSpec(timeout=self.timeout, env=dict(self.env), jax_platform=self.platform,
-                       forecast=tuple(self.forecast), label=self.label)
+        return RunSpec(
+            timeout=self.timeout,
+            env=dict(self.env),
+            jax_platform=self.platform,
+            forecast=tuple(self.forecast),
+            label=self.label,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +140,9 @@ def run_job(job: Job, fingerprint: dict[str, Any] | None = None) -> dict[str, An
         from nbscope.api.profile import profile
 
         path = _notebook_path(job, scratch)
-        record = profile(path, job.spec(), store=None, fingerprint=fingerprint or worker_fingerprint(), live_path=live_path)
+        record = profile(
+            path, job.spec(), store=None, fingerprint=fingerprint or worker_fingerprint(), live_path=live_path
+        )
         result["record"] = record.to_dict()
         result["ok"] = True
     except NbscopeError as exc:
@@ -180,9 +187,15 @@ def run_job_in_thread(job: Job, fingerprint: dict[str, Any] | None = None) -> di
     thread = threading.Thread(target=target, name=f"nbscope-audit-{job.index}", daemon=True)
     thread.start()
     thread.join()
-    result = box.get("result") or {"key": job.key, "backend": job.backend, "ok": False, "record": None,
-                                   "error": "job thread failed", "worker": {"host": socket.gethostname(), "pid": os.getpid()},
-                                   "elapsed_s": None}
+    result = box.get("result") or {
+        "key": job.key,
+        "backend": job.backend,
+        "ok": False,
+        "record": None,
+        "error": "job thread failed",
+        "worker": {"host": socket.gethostname(), "pid": os.getpid()},
+        "elapsed_s": None,
+    }
     result["worker"]["dask"] = address
     return result
 

@@ -122,8 +122,9 @@ def merge(
             if entry.backend not in backends:
                 backends.append(entry.backend)
             if entry.run_id is not None:
-                entry = replace(entry, source_run_id=entry.run_id,
-                                run_id=id_map.get(entry.run_id) if store is not None else None)
+                entry = replace(
+                    entry, source_run_id=entry.run_id, run_id=id_map.get(entry.run_id) if store is not None else None
+                )
             entry = replace(entry, source_file=str(path))
             if entry.path not in order:
                 order.append(entry.path)
@@ -131,10 +132,19 @@ def merge(
             rank = (_PRIORITY.get(str(entry.status), 0), position)  # ties: the file given later wins
             if key not in chosen or rank >= chosen[key][0]:
                 chosen[key] = (rank, entry)
-        inputs.append(MergedFile(
-            file=str(path), target=record.target, started_at=record.started_at, status=record.status,
-            digest=record.digest, machine=record.machine().summary, shard=asked.shard,
-            wall_s=audit.totals.wall_s, runs_imported=sum(1 for v in id_map.values() if v)))
+        inputs.append(
+            MergedFile(
+                file=str(path),
+                target=record.target,
+                started_at=record.started_at,
+                status=record.status,
+                digest=record.digest,
+                machine=record.machine().summary,
+                shard=asked.shard,
+                wall_s=audit.totals.wall_s,
+                runs_imported=sum(1 for v in id_map.values() if v),
+            )
+        )
     entries = [chosen[k, b][1] for k in order for b in backends if (k, b) in chosen]
 
     def load_run(entry: AuditEntry) -> RunRecord | None:
@@ -158,13 +168,23 @@ def merge(
         fingerprint=fingerprint or fp.collect(),
         settings={"merged": [str(p) for p in paths], "backends": backends},
     )
-    record.measurements = encode(_report.measurements(
-        entries, backends=backends, availability=availability,
-        discovery={"source": "merge", "notebooks": expected or order, "skipped": []},
-        wall_s=None, merged_from=inputs,
-        coverage=Coverage(expected=len(expected) or len(order), covered=len(covered), missing=tuple(missing),
-                          unexpected=tuple(unexpected), shards=tuple(shards)),
-    ))
+    record.measurements = encode(
+        _report.measurements(
+            entries,
+            backends=backends,
+            availability=availability,
+            discovery={"source": "merge", "notebooks": expected or order, "skipped": []},
+            wall_s=None,
+            merged_from=inputs,
+            coverage=Coverage(
+                expected=len(expected) or len(order),
+                covered=len(covered),
+                missing=tuple(missing),
+                unexpected=tuple(unexpected),
+                shards=tuple(shards),
+            ),
+        )
+    )
     partial = missing or any(i.status != "ok" for i in inputs)
     record.finish("partial" if partial else "ok")
     if store is not None:

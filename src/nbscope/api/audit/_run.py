@@ -91,7 +91,9 @@ class AuditOptions:
         }
 
 
-def local_availability(backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1) -> dict[str, Availability]:
+def local_availability(
+    backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1
+) -> dict[str, Availability]:
     """Which backends this machine can run, from its fingerprint; an unavailable one says why."""
     result: dict[str, Availability] = {}
     for backend in backends:
@@ -140,8 +142,11 @@ def find_previous(
         run = record.notebook_run()
         if estimate is None:
             estimate = run.runner.total_s or run.totals.wall_s
-        if tag.source_hash == source_hash and record.digest in digests and (
-                not programs or run.program_data is not None):
+        if (
+            tag.source_hash == source_hash
+            and record.digest in digests
+            and (not programs or run.program_data is not None)
+        ):
             reusable = record
             break
     return reusable, estimate
@@ -171,9 +176,13 @@ def audit(
     selected = select_shard(keys, *parse_shard(options.shard)) if options.shard else keys
     fingerprint = fingerprint or fp.collect()
     started = time.perf_counter()
-    record = RunRecord(kind="audit", target=_book_target(book), fingerprint=fingerprint,
-                       settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
-                       label=options.run_label())
+    record = RunRecord(
+        kind="audit",
+        target=_book_target(book),
+        fingerprint=fingerprint,
+        settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
+        label=options.run_label(),
+    )
     runner: DaskRunner | None = None
     if options.dask:
         from nbscope.api.audit._dask import DaskRunner
@@ -181,33 +190,60 @@ def audit(
         runner = DaskRunner(options.dask, workers=options.workers)
     try:
         availability, digests, workers = _where_jobs_can_run(runner, options, fingerprint)
-        plan = _plan(selected, dict(zip(keys, book.notebooks, strict=True)), options, availability, digests,
-                     store, remote=runner is not None)
-        emit(AuditPlanned(notebooks=len(selected), in_book=len(keys), jobs=len(plan.jobs),
-                          reused=sum(1 for e in plan.entries.values() if e.reused),
-                          availability=availability, skipped=tuple(book.skipped)))
+        plan = _plan(
+            selected,
+            dict(zip(keys, book.notebooks, strict=True)),
+            options,
+            availability,
+            digests,
+            store,
+            remote=runner is not None,
+        )
+        emit(
+            AuditPlanned(
+                notebooks=len(selected),
+                in_book=len(keys),
+                jobs=len(plan.jobs),
+                reused=sum(1 for e in plan.entries.values() if e.reused),
+                availability=availability,
+                skipped=tuple(book.skipped),
+            )
+        )
 
         def execute(batch: list[Job]) -> Any:
             if runner is not None:
                 # Dask takes every job at once and starts each when a worker is free: report them as queued.
-                return runner.run(batch, share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu,
-                                  on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)))
+                return runner.run(
+                    batch,
+                    share_gpu=options.share_gpu,
+                    jobs_per_gpu=options.jobs_per_gpu,
+                    on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)),
+                )
             scheduler = LocalScheduler(
-                options.workers, gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
-                share_gpu=options.share_gpu, jobs_per_gpu=options.jobs_per_gpu, fingerprint=fingerprint,
-                executor_factory=executor_factory, job_function=job_function,
+                options.workers,
+                gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
+                share_gpu=options.share_gpu,
+                jobs_per_gpu=options.jobs_per_gpu,
+                fingerprint=fingerprint,
+                executor_factory=executor_factory,
+                job_function=job_function,
             )
             return scheduler.run(batch, on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu)))
 
         interrupted = _run_jobs(plan, execute, store, record.target, emit)
         ordered = [plan.entries[k, b] for k in selected for b in options.backends]
         ordered = _report.diagnose_entries(ordered, lambda e: plan.loaded.get((e.path, e.backend)))
-        record.measurements = encode(_report.measurements(
-            ordered, backends=options.backends, availability=availability,
-            discovery={**book.describe(), "selected": selected},
-            wall_s=time.perf_counter() - started, workers=workers,
-            shard=_shard_info(options.shard, selected, keys),
-        ))
+        record.measurements = encode(
+            _report.measurements(
+                ordered,
+                backends=options.backends,
+                availability=availability,
+                discovery={**book.describe(), "selected": selected},
+                wall_s=time.perf_counter() - started,
+                workers=workers,
+                shard=_shard_info(options.shard, selected, keys),
+            )
+        )
         failed = any(e.status in ("error", "not-run") for e in ordered)
         record.finish("partial" if interrupted or failed else "ok")
 
@@ -219,22 +255,28 @@ def audit(
             runner.close()
 
 
-def _where_jobs_can_run(runner: DaskRunner | None, options: AuditOptions, fingerprint: dict[str, Any]
-                        ) -> tuple[dict[str, Availability], set[str], dict[str, Any] | None]:
+def _where_jobs_can_run(
+    runner: DaskRunner | None, options: AuditOptions, fingerprint: dict[str, Any]
+) -> tuple[dict[str, Availability], set[str], dict[str, Any] | None]:
     """Each backend's availability (on the Dask workers, or on this machine), the environment digests a
     reusable earlier profile may have, and the Dask workers (None: this machine)."""
     if runner is None:
-        availability = local_availability(options.backends, fingerprint,
-                                          options.jobs_per_gpu if options.share_gpu else 1)
+        availability = local_availability(
+            options.backends, fingerprint, options.jobs_per_gpu if options.share_gpu else 1
+        )
         return availability, {decode(Machine, fingerprint).digest}, None
     gpu_ok, gpu_reason = runner.gpu_availability()
     availability = {
-        b: (Availability(True, BACKENDS[b], None) if BACKENDS[b] == "cpu" or gpu_ok else
-            Availability(False, BACKENDS[b], gpu_reason if BACKENDS[b] == "cuda" else _unschedulable(b)))
+        b: (
+            Availability(True, BACKENDS[b], None)
+            if BACKENDS[b] == "cpu" or gpu_ok
+            else Availability(False, BACKENDS[b], gpu_reason if BACKENDS[b] == "cuda" else _unschedulable(b))
+        )
         for b in options.backends
     }
-    workers = {address: {"digest": machine.digest, "machine": machine.summary}
-               for address, machine in runner.machines.items()}
+    workers = {
+        address: {"digest": machine.digest, "machine": machine.summary} for address, machine in runner.machines.items()
+    }
     return availability, runner.digests(), workers
 
 
@@ -247,8 +289,16 @@ class _Plan:
     jobs: list[Job] = field(default_factory=list)
 
 
-def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOptions,
-          availability: dict[str, Availability], digests: set[str], store: Store | None, *, remote: bool) -> _Plan:
+def _plan(
+    selected: Sequence[str],
+    by_key: dict[str, Path],
+    options: AuditOptions,
+    availability: dict[str, Availability],
+    digests: set[str],
+    store: Store | None,
+    *,
+    remote: bool,
+) -> _Plan:
     plan = _Plan()
     estimates: dict[int, float] = {}
     for key in selected:
@@ -256,25 +306,38 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
         source_hash, target = file_hash(path), target_name(path)
         for backend in options.backends:
             if not availability[backend].available:
-                plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "unavailable",
-                                                                availability[backend].reason, target)
+                plan.entries[key, backend] = _report.bare_entry(
+                    key, backend, source_hash, "unavailable", availability[backend].reason, target
+                )
                 continue
             forecast = list(options.forecast) if BACKENDS[backend] == "cpu" else []
             previous, estimate = find_previous(store, target, source_hash, backend, digests, programs=bool(forecast))
             if previous is not None and not options.force:
                 plan.entries[key, backend] = _report.entry_from_record(
-                    previous, key=key, backend=backend, source_hash=source_hash, reused=True)
+                    previous, key=key, backend=backend, source_hash=source_hash, reused=True
+                )
                 plan.loaded[key, backend] = previous
                 continue
             index = len(plan.jobs)
             live = None
             if not remote and store is not None:
                 live = str(new_live_path(store.path, f"audit-{index}"))
-            plan.jobs.append(Job(
-                key=key, path=str(path), target=target, backend=backend, platform=BACKENDS[backend],
-                source_hash=source_hash, timeout=options.timeout, live_path=live, index=index,
-                content=path.read_bytes() if remote else None, forecast=forecast, label=options.run_label(),
-            ))
+            plan.jobs.append(
+                Job(
+                    key=key,
+                    path=str(path),
+                    target=target,
+                    backend=backend,
+                    platform=BACKENDS[backend],
+                    source_hash=source_hash,
+                    timeout=options.timeout,
+                    live_path=live,
+                    index=index,
+                    content=path.read_bytes() if remote else None,
+                    forecast=forecast,
+                    label=options.run_label(),
+                )
+            )
             plan.entries[key, backend] = _report.bare_entry(key, backend, source_hash, "not-run", None, target)
             if estimate is not None:
                 estimates[index] = estimate
@@ -286,8 +349,9 @@ def _plan(selected: Sequence[str], by_key: dict[str, Path], options: AuditOption
     return plan
 
 
-def _run_jobs(plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | None, audit_target: str,
-              emit: EventCallback) -> bool:
+def _run_jobs(
+    plan: _Plan, execute: Callable[[list[Job]], Any], store: Store | None, audit_target: str, emit: EventCallback
+) -> bool:
     """Run the plan's jobs, saving each profile as it finishes; True when a stop signal cut the audit short."""
     done = 0
     try:
@@ -338,8 +402,9 @@ def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict
     return {"index": index, "count": count, "notebooks": len(selected), "in_book": len(keys)}
 
 
-def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, str], AuditEntry],
-                      stopped: tuple[float, str]) -> None:
+def _save_interrupted(
+    store: Store | None, job: Job, entries: dict[tuple[str, str], AuditEntry], stopped: tuple[float, str]
+) -> None:
     """Store what an interrupted notebook measured (from its live file) as a partial profile run. Its audit
     entry stays ``not-run`` and names that run: a partial wall is no figure to compare backends by."""
     from nbscope import _signals
@@ -353,29 +418,53 @@ def _save_interrupted(store: Store | None, job: Job, entries: dict[tuple[str, st
         record = recover(path, stopped)
     except NbscopeError:
         return  # nothing recoverable (the worker had not written its header yet)
-    record.measurements["audit"] = encode(AuditTag(path=job.key, book=None, source_hash=job.source_hash,
-                                                   backend=job.backend, gpu=job.gpu, env=job.env, worker=None,
-                                                   elapsed_s=None, interrupted=True))
+    record.measurements["audit"] = encode(
+        AuditTag(
+            path=job.key,
+            book=None,
+            source_hash=job.source_hash,
+            backend=job.backend,
+            gpu=job.gpu,
+            env=job.env,
+            worker=None,
+            elapsed_s=None,
+            interrupted=True,
+        )
+    )
     run_id = live.store_recovered(path, record, store).record.run_id
     done = record.notebook_run().totals
     entries[job.key, job.backend] = replace(
-        entries[job.key, job.backend], run_id=run_id,
-        error=f"interrupted while it ran: {done.cells_run} of {done.cells} cells saved as partial run {run_id}")
+        entries[job.key, job.backend],
+        run_id=run_id,
+        error=f"interrupted while it ran: {done.cells_run} of {done.cells} cells saved as partial run {run_id}",
+    )
     _signals.note_saved(f"partial run {run_id} ({job.key})")
 
 
-def _save_result(store: Store | None, job: Job, result: JobResult, book_target: str) -> tuple[AuditEntry, RunRecord | None]:
+def _save_result(
+    store: Store | None, job: Job, result: JobResult, book_target: str
+) -> tuple[AuditEntry, RunRecord | None]:
     """Store a finished job's profile (tagged with what resuming needs); its audit entry and the record."""
     if not result.ok or result.record is None:
-        entry = _report.bare_entry(job.key, job.backend, job.source_hash, "error", result.error or "no result",
-                                   job.target)
+        entry = _report.bare_entry(
+            job.key, job.backend, job.source_hash, "error", result.error or "no result", job.target
+        )
         return entry, None
     record = RunRecord.from_dict(dict(result.record), source=f"the result of {job.key}")
     record.target = job.target  # the same name as `nbscope profile` gives it here, wherever it ran
     record.command = command_for_record(sys.argv)  # a pool worker's argv says nothing; the audit's command does
-    record.measurements["audit"] = encode(AuditTag(
-        path=job.key, book=book_target, source_hash=job.source_hash, backend=job.backend, gpu=job.gpu, env=job.env,
-        worker=result.worker, elapsed_s=result.elapsed_s))
+    record.measurements["audit"] = encode(
+        AuditTag(
+            path=job.key,
+            book=book_target,
+            source_hash=job.source_hash,
+            backend=job.backend,
+            gpu=job.gpu,
+            env=job.env,
+            worker=result.worker,
+            elapsed_s=result.elapsed_s,
+        )
+    )
     if store is not None:
         store.save(record)
         keep_run_summary(store, record)
@@ -383,6 +472,7 @@ def _save_result(store: Store | None, job: Job, result: JobResult, book_target: 
             from nbscope.record.live import remove_live_file
 
             remove_live_file(Path(job.live_path))  # its cells are in the store now
-    entry = _report.entry_from_record(record, key=job.key, backend=job.backend, source_hash=job.source_hash,
-                                      reused=False)
+    entry = _report.entry_from_record(
+        record, key=job.key, backend=job.backend, source_hash=job.source_hash, reused=False
+    )
     return entry, record

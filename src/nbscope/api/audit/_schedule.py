@@ -48,7 +48,9 @@ def gpu_devices(fingerprint: dict[str, Any]) -> tuple[Gpu, ...]:
     return decode(Machine, fingerprint).gpus
 
 
-def gpu_slots(fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None) -> list[GpuSlot]:
+def gpu_slots(
+    fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None
+) -> list[GpuSlot]:
     """The GPUs jobs may use: the fingerprint's devices, narrowed to an existing ``CUDA_VISIBLE_DEVICES``.
 
     Devices are named by UUID where NVML gave one: NVML numbers GPUs in PCI order, CUDA by default
@@ -61,8 +63,9 @@ def gpu_slots(fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[
         index = str(gpu.index if gpu.index is not None else position)
         if allowed is not None and index not in allowed and (gpu.uuid is None or gpu.uuid not in allowed):
             continue
-        slots.append(GpuSlot(device=gpu.uuid or index, label=f"{index}: {gpu.name or 'GPU'}",
-                             capacity=max(1, jobs_per_gpu)))
+        slots.append(
+            GpuSlot(device=gpu.uuid or index, label=f"{index}: {gpu.name or 'GPU'}", capacity=max(1, jobs_per_gpu))
+        )
     return slots
 
 
@@ -117,7 +120,9 @@ class LocalScheduler:
         self.job_function = job_function or run_job
         self.executor: Executor | None = None
 
-    def run(self, jobs: list[Job], on_start: Callable[[Job], None] | None = None) -> Iterator[tuple[Job, dict[str, Any]]]:
+    def run(
+        self, jobs: list[Job], on_start: Callable[[Job], None] | None = None
+    ) -> Iterator[tuple[Job, dict[str, Any]]]:
         """Run every job; yields ``(job as run, result)`` in completion order."""
         if not jobs:
             return
@@ -139,7 +144,9 @@ class LocalScheduler:
                         if slot is None:
                             continue
                         slot.running += 1
-                        job = replace(job, gpu=slot.device, env={**job.env, **gpu_env(slot, self.share_gpu, self.jobs_per_gpu)})
+                        job = replace(
+                            job, gpu=slot.device, env={**job.env, **gpu_env(slot, self.share_gpu, self.jobs_per_gpu)}
+                        )
                     else:
                         if cpu_busy >= self.cpu_workers:
                             continue
@@ -207,5 +214,13 @@ def _descendants(pids: list[int]) -> list[Any]:
 
 
 def _failed(job: Job, error: str) -> dict[str, Any]:
-    return {"key": job.key, "backend": job.backend, "ok": False, "record": None, "error": error, "worker": None,
-            "elapsed_s": None, "retryable": True}
+    return {
+        "key": job.key,
+        "backend": job.backend,
+        "ok": False,
+        "record": None,
+        "error": error,
+        "worker": None,
+        "elapsed_s": None,
+        "retryable": True,
+    }

@@ -59,8 +59,15 @@ if TYPE_CHECKING:
     from nbscope.record.store import Store
 
 __all__ = [
-    "DEFAULT_VIA", "PATHWAYS", "PathwayOptions", "PathwayResult", "PathwaysOutcome", "parse_via", "pathways_command",
-    "run_bench_pathways", "run_pathways",
+    "DEFAULT_VIA",
+    "PATHWAYS",
+    "PathwayOptions",
+    "PathwayResult",
+    "PathwaysOutcome",
+    "parse_via",
+    "pathways_command",
+    "run_bench_pathways",
+    "run_pathways",
 ]
 
 PATHWAYS = ("script", "kernel", "book", "book2")
@@ -128,22 +135,52 @@ class PathwaysOutcome:
         return 1 if self.record.status == "error" else 0
 
 
-def pathways_command(path: str | Path, via: Sequence[str], repeat: int, store: Store, *,
-                     timeout: float | None = None, kernel: str | None = None, env: dict[str, str] | None = None,
-                     jax_platform: str | None = None, label: str | None = None,
-                     progress: ProgressCallback | None = None) -> PathwaysOutcome:
+def pathways_command(
+    path: str | Path,
+    via: Sequence[str],
+    repeat: int,
+    store: Store,
+    *,
+    timeout: float | None = None,
+    kernel: str | None = None,
+    env: dict[str, str] | None = None,
+    jax_platform: str | None = None,
+    label: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> PathwaysOutcome:
     """``nbscope pathways``: the notebook run through each pathway (``via``: :func:`parse_via`'s) under ``label``,
     stored, and returned typed."""
-    record = run_pathways(path, via, repeat, store, timeout=timeout, kernel=kernel, env=env,
-                          jax_platform=jax_platform, progress=progress, label=check_label(label))
+    record = run_pathways(
+        path,
+        via,
+        repeat,
+        store,
+        timeout=timeout,
+        kernel=kernel,
+        env=env,
+        jax_platform=jax_platform,
+        progress=progress,
+        label=check_label(label),
+    )
     return PathwaysOutcome(record=record, run=decode(PathwaysRun, record.measurements), store=store)
 
 
-def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA, repeat: int = 1,
-                 store: Store | None = None, *, timeout: float | None = None, kernel: str | None = None,
-                 env: dict[str, str] | None = None, jax_platform: str | None = None,
-                 fingerprint: dict[str, Any] | None = None, progress: ProgressCallback | None = None,
-                 env_hook: EnvHook | None = None, target: str | None = None, label: str | None = None) -> RunRecord:
+def run_pathways(
+    path: str | Path,
+    via: str | Iterable[str] | None = DEFAULT_VIA,
+    repeat: int = 1,
+    store: Store | None = None,
+    *,
+    timeout: float | None = None,
+    kernel: str | None = None,
+    env: dict[str, str] | None = None,
+    jax_platform: str | None = None,
+    fingerprint: dict[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+    env_hook: EnvHook | None = None,
+    target: str | None = None,
+    label: str | None = None,
+) -> RunRecord:
     """Run a notebook through each pathway ``repeat`` times and return the ``pathways`` record (the options:
     those of :func:`pathways_until_stopped`).
 
@@ -156,9 +193,20 @@ def run_pathways(path: str | Path, via: str | Iterable[str] | None = DEFAULT_VIA
     """
     # --env values hidden under the store's key, so that they compare within it
     record, _, interrupted = pathways_until_stopped(
-        path, via, repeat, timeout=timeout, kernel=kernel, env=env, jax_platform=jax_platform, fingerprint=fingerprint,
-        progress=progress, env_hook=env_hook, target=target, env_key=store.env_key() if store is not None else None,
-        label=label)
+        path,
+        via,
+        repeat,
+        timeout=timeout,
+        kernel=kernel,
+        env=env,
+        jax_platform=jax_platform,
+        fingerprint=fingerprint,
+        progress=progress,
+        env_hook=env_hook,
+        target=target,
+        env_key=store.env_key() if store is not None else None,
+        label=label,
+    )
     store_then_stop(record, store, interrupted)
     return record
 
@@ -194,8 +242,9 @@ def pathways_until_stopped(
     notebook = notebook_module.read(path)
     fingerprint = fingerprint or fp.collect()
     label = label if label is not None else default_label()
-    options = PathwayOptions(timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform,
-                             label=label)
+    options = PathwayOptions(
+        timeout=timeout, kernel=kernel, env=dict(env or {}), jax_platform=jax_platform, label=label
+    )
     record = RunRecord(
         kind="pathways",
         label=label,
@@ -219,7 +268,7 @@ def pathways_until_stopped(
             for number in range(repeat):
                 # Rotate the order on each repeat: the first pathway of a run reads the packages from a
                 # cold file cache and would otherwise always pay for that.
-                for name in names[number % len(names):] + names[: number % len(names)]:
+                for name in names[number % len(names) :] + names[: number % len(names)]:
                     if results[name] and results[name][-1].status in ("skipped", "error"):
                         continue  # it will not do better the next time
                     run_options = options
@@ -234,8 +283,11 @@ def pathways_until_stopped(
                     if result.interrupted:
                         raise KeyboardInterrupt  # its cells so far are kept; no other pathway starts
                     if progress:
-                        progress(PathwayProgress("done", name, number, status=result.status,
-                                                 reason=result.skipped or result.error))
+                        progress(
+                            PathwayProgress(
+                                "done", name, number, status=result.status, reason=result.skipped or result.error
+                            )
+                        )
         except KeyboardInterrupt:
             interrupted = True
     run = measurements(notebook, results, time.perf_counter() - started, repeat=repeat, interrupted=interrupted)
@@ -264,8 +316,14 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[Pat
         return PathwayEntry(status="skipped", totals={}, runner=last.runner, overheads={}, skipped=last.skipped), None
     complete = [r for r in runs if r.cells and len(r.cells) == cell_count]
     if not complete:
-        return PathwayEntry(status="error", totals={}, runner=last.runner, overheads={}, skipped=None,
-                            error=last.error or "no cell records"), None
+        return PathwayEntry(
+            status="error",
+            totals={},
+            runner=last.runner,
+            overheads={},
+            skipped=None,
+            error=last.error or "no cell records",
+        ), None
     combined = PathwayResult(name, last.status, runner=dict(complete[-1].runner))
     combined.cells = combine_repeats([r.cells for r in complete]) if len(complete) > 1 else complete[-1].cells
     result_totals = dict(complete[-1].totals)
@@ -280,9 +338,14 @@ def _combine(name: str, runs: list[PathwayResult], cell_count: int) -> tuple[Pat
     errors = [r.error for r in runs if r.error]
     entry = PathwayEntry(
         status="ok" if statuses == {"ok"} else "error" if statuses == {"error"} else "partial",
-        totals=result_totals, runner=combined.runner, overheads=overheads, skipped=None, repeats=len(runs),
+        totals=result_totals,
+        runner=combined.runner,
+        overheads=overheads,
+        skipped=None,
+        repeats=len(runs),
         elapsed_s=statistics.median(elapsed) if elapsed else None,  # spawn (or build command) to exit, median
-        overhead_samples=samples or None, repeat_runners=tuple(r.runner for r in runs) if samples else None,
+        overhead_samples=samples or None,
+        repeat_runners=tuple(r.runner for r in runs) if samples else None,
         error=errors[-1] if errors else None,
     )
     return entry, combined
@@ -303,7 +366,11 @@ def _cpus() -> int:
 
 
 def measurements(
-    notebook: Notebook, results: dict[str, list[PathwayResult]], wall_s: float, *, repeat: int = 1,
+    notebook: Notebook,
+    results: dict[str, list[PathwayResult]],
+    wall_s: float,
+    *,
+    repeat: int = 1,
     interrupted: bool = False,
 ) -> PathwaysRun:
     """The ``pathways`` record's measurements from each pathway's runs."""
@@ -334,12 +401,18 @@ def measurements(
             pathways=len(pathways),
             pathways_ran=sum(1 for e in pathways.values() if e.ran),
             pathways_skipped=sum(1 for e in pathways.values() if e.status == "skipped"),
-            wall_s=wall_s, cells_wall_s=execution, max_spread=_max_spread(rows), max_load_average=max_load,
-            cpus=_cpus(), interrupted=interrupted,
+            wall_s=wall_s,
+            cells_wall_s=execution,
+            max_spread=_max_spread(rows),
+            max_load_average=max_load,
+            cpus=_cpus(),
+            interrupted=interrupted,
         ),
         pathways=pathways,
         cells=tuple(rows),
-        verdict=verdict(rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy and max_load is not None else None),
+        verdict=verdict(
+            rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy and max_load is not None else None
+        ),
     )
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 OUT_VARIABLE = "NBSCOPE_BENCH_OUT"
 MAD_FACTOR = 3.0
 
-SETUP = '''# nbscope bench through pathways: each cell runs one group of the suite in this process
+SETUP = """# nbscope bench through pathways: each cell runs one group of the suite in this process
 import json
 import os
 
@@ -55,7 +55,7 @@ def _nbscope_bench(group, dtype, size):
         with open(out, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(keep, default=_nbscope_default) + "\\n")
     print(f"{{group}} ({{dtype}}): {{result['status']}}, {{len(result['figures'])}} figures", result.get("reason") or "")
-'''
+"""
 
 
 def bench_notebook(groups: list[str], dtypes: list[str], size: str) -> nbformat.NotebookNode:
@@ -104,14 +104,23 @@ def run_bench_pathways(
             return {OUT_VARIABLE: str(outputs / f"{name}-{number}.jsonl")}
 
         record, run, interrupted = pathways_until_stopped(
-            path, via, repeat, timeout=TIMEOUTS_S[size], jax_platform=jax_platform,
-            fingerprint=fingerprint, progress=progress, env_hook=env_hook, target=f"bench:{size}", label=label,
+            path,
+            via,
+            repeat,
+            timeout=TIMEOUTS_S[size],
+            jax_platform=jax_platform,
+            fingerprint=fingerprint,
+            progress=progress,
+            env_hook=env_hook,
+            target=f"bench:{size}",
+            label=label,
         )
         record.settings.update(size=size, dtype=dtype, only=groups if only else None)
         figures = pair_figures(outputs, list(run.pathways))
     totals = replace(run.totals, figures=len(figures), figures_differing=sum(1 for f in figures if f.differs))
-    record.measurements = encode(replace(run, totals=totals, figures=tuple(figures),
-                                         verdict=figures_verdict(figures, run.verdict)))
+    record.measurements = encode(
+        replace(run, totals=totals, figures=tuple(figures), verdict=figures_verdict(figures, run.verdict))
+    )
     store_then_stop(record, store, interrupted)  # an interrupted run is saved with the figures so far
     return record
 
@@ -150,7 +159,8 @@ def _paired(key: str, figure: GroupFigure, by_name: dict[str, list[tuple[float, 
         medians = [s[0] for s in samples]
         firsts = [s[2] for s in samples if isinstance(s[2], (int, float))]
         by_pathway[name] = FigureEntry(
-            median_s=statistics.median(medians), spread=max(s[1] for s in samples),
+            median_s=statistics.median(medians),
+            spread=max(s[1] for s in samples),
             first_s=statistics.median(firsts) if firsts else None,
             samples=tuple(medians) if len(medians) > 1 else None,
         )
@@ -163,8 +173,16 @@ def _paired(key: str, figure: GroupFigure, by_name: dict[str, list[tuple[float, 
         ratio = high / low if low > 0 else None
         differs = low > 0 and (high - low) / low > tolerance
         slowest = max(centres, key=centres.__getitem__)
-    return BenchFigure(key=key, label=figure.label, group=figure.group, dtype=figure.dtype, by_pathway=by_pathway,
-                       differs=differs, ratio=ratio, slowest=slowest)
+    return BenchFigure(
+        key=key,
+        label=figure.label,
+        group=figure.group,
+        dtype=figure.dtype,
+        by_pathway=by_pathway,
+        differs=differs,
+        ratio=ratio,
+        slowest=slowest,
+    )
 
 
 def figures_verdict(figures: list[BenchFigure], cells_verdict: str) -> str:

@@ -90,9 +90,7 @@ def write_book(notebook: Path, book: Path, timeout: float | None) -> dict[str, A
     }
     # JSON is YAML: no YAML writer needed, and names with odd characters stay quoted.
     (book / "_config.yml").write_text(json.dumps(config, indent=1), encoding="utf-8")
-    (book / "_toc.yml").write_text(
-        json.dumps({"format": "jb-book", "root": notebook.stem}, indent=1), encoding="utf-8"
-    )
+    (book / "_toc.yml").write_text(json.dumps({"format": "jb-book", "root": notebook.stem}, indent=1), encoding="utf-8")
     return {"execute": config["execute"], "linked_siblings": len(linked)}
 
 
@@ -144,13 +142,19 @@ def build_and_measure(
     from nbscope.api.trace import run_traced
 
     result = run_traced(
-        command, sources=[source], cwd=root, env={**options.process_env(), **(env or {})}, echo=False,
-        fingerprint=fingerprint, timeout=timeout,
+        command,
+        sources=[source],
+        cwd=root,
+        env={**options.process_env(), **(env or {})},
+        echo=False,
+        fingerprint=fingerprint,
+        timeout=timeout,
     )
     runner: dict[str, Any] = {
         "pathway": name,
-        "command": [Path(command[0]).name, *command[1:-1], "<temporary book>"] if name == "book" else
-        [Path(command[0]).name, *command[1:]],
+        "command": [Path(command[0]).name, *command[1:-1], "<temporary book>"]
+        if name == "book"
+        else [Path(command[0]).name, *command[1:]],
         "jupyter_book_version": version,
         "returncode": result.returncode,
         "build_s": result.wall_s,
@@ -161,12 +165,16 @@ def build_and_measure(
     runner.update(figures)
     if not result.records:
         reason = (
-            "stopped before a kernel it started ran a cell" if result.interrupted
+            "stopped before a kernel it started ran a cell"
+            if result.interrupted
             else f"{command[0]} exited {result.returncode}; no kernel it started ran the notebook's cells: "
             f"{one_line(result.output)}"
         )
         return PathwayResult(
-            name, "error", runner=runner | {"output_tail": result.output[-2000:]}, error=reason,
+            name,
+            "error",
+            runner=runner | {"output_tail": result.output[-2000:]},
+            error=reason,
             interrupted=result.interrupted,
         )
     record = result.records[0]
@@ -180,12 +188,18 @@ def build_and_measure(
         for cell, measured in zip(cells, run.cells, strict=True):
             # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
             # kernel did not survive, a cell that started and never finished).
-            interrupted = measured.status == "error" and measured.error is not None and measured.error.name == "KeyboardInterrupt"
+            interrupted = (
+                measured.status == "error" and measured.error is not None and measured.error.name == "KeyboardInterrupt"
+            )
             if interrupted or measured.status == "kernel-died":
                 cell["status"] = "timeout"
                 cell["error"] = {"name": "CellTimeoutError", "message": message}
     cell_wall = sum(c.wall_s for c in run.cells if c.wall_s is not None)
-    overheads: dict[str, Any] = {"book_build_s": result.wall_s, "book_executed_s": runner["executed_s"], **own_overheads}
+    overheads: dict[str, Any] = {
+        "book_build_s": result.wall_s,
+        "book_executed_s": runner["executed_s"],
+        **own_overheads,
+    }
     if runner["executed_s"] is not None:
         overheads["book_outside_execution_s"] = max(0.0, result.wall_s - runner["executed_s"])
         # Inside the book's execution but outside cells: kernel start and shutdown, messaging.
@@ -193,7 +207,9 @@ def build_and_measure(
     else:
         # No figure from the book (a failed execution): the cells stand for execution.
         overheads["book_outside_execution_s"] = max(0.0, result.wall_s - cell_wall)
-        overheads["book_outside_execution_basis"] = "build wall minus the cells' walls (the book reported no execution time)"
+        overheads["book_outside_execution_basis"] = (
+            "build wall minus the cells' walls (the book reported no execution time)"
+        )
     status = record.status
     if result.interrupted:
         runner["interrupted"] = run.runner.interrupted
@@ -203,6 +219,11 @@ def build_and_measure(
     result_totals = dict(m["totals"])  # a trace record always holds its totals
     result_totals.update(book_build_s=result.wall_s, book_executed_s=runner["executed_s"])
     return PathwayResult(
-        name, status, cells=cells, totals=result_totals, runner=runner, overheads=overheads,
+        name,
+        status,
+        cells=cells,
+        totals=result_totals,
+        runner=runner,
+        overheads=overheads,
         interrupted=result.interrupted,
     )

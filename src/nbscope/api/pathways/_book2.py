@@ -79,7 +79,9 @@ def book2_figures(result: TraceResult, project: Path) -> dict[str, Any]:
         figures["execution_failed"] = "CellExecutionError"  # it stopped at the page's first error
     if TIMED_OUT in result.output:
         figures["execution_failed"] = "CellTimeoutError"
-        figures["timeout_message"] = "jupyter-book 2 has no per-cell limit: nbscope stopped the build at --timeout × cells"
+        figures["timeout_message"] = (
+            "jupyter-book 2 has no per-cell limit: nbscope stopped the build at --timeout × cells"
+        )
     if log.server_failed:
         figures["execution_failed"] = "JupyterServerError"
     return figures
@@ -109,8 +111,17 @@ def run_book2(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[
         limit = options.timeout * max(1, len(notebook.code_cells)) + BUILD_MARGIN_S if options.timeout else None
         command = [*found.command, "build", "--execute"]
         return build_and_measure(
-            "book2", command, source, project, options, fingerprint, found.version, settings, book2_figures,
-            env=env, timeout=limit,
+            "book2",
+            command,
+            source,
+            project,
+            options,
+            fingerprint,
+            found.version,
+            settings,
+            book2_figures,
+            env=env,
+            timeout=limit,
         )
     finally:
         reap(options.token)

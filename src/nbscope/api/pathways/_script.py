@@ -141,12 +141,17 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     output = log_file.read_text(encoding="utf-8", errors="replace")
     if worker is None:
         return PathwayResult(
-            "script", "error", runner=runner, interrupted=interrupted,
-            error="stopped before the script process ran a cell" if interrupted else
-            f"the script process exited with code {process.returncode} before running a cell: {one_line(output)}",
+            "script",
+            "error",
+            runner=runner,
+            interrupted=interrupted,
+            error="stopped before the script process ran a cell"
+            if interrupted
+            else f"the script process exited with code {process.returncode} before running a cell: {one_line(output)}",
         )
-    cells = _cells(notebook, events, reader, timed_out, options.timeout, process.returncode, exited_unix,
-                   interrupted=interrupted)
+    cells = _cells(
+        notebook, events, reader, timed_out, options.timeout, process.returncode, exited_unix, interrupted=interrupted
+    )
     ran = [decode(Cell, c) for c in cells]
     last_end = max((c.started_unix + c.wall_s for c in ran if c.started_unix and c.wall_s), default=None)
     runner.update(
@@ -158,7 +163,9 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
         shutdown_s=exited_unix - done.unix if done else None,
         matplotlib_backend=worker.matplotlib_backend,
     )
-    status = "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
+    status = (
+        "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
+    )
     if status != "ok":
         runner["output_tail"] = output[-2000:] or None
     cache_state = "cold" if process_environment.read(env).jax_compilation_cache_dir else "off"
@@ -175,7 +182,9 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     )
 
 
-def _wait(process: subprocess.Popen[bytes], events_file: Path, reader: ProbeReader, timeout: float | None) -> int | None:
+def _wait(
+    process: subprocess.Popen[bytes], events_file: Path, reader: ProbeReader, timeout: float | None
+) -> int | None:
     """Wait for the worker; kill it when a cell runs past ``timeout``. Returns that cell's index."""
     while True:
         try:

@@ -133,7 +133,9 @@ def parse_groups(only: Iterable[str] | None) -> list[str]:
             if not name:
                 continue
             if name not in GROUPS:
-                raise NbscopeError(f"unknown benchmark group {raw.strip()!r} for --only; choose from {', '.join(GROUPS)}")
+                raise NbscopeError(
+                    f"unknown benchmark group {raw.strip()!r} for --only; choose from {', '.join(GROUPS)}"
+                )
             wanted.append(name)
     if not wanted:
         raise NbscopeError(f"--only names no group; choose from {', '.join(GROUPS)}")

@@ -119,10 +119,7 @@ def count_label(n: int) -> str:
 
 
 def first_call(
-    fn: Callable[..., Any],
-    *,
-    compile_probe: CompileProbe | None = None,
-    setup: Callable[[], Any] | None = None,
+    fn: Callable[..., Any], *, compile_probe: CompileProbe | None = None, setup: Callable[[], Any] | None = None
 ) -> dict[str, Any]:
     """Wall time of one call; with a probe, split into compile (what the probe saw) and run (the rest)."""
     argument = setup() if setup is not None else None

@@ -17,8 +17,13 @@ def run(ctx: BenchContext) -> None:
     f = jax.jit(lambda v: v + 1)
 
     ctx.bench(
-        "round_trip", "JAX tiny op round trip (call + block)", lambda: f(x).block_until_ready(),
-        params={"shape": []}, device=device, compile_probe=_jax.compile_probe, work=(1e-3, "k calls/s"),
+        "round_trip",
+        "JAX tiny op round trip (call + block)",
+        lambda: f(x).block_until_ready(),
+        params={"shape": []},
+        device=device,
+        compile_probe=_jax.compile_probe,
+        work=(1e-3, "k calls/s"),
     )
 
     def chained() -> Any:
@@ -28,8 +33,13 @@ def run(ctx: BenchContext) -> None:
         return y.block_until_ready()
 
     figure = ctx.bench(
-        "chained", f"JAX tiny op, {CHAIN} chained calls then block", chained,
-        params={"chain": CHAIN}, device=device, first=False, work=(CHAIN / 1e3, "k calls/s"),
+        "chained",
+        f"JAX tiny op, {CHAIN} chained calls then block",
+        chained,
+        params={"chain": CHAIN},
+        device=device,
+        first=False,
+        work=(CHAIN / 1e3, "k calls/s"),
         note=f"time per {CHAIN} calls",
     )
     ctx.flush()

@@ -31,14 +31,24 @@ def run(ctx: BenchContext) -> None:
         a = _jax.on_device(jax, _jax.host_array((n, n), ctx.dtype, seed=1))
         f = jax.jit(matmul)
         ctx.bench(
-            name, f"JAX matmul {n}", lambda f=f, a=a: f(a, a).block_until_ready(),
-            params={"n": n}, device=device, compile_probe=_jax.compile_probe, work=(2 * n**3 / 1e9, "GFLOP/s"),
+            name,
+            f"JAX matmul {n}",
+            lambda f=f, a=a: f(a, a).block_until_ready(),
+            params={"n": n},
+            device=device,
+            compile_probe=_jax.compile_probe,
+            work=(2 * n**3 / 1e9, "GFLOP/s"),
         )
 
     m = ctx.param("elementwise_n")
     x = _jax.on_device(jax, _jax.host_array(m, ctx.dtype, seed=2))
     g = jax.jit(elementwise)
     ctx.bench(
-        "elementwise", f"JAX cos(x**2)+sin(x) {count_label(m)}", lambda: g(x).block_until_ready(),
-        params={"n": m}, device=device, compile_probe=_jax.compile_probe, work=(m / 1e9, "G elem/s"),
+        "elementwise",
+        f"JAX cos(x**2)+sin(x) {count_label(m)}",
+        lambda: g(x).block_until_ready(),
+        params={"n": m},
+        device=device,
+        compile_probe=_jax.compile_probe,
+        work=(m / 1e9, "G elem/s"),
     )

@@ -37,8 +37,9 @@ def fori_kernel(jax: ModuleType) -> Callable[[Array, int], Array]:
     return jax.jit(lambda c, n: lax.fori_loop(0, n, lambda i, c: _body(c), c))
 
 
-def _call(jax: ModuleType, kind: str, fori: Callable[[Array, int], Array], carry: Array, trips: int,
-          ) -> Callable[[], Array]:
+def _call(
+    jax: ModuleType, kind: str, fori: Callable[[Array, int], Array], carry: Array, trips: int
+) -> Callable[[], Array]:
     if kind == "scan":
         f = scan_kernel(jax, trips)
         return lambda: f(carry).block_until_ready()
@@ -70,14 +71,18 @@ def run(ctx: BenchContext) -> None:
             figures: list[dict[str, Any]] = []
             for n in trips:
                 figure = ctx.bench(
-                    f"{kind}_{placement}_{n}", f"{kind} {count_label(n)} trips ({placement})",
+                    f"{kind}_{placement}_{n}",
+                    f"{kind} {count_label(n)} trips ({placement})",
                     _call(jax, kind, fori, carry, n),
-                    params={"trips": n, "placement": placement}, device=name,
+                    params={"trips": n, "placement": placement},
+                    device=name,
                     compile_probe=_jax.compile_probe,
                 )
                 figures.append(figure)
                 if figure["first"]["wall_s"] > LOOP_CALL_LIMIT_S:
-                    ctx.notes.append(f"{kind} on {placement}: stopped after {count_label(n)} trips (a call took > {LOOP_CALL_LIMIT_S} s)")
+                    ctx.notes.append(
+                        f"{kind} on {placement}: stopped after {count_label(n)} trips (a call took > {LOOP_CALL_LIMIT_S} s)"
+                    )
                     break
             series.append((kind, placement, name, figures))
     ctx.flush()  # the fits need the steady medians
@@ -87,11 +92,15 @@ def run(ctx: BenchContext) -> None:
         ctx.figures.insert(position, _fit_figure(ctx, kind, placement, name, figures))
 
 
-def _fit_figure(ctx: BenchContext, kind: str, placement: str, device: str, figures: list[dict[str, Any]]) -> dict[str, Any]:
+def _fit_figure(
+    ctx: BenchContext, kind: str, placement: str, device: str, figures: list[dict[str, Any]]
+) -> dict[str, Any]:
     points = [(f["params"]["trips"], f["steady"]) for f in figures]
     figure = ctx.new_figure(
-        f"{kind}_{placement}_per_iter", f"{kind} per iteration ({placement})",
-        params={"trips": [n for n, _ in points], "placement": placement}, device=device,
+        f"{kind}_{placement}_per_iter",
+        f"{kind} per iteration ({placement})",
+        params={"trips": [n for n, _ in points], "placement": placement},
+        device=device,
         note="slope of a least-squares line through the trip counts' medians",
     )
     if len(points) < 2:
@@ -114,7 +123,9 @@ def _fit_figure(ctx: BenchContext, kind: str, placement: str, device: str, figur
         "points": [{"trips": n, "median_s": st["median_s"], "mad_s": st["mad_s"]} for n, st in points],
     }
     if spread is None or spread > _stats.SPREAD_WARN:
-        figure["warnings"].append("per-iteration slope uncertain" if spread is None else f"fit spread {spread:.0%} > 10%")
+        figure["warnings"].append(
+            "per-iteration slope uncertain" if spread is None else f"fit spread {spread:.0%} > 10%"
+        )
     if slope > 0:
         figure["throughput"] = {"value": 1e-6 / slope, "unit": "M iter/s"}
     return figure

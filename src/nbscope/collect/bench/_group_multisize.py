@@ -20,15 +20,23 @@ def run(ctx: BenchContext) -> None:
         a = _jax.on_device(jax, _jax.host_array((n, n), ctx.dtype, seed=n))
         f = jax.jit(lambda a: a @ a)  # a new function object: traced and compiled afresh
         figure = ctx.bench(
-            f"matmul_{n}", f"multi-size matmul {n}", lambda f=f, a=a: f(a).block_until_ready(),
-            params={"n": n}, device=device, compile_probe=_jax.compile_probe, work=(2 * n**3 / 1e9, "GFLOP/s"),
+            f"matmul_{n}",
+            f"multi-size matmul {n}",
+            lambda f=f, a=a: f(a).block_until_ready(),
+            params={"n": n},
+            device=device,
+            compile_probe=_jax.compile_probe,
+            work=(2 * n**3 / 1e9, "GFLOP/s"),
             steady=steady,
         )
         for key in total:
             total[key] += figure["first"].get(key) or 0
         del a
     summary = ctx.new_figure(
-        "total", f"multi-size total ({', '.join(map(str, sizes))})", params={"sizes": sizes}, device=device,
+        "total",
+        f"multi-size total ({', '.join(map(str, sizes))})",
+        params={"sizes": sizes},
+        device=device,
         note="sum of the first calls",
     )
     summary["first"] = total

@@ -60,13 +60,23 @@ def run(ctx: BenchContext) -> None:
     x = host_array(n, ctx.dtype, seed=3)
     serial = numba.njit(sqrt_sum)
     ctx.bench(
-        "serial", f"Numba serial sqrt sum {count_label(n)}", lambda: serial(x),
-        params={"n": n}, device="cpu", compile_probe=compile_probe, work=(n / 1e9, "G elem/s"),
+        "serial",
+        f"Numba serial sqrt sum {count_label(n)}",
+        lambda: serial(x),
+        params={"n": n},
+        device="cpu",
+        compile_probe=compile_probe,
+        work=(n / 1e9, "G elem/s"),
     )
     parallel = numba.njit(parallel=True)(sum_squares)
     ctx.bench(
-        "prange", f"Numba prange sum of squares {count_label(n)}", lambda: parallel(x),
-        params={"n": n}, device="cpu", compile_probe=compile_probe, work=(n / 1e9, "G elem/s"),
+        "prange",
+        f"Numba prange sum of squares {count_label(n)}",
+        lambda: parallel(x),
+        params={"n": n},
+        device="cpu",
+        compile_probe=compile_probe,
+        work=(n / 1e9, "G elem/s"),
     )
     try:
         ctx.info["threading_layer"] = numba.threading_layer()

@@ -15,13 +15,16 @@ def run(ctx: BenchContext) -> None:
     n = ctx.param("matmul_n")
     a = host_array((n, n), dtype, seed=1)
     ctx.bench(
-        "matmul", f"NumPy matmul {n}", lambda: a @ a,
-        params={"n": n}, device="cpu", work=(2 * n**3 / 1e9, "GFLOP/s"),
+        "matmul", f"NumPy matmul {n}", lambda: a @ a, params={"n": n}, device="cpu", work=(2 * n**3 / 1e9, "GFLOP/s")
     )
 
     m = ctx.param("elementwise_n")
     x = host_array(m, dtype, seed=2)
     ctx.bench(
-        "elementwise", f"NumPy cos(x**2)+sin(x) {count_label(m)}", lambda: np.cos(x**2) + np.sin(x),
-        params={"n": m}, device="cpu", work=(m / 1e9, "G elem/s"),
+        "elementwise",
+        f"NumPy cos(x**2)+sin(x) {count_label(m)}",
+        lambda: np.cos(x**2) + np.sin(x),
+        params={"n": m},
+        device="cpu",
+        work=(m / 1e9, "G elem/s"),
     )

@@ -25,11 +25,21 @@ def sqrt_sum(n: int) -> float:
 def run(ctx: BenchContext) -> None:
     n = ctx.param("int_sum_n")
     ctx.bench(
-        "int_sum", f"Python int sum {count_label(n)}", lambda: int_sum(n),
-        dtype="int", params={"n": n}, device="cpu", work=(n / 1e6, "M iter/s"),
+        "int_sum",
+        f"Python int sum {count_label(n)}",
+        lambda: int_sum(n),
+        dtype="int",
+        params={"n": n},
+        device="cpu",
+        work=(n / 1e6, "M iter/s"),
     )
     m = ctx.param("sqrt_n")
     ctx.bench(
-        "sqrt_sum", f"Python float sqrt sum {count_label(m)}", lambda: sqrt_sum(m),
-        dtype="float64", params={"n": m}, device="cpu", work=(m / 1e6, "M iter/s"),
+        "sqrt_sum",
+        f"Python float sqrt sum {count_label(m)}",
+        lambda: sqrt_sum(m),
+        dtype="float64",
+        params={"n": m},
+        device="cpu",
+        work=(m / 1e6, "M iter/s"),
     )

@@ -23,9 +23,12 @@ def run(ctx: BenchContext) -> None:
     gigabytes = host.nbytes / 1e9
 
     ctx.bench(
-        "host_to_device", f"host→device {host.nbytes / 2**20:.0f} MiB",
+        "host_to_device",
+        f"host→device {host.nbytes / 2**20:.0f} MiB",
         lambda: jax.device_put(host, device).block_until_ready(),
-        params={"bytes": host.nbytes}, device=name, work=(gigabytes, "GB/s"),
+        params={"bytes": host.nbytes},
+        device=name,
+        work=(gigabytes, "GB/s"),
     )
 
     on_device = _jax.on_device(jax, host, device)
@@ -35,9 +38,19 @@ def run(ctx: BenchContext) -> None:
         # A new device array every call: an array converted once caches its host copy.
         return copy(on_device).block_until_ready()
 
-    cpu_note = "CPU backend: device memory is host memory; the result may share the buffer" if device.platform == "cpu" else None
+    cpu_note = (
+        "CPU backend: device memory is host memory; the result may share the buffer"
+        if device.platform == "cpu"
+        else None
+    )
     ctx.bench(
-        "device_to_host", f"device→host {host.nbytes / 2**20:.0f} MiB", lambda array: np.asarray(array),
-        setup=fresh, params={"bytes": host.nbytes}, device=name, work=(gigabytes, "GB/s"), note=cpu_note,
+        "device_to_host",
+        f"device→host {host.nbytes / 2**20:.0f} MiB",
+        lambda array: np.asarray(array),
+        setup=fresh,
+        params={"bytes": host.nbytes},
+        device=name,
+        work=(gigabytes, "GB/s"),
+        note=cpu_note,
         max_inner=max(1, 64 * 2**20 // host.nbytes),  # fresh arrays held at once: at most 64 MiB
     )

@@ -25,7 +25,18 @@ Progress = Callable[[str, dict[str, Any] | None], None]
 
 
 def worker_command(group: str, dtype: str, size: str, out: Path, overrides: dict[str, Any] | None) -> list[str]:
-    command = [sys.executable, "-m", "nbscope.collect.bench._worker", group, "--dtype", dtype, "--size", size, "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "nbscope.collect.bench._worker",
+        group,
+        "--dtype",
+        dtype,
+        "--size",
+        size,
+        "--out",
+        str(out),
+    ]
     for key, value in (overrides or {}).items():
         command += ["--param", f"{key}={json.dumps(value)}"]
     return command

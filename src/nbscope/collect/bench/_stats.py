@@ -101,11 +101,7 @@ class Sampler:
 
 
 def sample(
-    fn: Callable[..., Any],
-    budget: Budget,
-    *,
-    setup: Callable[[], Any] | None = None,
-    max_inner: int = 1_000_000,
+    fn: Callable[..., Any], budget: Budget, *, setup: Callable[[], Any] | None = None, max_inner: int = 1_000_000
 ) -> tuple[list[float], int]:
     """Per-call times of samples taken back to back, and the calls per sample."""
     sampler = Sampler(fn, budget, setup=setup, max_inner=max_inner)
@@ -164,9 +160,16 @@ def steadiness(reference_s: Sequence[float]) -> Steadiness | None:
         return None
     median = statistics.median(reference_s)
     low, high = quantile(reference_s, 0.1), quantile(reference_s, 0.9)
-    return Steadiness(workload=f"pure-Python loop of {REFERENCE_N:,} additions", samples=len(reference_s),
-                      median_s=median, p10_s=low, p90_s=high, min_s=min(reference_s), max_s=max(reference_s),
-                      spread=(high - low) / 2 / median if median > 0 else None)
+    return Steadiness(
+        workload=f"pure-Python loop of {REFERENCE_N:,} additions",
+        samples=len(reference_s),
+        median_s=median,
+        p10_s=low,
+        p90_s=high,
+        min_s=min(reference_s),
+        max_s=max(reference_s),
+        spread=(high - low) / 2 / median if median > 0 else None,
+    )
 
 
 @contextmanager
@@ -217,9 +220,7 @@ def measure(
     return summarise(samples, inner)
 
 
-def linear_fit(
-    xs: Sequence[float], ys: Sequence[float], y_errors: Sequence[float] | None = None
-) -> dict[str, Any]:
+def linear_fit(xs: Sequence[float], ys: Sequence[float], y_errors: Sequence[float] | None = None) -> dict[str, Any]:
     """Ordinary least squares ``y = intercept + slope·x``, with r² and the slope's standard error.
 
     The standard error is the larger of the one from the residuals and, when ``y_errors`` (absolute

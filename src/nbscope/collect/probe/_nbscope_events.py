@@ -30,9 +30,7 @@ NUMBA_COMPILE = "numba:compile"
 _perf_counter = time.perf_counter
 
 
-def register_numba_listener(
-    on_start: Callable[[Any], None] | None, on_end: Callable[[Any, float], None]
-) -> Any:
+def register_numba_listener(on_start: Callable[[Any], None] | None, on_end: Callable[[Any, float], None]) -> Any:
     """Register a ``numba:compile`` listener that reports outermost compiles only (nested compiles of
     overloads emit their own, overlapping events): ``on_start(event)``, then ``on_end(event, seconds)``.
     Call it after the notebook (or worker) imported numba; returns the listener."""

@@ -123,7 +123,7 @@ class _ProcMemory:
             try:
                 text = _pread(self.status, 4096, 0)
                 at = text.index(b"VmHWM:")
-                return int(text[at + 6:text.index(b"kB", at)]) * 1024
+                return int(text[at + 6 : text.index(b"kB", at)]) * 1024
             except (OSError, ValueError):
                 pass
         if _getrusage is None:  # no /proc: the process's lifetime peak, whoever started it
@@ -253,8 +253,11 @@ class Probe:
         if self.programs is not None:
             # The timeline's trace serves both only when it runs: it skips cells before the notebook has
             # started JAX's backends, where the programs' own session (which starts none) still records.
-            self.programs.start(self.sequence, shared=self.timeline is not None and self.timeline.current is not None,
-                                compile_clock=self._compile_seconds)
+            self.programs.start(
+                self.sequence,
+                shared=self.timeline is not None and self.timeline.current is not None,
+                compile_clock=self._compile_seconds,
+            )
         # Programs an earlier cell dispatched, waited for before the session started, are the cell's time: the
         # cell would have waited for them itself where it used their results.
         waited = self.programs.start_wait_s if self.programs is not None else 0.0
@@ -302,7 +305,9 @@ class Probe:
             "alarms": counters.alarms,
             "rss": self._rss_record(),
             "gpu_memory": None,
-            "sched": None if sched is None or self.sched_before is None else {
+            "sched": None
+            if sched is None or self.sched_before is None
+            else {
                 "on_cpu_s": sched[0] - self.sched_before[0],  # the cell's thread
                 "wait_s": sched[1] - self.sched_before[1],
                 "cpu_s": sched[2] - self.sched_before[2],  # every thread of the kernel
@@ -402,9 +407,14 @@ class Probe:
             return
         for event, callback in missing:
             events.register(event, callback)
-        self._write({"type": "warning", "seq": self.sequence,
-                     "message": "the notebook removed nbscope's cell callbacks: this cell is not measured; "
-                                "they are registered again for the cells after it"})
+        self._write(
+            {
+                "type": "warning",
+                "seq": self.sequence,
+                "message": "the notebook removed nbscope's cell callbacks: this cell is not measured; "
+                "they are registered again for the cells after it",
+            }
+        )
 
     def finish_request(self, request_s: float) -> None:
         record, self.pending = self.pending, None

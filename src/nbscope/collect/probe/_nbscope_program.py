@@ -45,9 +45,30 @@ GPU_NAME = "gpu-{seq:04d}.json"
 # Primitives whose lowering differs between XLA:CPU and XLA:GPU (loops, branches, library calls): a
 # program with none of them lowers to no while and no library call on the GPU, so it is not exported.
 GPU_RELEVANT = {
-    "while", "scan", "cond", "lu", "lu_pivots_to_permutation", "triangular_solve", "cholesky", "eig", "eigh",
-    "svd", "qr", "geqrf", "householder_product", "orgqr", "schur", "hessenberg", "tridiagonal",
-    "tridiagonal_solve", "fft", "threefry2x32", "random_bits", "sort", "custom_linear_solve", "dot_general",
+    "while",
+    "scan",
+    "cond",
+    "lu",
+    "lu_pivots_to_permutation",
+    "triangular_solve",
+    "cholesky",
+    "eig",
+    "eigh",
+    "svd",
+    "qr",
+    "geqrf",
+    "householder_product",
+    "orgqr",
+    "schur",
+    "hessenberg",
+    "tridiagonal",
+    "tridiagonal_solve",
+    "fft",
+    "threefry2x32",
+    "random_bits",
+    "sort",
+    "custom_linear_solve",
+    "dot_general",
     "conv_general_dilated",
 }
 
@@ -73,8 +94,12 @@ class Programs:
         self.compiled_over = 0
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
-        self.dispatch_wait_s = 0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
-        self.start_wait_s = 0.0  # waiting as the cell started, before its session, for an earlier cell's (_wait_in_flight)
+        self.dispatch_wait_s = (
+            0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
+        )
+        self.start_wait_s = (
+            0.0  # waiting as the cell started, before its session, for an earlier cell's (_wait_in_flight)
+        )
         self.heavy = False  # the last cell's session recorded heavily: it was cut, or its stop took HEAVY_STOP_S
         # A compile is not recorded: the session is stopped as one starts and a new one started as the last ends
         # (see _compile_starts). How many compiles run now, the parts' stops' time, and why a part failed.
@@ -106,8 +131,10 @@ class Programs:
         # are waited for before this session starts (see _wait_in_flight).
         pending = _in_flight()
         if pending and (self.heavy or _flooding()) and not self._wait_in_flight(pending):
-            self.skipped = (f"no trace: programs an earlier cell dispatched still ran after {IN_FLIGHT_WAIT_S:.0f} s "
-                            "(their events would have filled the session)")
+            self.skipped = (
+                f"no trace: programs an earlier cell dispatched still ran after {IN_FLIGHT_WAIT_S:.0f} s "
+                "(their events would have filled the session)"
+            )
             return
         try:
             self.session = _session(hlo_protos=False)
@@ -137,10 +164,16 @@ class Programs:
                 elif session is not None:
                     result["trace"] = _write(self.folder, TRACE_NAME.format(seq=seq), session.stop())
                 if guard is not None and guard.cut_after is not None:
-                    result["window"] = {"cut": True, "reason": guard.reason, "traced_s": guard.cut_after,
-                                        "grown_bytes": guard.grown, "kernel_grown_bytes": guard.kernel_grown,
-                                        "wait_s": guard.window_wait, "stop_s": guard.stop_s,
-                                        "compile_s": guard.compile_at_cut}
+                    result["window"] = {
+                        "cut": True,
+                        "reason": guard.reason,
+                        "traced_s": guard.cut_after,
+                        "grown_bytes": guard.grown,
+                        "kernel_grown_bytes": guard.kernel_grown,
+                        "wait_s": guard.window_wait,
+                        "stop_s": guard.stop_s,
+                        "compile_s": guard.compile_at_cut,
+                    }
             except Exception as exc:
                 result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
@@ -167,8 +200,9 @@ class Programs:
             started = time.perf_counter()
             if self.watching and executables:
                 try:
-                    result["programs"] = _write_modules(os.path.join(self.folder, MODULES_NAME.format(seq=seq)),
-                                                        executables)
+                    result["programs"] = _write_modules(
+                        os.path.join(self.folder, MODULES_NAME.format(seq=seq)), executables
+                    )
                     if self.compiled_over:
                         result["programs_over"] = self.compiled_over  # compiled beyond MAX_COMPILED: no HLO
                 except Exception as exc:  # an executable of another kind: the session below reads them all
@@ -184,8 +218,9 @@ class Programs:
         if self.lowered:
             started = time.perf_counter()
             try:
-                result["gpu_lowering"] = _write(self.folder, GPU_NAME.format(seq=seq),
-                                                json.dumps(self._lower_for_gpu()).encode())
+                result["gpu_lowering"] = _write(
+                    self.folder, GPU_NAME.format(seq=seq), json.dumps(self._lower_for_gpu()).encode()
+                )
             except Exception as exc:
                 result["gpu_lowering_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["gpu_lowering_s"] = time.perf_counter() - started
@@ -204,7 +239,9 @@ class Programs:
             return
         recorder = self
 
-        def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any, *args: Any, **kwargs: Any) -> Any:
+        def lower_sharding_computation(
+            closed_jaxpr: Any, api_name: Any, fun_name: Any, *args: Any, **kwargs: Any
+        ) -> Any:
             if not recorder.exporting:
                 recorder._wait_for_dispatched()
                 recorder.last_lowered = closed_jaxpr
@@ -482,8 +519,18 @@ _COMPILING = ("compile", "lower", "trace_to_jaxpr", "_create_pjit_jaxpr")
 
 
 # glibc's struct mallinfo2 (2.33+): uordblks is the heap's bytes in use over all arenas, mmapped blocks apart.
-_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-                     "fordblks", "keepcost")
+_MALLINFO2_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
 
 
 _LIBC: dict[str, Any] = {}  # mallinfo2 and sbrk, resolved once per kernel (None where missing)
@@ -499,6 +546,7 @@ def _libc(name: str) -> Any:
             import ctypes  # standard library; only once a cell traces
 
             if name == "mallinfo2":
+
                 class MallInfo2(ctypes.Structure):
                     _fields_ = [(field, ctypes.c_size_t) for field in _MALLINFO2_FIELDS]
 
@@ -574,8 +622,15 @@ def _in_jax_compile(frame: Any) -> bool:
 class _Guard:
     """Stops a profiler session from a thread of its own when it grows too big (stop releases the GIL)."""
 
-    def __init__(self, session: Any, path: str, compile_clock: Callable[[], float] | None = None, *,
-                 after: _Guard | None = None, loops: bool = False) -> None:
+    def __init__(
+        self,
+        session: Any,
+        path: str,
+        compile_clock: Callable[[], float] | None = None,
+        *,
+        after: _Guard | None = None,
+        loops: bool = False,
+    ) -> None:
         """``after``: the guard of the cell's part before, stopped for a compile that just ended: this part's
         events are appended to its file, and the window a cut gives is the cell's, from its first part.
         ``loops``: the program that compile made has a loop over small values (see _look)."""
@@ -605,7 +660,9 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
-        self.events_budget = max(1, self.memory_budget // 2)  # the heaps rising after a compile: see EVENTS_RATE_BYTES_PER_S
+        self.events_budget = max(
+            1, self.memory_budget // 2
+        )  # the heaps rising after a compile: see EVENTS_RATE_BYTES_PER_S
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -635,8 +692,11 @@ class _Guard:
         """Any thread but the guard's is inside JAX's tracing, lowering or compiling (a worker thread
         compiles too): the kernel's growth then is the compiler's, not the session's."""
         own = threading.get_ident()
-        return any(_in_jax_compile(frame) for ident, frame in sys._current_frames().items()
-                   if ident != own and ident not in self.waiting)
+        return any(
+            _in_jax_compile(frame)
+            for ident, frame in sys._current_frames().items()
+            if ident != own and ident not in self.waiting
+        )
 
     def _look(self) -> bool:
         """A program with a loop, compiled just now, runs now, and can record events at hundreds of MB/s (QuantEcon
@@ -659,7 +719,8 @@ class _Guard:
             while not self.wake.wait(LOOK_POLL_S):
                 now = _rss()
                 if time.perf_counter() - looked >= longest or (
-                        now is not None and base is not None and now - base >= LOOK_GROWTH_BYTES):
+                    now is not None and base is not None and now - base >= LOOK_GROWTH_BYTES
+                ):
                     break
             with self.lock:
                 if self.done.is_set():
@@ -688,8 +749,12 @@ class _Guard:
             except Exception:  # the looks' events are written: the trace ends there, as if cut
                 reason = "no session after a look"
         now = _rss()
-        self._note_cut(stopping, now - base if now is not None and base is not None else 0, reason,
-                       now - self.base if now is not None and self.base is not None else None)
+        self._note_cut(
+            stopping,
+            now - base if now is not None and base is not None else 0,
+            reason,
+            now - self.base if now is not None and self.base is not None else None,
+        )
         self.stop_s = time.perf_counter() - stopping
         self.done.set()
         return True
@@ -771,7 +836,8 @@ class _Guard:
                 # its events first into the memory the compiler freed, which stays resident (the Kalman vmap:
                 # 40 MB of events while the kernel's memory did not move).
                 events_due = (kernel_steady + ahead > self.events_budget or clock < heap_watch_until) and (
-                    not heap_read or clock - heap_read[-1][0] >= HEAP_RATE_S)
+                    not heap_read or clock - heap_read[-1][0] >= HEAP_RATE_S
+                )
                 if (heap_due or events_due) and not compiling and heap is not None and heap_base is not None:
                     # Where malloc's heaps can be read, they decide: the session's events are small blocks
                     # in them, a program's result is a mmapped block apart (cos over 50 M values grows the
@@ -787,9 +853,12 @@ class _Guard:
                         # at the reading before too (one rise alone: forecast_matmul.md's 8 MB product).
                         ahead = max(0, heap_read[-1][1] - heap_read[-2][1]) if len(heap_read) >= 2 else 0
                 judged, limit = kernel_steady, self.memory_budget
-                heap_rises = [later[1] - earlier[1] for earlier, later in zip(heap_read, heap_read[1:], strict=False)
-                         if earlier[0] >= compiled_at >= 0
-                         and later[1] - earlier[1] >= EVENTS_RATE_BYTES_PER_S * (later[0] - earlier[0])]
+                heap_rises = [
+                    later[1] - earlier[1]
+                    for earlier, later in zip(heap_read, heap_read[1:], strict=False)
+                    if earlier[0] >= compiled_at >= 0
+                    and later[1] - earlier[1] >= EVENTS_RATE_BYTES_PER_S * (later[0] - earlier[0])
+                ]
                 if len(heap_rises) >= 2 and not compiling:
                     # Since a compile's end (the compiler's memory just freed: a clean start) the heaps kept
                     # growing, at two readings in a row: the events of the program just compiled, which the stop
@@ -810,9 +879,9 @@ class _Guard:
                 whole_now = whole()
             step = now - recent[-1] if recent else now - base
             events_grown += step if 0 < step <= EARLY_JUMP_BYTES else 0
-            recent = [*recent[-(STEADY_POLLS - 1):], now]
-            compiled = [*compiled[-(EARLY_POLLS - 1):], self._compiling()]
-            cpu = [*cpu[-(STEADY_POLLS - 1):], (time.perf_counter(), _schedstat(self.native_id, ON_CPU))]
+            recent = [*recent[-(STEADY_POLLS - 1) :], now]
+            compiled = [*compiled[-(EARLY_POLLS - 1) :], self._compiling()]
+            cpu = [*cpu[-(STEADY_POLLS - 1) :], (time.perf_counter(), _schedstat(self.native_id, ON_CPU))]
             if elapsed < EARLY_CAP_AFTER_S:
                 continue
             # The profiler's events grow memory steadily while the cell's thread keeps making calls (it is
@@ -828,15 +897,30 @@ class _Guard:
             last = recent[-EARLY_POLLS:]
             steps = [b - a for a, b in zip(last, last[1:], strict=False)]
             small = self.brk_base is None or all(step <= EARLY_JUMP_BYTES for step in steps)
-            rising = (len(last) == EARLY_POLLS and all(step > 0 for step in steps) and small
-                      and len(compiled) == EARLY_POLLS and not any(compiled))
+            rising = (
+                len(last) == EARLY_POLLS
+                and all(step > 0 for step in steps)
+                and small
+                and len(compiled) == EARLY_POLLS
+                and not any(compiled)
+            )
             early_grown = events_grown if self.brk_base is not None else grown
-            if calling and ((early and rising and early_grown > early_cap)
-                            or (not early and steady and grown > TRACE_BUDGET_BYTES)
-                            or (max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)
-                            ) and not self._compiling():
-                reason = ("early" if early and rising and early_grown > early_cap
-                          else "trace budget" if not early and steady and grown > TRACE_BUDGET_BYTES else "heap cap")
+            if (
+                calling
+                and (
+                    (early and rising and early_grown > early_cap)
+                    or (not early and steady and grown > TRACE_BUDGET_BYTES)
+                    or (max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)
+                )
+                and not self._compiling()
+            ):
+                reason = (
+                    "early"
+                    if early and rising and early_grown > early_cap
+                    else "trace budget"
+                    if not early and steady and grown > TRACE_BUDGET_BYTES
+                    else "heap cap"
+                )
                 self._cut(elapsed, max(grown, grown_all), reason, kernel_grown)
                 return
 
@@ -994,7 +1078,7 @@ def _small_loop(equation: object) -> bool:
         return False
     outputs = list(getattr(equation, "outvars", ()))
     params = getattr(equation, "params", {})
-    carried = outputs[:params["num_carry"]] if name == "scan" and "num_carry" in params else outputs
+    carried = outputs[: params["num_carry"]] if name == "scan" and "num_carry" in params else outputs
     size = 0
     for variable in carried:
         aval = getattr(variable, "aval", None)
@@ -1023,20 +1107,31 @@ def _summarise(text: str) -> dict[str, Any]:
             continue
         # The while's location is on the line that closes its regions, at its own indentation.
         indent = len(line) - len(line.lstrip())
-        for closing in lines[index + 1:]:
-            if closing.startswith(" " * indent + "}") and not closing.startswith(" " * (indent + 1)) and "loc(" in closing:
-                where = expand(closing[closing.index("loc(") + 4:].rstrip(")").strip())
+        for closing in lines[index + 1 :]:
+            if (
+                closing.startswith(" " * indent + "}")
+                and not closing.startswith(" " * (indent + 1))
+                and "loc(" in closing
+            ):
+                where = expand(closing[closing.index("loc(") + 4 :].rstrip(")").strip())
                 stack = re.match(r'loc\("([^"]*)"', where)
                 source = _FILE_LINE.search(where)
-                loops.append({"stack": stack.group(1) if stack else None,
-                              "file": source.group(1) if source else None,
-                              "line": int(source.group(2)) if source else None})
+                loops.append(
+                    {
+                        "stack": stack.group(1) if stack else None,
+                        "file": source.group(1) if source else None,
+                        "line": int(source.group(2)) if source else None,
+                    }
+                )
                 break
     calls: dict[str, int] = {}
     for target in re.findall(r"custom_call @([\w.]+)", text):
         calls[target] = calls.get(target, 0) + 1
-    return {"loops": loops, "custom_calls": calls,
-            "conditionals": text.count("stablehlo.case") + text.count("stablehlo.if")}
+    return {
+        "loops": loops,
+        "custom_calls": calls,
+        "conditionals": text.count("stablehlo.case") + text.count("stablehlo.if"),
+    }
 
 
 def _cuda_module(jax: Any, function: Any, avals: list[Any], entry: dict[str, Any]) -> str:

@@ -48,7 +48,6 @@ overflow-wrap:anywhere}
 """
 
 
-
 def report(data: ReportData, *, title: str | None = None) -> str:
     """The whole HTML document for a report's runs (in the given order; the first is the baseline) and
     their analyses (:func:`nbscope.analyse.report.report_data`)."""
@@ -85,7 +84,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
     body.append(sections.diagnosis(data))
     body.append(sections.history(data))
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)}</title><style>{STYLE}</style></head><body>\n"

@@ -42,8 +42,12 @@ def run_name(record: RunRecord, position: int) -> str:
     return f"run {record.run_id}" if record.run_id is not None else f"record {position + 1}"
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = (),
-           row_class: Callable[[int], str] | None = None) -> str:
+def _table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    numeric: Iterable[int] = (),
+    row_class: Callable[[int], str] | None = None,
+) -> str:
     """An HTML table; cells are escaped unless given as ``Markup``."""
     right = set(numeric)
     out = ["<table><thead><tr>", *(f"<th>{e(h)}</th>" for h in headers), "</tr></thead><tbody>"]
@@ -63,5 +67,3 @@ class Markup:
 
     def __init__(self, html_text: str) -> None:
         self.html = html_text
-
-

@@ -112,7 +112,9 @@ def pathways_svg(record: RunRecord) -> str | None:
     shown = [c for c in run.cells if any(c is s for s in slowest)]
     series = [(name, [wall(c, name) for c in shown]) for name in pathways]
     return grouped_bars_svg(
-        [_label(c) for c in shown], series, title=f"{record.target}: cell wall time per pathway",
+        [_label(c) for c in shown],
+        series,
+        title=f"{record.target}: cell wall time per pathway",
         xlabel="wall time per cell (s)",
     )
 
@@ -121,8 +123,13 @@ def loops_svg(record: RunRecord) -> str | None:
     sweeps = [s for s in decode(LoopsRun, record.measurements).sweeps if s.points]
     if not sweeps:
         return None
-    chart = PointChart(f"{record.target}: loop sweeps (points measured, lines fitted a + b·n)",
-                       "trip count (iterations)", "seconds", xscale="log", yscale="log")
+    chart = PointChart(
+        f"{record.target}: loop sweeps (points measured, lines fitted a + b·n)",
+        "trip count (iterations)",
+        "seconds",
+        xscale="log",
+        yscale="log",
+    )
     legend = []
     for number, sweep in enumerate(sweeps):
         color = COLORS[number % len(COLORS)]
@@ -153,9 +160,13 @@ def history_svg(result: History, highlight: Iterable[int] = ()) -> str | None:
     if not series:
         return None
     marked = set(highlight)
-    chart = PointChart(f"history of {result.target}" + (f" · cell {result.cell}" if result.cell else ""),
-                       "run started (UTC)", metric_name(result.metric) + (" (s)" if result.unit == "s" else ""),
-                       xscale="time", y_from_zero=True)
+    chart = PointChart(
+        f"history of {result.target}" + (f" · cell {result.cell}" if result.cell else ""),
+        "run started (UTC)",
+        metric_name(result.metric) + (" (s)" if result.unit == "s" else ""),
+        xscale="time",
+        y_from_zero=True,
+    )
     legend = []
     for number, entry in enumerate(series[: len(COLORS)]):
         color = COLORS[number % len(COLORS)]

@@ -39,18 +39,38 @@ def _runs_section(records: list[RunRecord]) -> str:
     rows = []
     for position, record in enumerate(records):
         rows.append(
-            (run_name(record, position), record.kind, Markup(f"<code>{e(record.target)}</code>"), record.status,
-             record.started_at[:19].replace("T", " "), record.machine().summary, record.digest,
-             _unbroken(settings_text(record.settings or {}) or "defaults"), _unbroken(headline_text(record.headline())))
+            (
+                run_name(record, position),
+                record.kind,
+                Markup(f"<code>{e(record.target)}</code>"),
+                record.status,
+                record.started_at[:19].replace("T", " "),
+                record.machine().summary,
+                record.digest,
+                _unbroken(settings_text(record.settings or {}) or "defaults"),
+                _unbroken(headline_text(record.headline())),
+            )
         )
     headers = ("run", "kind", "notebook", "status", "started (UTC)", "machine", "digest", "settings", "figures")
     return "<h2>Runs</h2>" + _table(headers, rows)
 
 
 KEY_FIELDS = (
-    "cpu.model", "cpu.logical_cores", "memory.total_bytes", "blas.library", "blas.threads", "gpu.devices.0.name",
-    "gpu.devices.0.fp64_class", "gpu.driver_version", "versions.python", "versions.jax", "versions.jaxlib",
-    "versions.numpy", "versions.numba", "environment", "digest",
+    "cpu.model",
+    "cpu.logical_cores",
+    "memory.total_bytes",
+    "blas.library",
+    "blas.threads",
+    "gpu.devices.0.name",
+    "gpu.devices.0.fp64_class",
+    "gpu.driver_version",
+    "versions.python",
+    "versions.jax",
+    "versions.jaxlib",
+    "versions.numpy",
+    "versions.numba",
+    "environment",
+    "digest",
 )
 
 
@@ -61,8 +81,10 @@ def _settings_differences(data: ReportData) -> str:
     headers = ("setting", *(run_name(data.records[i], i) for i in data.setting_runs))
     rows = [(field_name(path), *values) for path, values in data.setting_differences]
     differ = "1 setting differs" if len(rows) == 1 else f"{len(rows)} settings differ"
-    return (f"<p>{differ} between the profile runs (an <code>--env</code> value is shown only as a hash of it, never as "
-            "written):</p>" + _table(headers, rows, row_class=lambda _: "diff"))
+    return (
+        f"<p>{differ} between the profile runs (an <code>--env</code> value is shown only as a hash of it, never as "
+        "written):</p>" + _table(headers, rows, row_class=lambda _: "diff")
+    )
 
 
 def _fingerprint_section(records: list[RunRecord], data: ReportData | None = None) -> str:
@@ -94,7 +116,8 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
     headers = ("field", *(f"{run_name(r, i)}" for i, r in enumerate(records)))
     settings = _settings_differences(data) if data is not None else ""
     differing = [
-        p for p in paths
+        p
+        for p in paths
         if len(records) > 1 and p in comparable and len({show(p, f.get(p, missing)) for f in flats}) > 1
     ]
     key = [p for p in KEY_FIELDS if any(p in f for f in flats) and p not in differing]
@@ -102,17 +125,21 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
     if len(records) > 1:
         if differing:
             count = len(differing)
-            out.append(f"<p>{count} comparable field{'s' if count != 1 else ''} of the runs' machine fingerprints "
-                       f"differ:</p>")
+            out.append(
+                f"<p>{count} comparable field{'s' if count != 1 else ''} of the runs' machine fingerprints differ:</p>"
+            )
             out.append(_table(headers, rows_for(differing[:12]), row_class=lambda _: "diff"))
             if len(differing) > 12:
-                out.append(f"<details><summary>{len(differing) - 12} more differing fields</summary>"
-                           f"{_table(headers, rows_for(differing[12:]), row_class=lambda _: 'diff')}</details>")
+                out.append(
+                    f"<details><summary>{len(differing) - 12} more differing fields</summary>"
+                    f"{_table(headers, rows_for(differing[12:]), row_class=lambda _: 'diff')}</details>"
+                )
         elif settings:
             out.append("<p>All comparable fields of the machine fingerprints agree, but not the runs' settings:</p>")
         else:
-            out.append("<p>All comparable fields agree, and so do the runs' settings: the runs share one "
-                       "environment.</p>")
+            out.append(
+                "<p>All comparable fields agree, and so do the runs' settings: the runs share one environment.</p>"
+            )
         out.append(settings)
     out.append(_table(headers, rows_for(key)))
     out.append(f"<details><summary>all {len(paths)} fields</summary>{_table(headers, rows_for(paths))}</details>")
@@ -126,9 +153,18 @@ def _cell_table(record: RunRecord) -> str:
     for cell in record.notebook_run().cells:
         message = f"{cell.error.name}: {cell.error.message}" if cell.error else ""
         rows.append(
-            (cell.index + 1, cell.line or "", Markup(f'<span class="src">{e(cell.first_line)}</span>'),
-             cell.status, _seconds(cell.wall_s), _seconds(cell.compile_s), _seconds(cell.run_s),
-             compile_text(cell), flags_text(cell), _short(message, 200))
+            (
+                cell.index + 1,
+                cell.line or "",
+                Markup(f'<span class="src">{e(cell.first_line)}</span>'),
+                cell.status,
+                _seconds(cell.wall_s),
+                _seconds(cell.compile_s),
+                _seconds(cell.run_s),
+                compile_text(cell),
+                flags_text(cell),
+                _short(message, 200),
+            )
         )
     headers = ("#", "line", "source", "status", "wall", "compile", "run", "compiles", "notes", "error")
     return f"<details><summary>{'all ' + count(len(rows), 'cell') if len(rows) != 1 else 'the cell'}</summary>{_table(headers, rows, numeric=(0, 1, 4, 5, 6))}</details>"
@@ -157,13 +193,16 @@ def _profile_section(record: RunRecord, position: int) -> str:
     share = f" ({compile_s / wall:.0%})" if wall else ""
     head = (
         f"<h3>{e(run_name(record, position))}: <code>{e(record.target)}</code></h3>"
-        f"<p class=\"meta\">{e(record.kind)} · {e(record.status)} · total {e(_seconds(wall))} · compile "
+        f'<p class="meta">{e(record.kind)} · {e(record.status)} · total {e(_seconds(wall))} · compile '
         f"{e(_seconds(compile_s))}{e(share)} · {e(totals.compiles)} JAX compiles · "
         f"{e(totals.cells_run)}/{e(totals.cells)} cells run · repeats {e(run.repeats)}</p>"
     )
     plot = waterfall_svg(record)
-    more = (f'<p class="note">first {MAX_WATERFALL_CELLS} of {len(run.cells)} cells shown</p>'
-            if len(run.cells) > MAX_WATERFALL_CELLS else "")
+    more = (
+        f'<p class="note">first {MAX_WATERFALL_CELLS} of {len(run.cells)} cells shown</p>'
+        if len(run.cells) > MAX_WATERFALL_CELLS
+        else ""
+    )
     return head + (plot or '<p class="note">no cell timings</p>') + more + _cell_table(record)
 
 
@@ -189,15 +228,23 @@ def _pathways_section(record: RunRecord, position: int) -> str:
     names = list(run.pathways)
     cell_rows = []
     for row in run.cells:
-        cell_rows.append((
-            (row.index or 0) + 1, row.line or "", Markup(f'<span class="src">{e(row.first_line)}</span>'),
-            *[_pathway_cell(row.in_pathway(n)) for n in names],
-        ))
-    cells = (f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
-             f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>")
+        cell_rows.append(
+            (
+                (row.index or 0) + 1,
+                row.line or "",
+                Markup(f'<span class="src">{e(row.first_line)}</span>'),
+                *[_pathway_cell(row.in_pathway(n)) for n in names],
+            )
+        )
+    cells = (
+        f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
+        f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>"
+    )
     return (
         f"<h3>{e(run_name(record, position))}: pathways of <code>{e(record.target)}</code></h3>"
-        + _table(("pathway", *keys), rows, numeric=range(1, len(keys) + 1)) + plot + cells
+        + _table(("pathway", *keys), rows, numeric=range(1, len(keys) + 1))
+        + plot
+        + cells
     )
 
 
@@ -215,13 +262,22 @@ def _loops_section(record: RunRecord, position: int) -> str:
     for sweep in sweeps:
         fit = sweep.fit
         us, a, b, r2 = (fit.us_per_iter, fit.a_s, fit.b_s, fit.r2) if fit else (None, None, None, None)
-        rows.append((sweep.device or "", sweep.loop or "", len(sweep.points),
-                     "–" if us is None else f"{us:.4g}", _seconds(a), "–" if b is None else f"{b:.3g}",
-                     "–" if r2 is None else f"{r2:.4f}"))
+        rows.append(
+            (
+                sweep.device or "",
+                sweep.loop or "",
+                len(sweep.points),
+                "–" if us is None else f"{us:.4g}",
+                _seconds(a),
+                "–" if b is None else f"{b:.3g}",
+                "–" if r2 is None else f"{r2:.4f}",
+            )
+        )
     return (
         f"<h3>{e(run_name(record, position))}: loop sweeps of <code>{e(record.target)}</code></h3>"
-        + _table(("device", "loop", "points", "µs/iter", "a (fixed)", "b (s/iter)", "r²"), rows,
-                 numeric=(2, 3, 4, 5, 6))
+        + _table(
+            ("device", "loop", "points", "µs/iter", "a (fixed)", "b (s/iter)", "r²"), rows, numeric=(2, 3, 4, 5, 6)
+        )
         + (loops_svg(record) or "")
     )
 
@@ -235,29 +291,42 @@ def diagnosis(data: ReportData) -> str:
             severity = finding.severity or "info"
             where = f" · cell {finding.cell_index + 1}" if finding.cell_index is not None else ""
             confidence = finding.confidence
-            confidence_text = f" · confidence {confidence:.0%}" if isinstance(confidence, float) and confidence <= 1 else (
-                f" · confidence {confidence}" if confidence is not None else "")
+            confidence_text = (
+                f" · confidence {confidence:.0%}"
+                if isinstance(confidence, float) and confidence <= 1
+                else (f" · confidence {confidence}" if confidence is not None else "")
+            )
             evidence_rows = [
-                (k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) for k, v in finding.evidence.items()
+                (k, json.dumps(v, default=str) if isinstance(v, (dict, list)) else v)
+                for k, v in finding.evidence.items()
             ]
             fix = finding.fix
             highlights = finding.evidence_highlights()  # the few a reader is shown; the rest stays in the evidence fold
             cards.append(
                 f'<div class="card {e(severity.lower())}"><h3>{e(finding.title)}</h3>'
                 f'<p class="meta">{e(run_name(record, position))}{e(where)} · {e(severity)}{e(confidence_text)} · '
-                f'rule <code>{e(finding.rule)}</code></p>'
+                f"rule <code>{e(finding.rule)}</code></p>"
                 f"<p>{e_code(finding.summary)}</p>"
                 + (f"<p><b>Fix:</b> {e_code(fix)}</p>" if fix else "")
-                + ("<ul class=\"highlights\">" + "".join(f"<li><b>{e(label)}</b>: {e_code(text)}</li>" for label, text in highlights)
-                   + "</ul>" if highlights else "")
-                + (f"<details><summary>evidence</summary>{_table(('item', 'value'), evidence_rows)}</details>"
-                   if evidence_rows else "")
+                + (
+                    '<ul class="highlights">'
+                    + "".join(f"<li><b>{e(label)}</b>: {e_code(text)}</li>" for label, text in highlights)
+                    + "</ul>"
+                    if highlights
+                    else ""
+                )
+                + (
+                    f"<details><summary>evidence</summary>{_table(('item', 'value'), evidence_rows)}</details>"
+                    if evidence_rows
+                    else ""
+                )
                 + "</div>"
             )
     if not cards and not notes:
         return "<h2>Diagnosis</h2><p>No findings.</p>"
     return (
-        "<h2>Diagnosis</h2>" + "".join(f'<p class="note">{e(n)}</p>' for n in notes)
+        "<h2>Diagnosis</h2>"
+        + "".join(f'<p class="note">{e(n)}</p>' for n in notes)
         + f'<div class="cards">{"".join(cards)}</div>'
     )
 
@@ -270,17 +339,27 @@ def history(data: ReportData) -> str:
         if plot is None:
             continue
         changes = [
-            (s.label, c.run_id, c.started_at[:19].replace("T", " "), _seconds(c.before), _seconds(c.after),
-             f"×{c.ratio:.2f}" if c.ratio else "–")
-            for s in result.series for c in s.changes
+            (
+                s.label,
+                c.run_id,
+                c.started_at[:19].replace("T", " "),
+                _seconds(c.before),
+                _seconds(c.after),
+                f"×{c.ratio:.2f}" if c.ratio else "–",
+            )
+            for s in result.series
+            for c in s.changes
         ]
         counts = "; ".join(f"{len(s.points)} run{'s' if len(s.points) != 1 else ''}: {s.label}" for s in result.series)
         if len(result.series) > 1:
             counts = f"{len(result.series)} series, each labelled by what sets it apart: {counts}"
         parts.append(
-            f"<h3><code>{e(target)}</code></h3><p class=\"meta\">{e(counts)}</p>{plot}"
-            + (_table(("series", "run", "started (UTC)", "before", "after", "ratio"), changes, numeric=(1, 3, 4, 5))
-               if changes else '<p class="note">no change point</p>')
+            f'<h3><code>{e(target)}</code></h3><p class="meta">{e(counts)}</p>{plot}'
+            + (
+                _table(("series", "run", "started (UTC)", "before", "after", "ratio"), changes, numeric=(1, 3, 4, 5))
+                if changes
+                else '<p class="note">no change point</p>'
+            )
         )
     return "<h2>History</h2>" + "".join(parts) if parts else ""
 
@@ -289,7 +368,7 @@ def gate(data: ReportData) -> str:
     if data.gate_runs is None:
         return ""  # gating pairs cells of one notebook: it needs two runs of the same target
     if data.gate is None:
-        return f"<h2>Gate</h2><p class=\"note\">{e(data.gate_error)}</p>"
+        return f'<h2>Gate</h2><p class="note">{e(data.gate_error)}</p>'
     records, result = data.records, data.gate
     runs = [records[data.gate_runs[0]], records[data.gate_runs[1]]]
 
@@ -300,10 +379,17 @@ def gate(data: ReportData) -> str:
     rows = []
     for c in [*[c for c in result.cells if c.verdict not in ("unchanged", "below-floor")], result.total]:
         rows.append(
-            (Markup(f'<span class="src">{e(c.label)}</span>'), _seconds(c.base_s), _seconds(c.cand_s),
-             "–" if c.ratio is None else f"×{c.ratio:.2f}", "–" if c.p_value is None else f"{c.p_value:.3g}",
-             Markup(f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
-                    + (f" ({e(c.note)})" if c.note else "")))
+            (
+                Markup(f'<span class="src">{e(c.label)}</span>'),
+                _seconds(c.base_s),
+                _seconds(c.cand_s),
+                "–" if c.ratio is None else f"×{c.ratio:.2f}",
+                "–" if c.p_value is None else f"{c.p_value:.3g}",
+                Markup(
+                    f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
+                    + (f" ({e(c.note)})" if c.note else "")
+                ),
+            )
         )
     notes = "".join(f'<p class="note">{e(w)}</p>' for w in result.warnings)
     return (

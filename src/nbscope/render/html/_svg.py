@@ -94,7 +94,7 @@ class Axis:
         if self.scale == "log":
             first, last = round(math.log10(self.low)), round(math.log10(self.high))
             every = max(1, math.ceil((last - first) / 8))
-            return [(10.0 ** k, _tick_label(10.0 ** k)) for k in range(first, last + 1, every)]
+            return [(10.0**k, _tick_label(10.0**k)) for k in range(first, last + 1, every)]
         if self.scale == "time":
             return _time_ticks(self.low, self.high)
         step = _nice_step(self.high - self.low)
@@ -103,8 +103,33 @@ class Axis:
         return [(start + i * step, _tick_label(round(start + i * step, 12))) for i in range(count)]
 
 
-_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
-               2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400)
+_TIME_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    2 * 86400,
+    7 * 86400,
+    14 * 86400,
+    30 * 86400,
+    91 * 86400,
+    182 * 86400,
+    365 * 86400,
+)
 
 
 def _time_ticks(low: float, high: float) -> list[tuple[float, str]]:
@@ -169,25 +194,37 @@ class _Frame:
         for value, label in x_axis.ticks():
             x = self.left + x_axis.fraction(value) * self.plot_width
             out.append(f'<line x1="{_n(x)}" y1="{_n(self.top)}" x2="{_n(x)}" y2="{_n(axis_bottom)}" stroke="{GRID}"/>')
-            out.append(f'<text x="{_n(x)}" y="{_n(axis_bottom + 14)}" text-anchor="middle" '
-                       f'font-size="{SMALL_PX}" fill="{MUTED}">{_text(label)}</text>')
+            out.append(
+                f'<text x="{_n(x)}" y="{_n(axis_bottom + 14)}" text-anchor="middle" '
+                f'font-size="{SMALL_PX}" fill="{MUTED}">{_text(label)}</text>'
+            )
         if y_axis is not None:
             for value, label in y_axis.ticks():
                 y = axis_bottom - y_axis.fraction(value) * self.height
-                out.append(f'<line x1="{_n(self.left)}" y1="{_n(y)}" x2="{_n(WIDTH - self.right)}" y2="{_n(y)}" '
-                           f'stroke="{GRID}"/>')
-                out.append(f'<text x="{_n(self.left - 5)}" y="{_n(y + 3.5)}" text-anchor="end" '
-                           f'font-size="{SMALL_PX}" fill="{MUTED}">{_text(label)}</text>')
-        out.append(f'<rect x="{_n(self.left)}" y="{_n(self.top)}" width="{_n(self.plot_width)}" '
-                   f'height="{_n(self.height)}" fill="none" stroke="{MUTED}"/>')
+                out.append(
+                    f'<line x1="{_n(self.left)}" y1="{_n(y)}" x2="{_n(WIDTH - self.right)}" y2="{_n(y)}" '
+                    f'stroke="{GRID}"/>'
+                )
+                out.append(
+                    f'<text x="{_n(self.left - 5)}" y="{_n(y + 3.5)}" text-anchor="end" '
+                    f'font-size="{SMALL_PX}" fill="{MUTED}">{_text(label)}</text>'
+                )
+        out.append(
+            f'<rect x="{_n(self.left)}" y="{_n(self.top)}" width="{_n(self.plot_width)}" '
+            f'height="{_n(self.height)}" fill="none" stroke="{MUTED}"/>'
+        )
         out.extend(self.parts)
         if self.bottom_label:
-            out.append(f'<text x="{_n(self.left + self.plot_width / 2)}" y="{_n(axis_bottom + 32)}" '
-                       f'text-anchor="middle">{_text(self.bottom_label)}</text>')
+            out.append(
+                f'<text x="{_n(self.left + self.plot_width / 2)}" y="{_n(axis_bottom + 32)}" '
+                f'text-anchor="middle">{_text(self.bottom_label)}</text>'
+            )
         if self.left_label:
             middle = self.top + self.height / 2
-            out.append(f'<text transform="translate(14 {_n(middle)}) rotate(-90)" text-anchor="middle">'
-                       f"{_text(self.left_label)}</text>")
+            out.append(
+                f'<text transform="translate(14 {_n(middle)}) rotate(-90)" text-anchor="middle">'
+                f"{_text(self.left_label)}</text>"
+            )
         y = axis_bottom + 52
         for row in legend:
             x = (WIDTH - sum(width for *_, width in row)) / 2
@@ -252,27 +289,33 @@ class BarChart:
 
         for row, label in enumerate(self.labels):
             middle = frame.top + 4 + row * row_px + row_px / 2
-            frame.parts.append(f'<text x="{_n(left - 5)}" y="{_n(middle + 3.5)}" text-anchor="end" '
-                               f'font-size="{SMALL_PX}">{_text(label)}</text>')
+            frame.parts.append(
+                f'<text x="{_n(left - 5)}" y="{_n(middle + 3.5)}" text-anchor="end" '
+                f'font-size="{SMALL_PX}">{_text(label)}</text>'
+            )
         for row, slot, start, end, color, outline in self._bars:
             x0, x1 = x_of(start), x_of(end)
             edge = ' stroke="#c00000" stroke-width="1.2"' if outline else ""
-            frame.parts.append(f'<rect x="{_n(x0)}" y="{_n(y_of(row, slot))}" width="{_n(max(0.5, x1 - x0))}" '
-                               f'height="{_n(slot_px * 0.85)}" fill="{color}"{edge}/>')
+            frame.parts.append(
+                f'<rect x="{_n(x0)}" y="{_n(y_of(row, slot))}" width="{_n(max(0.5, x1 - x0))}" '
+                f'height="{_n(slot_px * 0.85)}" fill="{color}"{edge}/>'
+            )
         for row, slot, low, top in self._whiskers:
             y = y_of(row, slot) + slot_px * 0.425
             x0 = x_of(low)
             x1 = x_of(top) if top is not None else left + frame.plot_width
             frame.parts.append(f'<line x1="{_n(x0)}" y1="{_n(y)}" x2="{_n(x1)}" y2="{_n(y)}" stroke="{INK}"/>')
             if top is not None:
-                frame.parts.append(f'<line x1="{_n(x1)}" y1="{_n(y - 3)}" x2="{_n(x1)}" y2="{_n(y + 3)}" '
-                                   f'stroke="{INK}"/>')
+                frame.parts.append(
+                    f'<line x1="{_n(x1)}" y1="{_n(y - 3)}" x2="{_n(x1)}" y2="{_n(y + 3)}" stroke="{INK}"/>'
+                )
             else:
                 frame.parts.append(f'<path d="M{_n(x1)} {_n(y)} l-6 -3.5 v7 z" fill="{INK}"/>')
         for row, at, text in self._notes:
             middle = frame.top + 4 + row * row_px + row_px / 2
-            frame.parts.append(f'<text x="{_n(x_of(at) + 3)}" y="{_n(middle + 3)}" font-size="{SMALL_PX - 1}">'
-                               f"{_text(text)}</text>")
+            frame.parts.append(
+                f'<text x="{_n(x_of(at) + 3)}" y="{_n(middle + 3)}" font-size="{SMALL_PX - 1}">{_text(text)}</text>'
+            )
         return frame.document(axis)
 
 
@@ -293,8 +336,16 @@ class PointChart:
     _series: list[tuple[list[tuple[float, float]], str, bool, bool, float, bool]] = field(default_factory=list)
     _marks: list[tuple[float, str, str, float | None]] = field(default_factory=list)
 
-    def series(self, points: Sequence[tuple[float, float]], color: str, *, markers: bool = True,
-               line: bool = False, size: float = 3.0, hollow: bool = False) -> None:
+    def series(
+        self,
+        points: Sequence[tuple[float, float]],
+        color: str,
+        *,
+        markers: bool = True,
+        line: bool = False,
+        size: float = 3.0,
+        hollow: bool = False,
+    ) -> None:
         self._series.append(([(float(x), float(y)) for x, y in points], color, markers, line, size, hollow))
 
     def vline(self, x: float, color: str, text: str = "", at_y: float | None = None) -> None:
@@ -323,8 +374,10 @@ class PointChart:
         frame = _Frame(self.title, self.height, left, legend, self.xlabel, self.ylabel)
 
         def where(x: float, y: float) -> tuple[float, float]:
-            return (left + x_axis.fraction(x) * frame.plot_width,
-                    frame.top + self.height - y_axis.fraction(y) * self.height)
+            return (
+                left + x_axis.fraction(x) * frame.plot_width,
+                frame.top + self.height - y_axis.fraction(y) * self.height,
+            )
 
         for points, color, markers, line, size, hollow in self._series:
             placed = [where(x, y) for x, y in points]
@@ -336,10 +389,14 @@ class PointChart:
                 frame.parts.extend(f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{size}" {fill}/>' for x, y in placed)
         for x, color, text, at_y in self._marks:
             px, _ = where(x, y_axis.low)
-            frame.parts.append(f'<line x1="{_n(px)}" y1="{_n(frame.top)}" x2="{_n(px)}" '
-                               f'y2="{_n(frame.top + self.height)}" stroke="{color}" stroke-dasharray="5 3"/>')
+            frame.parts.append(
+                f'<line x1="{_n(px)}" y1="{_n(frame.top)}" x2="{_n(px)}" '
+                f'y2="{_n(frame.top + self.height)}" stroke="{color}" stroke-dasharray="5 3"/>'
+            )
             if text:
                 _, py = where(x, at_y if at_y is not None else y_axis.high)
-                frame.parts.append(f'<text x="{_n(px + 4)}" y="{_n(max(frame.top + 10, py - 6))}" '
-                                   f'font-size="{SMALL_PX}" fill="{color}">{_text(text)}</text>')
+                frame.parts.append(
+                    f'<text x="{_n(px + 4)}" y="{_n(max(frame.top + 10, py - 6))}" '
+                    f'font-size="{SMALL_PX}" fill="{color}">{_text(text)}</text>'
+                )
         return frame.document(x_axis, y_axis=y_axis)

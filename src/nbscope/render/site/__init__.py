@@ -23,8 +23,14 @@ def e(value: Any) -> str:
     whose package import would pull in the report's plots and diagnosis: a second of an incremental publish). Not
     ``html.escape`` itself: importing ``html`` reads its table of every named entity, which nothing here needs."""
     text = "" if value is None else str(value)
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-            .replace("'", "&#x27;"))
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("'", "&#x27;")
+    )
+
 
 STATUS_ORDER = {"died": 0, "stopped": 1, "timeout": 2, "failed": 3, "ok": 4}
 STATUS_COLOURS = {"ok": "#2e7d32", "failed": "#c62828", "timeout": "#ef6c00", "died": "#6a1b9a", "stopped": "#546e7a"}
@@ -86,9 +92,9 @@ code{background:#f4f4f4;padding:0 .2em;overflow-wrap:anywhere}
 
 def _page(title: str, body: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
-        f"<meta name=\"viewport\" content=\"width=device-width\"><title>{e(title)}</title>"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f'<meta name="viewport" content="width=device-width"><title>{e(title)}</title>'
         f"<style>{STYLE}</style></head><body>\n{body}\n<script>{SCRIPT}</script></body></html>\n"
     )
 
@@ -126,9 +132,11 @@ def spark_svg(values: Sequence[float | None], *, width: int = 120, height: int =
 
     points = " ".join(xy(i, v) for i, v in known)
     last_x, last_y = xy(*known[-1]).split(",")
-    return (f'<svg width="{width}" height="{height}" role="img" aria-label="wall of the last {len(values)} builds">'
-            f'<polyline fill="none" stroke="#4c72b0" stroke-width="1.2" points="{points}"/>'
-            f'<circle cx="{last_x}" cy="{last_y}" r="2" fill="#c44e52"/></svg>')
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="wall of the last {len(values)} builds">'
+        f'<polyline fill="none" stroke="#4c72b0" stroke-width="1.2" points="{points}"/>'
+        f'<circle cx="{last_x}" cy="{last_y}" r="2" fill="#c44e52"/></svg>'
+    )
 
 
 def _status(row: SiteRow) -> str:
@@ -176,7 +184,7 @@ def _book_line(row: SiteRow) -> str:
         f'<div class="small">run {e(row.newest_id)} · {e(row.runs)} runs</div></td>'
         f'<td class="n" data-sort="{_key(row.wall_s)}">{e(_s(row.wall_s))}</td>'
         f'<td class="n" data-sort="{_key(row.compile_share)}">'
-        f'{_share(row.compile_share)}</td>'
+        f"{_share(row.compile_share)}</td>"
         f'<td data-sort="{_key(row.wall_s)}">{spark_svg(row.spark)}</td>'
         f'<td class="n" data-sort="{_key(row.vs_previous)}">{_ratio(row.vs_previous)}</td>'
         f'<td class="n" data-sort="{_key(row.vs_baseline)}">{_ratio(row.vs_baseline)}'
@@ -189,12 +197,25 @@ def _book_line(row: SiteRow) -> str:
 
 def book_page(rows: Sequence[SiteRow | BookRow], lines: Sequence[str]) -> str:
     """The book table, failures first; ``lines``: each row's line as ``book_row`` made it."""
-    order = sorted(range(len(rows)), key=lambda n: (STATUS_ORDER.get(str(rows[n].status), 9), rows[n].target,
-                                                    rows[n].runner))
+    order = sorted(
+        range(len(rows)), key=lambda n: (STATUS_ORDER.get(str(rows[n].status), 9), rows[n].target, rows[n].runner)
+    )
     statuses = sorted({str(r.status) for r in rows}, key=lambda s: STATUS_ORDER.get(s, 9))
     counts = ", ".join(f"{sum(r.status == s for r in rows)} {e(s)}" for s in statuses)
-    head = ("lecture", "runner", "status", "newest run", "wall", "compile share", "last builds", "vs previous",
-            "vs baseline", "confirmed regressions", "top finding", "GPU forecast")
+    head = (
+        "lecture",
+        "runner",
+        "status",
+        "newest run",
+        "wall",
+        "compile share",
+        "last builds",
+        "vs previous",
+        "vs baseline",
+        "confirmed regressions",
+        "top finding",
+        "GPU forecast",
+    )
     options = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in statuses)
     body = (
         f"<h1>Book status</h1><p>{len({r.target for r in rows})} lectures, {len(rows)} lecture × runner rows: "
@@ -202,17 +223,30 @@ def book_page(rows: Sequence[SiteRow | BookRow], lines: Sequence[str]) -> str:
         '<a href="status.json">status.json</a> · <a href="status.md">status.md</a></p>'
         '<div id="filter" hidden><label>Filter <input id="filter-text" type="search"></label> '
         f'<label>status <select id="filter-status"><option value="">any</option>{options}</select></label></div>'
-        '<table id="book" class="sortable"><thead><tr>' + "".join(f"<th>{e(h)}</th>" for h in head)
-        + "</tr></thead><tbody>" + "".join(lines[n] for n in order) + "</tbody></table>"
+        '<table id="book" class="sortable"><thead><tr>'
+        + "".join(f"<th>{e(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(lines[n] for n in order)
+        + "</tbody></table>"
     )
     return _page("Book status", body)
 
 
 def status_entries(rows: Sequence[SiteRow]) -> list[dict[str, Any]]:
     """Per notebook and runner: the execution table's data (file, last run, run time, status, error, cache)."""
-    return [{"file": r.target, "runner": r.runner, "last_run": r.started_at, "run_time_s": r.wall_s,
-             "status": r.status, "error": r.error, "cache": r.cache_state, "run_id": r.newest_id}
-            for r in rows]
+    return [
+        {
+            "file": r.target,
+            "runner": r.runner,
+            "last_run": r.started_at,
+            "run_time_s": r.wall_s,
+            "status": r.status,
+            "error": r.error,
+            "cache": r.cache_state,
+            "run_id": r.newest_id,
+        }
+        for r in rows
+    ]
 
 
 def _md(value: Any) -> str:
@@ -224,8 +258,10 @@ def _md(value: Any) -> str:
 
 
 def _status_line(entry: Mapping[str, Any]) -> str:
-    return (f"| {_md(entry['file'])} | {_md(entry['runner'])} | {_md(entry['last_run'][:16].replace('T', ' '))} | "
-            f"{_md(_s(entry['run_time_s']))} | {_md(entry['status'])} | {_md(entry['error'])} | {_md(entry['cache'])} |")
+    return (
+        f"| {_md(entry['file'])} | {_md(entry['runner'])} | {_md(entry['last_run'][:16].replace('T', ' '))} | "
+        f"{_md(_s(entry['run_time_s']))} | {_md(entry['status'])} | {_md(entry['error'])} | {_md(entry['cache'])} |"
+    )
 
 
 def status_markdown(lines: Sequence[str]) -> str:
@@ -238,9 +274,11 @@ def book_pages(rows: Sequence[SiteRow | BookRow], parts: Sequence[Mapping[str, s
     """``index.html``, ``status.json`` and ``status.md``, each of every row; ``parts``: each row's own parts as
     ``book_row`` made them (kept from an earlier publish for a row that did not change)."""
     entries = ",\n".join(part["status.json"] for part in parts)
-    return {"index.html": book_page(rows, [part["index.html"] for part in parts]),
-            "status.json": '{\n "notebooks": [\n' + entries + "\n ]\n}\n" if parts else '{\n "notebooks": []\n}\n',
-            "status.md": status_markdown([part["status.md"] for part in parts])}
+    return {
+        "index.html": book_page(rows, [part["index.html"] for part in parts]),
+        "status.json": '{\n "notebooks": [\n' + entries + "\n ]\n}\n" if parts else '{\n "notebooks": []\n}\n',
+        "status.md": status_markdown([part["status.md"] for part in parts]),
+    }
 
 
 def history_svg(row: SiteRow, *, width: int = 900, height: int = 180) -> str:
@@ -253,19 +291,28 @@ def history_svg(row: SiteRow, *, width: int = 900, height: int = 180) -> str:
     high = max(values) or 1.0
     count = len(history["wall_s"])
     step = (width - 60) / max(1, count - 1)
-    parts = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="history of {e(row.target)}">',
-             f'<text x="0" y="12" font-size="11">{e(_s(high))}</text><text x="0" y="{height}" font-size="11">0</text>']
+    parts = [
+        f'<svg width="{width}" height="{height + 20}" role="img" aria-label="history of {e(row.target)}">',
+        f'<text x="0" y="12" font-size="11">{e(_s(high))}</text><text x="0" y="{height}" font-size="11">0</text>',
+    ]
     # Each row draws three lines of every run (365 a year): each run's x is formatted once for the three.
     xs = [f"{50 + i * step:.1f}," for i in range(count)]
     for name, colour in series:
-        points = " ".join([f"{xs[i]}{height - v / high * (height - 20):.1f}"
-                           for i, v in enumerate(history[name]) if isinstance(v, (int, float))])
+        points = " ".join(
+            [
+                f"{xs[i]}{height - v / high * (height - 20):.1f}"
+                for i, v in enumerate(history[name])
+                if isinstance(v, (int, float))
+            ]
+        )
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.3" points="{points}"/>')
     for change in row.changes:
         x = 50 + change["index"] * step
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="14" y2="{height}" stroke="#c44e52" stroke-dasharray="4 3"/>')
     legend = " ".join(f'<tspan fill="{c}">■ {e(n.removesuffix("_s"))}</tspan>' for n, c in series)
-    parts.append(f'<text x="50" y="{height + 16}" font-size="12">{legend} <tspan fill="#c44e52">┆ change point</tspan></text></svg>')
+    parts.append(
+        f'<text x="50" y="{height + 16}" font-size="12">{legend} <tspan fill="#c44e52">┆ change point</tspan></text></svg>'
+    )
     return "".join(parts)
 
 
@@ -273,28 +320,34 @@ def _runner_section(row: SiteRow) -> str:
     changes = row.changes
     change_rows = "".join(
         f"<tr><td>{e(c['started_at'][:16].replace('T', ' '))}</td><td>run {e(c['run_id'])}</td>"
-        f"<td class=\"n\">{e(_s(c['before']))} → {e(_s(c['after']))}</td><td class=\"n\">{_ratio(c['ratio'])}</td>"
+        f'<td class="n">{e(_s(c["before"]))} → {e(_s(c["after"]))}</td><td class="n">{_ratio(c["ratio"])}</td>'
         f"<td>{_kind(row, c)}</td><td>{e(_why(row, c))}</td></tr>"
-        for c in changes)
+        for c in changes
+    )
     cells = "".join(
-        f"<tr><td data-sort=\"{e(c['label'])}\">{e(c['label'])}<div class=\"small\"><code>{e(c['first_line'])}</code></div></td>"
-        f"<td data-sort=\"{e(c['status'])}\">{e(c['status'])}{' (edited)' if c['edited'] else ''}</td>"
-        f"<td class=\"n\" data-sort=\"{_key(c['wall_s'])}\">{e(_s(c['wall_s']))}</td>"
-        f"<td class=\"n\" data-sort=\"{_key(c['previous_wall_s'])}\">{e(_s(c['previous_wall_s']))}</td>"
-        f"<td class=\"n\" data-sort=\"{_key(c['compile_s'])}\">{e(_s(c['compile_s']))}</td></tr>"
-        for c in row.cells)
+        f'<tr><td data-sort="{e(c["label"])}">{e(c["label"])}<div class="small"><code>{e(c["first_line"])}</code></div></td>'
+        f'<td data-sort="{e(c["status"])}">{e(c["status"])}{" (edited)" if c["edited"] else ""}</td>'
+        f'<td class="n" data-sort="{_key(c["wall_s"])}">{e(_s(c["wall_s"]))}</td>'
+        f'<td class="n" data-sort="{_key(c["previous_wall_s"])}">{e(_s(c["previous_wall_s"]))}</td>'
+        f'<td class="n" data-sort="{_key(c["compile_s"])}">{e(_s(c["compile_s"]))}</td></tr>'
+        for c in row.cells
+    )
     findings = "".join(f"<li><b>{e(f['title'])}</b>: {e(f['summary'])}</li>" for f in row.findings)
     attribution = _text(row.attribution) or "no earlier run"
     forecast = _text(row.forecast) or "not forecast (a GPU run, or no program data recorded)"
     return (
-        f"<h2>{e(row.runner)} runner <span class=\"small\">{e(row.machine)}</span></h2>"
+        f'<h2>{e(row.runner)} runner <span class="small">{e(row.machine)}</span></h2>'
         f"<p>Newest: run {e(row.newest_id)}, {e(row.started_at[:16].replace('T', ' '))}, {_status(row)}"
         f"{' — ' + e(row.error) if row.error else ''}; wall {e(_s(row.wall_s))}, "
         f"{e(row.runs)} runs. Against the previous run: {e(attribution)}.</p>"
         + history_svg(row)
         + "<h3>Change points</h3>"
-        + (f'<table class="sortable"><thead><tr><th>from</th><th>run</th><th>wall</th><th>ratio</th><th>kind</th>'
-           f"<th>what changed</th></tr></thead><tbody>{change_rows}</tbody></table>" if changes else "<p>None.</p>")
+        + (
+            f'<table class="sortable"><thead><tr><th>from</th><th>run</th><th>wall</th><th>ratio</th><th>kind</th>'
+            f"<th>what changed</th></tr></thead><tbody>{change_rows}</tbody></table>"
+            if changes
+            else "<p>None.</p>"
+        )
         + "<h3>Cells: newest run against the previous</h3>"
         + '<table class="sortable"><thead><tr><th>cell</th><th>status</th><th>wall</th><th>previous wall</th>'
         + f"<th>compile</th></tr></thead><tbody>{cells}</tbody></table>"
@@ -322,6 +375,7 @@ def _why(row: SiteRow, change: Mapping[str, Any]) -> str:
 
 
 def lecture_page(target: str, rows: Sequence[SiteRow]) -> str:
-    body = (f'<p><a href="../index.html">← book status</a></p><h1>{e(target)}</h1>'
-            + "".join(_runner_section(row) for row in rows))
+    body = f'<p><a href="../index.html">← book status</a></p><h1>{e(target)}</h1>' + "".join(
+        _runner_section(row) for row in rows
+    )
     return _page(target, body)
