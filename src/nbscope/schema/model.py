@@ -243,6 +243,7 @@ class RunnerInfo:
     ``collect.runner`` for a profile, ``api.trace`` for a traced command). ``None``: not recorded."""
 
     pathway: str | None = None  # kernel (a profile), trace
+    transport: str | None = None  # the kernel's ZMQ transport: tcp, or ipc where no loopback TCP works
     kernel_start_s: float | None = None  # spawning the kernel until it answered
     execute_s: float | None = None  # the cells, one after another, as nbclient ran them
     shutdown_s: float | None = None
