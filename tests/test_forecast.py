@@ -128,7 +128,7 @@ def test_builtin_table_has_the_issue_gpus_each_figure_with_a_source() -> None:
 
 
 def test_unknown_gpu_lists_known_ones_and_how_to_add_one() -> None:
-    with pytest.raises(NbscopeError, match=r"unknown GPU 'v100': known are a100, a10g.*devices FILE"):
+    with pytest.raises(NbscopeError, match=r"unknown device 'v100': known are a100, a10g.*devices FILE"):
         resolve(load_table(environ={}), "t4,v100")
 
 
@@ -255,7 +255,7 @@ def test_calibration_refuses_cpu_only_runs_and_missing_figures() -> None:
         "builtin:logistic-map",
         {"sweeps": [{"placement": "default", "platform": "cpu", "fit": {"us_per_iter": 0.006}}]},
     )
-    with pytest.raises(NbscopeError, match="no sweep on a GPU"):
+    with pytest.raises(NbscopeError, match="no sweep on an accelerator"):
         calibrate([cpu_loops], "x", None)
     gpu_loops = _record(
         "loops",
@@ -377,7 +377,7 @@ def test_cli_forecast_without_program_data_and_for_a_notebook_without_jax(run_cl
 
 def test_cli_profile_refuses_an_unknown_gpu_before_running(run_cli: Any, tmp_db: Path, tmp_path: Path) -> None:
     result = run_cli("profile", FILES / "forecast_scan.md", "--db", tmp_db, "--forecast", "t4,quantum9")
-    assert result.returncode == 2 and "unknown GPU 'quantum9'" in result.stderr
+    assert result.returncode == 2 and "unknown device 'quantum9'" in result.stderr
     assert not tmp_db.exists()
     bad = tmp_path / "devices.toml"
     bad.write_text("[devices.t4]\nfp32_tflops = -1\n")

@@ -22,6 +22,10 @@ DEVICE_FIGURES = (
     "loop_iteration_us",
     "sync_iteration_us",
 )
+# Figures a device may give (the forecast falls back to the [model] figures without them): XLA:TPU compiles
+# nothing like XLA:GPU, so a TPU entry gives its own compile figures, 32-bit and 64-bit programs apart.
+OPTIONAL_DEVICE_FIGURES = ("compile_ratio", "compile_ratio_x64", "compile_each_s", "runtime_start_s")
+PLATFORMS = ("gpu", "tpu")  # what a device is: its forecast's words and rules (a TPU's failing float64 ops)
 MODEL_FIGURES = (
     "reference_body_kernels",
     "compute_efficiency",
@@ -74,6 +78,7 @@ class DeviceEntry:
     match: list[str] | None
     compute_capability: str | None
     figures: dict[str, Figure]
+    platform: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,24 +120,34 @@ def _device(key: str, raw: object, path: str, *, new: bool) -> DeviceEntry:
     match = None
     figures = {}
     for name, value in raw.items():
-        if name in ("name", "compute_capability"):
+        if name in ("name", "compute_capability", "platform"):
             if not isinstance(value, str):
                 raise InvalidDevicesFile(f"{where}.{name}: must be text, got {value!r}")
+            if name == "platform" and value not in PLATFORMS:
+                raise InvalidDevicesFile(f"{where}.platform: must be one of {', '.join(PLATFORMS)}, got {value!r}")
             texts[name] = value
         elif name == "match":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise InvalidDevicesFile(f"{where}.match: must be a list of text, got {value!r}")
             match = value
-        elif name in DEVICE_FIGURES:
+        elif name in DEVICE_FIGURES or name in OPTIONAL_DEVICE_FIGURES:
             figures[name] = _figure(value, f"{where}.{name}", path)
         else:
-            raise InvalidDevicesFile(
-                f"{where}.{name}: unknown field (known: name, match, compute_capability, {', '.join(DEVICE_FIGURES)})"
+            known = ", ".join(
+                ("name", "match", "compute_capability", "platform", *DEVICE_FIGURES, *OPTIONAL_DEVICE_FIGURES)
             )
+            raise InvalidDevicesFile(f"{where}.{name}: unknown field (known: {known})")
     missing = [name for name in DEVICE_FIGURES if name not in figures] if new else []
     if missing:
         raise InvalidDevicesFile(f"{where}.{missing[0]}: missing (a new device needs {', '.join(DEVICE_FIGURES)})")
-    return DeviceEntry(key.lower(), texts.pop("name", None), match, texts.pop("compute_capability", None), figures)
+    return DeviceEntry(
+        key.lower(),
+        texts.pop("name", None),
+        match,
+        texts.pop("compute_capability", None),
+        figures,
+        texts.get("platform"),
+    )
 
 
 def _figure(raw: object, where: str, source_file: str) -> Figure:

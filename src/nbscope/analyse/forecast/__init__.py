@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
+from nbscope.analyse.forecast import accelerator
 from nbscope.analyse.forecast import placement as placement_module
 from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure, load_table, resolve
 from nbscope.analyse.forecast.jax_code import cells_touching_jax
@@ -44,7 +45,7 @@ from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources, naming
-from nbscope.schema.codec import Encoded, Write, known, never
+from nbscope.schema.codec import Encoded, Write, given, known, never
 from nbscope.schema.model import Cell, NotebookRun
 from nbscope.schema.programs import Execution
 
@@ -83,7 +84,7 @@ SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the c
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
 # A cell's verdict on a GPU against its CPU time ("unchanged": no JAX work); a notebook's may also be "mixed".
-CellVerdict = Literal["faster", "slower", "similar", "uncertain", "unchanged"]
+CellVerdict = Literal["faster", "slower", "similar", "uncertain", "unchanged", "fails"]
 NotebookVerdict = CellVerdict | Literal["mixed"]
 
 
@@ -150,6 +151,17 @@ class Uncertainty:
 
 
 @dataclass(frozen=True, slots=True)
+class Failing:
+    """An operation of the cell the device cannot run, the function that calls it, the device's error and where
+    that is known from: the fix is to keep that function on the CPU."""
+
+    operation: str
+    function: str
+    reason: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """One cell on one GPU: its forecast range, verdict and terms (largest first)."""
 
@@ -162,6 +174,8 @@ class Outcome:
     jax_dominant: Term | None  # the largest term that is neither host work nor compile
     terms: tuple[Term, ...]
     missing_programs: tuple[str, ...]  # programs the cell ran that the run's table lacks
+    # operations the device cannot run: the cell raises there (verdict "fails")
+    fails: Annotated[tuple[Failing, ...], Write(when=given)] = ()
 
     def change(self) -> float:
         """The forecast's change of the cell's time (seconds, + slower): its range's midpoint minus the CPU
@@ -265,6 +279,7 @@ class NotebookForecast:
     most_faster: int | None
     not_forecast: tuple[int, ...]
     unbounded: tuple[int, ...] = ()  # the JAX cells whose GPU time has no upper bound (why ``high_s`` is None)
+    failing: Annotated[tuple[int, ...], Write(when=given)] = ()  # cells that raise on the device: verdict "fails"
 
     @property
     def document_keys(self) -> tuple[str, ...]:
@@ -283,6 +298,7 @@ class NotebookForecast:
             "most_faster",
             "not_forecast",
             "unbounded",
+            *(("failing",) if self.failing else ()),
         )
 
 
@@ -374,12 +390,21 @@ def forecast(
             "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
             "so the forecast is its host work as measured"
         )
+    first_jax = next((c.cell.index for c in ran if c.jax_work), None)
     cells = tuple(
         _cell_entry(
             cell,
             run,
             {
-                device.key: _cell_forecast(cell, run, device, table, rates, _pins(cell, run, placement, cell_lines))
+                device.key: _cell_forecast(
+                    cell,
+                    run,
+                    device,
+                    table,
+                    rates,
+                    _pins(cell, run, placement, cell_lines),
+                    first_jax=cell.cell.index == first_jax,
+                )
                 for device in devices
             },
         )
@@ -643,9 +668,14 @@ def _cell_forecast(
     table: DeviceTable,
     rates: CpuRates | None = None,
     pins: dict[str, str] | None = None,
+    *,
+    first_jax: bool = False,
 ) -> Outcome:
     terms: list[Term] = []
     pins = pins or {}
+    start = accelerator.runtime_start_term(device) if first_jax else None
+    if start is not None:
+        terms.append(start)
     if cell.host_s > 0:
         terms.append(
             Term(
@@ -667,18 +697,7 @@ def _cell_forecast(
             )
         )
     elif cell.compile_s > 0:
-        ratio = table.model["gpu_compile_ratio"]
-        terms.append(
-            Term(
-                kind="compile",
-                low_s=cell.compile_s * ratio.low,
-                high_s=cell.compile_s * ratio.high,
-                words=(
-                    f"XLA:GPU compile: {units.seconds(cell.compile_s)} on this CPU × {ratio.text()} ({ratio.basis})"
-                ),
-                figures=CompileFigures(cell.compile_s, ratio.basis),
-            )
-        )
+        terms.append(accelerator.compile_term(cell.cell, cell.compile_s, run, device, table))
     if cell.unattributed_s > 0:
         # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
         small = cell.unattributed_s < (
@@ -779,6 +798,13 @@ def _cell_forecast(
     uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms) if jax_work else None
     if uncertain is not None:
         verdict = "uncertain"
+    fails = tuple(
+        Failing(f.operation, function, f.reason, f.source)
+        for f, function in accelerator.failures(cell.cell, run, device)
+        if pins.get(_program_of(run, function) or "") is None
+    )
+    if fails:
+        verdict = "fails"
     return Outcome(
         low_s=low,
         high_s=high,
@@ -789,7 +815,17 @@ def _cell_forecast(
         jax_dominant=jax_term,
         terms=tuple(sorted(terms, key=_weight, reverse=True)),
         missing_programs=tuple(missing),
+        fails=fails,
     )
+
+
+def _program_of(run: NotebookRun, function: str) -> str | None:
+    """The key of a program of ``function`` in the run's table (what a pin names), if there is one."""
+    data = run.program_data
+    for key, program in data.programs.items() if data is not None else ():
+        if program.function == function:
+            return key
+    return None
 
 
 def _weight(term: Term) -> float:
@@ -977,9 +1013,12 @@ def _notebook(
         plan_low += kept.cpu_s - kept.gpu_low_s
         if plan_high is not None and kept.gpu_high_s is not None:
             plan_high += kept.cpu_s - kept.gpu_high_s
-    all_on_gpu = _verdict(cpu_total, low, high)
+    failing = tuple(c.index for c in cells if c.gpu[key].fails)
+    all_on_gpu = "fails" if failing else _verdict(cpu_total, low, high)
     verdict: NotebookVerdict
-    if keep and gains and plan_high is not None and plan_high < cpu_total * (1 - MARGIN):
+    if failing:
+        verdict = "fails"  # whatever the times: the notebook raises there until those functions stay on the CPU
+    elif keep and gains and plan_high is not None and plan_high < cpu_total * (1 - MARGIN):
         verdict = "mixed"
     else:
         verdict = all_on_gpu
@@ -1005,6 +1044,7 @@ def _notebook(
         most_faster=_extreme(ranking, key, slower=False),
         not_forecast=failed,
         unbounded=tuple(c.index for c in cells if c.gpu[key].high_s is None),
+        failing=failing,
     )
 
 

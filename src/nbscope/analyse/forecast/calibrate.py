@@ -27,7 +27,8 @@ from nbscope.schema.suite import BenchRun, GroupFigure, LoopsRun, Sweep
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
 
-GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+# Any accelerator JAX runs on: a calibrated TPU entry is as good as a GPU one.
+ACCELERATOR_PLATFORMS = ("gpu", "cuda", "rocm", "tpu")
 
 
 def _provenance(record: RunRecord, what: str, device: str) -> str:
@@ -40,7 +41,7 @@ def _provenance(record: RunRecord, what: str, device: str) -> str:
 
 def _gpu_sweep(run: LoopsRun) -> Sweep | None:
     for sweep in run.sweeps:
-        if sweep.placement == "default" and (sweep.platform or "").lower() in GPU_PLATFORMS:
+        if sweep.placement == "default" and (sweep.platform or "").lower() in ACCELERATOR_PLATFORMS:
             return sweep
     return None
 
@@ -48,7 +49,9 @@ def _gpu_sweep(run: LoopsRun) -> Sweep | None:
 def _from_loops(record: RunRecord, found: dict[str, Figure], names: list[str]) -> None:
     sweep = _gpu_sweep(decode(LoopsRun, record.measurements))
     if sweep is None:
-        raise NbscopeError(f"{_label(record)}: no sweep on a GPU (run `nbscope loops` on the GPU machine)")
+        raise NbscopeError(
+            f"{_label(record)}: no sweep on an accelerator (run `nbscope loops` on the GPU or TPU machine)"
+        )
     if record.target != "builtin:logistic-map":
         raise NbscopeError(
             f"{_label(record)} timed {record.target}; calibration needs the built-in loop (`nbscope loops` "
@@ -66,7 +69,7 @@ def _from_loops(record: RunRecord, found: dict[str, Figure], names: list[str]) -
 
 
 def _on_gpu(figure: GroupFigure) -> bool:
-    return (figure.device or "").split(":", 1)[0].lower() in GPU_PLATFORMS
+    return (figure.device or "").split(":", 1)[0].lower() in ACCELERATOR_PLATFORMS
 
 
 def _device_of(figure: GroupFigure) -> str:
@@ -77,7 +80,9 @@ def _device_of(figure: GroupFigure) -> str:
 def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -> None:
     figures = {f.key or "": f for f in decode(BenchRun, record.measurements).figures if _on_gpu(f)}
     if not figures:
-        raise NbscopeError(f"{_label(record)}: no figure measured on a GPU (run `nbscope bench` on the GPU machine)")
+        raise NbscopeError(
+            f"{_label(record)}: no figure measured on an accelerator (run `nbscope bench` on the GPU or TPU machine)"
+        )
 
     def pick(prefix: str) -> GroupFigure | None:
         for key in sorted(figures):
@@ -137,6 +142,7 @@ class DeviceEntry:
     name: str
     match: list[str]
     compute_capability: str | None = None
+    platform: str = "gpu"
     figures: dict[str, Figure]
     calibrated: list[str] = field(default_factory=list)
     base: str | None = None
@@ -161,7 +167,7 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
                 "`nbscope bench` runs made on the GPU"
             )
     if not found:
-        raise NbscopeError("the runs hold no GPU figure the forecast uses")
+        raise NbscopeError("the runs hold no accelerator figure the forecast uses")
     gpu_names = sorted(set(names))
     figures: dict[str, Figure] = dict(base.figures) if base is not None else {}
     figures.update(found)
@@ -175,6 +181,7 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
         name=gpu_names[0] if len(gpu_names) == 1 else (base.name if base else key),
         match=gpu_names or ([key] if base is None else base.match),
         compute_capability=base.compute_capability if base else None,
+        platform="tpu" if any("tpu" in n.lower() for n in gpu_names) else (base.platform if base else "gpu"),
         figures=figures,
         calibrated=sorted(found),
         base=base.key if base else None,
@@ -194,6 +201,8 @@ def to_toml(entry: DeviceEntry) -> str:
     ]
     if entry.compute_capability:
         lines.append(f"compute_capability = {_toml_string(entry.compute_capability)}")
+    if entry.platform != "gpu":
+        lines.append(f"platform = {_toml_string(entry.platform)}")
     for name in DEVICE_FIGURES:
         figure = entry.figures[name]
         amount = (

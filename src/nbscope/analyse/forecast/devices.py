@@ -12,15 +12,21 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.schema import devices_file, process_environment
+from nbscope.schema.codec import Write
 from nbscope.schema.devices_file import DEVICE_FIGURES as DEVICE_FIGURES  # its readers import them from here
 from nbscope.schema.devices_file import MODEL_FIGURES
 from nbscope.schema.devices_file import Figure as Figure
 
 BUILTIN = Path(__file__).with_name("devices.toml")
+
+
+def not_gpu(platform: object) -> bool:
+    """``Write(when=not_gpu)``: a device's platform is written where it is not a GPU (as documents were before)."""
+    return platform != "gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +39,15 @@ class Device:
     compute_capability: str | None
     origin: str  # the file its figures (last) came from
     figures: dict[str, Figure]
+    platform: Annotated[str, Write(when=not_gpu)] = "gpu"  # gpu or tpu (devices_file.PLATFORMS)
 
     def figure(self, name: str) -> Figure:
         return self.figures[name]
+
+    @property
+    def kind(self) -> str:
+        """``GPU`` or ``TPU``: the word for this device in a forecast's text."""
+        return self.platform.upper()
 
 
 @dataclass
@@ -84,6 +96,7 @@ def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin:
             ),
             figures={**(existing.figures if existing else {}), **entry.figures},
             origin="nbscope" if builtin else source_file,
+            platform=entry.platform or (existing.platform if existing else "gpu"),
         )
     missing_model = [name for name in MODEL_FIGURES if name not in table.model]
     if builtin and missing_model:
@@ -146,7 +159,7 @@ def resolve(table: DeviceTable, names: str | list[str]) -> list[Device]:
     """Devices by key (``t4``) or by a name they match (``Tesla T4``), in the order given."""
     wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
     if not wanted:
-        raise NbscopeError(f"--gpu needs at least one GPU: {table.known()}")
+        raise NbscopeError(f"--device needs at least one device: {table.known()}")
     found: list[Device] = []
     for name in wanted:
         device = table.devices.get(name.lower())
@@ -154,7 +167,7 @@ def resolve(table: DeviceTable, names: str | list[str]) -> list[Device]:
             device = _by_name(table, name)
         if device is None:
             raise NbscopeError(
-                f"unknown GPU {name!r}: known are {table.known()}; add one in a device file "
+                f"unknown device {name!r}: known are {table.known()}; add one in a device file "
                 "(--devices FILE, $NBSCOPE_DEVICES or ~/.config/nbscope/devices.toml; see docs/forecast.md) "
                 "or calibrate one with `nbscope forecast --calibrate-from RUN --name KEY`"
             )

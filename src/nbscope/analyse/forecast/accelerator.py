@@ -1,0 +1,134 @@
+"""The forecast's terms that depend on what the device is rather than on its speed: XLA's compile for it, the
+runtime's start in a process's first JAX cell, and the float64 operations a TPU cannot run.
+
+A TPU is no fast GPU: XLA:TPU compiles a program in 0.06 s to tens of seconds where XLA:CPU took a few tens of
+milliseconds, opening the chip costs seconds once per process, and some float64 operations fail outright (measured
+on the lent v5e, jax/jaxlib 0.10.2, libtpu 0.0.42.1: ``UNIMPLEMENTED: Only F32 and C64 types are implemented in
+LuDecomposition``). Each figure comes from the device table, which says where it comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nbscope import _units as units
+from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure
+from nbscope.analyse.forecast.model import CompileFigures, Term
+from nbscope.schema.model import Cell, NotebookRun
+
+# 64-bit values a program takes or makes: XLA:TPU emulates float64 and splits int64, and compiles them slowly.
+_X64_WORDS = ("float64", "complex128", "int64", "uint64", "f64", "c128", "s64", "u64")
+# Above this many 64-bit bytes a TPU compile grows with the program's size (a float64 cos over 400 MB took 4.7 s
+# to compile on the v5e, over a few bytes 0.07 s): the high end adds this many seconds per byte.
+_X64_COMPILE_S_PER_BYTE = 1.2e-8
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An operation the device cannot run in a cell: what it is, why, and where that is known from."""
+
+    operation: str
+    reason: str
+    source: str
+
+
+# Float64 (and complex128) operations XLA:TPU does not run, each as the CUDA lowering's solver call or JAX's
+# function name that shows it in a CPU run, with the error the v5e gave (nbscope's device check, 2026-12-06).
+_LU = Failure(
+    "float64 LU decomposition (jnp.linalg.solve, inv, det, scipy.linalg.lu)",
+    "UNIMPLEMENTED: Only F32 and C64 types are implemented in LuDecomposition",
+    "measured on a TPU v5e (jax 0.10.2, libtpu 0.0.42.1)",
+)
+_EIG = Failure(
+    "float64 general eigenvalues (jnp.linalg.eig)",
+    "NotImplementedError: MLIR translation rule for primitive 'eig' not found for platform tpu",
+    "measured on a TPU v5e (jax 0.10.2)",
+)
+_FFT = Failure(
+    "complex128 FFT (jnp.fft)",
+    "INVALID_ARGUMENT: Unexpected operand type for FFT: c128",
+    "measured on a TPU v5e (jax 0.10.2, libtpu 0.0.42.1)",
+)
+_TPU_CALLS = {"getrf": _LU, "getrs": _LU, "geev": _EIG}
+_TPU_FUNCTIONS = {
+    "solve": _LU,
+    "inv": _LU,
+    "det": _LU,
+    "slogdet": _LU,
+    "lu": _LU,
+    "lu_factor": _LU,
+    "eig": _EIG,
+    "eigvals": _EIG,
+    "fft": _FFT,
+    "ifft": _FFT,
+    "fftn": _FFT,
+    "ifftn": _FFT,
+    "fft2": _FFT,
+    "ifft2": _FFT,
+}
+
+
+def is_x64(shapes: tuple[str, ...] | list[str], dtypes: tuple[str, ...] = ()) -> bool:
+    return any(word in text for text in (*shapes, *dtypes) for word in _X64_WORDS)
+
+
+def failures(cell: Cell, run: NotebookRun, device: Device) -> list[tuple[Failure, str]]:
+    """The operations of ``cell`` that ``device`` cannot run, each with the function (or program) that calls it."""
+    if device.platform != "tpu":
+        return []
+    found: list[tuple[Failure, str]] = []
+    for execution in cell.programs.executions if cell.programs is not None else ():
+        program = run.program(execution.program)
+        if program is None or not is_x64((), program.float_dtypes):
+            continue
+        calls = program.gpu.custom_calls if program.gpu is not None else {}
+        for target in calls:
+            failure = next((f for word, f in _TPU_CALLS.items() if word in target.lower()), None)
+            if failure is not None and (failure, program.function or program.key or "?") not in found:
+                found.append((failure, program.function or program.key or "?"))
+    for function in cell.jax.functions if cell.jax is not None else ():
+        failure = _TPU_FUNCTIONS.get(function.name or "")
+        wide = failure is _FFT and any("complex128" in s or "float64" in s for s in function.shapes)
+        if failure is not None and (wide or (failure is not _FFT and is_x64(function.shapes))):
+            if all(f is not failure for f, _ in found):
+                found.append((failure, function.name or "?"))
+    return found
+
+
+def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device, table: DeviceTable) -> Term:
+    """The cell's compile on ``device``: the CPU's compile times the device's ratio (its 64-bit ratio for programs
+    with 64-bit values), at least its fixed cost per compiled program; a GPU without its own figures uses the
+    table's gpu_compile_ratio."""
+    ratio = device.figures.get("compile_ratio") or table.model["gpu_compile_ratio"]
+    each = device.figures.get("compile_each_s")
+    shapes = [s for f in (cell.jax.functions if cell.jax is not None else ()) for s in f.shapes]
+    programs = [run.program(e.program) for e in (cell.programs.executions if cell.programs is not None else ())]
+    dtypes = tuple(d for p in programs if p is not None for d in p.float_dtypes)
+    x64 = is_x64(shapes, dtypes)
+    if x64 and "compile_ratio_x64" in device.figures:
+        ratio = device.figures["compile_ratio_x64"]
+    compiles = cell.jax.compiles if cell.jax is not None else 0
+    low, high = compile_s * ratio.low, compile_s * ratio.high
+    words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {ratio.text()} ({ratio.basis})"
+    if each is not None and compiles:
+        low, high = max(low, compiles * each.low), high + compiles * each.high
+        words += f", at least {compiles} × {each.text(' s')} per compiled program"
+    if x64 and device.platform == "tpu":
+        wide = sum(sum(p.parameters_bytes) + (p.output_bytes or 0) for p in programs if p is not None)
+        if wide:
+            high += wide * _X64_COMPILE_S_PER_BYTE
+            words += f"; 64-bit values ({units.size(wide)}) compile slower there"
+    return Term(kind="compile", low_s=low, high_s=high, words=words, figures=CompileFigures(compile_s, ratio.basis))
+
+
+def runtime_start_term(device: Device) -> Term | None:
+    """Opening the device in the first cell that uses JAX (None: the table gives no figure for it)."""
+    start: Figure | None = device.figures.get("runtime_start_s")
+    if start is None:
+        return None
+    return Term(
+        kind="runtime",
+        low_s=start.low,
+        high_s=start.high,
+        words=f"opening the {device.kind} runtime, once per kernel: {start.text(' s')} ({start.basis})",
+    )
