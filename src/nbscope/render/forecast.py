@@ -31,6 +31,7 @@ VERDICT_STYLE: dict[NotebookVerdict | Literal["not forecast"], str] = {
     "unchanged": "dim",
     "uncertain": "magenta",
     "not forecast": "dim",
+    "fails": "bold red",
 }
 MEANING = (
     "CPU: the cell's time measured on this machine. Forecast: low–high seconds on the GPU = host work "
@@ -47,15 +48,21 @@ CODE_WIDTH = 40  # a cell's first line, cut here in both formats (a terminal cut
 seconds_range = units.seconds_range
 
 
-def dominant_words(outcome: Outcome) -> str:
+def dominant_words(outcome: Outcome, kind: str = "GPU") -> str:
     """The dominant term with its total; when that is carried-over host time (or compile), the main
     JAX term too; for an uncertain cell, what is unknown and what would settle it."""
     dominant, jax = outcome.dominant, outcome.jax_dominant
+    fails = "; ".join(
+        f"raises on the {kind}: {f.operation} in `{f.function}` ({f.reason}; {f.source}): keep `{f.function}` on the CPU"
+        for f in outcome.fails
+    )
     words = dominant.words if dominant is not None else ""
+    if fails:
+        return f"{fails}; if it ran: {words}" if words else fails
     if dominant is not None and words and (dominant.high_s is not None or dominant.low_s):
         words += f" = {seconds_range(dominant.low_s, dominant.high_s)}"
     if dominant is not None and dominant.kind in ("host", "compile") and jax is not None and jax.words:
-        words += f"; on the GPU: {jax.words} = {seconds_range(jax.low_s, jax.high_s)}"
+        words += f"; on the {kind}: {jax.words} = {seconds_range(jax.low_s, jax.high_s)}"
     uncertain = outcome.uncertain
     if uncertain is not None:
         words += f"; unknown: {uncertain.unknown}; to settle: {uncertain.settle}"
@@ -78,20 +85,27 @@ def _cells_in_order(result: Forecast, device: str, top: int | None, show_all: bo
     return [cells[i] for i in sorted(chosen, key=lambda i: order.get(i, len(order)))]
 
 
+def _kind(result: Forecast, key: str) -> str:
+    device = result.device(key)
+    return device.kind if device is not None else "GPU"
+
+
 def _headline(result: Forecast, key: str) -> str:
     notebook = result.notebook[key]
     name = result.device_name(key)
     total = seconds_range(notebook.low_s, notebook.high_s)
     verdict = notebook.verdict
     cpu = format_seconds(notebook.cpu_s)
+    device = result.device(key)
+    kind = device.kind if device is not None else "GPU"
     if verdict == "unchanged":
-        return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a GPU changes nothing"
-    text = f"{name}: {total} with everything on the GPU vs {cpu} measured on this CPU"
+        return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a {kind} changes nothing"
+    text = f"{name}: {total} with everything on the {kind} vs {cpu} measured on this CPU"
     extra = ""
     if notebook.unbounded:
         cells = ", ".join(str(i + 1) for i in notebook.unbounded)
         extra += (
-            f"; no upper bound: the GPU time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} is unknown"
+            f"; no upper bound: the {kind} time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} is unknown"
         )
     if notebook.uncertain:
         extra += f"; uncertain cells: {', '.join(str(i + 1) for i in notebook.uncertain)}"
@@ -103,7 +117,12 @@ def _headline(result: Forecast, key: str) -> str:
             f"{text}; mixed: {seconds_range(plan.low_s, plan.high_s)} with "
             f"{', '.join(plan.keep_on_cpu)} kept on the CPU{extra}"
         )
-    return f"{text}: {verdict} on the GPU{extra}"
+    if notebook.failing:
+        failing = ", ".join(str(i + 1) for i in notebook.failing)
+        return (
+            f"{text}: fails on the {kind}: cell{'s' if len(notebook.failing) > 1 else ''} {failing} raise there{extra}"
+        )
+    return f"{text}: {verdict} on the {kind}{extra}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +214,7 @@ def forecast_rows(
                 *_cell_items(cell.index, cell.line, cell.first_line, cell.cpu.wall_s),
                 seconds_range(outcome.low_s, outcome.high_s),
                 Item(outcome.verdict, VERDICT_STYLE[outcome.verdict]),
-                dominant_words(outcome),
+                dominant_words(outcome, _kind(result, key)),
             )
         )
     for failed in result.not_forecast:
@@ -259,11 +278,13 @@ def _error(value: float | None) -> str:
 
 def _measured_total(comparison: MeasuredComparison) -> str:
     total = comparison.total
+    whole = comparison.with_compile
     return (
-        f"total without compile: forecast {seconds_range(total.forecast_low_s, total.forecast_high_s)}, "
+        f"total{'' if whole else ' without compile'}: forecast "
+        f"{seconds_range(total.forecast_low_s, total.forecast_high_s)}, "
         f"measured {format_seconds(total.measured_s)} (error {_error(total.error)}); "
         f"{comparison.within} of {comparison.paired} cells within the forecast range "
-        "(error: forecast midpoint vs measured, compile left out of both)"
+        f"(error: forecast midpoint vs measured, {'compile included' if whole else 'compile left out of both'})"
     )
 
 
@@ -442,7 +463,7 @@ def forecast_html(result: Forecast) -> str:
                     format_seconds(cell.cpu.wall_s),
                     seconds_range(outcome.low_s, outcome.high_s),
                     outcome.verdict,
-                    dominant_words(outcome),
+                    dominant_words(outcome, _kind(result, key)),
                 )
             )
         if rows:

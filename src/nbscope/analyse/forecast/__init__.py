@@ -795,7 +795,7 @@ def _cell_forecast(
     jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
     jax_work = cell.jax_work
     verdict: CellVerdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
-    uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms) if jax_work else None
+    uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms, device=device) if jax_work else None
     if uncertain is not None:
         verdict = "uncertain"
     fails = tuple(
@@ -868,7 +868,12 @@ def _spread(term: Term) -> float:
 
 
 def _uncertainty(
-    dominant: Term | None, cpu: float, low: float, high: float | None, terms: list[Term] | None = None
+    dominant: Term | None,
+    cpu: float,
+    low: float,
+    high: float | None,
+    terms: list[Term] | None = None,
+    device: Device | None = None,
 ) -> Uncertainty | None:
     """Why a cell's verdict is "uncertain" (None when it is not): its range straddles the CPU time, or
     its dominant term is wider than ×4 and the verdict would not survive that term being off by its width
@@ -887,25 +892,27 @@ def _uncertainty(
     assert dominant is not None
     ratio = None if dominant.high_s is None or dominant.low_s <= 0 else dominant.high_s / dominant.low_s
     cause = dominant  # the term whose width is unknown
+    kind = device.kind if device is not None else "GPU"
     if _spread(dominant) <= 0 and terms and _spread(widest := max(terms, key=_spread)) > 0:
         cause = widest
     if cause.kind == "loop" and cause.trip_count_basis in ("unknown", "estimated"):
         unknown = f"the trip count of {cause.name or 'a loop'}"
-        settle = "a longer CPU run (its trace counts the iterations), or a GPU run"
+        settle = f"a longer CPU run (its trace counts the iterations), or a {kind} run"
     elif cause.kind == "unattributed":
         unknown = (
             "what ran in the time a trace cut short did not attribute"
             if cause.unseen
             else "which program ran the JAX time the trace did not attribute"
         )
-        settle = "a run whose trace captures the program, or a GPU run"
+        settle = f"a run whose trace captures the program, or a {kind} run"
     elif cause.kind == "compile":
-        unknown = "XLA:GPU's compile time"
-        settle = "a GPU run, to calibrate gpu_compile_ratio"
+        unknown = f"XLA:{kind}'s compile time"
+        own = device is not None and "compile_ratio" in device.figures
+        settle = f"a {kind} run, to calibrate {'compile_ratio' if own else 'gpu_compile_ratio'}"
     else:
         # The term's own words are printed just before this (dominant_words): name it, don't repeat it.
         unknown = f"the device's figures behind the {cause.kind} term" + (f" of {cause.name}" if cause.name else "")
-        settle = "calibrate on a GPU (nbscope loops / bench there, then forecast --calibrate-from)"
+        settle = f"calibrate on a {kind} (nbscope loops / bench there, then forecast --calibrate-from)"
     return Uncertainty(
         unknown=unknown, settle=settle, dominant_ratio=ratio, straddles=_verdict(cpu, low, high) == "uncertain"
     )

@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device
 from nbscope.record.cells import pair_cells
-from nbscope.schema.codec import Encoded
+from nbscope.schema.codec import Encoded, Write, given
 from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
@@ -78,6 +78,8 @@ class MeasuredComparison(Encoded):
     within: int  # of those, cells whose measured time lies in the forecast range
     total: MeasuredTotal
     notes: tuple[str, ...]
+    # the device's compile is forecast (a TPU's), so both sides keep it; written only then
+    with_compile: Annotated[bool, Write(when=given)] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +115,14 @@ def _platform(record: RunRecord) -> str | None:
 
 
 def measured_gpus(record: RunRecord) -> list[str]:
-    """The GPU names a run's fingerprint lists (what NVML reported: ``Tesla T4``)."""
-    return [gpu.name for gpu in record.machine().gpus if gpu.name]
+    """The accelerator names a run lists: its fingerprint's GPUs (what NVML reported: ``Tesla T4``), else the kind
+    of device its kernel's JAX ran on (``TPU v5 lite``)."""
+    names = [gpu.name for gpu in record.machine().gpus if gpu.name]
+    kernel = record.notebook_run().kernel
+    backend = kernel.jax_backend if kernel is not None else None
+    if not names and backend is not None and backend.device_kind and backend.platform != "cpu":
+        names.append(backend.device_kind)
+    return names
 
 
 def against_measured(result: Forecast, measured: RunRecord, device: str) -> MeasuredComparison:
@@ -128,10 +136,13 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     }
     rows = []
     paired = 0
+    forecast_device = result.device(device)
+    # A device with compile figures of its own (a TPU) has its compile forecast, not carried over: compared whole.
+    whole = forecast_device is not None and "compile_ratio" in forecast_device.figures
     for cell in result.cells:
         other = paired_cell.get(id(cell.recorded))
         outcome = cell.gpu[device]
-        compile_term = next((t for t in outcome.terms if t.kind == "compile"), None)
+        compile_term = None if whole else next((t for t in outcome.terms if t.kind == "compile"), None)
         compile_low = compile_term.low_s if compile_term else 0.0
         compile_high = compile_term.high_s if compile_term else 0.0
         low = max(0.0, outcome.low_s - compile_low)
@@ -139,7 +150,7 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         measured_s = measured_wall_s = within = error = None
         if other is not None and other.ran:
             paired += 1
-            measured_s, measured_wall_s = _run_time(other), other.notebook_wall_s
+            measured_s, measured_wall_s = (other.notebook_wall_s if whole else _run_time(other)), other.notebook_wall_s
             if measured_s is not None:
                 within = low <= measured_s and (high is None or measured_s <= high)
                 mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
@@ -169,13 +180,14 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     mid_total = (
         low_total if high_total is None else (low_total * high_total) ** 0.5 if low_total > 0 else high_total / 2
     )
-    notes = []
+    notes: list[str] = []
     platform = _platform(measured)
-    if platform != "gpu":
-        notes.append(f"the measured run used the {platform} backend, not a GPU: its times measure no GPU")
-    forecast_device = result.device(device)
+    expected = forecast_device.platform if forecast_device is not None else "gpu"
+    if platform != expected:
+        word = expected.upper()
+        notes.append(f"the measured run used the {platform} backend, not a {word}: its times measure no {word}")
     names = measured_gpus(measured)
-    if forecast_device is not None and names and platform == "gpu" and not _matches(forecast_device, names[0]):
+    if forecast_device is not None and names and platform == expected and not _matches(forecast_device, names[0]):
         notes.append(f"the measured run ran on a {names[0]}, the forecast is for the {forecast_device.name}")
     return MeasuredComparison(
         device=device,
@@ -192,6 +204,7 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
             error=(mid_total - measured_total) / measured_total if measured_total > 0 else None,
         ),
         notes=tuple(notes),
+        with_compile=whole,
     )
 
 

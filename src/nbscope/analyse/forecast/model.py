@@ -391,7 +391,10 @@ def program_terms(
             count = f"≈{low_iterations:,.0f}–{high_iterations:,.0f} iterations (estimated)"
         else:
             count = "an unknown number of iterations"
-        why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
+        if device.platform == "tpu":  # the loop runs on the chip's scalar unit: no host in an iteration
+            why_words = "on the chip, testing its condition" if figure == "sync_iteration_us" else "on the chip"
+        else:
+            why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
         parts = f"{span(over_low, over_high)} step, {why_words}"
         if body_high > 0:
             parts += f" + {span(body_low, body_high)} body work"
