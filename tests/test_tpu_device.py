@@ -151,3 +151,25 @@ def test_the_fingerprint_names_a_tpu_without_starting_it() -> None:
         fingerprint._model_name("unknown", hidden) == "AuthenticAMD family 175 model 1 (no model name in /proc/cpuinfo)"
     )
     assert fingerprint._model_name("AMD EPYC 7B13", hidden) == "AMD EPYC 7B13"
+
+
+def test_one_recommendation_across_targets(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "nbscope.db"
+    imported = [sys.executable, "-m", "nbscope", "import", str(DEVICE / "cpu_host_markov_asset.json"), "--db", str(db)]
+    subprocess.run(imported, check=True, capture_output=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "nbscope", "forecast", "1", "--device", "all", "--db", str(db), "--markdown"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    table = shown[shown.index("### the notebook on each target") :]
+    rows = [line for line in table.splitlines() if line.startswith("|")][2:]
+    assert rows[0].startswith("| this CPU (measured)")
+    assert {row.split("|")[1].strip() for row in rows[1:]} >= {"NVIDIA T4 (t4)", "Google TPU v5e (tpu-v5e)"}
+    tpu = next(row for row in rows if "tpu-v5e" in row)
+    assert "fails" in tpu and "cell 27" in tpu and "cell 28" in tpu
+    assert "fails" not in next(row for row in rows if "(t4)" in row)

@@ -46,8 +46,14 @@ TOTAL_KEYS = (
 
 # Why a difference in a fingerprint or settings field can change timings; first matching prefix wins.
 _WHY: tuple[tuple[str, str], ...] = (
-    ("settings.jax_platform", "JAX backend: CPU and GPU differ per cell (compile, dispatch, loops, float64)"),
-    ("derived.platform", "JAX backend: CPU and GPU differ per cell (compile, dispatch, loops, float64)"),
+    (
+        "settings.jax_platform",
+        "JAX backend: CPU and accelerator (GPU, TPU) differ per cell (compile, dispatch, loops, float64)",
+    ),
+    (
+        "derived.platform",
+        "JAX backend: CPU and accelerator (GPU, TPU) differ per cell (compile, dispatch, loops, float64)",
+    ),
     ("settings.jax_cache", "persistent compile cache: a warm cache turns backend compiles into retrievals"),
     ("derived.cache_state", "persistent compile cache state at the start of the run"),
     ("settings.env", "environment overrides given to the kernel"),

@@ -270,6 +270,7 @@ _CHOICE: dict[NotebookVerdict, str] = {
     "faster": "gpu",
     "uncertain": "cpu",
     "unchanged": "cpu",
+    "fails": "cpu",  # cells raise there: the CPU, unless the failing functions are kept on it (the plan)
 }
 
 

@@ -59,8 +59,10 @@ def forecast_command(
         str,
         typer.Option(
             "--gpu",
-            metavar="GPU[,GPU...]",
-            help="GPUs of the device table (t4, l4, a10g, a100, h100, h200, or your own).",
+            "--device",
+            metavar="DEVICE[,DEVICE...]",
+            help="Devices of the table (t4, l4, a10g, a100, h100, h200, tpu-v5e, or your own); all: every one, "
+            "side by side.",
         ),
     ] = "t4",
     devices: DevicesOption = None,

@@ -85,6 +85,12 @@ def _cells_in_order(result: Forecast, device: str, top: int | None, show_all: bo
     return [cells[i] for i in sorted(chosen, key=lambda i: order.get(i, len(order)))]
 
 
+def _targets_word(result: Forecast) -> str:
+    """``GPU``, ``TPU`` or ``Device``: what the forecast's targets are, in its title."""
+    kinds = {device.kind for device in result.devices}
+    return kinds.pop() if len(kinds) == 1 else "Device"
+
+
 def _kind(result: Forecast, key: str) -> str:
     device = result.device(key)
     return device.kind if device is not None else "GPU"
@@ -239,7 +245,7 @@ def print_forecast(result: Forecast, *, top: int | None = 15, show_all: bool = F
     run = result.run
     where = f"run {run.id}" if run.id is not None else "the run"
     console.print(
-        f"[bold]GPU forecast[/bold] for {literal(run.target)} "
+        f"[bold]{_targets_word(result)} forecast[/bold] for {literal(run.target)} "
         f"({literal(where)}, measured on {literal(run.cpu or 'this CPU')})"
     )
     wide = console.width >= WIDE
@@ -264,12 +270,52 @@ def print_forecast(result: Forecast, *, top: int | None = 15, show_all: bool = F
                 console.print(f"      {line}", markup=False)
         for advice in summary.gains[:3]:
             console.print(f"  gains on the GPU: {literal(advice.function)} {advice.cpu} here → {advice.gpu}")
+    if len(result.devices) > 1:
+        console.print(terminal_table(targets_rows(result)))
     for comparison in result.measured or ():
         print_measured(comparison)
     for note in result.notes:
         console.print(f"[dim]note: {literal(note)}[/dim]")
     console.print(f"[dim]{MEANING}[/dim]")
     _print_figures(result)
+
+
+def targets_rows(result: Forecast) -> Rows:
+    """The notebook on the CPU it was measured on and on each device side by side: time range, verdict and the
+    cells that decide it (those that raise there, else those it slows or speeds most), so a user picks the runner
+    before paying for it."""
+    columns = (
+        _column("target", "left", "text"),
+        _column("time", "right", "number"),
+        _column("verdict", "left", "text", min_width=10),
+        _column("deciding cells", "left", "text", min_width=20),
+    )
+    first = next(iter(result.notebook.values()), None)
+    rows: list[tuple[object, ...]] = []
+    if first is not None:
+        rows.append(("this CPU (measured)", format_seconds(first.cpu_s), "–", "–"))
+    for device in result.devices:
+        notebook = result.notebook[device.key]
+        if notebook.failing:
+            deciding = "raise there: " + ", ".join(f"cell {i + 1}" for i in notebook.failing)
+        else:
+            parts = []
+            if notebook.most_slower is not None:
+                parts.append(f"cell {notebook.most_slower + 1} slower")
+            if notebook.most_faster is not None:
+                parts.append(f"cell {notebook.most_faster + 1} faster")
+            if notebook.unbounded:
+                parts.append("unbounded: " + ", ".join(str(i + 1) for i in notebook.unbounded))
+            deciding = "; ".join(parts) or "–"
+        rows.append(
+            (
+                f"{device.name} ({device.key})",
+                seconds_range(notebook.low_s, notebook.high_s),
+                Item(notebook.verdict, VERDICT_STYLE[notebook.verdict]),
+                deciding,
+            )
+        )
+    return Rows.of(columns, rows, title="the notebook on each target")
 
 
 def _error(value: float | None) -> str:
@@ -349,7 +395,7 @@ def _figure_text(figure: Figure) -> str:
 
 def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool = False) -> str:
     run = result.run
-    lines = [f"## GPU forecast: {run.target}", ""]
+    lines = [f"## {_targets_word(result)} forecast: {run.target}", ""]
     for device in result.devices:
         key = device.key
         summary = _device_summary(result, key)
@@ -365,6 +411,8 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
             if advice.example:
                 lines += ["", "  ```python", *[f"  {ln}" for ln in advice.example.splitlines()], "  ```"]
         lines.append("")
+    if len(result.devices) > 1:
+        lines += [f"### {targets_rows(result).title}", "", *markdown_table(targets_rows(result)), ""]
     for comparison in result.measured or ():
         lines += [measured_markdown(comparison)]
     lines += [f"_{MEANING}_", ""]

@@ -158,6 +158,8 @@ def _by_name(table: DeviceTable, name: str) -> Device | None:
 def resolve(table: DeviceTable, names: str | list[str]) -> list[Device]:
     """Devices by key (``t4``) or by a name they match (``Tesla T4``), in the order given."""
     wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    if [w.lower() for w in wanted] == ["all"]:  # every device of the table: one recommendation across targets
+        return list(table.devices.values())
     if not wanted:
         raise NbscopeError(f"--device needs at least one device: {table.known()}")
     found: list[Device] = []
