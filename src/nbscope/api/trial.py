@@ -1,0 +1,229 @@
+"""``nbscope try``: a remedy tried on one cell of a stored run's notebook, as the run ran it, without editing the
+notebook. Fresh kernels run it as it is and with the remedy, repeats interleaved (as it is, remedy, as it is, ...);
+each side is stored as a ``trial`` run linked to the run it tests (``settings.trial``), the remedy's with the
+judgement (``measurements.trial``: :class:`nbscope.analyse.trial.TrialResult`)."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse import trial as trial_module
+from nbscope.analyse.trial import TrialResult
+from nbscope.api.gate import changed_since, notebook_file, rerun_options
+from nbscope.api.profile import _gpus_present, jax_cache_env, preflight
+from nbscope.collect import fingerprint as fp
+from nbscope.collect import notebook as notebook_module
+from nbscope.collect import remedies
+from nbscope.collect.runner import ExecutionOptions, NotebookExecution, execute
+from nbscope.record.live import fill_measurements
+from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
+from nbscope.record.secrets import command_for_record
+from nbscope.record.store import Store, resolve_run
+from nbscope.schema.codec import decode
+
+SIDES = ("as-is", "remedy")
+ACCELERATOR = "on a machine whose JAX runs on an accelerator (a GPU or a TPU)"
+Progress = Callable[[str, int, int], None]  # side, repeat (1-based), repeats
+
+
+@dataclass(frozen=True, slots=True)
+class TrialLink:
+    """What a trial run's ``settings.trial`` says: the run it tests, the cell (1-based), the remedy and its side."""
+
+    of: int | None = None
+    cell: int = 0
+    remedy: str = ""
+    side: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Linked:
+    trial: TrialLink | None = None
+
+
+def link_of(record: RunRecord) -> TrialLink | None:
+    """The run a trial run tests (None for any other run)."""
+    return decode(_Linked, record.settings).trial if record.kind == "trial" else None
+
+
+def trials_of(store: Store, run_id: int | None) -> list[TrialResult]:
+    """The trials stored for run ``run_id``, oldest first (each from its remedy side's run)."""
+    if run_id is None or not store.path.exists():
+        return []
+    found = []
+    records: list[RunRecord] = store.records(kind="trial")
+    for record in reversed(records):
+        link = link_of(record)
+        if link is not None and link.of == run_id and link.side == "remedy":
+            stored = decode(TrialResult, record.measurements["trial"]) if "trial" in record.measurements else None
+            if stored is not None:
+                found.append(replace(stored, remedy_run=record.run_id))
+    return found
+
+
+def try_remedy(
+    run: str, cell: int, remedy: str, store: Store, *, repeats: int = 3, progress: Progress | None = None
+) -> TrialResult:
+    """Try ``remedy`` on code cell ``cell`` (1-based) of the run ``run`` names, ``repeats`` times each way; one
+    line (an NbscopeError) where it cannot be tried, with nothing run or stored."""
+    if not 1 <= repeats <= 50:
+        raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
+    source = resolve_run(run, store, kinds=PROFILE_KINDS)
+    if source.run_id is None:
+        raise NbscopeError(f"run {run} is not in {store.path}: store it first (`nbscope import {run}`)")
+    cells = source.notebook_run().cells
+    if not 1 <= cell <= len(cells):
+        raise NbscopeError(f"--cell {cell}: run {source.run_id} has {len(cells)} code cells (1 to {len(cells)})")
+    path = notebook_file(store, source)
+    if path is None:
+        raise NbscopeError(f"the notebook of run {source.run_id}, {source.target}, is not found in this project")
+    if changed_since(path, source):
+        raise NbscopeError(f"{source.target} changed since run {source.run_id}: profile it again, then try")
+    options = rerun_options(source)
+    if isinstance(options, str):
+        raise NbscopeError(f"run {source.run_id} cannot be run again as it ran: {options}")
+    options = replace(options, repeat=1, timeline=False)
+    backend = backend_of(source)["platform"]
+    chosen = remedies.parse(remedy, cells[cell - 1].source or "", cell, backend, options.process_env())
+    if chosen.placement and backend in (None, "cpu"):
+        why = f"JAX ran on the CPU in run {source.run_id}, so placing work on the CPU changes nothing; try it {ACCELERATOR}"
+        return trial_module.not_tested(source, cell, remedy, why)
+    if chosen.primes_cache and options.jax_cache != "off":
+        raise NbscopeError(f"--remedy {remedy}: run {source.run_id} ran with --jax-cache {options.jax_cache} already")
+    fingerprint = fp.collect()
+    notebook = preflight(path, options, store, fingerprint)
+    before = _file_hash(path)
+    folder = Path(tempfile.mkdtemp(prefix="nbscope-trial-"))
+    try:
+        runs = _Runs(notebook, cell, chosen, folder, nvml=_gpus_present(fingerprint), progress=progress)
+        runs.run(options.execution(options.process_env(), nvml=False), repeats)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if _file_hash(path) != before:
+        raise NbscopeError(f"{path} changed while the trial ran (not by nbscope): the trial is not stored")
+    records = [
+        _record(source, notebook, options.settings(store.env_key()), fingerprint, cell, remedy, side, runs)
+        for side in SIDES
+    ]
+    notes = [
+        *runs.notes(),
+        *([f"{remedy} acts on the whole kernel, every cell, not only cell {cell}"] if chosen.whole_kernel else []),
+    ]
+    result = trial_module.judge(
+        source, records[0], records[1], cell, remedy, (runs.values["as-is"], runs.values["remedy"]), notes
+    )
+    as_is_id = store.save(records[0])
+    records[1].measurements["trial"] = replace(result, as_is_run=as_is_id).to_dict()
+    return trial_module.with_runs(result, as_is_id, store.save(records[1]))
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _Runs:
+    """The trial's executions, each side's repeats interleaved, with the values the cell bound in each."""
+
+    def __init__(
+        self,
+        notebook: notebook_module.Notebook,
+        cell: int,
+        remedy: remedies.Remedy,
+        folder: Path,
+        *,
+        nvml: bool,
+        progress: Progress | None,
+    ) -> None:
+        self.notebook, self.cell, self.remedy, self.folder, self.nvml, self.progress = (
+            notebook,
+            cell,
+            remedy,
+            folder,
+            nvml,
+            progress,
+        )
+        self.executions: dict[str, list[NotebookExecution]] = {side: [] for side in SIDES}
+        self.values: dict[str, list[dict[str, tuple[str, object]]]] = {side: [] for side in SIDES}
+        self.calls: list[int] = []
+        self.cache_state = "off"
+
+    def run(self, base: ExecutionOptions, repeats: int) -> None:
+        cache_env: dict[str, str] = {}
+        if self.remedy.primes_cache:  # a first kernel, not timed, fills the compile cache
+            cache_env, _ = jax_cache_env(str(self.folder / "jax-cache"), self.folder)
+            execute(self.notebook, replace(base, env={**base.env, **cache_env}, nvml=self.nvml))
+            self.cache_state = "warm"
+        names = remedies.bound_names(self.notebook.code_cells[self.cell - 1].source)
+        for number in range(repeats):
+            for side in SIDES:
+                if self.progress is not None:
+                    self.progress(side, number + 1, repeats)
+                out = self.folder / f"{side}-{number}.pickle"
+                remedied = side == "remedy"
+                hooks = (self.remedy.before, self.remedy.after) if remedied else ("", "")
+                around = (self.cell - 1, hooks[0], hooks[1] + "\n" + remedies.capture(names, str(out)))
+                env = {**base.env, **self.remedy.env, **cache_env} if remedied else base.env
+                execution = execute(
+                    notebook_module.read(self.notebook.path), replace(base, env=env, nvml=self.nvml, around=around)
+                )
+                self._keep(side, execution, out)
+
+    def _keep(self, side: str, execution: NotebookExecution, out: Path) -> None:
+        errors = execution.runner["trial_errors"] if "trial_errors" in execution.runner else {}
+        if "before" in errors:  # the remedy refused in the kernel (float64 off already, JAX not imported)
+            raise NbscopeError(f"--remedy {self.remedy.text}: {errors['before'].removeprefix('RuntimeError: ')}")
+        if execution.interrupted:
+            raise KeyboardInterrupt
+        self.executions[side].append(execution)
+        if out.is_file():
+            with out.open("rb") as handle:
+                captured = pickle.load(handle)
+            self.values[side].append(captured["values"])
+            if side == "remedy" and "calls" in captured["notes"]:
+                self.calls.append(int(captured["notes"]["calls"]))
+
+    def notes(self) -> list[str]:
+        found = []
+        if self.calls and not any(self.calls):
+            what = "function" if self.remedy.kind == "cpu" else "lax.scan or fori_loop of known length"
+            found.append(
+                f"cell {self.cell} traced no {what} the remedy could change (a program compiled in an earlier cell "
+                "is reused as it was): the remedy had nothing to act on"
+            )
+        if not self.values["as-is"] or not self.values["remedy"]:
+            found.append("the cell's values could not be read in every run: results not compared")
+        return found
+
+
+def _record(
+    source: RunRecord,
+    notebook: notebook_module.Notebook,
+    settings: dict[str, object],
+    fingerprint: dict[str, object],
+    cell: int,
+    remedy: str,
+    side: str,
+    runs: _Runs,
+) -> RunRecord:
+    """One side of the trial as a run: its repeats' figures, linked to the run it tests."""
+    link = {"of": source.run_id, "cell": cell, "remedy": remedy, "side": side}
+    record = RunRecord(
+        kind="trial",
+        target=source.target,
+        fingerprint=dict(fingerprint),
+        settings={**settings, "repeat": len(runs.executions[side]), "trial": link},
+        command=command_for_record(sys.argv),
+        label=None,
+    )
+    described = [c.describe() for c in notebook.code_cells]
+    state = runs.cache_state if side == "remedy" else "off"
+    fill_measurements(record, notebook.describe(), described, runs.executions[side], state, None)
+    return record.finish()
