@@ -51,7 +51,7 @@ def test_unroll_is_measured_with_its_significance_and_stored_linked(project: Pat
     links = [link_of(record) for record in sides]
     assert [(link.of, link.cell, link.side) for link in links if link] == [(1, 2, "as-is"), (1, 2, "remedy")]
     assert [r.kind for r in sides] == ["trial", "trial"] and len(sides[1].notebook_run().cells) == 2
-    assert [t.remedy for t in trials_of(store, 1)] == ["unroll:8"]
+    assert [t.remedy for t in trials_of(store, store.get(1))] == ["unroll:8"]
 
 
 def test_x64_off_changes_the_result_and_says_by_how_much(project: Path) -> None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from nbscope import _units as units
 from nbscope.analyse.gate import GateComparison, GateOptions, gate
 from nbscope.record.run import RunRecord
-from nbscope.schema.codec import Encoded
+from nbscope.schema.codec import Encoded, decode
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Finding
 
 RTOL, ATOL = 1e-6, 1e-9  # arrays (and floats) this close are equal within tolerance
 # A remedy is judged against the notebook as it is: any change past the noise counts, not only one past 10 %.
@@ -231,3 +234,36 @@ def not_tested(source: RunRecord, cell: int, remedy: str, why: str) -> TrialResu
 
 def with_runs(result: TrialResult, as_is: int | None, remedied: int | None) -> TrialResult:
     return replace(result, as_is_run=as_is, remedy_run=remedied)
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    """What a finding's evidence says of where its remedy applies."""
+
+    loop_functions: Mapping[str, object] = field(default_factory=dict)
+    forecast_functions: Mapping[str, object] = field(default_factory=dict)
+    float64_cells: tuple[int, ...] = ()
+    affected_cells: tuple[int, ...] = ()
+
+
+# Rules whose fix is a remedy ``nbscope try`` applies: a latency-bound loop's "on the CPU", a weak float64's "keep
+# JAX in float32", and a compile cost's "a warm compile cache".
+_CACHE_RULES = ("compile-bound", "first-call")
+
+
+def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
+    """The cell (1-based) and remedy that try a finding's fix, where its fix is one (else None); a compile cost of
+    the whole notebook is tried on the cell that compiled longest in ``record``."""
+    evidence = decode(_Evidence, finding.evidence)
+    cells = [finding.cell_index] if finding.cell_index is not None else []
+    if finding.rule == "latency-bound-loop" and cells:
+        functions = [*evidence.loop_functions, *evidence.forecast_functions]
+        return cells[0] + 1, f"cpu:{functions[0].split('.')[-1]}" if functions else "cpu"
+    if finding.rule == "weak-float64":
+        found = cells or [*evidence.float64_cells, *evidence.affected_cells]
+        return (found[0] + 1, "x64:off") if found else None
+    if finding.rule in _CACHE_RULES:
+        compiled = [(c.compile_s or 0.0, c.index) for c in record.notebook_run().cells]
+        found = cells or [max(compiled)[1]] if compiled else []
+        return (found[0] + 1, "cache:warm") if found else None
+    return None

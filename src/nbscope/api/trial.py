@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from nbscope._errors import NbscopeError
@@ -19,6 +19,8 @@ from nbscope.analyse import trial as trial_module
 from nbscope.analyse.trial import TrialResult
 from nbscope.api.gate import changed_since, notebook_file, rerun_options
 from nbscope.api.profile import _gpus_present, jax_cache_env, preflight
+from nbscope.api.runs import link_of as link_of
+from nbscope.api.runs import trials_of as trials_of
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect import remedies
@@ -27,46 +29,10 @@ from nbscope.record.live import fill_measurements
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.secrets import command_for_record
 from nbscope.record.store import Store, resolve_run
-from nbscope.schema.codec import decode
 
 SIDES = ("as-is", "remedy")
 ACCELERATOR = "on a machine whose JAX runs on an accelerator (a GPU or a TPU)"
 Progress = Callable[[str, int, int], None]  # side, repeat (1-based), repeats
-
-
-@dataclass(frozen=True, slots=True)
-class TrialLink:
-    """What a trial run's ``settings.trial`` says: the run it tests, the cell (1-based), the remedy and its side."""
-
-    of: int | None = None
-    cell: int = 0
-    remedy: str = ""
-    side: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class _Linked:
-    trial: TrialLink | None = None
-
-
-def link_of(record: RunRecord) -> TrialLink | None:
-    """The run a trial run tests (None for any other run)."""
-    return decode(_Linked, record.settings).trial if record.kind == "trial" else None
-
-
-def trials_of(store: Store, run_id: int | None) -> list[TrialResult]:
-    """The trials stored for run ``run_id``, oldest first (each from its remedy side's run)."""
-    if run_id is None or not store.path.exists():
-        return []
-    found = []
-    records: list[RunRecord] = store.records(kind="trial")
-    for record in reversed(records):
-        link = link_of(record)
-        if link is not None and link.of == run_id and link.side == "remedy":
-            stored = decode(TrialResult, record.measurements["trial"]) if "trial" in record.measurements else None
-            if stored is not None:
-                found.append(replace(stored, remedy_run=record.run_id))
-    return found
 
 
 def try_remedy(

@@ -141,12 +141,21 @@ def bound_names(source: str) -> list[str]:
     except SyntaxError:
         return []
     found: dict[str, None] = {}
-    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+    skip = (
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.Lambda,
+        ast.ListComp,
+        ast.SetComp,
+        ast.DictComp,
+        ast.GeneratorExp,
+    )
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, skip):
             return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id != "_":
             found[node.id] = None
         for child in ast.iter_child_nodes(node):
             visit(child)
