@@ -15,12 +15,12 @@ from nbscope.api.trial import link_of, trials_of
 from nbscope.record.store import Store
 
 pytestmark = pytest.mark.slow
-NOTEBOOKS = ("trial_scan.md", "trial_x64.md")
+NOTEBOOKS = ("trial_scan.md", "trial_x64.md", "diag_unrolled_loop.ipynb")
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project with both notebooks, each profiled once (runs 1 and 2 of its store)."""
+    """A project with the notebooks, each profiled once (runs 1, 2 and 3 of its store)."""
     folder = tmp_path_factory.mktemp("try")
     for name in NOTEBOOKS:
         shutil.copy(TESTS_DIR / "files" / name, folder / name)
@@ -29,18 +29,27 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def _hashes(project: Path) -> list[str]:
+    return [hashlib.sha256((project / name).read_bytes()).hexdigest() for name in NOTEBOOKS]
+
+
 def _try(project: Path, *args: str) -> dict:
-    digest = hashlib.sha256((project / NOTEBOOKS[0]).read_bytes() + (project / NOTEBOOKS[1]).read_bytes()).hexdigest()
+    before = _hashes(project)
     ran = run_in_process(["try", *args, "--json", "--db", ".nbscope/nbscope.db"], cwd=project)
     assert ran.returncode == 0, ran.stderr
-    after = hashlib.sha256((project / NOTEBOOKS[0]).read_bytes() + (project / NOTEBOOKS[1]).read_bytes()).hexdigest()
-    assert after == digest  # the notebooks are never edited
+    assert _hashes(project) == before  # the notebooks are never edited
     result: dict = json.loads(ran.stdout)
     return result
 
 
-def test_unroll_is_measured_with_its_significance_and_stored_linked(project: Path) -> None:
-    result = _try(project, "1", "--cell", "2", "--remedy", "unroll:8", "--repeats", "3")
+@pytest.fixture(scope="module")
+def unrolled(project: Path) -> dict:
+    """The scan cell of run 1 tried with unroll:8, three repeats each way."""
+    return _try(project, "1", "--cell", "2", "--remedy", "unroll:8", "--repeats", "3")
+
+
+def test_unroll_is_measured_with_its_significance_and_stored_linked(project: Path, unrolled: dict) -> None:
+    result = unrolled
     assert result["cell_verdict"] in ("faster", "slower", "within noise") and result["p_value"] is not None
     assert result["cell_as_is_s"] > 0 and result["cell_remedy_s"] > 0 and result["repeats"] == 3
     assert not any("nothing to act on" in note for note in result["notes"])  # the scan was unrolled
@@ -52,6 +61,27 @@ def test_unroll_is_measured_with_its_significance_and_stored_linked(project: Pat
     assert [(link.of, link.cell, link.side) for link in links if link] == [(1, 2, "as-is"), (1, 2, "remedy")]
     assert [r.kind for r in sides] == ["trial", "trial"] and len(sides[1].notebook_run().cells) == 2
     assert [t.remedy for t in trials_of(store, store.get(1))] == ["unroll:8"]
+
+
+def test_a_trial_shows_in_show_report_and_the_lecture_page(project: Path, unrolled: dict) -> None:
+    shown = run_in_process(["show", "1", "--db", ".nbscope/nbscope.db"], cwd=project)
+    assert "trial unroll:8: cell 2 " in shown.stdout and "results equal" in shown.stdout
+    assert (
+        run_in_process(["report", "1", "-o", "report.html", "--db", ".nbscope/nbscope.db"], cwd=project).returncode == 0
+    )
+    assert run_in_process(["publish", ".nbscope/nbscope.db", "-o", "site"], cwd=project).returncode == 0
+    pages = [project / "report.html", *(project / "site" / "lectures").glob("trial_scan*.html")]
+    assert len(pages) == 2 and all(
+        "Remedies tried" in page.read_text() and "unroll:8" in page.read_text() for page in pages
+    )
+
+
+def test_diagnose_try_puts_what_it_measured_in_the_finding(project: Path) -> None:
+    ran = run_in_process(
+        ["diagnose", "3", "--try", "--repeats", "1", "--json", "--db", ".nbscope/nbscope.db"], cwd=project
+    )
+    measured = [f["evidence"]["measured"] for f in json.loads(ran.stdout)["findings"] if "measured" in f["evidence"]]
+    assert measured and all(m["remedy"] == "cache:warm" and m["remedy_run"] is not None for m in measured)
 
 
 def test_x64_off_changes_the_result_and_says_by_how_much(project: Path) -> None:
