@@ -139,6 +139,8 @@ def _verdict(pair: GateComparison | None) -> str:
         return "not measured"
     if pair.verdict == "failed":
         return f"failed with the remedy: {pair.note}"
+    if pair.verdict == "not-comparable" or pair.base_status not in (None, "ok", "expected-error"):
+        return f"not comparable ({pair.note or pair.base_status})"
     return _SPEED[pair.verdict] if pair.verdict in _SPEED else "within noise"
 
 

@@ -119,6 +119,7 @@ class _Runs:
         self.executions: dict[str, list[NotebookExecution]] = {side: [] for side in SIDES}
         self.values: dict[str, list[dict[str, tuple[str, object]]]] = {side: [] for side in SIDES}
         self.calls: list[int] = []
+        self.after_errors: list[str] = []
         self.cache_state = "off"
 
     def run(self, base: ExecutionOptions, repeats: int) -> None:
@@ -148,6 +149,8 @@ class _Runs:
             raise NbscopeError(f"--remedy {self.remedy.text}: {errors['before'].removeprefix('RuntimeError: ')}")
         if execution.interrupted:
             raise KeyboardInterrupt
+        if "after" in errors:
+            self.after_errors.append(errors["after"])
         self.executions[side].append(execution)
         if out.is_file():
             with out.open("rb") as handle:
@@ -165,7 +168,8 @@ class _Runs:
                 "is reused as it was): the remedy had nothing to act on"
             )
         if not self.values["as-is"] or not self.values["remedy"]:
-            found.append("the cell's values could not be read in every run: results not compared")
+            why = f" ({self.after_errors[0]})" if self.after_errors else ""
+            found.append(f"the cell's values could not be read in every run{why}: results not compared")
         return found
 
 

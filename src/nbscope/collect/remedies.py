@@ -92,7 +92,7 @@ def parse(text: str, source: str, cell: int, backend: str | None, env: dict[str,
 
 
 def _xla_flags(text: str, arg: str, backend: str | None, env: dict[str, str]) -> dict[str, str]:
-    """XLA_FLAGS (LIBTPU_INIT_ARGS for TPU flags, which libtpu reads) with the flags added: a flag for a platform
+    """XLA_FLAGS (LIBTPU_INIT_ARGS for a TPU's flags) with the flags added: a flag for a platform
     the run did not use, or one that is not ``--xla_name[=value]``, refused."""
     flags = arg.split()
     if not flags:
@@ -102,11 +102,12 @@ def _xla_flags(text: str, arg: str, backend: str | None, env: dict[str, str]) ->
     for flag in flags:
         if not _FLAG.fullmatch(flag):
             raise NbscopeError(f"--remedy {text}: {flag!r} is not an XLA flag (--xla_name or --xla_name=value)")
-        platform = next((p for p in ("gpu", "tpu", "cpu") if flag.startswith(f"--xla_{p}_")), None)
-        if platform is not None and platform != (backend or "cpu"):
+        platform = next((p for p in ("gpu", "tpu") if flag.startswith(f"--xla_{p}_")), None)
+        if platform is not None and platform != backend:  # a CPU flag acts wherever JAX runs: its host backend
             where = f"the run's JAX used the {(backend or 'cpu').upper()}"
             raise NbscopeError(f"--remedy {text}: {flag} is a {platform.upper()} flag and {where}: it would do nothing")
-    tpu = [f for f in flags if f.startswith("--xla_tpu_")]
+    # libtpu compiles for the TPU and reads its flags from LIBTPU_INIT_ARGS; XLA_FLAGS keeps the host's (CPU, dumps).
+    tpu = [f for f in flags if (backend == "tpu" and not f.startswith(("--xla_cpu_", "--xla_dump"))) or "_tpu_" in f]
     found = {"XLA_FLAGS": _joined(env, "XLA_FLAGS", *[f for f in flags if f not in tpu])}
     return found | ({"LIBTPU_INIT_ARGS": _joined(env, "LIBTPU_INIT_ARGS", *tpu)} if tpu else {})
 
