@@ -8,7 +8,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.trial import compare_values
-from nbscope.collect.remedies import bound_names, parse
+from nbscope.collect.remedies import bound_names, capture, parse
 
 
 def _verdicts(as_is: list[dict], remedied: list[dict]) -> dict[str, tuple]:
@@ -62,3 +62,10 @@ def test_a_remedy_that_cannot_apply_is_one_line(text: str, backend: str, words: 
 def test_tpu_flags_go_to_libtpu_and_the_host_flags_stay_in_xla_flags() -> None:
     remedy = parse("xla-flags:--xla_tpu_x=1 --xla_dump_to=/tmp/d", "y = f(x)", 2, "tpu", {"XLA_FLAGS": "--xla_a=1"})
     assert remedy.env == {"XLA_FLAGS": "--xla_a=1 --xla_dump_to=/tmp/d", "LIBTPU_INIT_ARGS": "--xla_tpu_x=1"}
+
+
+@pytest.mark.parametrize("text", ["cpu", "cpu:f", "unroll:4", "x64:off", "matmul-precision:highest", "threads:1"])
+def test_the_code_run_around_the_cell_is_python(text: str) -> None:
+    remedy = parse(text, "y = f(x)", 2, "tpu", {})
+    for code in (remedy.before, remedy.after, capture(["y"], "/tmp/values.pickle", "{}")):
+        compile(code, text, "exec")

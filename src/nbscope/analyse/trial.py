@@ -130,8 +130,17 @@ def judge(
         total_remedy_s=result.total.cand_s,
         total_verdict=_verdict(result.total),
         values=checks,
-        notes=tuple(notes),
+        notes=(*notes, *_one_run_note(values[0], checks)),
     )
+
+
+def _one_run_note(as_is: Sequence[object], checks: Sequence[ValueCheck]) -> list[str]:
+    """With one run as it is, a value that changes from run to run cannot be told from one the remedy changed."""
+    if len(as_is) != 1 or not any(c.verdict == "differs" for c in checks):
+        return []
+    return [
+        "one run as it is: a value that varies from run to run would read as changed (--repeats 2 tells them apart)"
+    ]
 
 
 def _verdict(pair: GateComparison | None) -> str:
@@ -170,11 +179,10 @@ def compare_values(as_is: Sequence[Mapping[str, Any]], remedied: Sequence[Mappin
 def _check(name: str, a: Sequence[Any], b: Sequence[Any]) -> ValueCheck:
     """Two plain forms (:func:`nbscope.collect.remedies.capture`): ``('v', x)`` a plain value, ``('a', array)``,
     ``('s', [forms])`` a sequence or mapping, ``('p', bytes)`` pickled, ``('f', type)`` a function or module,
-    ``('u', why)`` unpicklable."""
-    kinds = {"f": "a function or module", "u": "cannot be pickled"}
-    if a[0] in kinds or b[0] in kinds:
-        why = kinds[a[0] if a[0] in kinds else b[0]]
-        return ValueCheck(name, "not compared", note=why + (f" ({a[1]})" if a[0] == "u" else ""))
+    ``('u', why)`` not captured (unpicklable, too large)."""
+    for form in (a, b):
+        if form[0] in ("f", "u"):
+            return ValueCheck(name, "not compared", note="a function or module" if form[0] == "f" else str(form[1]))
     if a[0] != b[0]:
         return ValueCheck(name, "differs", note="a different kind of value")
     if a[0] == "s":

@@ -79,10 +79,11 @@ def try_remedy(
         _record(source, notebook, options.settings(store.env_key()), fingerprint, cell, remedy, side, runs)
         for side in SIDES
     ]
-    notes = [
-        *runs.notes(),
-        *([f"{remedy} acts on the whole kernel, every cell, not only cell {cell}"] if chosen.whole_kernel else []),
-    ]
+    notes = runs.notes()
+    if source.kind == "trace":
+        notes.append(f"run {source.run_id} was traced in a book build; the trial runs the notebook in a kernel")
+    if chosen.whole_kernel:
+        notes.append(f"{remedy} acts on the whole kernel, every cell, not only cell {cell}")
     result = trial_module.judge(
         source, records[0], records[1], cell, remedy, (runs.values["as-is"], runs.values["remedy"]), notes
     )

@@ -263,11 +263,13 @@ def _nbscope_trial():
     def plain(value, depth):
         if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
             return ('v', value)
-        if np is not None and all(hasattr(value, a) for a in ('__array__', 'dtype', 'shape')):
+        if np is not None and hasattr(value, '__array__') and (hasattr(value, 'dtype') or hasattr(value, 'to_numpy')):
+            if getattr(value, 'nbytes', 0) > 2**28:
+                return ('u', 'larger than 256 MiB: not compared')
             try:
                 return ('a', np.asarray(value))
             except Exception as error:
-                return ('u', type(error).__name__)
+                return ('u', 'not readable as an array (' + type(error).__name__ + ')')
         if isinstance(value, (list, tuple)) and depth < 3 and len(value) <= 1000:
             return ('s', [plain(item, depth + 1) for item in value])
         if isinstance(value, dict) and depth < 3 and len(value) <= 1000:
@@ -277,7 +279,7 @@ def _nbscope_trial():
         try:
             return ('p', pickle.dumps(value))
         except Exception as error:
-            return ('u', type(error).__name__)
+            return ('u', 'cannot be pickled (' + type(error).__name__ + ')')
     state = sys.modules['_nbscope_trial'] if '_nbscope_trial' in sys.modules else None
     notes = getattr(state, 'notes', {notes})
     values = {{name: plain(ns[name], 0) for name in {names!r} if name in ns}}
