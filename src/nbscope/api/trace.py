@@ -37,6 +37,7 @@ from nbscope.api import jupyter_book2
 from nbscope.api.publish import keep_run_summaries
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
+from nbscope.collect import transport as transports
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.runner import merge_cell
 from nbscope.record.cells import target_name
@@ -479,6 +480,7 @@ class _ProbedRun:
     logs: list[KernelLog]
     timeouts: dict[str, dict[int, CellTimeout]] = field(default_factory=dict)  # kernel log name → seq → stop
     cell_timeout: float | None = None
+    transport: str = "tcp"  # how its kernels talked to the tool that started them (collect.transport)
 
 
 def _run_probed(
@@ -498,6 +500,7 @@ def _run_probed(
     ``sources``: the notebooks ``nbscope runs --live`` names the running cells from."""
     home = ProbeHome()
     try:
+        home.use_transport(transports.choose({**os.environ, **(env or {})}))
         home.override_kernelspecs()
         probe_dir = home.root / "kernels-out"
         home.announce("trace", sources or [], [probe_dir], command=command)
@@ -541,6 +544,7 @@ def _run_probed(
             logs=logs,
             timeouts=watchdog.stopped if watchdog is not None else {},
             cell_timeout=cell_timeout,
+            transport=home.transport,
         )
     finally:
         home.cleanup()
@@ -587,6 +591,7 @@ def _record_of(
     )
     runner: dict[str, Any] = {
         "pathway": "trace",
+        "transport": ran.transport,
         "command": command,
         "command_wall_s": ran.wall_s,
         "returncode": ran.returncode,

@@ -62,6 +62,7 @@ def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runn
         alarms=[],
         rss=None,
         gpu_memory=None,
+        device_memory=None,
         sched=None,
         output_bytes=0,
     )
@@ -78,6 +79,7 @@ def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runn
             alarms=None if probe.alarms is None else list(probe.alarms),
             rss=_own(probe.rss),
             gpu_memory=_own(probe.gpu_memory),
+            device_memory=_own(probe.device_memory),
             sched=_own(probe.sched),
         )
         if probe.programs_hash:  # [{name, hash}] of each program the cell compiled

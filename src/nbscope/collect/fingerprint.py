@@ -125,7 +125,7 @@ def _cpu() -> dict[str, Any]:
                     mhz.append(float(value))
                 except ValueError:
                     pass
-        info["model"] = model or absent("no model name in /proc/cpuinfo")
+        info["model"] = _model_name(model, text)
         info["physical_cores"] = len(cores) if cores else absent("no core ids in /proc/cpuinfo")
         info["mhz"] = round(sum(mhz) / len(mhz), 1) if mhz else absent("no cpu MHz in /proc/cpuinfo")
     max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
@@ -191,8 +191,42 @@ def installed_distributions(paths: Iterable[str] | None = None) -> dict[str, str
     return found
 
 
-def _versions() -> dict[str, Any]:
-    return versions_from(installed_distributions(), platform.python_version(), sys.implementation.name)
+def _model_name(model: str | None, cpuinfo: str) -> object:
+    """The CPU's model name; where the kernel hides it (gVisor writes ``model name: unknown``), its vendor, family
+    and model numbers, which still tell one CPU generation from another."""
+    if model and model.lower() != "unknown":
+        return model
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()[:12])}
+    vendor, family, number = fields.get("vendor_id"), fields.get("cpu family"), fields.get("model")
+    if vendor:
+        return f"{vendor} family {family or '?'} model {number or '?'} (no model name in /proc/cpuinfo)"
+    return absent("no model name in /proc/cpuinfo")
+
+
+def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A non-NVIDIA accelerator JAX can use, from what can be read without starting it (opening a TPU takes
+    seconds and holds the chip): TPU VMs name their type in ``TPU_ACCELERATOR_TYPE``, expose their chips as
+    ``/dev/accel*`` (v4 and later, or ``/dev/vfio/N`` in sandboxes), and JAX reaches them through ``libtpu``.
+    What JAX itself saw (the chip's kind and memory) is in the run's kernel line (``jax_backend``)."""
+    environ = os.environ if environ is None else environ
+    device_files = sorted(str(p) for p in Path("/dev").glob("accel[0-9]*")) or sorted(
+        str(p) for p in Path("/dev/vfio").glob("[0-9]*")
+    )
+    libtpu = installed.get("libtpu") or installed.get("libtpu-nightly")
+    tpu_type = environ.get("TPU_ACCELERATOR_TYPE")
+    if not (tpu_type or (libtpu and device_files)):
+        return {"platform": absent("no TPU: no TPU_ACCELERATOR_TYPE, no libtpu with a device file")}
+    return {
+        "platform": "tpu",
+        "type": tpu_type or absent("TPU_ACCELERATOR_TYPE not set"),
+        "device_files": len(device_files),
+        "libtpu": libtpu or absent("libtpu not installed"),
+        "jaxlib": installed.get("jaxlib") or absent("jaxlib not installed"),
+    }
+
+
+def _versions(installed: Mapping[str, str]) -> dict[str, Any]:
+    return versions_from(installed, platform.python_version(), sys.implementation.name)
 
 
 def versions_from(installed: Mapping[str, str], python: str, implementation: str) -> dict[str, Any]:
@@ -442,6 +476,7 @@ def jax_runtime() -> dict[str, Any]:
 def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dict[str, Any]:
     """Read the fingerprint of this machine and Python environment."""
     start = time.perf_counter()
+    installed = installed_distributions()
     fingerprint: dict[str, Any] = {
         "fingerprint_version": FINGERPRINT_VERSION,
         "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -451,7 +486,8 @@ def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dic
         "blas": _blas(),
         "numba_threading": _numba_threading(),
         "gpu": _gpus(nvml),
-        "versions": _versions(),
+        "accelerator": _accelerator(installed),
+        "versions": _versions(installed),
         "environment": _environment(),
         "ci": _ci(),
         "jax_runtime": jax_runtime() if include_jax else absent("not collected: pass --jax"),

@@ -42,6 +42,19 @@ class ProbeHome:
             shutil.copyfile(module, self.lib / module.name)
         self.kernels = self.root / "share" / "kernels"
         self._announced: list[Path] = []
+        self.transport = "tcp"
+        self.ipc_dir: Path | None = None
+
+    def use_transport(self, transport: str) -> str:
+        """Kernels of this home (and the tools that start them) talk over ``transport``; for ``ipc`` every
+        Python process started with :meth:`env` runs ``_nbscope_ipc.py`` as its ``sitecustomize``."""
+        from nbscope.collect import transport as transports
+
+        self.transport = transport
+        if transport == "ipc":
+            self.ipc_dir = transports.ipc_folder(self.root)
+            shutil.copyfile(PROBE_FILE.parent / "_nbscope_ipc.py", self.lib / "sitecustomize.py")
+        return transport
 
     def env(
         self,
@@ -65,6 +78,9 @@ class ProbeHome:
             env["NBSCOPE_PROBE_NVML"] = "1"
         if timeline_dir is not None:
             env["NBSCOPE_PROBE_TIMELINE"] = str(timeline_dir)
+        if self.ipc_dir is not None:
+            env["NBSCOPE_IPC_DIR"] = str(self.ipc_dir)
+            env["NBSCOPE_KERNEL_TRANSPORT"] = "ipc"
         if kernelspecs:
             share = str(self.kernels.parent)
             env["JUPYTER_PATH"] = os.pathsep.join(p for p in (share, given.jupyter_path) if p)
@@ -131,6 +147,8 @@ class ProbeHome:
         self._announced.clear()
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
+            if self.ipc_dir is not None and not self.ipc_dir.is_relative_to(self.root):
+                shutil.rmtree(self.ipc_dir, ignore_errors=True)  # a short folder of nbscope's own under /tmp
 
     def __enter__(self) -> ProbeHome:
         return self

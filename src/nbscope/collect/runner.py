@@ -28,6 +28,7 @@ from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
 from nbscope._processes import Descendants
 from nbscope.collect import oom
+from nbscope.collect import transport as transports
 from nbscope.collect._cells import (
     interrupted_described,
     iso_seconds,
@@ -122,6 +123,7 @@ def execute(
     from nbclient import NotebookClient
 
     home = ProbeHome()
+    transport = home.use_transport(transports.choose({**os.environ, **options.env}))
     probe_out = home.root / "probe.jsonl"
     home.announce("profile", [notebook.path], [probe_out])  # for `nbscope runs --live`
     timeline_dir = None
@@ -145,6 +147,7 @@ def execute(
             startup_timeout=int(options.startup_timeout),
             extra_arguments=[PROBE_ARGUMENT],
             resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
+            config=transports.client_config(transport, home.ipc_dir or home.root),
         )
 
     loop = _CellLoop(
@@ -156,6 +159,7 @@ def execute(
         on_cell_start,
         on_cell_done,
     )
+    loop.runner["transport"] = transport
     started = time.perf_counter()
     kernel_log = open(home.root / "kernel.log", "wb")
     descendants = None

@@ -287,8 +287,30 @@ def _platform_word(value: str) -> str:
     return first
 
 
+def observed_backend(record: RunRecord) -> dict[str, Any] | None:
+    """The backend JAX reported in the run itself (the kernel's probe, the loops or bench worker), which outranks
+    every setting and default: None when the run never started JAX."""
+    kernel = record.measurements.get("kernel") if isinstance(record.measurements, dict) else None
+    backend = kernel.get("jax_backend") if isinstance(kernel, dict) else None
+    if isinstance(backend, dict) and isinstance(backend.get("platform"), str):
+        return {"platform": _platform_word(backend["platform"]), "source": "the kernel's JAX backend"}
+    jax = record.measurements.get("jax")  # loops: the sweep's default device
+    if isinstance(jax, dict) and isinstance(jax.get("platform"), str):
+        return {"platform": _platform_word(jax["platform"]), "source": "the loops worker's JAX"}
+    groups = record.measurements.get("groups")  # bench: each JAX worker's backend
+    for group in groups.values() if isinstance(groups, dict) else ():
+        for run in group.get("runs", ()) if isinstance(group, dict) else ():
+            info = run.get("info") if isinstance(run, dict) else None
+            if isinstance(info, dict) and isinstance(info.get("backend"), str):
+                return {"platform": _platform_word(info["backend"]), "source": "the bench worker's JAX"}
+    return None
+
+
 def backend_of(record: RunRecord) -> dict[str, Any]:
     """The JAX backend a run used, and how we know: ``{"platform": "cpu"|"gpu"|"tpu"|None, "source": ...}``."""
+    observed = observed_backend(record)
+    if observed is not None:
+        return observed
     machine, settings = record.machine(), record.run_settings()
     if settings.jax_platform:
         return {"platform": _platform_word(settings.jax_platform), "source": "settings.jax_platform"}

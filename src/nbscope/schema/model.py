@@ -156,6 +156,8 @@ class Cell:
     alarms: tuple[str, ...]  # what XLA printed to stderr (slow compile, constant folding)
     rss: MemoryReading  # the kernel's resident memory at the cell's start and end, and its peak
     gpu_memory: MemoryReading  # the kernel's GPU memory (NVML), at the cell's start and end
+    # the accelerator memory JAX's allocator held (TPU or GPU): start, end, and the cell's peak where it set one
+    device_memory: MemoryReading
     sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
     interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
     output_bytes: int | None = None  # what the cell sent to its outputs
@@ -243,6 +245,7 @@ class RunnerInfo:
     ``collect.runner`` for a profile, ``api.trace`` for a traced command). ``None``: not recorded."""
 
     pathway: str | None = None  # kernel (a profile), trace
+    transport: str | None = None  # the kernel's ZMQ transport: tcp, or ipc where no loopback TCP works
     kernel_start_s: float | None = None  # spawning the kernel until it answered
     execute_s: float | None = None  # the cells, one after another, as nbclient ran them
     shutdown_s: float | None = None
@@ -268,6 +271,19 @@ class OomKillInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class JaxBackend:
+    """The backend JAX used in the kernel, as the probe read it once the notebook had started it."""
+
+    platform: str | None  # cpu, tpu, cuda, rocm
+    device_kind: str | None  # "TPU v5 lite", "Tesla T4"
+    devices: int | None
+    memory_bytes_per_device: float | None  # what JAX's allocator may use on one device
+    platform_version: str | None = None
+    jax: str | None = None
+    jaxlib: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class KernelInfo:
     """The kernel the notebook ran in, as the probe described it on loading (``measurements.kernel``)."""
 
@@ -280,6 +296,7 @@ class KernelInfo:
     session: str | None
     jax_cache_dir: str | None  # JAX_COMPILATION_CACHE_DIR in the kernel's environment
     jax_platforms: str | None  # JAX_PLATFORMS in the kernel's environment
+    jax_backend: JaxBackend | None = None  # what JAX ran on there (None: the notebook never started JAX)
 
 
 @dataclass(frozen=True, slots=True)

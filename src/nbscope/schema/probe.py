@@ -131,6 +131,7 @@ class ProbeCell:
     alarms: tuple[str, ...] | None  # what XLA printed to stderr
     rss: Mapping[str, Any] | None
     gpu_memory: Mapping[str, Any] | None
+    device_memory: Mapping[str, Any] | None
     sched: Mapping[str, Any] | None
     programs_hash: tuple[Mapping[str, Any], ...] | None  # each program the cell compiled: name and hash
     timeline_trace: ProbeTimeline | None

@@ -262,6 +262,7 @@ _CELL: Spec = {
     "alarms": "array",
     "rss": "object",
     "gpu_memory": "object",
+    "device_memory": "object",
     "sched": {"on_cpu_s": "number", "wait_s": "number", "cpu_s": "number"},
     "timeline": {"classification": "string", "top_ops": ("array", "object")},
     **_NUMBERS,

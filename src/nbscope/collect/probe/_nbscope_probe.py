@@ -214,23 +214,24 @@ class Probe:
         self.numba_current: dict[str, Any] | None = None
         self.gpu = _GpuMemory() if os.environ.get("NBSCOPE_PROBE_NVML") == "1" else None
         self.gpu_before: int | None = None
+        self.jax_devices = _JaxDevices()
+        self.device_before: tuple[int, int] | None = None
         self.timeline = _load_timeline(os.environ.get("NBSCOPE_PROBE_TIMELINE"))
         self.programs = _load_programs(os.environ.get("NBSCOPE_PROBE_PROGRAMS"))
         self.program_hashes = _program_hashes()
-        self._write(
-            {
-                "type": "kernel",
-                "probe_version": PROBE_VERSION,
-                "pid": _getpid(),
-                "cwd": _getcwd(),
-                "python": sys.version.split()[0],
-                "executable": sys.executable,
-                "started_unix": _time(),
-                "session": os.environ.get("JPY_SESSION_NAME"),
-                "jax_cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
-                "jax_platforms": os.environ.get("JAX_PLATFORMS"),
-            }
-        )
+        self.kernel_line: dict[str, Any] = {
+            "type": "kernel",
+            "probe_version": PROBE_VERSION,
+            "pid": _getpid(),
+            "cwd": _getcwd(),
+            "python": sys.version.split()[0],
+            "executable": sys.executable,
+            "started_unix": _time(),
+            "session": os.environ.get("JPY_SESSION_NAME"),
+            "jax_cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
+            "jax_platforms": os.environ.get("JAX_PLATFORMS"),
+        }
+        self._write(self.kernel_line)
 
     # ---- output -------------------------------------------------------------------------------
     def _write(self, record: dict[str, Any]) -> None:
@@ -248,6 +249,7 @@ class Probe:
         self.peak_reset = self.memory.reset_peak()
         if self.gpu is not None:
             self.gpu_before = self.gpu.used_bytes()
+        self.device_before = self.jax_devices.memory()
         if self.timeline is not None:
             self.timeline.start(self.sequence)
         if self.programs is not None:
@@ -322,10 +324,30 @@ class Probe:
             record["programs"] = programs
         if self.gpu is not None:
             record["gpu_memory"] = {"before_bytes": self.gpu_before, "after_bytes": self.gpu.used_bytes()}
+        self._device_memory(record)
         if self.request_start is None:
             self._write(record)
         else:
             self.pending = record  # written when the kernel's execute_request handler returns
+
+    def _device_memory(self, record: dict[str, Any]) -> None:
+        """The accelerator memory JAX's allocator held at the cell's start and end, and the cell's peak where the
+        cell raised the kernel's high-water mark (else unknown: the allocator's peak cannot be reset); and, the
+        first time JAX's backend is seen started, what it is (rewritten into the kernel's line)."""
+        if "jax_backend" not in self.kernel_line:
+            described = self.jax_devices.describe()
+            if described is not None:
+                self.kernel_line["jax_backend"] = described
+                self._write(self.kernel_line)
+        after = self.jax_devices.memory()
+        if after is None:
+            return
+        before = self.device_before or (0, 0)  # JAX started during the cell: it held nothing before
+        record["device_memory"] = {
+            "before_bytes": before[0],
+            "after_bytes": after[0],
+            "peak_bytes": after[1] if after[1] > before[1] else None,
+        }
 
     def _rss_record(self) -> dict[str, Any]:
         after, peak = self.memory.rss_bytes(), self.memory.peak_bytes()
@@ -672,9 +694,12 @@ def _capture_compile_shapes(probe: Probe, logger: Any) -> None:
 
 
 def _error_message(error: BaseException) -> str:
-    """The cell's exception as text; an exception whose ``__str__`` itself fails is named, not raised."""
+    """The cell's exception as text, without the C++ stack XLA appends to its errors (``    @     0x…`` frames);
+    an exception whose ``__str__`` itself fails is named, not raised."""
     try:
-        return str(error)[:500]
+        text = str(error)
+        frames = text.find("    @     0x")
+        return (text[:frames].rstrip(": \n") if frames > 0 else text)[:500]
     except Exception as exc:
         return f"(its message could not be read: {type(exc).__name__})"
 
@@ -724,6 +749,48 @@ def _class_attributes(cls: type) -> dict[str, Any]:
 def _short_shapes(text: str) -> str:
     # "(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))" -> "float32[3], int32[]"
     return ", ".join(_findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
+
+
+class _JaxDevices:
+    """JAX's backend as the notebook started it, read and never started from here (the probe does not import jax):
+    ``jax._src.xla_bridge`` holds the started backends once the notebook has used JAX."""
+
+    def _backend(self) -> Any:
+        bridge = sys.modules.get("jax._src.xla_bridge")
+        if bridge is None or not getattr(bridge, "_backends", None):
+            return None
+        return getattr(bridge, "_default_backend", None)
+
+    def describe(self) -> dict[str, Any] | None:
+        backend = self._backend()
+        if backend is None:
+            return None
+        try:
+            devices = backend.local_devices()
+            stats = (devices[0].memory_stats() or {}) if devices else {}
+            jaxlib = sys.modules.get("jaxlib.version") or sys.modules.get("jaxlib")
+            return {
+                "platform": str(backend.platform),
+                "device_kind": str(devices[0].device_kind) if devices else None,
+                "devices": len(devices),
+                "memory_bytes_per_device": stats.get("bytes_limit"),
+                "platform_version": str(getattr(backend, "platform_version", "") or "")[:200] or None,
+                "jax": getattr(sys.modules.get("jax"), "__version__", None),
+                "jaxlib": getattr(jaxlib, "__version__", None),
+            }
+        except Exception:
+            return None
+
+    def memory(self) -> tuple[int, int] | None:
+        """Bytes in use and the high-water mark over the backend's devices; None: no accelerator backend."""
+        backend = self._backend()
+        if backend is None or str(getattr(backend, "platform", "cpu")) == "cpu":
+            return None
+        try:
+            stats = [device.memory_stats() or {} for device in backend.local_devices()]
+            return sum(s.get("bytes_in_use", 0) for s in stats), sum(s.get("peak_bytes_in_use", 0) for s in stats)
+        except Exception:
+            return None
 
 
 class _GpuMemory:
