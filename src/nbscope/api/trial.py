@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nbscope._errors import NbscopeError
@@ -69,8 +69,8 @@ def try_remedy(
     before = _file_hash(path)
     folder = Path(tempfile.mkdtemp(prefix="nbscope-trial-"))
     try:
-        runs = _Runs(notebook, cell, chosen, folder, nvml=_gpus_present(fingerprint), progress=progress)
-        runs.run(options.execution(options.process_env(), nvml=False), repeats)
+        runs = _Runs(notebook, cell, chosen, folder, progress)
+        runs.run(options.execution(options.process_env(), nvml=_gpus_present(fingerprint)), repeats)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if _file_hash(path) != before:
@@ -96,38 +96,26 @@ def _file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@dataclass
 class _Runs:
     """The trial's executions, each side's repeats interleaved, with the values the cell bound in each."""
 
-    def __init__(
-        self,
-        notebook: notebook_module.Notebook,
-        cell: int,
-        remedy: remedies.Remedy,
-        folder: Path,
-        *,
-        nvml: bool,
-        progress: Progress | None,
-    ) -> None:
-        self.notebook, self.cell, self.remedy, self.folder, self.nvml, self.progress = (
-            notebook,
-            cell,
-            remedy,
-            folder,
-            nvml,
-            progress,
-        )
-        self.executions: dict[str, list[NotebookExecution]] = {side: [] for side in SIDES}
-        self.values: dict[str, list[dict[str, tuple[str, object]]]] = {side: [] for side in SIDES}
-        self.calls: list[int] = []
-        self.after_errors: list[str] = []
-        self.cache_state = "off"
+    notebook: notebook_module.Notebook
+    cell: int
+    remedy: remedies.Remedy
+    folder: Path
+    progress: Progress | None
+    executions: dict[str, list[NotebookExecution]] = field(default_factory=lambda: {side: [] for side in SIDES})
+    values: dict[str, list[dict[str, tuple[str, object]]]] = field(default_factory=lambda: {s: [] for s in SIDES})
+    calls: list[int] = field(default_factory=list)  # the remedy's calls of what it changes, per run
+    after_errors: list[str] = field(default_factory=list)
+    cache_state: str = "off"
 
     def run(self, base: ExecutionOptions, repeats: int) -> None:
         cache_env: dict[str, str] = {}
         if self.remedy.primes_cache:  # a first kernel, not timed, fills the compile cache
             cache_env, _ = jax_cache_env(str(self.folder / "jax-cache"), self.folder)
-            execute(self.notebook, replace(base, env={**base.env, **cache_env}, nvml=self.nvml))
+            execute(self.notebook, replace(base, env={**base.env, **cache_env}))
             self.cache_state = "warm"
         names = remedies.bound_names(self.notebook.code_cells[self.cell - 1].source)
         for number in range(repeats):
@@ -139,9 +127,7 @@ class _Runs:
                 hooks = (self.remedy.before, self.remedy.after) if remedied else ("", "")
                 around = (self.cell - 1, hooks[0], hooks[1] + "\n" + remedies.capture(names, str(out)))
                 env = {**base.env, **self.remedy.env, **cache_env} if remedied else base.env
-                execution = execute(
-                    notebook_module.read(self.notebook.path), replace(base, env=env, nvml=self.nvml, around=around)
-                )
+                execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
                 self._keep(side, execution, out)
 
     def _keep(self, side: str, execution: NotebookExecution, out: Path) -> None:
@@ -162,11 +148,12 @@ class _Runs:
 
     def notes(self) -> list[str]:
         found = []
-        if self.calls and not any(self.calls):
-            what = "function" if self.remedy.kind == "cpu" else "lax.scan or fori_loop of known length"
+        if self.calls and not any(self.calls) and self.remedy.kind == "cpu":
+            found.append(f"cell {self.cell} never called {self.remedy.text[4:]}: the remedy had nothing to act on")
+        elif self.calls and not any(self.calls):
             found.append(
-                f"cell {self.cell} traced no {what} the remedy could change (a program compiled in an earlier cell "
-                "is reused as it was): the remedy had nothing to act on"
+                f"cell {self.cell} traced no lax.scan or fori_loop of known length (a program compiled in an earlier "
+                "cell is reused as it was): the remedy had nothing to act on"
             )
         if not self.values["as-is"] or not self.values["remedy"]:
             why = f" ({self.after_errors[0]})" if self.after_errors else ""
