@@ -40,8 +40,8 @@ def test_values_that_vary_as_they_are_or_cannot_be_pickled_are_not_judged() -> N
 
 
 def test_the_names_a_cell_binds() -> None:
-    source = "import jax\nx, (y, z) = 1, (2, 3)\nfor i in range(3):\n    w += i\nv = [q for q in x]\ndef f(a):\n    b = a\n_ = 5"
-    assert bound_names(source) == ["x", "y", "z", "i", "w", "v"]
+    source = "import jax\nx, (y, z) = 1, (2, 3)\nfor i in range(3):\n    w += i\nv = [q for q in x]\ndef f(a):\n    b = a\n_ = 5\nm.p[0] = 1"
+    assert bound_names(source) == ["x", "y", "z", "i", "w", "v", "m"]
 
 
 @pytest.mark.parametrize(

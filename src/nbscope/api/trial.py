@@ -82,6 +82,9 @@ def try_remedy(
     notes = runs.notes()
     if source.kind == "trace":
         notes.append(f"run {source.run_id} was traced in a book build; the trial runs the notebook in a kernel")
+    here = records[0].machine().summary
+    if source.machine().summary != here:
+        notes.append(f"run {source.run_id} was measured on {source.machine().summary}; the trial ran on {here}")
     if chosen.whole_kernel:
         notes.append(f"{remedy} acts on the whole kernel, every cell, not only cell {cell}")
     result = trial_module.judge(

@@ -135,8 +135,8 @@ def called_names(source: str) -> set[str]:
 
 
 def bound_names(source: str) -> list[str]:
-    """The names a cell assigns at its top level (``x = ...``, ``a, b = ...``, ``x += ...``, ``for i in``,
-    ``with ... as f``), in order: the values a trial compares. Definitions and imports bind no value to compare."""
+    """The names a cell assigns or changes at its top level (``x = ...``, ``a, b = ...``, ``x += ...``, ``a[i] = ...``,
+    ``for i in``, ``with ... as f``), in order: the values a trial compares. Definitions and imports bind no value to compare."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -156,6 +156,11 @@ def bound_names(source: str) -> list[str]:
     def visit(node: ast.AST) -> None:
         if isinstance(node, skip):
             return
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            while isinstance(node, (ast.Subscript, ast.Attribute)):  # ``a[0] = ...``, ``m.x = ...`` change ``a``, ``m``
+                node = node.value
+            if isinstance(node, ast.Name):
+                found[node.id] = None
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id != "_":
             found[node.id] = None
         for child in ast.iter_child_nodes(node):
