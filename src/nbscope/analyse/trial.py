@@ -262,8 +262,8 @@ _CACHE_RULES = ("compile-bound", "first-call")
 
 
 def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
-    """The cell (1-based) and remedy that try a finding's fix, where its fix is one (else None); a compile cost of
-    the whole notebook is tried on the cell that compiled longest in ``record``."""
+    """The cell (1-based) and remedy that try a finding's fix, where its fix is one (else None); a compile cost is
+    tried once for the notebook, judged on the cell that compiled longest in ``record``."""
     evidence = decode(_Evidence, finding.evidence)
     cells = [finding.cell_index] if finding.cell_index is not None else []
     if finding.rule == "latency-bound-loop" and cells:
@@ -272,8 +272,7 @@ def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
     if finding.rule == "weak-float64":
         found = cells or [*evidence.float64_cells, *evidence.affected_cells]
         return (found[0] + 1, "x64:off") if found else None
-    if finding.rule in _CACHE_RULES:
+    if finding.rule in _CACHE_RULES:  # one trial for the notebook: a warm cache acts on every cell
         compiled = [(c.compile_s or 0.0, c.index) for c in record.notebook_run().cells]
-        found = cells or [max(compiled)[1]] if compiled else []
-        return (found[0] + 1, "cache:warm") if found else None
+        return (max(compiled)[1] + 1, "cache:warm") if compiled else None
     return None
