@@ -96,7 +96,7 @@ def why(path: str) -> str:
 
 def check_profile(record: RunRecord, name: str = "run") -> None:
     """Refuse records that hold no per-cell figures (bench, audit, ...)."""
-    if record.kind not in PROFILE_KINDS:
+    if record.kind not in (*PROFILE_KINDS, "trial"):  # a trial's side is a profile of the notebook too
         raise NbscopeError(f"{name} is a {record.kind!r} run; compare and diagnose need a profile run")
     # The document's shape, checked where it is read: a missing list is not an empty notebook.
     if not record.notebook_run().cells_recorded:

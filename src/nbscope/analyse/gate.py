@@ -661,7 +661,7 @@ def gate(
     options.validate()
     warnings = []
     for record, name in ((baseline, "baseline"), (candidate, "candidate")):
-        if record.kind not in (*CELL_KINDS, "jupyter-cache"):
+        if record.kind not in (*CELL_KINDS, "jupyter-cache", "trial"):
             raise NbscopeError(
                 f"the {name} is a {record.kind!r} run; gate compares profile, trace and jupyter-cache runs"
             )

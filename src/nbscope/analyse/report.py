@@ -11,6 +11,7 @@ from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, env_hashes, history
+from nbscope.analyse.trial import TrialResult
 from nbscope.record.cells import pair_cells
 from nbscope.record.run import RunRecord
 from nbscope.schema.model import Cell
@@ -42,6 +43,7 @@ class ReportData:
     # ``--env`` value only as a short hash of it ("#3fa2c1"), "not set" where a run lacks it.
     setting_differences: list[tuple[str, list[str]]] = field(default_factory=list)
     setting_runs: list[int] = field(default_factory=list)  # positions in ``records`` of those values: the profiles
+    trials: list[TrialResult] = field(default_factory=list)  # remedies tried on these runs (``nbscope try``)
 
 
 def _has_cells(record: RunRecord) -> bool:

@@ -54,6 +54,7 @@ def diagnose_run(
     devices_file: Path | None = None,
     thresholds: dict[str, dict[str, float]] | None = None,
     fail_on: str | None = None,
+    try_repeats: int | None = None,
 ) -> DiagnoseOutcome:
     """Diagnose the run ``run`` names (``other``: a second run used as evidence; ``notebook``: the code of an
     older record that does not carry it), with the forecast's recommendation where it applies."""
@@ -68,6 +69,8 @@ def diagnose_run(
         record, other=other_record, rules=rules, gpus=gpus, thresholds=thresholds, devices_file=devices_file
     )
     recommendation = forecast_recommendation(record, other_record, gpus, devices_file, findings.forecast)
+    if try_repeats is not None:
+        measure_fixes(record, findings, store, try_repeats)
     return DiagnoseOutcome(record, findings, recommendation, failing)
 
 
@@ -87,3 +90,26 @@ def forecast_recommendation(
     from nbscope.analyse.recommend import recommend_forecast
 
     return recommend_forecast(record, gpus=gpus, devices_file=devices_file, made=made)
+
+
+def measure_fixes(record: RunRecord, findings: Findings, store: Store, repeats: int) -> None:
+    """``diagnose --try``: each finding whose fix is a remedy ``nbscope try`` applies is tried (once per cell and
+    remedy), and what was measured (or why it was not) becomes the finding's first highlight and its evidence's
+    ``measured``."""
+    from nbscope.analyse.trial import remedy_for
+    from nbscope.api.trial import try_remedy
+
+    done: dict[tuple[int, str], tuple[str, dict[str, object] | None]] = {}
+    for finding in findings:
+        wanted = remedy_for(finding, record)
+        if wanted is None:
+            continue
+        if wanted not in done:
+            try:
+                result = try_remedy(str(record.run_id), *wanted, store, repeats=repeats)
+                done[wanted] = (f"{wanted[1]}: {result.sentence()}", result.to_dict())
+            except NbscopeError as exc:
+                done[wanted] = (f"{wanted[1]}: not tried: {exc}", None)
+        text, measured = done[wanted]
+        finding.highlights = [("measured", text), *finding.evidence_highlights()]
+        finding.evidence["measured"] = measured if measured is not None else text

@@ -266,19 +266,19 @@ def confirm_regression(
     why_not = (
         "a cell failed, which a rerun does not excuse" if any(c.verdict == "failed" for c in result.failures) else None
     )
-    path = None if why_not else _notebook_file(store, cand)
+    path = None if why_not else notebook_file(store, cand)
     if why_not is None and path is None:
         why_not = f"its notebook {cand.target} is not found in this project"
-    if why_not is None and path is not None and _changed_since(path, cand):
+    if why_not is None and path is not None and changed_since(path, cand):
         why_not = f"{cand.target} changed since run {cand.run_id}; a rerun would measure other code"
-    rerun_options = None if why_not else _rerun_options(cand)
-    if why_not is None and isinstance(rerun_options, str):
-        why_not = rerun_options
-    if why_not is not None or path is None or not isinstance(rerun_options, ProfileOptions):
+    again = None if why_not else rerun_options(cand)
+    if why_not is None and isinstance(again, str):
+        why_not = again
+    if why_not is not None or path is None or not isinstance(again, ProfileOptions):
         return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
     writable = Store(store.path) if getattr(store, "read_only", False) else store
-    rerun = profile(path, rerun_options, store=writable if cand.run_id is not None else None)
+    rerun = profile(path, again, store=writable if cand.run_id is not None else None)
     keep_run_summary(writable, rerun)
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
@@ -292,7 +292,7 @@ def confirm_regression(
     return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
 
 
-def _notebook_file(store: Store, cand: RunRecord) -> Path | None:
+def notebook_file(store: Store, cand: RunRecord) -> Path | None:
     """The candidate's notebook on this machine: its recorded name taken from the store's project (the folder
     holding ``.nbscope/``), the working directory's project root, or the working directory."""
     name = Path(cand.target)
@@ -304,7 +304,7 @@ def _notebook_file(store: Store, cand: RunRecord) -> Path | None:
     return next((root / name for root in roots if (root / name).is_file()), None)
 
 
-def _changed_since(path: Path, cand: RunRecord) -> bool:
+def changed_since(path: Path, cand: RunRecord) -> bool:
     """Whether the notebook file differs from the one the candidate ran (by the content hash it recorded)."""
     import hashlib
 
@@ -317,7 +317,7 @@ def _changed_since(path: Path, cand: RunRecord) -> bool:
         return True
 
 
-def _rerun_options(cand: RunRecord) -> ProfileOptions | str:
+def rerun_options(cand: RunRecord) -> ProfileOptions | str:
     """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
     from nbscope.api.profile import ProfileOptions
 

@@ -53,6 +53,7 @@ from nbscope.schema.site_manifest import (
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
+    from nbscope.analyse.trial import TrialResult
     from nbscope.record.run import RunRecord
     from nbscope.schema.run_summary import KeptChanges, RunSummary
 
@@ -610,7 +611,7 @@ class SitePages(Protocol):
 
     def book_pages(self, rows: Sequence[SiteRow | BookRow], parts: Sequence[Mapping[str, str]]) -> dict[str, str]: ...
 
-    def lecture_page(self, target: str, rows: Sequence[SiteRow]) -> str: ...
+    def lecture_page(self, target: str, rows: Sequence[SiteRow], trials: Sequence[TrialResult] = ()) -> str: ...
 
 
 def publish(
@@ -655,6 +656,10 @@ def _publish(
         key for key, signature in signatures.items() if (old := old_rows.get(key)) is None or old.signature != signature
     }
     changed = {_target_of(key) for key in changed_keys}
+    # A notebook with a remedy tried since (``nbscope try``) gets its lecture page again, with the trial.
+    tried: Any = store.summaries(("id", "target"), kind="trial") if store.path.exists() else []
+    since = manifest.scan.newest_id if manifest is not None and manifest.scan is not None and old_rows else 0
+    changed |= {row["target"] for row in tried if row["id"] > since} & {_target_of(key) for key in signatures}
     if not changed_keys and manifest is not None and _unchanged(folder, manifest, store, scan, old_pages):
         # Nothing new since the last publish, whose pages are all there: nothing to format or write.
         return PublishResult(
@@ -709,7 +714,7 @@ def _publish(
         page = target_rows[0].page
         whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
         if (full or target in changed or page not in old_pages) and len(whole_rows) == len(target_rows):
-            pages[page] = site.lecture_page(target, whole_rows)
+            pages[page] = site.lecture_page(target, whole_rows, _trials(store, target, tried))
             pages[_data_file(page)] = json.dumps(
                 {"rows": [r._asdict() for r in whole_rows]}, default=str, separators=COMPACT
             )
@@ -747,6 +752,17 @@ def _publish(
     kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
     _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
     return result
+
+
+def _trials(store: Store, target: str, tried: list[dict[str, Any]]) -> list[TrialResult]:
+    """The remedies tried on a notebook's runs (``nbscope try``), newest first: its trial runs read only where
+    it has any."""
+    if not any(row["target"] == target for row in tried):
+        return []
+    from nbscope.api.runs import trials_of
+
+    records: list[RunRecord] = store.records(kind="trial", target=target)
+    return [trial for record in records for trial in trials_of(store, record)]
 
 
 def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, pages: Mapping[str, str]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nbscope.analyse.report import ReportData, report_data
+from nbscope.api.runs import trials_of
 from nbscope.record.store import Store, resolve_run
 
 
@@ -11,4 +12,6 @@ def report(references: list[str], store: Store, *, history: bool = True, metric:
     (of ``metric``) only when asked and the store exists."""
     records = [resolve_run(reference, store) for reference in references]
     history_store = store if history and store.path.exists() else None
-    return report_data(records, store=history_store, history_metric=metric)
+    data = report_data(records, store=history_store, history_metric=metric)
+    data.trials = [trial for record in records for trial in trials_of(store, record)]
+    return data

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nbscope.record.run import LABEL_ENV, RunRecord, check_label
 from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
+from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:
+    from nbscope.analyse.trial import TrialResult
     from nbscope.record.live import UnfinishedRun
 
 __all__ = [
@@ -71,9 +73,19 @@ def export_run(record: RunRecord, output: Path, *, portable: bool = False) -> Ru
     return record
 
 
-def show(reference: str, db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> RunRecord:
-    """``nbscope show``: the run ``reference`` names, read from the store at ``db`` (never created)."""
-    return resolve(reference, open_store(db, read_only=True, on_skip=on_skip))
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What ``nbscope show`` prints: the run, and the remedies tried on it (``nbscope try``)."""
+
+    record: RunRecord
+    trials: list[TrialResult]
+
+
+def show(reference: str, db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> Shown:
+    """``nbscope show``: the run ``reference`` names, read from the store at ``db`` (never created), with its trials."""
+    store = open_store(db, read_only=True, on_skip=on_skip)
+    record = resolve(reference, store)
+    return Shown(record, trials_of(store, record))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +133,44 @@ def store_then_stop(record: RunRecord, store: Store | None, interrupted: bool, w
         if record.run_id is not None:
             _signals.note_saved(what.format(id=record.run_id))
         raise KeyboardInterrupt
+
+
+@dataclass(frozen=True, slots=True)
+class TrialLink:
+    """What a trial run's ``settings.trial`` says: the run it tests, the cell (1-based), the remedy and its side."""
+
+    of: int | None = None
+    cell: int = 0
+    remedy: str = ""
+    side: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Linked:
+    trial: TrialLink | None = None
+
+
+def link_of(record: RunRecord) -> TrialLink | None:
+    """The run a trial run tests (None for any other run)."""
+    return decode(_Linked, record.settings).trial if record.kind == "trial" else None
+
+
+def trials_of(store: Store, run: RunRecord) -> list[TrialResult]:
+    """The trials stored for ``run``, oldest first (each from its remedy side's run); a trial run's own."""
+    from nbscope.analyse.trial import TrialResult
+
+    if run.kind == "trial":
+        return (
+            [replace(decode(TrialResult, run.measurements["trial"]), remedy_run=run.run_id)]
+            if "trial" in run.measurements
+            else []
+        )
+    if run.run_id is None or not store.path.exists():
+        return []
+    records: list[RunRecord] = store.records(kind="trial")
+    linked = [(r, link_of(r)) for r in reversed(records)]
+    return [
+        trials_of(store, r)[0]
+        for r, link in linked
+        if link and link.of == run.run_id and link.side == "remedy" and "trial" in r.measurements
+    ]

@@ -90,6 +90,7 @@ COMMAND_MODULES: dict[str, str] = {
     "compare": "_compare",
     "forecast": "_forecast",
     "gate": "_gate",
+    "try": "_try",
     "report": "_report",
     "import-jupyter-cache": "_import_jupyter_cache",
     "audit": "_audit",
@@ -119,7 +120,7 @@ def _command_named(argv: list[str]) -> str | None:
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "Record: run notebooks and measure": ("profile", "trace", "bench", "loops", "pathways", "versions"),
     "Look at stored runs": ("show", "runs", "cells", "lectures", "history"),
-    "Explain: causes and forecasts": ("diagnose", "compare", "forecast"),
+    "Explain: causes and forecasts": ("diagnose", "try", "compare", "forecast"),
     "Decide: regressions": ("gate", "bisect"),
     "Share: reports and records": ("report", "publish", "export", "import", "import-jupyter-cache"),
     "Fleet: every notebook of a book": ("audit", "merge"),

@@ -51,6 +51,15 @@ def diagnose_command(
     db: DbOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = False,
+    try_fixes: Annotated[
+        bool,
+        typer.Option(
+            "--try",
+            help="Try each finding whose fix is a remedy of `nbscope try` (fresh kernels, as it is and with the remedy; "
+            "stored as trial runs) and add what it measured to the finding.",
+        ),
+    ] = False,
+    repeats: Annotated[int, typer.Option("--repeats", metavar="K", help="With --try: runs each way.")] = 3,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -71,7 +80,7 @@ def diagnose_command(
 
     outcome = diagnose_run(
         run,
-        open_store(db, read_only=True),
+        open_store(db, read_only=not try_fixes),
         other=other,
         notebook=notebook,
         rules=rule,
@@ -79,6 +88,7 @@ def diagnose_command(
         devices_file=devices,
         thresholds=_thresholds(threshold or []),
         fail_on=fail_on,
+        try_repeats=repeats if try_fixes else None,
     )
     record, findings, recommendation = outcome.record, outcome.findings, outcome.recommendation
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status

@@ -72,12 +72,15 @@ def show(run: RunArgument, db: DbOption = None, as_json: JsonOption = False) -> 
     """Print one run: a profile's every cell in notebook order, with its figures."""
     from nbscope.api.runs import show as show_run
     from nbscope.render import terminal
+    from nbscope.render.trial import trials_summary
 
-    record = show_run(run, db, on_skip=warn)
+    shown = show_run(run, db, on_skip=warn)
     if as_json:
-        print(record.to_json())
+        print(shown.record.to_json())
     else:
-        terminal.print_record(record)
+        terminal.print_record(shown.record)
+        for line in trials_summary(shown.trials):
+            print(line)
 
 
 @app.command()

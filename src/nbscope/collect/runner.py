@@ -93,6 +93,8 @@ class ExecutionOptions:
     keep_traces: Path | None = None  # keep the raw traces here (for Perfetto)
     programs: bool = False  # program data per cell for the GPU forecast (nbscope.collect.program)
     startup_timeout: float = 120.0
+    # A trial's code run silently just before and after one code cell (its index): nbscope.collect.remedies.
+    around: tuple[int, str, str] | None = None
 
 
 @dataclass
@@ -309,14 +311,20 @@ class _CellLoop:
         self.running, self.cell_started = code_cell, time.perf_counter()
         if self.on_cell_start is not None:
             self.on_cell_start(code_cell)
+        around = self.options.around if self.options.around and self.options.around[0] == code_cell.index else None
         outcome = "ran"
         try:
+            if around is not None:
+                self._silent(client, around[1], "before")
+            self.cell_started = time.perf_counter()
             client.execute_cell(cell, code_cell.cell_index)
         except CellTimeoutError:
             outcome = "timeout"
         except DeadKernelError:
             outcome = "kernel-died"
         elapsed = time.perf_counter() - self.cell_started
+        if around is not None and outcome == "ran":
+            self._silent(client, around[2], "after")
         self.running = None
         probe = self.reader.take(code_cell.source_hash) if outcome == "ran" else None
         record = _cell_record(code_cell, cell, outcome, elapsed, probe, self.options, self.programs)
@@ -330,6 +338,21 @@ class _CellLoop:
         if self.on_cell_done is not None:
             self.on_cell_done(record)
         self._after(code_cell, cell, outcome, record, client)
+
+    def _silent(self, client: NotebookClient, code: str, when: str) -> None:
+        """Run ``code`` in the kernel as a silent request (no cell callbacks: the probe does not see it); an error
+        it raised is kept in ``runner["trial_errors"]``."""
+        from typing import cast
+
+        from jupyter_client.asynchronous import AsyncKernelClient
+        from nbclient.util import run_sync
+
+        reply = run_sync(cast(AsyncKernelClient, client.kc).execute_interactive)(
+            code, silent=True, store_history=False, timeout=self.options.timeout, output_hook=lambda message: None
+        )
+        if reply["content"]["status"] != "ok":
+            error = f"{reply['content']['ename']}: {reply['content']['evalue']}"
+            self.runner.setdefault("trial_errors", {})[when] = error[:300]
 
     def _note_oom_kill(self, record: dict[str, Any]) -> None:
         """Whether Linux counted an OOM kill where the kernel ran while it died: then it was killed for memory."""

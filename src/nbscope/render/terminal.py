@@ -53,6 +53,7 @@ def stderr_console() -> SafeConsole:
 RECORD_VIEWS: dict[str, str] = {
     "profile": "nbscope.render.ledger:print_every_cell",
     "trace": "nbscope.render.ledger:print_every_cell",
+    "trial": "nbscope.render.ledger:print_every_cell",
     "bench": "nbscope.render.bench:print_bench",
     "pathways": "nbscope.render.pathways:print_pathways",
     "loops": "nbscope.render.loops:print_loops",
@@ -425,6 +426,8 @@ def settings_text(settings: Mapping[str, Any]) -> str:
             continue
         if key == "env" and isinstance(value, Mapping):
             parts += [f"--env {name}" for name in value]
+        elif key == "trial" and isinstance(value, Mapping) and {"of", "cell", "remedy", "side"} <= value.keys():
+            parts.append(f"trial of run {value['of']}: cell {value['cell']}, {value['remedy']} ({value['side']})")
         elif value is True:
             parts.append(field_name(f"settings.{key}"))
         else:

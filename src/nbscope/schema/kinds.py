@@ -6,5 +6,5 @@ knows them without importing the record's model.
 
 from __future__ import annotations
 
-KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache")
+KINDS = ("profile", "trace", "bench", "pathways", "loops", "audit", "jupyter-cache", "trial")
 PROFILE_KINDS = ("profile", "trace")  # runs of a notebook, cell by cell

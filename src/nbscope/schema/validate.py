@@ -277,8 +277,9 @@ MEASUREMENTS: dict[str, Spec] = {
         "cells": ("array", _CELL),
         "repeats": "integer",
         "live_file": "string",
+        "trial": "object",  # a trial's judgement, on its remedy side (nbscope.analyse.trial)
     }
-    for kind in ("profile", "trace")
+    for kind in ("profile", "trace", "trial")
 }
 MEASUREMENTS["bench"] = {**_COMMON, "groups": ("map", "object"), "machine": "object"}
 MEASUREMENTS["pathways"] = {**_COMMON, "pathways": ("map", "object"), "verdict": "string"}

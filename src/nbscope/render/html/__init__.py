@@ -24,6 +24,7 @@ from nbscope.render.forecast import report_section as forecast_section
 from nbscope.render.html import _sections as sections
 from nbscope.render.html._base import CELL_KINDS, CSP, e, run_name
 from nbscope.render.html._plots import side_by_side_svg
+from nbscope.render.trial import trials_html
 
 __all__ = ["report", "write_report"]
 
@@ -82,6 +83,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
         body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + sections._totals_table(r.totals()))
     body.append(forecast_section(data))
     body.append(sections.diagnosis(data))
+    body.append(trials_html(data.trials))
     body.append(sections.history(data))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

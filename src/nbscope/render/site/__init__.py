@@ -12,10 +12,13 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbscope._units import seconds
 from nbscope.schema.site_manifest import BookRow, SiteRow
+
+if TYPE_CHECKING:
+    from nbscope.analyse.trial import TrialResult
 
 
 def e(value: Any) -> str:
@@ -374,8 +377,12 @@ def _why(row: SiteRow, change: Mapping[str, Any]) -> str:
     return "—"
 
 
-def lecture_page(target: str, rows: Sequence[SiteRow]) -> str:
+def lecture_page(target: str, rows: Sequence[SiteRow], trials: Sequence[TrialResult] = ()) -> str:
     body = f'<p><a href="../index.html">← book status</a></p><h1>{e(target)}</h1>' + "".join(
         _runner_section(row) for row in rows
     )
+    if trials:
+        from nbscope.render.trial import trials_html
+
+        body += trials_html(list(trials[:20]))
     return _page(target, body)

@@ -1,0 +1,278 @@
+"""A trial's judgement (``nbscope try``): the cell's time and the notebook's total as it is and with a remedy, by the
+gate's statistics (:mod:`nbscope.analyse.gate`: noise floors, and a Mann–Whitney test over the repeats), and whether
+the values the cell binds are equal both ways (arrays within a tolerance, with the largest differences)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from nbscope import _units as units
+from nbscope.analyse.gate import GateComparison, GateOptions, gate
+from nbscope.record.run import RunRecord
+from nbscope.schema.codec import Encoded, decode
+
+if TYPE_CHECKING:
+    from nbscope.analyse.diagnose import Finding
+
+RTOL, ATOL = 1e-6, 1e-9  # arrays (and floats) this close are equal within tolerance
+# A remedy is judged against the notebook as it is: any change past the noise counts, not only one past 10 %.
+TRIAL_GATE = GateOptions(max_slowdown=0.0)
+_SPEED = {"faster": "faster", "regression": "slower", "not-significant": "within noise", "failed": "failed"}
+
+
+@dataclass(frozen=True, slots=True)
+class ValueCheck(Encoded):
+    """One name the cell binds, both ways: ``equal`` (exactly), ``close`` (within tolerance), ``differs``,
+    ``varies`` (differs between two runs as it is: no remedy is judged by it) or ``not compared`` (why in ``note``)."""
+
+    name: str
+    verdict: str
+    abs_diff: float | None = None
+    rel_diff: float | None = None
+    note: str = ""
+
+    def phrase(self) -> str:
+        sizes = f"largest difference {self.abs_diff:.3g}, relative {self.rel_diff:.3g}" if self.abs_diff else ""
+        return f"{self.name} {self.verdict}" + (
+            f" ({', '.join(p for p in (sizes, self.note) if p)})" if sizes or self.note else ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TrialResult(Encoded):
+    """A remedy tried on one cell (``cell``: 1-based) of run ``of_run``: the two sides' stored runs, the cell's and
+    the notebook's times each way with the gate's verdict, the values checked, notes, and ``not_tested`` (why and
+    where it would be) for a remedy that cannot act on this machine."""
+
+    of_run: int | None
+    cell: int
+    label: str
+    remedy: str
+    as_is_run: int | None = None
+    remedy_run: int | None = None
+    repeats: int = 0
+    cell_as_is_s: float | None = None
+    cell_remedy_s: float | None = None
+    cell_verdict: str = ""
+    p_value: float | None = None
+    floor_s: float | None = None
+    total_as_is_s: float | None = None
+    total_remedy_s: float | None = None
+    total_verdict: str = ""
+    values: tuple[ValueCheck, ...] = ()
+    notes: tuple[str, ...] = ()
+    not_tested: str = ""
+
+    @property
+    def results(self) -> str:
+        """``equal``, ``differ``, ``vary`` (as it is), ``unknown`` (nothing compared) or ``not compared``."""
+        verdicts = {v.verdict for v in self.values}
+        if self.not_tested or not self.values:
+            return "not compared"
+        if "differs" in verdicts:
+            return "differ"
+        if verdicts & {"equal", "close"}:
+            return "equal"
+        return "vary" if "varies" in verdicts else "unknown"
+
+    def results_phrase(self) -> str:
+        if self.results == "differ":
+            return "results differ: " + "; ".join(v.phrase() for v in self.values if v.verdict == "differs")
+        close = [v for v in self.values if v.verdict == "close"]
+        if self.results == "equal":
+            return "results equal" + (f" within tolerance ({'; '.join(v.phrase() for v in close)})" if close else "")
+        if self.results == "vary":
+            return "results vary from run to run as it is: not compared"
+        return "no result compared" if self.values else "results not compared (the cell binds no name)"
+
+    def sentence(self) -> str:
+        """``cell 28 1 min 22 s → 1.1 s (faster, p=0.05), results equal``, or why it was not tested."""
+        if self.not_tested:
+            return f"cell {self.cell} {self.remedy}: not tested here: {self.not_tested}"
+        test = f", p={self.p_value:.2g}" if self.p_value is not None else ""
+        return (
+            f"cell {self.cell} {units.seconds(self.cell_as_is_s)} → {units.seconds(self.cell_remedy_s)} "
+            f"({self.cell_verdict}{test}), {self.results_phrase()}"
+        )
+
+
+def judge(
+    source: RunRecord,
+    as_is: RunRecord,
+    remedied: RunRecord,
+    cell: int,
+    remedy: str,
+    values: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
+    notes: Sequence[str] = (),
+) -> TrialResult:
+    """The trial of ``remedy`` on ``cell`` (1-based) of ``source``: ``as_is`` and ``remedied`` (its two runs, with
+    their repeats) judged by the gate; ``values``: each side's captured values per repeat (``name → plain form``)."""
+    result = gate(as_is, remedied, TRIAL_GATE)
+    pair = next((c for c in result.cells if c.index == cell - 1), None)
+    checks = compare_values(values[0], values[1])
+    return TrialResult(
+        of_run=source.run_id,
+        cell=cell,
+        label=pair.label if pair is not None else f"cell {cell}",
+        remedy=remedy,
+        as_is_run=as_is.run_id,
+        remedy_run=remedied.run_id,
+        repeats=result.baseline.repeats,
+        cell_as_is_s=pair.base_judged_s if pair is not None else None,
+        cell_remedy_s=pair.cand_judged_s if pair is not None else None,
+        cell_verdict=_verdict(pair),
+        p_value=pair.p_value if pair is not None else None,
+        floor_s=pair.floor_s if pair is not None else None,
+        total_as_is_s=result.total.base_s,
+        total_remedy_s=result.total.cand_s,
+        total_verdict=_verdict(result.total),
+        values=checks,
+        notes=(*notes, *_one_run_note(values[0], checks)),
+    )
+
+
+def _one_run_note(as_is: Sequence[object], checks: Sequence[ValueCheck]) -> list[str]:
+    """With one run as it is, a value that changes from run to run cannot be told from one the remedy changed."""
+    if len(as_is) != 1 or not any(c.verdict == "differs" for c in checks):
+        return []
+    return [
+        "one run as it is: a value that varies from run to run would read as changed (--repeats 2 tells them apart)"
+    ]
+
+
+def _verdict(pair: GateComparison | None) -> str:
+    if pair is None:
+        return "not measured"
+    if pair.verdict == "failed":
+        return f"failed with the remedy: {pair.note}"
+    if pair.verdict == "not-comparable" or pair.base_status not in (None, "ok", "expected-error"):
+        return f"not comparable ({pair.note or pair.base_status})"
+    return _SPEED[pair.verdict] if pair.verdict in _SPEED else "within noise"
+
+
+def compare_values(as_is: Sequence[Mapping[str, Any]], remedied: Sequence[Mapping[str, Any]]) -> tuple[ValueCheck, ...]:
+    """Each name's check, from the first repeat of each side; a name whose value differs between two repeats as it
+    is ``varies`` (the notebook's own randomness or timing: no remedy is judged by it)."""
+    if not as_is or not remedied:
+        return ()
+    first, other = as_is[0], remedied[0]
+    checks = []
+    for name in sorted(set(first) | set(other), key=[*first, *other].index):
+        if name not in first or name not in other:
+            checks.append(
+                ValueCheck(
+                    name, "differs", note="bound " + ("only with the remedy" if name in other else "only as it is")
+                )
+            )
+            continue
+        check = _check(name, first[name], other[name])
+        again = [_check(name, first[name], run[name]) for run in as_is[1:] if name in run]
+        if any(c.verdict == "differs" for c in again):
+            check = ValueCheck(name, "varies", note="differs between two runs as it is")
+        checks.append(check)
+    return tuple(checks)
+
+
+def _check(name: str, a: Sequence[Any], b: Sequence[Any]) -> ValueCheck:
+    """Two plain forms (:func:`nbscope.collect.remedies.capture`): ``('v', x)`` a plain value, ``('a', array)``,
+    ``('s', [forms])`` a sequence or mapping, ``('p', bytes)`` pickled, ``('f', type)`` a function or module,
+    ``('u', why)`` not captured (unpicklable, too large)."""
+    for form in (a, b):
+        if form[0] in ("f", "u"):
+            return ValueCheck(name, "not compared", note="a function or module" if form[0] == "f" else str(form[1]))
+    if a[0] != b[0]:
+        return ValueCheck(name, "differs", note="a different kind of value")
+    if a[0] == "s":
+        if len(a[1]) != len(b[1]):
+            return ValueCheck(name, "differs", note=f"{len(a[1])} items → {len(b[1])}")
+        parts = [_check(name, x, y) for x, y in zip(a[1], b[1], strict=True)]
+        worst = next((v for v in ("differs", "not compared", "close") if any(p.verdict == v for p in parts)), "equal")
+        return ValueCheck(
+            name,
+            worst,
+            _most([p.abs_diff for p in parts]),
+            _most([p.rel_diff for p in parts]),
+            next((p.note for p in parts if p.note), ""),
+        )
+    if a[0] == "a" or (a[0] == "v" and _number(a[1]) and _number(b[1])):
+        return _numbers(name, a[1], b[1])
+    return ValueCheck(name, "equal" if a[1] == b[1] else "differs")
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float, complex)) and not isinstance(value, bool)
+
+
+def _most(found: Sequence[float | None]) -> float | None:
+    known = [f for f in found if f is not None]
+    return max(known) if known else None
+
+
+def _numbers(name: str, a: object, b: object) -> ValueCheck:
+    """Two arrays or numbers: equal exactly, within tolerance, or not, with the largest absolute and relative
+    difference; a dtype or shape that changed is said."""
+    import numpy as np
+
+    x, y = np.asarray(a), np.asarray(b)
+    note = f"dtype {x.dtype} → {y.dtype}" if x.dtype != y.dtype else ""
+    if x.shape != y.shape:
+        return ValueCheck(name, "differs", note=f"shape {x.shape} → {y.shape}")
+    if not (np.issubdtype(x.dtype, np.number) and np.issubdtype(y.dtype, np.number)) or x.dtype == bool:
+        return ValueCheck(name, "equal" if np.array_equal(x, y) else "differs", note=note)
+    wide = np.complex128 if np.iscomplexobj(x) or np.iscomplexobj(y) else np.float64
+    x, y = x.astype(wide), y.astype(wide)
+    same = (x == y) | (np.isnan(x) & np.isnan(y))
+    if bool(np.all(same)):
+        return ValueCheck(name, "equal", note=note)
+    gap = np.where(same, 0.0, np.abs(x - y))
+    scale = np.maximum(np.abs(x), np.abs(y))
+    relative = np.where(scale > 0, gap / np.where(scale > 0, scale, 1.0), 0.0)
+    abs_diff, rel_diff = float(np.nanmax(gap)) if gap.size else 0.0, float(np.nanmax(relative)) if gap.size else 0.0
+    close = bool(np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True))
+    if not math.isfinite(abs_diff):
+        abs_diff, close = math.inf, False
+    return ValueCheck(name, "close" if close else "differs", abs_diff, rel_diff, note)
+
+
+def not_tested(source: RunRecord, cell: int, remedy: str, why: str) -> TrialResult:
+    """A trial that was not run: ``why``, and where it would be."""
+    return TrialResult(of_run=source.run_id, cell=cell, label=f"cell {cell}", remedy=remedy, not_tested=why)
+
+
+def with_runs(result: TrialResult, as_is: int | None, remedied: int | None) -> TrialResult:
+    return replace(result, as_is_run=as_is, remedy_run=remedied)
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    """What a finding's evidence says of where its remedy applies."""
+
+    loop_functions: Mapping[str, object] = field(default_factory=dict)
+    forecast_functions: Mapping[str, object] = field(default_factory=dict)
+    float64_cells: tuple[int, ...] = ()
+    affected_cells: tuple[int, ...] = ()
+
+
+# Rules whose fix is a remedy ``nbscope try`` applies: a latency-bound loop's "on the CPU", a weak float64's "keep
+# JAX in float32", and a compile cost's "a warm compile cache".
+_CACHE_RULES = ("compile-bound", "first-call")
+
+
+def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
+    """The cell (1-based) and remedy that try a finding's fix, where its fix is one (else None); a compile cost is
+    tried once for the notebook, judged on the cell that compiled longest in ``record``."""
+    evidence = decode(_Evidence, finding.evidence)
+    cells = [finding.cell_index] if finding.cell_index is not None else []
+    if finding.rule == "latency-bound-loop" and cells:
+        functions = [*evidence.loop_functions, *evidence.forecast_functions]
+        return cells[0] + 1, f"cpu:{functions[0].split('.')[-1]}" if functions else "cpu"
+    if finding.rule == "weak-float64":
+        found = cells or [*evidence.float64_cells, *evidence.affected_cells]
+        return (found[0] + 1, "x64:off") if found else None
+    if finding.rule in _CACHE_RULES:  # one trial for the notebook: a warm cache acts on every cell
+        compiled = [(c.compile_s or 0.0, c.index) for c in record.notebook_run().cells]
+        return (max(compiled)[1] + 1, "cache:warm") if compiled else None
+    return None

@@ -1,0 +1,190 @@
+"""``nbscope try``: a remedy tried on one cell of a stored run's notebook, as the run ran it, without editing the
+notebook. Fresh kernels run it as it is and with the remedy, repeats interleaved (as it is, remedy, as it is, ...);
+each side is stored as a ``trial`` run linked to the run it tests (``settings.trial``), the remedy's with the
+judgement (``measurements.trial``: :class:`nbscope.analyse.trial.TrialResult`)."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse import trial as trial_module
+from nbscope.analyse.trial import TrialResult
+from nbscope.api.gate import changed_since, notebook_file, rerun_options
+from nbscope.api.profile import _gpus_present, jax_cache_env, preflight
+from nbscope.api.runs import link_of as link_of
+from nbscope.api.runs import trials_of as trials_of
+from nbscope.collect import fingerprint as fp
+from nbscope.collect import notebook as notebook_module
+from nbscope.collect import remedies
+from nbscope.collect.runner import ExecutionOptions, NotebookExecution, execute
+from nbscope.record.live import fill_measurements
+from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
+from nbscope.record.secrets import command_for_record
+from nbscope.record.store import Store, resolve_run
+
+SIDES = ("as-is", "remedy")
+ACCELERATOR = "on a machine whose JAX runs on an accelerator (a GPU or a TPU)"
+Progress = Callable[[str, int, int], None]  # side, repeat (1-based), repeats
+
+
+def try_remedy(
+    run: str, cell: int, remedy: str, store: Store, *, repeats: int = 3, progress: Progress | None = None
+) -> TrialResult:
+    """Try ``remedy`` on code cell ``cell`` (1-based) of the run ``run`` names, ``repeats`` times each way; one
+    line (an NbscopeError) where it cannot be tried, with nothing run or stored."""
+    if not 1 <= repeats <= 50:
+        raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
+    source = resolve_run(run, store, kinds=PROFILE_KINDS)
+    if source.run_id is None:
+        raise NbscopeError(f"run {run} is not in {store.path}: store it first (`nbscope import {run}`)")
+    cells = source.notebook_run().cells
+    if not 1 <= cell <= len(cells):
+        raise NbscopeError(f"--cell {cell}: run {source.run_id} has {len(cells)} code cells (1 to {len(cells)})")
+    path = notebook_file(store, source)
+    if path is None:
+        raise NbscopeError(f"the notebook of run {source.run_id}, {source.target}, is not found in this project")
+    if changed_since(path, source):
+        raise NbscopeError(f"{source.target} changed since run {source.run_id}: profile it again, then try")
+    options = rerun_options(source)
+    if isinstance(options, str):
+        raise NbscopeError(f"run {source.run_id} cannot be run again as it ran: {options}")
+    options = replace(options, repeat=1, timeline=False)
+    backend = backend_of(source)["platform"]
+    chosen = remedies.parse(remedy, cells[cell - 1].source or "", cell, backend, options.process_env())
+    if chosen.placement and backend in (None, "cpu"):
+        why = f"JAX ran on the CPU in run {source.run_id}, so placing work on the CPU changes nothing; try it {ACCELERATOR}"
+        return trial_module.not_tested(source, cell, remedy, why)
+    if chosen.primes_cache and options.jax_cache != "off":
+        raise NbscopeError(f"--remedy {remedy}: run {source.run_id} ran with --jax-cache {options.jax_cache} already")
+    fingerprint = fp.collect()
+    notebook = preflight(path, options, store, fingerprint)
+    before = _file_hash(path)
+    folder = Path(tempfile.mkdtemp(prefix="nbscope-trial-"))
+    try:
+        runs = _Runs(notebook, cell, chosen, folder, progress)
+        runs.run(options.execution(options.process_env(), nvml=_gpus_present(fingerprint)), repeats)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if _file_hash(path) != before:
+        raise NbscopeError(f"{path} changed while the trial ran (not by nbscope): the trial is not stored")
+    records = [
+        _record(source, notebook, options.settings(store.env_key()), fingerprint, cell, remedy, side, runs)
+        for side in SIDES
+    ]
+    notes = runs.notes()
+    if source.kind == "trace":
+        notes.append(f"run {source.run_id} was traced in a book build; the trial runs the notebook in a kernel")
+    here = records[0].machine().summary
+    if source.machine().summary != here:
+        notes.append(f"run {source.run_id} was measured on {source.machine().summary}; the trial ran on {here}")
+    if chosen.whole_kernel:
+        notes.append(f"{remedy} acts on the whole kernel, every cell, not only cell {cell}")
+    result = trial_module.judge(
+        source, records[0], records[1], cell, remedy, (runs.values["as-is"], runs.values["remedy"]), notes
+    )
+    as_is_id = store.save(records[0])
+    records[1].measurements["trial"] = replace(result, as_is_run=as_is_id).to_dict()
+    return trial_module.with_runs(result, as_is_id, store.save(records[1]))
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class _Runs:
+    """The trial's executions, each side's repeats interleaved, with the values the cell bound in each."""
+
+    notebook: notebook_module.Notebook
+    cell: int
+    remedy: remedies.Remedy
+    folder: Path
+    progress: Progress | None
+    executions: dict[str, list[NotebookExecution]] = field(default_factory=lambda: {side: [] for side in SIDES})
+    values: dict[str, list[dict[str, tuple[str, object]]]] = field(default_factory=lambda: {s: [] for s in SIDES})
+    calls: list[int] = field(default_factory=list)  # the remedy's calls of what it changes, per run
+    after_errors: list[str] = field(default_factory=list)
+    cache_state: str = "off"
+
+    def run(self, base: ExecutionOptions, repeats: int) -> None:
+        cache_env: dict[str, str] = {}
+        if self.remedy.primes_cache:  # a first kernel, not timed, fills the compile cache
+            cache_env, _ = jax_cache_env(str(self.folder / "jax-cache"), self.folder)
+            execute(self.notebook, replace(base, env={**base.env, **cache_env}))
+            self.cache_state = "warm"
+        names = remedies.bound_names(self.notebook.code_cells[self.cell - 1].source)
+        for number in range(repeats):
+            for side in SIDES:
+                if self.progress is not None:
+                    self.progress(side, number + 1, repeats)
+                out = self.folder / f"{side}-{number}.pickle"
+                remedied = side == "remedy"
+                hooks = (self.remedy.before, self.remedy.after) if remedied else ("", "")
+                around = (self.cell - 1, hooks[0], hooks[1] + "\n" + remedies.capture(names, str(out)))
+                env = {**base.env, **self.remedy.env, **cache_env} if remedied else base.env
+                execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
+                self._keep(side, execution, out)
+
+    def _keep(self, side: str, execution: NotebookExecution, out: Path) -> None:
+        errors = execution.runner["trial_errors"] if "trial_errors" in execution.runner else {}
+        if "before" in errors:  # the remedy refused in the kernel (float64 off already, JAX not imported)
+            raise NbscopeError(f"--remedy {self.remedy.text}: {errors['before'].removeprefix('RuntimeError: ')}")
+        if execution.interrupted:
+            raise KeyboardInterrupt
+        if "after" in errors:
+            self.after_errors.append(errors["after"])
+        self.executions[side].append(execution)
+        if out.is_file():
+            with out.open("rb") as handle:
+                captured = pickle.load(handle)
+            self.values[side].append(captured["values"])
+            if side == "remedy" and "calls" in captured["notes"]:
+                self.calls.append(int(captured["notes"]["calls"]))
+
+    def notes(self) -> list[str]:
+        found = []
+        if self.calls and not any(self.calls) and self.remedy.kind == "cpu":
+            found.append(f"cell {self.cell} never called {self.remedy.text[4:]}: the remedy had nothing to act on")
+        elif self.calls and not any(self.calls):
+            found.append(
+                f"cell {self.cell} traced no lax.scan or fori_loop of known length (a program compiled in an earlier "
+                "cell is reused as it was): the remedy had nothing to act on"
+            )
+        if not self.values["as-is"] or not self.values["remedy"]:
+            why = f" ({self.after_errors[0]})" if self.after_errors else ""
+            found.append(f"the cell's values could not be read in every run{why}: results not compared")
+        return found
+
+
+def _record(
+    source: RunRecord,
+    notebook: notebook_module.Notebook,
+    settings: dict[str, object],
+    fingerprint: dict[str, object],
+    cell: int,
+    remedy: str,
+    side: str,
+    runs: _Runs,
+) -> RunRecord:
+    """One side of the trial as a run: its repeats' figures, linked to the run it tests."""
+    link = {"of": source.run_id, "cell": cell, "remedy": remedy, "side": side}
+    record = RunRecord(
+        kind="trial",
+        target=source.target,
+        fingerprint=dict(fingerprint),
+        settings={**settings, "repeat": len(runs.executions[side]), "trial": link},
+        command=command_for_record(sys.argv),
+        label=None,
+    )
+    described = [c.describe() for c in notebook.code_cells]
+    state = runs.cache_state if side == "remedy" else "off"
+    fill_measurements(record, notebook.describe(), described, runs.executions[side], state, None)
+    return record.finish()

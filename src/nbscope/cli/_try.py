@@ -1,0 +1,47 @@
+"""The `nbscope try` command: a remedy tried on one cell of a stored run's notebook, measured both ways."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from nbscope.cli import app
+from nbscope.cli._options import DbOption, JsonOption, open_store, run_help
+
+
+@app.command("try")
+def try_command(
+    run: Annotated[str, typer.Argument(metavar="RUN", help=run_help("The profile run to try a remedy on"))],
+    cell: Annotated[
+        int, typer.Option("--cell", metavar="N", help="The code cell (1-based, as the ledger numbers it).")
+    ],
+    remedy: Annotated[
+        str,
+        typer.Option(
+            "--remedy",
+            metavar="R",
+            help="cpu, cpu:FUNCTION, unroll:K, xla-flags:FLAGS, x64:off, matmul-precision:highest|default, "
+            "threads:N or cache:warm.",
+        ),
+    ],
+    repeats: Annotated[int, typer.Option("--repeats", metavar="K", help="Runs each way, interleaved.")] = 3,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rerun the notebook as the run ran it, in fresh kernels, as it is and with a remedy applied to one cell (without
+    editing the file), repeats interleaved: the cell's time and the notebook's total both ways with the gate's
+    statistics, and whether the values the cell binds are equal. Both sides are stored as trial runs linked to RUN."""
+    from nbscope.api.trial import try_remedy
+    from nbscope.render.trial import print_trial
+
+    def progress(side: str, number: int, total: int) -> None:
+        print(f"nbscope: {side} {number}/{total}", file=sys.stderr, flush=True)
+
+    result = try_remedy(run, cell, remedy, open_store(db), repeats=repeats, progress=None if as_json else progress)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print_trial(result)

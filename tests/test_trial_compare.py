@@ -1,0 +1,71 @@
+"""How a trial compares the values a cell binds (``nbscope.analyse.trial``) and refuses a remedy that cannot apply
+(``nbscope.collect.remedies``), without a kernel: plain forms as the in-kernel capture writes them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbscope._errors import NbscopeError
+from nbscope.analyse.trial import compare_values
+from nbscope.collect.remedies import bound_names, capture, parse
+
+
+def _verdicts(as_is: list[dict], remedied: list[dict]) -> dict[str, tuple]:
+    return {v.name: (v.verdict, v.abs_diff, v.rel_diff, v.note) for v in compare_values(as_is, remedied)}
+
+
+def test_arrays_are_equal_close_or_different_with_their_largest_differences() -> None:
+    a = np.array([1.0, 2.0, 1000.0])
+    found = _verdicts(
+        [{"same": ("a", a), "close": ("a", a), "far": ("a", a), "shape": ("a", a)}],
+        [
+            {
+                "same": ("a", a.copy()),
+                "close": ("a", a * (1 + 1e-9)),
+                "far": ("a", a.astype(np.float32) + 1),
+                "shape": ("a", a[:2]),
+            }
+        ],
+    )
+    assert found["same"][0] == "equal" and found["close"][0] == "close"
+    assert found["far"][:3] == ("differs", 1.0, 0.5) and found["far"][3] == "dtype float64 → float32"
+    assert found["shape"][0] == "differs" and "shape" in found["shape"][3]
+
+
+def test_values_that_vary_as_they_are_or_cannot_be_pickled_are_not_judged() -> None:
+    runs = [{"noise": ("v", 0.1), "handle": ("u", "TypeError"), "n": ("v", 3)}, {"noise": ("v", 0.7), "n": ("v", 3)}]
+    found = _verdicts(runs, [{"noise": ("v", 0.4), "handle": ("u", "TypeError"), "n": ("s", [("v", 3)])}])
+    assert found["noise"][0] == "varies" and found["handle"][0] == "not compared" and found["n"][0] == "differs"
+
+
+def test_the_names_a_cell_binds() -> None:
+    source = "import jax\nx, (y, z) = 1, (2, 3)\nfor i in range(3):\n    w += i\nv = [q for q in x]\ndef f(a):\n    b = a\n_ = 5\nm.p[0] = 1"
+    assert bound_names(source) == ["x", "y", "z", "i", "w", "v", "m"]
+
+
+@pytest.mark.parametrize(
+    ("text", "backend", "words"),
+    [
+        ("cpu:solve", "tpu", "calls no function named 'solve'"),
+        ("xla-flags:--xla_tpu_enable_foo=true", "gpu", "is a TPU flag"),
+        ("xla-flags:xla_gpu_foo", "gpu", "is not an XLA flag"),
+        ("threads:0", "cpu", "threads takes a number"),
+        ("x64:on", "cpu", "is not a remedy nbscope can try"),
+    ],
+)
+def test_a_remedy_that_cannot_apply_is_one_line(text: str, backend: str, words: str) -> None:
+    with pytest.raises(NbscopeError, match=words):
+        parse(text, "y = f(x)", 2, backend, {})
+
+
+def test_tpu_flags_go_to_libtpu_and_the_host_flags_stay_in_xla_flags() -> None:
+    remedy = parse("xla-flags:--xla_tpu_x=1 --xla_dump_to=/tmp/d", "y = f(x)", 2, "tpu", {"XLA_FLAGS": "--xla_a=1"})
+    assert remedy.env == {"XLA_FLAGS": "--xla_a=1 --xla_dump_to=/tmp/d", "LIBTPU_INIT_ARGS": "--xla_tpu_x=1"}
+
+
+@pytest.mark.parametrize("text", ["cpu", "cpu:f", "unroll:4", "x64:off", "matmul-precision:highest", "threads:1"])
+def test_the_code_run_around_the_cell_is_python(text: str) -> None:
+    remedy = parse(text, "y = f(x)", 2, "tpu", {})
+    for code in (remedy.before, remedy.after, capture(["y"], "/tmp/values.pickle", "{}")):
+        compile(code, text, "exec")

@@ -1,0 +1,111 @@
+"""``nbscope try``: a remedy tried on one cell, measured both ways in real kernels, with the cell's results checked;
+the notebook file never changes, and the trial's runs are stored linked to the run they test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import TESTS_DIR, assert_one_line_error, run_in_process
+from nbscope.api.trial import link_of, trials_of
+from nbscope.record.store import Store
+
+pytestmark = pytest.mark.slow
+NOTEBOOKS = ("trial_scan.md", "trial_x64.md", "diag_unrolled_loop.ipynb")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project with the notebooks, each profiled once (runs 1, 2 and 3 of its store)."""
+    folder = tmp_path_factory.mktemp("try")
+    for name in NOTEBOOKS:
+        shutil.copy(TESTS_DIR / "files" / name, folder / name)
+        ran = run_in_process(["profile", name, "--no-diagnose", "--db", ".nbscope/nbscope.db"], cwd=folder)
+        assert ran.returncode == 0, ran.stderr
+    return folder
+
+
+def _hashes(project: Path) -> list[str]:
+    return [hashlib.sha256((project / name).read_bytes()).hexdigest() for name in NOTEBOOKS]
+
+
+def _try(project: Path, *args: str) -> dict:
+    before = _hashes(project)
+    ran = run_in_process(["try", *args, "--json", "--db", ".nbscope/nbscope.db"], cwd=project)
+    assert ran.returncode == 0, ran.stderr
+    assert _hashes(project) == before  # the notebooks are never edited
+    result: dict = json.loads(ran.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def unrolled(project: Path) -> dict:
+    """The scan cell of run 1 tried with unroll:8, three repeats each way."""
+    return _try(project, "1", "--cell", "2", "--remedy", "unroll:8", "--repeats", "3")
+
+
+def test_unroll_is_measured_with_its_significance_and_stored_linked(project: Path, unrolled: dict) -> None:
+    result = unrolled
+    assert result["cell_verdict"] in ("faster", "slower", "within noise") and result["p_value"] is not None
+    assert result["cell_as_is_s"] > 0 and result["cell_remedy_s"] > 0 and result["repeats"] == 3
+    assert not any("nothing to act on" in note for note in result["notes"])  # the scan was unrolled
+    verdicts = {v["name"]: v["verdict"] for v in result["values"]}
+    assert verdicts["steps"] == "equal" and verdicts["x"] in ("equal", "close")
+    store = Store(project / ".nbscope" / "nbscope.db")
+    sides = [store.get(result["as_is_run"]), store.get(result["remedy_run"])]
+    links = [link_of(record) for record in sides]
+    assert [(link.of, link.cell, link.side) for link in links if link] == [(1, 2, "as-is"), (1, 2, "remedy")]
+    assert [r.kind for r in sides] == ["trial", "trial"] and len(sides[1].notebook_run().cells) == 2
+    assert [t.remedy for t in trials_of(store, store.get(1))] == ["unroll:8"]
+
+
+def test_a_trial_shows_in_show_report_and_the_lecture_page(project: Path, unrolled: dict) -> None:
+    shown = run_in_process(["show", "1", "--db", ".nbscope/nbscope.db"], cwd=project)
+    assert "trial unroll:8: cell 2 " in shown.stdout and "results equal" in shown.stdout
+    assert (
+        run_in_process(["report", "1", "-o", "report.html", "--db", ".nbscope/nbscope.db"], cwd=project).returncode == 0
+    )
+    assert run_in_process(["publish", ".nbscope/nbscope.db", "-o", "site"], cwd=project).returncode == 0
+    pages = [project / "report.html", *(project / "site" / "lectures").glob("trial_scan*.html")]
+    assert len(pages) == 2 and all(
+        "Remedies tried" in page.read_text() and "unroll:8" in page.read_text() for page in pages
+    )
+
+
+def test_diagnose_try_puts_what_it_measured_in_the_finding(project: Path) -> None:
+    ran = run_in_process(
+        ["diagnose", "3", "--try", "--repeats", "1", "--json", "--db", ".nbscope/nbscope.db"], cwd=project
+    )
+    measured = [f["evidence"]["measured"] for f in json.loads(ran.stdout)["findings"] if "measured" in f["evidence"]]
+    assert measured and all(m["remedy"] == "cache:warm" and m["remedy_run"] is not None for m in measured)
+
+
+def test_x64_off_changes_the_result_and_says_by_how_much(project: Path) -> None:
+    result = _try(project, "2", "--cell", "2", "--remedy", "x64:off", "--repeats", "2")
+    variance = next(v for v in result["values"] if v["name"] == "variance")
+    assert variance["verdict"] == "differs" and variance["rel_diff"] > 1e-3
+    assert "float64 → float32" in variance["note"]
+    assert next(v for v in result["values"] if v["name"] == "count")["verdict"] == "equal"
+    assert result["p_value"] is None  # two repeats a side: too few for the test, said so
+
+
+def test_a_placement_on_a_cpu_machine_is_not_tested_here(project: Path) -> None:
+    result = _try(project, "1", "--cell", "2", "--remedy", "cpu")
+    assert "accelerator" in result["not_tested"] and result["as_is_run"] is None
+
+
+@pytest.mark.parametrize(
+    ("remedy", "words"),
+    [
+        ("cpu:no_such_function", ("no function named 'no_such_function'", "jit")),
+        ("xla-flags:--xla_gpu_enable_command_buffer=WHILE", ("GPU flag",)),
+        ("unroll:0", ("whole number",)),
+    ],
+)
+def test_a_remedy_that_cannot_apply_is_refused_in_one_line(project: Path, remedy: str, words: tuple[str, ...]) -> None:
+    ran = run_in_process(["try", "1", "--cell", "2", "--remedy", remedy, "--db", ".nbscope/nbscope.db"], cwd=project)
+    assert_one_line_error(ran, *words)
