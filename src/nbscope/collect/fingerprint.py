@@ -197,9 +197,9 @@ def _model_name(model: str | None, cpuinfo: str) -> object:
     if model and model.lower() != "unknown":
         return model
     fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()[:12])}
-    vendor, family, number = fields.get("vendor_id"), fields.get("cpu family"), fields.get("model")
-    if vendor:
-        return f"{vendor} family {family or '?'} model {number or '?'} (no model name in /proc/cpuinfo)"
+    if "vendor_id" in fields:
+        family, number = (fields[k] if k in fields else "?" for k in ("cpu family", "model"))
+        return f"{fields['vendor_id']} family {family} model {number} (no model name in /proc/cpuinfo)"
     return absent("no model name in /proc/cpuinfo")
 
 
@@ -212,8 +212,8 @@ def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None
     device_files = sorted(str(p) for p in Path("/dev").glob("accel[0-9]*")) or sorted(
         str(p) for p in Path("/dev/vfio").glob("[0-9]*")
     )
-    libtpu = installed.get("libtpu") or installed.get("libtpu-nightly")
-    tpu_type = environ.get("TPU_ACCELERATOR_TYPE")
+    libtpu = next((installed[name] for name in ("libtpu", "libtpu-nightly") if name in installed), None)
+    tpu_type = environ["TPU_ACCELERATOR_TYPE"] if "TPU_ACCELERATOR_TYPE" in environ else None
     if not (tpu_type or (libtpu and device_files)):
         return {"platform": absent("no TPU: no TPU_ACCELERATOR_TYPE, no libtpu with a device file")}
     return {
@@ -221,7 +221,7 @@ def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None
         "type": tpu_type or absent("TPU_ACCELERATOR_TYPE not set"),
         "device_files": len(device_files),
         "libtpu": libtpu or absent("libtpu not installed"),
-        "jaxlib": installed.get("jaxlib") or absent("jaxlib not installed"),
+        "jaxlib": installed["jaxlib"] if "jaxlib" in installed else absent("jaxlib not installed"),
     }
 
 

@@ -40,7 +40,8 @@ def loopback_tcp_works(timeout_s: float = 2.0) -> bool:
 def choose(env: dict[str, str] | None = None) -> str:
     """The transport kernels of this run use: ``NBSCOPE_KERNEL_TRANSPORT`` when it names one, else ``tcp``
     where the loopback works and ``ipc`` where it does not."""
-    wanted = (env if env is not None else os.environ).get(TRANSPORT_VARIABLE, "auto").strip().lower()
+    environ = env if env is not None else os.environ
+    wanted = environ[TRANSPORT_VARIABLE].strip().lower() if TRANSPORT_VARIABLE in environ else "auto"
     if wanted in TRANSPORTS:
         return wanted
     return "tcp" if loopback_tcp_works() else "ipc"

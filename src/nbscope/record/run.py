@@ -290,20 +290,22 @@ def _platform_word(value: str) -> str:
 def observed_backend(record: RunRecord) -> dict[str, Any] | None:
     """The backend JAX reported in the run itself (the kernel's probe, the loops or bench worker), which outranks
     every setting and default: None when the run never started JAX."""
-    kernel = record.measurements.get("kernel") if isinstance(record.measurements, dict) else None
-    backend = kernel.get("jax_backend") if isinstance(kernel, dict) else None
-    if isinstance(backend, dict) and isinstance(backend.get("platform"), str):
-        return {"platform": _platform_word(backend["platform"]), "source": "the kernel's JAX backend"}
-    jax = record.measurements.get("jax")  # loops: the sweep's default device
-    if isinstance(jax, dict) and isinstance(jax.get("platform"), str):
-        return {"platform": _platform_word(jax["platform"]), "source": "the loops worker's JAX"}
-    groups = record.measurements.get("groups")  # bench: each JAX worker's backend
-    for group in groups.values() if isinstance(groups, dict) else ():
-        for run in group.get("runs", ()) if isinstance(group, dict) else ():
-            info = run.get("info") if isinstance(run, dict) else None
-            if isinstance(info, dict) and isinstance(info.get("backend"), str):
-                return {"platform": _platform_word(info["backend"]), "source": "the bench worker's JAX"}
-    return None
+    from nbscope.schema.suite import BenchRun, LoopsRun
+
+    platform, source = None, ""
+    if record.kind == "loops":
+        sweeps = record.measured(LoopsRun).sweeps
+        platform = next((s.platform for s in sweeps if s.placement == "default" and s.platform), None)
+        source = "the loops worker's JAX"
+    elif record.kind == "bench":
+        runs = (run for group in record.measured(BenchRun).groups.values() for run in group.runs)
+        platform = next((str(run.info["backend"]) for run in runs if run.info and "backend" in run.info), None)
+        source = "the bench worker's JAX"
+    elif record.kind in ("profile", "trace", "trial"):
+        kernel = record.notebook_run().kernel
+        platform = kernel.jax_backend.platform if kernel is not None and kernel.jax_backend is not None else None
+        source = "the kernel's JAX backend"
+    return {"platform": _platform_word(platform), "source": source} if platform else None
 
 
 def backend_of(record: RunRecord) -> dict[str, Any]:

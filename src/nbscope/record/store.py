@@ -843,7 +843,7 @@ class Store:
                 given += 1
                 yield row[:-1], record
 
-    def list(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
+    def list(self, **filters: Unpack[RunFilters]) -> builtins.list[dict[str, Any]]:
         """Summaries of the readable runs, newest first, with the JAX backend each used."""
         result = []
         for row, record in self._readable(RunQuery(**filters)):
@@ -854,7 +854,7 @@ class Store:
             result.append(item)
         return result
 
-    def records(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
+    def records(self, **filters: Unpack[RunFilters]) -> builtins.list[RunRecord]:
         """Whole records matching ``list``'s filters, newest first (unreadable rows skipped and reported)."""
         return [record for _, record in self._readable(RunQuery(**filters))]
 
@@ -865,7 +865,7 @@ class Store:
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
 
-    def newest_per_target(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
+    def newest_per_target(self, **filters: Unpack[RunFilters]) -> builtins.list[RunRecord]:
         """The newest readable matching run of each target (each notebook), newest first; only those
         documents are read (an unreadable newest run is skipped, reported, and the one before it given)."""
         where, params = _where(RunQuery(**filters))
@@ -891,7 +891,9 @@ class Store:
             place += 1
         return sorted(found.values(), key=lambda r: (r.started_at, r.run_id or 0), reverse=True)
 
-    def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
+    def summaries(
+        self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]
+    ) -> builtins.list[dict[str, Any]]:
         """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
         keys plus ``settings`` (the measurement settings), ``totals``, the totals' ``wall_s``, ``compile_s``,
         ``run_s`` and ``cache_state``, and the hashes of the cells' code, the package versions and the compiled
@@ -967,7 +969,7 @@ class Store:
             self._skip(run_id, str(exc))
             return None
 
-    def names_of(self, target: str) -> list[str]:
+    def names_of(self, target: str) -> builtins.list[str]:
         """The names runs of ``target`` (a path or a stored name) are stored under: its current name first,
         then of its older names (:func:`nbscope.record.cells.aliases_for`) its absolute path, and a
         shorter name only when the newest run stored under it measured this notebook: most of its cells the
@@ -997,7 +999,7 @@ class Store:
                     kept.append(name)
         return kept
 
-    def targets(self, limit: int = 500) -> list[str]:
+    def targets(self, limit: int = 500) -> builtins.list[str]:
         """The names runs are stored under, in order (at most ``limit``)."""
         with self._connect() as db:
             return [t for (t,) in db.execute("SELECT DISTINCT target FROM runs ORDER BY target LIMIT ?", (limit,))]
@@ -1069,7 +1071,9 @@ class Store:
 
     # --- gate verdicts -----------------------------------------------------------------------------------
 
-    def record_verdict(self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: list[str]) -> None:
+    def record_verdict(
+        self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: builtins.list[str]
+    ) -> None:
         """Remember that ``nbscope gate`` passed or failed run ``run_id`` (against ``baseline_id``)."""
         from nbscope.record import run as record_module
 
@@ -1088,7 +1092,7 @@ class Store:
         if not self.path.exists():
             return {}
         sql = "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts"
-        params: list[int] = []
+        params: builtins.list[int] = []
         if run_ids is not None:
             params = [int(i) for i in run_ids]
             if len(params) > _MOST_PARAMETERS:

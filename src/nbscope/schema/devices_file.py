@@ -146,7 +146,7 @@ def _device(key: str, raw: object, path: str, *, new: bool) -> DeviceEntry:
         match,
         texts.pop("compute_capability", None),
         figures,
-        texts.get("platform"),
+        texts.pop("platform", None),
     )
 
 

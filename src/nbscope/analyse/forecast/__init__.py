@@ -801,7 +801,7 @@ def _cell_forecast(
     fails = tuple(
         Failing(f.operation, function, f.reason, f.source)
         for f, function in accelerator.failures(cell.cell, run, device)
-        if pins.get(_program_of(run, function) or "") is None
+        if (_program_of(run, function) or "") not in pins
     )
     if fails:
         verdict = "fails"
@@ -1062,7 +1062,7 @@ def _notebook_compile(
     """The notebook's range with its forecast compile bounded as a whole where the device gives a mean compile per
     program: its cells' compile ranges, each wide (one program in ten takes ×40 its CPU compile), narrow to the
     compiled programs times that mean, which holds across a notebook's many programs."""
-    mean = device.figures.get("compile_mean_s")
+    mean = device.optional("compile_mean_s")
     if mean is None:
         return low, high
     forecast = [

@@ -87,7 +87,7 @@ def failures(cell: Cell, run: NotebookRun, device: Device) -> list[tuple[Failure
             if failure is not None and (failure, program.function or program.key or "?") not in found:
                 found.append((failure, program.function or program.key or "?"))
     for function in cell.jax.functions if cell.jax is not None else ():
-        failure = _TPU_FUNCTIONS.get(function.name or "")
+        failure = _TPU_FUNCTIONS[function.name] if function.name in _TPU_FUNCTIONS else None
         wide = failure is _FFT and any("complex128" in s or "float64" in s for s in function.shapes)
         if failure is not None and (wide or (failure is not _FFT and is_x64(function.shapes))):
             if all(f is not failure for f, _ in found):
@@ -99,8 +99,8 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
     """The cell's compile on ``device``: the CPU's compile times the device's ratio (its 64-bit ratio for programs
     with 64-bit values), at least its fixed cost per compiled program; a GPU without its own figures uses the
     table's gpu_compile_ratio."""
-    ratio = device.figures.get("compile_ratio") or table.model["gpu_compile_ratio"]
-    each = device.figures.get("compile_each_s")
+    ratio = device.optional("compile_ratio") or table.model["gpu_compile_ratio"]
+    each = device.optional("compile_each_s")
     shapes = [s for f in (cell.jax.functions if cell.jax is not None else ()) for s in f.shapes]
     programs = [run.program(e.program) for e in (cell.programs.executions if cell.programs is not None else ())]
     dtypes = tuple(d for p in programs if p is not None for d in p.float_dtypes)
@@ -123,7 +123,7 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
 
 def runtime_start_term(device: Device) -> Term | None:
     """Opening the device in the first cell that uses JAX (None: the table gives no figure for it)."""
-    start: Figure | None = device.figures.get("runtime_start_s")
+    start: Figure | None = device.optional("runtime_start_s")
     if start is None:
         return None
     return Term(

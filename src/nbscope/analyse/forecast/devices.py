@@ -44,6 +44,10 @@ class Device:
     def figure(self, name: str) -> Figure:
         return self.figures[name]
 
+    def optional(self, name: str) -> Figure | None:
+        """A figure a device may leave out (``devices_file.OPTIONAL_DEVICE_FIGURES``); None where it does."""
+        return self.figures[name] if name in self.figures else None
+
     @property
     def kind(self) -> str:
         """``GPU`` or ``TPU``: the word for this device in a forecast's text."""

@@ -18,10 +18,19 @@ import importlib.util
 import os
 import sys
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for types only: this file imports neither at run time
+    from importlib.machinery import ModuleSpec
+
+    from ipykernel.iostream import IOPubThread
+    from jupyter_client.manager import KernelManager
+    from zmq import Context, Socket
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_FOLDER = os.environ.get("NBSCOPE_IPC_DIR") or "/tmp"
+_FOLDER = os.environ["NBSCOPE_IPC_DIR"] if "NBSCOPE_IPC_DIR" in os.environ else "/tmp"
 
 
 def _chain_site_customisation() -> None:
@@ -39,21 +48,22 @@ def _chain_site_customisation() -> None:
         print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def _ipc_pipe(iostream: Any) -> None:
+def _ipc_pipe(iostream: ModuleType) -> None:
     thread = getattr(iostream, "IOPubThread", None)
     if thread is None or not hasattr(thread, "_setup_pipe_in") or not hasattr(thread, "_setup_pipe_out"):
         return
 
-    def setup_pipe_in(self: Any) -> None:
+    def setup_pipe_in(self: IOPubThread) -> None:
         import zmq
         from zmq.eventloop.zmqstream import ZMQStream
 
         self._pipe_uuid = os.urandom(16)
         pipe_in = self.socket.context.socket(zmq.PULL)
         pipe_in.linger = 0
-        self._nbscope_pipe = f"ipc://{_FOLDER}/pipe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        address = f"ipc://{_FOLDER}/pipe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        setattr(self, "_nbscope_pipe", address)  # noqa: B010 (an attribute of nbscope's own on ipykernel's object)
         try:
-            pipe_in.bind(self._nbscope_pipe)
+            pipe_in.bind(address)
         except zmq.ZMQError:  # as ipykernel does when its pipe cannot bind: forked output is lost, the kernel runs
             self._pipe_flag = False
             pipe_in.close()
@@ -61,25 +71,25 @@ def _ipc_pipe(iostream: Any) -> None:
         self._pipe_in = ZMQStream(pipe_in, self.io_loop)
         self._pipe_in.on_recv(self._handle_pipe_msg)
 
-    def setup_pipe_out(self: Any) -> Any:
+    def setup_pipe_out(self: IOPubThread) -> tuple[Context[Socket[bytes]], Socket[bytes]]:
         import zmq
 
-        context = zmq.Context()
-        pipe_out = context.socket(zmq.PUSH)
+        context: Context[Socket[bytes]] = zmq.Context()
+        pipe_out: Socket[bytes] = context.socket(zmq.PUSH)
         pipe_out.linger = 3000
-        pipe_out.connect(self._nbscope_pipe)
+        pipe_out.connect(getattr(self, "_nbscope_pipe"))  # noqa: B009
         return context, pipe_out
 
     thread._setup_pipe_in, thread._setup_pipe_out = setup_pipe_in, setup_pipe_out
 
 
-def _ipc_managers(manager_module: Any) -> None:
+def _ipc_managers(manager_module: ModuleType) -> None:
     manager = getattr(manager_module, "KernelManager", None)
     if manager is None:
         return
     original = manager.__init__
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: KernelManager, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)
         if self.transport == "tcp":
             self.transport = "ipc"
@@ -94,10 +104,10 @@ _PATCHES = {"ipykernel.iostream": _ipc_pipe, "jupyter_client.manager": _ipc_mana
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
     """Runs a patch on a module right after it is first imported, without importing it earlier."""
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        patch = _PATCHES.get(name)
-        if patch is None:
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
+        if name not in _PATCHES:
             return None
+        patch = _PATCHES[name]
         for finder in sys.meta_path:
             if finder is self:
                 continue
@@ -109,7 +119,7 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
         loader = spec.loader
         original_exec = loader.exec_module
 
-        def exec_module(module: Any) -> None:
+        def exec_module(module: ModuleType) -> None:
             original_exec(module)
             patch(module)
 

@@ -756,7 +756,8 @@ class _JaxDevices:
     ``jax._src.xla_bridge`` holds the started backends once the notebook has used JAX."""
 
     def _backend(self) -> Any:
-        bridge = sys.modules.get("jax._src.xla_bridge")
+        modules = sys.modules
+        bridge = modules["jax._src.xla_bridge"] if "jax._src.xla_bridge" in modules else None
         if bridge is None or not getattr(bridge, "_backends", None):
             return None
         return getattr(bridge, "_default_backend", None)
@@ -768,14 +769,14 @@ class _JaxDevices:
         try:
             devices = backend.local_devices()
             stats = (devices[0].memory_stats() or {}) if devices else {}
-            jaxlib = sys.modules.get("jaxlib.version") or sys.modules.get("jaxlib")
+            jaxlib = next((sys.modules[m] for m in ("jaxlib.version", "jaxlib") if m in sys.modules), None)
             return {
                 "platform": str(backend.platform),
                 "device_kind": str(devices[0].device_kind) if devices else None,
                 "devices": len(devices),
-                "memory_bytes_per_device": stats.get("bytes_limit"),
+                "memory_bytes_per_device": stats["bytes_limit"] if "bytes_limit" in stats else None,
                 "platform_version": str(getattr(backend, "platform_version", "") or "")[:200] or None,
-                "jax": getattr(sys.modules.get("jax"), "__version__", None),
+                "jax": getattr(sys.modules["jax"], "__version__", None) if "jax" in sys.modules else None,
                 "jaxlib": getattr(jaxlib, "__version__", None),
             }
         except Exception:
@@ -788,7 +789,8 @@ class _JaxDevices:
             return None
         try:
             stats = [device.memory_stats() or {} for device in backend.local_devices()]
-            return sum(s.get("bytes_in_use", 0) for s in stats), sum(s.get("peak_bytes_in_use", 0) for s in stats)
+            in_use = sum(s["bytes_in_use"] for s in stats if "bytes_in_use" in s)
+            return in_use, sum(s["peak_bytes_in_use"] if "peak_bytes_in_use" in s else 0 for s in stats)
         except Exception:
             return None
 
