@@ -146,7 +146,9 @@ def check_can_create(option: str, path: Path) -> None:
     if not parent.is_dir():
         raise NbscopeError(f"{option} {path}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise NbscopeError(f"{option} {path}: cannot create it, {parent} is not writable")
+        mounted = os.statvfs(parent).f_flag & os.ST_RDONLY
+        why = "the file system there is mounted read-only" if mounted else "it is not writable"
+        raise NbscopeError(f"{option} {path}: cannot create it in {parent}: {why}")
 
 
 def check_kernel(name: str) -> None:
@@ -322,6 +324,13 @@ def _gpus_present(fingerprint: dict[str, Any]) -> bool:
     return bool(decode(Machine, fingerprint).gpus)
 
 
+# The note a run gets when the notebook removed nbscope's files as it ran (`!rm -rf .nbscope`, `git clean -fdx`).
+REMOVED_FILES = (
+    "the notebook removed nbscope's files while it ran (its live file, maybe the store): nbscope wrote the live "
+    "file again with every cell measured so far; runs stored before in a removed store are gone"
+)
+
+
 def default_live_path(store_path: Path | None) -> Path:
     """A fresh live file in the store's own live folder (see :mod:`nbscope.record.live`)."""
     return new_live_path(store_path)
@@ -415,6 +424,10 @@ def profile_until_stopped(
     finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
         executions = repeats.executions
         fill_measurements(record, notebook.describe(), described, executions, repeats.cache_state, live_path)
+        if live.rewritten(live_path):
+            kernel = record.measurements.setdefault("kernel", {}) or {}
+            kernel.setdefault("warnings", []).append({"hash": None, "message": REMOVED_FILES})
+            record.measurements["kernel"] = kernel
         if interrupted and len(executions) < options.repeat:
             record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
         if owned_live:

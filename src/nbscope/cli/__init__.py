@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: one-line errors with exit code 2 instead of tracebacks; on SIGINT, SIGTERM or
     SIGHUP, what was measured is saved and the exit code is 128 + the signal (130, 143, 129)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _standard_streams()
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)
@@ -189,6 +190,23 @@ def main(argv: list[str] | None = None) -> None:
         command = build_command(_command_named(args))
         with command_session():
             _run(lambda: _invoke(command, args), args)
+
+
+def _standard_streams() -> None:
+    """A standard stream the shell closed (``nbscope gate >&-``) is the null device: the command runs and exits as
+    it would with its output discarded, and no file nbscope opens (the store) takes the stream's number, where a
+    kernel's or a traced command's output would land."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
 
 
 def _run(invoke: Callable[[], None], args: list[str]) -> None:
