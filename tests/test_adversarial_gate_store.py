@@ -302,3 +302,98 @@ def test_diagnose_memory_is_linear_in_the_cell_count() -> None:
 
     small, large = peak(500), peak(2500)
     assert large / small < 8, (small, large)
+
+
+# ==== 4. Other =====================================================================================================
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        (["/etc/passwd"], ["cannot run '/etc/passwd'", "not executable"]),
+        (["/etc"], ["cannot run '/etc'", "folder"]),
+        (["no-such-command-nbscope-ab"], ["command not found"]),
+    ],
+    ids=["not-executable", "a-folder", "not-a-command"],
+)
+def test_trace_refuses_what_is_no_program_in_one_line(tmp_path: Path, command: list[str], words: list[str]) -> None:
+    """`trace -- /etc/passwd` ended in a PermissionError traceback; refused now before the store is made."""
+    done = nbscope("trace", "--db", tmp_path / "t.db", "--", *command, cwd=tmp_path)
+    assert_one_line_error(done, *words)
+    assert not (tmp_path / "t.db").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_trace_command_timeout_must_be_a_number_of_seconds(tmp_path: Path, value: str) -> None:
+    """`--command-timeout nan` ran the command and called it timed out after "nan s"."""
+    done = nbscope("trace", "--db", tmp_path / "t.db", "--command-timeout", value, "--", "true", cwd=tmp_path)
+    assert_one_line_error(done, "--command-timeout", "positive number of seconds")
+
+
+def test_report_refuses_a_metric_no_run_has(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    _series(db, [1.0], candidate=1.0)
+    done = nbscope("report", "1", "--db", db, "--metric", "nope", "-o", tmp_path / "r.html", cwd=tmp_path)
+    assert_one_line_error(done, "--metric 'nope'", "wall_s")
+    assert not (tmp_path / "r.html").exists()
+    done = nbscope("report", "1", "--db", db, "--metric", "wall_s", "-o", tmp_path / "r.html", cwd=tmp_path)
+    assert done.returncode == 0 and (tmp_path / "r.html").is_file(), done.stderr
+
+
+def test_compare_never_prints_the_absent_marker(tmp_path: Path) -> None:
+    """A fingerprint field one side lacks printed as `{"absent": "field not present"}` (markdown and terminal)."""
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    first = record([cell(0, 1.0)])
+    first.fingerprint["blas"] = {"library": "openblas", "threads": 2}
+    second = record([cell(0, 1.0)], started="2026-01-02T00:00:00.000Z")
+    second.fingerprint["extra"] = "x"
+    store.save(first)
+    store.save(second)
+    for extra in (["--markdown"], []):
+        done = nbscope("compare", "1", "2", "--db", db, *extra, cwd=tmp_path, env={"COLUMNS": "200"})
+        assert done.returncode == 0, done.stderr
+        assert '{"absent"' not in done.stdout and "absent (field not present)" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("value", ["1.1", "2", "1.5"])
+def test_a_bare_slowdown_above_one_is_refused_as_ambiguous(tmp_path: Path, value: str) -> None:
+    """`--max-slowdown 1.1` was read as 110 %: a ×2 slowdown passed a gate meant as ×1.1. A bare number above 1
+    is refused, naming both spellings; --help says a bare number is a fraction. (×3.5: beyond a single
+    sample's wall floor.)"""
+    db = tmp_path / "runs.db"
+    _series(db, [1.0], candidate=3.5)
+    done = nbscope("gate", "--db", db, "--max-slowdown", value, cwd=tmp_path)
+    assert_one_line_error(done, "ambiguous", f"{float(value):g}x", "%")
+    assert nbscope("gate", "--db", db, "--max-slowdown", "1.1x", cwd=tmp_path).returncode == 1
+    assert nbscope("gate", "--db", db, "--max-slowdown", "0.1", cwd=tmp_path).returncode == 1
+    shown = nbscope("gate", "--help", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert "a bare number is a fraction" in shown.stdout
+
+
+def test_a_label_ending_in_json_names_its_run(tmp_path: Path) -> None:
+    """`--label other.json` was accepted when recording, but `show other.json` said "no such file"."""
+    db = tmp_path / "runs.db"
+    labelled = record([cell(0, 1.0)])
+    labelled.label = "other.json"
+    Store(db).save(labelled)
+    done = nbscope("show", "other.json", "--db", db, cwd=tmp_path)
+    assert done.returncode == 0 and "other.json" in done.stdout, done.stdout + done.stderr
+    done = nbscope("show", "missing.json", "--db", db, cwd=tmp_path)
+    assert_one_line_error(done, "missing.json: no such file", "no run labelled 'missing.json'")
+
+
+def test_append_to_standard_output_prints_the_entry_once(tmp_path: Path) -> None:
+    from nbscope.record.run import RunRecord
+
+    db = tmp_path / "s.db"
+    sweep = {"placement": "default", "platform": "gpu", "device_kind": "NVIDIA L40S", "fit": {"us_per_iter": 6.0}}
+    loops = RunRecord(
+        kind="loops", target="builtin:logistic-map", fingerprint={"digest": "abc"}, measurements={"sweeps": [sweep]}
+    )
+    run_id = Store(db).save(loops)
+    args = ["forecast", "--calibrate-from", str(run_id), "--name", "mine", "--base", "l4", "--db", db]
+    done = nbscope(*args, "--append-to", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("[devices.mine]") == 1 and "appended to -" not in done.stdout, done.stdout
+    assert not (tmp_path / "-").exists()

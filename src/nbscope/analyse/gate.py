@@ -109,7 +109,8 @@ class GateOptions:
 
 
 def parse_slowdown(text: str) -> float:
-    """``10%`` → 0.10, ``0.1`` → 0.10, ``1.1x`` → 0.10 (a ratio)."""
+    """``10%`` → 0.10, ``0.1`` → 0.10 (a bare number is a fraction), ``1.1x`` → 0.10 (a ratio). A bare number above
+    1 (``1.1``: 10 % as a ratio, or 110 %?) is refused as ambiguous: write ``10%``, ``1.1x`` or ``110%``."""
     raw = str(text).strip().lower()
     try:
         if raw.endswith("%"):
@@ -118,6 +119,11 @@ def parse_slowdown(text: str) -> float:
             value = float(raw[:-1]) - 1.0
         else:
             value = float(raw)
+            if value > 1:
+                raise NbscopeError(
+                    f"--max-slowdown {text} is ambiguous: write {value:g}x (or {(value - 1) * 100:g}%) for "
+                    f"{value:g} times as slow, {value * 100:g}% for {value * 100:g} % slower"
+                )
     except ValueError:
         raise NbscopeError(f"--max-slowdown expects e.g. 10%, 0.1 or 1.1x, not {text!r}") from None
     if not math.isfinite(value) or value < 0:

@@ -758,6 +758,8 @@ def _run_command(
             cgroup.end()
         if isinstance(exc, FileNotFoundError):
             raise NbscopeError(f"command not found: {command[0]}") from None
+        if isinstance(exc, OSError):  # not executable, a folder, not a program this machine runs (ENOEXEC)
+            raise NbscopeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
         raise
     assert process.stdout is not None
     reader = _OutputReader(process.stdout.fileno(), echo=echo)
@@ -932,6 +934,25 @@ def theme_note(result: TraceResult) -> str | None:
     )
 
 
+def _check_runnable(command: list[str], path: str) -> None:
+    """Refuse, before anything runs or is stored, a command that is no program: a file that is not executable, a
+    folder, a name found nowhere on PATH."""
+    if not command:
+        return
+    program = command[0]
+    if os.sep in program:
+        if os.path.isdir(program):
+            raise NbscopeError(f"cannot run {program!r}: it is a folder, not a program")
+        if not os.path.isfile(program):
+            raise NbscopeError(f"cannot run {program!r}: no such file")
+        if not os.access(program, os.X_OK):
+            raise NbscopeError(
+                f"cannot run {program!r}: it is not executable (chmod +x it, or run it with its interpreter)"
+            )
+    elif shutil.which(program, path=path) is None:
+        raise NbscopeError(f"command not found: {program}")
+
+
 def trace_command(
     command: list[str],
     *,
@@ -951,12 +972,10 @@ def trace_command(
     ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
     that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
     """
-    from nbscope.api.profile import check_store
+    from nbscope.api.profile import check_store, check_timeout
 
-    if timeout is not None and timeout <= 0:
-        raise NbscopeError("--timeout must be a positive number of seconds")
-    if cell_timeout is not None and not cell_timeout > 0:
-        raise NbscopeError("--cell-timeout must be a positive number of seconds")
+    check_timeout(timeout, "--command-timeout")  # NaN, infinities, 0 and negative numbers are no limit
+    check_timeout(cell_timeout, "--cell-timeout")
     if store is not None:
         check_store(store)  # a store the runs could not be saved in is refused before the command runs
     env = None  # the variables the command gets besides this process's: only a PATH with a command put first
@@ -972,6 +991,7 @@ def trace_command(
         if not myst.usable or myst.path_folder is None:
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), path])}
+    _check_runnable(command, (env or {}).get("PATH", path))
     result = run_traced(
         command,
         sources=sources,

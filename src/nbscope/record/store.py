@@ -1225,8 +1225,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
         return record
     if path.is_dir():
         raise NbscopeError(f"{text} is a directory; give {RUN_REFERENCE}")
-    if path.suffix in (".json", ".jsonl"):
-        raise NbscopeError(f"{text}: no such file")
+    if path.suffix in (".json", ".jsonl") and not store.path.exists():
+        raise NbscopeError(f"{text}: no such file")  # with a store, a label may end so (`--label other.json`)
     label, _, notebook = text.partition(":")
     if label == "latest":
         label = ""
@@ -1242,6 +1242,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
         return record
     runs = f"{'/'.join(kinds)} run" if kinds else "run"
     of = f" of {notebook}" if notebook else ""
+    if path.suffix in (".json", ".jsonl"):
+        raise NbscopeError(f"{text}: no such file, and no {runs}{of} labelled {label!r} in {store.path}")
     if label:
         raise NbscopeError(
             f"no {runs}{of} labelled {label!r} in {store.path}, and no file {text!r} "
