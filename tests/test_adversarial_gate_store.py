@@ -397,3 +397,119 @@ def test_append_to_standard_output_prints_the_entry_once(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("[devices.mine]") == 1 and "appended to -" not in done.stdout, done.stdout
     assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.slow
+def test_two_unrelated_notebooks_of_one_name_outside_git_keep_their_own_history(tmp_path: Path) -> None:
+    """`x1/nb.ipynb` and `x2/nb.ipynb`, each profiled from its own folder (no git, no book) into one shared store:
+    both were stored as `nb.ipynb`, one history, and x2's run was gated against x1's."""
+    shared = tmp_path / "shared" / "runs.db"
+    shared.parent.mkdir()
+    for folder, source in (("x1", "x = sum(range(1000))"), ("x2", "import time; time.sleep(0.3)")):
+        (tmp_path / folder).mkdir()
+        _notebook(tmp_path / folder / "nb.ipynb", source)
+        done = nbscope("profile", "nb.ipynb", "--db", shared, "--no-diagnose", cwd=tmp_path / folder)
+        assert done.returncode == 0, done.stderr
+    targets = Store(shared).targets()
+    assert sorted(targets) == sorted(str((tmp_path / f / "nb.ipynb").resolve()) for f in ("x1", "x2")), targets
+    done = nbscope("gate", "--db", shared, cwd=tmp_path / "x2")
+    assert_one_line_error(done, "no earlier complete profile run of")
+    history = nbscope("history", "nb.ipynb", "--db", shared, "--json", cwd=tmp_path / "x2")
+    assert history.returncode == 0 and sum(len(s["points"]) for s in json.loads(history.stdout)["series"]) == 1
+
+
+@pytest.mark.slow
+def test_a_sighup_after_every_notebook_finished_keeps_the_audit_complete(tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed) once every notebook had finished: the audit was stored as partial."""
+    import signal
+
+    from nbscope import _signals
+    from nbscope.api.audit import AuditOptions, audit
+    from nbscope.schema.progress import AuditJobDone
+
+    book = tmp_path / "book"
+    book.mkdir()
+    _notebook(book / "a.ipynb", "x = 1")
+    store = Store(tmp_path / "a.db")
+
+    def hang_up(event: object) -> None:
+        if isinstance(event, AuditJobDone) and event.done == event.total:
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    with _signals.handled(), pytest.raises(KeyboardInterrupt):
+        audit([book], AuditOptions(workers=1), store=store, on_event=hang_up)
+    [stored] = store.records(kind="audit")
+    assert stored.status == "ok", stored.status
+    assert [run.status for run in store.records(kind="profile")] == ["ok"]
+
+
+def test_a_stopped_import_keeps_its_imported_as_run_lines(tmp_path: Path) -> None:
+    """SIGTERM during `import` of many files: the lines were printed only at the end, so none came out."""
+    import signal
+    import time
+
+    files = []
+    for number in range(400):
+        path = tmp_path / f"run{number:03d}.json"
+        path.write_text(
+            record(
+                [cell(0, 1.0 + number / 1000)], started=f"2026-01-01T00:{number // 60:02d}:{number % 60:02d}.000Z"
+            ).to_json()
+        )
+        files.append(path)
+    db = tmp_path / "runs.db"
+    merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", "import", *map(str, files), "--db", str(db)],
+        cwd=tmp_path,
+        env=merged,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()  # the first run is stored and said: stop the import now
+    assert "imported as run 1" in first, first
+    time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    rest, errors = process.communicate(timeout=120)
+    lines = [first, *rest.splitlines()]
+    stored = Store(db).count()
+    if process.returncode == 0:
+        pytest.skip("the import finished before the signal")
+    assert process.returncode == 143 and "Traceback" not in errors, errors
+    said = [line for line in lines if "imported as run" in line]
+    assert 1 <= len(said) <= stored <= len(said) + 1, (len(said), stored)
+
+
+@pytest.mark.slow
+def test_an_imported_live_file_keeps_the_kernel_start(tmp_path: Path) -> None:
+    """A live file imported (a run killed after its cells): `kernel start –`, the figure lost."""
+    from test_adversarial import _live_run
+
+    live = tmp_path / "kept.jsonl"
+    _live_run(tmp_path, live)
+    db = tmp_path / "runs.db"
+    done = nbscope("import", live, "--db", db, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    stored = Store(db).get(1)
+    runner = stored.notebook_run().runner
+    assert runner.kernel_start_s is not None and runner.kernel_start_s > 0
+    assert stored.notebook_run().totals.kernel_start_s == runner.kernel_start_s
+    assert "kernel_start_s" not in (stored.measurements["kernel"] or {})  # the runner's figure, not the probe's
+
+
+def test_a_portable_export_strips_machine_paths_from_output_tails(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    failed = record([cell(0, 1.0)])
+    tail = (
+        'Traceback:\n  File "/opt/conda/lib/python3.11/site-packages/jax/_src/api.py", line 3\n'
+        "wrote /var/tmp/build-8841/out.log; see https://example.org/docs/page"
+    )
+    failed.measurements["runner"] = {"pathway": "kernel", "kernel_log_tail": tail}
+    Store(db).save(failed)
+    done = nbscope("export", "1", "--portable", "-o", "-", "--db", db, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)["measurements"]["runner"]["kernel_log_tail"]
+    assert "/opt/conda" not in shown and "/var/tmp" not in shown, shown
+    assert '"…/api.py", line 3' in shown and "…/out.log" in shown and "https://example.org/docs/page" in shown

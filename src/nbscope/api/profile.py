@@ -400,7 +400,7 @@ def profile_until_stopped(
     env_key = store.env_key() if store is not None else None  # the store's: equal --env values hash equal there
     record = RunRecord(
         kind="profile",
-        target=target_name(notebook.path),
+        target=target_name(notebook.path, store=store.path if store is not None else None),
         fingerprint=fingerprint,
         settings=options.settings(env_key),
         command=command_for_record(sys.argv, env_key),

@@ -34,6 +34,7 @@ from nbscope.collect._cells import interrupted_described, merge_described
 from nbscope.collect.runner import NotebookExecution
 from nbscope.record.run import RunRecord
 from nbscope.record.store import default_path, files_folder, make_folder, store_subfolder
+from nbscope.schema._fields import time as time_of
 from nbscope.schema.build import combine_repeats, derive, totals
 from nbscope.schema.codec import Encoded, Write, decode
 from nbscope.schema.live import LiveHeader, LiveLine
@@ -366,12 +367,14 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
             cells.append(interrupted_described(described[len(cells)], _ran_until(Path(path), stopped[0]), stopped[1]))
         # The cells the killed run never reached: as a run cut short records them.
         cells += [merge_described(c, None) for c in described[len(cells) :]]
-        runner = {"pathway": "kernel", "recovered_from": str(path)}
+        kernel = dict(entry.kernel) if entry.kernel is not None else None
+        start = kernel.pop("kernel_start_s", None) if kernel is not None else None  # the runner's, on the kernel line
+        runner = {"pathway": "kernel", "recovered_from": str(path), "kernel_start_s": time_of(start)}
         executions.append(
             NotebookExecution(
                 cells=cells,
                 runner=runner,
-                kernel=entry.kernel,
+                kernel=kernel,
                 status="ok" if finished else "partial",
                 interrupted=not finished and number == len(run.executions) - 1,
             )
