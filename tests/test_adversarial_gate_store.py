@@ -281,6 +281,20 @@ def test_a_file_size_limit_is_named_not_blamed_on_the_store(tmp_path: Path) -> N
     )
     assert_one_line_error(done, "file size limit", "ulimit -f", "not damaged")
     assert "not a usable" not in done.stderr
+    # A profile under the limit: the kernel's files could not be written either. One line naming the limit (the
+    # run ended with every cell "not run", then the store was blamed), nothing stored, no live file left.
+    _notebook(tmp_path / "nb.ipynb", "x = 1")
+    done = subprocess.run(
+        [sys.executable, "-m", "nbscope", "profile", "nb.ipynb", "--db", str(tmp_path / "p.db"), "--no-diagnose"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=limited,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "file size limit" in done.stderr.splitlines()[-1] and "ulimit -f" in done.stderr, done.stderr
+    assert not list((tmp_path / "p.db.d" / "live").glob("*.jsonl")) if (tmp_path / "p.db.d").exists() else True
 
 
 # ==== 3. Scale =====================================================================================================

@@ -74,6 +74,27 @@ def note_input_folder(folder: str | Path, what: str) -> None:
         _input_folders.append(entry)
 
 
+def machine_limit(exc: BaseException) -> NbscopeError | None:
+    """A write that the machine refused, named as such (not blamed on a store or a notebook): the file size limit
+    (``ulimit -f``: EFBIG), a full disk (ENOSPC), a read-only mount (EROFS); None for any other error."""
+    import errno
+    import resource
+
+    if not isinstance(exc, OSError) or exc.errno not in (errno.EFBIG, errno.ENOSPC, errno.EROFS):
+        return None
+    where = exc.filename2 or exc.filename
+    what = f"writing {where}" if where else "writing a file"
+    if exc.errno == errno.EFBIG:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        shown = f" ({limit // 1024} KiB)" if limit != resource.RLIM_INFINITY else ""
+        return NbscopeError(
+            f"this shell's file size limit{shown} stopped nbscope {what}: raise it (ulimit -f unlimited)"
+        )
+    if exc.errno == errno.ENOSPC:
+        return NbscopeError(f"the disk is full: nbscope stopped {what}; free some space and run again")
+    return NbscopeError(f"the file system is mounted read-only: nbscope stopped {what}")
+
+
 def forget_inputs() -> None:
     """Start a new command: no file is noted as read (the command line calls this once per command)."""
     _inputs.clear()

@@ -602,7 +602,7 @@ def _spread(found: list[tuple[float, str]], outliers: dict[str, float]) -> RunSp
             kept.append(value)
             continue
         ratio = noise_model.finite_ratio(min(value, middle), max(value, middle))
-        outliers[run] = max(outliers.get(run, 0.0), ratio)
+        outliers[run] = max(outliers[run], ratio) if run in outliers else ratio
     if len(kept) < MIN_HISTORY:
         return None
     return RunSpread(mad(kept), max(kept) - min(kept), len(kept))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._files import machine_limit
 from nbscope.api.publish import keep_run_summary
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
@@ -417,10 +418,13 @@ def profile_until_stopped(
         interrupted = repeats.run(live_path, on_cell_start, on_cell_done)
     except KeyboardInterrupt:  # between cells' reach: starting a kernel, between repeats
         interrupted = True
-    except NbscopeError as exc:  # a kernel that would not start
+    except (NbscopeError, OSError) as exc:  # a kernel that would not start; the machine refusing a write
+        limit = exc if isinstance(exc, NbscopeError) else machine_limit(exc)
+        if limit is None:
+            raise
         if repeats.executions:
-            raise  # the repeats that ran are kept (below)
-        not_started = exc
+            raise limit from None  # the repeats that ran are kept (below)
+        not_started = limit
     finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
         executions = repeats.executions
         fill_measurements(record, notebook.describe(), described, executions, repeats.cache_state, live_path)

@@ -991,7 +991,7 @@ def trace_command(
         if not myst.usable or myst.path_folder is None:
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), path])}
-    _check_runnable(command, (env or {}).get("PATH", path))
+    _check_runnable(command, env["PATH"] if env is not None else path)
     result = run_traced(
         command,
         sources=sources,

@@ -236,10 +236,16 @@ def _run(invoke: Callable[[], None], args: list[str]) -> None:
     except BrokenPipeError:
         quiet_stdout()
         raise SystemExit(0) from None
-    except OSError:
+    except OSError as exc:
         # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
         if not stopped_by_signal():
-            raise
+            from nbscope.api.files import machine_limit
+
+            limit = machine_limit(exc)  # ulimit -f, a full disk, a read-only mount: one line, as what they are
+            if limit is None:
+                raise
+            _print_error(f"nbscope: error: {limit}")
+            raise SystemExit(limit.exit_code) from None
         _stopped()
 
 

@@ -142,7 +142,7 @@ def _calibrate(
     store: Store,
     as_json: bool,
 ) -> None:
-    from nbscope._files import is_stdout
+    from nbscope.api.files import is_stdout
     from nbscope.api.forecast import append_device, calibrate_device
 
     calibrated = calibrate_device(runs, name, base, table, store)

@@ -322,7 +322,7 @@ class _CellLoop:
         if self.reader.kernel is not None and not self.kernel_written:
             # The probe's kernel header, and how long the kernel took to start: a recovered run names its kernel
             # and keeps its start.
-            self.live.write({**self.reader.kernel, "kernel_start_s": self.runner.get("kernel_start_s")})
+            self.live.write({**self.reader.kernel, "kernel_start_s": self.runner["kernel_start_s"]})
             self.kernel_written = True
         self.live.write(record)
         if self.on_cell_done is not None:

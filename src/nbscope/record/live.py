@@ -101,7 +101,7 @@ class LiveWriter:
             return
         text = redact(json.dumps(line, default=str)) + "\n"  # no credential of a URL is kept
         key = self.path.absolute()
-        lines, size = _WRITTEN.get(key, ([], 0))
+        lines, size = _WRITTEN.setdefault(key, ([], 0))
         try:
             found = self.path.stat().st_size
         except FileNotFoundError:

@@ -32,9 +32,9 @@ class SafeConsole(Console):
 
     ``COLUMNS`` or ``LINES`` that is not a positive number (``COLUMNS=0``: rich would print nothing) is ignored."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, highlight: bool = False, stderr: bool = False) -> None:
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or (v.isdigit() and int(v) > 0)}
-        super().__init__(_environ=options.pop("_environ", environ), **options)
+        super().__init__(highlight=highlight, stderr=stderr, _environ=environ)
 
     def render_str(self, text: str, **options: Any) -> Text:
         return super().render_str(for_terminal(text), **options)

@@ -166,7 +166,9 @@ class _Snapshot(MutableMapping[str, Bound]):
     def __getitem__(self, name: str) -> Bound:
         if name in self._set:
             return self._set[name]
-        found = self._changes.get(name, ())
+        if name not in self._changes:
+            raise KeyError(name)
+        found = self._changes[name]
         position = bisect.bisect_left(found, self._step, key=lambda change: change[0])
         if position == 0:
             raise KeyError(name)
@@ -261,7 +263,7 @@ class Bindings:
     def at(self, cell: int, line: int) -> MutableMapping[str, Bound]:
         """Names as line ``line`` of ``cell`` runs: those before its top-level statement; a name bound inside
         that statement (a loop or branch around the line) is unknown there."""
-        for first, last, step, bound, compound in self._points.get(cell, ()):
+        for first, last, step, bound, compound in self._points[cell] if cell in self._points else ():
             if first <= line <= last:
                 shown = _Snapshot(self._changes, step)
                 if compound:  # a simple statement reads its names before it binds any
