@@ -527,3 +527,15 @@ def test_a_portable_export_strips_machine_paths_from_output_tails(tmp_path: Path
     shown = json.loads(done.stdout)["measurements"]["runner"]["kernel_log_tail"]
     assert "/opt/conda" not in shown and "/var/tmp" not in shown, shown
     assert '"…/api.py", line 3' in shown and "…/out.log" in shown and "https://example.org/docs/page" in shown
+
+
+def test_an_outlier_is_never_the_automatic_baseline(tmp_path: Path) -> None:
+    """Gate, a case of the class found here: the slow ungated run is the newest before the candidate, so the
+    automatic baseline (the newest never judged); a real 2.9× slowdown then compared ×1.0 with it and passed."""
+    db = tmp_path / "runs.db"
+    _series(db, [1.0, 1.03, 0.98, 0.97, 2.9], candidate=2.9)
+    done = nbscope("gate", "--db", db, "--json", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert data["baseline"]["run_id"] == 4 and data["cells"][0]["verdict"] == "regression", data["baseline"]
+    assert any("run 5, newer, is far from the other runs" in warning for warning in data["warnings"]), data["warnings"]
