@@ -539,3 +539,14 @@ def test_an_outlier_is_never_the_automatic_baseline(tmp_path: Path) -> None:
     data = json.loads(done.stdout)
     assert data["baseline"]["run_id"] == 4 and data["cells"][0]["verdict"] == "regression", data["baseline"]
     assert any("run 5, newer, is far from the other runs" in warning for warning in data["warnings"]), data["warnings"]
+
+
+def test_a_negative_diagnose_threshold_is_refused(tmp_path: Path) -> None:
+    """Values where they enter, a case found here: `--threshold compile-bound.min_share=-1` was accepted (every
+    threshold is a time, a share or a count); `inf` still turns a rule off."""
+    db = tmp_path / "runs.db"
+    _series(db, [1.0], candidate=1.0)
+    done = nbscope("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=-1", cwd=tmp_path)
+    assert_one_line_error(done, "compile-bound.min_share", "0 or more")
+    done = nbscope("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=inf", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr

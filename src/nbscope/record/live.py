@@ -184,6 +184,7 @@ def _is_header(line: LiveLine) -> bool:
 def remove_live_file(path: Path) -> None:
     """Remove a live file once its run is stored; only a file that starts with nbscope's header, so that
     nothing nbscope did not write is ever deleted."""
+    _WRITTEN.pop(Path(path).absolute(), None)  # its lines are in the record now
     if _header_of(Path(path)) is not None and not Path(path).is_symlink():
         Path(path).unlink(missing_ok=True)
 
