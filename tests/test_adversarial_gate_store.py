@@ -550,3 +550,14 @@ def test_a_negative_diagnose_threshold_is_refused(tmp_path: Path) -> None:
     assert_one_line_error(done, "compile-bound.min_share", "0 or more")
     done = nbscope("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=inf", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_output_to_a_full_device_is_one_line(tmp_path: Path) -> None:
+    """Gate, a case found here: standard output on a full disk (`> /dev/full`) is named, one line, exit 2."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    db = tmp_path / "runs.db"
+    _series(db, [1.0], candidate=1.0)
+    for args in (["runs"], ["gate"], ["export", "1", "-o", "-"]):
+        done = _closed(*args, "--db", db, cwd=tmp_path, close=">/dev/full")
+        assert_one_line_error(done, "the disk is full", "writing its output")

@@ -83,7 +83,7 @@ def machine_limit(exc: BaseException) -> NbscopeError | None:
     if not isinstance(exc, OSError) or exc.errno not in (errno.EFBIG, errno.ENOSPC, errno.EROFS):
         return None
     where = exc.filename2 or exc.filename
-    what = f"writing {where}" if where else "writing a file"
+    what = f"writing {where}" if where else "writing its output"
     if exc.errno == errno.EFBIG:
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         shown = f" ({limit // 1024} KiB)" if limit != resource.RLIM_INFINITY else ""

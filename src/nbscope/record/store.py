@@ -574,7 +574,7 @@ class Store:
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _roll_back(db)
             raise
 
     def env_key(self) -> bytes:
@@ -774,7 +774,7 @@ class Store:
                     found.append((run_id, True))
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _roll_back(db)
                 raise
         for (record, _), (run_id, _) in zip(rows, found, strict=True):
             record.run_id = run_id
@@ -1122,13 +1122,20 @@ class Store:
         }
 
 
+def _roll_back(db: sqlite3.Connection) -> None:
+    """Undo the open transaction: none is open when a signal came just after its COMMIT (the run is stored), and
+    ROLLBACK would then raise over the signal's KeyboardInterrupt."""
+    if db.in_transaction:
+        db.execute("ROLLBACK")
+
+
 def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
     db.execute("BEGIN IMMEDIATE")  # one commit (one sync of the journal), not one per row
     try:
         db.executemany(statement, rows)
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        _roll_back(db)
         raise
 
 
