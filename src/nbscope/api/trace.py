@@ -443,7 +443,15 @@ def run_traced(
             if nb is not None:  # else a kernel that ran no notebook of the book (e.g. a helper kernel)
                 records.append(
                     _record_of(
-                        log, nb, ran, command=command, cwd=cwd, fingerprint=fingerprint, forecast=forecast, label=label
+                        log,
+                        nb,
+                        ran,
+                        command=command,
+                        cwd=cwd,
+                        fingerprint=fingerprint,
+                        forecast=forecast,
+                        label=label,
+                        store=store.path if store is not None else None,
                     )
                 )
     finally:
@@ -556,8 +564,10 @@ def _record_of(
     fingerprint: dict[str, Any],
     forecast: list[str] | None,
     label: str | None,
+    store: Path | None = None,
 ) -> RunRecord:
-    """The run record of one notebook a traced command executed, from its kernel's log."""
+    """The run record of one notebook a traced command executed, from its kernel's log (named for ``store``:
+    :func:`nbscope.record.cells.target_name`)."""
     collector = None
     if forecast is not None:
         from nbscope.collect.program import ProgramCollector
@@ -580,7 +590,7 @@ def _record_of(
         settings.update(programs=True, forecast=list(forecast))
     record = RunRecord(
         kind="trace",
-        target=target_name(nb.path, cwd),
+        target=target_name(nb.path, cwd, store),
         fingerprint=fingerprint,
         settings=settings,
         label=label if label is not None else default_label(),
