@@ -1,20 +1,31 @@
 """Issue AB, items 5 and 6 and the "Gate", "Store and files", "Scale" and "Other" cases: nbscope tried as a careless CI
 user and as an attacker would. One test per case, each asserting the input, the exit code, the one-line message
-and what is (and is not) on disk; real kernels on tiny notebooks where a run is needed (marked slow).
+and what is (and is not) on disk; real kernels on tiny notebooks where a run is needed (marked slow). Cases found
+here beyond the issue's are marked (new).
 
 1. **Gate** (a gate no single run can blind; every command exits by the README when its output closes):
    ``test_one_slow_ungated_run_does_not_blind_the_gate`` (a real 2.9× slowdown fails a 10 % gate after one slow
-   imported run; the outlier named in the note), ``test_an_outlier_is_named_and_typical_noise_still_widens``,
-   ``test_every_command_exits_by_the_readme_with_its_output_closed``, ``test_a_closed_stderr_or_stdin_is_no_crash``,
-   ``test_columns_zero_or_nonsense_prints_normally``.
+   imported run; the outlier named in the note), ``test_an_outlier_is_named_and_typical_noise_still_widens`` (new),
+   ``test_an_outlier_is_never_the_automatic_baseline`` (new), ``test_every_command_exits_by_the_readme_with_its_output_closed``,
+   ``test_a_closed_stderr_or_stdin_is_no_crash`` (new), ``test_output_to_a_full_device_is_one_line`` (new),
+   ``test_columns_zero_or_nonsense_prints_normally`` (``COLUMNS=0``; ``-4``, ``abc``, empty: new).
 2. **Store and files** (the store survives the notebook; output options never replace a book's file; no write
    through a link; the machine's limits named as such): ``test_a_notebook_that_removes_the_store_folder_keeps_its_run``
-   (``rm -rf .nbscope`` and ``git clean -fdx``), ``test_audit_never_replaces_a_file_of_the_book_it_audits``,
-   ``test_publish_never_writes_through_a_link_in_its_site_folder``, ``test_a_read_only_mount_is_named_not_blamed_on_the_store``,
-   ``test_a_file_size_limit_is_named_not_blamed_on_the_store``.
+   (``rm -rf .nbscope`` and ``git clean -fdx``), ``test_audit_never_replaces_a_file_of_the_book_it_audits`` (``-o
+   _config.yml``; ``--html`` a page, a file of the book's folder: new), ``test_publish_never_writes_through_a_link_in_its_site_folder``
+   (a planted ``.partial`` link: new), ``test_a_read_only_mount_is_named_not_blamed_on_the_store`` (a new store on
+   it: new), ``test_a_file_size_limit_is_named_not_blamed_on_the_store`` (``import`` and ``profile``).
 3. **Scale**: ``test_diagnose_memory_is_linear_in_the_cell_count`` (the bindings' copy per statement;
    ``benchmarks/diagnose_scale.py`` prints the ratios for 1k and 5k cells).
-4. **Other**: see the tests below the "Other" heading, one per case.
+4. **Other**: ``test_a_sighup_after_every_notebook_finished_keeps_the_audit_complete``,
+   ``test_a_stopped_import_keeps_its_imported_as_run_lines``, ``test_trace_refuses_what_is_no_program_in_one_line``
+   (a folder: new), ``test_trace_command_timeout_must_be_a_number_of_seconds`` (``inf``, ``0``, ``-1``: new),
+   ``test_report_refuses_a_metric_no_run_has``, ``test_compare_never_prints_the_absent_marker``,
+   ``test_a_bare_slowdown_above_one_is_refused_as_ambiguous``,
+   ``test_two_unrelated_notebooks_of_one_name_outside_git_keep_their_own_history``,
+   ``test_a_label_ending_in_json_names_its_run``, ``test_append_to_standard_output_prints_the_entry_once``,
+   ``test_an_imported_live_file_keeps_the_kernel_start``, ``test_a_portable_export_strips_machine_paths_from_output_tails``,
+   ``test_a_negative_diagnose_threshold_is_refused`` (new).
 """
 
 from __future__ import annotations
