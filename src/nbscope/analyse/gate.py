@@ -675,7 +675,7 @@ def noise_note(
     if outliers:
         named = sorted(outliers.items(), key=lambda item: -item[1])
         text += "; left out of the run-to-run noise as outliers: " + ", ".join(
-            f"{run} (×{ratio:.2f} a figure's median)" for run, ratio in named[:5]
+            f"{run} (×{ratio:.2f} the series' median)" for run, ratio in named[:5]
         )
         text += f" and {len(named) - 5} more" if len(named) > 5 else ""
     if min(repeats) >= options.min_samples:

@@ -212,7 +212,7 @@ def _steady_baseline(base: RunRecord, runs: list[RunRecord], notes: list[str]) -
     ratio = outliers[name]
     notes.append(
         f"baseline run {steady.run_id}: run {base.run_id}, newer, is far from the other runs of its series "
-        f"(×{ratio:.2f} a figure's median)"
+        f"(×{ratio:.2f} the series' median)"
     )
     return steady
 
