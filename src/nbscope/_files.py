@@ -61,9 +61,65 @@ def note_input(path: str | Path, what: str = "an input", *, transient: bool = Fa
         _inputs.append(identity)
 
 
+# Folders whose files this process reads as a whole (an audited book): a file in them is never replaced,
+# unless nbscope wrote it (an earlier report or record, by its first bytes).
+_input_folders: list[tuple[str, str]] = []
+
+
+def note_input_folder(folder: str | Path, what: str) -> None:
+    """Remember that this process reads the files of ``folder`` (a book): :func:`check_target` then refuses to
+    replace any file in it (its configuration, pages, bibliography) that nbscope did not write."""
+    entry = (os.path.realpath(folder), what)
+    if entry not in _input_folders:
+        _input_folders.append(entry)
+
+
+def machine_limit(exc: BaseException) -> NbscopeError | None:
+    """A write that the machine refused, named as such (not blamed on a store or a notebook): the file size limit
+    (``ulimit -f``: EFBIG), a full disk (ENOSPC), a read-only mount (EROFS); None for any other error."""
+    import errno
+    import resource
+
+    if not isinstance(exc, OSError) or exc.errno not in (errno.EFBIG, errno.ENOSPC, errno.EROFS):
+        return None
+    where = exc.filename2 or exc.filename
+    what = f"writing {where}" if where else "writing its output"
+    if exc.errno == errno.EFBIG:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        shown = f" ({limit // 1024} KiB)" if limit != resource.RLIM_INFINITY else ""
+        return NbscopeError(
+            f"this shell's file size limit{shown} stopped nbscope {what}: raise it (ulimit -f unlimited)"
+        )
+    if exc.errno == errno.ENOSPC:
+        return NbscopeError(f"the disk is full: nbscope stopped {what}; free some space and run again")
+    return NbscopeError(f"the file system is mounted read-only: nbscope stopped {what}")
+
+
 def forget_inputs() -> None:
     """Start a new command: no file is noted as read (the command line calls this once per command)."""
     _inputs.clear()
+    _input_folders.clear()
+
+
+def _nbscope_wrote(path: Path) -> bool:
+    """Whether the regular file ``path`` is one of nbscope's outputs (a record's JSON, an HTML report)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return b'"format": "nbscope-' in head[:200] or (head.startswith(b"<!DOCTYPE html>") and b"nbscope" in head)
+
+
+def _in_input_folder(path: Path) -> str | None:
+    """What the noted folder holding the existing file ``path`` is, unless nbscope wrote the file."""
+    if not _input_folders or not os.path.isfile(path):
+        return None
+    resolved = os.path.realpath(path)
+    for folder, what in _input_folders:
+        if resolved.startswith(folder.rstrip(os.sep) + os.sep) and not _nbscope_wrote(Path(resolved)):
+            return what
+    return None
 
 
 def _read_by_this_process(path: Path) -> tuple[str, str] | None:
@@ -189,6 +245,8 @@ def refuse_input(path: str | Path, *, option: str = "-o") -> None:
     """Refuse, in one line, a file this command reads (:func:`note_input`: the run store, an input) as the
     target of ``option``; also for an option that appends (``--summary``) rather than replaces."""
     read = _read_by_this_process(Path(path))
+    if read is None and (folder := _in_input_folder(Path(path))) is not None:
+        read = os.path.realpath(path), f"a file of {folder}"
     if read is not None:
         name, what = read
         shown = "" if name == os.path.realpath(path) else f" (the same file as {name})"

@@ -34,6 +34,7 @@ Which stored runs are the baseline and the noise history is the job of :mod:`nbs
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, ClassVar, Literal
@@ -73,6 +74,7 @@ class HistoryNoise:
     """Run-to-run noise per (cell key or "total", judged figure) over the history runs."""
 
     spreads: Mapping[tuple[str, str], RunSpread] = field(default_factory=dict)
+    outliers: Mapping[str, float] = field(default_factory=dict)  # run → its largest ratio to a figure's median
 
     def of(self, key: str, judged: str) -> RunSpread:
         """The spread of ``key``'s ``judged`` figure (``wall``, ``unwaited``); an empty one without history."""
@@ -107,7 +109,8 @@ class GateOptions:
 
 
 def parse_slowdown(text: str) -> float:
-    """``10%`` → 0.10, ``0.1`` → 0.10, ``1.1x`` → 0.10 (a ratio)."""
+    """``10%`` → 0.10, ``0.1`` → 0.10 (a bare number is a fraction), ``1.1x`` → 0.10 (a ratio). A bare number above
+    1 (``1.1``: 10 % as a ratio, or 110 %?) is refused as ambiguous: write ``10%``, ``1.1x`` or ``110%``."""
     raw = str(text).strip().lower()
     try:
         if raw.endswith("%"):
@@ -116,6 +119,11 @@ def parse_slowdown(text: str) -> float:
             value = float(raw[:-1]) - 1.0
         else:
             value = float(raw)
+            if value > 1:
+                raise NbscopeError(
+                    f"--max-slowdown {text} is ambiguous: write {value:g}x (or {(value - 1) * 100:g}%) for "
+                    f"{value:g} times as slow, {value * 100:g}% for {value * 100:g} % slower"
+                )
     except ValueError:
         raise NbscopeError(f"--max-slowdown expects e.g. 10%, 0.1 or 1.1x, not {text!r}") from None
     if not math.isfinite(value) or value < 0:
@@ -575,46 +583,72 @@ def run_summary(record: RunRecord) -> GateRunSummary:
 
 
 MIN_HISTORY = 3  # fewest earlier runs whose spread counts as run-to-run noise
+# A history value this far from the figure's median is an outlier, not noise (a manual profile on a loaded
+# machine, an imported record): more than OUTLIER_SIGMAS σ (1.4826 × MAD) and OUTLIER_RELATIVE of the median.
+OUTLIER_SIGMAS = 5.0
+OUTLIER_RELATIVE = 0.5
+
+
+def _spread(found: list[tuple[float, str]], outliers: dict[str, float]) -> RunSpread | None:
+    """MAD and range of a figure's history values, outliers (far from the median by :data:`OUTLIER_SIGMAS` and
+    :data:`OUTLIER_RELATIVE`) left out and noted in ``outliers`` (run → its largest ratio to a median); None
+    with fewer than :data:`MIN_HISTORY` values kept. One run can then never widen every floor."""
+    values = [value for value, _ in found]
+    middle = statistics.median(values)
+    bound = max(OUTLIER_SIGMAS * 1.4826 * mad(values), OUTLIER_RELATIVE * middle, noise_model.JITTER_S)
+    kept = []
+    for value, run in found:
+        if abs(value - middle) <= bound:
+            kept.append(value)
+            continue
+        ratio = noise_model.finite_ratio(min(value, middle), max(value, middle))
+        outliers[run] = max(outliers[run], ratio) if run in outliers else ratio
+    if len(kept) < MIN_HISTORY:
+        return None
+    return RunSpread(mad(kept), max(kept) - min(kept), len(kept))
 
 
 def history_noise(history: Sequence[RunRecord]) -> HistoryNoise:
     """Run-to-run noise per (cell key, judged figure) and per (``"total"``, figure): (MAD, range, runs) over the
     history runs, for the wall and, where the runs recorded it, the wall less the wait for a CPU.
 
-    Only cells that ran fine count; a key needs at least ``MIN_HISTORY`` values.
+    Only cells that ran fine count; a key needs at least ``MIN_HISTORY`` values, outliers left out (:func:`_spread`).
     """
-    values: dict[tuple[str, str], list[float]] = {}
-    for record in history:
+    values: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for number, record in enumerate(history):
         run = record.notebook_run()
         cells = run.cells
+        name = f"run {record.run_id}" if record.run_id is not None else f"history run {number + 1}"
         free_total: float | None = 0.0
         for key, cell in zip(cell_keys(cells), cells, strict=True):
             wall, ran = _number(cell.wall_s), cell.status in OK_STATUSES
             if wall is None or not ran:
                 free_total = free_total if ran else None
                 continue
-            values.setdefault((key, "wall"), []).append(wall)
+            values.setdefault((key, "wall"), []).append((wall, name))
             free = noise_model.unwaited(cell)
             if free is not None:
-                values.setdefault((key, "unwaited"), []).append(free)
+                values.setdefault((key, "unwaited"), []).append((free, name))
             free_total = None if free is None or free_total is None else free_total + free
         if record.status != "ok":
             continue
         total = _number(run.totals.wall_s)
         if total is not None:
-            values.setdefault(("total", "wall"), []).append(total)
+            values.setdefault(("total", "wall"), []).append((total, name))
         if cells and free_total is not None:
-            values.setdefault(("total", "unwaited"), []).append(free_total)
-    return HistoryNoise(
-        {
-            key: RunSpread(mad(found), max(found) - min(found), len(found))
-            for key, found in values.items()
-            if len(found) >= MIN_HISTORY
-        }
-    )
+            values.setdefault(("total", "unwaited"), []).append((free_total, name))
+    outliers: dict[str, float] = {}
+    spreads = {key: _spread(found, outliers) for key, found in values.items() if len(found) >= MIN_HISTORY}
+    return HistoryNoise({key: spread for key, spread in spreads.items() if spread is not None}, outliers)
 
 
-def noise_note(comparisons: list[GateComparison], history: int, repeats: tuple[int, int], options: GateOptions) -> str:
+def noise_note(
+    comparisons: list[GateComparison],
+    history: int,
+    repeats: tuple[int, int],
+    options: GateOptions,
+    outliers: Mapping[str, float] | None = None,
+) -> str:
     """One sentence on what the noise floors rest on, the same for the terminal, markdown and JSON."""
     judged = [c for c in comparisons if c.floor_basis != "none"]
     by_history = sum(c.floor_basis == "history" for c in judged)
@@ -638,6 +672,12 @@ def noise_note(comparisons: list[GateComparison], history: int, repeats: tuple[i
         text += "; each cell's wait for a CPU left out" + (
             f" ({unwaited} of {len(judged)} cells)" if unwaited < len(judged) else ""
         )
+    if outliers:
+        named = sorted(outliers.items(), key=lambda item: -item[1])
+        text += "; left out of the run-to-run noise as outliers: " + ", ".join(
+            f"{run} (×{ratio:.2f} the series' median)" for run, ratio in named[:5]
+        )
+        text += f" and {len(named) - 5} more" if len(named) > 5 else ""
     if min(repeats) >= options.min_samples:
         text += f"; repeats tested (Mann–Whitney, α={options.alpha:g})"
     elif comparisons:
@@ -719,6 +759,8 @@ def gate(
         total=total,
         warnings=warnings,
         history_runs=len(history),
-        noise_note=noise_note([*comparisons, total] if comparisons else [total], len(history), repeats, options),
+        noise_note=noise_note(
+            [*comparisons, total] if comparisons else [total], len(history), repeats, options, noise.outliers
+        ),
         whole=whole,
     )

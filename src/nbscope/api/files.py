@@ -4,13 +4,23 @@ through the API, as everything else below it."""
 
 from __future__ import annotations
 
-from nbscope._files import check_target, forget_inputs, is_stdout, note_input, refuse_input, write_text, written_to
+from nbscope._files import (
+    check_target,
+    forget_inputs,
+    is_stdout,
+    machine_limit,
+    note_input,
+    refuse_input,
+    write_text,
+    written_to,
+)
 from nbscope._redact import redact
 
 __all__ = [
     "check_target",
     "forget_inputs",
     "is_stdout",
+    "machine_limit",
     "note_input",
     "redact",
     "refuse_input",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
-from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
+from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.api.publish import keep_run_summary
 from nbscope.record.cells import project_root
@@ -202,6 +202,21 @@ def run_gate(
     return result
 
 
+def _steady_baseline(base: RunRecord, runs: list[RunRecord], notes: list[str]) -> RunRecord:
+    """The automatic baseline, unless the series shows it is an outlier (a manual profile on a loaded machine, an
+    imported record: one run must not blind the gate); then the newest run of the series that is not, noted."""
+    outliers, name = history_noise(runs).outliers, f"run {base.run_id}"
+    steady = next((run for run in runs if f"run {run.run_id}" not in outliers), None)
+    if name not in outliers or steady is None:
+        return base
+    ratio = outliers[name]
+    notes.append(
+        f"baseline run {steady.run_id}: run {base.run_id}, newer, is far from the other runs of its series "
+        f"(×{ratio:.2f} the series' median)"
+    )
+    return steady
+
+
 def gate_stored(
     store: Store,
     *,
@@ -233,7 +248,10 @@ def gate_stored(
         if baseline == "latest"
         else resolve_run(baseline, store, kinds=GATE_KINDS)
     )
-    result = gate(base, cand, options, history=history_runs(store, cand, history, comparable=comparable))
+    runs = history_runs(store, cand, history, comparable=comparable)
+    if baseline == "latest":
+        base = _steady_baseline(base, runs, notes)
+    result = gate(base, cand, options, history=runs)
     result = replace(result, warnings=[*notes, *result.warnings])
     if cand.run_id is not None:
         # Remembered so that a run that failed is never the next automatic baseline.

@@ -92,9 +92,16 @@ class Imports:
     runs: tuple[ImportedRun, ...]
 
 
-def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> Imports:
+def import_runs(
+    files: Sequence[Path],
+    db: Path | None,
+    *,
+    on_skip: Callable[[str], None] | None = None,
+    on_run: Callable[[ImportedRun, Path], None] | None = None,
+) -> Imports:
     """``nbscope import``: run records (``export`` or ``--json`` output) and live files of unfinished runs
-    (``.jsonl``) stored, each once; every file is read and validated before anything is written."""
+    (``.jsonl``) stored, each once; every file is read and validated before anything is written. ``on_run`` gets
+    each file's run (and the store's path) as soon as it is stored: a stopped import has said what it stored."""
     from nbscope.api.publish import keep_run_summary
     from nbscope.api.runs import load_run, open_store
 
@@ -107,11 +114,15 @@ def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[st
         if done.added:
             keep_run_summary(store, done.record)  # publish then reads it, as a profiled run's
         imported.append(ImportedRun(path, done.record, done.added, done.removed))
+        if on_run is not None:
+            on_run(imported[-1], Path(store.path))
     for path, record in records:
         _, added = store.add(record)
         if added:
             keep_run_summary(store, record)
         imported.append(ImportedRun(path, record, added, None))
+        if on_run is not None:
+            on_run(imported[-1], Path(store.path))
     return Imports(Path(store.path), tuple(imported))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._files import machine_limit
 from nbscope.api.publish import keep_run_summary
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
@@ -146,7 +147,9 @@ def check_can_create(option: str, path: Path) -> None:
     if not parent.is_dir():
         raise NbscopeError(f"{option} {path}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise NbscopeError(f"{option} {path}: cannot create it, {parent} is not writable")
+        mounted = os.statvfs(parent).f_flag & os.ST_RDONLY
+        why = "the file system there is mounted read-only" if mounted else "it is not writable"
+        raise NbscopeError(f"{option} {path}: cannot create it in {parent}: {why}")
 
 
 def check_kernel(name: str) -> None:
@@ -322,6 +325,13 @@ def _gpus_present(fingerprint: dict[str, Any]) -> bool:
     return bool(decode(Machine, fingerprint).gpus)
 
 
+# The note a run gets when the notebook removed nbscope's files as it ran (`!rm -rf .nbscope`, `git clean -fdx`).
+REMOVED_FILES = (
+    "the notebook removed nbscope's files while it ran (its live file, maybe the store): nbscope wrote the live "
+    "file again with every cell measured so far; runs stored before in a removed store are gone"
+)
+
+
 def default_live_path(store_path: Path | None) -> Path:
     """A fresh live file in the store's own live folder (see :mod:`nbscope.record.live`)."""
     return new_live_path(store_path)
@@ -391,7 +401,7 @@ def profile_until_stopped(
     env_key = store.env_key() if store is not None else None  # the store's: equal --env values hash equal there
     record = RunRecord(
         kind="profile",
-        target=target_name(notebook.path),
+        target=target_name(notebook.path, store=store.path if store is not None else None),
         fingerprint=fingerprint,
         settings=options.settings(env_key),
         command=command_for_record(sys.argv, env_key),
@@ -408,13 +418,20 @@ def profile_until_stopped(
         interrupted = repeats.run(live_path, on_cell_start, on_cell_done)
     except KeyboardInterrupt:  # between cells' reach: starting a kernel, between repeats
         interrupted = True
-    except NbscopeError as exc:  # a kernel that would not start
+    except (NbscopeError, OSError) as exc:  # a kernel that would not start; the machine refusing a write
+        limit = exc if isinstance(exc, NbscopeError) else machine_limit(exc)
+        if limit is None:
+            raise
         if repeats.executions:
-            raise  # the repeats that ran are kept (below)
-        not_started = exc
+            raise limit from None  # the repeats that ran are kept (below)
+        not_started = limit
     finally:  # also when an error ends the run (a kernel that would not start): what ran is kept
         executions = repeats.executions
         fill_measurements(record, notebook.describe(), described, executions, repeats.cache_state, live_path)
+        if live.rewritten(live_path):
+            kernel = record.measurements.setdefault("kernel", {}) or {}
+            kernel.setdefault("warnings", []).append({"hash": None, "message": REMOVED_FILES})
+            record.measurements["kernel"] = kernel
         if interrupted and len(executions) < options.repeat:
             record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
         if owned_live:

@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import operator
+import os
 import re
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -741,8 +742,7 @@ def _publish(
         if hashes.get(name) == digest and path.is_file():
             result.pages_kept += 1
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write(path, text)
+        _write(path, text, folder)
         hashes[name] = digest
         result.pages_written.append(name)
     result.pages_kept += len(set(old_pages) - set(pages))
@@ -775,10 +775,24 @@ def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, p
     )
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str, folder: Path | None = None) -> None:
     """Written whole, then renamed: a reader (or a publish stopped midway) never sees half a page. A page never
-    replaces a link, a device or a file this command reads (the store kept inside the site's folder)."""
+    replaces a link, a device or a file this command reads (the store kept inside the site's folder), and is never
+    written through a link inside the site's ``folder`` (``lectures/`` pointing elsewhere)."""
+    if folder is not None:
+        for inside in reversed(path.relative_to(folder).parents[:-1]):  # lectures, then any folder below it
+            if (folder / inside).is_symlink() or ((folder / inside).exists() and not (folder / inside).is_dir()):
+                raise NbscopeError(
+                    f"-o {folder}: {folder / inside} is a link or not a folder; publish writes only into folders it "
+                    "made, never through a link (remove it, or give a new folder)"
+                )
+            (folder / inside).mkdir(exist_ok=True)
     check_target(path, option="-o")
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
+    try:
+        handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        raise NbscopeError(f"-o {partial}: cannot be written ({exc.strerror or exc})") from None
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        stream.write(text)
     partial.replace(path)

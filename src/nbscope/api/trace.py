@@ -444,7 +444,15 @@ def run_traced(
             if nb is not None:  # else a kernel that ran no notebook of the book (e.g. a helper kernel)
                 records.append(
                     _record_of(
-                        log, nb, ran, command=command, cwd=cwd, fingerprint=fingerprint, forecast=forecast, label=label
+                        log,
+                        nb,
+                        ran,
+                        command=command,
+                        cwd=cwd,
+                        fingerprint=fingerprint,
+                        forecast=forecast,
+                        label=label,
+                        store=store.path if store is not None else None,
                     )
                 )
     finally:
@@ -560,8 +568,10 @@ def _record_of(
     fingerprint: dict[str, Any],
     forecast: list[str] | None,
     label: str | None,
+    store: Path | None = None,
 ) -> RunRecord:
-    """The run record of one notebook a traced command executed, from its kernel's log."""
+    """The run record of one notebook a traced command executed, from its kernel's log (named for ``store``:
+    :func:`nbscope.record.cells.target_name`)."""
     collector = None
     if forecast is not None:
         from nbscope.collect.program import ProgramCollector
@@ -584,7 +594,7 @@ def _record_of(
         settings.update(programs=True, forecast=list(forecast))
     record = RunRecord(
         kind="trace",
-        target=target_name(nb.path, cwd),
+        target=target_name(nb.path, cwd, store),
         fingerprint=fingerprint,
         settings=settings,
         label=label if label is not None else default_label(),
@@ -763,6 +773,8 @@ def _run_command(
             cgroup.end()
         if isinstance(exc, FileNotFoundError):
             raise NbscopeError(f"command not found: {command[0]}") from None
+        if isinstance(exc, OSError):  # not executable, a folder, not a program this machine runs (ENOEXEC)
+            raise NbscopeError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
         raise
     assert process.stdout is not None
     reader = _OutputReader(process.stdout.fileno(), echo=echo)
@@ -937,6 +949,25 @@ def theme_note(result: TraceResult) -> str | None:
     )
 
 
+def _check_runnable(command: list[str], path: str) -> None:
+    """Refuse, before anything runs or is stored, a command that is no program: a file that is not executable, a
+    folder, a name found nowhere on PATH."""
+    if not command:
+        return
+    program = command[0]
+    if os.sep in program:
+        if os.path.isdir(program):
+            raise NbscopeError(f"cannot run {program!r}: it is a folder, not a program")
+        if not os.path.isfile(program):
+            raise NbscopeError(f"cannot run {program!r}: no such file")
+        if not os.access(program, os.X_OK):
+            raise NbscopeError(
+                f"cannot run {program!r}: it is not executable (chmod +x it, or run it with its interpreter)"
+            )
+    elif shutil.which(program, path=path) is None:
+        raise NbscopeError(f"command not found: {program}")
+
+
 def trace_command(
     command: list[str],
     *,
@@ -956,12 +987,10 @@ def trace_command(
     ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
     that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
     """
-    from nbscope.api.profile import check_store
+    from nbscope.api.profile import check_store, check_timeout
 
-    if timeout is not None and timeout <= 0:
-        raise NbscopeError("--timeout must be a positive number of seconds")
-    if cell_timeout is not None and not cell_timeout > 0:
-        raise NbscopeError("--cell-timeout must be a positive number of seconds")
+    check_timeout(timeout, "--command-timeout")  # NaN, infinities, 0 and negative numbers are no limit
+    check_timeout(cell_timeout, "--cell-timeout")
     if store is not None:
         check_store(store)  # a store the runs could not be saved in is refused before the command runs
     env = None  # the variables the command gets besides this process's: only a PATH with a command put first
@@ -977,6 +1006,7 @@ def trace_command(
         if not myst.usable or myst.path_folder is None:
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), path])}
+    _check_runnable(command, env["PATH"] if env is not None else path)
     result = run_traced(
         command,
         sources=sources,

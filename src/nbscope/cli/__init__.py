@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: one-line errors with exit code 2 instead of tracebacks; on SIGINT, SIGTERM or
     SIGHUP, what was measured is saved and the exit code is 128 + the signal (130, 143, 129)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _standard_streams()
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)
@@ -190,6 +191,23 @@ def main(argv: list[str] | None = None) -> None:
         command = build_command(_command_named(args))
         with command_session():
             _run(lambda: _invoke(command, args), args)
+
+
+def _standard_streams() -> None:
+    """A standard stream the shell closed (``nbscope gate >&-``) is the null device: the command runs and exits as
+    it would with its output discarded, and no file nbscope opens (the store) takes the stream's number, where a
+    kernel's or a traced command's output would land."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
 
 
 def _run(invoke: Callable[[], None], args: list[str]) -> None:
@@ -219,10 +237,16 @@ def _run(invoke: Callable[[], None], args: list[str]) -> None:
     except BrokenPipeError:
         quiet_stdout()
         raise SystemExit(0) from None
-    except OSError:
+    except OSError as exc:
         # Output to a terminal that SIGHUP closed fails; what was measured is already saved.
         if not stopped_by_signal():
-            raise
+            from nbscope.api.files import machine_limit
+
+            limit = machine_limit(exc)  # ulimit -f, a full disk, a read-only mount: one line, as what they are
+            if limit is None:
+                raise
+            _print_error(f"nbscope: error: {limit}")
+            raise SystemExit(limit.exit_code) from None
         _stopped()
 
 

@@ -144,9 +144,12 @@ def _calibrate(
     store: Store,
     as_json: bool,
 ) -> None:
+    from nbscope.api.files import is_stdout
     from nbscope.api.forecast import append_device, calibrate_device
 
     calibrated = calibrate_device(runs, name, base, table, store)
+    if output is not None and is_stdout(output):
+        output = None  # the entry is printed below, once: standard output is no device file to append to
     if as_json:
         print(json.dumps(calibrated.to_dict(), indent=1))
     else:

@@ -36,7 +36,13 @@ def gate(
         str | None, typer.Option(help="With --candidate latest: the notebook (a path, or its stored name).")
     ] = None,
     db: DbOption = None,
-    max_slowdown: Annotated[str, typer.Option("--max-slowdown", help="Allowed slowdown: 10%, 0.1 or 1.1x.")] = "10%",
+    max_slowdown: Annotated[
+        str,
+        typer.Option(
+            "--max-slowdown",
+            help="Allowed slowdown: 10%, 0.1 (a bare number is a fraction, at most 1) or 1.1x (a ratio).",
+        ),
+    ] = "10%",
     alpha: Annotated[
         float, typer.Option(help="Significance level of the Mann–Whitney test (with --repeat samples).")
     ] = 0.05,

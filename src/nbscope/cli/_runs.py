@@ -124,6 +124,4 @@ def import_(
     from nbscope.api.live import import_runs
     from nbscope.render.runs import import_lines
 
-    imported = import_runs(files, db, on_skip=warn)
-    for line in import_lines(imported.runs, imported.store_path):
-        print(line)
+    import_runs(files, db, on_skip=warn, on_run=lambda run, store: print(*import_lines([run], store), flush=True))

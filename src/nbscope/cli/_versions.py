@@ -41,7 +41,11 @@ EnvCacheOption = Annotated[
     ),
 ]
 MaxSlowdownOption = Annotated[
-    str, typer.Option("--max-slowdown", help="The gate's allowed slowdown: 10%, 0.1 or 1.1x.")
+    str,
+    typer.Option(
+        "--max-slowdown",
+        help="The gate's allowed slowdown: 10%, 0.1 (a bare number is a fraction, at most 1) or 1.1x (a ratio).",
+    ),
 ]
 AlphaOption = Annotated[float, typer.Option(help="Significance level of the gate's Mann–Whitney test.")]
 TimeoutOption = Annotated[float | None, typer.Option(help="Per-cell time limit in seconds.")]

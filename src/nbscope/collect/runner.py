@@ -332,7 +332,9 @@ class _CellLoop:
             self._note_oom_kill(record)
         self.cells.append(record)
         if self.reader.kernel is not None and not self.kernel_written:
-            self.live.write(self.reader.kernel)  # the probe's kernel header: a recovered run names its kernel
+            # The probe's kernel header, and how long the kernel took to start: a recovered run names its kernel
+            # and keeps its start.
+            self.live.write({**self.reader.kernel, "kernel_start_s": self.runner["kernel_start_s"]})
             self.kernel_written = True
         self.live.write(record)
         if self.on_cell_done is not None:

@@ -72,12 +72,13 @@ def _marked_root(resolved: Path) -> Path | None:
     return None
 
 
-def target_name(path: str | Path, base: Path | None = None) -> str:
+def target_name(path: str | Path, base: Path | None = None, store: Path | None = None) -> str:
     """A notebook's name in the store: its path relative to its :func:`project_root`, with ``/``.
 
     A relative ``path`` is taken from ``base`` (default: the working directory). A notebook in no project
     is named relative to the working directory's project root when it lies there, else by its absolute
-    path. Names given before project roots were relative to the working directory, or absolute:
+    path; so is it when neither is in a project and ``store`` (the store the run goes to) lies outside the working
+    directory's folder. Names given before project roots were relative to the working directory, or absolute:
     :func:`aliases_for` finds them too (:meth:`nbscope.record.store.Store.names_of` keeps only those
     whose runs measured this notebook).
     """
@@ -87,7 +88,13 @@ def target_name(path: str | Path, base: Path | None = None) -> str:
     # A notebook in no git tree or book is named from the working directory's project root, where the
     # store is, or else by its absolute path: named from its own folder, ``a/intro.md`` and ``b/intro.md``
     # would be one notebook in the store.
-    root = _marked_root(resolved) or project_root(here)
+    root = _marked_root(resolved)
+    if root is None:
+        root = project_root(here)
+        # Neither in a project: a store outside the working directory's folder (``--db`` shared by several
+        # folders) would hold two unrelated ``nb.ipynb`` under one name, one history: named by its path there.
+        if store is not None and _marked_root(root) is None and not Path(store).resolve().is_relative_to(root):
+            return resolved.as_posix()
     try:
         return resolved.relative_to(root).as_posix()
     except ValueError:

@@ -33,7 +33,8 @@ from nbscope._redact import redact
 from nbscope.collect._cells import interrupted_described, merge_described
 from nbscope.collect.runner import NotebookExecution
 from nbscope.record.run import RunRecord
-from nbscope.record.store import default_path, files_folder, store_subfolder
+from nbscope.record.store import default_path, files_folder, make_folder, store_subfolder
+from nbscope.schema._fields import time as time_of
 from nbscope.schema.build import combine_repeats, derive, totals
 from nbscope.schema.codec import Encoded, Write, decode
 from nbscope.schema.live import LiveHeader, LiveLine
@@ -73,9 +74,22 @@ def _process_started(pid: int) -> float | None:
         return None
 
 
+# Each live file this process writes: its lines so far, and whether it had to be written again. A notebook may
+# remove nbscope's folder as it runs (`!rm -rf .nbscope`, `!git clean -fdx`): the next line finds the file gone
+# (or shorter) and writes it again whole, so that what was measured so far is never lost.
+_WRITTEN: dict[Path, tuple[list[str], int]] = {}  # its lines, and their size in bytes
+_REWRITTEN: set[Path] = set()
+
+
+def rewritten(path: Path) -> bool:
+    """Whether something removed or cut the live file at ``path`` while this process wrote it (it was rewritten)."""
+    return Path(path).absolute() in _REWRITTEN
+
+
 class LiveWriter:
     """Appends the lines of one live file; ``None`` as path writes nothing. The runner gets it as its
-    ``live_sink`` and calls :meth:`write` with each cell record (and the probe's kernel line)."""
+    ``live_sink`` and calls :meth:`write` with each cell record (and the probe's kernel line). A file that
+    vanished or was cut since its last line is written again whole (its folder made again)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = Path(path) if path is not None else None
@@ -85,8 +99,22 @@ class LiveWriter:
     def write(self, line: dict[str, Any]) -> None:
         if self.path is None:
             return
+        text = redact(json.dumps(line, default=str)) + "\n"  # no credential of a URL is kept
+        key = self.path.absolute()
+        lines, size = _WRITTEN.setdefault(key, ([], 0))
+        try:
+            found = self.path.stat().st_size
+        except FileNotFoundError:
+            found = -1
+        if lines and found != size:
+            _REWRITTEN.add(key)
+            make_folder(self.path.parent, ignored=self.path.parent.parent)
+            with open(self.path, "w", encoding="utf-8") as handle:
+                handle.writelines(lines)
         with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(redact(json.dumps(line, default=str)) + "\n")  # no credential of a URL is kept
+            handle.write(text)
+        lines.append(text)
+        _WRITTEN[key] = (lines, size + len(text.encode()))
 
     def header(
         self,
@@ -156,6 +184,7 @@ def _is_header(line: LiveLine) -> bool:
 def remove_live_file(path: Path) -> None:
     """Remove a live file once its run is stored; only a file that starts with nbscope's header, so that
     nothing nbscope did not write is ever deleted."""
+    _WRITTEN.pop(Path(path).absolute(), None)  # its lines are in the record now
     if _header_of(Path(path)) is not None and not Path(path).is_symlink():
         Path(path).unlink(missing_ok=True)
 
@@ -339,12 +368,14 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
             cells.append(interrupted_described(described[len(cells)], _ran_until(Path(path), stopped[0]), stopped[1]))
         # The cells the killed run never reached: as a run cut short records them.
         cells += [merge_described(c, None) for c in described[len(cells) :]]
-        runner = {"pathway": "kernel", "recovered_from": str(path)}
+        kernel = dict(entry.kernel) if entry.kernel is not None else None
+        start = kernel.pop("kernel_start_s", None) if kernel is not None else None  # the runner's, on the kernel line
+        runner = {"pathway": "kernel", "recovered_from": str(path), "kernel_start_s": time_of(start)}
         executions.append(
             NotebookExecution(
                 cells=cells,
                 runner=runner,
-                kernel=entry.kernel,
+                kernel=kernel,
                 status="ok" if finished else "partial",
                 interrupted=not finished and number == len(run.executions) - 1,
             )

@@ -10,6 +10,8 @@
   ``measurements.kernel.executable`` the interpreter's file name (``python3``).
 - ``fingerprint.blas.pools[].path``: the library's file name.
 - ``measurements.live_file`` and ``recovered_from`` (live files on this machine): their file names.
+- Captured output tails (any ``*_tail`` field: what a kernel or a build printed last): every absolute path left
+  after that keeps only its last part (``/opt/conda/lib/python3.11/site-packages/jax/api.py`` → ``…/api.py``).
 
 Every figure, setting and fingerprint field used to compare runs stays as it was; the fingerprint's digest
 is unchanged. A portable record is marked ``measurements.portable = true``.
@@ -112,6 +114,7 @@ def portable(
                 pool.path.replace("\\", "/")
             ).name
     document = cast(dict[str, Any], localiser.walk(document))  # a document walks into a document
+    _strip_tails(document)
     command = document["command"]
     if isinstance(command, list) and command:
         args = [str(a) for a in command]
@@ -120,6 +123,23 @@ def portable(
         )
         document["command"] = [program] + [_portable_arg(a) for a in args[1:]]
     return document
+
+
+# An absolute POSIX path in free text (not a URL's ``//host/...``): a folder part, then a name.
+_PATH_IN_TEXT = re.compile(r"(?<![\w~.:/])/(?:[^\s'\"`:,;()\[\]<>/]+/)+(?=[^\s'\"`:,;()\[\]<>/])")
+
+
+def _strip_tails(value: object) -> None:
+    """Every ``*_tail`` string (captured output) with its absolute paths cut to their last part, in place."""
+    if isinstance(value, list):
+        for item in value:
+            _strip_tails(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and key.endswith("_tail"):
+                value[key] = _PATH_IN_TEXT.sub(ELLIPSIS, item)
+            else:
+                _strip_tails(item)
 
 
 def _portable_arg(arg: str) -> str:

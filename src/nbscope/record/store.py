@@ -574,7 +574,7 @@ class Store:
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _roll_back(db)
             raise
 
     def env_key(self) -> bytes:
@@ -591,6 +591,10 @@ class Store:
         version, or read-only (the file, or the folder SQLite keeps its journal in). A write is tried and
         rolled back, so nothing changes."""
         folder = self.path.absolute().parent
+        if not os.access(self.path, os.W_OK) or not os.access(folder, os.W_OK | os.X_OK):
+            machine = self._not_the_store()
+            if machine is not None and "read-only" in str(machine):
+                raise machine
         if not os.access(self.path, os.W_OK):
             raise NbscopeError(f"--db {self.path} is read-only: a run could not be stored in it")
         if not os.access(folder, os.W_OK | os.X_OK):
@@ -603,7 +607,7 @@ class Store:
                 finally:
                     db.execute("ROLLBACK")
             except sqlite3.Error as exc:
-                raise self._full_disk(exc) or NbscopeError(
+                raise self._not_the_store(exc) or NbscopeError(
                     f"--db {self.path}: a run could not be stored in it ({exc})"
                 ) from None
 
@@ -627,27 +631,42 @@ class Store:
         try:
             connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         except sqlite3.Error as exc:
-            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
+            raise self._not_the_store(exc) or NbscopeError(f"cannot open database {self.path}: {exc}") from None
         with closing(connection):
             try:
                 connection.execute("PRAGMA busy_timeout = 60000")
                 self._prepare(connection)
             except sqlite3.DatabaseError as exc:
-                raise self._full_disk(exc) or NbscopeError(
+                raise self._not_the_store(exc) or NbscopeError(
                     f"{self.path} is not a usable nbscope database: {exc}"
                 ) from None
             try:
                 yield connection
             except sqlite3.OperationalError as exc:
-                raise self._full_disk(exc) or exc from None
+                raise self._not_the_store(exc) or exc from None
 
-    def _full_disk(self, exc: sqlite3.Error) -> NbscopeError | None:
-        """The error to give when ``exc`` came from a full disk (SQLite says "database or disk is full", or
-        "disk I/O error" when it cannot grow its journal) rather than from the store; None otherwise."""
+    def _not_the_store(self, exc: sqlite3.Error | None = None) -> NbscopeError | None:
+        """The error to give when a write failed for a reason of the machine, not of the store: a read-only mount,
+        the file size limit (``ulimit -f``: SQLite's write fails with EFBIG), a full disk (SQLite says "database or
+        disk is full", or "disk I/O error" when it cannot grow its journal); None otherwise."""
+        import resource
+
+        folder = self.path.absolute().parent
+        intact = "the store itself is not damaged"
+        try:
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:
+                return NbscopeError(f"--db {self.path}: the file system of {folder} is mounted read-only; {intact}")
+        except OSError:
+            pass
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY:
+            return NbscopeError(
+                f"--db {self.path}: this shell's file size limit (ulimit -f: {limit // 1024} KiB) stops SQLite from "
+                f"writing the store; {intact}: raise the limit (ulimit -f unlimited) and run again"
+            )
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         if code not in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
             return None
-        folder = self.path.absolute().parent
         try:
             free = shutil.disk_usage(folder).free
         except OSError:
@@ -655,8 +674,8 @@ class Store:
         if code == sqlite3.SQLITE_IOERR and free >= FULL_DISK_BYTES:
             return None  # a real I/O error: not a full disk
         return NbscopeError(
-            f"--db {self.path}: the disk is full ({free // 1024} KiB free in {folder}); "
-            "the store itself is not damaged: free some space and run again"
+            f"--db {self.path}: the disk is full ({free // 1024} KiB free in {folder}); {intact}: free some space and "
+            "run again"
         )
 
     @contextmanager
@@ -697,11 +716,11 @@ class Store:
         except sqlite3.OperationalError:
             pass  # "unable to open database file" (no -shm), "attempt to write a readonly database"
         except sqlite3.Error as exc:
-            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
+            raise self._not_the_store(exc) or NbscopeError(f"cannot open database {self.path}: {exc}") from None
         try:
             return sqlite3.connect(f"{self.path.absolute().as_uri()}?immutable=1", uri=True, isolation_level=None)
         except sqlite3.Error as exc:
-            raise NbscopeError(f"cannot open database {self.path}: {exc}") from None
+            raise self._not_the_store(exc) or NbscopeError(f"cannot open database {self.path}: {exc}") from None
 
     def _skip(self, run_id: int, reason: str) -> None:
         if run_id in self.skipped:
@@ -755,7 +774,7 @@ class Store:
                     found.append((run_id, True))
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _roll_back(db)
                 raise
         for (record, _), (run_id, _) in zip(rows, found, strict=True):
             record.run_id = run_id
@@ -1107,13 +1126,20 @@ class Store:
         }
 
 
+def _roll_back(db: sqlite3.Connection) -> None:
+    """Undo the open transaction: none is open when a signal came just after its COMMIT (the run is stored), and
+    ROLLBACK would then raise over the signal's KeyboardInterrupt."""
+    if db.in_transaction:
+        db.execute("ROLLBACK")
+
+
 def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
     db.execute("BEGIN IMMEDIATE")  # one commit (one sync of the journal), not one per row
     try:
         db.executemany(statement, rows)
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        _roll_back(db)
         raise
 
 
@@ -1210,8 +1236,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
         return record
     if path.is_dir():
         raise NbscopeError(f"{text} is a directory; give {RUN_REFERENCE}")
-    if path.suffix in (".json", ".jsonl"):
-        raise NbscopeError(f"{text}: no such file")
+    if path.suffix in (".json", ".jsonl") and not store.path.exists():
+        raise NbscopeError(f"{text}: no such file")  # with a store, a label may end so (`--label other.json`)
     label, _, notebook = text.partition(":")
     if label == "latest":
         label = ""
@@ -1227,6 +1253,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
         return record
     runs = f"{'/'.join(kinds)} run" if kinds else "run"
     of = f" of {notebook}" if notebook else ""
+    if path.suffix in (".json", ".jsonl"):
+        raise NbscopeError(f"{text}: no such file, and no {runs}{of} labelled {label!r} in {store.path}")
     if label:
         raise NbscopeError(
             f"no {runs}{of} labelled {label!r} in {store.path}, and no file {text!r} "

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from nbscope._units import size
+from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import markdown_table, plain_text
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -56,6 +57,8 @@ def _side_compile(figures: CellFigures | None) -> str:
 
 
 def _value(value: object) -> str:
+    if fp.is_absent(value):  # a field one side did not record: its reason, never the marker's JSON
+        return f"absent ({value['absent']})"
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (dict, list)):

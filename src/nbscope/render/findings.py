@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from nbscope._units import count
+from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import console, format_bytes, format_seconds, literal, metric_name
 
@@ -32,6 +33,8 @@ def _value_text(key: str, value: object) -> str:
         return format_seconds(value)
     if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
         return format_bytes(value)
+    if fp.is_absent(value):
+        return f"absent ({value['absent']})"
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str)
     return f"{value:g}" if isinstance(value, float) else str(value)

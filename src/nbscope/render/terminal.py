@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,13 @@ class SafeConsole(Console):
     controls (the progress display's) are kept. Every console of nbscope is one.
 
     Strings are cleaned before rich lays them out (a table measures and wraps what is printed, and a sequence cut
-    by a wrap would no longer be recognised); the segments once more as they are written (Text built elsewhere)."""
+    by a wrap would no longer be recognised); the segments once more as they are written (Text built elsewhere).
+
+    ``COLUMNS`` or ``LINES`` that is not a positive number (``COLUMNS=0``: rich would print nothing) is ignored."""
+
+    def __init__(self, *, highlight: bool = False, stderr: bool = False) -> None:
+        environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or (v.isdigit() and int(v) > 0)}
+        super().__init__(highlight=highlight, stderr=stderr, _environ=environ)
 
     def render_str(self, text: str, **options: Any) -> Text:
         return super().render_str(for_terminal(text), **options)

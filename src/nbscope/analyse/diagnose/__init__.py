@@ -90,6 +90,8 @@ def _checked_thresholds(thresholds: Mapping[str, Mapping[str, float]]) -> dict[s
         for name, value in values.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
                 raise NbscopeError(f"threshold {rule}.{name} must be a number, not {value!r}")
+            if value < 0:  # a time, a share or a count: a negative one would make the rule fire on anything
+                raise NbscopeError(f"threshold {rule}.{name} must be 0 or more, not {value!r}")
         checked[rule] = {name: float(value) for name, value in values.items()}
     return checked
 

@@ -15,7 +15,9 @@ comes from these bindings; loops JAX keeps (``lax.fori_loop``) carry their trip 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+import bisect
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from nbscope.analyse.diagnose import _source
@@ -138,18 +140,66 @@ def _bound_names(node: ast.AST) -> set[str]:
     return names
 
 
+class _Recorder(dict[str, Bound]):
+    """The names as the notebook runs, each change kept with the step (top-level statement) that made it: the names
+    at any earlier point are a view (:class:`_Snapshot`), not a copy per statement (quadratic in a notebook's
+    length: 715 MB for 5,000 cells)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+        self.changes: dict[str, list[tuple[int, Bound]]] = {}
+
+    def __setitem__(self, name: str, value: Bound) -> None:
+        super().__setitem__(name, value)
+        self.changes.setdefault(name, []).append((self.step, value))
+
+
+class _Snapshot(MutableMapping[str, Bound]):
+    """The names as they were before step ``step`` of a :class:`_Recorder` (its changes are only appended to); what
+    the caller sets is kept apart, over them."""
+
+    def __init__(self, changes: dict[str, list[tuple[int, Bound]]], step: int) -> None:
+        self._changes, self._step = changes, step
+        self._set: dict[str, Bound] = {}
+
+    def __getitem__(self, name: str) -> Bound:
+        if name in self._set:
+            return self._set[name]
+        if name not in self._changes:
+            raise KeyError(name)
+        found = self._changes[name]
+        position = bisect.bisect_left(found, self._step, key=lambda change: change[0])
+        if position == 0:
+            raise KeyError(name)
+        return found[position - 1][1]
+
+    def __setitem__(self, name: str, value: Bound) -> None:
+        self._set[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._set[name]  # the names before the step are not the caller's to remove
+
+    def __iter__(self) -> Iterator[str]:
+        earlier = (name for name, found in self._changes.items() if found[0][0] < self._step and name not in self._set)
+        return itertools.chain(self._set, earlier)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Bindings:
     """Integer names over a notebook run in order: what each holds before any top-level statement."""
 
     def __init__(self, sources: Mapping[int, str]) -> None:
         self.trees: dict[int, ast.Module] = {}
-        # (cell, first line, last line, names before the statement, names it binds, whether it holds statements)
-        self._points: list[tuple[int, int, int, dict[str, Bound], set[str], bool]] = []
-        self._starts: dict[int, dict[str, Bound]] = {}
-        env: dict[str, Bound] = {}
+        # per cell: (first line, last line, the step before the statement, names it binds, whether it holds statements)
+        self._points: dict[int, list[tuple[int, int, int, set[str], bool]]] = {}
+        self._starts: dict[int, int] = {}  # the step each cell starts at
+        env = _Recorder()
         for cell, source in sorted(sources.items()):
             tree = python_of(source)
-            self._starts[cell] = dict(env)
+            self._starts[cell] = env.step
             if tree is None:
                 continue
             self.trees[cell] = tree
@@ -158,11 +208,12 @@ class Bindings:
                 compound = any(
                     isinstance(getattr(statement, part, None), list) for part in ("body", "orelse", "handlers")
                 )
-                self._points.append(
-                    (cell, statement.lineno, statement.end_lineno or statement.lineno, dict(env), bound, compound)
+                self._points.setdefault(cell, []).append(
+                    (statement.lineno, statement.end_lineno or statement.lineno, env.step, bound, compound)
                 )
                 self._apply(env, statement, cell, bound)
-        self._end = env
+                env.step += 1
+        self._changes, self._end = env.changes, env.step
 
     @staticmethod
     def _apply(env: dict[str, Bound], statement: ast.stmt, cell: int, bound: set[str]) -> None:
@@ -205,16 +256,16 @@ class Bindings:
         """The code cell's parsed code; None: its code is unknown, or is not Python that parses."""
         return self.trees.get(cell)
 
-    def start(self, cell: int) -> dict[str, Bound]:
-        """Names as the cell starts."""
-        return dict(self._starts.get(cell, self._end))
+    def start(self, cell: int) -> MutableMapping[str, Bound]:
+        """Names as the cell starts (the caller may change its copy)."""
+        return _Snapshot(self._changes, self._starts.get(cell, self._end))
 
-    def at(self, cell: int, line: int) -> dict[str, Bound]:
+    def at(self, cell: int, line: int) -> MutableMapping[str, Bound]:
         """Names as line ``line`` of ``cell`` runs: those before its top-level statement; a name bound inside
         that statement (a loop or branch around the line) is unknown there."""
-        for point_cell, first, last, env, bound, compound in self._points:
-            if point_cell == cell and first <= line <= last:
-                shown = dict(env)
+        for first, last, step, bound, compound in self._points[cell] if cell in self._points else ():
+            if first <= line <= last:
+                shown = _Snapshot(self._changes, step)
                 if compound:  # a simple statement reads its names before it binds any
                     for name in bound:
                         shown[name] = Bound(

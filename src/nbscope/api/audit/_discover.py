@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope._files import note_input
+from nbscope._files import note_input, note_input_folder
 from nbscope.schema.codec import decode
 from nbscope.schema.myst_yml import MystYml
 from nbscope.schema.notebook_cell import NotebookCells
@@ -92,6 +92,8 @@ def discover(targets: str | Path | Sequence[str | Path]) -> Book:
         raise NbscopeError(f"no notebooks with code cells found in {where}")
     for read in [*notebooks, *(part[2] for part in parts if part[2] is not None)]:
         note_input(read, "a notebook or book file it audits")  # never the target of -o or --html
+    for part in parts:
+        note_input_folder(part[0], "the book it audits")  # nor is its _config.yml, a page, a bibliography
     return Book(root=root, source=source, config=config, notebooks=notebooks, skipped=skipped)
 
 

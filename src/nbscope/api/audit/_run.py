@@ -245,9 +245,16 @@ def audit(
             )
         )
         failed = any(e.status in ("error", "not-run") for e in ordered)
-        record.finish("partial" if interrupted or failed else "ok")
+        # A signal after every notebook finished (SIGHUP as the terminal closes) stops the audit, but its run is
+        # complete: only a notebook left unfinished makes it partial.
+        unfinished = any(plan.entries[job.key, job.backend].status == "not-run" for job in plan.jobs)
+        record.finish("partial" if (interrupted and unfinished) or failed else "ok")
 
-        what = "partial audit run {id} (the notebooks that finished are runs of their own)"
+        what = (
+            "partial audit run {id} (the notebooks that finished are runs of their own)"
+            if record.status == "partial"
+            else "audit run {id} (every notebook finished)"
+        )
         store_then_stop(record, store, interrupted, what)
         return record
     finally:
