@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope._units import number
-from nbscope.schema.codec import Measured, Write, decode
+from nbscope.schema.codec import Measured, Write, decode, known
 from nbscope.schema.model import Cell, Totals
 
 NOT_RAN = ("skipped", "error", "not-run")  # statuses of a pathway that measured nothing
@@ -51,6 +51,7 @@ class PathwayCell:
     status: str | None
     compiles: int  # JAX and Numba
     error: Annotated[str | None, Write(omit=_no_error)] = None  # the error's name, for a cell that raised
+    message: Annotated[str | None, Write(when=known)] = None  # and its message (None: not recorded)
     has_error: Annotated[bool, Write(omit=_always)] = False  # the cell recorded an error (its name may be unknown)
     skip_reason: Annotated[str | None, Write(omit=_not_skipped)] = None  # why the pathway skipped it
     samples: Annotated[tuple[float, ...], Write(omit=_single)] = ()  # each repeat's wall, when there were several
@@ -69,6 +70,7 @@ class PathwayCell:
             status=cell.status,
             compiles=(cell.jax.compiles if cell.jax else 0) + (cell.numba.compiles if cell.numba else 0),
             error=(cell.error.name or None) if cell.error else None,
+            message=(cell.error.message or None) if cell.error else None,
             has_error=cell.error is not None,
             skip_reason=cell.skip_reason,
             samples=walls if len(walls) > 1 else (),
