@@ -173,3 +173,8 @@ def test_one_recommendation_across_targets(tmp_path: Path) -> None:
     tpu = next(row for row in rows if "tpu-v5e" in row)
     assert "fails" in tpu and "cell 27" in tpu and "cell 28" in tpu
     assert "fails" not in next(row for row in rows if "(t4)" in row)
+
+
+def test_a_tpu_run_names_the_chip_in_its_one_line_summary() -> None:
+    assert record("tpu_jax_intro").machine().summary.endswith("×13 + TPU v5litepod-4")
+    assert "TPU" not in record("cpu_jax_intro").machine().summary  # a machine without one says nothing of it

@@ -16,12 +16,29 @@ from typing import Annotated, Any
 from nbscope.schema import _fields
 from nbscope.schema.codec import Name, Read, Repeat
 
-__all__ = ["Blas", "BlasPool", "Cpu", "Float64Class", "Gpu", "JaxDevice", "JaxRuntime", "Machine", "Memory", "Settings"]
+__all__ = [
+    "Accelerator",
+    "Blas",
+    "BlasPool",
+    "Cpu",
+    "Float64Class",
+    "Gpu",
+    "JaxDevice",
+    "JaxRuntime",
+    "Machine",
+    "Memory",
+    "Settings",
+]
 
 
 def _absent(value: object) -> str | None:
     """The reason a fingerprint field was not collected (``{"absent": reason}``), else None."""
     return str(value["absent"]) if isinstance(value, Mapping) and "absent" in value else None
+
+
+def _present_accelerator(value: object) -> Mapping[str, Any] | None:
+    """The fingerprint's accelerator when it names one (its platform is text, not ``{"absent": why}``)."""
+    return value if isinstance(value, Mapping) and isinstance(value.get("platform"), str) else None
 
 
 def _loads(value: object) -> tuple[float, ...] | None:
@@ -112,6 +129,15 @@ class JaxRuntime:
 
 
 @dataclass(frozen=True, slots=True)
+class Accelerator:
+    """A non-NVIDIA accelerator the fingerprint found without starting it (``collect.fingerprint._accelerator``)."""
+
+    platform: str  # tpu
+    type: Annotated[str | None, Read(_fields.name)] = None  # TPU_ACCELERATOR_TYPE: v5litepod-4
+    libtpu: Annotated[str | None, Read(_fields.name)] = None
+
+
+@dataclass(frozen=True, slots=True)
 class Machine:
     """The fingerprint of the machine a run ran on, typed."""
 
@@ -126,6 +152,7 @@ class Machine:
     jax_plugins: Mapping[str, str]
     jax_runtime: JaxRuntime | None  # None: not collected
     recorded_versions: Mapping[str, Any] | None  # ``versions`` as recorded (an absent package as ``{"absent": why}``)
+    accelerator: Accelerator | None = None  # None: none found, or not recorded
 
     @staticmethod
     def reshape(fingerprint: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -138,6 +165,7 @@ class Machine:
             "gpus": devices,
             "recorded_versions": fingerprint.get("versions"),
             "gpus_absent": _absent(devices) or (None if isinstance(devices, list) else "not recorded"),
+            "accelerator": _present_accelerator(fingerprint.get("accelerator")),
             "versions": {k: str(v) for k, v in versions.items() if not isinstance(v, (Mapping, list))},
             "jax_plugins": versions.get("jax_plugins"),
         }
@@ -149,6 +177,10 @@ class Machine:
         names = sorted({str(gpu.name) for gpu in self.gpus})
         if names:
             text += " + " + ", ".join(f"{sum(str(g.name) == n for g in self.gpus)}× {n}" for n in names)
+        elif self.accelerator is not None:
+            text += f" + {self.accelerator.platform.upper()}" + (
+                f" {self.accelerator.type}" if self.accelerator.type else ""
+            )
         return text
 
     @property
