@@ -206,7 +206,7 @@ def test_installed_distributions_reads_dist_info_names(tmp_path: Path, monkeypat
     monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "missing")])
     found = fp.installed_distributions()
     assert found == {"jupyter-book": "1.0.4.post1", "myst-nb": "1.4.0", "jax-cuda12-plugin": "0.10.2"}
-    versions = fp._versions()
+    versions = fp._versions(fp.installed_distributions())
     assert versions["jupyter-book"] == "1.0.4.post1"
     assert versions["jax_plugins"] == {"jax-cuda12-plugin": "0.10.2"}
     assert fp.is_absent(versions["numpy"])
