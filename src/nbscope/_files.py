@@ -205,11 +205,12 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~umask
 
 
-def write_text(path: str | Path, text: str, *, option: str = "-o") -> Path | None:
+def write_text(path: str | Path, text: str, *, option: str = "-o", sync: bool = True) -> Path | None:
     """Write ``text`` to ``path`` atomically (see the module's rules); standard output for ``-`` and
     ``/dev/stdout`` (then None is returned). Any problem is one NbscopeError line; the target is then untouched.
     Credentials are redacted (:func:`nbscope._redact.redact`): a report or export of a record read from a file
-    shows none either."""
+    shows none either. ``sync=False``: not forced to the disk (a site's many pages, made again by the next
+    publish)."""
     from nbscope._redact import redact
 
     text = redact(text)
@@ -227,7 +228,8 @@ def write_text(path: str | Path, text: str, *, option: str = "-o") -> Path | Non
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
-            os.fsync(stream.fileno())
+            if sync:
+                os.fsync(stream.fileno())
         os.chmod(temporary, mode)
         check_target(path, option=option)  # a link or FIFO put there meanwhile is still refused
         os.replace(temporary, path)

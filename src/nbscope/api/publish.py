@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope import __version__
 from nbscope._errors import NbscopeError
-from nbscope._files import check_target, refuse_input
+from nbscope._files import refuse_input, write_text
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
@@ -760,9 +760,7 @@ def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, p
 
 
 def _write(path: Path, text: str) -> None:
-    """Written whole, then renamed: a reader (or a publish stopped midway) never sees half a page. A page never
-    replaces a link, a device or a file this command reads (the store kept inside the site's folder)."""
-    check_target(path, option="-o")
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    """Written whole, then renamed (:func:`nbscope._files.write_text`, which redacts credentials as every file
+    nbscope writes): a reader (or a publish stopped midway) never sees half a page. A page never replaces a link,
+    a device or a file this command reads (the store kept inside the site's folder)."""
+    write_text(path, text, sync=False)

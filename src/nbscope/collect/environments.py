@@ -338,11 +338,19 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         if spec.no_index:
             command.append("--no-index")
         options = [r for r in spec.requirements if r.startswith("-")]
+        options_file = path / "requirements-options.txt"
         if options:  # lines such as --extra-index-url from a requirements file: pip reads them from a file
-            (path / "requirements-options.txt").write_text("\n".join(options) + "\n", encoding="utf-8")
-            command += ["-r", str(path / "requirements-options.txt")]
+            # An index URL's credentials are pip's to use, no one else's: the file is its owner's only, and
+            # is gone once pip has read it (the environment's marker keeps the options, redacted).
+            handle = os.open(options_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write("\n".join(options) + "\n")
+            command += ["-r", str(options_file)]
         command += [r for r in spec.requirements if not r.startswith("-")]
-        _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")), lock)
+        try:
+            _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")), lock)
+        finally:
+            options_file.unlink(missing_ok=True)
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
@@ -383,6 +391,10 @@ def _run(command: list[str], path: Path, what: str, lock: int) -> None:
         except BaseException:
             _stop_group(process)
             raise
+        finally:  # pip's own output keeps no credential of an index either (it masks passwords, not tokens)
+            text = log_path.read_bytes().decode("utf-8", "surrogateescape")
+            if (cleaned := redact(text)) != text:
+                log_path.write_bytes(cleaned.encode("utf-8", "surrogateescape"))
     if returncode != 0:
         raise NbscopeError(f"could not {what}: {_pip_reason(log_path)}")
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope._version import __version__
 
 # The run record's model (``record.run``) and the hiding of ``--env`` values (``record.secrets``) are imported where
@@ -1044,7 +1045,7 @@ class Store:
         if not summaries:
             return True
         rows = [
-            (int(run_id), __version__, json.dumps(summary, separators=(",", ":"), default=str))
+            (int(run_id), __version__, redact(json.dumps(summary, separators=(",", ":"), default=str)))
             for run_id, summary in summaries.items()
         ]
         statement = "INSERT OR REPLACE INTO run_summaries (run_id, tool_version, summary) VALUES (?, ?, ?)"
@@ -1077,7 +1078,7 @@ class Store:
             try:
                 db.execute(
                     "INSERT INTO gate_verdicts (run_id, baseline_id, passed, judged_at, reasons) VALUES (?, ?, ?, ?, ?)",
-                    (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
+                    (run_id, baseline_id, int(passed), record_module.utc_now(), redact(json.dumps(reasons))),
                 )
             except sqlite3.OperationalError as exc:  # a store only readable (its folder or mount read-only)
                 raise NbscopeError(f"{self.path} cannot be written ({exc})") from None
@@ -1142,7 +1143,7 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
     text = record.to_json(indent=None)
     document = json.loads(text)
     backend, settings, totals = _summary_values(record)
-    return (
+    columns = (
         record.started_at,
         record.ended_at,
         record.kind,
@@ -1157,8 +1158,10 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
         json.dumps(record.headline()),
         totals,
         *_document_summary(document),
-        text,
     )
+    # Every column passes the redaction its document passed (``to_json``): the settings column keeps an --env
+    # URL's credentials otherwise, the target and label a token put in a name.
+    return (*(redact(value) if isinstance(value, str) else value for value in columns), text)
 
 
 def _backend(record: RunRecord) -> str | None:
