@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from rich.markup import escape
 from nbscope._units import count
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
+from nbscope.render._clean import for_html
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -266,7 +266,7 @@ th { background: #f3f3f3; } td:nth-child(2), td:nth-child(3) { text-align: right
 
 def _html_table(rows: Rows) -> str:
     """A view's rows as an HTML table, with the markdown headers (a document's, not a terminal's)."""
-    e = html.escape
+    e = for_html
     columns, items = rows.shown(markdown=True)
     head = "".join(f"<th>{e(c.markdown_header)}</th>" for c in columns)
     body = "\n".join("<tr>" + "".join(f"<td>{e(item.text)}</td>" for item in row) + "</tr>" for row in items)
@@ -275,7 +275,7 @@ def _html_table(rows: Rows) -> str:
 
 def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
     """One self-contained HTML page (no scripts, no network) with the look of nbscope's other reports."""
-    e = html.escape
+    e = for_html
     audit = _audit(record, audit)
     notes = [f"<li>{e(b)} unavailable: {e(str(i.reason))}</li>" for b, i in audit.backends.items() if not i.available]
     notes += [f"<li>{e(x.path)} on {e(x.backend)}: {e(str(x.status))} {e(x.error or '')}</li>" for x in audit.failures]
