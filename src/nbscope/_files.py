@@ -27,7 +27,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nbscope._errors import NbscopeError
 
@@ -90,9 +92,10 @@ def _identity_now(name: str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file") -> bytes:
+def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file", note: bool = True) -> bytes:
     """The bytes of the regular file ``path``, refused in one line when it is not a regular file (a FIFO,
-    a device, a folder), is larger than ``limit``, or cannot be read. ``path`` is noted as read."""
+    a device, a folder), is larger than ``limit``, or cannot be read. ``path`` is noted as read (unless ``note``
+    is False: a file the command itself replaces, such as a site's manifest)."""
     path = Path(path)
     try:
         info = os.stat(path)
@@ -111,7 +114,8 @@ def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file
         raise NbscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         _refuse_irregular(path, os.fstat(handle).st_mode, what)  # swapped for a FIFO since the check
-        note_input(path, f"a {what} it reads")
+        if note:
+            note_input(path, f"a {what} it reads")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -127,6 +131,75 @@ def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file
     if size > limit:  # it grew since the check
         raise NbscopeError(f"{path} is larger than {limit // 2**20} MiB; a {what} is read only up to that")
     return b"".join(chunks)
+
+
+def read_text(path: str | Path, *, what: str = "file", limit: int = READ_LIMIT, note: bool = True) -> str:
+    """The text of the regular file ``path`` (:func:`read_bounded`), refused in one line when it is not UTF-8."""
+    data = read_bounded(path, limit=limit, what=what, note=note)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NbscopeError(f"{path}: not UTF-8 text (byte {exc.start}); a {what} is UTF-8") from None
+
+
+# How deep a file's JSON, TOML or YAML may nest (the deepest nbscope writes is under 20 levels): a deeper one is
+# refused in one line, never read into a RecursionError by whatever walks it next.
+MAX_DEPTH = 100
+
+
+def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, what: str, form: str) -> Any:
+    """``parse(text)`` (``json.loads``, ``tomllib.loads``, a YAML loader), refused in one line when it is not
+    valid ``form`` or nests deeper than :data:`MAX_DEPTH` (checked without recursion)."""
+    too_deep = False
+    try:
+        value = parse(text)
+    except RecursionError:
+        value, too_deep = None, True
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, TOMLDecodeError, a number of thousands of digits
+        raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
+    except Exception as exc:  # a YAML parser's own errors
+        if type(exc).__module__.split(".")[0] != "yaml":
+            raise
+        raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
+    if too_deep or not _shallow(value):
+        raise NbscopeError(f"{path}: nested deeper than {MAX_DEPTH} levels; not a {what}")
+    return value
+
+
+def _shallow(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return True
+
+
+def read_json(path: str | Path, *, what: str = "JSON file", limit: int = READ_LIMIT) -> Any:
+    """The JSON document in the regular file ``path``: :func:`read_text`, then :func:`parse_nested`."""
+    import json
+
+    return parse_nested(read_text(path, what=what, limit=limit), json.loads, path=path, what=what, form="JSON")
+
+
+def check_store_path(path: str | Path, *, option: str = "--db") -> None:
+    """Refuse, in one line, a database path SQLite must not open: one that is there and is not a regular file
+    (a device, a FIFO: SQLite would block on it or make its journal beside it), or one in the folders of
+    devices and processes (``/dev``, ``/proc``, ``/sys``), which are no one's to fill."""
+    path = Path(path)
+    folder = os.path.realpath(path.parent)
+    if any(folder == root or folder.startswith(root + os.sep) for root in ("/dev", "/proc", "/sys")):
+        raise NbscopeError(f"{option} {path}: {folder} holds devices and processes, not files; give a file elsewhere")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        raise NbscopeError(f"{option} {path} is a directory, not a database file")
+    if not stat.S_ISREG(mode):
+        _refuse_irregular(path, mode, "database")
 
 
 def _refuse_irregular(path: Path, mode: int, what: str) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope import __version__
 from nbscope._errors import NbscopeError
-from nbscope._files import refuse_input, write_text
+from nbscope._files import read_text, refuse_input, write_text
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
@@ -539,8 +539,8 @@ _string = json.encoder.encode_basestring_ascii  # a key as json.dumps writes it 
 def _manifest(folder: Path) -> SiteManifest | None:
     """The folder's manifest (``schema.site_manifest``), None when there is none publish can read."""
     try:
-        text = (folder / MANIFEST).read_text()
-    except OSError:
+        text = read_text(folder / MANIFEST, what="site manifest", note=False)
+    except NbscopeError:  # none, or not a regular file: the folder is refused as not publish's
         return None
     return read_manifest(text)
 
@@ -592,8 +592,8 @@ def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, BookRow])
     found: dict[str, SiteRow] = {}
     for target in targets:
         try:
-            text = (folder / _data_file(lecture_page(target))).read_text(encoding="utf-8")
-        except OSError:
+            text = read_text(folder / _data_file(lecture_page(target)), what="page's data", note=False)
+        except NbscopeError:
             continue
         for row in read_page_rows(text):
             key = row_key(row.target, row.runner)

@@ -126,10 +126,9 @@ def requirement_names(requirements: Sequence[str]) -> list[str]:
 
 def read_requirements_file(path: str | Path) -> list[str]:
     """A requirements file's lines (comments and blank lines dropped); pip reads them as given."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NbscopeError(f"cannot read requirements file {path}: {exc.strerror or exc}") from None
+    from nbscope._files import read_text
+
+    text = read_text(path, what="requirements file", limit=2**20)
     lines = []
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()

@@ -518,8 +518,9 @@ class Store:
         return self._made_env_key
 
     def _check_file(self) -> None:
-        if self.path.is_dir():
-            raise NbscopeError(f"--db {self.path} is a directory, not a database file")
+        from nbscope._files import check_store_path
+
+        check_store_path(self.path)  # a directory, a device, a FIFO, a folder of devices: one line, nothing made
         if self.path.exists() and self.path.stat().st_size > 0:
             with open(self.path, "rb") as handle:
                 if handle.read(16) != SQLITE_MAGIC:
