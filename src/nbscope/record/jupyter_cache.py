@@ -170,9 +170,11 @@ def find_book2_cache(path: str | Path) -> Path | None:
 
 
 def _is_book2_entry(path: Path) -> bool:
+    from nbscope._files import read_json
+
     try:
-        return decode(Book2Entry, json.loads(path.read_text(encoding="utf-8"))).metadata.myst_context is not None
-    except (OSError, ValueError, RecursionError):
+        return decode(Book2Entry, read_json(path, what="notebook")).metadata.myst_context is not None
+    except (NbscopeError, ValueError):
         return False
 
 
