@@ -38,8 +38,8 @@ _VALUE = r"(?!hidden-|REDACTED)[^\s\"'<>\\,;]{1,4096}"  # nbscope's own keyed ha
 # ``"XLA_TOKEN": "..."`` (JSON), ``--password x``, ``--token=x``; in any case the names of config files
 # (``aws_secret_access_key = ...``, ``password: ...``, ``client_secret=...``) ending in a secret word.
 _ASSIGNED = re.compile(
-    r"((?<![a-z])(?:TOKEN|SECRET|PASSW|PASSPHRASE|PASS(?=[_=])|PWD|CREDENTIAL|AUTH(?=[_=])|COOKIE|PRIVATE|KEY"
-    r"|_PAT(?==))[A-Z0-9_]{0,40}(?:=|\\?\"\s{0,4}:\s{0,4})(?:\\?[\"'])?)"
+    r"((?:(?<![a-z])(?:TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|COOKIE|PRIVATE|API_?KEY|_PAT(?==))"
+    r"|(?<![A-Za-z])(?:PASS(?=[_=])|PWD|AUTH(?=[_=])|KEY))[A-Z0-9_]{0,40}(?:=|\\?\"\s{0,4}:\s{0,4})(?:\\?[\"'])?)"
     + _VALUE
     + r"|((?i:passw(?:or)?d|pwd|secret|_token|api_?key|access_?key|secret_?key|private_?key|credentials?|passphrase)"
     r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}(?:\\?[\"'])?)"

@@ -1201,7 +1201,7 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     if text.isdigit():
         return store.get(int(text))
     path = Path(text)
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a FIFO or a device too: the bounded reader refuses it in one line
         record = record_module.load(path)
         try:  # the same run stored already keeps its id (gate verdicts, baselines)
             record.run_id = store.find(record)
