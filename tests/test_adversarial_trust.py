@@ -268,7 +268,8 @@ def test_an_index_urls_credentials_leave_no_file(tmp_path: Path, monkeypatch: py
     seen.mkdir()
     monkeypatch.setenv("SEEN", str(seen))
     index = "--extra-index-url https://u:PLANTEDindex@index.example.org/simple"
-    spec = environments.EnvironmentSpec(requirements=(index, "pkg==1"), python=str(python))
+    wheel = "pkg @ https://u:PLANTEDwheel@files.example.org/pkg-1-py3-none-any.whl"  # its kernel's name too
+    spec = environments.EnvironmentSpec(requirements=(index, wheel), python=str(python))
     with open(tmp_path / "lock", "w") as lock:
         environments._build(tmp_path / "env", spec, None, lock.fileno())
     assert (seen / "mode").read_text().strip() == "600" and "PLANTEDindex" in (seen / "text").read_text()
@@ -334,6 +335,23 @@ def test_a_fifo_as_requirements_or_book_table_of_contents_never_hangs(tmp_path: 
     assert_one_line_error(
         run_cli_process("audit", book / "_toc.yml", "--db", tmp_path / "s.db", timeout=60), "_toc.yml"
     )
+
+
+BILLION_LAUGHS = "root: a\nl0: &l0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
+)
+
+
+@pytest.mark.parametrize("toc", [BILLION_LAUGHS + "parts: *l8\n", "root: a\nparts: &p [*p]\n"], ids=["laughs", "cycle"])
+def test_a_table_of_contents_that_expands_without_end_is_one_line(
+    tmp_path: Path, run_cli_process: Any, toc: str
+) -> None:
+    """A few lines of YAML aliases that expand to 48 million lists, or a list inside itself: refused at once."""
+    book = tmp_path / "book"
+    _notebook(book / "a.ipynb", ["x = 1"])
+    (book / "_toc.yml").write_text(toc)
+    done = run_cli_process("audit", book, "--db", tmp_path / "s.db", timeout=60)
+    assert_one_line_error(done, "_toc.yml", "1,000,000 entries")
 
 
 @pytest.mark.parametrize("form", ["info", "devices", "import", "config"])

@@ -145,6 +145,7 @@ def read_text(path: str | Path, *, what: str = "file", limit: int = READ_LIMIT, 
 # How deep a file's JSON, TOML or YAML may nest (the deepest nbscope writes is under 20 levels): a deeper one is
 # refused in one line, never read into a RecursionError by whatever walks it next.
 MAX_DEPTH = 100
+MAX_ITEMS = 1_000_000
 
 
 def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, what: str, form: str) -> Any:
@@ -162,18 +163,44 @@ def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, wh
             raise
         raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
     if too_deep or not _shallow(value):
-        raise NbscopeError(f"{path}: nested deeper than {MAX_DEPTH} levels; not a {what}")
+        raise NbscopeError(
+            f"{path}: nested deeper than {MAX_DEPTH} levels or more than {MAX_ITEMS:,} entries in all; not a {what}"
+        )
     return value
 
 
+def _containers(item: Any) -> list[Any]:
+    children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+    return [child for child in children if isinstance(child, (dict, list))]
+
+
 def _shallow(value: Any) -> bool:
+    """Whether ``value`` nests at most :data:`MAX_DEPTH` deep and, read as a tree, holds at most
+    :data:`MAX_ITEMS` containers: a YAML alias shares one object among many places (a "billion laughs" file
+    is a few lines), so each object is walked once per depth it is reached at, never once per place."""
+    deepest: dict[int, int] = {}
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
+            return False  # a cycle too (a YAML anchor inside itself)
+        if deepest.get(id(item), 0) >= depth:
+            continue
+        deepest[id(item)] = depth
+        stack.extend((child, depth + 1) for child in _containers(item))
+    sizes: dict[int, int] = {}  # containers under each, counted as a tree
+    walk = [(value, False)]
+    while walk:
+        item, children_done = walk.pop()
+        if id(item) in sizes:
+            continue
+        if not children_done:
+            walk.append((item, True))
+            walk.extend((child, False) for child in _containers(item) if id(child) not in sizes)
+            continue
+        sizes[id(item)] = 1 + sum(sizes[id(child)] for child in _containers(item))
+        if sizes[id(item)] > MAX_ITEMS:
             return False
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return True
 
 

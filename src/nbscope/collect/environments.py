@@ -447,7 +447,8 @@ def _register_kernel(path: Path, spec: EnvironmentSpec) -> None:
     spec_document = {
         # -s: no user site-packages (~/.local) either
         "argv": [str(path / "bin" / "python"), "-s", str(launcher), "-f", "{connection_file}"],
-        "display_name": "nbscope: " + " ".join(r for r in spec.requirements if not r.startswith("-"))[:80],
+        # A requirement's URL (pkg @ https://user:token@host/...) keeps no credential here either.
+        "display_name": "nbscope: " + redact(" ".join(r for r in spec.requirements if not r.startswith("-")))[:80],
         "language": "python",
         "metadata": {"nbscope": {"environment": str(path)}},
     }
