@@ -198,6 +198,10 @@ def test_the_store_keeps_no_secret_in_any_table(tmp_path: Path) -> None:
         ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sig_sig", REDACTED),
         ("-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----\nafter", REDACTED + "\nafter"),
         ("git clone https://oauth2:tok@gitlab.example/x.git", "git clone https://REDACTED@gitlab.example/x.git"),
+        ('headers={"Authorization": "Bearer abc123"}', 'headers={"Authorization": "Bearer REDACTED"}'),
+        ('os.environ["HF_TOKEN"] = "hf_abc"', 'os.environ["HF_TOKEN"] = "REDACTED"'),
+        ('login(token="abc123")', 'login(token="REDACTED")'),
+        ('password = "hunter2"', 'password = "REDACTED"'),
     ],
 )
 def test_redact_hides_each_known_form(raw: str, shown: str) -> None:
@@ -217,6 +221,23 @@ def test_redact_hides_each_known_form(raw: str, shown: str) -> None:
 )
 def test_redact_leaves_ordinary_text(text: str) -> None:
     assert redact(text) == text
+
+
+def test_redaction_keeps_a_json_document_valid() -> None:
+    """Every record and page is redacted as JSON text: only a string's content is replaced, never a number,
+    null, a quote or a bracket (``"token": 5`` stays, ``"password": "x"`` loses its value only)."""
+    names = ["password", "token", "KEY", "XLA_TOKEN", "authorization", "api_key", "db_password", "JAX_PWD", "login"]
+    values: list[Any] = [5, None, True, "abc", "Bearer abc", "a,b}", 'x"y', "l1\npassword hunter2", [1, "token: x"]]
+    for name in names:
+        for value in values:
+            keyed = ({name: value}, {"outer": [{name: value}]})  # the name a key: a value not a string stays
+            for document in (*keyed, {"s": f"{name}={value}"}, {"s": json.dumps({name: value})}):
+                for indent in (None, 1):
+                    text = json.dumps(document, indent=indent)
+                    kept = json.loads(redact(text))  # valid JSON still
+                    assert "hunter2" not in json.dumps(kept)
+                    if document in keyed and isinstance(value, (int, bool)):
+                        assert kept == document, (text, kept)
 
 
 def test_secret_named_variables_are_hidden_by_one_rule(monkeypatch: pytest.MonkeyPatch) -> None:

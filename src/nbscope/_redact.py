@@ -22,9 +22,13 @@ _SECRET_QUERY = re.compile(
 # rejects most positions at their first character (a record of megabytes is redacted in a fraction of a second).
 # HTTP headers in logs (``Authorization: Bearer ...``, ``PRIVATE-TOKEN: ...``, ``X-API-Key: ...``), keeping the
 # scheme word.
+# Between a name and its value: ``=``, ``: `` or, when a quote closes the name (JSON, a dict, a subscript), a
+# quote opening the value too. A JSON document stays valid JSON: ``"token": 5`` or ``"password": null`` is
+# never touched, only a string value is.
+_SEP = r"(?:\\?[\"']\]?\s{0,4}[:=]\s{0,4}\\?[\"']|\s{0,4}[:=]\s{0,4}(?:\\?[\"'])?)"
 _HEADER = re.compile(
-    r"((?<![\w-])(?:proxy-)?authorization\s*[:=]\s*(?:(?:bearer|basic|token|digest|negotiate|bot)\s+)?"
-    r"|(?:token|api-key|apikey|secret|password)\s*:\s*)[^\s\"'<>\\,;]{1,4096}",
+    rf"((?<![\w-])(?:proxy-)?authorization{_SEP}(?:(?:bearer|basic|token|digest|negotiate|bot)\s+)?"
+    r"|(?:token|api-key|apikey|secret|password)\s*:\s*)[^\s\"'<>\\,;)\]}]{1,4096}",
     re.IGNORECASE,
 )
 # What a variable's name says when it holds a secret (``HF_TOKEN``, ``PYPI_PASSWORD``, ``DB_PASS``, ``MYSQL_PWD``,
@@ -33,24 +37,29 @@ _HEADER = re.compile(
 SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSW|PASSPHRASE|PASS(?:$|_)|PWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|KEY|_PAT(?:$|_)"
 )
-_VALUE = r"(?!hidden-|REDACTED)[^\s\"'<>\\,;]{1,4096}"  # nbscope's own keyed hash of an --env value is no secret
+_VALUE = r"(?!hidden-|REDACTED)[^\s\"'<>\\,;)\]}]{1,4096}"  # nbscope's own keyed hash of an --env value is no secret
 # Assignments and options naming a secret: ``GITHUB_TOKEN=...``, ``export HF_TOKEN="..."``, ``DB_PASS=...``,
 # ``"XLA_TOKEN": "..."`` (JSON), ``--password x``, ``--token=x``; in any case the names of config files
 # (``aws_secret_access_key = ...``, ``password: ...``, ``client_secret=...``) ending in a secret word.
 _ASSIGNED = re.compile(
     r"((?:(?<![a-z])(?:TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|COOKIE|PRIVATE|API_?KEY|_PAT(?==))"
-    r"|(?<![A-Za-z])(?:PASS(?=[_=])|PWD|AUTH(?=[_=])|KEY))[A-Z0-9_]{0,40}(?:=|\\?\"\s{0,4}:\s{0,4})(?:\\?[\"'])?)"
+    r"|(?<![A-Za-z])(?:PASS(?=[_=])|PWD|AUTH(?=[_=])|KEY))[A-Z0-9_]{0,40}"
+    rf"(?:=(?:\\?[\"'])?|{_SEP}))"
     + _VALUE
     + r"|((?i:passw(?:or)?d|pwd|secret|_token|api_?key|access_?key|secret_?key|private_?key|credentials?|passphrase)"
-    r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}(?:\\?[\"'])?)"
-    + _VALUE.replace(";", ";()\\[\\]{}")  # code's ``f(password: str)`` keeps its parenthesis
+    + _SEP
+    + ")"
+    + _VALUE.replace(";", ";([{")  # code's ``f(password: str)`` keeps its parenthesis
+    # A string given to a parameter or variable named token (``login(token="...")``); unquoted it is code.
+    + r"|((?<!\w)(?i:token)\s{0,4}=\s{0,4}\\?[\"'])"
+    + _VALUE
     + r"|(?<![\w-])(--?(?:password|passwd|token|api[-_]key|secret|access[-_]token|auth[-_]token)(?:=|\s+))"
     r"(?!-)[^\s\"'<>\\]{1,4096}"
 )
 # A netrc line (``machine h login u password p``, or ``password p`` on a line of its own).
 _NETRC = re.compile(
     r"(\blogin\s{1,8}[^\s\"'<>\\]{1,256}\s{1,8}(?:password|passwd|account)\s{1,8}|^\s{0,8}(?:password|passwd)\s{1,8}"
-    r"|(?<=\\n)\s{0,8}(?:password|passwd)\s{1,8})(?!REDACTED)[^\s\"'<>\\]{1,4096}",
+    r"|(?<=\\n)\s{0,8}(?:password|passwd)\s{1,8})(?!REDACTED|[=:])[^\s\"'<>\\]{1,4096}",
     re.IGNORECASE | re.MULTILINE,
 )
 # Tokens whose form names them wherever they stand: GitHub, GitLab, PyPI, Hugging Face, npm, Slack, AWS, Google,
@@ -100,7 +109,7 @@ def redact(text: str, *, assignments: bool = True) -> str:
     if any(word in lowered for word in _HEADER_WORDS):
         text = _HEADER.sub(lambda match: match.group(1) + REDACTED, text)
     if assignments and (any(word in text for word in _NAME_WORDS) or any(word in lowered for word in _KEY_WORDS)):
-        text = _ASSIGNED.sub(lambda match: (match.group(1) or match.group(2) or match.group(3)) + REDACTED, text)
+        text = _ASSIGNED.sub(lambda match: next(group for group in match.groups() if group) + REDACTED, text)
     if assignments and ("passw" in lowered or "account" in lowered):
         text = _NETRC.sub(lambda match: match.group(1) + REDACTED, text)
     return _TOKEN.sub(REDACTED, text)
