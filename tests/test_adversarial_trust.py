@@ -23,7 +23,8 @@ a test that walks the paths. Indexed by class:
    ``markdown_text``/``code_span``, JSON by ``json.dumps``):
    ``test_a_notebook_names_controls_reach_no_written_page`` (ESC, BEL and U+202E in the HTML report, the site's
    pages, ``status.md`` and ``gate --summary``); ``test_a_cells_source_puts_no_live_link_in_the_regressions``;
-   ``test_each_format_has_one_escaper``.
+   ``test_each_format_has_one_escaper``; ``test_a_device_entrys_name_stays_inside_its_toml_string`` (the TOML
+   that ``forecast --append-to`` writes).
 """
 
 from __future__ import annotations
@@ -492,6 +493,22 @@ def test_a_cells_source_puts_no_live_link_in_the_regressions(tmp_path: Path, run
     assert "](" not in prose and "<img" not in prose, prose
     markdown = run_cli("gate", "--baseline", "1", "--candidate", "2", "--db", db, "--markdown").stdout
     assert "](" not in _outside_code_spans(markdown) and "<img" not in _outside_code_spans(markdown)
+
+
+def test_a_device_entrys_name_stays_inside_its_toml_string() -> None:
+    """``forecast --calibrate ... --append-to FILE`` writes TOML: a GPU's name from a record (a newline, a
+    quote, ESC) never starts a table of its own in the user's device file."""
+    import tomllib
+
+    from nbscope.analyse.forecast.calibrate import DeviceEntry, to_toml
+    from nbscope.analyse.forecast.devices import load_table
+
+    h100 = load_table(environ={}).devices["h100"]
+    name = 'Lab GPU"\n[devices.evil]\nname = "x\x1b[2J'
+    text = to_toml(DeviceEntry(key="lab.x]", name=name, match=[name], figures=h100.figures))
+    assert "\x1b" not in text
+    document = tomllib.loads(text)
+    assert list(document["devices"]) == ["lab.x]"] and document["devices"]["lab.x]"]["name"] == name
 
 
 @pytest.mark.parametrize(
