@@ -20,7 +20,7 @@ a test that walks the paths. Indexed by class:
    ``test_a_store_among_devices_is_refused_and_nothing_is_made_there``;
    ``test_a_fifo_named_like_a_notebook_never_hangs_a_search`` (audit's and trace's searches of a folder).
 3. **Escapes** (one escaper per format, :mod:`nbscope.render._clean`: ``for_terminal``, ``for_html``,
-   ``markdown_text``/``code_span``, JSON by ``json.dumps``):
+   ``markdown_text``/``code_span``/``markdown_with_code``, JSON by ``json.dumps``):
    ``test_a_notebook_names_controls_reach_no_written_page`` (ESC, BEL and U+202E in the HTML report, the site's
    pages, ``status.md`` and ``gate --summary``); ``test_a_cells_source_puts_no_live_link_in_the_regressions``;
    ``test_each_format_has_one_escaper``; ``test_a_device_entrys_name_stays_inside_its_toml_string`` (the TOML
@@ -531,6 +531,8 @@ def test_each_format_has_one_escaper(raw: str) -> None:
     assert "<" not in html and ">" not in html and '"' not in html
     prose = _clean.markdown_text(raw)
     assert "](" not in prose.replace("\\]", "") and "<" not in prose and "&amp;amp;" in prose or "&" not in raw
+    mixed = _clean.markdown_with_code(f"keep {raw} and `{raw}` apart")
+    assert "](" not in _outside_code_spans(mixed).replace("\\]", "") and "<" not in _outside_code_spans(mixed)
     span = _clean.code_span(raw)
     assert span.startswith("`") and span.endswith("`") and span.count("`") == 2 and "\n" not in span
     assert json.loads(json.dumps(raw)) == raw and "\x1b" not in json.dumps(raw)  # JSON keeps controls as escapes

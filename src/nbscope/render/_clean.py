@@ -84,6 +84,13 @@ def markdown_code(text: object) -> str:
     return visible(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
+def markdown_with_code(text: object) -> str:
+    """Prose whose backtick spans are code (a finding's sentence naming a cell's code): each span a
+    :func:`code_span`, the rest :func:`markdown_text`; a stray backtick is shown as ``\\```."""
+    parts = re.split(r"(`[^`\n]*`)", visible(text))
+    return "".join(code_span(part[1:-1]) if n % 2 else markdown_text(part) for n, part in enumerate(parts))
+
+
 def code_span(text: object) -> str:
     """Notebook text (a cell's source line, a notebook's name) as a markdown code span: nothing in it is live."""
     shown = markdown_code(text)
