@@ -13,6 +13,7 @@ from nbscope._units import count
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
 from nbscope.render._clean import for_html
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -235,7 +236,7 @@ def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
     lines = [
         f"### nbscope audit: `{_md(record.target)}`",
         "",
-        f"**{_md(audit.summary)}**",
+        f"**{prose(audit.summary)}**",
         "",
         *markdown_table(audit_rows(audit)),
     ]
@@ -243,14 +244,16 @@ def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
     if radius is not None:
         lines += [
             "",
-            f"#### GPU blast radius (forecast on the {_md(radius.gpu_name or radius.gpu)})",
+            f"#### GPU blast radius (forecast on the {prose(radius.gpu_name or radius.gpu)})",
             "",
-            f"**{_md(radius.summary)}** (a forecast from CPU runs, not a measurement)",
+            f"**{prose(radius.summary)}** (a forecast from CPU runs, not a measurement)",
             "",
             *markdown_table(blast_radius_rows(radius)),
         ]
-    notes = [f"- {_md(b)} unavailable: {_md(i.reason)}" for b, i in audit.backends.items() if not i.available]
-    notes += [f"- `{_md(e.path)}` on {_md(e.backend)}: {e.status} {_md(e.error or '')[:200]}" for e in audit.failures]
+    notes = [f"- {prose(b)} unavailable: {prose(i.reason)}" for b, i in audit.backends.items() if not i.available]
+    notes += [
+        f"- `{_md(e.path)}` on {prose(e.backend)}: {e.status} {prose(e.error or '')[:200]}" for e in audit.failures
+    ]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"

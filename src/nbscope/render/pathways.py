@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from nbscope._units import count
 from nbscope.record.run import RunRecord
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -185,7 +186,7 @@ def pathways_markdown(record: RunRecord, run: PathwaysRun | None = None) -> str:
     lines = [
         f"### nbscope pathways: `{_md(record.target)}`",
         "",
-        f"**Verdict:** {_md(run.verdict)}",
+        f"**Verdict:** {prose(run.verdict)}",
         "",
         *markdown_table(pathway_rows(run)),
         "",
