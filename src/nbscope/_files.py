@@ -169,27 +169,27 @@ def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, wh
     return value
 
 
-def _containers(item: Any) -> list[Any]:
+def _containers(item: object) -> list[object]:
     children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
     return [child for child in children if isinstance(child, (dict, list))]
 
 
-def _shallow(value: Any) -> bool:
+def _shallow(value: object) -> bool:
     """Whether ``value`` nests at most :data:`MAX_DEPTH` deep and, read as a tree, holds at most
     :data:`MAX_ITEMS` containers: a YAML alias shares one object among many places (a "billion laughs" file
     is a few lines), so each object is walked once per depth it is reached at, never once per place."""
     deepest: dict[int, int] = {}
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
             return False  # a cycle too (a YAML anchor inside itself)
-        if deepest.get(id(item), 0) >= depth:
+        if id(item) in deepest and deepest[id(item)] >= depth:
             continue
         deepest[id(item)] = depth
         stack.extend((child, depth + 1) for child in _containers(item))
     sizes: dict[int, int] = {}  # containers under each, counted as a tree
-    walk = [(value, False)]
+    walk: list[tuple[object, bool]] = [(value, False)]
     while walk:
         item, children_done = walk.pop()
         if id(item) in sizes:
