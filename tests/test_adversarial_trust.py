@@ -18,7 +18,8 @@ a test that walks the paths. Indexed by class:
    ``NBSCOPE_DEVICES``, ``diagnose``, ``info --diff``, ``import``, ``merge``, ``versions -r``, ``report``, a
    FIFO as a book's ``_config.yml``); ``test_deep_nesting_is_one_line_never_a_recursion_error``;
    ``test_a_store_among_devices_is_refused_and_nothing_is_made_there``;
-   ``test_a_fifo_named_like_a_notebook_never_hangs_a_search`` (audit's and trace's searches of a folder).
+   ``test_a_fifo_named_like_a_notebook_never_hangs_a_search`` (audit's and trace's searches of a folder,
+   jupyter-book 2's cache); ``test_a_table_of_contents_that_expands_without_end_is_one_line`` (YAML aliases).
 3. **Escapes** (one escaper per format, :mod:`nbscope.render._clean`: ``for_terminal``, ``for_html``,
    ``markdown_text``/``code_span``/``markdown_with_code``, JSON by ``json.dumps``):
    ``test_a_notebook_names_controls_reach_no_written_page`` (ESC, BEL and U+202E in the HTML report, the site's
@@ -431,6 +432,12 @@ def test_a_fifo_named_like_a_notebook_never_hangs_a_search(tmp_path: Path) -> No
     os.mkfifo(tmp_path / "blocked.md")
     assert discover_sources(tmp_path) == [tmp_path / "real.ipynb"]
     assert scan_directory(tmp_path) == [tmp_path / "real.ipynb"]
+    from nbscope.record.jupyter_cache import find_book2_cache, read_book2_cache
+
+    cache = tmp_path / "_build" / "execute"  # jupyter-book 2's execution cache, one entry a FIFO
+    cache.mkdir(parents=True)
+    os.mkfifo(cache / "0123abcd.ipynb")
+    assert find_book2_cache(tmp_path) is None and read_book2_cache(cache) == []
 
 
 # ==== 3. escapes ==================================================================================================
