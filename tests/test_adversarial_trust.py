@@ -10,16 +10,20 @@ a test that walks the paths. Indexed by class:
    file and all output scanned); ``test_the_store_keeps_no_secret_in_any_table`` (``runs.settings``,
    ``run_summaries`` and gate verdicts, without a kernel); ``test_redact_hides_each_known_form`` and
    ``test_redact_leaves_ordinary_text``; ``test_secret_named_variables_are_hidden_by_one_rule``;
-   ``test_a_first_line_is_redacted_before_it_is_shortened``; ``test_an_index_urls_credentials_leave_no_file``
+   ``test_redaction_keeps_a_json_document_valid``; ``test_a_first_line_is_redacted_before_it_is_shortened``;
+   ``test_an_index_urls_credentials_leave_no_file``
    (``versions -r`` with ``--extra-index-url https://u:SECRET@...``: requirements-options.txt written 0600 and
    gone after the build, the build log and marker redacted; a stand-in Python plays venv and pip).
-2. **Readers** (one bounded reader, :mod:`nbscope._files`: regular files only, size and depth bounds, one-line
-   errors): ``test_a_fifo_or_a_device_named_as_input_is_refused_at_once`` (``forecast --devices``,
-   ``NBSCOPE_DEVICES``, ``diagnose``, ``info --diff``, ``import``, ``merge``, ``versions -r``, ``report``, a
-   FIFO as a book's ``_config.yml``); ``test_deep_nesting_is_one_line_never_a_recursion_error``;
-   ``test_a_store_among_devices_is_refused_and_nothing_is_made_there``;
+2. **Readers** (one bounded reader, :mod:`nbscope._files`: regular files only, size, depth and tree-size bounds,
+   one-line errors): ``test_a_fifo_or_a_device_named_as_input_is_refused_at_once`` (a FIFO and ``/dev/zero`` for
+   ``forecast --devices``, ``NBSCOPE_DEVICES``, ``diagnose``, ``info --diff``, ``import``, ``merge``, ``report``,
+   ``compare``); ``test_a_fifo_as_requirements_or_book_table_of_contents_never_hangs`` (``versions -r``, a
+   book's ``_toc.yml``); ``test_deep_nesting_is_one_line_never_a_recursion_error`` (``info --diff``, a device
+   table, ``import``, a table of contents); ``test_a_table_of_contents_that_expands_without_end_is_one_line``
+   (YAML aliases: a billion laughs, a list inside itself); ``test_a_store_among_devices_is_refused_and_nothing_is_made_there``
+   (``--db /dev/null``, ``/dev/x.db``, a FIFO, a link to ``/dev/zero``: no ``DEVICE-journal``);
    ``test_a_fifo_named_like_a_notebook_never_hangs_a_search`` (audit's and trace's searches of a folder,
-   jupyter-book 2's cache); ``test_a_table_of_contents_that_expands_without_end_is_one_line`` (YAML aliases).
+   jupyter-book 2's cache).
 3. **Escapes** (one escaper per format, :mod:`nbscope.render._clean`: ``for_terminal``, ``for_html``,
    ``markdown_text``/``code_span``/``markdown_with_code``, JSON by ``json.dumps``):
    ``test_a_notebook_names_controls_reach_no_written_page`` (ESC, BEL and U+202E in the HTML report, the site's
