@@ -16,9 +16,14 @@
   the target is compared with each by resolved path and by device and inode, so a hard link, a symbolic
   link in the folder path or another spelling (``./x/../nbscope.db``) is caught too.
 
-Reading the user's files (:func:`read_bounded`): only a regular file (a FIFO or a device would block or
-never end), at most :data:`READ_LIMIT` bytes, checked with ``os.stat`` before opening and again on the
-open descriptor (opened non-blocking, so a FIFO put there meanwhile cannot hang the command).
+Reading the user's files, the one bounded reader for every file a user names (a record, an import, a merge or
+shard, a device table, a fingerprint, a requirements file, a book's configuration, a notebook):
+:func:`read_bounded` (:func:`read_text`, :func:`read_json`) reads only a regular file (a FIFO or a device would
+block or never end), at most :data:`READ_LIMIT` bytes, checked with ``os.stat`` before opening and again on the
+open descriptor (opened non-blocking, so a FIFO put there meanwhile cannot hang the command);
+:func:`parse_nested` refuses JSON, TOML or YAML nested deeper than :data:`MAX_DEPTH` or larger, as a tree,
+than :data:`MAX_ITEMS`; :func:`check_store_path` refuses a ``--db`` that SQLite must not open. Each refusal is
+one line.
 """
 
 from __future__ import annotations
@@ -226,7 +231,8 @@ def check_store_path(path: str | Path, *, option: str = "--db") -> None:
     if stat.S_ISDIR(mode):
         raise NbscopeError(f"{option} {path} is a directory, not a database file")
     if not stat.S_ISREG(mode):
-        _refuse_irregular(path, mode, "database")
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise NbscopeError(f"{option} {path} is {kind}, not a regular file; a run store is a regular file")
 
 
 def _refuse_irregular(path: Path, mode: int, what: str) -> None:
