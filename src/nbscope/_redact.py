@@ -1,5 +1,10 @@
-"""Credentials, removed wherever text is written: the one function (:func:`redact`) that every stage uses
-(records and live files in ``record``, build logs in ``collect``, the terminal in ``render``)."""
+"""Credentials, removed wherever text is stored, written or printed: the one function (:func:`redact`) every
+writer calls at its write point. The store: each run's document (:meth:`nbscope.record.run.RunRecord.to_json`),
+its columns, its publish summary and its gate verdicts (``record.store``); every file written
+(:func:`nbscope._files.write_text`: exports, reports, audits, merges, site pages, ``--append-to``), live files,
+``gate --summary``, an environment's build log, marker and kernel name (``collect.environments``); the terminal
+(``render._clean``). A variable's name that says secret (:data:`SECRET_NAME`) is the one rule for ``--env``
+values and the fingerprint's environment."""
 
 from __future__ import annotations
 
