@@ -16,9 +16,14 @@
   the target is compared with each by resolved path and by device and inode, so a hard link, a symbolic
   link in the folder path or another spelling (``./x/../nbscope.db``) is caught too.
 
-Reading the user's files (:func:`read_bounded`): only a regular file (a FIFO or a device would block or
-never end), at most :data:`READ_LIMIT` bytes, checked with ``os.stat`` before opening and again on the
-open descriptor (opened non-blocking, so a FIFO put there meanwhile cannot hang the command).
+Reading the user's files, the one bounded reader for every file a user names (a record, an import, a merge or
+shard, a device table, a fingerprint, a requirements file, a book's configuration, a notebook):
+:func:`read_bounded` (:func:`read_text`, :func:`read_json`) reads only a regular file (a FIFO or a device would
+block or never end), at most :data:`READ_LIMIT` bytes, checked with ``os.stat`` before opening and again on the
+open descriptor (opened non-blocking, so a FIFO put there meanwhile cannot hang the command);
+:func:`parse_nested` refuses JSON, TOML or YAML nested deeper than :data:`MAX_DEPTH` or larger, as a tree,
+than :data:`MAX_ITEMS`; :func:`check_store_path` refuses a ``--db`` that SQLite must not open. Each refusal is
+one line.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nbscope._errors import NbscopeError
 
@@ -146,9 +153,10 @@ def _identity_now(name: str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file") -> bytes:
+def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file", note: bool = True) -> bytes:
     """The bytes of the regular file ``path``, refused in one line when it is not a regular file (a FIFO,
-    a device, a folder), is larger than ``limit``, or cannot be read. ``path`` is noted as read."""
+    a device, a folder), is larger than ``limit``, or cannot be read. ``path`` is noted as read (unless ``note``
+    is False: a file the command itself replaces, such as a site's manifest)."""
     path = Path(path)
     try:
         info = os.stat(path)
@@ -167,7 +175,8 @@ def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file
         raise NbscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         _refuse_irregular(path, os.fstat(handle).st_mode, what)  # swapped for a FIFO since the check
-        note_input(path, f"a {what} it reads")
+        if note:
+            note_input(path, f"a {what} it reads")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -183,6 +192,103 @@ def read_bounded(path: str | Path, *, limit: int = READ_LIMIT, what: str = "file
     if size > limit:  # it grew since the check
         raise NbscopeError(f"{path} is larger than {limit // 2**20} MiB; a {what} is read only up to that")
     return b"".join(chunks)
+
+
+def read_text(path: str | Path, *, what: str = "file", limit: int = READ_LIMIT, note: bool = True) -> str:
+    """The text of the regular file ``path`` (:func:`read_bounded`), refused in one line when it is not UTF-8."""
+    data = read_bounded(path, limit=limit, what=what, note=note)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NbscopeError(f"{path}: not UTF-8 text (byte {exc.start}); a {what} is UTF-8") from None
+
+
+# How deep a file's JSON, TOML or YAML may nest (the deepest nbscope writes is under 20 levels): a deeper one is
+# refused in one line, never read into a RecursionError by whatever walks it next.
+MAX_DEPTH = 100
+MAX_ITEMS = 1_000_000
+
+
+def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, what: str, form: str) -> Any:
+    """``parse(text)`` (``json.loads``, ``tomllib.loads``, a YAML loader), refused in one line when it is not
+    valid ``form`` or nests deeper than :data:`MAX_DEPTH` (checked without recursion)."""
+    too_deep = False
+    try:
+        value = parse(text)
+    except RecursionError:
+        value, too_deep = None, True
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, TOMLDecodeError, a number of thousands of digits
+        raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
+    except Exception as exc:  # a YAML parser's own errors
+        if type(exc).__module__.split(".")[0] != "yaml":
+            raise
+        raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
+    if too_deep or not _shallow(value):
+        raise NbscopeError(
+            f"{path}: nested deeper than {MAX_DEPTH} levels or more than {MAX_ITEMS:,} entries in all; not a {what}"
+        )
+    return value
+
+
+def _containers(item: object) -> list[object]:
+    children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+    return [child for child in children if isinstance(child, (dict, list))]
+
+
+def _shallow(value: object) -> bool:
+    """Whether ``value`` nests at most :data:`MAX_DEPTH` deep and, read as a tree, holds at most
+    :data:`MAX_ITEMS` containers: a YAML alias shares one object among many places (a "billion laughs" file
+    is a few lines), so each object is walked once per depth it is reached at, never once per place."""
+    deepest: dict[int, int] = {}
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False  # a cycle too (a YAML anchor inside itself)
+        if id(item) in deepest and deepest[id(item)] >= depth:
+            continue
+        deepest[id(item)] = depth
+        stack.extend((child, depth + 1) for child in _containers(item))
+    sizes: dict[int, int] = {}  # containers under each, counted as a tree
+    walk: list[tuple[object, bool]] = [(value, False)]
+    while walk:
+        item, children_done = walk.pop()
+        if id(item) in sizes:
+            continue
+        if not children_done:
+            walk.append((item, True))
+            walk.extend((child, False) for child in _containers(item) if id(child) not in sizes)
+            continue
+        sizes[id(item)] = 1 + sum(sizes[id(child)] for child in _containers(item))
+        if sizes[id(item)] > MAX_ITEMS:
+            return False
+    return True
+
+
+def read_json(path: str | Path, *, what: str = "JSON file", limit: int = READ_LIMIT) -> Any:
+    """The JSON document in the regular file ``path``: :func:`read_text`, then :func:`parse_nested`."""
+    import json
+
+    return parse_nested(read_text(path, what=what, limit=limit), json.loads, path=path, what=what, form="JSON")
+
+
+def check_store_path(path: str | Path, *, option: str = "--db") -> None:
+    """Refuse, in one line, a database path SQLite must not open: one that is there and is not a regular file
+    (a device, a FIFO: SQLite would block on it or make its journal beside it), or one in the folders of
+    devices and processes (``/dev``, ``/proc``, ``/sys``), which are no one's to fill."""
+    path = Path(path)
+    folder = os.path.realpath(path.parent)
+    if any(folder == root or folder.startswith(root + os.sep) for root in ("/dev", "/proc", "/sys")):
+        raise NbscopeError(f"{option} {path}: {folder} holds devices and processes, not files; give a file elsewhere")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        raise NbscopeError(f"{option} {path} is a directory, not a database file")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise NbscopeError(f"{option} {path} is {kind}, not a regular file; a run store is a regular file")
 
 
 def _refuse_irregular(path: Path, mode: int, what: str) -> None:
@@ -263,11 +369,12 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~umask
 
 
-def write_text(path: str | Path, text: str, *, option: str = "-o") -> Path | None:
+def write_text(path: str | Path, text: str, *, option: str = "-o", sync: bool = True) -> Path | None:
     """Write ``text`` to ``path`` atomically (see the module's rules); standard output for ``-`` and
     ``/dev/stdout`` (then None is returned). Any problem is one NbscopeError line; the target is then untouched.
     Credentials are redacted (:func:`nbscope._redact.redact`): a report or export of a record read from a file
-    shows none either."""
+    shows none either. ``sync=False``: not forced to the disk (a site's many pages, made again by the next
+    publish)."""
     from nbscope._redact import redact
 
     text = redact(text)
@@ -285,7 +392,8 @@ def write_text(path: str | Path, text: str, *, option: str = "-o") -> Path | Non
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
-            os.fsync(stream.fileno())
+            if sync:
+                os.fsync(stream.fileno())
         os.chmod(temporary, mode)
         check_target(path, option=option)  # a link or FIFO put there meanwhile is still refused
         os.replace(temporary, path)

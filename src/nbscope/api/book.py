@@ -11,12 +11,12 @@ An argument is
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._files import read_json
 from nbscope.analyse.book import CELL_KINDS, Lectures, RunSet, SlowestCells
 from nbscope.record.run import LABEL_PATTERN, RunRecord
 from nbscope.record.store import Store, resolve_run
@@ -75,7 +75,7 @@ def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) ->
     """The profiles an audit refers to: embedded in its file, else in the store."""
     embedded: Mapping[int, Mapping[str, Any]] = {}
     if file is not None:
-        embedded = decode(AuditFile, json.loads(file.read_text(encoding="utf-8"))).runs or {}
+        embedded = decode(AuditFile, read_json(file, what="audit file")).runs or {}
     found = RunSet(reference)
     for entry in decode(Audit, audit.measurements).notebooks:
         run_id = entry.run_id

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
+from nbscope._files import read_bounded
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.api.publish import keep_run_summary
@@ -330,8 +331,8 @@ def changed_since(path: Path, cand: RunRecord) -> bool:
     if not recorded:
         return False  # an older record: nothing to compare
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[: len(recorded)] != recorded
-    except OSError:
+        return hashlib.sha256(read_bounded(path, what="notebook", note=False)).hexdigest()[: len(recorded)] != recorded
+    except NbscopeError:
         return True
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,10 @@ def collect_fingerprint(*, include_jax: bool = False) -> dict[str, Any]:
 
 def load_fingerprint(path: str | Path) -> dict[str, Any]:
     """A fingerprint from a file: ``nbscope info --json`` output or a whole run record."""
+    from nbscope._files import read_json
+
     path = Path(path)
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise NbscopeError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise NbscopeError(f"{path} is not a JSON fingerprint") from None
+    document = read_json(path, what="JSON fingerprint")
     found = fingerprint_in(document)
     if found is None:
         raise NbscopeError(f"{path} is neither a fingerprint nor a run record")

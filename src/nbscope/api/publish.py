@@ -24,7 +24,6 @@ import hashlib
 import itertools
 import json
 import operator
-import os
 import re
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope import __version__
 from nbscope._errors import NbscopeError
-from nbscope._files import check_target, refuse_input
+from nbscope._files import read_text, refuse_input, write_text
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
@@ -541,8 +540,8 @@ _string = json.encoder.encode_basestring_ascii  # a key as json.dumps writes it 
 def _manifest(folder: Path) -> SiteManifest | None:
     """The folder's manifest (``schema.site_manifest``), None when there is none publish can read."""
     try:
-        text = (folder / MANIFEST).read_text()
-    except OSError:
+        text = read_text(folder / MANIFEST, what="site manifest", note=False)
+    except NbscopeError:  # none, or not a regular file: the folder is refused as not publish's
         return None
     return read_manifest(text)
 
@@ -594,8 +593,8 @@ def _row_files(folder: Path, targets: set[str], old_rows: Mapping[str, BookRow])
     found: dict[str, SiteRow] = {}
     for target in targets:
         try:
-            text = (folder / _data_file(lecture_page(target))).read_text(encoding="utf-8")
-        except OSError:
+            text = read_text(folder / _data_file(lecture_page(target)), what="page's data", note=False)
+        except NbscopeError:
             continue
         for row in read_page_rows(text):
             key = row_key(row.target, row.runner)
@@ -776,9 +775,10 @@ def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, p
 
 
 def _write(path: Path, text: str, folder: Path | None = None) -> None:
-    """Written whole, then renamed: a reader (or a publish stopped midway) never sees half a page. A page never
-    replaces a link, a device or a file this command reads (the store kept inside the site's folder), and is never
-    written through a link inside the site's ``folder`` (``lectures/`` pointing elsewhere)."""
+    """Written whole, then renamed (:func:`nbscope._files.write_text`, which redacts credentials as every file
+    nbscope writes): a reader (or a publish stopped midway) never sees half a page. A page never replaces a link,
+    a device or a file this command reads (the store kept inside the site's folder), and is never written through a
+    link inside the site's ``folder`` (``lectures/`` pointing elsewhere)."""
     if folder is not None:
         for inside in reversed(path.relative_to(folder).parents[:-1]):  # lectures, then any folder below it
             if (folder / inside).is_symlink() or ((folder / inside).exists() and not (folder / inside).is_dir()):
@@ -787,12 +787,4 @@ def _write(path: Path, text: str, folder: Path | None = None) -> None:
                     "made, never through a link (remove it, or give a new folder)"
                 )
             (folder / inside).mkdir(exist_ok=True)
-    check_target(path, option="-o")
-    partial = path.with_name(path.name + ".partial")
-    try:
-        handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
-    except OSError as exc:
-        raise NbscopeError(f"-o {partial}: cannot be written ({exc.strerror or exc})") from None
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    partial.replace(path)
+    write_text(path, text, sync=False)

@@ -280,6 +280,8 @@ def discover_sources(root: Path) -> list[Path]:
         dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")]
         for name in filenames:
             path = Path(dirpath) / name
+            if not path.is_file():  # a FIFO or a device named like a notebook would block or never end
+                continue
             if name.endswith(".ipynb"):
                 found.append(path)
             elif name.endswith(".md") and _looks_like_myst_notebook(path):

@@ -126,10 +126,9 @@ def requirement_names(requirements: Sequence[str]) -> list[str]:
 
 def read_requirements_file(path: str | Path) -> list[str]:
     """A requirements file's lines (comments and blank lines dropped); pip reads them as given."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NbscopeError(f"cannot read requirements file {path}: {exc.strerror or exc}") from None
+    from nbscope._files import read_text
+
+    text = read_text(path, what="requirements file", limit=2**20)
     lines = []
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
@@ -338,11 +337,19 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         if spec.no_index:
             command.append("--no-index")
         options = [r for r in spec.requirements if r.startswith("-")]
+        options_file = path / "requirements-options.txt"
         if options:  # lines such as --extra-index-url from a requirements file: pip reads them from a file
-            (path / "requirements-options.txt").write_text("\n".join(options) + "\n", encoding="utf-8")
-            command += ["-r", str(path / "requirements-options.txt")]
+            # An index URL's credentials are pip's to use, no one else's: the file is its owner's only, and
+            # is gone once pip has read it (the environment's marker keeps the options, redacted).
+            handle = os.open(options_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write("\n".join(options) + "\n")
+            command += ["-r", str(options_file)]
         command += [r for r in spec.requirements if not r.startswith("-")]
-        _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")), lock)
+        try:
+            _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")), lock)
+        finally:
+            options_file.unlink(missing_ok=True)
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
@@ -383,6 +390,10 @@ def _run(command: list[str], path: Path, what: str, lock: int) -> None:
         except BaseException:
             _stop_group(process)
             raise
+        finally:  # pip's own output keeps no credential of an index either (it masks passwords, not tokens)
+            text = log_path.read_bytes().decode("utf-8", "surrogateescape")
+            if (cleaned := redact(text)) != text:
+                log_path.write_bytes(cleaned.encode("utf-8", "surrogateescape"))
     if returncode != 0:
         raise NbscopeError(f"could not {what}: {_pip_reason(log_path)}")
 
@@ -436,7 +447,8 @@ def _register_kernel(path: Path, spec: EnvironmentSpec) -> None:
     spec_document = {
         # -s: no user site-packages (~/.local) either
         "argv": [str(path / "bin" / "python"), "-s", str(launcher), "-f", "{connection_file}"],
-        "display_name": "nbscope: " + " ".join(r for r in spec.requirements if not r.startswith("-"))[:80],
+        # A requirement's URL (pkg @ https://user:token@host/...) keeps no credential here either.
+        "display_name": "nbscope: " + redact(" ".join(r for r in spec.requirements if not r.startswith("-")))[:80],
         "language": "python",
         "metadata": {"nbscope": {"environment": str(path)}},
     }

@@ -322,8 +322,11 @@ def _numba_threading() -> dict[str, Any] | dict[str, str]:
 
 
 def _environment() -> dict[str, str]:
+    """The variables that change what a notebook measures; the value of one whose name says secret is not kept."""
+    from nbscope._redact import REDACTED, SECRET_NAME
+
     return {
-        key: value
+        key: REDACTED if SECRET_NAME.search(key.upper()) else value
         for key, value in sorted(os.environ.items())
         if key.startswith(RESULT_ENV_PREFIXES) or key in RESULT_ENV_NAMES
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope.schema.codec import decode
 from nbscope.schema.ipynb_document import IpynbDocument, check_cells, shown
 from nbscope.schema.notebook_cell import NotebookCell
@@ -86,9 +87,10 @@ class CodeCell:
 
     @property
     def first_line(self) -> str:
+        """The first line that is not blank, its credentials redacted before any display shortens it."""
         for text in self.source.splitlines():
             if text.strip():
-                return text.strip()
+                return redact(text.strip())
         return ""
 
     @property
@@ -96,7 +98,7 @@ class CodeCell:
         """The first line that is code, not a comment (tables show it); the first line if all are comments."""
         for text in self.source.splitlines():
             if text.strip() and not text.lstrip().startswith("#"):
-                return text.strip()
+                return redact(text.strip())
         return self.first_line
 
     def describe(self) -> dict[str, Any]:

@@ -170,9 +170,11 @@ def find_book2_cache(path: str | Path) -> Path | None:
 
 
 def _is_book2_entry(path: Path) -> bool:
+    from nbscope._files import read_json
+
     try:
-        return decode(Book2Entry, json.loads(path.read_text(encoding="utf-8"))).metadata.myst_context is not None
-    except (OSError, ValueError, RecursionError):
+        return decode(Book2Entry, read_json(path, what="notebook")).metadata.myst_context is not None
+    except (NbscopeError, ValueError):
         return False
 
 
@@ -213,10 +215,12 @@ def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
     pages = book2_pages(project)
     rows = []
     for entry in sorted(folder.glob("*.ipynb")):
+        from nbscope._files import read_json
+
         try:
-            context = json.loads(entry.read_text(encoding="utf-8"))["metadata"]["mystContext"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not an entry of jupyter-book 2's (or an unreadable one)
+            context = read_json(entry, what="notebook")["metadata"]["mystContext"]
+        except (NbscopeError, KeyError, TypeError):
+            continue  # not an entry of jupyter-book 2's (or an unreadable one: a FIFO, a device, too large)
         if not isinstance(context, dict):
             continue
         typed = decode(MystContext, context)

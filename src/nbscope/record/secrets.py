@@ -34,15 +34,14 @@ import secrets as random_source
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nbscope._redact import SECRET_NAME
+
 STORE_VALUES_FLAG = "--env-store-values"
 
 # No markup characters: the marker reads the same in a terminal, in markdown (GitHub drops <...>) and in HTML.
 HIDDEN = re.compile(r"hidden-sha256:[0-9a-f]{12}|hidden-hmac-[0-9a-f]{8}:[0-9a-f]{16}")
 # The key of values hidden without a store: this process's own.
 _PROCESS_KEY = random_source.token_bytes(32)
-_SECRET_WORDS = re.compile(
-    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|(^|_)KEY($|_)|API_?KEY|_PAT$"
-)
 
 
 def new_key() -> bytes:
@@ -81,7 +80,7 @@ def readable(name: str) -> bool:
     # output streams use this module's redact before any command runs
 
     upper = name.upper()
-    if _SECRET_WORDS.search(upper):
+    if SECRET_NAME.search(upper):
         return False
     return upper.startswith(RESULT_ENV_PREFIXES) or upper in RESULT_ENV_NAMES
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import redact
 from nbscope._version import __version__
 
 # The run record's model (``record.run``) and the hiding of ``--env`` values (``record.secrets``) are imported where
@@ -517,8 +518,9 @@ class Store:
         return self._made_env_key
 
     def _check_file(self) -> None:
-        if self.path.is_dir():
-            raise NbscopeError(f"--db {self.path} is a directory, not a database file")
+        from nbscope._files import check_store_path
+
+        check_store_path(self.path)  # a directory, a device, a FIFO, a folder of devices: one line, nothing made
         if self.path.exists() and self.path.stat().st_size > 0:
             with open(self.path, "rb") as handle:
                 if handle.read(16) != SQLITE_MAGIC:
@@ -1065,7 +1067,7 @@ class Store:
         if not summaries:
             return True
         rows = [
-            (int(run_id), __version__, json.dumps(summary, separators=(",", ":"), default=str))
+            (int(run_id), __version__, redact(json.dumps(summary, separators=(",", ":"), default=str)))
             for run_id, summary in summaries.items()
         ]
         statement = "INSERT OR REPLACE INTO run_summaries (run_id, tool_version, summary) VALUES (?, ?, ?)"
@@ -1100,7 +1102,7 @@ class Store:
             try:
                 db.execute(
                     "INSERT INTO gate_verdicts (run_id, baseline_id, passed, judged_at, reasons) VALUES (?, ?, ?, ?, ?)",
-                    (run_id, baseline_id, int(passed), record_module.utc_now(), json.dumps(reasons)),
+                    (run_id, baseline_id, int(passed), record_module.utc_now(), redact(json.dumps(reasons))),
                 )
             except sqlite3.OperationalError as exc:  # a store only readable (its folder or mount read-only)
                 raise NbscopeError(f"{self.path} cannot be written ({exc})") from None
@@ -1172,7 +1174,7 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
     text = record.to_json(indent=None)
     document = json.loads(text)
     backend, settings, totals = _summary_values(record)
-    return (
+    columns = (
         record.started_at,
         record.ended_at,
         record.kind,
@@ -1187,8 +1189,10 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
         json.dumps(record.headline()),
         totals,
         *_document_summary(document),
-        text,
     )
+    # Every column passes the redaction its document passed (``to_json``): the settings column keeps an --env
+    # URL's credentials otherwise, the target and label a token put in a name.
+    return (*(redact(value) if isinstance(value, str) else value for value in columns), text)
 
 
 def _backend(record: RunRecord) -> str | None:
@@ -1227,7 +1231,7 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     if text.isdigit():
         return store.get(int(text))
     path = Path(text)
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a FIFO or a device too: the bounded reader refuses it in one line
         record = record_module.load(path)
         try:  # the same run stored already keeps its id (gate verdicts, baselines)
             record.run_id = store.find(record)

@@ -1,17 +1,20 @@
-"""What a terminal is given: text from a notebook or a record never carries a control or escape sequence.
+"""One escaper per output format, for every text from a notebook or a record (a notebook's name, a label, a
+cell's source, an exception message): each first drops control and escape sequences (:func:`visible`), which a
+terminal obeys (clear the screen, write the clipboard with OSC 52, show a link that goes elsewhere with OSC 8,
+set the title, move the cursor over what was printed) and which make a page or a summary read otherwise than it
+is stored (U+202E reverses the text after it, BEL and ESC are no text).
 
-A record imported from elsewhere, a notebook's path, a label, a cell's source or an exception message may hold
-escape sequences that a terminal obeys: clear the screen (CSI), write the clipboard (OSC 52), show a link
-that goes elsewhere (OSC 8), set the title, or C0/C1 controls that move the cursor over what was printed.
-:func:`for_terminal` removes them (newline and tab kept) and redacts credentials of URLs
-(:func:`nbscope._redact.redact`). It is applied in one place per path to the terminal:
+- terminal: :func:`for_terminal`, credentials redacted too (:func:`nbscope._redact.redact`); applied in one place
+  per path: rich output in :class:`nbscope.render.terminal.SafeConsole` (the content of each segment; rich's own
+  styles and cursor controls, for the progress display, are kept), every other write to standard output and
+  standard error through :class:`CleanStream`, which the command line puts in front of both.
+- HTML (the report, the audit page, the site's pages, SVG plots): :func:`for_html`.
+- markdown (``--markdown``, ``gate --summary``, ``status.md``): :func:`markdown_text` for prose, where nothing is
+  read as markup (no link, image, HTML, entity, emphasis or table break), and :func:`markdown_code` inside a code
+  span (:func:`code_span`), where notebook text (a cell's source) goes: nothing in a code span is live.
+- JSON: ``json.dumps``, whose ``\\uXXXX`` escapes keep every control character as data.
 
-- rich output, in :class:`nbscope.render.terminal.SafeConsole` (the content of each segment; rich's own styles
-  and cursor controls, for the progress display, are kept);
-- every other write to standard output and standard error, through :class:`CleanStream`, which the command line
-  puts in front of both (plain ``print``, one-line errors, JSON and markdown printed).
-
-Markdown and HTML files escape what they show themselves (``render._markdown``, ``html.escape``).
+Every written file is redacted once more where it is written (:func:`nbscope._files.write_text`).
 """
 
 from __future__ import annotations
@@ -35,11 +38,63 @@ _SEQUENCES = re.compile(
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
+def visible(text: object) -> str:
+    """``text`` (any value; None is empty) without control or escape sequences (newline and tab kept)."""
+    return _without_sequences("" if text is None else str(text))
+
+
+def _without_sequences(text: str) -> str:
+    if not text.isprintable():  # (bytes, which click may write to a stream, have no isprintable: refused)
+        text = _CONTROLS.sub("", _SEQUENCES.sub("", text))
+    return text
+
+
 def for_terminal(text: str) -> str:
     """``text`` without control or escape sequences (newline and tab kept) and without URL credentials."""
-    if not text.isprintable():
-        text = _CONTROLS.sub("", _SEQUENCES.sub("", text))
-    return redact(text)
+    return redact(_without_sequences(text))
+
+
+_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
+
+
+def for_html(value: object) -> str:
+    """HTML text (an element's content or an attribute's value) that shows ``value`` as it is, without
+    sequences: what ``html.escape(text, quote=True)`` gives (``html`` itself is not imported: it reads a table
+    of every named entity, which a publish does not need)."""
+    return visible(value).translate(_HTML)
+
+
+# Prose in markdown: the characters that open HTML, an entity, emphasis, a link or an image, code, or end a
+# table's cell, each shown as itself.
+_MARKDOWN = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]", "`": "\\`"}
+    | {"|": "\\|", "\n": " "}
+)
+
+
+def markdown_text(text: object) -> str:
+    """``text`` as markdown prose (a line or a table's cell) that shows exactly as written: on one line, with no
+    HTML, entity, emphasis, link, image, code or table break read."""
+    return visible(text).translate(_MARKDOWN)
+
+
+def markdown_code(text: object) -> str:
+    """``text`` for the inside of a code span in a table's cell or a line: on one line, no backtick that would
+    end the span (shown as ``'``), no ``|`` that would end the cell (GitHub reads ``\\|`` in a span as ``|``)."""
+    return visible(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def markdown_with_code(text: object) -> str:
+    """Prose whose backtick spans are code (a finding's sentence naming a cell's code): each span a
+    :func:`code_span`, the rest :func:`markdown_text`; a stray backtick is shown as ``\\```."""
+    parts = re.split(r"(`[^`\n]*`)", visible(text))
+    return "".join(code_span(part[1:-1]) if n % 2 else markdown_text(part) for n, part in enumerate(parts))
+
+
+def code_span(text: object) -> str:
+    """Notebook text (a cell's source line, a notebook's name) as a markdown code span: nothing in it is live."""
+    shown = markdown_code(text)
+    return f"`{shown}`" if shown.strip() else shown
 
 
 class CleanStream:

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
+from nbscope.render._clean import markdown_code, markdown_text
 from nbscope.render._rows import Item, Rows
 
-
-def table_cell(text: object) -> str:
-    """``text`` on one line, with no ``|`` that would end the cell nor a backtick that would open code."""
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
-
-
-def plain_text(text: object) -> str:
-    """``text`` as markdown that shows exactly as written, in a table cell or a line: no HTML, emphasis or
-    escapes read, no table break (for text outside code; inside backticks nothing is read but ``|``)."""
-    return table_cell(
-        str(text)
-        .replace("\\", "\\\\")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("*", "\\*")
-        .replace("_", "\\_")
-    )
+# The markdown escapers (``render._clean``) under the names the views use.
+table_cell, plain_text = markdown_code, markdown_text
 
 
 def _item(item: Item) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +12,8 @@ from rich.markup import escape
 from nbscope._units import count
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
+from nbscope.render._clean import for_html
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -235,7 +236,7 @@ def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
     lines = [
         f"### nbscope audit: `{_md(record.target)}`",
         "",
-        f"**{_md(audit.summary)}**",
+        f"**{prose(audit.summary)}**",
         "",
         *markdown_table(audit_rows(audit)),
     ]
@@ -243,14 +244,16 @@ def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
     if radius is not None:
         lines += [
             "",
-            f"#### GPU blast radius (forecast on the {_md(radius.gpu_name or radius.gpu)})",
+            f"#### GPU blast radius (forecast on the {prose(radius.gpu_name or radius.gpu)})",
             "",
-            f"**{_md(radius.summary)}** (a forecast from CPU runs, not a measurement)",
+            f"**{prose(radius.summary)}** (a forecast from CPU runs, not a measurement)",
             "",
             *markdown_table(blast_radius_rows(radius)),
         ]
-    notes = [f"- {_md(b)} unavailable: {_md(i.reason)}" for b, i in audit.backends.items() if not i.available]
-    notes += [f"- `{_md(e.path)}` on {_md(e.backend)}: {e.status} {_md(e.error or '')[:200]}" for e in audit.failures]
+    notes = [f"- {prose(b)} unavailable: {prose(i.reason)}" for b, i in audit.backends.items() if not i.available]
+    notes += [
+        f"- `{_md(e.path)}` on {prose(e.backend)}: {e.status} {prose(e.error or '')[:200]}" for e in audit.failures
+    ]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"
@@ -266,7 +269,7 @@ th { background: #f3f3f3; } td:nth-child(2), td:nth-child(3) { text-align: right
 
 def _html_table(rows: Rows) -> str:
     """A view's rows as an HTML table, with the markdown headers (a document's, not a terminal's)."""
-    e = html.escape
+    e = for_html
     columns, items = rows.shown(markdown=True)
     head = "".join(f"<th>{e(c.markdown_header)}</th>" for c in columns)
     body = "\n".join("<tr>" + "".join(f"<td>{e(item.text)}</td>" for item in row) + "</tr>" for row in items)
@@ -275,7 +278,7 @@ def _html_table(rows: Rows) -> str:
 
 def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
     """One self-contained HTML page (no scripts, no network) with the look of nbscope's other reports."""
-    e = html.escape
+    e = for_html
     audit = _audit(record, audit)
     notes = [f"<li>{e(b)} unavailable: {e(str(i.reason))}</li>" for b, i in audit.backends.items() if not i.available]
     notes += [f"<li>{e(x.path)} on {e(x.backend)}: {e(str(x.status))} {e(x.error or '')}</li>" for x in audit.failures]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
-from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Rows
 from nbscope.render.compare import comparison_markdown, print_comparison
 from nbscope.render.findings import print_top_findings
@@ -55,9 +55,9 @@ def print_recommendation(recommendation: Recommendation) -> None:
 def recommendation_markdown(recommendation: Recommendation) -> str:
     choice = recommendation.recommendation
     if choice is None:
-        return f"No backend recommendation: {_md(recommendation.reason)}\n"
+        return f"No backend recommendation: {prose(recommendation.reason)}\n"
     lines = [
-        f"**Recommended backend: {choice}** — {_md(recommendation.reason)}",
+        f"**Recommended backend: {choice}** — {prose(recommendation.reason)}",
         "",
         *markdown_table(estimates_rows(recommendation.estimates)),
     ]

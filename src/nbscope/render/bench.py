@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbscope.record.run import RunRecord
-from nbscope.render._markdown import markdown_table
+from nbscope.render._clean import code_span
+from nbscope.render._markdown import markdown_table, plain_text
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import (
     console,
@@ -238,8 +239,9 @@ def bench_markdown(record: RunRecord) -> str:
     settings = decode(BenchSettings, record.settings)
     run = decode(BenchRun, record.measurements or {})
     lines = [
-        f"**nbscope bench** `{record.target}` · {record.machine().summary} · digest `{record.digest}` · "
-        f"dtype {settings.dtype or '?'} · {record.started_at[:19].replace('T', ' ')} UTC",
+        f"**nbscope bench** {code_span(record.target)} · {plain_text(record.machine().summary)} · digest "
+        f"{code_span(record.digest)} · dtype {plain_text(settings.dtype or '?')} · "
+        f"{plain_text(record.started_at[:19].replace('T', ' '))} UTC",
         "",
         *markdown_table(bench_rows(run.groups, failures=True)),
     ]

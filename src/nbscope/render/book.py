@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -84,7 +85,7 @@ def print_cells(data: SlowestCells) -> None:
 
 
 def cells_markdown(data: SlowestCells) -> str:
-    lines = [f"### nbscope cells: {_md(_cells_title(data))}", "", *markdown_table(cells_rows(data))]
+    lines = [f"### nbscope cells: {prose(_cells_title(data))}", "", *markdown_table(cells_rows(data))]
     return "\n".join(lines) + "\n"
 
 
@@ -149,7 +150,7 @@ def _summary(data: Lectures) -> str:
 
 def lectures_markdown(data: Lectures) -> str:
     lines = [
-        f"### nbscope lectures: A = {_md(data.a.name)} vs B = {_md(data.b.name)}",
+        f"### nbscope lectures: A = {prose(data.a.name)} vs B = {prose(data.b.name)}",
         "",
         *markdown_table(lectures_rows(data)),
         "",

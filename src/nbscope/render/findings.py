@@ -11,6 +11,7 @@ from rich.text import Text
 
 from nbscope._units import count
 from nbscope.collect import fingerprint as fp
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import console, format_bytes, format_seconds, literal, metric_name
 
@@ -225,26 +226,26 @@ def findings_markdown(
     lines = ["### nbscope diagnose" + (f": `{_md(record.target)}`" if record is not None else ""), ""]
     unjudged = failed_cells_lines(findings)
     if unjudged:
-        lines += [f"- {_md(line)}" for line in unjudged] + [""]
+        lines += [f"- {prose(line)}" for line in unjudged] + [""]
     if not items:
         lines.append("No rule fired on " + ("the cells that ran." if unjudged else "this run."))
     for finding in items[:top] if top else items:
         lines += [
-            f"**{finding.severity}** · {_md(finding.title)} · {_where(finding, cells)} · confidence {finding.confidence:.0%}",
+            f"**{finding.severity}** · {prose(finding.title)} · {_where(finding, cells)} · confidence {finding.confidence:.0%}",
             "",
-            f"{_md(finding.summary)}",
+            f"{prose(finding.summary)}",
             "",
-            f"*Fix*: {_md(finding.fix)}",
+            f"*Fix*: {prose(finding.fix)}",
             "",
         ]
         highlights = finding.evidence_highlights()
         if highlights:
-            lines += [f"- {_md(label)}: {_md(text)}" for label, text in highlights] + [""]
+            lines += [f"- {prose(label)}: {prose(text)}" for label, text in highlights] + [""]
     if top and len(items) > top:
         lines += [count(len(items) - top, "more finding") + (f": `{_md(command)}`" if command else ""), ""]
     elif command and items:
         lines += [f"In full: `{_md(command)}`", ""]
     skipped = list(getattr(findings, "skipped", []))
     if skipped and not top:
-        lines.append("Not evaluated: " + "; ".join(f"{s.rule}: {_md(s.reason)}" for s in skipped))
+        lines.append("Not evaluated: " + "; ".join(f"{prose(s.rule)}: {prose(s.reason)}" for s in skipped))
     return "\n".join(lines) + "\n"

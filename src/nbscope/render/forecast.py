@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rich.table import Table
 
 from nbscope import _units as units
+from nbscope.render._clean import code_span
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import console, format_seconds, literal, terminal_table
@@ -405,7 +406,7 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
             lines += [*markdown_table(rows), ""]
         for advice in summary.keep_on_cpu:
             lines.append(
-                f"- keep `{advice.function}` on the CPU ({advice.gpu} on the {key.upper()} vs "
+                f"- keep {code_span(advice.function)} on the CPU ({advice.gpu} on the {key.upper()} vs "
                 f"{advice.cpu} here): {advice.change}"
             )
             if advice.example:

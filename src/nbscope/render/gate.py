@@ -6,6 +6,7 @@ from rich.markup import escape
 
 from nbscope._units import count
 from nbscope.analyse.gate import GateComparison, GateResult, GateRunSummary, GateVerdict
+from nbscope.render._clean import code_span
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import cell_columns, console, format_seconds, terminal_table
@@ -166,6 +167,14 @@ def _total_line(c: GateComparison, name: str) -> str:
     )
 
 
+def _reason(c: GateComparison, reason: str) -> str:
+    """A regression's line in markdown: the cell's source line in a code span, where no link or image is live."""
+    head, sep, source = c.label.partition(": ")
+    if not (sep and c.index is not None and reason.startswith(c.label)):
+        return plain_text(reason)
+    return plain_text(head + sep) + code_span(source) + plain_text(reason.removeprefix(c.label))
+
+
 def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
     """A GitHub-ready summary (for ``$GITHUB_STEP_SUMMARY``): verdict, failing cells, the table."""
     icon = "✅" if result.passed else "❌"
@@ -196,7 +205,11 @@ def gate_markdown(result: GateResult, *, everything: bool = False) -> str:
         ]
     reasons = result.reasons
     if reasons:
-        lines += ["**Regressions:**", ""] + [f"- {plain_text(r)}" for r in reasons] + [""]
+        lines += (
+            ["**Regressions:**", ""]
+            + [f"- {_reason(c, r)}" for c, r in zip(result.failures, reasons, strict=True)]
+            + [""]
+        )
     for warning in result.warnings:
         lines.append(f"> {plain_text(warning)}")
     if result.warnings:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from nbscope import _units as units
 from nbscope.record.run import RunRecord
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -190,7 +191,7 @@ def profile_markdown(record: RunRecord, *, top: int | None = 15, notebook_order:
     lines = [
         f"### nbscope profile: `{_md(record.target)}`",
         "",
-        f"Machine: {_md(model if model is not None else '?')}"
+        f"Machine: {prose(model if model is not None else '?')}"
         f" · digest `{record.digest}` · total **{format_seconds(totals.wall_s)}**, compile "
         f"{format_seconds(totals.compile_s)}, {totals.compiles} JAX compiles",
         "",

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from nbscope._units import count
 from nbscope.record.run import RunRecord
+from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
@@ -46,7 +47,7 @@ def _pathway_note(entry: PathwayEntry) -> str:
     if entry.skipped:
         return f"skipped: {entry.skipped}"
     if entry.error:
-        return f"error: {entry.error}" + (f": {entry.message[:80]}" if entry.message else "")
+        return f"error: {entry.error}"
     executed = entry.fixed_costs.get("book_executed_s")
     if executed is not None:
         return f"book log: executed in {format_seconds(executed)}"
@@ -185,7 +186,7 @@ def pathways_markdown(record: RunRecord, run: PathwaysRun | None = None) -> str:
     lines = [
         f"### nbscope pathways: `{_md(record.target)}`",
         "",
-        f"**Verdict:** {_md(run.verdict)}",
+        f"**Verdict:** {prose(run.verdict)}",
         "",
         *markdown_table(pathway_rows(run)),
         "",

@@ -16,6 +16,8 @@ Every calibrated figure's source names the run, the GPU, the date and the nbscop
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -189,13 +191,19 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
 
 
 def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string: JSON's escapes are TOML's (a newline, a quote or a control character in a device's
+    name stays inside its string: it never starts a table of its own in the user's device file)."""
+    return json.dumps(text)
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)
 
 
 def to_toml(entry: DeviceEntry) -> str:
     """The entry as a ``[devices.KEY]`` table for a device file."""
     lines = [
-        f"[devices.{entry.key}]",
+        f"[devices.{_toml_key(entry.key)}]",
         f"name = {_toml_string(entry.name)}",
         "match = [" + ", ".join(_toml_string(m) for m in entry.match) + "]",
     ]

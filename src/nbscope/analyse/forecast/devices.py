@@ -65,16 +65,11 @@ class DeviceTable:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NbscopeError(f"{path}: no such device file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NbscopeError(f"{path}: cannot read ({exc})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise NbscopeError(f"{path}: not valid TOML ({exc})") from None
+    """A device file: a regular file, bounded in size and depth (``nbscope._files``), read as TOML."""
+    from nbscope._files import parse_nested, read_text
+
+    text = read_text(path, what="device file", limit=2**20)
+    return dict(parse_nested(text, tomllib.loads, path=path, what="device file", form="TOML"))
 
 
 def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin: bool) -> None:
@@ -110,10 +105,9 @@ def _merge(table: DeviceTable, document: dict[str, Any], path: Path, *, builtin:
 def check_device_text(text: str, path: Path) -> None:
     """Refuse (one line) device-file text the forecast could not read: not TOML, or entries that do not merge
     over nbscope's table. ``path`` names it in the error; nothing is read from or written to it."""
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise NbscopeError(f"{path}: not valid TOML ({exc})") from None
+    from nbscope._files import parse_nested
+
+    document = parse_nested(text, tomllib.loads, path=path, what="device file", form="TOML")
     table = DeviceTable(devices={}, model={})
     _merge(table, _read(BUILTIN), BUILTIN, builtin=True)
     _merge(table, document, path, builtin=False)

@@ -144,8 +144,11 @@ def _glob_root(pattern: str) -> Path:
 def _load_yaml(path: Path) -> Any:
     import yaml
 
+    from nbscope._files import parse_nested, read_text
+
+    text = read_text(path, what="book configuration", limit=2**24)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return parse_nested(text, yaml.safe_load, path=path, what="book configuration", form="YAML")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -251,7 +254,8 @@ def scan_directory(root: Path) -> list[Path]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_build")) and d not in EXCLUDED_DIRS)
         for name in sorted(files):
-            if Path(name).suffix.lower() in NOTEBOOK_SUFFIXES:
+            # A regular file only: a FIFO or a device named like a notebook would block or never end.
+            if Path(name).suffix.lower() in NOTEBOOK_SUFFIXES and os.path.isfile(Path(folder) / name):
                 found.append(Path(folder) / name)
     return found
 
@@ -265,9 +269,11 @@ def _not_a_notebook(path: Path) -> str | None:
     suffix = path.suffix.lower()
     if suffix not in NOTEBOOK_SUFFIXES:
         return f"not a notebook ({suffix or 'no suffix'})"
+    from nbscope._files import read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_text(path, what="notebook", note=False)
+    except NbscopeError:
         return None
     if suffix == ".ipynb":
         try:

@@ -82,7 +82,9 @@ class JobResult:
 
 def file_hash(path: str | Path) -> str:
     """First 16 hex digits of SHA-256 of the whole file: any edit, code or prose, makes a new version."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    from nbscope._files import read_bounded
+
+    return hashlib.sha256(read_bounded(path, what="notebook", note=False)).hexdigest()[:16]
 
 
 def worker_fingerprint() -> dict[str, Any]:

@@ -58,9 +58,9 @@ def load_audit(path: str | Path) -> tuple[RunRecord, Mapping[int, Mapping[str, A
     record = record_module.load(path)  # validates the envelope with a one-line error
     if record.kind != "audit":
         raise NbscopeError(f"{path} is a {record.kind} run, not an audit")
-    from nbscope._files import read_bounded
+    from nbscope._files import read_json
 
-    exported = decode(AuditFile, json.loads(read_bounded(path, what="run record")))
+    exported = decode(AuditFile, read_json(path, what="run record"))
     if exported.runs is None:
         raise NbscopeError(f"{path}: 'runs' must be an object of run records")
     if exported.entries == "missing":

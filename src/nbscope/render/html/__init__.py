@@ -7,7 +7,7 @@ pathway comparison (``pathways`` runs), loop sweeps (``loops`` runs), the GPU fo
 recorded with program data), diagnosis cards (when
 :mod:`nbscope.analyse.diagnose` is installed) and the history of each target in the store.
 
-Every text from a notebook or a record goes through :func:`html.escape`; plots are SVG written directly
+Every text from a notebook or a record goes through :func:`nbscope.render._clean.for_html`; plots are SVG written directly
 (``_svg``), their text kept as escaped ``<text>``, and a Content-Security-Policy forbids scripts and any
 network access.
 """

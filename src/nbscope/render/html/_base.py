@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from nbscope import _units
 from nbscope.record.run import RunRecord
+from nbscope.render._clean import for_html
 
 _seconds = _units.seconds
 CELL_KINDS = ("profile", "trace")
@@ -20,9 +20,7 @@ RUN_COLOR = "#4c72b0"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:"
 
 
-def e(value: object) -> str:
-    """HTML-escaped text of any value."""
-    return html.escape("" if value is None else str(value), quote=True)
+e = for_html  # the one HTML escaper (``render._clean``): any value, without control or escape sequences
 
 
 def e_code(value: object) -> str:

@@ -4,17 +4,18 @@ Why not matplotlib: importing it and saving one figure cost ~1.5 s of a report's
 a read-only command that must start in about the time ``nbscope --version`` takes. The charts need only
 rectangles, lines, circles and text on linear, logarithmic and time axes, which is what this draws.
 
-Every text goes through :func:`_text` (control characters dropped, then :func:`html.escape`), so text from
+Every text goes through :func:`_text` (:func:`nbscope.render._clean.for_html`: sequences dropped, then escaped), so text from
 a notebook or a record is kept as escaped ``<text>``: never markup, never a script.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from nbscope.render._clean import for_html
 
 WIDTH = 960
 FONT_PX = 11
@@ -26,9 +27,7 @@ INK = "#1f2328"
 MUTED = "#59636e"
 
 
-def _text(value: object) -> str:
-    """Text as escaped SVG character data: printable characters only, then HTML-escaped."""
-    return html.escape("".join(ch if ch.isprintable() else " " for ch in str(value)), quote=True)
+_text = for_html  # the one HTML escaper (``render._clean``): SVG character data without sequences
 
 
 def _n(value: float) -> str:

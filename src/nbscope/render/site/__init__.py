@@ -15,24 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nbscope._units import seconds
+from nbscope.render._clean import for_html, markdown_text
 from nbscope.schema.site_manifest import BookRow, SiteRow
 
 if TYPE_CHECKING:
     from nbscope.analyse.trial import TrialResult
 
 
-def e(value: Any) -> str:
-    """HTML-escaped text of any value, as ``html.escape(text, quote=True)`` escapes it (``render.html._base.e``,
-    whose package import would pull in the report's plots and diagnosis: a second of an incremental publish). Not
-    ``html.escape`` itself: importing ``html`` reads its table of every named entity, which nothing here needs."""
-    text = "" if value is None else str(value)
-    return (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("'", "&#x27;")
-    )
+e = for_html  # the one HTML escaper (``render._clean``)
 
 
 STATUS_ORDER = {"died": 0, "stopped": 1, "timeout": 2, "failed": 3, "ok": 4}
@@ -254,9 +244,7 @@ def status_entries(rows: Sequence[SiteRow]) -> list[dict[str, Any]]:
 
 def _md(value: Any) -> str:
     """A markdown table cell: pipes and line breaks cannot end or split the row; markup is shown as text."""
-    text = "—" if value is None or value == "" else str(value)
-    for char in ("\\", "|", "`", "*", "_", "<", ">", "[", "]"):
-        text = text.replace(char, "\\" + char)
+    text = "—" if value is None or value == "" else markdown_text(value)
     return " ".join(text.split())
 
 
