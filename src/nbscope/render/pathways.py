@@ -46,7 +46,7 @@ def _pathway_note(entry: PathwayEntry) -> str:
     if entry.skipped:
         return f"skipped: {entry.skipped}"
     if entry.error:
-        return f"error: {entry.error}" + (f": {entry.message[:80]}" if entry.message else "")
+        return f"error: {entry.error}"
     executed = entry.fixed_costs.get("book_executed_s")
     if executed is not None:
         return f"book log: executed in {format_seconds(executed)}"
