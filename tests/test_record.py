@@ -220,7 +220,7 @@ def _cells(document: dict[str, Any]) -> list[dict[str, Any]]:
             lambda d: _cells(d)[0].__setitem__("jax", {"functions": [{"name": "f", "count": "2"}]}),
             "measurements.cells[0].jax.functions[0].count",
             "a string",
-            "a number",
+            "an integer",
         ),
         (
             lambda d: _cells(d)[0].__setitem__("rss", {"peak_bytes": "1 GB"}),
@@ -232,8 +232,8 @@ def _cells(document: dict[str, Any]) -> list[dict[str, Any]]:
         (lambda d: d["measurements"].__setitem__("totals", [1.5]), "measurements.totals", "an array", "an object"),
         (
             lambda d: d["measurements"]["totals"].__setitem__("wall_s", {"median": "1.5"}),
-            "measurements.totals.wall_s.median",
-            "a string",
+            "measurements.totals.wall_s",
+            "an object",
             "a number",
         ),
         (

@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Self
+from typing import Annotated, Any, Self
+
+from nbscope.schema.codec import Check, Time
+
+Many = Annotated[int | None, Check()]  # how many of something; None: not recorded
+Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop
 
 __all__ = [
     "CallRate",
@@ -70,8 +75,8 @@ class Entry(Work):
     """A program's entry computation: its own work (loops excluded), the kernels it launches and its
     conditionals."""
 
-    kernels: int | None
-    conditionals: int | None
+    kernels: Many
+    conditionals: Many
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +104,13 @@ class Loop:
 
     id: str  # the while instruction's name, unique in its program
     parent: str | None  # the enclosing loop's id; None: in the entry computation
-    trip_count: int | None  # static (XLA's known_trip_count); None: known only at run time
+    trip_count: Annotated[int | None, Check(noun="trip count")]  # static (XLA's known_trip_count); None: run time
     trip_count_source: str | None
-    outer_iterations: float | None  # the enclosing loops' iterations (None: one of them is unknown)
-    kernels_per_iteration: int | None
-    conditionals_per_iteration: int | None
-    select_conds: int | None  # instructions of a cond that XLA:CPU turned into a select
-    syncs_per_iteration: int | None  # waits for the host per iteration on XLA:GPU
+    outer_iterations: Trips  # the enclosing loops' iterations (None: one of them is unknown)
+    kernels_per_iteration: Many
+    conditionals_per_iteration: Many
+    select_conds: Many  # instructions of a cond that XLA:CPU turned into a select
+    syncs_per_iteration: Many  # waits for the host per iteration on XLA:GPU
     per_iteration: Work
     source: SourceSpan | None
     op_name: str | None
@@ -173,8 +178,8 @@ class ProgramData:
 class ObservedLoop:
     """What a cell's trace showed of one loop of a program it executed."""
 
-    iterations: float | None  # per execution, counted from the body's kernels
-    cpu_s: float | None  # inside the loop, over all the cell's executions
+    iterations: Trips  # per execution, counted from the body's kernels
+    cpu_s: Time  # inside the loop, over all the cell's executions
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +187,11 @@ class Execution:
     """One program's executions in a cell: how many, on what basis, and its CPU time."""
 
     program: str  # its key in the run's table (``ProgramData.programs``)
-    count: int | None  # None: sampled (see ``sampled_runs``)
+    count: Many  # None: sampled (see ``sampled_runs``)
     count_basis: str | None  # trace, sampled, device trace, compiled, extrapolated
-    sampled_runs: int | None  # the runs seen when the trace was sampled
-    traced_count: int | None  # the runs seen in a trace cut short (``count`` is then extrapolated)
-    cpu_s: float | None  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
+    sampled_runs: Many  # the runs seen when the trace was sampled
+    traced_count: Many  # the runs seen in a trace cut short (``count`` is then extrapolated)
+    cpu_s: Time  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
     loops: Mapping[str, ObservedLoop]  # by loop id
 
     @property
