@@ -284,6 +284,8 @@ def import_cache(
             root=root,
             fingerprint_source=fingerprint_source or "given",
         )
+    for record in records:  # every row checked as an imported record is, before any is stored
+        RunRecord.from_dict(record.to_dict(), source=f"{book2 or database} entry {record.target}")
     for record in records:
         store.save(record)
     return records, len(rows) - len(fresh)

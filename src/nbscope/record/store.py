@@ -776,6 +776,8 @@ class Store:
         return int(found[0]) if found is not None else None
 
     def get(self, run_id: int) -> RunRecord:
+        if not 0 <= run_id <= MAX_RUN_ID:
+            raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         with self._connect() as db:
             row = db.execute(
                 "SELECT d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?", (run_id,)
@@ -1171,6 +1173,20 @@ def _backend(record: RunRecord) -> str | None:
     return record_module.backend_of(record)["platform"]
 
 
+# The largest id SQLite gives a run (a 64-bit INTEGER PRIMARY KEY).
+MAX_RUN_ID = 2**63 - 1
+
+
+def run_id_of(text: str) -> int | None:
+    """The run id ``text`` is (ASCII digits), None when it is none; a one-line NbscopeError when it is larger than
+    any run id."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    if len(text.lstrip("0")) > 19 or int(text) > MAX_RUN_ID:
+        raise NbscopeError(f"run id {text[:40]} is larger than any run id (at most {MAX_RUN_ID})")
+    return int(text)
+
+
 # The grammar of a run reference, the same in every command that takes a run.
 RUN_REFERENCE = "a run id, latest, latest:NOTEBOOK, a label (LABEL or LABEL:NOTEBOOK) or a run JSON file"
 
@@ -1194,8 +1210,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     text = reference.strip()
     if not text:
         raise NbscopeError(f"an empty run reference; give {RUN_REFERENCE}")
-    if text.isdigit():
-        return store.get(int(text))
+    if (run_id := run_id_of(text)) is not None:
+        return store.get(run_id)
     path = Path(text)
     if path.is_file():
         record = record_module.load(path)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from nbscope.schema.codec import Measured, Read, Write
+from nbscope.schema.codec import Check, Measured, Read, Write
 
 # A run's own statuses that measured the notebook (an entry's other statuses: error, unavailable, not-run).
 MEASURED = ("ok", "partial")
@@ -28,6 +29,14 @@ def _always(owner: object) -> bool:
 def _unless_false(value: object) -> bool:
     """A yes unless the document records a no (false, 0): a document without it (or with null) says yes."""
     return value is None or bool(value)
+
+
+def _in_book(path: str) -> str | None:
+    """A notebook's path in its book: relative, and never above the book's folder (a merge's file may be crafted)."""
+    parts = PurePosixPath(path.replace("\\", "/")).parts
+    if path.startswith(("/", "~")) or ".." in parts or (parts and ":" in parts[0]):
+        return f"is {path[:60]!r}, not a path inside the book"
+    return None
 
 
 # ---- the tag on each profile an audit ran ---------------------------------------------------------------
@@ -123,7 +132,7 @@ class AuditEntry:
     """One notebook on one backend (``measurements["notebooks"]``): how its run ended, its figures, its top
     findings, and the file and run it came from in a merge."""
 
-    path: str
+    path: Annotated[str, Check(rule=_in_book)]
     target: str | None
     source_hash: str | None
     backend: str

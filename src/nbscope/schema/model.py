@@ -313,7 +313,7 @@ class NotebookRun:
 
     def refuse(self) -> tuple[str, str] | None:
         """What ``codec.strict`` refuses of a run as a whole: cells not each once in notebook order, totals that
-        count other cells than it lists."""
+        count other cells than it lists (when it lists any)."""
         for at, (before, cell) in enumerate(itertools.pairwise(self.cells), 1):
             if cell.index <= before.index:
                 return (
@@ -321,7 +321,7 @@ class NotebookRun:
                     f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: each code cell once, in notebook order",
                 )
         totals, counted = self.totals, len(self.cells)
-        if self.cells_recorded and "cells" in totals.recorded and totals.cells != counted:
+        if counted and "cells" in totals.recorded and totals.cells != counted:
             return ".totals.cells", f"is {totals.cells}, but the run lists {counted} cells"
         parts = {"cells_run": totals.cells_run, "cells_ok + cells_failed": totals.cells_ok + totals.cells_failed}
         for name, count in parts.items():
