@@ -199,7 +199,7 @@ def _refuse_twice(loaded: Sequence[tuple[Path, RunRecord, Any]]) -> None:
     seen: dict[Any, Path] = {}
     for path, record, _ in loaded:
         asked = decode(AuditSettings, record.settings)
-        keys = [("run", record.content_hash())]
+        keys: list[tuple[Any, ...]] = [("run", record.content_hash())]
         if asked.shard:
             keys.append(("shard", asked.shard, tuple(sorted(asked.backends))))
         for key in keys:
