@@ -117,7 +117,7 @@ class Check:
     def holds(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return True
-        return math.isfinite(value) and self.low <= value <= self.high
+        return not (isinstance(value, float) and math.isnan(value)) and self.low <= value <= self.high
 
     def refuse(self, value: Any, where: str) -> None:
         if value is None or value is _ABSENT:
@@ -125,7 +125,7 @@ class Check:
                 raise Invalid(where, f"is {'null' if value is None else 'missing'}, not {a(self.required)}")
             return
         if not self.holds(value):
-            if not math.isfinite(value):
+            if isinstance(value, float) and math.isnan(value):
                 raise Invalid(where, f"is {value!r}, not a finite number")
             low = "negative" if self.low == 0 else f"below {self.low:g}"
             beyond = f": a {self.noun} cannot be {low}" if value < self.low else f", larger than any {self.noun}"
@@ -136,7 +136,7 @@ class Check:
 
 def shown(number: float) -> str:
     """A number as an error quotes it: as written up to 15 characters, else with 3 significant digits."""
-    if abs(number) >= 1e300:
+    if isinstance(number, int) and abs(number) >= 10**300:
         return "a number of more than 300 digits"
     text = repr(number)
     return text if len(text) <= 15 else f"{float(number):.3g}"

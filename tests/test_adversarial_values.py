@@ -1,0 +1,310 @@
+"""Values checked where they enter (issue AB, class "values"): a record from elsewhere passes the codec's strict
+decode once, which refuses an impossible value with the dotted path of its field in one line; run ids are bounded
+where they are parsed; lone surrogates are replaced, never a crash. Each case through the unit decode
+(``codec.strict``) and through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import assert_one_line_error
+from nbscope.analyse.forecast import forecast
+from nbscope.record.run import RunRecord, load
+from nbscope.schema import codec
+from nbscope.schema.model import NotebookRun
+from nbscope.schema.programs import Loop
+
+FILES = Path(__file__).resolve().parent / "files"
+RECORD = FILES / "records" / "cpu_forecast_f64_loop.json"  # a real CPU profile with program data and a loop
+
+
+def _document(change: Any = None) -> dict[str, Any]:
+    document = json.loads(RECORD.read_text())
+    if change is not None:
+        change(document["measurements"])
+    return document
+
+
+def _written(tmp_path: Path, name: str, change: Any = None) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(_document(change)))
+    return path
+
+
+def _loops(m: dict[str, Any]) -> list[dict[str, Any]]:
+    return [loop for program in m["programs"]["programs"].values() for loop in program["loops"]]
+
+
+def _set_loops(key: str, value: Any) -> Any:
+    return lambda m: [loop.__setitem__(key, value) for loop in _loops(m)]
+
+
+def _swap(m: dict[str, Any]) -> None:
+    cells = m["cells"]
+    cells[0]["index"], cells[1]["index"] = cells[1]["index"], cells[0]["index"]
+
+
+# (change of the measurements, the field's path, what the error says)
+IMPOSSIBLE = {
+    "negative-kernel-start": (
+        lambda m: m["totals"].update(kernel_start_s=-5),
+        "measurements.totals.kernel_start_s",
+        "cannot be negative",
+    ),
+    "negative-runner-start": (
+        lambda m: m["runner"].update(kernel_start_s=-0.5),
+        "measurements.runner.kernel_start_s",
+        "cannot be negative",
+    ),
+    "cell-index-1e9": (lambda m: m["cells"][0].update(index=10**9), "measurements.cells[0].index", "larger than any"),
+    "cell-index-400-digits": (
+        lambda m: m["cells"][0].update(index=10**400),
+        "measurements.cells[0].index",
+        "more than 300 digits",
+    ),
+    "cell-index-negative": (lambda m: m["cells"][0].update(index=-1), "measurements.cells[0].index", "negative"),
+    "cell-indexes-swapped": (_swap, "measurements.cells[1].index", "in notebook order"),
+    "cell-index-duplicated": (
+        lambda m: m["cells"][1].update(index=m["cells"][0]["index"]),
+        "measurements.cells[1].index",
+        "each code cell once",
+    ),
+    "null-cell": (lambda m: m["cells"].__setitem__(0, None), "measurements.cells[0]", "is null, not an object"),
+    "totals-count-other-cells": (
+        lambda m: m["totals"].update(cells=99),
+        "measurements.totals.cells",
+        "the run lists 2 cells",
+    ),
+    "more-cells-run-than-cells": (
+        lambda m: m["totals"].update(cells_run=5),
+        "measurements.totals.cells_run",
+        "more than the run's 2 cells",
+    ),
+    "negative-trip-count": (_set_loops("trip_count", -1000), "loops[0].trip_count", "a trip count cannot be negative"),
+    "absurd-trip-count": (_set_loops("trip_count", 2**60), "loops[0].trip_count", "larger than any trip count"),
+    "trip-count-a-string": (_set_loops("trip_count", "many"), "loops[0].trip_count", "a string, not an integer"),
+    "kernels-per-iteration-a-list": (
+        _set_loops("kernels_per_iteration", [1]),
+        "loops[0].kernels_per_iteration",
+        "an array, not an integer",
+    ),
+    "loop-a-number": (
+        lambda m: next(p for p in m["programs"]["programs"].values() if p["loops"])["loops"].__setitem__(0, 7),
+        "loops[0]",
+        "a number, not an object",
+    ),
+    "time-of-1e8-s": (lambda m: m["cells"][1].update(wall_s=1e8), "measurements.cells[1].wall_s", "larger than any"),
+    "negative-compile-share-time": (
+        lambda m: m["cells"][1]["jax"].update(backend_s=-0.1),
+        "measurements.cells[1].jax.backend_s",
+        "cannot be negative",
+    ),
+    "count-a-boolean": (
+        lambda m: m["cells"][1]["jax"].update(compiles=True),
+        "measurements.cells[1].jax.compiles",
+        "a boolean, not an integer",
+    ),
+    "execution-count-negative": (
+        lambda m: [e.update(count=-3) for c in m["cells"] for e in (c.get("programs") or {}).get("executions", [])],
+        ".executions[0].count",
+        "cannot be negative",
+    ),
+    "cell-status-unknown": (
+        lambda m: m["cells"][0].update(status="exploded"),
+        "measurements.cells[0].status",
+        "not one of",
+    ),
+}
+
+
+@pytest.mark.parametrize("change, path, words", IMPOSSIBLE.values(), ids=IMPOSSIBLE.keys())
+def test_strict_decode_refuses_an_impossible_value_naming_its_path(change: Any, path: str, words: str) -> None:
+    document = _document(change)
+    with pytest.raises(codec.Invalid) as caught:
+        codec.strict(NotebookRun, document["measurements"], "measurements")
+    message = str(caught.value)
+    assert path in message and words in message and "\n" not in message, message
+
+
+def test_strict_decode_of_a_real_record_is_its_decode() -> None:
+    measurements = _document()["measurements"]
+    assert codec.strict(NotebookRun, measurements, "measurements") == codec.decode(NotebookRun, measurements)
+
+
+@pytest.mark.parametrize("change, path, words", IMPOSSIBLE.values(), ids=IMPOSSIBLE.keys())
+def test_import_refuses_an_impossible_value_in_one_line_and_stores_nothing(
+    change: Any, path: str, words: str, tmp_path: Path, run_cli: Any
+) -> None:
+    bad = _written(tmp_path, "bad.json", change)
+    db = tmp_path / "s.db"
+    assert_one_line_error(run_cli("import", bad, "--db", db), str(bad), path, words)
+    assert not db.exists()
+
+
+def test_nan_in_a_figure_is_refused_by_the_strict_decode_too() -> None:
+    document = _document(lambda m: m["cells"][1].update(wall_s=math.nan))
+    with pytest.raises(codec.Invalid, match=r"measurements.cells\[1\].wall_s is nan, not a finite number"):
+        codec.strict(NotebookRun, document["measurements"], "measurements")
+
+
+def test_a_value_out_of_bounds_reads_as_unknown_where_a_record_is_not_checked() -> None:
+    """The bound is declared once: the lenient decode (a record being written) reads what it refuses as unknown,
+    so a negative trip count never multiplies a forecast."""
+    loop = codec.decode(Loop, {"id": "w", "trip_count": -1000, "outer_iterations": -2.0, "kernels_per_iteration": 3})
+    assert (loop.trip_count, loop.outer_iterations, loop.kernels_per_iteration) == (None, None, 3)
+    document = _document(_set_loops("trip_count", -1000))
+    record = RunRecord(
+        kind="profile", target="x.md", fingerprint=document["fingerprint"], measurements=document["measurements"]
+    )
+    result = json.dumps(forecast(record, "t4").to_dict())
+    numbers = [float(n) for n in re.findall(r"(?<![\w.])-\d+(?:\.\d+)?(?:e[+-]?\d+)?", result)]
+    assert numbers == [], numbers  # no negative figure anywhere in the forecast
+
+
+def test_a_negative_trip_count_stored_by_an_older_nbscope_is_one_line_in_forecast(tmp_path: Path, run_cli: Any) -> None:
+    db = tmp_path / "s.db"
+    assert run_cli("import", RECORD, "--db", db).returncode == 0
+    with sqlite3.connect(db) as connection:  # as an older nbscope's import left it
+        connection.execute("UPDATE documents SET document = ?", (json.dumps(_document(_set_loops("trip_count", -9))),))
+    assert_one_line_error(run_cli("forecast", "1", "--db", db), "run 1", "trip_count is -9")
+
+
+# --- lone surrogates: replaced as the record is read, in every command (a real process: its stdout is UTF-8) ---
+
+
+def _surrogates(m: dict[str, Any]) -> None:
+    m["cells"][0]["first_line"] = "\ud800 first"
+    m["cells"][1]["source"] = "x = '\udfff'\n" + m["cells"][1]["source"]
+    m["notebook"]["path"] = "lec\udc80ture.md"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("import", "{bad}"),
+        ("show", "{bad}"),
+        ("report", "{bad}", "-o", "{tmp}/r.html"),
+        ("compare", "{good}", "{bad}"),
+        ("diagnose", "{bad}"),
+        ("forecast", "{bad}"),
+        ("gate", "--baseline", "{good}", "--candidate", "{bad}"),
+    ],
+    ids=lambda c: c[0],
+)
+def test_lone_surrogates_in_a_record_are_replaced_never_a_traceback(
+    command: tuple[str, ...], tmp_path: Path, run_cli_process: Any
+) -> None:
+    document = _document(_surrogates)
+    document["target"] = "\ud83dlecture.md"  # half of a pair
+    (bad := tmp_path / "bad.json").write_text(json.dumps(document))  # json writes them as \\ud800 escapes
+    good = RECORD
+    args = [part.format(bad=bad, good=good, tmp=tmp_path) for part in command]
+    done = run_cli_process(*args, "--db", tmp_path / "s.db", timeout=120)
+    assert "Traceback" not in done.stderr and "UnicodeEncodeError" not in done.stderr, done.stderr
+    assert done.returncode in (0, 1), (done.returncode, done.stderr)  # 1: a gate that fails is still an answer
+    if command[0] == "show":
+        assert "\ufffdlecture.md" in done.stdout
+    loaded = load(bad)
+    assert loaded.target == "\ufffdlecture.md" and loaded.measurements["cells"][0]["first_line"] == "\ufffd first"
+
+
+def test_a_lone_surrogate_in_a_key_is_replaced_too(tmp_path: Path) -> None:
+    document = _document(lambda m: m["totals"].update({"odd\udc00": 1}))
+    record = RunRecord.from_dict(json.loads(json.dumps(document)), source="k.json")
+    assert "odd\ufffd" in record.measurements["totals"]
+
+
+# --- run ids ---------------------------------------------------------------------------------------------------
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("show", HUGE),
+        ("report", HUGE, "-o", "r.html"),
+        ("compare", HUGE, "1"),
+        ("diagnose", HUGE),
+        ("forecast", HUGE),
+        ("forecast", "1", "--measured", HUGE),
+        ("gate", "--candidate", HUGE),
+        ("gate", "--baseline", HUGE, "--candidate", "1"),
+        ("cells", HUGE),
+        ("lectures", HUGE, "1"),
+        ("export", HUGE, "-o", "e.json"),
+        ("show", "9" * 5000),  # past Python's bound on reading an integer
+    ],
+    ids=lambda c: "-".join(p[:12] for p in c),
+)
+def test_a_run_id_larger_than_any_is_one_line(command: tuple[str, ...], tmp_path: Path, run_cli: Any) -> None:
+    db = tmp_path / "s.db"
+    assert run_cli("import", RECORD, "--db", db).returncode == 0
+    assert_one_line_error(run_cli(*command, "--db", db), "larger than any run id")
+
+
+@pytest.mark.parametrize("reference", ["²", "١", "9223372036854775807"], ids=["superscript", "arabic-digit", "max"])
+def test_a_run_id_that_is_no_stored_run_is_one_line(reference: str, tmp_path: Path, run_cli: Any) -> None:
+    db = tmp_path / "s.db"
+    assert run_cli("import", RECORD, "--db", db).returncode == 0
+    assert_one_line_error(run_cli("show", reference, "--db", db), reference)
+
+
+# --- import-jupyter-cache ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "seconds, words",
+    [(-5, "totals.wall_s is -5.0: a measurement cannot be negative"), (1e308, "wall_s is 1e+308, larger than any")],
+    ids=["minus-5-s", "1e308-s"],
+)
+def test_import_jupyter_cache_refuses_an_impossible_time_and_stores_nothing(
+    seconds: float, words: str, tmp_path: Path, run_cli: Any
+) -> None:
+    cache = tmp_path / "global.db"
+    with sqlite3.connect(cache) as connection:  # jupyter-cache's table, as its executor writes it
+        connection.execute("CREATE TABLE nbcache (pk INTEGER PRIMARY KEY, hashkey, uri, description, data, created)")
+        for pk, value in ((1, 2.5), (2, seconds)):
+            connection.execute(
+                "INSERT INTO nbcache VALUES (?, ?, ?, '', ?, '2024-01-31 12:00:00.123')",
+                (pk, f"h{pk}", f"/book/n{pk}.ipynb", json.dumps({"execution_seconds": value})),
+            )
+    db = tmp_path / "s.db"
+    assert_one_line_error(run_cli("import-jupyter-cache", cache, "--db", db), "n2.ipynb", words)
+    assert not db.exists() or sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+# --- merge -------------------------------------------------------------------------------------------------------
+
+
+def _audit(tmp_path: Path, name: str, *, shard: str | None = "1/2", path: str = "a.md") -> Path:
+    document = json.loads(RECORD.read_text())
+    entry = {"path": path, "backend": "cpu", "status": "error", "error": "x", "started_at": name}
+    document.update(kind="audit", target="book", runs={}, measurements={"notebooks": [entry]})
+    document["settings"] = {"backends": ["cpu"], "shard": shard}
+    (file := tmp_path / name).write_text(json.dumps(document))
+    return file
+
+
+@pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "~/x.md", "a/../../b.md", "C:\\x.md"])
+def test_merge_refuses_an_entry_path_outside_the_book(path: str, tmp_path: Path, run_cli: Any) -> None:
+    bad = _audit(tmp_path, "bad.json", path=path)
+    done = run_cli("merge", bad, "--db", tmp_path / "m.db")
+    assert_one_line_error(done, "bad.json", "measurements.notebooks[0].path", "not a path inside the book")
+
+
+def test_merge_refuses_a_shard_given_twice(tmp_path: Path, run_cli: Any) -> None:
+    first, again = _audit(tmp_path, "one.json"), _audit(tmp_path, "again.json")
+    two = _audit(tmp_path, "two.json", shard="2/2")
+    assert run_cli("merge", first, two, "--db", tmp_path / "m.db").returncode == 0
+    done = run_cli("merge", first, two, again, "--db", tmp_path / "m2.db")
+    assert_one_line_error(done, "one.json", "again.json", "shard 1/2", "give each shard once")
+    done = run_cli("merge", first, first, "--db", tmp_path / "m3.db")
+    assert_one_line_error(done, "one.json", "the same audit run")
