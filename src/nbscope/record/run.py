@@ -152,7 +152,8 @@ class RunRecord(codec.Encoded):
 
     @classmethod
     def from_dict(cls, document: object, *, source: str = "document") -> RunRecord:
-        document = migrate(_checked(document, source))
+        document, measured = _checked(document, source)
+        document = migrate(document)
         envelope = codec.decode(Envelope, document)
         record = cls(
             kind=envelope.kind,
@@ -168,7 +169,7 @@ class RunRecord(codec.Encoded):
             schema_version=envelope.schema_version,
             label=envelope.label,
         )
-        record._views = {}
+        record._views = {type(measured): measured}  # decoded once, by the strict decode
         return record
 
     def notebook_run(self) -> NotebookRun:
@@ -312,9 +313,9 @@ def content_hash(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _checked(document: object, source: str) -> dict[str, Any]:
-    """``document`` once ``schema.validate`` has found it a run record this version reads; else its one line, as
-    the NbscopeError every command reports."""
+def _checked(document: object, source: str) -> tuple[dict[str, Any], Any]:
+    """``document`` once ``schema.validate`` has found it a run record this version reads, and its measurements
+    typed; else its one line, as the NbscopeError every command reports."""
     try:
         return run_document.validate(document, source=source, reader=__version__)
     except run_document.InvalidRunDocument as exc:

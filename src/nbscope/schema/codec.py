@@ -18,8 +18,8 @@ How a field is read follows from its annotation, so that a figure means the same
 ``strict(cls, document, where)`` is the decode of a document from elsewhere (a record loaded, imported or merged):
 it refuses what the decode above would read as unknown or leave out, with the dotted path of the field and one line
 (``Invalid``): a value of another JSON type, a null item of an array, a number outside its ``Check`` or one its
-``rule`` refuses, and what a class's ``refuse`` finds wrong of it as a whole (cells out of order, totals that
-disagree with them).
+``rule`` refuses, and what the class's ``refuse`` finds wrong of the whole (cells out of order, totals that
+disagree with them). Its result is the decode's: the record keeps it as its typed view (decoded once).
 
 Writing (``encode``) lists a dataclass's fields in declaration order under their names, tuples as arrays, a
 float that is not finite as null (JSON has none). A result that is only written (a command's ``--json``
@@ -186,7 +186,10 @@ def strict(cls: type[T], value: Any, where: str) -> T:
     """``cls`` read from ``value``, a document from elsewhere at ``where`` (its dotted path), once nothing in it
     is impossible (``Invalid``, one line naming the field)."""
     _checker(typing.cast(Any, cls))(value, where)
-    return decode(cls, value)
+    result = decode(cls, value)
+    if (refuse := getattr(cls, "refuse", None)) is not None and (found := refuse(result)) is not None:
+        raise Invalid(where + found[0], found[1])
+    return result
 
 
 def decode_optional(cls: type[T], value: Any) -> T | None:
@@ -488,7 +491,7 @@ def _wanted_type(hint: Any) -> str:
 def _strict_object(cls: type) -> Checker:
     hints = typing.get_type_hints(cls, include_extras=True)
     plan = [(_marker(hints[f.name]).key or f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls)]
-    reshape, refuse = getattr(cls, "reshape", None), getattr(cls, "refuse", None)
+    reshape = getattr(cls, "reshape", None)
 
     def strict_object(value: Any, where: str) -> None:
         if value is None or value is _ABSENT:
@@ -498,7 +501,5 @@ def _strict_object(cls: type) -> Checker:
         shaped = reshape(value) if reshape is not None else value
         for key, check in plan:
             check(shaped.get(key, _ABSENT), f"{where}.{key}")
-        if refuse is not None and (found := refuse(decode(cls, value))) is not None:
-            raise Invalid(where + found[0], found[1])
 
     return strict_object

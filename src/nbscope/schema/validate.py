@@ -53,9 +53,10 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
-def validate(document: object, *, source: str, reader: str) -> dict[str, Any]:
-    """``document`` as a run record this version can read; InvalidRunDocument with one line if it is not one.
-    ``reader`` is the version of nbscope reading it, which a document of a later schema names."""
+def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, Any], Any]:
+    """``document`` as a run record this version can read, and its measurements typed (``codec.strict``'s result);
+    InvalidRunDocument with one line if it is not one. ``reader`` is the version of nbscope reading it, which a
+    document of a later schema names."""
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise InvalidRunDocument(f'{source} is not an nbscope run record (no "format": "{FORMAT_NAME}")')
     version = document.get("schema_version")
@@ -91,11 +92,11 @@ def validate(document: object, *, source: str, reader: str) -> dict[str, Any]:
         )
     _check_values(document, "", source)
     try:
-        codec.strict(_measured(document["kind"]), document["measurements"], "measurements")
+        measured = codec.strict(_measured(document["kind"]), document["measurements"], "measurements")
     except codec.Invalid as exc:
         raise InvalidRunDocument(f"{source}: {exc}") from None
     _check_loop_parents(document["measurements"], source)
-    return document
+    return document, measured
 
 
 def _measured(kind: str) -> type:
