@@ -92,7 +92,7 @@ def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, A
         )
     _check_values(document, "", source)
     try:
-        measured = codec.strict(_measured(document["kind"]), document["measurements"], "measurements")
+        measured: Any = codec.strict(_measured(document["kind"]), document["measurements"], "measurements")
     except codec.Invalid as exc:
         raise InvalidRunDocument(f"{source}: {exc}") from None
     _check_loop_parents(document["measurements"], source)
