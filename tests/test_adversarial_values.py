@@ -308,3 +308,73 @@ def test_merge_refuses_a_shard_given_twice(tmp_path: Path, run_cli: Any) -> None
     assert_one_line_error(done, "one.json", "again.json", "shard 1/2", "give each shard once")
     done = run_cli("merge", first, first, "--db", tmp_path / "m3.db")
     assert_one_line_error(done, "one.json", "the same audit run")
+
+
+# --- more of the class: other kinds, the envelope, keys that would break the line --------------------------------
+
+
+def _program_key(m: dict[str, Any]) -> None:
+    programs = m["programs"]["programs"]
+    key = next(k for k, p in programs.items() if p["loops"])
+    programs["jit\nfake\x1b[2J"] = programs.pop(key)
+    programs["jit\nfake\x1b[2J"]["loops"][0]["trip_count"] = -1
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (_program_key, ("programs.programs.'jit\\nfake\\x1b[2J'.loops[0].trip_count is -1",)),
+        (lambda m: m["totals"].update({"odd\nkey_s": 1e12}), ("totals.'odd\\nkey_s' is 1e+12, larger than any",)),
+        (lambda m: m.update(repeats=-3), ("measurements.repeats is -3: a repeat count cannot be below 1",)),
+        (lambda m: m["cells"][1].update(samples={"wall_s": [0.1, None]}), ("samples.wall_s[1] is null, not a number",)),
+        (lambda m: m["cells"][0].update(lines="3-9", sched={"wait_s": -1}), ("cells[0].sched.wait_s is -1",)),
+    ],
+    ids=["newline-in-a-program-key", "newline-in-a-time-key", "negative-repeats", "null-sample", "negative-wait"],
+)
+def test_more_impossible_values_are_one_line(change: Any, words: tuple[str, ...], tmp_path: Path, run_cli: Any) -> None:
+    bad = _written(tmp_path, "bad.json", change)
+    assert_one_line_error(run_cli("import", bad, "--db", tmp_path / "s.db"), *words)
+
+
+def _bench(change: Any) -> dict[str, Any]:
+    document = json.loads(RECORD.read_text())
+    steady = {"median_s": 0.002, "min_s": 0.001, "max_s": 0.003, "mad_s": 0.0001, "samples": 5}
+    figure = {"key": "matmul[f32]", "name": "matmul", "first": {"wall_s": 0.5}, "steady": steady}
+    document.update(kind="bench", measurements={"groups": {"linalg": {"figures": [figure]}}, "totals": {}})
+    change(figure)
+    return document
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda f: f["steady"].update(median_s=-0.002), "groups.linalg.figures[0].steady.median_s is -0.002"),
+        (lambda f: f["first"].update(wall_s="fast"), "groups.linalg.figures[0].first.wall_s is a string, not a number"),
+        (lambda f: f.update(warnings=[None]), "groups.linalg.figures[0].warnings[0] is null, not a string"),
+    ],
+    ids=["negative-median", "wall-a-string", "null-warning"],
+)
+def test_a_bench_record_is_checked_by_its_own_model(change: Any, words: str) -> None:
+    assert RunRecord.from_dict(_bench(lambda f: None), source="b.json").kind == "bench"
+    with pytest.raises(Exception) as caught:
+        RunRecord.from_dict(_bench(change), source="b.json")
+    assert words in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("kind", "nonsense", "field 'kind' is 'nonsense', not one of profile"),
+        ("command", "nbscope profile", "field 'command' is a string, not an array"),
+        ("ended_at", "yesterday", "field 'ended_at' is 'yesterday', not an ISO 8601 time"),
+        ("fingerprint", None, "field 'fingerprint' is null, not an object"),
+        ("label", 7, "field 'label' is a number, not a string"),
+    ],
+)
+def test_the_envelope_is_checked_by_its_model_with_the_same_one_line_errors(
+    field: str, value: Any, words: str, tmp_path: Path, run_cli: Any
+) -> None:
+    document = _document()
+    document[field] = value
+    (bad := tmp_path / "bad.json").write_text(json.dumps(document))
+    assert_one_line_error(run_cli("import", bad, "--db", tmp_path / "s.db"), "bad.json", words)

@@ -152,9 +152,8 @@ class RunRecord(codec.Encoded):
 
     @classmethod
     def from_dict(cls, document: object, *, source: str = "document") -> RunRecord:
-        document, measured = _checked(document, source)
+        document, envelope, measured = _checked(document, source)
         document = migrate(document)
-        envelope = codec.decode(Envelope, document)
         record = cls(
             kind=envelope.kind,
             target=envelope.target,
@@ -313,7 +312,7 @@ def content_hash(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _checked(document: object, source: str) -> tuple[dict[str, Any], Any]:
+def _checked(document: object, source: str) -> tuple[dict[str, Any], Envelope, Any]:
     """``document`` once ``schema.validate`` has found it a run record this version reads, and its measurements
     typed; else its one line, as the NbscopeError every command reports."""
     try:

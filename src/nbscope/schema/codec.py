@@ -135,11 +135,11 @@ class Check:
 
 
 def shown(number: float) -> str:
-    """A number as an error quotes it: as written up to 15 characters, else with 3 significant digits."""
+    """A number as an error quotes it: as written up to 10 characters, else with 3 significant digits."""
     if isinstance(number, int) and abs(number) >= 10**300:
         return "a number of more than 300 digits"
     text = repr(number)
-    return text if len(text) <= 15 else f"{float(number):.3g}"
+    return text if len(text) <= 10 else f"{float(number):.3g}"
 
 
 def known(value: object) -> bool:
@@ -173,7 +173,7 @@ Count = Annotated[int, Check()]  # how many of something: not negative
 Index = Annotated[int, Check(0, MAX_CELLS, "cell index", required="integer")]  # a code cell's place in its notebook
 Measured = Annotated[float | None, Read(_fields.figure)]  # a figure as recorded: an int stays an int in --json
 MeasuredTime = Annotated[Measured, Check(0, MAX_SECONDS, "measurement")]  # a duration, as recorded
-Repeat = Annotated[int, Read(_fields.positive)]  # at least 1: a run without repeats ran once
+Repeat = Annotated[int, Read(_fields.positive), Check(1, MAX_COUNT, "repeat count")]  # a run without repeats ran once
 Name = Annotated[str | None, Read(_fields.name)]  # a string, or what names it written as one (a run id)
 
 
@@ -472,12 +472,18 @@ def _container(kind: Any, wanted: str, item_hint: Any) -> Checker:
             raise _refused(where, value, wanted)
         pairs: Any = value.items() if isinstance(value, Mapping) else enumerate(value)
         for key, entry in pairs:
-            at = f"{where}.{key}" if isinstance(value, Mapping) else f"{where}[{key}]"
+            at = f"{where}.{step(key)}" if isinstance(value, Mapping) else f"{where}[{key}]"
             if entry is None and not keep_none:
                 raise _refused(at, entry, item_type)
             item(entry, at)
 
     return container
+
+
+def step(key: object) -> str:
+    """A key as a path names it: as written, or quoted when it holds what would break the line (``'a\\nb'``)."""
+    text = str(key)
+    return text if text.isprintable() and len(text) <= 60 else repr(text[:60])
 
 
 def _wanted_type(hint: Any) -> str:
@@ -499,7 +505,7 @@ def _strict_object(cls: type) -> Checker:
         if not isinstance(value, Mapping):
             raise _refused(where, value, "object")
         shaped = reshape(value) if reshape is not None else value
-        for key, check in plan:
-            check(shaped.get(key, _ABSENT), f"{where}.{key}")
+        for key, check in plan:  # a document's own fields are named as such: field 'kind'
+            check(shaped.get(key, _ABSENT), f"{where}.{step(key)}" if where else f"field {key!r}")
 
     return strict_object

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbscope.schema import codec
-from nbscope.schema.kinds import KINDS
+from nbscope.schema.envelope import Envelope
 
 
 class InvalidRunDocument(ValueError):
@@ -28,19 +28,6 @@ FORMAT_NAME = "nbscope-run"
 # ``record.sources``).
 SCHEMA_VERSION = 2
 
-RUN_STATUSES = ("ok", "partial", "error")
-REQUIRED_FIELDS = {
-    "format": str,
-    "schema_version": int,
-    "tool_version": str,
-    "command": list,
-    "started_at": str,
-    "kind": str,
-    "target": str,
-    "fingerprint": dict,
-    "measurements": dict,
-}
-
 # How deep a record's JSON may nest (a real one is under 15 levels): deeper is refused, not a RecursionError.
 MAX_DEPTH = 100
 # How far ahead of this machine's clock a run may be dated (clocks of CI runners drift by seconds, not days).
@@ -53,9 +40,9 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
-def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, Any], Any]:
-    """``document`` as a run record this version can read, and its measurements typed (``codec.strict``'s result);
-    InvalidRunDocument with one line if it is not one. ``reader`` is the version of nbscope reading it, which a
+def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, Any], Envelope, Any]:
+    """``document`` as a run record this version can read, its envelope and its measurements typed (``codec.strict``'s
+    results); InvalidRunDocument with one line if it is not one. ``reader`` is the version of nbscope reading it, which a
     document of a later schema names."""
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise InvalidRunDocument(f'{source} is not an nbscope run record (no "format": "{FORMAT_NAME}")')
@@ -68,35 +55,15 @@ def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, A
             f"{SCHEMA_VERSION}: upgrade nbscope"
         )
     _check_depth(document, source)
-    for name, kind in REQUIRED_FIELDS.items():
-        if not isinstance(document.get(name), kind):
-            raise InvalidRunDocument(f"{source}: field {name!r} is missing or not a {kind.__name__}")
-    for name in ("started_at", "ended_at"):
-        if document.get(name) is not None:
-            timestamp(document[name], f"{source}: field {name!r}")
-    check_not_future(document["started_at"], source)  # also a run stored before this check: not `latest` forever
-    for name in ("ended_at", "status", "label"):
-        if document.get(name) is not None and not isinstance(document[name], str):
-            raise InvalidRunDocument(
-                f"{source}: field {name!r} is {codec.a(codec.json_type(document[name]))}, not a string"
-            )
-    if document.get("settings") is not None and not isinstance(document["settings"], dict):
-        raise InvalidRunDocument(
-            f"{source}: field 'settings' is {codec.a(codec.json_type(document['settings']))}, not an object"
-        )
-    if document["kind"] not in KINDS:
-        raise InvalidRunDocument(f"{source}: field 'kind' is {document['kind']!r}, not one of {', '.join(KINDS)}")
-    if document.get("status") is not None and document["status"] not in RUN_STATUSES:
-        raise InvalidRunDocument(
-            f"{source}: field 'status' is {document['status']!r}, not one of {', '.join(RUN_STATUSES)}"
-        )
-    _check_values(document, "", source)
+    _check_values(document, "", source)  # lone surrogates replaced before any text is read
     try:
-        measured: Any = codec.strict(_measured(document["kind"]), document["measurements"], "measurements")
+        envelope = codec.strict(Envelope, document, "")
+        check_not_future(envelope.started_at, source)  # also a run stored before this check: not `latest` forever
+        measured: Any = codec.strict(_measured(envelope.kind), document["measurements"], "measurements")
     except codec.Invalid as exc:
         raise InvalidRunDocument(f"{source}: {exc}") from None
     _check_loop_parents(document["measurements"], source)
-    return document, measured
+    return document, envelope, measured
 
 
 def _measured(kind: str) -> type:
@@ -198,7 +165,7 @@ def _check_values(value: object, where: str, source: str) -> None:
         shown = value.token if isinstance(value, NotANumber) else repr(value)
         raise InvalidRunDocument(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        field = where.rpartition(".")[2]
+        field = where.rpartition(".")[2].strip("'")
         if abs(value) > 2**63 or (field.endswith("_s") and abs(value) > MAX_SECONDS):
             raise InvalidRunDocument(
                 f"{source}: {where.lstrip('.')} is {codec.shown(value)}, larger than any measurement"
@@ -209,7 +176,7 @@ def _check_values(value: object, where: str, source: str) -> None:
         for key, item in value.items():
             if isinstance(item, str) and not item.isascii() and _SURROGATE.search(item):
                 value[key] = _SURROGATE.sub("\ufffd", item)
-            _check_values(item, f"{where}.{key}", source)
+            _check_values(item, f"{where}.{codec.step(key)}", source)
     elif isinstance(value, list):
         for i, item in enumerate(value):
             if isinstance(item, str) and not item.isascii() and _SURROGATE.search(item):
