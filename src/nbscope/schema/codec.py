@@ -34,8 +34,8 @@ another key; ``(key, function)``: what a function of the object, such as a metho
 Decoding never raises: a document from elsewhere has passed ``strict`` once, at load (``schema.validate``). A class may reshape its object before its fields are read (``reshape``: a
 fingerprint's GPUs sit at ``gpu.devices``).
 
-Why the standard library: ``dataclasses.fields`` and ``typing.get_type_hints`` are all this needs (about a
-hundred lines), they cost no import at start-up, and the model stays plain frozen, slotted dataclasses.
+Why the standard library: ``dataclasses.fields`` and ``typing.get_type_hints`` are all this needs (its reading,
+writing and checking), they cost no import at start-up, and the model stays plain frozen, slotted dataclasses.
 msgspec would decode faster but brings its own ``Struct`` model or converters for each of the readers above
 (a bool is never a number, NaN never a figure, a wrong type reads as unknown rather than failing); cattrs
 would need the same hooks registered per type, and a dependency, for no behaviour this lacks.
@@ -95,12 +95,10 @@ MAX_COUNT = 2**53
 
 
 class Invalid(ValueError):
-    """A value ``strict`` refuses: ``where`` is its dotted path (``measurements.cells[1].wall_s``), the message
-    ``where`` and what is wrong, in one line."""
+    """A value ``strict`` refuses, in one line: its dotted path (``measurements.cells[1].wall_s``) and what is wrong."""
 
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(f"{where} {problem}")
-        self.where = where
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,10 +112,8 @@ class Check:
     rule: Callable[[Any], str | None] | None = None
     required: str = ""  # the JSON type a document must hold there ("integer"), not null or nothing
 
-    def holds(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return True
-        return not (isinstance(value, float) and math.isnan(value)) and self.low <= value <= self.high
+    def holds(self, value: Any) -> bool:  # (NaN is refused by its type's check, before)
+        return isinstance(value, bool) or not isinstance(value, (int, float)) or self.low <= value <= self.high
 
     def refuse(self, value: Any, where: str) -> None:
         if value is None or value is _ABSENT:
@@ -125,8 +121,6 @@ class Check:
                 raise Invalid(where, f"is {'null' if value is None else 'missing'}, not {a(self.required)}")
             return
         if not self.holds(value):
-            if isinstance(value, float) and math.isnan(value):
-                raise Invalid(where, f"is {value!r}, not a finite number")
             low = "negative" if self.low == 0 else f"below {self.low:g}"
             beyond = f": a {self.noun} cannot be {low}" if value < self.low else f", larger than any {self.noun}"
             raise Invalid(where, f"is {shown(value)}{beyond}")
@@ -393,7 +387,7 @@ def _object(cls: type) -> Reader:
 
 Checker = Callable[[Any, str], None]
 _JSON_TYPES = ((bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (Mapping, "object"))
-_WANTED: dict[Any, tuple[str, Callable[[Any], bool]]] = {
+_WANTED: dict[Any, tuple[str, Callable[[Any], bool]]] = {  # a scalar's JSON type, and whether a value is one
     int: ("integer", lambda v: _fields.whole(v) is not None),
     float: ("number", lambda v: _fields.figure(v) is not None),
     str: ("string", lambda v: isinstance(v, str)),
@@ -489,9 +483,10 @@ def step(key: object) -> str:
 def _wanted_type(hint: Any) -> str:
     while typing.get_origin(hint) is typing.Annotated:
         hint = typing.get_args(hint)[0]
-    if dataclasses.is_dataclass(hint) or (typing.get_origin(hint) or hint) in (Mapping, dict):
-        return "object"
-    return "array" if typing.get_origin(hint) is tuple else _WANTED[hint][0] if hint in _WANTED else "value"
+    origin = typing.get_origin(hint) or hint
+    return (
+        "object" if dataclasses.is_dataclass(hint) or origin in (Mapping, dict) else _WANTED.get(origin, ("array",))[0]
+    )
 
 
 def _strict_object(cls: type) -> Checker:
