@@ -378,3 +378,16 @@ def test_the_envelope_is_checked_by_its_model_with_the_same_one_line_errors(
     document[field] = value
     (bad := tmp_path / "bad.json").write_text(json.dumps(document))
     assert_one_line_error(run_cli("import", bad, "--db", tmp_path / "s.db"), "bad.json", words)
+
+
+@pytest.mark.parametrize("walls, words", [([-5.0, 0.5, 0.5], "cells[0].wall_s is -5.0"), ([0.5, 1e9, 0.5], "1e+09")])
+def test_a_crafted_live_file_is_checked_as_an_imported_record(
+    walls: list[float], words: str, tmp_path: Path, run_cli: Any
+) -> None:
+    from test_adversarial_ci import _complete_live_file, _three_cells
+
+    live = tmp_path / "crafted.jsonl"
+    _complete_live_file(live, _three_cells(tmp_path), walls)
+    db = tmp_path / "s.db"
+    assert_one_line_error(run_cli("import", live, "--db", db), "crafted.jsonl", words)
+    assert not db.exists() or sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
