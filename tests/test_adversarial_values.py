@@ -391,3 +391,19 @@ def test_a_crafted_live_file_is_checked_as_an_imported_record(
     db = tmp_path / "s.db"
     assert_one_line_error(run_cli("import", live, "--db", db), "crafted.jsonl", words)
     assert not db.exists() or sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+def test_lone_surrogates_in_a_stored_summary_are_replaced_in_publish(tmp_path: Path, run_cli_process: Any) -> None:
+    """A store from elsewhere (the Action uploads one) may hold summaries no nbscope wrote: its JSON columns are
+    read as a record is, lone surrogates replaced (a real process: the site's files are written as UTF-8)."""
+    db = tmp_path / "s.db"
+    assert run_cli_process("import", RECORD, "--db", db).returncode == 0
+    with sqlite3.connect(db) as connection:
+        [summary] = connection.execute("SELECT summary FROM run_summaries").fetchone()
+        assert '"first_line":"import jax"' in summary
+        crafted = summary.replace('"first_line":"import jax"', '"first_line":"import \\ud800jax"')
+        connection.execute("UPDATE run_summaries SET summary = ?", (crafted,))
+    done = run_cli_process("publish", db, "-o", tmp_path / "site", timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    pages = "".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
+    assert "import \ufffdjax" in pages or "import &#xfffd;jax" in pages.lower()

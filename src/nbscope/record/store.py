@@ -95,10 +95,9 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
 
     db.execute("ALTER TABLE runs ADD COLUMN label TEXT")
     for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
-        try:
-            label = codec.decode(LabelledRun, json.loads(document)).label
-        except (TypeError, ValueError):
-            continue  # a corrupt row stays unlabelled (and is reported when read)
+        label = codec.decode(
+            LabelledRun, _json_column(document)
+        ).label  # a corrupt row: unlabelled (reported when read)
         if label is not None:
             db.execute("UPDATE runs SET label = ? WHERE id = ?", (label, run_id))
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
@@ -277,10 +276,7 @@ def _migrate_to_7(db: sqlite3.Connection) -> None:
     names = (*FIGURE_COLUMNS, "cache_state", *HASH_COLUMNS)
     update = f"UPDATE runs SET {', '.join(f'{name} = ?' for name in names)} WHERE id = ?"
     for run_id, text in db.execute("SELECT run_id, document FROM documents"):  # one document at a time
-        try:
-            document = json.loads(text)
-        except (TypeError, ValueError):
-            continue  # a corrupt row keeps empty columns (and is reported when read)
+        document = _json_column(text)  # a corrupt row keeps empty columns (and is reported when read)
         if isinstance(document, dict):
             db.execute(update, (*_document_summary(document), run_id))
     # A notebook's runs on one backend, in time order, with the figures a book's history reads.
@@ -313,9 +309,8 @@ MIGRATIONS = {
 
 def _document_hash(text: str) -> str:
     """The content hash of a stored document; the text's own hash when it is not JSON (a corrupt row)."""
-    try:
-        document = json.loads(text)
-    except (TypeError, ValueError):
+    document = _json_column(text)
+    if document is None:
         return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
     from nbscope.record import run as record_module
 
@@ -471,9 +466,11 @@ def _newest_ids(db: sqlite3.Connection, query: RunQuery) -> Iterator[int]:
 
 
 def _json_column(text: Any) -> Any:
+    from nbscope.schema._fields import without_surrogates  # a crafted store's summary may hold lone surrogates
+
     try:
-        return json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+        return without_surrogates(json.loads(text)) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
         return None
 
 

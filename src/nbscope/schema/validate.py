@@ -8,12 +8,11 @@ values only. The format is documented in ``docs/run-record.md``.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from nbscope.schema import codec
+from nbscope.schema import _fields, codec
 from nbscope.schema.envelope import Envelope
 
 
@@ -55,7 +54,7 @@ def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, A
             f"{SCHEMA_VERSION}: upgrade nbscope"
         )
     _check_depth(document, source)
-    _check_values(document, "", source)  # lone surrogates replaced before any text is read
+    _check_values(_fields.without_surrogates(document), "", source)  # surrogates replaced before any text is read
     try:
         envelope = codec.strict(Envelope, document, "")
         check_not_future(envelope.started_at, source)  # also a run stored before this check: not `latest` forever
@@ -159,8 +158,7 @@ MAX_SECONDS = codec.MAX_SECONDS  # no time in a record is longer (``*_s`` anywhe
 
 
 def _check_values(value: object, where: str, source: str) -> None:
-    """Every number finite and below :data:`MAX_SECONDS` for a time, :data:`codec.MAX_COUNT` for any; a lone
-    surrogate (``"\\ud800"``, no character: it cannot be written as UTF-8) replaced by U+FFFD, in keys too."""
+    """Every number finite and below :data:`MAX_SECONDS` for a time, :data:`codec.MAX_COUNT` for any."""
     if isinstance(value, float) and not math.isfinite(value):
         shown = value.token if isinstance(value, NotANumber) else repr(value)
         raise InvalidRunDocument(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
@@ -171,17 +169,8 @@ def _check_values(value: object, where: str, source: str) -> None:
                 f"{source}: {where.lstrip('.')} is {codec.shown(value)}, larger than any measurement"
             )
     if isinstance(value, dict):
-        for key in [k for k in value if isinstance(k, str) and not k.isascii() and _SURROGATE.search(k)]:
-            value[_SURROGATE.sub("\ufffd", key)] = value.pop(key)
         for key, item in value.items():
-            if isinstance(item, str) and not item.isascii() and _SURROGATE.search(item):
-                value[key] = _SURROGATE.sub("\ufffd", item)
             _check_values(item, f"{where}.{codec.step(key)}", source)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            if isinstance(item, str) and not item.isascii() and _SURROGATE.search(item):
-                value[i] = _SURROGATE.sub("\ufffd", item)
             _check_values(item, f"{where}[{i}]", source)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
