@@ -407,3 +407,12 @@ def test_lone_surrogates_in_a_stored_summary_are_replaced_in_publish(tmp_path: P
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     pages = "".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
     assert "import \ufffdjax" in pages or "import &#xfffd;jax" in pages.lower()
+
+
+@pytest.mark.parametrize(
+    "trips, words",
+    [("1e400,5", "expects comma-separated trip counts"), ("10,99999999999999999999999", "a trip count is at most")],
+    ids=["infinite", "past-int32"],
+)
+def test_loops_trip_counts_past_any_loop_are_one_line(trips: str, words: str, tmp_path: Path, run_cli: Any) -> None:
+    assert_one_line_error(run_cli("loops", "--trips", trips, "--db", tmp_path / "s.db"), words)
