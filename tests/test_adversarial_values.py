@@ -416,3 +416,14 @@ def test_lone_surrogates_in_a_stored_summary_are_replaced_in_publish(tmp_path: P
 )
 def test_loops_trip_counts_past_any_loop_are_one_line(trips: str, words: str, tmp_path: Path, run_cli: Any) -> None:
     assert_one_line_error(run_cli("loops", "--trips", trips, "--db", tmp_path / "s.db"), words)
+
+
+def test_merge_reads_an_embedded_run_keyed_by_a_digit_that_is_not_ascii_as_no_run(tmp_path: Path, run_cli: Any) -> None:
+    audit = _audit(tmp_path, "a.json", shard=None)
+    document = json.loads(audit.read_text())
+    document["runs"] = {"²": json.loads(RECORD.read_text()), str(2**62): json.loads(RECORD.read_text())}
+    document["measurements"]["notebooks"][0].update(run_id=2**62, status="ok", wall_s=1.0)
+    audit.write_text(json.dumps(document))
+    done = run_cli("merge", audit, "--db", tmp_path / "m.db")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert run_cli("show", "1", "--db", tmp_path / "m.db").returncode == 0  # the run under 2^62, imported as run 1
