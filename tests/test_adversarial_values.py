@@ -327,9 +327,19 @@ def _program_key(m: dict[str, Any]) -> None:
         (lambda m: m["totals"].update({"odd\nkey_s": 1e12}), ("totals.'odd\\nkey_s' is 1e+12, larger than any",)),
         (lambda m: m.update(repeats=-3), ("measurements.repeats is -3: a repeat count cannot be below 1",)),
         (lambda m: m["cells"][1].update(samples={"wall_s": [0.1, None]}), ("samples.wall_s[1] is null, not a number",)),
-        (lambda m: m["cells"][0].update(lines="3-9", sched={"wait_s": -1}), ("cells[0].sched.wait_s is -1",)),
+        (lambda m: m["cells"][0].update(sched={"wait_s": -1}), ("cells[0].sched.wait_s is -1",)),
+        (lambda m: m["cells"][0].update(lines=[9, 3]), ("cells[0].lines is [9, 3], not a first and last line",)),
+        (lambda m: m["cells"][0].update(lines="3-9"), ("cells[0].lines is 3-9, not a first and last line",)),
     ],
-    ids=["newline-in-a-program-key", "newline-in-a-time-key", "negative-repeats", "null-sample", "negative-wait"],
+    ids=[
+        "newline-in-a-program-key",
+        "newline-in-a-time-key",
+        "negative-repeats",
+        "null-sample",
+        "negative-wait",
+        "lines-swapped",
+        "lines-a-string",
+    ],
 )
 def test_more_impossible_values_are_one_line(change: Any, words: tuple[str, ...], tmp_path: Path, run_cli: Any) -> None:
     bad = _written(tmp_path, "bad.json", change)

@@ -32,6 +32,13 @@ def _cell_status(status: str) -> str | None:
     return None if status in CELL_STATUSES else f"is {status[:40]!r}, not one of {', '.join(CELL_STATUSES)}"
 
 
+def _lines(value: object) -> str | None:
+    found = _fields.line_range(value)
+    return (
+        None if found is not None and 0 <= found[0] <= found[1] else f"is {str(value)[:40]}, not a first and last line"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CellError:
     name: str
@@ -133,9 +140,8 @@ class Cell:
     source_hash: str
     source: str | None  # the code that ran (None: a record of schema version 1)
     line: int | None
-    lines: Annotated[
-        tuple[int, int] | None, Read(_fields.line_range)
-    ]  # first and last line in its file (None: a record of schema version 1)
+    # first and last line in its file (None: a record of schema version 1)
+    lines: Annotated[tuple[int, int] | None, Read(_fields.line_range), Check(rule=_lines)]
     first_line: str
     code_line: str
     tags: tuple[str, ...]
