@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import MAX_CELLS, Check, Count, Index, Read, Repeat, Seconds, Time
+from nbscope.schema.codec import MAX_CELLS, Check, Count, Index, Read, Repeat, Seconds, Time, step
 from nbscope.schema.memory import MemoryReading
 from nbscope.schema.programs import CellPrograms, Program, ProgramData
 from nbscope.schema.status import CELL_STATUSES, RAN
@@ -319,7 +319,7 @@ class NotebookRun:
 
     def refuse(self) -> tuple[str, str] | None:
         """What ``codec.strict`` refuses of a run as a whole: cells not each once in notebook order, totals that
-        count other cells than it lists (when it lists any)."""
+        count other cells than it lists (when it lists any), a loop whose parent is no loop, or a cycle of them."""
         for at, (before, cell) in enumerate(itertools.pairwise(self.cells), 1):
             if cell.index <= before.index:
                 return (
@@ -336,6 +336,22 @@ class NotebookRun:
                     f".totals.{name.partition(' ')[0]}",
                     f"counts {count} of {name}, more than the run's {totals.cells} cells",
                 )
+        for key, program in self.program_data.programs.items() if self.program_data else ():
+            parents = {loop.id: loop.parent for loop in program.loops}  # readers walk up: no chain may come back
+            for chain, parent in (([loop_id], parent) for loop_id, parent in parents.items()):
+                while parent is not None:
+                    where = f".programs.programs.{step(key)}.loops"
+                    if parent not in parents:
+                        return (
+                            where,
+                            f"loop {chain[-1][:60]!r} has parent {parent[:60]!r}, which is no loop of its program",
+                        )
+                    if parent in chain:
+                        return (
+                            where,
+                            f"the loops' parents form a cycle ({' -> '.join(c[:40] for c in [*chain, parent])})",
+                        )
+                    chain, parent = [*chain, parent], parents[parent]
         return None
 
     @property

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from nbscope.schema import _fields, codec
@@ -61,7 +60,6 @@ def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, A
         measured: Any = codec.strict(_measured(envelope.kind), document["measurements"], "measurements")
     except codec.Invalid as exc:
         raise InvalidRunDocument(f"{source}: {exc}") from None
-    _check_loop_parents(document["measurements"], source)
     return document, envelope, measured
 
 
@@ -111,35 +109,6 @@ def _check_depth(document: object, source: str) -> None:
             stack.extend((item, depth + 1) for item in value.values() if isinstance(item, (dict, list)))
         elif isinstance(value, list):
             stack.extend((item, depth + 1) for item in value if isinstance(item, (dict, list)))
-
-
-def _check_loop_parents(measurements: Mapping[str, Any], source: str) -> None:
-    """Each loop's parent names a loop of the same program, and no chain of parents comes back to where it
-    started (readers walk the chain up: a cycle would never end)."""
-    table = measurements.get("programs")
-    programs = table.get("programs") if isinstance(table, dict) else None
-    if not isinstance(programs, dict):
-        return
-    for key, program in programs.items():
-        loops = program.get("loops") if isinstance(program, dict) else None
-        if not isinstance(loops, list):
-            continue
-        parents = {str(loop.get("id") or ""): loop.get("parent") for loop in loops if isinstance(loop, dict)}
-        where = f"measurements.programs.programs[{str(key)[:60]!r}].loops"
-        for loop_id, parent in parents.items():
-            if parent is not None and str(parent) not in parents:
-                raise InvalidRunDocument(
-                    f"{source}: {where}: loop {loop_id[:60]!r} has parent {str(parent)[:60]!r}, "
-                    "which is no loop of its program"
-                )
-            chain = [loop_id]
-            while parent is not None:
-                parent = str(parent)
-                if parent in chain:
-                    shown = " -> ".join(c[:40] for c in [*chain, parent])
-                    raise InvalidRunDocument(f"{source}: {where}: the loops' parents form a cycle ({shown})")
-                chain.append(parent)
-                parent = parents.get(parent)
 
 
 class NotANumber(float):
