@@ -127,7 +127,7 @@ MAX_SECONDS = codec.MAX_SECONDS  # no time in a record is longer (``*_s`` anywhe
 
 
 def _check_values(value: object, where: str, source: str) -> None:
-    """Every number finite and below :data:`MAX_SECONDS` for a time, :data:`codec.MAX_COUNT` for any."""
+    """Every number finite, at most 2^63, and at most :data:`MAX_SECONDS` for a time (``*_s``, typed or not)."""
     if isinstance(value, float) and not math.isfinite(value):
         shown = value.token if isinstance(value, NotANumber) else repr(value)
         raise InvalidRunDocument(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
