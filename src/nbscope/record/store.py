@@ -465,7 +465,7 @@ def _newest_ids(db: sqlite3.Connection, query: RunQuery) -> Iterator[int]:
         yield int(run_id)
 
 
-def _json_column(text: Any) -> Any:
+def _json_column(text: object) -> Any:
     from nbscope.schema._fields import without_surrogates  # a crafted store's summary may hold lone surrogates
 
     try:

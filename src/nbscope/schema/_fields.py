@@ -90,7 +90,7 @@ def yes(value: object) -> bool:
     return value is True
 
 
-def without_surrogates(value: Any) -> Any:
+def without_surrogates(value: object) -> Any:
     """``value`` (parsed JSON, changed in place) with each lone surrogate (``"\\ud800"``: no character, it cannot be
     written as UTF-8) replaced by U+FFFD, in keys too: what a document from elsewhere may hold (a record, a store's
     summaries)."""

@@ -112,15 +112,15 @@ class Check:
     rule: Callable[[Any], str | None] | None = None
     required: str = ""  # the JSON type a document must hold there ("integer"), not null or nothing
 
-    def holds(self, value: Any) -> bool:  # (NaN is refused by its type's check, before)
+    def holds(self, value: object) -> bool:  # (NaN is refused by its type's check, before)
         return isinstance(value, bool) or not isinstance(value, (int, float)) or self.low <= value <= self.high
 
-    def refuse(self, value: Any, where: str) -> None:
+    def refuse(self, value: object, where: str) -> None:
         if value is None or value is _ABSENT:
             if self.required:
                 raise Invalid(where, f"is {'null' if value is None else 'missing'}, not {a(self.required)}")
             return
-        if not self.holds(value):
+        if isinstance(value, (int, float)) and not self.holds(value):
             low = "negative" if self.low == 0 else f"below {self.low:g}"
             beyond = f": a {self.noun} cannot be {low}" if value < self.low else f", larger than any {self.noun}"
             raise Invalid(where, f"is {shown(value)}{beyond}")
@@ -176,7 +176,7 @@ def decode(cls: type[T], value: Any) -> T:
     return _reader(typing.cast(Any, cls))(value)  # type: ignore[no-any-return]
 
 
-def strict(cls: type[T], value: Any, where: str) -> T:
+def strict(cls: type[T], value: object, where: str) -> T:
     """``cls`` read from ``value``, a document from elsewhere at ``where`` (its dotted path), once nothing in it
     is impossible (``Invalid``, one line naming the field)."""
     _checker(typing.cast(Any, cls))(value, where)
@@ -295,7 +295,7 @@ def _reader(hint: Any) -> Reader:
     return lambda v: v  # Any: kept as recorded
 
 
-def _bounded(hint: Any, reader: Reader) -> Reader:
+def _bounded(hint: object, reader: Reader) -> Reader:
     """``reader``, where a value its ``Check`` does not hold reads as unknown (what an absent one reads as)."""
     checks = [m for m in typing.get_args(hint)[1:] if isinstance(m, Check)]
     if not checks:
@@ -385,7 +385,7 @@ def _object(cls: type) -> Reader:
 
 # ---- strict: what a document from elsewhere may not hold -------------------------------------------------
 
-Checker = Callable[[Any, str], None]
+Checker = Callable[[object, str], None]
 _JSON_TYPES = ((bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (Mapping, "object"))
 _WANTED: dict[Any, tuple[str, Callable[[Any], bool]]] = {  # a scalar's JSON type, and whether a value is one
     int: ("integer", lambda v: _fields.whole(v) is not None),
@@ -414,12 +414,12 @@ def _refused(where: str, value: object, wanted: str) -> Invalid:
 _ABSENT = object()  # a field its object lacks (null is None)
 
 
-def _anything(value: Any, where: str) -> None:
+def _anything(value: object, where: str) -> None:
     return None
 
 
 @functools.cache
-def _checker(hint: Any) -> Checker:
+def _checker(hint: object) -> Checker:
     """How a value annotated ``hint`` is checked (``strict``); a field read its own way (``Read(reader)``) is
     checked only by its ``Check``, and as a number when it is one (a ``Measured`` figure)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -428,7 +428,7 @@ def _checker(hint: Any) -> Checker:
         inner = _checker(args[0]) if _marker(hint).reader is None or numeric else _anything
         checks = [m for m in args[1:] if isinstance(m, Check)]
 
-        def annotated(value: Any, where: str) -> None:
+        def annotated(value: object, where: str) -> None:
             inner(value, where)
             for check in checks:
                 check.refuse(value, where)
@@ -441,7 +441,7 @@ def _checker(hint: Any) -> Checker:
     if hint in _WANTED:
         wanted, holds = _WANTED[hint]
 
-        def scalar(value: Any, where: str) -> None:
+        def scalar(value: object, where: str) -> None:
             if value is not None and value is not _ABSENT and not holds(value):
                 raise _refused(where, value, wanted)
 
@@ -455,16 +455,16 @@ def _checker(hint: Any) -> Checker:
     return _anything
 
 
-def _container(kind: Any, wanted: str, item_hint: Any) -> Checker:
+def _container(kind: type, wanted: str, item_hint: object) -> Checker:
     item, keep_none = _checker(item_hint), _allows_none(item_hint)
     item_type = _wanted_type(item_hint)
 
-    def container(value: Any, where: str) -> None:
+    def container(value: object, where: str) -> None:
         if value is None or value is _ABSENT:
             return
         if not isinstance(value, kind):
             raise _refused(where, value, wanted)
-        pairs: Any = value.items() if isinstance(value, Mapping) else enumerate(value)
+        pairs: Any = value.items() if isinstance(value, Mapping) else enumerate(typing.cast(list[Any], value))
         for key, entry in pairs:
             at = f"{where}.{step(key)}" if isinstance(value, Mapping) else f"{where}[{key}]"
             if entry is None and not keep_none:
@@ -480,7 +480,7 @@ def step(key: object) -> str:
     return text if text.isprintable() and len(text) <= 60 else repr(text[:60])
 
 
-def _wanted_type(hint: Any) -> str:
+def _wanted_type(hint: object) -> str:
     while typing.get_origin(hint) is typing.Annotated:
         hint = typing.get_args(hint)[0]
     origin = typing.get_origin(hint) or hint
@@ -494,7 +494,7 @@ def _strict_object(cls: type) -> Checker:
     plan = [(_marker(hints[f.name]).key or f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls)]
     reshape = getattr(cls, "reshape", None)
 
-    def strict_object(value: Any, where: str) -> None:
+    def strict_object(value: object, where: str) -> None:
         if value is None or value is _ABSENT:
             return
         if not isinstance(value, Mapping):
