@@ -116,6 +116,21 @@ IMPOSSIBLE = {
         ".executions[0].count",
         "cannot be negative",
     ),
+    "negative-flops": (
+        lambda m: [p["per_execution"].update(flops=-1e12) for p in m["programs"]["programs"].values()],
+        ".per_execution.flops",
+        "a work or size figure cannot be negative",
+    ),
+    "negative-peak-memory": (
+        lambda m: m["cells"][0]["rss"].update(peak_bytes=-1),
+        "measurements.cells[0].rss.peak_bytes",
+        "a size cannot be negative",
+    ),
+    "compile-share-over-1": (
+        lambda m: m["cells"][1].update(compile_share=3.5),
+        "measurements.cells[1].compile_share",
+        "larger than any share",
+    ),
     "cell-status-unknown": (
         lambda m: m["cells"][0].update(status="exploded"),
         "measurements.cells[0].status",
@@ -159,7 +174,12 @@ def test_a_value_out_of_bounds_reads_as_unknown_where_a_record_is_not_checked() 
     so a negative trip count never multiplies a forecast."""
     loop = codec.decode(Loop, {"id": "w", "trip_count": -1000, "outer_iterations": -2.0, "kernels_per_iteration": 3})
     assert (loop.trip_count, loop.outer_iterations, loop.kernels_per_iteration) == (None, None, 3)
-    document = _document(_set_loops("trip_count", -1000))
+
+    def negative(m: dict[str, Any]) -> None:
+        _set_loops("trip_count", -1000)(m)
+        [p["per_execution"].update(flops=-1e12, bytes=-1e9) for p in m["programs"]["programs"].values()]
+
+    document = _document(negative)
     record = RunRecord(
         kind="profile", target="x.md", fingerprint=document["fingerprint"], measurements=document["measurements"]
     )

@@ -16,6 +16,7 @@ guess.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -154,8 +155,8 @@ class Cell:
     compile_s: Time
     run_s: Time
     overhead_s: Time
-    compile_share: float | None
-    spread: float | None
+    compile_share: Annotated[float | None, Check(0, 1, "share")]
+    spread: Annotated[float | None, Check(0, math.inf, "spread")]
     jax: JaxFigures | None
     numba: NumbaFigures | None
     samples: Samples | None
@@ -227,7 +228,7 @@ class Totals:
     cache_misses: Count
     cache_state: str | None
     kernel_start_s: Time
-    peak_rss_bytes: float | None
+    peak_rss_bytes: Annotated[float | None, Check(0, math.inf, "size")]
     # a warm-cache run's saving against the cold run it was measured against (None: not a warm run)
     cache_saving_s: float | None = None
     cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None

@@ -19,6 +19,7 @@ dataclasses), which reads a cell's and a run's program data with these. A field 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Self
@@ -27,6 +28,7 @@ from nbscope.schema.codec import Check, Time
 
 Many = Annotated[int | None, Check()]  # how many of something; None: not recorded
 Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop
+Amount = Annotated[float | None, Check(0, math.inf, "work or size figure")]  # flops, bytes, a factor: never negative
 
 __all__ = [
     "CallRate",
@@ -57,11 +59,11 @@ class Work:
     """Work of some code: flops, transcendentals and bytes accessed, and of the flops and transcendentals the
     float64 (or complex128) ones."""
 
-    flops: float | None
-    transcendentals: float | None
-    bytes: float | None
-    flops_f64: float | None
-    transcendentals_f64: float | None
+    flops: Amount
+    transcendentals: Amount
+    bytes: Amount
+    flops_f64: Amount
+    transcendentals_f64: Amount
 
     def plus(self, other: Work, times: float = 1.0) -> Self:
         """This work and ``times`` times ``other`` (an unknown figure adds as none), of this one's type."""
@@ -150,8 +152,8 @@ class Program:
     per_execution: PerExecution
     float_dtypes: tuple[str, ...]  # f32, f64, ...
     cost_source: str | None  # xla-cost-analysis or estimate
-    parameters_bytes: tuple[int, ...]  # each entry parameter's size
-    output_bytes: int | None
+    parameters_bytes: tuple[Annotated[int, Check(0, math.inf, "size")], ...]  # each entry parameter's size
+    output_bytes: Many
     gpu: GpuLowering | None  # None: not lowered for CUDA
 
 
@@ -212,13 +214,13 @@ class Transfers:
     """A cell's host↔device copies, counted in its trace; bytes bounded by the parameters of the call that made
     them (``unsized``: copies outside a call, bounded only by their time)."""
 
-    host_to_device: int | None
-    device_to_host: int | None
-    sized: int | None
-    unsized: int | None
-    bytes_low: float | None
-    bytes_high: float | None
-    cpu_s: float | None  # the time they took on this CPU
+    host_to_device: Many
+    device_to_host: Many
+    sized: Many
+    unsized: Many
+    bytes_low: Amount
+    bytes_high: Amount
+    cpu_s: Time  # the time they took on this CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,34 +229,34 @@ class TraceWindow:
     extrapolated by to the whole cell."""
 
     cut: bool | None
-    traced_s: float | None  # how long the session ran
+    traced_s: Time  # how long the session ran
     grown_bytes: int | None  # what it had grown by then
     reason: str | None  # the rule that cut it: "memory budget" (the kernel's), "early", "trace budget", "heap cap"
     kernel_grown_bytes: int | None  # the kernel's resident growth since the session started, at the cut
-    wait_s: float | None  # how long the cell's thread waited for a CPU in it
-    stop_s: float | None  # how long stopping it took
-    cell_s: float | None  # the cell's time
-    scale: float | None  # the factor the counts, CPU and busy times and transfers were multiplied by
-    compile_s: float | None = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
+    wait_s: Time  # how long the cell's thread waited for a CPU in it
+    stop_s: Time  # how long stopping it took
+    cell_s: Time  # the cell's time
+    scale: Amount  # the factor the counts, CPU and busy times and transfers were multiplied by
+    compile_s: Time = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
 
 
 @dataclass(frozen=True, slots=True)
 class CallRate:
     """The jitted calls a cut trace saw, and their rate over its later half (what the extrapolation used)."""
 
-    calls: int | None
-    late_calls: int | None
-    late_s: float | None
-    late_per_s: float | None
+    calls: Many
+    late_calls: Many
+    late_s: Time
+    late_per_s: Amount
 
 
 @dataclass(frozen=True, slots=True)
 class CollectTimes:
     """What collecting a cell's program data cost, in the kernel after the cell's timed code."""
 
-    trace_stop_s: float | None  # stopping and writing its profiler session
-    programs_s: float | None  # collecting the HLO after a compiling cell
-    gpu_lowering_s: float | None  # lowering its new programs for CUDA
+    trace_stop_s: Time  # stopping and writing its profiler session
+    programs_s: Time  # collecting the HLO after a compiling cell
+    gpu_lowering_s: Time  # lowering its new programs for CUDA
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +268,8 @@ class CellPrograms:
     sampled: bool | None  # the trace's stats were read for every k-th event only
     trace: str | None  # "read", or why the cell has no trace
     new_programs: tuple[str, ...]  # programs first seen (compiled or loaded) in this cell
-    cpu_busy_s: float | None  # union of all program thunks
-    xla_busy_s: float | None  # all of XLA:CPU's work, attributed to a known program or not
+    cpu_busy_s: Time  # union of all program thunks
+    xla_busy_s: Time  # all of XLA:CPU's work, attributed to a known program or not
     window: TraceWindow | None  # only for a trace cut short
     call_rate: CallRate | None  # only with ``window``
     uncaptured: Mapping[str, int]  # programs that ran but whose HLO was not captured, by module: runs seen
