@@ -116,10 +116,10 @@ IMPOSSIBLE = {
         ".executions[0].count",
         "cannot be negative",
     ),
-    "negative-flops": (
-        lambda m: [p["per_execution"].update(flops=-1e12) for p in m["programs"]["programs"].values()],
-        ".per_execution.flops",
-        "a work or size figure cannot be negative",
+    "negative-transfer-bytes": (
+        lambda m: m["cells"][1]["programs"].update(transfers={"bytes_low": -5.0}),
+        ".programs.transfers.bytes_low",
+        "a size or factor cannot be negative",
     ),
     "negative-peak-memory": (
         lambda m: m["cells"][0]["rss"].update(peak_bytes=-1),
@@ -167,6 +167,18 @@ def test_nan_in_a_figure_is_refused_by_the_strict_decode_too() -> None:
     document = _document(lambda m: m["cells"][1].update(wall_s=math.nan))
     with pytest.raises(codec.Invalid, match=r"measurements.cells\[1\].wall_s is nan, not a finite number"):
         codec.strict(NotebookRun, document["measurements"], "measurements")
+
+
+def test_xlas_minus_one_for_an_unknown_cost_is_kept_and_read_as_unknown() -> None:
+    """XLA's cost analysis writes -1 for a figure it cannot count: such a record is real and loads; the figure
+    reads as unknown."""
+
+    def unknown_cost(m: dict[str, Any]) -> None:
+        [p["per_execution"].update(flops=-1.0) for p in m["programs"]["programs"].values()]
+
+    record = RunRecord.from_dict(_document(unknown_cost), source="xla.json")
+    programs = record.notebook_run().program_data
+    assert programs is not None and all(p.per_execution.flops is None for p in programs.programs.values())
 
 
 def test_a_value_out_of_bounds_reads_as_unknown_where_a_record_is_not_checked() -> None:

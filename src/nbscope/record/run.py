@@ -151,7 +151,7 @@ class RunRecord(codec.Encoded):
         return redact(json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False))
 
     @classmethod
-    def from_dict(cls, document: object, *, source: str = "document") -> RunRecord:
+    def from_dict(cls, document: object, *, source: str = "document", parsed: bool = False) -> RunRecord:
         document, envelope, measured = _checked(document, source)
         document = migrate(document)
         record = cls(
@@ -168,7 +168,9 @@ class RunRecord(codec.Encoded):
             schema_version=envelope.schema_version,
             label=envelope.label,
         )
-        record._views = {type(measured): measured}  # decoded once, by the strict decode
+        # ``parsed``: the document was parsed for this record alone (``loads``), so its typed measurements are the
+        # strict decode's; a caller's own dict may be changed in place after, so its views are decoded on first use.
+        record._views = {type(measured): measured} if parsed else {}
         return record
 
     def notebook_run(self) -> NotebookRun:
@@ -373,7 +375,7 @@ def loads(text: str, *, source: str = "document") -> RunRecord:
         ) from None
     except ValueError:  # Python's bound on reading an integer of thousands of digits
         raise NbscopeError(f"{source} holds a number of thousands of digits; not a run record") from None
-    return RunRecord.from_dict(document, source=source)
+    return RunRecord.from_dict(document, source=source, parsed=True)
 
 
 def load(path: str | Path) -> RunRecord:

@@ -111,6 +111,7 @@ class Check:
     noun: str = "count"
     rule: Callable[[Any], str | None] | None = None
     required: str = ""  # the JSON type a document must hold there ("integer"), not null or nothing
+    refused: bool = True  # False: a value outside reads as unknown, and ``strict`` keeps it (a tool's sentinel)
 
     def holds(self, value: object) -> bool:  # (NaN is refused by its type's check, before)
         return isinstance(value, bool) or not isinstance(value, (int, float)) or self.low <= value <= self.high
@@ -120,7 +121,7 @@ class Check:
             if self.required:
                 raise Invalid(where, f"is {'null' if value is None else 'missing'}, not {a(self.required)}")
             return
-        if isinstance(value, (int, float)) and not self.holds(value):
+        if isinstance(value, (int, float)) and self.refused and not self.holds(value):
             low = "negative" if self.low == 0 else f"below {self.low:g}"
             beyond = f": a {self.noun} cannot be {low}" if value < self.low else f", larger than any {self.noun}"
             raise Invalid(where, f"is {shown(value)}{beyond}")

@@ -28,7 +28,9 @@ from nbscope.schema.codec import Check, Time
 
 Many = Annotated[int | None, Check()]  # how many of something; None: not recorded
 Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop
-Amount = Annotated[float | None, Check(0, math.inf, "work or size figure")]  # flops, bytes, a factor: never negative
+Amount = Annotated[float | None, Check(0, math.inf, "size or factor")]  # bytes, a rate, a factor: never negative
+# XLA's cost analysis gives -1 for a figure it cannot count (jax-ml/jax#16008, #20184): unknown, and kept as recorded
+Cost = Annotated[float | None, Check(0, math.inf, refused=False)]
 
 __all__ = [
     "CallRate",
@@ -59,11 +61,11 @@ class Work:
     """Work of some code: flops, transcendentals and bytes accessed, and of the flops and transcendentals the
     float64 (or complex128) ones."""
 
-    flops: Amount
-    transcendentals: Amount
-    bytes: Amount
-    flops_f64: Amount
-    transcendentals_f64: Amount
+    flops: Cost
+    transcendentals: Cost
+    bytes: Cost
+    flops_f64: Cost
+    transcendentals_f64: Cost
 
     def plus(self, other: Work, times: float = 1.0) -> Self:
         """This work and ``times`` times ``other`` (an unknown figure adds as none), of this one's type."""

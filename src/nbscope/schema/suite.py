@@ -338,7 +338,7 @@ class LoopEstimate:
 
     device: str | None
     placement: str | None
-    seconds: MeasuredTime
+    seconds: Measured  # a + b·n: negative where a fit's slope is (noise), as recorded
     measured_up_to: int | None  # the sweep's longest loop
 
 
