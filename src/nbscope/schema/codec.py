@@ -12,14 +12,14 @@ How a field is read follows from its annotation, so that a figure means the same
 * ``tuple[X, ...]`` and ``Mapping[str, X]``: their items read as ``X``, those that read as None left out unless
   ``X`` allows None; ``... | None``: None unless the document holds an array (an object);
 * ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key;
-* ``Annotated[T, Check(low, high, noun, rule)]``: the values a field can hold, declared once beside it: a number
-  outside ``low``..``high`` reads as unknown (None, or 0 for ``int``).
+* ``Annotated[T, Check(low, high, noun, rule, required, refused)]``: the values a field can hold, declared once
+  beside it: a number outside ``low``..``high`` reads as unknown (None, or 0 for ``int``).
 
 ``strict(cls, document, where)`` is the decode of a document from elsewhere (a record loaded, imported or merged):
 it refuses what the decode above would read as unknown or leave out, with the dotted path of the field and one line
 (``Invalid``): a value of another JSON type, a null item of an array, a number outside its ``Check`` or one its
 ``rule`` refuses, and what the class's ``refuse`` finds wrong of the whole (cells out of order, totals that
-disagree with them). Its result is the decode's: the record keeps it as its typed view (decoded once).
+disagree with them). Its result is the decode's (a record ``loads`` parsed keeps it as its typed view).
 
 Writing (``encode``) lists a dataclass's fields in declaration order under their names, tuples as arrays, a
 float that is not finite as null (JSON has none). A result that is only written (a command's ``--json``
@@ -31,8 +31,8 @@ an object that still writes itself (``to_dict``, not through ``Encoded``) is wri
 attributes its document holds, in order, properties included (``(key, attribute)``: one written under
 another key; ``(key, function)``: what a function of the object, such as a method, returns).
 
-Decoding never raises: a document from elsewhere has passed ``strict`` once, at load (``schema.validate``). A class may reshape its object before its fields are read (``reshape``: a
-fingerprint's GPUs sit at ``gpu.devices``).
+Decoding never raises: a document from elsewhere has passed ``strict`` once, at load (``schema.validate``). A
+class may reshape its object before its fields are read (``reshape``: a fingerprint's GPUs sit at ``gpu.devices``).
 
 Why the standard library: ``dataclasses.fields`` and ``typing.get_type_hints`` are all this needs (its reading,
 writing and checking), they cost no import at start-up, and the model stays plain frozen, slotted dataclasses.

@@ -325,7 +325,8 @@ class NotebookRun:
             if cell.index <= before.index:
                 return (
                     f".cells[{at}].index",
-                    f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: each code cell once, in notebook order",
+                    f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: "
+                    "each code cell once, in notebook order",
                 )
         totals, counted = self.totals, len(self.cells)
         if counted and "cells" in totals.recorded and totals.cells != counted:

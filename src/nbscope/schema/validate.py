@@ -39,9 +39,9 @@ def utc_now() -> str:
 
 
 def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, Any], Envelope, Any]:
-    """``document`` as a run record this version can read, its envelope and its measurements typed (``codec.strict``'s
-    results); InvalidRunDocument with one line if it is not one. ``reader`` is the version of nbscope reading it, which a
-    document of a later schema names."""
+    """``document`` as a run record this version can read, its envelope and its measurements typed
+    (``codec.strict``'s results); InvalidRunDocument with one line if it is not one. ``reader`` is the version of
+    nbscope reading it, which a document of a later schema names."""
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise InvalidRunDocument(f'{source} is not an nbscope run record (no "format": "{FORMAT_NAME}")')
     version = document.get("schema_version")
