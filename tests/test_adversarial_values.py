@@ -469,3 +469,29 @@ def test_merge_reads_an_embedded_run_keyed_by_a_digit_that_is_not_ascii_as_no_ru
     done = run_cli("merge", audit, "--db", tmp_path / "m.db")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert run_cli("show", "1", "--db", tmp_path / "m.db").returncode == 0  # the run under 2^62, imported as run 1
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda t: t.update(numba_compile_s="fast"), "measurements.totals.numba_compile_s is a string, not a number"),
+        (lambda t: t.update(cache_retrieval_s=-3), "totals.cache_retrieval_s is -3: a measurement cannot be negative"),
+        (lambda t: t.update(import_s={"numpy": True}), "measurements.totals.import_s.numpy is a boolean, not a number"),
+        (
+            lambda t: t.update(odd_s=[1.0, 5e7]),
+            "measurements.totals.odd_s[1] is 50000000.0, larger than any measurement",
+        ),
+    ],
+    ids=["string-time", "negative-retrieval", "boolean-in-a-time-object", "untyped-time-too-long"],
+)
+def test_a_time_read_by_name_is_a_number_whether_typed_or_not(
+    change: Any, words: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """``history --metric`` reads any total by name: a ``*_s`` or ``*_bytes`` figure is a number wherever it is."""
+    bad = _written(tmp_path, "bad.json", lambda m: change(m["totals"]))
+    assert_one_line_error(run_cli("import", bad, "--db", tmp_path / "s.db"), words)
+
+
+def test_a_large_size_is_no_time(tmp_path: Path, run_cli: Any) -> None:
+    big = _written(tmp_path, "big.json", lambda m: m["totals"].update(peak_rss_bytes=5e10, odd_bytes=[6e10]))
+    assert run_cli("import", big, "--db", tmp_path / "s.db").returncode == 0

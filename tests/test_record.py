@@ -234,8 +234,8 @@ def _cells(document: dict[str, Any]) -> list[dict[str, Any]]:
         (lambda d: d["measurements"].__setitem__("totals", [1.5]), "measurements.totals", "an array", "an object"),
         (
             lambda d: d["measurements"]["totals"].__setitem__("wall_s", {"median": "1.5"}),
-            "measurements.totals.wall_s",
-            "an object",
+            "measurements.totals.wall_s.median",
+            "a string",
             "a number",
         ),
         (

@@ -229,6 +229,9 @@ class Totals:
     cache_state: str | None
     kernel_start_s: Time
     peak_rss_bytes: Annotated[float | None, Check(0, math.inf, "size")]
+    numba_compile_s: Time = None  # typed for the check (``history --metric`` reads totals by name)
+    cache_retrieval_s: Time = None
+    execute_s: Time = None
     # a warm-cache run's saving against the cold run it was measured against (None: not a warm run)
     cache_saving_s: float | None = None
     cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None

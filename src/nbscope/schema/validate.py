@@ -126,20 +126,24 @@ class NotANumber(float):
 MAX_SECONDS = codec.MAX_SECONDS  # no time in a record is longer (``*_s`` anywhere, typed or not)
 
 
-def _check_values(value: object, where: str, source: str) -> None:
-    """Every number finite, at most 2^63, and at most :data:`MAX_SECONDS` for a time (``*_s``, typed or not)."""
+def _check_values(value: object, where: str, source: str, unit: str = "") -> None:
+    """Every number finite, at most 2^63, and at most :data:`MAX_SECONDS` for a time; a time or size (``unit``:
+    under a ``*_s`` or ``*_bytes`` key, typed or not: ``history --metric`` reads any by name) a number, or an array
+    or object of them."""
     if isinstance(value, float) and not math.isfinite(value):
         shown = value.token if isinstance(value, NotANumber) else repr(value)
         raise InvalidRunDocument(f"{source}: {where.lstrip('.') or 'the document'} is {shown}, not a finite number")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        field = where.rpartition(".")[2].strip("'")
-        if abs(value) > 2**63 or (field.endswith("_s") and abs(value) > MAX_SECONDS):
+        if abs(value) > 2**63 or (unit == "_s" and abs(value) > MAX_SECONDS):
             raise InvalidRunDocument(
                 f"{source}: {where.lstrip('.')} is {codec.shown(value)}, larger than any measurement"
             )
+    elif unit and isinstance(value, (str, bool)):
+        raise InvalidRunDocument(f"{source}: {where.lstrip('.')} is {codec.a(codec.json_type(value))}, not a number")
     if isinstance(value, dict):
         for key, item in value.items():
-            _check_values(item, f"{where}.{codec.step(key)}", source)
+            named = next((u for u in ("_s", "_bytes") if isinstance(key, str) and key.endswith(u)), unit)
+            _check_values(item, f"{where}.{codec.step(key)}", source, named)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_values(item, f"{where}[{i}]", source)
+            _check_values(item, f"{where}[{i}]", source, unit)
