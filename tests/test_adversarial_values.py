@@ -88,7 +88,7 @@ IMPOSSIBLE = {
         "more than the run's 2 cells",
     ),
     "negative-trip-count": (_set_loops("trip_count", -1000), "loops[0].trip_count", "a trip count cannot be negative"),
-    "absurd-trip-count": (_set_loops("trip_count", 2**60), "loops[0].trip_count", "larger than any trip count"),
+    "absurd-trip-count": (_set_loops("trip_count", 2**64), "loops[0].trip_count", "larger than any"),
     "trip-count-a-string": (_set_loops("trip_count", "many"), "loops[0].trip_count", "a string, not an integer"),
     "kernels-per-iteration-a-list": (
         _set_loops("kernels_per_iteration", [1]),

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Self
 from nbscope.schema.codec import Check, Time
 
 Many = Annotated[int | None, Check()]  # how many of something; None: not recorded
-Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop
+Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop seen run (kernels counted)
 Amount = Annotated[float | None, Check(0, math.inf, "size or factor")]  # bytes, a rate, a factor: never negative
 # XLA's cost analysis gives -1 for a figure it cannot count (jax-ml/jax#16008, #20184): unknown, and kept as recorded
 Cost = Annotated[float | None, Check(0, math.inf, refused=False)]
@@ -108,9 +108,10 @@ class Loop:
 
     id: str  # the while instruction's name, unique in its program
     parent: str | None  # the enclosing loop's id; None: in the entry computation
-    trip_count: Annotated[int | None, Check(noun="trip count")]  # static (XLA's known_trip_count); None: run time
+    # static (XLA's known_trip_count, an int64); None: known only at run time
+    trip_count: Annotated[int | None, Check(0, 2**63 - 1, "trip count")]
     trip_count_source: str | None
-    outer_iterations: Trips  # the enclosing loops' iterations (None: one of them is unknown)
+    outer_iterations: Annotated[float | None, Check(0, math.inf, "trip count")]  # the enclosing loops' (None: unknown)
     kernels_per_iteration: Many
     conditionals_per_iteration: Many
     select_conds: Many  # instructions of a cond that XLA:CPU turned into a select
