@@ -12,7 +12,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.record.run import FORMAT_NAME, SCHEMA_VERSION, RunRecord, dump, load, loads, utc_now
-from nbscope.schema.validate import REQUIRED_FIELDS, validate
+from nbscope.schema.validate import validate
 
 FINGERPRINT = {"fingerprint_version": 1, "cpu": {"model": "Test CPU", "logical_cores": 4}, "digest": "0123456789ab"}
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -148,7 +148,9 @@ def test_mistyped_schema_version_is_refused(version: Any) -> None:
     assert_one_line_error(excinfo, "odd.json", "schema_version")
 
 
-@pytest.mark.parametrize("name", [n for n in REQUIRED_FIELDS if n not in ("format", "schema_version")])
+@pytest.mark.parametrize(
+    "name", ["tool_version", "command", "started_at", "kind", "target", "fingerprint", "measurements"]
+)
 def test_missing_required_field_is_refused(name: str) -> None:
     document = make_record().to_dict()
     del document[name]
@@ -220,7 +222,7 @@ def _cells(document: dict[str, Any]) -> list[dict[str, Any]]:
             lambda d: _cells(d)[0].__setitem__("jax", {"functions": [{"name": "f", "count": "2"}]}),
             "measurements.cells[0].jax.functions[0].count",
             "a string",
-            "a number",
+            "an integer",
         ),
         (
             lambda d: _cells(d)[0].__setitem__("rss", {"peak_bytes": "1 GB"}),

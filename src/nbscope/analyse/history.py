@@ -372,7 +372,7 @@ def find_cell(cells: Sequence[Cell], selector: str) -> Cell | None:
     unique substring of its first line."""
     selector = selector.strip()
     number = selector.removeprefix("#")
-    if number.isdigit():
+    if number.isascii() and number.isdigit() and len(number) < 10:
         wanted = int(number) - 1
         return next((c for c in cells if c.index == wanted), None)
     by_hash = [c for c in cells if c.source_hash.startswith(selector)]

@@ -19,7 +19,7 @@ from nbscope._errors import NbscopeError
 from nbscope._files import read_json
 from nbscope.analyse.book import CELL_KINDS, Lectures, RunSet, SlowestCells
 from nbscope.record.run import LABEL_PATTERN, RunRecord
-from nbscope.record.store import Store, resolve_run
+from nbscope.record.store import Store, resolve_run, run_id_of
 from nbscope.schema.audit import Audit
 from nbscope.schema.audit_file import AuditFile
 from nbscope.schema.codec import decode
@@ -32,7 +32,7 @@ def run_set(reference: str, store: Store) -> RunSet:
     path = Path(reference)
     if path.is_dir() or (path.is_file() and path.name in BOOK_FILES):
         return _book(reference, store)
-    if path.is_file() or reference.isdigit() or reference == "latest" or reference.startswith("latest:"):
+    if path.is_file() or run_id_of(reference) is not None or reference == "latest" or reference.startswith("latest:"):
         record = resolve_run(reference, store, kinds=(*CELL_KINDS, "audit"))
         if record.kind == "audit":
             return _audit(reference, record, store, path if path.is_file() else None)

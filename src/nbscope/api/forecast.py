@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.forecast.devices import DeviceTable, load_table
-from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
+from nbscope.record.store import RUN_REFERENCE, Store, resolve_run, run_id_of
 from nbscope.schema.codec import Encoded, Write, never
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ def forecast_run(
     from nbscope.analyse.forecast.measured import against_measured
 
     other = resolve_run(measured, store)
-    if other.run_id is None and measured.isdigit():
-        other.run_id = int(measured)
+    if other.run_id is None:
+        other.run_id = run_id_of(measured)
     return result.with_measured(tuple(against_measured(result, other, d.key) for d in result.devices))
 
 
@@ -72,8 +72,8 @@ def calibrate_device(
         raise NbscopeError("--calibrate-from needs --name KEY for the new device (e.g. --name my-a100)")
     records = [resolve_run(r, store) for r in runs]
     for reference, record in zip(runs, records, strict=True):
-        if record.run_id is None and reference.isdigit():
-            record.run_id = int(reference)
+        if record.run_id is None:
+            record.run_id = run_id_of(reference)
     base_device = resolve(table, base)[0] if base else None
     entry = calibrate(records, name, base_device)
     return Calibrated(name, entry, to_toml(entry))

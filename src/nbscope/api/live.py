@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.record import live as live_format
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, loads
 from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:
@@ -37,12 +37,13 @@ class Imported:
 
 
 def recover_unfinished(path: str | Path) -> RunRecord:
-    """The partial run of a live file, refusing a file whose run is still going."""
+    """The partial run of a live file, refusing a file whose run is still going, and checked as an imported
+    record is (its lines may be crafted: one line naming the field)."""
     path = Path(path)
     run = live_format.read_live(path)
     if run.running():
         raise NbscopeError(f"{path} is still being written by process {run.header.pid}; import it once that run ends")
-    return live_format.recover(path)
+    return loads(live_format.recover(path).to_json(), source=str(path))
 
 
 def stored_id(record: RunRecord, store: Store) -> int | None:

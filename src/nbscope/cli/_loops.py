@@ -17,9 +17,12 @@ def _trip_counts(text: str | None) -> list[int] | None:
     if not text:
         return None
     try:
-        return [int(float(part)) for part in text.split(",") if part.strip()]
-    except ValueError:
+        counts = [int(float(part)) for part in text.split(",") if part.strip()]
+    except (ValueError, OverflowError):  # OverflowError: 1e400, an infinite count
         raise NbscopeError(f"--trips expects comma-separated trip counts, got {text!r}") from None
+    if any(count > 2**31 - 1 for count in counts):  # JAX counts a loop's iterations in 32 bits
+        raise NbscopeError(f"--trips {text}: a trip count is at most {2**31 - 1}")
+    return counts
 
 
 @app.command()

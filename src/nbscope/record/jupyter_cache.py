@@ -32,7 +32,7 @@ from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.record.cells import target_name
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, loads
 from nbscope.schema.codec import decode
 from nbscope.schema.jupyter_cache import Book2Entry, CacheData, MystContext
 from nbscope.schema.machine import Machine
@@ -288,6 +288,8 @@ def import_cache(
             root=root,
             fingerprint_source=fingerprint_source or "given",
         )
+    for record in records:  # every row checked as an imported record is, before any is stored
+        loads(record.to_json(), source=f"{book2 or database} entry {record.target}")
     for record in records:
         store.save(record)
     return records, len(rows) - len(fresh)

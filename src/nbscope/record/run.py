@@ -151,9 +151,9 @@ class RunRecord(codec.Encoded):
         return redact(json.dumps(_finite(self.to_dict()), indent=indent, default=_json_default, allow_nan=False))
 
     @classmethod
-    def from_dict(cls, document: object, *, source: str = "document") -> RunRecord:
-        document = migrate(_checked(document, source))
-        envelope = codec.decode(Envelope, document)
+    def from_dict(cls, document: object, *, source: str = "document", parsed: bool = False) -> RunRecord:
+        document, envelope, measured = _checked(document, source)
+        document = migrate(document)
         record = cls(
             kind=envelope.kind,
             target=envelope.target,
@@ -168,7 +168,9 @@ class RunRecord(codec.Encoded):
             schema_version=envelope.schema_version,
             label=envelope.label,
         )
-        record._views = {}
+        # ``parsed``: the document was parsed for this record alone (``loads``), so its typed measurements are the
+        # strict decode's; a caller's own dict may be changed in place after, so its views are decoded on first use.
+        record._views = {type(measured): measured} if parsed else {}
         return record
 
     def notebook_run(self) -> NotebookRun:
@@ -336,9 +338,9 @@ def content_hash(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _checked(document: object, source: str) -> dict[str, Any]:
-    """``document`` once ``schema.validate`` has found it a run record this version reads; else its one line, as
-    the NbscopeError every command reports."""
+def _checked(document: object, source: str) -> tuple[dict[str, Any], Envelope, Any]:
+    """``document`` once ``schema.validate`` has found it a run record this version reads, and its measurements
+    typed; else its one line, as the NbscopeError every command reports."""
     try:
         return run_document.validate(document, source=source, reader=__version__)
     except run_document.InvalidRunDocument as exc:
@@ -397,7 +399,7 @@ def loads(text: str, *, source: str = "document") -> RunRecord:
         ) from None
     except ValueError:  # Python's bound on reading an integer of thousands of digits
         raise NbscopeError(f"{source} holds a number of thousands of digits; not a run record") from None
-    return RunRecord.from_dict(document, source=source)
+    return RunRecord.from_dict(document, source=source, parsed=True)
 
 
 def load(path: str | Path) -> RunRecord:

@@ -96,10 +96,9 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
 
     db.execute("ALTER TABLE runs ADD COLUMN label TEXT")
     for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
-        try:
-            label = codec.decode(LabelledRun, json.loads(document)).label
-        except (TypeError, ValueError):
-            continue  # a corrupt row stays unlabelled (and is reported when read)
+        label = codec.decode(
+            LabelledRun, _json_column(document)
+        ).label  # a corrupt row: unlabelled (reported when read)
         if label is not None:
             db.execute("UPDATE runs SET label = ? WHERE id = ?", (label, run_id))
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
@@ -278,10 +277,7 @@ def _migrate_to_7(db: sqlite3.Connection) -> None:
     names = (*FIGURE_COLUMNS, "cache_state", *HASH_COLUMNS)
     update = f"UPDATE runs SET {', '.join(f'{name} = ?' for name in names)} WHERE id = ?"
     for run_id, text in db.execute("SELECT run_id, document FROM documents"):  # one document at a time
-        try:
-            document = json.loads(text)
-        except (TypeError, ValueError):
-            continue  # a corrupt row keeps empty columns (and is reported when read)
+        document = _json_column(text)  # a corrupt row keeps empty columns (and is reported when read)
         if isinstance(document, dict):
             db.execute(update, (*_document_summary(document), run_id))
     # A notebook's runs on one backend, in time order, with the figures a book's history reads.
@@ -314,9 +310,8 @@ MIGRATIONS = {
 
 def _document_hash(text: str) -> str:
     """The content hash of a stored document; the text's own hash when it is not JSON (a corrupt row)."""
-    try:
-        document = json.loads(text)
-    except (TypeError, ValueError):
+    document = _json_column(text)
+    if document is None:
         return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
     from nbscope.record import run as record_module
 
@@ -471,10 +466,12 @@ def _newest_ids(db: sqlite3.Connection, query: RunQuery) -> Iterator[int]:
         yield int(run_id)
 
 
-def _json_column(text: Any) -> Any:
+def _json_column(text: object) -> Any:
+    from nbscope.schema._fields import without_surrogates  # a crafted store's summary may hold lone surrogates
+
     try:
-        return json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+        return without_surrogates(json.loads(text)) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
         return None
 
 
@@ -797,6 +794,8 @@ class Store:
         return int(found[0]) if found is not None else None
 
     def get(self, run_id: int) -> RunRecord:
+        if not 0 <= run_id <= MAX_RUN_ID:
+            raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
         with self._connect() as db:
             row = db.execute(
                 "SELECT d.document FROM runs r LEFT JOIN documents d ON d.run_id = r.id WHERE r.id = ?", (run_id,)
@@ -1205,6 +1204,20 @@ def _backend(record: RunRecord) -> str | None:
     return record_module.backend_of(record)["platform"]
 
 
+# The largest id SQLite gives a run (a 64-bit INTEGER PRIMARY KEY).
+MAX_RUN_ID = 2**63 - 1
+
+
+def run_id_of(text: str) -> int | None:
+    """The run id ``text`` is (ASCII digits), None when it is none; a one-line NbscopeError when it is larger than
+    any run id."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    if len(text.lstrip("0")) > 19 or int(text) > MAX_RUN_ID:
+        raise NbscopeError(f"run id {text[:40]} is larger than any run id (at most {MAX_RUN_ID})")
+    return int(text)
+
+
 # The grammar of a run reference, the same in every command that takes a run.
 RUN_REFERENCE = "a run id, latest, latest:NOTEBOOK, a label (LABEL or LABEL:NOTEBOOK) or a run JSON file"
 
@@ -1228,8 +1241,8 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     text = reference.strip()
     if not text:
         raise NbscopeError(f"an empty run reference; give {RUN_REFERENCE}")
-    if text.isdigit():
-        return store.get(int(text))
+    if (run_id := run_id_of(text)) is not None:
+        return store.get(run_id)
     path = Path(text)
     if path.exists() and not path.is_dir():  # a FIFO or a device too: the bounded reader refuses it in one line
         record = record_module.load(path)

@@ -8,6 +8,7 @@ never figures, and what a field lacks reads as None (unknown), never as a guess.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,3 +88,22 @@ def line_range(value: object) -> tuple[int, int] | None:
 def yes(value: object) -> bool:
     """True only for a JSON true."""
     return value is True
+
+
+def without_surrogates(value: object) -> Any:
+    """``value`` (parsed JSON, changed in place) with each lone surrogate (``"\\ud800"``: no character, it cannot be
+    written as UTF-8) replaced by U+FFFD, in keys too: what a document from elsewhere may hold (a record, a store's
+    summaries)."""
+    if isinstance(value, str):
+        return value if value.isascii() or not _SURROGATE.search(value) else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        for key in [k for k in value if isinstance(k, str) and without_surrogates(k) != k]:
+            value[without_surrogates(key)] = value.pop(key)
+        for key, item in list(value.items()):
+            value[key] = without_surrogates(item)
+    elif isinstance(value, list):
+        value[:] = map(without_surrogates, value)
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from nbscope.schema.codec import Measured, Read, Write
+from nbscope.schema.codec import Check, Measured, MeasuredTime, Read, Write
 
 # A run's own statuses that measured the notebook (an entry's other statuses: error, unavailable, not-run).
 MEASURED = ("ok", "partial")
@@ -28,6 +29,14 @@ def _always(owner: object) -> bool:
 def _unless_false(value: object) -> bool:
     """A yes unless the document records a no (false, 0): a document without it (or with null) says yes."""
     return value is None or bool(value)
+
+
+def _in_book(path: str) -> str | None:
+    """A notebook's path in its book: relative, and never above the book's folder (a merge's file may be crafted)."""
+    parts = PurePosixPath(path.replace("\\", "/")).parts
+    if path.startswith(("/", "~")) or ".." in parts or (parts and ":" in parts[0]):
+        return f"is {path[:60]!r}, not a path inside the book"
+    return None
 
 
 # ---- the tag on each profile an audit ran ---------------------------------------------------------------
@@ -53,7 +62,7 @@ class AuditTag:
     gpu: Any  # the CUDA_VISIBLE_DEVICES value it was pinned to
     env: Mapping[str, Any]
     worker: Annotated[Any, Write(omit=_interrupted)]  # host, pid, Dask address
-    elapsed_s: Annotated[Measured, Write(omit=_interrupted)]
+    elapsed_s: Annotated[MeasuredTime, Write(omit=_interrupted)]
     interrupted: Annotated[bool | None, Write(omit=_finished)] = None
 
 
@@ -85,7 +94,7 @@ class DeviceForecast:
     """A CPU run's forecast on one GPU, in brief."""
 
     name: str | None
-    cpu_s: Measured
+    cpu_s: MeasuredTime
     low_s: Measured
     high_s: Measured
     verdict: str | None
@@ -123,19 +132,19 @@ class AuditEntry:
     """One notebook on one backend (``measurements["notebooks"]``): how its run ended, its figures, its top
     findings, and the file and run it came from in a merge."""
 
-    path: str
+    path: Annotated[str, Check(rule=_in_book)]
     target: str | None
     source_hash: str | None
     backend: str
     run_id: Any  # its profile in the store (an int), None without one
     status: str | None  # ok / partial (the profile's), error, unavailable, not-run
     reused: bool
-    wall_s: Measured
-    compile_s: Measured
-    run_s: Measured
-    execute_s: Measured
-    kernel_start_s: Measured
-    elapsed_s: Measured
+    wall_s: MeasuredTime
+    compile_s: MeasuredTime
+    run_s: MeasuredTime
+    execute_s: MeasuredTime
+    kernel_start_s: MeasuredTime
+    elapsed_s: MeasuredTime
     cells: int | None
     cells_failed: int | None
     compiles: int | None
@@ -300,10 +309,10 @@ class AuditTotals:
     not_run: int
     unavailable: int
     cells_failed: int
-    wall_s: Measured  # the audit's own wall time (None for a merge)
-    cpu_s: Measured  # sums of notebook totals
-    gpu_s: Measured
-    compile_s: Measured
+    wall_s: MeasuredTime  # the audit's own wall time (None for a merge)
+    cpu_s: MeasuredTime  # sums of notebook totals
+    gpu_s: MeasuredTime
+    compile_s: MeasuredTime
     compared: int  # lectures with both a CPU and a GPU run
     slower_on_gpu: int
 
@@ -327,7 +336,7 @@ class MergedFile:
     digest: str | None
     machine: str | None
     shard: str | None
-    wall_s: Measured
+    wall_s: MeasuredTime
     runs_imported: int
 
 

@@ -21,7 +21,11 @@ def _embedded(value: object) -> Mapping[int, Mapping[str, Any]] | None:
         return {}
     if not isinstance(value, Mapping):
         return None
-    return {int(key): run for key, run in value.items() if str(key).isdigit() and isinstance(run, Mapping)}
+    return {
+        int(key): run
+        for key, run in value.items()
+        if str(key).isascii() and str(key).isdigit() and isinstance(run, Mapping)
+    }
 
 
 def _entries(measurements: object) -> str:

@@ -11,7 +11,15 @@ How a field is read follows from its annotation, so that a figure means the same
   document holds an object (and ``X.present(object)`` when ``X`` says what counts as present);
 * ``tuple[X, ...]`` and ``Mapping[str, X]``: their items read as ``X``, those that read as None left out unless
   ``X`` allows None; ``... | None``: None unless the document holds an array (an object);
-* ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key.
+* ``Annotated[T, Read(reader, key=...)]``: a field read its own way, or from another key;
+* ``Annotated[T, Check(low, high, noun, rule, required, refused)]``: the values a field can hold, declared once
+  beside it: a number outside ``low``..``high`` reads as unknown (None, or 0 for ``int``).
+
+``strict(cls, document, where)`` is the decode of a document from elsewhere (a record loaded, imported or merged):
+it refuses what the decode above would read as unknown or leave out, with the dotted path of the field and one line
+(``Invalid``): a value of another JSON type, a null item of an array, a number outside its ``Check`` or one its
+``rule`` refuses, and what the class's ``refuse`` finds wrong of the whole (cells out of order, totals that
+disagree with them). Its result is the decode's (a record ``loads`` parsed keeps it as its typed view).
 
 Writing (``encode``) lists a dataclass's fields in declaration order under their names, tuples as arrays, a
 float that is not finite as null (JSON has none). A result that is only written (a command's ``--json``
@@ -23,12 +31,11 @@ an object that still writes itself (``to_dict``, not through ``Encoded``) is wri
 attributes its document holds, in order, properties included (``(key, attribute)``: one written under
 another key; ``(key, function)``: what a function of the object, such as a method, returns).
 
-Values were validated once, at load (``schema.validate``, field names in every error); decoding never
-raises on a document that passed. A class may reshape its object before its fields are read (``reshape``: a
-fingerprint's GPUs sit at ``gpu.devices``).
+Decoding never raises: a document from elsewhere has passed ``strict`` once, at load (``schema.validate``). A
+class may reshape its object before its fields are read (``reshape``: a fingerprint's GPUs sit at ``gpu.devices``).
 
-Why the standard library: ``dataclasses.fields`` and ``typing.get_type_hints`` are all this needs (about a
-hundred lines), they cost no import at start-up, and the model stays plain frozen, slotted dataclasses.
+Why the standard library: ``dataclasses.fields`` and ``typing.get_type_hints`` are all this needs (its reading,
+writing and checking), they cost no import at start-up, and the model stays plain frozen, slotted dataclasses.
 msgspec would decode faster but brings its own ``Struct`` model or converters for each of the readers above
 (a bool is never a number, NaN never a figure, a wrong type reads as unknown rather than failing); cattrs
 would need the same hooks registered per type, and a dependency, for no behaviour this lacks.
@@ -80,6 +87,55 @@ class Write:
 
 _PLAIN = Write()
 
+# No measured time is longer than this (about 115 days), no notebook has more code cells, no count is larger: a
+# larger one is a crafted or broken record, which would print as an absurd figure and dominate every total.
+MAX_SECONDS = 1e7
+MAX_CELLS = 100_000
+MAX_COUNT = 2**53
+
+
+class Invalid(ValueError):
+    """A value ``strict`` refuses, in one line: its dotted path (``measurements.cells[1].wall_s``) and what is wrong."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where} {problem}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """The values a field can hold beyond its type: a number from ``low`` to ``high`` (what it counts, ``noun``,
+    names it in a refusal), and ``rule``, a named function saying what is wrong with a value (None: nothing)."""
+
+    low: float = 0.0
+    high: float = MAX_COUNT
+    noun: str = "count"
+    rule: Callable[[Any], str | None] | None = None
+    required: str = ""  # the JSON type a document must hold there ("integer"), not null or nothing
+    refused: bool = True  # False: a value outside reads as unknown, and ``strict`` keeps it (a tool's sentinel)
+
+    def holds(self, value: object) -> bool:  # (NaN is refused by its type's check, before)
+        return isinstance(value, bool) or not isinstance(value, (int, float)) or self.low <= value <= self.high
+
+    def refuse(self, value: object, where: str) -> None:
+        if value is None or value is _ABSENT:
+            if self.required:
+                raise Invalid(where, f"is {'null' if value is None else 'missing'}, not {a(self.required)}")
+            return
+        if isinstance(value, (int, float)) and self.refused and not self.holds(value):
+            low = "negative" if self.low == 0 else f"below {self.low:g}"
+            beyond = f": a {self.noun} cannot be {low}" if value < self.low else f", larger than any {self.noun}"
+            raise Invalid(where, f"is {shown(value)}{beyond}")
+        if self.rule is not None and (problem := self.rule(value)) is not None:
+            raise Invalid(where, problem)
+
+
+def shown(number: float) -> str:
+    """A number as an error quotes it: as written up to 10 characters, else with 3 significant digits."""
+    if isinstance(number, int) and abs(number) >= 10**300:
+        return "a number of more than 300 digits"
+    text = repr(number)
+    return text if len(text) <= 10 else f"{float(number):.3g}"
+
 
 def known(value: object) -> bool:
     """``Write(when=known)``: written unless None (absent, not null)."""
@@ -106,15 +162,29 @@ class Encoded:
 
 
 # Fields read their own way, shared by the classes that have them.
-Time = Annotated[float | None, Read(_fields.time)]  # finite and not negative, else unknown
+Time = Annotated[float | None, Check(0, MAX_SECONDS, "measurement")]  # a duration: finite and not negative
+Seconds = Annotated[float, Check(0, MAX_SECONDS, "measurement")]  # a duration, 0.0 when not recorded
+Count = Annotated[int, Check()]  # how many of something: not negative
+Index = Annotated[int, Check(0, MAX_CELLS, "cell index", required="integer")]  # a code cell's place in its notebook
 Measured = Annotated[float | None, Read(_fields.figure)]  # a figure as recorded: an int stays an int in --json
-Repeat = Annotated[int, Read(_fields.positive)]  # at least 1: a run without repeats ran once
+MeasuredTime = Annotated[Measured, Check(0, MAX_SECONDS, "measurement")]  # a duration, as recorded
+Repeat = Annotated[int, Read(_fields.positive), Check(1, MAX_COUNT, "repeat count")]  # a run without repeats ran once
 Name = Annotated[str | None, Read(_fields.name)]  # a string, or what names it written as one (a run id)
 
 
 def decode(cls: type[T], value: Any) -> T:
     """``cls`` read from the document's ``value`` (an object; anything else reads as an empty one)."""
     return _reader(typing.cast(Any, cls))(value)  # type: ignore[no-any-return]
+
+
+def strict(cls: type[T], value: object, where: str) -> T:
+    """``cls`` read from ``value``, a document from elsewhere at ``where`` (its dotted path), once nothing in it
+    is impossible (``Invalid``, one line naming the field)."""
+    _checker(typing.cast(Any, cls))(value, where)
+    result = decode(cls, value)
+    if (refuse := getattr(cls, "refuse", None)) is not None and (found := refuse(result)) is not None:
+        raise Invalid(where + found[0], found[1])
+    return result
 
 
 def decode_optional(cls: type[T], value: Any) -> T | None:
@@ -208,7 +278,7 @@ def _reader(hint: Any) -> Reader:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
         marker = _marker(hint)
-        reader = marker.reader or _reader(args[0])
+        reader = _bounded(hint, marker.reader or _reader(args[0]))
         if marker.otherwise is ...:
             return reader
         return lambda v: reader(v) or marker.otherwise
@@ -226,6 +296,15 @@ def _reader(hint: Any) -> Reader:
     return lambda v: v  # Any: kept as recorded
 
 
+def _bounded(hint: object, reader: Reader) -> Reader:
+    """``reader``, where a value its ``Check`` does not hold reads as unknown (what an absent one reads as)."""
+    checks = [m for m in typing.get_args(hint)[1:] if isinstance(m, Check)]
+    if not checks:
+        return reader
+    unknown = reader(None)
+    return lambda v: read if all(c.holds(read := reader(v)) for c in checks) else unknown
+
+
 def _marker(hint: Any) -> Read:
     """The ``Read`` of an ``Annotated`` field (an empty one when it has none)."""
     return next((a for a in typing.get_args(hint)[1:] if isinstance(a, Read)), Read())
@@ -236,7 +315,7 @@ def _optional(hint: Any) -> Reader:
     """``hint | None``: None when the document holds nothing of its shape."""
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
-        return _marker(hint).reader or _optional(typing.get_args(hint)[0])
+        return _bounded(hint, _marker(hint).reader or _optional(typing.get_args(hint)[0]))
     if hint in _OPTIONAL_SCALARS:
         return _OPTIONAL_SCALARS[hint]
     read = _reader(hint)
@@ -303,3 +382,126 @@ def _object(cls: type) -> Reader:
         return cls(**{name: read(value.get(key)) for name, key, read in plan})
 
     return read_object
+
+
+# ---- strict: what a document from elsewhere may not hold -------------------------------------------------
+
+Checker = Callable[[object, str], None]
+_JSON_TYPES = ((bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (Mapping, "object"))
+_WANTED: dict[Any, tuple[str, Callable[[Any], bool]]] = {  # a scalar's JSON type, and whether a value is one
+    int: ("integer", lambda v: _fields.whole(v) is not None),
+    float: ("number", lambda v: _fields.figure(v) is not None),
+    str: ("string", lambda v: isinstance(v, str)),
+    bool: ("boolean", lambda v: isinstance(v, bool)),
+}
+
+
+def json_type(value: object) -> str:
+    """``string``, ``object``, ``null``: a value's JSON type, as an error names it."""
+    return "null" if value is None else next((n for t, n in _JSON_TYPES if isinstance(value, t)), type(value).__name__)
+
+
+def a(type_name: str) -> str:
+    """``a string``, ``an object``, ``null``."""
+    return type_name if type_name == "null" else ("an " if type_name[0] in "aeiou" else "a ") + type_name
+
+
+def _refused(where: str, value: object, wanted: str) -> Invalid:
+    if isinstance(value, float) and not math.isfinite(value):
+        return Invalid(where, f"is {value!r}, not a finite number")
+    return Invalid(where, f"is {a(json_type(value))}, not {a(wanted)}")
+
+
+_ABSENT = object()  # a field its object lacks (null is None)
+
+
+def _anything(value: object, where: str) -> None:
+    return None
+
+
+@functools.cache
+def _checker(hint: object) -> Checker:
+    """How a value annotated ``hint`` is checked (``strict``); a field read its own way (``Read(reader)``) is
+    checked only by its ``Check``, and as a number when it is one (a ``Measured`` figure)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        numeric = args[0] in (int, float, int | None, float | None)
+        inner = _checker(args[0]) if _marker(hint).reader is None or numeric else _anything
+        checks = [m for m in args[1:] if isinstance(m, Check)]
+
+        def annotated(value: object, where: str) -> None:
+            inner(value, where)
+            for check in checks:
+                check.refuse(value, where)
+
+        return annotated if checks else inner
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        optional = _checker(present[0]) if len(present) == 1 else _anything
+        return lambda value, where: None if value is None or value is _ABSENT else optional(value, where)
+    if hint in _WANTED:
+        wanted, holds = _WANTED[hint]
+
+        def scalar(value: object, where: str) -> None:
+            if value is not None and value is not _ABSENT and not holds(value):
+                raise _refused(where, value, wanted)
+
+        return scalar
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _container(list, "array", args[0])
+    if origin is not None and issubclass(origin, Mapping):
+        return _container(Mapping, "object", args[1])
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _strict_object(hint)
+    return _anything
+
+
+def _container(kind: type, wanted: str, item_hint: object) -> Checker:
+    item, keep_none = _checker(item_hint), _allows_none(item_hint)
+    item_type = _wanted_type(item_hint)
+
+    def container(value: object, where: str) -> None:
+        if value is None or value is _ABSENT:
+            return
+        if not isinstance(value, kind):
+            raise _refused(where, value, wanted)
+        pairs: Any = value.items() if isinstance(value, Mapping) else enumerate(typing.cast(list[Any], value))
+        for key, entry in pairs:
+            at = f"{where}.{step(key)}" if isinstance(value, Mapping) else f"{where}[{key}]"
+            if entry is None and not keep_none:
+                raise _refused(at, entry, item_type)
+            item(entry, at)
+
+    return container
+
+
+def step(key: object) -> str:
+    """A key as a path names it: as written, or quoted when it holds what would break the line (``'a\\nb'``)."""
+    text = str(key)
+    return text if text.isprintable() and len(text) <= 60 else repr(text[:60])
+
+
+def _wanted_type(hint: object) -> str:
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    origin = typing.get_origin(hint) or hint
+    return (
+        "object" if dataclasses.is_dataclass(hint) or origin in (Mapping, dict) else _WANTED.get(origin, ("array",))[0]
+    )
+
+
+def _strict_object(cls: type) -> Checker:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    plan = [(_marker(hints[f.name]).key or f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls)]
+    reshape = getattr(cls, "reshape", None)
+
+    def strict_object(value: object, where: str) -> None:
+        if value is None or value is _ABSENT:
+            return
+        if not isinstance(value, Mapping):
+            raise _refused(where, value, "object")
+        shaped = reshape(value) if reshape is not None else value
+        for key, check in plan:  # a document's own fields are named as such: field 'kind'
+            check(shaped.get(key, _ABSENT), f"{where}.{step(key)}" if where else f"field {key!r}")
+
+    return strict_object

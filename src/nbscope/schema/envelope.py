@@ -8,23 +8,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
-from nbscope.schema.codec import Read
+from nbscope.schema.codec import Check, Read
+from nbscope.schema.kinds import KINDS
+
+RUN_STATUSES = ("ok", "partial", "error")
+
+
+def _kind(kind: str) -> str | None:
+    return None if kind in KINDS else f"is {kind[:40]!r}, not one of {', '.join(KINDS)}"
+
+
+def _run_status(status: str) -> str | None:
+    return None if status in RUN_STATUSES else f"is {status[:40]!r}, not one of {', '.join(RUN_STATUSES)}"
+
+
+def _iso_time(text: str) -> str | None:
+    """Nothing wrong with ``text`` as an ISO 8601 time (``2026-11-30T07:44:06.362Z``), else what is."""
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return f"is {text[:40]!r}, not an ISO 8601 time"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """The fields of a run document around its parts; validation (``schema.validate``) has checked their
-    types, and the required ones are present. An optional one absent reads as a run without it had it."""
+    """The fields of a run document around its parts, the required ones (``Check(required=...)``) present, as
+    ``schema.validate`` checks them (``codec.strict``). An optional one absent reads as a run without it had it."""
 
-    kind: str
-    target: str
-    command: tuple[Any, ...]
-    started_at: str
-    ended_at: str | None  # None: the run never ended (a run recovered from its live file has it from the file)
-    status: Annotated[str, Read(otherwise="ok")]
-    tool_version: str
+    kind: Annotated[str, Check(rule=_kind, required="string")]
+    target: Annotated[str, Check(required="string")]
+    command: Annotated[tuple[Any, ...], Check(required="array")]
+    started_at: Annotated[str, Check(rule=_iso_time, required="string")]
+    # None: the run never ended (a run recovered from its live file has it from the file)
+    ended_at: Annotated[str | None, Check(rule=_iso_time)]
+    status: Annotated[str, Read(otherwise="ok"), Check(rule=_run_status)]
+    tool_version: Annotated[str, Check(required="string")]
     schema_version: int
     label: str | None
     settings: Mapping[str, Any]  # {} for a record that has none
+    fingerprint: Annotated[Mapping[str, Any], Check(required="object")]
+    measurements: Annotated[Mapping[str, Any], Check(required="object")]

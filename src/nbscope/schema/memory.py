@@ -8,15 +8,19 @@ None.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Annotated
 
-from nbscope.schema.codec import Measured
+from nbscope.schema.codec import Check, Measured
+
+Bytes = Annotated[Measured, Check(0, math.inf, "size")]
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryReading:
     """Bytes in use when the cell started and when it ended, and the most while it ran (resident memory only)."""
 
-    before_bytes: Measured
-    after_bytes: Measured
-    peak_bytes: Measured
+    before_bytes: Bytes
+    after_bytes: Bytes
+    peak_bytes: Bytes

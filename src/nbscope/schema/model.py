@@ -15,16 +15,29 @@ guess.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Read, Repeat, Time
+from nbscope.schema.codec import MAX_CELLS, Check, Count, Index, Read, Repeat, Seconds, Time, step
 from nbscope.schema.memory import MemoryReading
 from nbscope.schema.programs import CellPrograms, Program, ProgramData
-from nbscope.schema.status import RAN
+from nbscope.schema.status import CELL_STATUSES, RAN
 from nbscope.schema.timeline import TimelineSummary
+
+
+def _cell_status(status: str) -> str | None:
+    return None if status in CELL_STATUSES else f"is {status[:40]!r}, not one of {', '.join(CELL_STATUSES)}"
+
+
+def _lines(value: object) -> str | None:
+    found = _fields.line_range(value)
+    return (
+        None if found is not None and 0 <= found[0] <= found[1] else f"is {str(value)[:40]}, not a first and last line"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +52,11 @@ class JaxFunction:
 
     name: str
     kind: str | None  # user, eager, library
-    count: int
-    cache_hits: int
-    trace_s: float
-    lower_s: float
-    backend_s: float
+    count: Count
+    cache_hits: Count
+    trace_s: Seconds
+    lower_s: Seconds
+    backend_s: Seconds
     shapes: tuple[str, ...]
     caller: str | None
 
@@ -61,15 +74,15 @@ class JaxFunction:
 class JaxFigures:
     """A cell's JAX compile events, summed, and per function."""
 
-    compiles: int
-    user_compiles: int
-    eager_compiles: int
-    library_compiles: int
-    cache_hits: int
-    cache_misses: int
-    trace_s: float
-    lower_s: float
-    backend_s: float
+    compiles: Count
+    user_compiles: Count
+    eager_compiles: Count
+    library_compiles: Count
+    cache_hits: Count
+    cache_misses: Count
+    trace_s: Seconds
+    lower_s: Seconds
+    backend_s: Seconds
     cache_state: str | None
     functions: tuple[JaxFunction, ...]
     cache_retrieval_s: Time = None  # reading compiled programs from JAX's persistent cache
@@ -86,15 +99,15 @@ class JaxFigures:
 class NumbaFunction:
     name: str
     signature: str | None
-    seconds: float
+    seconds: Seconds
     module: str | None
     cache: bool | None
 
 
 @dataclass(frozen=True, slots=True)
 class NumbaFigures:
-    compiles: int
-    compile_s: float
+    compiles: Count
+    compile_s: Seconds
     functions: tuple[NumbaFunction, ...]
 
 
@@ -112,9 +125,9 @@ class CpuTime:
 class Samples:
     """Each repeat's figures of a cell run more than once (``--repeat N``)."""
 
-    wall_s: tuple[float, ...]
-    code_s: tuple[float, ...]
-    compile_s: tuple[float, ...]
+    wall_s: tuple[Seconds, ...]
+    code_s: tuple[Seconds, ...]
+    compile_s: tuple[Seconds, ...]
     status: tuple[str | None, ...]
     wait_s: tuple[Time, ...] = ()  # each repeat's wait for a CPU, beside its wall (empty: not recorded)
 
@@ -123,28 +136,27 @@ class Samples:
 class Cell:
     """One code cell of a run: what ran (its source and where it sits) and what it cost."""
 
-    index: int  # among the notebook's code cells, from 0
-    cell_index: int | None  # among all its cells
+    index: Index  # among the notebook's code cells, from 0
+    cell_index: Annotated[int | None, Check(0, MAX_CELLS, "cell index")]  # among all its cells
     source_hash: str
     source: str | None  # the code that ran (None: a record of schema version 1)
     line: int | None
-    lines: Annotated[
-        tuple[int, int] | None, Read(_fields.line_range)
-    ]  # first and last line in its file (None: a record of schema version 1)
+    # first and last line in its file (None: a record of schema version 1)
+    lines: Annotated[tuple[int, int] | None, Read(_fields.line_range), Check(rule=_lines)]
     first_line: str
     code_line: str
     tags: tuple[str, ...]
-    status: Annotated[str, Read(otherwise="ok")]
+    status: Annotated[str, Read(otherwise="ok"), Check(rule=_cell_status)]
     error: CellError | None
     execution_count: int | None
-    wall_s: float | None
-    code_s: float | None
-    roundtrip_s: float | None
-    compile_s: float | None
-    run_s: float | None
-    overhead_s: float | None
-    compile_share: float | None
-    spread: float | None
+    wall_s: Time
+    code_s: Time
+    roundtrip_s: Time
+    compile_s: Time
+    run_s: Time
+    overhead_s: Time
+    compile_share: Annotated[float | None, Check(0, 1, "share")]
+    spread: Annotated[float | None, Check(0, math.inf, "spread")]
     jax: JaxFigures | None
     numba: NumbaFigures | None
     samples: Samples | None
@@ -202,23 +214,26 @@ class Cell:
 class Totals:
     """A run's notebook-level figures (what ``nbscope runs`` lists)."""
 
-    wall_s: float | None
-    compile_s: float | None
-    run_s: float | None
-    cells: int
-    cells_run: int
-    cells_ok: int
-    cells_failed: int
-    compiles: int
-    user_compiles: int
-    eager_compiles: int
-    library_compiles: int
-    numba_compiles: int
-    cache_hits: int
-    cache_misses: int
+    wall_s: Time
+    compile_s: Time
+    run_s: Time
+    cells: Count
+    cells_run: Count
+    cells_ok: Count
+    cells_failed: Count
+    compiles: Count
+    user_compiles: Count
+    eager_compiles: Count
+    library_compiles: Count
+    numba_compiles: Count
+    cache_hits: Count
+    cache_misses: Count
     cache_state: str | None
-    kernel_start_s: float | None
-    peak_rss_bytes: float | None
+    kernel_start_s: Time
+    peak_rss_bytes: Annotated[float | None, Check(0, math.inf, "size")]
+    numba_compile_s: Time = None  # typed for the check (``history --metric`` reads totals by name)
+    cache_retrieval_s: Time = None
+    execute_s: Time = None
     # a warm-cache run's saving against the cold run it was measured against (None: not a warm run)
     cache_saving_s: float | None = None
     cache_baseline_run: Annotated[str | None, Read(_fields.name)] = None
@@ -246,16 +261,16 @@ class RunnerInfo:
 
     pathway: str | None = None  # kernel (a profile), trace
     transport: str | None = None  # the kernel's ZMQ transport: tcp, or ipc where no loopback TCP works
-    kernel_start_s: float | None = None  # spawning the kernel until it answered
-    execute_s: float | None = None  # the cells, one after another, as nbclient ran them
-    shutdown_s: float | None = None
-    total_s: float | None = None
-    kernel_restarts: int = 0  # a kernel that died before its first reply gets one more start
+    kernel_start_s: Time = None  # spawning the kernel until it answered
+    execute_s: Time = None  # the cells, one after another, as nbclient ran them
+    shutdown_s: Time = None
+    total_s: Time = None
+    kernel_restarts: Count = 0  # a kernel that died before its first reply gets one more start
     interrupt_ignored: int | None = None  # the index of a timed-out cell that ignored the interrupt
     kernel_log_tail: str | None = None  # what the kernel printed last, kept for a run that did not end ok
     recovered_from: str | None = None  # the live file a recovered run was read from
     command: tuple[str, ...] = ()  # trace: the command that ran the notebooks
-    command_wall_s: float | None = None
+    command_wall_s: Time = None
     returncode: int | None = None
     interrupted: str | None = None  # trace: the signal that stopped the command
     oom_kill: OomKillInfo | None = None  # the kernel died while Linux counted an OOM kill where it ran
@@ -322,6 +337,44 @@ class NotebookRun:
     @staticmethod
     def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
         return {**value, "cells_recorded": isinstance(value.get("cells"), list)}
+
+    def refuse(self) -> tuple[str, str] | None:
+        """What ``codec.strict`` refuses of a run as a whole: cells not each once in notebook order, totals that
+        count other cells than it lists (when it lists any), a loop whose parent is no loop, or a cycle of them."""
+        for at, (before, cell) in enumerate(itertools.pairwise(self.cells), 1):
+            if cell.index <= before.index:
+                return (
+                    f".cells[{at}].index",
+                    f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: "
+                    "each code cell once, in notebook order",
+                )
+        totals, counted = self.totals, len(self.cells)
+        if counted and "cells" in totals.recorded and totals.cells != counted:
+            return ".totals.cells", f"is {totals.cells}, but the run lists {counted} cells"
+        parts = {"cells_run": totals.cells_run, "cells_ok + cells_failed": totals.cells_ok + totals.cells_failed}
+        for name, count in parts.items():
+            if count > totals.cells and "cells" in totals.recorded:
+                return (
+                    f".totals.{name.partition(' ')[0]}",
+                    f"counts {count} of {name}, more than the run's {totals.cells} cells",
+                )
+        for key, program in self.program_data.programs.items() if self.program_data else ():
+            parents = {loop.id: loop.parent for loop in program.loops}  # readers walk up: no chain may come back
+            for chain, parent in (([loop_id], parent) for loop_id, parent in parents.items()):
+                while parent is not None:
+                    where = f".programs.programs.{step(key)}.loops"
+                    if parent not in parents:
+                        return (
+                            where,
+                            f"loop {chain[-1][:60]!r} has parent {parent[:60]!r}, which is no loop of its program",
+                        )
+                    if parent in chain:
+                        return (
+                            where,
+                            f"the loops' parents form a cycle ({' -> '.join(c[:40] for c in [*chain, parent])})",
+                        )
+                    chain, parent = [*chain, parent], parents[parent]
+        return None
 
     @property
     def sources(self) -> dict[str, str]:

@@ -19,9 +19,18 @@ dataclasses), which reads a cell's and a run's program data with these. A field 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Self
+from typing import Annotated, Any, Self
+
+from nbscope.schema.codec import Check, Time
+
+Many = Annotated[int | None, Check()]  # how many of something; None: not recorded
+Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop seen run (kernels counted)
+Amount = Annotated[float | None, Check(0, math.inf, "size or factor")]  # bytes, a rate, a factor: never negative
+# XLA's cost analysis gives -1 for a figure it cannot count (jax-ml/jax#16008, #20184): unknown, and kept as recorded
+Cost = Annotated[float | None, Check(0, math.inf, refused=False)]
 
 __all__ = [
     "CallRate",
@@ -52,11 +61,11 @@ class Work:
     """Work of some code: flops, transcendentals and bytes accessed, and of the flops and transcendentals the
     float64 (or complex128) ones."""
 
-    flops: float | None
-    transcendentals: float | None
-    bytes: float | None
-    flops_f64: float | None
-    transcendentals_f64: float | None
+    flops: Cost
+    transcendentals: Cost
+    bytes: Cost
+    flops_f64: Cost
+    transcendentals_f64: Cost
 
     def plus(self, other: Work, times: float = 1.0) -> Self:
         """This work and ``times`` times ``other`` (an unknown figure adds as none), of this one's type."""
@@ -70,8 +79,8 @@ class Entry(Work):
     """A program's entry computation: its own work (loops excluded), the kernels it launches and its
     conditionals."""
 
-    kernels: int | None
-    conditionals: int | None
+    kernels: Many
+    conditionals: Many
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +108,14 @@ class Loop:
 
     id: str  # the while instruction's name, unique in its program
     parent: str | None  # the enclosing loop's id; None: in the entry computation
-    trip_count: int | None  # static (XLA's known_trip_count); None: known only at run time
+    # static (XLA's known_trip_count, an int64); None: known only at run time
+    trip_count: Annotated[int | None, Check(0, 2**63 - 1, "trip count")]
     trip_count_source: str | None
-    outer_iterations: float | None  # the enclosing loops' iterations (None: one of them is unknown)
-    kernels_per_iteration: int | None
-    conditionals_per_iteration: int | None
-    select_conds: int | None  # instructions of a cond that XLA:CPU turned into a select
-    syncs_per_iteration: int | None  # waits for the host per iteration on XLA:GPU
+    outer_iterations: Annotated[float | None, Check(0, math.inf, "trip count")]  # the enclosing loops' (None: unknown)
+    kernels_per_iteration: Many
+    conditionals_per_iteration: Many
+    select_conds: Many  # instructions of a cond that XLA:CPU turned into a select
+    syncs_per_iteration: Many  # waits for the host per iteration on XLA:GPU
     per_iteration: Work
     source: SourceSpan | None
     op_name: str | None
@@ -145,8 +155,8 @@ class Program:
     per_execution: PerExecution
     float_dtypes: tuple[str, ...]  # f32, f64, ...
     cost_source: str | None  # xla-cost-analysis or estimate
-    parameters_bytes: tuple[int, ...]  # each entry parameter's size
-    output_bytes: int | None
+    parameters_bytes: tuple[Annotated[int, Check(0, math.inf, "size")], ...]  # each entry parameter's size
+    output_bytes: Many
     gpu: GpuLowering | None  # None: not lowered for CUDA
 
 
@@ -173,8 +183,8 @@ class ProgramData:
 class ObservedLoop:
     """What a cell's trace showed of one loop of a program it executed."""
 
-    iterations: float | None  # per execution, counted from the body's kernels
-    cpu_s: float | None  # inside the loop, over all the cell's executions
+    iterations: Trips  # per execution, counted from the body's kernels
+    cpu_s: Time  # inside the loop, over all the cell's executions
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +192,11 @@ class Execution:
     """One program's executions in a cell: how many, on what basis, and its CPU time."""
 
     program: str  # its key in the run's table (``ProgramData.programs``)
-    count: int | None  # None: sampled (see ``sampled_runs``)
+    count: Many  # None: sampled (see ``sampled_runs``)
     count_basis: str | None  # trace, sampled, device trace, compiled, extrapolated
-    sampled_runs: int | None  # the runs seen when the trace was sampled
-    traced_count: int | None  # the runs seen in a trace cut short (``count`` is then extrapolated)
-    cpu_s: float | None  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
+    sampled_runs: Many  # the runs seen when the trace was sampled
+    traced_count: Many  # the runs seen in a trace cut short (``count`` is then extrapolated)
+    cpu_s: Time  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
     loops: Mapping[str, ObservedLoop]  # by loop id
 
     @property
@@ -207,13 +217,13 @@ class Transfers:
     """A cell's host↔device copies, counted in its trace; bytes bounded by the parameters of the call that made
     them (``unsized``: copies outside a call, bounded only by their time)."""
 
-    host_to_device: int | None
-    device_to_host: int | None
-    sized: int | None
-    unsized: int | None
-    bytes_low: float | None
-    bytes_high: float | None
-    cpu_s: float | None  # the time they took on this CPU
+    host_to_device: Many
+    device_to_host: Many
+    sized: Many
+    unsized: Many
+    bytes_low: Amount
+    bytes_high: Amount
+    cpu_s: Time  # the time they took on this CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,34 +232,34 @@ class TraceWindow:
     extrapolated by to the whole cell."""
 
     cut: bool | None
-    traced_s: float | None  # how long the session ran
+    traced_s: Time  # how long the session ran
     grown_bytes: int | None  # what it had grown by then
     reason: str | None  # the rule that cut it: "memory budget" (the kernel's), "early", "trace budget", "heap cap"
     kernel_grown_bytes: int | None  # the kernel's resident growth since the session started, at the cut
-    wait_s: float | None  # how long the cell's thread waited for a CPU in it
-    stop_s: float | None  # how long stopping it took
-    cell_s: float | None  # the cell's time
-    scale: float | None  # the factor the counts, CPU and busy times and transfers were multiplied by
-    compile_s: float | None = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
+    wait_s: Time  # how long the cell's thread waited for a CPU in it
+    stop_s: Time  # how long stopping it took
+    cell_s: Time  # the cell's time
+    scale: Amount  # the factor the counts, CPU and busy times and transfers were multiplied by
+    compile_s: Time = None  # JAX's compile seconds in the cell before the cut (None: not recorded)
 
 
 @dataclass(frozen=True, slots=True)
 class CallRate:
     """The jitted calls a cut trace saw, and their rate over its later half (what the extrapolation used)."""
 
-    calls: int | None
-    late_calls: int | None
-    late_s: float | None
-    late_per_s: float | None
+    calls: Many
+    late_calls: Many
+    late_s: Time
+    late_per_s: Amount
 
 
 @dataclass(frozen=True, slots=True)
 class CollectTimes:
     """What collecting a cell's program data cost, in the kernel after the cell's timed code."""
 
-    trace_stop_s: float | None  # stopping and writing its profiler session
-    programs_s: float | None  # collecting the HLO after a compiling cell
-    gpu_lowering_s: float | None  # lowering its new programs for CUDA
+    trace_stop_s: Time  # stopping and writing its profiler session
+    programs_s: Time  # collecting the HLO after a compiling cell
+    gpu_lowering_s: Time  # lowering its new programs for CUDA
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +271,8 @@ class CellPrograms:
     sampled: bool | None  # the trace's stats were read for every k-th event only
     trace: str | None  # "read", or why the cell has no trace
     new_programs: tuple[str, ...]  # programs first seen (compiled or loaded) in this cell
-    cpu_busy_s: float | None  # union of all program thunks
-    xla_busy_s: float | None  # all of XLA:CPU's work, attributed to a known program or not
+    cpu_busy_s: Time  # union of all program thunks
+    xla_busy_s: Time  # all of XLA:CPU's work, attributed to a known program or not
     window: TraceWindow | None  # only for a trace cut short
     call_rate: CallRate | None  # only with ``window``
     uncaptured: Mapping[str, int]  # programs that ran but whose HLO was not captured, by module: runs seen

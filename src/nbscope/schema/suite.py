@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Measured, Read, Write, known
+from nbscope.schema.codec import Measured, MeasuredTime, Read, Write, known
 
 __all__ = [
     "BenchGroup",
@@ -90,9 +90,9 @@ def _points(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
 class FirstCall:
     """A figure's first call in its fresh process, split into compile and run where a compiler is involved."""
 
-    wall_s: Measured
-    compile_s: Measured  # None: no compiler to probe (pure Python, NumPy)
-    run_s: Measured
+    wall_s: MeasuredTime
+    compile_s: MeasuredTime  # None: no compiler to probe (pure Python, NumPy)
+    run_s: MeasuredTime
 
     present = staticmethod(_block)
 
@@ -101,10 +101,10 @@ class FirstCall:
 class Steady:
     """A figure's steady state: statistics of calibrated repeated samples (``collect.bench._stats.summarise``)."""
 
-    median_s: Measured
-    min_s: Measured
-    max_s: Measured
-    mad_s: Measured
+    median_s: MeasuredTime
+    min_s: MeasuredTime
+    max_s: MeasuredTime
+    mad_s: MeasuredTime
     spread: Measured  # MAD / median
     samples: int | None
     inner: int | None  # calls per sample
@@ -117,8 +117,8 @@ class Steady:
 @dataclass(frozen=True, slots=True)
 class FitPoint:
     trips: int | None
-    median_s: Measured
-    mad_s: Measured
+    median_s: MeasuredTime
+    mad_s: MeasuredTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +214,7 @@ class BenchGroup:
     title: str | None
     status: str | None  # ok, skipped (its library is missing), error (a worker failed)
     reason: str | None
-    wall_s: Measured
+    wall_s: MeasuredTime
     peak_rss_bytes: Measured
     background_cores: Measured
     warnings: tuple[str, ...]
@@ -230,7 +230,7 @@ class BenchGroup:
 class BenchTotals:
     figures: int | None  # timed values: each first call, steady state and fitted slope
     rows: int | None
-    wall_s: Measured
+    wall_s: MeasuredTime
     groups: int | None
     groups_ok: int | None
     groups_skipped: int | None
@@ -249,11 +249,11 @@ class Steadiness:
 
     workload: str | None
     samples: int | None
-    median_s: Measured
-    p10_s: Measured
-    p90_s: Measured
-    min_s: Measured
-    max_s: Measured
+    median_s: MeasuredTime
+    p10_s: MeasuredTime
+    p90_s: MeasuredTime
+    min_s: MeasuredTime
+    max_s: MeasuredTime
     spread: Measured  # half the 10–90 % range over the median
 
 
@@ -305,7 +305,7 @@ class LoopPoint:
 
     trips: int
     seconds: Annotated[float, Read(_fields.figure)]  # the median sample
-    first_call_s: Measured  # with its compile (trip counts are usually static)
+    first_call_s: MeasuredTime  # with its compile (trip counts are usually static)
     inner: int | None  # calls per sample
     samples: Annotated[tuple[float, ...], Read(_measurements)]
     cpu_seconds: Measured  # the process's CPU time, median: the loop's cost without the machine's load
@@ -338,7 +338,7 @@ class LoopEstimate:
 
     device: str | None
     placement: str | None
-    seconds: Measured
+    seconds: Measured  # a + b·n: negative where a fit's slope is (noise), as recorded
     measured_up_to: int | None  # the sweep's longest loop
 
 
@@ -377,7 +377,7 @@ class XlaDump:
 @dataclass(frozen=True, slots=True)
 class LoopsTotals:
     sweeps: int | None
-    wall_s: Measured
+    wall_s: MeasuredTime
     us_per_iter: Measured  # the first fitted sweep's
     r2_min: Measured
     at: int | None

@@ -91,6 +91,7 @@ def merge(
     if not paths:
         raise NbscopeError("give at least one audit file to merge")
     loaded = [(Path(p), *load_audit(p)) for p in paths]
+    _refuse_twice(loaded)
     chosen: dict[tuple[str, str], tuple[tuple[int, int], AuditEntry]] = {}
     order: list[str] = []
     backends: list[str] = []
@@ -190,6 +191,22 @@ def merge(
     if store is not None:
         store.save(record)
     return record
+
+
+def _refuse_twice(loaded: Sequence[tuple[Path, RunRecord, Any]]) -> None:
+    """A one-line NbscopeError when two files are one run, or the same shard of an audit on the same backends (a
+    shard counted twice would hide the one missing)."""
+    seen: dict[Any, Path] = {}
+    for path, record, _ in loaded:
+        asked = decode(AuditSettings, record.settings)
+        keys: list[tuple[Any, ...]] = [("run", record.content_hash())]
+        if asked.shard:
+            keys.append(("shard", asked.shard, tuple(sorted(asked.backends))))
+        for key in keys:
+            if key in seen:
+                what = f"shard {asked.shard} of the same audit" if key[0] == "shard" else "the same audit run"
+                raise NbscopeError(f"{seen[key]} and {path} are {what}: give each shard once")
+            seen[key] = path
 
 
 def missing_notebooks(record: RunRecord) -> list[str]:
