@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from nbscope._errors import NbscopeError
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
-from nbscope.api.publish import keep_run_summary
+from nbscope.api._saving import save_run
 from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
@@ -278,8 +278,9 @@ def confirm_regression(
         return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
     writable = Store(store.path) if getattr(store, "read_only", False) else store
-    rerun = profile(path, rerun_options, store=writable if cand.run_id is not None else None)
-    keep_run_summary(writable, rerun)
+    kept_in = writable if cand.run_id is not None else None
+    rerun = profile(path, rerun_options, store=kept_in)
+    not_kept = save_run(kept_in, rerun)
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
         try:
@@ -289,7 +290,8 @@ def confirm_regression(
     confirmation = Confirmation(
         first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id, confirmed=not second.passed
     )
-    return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
+    warnings = [confirmation.sentence(), *second.warnings, *([not_kept] if not_kept else [])]
+    return replace(second, warnings=warnings, confirmation=confirmation)
 
 
 def _notebook_file(store: Store, cand: RunRecord) -> Path | None:

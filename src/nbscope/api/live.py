@@ -95,7 +95,7 @@ class Imports:
 def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[str], None] | None = None) -> Imports:
     """``nbscope import``: run records (``export`` or ``--json`` output) and live files of unfinished runs
     (``.jsonl``) stored, each once; every file is read and validated before anything is written."""
-    from nbscope.api.publish import keep_run_summary
+    from nbscope.api._saving import save_run
     from nbscope.api.runs import load_run, open_store
 
     recovered = [(path, recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
@@ -105,12 +105,12 @@ def import_runs(files: Sequence[Path], db: Path | None, *, on_skip: Callable[[st
     for path, partial in recovered:
         done = store_recovered(path, partial, store)
         if done.added:
-            keep_run_summary(store, done.record)  # publish then reads it, as a profiled run's
+            save_run(store, done.record)  # saved: publish then reads its summary, as a profiled run's
         imported.append(ImportedRun(path, done.record, done.added, done.removed))
     for path, record in records:
         _, added = store.add(record)
         if added:
-            keep_run_summary(store, record)
+            save_run(store, record)
         imported.append(ImportedRun(path, record, added, None))
     return Imports(Path(store.path), tuple(imported))
 
@@ -138,8 +138,8 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
     writes (a ``start`` line without its ``cell`` line is the running cell)."""
     import time
 
-    from nbscope.api.trace import _load_sources, match, read_kernel_log
     from nbscope.collect.inject import announced
+    from nbscope.collect.kernel_logs import load_sources, match, read_kernel_log
 
     found: list[RunningKernel] = []
     for entry in (decode(Announced, document) for document in announced()):
@@ -147,7 +147,7 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
         for output in map(Path, entry.outputs):
             files = sorted(output.glob("*.jsonl")) if output.is_dir() else [output] if output.is_file() else []
             logs += [read_kernel_log(f) for f in files]
-        notebooks = _load_sources(Path(s) for s in entry.sources)
+        notebooks = load_sources(Path(s) for s in entry.sources)
         before = len(found)
         for log in logs:
             if log.header is None or not _alive(log.header.pid):

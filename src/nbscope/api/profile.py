@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
-from nbscope.api.publish import keep_run_summary
+from nbscope.api._saving import save_run
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecution, StartCallback, execute
@@ -610,13 +610,13 @@ def run_profile(
         if not diagnose or not_stored is not None
         else diagnosis_of(record, path, devices_file=devices_file)
     )
-    keep_run_summary(store, record, findings=findings, diagnose=diagnose)  # for publish: its findings made once
+    not_kept = save_run(store, record, findings=findings, diagnose=diagnose) if not_stored is None else None
     return ProfileOutcome(
         record=record,
         findings=findings,
         why_not_diagnosed=why_not,
         forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
-        warnings=tuple(probe_warnings(record)),
+        warnings=(*probe_warnings(record), *([not_kept] if not_kept else [])),
         failed=failures([record]),
         not_stored=not_stored,
         allow_errors=allow_errors,

@@ -21,11 +21,8 @@ notebook's other rows come from the data file; a page whose text is the same is 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import operator
 import re
-from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nbscope import __version__
 from nbscope._errors import NbscopeError
 from nbscope._files import check_target, refuse_input
+from nbscope.api._saving import COMPILE, ID, RUN, STARTED_AT, RowPlan, number, plan_row, row_key, series_by_row
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
@@ -51,10 +49,8 @@ from nbscope.schema.site_manifest import (
 # start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``); one with nothing new reads no
 # run's summary either (``schema.run_summary``).
 if TYPE_CHECKING:
-    from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
-    from nbscope.record.run import RunRecord
-    from nbscope.schema.run_summary import KeptChanges, RunSummary
+    from nbscope.schema.run_summary import RunSummary
 
 MANIFEST = "nbscope-site.json"
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
@@ -96,21 +92,11 @@ def store_of(source: str | Path) -> Store:
     return Store(path, read_only=True)
 
 
-def row_key(target: str, runner: str) -> str:
-    return f"{runner}\x1f{target}"
-
-
 def lecture_page(target: str) -> str:
     """The lecture page's path in the site: its name made safe for any file system and URL, plus a short hash
     of the whole name (two names that read alike never share a page)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", target).strip("._")[-80:] or "notebook"
     return f"{LECTURE_FOLDER}/{safe}-{hashlib.sha256(target.encode()).hexdigest()[:8]}.html"
-
-
-def _number(value: object) -> float | None:
-    if type(value) is float:  # what a REAL column gives: 87,600 runs' three figures are read per full publish
-        return value
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:
@@ -126,7 +112,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 # A run's summary (``Store.run_summaries``, ``analyse.run_summary``): what a row shows of the run, made whole when the
-# run is saved (``keep_run_summary``). A run without one (a store of an older version, an imported run) gets the
+# run is saved (``api._saving.save_run``). A run without one (a store of an older version, an imported run) gets the
 # parts rows need: ``status`` for every run a row reads; ``findings`` for a row's newest run; ``attribution``
 # (against the run before it in its row, named by ``before_id``) for a newest run and the first run of each
 # confirmed regression.
@@ -222,52 +208,6 @@ class Summaries:
         return found if found is not None and found["before_id"] == before else None
 
 
-def keep_run_summary(
-    store: Store | None, record: RunRecord, *, findings: Findings | None = None, diagnose: bool = True
-) -> None:
-    """Right after ``record`` was saved in ``store`` (by ``profile``, ``trace``, ``audit``, ``merge``, ``gate``'s
-    rerun): its summary as publish shows it, made whole and kept in the store (``analyse.run_summary``), with what
-    changed since the run before it in its row and, when it is the row's newest run, the row's change points; the
-    next publish then reads it and diagnoses nothing. ``findings``: those the command made of the run (it is not
-    diagnosed twice); ``diagnose=False`` (``--no-diagnose``): none made, publish makes them. Only a notebook's
-    stored run is summarised, and none after a stop signal (the command is ending). A summary that cannot be made
-    or kept is made by the next publish instead: the run is saved already."""
-    from nbscope import _signals
-    from nbscope.analyse.run_summary import run_summary
-
-    if store is None or record.run_id is None or record.kind not in PROFILE_KINDS or _signals.received() is not None:
-        return
-    try:
-        with store.held():
-            rows = _series_by_row(store.book_series(PROFILE_KINDS, [record.target]), None)
-            key, series = next(
-                ((key, series) for key, series in rows.items() if any(run[ID] == record.run_id for run in series)),
-                ("", []),
-            )
-            ids = [run[ID] for run in series]
-            if not ids:
-                return
-            place = ids.index(record.run_id)
-            before = store.readable(ids[place - 1]) if place else None
-            summary = run_summary(
-                record, runner=key.split("\x1f", 1)[0], before=before, found=findings, diagnose=diagnose
-            )
-            found = plan_row(series).found if place == len(ids) - 1 else None
-            if found is not None:  # the row's newest run keeps the row's change points
-                summary["changes"] = found._asdict()
-            store.keep_run_summaries({record.run_id: summary})
-    except Exception:  # as a failed diagnosis (``diagnosis_of``): it costs the run its summary, not the command
-        return
-
-
-def keep_run_summaries(
-    store: Store | None, runs: Iterable[tuple[RunRecord, Findings | None]], *, diagnose: bool = True
-) -> None:
-    """``keep_run_summary`` of each of ``runs``: a run saved and the findings its command made of it (or None)."""
-    for record, findings in runs:
-        keep_run_summary(store, record, findings=findings, diagnose=diagnose)
-
-
 def _cells(newest: RunSummary, previous: RunSummary | None) -> list[dict[str, Any]]:
     """The newest run's cells beside the previous run's cell of the same code (by source hash)."""
     before = {c["source_hash"]: c for c in previous.cells} if previous else {}
@@ -288,79 +228,6 @@ def _cells(newest: RunSummary, previous: RunSummary | None) -> list[dict[str, An
     return rows
 
 
-# A run in a row's series: ``Store.book_series``'s columns.
-TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
-
-
-class RowPlan:
-    """A row's runs (``Store.book_series`` tuples, oldest first), its change points and its confirmed regressions
-    (as ``ChangePoint.to_dict`` gives them): found from the columns alone, or kept in the newest run's summary
-    for the same series, so that the runs' summaries every row needs are read (or made) together."""
-
-    def __init__(
-        self,
-        series: Sequence[tuple[Any, ...]],
-        ids: list[int],
-        walls: list[float | None],
-        changes: list[dict[str, Any]],
-        steps: list[tuple[dict[str, Any], int]],
-        found: KeptChanges | None = None,
-    ) -> None:
-        self.series = series
-        self.ids = ids
-        self.walls = walls
-        self.changes = changes
-        self.steps = steps  # each confirmed regression and the index of its new level's first run
-        self.found = found  # change points found now, for the newest run's summary
-
-
-def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
-    """What a row's change points depend on: its runs (a stored run's figures never change) and the detection's
-    options (None: this version's defaults, as summaries are kept per version)."""
-    digest = hashlib.sha256(array("q", ids).tobytes())
-    digest.update(repr(options).encode())
-    return digest.hexdigest()[:32]
-
-
-def plan_row(
-    series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None, kept: RunSummary | None = None
-) -> RowPlan:
-    """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
-    this very series, else found now."""
-    ids = [run[ID] for run in series]
-    walls = [_number(run[WALL]) for run in series]
-    key = _series_key(ids, options)
-    cached = None if kept is None else kept.changes
-    if cached is not None and cached.series == key:
-        changes = cached.found
-        return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached.steps])
-    from nbscope.analyse.history import ChangeOptions, Point, change_points
-    from nbscope.schema.run_summary import KeptChanges
-
-    points = [
-        Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)
-    ]
-    changes = (
-        [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
-    )
-    floor = 1 + (options or ChangeOptions()).rel_floor
-    # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
-    # is not a regression (its split was found in a wider segment, where the shift looked larger).
-    confirmed = [
-        n
-        for n, change in enumerate(changes)
-        if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor
-    ]
-    return RowPlan(
-        series,
-        ids,
-        walls,
-        changes,
-        [(changes[n], changes[n]["index"]) for n in confirmed],
-        KeptChanges(key, changes, confirmed),
-    )
-
-
 def build_row(
     plan: RowPlan,
     target: str,
@@ -374,8 +241,8 @@ def build_row(
     the plan: ``Summaries.need``), with its ``signature``; None when its newest run cannot be read."""
     series, walls = plan.series, plan.walls
     ids = plan.ids
-    compiles = [_number(run[COMPILE]) for run in series]
-    run_figures = [_number(run[RUN]) for run in series]
+    compiles = [number(run[COMPILE]) for run in series]
+    run_figures = [number(run[RUN]) for run in series]
     newest_id = ids[-1]
     newest = runs.of(newest_id)
     if newest is None or newest.status is None or newest.findings is None:
@@ -504,33 +371,6 @@ def _count(signatures: dict[str, list[int]], target: str, backend: str | None, r
     count_and_newest[1] = max(count_and_newest[1], run_id)
 
 
-def _series_by_row(
-    per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None
-) -> dict[str, list[tuple[Any, ...]]]:
-    """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
-    gives each kind's runs of a row in that order already; a row with runs of two kinds, or of backends that are one
-    row (none recorded and "unknown"), is sorted."""
-    grouped: dict[str, list[tuple[Any, ...]]] = {}
-    unordered: set[str] = set()
-    groups = (
-        group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND))
-    )
-    for (target, backend), runs in groups:
-        key = row_key(target, backend or "unknown")
-        if keys is not None and key not in keys:
-            continue
-        group = grouped.get(key)
-        if group is None:
-            grouped[key] = list(runs)
-        else:
-            group.extend(runs)
-            unordered.add(key)
-    for key in unordered:
-        grouped[key].sort(key=lambda run: (run[STARTED_AT], run[ID]))
-    # The rows in the order the manifest has always kept them: the row with the newest run first.
-    return dict(sorted(grouped.items(), key=lambda item: (item[1][-1][STARTED_AT], item[1][-1][ID]), reverse=True))
-
-
 # The manifest as publish writes it: compact JSON.
 COMPACT = (",", ":")
 _string = json.encoder.encode_basestring_ascii  # a key as json.dumps writes it (ensure_ascii)
@@ -645,7 +485,7 @@ def _publish(
     if manifest is not None and old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
-        every = _series_by_row(store.book_series(PROFILE_KINDS), None)
+        every = series_by_row(store.book_series(PROFILE_KINDS), None)
         signatures = {key: [len(runs), max(run[ID] for run in runs)] for key, runs in every.items()}
         scan = Scan(store.count(), max((newest for _, newest in signatures.values()), default=0))
     if not signatures:
@@ -681,7 +521,7 @@ def _publish(
         grouped = (
             every
             if every is not None
-            else _series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
+            else series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
         )
         runs = Summaries(store, again=full)
         runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points

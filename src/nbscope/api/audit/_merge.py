@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope._files import write_text
 from nbscope.analyse import audit as _report
-from nbscope.api.publish import keep_run_summary
+from nbscope.api._saving import save_run
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 from nbscope.schema.audit import Audit, AuditEntry, AuditSettings, Availability, Coverage, Discovery, MergedFile
@@ -79,9 +79,8 @@ def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int |
     for row in store.list(target=run.target, digest=run.digest, kind=run.kind):
         if row["started_at"] == run.started_at:
             return int(row["id"])
-    run_id = store.save(run)
-    keep_run_summary(store, run)
-    return run_id
+    save_run(store, run)
+    return run.run_id
 
 
 def merge(
@@ -187,8 +186,7 @@ def merge(
     )
     partial = missing or any(i.status != "ok" for i in inputs)
     record.finish("partial" if partial else "ok")
-    if store is not None:
-        store.save(record)
+    save_run(store, record)
     return record
 
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
+from nbscope.api._saving import save_run
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_slots
-from nbscope.api.publish import keep_run_summary
 from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
@@ -466,8 +466,7 @@ def _save_result(
         )
     )
     if store is not None:
-        store.save(record)
-        keep_run_summary(store, record)
+        save_run(store, record)
         if job.live_path:
             from nbscope.record.live import remove_live_file
 
