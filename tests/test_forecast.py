@@ -355,7 +355,7 @@ def test_float64_matmul_is_far_slower_on_a_t4_than_on_an_h100_but_float32_is_not
 def test_cli_forecast_without_program_data_and_for_a_notebook_without_jax(run_cli: Any, tmp_db: Path) -> None:
     plain = run_cli("profile", FILES / "forecast_matmul.md", "--db", tmp_db, "--json", timeout=300)
     assert plain.returncode == 0, plain.stderr
-    run_id = str(Store(tmp_db).list(limit=1)[0]["id"])
+    run_id = str(Store(tmp_db).runs(limit=1)[0]["id"])
     refused = run_cli("forecast", run_id, "--db", tmp_db, "--gpu", "t4")
     assert refused.returncode == 2
     assert "recorded without program data" in refused.stderr and "--forecast t4" in refused.stderr
@@ -368,7 +368,7 @@ def test_cli_forecast_without_program_data_and_for_a_notebook_without_jax(run_cl
     assert host.returncode == 0, host.stderr
     assert "runs no JAX" in host.stdout
     result = run_cli(
-        "forecast", str(Store(tmp_db).list(limit=1)[0]["id"]), "--db", tmp_db, "--gpu", "t4,h100", "--json"
+        "forecast", str(Store(tmp_db).runs(limit=1)[0]["id"]), "--db", tmp_db, "--gpu", "t4,h100", "--json"
     )
     document = json.loads(result.stdout)
     assert document["has_jax"] is False

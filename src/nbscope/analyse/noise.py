@@ -24,9 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope.schema._fields import time as time_of  # a time figure: finite and not negative, else None
+from nbscope.schema import _fields
 from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
+
+time_of = _fields.time  # a time figure: finite and not negative, else None
 
 # Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
 # and no history. "plain": one thread of Python or NumPy; "threaded": other threads of the kernel did work

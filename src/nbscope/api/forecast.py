@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.forecast.devices import DeviceTable, load_table
-from nbscope.record.store import RUN_REFERENCE, Store, resolve_run
+from nbscope.record.store import RUN_REFERENCE, resolve_run
+from nbscope.record.store import Store as Store  # re-exported for the CLI's types
 from nbscope.schema.codec import Encoded, Write, never
 
 if TYPE_CHECKING:

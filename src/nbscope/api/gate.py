@@ -34,7 +34,7 @@ GATE_KINDS = (*CELL_KINDS, "jupyter-cache")
 Comparable = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]
 
 
-def _comparable_earlier(store: Any, candidate: RunRecord) -> Comparable:
+def _comparable_earlier(store: Store, candidate: RunRecord) -> Comparable:
     """Stored runs that may stand for the candidate's past, newest first, and those left out by reason:
     the store's summaries of them (no document is read; the callers read the runs they choose).
 
@@ -82,7 +82,7 @@ def _runs_text(rows: list[dict[str, Any]], most: int = 5) -> str:
 
 
 def latest_baseline(
-    store: Any, candidate: RunRecord, notes: list[str] | None = None, *, comparable: Comparable | None = None
+    store: Store, candidate: RunRecord, notes: list[str] | None = None, *, comparable: Comparable | None = None
 ) -> RunRecord:
     """The run a candidate is judged against when none is named: among the earlier runs with its target,
     kind, digest and measurement settings, complete (status ``ok``) and not failed by the gate, the last
@@ -120,7 +120,7 @@ def latest_baseline(
 
 
 def history_runs(
-    store: Any, candidate: RunRecord, count: int, *, comparable: Comparable | None = None
+    store: Store, candidate: RunRecord, count: int, *, comparable: Comparable | None = None
 ) -> list[RunRecord]:
     """Up to ``count`` newest stored runs that started before the candidate, with its target, digest,
     kind and measurement settings, complete and not failed by the gate: the run-to-run noise of this
@@ -137,7 +137,7 @@ def history_runs(
     return found
 
 
-def latest_run(store: Any, target: str | None) -> RunRecord:
+def latest_run(store: Store, target: str | None) -> RunRecord:
     """The newest stored profile/trace/jupyter-cache run (of ``target`` when given, by any of its names)."""
     if not store.path.exists():
         raise store.missing()
@@ -203,7 +203,7 @@ def run_gate(
 
 
 def gate_stored(
-    store: Any,
+    store: Store,
     *,
     candidate: str = "latest",
     baseline: str = "latest",

@@ -50,7 +50,7 @@ def stored_id(record: RunRecord, store: Store) -> int | None:
     if not store.path.exists():
         return None
     run_uuid = record.notebook_run().run_uuid
-    for row in store.list(kind=record.kind, target=record.target):
+    for row in store.runs(kind=record.kind, target=record.target):
         if row["started_at"] != record.started_at:
             continue
         stored = store.readable(row["id"])

@@ -18,17 +18,19 @@ from nbscope.collect import notebook as notebook_module
 from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecution, StartCallback, execute
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
-from nbscope.record.run import RunRecord, check_label, default_label
+from nbscope.record.run import RunRecord as RunRecord  # re-exported for the CLI's types
+from nbscope.record.run import check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
-from nbscope.record.store import Store, files_folder, make_folder
+from nbscope.record.store import Store as Store  # re-exported for the CLI's types
+from nbscope.record.store import files_folder, make_folder
 from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:
-    from nbscope.analyse.diagnose import Findings
+    from nbscope.analyse.diagnose import Findings as Findings
     from nbscope.analyse.forecast import Forecast
     from nbscope.collect.notebook import CodeCell as CodeCell  # re-exported for the CLI's types
     from nbscope.collect.notebook import Notebook as Notebook
-    from nbscope.schema.model import Cell
+    from nbscope.schema.model import Cell as Cell
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
 
@@ -526,7 +528,7 @@ def _cache_saving(record: RunRecord, store: Store) -> None:
     warm = record.notebook_run().totals
     if warm.cache_state != "warm":
         return
-    for row in store.list(kind="profile", target=record.target, digest=record.digest, limit=50):
+    for row in store.runs(kind="profile", target=record.target, digest=record.digest, limit=50):
         cold = store.get(row["id"]).notebook_run().totals
         if cold.cache_state == "cold":
             totals_ = record.measurements["totals"]

@@ -17,6 +17,7 @@ from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.forecast import seconds_range as _seconds_range
+from nbscope.render.html._base import CSP
 from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
 from nbscope.schema.audit import Audit, BackendRun, BlastLecture, BlastRadius, Lecture
 from nbscope.schema.codec import decode
@@ -286,7 +287,7 @@ def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
             f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius.summary)}</strong> "
             "(a forecast from CPU runs, not a measurement)</p>" + _html_table(blast_radius_rows(radius, limit=None))
         )
-    style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
+    style, csp = report_html.STYLE + _AUDIT_STYLE, CSP
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
 <title>nbscope audit: {e(record.target)}</title>

@@ -139,7 +139,7 @@ def comparison_rows(
         code = row.code_line or row.first_line
         note = MATCH_NOTE[row.match]
         benchmark = Item(code[:60], code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
-        figures = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
+        figures: list[Item | str] = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
         if compile_figures == "columns":
             figures += [_side_compile(row.a), _side_compile(row.b)]
         winner = Item(row.winner.text or "–", WINNER_STYLE[row.winner.side])

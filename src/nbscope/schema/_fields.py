@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nbscope._units import number  # a finite number, as a float, else None
+from nbscope._units import number as number  # a finite number, as a float, else None
 
 
 def figure(value: object) -> int | float | None:

@@ -76,7 +76,7 @@ def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int |
         run = RunRecord.from_dict(document, source=source)
     except NbscopeError:
         return None
-    for row in store.list(target=run.target, digest=run.digest, kind=run.kind):
+    for row in store.runs(target=run.target, digest=run.digest, kind=run.kind):
         if row["started_at"] == run.started_at:
             return int(row["id"])
     save_run(store, run)
