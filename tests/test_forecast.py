@@ -15,7 +15,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import forecast
-from nbscope.analyse.forecast.calibrate import DeviceEntry, calibrate, to_toml
+from nbscope.analyse.forecast.calibrate import CalibratedDevice, calibrate, to_toml
 from nbscope.analyse.forecast.devices import load_table, resolve
 from nbscope.analyse.forecast.model import program_terms
 from nbscope.api.profile import ProfileOptions, profile
@@ -137,7 +137,7 @@ def test_user_file_overrides_one_figure_and_adds_a_device(tmp_path: Path) -> Non
     path.write_text(
         '[devices.t4]\nloop_iteration_us = { value = 5.0, basis = "measured", source = "our runner" }\n'
         + to_toml(
-            DeviceEntry(
+            CalibratedDevice(
                 key="lab", name="Lab GPU", match=["Lab"], figures=load_table(environ={}).devices["h100"].figures
             )
         )

@@ -38,11 +38,15 @@ def stage(module: str) -> tuple[str, int]:
     return parts[1], STAGES[parts[1]]
 
 
-def imports(module: str, path: Path) -> set[str]:
+def imports(module: str, path: Path, skip: list[ast.If] | None = None) -> set[str]:
+    """What the module imports (leaving out the lines of the ``skip`` blocks)."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = set()
+    skipped = {line for block in skip or [] for line in range(block.lineno, (block.end_lineno or 0) + 1)}
     for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -54,6 +58,29 @@ def imports(module: str, path: Path) -> set[str]:
             names.add(source)
             names.update(f"{source}.{alias.name}" for alias in node.names)
     return {n for n in names if n == "nbscope" or n.startswith("nbscope.")}
+
+
+def type_only_imports(module: str, path: Path) -> set[str]:
+    """What the module imports inside ``if TYPE_CHECKING:`` only (names for annotations, never loaded)."""
+    tree = ast.parse(path.read_text(), str(path))
+    guarded = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+    ]
+    found: set[str] = set()
+    for block in guarded:
+        for node in block.body:
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    loaded = imports(module, path, skip=guarded)
+    return {name for name in found if name.startswith("nbscope.")} - loaded
+
+
+# A renderer formats what a job returned: it names the job's outcome types in its annotations (imported under
+# ``if TYPE_CHECKING:``), and never loads the api stage.
+TYPES_ONLY = {("render", "api")}
 
 
 def known(name: str, all_modules: set[str]) -> str | None:
@@ -88,11 +115,14 @@ def test_no_import_from_a_later_stage(module: str, path: Path) -> None:
     if module in ENTRY_POINTS:
         return
     bad = []
+    type_only = type_only_imports(module, path)
     for name in imports(module, path):
         target = known(name, all_modules)
         if target is None or target == "nbscope":
             continue
         their_name, theirs = stage(target)
+        if (own_name, their_name) in TYPES_ONLY and name in type_only:
+            continue
         if theirs > own or (theirs == own and their_name != own_name):
             bad.append(target)
         elif own_name == their_name == "cli" and target not in CLI_SHARED and module != "nbscope.cli":
@@ -320,3 +350,19 @@ def test_hand_written_serialisation_only_shrinks() -> None:
 def test_the_counters_see_what_they_count() -> None:
     # The counters must find what they count, or the two tests above could never fail.
     assert sum(_get_calls().values()) > 0 and "nbscope.record.run.RunRecord.from_dict" in _serialising_lines()
+
+
+def test_the_types_only_rule_tells_a_guarded_import_from_a_loaded_one(tmp_path: Path) -> None:
+    """A renderer may name an api type under ``if TYPE_CHECKING:``; an import that loads the api is still found."""
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nbscope.api.live import RunningKernel\n"
+    )
+    assert type_only_imports("nbscope.render.guarded", guarded) == {
+        "nbscope.api.live",
+        "nbscope.api.live.RunningKernel",
+    }
+    loaded = tmp_path / "loaded.py"
+    loaded.write_text("from nbscope.api.live import RunningKernel\n")
+    assert type_only_imports("nbscope.render.loaded", loaded) == set()
+    assert "nbscope.api.live" in imports("nbscope.render.loaded", loaded)

@@ -15,7 +15,7 @@ from nbscope.record.store import Store as Store  # re-exported for the CLI's typ
 from nbscope.schema.codec import Encoded, Write, never
 
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast.calibrate import DeviceEntry
+    from nbscope.analyse.forecast.calibrate import CalibratedDevice
 
 __all__ = ["DeviceTable", "device_table"]
 
@@ -57,7 +57,7 @@ class Calibrated(Encoded):
     file."""
 
     name: Annotated[str, Write(when=never)]  # the key as given
-    entry: Annotated[DeviceEntry, Write(inline=True)]
+    entry: Annotated[CalibratedDevice, Write(inline=True)]
     text: Annotated[str, Write(when=never)]
 
 

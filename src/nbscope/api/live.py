@@ -139,7 +139,7 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
     import time
 
     from nbscope.collect.inject import announced
-    from nbscope.collect.kernel_logs import load_sources, match, read_kernel_log
+    from nbscope.collect.kernel_logs import match, read_kernel_log, read_notebooks
 
     found: list[RunningKernel] = []
     for entry in (decode(Announced, document) for document in announced()):
@@ -147,7 +147,7 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
         for output in map(Path, entry.outputs):
             files = sorted(output.glob("*.jsonl")) if output.is_dir() else [output] if output.is_file() else []
             logs += [read_kernel_log(f) for f in files]
-        notebooks = load_sources(Path(s) for s in entry.sources)
+        notebooks = read_notebooks(Path(s) for s in entry.sources)
         before = len(found)
         for log in logs:
             if log.header is None or not _alive(log.header.pid):

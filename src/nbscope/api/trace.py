@@ -43,9 +43,9 @@ from nbscope.collect.kernel_logs import (
     KernelLine,
     KernelLog,
     cells_from_log,
-    load_sources,
     match,
     read_kernel_log,
+    read_notebooks,
 )
 from nbscope.record.cells import target_name
 from nbscope.record.run import RunRecord, check_label, default_label
@@ -165,7 +165,7 @@ def run_traced(
             sources=sources if sources else discover_sources(cwd),
             theme_stand_in=theme_stand_in,
         )
-        notebooks = load_sources(sources if sources else discover_sources(cwd))  # pages the build wrote too
+        notebooks = read_notebooks(sources if sources else discover_sources(cwd))  # pages the build wrote too
         records = []
         for log in ran.logs:
             nb = match(log, notebooks)

@@ -211,7 +211,7 @@ def _send(kernel: KernelLine, signum: int) -> None:
         pass
 
 
-def load_sources(paths: Iterable[Path]) -> list[notebook_module.Notebook]:
+def read_notebooks(paths: Iterable[Path]) -> list[notebook_module.Notebook]:
     notebooks = []
     for path in paths:
         try:

@@ -158,7 +158,7 @@ def print_blast_radius(radius: BlastRadius | None) -> None:
 def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit: Audit | None = None) -> None:
     """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
     (``command(run_id)``); the notebooks without findings on one line."""
-    from nbscope.analyse.diagnose import Finding
+    from nbscope.analyse.diagnose import Finding, Findings
     from nbscope.render.findings import print_top_findings
 
     quiet = []
@@ -171,7 +171,7 @@ def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit
             continue
         console.print(f"\n[bold]{escape(entry.path)}[/bold] ({escape(entry.backend)}, run {entry.run_id})")
         total = entry.findings if entry.findings is not None else len(shown)
-        print_top_findings(shown, None, command(entry.run_id), top=len(shown), total=total)
+        print_top_findings(Findings(tuple(shown)), None, command(entry.run_id), top=len(shown), total=total)
     if quiet:
         console.print(f"\n[dim]no findings: {escape(', '.join(quiet))}[/dim]")
 

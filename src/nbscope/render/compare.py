@@ -13,7 +13,7 @@ from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import console, field_name, format_seconds, literal, metric_name, terminal_table
 
 if TYPE_CHECKING:
-    from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow, WinnerSide
+    from nbscope.analyse.compare import CellFigures, CellRow, ComparedRun, Comparison, Difference, TotalRow, WinnerSide
     from nbscope.record.cells import CellMatch
 
 MATCH_NOTE: dict[CellMatch, str] = {
@@ -64,7 +64,7 @@ def _value(value: object) -> str:
     return str(value)
 
 
-def _run_title(run: RunSummary) -> str:
+def _run_title(run: ComparedRun) -> str:
     shown = ", ".join(f"{field_name('settings.' + key)} {value}" for key, value in run.title_settings)
     return f"{run.label} · {run.target} · {run.platform} · {run.machine}" + (f" · {shown}" if shown else "")
 

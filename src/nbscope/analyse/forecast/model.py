@@ -176,20 +176,22 @@ class CpuRates:
 
 
 @dataclass(frozen=True, slots=True)
-class LoopSeen:
+class LoopOnCpu:
     """What the CPU run's trace showed of one loop, per execution of its program."""
 
     iterations: float | None
     cpu_s_each: float | None
 
 
-def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopSeen]]:
+def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopOnCpu]]:
     """One execution's CPU time and, per loop, what the CPU run's trace showed of it (iterations and CPU time
     per execution of the program): what :func:`program_terms` reads a loop's trip count from."""
     count = execution.runs
     cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
     return cpu_each, {
-        loop_id: LoopSeen(iterations=seen.iterations, cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
+        loop_id: LoopOnCpu(
+            iterations=seen.iterations, cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None
+        )
         for loop_id, seen in execution.loops.items()
     }
 
@@ -287,7 +289,7 @@ def cpu_iteration_s(work: Work, rates: CpuRates | None) -> float:
 
 
 def _trip_counts(
-    loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each: float | None, rates: CpuRates | None
+    loops: list[Loop], observed: Mapping[str, LoopOnCpu], cpu_s_each: float | None, rates: CpuRates | None
 ) -> dict[str, tuple[float, float | None, str, str | None]]:
     """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
     (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
@@ -301,7 +303,7 @@ def _trip_counts(
         parent = loop.parent
         outer = solve(parent) if parent is not None and parent in by_id else (1.0, 1.0, "static", None)
         trips = loop.trip_count
-        seen = observed.get(loop_id) or LoopSeen(iterations=None, cpu_s_each=None)
+        seen = observed.get(loop_id) or LoopOnCpu(iterations=None, cpu_s_each=None)
         result: tuple[float, float | None, str, str | None]
         if trips is not None and outer[2] == "static":
             result = (outer[0] * trips, outer[0] * trips, "static", None)
@@ -350,7 +352,7 @@ def program_terms(
     device: Device,
     model: dict[str, Figure],
     cpu_s_per_execution: float | None = None,
-    observed: Mapping[str, LoopSeen] | None = None,
+    observed: Mapping[str, LoopOnCpu] | None = None,
     rates: CpuRates | None = None,
 ) -> list[Term]:
     """The terms of one execution of ``program`` on ``device`` (a program's document, as ``collect.hlo.describe``
