@@ -73,3 +73,17 @@ def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none
     settings = decode(Settings, {"repeat": True, "env": {"A": "1"}, "forecast": ["t4"]})
     assert settings.repeat == 1 and settings.jax_cache == "off" and settings.forecast == ("t4",)
     assert settings.environment(machine) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "A": "1"}
+
+
+def test_a_record_built_from_typed_cells_reads_back_the_same_cells_and_their_totals() -> None:
+    """``tests/builder.py``: typed cells in, the run as a store and every reader see it out (round trip through
+    the document, totals by the cell writers)."""
+    from builder import cell, record
+    from nbscope.record.run import RunRecord
+    from nbscope.schema.model import CpuTime
+
+    cells = [cell(wall_s=0.5, compile_s=0.2, source="import jax"), cell(wall_s=1.5, sched=CpuTime(1.0, 0.4, 2.0))]
+    run = RunRecord.from_dict(record(cells).to_dict()).notebook_run()
+    assert [c.wall_s for c in run.cells] == [0.5, 1.5] and [c.index for c in run.cells] == [0, 1]
+    assert run.cells[0].first_line == "import jax" and run.cells[1].sched == CpuTime(1.0, 0.4, 2.0)
+    assert run.totals.wall_s == 2.0 and run.totals.compile_s == 0.2 and run.totals.cells_ok == 2
