@@ -688,7 +688,31 @@ def trace_command(
         raise NbscopeError("--cell-timeout must be a positive number of seconds")
     if store is not None:
         check_store(store)  # a store the runs could not be saved in is refused before the command runs
-    env = None  # the variables the command gets besides this process's: only a PATH with a command put first
+    result = run_traced(
+        command,
+        sources=sources,
+        store=store,
+        timeout=timeout,
+        fresh=fresh,
+        env=_command_env(command, jupyter_book2_first),
+        forecast=forecast,
+        cell_timeout=cell_timeout,
+        theme_stand_in=theme_stand_in,
+        label=label,
+    )
+    if result.interrupted:
+        not_stored = result.not_stored_message(store.path) if store is not None else None
+        if not_stored is not None:
+            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
+        raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
+    if not result.records:
+        raise _nothing_traced(command, result, timeout)
+    return result
+
+
+def _command_env(command: list[str], jupyter_book2_first: bool) -> dict[str, str] | None:
+    """The variables the command gets besides this process's: only a PATH with a command put first (None: none)."""
+    env = None
     path = process_environment.read().path
     if jupyter_book2_first:
         found = jupyter_book2.find()
@@ -701,39 +725,25 @@ def trace_command(
         if not myst.usable or myst.path_folder is None:
             raise NbscopeError(myst.problem or "mystmd is not available")
         env = {"PATH": os.pathsep.join([str(myst.path_folder), path])}
-    result = run_traced(
-        command,
-        sources=sources,
-        store=store,
-        timeout=timeout,
-        fresh=fresh,
-        env=env,
-        forecast=forecast,
-        cell_timeout=cell_timeout,
-        theme_stand_in=theme_stand_in,
-        label=label,
-    )
-    if result.interrupted:
-        not_stored = result.not_stored_message(store.path) if store is not None else None
-        if not_stored is not None:
-            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
-        raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
-    if not result.records:
-        note = cached_pages_note(result)
-        if note:
-            raise NbscopeError(f"no kernel ran: {note}")
-        hint = ""
-        if timeout and result.returncode == -signal.SIGKILL:
-            hint = f"; the command ran past its --command-timeout {timeout:g} s and was stopped"
-        elif result.returncode > 0:
-            hint = f"; the command exited {result.returncode}"
-        elif result.returncode < 0:
-            hint = f"; the command was ended by signal {-result.returncode}"
-        error = NbscopeError(f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}")
-        if result.returncode:
-            error.exit_code = command_exit_code(result.returncode)  # the command's own failure comes first
-        raise error
-    return result
+    return env
+
+
+def _nothing_traced(command: list[str], result: TraceResult, timeout: float | None) -> NbscopeError:
+    """Why no run came of the command, in one line; it exits with the command's own failure first."""
+    note = cached_pages_note(result)
+    if note:
+        return NbscopeError(f"no kernel ran: {note}")
+    hint = ""
+    if timeout and result.returncode == -signal.SIGKILL:
+        hint = f"; the command ran past its --command-timeout {timeout:g} s and was stopped"
+    elif result.returncode > 0:
+        hint = f"; the command exited {result.returncode}"
+    elif result.returncode < 0:
+        hint = f"; the command was ended by signal {-result.returncode}"
+    error = NbscopeError(f"no IPython kernel started by {' '.join(command)!r} ran cells of a known notebook{hint}")
+    if result.returncode:
+        error.exit_code = command_exit_code(result.returncode)
+    return error
 
 
 @dataclass(frozen=True)
