@@ -347,6 +347,66 @@ def _trip_counts(
     return found
 
 
+def _loop_term(
+    loop: Loop,
+    count_of: tuple[float, float | None, str, str | None],
+    device: Device,
+    model: dict[str, Figure],
+    key: str | None,
+    function: str | None,
+) -> Term:
+    """One execution's term of a loop: its iterations (``count_of``: low, high, basis, why) × (its step's
+    overhead + its body's work)."""
+    low_iterations, high_iterations, basis, why = count_of
+    over_low, over_high, figure = _iteration_overhead(loop, device, model)
+    body_low, body_high, _ = _roofline(loop.per_iteration, device, model)
+    per_low, per_high = over_low + body_low, over_high + body_high
+    low_s = low_iterations * per_low
+    high_s = None if high_iterations is None else high_iterations * per_high
+    if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE:
+        # A bound this loose says nothing: the count is unknown, and the cell says so.
+        why = f"{why}: a range over ×{MAX_RANGE:g}, too wide to bound the forecast" if why else None
+        high_s, high_iterations, basis = None, None, "unknown"
+    name = loop_name(loop)
+    if basis == "static":
+        count = f"{low_iterations:,.0f} iterations"
+    elif basis == "observed":
+        count = f"{low_iterations:,.0f} iterations (observed)"
+    elif basis == "estimated" and high_iterations is not None:
+        count = f"≈{low_iterations:,.0f}–{high_iterations:,.0f} iterations (estimated)"
+    else:
+        count = "an unknown number of iterations"
+    why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
+    parts = f"{span(over_low, over_high)} step, {why_words}"
+    if body_high > 0:
+        parts += f" + {span(body_low, body_high)} body work"
+    return Term(
+        kind="loop",
+        low_s=low_s,
+        high_s=high_s,
+        words=f"{name} of {count} × ({parts})",
+        program=key,
+        function=function,
+        figures=LoopFigures(
+            loop=loop.id,
+            name=name,
+            overhead_text=span(over_low, over_high),
+            iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
+            iterations_low=low_iterations,
+            iterations_high=high_iterations,
+            trip_count_basis=basis,
+            per_iteration_low_s=per_low,
+            per_iteration_high_s=per_high,
+            body_low_s=body_low,
+            body_high_s=body_high,
+            figure=figure,
+            bound=why if basis in ("estimated", "unknown") else None,
+            call=loop.call,
+            syncs_per_iteration=loop.syncs_per_iteration,
+        ),
+    )
+
+
 def program_terms(
     program: Program | Mapping[str, Any],
     device: Device,
@@ -363,7 +423,6 @@ def program_terms(
     if not isinstance(program, Program):
         program = decode(Program, program)
     key, function = program.key, program.function
-    terms: list[Term] = []
     entry = program.entry
     loops = [loop for loop in program.loops if not loop.cpu_only]
     # A loop only XLA:CPU builds (threefry rounds, LU steps) is no GPU loop: its work is done by GPU
@@ -373,57 +432,7 @@ def program_terms(
             entry = entry.plus(loop.per_iteration, float(loop.trip_count or 1) * float(loop.outer_iterations or 1))
     work_low, work_high, work_bound = _roofline(entry, device, model)
     counts = _trip_counts(loops, observed or {}, cpu_s_per_execution, rates)
-    for loop in loops:
-        low_iterations, high_iterations, basis, why = counts[loop.id]
-        over_low, over_high, figure = _iteration_overhead(loop, device, model)
-        body_low, body_high, _ = _roofline(loop.per_iteration, device, model)
-        per_low, per_high = over_low + body_low, over_high + body_high
-        low_s = low_iterations * per_low
-        high_s = None if high_iterations is None else high_iterations * per_high
-        if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE:
-            # A bound this loose says nothing: the count is unknown, and the cell says so.
-            why = f"{why}: a range over ×{MAX_RANGE:g}, too wide to bound the forecast" if why else None
-            high_s, high_iterations, basis = None, None, "unknown"
-        name = loop_name(loop)
-        if basis == "static":
-            count = f"{low_iterations:,.0f} iterations"
-        elif basis == "observed":
-            count = f"{low_iterations:,.0f} iterations (observed)"
-        elif basis == "estimated" and high_iterations is not None:
-            count = f"≈{low_iterations:,.0f}–{high_iterations:,.0f} iterations (estimated)"
-        else:
-            count = "an unknown number of iterations"
-        why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
-        parts = f"{span(over_low, over_high)} step, {why_words}"
-        if body_high > 0:
-            parts += f" + {span(body_low, body_high)} body work"
-        terms.append(
-            Term(
-                kind="loop",
-                low_s=low_s,
-                high_s=high_s,
-                words=f"{name} of {count} × ({parts})",
-                program=key,
-                function=function,
-                figures=LoopFigures(
-                    loop=loop.id,
-                    name=name,
-                    overhead_text=span(over_low, over_high),
-                    iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
-                    iterations_low=low_iterations,
-                    iterations_high=high_iterations,
-                    trip_count_basis=basis,
-                    per_iteration_low_s=per_low,
-                    per_iteration_high_s=per_high,
-                    body_low_s=body_low,
-                    body_high_s=body_high,
-                    figure=figure,
-                    bound=why if basis in ("estimated", "unknown") else None,
-                    call=loop.call,
-                    syncs_per_iteration=loop.syncs_per_iteration,
-                ),
-            )
-        )
+    terms = [_loop_term(loop, counts[loop.id], device, model, key, function) for loop in loops]
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:
         terms.append(
