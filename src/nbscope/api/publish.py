@@ -515,26 +515,7 @@ def _publish(
         key: whole.get(key) or old_rows[key] for key in signatures if key not in stale
     }
     if stale:
-        # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
-        # whole new build: one walk of the index is quicker than looking each notebook up).
-        most = len(changed) * 2 > len({_target_of(key) for key in signatures})
-        grouped = (
-            every
-            if every is not None
-            else series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
-        )
-        runs = Summaries(store, again=full)
-        runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
-        plans = {key: plan_row(group, options, runs.of(group[-1][ID])) for key, group in grouped.items()}
-        newest_ids = [plan.ids[-1] for plan in plans.values()]
-        baselines = {run_id: verdict["baseline_id"] for run_id, verdict in store.verdicts(newest_ids).items()}
-        machines = store.machines(newest_ids)
-        runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
-        for key, plan in plans.items():
-            runner, target = key.split("\x1f", 1)
-            built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines, signatures[key])
-            if built is not None:
-                rows[key] = built
+        _remake_rows(store, rows, stale, changed, signatures, every, full=full, options=options)
     parts = {
         key: site.book_row(row) if key in stale and isinstance(row, SiteRow) else old_rows[key].parts
         for key, row in rows.items()
@@ -559,6 +540,54 @@ def _publish(
         runs=sum(s[0] for s in signatures.values()),
         rows_rebuilt=len([key for key in stale if key in rows]),
     )
+    hashes = _write_pages(folder, store, pages, old_pages, result)
+    result.pages_kept += len(set(old_pages) - set(pages))
+    # A row kept from the manifest as it was (no new run, not read from its data file) is written as its text there.
+    row_texts = {} if manifest is None else manifest.row_texts
+    as_written = {key: row_texts[key] for key, row in rows.items() if isinstance(row, BookRow) and key in row_texts}
+    kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
+    _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
+    return result
+
+
+def _remake_rows(
+    store: Store,
+    rows: dict[str, SiteRow | BookRow],
+    stale: set[str],
+    changed: set[str],
+    signatures: dict[str, list[int]],
+    every: dict[str, list[tuple[Any, ...]]] | None,
+    *,
+    full: bool,
+    options: ChangeOptions | None,
+) -> None:
+    """The ``stale`` rows made again into ``rows``, from their runs' columns and summaries."""
+    # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
+    # whole new build: one walk of the index is quicker than looking each notebook up).
+    most = len(changed) * 2 > len({_target_of(key) for key in signatures})
+    grouped = (
+        every
+        if every is not None
+        else series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
+    )
+    runs = Summaries(store, again=full)
+    runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
+    plans = {key: plan_row(group, options, runs.of(group[-1][ID])) for key, group in grouped.items()}
+    newest_ids = [plan.ids[-1] for plan in plans.values()]
+    baselines = {run_id: verdict["baseline_id"] for run_id, verdict in store.verdicts(newest_ids).items()}
+    machines = store.machines(newest_ids)
+    runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
+    for key, plan in plans.items():
+        runner, target = key.split("\x1f", 1)
+        built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines, signatures[key])
+        if built is not None:
+            rows[key] = built
+
+
+def _write_pages(
+    folder: Path, store: Store, pages: Mapping[str, str], old_pages: Mapping[str, str], result: PublishResult
+) -> dict[str, str]:
+    """Each page whose text changed written (counted in ``result``); every page's hash, for the manifest."""
     hashes = dict(old_pages)
     # Marked as publish's before its first page: a publish stopped midway (SIGTERM) leaves a folder the next one
     # takes up (in full: no rows are known), not one it refuses as someone else's.
@@ -580,13 +609,7 @@ def _publish(
         _write(path, text)
         hashes[name] = digest
         result.pages_written.append(name)
-    result.pages_kept += len(set(old_pages) - set(pages))
-    # A row kept from the manifest as it was (no new run, not read from its data file) is written as its text there.
-    row_texts = {} if manifest is None else manifest.row_texts
-    as_written = {key: row_texts[key] for key, row in rows.items() if isinstance(row, BookRow) and key in row_texts}
-    kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
-    _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
-    return result
+    return hashes
 
 
 def _unchanged(folder: Path, manifest: SiteManifest, store: Store, scan: Scan, pages: Mapping[str, str]) -> bool:
