@@ -523,17 +523,7 @@ def _publish(
     keys = sorted(rows, key=lambda k: (rows[k].target, rows[k].runner))
     ordered = [rows[key] for key in keys]
     pages = site.book_pages(ordered, [parts[key] for key in keys])
-    by_target: dict[str, list[SiteRow | BookRow]] = {}
-    for row in ordered:
-        by_target.setdefault(row.target, []).append(row)
-    for target, target_rows in by_target.items():
-        page = target_rows[0].page
-        whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
-        if (full or target in changed or page not in old_pages) and len(whole_rows) == len(target_rows):
-            pages[page] = site.lecture_page(target, whole_rows)
-            pages[_data_file(page)] = json.dumps(
-                {"rows": [r._asdict() for r in whole_rows]}, default=str, separators=COMPACT
-            )
+    pages.update(_lecture_pages(ordered, site, full, changed, old_pages))
     result = PublishResult(
         folder=folder,
         rows=len(rows),
@@ -548,6 +538,26 @@ def _publish(
     kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
     _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
     return result
+
+
+def _lecture_pages(
+    ordered: list[SiteRow | BookRow], site: SitePages, full: bool, changed: set[str], old: Mapping[str, str]
+) -> dict[str, str]:
+    """The lecture page and data file of each notebook whose rows are all whole (made now or read from their data
+    file) and that changed, lacks its page, or is published in ``full``."""
+    pages: dict[str, str] = {}
+    by_target: dict[str, list[SiteRow | BookRow]] = {}
+    for row in ordered:
+        by_target.setdefault(row.target, []).append(row)
+    for target, target_rows in by_target.items():
+        page = target_rows[0].page
+        whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
+        if (full or target in changed or page not in old) and len(whole_rows) == len(target_rows):
+            pages[page] = site.lecture_page(target, whole_rows)
+            pages[_data_file(page)] = json.dumps(
+                {"rows": [r._asdict() for r in whole_rows]}, default=str, separators=COMPACT
+            )
+    return pages
 
 
 def _remake_rows(

@@ -111,13 +111,6 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             )
             confidence = 0.9 if shapes_known else 0.7
         highlights = _highlights(stats, distinct if shapes_known else None, static)
-        action = (
-            f"pass changing values to `{stats.name}` as traced arguments, not static ones"
-            if recreated and static
-            else "create the jitted function once and reuse it"
-            if recreated
-            else f"give `{stats.name}` fixed shapes (pad and mask)"
-        )
         yield Finding(
             rule=NAME,
             title="Retrace churn",
@@ -137,7 +130,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             summary=summary,
             fix=fix,
             highlights=highlights,
-            action=action,
+            action=(
+                f"pass changing values to `{stats.name}` as traced arguments, not static ones"
+                if recreated and static
+                else "create the jitted function once and reuse it"
+                if recreated
+                else f"give `{stats.name}` fixed shapes (pad and mask)"
+            ),
         )
 
 

@@ -407,6 +407,29 @@ def _loop_term(
     )
 
 
+def _library_terms(program: Program, model: dict[str, Figure], key: str | None, function: str | None) -> list[Term]:
+    """The GPU library calls (cuSOLVER, cuBLAS, ...) the program's lowering for CUDA makes, if any."""
+    calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
+    if not calls:
+        return []
+    each = model["library_call_us"]
+    library_calls = sum(calls.values())
+    names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
+    return [
+        Term(
+            kind="library",
+            low_s=library_calls * each.low * 1e-6,
+            high_s=library_calls * each.high * 1e-6,
+            words=(
+                f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × {each.text(' µs')}"
+            ),
+            program=key,
+            function=function,
+            figures=LibraryCalls(calls),
+        )
+    ]
+
+
 def program_terms(
     program: Program | Mapping[str, Any],
     device: Device,
@@ -459,25 +482,7 @@ def program_terms(
                 figures=KernelCount(kernels),
             )
         )
-    calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
-    if calls:
-        each = model["library_call_us"]
-        library_calls = sum(calls.values())
-        names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
-        terms.append(
-            Term(
-                kind="library",
-                low_s=library_calls * each.low * 1e-6,
-                high_s=library_calls * each.high * 1e-6,
-                words=(
-                    f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × "
-                    f"{each.text(' µs')}"
-                ),
-                program=key,
-                function=function,
-                figures=LibraryCalls(calls),
-            )
-        )
+    terms += _library_terms(program, model, key, function)
     dispatch = device.figure("dispatch_us")
     terms.append(
         Term(
