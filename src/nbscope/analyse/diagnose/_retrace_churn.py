@@ -35,6 +35,17 @@ def _units(ctx: Context) -> list[FunctionStats]:
     return list(units.values())
 
 
+_STATIC_FIX = (
+    "`{name}` is marked static_argnums/static_argnames: every new static value compiles again. Pass "
+    "values that only change numbers as ordinary (traced) arguments, and keep static ones few."
+)
+_RECREATED_FIX = (
+    "Create the jitted function once and reuse it: move `jax.jit(...)` out of the loop or function that "
+    "calls it (e.g. `step = jax.jit(fn)` at top level, then call `step(x)`); a new `jax.jit(lambda ...)` never "
+    "hits JAX's compile cache."
+)
+
+
 def _highlights(stats: FunctionStats, distinct: list[str] | None, static: bool) -> list[tuple[str, str]]:
     """The shapes seen (None: not fully reported), the compiles by cell, and static arguments when marked."""
     cells = sorted(stats.cells)
@@ -90,14 +101,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 )
                 + f": {cause}; {seconds(extra_s)} of recompiles{cached}"
             )
-            fix = (
-                f"`{stats.name}` is marked static_argnums/static_argnames: every new static value compiles again. Pass "
-                "values that only change numbers as ordinary (traced) arguments, and keep static ones few."
-                if static
-                else "Create the jitted function once and reuse it: move `jax.jit(...)` out of the loop or function that "
-                "calls it (e.g. `step = jax.jit(fn)` at top level, then call `step(x)`); a new `jax.jit(lambda ...)` never "
-                "hits JAX's compile cache."
-            )
+            fix = _STATIC_FIX.format(name=stats.name) if static else _RECREATED_FIX
             confidence = 0.85 if shapes_known else 0.6
         else:
             cause = "new argument shapes"

@@ -152,6 +152,48 @@ def find_previous(
     return reusable, estimate
 
 
+def _executor(
+    runner: DaskRunner | None,
+    options: AuditOptions,
+    fingerprint: dict[str, Any],
+    emit: EventCallback,
+    executor_factory: ExecutorFactory | None,
+    job_function: JobFunction | None,
+) -> Callable[[list[Job]], Any]:
+    """What runs a batch of jobs: the Dask cluster, or the local scheduler over this machine's GPUs."""
+
+    def execute(batch: list[Job]) -> Any:
+        if runner is not None:
+            # Dask takes every job at once and starts each when a worker is free: report them as queued.
+            return runner.run(
+                batch,
+                share_gpu=options.share_gpu,
+                jobs_per_gpu=options.jobs_per_gpu,
+                on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)),
+            )
+        scheduler = LocalScheduler(
+            options.workers,
+            gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
+            share_gpu=options.share_gpu,
+            jobs_per_gpu=options.jobs_per_gpu,
+            fingerprint=fingerprint,
+            executor_factory=executor_factory,
+            job_function=job_function,
+        )
+        return scheduler.run(batch, on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu)))
+
+    return execute
+
+
+def _dask_runner(options: AuditOptions) -> DaskRunner | None:
+    """The Dask cluster the jobs go to (``--dask``), None: they run here."""
+    if not options.dask:
+        return None
+    from nbscope.api.audit._dask import DaskRunner
+
+    return DaskRunner(options.dask, workers=options.workers)
+
+
 def audit(
     targets: str | Path | Sequence[str | Path],
     options: AuditOptions | None = None,
@@ -183,11 +225,7 @@ def audit(
         settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
         label=options.run_label(),
     )
-    runner: DaskRunner | None = None
-    if options.dask:
-        from nbscope.api.audit._dask import DaskRunner
-
-        runner = DaskRunner(options.dask, workers=options.workers)
+    runner = _dask_runner(options)
     try:
         availability, digests, workers = _where_jobs_can_run(runner, options, fingerprint)
         plan = _plan(
@@ -210,26 +248,7 @@ def audit(
             )
         )
 
-        def execute(batch: list[Job]) -> Any:
-            if runner is not None:
-                # Dask takes every job at once and starts each when a worker is free: report them as queued.
-                return runner.run(
-                    batch,
-                    share_gpu=options.share_gpu,
-                    jobs_per_gpu=options.jobs_per_gpu,
-                    on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)),
-                )
-            scheduler = LocalScheduler(
-                options.workers,
-                gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
-                share_gpu=options.share_gpu,
-                jobs_per_gpu=options.jobs_per_gpu,
-                fingerprint=fingerprint,
-                executor_factory=executor_factory,
-                job_function=job_function,
-            )
-            return scheduler.run(batch, on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu)))
-
+        execute = _executor(runner, options, fingerprint, emit, executor_factory, job_function)
         interrupted = _run_jobs(plan, execute, store, record.target, emit)
         ordered = [plan.entries[k, b] for k in selected for b in options.backends]
         ordered = _report.diagnose_entries(ordered, lambda e: plan.loaded.get((e.path, e.backend)))
