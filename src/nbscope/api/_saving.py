@@ -4,7 +4,7 @@ against.
 
 A run is saved, then its summary as publish shows it is made and kept in the store (``analyse.run_summary``), so
 that the next publish reads it and diagnoses nothing. A summary that cannot be made or kept is said (a warning on
-the ``nbscope`` logger, and the line returned to the job) and made by the next publish instead: the run is saved.
+the ``nbscope`` logger, or a note in the job's outcome) and made by the next publish instead: the run is saved.
 """
 
 from __future__ import annotations
@@ -28,31 +28,38 @@ if TYPE_CHECKING:
 
 
 def save_run(
-    store: Store | None, record: RunRecord, *, findings: Findings | None = None, diagnose: bool = True
-) -> str | None:
+    store: Store | None,
+    record: RunRecord,
+    *,
+    findings: Findings | None = None,
+    diagnose: bool = True,
+    notes: list[str] | None = None,
+) -> None:
     """Save ``record`` in ``store`` (unless the job saved it already, as ``profile`` does before it diagnoses, or
     found it stored: ``run_id`` set), then keep its summary as publish shows it, with what changed since the run
     before it in its row and, when it is the row's newest run, the row's change points. ``findings``: those the
     job made of the run (it is not diagnosed twice); ``diagnose=False`` (``--no-diagnose``): none made, publish
     makes them. Only a notebook's stored run is summarised, and none after a stop signal (the command is ending).
 
-    Returns None, or one line saying why the summary was not kept (also a warning on the ``nbscope`` logger):
-    that costs the run its summary, never the command, and the next publish makes it."""
+    A summary that cannot be made or kept costs the run its summary, never the command (the next publish makes
+    it), and is said in one line: added to ``notes`` (the job's outcome shows them), else a warning on the
+    ``nbscope`` logger."""
     from nbscope import _signals
 
     if store is None:
-        return None
+        return
     if record.run_id is None:
         store.save(record)
     if record.kind not in PROFILE_KINDS or _signals.received() is not None:
-        return None
+        return
     try:
         _keep_summary(store, record, findings, diagnose)
     except Exception as exc:  # a failed diagnosis or a store that refuses the write: said, not swallowed
         note = f"the summary of run {record.run_id} was not kept ({type(exc).__name__}: {exc}); publish makes it"
-        logging.getLogger("nbscope").warning("nbscope: %s", note)
-        return note
-    return None
+        if notes is None:
+            logging.getLogger("nbscope").warning("nbscope: %s", note)
+        else:
+            notes.append(note)
 
 
 def _keep_summary(store: Store, record: RunRecord, findings: Findings | None, diagnose: bool) -> None:

@@ -280,7 +280,8 @@ def confirm_regression(
     writable = Store(store.path) if getattr(store, "read_only", False) else store
     kept_in = writable if cand.run_id is not None else None
     rerun = profile(path, rerun_options, store=kept_in)
-    not_kept = save_run(kept_in, rerun)
+    not_kept: list[str] = []
+    save_run(kept_in, rerun, notes=not_kept)
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
         try:
@@ -290,7 +291,7 @@ def confirm_regression(
     confirmation = Confirmation(
         first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id, confirmed=not second.passed
     )
-    warnings = [confirmation.sentence(), *second.warnings, *([not_kept] if not_kept else [])]
+    warnings = [confirmation.sentence(), *second.warnings, *not_kept]
     return replace(second, warnings=warnings, confirmation=confirmation)
 
 

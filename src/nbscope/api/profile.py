@@ -612,13 +612,15 @@ def run_profile(
         if not diagnose or not_stored is not None
         else diagnosis_of(record, path, devices_file=devices_file)
     )
-    not_kept = save_run(store, record, findings=findings, diagnose=diagnose) if not_stored is None else None
+    not_kept: list[str] = []
+    if not_stored is None:
+        save_run(store, record, findings=findings, diagnose=diagnose, notes=not_kept)
     return ProfileOutcome(
         record=record,
         findings=findings,
         why_not_diagnosed=why_not,
         forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
-        warnings=(*probe_warnings(record), *([not_kept] if not_kept else [])),
+        warnings=(*probe_warnings(record), *not_kept),
         failed=failures([record]),
         not_stored=not_stored,
         allow_errors=allow_errors,

@@ -810,7 +810,9 @@ def trace(
     )
     notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
     diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)
+    not_kept: list[str] = []
     for record, (found, _) in zip(result.records, diagnoses, strict=True):
         if record.run_id is not None:  # else the store refused it: it is kept in a run file
-            notes += tuple(filter(None, [save_run(store, record, findings=found, diagnose=diagnose)]))
+            save_run(store, record, findings=found, diagnose=diagnose, notes=not_kept)
+    notes += tuple(not_kept)
     return TraceOutcome(result, diagnoses, notes, failures(result.records), store, diagnose)
