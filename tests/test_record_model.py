@@ -7,8 +7,11 @@ import dataclasses
 import pytest
 
 from diag_support import load_record
+from nbscope.collect._cells import merge_described
 from nbscope.schema.codec import decode
+from nbscope.schema.memory import MemoryReading
 from nbscope.schema.model import Cell, JaxFigures, NotebookRun
+from nbscope.schema.probe import ProbeCell
 
 
 def test_a_recorded_profile_reads_as_typed_cells_totals_and_jax_figures() -> None:
@@ -87,3 +90,21 @@ def test_a_record_built_from_typed_cells_reads_back_the_same_cells_and_their_tot
     assert [c.wall_s for c in run.cells] == [0.5, 1.5] and [c.index for c in run.cells] == [0, 1]
     assert run.cells[0].first_line == "import jax" and run.cells[1].sched == CpuTime(1.0, 0.4, 2.0)
     assert run.totals.wall_s == 2.0 and run.totals.compile_s == 0.2 and run.totals.cells_ok == 2
+
+
+def test_a_figure_the_probe_adds_reaches_the_record_and_its_reader_without_a_collector_line() -> None:
+    """A new per-cell figure touches three places: the probe that writes it, the ``Cell`` field that reads it, and
+    the format's documentation. The collector records it as the probe measured it, under the probe's name; the
+    line's own keys (type, seq, hash) stay out of the record."""
+    memory = {"before_bytes": 1, "after_bytes": 5, "peak_bytes": 9}
+    line = {"type": "cell", "seq": 1, "hash": "ab", "status": "ok", "wall_s": 0.5, "device_memory": memory}
+    described = {"index": 0, "cell_index": 0, "source_hash": "ab", "source": "x = 1", "first_line": "x = 1"}
+    record = merge_described(described, decode(ProbeCell, line))
+    assert record["device_memory"] == memory and record["wall_s"] == 0.5
+    assert not {"type", "seq", "hash"} & set(record)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithDeviceMemory(Cell):  # the one field a reader of the new figure adds
+        device_memory: MemoryReading | None = None
+
+    assert decode(WithDeviceMemory, record).device_memory == MemoryReading(1, 5, 9)
