@@ -540,7 +540,7 @@ def _cache_saving(record: RunRecord, store: Store) -> None:
 
 def diagnosis_of(
     record: RunRecord, notebook: str | Path | None = None, *, devices_file: str | Path | None = None
-) -> tuple[Any, str | None]:
+) -> tuple[Findings | None, str | None]:
     """The findings of a run just measured (``nbscope.analyse.diagnose.Findings``, most important first), with the
     cell sources read from ``notebook`` when given (else from the path the record names) and GPUs forecast from
     ``devices_file`` too; ``(None, why)`` when the run cannot be diagnosed. Never raises: the measurements stand
