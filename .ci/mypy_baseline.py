@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Type-check src/ with mypy against a baseline of known errors that may only shrink.
+"""Type-check src/ with mypy in strict mode (pyproject.toml's [tool.mypy]) against a baseline of known errors
+that may only shrink.
 
 An error that is not in `.ci/mypy-baseline.txt` fails (exit 1). So does a baseline entry mypy no longer
 reports: the fix is kept by shrinking the file (`python3 .ci/mypy_baseline.py --update`), never by growing it.

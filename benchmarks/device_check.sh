@@ -56,7 +56,7 @@ newest() {  # the newest run of a kind in the store
     python3 - "$DB" "$1" <<'PY'
 import sys
 from nbscope.record.store import Store
-rows = Store(sys.argv[1]).list(kind=sys.argv[2], limit=1)
+rows = Store(sys.argv[1]).runs(kind=sys.argv[2], limit=1)
 print(rows[0]["id"] if rows else "")
 PY
 }
@@ -92,7 +92,7 @@ for lecture in "$@"; do
         > "$OUT/forecast-$name.json"
 done
 
-for id in $(python3 -c "from nbscope.record.store import Store; print(' '.join(str(r['id']) for r in Store('$DB').list(limit=50)))"); do
+for id in $(python3 -c "from nbscope.record.store import Store; print(' '.join(str(r['id']) for r in Store('$DB').runs(limit=50)))"); do
     $NBSCOPE export "$id" -o "$OUT/run-$id.json" --db "$DB" >/dev/null
 done
 log "done: outputs in $OUT"

@@ -196,7 +196,7 @@ def from_store(path: Path) -> tuple[list[RunRecord], list[RunRecord], dict[str, 
     store = Store(path)
     unchanged: list[RunRecord] = []
     slow: list[RunRecord] = []
-    for row in sorted(store.list(kind="profile", limit=100_000), key=lambda r: (r["started_at"], r["id"])):
+    for row in sorted(store.runs(kind="profile", limit=100_000), key=lambda r: (r["started_at"], r["id"])):
         record = store.get(row["id"])
         scale = float((record.settings.get("env") or {}).get(SCALE_VARIABLE, "1"))
         (unchanged if scale == 1.0 else slow).append(record)

@@ -22,7 +22,7 @@ Beside them, the interpreter's own start-up (``python -c pass``, this environmen
 included), the floor under any command. Each ``publish`` is timed twice: as the command (``python -m nbscope publish``: the interpreter's and the command
 line's start-up included) and as the API call (``nbscope.api.publish.publish`` in a process that imported nbscope
 first: the publish's own work), each into its own site folder. A new build's runs are stored as ``nbscope profile``
-stores them: each with its summary made when it is saved (``keep_run_summary``); the time that takes, which
+stores them: each with its summary made when it is saved (``save_run``); the time that takes, which
 ``profile`` now pays per run, is printed too.
 """
 
@@ -116,7 +116,10 @@ def add_build(path: Path, lectures: range, runners: tuple[str, ...], build: int,
         # The same runs stored already (a round stopped before the store was put back): the publish after them
         # would time "nothing new" under the name of a new build.
         sys.exit(f"{path}: build {build}'s runs are stored already; run again without --keep-store")
-    keep = getattr(publish, "keep_run_summary", None)
+    try:
+        from nbscope.api._saving import save_run as keep
+    except ImportError:  # an nbscope of before ``save_run``: its publish module kept the summary, or none did
+        keep = getattr(publish, "keep_run_summary", None)
     if keep is None:
         return None
     started = time.process_time()

@@ -190,7 +190,7 @@ def test_a_failing_cell_exits_1_and_allow_errors_exits_0_the_run_stored_either_w
     )
     assert allowed.returncode == 0 and allowed.stderr == "", allowed.stderr
     assert [c["status"] for c in loads(allowed.stdout).measurements["cells"]] == ["ok", "error", "ok", "ok"]
-    assert [r["status"] for r in Store(db).list()] == ["ok", "ok"]  # both stored: the figures stand
+    assert [r["status"] for r in Store(db).runs()] == ["ok", "ok"]  # both stored: the figures stand
     assert live_files(db) == []
 
 
@@ -203,7 +203,7 @@ def test_on_error_stop_and_a_dead_kernel_exit_1(tmp_path: Path) -> None:
     assert [c["status"] for c in loads(stopped.stdout).measurements["cells"]] == ["ok", "error", "not-run", "not-run"]
     died = nbscope("profile", FILES / "kernel_dies.ipynb", "--db", db, "--no-diagnose", cwd=tmp_path)
     assert died.returncode == 1 and "(kernel-died DeadKernelError)" in died.stderr, died.stderr
-    assert [r["status"] for r in Store(db).list()] == ["partial", "partial"]
+    assert [r["status"] for r in Store(db).runs()] == ["partial", "partial"]
     assert live_files(db) == []
     # diagnose says which cell died and that the rest never ran, in text, markdown and JSON.
     said = nbscope("diagnose", "latest", "--db", db, cwd=tmp_path)
@@ -267,7 +267,7 @@ def test_a_closed_output_pipe_exits_0_quietly_and_profile_still_fails_a_broken_n
     finally:
         os.close(write_end)
     assert snapshot(db) == before  # reading never writes to the store
-    assert len(Store(tmp_path / "p.db").list()) == 1
+    assert len(Store(tmp_path / "p.db").runs()) == 1
 
 
 # ---- preflight: refused before a kernel starts ---------------------------------------------------------
@@ -631,7 +631,7 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
         if process.poll() is None:
             process.kill()
     assert process.returncode == 143, stderr
-    [summary] = Store(db).list()
+    [summary] = Store(db).runs()
     assert f"saved partial run {summary['id']} (1 of 2 repeats finished)" in stderr
     record = Store(db).get(summary["id"])
     assert record.status == "partial" and record.measurements["repeats"] == 2

@@ -28,7 +28,7 @@ def test_profile_compare_diagnose_open_store(tmp_path: Path) -> None:
     first = nbscope.profile(FILES / "gate_tiny.ipynb", store=store)
     second = nbscope.profile(FILES / "gate_tiny.ipynb", store=tmp_path / "api.db")
     assert isinstance(first, nbscope.RunRecord) and first.status == "ok"
-    assert [row["id"] for row in store.list()] == [second.run_id, first.run_id]
+    assert [row["id"] for row in store.runs()] == [second.run_id, first.run_id]
     comparison = nbscope.compare(first, second)
     assert comparison.pairing.all_paired
     findings = nbscope.diagnose(first)

@@ -314,7 +314,7 @@ def test_audit_resumes_from_the_store_and_reruns_only_changed_notebooks(
     forced = Recorder()
     _fake_audit(book, store, no_gpu, forced, force=True)
     assert len(forced.jobs) == 6
-    profiles = store.list(kind="profile")
+    profiles = store.runs(kind="profile")
     assert len(profiles) == 6 + 1 + 6 + 6
     stored = store.get(profiles[0]["id"]).measurements["audit"]
     assert set(stored) >= {"source_hash", "backend", "path", "book"}

@@ -105,7 +105,7 @@ def test_dask_local_cluster_gives_the_same_notebook_records(
     assert {e["path"] for e in entries} == NOTEBOOKS
     assert all(e["worker"]["dask"].startswith("tcp://") for e in entries)  # each ran on a Dask worker
     assert len({e["worker"]["pid"] for e in entries}) == 2
-    runs = store.list(kind="profile")
+    runs = store.runs(kind="profile")
     assert len(runs) == 6 and all(r["digest"] == e["digest"] for r in runs for e in entries[:1])
     assert record.measurements["backends"]["cuda"]["available"] is False  # no worker declares a GPU resource
 
@@ -180,15 +180,15 @@ def test_killed_audit_resumes_without_rerunning_finished_notebooks(tmp_path: Pat
         assert time.monotonic() < deadline, "no two notebooks finished in 300 s"
         time.sleep(0.2)
         if db.exists():
-            finished = Store(db).list(kind="profile")
+            finished = Store(db).runs(kind="profile")
     descendants = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGKILL)
     process.wait()
     # The pool processes and their kernels follow the killed audit instead of running on as orphans.
     _, alive = psutil.wait_procs(descendants, timeout=20)
     assert not alive, f"still running after the audit was killed: {alive}"
-    before = {r["target"]: r["id"] for r in Store(db).list(kind="profile")}
-    assert len(before) >= 2 and not Store(db).list(kind="audit")
+    before = {r["target"]: r["id"] for r in Store(db).runs(kind="profile")}
+    assert len(before) >= 2 and not Store(db).runs(kind="audit")
 
     result = nbscope("audit", BOOK, "--workers", "2", "--db", db, "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -196,7 +196,7 @@ def test_killed_audit_resumes_without_rerunning_finished_notebooks(tmp_path: Pat
     reused = {e["target"]: e["run_id"] for e in entries if e["reused"]}
     assert reused == before  # every finished notebook reused, with its stored run
     assert all(e["status"] == "ok" for e in entries), [(e["path"], e["status"], e["error"]) for e in entries]
-    profiles = Store(db).list(kind="profile")
+    profiles = Store(db).runs(kind="profile")
     assert len(profiles) == 6 and len({r["target"] for r in profiles}) == 6  # nothing ran twice
 
 

@@ -223,7 +223,7 @@ def test_labels_are_recorded_stored_and_migrated(tmp_path: Path, monkeypatch: py
     assert record.label == "nightly" and record.to_dict()["label"] == "nightly"
     store = Store(tmp_path / "s.db")
     store.save(record)
-    assert store.list(label="nightly")[0]["label"] == "nightly"
+    assert store.runs(label="nightly")[0]["label"] == "nightly"
     monkeypatch.delenv("NBSCOPE_LABEL")
     unlabelled = RunRecord(kind="bench", target="suite:quick", fingerprint={"digest": "d"})
     assert unlabelled.label is None and "label" not in unlabelled.to_dict()  # documents as before labels

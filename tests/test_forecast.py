@@ -15,7 +15,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import forecast
-from nbscope.analyse.forecast.calibrate import DeviceEntry, calibrate, to_toml
+from nbscope.analyse.forecast.calibrate import CalibratedDevice, calibrate, to_toml
 from nbscope.analyse.forecast.devices import load_table, resolve
 from nbscope.analyse.forecast.model import program_terms
 from nbscope.api.profile import ProfileOptions, profile
@@ -137,7 +137,7 @@ def test_user_file_overrides_one_figure_and_adds_a_device(tmp_path: Path) -> Non
     path.write_text(
         '[devices.t4]\nloop_iteration_us = { value = 5.0, basis = "measured", source = "our runner" }\n'
         + to_toml(
-            DeviceEntry(
+            CalibratedDevice(
                 key="lab", name="Lab GPU", match=["Lab"], figures=load_table(environ={}).devices["h100"].figures
             )
         )
@@ -355,7 +355,7 @@ def test_float64_matmul_is_far_slower_on_a_t4_than_on_an_h100_but_float32_is_not
 def test_cli_forecast_without_program_data_and_for_a_notebook_without_jax(run_cli: Any, tmp_db: Path) -> None:
     plain = run_cli("profile", FILES / "forecast_matmul.md", "--db", tmp_db, "--json", timeout=300)
     assert plain.returncode == 0, plain.stderr
-    run_id = str(Store(tmp_db).list(limit=1)[0]["id"])
+    run_id = str(Store(tmp_db).runs(limit=1)[0]["id"])
     refused = run_cli("forecast", run_id, "--db", tmp_db, "--gpu", "t4")
     assert refused.returncode == 2
     assert "recorded without program data" in refused.stderr and "--forecast t4" in refused.stderr
@@ -368,7 +368,7 @@ def test_cli_forecast_without_program_data_and_for_a_notebook_without_jax(run_cl
     assert host.returncode == 0, host.stderr
     assert "runs no JAX" in host.stdout
     result = run_cli(
-        "forecast", str(Store(tmp_db).list(limit=1)[0]["id"]), "--db", tmp_db, "--gpu", "t4,h100", "--json"
+        "forecast", str(Store(tmp_db).runs(limit=1)[0]["id"]), "--db", tmp_db, "--gpu", "t4,h100", "--json"
     )
     document = json.loads(result.stdout)
     assert document["has_jax"] is False

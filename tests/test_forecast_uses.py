@@ -19,7 +19,7 @@ from diag_support import FILES, edited, fired, load_record, sources_of
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import diagnose
 from nbscope.analyse.forecast import forecast
-from nbscope.analyse.forecast.calibrate import DeviceEntry, to_toml
+from nbscope.analyse.forecast.calibrate import CalibratedDevice, to_toml
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.measured import against_measured, forecast_vs_measured
 from nbscope.analyse.recommend import recommend
@@ -283,7 +283,7 @@ def test_diagnose_forecasts_for_a_gpu_of_the_named_device_file(
     H100's figures under another name) is forecast for, as ``nbscope forecast --devices`` does."""
     devices = tmp_path / "devices.toml"
     h100 = load_table(environ={}).devices["h100"]
-    devices.write_text(to_toml(DeviceEntry(key="lab", name="Lab GPU", match=["Lab"], figures=h100.figures)))
+    devices.write_text(to_toml(CalibratedDevice(key="lab", name="Lab GPU", match=["Lab"], figures=h100.figures)))
     with pytest.raises(NbscopeError, match="unknown device 'lab'"):
         diagnose(loop_run, sources=LATENCY_SOURCES, gpus="lab")
     lab = fired(diagnose(loop_run, sources=LATENCY_SOURCES, gpus="lab", devices_file=devices), "latency-bound-loop")

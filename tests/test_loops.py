@@ -124,7 +124,7 @@ def test_builtin_sweep_on_the_default_device_and_the_cpu(run_cli: Any, tmp_db: P
     assert measurements["extrapolation"]["trip_count"] == 10_000_000
     assert estimate["seconds"] == pytest.approx(fit["a_s"] + fit["b_s"] * 10_000_000)
     assert measurements["totals"]["us_per_iter"] == fit["us_per_iter"]
-    assert Store(tmp_db).list(kind="loops")
+    assert Store(tmp_db).runs(kind="loops")
 
     shown = run_cli("show", "1", "--db", tmp_db)
     assert shown.returncode == 0, shown.stderr

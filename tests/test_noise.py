@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from builder import cell as typed_cell
 from nbscope.analyse import noise
+from nbscope.schema.model import Cell, CpuTime
 
 
 def cell(
@@ -15,9 +15,9 @@ def cell(
     wait: float = 0.0,
     source: str = "work()",
     compile_s: float = 0.0,
-) -> dict[str, Any]:
-    sched = None if on_cpu is None else {"on_cpu_s": on_cpu, "wait_s": wait, "cpu_s": cpu}
-    return {"wall_s": wall, "compile_s": compile_s, "source": source, "sched": sched}
+) -> Cell:
+    sched = None if on_cpu is None else CpuTime(on_cpu_s=on_cpu, wait_s=wait, cpu_s=cpu)
+    return typed_cell(wall_s=wall, compile_s=compile_s, source=source, sched=sched)
 
 
 def test_a_cell_that_sleeps_is_plain_though_the_kernels_other_threads_outweigh_its_own_cpu() -> None:

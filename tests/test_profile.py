@@ -91,7 +91,7 @@ def store_in(tmp_path: Path) -> Store:
 
 
 def only_record(store: Store) -> RunRecord:
-    [summary] = store.list()
+    [summary] = store.runs()
     return store.get(summary["id"])
 
 

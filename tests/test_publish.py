@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from nbscope.api.publish import MANIFEST, keep_run_summary, lecture_page, publish
+from nbscope.api._saving import save_run
+from nbscope.api.publish import MANIFEST, lecture_page, publish
 from nbscope.record.run import RunRecord
 from nbscope.record.store import Store
 from nbscope.render import site as site_pages
@@ -296,7 +297,7 @@ def test_each_run_is_summarised_once_and_the_summaries_publish_the_same_site(
 
 
 def test_a_run_summarised_when_saved_is_only_read_by_publish(site: dict[str, Any]) -> None:
-    """``keep_run_summary``, which the commands that store a run call once it is saved, keeps its whole summary:
+    """``save_run``, which every command that stores a run calls, keeps its whole summary once it is saved:
     what changed since the run before it in its row, and its row's change points. The next publish reads it and
     makes nothing (a kept title that was changed shows); ``full`` makes the same summary again from the run."""
     import sqlite3
@@ -304,8 +305,8 @@ def test_a_run_summarised_when_saved_is_only_read_by_publish(site: dict[str, Any
     store, folder = site["store"], site["folder"]
     before = json.loads((folder / MANIFEST).read_text())["rows"][f"cpu\x1f{STEPS}"]["newest_id"]
     record = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True)
-    store.add(record)
-    keep_run_summary(store, record)
+    save_run(store, record)
+    assert record.run_id is not None
     kept = store.run_summaries([record.run_id])[record.run_id]
     assert kept["attribution"]["before_id"] == before and kept["status"] == "ok" and kept["findings"]
     assert [change["index"] for change in kept["changes"]["found"]] == [8]  # the row's step, with the new run
@@ -325,6 +326,29 @@ def test_a_run_summarised_when_saved_is_only_read_by_publish(site: dict[str, Any
     assert page.read_bytes() == made_at_save
 
 
+def test_a_summary_that_cannot_be_kept_is_said_and_costs_the_run_nothing(
+    site: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``save_run`` swallows nothing silently: a summary the store cannot keep is one line, in the job's notes (the
+    outcome shows them) or else a warning on the nbscope logger; the run itself is saved either way."""
+    import sqlite3
+
+    store = site["store"]
+    with sqlite3.connect(store.path) as db:
+        db.execute("DROP TABLE run_summaries")  # a store the summary cannot be written to
+    record = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True)
+    notes: list[str] = []
+    save_run(store, record, notes=notes)
+    assert record.run_id is not None and store.get(record.run_id).target == record.target
+    [note] = notes
+    assert f"run {record.run_id}" in note and "run_summaries" in note
+    assert not [r for r in caplog.records if r.name == "nbscope"]  # said once: in the notes
+    again = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 3.0, edited=True)
+    save_run(store, again)  # a job with no notes to show: the logger says it
+    said = [r.getMessage() for r in caplog.records if r.name == "nbscope"]
+    assert said == ["nbscope: " + note.replace(f"run {record.run_id}", f"run {again.run_id}")]
+
+
 def test_an_incremental_publish_reads_no_run_record_and_keeps_the_manifest_as_json_writes_it(
     site: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -338,8 +362,7 @@ def test_an_incremental_publish_reads_no_run_record_and_keeps_the_manifest_as_js
 
     store, folder = site["store"], site["folder"]
     record = stored_run("cpu_latency_loop.json", STEPS, BUILDS, 2.0, edited=True)
-    store.add(record)
-    keep_run_summary(store, record)
+    save_run(store, record)
     heavy = (
         "nbscope.record.run",
         "nbscope.analyse.history",

@@ -7,8 +7,11 @@ import dataclasses
 import pytest
 
 from diag_support import load_record
+from nbscope.collect._cells import merge_described
 from nbscope.schema.codec import decode
+from nbscope.schema.memory import MemoryReading
 from nbscope.schema.model import Cell, JaxFigures, NotebookRun
+from nbscope.schema.probe import ProbeCell
 
 
 def test_a_recorded_profile_reads_as_typed_cells_totals_and_jax_figures() -> None:
@@ -73,3 +76,35 @@ def test_the_machine_and_settings_read_as_typed_views_with_absent_fields_as_none
     settings = decode(Settings, {"repeat": True, "env": {"A": "1"}, "forecast": ["t4"]})
     assert settings.repeat == 1 and settings.jax_cache == "off" and settings.forecast == ("t4",)
     assert settings.environment(machine) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "A": "1"}
+
+
+def test_a_record_built_from_typed_cells_reads_back_the_same_cells_and_their_totals() -> None:
+    """``tests/builder.py``: typed cells in, the run as a store and every reader see it out (round trip through
+    the document, totals by the cell writers)."""
+    from builder import cell, record
+    from nbscope.record.run import RunRecord
+    from nbscope.schema.model import CpuTime
+
+    cells = [cell(wall_s=0.5, compile_s=0.2, source="import jax"), cell(wall_s=1.5, sched=CpuTime(1.0, 0.4, 2.0))]
+    run = RunRecord.from_dict(record(cells).to_dict()).notebook_run()
+    assert [c.wall_s for c in run.cells] == [0.5, 1.5] and [c.index for c in run.cells] == [0, 1]
+    assert run.cells[0].first_line == "import jax" and run.cells[1].sched == CpuTime(1.0, 0.4, 2.0)
+    assert run.totals.wall_s == 2.0 and run.totals.compile_s == 0.2 and run.totals.cells_ok == 2
+
+
+def test_a_figure_the_probe_adds_reaches_the_record_and_its_reader_without_a_collector_line() -> None:
+    """A new per-cell figure touches three places: the probe that writes it, the ``Cell`` field that reads it, and
+    the format's documentation. The collector records it as the probe measured it, under the probe's name; the
+    line's own keys (type, seq, hash) stay out of the record."""
+    memory = {"before_bytes": 1, "after_bytes": 5, "peak_bytes": 9}
+    line = {"type": "cell", "seq": 1, "hash": "ab", "status": "ok", "wall_s": 0.5, "device_memory": memory}
+    described = {"index": 0, "cell_index": 0, "source_hash": "ab", "source": "x = 1", "first_line": "x = 1"}
+    record = merge_described(described, decode(ProbeCell, line))
+    assert record["device_memory"] == memory and record["wall_s"] == 0.5
+    assert not {"type", "seq", "hash"} & set(record)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithDeviceMemory(Cell):  # the one field a reader of the new figure adds
+        device_memory: MemoryReading | None = None
+
+    assert decode(WithDeviceMemory, record).device_memory == MemoryReading(1, 5, 9)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import run_in_process
-from nbscope.analyse.diagnose import Finding, Skip
+from nbscope.analyse.diagnose import Finding, Findings, Skip
 from nbscope.analyse.recommend import Recommendation
 from nbscope.collect import notebook as notebook_module
 from nbscope.render import backends as backends_view
@@ -114,10 +114,6 @@ def test_diagnose_shows_names_as_written(profiled: dict[str, Any]) -> None:
 def test_findings_and_notes_print_as_written() -> None:
     """Every text of a finding card, a skipped rule and a note is escaped (no kernel needed)."""
 
-    class Findings(list):  # what diagnose returns: findings, plus what it skipped and its notes
-        skipped = [Skip("unrolled-loop", "needs [/x] sources", cell_index=2)]
-        notes = ["notebook not found (runs[i]/a.md)"]
-
     finding = Finding(
         rule="retrace-churn",
         title="Retrace [/x] churn",
@@ -129,7 +125,13 @@ def test_findings_and_notes_print_as_written() -> None:
         fix="keep [bold]f[/bold] steady",
     )
     with console.capture() as captured:
-        findings_view.print_findings(Findings([finding]))
+        findings_view.print_findings(
+            Findings(
+                (finding,),
+                skipped=(Skip("unrolled-loop", "needs [/x] sources", cell_index=2),),
+                notes=("notebook not found (runs[i]/a.md)",),
+            )
+        )
         backends_view.print_unavailable(
             [
                 {

@@ -181,7 +181,7 @@ def test_a_signal_during_profile_saves_the_partial_run_and_stops_the_kernel(
 
     assert process.returncode == EXIT_CODES[signum], stderr
     assert "Traceback" not in stderr
-    [summary] = Store(db).list()
+    [summary] = Store(db).runs()
     record = Store(db).get(summary["id"])
     assert_stopped_run(record, signum)
     assert f"nbscope: stopped by {signal.Signals(signum).name}; saved partial run {summary['id']}" in stderr
@@ -312,7 +312,7 @@ def test_a_killed_profile_leaves_a_live_file_that_runs_lists_and_import_stores(t
     process.communicate(timeout=STOP_LIMIT_S)
     for leftover in marked(marker):  # what a SIGKILL leaves running is not what this test is about
         leftover.kill()
-    assert not Store(db).list()
+    assert not Store(db).runs()
     [live] = live_folder(db).glob("*.jsonl")
 
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}

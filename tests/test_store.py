@@ -72,20 +72,20 @@ def test_list_filters_and_orders_newest_first(tmp_db: Path) -> None:
         "b-on-gpu": store.save(make_record("b.md", started_at="2025-01-02T10:00:00.000Z", fingerprint=FINGERPRINT_B)),
         "bench": store.save(make_record("suite", kind="bench", started_at="2025-01-04T10:00:00.000Z")),
     }
-    rows = store.list()
+    rows = store.runs()
     assert [r["id"] for r in rows] == [ids["bench"], ids["new-a"], ids["b-on-gpu"], ids["old-a"]]
     first = rows[1]
     assert first["target"] == "a.md" and first["kind"] == "profile" and first["status"] == "ok"
     assert first["digest"] == "aaaaaaaaaaaa"
     assert first["machine"] == "CPU A ×2"
     assert first["headline"] == {"wall_s": 2.0, "cells": 3}
-    assert store.list(kind="bench")[0]["id"] == ids["bench"]
-    assert [r["id"] for r in store.list(target="a.md")] == [ids["new-a"], ids["old-a"]]
-    gpu_rows = store.list(digest="bbbbbbbbbbbb")
+    assert store.runs(kind="bench")[0]["id"] == ids["bench"]
+    assert [r["id"] for r in store.runs(target="a.md")] == [ids["new-a"], ids["old-a"]]
+    gpu_rows = store.runs(digest="bbbbbbbbbbbb")
     assert [r["id"] for r in gpu_rows] == [ids["b-on-gpu"]]
     assert gpu_rows[0]["machine"] == "CPU B ×4 + 1× Tesla T4"
-    assert len(store.list(limit=2)) == 2
-    assert store.list(target="nothing.md") == []
+    assert len(store.runs(limit=2)) == 2
+    assert store.runs(target="nothing.md") == []
     assert [r.run_id for r in store.records(target="a.md")] == [ids["new-a"], ids["old-a"]]
 
 
@@ -198,7 +198,7 @@ def test_two_processes_writing_concurrently_lose_nothing(tmp_db: Path, tmp_path:
     assert len(reported) == 200 and len(set(reported)) == 200
     store = Store(tmp_db)
     assert store.count() == 200
-    rows = store.list()
+    rows = store.runs()
     assert sorted(r["id"] for r in rows) == sorted(reported)
     for tag in ("first", "second"):
         walls = sorted(r["headline"]["wall_s"] for r in rows if r["target"] == f"{tag}.md")
@@ -286,7 +286,7 @@ def test_an_older_store_is_migrated_and_keeps_every_run(tmp_db: Path, with_versi
     second = make_record("a.md", started_at="2025-01-02T00:00:00.000Z", wall=2.0)
     write_v1_store(tmp_db, [first, second, first], with_version=with_version)  # imported twice back then
     store = Store(tmp_db)
-    assert [r["id"] for r in store.list()] == [2, 3, 1]  # nothing dropped, not even the old duplicate
+    assert [r["id"] for r in store.runs()] == [2, 3, 1]  # nothing dropped, not even the old duplicate
     assert store.version() == STORE_VERSION and store_version(tmp_db) == str(STORE_VERSION)
     with closing_db(tmp_db) as db:
         hashes = dict(db.execute("SELECT id, content_hash FROM runs").fetchall())
@@ -367,9 +367,9 @@ def test_unreadable_rows_are_skipped_and_reported_once(tmp_db: Path) -> None:
     reported: list[str] = []
     store = Store(tmp_db, on_skip=reported.append)
     readable = [ids["day5"], ids["day3"], ids["day1"]]
-    assert [r["id"] for r in store.list()] == readable
+    assert [r["id"] for r in store.runs()] == readable
     assert [r.run_id for r in store.records(target="a.md")] == readable
-    assert [r["id"] for r in store.list(limit=2)] == readable[:2]
+    assert [r["id"] for r in store.runs(limit=2)] == readable[:2]
     latest = store.latest(target="a.md")
     assert latest is not None and latest.run_id == ids["day5"]
     assert len(reported) == 2 and all("\n" not in line for line in reported)
@@ -425,7 +425,7 @@ def test_a_version_3_store_file_opens_migrates_and_reads(tmp_path: Path) -> None
     path = copy_of(STORE_V3, tmp_path)
     assert store_version(path) == "3"
     store = Store(path)
-    assert [r["id"] for r in store.list()] == [3, 2, 1]
+    assert [r["id"] for r in store.runs()] == [3, 2, 1]
     assert store.version() == STORE_VERSION and store_version(path) == str(STORE_VERSION)
     expected = {1: "cpu_unrolled_loop", 2: "cpu_latency_loop", 3: "cpu_x64"}
     for run_id, name in expected.items():
@@ -438,7 +438,7 @@ def test_a_version_3_store_file_opens_migrates_and_reads(tmp_path: Path) -> None
         record = store.get(run_id)
         assert rows[run_id]["totals"] == record.measurements["totals"] and rows[run_id]["backend"] == "cpu"
         assert rows[run_id]["settings"] == series_settings(record.settings)  # what history groups by
-    assert [r["label"] for r in store.list()] == ["main-cpu", "main-cpu", None]
+    assert [r["label"] for r in store.runs()] == ["main-cpu", "main-cpu", None]
     assert resolve_run("main-cpu", store).run_id == 3
     assert resolve_run("main-cpu:tests/files/diag_latency_loop.ipynb", store).run_id == 2
     assert resolve_run("latest:tests/files/diag_unrolled_loop.ipynb", store).run_id == 1
@@ -482,7 +482,7 @@ def test_an_unreadable_row_of_an_older_store_is_migrated_and_skipped(tmp_path: P
         db.commit()
     reported: list[str] = []
     store = Store(path, on_skip=reported.append)
-    assert [r["id"] for r in store.list()] == [3, 1] and len(reported) == 1 and "run 2 skipped" in reported[0]
+    assert [r["id"] for r in store.runs()] == [3, 1] and len(reported) == 1 and "run 2 skipped" in reported[0]
     (row,) = [r for r in store.summaries() if r["id"] == 2]
     assert row["settings"] is None and row["totals"] is None and row["target"] == "tests/files/diag_latency_loop.ipynb"
     done = run_cli("history", "tests/files/diag_latency_loop.ipynb", "--db", path)
@@ -515,7 +515,7 @@ def test_listing_latest_and_references_read_only_the_documents_they_return(tmp_d
     break_documents(tmp_db, set(newest))
     reported: list[str] = []
     store = Store(tmp_db, on_skip=reported.append)
-    assert [r["id"] for r in store.list(limit=5)] == newest[::-1]
+    assert [r["id"] for r in store.runs(limit=5)] == newest[::-1]
     latest = store.latest()
     assert latest is not None and latest.run_id == newest[-1]
     assert resolve_run("latest", store).run_id == newest[-1]
@@ -523,11 +523,11 @@ def test_listing_latest_and_references_read_only_the_documents_they_return(tmp_d
     assert resolve_run("nightly", store).run_id == ids["b.md"][-1]
     assert resolve_run("nightly:b.md", store).run_id == ids["b.md"][-1]
     assert resolve_run(str(ids["a.md"][-2]), store).run_id == ids["a.md"][-2]
-    assert [r["id"] for r in store.list(target="b.md", limit=2)] == ids["b.md"][::-1][:2]
+    assert [r["id"] for r in store.runs(target="b.md", limit=2)] == ids["b.md"][::-1][:2]
     assert reported == []  # not one of the 55 broken documents was read
     assert len(store.summaries()) == 60 and store.targets() == ["a.md", "b.md"]
     # Asked for a sixth, the listing reads on, past every broken document (each reported once).
-    assert [r["id"] for r in store.list(limit=6)] == newest[::-1] and len(reported) == 55
+    assert [r["id"] for r in store.runs(limit=6)] == newest[::-1] and len(reported) == 55
 
 
 def test_history_of_a_total_and_the_gate_baseline_read_only_the_documents_they_use(tmp_db: Path) -> None:
@@ -558,7 +558,7 @@ def test_a_version_2_store_gets_its_labels_from_the_documents(tmp_path: Path) ->
         db.execute("UPDATE meta SET value = '2' WHERE key = 'store_version'")
         db.commit()
     store = Store(path)
-    assert [r["label"] for r in store.list()] == ["main-cpu", "main-cpu", None] and store.version() == STORE_VERSION
+    assert [r["label"] for r in store.runs()] == ["main-cpu", "main-cpu", None] and store.version() == STORE_VERSION
     assert resolve_run("main-cpu:tests/files/diag_latency_loop.ipynb", store).run_id == 2
 
 
@@ -607,7 +607,7 @@ def test_a_version_4_store_loses_the_env_values_an_older_nbscope_kept(tmp_path: 
     with closing_db(path) as db:
         before = {run_id: json.loads(doc) for run_id, doc in db.execute("SELECT run_id, document FROM documents")}
     store = Store(path)
-    assert [r["id"] for r in store.list()] == [3, 2, 1] and store_version(path) == str(STORE_VERSION)
+    assert [r["id"] for r in store.runs()] == [3, 2, 1] and store_version(path) == str(STORE_VERSION)
     old = store.get(2)
     key = store.env_key()  # made by the migration to version 6, used by the one to 5 before it
     assert old.settings["env"] == {"HF_TOKEN": hidden(OLD_TOKEN, key), "JAX_ENABLE_X64": "0"}

@@ -87,7 +87,7 @@ def test_every_command_from_any_subfolder_uses_the_one_store(project: Path) -> N
     assert history.returncode == 0 and "1" in history.stdout, history.stderr
     second = cli("profile", "lectures/tiny.ipynb", cwd=project)  # from the root: the same store, the same name
     assert second.returncode == 0, second.stderr
-    assert [r["target"] for r in Store(store).list()] == ["lectures/tiny.ipynb", "lectures/tiny.ipynb"]
+    assert [r["target"] for r in Store(store).runs()] == ["lectures/tiny.ipynb", "lectures/tiny.ipynb"]
     assert not list((project / "lectures").rglob(".nbscope"))
 
 

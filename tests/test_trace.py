@@ -21,8 +21,9 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from nbscope.api.trace import KernelLog, ProbeLine, cells_from_log, discover_sources, match, probe_line, read_kernel_log
+from nbscope.api.trace import discover_sources
 from nbscope.collect import notebook as notebook_module
+from nbscope.collect.kernel_logs import KernelLine, KernelLog, cells_from_log, match, probe_line, read_kernel_log
 from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -50,7 +51,7 @@ def probe_cell(seq: int, source_hash: str, status: str = "ok", wall: float = 0.0
 # ---- matching, without a kernel ------------------------------------------------------------------------
 
 
-def logged(documents: list[dict[str, Any]]) -> list[ProbeLine]:
+def logged(documents: list[dict[str, Any]]) -> list[KernelLine]:
     """Probe lines as a kernel log holds them: each written, then decoded once, as the probe's file is read."""
     return [line for line in map(probe_line, map(json.dumps, documents)) if line is not None]
 
@@ -156,7 +157,7 @@ def test_cell_timeout_ends_a_kernel_whose_cell_ignores_the_interrupt(
 ) -> None:
     """The interrupt first; a cell that ignores it has its kernel ended: recorded as ``timeout``, with the
     cells before it kept."""
-    from nbscope.api.trace import INTERRUPT_GRACE_S
+    from nbscope.collect.kernel_logs import INTERRUPT_GRACE_S
 
     shutil.copy(FILES / "ignores_interrupt.ipynb", tmp_path / "stubborn.ipynb")
     started = time.monotonic()

@@ -354,7 +354,7 @@ def test_bisect_finds_the_release_that_made_a_cell_slower(tmp_path: Path, wheels
     assert result["versions"] == list(RELEASES)
     assert result["first_bad"] == "1.3" and result["last_good"] == "1.2"
     assert result["profiles"] <= math.ceil(math.log2(len(RELEASES))) + 1
-    assert len(Store(db).list()) == result["profiles"]  # every profile stored
+    assert len(Store(db).runs()) == result["profiles"]  # every profile stored
     assert result["slowdown"]["verdict"] == "regression" and result["slowdown"]["ratio"] > 2
     assert result["slowdown"]["test"] == "mann-whitney"  # 3 repeats per version by default
     evidence = result["evidence"]
@@ -502,7 +502,7 @@ def test_sigterm_during_a_variants_run_keeps_the_runs_measured(tmp_path: Path, w
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "saved partial run" in stderr
-    runs = sorted(Store(db).list(), key=lambda r: r["id"])
+    runs = sorted(Store(db).runs(), key=lambda r: r["id"])
     assert [r["status"] for r in runs] == ["ok", "partial"]
     assert Store(db).get(runs[1]["id"]).settings["variant"]["requirements"] == [f"{PACKAGE}==1.3"]
 

@@ -1,1 +1,1 @@
-"""Stage 3, analyse: compare, diagnose, gate, history, timelines and forecasts; returns data, never prints."""
+"""Stage 4, analyse: compare, diagnose, gate, history, attribution and forecasts; returns data, never prints."""

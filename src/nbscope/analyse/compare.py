@@ -341,7 +341,7 @@ class Pairing:
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
+class ComparedRun:
     """One side of a comparison: which run, on what machine and backend, under which settings."""
 
     label: str
@@ -358,7 +358,7 @@ class RunSummary:
     title_settings: Annotated[tuple[tuple[str, Any], ...], Write(when=never)]
 
     @classmethod
-    def of(cls, record: RunRecord, name: str) -> RunSummary:
+    def of(cls, record: RunRecord, name: str) -> ComparedRun:
         recorded = record.settings or {}
         return cls(
             label=name,
@@ -381,8 +381,8 @@ class Comparison(Encoded):
     a: RunRecord
     b: RunRecord
     pairs: tuple[CellPair[Cell], ...]
-    run_a: Annotated[RunSummary, Write(key="a")]
-    run_b: Annotated[RunSummary, Write(key="b")]
+    run_a: Annotated[ComparedRun, Write(key="a")]
+    run_b: Annotated[ComparedRun, Write(key="b")]
     pairing: Pairing
     rows: Annotated[tuple[CellRow, ...], Write(key="cells")]
     totals: tuple[TotalRow, ...]  # in the order of TOTAL_KEYS
@@ -473,8 +473,8 @@ def compare(a: RunRecord, b: RunRecord, *, allow_different: bool = False) -> Com
         a=a,
         b=b,
         pairs=tuple(pairs),
-        run_a=RunSummary.of(a, label(a, "A")),
-        run_b=RunSummary.of(b, label(b, "B")),
+        run_a=ComparedRun.of(a, label(a, "A")),
+        run_b=ComparedRun.of(b, label(b, "B")),
         pairing=pairing,
         rows=tuple(rows),
         totals=totals,

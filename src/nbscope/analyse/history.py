@@ -23,7 +23,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard
 
 from nbscope._errors import NbscopeError
 from nbscope.record.run import RunRecord, describe_settings, series_settings
@@ -440,18 +440,14 @@ def history(
     target = names[0]
     # The store's summary columns group and order the runs; a run's document is read only for a cell's
     # figure (a total is in the summaries), and only for the runs the series keep.
-    # Typed here: inside Store, ``list`` names its method, which hides the builtin from its annotations.
-    rows: list[dict[str, Any]] = cast(
-        "list[dict[str, Any]]",
-        store.summaries(
-            ("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
-            target=names,
-            kind=kind,
-            digest=digest,
-        ),
+    rows = store.summaries(
+        ("started_at", "kind", "digest", "status", "machine", "settings", "totals"),
+        target=names,
+        kind=kind,
+        digest=digest,
     )
     if not rows:
-        known = cast("list[str]", store.targets())
+        known = store.targets()
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""
         raise NbscopeError(f"no runs of {target!r} in {store.path}{hint}")
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

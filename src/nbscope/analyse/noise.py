@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from nbscope.schema._fields import time as time_of  # a time figure: finite and not negative, else None
-from nbscope.schema.codec import decode
+from nbscope.schema import _fields
 from nbscope.schema.model import Cell
+
+time_of = _fields.time  # a time figure: finite and not negative, else None
 
 # Relative run-to-run noise by kind of cell (a fraction of the faster side's time), for one sample a side
 # and no history. "plain": one thread of Python or NumPy; "threaded": other threads of the kernel did work
@@ -52,48 +51,37 @@ OTHER_THREADS_SHARE = 0.25  # and the other threads' CPU time is at least this s
 _IMPORT = re.compile(r"^\s*(import\s|from\s+\S+\s+import\s|%|!|#|$)")
 
 
-# A cell as the functions below take it: typed, or a cell of a document (tests and hand-made records).
-NoiseCell = Cell | Mapping[str, Any]
-
-
-def _typed(cell: NoiseCell | None) -> Cell | None:
-    return decode(Cell, cell) if isinstance(cell, Mapping) else cell
-
-
-def wait_of(cell: NoiseCell | None) -> float | None:
+def wait_of(cell: Cell | None) -> float | None:
     """Seconds the cell waited for a CPU, when the record has a plausible figure (0 ≤ wait ≤ wall)."""
-    typed = _typed(cell)
-    if typed is None:
+    if cell is None:
         return None
-    wall = time_of(typed.wall_s)
-    wait = typed.sched.wait_s if typed.sched is not None else None
+    wall = time_of(cell.wall_s)
+    wait = cell.sched.wait_s if cell.sched is not None else None
     if wait is None or wall is None or wait > wall * 1.01 + 0.005:
         return None
     return min(wait, wall)
 
 
-def unwaited(cell: NoiseCell | None) -> float | None:
+def unwaited(cell: Cell | None) -> float | None:
     """The cell's wall time less its wait for a CPU; None when either is unknown."""
-    typed = _typed(cell)
-    wall = time_of(typed.wall_s) if typed is not None else None
-    wait = wait_of(typed)
+    wall = time_of(cell.wall_s) if cell is not None else None
+    wait = wait_of(cell)
     return None if wall is None or wait is None else max(0.0, wall - wait)
 
 
-def kind_of(cell: NoiseCell | None) -> str:
+def kind_of(cell: Cell | None) -> str:
     """``plain``, ``threaded``, ``import`` or ``first-call`` (see :data:`RELATIVE`)."""
-    typed = _typed(cell)
-    if typed is None:
+    if cell is None:
         return "plain"
-    wall = time_of(typed.wall_s) or 0.0
-    compile_s = time_of(typed.compile_s) or 0.0
+    wall = time_of(cell.wall_s) or 0.0
+    compile_s = time_of(cell.compile_s) or 0.0
     if wall > 0 and compile_s >= 0.3 * wall:
         return "first-call"
-    source = typed.source or ""
-    lines = source.splitlines() if source else [typed.first_line]
+    source = cell.source or ""
+    lines = source.splitlines() if source else [cell.first_line]
     if lines and any(line.strip() for line in lines) and all(_IMPORT.match(line) for line in lines):
         return "import"
-    sched = typed.sched
+    sched = cell.sched
     if sched is not None and sched.cpu_s is not None and sched.on_cpu_s is not None:
         cpu, own = sched.cpu_s, sched.on_cpu_s
         if cpu > THREADED_CPU_SHARE * own:
@@ -125,7 +113,7 @@ class PairNoise:
 _ORDER = ("plain", "threaded", "first-call", "import")
 
 
-def pair_noise(base: NoiseCell | None, cand: NoiseCell | None) -> PairNoise:
+def pair_noise(base: Cell | None, cand: Cell | None) -> PairNoise:
     """The noise floor of one cell's change between two single runs (no history, no repeats).
 
     Judged figure: the unwaited time when both sides have it, else the wall. Floor:
@@ -133,7 +121,7 @@ def pair_noise(base: NoiseCell | None, cand: NoiseCell | None) -> PairNoise:
     ``1 / (1 − contention)``: when a cell's thread waited 90 % of its wall for a CPU, its worker threads
     were starved as much, and their spinning inflated even the unwaited time.
     """
-    sides = (_typed(base), _typed(cand))
+    sides = (base, cand)
     kinds = [kind_of(c) for c in sides if c is not None]
     kind = max(kinds, key=_ORDER.index) if kinds else "plain"
     walls = tuple(time_of(c.wall_s) if c is not None else None for c in sides)
@@ -176,7 +164,7 @@ def history_floor(mad_s: float, mad_k: float, smaller: float, range_s: float = 0
     return max(mad_k * SIGMA_OF_DIFFERENCE * mad_s, range_s, JITTER_S + HISTORY_RELATIVE * smaller)
 
 
-def within(base: NoiseCell | None, cand: NoiseCell | None) -> bool:
+def within(base: Cell | None, cand: Cell | None) -> bool:
     """True when the two sides' difference is within what the machine's noise explains."""
     noise = pair_noise(base, cand)
     if noise.base_s is None or noise.cand_s is None:

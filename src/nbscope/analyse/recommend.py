@@ -274,6 +274,40 @@ _CHOICE: dict[NotebookVerdict, str] = {
 }
 
 
+def _gpu_choices(forecast_result: Forecast) -> dict[str, GpuChoice]:
+    """Per GPU key: the notebook's verdict and totals, and the functions kept on the CPU."""
+    choices: dict[str, GpuChoice] = {}
+    for each in forecast_result.devices:
+        notebook = forecast_result.notebook[each.key]
+        choices[each.key] = GpuChoice(
+            name=each.name,
+            verdict=notebook.verdict,
+            all_on_gpu=notebook.all_on_gpu,
+            cpu_s=notebook.cpu_s,
+            low_s=notebook.low_s,
+            high_s=notebook.high_s,
+            keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
+            plan=notebook.plan,
+        )
+    return choices
+
+
+def _forecast_estimates(notebook: NotebookForecast) -> list[Estimate]:
+    """The CPU run's time, the GPU's range with everything on it, and with the kept functions on the CPU."""
+    estimates = [
+        Estimate("cpu", round(notebook.cpu_s, 4)),
+        Estimate("gpu_low", round(notebook.low_s, 4)),
+        Estimate("gpu_high", None if notebook.high_s is None else round(notebook.high_s, 4)),
+    ]
+    plan = notebook.plan
+    if plan:
+        estimates += [
+            Estimate("mixed_low", round(plan.low_s, 4)),
+            Estimate("mixed_high", None if plan.high_s is None else round(plan.high_s, 4)),
+        ]
+    return estimates
+
+
 def recommend_forecast(
     record: RunRecord,
     *,
@@ -323,33 +357,11 @@ def recommend_forecast(
         forecast_result = made
     else:
         forecast_result = forecast(record, keys, devices_file=devices_file)
-    choices = {}
-    for each in forecast_result.devices:
-        notebook = forecast_result.notebook[each.key]
-        choices[each.key] = GpuChoice(
-            name=each.name,
-            verdict=notebook.verdict,
-            all_on_gpu=notebook.all_on_gpu,
-            cpu_s=notebook.cpu_s,
-            low_s=notebook.low_s,
-            high_s=notebook.high_s,
-            keep_on_cpu=tuple(e.function for e in notebook.keep_on_cpu),
-            plan=notebook.plan,
-        )
+    choices = _gpu_choices(forecast_result)
     device = forecast_result.devices[0]
     notebook = forecast_result.notebook[device.key]
     choice = _CHOICE[notebook.verdict]
-    estimates = [
-        Estimate("cpu", round(notebook.cpu_s, 4)),
-        Estimate("gpu_low", round(notebook.low_s, 4)),
-        Estimate("gpu_high", None if notebook.high_s is None else round(notebook.high_s, 4)),
-    ]
-    plan = notebook.plan
-    if plan:
-        estimates += [
-            Estimate("mixed_low", round(plan.low_s, 4)),
-            Estimate("mixed_high", None if plan.high_s is None else round(plan.high_s, 4)),
-        ]
+    estimates = _forecast_estimates(notebook)
     pinned, gains = _forecast_pinned_and_gains(notebook, {c.index: c for c in forecast_result.cells})
     loop = device.figure("loop_iteration_us")
     return Recommendation(

@@ -1,7 +1,7 @@
 """A run's summary: what the book's status site (``nbscope publish``) shows of one run (its status, cells,
 findings, forecast verdict and what changed since the run before it in its row), as plain JSON.
 
-Made once, when the run is saved (``nbscope.api.publish.keep_run_summary``, called by the commands that store
+Made once, when the run is saved (``nbscope.api._saving.save_run``, called by the commands that store
 runs), and kept in the store (``Store.keep_run_summaries``); ``publish`` makes one only for a run that has none (a
 store of an older version, an imported run). Light to import: the analyses it runs are imported when it runs them.
 """

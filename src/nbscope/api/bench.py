@@ -17,8 +17,6 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect.bench import _stats
 from nbscope.collect.bench._config import (
     BUDGETS,
-    DEFAULT_DTYPE,
-    DEFAULT_SIZE,
     GROUPS,
     SIZES,
     TIMEOUTS_S,
@@ -28,6 +26,8 @@ from nbscope.collect.bench._config import (
     parse_size,
     sizes_for,
 )
+from nbscope.collect.bench._config import DEFAULT_DTYPE as DEFAULT_DTYPE
+from nbscope.collect.bench._config import DEFAULT_SIZE as DEFAULT_SIZE
 from nbscope.collect.bench._runner import run_worker
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store

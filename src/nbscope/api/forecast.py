@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Annotated
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, forecast
 from nbscope.analyse.forecast.devices import DeviceTable, load_table
-from nbscope.record.store import RUN_REFERENCE, Store, resolve_run, run_id_of
+from nbscope.record.store import RUN_REFERENCE, resolve_run, run_id_of
+from nbscope.record.store import Store as Store  # re-exported for the CLI's types
 from nbscope.schema.codec import Encoded, Write, never
 
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast.calibrate import DeviceEntry
+    from nbscope.analyse.forecast.calibrate import CalibratedDevice
 
 __all__ = ["DeviceTable", "device_table"]
 
@@ -56,7 +57,7 @@ class Calibrated(Encoded):
     file."""
 
     name: Annotated[str, Write(when=never)]  # the key as given
-    entry: Annotated[DeviceEntry, Write(inline=True)]
+    entry: Annotated[CalibratedDevice, Write(inline=True)]
     text: Annotated[str, Write(when=never)]
 
 

@@ -21,7 +21,7 @@ from nbscope._errors import NbscopeError
 from nbscope._files import read_bounded
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
-from nbscope.api.publish import keep_run_summary
+from nbscope.api._saving import save_run
 from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
@@ -297,8 +297,10 @@ def confirm_regression(
         return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
     writable = Store(store.path) if getattr(store, "read_only", False) else store
-    rerun = profile(path, again, store=writable if cand.run_id is not None else None)
-    keep_run_summary(writable, rerun)
+    kept_in = writable if cand.run_id is not None else None
+    rerun = profile(path, again, store=kept_in)
+    not_kept: list[str] = []
+    save_run(kept_in, rerun, notes=not_kept)
     second = gate(base, rerun, options, history=history)
     if rerun.run_id is not None:
         try:
@@ -308,7 +310,8 @@ def confirm_regression(
     confirmation = Confirmation(
         first_run_id=cand.run_id, first_reasons=result.reasons, rerun_id=rerun.run_id, confirmed=not second.passed
     )
-    return replace(second, warnings=[confirmation.sentence(), *second.warnings], confirmation=confirmation)
+    warnings = [confirmation.sentence(), *second.warnings, *not_kept]
+    return replace(second, warnings=warnings, confirmation=confirmation)
 
 
 def notebook_file(store: Store, cand: RunRecord) -> Path | None:

@@ -51,7 +51,7 @@ def stored_id(record: RunRecord, store: Store) -> int | None:
     if not store.path.exists():
         return None
     run_uuid = record.notebook_run().run_uuid
-    for row in store.list(kind=record.kind, target=record.target):
+    for row in store.runs(kind=record.kind, target=record.target):
         if row["started_at"] != record.started_at:
             continue
         stored = store.readable(row["id"])
@@ -103,7 +103,7 @@ def import_runs(
     """``nbscope import``: run records (``export`` or ``--json`` output) and live files of unfinished runs
     (``.jsonl``) stored, each once; every file is read and validated before anything is written. ``on_run`` gets
     each file's run (and the store's path) as soon as it is stored: a stopped import has said what it stored."""
-    from nbscope.api.publish import keep_run_summary
+    from nbscope.api._saving import save_run
     from nbscope.api.runs import load_run, open_store
 
     recovered = [(path, recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
@@ -113,14 +113,14 @@ def import_runs(
     for path, partial in recovered:
         done = store_recovered(path, partial, store)
         if done.added:
-            keep_run_summary(store, done.record)  # publish then reads it, as a profiled run's
+            save_run(store, done.record)  # saved: publish then reads its summary, as a profiled run's
         imported.append(ImportedRun(path, done.record, done.added, done.removed))
         if on_run is not None:
             on_run(imported[-1], Path(store.path))
     for path, record in records:
         _, added = store.add(record)
         if added:
-            keep_run_summary(store, record)
+            save_run(store, record)
         imported.append(ImportedRun(path, record, added, None))
         if on_run is not None:
             on_run(imported[-1], Path(store.path))
@@ -150,8 +150,8 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
     writes (a ``start`` line without its ``cell`` line is the running cell)."""
     import time
 
-    from nbscope.api.trace import _load_sources, match, read_kernel_log
     from nbscope.collect.inject import announced
+    from nbscope.collect.kernel_logs import match, read_kernel_log, read_notebooks
 
     found: list[RunningKernel] = []
     for entry in (decode(Announced, document) for document in announced()):
@@ -159,7 +159,7 @@ def running_kernels(now: float | None = None) -> list[RunningKernel]:
         for output in map(Path, entry.outputs):
             files = sorted(output.glob("*.jsonl")) if output.is_dir() else [output] if output.is_file() else []
             logs += [read_kernel_log(f) for f in files]
-        notebooks = _load_sources(Path(s) for s in entry.sources)
+        notebooks = read_notebooks(Path(s) for s in entry.sources)
         before = len(found)
         for log in logs:
             if log.header is None or not _alive(log.header.pid):

@@ -13,23 +13,25 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope._files import machine_limit
-from nbscope.api.publish import keep_run_summary
+from nbscope.api._saving import save_run
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecution, StartCallback, execute
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
-from nbscope.record.run import RunRecord, check_label, default_label
+from nbscope.record.run import RunRecord as RunRecord  # re-exported for the CLI's types
+from nbscope.record.run import check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
-from nbscope.record.store import Store, files_folder, make_folder
+from nbscope.record.store import Store as Store  # re-exported for the CLI's types
+from nbscope.record.store import files_folder, make_folder
 from nbscope.schema.codec import decode
 
 if TYPE_CHECKING:
-    from nbscope.analyse.diagnose import Findings
+    from nbscope.analyse.diagnose import Findings as Findings
     from nbscope.analyse.forecast import Forecast
     from nbscope.collect.notebook import CodeCell as CodeCell  # re-exported for the CLI's types
     from nbscope.collect.notebook import Notebook as Notebook
-    from nbscope.schema.model import Cell
+    from nbscope.schema.model import Cell as Cell
 
 JAX_CACHE_MODES = ("off", "cold", "warm")
 
@@ -543,7 +545,7 @@ def _cache_saving(record: RunRecord, store: Store) -> None:
     warm = record.notebook_run().totals
     if warm.cache_state != "warm":
         return
-    for row in store.list(kind="profile", target=record.target, digest=record.digest, limit=50):
+    for row in store.runs(kind="profile", target=record.target, digest=record.digest, limit=50):
         cold = store.get(row["id"]).notebook_run().totals
         if cold.cache_state == "cold":
             totals_ = record.measurements["totals"]
@@ -555,7 +557,7 @@ def _cache_saving(record: RunRecord, store: Store) -> None:
 
 def diagnosis_of(
     record: RunRecord, notebook: str | Path | None = None, *, devices_file: str | Path | None = None
-) -> tuple[Any, str | None]:
+) -> tuple[Findings | None, str | None]:
     """The findings of a run just measured (``nbscope.analyse.diagnose.Findings``, most important first), with the
     cell sources read from ``notebook`` when given (else from the path the record names) and GPUs forecast from
     ``devices_file`` too; ``(None, why)`` when the run cannot be diagnosed. Never raises: the measurements stand
@@ -627,13 +629,15 @@ def run_profile(
         if not diagnose or not_stored is not None
         else diagnosis_of(record, path, devices_file=devices_file)
     )
-    keep_run_summary(store, record, findings=findings, diagnose=diagnose)  # for publish: its findings made once
+    not_kept: list[str] = []
+    if not_stored is None:
+        save_run(store, record, findings=findings, diagnose=diagnose, notes=not_kept)
     return ProfileOutcome(
         record=record,
         findings=findings,
         why_not_diagnosed=why_not,
         forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
-        warnings=tuple(probe_warnings(record)),
+        warnings=(*probe_warnings(record), *not_kept),
         failed=failures([record]),
         not_stored=not_stored,
         allow_errors=allow_errors,

@@ -21,18 +21,16 @@ notebook's other rows come from the data file; a page whose text is the same is 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import operator
 import re
-from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nbscope import __version__
 from nbscope._errors import NbscopeError
 from nbscope._files import read_text, refuse_input, write_text
+from nbscope.api._saving import COMPILE, ID, RUN, STARTED_AT, RowPlan, number, plan_row, row_key, series_by_row
 from nbscope.record.store import STORE_FOLDER, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
@@ -51,11 +49,10 @@ from nbscope.schema.site_manifest import (
 # start-up, so it imports neither (nor ``dataclasses``, ``statistics`` or ``html``); one with nothing new reads no
 # run's summary either (``schema.run_summary``).
 if TYPE_CHECKING:
-    from nbscope.analyse.diagnose import Findings
     from nbscope.analyse.history import ChangeOptions
     from nbscope.analyse.trial import TrialResult
     from nbscope.record.run import RunRecord
-    from nbscope.schema.run_summary import KeptChanges, RunSummary
+    from nbscope.schema.run_summary import RunSummary
 
 MANIFEST = "nbscope-site.json"
 SPARK_RUNS = 30  # the last builds a row's sparkline shows
@@ -97,21 +94,11 @@ def store_of(source: str | Path) -> Store:
     return Store(path, read_only=True)
 
 
-def row_key(target: str, runner: str) -> str:
-    return f"{runner}\x1f{target}"
-
-
 def lecture_page(target: str) -> str:
     """The lecture page's path in the site: its name made safe for any file system and URL, plus a short hash
     of the whole name (two names that read alike never share a page)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", target).strip("._")[-80:] or "notebook"
     return f"{LECTURE_FOLDER}/{safe}-{hashlib.sha256(target.encode()).hexdigest()[:8]}.html"
-
-
-def _number(value: object) -> float | None:
-    if type(value) is float:  # what a REAL column gives: 87,600 runs' three figures are read per full publish
-        return value
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:
@@ -127,7 +114,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 # A run's summary (``Store.run_summaries``, ``analyse.run_summary``): what a row shows of the run, made whole when the
-# run is saved (``keep_run_summary``). A run without one (a store of an older version, an imported run) gets the
+# run is saved (``api._saving.save_run``). A run without one (a store of an older version, an imported run) gets the
 # parts rows need: ``status`` for every run a row reads; ``findings`` for a row's newest run; ``attribution``
 # (against the run before it in its row, named by ``before_id``) for a newest run and the first run of each
 # confirmed regression.
@@ -223,52 +210,6 @@ class Summaries:
         return found if found is not None and found["before_id"] == before else None
 
 
-def keep_run_summary(
-    store: Store | None, record: RunRecord, *, findings: Findings | None = None, diagnose: bool = True
-) -> None:
-    """Right after ``record`` was saved in ``store`` (by ``profile``, ``trace``, ``audit``, ``merge``, ``gate``'s
-    rerun): its summary as publish shows it, made whole and kept in the store (``analyse.run_summary``), with what
-    changed since the run before it in its row and, when it is the row's newest run, the row's change points; the
-    next publish then reads it and diagnoses nothing. ``findings``: those the command made of the run (it is not
-    diagnosed twice); ``diagnose=False`` (``--no-diagnose``): none made, publish makes them. Only a notebook's
-    stored run is summarised, and none after a stop signal (the command is ending). A summary that cannot be made
-    or kept is made by the next publish instead: the run is saved already."""
-    from nbscope import _signals
-    from nbscope.analyse.run_summary import run_summary
-
-    if store is None or record.run_id is None or record.kind not in PROFILE_KINDS or _signals.received() is not None:
-        return
-    try:
-        with store.held():
-            rows = _series_by_row(store.book_series(PROFILE_KINDS, [record.target]), None)
-            key, series = next(
-                ((key, series) for key, series in rows.items() if any(run[ID] == record.run_id for run in series)),
-                ("", []),
-            )
-            ids = [run[ID] for run in series]
-            if not ids:
-                return
-            place = ids.index(record.run_id)
-            before = store.readable(ids[place - 1]) if place else None
-            summary = run_summary(
-                record, runner=key.split("\x1f", 1)[0], before=before, found=findings, diagnose=diagnose
-            )
-            found = plan_row(series).found if place == len(ids) - 1 else None
-            if found is not None:  # the row's newest run keeps the row's change points
-                summary["changes"] = found._asdict()
-            store.keep_run_summaries({record.run_id: summary})
-    except Exception:  # as a failed diagnosis (``diagnosis_of``): it costs the run its summary, not the command
-        return
-
-
-def keep_run_summaries(
-    store: Store | None, runs: Iterable[tuple[RunRecord, Findings | None]], *, diagnose: bool = True
-) -> None:
-    """``keep_run_summary`` of each of ``runs``: a run saved and the findings its command made of it (or None)."""
-    for record, findings in runs:
-        keep_run_summary(store, record, findings=findings, diagnose=diagnose)
-
-
 def _cells(newest: RunSummary, previous: RunSummary | None) -> list[dict[str, Any]]:
     """The newest run's cells beside the previous run's cell of the same code (by source hash)."""
     before = {c["source_hash"]: c for c in previous.cells} if previous else {}
@@ -289,79 +230,6 @@ def _cells(newest: RunSummary, previous: RunSummary | None) -> list[dict[str, An
     return rows
 
 
-# A run in a row's series: ``Store.book_series``'s columns.
-TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
-
-
-class RowPlan:
-    """A row's runs (``Store.book_series`` tuples, oldest first), its change points and its confirmed regressions
-    (as ``ChangePoint.to_dict`` gives them): found from the columns alone, or kept in the newest run's summary
-    for the same series, so that the runs' summaries every row needs are read (or made) together."""
-
-    def __init__(
-        self,
-        series: Sequence[tuple[Any, ...]],
-        ids: list[int],
-        walls: list[float | None],
-        changes: list[dict[str, Any]],
-        steps: list[tuple[dict[str, Any], int]],
-        found: KeptChanges | None = None,
-    ) -> None:
-        self.series = series
-        self.ids = ids
-        self.walls = walls
-        self.changes = changes
-        self.steps = steps  # each confirmed regression and the index of its new level's first run
-        self.found = found  # change points found now, for the newest run's summary
-
-
-def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
-    """What a row's change points depend on: its runs (a stored run's figures never change) and the detection's
-    options (None: this version's defaults, as summaries are kept per version)."""
-    digest = hashlib.sha256(array("q", ids).tobytes())
-    digest.update(repr(options).encode())
-    return digest.hexdigest()[:32]
-
-
-def plan_row(
-    series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None, kept: RunSummary | None = None
-) -> RowPlan:
-    """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
-    this very series, else found now."""
-    ids = [run[ID] for run in series]
-    walls = [_number(run[WALL]) for run in series]
-    key = _series_key(ids, options)
-    cached = None if kept is None else kept.changes
-    if cached is not None and cached.series == key:
-        changes = cached.found
-        return RowPlan(series, ids, walls, changes, [(changes[n], changes[n]["index"]) for n in cached.steps])
-    from nbscope.analyse.history import ChangeOptions, Point, change_points
-    from nbscope.schema.run_summary import KeptChanges
-
-    points = [
-        Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)
-    ]
-    changes = (
-        [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
-    )
-    floor = 1 + (options or ChangeOptions()).rel_floor
-    # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
-    # is not a regression (its split was found in a wider segment, where the shift looked larger).
-    confirmed = [
-        n
-        for n, change in enumerate(changes)
-        if not change["tentative"] and change["ratio"] is not None and change["ratio"] >= floor
-    ]
-    return RowPlan(
-        series,
-        ids,
-        walls,
-        changes,
-        [(changes[n], changes[n]["index"]) for n in confirmed],
-        KeptChanges(key, changes, confirmed),
-    )
-
-
 def build_row(
     plan: RowPlan,
     target: str,
@@ -375,8 +243,8 @@ def build_row(
     the plan: ``Summaries.need``), with its ``signature``; None when its newest run cannot be read."""
     series, walls = plan.series, plan.walls
     ids = plan.ids
-    compiles = [_number(run[COMPILE]) for run in series]
-    run_figures = [_number(run[RUN]) for run in series]
+    compiles = [number(run[COMPILE]) for run in series]
+    run_figures = [number(run[RUN]) for run in series]
     newest_id = ids[-1]
     newest = runs.of(newest_id)
     if newest is None or newest.status is None or newest.findings is None:
@@ -505,33 +373,6 @@ def _count(signatures: dict[str, list[int]], target: str, backend: str | None, r
     count_and_newest[1] = max(count_and_newest[1], run_id)
 
 
-def _series_by_row(
-    per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None
-) -> dict[str, list[tuple[Any, ...]]]:
-    """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
-    gives each kind's runs of a row in that order already; a row with runs of two kinds, or of backends that are one
-    row (none recorded and "unknown"), is sorted."""
-    grouped: dict[str, list[tuple[Any, ...]]] = {}
-    unordered: set[str] = set()
-    groups = (
-        group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND))
-    )
-    for (target, backend), runs in groups:
-        key = row_key(target, backend or "unknown")
-        if keys is not None and key not in keys:
-            continue
-        group = grouped.get(key)
-        if group is None:
-            grouped[key] = list(runs)
-        else:
-            group.extend(runs)
-            unordered.add(key)
-    for key in unordered:
-        grouped[key].sort(key=lambda run: (run[STARTED_AT], run[ID]))
-    # The rows in the order the manifest has always kept them: the row with the newest run first.
-    return dict(sorted(grouped.items(), key=lambda item: (item[1][-1][STARTED_AT], item[1][-1][ID]), reverse=True))
-
-
 # The manifest as publish writes it: compact JSON.
 COMPACT = (",", ":")
 _string = json.encoder.encode_basestring_ascii  # a key as json.dumps writes it (ensure_ascii)
@@ -646,7 +487,7 @@ def _publish(
     if manifest is not None and old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
-        every = _series_by_row(store.book_series(PROFILE_KINDS), None)
+        every = series_by_row(store.book_series(PROFILE_KINDS), None)
         signatures = {key: [len(runs), max(run[ID] for run in runs)] for key, runs in every.items()}
         scan = Scan(store.count(), max((newest for _, newest in signatures.values()), default=0))
     if not signatures:
@@ -680,26 +521,7 @@ def _publish(
         key: whole.get(key) or old_rows[key] for key in signatures if key not in stale
     }
     if stale:
-        # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
-        # whole new build: one walk of the index is quicker than looking each notebook up).
-        most = len(changed) * 2 > len({_target_of(key) for key in signatures})
-        grouped = (
-            every
-            if every is not None
-            else _series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
-        )
-        runs = Summaries(store, again=full)
-        runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
-        plans = {key: plan_row(group, options, runs.of(group[-1][ID])) for key, group in grouped.items()}
-        newest_ids = [plan.ids[-1] for plan in plans.values()]
-        baselines = {run_id: verdict["baseline_id"] for run_id, verdict in store.verdicts(newest_ids).items()}
-        machines = store.machines(newest_ids)
-        runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
-        for key, plan in plans.items():
-            runner, target = key.split("\x1f", 1)
-            built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines, signatures[key])
-            if built is not None:
-                rows[key] = built
+        _remake_rows(store, rows, stale, changed, signatures, every, full=full, options=options)
     parts = {
         key: site.book_row(row) if key in stale and isinstance(row, SiteRow) else old_rows[key].parts
         for key, row in rows.items()
@@ -707,23 +529,86 @@ def _publish(
     keys = sorted(rows, key=lambda k: (rows[k].target, rows[k].runner))
     ordered = [rows[key] for key in keys]
     pages = site.book_pages(ordered, [parts[key] for key in keys])
-    by_target: dict[str, list[SiteRow | BookRow]] = {}
-    for row in ordered:
-        by_target.setdefault(row.target, []).append(row)
-    for target, target_rows in by_target.items():
-        page = target_rows[0].page
-        whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
-        if (full or target in changed or page not in old_pages) and len(whole_rows) == len(target_rows):
-            pages[page] = site.lecture_page(target, whole_rows, _trials(store, target, tried))
-            pages[_data_file(page)] = json.dumps(
-                {"rows": [r._asdict() for r in whole_rows]}, default=str, separators=COMPACT
-            )
+    pages.update(_lecture_pages(ordered, site, full, changed, old_pages, lambda target: _trials(store, target, tried)))
     result = PublishResult(
         folder=folder,
         rows=len(rows),
         runs=sum(s[0] for s in signatures.values()),
         rows_rebuilt=len([key for key in stale if key in rows]),
     )
+    hashes = _write_pages(folder, store, pages, old_pages, result)
+    result.pages_kept += len(set(old_pages) - set(pages))
+    # A row kept from the manifest as it was (no new run, not read from its data file) is written as its text there.
+    row_texts = {} if manifest is None else manifest.row_texts
+    as_written = {key: row_texts[key] for key, row in rows.items() if isinstance(row, BookRow) and key in row_texts}
+    kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
+    _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
+    return result
+
+
+def _lecture_pages(
+    ordered: list[SiteRow | BookRow],
+    site: SitePages,
+    full: bool,
+    changed: set[str],
+    old: Mapping[str, str],
+    trials_of: Callable[[str], list[TrialResult]],
+) -> dict[str, str]:
+    """The lecture page and data file of each notebook whose rows are all whole (made now or read from their data
+    file) and that changed, lacks its page, or is published in ``full``; with the remedies tried on it."""
+    pages: dict[str, str] = {}
+    by_target: dict[str, list[SiteRow | BookRow]] = {}
+    for row in ordered:
+        by_target.setdefault(row.target, []).append(row)
+    for target, target_rows in by_target.items():
+        page = target_rows[0].page
+        whole_rows = [r for r in target_rows if isinstance(r, SiteRow)]
+        if (full or target in changed or page not in old) and len(whole_rows) == len(target_rows):
+            pages[page] = site.lecture_page(target, whole_rows, trials_of(target))
+            pages[_data_file(page)] = json.dumps(
+                {"rows": [r._asdict() for r in whole_rows]}, default=str, separators=COMPACT
+            )
+    return pages
+
+
+def _remake_rows(
+    store: Store,
+    rows: dict[str, SiteRow | BookRow],
+    stale: set[str],
+    changed: set[str],
+    signatures: dict[str, list[int]],
+    every: dict[str, list[tuple[Any, ...]]] | None,
+    *,
+    full: bool,
+    options: ChangeOptions | None,
+) -> None:
+    """The ``stale`` rows made again into ``rows``, from their runs' columns and summaries."""
+    # Only the changed notebooks' runs, unless every run was read already, or most notebooks changed (a
+    # whole new build: one walk of the index is quicker than looking each notebook up).
+    most = len(changed) * 2 > len({_target_of(key) for key in signatures})
+    grouped = (
+        every
+        if every is not None
+        else series_by_row(store.book_series(PROFILE_KINDS, None if most else sorted(changed)), stale)
+    )
+    runs = Summaries(store, again=full)
+    runs.read(group[-1][ID] for group in grouped.values())  # each kept with its row's change points
+    plans = {key: plan_row(group, options, runs.of(group[-1][ID])) for key, group in grouped.items()}
+    newest_ids = [plan.ids[-1] for plan in plans.values()]
+    baselines = {run_id: verdict["baseline_id"] for run_id, verdict in store.verdicts(newest_ids).items()}
+    machines = store.machines(newest_ids)
+    runs.need(plans.values(), [key.split("\x1f", 1)[0] for key in plans])
+    for key, plan in plans.items():
+        runner, target = key.split("\x1f", 1)
+        built = build_row(plan, target, runner, runs, machines.get(plan.ids[-1]), baselines, signatures[key])
+        if built is not None:
+            rows[key] = built
+
+
+def _write_pages(
+    folder: Path, store: Store, pages: Mapping[str, str], old_pages: Mapping[str, str], result: PublishResult
+) -> dict[str, str]:
+    """Each page whose text changed written (counted in ``result``); every page's hash, for the manifest."""
     hashes = dict(old_pages)
     # Marked as publish's before its first page: a publish stopped midway (SIGTERM) leaves a folder the next one
     # takes up (in full: no rows are known), not one it refuses as someone else's.
@@ -744,13 +629,7 @@ def _publish(
         _write(path, text, folder)
         hashes[name] = digest
         result.pages_written.append(name)
-    result.pages_kept += len(set(old_pages) - set(pages))
-    # A row kept from the manifest as it was (no new run, not read from its data file) is written as its text there.
-    row_texts = {} if manifest is None else manifest.row_texts
-    as_written = {key: row_texts[key] for key, row in rows.items() if isinstance(row, BookRow) and key in row_texts}
-    kept = {key: book_fields(row, parts[key]) if isinstance(row, SiteRow) else row for key, row in rows.items()}
-    _write(folder / MANIFEST, _manifest_text(store, scan, kept, as_written, hashes))
-    return result
+    return hashes
 
 
 def _trials(store: Store, target: str, tried: list[dict[str, Any]]) -> list[TrialResult]:

@@ -56,5 +56,5 @@ def list_runs(
             f"; {waiting} unfinished run(s) of it: see nbscope runs --unfinished{db_option(store)}" if waiting else ""
         )
         raise NbscopeError(f"{store.missing()}{hint}")
-    rows = store.list(kind=kind, target=store.names_of(target) if target else None, label=label, limit=limit)
+    rows = store.runs(kind=kind, target=store.names_of(target) if target else None, label=label, limit=limit)
     return RunList(rows=tuple(rows), filtered=bool(kind or target or label), waiting=waiting, db_hint=db_option(store))

@@ -1,4 +1,4 @@
-"""The command-line face of nbscope: thin commands over the Python API.
+"""Stage 6, cli: the command-line face of nbscope: thin commands over the Python API.
 
 Each command lives in the module named for it (``cli/_<command>.py``; ``_runs`` holds the store's runs, show, export
 and import, ``_cells`` cells and lectures; ``_options`` and ``_after_run`` are shared): a module parses options,

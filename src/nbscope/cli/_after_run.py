@@ -18,7 +18,7 @@ TOP_FINDINGS = 3
 
 def with_diagnosis(record: RunRecord, findings: Findings | None, why_not: str | None) -> dict[str, Any]:
     """A run record's document with its findings under "diagnosis" (not part of the stored record)."""
-    document = json.loads(record.to_json())
+    document: dict[str, Any] = json.loads(record.to_json())
     document["diagnosis"] = findings.to_dict() if findings is not None else {"error": why_not}
     return document
 

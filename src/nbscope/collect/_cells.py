@@ -38,6 +38,11 @@ def output_error(cell: NotebookCell) -> dict[str, str] | None:
     return None
 
 
+# What a probe's cell line holds besides the cell's figures: the line's own keys, and the parts the collector reads
+# itself (the programs' files, the timeline's trace). Any other key is a figure, recorded as the probe measured it.
+_LINE = frozenset({"type", "seq", "hash", "programs", "programs_hash", "timeline_trace"})
+
+
 def merge_cell(code_cell: CodeCell, probe: ProbeCell | None, **runner_fields: object) -> dict[str, Any]:
     """One cell record from the notebook's cell, the probe's line and the runner's observations."""
     return merge_described(code_cell.describe(), probe, **runner_fields)
@@ -82,6 +87,7 @@ def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runn
             device_memory=_own(probe.device_memory),
             sched=_own(probe.sched),
         )
+        record.update({key: value for key, value in probe.document.items() if key not in record and key not in _LINE})
         if probe.programs_hash:  # [{name, hash}] of each program the cell compiled
             record["programs_hash"] = [dict(entry) for entry in probe.programs_hash]
         if probe.programs is not None:

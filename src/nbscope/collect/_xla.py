@@ -25,14 +25,14 @@ class XlaTools:
         self._cost: Any = None
         self._client: Any = None
         try:
-            from jax._src.lib import xla_client
+            from jax._src.lib import xla_client  # type: ignore[attr-defined]
 
-            self._hlo = xla_client.hlo
+            self._hlo = xla_client.hlo  # type: ignore[attr-defined]
         except Exception as exc:  # jax not installed here, or a jaxlib that moved these
             self.error = f"jaxlib HLO tools unavailable: {type(exc).__name__}: {exc}"[:300]
             return
         try:
-            from jax._src.lib import _jax, xla_client
+            from jax._src.lib import _jax, xla_client  # type: ignore[attr-defined]
 
             self._cost = _jax.hlo_module_cost_analysis
             self._client = xla_client.make_cpu_client()

@@ -245,7 +245,7 @@ def variant_fingerprint(base: dict[str, Any], environment: Environment, packages
             )
     document["versions"] = versions
     document["digest"] = fp.digest(document)
-    return document
+    return dict(document)
 
 
 def _shown(value: object) -> str:

@@ -352,14 +352,12 @@ class _Sweeper:
     def fit(self, points: list[dict[str, Any]], key: str = "samples") -> dict[str, Any]:
         return linear_fit([float(p["n"]) for p in points], [statistics.median(p[key]) for p in points])
 
-    def sweep(self, trips: list[int]) -> dict[str, Any]:
-        started = time.perf_counter()
+    def _warm_points(self, trips: list[int], started: float, notes: list[str]) -> list[dict[str, Any]]:
+        """Phase 1, in increasing n: compile and warm each trip count; stop growing n when one call gets long (a
+        GPU at µs per iteration), and grow it when the fixed cost still hides the slope."""
         limit, budget = self.settings["call_limit_s"], self.settings["budget_s"]
         points: list[dict[str, Any]] = []
-        notes: list[str] = []
         pending = list(trips)
-        # Phase 1, in increasing n: compile and warm each trip count; stop growing n when one call gets
-        # long (a GPU at µs per iteration), and grow it when the fixed cost still hides the slope.
         while pending:
             n = pending.pop(0)
             point = self.warm(n)
@@ -377,9 +375,13 @@ class _Sweeper:
                 if points[-1]["single_s"] < DOMINANCE * points[0]["single_s"]:
                     pending.append(n * 3)
                     notes.append(f"{self.placement}: added {n * 3} trips (the fixed cost still dominated)")
-        # Phase 2: samples in rounds over all trip counts, so that a burst of load from elsewhere on the
-        # machine lands on every trip count alike instead of bending one point of the line. On a busy
-        # machine, more rounds follow (up to 4× as many) until the medians lie on a line.
+        return points
+
+    def _sample_rounds(self, points: list[dict[str, Any]], started: float, notes: list[str]) -> int:
+        """Phase 2: samples in rounds over all trip counts, so that a burst of load from elsewhere on the machine
+        lands on every trip count alike instead of bending one point of the line. On a busy machine, more rounds
+        follow (up to 4× as many) until the medians lie on a line. How many rounds ran."""
+        limit, budget = self.settings["call_limit_s"], self.settings["budget_s"]
         gc_enabled = gc.isenabled()
         gc.disable()  # a collection inside one sample is noise, not the loop's cost
         rounds, most = 0, self.settings["samples"] * 4
@@ -404,6 +406,13 @@ class _Sweeper:
                 gc.enable()
         if rounds > self.settings["samples"]:
             notes.append(f"{self.placement}: {rounds} sampling rounds (the machine was busy: first fits were noisy)")
+        return rounds
+
+    def sweep(self, trips: list[int]) -> dict[str, Any]:
+        started = time.perf_counter()
+        notes: list[str] = []
+        points = self._warm_points(trips, started, notes)
+        rounds = self._sample_rounds(points, started, notes)
         for point in points:
             point["seconds"] = statistics.median(point["samples"])
             _emit({"event": "point", "placement": self.placement, "n": point["n"], "seconds": point["seconds"]})

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
@@ -25,6 +25,7 @@ from nbscope.schema.notebook_metadata import NotebookMetadata
 
 if TYPE_CHECKING:
     import nbformat
+    from nbformat import NotebookNode
 
 MYST_SUFFIXES = (".md", ".myst", ".mystnb")
 # jsonschema's IRI format checker; importing it builds lark grammars (1-5 s).
@@ -149,7 +150,8 @@ def _read_myst(path: Path, text: str, notes: list[str]) -> nbformat.NotebookNode
     from myst_nb.core.read import read_myst_markdown_notebook
 
     try:
-        return read_myst_markdown_notebook(text, add_source_map=True, path=path)
+        nb: nbformat.NotebookNode = read_myst_markdown_notebook(text, add_source_map=True, path=path)
+        return nb
     except Exception as exc:  # myst-nb raises several types for malformed files
         # Our own look at the structure names the line; myst-nb's message, when we found nothing.
         why = notes[0] if notes else _one_line(exc)
@@ -186,7 +188,7 @@ def _read_ipynb(path: Path, text: str) -> nbformat.NotebookNode:
     try:
         if major == 4:
             check_cells(data)
-        nb = nbformat.reads(text, as_version=4)
+        nb = cast("NotebookNode", nbformat.reads(text, as_version=4))
         check_cells(nb)
         with warnings.catch_warnings():  # nbformat.reads has warned already (a missing cell id, ...)
             warnings.simplefilter("ignore")

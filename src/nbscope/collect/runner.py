@@ -119,36 +119,13 @@ def execute(
     on_cell_done: CellCallback | None = None,
 ) -> NotebookExecution:
     """Run every code cell in a fresh kernel; never raises for a failing cell, timeout or dead kernel."""
-    import_nbformat()  # before nbclient, which imports nbformat: without jsonschema's grammar-building import
-    from nbclient import NotebookClient
-
     home = ProbeHome()
     transport = home.use_transport(transports.choose({**os.environ, **options.env}))
     probe_out = home.root / "probe.jsonl"
     home.announce("profile", [notebook.path], [probe_out])  # for `nbscope runs --live`
-    timeline_dir = None
-    if options.timeline:
-        timeline_dir = options.keep_traces or home.root / "traces"
-        Path(timeline_dir).mkdir(parents=True, exist_ok=True)
-    env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
-    env.update(options.env)
     token = uuid.uuid4().hex
-    env[KERNEL_TOKEN_VARIABLE] = token  # inherited by every process the kernel starts, daemons included
+    env = _kernel_env(home, probe_out, options, token)
     programs = _program_collector(notebook, options, home.root, env)
-
-    def new_client() -> NotebookClient:
-        return NotebookClient(
-            notebook.nb,
-            kernel_name=options.kernel_name or notebook.kernel_name,
-            timeout=options.timeout,
-            allow_errors=True,
-            record_timing=True,
-            shutdown_kernel="immediate",
-            startup_timeout=int(options.startup_timeout),
-            extra_arguments=[PROBE_ARGUMENT],
-            resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
-            config=transports.client_config(transport, home.ipc_dir or home.root),
-        )
 
     loop = _CellLoop(
         notebook,
@@ -166,7 +143,11 @@ def execute(
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
         # user's terminal.
-        client, context, restarts = _start_kernel(new_client, env, kernel_log)
+        client, context, restarts = _start_kernel(
+            lambda: _client(notebook, options, transports.client_config(transport, home.ipc_dir or home.root)),
+            env,
+            kernel_log,
+        )
         process = kernel_process(client)
         descendants = _track(process)
         loop.oom_counts = oom.read_counts(process.pid) if process is not None else None
@@ -206,6 +187,38 @@ def execute(
         interrupted=loop.interrupted,
         programs=programs.finish() if programs is not None else None,
     )
+
+
+def _client(notebook: Notebook, options: ExecutionOptions, config: Any) -> NotebookClient:
+    """The nbclient that runs the notebook in a kernel started with the probe (a new one per start)."""
+    import_nbformat()  # before nbclient, which imports nbformat: without jsonschema's grammar-building import
+    from nbclient import NotebookClient
+
+    return NotebookClient(
+        notebook.nb,
+        kernel_name=options.kernel_name or notebook.kernel_name,
+        timeout=options.timeout,
+        allow_errors=True,
+        record_timing=True,
+        shutdown_kernel="immediate",
+        startup_timeout=int(options.startup_timeout),
+        extra_arguments=[PROBE_ARGUMENT],
+        resources={"metadata": {"path": str(notebook.path.parent.resolve())}},
+        config=config,  # the kernel manager's transport (collect.transport)
+    )
+
+
+def _kernel_env(home: ProbeHome, probe_out: Path, options: ExecutionOptions, token: str) -> dict[str, str]:
+    """The kernel's environment: the probe's, a trace folder with ``--timeline``, the user's ``--env`` and the run's
+    token, which every process the kernel starts (daemons included) inherits."""
+    timeline_dir = None
+    if options.timeline:
+        timeline_dir = options.keep_traces or home.root / "traces"
+        Path(timeline_dir).mkdir(parents=True, exist_ok=True)
+    env = home.env(out_file=probe_out, nvml=options.nvml, timeline_dir=timeline_dir)
+    env.update(options.env)
+    env[KERNEL_TOKEN_VARIABLE] = token
+    return env
 
 
 def _track(process: subprocess.Popen[bytes] | None) -> Descendants | None:
@@ -346,7 +359,7 @@ class _CellLoop:
         it raised is kept in ``runner["trial_errors"]``."""
         from typing import cast
 
-        from jupyter_client.asynchronous import AsyncKernelClient
+        from jupyter_client.asynchronous.client import AsyncKernelClient
         from nbclient.util import run_sync
 
         reply = run_sync(cast(AsyncKernelClient, client.kc).execute_interactive)(

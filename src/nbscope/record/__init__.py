@@ -1,1 +1,1 @@
-"""Stage 2, record: the versioned run record, the cell model and the run store."""
+"""Stage 3, record: the versioned run record (its cells are the schema's model), the live files and the run store."""

@@ -391,8 +391,10 @@ def loads(text: str, *, source: str = "document") -> RunRecord:
     try:
         # A record from before redaction too (its --env values are hidden by the store, from their values).
         document = json.loads(redact(text, assignments=False), parse_constant=run_document.NotANumber)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         raise NbscopeError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise NbscopeError(f"{source} is not valid JSON ({exc.reason})") from None
     except RecursionError:
         raise NbscopeError(
             f"{source} is nested deeper than {run_document.MAX_DEPTH} levels; not a run record"

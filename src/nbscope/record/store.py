@@ -13,7 +13,6 @@ What belongs to one store besides its database (the live files of its unfinished
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import heapq
 import json
@@ -395,7 +394,7 @@ FULL_DISK_BYTES = 1 << 20
 
 # A book's history of its runs (``Store.book_series``), all in the runs_book index.
 BOOK_SERIES = ("target", "backend", "started_at", "id", "status", *FIGURE_COLUMNS)
-Series = list[tuple[Any, ...]]  # rows of BOOK_SERIES (``list`` is also a method of Store)
+Series = list[tuple[Any, ...]]  # rows of BOOK_SERIES
 SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
 # A filter: one value, or any of several (a notebook's current and older names, several kinds).
 Match = str | Sequence[str] | None
@@ -407,7 +406,7 @@ def settings_key(settings: dict[str, Any]) -> str:
 
 
 class RunFilters(TypedDict, total=False):
-    """Which stored runs ``Store.list`` and ``Store.records`` give: a value or values per column, and how many."""
+    """Which stored runs ``Store.runs`` and ``Store.records`` give: a value or values per column, and how many."""
 
     kind: Match
     target: Match
@@ -863,7 +862,7 @@ class Store:
                 given += 1
                 yield row[:-1], record
 
-    def list(self, **filters: Unpack[RunFilters]) -> builtins.list[dict[str, Any]]:
+    def runs(self, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
         """Summaries of the readable runs, newest first, with the JAX backend each used."""
         result = []
         for row, record in self._readable(RunQuery(**filters)):
@@ -874,8 +873,8 @@ class Store:
             result.append(item)
         return result
 
-    def records(self, **filters: Unpack[RunFilters]) -> builtins.list[RunRecord]:
-        """Whole records matching ``list``'s filters, newest first (unreadable rows skipped and reported)."""
+    def records(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
+        """Whole records matching ``runs``' filters, newest first (unreadable rows skipped and reported)."""
         return [record for _, record in self._readable(RunQuery(**filters))]
 
     def latest(
@@ -885,7 +884,7 @@ class Store:
         found = self.records(target=target, digest=digest, kind=kind, label=label, limit=1)
         return found[0] if found else None
 
-    def newest_per_target(self, **filters: Unpack[RunFilters]) -> builtins.list[RunRecord]:
+    def newest_per_target(self, **filters: Unpack[RunFilters]) -> list[RunRecord]:
         """The newest readable matching run of each target (each notebook), newest first; only those
         documents are read (an unreadable newest run is skipped, reported, and the one before it given)."""
         where, params = _where(RunQuery(**filters))
@@ -911,10 +910,8 @@ class Store:
             place += 1
         return sorted(found.values(), key=lambda r: (r.started_at, r.run_id or 0), reverse=True)
 
-    def summaries(
-        self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]
-    ) -> builtins.list[dict[str, Any]]:
-        """The summary columns of the matching runs, newest first, without reading a document: ``list``'s
+    def summaries(self, columns: Sequence[str] | None = None, **filters: Unpack[RunFilters]) -> list[dict[str, Any]]:
+        """The summary columns of the matching runs, newest first, without reading a document: ``runs``'
         keys plus ``settings`` (the measurement settings), ``totals``, the totals' ``wall_s``, ``compile_s``,
         ``run_s`` and ``cache_state``, and the hashes of the cells' code, the package versions and the compiled
         programs (``*_hash``); only ``columns`` (and ``id``) when given. A run whose document could not be read
@@ -951,19 +948,19 @@ class Store:
             result.append(item)
         return result
 
-    def book_series(self, kinds: Sequence[str], targets: Sequence[str] | None = None) -> builtins.list[Series]:
+    def book_series(self, kinds: Sequence[str], targets: Sequence[str] | None = None) -> list[Series]:
         """``BOOK_SERIES`` of every run of each of ``kinds`` (of ``targets`` when given): a list of tuples per kind,
         each in the order of the runs_book index (kind, notebook, backend, start, id). A book's history read from
         the index alone, neither sorted nor looked up in the table, and no document read."""
-        found: builtins.list[Series] = []
+        found: list[Series] = []
         columns = ", ".join(BOOK_SERIES)
         with self._connect() as db:
             for kind in dict.fromkeys(kinds):
                 sql = f"SELECT {columns} FROM runs WHERE kind = ?"
-                params: builtins.list[Any] = [kind]
+                params: list[Any] = [kind]
                 if targets is not None:
                     sql += f" AND target IN ({', '.join('?' * len(targets))})"
-                    params += builtins.list(targets)
+                    params += list(targets)
                 found.append(db.execute(sql + " ORDER BY target, backend, started_at, id", params).fetchall())
         return found
 
@@ -989,7 +986,7 @@ class Store:
             self._skip(run_id, str(exc))
             return None
 
-    def names_of(self, target: str) -> builtins.list[str]:
+    def names_of(self, target: str) -> list[str]:
         """The names runs of ``target`` (a path or a stored name) are stored under: its current name first,
         then of its older names (:func:`nbscope.record.cells.aliases_for`) its absolute path, and a
         shorter name only when the newest run stored under it measured this notebook: most of its cells the
@@ -1019,7 +1016,7 @@ class Store:
                     kept.append(name)
         return kept
 
-    def targets(self, limit: int = 500) -> builtins.list[str]:
+    def targets(self, limit: int = 500) -> list[str]:
         """The names runs are stored under, in order (at most ``limit``)."""
         with self._connect() as db:
             return [t for (t,) in db.execute("SELECT DISTINCT target FROM runs ORDER BY target LIMIT ?", (limit,))]
@@ -1091,17 +1088,15 @@ class Store:
 
     # --- gate verdicts -----------------------------------------------------------------------------------
 
-    def record_verdict(
-        self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: builtins.list[str]
-    ) -> None:
+    def record_verdict(self, run_id: int, *, baseline_id: int | None, passed: bool, reasons: list[str]) -> None:
         """Remember that ``nbscope gate`` passed or failed run ``run_id`` (against ``baseline_id``)."""
-        from nbscope.record import run as record_module
+        from nbscope.schema.validate import utc_now
 
         with self._connect() as db:
             try:
                 db.execute(
                     "INSERT INTO gate_verdicts (run_id, baseline_id, passed, judged_at, reasons) VALUES (?, ?, ?, ?, ?)",
-                    (run_id, baseline_id, int(passed), record_module.utc_now(), redact(json.dumps(reasons))),
+                    (run_id, baseline_id, int(passed), utc_now(), redact(json.dumps(reasons))),
                 )
             except sqlite3.OperationalError as exc:  # a store only readable (its folder or mount read-only)
                 raise NbscopeError(f"{self.path} cannot be written ({exc})") from None
@@ -1112,7 +1107,7 @@ class Store:
         if not self.path.exists():
             return {}
         sql = "SELECT run_id, baseline_id, passed, judged_at FROM gate_verdicts"
-        params: builtins.list[int] = []
+        params: list[int] = []
         if run_ids is not None:
             params = [int(i) for i in run_ids]
             if len(params) > _MOST_PARAMETERS:
@@ -1201,7 +1196,8 @@ def _backend(record: RunRecord) -> str | None:
         return ",".join(map(str, backends)) if backends else None
     from nbscope.record import run as record_module
 
-    return record_module.backend_of(record)["platform"]
+    platform: str | None = record_module.backend_of(record)["platform"]
+    return platform
 
 
 # The largest id SQLite gives a run (a 64-bit INTEGER PRIMARY KEY).
@@ -1265,9 +1261,9 @@ def resolve_run(reference: str, store: Store, *, kinds: Sequence[str] | None = N
     if not store.path.exists():
         raise store.missing()
     targets = store.names_of(notebook) if notebook else None
-    record = store.latest(target=targets, kind=list(kinds) if kinds else None, label=label or None)
-    if record is not None:
-        return record
+    latest = store.latest(target=targets, kind=list(kinds) if kinds else None, label=label or None)
+    if latest is not None:
+        return latest
     runs = f"{'/'.join(kinds)} run" if kinds else "run"
     of = f" of {notebook}" if notebook else ""
     if path.suffix in (".json", ".jsonl"):

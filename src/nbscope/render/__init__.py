@@ -1,1 +1,2 @@
-"""Renderers: terminal (rich), markdown and HTML views of run records."""
+"""Stage 5, render: terminal (rich), markdown and HTML views of what the jobs return; never imports the api
+stage except for its types (under ``if TYPE_CHECKING:``)."""

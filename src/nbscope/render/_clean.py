@@ -110,7 +110,7 @@ class CleanStream:
         self.raw.write(for_terminal(text))
         return len(text)
 
-    def writelines(self, lines: Iterable[str]) -> None:  # type: ignore[override]
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
@@ -124,9 +124,9 @@ def clean_streams() -> tuple[TextIO, TextIO]:
 
     before = sys.stdout, sys.stderr
     if sys.stdout is not None and not isinstance(sys.stdout, CleanStream):
-        sys.stdout = CleanStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = CleanStream(sys.stdout)
     if sys.stderr is not None and not isinstance(sys.stderr, CleanStream):
-        sys.stderr = CleanStream(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = CleanStream(sys.stderr)
     return before
 
 

@@ -18,6 +18,7 @@ from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.forecast import seconds_range as _seconds_range
+from nbscope.render.html._base import CSP
 from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
 from nbscope.schema.audit import Audit, BackendRun, BlastLecture, BlastRadius, Lecture
 from nbscope.schema.codec import decode
@@ -158,7 +159,7 @@ def print_blast_radius(radius: BlastRadius | None) -> None:
 def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit: Audit | None = None) -> None:
     """Each profiled notebook's top findings, two lines each with the fix, and the command that shows them all
     (``command(run_id)``); the notebooks without findings on one line."""
-    from nbscope.analyse.diagnose import Finding
+    from nbscope.analyse.diagnose import Finding, Findings
     from nbscope.render.findings import print_top_findings
 
     quiet = []
@@ -171,7 +172,7 @@ def print_audit_findings(record: RunRecord, command: Callable[[Any], str], audit
             continue
         console.print(f"\n[bold]{escape(entry.path)}[/bold] ({escape(entry.backend)}, run {entry.run_id})")
         total = entry.findings if entry.findings is not None else len(shown)
-        print_top_findings(shown, None, command(entry.run_id), top=len(shown), total=total)
+        print_top_findings(Findings(tuple(shown)), None, command(entry.run_id), top=len(shown), total=total)
     if quiet:
         console.print(f"\n[dim]no findings: {escape(', '.join(quiet))}[/dim]")
 
@@ -289,7 +290,7 @@ def audit_html(record: RunRecord, audit: Audit | None = None) -> str:
             f"<h2>GPU blast radius (forecast)</h2><p><strong>{e(radius.summary)}</strong> "
             "(a forecast from CPU runs, not a measurement)</p>" + _html_table(blast_radius_rows(radius, limit=None))
         )
-    style, csp = report_html.STYLE + _AUDIT_STYLE, report_html.CSP
+    style, csp = report_html.STYLE + _AUDIT_STYLE, CSP
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{e(csp)}">
 <title>nbscope audit: {e(record.target)}</title>

@@ -4,39 +4,10 @@ error), or all of it as JSON."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-
-class FoundCommand(Protocol):
-    """A builder's command as :mod:`nbscope.api.jupyter_book2` finds it, or why there is none."""
-
-    command: list[str]
-    version: str | None
-    origin: str
-    problem: str | None
-
-    @property
-    def usable(self) -> bool: ...
-
-    @property
-    def path_folder(self) -> Path | None: ...
-
-
-class Book2Env(Protocol):
-    """What ``nbscope book2-env`` found (:class:`nbscope.api.jupyter_book2.Book2Env`)."""
-
-    @property
-    def book(self) -> FoundCommand: ...
-
-    @property
-    def myst(self) -> FoundCommand: ...
-
-    @property
-    def environment(self) -> Path: ...
-
-    @property
-    def myst_folder(self) -> Path: ...
+if TYPE_CHECKING:
+    from nbscope.api.jupyter_book2 import Book2Env
 
 
 def book2_env_json(env: Book2Env) -> str:

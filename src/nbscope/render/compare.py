@@ -14,7 +14,7 @@ from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.terminal import console, field_name, format_seconds, literal, metric_name, terminal_table
 
 if TYPE_CHECKING:
-    from nbscope.analyse.compare import CellFigures, CellRow, Comparison, Difference, RunSummary, TotalRow, WinnerSide
+    from nbscope.analyse.compare import CellFigures, CellRow, ComparedRun, Comparison, Difference, TotalRow, WinnerSide
     from nbscope.record.cells import CellMatch
 
 MATCH_NOTE: dict[CellMatch, str] = {
@@ -67,7 +67,7 @@ def _value(value: object) -> str:
     return str(value)
 
 
-def _run_title(run: RunSummary) -> str:
+def _run_title(run: ComparedRun) -> str:
     shown = ", ".join(f"{field_name('settings.' + key)} {value}" for key, value in run.title_settings)
     return f"{run.label} · {run.target} · {run.platform} · {run.machine}" + (f" · {shown}" if shown else "")
 
@@ -142,7 +142,7 @@ def comparison_rows(
         code = row.code_line or row.first_line
         note = MATCH_NOTE[row.match]
         benchmark = Item(code[:60], code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
-        figures = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
+        figures: list[Item | str] = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
         if compile_figures == "columns":
             figures += [_side_compile(row.a), _side_compile(row.b)]
         winner = Item(row.winner.text or "–", WINNER_STYLE[row.winner.side])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -16,7 +16,7 @@ from nbscope.render._markdown import table_cell as _md
 from nbscope.render.terminal import console, format_bytes, format_seconds, literal, metric_name
 
 if TYPE_CHECKING:
-    from nbscope.analyse.diagnose import Finding
+    from nbscope.analyse.diagnose import Finding, Findings
     from nbscope.analyse.diagnose._base import Severity
     from nbscope.record.run import RunRecord
     from nbscope.schema.model import Cell
@@ -120,7 +120,7 @@ def _print_lines(lines: list[tuple[str, str]]) -> None:
 
 
 def print_findings(
-    findings: Sequence[Finding], record: RunRecord | None = None, *, limit: int | None = None, verbose: bool = False
+    findings: Findings, record: RunRecord | None = None, *, limit: int | None = None, verbose: bool = False
 ) -> None:
     """Each finding as a short block (at most FINDING_LINES lines; ``verbose`` adds the whole evidence), then
     what was not evaluated."""
@@ -141,19 +141,18 @@ def print_findings(
         console.print(f"[dim]… {count(len(findings) - limit, 'more finding')}; --json lists all[/dim]")
     if shown and not verbose:
         console.print("[dim]--verbose shows every finding's whole evidence; --json gives it as data[/dim]")
-    for skip in getattr(findings, "skipped", []):
+    for skip in findings.skipped:
         where = f" (cell {skip.cell_index + 1})" if skip.cell_index is not None else ""
         console.print(f"[dim]not evaluated: {literal(skip.rule)}{where}: {literal(skip.reason)}[/dim]")
-    for note in getattr(findings, "notes", []):
+    for note in findings.notes:
         console.print(f"[dim]note: {literal(note)}[/dim]")
 
 
-def failed_cells_lines(findings: Sequence[Finding]) -> list[str]:
+def failed_cells_lines(findings: Findings) -> list[str]:
     """``cell 3 died (DeadKernelError: …)`` for each failed cell, and the count that never ran, then that the
     rules judged only what ran; no lines when every cell finished."""
-    failed = getattr(findings, "failed_cells", None) or []
-    not_run = int(getattr(findings, "cells_not_run", 0) or 0)
-    lines = [f"{c.label} {c.text}" for c in failed]
+    not_run = findings.cells_not_run
+    lines = [f"{c.label} {c.text}" for c in findings.failed_cells]
     if not_run:
         lines.append(f"{count(not_run, 'cell')} did not run")
     if lines:
@@ -162,7 +161,7 @@ def failed_cells_lines(findings: Sequence[Finding]) -> list[str]:
 
 
 def top_findings_text(
-    findings: Sequence[Finding],
+    findings: Findings,
     record: RunRecord | None,
     command: str,
     *,
@@ -178,7 +177,7 @@ def top_findings_text(
     count_all = max(total or 0, len(items))
     if not items:
         # The command is named only when it has something to show: what could not be evaluated.
-        skipped = len(getattr(findings, "skipped", None) or [])
+        skipped = len(findings.skipped)
         text = "no findings: no rule fired on this run" + (
             f"; {skipped} check{'s' if skipped != 1 else ''} could not be evaluated (`{command}` lists "
             f"{'them' if skipped != 1 else 'it'})"
@@ -211,13 +210,13 @@ def top_findings_text(
 
 
 def print_top_findings(
-    findings: Sequence[Finding], record: RunRecord | None, command: str, *, top: int = 3, total: int | None = None
+    findings: Findings, record: RunRecord | None, command: str, *, top: int = 3, total: int | None = None
 ) -> None:
     _print_lines(top_findings_text(findings, record, command, top=top, width=console.width, total=total))
 
 
 def findings_markdown(
-    findings: Sequence[Finding], record: RunRecord | None = None, *, top: int | None = None, command: str | None = None
+    findings: Findings, record: RunRecord | None = None, *, top: int | None = None, command: str | None = None
 ) -> str:
     """Findings for GitHub: severity, title and where; the sentence; the fix; a few labelled evidence lines.
     ``top`` keeps the first findings (with ``command``, the one that shows them all)."""
@@ -245,7 +244,7 @@ def findings_markdown(
         lines += [count(len(items) - top, "more finding") + (f": `{_md(command)}`" if command else ""), ""]
     elif command and items:
         lines += [f"In full: `{_md(command)}`", ""]
-    skipped = list(getattr(findings, "skipped", []))
+    skipped = findings.skipped
     if skipped and not top:
         lines.append("Not evaluated: " + "; ".join(f"{prose(s.rule)}: {prose(s.reason)}" for s in skipped))
     return "\n".join(lines) + "\n"

@@ -133,7 +133,7 @@ def _headline(result: Forecast, key: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Advice:
+class FunctionAdvice:
     """A function the forecast names: one to keep on the CPU (with the change that does it), or one that
     gains on the GPU."""
 
@@ -150,12 +150,12 @@ class DeviceSummary:
 
     headline: str
     style: str
-    keep_on_cpu: tuple[Advice, ...]
-    gains: tuple[Advice, ...]
+    keep_on_cpu: tuple[FunctionAdvice, ...]
+    gains: tuple[FunctionAdvice, ...]
 
 
-def _kept(entry: KeptFunction) -> Advice:
-    return Advice(
+def _kept(entry: KeptFunction) -> FunctionAdvice:
+    return FunctionAdvice(
         entry.function,
         seconds_range(entry.gpu_low_s, entry.gpu_high_s),
         format_seconds(entry.cpu_s),
@@ -164,8 +164,8 @@ def _kept(entry: KeptFunction) -> Advice:
     )
 
 
-def _gained(entry: GainedFunction) -> Advice:
-    return Advice(entry.function, seconds_range(entry.gpu_low_s, entry.gpu_high_s), format_seconds(entry.cpu_s))
+def _gained(entry: GainedFunction) -> FunctionAdvice:
+    return FunctionAdvice(entry.function, seconds_range(entry.gpu_low_s, entry.gpu_high_s), format_seconds(entry.cpu_s))
 
 
 def _device_summary(result: Forecast, key: str) -> DeviceSummary:

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from nbscope import _units as units
 from nbscope.render._clean import for_terminal
 
-
-class RunningKernel(Protocol):
-    """One running kernel as :class:`nbscope.api.live.RunningKernel` describes it."""
-
-    kind: str
-    nbscope_pid: int
-    kernel_pid: int | None
-    notebook: str | None
-    cells_done: int
-    cell: int | None
-    line: int | None
-    first_line: str | None
-    elapsed_s: float | None
+if TYPE_CHECKING:
+    from nbscope.api.live import RunningKernel
 
 
 NOTHING_RUNS = "Nothing runs: no profile, audit or traced build of this user has a kernel running now."

@@ -6,36 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
-from nbscope.render.live import RunningKernel, live_lines
+from nbscope.render.live import live_lines
 from nbscope.render.terminal import console, print_run_list
 
 if TYPE_CHECKING:
+    from nbscope.api.live import ImportedRun
+    from nbscope.api.run_list import RunList
     from nbscope.record.live import UnfinishedRun
-    from nbscope.record.run import RunRecord
-
-
-class RunList(Protocol):
-    """What ``nbscope runs`` found (:class:`nbscope.api.runs.RunList`)."""
-
-    @property
-    def live(self) -> Sequence[RunningKernel] | None: ...
-
-    @property
-    def unfinished(self) -> Sequence[UnfinishedRun] | None: ...
-
-    @property
-    def rows(self) -> Sequence[dict[str, Any]]: ...
-
-    @property
-    def filtered(self) -> bool: ...
-
-    @property
-    def waiting(self) -> int: ...
-
-    @property
-    def db_hint(self) -> str: ...
 
 
 def runs_json(listing: RunList) -> str:
@@ -79,22 +58,6 @@ def print_unfinished(found: Sequence[UnfinishedRun], db_hint: str) -> None:
             print(f"{path}: {what}: still running (process {item.pid}), {done} so far")
         else:
             print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{db_hint}")
-
-
-class ImportedRun(Protocol):
-    """One file ``nbscope import`` read (:class:`nbscope.api.live.ImportedRun`)."""
-
-    @property
-    def path(self) -> Path: ...
-
-    @property
-    def record(self) -> RunRecord: ...
-
-    @property
-    def added(self) -> bool: ...
-
-    @property
-    def live_file_removed(self) -> bool | None: ...
 
 
 def import_lines(runs: Sequence[ImportedRun], store_path: Path) -> list[str]:

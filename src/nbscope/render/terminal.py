@@ -19,7 +19,8 @@ from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 from nbscope.render._clean import for_terminal
-from nbscope.render._rows import Column, Item, Rows
+from nbscope.render._rows import Column as Column  # the views build their tables with it
+from nbscope.render._rows import Item, Rows
 
 
 class SafeConsole(Console):
@@ -395,7 +396,7 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
             literal(str(row["started_at"])[:16].replace("T", " ")[0 if extra["digest"] else 5 :]),
             literal(row["kind"]),
             literal(row["target"]),
-            literal(row["backend"] or ""),  # store.list gives every summary column and the backend
+            literal(row["backend"] or ""),  # store.runs gives every summary column and the backend
             literal(row["status"]),
             literal(row["label"] or ""),
             literal(headline_text(row["headline"])),

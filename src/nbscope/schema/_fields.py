@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nbscope._units import number  # a finite number, as a float, else None
+from nbscope._units import number as number  # a finite number, as a float, else None
 
 
 def figure(value: object) -> int | float | None:

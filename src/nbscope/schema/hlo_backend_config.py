@@ -15,7 +15,8 @@ from nbscope.schema.codec import Read
 def _count(value: object) -> int | None:
     """A count as the proto's JSON writes an int64 (a string, ``"10"``), or as a number; else None."""
     try:
-        return int(value)  # type: ignore[call-overload]
+        count: int = int(value)  # type: ignore[call-overload]
+        return count
     except (TypeError, ValueError, OverflowError):
         return None
 

@@ -136,3 +136,10 @@ class ProbeCell:
     programs_hash: tuple[Mapping[str, Any], ...] | None  # each program the cell compiled: name and hash
     timeline_trace: ProbeTimeline | None
     programs: ProbePrograms | None
+    # the line as written: a figure the probe adds goes into the cell's record as measured, under the probe's name
+    # for it, without a field here or a line in the collector (``schema.model.Cell`` is its one typed reader)
+    document: Mapping[str, Any]
+
+    @staticmethod
+    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {**value, "document": value}

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import (
@@ -111,38 +111,38 @@ class FailedCell:
         return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
 
 
-class Findings(list[Finding]):
-    """The findings of one diagnosis (a plain list of Finding), plus what could not be evaluated."""
+@dataclass(frozen=True, slots=True)
+class Findings(Sequence[Finding]):
+    """The findings of one diagnosis, most important first (a sequence of Finding), plus what could not be
+    evaluated: the rules skipped and why, notes, the cells that failed (raised, died, timed out or were
+    interrupted) and how many never ran, the GPU forecast the GPU rules read (None when no rule needed one: the
+    backend choice reuses it) and the thresholds the caller set in place of the defaults."""
 
-    def __init__(
-        self,
-        findings: Iterable[Finding] = (),
-        *,
-        skipped: Iterable[Skip] = (),
-        notes: Iterable[str] = (),
-        thresholds: Mapping[str, Mapping[str, float]] | None = None,
-        failed_cells: Iterable[FailedCell] = (),
-        cells_not_run: int = 0,
-        forecast: Forecast | None = None,
-    ) -> None:
-        super().__init__(findings)
-        self.skipped: list[Skip] = list(skipped)
-        self.notes: list[str] = list(notes)
-        # Cells that raised, died, timed out or were interrupted, and how many never ran.
-        self.failed_cells: list[FailedCell] = list(failed_cells)
-        self.cells_not_run = cells_not_run
-        # The GPU forecast the GPU rules read (None when no rule needed one): the backend choice reuses it.
-        self.forecast: Forecast | None = forecast
-        # Thresholds the caller set in place of the defaults (empty: every rule used its defaults).
-        self.thresholds: dict[str, dict[str, float]] = {rule: dict(v) for rule, v in (thresholds or {}).items()}
+    items: tuple[Finding, ...] = ()
+    skipped: tuple[Skip, ...] = ()
+    notes: tuple[str, ...] = ()
+    failed_cells: tuple[FailedCell, ...] = ()
+    cells_not_run: int = 0
+    forecast: Forecast | None = None
+    thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    @overload
+    def __getitem__(self, index: int) -> Finding: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Finding, ...]: ...
+    def __getitem__(self, index: int | slice) -> Finding | tuple[Finding, ...]:
+        return self.items[index]
+
+    def __len__(self) -> int:
+        return len(self.items)
 
     def to_dict(self) -> dict[str, Any]:
         """The diagnosis as ``diagnose --json`` prints it (thresholds only where the caller set some)."""
-        thresholds = {"thresholds": self.thresholds} if self.thresholds else {}
+        thresholds = {"thresholds": {rule: dict(v) for rule, v in self.thresholds.items()}} if self.thresholds else {}
         return {
-            "findings": encode(list(self)),
+            "findings": encode(list(self.items)),
             "skipped": encode(self.skipped),
-            "notes": self.notes,
+            "notes": list(self.notes),
             "failed_cells": encode(self.failed_cells),
             "cells_not_run": self.cells_not_run,
             "rules": rule_names(),
@@ -231,11 +231,11 @@ def diagnose(
     not_run = sum(1 for c in ctx.run.cells if c.status == "not-run")
     evidence = ctx.made_forecast  # made only if a rule asked for it
     return Findings(
-        sorted(findings, key=_order),
-        skipped=skipped,
-        notes=notes,
-        thresholds=overrides,
-        failed_cells=failed,
+        tuple(sorted(findings, key=_order)),
+        skipped=tuple(skipped),
+        notes=tuple(notes),
+        thresholds=dict(overrides or {}),
+        failed_cells=tuple(failed),
         cells_not_run=not_run,
         forecast=evidence.result if evidence is not None else None,
     )

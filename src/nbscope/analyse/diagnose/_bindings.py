@@ -115,7 +115,7 @@ def _arithmetic(op: ast.operator, a: int, b: int) -> int | None:
     if isinstance(op, ast.Mod) and b:
         return a % b
     if isinstance(op, ast.Pow) and 0 <= b <= _MAX_EXPONENT:
-        return a**b
+        return int(a**b)
     return None
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, Skip, seconds, severity
@@ -128,14 +128,24 @@ def _advice(ctx: Context, state: str) -> Advice:
     }
 
 
-def _numba(ctx: Context) -> Iterator[Outcome]:
-    min_numba_s = ctx.limits(NAME, THRESHOLDS)["min_numba_s"]
-    numba_s = ctx.numba_compile_s
-    if numba_s < min_numba_s:
-        return
-    compiled: defaultdict[str, float] = defaultdict(float)
-    modules: dict[str, Any] = {}
-    caches: dict[str, Any] = {}
+def _where_defined(ctx: Context, names: list[str], compiled_in: Mapping[str, list[int]]) -> dict[str, str]:
+    """Per function: the decorators in force where it compiled (a lecture may define a function twice)."""
+    where: dict[str, str] = {}
+    for n in names:
+        found = [ctx.code.numba_function_at(n, i) for i in compiled_in[n]] if ctx.has_sources else []
+        places = list(dict.fromkeys((d.cell, d.line) for d in found if d))
+        if places:
+            where[n] = "; ".join(f"cell {c + 1}, line {line}" for c, line in places)
+    return where
+
+
+def _numba_compiles(
+    ctx: Context,
+) -> tuple[dict[str, float], dict[str, str | None], dict[str, bool | None], dict[str, list[int]]]:
+    """Per Numba function: its compile seconds, its module, whether it caches and the cells it compiled in."""
+    compiled: dict[str, float] = defaultdict(float)
+    modules: dict[str, str | None] = {}
+    caches: dict[str, bool | None] = {}
     compiled_in: dict[str, list[int]] = {}
     for cell in ctx.run.cells:
         for entry in cell.numba.functions if cell.numba else ():
@@ -144,6 +154,15 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
             modules.setdefault(name, entry.module)
             caches.setdefault(name, entry.cache)
             compiled_in.setdefault(name, []).append(cell.index)
+    return compiled, modules, caches, compiled_in
+
+
+def _numba(ctx: Context) -> Iterator[Outcome]:
+    min_numba_s = ctx.limits(NAME, THRESHOLDS)["min_numba_s"]
+    numba_s = ctx.numba_compile_s
+    if numba_s < min_numba_s:
+        return
+    compiled, modules, caches, compiled_in = _numba_compiles(ctx)
     recorded = all(modules[n] is not None and caches[n] is not None for n in compiled)
     if not ctx.has_sources and not recorded:
         yield Skip(
@@ -170,12 +189,7 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
     if at_stake < min_numba_s:
         return
     names = sorted(uncached, key=lambda n: -uncached[n])
-    where = {}
-    for n in names:  # the decorators in force where it compiled (a lecture may define a function twice)
-        found = [ctx.code.numba_function_at(n, i) for i in compiled_in[n]] if ctx.has_sources else []
-        places = list(dict.fromkeys((d.cell, d.line) for d in found if d))
-        if places:
-            where[n] = "; ".join(f"cell {c + 1}, line {line}" for c, line in places)
+    where = _where_defined(ctx, names, compiled_in)
     listed = ", ".join(f"`{n}`" + (f" ({where[n]})" if n in where else "") for n in names[:3])
     yield Finding(
         rule=NAME,

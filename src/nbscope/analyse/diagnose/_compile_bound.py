@@ -6,7 +6,7 @@ function inside an installed package, the notebook line that calls it and what c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -240,11 +240,15 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             highlights=highlights,
             action=action,
         )
+    yield from _notebook_finding(ctx, limit, flagged)
+
+
+def _notebook_finding(ctx: Context, limit: Mapping[str, float], flagged: float) -> Iterator[Outcome]:
+    """A notebook whose compiles are spread thin over many cells: no single cell was flagged for most of it."""
     total_compile = ctx.totals.compile_s
     wall = ctx.total_wall
     if total_compile is not None and wall > 0:
         share = total_compile / wall
-        # A notebook whose compiles are spread thin over many cells: no single cell was flagged for most of it.
         if (
             total_compile >= limit["notebook_min_s"]
             and share >= limit["notebook_share"]

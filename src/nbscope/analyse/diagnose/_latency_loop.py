@@ -15,7 +15,7 @@ count is only known at run time is never guessed: it is reported as not evaluate
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nbscope.analyse.diagnose import _forecast
@@ -24,7 +24,8 @@ from nbscope.schema.model import Cell
 from nbscope.schema.timeline import TimelineSummary
 
 if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
-    from nbscope.analyse.forecast import NotebookForecast, Term
+    from nbscope.analyse.forecast import Forecast, NotebookForecast, Term
+    from nbscope.analyse.forecast.devices import Device
     from nbscope.analyse.forecast.risks import LoopSlowdown
 
 NAME = "latency-bound-loop"
@@ -92,17 +93,16 @@ def _fix(functions: Mapping[str, list[str]], on_cpu: bool) -> str:
     )
 
 
-def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[int, Finding], list[Skip]]:
-    """Forecast findings by cell, on a CPU run with program data; Skips for loops the forecast cannot bound."""
-    found = ctx.forecast
-    if found.result is None:
-        return {}, []
+def _slow_and_unbounded(
+    result: Forecast, devices: Sequence[Device], limit: Mapping[str, float]
+) -> tuple[dict[int, dict[str, LoopSlowdown]], dict[int, dict[str, LoopSlowdown]]]:
+    """By cell and GPU: the loops the forecast makes the cause of a slower cell, and those it cannot bound."""
     from nbscope.analyse.forecast.risks import loop_slowdowns
 
     slow: dict[int, dict[str, LoopSlowdown]] = {}
     unbounded: dict[int, dict[str, LoopSlowdown]] = {}
-    for device in found.devices:
-        for row in loop_slowdowns(found.result, device.key):
+    for device in devices:
+        for row in loop_slowdowns(result, device.key):
             cpu = float(row.cpu_s)
             slower_by = row.gpu_low_s - cpu
             # The cell (compile and host work carried over) is forecast min_ratio times slower, and its loops
@@ -117,6 +117,38 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
                 any(loop.iterations is None for loop in row.loops) and row.loop_high_s - cpu >= limit["min_delta_s"]
             ):
                 unbounded.setdefault(row.index, {})[device.key] = row
+    return slow, unbounded
+
+
+def _unbounded_skips(
+    ctx: Context, unbounded: Mapping[int, Mapping[str, LoopSlowdown]], findings: Mapping[int, Finding]
+) -> list[Skip]:
+    """A Skip for each cell whose loop the forecast cannot bound (and that has no finding)."""
+    skips: list[Skip] = []
+    for index, rows in unbounded.items():
+        if index in findings:
+            continue
+        cell = ctx.run.cell(index)
+        key, row = next(iter(rows.items()))
+        loop = next((loop for loop in row.loops if loop.iterations is None), row.loops[0])
+        skips.append(
+            Skip(
+                NAME,
+                f"forecast: {_label(index, cell)} runs {loop.words}: {_forecast.on_a(key)} from "
+                f"{_forecast.seconds_range(row.loop_low_s, row.loop_high_s)}; a trip count known only at run "
+                "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
+                index,
+            )
+        )
+    return skips
+
+
+def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[int, Finding], list[Skip]]:
+    """Forecast findings by cell, on a CPU run with program data; Skips for loops the forecast cannot bound."""
+    found = ctx.forecast
+    if found.result is None:
+        return {}, []
+    slow, unbounded = _slow_and_unbounded(found.result, found.devices, limit)
     notebook = found.result.notebook
     findings: dict[int, Finding] = {}
     for index, rows in slow.items():
@@ -164,23 +196,7 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             fix=_forecast_fix(functions, notebook, rows),
             forecast=list(rows),
         )
-    skips = []
-    for index, rows in unbounded.items():
-        if index in findings:
-            continue
-        cell = ctx.run.cell(index)
-        key, row = next(iter(rows.items()))
-        loop = next((loop for loop in row.loops if loop.iterations is None), row.loops[0])
-        skips.append(
-            Skip(
-                NAME,
-                f"forecast: {_label(index, cell)} runs {loop.words}: {_forecast.on_a(key)} from "
-                f"{_forecast.seconds_range(row.loop_low_s, row.loop_high_s)}; a trip count known only at run "
-                "time is not guessed (profile with --timeline on a GPU, or diagnose a GPU run, to measure it)",
-                index,
-            )
-        )
-    return findings, skips
+    return findings, _unbounded_skips(ctx, unbounded, findings)
 
 
 def _loop_words(loop: Term) -> str:
@@ -211,6 +227,35 @@ def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast]
     )
 
 
+def _timeline_finding(
+    ctx: Context, cell: Cell, timeline: TimelineSummary, base: dict[str, Any], functions: dict[str, list[str]]
+) -> Finding:
+    """A cell whose device timeline (``--timeline``) reads as latency-bound: low severity on a CPU, where the
+    loop costs what it costs."""
+    platform, run = base["platform"], cell.run_s or 0.0
+    on_cpu = platform == "cpu"
+    at_stake = run
+    return Finding(
+        rule=NAME,
+        title="Latency-bound loop",
+        cell_index=cell.index,
+        severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
+        confidence=0.9 if functions else 0.75,
+        evidence={
+            **base,
+            "timeline": _timeline_evidence(cell.timeline or {}),
+            "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4),
+        },
+        summary=(
+            f"{cell.label} is {timeline.classification} on the {platform or 'device'}"
+            + (f": {_named(functions)}" if functions else "")
+            + f", {seconds(run)} of run time"
+            + (f", device busy {seconds(timeline.device_busy_s)}" if timeline.device_busy_s is not None else "")
+        ),
+        fix=_fix(functions, on_cpu),
+    )
+
+
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     platform = ctx.backend.platform
@@ -238,27 +283,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             "loop_functions": functions,
         }
         if timeline is not None and any(w in str(timeline.classification).lower() for w in LATENCY_WORDS):
-            on_cpu = platform == "cpu"
-            at_stake = run
-            yield Finding(
-                rule=NAME,
-                title="Latency-bound loop",
-                cell_index=cell.index,
-                severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
-                confidence=0.9 if functions else 0.75,
-                evidence={
-                    **base,
-                    "timeline": _timeline_evidence(cell.timeline or {}),
-                    "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4),
-                },
-                summary=(
-                    f"{cell.label} is {timeline.classification} on the {platform or 'device'}"
-                    + (f": {_named(functions)}" if functions else "")
-                    + f", {seconds(run)} of run time"
-                    + (f", device busy {seconds(timeline.device_busy_s)}" if timeline.device_busy_s is not None else "")
-                ),
-                fix=_fix(functions, on_cpu),
-            )
+            yield _timeline_finding(ctx, cell, timeline, base, functions)
             continue
         if platform != "gpu":
             continue

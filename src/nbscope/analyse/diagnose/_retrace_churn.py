@@ -35,6 +35,39 @@ def _units(ctx: Context) -> list[FunctionStats]:
     return list(units.values())
 
 
+_STATIC_FIX = (
+    "`{name}` is marked static_argnums/static_argnames: every new static value compiles again. Pass "
+    "values that only change numbers as ordinary (traced) arguments, and keep static ones few."
+)
+_RECREATED_FIX = (
+    "Create the jitted function once and reuse it: move `jax.jit(...)` out of the loop or function that "
+    "calls it (e.g. `step = jax.jit(fn)` at top level, then call `step(x)`); a new `jax.jit(lambda ...)` never "
+    "hits JAX's compile cache."
+)
+
+
+def _highlights(stats: FunctionStats, distinct: list[str] | None, static: bool) -> list[tuple[str, str]]:
+    """The shapes seen (None: not fully reported), the compiles by cell, and static arguments when marked."""
+    cells = sorted(stats.cells)
+    highlights = [
+        (
+            "shapes",
+            (", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else ""))
+            if distinct is not None
+            else "not fully reported by the probe",
+        ),
+        (
+            "compiles",
+            f"{stats.count} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
+            f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"
+            + (f"; {stats.cache_hits} read from the persistent cache" if stats.cache_hits else ""),
+        ),
+    ]
+    if static:
+        highlights.append(("static arguments", f"`{stats.name}` marks some arguments static; each new value compiles"))
+    return highlights
+
+
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     for stats in _units(ctx):
         # Traces, not backend compiles: a persistent-cache hit is a retrace whose backend compile was read back.
@@ -68,14 +101,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 )
                 + f": {cause}; {seconds(extra_s)} of recompiles{cached}"
             )
-            fix = (
-                f"`{stats.name}` is marked static_argnums/static_argnames: every new static value compiles again. Pass "
-                "values that only change numbers as ordinary (traced) arguments, and keep static ones few."
-                if static
-                else "Create the jitted function once and reuse it: move `jax.jit(...)` out of the loop or function that "
-                "calls it (e.g. `step = jax.jit(fn)` at top level, then call `step(x)`); a new `jax.jit(lambda ...)` never "
-                "hits JAX's compile cache."
-            )
+            fix = _STATIC_FIX.format(name=stats.name) if static else _RECREATED_FIX
             confidence = 0.85 if shapes_known else 0.6
         else:
             cause = "new argument shapes"
@@ -88,32 +114,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                 "or keep the varying size out of the jitted function; each new shape or dtype compiles a new program."
             )
             confidence = 0.9 if shapes_known else 0.7
-        cells = sorted(stats.cells)
-        highlights = [
-            (
-                "shapes",
-                (", ".join(distinct[:6]) + (" …" if len(distinct) > 6 else ""))
-                if shapes_known
-                else "not fully reported by the probe",
-            ),
-            (
-                "compiles",
-                f"{traces} in cell{'s' if len(cells) > 1 else ''} {', '.join(str(i + 1) for i in cells)}: "
-                f"{seconds(stats.compile_s)} (backend {seconds(stats.backend_s)})"
-                + (f"; {hits} read from the persistent cache" if hits else ""),
-            ),
-        ]
-        if static:
-            highlights.append(
-                ("static arguments", f"`{stats.name}` marks some arguments static; each new value compiles")
-            )
-        action = (
-            f"pass changing values to `{stats.name}` as traced arguments, not static ones"
-            if recreated and static
-            else "create the jitted function once and reuse it"
-            if recreated
-            else f"give `{stats.name}` fixed shapes (pad and mask)"
-        )
+        highlights = _highlights(stats, distinct if shapes_known else None, static)
         yield Finding(
             rule=NAME,
             title="Retrace churn",
@@ -133,7 +134,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             summary=summary,
             fix=fix,
             highlights=highlights,
-            action=action,
+            action=(
+                f"pass changing values to `{stats.name}` as traced arguments, not static ones"
+                if recreated and static
+                else "create the jitted function once and reuse it"
+                if recreated
+                else f"give `{stats.name}` fixed shapes (pad and mask)"
+            ),
         )
 
 

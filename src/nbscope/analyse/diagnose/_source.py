@@ -1,7 +1,7 @@
 """Static reading of notebook cell sources: jitted functions, loops inside them, timing regions.
 
 Records keep only a hash and the first line of each cell, so rules that need code read the notebook
-again (``_context.load_sources``). Everything here works on the Python that IPython would run: magics
+again (``nbscope.record.sources.load_sources``). Everything here works on the Python that IPython would run: magics
 (``%timeit``, ``!pip``) are first turned into ``get_ipython().run_line_magic(...)`` calls.
 """
 

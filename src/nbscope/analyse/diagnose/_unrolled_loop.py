@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+from nbscope.analyse.diagnose._base import Context, Finding, FunctionStats, Outcome, Rule, Skip, seconds, severity
 from nbscope.analyse.diagnose._bindings import LoopLength, LoopResolver
 from nbscope.analyse.diagnose._source import SourceLoop
+
+if TYPE_CHECKING:
+    from nbscope.schema.model import Cell
 
 NAME = "unrolled-loop"
 THRESHOLDS = {
@@ -50,6 +54,48 @@ def _replacement(loop: SourceLoop, length: LoopLength) -> str:
     if length.step is not None:
         return f"`jax.lax.fori_loop(0, len({loop.iterates}), body, init)`"
     return f"`jax.lax.fori_loop({length.start}, {length.stop}, body, init)`"
+
+
+def _evidence(
+    stats: FunctionStats,
+    per_compile: float,
+    loop: SourceLoop,
+    length: LoopLength,
+    lengths: list[tuple[SourceLoop, LoopLength]],
+    defined_in: int,
+    where: Cell | None,
+) -> dict[str, Any]:
+    """The finding's evidence: the function's compiles, the loop unrolled (its steps and where it is written) and
+    every loop of the function."""
+    evidence = {
+        **stats.evidence(),
+        "per_compile_s": round(per_compile, 4),
+        "loop": {
+            "kind": loop.kind,
+            "iterates": loop.iterates,
+            "trips": length.trips,
+            "lengths_seen": length.values,
+            "trips_from": length.origin,
+            "in_function": loop.function,
+            "defined_in_cell": defined_in,
+            "line_in_cell": loop.line,
+            "cell_line": where.line if where else None,  # the cell's fence in a MyST file
+        },
+        "all_loops": [
+            {
+                "kind": item.kind,
+                "iterates": item.iterates,
+                "trips": found.trips,
+                "lengths_seen": found.values,
+                "function": item.function,
+            }
+            for item, found in lengths
+        ],
+        "seconds_at_stake": round(stats.compile_s, 4),
+    }
+    if length.trips:
+        evidence["compile_ms_per_step"] = round(per_compile / length.trips * 1e3, 3)
+    return evidence
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
@@ -91,34 +137,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         else:
             confidence = 0.7
         place = f"line {loop.line} of cell {written_in.cell + 1}"
-        evidence = {
-            **stats.evidence(),
-            "per_compile_s": round(per_compile, 4),
-            "loop": {
-                "kind": loop.kind,
-                "iterates": loop.iterates,
-                "trips": length.trips,
-                "lengths_seen": length.values,
-                "trips_from": length.origin,
-                "in_function": loop.function,
-                "defined_in_cell": written_in.cell,
-                "line_in_cell": loop.line,
-                "cell_line": where.line if where else None,  # the cell's fence in a MyST file
-            },
-            "all_loops": [
-                {
-                    "kind": item.kind,
-                    "iterates": item.iterates,
-                    "trips": found.trips,
-                    "lengths_seen": found.values,
-                    "function": item.function,
-                }
-                for item, found in lengths
-            ],
-            "seconds_at_stake": round(stats.compile_s, 4),
-        }
-        if length.trips:
-            evidence["compile_ms_per_step"] = round(per_compile / length.trips * 1e3, 3)
+        evidence = _evidence(stats, per_compile, loop, length, lengths, written_in.cell, where)
         replacement = _replacement(loop, length)
         header = (
             f"for {ast.unparse(loop.node.target)} in {loop.iterates}"

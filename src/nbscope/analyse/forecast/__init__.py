@@ -671,11 +671,59 @@ def _cell_forecast(
     *,
     first_jax: bool = False,
 ) -> Outcome:
-    terms: list[Term] = []
     pins = pins or {}
+    all_pinned = bool(cell.executions) and all(e.program in pins for e in cell.executions)
+    terms = _measured_terms(cell, run, device, table, all_pinned)
     start = accelerator.runtime_start_term(device) if first_jax else None
     if start is not None:
         terms.append(start)
+    missing = _program_terms(cell, run, device, table, rates, pins, terms)
+    transfer = _transfer_term(cell, device, table, all_pinned)
+    if transfer is not None:
+        terms.append(transfer)
+    low = sum(t.low_s for t in terms)
+    highs = [t.high_s for t in terms]
+    high = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
+    dominant = _dominant(terms)
+    jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
+    jax_work = cell.jax_work
+    verdict: CellVerdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
+    uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms, device=device) if jax_work else None
+    if uncertain is not None:
+        verdict = "uncertain"
+    fails = tuple(
+        Failing(f.operation, function, f.reason, f.source)
+        for f, function in accelerator.failures(cell.cell, run, device)
+        if (_program_of(run, function) or "") not in pins
+    )
+    if fails:
+        verdict = "fails"
+    return Outcome(
+        low_s=low,
+        high_s=high,
+        cpu_s=cell.wall,
+        verdict=verdict,
+        uncertain=uncertain,
+        dominant=dominant,
+        jax_dominant=jax_term,
+        terms=tuple(sorted(terms, key=_weight, reverse=True)),
+        missing_programs=tuple(missing),
+        fails=fails,
+    )
+
+
+def _program_of(run: NotebookRun, function: str) -> str | None:
+    """The key of a program of ``function`` in the run's table (what a pin names), if there is one."""
+    data = run.program_data
+    for key, program in data.programs.items() if data is not None else ():
+        if program.function == function:
+            return key
+    return None
+
+
+def _measured_terms(cell: _Cell, run: NotebookRun, device: Device, table: DeviceTable, all_pinned: bool) -> list[Term]:
+    """The cell's host work, its compile and the JAX time no program took, as terms."""
+    terms: list[Term] = []
     if cell.host_s > 0:
         terms.append(
             Term(
@@ -685,7 +733,6 @@ def _cell_forecast(
                 words=f"host work (Python, NumPy, Numba) carried over as measured: {units.seconds(cell.host_s)}",
             )
         )
-    all_pinned = bool(cell.executions) and all(e.program in pins for e in cell.executions)
     if cell.compile_s > 0 and all_pinned:
         terms.append(
             Term(
@@ -731,6 +778,20 @@ def _cell_forecast(
                 figures=Unattributed(cell.unattributed_s, cell.unseen),
             )
         )
+    return terms
+
+
+def _program_terms(
+    cell: _Cell,
+    run: NotebookRun,
+    device: Device,
+    table: DeviceTable,
+    rates: CpuRates | None,
+    pins: dict[str, str],
+    terms: list[Term],
+) -> list[str]:
+    """The terms of each program the cell ran, added to ``terms`` (a pinned one's calls as measured on the CPU);
+    the programs the run's table lacks."""
     missing = []
     for execution in cell.executions:
         program = run.program(execution.program)
@@ -770,62 +831,22 @@ def _cell_forecast(
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
             terms.append(replace(scaled, words=words, called=called))
+    return missing
+
+
+def _transfer_term(cell: _Cell, device: Device, table: DeviceTable, all_pinned: bool) -> Term | None:
+    """Host↔device copies: as measured when every call stays on the CPU, else as the GPU would copy."""
     if all_pinned and cell.copies_s > 0:
         # Every call stays on the CPU, and so do the arrays they take: the copies are as measured.
-        terms.append(
-            Term(
-                kind="transfer",
-                low_s=cell.copies_s,
-                high_s=cell.copies_s,
-                words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
-                "the calls are pinned there",
-                figures=Basis("measured"),
-            )
+        return Term(
+            kind="transfer",
+            low_s=cell.copies_s,
+            high_s=cell.copies_s,
+            words=f"host↔device copies on the CPU as measured ({units.seconds(cell.copies_s)}): "
+            "the calls are pinned there",
+            figures=Basis("measured"),
         )
-    elif (
-        transfer := transfer_term(
-            cell.cell.programs.transfers if cell.cell.programs is not None else None, device, table.model
-        )
-    ) is not None:
-        terms.append(transfer)
-    low = sum(t.low_s for t in terms)
-    highs = [t.high_s for t in terms]
-    high = None if any(h is None for h in highs) else sum(h for h in highs if h is not None)
-    dominant = _dominant(terms)
-    jax_term = _dominant([t for t in terms if t.kind not in ("host", "compile")])
-    jax_work = cell.jax_work
-    verdict: CellVerdict = _verdict(cell.wall, low, high) if jax_work else "unchanged"
-    uncertain = _uncertainty(dominant, cell.wall, low, high, terms=terms, device=device) if jax_work else None
-    if uncertain is not None:
-        verdict = "uncertain"
-    fails = tuple(
-        Failing(f.operation, function, f.reason, f.source)
-        for f, function in accelerator.failures(cell.cell, run, device)
-        if (_program_of(run, function) or "") not in pins
-    )
-    if fails:
-        verdict = "fails"
-    return Outcome(
-        low_s=low,
-        high_s=high,
-        cpu_s=cell.wall,
-        verdict=verdict,
-        uncertain=uncertain,
-        dominant=dominant,
-        jax_dominant=jax_term,
-        terms=tuple(sorted(terms, key=_weight, reverse=True)),
-        missing_programs=tuple(missing),
-        fails=fails,
-    )
-
-
-def _program_of(run: NotebookRun, function: str) -> str | None:
-    """The key of a program of ``function`` in the run's table (what a pin names), if there is one."""
-    data = run.program_data
-    for key, program in data.programs.items() if data is not None else ():
-        if program.function == function:
-            return key
-    return None
+    return transfer_term(cell.cell.programs.transfers if cell.cell.programs is not None else None, device, table.model)
 
 
 def _weight(term: Term) -> float:
@@ -962,58 +983,8 @@ def _notebook(
             most_faster=None,
             not_forecast=failed,
         )
-    # Per jitted function: its forecast GPU time against its CPU time measured in the trace.
-    functions: dict[str, _Tally] = {}
-    for cell in cells:
-        for term in cell.gpu[key].terms:
-            name = term.function
-            if not name or term.kind in ("host", "compile", "transfer", "unattributed", "cpu"):
-                continue
-            tally = functions.setdefault(name, _Tally(function=name))
-            tally.gpu_low_s += term.low_s
-            tally.gpu_high_s = (
-                None if tally.gpu_high_s is None or term.high_s is None else (tally.gpu_high_s + term.high_s)
-            )
-            tally.programs.add(term.program)
-            if cell.index not in tally.cells:
-                tally.cells.append(cell.index)
-        for execution in cell.programs:
-            ran = functions.get(execution.function) if execution.function else None
-            if ran is not None:
-                ran.cpu_s += float(execution.cpu_s or 0.0)
-                ran.kind = ran.kind or execution.kind
-    threshold = max(MATERIAL_S, 0.01 * cpu_total)
-    keep: list[KeptFunction] = []
-    gains: list[GainedFunction] = []
-    for tally in functions.values():
-        slower_by = tally.gpu_low_s - tally.cpu_s
-        if slower_by > threshold and tally.gpu_low_s > tally.cpu_s * (1 + MARGIN):
-            keep.append(
-                KeptFunction(
-                    function=tally.function,
-                    gpu_low_s=tally.gpu_low_s,
-                    gpu_high_s=tally.gpu_high_s,
-                    cpu_s=tally.cpu_s,
-                    cells=tuple(tally.cells),
-                    kind=tally.kind,
-                    slower_by_s=slower_by,
-                    change=_code_change(tally, cells, sources),
-                    programs=tally.program_keys(),
-                )
-            )
-        elif tally.gpu_high_s is not None and tally.cpu_s - tally.gpu_high_s > threshold:
-            gains.append(
-                GainedFunction(
-                    function=tally.function,
-                    gpu_low_s=tally.gpu_low_s,
-                    gpu_high_s=tally.gpu_high_s,
-                    cpu_s=tally.cpu_s,
-                    cells=tuple(tally.cells),
-                    kind=tally.kind,
-                    faster_by_s=tally.cpu_s - tally.gpu_high_s,
-                    programs=tally.program_keys(),
-                )
-            )
+    functions = _tallies(cells, key)
+    keep, gains = _kept_and_gained(functions, cells, sources, max(MATERIAL_S, 0.01 * cpu_total))
     keep.sort(key=lambda e: -e.slower_by_s)
     gains.sort(key=lambda e: -e.faster_by_s)
     plan_low, plan_high = low, high
@@ -1054,6 +1025,69 @@ def _notebook(
         unbounded=tuple(c.index for c in cells if c.gpu[key].high_s is None),
         failing=failing,
     )
+
+
+def _tallies(cells: tuple[CellForecast, ...], key: str) -> dict[str, _Tally]:
+    """Per jitted function: its forecast GPU time against its CPU time measured in the trace."""
+    functions: dict[str, _Tally] = {}
+    for cell in cells:
+        for term in cell.gpu[key].terms:
+            name = term.function
+            if not name or term.kind in ("host", "compile", "transfer", "unattributed", "cpu"):
+                continue
+            tally = functions.setdefault(name, _Tally(function=name))
+            tally.gpu_low_s += term.low_s
+            tally.gpu_high_s = (
+                None if tally.gpu_high_s is None or term.high_s is None else (tally.gpu_high_s + term.high_s)
+            )
+            tally.programs.add(term.program)
+            if cell.index not in tally.cells:
+                tally.cells.append(cell.index)
+        for execution in cell.programs:
+            ran = functions.get(execution.function) if execution.function else None
+            if ran is not None:
+                ran.cpu_s += float(execution.cpu_s or 0.0)
+                ran.kind = ran.kind or execution.kind
+    return functions
+
+
+def _kept_and_gained(
+    functions: dict[str, _Tally], cells: tuple[CellForecast, ...], sources: dict[int, str], threshold: float
+) -> tuple[list[KeptFunction], list[GainedFunction]]:
+    """The functions the GPU makes slower by more than ``threshold`` (to keep on the CPU), and those it makes
+    faster by more."""
+    keep: list[KeptFunction] = []
+    gains: list[GainedFunction] = []
+    for tally in functions.values():
+        slower_by = tally.gpu_low_s - tally.cpu_s
+        if slower_by > threshold and tally.gpu_low_s > tally.cpu_s * (1 + MARGIN):
+            keep.append(
+                KeptFunction(
+                    function=tally.function,
+                    gpu_low_s=tally.gpu_low_s,
+                    gpu_high_s=tally.gpu_high_s,
+                    cpu_s=tally.cpu_s,
+                    cells=tuple(tally.cells),
+                    kind=tally.kind,
+                    slower_by_s=slower_by,
+                    change=_code_change(tally, cells, sources),
+                    programs=tally.program_keys(),
+                )
+            )
+        elif tally.gpu_high_s is not None and tally.cpu_s - tally.gpu_high_s > threshold:
+            gains.append(
+                GainedFunction(
+                    function=tally.function,
+                    gpu_low_s=tally.gpu_low_s,
+                    gpu_high_s=tally.gpu_high_s,
+                    cpu_s=tally.cpu_s,
+                    cells=tuple(tally.cells),
+                    kind=tally.kind,
+                    faster_by_s=tally.cpu_s - tally.gpu_high_s,
+                    programs=tally.program_keys(),
+                )
+            )
+    return keep, gains
 
 
 def _notebook_compile(

@@ -136,7 +136,7 @@ def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeviceEntry:
+class CalibratedDevice:
     """A device of the table in the ``devices.toml`` format (``--json`` writes its fields in this order): what
     calibration built, ``calibrated`` naming the figures it measured, ``base`` the device it took the rest from."""
 
@@ -154,7 +154,7 @@ def _label(record: RunRecord) -> str:
     return f"run {record.run_id}" if record.run_id is not None else f"the {record.kind} run"
 
 
-def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
+def calibrate(records: list[Any], key: str, base: Device | None) -> CalibratedDevice:
     """A device entry from loops and bench runs on one GPU."""
     found: dict[str, Figure] = {}
     names: list[str] = []
@@ -178,7 +178,7 @@ def calibrate(records: list[Any], key: str, base: Device | None) -> DeviceEntry:
         raise NbscopeError(
             f"the runs do not give {', '.join(missing)}: pass --base DEVICE to take those from a device of the table"
         )
-    return DeviceEntry(
+    return CalibratedDevice(
         key=key.lower(),
         name=gpu_names[0] if len(gpu_names) == 1 else (base.name if base else key),
         match=gpu_names or ([key] if base is None else base.match),
@@ -200,7 +200,7 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)
 
 
-def to_toml(entry: DeviceEntry) -> str:
+def to_toml(entry: CalibratedDevice) -> str:
     """The entry as a ``[devices.KEY]`` table for a device file."""
     lines = [
         f"[devices.{_toml_key(entry.key)}]",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from nbscope.analyse.diagnose._source import parse
 
@@ -97,52 +97,59 @@ def _imports_jax(node: ast.AST) -> bool:
     return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in JAX_PACKAGES
 
 
+def _binds(node: ast.stmt, conditional: bool) -> Iterator[tuple[Iterable[str], Binding, bool]]:
+    """What one statement binds itself: (names, the value they are bound to, whether under a condition)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield [node.name], node, conditional
+    elif isinstance(node, ast.Import):
+        for alias in node.names:
+            yield [(alias.asname or alias.name).split(".")[0]], node, conditional
+    elif isinstance(node, ast.ImportFrom):
+        yield [alias.asname or alias.name for alias in node.names], node, conditional
+    elif isinstance(node, ast.Assign):
+        yield {name for target in node.targets for name in _bound(target)}, node.value, conditional
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        yield _bound(node.target), node.value, conditional
+    elif isinstance(node, ast.AugAssign):
+        yield _bound(node.target), node, True  # ``x += y``: x stays what it was, and takes y's part
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        yield _bound(node.target), node.iter, True
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        for item in node.items:
+            if item.optional_vars is not None:
+                yield _bound(item.optional_vars), item.context_expr, True
+
+
+def _nested(node: ast.stmt) -> list[ast.stmt]:
+    """The statements a compound statement holds, each run under a condition (a branch, loop, ``with``, ``try``
+    or ``match``); none for a function or class, whose body binds names of its own."""
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.If, ast.While)):
+        return node.body + node.orelse
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return node.body
+    if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+        handlers = [s for h in getattr(node, "handlers", []) for s in h.body]
+        return getattr(node, "body", []) + handlers + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
+    if isinstance(node, ast.Match):
+        return [s for case in node.cases for s in case.body]
+    return []
+
+
 def _bindings(statement: ast.stmt) -> tuple[dict[str, list[Binding]], dict[str, list[Binding]]]:
     """What a cell's top-level statement binds (not inside a function or class): the names it binds for sure
     (they replace earlier bindings), and those it binds under a branch, loop, ``with`` or ``try`` (added)."""
     certain: dict[str, list[Binding]] = {}
     maybe: dict[str, list[Binding]] = {}
 
-    def bind(names: Iterable[str], value: Binding, conditional: bool) -> None:
-        for name in names:
-            (maybe if conditional else certain).setdefault(name, []).append(value)
-
     def visit(statements: list[ast.stmt], conditional: bool) -> None:
         for node in statements:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bind([node.name], node, conditional)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    bind([(alias.asname or alias.name).split(".")[0]], node, conditional)
-            elif isinstance(node, ast.ImportFrom):
-                bind([alias.asname or alias.name for alias in node.names], node, conditional)
-            elif isinstance(node, ast.Assign):
-                bind({name for target in node.targets for name in _bound(target)}, node.value, conditional)
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                bind(_bound(node.target), node.value, conditional)
-            elif isinstance(node, ast.AugAssign):
-                bind(_bound(node.target), node, True)  # ``x += y``: x stays what it was, and takes y's part
-            elif isinstance(node, (ast.For, ast.AsyncFor)):
-                bind(_bound(node.target), node.iter, True)
-                visit(node.body + node.orelse, True)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                for item in node.items:
-                    if item.optional_vars is not None:
-                        bind(_bound(item.optional_vars), item.context_expr, True)
-                visit(node.body, True)
-            elif isinstance(node, (ast.If, ast.While)):
-                visit(node.body + node.orelse, True)
-            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-                handlers = [s for h in getattr(node, "handlers", []) for s in h.body]
-                visit(
-                    getattr(node, "body", []) + handlers + getattr(node, "orelse", []) + getattr(node, "finalbody", []),
-                    True,
-                )
-            elif isinstance(node, ast.Match):
-                visit([s for case in node.cases for s in case.body], True)
-            for walrus in (n for n in ast.walk(node) if isinstance(n, ast.NamedExpr)):
-                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                    bind(_bound(walrus.target), walrus.value, True)
+            for names, value, under in _binds(node, conditional):
+                for name in names:
+                    (maybe if under else certain).setdefault(name, []).append(value)
+            visit(_nested(node), True)
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for walrus in (n for n in ast.walk(node) if isinstance(n, ast.NamedExpr)):
+                    maybe.setdefault(walrus.target.id, []).append(walrus.value)
 
     visit([statement], False)
     return certain, maybe

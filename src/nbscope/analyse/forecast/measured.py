@@ -111,7 +111,8 @@ def _run_time(cell: Cell) -> float | None:
 def _platform(record: RunRecord) -> str | None:
     from nbscope.analyse.compare import platform_of
 
-    return platform_of(record)["platform"]
+    platform: str | None = platform_of(record)["platform"]
+    return platform
 
 
 def measured_gpus(record: RunRecord) -> list[str]:

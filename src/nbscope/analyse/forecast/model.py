@@ -176,20 +176,22 @@ class CpuRates:
 
 
 @dataclass(frozen=True, slots=True)
-class LoopSeen:
+class LoopOnCpu:
     """What the CPU run's trace showed of one loop, per execution of its program."""
 
     iterations: float | None
     cpu_s_each: float | None
 
 
-def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopSeen]]:
+def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopOnCpu]]:
     """One execution's CPU time and, per loop, what the CPU run's trace showed of it (iterations and CPU time
     per execution of the program): what :func:`program_terms` reads a loop's trip count from."""
     count = execution.runs
     cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
     return cpu_each, {
-        loop_id: LoopSeen(iterations=seen.iterations, cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None)
+        loop_id: LoopOnCpu(
+            iterations=seen.iterations, cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None
+        )
         for loop_id, seen in execution.loops.items()
     }
 
@@ -287,7 +289,7 @@ def cpu_iteration_s(work: Work, rates: CpuRates | None) -> float:
 
 
 def _trip_counts(
-    loops: list[Loop], observed: Mapping[str, LoopSeen], cpu_s_each: float | None, rates: CpuRates | None
+    loops: list[Loop], observed: Mapping[str, LoopOnCpu], cpu_s_each: float | None, rates: CpuRates | None
 ) -> dict[str, tuple[float, float | None, str, str | None]]:
     """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
     (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
@@ -301,7 +303,7 @@ def _trip_counts(
         parent = loop.parent
         outer = solve(parent) if parent is not None and parent in by_id else (1.0, 1.0, "static", None)
         trips = loop.trip_count
-        seen = observed.get(loop_id) or LoopSeen(iterations=None, cpu_s_each=None)
+        seen = observed.get(loop_id) or LoopOnCpu(iterations=None, cpu_s_each=None)
         result: tuple[float, float | None, str, str | None]
         if trips is not None and outer[2] == "static":
             result = (outer[0] * trips, outer[0] * trips, "static", None)
@@ -345,12 +347,98 @@ def _trip_counts(
     return found
 
 
+def _loop_term(
+    loop: Loop,
+    count_of: tuple[float, float | None, str, str | None],
+    device: Device,
+    model: dict[str, Figure],
+    key: str | None,
+    function: str | None,
+) -> Term:
+    """One execution's term of a loop: its iterations (``count_of``: low, high, basis, why) × (its step's
+    overhead + its body's work)."""
+    low_iterations, high_iterations, basis, why = count_of
+    over_low, over_high, figure = _iteration_overhead(loop, device, model)
+    body_low, body_high, _ = _roofline(loop.per_iteration, device, model)
+    per_low, per_high = over_low + body_low, over_high + body_high
+    low_s = low_iterations * per_low
+    high_s = None if high_iterations is None else high_iterations * per_high
+    if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE:
+        # A bound this loose says nothing: the count is unknown, and the cell says so.
+        why = f"{why}: a range over ×{MAX_RANGE:g}, too wide to bound the forecast" if why else None
+        high_s, high_iterations, basis = None, None, "unknown"
+    name = loop_name(loop)
+    if basis == "static":
+        count = f"{low_iterations:,.0f} iterations"
+    elif basis == "observed":
+        count = f"{low_iterations:,.0f} iterations (observed)"
+    elif basis == "estimated" and high_iterations is not None:
+        count = f"≈{low_iterations:,.0f}–{high_iterations:,.0f} iterations (estimated)"
+    else:
+        count = "an unknown number of iterations"
+    if device.platform == "tpu":  # the loop runs on the chip's scalar unit: no host in an iteration
+        why_words = "on the chip, testing its condition" if figure == "sync_iteration_us" else "on the chip"
+    else:
+        why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
+    parts = f"{span(over_low, over_high)} step, {why_words}"
+    if body_high > 0:
+        parts += f" + {span(body_low, body_high)} body work"
+    return Term(
+        kind="loop",
+        low_s=low_s,
+        high_s=high_s,
+        words=f"{name} of {count} × ({parts})",
+        program=key,
+        function=function,
+        figures=LoopFigures(
+            loop=loop.id,
+            name=name,
+            overhead_text=span(over_low, over_high),
+            iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
+            iterations_low=low_iterations,
+            iterations_high=high_iterations,
+            trip_count_basis=basis,
+            per_iteration_low_s=per_low,
+            per_iteration_high_s=per_high,
+            body_low_s=body_low,
+            body_high_s=body_high,
+            figure=figure,
+            bound=why if basis in ("estimated", "unknown") else None,
+            call=loop.call,
+            syncs_per_iteration=loop.syncs_per_iteration,
+        ),
+    )
+
+
+def _library_terms(program: Program, model: dict[str, Figure], key: str | None, function: str | None) -> list[Term]:
+    """The GPU library calls (cuSOLVER, cuBLAS, ...) the program's lowering for CUDA makes, if any."""
+    calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
+    if not calls:
+        return []
+    each = model["library_call_us"]
+    library_calls = sum(calls.values())
+    names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
+    return [
+        Term(
+            kind="library",
+            low_s=library_calls * each.low * 1e-6,
+            high_s=library_calls * each.high * 1e-6,
+            words=(
+                f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × {each.text(' µs')}"
+            ),
+            program=key,
+            function=function,
+            figures=LibraryCalls(calls),
+        )
+    ]
+
+
 def program_terms(
     program: Program | Mapping[str, Any],
     device: Device,
     model: dict[str, Figure],
     cpu_s_per_execution: float | None = None,
-    observed: Mapping[str, LoopSeen] | None = None,
+    observed: Mapping[str, LoopOnCpu] | None = None,
     rates: CpuRates | None = None,
 ) -> list[Term]:
     """The terms of one execution of ``program`` on ``device`` (a program's document, as ``collect.hlo.describe``
@@ -361,7 +449,6 @@ def program_terms(
     if not isinstance(program, Program):
         program = decode(Program, program)
     key, function = program.key, program.function
-    terms: list[Term] = []
     entry = program.entry
     loops = [loop for loop in program.loops if not loop.cpu_only]
     # A loop only XLA:CPU builds (threefry rounds, LU steps) is no GPU loop: its work is done by GPU
@@ -371,60 +458,7 @@ def program_terms(
             entry = entry.plus(loop.per_iteration, float(loop.trip_count or 1) * float(loop.outer_iterations or 1))
     work_low, work_high, work_bound = _roofline(entry, device, model)
     counts = _trip_counts(loops, observed or {}, cpu_s_per_execution, rates)
-    for loop in loops:
-        low_iterations, high_iterations, basis, why = counts[loop.id]
-        over_low, over_high, figure = _iteration_overhead(loop, device, model)
-        body_low, body_high, _ = _roofline(loop.per_iteration, device, model)
-        per_low, per_high = over_low + body_low, over_high + body_high
-        low_s = low_iterations * per_low
-        high_s = None if high_iterations is None else high_iterations * per_high
-        if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE:
-            # A bound this loose says nothing: the count is unknown, and the cell says so.
-            why = f"{why}: a range over ×{MAX_RANGE:g}, too wide to bound the forecast" if why else None
-            high_s, high_iterations, basis = None, None, "unknown"
-        name = loop_name(loop)
-        if basis == "static":
-            count = f"{low_iterations:,.0f} iterations"
-        elif basis == "observed":
-            count = f"{low_iterations:,.0f} iterations (observed)"
-        elif basis == "estimated" and high_iterations is not None:
-            count = f"≈{low_iterations:,.0f}–{high_iterations:,.0f} iterations (estimated)"
-        else:
-            count = "an unknown number of iterations"
-        if device.platform == "tpu":  # the loop runs on the chip's scalar unit: no host in an iteration
-            why_words = "on the chip, testing its condition" if figure == "sync_iteration_us" else "on the chip"
-        else:
-            why_words = "each waits for the host" if figure == "sync_iteration_us" else "host-driven"
-        parts = f"{span(over_low, over_high)} step, {why_words}"
-        if body_high > 0:
-            parts += f" + {span(body_low, body_high)} body work"
-        terms.append(
-            Term(
-                kind="loop",
-                low_s=low_s,
-                high_s=high_s,
-                words=f"{name} of {count} × ({parts})",
-                program=key,
-                function=function,
-                figures=LoopFigures(
-                    loop=loop.id,
-                    name=name,
-                    overhead_text=span(over_low, over_high),
-                    iterations=_whole(low_iterations) if basis in ("static", "observed") else None,
-                    iterations_low=low_iterations,
-                    iterations_high=high_iterations,
-                    trip_count_basis=basis,
-                    per_iteration_low_s=per_low,
-                    per_iteration_high_s=per_high,
-                    body_low_s=body_low,
-                    body_high_s=body_high,
-                    figure=figure,
-                    bound=why if basis in ("estimated", "unknown") else None,
-                    call=loop.call,
-                    syncs_per_iteration=loop.syncs_per_iteration,
-                ),
-            )
-        )
+    terms = [_loop_term(loop, counts[loop.id], device, model, key, function) for loop in loops]
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:
         terms.append(
@@ -451,25 +485,7 @@ def program_terms(
                 figures=KernelCount(kernels),
             )
         )
-    calls = {t: n for t, n in (program.gpu.custom_calls if program.gpu else {}).items() if library_of(t)}
-    if calls:
-        each = model["library_call_us"]
-        library_calls = sum(calls.values())
-        names = ", ".join(f"{library_of(t)} {t}" + (f" × {n}" if n > 1 else "") for t, n in sorted(calls.items()))
-        terms.append(
-            Term(
-                kind="library",
-                low_s=library_calls * each.low * 1e-6,
-                high_s=library_calls * each.high * 1e-6,
-                words=(
-                    f"{library_calls} GPU library call{'s' if library_calls != 1 else ''} ({names}) × "
-                    f"{each.text(' µs')}"
-                ),
-                program=key,
-                function=function,
-                figures=LibraryCalls(calls),
-            )
-        )
+    terms += _library_terms(program, model, key, function)
     dispatch = device.figure("dispatch_us")
     terms.append(
         Term(

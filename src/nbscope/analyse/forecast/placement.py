@@ -150,78 +150,105 @@ def _calls(text: str) -> set[str]:
 
 def read(sources: dict[int, str]) -> Placement:
     """The CPU pins of a notebook's code cells (index → source), in notebook order."""
-    placement = Placement()
-    cpu_names: set[str] = set()
-    committed: dict[str, Pin] = {}
+    reader = _Reader(sorted(sources))
     for index in sorted(sources):
-        lines = sources[index].splitlines()
-        pending_decorator: Pin | None = None
-        block: tuple[int, Pin, list[str]] | None = None  # (indent, pin, lines)
-        inside_def: int | None = None  # the indent of the def whose body this is: its names are its own
+        reader.cell(index, sources[index].splitlines())
+    return reader.placement
+
+
+class _Reader:
+    """One pass over a notebook's cells: the names bound to a CPU device and the arrays committed to one carry
+    from cell to cell; a ``with`` block, a pending ``@jit`` decorator and a ``def`` body are a cell's own."""
+
+    def __init__(self, indices: list[int]) -> None:
+        self.indices = indices
+        self.placement = Placement()
+        self.cpu_names: set[str] = set()
+        self.committed: dict[str, Pin] = {}
+        self.pending_decorator: Pin | None = None
+        self.block: tuple[int, Pin, list[str]] | None = None  # (indent, pin, lines)
+        self.inside_def: int | None = None  # the indent of the def whose body this is: its names are its own
+
+    def cell(self, index: int, lines: list[str]) -> None:
+        self.pending_decorator, self.block, self.inside_def = None, None, None
         for row, line in enumerate(lines, start=1):
-            stripped = line.strip()
-            indent = len(line) - len(line.lstrip())
-            if inside_def is not None and stripped and indent <= inside_def:
-                inside_def = None
-            if block is not None:
-                if stripped and indent <= block[0]:
-                    names = _calls("\n".join(block[2]))
-                    placement.cells.setdefault(index, []).append((names or None, block[1]))
-                    block = None
-                elif stripped:
-                    block[2].append(line)
-            if not stripped or stripped.startswith("#"):
-                continue
-            pin = Pin(how="", cell=index, row=row, text=stripped[:120])
-            if _PLATFORM.search(line) and placement.platform is None:
-                pin.how = "platform"
-                placement.platform = pin
-            assign = _ASSIGN.match(line) or _TUPLE_ASSIGN.match(line)
-            if assign and _CPU_LITERAL.search(assign.group(2)) and not _JIT.search(assign.group(2)):
-                cpu_names.add(assign.group(1))
-            with_match = _WITH.match(line)
-            if with_match and _is_cpu(with_match.group(2), cpu_names):
-                pin.how = "default_device"
-                block = (len(with_match.group(1)), pin, [])
-                continue
-            default = _DEFAULT_DEVICE.search(line)
-            if default and _is_cpu(default.group(1), cpu_names):
-                pin.how = "default_device"
-                for later in sorted(sources):
-                    if later >= index:
-                        placement.cells.setdefault(later, []).append((None, pin))
-            if _JIT.search(line) and re.search(r"\b(device|backend)\s*=", line) and _is_cpu(line, cpu_names):
-                pin.how = "jit device"
-                if stripped.startswith("@"):
-                    pending_decorator = pin
-                else:
-                    target = _jit_target(line)
-                    if target:
-                        placement.functions.setdefault(target, pin)
-                    if assign:
-                        placement.functions.setdefault(assign.group(1), pin)
-            definition = _DEF.match(line)
-            if definition:
-                if pending_decorator is not None:
-                    placement.functions.setdefault(definition.group(1), pending_decorator)
-                    pending_decorator = None
-                inside_def = indent
-                continue
-            if inside_def is not None:
-                continue
-            put = _DEVICE_PUT.search(line)
-            if put and assign and _is_cpu(put.group(1), cpu_names):
-                pin.how = "committed array"
-                committed[assign.group(1)] = pin
-            elif assign and assign.group(1) in committed:
-                del committed[assign.group(1)]  # the name now holds something else
-            if committed and not put:
-                for call in _CALL.finditer(line):
-                    arguments = line[call.end() :]
-                    for name, origin in committed.items():
-                        if re.search(rf"\b{re.escape(name)}\b", arguments):
-                            placement.cells.setdefault(index, []).append(({call.group(1)}, origin))
-        if block is not None:
-            names = _calls("\n".join(block[2]))
-            placement.cells.setdefault(index, []).append((names or None, block[1]))
-    return placement
+            self._line(index, row, line)
+        self._close_block(index)
+
+    def _close_block(self, index: int) -> None:
+        if self.block is not None:
+            names = _calls("\n".join(self.block[2]))
+            self.placement.cells.setdefault(index, []).append((names or None, self.block[1]))
+            self.block = None
+
+    def _line(self, index: int, row: int, line: str) -> None:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if self.inside_def is not None and stripped and indent <= self.inside_def:
+            self.inside_def = None
+        if self.block is not None:
+            if stripped and indent <= self.block[0]:
+                self._close_block(index)
+            elif stripped:
+                self.block[2].append(line)
+        if not stripped or stripped.startswith("#"):
+            return
+        pin = Pin(how="", cell=index, row=row, text=stripped[:120])
+        if _PLATFORM.search(line) and self.placement.platform is None:
+            pin.how = "platform"
+            self.placement.platform = pin
+        assign = _ASSIGN.match(line) or _TUPLE_ASSIGN.match(line)
+        if assign and _CPU_LITERAL.search(assign.group(2)) and not _JIT.search(assign.group(2)):
+            self.cpu_names.add(assign.group(1))
+        with_match = _WITH.match(line)
+        if with_match and _is_cpu(with_match.group(2), self.cpu_names):
+            pin.how = "default_device"
+            self.block = (len(with_match.group(1)), pin, [])
+            return
+        default = _DEFAULT_DEVICE.search(line)
+        if default and _is_cpu(default.group(1), self.cpu_names):
+            self._pin_from(index, pin)
+        if _JIT.search(line) and re.search(r"\b(device|backend)\s*=", line) and _is_cpu(line, self.cpu_names):
+            self._jit_pin(pin, line, stripped, assign)
+        definition = _DEF.match(line)
+        if definition:
+            if self.pending_decorator is not None:
+                self.placement.functions.setdefault(definition.group(1), self.pending_decorator)
+                self.pending_decorator = None
+            self.inside_def = indent
+            return
+        if self.inside_def is None:
+            self._arrays(index, line, pin, assign)
+
+    def _pin_from(self, index: int, pin: Pin) -> None:
+        """``jax.config.update("jax_default_device", cpu)``: this cell and every later one run on the CPU."""
+        pin.how = "default_device"
+        for later in self.indices:
+            if later >= index:
+                self.placement.cells.setdefault(later, []).append((None, pin))
+
+    def _jit_pin(self, pin: Pin, line: str, stripped: str, assign: re.Match[str] | None) -> None:
+        pin.how = "jit device"
+        if stripped.startswith("@"):
+            self.pending_decorator = pin
+            return
+        target = _jit_target(line)
+        if target:
+            self.placement.functions.setdefault(target, pin)
+        if assign:
+            self.placement.functions.setdefault(assign.group(1), pin)
+
+    def _arrays(self, index: int, line: str, pin: Pin, assign: re.Match[str] | None) -> None:
+        """Arrays committed to the CPU (``device_put(x, cpu)``), and the calls that pass one on."""
+        put = _DEVICE_PUT.search(line)
+        if put and assign and _is_cpu(put.group(1), self.cpu_names):
+            pin.how = "committed array"
+            self.committed[assign.group(1)] = pin
+        elif assign and assign.group(1) in self.committed:
+            del self.committed[assign.group(1)]  # the name now holds something else
+        if self.committed and not put:
+            for call in _CALL.finditer(line):
+                arguments = line[call.end() :]
+                for name, origin in self.committed.items():
+                    if re.search(rf"\b{re.escape(name)}\b", arguments):
+                        self.placement.cells.setdefault(index, []).append(({call.group(1)}, origin))

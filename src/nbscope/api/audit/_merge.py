@@ -9,7 +9,7 @@ know the field ignore it; ``nbscope merge`` imports those runs into the local st
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope._files import write_text
 from nbscope.analyse import audit as _report
-from nbscope.api.publish import keep_run_summary
+from nbscope.api._saving import save_run
 from nbscope.collect import fingerprint as fp
 from nbscope.record.run import RunRecord
 from nbscope.schema.audit import Audit, AuditEntry, AuditSettings, Availability, Coverage, Discovery, MergedFile
@@ -76,64 +76,56 @@ def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int |
         run = RunRecord.from_dict(document, source=source)
     except NbscopeError:
         return None
-    for row in store.list(target=run.target, digest=run.digest, kind=run.kind):
+    for row in store.runs(target=run.target, digest=run.digest, kind=run.kind):
         if row["started_at"] == run.started_at:
             return int(row["id"])
-    run_id = store.save(run)
-    keep_run_summary(store, run)
-    return run_id
+    save_run(store, run)
+    return run.run_id
 
 
-def merge(
-    paths: Sequence[str | Path], *, store: Store | None = None, fingerprint: dict[str, Any] | None = None
-) -> RunRecord:
-    """One audit from several audit files (CI shards, or a CPU runner's and a GPU runner's audits)."""
-    if not paths:
-        raise NbscopeError("give at least one audit file to merge")
-    loaded = [(Path(p), *load_audit(p)) for p in paths]
-    _refuse_twice(loaded)
-    chosen: dict[tuple[str, str], tuple[tuple[int, int], AuditEntry]] = {}
-    order: list[str] = []
-    backends: list[str] = []
-    availability: dict[str, Availability] = {}
-    expected: list[str] = []
-    inputs = []
-    embedded: dict[tuple[str, int | None], Mapping[str, Any]] = {}
-    for position, (path, record, runs) in enumerate(loaded):
-        embedded.update({(str(path), old_id): document for old_id, document in runs.items()})
+def _add_new(items: list[str], new: Iterable[str]) -> None:
+    items.extend(item for item in dict.fromkeys(new) if item not in items)
+
+
+class _Merged:
+    """What the files merged so far hold: each (notebook, backend)'s winning entry, in the order first seen."""
+
+    def __init__(self, store: Store | None) -> None:
+        self.store = store
+        self.chosen: dict[tuple[str, str], tuple[tuple[int, int], AuditEntry]] = {}
+        self.order: list[str] = []
+        self.backends: list[str] = []
+        self.availability: dict[str, Availability] = {}
+        self.expected: list[str] = []
+        self.inputs: list[MergedFile] = []
+        self.embedded: dict[tuple[str, int | None], Mapping[str, Any]] = {}
+
+    def add(self, position: int, path: Path, record: RunRecord, runs: Mapping[int, Mapping[str, Any]]) -> None:
+        self.embedded.update({(str(path), old_id): document for old_id, document in runs.items()})
         audit = decode(Audit, record.measurements)
+        store = self.store
         id_map: dict[int, int | None] = {}
         if store is not None:
-            for old_id, document in runs.items():
-                id_map[old_id] = _import_run(store, document, f"{path} run {old_id}")
+            id_map = {old: _import_run(store, doc, f"{path} run {old}") for old, doc in runs.items()}
         asked = decode(AuditSettings, record.settings)
-        for backend in asked.backends:
-            if backend not in backends:
-                backends.append(backend)
+        _add_new(self.backends, [*asked.backends, *audit.backends, *(e.backend for e in audit.notebooks)])
         for backend, info in audit.backends.items():
-            if backend not in backends:
-                backends.append(backend)
-            known = availability.get(backend)
+            known = self.availability.get(backend)
             if known is None or not known.available:
-                availability[backend] = info
-        for notebook in decode(Discovery, audit.discovery).notebooks:
-            if notebook not in expected:
-                expected.append(notebook)
+                self.availability[backend] = info
+        _add_new(self.expected, decode(Discovery, audit.discovery).notebooks)
         for entry in audit.notebooks:
-            if entry.backend not in backends:
-                backends.append(entry.backend)
             if entry.run_id is not None:
                 entry = replace(
                     entry, source_run_id=entry.run_id, run_id=id_map.get(entry.run_id) if store is not None else None
                 )
             entry = replace(entry, source_file=str(path))
-            if entry.path not in order:
-                order.append(entry.path)
+            _add_new(self.order, [entry.path])
             key = (entry.path, entry.backend)
             rank = (_PRIORITY.get(str(entry.status), 0), position)  # ties: the file given later wins
-            if key not in chosen or rank >= chosen[key][0]:
-                chosen[key] = (rank, entry)
-        inputs.append(
+            if key not in self.chosen or rank >= self.chosen[key][0]:
+                self.chosen[key] = (rank, entry)
+        self.inputs.append(
             MergedFile(
                 file=str(path),
                 target=record.target,
@@ -146,50 +138,61 @@ def merge(
                 runs_imported=sum(1 for v in id_map.values() if v),
             )
         )
-    entries = [chosen[k, b][1] for k in order for b in backends if (k, b) in chosen]
 
-    def load_run(entry: AuditEntry) -> RunRecord | None:
-        document = embedded.get((str(entry.source_file), entry.source_run_id))
-        if document is not None:
-            try:
-                return RunRecord.from_dict(document, source=f"{entry.source_file} run {entry.source_run_id}")
-            except NbscopeError:
-                return None
-        return None
+    def load_run(self, entry: AuditEntry) -> RunRecord | None:
+        document = self.embedded.get((str(entry.source_file), entry.source_run_id))
+        try:
+            source = f"{entry.source_file} run {entry.source_run_id}"
+            return None if document is None else RunRecord.from_dict(document, source=source)
+        except NbscopeError:
+            return None
 
+
+def merge(
+    paths: Sequence[str | Path], *, store: Store | None = None, fingerprint: dict[str, Any] | None = None
+) -> RunRecord:
+    """One audit from several audit files (CI shards, or a CPU runner's and a GPU runner's audits)."""
+    if not paths:
+        raise NbscopeError("give at least one audit file to merge")
+    loaded = [(Path(p), *load_audit(p)) for p in paths]
+    _refuse_twice(loaded)
+    merged = _Merged(store)
+    for position, (path, record, runs) in enumerate(loaded):
+        merged.add(position, path, record, runs)
+    order, backends, expected = merged.order, merged.backends, merged.expected
+    entries = [merged.chosen[k, b][1] for k in order for b in backends if (k, b) in merged.chosen]
     # Diagnosed again: a GPU run from one file now has the CPU run of another file as evidence.
-    entries = _report.diagnose_entries(entries, load_run)
+    entries = _report.diagnose_entries(entries, merged.load_run)
     covered = set(order)
     missing = [k for k in expected if k not in covered]
     unexpected = [k for k in order if expected and k not in expected]
-    shards = sorted({i.shard for i in inputs if i.shard})
     record = RunRecord(
         kind="audit",
         target=loaded[0][1].target,
         fingerprint=fingerprint or fp.collect(),
         settings={"merged": [str(p) for p in paths], "backends": backends},
     )
+    coverage = Coverage(
+        expected=len(expected) or len(order),
+        covered=len(covered),
+        missing=tuple(missing),
+        unexpected=tuple(unexpected),
+        shards=tuple(sorted({i.shard for i in merged.inputs if i.shard})),
+    )
+    discovery = {"source": "merge", "notebooks": expected or order, "skipped": []}
     record.measurements = encode(
         _report.measurements(
             entries,
             backends=backends,
-            availability=availability,
-            discovery={"source": "merge", "notebooks": expected or order, "skipped": []},
+            availability=merged.availability,
+            discovery=discovery,
             wall_s=None,
-            merged_from=inputs,
-            coverage=Coverage(
-                expected=len(expected) or len(order),
-                covered=len(covered),
-                missing=tuple(missing),
-                unexpected=tuple(unexpected),
-                shards=tuple(shards),
-            ),
+            merged_from=merged.inputs,
+            coverage=coverage,
         )
     )
-    partial = missing or any(i.status != "ok" for i in inputs)
-    record.finish("partial" if partial else "ok")
-    if store is not None:
-        store.save(record)
+    record.finish("partial" if missing or any(i.status != "ok" for i in merged.inputs) else "ok")
+    save_run(store, record)
     return record
 
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
+from nbscope.api._saving import save_run
 from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_slots
-from nbscope.api.publish import keep_run_summary
 from nbscope.api.runs import store_then_stop
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.platforms import BACKENDS, parse_backends
@@ -134,7 +134,7 @@ def find_previous(
     if store is None:
         return None, None
     reusable, estimate = None, None
-    for row in store.list(kind="profile", target=target, limit=LOOKUP_LIMIT):
+    for row in store.runs(kind="profile", target=target, limit=LOOKUP_LIMIT):
         record = store.get(row["id"])
         tag = _report.audit_tag(record)
         if tag is None or tag.backend != backend or tag.interrupted:
@@ -150,6 +150,48 @@ def find_previous(
             reusable = record
             break
     return reusable, estimate
+
+
+def _executor(
+    runner: DaskRunner | None,
+    options: AuditOptions,
+    fingerprint: dict[str, Any],
+    emit: EventCallback,
+    executor_factory: ExecutorFactory | None,
+    job_function: JobFunction | None,
+) -> Callable[[list[Job]], Any]:
+    """What runs a batch of jobs: the Dask cluster, or the local scheduler over this machine's GPUs."""
+
+    def execute(batch: list[Job]) -> Any:
+        if runner is not None:
+            # Dask takes every job at once and starts each when a worker is free: report them as queued.
+            return runner.run(
+                batch,
+                share_gpu=options.share_gpu,
+                jobs_per_gpu=options.jobs_per_gpu,
+                on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)),
+            )
+        scheduler = LocalScheduler(
+            options.workers,
+            gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
+            share_gpu=options.share_gpu,
+            jobs_per_gpu=options.jobs_per_gpu,
+            fingerprint=fingerprint,
+            executor_factory=executor_factory,
+            job_function=job_function,
+        )
+        return scheduler.run(batch, on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu)))
+
+    return execute
+
+
+def _dask_runner(options: AuditOptions) -> DaskRunner | None:
+    """The Dask cluster the jobs go to (``--dask``), None: they run here."""
+    if not options.dask:
+        return None
+    from nbscope.api.audit._dask import DaskRunner
+
+    return DaskRunner(options.dask, workers=options.workers)
 
 
 def audit(
@@ -183,11 +225,7 @@ def audit(
         settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
         label=options.run_label(),
     )
-    runner: DaskRunner | None = None
-    if options.dask:
-        from nbscope.api.audit._dask import DaskRunner
-
-        runner = DaskRunner(options.dask, workers=options.workers)
+    runner = _dask_runner(options)
     try:
         availability, digests, workers = _where_jobs_can_run(runner, options, fingerprint)
         plan = _plan(
@@ -210,26 +248,7 @@ def audit(
             )
         )
 
-        def execute(batch: list[Job]) -> Any:
-            if runner is not None:
-                # Dask takes every job at once and starts each when a worker is free: report them as queued.
-                return runner.run(
-                    batch,
-                    share_gpu=options.share_gpu,
-                    jobs_per_gpu=options.jobs_per_gpu,
-                    on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu, queued=True)),
-                )
-            scheduler = LocalScheduler(
-                options.workers,
-                gpu_slots(fingerprint, options.jobs_per_gpu if options.share_gpu else 1),
-                share_gpu=options.share_gpu,
-                jobs_per_gpu=options.jobs_per_gpu,
-                fingerprint=fingerprint,
-                executor_factory=executor_factory,
-                job_function=job_function,
-            )
-            return scheduler.run(batch, on_start=lambda job: emit(AuditJobStarted(job.key, job.backend, job.gpu)))
-
+        execute = _executor(runner, options, fingerprint, emit, executor_factory, job_function)
         interrupted = _run_jobs(plan, execute, store, record.target, emit)
         ordered = [plan.entries[k, b] for k in selected for b in options.backends]
         ordered = _report.diagnose_entries(ordered, lambda e: plan.loaded.get((e.path, e.backend)))
@@ -473,8 +492,7 @@ def _save_result(
         )
     )
     if store is not None:
-        store.save(record)
-        keep_run_summary(store, record)
+        save_run(store, record)
         if job.live_path:
             from nbscope.record.live import remove_live_file
 

@@ -211,6 +211,49 @@ def run_pathways(
     return record
 
 
+def _run_all(
+    names: list[str],
+    repeat: int,
+    notebook: Notebook,
+    options: PathwayOptions,
+    fingerprint: dict[str, Any],
+    env_hook: EnvHook | None,
+    progress: ProgressCallback | None,
+) -> tuple[dict[str, list[PathwayResult]], bool]:
+    """Each pathway ``repeat`` times (until it is skipped or fails); the results by pathway, and whether a stop
+    signal ended them (the cells measured so far are kept)."""
+    results: dict[str, list[PathwayResult]] = {name: [] for name in names}
+    interrupted = False
+    with tempfile.TemporaryDirectory(prefix="nbscope-pathways-") as live:
+        try:
+            for number in range(repeat):
+                # Rotate the order on each repeat: the first pathway of a run reads the packages from a
+                # cold file cache and would otherwise always pay for that.
+                for name in names[number % len(names) :] + names[: number % len(names)]:
+                    if results[name] and results[name][-1].status in ("skipped", "error"):
+                        continue  # it will not do better the next time
+                    run_options = options
+                    if env_hook is not None:
+                        run_options = replace(options, env={**options.env, **env_hook(name, number)})
+                    if progress:
+                        progress(PathwayProgress("start", name, number))
+                    load_before = _load_average()
+                    result = _run_one(name, notebook, run_options, fingerprint, Path(live))
+                    result.runner["load_average"] = [load_before, _load_average()]
+                    results[name].append(result)
+                    if result.interrupted:
+                        raise KeyboardInterrupt  # its cells so far are kept; no other pathway starts
+                    if progress:
+                        progress(
+                            PathwayProgress(
+                                "done", name, number, status=result.status, reason=result.skipped or result.error
+                            )
+                        )
+        except KeyboardInterrupt:
+            interrupted = True
+    return results, interrupted
+
+
 def pathways_until_stopped(
     path: str | Path,
     via: str | Iterable[str] | None = DEFAULT_VIA,
@@ -260,36 +303,8 @@ def pathways_until_stopped(
         },
         command=command_for_record(sys.argv, env_key),
     )
-    results: dict[str, list[PathwayResult]] = {name: [] for name in names}
     started = time.perf_counter()
-    interrupted = False
-    with tempfile.TemporaryDirectory(prefix="nbscope-pathways-") as live:
-        try:
-            for number in range(repeat):
-                # Rotate the order on each repeat: the first pathway of a run reads the packages from a
-                # cold file cache and would otherwise always pay for that.
-                for name in names[number % len(names) :] + names[: number % len(names)]:
-                    if results[name] and results[name][-1].status in ("skipped", "error"):
-                        continue  # it will not do better the next time
-                    run_options = options
-                    if env_hook is not None:
-                        run_options = replace(options, env={**options.env, **env_hook(name, number)})
-                    if progress:
-                        progress(PathwayProgress("start", name, number))
-                    load_before = _load_average()
-                    result = _run_one(name, notebook, run_options, fingerprint, Path(live))
-                    result.runner["load_average"] = [load_before, _load_average()]
-                    results[name].append(result)
-                    if result.interrupted:
-                        raise KeyboardInterrupt  # its cells so far are kept; no other pathway starts
-                    if progress:
-                        progress(
-                            PathwayProgress(
-                                "done", name, number, status=result.status, reason=result.skipped or result.error
-                            )
-                        )
-        except KeyboardInterrupt:
-            interrupted = True
+    results, interrupted = _run_all(names, repeat, notebook, options, fingerprint, env_hook, progress)
     run = measurements(notebook, results, time.perf_counter() - started, repeat=repeat, interrupted=interrupted)
     record.measurements = encode(run)
     statuses = [entry.status for entry in run.pathways.values()]

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nbscope.analyse.pathways import REL_TOL
 from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped
@@ -29,6 +29,7 @@ from nbscope.schema.suite import BenchGroup, GroupFigure
 
 if TYPE_CHECKING:
     import nbformat
+    from nbformat import NotebookNode
 
     from nbscope.record.store import Store
 
@@ -71,7 +72,7 @@ def bench_notebook(groups: list[str], dtypes: list[str], size: str) -> nbformat.
     for group in groups:
         for dtype in dtypes_for(group, dtypes):
             nb.cells.append(nbformat.v4.new_code_cell(f"_nbscope_bench({group!r}, {dtype!r}, {size!r})"))
-    return nb
+    return cast("NotebookNode", nb)
 
 
 def run_bench_pathways(

@@ -27,6 +27,7 @@ from nbscope.collect.notebook import Notebook
 
 if TYPE_CHECKING:
     from nbscope.api.trace import TraceResult
+    from nbscope.schema.model import NotebookRun
 
 EXECUTED = re.compile(r"Executed notebook in ([0-9]+(?:\.[0-9]+)?) seconds")
 FAILED = re.compile(r"Executing notebook failed: ?([^\s\[]*)")
@@ -122,6 +123,36 @@ def book1_figures(result: TraceResult, root: Path) -> dict[str, Any]:
     return {"executed_s": executed[-1] if executed else None, "execution_failed": failed[-1] if failed else None}
 
 
+def _mark_timeouts(cells: list[dict[str, Any]], run: NotebookRun, message: str) -> None:
+    """The cells nbclient stopped at the book's timeout, recorded as ``timeout``."""
+    for cell, measured in zip(cells, run.cells, strict=True):
+        # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
+        # kernel did not survive, a cell that started and never finished).
+        interrupted = (
+            measured.status == "error" and measured.error is not None and measured.error.name == "KeyboardInterrupt"
+        )
+        if interrupted or measured.status == "kernel-died":
+            cell["status"] = "timeout"
+            cell["error"] = {"name": "CellTimeoutError", "message": message}
+
+
+def _overheads(build_s: float, executed_s: float | None, cell_wall: float, own: dict[str, Any]) -> dict[str, Any]:
+    """The book's fixed costs: its build, its execution, and what lies outside the cells (when the book says
+    how long its execution took; else the build less the cells)."""
+    overheads: dict[str, Any] = {"book_build_s": build_s, "book_executed_s": executed_s, **own}
+    if executed_s is not None:
+        overheads["book_outside_execution_s"] = max(0.0, build_s - executed_s)
+        # Inside the book's execution but outside cells: kernel start and shutdown, messaging.
+        overheads["execution_outside_cells_s"] = max(0.0, executed_s - cell_wall)
+    else:
+        # No figure from the book (a failed execution): the cells stand for execution.
+        overheads["book_outside_execution_s"] = max(0.0, build_s - cell_wall)
+        overheads["book_outside_execution_basis"] = (
+            "build wall minus the cells' walls (the book reported no execution time)"
+        )
+    return overheads
+
+
 def build_and_measure(
     name: str,
     command: list[str],
@@ -185,31 +216,9 @@ def build_and_measure(
     cells = list(m["cells"])
     if runner["execution_failed"] == "CellTimeoutError":  # book_figures always says (as it says executed_s)
         message = runner.pop("timeout_message", None) or f"cell exceeded --timeout {options.timeout:g} s"
-        for cell, measured in zip(cells, run.cells, strict=True):
-            # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
-            # kernel did not survive, a cell that started and never finished).
-            interrupted = (
-                measured.status == "error" and measured.error is not None and measured.error.name == "KeyboardInterrupt"
-            )
-            if interrupted or measured.status == "kernel-died":
-                cell["status"] = "timeout"
-                cell["error"] = {"name": "CellTimeoutError", "message": message}
+        _mark_timeouts(cells, run, message)
     cell_wall = sum(c.wall_s for c in run.cells if c.wall_s is not None)
-    overheads: dict[str, Any] = {
-        "book_build_s": result.wall_s,
-        "book_executed_s": runner["executed_s"],
-        **own_overheads,
-    }
-    if runner["executed_s"] is not None:
-        overheads["book_outside_execution_s"] = max(0.0, result.wall_s - runner["executed_s"])
-        # Inside the book's execution but outside cells: kernel start and shutdown, messaging.
-        overheads["execution_outside_cells_s"] = max(0.0, runner["executed_s"] - cell_wall)
-    else:
-        # No figure from the book (a failed execution): the cells stand for execution.
-        overheads["book_outside_execution_s"] = max(0.0, result.wall_s - cell_wall)
-        overheads["book_outside_execution_basis"] = (
-            "build wall minus the cells' walls (the book reported no execution time)"
-        )
+    overheads = _overheads(result.wall_s, runner["executed_s"], cell_wall, own_overheads)
     status = record.status
     if result.interrupted:
         runner["interrupted"] = run.runner.interrupted

@@ -85,21 +85,37 @@ def run_script(notebook: Notebook, options: PathwayOptions) -> PathwayResult:
         home.cleanup()
 
 
+def _write_cells(path: Path, notebook: Notebook) -> None:
+    """The code cells the worker runs, in order (a cell it must skip says why)."""
+    cells = [
+        {"index": c.index, "source": c.source, "hash": c.source_hash, "skip": _skip_reason(c)}
+        for c in notebook.code_cells
+    ]
+    path.write_text(json.dumps({"cells": cells}), encoding="utf-8")
+
+
+def _process_times(
+    cells: list[dict[str, Any]], worker: ScriptEvent, done: ScriptEvent | None, spawned_unix: float, exited_unix: float
+) -> dict[str, Any]:
+    """Spawn to the first cell (interpreter start, IPython import and shell, probe: a kernel's start), the cells,
+    and the shutdown, from the worker's events."""
+    ran = [decode(Cell, c) for c in cells]
+    last_end = max((c.started_unix + c.wall_s for c in ran if c.started_unix and c.wall_s), default=None)
+    return {
+        "process_start_s": worker.ready_unix - spawned_unix,
+        "interpreter_start_s": worker.started_unix - spawned_unix,
+        "ipython_setup_s": worker.ready_unix - worker.imported_unix,
+        "execute_s": (done.unix if done else (last_end or exited_unix)) - worker.ready_unix,
+        "shutdown_s": exited_unix - done.unix if done else None,
+        "matplotlib_backend": worker.matplotlib_backend,
+    }
+
+
 def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> PathwayResult:
     shutil.copyfile(WORKER_FILE, home.lib / f"{WORKER_MODULE}.py")
     cells_file, events_file = home.root / "cells.json", home.root / "events.jsonl"
     probe_file, log_file = home.root / "probe.jsonl", home.root / "output.log"
-    cells_file.write_text(
-        json.dumps(
-            {
-                "cells": [
-                    {"index": c.index, "source": c.source, "hash": c.source_hash, "skip": _skip_reason(c)}
-                    for c in notebook.code_cells
-                ]
-            }
-        ),
-        encoding="utf-8",
-    )
+    _write_cells(cells_file, notebook)
     python, spec_env = kernel_python(options.kernel or notebook.kernel_name)
     env = home.env(out_file=probe_file, base={**os.environ, **spec_env, **options.process_env()})
     env["PYTHONUNBUFFERED"] = "1"  # the output log stays current if the process is killed
@@ -152,17 +168,7 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     cells = _cells(
         notebook, events, reader, timed_out, options.timeout, process.returncode, exited_unix, interrupted=interrupted
     )
-    ran = [decode(Cell, c) for c in cells]
-    last_end = max((c.started_unix + c.wall_s for c in ran if c.started_unix and c.wall_s), default=None)
-    runner.update(
-        # Spawn to the first cell: interpreter start, IPython import and shell, probe (a kernel's start).
-        process_start_s=worker.ready_unix - spawned_unix,
-        interpreter_start_s=worker.started_unix - spawned_unix,
-        ipython_setup_s=worker.ready_unix - worker.imported_unix,
-        execute_s=(done.unix if done else (last_end or exited_unix)) - worker.ready_unix,
-        shutdown_s=exited_unix - done.unix if done else None,
-        matplotlib_backend=worker.matplotlib_backend,
-    )
+    runner.update(_process_times(cells, worker, done, spawned_unix, exited_unix))
     status = (
         "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
     )

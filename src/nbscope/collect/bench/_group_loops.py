@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from jax import Array, lax
@@ -29,12 +29,12 @@ def scan_kernel(jax: ModuleType, trips: int) -> Callable[[Array], Array]:
         return _body(carry), None
 
     # The length is static: one compile per trip count, as a lecture's scan compiles for its length.
-    return jax.jit(lambda c: lax.scan(step, c, None, length=trips)[0])
+    return cast("Callable[[Array], Array]", jax.jit(lambda c: lax.scan(step, c, None, length=trips)[0]))
 
 
 def fori_kernel(jax: ModuleType) -> Callable[[Array, int], Array]:
     # The trip count is a traced argument: one compile, lowered to a while loop.
-    return jax.jit(lambda c, n: lax.fori_loop(0, n, lambda i, c: _body(c), c))
+    return cast("Callable[[Array, int], Array]", jax.jit(lambda c, n: lax.fori_loop(0, n, lambda i, c: _body(c), c)))
 
 
 def _call(

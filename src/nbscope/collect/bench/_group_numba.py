@@ -79,6 +79,6 @@ def run(ctx: BenchContext) -> None:
         work=(n / 1e9, "G elem/s"),
     )
     try:
-        ctx.info["threading_layer"] = numba.threading_layer()
+        ctx.info["threading_layer"] = numba.threading_layer()  # type: ignore[attr-defined]
     except ValueError:  # raised when no parallel kernel has run
         pass

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import BenchContext
@@ -18,6 +18,7 @@ from nbscope.collect.probe import _nbscope_events as events
 if TYPE_CHECKING:
     import jax
     import numpy as np
+    from jax import Array
 
 __all__ = ["compile_probe", "device_name", "host_array", "on_device", "setup"]
 
@@ -99,4 +100,4 @@ def compile_probe() -> Iterator[dict[str, Any]]:
 def on_device(jax: ModuleType, array: np.ndarray, device: jax.Device | None = None) -> jax.Array:
     """Put an input on the device before timing, so first calls measure compile + run, not transfer."""
     value = jax.device_put(array, device) if device is not None else jax.device_put(array)
-    return value.block_until_ready()
+    return cast("Array", value.block_until_ready())

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from nbscope._units import count
 from nbscope.analyse.report import ReportData
@@ -34,11 +34,6 @@ def _label(cell: Cell | PathwayRow, width: int = 38) -> str:
     """``3 L41 x = f(y)``: a cell's number, its line and its first line (a pathways row names its cell alike)."""
     where = f" L{cell.line}" if cell.line else ""
     return f"{(cell.index or 0) + 1}{where} {_short(cell.first_line, width)}"
-
-
-def _typed(cell: Cell | Mapping[str, Any] | None) -> Cell | None:
-    """A cell of the report's pairing as the cell model reads it (the pairing may hold a document's cells)."""
-    return decode(Cell, cell) if isinstance(cell, Mapping) else cell
 
 
 def waterfall_svg(record: RunRecord) -> str | None:
@@ -81,7 +76,7 @@ def side_by_side_svg(data: ReportData) -> str | None:
     if not data.side_by_side:
         return None
     runs = [data.records[i] for i in data.side_by_side_runs]
-    table = [[_typed(c) for c in row] for row in data.side_by_side]
+    table = data.side_by_side
 
     def wall(cell: Cell | None) -> float | None:
         return cell.wall_s if cell is not None else None
