@@ -518,12 +518,12 @@ def test_a_device_entrys_name_stays_inside_its_toml_string() -> None:
     quote, ESC) never starts a table of its own in the user's device file."""
     import tomllib
 
-    from nbscope.analyse.forecast.calibrate import DeviceEntry, to_toml
+    from nbscope.analyse.forecast.calibrate import CalibratedDevice, to_toml
     from nbscope.analyse.forecast.devices import load_table
 
     h100 = load_table(environ={}).devices["h100"]
     name = 'Lab GPU"\n[devices.evil]\nname = "x\x1b[2J'
-    text = to_toml(DeviceEntry(key="lab.x]", name=name, match=[name], figures=h100.figures))
+    text = to_toml(CalibratedDevice(key="lab.x]", name=name, match=[name], figures=h100.figures))
     assert "\x1b" not in text
     document = tomllib.loads(text)
     assert list(document["devices"]) == ["lab.x]"] and document["devices"]["lab.x]"]["name"] == name

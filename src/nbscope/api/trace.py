@@ -15,6 +15,7 @@ Pages it serves from its execution cache (``_build/execute``) run no kernel and 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,12 +151,7 @@ def run_traced(
         raise NbscopeError("nothing to trace: give a command after --, e.g. nbscope trace -- jupyter-book build book/")
     cwd = Path(cwd or Path.cwd())
     fingerprint = fingerprint or fp.collect()
-    programs_dir: Path | None = None
-    if forecast is not None:  # outside the probe home: read after the home is gone
-        import tempfile
-
-        programs_dir = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
-    try:
+    with _programs_folder(forecast is not None) as programs_dir:
         ran = _run_probed(
             command,
             cwd=cwd,
@@ -169,28 +165,22 @@ def run_traced(
             theme_stand_in=theme_stand_in,
         )
         notebooks = read_notebooks(sources if sources else discover_sources(cwd))  # pages the build wrote too
-        records = []
-        for log in ran.logs:
-            nb = match(log, notebooks)
-            if nb is not None:  # else a kernel that ran no notebook of the book (e.g. a helper kernel)
-                records.append(
-                    _record_of(
-                        log,
-                        nb,
-                        ran,
-                        command=command,
-                        cwd=cwd,
-                        fingerprint=fingerprint,
-                        forecast=forecast,
-                        label=label,
-                        store=store.path if store is not None else None,
-                    )
-                )
-    finally:
-        if programs_dir is not None:
-            import shutil
-
-            shutil.rmtree(programs_dir, ignore_errors=True)
+        records = [
+            _record_of(
+                log,
+                nb,
+                ran,
+                command=command,
+                cwd=cwd,
+                fingerprint=fingerprint,
+                forecast=forecast,
+                label=label,
+                store=store.path if store is not None else None,
+            )
+            for log in ran.logs
+            # a kernel that ran no notebook of the book (e.g. a helper kernel) makes no run
+            if (nb := match(log, notebooks)) is not None
+        ]
     store_error, unstored = _store_all(records, store, ran.interrupted)
     return TraceResult(
         records=records,
@@ -203,6 +193,23 @@ def run_traced(
         store_error=store_error,
         unstored=unstored,
     )
+
+
+@contextlib.contextmanager
+def _programs_folder(wanted: bool) -> Iterator[Path | None]:
+    """A folder the kernels write program data to (``--forecast``), outside the probe home, which is gone before
+    the data is read; removed afterwards. None: not wanted."""
+    if not wanted:
+        yield None
+        return
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass

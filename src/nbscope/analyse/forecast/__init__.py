@@ -47,7 +47,7 @@ from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources, naming
 from nbscope.schema.codec import Encoded, Write, given, known, never
 from nbscope.schema.model import Cell, NotebookRun
-from nbscope.schema.programs import Execution
+from nbscope.schema.programs import Execution, ProgramData
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
@@ -378,18 +378,7 @@ def forecast(
     placement = placement_module.read(code)
     cell_lines = {c.index: c.line for c in run.cells}
     has_jax = runs_jax(run)
-    notes = list(data.notes) if data is not None else []
-    if placement.platform is not None:
-        notes.append(
-            f"the notebook pins JAX to the CPU at {placement.platform.where(cell_lines)} "
-            f"(`{placement.platform.text}`): from there on it runs on the CPU whatever GPU the machine has, "
-            "so those calls are forecast as measured"
-        )
-    if not has_jax:
-        notes.append(
-            "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
-            "so the forecast is its host work as measured"
-        )
+    notes = _notes(data, placement, cell_lines, has_jax)
     first_jax = next((c.cell.index for c in ran if c.jax_work), None)
     cells = tuple(
         _cell_entry(
@@ -434,6 +423,25 @@ def forecast(
 
 
 # ---- cells ---------------------------------------------------------------------------------------
+
+
+def _notes(
+    data: ProgramData | None, placement: placement_module.Placement, cell_lines: dict[int, int | None], has_jax: bool
+) -> list[str]:
+    """What the forecast says of the whole notebook: the program data's notes, a pin to the CPU, no JAX at all."""
+    notes = list(data.notes) if data is not None else []
+    if placement.platform is not None:
+        notes.append(
+            f"the notebook pins JAX to the CPU at {placement.platform.where(cell_lines)} "
+            f"(`{placement.platform.text}`): from there on it runs on the CPU whatever GPU the machine has, "
+            "so those calls are forecast as measured"
+        )
+    if not has_jax:
+        notes.append(
+            "this notebook runs no JAX: NumPy, Numba and Python run on the CPU whatever GPU the machine has, "
+            "so the forecast is its host work as measured"
+        )
+    return notes
 
 
 def forecastable_cells(run: NotebookRun, sources: Mapping[int, str] | None = None) -> dict[int, _Cell]:

@@ -181,15 +181,9 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     mid_total = (
         low_total if high_total is None else (low_total * high_total) ** 0.5 if low_total > 0 else high_total / 2
     )
-    notes: list[str] = []
     platform = _platform(measured)
-    expected = forecast_device.platform if forecast_device is not None else "gpu"
-    if platform != expected:
-        word = expected.upper()
-        notes.append(f"the measured run used the {platform} backend, not a {word}: its times measure no {word}")
     names = measured_gpus(measured)
-    if forecast_device is not None and names and platform == expected and not _matches(forecast_device, names[0]):
-        notes.append(f"the measured run ran on a {names[0]}, the forecast is for the {forecast_device.name}")
+    notes = _device_notes(forecast_device, platform, names)
     return MeasuredComparison(
         device=device,
         measured_run=MeasuredRun(
@@ -207,6 +201,18 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         notes=tuple(notes),
         with_compile=whole,
     )
+
+
+def _device_notes(forecast_device: Device | None, platform: str | None, names: list[str]) -> list[str]:
+    """What the measured run was not: another backend than the forecast's device, or another accelerator."""
+    notes: list[str] = []
+    expected = forecast_device.platform if forecast_device is not None else "gpu"
+    if platform != expected:
+        word = expected.upper()
+        notes.append(f"the measured run used the {platform} backend, not a {word}: its times measure no {word}")
+    if forecast_device is not None and names and platform == expected and not _matches(forecast_device, names[0]):
+        notes.append(f"the measured run ran on a {names[0]}, the forecast is for the {forecast_device.name}")
+    return notes
 
 
 def _matches(device: Device, name: str) -> bool:

@@ -263,22 +263,26 @@ def audit(
                 shard=_shard_info(options.shard, selected, keys),
             )
         )
-        failed = any(e.status in ("error", "not-run") for e in ordered)
-        # A signal after every notebook finished (SIGHUP as the terminal closes) stops the audit, but its run is
-        # complete: only a notebook left unfinished makes it partial.
-        unfinished = any(plan.entries[job.key, job.backend].status == "not-run" for job in plan.jobs)
-        record.finish("partial" if (interrupted and unfinished) or failed else "ok")
-
-        what = (
-            "partial audit run {id} (the notebooks that finished are runs of their own)"
-            if record.status == "partial"
-            else "audit run {id} (every notebook finished)"
-        )
-        store_then_stop(record, store, interrupted, what)
+        _finish(record, plan, ordered, interrupted, store)
         return record
     finally:
         if runner is not None:
             runner.close()
+
+
+def _finish(record: RunRecord, plan: _Plan, ordered: list[AuditEntry], interrupted: bool, store: Store | None) -> None:
+    """The audit run finished as ``ok`` or ``partial`` and stored (then stopped, after a signal)."""
+    failed = any(e.status in ("error", "not-run") for e in ordered)
+    # A signal after every notebook finished (SIGHUP as the terminal closes) stops the audit, but its run is
+    # complete: only a notebook left unfinished makes it partial.
+    unfinished = any(plan.entries[job.key, job.backend].status == "not-run" for job in plan.jobs)
+    record.finish("partial" if (interrupted and unfinished) or failed else "ok")
+    what = (
+        "partial audit run {id} (the notebooks that finished are runs of their own)"
+        if record.status == "partial"
+        else "audit run {id} (every notebook finished)"
+    )
+    store_then_stop(record, store, interrupted, what)
 
 
 def _where_jobs_can_run(
