@@ -269,3 +269,4 @@ class CellPrograms:
     hlo_error: str | None  # why the cell's HLO could not be collected
     error: str | None  # why the cell's program data could not be read at all (``nbscope trace``)
     collect_s: CollectTimes | None
+    counted: bool | None = None  # every execution was counted by the probe: ``executions`` are all that ran

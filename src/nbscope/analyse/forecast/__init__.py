@@ -472,11 +472,18 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     ran_on = min(waited, max(0.0, rest - busy - copies - unattributed))
     unattributed += ran_on
     window = data.window if data is not None and data.window is not None and data.window.cut else None
+    counted = data is not None and bool(data.counted)
+    if counted:
+        # The probe counted every execution: after a cut, each program's executions are its count, each at its
+        # time per execution, and what they do not cover is the cell's own (host) work, as in a whole trace.
+        window = None
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
     # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work, unless the
     # cell's code cannot run JAX at all (a plot, a Numba loop) and nothing else it did was JAX's: then all of it is.
     unseen = window is not None and not executions and (code_may_run_jax or ran_jax)
+    if counted and not executions and compile_s <= 0:
+        ran_jax = False  # no execution counted and nothing compiled: the cell runs no JAX, whatever its trace did
     if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
