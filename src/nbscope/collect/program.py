@@ -436,11 +436,8 @@ class ProgramCollector:
                 each = self.cpu_each.get(key)
                 cpu = None if each is None else each * runs
                 result.executions.append(Executed(program=key, count=runs, count_basis="counted", cpu_s=cpu))
-        if result.cut:  # the programs' time is theirs per execution, times their count
-            busy = sum(e.cpu_s or 0.0 for e in result.executions)
-            if result.xla_busy_s is not None and result.cpu_busy_s is not None:
-                result.xla_busy_s = busy + max(0.0, result.xla_busy_s - result.cpu_busy_s)
-            result.cpu_busy_s = busy
+        if not result.cut and result.trace != "read":
+            result.cpu_busy_s = sum(e.cpu_s or 0.0 for e in result.executions)
 
     def finish(self) -> dict[str, Any]:
         """The run's ``measurements.programs``."""

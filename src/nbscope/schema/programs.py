@@ -115,6 +115,7 @@ class Loop:
     cell_line: int | None  # its line in that cell
     kind: str | None  # lax.scan, lax.fori_loop, lax.while_loop, "loop inside ..."
     cpu_only: bool | None  # only XLA:CPU builds it (no loop of the CUDA lowering); None: no lowering read
+    trip_cap: int | None = None  # the most iterations its condition allows (trip count known only at run time)
 
 
 @dataclass(frozen=True, slots=True)
