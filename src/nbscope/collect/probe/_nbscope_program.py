@@ -445,6 +445,7 @@ class _Counter:
         self.program_of: dict[int, int] = {}  # id(executable) → program id
         self.pending: dict[int, Any] = {}  # executables run in the cell whose program id is not known yet
         self.by_name: dict[str, int] = {}  # a program's name → id(its latest executable), for other jitted calls
+        self.single: dict[int, tuple[Any, int]] = {}  # id(jitted function) → it, id(its one executable)
         self.hook: Any = None
         self.state: Any = None
         self.previous: Any = None  # the post-hook in place before ours (jax_debug_nans'), still called
@@ -460,6 +461,7 @@ class _Counter:
         if state is None or run_python is None or call_python is None or tree is None or self.hook is not None:
             return
         counts, fast, unresolved, by_name, counter = self.counts, self.fast, self.unresolved, self.by_name, self
+        single = self.single
         self.leaves = tree.tree_leaves
 
         def _pjit_call_impl_python(*args: Any, **kwargs: Any) -> Any:
@@ -478,23 +480,27 @@ class _Counter:
                 try:
                     signature = counter.signature(args, kwargs)
                     fast.setdefault(id(fun), {})[signature] = id(executable.xla_executable)
+                    single.clear()  # a function may have more executables now
                 except Exception:  # the probe must never break the notebook's call
                     pass
             return result
 
-        def hook(function: Any, args: Any, kwargs: Any, output: Any) -> None:
+        def resolve(function: Any, args: Any, kwargs: Any) -> int | None:
             known = fast.get(id(getattr(function, "__wrapped__", None)))
-            key = None
+            if known and len(known) == 1:
+                key = next(iter(known.values()))
+                single[id(function)] = (function, key)  # held: its id is not another function's meanwhile
+                return key
             if known:
-                if len(known) == 1:
-                    key = next(iter(known.values()))
-                else:
-                    try:
-                        key = known.get(counter.signature(args, kwargs))
-                    except Exception:
-                        key = None
-            if key is None:  # a jitted call JAX made itself (``_pjit_call_impl``): its program's name
-                key = by_name.get(getattr(function, "__name__", "?"))
+                try:
+                    return known.get(counter.signature(args, kwargs))
+                except Exception:
+                    return None
+            return by_name.get(getattr(function, "__name__", "?"))  # a jitted call JAX made itself: by name
+
+        def hook(function: Any, args: Any, kwargs: Any, output: Any) -> None:
+            entry = single.get(id(function))
+            key = entry[1] if entry is not None and entry[0] is function else resolve(function, args, kwargs)
             if key is not None:
                 counts[key] = counts.get(key, 0) + 1
             else:
