@@ -509,10 +509,43 @@ class _Counter:
             if counter.previous is not None:
                 counter.previous(function, args, kwargs, output)
 
+        self._keep_in_place(hook, state)
         _pjit_call_impl_python._nbscope = _run_python_pjit._nbscope = True  # type: ignore[attr-defined]
         setattr(pjit, "_pjit_call_impl_python", _pjit_call_impl_python)  # noqa: B010 (a module found at run time)
         setattr(pjit, "_run_python_pjit", _run_python_pjit)  # noqa: B010
         self.hook, self.state = hook, state
+
+    def _keep_in_place(self, hook: Any, state: Any) -> None:
+        """JAX resets the post-hook whenever ``debug_nans`` or ``debug_infs`` changes, globally or on a thread, and
+        its own operations set them locally while they trace (``with config.debug_nans(False)`` in its linear
+        algebra and reductions), which left the thread's hook None for the rest of the cell: JAX's updates are
+        replaced by ones that keep this hook in place, calling its NaN check where those options ask for it."""
+        config = sys.modules.get("jax._src.config")
+        check = getattr(sys.modules.get("jax._src.api"), "_nan_check_posthook", None)
+        options: list[Any] = [getattr(config, name, None) for name in ("debug_nans", "debug_infs")]
+        if config is None or check is None or any(not hasattr(o, "_update_thread_local_hook") for o in options):
+            return
+        counter = self
+
+        def checked(function: Any, args: Any, kwargs: Any, output: Any) -> None:
+            previous, counter.previous = counter.previous, None
+            try:
+                hook(function, args, kwargs, output)
+            finally:
+                counter.previous = previous
+            check(function, args, kwargs, output)
+
+        def update_global(_: object) -> None:
+            checking = config._read("jax_debug_nans") or config._read("jax_debug_infs")
+            counter.previous = check if checking else None
+            state.set_global(hook)
+
+        def update_local(_: object) -> None:
+            checking = any(option.get_local() is True for option in options)
+            state.set_local(checked if checking else hook)
+
+        for option in options:
+            option._update_thread_local_hook, option._update_global_hook = update_local, update_global
 
     def signature(self, args: Any, kwargs: Any) -> tuple[Any, ...]:
         """The arguments' shapes and dtypes (other leaves by type): which of a function's executables runs."""
