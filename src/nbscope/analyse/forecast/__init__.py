@@ -469,11 +469,13 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     copies = (transfers.cpu_s or 0.0) if transfers is not None else 0.0  # replaced by the forecast's own transfer term
     copies = min(copies, max(0.0, rest - busy))
     unattributed = min(unattributed, max(0.0, rest - busy - copies))
+    counted = data is not None and bool(data.counted)
+    if counted:  # every program that ran is known: XLA's work no thunk of theirs claimed is still theirs
+        busy, unattributed = busy + unattributed, 0.0
     ran_on = min(waited, max(0.0, rest - busy - copies - unattributed))
     unattributed += ran_on
     window = data.window if data is not None and data.window is not None and data.window.cut else None
     # The probe counted every execution (``counted``): the programs that ran are known, a cut trace or not.
-    counted = data is not None and bool(data.counted)
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
     # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work, unless the
