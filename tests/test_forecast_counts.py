@@ -124,3 +124,19 @@ def test_keep_on_the_cpu_compares_the_whole_calls_not_a_cut_traces_part() -> Non
     cell = result.cell(LOOP)
     assert cell is not None and cell.cpu.jax_s > 0.5
     assert [k.function for k in result.notebook["t4"].keep_on_cpu] == []
+
+
+def test_xla_work_no_thunk_claimed_is_the_counted_programs_time() -> None:
+    """A whole trace whose XLA work exceeds its programs' thunks by 0.5 s (executor spans, a kernel between two
+    thunks): with every execution counted, that time is theirs, not "JAX time the trace did not attribute"
+    (before: GPU time unknown, as jax_intro's jnp.cos cells were, and the notebook lost its upper bound)."""
+    record = edited(load_record("cpu_forecast_cut"))
+    programs = _cells(record)[LOOP]["programs"]
+    (execution,) = programs["executions"]
+    execution.update(count=200_000, count_basis="counted", cpu_s=0.8)
+    programs.update(cpu_busy_s=0.8, xla_busy_s=1.3, call_rate=None, window=None, counted=True)
+    result = forecast(RunRecord.from_dict(record.to_dict()), "t4")
+    cell = result.cell(LOOP)
+    assert cell is not None
+    assert not [t for t in cell.gpu["t4"].terms if t.kind == "unattributed"]
+    assert cell.gpu["t4"].high_s is not None and cell.cpu.jax_s >= 1.3
