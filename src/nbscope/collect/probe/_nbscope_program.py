@@ -88,10 +88,11 @@ class Programs:
         self.hooked = False
         self.exporting = False
         self.guard: _Guard | None = None
-        # The executables JAX compiled (or loaded from its cache) during the cell, held until the cell's end,
-        # when their HLO is written; at most MAX_COMPILED a cell (the rest are counted, not held).
+        # The executables JAX compiled (or loaded from its cache) during the cell, held until their HLO is written:
+        # at the cell's end, or once HOLD_COMPILED are held (a cell compiling hundreds would hold them all).
         self.compiled: list[Any] = []
-        self.compiled_over = 0
+        self.modules_path = ""
+        self.flushed = False  # some of the cell's HLO is written already
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
         self.dispatch_wait_s = (
@@ -122,7 +123,8 @@ class Programs:
         self.split_unclaimed_s = 0.0
         self.lowered, self.last_lowered = [], None
         self.dispatch_wait_s = self.start_wait_s = 0.0
-        self.compiled, self.compiled_over = [], 0
+        self.compiled, self.flushed = [], False
+        self.modules_path = os.path.join(self.folder, MODULES_NAME.format(seq=seq))
         if sys.modules.get("jax") is not None and not self.hooked:
             self._hook_lowering()
         self.watching = self.compile_hooked
@@ -198,15 +200,13 @@ class Programs:
         if self.start_wait_s:
             result["in_flight_wait_s"] = self.start_wait_s
         executables, self.compiled = self.compiled, []
-        if compiled or executables:
+        if compiled or executables or self.flushed:
             started = time.perf_counter()
-            if self.watching and executables:
+            if self.watching and (executables or self.flushed):
                 try:
                     result["programs"] = _write_modules(
-                        os.path.join(self.folder, MODULES_NAME.format(seq=seq)), executables, self.counter.program_of
+                        self.modules_path, executables, self.counter.program_of, append=self.flushed
                     )
-                    if self.compiled_over:
-                        result["programs_over"] = self.compiled_over  # compiled beyond MAX_COMPILED: no HLO
                 except Exception as exc:  # an executable of another kind: the session below reads them all
                     result["programs_note"] = f"{type(exc).__name__}: {exc}"[:300]
             del executables
@@ -323,10 +323,10 @@ class Programs:
                 executable = original(*args, **kwargs)
             finally:
                 recorder._compile_ends()
-            if len(recorder.compiled) < MAX_COMPILED:
+            if recorder.watching:
                 recorder.compiled.append(executable)
-            else:
-                recorder.compiled_over += 1
+                if len(recorder.compiled) >= HOLD_COMPILED:
+                    recorder._timed(recorder._flush)
             return executable
 
         compile_or_get_cached._nbscope = True  # type: ignore[attr-defined]
@@ -355,6 +355,15 @@ class Programs:
             self.compiles_open = max(0, self.compiles_open - 1)
             if self.compiles_open == 0 and self.paused is not None:
                 self._timed(self._resume)
+
+    def _flush(self) -> None:
+        """Write the HLO of the executables held so far (never raises: what fails is read from a session instead)."""
+        held, self.compiled = self.compiled, []
+        try:
+            _write_modules(self.modules_path, held, self.counter.program_of, append=self.flushed)
+            self.flushed = True
+        except Exception:
+            self.compiled = held
 
     def _timed(self, step: Callable[[], None]) -> None:
         """Run a step of the split inside a compile's timing: its time is the cell's ``split_s``, and given back by
@@ -1233,7 +1242,9 @@ def _ready(array: object) -> bool:
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
 # Executables held from their compile to the cell's end at most (holding keeps them alive that long; a cell
 # that compiles thousands of programs and drops them would otherwise keep them all).
-MAX_COMPILED = 200
+# Executables held before their HLO is written, mid-cell: a cell that compiles hundreds of programs (an eager scan
+# called with 200 lengths) held them all until its end, each alive no longer in the notebook's JAX caches.
+HOLD_COMPILED = 8
 
 
 def _has_equation(jaxpr: Any, matches: Callable[[object], bool], depth: int = 0) -> bool:
@@ -1349,11 +1360,11 @@ def _session(*, hlo_protos: bool) -> Any:
     return _profiler.ProfilerSession(options)
 
 
-def _write_modules(path: str, executables: list[Any], program_of: dict[int, int]) -> str:
+def _write_modules(path: str, executables: list[Any], program_of: dict[int, int], *, append: bool = False) -> str:
     """Each executable's optimised HLO modules, serialised and written one at a time (a program's HLO at a
     time in memory, however many the cell compiled); ``program_of`` learns each executable's program id
     (its first module's), which the execution counts are keyed by."""
-    with open(path, "wb") as handle:
+    with open(path, "ab" if append else "wb") as handle:
         for executable in executables:
             for number, module in enumerate(executable.hlo_modules()):
                 data = module.as_serialized_hlo_module_proto()
