@@ -324,6 +324,7 @@ class Programs:
             finally:
                 recorder._compile_ends()
             if recorder.watching:
+                recorder.counter.written.add(id(executable))
                 recorder.compiled.append(executable)
                 if len(recorder.compiled) >= HOLD_COMPILED:
                     recorder._timed(recorder._flush)
@@ -453,6 +454,7 @@ class _Counter:
         self.fast: dict[int, dict[Any, int]] = {}  # id(function) → its argument signature → id(executable)
         self.program_of: dict[int, int] = {}  # id(executable) → program id
         self.pending: dict[int, Any] = {}  # executables run in the cell whose program id is not known yet
+        self.written: set[int] = set()  # ids of the cell's executables whose HLO the probe writes (not pending)
         self.by_name: dict[str, int] = {}  # a program's name → id(its latest executable), for other jitted calls
         self.single: dict[int, tuple[Any, int]] = {}  # id(jitted function) → it, id(its one executable)
         self.hook: Any = None
@@ -478,8 +480,8 @@ class _Counter:
             executable = result[1].xla_executable
             key = by_name[str(kwargs.get("name"))] = id(executable)
             counts[key] = counts.get(key, 0) + 1
-            if key not in counter.program_of:
-                counter.pending[key] = executable  # its program id is read at the cell's end
+            if key not in counter.program_of and key not in counter.written:
+                counter.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
             return result
 
         def _run_python_pjit(p: Any, args_flat: Any, fun: Any, args: Any, kwargs: Any) -> Any:
@@ -592,6 +594,7 @@ class _Counter:
         if self.hook is None:
             return
         pending, self.pending = self.pending, {}
+        self.written.clear()
         for key, executable in pending.items():  # compiled before the compile hook was in place
             if key not in self.program_of:
                 try:
