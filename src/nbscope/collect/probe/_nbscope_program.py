@@ -35,6 +35,7 @@ import re
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -456,7 +457,7 @@ class _Counter:
         self.pending: dict[int, Any] = {}  # executables run in the cell whose program id is not known yet
         self.written: set[int] = set()  # ids of the cell's executables whose HLO the probe writes (not pending)
         self.by_name: dict[str, int] = {}  # a program's name → id(its latest executable), for other jitted calls
-        self.single: dict[int, tuple[Any, int]] = {}  # id(jitted function) → it, id(its one executable)
+        self.single: dict[int, tuple[Any, int]] = {}  # id(jitted function) → a weak reference to it, id(its executable)
         self.hook: Any = None
         self.state: Any = None
         self.previous: Any = None  # the post-hook in place before ours (jax_debug_nans'), still called
@@ -500,7 +501,10 @@ class _Counter:
             known = fast.get(id(getattr(function, "__wrapped__", None)))
             if known and len(known) == 1:
                 key = next(iter(known.values()))
-                single[id(function)] = (function, key)  # held: its id is not another function's meanwhile
+                try:  # a weak reference: the function (and what it closes over) is not kept alive here
+                    single[id(function)] = (weakref.ref(function), key)
+                except TypeError:
+                    pass
                 return key
             if known:
                 try:
@@ -511,7 +515,7 @@ class _Counter:
 
         def hook(function: Any, args: Any, kwargs: Any, output: Any) -> None:
             entry = single.get(id(function))
-            key = entry[1] if entry is not None and entry[0] is function else resolve(function, args, kwargs)
+            key = entry[1] if entry is not None and entry[0]() is function else resolve(function, args, kwargs)
             if key is not None:
                 counts[key] = counts.get(key, 0) + 1
             else:
