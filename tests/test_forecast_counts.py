@@ -12,10 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import pytest
-from jax import lax
 
 from diag_support import edited, load_record
 from nbscope.analyse.forecast import forecast
@@ -40,6 +37,7 @@ def test_calls_after_a_cut_are_counted_not_extrapolated() -> None:
     counted, with its program (before: ≈131,000-134,000 "extrapolated" from the window's time)."""
     from nbscope.api.profile import ProfileOptions, profile
 
+    pytest.importorskip("jax")
     record = profile(
         FILES / "forecast_cut.md", ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"}
     )
@@ -54,7 +52,10 @@ def test_calls_after_a_cut_are_counted_not_extrapolated() -> None:
 
 
 def _nested_while() -> Any:
-    def f(x: jax.Array, tol: float) -> Any:
+    jax = pytest.importorskip("jax")
+    jnp, lax = jax.numpy, jax.lax
+
+    def f(x: Any, tol: float) -> Any:
         def cond(c: Any) -> Any:
             i, _, err = c
             return (i < 5) & (err > tol)
