@@ -24,6 +24,7 @@ into the ``programs`` entry documented in docs/run-record.md:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -189,6 +190,14 @@ class Computation:
     entry: bool
     lines: list[str]
     instructions: list[Instruction]
+
+    @functools.cached_property
+    def named(self) -> dict[str, Instruction]:
+        """Its instructions by name."""
+        return {i.name: i for i in self.instructions}
+
+    def find(self, name: str) -> Instruction | None:
+        return self.named[name] if name in self.named else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -814,8 +823,7 @@ def _counter_bounds(module: Module, condition: Computation) -> list[tuple[int, i
     found: list[tuple[int, int, bool]] = []
 
     def visit(computation: Computation, name: str, meaning: dict[str, tuple[str, Any]], depth: int) -> None:
-        by_name = {i.name: i for i in computation.instructions}
-        instruction = by_name.get(name)
+        instruction = computation.find(name)
         if instruction is None or depth > 6:
             return
         if instruction.opcode == "and":
@@ -832,13 +840,13 @@ def _counter_bounds(module: Module, condition: Computation) -> list[tuple[int, i
             }
             operands = _operands(instruction)
             inner_meaning = {
-                p: _meaning(by_name, operands[n], meaning) for p, n in parameters.items() if n < len(operands)
+                p: _meaning(computation, operands[n], meaning) for p, n in parameters.items() if n < len(operands)
             }
             root = next((i for i in inner.instructions if i.root), None)
             if root is not None:
                 visit(inner, root.name, inner_meaning, depth + 1)
         elif instruction.opcode == "compare" and (direction := _DIRECTION.search(instruction.text)):
-            sides = [_meaning(by_name, o, meaning) for o in _operands(instruction)]
+            sides = [_meaning(computation, o, meaning) for o in _operands(instruction)]
             if len(sides) != 2:
                 return
             (left_kind, left), (right_kind, right) = sides
@@ -853,22 +861,22 @@ def _counter_bounds(module: Module, condition: Computation) -> list[tuple[int, i
     return found
 
 
-def _meaning(by_name: dict[str, Instruction], name: str, outer: dict[str, tuple[str, Any]]) -> tuple[str, Any]:
+def _meaning(computation: Computation, name: str, outer: dict[str, tuple[str, Any]]) -> tuple[str, Any]:
     """What a value is: ("counter", tuple index) for an integer element of the loop's state, ("constant", n)."""
     if name in outer:
         return outer[name]
-    instruction = by_name.get(name)
+    instruction = computation.find(name)
     if instruction is None:
         return ("other", None)
     if instruction.opcode in ("copy", "convert", "bitcast", "reshape", "broadcast") and _operands(instruction):
-        return _meaning(by_name, _operands(instruction)[0], outer)
+        return _meaning(computation, _operands(instruction)[0], outer)
     if instruction.opcode == "constant" and (value := _CONSTANT.search(instruction.text)):
         return ("constant", int(value.group(1)))
     if (
         instruction.opcode == "get-tuple-element"
         and instruction.shape.startswith(("s32[]", "s64[]", "u32[]", "u64[]", "s16[]", "s8["))
         and (index := _INDEX.search(instruction.text))
-        and (source := by_name.get(next(iter(_operands(instruction)), ""))) is not None
+        and (source := computation.find(next(iter(_operands(instruction)), ""))) is not None
         and source.opcode == "parameter"
     ):
         return ("counter", int(index.group(1)))
@@ -877,16 +885,15 @@ def _meaning(by_name: dict[str, Instruction], name: str, outer: dict[str, tuple[
 
 def _counter_step(module: Module, body: Computation, index: int) -> int | None:
     """The constant the body adds to the state's element ``index`` (``i + 1``), or None."""
-    by_name = {i.name: i for i in body.instructions}
     root = next((i for i in body.instructions if i.root), None)
     if root is None or root.opcode != "tuple" or index >= len(_operands(root)):
         return None
-    value = by_name.get(_operands(root)[index])
+    value = body.find(_operands(root)[index])
     while value is not None and value.opcode in ("copy", "convert", "bitcast"):
-        value = by_name.get(_operands(value)[0]) if _operands(value) else None
+        value = body.find(_operands(value)[0]) if _operands(value) else None
     if value is None:
         return None
-    sides = [_meaning(by_name, o, {}) for o in _operands(value)]
+    sides = [_meaning(body, o, {}) for o in _operands(value)]
     if value.opcode == "fusion" and value.called:
         inner = module.computation(value.called[0])
         inner_root = next((i for i in inner.instructions if i.root), None) if inner is not None else None
@@ -907,14 +914,13 @@ def _counter_start(module: Module, loop: Instruction, index: int) -> int | None:
     for _ in range(4):
         if name is None or computation is None:
             return None
-        by_name = {i.name: i for i in computation.instructions}
-        state = by_name.get(name)
+        state = computation.find(name)
         while state is not None and state.opcode in ("copy", "bitcast"):
-            state = by_name.get(next(iter(_operands(state)), ""))
+            state = computation.find(next(iter(_operands(state)), ""))
         if state is None:
             return None
         if state.opcode == "tuple" and index < len(_operands(state)):
-            kind, value = _meaning(by_name, _operands(state)[index], {})
+            kind, value = _meaning(computation, _operands(state)[index], {})
             return value if kind == "constant" else None
         if state.opcode != "parameter":
             return None

@@ -179,17 +179,6 @@ def _extrapolate(
     else:
         scale = max(1.0, running / running_traced)
     result.window = {**window, "cell_s": wall, "scale": scale}
-    if counted:  # the probe counted every execution (ProgramCollector._count): only the copies are scaled
-        for execution in result.executions:
-            execution.traced_count = execution.count or execution.sampled_runs
-            fraction = _traced_fraction(
-                execution, (trips or {}).get(execution.program) or {}, execution.traced_count or 0
-            )
-            if fraction < 1:
-                execution.traced_fraction = fraction
-        if (moved := result.transfers) is not None:
-            result.transfers = _scaled_transfers(moved, scale)
-        return
     for execution in result.executions:
         seen = execution.count or execution.sampled_runs
         if seen is not None:
@@ -197,6 +186,9 @@ def _extrapolate(
             fraction = _traced_fraction(execution, (trips or {}).get(execution.program) or {}, seen)
             if fraction < 1:
                 execution.traced_fraction = fraction
+        if counted:  # the probe counted every execution (ProgramCollector._count): its time is not scaled here
+            continue
+        if seen is not None:
             least = seen if fraction >= 1 else max(1, math.ceil(seen * fraction))
             execution.count = max(least, round(seen * fraction * scale))
             execution.count_basis = "extrapolated"
@@ -205,9 +197,9 @@ def _extrapolate(
         for loop in execution.loops.values():
             if loop.cpu_s is not None:
                 loop.cpu_s *= scale
-    if result.cpu_busy_s is not None:
+    if result.cpu_busy_s is not None and not counted:
         result.cpu_busy_s *= scale
-    if result.xla_busy_s is not None:
+    if result.xla_busy_s is not None and not counted:
         result.xla_busy_s *= scale
     if (moved := result.transfers) is not None:
         result.transfers = _scaled_transfers(moved, scale)
@@ -402,12 +394,11 @@ class ProgramCollector:
         older probe, JAX's hook replaced, or an execution whose program is not in the run's table)."""
         if probe.counts is None or probe.counts_note or probe.uncounted:
             return None
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         for program_id, runs in probe.counts.items():
-            key = self.key_of.get(int(program_id))
-            if key is None:
+            if int(program_id) not in self.key_of:
                 return None
-            counts[key] = counts.get(key, 0) + runs
+            counts[self.key_of[int(program_id)]] += runs
         return counts
 
     def _count(self, result: CellResult, counts: dict[str, int]) -> None:
@@ -417,9 +408,9 @@ class ProgramCollector:
         whole trace, else none. What was counted is never extrapolated from time."""
         seen = {e.program: e for e in result.executions}
         for execution in result.executions:
-            runs = counts.get(execution.program)
-            if runs is None:
+            if execution.program not in counts:
                 continue
+            runs = counts[execution.program]
             traced = execution.traced_count or execution.count or execution.sampled_runs or 0
             whole = traced * (execution.traced_fraction or 1.0)
             if whole > 0 and execution.cpu_s is not None:
@@ -433,8 +424,7 @@ class ProgramCollector:
             execution.count, execution.count_basis = runs, "counted"
         for key, runs in counts.items():
             if key not in seen and runs > 0:
-                each = self.cpu_each.get(key)
-                cpu = None if each is None else each * runs
+                cpu = self.cpu_each[key] * runs if key in self.cpu_each else None
                 result.executions.append(Executed(program=key, count=runs, count_basis="counted", cpu_s=cpu))
         if not result.cut and result.trace != "read":
             result.cpu_busy_s = sum(e.cpu_s or 0.0 for e in result.executions)

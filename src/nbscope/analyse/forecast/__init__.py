@@ -19,6 +19,7 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -951,11 +952,11 @@ def _notebook(
         # credited up to the cell's whole JAX time, so that keeping it on the CPU is never advised from a fraction.
         window = cell.recorded.programs.window if cell.recorded is not None and cell.recorded.programs else None
         cut = window is not None and bool(window.cut)
-        credited: dict[str, float] = {}
+        credited: defaultdict[str, float] = defaultdict(float)
         for execution in cell.programs:
             ran = functions.get(execution.function) if execution.function else None
             if ran is not None:
-                credited[ran.function] = credited.get(ran.function, 0.0) + float(execution.cpu_s or 0.0)
+                credited[ran.function] += float(execution.cpu_s or 0.0)
                 ran.kind = ran.kind or execution.kind
         for name, seconds in credited.items():
             functions[name].cpu_s += seconds

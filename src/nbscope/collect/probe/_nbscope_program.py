@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -126,11 +127,11 @@ class Programs:
         self.dispatch_wait_s = self.start_wait_s = 0.0
         self.compiled, self.flushed = [], False
         self.modules_path = os.path.join(self.folder, MODULES_NAME.format(seq=seq))
-        if sys.modules.get("jax") is not None and not self.hooked:
+        if "jax" in sys.modules and not self.hooked:
             self._hook_lowering()
         self.watching = self.compile_hooked
         self.counter.start()
-        if shared or sys.modules.get("jax") is None:
+        if shared or "jax" not in sys.modules:
             return
         # Programs the last cell dispatched may run on into this one; where its session recorded heavily, they
         # are waited for before this session starts (see _wait_in_flight).
@@ -158,7 +159,7 @@ class Programs:
             session, self.session = self.session, None
             guard, self.guard = self.guard, None
             self.paused = None
-        if sys.modules.get("jax") is None:
+        if "jax" not in sys.modules:
             return None
         result: dict[str, Any] = {"seq": seq}
         started = time.perf_counter()
@@ -450,8 +451,8 @@ class _Counter:
     executable; its program id is learnt as its HLO is written (``_write_modules``)."""
 
     def __init__(self) -> None:
-        self.counts: dict[int, int] = {}  # id(executable) → executions in the cell
-        self.unresolved: dict[str, int] = {}  # fast-path calls of a function whose executable is not known
+        self.counts: defaultdict[int, int] = defaultdict(int)  # id(executable) → executions in the cell
+        self.unresolved: defaultdict[str, int] = defaultdict(int)  # fast-path calls whose executable is not known
         self.fast: dict[int, dict[Any, int]] = {}  # id(function) → its argument signature → id(executable)
         self.program_of: dict[int, int] = {}  # id(executable) → program id
         self.pending: dict[int, Any] = {}  # executables run in the cell whose program id is not known yet
@@ -459,15 +460,18 @@ class _Counter:
         self.by_name: dict[str, int] = {}  # a program's name → id(its latest executable), for other jitted calls
         self.single: dict[int, tuple[Any, int]] = {}  # id(jitted function) → a weak reference to it, id(its executable)
         self.hook: Any = None
-        self.state: Any = None
+        self.state: Any = None  # JAX's post-hook setting (``api._post_hook_state``)
+        self.config: Any = None  # ``jax._src.config``
+        self.check: Any = None  # JAX's NaN check (``api._nan_check_posthook``)
         self.previous: Any = None  # the post-hook in place before ours (jax_debug_nans'), still called
         self.leaves: Any = None
 
     def install(self) -> None:
-        pjit = sys.modules.get("jax._src.pjit")
-        api = sys.modules.get("jax._src.api")
-        tree = sys.modules.get("jax._src.tree_util")
+        pjit, api, tree, self.config = (
+            sys.modules.get(name) for name in ("jax._src.pjit", "jax._src.api", "jax._src.tree_util", "jax._src.config")
+        )
         state = getattr(api, "_post_hook_state", None)
+        self.check = getattr(api, "_nan_check_posthook", None)
         run_python = getattr(pjit, "_run_python_pjit", None)
         call_python = getattr(pjit, "_pjit_call_impl_python", None)
         if state is None or run_python is None or call_python is None or tree is None or self.hook is not None:
@@ -476,16 +480,16 @@ class _Counter:
         single = self.single
         self.leaves = tree.tree_leaves
 
-        def _pjit_call_impl_python(*args: Any, **kwargs: Any) -> Any:
+        def _pjit_call_impl_python(*args: object, **kwargs: object) -> Any:
             result = call_python(*args, **kwargs)
             executable = result[1].xla_executable
-            key = by_name[str(kwargs.get("name"))] = id(executable)
-            counts[key] = counts.get(key, 0) + 1
+            key = by_name[str(kwargs["name"] if "name" in kwargs else "?")] = id(executable)
+            counts[key] += 1
             if key not in counter.program_of and key not in counter.written:
                 counter.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
             return result
 
-        def _run_python_pjit(p: Any, args_flat: Any, fun: Any, args: Any, kwargs: Any) -> Any:
+        def _run_python_pjit(p: object, args_flat: object, fun: object, args: object, kwargs: object) -> Any:
             result = run_python(p, args_flat, fun, args, kwargs)
             executable = result[5]
             if executable is not None:
@@ -497,8 +501,9 @@ class _Counter:
                     pass
             return result
 
-        def resolve(function: Any, args: Any, kwargs: Any) -> int | None:
-            known = fast.get(id(getattr(function, "__wrapped__", None)))
+        def resolve(function: object, args: object, kwargs: object) -> int | None:
+            wrapped = id(getattr(function, "__wrapped__", None))
+            known = fast[wrapped] if wrapped in fast else None
             if known and len(known) == 1:
                 key = next(iter(known.values()))
                 try:  # a weak reference: the function (and what it closes over) is not kept alive here
@@ -506,43 +511,42 @@ class _Counter:
                 except TypeError:
                     pass
                 return key
-            if known:
-                try:
-                    return known.get(counter.signature(args, kwargs))
-                except Exception:
-                    return None
-            return by_name.get(getattr(function, "__name__", "?"))  # a jitted call JAX made itself: by name
+            try:  # several: by its arguments; none: a jitted call JAX made itself, by name
+                return known[counter.signature(args, kwargs)] if known else by_name[getattr(function, "__name__", "?")]
+            except Exception:
+                return None
 
-        def hook(function: Any, args: Any, kwargs: Any, output: Any) -> None:
-            entry = single.get(id(function))
-            key = entry[1] if entry is not None and entry[0]() is function else resolve(function, args, kwargs)
+        def hook(function: object, args: object, kwargs: object, output: object) -> None:
+            try:
+                entry = single[id(function)]
+                key = entry[1] if entry[0]() is function else resolve(function, args, kwargs)
+            except KeyError:
+                key = resolve(function, args, kwargs)
             if key is not None:
-                counts[key] = counts.get(key, 0) + 1
+                counts[key] += 1
             else:
-                name = getattr(function, "__name__", "?")
-                unresolved[name] = unresolved.get(name, 0) + 1
+                unresolved[getattr(function, "__name__", "?")] += 1
             if counter.previous is not None:
                 counter.previous(function, args, kwargs, output)
 
-        self._keep_in_place(hook, state)
+        self.hook, self.state = hook, state
+        self._keep_in_place(hook)
         _pjit_call_impl_python._nbscope = _run_python_pjit._nbscope = True  # type: ignore[attr-defined]
         setattr(pjit, "_pjit_call_impl_python", _pjit_call_impl_python)  # noqa: B010 (a module found at run time)
         setattr(pjit, "_run_python_pjit", _run_python_pjit)  # noqa: B010
-        self.hook, self.state = hook, state
 
-    def _keep_in_place(self, hook: Any, state: Any) -> None:
+    def _keep_in_place(self, hook: Callable[..., None]) -> None:
         """JAX resets the post-hook whenever ``debug_nans`` or ``debug_infs`` changes, globally or on a thread, and
         its own operations set them locally while they trace (``with config.debug_nans(False)`` in its linear
         algebra and reductions), which left the thread's hook None for the rest of the cell: JAX's updates are
         replaced by ones that keep this hook in place, calling its NaN check where those options ask for it."""
-        config = sys.modules.get("jax._src.config")
-        check = getattr(sys.modules.get("jax._src.api"), "_nan_check_posthook", None)
+        config, check, state = self.config, self.check, self.state
         options: list[Any] = [getattr(config, name, None) for name in ("debug_nans", "debug_infs")]
         if config is None or check is None or any(not hasattr(o, "_update_thread_local_hook") for o in options):
             return
         counter = self
 
-        def checked(function: Any, args: Any, kwargs: Any, output: Any) -> None:
+        def checked(function: object, args: object, kwargs: object, output: object) -> None:
             previous, counter.previous = counter.previous, None
             try:
                 hook(function, args, kwargs, output)
@@ -562,7 +566,7 @@ class _Counter:
         for option in options:
             option._update_thread_local_hook, option._update_global_hook = update_local, update_global
 
-    def signature(self, args: Any, kwargs: Any) -> tuple[Any, ...]:
+    def signature(self, args: object, kwargs: object) -> tuple[Any, ...]:
         """The arguments' shapes and dtypes (other leaves by type): which of a function's executables runs."""
         return tuple(
             (leaf.shape, leaf.dtype) if hasattr(leaf, "dtype") and hasattr(leaf, "shape") else type(leaf)
@@ -608,15 +612,14 @@ class _Counter:
                 except Exception:
                     pass
         del pending
-        by_program: dict[str, int] = {}
+        by_program: defaultdict[str, int] = defaultdict(int)
         unknown = sum(self.unresolved.values())
         for key, runs in self.counts.items():
-            program = self.program_of.get(key)
-            if program is None:
-                unknown += runs
+            if key in self.program_of:
+                by_program[str(self.program_of[key])] += runs
             else:
-                by_program[str(program)] = by_program.get(str(program), 0) + runs
-        result["counts"] = by_program
+                unknown += runs
+        result["counts"] = dict(by_program)
         if unknown:
             result["uncounted"] = unknown
         try:
