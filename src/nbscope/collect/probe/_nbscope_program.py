@@ -458,6 +458,7 @@ class _Counter:
         self.pending: dict[int, Any] = {}  # executables run in the cell whose program id is not known yet
         self.written: set[int] = set()  # ids of the cell's executables whose HLO the probe writes (not pending)
         self.by_name: dict[str, int] = {}  # a program's name → id(its latest executable), for other jitted calls
+        self.by_jaxpr: dict[int, int] = {}  # id(a jaxpr JAX ran eagerly) → id(its executable)
         self.single: dict[int, tuple[Any, int]] = {}  # id(jitted function) → a weak reference to it, id(its executable)
         self.hook: Any = None
         self.state: Any = None  # JAX's post-hook setting (``api._post_hook_state``)
@@ -477,13 +478,15 @@ class _Counter:
         if state is None or run_python is None or call_python is None or tree is None or self.hook is not None:
             return
         counts, fast, unresolved, by_name, counter = self.counts, self.fast, self.unresolved, self.by_name, self
-        single = self.single
+        single, by_jaxpr = self.single, self.by_jaxpr
         self.leaves = tree.tree_leaves
 
         def _pjit_call_impl_python(*args: object, **kwargs: object) -> Any:
             result = call_python(*args, **kwargs)
             executable = result[1].xla_executable
             key = by_name[str(kwargs["name"] if "name" in kwargs else "?")] = id(executable)
+            if "jaxpr" in kwargs:
+                by_jaxpr[id(kwargs["jaxpr"])] = key
             counts[key] += 1
             if key not in counter.program_of and key not in counter.written:
                 counter.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
@@ -511,8 +514,14 @@ class _Counter:
                 except TypeError:
                     pass
                 return key
-            try:  # several: by its arguments; none: a jitted call JAX made itself, by name
-                return known[counter.signature(args, kwargs)] if known else by_name[getattr(function, "__name__", "?")]
+            try:  # several: by its arguments; none: a jitted call JAX made itself (``_pjit_call_impl``), by its jaxpr
+                if known:
+                    return known[counter.signature(args, kwargs)]
+                miss = getattr(function, "_cache_miss", None)
+                names = miss.__code__.co_freevars if miss is not None else ()
+                if "jaxpr" in names:
+                    return by_jaxpr[id(miss.__closure__[names.index("jaxpr")].cell_contents)]  # type: ignore[union-attr]
+                return by_name[getattr(function, "__name__", "?")]
             except Exception:
                 return None
 
