@@ -96,7 +96,7 @@ def test_a_cell_that_ran_a_jitted_function_knows_its_programs(record: RunRecord)
     assert solving.programs is not None and solving.programs.trace == "read"
     execution = next(e for e in solving.programs.executions if programs[e.program].function == "draw_and_solve")
     assert isinstance(execution, Execution) and execution.count == execution.runs == 1
-    assert execution.count_basis == "trace" and execution.cpu_s is not None and execution.cpu_s > 0
+    assert execution.count_basis == "counted" and execution.cpu_s is not None and execution.cpu_s > 0
     assert execution.loops and set(execution.loops) <= {loop.id for loop in programs[execution.program].loops}
     assert solving.programs.new_programs and set(solving.programs.new_programs) <= set(programs)
 

@@ -24,6 +24,7 @@ into the ``programs`` entry documented in docs/run-record.md:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -189,6 +190,14 @@ class Computation:
     entry: bool
     lines: list[str]
     instructions: list[Instruction]
+
+    @functools.cached_property
+    def named(self) -> dict[str, Instruction]:
+        """Its instructions by name."""
+        return {i.name: i for i in self.instructions}
+
+    def find(self, name: str) -> Instruction | None:
+        return self.named[name] if name in self.named else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -639,6 +648,9 @@ class LoopDescription:
     kind: str | None = None
     cell_line: Annotated[int | None, Write(when=known)] = None
     cpu_only: Annotated[bool | None, Write(when=known)] = None
+    # the most iterations its condition allows (a counter from a constant, stepped by a constant, compared with
+    # a constant: ``(i < 5) & (err > tol)``), where its trip count is known only at run time
+    trip_cap: Annotated[int | None, Write(when=known)] = None
 
 
 def _failed(gpu: GpuDescription) -> bool:
@@ -764,7 +776,171 @@ def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, o
         source=module.source(instruction.frame),
         op_name=instruction.op_name,
         body=region.computations[0] if region.computations else None,
+        trip_cap=None if trips is not None else _condition_cap(module, instruction),
     )
+
+
+_OPERANDS = re.compile(r"%([\w.\-]+)")
+_CONSTANT = re.compile(r"constant\((-?\d+)\)")
+_DIRECTION = re.compile(r"direction=(LT|LE|GT|GE)")
+_INDEX = re.compile(r"index=(\d+)")
+
+
+def _operands(instruction: Instruction) -> list[str]:
+    """The names an instruction reads (its operand list, before its attributes)."""
+    text = instruction.text.split(" = ", 1)[-1]
+    start = text.find("(")
+    depth, end = 0, len(text)
+    for index in range(start, len(text)):
+        depth += text[index] == "("
+        depth -= text[index] == ")"
+        if depth == 0:
+            end = index
+            break
+    return _OPERANDS.findall(text[start:end]) if start >= 0 else []
+
+
+def _condition_cap(module: Module, loop: Instruction) -> int | None:
+    """The most iterations a ``while`` whose trip count XLA does not know can run, where its condition compares a
+    counter with a constant (``i < 5``, alone or under an ``and``), the body steps that counter by a positive
+    constant and the loop starts it at a constant; None otherwise. Fusions are followed into their computations."""
+    condition = module.computation(_Walker._attr(loop, "condition"))
+    body = module.computation(_Walker._attr(loop, "body"))
+    if condition is None or body is None:
+        return None
+    caps = []
+    for index, bound, inclusive in _counter_bounds(module, condition):
+        step = _counter_step(module, body, index)
+        start = _counter_start(module, loop, index)
+        if step is None or start is None or step <= 0:
+            continue
+        caps.append(max(0, -(-(bound + (1 if inclusive else 0) - start) // step)))
+    return min(caps) if caps else None
+
+
+def _counter_bounds(module: Module, condition: Computation) -> list[tuple[int, int, bool]]:
+    """(tuple index, constant, inclusive) of each ``counter < constant`` the condition's result requires."""
+    found: list[tuple[int, int, bool]] = []
+
+    def visit(computation: Computation, name: str, meaning: dict[str, tuple[str, Any]], depth: int) -> None:
+        instruction = computation.find(name)
+        if instruction is None or depth > 6:
+            return
+        if instruction.opcode == "and":
+            for operand in _operands(instruction):
+                visit(computation, operand, meaning, depth + 1)
+        elif instruction.opcode == "fusion" and instruction.called:
+            inner = module.computation(instruction.called[0])
+            if inner is None:
+                return
+            parameters = {
+                i.name: int(m.group(1))
+                for i in inner.instructions
+                if i.opcode == "parameter" and (m := re.search(r"parameter\((\d+)\)", i.text))
+            }
+            operands = _operands(instruction)
+            inner_meaning = {
+                p: _meaning(computation, operands[n], meaning) for p, n in parameters.items() if n < len(operands)
+            }
+            root = next((i for i in inner.instructions if i.root), None)
+            if root is not None:
+                visit(inner, root.name, inner_meaning, depth + 1)
+        elif instruction.opcode == "compare" and (direction := _DIRECTION.search(instruction.text)):
+            sides = [_meaning(computation, o, meaning) for o in _operands(instruction)]
+            if len(sides) != 2:
+                return
+            (left_kind, left), (right_kind, right) = sides
+            if direction.group(1) in ("GT", "GE"):
+                (left_kind, left), (right_kind, right) = (right_kind, right), (left_kind, left)
+            if left_kind == "counter" and right_kind == "constant":
+                found.append((left, right, direction.group(1) in ("LE", "GE")))
+
+    root = next((i for i in condition.instructions if i.root), None)
+    if root is not None:
+        visit(condition, root.name, {}, 0)
+    return found
+
+
+def _meaning(computation: Computation, name: str, outer: dict[str, tuple[str, Any]]) -> tuple[str, Any]:
+    """What a value is: ("counter", tuple index) for an integer element of the loop's state, ("constant", n)."""
+    if name in outer:
+        return outer[name]
+    instruction = computation.find(name)
+    if instruction is None:
+        return ("other", None)
+    if instruction.opcode in ("copy", "convert", "bitcast", "reshape", "broadcast") and _operands(instruction):
+        return _meaning(computation, _operands(instruction)[0], outer)
+    if instruction.opcode == "constant" and (value := _CONSTANT.search(instruction.text)):
+        return ("constant", int(value.group(1)))
+    if (
+        instruction.opcode == "get-tuple-element"
+        and instruction.shape.startswith(("s32[]", "s64[]", "u32[]", "u64[]", "s16[]", "s8["))
+        and (index := _INDEX.search(instruction.text))
+        and (source := computation.find(next(iter(_operands(instruction)), ""))) is not None
+        and source.opcode == "parameter"
+    ):
+        return ("counter", int(index.group(1)))
+    return ("other", None)
+
+
+def _counter_step(module: Module, body: Computation, index: int) -> int | None:
+    """The constant the body adds to the state's element ``index`` (``i + 1``), or None."""
+    root = next((i for i in body.instructions if i.root), None)
+    if root is None or root.opcode != "tuple" or index >= len(_operands(root)):
+        return None
+    value = body.find(_operands(root)[index])
+    while value is not None and value.opcode in ("copy", "convert", "bitcast"):
+        value = body.find(_operands(value)[0]) if _operands(value) else None
+    if value is None:
+        return None
+    sides = [_meaning(body, o, {}) for o in _operands(value)]
+    if value.opcode == "fusion" and value.called:
+        inner = module.computation(value.called[0])
+        inner_root = next((i for i in inner.instructions if i.root), None) if inner is not None else None
+        if inner_root is None or inner_root.opcode != "add":
+            return None
+    elif value.opcode != "add":
+        return None
+    if ("counter", index) in sides:
+        constants = [v for kind, v in sides if kind == "constant"]
+        return constants[0] if len(constants) == 1 else None
+    return None
+
+
+def _counter_start(module: Module, loop: Instruction, index: int) -> int | None:
+    """The constant the loop's state element ``index`` starts at, following the state through the ``call`` XLA:CPU
+    wraps a small loop in; None when it is not a constant."""
+    name, computation = next(iter(_operands(loop)), None), _holder(module, loop.name)
+    for _ in range(4):
+        if name is None or computation is None:
+            return None
+        state = computation.find(name)
+        while state is not None and state.opcode in ("copy", "bitcast"):
+            state = computation.find(next(iter(_operands(state)), ""))
+        if state is None:
+            return None
+        if state.opcode == "tuple" and index < len(_operands(state)):
+            kind, value = _meaning(computation, _operands(state)[index], {})
+            return value if kind == "constant" else None
+        if state.opcode != "parameter":
+            return None
+        caller = next(
+            (
+                (c, i)
+                for c in module.computations.values()
+                for i in c.instructions
+                if i.opcode == "call" and computation.name in i.called
+            ),
+            None,
+        )
+        if caller is None:
+            return None
+        computation, name = caller[0], next(iter(_operands(caller[1])), None)
+    return None
+
+
+def _holder(module: Module, instruction: str) -> Computation | None:
+    return next((c for c in module.computations.values() if any(i.name == instruction for i in c.instructions)), None)
 
 
 def _parameter_bytes(module: Module) -> list[int]:

@@ -129,6 +129,7 @@ class CellResult:
     window: Annotated[dict[str, Any] | None, Write(when=known)] = None
     collect_s: CollectTimes | None = None
     cut: Annotated[bool, Write(when=never)] = False  # the trace was read and the probe cut it short
+    counted: Annotated[bool | None, Write(when=known)] = None  # every execution counted by the probe (not the trace)
 
 
 def _extrapolate(
@@ -138,6 +139,8 @@ def _extrapolate(
     cell_wait: float | None = None,
     compile_s: float | None = None,
     trips: dict[str, dict[str, int]] | None = None,
+    *,
+    counted: bool = False,
 ) -> None:
     """A trace the probe cut short (its memory budget) covered the cell's first ``traced_s``: what it
     counted goes for the whole cell at the same rate, each figure labelled ``extrapolated``. ``compile_s``:
@@ -183,6 +186,9 @@ def _extrapolate(
             fraction = _traced_fraction(execution, (trips or {}).get(execution.program) or {}, seen)
             if fraction < 1:
                 execution.traced_fraction = fraction
+        if counted:  # the probe counted every execution (ProgramCollector._count): its time is not scaled here
+            continue
+        if seen is not None:
             least = seen if fraction >= 1 else max(1, math.ceil(seen * fraction))
             execution.count = max(least, round(seen * fraction * scale))
             execution.count_basis = "extrapolated"
@@ -191,9 +197,9 @@ def _extrapolate(
         for loop in execution.loops.values():
             if loop.cpu_s is not None:
                 loop.cpu_s *= scale
-    if result.cpu_busy_s is not None:
+    if result.cpu_busy_s is not None and not counted:
         result.cpu_busy_s *= scale
-    if result.xla_busy_s is not None:
+    if result.xla_busy_s is not None and not counted:
         result.xla_busy_s *= scale
     if (moved := result.transfers) is not None:
         result.transfers = _scaled_transfers(moved, scale)
@@ -313,6 +319,7 @@ class ProgramCollector:
         self.timers: dict[int, set[str]] = {}  # program id → names of the thunks that time its loops
         self.loop_body_names: dict[int, frozenset[str]] = {}  # program id → the kernels of its loops' bodies
         self.all_op_names: set[str] = set()
+        self.cpu_each: dict[str, float] = {}  # program key → CPU seconds per execution, from a whole trace
         self.notes: list[str] = []
         self._xla: XlaTools | None = None
         self._profile_data: Any = None
@@ -351,14 +358,26 @@ class ProgramCollector:
             result.trace = probe.trace_error or "no trace"
         # A whole trace counts every call: no rate to extrapolate at, and none is written.
         result.cut = result.trace == "read" and probe.window is not None
+        counts = self._counts(probe)
         if result.cut and probe.window is not None:
             compiled = cell.jax.compile_s if cell.jax is not None else 0
             ran = {e.program for e in result.executions}
             trips = {key: trips for key, trips in self.trips.items() if key in ran}
-            _extrapolate(result, probe.window, cell.wall_s, cell.sched.wait_s if cell.sched else None, compiled, trips)
+            _extrapolate(
+                result,
+                probe.window,
+                cell.wall_s,
+                cell.sched.wait_s if cell.sched else None,
+                compiled,
+                trips,
+                counted=counts is not None,
+            )
+        if counts is not None:
+            self._count(result, counts)
+            result.counted = True
         counted = {e.program for e in result.executions}
         for key in new_programs:
-            if key not in counted and result.trace != "read":
+            if key not in counted and result.trace != "read" and counts is None:
                 # Compiled here, so called here at least once; how often is not known.
                 result.executions.append(Executed(program=key, count=1, count_basis="compiled"))
         result.collect_s = CollectTimes(
@@ -369,6 +388,46 @@ class ProgramCollector:
         _remove(probe.programs)
         _remove(probe.gpu_lowering)
         return typing.cast(dict[str, Any], encode(result))
+
+    def _counts(self, probe: ProbePrograms) -> dict[str, int] | None:
+        """The probe's count of every execution in the cell, by program key (None: not counted, or not wholly: an
+        older probe, JAX's hook replaced, or an execution whose program is not in the run's table)."""
+        if probe.counts is None or probe.counts_note or probe.uncounted:
+            return None
+        counts: Counter[str] = Counter()
+        for program_id, runs in probe.counts.items():
+            if int(program_id) not in self.key_of:
+                return None
+            counts[self.key_of[int(program_id)]] += runs
+        return counts
+
+    def _count(self, result: CellResult, counts: dict[str, int]) -> None:
+        """Every execution from the probe's counts: the trace, where it saw a program, gives its time per execution
+        (of the executions it saw whole: a loop with a static trip count cut part-way is that part of one);
+        a program the trace did not see (it ran after a cut) takes its time per execution from another cell's
+        whole trace, else none. What was counted is never extrapolated from time."""
+        seen = {e.program: e for e in result.executions}
+        for execution in result.executions:
+            if execution.program not in counts:
+                continue
+            runs = counts[execution.program]
+            traced = execution.traced_count or execution.count or execution.sampled_runs or 0
+            whole = traced * (execution.traced_fraction or 1.0)
+            if whole > 0 and execution.cpu_s is not None:
+                factor = runs / whole
+                execution.cpu_s *= factor
+                for loop in execution.loops.values():
+                    if loop.cpu_s is not None:
+                        loop.cpu_s *= factor
+                if not result.cut:
+                    self.cpu_each[execution.program] = execution.cpu_s / max(1, runs)
+            execution.count, execution.count_basis = runs, "counted"
+        for key, runs in counts.items():
+            if key not in seen and runs > 0:
+                cpu = self.cpu_each[key] * runs if key in self.cpu_each else None
+                result.executions.append(Executed(program=key, count=runs, count_basis="counted", cpu_s=cpu))
+        if not result.cut and result.trace != "read":
+            result.cpu_busy_s = sum(e.cpu_s or 0.0 for e in result.executions)
 
     def finish(self) -> dict[str, Any]:
         """The run's ``measurements.programs``."""

@@ -85,6 +85,10 @@ class ProbePrograms:
     gpu_lowering_error: str | None
     gpu_lowering_s: Measured
     gpu_lowering_jax_s: Measured  # JAX's trace and lower time within ``gpu_lowering_s``
+    # every execution in the cell, counted by the probe without the trace: by program id (None: older probes)
+    counts: Mapping[str, int] | None = None
+    uncounted: int | None = None  # executions counted whose program is not known
+    counts_note: str | None = None  # why the counts may be short
 
     @staticmethod
     def present(value: Mapping[str, Any]) -> bool:

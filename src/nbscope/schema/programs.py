@@ -125,6 +125,7 @@ class Loop:
     cell_line: int | None  # its line in that cell
     kind: str | None  # lax.scan, lax.fori_loop, lax.while_loop, "loop inside ..."
     cpu_only: bool | None  # only XLA:CPU builds it (no loop of the CUDA lowering); None: no lowering read
+    trip_cap: int | None = None  # the most iterations its condition allows (trip count known only at run time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,3 +280,4 @@ class CellPrograms:
     hlo_error: str | None  # why the cell's HLO could not be collected
     error: str | None  # why the cell's program data could not be read at all (``nbscope trace``)
     collect_s: CollectTimes | None
+    counted: bool | None = None  # every execution was counted by the probe: ``executions`` are all that ran

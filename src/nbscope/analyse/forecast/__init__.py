@@ -19,6 +19,7 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -502,14 +503,20 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     copies = (transfers.cpu_s or 0.0) if transfers is not None else 0.0  # replaced by the forecast's own transfer term
     copies = min(copies, max(0.0, rest - busy))
     unattributed = min(unattributed, max(0.0, rest - busy - copies))
+    counted = data is not None and bool(data.counted)
+    if counted:  # every program that ran is known: XLA's work no thunk of theirs claimed is still theirs
+        busy, unattributed = busy + unattributed, 0.0
     ran_on = min(waited, max(0.0, rest - busy - copies - unattributed))
     unattributed += ran_on
     window = data.window if data is not None and data.window is not None and data.window.cut else None
+    # The probe counted every execution (``counted``): the programs that ran are known, a cut trace or not.
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
     # The session cut while one program ran on the cell's own thread (a program's events come when it ends:
     # jnp.cos over 50 M values) saw no program: none of the cell's time is known to be host work, unless the
     # cell's code cannot run JAX at all (a plot, a Numba loop) and nothing else it did was JAX's: then all of it is.
-    unseen = window is not None and not executions and (code_may_run_jax or ran_jax)
+    unseen = window is not None and not executions and (code_may_run_jax or ran_jax) and not counted
+    if counted and not executions and compile_s <= 0:
+        ran_jax = False  # no execution counted and nothing compiled: the cell runs no JAX, whatever its trace did
     if unseen:
         unattributed = max(unattributed, rest - copies)
     host = max(0.0, rest - busy - unattributed - copies)
@@ -524,10 +531,17 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         scale = max(1.0, window.scale or 1.0)
         traced = min(window.traced_s, wall)
         compiled_before = min(compile_s, traced if window.compile_s is None else window.compile_s, traced)
-        seen_host = traced - compiled_before - (busy + unattributed + copies) / scale
+        if counted:  # the programs' figures are the window's own (counts scale their executions, not these)
+            seen_host = traced - compiled_before - busy - unattributed - copies / scale
+        else:
+            seen_host = traced - compiled_before - (busy + unattributed + copies) / scale
         numba_s = cell.numba.compile_s if cell.numba is not None else 0.0
         known = min(host, max(0.0, seen_host, numba_s))
-        if data is not None and data.call_rate is None:
+        if counted:
+            # After the cut ran the counted executions (each forecast from its program, at its count) and the
+            # rest of any running at the cut: JAX time of known programs, neither host work nor unknown.
+            after_cut = 0.0
+        elif data is not None and data.call_rate is None:
             after_cut = host - known
         else:
             after_cut = min(host - known, max(0.0, rest - scale * (traced - compiled_before)))
@@ -958,6 +972,7 @@ class _Tally:
     gpu_low_s: float = 0.0
     gpu_high_s: float | None = 0.0
     cpu_s: float = 0.0
+    cpu_whole_s: float = 0.0  # as much as its calls may have taken: a cut cell's JAX time where its trace saw less
     cells: list[int] = field(default_factory=list)
     kind: str | None = None
     programs: set[str | None] = field(default_factory=set)
@@ -1051,11 +1066,19 @@ def _tallies(cells: tuple[CellForecast, ...], key: str) -> dict[str, _Tally]:
             tally.programs.add(term.program)
             if cell.index not in tally.cells:
                 tally.cells.append(cell.index)
+        # A trace cut short saw part of its programs' time (a sampler's 3.3 ms of its 1.4 s): there a function is
+        # credited up to the cell's whole JAX time, so that keeping it on the CPU is never advised from a fraction.
+        window = cell.recorded.programs.window if cell.recorded is not None and cell.recorded.programs else None
+        cut = window is not None and bool(window.cut)
+        credited: defaultdict[str, float] = defaultdict(float)
         for execution in cell.programs:
             ran = functions.get(execution.function) if execution.function else None
             if ran is not None:
-                ran.cpu_s += float(execution.cpu_s or 0.0)
+                credited[ran.function] += float(execution.cpu_s or 0.0)
                 ran.kind = ran.kind or execution.kind
+        for name, seconds in credited.items():
+            functions[name].cpu_s += seconds
+            functions[name].cpu_whole_s += max(seconds, cell.cpu.jax_s) if cut else seconds
     return functions
 
 
@@ -1067,14 +1090,14 @@ def _kept_and_gained(
     keep: list[KeptFunction] = []
     gains: list[GainedFunction] = []
     for tally in functions.values():
-        slower_by = tally.gpu_low_s - tally.cpu_s
-        if slower_by > threshold and tally.gpu_low_s > tally.cpu_s * (1 + MARGIN):
+        slower_by = tally.gpu_low_s - tally.cpu_whole_s
+        if slower_by > threshold and tally.gpu_low_s > tally.cpu_whole_s * (1 + MARGIN):
             keep.append(
                 KeptFunction(
                     function=tally.function,
                     gpu_low_s=tally.gpu_low_s,
                     gpu_high_s=tally.gpu_high_s,
-                    cpu_s=tally.cpu_s,
+                    cpu_s=tally.cpu_whole_s,
                     cells=tuple(tally.cells),
                     kind=tally.kind,
                     slower_by_s=slower_by,

@@ -14,6 +14,8 @@ code cannot be read is assumed to.
 from __future__ import annotations
 
 import ast
+import re
+import typing
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -182,7 +184,7 @@ def cells_touching_jax(sources: Mapping[int, str]) -> set[int]:
     names_of: dict[int, set[str]] = {}  # the trees stay alive meanwhile (in ``namespace``), so ids stay theirs
     touching: set[int] = set()
     for index in sorted(sources):
-        tree = parse(sources[index])
+        tree = _unwrapped(parse(sources[index]))
         if tree is None:
             touching.add(index)
             continue
@@ -202,6 +204,41 @@ def cells_touching_jax(sources: Mapping[int, str]) -> set[int]:
             if used & (before | jax_names):  # bound as it was, or as the statement binds it (a loop uses both)
                 touching.add(index)
     return touching
+
+
+# Magics that run the code they are given (``%time f(x)``, ``%%timeit -n 3`` over a cell): that code is the cell's.
+CODE_MAGICS = frozenset({"time", "timeit", "capture", "prun", "memit", "debug"})
+_MAGIC_OPTIONS = re.compile(r"^(?:\s*-[nr]\s*\d+|\s*-[a-zA-Z]\b)*\s*")
+
+
+def _unwrapped(tree: ast.Module | None, depth: int = 0) -> ast.Module | None:
+    """The cell's code with each magic that runs code (IPython turns ``%time y = f(x)`` into
+    ``get_ipython().run_line_magic('time', 'y = f(x)')``) replaced by the code it runs."""
+    if tree is None or depth > 3:
+        return tree
+    body: list[ast.stmt] = []
+    for statement in tree.body:
+        code = _magic_code(statement)
+        inner = _unwrapped(parse(code), depth + 1) if code is not None else None
+        body.extend(inner.body if inner is not None else [statement])
+    tree.body = body
+    return tree
+
+
+def _magic_code(statement: ast.stmt) -> str | None:
+    call = statement.value if isinstance(statement, (ast.Expr, ast.Assign)) else None
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("run_line_magic", "run_cell_magic")
+        and len(call.args) >= 2
+        and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)
+    ):
+        return None
+    name, code = typing.cast(str, call.args[0].value), typing.cast(str, call.args[-1].value)  # type: ignore[attr-defined]
+    if name not in CODE_MAGICS:
+        return None
+    return code if call.func.attr == "run_cell_magic" else _MAGIC_OPTIONS.sub("", code, count=1)
 
 
 def _used(statement: ast.stmt) -> set[str]:

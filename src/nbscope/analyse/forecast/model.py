@@ -289,11 +289,19 @@ def cpu_iteration_s(work: Work, rates: CpuRates | None) -> float:
 
 
 def _trip_counts(
-    loops: list[Loop], observed: Mapping[str, LoopOnCpu], cpu_s_each: float | None, rates: CpuRates | None
+    loops: list[Loop],
+    observed: Mapping[str, LoopOnCpu],
+    cpu_s_each: float | None,
+    rates: CpuRates | None,
+    nested: list[Loop] | None = None,
 ) -> dict[str, tuple[float, float | None, str, str | None]]:
     """Per loop: (low, high) iterations per execution (enclosing loops included), how they are known
-    (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on."""
+    (static, observed, estimated, unknown), and for an estimate or an unknown, what it rests on. A loop's count
+    comes from its bounds (static or observed), capped by what its condition allows (``Loop.trip_cap``); it is
+    estimated from CPU time only where that time is its own: never for a loop with loops inside it (``nested``:
+    the program's loops only XLA:CPU builds, which count too)."""
     by_id = {loop.id: loop for loop in loops}
+    parents = {loop.parent for loop in [*loops, *(nested or ())] if loop.parent is not None}
     found: dict[str, tuple[float, float | None, str, str | None]] = {}
 
     def solve(loop_id: str) -> tuple[float, float | None, str, str | None]:
@@ -315,10 +323,23 @@ def _trip_counts(
             result = (outer[0] * trips, high, outer[2], outer[3])
         else:
             loop_s = seen.cpu_s_each
-            if loop_s is None and len(loops) == 1:
+            if loop_s is None and len(loops) == 1 and not nested:
                 loop_s = cpu_s_each  # the program's only loop: its time is the program's, at most
+            if loop_id in parents:
+                loop_s = None  # its time is its inner loops' too: no estimate from it
             fast = cpu_iteration_s(loop.per_iteration, rates)
-            if loop_s:
+            cap = loop.trip_cap
+            if cap is not None and outer[1] is not None:
+                low = max(1.0, outer[0])
+                if loop_s:  # its own time gives a floor below the cap
+                    low = max(low, min(cap * outer[0], loop_s / max(ESTIMATE_FACTOR * fast, CPU_ITERATION_SLOW_S)))
+                result = (
+                    low,
+                    max(low, cap * outer[1]),
+                    "estimated",
+                    f"at most {cap:,} iterations per run: its condition stops it there (a counter against a constant)",
+                )
+            elif loop_s:
                 # An iteration costs at least its body's work at this CPU's best measured rates (and 1 ns);
                 # loop bookkeeping can make it a few times that, or tens of ns for a scalar body.
                 slow = max(ESTIMATE_FACTOR * fast, CPU_ITERATION_SLOW_S)
@@ -363,7 +384,8 @@ def _loop_term(
     per_low, per_high = over_low + body_low, over_high + body_high
     low_s = low_iterations * per_low
     high_s = None if high_iterations is None else high_iterations * per_high
-    if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE:
+    capped = loop.trip_cap is not None and basis == "estimated" and why is not None and why.startswith("at most")
+    if high_s is not None and low_s > 0 and high_s / low_s > MAX_RANGE and not capped:
         # A bound this loose says nothing: the count is unknown, and the cell says so.
         why = f"{why}: a range over ×{MAX_RANGE:g}, too wide to bound the forecast" if why else None
         high_s, high_iterations, basis = None, None, "unknown"
@@ -457,7 +479,9 @@ def program_terms(
         if loop.cpu_only:
             entry = entry.plus(loop.per_iteration, float(loop.trip_count or 1) * float(loop.outer_iterations or 1))
     work_low, work_high, work_bound = _roofline(entry, device, model)
-    counts = _trip_counts(loops, observed or {}, cpu_s_per_execution, rates)
+    counts = _trip_counts(
+        loops, observed or {}, cpu_s_per_execution, rates, [loop for loop in program.loops if loop.cpu_only]
+    )
     terms = [_loop_term(loop, counts[loop.id], device, model, key, function) for loop in loops]
     # A loop body's own work is part of its loop term (per iteration); this term is the work outside loops.
     if work_low or work_high:

@@ -470,6 +470,8 @@ class Probe:
         _capture_compile_shapes(self, logging.getLogger("jax._src.interpreters.pxla"))
         if self.program_hashes is not None:
             self.program_hashes.attach()
+        if self.programs is not None:  # executions are counted from the notebook's first call on
+            self.programs.counter.attach()
         self.jax_attached = True
 
     def _on_jax_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
