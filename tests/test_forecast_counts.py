@@ -18,7 +18,7 @@ from diag_support import edited, load_record
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.jax_code import cells_touching_jax
-from nbscope.analyse.forecast.model import LoopSeen, program_terms
+from nbscope.analyse.forecast.model import LoopOnCpu, program_terms
 from nbscope.collect import hlo
 from nbscope.record.run import RunRecord
 from nbscope.schema.codec import encode
@@ -79,7 +79,7 @@ def test_a_while_loop_is_capped_by_its_condition_not_estimated_from_its_inner_lo
     outer = next(loop for loop in program["loops"] if loop["parent"] is None)
     assert outer["trip_count"] is None  # known only at run time
     table = load_table()
-    seen = {outer["id"]: LoopSeen(iterations=None, cpu_s_each=1.35e-3)}
+    seen = {outer["id"]: LoopOnCpu(iterations=None, cpu_s_each=1.35e-3)}
     terms = program_terms(program, table.devices["t4"], table.model, 1.4e-3, seen)
     (term,) = [t for t in terms if t.kind == "loop" and t.figures.loop == outer["id"]]
     assert term.figures.iterations_high == 5 and term.figures.iterations_low <= 5

@@ -48,7 +48,7 @@ from nbscope.record.cells import FAILURE_WORDS, failure_text
 from nbscope.record.sources import load_sources, naming
 from nbscope.schema.codec import Encoded, Write, given, known, never
 from nbscope.schema.model import Cell, NotebookRun
-from nbscope.schema.programs import Execution, ProgramData
+from nbscope.schema.programs import CellPrograms, Execution, ProgramData, TraceWindow
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.measured import MeasuredComparison
@@ -522,31 +522,10 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     host = max(0.0, rest - busy - unattributed - copies)
     after_cut = 0.0
     if window is not None and executions and window.traced_s is not None:
-        # Only the traced window shows host work (and Numba's compile, timed apart, is host work wherever it
-        # fell). After the cut, a steady stream of calls (the trace measured its rate) went on: as much time
-        # as the window's calls took, times the scale, is theirs, forecast with their extrapolated counts.
-        # What ran after the cut beyond that (NumPyro's sampler after a window of its setup's small calls),
-        # or all of it without such a rate, is not known: JAX time the trace did not attribute, its GPU time
-        # unknown unless it is small. Never host, and never dropped.
-        scale = max(1.0, window.scale or 1.0)
-        traced = min(window.traced_s, wall)
-        compiled_before = min(compile_s, traced if window.compile_s is None else window.compile_s, traced)
-        if counted:  # the programs' figures are the window's own (counts scale their executions, not these)
-            seen_host = traced - compiled_before - busy - unattributed - copies / scale
-        else:
-            seen_host = traced - compiled_before - (busy + unattributed + copies) / scale
-        numba_s = cell.numba.compile_s if cell.numba is not None else 0.0
-        known = min(host, max(0.0, seen_host, numba_s))
-        if counted:
-            # After the cut ran the counted executions (each forecast from its program, at its count) and the
-            # rest of any running at the cut: JAX time of known programs, neither host work nor unknown.
-            after_cut = 0.0
-        elif data is not None and data.call_rate is None:
-            after_cut = host - known
-        else:
-            after_cut = min(host - known, max(0.0, rest - scale * (traced - compiled_before)))
+        host, after_cut = _split_after_cut(
+            cell, window, data, wall, rest, compile_s, (host, busy, unattributed, copies)
+        )
         unattributed += after_cut
-        host = known
     return _Cell(
         cell=cell,
         wall=wall,
@@ -560,6 +539,45 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         copies_s=copies,
         ran_on_s=ran_on,
     )
+
+
+def _split_after_cut(
+    cell: Cell,
+    window: TraceWindow,
+    data: CellPrograms | None,
+    wall: float,
+    rest: float,
+    compile_s: float,
+    parts: tuple[float, float, float, float],
+) -> tuple[float, float]:
+    """A cut cell's host work and the time after its trace's cut that is JAX's (``parts``: host, busy, unattributed
+    and copies as the trace saw them)."""
+    host, busy, unattributed, copies = parts
+    counted = data is not None and bool(data.counted)
+    # Only the traced window shows host work (and Numba's compile, timed apart, is host work wherever it
+    # fell). After the cut, a steady stream of calls (the trace measured its rate) went on: as much time
+    # as the window's calls took, times the scale, is theirs, forecast with their extrapolated counts.
+    # What ran after the cut beyond that (NumPyro's sampler after a window of its setup's small calls),
+    # or all of it without such a rate, is not known: JAX time the trace did not attribute, its GPU time
+    # unknown unless it is small. Never host, and never dropped.
+    scale = max(1.0, window.scale or 1.0)
+    traced = min(window.traced_s or 0.0, wall)  # the caller has checked it is known
+    compiled_before = min(compile_s, traced if window.compile_s is None else window.compile_s, traced)
+    if counted:  # the programs' figures are the window's own (counts scale their executions, not these)
+        seen_host = traced - compiled_before - busy - unattributed - copies / scale
+    else:
+        seen_host = traced - compiled_before - (busy + unattributed + copies) / scale
+    numba_s = cell.numba.compile_s if cell.numba is not None else 0.0
+    known = min(host, max(0.0, seen_host, numba_s))
+    if counted:
+        # After the cut ran the counted executions (each forecast from its program, at its count) and the
+        # rest of any running at the cut: JAX time of known programs, neither host work nor unknown.
+        after_cut = 0.0
+    elif data is not None and data.call_rate is None:
+        after_cut = host - known
+    else:
+        after_cut = min(host - known, max(0.0, rest - scale * (traced - compiled_before)))
+    return known, after_cut
 
 
 def not_forecast(cell: Cell) -> NotForecast | None:
