@@ -483,7 +483,10 @@ class _Counter:
 
         def _pjit_call_impl_python(*args: object, **kwargs: object) -> Any:
             result = call_python(*args, **kwargs)
-            executable = result[1].xla_executable
+            executable = getattr(result[1], "xla_executable", None)
+            if executable is None:  # another kind of executable: not counted, and the cell says so
+                unresolved["?"] += 1
+                return result
             key = by_name[str(kwargs["name"] if "name" in kwargs else "?")] = id(executable)
             if "jaxpr" in kwargs:
                 by_jaxpr[id(kwargs["jaxpr"])] = key
