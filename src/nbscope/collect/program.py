@@ -132,6 +132,31 @@ class CellResult:
     counted: Annotated[bool | None, Write(when=known)] = None  # every execution counted by the probe (not the trace)
 
 
+def _running_times(
+    covered: TraceWindow, wall: float, traced: float, cell_wait: float | None, compile_s: float | None
+) -> tuple[float, float]:
+    """The time calls could run in the whole cell and in its traced window: JAX's compile left out of both (no
+    call runs while JAX compiles), and the time the cell's thread waited for a CPU."""
+    running, running_traced = wall, traced
+    compiled_before = covered.compile_s
+    if (
+        compiled_before is not None
+        and compile_s is not None
+        and running - compile_s > 0
+        and running_traced - compiled_before > 0
+    ):
+        running, running_traced = running - compile_s, running_traced - compiled_before
+    # The time the cell's thread waited for a CPU (load on the machine) ran no calls: rates are judged over
+    # the time it did not wait, in the traced window and in the whole cell. A wait falls on compiling and
+    # calling alike, so each side keeps its share of time not waited (taken whole, a window's wait of 1 s
+    # against its 1.05 s of calls after 6.3 s of compile made 20 calls 218).
+    window_wait = covered.wait_s
+    if window_wait is not None and cell_wait is not None and wall > cell_wait >= 0 and traced > window_wait >= 0:
+        running *= 1 - cell_wait / wall
+        running_traced *= 1 - window_wait / traced
+    return running, running_traced
+
+
 def _extrapolate(
     result: CellResult,
     window: Mapping[str, Any],
@@ -154,23 +179,7 @@ def _extrapolate(
     traced = covered.traced_s
     if traced is None or wall is None or traced <= 0:
         return
-    running, running_traced = wall, traced
-    compiled_before = covered.compile_s
-    if (
-        compiled_before is not None
-        and compile_s is not None
-        and running - compile_s > 0
-        and running_traced - compiled_before > 0
-    ):
-        running, running_traced = running - compile_s, running_traced - compiled_before
-    # The time the cell's thread waited for a CPU (load on the machine) ran no calls: rates are judged over
-    # the time it did not wait, in the traced window and in the whole cell. A wait falls on compiling and
-    # calling alike, so each side keeps its share of time not waited (taken whole, a window's wait of 1 s
-    # against its 1.05 s of calls after 6.3 s of compile made 20 calls 218).
-    window_wait = covered.wait_s
-    if window_wait is not None and cell_wait is not None and wall > cell_wait >= 0 and traced > window_wait >= 0:
-        running *= 1 - cell_wait / wall
-        running_traced *= 1 - window_wait / traced
+    running, running_traced = _running_times(covered, wall, traced, cell_wait, compile_s)
     rate = result.call_rate
     if rate is not None and rate.late_per_s and rate.calls:
         # Calls go on after the cut at the rate of the traced calls' later half, not at their mean rate.
