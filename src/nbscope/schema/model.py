@@ -169,7 +169,7 @@ class Cell:
     rss: MemoryReading  # the kernel's resident memory at the cell's start and end, and its peak
     gpu_memory: MemoryReading  # the kernel's GPU memory (NVML), at the cell's start and end
     # the accelerator memory JAX's allocator held (TPU or GPU): start, end, and the cell's peak where it set one
-    device_memory: MemoryReading
+    device_memory: MemoryReading = MemoryReading(None, None, None)  # none read: no accelerator, or an older record
     sched: CpuTime | None = None  # the cell's thread on a CPU and waiting for one (Linux)
     interrupted_by: str | None = None  # the signal that stopped an interrupted cell (SIGINT, SIGTERM)
     output_bytes: int | None = None  # what the cell sent to its outputs
