@@ -357,7 +357,7 @@ def _program_key(m: dict[str, Any]) -> None:
     [
         (_program_key, ("programs.programs.'jit\\nfake\\x1b[2J'.loops[0].trip_count is -1",)),
         (lambda m: m["totals"].update({"odd\nkey_s": 1e12}), ("totals.'odd\\nkey_s' is 1e+12, larger than any",)),
-        (lambda m: m.update(repeats=-3), ("measurements.repeats is -3: a repeat count cannot be below 1",)),
+        (lambda m: m.update(repeats=-3), ("measurements.repeats is -3: a repeat count cannot be below 0",)),
         (lambda m: m["cells"][1].update(samples={"wall_s": [0.1, None]}), ("samples.wall_s[1] is null, not a number",)),
         (lambda m: m["cells"][0].update(sched={"wait_s": -1}), ("cells[0].sched.wait_s is -1",)),
         (lambda m: m["cells"][0].update(lines=[9, 3]), ("cells[0].lines is [9, 3], not a first and last line",)),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import nbscope
+from nbscope.analyse.diagnose import Findings
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = Path(__file__).resolve().parent / "files"
@@ -32,7 +33,7 @@ def test_profile_compare_diagnose_open_store(tmp_path: Path) -> None:
     comparison = nbscope.compare(first, second)
     assert comparison.pairing.all_paired
     findings = nbscope.diagnose(first)
-    assert isinstance(findings, list)
+    assert isinstance(findings, Findings)  # a frozen value that reads as a sequence of findings
     with pytest.raises(nbscope.NbscopeError):
         nbscope.profile(tmp_path / "missing.ipynb")
     with pytest.raises(TypeError):

@@ -376,6 +376,7 @@ def test_compare_pairs_a_shared_cell_hash_and_refuses_two_notebooks(
         dict(cells[0], index=2),
     ]
     other["measurements"]["notebook"]["content_hash"] = "0" * 16
+    other["measurements"]["totals"] |= {"cells": 3, "cells_run": 3, "cells_ok": 3, "cells_failed": 0}  # as listed
     path = write(tmp_path / "another.json", other)
     refused = run_cli("compare", "1", path, "--db", db)
     assert_one_line_error(refused, "different notebooks", "--allow-different")

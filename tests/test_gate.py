@@ -380,7 +380,7 @@ def test_gate_three_times_slower_cell_exits_1_and_names_it(
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL" in done.stdout and "cell 2" in done.stdout and "NBSCOPE_GATE_SLOW" in done.stdout
     text = summary.read_text()
-    assert "❌ nbscope gate failed" in text and "- cell 2: time.sleep" in text
+    assert "❌ nbscope gate failed" in text and "- cell 2: `time.sleep" in text  # notebook code in a code span
 
     done = run_cli(
         "gate", "--db", gate_runs["db"], "--baseline", gate_runs["base"], "--candidate", gate_runs["slow"], "--json"

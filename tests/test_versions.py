@@ -503,7 +503,7 @@ def test_sigterm_during_a_variants_run_keeps_the_runs_measured(tmp_path: Path, w
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "saved partial run" in stderr
     runs = sorted(Store(db).runs(), key=lambda r: r["id"])
-    assert [r["status"] for r in runs] == ["ok", "partial"]
+    assert [r["status"] for r in runs] == ["ok", "partial"], stderr
     assert Store(db).get(runs[1]["id"]).settings["variant"]["requirements"] == [f"{PACKAGE}==1.3"]
 
 

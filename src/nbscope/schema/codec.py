@@ -168,7 +168,8 @@ Count = Annotated[int, Check()]  # how many of something: not negative
 Index = Annotated[int, Check(0, MAX_CELLS, "cell index", required="integer")]  # a code cell's place in its notebook
 Measured = Annotated[float | None, Read(_fields.figure)]  # a figure as recorded: an int stays an int in --json
 MeasuredTime = Annotated[Measured, Check(0, MAX_SECONDS, "measurement")]  # a duration, as recorded
-Repeat = Annotated[int, Read(_fields.positive), Check(1, MAX_COUNT, "repeat count")]  # a run without repeats ran once
+# a run without repeats ran once; one stopped before its first repeat finished records 0
+Repeat = Annotated[int, Read(_fields.positive), Check(0, MAX_COUNT, "repeat count")]
 Name = Annotated[str | None, Read(_fields.name)]  # a string, or what names it written as one (a run id)
 
 
