@@ -357,7 +357,7 @@ def _program_key(m: dict[str, Any]) -> None:
     [
         (_program_key, ("programs.programs.'jit\\nfake\\x1b[2J'.loops[0].trip_count is -1",)),
         (lambda m: m["totals"].update({"odd\nkey_s": 1e12}), ("totals.'odd\\nkey_s' is 1e+12, larger than any",)),
-        (lambda m: m.update(repeats=-3), ("measurements.repeats is -3: a repeat count cannot be below 0",)),
+        (lambda m: m.update(repeats=-3), ("measurements.repeats is -3: a repeat count cannot be negative",)),
         (lambda m: m["cells"][1].update(samples={"wall_s": [0.1, None]}), ("samples.wall_s[1] is null, not a number",)),
         (lambda m: m["cells"][0].update(sched={"wait_s": -1}), ("cells[0].sched.wait_s is -1",)),
         (lambda m: m["cells"][0].update(lines=[9, 3]), ("cells[0].lines is [9, 3], not a first and last line",)),
@@ -495,3 +495,15 @@ def test_a_time_read_by_name_is_a_number_whether_typed_or_not(
 def test_a_large_size_is_no_time(tmp_path: Path, run_cli: Any) -> None:
     big = _written(tmp_path, "big.json", lambda m: m["totals"].update(peak_rss_bytes=5e10, odd_bytes=[6e10]))
     assert run_cli("import", big, "--db", tmp_path / "s.db").returncode == 0
+
+
+def test_a_run_stopped_before_its_first_repeat_reads_back() -> None:
+    # repeats 0: the run was stopped before any repeat finished (a SIGTERM'd `versions` variant); its cells
+    # are "not run", and the record is stored and read as such.
+    from nbscope.schema import codec
+    from nbscope.schema.model import NotebookRun
+
+    document = json.loads((FILES / "records" / "cpu_forecast_cut.json").read_text())["measurements"]
+    document["repeats"] = 0
+    read = codec.strict(NotebookRun, document, "measurements")  # refused before: "cannot be below 1"
+    assert len(read.cells) == len(document["cells"])
