@@ -141,3 +141,22 @@ def test_xla_work_no_thunk_claimed_is_the_counted_programs_time() -> None:
     assert cell is not None
     assert not [t for t in cell.gpu["t4"].terms if t.kind == "unattributed"]
     assert cell.gpu["t4"].high_s is not None and cell.cpu.jax_s >= 1.3
+
+
+def test_a_cut_cells_copies_scale_with_the_calls_counted_not_its_time() -> None:
+    # A window that saw one call and its 2 copies, in a cell whose trace was cut 100× short of its time, and the
+    # probe counted 3 calls: 6 copies, not the 200 (of 100× the bytes) its time would make.
+    from nbscope.collect.program import CellResult, Executed, ProgramCollector
+    from nbscope.schema.programs import Transfers
+
+    result = CellResult(
+        executions=[Executed(program="jit_f#1", count=1, count_basis="trace", cpu_s=0.01, traced_count=1)],
+        transfers=Transfers(1, 1, 2, 0, 8e6, 8e6, 0.002),
+        trace="read",
+        cut=True,
+    )
+    ProgramCollector([])._count(result, {"jit_f#1": 3})
+    assert result.transfers is not None
+    assert (result.transfers.host_to_device, result.transfers.device_to_host) == (3, 3)
+    assert result.transfers.bytes_high == pytest.approx(24e6)
+    assert result.executions[0].count == 3 and result.executions[0].count_basis == "counted"

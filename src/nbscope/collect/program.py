@@ -210,7 +210,7 @@ def _extrapolate(
         result.cpu_busy_s *= scale
     if result.xla_busy_s is not None and not counted:
         result.xla_busy_s *= scale
-    if (moved := result.transfers) is not None:
+    if (moved := result.transfers) is not None and not counted:  # counted: scaled with the calls (_count)
         result.transfers = _scaled_transfers(moved, scale)
 
 
@@ -416,6 +416,14 @@ class ProgramCollector:
         a program the trace did not see (it ran after a cut) takes its time per execution from another cell's
         whole trace, else none. What was counted is never extrapolated from time."""
         seen = {e.program: e for e in result.executions}
+        if result.cut and result.transfers is not None:
+            # Copies go with calls: a cut trace's copies scale with the calls counted against the calls it saw, not
+            # with its time (a window that saw 2 copies of a cell that then ran one long program made 175 of 50 GB).
+            traced_calls = sum(e.traced_count or e.count or 0 for e in result.executions)
+            calls = sum(counts.values())
+            result.transfers = _scaled_transfers(
+                result.transfers, max(1.0, calls / traced_calls) if traced_calls else 1.0
+            )
         for execution in result.executions:
             if execution.program not in counts:
                 continue
