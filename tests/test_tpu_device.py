@@ -178,3 +178,16 @@ def test_one_recommendation_across_targets(tmp_path: Path) -> None:
 def test_a_tpu_run_names_the_chip_in_its_one_line_summary() -> None:
     assert record("tpu_jax_intro").machine().summary.endswith("×13 + TPU v5litepod-4")
     assert "TPU" not in record("cpu_jax_intro").machine().summary  # a machine without one says nothing of it
+
+
+def test_a_calibrated_tpu_entry_keeps_its_bases_tpu_figures(tmp_path: Path) -> None:
+    from nbscope.analyse.forecast.calibrate import to_toml
+    from nbscope.analyse.forecast.devices import load_table as load
+
+    entry = calibrate([record("tpu_loops")], "mine", load_table().devices["tpu-v5e"])
+    devices = tmp_path / "devices.toml"
+    devices.write_text(to_toml(entry))
+    mine = load(devices).devices["mine"]
+    assert mine.platform == "tpu"
+    assert {"compile_ratio", "compile_mean_s", "runtime_start_s"} <= set(mine.figures)  # not dropped on the way
+    assert mine.figures["loop_iteration_us"].basis == "calibrated"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import DEVICE_FIGURES, Device, Figure
 from nbscope.schema.codec import decode
+from nbscope.schema.devices_file import OPTIONAL_DEVICE_FIGURES
 from nbscope.schema.suite import BenchRun, GroupFigure, LoopsRun, Sweep
 
 if TYPE_CHECKING:
@@ -211,7 +212,8 @@ def to_toml(entry: CalibratedDevice) -> str:
         lines.append(f"compute_capability = {_toml_string(entry.compute_capability)}")
     if entry.platform != "gpu":
         lines.append(f"platform = {_toml_string(entry.platform)}")
-    for name in DEVICE_FIGURES:
+    # the figures every device gives, then those a device may (a TPU base's compile and runtime figures)
+    for name in (*DEVICE_FIGURES, *(n for n in OPTIONAL_DEVICE_FIGURES if n in entry.figures)):
         figure = entry.figures[name]
         amount = (
             f"value = {figure.low:.6g}"
