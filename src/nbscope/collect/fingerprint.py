@@ -203,15 +203,18 @@ def _model_name(model: str | None, cpuinfo: str) -> object:
     return absent("no model name in /proc/cpuinfo")
 
 
+def tpu_device_files() -> list[str]:
+    """The TPU chips' device files: ``/dev/accel*`` (v4 and later), else ``/dev/vfio/N`` (sandboxes)."""
+    return sorted(map(str, Path("/dev").glob("accel[0-9]*"))) or sorted(map(str, Path("/dev/vfio").glob("[0-9]*")))
+
+
 def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A non-NVIDIA accelerator JAX can use, from what can be read without starting it (opening a TPU takes
     seconds and holds the chip): TPU VMs name their type in ``TPU_ACCELERATOR_TYPE``, expose their chips as
     ``/dev/accel*`` (v4 and later, or ``/dev/vfio/N`` in sandboxes), and JAX reaches them through ``libtpu``.
     What JAX itself saw (the chip's kind and memory) is in the run's kernel line (``jax_backend``)."""
     environ = os.environ if environ is None else environ
-    device_files = sorted(str(p) for p in Path("/dev").glob("accel[0-9]*")) or sorted(
-        str(p) for p in Path("/dev/vfio").glob("[0-9]*")
-    )
+    device_files = tpu_device_files()
     libtpu = next((installed[name] for name in ("libtpu", "libtpu-nightly") if name in installed), None)
     tpu_type = environ["TPU_ACCELERATOR_TYPE"] if "TPU_ACCELERATOR_TYPE" in environ else None
     if not (tpu_type or (libtpu and device_files)):

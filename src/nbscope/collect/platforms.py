@@ -36,7 +36,6 @@ def parse_backends(text: str | None, *, at_least: int = 1) -> list[str]:
 def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> str | None:
     """Why this machine has no device for a JAX backend (None when it has one, or for the CPU); GPUs are
     found through NVML (the machine's fingerprint), ROCm and TPU devices by their device files."""
-    import glob
 
     platform = BACKENDS.get(backend.strip().lower())
     if platform == "cuda":
@@ -46,7 +45,7 @@ def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> st
         return f"this machine has no NVIDIA GPU: {machine.gpus_absent or 'NVML lists no GPU'}"
     if platform == "rocm" and not os.path.exists("/dev/kfd"):
         return "this machine has no AMD GPU (no /dev/kfd)"
-    if platform == "tpu" and not (glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*")):
+    if platform == "tpu" and not fp.tpu_device_files():
         return "this machine has no TPU (no /dev/accel*, no /dev/vfio/*)"
     return None
 

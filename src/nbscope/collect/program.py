@@ -39,7 +39,7 @@ from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
 from nbscope.collect.notebook import CodeCell
-from nbscope.collect.timeline import TraceData, TraceEvent, TracePlane
+from nbscope.collect.timeline import D2H_EVENTS, H2D_EVENTS, TraceData, TraceEvent, TracePlane
 from nbscope.schema.codec import Write, decode, encode, given, known, never
 from nbscope.schema.model import Cell
 from nbscope.schema.probe import GpuLoweringEntry, ProbePrograms
@@ -51,22 +51,6 @@ PROGRAMS_VERSION = 1
 # moved at most t × this many bytes, which bounds copies the trace gives no size for.
 HOST_COPY_BYTES_PER_NS = 20.0
 MAX_STAT_READS = 40_000  # ≈ 1.5 s of stats reads per cell, outside the kernel
-_H2D = (
-    "DevicePut",
-    "DevicePutWithSharding",
-    "batched_copy_array_to_devices_with_sharding",
-    "BufferFromPyval",
-    "TransferToDevice",
-    "TransferLiteralToDevice",
-)
-_D2H = (
-    "np.asarray(jax.Array)",
-    "CopyToHost",
-    "CopyRawToHost",
-    "ToLiteral",
-    "TransferFromDevice",
-    "TransferLiteralFromDevice",
-)
 _H2D_WORK = "H2D Dispatch"  # the copy itself, on XLA:CPU's worker thread, after the DevicePut that asked for it
 _CALL = re.compile(r"^(PjitFunction|PmapFunction)\((.*)\)$")
 _LOOP_CALL = re.compile(r"\b(?:jax\.)?(?:lax\.)?(scan|fori_loop|while_loop|map|associative_scan)\s*\(")
@@ -627,9 +611,9 @@ class ProgramCollector:
                         events.calls.setdefault(line_id, []).append(
                             (*_span(event, shift), match.group(2) if match else "")
                         )
-                    elif event_name in _H2D:
+                    elif event_name in H2D_EVENTS:
                         events.h2d.append((*_span(event, shift), line_id))
-                    elif event_name in _D2H:
+                    elif event_name in D2H_EVENTS:
                         events.d2h.append(_span(event, shift))
         return events
 

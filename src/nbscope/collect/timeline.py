@@ -63,7 +63,8 @@ _EXECUTE = re.compile(
     r"^(CommonPjRtLoadedExecutable::ExecuteHelper|PjRtStreamExecutorLoadedExecutable::Execute"
     r"(Helper)?$|PjRtCApiLoadedExecutable::Execute)"
 )
-_H2D = (
+# The trace events of a host→device and a device→host copy (read here and by collect.program).
+H2D_EVENTS = (
     "DevicePut",
     "DevicePutWithSharding",
     "batched_copy_array_to_devices_with_sharding",
@@ -71,7 +72,7 @@ _H2D = (
     "TransferToDevice",
     "TransferLiteralToDevice",
 )
-_D2H = (
+D2H_EVENTS = (
     "np.asarray(jax.Array)",
     "CopyToHost",
     "CopyRawToHost",
@@ -321,9 +322,9 @@ def _host_kind(name: str, event: TraceEvent) -> tuple[str, str | None]:
         return ("execute", None)
     if _DISPATCH.match(name):
         return ("dispatch", None)
-    if name in _H2D:
+    if name in H2D_EVENTS:
         return ("h2d", None)
-    if name in _D2H:
+    if name in D2H_EVENTS:
         return ("d2h", None)
     if _COMPILE.match(name):
         return ("compile", None)

@@ -13,6 +13,7 @@ any the environment has) only when ``ipc`` is chosen.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from pathlib import Path
@@ -25,8 +26,10 @@ IPC_DIR_VARIABLE = "NBSCOPE_IPC_DIR"
 TRANSPORTS = ("tcp", "ipc")
 
 
+@functools.cache
 def loopback_tcp_works(timeout_s: float = 2.0) -> bool:
-    """Whether a TCP connection to a listening socket on 127.0.0.1 goes through (what a kernel needs)."""
+    """Whether a TCP connection to a listening socket on 127.0.0.1 goes through (what a kernel needs); asked once
+    a process (an audit starts many kernels)."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
             server.bind(("127.0.0.1", 0))

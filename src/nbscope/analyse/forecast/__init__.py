@@ -968,7 +968,7 @@ def _uncertainty(
         settle = f"a run whose trace captures the program, or a {kind} run"
     elif cause.kind == "compile":
         unknown = f"XLA:{kind}'s compile time"
-        own = device is not None and "compile_ratio" in device.figures
+        own = device is not None and device.forecasts_compile
         settle = f"a {kind} run, to calibrate {'compile_ratio' if own else 'gpu_compile_ratio'}"
     else:
         # The term's own words are printed just before this (dominant_words): name it, don't repeat it.

@@ -44,6 +44,12 @@ class Device:
     def figure(self, name: str) -> Figure:
         return self.figures[name]
 
+    @property
+    def forecasts_compile(self) -> bool:
+        """The device gives its own compile figures (a TPU's): its compile is forecast from them, not derived from
+        the table's gpu_compile_ratio, and a measured run's compile is compared with it."""
+        return "compile_ratio" in self.figures
+
     def optional(self, name: str) -> Figure | None:
         """A figure a device may leave out (``devices_file.OPTIONAL_DEVICE_FIGURES``); None where it does."""
         return self.figures[name] if name in self.figures else None

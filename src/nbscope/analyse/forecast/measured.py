@@ -139,7 +139,7 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     paired = 0
     forecast_device = result.device(device)
     # A device with compile figures of its own (a TPU) has its compile forecast, not carried over: compared whole.
-    whole = forecast_device is not None and "compile_ratio" in forecast_device.figures
+    whole = forecast_device is not None and forecast_device.forecasts_compile
     for cell in result.cells:
         other = paired_cell.get(id(cell.recorded))
         outcome = cell.gpu[device]
