@@ -59,7 +59,7 @@ def test_unroll_is_measured_with_its_significance_and_stored_linked(project: Pat
     sides = [store.get(result["as_is_run"]), store.get(result["remedy_run"])]
     links = [link_of(record) for record in sides]
     assert [(link.of, link.cell, link.side) for link in links if link] == [(1, 2, "as-is"), (1, 2, "remedy")]
-    assert [r.kind for r in sides] == ["trial", "trial"] and len(sides[1].notebook_run().cells) == 2
+    assert [r.kind for r in sides] == ["trial", "trial"] and len(sides[1].notebook_run().cells) == 3
     assert [t.remedy for t in trials_of(store, store.get(1))] == ["unroll:8"]
 
 
@@ -109,3 +109,36 @@ def test_a_placement_on_a_cpu_machine_is_not_tested_here(project: Path) -> None:
 def test_a_remedy_that_cannot_apply_is_refused_in_one_line(project: Path, remedy: str, words: tuple[str, ...]) -> None:
     ran = run_in_process(["try", "1", "--cell", "2", "--remedy", remedy, "--db", ".nbscope/nbscope.db"], cwd=project)
     assert_one_line_error(ran, *words)
+
+
+def test_a_run_named_by_its_absolute_path_is_found_while_its_file_is_unchanged(tmp_path: Path) -> None:
+    """A notebook in no project profiled into a store elsewhere is stored by its absolute path (a device run's
+    scratch folder): try finds that very file, and refuses it once it no longer holds what the run ran."""
+    folder, elsewhere = tmp_path / "lecture", tmp_path / "stores"
+    folder.mkdir(), elsewhere.mkdir()
+    notebook = folder / "trial_scan.md"
+    shutil.copy(TESTS_DIR / "files" / "trial_scan.md", notebook)
+    db = str(elsewhere / "s.db")
+    ran = run_in_process(["profile", "trial_scan.md", "--no-diagnose", "--db", db], cwd=folder)
+    assert ran.returncode == 0, ran.stderr
+    assert Store(db).get(1).target == notebook.resolve().as_posix()
+    tried = run_in_process(["try", "1", "--cell", "2", "--remedy", "cpu", "--json", "--db", db], cwd=tmp_path)
+    assert tried.returncode == 0, tried.stderr
+    assert "accelerator" in json.loads(tried.stdout)["not_tested"]
+    notebook.write_text(notebook.read_text() + "\n```{code-cell} ipython3\n1 + 1\n```\n")
+    tried = run_in_process(["try", "1", "--cell", "2", "--remedy", "cpu", "--db", db], cwd=tmp_path)
+    assert_one_line_error(tried, "is not found")
+
+
+def test_through_cell_stops_each_run_after_the_cell_tried(project: Path) -> None:
+    """--through-cell (a long notebook on a device paid by the minute): the cells after the one tried do not run in
+    either side, the trial says so, and its runs record it."""
+    result = _try(project, "1", "--cell", "2", "--remedy", "unroll:2", "--repeats", "1", "--through-cell")
+    assert any("--through-cell" in note for note in result["notes"])
+    store = Store(project / ".nbscope" / "nbscope.db")
+    for run_id in (result["as_is_run"], result["remedy_run"]):
+        record = store.get(run_id)
+        link = link_of(record)
+        assert link is not None and link.through_cell
+        cells = record.notebook_run().cells
+        assert len(cells) > 2 and all(c.wall_s is None for c in cells[2:]) and cells[1].wall_s

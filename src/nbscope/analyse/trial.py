@@ -148,6 +148,9 @@ def _verdict(pair: GateComparison | None) -> str:
         return "not measured"
     if pair.verdict == "failed":
         return f"failed with the remedy: {pair.note}"
+    if pair.base_status in ("error", "timeout") and pair.cand_status in (None, "ok"):
+        # The remedy for a cell that fails there (a float64 solve on a TPU): what it measured is that it now runs.
+        return f"fixed: it failed as it is ({pair.base_status}) and ran with the remedy"
     if pair.verdict == "not-comparable" or pair.base_status not in (None, "ok", "expected-error"):
         return f"not comparable ({pair.note or pair.base_status})"
     return _SPEED[pair.verdict] if pair.verdict in _SPEED else "within noise"

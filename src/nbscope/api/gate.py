@@ -318,8 +318,13 @@ def notebook_file(store: Store, cand: RunRecord) -> Path | None:
     """The candidate's notebook on this machine: its recorded name taken from the store's project (the folder
     holding ``.nbscope/``), the working directory's project root, or the working directory."""
     name = Path(cand.target)
-    if name.is_absolute() or ".." in name.parts:  # a record from elsewhere never runs a file outside the project
+    if ".." in name.parts:
         return None
+    if name.is_absolute():
+        # A notebook in no project, stored by its absolute path (its store elsewhere): that very file, and only
+        # while it holds what the run ran, so that a record from elsewhere never runs some other file.
+        recorded = cand.notebook_run().notebook.content_hash
+        return name if recorded and name.is_file() and not changed_since(name, cand) else None
     store_path = Path(store.path).resolve()
     roots = [store_path.parent.parent] if store_path.parent.name == STORE_FOLDER else []
     roots += [project_root(Path.cwd()), Path.cwd()]

@@ -143,6 +143,7 @@ class TrialLink:
     cell: int = 0
     remedy: str = ""
     side: str = ""
+    through_cell: bool = False  # each run stopped after the cell tried (``try --through-cell``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,19 @@ Progress = Callable[[str, int, int], None]  # side, repeat (1-based), repeats
 
 
 def try_remedy(
-    run: str, cell: int, remedy: str, store: Store, *, repeats: int = 3, progress: Progress | None = None
+    run: str,
+    cell: int,
+    remedy: str,
+    store: Store,
+    *,
+    repeats: int = 3,
+    progress: Progress | None = None,
+    through_cell: bool = False,
 ) -> TrialResult:
     """Try ``remedy`` on code cell ``cell`` (1-based) of the run ``run`` names, ``repeats`` times each way; one
-    line (an NbscopeError) where it cannot be tried, with nothing run or stored."""
+    line (an NbscopeError) where it cannot be tried, with nothing run or stored. ``through_cell``: each run stops
+    after that cell (the notebook's total is then through it). Stopped by Ctrl-C or SIGTERM, the runs that finished
+    and the one stopped are stored (as unjudged trial runs) before the KeyboardInterrupt goes on."""
     if not 1 <= repeats <= 50:
         raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
     source = resolve_run(run, store, kinds=PROFILE_KINDS)
@@ -57,6 +66,7 @@ def try_remedy(
     if isinstance(options, str):
         raise NbscopeError(f"run {source.run_id} cannot be run again as it ran: {options}")
     options = replace(options, repeat=1, timeline=False)
+    last_cell = cell - 1 if through_cell else None
     backend = backend_of(source)["platform"]
     chosen = remedies.parse(remedy, cells[cell - 1].source or "", cell, backend, options.process_env())
     if chosen.placement and backend in (None, "cpu"):
@@ -68,18 +78,26 @@ def try_remedy(
     notebook = preflight(path, options, store, fingerprint)
     before = _file_hash(path)
     folder = Path(tempfile.mkdtemp(prefix="nbscope-trial-"))
+    settings = options.settings(store.env_key())
+    runs = _Runs(notebook, cell, chosen, folder, progress)
     try:
-        runs = _Runs(notebook, cell, chosen, folder, progress)
-        runs.run(options.execution(options.process_env(), nvml=_gpus_present(fingerprint)), repeats)
+        execution = options.execution(options.process_env(), nvml=_gpus_present(fingerprint))
+        runs.run(replace(execution, last_cell=last_cell), repeats)
+    except KeyboardInterrupt:
+        for side in SIDES:  # what was measured is kept; a stopped trial is not judged
+            if runs.executions[side]:
+                store.save(_record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell))
+        raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if _file_hash(path) != before:
         raise NbscopeError(f"{path} changed while the trial ran (not by nbscope): the trial is not stored")
     records = [
-        _record(source, notebook, options.settings(store.env_key()), fingerprint, cell, remedy, side, runs)
-        for side in SIDES
+        _record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell) for side in SIDES
     ]
     notes = runs.notes()
+    if through_cell and cell < len(cells):
+        notes.append(f"each run stopped after cell {cell} (--through-cell): the notebook's total is through it")
     if source.kind == "trace":
         notes.append(f"run {source.run_id} was traced in a book build; the trial runs the notebook in a kernel")
     here = records[0].machine().summary
@@ -138,6 +156,7 @@ class _Runs:
         if "before" in errors:  # the remedy refused in the kernel (float64 off already, JAX not imported)
             raise NbscopeError(f"--remedy {self.remedy.text}: {errors['before'].removeprefix('RuntimeError: ')}")
         if execution.interrupted:
+            self.executions[side].append(execution)
             raise KeyboardInterrupt
         if "after" in errors:
             self.after_errors.append(errors["after"])
@@ -173,9 +192,12 @@ def _record(
     remedy: str,
     side: str,
     runs: _Runs,
+    through_cell: bool = False,
 ) -> RunRecord:
     """One side of the trial as a run: its repeats' figures, linked to the run it tests."""
-    link = {"of": source.run_id, "cell": cell, "remedy": remedy, "side": side}
+    link: dict[str, object] = {"of": source.run_id, "cell": cell, "remedy": remedy, "side": side}
+    if through_cell:
+        link["through_cell"] = True
     record = RunRecord(
         kind="trial",
         target=source.target,

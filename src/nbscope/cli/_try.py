@@ -28,6 +28,14 @@ def try_command(
         ),
     ],
     repeats: Annotated[int, typer.Option("--repeats", metavar="K", help="Runs each way, interleaved.")] = 3,
+    through_cell: Annotated[
+        bool,
+        typer.Option(
+            "--through-cell",
+            help="Run each notebook only through the cell tried (the cells after it do not run; the notebook's "
+            "total is then through it): a long notebook on a machine paid by the minute.",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -40,7 +48,15 @@ def try_command(
     def progress(side: str, number: int, total: int) -> None:
         print(f"nbscope: {side} {number}/{total}", file=sys.stderr, flush=True)
 
-    result = try_remedy(run, cell, remedy, open_store(db), repeats=repeats, progress=None if as_json else progress)
+    result = try_remedy(
+        run,
+        cell,
+        remedy,
+        open_store(db),
+        repeats=repeats,
+        progress=None if as_json else progress,
+        through_cell=through_cell,
+    )
     if as_json:
         print(json.dumps(result.to_dict(), indent=1))
     else:

@@ -95,6 +95,8 @@ class ExecutionOptions:
     startup_timeout: float = 120.0
     # A trial's code run silently just before and after one code cell (its index): nbscope.collect.remedies.
     around: tuple[int, str, str] | None = None
+    # A trial run through one code cell (its index): the cells after it do not run (``nbscope try --through-cell``).
+    last_cell: int | None = None
 
 
 @dataclass
@@ -298,6 +300,8 @@ class _CellLoop:
                     self._keep(merge_cell(code_cell, None))
                 else:
                     self._run_one(code_cell, client)
+                    if self.options.last_cell is not None and code_cell.index >= self.options.last_cell:
+                        self.stopped = True
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGTERM or SIGHUP (under the CLI): the running cell is recorded as interrupted, with
             # how long it had run and the signal; those after it did not run. What finished is returned,

@@ -92,6 +92,16 @@ def _targets_word(result: Forecast) -> str:
     return kinds.pop() if len(kinds) == 1 else "Device"
 
 
+def _meaning(result: Forecast) -> str:
+    """The legend, in the words of the forecast's targets (a TPU's compile is XLA:TPU's)."""
+    word = _targets_word(result)
+    if word == "GPU":
+        return MEANING
+    compiler = "XLA:TPU" if word == "TPU" else "XLA"
+    where = "the TPU" if word == "TPU" else "the device"
+    return MEANING.replace("on the GPU", f"on {where}").replace("XLA:GPU", compiler)
+
+
 def _kind(result: Forecast, key: str) -> str:
     device = result.device(key)
     return device.kind if device is not None else "GPU"
@@ -270,14 +280,14 @@ def print_forecast(result: Forecast, *, top: int | None = 15, show_all: bool = F
             for line in advice.example.splitlines():
                 console.print(f"      {line}", markup=False)
         for advice in summary.gains[:3]:
-            console.print(f"  gains on the GPU: {literal(advice.function)} {advice.cpu} here → {advice.gpu}")
+            console.print(f"  gains on the {device.kind}: {literal(advice.function)} {advice.cpu} here → {advice.gpu}")
     if len(result.devices) > 1:
         console.print(terminal_table(targets_rows(result)))
     for comparison in result.measured or ():
         print_measured(comparison)
     for note in result.notes:
         console.print(f"[dim]note: {literal(note)}[/dim]")
-    console.print(f"[dim]{MEANING}[/dim]")
+    console.print(f"[dim]{_meaning(result)}[/dim]")
     _print_figures(result)
 
 
@@ -416,7 +426,7 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
         lines += [f"### {targets_rows(result).title}", "", *markdown_table(targets_rows(result)), ""]
     for comparison in result.measured or ():
         lines += [measured_markdown(comparison)]
-    lines += [f"_{MEANING}_", ""]
+    lines += [f"_{_meaning(result)}_", ""]
     lines += [f"_note: {note}_" for note in result.notes]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -530,7 +540,7 @@ def forecast_html(result: Forecast) -> str:
             )
     for failed in result.not_forecast:
         parts.append(f'<p class="note">cell {failed.index + 1}: {e(failed.reason)}</p>')
-    parts.append(f'<p class="note">{e(MEANING)}</p>')
+    parts.append(f'<p class="note">{e(_meaning(result))}</p>')
     parts.extend(f'<p class="note">{e(note)}</p>' for note in result.notes)
     return "".join(parts)
 

@@ -813,7 +813,7 @@ def _measured_terms(cell: _Cell, run: NotebookRun, device: Device, table: Device
                 words=(
                     f"{what} ({seconds}), carried over as measured"
                     if small
-                    else f"{what} ({seconds}): GPU time unknown"
+                    else f"{what} ({seconds}): {device.kind} time unknown"
                 ),
                 figures=Unattributed(cell.unattributed_s, cell.unseen),
             )
@@ -1025,7 +1025,10 @@ def _notebook(
             not_forecast=failed,
         )
     functions = _tallies(cells, key)
-    keep, gains = _kept_and_gained(functions, cells, sources, max(MATERIAL_S, 0.01 * cpu_total))
+    keep, gains = _kept_and_gained(functions, cells, sources, max(MATERIAL_S, 0.01 * cpu_total), device.kind)
+    # A function that raises there gains nothing there, whatever its programs' figures.
+    raising = {f.function for o in outcomes for f in o.fails}
+    gains = [g for g in gains if g.function not in raising]
     keep.sort(key=lambda e: -e.slower_by_s)
     gains.sort(key=lambda e: -e.faster_by_s)
     plan_low, plan_high = low, high
@@ -1101,7 +1104,11 @@ def _tallies(cells: tuple[CellForecast, ...], key: str) -> dict[str, _Tally]:
 
 
 def _kept_and_gained(
-    functions: dict[str, _Tally], cells: tuple[CellForecast, ...], sources: dict[int, str], threshold: float
+    functions: dict[str, _Tally],
+    cells: tuple[CellForecast, ...],
+    sources: dict[int, str],
+    threshold: float,
+    device_word: str,
 ) -> tuple[list[KeptFunction], list[GainedFunction]]:
     """The functions the GPU makes slower by more than ``threshold`` (to keep on the CPU), and those it makes
     faster by more."""
@@ -1119,7 +1126,7 @@ def _kept_and_gained(
                     cells=tuple(tally.cells),
                     kind=tally.kind,
                     slower_by_s=slower_by,
-                    change=_code_change(tally, cells, sources),
+                    change=_code_change(tally, cells, sources, device_word),
                     programs=tally.program_keys(),
                 )
             )
@@ -1170,7 +1177,9 @@ def _extreme(ranking: list[CellForecast], key: str, *, slower: bool) -> int | No
     return max(cells, key=lambda c: sign * c.gpu[key].change()).index if cells else None
 
 
-def _code_change(tally: _Tally, cells: tuple[CellForecast, ...], sources: dict[int, str]) -> CodeChange:
+def _code_change(
+    tally: _Tally, cells: tuple[CellForecast, ...], sources: dict[int, str], device_word: str
+) -> CodeChange:
     """The change that keeps a function on the CPU: run its calls under ``jax.default_device(cpu)``."""
     name = tally.function
     lines = [c.line for c in cells if c.index in tally.cells]
@@ -1190,7 +1199,7 @@ def _code_change(tally: _Tally, cells: tuple[CellForecast, ...], sources: dict[i
     return CodeChange(
         text=(
             f"run {what} (cells at {place} {where}) inside "
-            f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the GPU move with "
+            f"`with jax.default_device({CPU_DEVICE}):`; arguments already on the {device_word} move with "
             f'`jax.device_put(x, {CPU_DEVICE})` (`jax.jit(..., backend="cpu")` is deprecated)'
         ),
         example=example,
