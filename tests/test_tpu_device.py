@@ -87,7 +87,14 @@ def test_the_failing_float64_operations_are_the_ones_the_tpu_refused() -> None:
 
 @pytest.mark.parametrize(
     ("lecture", "verdict"),
-    [("numpy_vs_numba_vs_jax", "slower"), ("jax_intro", "slower"), ("job_search", "slower"), ("markov_asset", "fails")],
+    [
+        ("numpy_vs_numba_vs_jax", "slower"),
+        ("jax_intro", "uncertain"),
+        ("kesten_processes", "uncertain"),
+        ("job_search", "slower"),
+        ("markov_asset", "fails"),
+        ("autodiff", "slower"),
+    ],
 )
 def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: str) -> None:
     cpu, tpu = record(f"cpu_host_{lecture}"), record(f"tpu_{lecture}")
@@ -95,8 +102,12 @@ def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: s
     notebook = result.notebook["tpu-v5e"]
     assert notebook.verdict == verdict
     measured_total = sum(c.notebook_wall_s or 0.0 for c in tpu.notebook_run().cells)
-    faster = measured_total < notebook.cpu_s * 0.9
-    assert verdict in ("slower", "fails") and not faster  # what the TPU did: slower than the same host's CPU
+    # The notebook's range holds what the TPU measured, or within 1.5× of it (numpy_vs_numba_vs_jax: a Numba
+    # compile the TPU run did not pay; markov_asset: its cells that raise there end early).
+    assert notebook.low_s / 1.5 <= measured_total
+    assert notebook.high_s is None or measured_total <= notebook.high_s * 1.5
+    if verdict in ("slower", "fails"):
+        assert measured_total > notebook.cpu_s  # what the TPU did: slower than the same host's CPU
     comparison = against_measured(result, tpu, "tpu-v5e")
     assert comparison.with_compile  # a TPU's compile is forecast, and compared
     tpu_cells = {c.index: c for c in tpu.notebook_run().cells}
@@ -191,3 +202,52 @@ def test_a_calibrated_tpu_entry_keeps_its_bases_tpu_figures(tmp_path: Path) -> N
     assert mine.platform == "tpu"
     assert {"compile_ratio", "compile_mean_s", "runtime_start_s"} <= set(mine.figures)  # not dropped on the way
     assert mine.figures["loop_iteration_us"].basis == "calibrated"
+
+
+def test_a_float64_solve_kept_on_the_cpu_runs_on_the_tpu() -> None:
+    """`nbscope try` on the TPU of the forecast's advice for markov_asset (keep `sv_pd_ratio_jax` on the CPU): as it
+    is, cell 27 raises there (float64 LU); with the remedy it runs, and the trial says it fixed the cell."""
+    from nbscope.analyse.trial import judge
+    from nbscope.api.runs import link_of
+
+    source = record("tpu_markov_asset")
+    as_is, remedied = record("tpu_trial_markov_asset_27_as_is"), record("tpu_trial_markov_asset_27_cpu")
+    for run, side in ((as_is, "as-is"), (remedied, "remedy")):
+        link = link_of(run)
+        assert link is not None and (link.cell, link.remedy, link.side) == (27, "cpu:sv_pd_ratio_jax", side)
+        assert backend_of(run)["platform"] == "tpu" and link.through_cell
+    before, after = as_is.notebook_run().cells[26], remedied.notebook_run().cells[26]
+    assert before.error is not None and "LuDecomposition" in (before.error.message or "")
+    assert after.error is None and after.wall_s
+    result = judge(source, as_is, remedied, 27, "cpu:sv_pd_ratio_jax", ((), ()))
+    assert result.cell_verdict.startswith("fixed") and result.values == ()
+    assert any("results not compared" in note for note in result.notes)
+
+
+def test_a_trial_stopped_on_the_tpu_kept_what_it_measured() -> None:
+    """The Python loop of 6,400 small jitted calls in lecture-jax's jax_intro (cell 65): 11.5 s on the TPU as it is,
+    in the trial as in the profile; the remedy's run, stopped by SIGTERM when the device time ran out, is stored
+    with the cells it measured and the one it was stopped in."""
+    profile = record("tpu_lecture_jax_intro").notebook_run().cells[64]
+    as_is = record("tpu_trial_jax_intro_65_as_is").notebook_run().cells[64]
+    assert profile.wall_s and as_is.wall_s and 0.8 < as_is.wall_s / profile.wall_s < 1.25
+    stopped = record("tpu_trial_jax_intro_65_cpu_stopped")
+    assert stopped.status == "partial"
+    cells = stopped.notebook_run().cells
+    interrupted = [c for c in cells if c.status == "interrupted"]
+    assert len(interrupted) == 1 and all(c.wall_s for c in cells[: interrupted[0].index])
+
+
+def test_a_tpu_forecast_speaks_of_the_tpu_and_a_failing_function_gains_nothing(tmp_path: Path) -> None:
+    from conftest import run_in_process
+
+    db = str(tmp_path / "s.db")
+    assert (
+        run_in_process(["import", str(DEVICE / "cpu_host_markov_asset.json"), "--db", db], cwd=tmp_path).returncode == 0
+    )
+    for output in ([], ["--markdown"]):
+        done = run_in_process(["forecast", "1", "--device", "tpu-v5e", "--db", db, *output], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "GPU" not in done.stdout and "XLA:TPU" in done.stdout
+    notebook = forecast(record("cpu_host_markov_asset"), "tpu-v5e").notebook["tpu-v5e"]
+    assert "sv_pd_ratio_jax" not in {g.function for g in notebook.gains}  # it raises there

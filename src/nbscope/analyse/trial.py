@@ -112,7 +112,10 @@ def judge(
     their repeats) judged by the gate; ``values``: each side's captured values per repeat (``name → plain form``)."""
     result = gate(as_is, remedied, TRIAL_GATE)
     pair = next((c for c in result.cells if c.index == cell - 1), None)
-    checks = compare_values(values[0], values[1])
+    failed_as_is = pair is not None and pair.base_status in ("error", "timeout")
+    checks = () if failed_as_is else compare_values(values[0], values[1])
+    if failed_as_is:
+        notes = (*notes, f"results not compared: cell {cell} failed as it is, so it bound nothing to compare with")
     return TrialResult(
         of_run=source.run_id,
         cell=cell,

@@ -902,8 +902,9 @@ def _verdict(cpu: float, low: float, high: float | None) -> CellVerdict:
         return "faster"
     if low > cpu * (1 + MARGIN):
         return "slower"
-    if high is None or (low < cpu * (1 - MARGIN) and high > cpu * (1 + MARGIN)):
-        return "uncertain"  # the range straddles the CPU time: it could go either way
+    if high is None or low < cpu * (1 - MARGIN) or high > cpu * (1 + MARGIN):
+        # The range reaches beyond the CPU time's ±10 % on one side at least: similar is not what it says.
+        return "uncertain"
     return "similar"
 
 
