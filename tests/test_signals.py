@@ -438,3 +438,34 @@ def test_jax_cache_cold_empties_the_folder_it_made(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()  # an empty folder holds nothing to lose: adopted
     assert jax_cache_env("cold", empty)[1] == "cold" and owns_folder(empty)
+
+
+@pytest.mark.slow
+def test_sigterm_during_try_keeps_the_trial_run_it_cut_short(tmp_path: Path, marker: str) -> None:
+    """A trial stopped mid-run (a device's time running out) keeps its runs measured so far, linked to the run
+    they test, with the cell it was stopped in; exit 143."""
+    shutil.copy(NOTEBOOK, tmp_path / NOTEBOOK.name)
+    db, started = tmp_path / ".nbscope" / "nbscope.db", tmp_path / "started"
+    source = start_nbscope(
+        ["profile", NOTEBOOK.name, "--timeout", "3", "--allow-errors", "--no-diagnose", "--db", str(db)],
+        cwd=tmp_path,
+        marker=marker,
+        started=started,
+    )
+    source.communicate(timeout=START_LIMIT_S)
+    started.unlink()
+    process = start_nbscope(
+        ["try", "1", "--cell", "1", "--remedy", "threads:2", "--repeats", "1", "--db", str(db)],
+        cwd=tmp_path,
+        marker=marker,
+        started=started,
+    )
+    wait_until_cell_runs(process, started)
+    child = int(started.read_text())
+    stderr = stop(process, signal.SIGTERM)
+
+    assert process.returncode == 143, stderr[-3000:]
+    [trial] = Store(db).records(kind="trial")
+    assert trial.status == "partial" and trial.settings["trial"]["of"] == 1
+    assert [c["status"] for c in trial.measurements["cells"]] == ["ok", "interrupted", "not-run"]
+    assert_nothing_left(marker, child)

@@ -260,6 +260,7 @@ class _Evidence:
     forecast_functions: Mapping[str, object] = field(default_factory=dict)
     float64_cells: tuple[int, ...] = ()
     affected_cells: tuple[int, ...] = ()
+    functions: tuple[str, ...] = ()  # unsupported-on-device: the functions the failing cell compiled
 
 
 # Rules whose fix is a remedy ``nbscope try`` applies: a latency-bound loop's "on the CPU", a weak float64's "keep
@@ -275,6 +276,8 @@ def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
     if finding.rule == "latency-bound-loop" and cells:
         functions = [*evidence.loop_functions, *evidence.forecast_functions]
         return cells[0] + 1, f"cpu:{functions[0].split('.')[-1]}" if functions else "cpu"
+    if finding.rule == "unsupported-on-device" and cells:
+        return cells[0] + 1, f"cpu:{evidence.functions[0]}" if evidence.functions else "cpu"
     if finding.rule == "weak-float64":
         found = cells or [*evidence.float64_cells, *evidence.affected_cells]
         return (found[0] + 1, "x64:off") if found else None

@@ -33,6 +33,7 @@ from nbscope.analyse.diagnose import (
     _retrace_churn,
     _slow_compile_alarm,
     _slow_first_call,
+    _unsupported_on_device,
     _unrolled_loop,
     _unsynchronised_timing,
     _weak_float64,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # the forecast is imported only when a rule needs one
 __all__ = ["RULES", "Finding", "Findings", "Rule", "Skip", "diagnose", "rule_names", "rule_thresholds"]
 
 RULES: list[Rule] = [
+    _unsupported_on_device.RULE,
     _unrolled_loop.RULE,
     _retrace_churn.RULE,
     _latency_loop.RULE,

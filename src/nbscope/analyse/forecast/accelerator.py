@@ -68,6 +68,11 @@ _TPU_FUNCTIONS = {
 }
 
 
+def failure_in(message: str) -> Failure | None:
+    """The failure a device's error message shows (a cell that raised on the TPU), or None."""
+    return next((f for f in (_LU, _EIG, _FFT) if f.reason.split(": ", 1)[1] in message), None)
+
+
 def is_x64(shapes: tuple[str, ...] | list[str], dtypes: tuple[str, ...] = ()) -> bool:
     return any(word in text for text in (*shapes, *dtypes) for word in _X64_WORDS)
 
