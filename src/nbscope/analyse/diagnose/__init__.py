@@ -33,8 +33,8 @@ from nbscope.analyse.diagnose import (
     _retrace_churn,
     _slow_compile_alarm,
     _slow_first_call,
-    _unsupported_on_device,
     _unrolled_loop,
+    _unsupported_on_device,
     _unsynchronised_timing,
     _weak_float64,
 )
