@@ -51,17 +51,8 @@ def try_remedy(
     and the one stopped are stored (as unjudged trial runs) before the KeyboardInterrupt goes on."""
     if not 1 <= repeats <= 50:
         raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
-    source = resolve_run(run, store, kinds=PROFILE_KINDS)
-    if source.run_id is None:
-        raise NbscopeError(f"run {run} is not in {store.path}: store it first (`nbscope import {run}`)")
+    source, path = _source_and_file(run, cell, store)
     cells = source.notebook_run().cells
-    if not 1 <= cell <= len(cells):
-        raise NbscopeError(f"--cell {cell}: run {source.run_id} has {len(cells)} code cells (1 to {len(cells)})")
-    path = notebook_file(store, source)
-    if path is None:
-        raise NbscopeError(f"the notebook of run {source.run_id}, {source.target}, is not found in this project")
-    if changed_since(path, source):
-        raise NbscopeError(f"{source.target} changed since run {source.run_id}: profile it again, then try")
     options = rerun_options(source)
     if isinstance(options, str):
         raise NbscopeError(f"run {source.run_id} cannot be run again as it ran: {options}")
@@ -95,22 +86,44 @@ def try_remedy(
     records = [
         _record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell) for side in SIDES
     ]
-    notes = runs.notes()
-    if through_cell and cell < len(cells):
-        notes.append(f"each run stopped after cell {cell} (--through-cell): the notebook's total is through it")
-    if source.kind == "trace":
-        notes.append(f"run {source.run_id} was traced in a book build; the trial runs the notebook in a kernel")
-    here = records[0].machine().summary
-    if source.machine().summary != here:
-        notes.append(f"run {source.run_id} was measured on {source.machine().summary}; the trial ran on {here}")
-    if chosen.whole_kernel:
-        notes.append(f"{remedy} acts on the whole kernel, every cell, not only cell {cell}")
+    notes = runs.notes() + _notes(source, records[0], cell, chosen, through_cell and cell < len(cells))
     result = trial_module.judge(
         source, records[0], records[1], cell, remedy, (runs.values["as-is"], runs.values["remedy"]), notes
     )
     as_is_id = store.save(records[0])
     records[1].measurements["trial"] = replace(result, as_is_run=as_is_id).to_dict()
     return trial_module.with_runs(result, as_is_id, store.save(records[1]))
+
+
+def _source_and_file(run: str, cell: int, store: Store) -> tuple[RunRecord, Path]:
+    """The run to try and its notebook here, unchanged since it ran; one line where either is missing."""
+    source = resolve_run(run, store, kinds=PROFILE_KINDS)
+    if source.run_id is None:
+        raise NbscopeError(f"run {run} is not in {store.path}: store it first (`nbscope import {run}`)")
+    count = len(source.notebook_run().cells)
+    if not 1 <= cell <= count:
+        raise NbscopeError(f"--cell {cell}: run {source.run_id} has {count} code cells (1 to {count})")
+    path = notebook_file(store, source)
+    if path is None:
+        raise NbscopeError(f"the notebook of run {source.run_id}, {source.target}, is not found in this project")
+    if changed_since(path, source):
+        raise NbscopeError(f"{source.target} changed since run {source.run_id}: profile it again, then try")
+    return source, path
+
+
+def _notes(source: RunRecord, trial: RunRecord, cell: int, remedy: remedies.Remedy, stopped_early: bool) -> list[str]:
+    """What the reader should know of how the trial ran against how its run did."""
+    notes = []
+    if stopped_early:
+        notes.append(f"each run stopped after cell {cell} (--through-cell): the notebook's total is through it")
+    if source.kind == "trace":
+        notes.append(f"run {source.run_id} was traced in a book build; the trial runs the notebook in a kernel")
+    here = trial.machine().summary
+    if source.machine().summary != here:
+        notes.append(f"run {source.run_id} was measured on {source.machine().summary}; the trial ran on {here}")
+    if remedy.whole_kernel:
+        notes.append(f"{remedy.text} acts on the whole kernel, every cell, not only cell {cell}")
+    return notes
 
 
 def _file_hash(path: Path) -> str:
