@@ -8,9 +8,12 @@
 #   4. prints the forecast of each CPU run for the table's entry of this device and the calibrated one against
 #      the accelerator run, per cell, with the error (`nbscope forecast --measured`; a TPU's compile is forecast
 #      and compared too),
-#   5. exports every run as JSON beside the store, ready to commit as labelled fixtures (tests/files/device/).
+#   5. with TRIALS=1, tries on the accelerator each remedy nbscope proposes for the accelerator's run
+#      (`nbscope diagnose RUN --try --repeats 1`: a function that fails there kept on the CPU, a warm compile
+#      cache, ...), each trial two more runs of the notebook,
+#   6. exports every run as JSON beside the store, ready to commit as labelled fixtures (tests/files/device/).
 #
-#   OUT=/tmp/out bash benchmarks/device_check.sh [LECTURE ...]
+#   OUT=/tmp/out [TRIALS=1] bash benchmarks/device_check.sh [LECTURE ...]
 #
 # Without an accelerator (JAX sees only the CPU) it stops at once, exit 2. gpu_check.sh runs this script.
 set -euo pipefail
@@ -90,6 +93,11 @@ for lecture in "$@"; do
     $NBSCOPE forecast "$cpu_run" --gpu "$DEVICES" "${DEVICE_FILE[@]}" --db "$DB" --measured "$device_run" --all
     $NBSCOPE forecast "$cpu_run" --gpu "$DEVICES" "${DEVICE_FILE[@]}" --db "$DB" --measured "$device_run" --json \
         > "$OUT/forecast-$name.json"
+    if [ "${TRIALS:-0}" = 1 ]; then
+        log "diagnose --try of run $device_run: each remedy nbscope proposes, tried on the $PLATFORM"
+        timeout 1800 $NBSCOPE diagnose "$device_run" --try --repeats 1 --db "$DB" \
+            || echo "the trials of $name did not finish in 1800 s (those that did are stored)"
+    fi
 done
 
 for id in $(python3 -c "from nbscope.record.store import Store; print(' '.join(str(r['id']) for r in Store('$DB').runs(limit=50)))"); do
