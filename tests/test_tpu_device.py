@@ -118,10 +118,10 @@ def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: s
         if r.forecast_low_s / 1.5 <= r.measured_s  # type: ignore[operator]
         and (r.forecast_high_s is None or r.measured_s <= r.forecast_high_s * 1.5)  # type: ignore[operator]
     ]
-    # Every cell of a second or more on the TPU is within its range or 1.5× of it, but two: numpy_vs_numba_vs_jax's
+    # Every cell of a second or more on the TPU is within its range or 1.5× of it, but one: numpy_vs_numba_vs_jax's
     # cell 2, where the CPU run compiled three Numba functions on import (8.5 s) and the TPU run none (their cache
-    # was warm there), and markov_asset's last cell, a bicgstab loop whose trip count the CPU run did not show.
-    allowed = {"numpy_vs_numba_vs_jax": 1, "markov_asset": 1}.get(lecture, 0)
+    # was warm there).
+    allowed = {"numpy_vs_numba_vs_jax": 1}.get(lecture, 0)
     assert len(long) - len(near) <= allowed, [
         (r.index, r.forecast_low_s, r.forecast_high_s, r.measured_s) for r in long
     ]
@@ -263,3 +263,16 @@ def test_the_measured_total_is_the_notebooks_own_range() -> None:
     assert all(r.measured_s is not None for r in comparison.cells)
     assert (comparison.total.forecast_low_s, comparison.total.forecast_high_s) == (notebook.low_s, notebook.high_s)
     assert notebook.low_s <= comparison.total.measured_s <= (notebook.high_s or 0)
+
+
+def test_a_loop_count_is_not_guessed_from_cpu_time_the_run_cannot_turn_into_iterations() -> None:
+    """markov_asset's last cell: a bicgstab while loop whose body moves 3.9 GB per iteration (by its HLO), 720 µs of
+    CPU time, and no CPU rates measured in the run. At 1–50 ns an iteration that time read as ≥ 14,403 iterations, a
+    forecast of ≥ 2 min 33 s against 32 s on the TPU; the count is unknown, from one iteration up."""
+    result = forecast(record("cpu_host_markov_asset"), "tpu-v5e")
+    cell = next(c for c in result.cells if c.index == 37)
+    (loop,) = [t for t in cell.gpu["tpu-v5e"].terms if t.kind == "loop"]
+    assert loop.figures.trip_count_basis == "unknown" and loop.figures.iterations_low == 1  # type: ignore[union-attr]
+    measured = record("tpu_markov_asset").notebook_run().cells[37].notebook_wall_s
+    outcome = cell.gpu["tpu-v5e"]
+    assert measured is not None and outcome.low_s <= measured and outcome.high_s is None

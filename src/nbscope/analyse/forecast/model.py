@@ -339,8 +339,9 @@ def _trip_counts(
                     "estimated",
                     f"at most {cap:,} iterations per run: its condition stops it there (a counter against a constant)",
                 )
-            elif loop_s:
+            elif loop_s and (rates is not None or not (loop.per_iteration.flops or loop.per_iteration.bytes)):
                 # An iteration costs at least its body's work at this CPU's best measured rates (and 1 ns);
+                # without measured rates a body with work has no known cost here, and its time no count.
                 # loop bookkeeping can make it a few times that, or tens of ns for a scalar body.
                 slow = max(ESTIMATE_FACTOR * fast, CPU_ITERATION_SLOW_S)
                 factor = slow / fast
