@@ -276,3 +276,13 @@ def test_a_loop_count_is_not_guessed_from_cpu_time_the_run_cannot_turn_into_iter
     measured = record("tpu_markov_asset").notebook_run().cells[37].notebook_wall_s
     outcome = cell.gpu["tpu-v5e"]
     assert measured is not None and outcome.low_s <= measured and outcome.high_s is None
+
+
+def test_the_backend_recommendation_for_the_tpu_says_tpu_and_names_what_fails_there() -> None:
+    from nbscope.analyse.recommend import recommend_forecast
+
+    advice = recommend_forecast(record("cpu_host_markov_asset"), gpus="tpu-v5e")
+    assert advice.recommendation == "cpu" and advice.accelerator == "tpu"
+    assert "fails on the TPU, cells 27, 28 raise there" in advice.reason
+    assert "keep sv_pd_ratio_jax on the CPU" in advice.reason
+    assert not any("GPU" in text for text in (advice.reason, *advice.caveats))

@@ -22,6 +22,7 @@ from nbscope.schema.model import Cell
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose._source import NotebookCode
     from nbscope.analyse.forecast import CellForecast, Forecast, NotebookForecast, NotebookVerdict, Plan
+    from nbscope.analyse.forecast.devices import Device
 
 __all__ = [
     "Estimate",
@@ -361,25 +362,28 @@ def recommend_forecast(
     device = forecast_result.devices[0]
     notebook = forecast_result.notebook[device.key]
     choice = _CHOICE[notebook.verdict]
+    choice = device.platform if choice == "gpu" else choice  # the accelerator's platform: gpu or tpu
+    raising = sorted({f.function for c in forecast_result.cells for f in c.gpu[device.key].fails})
     estimates = _forecast_estimates(notebook)
     pinned, gains = _forecast_pinned_and_gains(notebook, {c.index: c for c in forecast_result.cells})
     loop = device.figure("loop_iteration_us")
     return Recommendation(
         recommendation=choice,
-        reason=_forecast_reason(record, device.name, choice, notebook),
+        reason=_forecast_reason(record, device, choice, notebook, raising),
         basis="forecast",
         estimates=tuple(estimates),
         pinned=pinned,
         faster_on_accelerator=gains,
-        accelerator="gpu",
+        accelerator=device.platform,
         runs=runs,
         forecast=choices,
         device=device.key,
         caveats=(
             "a forecast from a CPU run, not a measurement: loops at the device table's per-iteration cost "
             f"({device.name}: {loop.low:g}–{loop.high:g} µs per iteration, {loop.basis}), work on a roofline of its "
-            "peaks, host work carried over as measured on this CPU, XLA:GPU compile derived from this CPU's; "
-            "see docs/forecast.md, and measure with a GPU run (nbscope compare CPU_RUN GPU_RUN) when one exists",
+            f"peaks, host work carried over as measured on this CPU, XLA:{device.kind} compile derived from this "
+            f"CPU's; see docs/forecast.md, and measure with a {device.kind} run (nbscope compare CPU_RUN "
+            f"{device.kind}_RUN) when one exists",
             *(f"cell {f.index + 1}: {f.reason}" for f in forecast_result.not_forecast),
         ),
     )
@@ -536,26 +540,37 @@ def _forecast_pinned_and_gains(
     return tuple(pinned), gains
 
 
-def _forecast_reason(record: RunRecord, name: str, choice: str, notebook: NotebookForecast) -> str:
+def _forecast_reason(
+    record: RunRecord, device: Device, choice: str, notebook: NotebookForecast, raising: Sequence[str] = ()
+) -> str:
     plan = notebook.plan
+    kind = device.kind  # GPU or TPU
     gpu_range = _range(notebook.low_s, notebook.high_s)
     kept = ", ".join(e.function for e in notebook.keep_on_cpu)
     where = f"CPU run {record.run_id}" if record.run_id is not None else "the CPU run"
-    head = f"forecast for the {name} from {where} (no GPU run)"
+    head = f"forecast for the {device.name} from {where} (no {kind} run)"
+    if notebook.verdict == "fails":
+        cells = ", ".join(str(i + 1) for i in notebook.failing)
+        functions = ", ".join(raising)
+        return (
+            f"{head}: fails on the {kind}, cell{'s' if len(notebook.failing) > 1 else ''} {cells} raise there; "
+            f"the CPU ran it in {_s(notebook.cpu_s)}"
+            + (f"; on a {kind}, keep {functions} on the CPU" if functions else "")
+        )
     if choice == "mixed" and plan is not None:
         return (
-            f"{head}: GPU with {kept} kept on the CPU, {_range(plan.low_s, plan.high_s)}, vs "
-            f"{_s(notebook.cpu_s)} measured on the CPU and {gpu_range} with everything on the GPU"
+            f"{head}: {kind} with {kept} kept on the CPU, {_range(plan.low_s, plan.high_s)}, vs "
+            f"{_s(notebook.cpu_s)} measured on the CPU and {gpu_range} with everything on the {kind}"
         )
-    if choice == "gpu":
-        return f"{head}: {gpu_range} on the GPU vs {_s(notebook.cpu_s)} measured on the CPU"
+    if choice == device.platform:
+        return f"{head}: {gpu_range} on the {kind} vs {_s(notebook.cpu_s)} measured on the CPU"
     if notebook.verdict != "slower" and notebook.high_s is None and notebook.unbounded:
         cells = ", ".join(str(i + 1) for i in notebook.unbounded)
         return (
-            f"{head}: not known on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU: the GPU "
+            f"{head}: not known on the {kind}, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU: the {kind} "
             f"time of cell{'s' if len(notebook.unbounded) > 1 else ''} {cells} has no upper bound; the CPU "
-            "is what was measured" + (f"; on a GPU, keep {kept} on the CPU" if kept else "")
+            "is what was measured" + (f"; on a {kind}, keep {kept} on the CPU" if kept else "")
         )
     why = "slower" if notebook.verdict == "slower" else "no faster"
-    reason = f"{head}: {why} on the GPU, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU"
-    return reason + (f"; on a GPU, keep {kept} on the CPU" if kept else "")
+    reason = f"{head}: {why} on the {kind}, {gpu_range} vs {_s(notebook.cpu_s)} measured on the CPU"
+    return reason + (f"; on a {kind}, keep {kept} on the CPU" if kept else "")

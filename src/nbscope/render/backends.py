@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 # ---- recommendation -----------------------------------------------------------------------------
 
 
-def estimates_rows(estimates: Sequence[Estimate] | None) -> Rows:
+def estimates_rows(estimates: Sequence[Estimate] | None, accelerator: str = "gpu") -> Rows:
     """A recommendation's estimated total per backend (``cpu``, ``gpu``, ``mixed``, or forecast ranges
-    such as ``gpu_low``), those it could estimate."""
+    such as ``gpu_low``), those it could estimate; ``gpu`` in a name reads as the accelerator (``tpu_low``)."""
     columns = (Column("backend", "left", "number"), Column("estimated total", "right", "number"))
-    rows = [(e.name, format_seconds(e.seconds)) for e in estimates or () if e.seconds is not None]
+    rows = [
+        (e.name.replace("gpu", accelerator, 1), format_seconds(e.seconds))
+        for e in estimates or ()
+        if e.seconds is not None
+    ]
     return Rows.of(columns, rows)
 
 
@@ -35,7 +39,7 @@ def print_recommendation(recommendation: Recommendation) -> None:
         console.print(f"[dim]no backend recommendation: {literal(recommendation.reason)}[/dim]")
         return
     # On a terminal the estimates are one line, "cpu 4.29 s · gpu 20.98 s", under the choice they explain.
-    estimates = estimates_rows(recommendation.estimates)
+    estimates = estimates_rows(recommendation.estimates, recommendation.accelerator or "gpu")
     shown = " · ".join(" ".join(item.text for item in row) for row in estimates.rows)
     console.print(f"[bold]recommended backend: {literal(choice)}[/bold] — {literal(recommendation.reason)}")
     console.print(f"estimated totals: {literal(shown)}")
@@ -59,7 +63,7 @@ def recommendation_markdown(recommendation: Recommendation) -> str:
     lines = [
         f"**Recommended backend: {choice}** — {prose(recommendation.reason)}",
         "",
-        *markdown_table(estimates_rows(recommendation.estimates)),
+        *markdown_table(estimates_rows(recommendation.estimates, recommendation.accelerator or "gpu")),
     ]
     pins = recommendation.pinned
     if pins:

@@ -39,7 +39,8 @@ MEANING = (
     "(Python, NumPy, Numba) carried over as measured here, XLA:GPU compile derived from this CPU's compile, "
     "plus each JAX program run forecast from its HLO with the device table's figures (ranges carried "
     "through); calls pinned to the CPU stay as measured. Verdict: faster / slower beyond ±10 %, similar "
-    "within it, uncertain when the range straddles the CPU time or the dominant term is wider than ×4; "
+    "wholly within it, uncertain when the range reaches past ±10 % without lying wholly beyond it, or the "
+    "dominant term is wider than ×4; "
     "unchanged = no JAX work; not forecast = the cell raised, died or timed out."
 )
 WIDE = 120  # below this console width the dominant term goes under the table, not in a narrow column
