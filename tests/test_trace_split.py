@@ -184,12 +184,18 @@ def test_a_trace_in_parts_is_read_on_one_clock_and_a_kernel_its_stop_cut_through
 
 
 @pytest.mark.slow
-def test_a_loops_iterations_are_all_counted_across_looks_and_compiles_while_it_runs() -> None:
+def test_a_loops_iterations_are_all_counted_across_looks_and_compiles_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The loop's 20 iterations are counted whole in the cell that compiles it (a loop over a 80 MB carry is not
     looked at: looks stopped while its kernels of ~40 ms ran, and one stop under load lost one of them whole)
     and in the cell that compiles something else while it runs: there the session is not split for that compile
     (what the loop ran meanwhile would be in no part: 17 of its 20 iterations were seen)."""
     pytest.importorskip("jax")
+    # The kernel-wide memory budget is not what this test is about, and on a busy machine it cut the first cell's
+    # session as the loop's 80 MB carry was allocated (the kernel grew 33 MB, read as events): it is set out of
+    # reach here. Its own tests are in test_forecast_bounded.py.
+    monkeypatch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(512 * 2**20))
     record = profile(
         FILES / "forecast_split_loop.md",
         ProfileOptions(programs=True, jax_platform="cpu"),
