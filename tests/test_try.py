@@ -142,3 +142,27 @@ def test_through_cell_stops_each_run_after_the_cell_tried(project: Path) -> None
         assert link is not None and link.through_cell
         cells = record.notebook_run().cells
         assert len(cells) > 2 and all(c.wall_s is None for c in cells[2:]) and cells[1].wall_s
+
+
+def test_a_placement_tried_on_a_machine_without_an_accelerator_is_not_tested_here(tmp_path: Path) -> None:
+    """A run from the TPU (a device fixture) tried here: on a machine with no GPU or TPU, JAX runs on the CPU either
+    way, so keeping work on the CPU is not tested here, and nothing runs or is stored."""
+    from audit_support import CORPUS
+
+    lecture = CORPUS / "jax_intro.md"
+    if not lecture.is_file():
+        pytest.skip(f"corpus lecture not found: {lecture}")
+    from nbscope.api.trial import _accelerator_here
+    from nbscope.collect import fingerprint
+
+    if _accelerator_here(fingerprint.collect()):
+        pytest.skip("this machine has an accelerator: the trial would run here")
+    shutil.copy(lecture, tmp_path / "jax_intro.md")
+    db = str(tmp_path / "s.db")
+    fixture = TESTS_DIR / "files" / "device" / "tpu_v5e" / "tpu_jax_intro.json"
+    assert run_in_process(["import", str(fixture), "--db", db], cwd=tmp_path).returncode == 0
+    ran = run_in_process(["try", "1", "--cell", "3", "--remedy", "cpu", "--json", "--db", db], cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert "no GPU or TPU" in result["not_tested"] and result["as_is_run"] is None
+    assert Store(db).records(kind="trial") == []

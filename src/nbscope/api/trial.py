@@ -29,6 +29,7 @@ from nbscope.record.live import fill_measurements
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.secrets import command_for_record
 from nbscope.record.store import Store, resolve_run
+from nbscope.schema.codec import decode
 
 SIDES = ("as-is", "remedy")
 ACCELERATOR = "on a machine whose JAX runs on an accelerator (a GPU or a TPU)"
@@ -66,6 +67,9 @@ def try_remedy(
     if chosen.primes_cache and options.jax_cache != "off":
         raise NbscopeError(f"--remedy {remedy}: run {source.run_id} ran with --jax-cache {options.jax_cache} already")
     fingerprint = fp.collect()
+    if chosen.placement and not _accelerator_here(fingerprint):
+        why = f"this machine has no GPU or TPU, so JAX runs on the CPU either way here; try it {ACCELERATOR}"
+        return trial_module.not_tested(source, cell, remedy, why)
     notebook = preflight(path, options, store, fingerprint)
     before = _file_hash(path)
     folder = Path(tempfile.mkdtemp(prefix="nbscope-trial-"))
@@ -124,6 +128,14 @@ def _notes(source: RunRecord, trial: RunRecord, cell: int, remedy: remedies.Reme
     if remedy.whole_kernel:
         notes.append(f"{remedy.text} acts on the whole kernel, every cell, not only cell {cell}")
     return notes
+
+
+def _accelerator_here(fingerprint: dict[str, object]) -> bool:
+    """Whether this machine has a GPU (NVML) or another accelerator (a TPU) for JAX to run on."""
+    from nbscope.schema.machine import Machine
+
+    machine = decode(Machine, fingerprint)
+    return bool(machine.gpus) or machine.accelerator is not None
 
 
 def _file_hash(path: Path) -> str:
