@@ -12,6 +12,7 @@ background job) stays ignored.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from collections.abc import Iterator
@@ -81,6 +82,9 @@ def _handle(signum: int, frame: FrameType | None) -> None:
             "send it once more to quit at once"
         )
         return
+    # The stop is reported in one line: nbclient's request for a running cell ends with its kernel's death, and
+    # asyncio would print that task's traceback when it is collected.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     raise Interrupted(signum)
 
 

@@ -328,7 +328,7 @@ def recommend_forecast(
     JAX gets ``recommendation`` None and says why. ``made``: this run's forecast, already made for these GPUs
     (a diagnosis made it), used instead of making it again.
     """
-    from nbscope.analyse.forecast import forecast
+    from nbscope.analyse.forecast import forecast, raising_functions
     from nbscope.analyse.forecast.risks import gpus_of, require_forecast
     from nbscope.analyse.forecastable import uses_jax
 
@@ -363,7 +363,7 @@ def recommend_forecast(
     notebook = forecast_result.notebook[device.key]
     choice = _CHOICE[notebook.verdict]
     choice = device.platform if choice == "gpu" else choice  # the accelerator's platform: gpu or tpu
-    raising = sorted({f.function for c in forecast_result.cells for f in c.gpu[device.key].fails})
+    raising = raising_functions(forecast_result.cells, device.key)
     estimates = _forecast_estimates(notebook)
     pinned, gains = _forecast_pinned_and_gains(notebook, {c.index: c for c in forecast_result.cells})
     loop = device.figure("loop_iteration_us")

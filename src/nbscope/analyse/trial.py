@@ -99,6 +99,9 @@ class TrialResult(Encoded):
         )
 
 
+_FAILED = ("error", "timeout")  # a cell's statuses that leave its results unbound
+
+
 def judge(
     source: RunRecord,
     as_is: RunRecord,
@@ -112,7 +115,7 @@ def judge(
     their repeats) judged by the gate; ``values``: each side's captured values per repeat (``name → plain form``)."""
     result = gate(as_is, remedied, TRIAL_GATE)
     pair = next((c for c in result.cells if c.index == cell - 1), None)
-    failed_as_is = pair is not None and pair.base_status in ("error", "timeout")
+    failed_as_is = pair is not None and pair.base_status in _FAILED
     checks = () if failed_as_is else compare_values(values[0], values[1])
     if failed_as_is:
         notes = (*notes, f"results not compared: cell {cell} failed as it is, so it bound nothing to compare with")
@@ -151,7 +154,7 @@ def _verdict(pair: GateComparison | None) -> str:
         return "not measured"
     if pair.verdict == "failed":
         return f"failed with the remedy: {pair.note}"
-    if pair.base_status in ("error", "timeout") and pair.cand_status in (None, "ok"):
+    if pair.base_status in _FAILED and pair.cand_status in (None, "ok"):
         # The remedy for a cell that fails there (a float64 solve on a TPU): what it measured is that it now runs.
         return f"fixed: it failed as it is ({pair.base_status}) and ran with the remedy"
     if pair.verdict == "not-comparable" or pair.base_status not in (None, "ok", "expected-error"):

@@ -16,7 +16,6 @@ timing metadata, outputs and errors.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 import uuid
@@ -308,9 +307,6 @@ class _CellLoop:
             # how long it had run and the signal; those after it did not run. What finished is returned,
             # and the caller saves it and stops.
             self.status, self.interrupted = "partial", True
-            # nbclient's request for the stopped cell ends with the kernel's death, and asyncio would print that
-            # task's traceback when it is collected: the stop is reported in one line instead.
-            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
             for code_cell in self.notebook.code_cells[len(self.cells) :]:
                 if code_cell is self.running:
                     self._keep(

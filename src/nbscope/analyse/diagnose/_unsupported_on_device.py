@@ -24,8 +24,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         if failure is None:
             continue
         functions = [f.name for f in cell.jax.of_kind("user")] if cell.jax else []
-        where = f" in `{functions[0]}`" if functions else ""
-        keep = f"keep `{functions[0]}` on the CPU" if functions else "run this cell's JAX code on the CPU"
+        first = functions[0] if functions else None
+        where = f" in `{first}`" if first else ""
+        keep = f"keep `{first}` on the CPU" if first else "run this cell's JAX code on the CPU"
+        remedy = f"cpu:{first}" if first else "cpu"
         wall = cell.notebook_wall_s or cell.wall_s or 0.0
         yield Finding(
             rule=NAME,
@@ -46,12 +48,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             action=keep,
             fix=(
                 f"XLA on the {device} does not implement this operation for this dtype. Run "
-                + (f"the calls of `{functions[0]}`" if functions else "the cell's JAX code")
+                + (f"the calls of `{first}`" if first else "the cell's JAX code")
                 + ' inside `with jax.default_device(jax.devices("cpu")[0]):` (its arguments move with '
                 '`jax.device_put(x, jax.devices("cpu")[0])`), or use float32 where that precision is enough; '
-                f"`nbscope try RUN --cell {cell.index + 1} --remedy "
-                + (f"cpu:{functions[0]}" if functions else "cpu")
-                + "` runs the notebook both ways on this machine and compares."
+                f"`nbscope try RUN --cell {cell.index + 1} --remedy {remedy}` runs the notebook both ways on this "
+                "machine and compares."
             ),
         )
 

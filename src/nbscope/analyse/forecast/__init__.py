@@ -20,7 +20,7 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -76,6 +76,7 @@ __all__ = [
     "cpu_rates",
     "forecast",
     "not_forecast",
+    "raising_functions",
 ]
 
 FORECAST_VERSION = 1
@@ -1028,7 +1029,7 @@ def _notebook(
     functions = _tallies(cells, key)
     keep, gains = _kept_and_gained(functions, cells, sources, max(MATERIAL_S, 0.01 * cpu_total), device.kind)
     # A function that raises there gains nothing there, whatever its programs' figures.
-    raising = {f.function for o in outcomes for f in o.fails}
+    raising = raising_functions(cells, key)
     gains = [g for g in gains if g.function not in raising]
     keep.sort(key=lambda e: -e.slower_by_s)
     gains.sort(key=lambda e: -e.faster_by_s)
@@ -1070,6 +1071,11 @@ def _notebook(
         unbounded=tuple(c.index for c in cells if c.gpu[key].high_s is None),
         failing=failing,
     )
+
+
+def raising_functions(cells: Sequence[CellForecast], key: str) -> list[str]:
+    """The functions forecast to raise on device ``key`` (a float64 LU on a TPU), by name."""
+    return sorted({f.function for cell in cells for f in cell.gpu[key].fails})
 
 
 def _tallies(cells: tuple[CellForecast, ...], key: str) -> dict[str, _Tally]:
