@@ -3,10 +3,15 @@ static reading of timed regions."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diag_support import assert_compact, fired, profile_notebook, with_code
 from nbscope.analyse.diagnose import _source, diagnose
+from nbscope.record import run as record_module
+
+DEVICE = Path(__file__).resolve().parent / "files" / "device" / "tpu_v5e"
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +75,24 @@ def test_no_sources_is_reported_not_guessed(runs: dict) -> None:
     findings = diagnose(record)
     assert not fired(findings, "unsynchronised-timing")
     assert any(s.rule == "unsynchronised-timing" for s in findings.skipped)  # type: ignore[attr-defined]
+
+
+def test_writing_into_a_numpy_array_waits_for_the_value() -> None:
+    # lecture-jax's jax_intro on the TPU: `%%time` around `z_loops[i, j] = f(x[i], y[j])`, where `z_loops =
+    # np.empty((n, n))`: each element is copied to the host as it is stored, so the timing is synchronised.
+    run = record_module.load(DEVICE / "tpu_lecture_jax_intro.json")
+    cells = run.measurements["cells"]
+    assert "z_loops[i, j] = f(x[i], y[j])" in cells[64]["source"] and "np.empty" in cells[63]["source"]
+    assert not fired(diagnose(run), "unsynchronised-timing", 64)
+    # The same loop writing into an array the notebook did not make with NumPy: nothing in it waits.
+    sources = {c["source_hash"]: c["source"] for c in cells if c.get("source") is not None}
+    sources[cells[63]["source_hash"]] = cells[63]["source"].replace("np.empty((n, n))", "make_grid(n)")
+    assert [f.cell_index for f in fired(diagnose(with_code(run, sources)), "unsynchronised-timing", 64)] == [64]
+
+
+def test_a_store_into_a_host_array_is_a_synchronisation() -> None:
+    tree = _source.parse("%%time\nfor i in range(n):\n    z[i] = f(x[i])\n    w[i] = f(x[i])")
+    assert tree is not None
+    [region] = _source.timed_regions(tree)
+    assert _source.synchronisations(region.nodes) == []
+    assert _source.synchronisations(region.nodes, {"z"}) == ["z[...] ="]  # `w` is not known to be a NumPy array

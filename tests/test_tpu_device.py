@@ -238,6 +238,33 @@ def test_a_trial_stopped_on_the_tpu_kept_what_it_measured() -> None:
     assert len(interrupted) == 1 and all(c.wall_s for c in cells[: interrupted[0].index])
 
 
+def test_a_python_loop_on_the_tpu_tried_on_the_cpu_with_its_arrays() -> None:
+    """`diagnose --rule host-loop --try --through-cell` on the TPU: lecture-jax jax_intro's cell 65, a Python loop of
+    6,400 small jitted calls, with its remedy (the cell on the CPU, the arrays it reads copied there): faster, the
+    loop's NumPy array equal within float32 rounding. The same remedy that left `x` and `y` on the TPU (an earlier
+    trial) gained far less: each step copied them back."""
+    from nbscope.analyse.trial import TrialResult, judge
+    from nbscope.api.runs import link_of
+    from nbscope.schema.codec import decode
+
+    source = record("tpu_lecture_jax_intro")
+    as_is, remedied = record("tpu_trial_jax_intro_65_cpu_as_is"), record("tpu_trial_jax_intro_65_cpu")
+    for run, side in ((as_is, "as-is"), (remedied, "remedy")):
+        link = link_of(run)
+        assert link is not None and (link.of, link.cell, link.remedy, link.side) == (1, 65, "cpu", side)
+        assert backend_of(run)["platform"] == "tpu" and link.through_cell
+    before, after = as_is.notebook_run().cells[64], remedied.notebook_run().cells[64]
+    assert before.wall_s and after.wall_s and before.wall_s > 3 * after.wall_s
+    assert judge(source, as_is, remedied, 65, "cpu", ((), ())).cell_verdict == "faster"
+    stored = decode(TrialResult, remedied.measurements["trial"])  # what the trial found of the values, on the TPU
+    assert stored.results == "equal"
+    [grid] = [check for check in stored.values if check.name == "z_loops"]
+    assert grid.abs_diff is not None and grid.abs_diff < 1e-6
+    assert any("`x`, `y`" in note and "device_put" in note for note in stored.notes)
+    unmoved = record("tpu_trial_jax_intro_65_unmoved_cpu").notebook_run().cells[64]
+    assert unmoved.wall_s and unmoved.wall_s > 3 * after.wall_s
+
+
 def test_a_tpu_forecast_speaks_of_the_tpu_and_a_failing_function_gains_nothing(tmp_path: Path) -> None:
     from conftest import run_in_process
 

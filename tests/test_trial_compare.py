@@ -8,7 +8,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.trial import compare_values
-from nbscope.collect.remedies import bound_names, capture, parse
+from nbscope.collect.remedies import bound_names, called_names, capture, parse, read_names
 
 
 def _verdicts(as_is: list[dict], remedied: list[dict]) -> dict[str, tuple]:
@@ -42,6 +42,27 @@ def test_values_that_vary_as_they_are_or_cannot_be_pickled_are_not_judged() -> N
 def test_the_names_a_cell_binds() -> None:
     source = "import jax\nx, (y, z) = 1, (2, 3)\nfor i in range(3):\n    w += i\nv = [q for q in x]\ndef f(a):\n    b = a\n_ = 5\nm.p[0] = 1"
     assert bound_names(source) == ["x", "y", "z", "i", "w", "v", "m"]
+
+
+def test_timed_statements_are_the_cells_own() -> None:
+    timed = "%%time\nfor i in range(n):\n    z[i] = f(x[i])\n"
+    assert bound_names(timed) == ["i", "z"]
+    assert "f" in called_names("%time f(x)")
+    assert "g" in called_names("%timeit -n 3 -r 1 g(x)")
+    assert set(read_names(timed)) == {"range", "n", "z", "i", "f", "x"}
+    assert set(read_names("%time y = g(a) + b\nprint(y)")) == {"g", "a", "b", "print", "y"}
+    assert read_names("%%bash\necho $x") == [] and bound_names("%%writefile f.py\nx = 1") == []
+
+
+def test_the_cpu_remedy_moves_the_arrays_the_cell_reads_to_the_cpu() -> None:
+    source = "%%time\nfor i in range(n):\n    z[i, 0] = f(x[i], y[0])\n"
+    remedy = parse("cpu", source, 1, "tpu", {})
+    compile(remedy.before, "before", "exec")
+    compile(remedy.after, "after", "exec")
+    listed = next(line for line in remedy.before.splitlines() if line.strip().startswith("for name in"))
+    assert all(repr(name) in listed for name in ("n", "z", "f", "x", "y"))
+    assert "jax.device_put" in remedy.before and "jax_default_device" in remedy.before
+    assert "'moved'" in remedy.after  # what the trial reports it moved
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,10 @@ class TrialResult(Encoded):
         if self.not_tested:
             return f"cell {self.cell} {self.remedy}: not tested here: {self.not_tested}"
         test = f", p={self.p_value:.2g}" if self.p_value is not None else ""
+        if self.p_value is None and self.floor_s and self.cell_verdict in ("faster", "slower", "within noise"):
+            # No test on one run each way: the verdict is the change against the noise model's floor for the cell.
+            side = "within" if self.cell_verdict == "within noise" else "beyond"
+            test = f", one run each way: {side} its {units.seconds(self.floor_s)} noise floor"
         return (
             f"cell {self.cell} {units.seconds(self.cell_as_is_s)} → {units.seconds(self.cell_remedy_s)} "
             f"({self.cell_verdict}{test}), {self.results_phrase()}"
@@ -264,10 +268,11 @@ class _Evidence:
     float64_cells: tuple[int, ...] = ()
     affected_cells: tuple[int, ...] = ()
     functions: tuple[str, ...] = ()  # unsupported-on-device: the functions the failing cell compiled
+    platform: str | None = None  # host-loop: where the run's JAX ran (a loop on the CPU already is)
 
 
-# Rules whose fix is a remedy ``nbscope try`` applies: a latency-bound loop's "on the CPU", a weak float64's "keep
-# JAX in float32", and a compile cost's "a warm compile cache".
+# Rules whose fix is a remedy ``nbscope try`` applies: a latency-bound loop's and a device's Python loop's "on the
+# CPU", a weak float64's "keep JAX in float32", and a compile cost's "a warm compile cache".
 _CACHE_RULES = ("compile-bound", "first-call")
 
 
@@ -279,6 +284,8 @@ def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
     if finding.rule == "latency-bound-loop" and cells:
         functions = [*evidence.loop_functions, *evidence.forecast_functions]
         return cells[0] + 1, f"cpu:{functions[0].split('.')[-1]}" if functions else "cpu"
+    if finding.rule == "host-loop" and cells and evidence.platform in ("gpu", "tpu"):
+        return cells[0] + 1, "cpu"  # the whole cell: the loop's slicing and copies are dispatched too
     if finding.rule == "unsupported-on-device" and cells:
         return cells[0] + 1, f"cpu:{evidence.functions[0]}" if evidence.functions else "cpu"
     if finding.rule == "weak-float64":

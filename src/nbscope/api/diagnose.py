@@ -55,10 +55,13 @@ def diagnose_run(
     thresholds: dict[str, dict[str, float]] | None = None,
     fail_on: str | None = None,
     try_repeats: int | None = None,
+    try_through_cell: bool = False,
 ) -> DiagnoseOutcome:
     """Diagnose the run ``run`` names (``other``: a second run used as evidence; ``notebook``: the code of an
     older record that does not carry it), with the forecast's recommendation where it applies."""
     failing = fail_levels(fail_on)
+    if try_through_cell and try_repeats is None:
+        raise NbscopeError("--through-cell applies to the trials of --try: add --try")
     record = resolve_run(run, store, kinds=PROFILE_KINDS)
     other_record = resolve_run(other, store, kinds=PROFILE_KINDS) if other else None
     if notebook is not None:  # the code of an older record that does not carry it
@@ -70,7 +73,7 @@ def diagnose_run(
     )
     recommendation = forecast_recommendation(record, other_record, gpus, devices_file, findings.forecast)
     if try_repeats is not None:
-        measure_fixes(record, findings, store, try_repeats)
+        measure_fixes(record, findings, store, try_repeats, through_cell=try_through_cell)
     return DiagnoseOutcome(record, findings, recommendation, failing)
 
 
@@ -92,10 +95,12 @@ def forecast_recommendation(
     return recommend_forecast(record, gpus=gpus, devices_file=devices_file, made=made)
 
 
-def measure_fixes(record: RunRecord, findings: Findings, store: Store, repeats: int) -> None:
+def measure_fixes(
+    record: RunRecord, findings: Findings, store: Store, repeats: int, *, through_cell: bool = False
+) -> None:
     """``diagnose --try``: each finding whose fix is a remedy ``nbscope try`` applies is tried (once per cell and
     remedy), and what was measured (or why it was not) becomes the finding's first highlight and its evidence's
-    ``measured``."""
+    ``measured``. ``through_cell``: each trial's runs stop after the cell it tries."""
     from nbscope.analyse.trial import remedy_for
     from nbscope.api.trial import try_remedy
 
@@ -106,7 +111,7 @@ def measure_fixes(record: RunRecord, findings: Findings, store: Store, repeats: 
             continue
         if wanted not in done:
             try:
-                result = try_remedy(str(record.run_id), *wanted, store, repeats=repeats)
+                result = try_remedy(str(record.run_id), *wanted, store, repeats=repeats, through_cell=through_cell)
                 done[wanted] = (f"{wanted[1]}: {result.sentence()}", result.to_dict())
             except NbscopeError as exc:
                 done[wanted] = (f"{wanted[1]}: not tried: {exc}", None)

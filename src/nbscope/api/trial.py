@@ -154,6 +154,7 @@ class _Runs:
     executions: dict[str, list[NotebookExecution]] = field(default_factory=lambda: {side: [] for side in SIDES})
     values: dict[str, list[dict[str, tuple[str, object]]]] = field(default_factory=lambda: {s: [] for s in SIDES})
     calls: list[int] = field(default_factory=list)  # the remedy's calls of what it changes, per run
+    moved: set[str] = field(default_factory=set)  # arrays the `cpu` remedy copied to the CPU for the cell
     after_errors: list[str] = field(default_factory=list)
     cache_state: str = "off"
 
@@ -192,6 +193,8 @@ class _Runs:
             self.values[side].append(captured["values"])
             if side == "remedy" and "calls" in captured["notes"]:
                 self.calls.append(int(captured["notes"]["calls"]))
+            if side == "remedy" and "moved" in captured["notes"]:
+                self.moved.update(str(name) for name in captured["notes"]["moved"])
 
     def notes(self) -> list[str]:
         found = []
@@ -201,6 +204,12 @@ class _Runs:
             found.append(
                 f"cell {self.cell} traced no lax.scan or fori_loop of known length (a program compiled in an earlier "
                 "cell is reused as it was): the remedy had nothing to act on"
+            )
+        if self.moved:
+            names = ", ".join(f"`{name}`" for name in sorted(self.moved))
+            found.append(
+                f"cell {self.cell} reads {names} from off the CPU: the remedy copied them to the CPU for the cell "
+                "(`jax.device_put(x, jax.devices('cpu')[0])`) and gave the notebook its own arrays back after it"
             )
         if not self.values["as-is"] or not self.values["remedy"]:
             why = f" ({self.after_errors[0]})" if self.after_errors else ""

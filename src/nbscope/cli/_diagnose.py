@@ -60,6 +60,14 @@ def diagnose_command(
         ),
     ] = False,
     repeats: Annotated[int, typer.Option("--repeats", metavar="K", help="With --try: runs each way.")] = 3,
+    through_cell: Annotated[
+        bool,
+        typer.Option(
+            "--through-cell",
+            help="With --try: run each notebook only through the finding's cell (the notebook's total is then "
+            "through it).",
+        ),
+    ] = False,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -89,6 +97,7 @@ def diagnose_command(
         thresholds=_thresholds(threshold or []),
         fail_on=fail_on,
         try_repeats=repeats if try_fixes else None,
+        try_through_cell=through_cell,
     )
     record, findings, recommendation = outcome.record, outcome.findings, outcome.recommendation
     with output_may_close():  # a closed pipe ends the printing, not the verdict's exit status

@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from nbscope._cell_python import python_of
 from nbscope._errors import NbscopeError
 
 FORMS = "cpu, cpu:FUNCTION, unroll:K, xla-flags:FLAGS, x64:off, matmul-precision:highest|default, threads:N, cache:warm"
@@ -57,9 +58,10 @@ def parse(text: str, source: str, cell: int, backend: str | None, env: dict[str,
             raise NbscopeError(f"--remedy {text}: cell {cell} calls no function named {arg!r} (it calls: {calls})")
         if arg:
             return Remedy(text, kind, _jax(_ON_CPU.format(name=arg), jax_needed), _jax(_OFF_CPU, ""))
-        return Remedy(
-            text, kind, _jax(_set("jax_default_device", "jax.devices('cpu')[0]"), jax_needed), _jax(_UNSET, "")
-        )
+        # The cell's code on the CPU, and the arrays it reads there too: an array made on the TPU stays there, and
+        # each operation on it under a CPU default device would copy it back first.
+        before = _set("jax_default_device", "jax.devices('cpu')[0]") + _TO_CPU.format(names=read_names(source))
+        return Remedy(text, kind, _jax(before, jax_needed), _jax(_BACK_FROM_CPU + _UNSET, ""))
     if kind == "unroll":
         if not arg.isdigit() or int(arg) < 1:
             raise NbscopeError(f"--remedy {text}: unroll takes a whole number of steps of 1 or more (unroll:8)")
@@ -119,10 +121,10 @@ def _joined(env: dict[str, str], name: str, *flags: str) -> str:
 
 
 def called_names(source: str) -> set[str]:
-    """The names of the functions a cell calls (``f(...)``, ``obj.f(...)``); none when it does not parse."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    """The names of the functions a cell calls (``f(...)``, ``obj.f(...)``), timed ones too (``%time f(x)``); none
+    when it does not parse."""
+    tree = python_of(source)
+    if tree is None:
         return set()
     found = set()
     for node in ast.walk(tree):
@@ -134,12 +136,22 @@ def called_names(source: str) -> set[str]:
     return found
 
 
+def read_names(source: str) -> list[str]:
+    """The names a cell reads (``f(x[i])`` reads ``f``, ``x`` and ``i``; builtins too), each once; none when it does
+    not parse."""
+    tree = python_of(source)
+    if tree is None:
+        return []
+    found = {node.id: None for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return list(found)
+
+
 def bound_names(source: str) -> list[str]:
     """The names a cell assigns or changes at its top level (``x = ...``, ``a, b = ...``, ``x += ...``, ``a[i] = ...``,
-    ``for i in``, ``with ... as f``), in order: the values a trial compares. Definitions and imports bind no value to compare."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    ``for i in``, ``with ... as f``), in order, timed statements too (``%%time``): the values a trial compares.
+    Definitions and imports bind no value to compare."""
+    tree = python_of(source)
+    if tree is None:
         return []
     found: dict[str, None] = {}
     skip = (
@@ -194,6 +206,22 @@ def _set(name: str, value: str) -> str:
 
 
 _UNSET = "if hasattr(s, 'saved'):\n    jax.config.update(*s.saved)\n    del s.saved"
+_TO_CPU = """
+ns, cpu = get_ipython().user_ns, jax.devices('cpu')[0]
+s.moved = {{}}
+for name in {names!r}:
+    value = ns.get(name)
+    if isinstance(value, jax.Array) and not value.is_deleted() and any(d.platform != 'cpu' for d in value.devices()):
+        s.moved[name] = (value, jax.device_put(value, cpu))
+        ns[name] = s.moved[name][1]
+"""
+_BACK_FROM_CPU = """
+ns = get_ipython().user_ns
+for name, (value, copy) in getattr(s, 'moved', {}).items():
+    if ns.get(name) is copy:  # the cell left it as it was: the notebook's own array again
+        ns[name] = value
+s.notes = {'moved': sorted(getattr(s, 'moved', {}))}
+"""
 _ON_CPU = """
 s.calls = 0
 def on_cpu(function):

@@ -20,9 +20,9 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+from nbscope._cell_python import python_of as python_of
 from nbscope.analyse.diagnose import _source
 
-_TIMING_MAGICS = ("time", "timeit", "prun", "capture")
 _MAX_EXPONENT = 64  # 10 ** 9 is a loop length; 10 ** 10 ** 10 is not worth computing
 
 
@@ -44,33 +44,6 @@ class LoopLength:
     start: str = "0"  # the range's bounds as written: code a finding may propose (always valid in the function)
     stop: str | None = None
     step: str | None = None
-
-
-def python_of(source: str) -> ast.Module | None:
-    """A cell as the Python its statements run, with line numbers kept: timing magics (``%time x = f(n)``,
-    ``%%time``) run their statement in the notebook's namespace, so their assignments and calls count."""
-    lines = source.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is not None and lines[first].lstrip().startswith("%%"):
-        magic = lines[first].lstrip()[2:].split(maxsplit=1)[0] if lines[first].strip() != "%%" else ""
-        if magic not in _TIMING_MAGICS:
-            return None  # %%bash, %%writefile, ...: not Python
-        lines[first] = ""
-    for number, line in enumerate(lines):
-        stripped = line.lstrip()
-        if stripped.startswith("%"):
-            name, _, rest = stripped[1:].partition(" ")
-            if name in _TIMING_MAGICS and rest.strip():
-                statement = _source._timeit_statement(rest) if name == "timeit" else rest.strip()
-                lines[number] = line[: len(line) - len(stripped)] + statement
-            else:
-                lines[number] = ""
-        elif stripped.startswith("!"):
-            lines[number] = ""
-    try:
-        return ast.parse("\n".join(lines))
-    except (SyntaxError, ValueError):
-        return None
 
 
 def evaluate(node: ast.AST | None, env: Mapping[str, Bound]) -> Bound:

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from nbscope._cell_python import timeit_statement
+
 _JIT_NAMES = ("jit", "pjit", "filter_jit")
 _LOOP_PRIMITIVES = ("scan", "fori_loop", "while_loop", "associative_scan", "map")
 _TIMER_FUNCTIONS = {
@@ -185,6 +187,7 @@ class NotebookCode:
     numba_aliases: set[str] = field(default_factory=set)  # numba, nb
     numba_names: set[str] = field(default_factory=set)  # njit, jit, prange imported from numba
     imported: dict[str, str] = field(default_factory=dict)  # local name -> what it imports ("qe" -> "quantecon")
+    numpy_arrays: set[str] = field(default_factory=set)  # globals every assignment binds to a NumPy call's result
     trees: dict[int, ast.Module] = field(default_factory=dict, repr=False)  # code-cell index -> parsed cell
 
     @property
@@ -293,6 +296,7 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
     # A constant stands for its name only when the notebook binds that name once: `n = 50_000_000` in one cell and
     # `n = 20` in another make `n` depend on where it is read (see _bindings).
     code.constants = {name: value for name, value in code.constants.items() if assigned[name] == 1}
+    code.numpy_arrays = _numpy_arrays(trees.values(), assigned)
     code.trees = trees
     for tree in trees.values():
         _imports(code, tree)
@@ -301,6 +305,22 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
     for index, tree in trees.items():
         _collect(code, index, tree)
     return code
+
+
+def _numpy_arrays(trees: Iterable[ast.Module], assigned: Mapping[str, int]) -> set[str]:
+    """Globals bound only by ``name = np.<function>(...)`` (``z = np.empty((n, n))``): NumPy arrays wherever read."""
+    made: Counter[str] = Counter()
+    for tree in trees:
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call)
+                and dotted(node.value.func).split(".")[0] in _NUMPY_NAMES
+            ):
+                made[node.targets[0].id] += 1
+    return {name for name, count in made.items() if count == assigned.get(name, 0)}
 
 
 def _module_bindings(tree: ast.Module) -> list[str]:
@@ -481,16 +501,6 @@ class TimedRegion:
     nodes: list[ast.AST]
 
 
-def _timeit_statement(argument: str) -> str:
-    """The statement of a ``%timeit -n 3 -r 1 f(x)`` line, without its options."""
-    tokens = argument.strip().split()
-    takes_value = {"-n", "-r", "-p", "-u"}
-    i = 0
-    while i < len(tokens) and tokens[i].startswith("-"):
-        i += 2 if tokens[i] in takes_value else 1
-    return " ".join(tokens[i:])
-
-
 def _parse_fragment(text: str) -> list[ast.AST]:
     try:
         return list(ast.parse(text).body)
@@ -508,11 +518,11 @@ def _magic_region(node: ast.Call) -> TimedRegion | None:
         return None
     if name.endswith("run_line_magic"):
         text = node.args[1].value if isinstance(node.args[1], ast.Constant) else ""
-        body = _parse_fragment(_timeit_statement(str(text)))
+        body = _parse_fragment(timeit_statement(str(text)))
         return TimedRegion(f"%{magic}", node.lineno, body)
     text = node.args[2].value if len(node.args) > 2 and isinstance(node.args[2], ast.Constant) else ""
     setup = node.args[1].value if isinstance(node.args[1], ast.Constant) else ""
-    statement = _timeit_statement(str(setup))
+    statement = timeit_statement(str(setup))
     return TimedRegion(f"%%{magic}", node.lineno, _parse_fragment(str(text)) + _parse_fragment(statement))
 
 
@@ -578,10 +588,17 @@ def jax_calls(nodes: Iterable[ast.AST], jitted: Iterable[str], jax_aliases: Iter
     return found
 
 
-def synchronisations(nodes: Iterable[ast.AST]) -> list[str]:
-    """Anything in the code that waits for a JAX result (explicitly or by reading its values)."""
+def synchronisations(nodes: Iterable[ast.AST], host_arrays: Iterable[str] = ()) -> list[str]:
+    """Anything in the code that waits for a JAX result (explicitly or by reading its values). ``host_arrays``:
+    names bound to NumPy arrays, which copy a JAX value written into them (``z[i, j] = f(x)``) to the host."""
     found = []
+    host = set(host_arrays)
     for node in _walk(nodes):
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in host:
+                    found.append(f"{target.value.id}[...] =")  # a NumPy array stores the value: it waits for it
         if isinstance(node, ast.Call):
             name = dotted(node.func)
             if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_ATTRIBUTES:

@@ -42,7 +42,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         unsynced: list[dict[str, Any]] = []
         for region in _source.timed_regions(tree):
             work = _source.jax_calls(region.nodes, jitted, code.jax_aliases)
-            if work and not _source.synchronisations(region.nodes):
+            if work and not _source.synchronisations(region.nodes, code.numpy_arrays):
                 unsynced.append({"how": region.how, "line_in_cell": region.line, "jax_calls": sorted(set(work))[:8]})
         if not unsynced:
             continue

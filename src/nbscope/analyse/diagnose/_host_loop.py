@@ -1,0 +1,271 @@
+"""Host-driven loop: a Python loop that calls JAX on each iteration (``z[i, j] = f(x[i], y[j])``), in a cell that
+spends its time running, not compiling. Each call is one dispatch from Python: a program launched, its argument
+sliced, its result copied back. A few microseconds each on a CPU; on a GPU or TPU each launch and copy costs far
+more, so thousands of tiny calls cost seconds that one call on whole arrays does not.
+
+Evidence: the loop in the cell's source (or in a plain function the cell calls) and the JAX calls in its body;
+how many iterations it ran, from the values its ranges were given when the cell ran (the run's bindings), or how
+many programs the cell executed (program data, ``nbscope profile --programs``); and the cell's run time. The rule
+fires only when the time per iteration is small (``max_per_iteration_s``): a loop of a few heavy calls is not
+dispatch-bound. Where the program data timed the programs' own work, the loop must be mostly outside it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from nbscope.analyse.diagnose import _bindings, _source
+from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+from nbscope.schema.model import Cell
+
+NAME = "host-loop"
+THRESHOLDS = {
+    "min_run_s": 1.0,  # the cell runs (not compiles) at least this long ...
+    "min_iterations": 500,  # ... in a loop of at least this many iterations (or JAX executions) ...
+    "max_per_iteration_s": 0.005,  # ... each this short: tiny calls, not heavy work
+}
+_ACCELERATORS = ("gpu", "tpu")
+
+
+@dataclass(frozen=True)
+class HostLoop:
+    """A Python loop of a cell that makes JAX calls, and how many iterations of its JAX calls ran (None: unknown)."""
+
+    line: int  # in the cell
+    code: str  # the loop's header, as written
+    calls: tuple[str, ...]  # the JAX calls in its body
+    iterations: int | None
+    origin: str  # where the iterations come from, or why they are unknown
+    function: str | None = None  # the plain function it is written in; None: the cell itself
+
+
+def _header(node: ast.For | ast.While) -> str:
+    if isinstance(node, ast.For):
+        return f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}"
+    return f"while {ast.unparse(node.test)}"
+
+
+def _trips(node: ast.For | ast.While, env: Mapping[str, _bindings.Bound]) -> _bindings.Bound:
+    """How many times a loop's body ran: a ``range`` or a literal sequence with known bounds, else unknown."""
+    if isinstance(node, ast.While):
+        return _bindings.Bound(None, f"`{_header(node)}` ends on a condition")
+    iterable = node.iter
+    if isinstance(iterable, (ast.List, ast.Tuple)):
+        return _bindings.Bound(len(iterable.elts), "a literal")
+    if isinstance(iterable, ast.Call) and _source.dotted(iterable.func) == "range" and not iterable.keywords:
+        bounds = [_bindings.evaluate(a, env) for a in iterable.args]
+        unknown = next((b for b in bounds if b.value is None), None)
+        if unknown is not None or not 1 <= len(bounds) <= 3:
+            return unknown or _bindings.Bound(None, "range() with no bounds")
+        values = [b.value for b in bounds if b.value is not None]
+        start, stop, step = (0, values[0], 1) if len(values) == 1 else (values[0], values[1], 1)
+        step = values[2] if len(values) == 3 else step
+        if step == 0:
+            return _bindings.Bound(None, "range() with a zero step")
+        count = len(range(start, stop, step))
+        origin = " and ".join(dict.fromkeys(b.origin for b in bounds if b.origin != "a literal")) or "a literal"
+        return _bindings.Bound(count, origin)
+    return _bindings.Bound(None, f"`{ast.unparse(iterable)[:40]}` has a length known only when it runs")
+
+
+def _calls_by_loop(body: list[ast.stmt], jitted: set[str], aliases: set[str]) -> dict[int, list[str]]:
+    """The JAX calls in the body of each loop among ``body`` (by the loop node's id), for loops that make any."""
+    calls_in: dict[int, list[str]] = {}
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.For, ast.While)) and (found := _source.jax_calls(node.body, jitted, aliases)):
+                calls_in[id(node)] = found
+    return calls_in
+
+
+def _outermost(body: list[ast.stmt], calls_in: Mapping[int, list[str]]) -> Iterator[ast.For | ast.While]:
+    """The outermost loops among ``body`` that make JAX calls (not those of functions ``body`` defines)."""
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.For, ast.While)) and id(node) in calls_in:
+            yield node
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _iterations(
+    node: ast.For | ast.While, calls_in: Mapping[int, list[str]], env: Mapping[str, _bindings.Bound]
+) -> _bindings.Bound:
+    """How many times the JAX calls of a loop ran: its trips times those of the inner loop that makes the most."""
+    own = _trips(node, env)
+    inner = [_iterations(child, calls_in, env) for child in _outermost(node.body, calls_in)]
+    counts = inner or [_bindings.Bound(1, "a literal")]  # calls in its own body run once a trip
+    unknown = next((b for b in [own, *counts] if b.value is None), None)
+    if unknown is not None:
+        return unknown
+    most = max(counts, key=lambda b: b.value or 0)
+    origin = " and ".join(dict.fromkeys(b.origin for b in (own, most) if b.origin != "a literal")) or "a literal"
+    return _bindings.Bound((own.value or 0) * (most.value or 0), origin)
+
+
+def host_loops(ctx: Context, cell: Cell) -> list[HostLoop]:
+    """The Python loops that call JAX when ``cell`` runs: in its own code, or in a plain function it calls."""
+    tree = ctx.bindings.tree(cell.index)
+    if tree is None:
+        return []
+    code = ctx.code
+    jitted = code.jitted_at(cell.index) | _compiled_user_functions(ctx, cell.index)
+    calls_in = _calls_by_loop(tree.body, jitted, code.jax_aliases)
+    found = []
+    for node in _outermost(tree.body, calls_in):
+        # The names as the loop's statement started: its ranges' bounds as this run gave them.
+        count = _iterations(node, calls_in, ctx.bindings.at(cell.index, node.lineno))
+        calls = tuple(dict.fromkeys(calls_in[id(node)]))
+        found.append(HostLoop(node.lineno, _header(node), calls, count.value, count.origin))
+    if found:
+        return found
+    for name in sorted(code.calls_in(cell.index) & code.defined_plain_at(cell.index)):
+        function = code.function_at(name, cell.index)
+        if function is None or function.node is None:
+            continue
+        in_function = _calls_by_loop(function.node.body, jitted, code.jax_aliases)
+        for node in _outermost(function.node.body, in_function):
+            # A function's loop runs with the call's arguments, not the notebook's names: it is counted only by the
+            # programs the run saw execute.
+            calls = tuple(dict.fromkeys(in_function[id(node)]))
+            why = f"a loop in `{name}` runs with the arguments of its call"
+            found.append(HostLoop(node.lineno, _header(node), calls, None, why, name))
+    return found
+
+
+def _compiled_user_functions(ctx: Context, at: int) -> set[str]:
+    """Functions JAX compiled as user functions by cell ``at`` that the source does not bind to plain functions."""
+    plain = ctx.code.defined_plain_at(at)
+    return {
+        name
+        for name, stats in ctx.functions.items()
+        if stats.kind == "user" and stats.cells and min(stats.cells) <= at and name not in plain
+    }
+
+
+def _executions(cell: Cell) -> int | None:
+    """How many programs the cell executed, when the probe counted every one."""
+    programs = cell.programs
+    if programs is None or not programs.counted:
+        return None
+    counts = [e.count for e in programs.executions]
+    return sum(int(c) for c in counts if c is not None) if all(c is not None for c in counts) else None
+
+
+def _programs_work(cell: Cell) -> float | None:
+    """Seconds the cell's programs spent in their own work (XLA:CPU's thunks, each program's summed over its
+    executions; threads may make it exceed the wall time); None: not timed."""
+    programs = cell.programs
+    if programs is None:
+        return None
+    timed = [e.cpu_s for e in programs.executions]
+    if timed and all(t is not None for t in timed):
+        return max(sum(float(t) for t in timed if t is not None), float(programs.cpu_busy_s or 0.0))
+    return float(programs.cpu_busy_s) if programs.cpu_busy_s is not None else None
+
+
+def evaluate(ctx: Context) -> Iterator[Outcome]:
+    if not any(c.jax for c in ctx.run.cells):
+        return  # JAX never imported: no call is dispatched
+    limit = ctx.limits(NAME, THRESHOLDS)
+    platform = ctx.backend.platform
+    for cell in ctx.run.cells:
+        running = cell.run_s or 0.0
+        if cell.jax is None or running < limit["min_run_s"] or running < (cell.compile_s or 0.0):
+            continue
+        if not ctx.has_sources:
+            yield Skip(NAME, f"needs the cell sources to find loops: {ctx.missing_sources()}", cell.index)
+            return
+        loops = host_loops(ctx, cell)
+        if not loops:
+            continue
+        outcome = _judge(ctx, cell, loops, limit, platform)
+        if outcome is not None:
+            yield outcome
+
+
+def _judge(
+    ctx: Context, cell: Cell, loops: list[HostLoop], limit: Mapping[str, float], platform: str | None
+) -> Outcome | None:
+    running = cell.run_s or 0.0
+    loop = max(loops, key=lambda found: found.iterations or 0)
+    executions = _executions(cell)
+    count, unit = (loop.iterations, "iteration") if loop.iterations is not None else (executions, "execution")
+    if count is None:
+        return Skip(
+            NAME,
+            f"{cell.label} runs a Python loop of JAX calls (`{loop.code}`, {seconds(running)} running): how many times "
+            f"it called JAX is unknown ({loop.origin}); `nbscope profile --programs` counts the programs it ran",
+            cell.index,
+        )
+    per = running / count if count else None
+    if count < limit["min_iterations"] or per is None or per > limit["max_per_iteration_s"]:
+        return None
+    busy = _programs_work(cell)
+    if busy is not None and busy >= running / 2:
+        return None  # the programs' own work is most of the time: heavy calls, not dispatches
+    on_device = platform in _ACCELERATORS
+    calls = ", ".join(f"`{c}`" for c in loop.calls[:3])
+    where = f" in `{loop.function}`" if loop.function else ""
+    counted = f"{count:,} {unit}s" if unit == "execution" else f"{count:,} iterations"
+    return Finding(
+        rule=NAME,
+        title="Python loop of JAX calls",
+        cell_index=cell.index,
+        severity=severity(running, ctx.total_wall),
+        confidence=0.8 if unit == "iteration" else 0.7,
+        evidence={
+            "platform": platform,
+            "loop": loop.code,
+            "line_in_cell": loop.line,
+            "function": loop.function,
+            "jax_calls": list(loop.calls[:8]),
+            "iterations": loop.iterations,
+            "iterations_from": loop.origin,
+            "executions": executions,
+            "run_s": round(running, 4),
+            "per_iteration_s": round(per, 7) if unit == "iteration" else None,
+            "per_execution_s": round(running / executions, 7) if executions else None,
+            "programs_busy_s": round(busy, 4) if busy is not None else None,
+            "seconds_at_stake": round(running, 4),
+        },
+        summary=(
+            f"`{loop.code}`{where} calls {calls} on each step: {seconds(running)} running over {counted}, "
+            f"{seconds(per)} per {unit}, each call dispatched from Python"
+            + (f" to the {platform.upper()} and its result copied back" if on_device and platform else "")
+        ),
+        highlights=[
+            ("loop", f"line {loop.line}{where}: {loop.code} ({loop.origin})"[:110]),
+            ("run", f"{seconds(running)} for {counted}; {seconds(per)} each"),
+        ]
+        + ([("executions", f"{executions:,} programs executed")] if executions else []),
+        action="call JAX once on whole arrays" + (" or run the loop on the CPU" if on_device else ""),
+        fix=_fix(on_device, platform),
+    )
+
+
+def _fix(on_device: bool, platform: str | None) -> str:
+    vectorise = (
+        "Call JAX once on whole arrays instead of once per element: broadcasting (`f(x[:, None], y[None, :])`, or "
+        "`jnp.meshgrid`) or `jax.vmap(f)`; or move the loop into the jitted function (`lax.fori_loop`, `lax.scan`)."
+    )
+    if not on_device:
+        return vectorise
+    return (
+        f"{vectorise} Without changing the loop, run it on the CPU, where a call launches nothing on the "
+        f"{(platform or 'device').upper()} and copies nothing back: `with jax.default_device(jax.devices('cpu')[0]):` "
+        "around the loop, with the arrays it reads moved there first (`x = jax.device_put(x, jax.devices('cpu')[0])`"
+        "): an array made on the device stays there, and each step would copy it back."
+    )
+
+
+RULE = Rule(
+    NAME,
+    "Python loop of JAX calls",
+    "the cell's source (its loops and JAX calls), its run time, and the programs it executed when recorded",
+    evaluate,
+    thresholds=THRESHOLDS,
+)

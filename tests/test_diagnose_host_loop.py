@@ -1,0 +1,133 @@
+"""Rule host-loop: a Python loop that calls JAX on each iteration, on real CPU kernels (tests/files/diag_host_loop*)
+and on runs of QuantEcon lecture-jax's jax_intro recorded on the lent TPU v5e and on a CPU
+(tests/files/device/tpu_v5e)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diag_support import assert_compact, fired, profile_notebook
+from nbscope.analyse.diagnose import _host_loop, diagnose
+from nbscope.analyse.diagnose._base import Context
+from nbscope.analyse.trial import remedy_for
+from nbscope.record import run as record_module
+from nbscope.record.run import RunRecord
+
+DEVICE = Path(__file__).resolve().parent / "files" / "device" / "tpu_v5e"
+
+# The cells' run times (a fraction of a second here) are measured, not judged: with no floor on them the rule fires
+# on the loop's length and its time per iteration (about 0.2 ms here; 5 ms by default is 20x away).
+LOW = {"host-loop": {"min_run_s": 0.0}}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord]:
+    folder = tmp_path_factory.mktemp("host-loop")
+    found = {name: profile_notebook(name, folder) for name in ("diag_host_loop", "diag_host_loop_fixed")}
+    found["programs"] = profile_notebook("diag_host_loop", folder / "programs", programs=True)
+    return found
+
+
+def device_run(name: str) -> RunRecord:
+    return record_module.load(DEVICE / f"{name}.json")
+
+
+@pytest.mark.slow
+def test_fires_on_the_nested_loop_cell(runs: dict) -> None:
+    run = runs["diag_host_loop"]
+    [finding] = fired(diagnose(run, thresholds=LOW), "host-loop")
+    assert_compact([finding], run)
+    assert finding.cell_index == 1
+    evidence = finding.evidence
+    assert evidence["iterations"] == 1600  # 40 × 40, from `n = 40` as cell 0 bound it
+    assert "`n = 40`" in evidence["iterations_from"]
+    assert evidence["loop"] == "for i in range(n)" and evidence["jax_calls"] == ["f"]
+    assert evidence["platform"] == "cpu" and evidence["function"] is None
+    assert evidence["executions"] is None  # no program data in this run
+    assert 0 < evidence["per_iteration_s"] <= _host_loop.THRESHOLDS["max_per_iteration_s"]
+    assert "jax.vmap" in finding.fix
+    assert "default_device" not in finding.fix  # JAX runs on the CPU already: no advice to move it there
+    assert remedy_for(finding, run) is None  # nor a `cpu` remedy to try
+
+
+@pytest.mark.slow
+def test_a_loop_in_a_called_function_without_program_data_is_a_skip(runs: dict) -> None:
+    findings = diagnose(runs["diag_host_loop"], thresholds=LOW)
+    assert not fired(findings, "host-loop", 2)
+    [skip] = [s for s in findings.skipped if s.rule == "host-loop"]  # type: ignore[attr-defined]
+    assert skip.cell_index == 2
+    assert "`walk`" in skip.reason and "unknown" in skip.reason
+    assert "--programs" in skip.reason
+
+
+@pytest.mark.slow
+def test_program_data_counts_the_loop_in_a_called_function(runs: dict) -> None:
+    findings = diagnose(runs["programs"], thresholds=LOW)
+    assert not [s for s in findings.skipped if s.rule == "host-loop"]  # type: ignore[attr-defined]
+    by_cell = {f.cell_index: f for f in fired(findings, "host-loop")}
+    assert set(by_cell) == {1, 2}
+    walk = by_cell[2].evidence
+    assert walk["function"] == "walk" and walk["iterations"] is None
+    assert walk["executions"] >= 600  # walk(600): one call of `f` per step
+    assert walk["programs_busy_s"] is not None and walk["programs_busy_s"] < walk["run_s"] / 2
+    assert by_cell[1].evidence["iterations"] == 1600 and by_cell[1].evidence["executions"] >= 1600
+
+
+@pytest.mark.slow
+def test_silent_on_the_vectorised_notebook(runs: dict) -> None:
+    run = runs["diag_host_loop_fixed"]
+    assert not fired(diagnose(run, thresholds=LOW), "host-loop")
+    ctx = Context(run)
+    assert all(_host_loop.host_loops(ctx, cell) == [] for cell in ctx.run.cells)  # silent for want of a loop
+
+
+@pytest.mark.slow
+def test_the_time_per_iteration_is_a_threshold(runs: dict) -> None:
+    strict = {"host-loop": {"min_run_s": 0.0, "max_per_iteration_s": 1e-9}}
+    assert not fired(diagnose(runs["diag_host_loop"], thresholds=strict), "host-loop")
+
+
+def test_fires_on_the_lectures_loop_on_the_tpu_with_the_cpu_as_a_remedy() -> None:
+    run = device_run("tpu_lecture_jax_intro")
+    [finding] = fired(diagnose(run), "host-loop")
+    assert_compact([finding], run)
+    assert finding.cell_index == 64  # the reader's cell 65: `z_loops[i, j] = f(x[i], y[j])`
+    assert finding.evidence["iterations"] == 6400  # `n = 80`
+    assert "`n = 80`" in finding.evidence["iterations_from"]
+    assert finding.evidence["platform"] == "tpu"
+    assert "TPU" in finding.summary
+    assert "jax.vmap" in finding.fix
+    assert "jax.default_device" in finding.fix and "jax.device_put" in finding.fix
+    assert remedy_for(finding, run) == (65, "cpu")  # what `diagnose --try` tries
+
+
+def test_fires_on_the_same_loop_on_a_cpu_without_the_cpu_advice() -> None:
+    run = device_run("cpu_lecture_jax_intro")
+    [finding] = fired(diagnose(run), "host-loop")
+    assert finding.cell_index == 64 and finding.evidence["iterations"] == 6400
+    assert finding.evidence["platform"] == "cpu"
+    assert finding.evidence["executions"] >= 6400  # recorded with --programs: each iteration executed programs
+    assert finding.evidence["programs_busy_s"] < finding.evidence["run_s"] / 2  # the loop is dispatch, not work
+    assert "default_device" not in finding.fix
+    assert remedy_for(finding, run) is None
+
+
+def test_silent_where_the_programs_own_work_is_most_of_the_run() -> None:
+    run = device_run("cpu_host_kesten_processes")
+    loose = {"host-loop": {"min_run_s": 0.0, "min_iterations": 1, "max_per_iteration_s": 10.0}}
+    for thresholds in (None, loose):
+        findings = diagnose(run, thresholds=thresholds)
+        assert not fired(findings, "host-loop"), thresholds
+        assert not [s for s in findings.skipped if s.rule == "host-loop"], thresholds  # type: ignore[attr-defined]
+    # What keeps it silent: cell 7's loop in `generate_cross_section` ran thousands of short programs, but their
+    # own work (500,000 firms a step) took most of the cell's time.
+    ctx = Context(run)
+    cell = next(c for c in ctx.run.cells if c.index == 6)
+    [loop] = _host_loop.host_loops(ctx, cell)
+    assert loop.function == "generate_cross_section"
+    executions, work, running = _host_loop._executions(cell), _host_loop._programs_work(cell), cell.run_s or 0.0
+    assert executions is not None and executions >= _host_loop.THRESHOLDS["min_iterations"]
+    assert running / executions <= _host_loop.THRESHOLDS["max_per_iteration_s"]
+    assert work is not None and work >= running / 2
