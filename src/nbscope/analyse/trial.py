@@ -13,6 +13,7 @@ from nbscope import _units as units
 from nbscope.analyse.gate import GateComparison, GateOptions, gate
 from nbscope.record.run import RunRecord
 from nbscope.schema.codec import Encoded, decode
+from nbscope.schema.status import FAILED  # a cell's statuses that leave its results unbound
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Finding
@@ -65,6 +66,9 @@ class TrialResult(Encoded):
     values: tuple[ValueCheck, ...] = ()
     notes: tuple[str, ...] = ()
     not_tested: str = ""
+    # A cell that failed as it is: its values with the remedy checked against this run's, the notebook with JAX on
+    # the CPU (None: checked against the runs as it is, or not checked).
+    reference_run: int | None = None
 
     @property
     def results(self) -> str:
@@ -79,11 +83,13 @@ class TrialResult(Encoded):
         return "vary" if "varies" in verdicts else "unknown"
 
     def results_phrase(self) -> str:
+        against = f" to those with JAX on the CPU (run {self.reference_run})" if self.reference_run is not None else ""
         if self.results == "differ":
-            return "results differ: " + "; ".join(v.phrase() for v in self.values if v.verdict == "differs")
+            return f"results differ{against}: " + "; ".join(v.phrase() for v in self.values if v.verdict == "differs")
         close = [v for v in self.values if v.verdict == "close"]
         if self.results == "equal":
-            return "results equal" + (f" within tolerance ({'; '.join(v.phrase() for v in close)})" if close else "")
+            within = f" within tolerance ({'; '.join(v.phrase() for v in close)})" if close else ""
+            return f"results equal{against}{within}"
         if self.results == "vary":
             return "results vary from run to run as it is: not compared"
         return "no result compared" if self.values else "results not compared (the cell binds no name)"
@@ -103,9 +109,6 @@ class TrialResult(Encoded):
         )
 
 
-_FAILED = ("error", "timeout")  # a cell's statuses that leave its results unbound
-
-
 def judge(
     source: RunRecord,
     as_is: RunRecord,
@@ -114,14 +117,26 @@ def judge(
     remedy: str,
     values: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
     notes: Sequence[str] = (),
+    *,
+    reference: tuple[int | None, Sequence[Mapping[str, Any]]] | None = None,
 ) -> TrialResult:
     """The trial of ``remedy`` on ``cell`` (1-based) of ``source``: ``as_is`` and ``remedied`` (its two runs, with
-    their repeats) judged by the gate; ``values``: each side's captured values per repeat (``name → plain form``)."""
+    their repeats) judged by the gate; ``values``: each side's captured values per repeat (``name → plain form``);
+    ``reference``: for a cell that failed as it is, the run with JAX on the CPU and its values, which the remedy's
+    are checked against."""
     result = gate(as_is, remedied, TRIAL_GATE)
     pair = next((c for c in result.cells if c.index == cell - 1), None)
-    failed_as_is = pair is not None and pair.base_status in _FAILED
+    failed_as_is = pair is not None and pair.base_status in FAILED
     checks = () if failed_as_is else compare_values(values[0], values[1])
-    if failed_as_is:
+    reference_run = None
+    if failed_as_is and reference is not None and reference[1]:
+        reference_run, checks = reference[0], compare_values(reference[1], values[1])
+        notes = (
+            *notes,
+            f"cell {cell} failed as it is: its values with the remedy were checked against run {reference_run}, the "
+            f"notebook run through cell {cell} with JAX on the CPU (JAX_PLATFORMS=cpu)",
+        )
+    elif failed_as_is:
         notes = (*notes, f"results not compared: cell {cell} failed as it is, so it bound nothing to compare with")
     return TrialResult(
         of_run=source.run_id,
@@ -141,6 +156,7 @@ def judge(
         total_verdict=_verdict(result.total),
         values=checks,
         notes=(*notes, *_one_run_note(values[0], checks)),
+        reference_run=reference_run,
     )
 
 
@@ -158,7 +174,7 @@ def _verdict(pair: GateComparison | None) -> str:
         return "not measured"
     if pair.verdict == "failed":
         return f"failed with the remedy: {pair.note}"
-    if pair.base_status in _FAILED and pair.cand_status in (None, "ok"):
+    if pair.base_status in FAILED and pair.cand_status in (None, "ok"):
         # The remedy for a cell that fails there (a float64 solve on a TPU): what it measured is that it now runs.
         return f"fixed: it failed as it is ({pair.base_status}) and ran with the remedy"
     if pair.verdict == "not-comparable" or pair.base_status not in (None, "ok", "expected-error"):

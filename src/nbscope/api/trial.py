@@ -30,8 +30,12 @@ from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.secrets import command_for_record
 from nbscope.record.store import Store, resolve_run
 from nbscope.schema.codec import decode
+from nbscope.schema.status import FAILED
 
 SIDES = ("as-is", "remedy")
+# A cell that failed as it is bound nothing to compare with: where a placement made it run, one more run with JAX on
+# the CPU, through the cell, gives the values it computes there (the reference the remedy's are checked against).
+REFERENCE = "reference"
 ACCELERATOR = "on a machine whose JAX runs on an accelerator (a GPU or a TPU)"
 Progress = Callable[[str, int, int], None]  # side, repeat (1-based), repeats
 
@@ -90,13 +94,39 @@ def try_remedy(
     records = [
         _record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell) for side in SIDES
     ]
+    as_is_id = store.save(records[0])
+    reference_id = None
+    if chosen.placement and _failed_as_is_ran_remedied(records, cell) and runs.values["remedy"]:
+        try:
+            runs.reference(replace(execution, last_cell=cell - 1))
+        except KeyboardInterrupt:  # the two sides are kept, unjudged, as a stopped trial's are
+            store.save(records[1])
+            raise
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        reference = _record(source, notebook, settings, fingerprint, cell, remedy, REFERENCE, runs, through_cell=True)
+        reference_id = store.save(reference)
     notes = runs.notes() + _notes(source, records[0], cell, chosen, through_cell and cell < len(cells))
     result = trial_module.judge(
-        source, records[0], records[1], cell, remedy, (runs.values["as-is"], runs.values["remedy"]), notes
+        source,
+        records[0],
+        records[1],
+        cell,
+        remedy,
+        (runs.values["as-is"], runs.values["remedy"]),
+        notes,
+        reference=(reference_id, runs.values[REFERENCE]) if reference_id is not None else None,
     )
-    as_is_id = store.save(records[0])
     records[1].measurements["trial"] = replace(result, as_is_run=as_is_id).to_dict()
     return trial_module.with_runs(result, as_is_id, store.save(records[1]))
+
+
+def _failed_as_is_ran_remedied(records: list[RunRecord], cell: int) -> bool:
+    """Whether the cell failed (raised or timed out) in the runs as it is and ran in the remedy's."""
+    statuses = [
+        r.notebook_run().cells[cell - 1].status if len(r.notebook_run().cells) >= cell else None for r in records
+    ]
+    return statuses[0] in FAILED and statuses[1] in (None, "ok")
 
 
 def _source_and_file(run: str, cell: int, store: Store) -> tuple[RunRecord, Path]:
@@ -151,8 +181,12 @@ class _Runs:
     remedy: remedies.Remedy
     folder: Path
     progress: Progress | None
-    executions: dict[str, list[NotebookExecution]] = field(default_factory=lambda: {side: [] for side in SIDES})
-    values: dict[str, list[dict[str, tuple[str, object]]]] = field(default_factory=lambda: {s: [] for s in SIDES})
+    executions: dict[str, list[NotebookExecution]] = field(
+        default_factory=lambda: {side: [] for side in (*SIDES, REFERENCE)}
+    )
+    values: dict[str, list[dict[str, tuple[str, object]]]] = field(
+        default_factory=lambda: {side: [] for side in (*SIDES, REFERENCE)}
+    )
     calls: list[int] = field(default_factory=list)  # the remedy's calls of what it changes, per run
     moved: set[str] = field(default_factory=set)  # arrays the `cpu` remedy copied to the CPU for the cell
     after_errors: list[str] = field(default_factory=list)
@@ -176,6 +210,19 @@ class _Runs:
                 env = {**base.env, **self.remedy.env, **cache_env} if remedied else base.env
                 execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
                 self._keep(side, execution, out)
+
+    def reference(self, base: ExecutionOptions) -> None:
+        """One run as it is with JAX on the CPU (``JAX_PLATFORMS=cpu``), through the cell: the values it computes
+        where it runs, for a cell that failed as it is on the run's device."""
+        if self.progress is not None:
+            self.progress(REFERENCE, 1, 1)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        out = self.folder / "reference.pickle"
+        names = remedies.bound_names(self.notebook.code_cells[self.cell - 1].source)
+        around = (self.cell - 1, "", remedies.capture(names, str(out)))
+        env = {**base.env, "JAX_PLATFORMS": "cpu"}
+        execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
+        self._keep(REFERENCE, execution, out)
 
     def _keep(self, side: str, execution: NotebookExecution, out: Path) -> None:
         errors = execution.runner["trial_errors"] if "trial_errors" in execution.runner else {}
