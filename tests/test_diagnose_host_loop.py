@@ -131,3 +131,18 @@ def test_silent_where_the_programs_own_work_is_most_of_the_run() -> None:
     assert executions is not None and executions >= _host_loop.THRESHOLDS["min_iterations"]
     assert running / executions <= _host_loop.THRESHOLDS["max_per_iteration_s"]
     assert work is not None and work >= running / 2
+
+
+def test_a_loop_whose_steps_feed_each_other_is_moved_into_jit_not_vectorised() -> None:
+    """`for _ in range(200000): x = step(x)` (tests/files/forecast_cut.md) is a recurrence: no wider call replaces it,
+    a `lax.fori_loop` does; lecture-jax's grid loop writes each element once and is vectorised; autodiff's
+    `while ε > tol` gradient descent becomes a `lax.while_loop`."""
+    recurrence = record_module.load(Path(__file__).resolve().parent / "files" / "records" / "cpu_forecast_cut.json")
+    [finding] = fired(diagnose(recurrence), "host-loop")
+    assert finding.evidence["carried"] == ["x"] and finding.evidence["iterations"] == 200_000
+    assert "lax.fori_loop" in finding.fix and "vmap" not in finding.fix
+    [grid] = fired(diagnose(device_run("tpu_lecture_jax_intro")), "host-loop")
+    assert grid.evidence["carried"] == [] and "lax.fori_loop" not in grid.fix
+    [descent] = fired(diagnose(device_run("cpu_host_autodiff")), "host-loop")
+    assert descent.evidence["function"] == "grad_descent" and "ε" in descent.evidence["carried"]
+    assert "lax.while_loop" in descent.fix

@@ -224,6 +224,32 @@ def test_a_float64_solve_kept_on_the_cpu_runs_on_the_tpu() -> None:
     assert any("results not compared" in note for note in result.notes)
 
 
+def test_a_fixed_float64_solve_has_its_values_checked_against_jax_on_the_cpu() -> None:
+    """The same trial later (`try 1 --cell 27 --remedy cpu:sv_pd_ratio_jax --repeats 1 --through-cell` on the TPU):
+    the cell that raised as it is has no values to compare with, so a third run, the notebook with JAX on the CPU
+    through cell 27, gave them; the remedy's `v_jax` equals it within float64 rounding, and the cell's clock readings
+    (`start`, `jnp_with_compile`) are not compared."""
+    from nbscope.analyse.trial import TrialResult
+    from nbscope.api.runs import link_of
+    from nbscope.render.trial import trial_lines
+    from nbscope.schema.codec import decode
+
+    as_is, remedied = record("tpu_trial_markov_asset_27_ref_as_is"), record("tpu_trial_markov_asset_27_ref_cpu")
+    reference = record("tpu_trial_markov_asset_27_ref_reference")
+    link = link_of(reference)
+    assert link is not None and (link.cell, link.side, link.through_cell) == (27, "reference", True)
+    assert backend_of(reference)["platform"] == "cpu" and backend_of(remedied)["platform"] == "tpu"
+    assert as_is.notebook_run().cells[26].status == "error" and reference.notebook_run().cells[26].status == "ok"
+    result = decode(TrialResult, remedied.measurements["trial"])
+    assert result.cell_verdict.startswith("fixed") and result.results == "equal"
+    assert result.reference_run is not None and result.reference_run != result.as_is_run
+    assert [v.name for v in result.values] == ["v_jax"]
+    assert result.values[0].rel_diff is not None and result.values[0].rel_diff < 1e-9
+    assert any("`start`, `jnp_with_compile`" in note for note in result.notes)
+    lines = trial_lines(result)
+    assert "with JAX on the CPU" in lines[0] and "noise floor" not in lines[1]
+
+
 def test_a_trial_stopped_on_the_tpu_kept_what_it_measured() -> None:
     """The Python loop of 6,400 small jitted calls in lecture-jax's jax_intro (cell 65): 11.5 s on the TPU as it is,
     in the trial as in the profile; the remedy's run, stopped by SIGTERM when the device time ran out, is stored

@@ -8,7 +8,7 @@ import pytest
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.trial import compare_values
-from nbscope.collect.remedies import bound_names, called_names, capture, parse, read_names
+from nbscope.collect.remedies import bound_names, called_names, capture, clock_names, parse, read_names
 
 
 def _verdicts(as_is: list[dict], remedied: list[dict]) -> dict[str, tuple]:
@@ -52,6 +52,13 @@ def test_timed_statements_are_the_cells_own() -> None:
     assert set(read_names(timed)) == {"range", "n", "z", "i", "f", "x"}
     assert set(read_names("%time y = g(a) + b\nprint(y)")) == {"g", "a", "b", "print", "y"}
     assert read_names("%%bash\necho $x") == [] and bound_names("%%writefile f.py\nx = 1") == []
+
+
+def test_clock_readings_are_named_so_that_no_remedy_is_judged_by_them() -> None:
+    cell = "start = time()\nv = solve(A, b)\nelapsed = time() - start\nrate = n / elapsed\nprint(elapsed)\n"
+    assert clock_names(cell) == ["start", "elapsed", "rate"]
+    assert clock_names("%%time\nt0 = time.perf_counter()\nz = f(x)\n") == ["t0"]
+    assert clock_names("v = solve(A, b)\ntimes = [1, 2]\n") == []
 
 
 def test_the_cpu_remedy_moves_the_arrays_the_cell_reads_to_the_cpu() -> None:

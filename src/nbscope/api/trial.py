@@ -198,7 +198,7 @@ class _Runs:
             cache_env, _ = jax_cache_env(str(self.folder / "jax-cache"), self.folder)
             execute(self.notebook, replace(base, env={**base.env, **cache_env}))
             self.cache_state = "warm"
-        names = remedies.bound_names(self.notebook.code_cells[self.cell - 1].source)
+        names = self.compared_names()
         for number in range(repeats):
             for side in SIDES:
                 if self.progress is not None:
@@ -211,6 +211,12 @@ class _Runs:
                 execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
                 self._keep(side, execution, out)
 
+    def compared_names(self) -> list[str]:
+        """The names the cell binds whose values the trial compares: not its clock readings."""
+        source = self.notebook.code_cells[self.cell - 1].source
+        clocks = set(remedies.clock_names(source))
+        return [name for name in remedies.bound_names(source) if name not in clocks]
+
     def reference(self, base: ExecutionOptions) -> None:
         """One run as it is with JAX on the CPU (``JAX_PLATFORMS=cpu``), through the cell: the values it computes
         where it runs, for a cell that failed as it is on the run's device."""
@@ -218,8 +224,7 @@ class _Runs:
             self.progress(REFERENCE, 1, 1)
         self.folder.mkdir(parents=True, exist_ok=True)
         out = self.folder / "reference.pickle"
-        names = remedies.bound_names(self.notebook.code_cells[self.cell - 1].source)
-        around = (self.cell - 1, "", remedies.capture(names, str(out)))
+        around = (self.cell - 1, "", remedies.capture(self.compared_names(), str(out)))
         env = {**base.env, "JAX_PLATFORMS": "cpu"}
         execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
         self._keep(REFERENCE, execution, out)
@@ -252,6 +257,10 @@ class _Runs:
                 f"cell {self.cell} traced no lax.scan or fori_loop of known length (a program compiled in an earlier "
                 "cell is reused as it was): the remedy had nothing to act on"
             )
+        clocks = remedies.clock_names(self.notebook.code_cells[self.cell - 1].source)
+        if clocks:
+            names = ", ".join(f"`{name}`" for name in clocks)
+            found.append(f"not compared: {names}, clock readings (they differ in every run)")
         if self.moved:
             names = ", ".join(f"`{name}`" for name in sorted(self.moved))
             found.append(

@@ -45,7 +45,7 @@ def diagnose_command(
         typer.Option(
             "--threshold",
             metavar="RULE.NAME=VALUE",
-            help="Override one rule's threshold, e.g. compile-bound.min_compile_s=0.1 (repeatable).",
+            help="Override one rule's threshold, e.g. host-loop.min_run_s=5 (repeatable).",
         ),
     ] = None,
     db: DbOption = None,

@@ -11,8 +11,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from nbscope._cell_python import python_of
 from nbscope._errors import NbscopeError
+from nbscope.collect.cell_python import python_of
 
 FORMS = "cpu, cpu:FUNCTION, unroll:K, xla-flags:FLAGS, x64:off, matmul-precision:highest|default, threads:N, cache:warm"
 # Device placements: on a machine whose JAX runs on the CPU already they change nothing, so they are not tested.
@@ -136,6 +136,32 @@ def called_names(source: str) -> set[str]:
     return found
 
 
+CLOCKS = ("time", "perf_counter", "monotonic", "process_time", "time_ns", "perf_counter_ns", "now", "default_timer")
+
+
+def clock_names(source: str) -> list[str]:
+    """The names a cell binds to clock readings (``start = time()``, ``elapsed = time() - start``): values that differ
+    in every run, which no remedy is judged by."""
+    tree = python_of(source)
+    if tree is None:
+        return []
+    found: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            reads = [n for n in ast.walk(node.value)]
+            clocked = any(isinstance(n, ast.Call) and _called(n.func) in CLOCKS for n in reads) or any(
+                isinstance(n, ast.Name) and n.id in found for n in reads
+            )
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if clocked:
+                found.update({t.id: None for t in targets if isinstance(t, ast.Name)})
+    return list(found)
+
+
+def _called(func: ast.expr) -> str:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
 def read_names(source: str) -> list[str]:
     """The names a cell reads (``f(x[i])`` reads ``f``, ``x`` and ``i``; builtins too), each once; none when it does
     not parse."""
@@ -210,7 +236,7 @@ _TO_CPU = """
 ns, cpu = get_ipython().user_ns, jax.devices('cpu')[0]
 s.moved = {{}}
 for name in {names!r}:
-    value = ns.get(name)
+    value = ns[name] if name in ns else None
     if isinstance(value, jax.Array) and not value.is_deleted() and any(d.platform != 'cpu' for d in value.devices()):
         s.moved[name] = (value, jax.device_put(value, cpu))
         ns[name] = s.moved[name][1]
@@ -218,7 +244,7 @@ for name in {names!r}:
 _BACK_FROM_CPU = """
 ns = get_ipython().user_ns
 for name, (value, copy) in getattr(s, 'moved', {}).items():
-    if ns.get(name) is copy:  # the cell left it as it was: the notebook's own array again
+    if name in ns and ns[name] is copy:  # the cell left it as it was: the notebook's own array again
         ns[name] = value
 s.notes = {'moved': sorted(getattr(s, 'moved', {}))}
 """

@@ -20,6 +20,10 @@ def trial_lines(result: TrialResult) -> list[str]:
     )
     floor = f", noise floor {seconds(result.floor_s)}" if result.floor_s is not None else ""
     test = f", p={result.p_value:.2g}" if result.p_value is not None else ", too few repeats for a test"
+    if result.cell_verdict.startswith(("fixed", "failed", "not ")):  # no change in time to test: it ran or it did not
+        floor = test = ""
+    if result.reference_run is not None:
+        runs += f"; run {result.reference_run} with JAX on the CPU"
     lines = [
         f"{result.label} — {result.remedy} (of run {result.of_run}; {runs})",
         f"  cell:     {seconds(result.cell_as_is_s)} → {seconds(result.cell_remedy_s)}  {result.cell_verdict}{test}{floor}",

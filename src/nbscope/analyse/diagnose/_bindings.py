@@ -20,8 +20,8 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
-from nbscope._cell_python import python_of as python_of
 from nbscope.analyse.diagnose import _source
+from nbscope.collect.cell_python import python_of as python_of
 
 _MAX_EXPONENT = 64  # 10 ** 9 is a loop length; 10 ** 10 ** 10 is not worth computing
 

@@ -39,6 +39,7 @@ class HostLoop:
     iterations: int | None
     origin: str  # where the iterations come from, or why they are unknown
     function: str | None = None  # the plain function it is written in; None: the cell itself
+    carried: tuple[str, ...] = ()  # names each step feeds to the next (``x = step(x)``): a recurrence, not a map
 
 
 def _header(node: ast.For | ast.While) -> str:
@@ -119,7 +120,7 @@ def host_loops(ctx: Context, cell: Cell) -> list[HostLoop]:
         # The names as the loop's statement started: its ranges' bounds as this run gave them.
         count = _iterations(node, calls_in, ctx.bindings.at(cell.index, node.lineno))
         calls = tuple(dict.fromkeys(calls_in[id(node)]))
-        found.append(HostLoop(node.lineno, _header(node), calls, count.value, count.origin))
+        found.append(HostLoop(node.lineno, _header(node), calls, count.value, count.origin, None, _carried(node)))
     if found:
         return found
     for name in sorted(code.calls_in(cell.index) & code.defined_plain_at(cell.index)):
@@ -132,8 +133,30 @@ def host_loops(ctx: Context, cell: Cell) -> list[HostLoop]:
             # programs the run saw execute.
             calls = tuple(dict.fromkeys(in_function[id(node)]))
             why = f"a loop in `{name}` runs with the arguments of its call"
-            found.append(HostLoop(node.lineno, _header(node), calls, None, why, name))
+            found.append(HostLoop(node.lineno, _header(node), calls, None, why, name, _carried(node)))
     return found
+
+
+def _carried(loop: ast.For | ast.While) -> tuple[str, ...]:
+    """Names one step hands to the next: assigned from a call that reads them (``x = step(x)``, ``key, k =
+    split(key)``), or, for a ``while`` loop, the names its condition reads that its body assigns."""
+    found: dict[str, None] = {}
+    assigned: set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound = {
+                n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+            assigned |= bound
+            if any(isinstance(n, ast.Call) for n in ast.walk(node.value)):
+                read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                found.update(
+                    dict.fromkeys(sorted(bound & (read | (bound if isinstance(node, ast.AugAssign) else set()))))
+                )
+    if isinstance(loop, ast.While):
+        found.update(dict.fromkeys(sorted({n.id for n in ast.walk(loop.test) if isinstance(n, ast.Name)} & assigned)))
+    return tuple(found)
 
 
 def _compiled_user_functions(ctx: Context, at: int) -> set[str]:
@@ -222,6 +245,7 @@ def _judge(
             "loop": loop.code,
             "line_in_cell": loop.line,
             "function": loop.function,
+            "carried": list(loop.carried),
             "jax_calls": list(loop.calls[:8]),
             "iterations": loop.iterations,
             "iterations_from": loop.origin,
@@ -242,20 +266,33 @@ def _judge(
             ("run", f"{seconds(running)} for {counted}; {seconds(per)} each"),
         ]
         + ([("executions", f"{executions:,} programs executed")] if executions else []),
-        action="call JAX once on whole arrays" + (" or run the loop on the CPU" if on_device else ""),
-        fix=_fix(on_device, platform),
+        action=("move the loop into one jitted function" if loop.carried else "call JAX once on whole arrays")
+        + (" or run the loop on the CPU" if on_device else ""),
+        fix=_fix(loop, on_device, platform),
     )
 
 
-def _fix(on_device: bool, platform: str | None) -> str:
-    vectorise = (
-        "Call JAX once on whole arrays instead of once per element: broadcasting (`f(x[:, None], y[None, :])`, or "
-        "`jnp.meshgrid`) or `jax.vmap(f)`; or move the loop into the jitted function (`lax.fori_loop`, `lax.scan`)."
-    )
+def _fix(loop: HostLoop, on_device: bool, platform: str | None) -> str:
+    if loop.carried:  # each step needs the last one's result: one program running every step, not a wider call
+        names = ", ".join(f"`{n}`" for n in loop.carried[:3])
+        primitive = (
+            "`lax.while_loop`"
+            if loop.code.startswith("while")
+            else "`lax.fori_loop` (or `lax.scan` to keep every step's value)"
+        )
+        change = (
+            f"Move the loop into one jitted function: each step feeds the next ({names}), so write it as {primitive} "
+            "and call JAX once for the whole loop."
+        )
+    else:
+        change = (
+            "Call JAX once on whole arrays instead of once per element: broadcasting (`f(x[:, None], y[None, :])`, "
+            "or `jnp.meshgrid`) or `jax.vmap(f)`."
+        )
     if not on_device:
-        return vectorise
+        return change
     return (
-        f"{vectorise} Without changing the loop, run it on the CPU, where a call launches nothing on the "
+        f"{change} Without changing the loop, run it on the CPU, where a call launches nothing on the "
         f"{(platform or 'device').upper()} and copies nothing back: `with jax.default_device(jax.devices('cpu')[0]):` "
         "around the loop, with the arrays it reads moved there first (`x = jax.device_put(x, jax.devices('cpu')[0])`"
         "): an array made on the device stays there, and each step would copy it back."

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from nbscope._cell_python import timeit_statement
+from nbscope.collect.cell_python import timeit_statement
 
 _JIT_NAMES = ("jit", "pjit", "filter_jit")
 _LOOP_PRIMITIVES = ("scan", "fori_loop", "while_loop", "associative_scan", "map")
@@ -320,7 +320,7 @@ def _numpy_arrays(trees: Iterable[ast.Module], assigned: Mapping[str, int]) -> s
                 and dotted(node.value.func).split(".")[0] in _NUMPY_NAMES
             ):
                 made[node.targets[0].id] += 1
-    return {name for name, count in made.items() if count == assigned.get(name, 0)}
+    return {name for name, count in made.items() if name in assigned and count == assigned[name]}
 
 
 def _module_bindings(tree: ast.Module) -> list[str]:
