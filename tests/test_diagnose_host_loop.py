@@ -146,3 +146,28 @@ def test_a_loop_whose_steps_feed_each_other_is_moved_into_jit_not_vectorised() -
     [descent] = fired(diagnose(device_run("cpu_host_autodiff")), "host-loop")
     assert descent.evidence["function"] == "grad_descent" and "ε" in descent.evidence["carried"]
     assert "lax.while_loop" in descent.fix
+
+
+def test_calls_that_run_jax_through_a_transform_or_a_local_function_count() -> None:
+    """QuantEcon's `newton` (lecture-jax newtons_method) loops over `q`, a local function calling `f_prime =
+    jax.grad(f)`: both run JAX, though neither is a jnp call or a jitted name."""
+    import ast
+
+    newton = ast.parse(
+        "def newton(f, x_0, tol=1e-5):\n"
+        "    f_prime = jax.grad(f)\n"
+        "    def q(x):\n"
+        "        return x - f(x) / f_prime(x)\n"
+        "    def show(x):\n"
+        "        print(x)\n"
+        "    error, x = tol + 1, x_0\n"
+        "    while error > tol:\n"
+        "        y = q(x)\n"
+        "        error = abs(x - y)\n"
+        "        x = y\n"
+        "    return x\n"
+    ).body[0]
+    assert isinstance(newton, ast.FunctionDef)
+    assert _host_loop._jax_locals(newton, set(), {"jax", "jnp"}) == {"f_prime", "q"}
+    [descent] = fired(diagnose(device_run("cpu_host_autodiff")), "host-loop")
+    assert "f_grad" in descent.evidence["jax_calls"]  # `f_grad = jax.grad(f)` in `grad_descent`

@@ -113,7 +113,7 @@ def host_loops(ctx: Context, cell: Cell) -> list[HostLoop]:
     if tree is None:
         return []
     code = ctx.code
-    jitted = code.jitted_at(cell.index) | _compiled_user_functions(ctx, cell.index)
+    jitted = _jax_functions(ctx, cell.index)
     calls_in = _calls_by_loop(tree.body, jitted, code.jax_aliases)
     found = []
     for node in _outermost(tree.body, calls_in):
@@ -127,13 +127,57 @@ def host_loops(ctx: Context, cell: Cell) -> list[HostLoop]:
         function = code.function_at(name, cell.index)
         if function is None or function.node is None:
             continue
-        in_function = _calls_by_loop(function.node.body, jitted, code.jax_aliases)
+        local = _jax_locals(function.node, jitted, code.jax_aliases)
+        in_function = _calls_by_loop(function.node.body, jitted | local, code.jax_aliases)
         for node in _outermost(function.node.body, in_function):
             # A function's loop runs with the call's arguments, not the notebook's names: it is counted only by the
             # programs the run saw execute.
             calls = tuple(dict.fromkeys(in_function[id(node)]))
             why = f"a loop in `{name}` runs with the arguments of its call"
             found.append(HostLoop(node.lineno, _header(node), calls, None, why, name, _carried(node)))
+    return found
+
+
+def _jax_functions(ctx: Context, at: int) -> set[str]:
+    """Names whose call runs JAX when cell ``at`` runs: jitted functions, functions JAX compiled, and plain notebook
+    functions whose bodies call JAX (``def g(x): return jnp.exp(x)``), through each other."""
+    code = ctx.code
+    found = code.jitted_at(at) | _compiled_user_functions(ctx, at)
+    plain = [f for name in code.defined_plain_at(at) if (f := code.function_at(name, at)) is not None and f.node]
+    grew = True
+    while grew:  # a function calling one that calls JAX runs JAX too
+        grew = False
+        for function in plain:
+            if function.name not in found and function.node is not None:
+                if _source.jax_calls(function.node.body, found, code.jax_aliases):
+                    found.add(function.name)
+                    grew = True
+    return found
+
+
+def _jax_locals(function: ast.FunctionDef | ast.AsyncFunctionDef, jax: set[str], aliases: set[str]) -> set[str]:
+    """Names inside ``function`` whose call runs JAX: bound to a JAX transform (``f_prime = jax.grad(f)``) or
+    defined there with a body that calls JAX (``def q(x): return x - f(x) / f_prime(x)``)."""
+    found: set[str] = set()
+    for node in ast.walk(function):  # a transform's result: `f_prime = jax.grad(f)`
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and _source.dotted(node.value.func).split(".")[0] in aliases
+        ):
+            found.add(node.targets[0].id)
+    nested = [
+        n for n in ast.walk(function) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not function
+    ]
+    grew = True
+    while grew:  # a local function calling JAX, or one that does
+        grew = False
+        for inner in nested:
+            if inner.name not in found and _source.jax_calls(inner.body, jax | found, aliases):
+                found.add(inner.name)
+                grew = True
     return found
 
 
