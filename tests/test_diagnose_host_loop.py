@@ -171,3 +171,17 @@ def test_calls_that_run_jax_through_a_transform_or_a_local_function_count() -> N
     assert _host_loop._jax_locals(newton, set(), {"jax", "jnp"}) == {"f_prime", "q"}
     [descent] = fired(diagnose(device_run("cpu_host_autodiff")), "host-loop")
     assert "f_grad" in descent.evidence["jax_calls"]  # `f_grad = jax.grad(f)` in `grad_descent`
+
+
+def test_on_a_device_the_cpu_is_advised_only_for_a_loop_of_small_calls() -> None:
+    """lecture-jax's grid loop calls `f` on scalars (its cell compiled arguments of at most 80 elements): the CPU is
+    offered and tried. A loop whose calls work on 500,000 firms a step would do that work on the CPU too."""
+    [grid] = fired(diagnose(device_run("tpu_lecture_jax_intro")), "host-loop")
+    assert grid.evidence["largest_argument_elements"] == 80 and grid.evidence["cpu_advised"]
+    big = {"host-loop": {"max_cpu_elements": 79}}
+    [same] = fired(diagnose(device_run("tpu_lecture_jax_intro"), thresholds=big), "host-loop")
+    assert not same.evidence["cpu_advised"] and "default_device" not in same.fix
+    assert remedy_for(same, device_run("tpu_lecture_jax_intro")) is None
+    ctx = Context(device_run("tpu_kesten_processes"))
+    first = next(c for c in ctx.run.cells if c.index == 6)  # generate_cross_section's first call compiles its steps
+    assert _host_loop._largest_argument(first) == 500_000

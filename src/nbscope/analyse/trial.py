@@ -284,7 +284,7 @@ class _Evidence:
     float64_cells: tuple[int, ...] = ()
     affected_cells: tuple[int, ...] = ()
     functions: tuple[str, ...] = ()  # unsupported-on-device: the functions the failing cell compiled
-    platform: str | None = None  # host-loop: where the run's JAX ran (a loop on the CPU already is)
+    cpu_advised: bool = False  # host-loop: its fix offers the CPU (a loop of small calls on a device)
 
 
 # Rules whose fix is a remedy ``nbscope try`` applies: a latency-bound loop's and a device's Python loop's "on the
@@ -300,7 +300,7 @@ def remedy_for(finding: Finding, record: RunRecord) -> tuple[int, str] | None:
     if finding.rule == "latency-bound-loop" and cells:
         functions = [*evidence.loop_functions, *evidence.forecast_functions]
         return cells[0] + 1, f"cpu:{functions[0].split('.')[-1]}" if functions else "cpu"
-    if finding.rule == "host-loop" and cells and evidence.platform in ("gpu", "tpu"):
+    if finding.rule == "host-loop" and cells and evidence.cpu_advised:
         return cells[0] + 1, "cpu"  # the whole cell: the loop's slicing and copies are dispatched too
     if finding.rule == "unsupported-on-device" and cells:
         return cells[0] + 1, f"cpu:{evidence.functions[0]}" if evidence.functions else "cpu"

@@ -8,11 +8,18 @@ how many iterations it ran, from the values its ranges were given when the cell 
 many programs the cell executed (program data, ``nbscope profile --programs``); and the cell's run time. The rule
 fires only when the time per iteration is small (``max_per_iteration_s``): a loop of a few heavy calls is not
 dispatch-bound. Where the program data timed the programs' own work, the loop must be mostly outside it.
+
+On a GPU or TPU the fix also offers the CPU for the unchanged loop (and ``diagnose --try`` tries it), but only where
+the cell's compiled programs take small arguments (``max_cpu_elements``): a step over 500,000 firms is work the CPU
+would do too. A loop whose steps feed each other (``x = step(x)``) is moved into one jitted loop; one that maps over
+elements is vectorised.
 """
 
 from __future__ import annotations
 
 import ast
+import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -25,8 +32,10 @@ THRESHOLDS = {
     "min_run_s": 1.0,  # the cell runs (not compiles) at least this long ...
     "min_iterations": 500,  # ... in a loop of at least this many iterations (or JAX executions) ...
     "max_per_iteration_s": 0.005,  # ... each this short: tiny calls, not heavy work
+    "max_cpu_elements": 100_000,  # on a device, the CPU is advised only for calls on arrays this small or smaller
 }
 _ACCELERATORS = ("gpu", "tpu")
+_DIMS = re.compile(r"\[([\d,\s]*)\]")  # an argument's dimensions in a recorded shape: float32[500000]
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,14 @@ def _executions(cell: Cell) -> int | None:
     return sum(int(c) for c in counts if c is not None) if all(c is not None for c in counts) else None
 
 
+def _largest_argument(cell: Cell) -> int | None:
+    """The most elements of any argument of the programs JAX compiled in the cell (its loop's first steps); None: it
+    compiled none (they were compiled earlier, and a name may have been compiled for other shapes there)."""
+    shapes = [s for f in (cell.jax.functions if cell.jax is not None else ()) for s in f.shapes]
+    sizes = [math.prod(int(d) for d in dims.split(",") if d.strip()) for s in shapes for dims in _DIMS.findall(s)]
+    return max(sizes) if sizes else None
+
+
 def _programs_work(cell: Cell) -> float | None:
     """Seconds the cell's programs spent in their own work (XLA:CPU's thunks, each program's summed over its
     executions; threads may make it exceed the wall time); None: not timed."""
@@ -274,7 +291,9 @@ def _judge(
     busy = _programs_work(cell)
     if busy is not None and busy >= running / 2:
         return None  # the programs' own work is most of the time: heavy calls, not dispatches
-    on_device = platform in _ACCELERATORS
+    largest = _largest_argument(cell)
+    # The CPU is a remedy for a loop of small calls: where a call works on a large array, the CPU would do that work.
+    on_device = platform in _ACCELERATORS and largest is not None and largest <= limit["max_cpu_elements"]
     calls = ", ".join(f"`{c}`" for c in loop.calls[:3])
     where = f" in `{loop.function}`" if loop.function else ""
     counted = f"{count:,} {unit}s" if unit == "execution" else f"{count:,} iterations"
@@ -298,6 +317,8 @@ def _judge(
             "per_iteration_s": round(per, 7) if unit == "iteration" else None,
             "per_execution_s": round(running / executions, 7) if executions else None,
             "programs_busy_s": round(busy, 4) if busy is not None else None,
+            "largest_argument_elements": largest,
+            "cpu_advised": on_device,  # the fix offers the CPU (what `diagnose --try` tries)
             "seconds_at_stake": round(running, 4),
         },
         summary=(
