@@ -185,3 +185,20 @@ def test_on_a_device_the_cpu_is_advised_only_for_a_loop_of_small_calls() -> None
     ctx = Context(device_run("tpu_kesten_processes"))
     first = next(c for c in ctx.run.cells if c.index == 6)  # generate_cross_section's first call compiles its steps
     assert _host_loop._largest_argument(first) == 500_000
+
+
+def test_a_tpu_run_with_program_data_counts_the_loop_in_a_function() -> None:
+    """kesten_processes profiled on the TPU with --programs: `generate_cross_section`'s Python loop (500 steps of
+    random draws over 500,000 firms) is counted there (7,504 executions in cell 8), its programs' own work is not
+    timed on the TPU (unknown, not zero), and its fix is the lecture's own next step, a `lax.fori_loop` carrying
+    `key` and `s`, with no CPU advice: each step's work on 500,000 firms would be the CPU's too."""
+    run = device_run("tpu_programs_kesten_processes")
+    found = {f.cell_index: f for f in fired(diagnose(run), "host-loop")}
+    assert set(found) == {6, 7}
+    second = found[7]
+    assert second.evidence["platform"] == "tpu" and second.evidence["function"] == "generate_cross_section"
+    assert second.evidence["executions"] == 7504 and second.evidence["iterations"] is None
+    assert second.evidence["programs_busy_s"] is None
+    assert second.evidence["carried"] == ["key", "s"]
+    assert "lax.fori_loop" in second.fix and "default_device" not in second.fix
+    assert remedy_for(second, run) is None

@@ -191,24 +191,35 @@ def _jax_locals(function: ast.FunctionDef | ast.AsyncFunctionDef, jax: set[str],
 
 
 def _carried(loop: ast.For | ast.While) -> tuple[str, ...]:
-    """Names one step hands to the next: assigned from a call that reads them (``x = step(x)``, ``key, k =
-    split(key)``), or, for a ``while`` loop, the names its condition reads that its body assigns."""
+    """Names one step hands to the next: read by a statement with a call (``x = step(x)``, ``key, k = split(key)``)
+    before the step assigns them, and assigned in the loop; for a ``while`` loop, also the names its condition reads
+    that its body assigns."""
+    assigned_in_loop = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     found: dict[str, None] = {}
-    assigned: set[str] = set()
-    for node in ast.walk(loop):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound = {
-                n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-            }
-            assigned |= bound
-            if any(isinstance(n, ast.Call) for n in ast.walk(node.value)):
+    assigned_this_step: set[str] = set()
+    for statement in loop.body:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
-                found.update(
-                    dict.fromkeys(sorted(bound & (read | (bound if isinstance(node, ast.AugAssign) else set()))))
-                )
+                if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                    read.add(node.target.id)
+                if any(isinstance(n, ast.Call) for n in ast.walk(node.value)):
+                    found.update(dict.fromkeys(sorted((read & assigned_in_loop) - assigned_this_step)))
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                assigned_this_step |= {
+                    n.id
+                    for t in targets
+                    for n in ast.walk(t)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                }
     if isinstance(loop, ast.While):
-        found.update(dict.fromkeys(sorted({n.id for n in ast.walk(loop.test) if isinstance(n, ast.Name)} & assigned)))
+        found.update(
+            dict.fromkeys(sorted({n.id for n in ast.walk(loop.test) if isinstance(n, ast.Name)} & assigned_in_loop))
+        )
+    # Loop variables (this loop's and its inner loops') are handed on by the loops, not by a step.
+    for inner in (n for n in ast.walk(loop) if isinstance(n, (ast.For, ast.comprehension))):
+        for name in {n.id for n in ast.walk(inner.target) if isinstance(n, ast.Name)}:
+            found.pop(name, None)
     return tuple(found)
 
 
@@ -243,12 +254,10 @@ def _programs_work(cell: Cell) -> float | None:
     """Seconds the cell's programs spent in their own work (XLA:CPU's thunks, each program's summed over its
     executions; threads may make it exceed the wall time); None: not timed."""
     programs = cell.programs
-    if programs is None:
-        return None
-    timed = [e.cpu_s for e in programs.executions]
-    if timed and all(t is not None for t in timed):
-        return max(sum(float(t) for t in timed if t is not None), float(programs.cpu_busy_s or 0.0))
-    return float(programs.cpu_busy_s) if programs.cpu_busy_s is not None else None
+    timed = [e.cpu_s for e in programs.executions] if programs is not None else []
+    if programs is None or not timed or any(t is None for t in timed):
+        return None  # not timed: a device's programs (the host trace sees their launches, not their work)
+    return max(sum(float(t) for t in timed if t is not None), float(programs.cpu_busy_s or 0.0))
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
