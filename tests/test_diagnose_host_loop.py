@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from diag_support import assert_compact, fired, profile_notebook
-from nbscope.analyse.diagnose import _host_loop, diagnose
+from nbscope.analyse.diagnose import _bindings, _host_loop, diagnose
 from nbscope.analyse.diagnose._base import Context
 from nbscope.analyse.trial import remedy_for
 from nbscope.record import run as record_module
@@ -202,3 +202,33 @@ def test_a_tpu_run_with_program_data_counts_the_loop_in_a_function() -> None:
     assert second.evidence["carried"] == ["key", "s"]
     assert "lax.fori_loop" in second.fix and "default_device" not in second.fix
     assert remedy_for(second, run) is None
+
+
+@pytest.mark.parametrize(
+    ("loop", "iterations"),
+    [
+        ("for i in range(max_iter):\n    v = T(v)\n    if err(v) < tol:\n        break", None),  # may stop early
+        ("for i in range(3):\n    for j in range(4):\n        if j:\n            break\n    v = T(v)", 3),
+        ("for i in range(10**19):\n    v = T(v)", 10**19),  # past 2**63: no OverflowError from len(range(...))
+        ("for i in range(10, 0, -3):\n    v = T(v)", 4),
+        ("for x in [*grid, 1.0]:\n    v = T(v)", None),  # a starred list's length is the run's
+    ],
+)
+def test_a_loops_trips_are_those_its_range_allows(loop: str, iterations: int | None) -> None:
+    import ast
+
+    node = ast.parse(loop).body[0]
+    assert isinstance(node, ast.For)
+    assert _host_loop._trips(node, {"max_iter": _bindings.Bound(10_000, "a literal")}).value == iterations
+
+
+def test_a_value_a_branch_computes_before_use_is_not_handed_on() -> None:
+    """In source order `v` is assigned before `g(v)` reads it in every step: a map, not a recurrence."""
+    import ast
+
+    loop = ast.parse(
+        "for i in range(n):\n for j in range(m):\n  if mask[i, j]:\n   v = f(x[i], y[j])\n  else:\n   v = 0.0\n"
+        "  z[i, j] = g(v)\n"
+    ).body[0]
+    assert isinstance(loop, ast.For)
+    assert _host_loop._carried(loop) == ()

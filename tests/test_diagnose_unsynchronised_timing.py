@@ -96,3 +96,10 @@ def test_a_store_into_a_host_array_is_a_synchronisation() -> None:
     [region] = _source.timed_regions(tree)
     assert _source.synchronisations(region.nodes) == []
     assert _source.synchronisations(region.nodes, {"z"}) == ["z[...] ="]  # `w` is not known to be a NumPy array
+
+
+def test_a_constant_written_into_a_numpy_array_waits_for_nothing() -> None:
+    tree = _source.parse("%%time\nout[0] = 1.0\ny = f(x)\n")
+    assert tree is not None
+    [region] = _source.timed_regions(tree)
+    assert _source.synchronisations(region.nodes, {"out"}) == []  # `f(x)` is still not waited for

@@ -59,6 +59,11 @@ def test_clock_readings_are_named_so_that_no_remedy_is_judged_by_them() -> None:
     assert clock_names(cell) == ["start", "elapsed", "rate"]
     assert clock_names("%%time\nt0 = time.perf_counter()\nz = f(x)\n") == ["t0"]
     assert clock_names("v = solve(A, b)\ntimes = [1, 2]\n") == []
+    timings = (
+        "times = []\nfor i in range(3):\n    t0 = perf_counter()\n    f(x)\n    times.append(perf_counter() - t0)\n"
+    )
+    assert clock_names(timings + "best = min(times)\n") == ["t0", "times", "best"]
+    assert clock_names("def timed(g):\n    start = time.time()\n    return g()\nv = timed(h)\n") == []  # a local
 
 
 def test_the_cpu_remedy_moves_the_arrays_the_cell_reads_to_the_cpu() -> None:
@@ -97,3 +102,8 @@ def test_the_code_run_around_the_cell_is_python(text: str) -> None:
     remedy = parse(text, "y = f(x)", 2, "tpu", {})
     for code in (remedy.before, remedy.after, capture(["y"], "/tmp/values.pickle", "{}")):
         compile(code, text, "exec")
+
+
+def test_a_cell_nbscope_cannot_parse_binds_and_calls_nothing() -> None:
+    deep = "x = " + "+".join(["1"] * 100_000)  # RecursionError in the parser
+    assert bound_names(deep) == [] and called_names(deep) == set() and clock_names(deep) == []

@@ -129,7 +129,9 @@ def judge(
     failed_as_is = pair is not None and pair.base_status in FAILED
     checks = () if failed_as_is else compare_values(values[0], values[1])
     reference_run = None
+    compared_with: tuple[Sequence[Mapping[str, Any]], str] = (values[0], "as it is")
     if failed_as_is and reference is not None and reference[1]:
+        compared_with = (reference[1], "with JAX on the CPU")
         reference_run, checks = reference[0], compare_values(reference[1], values[1])
         notes = (
             *notes,
@@ -155,18 +157,18 @@ def judge(
         total_remedy_s=result.total.cand_s,
         total_verdict=_verdict(result.total),
         values=checks,
-        notes=(*notes, *_one_run_note(values[0], checks)),
+        notes=(*notes, *_one_run_note(*compared_with, checks)),
         reference_run=reference_run,
     )
 
 
-def _one_run_note(as_is: Sequence[object], checks: Sequence[ValueCheck]) -> list[str]:
-    """With one run as it is, a value that changes from run to run cannot be told from one the remedy changed."""
-    if len(as_is) != 1 or not any(c.verdict == "differs" for c in checks):
+def _one_run_note(compared_with: Sequence[object], side: str, checks: Sequence[ValueCheck]) -> list[str]:
+    """With one run to compare with (as it is, or with JAX on the CPU), a value that changes from run to run cannot be
+    told from one the remedy changed."""
+    if len(compared_with) != 1 or not any(c.verdict == "differs" for c in checks):
         return []
-    return [
-        "one run as it is: a value that varies from run to run would read as changed (--repeats 2 tells them apart)"
-    ]
+    tells = " (--repeats 2 tells them apart)" if side == "as it is" else ""
+    return [f"one run {side}: a value that varies from run to run would read as changed{tells}"]
 
 
 def _verdict(pair: GateComparison | None) -> str:

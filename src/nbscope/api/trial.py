@@ -12,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from nbscope._errors import NbscopeError
@@ -95,18 +96,18 @@ def try_remedy(
         _record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell) for side in SIDES
     ]
     as_is_id = store.save(records[0])
-    reference_id = None
-    if chosen.placement and _failed_as_is_ran_remedied(records, cell) and runs.values["remedy"]:
-        try:
-            runs.reference(replace(execution, last_cell=cell - 1))
-        except KeyboardInterrupt:  # the two sides are kept, unjudged, as a stopped trial's are
-            store.save(records[1])
-            raise
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        reference = _record(source, notebook, settings, fingerprint, cell, remedy, REFERENCE, runs, through_cell=True)
-        reference_id = store.save(reference)
+    reference_id, reference_note = None, None
+    if chosen.placement and _failed_as_is_ran_remedied(records, cell):
+        make = partial(_record, source, notebook, settings, fingerprint, cell, remedy, REFERENCE, runs, True)
+        reference = _reference(runs, replace(execution, last_cell=cell - 1), folder, (records[1], make), store)
+        if reference is not None:
+            reference_id = store.save(reference)
+            status = reference.notebook_run().cells[cell - 1].status
+            if status not in (None, "ok"):  # what it captured is stale or missing: nothing to check against
+                reference_note = f"cell {cell} did not run with JAX on the CPU either (run {reference_id}: {status})"
+                reference_id = None
     notes = runs.notes() + _notes(source, records[0], cell, chosen, through_cell and cell < len(cells))
+    notes += [reference_note] if reference_note else []
     result = trial_module.judge(
         source,
         records[0],
@@ -119,6 +120,28 @@ def try_remedy(
     )
     records[1].measurements["trial"] = replace(result, as_is_run=as_is_id).to_dict()
     return trial_module.with_runs(result, as_is_id, store.save(records[1]))
+
+
+def _reference(
+    runs: _Runs,
+    execution: ExecutionOptions,
+    folder: Path,
+    records: tuple[RunRecord, Callable[[], RunRecord]],
+    store: Store,
+) -> RunRecord | None:
+    """The run with JAX on the CPU a fixed cell's values are checked against (None: the cell binds nothing the
+    remedy's runs captured). Stopped or failing, the remedy's side is kept, unjudged, as a stopped trial's is."""
+    if not runs.compared_names() or not any(runs.values["remedy"]):
+        return None
+    remedied, make = records  # the remedy's side as recorded, and how the reference's record is made
+    try:
+        runs.reference(execution)
+    except BaseException:
+        store.save(remedied)
+        raise
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return make()
 
 
 def _failed_as_is_ran_remedied(records: list[RunRecord], cell: int) -> bool:
@@ -265,7 +288,9 @@ class _Runs:
             names = ", ".join(f"`{name}`" for name in sorted(self.moved))
             found.append(
                 f"cell {self.cell} reads {names} from off the CPU: the remedy copied them to the CPU for the cell "
-                "(`jax.device_put(x, jax.devices('cpu')[0])`) and gave the notebook its own arrays back after it"
+                "(`jax.device_put(x, jax.devices('cpu')[0])`); after it, a name the cell left alone holds the "
+                "notebook's own array again, and one it rebound to an array on the CPU holds a copy on the run's "
+                "device"
             )
         if not self.values["as-is"] or not self.values["remedy"]:
             why = f" ({self.after_errors[0]})" if self.after_errors else ""

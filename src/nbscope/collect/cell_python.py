@@ -43,5 +43,5 @@ def python_of(source: str) -> ast.Module | None:
             lines[number] = ""
     try:
         return ast.parse("\n".join(lines))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a hostile cell is code nbscope cannot read
         return None

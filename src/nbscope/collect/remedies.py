@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from nbscope._errors import NbscopeError
@@ -61,7 +62,7 @@ def parse(text: str, source: str, cell: int, backend: str | None, env: dict[str,
         # The cell's code on the CPU, and the arrays it reads there too: an array made on the TPU stays there, and
         # each operation on it under a CPU default device would copy it back first.
         before = _set("jax_default_device", "jax.devices('cpu')[0]") + _TO_CPU.format(names=read_names(source))
-        return Remedy(text, kind, _jax(before, jax_needed), _jax(_BACK_FROM_CPU + _UNSET, ""))
+        return Remedy(text, kind, _jax(before, jax_needed), _jax(_BACK_FROM_CPU, ""))
     if kind == "unroll":
         if not arg.isdigit() or int(arg) < 1:
             raise NbscopeError(f"--remedy {text}: unroll takes a whole number of steps of 1 or more (unroll:8)")
@@ -140,22 +141,44 @@ CLOCKS = ("time", "perf_counter", "monotonic", "process_time", "time_ns", "perf_
 
 
 def clock_names(source: str) -> list[str]:
-    """The names a cell binds to clock readings (``start = time()``, ``elapsed = time() - start``): values that differ
-    in every run, which no remedy is judged by."""
+    """The names a cell binds to clock readings (``start = time()``, ``elapsed = time() - start``,
+    ``times.append(perf_counter() - t0)``): values that differ in every run, which no remedy is judged by. Only
+    names the cell binds at its top level count (a function's locals are not values a trial compares)."""
     tree = python_of(source)
     if tree is None:
         return []
     found: dict[str, None] = {}
-    for node in ast.walk(tree):
+    for node in _in_source_order(tree):
+        value: ast.expr | None = None
+        targets: list[ast.expr] = []
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-            reads = [n for n in ast.walk(node.value)]
-            clocked = any(isinstance(n, ast.Call) and _called(n.func) in CLOCKS for n in reads) or any(
-                isinstance(n, ast.Name) and n.id in found for n in reads
-            )
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if clocked:
-                found.update({t.id: None for t in targets if isinstance(t, ast.Name)})
-    return list(found)
+            value, targets = node.value, node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _APPENDS:
+            value, targets = ast.Tuple(elts=list(node.args), ctx=ast.Load()), [node.func.value]
+        if value is None:
+            continue
+        reads = list(ast.walk(value))
+        if any(isinstance(n, ast.Call) and _called(n.func) in CLOCKS for n in reads) or any(
+            isinstance(n, ast.Name) and n.id in found for n in reads
+        ):
+            for target in targets:
+                while isinstance(target, (ast.Subscript, ast.Attribute)):  # `times[i] = ...` holds clock readings
+                    target = target.value
+                if isinstance(target, ast.Name):
+                    found[target.id] = None
+    bound = set(bound_names(source))
+    return [name for name in found if name in bound]
+
+
+_APPENDS = ("append", "extend", "insert")
+
+
+def _in_source_order(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under ``node`` in the order the source reads (not a function's body: its locals are its own)."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            yield from _in_source_order(child)
 
 
 def _called(func: ast.expr) -> str:
@@ -242,11 +265,18 @@ for name in {names!r}:
         ns[name] = s.moved[name][1]
 """
 _BACK_FROM_CPU = """
+if hasattr(s, 'saved'):
+    jax.config.update(*s.saved)
+    del s.saved
+import numpy
 ns = get_ipython().user_ns
 for name, (value, copy) in getattr(s, 'moved', {}).items():
     if name in ns and ns[name] is copy:  # the cell left it as it was: the notebook's own array again
         ns[name] = value
+    elif name in ns and isinstance(ns[name], jax.Array) and all(d.platform == 'cpu' for d in ns[name].devices()):
+        ns[name] = jax.numpy.asarray(numpy.asarray(ns[name]))  # rebound on the CPU: back where the run keeps arrays
 s.notes = {'moved': sorted(getattr(s, 'moved', {}))}
+s.moved = {}  # the CPU copies are not kept alive past the cell
 """
 _ON_CPU = """
 s.calls = 0

@@ -435,7 +435,8 @@ def settings_text(settings: Mapping[str, Any]) -> str:
         if key == "env" and isinstance(value, Mapping):
             parts += [f"--env {name}" for name in value]
         elif key == "trial" and isinstance(value, Mapping) and {"of", "cell", "remedy", "side"} <= value.keys():
-            parts.append(f"trial of run {value['of']}: cell {value['cell']}, {value['remedy']} ({value['side']})")
+            side = "reference: JAX on the CPU" if value["side"] == "reference" else value["side"]
+            parts.append(f"trial of run {value['of']}: cell {value['cell']}, {value['remedy']} ({side})")
         elif value is True:
             parts.append(field_name(f"settings.{key}"))
         else:

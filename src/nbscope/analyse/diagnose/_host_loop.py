@@ -53,16 +53,20 @@ class HostLoop:
 
 def _header(node: ast.For | ast.While) -> str:
     if isinstance(node, ast.For):
-        return f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}"
-    return f"while {ast.unparse(node.test)}"
+        text = f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}"
+    else:
+        text = f"while {ast.unparse(node.test)}"
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _trips(node: ast.For | ast.While, env: Mapping[str, _bindings.Bound]) -> _bindings.Bound:
     """How many times a loop's body ran: a ``range`` or a literal sequence with known bounds, else unknown."""
     if isinstance(node, ast.While):
         return _bindings.Bound(None, f"`{_header(node)}` ends on a condition")
+    if _breaks(node):
+        return _bindings.Bound(None, f"`{_header(node)}` may end early (a `break` or `return` in it)")
     iterable = node.iter
-    if isinstance(iterable, (ast.List, ast.Tuple)):
+    if isinstance(iterable, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in iterable.elts):
         return _bindings.Bound(len(iterable.elts), "a literal")
     if isinstance(iterable, ast.Call) and _source.dotted(iterable.func) == "range" and not iterable.keywords:
         bounds = [_bindings.evaluate(a, env) for a in iterable.args]
@@ -74,10 +78,34 @@ def _trips(node: ast.For | ast.While, env: Mapping[str, _bindings.Bound]) -> _bi
         step = values[2] if len(values) == 3 else step
         if step == 0:
             return _bindings.Bound(None, "range() with a zero step")
-        count = len(range(start, stop, step))
+        count = max(0, (stop - start + step - (1 if step > 0 else -1)) // step)  # len(range) overflows past 2**63
         origin = " and ".join(dict.fromkeys(b.origin for b in bounds if b.origin != "a literal")) or "a literal"
         return _bindings.Bound(count, origin)
     return _bindings.Bound(None, f"`{ast.unparse(iterable)[:40]}` has a length known only when it runs")
+
+
+def _breaks(loop: ast.For) -> bool:
+    """Whether the loop can end before its range does: a ``break`` of its own (not an inner loop's) or a ``return``."""
+    stack: list[ast.AST] = list(loop.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return) or isinstance(node, ast.Break):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):  # an inner loop's break ends only that loop
+            stack.extend(n for n in ast.walk(node) if isinstance(n, ast.Return))
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _in_order(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and everything under it, depth first, in the order the source reads (``ast.walk`` goes level by
+    level: a later statement in a branch came before an earlier one nested deeper)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        yield from _in_order(child)
 
 
 def _calls_by_loop(body: list[ast.stmt], jitted: set[str], aliases: set[str]) -> dict[int, list[str]]:
@@ -198,7 +226,7 @@ def _carried(loop: ast.For | ast.While) -> tuple[str, ...]:
     found: dict[str, None] = {}
     assigned_this_step: set[str] = set()
     for statement in loop.body:
-        for node in ast.walk(statement):
+        for node in _in_order(statement):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
                 if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):

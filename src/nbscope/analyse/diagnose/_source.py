@@ -596,8 +596,14 @@ def synchronisations(nodes: Iterable[ast.AST], host_arrays: Iterable[str] = ()) 
     for node in _walk(nodes):
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            computed = any(isinstance(n, (ast.Call, ast.Name)) for n in ast.walk(node.value))  # not `out[0] = 1.0`
             for target in targets:
-                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in host:
+                if (
+                    computed
+                    and isinstance(target, ast.Subscript)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in host
+                ):
                     found.append(f"{target.value.id}[...] =")  # a NumPy array stores the value: it waits for it
         if isinstance(node, ast.Call):
             name = dotted(node.func)
