@@ -12,7 +12,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 from nbscope._errors import NbscopeError
@@ -131,7 +131,7 @@ def _reference(
 ) -> RunRecord | None:
     """The run with JAX on the CPU a fixed cell's values are checked against (None: the cell binds nothing the
     remedy's runs captured). Stopped or failing, the remedy's side is kept, unjudged, as a stopped trial's is."""
-    if not runs.compared_names() or not any(runs.values["remedy"]):
+    if not runs.compared_names or not any(runs.values["remedy"]):
         return None
     remedied, make = records  # the remedy's side as recorded, and how the reference's record is made
     try:
@@ -146,9 +146,7 @@ def _reference(
 
 def _failed_as_is_ran_remedied(records: list[RunRecord], cell: int) -> bool:
     """Whether the cell failed (raised or timed out) in the runs as it is and ran in the remedy's."""
-    statuses = [
-        r.notebook_run().cells[cell - 1].status if len(r.notebook_run().cells) >= cell else None for r in records
-    ]
+    statuses = [cells[cell - 1].status if len(cells := r.notebook_run().cells) >= cell else None for r in records]
     return statuses[0] in FAILED and statuses[1] in (None, "ok")
 
 
@@ -221,7 +219,7 @@ class _Runs:
             cache_env, _ = jax_cache_env(str(self.folder / "jax-cache"), self.folder)
             execute(self.notebook, replace(base, env={**base.env, **cache_env}))
             self.cache_state = "warm"
-        names = self.compared_names()
+        names = self.compared_names
         for number in range(repeats):
             for side in SIDES:
                 if self.progress is not None:
@@ -234,11 +232,16 @@ class _Runs:
                 execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
                 self._keep(side, execution, out)
 
+    @cached_property
+    def clock_names(self) -> list[str]:
+        """The names the cell binds to clock readings (read once from its code)."""
+        return remedies.clock_names(self.notebook.code_cells[self.cell - 1].source)
+
+    @cached_property
     def compared_names(self) -> list[str]:
         """The names the cell binds whose values the trial compares: not its clock readings."""
         source = self.notebook.code_cells[self.cell - 1].source
-        clocks = set(remedies.clock_names(source))
-        return [name for name in remedies.bound_names(source) if name not in clocks]
+        return [name for name in remedies.bound_names(source) if name not in self.clock_names]
 
     def reference(self, base: ExecutionOptions) -> None:
         """One run as it is with JAX on the CPU (``JAX_PLATFORMS=cpu``), through the cell: the values it computes
@@ -247,7 +250,7 @@ class _Runs:
             self.progress(REFERENCE, 1, 1)
         self.folder.mkdir(parents=True, exist_ok=True)
         out = self.folder / "reference.pickle"
-        around = (self.cell - 1, "", remedies.capture(self.compared_names(), str(out)))
+        around = (self.cell - 1, "", remedies.capture(self.compared_names, str(out)))
         env = {**base.env, "JAX_PLATFORMS": "cpu"}
         execution = execute(notebook_module.read(self.notebook.path), replace(base, env=env, around=around))
         self._keep(REFERENCE, execution, out)
@@ -280,9 +283,8 @@ class _Runs:
                 f"cell {self.cell} traced no lax.scan or fori_loop of known length (a program compiled in an earlier "
                 "cell is reused as it was): the remedy had nothing to act on"
             )
-        clocks = remedies.clock_names(self.notebook.code_cells[self.cell - 1].source)
-        if clocks:
-            names = ", ".join(f"`{name}`" for name in clocks)
+        if self.clock_names:
+            names = ", ".join(f"`{name}`" for name in self.clock_names)
             found.append(f"not compared: {names}, clock readings (they differ in every run)")
         if self.moved:
             names = ", ".join(f"`{name}`" for name in sorted(self.moved))

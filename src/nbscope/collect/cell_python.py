@@ -6,6 +6,7 @@ calls) and by ``nbscope try`` (what a remedy applies to, and which values it com
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 TIMING_MAGICS = ("time", "timeit", "prun", "capture")
 
@@ -45,3 +46,16 @@ def python_of(source: str) -> ast.Module | None:
         return ast.parse("\n".join(lines))
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a hostile cell is code nbscope cannot read
         return None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def in_source_order(node: ast.AST, *, into_scopes: bool = True) -> Iterator[ast.AST]:
+    """``node`` and everything under it, depth first, in the order the source reads (``ast.walk`` goes level by level:
+    a later statement in a branch comes before an earlier one nested deeper). ``into_scopes`` False: a function's or
+    class's body is passed over (its names are its own), the definition itself still given."""
+    yield node
+    if into_scopes or not isinstance(node, _SCOPES):
+        for child in ast.iter_child_nodes(node):
+            yield from in_source_order(child, into_scopes=into_scopes)

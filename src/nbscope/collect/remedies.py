@@ -9,11 +9,10 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from nbscope._errors import NbscopeError
-from nbscope.collect.cell_python import python_of
+from nbscope.collect.cell_python import in_source_order, python_of
 
 FORMS = "cpu, cpu:FUNCTION, unroll:K, xla-flags:FLAGS, x64:off, matmul-precision:highest|default, threads:N, cache:warm"
 # Device placements: on a machine whose JAX runs on the CPU already they change nothing, so they are not tested.
@@ -62,7 +61,7 @@ def parse(text: str, source: str, cell: int, backend: str | None, env: dict[str,
         # The cell's code on the CPU, and the arrays it reads there too: an array made on the TPU stays there, and
         # each operation on it under a CPU default device would copy it back first.
         before = _set("jax_default_device", "jax.devices('cpu')[0]") + _TO_CPU.format(names=read_names(source))
-        return Remedy(text, kind, _jax(before, jax_needed), _jax(_BACK_FROM_CPU, ""))
+        return Remedy(text, kind, _jax(before, jax_needed), _jax(_UNSET + _BACK_FROM_CPU, ""))
     if kind == "unroll":
         if not arg.isdigit() or int(arg) < 1:
             raise NbscopeError(f"--remedy {text}: unroll takes a whole number of steps of 1 or more (unroll:8)")
@@ -127,14 +126,7 @@ def called_names(source: str) -> set[str]:
     tree = python_of(source)
     if tree is None:
         return set()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Name):
-                found.add(node.func.id)
-            elif isinstance(node.func, ast.Attribute):
-                found.add(node.func.attr)
-    return found
+    return {name for node in ast.walk(tree) if isinstance(node, ast.Call) and (name := _called(node.func))}
 
 
 CLOCKS = ("time", "perf_counter", "monotonic", "process_time", "time_ns", "perf_counter_ns", "now", "default_timer")
@@ -148,7 +140,7 @@ def clock_names(source: str) -> list[str]:
     if tree is None:
         return []
     found: dict[str, None] = {}
-    for node in _in_source_order(tree):
+    for node in in_source_order(tree, into_scopes=False):
         value: ast.expr | None = None
         targets: list[ast.expr] = []
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
@@ -171,14 +163,6 @@ def clock_names(source: str) -> list[str]:
 
 
 _APPENDS = ("append", "extend", "insert")
-
-
-def _in_source_order(node: ast.AST) -> Iterator[ast.AST]:
-    """Every node under ``node`` in the order the source reads (not a function's body: its locals are its own)."""
-    for child in ast.iter_child_nodes(node):
-        yield child
-        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            yield from _in_source_order(child)
 
 
 def _called(func: ast.expr) -> str:
@@ -264,10 +248,8 @@ for name in {names!r}:
         s.moved[name] = (value, jax.device_put(value, cpu))
         ns[name] = s.moved[name][1]
 """
+# Run after _UNSET: arrays the cell rebound on the CPU are put back on the run's default device.
 _BACK_FROM_CPU = """
-if hasattr(s, 'saved'):
-    jax.config.update(*s.saved)
-    del s.saved
 import numpy
 ns = get_ipython().user_ns
 for name, (value, copy) in getattr(s, 'moved', {}).items():

@@ -437,6 +437,22 @@ class Context:
         return stats
 
     @cached_property
+    def first_compiled(self) -> dict[str, int]:
+        """User functions JAX compiled, by the first cell that compiled each."""
+        return {
+            name: min(stats.cells)
+            for name, stats in self.functions.items()
+            if stats.kind == "user" and name != "<lambda>" and stats.cells
+        }
+
+    def jax_functions_at(self, at: int) -> set[str]:
+        """Names that are JAX functions when cell ``at`` runs: jitted in the source so far, or compiled by JAX by then
+        and not bound to a plain Python function (the lecture's NumPy `f` later becomes a jitted `f`)."""
+        plain = self.code.defined_plain_at(at)
+        compiled = {name for name, first in self.first_compiled.items() if first <= at and name not in plain}
+        return self.code.jitted_at(at) | compiled
+
+    @cached_property
     def other_run(self) -> NotebookRun | None:
         """The other run's cells and totals, typed (None without ``other``)."""
         return self.other.notebook_run() if self.other is not None else None

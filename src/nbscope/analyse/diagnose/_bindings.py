@@ -248,6 +248,27 @@ class Bindings:
         return self.start(cell)
 
 
+def range_parts(iterable: ast.expr) -> tuple[ast.expr | None, ast.expr, ast.expr | None] | None:
+    """The start, stop and step of a ``range(...)`` call as written (None where left out); None: not such a call."""
+    if not (
+        isinstance(iterable, ast.Call)
+        and _source.dotted(iterable.func) == "range"
+        and 1 <= len(iterable.args) <= 3
+        and not iterable.keywords
+    ):
+        return None
+    args = list(iterable.args)
+    return (args[0], args[1], args[2] if len(args) > 2 else None) if len(args) > 1 else (None, args[0], None)
+
+
+def range_length(start: int, stop: int, step: int) -> int | None:
+    """How many values ``range(start, stop, step)`` gives (None: a zero step), without ``len(range(...))``'s overflow
+    past 2**63."""
+    if step == 0:
+        return None
+    return max(0, (stop - start + step - (1 if step > 0 else -1)) // step)
+
+
 def calls_to(tree: ast.Module, name: str) -> list[ast.Call]:
     """Direct calls ``name(...)`` in a cell, in order."""
     found = [
@@ -318,16 +339,12 @@ class LoopResolver:
             return LoopLength(
                 len(iterable.elts), [len(iterable.elts)], "a literal sequence", stop=str(len(iterable.elts))
             )
-        if not (
-            isinstance(iterable, ast.Call) and _source.dotted(iterable.func) == "range" and 1 <= len(iterable.args) <= 3
-        ):
+        parts = range_parts(iterable)
+        if parts is None:
             return LoopLength(
                 None, origin=f"iterates over `{ast.unparse(iterable)[:40]}`: its length is known only at run time"
             )
-        args = list(iterable.args)
-        start, stop, step = (
-            (args[0], args[1], args[2] if len(args) > 2 else None) if len(args) > 1 else (None, args[0], None)
-        )
+        start, stop, step = parts
         shown = LoopLength(
             None,
             start=ast.unparse(start) if start is not None else "0",
@@ -347,10 +364,11 @@ class LoopResolver:
                 return shown
             first, last, stride = (b.value for b in values)
             assert first is not None and last is not None and stride is not None
-            if stride == 0:
+            length = range_length(first, last, stride)
+            if length is None:
                 shown.origin = "a range with step 0"
                 return shown
-            lengths.append(len(range(first, last, stride)))
+            lengths.append(length)
             origins += [b.origin for b in values if b.origin and b.origin != "a literal"]
         distinct = sorted(set(lengths))
         shown.values = distinct

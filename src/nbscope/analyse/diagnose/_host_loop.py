@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
+from nbscope.collect.cell_python import in_source_order
 from nbscope.schema.model import Cell
 
 NAME = "host-loop"
@@ -68,17 +69,19 @@ def _trips(node: ast.For | ast.While, env: Mapping[str, _bindings.Bound]) -> _bi
     iterable = node.iter
     if isinstance(iterable, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in iterable.elts):
         return _bindings.Bound(len(iterable.elts), "a literal")
-    if isinstance(iterable, ast.Call) and _source.dotted(iterable.func) == "range" and not iterable.keywords:
-        bounds = [_bindings.evaluate(a, env) for a in iterable.args]
+    parts = _bindings.range_parts(iterable)
+    if parts is not None:
+        start, stop, step = parts
+        bounds = [
+            _bindings.evaluate(part, env) if part is not None else _bindings.Bound(default, "a literal")
+            for part, default in ((start, 0), (stop, None), (step, 1))
+        ]
         unknown = next((b for b in bounds if b.value is None), None)
-        if unknown is not None or not 1 <= len(bounds) <= 3:
-            return unknown or _bindings.Bound(None, "range() with no bounds")
-        values = [b.value for b in bounds if b.value is not None]
-        start, stop, step = (0, values[0], 1) if len(values) == 1 else (values[0], values[1], 1)
-        step = values[2] if len(values) == 3 else step
-        if step == 0:
+        if unknown is not None:
+            return unknown
+        count = _bindings.range_length(*(b.value or 0 for b in bounds))
+        if count is None:
             return _bindings.Bound(None, "range() with a zero step")
-        count = max(0, (stop - start + step - (1 if step > 0 else -1)) // step)  # len(range) overflows past 2**63
         origin = " and ".join(dict.fromkeys(b.origin for b in bounds if b.origin != "a literal")) or "a literal"
         return _bindings.Bound(count, origin)
     return _bindings.Bound(None, f"`{ast.unparse(iterable)[:40]}` has a length known only when it runs")
@@ -98,14 +101,6 @@ def _breaks(loop: ast.For) -> bool:
             continue
         stack.extend(ast.iter_child_nodes(node))
     return False
-
-
-def _in_order(node: ast.AST) -> Iterator[ast.AST]:
-    """``node`` and everything under it, depth first, in the order the source reads (``ast.walk`` goes level by
-    level: a later statement in a branch came before an earlier one nested deeper)."""
-    yield node
-    for child in ast.iter_child_nodes(node):
-        yield from _in_order(child)
 
 
 def _calls_by_loop(body: list[ast.stmt], jitted: set[str], aliases: set[str]) -> dict[int, list[str]]:
@@ -179,41 +174,37 @@ def _jax_functions(ctx: Context, at: int) -> set[str]:
     """Names whose call runs JAX when cell ``at`` runs: jitted functions, functions JAX compiled, and plain notebook
     functions whose bodies call JAX (``def g(x): return jnp.exp(x)``), through each other."""
     code = ctx.code
-    found = code.jitted_at(at) | _compiled_user_functions(ctx, at)
-    plain = [f for name in code.defined_plain_at(at) if (f := code.function_at(name, at)) is not None and f.node]
-    grew = True
-    while grew:  # a function calling one that calls JAX runs JAX too
-        grew = False
-        for function in plain:
-            if function.name not in found and function.node is not None:
-                if _source.jax_calls(function.node.body, found, code.jax_aliases):
-                    found.add(function.name)
-                    grew = True
-    return found
+    plain = [f.node for name in code.defined_plain_at(at) if (f := code.function_at(name, at)) is not None and f.node]
+    return _calling_jax(plain, ctx.jax_functions_at(at), code.jax_aliases)
 
 
 def _jax_locals(function: ast.FunctionDef | ast.AsyncFunctionDef, jax: set[str], aliases: set[str]) -> set[str]:
     """Names inside ``function`` whose call runs JAX: bound to a JAX transform (``f_prime = jax.grad(f)``) or
     defined there with a body that calls JAX (``def q(x): return x - f(x) / f_prime(x)``)."""
-    found: set[str] = set()
-    for node in ast.walk(function):  # a transform's result: `f_prime = jax.grad(f)`
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Call)
-            and _source.dotted(node.value.func).split(".")[0] in aliases
-        ):
-            found.add(node.targets[0].id)
+    transforms = {
+        node.targets[0].id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Call)
+        and _source.dotted(node.value.func).split(".")[0] in aliases
+    }
     nested = [
         n for n in ast.walk(function) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not function
     ]
+    return _calling_jax(nested, jax | transforms, aliases) - jax
+
+
+def _calling_jax(functions: list[ast.FunctionDef | ast.AsyncFunctionDef], jax: set[str], aliases: set[str]) -> set[str]:
+    """``jax`` with every function of ``functions`` whose body calls JAX, directly or through another of them."""
+    found = set(jax)
     grew = True
-    while grew:  # a local function calling JAX, or one that does
+    while grew:
         grew = False
-        for inner in nested:
-            if inner.name not in found and _source.jax_calls(inner.body, jax | found, aliases):
-                found.add(inner.name)
+        for function in functions:
+            if function.name not in found and _source.jax_calls(function.body, found, aliases):
+                found.add(function.name)
                 grew = True
     return found
 
@@ -226,7 +217,7 @@ def _carried(loop: ast.For | ast.While) -> tuple[str, ...]:
     found: dict[str, None] = {}
     assigned_this_step: set[str] = set()
     for statement in loop.body:
-        for node in _in_order(statement):
+        for node in in_source_order(statement):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
                 if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
@@ -249,16 +240,6 @@ def _carried(loop: ast.For | ast.While) -> tuple[str, ...]:
         for name in {n.id for n in ast.walk(inner.target) if isinstance(n, ast.Name)}:
             found.pop(name, None)
     return tuple(found)
-
-
-def _compiled_user_functions(ctx: Context, at: int) -> set[str]:
-    """Functions JAX compiled as user functions by cell ``at`` that the source does not bind to plain functions."""
-    plain = ctx.code.defined_plain_at(at)
-    return {
-        name
-        for name, stats in ctx.functions.items()
-        if stats.kind == "user" and stats.cells and min(stats.cells) <= at and name not in plain
-    }
 
 
 def _executions(cell: Cell) -> int | None:

@@ -25,20 +25,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Skip(NAME, f"needs the cell sources to find timed regions: {ctx.missing_sources()}")
         return
     code = ctx.code
-    compiled_at: dict[str, int] = {}  # user function -> first cell where it compiled
-    for name, stats in ctx.functions.items():
-        if stats.kind == "user" and name != "<lambda>" and stats.cells:
-            compiled_at[name] = min(stats.cells)
     for cell in ctx.run.cells:
         source = ctx.source(cell)
         tree = _source.parse(source) if source is not None else None
         if tree is None:
             continue
         index = cell.index
-        # Names that are JAX functions when this cell runs: jitted in the source so far, or compiled by JAX
-        # by now and not bound to a plain Python function (the lecture's NumPy `f` later becomes a jitted `f`).
-        plain = code.defined_plain_at(index)
-        jitted = code.jitted_at(index) | {n for n, first in compiled_at.items() if first <= index and n not in plain}
+        jitted = ctx.jax_functions_at(index)
         unsynced: list[dict[str, Any]] = []
         for region in _source.timed_regions(tree):
             work = _source.jax_calls(region.nodes, jitted, code.jax_aliases)
