@@ -89,11 +89,14 @@ def test_the_failing_float64_operations_are_the_ones_the_tpu_refused() -> None:
     ("lecture", "verdict"),
     [
         ("numpy_vs_numba_vs_jax", "slower"),
-        ("jax_intro", "uncertain"),
+        ("jax_intro", "slower"),
         ("kesten_processes", "uncertain"),
         ("job_search", "slower"),
         ("markov_asset", "fails"),
         ("autodiff", "slower"),
+        # recorded after the compile classes' figures were set: lectures the figures were not fitted on
+        ("inventory_dynamics", "slower"),
+        ("aiyagari_jax", "fails"),
     ],
 )
 def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: str) -> None:
@@ -125,6 +128,30 @@ def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: s
     assert len(long) - len(near) <= allowed, [
         (r.index, r.forecast_low_s, r.forecast_high_s, r.measured_s) for r in long
     ]
+
+
+def test_a_float64_program_compiles_by_its_class_on_the_tpu() -> None:
+    """XLA:TPU's compile of a program goes by what it computes (tpu_compile_ops.txt): a float64 transcendental
+    program is seconds each, a float64 jitted function up to minutes (opt_savings_1's Bellman operator: 145 s, its
+    cell stopped at the 150 s limit), a 32-bit one a fraction of a second. The classes come from the CPU run."""
+    jax_intro = record("cpu_host_jax_intro").notebook_run()
+    price = next(
+        c for c in jax_intro.cells if c.jax and any(f.name == "compute_call_price_jax" for f in c.jax.functions)
+    )
+    assert accelerator.compile_classes(price, jax_intro, price.compile_s or 0.0)["64-bit transcendental"][0] == 1
+    kesten = record("cpu_host_kesten_processes").notebook_run()
+    assert {n for c in kesten.cells for n in accelerator.compile_classes(c, kesten, c.compile_s or 0.0)} == {"32-bit"}
+    savings = forecast(record("cpu_host_opt_savings_1"), "tpu-v5e")
+    vfi = next(c for c in savings.cells if c.index == 20)  # value_function_iteration(model): 0.65 s on the CPU
+    (compile_term,) = [t for t in vfi.gpu["tpu-v5e"].terms if t.kind == "compile"]
+    assert "64-bit program" in compile_term.words
+    measured = record("tpu_opt_savings_1").notebook_run().cells[20]
+    assert measured.error is not None and measured.error.name == "CellTimeoutError"  # still compiling at 150 s
+    assert (vfi.gpu["tpu-v5e"].high_s or 0) > 150 > vfi.cpu.wall_s
+    assert savings.notebook["tpu-v5e"].verdict not in ("faster", "similar")
+    # jax_intro's eight float64 transcendental programs took 7.7 s each on average there: at least 2.5 s each
+    notebook = forecast(record("cpu_host_jax_intro"), "tpu-v5e").notebook["tpu-v5e"]
+    assert notebook.low_s > notebook.cpu_s * 1.1
 
 
 def test_cells_that_raise_on_the_tpu_are_forecast_to_fail_naming_the_operation() -> None:

@@ -24,7 +24,18 @@ DEVICE_FIGURES = (
 )
 # Figures a device may give (the forecast falls back to the [model] figures without them): XLA:TPU compiles
 # nothing like XLA:GPU, so a TPU entry gives its own compile figures, 32-bit and 64-bit programs apart.
-OPTIONAL_DEVICE_FIGURES = ("compile_ratio", "compile_ratio_x64", "compile_each_s", "compile_mean_s", "runtime_start_s")
+OPTIONAL_DEVICE_FIGURES = (
+    "compile_ratio",
+    "compile_ratio_x64",
+    "compile_each_s",
+    "compile_each_x64_s",
+    "compile_each_x64_user_s",
+    "compile_each_x64_transcendental_s",
+    "compile_mean_s",
+    "compile_mean_x64_s",
+    "compile_mean_x64_transcendental_s",
+    "runtime_start_s",
+)
 PLATFORMS = ("gpu", "tpu")  # what a device is: its forecast's words and rules (a TPU's failing float64 ops)
 MODEL_FIGURES = (
     "reference_body_kernels",

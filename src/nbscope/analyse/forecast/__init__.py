@@ -34,6 +34,7 @@ from nbscope.analyse.forecast.jax_code import cells_touching_jax
 from nbscope.analyse.forecast.model import (
     Basis,
     Calls,
+    ClassCompile,
     CompileFigures,
     CpuRates,
     Term,
@@ -82,6 +83,7 @@ __all__ = [
 FORECAST_VERSION = 1
 MARGIN = 0.10  # a forecast within ±10 % of the measured time is "similar"
 UNCERTAIN_RATIO = 4.0  # a dominant term wider than this (high / low) leaves the cell "uncertain"
+MEAN_PROGRAMS = 5  # a class's mean compile per program bounds its compile from this many programs on
 SMALL_UNATTRIBUTED_S = 0.05  # unattributed JAX time below this or 10 % of the cell (after a cut: this) is carried over
 MATERIAL_S = 0.05  # a function's GPU/CPU difference below this is not worth a code change
 CPU_DEVICE = 'jax.devices("cpu")[0]'
@@ -1157,24 +1159,26 @@ def _notebook_compile(
     cells: tuple[CellForecast, ...], device: Device, low: float, high: float | None
 ) -> tuple[float, float | None]:
     """The notebook's range with its forecast compile bounded as a whole where the device gives a mean compile per
-    program: its cells' compile ranges, each wide (one program in ten takes ×40 its CPU compile), narrow to the
-    compiled programs times that mean, which holds across a notebook's many programs."""
-    mean = device.optional("compile_mean_s")
-    if mean is None:
+    program: a class's programs compile unevenly (one in ten takes ×40 its CPU compile), but over many of them
+    (``MEAN_PROGRAMS``) their compile narrows to their count times the class's mean."""
+    if device.optional("compile_mean_s") is None:
         return low, high
-    forecast = [
-        (cell, term)
-        for cell in cells
-        for term in cell.gpu[device.key].terms
-        if term.kind == "compile" and term.words.startswith("XLA:")
-    ]
-    compiles = sum(cell.recorded.jax.compiles for cell, _ in forecast if cell.recorded.jax is not None)
-    cells_low = sum(term.low_s for _, term in forecast)
-    cells_high = sum(term.high_s or 0.0 for _, term in forecast)
-    whole_low, whole_high = max(cells_low, compiles * mean.low), min(cells_high, compiles * mean.high)
-    if whole_high < whole_low:  # the cells' own ranges say more: keep them
-        return low, high
-    return low - cells_low + whole_low, None if high is None else high - cells_high + whole_high
+    by_class: dict[str, list[ClassCompile]] = defaultdict(list)
+    for cell in cells:
+        for term in cell.gpu[device.key].terms:
+            if term.kind == "compile" and isinstance(term.figures, CompileFigures):
+                for part in term.figures.classes:
+                    by_class[part.name].append(part)
+    for name, parts in by_class.items():
+        programs = sum(p.programs for p in parts)
+        mean = accelerator.class_figure(device, "compile_mean_s", name, fallback=False)
+        if mean is None or programs < MEAN_PROGRAMS:
+            continue
+        cells_low, cells_high = sum(p.low_s for p in parts), sum(p.high_s for p in parts)
+        whole_low, whole_high = max(cells_low, programs * mean.low), min(cells_high, programs * mean.high)
+        if whole_low <= whole_high:
+            low, high = low - cells_low + whole_low, None if high is None else high - cells_high + whole_high
+    return low, high
 
 
 def _extreme(ranking: list[CellForecast], key: str, *, slower: bool) -> int | None:

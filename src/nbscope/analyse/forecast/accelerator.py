@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from nbscope import _units as units
 from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure
-from nbscope.analyse.forecast.model import CompileFigures, Term
+from nbscope.analyse.forecast.model import ClassCompile, CompileFigures, Term
 from nbscope.schema.model import Cell, NotebookRun
+from nbscope.schema.programs import Program
 
 # 64-bit values a program takes or makes: XLA:TPU emulates float64 and splits int64, and compiles them slowly.
 _X64_WORDS = ("float64", "complex128", "int64", "uint64", "f64", "c128", "s64", "u64")
@@ -100,30 +101,101 @@ def failures(cell: Cell, run: NotebookRun, device: Device) -> list[tuple[Failure
     return found
 
 
+# What XLA:TPU's compile of one program costs depends on what the program computes more than on its size (measured
+# on the v5e, 2026-12-06: tests/files/device/tpu_v5e/tpu_compile_ops.txt): a float64 power over 2,250
+# elements or 2.25 M compiles for 7.8-9.8 s, a float64 reciprocal for 1.0 s, a float32 power for 3.6 s, and a float64
+# multiply-and-reduce of 1.5 M elements for more than 40 s. So each compiled program is put in a class, each class
+# with its own figures in the device table (``compile_each<suffix>``, ``compile_mean<suffix>``):
+COMPILE_CLASSES = {
+    "32-bit": "",  # no 64-bit values: most compile in a fraction of a second
+    "64-bit operation": "_x64",  # JAX's eager operations and library calls on 64-bit values
+    "64-bit program": "_x64_user",  # a jitted function on 64-bit values: emulated float64 reductions compile slowest
+    "64-bit transcendental": "_x64_transcendental",  # float64 exp, log, power, erf_inv...: seconds each
+}
+
+
+def program_class(program: Program | None, kind: str | None, shapes: tuple[str, ...]) -> str:
+    """The compile class of one compiled function: from its program where the run has program data (its dtypes
+    and float64 transcendentals, loops' included), else from the shapes it was compiled for."""
+    dtypes = program.float_dtypes if program is not None else ()
+    if not is_x64(shapes, dtypes):
+        return "32-bit"
+    if program is not None:
+        works = (program.entry, *(loop.per_iteration for loop in program.loops))
+        if any((work.transcendentals_f64 or 0) > 0 for work in works):
+            return "64-bit transcendental"
+    return "64-bit program" if kind == "user" else "64-bit operation"
+
+
+def compile_classes(cell: Cell, run: NotebookRun, compile_s: float) -> dict[str, tuple[int, float]]:
+    """The cell's compiled programs by compile class, each class with its CPU compile seconds: each function JAX
+    compiled, its program found by name among those the cell executed (the cell's compile its functions do not
+    account for goes to the class with the most programs)."""
+    classes: dict[str, tuple[int, float]] = {}
+    if cell.jax is None:
+        return classes
+    programs = [run.program(e.program) for e in (cell.programs.executions if cell.programs is not None else ())]
+    for function in cell.jax.functions:
+        if function.compiles:
+            program = next((p for p in programs if p is not None and p.function == function.name), None)
+            name = program_class(program, function.kind, function.shapes)
+            n, seconds = classes[name] if name in classes else (0, 0.0)
+            classes[name] = (n + function.compiles, seconds + function.compile_s)
+    rest = compile_s - sum(seconds for _, seconds in classes.values())
+    if classes and rest > 0:
+        most = max(classes, key=lambda name: classes[name][0])
+        classes[most] = (classes[most][0], classes[most][1] + rest)
+    return classes
+
+
+def class_figure(device: Device, figure: str, name: str, *, fallback: bool = True) -> Figure | None:
+    """A compile class's figure (``compile_each_s`` for 32-bit, ``compile_each_x64_s``...): the class's own, else
+    (``fallback``) the device's figure without a class."""
+    suffix = COMPILE_CLASSES[name]
+    own = device.optional(f"{figure.removesuffix('_s')}{suffix}_s")
+    return own if own is not None or not fallback else device.optional(figure)
+
+
 def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device, table: DeviceTable) -> Term:
     """The cell's compile on ``device``: the CPU's compile times the device's ratio (its 64-bit ratio for programs
-    with 64-bit values), at least its fixed cost per compiled program; a GPU without its own figures uses the
-    table's gpu_compile_ratio."""
+    with 64-bit values), at least the fixed cost of each compiled program by its class; a GPU without its own
+    figures uses the table's gpu_compile_ratio."""
     ratio = device.optional("compile_ratio") or table.model["gpu_compile_ratio"]
-    each = device.optional("compile_each_s")
+    ratio_x64 = device.optional("compile_ratio_x64") or ratio
     shapes = [s for f in (cell.jax.functions if cell.jax is not None else ()) for s in f.shapes]
     programs = [run.program(e.program) for e in (cell.programs.executions if cell.programs is not None else ())]
-    dtypes = tuple(d for p in programs if p is not None for d in p.float_dtypes)
-    x64 = is_x64(shapes, dtypes)
-    if x64 and "compile_ratio_x64" in device.figures:
-        ratio = device.figures["compile_ratio_x64"]
-    compiles = cell.jax.compiles if cell.jax is not None else 0
-    low, high = compile_s * ratio.low, compile_s * ratio.high
-    words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {ratio.text()} ({ratio.basis})"
-    if each is not None and compiles:
-        low, high = max(low, compiles * each.low), high + compiles * each.high
-        words += f", at least {compiles} × {each.text(' s')} per compiled program"
+    x64 = is_x64(shapes, tuple(d for p in programs if p is not None for d in p.float_dtypes))
+    classes = compile_classes(cell, run, compile_s) if device.optional("compile_each_s") is not None else {}
+    parts: tuple[ClassCompile, ...] = ()
+    if not classes:
+        used = ratio_x64 if x64 else ratio
+        low, high = compile_s * used.low, compile_s * used.high
+        words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {used.text()} ({used.basis})"
+    else:
+        ranges = []
+        for name, (n, seconds) in sorted(classes.items()):
+            used = ratio if name == "32-bit" else ratio_x64
+            each = class_figure(device, "compile_each_s", name)
+            assert each is not None  # compile_each_s is there: ``classes`` is empty without it
+            ranges.append(
+                ClassCompile(name, n, max(seconds * used.low, n * each.low), seconds * used.high + n * each.high)
+            )
+        low, high, parts = sum(r.low_s for r in ranges), sum(r.high_s for r in ranges), tuple(ranges)
+        used = ratio_x64 if x64 else ratio
+        words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {used.text()} ({used.basis}), at least "
+        words += ", ".join(
+            f"{r.programs} × {each.text(' s')}" + ("" if list(classes) == ["32-bit"] else f" ({r.name})")
+            for r in ranges
+            if (each := class_figure(device, "compile_each_s", r.name)) is not None
+        )
+        words += " per compiled program"
     if x64 and device.platform == "tpu":
         wide = sum(sum(p.parameters_bytes) + (p.output_bytes or 0) for p in programs if p is not None)
         if wide:
             high += wide * _X64_COMPILE_S_PER_BYTE
             words += f"; 64-bit values ({units.size(wide)}) compile slower there"
-    return Term(kind="compile", low_s=low, high_s=high, words=words, figures=CompileFigures(compile_s, ratio.basis))
+    figures = CompileFigures(compile_s, used.basis, parts)
+    return Term(kind="compile", low_s=low, high_s=high, words=words, figures=figures)
 
 
 def runtime_start_term(device: Device) -> Term | None:

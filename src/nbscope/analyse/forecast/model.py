@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from nbscope.analyse.forecast.devices import Device, Figure
-from nbscope.schema.codec import Write, decode, known
+from nbscope.schema.codec import Write, decode, given, known
 from nbscope.schema.programs import Execution, Loop, Program, Transfers, Work
 
 # A CPU loop iteration is never faster than this (a compare and a branch take a few cycles): what bounds
@@ -73,9 +73,22 @@ class CopyCount:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassCompile:
+    """One class of a cell's compiled programs (``accelerator.COMPILE_CLASSES``): how many, and their compile's
+    forecast range on the device."""
+
+    name: str
+    programs: int
+    low_s: float
+    high_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class CompileFigures:
     cpu_compile_s: float  # the compile time the CPU run measured
     basis: str  # measured (pinned to the CPU), or the basis of the GPU compile ratio
+    # the compile by class of program (a device with class figures: a TPU's)
+    classes: Annotated[tuple[ClassCompile, ...], Write(when=given)] = ()
 
 
 @dataclass(frozen=True, slots=True)
