@@ -97,6 +97,7 @@ def test_the_failing_float64_operations_are_the_ones_the_tpu_refused() -> None:
         # recorded after the compile classes' figures were set: lectures the figures were not fitted on
         ("inventory_dynamics", "slower"),
         ("aiyagari_jax", "fails"),
+        ("opt_savings_1", "uncertain"),  # stopped at cell 21, still compiling at 150 s: its range has no top
     ],
 )
 def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: str) -> None:
@@ -121,13 +122,30 @@ def test_the_tpu_forecast_of_a_cpu_run_holds_on_the_tpu(lecture: str, verdict: s
         if r.forecast_low_s / 1.5 <= r.measured_s  # type: ignore[operator]
         and (r.forecast_high_s is None or r.measured_s <= r.forecast_high_s * 1.5)  # type: ignore[operator]
     ]
-    # Every cell of a second or more on the TPU is within its range or 1.5× of it, but one: numpy_vs_numba_vs_jax's
-    # cell 2, where the CPU run compiled three Numba functions on import (8.5 s) and the TPU run none (their cache
-    # was warm there).
-    allowed = {"numpy_vs_numba_vs_jax": 1}.get(lecture, 0)
+    # Every cell of a second or more on the TPU is within its range or 1.5× of it (a cell whose Numba compile the
+    # CPU run paid and the TPU run took from its cache is compared without it: see the next test).
+    allowed = 0
     assert len(long) - len(near) <= allowed, [
         (r.index, r.forecast_low_s, r.forecast_high_s, r.measured_s) for r in long
     ]
+
+
+def test_numba_compile_one_run_took_from_its_cache_is_not_the_devices_doing() -> None:
+    """numpy_vs_numba_vs_jax's cell 2 (`import quantecon`) compiled three Numba functions for 8.5 s in the CPU run
+    and none in the TPU run, whose Numba cache on disk was warm: the forecast carried 13.56 s of host work over, the
+    TPU measured 3.89 s. The comparison leaves the difference out and says so; `compare` shows it for a TPU run."""
+    from nbscope.analyse.forecast.measured import forecast_vs_measured
+
+    cpu, tpu = record("cpu_host_numpy_vs_numba_vs_jax"), record("tpu_numpy_vs_numba_vs_jax")
+    shown = forecast_vs_measured(cpu, tpu)
+    assert shown is not None and shown.comparison is not None and shown.device == "tpu-v5e"
+    row = next(r for r in shown.comparison.cells if r.index == 1)
+    assert row.cpu_s > 13 and row.forecast_low_s == row.forecast_high_s
+    assert row.forecast_low_s == pytest.approx(row.cpu_s - 8.544, abs=0.01)  # 13.56 s less the CPU run's Numba
+    assert row.measured_s is not None and row.forecast_low_s / 1.5 <= row.measured_s
+    assert any(n.startswith("cell 2: Numba compiled 8.54 s more in the CPU run") for n in shown.comparison.notes)
+    untouched = next(r for r in shown.comparison.cells if r.index == 0)  # no Numba there: as forecast
+    assert untouched.forecast_low_s == untouched.cpu_s
 
 
 def test_a_float64_program_compiles_by_its_class_on_the_tpu() -> None:

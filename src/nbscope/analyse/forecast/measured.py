@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast.devices import Device
 from nbscope.record.cells import pair_cells
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
 
 SAME_SOURCE = ("hash", "moved")
+NUMBA_CACHE_S = 0.05  # a difference in Numba compile between the two runs below this is not one of its cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,15 @@ def _run_time(cell: Cell) -> float | None:
     return max(0.0, wall - (cell.jax.compile_s if cell.jax is not None else 0.0))
 
 
+def _numba_cache_s(forecast_cell: Cell, measured: Cell) -> float:
+    """Numba compile the CPU run paid in a cell and the measured run did not (its Numba cache on disk was warm),
+    negative for the reverse: the same code under another cache, which the forecast carried over as host work and
+    the device has no part in. Zero where either run has no Numba figures."""
+    if forecast_cell.numba is None or measured.numba is None:
+        return 0.0
+    return forecast_cell.numba.compile_s - measured.numba.compile_s
+
+
 def _platform(record: RunRecord) -> str | None:
     from nbscope.analyse.compare import platform_of
 
@@ -137,6 +148,7 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     }
     rows = []
     paired = 0
+    numba: dict[int, float] = {}  # cells whose Numba compile the two runs' caches made differ, by how much
     forecast_device = result.device(device)
     # A device with compile figures of its own (a TPU) has its compile forecast, not carried over: compared whole.
     whole = forecast_device is not None and forecast_device.forecasts_compile
@@ -151,6 +163,10 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         measured_s = measured_wall_s = within = error = None
         if other is not None and other.ran:
             paired += 1
+            cache_s = _numba_cache_s(cell.recorded, other)
+            if abs(cache_s) >= NUMBA_CACHE_S:
+                low, high = max(0.0, low - cache_s), None if high is None else max(0.0, high - cache_s)
+                numba[cell.index] = cache_s
             measured_s, measured_wall_s = (other.notebook_wall_s if whole else _run_time(other)), other.notebook_wall_s
             if measured_s is not None:
                 within = low <= measured_s and (high is None or measured_s <= high)
@@ -182,12 +198,20 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         # Every cell measured: the total is the notebook's own range, whose compile is bounded as a whole (its
         # cells' compile ranges added up are far wider), the range the forecast printed above it.
         low_total, high_total = result.notebook[device].low_s, result.notebook[device].high_s
+        low_total = max(0.0, low_total - sum(numba.values()))
+        high_total = None if high_total is None else max(0.0, high_total - sum(numba.values()))
     mid_total = (
         low_total if high_total is None else (low_total * high_total) ** 0.5 if low_total > 0 else high_total / 2
     )
     platform = _platform(measured)
     names = measured_gpus(measured)
     notes = _device_notes(forecast_device, platform, names)
+    for index, cache_s in numba.items():
+        paid, other_run = ("the CPU run", "the measured run") if cache_s > 0 else ("the measured run", "the CPU run")
+        notes.append(
+            f"cell {index + 1}: Numba compiled {units.seconds(abs(cache_s))} more in {paid} than in {other_run} "
+            "(its cache on disk): left out of the forecast compared"
+        )
     return MeasuredComparison(
         device=device,
         measured_run=MeasuredRun(
@@ -229,10 +253,11 @@ def _matches(device: Device, name: str) -> bool:
 def forecast_vs_measured(
     a: RunRecord, b: RunRecord, *, devices_file: str | Path | None = None
 ) -> ForecastVsMeasured | None:
-    """For ``nbscope compare``: when one run is on a GPU and the other is a CPU run with program data,
-    the CPU run's forecast for that GPU against the GPU run, per cell (:func:`against_measured`).
+    """For ``nbscope compare``: when one run is on an accelerator (a GPU, a TPU) and the other is a CPU run with
+    program data, the CPU run's forecast for that device against the device's run, per cell
+    (:func:`against_measured`).
 
-    None when the pair is not such a pair; a result without a comparison and with a ``note`` when the GPU is
+    None when the pair is not such a pair; a result without a comparison and with a ``note`` when the device is
     not in the device table (its name and how to add it) or the runs share no cell.
     """
     from nbscope.analyse.forecast import forecast
@@ -240,10 +265,10 @@ def forecast_vs_measured(
 
     platforms = {id(r): _platform(r) for r in (a, b)}
     cpu = next((r for r in (a, b) if platforms[id(r)] == "cpu" and r.notebook_run().program_data is not None), None)
-    gpu = next((r for r in (a, b) if platforms[id(r)] == "gpu"), None)
+    gpu = next((r for r in (a, b) if platforms[id(r)] not in (None, "cpu")), None)
     if cpu is None or gpu is None:
         return None
-    gpu_label = f"run {gpu.run_id}" if gpu.run_id is not None else "the GPU run"
+    gpu_label = f"run {gpu.run_id}" if gpu.run_id is not None else f"the {platforms[id(gpu)]} run"
     cpu_label = f"run {cpu.run_id}" if cpu.run_id is not None else "the CPU run"
     table = load_table(devices_file)
     names = measured_gpus(gpu)
@@ -252,7 +277,7 @@ def forecast_vs_measured(
             comparison=None,
             cpu_run=cpu.run_id,
             gpu_run=gpu.run_id,
-            note=f"{gpu_label}'s fingerprint names no GPU: no forecast to compare it with",
+            note=f"{gpu_label}'s fingerprint names no accelerator: no forecast to compare it with",
         )
     try:
         (device,) = resolve(table, names[0])
