@@ -25,7 +25,7 @@ from nbscope.schema.codec import Encoded, Write, given
 from nbscope.schema.model import Cell
 
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast import Forecast
+    from nbscope.analyse.forecast import CellForecast, Forecast
     from nbscope.record.run import RunRecord
 
 SAME_SOURCE = ("hash", "moved")
@@ -154,39 +154,9 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     whole = forecast_device is not None and forecast_device.forecasts_compile
     for cell in result.cells:
         other = paired_cell.get(id(cell.recorded))
-        outcome = cell.gpu[device]
-        compile_term = None if whole else next((t for t in outcome.terms if t.kind == "compile"), None)
-        compile_low = compile_term.low_s if compile_term else 0.0
-        compile_high = compile_term.high_s if compile_term else 0.0
-        low = max(0.0, outcome.low_s - compile_low)
-        high = None if outcome.high_s is None else max(0.0, outcome.high_s - (compile_high or 0.0))
-        measured_s = measured_wall_s = within = error = None
-        if other is not None and other.ran:
-            paired += 1
-            cache_s = _numba_cache_s(cell.recorded, other)
-            if abs(cache_s) >= NUMBA_CACHE_S:
-                low, high = max(0.0, low - cache_s), None if high is None else max(0.0, high - cache_s)
-                numba[cell.index] = cache_s
-            measured_s, measured_wall_s = (other.notebook_wall_s if whole else _run_time(other)), other.notebook_wall_s
-            if measured_s is not None:
-                within = low <= measured_s and (high is None or measured_s <= high)
-                mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
-                error = (mid - measured_s) / measured_s if measured_s > 0 else None
-        rows.append(
-            MeasuredCell(
-                index=cell.index,
-                line=cell.line,
-                first_line=cell.first_line,
-                cpu_s=cell.cpu.wall_s,
-                forecast_low_s=low,
-                forecast_high_s=high,
-                verdict=outcome.verdict,
-                measured_s=measured_s,
-                measured_wall_s=measured_wall_s,
-                within=within,
-                error=error,
-            )
-        )
+        ran = other is not None and other.ran
+        paired += ran
+        rows.append(_row(cell, other if ran else None, device, whole, numba))
     if not paired:
         raise NbscopeError("--measured shares no cell with the forecast run (different notebook or version)")
     timed = [r for r in rows if r.measured_s is not None]
@@ -228,6 +198,41 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         ),
         notes=tuple(notes),
         with_compile=whole,
+    )
+
+
+def _row(cell: CellForecast, other: Cell | None, device: str, whole: bool, numba: dict[int, float]) -> MeasuredCell:
+    """One forecast cell against its measured cell (None: not paired, or it did not run there); a difference in
+    Numba compile between the runs is left out of the forecast and kept in ``numba``."""
+    outcome = cell.gpu[device]
+    compile_term = None if whole else next((t for t in outcome.terms if t.kind == "compile"), None)
+    compile_low = compile_term.low_s if compile_term else 0.0
+    compile_high = compile_term.high_s if compile_term else 0.0
+    low = max(0.0, outcome.low_s - compile_low)
+    high = None if outcome.high_s is None else max(0.0, outcome.high_s - (compile_high or 0.0))
+    measured_s = measured_wall_s = within = error = None
+    if other is not None:
+        cache_s = _numba_cache_s(cell.recorded, other)
+        if abs(cache_s) >= NUMBA_CACHE_S:
+            low, high = max(0.0, low - cache_s), None if high is None else max(0.0, high - cache_s)
+            numba[cell.index] = cache_s
+        measured_s, measured_wall_s = (other.notebook_wall_s if whole else _run_time(other)), other.notebook_wall_s
+        if measured_s is not None:
+            within = low <= measured_s and (high is None or measured_s <= high)
+            mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
+            error = (mid - measured_s) / measured_s if measured_s > 0 else None
+    return MeasuredCell(
+        index=cell.index,
+        line=cell.line,
+        first_line=cell.first_line,
+        cpu_s=cell.cpu.wall_s,
+        forecast_low_s=low,
+        forecast_high_s=high,
+        verdict=outcome.verdict,
+        measured_s=measured_s,
+        measured_wall_s=measured_wall_s,
+        within=within,
+        error=error,
     )
 
 
