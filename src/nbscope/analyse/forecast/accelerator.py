@@ -182,7 +182,12 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
             )
         low, high, parts = sum(r.low_s for r in ranges), sum(r.high_s for r in ranges), tuple(ranges)
         used = ratio_x64 if x64 else ratio
-        words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {used.text()} ({used.basis}), at least "
+        times = (
+            used.text()
+            if len({name == "32-bit" for name in classes}) == 1
+            else f"{ratio.text()} (32-bit), {ratio_x64.text()} (64-bit)"
+        )
+        words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {times} ({used.basis}), at least "
         words += ", ".join(
             f"{r.programs} × {each.text(' s')}" + ("" if list(classes) == ["32-bit"] else f" ({r.name})")
             for r in ranges
