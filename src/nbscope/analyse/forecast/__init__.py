@@ -986,8 +986,8 @@ def _uncertainty(
         settle = f"a run whose trace captures the program, or a {kind} run"
     elif cause.kind == "compile":
         unknown = f"XLA:{kind}'s compile time"
-        own = device is not None and device.forecasts_compile
-        settle = f"a {kind} run, to calibrate {'compile_ratio' if own else 'gpu_compile_ratio'}"
+        # No run calibrates the compile figures: a run on the device measures this notebook's compile itself.
+        settle = f"a {kind} run, then `nbscope compare`"
     else:
         # The term's own words are printed just before this (dominant_words): name it, don't repeat it.
         unknown = f"the device's figures behind the {cause.kind} term" + (f" of {cause.name}" if cause.name else "")
