@@ -92,7 +92,7 @@ def _breaks(loop: ast.For) -> bool:
     stack: list[ast.AST] = list(loop.body)
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.Return) or isinstance(node, ast.Break):
+        if isinstance(node, (ast.Return, ast.Break)):
             return True
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue

@@ -590,7 +590,7 @@ def _split_after_cut(
         after = max(0.0, rest - max(0.0, traced - compiled_before))
         jax_after = max(0.0, sum(e.cpu_s or 0.0 for e in executions) - busy) + calls_after * CALL_AFTER_CUT_S
         return min(host, known + max(0.0, after - jax_after)), 0.0
-    elif data is not None and data.call_rate is None:
+    if data is not None and data.call_rate is None:
         after_cut = host - known
     else:
         after_cut = min(host - known, max(0.0, rest - scale * (traced - compiled_before)))

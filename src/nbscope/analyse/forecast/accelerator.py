@@ -172,15 +172,15 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
         low, high = compile_s * used.low, compile_s * used.high
         words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {used.text()} ({used.basis})"
     else:
-        ranges = []
+        ranges: list[tuple[ClassCompile, Figure]] = []
         for name, (n, seconds) in sorted(classes.items()):
             used = ratio if name == "32-bit" else ratio_x64
             each = class_figure(device, "compile_each_s", name)
             assert each is not None  # compile_each_s is there: ``classes`` is empty without it
-            ranges.append(
-                ClassCompile(name, n, max(seconds * used.low, n * each.low), seconds * used.high + n * each.high)
-            )
-        low, high, parts = sum(r.low_s for r in ranges), sum(r.high_s for r in ranges), tuple(ranges)
+            part = ClassCompile(name, n, max(seconds * used.low, n * each.low), seconds * used.high + n * each.high)
+            ranges.append((part, each))
+        parts = tuple(part for part, _ in ranges)
+        low, high = sum(p.low_s for p in parts), sum(p.high_s for p in parts)
         used = ratio_x64 if x64 else ratio
         times = (
             used.text()
@@ -189,9 +189,8 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
         )
         words = f"XLA:{device.kind} compile: {units.seconds(compile_s)} on this CPU × {times} ({used.basis}), at least "
         words += ", ".join(
-            f"{r.programs} × {each.text(' s')}" + ("" if list(classes) == ["32-bit"] else f" ({r.name})")
-            for r in ranges
-            if (each := class_figure(device, "compile_each_s", r.name)) is not None
+            f"{p.programs} × {each.text(' s')}" + ("" if list(classes) == ["32-bit"] else f" ({p.name})")
+            for p, each in ranges
         )
         words += " per compiled program"
     if x64 and device.platform == "tpu":

@@ -156,7 +156,11 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
         other = paired_cell.get(id(cell.recorded))
         ran = other is not None and other.ran
         paired += ran
-        rows.append(_row(cell, other if ran else None, device, whole, numba))
+        cache_s = _numba_cache_s(cell.recorded, other) if other is not None and ran else 0.0
+        cache_s = cache_s if abs(cache_s) >= NUMBA_CACHE_S else 0.0
+        if cache_s:
+            numba[cell.index] = cache_s
+        rows.append(_row(cell, other if ran else None, device, whole, cache_s))
     if not paired:
         raise NbscopeError("--measured shares no cell with the forecast run (different notebook or version)")
     timed = [r for r in rows if r.measured_s is not None]
@@ -201,9 +205,9 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     )
 
 
-def _row(cell: CellForecast, other: Cell | None, device: str, whole: bool, numba: dict[int, float]) -> MeasuredCell:
-    """One forecast cell against its measured cell (None: not paired, or it did not run there); a difference in
-    Numba compile between the runs is left out of the forecast and kept in ``numba``."""
+def _row(cell: CellForecast, other: Cell | None, device: str, whole: bool, numba_s: float) -> MeasuredCell:
+    """One forecast cell against its measured cell (None: not paired, or it did not run there), the forecast less
+    ``numba_s``, the Numba compile the two runs' caches made differ (:func:`_numba_cache_s`)."""
     outcome = cell.gpu[device]
     compile_term = None if whole else next((t for t in outcome.terms if t.kind == "compile"), None)
     compile_low = compile_term.low_s if compile_term else 0.0
@@ -212,10 +216,7 @@ def _row(cell: CellForecast, other: Cell | None, device: str, whole: bool, numba
     high = None if outcome.high_s is None else max(0.0, outcome.high_s - (compile_high or 0.0))
     measured_s = measured_wall_s = within = error = None
     if other is not None:
-        cache_s = _numba_cache_s(cell.recorded, other)
-        if abs(cache_s) >= NUMBA_CACHE_S:
-            low, high = max(0.0, low - cache_s), None if high is None else max(0.0, high - cache_s)
-            numba[cell.index] = cache_s
+        low, high = max(0.0, low - numba_s), None if high is None else max(0.0, high - numba_s)
         measured_s, measured_wall_s = (other.notebook_wall_s if whole else _run_time(other)), other.notebook_wall_s
         if measured_s is not None:
             within = low <= measured_s and (high is None or measured_s <= high)
