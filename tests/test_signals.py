@@ -12,6 +12,7 @@ never for a fixed time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -193,6 +194,7 @@ def test_a_signal_during_profile_saves_the_partial_run_and_stops_the_kernel(
 # ---- trace -- jupyter-book build ----------------------------------------------------------------------
 
 
+@functools.cache  # asked in the test, not at collection: `jupyter-book --version` takes seconds
 def _jupyter_book_1() -> bool:
     if shutil.which("jupyter-book") is None:
         return False
@@ -212,11 +214,12 @@ def make_book(root: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _jupyter_book_1(), reason="jupyter-book 1 is not installed")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_a_traced_book_build_saves_its_partial_run_and_stops_its_kernels(
     tmp_path: Path, marker: str, signum: int
 ) -> None:
+    if not _jupyter_book_1():
+        pytest.skip("jupyter-book 1 is not installed")
     book = make_book(tmp_path / "book")
     db = tmp_path / "db" / "nbscope.db"
     started = tmp_path / "started"
