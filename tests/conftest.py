@@ -19,6 +19,12 @@ from typing import Any
 
 import pytest
 
+from nbscope.collect.notebook import import_nbformat
+
+# Test files import nbformat at their top: imported first as nbscope imports it (import_nbformat), it does not
+# build jsonschema's IRI grammar (1-5 s in each pytest process) until an IRI is checked.
+import_nbformat()
+
 TESTS_DIR = Path(__file__).resolve().parent
 FAKE_NVML_DIR = TESTS_DIR / "fake_nvml"
 
