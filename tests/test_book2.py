@@ -306,7 +306,10 @@ def test_stopping_the_build_midway_leaves_nothing_behind(
 ) -> None:
     book = _copy_book(tmp_path, offline_theme=True)
     page = book / "sleeps.md"
-    page.write_text(page.read_text() + "\n```{code-cell} ipython3\ntime.sleep(120)\n```\n")
+    started = tmp_path / "started"  # written by the last cell as it starts: the page's first three cells have run
+    page.write_text(
+        page.read_text() + f"\n```{{code-cell}} ipython3\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n```\n"
+    )
     db = tmp_path / "nbscope.db"
     env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
     env["PATH"] = os.pathsep.join([str(book2.path_folder), env.get("PATH", "")])
@@ -327,7 +330,10 @@ def test_stopping_the_build_midway_leaves_nothing_behind(
             seen |= _book_kernels(book)
             time.sleep(0.2)
         assert len(seen) == 3, f"kernels seen: {len(seen)}"
-        time.sleep(5)  # the page's first three cells take a fraction of a second
+        while time.monotonic() < deadline and not started.exists():
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        assert started.exists(), "the last cell of sleeps.md never started"
         if stop == "nbscope gets SIGTERM":
             process.send_signal(signal.SIGTERM)
         else:
