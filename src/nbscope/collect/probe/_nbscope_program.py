@@ -722,8 +722,9 @@ MEMORY_BUDGET_BYTES = 16 * 2**20
 # just compiled recording events, whose stop peaks at about 5 times what they hold (benchmarks/lectures/
 # kalman_x64.md: up to ~1 GB/s of events right after a compile, first into the memory the compiler freed, where
 # the kernel's resident size does not show them). The heaps are read every HEAP_RATE_S for HEAP_WATCH_S after
-# each compile of a program with a small loop (_small_loop). One rise is as likely a result in the heap (a 1000x1000 float64 matmul's 8 MB); without a
-# compile a heap swinging with reused arrays reads alike (forecast_honest.md's loop of 16 MB arrays).
+# each compile of a program with a small loop (_small_loop). One rise is as likely a result in the heap (a
+# 1000x1000 float64 matmul's 8 MB); without a compile a heap swinging with reused arrays reads alike
+# (forecast_honest.md's loop of 16 MB arrays).
 EVENTS_RATE_BYTES_PER_S = 4 * 2**20
 HEAP_RATE_S = 0.02
 HEAP_WATCH_S = 0.5
@@ -1011,10 +1012,8 @@ class _Guard:
             fast_until = self.started + FAST_AFTER_COMPILE_S
             if self.loops:
                 # Only a program with a loop over small values records that fast (see _look), and reading the
-                # heaps takes their locks: read every HEAP_RATE_S after each of 1,200 eager compiles, the
-                # notebook's threads' freed arrays stayed resident (benchmarks/parts_heap.py: +2,810 to
-                # +2,956 MB at the peak against +2,052 MB with no such reads and +2,080 to +2,118 MB without
-                # the recorder; the same +1,800 MB held in each once the heap was trimmed).
+                # heaps takes their locks: read so after every eager compile, they kept the notebook's freed
+                # arrays resident (benchmarks/parts_heap.py: ~800 MB more at the peak over 1,200 compiles).
                 heap_watch_until = self.started + HEAP_WATCH_S
         was_compiling = False
         while True:
