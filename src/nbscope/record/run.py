@@ -9,11 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -58,25 +56,6 @@ def check_label(label: str | None) -> str | None:
 def default_label() -> str | None:
     """The label of runs recorded now: ``$NBSCOPE_LABEL`` (what ``--label`` sets), or none."""
     return check_label(process_environment.read().label or None)
-
-
-@contextmanager
-def labelled(label: str | None) -> Iterator[None]:
-    """Runs recorded inside carry ``label`` (checked first), also those of worker processes started there;
-    ``$NBSCOPE_LABEL`` is restored afterwards. None leaves it as it is."""
-    label = check_label(label)
-    if label is None:
-        yield
-        return
-    before = process_environment.read().label
-    os.environ[LABEL_ENV] = label
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(LABEL_ENV, None)
-        else:
-            os.environ[LABEL_ENV] = before
 
 
 def _format_name(record: RunRecord) -> str:
