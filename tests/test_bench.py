@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,12 +46,19 @@ def test_summarise_warns_on_high_spread_and_on_too_few_samples() -> None:
     assert any("only 3 samples" in w for w in few["warnings"])
 
 
+def _sample(fn: Callable[..., Any], budget: Budget, **options: Any) -> tuple[list[float], int]:
+    """Per-call times of one operation's samples and the calls per sample, taken as a group takes them."""
+    sampler = _stats.Sampler(fn, budget, **options)
+    _stats.sample_interleaved([sampler])
+    return sampler.samples, sampler.inner
+
+
 def test_calibration_repeats_a_fast_call_until_a_sample_is_long_enough() -> None:
     calls = []
-    inner, per_call = _stats.calibrate(lambda: calls.append(1), min_sample_s=0.002)
-    assert inner > 10
-    assert per_call > 0
-    samples, inner = _stats.sample(lambda: None, Budget(min_sample_s=0.001, target_s=0.01, max_samples=8))
+    calibrated = _stats.Sampler(lambda: calls.append(1), Budget(min_sample_s=0.002, target_s=0.0, max_samples=1))
+    assert calibrated.inner > 10
+    assert calibrated.samples[0] > 0  # the last trial's per-call time
+    samples, inner = _sample(lambda: None, Budget(min_sample_s=0.001, target_s=0.01, max_samples=8))
     assert _stats.MIN_SAMPLES <= len(samples) <= 8
     assert inner > 1
 
@@ -57,7 +66,7 @@ def test_calibration_repeats_a_fast_call_until_a_sample_is_long_enough() -> None
 def test_sampling_takes_at_least_five_samples_of_a_slow_call() -> None:
     import time
 
-    samples, inner = _stats.sample(lambda: time.sleep(0.004), Budget(min_sample_s=0.001, target_s=0.0, max_samples=50))
+    samples, inner = _sample(lambda: time.sleep(0.004), Budget(min_sample_s=0.001, target_s=0.0, max_samples=50))
     assert len(samples) == _stats.MIN_SAMPLES
     assert inner == 1
     assert min(samples) >= 0.004
@@ -71,7 +80,7 @@ def test_setup_gives_every_call_a_fresh_untimed_argument() -> None:
         return len(made)
 
     seen = []
-    samples, inner = _stats.sample(seen.append, Budget(0.001, 0.0, 10), setup=setup, max_inner=4)
+    samples, inner = _sample(seen.append, Budget(0.001, 0.0, 10), setup=setup, max_inner=4)
     assert 1 <= inner <= 4
     assert seen == list(range(1, len(made) + 1))  # each call had its own argument
     assert len(seen) >= len(samples) * inner

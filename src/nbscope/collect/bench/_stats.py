@@ -22,15 +22,11 @@ SPREAD_WARN = 0.10  # relative spread (MAD / median) above which a figure is fla
 _clock = time.perf_counter
 
 
-def calibrate(fn: Callable[[], Any], min_sample_s: float, *, max_inner: int = 1_000_000) -> tuple[int, float]:
+def _calibrate(timed: Callable[[int], float], min_sample_s: float, max_inner: int) -> tuple[int, float]:
     """How many calls make one sample last ``min_sample_s``; also the per-call time of the last trial.
 
     The trial runs are warm-up too. The last trial used the returned count, so its time is a valid sample.
     """
-    return _calibrate(lambda k: _time_calls(fn, k), min_sample_s, max_inner)
-
-
-def _calibrate(timed: Callable[[int], float], min_sample_s: float, max_inner: int) -> tuple[int, float]:
     inner = 1
     while True:
         elapsed = timed(inner)
@@ -51,10 +47,10 @@ def _time_calls(fn: Callable[[], Any], inner: int) -> float:
 class Sampler:
     """Calibrated repeated timing of one operation, one sample at a time.
 
-    Samples can be taken back to back (:func:`sample`) or interleaved with other operations'
-    samples (:func:`sample_interleaved`). On a virtual machine the speed drifts over seconds, so
-    back-to-back samples agree with each other better than with a later run: interleaving spreads each
-    figure's samples over the group's whole run, and its spread then shows that drift.
+    Samples are taken interleaved with other operations' samples (:func:`sample_interleaved`). On a
+    virtual machine the speed drifts over seconds, so back-to-back samples agree with each other better
+    than with a later run: interleaving spreads each figure's samples over the group's whole run, and its
+    spread then shows that drift.
 
     With ``setup``, every call gets a fresh argument from it, made before the timed block (for
     operations that cache their result, like a device-to-host copy); ``max_inner`` then bounds how many
@@ -98,17 +94,6 @@ class Sampler:
 
     def summary(self) -> dict[str, Any]:
         return summarise(self.samples, self.inner)
-
-
-def sample(
-    fn: Callable[..., Any], budget: Budget, *, setup: Callable[[], Any] | None = None, max_inner: int = 1_000_000
-) -> tuple[list[float], int]:
-    """Per-call times of samples taken back to back, and the calls per sample."""
-    sampler = Sampler(fn, budget, setup=setup, max_inner=max_inner)
-    with _gc_paused():
-        while not sampler.done:
-            sampler.take()
-    return sampler.samples, sampler.inner
 
 
 def sample_interleaved(samplers: Sequence[Sampler], probe: Callable[[], Any] | None = None) -> None:
@@ -211,13 +196,6 @@ def warnings_for(samples: int, spread: float | None) -> list[str]:
     if spread is not None and spread > SPREAD_WARN:
         notes.append(f"spread {spread:.0%} > {SPREAD_WARN:.0%}")
     return notes
-
-
-def measure(
-    fn: Callable[..., Any], budget: Budget, *, setup: Callable[[], Any] | None = None, max_inner: int = 1_000_000
-) -> dict[str, Any]:
-    samples, inner = sample(fn, budget, setup=setup, max_inner=max_inner)
-    return summarise(samples, inner)
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float], y_errors: Sequence[float] | None = None) -> dict[str, Any]:
