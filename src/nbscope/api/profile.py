@@ -545,11 +545,11 @@ def _cache_saving(record: RunRecord, store: Store) -> None:
     warm = record.notebook_run().totals
     if warm.cache_state != "warm":
         return
-    for row in store.runs(kind="profile", target=record.target, digest=record.digest, limit=50):
-        cold = store.get(row["id"]).notebook_run().totals
+    for stored in store.records(kind="profile", target=record.target, digest=record.digest, limit=50):
+        cold = stored.notebook_run().totals
         if cold.cache_state == "cold":
             totals_ = record.measurements["totals"]
-            totals_["cache_baseline_run"] = row["id"]
+            totals_["cache_baseline_run"] = stored.run_id
             totals_["cache_saving_s"] = (cold.compile_s or 0.0) - (warm.compile_s or 0.0)
             totals_["cold_compiles"] = cold.compiles
             return

@@ -151,8 +151,7 @@ def to_records(
 
 def _already_imported(store: Store) -> set[tuple[str, str]]:
     seen = set()
-    for row in store.runs(kind="jupyter-cache"):
-        record = store.get(row["id"])
+    for record in store.records(kind="jupyter-cache"):
         seen.add((str(record.run_settings().hashkey), record.started_at))
     return seen
 

@@ -134,8 +134,7 @@ def find_previous(
     if store is None:
         return None, None
     reusable, estimate = None, None
-    for row in store.runs(kind="profile", target=target, limit=LOOKUP_LIMIT):
-        record = store.get(row["id"])
+    for record in store.records(kind="profile", target=target, limit=LOOKUP_LIMIT):
         tag = _report.audit_tag(record)
         if tag is None or tag.backend != backend or tag.interrupted:
             continue  # an interrupted notebook runs again
