@@ -121,9 +121,9 @@ def _versions(record: RunRecord) -> dict[str, str]:
 def _package_change(before: RunRecord, after: RunRecord, program: str) -> Change | None:
     old, new = _versions(before), _versions(after)
     moved = [
-        f"{name} {old.get(name, 'absent')} → {new.get(name, 'absent')}"
+        f"{name} {was} → {now}"
         for name in sorted(set(old) | set(new))
-        if old.get(name) != new.get(name)
+        if (was := old.get(name, "absent")) != (now := new.get(name, "absent"))
     ]
     if not moved:
         return None

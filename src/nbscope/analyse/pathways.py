@@ -210,6 +210,6 @@ def combine_overheads(results: Sequence[Any]) -> tuple[dict[str, Any], dict[str,
             combined[key] = statistics.median(values)
             samples[key] = values
         else:
-            other = next((r.overheads.get(key) for r in results if r.overheads.get(key) is not None), None)
+            other = next((v for r in results if (v := r.overheads.get(key)) is not None), None)
             combined[key] = other
     return combined, (samples if len(results) > 1 else None)
