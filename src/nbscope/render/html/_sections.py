@@ -110,16 +110,14 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
             return json.dumps(value, default=str)
         return str(value)
 
+    shown = {path: [show(path, flat.get(path, missing)) for flat in flats] for path in paths}  # each run's value
+
     def rows_for(selected: Iterable[str]) -> list[tuple[str, ...]]:
-        return [(field_name(path), *(show(path, flat.get(path, missing)) for flat in flats)) for path in selected]
+        return [(field_name(path), *shown[path]) for path in selected]
 
     headers = ("field", *(f"{run_name(r, i)}" for i, r in enumerate(records)))
     settings = _settings_differences(data) if data is not None else ""
-    differing = [
-        p
-        for p in paths
-        if len(records) > 1 and p in comparable and len({show(p, f.get(p, missing)) for f in flats}) > 1
-    ]
+    differing = [p for p in paths if len(records) > 1 and p in comparable and len(set(shown[p])) > 1]
     key = [p for p in KEY_FIELDS if any(p in f for f in flats) and p not in differing]
     out = ["<h2>Fingerprint</h2>"]
     if len(records) > 1:
