@@ -35,7 +35,7 @@ import pytest
 
 from nbscope._processes import own_cgroup
 from nbscope.api import jupyter_book2
-from nbscope.api.trace import MAX_LINE_BYTES, _run
+from nbscope.api.trace import MAX_LINE_BYTES, _run_command
 from nbscope.record.store import Store
 
 FILES = Path(__file__).resolve().parent / "files"
@@ -150,7 +150,7 @@ def test_a_10_mb_line_is_read_in_bounded_time_and_kept_cut_with_a_last_line_with
         f"sys.stderr.write('b' * {TEN_MB})"
     )
     started = time.perf_counter()
-    code, output = _run([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), echo=False)
+    code, output, _, _ = _run_command([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), echo=False)
     assert time.perf_counter() - started < LIMIT_S
     assert code == 0
     lines = output.splitlines()

@@ -310,11 +310,11 @@ def test_trace_jupyter_book_build(tmp_path: Path) -> None:
 
 
 def test_a_traced_command_past_its_timeout_is_stopped_with_its_children(tmp_path: Path) -> None:
-    from nbscope.api.trace import _run
+    from nbscope.api.trace import _run_command
 
     marker = f"nbscope-trace-timeout-{os.getpid()}"
     started = time.perf_counter()
-    code, output = _run(
+    code, output, _, _ = _run_command(
         ["bash", "-c", f"sleep 60 & exec -a {marker} sleep 60"],
         cwd=tmp_path,
         env=dict(os.environ),

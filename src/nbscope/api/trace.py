@@ -466,16 +466,6 @@ def _cache_state(header: KernelLine | None) -> str:
     return "cold" if header is not None and header.jax_cache_dir else "off"
 
 
-def _run(
-    command: list[str], *, cwd: Path, env: dict[str, str], echo: bool, timeout: float | None = None
-) -> tuple[int, str]:
-    """Run the command to its end (or ``timeout``); an interrupt stops it and is raised again."""
-    returncode, output, interrupted, _ = _run_command(command, cwd=cwd, env=env, echo=echo, timeout=timeout)
-    if interrupted:
-        raise KeyboardInterrupt
-    return returncode, output
-
-
 def _run_command(
     command: list[str],
     *,
