@@ -40,14 +40,15 @@ def test_a_threefold_slower_sleep_is_never_within_noise() -> None:
     cand = cell(1.20, on_cpu=0.001, cpu=0.09)
     pair = noise.pair_noise(base, cand)
     assert pair.kind == "plain" and pair.judged == "unwaited"
-    assert not noise.within(base, cand)
+    assert pair.base_s is not None and pair.cand_s is not None and pair.cand_s - pair.base_s >= pair.floor_s
     assert pair.floor_s < 0.8 / 2  # far from the change
 
 
 def test_the_wait_for_a_cpu_is_taken_out_and_an_implausible_wait_is_ignored() -> None:
     waited = cell(3.0, on_cpu=1.0, cpu=1.0, wait=2.0)
     assert noise.unwaited(waited) == 1.0
-    assert noise.within(cell(1.0, on_cpu=1.0, cpu=1.0), waited)  # the same 1 s of work, on a busy machine
+    busy = noise.pair_noise(cell(1.0, on_cpu=1.0, cpu=1.0), waited)
+    assert busy.judged == "unwaited" and busy.base_s == busy.cand_s == 1.0  # the same 1 s of work, on a busy machine
     assert noise.wait_of(cell(1.0, on_cpu=1.0, cpu=1.0, wait=5.0)) is None  # longer than the wall
     assert noise.unwaited(cell(1.0)) is None  # no sched recorded: the wall is judged
     assert noise.pair_noise(cell(1.0), cell(1.0, on_cpu=1.0, cpu=1.0)).judged == "wall"

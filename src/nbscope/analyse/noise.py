@@ -164,14 +164,6 @@ def history_floor(mad_s: float, mad_k: float, smaller: float, range_s: float = 0
     return max(mad_k * SIGMA_OF_DIFFERENCE * mad_s, range_s, JITTER_S + HISTORY_RELATIVE * smaller)
 
 
-def within(base: Cell | None, cand: Cell | None) -> bool:
-    """True when the two sides' difference is within what the machine's noise explains."""
-    noise = pair_noise(base, cand)
-    if noise.base_s is None or noise.cand_s is None:
-        return False
-    return abs(noise.cand_s - noise.base_s) < noise.floor_s
-
-
 def finite_ratio(a: float, b: float) -> float:
     """b / a, infinity for a zero a (and 1 when both are zero)."""
     return b / a if a > 0 else (math.inf if b > 0 else 1.0)
