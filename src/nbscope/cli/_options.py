@@ -8,7 +8,6 @@ One option means one thing everywhere: ``--limit N`` caps the rows shown, ``--al
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +16,7 @@ import typer
 
 from nbscope.api import NbscopeError, runs
 from nbscope.api.files import check_target, is_stdout
-from nbscope.api.runs import LABEL_ENV, RUN_REFERENCE, RunRecord, Store, check_label
+from nbscope.api.runs import LABEL_ENV, RUN_REFERENCE, Store, check_label
 
 DbOption = Annotated[
     Path | None,
@@ -57,11 +56,6 @@ def run_help(what: str = "The run") -> str:
 
 
 RunArgument = Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)]
-
-
-def resolve(reference: str, store: Store, *, kinds: Sequence[str] | None = None) -> RunRecord:
-    """The run a reference names (one grammar in every command; see :func:`nbscope.record.store.resolve_run`)."""
-    return runs.resolve(reference, store, kinds=kinds)
 
 
 def _checked_label(value: str | None) -> str | None:

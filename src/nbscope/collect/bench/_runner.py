@@ -15,13 +15,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nbscope.collect.bench._config import GROUPS
-
-Progress = Callable[[str, dict[str, Any] | None], None]
 
 
 def worker_command(group: str, dtype: str, size: str, out: Path, overrides: dict[str, Any] | None) -> list[str]:
