@@ -27,10 +27,8 @@ DbOption = Annotated[
     ),
 ]
 
+
 # The output formats a command prints; naming two is refused (--json --markdown used to give JSON silently).
-_FORMATS = ("--json", "--markdown")
-
-
 def _one_format(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
     if value:
         chosen = ctx.meta.setdefault("nbscope_formats", [])

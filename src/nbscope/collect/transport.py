@@ -21,8 +21,6 @@ from typing import Any
 
 # tcp, ipc, or auto (the default): ipc only where a loopback TCP round trip fails.
 TRANSPORT_VARIABLE = "NBSCOPE_KERNEL_TRANSPORT"
-# Set in a kernel's (or a traced tool's) environment: the folder its ipc socket files go to.
-IPC_DIR_VARIABLE = "NBSCOPE_IPC_DIR"
 TRANSPORTS = ("tcp", "ipc")
 
 
