@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, get_args
+from typing import ClassVar, Literal
 
 from nbscope import _units
 from nbscope.analyse.history import short_hashes
@@ -37,7 +37,6 @@ OOM_SHARE = 0.85
 # The signals with which a runner stops nbscope itself (a CI cancel, a spot reclamation), not the user's Ctrl-C.
 RUNNER_SIGNALS = ("SIGTERM", "SIGHUP")
 FailureKind = Literal["runner-stopped", "out-of-memory", "kernel-killed", "timeout", "cell-error", "interrupted"]
-FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
 CHANGE_KINDS = ("code", "packages", "machine", "cache", "settings")
 
 
