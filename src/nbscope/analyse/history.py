@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard
 
 from nbscope._errors import NbscopeError
-from nbscope.record.run import RunRecord, describe_settings, series_settings
+from nbscope.record.run import RunRecord, series_settings
 from nbscope.schema.codec import Encoded, Write, decode, given
 from nbscope.schema.machine import Settings
 from nbscope.schema.model import Cell, Samples, Totals
@@ -102,10 +102,6 @@ class Series:
         "points",
         "changes",
     )
-
-    @property
-    def settings_text(self) -> str:
-        return describe_settings(self.settings)
 
     def parts(self) -> dict[str, str]:
         """What this series is, as the options a reader gives: ``{"jax_cache": "--jax-cache warm", ...}``."""

@@ -104,11 +104,6 @@ class PairNoise:
     cand_s: float | None
     contention: float = 0.0  # the larger share of a side's wall spent waiting for a CPU
 
-    @property
-    def text(self) -> str:
-        what = "wall less the wait for a CPU" if self.judged == "unwaited" else "wall"
-        return f"{self.kind} cell, {what}, floor {self.floor_s:.3g} s"
-
 
 _ORDER = ("plain", "threaded", "first-call", "import")
 

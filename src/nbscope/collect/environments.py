@@ -181,10 +181,6 @@ class Environment:
     build_s: float | None = None
 
     @property
-    def python(self) -> Path:
-        return self.path / "bin" / "python"
-
-    @property
     def kernel_name(self) -> str:
         return KERNEL_PREFIX + self.path.name
 

@@ -35,10 +35,6 @@ class ForecastEvidence:
     devices: list[Any] = field(default_factory=list)  # Device, in the order asked
     why_not: str | None = None
 
-    def name(self, key: str) -> str:
-        device = next((d for d in self.devices if d.key == key), None)
-        return device.name if device is not None else key
-
 
 def check_request(
     record: RunRecord,
