@@ -15,7 +15,7 @@ from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, run_job_in_thread, worker_fingerprint
-from nbscope.api.audit._schedule import memory_fraction
+from nbscope.api.audit._schedule import failed_result, memory_fraction
 from nbscope.schema.codec import decode
 from nbscope.schema.dask_scheduler import DaskScheduler
 from nbscope.schema.machine import Machine
@@ -117,16 +117,7 @@ class DaskRunner:
                 try:
                     result = future.result()
                 except Exception as exc:  # KilledWorker, CancelledError, a worker without the notebook's deps
-                    result = {
-                        "key": job.key,
-                        "backend": job.backend,
-                        "ok": False,
-                        "record": None,
-                        "error": f"Dask: {type(exc).__name__}: {exc}".strip(),
-                        "worker": None,
-                        "elapsed_s": None,
-                        "retryable": True,
-                    }
+                    result = failed_result(job, f"Dask: {type(exc).__name__}: {exc}".strip())
                 yield job, result
         finally:
             if futures:  # interrupted: stop what has not finished so the cluster is free again

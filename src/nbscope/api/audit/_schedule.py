@@ -167,9 +167,9 @@ class LocalScheduler:
                         result = future.result()
                     except BrokenProcessPool:
                         broken = True
-                        result = _failed(job, "a worker process died (this notebook or one running beside it)")
+                        result = failed_result(job, "a worker process died (this notebook or one running beside it)")
                     except Exception as exc:
-                        result = _failed(job, f"{type(exc).__name__}: {exc}")
+                        result = failed_result(job, f"{type(exc).__name__}: {exc}")
                     yield job, result
                 if broken:  # every job still in that pool is lost with it; carry on in a fresh one
                     self.executor.shutdown(wait=False, cancel_futures=True)
@@ -213,7 +213,8 @@ def _descendants(pids: list[int]) -> list[Any]:
     return found
 
 
-def _failed(job: Job, error: str) -> dict[str, Any]:
+def failed_result(job: Job, error: str) -> dict[str, Any]:
+    """The result of a job that did not finish (its worker died, or its executor failed it): retryable, no record."""
     return {
         "key": job.key,
         "backend": job.backend,
