@@ -121,10 +121,7 @@ def test_fresh_sets_the_cache_aside_and_puts_the_users_entries_back(tmp_path: Pa
 
 
 def test_book2_env_says_how_to_install_when_it_is_missing(run_cli: Any, tmp_path: Path) -> None:
-    if (
-        jupyter_book2._this_environment_version()
-        and jupyter_book2._major(jupyter_book2._this_environment_version()) == 2
-    ):
+    if jupyter_book2.this_environment_version() and jupyter_book2.major(jupyter_book2.this_environment_version()) == 2:
         pytest.skip("this environment has jupyter-book 2 itself")
     if shutil.which("myst"):
         pytest.skip("mystmd is on PATH")

@@ -86,14 +86,14 @@ def _bin(env: Path) -> Path:
     return env / ("Scripts" if os.name == "nt" else "bin")
 
 
-def _this_environment_version() -> str | None:
+def this_environment_version() -> str | None:
     try:
         return importlib.metadata.version("jupyter-book")
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _major(version: str | None) -> int | None:
+def major(version: str | None) -> int | None:
     match = re.match(r"v?(\d+)", (version or "").strip())
     return int(match.group(1)) if match else None
 
@@ -148,19 +148,19 @@ def node_major() -> int | None:
         text = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return _major(text)
+    return major(text)
 
 
 def find() -> JupyterBook2:
     """The jupyter-book 2 to use: ``NBSCOPE_JUPYTER_BOOK2``, this environment's, nbscope's own, or ``myst``."""
     found = JupyterBook2()
     given = process_environment.read().jupyter_book2
-    here = _this_environment_version()
+    here = this_environment_version()
     beside = Path(sys.executable).parent / "jupyter-book"
     own = _bin(environment_dir()) / "jupyter-book"
     if given:
         found = JupyterBook2([given], origin=f"${COMMAND_VARIABLE}")
-    elif (_major(here) or 0) >= 2 and (beside.exists() or shutil.which("jupyter-book")):
+    elif (major(here) or 0) >= 2 and (beside.exists() or shutil.which("jupyter-book")):
         found = JupyterBook2(
             [str(beside) if beside.exists() else str(shutil.which("jupyter-book"))],
             version=here,
@@ -191,7 +191,7 @@ def find() -> JupyterBook2:
     found.version = found.version or command_version(found.command)
     if found.version is None:
         found.problem = f"{found.command[0]} --version failed: it does not run"
-    elif _major(found.version) is not None and (_major(found.version) or 0) < 2 and found.origin != "mystmd on PATH":
+    elif major(found.version) is not None and (major(found.version) or 0) < 2 and found.origin != "mystmd on PATH":
         found.problem = f"{found.command[0]} is jupyter-book {found.version}, not jupyter-book 2"
     return found
 

@@ -12,7 +12,6 @@ jupyter-book 2 is a different program (mystmd, Node.js) under the same PyPI name
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 import shutil
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbscope.api.jupyter_book2 import major, this_environment_version
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, kernel_described, one_line, reap, skipped
 from nbscope.collect.notebook import Notebook
 
@@ -34,18 +34,6 @@ FAILED = re.compile(r"Executing notebook failed: ?([^\s\[]*)")
 # Never linked into the temporary book: they would change its configuration or cost a long walk.
 NOT_LINKED = {"_config.yml", "_toc.yml", "conf.py", "myst.yml", "_build", "node_modules", "__pycache__", "venv"}
 NO_TIMEOUT = -1  # jupyter-book's value for "no per-cell limit"
-
-
-def jupyter_book_version() -> str | None:
-    try:
-        return importlib.metadata.version("jupyter-book")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _major(version: str | None) -> int | None:
-    match = re.match(r"(\d+)", version or "")
-    return int(match.group(1)) if match else None
 
 
 def _executable(name: str) -> str | None:
@@ -97,10 +85,10 @@ def write_book(notebook: Path, book: Path, timeout: float | None) -> dict[str, A
 
 def run_book(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, Any]) -> PathwayResult:
     """Build a temporary jupyter-book 1 book of the notebook and measure the book's own execution."""
-    version = jupyter_book_version()
+    version = this_environment_version()
     if version is None:
         return skipped("book", "jupyter-book is not installed (pip install 'jupyter-book<2')")
-    if _major(version) != 1:
+    if major(version) != 1:
         return skipped("book", f"jupyter-book {version} is jupyter-book 2 (mystmd); see --via book2")
     executable = _executable("jupyter-book")
     if executable is None:
