@@ -131,6 +131,30 @@ def test_memory_grown_on_another_thread_stays_within_the_kernel_wide_budget() ->
     assert execution["count"] >= 150_000  # every call of the worker's, counted on its own thread
 
 
+@pytest.mark.slow
+def test_a_cell_compiling_more_often_than_its_trace_restarts_is_cut_and_still_counts_every_execution() -> None:
+    """The trace is stopped for each compile and restarted after it, and each restart leaves freed heap resident
+    (1,200 eager compiles peaked 200-470 MB above the cell without program data). After MAX_PARTS restarts the
+    cell's trace is cut ("parts"); every one of its 100 programs is still counted, and its forecast bounded."""
+    pytest.importorskip("jax")
+    from nbscope.collect.probe._nbscope_program import MAX_PARTS
+
+    record = profile(
+        FILES / "forecast_many_compiles.md",
+        ProfileOptions(programs=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
+    cell = record.measurements["cells"][1]
+    assert cell["status"] == "ok"
+    window = cell["programs"]["window"]
+    assert window["cut"] is True and window["reason"] == "parts" and window["traced_s"] < cell["wall_s"], window
+    executions = cell["programs"]["executions"]
+    assert len(executions) == 100 > MAX_PARTS
+    assert all(e["count"] == 1 and e["count_basis"] == "counted" for e in executions), executions
+    outcome = forecast(record, "t4").to_dict()["cells"][1]["gpu"]["t4"]
+    assert outcome["high_s"] is not None and outcome["low_s"] <= outcome["high_s"], outcome
+
+
 def test_a_call_still_running_at_the_cut_is_one_call_not_as_many_as_the_time_says() -> None:
     """The trace was cut 4 s into a cell of 10 s that made one call of a 10,000,000-step scan: its window
     saw 4,000,000 of the steps, so that one execution was still running, and it stays one call (its CPU time

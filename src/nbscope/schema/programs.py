@@ -235,7 +235,8 @@ class TraceWindow:
     cut: bool | None
     traced_s: Time  # how long the session ran
     grown_bytes: int | None  # what it had grown by then
-    reason: str | None  # the rule that cut it: "memory budget" (the kernel's), "early", "trace budget", "heap cap"
+    reason: str | None  # the rule that cut it: "memory budget" (the kernel's), "early", "trace budget", "heap cap",
+    # "events flood", "parts" (the probe's MAX_PARTS)
     kernel_grown_bytes: int | None  # the kernel's resident growth since the session started, at the cut
     wait_s: Time  # how long the cell's thread waited for a CPU in it
     stop_s: Time  # how long stopping it took

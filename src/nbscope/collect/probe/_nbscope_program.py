@@ -113,6 +113,7 @@ class Programs:
         self.split_error: str | None = None
         self.trace_path: str | None = None  # the cell's trace, once a part of it was written
         self.paused: _Guard | None = None  # the guard of the part stopped for the compile running now
+        self.parts = 0  # the cell's parts stopped for a compile so far (at most MAX_PARTS)
         self.last_lowered: Any = None  # the closed jaxpr JAX lowered last: the program a compile makes
         self.running_at_lowering = False  # programs dispatched earlier still ran as JAX lowered the last one
         self.counter = _Counter()
@@ -122,6 +123,7 @@ class Programs:
         (read when the session is cut: calls do not run while JAX compiles)."""
         self.session, self.skipped, self.shared = None, None, shared
         self.split_s, self.split_error, self.trace_path = 0.0, None, None
+        self.parts = 0
         self.split_unclaimed_s = 0.0
         self.lowered, self.last_lowered = [], None
         self.dispatch_wait_s = self.start_wait_s = 0.0
@@ -389,6 +391,9 @@ class Programs:
         guard = self.guard
         if guard is None or guard.done.is_set() or self.exporting:  # a cut session records nothing more
             return
+        self.parts += 1
+        if self.parts >= MAX_PARTS:  # the cell's trace ends at this compile, as a cut: no part follows
+            guard._note_cut(time.perf_counter(), guard.grown, "parts", None)
         try:
             self.trace_path = guard.finish()
         except Exception as exc:  # the part's events are lost: the trace says so
@@ -1193,6 +1198,11 @@ class _Guard:
         return self.written or _write_to(self.path, b"", append=self.append)
 
 
+# A cell's trace is stopped for a compile and restarted after it at most this many times; the last stop cuts
+# it ("parts"). Each restart leaves freed heap resident: a cell of 1,200 eager float64 operations, each compiled
+# for its shape, peaked 2.35-2.63 GB over its start against 2.12-2.27 GB without program data, and 2.14-2.27 GB
+# with this cap (docs/forecast.md). After the cut the counter (_Counter) counts executions, as after any cut.
+MAX_PARTS = 64
 DISPATCH_WAIT_S = 2.0
 DISPATCH_POLL_S = 0.001
 # Waited for only when the programs in flight grow the heaps this fast (their events; the Kalman eager scan:
