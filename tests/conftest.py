@@ -345,7 +345,7 @@ SESSION_FIXTURE_GROUPS = {"profiled": "profiled", "audited_corpus_once": "quiet"
 GROUP_SECONDS: dict[str, float] = {
     "quiet": 212,
     "test_versions.py": 181,
-    "test_adversarial.py": 125,
+    "test_adversarial.py": 77,
     "test_book2.py": 88,
     "test_pathways.py": 73,
     "test_adversarial_gate_store.py": 64,
