@@ -198,7 +198,8 @@ class Programs:
         result["trace_stop_s"] = time.perf_counter() - started
         if self.split_s:
             result["split_s"] = self.split_s  # within the cell's code (the probe leaves it out of code_s)
-        self.heavy = guard is not None and (guard.cut_after is not None or result["trace_stop_s"] >= HEAVY_STOP_S)
+        cut_heavy = guard is not None and guard.cut_after is not None and guard.reason != "parts"  # parts: compiles
+        self.heavy = guard is not None and (cut_heavy or result["trace_stop_s"] >= HEAVY_STOP_S)
         if self.dispatch_wait_s:
             result["dispatch_wait_s"] = self.dispatch_wait_s
         if self.start_wait_s:
