@@ -18,13 +18,16 @@ weighs on both sides alike. Per notebook it prints:
   probe's collection after the cell took in the kernel (the trace's stop, the HLO, the lowering for the GPU);
 * **elapsed**: the median end-to-end time of ``profile()``, which adds what nbscope does outside the
   kernel (reading traces and HLO, XLA's cost analysis, importing JAX once);
-* **memory**: the largest per-cell growth of the kernel's memory (peak over the cell's start) with
-  program data minus the same cell's without;
+* **memory**: the largest per-cell peak of the kernel's memory (VmHWM, reset at each cell's start) with
+  program data minus the same cell's without: what the kernel held more. Not the growth over the cell's
+  start: after a session that recorded heavily the probe hands freed heap back to the system (malloc_trim),
+  so with program data the next cell can start lower and grow more to the same peak (kesten_processes' cell
+  16: +7,802 MB of growth, +6 MB of peak);
 * **the run's peak**: the highest cell's peak, with and without program data, per pair (where waits move an
   earlier cell's asynchronous work into the cell that dispatched it, per-cell peaks move with it);
 * **peak memory per cell**: the kernel's peak (VmHWM, reset at each cell's start) without and with program
-  data, the difference, its growth over the cell's start with minus without (the issue's bound: at most
-  200 MB), whether each cell finished in every run, why its trace was cut when it was, and the growth with
+  data, the difference (the issue's bound: at most 200 MB), its growth over the cell's start with minus
+  without, whether each cell finished in every run, why its trace was cut when it was, and the peak with
   minus without in each pair (the bound holds per cell in every run, not on the median).
 
     python benchmarks/forecast_overhead.py [NOTEBOOK ...] [--repeats N] [--together] [--control] [--json OUT]
@@ -223,7 +226,6 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
 
     off, on = per_cell(False, lambda c: c.get("wall_s")), per_cell(True, lambda c: c.get("wall_s"))
     grow_off, grow_on = per_cell(False, _growth), per_cell(True, _growth)
-    added = [b - a for a, b in zip(grow_off, grow_on, strict=True) if a is not None and b is not None]
     sum_off = sum(v for v in off if v is not None)
     sum_on = sum(v for v in on if v is not None)
     elapsed_off = _median([r["elapsed_s"] for r in runs[False]]) or 0.0
@@ -251,6 +253,7 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
         1 for r in runs[True] for c in r["record"]["measurements"]["cells"] if (c.get("programs") or {}).get("window")
     )
     peak_off, peak_on = per_cell(False, _peak), per_cell(True, _peak)
+    added = [b - a for a, b in zip(peak_off, peak_on, strict=True) if a is not None and b is not None]
     memory = []
     for index, cell in enumerate(runs[False][0]["record"]["measurements"]["cells"]):
         reasons = sorted(
@@ -267,13 +270,13 @@ def measure(notebook: Path, repeats: int, *, together: bool = False, control: bo
                 for r in runs[side]
             }
         )
-        # The bound holds per cell in every run, not on the median: each pair's growth with minus without.
+        # The bound holds per cell in every run, not on the median: each pair's peak with minus without.
         each_pair = [
             None if a is None or b is None else b - a
             for a, b in (
                 (
-                    _growth(off_run["record"]["measurements"]["cells"][index]),
-                    _growth(on_run["record"]["measurements"]["cells"][index]),
+                    _peak(off_run["record"]["measurements"]["cells"][index]),
+                    _peak(on_run["record"]["measurements"]["cells"][index]),
                 )
                 for off_run, on_run in zip(runs[False], runs[True], strict=False)
             )
@@ -387,15 +390,16 @@ def main(argv: list[str] | None = None) -> int:
             off, on, grow_off, grow_on = (
                 row[k] for k in ("peak_off_bytes", "peak_on_bytes", "growth_off_bytes", "growth_on_bytes")
             )
-            added = grow_on - grow_off if grow_on is not None and grow_off is not None else None
+            added = on - off if on is not None and off is not None else None
+            grown = grow_on - grow_off if grow_on is not None and grow_off is not None else None
             print(
                 f"{name}: cell {row['index'] + 1} (line {row['line'] or '?'}): peak (VmHWM) {_megabytes(off)} off, "
-                f"{_megabytes(on)} on ({_megabytes(on - off if on is not None and off is not None else None, sign=True)}); "
-                f"growth over the cell's start {_megabytes(added, sign=True)} with program data"
-                f"{' (over 200 MB)' if added is not None and added > 200e6 else ''}; "
+                f"{_megabytes(on)} on ({_megabytes(added, sign=True)}"
+                f"{', over 200 MB' if added is not None and added > 200e6 else ''}); "
+                f"growth over the cell's start {_megabytes(grown, sign=True)} with program data; "
                 f"status {'/'.join(row['statuses'])}"
                 + (f"; trace cut: {', '.join(row['cut'])}" if row["cut"] else "")
-                + "; each pair "
+                + "; peak with minus without, each pair "
                 + ", ".join(_megabytes(added, sign=True) for added in row["added_each_pair_bytes"])
             )
         print(
@@ -420,8 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "targets: cells ratio ≤ 1.05, memory added ≤ 200 MB (ratio: the median over pairs of the cells' wall time "
         "with program data over without; thread, kernel: the same of the cell's thread's CPU time and of the "
-        "kernel's, every thread; memory: the largest per-cell peak growth with minus without; cut: cells whose "
-        "trace hit its memory budget)"
+        "kernel's, every thread; memory: the largest per-cell peak (VmHWM) with minus without; cut: cells whose "
+        "trace was cut: its memory budget, a flood of events, or its parts)"
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
