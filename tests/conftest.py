@@ -348,7 +348,7 @@ GROUP_SECONDS: dict[str, float] = {
     "test_adversarial.py": 77,
     "test_book2.py": 88,
     "test_pathways.py": 73,
-    "test_adversarial_gate_store.py": 64,
+    "test_adversarial_gate_store.py": 44,
     "test_try.py": 56,
     "test_forecast_bounded.py": 49,
     "test_signals.py": 44,

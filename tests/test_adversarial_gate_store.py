@@ -47,7 +47,7 @@ from conftest import assert_one_line_error
 from nbscope.analyse.diagnose._bindings import Bindings
 from nbscope.analyse.gate import gate
 from nbscope.record.store import Store
-from test_adversarial import cell, nbscope, record
+from test_adversarial import cell, cli, record
 
 FILES = Path(__file__).resolve().parent / "files"
 
@@ -81,14 +81,14 @@ def test_one_slow_ungated_run_does_not_blind_the_gate(tmp_path: Path) -> None:
     a loaded machine): before, its 2.9 s widened the history floor to 1.9 s and a real 2.9× slowdown passed."""
     db = tmp_path / "runs.db"
     _series(db, [1.0, 1.03, 2.9, 0.98, 0.97, 1.01], candidate=2.9)
-    done = nbscope("gate", "--db", db, "--max-slowdown", "10%", "--json", cwd=tmp_path)
+    done = cli("gate", "--db", db, "--max-slowdown", "10%", "--json", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     data = json.loads(done.stdout)
     first = data["cells"][0]
     assert first["verdict"] == "regression" and first["floor_s"] < 1.9, first
     assert "outlier" in data["noise_note"] and "run 3" in data["noise_note"], data["noise_note"]
     # In the terminal too: the note names the run left out.
-    done = nbscope("gate", "--db", db, cwd=tmp_path, env={"COLUMNS": "200"})
+    done = cli("gate", "--db", db, cwd=tmp_path, env={"COLUMNS": "200"})
     assert done.returncode == 1, done.stdout
     assert "left out of the run-to-run noise as outliers: run 3" in " ".join(done.stdout.split()), done.stdout
 
@@ -166,10 +166,10 @@ def test_columns_zero_or_nonsense_prints_normally(tmp_path: Path, columns: str) 
     """`COLUMNS=0`: rich printed nothing at all. A width that is not a positive number is ignored (80 columns)."""
     db = tmp_path / "runs.db"
     _series(db, [1.0], candidate=1.0)
-    done = nbscope("runs", "--db", db, cwd=tmp_path, env={"COLUMNS": columns})
+    done = cli("runs", "--db", db, cwd=tmp_path, env={"COLUMNS": columns})
     assert done.returncode == 0 and "nb.ipynb" in done.stdout and "id" in done.stdout, done.stdout + done.stderr
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
-    done = nbscope("gate", "--db", db, cwd=tmp_path, env={"COLUMNS": columns})
+    done = cli("gate", "--db", db, cwd=tmp_path, env={"COLUMNS": columns})
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr
 
 
@@ -186,7 +186,7 @@ def test_a_notebook_that_removes_the_store_folder_keeps_its_run(tmp_path: Path, 
         pytest.skip("no git")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     _notebook(tmp_path / "nb.ipynb", "x = 1", removal, "y = sum(range(10**5))")
-    done = nbscope("profile", "nb.ipynb", "--no-diagnose", cwd=tmp_path)
+    done = cli("profile", "nb.ipynb", "--no-diagnose", cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert "removed nbscope's files while it ran" in done.stderr, done.stderr
     runs = Store(tmp_path / ".nbscope" / "nbscope.db").runs()
@@ -208,7 +208,7 @@ def test_audit_never_replaces_a_file_of_the_book_it_audits(tmp_path: Path) -> No
     (book / "chapters" / "notes.txt").write_text("mine\n")
     for option, target in (("-o", config), ("--html", book / "intro.md"), ("-o", book / "chapters" / "notes.txt")):
         before = target.read_bytes()
-        done = nbscope("audit", book, option, target, "--db", tmp_path / "a.db", cwd=tmp_path)
+        done = cli("audit", book, option, target, "--db", tmp_path / "a.db", cwd=tmp_path)
         assert_one_line_error(done, option, "a file of the book it audits")
         assert target.read_bytes() == before
     assert not (tmp_path / "a.db").exists(), "refused before anything ran"
@@ -219,24 +219,24 @@ def test_publish_never_writes_through_a_link_in_its_site_folder(tmp_path: Path) 
     db = tmp_path / "runs.db"
     Store(db).save(record([cell(0, 1.0)], target="nb.ipynb"))
     site = tmp_path / "site"
-    done = nbscope("publish", db, "-o", site, cwd=tmp_path)
+    done = cli("publish", db, "-o", site, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     shutil.rmtree(site / "lectures")
     (site / "lectures").symlink_to(elsewhere)
-    done = nbscope("publish", db, "-o", site, "--full", cwd=tmp_path)
+    done = cli("publish", db, "-o", site, "--full", cwd=tmp_path)
     assert_one_line_error(done, "site/lectures", "link")
     assert not list(elsewhere.iterdir()), "nothing written through the link"
     # A page's temporary file planted as a link is not followed either.
     shutil.rmtree(tmp_path / "site")
-    done = nbscope("publish", db, "-o", site, cwd=tmp_path)
+    done = cli("publish", db, "-o", site, cwd=tmp_path)
     page = next((site / "lectures").glob("*.html"))
     target = tmp_path / "victim.txt"
     target.write_text("mine")
     page.unlink()
     page.with_name(page.name + ".partial").symlink_to(target)
-    done = nbscope("publish", db, "-o", site, "--full", cwd=tmp_path)
+    done = cli("publish", db, "-o", site, "--full", cwd=tmp_path)
     # Pages are written through a temporary file of publish's own making (never a name a link may hold): the
     # planted link is neither followed nor removed, and the page is written beside it.
     assert target.read_text() == "mine", done.stderr
@@ -346,7 +346,7 @@ def test_diagnose_memory_is_linear_in_the_cell_count() -> None:
 )
 def test_trace_refuses_what_is_no_program_in_one_line(tmp_path: Path, command: list[str], words: list[str]) -> None:
     """`trace -- /etc/passwd` ended in a PermissionError traceback; refused now before the store is made."""
-    done = nbscope("trace", "--db", tmp_path / "t.db", "--", *command, cwd=tmp_path)
+    done = cli("trace", "--db", tmp_path / "t.db", "--", *command, cwd=tmp_path)
     assert_one_line_error(done, *words)
     assert not (tmp_path / "t.db").exists()
 
@@ -354,17 +354,17 @@ def test_trace_refuses_what_is_no_program_in_one_line(tmp_path: Path, command: l
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
 def test_trace_command_timeout_must_be_a_number_of_seconds(tmp_path: Path, value: str) -> None:
     """`--command-timeout nan` ran the command and called it timed out after "nan s"."""
-    done = nbscope("trace", "--db", tmp_path / "t.db", "--command-timeout", value, "--", "true", cwd=tmp_path)
+    done = cli("trace", "--db", tmp_path / "t.db", "--command-timeout", value, "--", "true", cwd=tmp_path)
     assert_one_line_error(done, "--command-timeout", "positive number of seconds")
 
 
 def test_report_refuses_a_metric_no_run_has(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     _series(db, [1.0], candidate=1.0)
-    done = nbscope("report", "1", "--db", db, "--metric", "nope", "-o", tmp_path / "r.html", cwd=tmp_path)
+    done = cli("report", "1", "--db", db, "--metric", "nope", "-o", tmp_path / "r.html", cwd=tmp_path)
     assert_one_line_error(done, "--metric 'nope'", "wall_s")
     assert not (tmp_path / "r.html").exists()
-    done = nbscope("report", "1", "--db", db, "--metric", "wall_s", "-o", tmp_path / "r.html", cwd=tmp_path)
+    done = cli("report", "1", "--db", db, "--metric", "wall_s", "-o", tmp_path / "r.html", cwd=tmp_path)
     assert done.returncode == 0 and (tmp_path / "r.html").is_file(), done.stderr
 
 
@@ -379,7 +379,7 @@ def test_compare_never_prints_the_absent_marker(tmp_path: Path) -> None:
     store.save(first)
     store.save(second)
     for extra in (["--markdown"], []):
-        done = nbscope("compare", "1", "2", "--db", db, *extra, cwd=tmp_path, env={"COLUMNS": "200"})
+        done = cli("compare", "1", "2", "--db", db, *extra, cwd=tmp_path, env={"COLUMNS": "200"})
         assert done.returncode == 0, done.stderr
         assert '{"absent"' not in done.stdout and "absent (field not present)" in done.stdout, done.stdout
 
@@ -391,11 +391,11 @@ def test_a_bare_slowdown_above_one_is_refused_as_ambiguous(tmp_path: Path, value
     sample's wall floor.)"""
     db = tmp_path / "runs.db"
     _series(db, [1.0], candidate=3.5)
-    done = nbscope("gate", "--db", db, "--max-slowdown", value, cwd=tmp_path)
+    done = cli("gate", "--db", db, "--max-slowdown", value, cwd=tmp_path)
     assert_one_line_error(done, "ambiguous", f"{float(value):g}x", "%")
-    assert nbscope("gate", "--db", db, "--max-slowdown", "1.1x", cwd=tmp_path).returncode == 1
-    assert nbscope("gate", "--db", db, "--max-slowdown", "0.1", cwd=tmp_path).returncode == 1
-    shown = nbscope("gate", "--help", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert cli("gate", "--db", db, "--max-slowdown", "1.1x", cwd=tmp_path).returncode == 1
+    assert cli("gate", "--db", db, "--max-slowdown", "0.1", cwd=tmp_path).returncode == 1
+    shown = cli("gate", "--help", cwd=tmp_path, env={"COLUMNS": "200"})
     assert "a bare number is a fraction" in shown.stdout
 
 
@@ -405,9 +405,9 @@ def test_a_label_ending_in_json_names_its_run(tmp_path: Path) -> None:
     labelled = record([cell(0, 1.0)])
     labelled.label = "other.json"
     Store(db).save(labelled)
-    done = nbscope("show", "other.json", "--db", db, cwd=tmp_path)
+    done = cli("show", "other.json", "--db", db, cwd=tmp_path)
     assert done.returncode == 0 and "other.json" in done.stdout, done.stdout + done.stderr
-    done = nbscope("show", "missing.json", "--db", db, cwd=tmp_path)
+    done = cli("show", "missing.json", "--db", db, cwd=tmp_path)
     assert_one_line_error(done, "missing.json: no such file", "no run labelled 'missing.json'")
 
 
@@ -421,7 +421,7 @@ def test_append_to_standard_output_prints_the_entry_once(tmp_path: Path) -> None
     )
     run_id = Store(db).save(loops)
     args = ["forecast", "--calibrate-from", str(run_id), "--name", "mine", "--base", "l4", "--db", db]
-    done = nbscope(*args, "--append-to", "-", cwd=tmp_path)
+    done = cli(*args, "--append-to", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("[devices.mine]") == 1 and "appended to -" not in done.stdout, done.stdout
     assert not (tmp_path / "-").exists()
@@ -436,13 +436,13 @@ def test_two_unrelated_notebooks_of_one_name_outside_git_keep_their_own_history(
     for folder, source in (("x1", "x = sum(range(1000))"), ("x2", "import time; time.sleep(0.3)")):
         (tmp_path / folder).mkdir()
         _notebook(tmp_path / folder / "nb.ipynb", source)
-        done = nbscope("profile", "nb.ipynb", "--db", shared, "--no-diagnose", cwd=tmp_path / folder)
+        done = cli("profile", "nb.ipynb", "--db", shared, "--no-diagnose", cwd=tmp_path / folder)
         assert done.returncode == 0, done.stderr
     targets = Store(shared).targets()
     assert sorted(targets) == sorted(str((tmp_path / f / "nb.ipynb").resolve()) for f in ("x1", "x2")), targets
-    done = nbscope("gate", "--db", shared, cwd=tmp_path / "x2")
+    done = cli("gate", "--db", shared, cwd=tmp_path / "x2")
     assert_one_line_error(done, "no earlier complete profile run of")
-    history = nbscope("history", "nb.ipynb", "--db", shared, "--json", cwd=tmp_path / "x2")
+    history = cli("history", "nb.ipynb", "--db", shared, "--json", cwd=tmp_path / "x2")
     assert history.returncode == 0 and sum(len(s["points"]) for s in json.loads(history.stdout)["series"]) == 1
 
 
@@ -518,7 +518,7 @@ def test_an_imported_live_file_keeps_the_kernel_start(tmp_path: Path) -> None:
     live = tmp_path / "kept.jsonl"
     _live_run(tmp_path, live)
     db = tmp_path / "runs.db"
-    done = nbscope("import", live, "--db", db, cwd=tmp_path)
+    done = cli("import", live, "--db", db, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     stored = Store(db).get(1)
     runner = stored.notebook_run().runner
@@ -536,7 +536,7 @@ def test_a_portable_export_strips_machine_paths_from_output_tails(tmp_path: Path
     )
     failed.measurements["runner"] = {"pathway": "kernel", "kernel_log_tail": tail}
     Store(db).save(failed)
-    done = nbscope("export", "1", "--portable", "-o", "-", "--db", db, cwd=tmp_path)
+    done = cli("export", "1", "--portable", "-o", "-", "--db", db, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)["measurements"]["runner"]["kernel_log_tail"]
     assert "/opt/conda" not in shown and "/var/tmp" not in shown, shown
@@ -548,7 +548,7 @@ def test_an_outlier_is_never_the_automatic_baseline(tmp_path: Path) -> None:
     automatic baseline (the newest never judged); a real 2.9× slowdown then compared ×1.0 with it and passed."""
     db = tmp_path / "runs.db"
     _series(db, [1.0, 1.03, 0.98, 0.97, 2.9], candidate=2.9)
-    done = nbscope("gate", "--db", db, "--json", cwd=tmp_path)
+    done = cli("gate", "--db", db, "--json", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     data = json.loads(done.stdout)
     assert data["baseline"]["run_id"] == 4 and data["cells"][0]["verdict"] == "regression", data["baseline"]
@@ -560,9 +560,9 @@ def test_a_negative_diagnose_threshold_is_refused(tmp_path: Path) -> None:
     threshold is a time, a share or a count); `inf` still turns a rule off."""
     db = tmp_path / "runs.db"
     _series(db, [1.0], candidate=1.0)
-    done = nbscope("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=-1", cwd=tmp_path)
+    done = cli("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=-1", cwd=tmp_path)
     assert_one_line_error(done, "compile-bound.min_share", "0 or more")
-    done = nbscope("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=inf", cwd=tmp_path)
+    done = cli("diagnose", "1", "--db", db, "--threshold", "compile-bound.min_share=inf", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
 
 
