@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conftest import run_in_process
 from nbscope._errors import NbscopeError
 from nbscope.analyse.versions import next_probe
 from nbscope.collect import environments
@@ -88,6 +89,13 @@ def nbscope(*args: str | os.PathLike[str], cwd: Path, timeout: float = 900) -> s
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def nbscope_here(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """As :func:`nbscope`, in this process (conftest's ``run_in_process``): the same ``PYTHONPATH`` reaches the
+    variants' kernels, which must not see it; for the cases that need no process of their own."""
+    pythonpath = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return run_in_process(args, env={"PYTHONPATH": pythonpath}, cwd=cwd)
 
 
 # ---- fast: parsing, requirements, the search, the cache -------------------------------------------------
@@ -264,13 +272,13 @@ def test_versions_profiles_each_variant_in_its_own_environment(tmp_path: Path, w
     records = [store.get(v["run_id"]) for v in (first, second)]
     assert [r.fingerprint["versions"][PACKAGE] for r in records] == ["1.0", "1.3"]
     assert records[0].settings["variant"]["requirements"] == [f"{PACKAGE}==1.0"]
-    history = nbscope("history", records[0].target, "--db", db, "--json", cwd=tmp_path)
+    history = nbscope_here("history", records[0].target, "--db", db, "--json", cwd=tmp_path)
     assert history.returncode == 0, history.stderr
     digests = {s["digest"] for s in json.loads(history.stdout)["series"]}
     assert digests == {first["digest"], second["digest"]}
 
     # The same variants again: both environments come from the cache; the table names the difference.
-    again = nbscope(*args, cwd=tmp_path)
+    again = nbscope_here(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "reusing environment" in again.stdout
     assert f"{PACKAGE} version: 1.0 → 1.3" in again.stdout  # a reader's name for versions.{PACKAGE}
@@ -281,7 +289,7 @@ def test_versions_profiles_each_variant_in_its_own_environment(tmp_path: Path, w
 def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(
     tmp_path: Path, wheels: Path, env_cache: Path
 ) -> None:
-    done = nbscope(
+    done = nbscope_here(
         "versions",
         SLOW_NOTEBOOK,
         "--with",
@@ -303,7 +311,7 @@ def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(
     assert missing["run_id"] is None and "7.7" in missing["error"]
     # Nothing half-built is left for the failed variant.
     assert all(e["complete"] for e in environments.list_environments(env_cache))
-    shown = nbscope(
+    shown = nbscope_here(
         "versions",
         SLOW_NOTEBOOK,
         "--with",
@@ -327,7 +335,7 @@ def test_a_variant_that_cannot_be_installed_does_not_lose_the_others(
 @pytest.mark.slow
 def test_bisect_finds_the_release_that_made_a_cell_slower(tmp_path: Path, wheels: Path, env_cache: Path) -> None:
     db = tmp_path / "db.sqlite"
-    done = nbscope(
+    done = nbscope_here(
         "bisect",
         SLOW_NOTEBOOK,
         "--package",
@@ -362,7 +370,7 @@ def test_bisect_finds_the_release_that_made_a_cell_slower(tmp_path: Path, wheels
     assert evidence["compile_counts_changed"] == {}
     assert [d["field"] for d in evidence["differences"]] == [f"versions.{PACKAGE}"]
 
-    shown = nbscope(
+    shown = nbscope_here(
         "bisect",
         SLOW_NOTEBOOK,
         "--package",
@@ -452,14 +460,14 @@ def test_an_interrupted_build_is_never_reused(tmp_path: Path, wheels: Path) -> N
     assert [e["complete"] for e in environments.list_environments(cache)] == [False]
     (left / "from-the-killed-build").write_text("x")
 
-    done = nbscope(*args, cwd=tmp_path)
+    done = nbscope_here(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (variant,) = json.loads(done.stdout)["variants"]
     assert variant["reused"] is False and variant["status"] == "ok"
     assert Path(variant["environment"]) == left
     assert environments.is_complete(left) and not (left / "from-the-killed-build").exists()
 
-    cleared = nbscope("versions", "--clear-cache", "--env-cache", cache, "--json", cwd=tmp_path)
+    cleared = nbscope_here("versions", "--clear-cache", "--env-cache", cache, "--json", cwd=tmp_path)
     assert cleared.returncode == 0, cleared.stderr
     assert json.loads(cleared.stdout)["removed"] == [str(left)]
     assert not left.exists()
