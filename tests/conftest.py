@@ -353,7 +353,7 @@ GROUP_SECONDS: dict[str, float] = {
     "test_forecast_bounded.py": 49,
     "test_signals.py": 44,
     "test_action.py": 44,
-    "test_adversarial_trust.py": 43,
+    "test_adversarial_trust.py": 40,
     "profiled": 41,
     "test_adversarial_processes.py": 37,
     "test_forecast_trace.py": 33,

@@ -46,7 +46,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_one_line_error, cli_env
+from conftest import assert_one_line_error, cli_env, run_in_process
 from nbscope._redact import REDACTED, redact
 from nbscope.record.store import Store
 from test_gate import make_cell, make_record
@@ -81,6 +81,12 @@ def _nbscope(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | Non
         timeout=600,
         stdin=subprocess.DEVNULL,
     )
+
+
+def _nbscope_here(*args: str | os.PathLike[str], cwd: Path) -> Any:
+    """As :func:`_nbscope`, in this process (conftest's ``run_in_process``): for the commands that only read the
+    store and write files, which need no process of their own."""
+    return run_in_process(args, env={"PYTHONPATH": str(SRC), "COLUMNS": "200"}, cwd=cwd)
 
 
 def _notebook(path: Path, sources: list[str]) -> Path:
@@ -132,14 +138,14 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             cwd=folder, env=env,
         ),  # fmt: skip
         _nbscope("audit", book, "--db", db, "-o", folder / "out" / "audit.md", "--html", folder / "out" / "audit.html", cwd=folder, env=env),
-        _nbscope("publish", db, "-o", folder / "site", cwd=folder),
-        _nbscope("report", "1", "--db", db, "-o", folder / "out" / "report.html", cwd=folder),
-        _nbscope("export", "1", "--db", db, "-o", folder / "out" / "run.json", cwd=folder),
-        _nbscope("show", "1", "--db", db, cwd=folder),
-        _nbscope("diagnose", "1", "--markdown", "--db", db, cwd=folder),
-        _nbscope("runs", "--json", "--db", db, cwd=folder),
-        _nbscope("diagnose", "1", "--db", db, cwd=folder),
-        _nbscope("gate", "--baseline", "1", "--candidate", "1", "--db", db, "--summary", folder / "out" / "gate.md", cwd=folder),
+        _nbscope_here("publish", db, "-o", folder / "site", cwd=folder),
+        _nbscope_here("report", "1", "--db", db, "-o", folder / "out" / "report.html", cwd=folder),
+        _nbscope_here("export", "1", "--db", db, "-o", folder / "out" / "run.json", cwd=folder),
+        _nbscope_here("show", "1", "--db", db, cwd=folder),
+        _nbscope_here("diagnose", "1", "--markdown", "--db", db, cwd=folder),
+        _nbscope_here("runs", "--json", "--db", db, cwd=folder),
+        _nbscope_here("diagnose", "1", "--db", db, cwd=folder),
+        _nbscope_here("gate", "--baseline", "1", "--candidate", "1", "--db", db, "--summary", folder / "out" / "gate.md", cwd=folder),
     ]  # fmt: skip
     return {"folder": folder, "db": db, "outputs": outputs}
 
