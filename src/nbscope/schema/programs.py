@@ -229,7 +229,7 @@ class Transfers:
 
 @dataclass(frozen=True, slots=True)
 class TraceWindow:
-    """A trace the probe cut short (its memory budget): what it covered, and the factor its figures were
+    """A trace the probe cut short (its memory budget, a flood of events, its parts): what it covered, and the factor its figures were
     extrapolated by to the whole cell."""
 
     cut: bool | None
