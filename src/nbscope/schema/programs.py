@@ -229,8 +229,8 @@ class Transfers:
 
 @dataclass(frozen=True, slots=True)
 class TraceWindow:
-    """A trace the probe cut short (its memory budget, a flood of events, its parts): what it covered, and the factor its figures were
-    extrapolated by to the whole cell."""
+    """A trace the probe cut short (its memory budget, a flood of events, its parts): what it covered, and the
+    factor its figures were extrapolated by to the whole cell."""
 
     cut: bool | None
     traced_s: Time  # how long the session ran
