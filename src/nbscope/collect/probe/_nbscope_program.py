@@ -198,7 +198,8 @@ class Programs:
         result["trace_stop_s"] = time.perf_counter() - started
         if self.split_s:
             result["split_s"] = self.split_s  # within the cell's code (the probe leaves it out of code_s)
-        cut_heavy = guard is not None and guard.cut_after is not None and guard.reason != "parts"  # parts: compiles
+        # A cut for its parts says the cell compiled often, not that its programs recorded heavily.
+        cut_heavy = guard is not None and guard.cut_after is not None and guard.reason != "parts"
         self.heavy = guard is not None and (cut_heavy or result["trace_stop_s"] >= HEAVY_STOP_S)
         if self.dispatch_wait_s:
             result["dispatch_wait_s"] = self.dispatch_wait_s
@@ -394,7 +395,7 @@ class Programs:
             return
         self.parts += 1
         if self.parts >= MAX_PARTS:  # the cell's trace ends at this compile, as a cut: no part follows
-            guard._note_cut(time.perf_counter(), guard.grown, "parts", None)
+            guard.note_cut(time.perf_counter(), guard.grown, "parts", None)
         try:
             self.trace_path = guard.finish()
         except Exception as exc:  # the part's events are lost: the trace says so
@@ -973,7 +974,7 @@ class _Guard:
             except Exception:  # the looks' events are written: the trace ends there, as if cut
                 reason = "no session after a look"
         now = _rss()
-        self._note_cut(
+        self.note_cut(
             stopping,
             now - base if now is not None and base is not None else 0,
             reason,
@@ -1158,7 +1159,7 @@ class _Guard:
         with self.lock:
             if self.done.is_set():
                 return
-            self._note_cut(self.started + elapsed, grown, reason, kernel_grown)
+            self.note_cut(self.started + elapsed, grown, reason, kernel_grown)
             stopping = time.perf_counter()
             try:
                 self.written = self._stop_and_write()
@@ -1167,7 +1168,7 @@ class _Guard:
             self.stop_s = time.perf_counter() - stopping
             self.done.set()
 
-    def _note_cut(self, at: float, grown: int, reason: str, kernel_grown: int | None) -> None:
+    def note_cut(self, at: float, grown: int, reason: str, kernel_grown: int | None) -> None:
         """What a cut at ``at`` (perf_counter) leaves of the cell's window: from the cell's first part, with JAX's
         compile time in the cell and the cell's thread's wait for a CPU up to then."""
         self.cut_after = at - self.cell_started
