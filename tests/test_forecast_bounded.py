@@ -155,6 +155,29 @@ def test_a_cell_compiling_more_often_than_its_trace_restarts_is_cut_and_still_co
     assert outcome["high_s"] is not None and outcome["low_s"] <= outcome["high_s"], outcome
 
 
+@pytest.mark.slow
+def test_a_cells_trace_is_cut_once_its_stops_and_restarts_have_cost_it_their_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a TPU v5e each stop of the profiler session cost 0.45-0.65 s, so 64 parts made a 6 s cell take 48 s: the
+    cell's trace is cut once its splits have cost MAX_SPLIT_S ("split time"), here set below one split's cost so
+    that the second compile cuts it; every execution is still counted, and the cell is not judged heavy."""
+    pytest.importorskip("jax")
+    monkeypatch.setenv("NBSCOPE_PROBE_MAX_SPLIT_S", "1e-9")
+    record = profile(
+        FILES / "forecast_many_compiles.md",
+        ProfileOptions(programs=True, jax_platform="cpu"),
+        fingerprint={"digest": "test"},
+    )
+    cell = record.measurements["cells"][1]
+    assert cell["status"] == "ok"
+    window = cell["programs"]["window"]
+    assert window["cut"] is True and window["reason"] == "split time", window
+    executions = cell["programs"]["executions"]
+    assert len(executions) == 100
+    assert all(e["count"] == 1 and e["count_basis"] == "counted" for e in executions), executions
+
+
 def test_a_call_still_running_at_the_cut_is_one_call_not_as_many_as_the_time_says() -> None:
     """The trace was cut 4 s into a cell of 10 s that made one call of a 10,000,000-step scan: its window
     saw 4,000,000 of the steps, so that one execution was still running, and it stays one call (its CPU time

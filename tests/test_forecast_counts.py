@@ -4,11 +4,13 @@
 - a ``while_loop``'s trip count is capped by its condition and never estimated from CPU time its inner loops spent;
 - a cell run under ``%time``, ``%%time``, ``%timeit`` or ``%%capture`` runs its code's JAX;
 - a cell in which nothing executed is unchanged, whatever its trace did;
-- "keep on the CPU" compares a function's whole measured time, not the part a cut trace saw.
+- "keep on the CPU" compares a function's whole measured time, not the part a cut trace saw;
+- a device's trace (a TPU's) makes one execution entry a program, whatever fingerprints its module names carry.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +162,38 @@ def test_a_cut_cells_copies_scale_with_the_calls_counted_not_its_time() -> None:
     assert (result.transfers.host_to_device, result.transfers.device_to_host) == (3, 3)
     assert result.transfers.bytes_high == pytest.approx(24e6)
     assert result.executions[0].count == 3 and result.executions[0].count_basis == "counted"
+
+
+def _hlo(module: str) -> str:
+    return f"HloModule {module}\n\nENTRY main {{\n  ROOT x = f32[100]{{0}} parameter(0)\n}}\n"
+
+
+def test_a_device_traces_executions_are_one_entry_per_program_whatever_their_fingerprints() -> None:
+    # The names a TPU v5e's trace gave three rounds of eager operations (2026-12-07): each dynamic slice its own
+    # fingerprint, every multiply the same one. Taken one entry a name, the slices were an entry each of the newest
+    # slice program, and each entry was then counted as all its runs (129 executions of a cell's 100).
+    from nbscope.collect.program import CellResult, ProgramCollector
+
+    collector = ProgramCollector([])
+    for key in ("jit_dynamic_slice#1", "jit_multiply#2", "jit_dynamic_slice#3", "jit_dynamic_slice#5"):
+        collector.programs[key] = hlo.describe(_hlo(key.split("#")[0]))
+    modules = Counter(
+        {
+            "jit_dynamic_slice(8581733625998085721)": 1,
+            "jit_multiply(11758107655236772869)": 3,
+            "jit_dynamic_slice(14607557129759543773)": 1,
+            "jit_dynamic_slice(5700446898396491765)": 1,
+        }
+    )
+    result = CellResult(executions=collector._device_executions(modules), trace="read", cut=True)
+    assert [(e.program, e.count) for e in result.executions] == [("jit_dynamic_slice#5", 3), ("jit_multiply#2", 3)]
+    collector._count(
+        result, {"jit_dynamic_slice#1": 1, "jit_multiply#2": 3, "jit_dynamic_slice#3": 1, "jit_dynamic_slice#5": 1}
+    )
+    counted = sorted((e.program, e.count, e.count_basis) for e in result.executions)
+    assert counted == [
+        ("jit_dynamic_slice#1", 1, "counted"),
+        ("jit_dynamic_slice#3", 1, "counted"),
+        ("jit_dynamic_slice#5", 1, "counted"),
+        ("jit_multiply#2", 3, "counted"),
+    ]

@@ -548,11 +548,7 @@ class ProgramCollector:
         found = self._attribute(events)
         result.sampled = found.step > 1
         executions = [self._execution(program_id, run_ids, found) for program_id, run_ids in found.runs.items()]
-        for module, count in events.gpu_modules.items():  # a GPU trace: executions per module name
-            base = module.rsplit("(", 1)[0]
-            keys = [k for k, p in self.programs.items() if p.module == base]
-            if keys:
-                executions.append(Executed(program=keys[-1], count=count, count_basis="device trace"))
+        executions += self._device_executions(events.gpu_modules)
         executions.sort(key=lambda e: -(e.cpu_s or 0.0))
         result.executions = executions
         result.uncaptured = {m: len(r) for m, r in found.unknown_modules.items()}
@@ -562,6 +558,22 @@ class ProgramCollector:
         result.xla_busy_s = covered(union(found.unattributed + found.attributed + ops)) / 1e9
         result.transfers = self._transfers(events.h2d, events.d2h, events.calls, sorted(events.h2d_work))
         result.call_rate = _late_call_rate(events.calls)
+
+    def _device_executions(self, modules: Counter[str]) -> list[Executed]:
+        """A device's trace (a GPU's, a TPU's): executions by module name, each name's to the newest program of
+        that name. The device names an execution ``jit_f(fingerprint)``, and the fingerprint is not the program's:
+        on a TPU v5e an eager multiply compiled for 25 shapes had one, a dynamic slice a new one per shape. Each
+        name is summed first, so that it makes one execution entry (taken apart, the 16 dynamic slices a trace saw
+        were 16 entries of one program, each later counted as all its runs)."""
+        by_name: Counter[str] = Counter()
+        for module, count in modules.items():
+            by_name[module.rsplit("(", 1)[0]] += count
+        executions = []
+        for name, count in by_name.items():
+            keys = [key for key, program in self.programs.items() if program.module == name]
+            if keys:
+                executions.append(Executed(program=keys[-1], count=count, count_basis="device trace"))
+        return executions
 
     def _gather(self, data: TraceData) -> _TraceEvents:
         """The trace's events by kind, in one pass over its host planes (and the GPU's module executions). A trace

@@ -229,14 +229,14 @@ class Transfers:
 
 @dataclass(frozen=True, slots=True)
 class TraceWindow:
-    """A trace the probe cut short (its memory budget, a flood of events, its parts): what it covered, and the
-    factor its figures were extrapolated by to the whole cell."""
+    """A trace the probe cut short (its memory budget, a flood of events, its parts or their time): what it
+    covered, and the factor its figures were extrapolated by to the whole cell."""
 
     cut: bool | None
     traced_s: Time  # how long the session ran
     grown_bytes: int | None  # what it had grown by then
     reason: str | None  # the rule that cut it: "memory budget" (the kernel's), "early", "trace budget", "heap cap",
-    # "events flood", "parts" (the probe's MAX_PARTS)
+    # "events flood", "parts" (the probe's MAX_PARTS), "split time" (its MAX_SPLIT_S)
     kernel_grown_bytes: int | None  # the kernel's resident growth since the session started, at the cut
     wait_s: Time  # how long the cell's thread waited for a CPU in it
     stop_s: Time  # how long stopping it took

@@ -198,8 +198,8 @@ class Programs:
         result["trace_stop_s"] = time.perf_counter() - started
         if self.split_s:
             result["split_s"] = self.split_s  # within the cell's code (the probe leaves it out of code_s)
-        # A cut for its parts says the cell compiled often, not that its programs recorded heavily.
-        cut_heavy = guard is not None and guard.cut_after is not None and guard.reason != "parts"
+        # A cut for its parts or their time says the cell compiled often, not that its programs recorded heavily.
+        cut_heavy = guard is not None and guard.cut_after is not None and guard.reason not in ("parts", "split time")
         self.heavy = guard is not None and (cut_heavy or result["trace_stop_s"] >= HEAVY_STOP_S)
         if self.dispatch_wait_s:
             result["dispatch_wait_s"] = self.dispatch_wait_s
@@ -396,6 +396,8 @@ class Programs:
         self.parts += 1
         if self.parts >= MAX_PARTS:  # the cell's trace ends at this compile, as a cut: no part follows
             guard.note_cut(time.perf_counter(), guard.grown, "parts", None)
+        elif self.split_s >= _max_split_s():
+            guard.note_cut(time.perf_counter(), guard.grown, "split time", None)
         try:
             self.trace_path = guard.finish()
         except Exception as exc:  # the part's events are lost: the trace says so
@@ -819,6 +821,13 @@ def _schedstat(native_id: int, field: int) -> float | None:
         return None
 
 
+def _max_split_s() -> float:
+    try:
+        return max(0.0, float(os.getenv("NBSCOPE_PROBE_MAX_SPLIT_S") or MAX_SPLIT_S))
+    except ValueError:
+        return MAX_SPLIT_S
+
+
 def _memory_budget() -> int:
     try:
         return max(1, int(os.environ.get("NBSCOPE_PROBE_MEMORY_BUDGET") or MEMORY_BUDGET_BYTES))
@@ -1205,6 +1214,10 @@ class _Guard:
 # for its shape, peaked 2.35-2.63 GB over its start against 2.12-2.27 GB without program data, and 2.14-2.27 GB
 # with this cap (docs/forecast.md). After the cut the counter (_Counter) counts executions, as after any cut.
 MAX_PARTS = 64
+# ... and only while stopping and restarting it has cost the cell less than this in all. A part costs ~1.5 ms
+# on a CPU but 0.45-0.65 s on a TPU v5e (the session's stop): 64 parts made a 6 s cell of 100 eager compiles
+# take 48 s there. The last stop cuts it ("split time"); NBSCOPE_PROBE_MAX_SPLIT_S sets it in seconds.
+MAX_SPLIT_S = 2.0
 DISPATCH_WAIT_S = 2.0
 DISPATCH_POLL_S = 0.001
 # Waited for only when the programs in flight grow the heaps this fast (their events; the Kalman eager scan:
