@@ -404,3 +404,39 @@ def test_the_backend_recommendation_for_the_tpu_says_tpu_and_names_what_fails_th
     assert "fails on the TPU, cells 27, 28 raise there" in advice.reason
     assert "keep sv_pd_ratio_jax on the CPU" in advice.reason
     assert not any("GPU" in text for text in (advice.reason, *advice.caveats))
+
+
+def test_a_tpu_cell_of_100_eager_compiles_counts_each_once_and_stops_splitting_its_trace_after_its_budget() -> None:
+    # The same cell on the TPU at b142c72 (before the split-time cut and the device trace's merge), after it, and
+    # without program data: the probe's stops and restarts cost 41.97 s of 47.98 s before, a few seconds after,
+    # and the 100 programs, each run once, were 129 executions before and are 100 now.
+    before = record("tpu_programs_forecast_many_compiles_at_b142c72").notebook_run().cells[1]
+    after = record("tpu_programs_forecast_many_compiles").notebook_run().cells[1]
+    bare = record("tpu_forecast_many_compiles").notebook_run().cells[1]
+    assert before.programs is not None and after.programs is not None and bare.programs is None
+    assert before.programs.window is not None and before.programs.window.reason == "parts"
+    assert after.programs.window is not None and after.programs.window.reason == "split time"
+    assert len(before.programs.executions) == 129
+    assert len(after.programs.executions) == len({e.program for e in after.programs.executions}) == 100
+    assert all(e.count == 1 and e.count_basis == "counted" for e in after.programs.executions)
+    assert before.collection_s is not None and after.collection_s is not None
+    assert after.collection_s < before.collection_s / 5
+    # With its collection taken out, the cell ran as long as without program data (within half again).
+    assert after.wall_s - after.collection_s < bare.wall_s * 1.5 and bare.wall_s < before.wall_s / 5
+
+
+def test_the_tpu_forecast_of_newtons_method_names_the_cells_that_raised_there() -> None:
+    # lecture-jax's newtons_method profiled on a 2-core CPU (its forecast's input) and on the TPU (24 of its 25
+    # cells before the session's device time ran out): three cells raise there, on a float64 LU decomposition.
+    cpu, tpu = record("cpu_newtons_method"), record("tpu_newtons_method")
+    result = forecast(cpu, "tpu-v5e")
+    forecast_fails = {c["index"] for c in result.to_dict()["cells"] if c["gpu"]["tpu-v5e"].get("fails")}
+    raised = {c.index for c in tpu.notebook_run().cells if c.status == "error"}
+    assert raised == forecast_fails == {20, 21, 23}
+    comparison = against_measured(result, tpu, "tpu-v5e")
+    ran = {c.index for c in tpu.notebook_run().cells if c.ran}
+    long = [r for r in comparison.cells if r.measured_s is not None and r.measured_s >= 0.5 and r.index in ran]
+    assert len(long) >= 8
+    for row in long:  # within its range, or 1.5× of it (cell 12, SciPy's root finder: 136-180 s, 110 s there)
+        assert row.forecast_low_s / 1.5 <= row.measured_s, row  # type: ignore[operator]
+        assert row.forecast_high_s is None or row.measured_s <= row.forecast_high_s * 1.5, row  # type: ignore[operator]
