@@ -286,8 +286,7 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
         if tree is None:
             continue
         trees[index] = tree
-        for name in _module_bindings(tree):
-            assigned[name] += 1
+        assigned.update(bound_names(tree))
         for node in tree.body:  # module-level integer constants: n = 200, N = 10_000_000
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 value = _int_value(node.value, {})
@@ -323,28 +322,18 @@ def _numpy_arrays(trees: Iterable[ast.Module], assigned: Mapping[str, int]) -> s
     return {name for name, count in made.items() if name in assigned and count == assigned[name]}
 
 
-def _module_bindings(tree: ast.Module) -> list[str]:
-    """Every global name a cell binds (assignments, loops, imports, definitions; not inside functions)."""
-    names: list[str] = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(child.name)
-                for sub in ast.walk(child):  # `global n` inside a function rebinds the notebook's n
-                    if isinstance(sub, ast.Global):
-                        names.extend(sub.names)
-                continue
-            if isinstance(child, ast.Lambda):
-                continue
-            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
-                names.append(child.id)
-            elif isinstance(child, (ast.Import, ast.ImportFrom)):
-                names.extend((a.asname or a.name).split(".")[0] for a in child.names)
-            visit(child)
-
-    visit(tree)
-    return names
+def bound_names(node: ast.AST) -> list[str]:
+    """Every global name a statement or cell binds, once per binding (assignments, loops, imports, definitions and
+    the names their ``global`` statements rebind; not the names local to the functions it defines)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name, *(name for sub in ast.walk(node) if isinstance(sub, ast.Global) for name in sub.names)]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    return [
+        name for child in ast.iter_child_nodes(node) if not isinstance(child, ast.Lambda) for name in bound_names(child)
+    ]
 
 
 def _imports(code: NotebookCode, tree: ast.Module) -> None:
