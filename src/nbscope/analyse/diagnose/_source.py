@@ -198,27 +198,19 @@ class NotebookCode:
         """The definition of ``name`` in force at code cell ``at`` (the last one at or before it)."""
         if at is None:
             return self.functions.get(name)
-        found = None
-        for function in self.definitions:
-            if function.name == name and function.cell <= at:
-                found = function
-        return found
+        return next((f for f in reversed(self.definitions) if f.name == name and f.cell <= at), None)
+
+    def _defined_at(self, at: int) -> dict[str, Function]:
+        """Each name's definition in force when cell ``at`` runs (a later definition does not count)."""
+        return {function.name: function for function in self.definitions if function.cell <= at}
 
     def jitted_at(self, at: int) -> set[str]:
         """Names bound to jitted functions when cell ``at`` runs (a later ``@jax.jit def f`` does not count)."""
-        latest: dict[str, Function] = {}
-        for function in self.definitions:
-            if function.cell <= at:
-                latest[function.name] = function
-        return {name for name, function in latest.items() if function.jitted}
+        return {name for name, function in self._defined_at(at).items() if function.jitted}
 
     def defined_plain_at(self, at: int) -> set[str]:
         """Names bound to plain (not jitted) notebook functions when cell ``at`` runs."""
-        latest: dict[str, Function] = {}
-        for function in self.definitions:
-            if function.cell <= at:
-                latest[function.name] = function
-        return {name for name, function in latest.items() if not function.jitted}
+        return {name for name, function in self._defined_at(at).items() if not function.jitted}
 
     def calls_in(self, cell: int) -> set[str]:
         """What code cell ``cell`` calls, by dotted name (none for a cell whose code is unknown)."""
@@ -228,11 +220,9 @@ class NotebookCode:
         """The Numba definition of ``name`` in force at code cell ``at`` (a lecture may define a function twice)."""
         if at is None:
             return self.numba_functions.get(name)
-        found = None
-        for defined, info in self.numba_definitions:
-            if defined == name and info.cell <= at:
-                found = info
-        return found
+        return next(
+            (info for defined, info in reversed(self.numba_definitions) if defined == name and info.cell <= at), None
+        )
 
     def traced_by(self, name: str, at: int | None = None) -> list[Function]:
         """The function and every notebook function it calls (all are traced into its program)."""
