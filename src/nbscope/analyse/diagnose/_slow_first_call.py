@@ -22,7 +22,7 @@ import ast
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
@@ -328,6 +328,12 @@ class Cause:
     allocations: Annotated[tuple[str, ...], Write(omit=_not_allocation)] = ()
 
 
+def _packages(ctx: Context, calls: Iterable[str]) -> set[str]:
+    """The packages these calls go into, by what the notebook imported (``qe.tauchen`` -> quantecon)."""
+    imported = ctx.code.imported
+    return {imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in imported}
+
+
 def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[Cause]:
     """Evidence for the likely causes of a slow first call in a kernel, strongest first."""
     limit = ctx.limits(NAME, THRESHOLDS)
@@ -362,15 +368,9 @@ def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[Cause]:
                 "make one small parallel call in the setup cell so the threads start before the work you time",
             )
         )
-    packages = {
-        ctx.code.imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in ctx.code.imported
-    }
-    used_before = {
-        ctx.code.imported[name.split(".")[0]].split(".")[0]
-        for name in earlier
-        if name.split(".")[0] in ctx.code.imported
-    }
-    fresh = sorted(packages - used_before - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"})
+    fresh = sorted(
+        _packages(ctx, calls) - _packages(ctx, earlier) - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"}
+    )
     if fresh:
         causes.append(
             Cause(
