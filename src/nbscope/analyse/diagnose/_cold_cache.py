@@ -173,9 +173,7 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
         return
     notebook = ctx.code.numba_functions if ctx.has_sources else {}
 
-    def own(
-        name: str,
-    ) -> bool:  # the notebook's code: its __module__ is __main__ (older records: defined in the source)
+    def own(name: str) -> bool:  # the notebook's code: its __module__ is __main__ (older records: in the source)
         return modules[name] == "__main__" or (modules[name] is None and name in notebook)
 
     def caches_to_disk(name: str) -> bool:

@@ -68,10 +68,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             evidence=evidence,
             summary=f"{where} ran out of GPU memory on the {device.name}"
             + (f" with {_gib(others)} already used by other processes" if crowded else ""),
-            highlights=[
-                ("device", f"{device.name}, {_gib(total)}"),
-                ("others at start", _gib(others) if others is not None else "not recorded"),
-            ],
+            highlights=[("device", f"{device.name}, {_gib(total)}"), ("others at start", _gib(others))],
             action="one JAX notebook per GPU, or XLA_PYTHON_CLIENT_MEM_FRACTION per process",
             fix="Run one JAX notebook per GPU at a time, or give each process a share: "
             "XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 (or XLA_PYTHON_CLIENT_PREALLOCATE=false) in its environment; free large "
@@ -96,7 +93,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             summary=f"on the {device.name}, " + "; ".join(problem),
             highlights=[
                 ("kernel peak", f"{_gib(peak)} of {_gib(total)} ({peak / total:.0%})"),
-                ("others at start", _gib(others) if others is not None else "not recorded"),
+                ("others at start", _gib(others)),
                 ("allocator settings", ", ".join(f"{k}={v}" for k, v in allocator.items()) or "none"),
             ],
             action="set XLA_PYTHON_CLIENT_PREALLOCATE=false (or a MEM_FRACTION) per kernel",

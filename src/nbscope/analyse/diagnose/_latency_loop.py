@@ -234,17 +234,16 @@ def _timeline_finding(
     loop costs what it costs."""
     platform, run = base["platform"], cell.run_s or 0.0
     on_cpu = platform == "cpu"
-    at_stake = run
     return Finding(
         rule=NAME,
         title="Latency-bound loop",
         cell_index=cell.index,
-        severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
+        severity="low" if on_cpu else severity(run, ctx.total_wall),
         confidence=0.9 if functions else 0.75,
         evidence={
             **base,
             "timeline": _timeline_evidence(cell.timeline or {}),
-            "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4),
+            "seconds_at_stake": round(0.0 if on_cpu else run, 4),
         },
         summary=(
             f"{cell.label} is {timeline.classification} on the {platform or 'device'}"
