@@ -203,8 +203,6 @@ Outcome = Finding | Skip
 @dataclass
 class Rule:
     name: str
-    title: str
-    needs: str  # the data the rule reads
     evaluate: Callable[[Context], Iterable[Outcome]]
     # A generic rule names a symptom (compile-bound, cold cache); a specific one names a cause with its fix.
     # At equal severity specific findings come first, and a generic finding points to them.

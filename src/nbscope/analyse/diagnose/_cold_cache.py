@@ -237,11 +237,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     yield from _numba(ctx)
 
 
-RULE = Rule(
-    NAME,
-    "Cold caches",
-    "cache state, backend compile seconds, Numba compiles and decorators (source)",
-    evaluate,
-    generic=True,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, generic=True, thresholds=THRESHOLDS)

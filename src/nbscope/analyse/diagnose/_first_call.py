@@ -110,11 +110,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-RULE = Rule(
-    NAME,
-    "First-call costs",
-    "cell sources (import cell), eager PRNG compiles, notebook wall time",
-    evaluate,
-    generic=True,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, generic=True, thresholds=THRESHOLDS)

@@ -102,9 +102,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(
-    NAME,
-    "GPU memory preallocation or contention",
-    "per-cell GPU memory (NVML), GPU size and use at start (fingerprint)",
-    evaluate,
-)
+RULE = Rule(NAME, evaluate)

@@ -330,10 +330,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Skip(NAME, f"needs the cell sources to find lax.scan / fori_loop / while_loop: {ctx.missing_sources()}")
 
 
-RULE = Rule(
-    NAME,
-    "Latency-bound loop",
-    "per-cell timeline summary, or a CPU run plus the cell sources (loop primitives)",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)

@@ -534,10 +534,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield finding
 
 
-RULE = Rule(
-    NAME,
-    "Slow first call beyond compile",
-    "cells that repeat a call (sources), per-cell wall, compile and memory; --repeat samples",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)
