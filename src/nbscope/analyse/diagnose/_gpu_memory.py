@@ -36,8 +36,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     env = ctx.settings.environment(ctx.machine)
     allocator = {k: env[k] for k in ALLOCATOR_VARIABLES if k in env}
     others = device.memory_used_bytes
-    readings = [(cell, cell.gpu_memory.after_bytes) for cell in ctx.run.cells]
-    used = [(cell, after) for cell, after in readings if after is not None]
+    used = [(cell, after) for cell in ctx.run.cells if (after := cell.gpu_memory.after_bytes) is not None]
     oom = [c for c in ctx.run.cells if c.error and any(m in c.error.message + c.error.name for m in OOM_MARKERS)]
     if not used and not oom:
         yield Skip(NAME, "needs per-cell GPU memory of the kernel process (NVML in the kernel); none recorded")

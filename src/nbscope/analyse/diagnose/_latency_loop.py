@@ -191,7 +191,7 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             summary=(
                 f"forecast: {per_gpu} for {_label(index, cell)} vs {seconds(float(first.cpu_s))} measured on this CPU: "
                 f"{loops}{names}, each iteration paying the GPU's per-iteration cost "
-                f"({_per_iteration(first.loops)} on the {next(iter(rows)).upper()})"
+                f"({first.loops[0].overhead_text or 'its per-iteration cost'} on the {next(iter(rows)).upper()})"
             ),
             fix=_forecast_fix(functions, notebook, rows),
             forecast=list(rows),
@@ -205,10 +205,6 @@ def _loop_words(loop: Term) -> str:
     count = f"{iterations:,} iterations" if iterations is not None else "an unknown number of iterations"
     calls = int(loop.calls or 1)
     return (f"{calls} calls of " if calls > 1 else "") + f"{loop.name or 'a loop'} of {count}"
-
-
-def _per_iteration(loops: tuple[Term, ...]) -> str:
-    return str(loops[0].overhead_text or "its per-iteration cost")
 
 
 def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, Any]) -> str:

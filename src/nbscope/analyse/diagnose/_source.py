@@ -509,10 +509,6 @@ def _is_timer_call(node: ast.AST) -> TypeGuard[ast.Call]:
     return isinstance(node, ast.Call) and dotted(node.func) in _TIMER_FUNCTIONS
 
 
-def _contains_timer(node: ast.AST) -> bool:
-    return any(_is_timer_call(child) for child in ast.walk(node))
-
-
 def timed_regions(tree: ast.Module) -> list[TimedRegion]:
     regions: list[TimedRegion] = []
     for node in ast.walk(tree):
@@ -535,7 +531,7 @@ def timed_regions(tree: ast.Module) -> list[TimedRegion]:
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
             for block in (body, getattr(node, "orelse", None) or []):
-                marks = [i for i, statement in enumerate(block) if _contains_timer(statement)]
+                marks = [i for i, statement in enumerate(block) if any(_is_timer_call(c) for c in ast.walk(statement))]
                 # The timed work is what runs between the first and the last clock read; the statements that
                 # read the clock are left out (``print(time.time() - t0)`` prints after the clock stopped).
                 if len(marks) >= 2 and marks[-1] - marks[0] > 1:
