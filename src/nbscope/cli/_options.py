@@ -15,7 +15,7 @@ import click
 import typer
 
 from nbscope.api import NbscopeError, runs
-from nbscope.api.files import check_target, is_stdout
+from nbscope.api.files import is_stdout
 from nbscope.api.runs import LABEL_ENV, RUN_REFERENCE, Store, check_label
 
 DbOption = Annotated[
@@ -45,28 +45,22 @@ MarkdownOption = Annotated[
 
 # ---- runs ------------------------------------------------------------------------------------------
 
-RUN_HELP = f"The run: {RUN_REFERENCE}."
-
 
 def run_help(what: str = "The run") -> str:
     """Help text of an argument or option that takes a run reference."""
     return f"{what}: {RUN_REFERENCE}."
 
 
-RunArgument = Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)]
+RunArgument = Annotated[str, typer.Argument(metavar="RUN", help=run_help())]
 
-
-def _checked_label(value: str | None) -> str | None:
-    # Checked as the options are parsed; the command hands it to the API, whose runs carry it (never os.environ).
-    return check_label(value)
-
-
+# The label is checked as the options are parsed; the command hands it to the API, whose runs carry it (never
+# os.environ).
 LabelOption = Annotated[
     str | None,
     typer.Option(
         "--label",
         envvar=LABEL_ENV,
-        callback=_checked_label,
+        callback=check_label,
         help="Label the runs this command records (e.g. main-cpu); name them later as LABEL or LABEL:NOTEBOOK.",
     ),
 ]
@@ -103,13 +97,6 @@ def output_option(help: str) -> Any:
     """``-o/--output FILE``: write the command's file there (in an existing folder, an existing regular file
     replaced atomically; ``-`` or ``/dev/stdout``: standard output)."""
     return typer.Option("-o", "--output", metavar="FILE", help=f"{help} '-' writes to standard output.")
-
-
-def output_file(path: Path, *, option: str = "-o") -> Path:
-    """``path`` checked before the command works: a directory, a link, a device or FIFO, or a folder that is
-    missing or cannot be written is refused in one line (:func:`nbscope._files.check_target`); ``-`` is
-    standard output."""
-    return check_target(path, option=option)
 
 
 def confirm_written(message: str, path: Path | str | None) -> None:

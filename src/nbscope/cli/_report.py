@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from nbscope.api.files import is_stdout
+from nbscope.api.files import check_target, is_stdout
 from nbscope.cli import app
-from nbscope.cli._options import DbOption, open_store, output_file, output_option, run_help
+from nbscope.cli._options import DbOption, open_store, output_option, run_help
 
 
 @app.command()
@@ -29,7 +29,7 @@ def report(
     from nbscope.render.html import write_report
 
     store = open_store(db, read_only=True)
-    output_file(output)  # after the store is open: -o naming it is refused before the report is built
+    check_target(output)  # after the store is open: -o naming it is refused before the report is built
     data = report_data(runs, store, history=not no_history, metric=metric)
     path = write_report(data, output, title=title)
     if not is_stdout(path):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import (
     _cold_cache,
@@ -79,8 +80,6 @@ def rule_thresholds() -> dict[str, dict[str, float]]:
 
 def _checked_thresholds(thresholds: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
     """The caller's threshold overrides, refused with one line when a rule or a name is unknown."""
-    from nbscope._errors import NbscopeError
-
     known = rule_thresholds()
     checked: dict[str, dict[str, float]] = {}
     for rule, values in thresholds.items():
@@ -209,8 +208,6 @@ def diagnose(
     if wanted is not None:
         unknown = wanted - set(rule_names())
         if unknown:
-            from nbscope._errors import NbscopeError
-
             raise NbscopeError(f"unknown rule(s) {', '.join(sorted(unknown))}; known: {', '.join(rule_names())}")
     overrides = _checked_thresholds(thresholds or {})
     record = naming(record, sources)
@@ -226,7 +223,6 @@ def diagnose(
         except Exception as exc:  # one broken rule must not hide the others' findings
             skipped.append(Skip(rule.name, f"rule failed: {type(exc).__name__}: {exc}"))
     _link(findings)
-    notes = [ctx.sources_note] if ctx.sources_note else []
     failed = [
         FailedCell(c.index, c.line, c.status, text)
         for c in ctx.run.cells
@@ -237,8 +233,8 @@ def diagnose(
     return Findings(
         tuple(sorted(findings, key=_order)),
         skipped=tuple(skipped),
-        notes=tuple(notes),
-        thresholds=dict(overrides or {}),
+        notes=(ctx.sources_note,) if ctx.sources_note else (),
+        thresholds=overrides,
         failed_cells=tuple(failed),
         cells_not_run=not_run,
         forecast=evidence.result if evidence is not None else None,

@@ -70,9 +70,7 @@ class Finding(Encoded):
 
     rule: str  # e.g. "unrolled-loop"
     title: str  # short human title
-    cell_index: Annotated[
-        int | None, Read(key="index")
-    ]  # code-cell index (record cell "index"), None for notebook-level
+    cell_index: Annotated[int | None, Read(key="index")]  # code-cell index (record cell "index"), None: notebook
     severity: Annotated[Severity, Read(_severity, otherwise="low")]
     confidence: float  # 0..1
     evidence: dict[str, Any]
@@ -80,9 +78,8 @@ class Finding(Encoded):
     fix: str  # concrete change to make, in code the reader owns
     # (label, text) lines for the reader, e.g. ("compile", "1.37 s of 1.43 s (96 %)"); at most HIGHLIGHTS shown.
     highlights: Annotated[list[tuple[str, str]] | None, Read(_pairs)] = None
-    action: Annotated[str | None, Read(otherwise=None)] = (
-        None  # the fix in one short line, for the list that ends `nbscope profile`
-    )
+    # The fix in one short line, for the list that ends `nbscope profile`.
+    action: Annotated[str | None, Read(otherwise=None)] = None
     # The GPUs (device table keys) a forecast finding is about: made from a CPU run's GPU forecast, not
     # measured. Empty for findings measured in the run.
     forecast: Annotated[list[str], Read(_texts)] = field(default_factory=list)
@@ -206,8 +203,6 @@ Outcome = Finding | Skip
 @dataclass
 class Rule:
     name: str
-    title: str
-    needs: str  # the data the rule reads
     evaluate: Callable[[Context], Iterable[Outcome]]
     # A generic rule names a symptom (compile-bound, cold cache); a specific one names a cause with its fix.
     # At equal severity specific findings come first, and a generic finding points to them.
@@ -245,10 +240,9 @@ class FunctionStats:
     lower_s: float = 0.0
     backend_s: float = 0.0
     shapes: list[str] = field(default_factory=list)
-    cells: Counter[int] = field(default_factory=Counter)  # code-cell index -> compile events there
-    cell_seconds: defaultdict[int, float] = field(
-        default_factory=lambda: defaultdict(float)
-    )  # code-cell index -> compile seconds there
+    # By code-cell index: the compile events there, and their seconds.
+    cells: Counter[int] = field(default_factory=Counter)
+    cell_seconds: defaultdict[int, float] = field(default_factory=lambda: defaultdict(float))
 
     @property
     def main_cell(self) -> int | None:

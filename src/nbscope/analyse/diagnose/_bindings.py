@@ -92,27 +92,6 @@ def _arithmetic(op: ast.operator, a: int, b: int) -> int | None:
     return None
 
 
-def _bound_names(node: ast.AST) -> set[str]:
-    """Global names a statement binds, however (not those local to functions it defines)."""
-    names: set[str] = set()
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        names.add(node.name)
-        for child in ast.walk(node):
-            if isinstance(child, ast.Global):
-                names.update(child.names)
-        return names
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
-            names.add(child.id)
-        elif isinstance(child, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in child.names)
-        elif not isinstance(child, ast.Lambda):
-            names |= _bound_names(child)
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
 class _Recorder(dict[str, Bound]):
     """The names as the notebook runs, each change kept with the step (top-level statement) that made it: the names
     at any earlier point are a view (:class:`_Snapshot`), not a copy per statement (quadratic in a notebook's
@@ -177,7 +156,7 @@ class Bindings:
                 continue
             self.trees[cell] = tree
             for statement in tree.body:
-                bound = _bound_names(statement)
+                bound = set(_source.bound_names(statement))
                 compound = any(
                     isinstance(getattr(statement, part, None), list) for part in ("body", "orelse", "handlers")
                 )
@@ -228,6 +207,11 @@ class Bindings:
     def tree(self, cell: int) -> ast.Module | None:
         """The code cell's parsed code; None: its code is unknown, or is not Python that parses."""
         return self.trees.get(cell)
+
+    def bound_in(self, cell: int) -> set[str]:
+        """The global names a code cell binds (none when its code is unknown)."""
+        tree = self.tree(cell)
+        return set(_source.bound_names(tree)) if tree is not None else set()
 
     def start(self, cell: int) -> MutableMapping[str, Bound]:
         """Names as the cell starts (the caller may change its copy)."""
@@ -433,7 +417,7 @@ class LoopResolver:
 
     def _global(self, name: str, function: _source.Function, site: _Site) -> Bound:
         env = self.bindings.at(site.cell, site.line) if site.call is not None else self.bindings.start(site.cell)
-        if site.call is None and name in self._bound_in(site.cell):
+        if site.call is None and name in self.bindings.bound_in(site.cell):
             return Bound(None, f"`{name}` changes in cell {site.cell + 1}, which traces `{self.entry.name}` indirectly")
         value = env.get(name) or Bound(None, f"`{name}` is not assigned before cell {site.cell + 1}")
         if value.value is None:
@@ -442,10 +426,6 @@ class LoopResolver:
             value.value,
             f"global `{name}` = {value.value} when cell {site.cell + 1} traced `{self.entry.name}`: {value.origin}",
         )
-
-    def _bound_in(self, cell: int) -> set[str]:
-        tree = self.bindings.tree(cell)
-        return _bound_names(tree) if tree is not None else set()
 
     def _inner_calls(self, name: str) -> list[ast.Call]:
         found: list[ast.Call] = []

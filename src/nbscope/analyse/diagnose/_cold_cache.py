@@ -173,9 +173,7 @@ def _numba(ctx: Context) -> Iterator[Outcome]:
         return
     notebook = ctx.code.numba_functions if ctx.has_sources else {}
 
-    def own(
-        name: str,
-    ) -> bool:  # the notebook's code: its __module__ is __main__ (older records: defined in the source)
+    def own(name: str) -> bool:  # the notebook's code: its __module__ is __main__ (older records: in the source)
         return modules[name] == "__main__" or (modules[name] is None and name in notebook)
 
     def caches_to_disk(name: str) -> bool:
@@ -239,11 +237,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     yield from _numba(ctx)
 
 
-RULE = Rule(
-    NAME,
-    "Cold caches",
-    "cache state, backend compile seconds, Numba compiles and decorators (source)",
-    evaluate,
-    generic=True,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, generic=True, thresholds=THRESHOLDS)

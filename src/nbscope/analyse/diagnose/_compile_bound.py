@@ -297,11 +297,4 @@ def _notebook_advice(ctx: Context) -> Advice:
     }
 
 
-RULE = Rule(
-    NAME,
-    "Compile-bound cell",
-    "per-cell compile_s and wall_s (JAX and Numba compile events)",
-    evaluate,
-    generic=True,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, generic=True, thresholds=THRESHOLDS)

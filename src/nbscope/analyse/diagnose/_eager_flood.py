@@ -57,10 +57,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(
-    NAME,
-    "Eager-op compile flood",
-    "per-cell JAX compiles classified as eager, with their shapes",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)

@@ -55,12 +55,10 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     import_cell = jax_cells[0]  # the probe attaches to JAX during the cell that imports it
     import_s = (import_cell.wall_s or 0.0) if _imports_only(ctx.source(import_cell)) else None
     prng: dict[str, Any] = {}
-    seen: set[str] = set()
     for cell in ctx.run.cells:
         for entry in cell.jax.functions if cell.jax else ():
             name = entry.name
-            if entry.kind == "eager" and _is_prng(name) and name not in seen:
-                seen.add(name)
+            if entry.kind == "eager" and _is_prng(name) and name not in prng:
                 prng[name] = {"cell": cell.index, "compile_s": round(entry.compile_s, 4)}
     prng_s = sum(item["compile_s"] for item in prng.values())
     first_call_s = (import_s or 0.0) + prng_s
@@ -112,11 +110,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-RULE = Rule(
-    NAME,
-    "First-call costs",
-    "cell sources (import cell), eager PRNG compiles, notebook wall time",
-    evaluate,
-    generic=True,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, generic=True, thresholds=THRESHOLDS)

@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
 
-if TYPE_CHECKING:
-    from nbscope.record.run import RunRecord
-
 if TYPE_CHECKING:  # the forecast is imported only when a run can be forecast
     from nbscope.analyse.forecast import Forecast
+    from nbscope.record.run import RunRecord
 
 
 @dataclass
@@ -29,7 +27,6 @@ class ForecastEvidence:
     """The forecast a diagnosis may use, or why there is none (``why_not``)."""
 
     gpus: list[str]
-    explicit: bool  # the caller named the GPUs
     result: Forecast | None = None
     table: Any = None  # nbscope.analyse.forecast.devices.DeviceTable
     devices: list[Any] = field(default_factory=list)  # Device, in the order asked
@@ -60,15 +57,14 @@ def evidence(
 
     why_not = forecast_unavailable(record, platform)
     if why_not is not None and not gpus:  # nothing to forecast: the forecast is not even imported
-        return ForecastEvidence(gpus=[], explicit=False, why_not=why_not)
+        return ForecastEvidence(gpus=[], why_not=why_not)
     from nbscope.analyse.forecast import forecast
     from nbscope.analyse.forecast.devices import load_table, resolve
     from nbscope.analyse.forecast.risks import gpus_of
 
     names = gpus_of(record, list(gpus) if gpus else None)
-    found = ForecastEvidence(gpus=names, explicit=bool(gpus))
-    found.why_not = why_not
-    if found.why_not is not None:
+    found = ForecastEvidence(gpus=names, why_not=why_not)
+    if why_not is not None:
         return found
     try:
         found.table = load_table(devices_file)

@@ -36,8 +36,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     env = ctx.settings.environment(ctx.machine)
     allocator = {k: env[k] for k in ALLOCATOR_VARIABLES if k in env}
     others = device.memory_used_bytes
-    readings = [(cell, cell.gpu_memory.after_bytes) for cell in ctx.run.cells]
-    used = [(cell, after) for cell, after in readings if after is not None]
+    used = [(cell, after) for cell in ctx.run.cells if (after := cell.gpu_memory.after_bytes) is not None]
     oom = [c for c in ctx.run.cells if c.error and any(m in c.error.message + c.error.name for m in OOM_MARKERS)]
     if not used and not oom:
         yield Skip(NAME, "needs per-cell GPU memory of the kernel process (NVML in the kernel); none recorded")
@@ -68,10 +67,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             evidence=evidence,
             summary=f"{where} ran out of GPU memory on the {device.name}"
             + (f" with {_gib(others)} already used by other processes" if crowded else ""),
-            highlights=[
-                ("device", f"{device.name}, {_gib(total)}"),
-                ("others at start", _gib(others) if others is not None else "not recorded"),
-            ],
+            highlights=[("device", f"{device.name}, {_gib(total)}"), ("others at start", _gib(others))],
             action="one JAX notebook per GPU, or XLA_PYTHON_CLIENT_MEM_FRACTION per process",
             fix="Run one JAX notebook per GPU at a time, or give each process a share: "
             "XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 (or XLA_PYTHON_CLIENT_PREALLOCATE=false) in its environment; free large "
@@ -96,7 +92,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             summary=f"on the {device.name}, " + "; ".join(problem),
             highlights=[
                 ("kernel peak", f"{_gib(peak)} of {_gib(total)} ({peak / total:.0%})"),
-                ("others at start", _gib(others) if others is not None else "not recorded"),
+                ("others at start", _gib(others)),
                 ("allocator settings", ", ".join(f"{k}={v}" for k, v in allocator.items()) or "none"),
             ],
             action="set XLA_PYTHON_CLIENT_PREALLOCATE=false (or a MEM_FRACTION) per kernel",
@@ -105,9 +101,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(
-    NAME,
-    "GPU memory preallocation or contention",
-    "per-cell GPU memory (NVML), GPU size and use at start (fingerprint)",
-    evaluate,
-)
+RULE = Rule(NAME, evaluate)

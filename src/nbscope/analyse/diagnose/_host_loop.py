@@ -382,10 +382,4 @@ def _fix(loop: HostLoop, on_device: bool, platform: str | None) -> str:
     )
 
 
-RULE = Rule(
-    NAME,
-    "Python loop of JAX calls",
-    "the cell's source (its loops and JAX calls), its run time, and the programs it executed when recorded",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)

@@ -191,7 +191,7 @@ def _forecast_outcomes(ctx: Context, limit: Mapping[str, float]) -> tuple[dict[i
             summary=(
                 f"forecast: {per_gpu} for {_label(index, cell)} vs {seconds(float(first.cpu_s))} measured on this CPU: "
                 f"{loops}{names}, each iteration paying the GPU's per-iteration cost "
-                f"({_per_iteration(first.loops)} on the {next(iter(rows)).upper()})"
+                f"({first.loops[0].overhead_text or 'its per-iteration cost'} on the {next(iter(rows)).upper()})"
             ),
             fix=_forecast_fix(functions, notebook, rows),
             forecast=list(rows),
@@ -205,10 +205,6 @@ def _loop_words(loop: Term) -> str:
     count = f"{iterations:,} iterations" if iterations is not None else "an unknown number of iterations"
     calls = int(loop.calls or 1)
     return (f"{calls} calls of " if calls > 1 else "") + f"{loop.name or 'a loop'} of {count}"
-
-
-def _per_iteration(loops: tuple[Term, ...]) -> str:
-    return str(loops[0].overhead_text or "its per-iteration cost")
 
 
 def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, Any]) -> str:
@@ -234,17 +230,16 @@ def _timeline_finding(
     loop costs what it costs."""
     platform, run = base["platform"], cell.run_s or 0.0
     on_cpu = platform == "cpu"
-    at_stake = run
     return Finding(
         rule=NAME,
         title="Latency-bound loop",
         cell_index=cell.index,
-        severity="low" if on_cpu else severity(at_stake, ctx.total_wall),
+        severity="low" if on_cpu else severity(run, ctx.total_wall),
         confidence=0.9 if functions else 0.75,
         evidence={
             **base,
             "timeline": _timeline_evidence(cell.timeline or {}),
-            "seconds_at_stake": round(0.0 if on_cpu else at_stake, 4),
+            "seconds_at_stake": round(0.0 if on_cpu else run, 4),
         },
         summary=(
             f"{cell.label} is {timeline.classification} on the {platform or 'device'}"
@@ -331,10 +326,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Skip(NAME, f"needs the cell sources to find lax.scan / fori_loop / while_loop: {ctx.missing_sources()}")
 
 
-RULE = Rule(
-    NAME,
-    "Latency-bound loop",
-    "per-cell timeline summary, or a CPU run plus the cell sources (loop primitives)",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)

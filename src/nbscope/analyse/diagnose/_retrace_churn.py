@@ -144,4 +144,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "Retrace churn", "per-function compile counts and argument shapes", evaluate)
+RULE = Rule(NAME, evaluate)

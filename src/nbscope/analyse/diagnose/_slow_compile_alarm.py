@@ -58,4 +58,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "XLA slow-compile alarm", "per-cell alarms (XLA stderr lines seen by the probe)", evaluate)
+RULE = Rule(NAME, evaluate)

@@ -22,12 +22,12 @@ import ast
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from nbscope import _units as units
-from nbscope.analyse.diagnose import _bindings, _source
+from nbscope.analyse.diagnose import _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
 from nbscope.schema.codec import Write, encode, never
 from nbscope.schema.model import Cell
@@ -100,10 +100,6 @@ def _read_names(tree: ast.Module) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def _bound(tree: ast.Module | None) -> set[str]:
-    return _bindings._bound_names(tree) if tree is not None else set()
-
-
 def _user_compiled(cell: Cell) -> set[str]:
     """The notebook's own JAX functions the cell really compiled (persistent-cache hits aside)."""
     return {f.name for f in (cell.jax.functions if cell.jax else ()) if f.kind == "user" and f.count > f.cache_hits}
@@ -156,7 +152,7 @@ def _pairs(ctx: Context) -> list[_Pair]:
                 )
                 continue
             read = _read_names(tree)
-            between = set().union(*(_bound(ctx.bindings.tree(i)) for i in range(first.index, repeat.index + 1)))
+            between = set().union(*(ctx.bindings.bound_in(i) for i in range(first.index, repeat.index + 1)))
             if not read & between:
                 candidates.append((repeat, "the same statements on the same names, not rebound in between"))
         if candidates:
@@ -193,10 +189,8 @@ def _bound_around(tree: ast.Module, call: ast.Call, *, after: bool) -> set[str]:
         return set()
     statements = tree.body[holder + 1 :] if after else tree.body[:holder]
     own = tree.body[holder]
-    inner = (
-        set() if isinstance(own, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else _bindings._bound_names(own)
-    )
-    return inner.union(*(_bindings._bound_names(statement) for statement in statements))
+    inner = [] if isinstance(own, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)) else _source.bound_names(own)
+    return set(inner).union(*(_source.bound_names(statement) for statement in statements))
 
 
 def _run_here(tree: ast.AST) -> Iterator[ast.AST]:
@@ -244,7 +238,7 @@ def _call_pairs(ctx: Context, taken: set[int]) -> list[_Pair]:
             called = {key.split("(")[0] for key in shared}
             if not shared or _recompiled(repeat, called | compiled):
                 continue  # it compiled again: new shapes or dtypes, not a repeat
-            between = set().union(*(_bound(ctx.bindings.tree(i)) for i in range(index + 1, later)))
+            between = set().union(*(ctx.bindings.bound_in(i) for i in range(index + 1, later)))
             for key in shared:
                 call = calls[later][key]
                 # Also rebound: after the call in the first cell, before it in the repeat's own cell.
@@ -334,6 +328,12 @@ class Cause:
     allocations: Annotated[tuple[str, ...], Write(omit=_not_allocation)] = ()
 
 
+def _packages(ctx: Context, calls: Iterable[str]) -> set[str]:
+    """The packages these calls go into, by what the notebook imported (``qe.tauchen`` -> quantecon)."""
+    imported = ctx.code.imported
+    return {imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in imported}
+
+
 def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[Cause]:
     """Evidence for the likely causes of a slow first call in a kernel, strongest first."""
     limit = ctx.limits(NAME, THRESHOLDS)
@@ -368,15 +368,9 @@ def _causes(ctx: Context, first: Cell, repeat: Cell) -> list[Cause]:
                 "make one small parallel call in the setup cell so the threads start before the work you time",
             )
         )
-    packages = {
-        ctx.code.imported[name.split(".")[0]].split(".")[0] for name in calls if name.split(".")[0] in ctx.code.imported
-    }
-    used_before = {
-        ctx.code.imported[name.split(".")[0]].split(".")[0]
-        for name in earlier
-        if name.split(".")[0] in ctx.code.imported
-    }
-    fresh = sorted(packages - used_before - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"})
+    fresh = sorted(
+        _packages(ctx, calls) - _packages(ctx, earlier) - set(sys.stdlib_module_names) - {"jax", "numpy", "numba"}
+    )
     if fresh:
         causes.append(
             Cause(
@@ -540,10 +534,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield finding
 
 
-RULE = Rule(
-    NAME,
-    "Slow first call beyond compile",
-    "cells that repeat a call (sources), per-cell wall, compile and memory; --repeat samples",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)

@@ -198,27 +198,19 @@ class NotebookCode:
         """The definition of ``name`` in force at code cell ``at`` (the last one at or before it)."""
         if at is None:
             return self.functions.get(name)
-        found = None
-        for function in self.definitions:
-            if function.name == name and function.cell <= at:
-                found = function
-        return found
+        return next((f for f in reversed(self.definitions) if f.name == name and f.cell <= at), None)
+
+    def _defined_at(self, at: int) -> dict[str, Function]:
+        """Each name's definition in force when cell ``at`` runs (a later definition does not count)."""
+        return {function.name: function for function in self.definitions if function.cell <= at}
 
     def jitted_at(self, at: int) -> set[str]:
         """Names bound to jitted functions when cell ``at`` runs (a later ``@jax.jit def f`` does not count)."""
-        latest: dict[str, Function] = {}
-        for function in self.definitions:
-            if function.cell <= at:
-                latest[function.name] = function
-        return {name for name, function in latest.items() if function.jitted}
+        return {name for name, function in self._defined_at(at).items() if function.jitted}
 
     def defined_plain_at(self, at: int) -> set[str]:
         """Names bound to plain (not jitted) notebook functions when cell ``at`` runs."""
-        latest: dict[str, Function] = {}
-        for function in self.definitions:
-            if function.cell <= at:
-                latest[function.name] = function
-        return {name for name, function in latest.items() if not function.jitted}
+        return {name for name, function in self._defined_at(at).items() if not function.jitted}
 
     def calls_in(self, cell: int) -> set[str]:
         """What code cell ``cell`` calls, by dotted name (none for a cell whose code is unknown)."""
@@ -228,11 +220,9 @@ class NotebookCode:
         """The Numba definition of ``name`` in force at code cell ``at`` (a lecture may define a function twice)."""
         if at is None:
             return self.numba_functions.get(name)
-        found = None
-        for defined, info in self.numba_definitions:
-            if defined == name and info.cell <= at:
-                found = info
-        return found
+        return next(
+            (info for defined, info in reversed(self.numba_definitions) if defined == name and info.cell <= at), None
+        )
 
     def traced_by(self, name: str, at: int | None = None) -> list[Function]:
         """The function and every notebook function it calls (all are traced into its program)."""
@@ -286,8 +276,7 @@ def analyse(sources: Mapping[int, str]) -> NotebookCode:
         if tree is None:
             continue
         trees[index] = tree
-        for name in _module_bindings(tree):
-            assigned[name] += 1
+        assigned.update(bound_names(tree))
         for node in tree.body:  # module-level integer constants: n = 200, N = 10_000_000
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 value = _int_value(node.value, {})
@@ -323,28 +312,18 @@ def _numpy_arrays(trees: Iterable[ast.Module], assigned: Mapping[str, int]) -> s
     return {name for name, count in made.items() if name in assigned and count == assigned[name]}
 
 
-def _module_bindings(tree: ast.Module) -> list[str]:
-    """Every global name a cell binds (assignments, loops, imports, definitions; not inside functions)."""
-    names: list[str] = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(child.name)
-                for sub in ast.walk(child):  # `global n` inside a function rebinds the notebook's n
-                    if isinstance(sub, ast.Global):
-                        names.extend(sub.names)
-                continue
-            if isinstance(child, ast.Lambda):
-                continue
-            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
-                names.append(child.id)
-            elif isinstance(child, (ast.Import, ast.ImportFrom)):
-                names.extend((a.asname or a.name).split(".")[0] for a in child.names)
-            visit(child)
-
-    visit(tree)
-    return names
+def bound_names(node: ast.AST) -> list[str]:
+    """Every global name a statement or cell binds, once per binding (assignments, loops, imports, definitions and
+    the names their ``global`` statements rebind; not the names local to the functions it defines)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name, *(name for sub in ast.walk(node) if isinstance(sub, ast.Global) for name in sub.names)]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    return [
+        name for child in ast.iter_child_nodes(node) if not isinstance(child, ast.Lambda) for name in bound_names(child)
+    ]
 
 
 def _imports(code: NotebookCode, tree: ast.Module) -> None:
@@ -530,10 +509,6 @@ def _is_timer_call(node: ast.AST) -> TypeGuard[ast.Call]:
     return isinstance(node, ast.Call) and dotted(node.func) in _TIMER_FUNCTIONS
 
 
-def _contains_timer(node: ast.AST) -> bool:
-    return any(_is_timer_call(child) for child in ast.walk(node))
-
-
 def timed_regions(tree: ast.Module) -> list[TimedRegion]:
     regions: list[TimedRegion] = []
     for node in ast.walk(tree):
@@ -556,7 +531,7 @@ def timed_regions(tree: ast.Module) -> list[TimedRegion]:
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
             for block in (body, getattr(node, "orelse", None) or []):
-                marks = [i for i, statement in enumerate(block) if _contains_timer(statement)]
+                marks = [i for i, statement in enumerate(block) if any(_is_timer_call(c) for c in ast.walk(statement))]
                 # The timed work is what runs between the first and the last clock read; the statements that
                 # read the clock are left out (``print(time.time() - t0)`` prints after the clock stopped).
                 if len(marks) >= 2 and marks[-1] - marks[0] > 1:

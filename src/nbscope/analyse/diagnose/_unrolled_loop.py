@@ -178,10 +178,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(
-    NAME,
-    "Python loop unrolled inside jit",
-    "cell sources (loops in jitted functions) and per-function compile seconds",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)

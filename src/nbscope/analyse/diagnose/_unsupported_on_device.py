@@ -57,4 +57,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "Fails on the device", "a cell's error on an accelerator, the functions it compiled", evaluate)
+RULE = Rule(NAME, evaluate)

@@ -76,4 +76,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         )
 
 
-RULE = Rule(NAME, "Unsynchronised timing", "cell sources (timed regions, JAX calls, synchronisation)", evaluate)
+RULE = Rule(NAME, evaluate)

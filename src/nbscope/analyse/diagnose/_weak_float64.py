@@ -182,10 +182,4 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
     )
 
 
-RULE = Rule(
-    NAME,
-    "float64 on a GPU with weak float64",
-    "GPU fp64 class (fingerprint), x64 evidence (shapes, settings, source); on a CPU run, its GPU forecast",
-    evaluate,
-    thresholds=THRESHOLDS,
-)
+RULE = Rule(NAME, evaluate, thresholds=THRESHOLDS)
