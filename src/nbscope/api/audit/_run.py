@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
 from nbscope.api._saving import save_run
-from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
+from nbscope.api.audit._discover import discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_slots
 from nbscope.api.runs import store_then_stop
@@ -212,6 +212,7 @@ def audit(
     options = options or AuditOptions()
     options.validate()
     emit = on_event or (lambda event: None)
+    targets = [targets] if isinstance(targets, (str, Path)) else list(targets)
     book = discover(targets)
     keys = book.keys
     selected = select_shard(keys, *parse_shard(options.shard)) if options.shard else keys
@@ -219,9 +220,9 @@ def audit(
     started = time.perf_counter()
     record = RunRecord(
         kind="audit",
-        target=_book_target(book),
+        target=target_name(book.config if book.config is not None else book.root),
         fingerprint=fingerprint,
-        settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
+        settings={**options.settings(), "targets": [str(t) for t in targets]},
         label=options.run_label(),
     )
     runner = _dask_runner(options)
@@ -414,14 +415,6 @@ def _run_jobs(
                 _save_interrupted(store, job, plan.entries, stopped)
         return True
     return False
-
-
-def _as_list(targets: str | Path | Sequence[str | Path]) -> list[str | Path]:
-    return [targets] if isinstance(targets, (str, Path)) else list(targets)
-
-
-def _book_target(book: Book) -> str:
-    return target_name(book.config) if book.config is not None else target_name(book.root)
 
 
 def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict[str, Any] | None:
