@@ -307,15 +307,13 @@ def pathways_until_stopped(
     results, interrupted = _run_all(names, repeat, notebook, options, fingerprint, env_hook, progress)
     run = measurements(notebook, results, time.perf_counter() - started, repeat=repeat, interrupted=interrupted)
     record.measurements = encode(run)
-    statuses = [entry.status for entry in run.pathways.values()]
-    ran = [name for name, entry in run.pathways.items() if entry.ran]
-    if not ran:
-        status = "error"
-    elif interrupted or any(s not in ("ok", "skipped") for s in statuses):
-        status = "partial"
+    entries = run.pathways.values()
+    if not any(entry.ran for entry in entries):
+        record.finish("error")
+    elif interrupted or any(entry.status not in ("ok", "skipped") for entry in entries):
+        record.finish("partial")
     else:
-        status = "ok"
-    record.finish(status)
+        record.finish("ok")
     return record, run, interrupted
 
 
