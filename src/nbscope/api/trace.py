@@ -103,9 +103,7 @@ def discover_sources(root: Path) -> list[Path]:
             path = Path(dirpath) / name
             if not path.is_file():  # a FIFO or a device named like a notebook would block or never end
                 continue
-            if name.endswith(".ipynb"):
-                found.append(path)
-            elif name.endswith(".md") and _looks_like_myst_notebook(path):
+            if name.endswith(".ipynb") or (name.endswith(".md") and _looks_like_myst_notebook(path)):
                 found.append(path)
     return sorted(found)
 
