@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from nbscope.api.audit._dask import DaskRunner
     from nbscope.record.store import Store
 
-# Backend names and the JAX_PLATFORMS value each runs under.
 EventCallback = Callable[[AuditEvent], None]
 # Stored runs looked at per notebook when searching for one to reuse (newest first).
 LOOKUP_LIMIT = 200
