@@ -83,7 +83,8 @@ def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) ->
         if not isinstance(run_id, int):
             found.missing.append(f"{name}: {entry.status}")
             continue
-        record = _embedded(embedded.get(run_id), file)
+        document = embedded.get(run_id)
+        record = None if document is None else RunRecord.from_dict(document, source=f"{file}: an embedded run")
         if record is None and store.path.exists():
             try:
                 record = store.get(run_id)
@@ -96,12 +97,6 @@ def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) ->
     if not found.records:
         raise NbscopeError(f"audit {reference} refers to no profile that can be read")
     return found
-
-
-def _embedded(document: Mapping[str, Any] | None, file: Path | None) -> RunRecord | None:
-    if document is None:
-        return None
-    return RunRecord.from_dict(document, source=f"{file}: an embedded run")
 
 
 def cells(sources: list[str], store: Store, *, limit: int | None) -> SlowestCells:

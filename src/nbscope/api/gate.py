@@ -9,16 +9,18 @@ newest one never judged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
 from nbscope._files import read_bounded
+from nbscope._redact import redact
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.api._saving import save_run
@@ -196,10 +198,15 @@ def run_gate(
             confirm=request.confirm,
         )
         if handle is not None and summary is not None and summary_text is not None:
-            _append(handle, summary, summary_text(result) + "\n")
+            with _appending(summary):
+                # Redacted as every file nbscope writes (a run given as a file was read unredacted), and flushed
+                # now, so that a full disk (/dev/full) is this one-line error.
+                handle.write(redact(summary_text(result) + "\n"))
+                handle.flush()
     finally:
         if handle is not None and summary is not None:
-            _close(handle, summary)
+            with _appending(summary):
+                handle.close()
     return result
 
 
@@ -380,24 +387,14 @@ def _open_summary(summary: Path) -> TextIO:
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
         raise NbscopeError(f"--summary {summary} is {kind}, not a file to append to")
-    try:
+    with _appending(summary):
         return open(summary, "a", encoding="utf-8")
-    except OSError as exc:
-        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
 
 
-def _append(handle: TextIO, summary: Path, text: str) -> None:
-    from nbscope._redact import redact
-
+@contextlib.contextmanager
+def _appending(summary: Path) -> Iterator[None]:
+    """Opening, writing or closing ``--summary``: an OSError is one line."""
     try:
-        handle.write(redact(text))  # as every file nbscope writes (a run given as a file was read unredacted)
-        handle.flush()  # now, so that a full disk (/dev/full) is this one-line error
-    except OSError as exc:
-        raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None
-
-
-def _close(handle: TextIO, summary: Path) -> None:
-    try:
-        handle.close()
+        yield
     except OSError as exc:
         raise NbscopeError(f"--summary {summary}: cannot append to it ({exc.strerror or exc})") from None

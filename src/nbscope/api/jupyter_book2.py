@@ -153,7 +153,6 @@ def node_major() -> int | None:
 
 def find() -> JupyterBook2:
     """The jupyter-book 2 to use: ``NBSCOPE_JUPYTER_BOOK2``, this environment's, nbscope's own, or ``myst``."""
-    found = JupyterBook2()
     given = process_environment.read().jupyter_book2
     here = this_environment_version()
     beside = Path(sys.executable).parent / "jupyter-book"
@@ -172,12 +171,11 @@ def find() -> JupyterBook2:
         found = JupyterBook2([str(shutil.which("myst"))], origin="mystmd on PATH")
     else:
         have = f"jupyter-book {here}" if here else "no jupyter-book"
-        found.problem = (
-            f"jupyter-book 2 is not installed ({have} here): run `nbscope book2-env --install`, which puts it in "
-            f"an environment of its own under {environment_dir()} (it shares jupyter-book 1's package name), "
+        return JupyterBook2(
+            problem=f"jupyter-book 2 is not installed ({have} here): run `nbscope book2-env --install`, which puts it "
+            f"in an environment of its own under {environment_dir()} (it shares jupyter-book 1's package name), "
             f"or set {COMMAND_VARIABLE} to a jupyter-book 2 command"
         )
-        return found
     node = node_major()
     if node is None or node < MIN_NODE:
         found.problem = f"jupyter-book 2 needs Node.js {MIN_NODE} or newer; found {'none' if node is None else node}"

@@ -26,16 +26,6 @@ if TYPE_CHECKING:
     from nbscope.record.store import Store
 
 
-@dataclass
-class Imported:
-    """What importing a live file did: the run (with its id in the store), whether it was new, whether the
-    file was removed."""
-
-    record: RunRecord
-    added: bool
-    removed: bool
-
-
 def recover_unfinished(path: str | Path) -> RunRecord:
     """The partial run of a live file, refusing a file whose run is still going, and checked as an imported
     record is (its lines may be crafted: one line naming the field)."""
@@ -60,7 +50,7 @@ def stored_id(record: RunRecord, store: Store) -> int | None:
     return None
 
 
-def store_recovered(path: str | Path, record: RunRecord, store: Store) -> Imported:
+def store_recovered(path: str | Path, record: RunRecord, store: Store) -> ImportedRun:
     """Save a recovered run unless it is stored already, then remove its live file when that file is one
     of ``store``'s own (its content is in the store now)."""
     path = Path(path)
@@ -72,7 +62,7 @@ def store_recovered(path: str | Path, record: RunRecord, store: Store) -> Import
     removed = live_format.belongs_to(path, store.path)
     if removed:
         live_format.remove_live_file(path)
-    return Imported(record, existing is None, removed)
+    return ImportedRun(path, record, existing is None, removed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +104,7 @@ def import_runs(
         done = store_recovered(path, partial, store)
         if done.added:
             save_run(store, done.record)  # saved: publish then reads its summary, as a profiled run's
-        imported.append(ImportedRun(path, done.record, done.added, done.removed))
+        imported.append(done)
         if on_run is not None:
             on_run(imported[-1], Path(store.path))
     for path, record in records:

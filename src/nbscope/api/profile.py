@@ -265,16 +265,13 @@ def jax_cache_env(mode: str, cache_root: Path) -> tuple[dict[str, str], str]:
     """Environment for a JAX persistent-cache mode, and the cache state it starts in."""
     if mode == "off":
         return {}, "off"
+    folder = cache_root if mode in ("cold", "warm") else Path(mode)
     if mode == "cold":
-        folder = cache_root
         _empty_owned_folder(folder)
     elif mode == "warm":
-        folder = cache_root
         _make_owned_folder(folder)
-    else:
-        folder = Path(mode)
-        if folder.exists() and not folder.is_dir():
-            raise NbscopeError(f"--jax-cache {mode}: not a folder")
+    elif folder.exists() and not folder.is_dir():
+        raise NbscopeError(f"--jax-cache {mode}: not a folder")
     folder.mkdir(parents=True, exist_ok=True)
     state = "warm" if any(is_jax_entry(e) and e.name != JAX_LOCK_FILE for e in folder.iterdir()) else "cold"
     env = {
@@ -332,11 +329,6 @@ REMOVED_FILES = (
     "the notebook removed nbscope's files while it ran (its live file, maybe the store): nbscope wrote the live "
     "file again with every cell measured so far; runs stored before in a removed store are gone"
 )
-
-
-def default_live_path(store_path: Path | None) -> Path:
-    """A fresh live file in the store's own live folder (see :mod:`nbscope.record.live`)."""
-    return new_live_path(store_path)
 
 
 def profile(
@@ -411,7 +403,7 @@ def profile_until_stopped(
     )
     owned_live = live_path is None
     if live_path is None:
-        live_path = default_live_path(store_path)
+        live_path = new_live_path(store_path)
     described = [c.describe() for c in notebook.code_cells]
     live.write_header(live_path, record, notebook.describe(), described, store_path)
     interrupted = False

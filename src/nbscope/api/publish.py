@@ -331,12 +331,6 @@ def book_fields(row: SiteRow, parts: dict[str, str]) -> BookRow:
     )
 
 
-def _summaries(store: Store, columns: Sequence[str], targets: Sequence[str] | None) -> list[dict[str, Any]]:
-    """The profile and trace runs' summary columns (of ``targets`` only, when given): one query."""
-    rows: Any = store.summaries(columns, kind=list(PROFILE_KINDS), target=targets)
-    return list(rows)
-
-
 def _signatures(store: Store, manifest: SiteManifest) -> tuple[dict[str, list[int]], Scan]:
     """Per row key, the count and the newest id of its runs; and the store's run count and newest id.
 
@@ -359,7 +353,7 @@ def _signatures(store: Store, manifest: SiteManifest) -> tuple[dict[str, list[in
                 return signatures, Scan(total, newest_id)
     signatures = {}
     newest_id = 0
-    for row in _summaries(store, ("id", "target", "backend"), None):
+    for row in store.summaries(("id", "target", "backend"), kind=list(PROFILE_KINDS)):  # one query
         _count(signatures, row["target"], row["backend"], row["id"])
         newest_id = max(newest_id, row["id"])
     every: Any = store.summaries(("id",), limit=1)  # the newest run of any kind: its id bounds the next scan

@@ -22,10 +22,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,6 @@ from nbscope.collect.inject import ProbeHome
 from nbscope.collect.kernel_logs import (
     CellTimeout,
     CellWatchdog,
-    KernelLine,
     KernelLog,
     cells_from_log,
     match,
@@ -103,9 +103,7 @@ def discover_sources(root: Path) -> list[Path]:
             path = Path(dirpath) / name
             if not path.is_file():  # a FIFO or a device named like a notebook would block or never end
                 continue
-            if name.endswith(".ipynb"):
-                found.append(path)
-            elif name.endswith(".md") and _looks_like_myst_notebook(path):
+            if name.endswith(".ipynb") or (name.endswith(".md") and _looks_like_myst_notebook(path)):
                 found.append(path)
     return sorted(found)
 
@@ -195,21 +193,12 @@ def run_traced(
     )
 
 
-@contextlib.contextmanager
-def _programs_folder(wanted: bool) -> Iterator[Path | None]:
+def _programs_folder(wanted: bool) -> contextlib.AbstractContextManager[str | None]:
     """A folder the kernels write program data to (``--forecast``), outside the probe home, which is gone before
     the data is read; removed afterwards. None: not wanted."""
     if not wanted:
-        yield None
-        return
-    import shutil
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="nbscope-programs-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        return contextlib.nullcontext()
+    return tempfile.TemporaryDirectory(prefix="nbscope-programs-", ignore_cleanup_errors=True)
 
 
 @dataclass
@@ -237,7 +226,7 @@ def _run_probed(
     echo: bool,
     timeout: float | None,
     fresh: bool,
-    programs_dir: Path | None,
+    programs_dir: str | None,
     cell_timeout: float | None = None,
     sources: list[Path] | None = None,
     theme_stand_in: bool = False,
@@ -256,7 +245,7 @@ def _run_probed(
         # A Jupyter server (jupyter-book 2 starts one) refuses to run as root unless told it may.
         run_env.update(jupyter_book2.server_config_for_root(home.root / "jupyter-config"))
         if programs_dir is not None:
-            run_env["NBSCOPE_PROBE_PROGRAMS"] = str(programs_dir)
+            run_env["NBSCOPE_PROBE_PROGRAMS"] = programs_dir
         set_aside = _set_cache_aside(cwd, token) if fresh else None
         stand_in = _write_theme_stand_in(cwd) if theme_stand_in else []
         watchdog = CellWatchdog(probe_dir, cell_timeout) if cell_timeout else None
@@ -356,7 +345,8 @@ def _record_of(
         "notebook": nb.describe(),
         "runner": runner,
         "kernel": log.header.document if log.header is not None else None,
-        "totals": totals(cells, runner, _cache_state(log.header)),
+        # "cold" becomes "warm" in totals() when the run saw cache hits.
+        "totals": totals(cells, runner, "cold" if log.header is not None and log.header.jax_cache_dir else "off"),
         "cells": cells,
         "repeats": 1,
     }
@@ -369,7 +359,6 @@ def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool)
     """Store the traced runs; when the store refuses them, each is written to a run file instead (``nbscope
     import`` stores it later): ``(why, those files)``."""
     import sqlite3
-    import tempfile
 
     from nbscope.record import run as record_module
 
@@ -459,11 +448,6 @@ def _put_cache_back(cache: Path, aside: Path) -> None:
         aside.rmdir()
     except OSError:
         pass
-
-
-def _cache_state(header: KernelLine | None) -> str:
-    # "cold" becomes "warm" in totals() when the run saw cache hits.
-    return "cold" if header is not None and header.jax_cache_dir else "off"
 
 
 def _run_command(
@@ -696,55 +680,6 @@ def _check_runnable(command: list[str], path: str) -> None:
         raise NbscopeError(f"command not found: {program}")
 
 
-def trace_command(
-    command: list[str],
-    *,
-    store: Store | None = None,
-    sources: list[Path] | None = None,
-    timeout: float | None = None,
-    fresh: bool = False,
-    jupyter_book2_first: bool = False,
-    forecast: list[str] | None = None,
-    cell_timeout: float | None = None,
-    theme_stand_in: bool = False,
-    label: str | None = None,
-) -> TraceResult:
-    """The CLI's ``trace``: run, store (the runs labelled ``label``), and fail with one line when nothing was
-    traced.
-
-    ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
-    that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
-    """
-    from nbscope.api.profile import check_store, check_timeout
-
-    check_timeout(timeout, "--command-timeout")  # NaN, infinities, 0 and negative numbers are no limit
-    check_timeout(cell_timeout, "--cell-timeout")
-    if store is not None:
-        check_store(store)  # a store the runs could not be saved in is refused before the command runs
-    env = _command_env(command, jupyter_book2_first)
-    _check_runnable(command, env["PATH"] if env is not None else process_environment.read().path)
-    result = run_traced(
-        command,
-        sources=sources,
-        store=store,
-        timeout=timeout,
-        fresh=fresh,
-        env=env,
-        forecast=forecast,
-        cell_timeout=cell_timeout,
-        theme_stand_in=theme_stand_in,
-        label=label,
-    )
-    if result.interrupted:
-        not_stored = result.not_stored_message(store.path) if store is not None else None
-        if not_stored is not None:
-            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
-        raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
-    if not result.records:
-        raise _nothing_traced(command, result, timeout)
-    return result
-
-
 def _command_env(command: list[str], jupyter_book2_first: bool) -> dict[str, str] | None:
     """The variables the command gets besides this process's: only a PATH with a command put first (None: none)."""
     env = None
@@ -825,24 +760,41 @@ def trace(
 ) -> TraceOutcome:
     """``nbscope trace -- COMMAND``: the forecast's GPUs checked (an unknown one refused first), the store at ``db``
     opened, the command traced with its kernels' runs labelled ``label`` and stored, then each run diagnosed
-    (unless not ``diagnose``). See :func:`trace_command` for the rest."""
-    from nbscope.api.profile import diagnosis_of, failures, forecast_devices
+    (unless not ``diagnose``). Fails with one line when nothing was traced.
+
+    ``jupyter_book2_first``: the jupyter-book 2 that ``nbscope book2-env`` finds goes first on PATH, so
+    that ``jupyter book ...`` runs it on a machine that has jupyter-book 1 too.
+    """
+    from nbscope.api.profile import check_store, check_timeout, diagnosis_of, failures, forecast_devices
     from nbscope.api.runs import open_store
 
     gpus = forecast_devices(forecast, None) or None
     store = open_store(db, on_skip=on_skip)
-    result = trace_command(
+    label = check_label(label)
+    check_timeout(timeout, "--command-timeout")  # NaN, infinities, 0 and negative numbers are no limit
+    check_timeout(cell_timeout, "--cell-timeout")
+    check_store(store)  # a store the runs could not be saved in is refused before the command runs
+    env = _command_env(command, jupyter_book2_first)
+    _check_runnable(command, env["PATH"] if env is not None else process_environment.read().path)
+    result = run_traced(
         command,
-        store=store,
         sources=sources,
+        store=store,
         timeout=timeout,
         fresh=fresh,
-        jupyter_book2_first=jupyter_book2_first,
+        env=env,
         forecast=gpus,
         cell_timeout=cell_timeout,
         theme_stand_in=theme_stand_in,
-        label=check_label(label),
+        label=label,
     )
+    if result.interrupted:
+        not_stored = result.not_stored_message(store.path)
+        if not_stored is not None:
+            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
+        raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
+    if not result.records:
+        raise _nothing_traced(command, result, timeout)
     notes = tuple(note for note in (cached_pages_note(result), theme_note(result)) if note)
     diagnoses = tuple(diagnosis_of(r) if diagnose else (None, "--no-diagnose") for r in result.records)
     not_kept: list[str] = []

@@ -80,25 +80,24 @@ def try_remedy(
     folder = Path(tempfile.mkdtemp(prefix="nbscope-trial-"))
     settings = options.settings(store.env_key())
     runs = _Runs(notebook, cell, chosen, folder, progress)
+    record_of = partial(_record, source, notebook, settings, fingerprint, cell, remedy)  # (side, runs, through_cell)
     try:
         execution = options.execution(options.process_env(), nvml=_gpus_present(fingerprint))
         runs.run(replace(execution, last_cell=last_cell), repeats)
     except KeyboardInterrupt:
         for side in SIDES:  # what was measured is kept; a stopped trial is not judged
             if runs.executions[side]:
-                store.save(_record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell))
+                store.save(record_of(side, runs, through_cell))
         raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if _file_hash(path) != before:
         raise NbscopeError(f"{path} changed while the trial ran (not by nbscope): the trial is not stored")
-    records = [
-        _record(source, notebook, settings, fingerprint, cell, remedy, side, runs, through_cell) for side in SIDES
-    ]
+    records = [record_of(side, runs, through_cell) for side in SIDES]
     as_is_id = store.save(records[0])
     reference_id, reference_note = None, None
     if chosen.placement and _failed_as_is_ran_remedied(records, cell):
-        make = partial(_record, source, notebook, settings, fingerprint, cell, remedy, REFERENCE, runs, True)
+        make = partial(record_of, REFERENCE, runs, True)
         reference = _reference(runs, replace(execution, last_cell=cell - 1), folder, (records[1], make), store)
         if reference is not None:
             reference_id = store.save(reference)

@@ -317,30 +317,21 @@ def _halve(
             untestable.add(position)
             continue
         comparison = analysis.judge_version(baseline, record, cell, gate)
-        if comparison.verdict in ("failed", "not-comparable"):
-            untestable.add(position)
-            result.add(
-                analysis.BisectStep(
-                    version=versions[position],
-                    run_id=record.run_id,
-                    verdict="untestable",
-                    bad=None,
-                    comparison=comparison,
-                    error=comparison.note or f"status {comparison.cand_status}",
-                )
-            )
-            continue
-        bad_here = analysis.is_bad(comparison)
+        testable = comparison.verdict not in ("failed", "not-comparable")
+        bad_here = analysis.is_bad(comparison) if testable else None
         result.add(
             analysis.BisectStep(
                 version=versions[position],
                 run_id=record.run_id,
-                verdict=comparison.verdict,
+                verdict=comparison.verdict if testable else "untestable",
                 bad=bad_here,
                 comparison=comparison,
+                error=None if testable else comparison.note or f"status {comparison.cand_status}",
             )
         )
-        if bad_here:
+        if not testable:
+            untestable.add(position)
+        elif bad_here:
             high = position
         else:
             low = position

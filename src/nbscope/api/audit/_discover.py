@@ -161,14 +161,9 @@ def _resolve_entry(config: Path, ref: Any) -> Path:
     """A toc entry's file: as written, else with ``.ipynb`` or ``.md`` added (jupyter-book drops suffixes)."""
     if not isinstance(ref, str) or not ref.strip():
         raise NbscopeError(f"{config}: a 'file' entry must be a path, not {ref!r}")
-    base = config.parent
-    candidate = base / ref
-    if candidate.is_file():
-        return candidate
-    for suffix in SUFFIXES:
-        with_suffix = base / (ref + suffix)
-        if with_suffix.is_file():
-            return with_suffix
+    for name in (ref, *(ref + suffix for suffix in SUFFIXES)):
+        if (config.parent / name).is_file():
+            return config.parent / name
     raise NbscopeError(f"{config}: entry {ref!r} names no file (tried {ref}, {ref}.ipynb, {ref}.md)")
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope._errors import NbscopeError
 from nbscope.analyse import audit as _report
 from nbscope.api._saving import save_run
-from nbscope.api.audit._discover import Book, discover, parse_shard, select_shard
+from nbscope.api.audit._discover import discover, parse_shard, select_shard
 from nbscope.api.audit._jobs import Job, JobResult, file_hash
 from nbscope.api.audit._schedule import ExecutorFactory, JobFunction, LocalScheduler, gpu_slots
 from nbscope.api.runs import store_then_stop
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from nbscope.api.audit._dask import DaskRunner
     from nbscope.record.store import Store
 
-# Backend names and the JAX_PLATFORMS value each runs under.
 EventCallback = Callable[[AuditEvent], None]
 # Stored runs looked at per notebook when searching for one to reuse (newest first).
 LOOKUP_LIMIT = 200
@@ -212,6 +211,7 @@ def audit(
     options = options or AuditOptions()
     options.validate()
     emit = on_event or (lambda event: None)
+    targets = [targets] if isinstance(targets, (str, Path)) else list(targets)
     book = discover(targets)
     keys = book.keys
     selected = select_shard(keys, *parse_shard(options.shard)) if options.shard else keys
@@ -219,9 +219,9 @@ def audit(
     started = time.perf_counter()
     record = RunRecord(
         kind="audit",
-        target=_book_target(book),
+        target=target_name(book.config if book.config is not None else book.root),
         fingerprint=fingerprint,
-        settings={**options.settings(), "targets": [str(t) for t in _as_list(targets)]},
+        settings={**options.settings(), "targets": [str(t) for t in targets]},
         label=options.run_label(),
     )
     runner = _dask_runner(options)
@@ -414,14 +414,6 @@ def _run_jobs(
                 _save_interrupted(store, job, plan.entries, stopped)
         return True
     return False
-
-
-def _as_list(targets: str | Path | Sequence[str | Path]) -> list[str | Path]:
-    return [targets] if isinstance(targets, (str, Path)) else list(targets)
-
-
-def _book_target(book: Book) -> str:
-    return target_name(book.config) if book.config is not None else target_name(book.root)
 
 
 def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, init_local_worker, run_job
 from nbscope.schema import process_environment
 from nbscope.schema.codec import decode
-from nbscope.schema.machine import Gpu, Machine
+from nbscope.schema.machine import Machine
 
 # Memory left to the CUDA contexts and cuDNN/cuBLAS workspaces outside XLA's pools when a GPU is shared.
 SHARED_GPU_HEADROOM = 0.10
@@ -43,11 +43,6 @@ class GpuSlot:
     running: int = 0
 
 
-def gpu_devices(fingerprint: dict[str, Any]) -> tuple[Gpu, ...]:
-    """The GPUs a fingerprint lists (none when it lists none, or says why they are absent)."""
-    return decode(Machine, fingerprint).gpus
-
-
 def gpu_slots(
     fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None
 ) -> list[GpuSlot]:
@@ -59,7 +54,7 @@ def gpu_slots(
     visible = process_environment.read(environ).cuda_visible_devices
     allowed = None if visible is None else {v.strip() for v in visible.split(",") if v.strip()}
     slots = []
-    for position, gpu in enumerate(gpu_devices(fingerprint)):
+    for position, gpu in enumerate(decode(Machine, fingerprint).gpus):
         index = str(gpu.index if gpu.index is not None else position)
         if allowed is not None and index not in allowed and (gpu.uuid is None or gpu.uuid not in allowed):
             continue
@@ -75,11 +70,9 @@ def memory_fraction(jobs_per_gpu: int) -> str:
     return f"{int(share * 100) / 100:.2f}"  # rounded down: shares must never add up to more than the GPU
 
 
-def gpu_env(slot: GpuSlot | None, share: bool, jobs_per_gpu: int) -> dict[str, str]:
-    env: dict[str, str] = {}
-    if slot is not None:
-        env["CUDA_VISIBLE_DEVICES"] = slot.device
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # an index then means NVML's (and nvidia-smi's) numbering
+def gpu_env(slot: GpuSlot, share: bool, jobs_per_gpu: int) -> dict[str, str]:
+    # CUDA_DEVICE_ORDER: an index then means NVML's (and nvidia-smi's) numbering
+    env = {"CUDA_VISIBLE_DEVICES": slot.device, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if share:
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = memory_fraction(jobs_per_gpu)
     return env

@@ -51,7 +51,7 @@ from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.schema.codec import decode, encode
 from nbscope.schema.model import Cell, Totals
-from nbscope.schema.pathways import PathwayEntry, PathwayRow, PathwayRunner, PathwaysRun, PathwaysTotals
+from nbscope.schema.pathways import PathwayEntry, PathwayRunner, PathwaysRun, PathwaysTotals
 from nbscope.schema.progress import PathwayProgress
 
 if TYPE_CHECKING:
@@ -307,15 +307,13 @@ def pathways_until_stopped(
     results, interrupted = _run_all(names, repeat, notebook, options, fingerprint, env_hook, progress)
     run = measurements(notebook, results, time.perf_counter() - started, repeat=repeat, interrupted=interrupted)
     record.measurements = encode(run)
-    statuses = [entry.status for entry in run.pathways.values()]
-    ran = [name for name, entry in run.pathways.items() if entry.ran]
-    if not ran:
-        status = "error"
-    elif interrupted or any(s not in ("ok", "skipped") for s in statuses):
-        status = "partial"
+    entries = run.pathways.values()
+    if not any(entry.ran for entry in entries):
+        record.finish("error")
+    elif interrupted or any(entry.status not in ("ok", "skipped") for entry in entries):
+        record.finish("partial")
     else:
-        status = "ok"
-    record.finish(status)
+        record.finish("ok")
     return record, run, interrupted
 
 
@@ -405,7 +403,7 @@ def measurements(
     execution = {n: sum(decode(Cell, c).wall_s or 0.0 for c in combined[n].cells) for n in combined}
     loads = [v for runs in results.values() for r in runs for v in decode(PathwayRunner, r.runner).load_average]
     max_load = max(loads, default=None)
-    busy = max_load is not None and max_load > _cpus()
+    cpus = _cpus()
     return PathwaysRun(
         notebook=notebook.describe(),
         totals=PathwaysTotals(
@@ -418,22 +416,19 @@ def measurements(
             pathways_skipped=sum(1 for e in pathways.values() if e.status == "skipped"),
             wall_s=wall_s,
             cells_wall_s=execution,
-            max_spread=_max_spread(rows),
+            max_spread=max(
+                (e.spread for r in rows for e in r.by_pathway.values() if e.spread is not None), default=None
+            ),
             max_load_average=max_load,
-            cpus=_cpus(),
+            cpus=cpus,
             interrupted=interrupted,
         ),
         pathways=pathways,
         cells=tuple(rows),
         verdict=verdict(
-            rows, pathways, repeat=repeat, busy=(max_load, _cpus()) if busy and max_load is not None else None
+            rows, pathways, repeat=repeat, busy=(max_load, cpus) if max_load is not None and max_load > cpus else None
         ),
     )
-
-
-def _max_spread(rows: list[PathwayRow]) -> float | None:
-    spreads = [e.spread for r in rows for e in r.by_pathway.values() if e.spread is not None]
-    return max(spreads) if spreads else None
 
 
 def run_bench_pathways(**kwargs: Any) -> RunRecord:
