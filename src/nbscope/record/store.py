@@ -809,16 +809,11 @@ class Store:
         wanted = sorted({int(i) for i in run_ids})
         found: dict[int, RunRecord] = {}
         with self._connect() as db:
-            for start in range(0, len(wanted), _MOST_PARAMETERS):
-                part = wanted[start : start + _MOST_PARAMETERS]
-                rows = db.execute(
-                    f"SELECT run_id, document FROM documents WHERE run_id IN ({', '.join('?' * len(part))})", part
-                ).fetchall()
-                for run_id, text in rows:
-                    try:
-                        found[int(run_id)] = self._parse(int(run_id), text)
-                    except NbscopeError as exc:
-                        self._skip(int(run_id), str(exc))
+            for run_id, text in _by_ids(db, "SELECT run_id, document FROM documents WHERE run_id IN ({})", wanted):
+                try:
+                    found[int(run_id)] = self._parse(int(run_id), text)
+                except NbscopeError as exc:
+                    self._skip(int(run_id), str(exc))
         for run_id in set(wanted) - set(found) - set(self.skipped):
             self._skip(run_id, f"no run with id {run_id} in {self.path}")
         return found
@@ -967,16 +962,8 @@ class Store:
     def machines(self, run_ids: Iterable[int]) -> dict[int, str]:
         """The machine column (the fingerprint's summary) of each of ``run_ids``."""
         wanted = sorted({int(i) for i in run_ids})
-        found: dict[int, str] = {}
         with self._connect() as db:
-            for start in range(0, len(wanted), _MOST_PARAMETERS):
-                part = wanted[start : start + _MOST_PARAMETERS]
-                found.update(
-                    db.execute(
-                        f"SELECT id, machine FROM runs WHERE id IN ({', '.join('?' * len(part))})", part
-                    ).fetchall()
-                )
-        return found
+            return dict(_by_ids(db, "SELECT id, machine FROM runs WHERE id IN ({})", wanted))
 
     def readable(self, run_id: int) -> RunRecord | None:
         """The run with this id, or None (reported through ``on_skip`` once) when it cannot be read."""
@@ -1041,17 +1028,11 @@ class Store:
         with self._connect() as db:
             if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_summaries'").fetchone() is None:
                 return found
-            for start in range(0, len(wanted), _MOST_PARAMETERS):
-                part = wanted[start : start + _MOST_PARAMETERS]
-                rows = db.execute(
-                    f"SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN"
-                    f" ({', '.join('?' * len(part))})",
-                    [__version__, *part],
-                )
-                for run_id, text in rows:
-                    summary = _json_column(text)
-                    if isinstance(summary, dict):
-                        found[int(run_id)] = summary
+            sql = "SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN ({})"
+            for run_id, text in _by_ids(db, sql, wanted, __version__):
+                summary = _json_column(text)
+                if isinstance(summary, dict):
+                    found[int(run_id)] = summary
         return found
 
     def keep_run_summaries(self, summaries: Mapping[int, Mapping[str, Any]]) -> bool:
@@ -1140,15 +1121,19 @@ def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[t
 
 
 _MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement
+
+
+def _by_ids(db: sqlite3.Connection, sql: str, ids: Sequence[int], *first: Any) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``sql`` for ``ids``, in as many statements as SQLite's bound on parameters asks: its ``{}``
+    is the placeholders of one part of them, which follow the parameters ``first``."""
+    for start in range(0, len(ids), _MOST_PARAMETERS):
+        part = ids[start : start + _MOST_PARAMETERS]
+        yield from db.execute(sql.format(", ".join("?" * len(part))), [*first, *part]).fetchall()
+
+
+# A run's row: the summary columns but its id (SQLite gives it), then the rest.
 _ROW_COLUMNS = (
-    "started_at",
-    "ended_at",
-    "kind",
-    "target",
-    "status",
-    "machine",
-    "digest",
-    "label",
+    *SUMMARY_COLUMNS[1:],
     "backend",
     "settings",
     "content_hash",
