@@ -1131,22 +1131,13 @@ class _Guard:
                 and not any(compiled)
             )
             early_grown = events_grown if self.brk_base is not None else grown
-            if (
-                calling
-                and (
-                    (early and rising and early_grown > early_cap)
-                    or (not early and steady and grown > TRACE_BUDGET_BYTES)
-                    or (max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)
-                )
-                and not self._compiling()
-            ):
-                reason = (
-                    "early"
-                    if early and rising and early_grown > early_cap
-                    else "trace budget"
-                    if not early and steady and grown > TRACE_BUDGET_BYTES
-                    else "heap cap"
-                )
+            rules = (
+                ("early", early and rising and early_grown > early_cap),
+                ("trace budget", not early and steady and grown > TRACE_BUDGET_BYTES),
+                ("heap cap", max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S),
+            )
+            reason = next((name for name, broken in rules if broken), None)  # the first rule the cell broke
+            if calling and reason is not None and not self._compiling():
                 self._cut(elapsed, max(grown, grown_all), reason, kernel_grown)
                 return
 
