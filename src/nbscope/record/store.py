@@ -95,9 +95,8 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
 
     db.execute("ALTER TABLE runs ADD COLUMN label TEXT")
     for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
-        label = codec.decode(
-            LabelledRun, _json_column(document)
-        ).label  # a corrupt row: unlabelled (reported when read)
+        # A corrupt row: unlabelled (reported when read).
+        label = codec.decode(LabelledRun, _json_column(document)).label
         if label is not None:
             db.execute("UPDATE runs SET label = ? WHERE id = ?", (label, run_id))
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
@@ -308,17 +307,13 @@ MIGRATIONS = {
 
 
 def _document_hash(text: str) -> str:
-    """The content hash of a stored document; the text's own hash when it is not JSON (a corrupt row)."""
+    """The content hash of a stored document; the text's own hash when it is not a JSON object (a corrupt row)."""
     document = _json_column(text)
-    if document is None:
-        return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
-    from nbscope.record import run as record_module
+    if isinstance(document, dict):
+        from nbscope.record import run as record_module
 
-    return (
-        record_module.content_hash(document)
-        if isinstance(document, dict)
-        else hashlib.sha256(text.encode()).hexdigest()
-    )
+        return record_module.content_hash(document)
+    return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
 
 
 def _notebook_cell_hashes(path: Path) -> list[str]:
