@@ -553,8 +553,7 @@ class Store:
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         """Bring a store to this version in one transaction (a new one gets the tables first)."""
-        db.execute("BEGIN IMMEDIATE")  # waits on busy_timeout; another process may migrate meanwhile
-        try:
+        with _transaction(db):  # waits on busy_timeout; another process may migrate meanwhile
             version = self._version(db)
             if version is None:
                 for statement in _SCHEMA_V1:
@@ -565,10 +564,6 @@ class Store:
                 MIGRATIONS[version](db)
                 version += 1
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),))
-            db.execute("COMMIT")
-        except BaseException:
-            _roll_back(db)
-            raise
 
     def env_key(self) -> bytes:
         """The key that hides ``--env`` values of runs for this store (:mod:`nbscope.record.secrets`): the
@@ -749,8 +744,7 @@ class Store:
         rows = [(record, _row(record)) for record in records]
         found: list[tuple[int, bool]] = []
         with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
-            try:
+            with _transaction(db):  # one writer at a time: the duplicate check and insert are atomic
                 for _, row in rows:
                     same = db.execute(
                         "SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (row[_CONTENT_HASH],)
@@ -765,10 +759,6 @@ class Store:
                     run_id = int(cursor.lastrowid or 0)
                     db.execute("INSERT INTO documents (run_id, document) VALUES (?, ?)", (run_id, row[-1]))
                     found.append((run_id, True))
-                db.execute("COMMIT")
-            except BaseException:
-                _roll_back(db)
-                raise
         for (record, _), (run_id, _) in zip(rows, found, strict=True):
             record.run_id = run_id
         return found
@@ -1044,8 +1034,8 @@ class Store:
         ]
         statement = "INSERT OR REPLACE INTO run_summaries (run_id, tool_version, summary) VALUES (?, ?, ?)"
         if not self.read_only:
-            with self._connect() as db:
-                _in_one_transaction(db, statement, rows)
+            with self._connect() as db, _transaction(db):  # one commit (one sync of the journal), not one per row
+                db.executemany(statement, rows)
             return True
         if not os.access(self.path, os.W_OK) or not os.access(self.path.absolute().parent, os.W_OK | os.X_OK):
             return False
@@ -1057,7 +1047,8 @@ class Store:
                     return False
                 if version < STORE_VERSION:
                     self._migrate(db)
-                _in_one_transaction(db, statement, rows)
+                with _transaction(db):
+                    db.executemany(statement, rows)
         except (sqlite3.Error, NbscopeError):
             return False
         return True
@@ -1098,20 +1089,18 @@ class Store:
         }
 
 
-def _roll_back(db: sqlite3.Connection) -> None:
-    """Undo the open transaction: none is open when a signal came just after its COMMIT (the run is stored), and
-    ROLLBACK would then raise over the signal's KeyboardInterrupt."""
-    if db.in_transaction:
-        db.execute("ROLLBACK")
-
-
-def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    db.execute("BEGIN IMMEDIATE")  # one commit (one sync of the journal), not one per row
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """The block as one write transaction (its lock taken at once), committed at its end, or rolled back."""
+    db.execute("BEGIN IMMEDIATE")
     try:
-        db.executemany(statement, rows)
+        yield
         db.execute("COMMIT")
     except BaseException:
-        _roll_back(db)
+        # No transaction is open when a signal came just after the COMMIT (the run is stored): ROLLBACK would then
+        # raise over the signal's KeyboardInterrupt.
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
 
 
