@@ -150,10 +150,7 @@ def to_records(
 
 
 def _already_imported(store: Store) -> set[tuple[str, str]]:
-    seen = set()
-    for record in store.records(kind="jupyter-cache"):
-        seen.add((str(record.run_settings().hashkey), record.started_at))
-    return seen
+    return {(str(record.run_settings().hashkey), record.started_at) for record in store.records(kind="jupyter-cache")}
 
 
 # ---- jupyter-book 2 (_build/execute) -------------------------------------------------------------
@@ -266,27 +263,19 @@ def import_cache(
         fingerprint["digest"] = fp.digest(fingerprint)
     seen = _already_imported(store)
     if book2 is not None:
-        rows = read_book2_cache(book2)
-        fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
-        records = to_records(
-            fresh,
-            fingerprint=fingerprint,
-            cache=book2,
-            root=root,
-            book2=True,
-            fingerprint_source=fingerprint_source or "given",
-        )
+        rows, cache = read_book2_cache(book2), book2
     else:
         assert database is not None
-        rows = read_cache(database)
-        fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
-        records = to_records(
-            fresh,
-            fingerprint=fingerprint,
-            cache=database.parent,
-            root=root,
-            fingerprint_source=fingerprint_source or "given",
-        )
+        rows, cache = read_cache(database), database.parent
+    fresh = [r for r in rows if (str(r["hashkey"]), r["created"]) not in seen]
+    records = to_records(
+        fresh,
+        fingerprint=fingerprint,
+        cache=cache,
+        root=root,
+        fingerprint_source=fingerprint_source or "given",
+        book2=book2 is not None,
+    )
     for record in records:  # every row checked as an imported record is, before any is stored
         loads(record.to_json(), source=f"{book2 or database} entry {record.target}")
     for record in records:

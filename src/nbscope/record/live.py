@@ -240,12 +240,8 @@ class LiveRun:
     def running(self) -> bool:
         """Whether the process that writes this file is still alive (then the run is not unfinished)."""
         pid, started = self.header.pid, self.header.process_started
-        if pid is None:
-            return False
-        now_started = _process_started(pid)
-        if now_started is None:
-            return False
-        return started is None or abs(now_started - started) < 1.0
+        now_started = _process_started(pid) if pid is not None else None
+        return now_started is not None and (started is None or abs(now_started - started) < 1.0)
 
 
 def read_live(path: str | Path) -> LiveRun:
@@ -377,7 +373,7 @@ def recover(path: str | Path, stopped: tuple[float, str] | None = None) -> RunRe
                 runner=runner,
                 kernel=kernel,
                 status="ok" if finished else "partial",
-                interrupted=not finished and number == len(run.executions) - 1,
+                interrupted=not finished and last,
             )
         )
     cache_state = run.executions[-1].cache_state if run.executions else "off"

@@ -263,9 +263,7 @@ def describe_settings(settings: Mapping[str, Any]) -> str:
 
 def _platform_word(value: str) -> str:
     first = value.split(",")[0].strip().lower()
-    if first in ("cuda", "gpu", "rocm"):
-        return "gpu"
-    return first
+    return "gpu" if first in ("cuda", "gpu", "rocm") else first
 
 
 def observed_backend(record: RunRecord) -> dict[str, Any] | None:

@@ -66,12 +66,8 @@ def hidden(value: str, key: bytes | None = None) -> str:
 
 def hidden_key_ids(env: Mapping[str, Any]) -> set[str]:
     """The ids of the keys that hid values of ``env`` (a run's ``settings.env``)."""
-    found = set()
-    for value in env.values():
-        match = re.fullmatch(r"hidden-hmac-([0-9a-f]{8}):[0-9a-f]{16}", str(value))
-        if match:
-            found.add(match.group(1))
-    return found
+    matches = (re.fullmatch(r"hidden-hmac-([0-9a-f]{8}):[0-9a-f]{16}", str(value)) for value in env.values())
+    return {match.group(1) for match in matches if match}
 
 
 def readable(name: str) -> bool:

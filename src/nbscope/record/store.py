@@ -95,9 +95,8 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
 
     db.execute("ALTER TABLE runs ADD COLUMN label TEXT")
     for run_id, document in db.execute("SELECT id, document FROM runs").fetchall():
-        label = codec.decode(
-            LabelledRun, _json_column(document)
-        ).label  # a corrupt row: unlabelled (reported when read)
+        # A corrupt row: unlabelled (reported when read).
+        label = codec.decode(LabelledRun, _json_column(document)).label
         if label is not None:
             db.execute("UPDATE runs SET label = ? WHERE id = ?", (label, run_id))
     db.execute("CREATE INDEX IF NOT EXISTS runs_label ON runs (label, started_at)")
@@ -308,17 +307,13 @@ MIGRATIONS = {
 
 
 def _document_hash(text: str) -> str:
-    """The content hash of a stored document; the text's own hash when it is not JSON (a corrupt row)."""
+    """The content hash of a stored document; the text's own hash when it is not a JSON object (a corrupt row)."""
     document = _json_column(text)
-    if document is None:
-        return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
-    from nbscope.record import run as record_module
+    if isinstance(document, dict):
+        from nbscope.record import run as record_module
 
-    return (
-        record_module.content_hash(document)
-        if isinstance(document, dict)
-        else hashlib.sha256(text.encode()).hexdigest()
-    )
+        return record_module.content_hash(document)
+    return hashlib.sha256(str(text).encode("utf-8", "replace")).hexdigest()
 
 
 def _notebook_cell_hashes(path: Path) -> list[str]:
@@ -558,8 +553,7 @@ class Store:
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         """Bring a store to this version in one transaction (a new one gets the tables first)."""
-        db.execute("BEGIN IMMEDIATE")  # waits on busy_timeout; another process may migrate meanwhile
-        try:
+        with _transaction(db):  # waits on busy_timeout; another process may migrate meanwhile
             version = self._version(db)
             if version is None:
                 for statement in _SCHEMA_V1:
@@ -570,10 +564,6 @@ class Store:
                 MIGRATIONS[version](db)
                 version += 1
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('store_version', ?)", (str(STORE_VERSION),))
-            db.execute("COMMIT")
-        except BaseException:
-            _roll_back(db)
-            raise
 
     def env_key(self) -> bytes:
         """The key that hides ``--env`` values of runs for this store (:mod:`nbscope.record.secrets`): the
@@ -754,8 +744,7 @@ class Store:
         rows = [(record, _row(record)) for record in records]
         found: list[tuple[int, bool]] = []
         with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")  # one writer at a time: the duplicate check and insert are atomic
-            try:
+            with _transaction(db):  # one writer at a time: the duplicate check and insert are atomic
                 for _, row in rows:
                     same = db.execute(
                         "SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (row[_CONTENT_HASH],)
@@ -770,10 +759,6 @@ class Store:
                     run_id = int(cursor.lastrowid or 0)
                     db.execute("INSERT INTO documents (run_id, document) VALUES (?, ?)", (run_id, row[-1]))
                     found.append((run_id, True))
-                db.execute("COMMIT")
-            except BaseException:
-                _roll_back(db)
-                raise
         for (record, _), (run_id, _) in zip(rows, found, strict=True):
             record.run_id = run_id
         return found
@@ -809,16 +794,11 @@ class Store:
         wanted = sorted({int(i) for i in run_ids})
         found: dict[int, RunRecord] = {}
         with self._connect() as db:
-            for start in range(0, len(wanted), _MOST_PARAMETERS):
-                part = wanted[start : start + _MOST_PARAMETERS]
-                rows = db.execute(
-                    f"SELECT run_id, document FROM documents WHERE run_id IN ({', '.join('?' * len(part))})", part
-                ).fetchall()
-                for run_id, text in rows:
-                    try:
-                        found[int(run_id)] = self._parse(int(run_id), text)
-                    except NbscopeError as exc:
-                        self._skip(int(run_id), str(exc))
+            for run_id, text in _by_ids(db, "SELECT run_id, document FROM documents WHERE run_id IN ({})", wanted):
+                try:
+                    found[int(run_id)] = self._parse(int(run_id), text)
+                except NbscopeError as exc:
+                    self._skip(int(run_id), str(exc))
         for run_id in set(wanted) - set(found) - set(self.skipped):
             self._skip(run_id, f"no run with id {run_id} in {self.path}")
         return found
@@ -967,16 +947,8 @@ class Store:
     def machines(self, run_ids: Iterable[int]) -> dict[int, str]:
         """The machine column (the fingerprint's summary) of each of ``run_ids``."""
         wanted = sorted({int(i) for i in run_ids})
-        found: dict[int, str] = {}
         with self._connect() as db:
-            for start in range(0, len(wanted), _MOST_PARAMETERS):
-                part = wanted[start : start + _MOST_PARAMETERS]
-                found.update(
-                    db.execute(
-                        f"SELECT id, machine FROM runs WHERE id IN ({', '.join('?' * len(part))})", part
-                    ).fetchall()
-                )
-        return found
+            return dict(_by_ids(db, "SELECT id, machine FROM runs WHERE id IN ({})", wanted))
 
     def readable(self, run_id: int) -> RunRecord | None:
         """The run with this id, or None (reported through ``on_skip`` once) when it cannot be read."""
@@ -1041,17 +1013,11 @@ class Store:
         with self._connect() as db:
             if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'run_summaries'").fetchone() is None:
                 return found
-            for start in range(0, len(wanted), _MOST_PARAMETERS):
-                part = wanted[start : start + _MOST_PARAMETERS]
-                rows = db.execute(
-                    f"SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN"
-                    f" ({', '.join('?' * len(part))})",
-                    [__version__, *part],
-                )
-                for run_id, text in rows:
-                    summary = _json_column(text)
-                    if isinstance(summary, dict):
-                        found[int(run_id)] = summary
+            sql = "SELECT run_id, summary FROM run_summaries WHERE tool_version = ? AND run_id IN ({})"
+            for run_id, text in _by_ids(db, sql, wanted, __version__):
+                summary = _json_column(text)
+                if isinstance(summary, dict):
+                    found[int(run_id)] = summary
         return found
 
     def keep_run_summaries(self, summaries: Mapping[int, Mapping[str, Any]]) -> bool:
@@ -1068,8 +1034,8 @@ class Store:
         ]
         statement = "INSERT OR REPLACE INTO run_summaries (run_id, tool_version, summary) VALUES (?, ?, ?)"
         if not self.read_only:
-            with self._connect() as db:
-                _in_one_transaction(db, statement, rows)
+            with self._connect() as db, _transaction(db):  # one commit (one sync of the journal), not one per row
+                db.executemany(statement, rows)
             return True
         if not os.access(self.path, os.W_OK) or not os.access(self.path.absolute().parent, os.W_OK | os.X_OK):
             return False
@@ -1081,7 +1047,8 @@ class Store:
                     return False
                 if version < STORE_VERSION:
                     self._migrate(db)
-                _in_one_transaction(db, statement, rows)
+                with _transaction(db):
+                    db.executemany(statement, rows)
         except (sqlite3.Error, NbscopeError):
             return False
         return True
@@ -1122,33 +1089,35 @@ class Store:
         }
 
 
-def _roll_back(db: sqlite3.Connection) -> None:
-    """Undo the open transaction: none is open when a signal came just after its COMMIT (the run is stored), and
-    ROLLBACK would then raise over the signal's KeyboardInterrupt."""
-    if db.in_transaction:
-        db.execute("ROLLBACK")
-
-
-def _in_one_transaction(db: sqlite3.Connection, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    db.execute("BEGIN IMMEDIATE")  # one commit (one sync of the journal), not one per row
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """The block as one write transaction (its lock taken at once), committed at its end, or rolled back."""
+    db.execute("BEGIN IMMEDIATE")
     try:
-        db.executemany(statement, rows)
+        yield
         db.execute("COMMIT")
     except BaseException:
-        _roll_back(db)
+        # No transaction is open when a signal came just after the COMMIT (the run is stored): ROLLBACK would then
+        # raise over the signal's KeyboardInterrupt.
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
 
 
 _MOST_PARAMETERS = 30000  # SQLite takes at most 32,766 parameters in one statement
+
+
+def _by_ids(db: sqlite3.Connection, sql: str, ids: Sequence[int], *first: Any) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``sql`` for ``ids``, in as many statements as SQLite's bound on parameters asks: its ``{}``
+    is the placeholders of one part of them, which follow the parameters ``first``."""
+    for start in range(0, len(ids), _MOST_PARAMETERS):
+        part = ids[start : start + _MOST_PARAMETERS]
+        yield from db.execute(sql.format(", ".join("?" * len(part))), [*first, *part]).fetchall()
+
+
+# A run's row: the summary columns but its id (SQLite gives it), then the rest.
 _ROW_COLUMNS = (
-    "started_at",
-    "ended_at",
-    "kind",
-    "target",
-    "status",
-    "machine",
-    "digest",
-    "label",
+    *SUMMARY_COLUMNS[1:],
     "backend",
     "settings",
     "content_hash",

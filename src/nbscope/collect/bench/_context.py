@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from nbscope.collect.bench import _stats
@@ -123,7 +123,7 @@ def first_call(
 ) -> dict[str, Any]:
     """Wall time of one call; with a probe, split into compile (what the probe saw) and run (the rest)."""
     argument = setup() if setup is not None else None
-    probe = compile_probe() if compile_probe is not None else _no_probe()
+    probe = compile_probe() if compile_probe is not None else nullcontext({})
     with probe as compiled:
         start = time.perf_counter()
         if setup is not None:
@@ -139,8 +139,3 @@ def first_call(
         result["compile_s"] = min(compile_s, wall)
         result["run_s"] = max(wall - compile_s, 0.0)
     return result
-
-
-@contextmanager
-def _no_probe() -> Iterator[dict[str, Any]]:
-    yield {}

@@ -58,26 +58,19 @@ def run(ctx: BenchContext) -> None:
 
     n = ctx.param("n")
     x = host_array(n, ctx.dtype, seed=3)
-    serial = numba.njit(sqrt_sum)
-    ctx.bench(
-        "serial",
-        f"Numba serial sqrt sum {count_label(n)}",
-        lambda: serial(x),
-        params={"n": n},
-        device="cpu",
-        compile_probe=compile_probe,
-        work=(n / 1e9, "G elem/s"),
-    )
-    parallel = numba.njit(parallel=True)(sum_squares)
-    ctx.bench(
-        "prange",
-        f"Numba prange sum of squares {count_label(n)}",
-        lambda: parallel(x),
-        params={"n": n},
-        device="cpu",
-        compile_probe=compile_probe,
-        work=(n / 1e9, "G elem/s"),
-    )
+    for name, label, kernel in (
+        ("serial", "Numba serial sqrt sum", numba.njit(sqrt_sum)),
+        ("prange", "Numba prange sum of squares", numba.njit(parallel=True)(sum_squares)),
+    ):
+        ctx.bench(
+            name,
+            f"{label} {count_label(n)}",
+            lambda kernel=kernel: kernel(x),
+            params={"n": n},
+            device="cpu",
+            compile_probe=compile_probe,
+            work=(n / 1e9, "G elem/s"),
+        )
     try:
         ctx.info["threading_layer"] = numba.threading_layer()  # type: ignore[attr-defined]
     except ValueError:  # raised when no parallel kernel has run

@@ -23,23 +23,17 @@ def sqrt_sum(n: int) -> float:
 
 
 def run(ctx: BenchContext) -> None:
-    n = ctx.param("int_sum_n")
-    ctx.bench(
-        "int_sum",
-        f"Python int sum {count_label(n)}",
-        lambda: int_sum(n),
-        dtype="int",
-        params={"n": n},
-        device="cpu",
-        work=(n / 1e6, "M iter/s"),
-    )
-    m = ctx.param("sqrt_n")
-    ctx.bench(
-        "sqrt_sum",
-        f"Python float sqrt sum {count_label(m)}",
-        lambda: sqrt_sum(m),
-        dtype="float64",
-        params={"n": m},
-        device="cpu",
-        work=(m / 1e6, "M iter/s"),
-    )
+    for name, label, loop, dtype, size in (
+        ("int_sum", "Python int sum", int_sum, "int", "int_sum_n"),
+        ("sqrt_sum", "Python float sqrt sum", sqrt_sum, "float64", "sqrt_n"),
+    ):
+        n = ctx.param(size)
+        ctx.bench(
+            name,
+            f"{label} {count_label(n)}",
+            lambda loop=loop, n=n: loop(n),
+            dtype=dtype,
+            params={"n": n},
+            device="cpu",
+            work=(n / 1e6, "M iter/s"),
+        )

@@ -83,8 +83,9 @@ def run_worker(
             timer = threading.Timer(timeout_s, kill)
             timer.start()
             try:
-                # wait4 gives this child's own resource usage (RUSAGE_CHILDREN would mix all children).
-                _, status, usage = _wait4(process.pid)
+                # wait4 gives this child's own resource usage (RUSAGE_CHILDREN would mix all children); a signal
+                # does not interrupt it (PEP 475: it is retried).
+                _, status, usage = os.wait4(process.pid, 0)
             except BaseException:
                 _kill_group(process)
                 process.wait()
@@ -138,14 +139,6 @@ def cpu_busy_s() -> float | None:
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def _wait4(pid: int) -> tuple[int, int, Any]:
-    while True:
-        try:
-            return os.wait4(pid, 0)
-        except InterruptedError:
-            continue
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

@@ -216,8 +216,8 @@ class Probe:
         self.gpu_before: int | None = None
         self.jax_devices = _JaxDevices()
         self.device_before: tuple[int, int] | None = None
-        self.timeline = _load_timeline(os.environ.get("NBSCOPE_PROBE_TIMELINE"))
-        self.programs = _load_programs(os.environ.get("NBSCOPE_PROBE_PROGRAMS"))
+        self.timeline = _recorder("NBSCOPE_PROBE_TIMELINE", "_nbscope_timeline", "Timeline", "timeline")
+        self.programs = _recorder("NBSCOPE_PROBE_PROGRAMS", "_nbscope_program", "load", "program data")
         self.program_hashes = _program_hashes()
         self.kernel_line: dict[str, Any] = {
             "type": "kernel",
@@ -830,28 +830,18 @@ def _program_hashes() -> Any:
     return None if os.environ.get("NBSCOPE_PROBE_HASHES") == "0" else _nbscope_hashes.ProgramHashes()
 
 
-def _load_timeline(folder: str | None) -> Any:
-    """The optional per-cell jax.profiler tracer (``_nbscope_timeline.py`` beside this file)."""
+def _recorder(variable: str, module_name: str, make: str, what: str) -> Any:
+    """An optional per-cell recorder, made by ``make`` of ``module_name`` (a file beside this one) when the
+    environment's ``variable`` names a folder: the jax.profiler tracer, or the program recorder."""
+    folder = os.environ.get(variable)
     if not folder:
         return None
     try:
-        import _nbscope_timeline
+        module = importlib.import_module(module_name)
     except ImportError as exc:
-        print(f"nbscope probe: timeline unavailable: {exc!r}", file=sys.__stderr__)
+        print(f"nbscope probe: {what} unavailable: {exc!r}", file=sys.__stderr__)
         return None
-    return _nbscope_timeline.Timeline(folder)
-
-
-def _load_programs(folder: str | None) -> Any:
-    """The optional per-cell program recorder (``_nbscope_program.py`` beside this file)."""
-    if not folder:
-        return None
-    try:
-        import _nbscope_program
-    except ImportError as exc:
-        print(f"nbscope probe: program data unavailable: {exc!r}", file=sys.__stderr__)
-        return None
-    return _nbscope_program.load(folder)
+    return getattr(module, make)(folder)
 
 
 class _ImportWatcher:
@@ -885,8 +875,6 @@ class _ImportWatcher:
 
         spec.loader.exec_module = exec_module
         return spec
-
-    def invalidate_caches(self) -> None: ...
 
 
 def load_ipython_extension(shell: Any) -> None:

@@ -97,12 +97,9 @@ class Programs:
         self.flushed = False  # some of the cell's HLO is written already
         self.compile_hooked = False
         self.watching = False  # the compile hook was in place when the cell started
-        self.dispatch_wait_s = (
-            0.0  # waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched)
-        )
-        self.start_wait_s = (
-            0.0  # waiting as the cell started, before its session, for an earlier cell's (_wait_in_flight)
-        )
+        # Waiting, before lowering, for programs dispatched earlier (see _wait_for_dispatched); and as the cell
+        # started, before its session, for an earlier cell's (_wait_in_flight).
+        self.dispatch_wait_s = self.start_wait_s = 0.0
         self.heavy = False  # the last cell's session recorded heavily: it was cut, or its stop took HEAVY_STOP_S
         # A compile is not recorded: the session is stopped as one starts and a new one started as the last ends
         # (see _compile_starts). How many compiles run now, the parts' stops' time, and why a part failed.
@@ -894,9 +891,8 @@ class _Guard:
         self.reason: str | None = None  # which rule cut the session ("memory budget": the kernel-wide one)
         self.kernel_grown: int | None = None  # the kernel's resident growth since the session started, at the cut
         self.memory_budget = _memory_budget()
-        self.events_budget = max(
-            1, self.memory_budget // 2
-        )  # the heaps rising after a compile: see EVENTS_RATE_BYTES_PER_S
+        # The budget once the heaps rise after a compile: see EVENTS_RATE_BYTES_PER_S.
+        self.events_budget = max(1, self.memory_budget // 2)
         self.stop_s: float | None = None  # how long stopping the cut session took (the cell ran on meanwhile)
         self.grown = 0
         self.done = threading.Event()
@@ -1144,22 +1140,13 @@ class _Guard:
                 and not any(compiled)
             )
             early_grown = events_grown if self.brk_base is not None else grown
-            if (
-                calling
-                and (
-                    (early and rising and early_grown > early_cap)
-                    or (not early and steady and grown > TRACE_BUDGET_BYTES)
-                    or (max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S)
-                )
-                and not self._compiling()
-            ):
-                reason = (
-                    "early"
-                    if early and rising and early_grown > early_cap
-                    else "trace budget"
-                    if not early and steady and grown > TRACE_BUDGET_BYTES
-                    else "heap cap"
-                )
+            rules = (
+                ("early", early and rising and early_grown > early_cap),
+                ("trace budget", not early and steady and grown > TRACE_BUDGET_BYTES),
+                ("heap cap", max(grown, grown_all) > HARD_CAP_BYTES and elapsed > HARD_CAP_AFTER_S),
+            )
+            reason = next((name for name, broken in rules if broken), None)  # the first rule the cell broke
+            if calling and reason is not None and not self._compiling():
                 self._cut(elapsed, max(grown, grown_all), reason, kernel_grown)
                 return
 
@@ -1293,8 +1280,6 @@ def _ready(array: object) -> bool:
 
 
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
-# Executables held from their compile to the cell's end at most (holding keeps them alive that long; a cell
-# that compiles thousands of programs and drops them would otherwise keep them all).
 # Executables held before their HLO is written, mid-cell: a cell that compiles hundreds of programs (an eager scan
 # called with 200 lengths) held them all until its end, each alive no longer in the notebook's JAX caches.
 HOLD_COMPILED = 8
