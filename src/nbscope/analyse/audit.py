@@ -226,13 +226,11 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
     run = record.notebook_run()
     totals, runner = run.totals, run.runner
     tag = audit_tag(record)
-    return AuditEntry(
-        path=key,
-        target=record.target,
-        source_hash=source_hash,
-        backend=backend,
+    # The findings, recommendation and forecast are left for diagnose_entries, once every run is in (the
+    # forecast: for a CPU run with program data).
+    return replace(
+        bare_entry(key, backend, source_hash, record.status, None, record.target),
         run_id=record.run_id,
-        status=record.status,
         reused=reused,
         wall_s=totals.wall_s,
         compile_s=totals.compile_s,
@@ -243,19 +241,11 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         cells=totals.cells,
         cells_failed=totals.cells_failed,
         compiles=totals.compiles,
-        # filled by diagnose_entries once every run is in (the forecast: for a CPU run with program data)
-        top_finding=None,
-        top_findings=None,
-        findings=None,
-        diagnosis=None,
-        recommendation=None,
-        forecast=None,
         digest=record.digest,
         machine=record.machine().summary,
         worker=tag.worker if tag is not None else None,
         gpu=tag.gpu if tag is not None else None,
         started_at=record.started_at,
-        error=None,
     )
 
 
