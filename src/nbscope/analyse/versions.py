@@ -279,10 +279,7 @@ def _cell_of(record: RunRecord, reference: RunRecord, cell: int) -> Cell | None:
     """The cell of ``record`` paired with ``reference``'s cell ``cell`` (1-based)."""
     reference_cells = reference.notebook_run().cells
     wanted = next((c for c in reference_cells if c.index == cell - 1), None)
-    for pair in pair_cells(reference_cells, record.notebook_run().cells):
-        if pair.a is wanted:
-            return pair.b
-    return None
+    return next((pair.b for pair in pair_cells(reference_cells, record.notebook_run().cells) if pair.a is wanted), None)
 
 
 @dataclass(frozen=True, slots=True)

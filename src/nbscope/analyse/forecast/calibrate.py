@@ -88,10 +88,7 @@ def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -
         )
 
     def pick(prefix: str) -> GroupFigure | None:
-        for key in sorted(figures):
-            if key.startswith(prefix):
-                return figures[key]
-        return None
+        return next((figures[key] for key in sorted(figures) if key.startswith(prefix)), None)
 
     def add(name: str, low: float, high: float, what: str, figure: GroupFigure) -> None:
         device = _device_of(figure)
