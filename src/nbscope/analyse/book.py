@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nbscope.analyse.compare import Winner, platform_of
@@ -193,15 +193,7 @@ class LectureSide:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "backend": self.backend,
-            "status": self.status,
-            "wall_s": self.wall_s,
-            "compile_s": self.compile_s,
-            "cells": self.cells,
-            "cells_failed": self.cells_failed,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
