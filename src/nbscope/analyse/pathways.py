@@ -144,10 +144,9 @@ def verdict(
     average, CPUs) says the machine had more runnable work than CPUs during the runs: then a difference may
     come from the other work, and the verdict says so.
     """
-    entries = pathways
-    ran = [n for n, e in entries.items() if e.status not in ("skipped", "error")]
-    not_run = [f"{n} {e.status}: {e.skipped or e.error}" for n, e in entries.items() if n not in ran]
-    overheads = fixed_overheads({n: entries[n] for n in ran})
+    ran = [n for n, e in pathways.items() if e.status not in ("skipped", "error")]
+    not_run = [f"{n} {e.status}: {e.skipped or e.error}" for n, e in pathways.items() if n not in ran]
+    overheads = fixed_overheads({n: pathways[n] for n in ran})
     overhead_text = f"fixed overheads: {', '.join(overheads)}" if overheads else "no fixed overheads measured"
     if len(ran) < 2:
         only = f"only {ran[0]} ran" if ran else "no pathway ran"

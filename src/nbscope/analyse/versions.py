@@ -369,7 +369,6 @@ def evidence(
     """What moved between the last good and the first bad release, on the chosen cell or the total:
     wall, compile and run seconds and compile counts on each side (and which of compile or run grew
     more), findings of the diagnosis that appear only in the bad release's run, fingerprint fields."""
-    total = cell is None
     before: Figures | None
     after: Figures | None
     if cell is None:
@@ -393,7 +392,7 @@ def evidence(
     def keyed(finding: Finding) -> tuple[str, int | None]:
         return (finding.rule, finding.cell_index)
 
-    relevant = [f for f in findings_bad if total or f.cell_index is None or f.cell_index == (cell or 0) - 1]
+    relevant = [f for f in findings_bad if cell is None or f.cell_index is None or f.cell_index == (cell or 0) - 1]
     known = {keyed(f) for f in findings_good}
     return Evidence(
         target=target_label(cell),
