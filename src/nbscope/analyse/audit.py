@@ -310,10 +310,7 @@ def lectures(entries: Sequence[AuditEntry], backends: Sequence[str]) -> list[Lec
         if cpu_s is not None and gpu_s is not None:
             fast, slow = sorted((cpu_s, gpu_s))
             ratio = slow / fast if fast > 0 else None
-            if ratio is not None and ratio < TIE_RATIO:
-                winner = "tie"
-            else:
-                winner = "cpu" if cpu_s < gpu_s else gpu_backend
+            winner = "tie" if ratio is not None and ratio < TIE_RATIO else "cpu" if cpu_s < gpu_s else gpu_backend
         # The cause worth naming is the one behind the slower run; with one run, that run's.
         measured = sorted((e for e in runs.values() if e.measured), key=lambda e: e.wall_s or 0.0, reverse=True)
         top = next((e for e in measured if e.top_finding), None)
@@ -364,7 +361,6 @@ def summary_text(rows: Sequence[Lecture], backends: Sequence[str], availability:
 
 
 def _compared(rows: Sequence[Lecture]) -> list[Lecture]:
-    """The lectures measured on both the CPU and the GPU backend."""
     return [r for r in rows if r.cpu_s is not None and r.gpu_s is not None]
 
 
