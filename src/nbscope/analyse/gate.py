@@ -250,7 +250,6 @@ class GateResult(Encoded):
 
     @property
     def unpaired(self) -> list[GateComparison]:
-        """The new and removed cells."""
         return [c for c in self.cells if c.verdict in UNPAIRED_VERDICTS]
 
     @property

@@ -73,7 +73,6 @@ def tolerance(entries: Sequence[PathwayCell]) -> float:
 
 
 def _typed(cells: Sequence[Mapping[str, Any]]) -> list[Cell]:
-    """A run's cell documents as typed cells."""
     return [decode(Cell, c) for c in cells]
 
 
