@@ -385,9 +385,7 @@ def blast_radius(rows: Sequence[Lecture]) -> BlastRadius | None:
     forecast_rows = [(r.path, r.forecast) for r in rows if r.forecast is not None]
     if not forecast_rows:
         return None
-    gpus: list[str] = []
-    for _, summary in forecast_rows:
-        gpus += [g for g in summary.gpus if g not in gpus]
+    gpus = list(dict.fromkeys(g for _, summary in forecast_rows for g in summary.gpus))
     errors = tuple(ForecastError(path, summary.error) for path, summary in forecast_rows if summary.error)
     if not gpus:
         return BlastRadius(

@@ -197,9 +197,7 @@ def verdict(
 
 def combine_overheads(results: Sequence[Any]) -> tuple[dict[str, Any], dict[str, list[float]] | None]:
     """Medians of each fixed cost over repeats, and the samples when there were several."""
-    keys: list[str] = []
-    for result in results:
-        keys += [k for k in result.overheads if k not in keys]
+    keys = dict.fromkeys(k for result in results for k in result.overheads)
     combined: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     for key in keys:
