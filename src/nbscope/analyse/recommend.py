@@ -400,11 +400,7 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
         Estimate("mixed", round(mixed, 4) if pinned else None),
     )
     best_single = "cpu" if cpu_total <= acc_total else acc_name
-    best_single_s = min(cpu_total, acc_total)
-    if pinned and mixed < best_single_s * (1 - MIXED_MIN_GAIN):
-        choice = "mixed"
-    else:
-        choice = best_single
+    choice = "mixed" if pinned and mixed < min(cpu_total, acc_total) * (1 - MIXED_MIN_GAIN) else best_single
     reason = _measured_reason(choice, pinned, acc_name, cpu_total, acc_total, mixed)
     caveats = [
         "estimates add measured cell times (kernel start excluded); pinning moves a function's inputs between "
