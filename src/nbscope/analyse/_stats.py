@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -43,7 +44,7 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
         raise ValueError("both samples need at least one value")
     u = sum((xi > yj) + 0.5 * (xi == yj) for xi in x for yj in y)
     combined = sorted([*x, *y])
-    tie_groups = [len(list(g)) for _, g in _groupby(combined)]
+    tie_groups = [len(list(g)) for _, g in itertools.groupby(combined)]
     has_ties = any(t > 1 for t in tie_groups)
     if not has_ties and n <= 30 and m <= 30:
         counts = _u_distribution(n, m)
@@ -57,13 +58,3 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
         return 1.0
     z = (u - mean - 0.5) / math.sqrt(variance)
     return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def _groupby(values: list[float]) -> list[tuple[float, list[float]]]:
-    groups: list[tuple[float, list[float]]] = []
-    for value in values:
-        if groups and groups[-1][0] == value:
-            groups[-1][1].append(value)
-        else:
-            groups.append((value, [value]))
-    return groups

@@ -37,14 +37,13 @@ OOM_SHARE = 0.85
 # The signals with which a runner stops nbscope itself (a CI cancel, a spot reclamation), not the user's Ctrl-C.
 RUNNER_SIGNALS = ("SIGTERM", "SIGHUP")
 FailureKind = Literal["runner-stopped", "out-of-memory", "kernel-killed", "timeout", "cell-error", "interrupted"]
-CHANGE_KINDS = ("code", "packages", "machine", "cache", "settings")
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     """One difference between two runs that can move their figures."""
 
-    kind: str  # one of CHANGE_KINDS
+    kind: str  # code, packages, machine, cache or settings
     text: str  # one line, the two sides' values
     details: tuple[str, ...] = ()
 

@@ -226,13 +226,11 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
     run = record.notebook_run()
     totals, runner = run.totals, run.runner
     tag = audit_tag(record)
-    return AuditEntry(
-        path=key,
-        target=record.target,
-        source_hash=source_hash,
-        backend=backend,
+    # The findings, recommendation and forecast are left for diagnose_entries, once every run is in (the
+    # forecast: for a CPU run with program data).
+    return replace(
+        bare_entry(key, backend, source_hash, record.status, None, record.target),
         run_id=record.run_id,
-        status=record.status,
         reused=reused,
         wall_s=totals.wall_s,
         compile_s=totals.compile_s,
@@ -243,19 +241,11 @@ def entry_from_record(record: RunRecord, *, key: str, backend: str, source_hash:
         cells=totals.cells,
         cells_failed=totals.cells_failed,
         compiles=totals.compiles,
-        # filled by diagnose_entries once every run is in (the forecast: for a CPU run with program data)
-        top_finding=None,
-        top_findings=None,
-        findings=None,
-        diagnosis=None,
-        recommendation=None,
-        forecast=None,
         digest=record.digest,
         machine=record.machine().summary,
         worker=tag.worker if tag is not None else None,
         gpu=tag.gpu if tag is not None else None,
         started_at=record.started_at,
-        error=None,
     )
 
 
@@ -320,10 +310,7 @@ def lectures(entries: Sequence[AuditEntry], backends: Sequence[str]) -> list[Lec
         if cpu_s is not None and gpu_s is not None:
             fast, slow = sorted((cpu_s, gpu_s))
             ratio = slow / fast if fast > 0 else None
-            if ratio is not None and ratio < TIE_RATIO:
-                winner = "tie"
-            else:
-                winner = "cpu" if cpu_s < gpu_s else gpu_backend
+            winner = "tie" if ratio is not None and ratio < TIE_RATIO else "cpu" if cpu_s < gpu_s else gpu_backend
         # The cause worth naming is the one behind the slower run; with one run, that run's.
         measured = sorted((e for e in runs.values() if e.measured), key=lambda e: e.wall_s or 0.0, reverse=True)
         top = next((e for e in measured if e.top_finding), None)
@@ -374,7 +361,6 @@ def summary_text(rows: Sequence[Lecture], backends: Sequence[str], availability:
 
 
 def _compared(rows: Sequence[Lecture]) -> list[Lecture]:
-    """The lectures measured on both the CPU and the GPU backend."""
     return [r for r in rows if r.cpu_s is not None and r.gpu_s is not None]
 
 
@@ -399,9 +385,7 @@ def blast_radius(rows: Sequence[Lecture]) -> BlastRadius | None:
     forecast_rows = [(r.path, r.forecast) for r in rows if r.forecast is not None]
     if not forecast_rows:
         return None
-    gpus: list[str] = []
-    for _, summary in forecast_rows:
-        gpus += [g for g in summary.gpus if g not in gpus]
+    gpus = list(dict.fromkeys(g for _, summary in forecast_rows for g in summary.gpus))
     errors = tuple(ForecastError(path, summary.error) for path, summary in forecast_rows if summary.error)
     if not gpus:
         return BlastRadius(

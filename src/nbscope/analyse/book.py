@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 from nbscope.analyse.compare import Winner, platform_of
 from nbscope.record.cells import same_notebook
 from nbscope.record.run import RunRecord
+from nbscope.schema.codec import Encoded, Write
 
 CELL_KINDS = ("profile", "trace")
 
@@ -83,7 +84,7 @@ class SlowCell:
 
 
 @dataclass(frozen=True, slots=True)
-class SlowestCells:
+class SlowestCells(Encoded):
     """The slowest cells across the runs of some sets (:func:`slowest_cells`); ``to_dict`` is ``--json``."""
 
     sets: tuple[RunSet, ...]
@@ -94,18 +95,6 @@ class SlowestCells:
     wall_s: float  # of those cells
     shown_wall_s: float
     rows: tuple[SlowCell, ...]  # slowest first
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sets": [s.to_dict() for s in self.sets],
-            "notebooks": self.notebooks,
-            "runs": self.runs,
-            "share_of": self.share_of,
-            "cells": self.cells,
-            "wall_s": self.wall_s,
-            "shown_wall_s": self.shown_wall_s,
-            "rows": [row.to_dict() for row in self.rows],
-        }
 
 
 def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestCells:
@@ -168,7 +157,7 @@ def slowest_cells(runs: Sequence[RunSet], *, limit: int | None = 20) -> SlowestC
 
 
 @dataclass(frozen=True, slots=True)
-class LectureSide:
+class LectureSide(Encoded):
     """One set's newest run of a notebook, in the lecture-by-lecture view."""
 
     run_id: int | None
@@ -192,38 +181,19 @@ class LectureSide:
             cells_failed=totals.cells_failed,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "backend": self.backend,
-            "status": self.status,
-            "wall_s": self.wall_s,
-            "compile_s": self.compile_s,
-            "cells": self.cells,
-            "cells_failed": self.cells_failed,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class LectureRow:
+class LectureRow(Encoded):
     """A notebook of either set: its run in A, in B (None where a set has none), and who is faster."""
 
     target: str
     a: LectureSide | None
     b: LectureSide | None
-    winner: Winner
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "a": self.a.to_dict() if self.a else None,
-            "b": self.b.to_dict() if self.b else None,
-            **self.winner.to_dict(),
-        }
+    winner: Annotated[Winner, Write(inline=True)]
 
 
 @dataclass(frozen=True, slots=True)
-class Lectures:
+class Lectures(Encoded):
     """Two sets of runs lecture by lecture (:func:`by_lecture`); ``to_dict`` is ``--json``."""
 
     a: RunSet
@@ -234,20 +204,12 @@ class Lectures:
     b_wall_s: float
     winner: Winner | None  # of the totals; None when no notebook is paired
     wins: Mapping[str, int]  # "A", "B", "tie": how many paired notebooks each side won
+    document_keys: ClassVar = ("a", "b", "rows", "paired", "totals", "wins")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "a": self.a.to_dict(),
-            "b": self.b.to_dict(),
-            "rows": [row.to_dict() for row in self.rows],
-            "paired": self.paired,
-            "totals": {
-                "a_wall_s": self.a_wall_s,
-                "b_wall_s": self.b_wall_s,
-                **(self.winner.to_dict() if self.winner else {}),
-            },
-            "wins": dict(self.wins),
-        }
+    @property
+    def totals(self) -> dict[str, Any]:
+        """The paired notebooks' walls on each side, and the winner of those totals."""
+        return {"a_wall_s": self.a_wall_s, "b_wall_s": self.b_wall_s, **(self.winner.to_dict() if self.winner else {})}
 
 
 def by_lecture(a: RunSet, b: RunSet) -> Lectures:

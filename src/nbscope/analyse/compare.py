@@ -44,16 +44,12 @@ TOTAL_KEYS = (
     "peak_rss_bytes",
 )
 
+_BACKEND = "JAX backend: CPU and accelerator (GPU, TPU) differ per cell (compile, dispatch, loops, float64)"
+_CORES = "core count: BLAS, XLA:CPU and Numba parallel threads"
 # Why a difference in a fingerprint or settings field can change timings; first matching prefix wins.
 _WHY: tuple[tuple[str, str], ...] = (
-    (
-        "settings.jax_platform",
-        "JAX backend: CPU and accelerator (GPU, TPU) differ per cell (compile, dispatch, loops, float64)",
-    ),
-    (
-        "derived.platform",
-        "JAX backend: CPU and accelerator (GPU, TPU) differ per cell (compile, dispatch, loops, float64)",
-    ),
+    ("settings.jax_platform", _BACKEND),
+    ("derived.platform", _BACKEND),
     ("settings.jax_cache", "persistent compile cache: a warm cache turns backend compiles into retrievals"),
     ("derived.cache_state", "persistent compile cache state at the start of the run"),
     ("settings.env", "environment overrides given to the kernel"),
@@ -62,8 +58,8 @@ _WHY: tuple[tuple[str, str], ...] = (
     ("settings.timeline", "a per-cell jax.profiler trace adds overhead"),
     ("derived.x64", "float64 vs float32: float64 doubles memory traffic and is slow on consumer GPUs"),
     ("cpu.model", "CPU model: single-thread speed and vector width"),
-    ("cpu.logical_cores", "core count: BLAS, XLA:CPU and Numba parallel threads"),
-    ("cpu.physical_cores", "core count: BLAS, XLA:CPU and Numba parallel threads"),
+    ("cpu.logical_cores", _CORES),
+    ("cpu.physical_cores", _CORES),
     ("cpu.affinity_cores", "cores this process may use"),
     ("cpu.cgroup_cpu_limit", "container CPU quota: caps parallel speed-ups"),
     ("cpu.max_mhz", "CPU clock"),
@@ -88,10 +84,7 @@ _WHY: tuple[tuple[str, str], ...] = (
 
 
 def why(path: str) -> str:
-    for prefix, reason in _WHY:
-        if path == prefix or path.startswith(prefix):
-            return reason
-    return ""
+    return next((reason for prefix, reason in _WHY if path.startswith(prefix)), "")
 
 
 def check_profile(record: RunRecord, name: str = "run") -> None:

@@ -250,7 +250,6 @@ class GateResult(Encoded):
 
     @property
     def unpaired(self) -> list[GateComparison]:
-        """The new and removed cells."""
         return [c for c in self.cells if c.verdict in UNPAIRED_VERDICTS]
 
     @property
@@ -459,44 +458,41 @@ def _total(
     pairs: Sequence[GateComparison], base: RunRecord, cand: RunRecord, options: GateOptions, noise: HistoryNoise
 ) -> GateComparison:
     base_run, cand_run = base.notebook_run(), cand.notebook_run()
-    if not base_run.cells or not cand_run.cells:
-        # Per-notebook figures only (jupyter-cache, or a record without cells): compare totals.
-        base_s, cand_s = _number(base_run.totals.wall_s), _number(cand_run.totals.wall_s)
-        spread = noise.of("total", "wall")
-        total = GateComparison(
-            key="total",
-            label="total (whole notebook)",
-            base_s=base_s,
-            cand_s=cand_s,
-            history_mad_s=spread.mad_s,
-            history_range_s=spread.range_s,
-            history_runs=spread.runs,
-            model_floor_s=(
-                noise_model.model_floor(min(base_s, cand_s)) if base_s is not None and cand_s is not None else None
-            ),
-        )
-        return judge(total, options)
-    counted = [c for c in pairs if c.verdict not in ("new", "removed", "not-comparable", "failed")]
-    base_s = sum(c.base_s or 0.0 for c in counted)
-    cand_s = sum(c.cand_s or 0.0 for c in counted)
-    judged = "unwaited" if counted and all(c.judged == "unwaited" for c in counted) else "wall"
-    if judged == "unwaited":
-        base_judged = sum(c.base_judged_s or 0.0 for c in counted)
-        cand_judged = sum(c.cand_judged_s or 0.0 for c in counted)
-    else:
-        base_judged, cand_judged = base_s, cand_s
-    spread = noise.of("total", judged)
-    # Per-repeat totals, where every counted cell has one sample per repeat.
+    base_judged: float | None = None
+    cand_judged: float | None = None
     base_samples: tuple[float, ...] = ()
     cand_samples: tuple[float, ...] = ()
-    lengths_b = {len(c.base_samples) for c in counted}
-    lengths_c = {len(c.cand_samples) for c in counted}
-    if counted and len(lengths_b) == 1 and len(lengths_c) == 1 and 0 not in lengths_b | lengths_c:
-        base_samples = tuple(sum(s) for s in zip(*(c.base_samples for c in counted), strict=True))
-        cand_samples = tuple(sum(s) for s in zip(*(c.cand_samples for c in counted), strict=True))
+    if not base_run.cells or not cand_run.cells:
+        # Per-notebook figures only (jupyter-cache, or a record without cells): compare totals.
+        label, judged = "total (whole notebook)", "wall"
+        base_s, cand_s = _number(base_run.totals.wall_s), _number(cand_run.totals.wall_s)
+        model_floor = (
+            noise_model.model_floor(min(base_s, cand_s)) if base_s is not None and cand_s is not None else None
+        )
+    else:
+        counted = [c for c in pairs if c.verdict not in ("new", "removed", "not-comparable", "failed")]
+        label = f"total of {units.count(len(counted), 'paired cell')}"
+        base_s = sum(c.base_s or 0.0 for c in counted)
+        cand_s = sum(c.cand_s or 0.0 for c in counted)
+        judged = "unwaited" if counted and all(c.judged == "unwaited" for c in counted) else "wall"
+        if judged == "unwaited":
+            base_judged = sum(c.base_judged_s or 0.0 for c in counted)
+            cand_judged = sum(c.cand_judged_s or 0.0 for c in counted)
+        else:
+            base_judged, cand_judged = base_s, cand_s
+        # Per-repeat totals, where every counted cell has one sample per repeat.
+        lengths_b = {len(c.base_samples) for c in counted}
+        lengths_c = {len(c.cand_samples) for c in counted}
+        if counted and len(lengths_b) == 1 and len(lengths_c) == 1 and 0 not in lengths_b | lengths_c:
+            base_samples = tuple(sum(s) for s in zip(*(c.base_samples for c in counted), strict=True))
+            cand_samples = tuple(sum(s) for s in zip(*(c.cand_samples for c in counted), strict=True))
+        # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
+        # history may widen it, as a cell's).
+        model_floor = sum(c.model_floor_s or 0.0 for c in counted)
+    spread = noise.of("total", judged)
     total = GateComparison(
         key="total",
-        label=f"total of {units.count(len(counted), 'paired cell')}",
+        label=label,
         base_s=base_s,
         cand_s=cand_s,
         judged=judged,
@@ -505,9 +501,7 @@ def _total(
         history_mad_s=spread.mad_s,
         history_range_s=spread.range_s,
         history_runs=spread.runs,
-        # The machine slows every cell of a run together: the total's floor is the sum of the cells' (the
-        # history may widen it, as a cell's).
-        model_floor_s=sum(c.model_floor_s or 0.0 for c in counted),
+        model_floor_s=model_floor,
         base_samples=base_samples,
         cand_samples=cand_samples,
     )

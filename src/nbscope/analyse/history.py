@@ -374,8 +374,7 @@ def find_cell(cells: Sequence[Cell], selector: str) -> Cell | None:
     by_hash = [c for c in cells if c.source_hash.startswith(selector)]
     if by_hash and len(selector) >= 4:
         return by_hash[0]
-    by_text = [c for c in cells if selector in c.first_line]
-    return by_text[0] if by_text else None
+    return next((c for c in cells if selector in c.first_line), None)
 
 
 # The figures the cell model types, and those it keeps per repeat: ``--metric`` names one of them, or a figure the

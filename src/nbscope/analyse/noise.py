@@ -121,11 +121,7 @@ def pair_noise(base: Cell | None, cand: Cell | None) -> PairNoise:
     kind = max(kinds, key=_ORDER.index) if kinds else "plain"
     walls = tuple(time_of(c.wall_s) if c is not None else None for c in sides)
     free = (unwaited(sides[0]), unwaited(sides[1]))
-    figures: tuple[float | None, ...]
-    if None not in free:
-        judged, figures = "unwaited", free
-    else:
-        judged, figures = "wall", walls
+    judged, figures = ("unwaited", free) if None not in free else ("wall", walls)
     contention = 0.0
     for wall, cell in zip(walls, sides, strict=True):
         wait = wait_of(cell)
@@ -136,9 +132,7 @@ def pair_noise(base: Cell | None, cand: Cell | None) -> PairNoise:
         relative = relative / (1 - contention)
     if judged == "wall":
         relative *= WALL_FACTOR
-    present = [f for f in figures if f is not None]
-    smaller = min(present) if present else 0.0
-    floor = model_floor(smaller, relative)
+    floor = model_floor(min((f for f in figures if f is not None), default=0.0), relative)
     return PairNoise(
         floor_s=floor, kind=kind, judged=judged, base_s=figures[0], cand_s=figures[1], contention=contention
     )

@@ -73,7 +73,6 @@ def tolerance(entries: Sequence[PathwayCell]) -> float:
 
 
 def _typed(cells: Sequence[Mapping[str, Any]]) -> list[Cell]:
-    """A run's cell documents as typed cells."""
     return [decode(Cell, c) for c in cells]
 
 
@@ -144,10 +143,9 @@ def verdict(
     average, CPUs) says the machine had more runnable work than CPUs during the runs: then a difference may
     come from the other work, and the verdict says so.
     """
-    entries = pathways
-    ran = [n for n, e in entries.items() if e.status not in ("skipped", "error")]
-    not_run = [f"{n} {e.status}: {e.skipped or e.error}" for n, e in entries.items() if n not in ran]
-    overheads = fixed_overheads({n: entries[n] for n in ran})
+    ran = [n for n, e in pathways.items() if e.status not in ("skipped", "error")]
+    not_run = [f"{n} {e.status}: {e.skipped or e.error}" for n, e in pathways.items() if n not in ran]
+    overheads = fixed_overheads({n: pathways[n] for n in ran})
     overhead_text = f"fixed overheads: {', '.join(overheads)}" if overheads else "no fixed overheads measured"
     if len(ran) < 2:
         only = f"only {ran[0]} ran" if ran else "no pathway ran"
@@ -199,9 +197,7 @@ def verdict(
 
 def combine_overheads(results: Sequence[Any]) -> tuple[dict[str, Any], dict[str, list[float]] | None]:
     """Medians of each fixed cost over repeats, and the samples when there were several."""
-    keys: list[str] = []
-    for result in results:
-        keys += [k for k in result.overheads if k not in keys]
+    keys = dict.fromkeys(k for result in results for k in result.overheads)
     combined: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     for key in keys:

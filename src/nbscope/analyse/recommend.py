@@ -228,35 +228,23 @@ def recommend(a: RunRecord, b: RunRecord | None = None, *, gpus: str | Sequence[
     compare_module.check_profile(b, "B")
     pa, pb = compare_module.platform_of(a)["platform"], compare_module.platform_of(b)["platform"]
     runs = {"a": RunOnBackend(a.run_id, pa), "b": RunOnBackend(b.run_id, pb)}
+    choice, estimates = None, None
     if pa == pb:
         with_programs = [r for r in (a, b) if r.notebook_run().program_data is not None]
         if pa == "cpu" and with_programs:
             return recommend_forecast(with_programs[0], gpus=gpus)
-        return Recommendation(
-            recommendation=None,
-            reason=f"both runs used the {pa} backend: nothing to choose between",
-            basis="measured",
-            estimates=None,
-            pinned=(),
-            caveats=(),
-            runs=runs,
-        )
-    if "cpu" not in (pa, pb):
+        reason = f"both runs used the {pa} backend: nothing to choose between"
+    elif "cpu" not in (pa, pb):
         ta, tb = (r.notebook_run().totals.wall_s for r in (a, b))
-        choice, estimates = None, None
         if ta is not None and tb is not None:
             choice, estimates = (pa if ta <= tb else pb), (Estimate(pa, ta), Estimate(pb, tb))
-        return Recommendation(
-            recommendation=choice,
-            reason=f"neither run used the CPU ({pa} vs {pb}): no mixed estimate",
-            basis="measured",
-            estimates=estimates,
-            pinned=(),
-            caveats=(),
-            runs=runs,
-        )
-    cpu, acc = (a, b) if pa == "cpu" else (b, a)
-    return _measured_choice(cpu, acc, pb if pa == "cpu" else pa)
+        reason = f"neither run used the CPU ({pa} vs {pb}): no mixed estimate"
+    else:
+        cpu, acc = (a, b) if pa == "cpu" else (b, a)
+        return _measured_choice(cpu, acc, pb if pa == "cpu" else pa)
+    return Recommendation(
+        recommendation=choice, reason=reason, basis="measured", estimates=estimates, pinned=(), caveats=(), runs=runs
+    )
 
 
 _s = units.seconds
@@ -412,11 +400,7 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
         Estimate("mixed", round(mixed, 4) if pinned else None),
     )
     best_single = "cpu" if cpu_total <= acc_total else acc_name
-    best_single_s = min(cpu_total, acc_total)
-    if pinned and mixed < best_single_s * (1 - MIXED_MIN_GAIN):
-        choice = "mixed"
-    else:
-        choice = best_single
+    choice = "mixed" if pinned and mixed < min(cpu_total, acc_total) * (1 - MIXED_MIN_GAIN) else best_single
     reason = _measured_reason(choice, pinned, acc_name, cpu_total, acc_total, mixed)
     caveats = [
         "estimates add measured cell times (kernel start excluded); pinning moves a function's inputs between "

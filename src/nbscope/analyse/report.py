@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from nbscope._errors import NbscopeError
 from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.forecast import Forecast, forecast
+from nbscope.analyse.forecast.risks import gpus_of
 from nbscope.analyse.gate import GateResult, gate
 from nbscope.analyse.history import History, env_hashes, history
 from nbscope.analyse.trial import TrialResult
@@ -106,9 +107,8 @@ def _forecasts(data: ReportData) -> None:
     for record in data.records:
         if record.kind not in CELL_KINDS or record.notebook_run().program_data is None:
             continue
-        gpus = list(record.run_settings().forecast) or ["t4"]
         try:
-            data.forecasts.append(forecast(record, gpus))
+            data.forecasts.append(forecast(record, gpus_of(record)))
         except NbscopeError as exc:  # e.g. a GPU named at profile time that a device file no longer has
             data.forecast_notes.append(f"forecast of run {record.run_id}: {exc}")
 

@@ -238,8 +238,7 @@ def _number(value: object) -> bool:
 
 
 def _most(found: Sequence[float | None]) -> float | None:
-    known = [f for f in found if f is not None]
-    return max(known) if known else None
+    return max((f for f in found if f is not None), default=None)
 
 
 def _numbers(name: str, a: object, b: object) -> ValueCheck:

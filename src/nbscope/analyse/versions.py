@@ -13,7 +13,7 @@ compile versus run, compile counts, findings that appeared, fingerprint fields.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Annotated, Any, Literal
 
 from nbscope._errors import NbscopeError
@@ -110,13 +110,7 @@ class VariantTotals:
 
     @classmethod
     def of(cls, totals: Totals) -> VariantTotals:
-        return cls(
-            wall_s=totals.wall_s,
-            compile_s=totals.compile_s,
-            run_s=totals.run_s,
-            compiles=totals.compiles,
-            cells_failed=totals.cells_failed,
-        )
+        return cls(*(getattr(totals, f.name) for f in fields(cls)))  # each is the total of its name
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,10 +279,7 @@ def _cell_of(record: RunRecord, reference: RunRecord, cell: int) -> Cell | None:
     """The cell of ``record`` paired with ``reference``'s cell ``cell`` (1-based)."""
     reference_cells = reference.notebook_run().cells
     wanted = next((c for c in reference_cells if c.index == cell - 1), None)
-    for pair in pair_cells(reference_cells, record.notebook_run().cells):
-        if pair.a is wanted:
-            return pair.b
-    return None
+    return next((pair.b for pair in pair_cells(reference_cells, record.notebook_run().cells) if pair.a is wanted), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,15 +296,7 @@ class Figures:
 
     @classmethod
     def of_totals(cls, totals: Totals) -> Figures:
-        return cls(
-            wall_s=totals.wall_s,
-            compile_s=totals.compile_s,
-            run_s=totals.run_s,
-            compiles=totals.compiles,
-            user_compiles=totals.user_compiles,
-            eager_compiles=totals.eager_compiles,
-            numba_compiles=totals.numba_compiles,
-        )
+        return cls(*(getattr(totals, f.name) for f in fields(cls)))  # each is the total of its name
 
     @classmethod
     def of_cell(cls, cell: Cell) -> Figures:
@@ -386,7 +369,6 @@ def evidence(
     """What moved between the last good and the first bad release, on the chosen cell or the total:
     wall, compile and run seconds and compile counts on each side (and which of compile or run grew
     more), findings of the diagnosis that appear only in the bad release's run, fingerprint fields."""
-    total = cell is None
     before: Figures | None
     after: Figures | None
     if cell is None:
@@ -410,7 +392,7 @@ def evidence(
     def keyed(finding: Finding) -> tuple[str, int | None]:
         return (finding.rule, finding.cell_index)
 
-    relevant = [f for f in findings_bad if total or f.cell_index is None or f.cell_index == (cell or 0) - 1]
+    relevant = [f for f in findings_bad if cell is None or f.cell_index is None or f.cell_index == (cell or 0) - 1]
     known = {keyed(f) for f in findings_good}
     return Evidence(
         target=target_label(cell),

@@ -697,7 +697,8 @@ def _pins(
     line 12 (jax.jit(f, device=cpu))"); programs not pinned are absent. A ``default_device`` block whose
     calls name none of the cell's programs pins them all (its eager operations)."""
     index = cell.cell.index
-    functions = {e.program: _function(run, e) for e in cell.executions}
+    programs = {e.program: run.program(e.program) for e in cell.executions}
+    functions = {key: program.function if program is not None else None for key, program in programs.items()}
     named = {name for names, _ in placement.pins_in(index) if names for name in names}
     blanket = [
         pin
@@ -712,23 +713,16 @@ def _pins(
     return found
 
 
-def _function(run: NotebookRun, execution: Execution) -> str | None:
-    """The jitted function of the program an execution ran (None: not in the run's table)."""
-    program = run.program(execution.program)
-    return program.function if program is not None else None
-
-
 def _cell_forecast(
     cell: _Cell,
     run: NotebookRun,
     device: Device,
     table: DeviceTable,
-    rates: CpuRates | None = None,
-    pins: dict[str, str] | None = None,
+    rates: CpuRates | None,
+    pins: dict[str, str],
     *,
-    first_jax: bool = False,
+    first_jax: bool,
 ) -> Outcome:
-    pins = pins or {}
     all_pinned = bool(cell.executions) and all(e.program in pins for e in cell.executions)
     terms = _measured_terms(cell, run, device, table, all_pinned)
     start = accelerator.runtime_start_term(device) if first_jax else None
@@ -771,11 +765,8 @@ def _cell_forecast(
 
 def _program_of(run: NotebookRun, function: str) -> str | None:
     """The key of a program of ``function`` in the run's table (what a pin names), if there is one."""
-    data = run.program_data
-    for key, program in data.programs.items() if data is not None else ():
-        if program.function == function:
-            return key
-    return None
+    programs = run.program_data.programs if run.program_data is not None else {}
+    return next((key for key, program in programs.items() if program.function == function), None)
 
 
 def _measured_terms(cell: _Cell, run: NotebookRun, device: Device, table: DeviceTable, all_pinned: bool) -> list[Term]:

@@ -88,10 +88,7 @@ def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -
         )
 
     def pick(prefix: str) -> GroupFigure | None:
-        for key in sorted(figures):
-            if key.startswith(prefix):
-                return figures[key]
-        return None
+        return next((figures[key] for key in sorted(figures) if key.startswith(prefix)), None)
 
     def add(name: str, low: float, high: float, what: str, figure: GroupFigure) -> None:
         device = _device_of(figure)
@@ -99,7 +96,6 @@ def _from_bench(record: RunRecord, found: dict[str, Figure], names: list[str]) -
         found[name] = Figure(low, high, "calibrated", _provenance(record, what, device))
 
     def rate(figure: GroupFigure | None) -> float | None:
-        """A figure's throughput, when it has a positive one."""
         value = figure.throughput.value if figure is not None and figure.throughput is not None else None
         return value if value is not None and value > 0 else None
 

@@ -168,9 +168,7 @@ def resolve(table: DeviceTable, names: str | list[str]) -> list[Device]:
         raise NbscopeError(f"--device needs at least one device: {table.known()}")
     found: list[Device] = []
     for name in wanted:
-        device = table.devices.get(name.lower())
-        if device is None:
-            device = _by_name(table, name)
+        device = table.devices.get(name.lower()) or _by_name(table, name)
         if device is None:
             raise NbscopeError(
                 f"unknown device {name!r}: known are {table.known()}; add one in a device file "

@@ -13,7 +13,7 @@ The error is the forecast's midpoint (geometric mean of low and high) over the m
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -278,20 +278,14 @@ def forecast_vs_measured(
     cpu_label = f"run {cpu.run_id}" if cpu.run_id is not None else "the CPU run"
     table = load_table(devices_file)
     names = measured_gpus(gpu)
+    without = ForecastVsMeasured(comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id, note=None)
     if not names:
-        return ForecastVsMeasured(
-            comparison=None,
-            cpu_run=cpu.run_id,
-            gpu_run=gpu.run_id,
-            note=f"{gpu_label}'s fingerprint names no accelerator: no forecast to compare it with",
-        )
+        return replace(without, note=f"{gpu_label}'s fingerprint names no accelerator: no forecast to compare it with")
     try:
         (device,) = resolve(table, names[0])
     except NbscopeError:
-        return ForecastVsMeasured(
-            comparison=None,
-            cpu_run=cpu.run_id,
-            gpu_run=gpu.run_id,
+        return replace(
+            without,
             note=(
                 f"{gpu_label} ran on a {names[0]}, which is not in the device table ({table.known()}): add it "
                 "in a device file or calibrate it (docs/forecast.md) to compare it with the forecast"
@@ -301,12 +295,5 @@ def forecast_vs_measured(
     try:
         comparison = against_measured(result, gpu, device.key)
     except NbscopeError as exc:
-        return ForecastVsMeasured(comparison=None, cpu_run=cpu.run_id, gpu_run=gpu.run_id, note=str(exc))
-    return ForecastVsMeasured(
-        comparison=comparison,
-        cpu_run=cpu.run_id,
-        gpu_run=gpu.run_id,
-        note=None,
-        device=device.key,
-        device_name=device.name,
-    )
+        return replace(without, note=str(exc))
+    return replace(without, comparison=comparison, device=device.key, device_name=device.name)

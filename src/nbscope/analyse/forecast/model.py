@@ -550,10 +550,7 @@ _LIBRARIES = (
 
 def library_of(target: str) -> str | None:
     """The GPU library behind a custom call target of the CUDA lowering (``cusolver_getrf_ffi``)."""
-    for prefix, name in _LIBRARIES:
-        if target.lower().startswith(prefix):
-            return name
-    return None
+    return next((name for prefix, name in _LIBRARIES if target.lower().startswith(prefix)), None)
 
 
 def _work_words(work: Work, device: Device, bound: str) -> str:
