@@ -13,7 +13,7 @@ compile versus run, compile counts, findings that appeared, fingerprint fields.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from nbscope._errors import NbscopeError
@@ -110,7 +110,13 @@ class VariantTotals:
 
     @classmethod
     def of(cls, totals: Totals) -> VariantTotals:
-        return cls(*(getattr(totals, f.name) for f in fields(cls)))  # each is the total of its name
+        return cls(
+            wall_s=totals.wall_s,
+            compile_s=totals.compile_s,
+            run_s=totals.run_s,
+            compiles=totals.compiles,
+            cells_failed=totals.cells_failed,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +302,15 @@ class Figures:
 
     @classmethod
     def of_totals(cls, totals: Totals) -> Figures:
-        return cls(*(getattr(totals, f.name) for f in fields(cls)))  # each is the total of its name
+        return cls(
+            wall_s=totals.wall_s,
+            compile_s=totals.compile_s,
+            run_s=totals.run_s,
+            compiles=totals.compiles,
+            user_compiles=totals.user_compiles,
+            eager_compiles=totals.eager_compiles,
+            numba_compiles=totals.numba_compiles,
+        )
 
     @classmethod
     def of_cell(cls, cell: Cell) -> Figures:
