@@ -163,12 +163,11 @@ def _comparison_text(comparison: GateComparison | None) -> str:
     if comparison is None:
         return "–"
     ratio = comparison.ratio  # infinite for a cell that took 0 s before: no ratio to show (nor in --json)
-    text = (
+    return (
         f"{format_seconds(comparison.base_s)} → {format_seconds(comparison.cand_s)}"
         + (f" (×{ratio:.2f}" if isinstance(ratio, float) and math.isfinite(ratio) else " (")
         + (f", p={comparison.p_value:.3g})" if comparison.p_value is not None else ", no test: too few repeats)")
     )
-    return text
 
 
 def _evidence_lines(evidence: Evidence | None) -> list[str]:
@@ -258,8 +257,8 @@ def bisect_markdown(result: BisectResult) -> str:
         f"**{plain_text(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)",
         "",
         *markdown_table(bisect_rows(result)),
+        "",
     ]
-    lines.append("")
     if result.note and result.first_bad:
         lines += [f"> {plain_text(result.note)}", ""]
     lines += [f"- {plain_text(line)}" for line in _evidence_lines(result.evidence)]

@@ -122,10 +122,7 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
     out = ["<h2>Fingerprint</h2>"]
     if len(records) > 1:
         if differing:
-            count = len(differing)
-            out.append(
-                f"<p>{count} comparable field{'s' if count != 1 else ''} of the runs' machine fingerprints differ:</p>"
-            )
+            out.append(f"<p>{count(len(differing), 'comparable field')} of the runs' machine fingerprints differ:</p>")
             out.append(_table(headers, rows_for(differing[:12]), row_class=lambda _: "diff"))
             if len(differing) > 12:
                 out.append(
@@ -348,7 +345,7 @@ def history(data: ReportData) -> str:
             for s in result.series
             for c in s.changes
         ]
-        counts = "; ".join(f"{len(s.points)} run{'s' if len(s.points) != 1 else ''}: {s.label}" for s in result.series)
+        counts = "; ".join(f"{count(len(s.points), 'run')}: {s.label}" for s in result.series)
         if len(result.series) > 1:
             counts = f"{len(result.series)} series, each labelled by what sets it apart: {counts}"
         parts.append(
