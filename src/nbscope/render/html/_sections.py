@@ -24,7 +24,7 @@ from nbscope.render.html._base import (
     run_name,
 )
 from nbscope.render.html._plots import history_svg, loops_svg, pathways_svg, waterfall_svg
-from nbscope.render.terminal import field_name, headline_text, metric_name, settings_text
+from nbscope.render.terminal import field_name, format_bytes, headline_text, metric_name, settings_text
 from nbscope.schema.codec import decode
 from nbscope.schema.pathways import PathwayCell, PathwaysRun
 from nbscope.schema.suite import LoopsRun
@@ -101,8 +101,6 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
         if fp.is_absent(value):
             return f"absent: {value['absent']}"
         if path.endswith("_bytes") and _number(value) is not None:
-            from nbscope.render.terminal import format_bytes
-
             return format_bytes(value)
         if value in ({}, []):
             return "none set" if path == "environment" else "none"
@@ -173,8 +171,6 @@ def _totals_table(totals: Mapping[str, Any]) -> str:
         elif key.endswith("_s"):
             value = _seconds(value)
         elif key.endswith("_bytes") and _number(value) is not None:
-            from nbscope.render.terminal import format_bytes
-
             value = format_bytes(value)
         rows.append((metric_name(key), value))
     return _table(("total", "value"), rows, numeric=(1,))
