@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Measured, MeasuredTime, Read, Write, known
+from nbscope.schema.codec import Measured, MeasuredTime, Read, Write, known, never
 
 __all__ = [
     "BenchGroup",
@@ -176,10 +176,6 @@ class GroupFigure:
         return None
 
 
-def _kept_by_the_group(owner: object) -> bool:
-    return True
-
-
 @dataclass(frozen=True, slots=True)
 class WorkerRun:
     """One worker process of a group (one dtype): how it ended and what it costs. Written (``api.bench``) with
@@ -200,7 +196,7 @@ class WorkerRun:
     traceback: Annotated[str | None, Write(when=known)] = None  # a failed worker's
     reference_s: Annotated[tuple[Measured, ...] | None, Write(when=known)] = None  # the reference workload's times
     # The worker's figures, as it wrote them: its group keeps them (``BenchGroup.figures``), not the run's document.
-    figures: Annotated[tuple[Mapping[str, Any], ...], Write(omit=_kept_by_the_group)] = ()
+    figures: Annotated[tuple[Mapping[str, Any], ...], Write(when=never)] = ()
 
     @property
     def failed(self) -> bool:
