@@ -235,15 +235,15 @@ def forecast_rows(
                 dominant_words(outcome, _kind(result, key)),
             )
         )
-    for failed in result.not_forecast:
-        rows.append(
-            (
-                *_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
-                "–",
-                Item("not forecast", VERDICT_STYLE["not forecast"]),
-                failed.reason,
-            )
+    rows += [
+        (
+            *_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
+            "–",
+            Item("not forecast", VERDICT_STYLE["not forecast"]),
+            failed.reason,
         )
+        for failed in result.not_forecast
+    ]
     return Rows.of(columns, rows, title=f"per cell on the {result.device_name(key)}")
 
 

@@ -36,21 +36,20 @@ def _unbroken(text: str) -> Markup:
 
 
 def _runs_section(records: list[RunRecord]) -> str:
-    rows = []
-    for position, record in enumerate(records):
-        rows.append(
-            (
-                run_name(record, position),
-                record.kind,
-                Markup(f"<code>{e(record.target)}</code>"),
-                record.status,
-                record.started_at[:19].replace("T", " "),
-                record.machine().summary,
-                record.digest,
-                _unbroken(settings_text(record.settings or {}) or "defaults"),
-                _unbroken(headline_text(record.headline())),
-            )
+    rows = [
+        (
+            run_name(record, position),
+            record.kind,
+            Markup(f"<code>{e(record.target)}</code>"),
+            record.status,
+            record.started_at[:19].replace("T", " "),
+            record.machine().summary,
+            record.digest,
+            _unbroken(settings_text(record.settings or {}) or "defaults"),
+            _unbroken(headline_text(record.headline())),
         )
+        for position, record in enumerate(records)
+    ]
     headers = ("run", "kind", "notebook", "status", "started (UTC)", "machine", "digest", "settings", "figures")
     return "<h2>Runs</h2>" + _table(headers, rows)
 
@@ -211,22 +210,19 @@ def _pathways_section(record: RunRecord, position: int) -> str:
     keys: list[str] = []
     for entry in run.pathways.values():
         keys.extend(k for k in entry.totals if k not in keys)
-    rows = []
-    for name, entry in run.pathways.items():
-        totals = entry.totals
-        rows.append((name, *[_total_cell(k, totals.get(k, "")) for k in keys]))  # "": a total it lacks
+    # "": a total the pathway lacks
+    rows = [(name, *[_total_cell(k, entry.totals.get(k, "")) for k in keys]) for name, entry in run.pathways.items()]
     plot = pathways_svg(record) or ""
     names = list(run.pathways)
-    cell_rows = []
-    for row in run.cells:
-        cell_rows.append(
-            (
-                (row.index or 0) + 1,
-                row.line or "",
-                Markup(f'<span class="src">{e(row.first_line)}</span>'),
-                *[_pathway_cell(row.in_pathway(n)) for n in names],
-            )
+    cell_rows = [
+        (
+            (row.index or 0) + 1,
+            row.line or "",
+            Markup(f'<span class="src">{e(row.first_line)}</span>'),
+            *[_pathway_cell(row.in_pathway(n)) for n in names],
         )
+        for row in run.cells
+    ]
     cells = (
         f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
         f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>"
@@ -367,21 +363,20 @@ def gate(data: ReportData) -> str:
         return VERDICT_MARK[verdict].removeprefix("❌ ").removeprefix("✅ ").removeprefix("⚠️ ")
 
     verdict = '<span class="pass">PASS</span>' if result.passed else '<span class="fail">FAIL</span>'
-    rows = []
-    for c in [*[c for c in result.cells if c.verdict not in ("unchanged", "below-floor")], result.total]:
-        rows.append(
-            (
-                Markup(f'<span class="src">{e(c.label)}</span>'),
-                _seconds(c.base_s),
-                _seconds(c.cand_s),
-                "–" if c.ratio is None else f"×{c.ratio:.2f}",
-                "–" if c.p_value is None else f"{c.p_value:.3g}",
-                Markup(
-                    f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
-                    + (f" ({e(c.note)})" if c.note else "")
-                ),
-            )
+    rows = [
+        (
+            Markup(f'<span class="src">{e(c.label)}</span>'),
+            _seconds(c.base_s),
+            _seconds(c.cand_s),
+            "–" if c.ratio is None else f"×{c.ratio:.2f}",
+            "–" if c.p_value is None else f"{c.p_value:.3g}",
+            Markup(
+                f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
+                + (f" ({e(c.note)})" if c.note else "")
+            ),
         )
+        for c in [*[c for c in result.cells if c.verdict not in ("unchanged", "below-floor")], result.total]
+    ]
     notes = "".join(f'<p class="note">{e(w)}</p>' for w in result.warnings)
     return (
         f"<h2>Gate: {verdict}</h2><p>{e(run_name(runs[1], records.index(runs[1])))} against "
