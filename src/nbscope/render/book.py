@@ -38,10 +38,6 @@ def _share(value: float | None) -> str:
     return f"{value:.0%}" if isinstance(value, float) else "–"
 
 
-def _backends(data: SlowestCells) -> bool:
-    return len({row.backend for row in data.rows}) > 1
-
-
 def _cells_title(data: SlowestCells) -> str:
     """``slowest 15 of 16 cells in 2 runs of 1 notebook (share: of its run)``."""
     runs = f"{count(data.runs, 'run')} of " if data.runs != data.notebooks else ""
@@ -54,7 +50,7 @@ def _cells_title(data: SlowestCells) -> str:
 def cells_rows(data: SlowestCells) -> Rows:
     """The slowest cells' table, once for both formats: a row per cell, with a run column first where the rows
     come from more than one run and the backend last where they ran on more than one."""
-    several = _backends(data)
+    several = len({row.backend for row in data.rows}) > 1
     with_run = data.runs > 1
     rows = [
         (
