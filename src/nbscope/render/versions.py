@@ -59,10 +59,6 @@ BISECT_STYLE: dict[BisectVerdict, str] = {"baseline": "", "untestable": ""}
 BISECT_STYLE.update((verdict, style) for verdict, style in VERDICT_STYLE.items())
 
 
-def _verdicts(result: VersionsResult) -> list[dict[int, GateVerdict]]:
-    return [verdicts_by_cell(g.result) for g in result.gates]
-
-
 def _verdict(verdict: GateVerdict | None) -> Item:
     """A gate's verdict; a blank where the cell has none."""
     return Item("", "") if verdict is None else Item(VERDICT_MARK[verdict], VERDICT_STYLE[verdict])
@@ -85,7 +81,7 @@ def versions_rows(result: VersionsResult) -> Rows:
         columns.append(Column(letter, "right", "number", markdown=f"`{table_cell(variant.label)}`"))
         if number < len(result.gates):
             columns.append(Column(f"{letter}→{letters[number + 1]}", "left", "text", min_width=14, markdown="→"))
-    verdicts = _verdicts(result)
+    verdicts = [verdicts_by_cell(g.result) for g in result.gates]
     rows: list[list[Any]] = []
     for row in result.cells:
         values: list[Any] = [_cell_name(row), Item(row.first_line, code=True)]

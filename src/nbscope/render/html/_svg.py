@@ -133,10 +133,7 @@ class _Frame:
     left_label: str = ""
     right: float = 24.0
     parts: list[str] = field(default_factory=list)
-
-    @property
-    def top(self) -> float:
-        return 30.0
+    top = 30.0  # where the plot area starts, below the title (not a field)
 
     @property
     def plot_width(self) -> float:
