@@ -20,6 +20,7 @@ Every written file is redacted once more where it is written (:func:`nbscope._fi
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
@@ -120,8 +121,6 @@ class CleanStream:
 
 def clean_streams() -> tuple[TextIO, TextIO]:
     """Put a :class:`CleanStream` in front of standard output and standard error (once); the streams before."""
-    import sys
-
     before = sys.stdout, sys.stderr
     if sys.stdout is not None and not isinstance(sys.stdout, CleanStream):
         sys.stdout = CleanStream(sys.stdout)
@@ -132,8 +131,6 @@ def clean_streams() -> tuple[TextIO, TextIO]:
 
 def restore_streams(before: tuple[TextIO, TextIO]) -> None:
     """The streams before :func:`clean_streams`, where a command left its cleaned ones."""
-    import sys
-
     if isinstance(sys.stdout, CleanStream):
         sys.stdout = before[0]
     if isinstance(sys.stderr, CleanStream):

@@ -19,7 +19,7 @@ from nbscope.render._markdown import table_cell as _md
 from nbscope.render._rows import Column, Item, Rows
 from nbscope.render.forecast import seconds_range as _seconds_range
 from nbscope.render.html._base import CSP
-from nbscope.render.terminal import console, format_seconds, print_record_header, terminal_table
+from nbscope.render.terminal import console, format_seconds, print_record_header, stderr_console, terminal_table
 from nbscope.schema.audit import Audit, BackendRun, BlastLecture, BlastRadius, Lecture
 from nbscope.schema.codec import decode
 from nbscope.schema.progress import AuditEvent, AuditJobDone, AuditJobStarted, AuditPlanned, AuditRetry
@@ -334,8 +334,6 @@ def emit_audit(
 
 def audit_progress(quiet: bool) -> Callable[[AuditEvent], None]:
     """Progress across notebooks as lines on stderr (stdout stays clean for --json / --markdown)."""
-    from nbscope.render.terminal import stderr_console
-
     err = stderr_console()
 
     def on_event(event: AuditEvent) -> None:

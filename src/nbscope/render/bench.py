@@ -244,13 +244,11 @@ def bench_markdown(record: RunRecord) -> str:
         f"{plain_text(record.started_at[:19].replace('T', ' '))} UTC",
         "",
         *markdown_table(bench_rows(run.groups, failures=True)),
-    ]
-    lines.append("")
-    lines.append(
+        "",
         f"{run.totals.figures or 0} figures in {format_seconds(run.totals.wall_s)}; time = median of the "
         "steady-state samples (µs/iter: fitted slope); spread = MAD / median; ⚠ = spread > 10 % or too few samples; "
-        "other load = cores kept busy by other processes while the group ran."
-    )
+        "other load = cores kept busy by other processes while the group ran.",
+    ]
     machine = run.machine
     if machine is not None and machine.spread is not None:
         lines.append(
@@ -259,8 +257,7 @@ def bench_markdown(record: RunRecord) -> str:
         )
     skipped = [f"{name} ({group.reason})" for name, group in run.groups.items() if group.skipped]
     if skipped:
-        lines.append("")
-        lines.append("Skipped: " + "; ".join(skipped) + ".")
+        lines += ["", "Skipped: " + "; ".join(skipped) + "."]
     lines += ["", *markdown_table(group_rows(run.groups))]
     return "\n".join(lines) + "\n"
 

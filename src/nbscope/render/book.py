@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from nbscope._units import count
 from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
 from nbscope.render._markdown import table_cell as _md
@@ -37,17 +38,10 @@ def _share(value: float | None) -> str:
     return f"{value:.0%}" if isinstance(value, float) else "–"
 
 
-def _backends(data: SlowestCells) -> bool:
-    return len({row.backend for row in data.rows}) > 1
-
-
 def _cells_title(data: SlowestCells) -> str:
     """``slowest 15 of 16 cells in 2 runs of 1 notebook (share: of its run)``."""
-    runs, notebooks = data.runs, data.notebooks
-    of = f"{runs} run{'s' if runs != 1 else ''} of " if runs != notebooks else ""
-    of += f"{notebooks} notebook{'s' if notebooks != 1 else ''}"
-    cells = data.cells
-    head = f"slowest {len(data.rows)} of {cells} cell{'s' if cells != 1 else ''} in {of}"
+    runs = f"{count(data.runs, 'run')} of " if data.runs != data.notebooks else ""
+    head = f"slowest {len(data.rows)} of {count(data.cells, 'cell')} in {runs}{count(data.notebooks, 'notebook')}"
     if data.share_of == "run":
         return head + " (share: of its run)"
     return head + f": {format_seconds(data.shown_wall_s)} of {format_seconds(data.wall_s)}"
@@ -56,7 +50,7 @@ def _cells_title(data: SlowestCells) -> str:
 def cells_rows(data: SlowestCells) -> Rows:
     """The slowest cells' table, once for both formats: a row per cell, with a run column first where the rows
     come from more than one run and the backend last where they ran on more than one."""
-    several = _backends(data)
+    several = len({row.backend for row in data.rows}) > 1
     with_run = data.runs > 1
     rows = [
         (
@@ -142,7 +136,7 @@ def _summary(data: Lectures) -> str:
         return "no notebook is in both sets"
     paired, wins = data.paired, data.wins
     return (
-        f"{paired} notebook{'s' if paired != 1 else ''} in both: A {format_seconds(data.a_wall_s)}, "
+        f"{count(paired, 'notebook')} in both: A {format_seconds(data.a_wall_s)}, "
         f"B {format_seconds(data.b_wall_s)} ({data.winner.text if data.winner else '–'}); "
         f"A faster in {wins['A']}, B in {wins['B']}, ties {wins['tie']}"
     )

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from nbscope._units import size
+from nbscope._units import count, size
 from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import markdown_table, plain_text
 from nbscope.render._markdown import table_cell as _md
@@ -182,7 +182,7 @@ def differences_rows(differences: Sequence[Difference]) -> Rows:
         Column("why it matters", "left", "text", min_width=16),
     )
     rows = [(field_name(row.field), _value(row.a), _value(row.b), row.why or row.note or "") for row in differences]
-    title = f"{len(rows)} difference{'s' if len(rows) != 1 else ''} that could explain the figures"
+    title = f"{count(len(rows), 'difference')} that could explain the figures"
     return Rows.of(columns, rows, title=title)
 
 
@@ -205,19 +205,11 @@ def print_comparison(comparison: Comparison, *, top: int | None = None) -> None:
     # Every figure stays whole on a narrow console: the source gives way; compile columns show from 110.
     compile_figures: Literal["columns"] | None = "columns" if console.width >= 110 else None
     console.print(terminal_table(comparison_rows(comparison, top=top, compile_figures=compile_figures)))
-    print_totals(comparison.totals)
-    print_differences(comparison.differences)
-
-
-def print_totals(totals: Sequence[TotalRow]) -> None:
-    console.print(terminal_table(totals_rows(totals)))
-
-
-def print_differences(differences: Sequence[Difference]) -> None:
-    if not differences:
+    console.print(terminal_table(totals_rows(comparison.totals)))
+    if comparison.differences:
+        console.print(terminal_table(differences_rows(comparison.differences)))
+    else:
         console.print("Settings and fingerprints agree on every compared field.")
-        return
-    console.print(terminal_table(differences_rows(differences)))
 
 
 def comparison_markdown(comparison: Comparison) -> str:

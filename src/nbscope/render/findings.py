@@ -69,6 +69,11 @@ def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
     ) or [first.rstrip()]
 
 
+def _whole_words(text: str, width: int) -> list[str]:
+    """``text`` wrapped, never cut inside a word: a command in it is what the reader copies."""
+    return textwrap.wrap(text, width=max(20, width), break_long_words=False, break_on_hyphens=False)
+
+
 def _clip(lines: list[str], keep: int, width: int, note: str = "") -> list[str]:
     """The first ``keep`` lines, the last one ending with "…" (and ``note``) when lines were dropped."""
     if len(lines) <= keep:
@@ -179,26 +184,15 @@ def top_findings_text(
         # The command is named only when it has something to show: what could not be evaluated.
         skipped = len(findings.skipped)
         text = "no findings: no rule fired on this run" + (
-            f"; {skipped} check{'s' if skipped != 1 else ''} could not be evaluated (`{command}` lists "
-            f"{'them' if skipped != 1 else 'it'})"
+            f"; {count(skipped, 'check')} could not be evaluated (`{command}` lists {'them' if skipped != 1 else 'it'})"
             if skipped
             else ""
         )
-        return [
-            ("green", line)
-            for line in textwrap.wrap(text, width=max(20, width), break_long_words=False, break_on_hyphens=False)
-        ]
+        return [("green", line) for line in _whole_words(text, width)]
     shown = f"the top {min(top, len(items))} below" if count_all > min(top, len(items)) else "below"
-    count = f"{count_all} finding{'s' if count_all != 1 else ''}"
     them = "them" if count_all != 1 else "it"
-    # Wrapped, never cut: the command is what the reader copies.
-    heading = textwrap.wrap(
-        f"{count} ({shown}); `{command}` shows {them} in full:",
-        width=max(20, width),
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-    lines = [("bold", line) for line in heading]
+    heading = f"{count(count_all, 'finding')} ({shown}); `{command}` shows {them} in full:"
+    lines = [("bold", line) for line in _whole_words(heading, width)]
     for finding in items[:top]:
         lead = f"  {finding.severity} · {_where(finding, cells)} · "
         line = f"{lead}{finding.title}: {finding.summary}"

@@ -6,6 +6,7 @@ Each table reads the typed :class:`~nbscope.analyse.forecast.Forecast` in its ro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -114,8 +115,7 @@ def _headline(result: Forecast, key: str) -> str:
     total = seconds_range(notebook.low_s, notebook.high_s)
     verdict = notebook.verdict
     cpu = format_seconds(notebook.cpu_s)
-    device = result.device(key)
-    kind = device.kind if device is not None else "GPU"
+    kind = _kind(result, key)
     if verdict == "unchanged":
         return f"{name}: the notebook's time stays {cpu}: it runs no JAX, so a {kind} changes nothing"
     text = f"{name}: {total} with everything on the {kind} vs {cpu} measured on this CPU"
@@ -235,15 +235,15 @@ def forecast_rows(
                 dominant_words(outcome, _kind(result, key)),
             )
         )
-    for failed in result.not_forecast:
-        rows.append(
-            (
-                *_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
-                "–",
-                Item("not forecast", VERDICT_STYLE["not forecast"]),
-                failed.reason,
-            )
+    rows += [
+        (
+            *_cell_items(failed.index, failed.line, failed.first_line, failed.cpu_s),
+            "–",
+            Item("not forecast", VERDICT_STYLE["not forecast"]),
+            failed.reason,
         )
+        for failed in result.not_forecast
+    ]
     return Rows.of(columns, rows, title=f"per cell on the {result.device_name(key)}")
 
 
@@ -440,19 +440,18 @@ def device_table_document(table: DeviceTable) -> dict[str, Any]:
 def print_device_table(table: DeviceTable) -> None:
     """The device table (``nbscope forecast --list``): each figure with its basis and source."""
     for device in table.devices.values():
-        grid = Table(title=f"{device.key}: {device.name} ({device.origin})", show_lines=False)
-        for column in ("figure", "value", "basis", "source"):
-            grid.add_column(column, overflow="fold")
-        for name, figure in device.figures.items():
-            grid.add_row(name, _figure_text(figure), figure.basis, figure.source)
-        console.print(grid)
-    grid = Table(title="model figures (every device)")
+        _print_figure_grid(f"{device.key}: {device.name} ({device.origin})", device.figures)
+    _print_figure_grid("model figures (every device)", table.model)
+    console.print(f"[dim]files: {', '.join(table.files)}[/dim]")
+
+
+def _print_figure_grid(title: str, figures: Mapping[str, Figure]) -> None:
+    grid = Table(title=title)
     for column in ("figure", "value", "basis", "source"):
         grid.add_column(column, overflow="fold")
-    for name, figure in table.model.items():
+    for name, figure in figures.items():
         grid.add_row(name, _figure_text(figure), figure.basis, figure.source)
     console.print(grid)
-    console.print(f"[dim]files: {', '.join(table.files)}[/dim]")
 
 
 # ---- the HTML report's section (nbscope report) ---------------------------------------------------------

@@ -67,15 +67,6 @@ def _shown(result: GateResult, *, everything: bool) -> list[GateComparison]:
     return [c for c in result.cells if c.verdict not in quiet]
 
 
-def _floors(result: GateResult, comparisons: list[GateComparison]) -> set[float]:
-    return {c.floor_s for c in [*comparisons, result.total] if c.floor_s}
-
-
-def _floor_column(result: GateResult, comparisons: list[GateComparison]) -> bool:
-    """The noise floor is a terminal column only where cells differ in it (or the console has room)."""
-    return len(_floors(result, comparisons)) > 1 or console.width >= 100
-
-
 def gate_rows(
     result: GateResult, comparisons: list[GateComparison], *, total: bool = True, floor_column: bool = False
 ) -> Rows:
@@ -134,8 +125,9 @@ def print_gate(result: GateResult, *, everything: bool = False) -> None:
     rows = _shown(result, everything=everything)
     if result.cells:
         console.print(f"{len(rows)} of {len(result.cells)} cells shown")
-    floor_column = _floor_column(result, rows)
-    floors = _floors(result, rows)
+    floors = {c.floor_s for c in [*rows, result.total] if c.floor_s}
+    # The noise floor is a column only where cells differ in it (or the console has room), else a line here.
+    floor_column = len(floors) > 1 or console.width >= 100
     if not floor_column and floors:
         console.print(f"[dim]noise floor {format_seconds(next(iter(floors)))} for each cell and the total[/dim]")
     if result.whole is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.text import Text
 
-from nbscope._units import seconds_range
+from nbscope._units import count, seconds_range
 from nbscope.analyse.history import History, Series
 from nbscope.render._markdown import markdown_table, plain_text, table_cell
 from nbscope.render._rows import Column, Item, Rows
@@ -67,9 +67,8 @@ def history_changes_rows(result: History, series: Series) -> Rows:
 def _series_heading(result: History, series: Series) -> str:
     """``profile · AMD EPYC ×2 · --jax-cache warm · 2 runs · latest 3.40 s · median 3.52 s · range 3.40–3.63 s``"""
     values = [v for v in series.values if v is not None]
-    count = len(series.points)
     return (
-        f"{series.label} · {count} run{'s' if count != 1 else ''} · latest "
+        f"{series.label} · {count(len(series.points), 'run')} · latest "
         f"{_value(values[-1] if values else None, result.unit)} · median {_value(series.median, result.unit)}"
         + (f" · range {_range(min(values), max(values), result.unit)}" if len(values) > 1 else "")
     )
@@ -103,7 +102,6 @@ def print_history(result: History, *, show_points: int = 12) -> None:
             marks[change.index] = "^"
         if series.changes:
             console.print(f"  [yellow]{''.join(marks)}[/yellow]", highlight=False)
-        if series.changes:
             console.print(terminal_table(history_changes_rows(result, series)))
         else:
             console.print("  [dim]no change point[/dim]")
@@ -115,8 +113,7 @@ def history_markdown(result: History, *, show_points: int = 12) -> str:
     what = f" · cell `{table_cell(result.cell)}`" if result.cell else ""
     lines = [f"### nbscope history: `{table_cell(result.target)}`{what} · {metric_name(result.metric)}", ""]
     for series in result.series:
-        count = series.run_count
-        lines += [f"**{plain_text(series.label)}** · {count} run{'s' if count != 1 else ''} · `{series.sparkline}`", ""]
+        lines += [f"**{plain_text(series.label)}** · {count(series.run_count, 'run')} · `{series.sparkline}`", ""]
         if series.changes:
             lines += [*markdown_table(history_changes_rows(result, series)), ""]
         else:

@@ -72,13 +72,6 @@ def compile_text(cell: Cell) -> str:
     return " + ".join(parts) or "–"
 
 
-def ordered_cells(run: NotebookRun, *, top: int | None, notebook_order: bool) -> list[Cell]:
-    cells = list(run.cells)
-    if not notebook_order:
-        cells.sort(key=lambda c: c.wall_s or 0.0, reverse=True)
-    return cells[:top] if top else cells
-
-
 LEDGER_COLUMNS = (
     Column("#", "right", "number", markdown="Cell"),
     Column("line", "right", "number", optional=True),
@@ -93,7 +86,10 @@ def ledger_rows(record: RunRecord, *, top: int | None = 15, notebook_order: bool
     """The ledger's table, once for both formats: a row per cell (the ``top`` slowest, or every cell in
     notebook order)."""
     run = record.notebook_run()
-    cells = ordered_cells(run, top=top, notebook_order=notebook_order)
+    cells = list(run.cells)
+    if not notebook_order:
+        cells.sort(key=lambda c: c.wall_s or 0.0, reverse=True)
+    cells = cells[:top] if top else cells
     title = "cells in notebook order" if notebook_order else f"slowest {len(cells)} of {len(run.cells)} cells"
     rows = []
     for cell in cells:

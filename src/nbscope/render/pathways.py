@@ -171,13 +171,8 @@ def print_pathways(record: RunRecord, run: PathwaysRun | None = None) -> None:
         f"whole run {format_seconds(totals.wall_s)}"
     )
     if run.figures:
-        print_figures(run.figures, names)
+        console.print(terminal_table(figure_rows(run.figures, names)))
     console.print(f"[bold]verdict:[/bold] {literal(run.verdict)}")
-
-
-def print_figures(figures: Sequence[BenchFigure], names: list[str]) -> None:
-    """Bench figures (steady-state medians) per pathway, for ``nbscope bench --pathway``."""
-    console.print(terminal_table(figure_rows(figures, names)))
 
 
 def pathways_markdown(record: RunRecord, run: PathwaysRun | None = None) -> str:

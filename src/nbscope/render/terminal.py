@@ -101,8 +101,7 @@ TIME_COLUMNS = (
 
 
 def _cell_width(value: object) -> int:
-    text = value if isinstance(value, Text) else Text.from_markup(str(value))
-    return max((Text(line).cell_len for line in text.plain.splitlines()), default=0)
+    return max((Text(line).cell_len for line in _plain(value).splitlines()), default=0)
 
 
 def fitted_table(
@@ -314,8 +313,7 @@ def format_bytes(value: object) -> str:
     return format_value(value) if text is None else text
 
 
-def format_seconds(value: object) -> str:
-    return units.seconds(value)
+format_seconds = units.seconds
 
 
 def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:

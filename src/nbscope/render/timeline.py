@@ -24,34 +24,19 @@ def print_timeline(record: RunRecord) -> None:
     columns = [
         Column("cell", "right", "number"),
         Column("line", "right", "number", optional=True),
-        Column("code time", "right", "number"),
-        Column("device busy", "right", "number"),
-        Column("ops", "right", "number"),
-        Column("per op", "right", "number"),
-        Column("dispatch", "right", "number"),
-        Column("copies", "right", "number"),
-        Column("waits", "right", "number"),
+        *(
+            Column(header, "right", "number")
+            for header in ("code time", "device busy", "ops", "per op", "dispatch", "copies", "waits")
+        ),
         Column("class", "left", "text", min_width=8),
         Column("longest op", "left", "source", min_width=10),
     ]
     rows = []
     for cell, summary in traced:
         where = literal(cell.line or "")
-        if summary.classification is None:
+        if summary.classification is None:  # not traced: no figures, and why in the longest op's place
             rows.append(
-                [
-                    str(cell.index + 1),
-                    where,
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "–",
-                    source_text(str(summary.skipped or summary.error or "")),
-                ]
+                [str(cell.index + 1), where, *[""] * 7, "–", source_text(str(summary.skipped or summary.error or ""))]
             )
             continue
         top = summary.top_ops[0] if summary.top_ops else None

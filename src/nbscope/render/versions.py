@@ -59,10 +59,6 @@ BISECT_STYLE: dict[BisectVerdict, str] = {"baseline": "", "untestable": ""}
 BISECT_STYLE.update((verdict, style) for verdict, style in VERDICT_STYLE.items())
 
 
-def _verdicts(result: VersionsResult) -> list[dict[int, GateVerdict]]:
-    return [verdicts_by_cell(g.result) for g in result.gates]
-
-
 def _verdict(verdict: GateVerdict | None) -> Item:
     """A gate's verdict; a blank where the cell has none."""
     return Item("", "") if verdict is None else Item(VERDICT_MARK[verdict], VERDICT_STYLE[verdict])
@@ -85,7 +81,7 @@ def versions_rows(result: VersionsResult) -> Rows:
         columns.append(Column(letter, "right", "number", markdown=f"`{table_cell(variant.label)}`"))
         if number < len(result.gates):
             columns.append(Column(f"{letter}→{letters[number + 1]}", "left", "text", min_width=14, markdown="→"))
-    verdicts = _verdicts(result)
+    verdicts = [verdicts_by_cell(g.result) for g in result.gates]
     rows: list[list[Any]] = []
     for row in result.cells:
         values: list[Any] = [_cell_name(row), Item(row.first_line, code=True)]
@@ -163,12 +159,11 @@ def _comparison_text(comparison: GateComparison | None) -> str:
     if comparison is None:
         return "–"
     ratio = comparison.ratio  # infinite for a cell that took 0 s before: no ratio to show (nor in --json)
-    text = (
+    return (
         f"{format_seconds(comparison.base_s)} → {format_seconds(comparison.cand_s)}"
         + (f" (×{ratio:.2f}" if isinstance(ratio, float) and math.isfinite(ratio) else " (")
         + (f", p={comparison.p_value:.3g})" if comparison.p_value is not None else ", no test: too few repeats)")
     )
-    return text
 
 
 def _evidence_lines(evidence: Evidence | None) -> list[str]:
@@ -258,8 +253,8 @@ def bisect_markdown(result: BisectResult) -> str:
         f"**{plain_text(_headline(result))}** ({result.profiles} profiles of {len(result.versions)} releases)",
         "",
         *markdown_table(bisect_rows(result)),
+        "",
     ]
-    lines.append("")
     if result.note and result.first_bad:
         lines += [f"> {plain_text(result.note)}", ""]
     lines += [f"- {plain_text(line)}" for line in _evidence_lines(result.evidence)]

@@ -16,14 +16,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from nbscope.schema.codec import Check, Measured, MeasuredTime, Read, Write
+from nbscope.schema.codec import Check, Measured, MeasuredTime, Read, Write, never
 
 # A run's own statuses that measured the notebook (an entry's other statuses: error, unavailable, not-run).
 MEASURED = ("ok", "partial")
-
-
-def _always(owner: object) -> bool:
-    return True
 
 
 def _unless_false(value: object) -> bool:
@@ -201,10 +197,10 @@ class BackendChoice:
 class TopCause:
     """The strongest finding of a lecture's slower run: diagnose's finding, as stored, with its backend."""
 
-    title: Annotated[str, Write(omit=_always)]
-    backend: Annotated[str | None, Write(omit=_always)]
-    action: Annotated[str | None, Write(omit=_always)]  # the fix in one line
-    fix: Annotated[str | None, Write(omit=_always)]
+    title: Annotated[str, Write(when=never)]
+    backend: Annotated[str | None, Write(when=never)]
+    action: Annotated[str | None, Write(when=never)]  # the fix in one line
+    fix: Annotated[str | None, Write(when=never)]
     document: Annotated[Mapping[str, Any], Write(inline=True)]  # the finding as written, with ``backend``
 
     reshape = staticmethod(_whole_finding)

@@ -143,7 +143,8 @@ def known(value: object) -> bool:
 
 
 def given(value: object) -> bool:
-    """``Write(when=given)``: written unless empty (None, "", 0, an empty array or object)."""
+    """``Write(when=given)``: written unless empty (None, "", 0, an empty array or object); as a class's ``present``,
+    an empty object is as good as an absent one (it says nothing)."""
     return bool(value)
 
 

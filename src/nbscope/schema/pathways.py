@@ -11,14 +11,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope._units import number
-from nbscope.schema.codec import Measured, Write, decode, known
+from nbscope.schema.codec import Measured, Write, decode, known, never
 from nbscope.schema.model import Cell, Totals
 
 NOT_RAN = ("skipped", "error", "not-run")  # statuses of a pathway that measured nothing
-
-
-def _always(owner: object) -> bool:
-    return True
 
 
 # ---- a cell in each pathway ---------------------------------------------------------------------------------
@@ -52,7 +48,7 @@ class PathwayCell:
     compiles: int  # JAX and Numba
     error: Annotated[str | None, Write(omit=_no_error)] = None  # the error's name, for a cell that raised
     message: Annotated[str | None, Write(when=known)] = None  # and its message (None: not recorded)
-    has_error: Annotated[bool, Write(omit=_always)] = False  # the cell recorded an error (its name may be unknown)
+    has_error: Annotated[bool, Write(when=never)] = False  # the cell recorded an error (its name may be unknown)
     skip_reason: Annotated[str | None, Write(omit=_not_skipped)] = None  # why the pathway skipped it
     samples: Annotated[tuple[float, ...], Write(omit=_single)] = ()  # each repeat's wall, when there were several
     spread: Annotated[float | None, Write(omit=_single)] = None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbscope.schema.codec import Measured
+from nbscope.schema.codec import Measured, given
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +50,7 @@ class ProbeTimeline:
     error: str | None  # why stopping it failed
     stop_s: Measured  # what stopping it took
 
-    @staticmethod
-    def present(value: Mapping[str, Any]) -> bool:
-        return bool(value)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +88,7 @@ class ProbePrograms:
     uncounted: int | None = None  # executions counted whose program is not known
     counts_note: str | None = None  # why the counts may be short
 
-    @staticmethod
-    def present(value: Mapping[str, Any]) -> bool:
-        """An empty object says nothing of the cell's programs."""
-        return bool(value)
+    present = staticmethod(given)  # an empty object says nothing of the cell's programs
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Self
 
-from nbscope.schema.codec import Check, Time
+from nbscope.schema.codec import Check, Time, given
 
 Many = Annotated[int | None, Check()]  # how many of something; None: not recorded
 Trips = Annotated[float | None, Check(noun="trip count")]  # iterations of a loop seen run (kernels counted)
@@ -171,10 +171,7 @@ class ProgramData:
     cost_source: str | None  # xla-cost-analysis or estimate; None: no HLO was read
     notes: tuple[str, ...]
 
-    @staticmethod
-    def present(value: Mapping[str, Any]) -> bool:
-        """An empty table is no program data."""
-        return bool(value)
+    present = staticmethod(given)  # an empty table is no program data
 
 
 # ---- a cell's executions ---------------------------------------------------------------------------

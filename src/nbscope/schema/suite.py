@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from nbscope.schema import _fields
-from nbscope.schema.codec import Measured, MeasuredTime, Read, Write, known
+from nbscope.schema.codec import Measured, MeasuredTime, Read, Write, given, known, never
 
 __all__ = [
     "BenchGroup",
@@ -51,11 +51,6 @@ __all__ = [
 def _measurements(value: object) -> tuple[float, ...]:
     """The figures of an array, as recorded; those that are not figures left out."""
     return tuple(n for n in map(_fields.figure, value) if n is not None) if isinstance(value, list) else ()
-
-
-def _block(value: Mapping[str, Any]) -> bool:
-    """A part of a figure is there when it says something: an empty object is as good as an absent one."""
-    return bool(value)
 
 
 def _points(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -94,7 +89,7 @@ class FirstCall:
     compile_s: MeasuredTime  # None: no compiler to probe (pure Python, NumPy)
     run_s: MeasuredTime
 
-    present = staticmethod(_block)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +106,7 @@ class Steady:
     uncertainty: Measured  # the spread, raised to the machine's unsteadiness during the run
     samples_s: Annotated[tuple[float, ...], Read(_measurements)]
 
-    present = staticmethod(_block)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +129,7 @@ class SlopeFit:
     uncertainty: Measured
     points: tuple[FitPoint, ...]
 
-    present = staticmethod(_block)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +137,7 @@ class Throughput:
     value: Measured
     unit: str | None  # GFLOP/s, G elem/s, GB/s, M iter/s, ...
 
-    present = staticmethod(_block)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +171,6 @@ class GroupFigure:
         return None
 
 
-def _kept_by_the_group(owner: object) -> bool:
-    return True
-
-
 @dataclass(frozen=True, slots=True)
 class WorkerRun:
     """One worker process of a group (one dtype): how it ended and what it costs. Written (``api.bench``) with
@@ -200,7 +191,7 @@ class WorkerRun:
     traceback: Annotated[str | None, Write(when=known)] = None  # a failed worker's
     reference_s: Annotated[tuple[Measured, ...] | None, Write(when=known)] = None  # the reference workload's times
     # The worker's figures, as it wrote them: its group keeps them (``BenchGroup.figures``), not the run's document.
-    figures: Annotated[tuple[Mapping[str, Any], ...], Write(omit=_kept_by_the_group)] = ()
+    figures: Annotated[tuple[Mapping[str, Any], ...], Write(when=never)] = ()
 
     @property
     def failed(self) -> bool:
@@ -296,7 +287,7 @@ class LoopFit:
     r2: Measured
     us_per_iter_top: Measured  # the slope of the two longest loops alone (a check on the fit's)
 
-    present = staticmethod(_block)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +362,7 @@ class XlaDump:
     dir: str | None
     files: int | None
 
-    present = staticmethod(_block)
+    present = staticmethod(given)
 
 
 @dataclass(frozen=True, slots=True)

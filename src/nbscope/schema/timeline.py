@@ -8,11 +8,9 @@ figure the summary lacks, or holds as something other than a finite number, read
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from nbscope.schema.codec import Measured
+from nbscope.schema.codec import Measured, given
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +47,4 @@ class TimelineSummary:
     syncs: OpCount | None
     top_ops: tuple[TopOp, ...]
 
-    @staticmethod
-    def present(value: Mapping[str, Any]) -> bool:
-        """An empty summary is none."""
-        return bool(value)
+    present = staticmethod(given)  # an empty summary is none

@@ -81,10 +81,7 @@ def report(data: ReportData, *, title: str | None = None) -> str:
     for i, r in others:
         # Whatever totals a record of another kind holds, each shown as recorded (no typed view spans every kind).
         body.append(f"<h2>{e(run_name(r, i))}: {e(r.kind)} totals</h2>" + sections._totals_table(r.totals()))
-    body.append(forecast_section(data))
-    body.append(sections.diagnosis(data))
-    body.append(trials_html(data.trials))
-    body.append(sections.history(data))
+    body += [forecast_section(data), sections.diagnosis(data), trials_html(data.trials), sections.history(data)]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'

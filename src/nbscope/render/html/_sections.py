@@ -24,7 +24,7 @@ from nbscope.render.html._base import (
     run_name,
 )
 from nbscope.render.html._plots import history_svg, loops_svg, pathways_svg, waterfall_svg
-from nbscope.render.terminal import field_name, headline_text, metric_name, settings_text
+from nbscope.render.terminal import field_name, format_bytes, headline_text, metric_name, settings_text
 from nbscope.schema.codec import decode
 from nbscope.schema.pathways import PathwayCell, PathwaysRun
 from nbscope.schema.suite import LoopsRun
@@ -36,21 +36,20 @@ def _unbroken(text: str) -> Markup:
 
 
 def _runs_section(records: list[RunRecord]) -> str:
-    rows = []
-    for position, record in enumerate(records):
-        rows.append(
-            (
-                run_name(record, position),
-                record.kind,
-                Markup(f"<code>{e(record.target)}</code>"),
-                record.status,
-                record.started_at[:19].replace("T", " "),
-                record.machine().summary,
-                record.digest,
-                _unbroken(settings_text(record.settings or {}) or "defaults"),
-                _unbroken(headline_text(record.headline())),
-            )
+    rows = [
+        (
+            run_name(record, position),
+            record.kind,
+            Markup(f"<code>{e(record.target)}</code>"),
+            record.status,
+            record.started_at[:19].replace("T", " "),
+            record.machine().summary,
+            record.digest,
+            _unbroken(settings_text(record.settings or {}) or "defaults"),
+            _unbroken(headline_text(record.headline())),
         )
+        for position, record in enumerate(records)
+    ]
     headers = ("run", "kind", "notebook", "status", "started (UTC)", "machine", "digest", "settings", "figures")
     return "<h2>Runs</h2>" + _table(headers, rows)
 
@@ -101,8 +100,6 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
         if fp.is_absent(value):
             return f"absent: {value['absent']}"
         if path.endswith("_bytes") and _number(value) is not None:
-            from nbscope.render.terminal import format_bytes
-
             return format_bytes(value)
         if value in ({}, []):
             return "none set" if path == "environment" else "none"
@@ -122,10 +119,7 @@ def _fingerprint_section(records: list[RunRecord], data: ReportData | None = Non
     out = ["<h2>Fingerprint</h2>"]
     if len(records) > 1:
         if differing:
-            count = len(differing)
-            out.append(
-                f"<p>{count} comparable field{'s' if count != 1 else ''} of the runs' machine fingerprints differ:</p>"
-            )
+            out.append(f"<p>{count(len(differing), 'comparable field')} of the runs' machine fingerprints differ:</p>")
             out.append(_table(headers, rows_for(differing[:12]), row_class=lambda _: "diff"))
             if len(differing) > 12:
                 out.append(
@@ -176,8 +170,6 @@ def _totals_table(totals: Mapping[str, Any]) -> str:
         elif key.endswith("_s"):
             value = _seconds(value)
         elif key.endswith("_bytes") and _number(value) is not None:
-            from nbscope.render.terminal import format_bytes
-
             value = format_bytes(value)
         rows.append((metric_name(key), value))
     return _table(("total", "value"), rows, numeric=(1,))
@@ -218,22 +210,19 @@ def _pathways_section(record: RunRecord, position: int) -> str:
     keys: list[str] = []
     for entry in run.pathways.values():
         keys.extend(k for k in entry.totals if k not in keys)
-    rows = []
-    for name, entry in run.pathways.items():
-        totals = entry.totals
-        rows.append((name, *[_total_cell(k, totals.get(k, "")) for k in keys]))  # "": a total it lacks
+    # "": a total the pathway lacks
+    rows = [(name, *[_total_cell(k, entry.totals.get(k, "")) for k in keys]) for name, entry in run.pathways.items()]
     plot = pathways_svg(record) or ""
     names = list(run.pathways)
-    cell_rows = []
-    for row in run.cells:
-        cell_rows.append(
-            (
-                (row.index or 0) + 1,
-                row.line or "",
-                Markup(f'<span class="src">{e(row.first_line)}</span>'),
-                *[_pathway_cell(row.in_pathway(n)) for n in names],
-            )
+    cell_rows = [
+        (
+            (row.index or 0) + 1,
+            row.line or "",
+            Markup(f'<span class="src">{e(row.first_line)}</span>'),
+            *[_pathway_cell(row.in_pathway(n)) for n in names],
         )
+        for row in run.cells
+    ]
     cells = (
         f"<details><summary>all {count(len(cell_rows), 'cell')}</summary>"
         f"{_table(('#', 'line', 'source', *names), cell_rows, numeric=range(3, 3 + len(names)))}</details>"
@@ -348,7 +337,7 @@ def history(data: ReportData) -> str:
             for s in result.series
             for c in s.changes
         ]
-        counts = "; ".join(f"{len(s.points)} run{'s' if len(s.points) != 1 else ''}: {s.label}" for s in result.series)
+        counts = "; ".join(f"{count(len(s.points), 'run')}: {s.label}" for s in result.series)
         if len(result.series) > 1:
             counts = f"{len(result.series)} series, each labelled by what sets it apart: {counts}"
         parts.append(
@@ -374,21 +363,20 @@ def gate(data: ReportData) -> str:
         return VERDICT_MARK[verdict].removeprefix("❌ ").removeprefix("✅ ").removeprefix("⚠️ ")
 
     verdict = '<span class="pass">PASS</span>' if result.passed else '<span class="fail">FAIL</span>'
-    rows = []
-    for c in [*[c for c in result.cells if c.verdict not in ("unchanged", "below-floor")], result.total]:
-        rows.append(
-            (
-                Markup(f'<span class="src">{e(c.label)}</span>'),
-                _seconds(c.base_s),
-                _seconds(c.cand_s),
-                "–" if c.ratio is None else f"×{c.ratio:.2f}",
-                "–" if c.p_value is None else f"{c.p_value:.3g}",
-                Markup(
-                    f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
-                    + (f" ({e(c.note)})" if c.note else "")
-                ),
-            )
+    rows = [
+        (
+            Markup(f'<span class="src">{e(c.label)}</span>'),
+            _seconds(c.base_s),
+            _seconds(c.cand_s),
+            "–" if c.ratio is None else f"×{c.ratio:.2f}",
+            "–" if c.p_value is None else f"{c.p_value:.3g}",
+            Markup(
+                f'<span class="verdict-{e(c.verdict)}">{e(mark(c.verdict))}</span>'
+                + (f" ({e(c.note)})" if c.note else "")
+            ),
         )
+        for c in [*[c for c in result.cells if c.verdict not in ("unchanged", "below-floor")], result.total]
+    ]
     notes = "".join(f'<p class="note">{e(w)}</p>' for w in result.warnings)
     return (
         f"<h2>Gate: {verdict}</h2><p>{e(run_name(runs[1], records.index(runs[1])))} against "

@@ -102,33 +102,9 @@ class Axis:
         return [(start + i * step, _tick_label(round(start + i * step, 12))) for i in range(count)]
 
 
-_TIME_STEPS = (
-    1,
-    2,
-    5,
-    10,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    900,
-    1800,
-    3600,
-    7200,
-    10800,
-    21600,
-    43200,
-    86400,
-    2 * 86400,
-    7 * 86400,
-    14 * 86400,
-    30 * 86400,
-    91 * 86400,
-    182 * 86400,
-    365 * 86400,
-)
+# The steps between a time axis' ticks, in seconds: up to 12 hours, then days up to a year.
+_CLOCK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
+_TIME_STEPS = (*_CLOCK_STEPS, *(days * 86400 for days in (1, 2, 7, 14, 30, 91, 182, 365)))
 
 
 def _time_ticks(low: float, high: float) -> list[tuple[float, str]]:
@@ -157,10 +133,7 @@ class _Frame:
     left_label: str = ""
     right: float = 24.0
     parts: list[str] = field(default_factory=list)
-
-    @property
-    def top(self) -> float:
-        return 30.0
+    top = 30.0  # where the plot area starts, below the title (not a field)
 
     @property
     def plot_width(self) -> float:
