@@ -15,6 +15,7 @@ timing metadata, outputs and errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -169,10 +170,8 @@ def execute(
                 loop.interrupted = True
             loop.runner["shutdown_s"] = time.perf_counter() - shutdown_started
     finally:
-        try:
+        with contextlib.suppress(Exception):  # a malformed probe line must not lose the cells already measured
             loop.reader.poll()
-        except Exception:  # a malformed probe line must not lose the cells already measured
-            pass
         kernel_log.close()
         if descendants is not None:
             descendants.end()
