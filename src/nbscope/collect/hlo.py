@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -280,11 +281,6 @@ def _instruction(line: str) -> Instruction | None:
     )
 
 
-def _table_entry(line: str) -> tuple[int, str] | None:
-    head, _, rest = line.strip().partition(" ")
-    return (int(head), rest) if head.isdigit() else None
-
-
 def _braced(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", text)}
 
@@ -322,10 +318,10 @@ def parse(text: str) -> Module:
             table = None
             continue
         if table is not None:
-            entry = _table_entry(stripped)
-            if entry is None:
+            head, _, value = stripped.partition(" ")  # a row: its 1-based id, then its value
+            if not head.isdigit():
                 continue
-            key, value = entry
+            key = int(head)
             if table == "FileNames":
                 module.files[key] = value.strip('"')
             elif table == "FunctionNames":
@@ -352,11 +348,7 @@ def shape_arrays(shape: str) -> list[tuple[str, int]]:
     """(element type, element count) of each array in a (possibly tuple) shape."""
     arrays = []
     for dtype, dims in _SHAPE.findall(shape):
-        count = 1
-        for dim in dims.split(","):
-            if dim.strip():
-                count *= int(dim)
-        arrays.append((dtype, count))
+        arrays.append((dtype, math.prod(int(dim) for dim in dims.split(",") if dim.strip())))
     return arrays
 
 
