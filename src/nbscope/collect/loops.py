@@ -300,23 +300,16 @@ def _builtin_loop() -> Callable[[int], Any]:
     return lambda n: qm_jax(0.1, n)
 
 
+@dataclass
 class _Sweeper:
     """Times one loop function at several trip counts on one placement."""
 
-    def __init__(
-        self,
-        jax: ModuleType,
-        function: Callable[[int], Any],
-        placement: str,
-        device: Device | None,
-        settings: dict[str, Any],
-    ):
-        self.jax = jax
-        self.function = function
-        self.placement = placement
-        self.device = device
-        self.settings = settings
-        self.current = 0  # the trip count being measured (for an error message)
+    jax: ModuleType
+    function: Callable[[int], Any]
+    placement: str
+    device: Device | None
+    settings: dict[str, Any]
+    current: int = 0  # the trip count being measured (for an error message)
 
     def call(self, n: int) -> float:
         self.current = n
