@@ -268,12 +268,7 @@ def _span(event: TraceEvent, first: float | None, last: float | None) -> tuple[f
     """An event's start and end (ns), and the trace's first and last instants widened to cover it."""
     start = event.start_ns
     end = start + event.duration_ns
-    return (
-        start,
-        end,
-        (start if first is None or start < first else first),
-        (end if last is None or end > last else last),
-    )
+    return start, end, start if first is None else min(first, start), end if last is None else max(last, end)
 
 
 def _read_host_line(
