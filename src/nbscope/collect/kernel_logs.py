@@ -139,10 +139,8 @@ class CellWatchdog(threading.Thread):
 
     def run(self) -> None:
         while not self._finished.wait(WATCH_EVERY_S):
-            try:
+            with contextlib.suppress(OSError):  # the probe dir going away: look again next time
                 self.check(time.time())
-            except OSError:  # the probe dir going away: look again next time
-                continue
 
     def finish(self) -> None:
         self._finished.set()
@@ -213,10 +211,8 @@ def _send(kernel: KernelLine, signum: int) -> None:
 def read_notebooks(paths: Iterable[Path]) -> list[notebook_module.Notebook]:
     notebooks = []
     for path in paths:
-        try:
+        with contextlib.suppress(NbscopeError):
             notebooks.append(notebook_module.read(path))
-        except NbscopeError:
-            continue
     return notebooks
 
 
