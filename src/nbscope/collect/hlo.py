@@ -136,6 +136,7 @@ _COND_BRANCH = re.compile(r"/(cond|switch)/branch_\d+")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
 _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+)\s")
 _ASSIGN = re.compile(r"^\s*(ROOT )?%?([\w.\-]+) = ")
+_OPERANDS = re.compile(r"%([\w.\-]+)")
 
 
 @dataclass
@@ -183,7 +184,6 @@ class Computation:
 
     @functools.cached_property
     def named(self) -> dict[str, Instruction]:
-        """Its instructions by name."""
         return {i.name: i for i in self.instructions}
 
     def find(self, name: str) -> Instruction | None:
@@ -493,10 +493,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
     element types of their instructions."""
     work = dict.fromkeys(WORK_FIELDS, 0.0)
     dtypes: set[str] = set()
-    shapes: dict[str, str] = {}
-    for computation in module.computations.values():
-        for instruction in computation.instructions:
-            shapes[instruction.name] = instruction.shape
+    shapes = {i.name: i.shape for computation in module.computations.values() for i in computation.instructions}
 
     def arithmetic(name: str, seen: set[str]) -> None:
         instructions, seen = _unvisited(module, name, seen)
@@ -526,7 +523,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
                 continue
             if opcode in ("dot", "convolution"):
                 depth = 1
-                operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
+                operands = _OPERANDS.findall(instruction.text.split(")", 1)[0])
                 match = _CONTRACTING.search(instruction.text)
                 if operands and match and operands[0] in shapes:
                     lhs = _SHAPE.search(shapes[operands[0]])
@@ -557,7 +554,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
                 continue
             if instruction.opcode in NO_KERNEL or instruction.opcode in ("while", "conditional"):
                 continue
-            operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
+            operands = _OPERANDS.findall(instruction.text.split(")", 1)[0])
             work["bytes"] += shape_bytes(instruction.shape) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
 
     for name in names:
@@ -764,7 +761,6 @@ def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, o
     )
 
 
-_OPERANDS = re.compile(r"%([\w.\-]+)")
 _CONSTANT = re.compile(r"constant\((-?\d+)\)")
 _DIRECTION = re.compile(r"direction=(LT|LE|GT|GE)")
 _INDEX = re.compile(r"index=(\d+)")
