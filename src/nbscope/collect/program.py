@@ -271,9 +271,8 @@ def function_of(module: str) -> str:
 class _TraceEvents:
     """A cell trace's events that the program data is read from, by kind (times in ns)."""
 
-    ops: list[tuple[Any, int, int, int]] = field(
-        default_factory=list
-    )  # a known program's thunks: (event, start, end, line)
+    # a known program's thunks: (event, start, end, line)
+    ops: list[tuple[Any, int, int, int]] = field(default_factory=list)
     calls: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # jitted calls by thread line
     h2d: list[tuple[int, int, int]] = field(default_factory=list)
     d2h: list[tuple[int, int]] = field(default_factory=list)

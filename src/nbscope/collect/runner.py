@@ -144,8 +144,7 @@ def execute(
     kernel_log = open(home.root / "kernel.log", "wb")
     descendants = None
     try:
-        # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
-        # user's terminal.
+        # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the user's terminal.
         client, context, restarts = _start_kernel(
             lambda: _client(notebook, options, transports.client_config(transport, home.ipc_dir or home.root)),
             env,
