@@ -39,21 +39,18 @@ def reap(variable: str, token: str, *, grace_s: float = 3.0) -> list[dict[str, A
     for process in psutil.process_iter(["pid", "name"]):
         if process.info["pid"] == own:
             continue
-        try:
+        # Gone, or another user's process whose environment we may not read: passed over.
+        with contextlib.suppress(psutil.Error, OSError):
             if process.environ().get(variable) != token:
                 continue
             found.append(process)
-        except (psutil.Error, OSError):
-            continue  # gone, or another user's process whose environment we may not read
     if not found:
         return []
     described = []
     for process in found:
-        try:
+        with contextlib.suppress(psutil.Error):
             described.append({"pid": process.pid, "name": process.name(), "cmdline": " ".join(process.cmdline())[:200]})
             process.terminate()
-        except psutil.Error:
-            continue
     _, alive = psutil.wait_procs(found, timeout=grace_s)
     for process in alive:
         with contextlib.suppress(psutil.Error):
@@ -90,11 +87,9 @@ def _holds(pid: int, link: str) -> bool:
     except OSError:
         return False  # gone, or another user's
     for descriptor in descriptors:
-        try:
+        with contextlib.suppress(OSError):
             if os.readlink(f"/proc/{pid}/fd/{descriptor}") == link:
                 return True
-        except OSError:
-            continue
     return False
 
 
@@ -271,12 +266,10 @@ class Descendants(threading.Thread):
             self.join(5.0)
         ended = self.cgroup.end(grace_s) if self.cgroup is not None else []
         for process in list(self.seen.values()):
-            try:
+            with contextlib.suppress(psutil.Error):
                 process.kill()
                 ended.append(process.pid)
-            except psutil.Error:
-                continue
-        psutil.wait_procs([p for p in self.seen.values()], timeout=grace_s)
+        psutil.wait_procs(list(self.seen.values()), timeout=grace_s)
         return ended
 
 
