@@ -96,14 +96,12 @@ def handled() -> Iterator[None]:
     forget()
     previous: dict[int, object] = {}
     for signum in STOP_SIGNALS:
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread, or a platform without the signal
             current = signal.getsignal(signum)
             if current is signal.SIG_IGN:
                 continue
             signal.signal(signum, _handle)
             previous[signum] = current
-        except (ValueError, OSError):  # not the main thread, or a platform without the signal
-            continue
     try:
         yield
     finally:
