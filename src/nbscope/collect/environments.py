@@ -118,10 +118,8 @@ def requirement_names(requirements: Sequence[str]) -> list[str]:
 
     names = []
     for line in requirements:
-        try:
+        with contextlib.suppress(InvalidRequirement):
             names.append(canonical_name(Requirement(line).name))
-        except InvalidRequirement:
-            continue
     return names
 
 
@@ -537,10 +535,8 @@ def released_versions(
         raise NbscopeError(f"the package index lists no versions of {package}" + (f" ({reason})" if reason else ""))
     versions = []
     for text in listed.split(","):
-        try:
+        with contextlib.suppress(InvalidVersion):
             versions.append(Version(text.strip()))
-        except InvalidVersion:
-            continue
     return [str(v) for v in sorted(set(versions))]
 
 
