@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import json
 import math
 import re
 import typing
@@ -260,10 +261,7 @@ def _tail(stack: str | None) -> str:
 
 def function_of(module: str) -> str:
     """The jitted function behind a module name (``jit_qm_jax`` → ``qm_jax``)."""
-    for prefix in ("jit_", "pmap_", "xmap_"):
-        if module.startswith(prefix):
-            module = module[len(prefix) :]
-            break
+    module = re.sub(r"^(jit|pmap|xmap)_", "", module)
     return "<lambda>" if re.fullmatch(r"_lambda_?", module) else module
 
 
@@ -492,8 +490,6 @@ class ProgramCollector:
         """Mark what each new program would run on the GPU, from its lowering for CUDA (in the
         kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
-        import json
-
         by_function = {
             _normal(entry.function or ""): entry
             for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))
