@@ -345,14 +345,8 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
-        partial.write_text(
-            redact(
-                json.dumps(
-                    {**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1
-                )
-            ),
-            encoding="utf-8",
-        )
+        built = {**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        partial.write_text(redact(json.dumps(built, indent=1)), encoding="utf-8")
         os.replace(partial, marker)
         (path / BUILDING_MARKER).unlink()
     except BaseException:
