@@ -28,6 +28,7 @@ one line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
@@ -56,14 +57,8 @@ def note_input(path: str | Path, what: str = "an input", *, transient: bool = Fa
     path = Path(path)
     if is_stdout(path):
         return
-    resolved = os.path.realpath(path)
-    try:
-        if transient:
-            raise FileNotFoundError
-        info = os.stat(path)
-        identity = (resolved, info.st_dev, info.st_ino, what)
-    except OSError:
-        identity = (resolved, -1, -1, what)
+    device, inode = (None if transient else _identity_now(path)) or (-1, -1)
+    identity = (os.path.realpath(path), device, inode, what)
     if identity not in _inputs:
         _inputs.append(identity)
 
@@ -132,11 +127,7 @@ def _in_input_folder(path: Path) -> str | None:
 def _read_by_this_process(path: Path) -> tuple[str, str] | None:
     """The noted input ``path`` is (by name or by device and inode), and what it is, if any."""
     resolved = os.path.realpath(path)
-    try:
-        info = os.stat(path)
-        key: tuple[int, int] | None = (info.st_dev, info.st_ino)
-    except OSError:
-        key = None
+    key = _identity_now(path)
     for name, device, inode, what in _inputs:
         if name == resolved or (key is not None and key == (device, inode)):
             return name, what
@@ -145,7 +136,7 @@ def _read_by_this_process(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _identity_now(name: str) -> tuple[int, int] | None:
+def _identity_now(name: str | Path) -> tuple[int, int] | None:
     try:
         info = os.stat(name)
     except OSError:
@@ -217,10 +208,9 @@ def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, wh
         value = parse(text)
     except RecursionError:
         value, too_deep = None, True
-    except (ValueError, TypeError) as exc:  # JSONDecodeError, TOMLDecodeError, a number of thousands of digits
-        raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
-    except Exception as exc:  # a YAML parser's own errors
-        if type(exc).__module__.split(".")[0] != "yaml":
+    except Exception as exc:
+        # JSONDecodeError, TOMLDecodeError, a number of thousands of digits; a YAML parser's own errors
+        if not isinstance(exc, (ValueError, TypeError)) and type(exc).__module__.split(".")[0] != "yaml":
             raise
         raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
     if too_deep or not _shallow(value):
@@ -287,23 +277,23 @@ def check_store_path(path: str | Path, *, option: str = "--db") -> None:
     if stat.S_ISDIR(mode):
         raise NbscopeError(f"{option} {path} is a directory, not a database file")
     if not stat.S_ISREG(mode):
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-        raise NbscopeError(f"{option} {path} is {kind}, not a regular file; a run store is a regular file")
+        raise NbscopeError(f"{option} {path} is {_kind(mode)}, not a regular file; a run store is a regular file")
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
 def _refuse_irregular(path: Path, mode: int, what: str) -> None:
-    if stat.S_ISREG(mode):
-        return
-    kind = (
-        "a directory"
-        if stat.S_ISDIR(mode)
-        else "a FIFO"
-        if stat.S_ISFIFO(mode)
-        else "a socket"
-        if stat.S_ISSOCK(mode)
-        else "a device"
-    )
-    raise NbscopeError(f"{path}: cannot read: it is {kind}, not a regular file (a {what} is read only from one)")
+    if not stat.S_ISREG(mode):
+        raise NbscopeError(
+            f"{path}: cannot read: it is {_kind(mode)}, not a regular file (a {what} is read only from one)"
+        )
 
 
 def is_stdout(path: str | Path) -> bool:
@@ -332,10 +322,9 @@ def check_target(path: str | Path, *, option: str = "-o") -> Path:
                 f"{option} {path} is a symbolic link; nbscope replaces only regular files: give the file it points to"
             )
         if not stat.S_ISREG(info.st_mode):
-            kind = (
-                "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
+            raise NbscopeError(
+                f"{option} {path} is {_kind(info.st_mode)}, not a regular file; nbscope replaces only regular files"
             )
-            raise NbscopeError(f"{option} {path} is {kind}, not a regular file; nbscope replaces only regular files")
     refuse_input(path, option=option)
     parent = path.parent
     if not parent.exists() and not parent.is_symlink():
@@ -398,10 +387,8 @@ def write_text(path: str | Path, text: str, *, option: str = "-o", sync: bool = 
         check_target(path, option=option)  # a link or FIFO put there meanwhile is still refused
         os.replace(temporary, path)
     except BaseException as exc:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
-        except OSError:
-            pass
         if isinstance(exc, OSError):
             raise NbscopeError(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
         raise

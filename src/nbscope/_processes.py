@@ -16,6 +16,7 @@ still ran, as a descendant of the command (:class:`Descendants`, sampling its pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -38,27 +39,22 @@ def reap(variable: str, token: str, *, grace_s: float = 3.0) -> list[dict[str, A
     for process in psutil.process_iter(["pid", "name"]):
         if process.info["pid"] == own:
             continue
-        try:
+        # Gone, or another user's process whose environment we may not read: passed over.
+        with contextlib.suppress(psutil.Error, OSError):
             if process.environ().get(variable) != token:
                 continue
             found.append(process)
-        except (psutil.Error, OSError):
-            continue  # gone, or another user's process whose environment we may not read
     if not found:
         return []
     described = []
     for process in found:
-        try:
+        with contextlib.suppress(psutil.Error):
             described.append({"pid": process.pid, "name": process.name(), "cmdline": " ".join(process.cmdline())[:200]})
             process.terminate()
-        except psutil.Error:
-            continue
     _, alive = psutil.wait_procs(found, timeout=grace_s)
     for process in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             process.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace_s)
     return described
 
@@ -67,8 +63,6 @@ def end_holders(link: str) -> list[int]:
     """SIGKILL every process other than this one with a descriptor open on ``link`` (what
     ``/proc/PID/fd/N`` points to: ``pipe:[INODE]`` or a file's path); returns their pids. Linux only:
     elsewhere none are found."""
-    import signal
-
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
@@ -77,10 +71,8 @@ def end_holders(link: str) -> list[int]:
     for pid in pids:
         if pid != own and _holds(pid, link):
             found.append(pid)
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
     return found
 
 
@@ -95,11 +87,9 @@ def _holds(pid: int, link: str) -> bool:
     except OSError:
         return False  # gone, or another user's
     for descriptor in descriptors:
-        try:
+        with contextlib.suppress(OSError):
             if os.readlink(f"/proc/{pid}/fd/{descriptor}") == link:
                 return True
-        except OSError:
-            continue
     return False
 
 
@@ -129,12 +119,7 @@ class Cgroup:
 
     def add(self, pid: int) -> bool:
         """Move ``pid`` into the cgroup; whether it could be (the kernel refuses, e.g., across delegations)."""
-        try:
-            with open(self.path / "cgroup.procs", "w", encoding="ascii") as procs:
-                procs.write(str(pid))
-            return True
-        except OSError:
-            return False
+        return _write(self.path / "cgroup.procs", str(pid))
 
     def wrap(self, command: list[str]) -> list[str]:
         """``command`` run so that it is in the cgroup from its first instruction: a shell moves itself into
@@ -157,17 +142,14 @@ class Cgroup:
             found += [pid for pid in pids if pid not in found]
             if not _write(self.path / "cgroup.kill", "1"):  # Linux < 5.14: one pid at a time
                 for pid in pids:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
             if time.monotonic() > deadline:
                 break
             time.sleep(0.02)
-        try:
+        # Not removed while still populated (a process in uninterruptible sleep): the kernel removes nothing itself.
+        with contextlib.suppress(OSError):
             self.path.rmdir()
-        except OSError:
-            pass  # still populated (a process in uninterruptible sleep): the kernel removes nothing by itself
         return found
 
 
@@ -181,10 +163,8 @@ def _remove_stale(parent: Path) -> None:
     for name in names:
         parts = name.split("-")
         if len(parts) == 3 and parts[1].isdigit() and len(parts[2]) == 8 and not _running(int(parts[1])):
-            try:
+            with contextlib.suppress(OSError):
                 (parent / name).rmdir()
-            except OSError:
-                pass
 
 
 def _write(path: Path, text: str) -> bool:
@@ -274,10 +254,8 @@ class Descendants(threading.Thread):
     def _remember(self, pid: int) -> None:
         import psutil
 
-        try:
+        with contextlib.suppress(psutil.Error):
             self.seen[pid] = psutil.Process(pid)  # keeps its start time: a reused pid is never killed
-        except psutil.Error:
-            pass
 
     def end(self, grace_s: float = 3.0) -> list[int]:
         """Stop sampling and SIGKILL every process seen that still runs; their pids."""
@@ -288,12 +266,10 @@ class Descendants(threading.Thread):
             self.join(5.0)
         ended = self.cgroup.end(grace_s) if self.cgroup is not None else []
         for process in list(self.seen.values()):
-            try:
+            with contextlib.suppress(psutil.Error):
                 process.kill()
                 ended.append(process.pid)
-            except psutil.Error:
-                continue
-        psutil.wait_procs([p for p in self.seen.values()], timeout=grace_s)
+        psutil.wait_procs(list(self.seen.values()), timeout=grace_s)
         return ended
 
 

@@ -12,6 +12,7 @@ background job) stays ignored.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -68,10 +69,8 @@ def forget() -> None:
 
 
 def _say(text: str) -> None:
-    try:  # after SIGHUP the terminal may be gone
+    with contextlib.suppress(OSError, ValueError):  # after SIGHUP the terminal may be gone
         print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _handle(signum: int, frame: FrameType | None) -> None:
@@ -94,23 +93,18 @@ def handled() -> Iterator[None]:
 
     Only the command line installs this: a library caller keeps its own signal handling.
     """
-    _received.clear()
-    _saved.clear()
+    forget()
     previous: dict[int, object] = {}
     for signum in STOP_SIGNALS:
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread, or a platform without the signal
             current = signal.getsignal(signum)
             if current is signal.SIG_IGN:
                 continue
             signal.signal(signum, _handle)
             previous[signum] = current
-        except (ValueError, OSError):  # not the main thread, or a platform without the signal
-            continue
     try:
         yield
     finally:
         for number, handler in previous.items():
-            try:
+            with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(number, handler)  # type: ignore[arg-type]
-            except (ValueError, OSError, TypeError):
-                pass

@@ -3,6 +3,7 @@ kernel and every process it started are gone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -99,15 +100,11 @@ def ensure_dead(client: NotebookClient, family: Family = (None, [])) -> None:
         process.wait(timeout=10)
     group, children = family
     if group is not None:
-        try:
+        with contextlib.suppress(OSError):  # OSError: empty, nothing left in it
             os.killpg(group, signal.SIGKILL)  # a group keeps its id while any member lives
-        except OSError:  # empty: nothing left in it
-            pass
     for child in children:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             child.kill()
-        except Exception:  # already gone
-            pass
 
 
 def end_started(token: str, kernel_log: str | os.PathLike[str] | None = None) -> None:

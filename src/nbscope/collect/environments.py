@@ -15,6 +15,7 @@ A lock file per environment keeps two nbscope processes from building the same o
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -117,10 +118,8 @@ def requirement_names(requirements: Sequence[str]) -> list[str]:
 
     names = []
     for line in requirements:
-        try:
+        with contextlib.suppress(InvalidRequirement):
             names.append(canonical_name(Requirement(line).name))
-        except InvalidRequirement:
-            continue
     return names
 
 
@@ -327,11 +326,8 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
             "--no-input",
             "--progress-bar",
             "off",
+            *_index_options(spec.find_links, spec.no_index),
         ]
-        for folder in spec.find_links:
-            command += ["--find-links", str(Path(folder).expanduser().resolve())]
-        if spec.no_index:
-            command.append("--no-index")
         options = [r for r in spec.requirements if r.startswith("-")]
         options_file = path / "requirements-options.txt"
         if options:  # lines such as --extra-index-url from a requirements file: pip reads them from a file
@@ -341,27 +337,29 @@ def _build(path: Path, spec: EnvironmentSpec, on_progress: ProgressCallback | No
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 stream.write("\n".join(options) + "\n")
             command += ["-r", str(options_file)]
-        command += [r for r in spec.requirements if not r.startswith("-")]
+        packages = [r for r in spec.requirements if not r.startswith("-")]
         try:
-            _run(command, path, "install " + " ".join(r for r in spec.requirements if not r.startswith("-")), lock)
+            _run(command + packages, path, "install " + " ".join(packages), lock)
         finally:
             options_file.unlink(missing_ok=True)
         _register_kernel(path, spec)
         marker = path / COMPLETE_MARKER
         partial = path / (COMPLETE_MARKER + ".tmp")
-        partial.write_text(
-            redact(
-                json.dumps(
-                    {**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1
-                )
-            ),
-            encoding="utf-8",
-        )
+        built = {**spec.describe(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        partial.write_text(redact(json.dumps(built, indent=1)), encoding="utf-8")
         os.replace(partial, marker)
         (path / BUILDING_MARKER).unlink()
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # we made it: an unfinished environment must not stay
         raise
+
+
+def _index_options(find_links: Sequence[str], no_index: bool) -> list[str]:
+    """pip's options for where it may look besides its own configuration."""
+    options: list[str] = []
+    for folder in find_links:
+        options += ["--find-links", str(Path(folder).expanduser().resolve())]
+    return [*options, "--no-index"] if no_index else options
 
 
 def _run(command: list[str], path: Path, what: str, lock: int) -> None:
@@ -407,10 +405,8 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             continue
         break
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)  # what the leader started may outlive it
-    except OSError:
-        pass
     process.poll()
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
@@ -464,15 +460,14 @@ def list_environments(root: Path | None = None) -> list[dict[str, Any]]:
         if not path.is_dir() or path.is_symlink() or not made_by_nbscope(path):
             continue
         described: object = {}
-        if is_complete(path):
-            try:
+        complete = is_complete(path)
+        if complete:
+            with contextlib.suppress(OSError, ValueError):
                 described = json.loads((path / COMPLETE_MARKER).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                described = {}
         found.append(
             {
                 "path": str(path),
-                "complete": is_complete(path),
+                "complete": complete,
                 "requirements": codec.decode(EnvironmentMarker, described).requirements,
                 "bytes": _size(path),
             }
@@ -502,10 +497,8 @@ def _size(path: Path) -> int:
     total = 0
     for folder, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                continue
     return total
 
 
@@ -519,10 +512,7 @@ def released_versions(
     from packaging.version import InvalidVersion, Version
 
     command = [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
-    for folder in find_links:
-        command += ["--find-links", str(Path(folder).expanduser().resolve())]
-    if no_index:
-        command.append("--no-index")
+    command += _index_options(find_links, no_index)
     if pre:
         command.append("--pre")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
@@ -539,10 +529,8 @@ def released_versions(
         raise NbscopeError(f"the package index lists no versions of {package}" + (f" ({reason})" if reason else ""))
     versions = []
     for text in listed.split(","):
-        try:
+        with contextlib.suppress(InvalidVersion):
             versions.append(Version(text.strip()))
-        except InvalidVersion:
-            continue
     return [str(v) for v in sorted(set(versions))]
 
 

@@ -7,6 +7,7 @@ given as ``{"absent": "<reason>"}``, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -121,10 +122,8 @@ def _cpu() -> dict[str, Any]:
                 core_id = value
                 cores.add((physical_id, core_id))
             elif key == "cpu MHz":
-                try:
+                with contextlib.suppress(ValueError):
                     mhz.append(float(value))
-                except ValueError:
-                    pass
         info["model"] = _model_name(model, text)
         info["physical_cores"] = len(cores) if cores else absent("no core ids in /proc/cpuinfo")
         info["mhz"] = round(sum(mhz) / len(mhz), 1) if mhz else absent("no cpu MHz in /proc/cpuinfo")
@@ -522,9 +521,8 @@ def flatten(value: object, prefix: str = "") -> dict[str, Any]:
 def _is_volatile(path: str) -> bool:
     if path == "digest" or path.startswith("blas.pools."):
         return True
-    for field in VOLATILE_FIELDS:
-        if path == field or path.startswith(field + "."):
-            return True
+    if any(path == field or path.startswith(field + ".") for field in VOLATILE_FIELDS):
+        return True
     parts = path.split(".")
     return path.startswith("gpu.devices.") and len(parts) > 3 and parts[3] in VOLATILE_GPU_FIELDS
 

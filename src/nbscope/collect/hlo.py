@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -135,6 +136,7 @@ _COND_BRANCH = re.compile(r"/(cond|switch)/branch_\d+")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
 _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+)\s")
 _ASSIGN = re.compile(r"^\s*(ROOT )?%?([\w.\-]+) = ")
+_OPERANDS = re.compile(r"%([\w.\-]+)")
 
 
 @dataclass
@@ -153,25 +155,14 @@ class Instruction:
 
     def backend_config(self) -> dict[str, Any]:
         marker = self.text.find("backend_config=")
-        if marker < 0:
-            return {}
         start = self.text.find("{", marker)
-        if start < 0:
+        if marker < 0 or start < 0:
             return {}
-        depth = 0
-        for index in range(start, len(self.text)):
-            char = self.text[index]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        value = json.loads(self.text[start : index + 1])
-                    except json.JSONDecodeError:
-                        return {}
-                    return value if isinstance(value, dict) else {}
-        return {}
+        try:
+            value, _ = json.JSONDecoder().raw_decode(self.text, start)  # the object, whatever follows it
+        except json.JSONDecodeError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
     @property
     def op_name(self) -> str:
@@ -193,11 +184,14 @@ class Computation:
 
     @functools.cached_property
     def named(self) -> dict[str, Instruction]:
-        """Its instructions by name."""
         return {i.name: i for i in self.instructions}
 
     def find(self, name: str) -> Instruction | None:
         return self.named[name] if name in self.named else None
+
+    @property
+    def root(self) -> Instruction | None:
+        return next((i for i in self.instructions if i.root), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,11 +281,6 @@ def _instruction(line: str) -> Instruction | None:
     )
 
 
-def _table_entry(line: str) -> tuple[int, str] | None:
-    head, _, rest = line.strip().partition(" ")
-    return (int(head), rest) if head.isdigit() else None
-
-
 def _braced(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", text)}
 
@@ -329,10 +318,10 @@ def parse(text: str) -> Module:
             table = None
             continue
         if table is not None:
-            entry = _table_entry(stripped)
-            if entry is None:
+            head, _, value = stripped.partition(" ")  # a row: its 1-based id, then its value
+            if not head.isdigit():
                 continue
-            key, value = entry
+            key = int(head)
             if table == "FileNames":
                 module.files[key] = value.strip('"')
             elif table == "FunctionNames":
@@ -359,11 +348,7 @@ def shape_arrays(shape: str) -> list[tuple[str, int]]:
     """(element type, element count) of each array in a (possibly tuple) shape."""
     arrays = []
     for dtype, dims in _SHAPE.findall(shape):
-        count = 1
-        for dim in dims.split(","):
-            if dim.strip():
-                count *= int(dim)
-        arrays.append((dtype, count))
+        arrays.append((dtype, math.prod(int(dim) for dim in dims.split(",") if dim.strip())))
     return arrays
 
 
@@ -439,8 +424,8 @@ class _Walker:
                     region.select_conds += 1
 
     def _loop(self, instruction: Instruction, parent: Region, stack: set[str]) -> None:
-        body = next((c for c in instruction.called if c in self._attr(instruction, "body")), None)
-        condition = next((c for c in instruction.called if c in self._attr(instruction, "condition")), None)
+        body = next((c for c in instruction.called if c in attribute(instruction, "body")), None)
+        condition = next((c for c in instruction.called if c in attribute(instruction, "condition")), None)
         key = instruction.name
         while key in self.regions:
             key += "'"
@@ -452,10 +437,11 @@ class _Walker:
         for computation in loop.computations:
             self._visit(computation, loop, stack)
 
-    @staticmethod
-    def _attr(instruction: Instruction, attribute: str) -> str:
-        match = re.search(rf"\b{attribute}=%?([\w.\-]+)", instruction.text)
-        return match.group(1) if match else ""
+
+def attribute(instruction: Instruction, name: str) -> str:
+    """The computation an instruction names in its attribute ``name`` (``body=%region_1``); "" if none."""
+    match = re.search(rf"\b{name}=%?([\w.\-]+)", instruction.text)
+    return match.group(1) if match else ""
 
 
 # ---- work -------------------------------------------------------------------------------------
@@ -507,10 +493,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
     element types of their instructions."""
     work = dict.fromkeys(WORK_FIELDS, 0.0)
     dtypes: set[str] = set()
-    shapes: dict[str, str] = {}
-    for computation in module.computations.values():
-        for instruction in computation.instructions:
-            shapes[instruction.name] = instruction.shape
+    shapes = {i.name: i.shape for computation in module.computations.values() for i in computation.instructions}
 
     def arithmetic(name: str, seen: set[str]) -> None:
         instructions, seen = _unvisited(module, name, seen)
@@ -540,7 +523,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
                 continue
             if opcode in ("dot", "convolution"):
                 depth = 1
-                operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
+                operands = _OPERANDS.findall(instruction.text.split(")", 1)[0])
                 match = _CONTRACTING.search(instruction.text)
                 if operands and match and operands[0] in shapes:
                     lhs = _SHAPE.search(shapes[operands[0]])
@@ -571,7 +554,7 @@ def _estimate(module: Module, names: list[str], include_loops: bool) -> tuple[Wo
                 continue
             if instruction.opcode in NO_KERNEL or instruction.opcode in ("while", "conditional"):
                 continue
-            operands = re.findall(r"%([\w.\-]+)", instruction.text.split(")", 1)[0])
+            operands = _OPERANDS.findall(instruction.text.split(")", 1)[0])
             work["bytes"] += shape_bytes(instruction.shape) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
 
     for name in names:
@@ -713,19 +696,16 @@ def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:
         totals[key], region_dtypes, source = _region_work(module, region, cost)
         dtypes |= region_dtypes
         sources.add(source)
+    measured = sources == {"xla-cost-analysis"}
     own: dict[str, Work] = {}
     for key, region in regions.items():
-        if sources == {"xla-cost-analysis"}:
-            own[key] = _subtract_children(totals[key], [totals[child] for child in region.children])
-        else:
-            own[key] = totals[key]  # the estimate never includes nested loops
+        # XLA's cost includes the child loops (taken off here); the estimate never includes them
+        work = _subtract_children(totals[key], [totals[c] for c in region.children]) if measured else totals[key]
         estimate, _ = _estimate(module, region.computations, include_loops=False)
         share = (estimate.flops_f64 or 0.0) / estimate.flops if estimate.flops else 0.0
         tshare = (estimate.transcendentals_f64 or 0.0) / estimate.transcendentals if estimate.transcendentals else 0.0
         own[key] = replace(
-            own[key],
-            flops_f64=(own[key].flops or 0.0) * share,
-            transcendentals_f64=(own[key].transcendentals or 0.0) * tshare,
+            work, flops_f64=(work.flops or 0.0) * share, transcendentals_f64=(work.transcendentals or 0.0) * tshare
         )
     loops = []
     # Every region but the entry is a loop, walked after the region it sits in: its parent's multiplier is set.
@@ -746,15 +726,16 @@ def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:
             multiplier = 1.0  # at least one iteration: the totals are then a lower bound
         total = total.plus(own[key], multiplier)
     entry = regions["entry"]
+    main = module.computations[module.entry]  # ``parse`` names an entry only with its computation
     return ProgramDescription(
         module=module.name,
         entry=EntryWork(kernels=entry.kernels, conditionals=entry.conditionals, work=own["entry"]),
         loops=loops,
         per_execution=ExecutionWork(work=total, complete=complete),
         float_dtypes=[d for d in sorted(dtypes) if d in FLOATS],
-        cost_source="xla-cost-analysis" if sources == {"xla-cost-analysis"} else "estimate",
-        parameters_bytes=_parameter_bytes(module),
-        output_bytes=_output_bytes(module),
+        cost_source="xla-cost-analysis" if measured else "estimate",
+        parameters_bytes=[shape_bytes(i.shape) for i in main.instructions if i.opcode == "parameter"],
+        output_bytes=shape_bytes(main.root.shape) if main.root is not None else 0,
     )
 
 
@@ -780,7 +761,6 @@ def _loop_entry(module: Module, region: Region, work: Work, trips: int | None, o
     )
 
 
-_OPERANDS = re.compile(r"%([\w.\-]+)")
 _CONSTANT = re.compile(r"constant\((-?\d+)\)")
 _DIRECTION = re.compile(r"direction=(LT|LE|GT|GE)")
 _INDEX = re.compile(r"index=(\d+)")
@@ -804,8 +784,8 @@ def _condition_cap(module: Module, loop: Instruction) -> int | None:
     """The most iterations a ``while`` whose trip count XLA does not know can run, where its condition compares a
     counter with a constant (``i < 5``, alone or under an ``and``), the body steps that counter by a positive
     constant and the loop starts it at a constant; None otherwise. Fusions are followed into their computations."""
-    condition = module.computation(_Walker._attr(loop, "condition"))
-    body = module.computation(_Walker._attr(loop, "body"))
+    condition = module.computation(attribute(loop, "condition"))
+    body = module.computation(attribute(loop, "body"))
     if condition is None or body is None:
         return None
     caps = []
@@ -842,9 +822,8 @@ def _counter_bounds(module: Module, condition: Computation) -> list[tuple[int, i
             inner_meaning = {
                 p: _meaning(computation, operands[n], meaning) for p, n in parameters.items() if n < len(operands)
             }
-            root = next((i for i in inner.instructions if i.root), None)
-            if root is not None:
-                visit(inner, root.name, inner_meaning, depth + 1)
+            if inner.root is not None:
+                visit(inner, inner.root.name, inner_meaning, depth + 1)
         elif instruction.opcode == "compare" and (direction := _DIRECTION.search(instruction.text)):
             sides = [_meaning(computation, o, meaning) for o in _operands(instruction)]
             if len(sides) != 2:
@@ -855,9 +834,8 @@ def _counter_bounds(module: Module, condition: Computation) -> list[tuple[int, i
             if left_kind == "counter" and right_kind == "constant":
                 found.append((left, right, direction.group(1) in ("LE", "GE")))
 
-    root = next((i for i in condition.instructions if i.root), None)
-    if root is not None:
-        visit(condition, root.name, {}, 0)
+    if condition.root is not None:
+        visit(condition, condition.root.name, {}, 0)
     return found
 
 
@@ -885,7 +863,7 @@ def _meaning(computation: Computation, name: str, outer: dict[str, tuple[str, An
 
 def _counter_step(module: Module, body: Computation, index: int) -> int | None:
     """The constant the body adds to the state's element ``index`` (``i + 1``), or None."""
-    root = next((i for i in body.instructions if i.root), None)
+    root = body.root
     if root is None or root.opcode != "tuple" or index >= len(_operands(root)):
         return None
     value = body.find(_operands(root)[index])
@@ -896,7 +874,7 @@ def _counter_step(module: Module, body: Computation, index: int) -> int | None:
     sides = [_meaning(body, o, {}) for o in _operands(value)]
     if value.opcode == "fusion" and value.called:
         inner = module.computation(value.called[0])
-        inner_root = next((i for i in inner.instructions if i.root), None) if inner is not None else None
+        inner_root = inner.root if inner is not None else None
         if inner_root is None or inner_root.opcode != "add":
             return None
     elif value.opcode != "add":
@@ -941,18 +919,3 @@ def _counter_start(module: Module, loop: Instruction, index: int) -> int | None:
 
 def _holder(module: Module, instruction: str) -> Computation | None:
     return next((c for c in module.computations.values() if any(i.name == instruction for i in c.instructions)), None)
-
-
-def _parameter_bytes(module: Module) -> list[int]:
-    entry = module.computation(module.entry)
-    if entry is None:
-        return []
-    return [shape_bytes(i.shape) for i in entry.instructions if i.opcode == "parameter"]
-
-
-def _output_bytes(module: Module) -> int:
-    entry = module.computation(module.entry)
-    if entry is None:
-        return 0
-    root = next((i for i in entry.instructions if i.root), None)
-    return shape_bytes(root.shape) if root is not None else 0

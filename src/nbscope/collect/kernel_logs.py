@@ -6,6 +6,7 @@ tool runs, reading the same files as they grow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -138,10 +139,8 @@ class CellWatchdog(threading.Thread):
 
     def run(self) -> None:
         while not self._finished.wait(WATCH_EVERY_S):
-            try:
+            with contextlib.suppress(OSError):  # the probe dir going away: look again next time
                 self.check(time.time())
-            except OSError:  # the probe dir going away: look again next time
-                continue
 
     def finish(self) -> None:
         self._finished.set()
@@ -205,19 +204,15 @@ def _send(kernel: KernelLine, signum: int) -> None:
     """Signal the kernel that wrote this probe header, never a later process given its number."""
     if kernel.pid is None or not _is_that_kernel(kernel):
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(kernel.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def read_notebooks(paths: Iterable[Path]) -> list[notebook_module.Notebook]:
     notebooks = []
     for path in paths:
-        try:
+        with contextlib.suppress(NbscopeError):
             notebooks.append(notebook_module.read(path))
-        except NbscopeError:
-            continue
     return notebooks
 
 
@@ -279,22 +274,19 @@ def cells_from_log(
                 status = "partial"
             elif record["status"] == "error" and "raises-exception" in code_cell.tags:
                 record["status"] = "expected-error"
-        elif code_cell.source_hash in died and started_seq.get(code_cell.source_hash, -1) in timeouts:
-            stop = timeouts[started_seq[code_cell.source_hash]]  # it ignored the interrupt: its kernel was ended
-            record = merge_cell(code_cell, None, status="timeout", wall_s=stop.ended_after_s, error=stop.error())
+        elif code_cell.source_hash in died:  # started and never finished: the run is partial
             status = "partial"
             died.discard(code_cell.source_hash)
-        elif code_cell.source_hash in died and stopped:
-            began = started_unix.get(code_cell.source_hash)
-            elapsed = stopped_unix - began if began is not None and stopped_unix else None
-            record = interrupted_described(code_cell.describe(), elapsed, signal_name)  # as `profile` records it
-            status = "partial"
-            died.discard(code_cell.source_hash)
-        elif code_cell.source_hash in died:
-            record = merge_cell(code_cell, None, status="kernel-died")
-            record["error"] = {"name": "DeadKernelError", "message": "the kernel died while running this cell"}
-            status = "partial"
-            died.discard(code_cell.source_hash)
+            if started_seq.get(code_cell.source_hash, -1) in timeouts:
+                stop = timeouts[started_seq[code_cell.source_hash]]  # it ignored the interrupt: its kernel was ended
+                record = merge_cell(code_cell, None, status="timeout", wall_s=stop.ended_after_s, error=stop.error())
+            elif stopped:
+                began = started_unix.get(code_cell.source_hash)
+                elapsed = stopped_unix - began if began is not None and stopped_unix else None
+                record = interrupted_described(code_cell.describe(), elapsed, signal_name)  # as `profile` records it
+            else:
+                record = merge_cell(code_cell, None, status="kernel-died")
+                record["error"] = {"name": "DeadKernelError", "message": "the kernel died while running this cell"}
         else:
             skipped = not code_cell.source.strip() or "skip-execution" in code_cell.tags
             record = merge_cell(code_cell, None, status="skipped" if skipped else "not-run")

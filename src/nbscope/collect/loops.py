@@ -19,6 +19,7 @@ once before it is timed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import importlib.util
@@ -225,11 +226,8 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
                     process.kill()
                     process.wait()
         result: dict[str, Any] | None = None
-        if out.exists():
-            try:
-                result = json.loads(out.read_text())
-            except json.JSONDecodeError:
-                result = None
+        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+            result = json.loads(out.read_text())
         error = decode(WorkerOutcome, result).error if result is not None else None
         if error:
             raise NbscopeError(error)
@@ -302,34 +300,24 @@ def _builtin_loop() -> Callable[[int], Any]:
     return lambda n: qm_jax(0.1, n)
 
 
+@dataclass
 class _Sweeper:
     """Times one loop function at several trip counts on one placement."""
 
-    def __init__(
-        self,
-        jax: ModuleType,
-        function: Callable[[int], Any],
-        placement: str,
-        device: Device | None,
-        settings: dict[str, Any],
-    ):
-        self.jax = jax
-        self.function = function
-        self.placement = placement
-        self.device = device
-        self.settings = settings
-        self.current = 0  # the trip count being measured (for an error message)
+    jax: ModuleType
+    function: Callable[[int], Any]
+    placement: str
+    device: Device | None
+    settings: dict[str, Any]
+    current: int = 0  # the trip count being measured (for an error message)
 
     def call(self, n: int) -> float:
         self.current = n
-        jax = self.jax
+        # Uncommitted inputs (Python scalars, jnp.arange) land on the default device: pin the chosen one.
+        pinned = self.jax.default_device(self.device) if self.device is not None else contextlib.nullcontext()
         start = time.perf_counter()
-        if self.device is None:
-            jax.block_until_ready(self.function(n))
-        else:
-            # Uncommitted inputs (Python scalars, jnp.arange) land on the default device: pin it.
-            with jax.default_device(self.device):
-                jax.block_until_ready(self.function(n))
+        with pinned:
+            self.jax.block_until_ready(self.function(n))
         return time.perf_counter() - start
 
     def warm(self, n: int) -> dict[str, Any]:
@@ -440,14 +428,6 @@ class _Sweeper:
         return sweep
 
 
-def _describe(device: Device) -> dict[str, Any]:
-    return {
-        "device": str(device),
-        "platform": getattr(device, "platform", None),
-        "device_kind": getattr(device, "device_kind", None),
-    }
-
-
 def worker(settings: dict[str, Any]) -> dict[str, Any]:
     """The sweep itself (in the fresh process); returns the result document."""
     function, loop = load_target(settings["target"])  # a bad target fails before JAX loads
@@ -483,7 +463,12 @@ def worker(settings: dict[str, Any]) -> dict[str, Any]:
                 f"{loop['target']}({sweeper.current}) on {placement} raised "
                 f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
             ) from None
-        sweep.update(_describe(device or default))
+        shown = device or default
+        sweep.update(
+            device=str(shown),
+            platform=getattr(shown, "platform", None),
+            device_kind=getattr(shown, "device_kind", None),
+        )
         sweep["loop"] = loop["target"]
         notes.extend(sweep["notes"])
         sweeps.append(sweep)

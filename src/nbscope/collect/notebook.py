@@ -293,9 +293,8 @@ def read(path: str | Path) -> Notebook:
         raise NbscopeError(f"{shown}: the notebook's path is not valid UTF-8; rename it (or its folder)") from None
     from nbscope._files import read_bounded
 
-    data = read_bounded(
-        path, limit=512 * 2**20, what="notebook"
-    )  # a FIFO or a device never hangs it; noted: no -o replaces it
+    # A FIFO or a device never hangs it; noted: no -o replaces it.
+    data = read_bounded(path, limit=512 * 2**20, what="notebook")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -366,8 +365,7 @@ def _myst_line_ranges(text: str, starts: list[int] | None) -> list[LineRange]:
     lines = text.split("\n")
     ranges: list[LineRange] = []
     for i, start in enumerate(starts):
-        following = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)
-        end = following
+        end = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)  # the line before the next cell
         opening = lines[start - 1].lstrip() if 0 < start <= len(lines) else ""
         fence = re.match(r"(`{3,}|~{3,})", opening)
         if fence:

@@ -76,7 +76,7 @@ def reread(before: OomCounts) -> OomCounts:
 
 def _counts(folders: list[Path], limit_bytes: int | None) -> OomCounts:
     counted = [(str(folder), count) for folder in folders if (count := _cgroup_kills(folder)) is not None]
-    return OomCounts(_vmstat_kills(), tuple(counted), limit_bytes)
+    return OomCounts(_field(VMSTAT, "oom_kill"), tuple(counted), limit_bytes)
 
 
 def _memory_cgroups(pid: int) -> list[Path]:
@@ -121,10 +121,6 @@ def _cgroup_limit(folder: Path) -> int | None:
             return int(text)
         return None  # "max", or v1's "no limit"
     return None
-
-
-def _vmstat_kills() -> int | None:
-    return _field(VMSTAT, "oom_kill")
 
 
 def _field(path: Path, key: str) -> int | None:

@@ -26,6 +26,8 @@ its own profiler) count as run at least once, labelled ``count_basis: "compiled"
 from __future__ import annotations
 
 import bisect
+import contextlib
+import json
 import math
 import re
 import typing
@@ -254,15 +256,12 @@ def _late_call_rate(calls: dict[int, list[tuple[int, int, str]]]) -> CallRate | 
 
 def _tail(stack: str | None) -> str:
     """A name stack below its program's own scope: ``jit(f)/jit(solve)/while`` → ``jit(solve)/while``."""
-    return (stack or "").split("/", 1)[-1] if stack and "/" in stack else (stack or "")
+    return (stack or "").split("/", 1)[-1]
 
 
 def function_of(module: str) -> str:
     """The jitted function behind a module name (``jit_qm_jax`` → ``qm_jax``)."""
-    for prefix in ("jit_", "pmap_", "xmap_"):
-        if module.startswith(prefix):
-            module = module[len(prefix) :]
-            break
+    module = re.sub(r"^(jit|pmap|xmap)_", "", module)
     return "<lambda>" if re.fullmatch(r"_lambda_?", module) else module
 
 
@@ -270,9 +269,8 @@ def function_of(module: str) -> str:
 class _TraceEvents:
     """A cell trace's events that the program data is read from, by kind (times in ns)."""
 
-    ops: list[tuple[Any, int, int, int]] = field(
-        default_factory=list
-    )  # a known program's thunks: (event, start, end, line)
+    # a known program's thunks: (event, start, end, line)
+    ops: list[tuple[Any, int, int, int]] = field(default_factory=list)
     calls: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # jitted calls by thread line
     h2d: list[tuple[int, int, int]] = field(default_factory=list)
     d2h: list[tuple[int, int]] = field(default_factory=list)
@@ -443,13 +441,10 @@ class ProgramCollector:
         }
 
     # ---- HLO -----------------------------------------------------------------------------------
-    def _tools(self) -> XlaTools:
+    def _read_programs(self, path: Path, cell: Cell) -> list[str]:
         if self._xla is None:
             self._xla = XlaTools()
-        return self._xla
-
-    def _read_programs(self, path: Path, cell: Cell) -> list[str]:
-        tools = self._tools()
+        tools = self._xla
         if not tools.available:
             return []
         new = []
@@ -495,8 +490,6 @@ class ProgramCollector:
         """Mark what each new program would run on the GPU, from its lowering for CUDA (in the
         kernel): a CPU loop with no matching GPU loop (same name stack below the program, same
         source line) exists only on the CPU (threefry rounds, LU loops); library calls are kept."""
-        import json
-
         by_function = {
             _normal(entry.function or ""): entry
             for entry in (decode(GpuLoweringEntry, item) for item in json.loads(path.read_text()))
@@ -523,16 +516,12 @@ class ProgramCollector:
                 seconds=entry.seconds,
             )
             remaining = list(gpu_loops)
+            same = len(gpu_loops) == len(program.loops)  # as many on both: the same loops, however named
             for loop in program.loops:
                 mine = (_tail(loop.op_name), loop.source.line if loop.source is not None else None)
+                loop.cpu_only = not same and mine not in remaining
                 if mine in remaining:
                     remaining.remove(mine)
-                    loop.cpu_only = False
-                else:
-                    loop.cpu_only = True
-            if len(gpu_loops) == len(program.loops):  # as many on both: the same loops, however named
-                for loop in program.loops:
-                    loop.cpu_only = False
 
     # ---- the trace -----------------------------------------------------------------------------
     def _read_trace(self, path: Path, result: CellResult) -> None:
@@ -713,7 +702,7 @@ class ProgramCollector:
         h2d: list[tuple[int, int, int]],
         d2h: list[tuple[int, int]],
         calls: dict[int, list[tuple[int, int, str]]],
-        work: list[tuple[int, int]] | None = None,
+        work: list[tuple[int, int]],
     ) -> Transfers:
         from nbscope.collect.timeline import covered, union
 
@@ -723,7 +712,6 @@ class ProgramCollector:
         by_function: dict[str, list[hlo.ProgramDescription]] = {}
         for program in self.programs.values():
             by_function.setdefault(_normal(program.function or ""), []).append(program)
-        work = work or []
         work_starts = [w[0] for w in work]
         for start, end, line_id in h2d:
             took = end - start
@@ -818,8 +806,7 @@ def _loop_kernels(text: str) -> dict[str, LoopKernels]:
         for instruction in computation.instructions:
             if instruction.opcode != "while":
                 continue
-            match = re.search(r"\bbody=%?([\w.\-]+)", instruction.text)
-            body = module.computation(match.group(1)) if match else None
+            body = module.computation(hlo.attribute(instruction, "body"))
             if body is None:
                 continue
             kernels = frozenset(
@@ -906,11 +893,6 @@ def _place(loop: hlo.LoopDescription, cells: list[CodeCell], current: int | None
 
 
 def _remove(path: str | None) -> None:
-    if not path:
-        return
-    target = Path(str(path))
-    try:
-        if target.is_file():
-            target.unlink()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        if path and Path(path).is_file():
+            Path(path).unlink()

@@ -15,6 +15,7 @@ timing metadata, outputs and errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -143,8 +144,7 @@ def execute(
     kernel_log = open(home.root / "kernel.log", "wb")
     descendants = None
     try:
-        # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the
-        # user's terminal.
+        # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the user's terminal.
         client, context, restarts = _start_kernel(
             lambda: _client(notebook, options, transports.client_config(transport, home.ipc_dir or home.root)),
             env,
@@ -169,10 +169,8 @@ def execute(
                 loop.interrupted = True
             loop.runner["shutdown_s"] = time.perf_counter() - shutdown_started
     finally:
-        try:
+        with contextlib.suppress(Exception):  # a malformed probe line must not lose the cells already measured
             loop.reader.poll()
-        except Exception:  # a malformed probe line must not lose the cells already measured
-            pass
         kernel_log.close()
         if descendants is not None:
             descendants.end()

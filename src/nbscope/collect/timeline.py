@@ -268,12 +268,7 @@ def _span(event: TraceEvent, first: float | None, last: float | None) -> tuple[f
     """An event's start and end (ns), and the trace's first and last instants widened to cover it."""
     start = event.start_ns
     end = start + event.duration_ns
-    return (
-        start,
-        end,
-        (start if first is None or start < first else first),
-        (end if last is None or end > last else last),
-    )
+    return start, end, start if first is None else min(first, start), end if last is None else max(last, end)
 
 
 def _read_host_line(
@@ -286,21 +281,18 @@ def _read_host_line(
         result.events += 1
         name = event.name
         start, end, first, last = _span(event, first, last)
-        kind = kinds.get(name)
-        if kind is None:
-            kind = _host_kind(name, event)
-            kinds[name] = kind
-        what = kind[0]
+        if name not in kinds:
+            kinds[name] = _host_kind(name, event)
+        what, module = kinds[name]
         if what == "other":
             continue
         if what == "op":
-            result.ops.append(_Op(start, end, name, kind[1], line_id))
+            result.ops.append(_Op(start, end, name, module, line_id))
             busy.append((start, end))
-        elif what == "execute":  # one run of a compiled program: dispatch time, and a program count
-            result.programs += 1
+        elif what in ("execute", "dispatch"):
             dispatch.append((start, end))
-        elif what == "dispatch":
-            dispatch.append((start, end))
+            if what == "execute":  # one run of a compiled program: dispatch time, and a program count
+                result.programs += 1
         elif what in ("compile", "sync", "h2d", "d2h"):  # host busy with something other than dispatch
             {"compile": result.compile, "sync": result.syncs, "h2d": result.h2d, "d2h": result.d2h}[what].append(
                 (start, end)
@@ -343,14 +335,11 @@ def _read_device_line(
 ) -> tuple[float | None, float | None]:
     line_name = line.name
     is_stream = line_name.startswith("Stream")
-    if line_name == "XLA Modules":
-        for _ in line.events:
-            result.events += 1
-            result.module_runs += 1
-        return first, last
     if not (line_name == "XLA Ops" or is_stream):
-        for _ in line.events:
-            result.events += 1
+        events = sum(1 for _ in line.events)
+        result.events += events
+        if line_name == "XLA Modules":
+            result.module_runs += events
         return first, last
     module_of: dict[str, str | None] = {}
     memcpy_read = 0
@@ -396,10 +385,9 @@ def _top_ops(ops: list[_Op], limit: int = TOP_OPS) -> list[dict[str, Any]]:
     table: dict[tuple[str, str | None], dict[str, Any]] = {}
     for op in ops:
         duration = (op.end - op.start) / 1e9
-        entry = table.get((op.name, op.module))
-        if entry is None:
-            entry = {"name": op.name, "module": op.module, "count": 0, "total_s": 0.0, "longest_s": 0.0}
-            table[(op.name, op.module)] = entry
+        entry = table.setdefault(
+            (op.name, op.module), {"name": op.name, "module": op.module, "count": 0, "total_s": 0.0, "longest_s": 0.0}
+        )
         entry["count"] += 1
         entry["total_s"] += duration
         entry["longest_s"] = max(entry["longest_s"], duration)
@@ -492,27 +480,20 @@ def _transfers(events: TraceEvents) -> dict[str, Any]:
         sizes = [c[3] for c in host if c[3] is not None]
         mean = statistics.fmean(sizes) if sizes else None
         total = int(mean * len(host)) if mean is not None else None  # beyond MEMCPY_STATS_LIMIT: scaled
+        h2d_count, d2h_count, source = len(h2d), len(d2h), "device copies"
         seconds = covered(union((c[0], c[1]) for c in host)) / 1e9
-        return {
-            "count": len(host),
-            "host_to_device": len(h2d),
-            "device_to_host": len(d2h),
-            "bytes": total,
-            "mean_bytes": mean,
-            "seconds": seconds,
-            "source": "device copies",
-        }
-    h2d_count, d2h_count = _top_level(events.h2d), _top_level(events.d2h)
-    seconds = covered(union(events.h2d + events.d2h)) / 1e9
-    # The CPU trace names host-side copy calls but carries no sizes.
+    else:  # the CPU trace names host-side copy calls but carries no sizes
+        h2d_count, d2h_count, source = _top_level(events.h2d), _top_level(events.d2h), "host calls"
+        total = mean = None
+        seconds = covered(union(events.h2d + events.d2h)) / 1e9
     return {
         "count": h2d_count + d2h_count,
         "host_to_device": h2d_count,
         "device_to_host": d2h_count,
-        "bytes": None,
-        "mean_bytes": None,
+        "bytes": total,
+        "mean_bytes": mean,
         "seconds": seconds,
-        "source": "host calls",
+        "source": source,
     }
 
 
