@@ -252,7 +252,8 @@ def test_a_program_running_on_from_an_earlier_cell_is_waited_for_before_the_sess
     pytest.importorskip("jax")
     off, on = _second_cell_without_and_with("forecast_in_flight.md")
     waited = on["collection"]["in_flight_wait_s"]
-    assert waited > 0.1, on["collection"]  # the loop ran on (sized to about 4 s of steps)
+    # The loop ran on: it is sized to about 6 s of steps, as a busy machine may take seconds between the cells.
+    assert waited > 0.1, on["collection"]
     assert on["wall_s"] >= waited and on["code_s"] >= waited  # the wait is the cell's own time
     assert "window" not in on["programs"] and "trace_error" not in on["programs"], on["programs"]
     assert _growth(on) - _growth(off) <= MEMORY_BOUND, (_growth(on), _growth(off))
