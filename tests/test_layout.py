@@ -327,8 +327,8 @@ def test_any_typed_parameters_only_shrink() -> None:
 # read; the JSON boundary reads such documents by design: the schema (the codec and the migrations that turn an
 # old document into today's) and the in-kernel probe (it writes plain JSON and may import nothing of the model).
 # Both counts may only shrink: lower them whenever they do.
-GET_CALLS_MOST = 274
-GET_CALLS_OUTSIDE_BOUNDARY_MOST = 143
+GET_CALLS_MOST = 271
+GET_CALLS_OUTSIDE_BOUNDARY_MOST = 141
 JSON_BOUNDARY = ("nbscope.schema", "nbscope.collect.probe")
 # A class's own writer or reader of its document, which the codec (schema/codec.py) now writes and reads.
 SERIALISING_METHODS = {
