@@ -1,5 +1,5 @@
-"""Helpers shared by test_compare.py and test_diagnose_*.py (issue E): profile a test notebook in a real
-kernel, load recorded fixtures, pick findings."""
+"""Helpers shared by test_compare.py, test_diagnose_*.py and the forecast's tests (issue E): profile a test
+notebook in a real kernel, load recorded fixtures, pick findings."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ from nbscope.record.run import RunRecord
 FILES = Path(__file__).resolve().parent / "files"
 RECORDS = FILES / "records"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+def profile_with_programs(name: str) -> RunRecord:
+    """``tests/files/<name>`` profiled with program data, JAX on the CPU: what the forecast's tests read."""
+    return profile(FILES / name, ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"})
 
 
 def profile_notebook(name: str, folder: Path, **options: Any) -> RunRecord:

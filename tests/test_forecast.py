@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from diag_support import profile_with_programs
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.calibrate import CalibratedDevice, calibrate, to_toml
@@ -269,17 +270,13 @@ def test_calibration_refuses_cpu_only_runs_and_missing_figures() -> None:
 # ---- small notebooks end to end ------------------------------------------------------------------
 
 
-def _profiled(name: str) -> RunRecord:
-    return profile(FILES / name, ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"})
-
-
 def _loop_terms(result: dict[str, Any], device: str = "t4") -> list[dict[str, Any]]:
     return [t for cell in result["cells"] for t in cell["gpu"][device]["terms"] if t["kind"] == "loop"]
 
 
 @pytest.fixture(scope="module")
 def scan_record() -> RunRecord:
-    return _profiled("forecast_scan.md")
+    return profile_with_programs("forecast_scan.md")
 
 
 @pytest.mark.slow
@@ -303,7 +300,7 @@ def test_scan_forecast_is_linear_in_its_length(scan_record: RunRecord) -> None:
 
 @pytest.mark.slow
 def test_while_loop_reports_unknown_trip_count_and_cond_loop_syncs() -> None:
-    record = _profiled("forecast_loops.md")
+    record = profile_with_programs("forecast_loops.md")
     programs = record.measurements["programs"]["programs"]
     grow = next(p for p in programs.values() if p["function"] == "grow")
     branchy = next(p for p in programs.values() if p["function"] == "branchy")
@@ -335,7 +332,7 @@ def test_float64_matmul_is_far_slower_on_a_t4_than_on_an_h100_but_float32_is_not
     # float64 product, written into the heap right after its compile, reads like a program's events and can
     # cut the session before the program's own event (docs/forecast.md), so a budget is passed in.
     monkeypatch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(512 * 2**20))
-    record = _profiled("forecast_matmul.md")
+    record = profile_with_programs("forecast_matmul.md")
     result = forecast(record, "t4,h100").to_dict()
 
     def work(device: str, first_line: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from diag_support import profile_with_programs
 from nbscope.analyse.forecast import forecast
 from nbscope.api.profile import ProfileOptions, profile
 from nbscope.record.run import RunRecord
@@ -137,11 +138,7 @@ def _many_compiles_cell() -> tuple[RunRecord, dict[str, Any]]:
     """forecast_many_compiles.md profiled with program data: the record, and its cell of 100 eager compiles,
     whose trace was cut and whose 100 executions were each counted once all the same."""
     pytest.importorskip("jax")
-    record = profile(
-        FILES / "forecast_many_compiles.md",
-        ProfileOptions(programs=True, jax_platform="cpu"),
-        fingerprint={"digest": "test"},
-    )
+    record = profile_with_programs("forecast_many_compiles.md")
     cell = record.measurements["cells"][1]
     assert cell["status"] == "ok"
     assert cell["programs"]["window"]["cut"] is True, cell["programs"]["window"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from diag_support import edited, load_record
+from diag_support import edited, load_record, profile_with_programs
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.devices import load_table
 from nbscope.analyse.forecast.jax_code import cells_touching_jax
@@ -37,12 +37,8 @@ def _cells(record: RunRecord) -> dict[int, dict[str, Any]]:
 def test_calls_after_a_cut_are_counted_not_extrapolated() -> None:
     """forecast_cut.md's 200,000 calls of ``step``: the trace is cut after ~1,000 of them; every call is still
     counted, with its program (before: ≈131,000-134,000 "extrapolated" from the window's time)."""
-    from nbscope.api.profile import ProfileOptions, profile
-
     pytest.importorskip("jax")
-    record = profile(
-        FILES / "forecast_cut.md", ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"}
-    )
+    record = profile_with_programs("forecast_cut.md")
     cells = _cells(record)
     loop = cells[LOOP]["programs"]
     assert loop["window"]["cut"] is True  # the trace was cut short, as the notebook means it to be

@@ -8,19 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from diag_support import profile_with_programs
 from nbscope.analyse.forecast import forecast
-from nbscope.api.profile import ProfileOptions, profile
 
 FILES = Path(__file__).resolve().parent / "files"
 
 
 def test_random_and_solve_have_no_loop_term_from_threefry_or_lu() -> None:
     pytest.importorskip("jax")
-    record = profile(
-        FILES / "forecast_random_solve.md",
-        ProfileOptions(programs=True, jax_platform="cpu"),
-        fingerprint={"digest": "test"},
-    )
+    record = profile_with_programs("forecast_random_solve.md")
     programs = record.measurements["programs"]["programs"]
     program = next(p for p in programs.values() if p["function"] == "draw_and_solve")
     assert program["gpu"]["source"] == "lower (cuda)"

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import nbscope.analyse.forecast as analysis
+from diag_support import profile_with_programs
 from nbscope._units import seconds_range
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.devices import load_table
-from nbscope.api.profile import ProfileOptions, profile
 
 FILES = Path(__file__).resolve().parent / "files"
 pytest.importorskip("jax")
@@ -39,11 +39,7 @@ def honest() -> Any:
     # keeps a loaded or different machine from cutting one (a cut is tested in test_forecast_bounded.py).
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(512 * 2**20))
-        return profile(
-            FILES / "forecast_honest.md",
-            ProfileOptions(programs=True, jax_platform="cpu"),
-            fingerprint={"digest": "test"},
-        )
+        return profile_with_programs("forecast_honest.md")
 
 
 def _cell(result: dict[str, Any], text: str) -> dict[str, Any]:

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
+from diag_support import profile_with_programs
 from nbscope.analyse.forecast import forecast, placement
-from nbscope.api.profile import ProfileOptions, profile
 
 FILES = Path(__file__).resolve().parent / "files"
 
 
 def _profile(name: str) -> Any:
     pytest.importorskip("jax")
-    return profile(FILES / name, ProfileOptions(programs=True, jax_platform="cpu"), fingerprint={"digest": "test"})
+    return profile_with_programs(name)
 
 
 def _by_function(result: dict[str, Any], function: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from diag_support import profile_with_programs
 from nbscope.api.profile import ProfileOptions, profile
 
 MEMORY_BOUND = 200e6
@@ -84,11 +85,7 @@ def test_a_loop_writing_its_result_as_it_runs_is_not_cut_for_the_growth() -> Non
     """The part after the scan's compile looks at its events (few: XLA:CPU runs the loop as one kernel) while
     the kernel grows by the 40 MB result it writes: the trace is whole, and its one call is counted as one."""
     pytest.importorskip("jax")
-    record = profile(
-        FILES / "forecast_scan_result.md",
-        ProfileOptions(programs=True, jax_platform="cpu"),
-        fingerprint={"digest": "test"},
-    )
+    record = profile_with_programs("forecast_scan_result.md")
     cell = record.measurements["cells"][1]
     assert cell["status"] == "ok" and cell["programs"]["trace"] == "read", cell["programs"]
     assert not cell["programs"].get("window"), cell["programs"]["window"]
@@ -208,11 +205,7 @@ def test_a_loops_iterations_are_all_counted_across_looks_and_compiles_while_it_r
     # session as the loop's 80 MB carry was allocated (the kernel grew 33 MB, read as events): it is set out of
     # reach here. Its own tests are in test_forecast_bounded.py.
     monkeypatch.setenv("NBSCOPE_PROBE_MEMORY_BUDGET", str(512 * 2**20))
-    record = profile(
-        FILES / "forecast_split_loop.md",
-        ProfileOptions(programs=True, jax_platform="cpu"),
-        fingerprint={"digest": "test"},
-    )
+    record = profile_with_programs("forecast_split_loop.md")
     cells = record.measurements["cells"]
     assert [c["status"] for c in cells] == ["ok", "ok", "ok"]
     for cell in cells[1:]:
