@@ -440,3 +440,28 @@ def test_the_tpu_forecast_of_newtons_method_names_the_cells_that_raised_there() 
     for row in long:  # within its range, or 1.5× of it (cell 12, SciPy's root finder: 136-180 s, 110 s there)
         assert row.forecast_low_s / 1.5 <= row.measured_s, row  # type: ignore[operator]
         assert row.forecast_high_s is None or row.measured_s <= row.forecast_high_s * 1.5, row  # type: ignore[operator]
+
+
+def test_a_book_build_traced_on_the_tpu_cuts_by_split_time_and_counts_what_its_profile_counts() -> None:
+    # A jupyter-book 1 build traced on the TPU with program data in the build's own kernels: the 100-compile cell's
+    # trace is cut by its split budget with each program's one run counted once, and kesten_processes records the
+    # same executions, cell by cell, as its `nbscope profile --programs` on the same chip.
+    many = record("tpu_trace_programs_forecast_many_compiles")
+    assert many.kind == "trace" and many.settings["traced_command"] == ["jupyter-book", "build", "."]
+    assert backend_of(many)["platform"] == "tpu"
+    cell = many.notebook_run().cells[1]
+    assert cell.programs is not None and cell.programs.window is not None
+    assert cell.programs.window.reason == "split time"
+    assert len(cell.programs.executions) == len({e.program for e in cell.programs.executions}) == 100
+    assert all(e.count == 1 and e.count_basis == "counted" for e in cell.programs.executions)
+
+    def executions(name: str) -> list[list[tuple[str, int | None, str | None]]]:
+        cells = record(name).notebook_run().cells
+        return [
+            sorted((e.program, e.count, e.count_basis) for e in (c.programs.executions if c.programs else ()))
+            for c in cells
+        ]
+
+    traced = executions("tpu_trace_programs_kesten_processes")
+    assert traced == executions("tpu_programs_kesten_processes")
+    assert sum(count or 0 for _, count, _ in traced[6]) == 7504  # the simulation loop's steps, counted
