@@ -195,6 +195,23 @@ def test_timeout_cell_is_recorded_and_the_run_saved(
     assert stored.settings["timeout"] == 2
 
 
+@pytest.mark.slow
+def test_a_cell_cut_by_its_timeout_keeps_what_it_compiled(tmp_path: Path, kernel_marker: str) -> None:
+    # Cell 2 compiles a new shape at every step until --timeout stops it: its compiles, compile time and program
+    # data are the probe's line for the interrupted cell, within its wall; cell 3 runs after it.
+    options = ProfileOptions(timeout=6, programs=True, env={MARKER: kernel_marker, "JAX_PLATFORMS": "cpu"})
+    record = profile(FILES / "timeout_while_compiling.md", options, store=store_in(tmp_path))
+    cells = record.notebook_run().cells
+    assert [c.status for c in cells] == ["ok", "timeout", "ok"]
+    stopped = cells[1]
+    assert stopped.error is not None and stopped.error.name == "CellTimeoutError"
+    assert stopped.jax is not None and stopped.jax.compiles is not None and stopped.jax.compiles >= 2
+    assert stopped.wall_s is not None and stopped.wall_s >= 6
+    assert stopped.compile_s is not None and 0 < stopped.compile_s < stopped.wall_s
+    assert stopped.programs is not None and stopped.programs.executions
+    assert record.status == "partial"
+
+
 @pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
 @pytest.mark.slow
 def test_kernel_death_is_recorded_at_the_cell_and_the_run_saved(tmp_path: Path, kernel_marker: str, how: str) -> None:

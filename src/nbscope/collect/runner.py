@@ -340,8 +340,11 @@ class _CellLoop:
         elapsed = time.perf_counter() - self.cell_started
         if around is not None and outcome == "ran":
             self._silent(client, around[2], "after")
+        # A timed-out cell that stops at the interrupt ends as any cell does: the probe's line has what it compiled
+        # and ran until then.
+        stopped = outcome == "timeout" and interrupt_cell(client, cell, wait_s=INTERRUPT_WAIT_S)
         self.running = None
-        probe = self.reader.take(code_cell.source_hash) if outcome == "ran" else None
+        probe = self.reader.take(code_cell.source_hash) if outcome == "ran" or stopped else None
         record = _cell_record(code_cell, cell, outcome, elapsed, probe, self.options, self.programs)
         if outcome == "kernel-died":
             self._note_oom_kill(record)
@@ -354,7 +357,7 @@ class _CellLoop:
         self.live.write(record)
         if self.on_cell_done is not None:
             self.on_cell_done(record)
-        self._after(code_cell, cell, outcome, record, client)
+        self._after(code_cell, outcome, record, stopped)
 
     def _silent(self, client: NotebookClient, code: str, when: str) -> None:
         """Run ``code`` in the kernel as a silent request (no cell callbacks: the probe does not see it); an error
@@ -378,15 +381,14 @@ class _CellLoop:
             self.runner["oom_kill"] = {"where": killed.where, "kills": killed.kills, "limit_bytes": killed.limit_bytes}
             record["error"]["message"] += f": {killed.text}"
 
-    def _after(
-        self, code_cell: CodeCell, cell: NotebookNode, outcome: str, record: dict[str, Any], client: NotebookClient
-    ) -> None:
-        """What a cell's outcome means for the run: partial, and whether the cells after it run."""
+    def _after(self, code_cell: CodeCell, outcome: str, record: dict[str, Any], stopped: bool) -> None:
+        """What a cell's outcome means for the run: partial, and whether the cells after it run (``stopped``: a
+        timed-out cell stopped at the interrupt)."""
         if outcome == "kernel-died":
             self.status, self.stopped = "partial", True
         elif outcome == "timeout":
             self.status = "partial"
-            if not interrupt_cell(client, cell, wait_s=INTERRUPT_WAIT_S):
+            if not stopped:
                 # The cell ignores the interrupt: the kernel is still busy with it, so the next cell would
                 # queue behind it and be blamed for the wait. The kernel is stopped instead.
                 record["error"]["message"] += (
@@ -426,13 +428,19 @@ def _cell_record(
             runner_fields["wall_s"] = runner_fields["roundtrip_s"] or elapsed
             error = output_error(executed)
     elif outcome != "ran":
-        runner_fields.update(status=outcome, wall_s=elapsed)
+        # With the probe's line (a timed-out cell stopped at the interrupt), its wall is the cell's time in the kernel
+        # until the interrupt took effect: a compile runs on past the timeout, as it does past a Ctrl-C.
+        runner_fields.update(status=outcome, wall_s=elapsed if probe is None else probe.wall_s)
         error = {
             "name": "CellTimeoutError" if outcome == "timeout" else "DeadKernelError",
             "message": f"cell exceeded --timeout {options.timeout:g} s"
             if outcome == "timeout"
             else "the kernel died while running this cell",
         }
+        if (
+            probe is not None and probe.status == "ok"
+        ):  # the interrupt was swallowed (a bare except) or came as it ended
+            error["message"] += "; the cell did not stop at the interrupt and finished without error"
     record = merge_cell(code_cell, probe, **runner_fields)
     if programs is not None and probe is not None and probe.programs is not None:
         record["programs"] = _collect_programs(programs, probe.programs, record)
