@@ -270,6 +270,7 @@ def bench_progress() -> Callable[[GroupProgress], None]:
         if event.event == "start":
             status.print(f"[dim]bench: {event.group} ({event.dtype}) …[/dim]")
         elif event.status != "ok":
-            status.print(f"[dim]bench: {event.group}: {event.status} – {event.reason}[/dim]")
+            why = f" – {literal(event.reason)}" if event.reason else ""
+            status.print(f"[dim]bench: {event.group}: {event.status}{why}[/dim]")
 
     return progress

@@ -208,7 +208,8 @@ def pathways_progress() -> Callable[[PathwayProgress], None]:
         if event.event == "start":
             status.print(f"[dim]pathways: {event.pathway}{run} …[/dim]")
         elif event.status != "ok":
-            status.print(f"[dim]pathways: {event.pathway}{run}: {event.status} – {event.reason}[/dim]")
+            why = f" – {literal(event.reason)}" if event.reason else ""  # a partial run's cells say why
+            status.print(f"[dim]pathways: {event.pathway}{run}: {event.status}{why}[/dim]")
 
     return progress
 
