@@ -653,6 +653,50 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
     assert live_files(db) == []
 
 
+def test_a_stop_signal_keeps_what_the_running_cell_compiled(tmp_path: Path) -> None:
+    # SIGTERM after cell 2 has compiled 20 programs (it compiles one at each step, without end): the cell is
+    # recorded as interrupted with the probe's figures of it, its compiles and compile time, not its time alone.
+    db, started = tmp_path / "db" / "nbscope.db", tmp_path / "started"
+    env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
+    env |= {"NBSCOPE_TEST_STARTED": str(started), "JAX_PLATFORMS": "cpu"}
+
+    def default_signals() -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+
+    notebook = FILES / "stopped_while_compiling.md"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nbscope", "profile", str(notebook), "--db", str(db)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists():
+            assert process.poll() is None, process.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "cell 2 did not compile its first 20 programs"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, stderr
+    [summary] = Store(db).runs()
+    cells = Store(db).get(summary["id"]).notebook_run().cells
+    assert [c.status for c in cells] == ["ok", "interrupted", "not-run"]
+    stopped = cells[1]
+    assert stopped.interrupted_by == "SIGTERM" and stopped.error is not None and "SIGTERM" in stopped.error.message
+    assert stopped.jax is not None and stopped.jax.compiles is not None and stopped.jax.compiles >= 20
+    assert stopped.compile_s is not None and stopped.wall_s is not None and 0 < stopped.compile_s < stopped.wall_s
+    assert live_files(db) == []
+
+
 def test_the_probe_keeps_its_own_clocks_whatever_the_notebook_does_to_its_modules(tmp_path: Path) -> None:
     done = cli(
         "profile", FILES / "probe_tampering.ipynb", "--db", tmp_path / "s.db", "--json", "--no-diagnose", cwd=tmp_path

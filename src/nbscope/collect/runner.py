@@ -79,6 +79,8 @@ CellCallback = Callable[[dict[str, Any]], None]
 StartCallback = Callable[[CodeCell], None]
 # How long a timed-out cell may take to stop once interrupted before its kernel is stopped instead.
 INTERRUPT_WAIT_S = 10.0
+# After a stop signal: how long the running cell may take to stop at an interrupt, for the probe's line of it.
+STOP_WAIT_S = 2.0
 
 
 @dataclass
@@ -307,13 +309,26 @@ class _CellLoop:
             self.status, self.interrupted = "partial", True
             for code_cell in self.notebook.code_cells[len(self.cells) :]:
                 if code_cell is self.running:
-                    self._keep(
-                        interrupted_described(
-                            code_cell.describe(), time.perf_counter() - self.cell_started, stop_signal(exc)
-                        )
-                    )
+                    self._keep(self._stopped_by_signal(code_cell, client, stop_signal(exc)))
                 else:
                     self._keep(merge_cell(code_cell, None))
+
+    def _stopped_by_signal(self, code_cell: CodeCell, client: NotebookClient, signal_name: str) -> dict[str, Any]:
+        """The running cell when a stop signal came: how long it had run, and what the probe measured of it (its
+        compiles, program data) where the kernel stops at an interrupt within ``STOP_WAIT_S``; a cell inside a
+        long compile does not, and keeps its time only."""
+        elapsed = time.perf_counter() - self.cell_started
+        record = interrupted_described(code_cell.describe(), elapsed, signal_name)
+        cell = self.notebook.nb.cells[code_cell.cell_index]
+        try:
+            probe = self.reader.take(code_cell.source_hash) if interrupt_cell(client, cell, STOP_WAIT_S) else None
+            if probe is not None:
+                measured = _cell_record(code_cell, cell, "ran", elapsed, probe, self.options, self.programs)
+                measured.update(status="interrupted", error=record["error"], interrupted_by=signal_name)
+                record = measured
+        except Exception:  # the kernel or its channels already gone: the cell's time is what is known
+            pass
+        return record
 
     def _keep(self, record: dict[str, Any]) -> None:
         self.cells.append(record)
