@@ -602,30 +602,21 @@ def test_a_cell_that_ignores_the_interrupt_after_its_timeout_stops_the_kernel_an
     assert Store(db).count() == 1 and live_files(db) == []
 
 
-def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> None:
-    db = tmp_path / "db" / "nbscope.db"
-    started = tmp_path / "started"
-    env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
-    env |= {"NBSCOPE_TEST_STARTED": str(started), "NBSCOPE_TEST_REPEAT_FLAG": str(tmp_path / "flag")}
+def profile_stopped_by_sigterm(tmp_path: Path, notebook: Path, *options: str, **env: str) -> tuple[Path, str]:
+    """``nbscope profile NOTEBOOK OPTIONS`` in a process of its own, sent SIGTERM once the notebook has made the
+    file named by ``NBSCOPE_TEST_STARTED``: the store, and what the process wrote on standard error (it exited
+    143, as a shell reports a process SIGTERM ended)."""
+    db, started = tmp_path / "db" / "nbscope.db", tmp_path / "started"
+    merged = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"} | env | {"NBSCOPE_TEST_STARTED": str(started)}
 
     def default_signals() -> None:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
 
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nbscope",
-            "profile",
-            str(FILES / "sleeps_second_repeat.ipynb"),
-            "--repeat",
-            "2",
-            "--db",
-            str(db),
-        ],
+        [sys.executable, "-m", "nbscope", "profile", str(notebook), *options, "--db", str(db)],
         cwd=tmp_path,
-        env=env,
+        env=merged,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -636,7 +627,7 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
         deadline = time.monotonic() + 300
         while not started.exists():
             assert process.poll() is None, process.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "the second repeat's sleeping cell did not start"
+            assert time.monotonic() < deadline, "the notebook did not say it had started"
             time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
@@ -644,6 +635,15 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
         if process.poll() is None:
             process.kill()
     assert process.returncode == 143, stderr
+    return db, stderr
+
+
+def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> None:
+    # The notebook says it has started in its second repeat's sleeping cell.
+    notebook = FILES / "sleeps_second_repeat.ipynb"
+    db, stderr = profile_stopped_by_sigterm(
+        tmp_path, notebook, "--repeat", "2", NBSCOPE_TEST_REPEAT_FLAG=str(tmp_path / "flag")
+    )
     [summary] = Store(db).runs()
     assert f"saved partial run {summary['id']} (1 of 2 repeats finished)" in stderr
     record = Store(db).get(summary["id"])
@@ -656,37 +656,7 @@ def test_a_stop_in_a_later_repeat_keeps_the_finished_repeat(tmp_path: Path) -> N
 def test_a_stop_signal_keeps_what_the_running_cell_compiled(tmp_path: Path) -> None:
     # SIGTERM after cell 2 has compiled 20 programs (it compiles one at each step, without end): the cell is
     # recorded as interrupted with the probe's figures of it, its compiles and compile time, not its time alone.
-    db, started = tmp_path / "db" / "nbscope.db", tmp_path / "started"
-    env = {k: v for k, v in os.environ.items() if k != "NBSCOPE_DB"}
-    env |= {"NBSCOPE_TEST_STARTED": str(started), "JAX_PLATFORMS": "cpu"}
-
-    def default_signals() -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
-
-    notebook = FILES / "stopped_while_compiling.md"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "nbscope", "profile", str(notebook), "--db", str(db)],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_signals,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not started.exists():
-            assert process.poll() is None, process.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "cell 2 did not compile its first 20 programs"
-            time.sleep(0.1)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 143, stderr
+    db, _ = profile_stopped_by_sigterm(tmp_path, FILES / "stopped_while_compiling.md", JAX_PLATFORMS="cpu")
     [summary] = Store(db).runs()
     cells = Store(db).get(summary["id"]).notebook_run().cells
     assert [c.status for c in cells] == ["ok", "interrupted", "not-run"]
