@@ -228,6 +228,21 @@ def test_book2_is_skipped_with_a_reason_when_not_installed(isolated_tmp: Path, m
 
 
 @pytest.mark.slow
+def test_a_cell_cut_by_its_timeout_keeps_what_it_compiled_in_the_script_and_the_kernel(tmp_db: Path) -> None:
+    # Cell 2 compiles a new shape at every step until --timeout stops it: the script's worker is stopped by SIGINT
+    # (as a script at Ctrl-C) and the kernel is interrupted; in both, the cell keeps the probe's figures of it.
+    from nbscope.record.store import Store
+
+    notebook = FILES / "timeout_while_compiling.md"
+    record = run_pathways(notebook, ("script", "kernel"), store=Store(tmp_db), timeout=5, env={"JAX_PLATFORMS": "cpu"})
+    rows = record.measurements["cells"]
+    for name, after in (("script", "not-run"), ("kernel", "ok")):
+        assert [row["by_pathway"][name]["status"] for row in rows] == ["ok", "timeout", after], name
+        stopped = rows[1]["by_pathway"][name]
+        assert stopped["wall_s"] >= 5 and 0 < stopped["compile_s"] < stopped["wall_s"], (name, stopped)
+
+
+@pytest.mark.slow
 def test_cli_pathways_timeouts_and_kernel_only_magics(run_cli: Any, tmp_db: Path, isolated_tmp: Path) -> None:
     bad = run_cli("pathways", SMALL, "--via", "script,papermill", "--db", tmp_db)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "unknown pathway" in bad.stderr

@@ -21,6 +21,7 @@ STARTED_UNIX = time.time()  # first thing: how long the interpreter took to reac
 import json  # noqa: E402  (after the timestamp on purpose)
 import os  # noqa: E402
 import re  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
@@ -71,6 +72,8 @@ def main(argv: list[str]) -> int:
     def event(record: dict[str, Any]) -> None:
         events.write(json.dumps(record) + "\n")
 
+    # SIGINT is how the runner stops a cell past --timeout, even where nbscope's own parent ignores it (nohup).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if "MPLBACKEND" not in os.environ and _has_module("matplotlib_inline"):
         os.environ["MPLBACKEND"] = _INLINE_BACKEND
     imported = time.time()
@@ -99,8 +102,10 @@ def main(argv: list[str]) -> int:
             event({"type": "skip", "index": cell["index"], "hash": cell["hash"], "reason": reason})
             continue
         event({"type": "run", "index": cell["index"], "hash": cell["hash"], "unix": time.time()})
-        shell.run_cell(cell["source"], store_history=True)
+        result = shell.run_cell(cell["source"], store_history=True)
         sys.stdout.flush()
+        if isinstance(result.error_in_exec, KeyboardInterrupt):
+            break  # the runner's stop at a timeout, as a script ends at Ctrl-C: the probe has written the cell's line
     event({"type": "done", "unix": time.time()})
     events.close()
     return 0

@@ -7,9 +7,11 @@ cell records of the same schema as ``nbscope profile``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ from typing import Any
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
-from nbscope.collect.runner import ProbeReader, merge_cell
+from nbscope.collect.runner import STOP_WAIT_S, ProbeReader, merge_cell
 from nbscope.schema import process_environment
 from nbscope.schema.build import derive, totals
 from nbscope.schema.codec import decode
@@ -201,8 +203,25 @@ def _wait(
         runs = [e for e in _read_events(events_file) if e.type == "run"]
         reader.poll()
         if runs and len(runs) > len(reader.cells) and time.time() - runs[-1].unix > (timeout or 0):
-            _kill(process)
+            _stop(process, reader, len(runs))
             return runs[-1].index
+
+
+def _stop(process: subprocess.Popen[bytes], reader: ProbeReader, ran: int) -> None:
+    """Stop the worker at a cell past its timeout: SIGINT, which ends the cell as a KeyboardInterrupt (the probe
+    writes its line: what it compiled and ran until then). Sent again every half second until the cell's line is
+    there (an interrupt that lands in a callback JAX runs is lost there), then the worker is killed; at the latest
+    after ``STOP_WAIT_S`` (a compile does not see the interrupt until it returns)."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while process.poll() is None and time.monotonic() < deadline:
+        reader.poll()
+        if len(reader.cells) >= ran:
+            break  # the cell's line is there: the rest of the worker's life measures nothing
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.5)
+    _kill(process)
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -237,15 +256,17 @@ def _cells(
             probe = reader.cells.get(seq)
             if probe is None or probe.hash != code_cell.source_hash:
                 probe = reader.take(code_cell.source_hash)
-            if probe is not None:
+            if code_cell.index == timed_out:  # with the probe's line when the cell stopped at the interrupt
+                record = merge_cell(
+                    code_cell, probe, status="timeout", wall_s=None if probe else exited_unix - run.unix
+                )
+                record["error"] = {"name": "CellTimeoutError", "message": f"cell exceeded --timeout {timeout:g} s"}
+            elif probe is not None:
                 record = merge_cell(code_cell, probe)
                 if record["status"] == "error" and "raises-exception" in code_cell.tags:
                     record["status"] = "expected-error"
             elif interrupted:
                 record = merge_cell(code_cell, None, status="not-run")  # stopped by nbscope, as `profile` records it
-            elif code_cell.index == timed_out:
-                record = merge_cell(code_cell, None, status="timeout", wall_s=exited_unix - run.unix)
-                record["error"] = {"name": "CellTimeoutError", "message": f"cell exceeded --timeout {timeout:g} s"}
             else:
                 record = merge_cell(code_cell, None, status="kernel-died", wall_s=exited_unix - run.unix)
                 record["error"] = {
