@@ -513,3 +513,22 @@ def test_the_cold_cache_fix_tried_on_the_tpu_makes_the_compile_flood_faster_with
     stored = decode(TrialResult, remedied.measurements["trial"])
     assert stored.repeats == 3 and stored.cell_verdict == "faster" and stored.results == "equal"
     assert stored.cell_as_is_s > 3 * stored.cell_remedy_s  # 6.52 s against 1.24 s
+
+
+def test_a_cell_cut_short_on_the_tpu_is_a_lower_bound_in_the_comparison() -> None:
+    """opt_savings_1 on the TPU: cell 21 was still compiling when --timeout 150 cut it. Its 150 s are a lower bound
+    of the cell's time there, so the comparison gives it no error and does not call it in range or out of it (the
+    forecast, 1.4-222 s, reaches past it), and the measured total is "at least"."""
+    from nbscope.render.forecast import measured_rows
+
+    cpu, tpu = record("cpu_host_opt_savings_1"), record("tpu_opt_savings_1")
+    comparison = against_measured(forecast(cpu, "tpu-v5e"), tpu, "tpu-v5e")
+    [cut] = [row for row in comparison.cells if row.cut_short]
+    assert (cut.index, cut.cut_short, cut.error, cut.within) == (20, "timeout", None, None)
+    assert cut.measured_s is not None and cut.forecast_high_s is not None and cut.measured_s < cut.forecast_high_s
+    assert comparison.total.cut_short == 1 and comparison.total.error is None
+    rows = measured_rows(comparison)
+    [shown] = [cells for cells in rows.rows if "cut short" in [str(getattr(c, "text", c)) for c in cells]]
+    assert any(str(getattr(c, "text", c)).startswith("≥ 2 min 30 s") for c in shown)
+    whole = [row for row in comparison.cells if row.measured_s is not None and not row.cut_short]
+    assert all(row.error is not None or row.measured_s == 0 for row in whole)  # finished cells keep their error

@@ -340,9 +340,14 @@ def _measured_total(comparison: MeasuredComparison) -> str:
     return (
         f"total{'' if whole else ' without compile'}: forecast "
         f"{seconds_range(total.forecast_low_s, total.forecast_high_s)}, "
-        f"measured {format_seconds(total.measured_s)} (error {_error(total.error)}); "
-        f"{comparison.within} of {comparison.paired} cells within the forecast range "
-        f"(error: forecast midpoint vs measured, {'compile included' if whole else 'compile left out of both'})"
+        f"measured {'at least ' if total.cut_short else ''}{format_seconds(total.measured_s)} "
+        f"(error {_error(total.error)}); {comparison.within} of {comparison.paired} cells within the forecast range"
+        + (
+            f", {total.cut_short} cut short (a timeout or a dead kernel: their time a lower bound)"
+            if total.cut_short
+            else ""
+        )
+        + f" (error: forecast midpoint vs measured, {'compile included' if whole else 'compile left out of both'})"
     )
 
 
@@ -363,9 +368,9 @@ def measured_rows(comparison: MeasuredComparison) -> Rows:
         (
             *_cell_items(row.index, row.line, row.first_line, row.cpu_s),
             seconds_range(row.forecast_low_s, row.forecast_high_s),
-            format_seconds(row.measured_s),
+            f"≥ {format_seconds(row.measured_s)}" if row.cut_short else format_seconds(row.measured_s),
             _error(row.error),
-            "yes" if row.within else "no",
+            "cut short" if row.within is None else "yes" if row.within else "no",
         )
         for row in comparison.cells
         if row.measured_s is not None

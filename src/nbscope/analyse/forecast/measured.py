@@ -23,6 +23,7 @@ from nbscope.analyse.forecast.devices import Device
 from nbscope.record.cells import pair_cells
 from nbscope.schema.codec import Encoded, Write, given
 from nbscope.schema.model import Cell
+from nbscope.schema.status import CUT_SHORT
 
 if TYPE_CHECKING:
     from nbscope.analyse.forecast import CellForecast, Forecast
@@ -55,8 +56,11 @@ class MeasuredCell:
     verdict: str
     measured_s: float | None  # the measured cell's time less its JAX compile (None: not paired or not run)
     measured_wall_s: float | None  # the GPU run's cell, nbscope's own collection left out
-    within: bool | None  # the measured time lies in the forecast range
+    within: bool | None  # the measured time lies in the forecast range (None: unknown, or not measured)
     error: float | None  # the forecast's midpoint over the measured time, minus 1
+    # the measured cell's status when it was stopped before its end (timeout, kernel-died): its time a lower bound,
+    # with no error, and in range unknown unless that bound is past the forecast's high end
+    cut_short: Annotated[str | None, Write(when=given)] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,7 @@ class MeasuredTotal:
     forecast_low_s: float
     forecast_high_s: float | None
     error: float | None
+    cut_short: Annotated[int, Write(when=given)] = 0  # cells cut short: the measured total is a lower bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +169,7 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
     if not paired:
         raise NbscopeError("--measured shares no cell with the forecast run (different notebook or version)")
     timed = [r for r in rows if r.measured_s is not None]
+    cut_short = sum(1 for r in timed if r.cut_short)
     measured_total = sum(r.measured_s for r in timed if r.measured_s is not None)
     low_total = sum(r.forecast_low_s for r in timed)
     highs = [r.forecast_high_s for r in timed]
@@ -198,7 +204,8 @@ def against_measured(result: Forecast, measured: RunRecord, device: str) -> Meas
             measured_s=measured_total,
             forecast_low_s=low_total,
             forecast_high_s=high_total,
-            error=(mid_total - measured_total) / measured_total if measured_total > 0 else None,
+            error=(mid_total - measured_total) / measured_total if measured_total > 0 and not cut_short else None,
+            cut_short=cut_short,
         ),
         notes=tuple(notes),
         with_compile=whole,
@@ -214,11 +221,14 @@ def _row(cell: CellForecast, other: Cell | None, device: str, whole: bool, numba
     compile_high = compile_term.high_s if compile_term else 0.0
     low = max(0.0, outcome.low_s - compile_low)
     high = None if outcome.high_s is None else max(0.0, outcome.high_s - (compile_high or 0.0))
-    measured_s = measured_wall_s = within = error = None
+    measured_s = measured_wall_s = within = error = cut_short = None
     if other is not None:
         low, high = max(0.0, low - numba_s), None if high is None else max(0.0, high - numba_s)
         measured_s, measured_wall_s = (other.notebook_wall_s if whole else _run_time(other)), other.notebook_wall_s
-        if measured_s is not None:
+        if measured_s is not None and other.status in CUT_SHORT:  # how long the whole cell takes is not known
+            cut_short = other.status
+            within = False if high is not None and measured_s > high else None
+        elif measured_s is not None:
             within = low <= measured_s and (high is None or measured_s <= high)
             mid = low if high is None else (low * high) ** 0.5 if low > 0 else (low + high) / 2
             error = (mid - measured_s) / measured_s if measured_s > 0 else None
@@ -234,6 +244,7 @@ def _row(cell: CellForecast, other: Cell | None, device: str, whole: bool, numba
         measured_wall_s=measured_wall_s,
         within=within,
         error=error,
+        cut_short=cut_short,
     )
 
 
