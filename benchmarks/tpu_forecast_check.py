@@ -38,10 +38,16 @@ def main(prefix: str) -> None:
         comparison = against_measured(result, tpu, "tpu-v5e")
         cells = {c.index: c for c in tpu.notebook_run().cells}
         measured = sum(c.notebook_wall_s or 0.0 for c in cells.values())
+        # a run cut short (a timeout, a stop) measured a lower bound of the notebook's time
+        at_least = (
+            "at least " if any(c.status in ("timeout", "kernel-died", "interrupted") for c in cells.values()) else ""
+        )
         raised = [
             i + 1 for i, c in cells.items() if c.error is not None and "LuDecomposition" in (c.error.message or "")
         ]
-        long = [r for r in comparison.cells if r.measured_s is not None and r.measured_s >= 1 and cells[r.index].ran]
+        timed = [r for r in comparison.cells if r.measured_s is not None and r.measured_s >= 1 and cells[r.index].ran]
+        long = [r for r in timed if not r.cut_short]  # a cell cut short measured only a lower bound
+        cut = f" ({len(timed) - len(long)} cut short, not judged)" if len(timed) > len(long) else ""
         near = [
             r
             for r in long
@@ -51,8 +57,8 @@ def main(prefix: str) -> None:
         high = "∞" if notebook.high_s is None else f"{notebook.high_s:.0f}"
         print(
             f"{name}: CPU {notebook.cpu_s:.1f} s, forecast {notebook.low_s:.0f}–{high} s ({notebook.verdict}); "
-            f"TPU measured {measured:.1f} s; forecast to fail: {[i + 1 for i in notebook.failing]}, raised: {raised}; "
-            f"cells ≥ 1 s in range or within 1.5×: {len(near)}/{len(long)}"
+            f"TPU measured {at_least}{measured:.1f} s; forecast to fail: {[i + 1 for i in notebook.failing]}, raised: {raised}; "
+            f"cells ≥ 1 s in range or within 1.5×: {len(near)}/{len(long)}{cut}"
         )
         for row in long:
             if row not in near:
