@@ -534,3 +534,29 @@ def test_a_cell_cut_short_on_the_tpu_is_a_lower_bound_in_the_comparison() -> Non
     assert any(str(getattr(c, "text", c)).startswith("≥ 2 min 30 s") for c in shown)
     whole = [row for row in comparison.cells if row.measured_s is not None and not row.cut_short]
     assert all(row.error is not None or row.measured_s == 0 for row in whole)  # finished cells keep their error
+
+
+def test_compare_names_a_side_cut_short_instead_of_a_winner_it_cannot_know() -> None:
+    """The CPU run of opt_savings_1 against the TPU's, whose cell 21 --timeout cut at 150 s and cell 22 a stop
+    signal: a cut cell's time is a lower bound, so the CPU side wins there only as "at least", and the notebook's
+    summed times likewise; compared the other way round, a cut side is never the winner."""
+    from nbscope.analyse.compare import compare
+
+    cpu, tpu = record("cpu_host_opt_savings_1"), record("tpu_opt_savings_1")
+    rows = {row.index_b: row for row in compare(cpu, tpu).rows}
+    assert rows[20].winner.text.startswith("A ≥ ") and rows[20].winner.text.endswith("× faster (B timed out)")
+    assert rows[21].winner.text.endswith("(B interrupted)")
+    totals = {row.key: row for row in compare(cpu, tpu).totals}
+    assert totals["wall_s"].winner is not None and "(B timed out)" in totals["wall_s"].winner.text
+    assert totals["kernel_start_s"].winner is not None and "timed out" not in totals["kernel_start_s"].winner.text
+
+    # A cut cell that looks faster than a whole one is not a win: the CPU's cell 21 (0.71 s) read as cut short
+    # against the TPU's read as whole (150 s).
+    def with_status(name: str, status: str) -> RunRecord:
+        document = json.loads((DEVICE / f"{name}.json").read_text())
+        document["measurements"]["cells"][20]["status"] = status
+        return loads(json.dumps(document))
+
+    looks_faster = compare(with_status("cpu_host_opt_savings_1", "timeout"), with_status("tpu_opt_savings_1", "ok"))
+    [row] = [row for row in looks_faster.rows if row.index_a == 20]
+    assert row.winner.side is None and row.winner.text == "A timed out"

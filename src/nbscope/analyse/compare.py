@@ -185,6 +185,23 @@ class Winner(Encoded):
         return cls(side, round(factor, 3), f"{side} {shown}× faster")
 
 
+_CUT_WORDS = {"timeout": "timed out", "kernel-died": "its kernel died", "interrupted": "interrupted"}
+
+
+def cut_short_winner(result: Winner, cut_a: str | None, cut_b: str | None) -> Winner:
+    """``result`` where a side was cut short (a status of ``_CUT_WORDS``): that side's time is a lower bound, so
+    the other side wins only where the bound is already past it ("A ≥ 4.9× faster (B timed out)"); else no winner."""
+    if cut_a is None and cut_b is None:
+        return result
+    if cut_a is not None and cut_b is not None:
+        return Winner(None, None, "both cut short")
+    cut_side, cut = ("A", cut_a) if cut_a is not None else ("B", cut_b or "")
+    words = f"{cut_side} {_CUT_WORDS[cut]}"
+    if result.side in ("A", "B") and result.side != cut_side:
+        return replace(result, text=result.text.replace(" ", " ≥ ", 1) + f" ({words})")  # "A ≥ 4.9× faster (...)"
+    return Winner(None, None, words)
+
+
 def within_noise(result: Winner, floor_s: float, delta_s: float | None, judged: str) -> Winner:
     """A winner that the machine's own noise explains becomes ``within noise``: a tie, with the factor kept."""
     if result.side not in ("A", "B") or delta_s is None or abs(delta_s) >= floor_s:
@@ -417,6 +434,9 @@ def _row(pair: CellPair[Cell]) -> tuple[CellRow, float | None]:
             else None
         )
         result, floor = within_noise(result, pair_noise.floor_s, judged_delta, pair_noise.judged), pair_noise.floor_s
+    cut_a, cut_b = (f.status if f is not None and f.status in _CUT_WORDS else None for f in (fa, fb))
+    if cut_a or cut_b:
+        result, floor = cut_short_winner(Winner.of(wall_a, wall_b), cut_a, cut_b), None
     row = CellRow(
         match=pair.match,
         similarity=pair.similarity,
@@ -494,10 +514,15 @@ def _total(totals: Totals, key: str) -> float | None:
 def compare_totals(a: RunRecord, b: RunRecord) -> tuple[TotalRow, ...]:
     """The totals of TOTAL_KEYS of both runs, each time with its winner."""
     totals_a, totals_b = a.notebook_run().totals, b.notebook_run().totals
+    # A run with a cell cut short measured a lower bound of its times.
+    cut_a, cut_b = (next((c.status for c in r.notebook_run().cells if c.status in _CUT_WORDS), None) for r in (a, b))
     rows = []
     for key in TOTAL_KEYS:
         va, vb = _total(totals_a, key), _total(totals_b, key)
-        rows.append(TotalRow(key, va, vb, Winner.of(va, vb) if key.endswith("_s") else None))
+        winner = Winner.of(va, vb) if key.endswith("_s") else None
+        if winner is not None and key in ("wall_s", "compile_s", "run_s"):  # the cells' sums, not the kernel's start
+            winner = cut_short_winner(winner, cut_a, cut_b)
+        rows.append(TotalRow(key, va, vb, winner))
     return tuple(rows)
 
 
