@@ -16,6 +16,7 @@ from pathlib import Path
 from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.measured import against_measured
 from nbscope.record.run import loads
+from nbscope.schema.status import CUT_SHORT
 
 DEVICE = Path(__file__).resolve().parents[1] / "tests" / "files" / "device" / "tpu_v5e"
 LECTURES = ("numpy_vs_numba_vs_jax", "jax_intro", "kesten_processes", "job_search", "markov_asset", "autodiff")
@@ -39,9 +40,7 @@ def main(prefix: str) -> None:
         cells = {c.index: c for c in tpu.notebook_run().cells}
         measured = sum(c.notebook_wall_s or 0.0 for c in cells.values())
         # a run cut short (a timeout, a stop) measured a lower bound of the notebook's time
-        at_least = (
-            "at least " if any(c.status in ("timeout", "kernel-died", "interrupted") for c in cells.values()) else ""
-        )
+        at_least = "at least " if any(c.status in CUT_SHORT for c in cells.values()) else ""
         raised = [
             i + 1 for i, c in cells.items() if c.error is not None and "LuDecomposition" in (c.error.message or "")
         ]

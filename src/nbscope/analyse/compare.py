@@ -23,6 +23,7 @@ from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.sources import sources_of
 from nbscope.schema.codec import Encoded, Write, decode, given, known, never
 from nbscope.schema.model import Cell, Totals
+from nbscope.schema.status import CUT_SHORT
 
 # A difference below both of these is noise on a shared machine (facts: ±20 % between runs).
 TIE_RATIO = 1.10
@@ -185,11 +186,11 @@ class Winner(Encoded):
         return cls(side, round(factor, 3), f"{side} {shown}× faster")
 
 
-_CUT_WORDS = {"timeout": "timed out", "kernel-died": "its kernel died", "interrupted": "interrupted"}
+_CUT_WORDS = {"timeout": "timed out", "kernel-died": "its kernel died", "interrupted": "interrupted"}  # CUT_SHORT's
 
 
 def cut_short_winner(result: Winner, cut_a: str | None, cut_b: str | None) -> Winner:
-    """``result`` where a side was cut short (a status of ``_CUT_WORDS``): that side's time is a lower bound, so
+    """``result`` where a side was cut short (a status of ``CUT_SHORT``): that side's time is a lower bound, so
     the other side wins only where the bound is already past it ("A ≥ 4.9× faster (B timed out)"); else no winner."""
     if cut_a is None and cut_b is None:
         return result
@@ -426,7 +427,10 @@ def _row(pair: CellPair[Cell]) -> tuple[CellRow, float | None]:
     if wall_a is not None and wall_b is not None:
         ratio, delta = (round(wall_b / wall_a, 4) if wall_a > 0 else None), wall_b - wall_a
     result, floor = Winner.of(wall_a, wall_b), None
-    if pair.a is not None and pair.b is not None:
+    cut_a, cut_b = (f.status if f is not None and f.status in CUT_SHORT else None for f in (fa, fb))
+    if cut_a or cut_b:  # a lower bound: no noise to judge
+        result = cut_short_winner(result, cut_a, cut_b)
+    elif pair.a is not None and pair.b is not None:
         pair_noise = noise.pair_noise(pair.a, pair.b)
         judged_delta = (
             pair_noise.cand_s - pair_noise.base_s
@@ -434,9 +438,6 @@ def _row(pair: CellPair[Cell]) -> tuple[CellRow, float | None]:
             else None
         )
         result, floor = within_noise(result, pair_noise.floor_s, judged_delta, pair_noise.judged), pair_noise.floor_s
-    cut_a, cut_b = (f.status if f is not None and f.status in _CUT_WORDS else None for f in (fa, fb))
-    if cut_a or cut_b:
-        result, floor = cut_short_winner(Winner.of(wall_a, wall_b), cut_a, cut_b), None
     row = CellRow(
         match=pair.match,
         similarity=pair.similarity,
@@ -513,9 +514,10 @@ def _total(totals: Totals, key: str) -> float | None:
 
 def compare_totals(a: RunRecord, b: RunRecord) -> tuple[TotalRow, ...]:
     """The totals of TOTAL_KEYS of both runs, each time with its winner."""
-    totals_a, totals_b = a.notebook_run().totals, b.notebook_run().totals
+    run_a, run_b = a.notebook_run(), b.notebook_run()
+    totals_a, totals_b = run_a.totals, run_b.totals
     # A run with a cell cut short measured a lower bound of its times.
-    cut_a, cut_b = (next((c.status for c in r.notebook_run().cells if c.status in _CUT_WORDS), None) for r in (a, b))
+    cut_a, cut_b = (next((c.status for c in run.cells if c.status in CUT_SHORT), None) for run in (run_a, run_b))
     rows = []
     for key in TOTAL_KEYS:
         va, vb = _total(totals_a, key), _total(totals_b, key)

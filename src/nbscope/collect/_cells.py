@@ -135,6 +135,11 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     return {"collection_s": sum(parts.values()), "collection": collection}
 
 
+# A timed-out cell's error when the cell ended cleanly all the same (its interrupt swallowed by a bare except, or
+# come as it ended): for ``profile --timeout`` and ``trace --cell-timeout`` alike.
+FINISHED_ANYWAY = "; the cell did not stop at the interrupt and finished without error"
+
+
 def interrupted_described(description: dict[str, Any], elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
     """The record of a cell a stop signal cut short, from its description (``CodeCell.describe()``): status
     ``interrupted``, how long it had run (``wall_s``, None when unknown) and the signal (``interrupted_by``)."""

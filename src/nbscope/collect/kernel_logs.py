@@ -245,7 +245,7 @@ def cells_from_log(
     ``interrupted``, with the time it had run. With a ``programs`` collector (``trace --forecast``), each
     cell's program data is read too. ``timeouts`` (by the probe's ``seq``): the cells ``--cell-timeout``
     stopped, recorded as ``timeout``."""
-    from nbscope.collect._cells import interrupted_described
+    from nbscope.collect._cells import FINISHED_ANYWAY, interrupted_described
 
     timeouts = timeouts or {}
     started_unix = {s.hash: s.unix for s in log.unfinished}
@@ -268,8 +268,8 @@ def cells_from_log(
                     record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if line.seq is not None and line.seq in timeouts:
                 error = timeouts[line.seq].error()
-                if record["status"] == "ok":  # the interrupt was swallowed (a bare except) or came as it ended
-                    error["message"] += "; the cell did not stop at the interrupt and finished without error"
+                if record["status"] == "ok":
+                    error["message"] += FINISHED_ANYWAY
                 record.update(status="timeout", error=error)
                 status = "partial"
             elif record["status"] == "error" and "raises-exception" in code_cell.tags:

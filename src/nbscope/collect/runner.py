@@ -31,6 +31,7 @@ from nbscope._processes import Descendants
 from nbscope.collect import oom
 from nbscope.collect import transport as transports
 from nbscope.collect._cells import (
+    FINISHED_ANYWAY,
     interrupted_described,
     iso_seconds,
     merge_cell,
@@ -452,10 +453,8 @@ def _cell_record(
             if outcome == "timeout"
             else "the kernel died while running this cell",
         }
-        if (
-            probe is not None and probe.status == "ok"
-        ):  # the interrupt was swallowed (a bare except) or came as it ended
-            error["message"] += "; the cell did not stop at the interrupt and finished without error"
+        if probe is not None and probe.status == "ok":
+            error["message"] += FINISHED_ANYWAY
     record = merge_cell(code_cell, probe, **runner_fields)
     if programs is not None and probe is not None and probe.programs is not None:
         record["programs"] = _collect_programs(programs, probe.programs, record)

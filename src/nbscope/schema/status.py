@@ -12,5 +12,6 @@ CELL_STATUSES = ("ok", "error", "expected-error", "timeout", "kernel-died", "int
 FINISHED = ("ok", "expected-error")
 FAILED = ("error", "timeout", "kernel-died")
 RAN = (*FINISHED, *FAILED)  # a cell that ran, whatever its end
-# Statuses of a cell that ran and was stopped before its end: its time is a lower bound of the whole cell's.
-CUT_SHORT = ("timeout", "kernel-died")
+# Statuses of a cell stopped before its end (by its timeout, its kernel's death, a stop signal): its time is a
+# lower bound of the whole cell's.
+CUT_SHORT = ("timeout", "kernel-died", "interrupted")

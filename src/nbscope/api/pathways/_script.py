@@ -210,8 +210,8 @@ def _wait(
 def _stop(process: subprocess.Popen[bytes], reader: ProbeReader, ran: int) -> None:
     """Stop the worker at a cell past its timeout: SIGINT, which ends the cell as a KeyboardInterrupt (the probe
     writes its line: what it compiled and ran until then). Sent again every half second until the cell's line is
-    there (an interrupt that lands in a callback JAX runs is lost there), then the worker is killed; at the latest
-    after ``STOP_WAIT_S`` (a compile does not see the interrupt until it returns)."""
+    there (one SIGINT was once seen not to stop such a cell), then the worker is killed; at the latest after
+    ``STOP_WAIT_S`` (a compile does not see the interrupt until it returns)."""
     deadline = time.monotonic() + STOP_WAIT_S
     while process.poll() is None and time.monotonic() < deadline:
         reader.poll()
