@@ -53,6 +53,15 @@ def test_readme_command_table_has_one_short_line_per_command() -> None:
         assert f"]({family_page(panels[command])}#{command})" in row[-1], (command, row[-1])
 
 
+def test_the_quick_start_is_two_commands() -> None:
+    """One installs and runs the main job on the bundled example; one runs the whole test suite, as CI does."""
+    section = README.read_text().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"```bash\n(.*?)\n```", section, re.S) == [
+        'python3 -m pip install -e ".[all]" && python3 -m nbscope profile examples/ledger_tour.md',
+        "bash .ci/run",
+    ]
+
+
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation other than - and _ dropped, spaces as -."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
