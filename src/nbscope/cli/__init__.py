@@ -97,6 +97,7 @@ COMMAND_MODULES: dict[str, str] = {
     "merge": "_audit",
     "info": "_info",
     "book2-env": "_book2_env",
+    "target-env": "_target_env",
 }
 
 
