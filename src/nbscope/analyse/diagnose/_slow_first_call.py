@@ -486,7 +486,7 @@ def _runtime_start(ctx: Context, cell: Cell, repeat: Cell | None, limit: dict[st
         "compile: no later cell repeats it to take the cell's own work out)"
     )
     memory = (
-        f"; the kernel's memory grew {_size(grew)} here, the runtime's host buffers" if grew and grew > 2**30 else ""
+        f"; the kernel's memory grew {_size(grew)} here, the runtime's start included" if grew and grew > 2**30 else ""
     )
     return Finding(
         rule=NAME,
@@ -530,7 +530,8 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             first_s = _beyond_compile(pair.first.wall_s, pair.first.compile_s)
             repeat_s = _beyond_compile(pair.repeat.wall_s, pair.repeat.compile_s)
             if start is not None and pair.first.index == start.index:
-                start_repeat = start_repeat or pair.repeat  # named below, as the runtime's start
+                if start_repeat is None or _cost(pair.repeat) < _cost(start_repeat):
+                    start_repeat = pair.repeat  # named below, as the runtime's start
                 continue
             if first_s - repeat_s < limit["min_gap_s"] or first_s < limit["min_ratio"] * repeat_s:
                 continue
