@@ -28,17 +28,21 @@ def device_table(devices_file: Path | None) -> DeviceTable:
     return load_table(devices_file)
 
 
-def target_environment(install: bool, on_progress: ProgressCallback | None = None) -> Path | None:
-    """The Python of nbscope's target environment for the TPU (jax[tpu] at this environment's jax version): found,
-    else (``install``) made from the package index; None when absent."""
+def _installed_jax() -> str | None:
     import importlib.metadata
 
     try:
-        version = importlib.metadata.version("jax")
+        return importlib.metadata.version("jax")
     except importlib.metadata.PackageNotFoundError:
-        raise NbscopeError(
-            "jax is not installed here: the target environment takes the notebook's jax version"
-        ) from None
+        return None
+
+
+def target_environment(install: bool, on_progress: ProgressCallback | None = None) -> Path | None:
+    """The Python of nbscope's target environment for the TPU (jax[tpu] at this environment's jax version): found,
+    else (``install``) made from the package index; None when absent."""
+    version = _installed_jax()
+    if version is None:
+        raise NbscopeError("jax is not installed here: the target environment takes the notebook's jax version")
     return target_compile.environment(version, install=install, on_progress=on_progress)
 
 
@@ -48,7 +52,7 @@ def compiled_for_target(
     """The run's programs compiled for the TPU here, at the run's own jax version (what its kernel lowered with)."""
     run = record.notebook_run()
     programs = run.program_data.programs if run.program_data is not None else {}
-    version = record.machine().versions.get("jax")
+    version = record.machine().versions.get("jax") or _installed_jax()
     python = target_compile.environment(version, install=False) if version else None
     return target_compile.compile_programs(programs, python, budget_s=budget_s, on_progress=on_progress)
 

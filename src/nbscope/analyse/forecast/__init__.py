@@ -386,7 +386,7 @@ def forecast(
     placement = placement_module.read(code)
     cell_lines = {c.index: c.line for c in run.cells}
     has_jax = runs_jax(run)
-    notes = _notes(data, placement, cell_lines, has_jax)
+    notes = _notes(data, placement, cell_lines, has_jax) + accelerator.target_notes(target)
     first_jax = next((c.cell.index for c in ran if c.jax_work), None)
     cells = tuple(
         _cell_entry(

@@ -241,6 +241,24 @@ class Compiled(Protocol):
     versions: str | None
 
 
+def target_notes(target: Compiled | None) -> list[str]:
+    """What was compiled for the TPU here, and which programs' compile was guessed, and why."""
+    if target is None:
+        return []
+    failed = sum(1 for c in target.compiled.values() if c.error is not None)
+    notes = [
+        f"{len(target.compiled)} programs compiled for the TPU on this machine ({target.versions or 'no compiler'}), "
+        f"{failed} refused by the compiler"
+    ]
+    reasons: dict[str, int] = {}
+    for why in target.guessed.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    notes += [
+        f"{n} program{'s' if n != 1 else ''}' TPU compile guessed from its class: {why}" for why, n in reasons.items()
+    ]
+    return notes
+
+
 def measured_compile_term(
     cell: Cell, run: NotebookRun, device: Device, table: DeviceTable, target: Compiled
 ) -> Term | None:
