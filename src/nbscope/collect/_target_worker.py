@@ -44,9 +44,9 @@ def main() -> int:
     import jax
     from jax._src import compiler
     from jax._src.interpreters import mlir
-    from jaxlib.mlir import ir
     from jax.experimental import topologies
     from jaxlib import xla_client
+    from jaxlib.mlir import ir
 
     description = topologies.get_topology_desc(platform="tpu", topology_name=topology, chips_per_host_bounds=bounds)
     device: Any = description.devices[0]
