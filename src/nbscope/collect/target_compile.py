@@ -64,9 +64,9 @@ class TargetCompiles:
     versions: str | None = None  # "jax 0.10.2, libtpu 0.0.42.1"
 
 
-def _cache_path(module: str, versions: str) -> Path:
+def _cache_path(module: str, versions: str, folder: Path) -> Path:
     digest = hashlib.sha256(f"{TOPOLOGY}\n{versions}\n{module}".encode()).hexdigest()
-    return cache_folder() / digest[:2] / f"{digest}.json"
+    return folder / digest[:2] / f"{digest}.json"
 
 
 def compile_programs(
@@ -76,6 +76,7 @@ def compile_programs(
     budget_s: float,
     workers: int | None = None,
     on_progress: ProgressCallback | None = None,
+    cache: Path | None = None,
 ) -> TargetCompiles:
     """Compile each program's kept module for the TPU (``python``: the target environment's; None: absent), at most
     ``budget_s`` seconds of wall time; what could not be compiled is named with the reason."""
@@ -98,16 +99,17 @@ def compile_programs(
     started = time.perf_counter()
     versions = _versions(python)
     result.versions = versions
+    folder = cache or cache_folder()
     pending: list[tuple[str, str]] = []
     for key, module in modules.items():
-        path = _cache_path(module, versions)
+        path = _cache_path(module, versions, folder)
         if path.is_file():
             result.compiled[key] = decode(TargetCompile, json.loads(path.read_text()))
             result.cached += 1
         else:
             pending.append((key, module))
     if pending:
-        _run_workers(pending, python, versions, budget_s, workers or os.cpu_count() or 1, result, on_progress)
+        _run_workers(pending, python, (versions, folder), budget_s, workers or os.cpu_count() or 1, result, on_progress)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -121,7 +123,7 @@ def _versions(python: Path) -> str:
 def _run_workers(
     pending: list[tuple[str, str]],
     python: Path,
-    versions: str,
+    cached_as: tuple[str, Path],
     budget_s: float,
     workers: int,
     result: TargetCompiles,
@@ -172,7 +174,7 @@ def _run_workers(
                 left.discard(item["key"])
                 compiled = decode(TargetCompile, item)
                 result.compiled[item["key"]] = compiled
-                path = _cache_path(modules[item["key"]], versions)
+                path = _cache_path(modules[item["key"]], *cached_as)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(item))
                 if on_progress is not None:

@@ -111,6 +111,8 @@ class Programs:
         self.target: dict[int, bytes | Any] = {}
         self.target_lines: list[str] = []  # the cell's target modules, written as the cell ends
         self.relower: list[tuple[int, Any]] = []  # (program id, closed jaxpr) to lower for the TPU at the cell's end
+        # NBSCOPE_PROBE_TARGET=0 keeps no module (benchmarks/target_overhead.py measures what keeping them costs)
+        self.keep_target = os.environ.get("NBSCOPE_PROBE_TARGET", "1") != "0"
         self.hooked = False
         self.exporting = False
         self.guard: _Guard | None = None
@@ -458,6 +460,8 @@ class Programs:
     def _keep_target(self, executable: Any, module: Any, closed: Any) -> None:
         """Keep what the TPU would compile of a program just compiled: its CPU module's bytecode, or its jaxpr
         (``closed``) where the TPU lowers it otherwise (never raises)."""
+        if not self.keep_target:
+            return
         try:
             if closed is not None and _has_equation(closed.jaxpr, _target_dependent):
                 self.target[id(executable)] = closed
