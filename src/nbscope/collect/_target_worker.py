@@ -3,7 +3,8 @@
 Run by nbscope with the Python of its target environment, which holds jax, jaxlib and libtpu; it imports nothing
 of nbscope. Arguments: the topology (``v5e:1x1``) and its chips per host (``1,1,1``). It reads JSON lines
 ``{"key": ..., "module": <zlib-compressed StableHLO bytecode, base64>}`` from stdin and writes, as each compile
-ends, one JSON line: the compile's seconds, XLA:TPU's own cost of the program (flops and bytes as the chip runs
+ends, one JSON line: the compile's seconds (wall, and the process's CPU time, which a busy machine does not
+stretch), XLA:TPU's own cost of the program (flops and bytes as the chip runs
 them, float64's emulation included), its device memory, or the compiler's error. The first line it writes names
 the device, jax and libtpu.
 
@@ -56,13 +57,14 @@ def main() -> int:
     for line in sys.stdin:
         item = json.loads(line)
         found: dict[str, Any] = {"key": item["key"]}
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             with mlir.make_ir_context():
                 module = ir.Module.parse(zlib.decompress(base64.b64decode(item["module"])))
                 options = compiler.get_compile_options(num_replicas=1, num_partitions=1, device_assignment=[device])
                 executable = compiler.backend_compile_and_load(device.client, module, devices, options, [])
             found["compile_s"] = time.perf_counter() - started
+            found["compile_cpu_s"] = time.process_time() - cpu
             found.update(_cost(executable))
             found["device_bytes"] = _memory(executable)
         except Exception as exc:  # the compiler's refusal is the finding: its message, whole

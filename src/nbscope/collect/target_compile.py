@@ -87,7 +87,7 @@ def compile_programs(
         if target is None or (target.module is None and target.lowering_error is None):
             result.guessed[key] = "the kernel kept no module of it (compiled before nbscope's hook, or an older probe)"
         elif target.lowering_error is not None:
-            result.compiled[key] = TargetCompile(None, None, None, None, None, None, target.lowering_error)
+            result.compiled[key] = TargetCompile(None, None, None, None, None, None, None, target.lowering_error)
         elif target.module is not None:
             modules[key] = target.module
     if not modules:

@@ -155,6 +155,7 @@ class TargetCompile:
     """One program compiled by XLA:TPU for the target chip on the machine at hand (``collect.target_compile``)."""
 
     compile_s: Time  # the compile's wall time here
+    compile_cpu_s: Time  # its CPU time (every thread's): what the forecast scales, as a busy machine stretches the wall
     flops: float | None  # XLA:TPU's cost analysis: the operations the chip runs (float64 emulated), loops' known trips
     bytes: float | None  # memory traffic
     transcendentals: float | None

@@ -270,7 +270,7 @@ def measured_compile_term(
     programs = [p for p in (run.program_data.programs if run.program_data else {}).values()]
     mine = [p for p in programs if p.first_cell == cell.index and p.key is not None]
     measured = [target.compiled[p.key] for p in mine if p.key in target.compiled]
-    seconds = sum(c.compile_s or 0.0 for c in measured)
+    seconds = sum(c.compile_cpu_s if c.compile_cpu_s is not None else (c.compile_s or 0.0) for c in measured)
     if factor is None or not measured or cell.jax is None:
         return None
     jax_s = cell.jax.trace_s + cell.jax.lower_s  # JAX's own part, which the chip's host does as the CPU did
@@ -278,7 +278,7 @@ def measured_compile_term(
     low, high = jax_s + seconds * factor.low, jax_s + seconds * factor.high
     words = (
         f"XLA:{device.kind} compile of {len(measured)} program{'s' if len(measured) != 1 else ''} measured on this "
-        f"machine ({units.seconds(seconds)}, {target.versions}) × {factor.text()} ({factor.basis}), and JAX's trace "
+        f"machine ({units.seconds(seconds)} of CPU, {target.versions}) × {factor.text()} ({factor.basis}), and JAX's trace "
         f"and lowering as on the CPU ({units.seconds(jax_s)})"
     )
     if guessed:
