@@ -33,8 +33,8 @@ FILES = Path(__file__).resolve().parents[1] / "tests" / "files" / "device"
 TARGET, TPU = FILES / "target", FILES / "tpu_v5e"
 # lecture: (its CPU run with the kernel's modules, its run on the chip)
 LECTURES = {
-    "jax_intro": (TARGET / "cpu_jax_intro.json", TPU / "tpu_jax_intro.json"),
-    "numpy_vs_numba_vs_jax": (TARGET / "cpu_numpy_vs_numba_vs_jax.json", TPU / "tpu_numpy_vs_numba_vs_jax.json"),
+    "jax_intro": (TARGET / "cpu_host_jax_intro.json", TPU / "tpu_jax_intro.json"),
+    "numpy_vs_numba_vs_jax": (TARGET / "cpu_host_numpy_vs_numba_vs_jax.json", TPU / "tpu_numpy_vs_numba_vs_jax.json"),
     "opt_savings_2": (TARGET / "cpu_host_opt_savings_2.json", TPU / "tpu_opt_savings_2.json"),
     "hopenhayn": (TARGET / "cpu_host_hopenhayn.json", TPU / "tpu_hopenhayn.json"),
     "mle": (TARGET / "cpu_host_mle.json", TPU / "tpu_mle.json"),

@@ -25,6 +25,7 @@ def target_env(
     if platform != "tpu":
         raise NbscopeError(f"no target environment for {platform!r}: the one target is tpu")
     python = target_environment(install, on_progress=lambda line: typer.echo(f"nbscope: {line}", err=True))
-    if python is None:
-        raise NbscopeError("no target environment for tpu yet: `nbscope target-env tpu --install` makes one")
+    if python is None:  # a finding, as book2-env's: exit 1
+        typer.echo("nbscope: no target environment for tpu yet: `nbscope target-env tpu --install` makes one", err=True)
+        raise typer.Exit(1)
     print(python)
