@@ -1181,7 +1181,7 @@ def _notebook_compile(
     """The notebook's range with its forecast compile bounded as a whole where the device gives a mean compile per
     program: a class's programs compile unevenly (one in ten takes ×40 its CPU compile), but over many of them
     (``MEAN_PROGRAMS``) their compile narrows to their count times the class's mean."""
-    if device.optional("compile_mean_s") is None:
+    if device.optional("compile_mean_s") is None and device.optional("target_compile_factor") is None:
         return low, high
     by_class: dict[str, list[ClassCompile]] = defaultdict(list)
     for cell in cells:
@@ -1191,6 +1191,9 @@ def _notebook_compile(
                     by_class[part.name].append(part)
     for name, parts in by_class.items():
         programs = sum(p.programs for p in parts)
+        if name == accelerator.COMPILED_HERE:
+            low, high = _compiled_here_total(parts, programs, device, low, high)
+            continue
         mean = accelerator.class_figure(device, "compile_mean_s", name, fallback=False)
         if mean is None or programs < MEAN_PROGRAMS:
             continue
@@ -1199,6 +1202,21 @@ def _notebook_compile(
         if whole_low <= whole_high:
             low, high = low - cells_low + whole_low, None if high is None else high - cells_high + whole_high
     return low, high
+
+
+def _compiled_here_total(
+    parts: list[ClassCompile], programs: int, device: Device, low: float, high: float | None
+) -> tuple[float, float | None]:
+    """The notebook's range with its programs compiled here bounded as a whole by ``target_compile_factor_total``."""
+    each, whole = device.optional("target_compile_factor"), device.optional("target_compile_factor_total")
+    if each is None or whole is None or programs < MEAN_PROGRAMS:
+        return low, high
+    seconds = sum(p.low_s for p in parts) / each.low  # this machine's compile of them
+    cells_low, cells_high = sum(p.low_s for p in parts), sum(p.high_s for p in parts)
+    whole_low, whole_high = max(cells_low, seconds * whole.low), min(cells_high, seconds * whole.high)
+    if whole_low > whole_high:
+        return low, high
+    return low - cells_low + whole_low, None if high is None else high - cells_high + whole_high
 
 
 def _extreme(ranking: list[CellForecast], key: str, *, slower: bool) -> int | None:

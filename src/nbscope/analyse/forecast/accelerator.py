@@ -233,6 +233,12 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
     return Term(kind="compile", low_s=low, high_s=high, words=words, figures=figures)
 
 
+# The class of a cell's programs compiled for the TPU here: a notebook's total of them is bounded by
+# ``target_compile_factor_total`` (one program's compile on the chip strays from this machine's more than a
+# notebook's does).
+COMPILED_HERE = "compiled here"
+
+
 class Compiled(Protocol):
     """The run's programs compiled for the TPU here (``collect.target_compile.TargetCompiles``)."""
 
@@ -287,9 +293,10 @@ def measured_compile_term(
         low, high = low + guess.low_s, high + (guess.high_s if guess.high_s is not None else guess.low_s)
         why = target.guessed.get(guessed[0].key or "", "not compiled here")
         words += f"; {len(guessed)} more guessed from their class ({why}): {units.seconds(guess.low_s)} or more"
-    return Term(
-        kind="compile", low_s=low, high_s=high, words=words, figures=CompileFigures(cell.jax.compile_s, "measured")
-    )
+    # The part compiled here, as a class the notebook's total bounds as a whole (``COMPILED_HERE``)
+    here = ClassCompile(COMPILED_HERE, len(measured), seconds * factor.low, seconds * factor.high)
+    figures = CompileFigures(cell.jax.compile_s, "measured", (here,))
+    return Term(kind="compile", low_s=low, high_s=high, words=words, figures=figures)
 
 
 def runtime_start_term(device: Device) -> Term | None:
