@@ -391,9 +391,7 @@ def _manifest_text(
     def encoded(value: object) -> str:
         return json.dumps(value, default=str, separators=COMPACT)
 
-    written = ",".join(
-        f"{_string(key)}:{row_texts[key] if key in row_texts else encoded(row._asdict())}" for key, row in rows.items()
-    )
+    written = ",".join(f"{_string(key)}:{row_texts.get(key) or encoded(row._asdict())}" for key, row in rows.items())
     return (
         f'{{"version":{MANIFEST_VERSION},"tool":{encoded(__version__)},"store":{encoded(str(store.path))},'
         f'"scan":{{"count":{scan.run_count},"newest_id":{scan.newest_id}}},"rows":{{{written}}},"pages":{encoded(pages)}}}'

@@ -197,7 +197,7 @@ def _model_name(model: str | None, cpuinfo: str) -> object:
         return model
     fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()[:12])}
     if "vendor_id" in fields:
-        family, number = (fields[k] if k in fields else "?" for k in ("cpu family", "model"))
+        family, number = (fields.get(k, "?") for k in ("cpu family", "model"))
         return f"{fields['vendor_id']} family {family} model {number} (no model name in /proc/cpuinfo)"
     return absent("no model name in /proc/cpuinfo")
 
@@ -215,7 +215,7 @@ def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None
     environ = os.environ if environ is None else environ
     device_files = tpu_device_files()
     libtpu = next((installed[name] for name in ("libtpu", "libtpu-nightly") if name in installed), None)
-    tpu_type = environ["TPU_ACCELERATOR_TYPE"] if "TPU_ACCELERATOR_TYPE" in environ else None
+    tpu_type = environ.get("TPU_ACCELERATOR_TYPE")
     if not (tpu_type or (libtpu and device_files)):
         return {"platform": absent("no TPU: no TPU_ACCELERATOR_TYPE, no libtpu with a device file")}
     return {
@@ -223,7 +223,7 @@ def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None
         "type": tpu_type or absent("TPU_ACCELERATOR_TYPE not set"),
         "device_files": len(device_files),
         "libtpu": libtpu or absent("libtpu not installed"),
-        "jaxlib": installed["jaxlib"] if "jaxlib" in installed else absent("jaxlib not installed"),
+        "jaxlib": installed.get("jaxlib", absent("jaxlib not installed")),
     }
 
 
