@@ -22,9 +22,10 @@ from nbscope.schema.kinds import PROFILE_KINDS
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
-    from nbscope.analyse.history import ChangeOptions
+    from nbscope.analyse.history import ChangeOptions, ChangePoint
     from nbscope.record.run import RunRecord
     from nbscope.schema.run_summary import KeptChanges, RunSummary
+    from nbscope.schema.site_manifest import Change
 
 
 def save_run(
@@ -106,8 +107,8 @@ class RowPlan:
         series: Sequence[tuple[Any, ...]],
         ids: list[int],
         walls: list[float | None],
-        changes: list[dict[str, Any]],
-        steps: list[tuple[dict[str, Any], int]],
+        changes: list[Change],
+        steps: list[tuple[Change, int]],
         found: KeptChanges | None = None,
     ) -> None:
         self.series = series
@@ -145,7 +146,7 @@ def plan_row(
         Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)
     ]
     changes = (
-        [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
+        [_change(c) for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
     )
     floor = 1 + (options or ChangeOptions()).rel_floor
     # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
@@ -162,6 +163,23 @@ def plan_row(
         changes,
         [(changes[n], changes[n]["index"]) for n in confirmed],
         KeptChanges(key, changes, confirmed),
+    )
+
+
+def _change(point: ChangePoint) -> Change:
+    """``point.to_dict()``, typed (its figures are finite: the codec would write nothing else of them)."""
+    from nbscope.schema.site_manifest import Change
+
+    return Change(
+        index=point.index,
+        run_id=point.run_id,
+        started_at=point.started_at,
+        before=point.before,
+        after=point.after,
+        delta=point.delta,
+        ratio=point.ratio,
+        score=point.score,
+        tentative=point.tentative,
     )
 
 

@@ -36,6 +36,7 @@ from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
     MANIFEST_VERSION,
     BookRow,
+    Regression,
     Scan,
     SiteManifest,
     SiteRow,
@@ -255,10 +256,10 @@ def build_row(
         previous = None
     baseline_id = baselines.get(newest_id) or ids[0]
     baseline_wall = next((wall for run_id, wall in zip(ids, walls, strict=True) if run_id == baseline_id), None)
-    regressions = []
-    for change, step in plan.steps:
-        why = runs.attribution(ids[step], ids[step - 1])
-        regressions.append({**change, "step_index": step, "attribution": why})
+    regressions: list[Regression] = [
+        {**change, "step_index": step, "attribution": runs.attribution(ids[step], ids[step - 1])}
+        for change, step in plan.steps
+    ]
     wall, compile_s = walls[-1], compiles[-1]
     started_at = series[-1][STARTED_AT]
     return SiteRow(
