@@ -11,12 +11,12 @@ from nbscope.collect import fingerprint as _fp
 from nbscope.schema.fingerprint_file import fingerprint_in
 
 
-def collect_fingerprint(*, include_jax: bool = False) -> dict[str, Any]:
+def collect_fingerprint(*, include_jax: bool = False) -> dict[str, object]:
     """This machine's fingerprint (see :mod:`nbscope.collect.fingerprint`)."""
     return _fp.collect(include_jax=include_jax)
 
 
-def load_fingerprint(path: str | Path) -> dict[str, Any]:
+def load_fingerprint(path: str | Path) -> dict[str, object]:
     """A fingerprint from a file: ``nbscope info --json`` output or a whole run record."""
     from nbscope._files import read_json
 
@@ -37,7 +37,7 @@ class InfoOutcome:
     """What ``nbscope info`` found: this machine's fingerprint, or the fields two fingerprints differ in
     (``field``, value in A, value in B)."""
 
-    fingerprint: dict[str, Any] | None = None
+    fingerprint: dict[str, object] | None = None
     differences: tuple[tuple[str, Any, Any], ...] | None = None
 
     @property

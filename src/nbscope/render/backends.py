@@ -86,7 +86,7 @@ def recommendation_markdown(recommendation: Recommendation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
+def print_unavailable(unavailable: Iterable[Mapping[str, object]]) -> None:
     for item in unavailable:
         run = f" (run {item['run_id']})" if item["run_id"] else ""  # every entry of BackendsResult.runs has one
         console.print(

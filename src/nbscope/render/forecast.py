@@ -437,7 +437,7 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def device_table_document(table: DeviceTable) -> dict[str, Any]:
+def device_table_document(table: DeviceTable) -> dict[str, object]:
     """``forecast --list --json``: the devices, the model figures they share, and the files they came from."""
     return {"devices": encode(tuple(table.devices.values())), "model": encode(table.model), "files": table.files}
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def info_json(fingerprint: Mapping[str, Any] | None, differences: Sequence[tuple[str, Any, Any]] | None) -> str:
+def info_json(fingerprint: Mapping[str, object] | None, differences: Sequence[tuple[str, Any, Any]] | None) -> str:
     """The fields two fingerprints differ in (``field``, value in A, value in B), else the fingerprint."""
     if differences is not None:
         return json.dumps([{"field": f, "a": a, "b": b} for f, a, b in differences], indent=1, default=str)

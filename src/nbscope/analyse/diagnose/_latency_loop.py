@@ -47,7 +47,7 @@ def _timeline(cell: Cell) -> TimelineSummary | None:
     return summary if summary is not None and summary.classification and not summary.error else None
 
 
-def _timeline_evidence(timeline: Mapping[str, Any]) -> dict[str, Any]:
+def _timeline_evidence(timeline: Mapping[str, object]) -> dict[str, object]:
     # Scalars and short lists only: a timeline may carry long op tables.
     return {
         k: v
@@ -207,7 +207,7 @@ def _loop_words(loop: Term) -> str:
     return (f"{calls} calls of " if calls > 1 else "") + f"{loop.name or 'a loop'} of {count}"
 
 
-def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, Any]) -> str:
+def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, object]) -> str:
     names = ", ".join(f"`{n}`" for n in functions) or "this cell's loop"
     keep = {e.function: e for key in rows for e in notebook[key].keep_on_cpu}
     example = next((keep[n].change.example for n in functions if n in keep and keep[n].change.example), None)

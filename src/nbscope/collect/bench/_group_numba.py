@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numba
 from numba import prange
@@ -25,9 +25,9 @@ _compile_s: list[float] = []  # outermost compiles only: nested ones (overloads)
 
 
 @contextmanager
-def compile_probe() -> Iterator[dict[str, Any]]:
+def compile_probe() -> Iterator[dict[str, object]]:
     mark = len(_compile_s)
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     try:
         yield result
     finally:

@@ -75,10 +75,10 @@ def device_name(device: jax.Device) -> str:
 
 
 @contextmanager
-def compile_probe() -> Iterator[dict[str, Any]]:
+def compile_probe() -> Iterator[dict[str, object]]:
     """Compile time seen by jax.monitoring during the block: trace + lower + backend compile."""
     mark = len(_events)
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     try:
         yield result
     finally:
