@@ -15,9 +15,9 @@ import logging
 import operator
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
-from nbscope.record.store import Store
+from nbscope.record.store import SeriesRun, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 
 if TYPE_CHECKING:
@@ -94,7 +94,15 @@ def number(value: object) -> float | None:
 
 
 # A run in a row's series: ``Store.book_series``'s columns.
-TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
+# (Final: each a literal index, so that a run's column has its own type.)
+TARGET: Final = 0
+BACKEND: Final = 1
+STARTED_AT: Final = 2
+ID: Final = 3
+STATUS: Final = 4
+WALL: Final = 5
+COMPILE: Final = 6
+RUN: Final = 7
 
 
 class RowPlan:
@@ -104,7 +112,7 @@ class RowPlan:
 
     def __init__(
         self,
-        series: Sequence[tuple[Any, ...]],
+        series: Sequence[SeriesRun],
         ids: list[int],
         walls: list[float | None],
         changes: list[Change],
@@ -128,7 +136,7 @@ def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
 
 
 def plan_row(
-    series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None, kept: RunSummary | None = None
+    series: Sequence[SeriesRun], options: ChangeOptions | None = None, kept: RunSummary | None = None
 ) -> RowPlan:
     """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
     this very series, else found now."""
@@ -183,13 +191,11 @@ def _change(point: ChangePoint) -> Change:
     )
 
 
-def series_by_row(
-    per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None
-) -> dict[str, list[tuple[Any, ...]]]:
+def series_by_row(per_kind: Iterable[Sequence[SeriesRun]], keys: set[str] | None) -> dict[str, list[SeriesRun]]:
     """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
     gives each kind's runs of a row in that order already; a row with runs of two kinds, or of backends that are one
     row (none recorded and "unknown"), is sorted."""
-    grouped: dict[str, list[tuple[Any, ...]]] = {}
+    grouped: dict[str, list[SeriesRun]] = {}
     unordered: set[str] = set()
     groups = (
         group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND))
