@@ -31,7 +31,7 @@ from nbscope import __version__
 from nbscope._errors import NbscopeError
 from nbscope._files import read_text, refuse_input, write_text
 from nbscope.api._saving import COMPILE, ID, RUN, STARTED_AT, RowPlan, number, plan_row, row_key, series_by_row
-from nbscope.record.store import STORE_FOLDER, Store
+from nbscope.record.store import STORE_FOLDER, SeriesRun, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
     MANIFEST_VERSION,
@@ -71,7 +71,7 @@ class PublishResult:
         self.pages_written: list[str] = []
         self.pages_kept = pages_kept
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "folder": str(self.folder),
             "rows": self.rows,
@@ -476,7 +476,7 @@ def _publish(
     old_rows = manifest.rows if manifest is not None and manifest.tool == __version__ and not full else {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages = {} if manifest is None else manifest.pages
-    every: dict[str, list[tuple[Any, ...]]] | None = None
+    every: dict[str, list[SeriesRun]] | None = None
     if manifest is not None and old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
@@ -570,7 +570,7 @@ def _remake_rows(
     stale: set[str],
     changed: set[str],
     signatures: dict[str, list[int]],
-    every: dict[str, list[tuple[Any, ...]]] | None,
+    every: dict[str, list[SeriesRun]] | None,
     *,
     full: bool,
     options: ChangeOptions | None,
