@@ -32,17 +32,24 @@ class BenchContext:
     def param(self, name: str) -> Any:
         return self.sizes[f"{self.group}.{name}"]
 
+    def count(self, name: str) -> int:
+        """A size parameter: how many elements or calls (a whole number; --param may give anything)."""
+        return _whole(self.param(name), f"{self.group}.{name}")
+
+    def counts(self, name: str) -> list[int]:
+        return [_whole(n, f"{self.group}.{name}") for n in self.param(name)]
+
     def bench(
         self,
         name: str,
         label: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., object],
         *,
         dtype: str | None = None,
         params: dict[str, Any] | None = None,
         device: str | None = None,
         compile_probe: CompileProbe | None = None,
-        setup: Callable[[], Any] | None = None,
+        setup: Callable[[], object] | None = None,
         work: tuple[float, str] | None = None,
         first: bool = True,
         steady: bool = True,
@@ -110,6 +117,12 @@ class BenchContext:
         self.figures.append(figure)
 
 
+def _whole(value: object, name: str) -> int:
+    if isinstance(value, int):
+        return value
+    raise TypeError(f"{name} is {value!r}, not a whole number")
+
+
 def count_label(n: int) -> str:
     """1_000_000 -> "1M", 200_000 -> "200k": short row labels that still say the size."""
     for factor, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
@@ -119,7 +132,7 @@ def count_label(n: int) -> str:
 
 
 def first_call(
-    fn: Callable[..., Any], *, compile_probe: CompileProbe | None = None, setup: Callable[[], Any] | None = None
+    fn: Callable[..., object], *, compile_probe: CompileProbe | None = None, setup: Callable[[], object] | None = None
 ) -> dict[str, Any]:
     """Wall time of one call; with a probe, split into compile (what the probe saw) and run (the rest)."""
     argument = setup() if setup is not None else None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, cast
 
+import jax
 import numpy as np
 from jax import Array, lax
 
@@ -47,7 +48,7 @@ def _call(
 
 
 def run(ctx: BenchContext) -> None:
-    jax = _jax.setup(ctx)
+    _jax.setup(ctx)
     trips = [int(t) for t in ctx.param("trips")]
     default = jax.devices()[0]
     placements: list[tuple[str, Any]] = [("default", default)]

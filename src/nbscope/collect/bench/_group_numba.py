@@ -56,7 +56,7 @@ def run(ctx: BenchContext) -> None:
     ctx.info["numba_version"] = numba.__version__
     ctx.info["numba_threads"] = numba.get_num_threads()
 
-    n = ctx.param("n")
+    n = ctx.count("n")
     x = host_array(n, ctx.dtype, seed=3)
     for name, label, kernel in (
         ("serial", "Numba serial sqrt sum", numba.njit(sqrt_sum)),

@@ -37,7 +37,7 @@ def _calibrate(timed: Callable[[int], float], min_sample_s: float, max_inner: in
         inner = min(max_inner, max(inner * 2, min(guess, inner * 100)))
 
 
-def _time_calls(fn: Callable[[], Any], inner: int) -> float:
+def _time_calls(fn: Callable[[], object], inner: int) -> float:
     start = _clock()
     for _ in range(inner):
         fn()
@@ -59,10 +59,10 @@ class Sampler:
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., object],
         budget: Budget,
         *,
-        setup: Callable[[], Any] | None = None,
+        setup: Callable[[], object] | None = None,
         max_inner: int = 1_000_000,
     ) -> None:
         self.fn, self.setup, self.budget = fn, setup, budget
@@ -96,7 +96,7 @@ class Sampler:
         return summarise(self.samples, self.inner)
 
 
-def sample_interleaved(samplers: Sequence[Sampler], probe: Callable[[], Any] | None = None) -> None:
+def sample_interleaved(samplers: Sequence[Sampler], probe: Callable[[], object] | None = None) -> None:
     """Take samples round-robin over ``samplers`` until each has its budget; ``probe()`` once a round."""
     with _gc_paused():
         active = [s for s in samplers if not s.done]
