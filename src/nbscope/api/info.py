@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as _fp
@@ -28,7 +27,9 @@ def load_fingerprint(path: str | Path) -> dict[str, object]:
     return found
 
 
-def diff_fingerprints(a: str | Path, b: str | Path, *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
+def diff_fingerprints(
+    a: str | Path, b: str | Path, *, include_volatile: bool = False
+) -> list[tuple[str, object, object]]:
     return _fp.diff(load_fingerprint(a), load_fingerprint(b), include_volatile=include_volatile)
 
 
@@ -38,7 +39,7 @@ class InfoOutcome:
     (``field``, value in A, value in B)."""
 
     fingerprint: dict[str, object] | None = None
-    differences: tuple[tuple[str, Any, Any], ...] | None = None
+    differences: tuple[tuple[str, object, object], ...] | None = None
 
     @property
     def exit_status(self) -> int:

@@ -505,7 +505,7 @@ def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dic
 def flatten(value: object, prefix: str = "") -> dict[str, object]:
     """Dotted paths to leaves; lists of GPUs and pools are indexed (``gpu.devices.0.name``)."""
     if isinstance(value, Mapping) and not is_absent(value):
-        items: Iterable[tuple[str, Any]] = value.items()
+        items: Iterable[tuple[object, object]] = value.items()
     elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
         items = ((str(i), v) for i, v in enumerate(value))
     else:
@@ -540,7 +540,7 @@ def digest(fingerprint: Mapping[str, object]) -> str:
 
 def diff(
     a: Mapping[str, object], b: Mapping[str, object], *, include_volatile: bool = False
-) -> list[tuple[str, Any, Any]]:
+) -> list[tuple[str, object, object]]:
     """Fields that differ between two fingerprints, as ``(path, a_value, b_value)``."""
     flat_a, flat_b = flatten(a), flatten(b)
     rows = []

@@ -203,7 +203,7 @@ def _cell_columns() -> tuple[Column, ...]:
     )
 
 
-def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[Any, ...]:
+def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[object, ...]:
     return str(index + 1), str(line or ""), Item((first_line or "")[:CODE_WIDTH], code=True), format_seconds(cpu_s)
 
 

@@ -105,7 +105,7 @@ def _cell_width(value: object) -> int:
 
 
 def fitted_table(
-    columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, title: str | None = None, width: int | None = None
+    columns: Sequence[Column], rows: Sequence[Sequence[object]], *, title: str | None = None, width: int | None = None
 ) -> Table:
     """A table that fits ``width`` (default: the console's) and never cuts a figure.
 
@@ -176,7 +176,7 @@ def fitted_table(
 WRAP_AFTER = {"path": "/", "parts": " · "}
 
 
-def _item(item: Item, column: Column) -> Any:
+def _item(item: Item, column: Column) -> Text | str:
     style = " ".join(s for s in (item.style, "bold" if item.strong else "") if s)
     text = item.lead + item.text + item.tail
     if column.role == "source":
@@ -327,7 +327,7 @@ def print_fingerprint(fingerprint: Mapping[str, object]) -> None:
     console.print(fitted_table(columns, rows, title=f"nbscope fingerprint · digest {fingerprint.get('digest')}"))
 
 
-def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b: str) -> None:
+def print_fingerprint_diff(rows: list[tuple[str, object, object]], name_a: str, name_b: str) -> None:
     if not rows:
         console.print("The fingerprints agree on every compared field.")
         return
