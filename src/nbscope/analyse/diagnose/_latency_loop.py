@@ -16,7 +16,7 @@ count is only known at run time is never guessed: it is reported as not evaluate
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
@@ -45,6 +45,14 @@ def _timeline(cell: Cell) -> TimelineSummary | None:
     """The cell's timeline summary, when its trace was read and classified."""
     summary = cell.timeline_summary
     return summary if summary is not None and summary.classification and not summary.error else None
+
+
+class _Base(TypedDict):  # the evidence every finding of this rule has
+    platform: str | None
+    platform_source: str | None
+    wall_s: float
+    run_s: float
+    loop_functions: dict[str, list[str]]
 
 
 def _timeline_evidence(timeline: Mapping[str, object]) -> dict[str, object]:
@@ -224,7 +232,7 @@ def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast]
 
 
 def _timeline_finding(
-    ctx: Context, cell: Cell, timeline: TimelineSummary, base: dict[str, Any], functions: dict[str, list[str]]
+    ctx: Context, cell: Cell, timeline: TimelineSummary, base: _Base, functions: dict[str, list[str]]
 ) -> Finding:
     """A cell whose device timeline (``--timeline``) reads as latency-bound: low severity on a CPU, where the
     loop costs what it costs."""
@@ -270,7 +278,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         wall, run = cell.notebook_wall_s or 0.0, cell.run_s or 0.0
         functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
-        base = {
+        base: _Base = {
             "platform": platform,
             "platform_source": ctx.backend.source,
             "wall_s": round(wall, 4),
