@@ -11,7 +11,7 @@ from nbscope.collect.bench import _stats
 from nbscope.collect.bench._config import BUDGETS, Budget, sizes_for
 
 # A compile probe wraps the first call and fills the dict with compile_s (and details) on exit.
-CompileProbe = Callable[[], AbstractContextManager[dict[str, Any]]]
+CompileProbe = Callable[[], AbstractContextManager[dict[str, float]]]
 
 
 class BenchContext:
@@ -133,10 +133,11 @@ def count_label(n: int) -> str:
 
 def first_call(
     fn: Callable[..., object], *, compile_probe: CompileProbe | None = None, setup: Callable[[], object] | None = None
-) -> dict[str, Any]:
+) -> dict[str, float | None]:
     """Wall time of one call; with a probe, split into compile (what the probe saw) and run (the rest)."""
     argument = setup() if setup is not None else None
-    probe = compile_probe() if compile_probe is not None else nullcontext({})
+    nothing: dict[str, float] = {}
+    probe = compile_probe() if compile_probe is not None else nullcontext(nothing)
     with probe as compiled:
         start = time.perf_counter()
         if setup is not None:
@@ -144,7 +145,7 @@ def first_call(
         else:
             fn()
         wall = time.perf_counter() - start
-    result: dict[str, Any] = {"wall_s": wall, "compile_s": None, "run_s": None}
+    result: dict[str, float | None] = {"wall_s": wall, "compile_s": None, "run_s": None}
     if compile_probe is not None:
         compile_s = float(compiled.get("compile_s", 0.0))
         # Compile events are measured inside the call, so they cannot exceed it; clamp rounding only.

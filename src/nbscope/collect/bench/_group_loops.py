@@ -96,7 +96,7 @@ def run(ctx: BenchContext) -> None:
 def _fit_figure(
     ctx: BenchContext, kind: str, placement: str, device: str, figures: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    points = [(f["params"]["trips"], f["steady"]) for f in figures]
+    points: list[tuple[int, _stats.Summary]] = [(f["params"]["trips"], f["steady"]) for f in figures]
     figure = ctx.new_figure(
         f"{kind}_{placement}_per_iter",
         f"{kind} per iteration ({placement})",

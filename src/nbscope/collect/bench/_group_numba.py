@@ -25,9 +25,9 @@ _compile_s: list[float] = []  # outermost compiles only: nested ones (overloads)
 
 
 @contextmanager
-def compile_probe() -> Iterator[dict[str, object]]:
+def compile_probe() -> Iterator[dict[str, float]]:
     mark = len(_compile_s)
-    result: dict[str, object] = {}
+    result: dict[str, float] = {}
     try:
         yield result
     finally:

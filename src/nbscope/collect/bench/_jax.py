@@ -74,10 +74,10 @@ def device_name(device: jax.Device) -> str:
 
 
 @contextmanager
-def compile_probe() -> Iterator[dict[str, object]]:
+def compile_probe() -> Iterator[dict[str, float]]:
     """Compile time seen by jax.monitoring during the block: trace + lower + backend compile."""
     mark = len(_events)
-    result: dict[str, object] = {}
+    result: dict[str, float] = {}
     try:
         yield result
     finally:
