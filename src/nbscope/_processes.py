@@ -29,7 +29,7 @@ from typing import Any
 CGROUP_SWITCH = "NBSCOPE_CGROUP"
 
 
-def reap(variable: str, token: str, *, grace_s: float = 3.0) -> list[dict[str, Any]]:
+def reap(variable: str, token: str, *, grace_s: float = 3.0) -> list[dict[str, object]]:
     """Stop (SIGTERM, then SIGKILL after ``grace_s``) every process whose environment has
     ``variable=token``; returns what was found (pid, name, command line)."""
     import psutil

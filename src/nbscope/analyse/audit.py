@@ -93,7 +93,7 @@ def is_gpu_backend(backend: str) -> bool:
     return backend != "cpu"
 
 
-def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list[dict[str, Any]] | None, str | None]:
+def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list[dict[str, object]] | None, str | None]:
     """Diagnosed findings of a profile, most important first (diagnose's own order), as the audit entry keeps
     them; ``None`` and a reason when diagnosis is unavailable. ``other`` is the same notebook on the other
     backend, used as evidence."""
@@ -103,7 +103,7 @@ def findings_of(record: RunRecord, other: RunRecord | None = None) -> tuple[list
         return None, f"diagnosis failed: {exc}"
 
 
-def recommendation_of(cpu: RunRecord, gpu: RunRecord | None = None) -> dict[str, Any] | None:
+def recommendation_of(cpu: RunRecord, gpu: RunRecord | None = None) -> dict[str, object] | None:
     """analyse.recommend's backend choice for a notebook (cpu, gpu or mixed) with its estimates, if available,
     as the audit entry stores it: from both runs, or (no GPU run) from the CPU run's GPU forecast."""
     try:
@@ -116,7 +116,7 @@ def recommendation_of(cpu: RunRecord, gpu: RunRecord | None = None) -> dict[str,
     return _brief(result, keys if gpu is not None else (*keys[:2], "basis", *keys[2:]))
 
 
-def _brief(result: Recommendation, keys: tuple[str, ...]) -> dict[str, Any]:
+def _brief(result: Recommendation, keys: tuple[str, ...]) -> dict[str, object]:
     """Some keys of a recommendation's JSON document (every kind's has these): what an audit entry keeps of it."""
     document = result.to_dict()
     return {k: document[k] for k in keys}
@@ -459,10 +459,10 @@ def measurements(
     *,
     backends: Sequence[str],
     availability: Mapping[str, Availability],
-    discovery: Mapping[str, Any],
+    discovery: Mapping[str, object],
     wall_s: float | None,
-    workers: Mapping[str, Any] | None = None,
-    shard: Mapping[str, Any] | None = None,
+    workers: Mapping[str, object] | None = None,
+    shard: Mapping[str, object] | None = None,
     merged_from: Sequence[MergedFile] | None = None,
     coverage: Coverage | None = None,
 ) -> Audit:

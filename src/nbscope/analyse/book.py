@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 from nbscope.analyse.compare import Winner, platform_of
 from nbscope.record.cells import same_notebook
@@ -29,7 +29,7 @@ class RunSet:
     records: list[RunRecord] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # notebooks of the book or audit without a stored run
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "runs": [r.run_id for r in self.records], "missing": self.missing}
 
 
@@ -65,7 +65,7 @@ class SlowCell:
         """The cell's number as a reader counts code cells (from 1)."""
         return self.index + 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "target": self.target,
             "run_id": self.run_id,
@@ -207,7 +207,7 @@ class Lectures(Encoded):
     document_keys: ClassVar = ("a", "b", "rows", "paired", "totals", "wins")
 
     @property
-    def totals(self) -> dict[str, Any]:
+    def totals(self) -> dict[str, object]:
         """The paired notebooks' walls on each side, and the winner of those totals."""
         return {"a_wall_s": self.a_wall_s, "b_wall_s": self.b_wall_s, **(self.winner.to_dict() if self.winner else {})}
 

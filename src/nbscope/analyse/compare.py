@@ -19,7 +19,7 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import noise
 from nbscope.collect import fingerprint as fp
 from nbscope.record.cells import CellMatch, CellPair, pair_cells, same_notebook
-from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
+from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of, object_in
 from nbscope.record.sources import sources_of
 from nbscope.schema.codec import Encoded, Write, decode, given, known, never
 from nbscope.schema.model import Cell, Totals
@@ -363,7 +363,7 @@ class ComparedRun:
     machine: str
     digest: str
     platform: str | None
-    recorded_settings: Annotated[Mapping[str, Any], Write(key="settings")]  # the settings document, as recorded
+    recorded_settings: Annotated[Mapping[str, object], Write(key="settings")]  # the settings document, as recorded
     # The settings a title names (TITLE_SETTINGS), as recorded and in the record's order: only those the run
     # recorded (a ``trace`` run records no ``jax_cache``, which the typed settings read as "off").
     title_settings: Annotated[tuple[tuple[str, Any], ...], Write(when=never)]
@@ -538,7 +538,7 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     for key in sorted(set(sa) | set(sb)):
         va, vb = sa.get(key), sb.get(key)
         if key == "env":
-            env_a, env_b = va or {}, vb or {}
+            env_a, env_b = object_in(sa, key), object_in(sb, key)
             for name in sorted(set(env_a) | set(env_b)):
                 value_a, value_b = env_a.get(name), env_b.get(name)
                 if value_a != value_b:

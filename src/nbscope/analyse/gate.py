@@ -37,7 +37,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
@@ -183,7 +183,7 @@ class GateRunSummary:
     started_at: str
     digest: str
     repeats: int
-    settings: Mapping[str, Any]  # the measurement settings (``RunRecord.measurement_settings``)
+    settings: Mapping[str, object]  # the measurement settings (``RunRecord.measurement_settings``)
     wall_s: float | None
     load_average: float | None  # the 1-minute load average when the run started
 

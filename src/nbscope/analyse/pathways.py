@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from nbscope._units import number, seconds
 from nbscope.record import cells as cell_model
@@ -72,11 +72,16 @@ def tolerance(entries: Sequence[PathwayCell]) -> float:
     return tol
 
 
-def _typed(cells: Sequence[Mapping[str, Any]]) -> list[Cell]:
+def _typed(cells: Sequence[Mapping[str, object]]) -> list[Cell]:
     return [decode(Cell, c) for c in cells]
 
 
-def pair_cells(reference: Sequence[Mapping[str, Any]], results: Mapping[str, Any]) -> list[PathwayRow]:
+class _Ran(Protocol):  # a pathway's result (``api.pathways.PathwayResult``)
+    @property
+    def cells(self) -> Sequence[Mapping[str, object]]: ...
+
+
+def pair_cells(reference: Sequence[Mapping[str, object]], results: Mapping[str, _Ran]) -> list[PathwayRow]:
     """One row per code cell of ``reference`` (the notebook's cells) with each pathway's figures
     (``results`` maps a pathway's name to its result, whose ``cells`` ran that notebook)."""
     notebook = _typed(reference)
@@ -195,10 +200,10 @@ def verdict(
     )
 
 
-def combine_overheads(results: Sequence[Any]) -> tuple[dict[str, Any], dict[str, list[float]] | None]:
+def combine_overheads(results: Sequence[Any]) -> tuple[dict[str, object], dict[str, list[float]] | None]:
     """Medians of each fixed cost over repeats, and the samples when there were several."""
     keys = dict.fromkeys(k for result in results for k in result.overheads)
-    combined: dict[str, Any] = {}
+    combined: dict[str, object] = {}
     samples: dict[str, list[float]] = {}
     for key in keys:
         values = [v for v in (number(r.overheads.get(key)) for r in results) if v is not None]

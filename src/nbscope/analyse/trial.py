@@ -181,7 +181,7 @@ def _verdict(pair: GateComparison | None) -> str:
         return f"fixed: it failed as it is ({pair.base_status}) and ran with the remedy"
     if pair.verdict == "not-comparable" or pair.base_status not in (None, "ok", "expected-error"):
         return f"not comparable ({pair.note or pair.base_status})"
-    return _SPEED[pair.verdict] if pair.verdict in _SPEED else "within noise"
+    return _SPEED.get(pair.verdict, "within noise")
 
 
 def compare_values(as_is: Sequence[Mapping[str, Any]], remedied: Sequence[Mapping[str, Any]]) -> tuple[ValueCheck, ...]:

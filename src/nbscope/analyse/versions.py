@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
@@ -50,7 +50,7 @@ class VariantRun:
     run_id: int | None
     status: str  # the run's, or "not-run"
     digest: str | None
-    versions: Any  # the run's fingerprint's, as recorded (the typed ``Machine.versions`` splits out JAX plugins)
+    versions: object  # the run's fingerprint's, as recorded (the typed ``Machine.versions`` splits out JAX plugins)
     kernel_python: str | None
     error: str | None  # why it could not be built or run
     record: Annotated[RunRecord | None, Write(omit=_always)]
@@ -125,7 +125,7 @@ class FieldValues:
     ``{"absent": ...}``), and why the field can change timings."""
 
     field: str
-    values: tuple[Any, ...]
+    values: tuple[object, ...]
     why: str
 
 

@@ -15,16 +15,17 @@ import logging
 import operator
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
-from nbscope.record.store import Store
+from nbscope.record.store import SeriesRun, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 
 if TYPE_CHECKING:
     from nbscope.analyse.diagnose import Findings
-    from nbscope.analyse.history import ChangeOptions
+    from nbscope.analyse.history import ChangeOptions, ChangePoint
     from nbscope.record.run import RunRecord
     from nbscope.schema.run_summary import KeptChanges, RunSummary
+    from nbscope.schema.site_manifest import Change
 
 
 def save_run(
@@ -93,7 +94,15 @@ def number(value: object) -> float | None:
 
 
 # A run in a row's series: ``Store.book_series``'s columns.
-TARGET, BACKEND, STARTED_AT, ID, STATUS, WALL, COMPILE, RUN = range(8)
+# (Final: each a literal index, so that a run's column has its own type.)
+TARGET: Final = 0
+BACKEND: Final = 1
+STARTED_AT: Final = 2
+ID: Final = 3
+STATUS: Final = 4
+WALL: Final = 5
+COMPILE: Final = 6
+RUN: Final = 7
 
 
 class RowPlan:
@@ -103,11 +112,11 @@ class RowPlan:
 
     def __init__(
         self,
-        series: Sequence[tuple[Any, ...]],
+        series: Sequence[SeriesRun],
         ids: list[int],
         walls: list[float | None],
-        changes: list[dict[str, Any]],
-        steps: list[tuple[dict[str, Any], int]],
+        changes: list[Change],
+        steps: list[tuple[Change, int]],
         found: KeptChanges | None = None,
     ) -> None:
         self.series = series
@@ -127,7 +136,7 @@ def _series_key(ids: Sequence[int], options: ChangeOptions | None) -> str:
 
 
 def plan_row(
-    series: Sequence[tuple[Any, ...]], options: ChangeOptions | None = None, kept: RunSummary | None = None
+    series: Sequence[SeriesRun], options: ChangeOptions | None = None, kept: RunSummary | None = None
 ) -> RowPlan:
     """The row's plan; its change points and regressions are those ``kept`` (the newest run's summary) holds for
     this very series, else found now."""
@@ -145,7 +154,7 @@ def plan_row(
         Point(run_id, run[STARTED_AT], wall, run[STATUS]) for run_id, run, wall in zip(ids, series, walls, strict=True)
     ]
     changes = (
-        [c.to_dict() for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
+        [_change(c) for c in change_points(points, options)] if len([w for w in walls if w is not None]) > 2 else []
     )
     floor = 1 + (options or ChangeOptions()).rel_floor
     # A change whose medians, measured up to the neighbouring changes, moved less than the history's own floor
@@ -165,13 +174,28 @@ def plan_row(
     )
 
 
-def series_by_row(
-    per_kind: Iterable[Sequence[tuple[Any, ...]]], keys: set[str] | None
-) -> dict[str, list[tuple[Any, ...]]]:
+def _change(point: ChangePoint) -> Change:
+    """``point.to_dict()``, typed (its figures are finite: the codec would write nothing else of them)."""
+    from nbscope.schema.site_manifest import Change
+
+    return Change(
+        index=point.index,
+        run_id=point.run_id,
+        started_at=point.started_at,
+        before=point.before,
+        after=point.after,
+        delta=point.delta,
+        ratio=point.ratio,
+        score=point.score,
+        tentative=point.tentative,
+    )
+
+
+def series_by_row(per_kind: Iterable[Sequence[SeriesRun]], keys: set[str] | None) -> dict[str, list[SeriesRun]]:
     """The runs of each row of ``keys`` (None: of every row), oldest first (by start, then id). ``Store.book_series``
     gives each kind's runs of a row in that order already; a row with runs of two kinds, or of backends that are one
     row (none recorded and "unknown"), is sorted."""
-    grouped: dict[str, list[tuple[Any, ...]]] = {}
+    grouped: dict[str, list[SeriesRun]] = {}
     unordered: set[str] = set()
     groups = (
         group for series in per_kind for group in itertools.groupby(series, key=operator.itemgetter(TARGET, BACKEND))

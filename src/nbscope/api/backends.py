@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
@@ -59,29 +59,40 @@ def _ran_jax(record: RunRecord) -> bool:
     return any(c.jax is not None for c in record.notebook_run().cells)
 
 
+class BackendRun(TypedDict):
+    """A backend's run, or why it could not run (``status``: only when it ran)."""
+
+    backend: str
+    run_id: int | None
+    available: bool
+    reason: str | None
+    record: RunRecord | None
+    status: NotRequired[str]
+
+
 @dataclass
 class BackendsResult:
     """Each backend's run (or why it could not run), their comparison, the recommendation and findings."""
 
     # Each backend's ``backend``, ``run_id``, ``available``, ``reason``, ``record`` and (when it ran) ``status``:
     # ``nbscope profile --backends`` reads these entries by key.
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[BackendRun] = field(default_factory=list)
     comparison: compare_module.Comparison | None = None
     recommendation: Recommendation | None = None
     findings: dict[str, Findings] = field(default_factory=dict)
 
     @property
-    def available(self) -> list[dict[str, Any]]:
+    def available(self) -> list[BackendRun]:
         return [r for r in self.runs if r["available"]]
 
     @property
-    def unavailable(self) -> list[dict[str, Any]]:
+    def unavailable(self) -> list[BackendRun]:
         return [r for r in self.runs if not r["available"]]
 
-    def record_of(self, backend: str) -> Any:
+    def record_of(self, backend: str) -> RunRecord | None:
         return next(r["record"] for r in self.runs if r["backend"] == backend)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "backends": [{k: v for k, v in r.items() if k != "record"} for r in self.runs],
             "comparison": self.comparison.to_dict() if self.comparison else None,
@@ -137,15 +148,16 @@ def profile_backends(
                 "status": record.status,
             }
         )
-    available = result.available
+    available = [(r["backend"], r["record"]) for r in result.available if r["record"] is not None]
     if len(available) >= 2:
-        first, second = available[0]["record"], available[1]["record"]
+        (_, first), (_, second) = available[:2]
         result.comparison = compare_module.compare(first, second)
         result.recommendation = recommend(first, second)
-        for entry, other in ((available[0], second), (available[1], first)):
-            result.findings[entry["backend"]] = diagnose(entry["record"], other=other)
+        for (backend, record), other in ((available[0], second), (available[1], first)):
+            result.findings[backend] = diagnose(record, other=other)
     elif len(available) == 1:
-        result.findings[available[0]["backend"]] = diagnose(available[0]["record"])
+        backend, record = available[0]
+        result.findings[backend] = diagnose(record)
     return result
 
 
@@ -172,5 +184,9 @@ def run_backends(
     notebook failing."""
     result = profile_backends(path, options, parse_backends(backends, at_least=2), store=store, on_backend=on_backend)
     started = [r["record"] for r in result.runs if r["record"] is not None and r["available"]]
-    commands = {r["backend"]: profile_job.diagnose_command(r["record"], store) for r in result.runs if r["run_id"]}
+    commands = {
+        r["backend"]: profile_job.diagnose_command(r["record"], store)
+        for r in result.runs
+        if r["run_id"] and r["record"] is not None
+    }
     return BackendsOutcome(result, profile_job.failures(started), commands)

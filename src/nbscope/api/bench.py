@@ -107,8 +107,8 @@ def run_bench(
     except KeyboardInterrupt:
         interrupted = True
     wall = time.perf_counter() - started
-    record.measurements = _measurements(results, sizes, wall, interrupted)
-    failed = any(g["status"] == "error" for g in record.measurements["groups"].values())
+    measurements = record.measurements = _measurements(results, sizes, wall, interrupted)
+    failed = any(g["status"] == "error" for g in measurements["groups"].values())
     return record.finish("partial" if interrupted or failed else "ok")
 
 

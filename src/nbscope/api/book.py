@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope._files import read_json
@@ -73,7 +72,7 @@ def _book(reference: str, store: Store) -> RunSet:
 
 def _audit(reference: str, audit: RunRecord, store: Store, file: Path | None) -> RunSet:
     """The profiles an audit refers to: embedded in its file, else in the store."""
-    embedded: Mapping[int, Mapping[str, Any]] = {}
+    embedded: Mapping[int, Mapping[str, object]] = {}
     if file is not None:
         embedded = decode(AuditFile, read_json(file, what="audit file")).runs or {}
     found = RunSet(reference)

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as _fp
 from nbscope.schema.fingerprint_file import fingerprint_in
 
 
-def collect_fingerprint(*, include_jax: bool = False) -> dict[str, Any]:
+def collect_fingerprint(*, include_jax: bool = False) -> dict[str, object]:
     """This machine's fingerprint (see :mod:`nbscope.collect.fingerprint`)."""
     return _fp.collect(include_jax=include_jax)
 
 
-def load_fingerprint(path: str | Path) -> dict[str, Any]:
+def load_fingerprint(path: str | Path) -> dict[str, object]:
     """A fingerprint from a file: ``nbscope info --json`` output or a whole run record."""
     from nbscope._files import read_json
 
@@ -28,7 +27,9 @@ def load_fingerprint(path: str | Path) -> dict[str, Any]:
     return found
 
 
-def diff_fingerprints(a: str | Path, b: str | Path, *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
+def diff_fingerprints(
+    a: str | Path, b: str | Path, *, include_volatile: bool = False
+) -> list[tuple[str, object, object]]:
     return _fp.diff(load_fingerprint(a), load_fingerprint(b), include_volatile=include_volatile)
 
 
@@ -37,8 +38,8 @@ class InfoOutcome:
     """What ``nbscope info`` found: this machine's fingerprint, or the fields two fingerprints differ in
     (``field``, value in A, value in B)."""
 
-    fingerprint: dict[str, Any] | None = None
-    differences: tuple[tuple[str, Any, Any], ...] | None = None
+    fingerprint: dict[str, object] | None = None
+    differences: tuple[tuple[str, object, object], ...] | None = None
 
     @property
     def exit_status(self) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nbscope.record.jupyter_cache import import_cache
 from nbscope.record.run import RunRecord
@@ -23,7 +22,7 @@ class CacheImport:
 
 
 def import_jupyter_cache(
-    path: Path, store: Store, *, fingerprint: dict[str, Any] | None = None, fingerprint_source: str | None = None
+    path: Path, store: Store, *, fingerprint: dict[str, object] | None = None, fingerprint_source: str | None = None
 ) -> CacheImport:
     """One run per notebook execution in the cache of the book at ``path``, on the machine ``fingerprint``
     describes (:func:`nbscope.api.info.load_fingerprint`, read from ``fingerprint_source``; default: this one)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
@@ -39,7 +38,7 @@ def run_loops(
     *,
     store: Store | None = None,
     progress: Progress | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     label: str | None = None,
 ) -> RunRecord:
     """Sweep trip counts, fit, extrapolate; returns a ``loops`` RunRecord labelled ``label`` (None:

@@ -20,7 +20,7 @@ from nbscope.collect.runner import CellCallback, ExecutionOptions, NotebookExecu
 from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord as RunRecord  # re-exported for the CLI's types
-from nbscope.record.run import check_label, default_label
+from nbscope.record.run import check_label, default_label, object_in, objects_in
 from nbscope.record.secrets import command_for_record, env_for_record
 from nbscope.record.store import Store as Store  # re-exported for the CLI's types
 from nbscope.record.store import files_folder, make_folder
@@ -55,13 +55,13 @@ class RunSpec:
     programs: bool = False  # per-cell program data for the GPU forecast (implied by ``forecast``)
     forecast: Sequence[str] = ()  # GPUs to forecast for (nbscope.analyse.forecast)
     label: str | None = None  # names the run (--label); None: $NBSCOPE_LABEL, which a worker process inherits
-    variant: Mapping[str, Any] | None = None  # the package-version variant the run belongs to (nbscope versions)
+    variant: Mapping[str, object] | None = None  # the package-version variant the run belongs to (nbscope versions)
 
     def for_forecast(self, gpus: Sequence[str], *, programs: bool = False) -> RunSpec:
         """This spec forecasting for ``gpus`` (device keys), which implies recording program data."""
         return replace(self, forecast=tuple(gpus), programs=programs or bool(gpus))
 
-    def for_variant(self, variant: Mapping[str, Any], kernel: str) -> RunSpec:
+    def for_variant(self, variant: Mapping[str, object], kernel: str) -> RunSpec:
         """This spec run as a package-version variant, in the kernel of its environment."""
         return replace(self, variant=dict(variant), kernel=kernel)
 
@@ -108,7 +108,7 @@ class RunSpec:
         if self.keep_traces is not None:
             check_folder_option("--keep-traces", Path(self.keep_traces))
 
-    def settings(self, env_key: bytes | None = None) -> dict[str, Any]:
+    def settings(self, env_key: bytes | None = None) -> dict[str, object]:
         """The record's settings; ``--env`` values hidden under ``env_key`` (the store's; None: this process's)."""
         return {
             "pathway": "kernel",
@@ -190,7 +190,7 @@ def check_timeout(timeout: float | None, option: str = "--timeout") -> None:
 
 
 def preflight(
-    path: str | Path, options: RunSpec, store: Store | None = None, fingerprint: dict[str, Any] | None = None
+    path: str | Path, options: RunSpec, store: Store | None = None, fingerprint: dict[str, object] | None = None
 ) -> notebook_module.Notebook:
     """Every check a profile makes before a kernel starts, so that a bad option, notebook, kernel, backend
     or store is one line (an NbscopeError) with nothing run, nothing stored and no live file left; the
@@ -318,7 +318,7 @@ def _empty_owned_folder(folder: Path) -> None:
         raise NbscopeError(f"--jax-cache cold: cannot empty {folder}: {exc.strerror or exc}") from None
 
 
-def _gpus_present(fingerprint: dict[str, Any]) -> bool:
+def _gpus_present(fingerprint: dict[str, object]) -> bool:
     from nbscope.schema.machine import Machine
 
     return bool(decode(Machine, fingerprint).gpus)
@@ -339,7 +339,7 @@ def profile(
     live_path: Path | None = None,
     on_cell_start: StartCallback | None = None,
     on_cell_done: CellCallback | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     on_notebook: Callable[[notebook_module.Notebook], None] | None = None,
 ) -> RunRecord:
     """Profile a notebook per cell; saves the run in ``store`` (a :class:`nbscope.Store`) when given (the other
@@ -372,7 +372,7 @@ def profile_until_stopped(
     live_path: Path | None = None,
     on_cell_start: StartCallback | None = None,
     on_cell_done: CellCallback | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     on_notebook: Callable[[notebook_module.Notebook], None] | None = None,
 ) -> tuple[RunRecord, bool]:
     """:func:`profile` that returns ``(record, interrupted)`` instead of re-raising an interrupt, so a
@@ -423,8 +423,8 @@ def profile_until_stopped(
         executions = repeats.executions
         fill_measurements(record, notebook.describe(), described, executions, repeats.cache_state, live_path)
         if live.rewritten(live_path):
-            kernel = record.measurements.setdefault("kernel", {}) or {}
-            kernel.setdefault("warnings", []).append({"hash": None, "message": REMOVED_FILES})
+            kernel = object_in(record.measurements, "kernel")
+            kernel["warnings"] = [*objects_in(kernel, "warnings"), {"hash": None, "message": REMOVED_FILES}]
             record.measurements["kernel"] = kernel
         if interrupted and len(executions) < options.repeat:
             record.status = "partial"  # fewer repeats than asked (a cut-short execution is partial itself)
@@ -463,7 +463,7 @@ class _Repeats:
     notebook: Any
     options: RunSpec
     cache_root: Path
-    fingerprint: dict[str, Any]
+    fingerprint: dict[str, object]
     executions: list[NotebookExecution] = field(default_factory=list)
     cache_state: str = "off"
 
@@ -540,7 +540,7 @@ def _cache_saving(record: RunRecord, store: Store) -> None:
     for stored in store.records(kind="profile", target=record.target, digest=record.digest, limit=50):
         cold = stored.notebook_run().totals
         if cold.cache_state == "cold":
-            totals_ = record.measurements["totals"]
+            totals_ = object_in(record.measurements, "totals")
             totals_["cache_baseline_run"] = stored.run_id
             totals_["cache_saving_s"] = (cold.compile_s or 0.0) - (warm.compile_s or 0.0)
             totals_["cold_compiles"] = cold.compiles

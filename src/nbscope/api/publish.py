@@ -31,11 +31,12 @@ from nbscope import __version__
 from nbscope._errors import NbscopeError
 from nbscope._files import read_text, refuse_input, write_text
 from nbscope.api._saving import COMPILE, ID, RUN, STARTED_AT, RowPlan, number, plan_row, row_key, series_by_row
-from nbscope.record.store import STORE_FOLDER, Store
+from nbscope.record.store import STORE_FOLDER, SeriesRun, Store
 from nbscope.schema.kinds import PROFILE_KINDS
 from nbscope.schema.site_manifest import (
     MANIFEST_VERSION,
     BookRow,
+    Regression,
     Scan,
     SiteManifest,
     SiteRow,
@@ -70,7 +71,7 @@ class PublishResult:
         self.pages_written: list[str] = []
         self.pages_kept = pages_kept
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "folder": str(self.folder),
             "rows": self.rows,
@@ -255,10 +256,10 @@ def build_row(
         previous = None
     baseline_id = baselines.get(newest_id) or ids[0]
     baseline_wall = next((wall for run_id, wall in zip(ids, walls, strict=True) if run_id == baseline_id), None)
-    regressions = []
-    for change, step in plan.steps:
-        why = runs.attribution(ids[step], ids[step - 1])
-        regressions.append({**change, "step_index": step, "attribution": why})
+    regressions: list[Regression] = [
+        {**change, "step_index": step, "attribution": runs.attribution(ids[step], ids[step - 1])}
+        for change, step in plan.steps
+    ]
     wall, compile_s = walls[-1], compiles[-1]
     started_at = series[-1][STARTED_AT]
     return SiteRow(
@@ -391,9 +392,7 @@ def _manifest_text(
     def encoded(value: object) -> str:
         return json.dumps(value, default=str, separators=COMPACT)
 
-    written = ",".join(
-        f"{_string(key)}:{row_texts[key] if key in row_texts else encoded(row._asdict())}" for key, row in rows.items()
-    )
+    written = ",".join(f"{_string(key)}:{row_texts.get(key) or encoded(row._asdict())}" for key, row in rows.items())
     return (
         f'{{"version":{MANIFEST_VERSION},"tool":{encoded(__version__)},"store":{encoded(str(store.path))},'
         f'"scan":{{"count":{scan.run_count},"newest_id":{scan.newest_id}}},"rows":{{{written}}},"pages":{encoded(pages)}}}'
@@ -477,7 +476,7 @@ def _publish(
     old_rows = manifest.rows if manifest is not None and manifest.tool == __version__ and not full else {}
     # Even with ``full``, a page whose text is the same is not written again.
     old_pages = {} if manifest is None else manifest.pages
-    every: dict[str, list[tuple[Any, ...]]] | None = None
+    every: dict[str, list[SeriesRun]] | None = None
     if manifest is not None and old_rows:
         signatures, scan = _signatures(store, manifest)
     else:  # a first publish, or --full: one query gives every row's runs, and their counts
@@ -571,7 +570,7 @@ def _remake_rows(
     stale: set[str],
     changed: set[str],
     signatures: dict[str, list[int]],
-    every: dict[str, list[tuple[Any, ...]]] | None,
+    every: dict[str, list[SeriesRun]] | None,
     *,
     full: bool,
     options: ChangeOptions | None,

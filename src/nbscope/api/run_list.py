@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope._errors import NbscopeError
 from nbscope.api.live import RunningKernel, running_kernels
@@ -24,7 +24,7 @@ class RunList:
 
     live: tuple[RunningKernel, ...] | None = None
     unfinished: tuple[UnfinishedRun, ...] | None = None
-    rows: tuple[dict[str, Any], ...] = ()
+    rows: tuple[dict[str, object], ...] = ()
     filtered: bool = False  # a --kind, --target or --label chose the rows
     waiting: int = 0
     db_hint: str = ""

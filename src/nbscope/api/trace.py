@@ -124,7 +124,7 @@ def run_traced(
     env: dict[str, str] | None = None,
     echo: bool = True,
     store: Store | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     timeout: float | None = None,
     fresh: bool = False,
     forecast: list[str] | None = None,
@@ -292,7 +292,7 @@ def _record_of(
     *,
     command: list[str],
     cwd: Path,
-    fingerprint: dict[str, Any],
+    fingerprint: dict[str, object],
     forecast: list[str] | None,
     label: str | None,
     store: Path | None = None,
@@ -314,7 +314,7 @@ def _record_of(
         programs=collector,
         timeouts=ran.timeouts.get(log.path.name),
     )
-    settings: dict[str, Any] = {"pathway": "trace", "traced_command": command}
+    settings: dict[str, object] = {"pathway": "trace", "traced_command": command}
     if ran.cell_timeout:
         settings["cell_timeout"] = ran.cell_timeout
     if forecast is not None:
@@ -326,7 +326,7 @@ def _record_of(
         settings=settings,
         label=label if label is not None else default_label(),
     )
-    runner: dict[str, Any] = {
+    runner: dict[str, object] = {
         "pathway": "trace",
         "transport": ran.transport,
         "command": command,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 TOP_FINDINGS = 3
 
 
-def with_diagnosis(record: RunRecord, findings: Findings | None, why_not: str | None) -> dict[str, Any]:
+def with_diagnosis(record: RunRecord, findings: Findings | None, why_not: str | None) -> dict[str, object]:
     """A run record's document with its findings under "diagnosis" (not part of the stored record)."""
-    document: dict[str, Any] = json.loads(record.to_json())
+    document: dict[str, object] = json.loads(record.to_json())
     document["diagnosis"] = findings.to_dict() if findings is not None else {"error": why_not}
     return document
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from nbscope._units import number
 from nbscope.collect.notebook import CodeCell
@@ -43,12 +42,14 @@ def output_error(cell: NotebookCell) -> dict[str, str] | None:
 _LINE = frozenset({"type", "seq", "hash", "programs", "programs_hash", "timeline_trace"})
 
 
-def merge_cell(code_cell: CodeCell, probe: ProbeCell | None, **runner_fields: object) -> dict[str, Any]:
+def merge_cell(code_cell: CodeCell, probe: ProbeCell | None, **runner_fields: object) -> dict[str, object]:
     """One cell record from the notebook's cell, the probe's line and the runner's observations."""
     return merge_described(code_cell.describe(), probe, **runner_fields)
 
 
-def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runner_fields: object) -> dict[str, Any]:
+def merge_described(
+    description: dict[str, object], probe: ProbeCell | None, **runner_fields: object
+) -> dict[str, object]:
     """:func:`merge_cell` from a cell's description (``CodeCell.describe()``), e.g. one kept in a live file."""
     record = dict(description)
     record.update(
@@ -98,12 +99,12 @@ def merge_described(description: dict[str, Any], probe: ProbeCell | None, **runn
     return record  # compile_s, run_s, overhead_s: derived by the cell writers (nbscope.schema.build)
 
 
-def _own(part: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _own(part: Mapping[str, object] | None) -> dict[str, object] | None:
     """A part of the probe's line as the record's own object (the cell writers add to it), as measured."""
     return None if part is None else dict(part)
 
 
-def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
+def collection_times(probe_programs: ProbePrograms) -> dict[str, object]:
     """``collection_s`` (seconds nbscope's own collection took in the kernel, inside ``wall_s``: after the cell's
     code, and ``split_s``, the session stopped and started again around each compile, within the code but left
     out of the probe's ``code_s`` and compile figures) and ``collection`` (its parts), from the probe's
@@ -143,7 +144,9 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
 FINISHED_ANYWAY = "; the cell did not stop at the interrupt and finished without error"
 
 
-def interrupted_described(description: dict[str, Any], elapsed_s: float | None, signal_name: str) -> dict[str, Any]:
+def interrupted_described(
+    description: dict[str, object], elapsed_s: float | None, signal_name: str
+) -> dict[str, object]:
     """The record of a cell a stop signal cut short, from its description (``CodeCell.describe()``): status
     ``interrupted``, how long it had run (``wall_s``, None when unknown) and the signal (``interrupted_by``)."""
     seconds = f" after {elapsed_s:.2f} s" if elapsed_s is not None else ""

@@ -27,7 +27,7 @@ Family = tuple[int | None, list["psutil.Process"]]
 KERNEL_TOKEN_VARIABLE = "NBSCOPE_KERNEL_TOKEN"
 
 
-def interrupt_cell(client: NotebookClient, cell: Mapping[str, Any], wait_s: float = 5.0) -> bool:
+def interrupt_cell(client: NotebookClient, cell: Mapping[str, object], wait_s: float = 5.0) -> bool:
     """Stop the timed-out cell so the next one can run (the kernel manager is async under nbclient); whether
     the kernel went idle within ``wait_s`` (False: the cell ignores the interrupt, the kernel is still busy).
 
@@ -54,7 +54,7 @@ def interrupt_cell(client: NotebookClient, cell: Mapping[str, Any], wait_s: floa
     return idle()
 
 
-def shut_down(client: NotebookClient, context: AbstractContextManager[None], runner: dict[str, Any]) -> None:
+def shut_down(client: NotebookClient, context: AbstractContextManager[None], runner: dict[str, object]) -> None:
     """Stop the kernel and everything it started; a failing shutdown is noted, never raised, so the
     cells measured are still returned."""
     family = kernel_family(client)

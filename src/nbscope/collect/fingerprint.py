@@ -63,11 +63,11 @@ VOLATILE_FIELDS = (
 VOLATILE_GPU_FIELDS = ("clocks", "memory_used_bytes", "memory_free_bytes", "temperature_c", "uuid")
 
 
-def absent(reason: str) -> dict[str, str]:
+def absent(reason: str) -> dict[str, object]:
     return {"absent": reason}
 
 
-def is_absent(value: object) -> TypeGuard[dict[str, str]]:
+def is_absent(value: object) -> TypeGuard[dict[str, object]]:
     return isinstance(value, dict) and set(value) == {"absent"}
 
 
@@ -78,7 +78,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _host() -> dict[str, Any]:
+def _host() -> dict[str, object]:
     uname = platform.uname()
     return {
         "hostname": socket.gethostname(),
@@ -89,7 +89,7 @@ def _host() -> dict[str, Any]:
     }
 
 
-def _os_release_name() -> str | dict[str, str]:
+def _os_release_name() -> str | dict[str, object]:
     text = _read("/etc/os-release")
     if text is None:
         return platform.platform()
@@ -99,8 +99,8 @@ def _os_release_name() -> str | dict[str, str]:
     return absent("no PRETTY_NAME in /etc/os-release")
 
 
-def _cpu() -> dict[str, Any]:
-    info: dict[str, Any] = {"logical_cores": os.cpu_count()}
+def _cpu() -> dict[str, object]:
+    info: dict[str, object] = {"logical_cores": os.cpu_count()}
     text = _read("/proc/cpuinfo")
     if text is None:
         info.update(model=platform.processor() or absent("/proc/cpuinfo not readable"))
@@ -141,7 +141,7 @@ def _cpu() -> dict[str, Any]:
     return info
 
 
-def _cgroup_cpu_limit() -> float | dict[str, str]:
+def _cgroup_cpu_limit() -> float | dict[str, object]:
     text = _read("/sys/fs/cgroup/cpu.max")
     if text is None:
         return absent("no cgroup v2 cpu.max")
@@ -151,7 +151,7 @@ def _cgroup_cpu_limit() -> float | dict[str, str]:
     return round(int(quota) / int(period or 100000), 2)
 
 
-def _memory() -> dict[str, Any]:
+def _memory() -> dict[str, object]:
     text = _read("/proc/meminfo")
     if text is None:
         return {"total_bytes": absent("/proc/meminfo not readable")}
@@ -197,7 +197,7 @@ def _model_name(model: str | None, cpuinfo: str) -> object:
         return model
     fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()[:12])}
     if "vendor_id" in fields:
-        family, number = (fields[k] if k in fields else "?" for k in ("cpu family", "model"))
+        family, number = (fields.get(k, "?") for k in ("cpu family", "model"))
         return f"{fields['vendor_id']} family {family} model {number} (no model name in /proc/cpuinfo)"
     return absent("no model name in /proc/cpuinfo")
 
@@ -207,7 +207,7 @@ def tpu_device_files() -> list[str]:
     return sorted(map(str, Path("/dev").glob("accel[0-9]*"))) or sorted(map(str, Path("/dev/vfio").glob("[0-9]*")))
 
 
-def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, object]:
     """A non-NVIDIA accelerator JAX can use, from what can be read without starting it (opening a TPU takes
     seconds and holds the chip): TPU VMs name their type in ``TPU_ACCELERATOR_TYPE``, expose their chips as
     ``/dev/accel*`` (v4 and later, or ``/dev/vfio/N`` in sandboxes), and JAX reaches them through ``libtpu``.
@@ -215,7 +215,7 @@ def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None
     environ = os.environ if environ is None else environ
     device_files = tpu_device_files()
     libtpu = next((installed[name] for name in ("libtpu", "libtpu-nightly") if name in installed), None)
-    tpu_type = environ["TPU_ACCELERATOR_TYPE"] if "TPU_ACCELERATOR_TYPE" in environ else None
+    tpu_type = environ.get("TPU_ACCELERATOR_TYPE")
     if not (tpu_type or (libtpu and device_files)):
         return {"platform": absent("no TPU: no TPU_ACCELERATOR_TYPE, no libtpu with a device file")}
     return {
@@ -223,18 +223,18 @@ def _accelerator(installed: Mapping[str, str], environ: Mapping[str, str] | None
         "type": tpu_type or absent("TPU_ACCELERATOR_TYPE not set"),
         "device_files": len(device_files),
         "libtpu": libtpu or absent("libtpu not installed"),
-        "jaxlib": installed["jaxlib"] if "jaxlib" in installed else absent("jaxlib not installed"),
+        "jaxlib": installed.get("jaxlib", absent("jaxlib not installed")),
     }
 
 
-def _versions(installed: Mapping[str, str]) -> dict[str, Any]:
+def _versions(installed: Mapping[str, str]) -> dict[str, object]:
     return versions_from(installed, platform.python_version(), sys.implementation.name)
 
 
-def versions_from(installed: Mapping[str, str], python: str, implementation: str) -> dict[str, Any]:
+def versions_from(installed: Mapping[str, str], python: str, implementation: str) -> dict[str, object]:
     """The ``versions`` section for an environment: its Python and its installed distributions
     (normalised name -> version, as :func:`installed_distributions` reads them)."""
-    versions: dict[str, Any] = {"python": python, "implementation": implementation}
+    versions: dict[str, object] = {"python": python, "implementation": implementation}
     for name in VERSIONED_PACKAGES:
         versions[name] = installed.get(name) or absent("not installed")
     versions["jax_plugins"] = {
@@ -267,7 +267,7 @@ def _load_numpy_blas_alone() -> bool:
     return True
 
 
-def _blas() -> dict[str, Any] | dict[str, str]:
+def _blas() -> dict[str, object]:
     try:
         from threadpoolctl import threadpool_info
     except ImportError as exc:
@@ -302,7 +302,7 @@ def _blas() -> dict[str, Any] | dict[str, str]:
     }
 
 
-def _numba_threading() -> dict[str, Any] | dict[str, str]:
+def _numba_threading() -> dict[str, object]:
     # Importing numba costs ~0.5 s, so read its configuration and which layers it ships instead.
     spec = importlib.util.find_spec("numba")  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:
@@ -334,10 +334,10 @@ def _environment() -> dict[str, str]:
     }
 
 
-def _ci() -> dict[str, Any] | dict[str, str]:
+def _ci() -> dict[str, object]:
     ci = process_environment.read().ci
     if ci.github_actions == "true":
-        info: dict[str, Any] = {
+        info: dict[str, object] = {
             "provider": "github-actions",
             "runner_name": ci.runner_name,
             "runner_os": ci.runner_os,
@@ -359,7 +359,7 @@ def _nvidia_driver_present() -> bool:
     return os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidiactl")
 
 
-def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, Any]:
+def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, object]:
     """GPUs through NVML; ``fake_nvml`` replaces the ``pynvml`` module (tests pass a fake one)."""
     nvml: ModuleType
     if fake_nvml is not None:
@@ -381,7 +381,7 @@ def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, Any]:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return {"devices": absent(f"NVML unavailable: {type(exc).__name__}: {exc}".strip())}
     try:
-        result: dict[str, Any] = {
+        result: dict[str, object] = {
             "driver_version": _text(_safe(nvml.nvmlSystemGetDriverVersion)),
             "cuda_driver_version": _cuda_version(_safe(nvml.nvmlSystemGetCudaDriverVersion)),
         }
@@ -399,7 +399,7 @@ def _gpus(fake_nvml: ModuleType | None = None) -> dict[str, Any]:
         _safe(nvml.nvmlShutdown)
 
 
-def _gpu_device(nvml: ModuleType, index: int, handle: object) -> dict[str, Any]:
+def _gpu_device(nvml: ModuleType, index: int, handle: object) -> dict[str, object]:
     memory = _safe(nvml.nvmlDeviceGetMemoryInfo, handle)
     capability = _safe(nvml.nvmlDeviceGetCudaComputeCapability, handle)
     cc = f"{capability[0]}.{capability[1]}" if isinstance(capability, tuple) else None
@@ -453,7 +453,7 @@ def _cuda_version(value: object) -> object:
     return value
 
 
-def jax_runtime() -> dict[str, Any]:
+def jax_runtime() -> dict[str, object]:
     """JAX backend, devices and x64 flag. Imports jax and initialises a backend: opt-in only."""
     try:
         import jax
@@ -478,11 +478,11 @@ def jax_runtime() -> dict[str, Any]:
     }
 
 
-def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dict[str, Any]:
+def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dict[str, object]:
     """Read the fingerprint of this machine and Python environment."""
     start = time.perf_counter()
     installed = installed_distributions()
-    fingerprint: dict[str, Any] = {
+    fingerprint: dict[str, object] = {
         "fingerprint_version": FINGERPRINT_VERSION,
         "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": _host(),
@@ -502,15 +502,15 @@ def collect(*, include_jax: bool = False, nvml: ModuleType | None = None) -> dic
     return fingerprint
 
 
-def flatten(value: object, prefix: str = "") -> dict[str, Any]:
+def flatten(value: object, prefix: str = "") -> dict[str, object]:
     """Dotted paths to leaves; lists of GPUs and pools are indexed (``gpu.devices.0.name``)."""
     if isinstance(value, Mapping) and not is_absent(value):
-        items: Iterable[tuple[str, Any]] = value.items()
+        items: Iterable[tuple[object, object]] = value.items()
     elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
         items = ((str(i), v) for i, v in enumerate(value))
     else:
         return {prefix: value}
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key, child in items:
         flat.update(flatten(child, f"{prefix}.{key}" if prefix else str(key)))
     if not flat and prefix:
@@ -527,18 +527,20 @@ def _is_volatile(path: str) -> bool:
     return path.startswith("gpu.devices.") and len(parts) > 3 and parts[3] in VOLATILE_GPU_FIELDS
 
 
-def comparable_fields(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+def comparable_fields(fingerprint: Mapping[str, object]) -> dict[str, object]:
     """The fields that make two environments comparable: what the digest covers."""
     return {k: v for k, v in flatten(fingerprint).items() if not _is_volatile(k)}
 
 
-def digest(fingerprint: Mapping[str, Any]) -> str:
+def digest(fingerprint: Mapping[str, object]) -> str:
     """A short stable hash over the comparable fields (12 hex digits)."""
     canonical = json.dumps(comparable_fields(fingerprint), sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
+def diff(
+    a: Mapping[str, object], b: Mapping[str, object], *, include_volatile: bool = False
+) -> list[tuple[str, object, object]]:
     """Fields that differ between two fingerprints, as ``(path, a_value, b_value)``."""
     flat_a, flat_b = flatten(a), flatten(b)
     rows = []

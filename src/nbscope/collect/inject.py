@@ -21,7 +21,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from nbscope.collect.probe import PROBE_FILE, PROBE_MODULE
 from nbscope.schema import process_environment
@@ -101,7 +100,7 @@ class ProbeHome:
                 continue
             target = self.kernels / name
             target.mkdir(parents=True, exist_ok=True)
-            document: dict[str, Any] = spec.to_dict()
+            document: dict[str, object] = spec.to_dict()
             document["argv"] = [*spec.argv, PROBE_ARGUMENT]
             (target / "kernel.json").write_text(json.dumps(document, indent=1))
             for extra in Path(spec_dir).iterdir():
@@ -174,7 +173,7 @@ def running_folder() -> Path:
     return Path(tempfile.gettempdir()) / f"nbscope-running-{user}"
 
 
-def announced() -> list[dict[str, Any]]:
+def announced() -> list[dict[str, object]]:
     """Every announced probe home whose nbscope process still runs (``path`` added); an entry of a process
     that ended without removing it (SIGKILL) is removed: nbscope wrote it."""
     import psutil

@@ -47,10 +47,10 @@ class KernelLine:
     started_unix: float | None  # when that kernel started (header)
     jax_cache_dir: str | None  # the persistent compile cache it uses (header)
     programs: Any  # the cell's program data (trace --forecast), as recorded
-    document: Mapping[str, Any]
+    document: Mapping[str, Any]  # Any: the codec keeps it as recorded (nulls included)
 
     @staticmethod
-    def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    def reshape(value: Mapping[str, object]) -> Mapping[str, object]:
         return {**value, "document": value}
 
 
@@ -239,7 +239,7 @@ def cells_from_log(
     signal_name: str = "SIGINT",
     programs: ProgramCollector | None = None,
     timeouts: dict[int, CellTimeout] | None = None,
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[dict[str, object]], str]:
     """Cell records for a source from one kernel's probe lines; a started-but-unfinished cell killed it,
     unless nbscope itself was ``stopped`` (by ``signal_name``, at ``stopped_unix``): then that cell is
     ``interrupted``, with the time it had run. With a ``programs`` collector (``trace --forecast``), each

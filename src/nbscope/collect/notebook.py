@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from nbscope._errors import NbscopeError
 from nbscope._redact import redact
@@ -102,7 +102,7 @@ class CodeCell:
                 return redact(text.strip())
         return self.first_line
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "index": self.index,
             "cell_index": self.cell_index,
@@ -134,7 +134,7 @@ class Notebook:
     def kernel_name(self) -> str:
         return decode(NotebookMetadata, self.nb.metadata).kernelspec.name or "python3"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "path": str(self.path),
             "format": self.format,

@@ -4,7 +4,6 @@ before anything runs, so a backend the machine lacks is refused, never recorded 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
@@ -33,7 +32,7 @@ def parse_backends(text: str | None, *, at_least: int = 1) -> list[str]:
     return backends
 
 
-def machine_lacks(backend: str, fingerprint: dict[str, Any] | None = None) -> str | None:
+def machine_lacks(backend: str, fingerprint: dict[str, object] | None = None) -> str | None:
     """Why this machine has no device for a JAX backend (None when it has one, or for the CPU); GPUs are
     found through NVML (the machine's fingerprint), ROCm and TPU devices by their device files."""
 
@@ -61,7 +60,7 @@ def _plugin_names() -> set[str]:
         return set()
 
 
-def check_platforms(text: str, fingerprint: dict[str, Any] | None = None, *, option: str = "--backends") -> None:
+def check_platforms(text: str, fingerprint: dict[str, object] | None = None, *, option: str = "--backends") -> None:
     """Refuse (one line, before anything runs) a JAX platform this machine has no device for, or a name that is
     neither a platform JAX ships nor one an installed JAX plugin may register (``--jax-platform bogus``)."""
     names = [n.strip() for n in text.split(",")]

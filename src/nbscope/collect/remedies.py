@@ -116,7 +116,7 @@ def _xla_flags(text: str, arg: str, backend: str | None, env: dict[str, str]) ->
 
 def _joined(env: dict[str, str], name: str, *flags: str) -> str:
     """The run's value of ``name`` (else this process's) with ``flags`` after it."""
-    known = env[name] if name in env else os.getenv(name, "")
+    known = env.get(name, os.getenv(name, ""))
     return " ".join([known, *flags]).strip()
 
 

@@ -280,8 +280,8 @@ class _CellLoop:
     ) -> None:
         self.notebook, self.options, self.reader, self.programs = notebook, options, reader, programs
         self.live, self.on_cell_start, self.on_cell_done = live, on_cell_start, on_cell_done
-        self.cells: list[dict[str, Any]] = []
-        self.runner: dict[str, Any] = {
+        self.cells: list[dict[str, object]] = []
+        self.runner: dict[str, object] = {
             "pathway": "kernel",
             "kernel_start_s": None,
             "shutdown_s": None,
@@ -314,7 +314,7 @@ class _CellLoop:
                 else:
                     self._keep(merge_cell(code_cell, None))
 
-    def _stopped_by_signal(self, code_cell: CodeCell, client: NotebookClient, signal_name: str) -> dict[str, Any]:
+    def _stopped_by_signal(self, code_cell: CodeCell, client: NotebookClient, signal_name: str) -> dict[str, object]:
         """The running cell when a stop signal came: how long it had run, and what the probe measured of it (its
         compiles, program data) where the kernel stops at an interrupt within ``STOP_WAIT_S``; a cell inside a
         long compile does not, and keeps its time only."""
@@ -331,7 +331,7 @@ class _CellLoop:
             pass
         return record
 
-    def _keep(self, record: dict[str, Any]) -> None:
+    def _keep(self, record: dict[str, object]) -> None:
         self.cells.append(record)
         self.live.write(record)
 
@@ -388,16 +388,17 @@ class _CellLoop:
         )
         if reply["content"]["status"] != "ok":
             error = f"{reply['content']['ename']}: {reply['content']['evalue']}"
-            self.runner.setdefault("trial_errors", {})[when] = error[:300]
+            errors = self.runner.get("trial_errors")
+            self.runner["trial_errors"] = {**(errors if isinstance(errors, dict) else {}), when: error[:300]}
 
-    def _note_oom_kill(self, record: dict[str, Any]) -> None:
+    def _note_oom_kill(self, record: dict[str, object]) -> None:
         """Whether Linux counted an OOM kill where the kernel ran while it died: then it was killed for memory."""
         killed = oom.kill_between(self.oom_counts, oom.reread(self.oom_counts)) if self.oom_counts else None
         if killed is not None:
             self.runner["oom_kill"] = {"where": killed.where, "kills": killed.kills, "limit_bytes": killed.limit_bytes}
-            record["error"]["message"] += f": {killed.text}"
+            _extend_error(record, f": {killed.text}")
 
-    def _after(self, code_cell: CodeCell, outcome: str, record: dict[str, Any], stopped: bool) -> None:
+    def _after(self, code_cell: CodeCell, outcome: str, record: dict[str, object], stopped: bool) -> None:
         """What a cell's outcome means for the run: partial, and whether the cells after it run (``stopped``: a
         timed-out cell stopped at the interrupt)."""
         if outcome == "kernel-died":
@@ -407,9 +408,10 @@ class _CellLoop:
             if not stopped:
                 # The cell ignores the interrupt: the kernel is still busy with it, so the next cell would
                 # queue behind it and be blamed for the wait. The kernel is stopped instead.
-                record["error"]["message"] += (
+                _extend_error(
+                    record,
                     f"; it ignored the interrupt for {INTERRUPT_WAIT_S:g} s, so the kernel was stopped "
-                    "and the cells after it did not run"
+                    "and the cells after it did not run",
                 )
                 self.runner["interrupt_ignored"] = code_cell.index
                 self.stopped = True
@@ -417,6 +419,13 @@ class _CellLoop:
                 self.stopped = self.options.on_error == "stop"
         elif record["status"] == "error" and self.options.on_error == "stop":
             self.status, self.stopped = "partial", True
+
+
+def _extend_error(record: dict[str, object], text: str) -> None:
+    """``text`` added to the message of the cell's error (a cell that timed out or died has one)."""
+    error = record["error"]
+    if isinstance(error, dict):
+        error["message"] += text
 
 
 def _cell_record(
@@ -427,12 +436,12 @@ def _cell_record(
     probe: ProbeCell | None,
     options: ExecutionOptions,
     programs: ProgramCollector | None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One cell's record from how its request ended (``ran``, ``timeout``, ``kernel-died``), the runner's
     clock, what nbclient wrote into the cell and the probe's line."""
     error = None
     executed = decode(NotebookCell, cell)
-    runner_fields: dict[str, Any] = {
+    runner_fields: dict[str, object] = {
         "roundtrip_s": roundtrip(executed.metadata.execution) if outcome == "ran" else None,
         "busy_unix": iso_seconds(executed.metadata.execution.busy) if outcome == "ran" else None,
         "output_bytes": len(json.dumps(cell.get("outputs", []))),
@@ -488,8 +497,8 @@ def _program_collector(
 
 
 def _collect_programs(
-    collector: ProgramCollector, probe_programs: ProbePrograms, record: dict[str, Any]
-) -> dict[str, Any]:
+    collector: ProgramCollector, probe_programs: ProbePrograms, record: dict[str, object]
+) -> dict[str, object]:
     """A cell's program data, read outside the kernel so it never adds to the cell's time."""
     try:
         return collector.cell(probe_programs, record)
@@ -497,7 +506,7 @@ def _collect_programs(
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def _summarise_timeline(trace: ProbeTimeline, record: dict[str, Any]) -> dict[str, Any] | None:
+def _summarise_timeline(trace: ProbeTimeline, record: dict[str, object]) -> dict[str, object] | None:
     """Read a cell's jax.profiler trace outside the kernel, so summarising never adds to its wall time."""
     from nbscope.collect.timeline import summarise_cell
 

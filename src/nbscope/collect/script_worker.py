@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
         cells = json.load(handle)["cells"]
     events = open(events_path, "a", buffering=1, encoding="utf-8")
 
-    def event(record: dict[str, Any]) -> None:
+    def event(record: dict[str, object]) -> None:
         events.write(json.dumps(record) + "\n")
 
     # SIGINT is how the runner stops a cell past --timeout, even where nbscope's own parent ignores it (nohup).

@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from nbscope.schema.codec import decode
 from nbscope.schema.model import Cell
@@ -381,8 +381,26 @@ def _leaf_ops(ops: list[_Op]) -> list[_Op]:
     return leaves
 
 
-def _top_ops(ops: list[_Op], limit: int = TOP_OPS) -> list[dict[str, Any]]:
-    table: dict[tuple[str, str | None], dict[str, Any]] = {}
+class TopOp(TypedDict):
+    name: str
+    module: str | None
+    count: int
+    total_s: float
+    longest_s: float
+
+
+class Transfers(TypedDict):
+    count: int
+    host_to_device: int
+    device_to_host: int
+    bytes: int | None
+    mean_bytes: float | None
+    seconds: float
+    source: str
+
+
+def _top_ops(ops: list[_Op], limit: int = TOP_OPS) -> list[TopOp]:
+    table: dict[tuple[str, str | None], TopOp] = {}
     for op in ops:
         duration = (op.end - op.start) / 1e9
         entry = table.setdefault(
@@ -394,7 +412,7 @@ def _top_ops(ops: list[_Op], limit: int = TOP_OPS) -> list[dict[str, Any]]:
     return sorted(table.values(), key=lambda e: e["total_s"], reverse=True)[:limit]
 
 
-def summarise(events: TraceEvents, wall_s: float | None, compile_s: float | None) -> dict[str, Any]:
+def summarise(events: TraceEvents, wall_s: float | None, compile_s: float | None) -> dict[str, object]:
     """The timeline summary of one cell from its trace events (see docs/run-record.md)."""
     span_s = events.span_ns / 1e9
     wall = wall_s if isinstance(wall_s, (int, float)) and wall_s > 0 else span_s
@@ -472,7 +490,7 @@ def summarise(events: TraceEvents, wall_s: float | None, compile_s: float | None
     }
 
 
-def _transfers(events: TraceEvents) -> dict[str, Any]:
+def _transfers(events: TraceEvents) -> Transfers:
     if events.copies:  # device-side copies (GPU): exact count, direction and size
         h2d = [c for c in events.copies if "H2D" in c[2] or "HtoD" in c[2]]
         d2h = [c for c in events.copies if "D2H" in c[2] or "DtoH" in c[2]]
@@ -498,12 +516,7 @@ def _transfers(events: TraceEvents) -> dict[str, Any]:
 
 
 def _reason(
-    classification: str,
-    parts: dict[str, float],
-    wall: float,
-    ops: int,
-    per_op_s: float | None,
-    transfers: dict[str, Any],
+    classification: str, parts: dict[str, float], wall: float, ops: int, per_op_s: float | None, transfers: Transfers
 ) -> str:
     share = parts[classification] / wall if wall > 0 else 0.0
     if classification == "launch-bound":
@@ -528,7 +541,7 @@ def _is_temporary(folder: Path) -> bool:
     return parent.name == "traces" and (parent.parent / "lib" / "_nbscope_probe.py").is_file()
 
 
-def summarise_cell(trace: ProbeTimeline, record: dict[str, Any], *, keep: bool | None = None) -> dict[str, Any]:
+def summarise_cell(trace: ProbeTimeline, record: dict[str, object], *, keep: bool | None = None) -> dict[str, object]:
     """Summarise a cell's trace (what the probe's ``Timeline.stop`` returned) for the cell record.
 
     Deletes the raw trace afterwards unless ``keep`` is true; by default traces inside the run's

@@ -26,7 +26,7 @@ import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from nbscope._errors import NbscopeError
 from nbscope.collect import fingerprint as fp
@@ -58,6 +58,22 @@ def find_database(path: str | Path) -> Path:
     raise NbscopeError(f"{path}: no jupyter-cache database ({DB_NAME}) found there")
 
 
+class CacheRow(TypedDict, total=False):
+    """A cached execution: jupyter-cache's (``pk``, ``description``, ``data``) or jupyter-book 2's (``page``,
+    ``context``, ``project``), with the key, notebook, time and seconds both have."""
+
+    pk: int
+    hashkey: str
+    uri: str
+    description: str
+    created: str
+    execution_seconds: float | None
+    data: dict[str, object]
+    page: Path | None
+    context: dict[str, object]
+    project: Path
+
+
 def _timestamp(value: object) -> str:
     """jupyter-cache's ``created`` (naive UTC, ``2024-01-31 12:00:00.123456``) as a run-record time."""
     text = str(value or "").strip()
@@ -70,7 +86,7 @@ def _timestamp(value: object) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def read_cache(path: str | Path) -> list[dict[str, Any]]:
+def read_cache(path: str | Path) -> list[CacheRow]:
     """Rows of ``nbcache``: pk, hashkey, uri, created (record time), execution_seconds (None if absent)."""
     database = find_database(path)
     with open(database, "rb") as handle:
@@ -82,15 +98,15 @@ def read_cache(path: str | Path) -> list[dict[str, Any]]:
         raise NbscopeError(f"cannot open {database}: {exc}") from None
     with closing(connection):
         try:
-            rows = connection.execute(
+            rows: list[tuple[int, str, str, str | None, object, object]] = connection.execute(
                 "SELECT pk, hashkey, uri, description, data, created FROM nbcache ORDER BY created, pk"
             ).fetchall()
         except sqlite3.Error as exc:
             raise NbscopeError(f"{database} is not a jupyter-cache database ({exc})") from None
-    result = []
+    result: list[CacheRow] = []
     for pk, hashkey, uri, description, data, created in rows:
         try:
-            payload = json.loads(data) if isinstance(data, str) and data else {}
+            payload: object = json.loads(data) if isinstance(data, str) and data else {}
         except json.JSONDecodeError:
             payload = {}
         result.append(
@@ -108,7 +124,7 @@ def read_cache(path: str | Path) -> list[dict[str, Any]]:
 
 
 def to_records(
-    rows: list[dict[str, Any]],
+    rows: list[CacheRow],
     *,
     fingerprint: dict[str, Any],
     cache: Path,
@@ -203,13 +219,13 @@ def book2_pages(project: Path) -> dict[str, Path]:
     return pages
 
 
-def read_book2_cache(folder: str | Path) -> list[dict[str, Any]]:
+def read_book2_cache(folder: str | Path) -> list[CacheRow]:
     """Entries of a jupyter-book 2 execution cache, oldest first: hashkey, page (or None), created,
     execution_seconds, context."""
     folder = Path(folder)
     project = folder.parent.parent if folder.parent.name == "_build" else folder.parent
     pages = book2_pages(project)
-    rows = []
+    rows: list[CacheRow] = []
     for entry in sorted(folder.glob("*.ipynb")):
         from nbscope._files import read_json
 

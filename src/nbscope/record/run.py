@@ -41,6 +41,18 @@ LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,99}")
 LABEL_ENV = "NBSCOPE_LABEL"
 
 
+def object_in(document: Mapping[str, object], key: str) -> dict[str, object]:
+    """The object ``document`` holds at ``key``, itself (its writers change it in place), else a new empty one."""
+    value = document.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def objects_in(document: Mapping[str, object], key: str) -> list[dict[str, object]]:
+    """The objects of the array ``document`` holds at ``key`` (a record's cells), in a new list."""
+    value = document.get(key)
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def check_label(label: str | None) -> str | None:
     """``label`` if it can name runs, None for none; else a one-line NbscopeError."""
     if label is None or label == "":
@@ -69,9 +81,9 @@ class RunRecord(codec.Encoded):
 
     kind: str
     target: str
-    fingerprint: dict[str, Any]
-    measurements: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
+    fingerprint: dict[str, object]
+    measurements: dict[str, object] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
     command: list[str] = field(default_factory=lambda: command_for_record(sys.argv))  # --env values hidden
     started_at: str = field(default_factory=utc_now)
     ended_at: str | None = None
@@ -108,7 +120,7 @@ class RunRecord(codec.Encoded):
     def digest(self) -> str:
         return self.machine().digest
 
-    def measurement_settings(self) -> dict[str, Any]:
+    def measurement_settings(self) -> dict[str, object]:
         """The settings that change what a run measures: only runs that agree on them are compared by
         the automatic gate baseline or put in one history series."""
         return _measured(self.run_settings())
@@ -136,8 +148,8 @@ class RunRecord(codec.Encoded):
         record = cls(
             kind=envelope.kind,
             target=envelope.target,
-            fingerprint=document["fingerprint"],
-            measurements=document["measurements"],
+            fingerprint=object_in(document, "fingerprint"),
+            measurements=object_in(document, "measurements"),
             settings=dict(envelope.settings),
             command=list(envelope.command),
             started_at=envelope.started_at,
@@ -189,7 +201,7 @@ class RunRecord(codec.Encoded):
         named_record._views = self._views
         return named_record
 
-    def _view(self, cls: type[View], document: Mapping[str, Any]) -> View:
+    def _view(self, cls: type[View], document: Mapping[str, object]) -> View:
         """``cls`` decoded from a part of the document: once for a record loaded from a document (what the store
         and exports hand out, which readers never change), afresh for a record a job is still writing."""
         if self._views is None:
@@ -203,34 +215,34 @@ class RunRecord(codec.Encoded):
             self._views = {}  # a part replaced: its views are read again
         object.__setattr__(self, name, value)
 
-    def totals(self) -> Mapping[str, Any]:
+    def totals(self) -> Mapping[str, object]:
         """This run's totals, whatever its kind, each figure by name as recorded (empty: none recorded)."""
         from nbscope.schema.recorded_figures import RecordedFigures
 
         return self.measured(RecordedFigures).totals
 
-    def headline(self) -> dict[str, Any]:
+    def headline(self) -> dict[str, object]:
         """The few totals that `nbscope runs` lists."""
         totals = self.totals()
         keys = ("wall_s", "compile_s", "cells", "compiles", "figures", "notebooks")
         return {k: totals[k] for k in keys if k in totals}
 
 
-def measurement_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+def measurement_settings(settings: Mapping[str, object] | None) -> dict[str, object]:
     """``jax_platform`` (backend asked for), ``jax_cache`` (off, cold, warm or a folder), ``timeline``
     (tracing costs time) and ``repeat`` (medians of N runs are not single runs) of a run's settings;
     absent ones as the defaults a run without them had (``schema.machine.Settings`` reads them so)."""
     return _measured(_settings(settings))
 
 
-def _settings(settings: Mapping[str, Any] | None) -> Settings:
+def _settings(settings: Mapping[str, object] | None) -> Settings:
     """Settings as a run's document (or ``measurement_settings``) has them, typed."""
     from nbscope.schema.machine import Settings
 
     return codec.decode(Settings, settings)
 
 
-def _measured(settings: Settings) -> dict[str, Any]:
+def _measured(settings: Settings) -> dict[str, object]:
     return {
         "jax_platform": settings.jax_platform,
         "jax_cache": settings.jax_cache,
@@ -239,7 +251,7 @@ def _measured(settings: Settings) -> dict[str, Any]:
     }
 
 
-def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+def series_settings(settings: Mapping[str, object] | None) -> dict[str, object]:
     """The measurement settings and ``env`` (the ``--env`` variables, their values as stored: a hash for any that
     may be a secret): what puts two runs of a notebook in different history series. The gate's automatic
     baseline compares only the measurement settings: a run under another ``--env`` is still a baseline."""
@@ -247,7 +259,7 @@ def series_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     return {**_measured(typed), "env": dict(sorted(typed.env.items()))}
 
 
-def describe_settings(settings: Mapping[str, Any]) -> str:
+def describe_settings(settings: Mapping[str, object]) -> str:
     """``backend cpu · cache warm · timeline · repeat 4`` (defaults left out; ``default settings`` if all are)."""
     typed, parts = _settings(settings), []
     if typed.jax_platform:
@@ -309,13 +321,13 @@ def backend_of(record: RunRecord) -> dict[str, Any]:
     return {"platform": "cpu", "source": "default: no GPU visible"}
 
 
-def content_hash(document: Mapping[str, Any]) -> str:
+def content_hash(document: Mapping[str, object]) -> str:
     """SHA-256 (hex) of a parsed run document written as JSON with sorted keys."""
     text = json.dumps(_finite(document), sort_keys=True, separators=(",", ":"), default=_json_default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _checked(document: object, source: str) -> tuple[dict[str, Any], Envelope, Any]:
+def _checked(document: object, source: str) -> tuple[dict[str, object], Envelope, Any]:
     """``document`` once ``schema.validate`` has found it a run record this version reads, and its measurements
     typed; else its one line, as the NbscopeError every command reports."""
     try:
@@ -324,7 +336,7 @@ def _checked(document: object, source: str) -> tuple[dict[str, Any], Envelope, A
         raise NbscopeError(str(exc)) from None
 
 
-def migrate(document: dict[str, Any]) -> dict[str, Any]:
+def migrate(document: dict[str, object]) -> dict[str, object]:
     """A validated document of an earlier schema version, as this version reads it.
 
     Version 1 → 2 adds nothing that can be derived: its cells carry no source, which readers see as "code not

@@ -32,7 +32,6 @@ import hmac
 import re
 import secrets as random_source
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from nbscope._redact import SECRET_NAME
 
@@ -64,7 +63,7 @@ def hidden(value: str, key: bytes | None = None) -> str:
     return f"hidden-hmac-{key_id(key)}:{digest}"
 
 
-def hidden_key_ids(env: Mapping[str, Any]) -> set[str]:
+def hidden_key_ids(env: Mapping[str, object]) -> set[str]:
     """The ids of the keys that hid values of ``env`` (a run's ``settings.env``)."""
     matches = (re.fullmatch(r"hidden-hmac-([0-9a-f]{8}):[0-9a-f]{16}", str(value)) for value in env.values())
     return {match.group(1) for match in matches if match}
@@ -88,7 +87,7 @@ def env_for_record(env: Mapping[str, str], *, store_values: bool = False, key: b
     return {name: value if readable(name) else hidden(value, key) for name, value in env.items()}
 
 
-def hide_stored_values(settings: dict[str, Any], command: list[str], key: bytes | None = None) -> bool:
+def hide_stored_values(settings: dict[str, object], command: list[str], key: bytes | None = None) -> bool:
     """Hide, in place, the ``--env`` values a run's settings and command kept that the rule above would
     not keep (a run recorded before the rule, or imported from one); nothing for a run recorded with
     ``--env-store-values``. Whether anything changed."""

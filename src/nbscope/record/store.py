@@ -389,7 +389,9 @@ FULL_DISK_BYTES = 1 << 20
 
 # A book's history of its runs (``Store.book_series``), all in the runs_book index.
 BOOK_SERIES = ("target", "backend", "started_at", "id", "status", *FIGURE_COLUMNS)
-Series = list[tuple[Any, ...]]  # rows of BOOK_SERIES
+# A row of BOOK_SERIES: target, backend, started_at, id, status, then the figures.
+SeriesRun = tuple[str, str | None, str, int, str, float | None, float | None, float | None]
+Series = list[SeriesRun]
 SUMMARY_COLUMNS = ("id", "started_at", "ended_at", "kind", "target", "status", "machine", "digest", "label")
 # A filter: one value, or any of several (a notebook's current and older names, several kinds).
 Match = str | Sequence[str] | None

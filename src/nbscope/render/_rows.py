@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +59,7 @@ class Rows:
     title: str | None = None
 
     @classmethod
-    def of(cls, columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None) -> Rows:
+    def of(cls, columns: Sequence[Column], rows: Iterable[Sequence[object]], title: str | None = None) -> Rows:
         built = tuple(tuple(Item.of(value) for value in row) for row in rows)
         for row in built:
             if len(row) != len(columns):

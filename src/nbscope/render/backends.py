@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from nbscope.analyse.recommend import Estimate, ForecastPin, MeasuredPin, Recommendation
+    from nbscope.api.backends import BackendsResult
 
 
 # ---- recommendation -----------------------------------------------------------------------------
@@ -86,7 +87,7 @@ def recommendation_markdown(recommendation: Recommendation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
+def print_unavailable(unavailable: Iterable[Mapping[str, object]]) -> None:
     for item in unavailable:
         run = f" (run {item['run_id']})" if item["run_id"] else ""  # every entry of BackendsResult.runs has one
         console.print(
@@ -94,7 +95,7 @@ def print_unavailable(unavailable: Iterable[Mapping[str, Any]]) -> None:
         )
 
 
-def backends_markdown(result: Any) -> str:
+def backends_markdown(result: BackendsResult) -> str:
     """``profile --backends`` as markdown: unavailable backends, the comparison, the recommendation."""
     text = ""
     for item in result.unavailable:
@@ -107,7 +108,11 @@ def backends_markdown(result: Any) -> str:
 
 
 def print_backends(
-    result: Any, *, store_path: Path | None = None, commands: Mapping[str, str] | None = None, diagnosis: bool = True
+    result: BackendsResult,
+    *,
+    store_path: Path | None = None,
+    commands: Mapping[str, str] | None = None,
+    diagnosis: bool = True,
 ) -> None:
     """``profile --backends`` on the terminal: comparison, recommendation and each run's top findings (``commands``:
     the command that shows a backend's findings in full)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from nbscope.record.run import RunRecord
 from nbscope.render._clean import code_span
@@ -88,7 +87,7 @@ def bench_columns(*, terminal_dtype: bool) -> tuple[Column, ...]:
     )
 
 
-def _figure_row(figure: GroupFigure) -> tuple[Any, ...]:
+def _figure_row(figure: GroupFigure) -> tuple[object, ...]:
     spread = spread_text(figure)
     minimum = figure.steady.min_s if figure.steady else None
     dtype = str(figure.dtype)
@@ -113,7 +112,7 @@ def bench_rows(groups: Mapping[str, BenchGroup], *, terminal_dtype: bool = True,
     a row per worker that failed, under its group's figures (markdown's one table; a terminal's table per
     group says them in words below it)."""
     columns = bench_columns(terminal_dtype=terminal_dtype)
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[object, ...]] = []
     for name, group in groups.items():
         if group.skipped:
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
@@ -41,7 +41,7 @@ def _value_text(key: str, value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
+def _evidence_lines(evidence: Mapping[str, object]) -> list[str]:
     """Every evidence entry as ``key: value`` (plain text; the caller escapes it)."""
     return [
         f"{metric_name(key)}: {_value_text(key, value)}"

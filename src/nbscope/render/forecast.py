@@ -203,7 +203,7 @@ def _cell_columns() -> tuple[Column, ...]:
     )
 
 
-def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[Any, ...]:
+def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[object, ...]:
     return str(index + 1), str(line or ""), Item((first_line or "")[:CODE_WIDTH], code=True), format_seconds(cpu_s)
 
 
@@ -437,7 +437,7 @@ def forecast_markdown(result: Forecast, *, top: int | None = 15, show_all: bool 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def device_table_document(table: DeviceTable) -> dict[str, Any]:
+def device_table_document(table: DeviceTable) -> dict[str, object]:
     """``forecast --list --json``: the devices, the model figures they share, and the files they came from."""
     return {"devices": encode(tuple(table.devices.values())), "model": encode(table.model), "files": table.files}
 

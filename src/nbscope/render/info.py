@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 
-def info_json(fingerprint: Mapping[str, Any] | None, differences: Sequence[tuple[str, Any, Any]] | None) -> str:
+def info_json(
+    fingerprint: Mapping[str, object] | None, differences: Sequence[tuple[str, object, object]] | None
+) -> str:
     """The fields two fingerprints differ in (``field``, value in A, value in B), else the fingerprint."""
     if differences is not None:
         return json.dumps([{"field": f, "a": a, "b": b} for f, a, b in differences], indent=1, default=str)

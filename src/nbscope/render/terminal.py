@@ -17,7 +17,7 @@ from rich.text import Text
 
 from nbscope import _units as units
 from nbscope.collect import fingerprint as fp
-from nbscope.record.run import RunRecord
+from nbscope.record.run import RunRecord, object_in
 from nbscope.render._clean import for_terminal
 from nbscope.render._rows import Column as Column  # the views build their tables with it
 from nbscope.render._rows import Item, Rows
@@ -105,7 +105,7 @@ def _cell_width(value: object) -> int:
 
 
 def fitted_table(
-    columns: Sequence[Column], rows: Sequence[Sequence[Any]], *, title: str | None = None, width: int | None = None
+    columns: Sequence[Column], rows: Sequence[Sequence[object]], *, title: str | None = None, width: int | None = None
 ) -> Table:
     """A table that fits ``width`` (default: the console's) and never cuts a figure.
 
@@ -176,7 +176,7 @@ def fitted_table(
 WRAP_AFTER = {"path": "/", "parts": " · "}
 
 
-def _item(item: Item, column: Column) -> Any:
+def _item(item: Item, column: Column) -> Text | str:
     style = " ".join(s for s in (item.style, "bold" if item.strong else "") if s)
     text = item.lead + item.text + item.tail
     if column.role == "source":
@@ -316,7 +316,7 @@ def format_bytes(value: object) -> str:
 format_seconds = units.seconds
 
 
-def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:
+def print_fingerprint(fingerprint: Mapping[str, object]) -> None:
     rows = []
     for path, value in fp.flatten(fingerprint).items():
         if path.startswith("blas.pools.") or path == "digest":
@@ -327,7 +327,7 @@ def print_fingerprint(fingerprint: Mapping[str, Any]) -> None:
     console.print(fitted_table(columns, rows, title=f"nbscope fingerprint · digest {fingerprint.get('digest')}"))
 
 
-def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b: str) -> None:
+def print_fingerprint_diff(rows: list[tuple[str, object, object]], name_a: str, name_b: str) -> None:
     if not rows:
         console.print("The fingerprints agree on every compared field.")
         return
@@ -344,7 +344,7 @@ def print_fingerprint_diff(rows: list[tuple[str, Any, Any]], name_a: str, name_b
     console.print(fitted_table(columns, table_rows, title=title))
 
 
-def headline_text(headline: Mapping[str, Any]) -> str:
+def headline_text(headline: Mapping[str, object]) -> str:
     """A run's headline figures as a reader says them: ``25 min 8 s · compile 3.10 s · 31 cells · 12 compiles``."""
     parts = []
     for key, value in headline.items():
@@ -372,7 +372,7 @@ RUN_LIST_COLUMNS = (
 )
 
 
-def print_run_list(rows: list[dict[str, Any]]) -> None:
+def print_run_list(rows: list[dict[str, object]]) -> None:
     """``nbscope runs``: one row per run; figures in plain units, every column whole at 80 columns but the
     names (wrapped at "/") and the headline (wrapped at spaces). The environment digest shows from 100
     columns, the machine from 140."""
@@ -397,7 +397,7 @@ def print_run_list(rows: list[dict[str, Any]]) -> None:
             literal(row["backend"] or ""),  # store.runs gives every summary column and the backend
             literal(row["status"]),
             literal(row["label"] or ""),
-            literal(headline_text(row["headline"])),
+            literal(headline_text(object_in(row, "headline"))),
         ]
         if extra["digest"]:
             cells.insert(7, literal(row["digest"]))
@@ -423,7 +423,7 @@ def print_record_header(record: RunRecord) -> None:
 DEFAULT_SETTINGS = {"pathway": "kernel", "on_error": "continue", "jax_cache": "off", "repeat": 1}
 
 
-def settings_text(settings: Mapping[str, Any]) -> str:
+def settings_text(settings: Mapping[str, object]) -> str:
     """A run's settings as the options that set them: ``--jax-cache warm · --repeat 3 · --timeline · --env
     XLA_FLAGS``. Unset, off and default ones are left out; an ``--env`` value is never shown."""
     parts = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 from nbscope.analyse.compare import CellFigures
 from nbscope.analyse.gate import GateComparison, GateVerdict
@@ -31,7 +30,7 @@ def versions_json(result: VersionsResult | BisectResult) -> str:
     return json.dumps(encode(result), indent=1, default=str)
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if fp.is_absent(value):
         return f"absent ({value['absent']})"
     if isinstance(value, (dict, list)):
@@ -82,16 +81,16 @@ def versions_rows(result: VersionsResult) -> Rows:
         if number < len(result.gates):
             columns.append(Column(f"{letter}→{letters[number + 1]}", "left", "text", min_width=14, markdown="→"))
     verdicts = [verdicts_by_cell(g.result) for g in result.gates]
-    rows: list[list[Any]] = []
+    rows: list[list[object]] = []
     for row in result.cells:
-        values: list[Any] = [_cell_name(row), Item(row.first_line, code=True)]
+        values: list[object] = [_cell_name(row), Item(row.first_line, code=True)]
         for number, figures in enumerate(row.runs):
             values.append(_wall(figures))
             if number < len(verdicts):
                 after = row.runs[number + 1]
                 values.append(_verdict(verdicts[number].get(after.index) if after is not None else None))
         rows.append(values)
-    total_row: list[Any] = ["", Item("total", strong=True)]
+    total_row: list[object] = ["", Item("total", strong=True)]
     for number, totals in enumerate(result.totals):
         total_row.append(Item(format_seconds(totals.wall_s), strong=True))
         if number < len(result.gates):

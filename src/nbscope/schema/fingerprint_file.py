@@ -16,7 +16,7 @@ class RecordFingerprint:
     fingerprint: Mapping[str, Any] | None  # a run record's fingerprint; None: the document is no run record
 
 
-def fingerprint_in(document: object) -> dict[str, Any] | None:
+def fingerprint_in(document: object) -> dict[str, object] | None:
     """The fingerprint ``document`` is, or the one it holds (a run record's); None: neither."""
     if isinstance(document, dict) and (held := decode(RecordFingerprint, document).fingerprint) is not None:
         document = held

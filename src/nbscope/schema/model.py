@@ -197,7 +197,7 @@ class Cell:
         """Seconds the cell waited as it started, before its session, for programs an earlier cell dispatched
         (``collection.in_flight_wait_s``, --forecast): JAX time within its wall that no trace of it saw."""
         collection = self.collection or {}
-        return collection["in_flight_wait_s"] if "in_flight_wait_s" in collection else 0.0
+        return collection.get("in_flight_wait_s", 0.0)
 
     @property
     def ran(self) -> bool:

@@ -11,7 +11,9 @@ publish makes it again.
 
 # Not ``from __future__ import annotations``: a NamedTuple would compile each field's annotation from its text
 # at import, a part of the start-up an incremental publish is made of.
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from nbscope.schema.site_manifest import Change
 
 
 class KeptChanges(NamedTuple):
@@ -19,7 +21,7 @@ class KeptChanges(NamedTuple):
     (their places in ``found``), found for the series of runs ``series`` names (``api.publish._series_key``)."""
 
     series: str
-    found: list[dict[str, Any]]
+    found: list[Change]
     steps: list[int]
 
 
@@ -27,10 +29,10 @@ class RunSummary(NamedTuple):
     status: str | None  # None: the status part is not made (nor error, cache state and cells)
     error: str | None
     cache_state: str | None
-    cells: list[dict[str, Any]]
-    findings: list[dict[str, Any]] | None  # None: the findings part is not made (nor the forecast)
-    forecast: dict[str, Any] | None
-    attribution: dict[str, Any] | None
+    cells: list[dict[str, object]]
+    findings: list[dict[str, object]] | None  # None: the findings part is not made (nor the forecast)
+    forecast: dict[str, object] | None
+    attribution: dict[str, object] | None
     changes: KeptChanges | None
 
 
@@ -81,9 +83,9 @@ def read_run_summary(document: object, summary_format: int) -> RunSummary | None
     )
 
 
-def summary_document(summary: RunSummary, summary_format: int) -> dict[str, Any]:
+def summary_document(summary: RunSummary, summary_format: int) -> dict[str, object]:
     """The JSON the store keeps of ``summary``: its format and the parts made."""
-    document: dict[str, Any] = {"format": summary_format}
+    document: dict[str, object] = {"format": summary_format}
     if summary.status is not None:
         document.update(
             status=summary.status, error=summary.error, cache_state=summary.cache_state, cells=summary.cells

@@ -11,7 +11,8 @@ other); a manifest with a row that is not keeps none of its rows (every row is m
 # Not ``from __future__ import annotations``: a NamedTuple would compile each field's annotation from its text
 # at import, a part of the start-up an incremental publish is made of.
 import json
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple, TypedDict
 
 MANIFEST_VERSION = 3  # 3: each row's parts of the book pages, not its sparkline's figures
 READABLE_MANIFESTS = (2, MANIFEST_VERSION)  # a folder of version 2 is published again whole, and taken over
@@ -25,6 +26,28 @@ class Scan(NamedTuple):
 
     run_count: int
     newest_id: int
+
+
+class Change(TypedDict):
+    """A change point as ``ChangePoint.to_dict`` writes it (``analyse.history``)."""
+
+    index: int
+    run_id: int | None
+    started_at: str
+    before: float
+    after: float
+    delta: float
+    ratio: float | None
+    score: float
+    tentative: bool
+
+
+class Regression(Change):
+    """A confirmed regression of a row: its change point, the place of its new level's first run in the row's runs
+    and what changed across it (None: no record of either side)."""
+
+    step_index: int
+    attribution: dict[str, object] | None
 
 
 class SiteRow(NamedTuple):
@@ -50,14 +73,14 @@ class SiteRow(NamedTuple):
     baseline_id: int
     vs_baseline: float | None
     spark: list[float | None]
-    history: dict[str, list[Any]]
-    changes: list[dict[str, Any]]
-    regressions: list[dict[str, Any]]
+    history: Mapping[str, Sequence[object]]
+    changes: list[Change]
+    regressions: list[Regression]
     regression_count: int
-    attribution: dict[str, Any] | None
-    cells: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
-    forecast: dict[str, Any] | None
+    attribution: dict[str, object] | None
+    cells: list[dict[str, object]]
+    findings: list[dict[str, object]]
+    forecast: dict[str, object] | None
     median_wall_s: float | None
     signature: list[int]  # the count and the newest id of its runs
 
@@ -83,9 +106,9 @@ class BookRow(NamedTuple):
     baseline_id: int
     vs_baseline: float | None
     regression_count: int
-    forecast: dict[str, Any] | None
-    regressions: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
+    forecast: dict[str, object] | None
+    regressions: list[Regression]
+    findings: list[dict[str, object]]
     signature: list[int]
     parts: dict[str, str]
 
@@ -199,18 +222,18 @@ def read_manifest(text: str) -> SiteManifest | None:
     )
 
 
-def _compact_manifest(text: str) -> tuple[Any, dict[str, str]]:
+def _compact_manifest(text: str) -> tuple[object, dict[str, str]]:
     """``json.loads(text)`` of a manifest laid out as publish writes it (compact), and the text of each member of
     its "rows" as it stands there: a row kept as it was is written out as that text (``api.publish``). A
     ValueError (or IndexError) when it is laid out otherwise."""
     row_texts: dict[str, str] = {}
 
-    def members(at: int, texts: dict[str, str] | None) -> tuple[dict[str, Any], int]:
+    def members(at: int, texts: dict[str, str] | None) -> tuple[dict[str, object], int]:
         # The object at text[at] and where it ends; each member's text to ``texts`` when given; at the top
         # (``texts`` None) the object "rows" is read member by member, their texts to ``row_texts``.
         if text[at] != "{":
             raise ValueError("not an object")
-        found: dict[str, Any] = {}
+        found: dict[str, object] = {}
         at += 1
         if text[at] == "}":
             return found, at + 1

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
@@ -139,7 +139,7 @@ class Findings(Sequence[Finding]):
     def __len__(self) -> int:
         return len(self.items)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The diagnosis as ``diagnose --json`` prints it (thresholds only where the caller set some)."""
         thresholds = {"thresholds": {rule: dict(v) for rule, v in self.thresholds.items()}} if self.thresholds else {}
         return {

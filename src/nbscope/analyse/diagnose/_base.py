@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypedDict, get_args
+from typing import Annotated, ClassVar, Literal, TypedDict, get_args
 
 from nbscope import _units as units
 from nbscope.analyse import compare as compare_module
@@ -73,7 +73,7 @@ class Finding(Encoded):
     cell_index: Annotated[int | None, Read(key="index")]  # code-cell index (record cell "index"), None: notebook
     severity: Annotated[Severity, Read(_severity, otherwise="low")]
     confidence: float  # 0..1
-    evidence: dict[str, Any]
+    evidence: dict[str, object]
     summary: str  # one sentence with the numbers that matter
     fix: str  # concrete change to make, in code the reader owns
     # (label, text) lines for the reader, e.g. ("compile", "1.37 s of 1.43 s (96 %)"); at most HIGHLIGHTS shown.
@@ -87,7 +87,7 @@ class Finding(Encoded):
     reshape = staticmethod(finding_document.reshape)  # read back from its document (``to_dict()``, an audit's)
 
     @classmethod
-    def from_dict(cls, document: Mapping[str, Any]) -> Finding:
+    def from_dict(cls, document: Mapping[str, object]) -> Finding:
         """A finding from its document (an audit keeps findings as documents); missing fields are empty."""
         return decode(cls, document)
 
@@ -154,7 +154,7 @@ def _label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def derived_highlights(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+def derived_highlights(evidence: Mapping[str, object]) -> list[tuple[str, str]]:
     """Up to HIGHLIGHTS labelled lines from a rule's evidence, in its order: numbers with their units and
     short texts; flags, nested tables and bookkeeping keys are left to --verbose."""
     lines = []
@@ -270,7 +270,7 @@ class FunctionStats:
     def compile_s(self) -> float:
         return self.trace_s + self.lower_s + self.backend_s
 
-    def evidence(self) -> dict[str, Any]:
+    def evidence(self) -> dict[str, object]:
         return {
             "function": self.name,
             "kind": self.kind,

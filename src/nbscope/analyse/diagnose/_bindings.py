@@ -220,7 +220,7 @@ class Bindings:
     def at(self, cell: int, line: int) -> MutableMapping[str, Bound]:
         """Names as line ``line`` of ``cell`` runs: those before its top-level statement; a name bound inside
         that statement (a loop or branch around the line) is unknown there."""
-        for first, last, step, bound, compound in self._points[cell] if cell in self._points else ():
+        for first, last, step, bound, compound in self._points.get(cell, ()):
             if first <= line <= last:
                 shown = _Snapshot(self._changes, step)
                 if compound:  # a simple statement reads its names before it binds any

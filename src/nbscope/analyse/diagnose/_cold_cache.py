@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 from nbscope.analyse.diagnose._base import Advice, Context, Finding, Outcome, Rule, Skip, seconds, severity
 from nbscope.schema.model import Cell
@@ -47,7 +46,7 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
         or (wall and backend / wall < limit["min_share"])
     ):
         return
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "cache_state": state,
         "jax_cache_setting": _cache_setting(ctx),
         "backend_compile_s": round(backend, 4),
@@ -64,30 +63,28 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
     ):
         other_backend = _backend_s(warm.cells)
         saved = backend - other_backend
+        saving_s, saving_is, at_stake = round(saved, 4), "measured: this run minus the warm run", max(saved, 0.0)
         evidence.update(
             warm_run=other.run_id,
             warm_backend_compile_s=round(other_backend, 4),
             warm_cache_hits=warm.totals.cache_hits,
-            saving_s=round(saved, 4),
-            saving_is="measured: this run minus the warm run",
-            seconds_at_stake=round(max(saved, 0.0), 4),
         )
         saving = f"the warm run {other.run_id or ''} measured {seconds(saved)} less backend compile"
         confidence = 0.95
     else:
-        evidence.update(
-            saving_s=round(backend, 4),
-            saving_is="upper bound: the backend compile seconds measured here (a hit still costs a retrieval; tracing "
-            "and lowering remain)",
-            seconds_at_stake=round(backend, 4),
+        saving_s, at_stake = round(backend, 4), backend
+        saving_is = (
+            "upper bound: the backend compile seconds measured here (a hit still costs a retrieval; tracing "
+            "and lowering remain)"
         )
         saving = f"a warm cache would save up to {seconds(backend)} of backend compile"
         confidence = 0.8
+    evidence.update(saving_s=saving_s, saving_is=saving_is, seconds_at_stake=round(at_stake, 4))
     yield Finding(
         rule=NAME,
         title="JAX persistent compile cache " + ("off" if state == "off" else "cold"),
         cell_index=None,
-        severity=severity(evidence["seconds_at_stake"], wall),
+        severity=severity(round(at_stake, 4), wall),
         confidence=confidence,
         evidence=evidence,
         summary=f"{ctx.totals.compiles} compiles with the persistent cache {state}: {saving}",
@@ -96,7 +93,7 @@ def _jax(ctx: Context) -> Iterator[Outcome]:
                 "backend compile",
                 f"{seconds(backend)} of {seconds(wall)} ({backend / wall:.0%})" if wall else seconds(backend),
             ),
-            ("saving", f"{seconds(evidence['saving_s'])}, {evidence['saving_is'].split(':')[0]}"),
+            ("saving", f"{seconds(saving_s)}, {saving_is.split(':')[0]}"),
         ],
         **_advice(ctx, state),
     )

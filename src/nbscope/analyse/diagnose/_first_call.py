@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 
 from nbscope.analyse.diagnose import _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds
@@ -33,6 +33,11 @@ PRNG_MARKERS = (
 )
 
 
+class _Compile(TypedDict):  # a PRNG function's first compile
+    cell: int
+    compile_s: float
+
+
 def _is_prng(name: str) -> bool:
     lowered = name.lower()
     return any(marker in lowered for marker in PRNG_MARKERS)
@@ -54,7 +59,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         return
     import_cell = jax_cells[0]  # the probe attaches to JAX during the cell that imports it
     import_s = (import_cell.wall_s or 0.0) if _imports_only(ctx.source(import_cell)) else None
-    prng: dict[str, Any] = {}
+    prng: dict[str, _Compile] = {}
     for cell in ctx.run.cells:
         for entry in cell.jax.functions if cell.jax else ():
             name = entry.name

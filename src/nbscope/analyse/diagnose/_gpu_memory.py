@@ -7,7 +7,6 @@ GPU then fails or crawls, and memory already used by other processes leaves this
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
 
@@ -42,7 +41,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         yield Skip(NAME, "needs per-cell GPU memory of the kernel process (NVML in the kernel); none recorded")
         return
     peak_cell, peak = max(used, key=lambda item: item[1]) if used else (None, 0)
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "device": device.name,
         "memory_total_bytes": total,
         "kernel_peak_bytes": peak,

@@ -16,7 +16,7 @@ count is only known at run time is never guessed: it is reported as not evaluate
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
@@ -47,7 +47,15 @@ def _timeline(cell: Cell) -> TimelineSummary | None:
     return summary if summary is not None and summary.classification and not summary.error else None
 
 
-def _timeline_evidence(timeline: Mapping[str, Any]) -> dict[str, Any]:
+class _Base(TypedDict):  # the evidence every finding of this rule has
+    platform: str | None
+    platform_source: str | None
+    wall_s: float
+    run_s: float
+    loop_functions: dict[str, list[str]]
+
+
+def _timeline_evidence(timeline: Mapping[str, object]) -> dict[str, object]:
     # Scalars and short lists only: a timeline may carry long op tables.
     return {
         k: v
@@ -207,7 +215,7 @@ def _loop_words(loop: Term) -> str:
     return (f"{calls} calls of " if calls > 1 else "") + f"{loop.name or 'a loop'} of {count}"
 
 
-def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, Any]) -> str:
+def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast], rows: Mapping[str, object]) -> str:
     names = ", ".join(f"`{n}`" for n in functions) or "this cell's loop"
     keep = {e.function: e for key in rows for e in notebook[key].keep_on_cpu}
     example = next((keep[n].change.example for n in functions if n in keep and keep[n].change.example), None)
@@ -224,7 +232,7 @@ def _forecast_fix(functions: list[str], notebook: Mapping[str, NotebookForecast]
 
 
 def _timeline_finding(
-    ctx: Context, cell: Cell, timeline: TimelineSummary, base: dict[str, Any], functions: dict[str, list[str]]
+    ctx: Context, cell: Cell, timeline: TimelineSummary, base: _Base, functions: dict[str, list[str]]
 ) -> Finding:
     """A cell whose device timeline (``--timeline``) reads as latency-bound: low severity on a CPU, where the
     loop costs what it costs."""
@@ -270,7 +278,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
         wall, run = cell.notebook_wall_s or 0.0, cell.run_s or 0.0
         functions = _loop_functions(ctx, cell.index, cell)
         timeline = _timeline(cell)
-        base = {
+        base: _Base = {
             "platform": platform,
             "platform_source": ctx.backend.source,
             "wall_s": round(wall, 4),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope.analyse.diagnose._base import Context, Finding, FunctionStats, Outcome, Rule, Skip, seconds, severity
 from nbscope.analyse.diagnose._bindings import LoopLength, LoopResolver
@@ -64,7 +64,7 @@ def _evidence(
     lengths: list[tuple[SourceLoop, LoopLength]],
     defined_in: int,
     where: Cell | None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The finding's evidence: the function's compiles, the loop unrolled (its steps and where it is written) and
     every loop of the function."""
     evidence = {

@@ -10,12 +10,18 @@ starts JAX work and contains nothing that waits for a result (``block_until_read
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 
 from nbscope.analyse.diagnose import _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip
 
 NAME = "unsynchronised-timing"
+
+
+class _Region(TypedDict):
+    how: str
+    line_in_cell: int
+    jax_calls: list[str]
 
 
 def evaluate(ctx: Context) -> Iterator[Outcome]:
@@ -32,7 +38,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             continue
         index = cell.index
         jitted = ctx.jax_functions_at(index)
-        unsynced: list[dict[str, Any]] = []
+        unsynced: list[_Region] = []
         for region in _source.timed_regions(tree):
             work = _source.jax_calls(region.nodes, jitted, code.jax_aliases)
             if work and not _source.synchronisations(region.nodes, code.numpy_arrays):

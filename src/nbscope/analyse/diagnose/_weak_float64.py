@@ -11,7 +11,7 @@ float64 rate, against the same programs at its float32 rate; it fires when the d
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from nbscope.analyse.diagnose import _forecast
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
@@ -25,6 +25,19 @@ THRESHOLDS = {
 }
 
 
+class _Cost(TypedDict):
+    """What float64 costs on one GPU, as the finding's evidence says it."""
+
+    device: str
+    fp64_share: str
+    float64_low_s: float
+    float64_high_s: float | None
+    float32_low_s: float
+    float32_high_s: float | None
+    extra_low_s: float
+    extra_high_s: float | None
+
+
 def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
     """Forecast findings on a CPU run: what float64 costs on each weak-float64 GPU it is forecast for."""
     found = ctx.forecast
@@ -34,7 +47,7 @@ def _forecast_outcomes(ctx: Context) -> Iterator[Outcome]:
 
     limit = ctx.limits(NAME, THRESHOLDS)
     weak = [d for d in found.devices if weak_float64(d)]
-    costs: dict[str, dict[str, Any]] = {}  # per GPU: the finding's evidence of it
+    costs: dict[str, _Cost] = {}  # per GPU: the finding's evidence of it
     cost_rows: dict[str, list[Float64Cost]] = {}
     for device in weak:
         rows = float64_costs(ctx.record, device, found.table)

@@ -124,7 +124,7 @@ def failures(
             if failure is not None and (failure, program.function or program.key or "?") not in found:
                 found.append((failure, program.function or program.key or "?"))
     for function in cell.jax.functions if cell.jax is not None else ():
-        failure = _TPU_FUNCTIONS[function.name] if function.name in _TPU_FUNCTIONS else None
+        failure = _TPU_FUNCTIONS.get(function.name)
         wide = failure is _FFT and any("complex128" in s or "float64" in s for s in function.shapes)
         if failure is not None and (wide or (failure is not _FFT and is_x64(function.shapes))):
             if all(f is not failure for f, _ in found):
@@ -170,7 +170,7 @@ def compile_classes(cell: Cell, run: NotebookRun, compile_s: float) -> dict[str,
         if function.compiles:
             program = next((p for p in programs if p is not None and p.function == function.name), None)
             name = program_class(program, function.kind, function.shapes)
-            n, seconds = classes[name] if name in classes else (0, 0.0)
+            n, seconds = classes.get(name, (0, 0.0))
             classes[name] = (n + function.compiles, seconds + function.compile_s)
     rest = compile_s - sum(seconds for _, seconds in classes.values())
     if classes and rest > 0:

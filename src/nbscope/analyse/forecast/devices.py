@@ -52,7 +52,7 @@ class Device:
 
     def optional(self, name: str) -> Figure | None:
         """A figure a device may leave out (``devices_file.OPTIONAL_DEVICE_FIGURES``); None where it does."""
-        return self.figures[name] if name in self.figures else None
+        return self.figures.get(name)
 
     @property
     def kind(self) -> str:

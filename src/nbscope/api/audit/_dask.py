@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, run_job_in_thread, worker_fingerprint
@@ -49,7 +48,7 @@ class DaskRunner:
         self.fingerprints = self._fingerprints()
         self.machines = {address: decode(Machine, fingerprint) for address, fingerprint in self.fingerprints.items()}
 
-    def _fingerprints(self) -> dict[str, dict[str, Any]]:
+    def _fingerprints(self) -> dict[str, dict[str, object]]:
         """Each worker's fingerprint (its environment digest decides which stored runs can be reused)."""
         if not self._scheduler().workers:
             try:
@@ -89,7 +88,7 @@ class DaskRunner:
         share_gpu: bool = False,
         jobs_per_gpu: int = 1,
         on_start: Callable[[Job], None] | None = None,
-    ) -> Iterator[tuple[Job, dict[str, Any]]]:
+    ) -> Iterator[tuple[Job, dict[str, object]]]:
         from distributed import as_completed
 
         futures = {}

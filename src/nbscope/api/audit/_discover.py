@@ -52,7 +52,7 @@ class Book:
     def keys(self) -> list[str]:
         return [self.key(p) for p in self.notebooks]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "source": self.source,
             "root": str(self.root),

@@ -36,7 +36,7 @@ _PRIORITY = {"ok": 3, "partial": 3, "error": 2, "not-run": 1, "unavailable": 0}
 def export_audit(record: RunRecord, path: str | Path, *, store: Store | None = None) -> Path:
     """Write an audit record to ``path``, with the profile runs it refers to when ``store`` has them."""
     document = record.to_dict()
-    runs: dict[str, Any] = {}
+    runs: dict[str, object] = {}
     if store is not None:
         for entry in decode(Audit, record.measurements).notebooks:
             run_id = entry.run_id
@@ -50,7 +50,7 @@ def export_audit(record: RunRecord, path: str | Path, *, store: Store | None = N
     return Path(path)
 
 
-def load_audit(path: str | Path) -> tuple[RunRecord, Mapping[int, Mapping[str, Any]]]:
+def load_audit(path: str | Path) -> tuple[RunRecord, Mapping[int, Mapping[str, object]]]:
     """An audit file as a record, and its embedded runs by their id (``{}`` when none)."""
     from nbscope.record import run as record_module
 
@@ -70,7 +70,7 @@ def load_audit(path: str | Path) -> tuple[RunRecord, Mapping[int, Mapping[str, A
     return record, exported.runs
 
 
-def _import_run(store: Store, document: Mapping[str, Any], source: str) -> int | None:
+def _import_run(store: Store, document: Mapping[str, object], source: str) -> int | None:
     """Save an embedded run in ``store`` (once: the same run merged twice keeps its first id)."""
     try:
         run = RunRecord.from_dict(document, source=source)
@@ -98,9 +98,9 @@ class _Merged:
         self.availability: dict[str, Availability] = {}
         self.expected: list[str] = []
         self.inputs: list[MergedFile] = []
-        self.embedded: dict[tuple[str, int | None], Mapping[str, Any]] = {}
+        self.embedded: dict[tuple[str, int | None], Mapping[str, object]] = {}
 
-    def add(self, position: int, path: Path, record: RunRecord, runs: Mapping[int, Mapping[str, Any]]) -> None:
+    def add(self, position: int, path: Path, record: RunRecord, runs: Mapping[int, Mapping[str, object]]) -> None:
         self.embedded.update({(str(path), old_id): document for old_id, document in runs.items()})
         audit = decode(Audit, record.measurements)
         store = self.store
@@ -149,7 +149,7 @@ class _Merged:
 
 
 def merge(
-    paths: Sequence[str | Path], *, store: Store | None = None, fingerprint: dict[str, Any] | None = None
+    paths: Sequence[str | Path], *, store: Store | None = None, fingerprint: dict[str, object] | None = None
 ) -> RunRecord:
     """One audit from several audit files (CI shards, or a CPU runner's and a GPU runner's audits)."""
     if not paths:

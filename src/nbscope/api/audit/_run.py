@@ -76,7 +76,7 @@ class AuditOptions:
         if self.shard is not None:
             parse_shard(self.shard)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {
             "backends": self.backends,
             "workers": self.workers,
@@ -91,7 +91,7 @@ class AuditOptions:
 
 
 def local_availability(
-    backends: list[str], fingerprint: dict[str, Any], jobs_per_gpu: int = 1
+    backends: list[str], fingerprint: dict[str, object], jobs_per_gpu: int = 1
 ) -> dict[str, Availability]:
     """Which backends this machine can run, from its fingerprint; an unavailable one says why."""
     result: dict[str, Availability] = {}
@@ -153,7 +153,7 @@ def find_previous(
 def _executor(
     runner: DaskRunner | None,
     options: AuditOptions,
-    fingerprint: dict[str, Any],
+    fingerprint: dict[str, object],
     emit: EventCallback,
     executor_factory: ExecutorFactory | None,
     job_function: JobFunction | None,
@@ -198,7 +198,7 @@ def audit(
     *,
     store: Store | None = None,
     on_event: EventCallback | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     executor_factory: ExecutorFactory | None = None,
     job_function: JobFunction | None = None,
 ) -> RunRecord:
@@ -285,7 +285,7 @@ def _finish(record: RunRecord, plan: _Plan, ordered: list[AuditEntry], interrupt
 
 
 def _where_jobs_can_run(
-    runner: DaskRunner | None, options: AuditOptions, fingerprint: dict[str, Any]
+    runner: DaskRunner | None, options: AuditOptions, fingerprint: dict[str, object]
 ) -> tuple[dict[str, Availability], set[str], dict[str, Any] | None]:
     """Each backend's availability (on the Dask workers, or on this machine), the environment digests a
     reusable earlier profile may have, and the Dask workers (None: this machine)."""
@@ -416,7 +416,7 @@ def _run_jobs(
     return False
 
 
-def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict[str, Any] | None:
+def _shard_info(shard: str | None, selected: list[str], keys: list[str]) -> dict[str, object] | None:
     if not shard:
         return None
     index, count = parse_shard(shard)

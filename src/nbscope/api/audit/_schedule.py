@@ -29,7 +29,7 @@ from nbscope.schema.machine import Machine
 # Memory left to the CUDA contexts and cuDNN/cuBLAS workspaces outside XLA's pools when a GPU is shared.
 SHARED_GPU_HEADROOM = 0.10
 
-JobFunction = Callable[[Job, dict[str, Any] | None], dict[str, Any]]
+JobFunction = Callable[[Job, dict[str, object] | None], dict[str, object]]
 ExecutorFactory = Callable[[int], Executor]
 
 
@@ -44,7 +44,7 @@ class GpuSlot:
 
 
 def gpu_slots(
-    fingerprint: dict[str, Any], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None
+    fingerprint: dict[str, object], jobs_per_gpu: int = 1, environ: dict[str, str] | None = None
 ) -> list[GpuSlot]:
     """The GPUs jobs may use: the fingerprint's devices, narrowed to an existing ``CUDA_VISIBLE_DEVICES``.
 
@@ -98,7 +98,7 @@ class LocalScheduler:
         *,
         share_gpu: bool = False,
         jobs_per_gpu: int = 1,
-        fingerprint: dict[str, Any] | None = None,
+        fingerprint: dict[str, object] | None = None,
         executor_factory: ExecutorFactory | None = None,
         job_function: JobFunction | None = None,
     ) -> None:
@@ -115,7 +115,7 @@ class LocalScheduler:
 
     def run(
         self, jobs: list[Job], on_start: Callable[[Job], None] | None = None
-    ) -> Iterator[tuple[Job, dict[str, Any]]]:
+    ) -> Iterator[tuple[Job, dict[str, object]]]:
         """Run every job; yields ``(job as run, result)`` in completion order."""
         if not jobs:
             return
@@ -123,7 +123,7 @@ class LocalScheduler:
             raise NbscopeError("GPU jobs were planned but this machine lists no GPU")
         size = min(len(jobs), self.cpu_workers + sum(g.capacity for g in self.gpus))
         pending = deque(jobs)
-        running: dict[Future[dict[str, Any]], tuple[Job, GpuSlot | None]] = {}
+        running: dict[Future[dict[str, object]], tuple[Job, GpuSlot | None]] = {}
         cpu_busy = 0
         self.executor = self.executor_factory(size)
         try:
@@ -206,7 +206,7 @@ def _descendants(pids: list[int]) -> list[Any]:
     return found
 
 
-def failed_result(job: Job, error: str) -> dict[str, Any]:
+def failed_result(job: Job, error: str) -> dict[str, object]:
     """The result of a job that did not finish (its worker died, or its executor failed it): retryable, no record."""
     return {
         "key": job.key,

@@ -102,7 +102,7 @@ def parse_via(via: str | Iterable[str] | None) -> list[str]:
 
 
 def _run_one(
-    name: str, notebook: Notebook, options: PathwayOptions, fingerprint: dict[str, Any], live_dir: Path
+    name: str, notebook: Notebook, options: PathwayOptions, fingerprint: dict[str, object], live_dir: Path
 ) -> PathwayResult:
     if name == "script":
         from nbscope.api.pathways._script import run_script
@@ -175,7 +175,7 @@ def run_pathways(
     kernel: str | None = None,
     env: dict[str, str] | None = None,
     jax_platform: str | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     progress: ProgressCallback | None = None,
     env_hook: EnvHook | None = None,
     target: str | None = None,
@@ -216,7 +216,7 @@ def _run_all(
     repeat: int,
     notebook: Notebook,
     options: PathwayOptions,
-    fingerprint: dict[str, Any],
+    fingerprint: dict[str, object],
     env_hook: EnvHook | None,
     progress: ProgressCallback | None,
 ) -> tuple[dict[str, list[PathwayResult]], bool]:
@@ -263,7 +263,7 @@ def pathways_until_stopped(
     kernel: str | None = None,
     env: dict[str, str] | None = None,
     jax_platform: str | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     progress: ProgressCallback | None = None,
     env_hook: EnvHook | None = None,
     target: str | None = None,

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from nbscope.analyse.pathways import REL_TOL
 from nbscope.api.pathways import DEFAULT_VIA, ProgressCallback, pathways_until_stopped
@@ -85,7 +85,7 @@ def run_bench_pathways(
     repeat: int = 1,
     store: Store | None = None,
     progress: ProgressCallback | None = None,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
     label: str | None = None,
 ) -> RunRecord:
     """Run the suite's workloads through each pathway; a ``pathways`` record with bench ``figures``, labelled
@@ -126,7 +126,7 @@ def run_bench_pathways(
     return record
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def _read(path: Path) -> list[dict[str, object]]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:

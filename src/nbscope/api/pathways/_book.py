@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from nbscope.api.jupyter_book2 import major, this_environment_version
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, kernel_described, one_line, reap, skipped
 from nbscope.collect.notebook import Notebook
+from nbscope.record.run import object_in, objects_in
 
 if TYPE_CHECKING:
     from nbscope.api.trace import TraceResult
@@ -60,11 +61,11 @@ def _link_siblings(notebook: Path, book: Path) -> list[str]:
     return linked
 
 
-def write_book(notebook: Path, book: Path, timeout: float | None) -> dict[str, Any]:
+def write_book(notebook: Path, book: Path, timeout: float | None) -> dict[str, object]:
     """A minimal jupyter-book 1 project whose only page is the notebook; returns its settings."""
     linked = _link_siblings(notebook, book)
     shutil.copyfile(notebook, book / notebook.name)
-    config: dict[str, Any] = {
+    config: dict[str, object] = {
         "title": "nbscope pathways",
         # Only the notebook is a page: linked neighbours (other notebooks) are neither read nor run.
         "only_build_toc_files": True,
@@ -83,7 +84,7 @@ def write_book(notebook: Path, book: Path, timeout: float | None) -> dict[str, A
     return {"execute": config["execute"], "linked_siblings": len(linked)}
 
 
-def run_book(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, Any]) -> PathwayResult:
+def run_book(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, object]) -> PathwayResult:
     """Build a temporary jupyter-book 1 book of the notebook and measure the book's own execution."""
     version = this_environment_version()
     if version is None:
@@ -104,14 +105,14 @@ def run_book(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[s
         shutil.rmtree(root, ignore_errors=True)
 
 
-def book1_figures(result: TraceResult, root: Path) -> dict[str, Any]:
+def book1_figures(result: TraceResult, root: Path) -> dict[str, object]:
     """What jupyter-book 1 says of its own execution: ``Executed notebook in X seconds`` (or its failure)."""
     executed = [float(m) for m in EXECUTED.findall(result.output)]
     failed = FAILED.findall(result.output)
     return {"executed_s": executed[-1] if executed else None, "execution_failed": failed[-1] if failed else None}
 
 
-def _mark_timeouts(cells: list[dict[str, Any]], run: NotebookRun, message: str) -> None:
+def _mark_timeouts(cells: list[dict[str, object]], run: NotebookRun, message: str) -> None:
     """The cells nbclient stopped at the book's timeout, recorded as ``timeout``."""
     for cell, measured in zip(cells, run.cells, strict=True):
         # nbclient interrupts the kernel at the timeout: the probe saw a KeyboardInterrupt (or, if the
@@ -124,10 +125,10 @@ def _mark_timeouts(cells: list[dict[str, Any]], run: NotebookRun, message: str) 
             cell["error"] = {"name": "CellTimeoutError", "message": message}
 
 
-def _overheads(build_s: float, executed_s: float | None, cell_wall: float, own: dict[str, Any]) -> dict[str, Any]:
+def _overheads(build_s: float, executed_s: float | None, cell_wall: float, own: dict[str, object]) -> dict[str, object]:
     """The book's fixed costs: its build, its execution, and what lies outside the cells (when the book says
     how long its execution took; else the build less the cells)."""
-    overheads: dict[str, Any] = {"book_build_s": build_s, "book_executed_s": executed_s, **own}
+    overheads: dict[str, object] = {"book_build_s": build_s, "book_executed_s": executed_s, **own}
     if executed_s is not None:
         overheads["book_outside_execution_s"] = max(0.0, build_s - executed_s)
         # Inside the book's execution but outside cells: kernel start and shutdown, messaging.
@@ -147,10 +148,10 @@ def build_and_measure(
     source: Path,
     root: Path,
     options: PathwayOptions,
-    fingerprint: dict[str, Any],
+    fingerprint: dict[str, object],
     version: str | None,
-    settings: dict[str, Any],
-    book_figures: Callable[[TraceResult, Path], dict[str, Any]],
+    settings: dict[str, object],
+    book_figures: Callable[[TraceResult, Path], dict[str, object]],
     *,
     env: dict[str, str] | None = None,
     timeout: float | None = None,
@@ -180,7 +181,8 @@ def build_and_measure(
         **settings,
     }
     figures = book_figures(result, root)
-    own_overheads = figures.pop("overheads", {})
+    own_overheads = object_in(figures, "overheads")
+    figures.pop("overheads", None)
     runner.update(figures)
     if not result.records:
         reason = (
@@ -201,7 +203,7 @@ def build_and_measure(
     run = record.notebook_run()
     # Which kernel the cells came from: one the book started, in the book's folder (not a re-run).
     runner["kernel"] = kernel_described(run)
-    cells = list(m["cells"])
+    cells = objects_in(m, "cells")
     if runner["execution_failed"] == "CellTimeoutError":  # book_figures always says (as it says executed_s)
         message = runner.pop("timeout_message", None) or f"cell exceeded --timeout {options.timeout:g} s"
         _mark_timeouts(cells, run, message)
@@ -213,7 +215,7 @@ def build_and_measure(
     if result.returncode != 0 or runner["execution_failed"] or result.interrupted:
         status = "partial"
         runner["output_tail"] = result.output[-2000:]
-    result_totals = dict(m["totals"])  # a trace record always holds its totals
+    result_totals = dict(object_in(m, "totals"))  # a trace record always holds its totals
     result_totals.update(book_build_s=result.wall_s, book_executed_s=runner["executed_s"])
     return PathwayResult(
         name,

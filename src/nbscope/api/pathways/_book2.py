@@ -28,7 +28,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope.api import jupyter_book2
 from nbscope.api.pathways._book import _link_siblings, build_and_measure
@@ -43,7 +43,7 @@ BUILD_MARGIN_S = 300.0
 TIMED_OUT = "ran past its"  # what nbscope.api.trace adds to a command's output when it stopped it
 
 
-def write_project(notebook: Path, project: Path) -> dict[str, Any]:
+def write_project(notebook: Path, project: Path) -> dict[str, object]:
     """A minimal jupyter-book 2 project whose only page is the notebook; returns its settings."""
     linked = _link_siblings(notebook, project)
     shutil.copyfile(notebook, project / notebook.name)
@@ -58,7 +58,7 @@ def write_project(notebook: Path, project: Path) -> dict[str, Any]:
     return {"linked_siblings": len(linked), "execute": {"execute": True, "theme": "local stand-in (offline)"}}
 
 
-def book2_figures(result: TraceResult, project: Path) -> dict[str, Any]:
+def book2_figures(result: TraceResult, project: Path) -> dict[str, object]:
     """The book's own figures: its execution time from the cache entry, server start from the log."""
     log = result.book2 or jupyter_book2.read_build_log(result.timed_output)
     executed = None
@@ -68,7 +68,7 @@ def book2_figures(result: TraceResult, project: Path) -> dict[str, Any]:
             executed = float(context["duration_ms"]) / 1000.0
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    figures: dict[str, Any] = {
+    figures: dict[str, object] = {
         "executed_s": executed,
         "execution_failed": None,
         "executed_from": "execution cache duration_ms" if executed is not None else None,
@@ -94,7 +94,7 @@ def _exit_after_log(result: TraceResult) -> float | None:
     return max(0.0, result.wall_s - result.timed_output[-1][0])
 
 
-def run_book2(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, Any]) -> PathwayResult:
+def run_book2(notebook: Notebook, options: PathwayOptions, *, fingerprint: dict[str, object]) -> PathwayResult:
     """Build a temporary jupyter-book 2 project of the notebook and measure the book's own execution."""
     found = jupyter_book2.find()
     if not found.usable:

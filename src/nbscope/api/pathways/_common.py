@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbscope.api.profile import RunSpec
 
@@ -35,16 +35,16 @@ class PathwayResult:
 
     name: str
     status: str  # ok | partial | error | skipped
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    totals: dict[str, Any] = field(default_factory=dict)
-    runner: dict[str, Any] = field(default_factory=dict)
-    overheads: dict[str, Any] = field(default_factory=dict)
+    cells: list[dict[str, object]] = field(default_factory=list)
+    totals: dict[str, object] = field(default_factory=dict)
+    runner: dict[str, object] = field(default_factory=dict)
+    overheads: dict[str, object] = field(default_factory=dict)
     skipped: str | None = None  # why the pathway did not run
     error: str | None = None  # one line, when status is "error"
     interrupted: bool = False  # a stop signal cut this run short: keep it, run nothing more
 
 
-def kernel_described(run: NotebookRun) -> dict[str, Any]:
+def kernel_described(run: NotebookRun) -> dict[str, object]:
     """Which kernel ran the cells (its pid, folder, interpreter and start), as the probe described it; each
     None when it never did."""
     kernel = run.kernel
@@ -57,7 +57,7 @@ def skipped(name: str, reason: str) -> PathwayResult:
     return PathwayResult(name=name, status="skipped", skipped=reason, runner={"pathway": name})
 
 
-def reap(token: str, *, grace_s: float = 3.0) -> list[dict[str, Any]]:
+def reap(token: str, *, grace_s: float = 3.0) -> list[dict[str, object]]:
     """Kill every process that still carries this run's token; returns what was found (pid, name)."""
     from nbscope._processes import reap as reap_marked
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from nbscope._errors import NbscopeError
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, kernel_described, one_line, reap
+from nbscope.record.run import object_in, objects_in
 
 
-def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, Any], live_path: Path) -> PathwayResult:
+def run_kernel(
+    path: Path, options: PathwayOptions, *, fingerprint: dict[str, object], live_path: Path
+) -> PathwayResult:
     from nbscope.api.profile import RunSpec, profile_until_stopped
 
     try:
@@ -24,14 +26,14 @@ def run_kernel(path: Path, options: PathwayOptions, *, fingerprint: dict[str, An
     finally:
         reap(options.token)
     m = record.measurements  # a profile's, which always holds its runner, totals and cells
-    runner = dict(m["runner"])
+    runner = dict(object_in(m, "runner"))
     run = record.notebook_run()
     runner["kernel"] = kernel_described(run)
     return PathwayResult(
         "kernel",
         record.status,
-        cells=list(m["cells"]),
-        totals=dict(m["totals"]),
+        cells=objects_in(m, "cells"),
+        totals=dict(object_in(m, "totals")),
         runner=runner,
         overheads={"kernel_start_s": run.runner.kernel_start_s, "shutdown_s": run.runner.shutdown_s},
         interrupted=interrupted,

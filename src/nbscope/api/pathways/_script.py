@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap
 from nbscope.collect.inject import ProbeHome
@@ -97,8 +96,12 @@ def _write_cells(path: Path, notebook: Notebook) -> None:
 
 
 def _process_times(
-    cells: list[dict[str, Any]], worker: ScriptEvent, done: ScriptEvent | None, spawned_unix: float, exited_unix: float
-) -> dict[str, Any]:
+    cells: list[dict[str, object]],
+    worker: ScriptEvent,
+    done: ScriptEvent | None,
+    spawned_unix: float,
+    exited_unix: float,
+) -> dict[str, object]:
     """Spawn to the first cell (interpreter start, IPython import and shell, probe: a kernel's start), the cells,
     and the shutdown, from the worker's events."""
     ran = [decode(Cell, c) for c in cells]
@@ -121,7 +124,7 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
     python, spec_env = kernel_python(options.kernel or notebook.kernel_name)
     env = home.env(out_file=probe_file, base={**os.environ, **spec_env, **options.process_env()})
     env["PYTHONUNBUFFERED"] = "1"  # the output log stays current if the process is killed
-    runner: dict[str, Any] = {"pathway": "script", "python": python}
+    runner: dict[str, object] = {"pathway": "script", "python": python}
     reader = ProbeReader(probe_file)
     timed_out: int | None = None  # index of the cell that ran past --timeout
     spawned_unix = time.time()
@@ -242,7 +245,7 @@ def _cells(
     exited_unix: float,
     *,
     interrupted: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     skips = {e.index: e.reason for e in events if e.type == "skip"}
     runs = {e.index: (seq, e) for seq, e in enumerate((e for e in events if e.type == "run"), start=1)}
     cells = []

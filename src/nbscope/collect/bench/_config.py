@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nbscope._errors import NbscopeError
 
@@ -67,14 +66,14 @@ MULTI_SIZES = [100, 500, 1000, 2000, 3000]  # the seed's "lecture simulation"
 
 # Sizes every preset shares. The loop trips are bounded so that a GPU, which needs µs of host work per
 # iteration, still finishes quickly.
-_EVERY_PRESET: dict[str, Any] = {
+_EVERY_PRESET: dict[str, object] = {
     "multi-size.sizes": MULTI_SIZES,
     "loops.trips": [1_000, 10_000, 30_000, 100_000],
     "loops.pin_cpu": "auto",  # "always": run the pinned-CPU variant even when the CPU is the default
 }
 
 # Problem sizes per preset, keyed "<group>.<parameter>". "seed" is the suite this project started from.
-SIZES: dict[str, dict[str, Any]] = {
+SIZES: dict[str, dict[str, object]] = {
     "quick": {
         "python.int_sum_n": 1_000_000,
         "python.sqrt_n": 200_000,
@@ -156,7 +155,7 @@ def parse_size(size: str) -> str:
     return value
 
 
-def sizes_for(size: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def sizes_for(size: str, overrides: dict[str, object] | None = None) -> dict[str, object]:
     sizes = dict(SIZES[size])
     for key, value in (overrides or {}).items():
         if key not in sizes:

@@ -11,7 +11,7 @@ from nbscope.collect.bench import _stats
 from nbscope.collect.bench._config import BUDGETS, Budget, sizes_for
 
 # A compile probe wraps the first call and fills the dict with compile_s (and details) on exit.
-CompileProbe = Callable[[], AbstractContextManager[dict[str, Any]]]
+CompileProbe = Callable[[], AbstractContextManager[dict[str, float]]]
 
 
 class BenchContext:
@@ -32,17 +32,24 @@ class BenchContext:
     def param(self, name: str) -> Any:
         return self.sizes[f"{self.group}.{name}"]
 
+    def count(self, name: str) -> int:
+        """A size parameter: how many elements or calls (a whole number; --param may give anything)."""
+        return _whole(self.param(name), f"{self.group}.{name}")
+
+    def counts(self, name: str) -> list[int]:
+        return [_whole(n, f"{self.group}.{name}") for n in self.param(name)]
+
     def bench(
         self,
         name: str,
         label: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., object],
         *,
         dtype: str | None = None,
         params: dict[str, Any] | None = None,
         device: str | None = None,
         compile_probe: CompileProbe | None = None,
-        setup: Callable[[], Any] | None = None,
+        setup: Callable[[], object] | None = None,
         work: tuple[float, str] | None = None,
         first: bool = True,
         steady: bool = True,
@@ -110,6 +117,12 @@ class BenchContext:
         self.figures.append(figure)
 
 
+def _whole(value: object, name: str) -> int:
+    if isinstance(value, int):
+        return value
+    raise TypeError(f"{name} is {value!r}, not a whole number")
+
+
 def count_label(n: int) -> str:
     """1_000_000 -> "1M", 200_000 -> "200k": short row labels that still say the size."""
     for factor, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
@@ -119,11 +132,12 @@ def count_label(n: int) -> str:
 
 
 def first_call(
-    fn: Callable[..., Any], *, compile_probe: CompileProbe | None = None, setup: Callable[[], Any] | None = None
-) -> dict[str, Any]:
+    fn: Callable[..., object], *, compile_probe: CompileProbe | None = None, setup: Callable[[], object] | None = None
+) -> dict[str, float | None]:
     """Wall time of one call; with a probe, split into compile (what the probe saw) and run (the rest)."""
     argument = setup() if setup is not None else None
-    probe = compile_probe() if compile_probe is not None else nullcontext({})
+    nothing: dict[str, float] = {}
+    probe = compile_probe() if compile_probe is not None else nullcontext(nothing)
     with probe as compiled:
         start = time.perf_counter()
         if setup is not None:
@@ -131,7 +145,7 @@ def first_call(
         else:
             fn()
         wall = time.perf_counter() - start
-    result: dict[str, Any] = {"wall_s": wall, "compile_s": None, "run_s": None}
+    result: dict[str, float | None] = {"wall_s": wall, "compile_s": None, "run_s": None}
     if compile_probe is not None:
         compile_s = float(compiled.get("compile_s", 0.0))
         # Compile events are measured inside the call, so they cannot exceed it; clamp rounding only.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import jax
 
 from nbscope.collect.bench import _jax
 from nbscope.collect.bench._context import BenchContext
@@ -11,7 +11,7 @@ CHAIN = 100  # calls queued before one wait, to see the dispatch cost without th
 
 
 def run(ctx: BenchContext) -> None:
-    jax = _jax.setup(ctx)
+    _jax.setup(ctx)
     device = _jax.device_name(jax.devices()[0])
     x = _jax.on_device(jax, _jax.host_array(1, ctx.dtype, seed=4).reshape(()))
     f = jax.jit(lambda v: v + 1)
@@ -26,7 +26,7 @@ def run(ctx: BenchContext) -> None:
         work=(1e-3, "k calls/s"),
     )
 
-    def chained() -> Any:
+    def chained() -> object:
         y = x
         for _ in range(CHAIN):
             y = f(y)

@@ -23,11 +23,11 @@ def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
 
 
 def run(ctx: BenchContext) -> None:
-    jax = _jax.setup(ctx)
+    _jax.setup(ctx)
     device = _jax.device_name(jax.devices()[0])
 
     for name, key in (("matmul_small", "matmul_small_n"), ("matmul_large", "matmul_large_n")):
-        n = ctx.param(key)
+        n = ctx.count(key)
         a = _jax.on_device(jax, _jax.host_array((n, n), ctx.dtype, seed=1))
         f = jax.jit(matmul)
         ctx.bench(
@@ -40,7 +40,7 @@ def run(ctx: BenchContext) -> None:
             work=(2 * n**3 / 1e9, "GFLOP/s"),
         )
 
-    m = ctx.param("elementwise_n")
+    m = ctx.count("elementwise_n")
     x = _jax.on_device(jax, _jax.host_array(m, ctx.dtype, seed=2))
     g = jax.jit(elementwise)
     ctx.bench(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, cast
 
+import jax
 import numpy as np
 from jax import Array, lax
 
@@ -47,7 +48,7 @@ def _call(
 
 
 def run(ctx: BenchContext) -> None:
-    jax = _jax.setup(ctx)
+    _jax.setup(ctx)
     trips = [int(t) for t in ctx.param("trips")]
     default = jax.devices()[0]
     placements: list[tuple[str, Any]] = [("default", default)]
@@ -95,7 +96,7 @@ def run(ctx: BenchContext) -> None:
 def _fit_figure(
     ctx: BenchContext, kind: str, placement: str, device: str, figures: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    points = [(f["params"]["trips"], f["steady"]) for f in figures]
+    points: list[tuple[int, _stats.Summary]] = [(f["params"]["trips"], f["steady"]) for f in figures]
     figure = ctx.new_figure(
         f"{kind}_{placement}_per_iter",
         f"{kind} per iteration ({placement})",

@@ -6,14 +6,16 @@ steady state; plus one row with the first calls summed, the seed's single figure
 
 from __future__ import annotations
 
+import jax
+
 from nbscope.collect.bench import _jax
 from nbscope.collect.bench._context import BenchContext
 
 
 def run(ctx: BenchContext) -> None:
-    jax = _jax.setup(ctx)
+    _jax.setup(ctx)
     device = _jax.device_name(jax.devices()[0])
-    sizes = list(ctx.param("sizes"))
+    sizes = ctx.counts("sizes")
     steady = bool(ctx.param("steady"))
     total = {"wall_s": 0.0, "compile_s": 0.0, "run_s": 0.0, "compiles": 0}
     for n in sizes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numba
 from numba import prange
@@ -25,9 +25,9 @@ _compile_s: list[float] = []  # outermost compiles only: nested ones (overloads)
 
 
 @contextmanager
-def compile_probe() -> Iterator[dict[str, Any]]:
+def compile_probe() -> Iterator[dict[str, float]]:
     mark = len(_compile_s)
-    result: dict[str, Any] = {}
+    result: dict[str, float] = {}
     try:
         yield result
     finally:
@@ -56,7 +56,7 @@ def run(ctx: BenchContext) -> None:
     ctx.info["numba_version"] = numba.__version__
     ctx.info["numba_threads"] = numba.get_num_threads()
 
-    n = ctx.param("n")
+    n = ctx.count("n")
     x = host_array(n, ctx.dtype, seed=3)
     for name, label, kernel in (
         ("serial", "Numba serial sqrt sum", numba.njit(sqrt_sum)),

@@ -12,13 +12,13 @@ def run(ctx: BenchContext) -> None:
     ctx.info["numpy_version"] = np.__version__
     dtype = ctx.dtype
 
-    n = ctx.param("matmul_n")
+    n = ctx.count("matmul_n")
     a = host_array((n, n), dtype, seed=1)
     ctx.bench(
         "matmul", f"NumPy matmul {n}", lambda: a @ a, params={"n": n}, device="cpu", work=(2 * n**3 / 1e9, "GFLOP/s")
     )
 
-    m = ctx.param("elementwise_n")
+    m = ctx.count("elementwise_n")
     x = host_array(m, dtype, seed=2)
     ctx.bench(
         "elementwise",

@@ -27,7 +27,7 @@ def run(ctx: BenchContext) -> None:
         ("int_sum", "Python int sum", int_sum, "int", "int_sum_n"),
         ("sqrt_sum", "Python float sqrt sum", sqrt_sum, "float64", "sqrt_n"),
     ):
-        n = ctx.param(size)
+        n = ctx.count(size)
         ctx.bench(
             name,
             f"{label} {count_label(n)}",

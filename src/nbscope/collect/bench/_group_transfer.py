@@ -6,8 +6,7 @@ copying: the figure is kept (it is what code pays there) with a note.
 
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import numpy as np
 
 from nbscope.collect.bench import _jax
@@ -15,7 +14,7 @@ from nbscope.collect.bench._context import BenchContext
 
 
 def run(ctx: BenchContext) -> None:
-    jax = _jax.setup(ctx)
+    _jax.setup(ctx)
     device = jax.devices()[0]
     name = _jax.device_name(device)
     nbytes = int(ctx.param("bytes"))
@@ -34,7 +33,7 @@ def run(ctx: BenchContext) -> None:
     on_device = _jax.on_device(jax, host, device)
     copy = jax.jit(lambda a: a * 2)
 
-    def fresh() -> Any:
+    def fresh() -> object:
         # A new device array every call: an array converted once caches its host copy.
         return copy(on_device).block_until_ready()
 

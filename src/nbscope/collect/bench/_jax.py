@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from nbscope.collect.bench._arrays import host_array
 from nbscope.collect.bench._context import BenchContext
@@ -39,7 +39,7 @@ def _on_event(event: str, **_: object) -> None:
         _events.append((event, 0.0))
 
 
-def setup(ctx: BenchContext) -> Any:
+def setup(ctx: BenchContext) -> None:
     """Import jax with x64 matching the dtype, start its backend, and note the device and timings."""
     global _registered
     import jax
@@ -65,7 +65,6 @@ def setup(ctx: BenchContext) -> Any:
     ctx.info["backend"] = jax.default_backend()
     ctx.info["x64"] = bool(jax.config.read("jax_enable_x64"))
     ctx.info["devices"] = [device_name(d) for d in devices]
-    return jax
 
 
 def device_name(device: jax.Device) -> str:
@@ -75,10 +74,10 @@ def device_name(device: jax.Device) -> str:
 
 
 @contextmanager
-def compile_probe() -> Iterator[dict[str, Any]]:
+def compile_probe() -> Iterator[dict[str, float]]:
     """Compile time seen by jax.monitoring during the block: trace + lower + backend compile."""
     mark = len(_events)
-    result: dict[str, Any] = {}
+    result: dict[str, float] = {}
     try:
         yield result
     finally:

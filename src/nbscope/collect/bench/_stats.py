@@ -11,7 +11,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from nbscope.collect.bench._config import Budget
 from nbscope.schema.suite import Steadiness
@@ -37,7 +37,7 @@ def _calibrate(timed: Callable[[int], float], min_sample_s: float, max_inner: in
         inner = min(max_inner, max(inner * 2, min(guess, inner * 100)))
 
 
-def _time_calls(fn: Callable[[], Any], inner: int) -> float:
+def _time_calls(fn: Callable[[], object], inner: int) -> float:
     start = _clock()
     for _ in range(inner):
         fn()
@@ -59,10 +59,10 @@ class Sampler:
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., object],
         budget: Budget,
         *,
-        setup: Callable[[], Any] | None = None,
+        setup: Callable[[], object] | None = None,
         max_inner: int = 1_000_000,
     ) -> None:
         self.fn, self.setup, self.budget = fn, setup, budget
@@ -92,11 +92,11 @@ class Sampler:
         self.samples.append(elapsed / self.inner)
         self.spent += _clock() - start  # with the untimed setup: the budget is wall time
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         return summarise(self.samples, self.inner)
 
 
-def sample_interleaved(samplers: Sequence[Sampler], probe: Callable[[], Any] | None = None) -> None:
+def sample_interleaved(samplers: Sequence[Sampler], probe: Callable[[], object] | None = None) -> None:
     """Take samples round-robin over ``samplers`` until each has its budget; ``probe()`` once a round."""
     with _gc_paused():
         active = [s for s in samplers if not s.done]
@@ -168,13 +168,37 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def summarise(samples: Sequence[float], inner: int = 1) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A figure's steady state: its per-call times' statistics (``warnings``: taken out into the figure's)."""
+
+    median_s: float
+    min_s: float
+    max_s: float
+    mad_s: float
+    spread: float | None
+    samples: int
+    inner: int
+    samples_s: list[float]
+    warnings: NotRequired[list[str]]
+
+
+class Fit(TypedDict):
+    slope: float
+    intercept: float
+    slope_stderr: float | None
+    residual_stderr: float | None
+    propagated_stderr: float | None
+    r2: float
+    points: int
+
+
+def summarise(samples: Sequence[float], inner: int = 1) -> Summary:
     """Median, min, max, MAD and relative spread (MAD / median) of per-call times, with warnings."""
     values = [float(v) for v in samples]
     median = statistics.median(values)
     mad = statistics.median(abs(v - median) for v in values)
     spread = mad / median if median > 0 else None
-    summary: dict[str, Any] = {
+    summary: Summary = {
         "median_s": median,
         "min_s": min(values),
         "max_s": max(values),
@@ -198,7 +222,7 @@ def warnings_for(samples: int, spread: float | None) -> list[str]:
     return notes
 
 
-def linear_fit(xs: Sequence[float], ys: Sequence[float], y_errors: Sequence[float] | None = None) -> dict[str, Any]:
+def linear_fit(xs: Sequence[float], ys: Sequence[float], y_errors: Sequence[float] | None = None) -> Fit:
     """Ordinary least squares ``y = intercept + slope·x``, with r² and the slope's standard error.
 
     The standard error is the larger of the one from the residuals and, when ``y_errors`` (absolute

@@ -14,7 +14,6 @@ import resource
 import sys
 import time
 import traceback
-from typing import Any
 
 from nbscope.collect.bench._config import GROUPS
 
@@ -29,13 +28,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_group(group: str, dtype: str, size: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_group(group: str, dtype: str, size: str, overrides: dict[str, object] | None = None) -> dict[str, object]:
     """Run one group in this process and return its result document."""
     from nbscope.collect.bench._context import BenchContext
 
     started = time.perf_counter()
     spec = GROUPS[group]
-    result: dict[str, Any] = {"group": group, "dtype": dtype, "size": size, "status": "ok", "reason": None}
+    result: dict[str, object] = {"group": group, "dtype": dtype, "size": size, "status": "ok", "reason": None}
     ctx = BenchContext(group, dtype, size, overrides)
     imports: dict[str, float] = {}
     try:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # for types only: this file imports neither at run time
     from zmq import Context, Socket
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_FOLDER = os.environ["NBSCOPE_IPC_DIR"] if "NBSCOPE_IPC_DIR" in os.environ else "/tmp"
+_FOLDER = os.environ.get("NBSCOPE_IPC_DIR", "/tmp")
 
 
 def _chain_site_customisation() -> None:

@@ -759,7 +759,7 @@ class _JaxDevices:
 
     def _backend(self) -> Any:
         modules = sys.modules
-        bridge = modules["jax._src.xla_bridge"] if "jax._src.xla_bridge" in modules else None
+        bridge = modules.get("jax._src.xla_bridge")
         if bridge is None or not getattr(bridge, "_backends", None):
             return None
         return getattr(bridge, "_default_backend", None)
@@ -776,7 +776,7 @@ class _JaxDevices:
                 "platform": str(backend.platform),
                 "device_kind": str(devices[0].device_kind) if devices else None,
                 "devices": len(devices),
-                "memory_bytes_per_device": stats["bytes_limit"] if "bytes_limit" in stats else None,
+                "memory_bytes_per_device": stats.get("bytes_limit"),
                 "platform_version": str(getattr(backend, "platform_version", "") or "")[:200] or None,
                 "jax": getattr(sys.modules["jax"], "__version__", None) if "jax" in sys.modules else None,
                 "jaxlib": getattr(jaxlib, "__version__", None),
@@ -792,7 +792,7 @@ class _JaxDevices:
         try:
             stats = [device.memory_stats() or {} for device in backend.local_devices()]
             in_use = sum(s["bytes_in_use"] for s in stats if "bytes_in_use" in s)
-            return in_use, sum(s["peak_bytes_in_use"] if "peak_bytes_in_use" in s else 0 for s in stats)
+            return in_use, sum(s.get("peak_bytes_in_use", 0) for s in stats)
         except Exception:
             return None
 

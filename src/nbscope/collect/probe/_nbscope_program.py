@@ -582,7 +582,7 @@ class _Counter:
             if executable is None:  # another kind of executable: not counted, and the cell says so
                 unresolved["?"] += 1
                 return result
-            key = by_name[str(kwargs["name"] if "name" in kwargs else "?")] = id(executable)
+            key = by_name[str(kwargs.get("name", "?"))] = id(executable)
             if "jaxpr" in kwargs:
                 by_jaxpr[id(kwargs["jaxpr"])] = key
             counts[key] += 1
@@ -604,7 +604,7 @@ class _Counter:
 
         def resolve(function: object, args: object, kwargs: object) -> int | None:
             wrapped = id(getattr(function, "__wrapped__", None))
-            known = fast[wrapped] if wrapped in fast else None
+            known = fast.get(wrapped)
             if known and len(known) == 1:
                 key = next(iter(known.values()))
                 try:  # a weak reference: the function (and what it closes over) is not kept alive here

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from nbscope import _units
 from nbscope.record.run import RunRecord
@@ -42,7 +41,7 @@ def run_name(record: RunRecord, position: int) -> str:
 
 def _table(
     headers: Sequence[str],
-    rows: Iterable[Sequence[Any]],
+    rows: Iterable[Sequence[object]],
     numeric: Iterable[int] = (),
     row_class: Callable[[int], str] | None = None,
 ) -> str:

@@ -162,7 +162,7 @@ def _cell_table(record: RunRecord) -> str:
     return f"<details><summary>{'all ' + count(len(rows), 'cell') if len(rows) != 1 else 'the cell'}</summary>{_table(headers, rows, numeric=(0, 1, 4, 5, 6))}</details>"
 
 
-def _totals_table(totals: Mapping[str, Any]) -> str:
+def _totals_table(totals: Mapping[str, object]) -> str:
     rows = []
     for key, value in totals.items():
         if isinstance(value, (dict, list)):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbscope._units import seconds
 from nbscope.render._clean import for_html, markdown_text
-from nbscope.schema.site_manifest import BookRow, SiteRow
+from nbscope.schema.site_manifest import BookRow, Change, SiteRow
 
 if TYPE_CHECKING:
     from nbscope.analyse.trial import TrialResult
@@ -92,22 +92,22 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _s(value: Any) -> str:
+def _s(value: object) -> str:
     return seconds(value) if isinstance(value, (int, float)) else "—"
 
 
-def _ratio(value: Any) -> str:
+def _ratio(value: object) -> str:
     if not isinstance(value, (int, float)):
         return "—"
     css = "up" if value > 1.05 else "down" if value < 0.95 else ""
     return f'<span class="{css}">{value:.2f}×</span>'
 
 
-def _share(value: Any) -> str:
+def _share(value: object) -> str:
     return f"{value:.0%}" if isinstance(value, (int, float)) else "—"
 
 
-def _key(value: Any) -> str:
+def _key(value: object) -> str:
     return e(f"{value:.6g}") if isinstance(value, (int, float)) else "-1"
 
 
@@ -347,7 +347,7 @@ def _runner_section(row: SiteRow) -> str:
     )
 
 
-def _kind(row: SiteRow, change: Mapping[str, Any]) -> str:
+def _kind(row: SiteRow, change: Change) -> str:
     """What a change point is: only those the row counts as regressions are called so (a shift under the
     history's floor, or a speed-up, is a change point but not a regression)."""
     if change["tentative"]:
@@ -358,7 +358,7 @@ def _kind(row: SiteRow, change: Mapping[str, Any]) -> str:
     return "speed-up" if ratio is not None and ratio < 1 else "under the floor (not a regression)"
 
 
-def _why(row: SiteRow, change: Mapping[str, Any]) -> str:
+def _why(row: SiteRow, change: Change) -> str:
     for regression in row.regressions:
         if regression["index"] == change["index"] and regression["attribution"]:
             return str(regression["attribution"]["text"])
