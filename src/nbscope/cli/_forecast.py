@@ -49,6 +49,19 @@ and `nbscope compare` of a CPU run with a GPU run.
 """
 
 
+CompileBudgetOption = Annotated[
+    float,
+    typer.Option(
+        "--compile-budget",
+        metavar="SECONDS",
+        min=1,
+        max=86_400,
+        help="For a TPU: at most this many seconds compiling the run's programs for it here "
+        "(`nbscope target-env tpu --install` makes the environment that does it; cached by program).",
+    ),
+]
+
+
 @app.command("forecast", help=HELP)
 def forecast_command(
     run: Annotated[
@@ -104,17 +117,7 @@ def forecast_command(
             help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error.",
         ),
     ] = None,
-    compile_budget: Annotated[
-        float,
-        typer.Option(
-            "--compile-budget",
-            metavar="SECONDS",
-            min=1,
-            max=86_400,
-            help="For a TPU: at most this many seconds compiling the run's programs for it here "
-            "(`nbscope target-env tpu --install` makes the environment that does it; cached by program).",
-        ),
-    ] = 600.0,
+    compile_budget: CompileBudgetOption = 600.0,
 ) -> None:
     from nbscope.api.forecast import device_table, forecast_run
 
@@ -128,25 +131,18 @@ def forecast_command(
         return
     from nbscope.render import forecast as view
 
-    def progress(line: str) -> None:
-        typer.echo(f"nbscope: {line}", err=True)
-
-    result = forecast_run(
-        run,
-        store,
-        table,
-        gpus=gpu,
-        notebook=notebook,
-        measured=measured,
-        compile_budget_s=compile_budget,
-        on_progress=progress,
-    )
+    options = {"notebook": notebook, "measured": measured, "compile_budget_s": compile_budget}
+    result = forecast_run(run, store, table, gpus=gpu, on_progress=_progress, **options)  # type: ignore[arg-type]
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
     elif markdown:
         print(view.forecast_markdown(result, top=None if all_cells else limit, show_all=all_cells))
     else:
         view.print_forecast(result, top=None if all_cells else limit, show_all=all_cells)
+
+
+def _progress(line: str) -> None:
+    typer.echo(f"nbscope: {line}", err=True)
 
 
 def _list(table: DeviceTable, as_json: bool) -> None:

@@ -330,20 +330,7 @@ class ProgramCollector:
         elif probe.programs_error:
             result.hlo_error = probe.programs_error
         result.new_programs = new_programs
-        if probe.gpu_lowering:
-            try:
-                self._read_gpu_lowering(Path(probe.gpu_lowering), new_programs)
-            except Exception as exc:
-                self.notes.append(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}"[:300])
-        elif probe.gpu_lowering_error:
-            self.notes.append(f"{where}: no GPU lowering: {probe.gpu_lowering_error}"[:300])
-        if probe.target:
-            try:
-                self._read_target(Path(probe.target))
-            except Exception as exc:
-                self.notes.append(f"{where}: target modules unreadable: {type(exc).__name__}: {exc}"[:300])
-        elif probe.target_error:
-            self.notes.append(f"{where}: no target modules: {probe.target_error}"[:300])
+        self._read_lowerings(probe, new_programs, where)
         if probe.trace_note:
             self.notes.append(f"{where}: {probe.trace_note}"[:300])
         if probe.trace:
@@ -493,6 +480,23 @@ class ProgramCollector:
                 self.all_op_names |= names
             new.append(key)
         return new
+
+    def _read_lowerings(self, probe: ProbePrograms, new_programs: list[str], where: str) -> None:
+        """The new programs' lowering for CUDA and the modules a TPU would compile, or notes saying why not."""
+        if probe.gpu_lowering:
+            try:
+                self._read_gpu_lowering(Path(probe.gpu_lowering), new_programs)
+            except Exception as exc:
+                self.notes.append(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.gpu_lowering_error:
+            self.notes.append(f"{where}: no GPU lowering: {probe.gpu_lowering_error}"[:300])
+        if probe.target:
+            try:
+                self._read_target(Path(probe.target))
+            except Exception as exc:
+                self.notes.append(f"{where}: target modules unreadable: {type(exc).__name__}: {exc}"[:300])
+        elif probe.target_error:
+            self.notes.append(f"{where}: no target modules: {probe.target_error}"[:300])
 
     def _read_target(self, path: Path) -> None:
         """Attach to each program the module a TPU would compile of it (``_nbscope_program.TARGET_NAME``)."""

@@ -249,13 +249,13 @@ class Programs:
                     result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["programs_s"] = time.perf_counter() - started
         self.counter.report(result)
+        self._lowerings(seq, result)
+        return result
+
+    def _lowerings(self, seq: int, result: dict[str, Any]) -> None:
+        """Write what the cell's new programs are for the TPU and the GPU into ``result``."""
         if self.target_lines or self.relower:
-            started = time.perf_counter()
-            try:
-                result["target"] = self._write_target(seq)
-            except Exception as exc:
-                result["target_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            result["target_s"] = time.perf_counter() - started
+            self._write_target(seq, result)
         if self.lowered:
             started = time.perf_counter()
             try:
@@ -266,7 +266,6 @@ class Programs:
                 result["gpu_lowering_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["gpu_lowering_s"] = time.perf_counter() - started
             self.lowered = []
-        return result
 
     # ---- what the GPU would run -------------------------------------------------------------------
     def _hook_lowering(self) -> None:
@@ -484,7 +483,16 @@ class Programs:
             elif len(self.relower) < MAX_LOWERED:
                 self.relower.append((program, kept))
 
-    def _write_target(self, seq: int) -> str:
+    def _write_target(self, seq: int, result: dict[str, Any]) -> None:
+        """Write the cell's target modules into ``result`` (``target``, its time, or why it failed)."""
+        started = time.perf_counter()
+        try:
+            result["target"] = self._target_file(seq)
+        except Exception as exc:
+            result["target_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        result["target_s"] = time.perf_counter() - started
+
+    def _target_file(self, seq: int) -> str:
         """The cell's target modules, those lowered again for the TPU included (a failed lowering keeps its
         error)."""
         import jax
