@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
+from nbscope._redact import shorten
+
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
     from nbscope.schema.model import Cell
@@ -41,7 +43,7 @@ def failure_text(cell: Cell) -> str | None:
     detail = ": ".join(part for part in parts if part)
     if cell.status == "interrupted" and not detail and cell.interrupted_by:
         detail = f"by {cell.interrupted_by}"
-    return FAILURE_WORDS[cell.status] + (f" ({detail[:160]})" if detail else "")
+    return FAILURE_WORDS[cell.status] + (f" ({shorten(detail, 160)})" if detail else "")
 
 
 # Files that mark the root of a Jupyter Book (1 and 2).

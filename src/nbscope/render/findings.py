@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from nbscope._redact import shorten
 from nbscope._units import count
 from nbscope.collect import fingerprint as fp
 from nbscope.render._clean import markdown_with_code as prose
@@ -85,7 +86,7 @@ def _clip(lines: list[str], keep: int, width: int, note: str = "") -> list[str]:
 
 
 def _one_line(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+    return shorten(text, width)
 
 
 def finding_text(

@@ -695,13 +695,23 @@ def _capture_compile_shapes(probe: Probe, logger: Any) -> None:
     logger.addFilter(keep)
 
 
+def _whole_words(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters between two words, never inside one: nbscope redacts the
+    record whole once it has it (this file cannot import it), and a credential cut in two (a token shorter than
+    its form, a URL's password before its '@') is one it no longer knows. A first word past ``limit`` goes whole."""
+    if len(text) <= limit:
+        return text
+    kept = re.match(rf"[\s\S]{{0,{limit - 2}}}(?=\s)", text)
+    return kept.group().rstrip() + " …" if kept and kept.group().strip() else "…"
+
+
 def _error_message(error: BaseException) -> str:
     """The cell's exception as text, without the C++ stack XLA appends to its errors (``    @     0x…`` frames);
     an exception whose ``__str__`` itself fails is named, not raised."""
     try:
         text = str(error)
         frames = text.find("    @     0x")
-        return (text[:frames].rstrip(": \n") if frames > 0 else text)[:500]
+        return _whole_words(text[:frames].rstrip(": \n") if frames > 0 else text, 500)
     except Exception as exc:
         return f"(its message could not be read: {type(exc).__name__})"
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from nbscope import _units
+from nbscope._redact import shorten
 from nbscope.record.run import RunRecord
 from nbscope.render._clean import for_html
 
@@ -33,7 +34,7 @@ _number = _units.number
 
 def _short(given: object, width: int = 40) -> str:
     text = " ".join(str(given or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return shorten(text, width)
 
 
 def run_name(record: RunRecord, position: int) -> str:
