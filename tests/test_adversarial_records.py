@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from conftest import run_in_process
+from conftest import assert_one_line_error, run_in_process
 from nbscope._redact import redact, shorten
+from nbscope.api.runs import trials_of
+from nbscope.record.store import Store
 from nbscope.render._clean import for_html
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nbscope"
@@ -154,3 +156,73 @@ def test_a_credential_split_by_any_cut_reaches_no_output_store_report_or_page(tm
         tmp_path / "s.db", tmp_path / "site", tmp_path / "r.html"
     )
     assert "REDACTED" in text and _leaked(text) == []
+
+
+ENV_SEEN = (
+    "import os\nopen('seen.txt', 'a').write(' '.join(os.environ.get(n, 'unset') for n in ('FOO', 'HF_TOKEN')) + '\\n')"
+)
+
+
+def _try(folder: Path, run: str, *args: str, db: str = "t.db") -> Any:
+    return _nbscope(folder, "try", run, "--cell", "2", "--remedy", "threads:1", "--repeats", "1", "--db", db, *args)
+
+
+@pytest.mark.slow
+def test_a_rerun_gives_no_env_value_this_store_did_not_record_itself(tmp_path: Path) -> None:
+    """TI1: an imported record's ``PYTHONPATH`` would run another's ``sitecustomize.py``; TI2: a secret kept as
+    ``REDACTED`` is no value. Both are left out, named, and given again only with ``--env``."""
+    _notebook(tmp_path / "env.ipynb", [ENV_SEEN, "y = 2"])
+    token = "hf_" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef12"
+    env = ["--env", "FOO=bar", "--env", f"HF_TOKEN={token}", "--env-store-values", "--no-diagnose"]
+    assert _nbscope(tmp_path, "profile", "env.ipynb", "--db", "t.db", *env).returncode == 0
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "sitecustomize.py").write_text("open(__file__ + '.PWNED', 'w').write('x')\n")
+    assert _nbscope(tmp_path, "export", "1", "--db", "t.db", "-o", "e1.json").returncode == 0
+    record = json.loads((tmp_path / "e1.json").read_text())
+    record["measurements"]["run_uuid"] = "0" * 32
+    record["settings"]["env"] = {"PYTHONPATH": str(tmp_path / "evil"), "FOO": "edited"}
+    (tmp_path / "e2.json").write_text(json.dumps(record))
+    assert _nbscope(tmp_path, "import", "e2.json", "--db", "t.db").returncode == 0
+    (tmp_path / "seen.txt").unlink()
+    imported, own, given = _try(tmp_path, "2"), _try(tmp_path, "1"), _try(tmp_path, "1", "--env", f"HF_TOKEN={token}")
+    assert not (tmp_path / "evil" / "sitecustomize.py.PWNED").exists()
+    assert re.search(r"--env (PYTHONPATH, FOO|FOO, PYTHONPATH) not given", imported.stdout), imported.stdout
+    assert "--env HF_TOKEN not given" in own.stdout and "--env NAME=VALUE" in own.stdout, own.stdout
+    assert "not given" not in given.stdout, given.stdout
+    seen = (tmp_path / "seen.txt").read_text().splitlines()  # two kernels per trial
+    assert seen == ["unset unset"] * 2 + ["bar unset"] * 2 + ["bar " + token] * 2
+    assert token not in (tmp_path / "t.db").read_bytes().decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_a_trial_is_its_runs_child_only(tmp_path: Path) -> None:
+    """TI5: out of ``history`` and the gate; TC4: no run to try; TI3: imported, linked by run uuid or not at all;
+    TC7: a refused ``try`` makes no store; TF3: a store removed while the trial ran stores no trial."""
+    deleting = (
+        "import os\nif os.path.exists('ARM'):\n    for f in ('t.db', 't.db-wal', 't.db-shm'):\n        os.remove(f)"
+    )
+    _notebook(tmp_path / "a.ipynb", ["x = 1", deleting + "\ny = 2"])
+    _notebook(tmp_path / "b.ipynb", ["z = 3", "w = 4"])
+    for name, db in (("a.ipynb", "t.db"), ("b.ipynb", "other.db")):
+        assert _nbscope(tmp_path, "profile", name, "--db", db, "--no-diagnose").returncode == 0
+    assert _try(tmp_path, "1").returncode == 0  # runs 2 (as it is) and 3 (remedy)
+    history = _nbscope(tmp_path, "history", "a.ipynb", "--db", "t.db").stdout
+    assert "trial" not in history and "· 1 run ·" in history, history
+    assert_one_line_error(_try(tmp_path, "3"), "run 3 is a trial of run 1", "give run 1")
+    gate = _nbscope(tmp_path, "gate", "--baseline", "2", "--candidate", "3", "--db", "t.db")
+    assert_one_line_error(gate, "run 3 is a trial of run 1")
+    assert_one_line_error(_try(tmp_path, "1", db="nope.db"), "nope.db")
+    assert not (tmp_path / "nope.db").exists()
+    for run in ("1", "2", "3"):
+        assert _nbscope(tmp_path, "export", run, "--db", "t.db", "-o", f"r{run}.json").returncode == 0
+    alone = _nbscope(tmp_path, "import", "r3.json", "--db", "other.db")  # its run 1 is b.ipynb
+    assert "a trial of a run not in this store: its link is dropped" in alone.stdout, alone.stdout
+    assert "trial threads:1" not in _nbscope(tmp_path, "show", "1", "--db", "other.db").stdout
+    both = _nbscope(tmp_path, "import", "r1.json", "r2.json", "r3.json", "--db", "other.db")
+    assert "dropped" not in both.stdout and "imported as run 3" in both.stdout, both.stdout
+    store = Store(tmp_path / "other.db")
+    [trial] = trials_of(store, store.get(3))  # r1.json is run 3 here, r2.json run 4
+    assert (trial.of_run, trial.as_is_run, trial.remedy_run) == (3, 4, 5)
+    (tmp_path / "ARM").touch()
+    assert_one_line_error(_try(tmp_path, "1", "--json"), "run 1 is gone from t.db", "not stored")
+    assert not (tmp_path / "t.db").exists()

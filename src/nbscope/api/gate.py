@@ -24,6 +24,7 @@ from nbscope._redact import redact
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.api._saving import save_run
+from nbscope.api.runs import not_a_trial
 from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
@@ -256,6 +257,9 @@ def gate_stored(
         if baseline == "latest"
         else resolve_run(baseline, store, kinds=GATE_KINDS)
     )
+    for run in (cand, base):
+        if run is not None:  # a trial is its run's child (``nbscope try``): no baseline nor candidate
+            not_a_trial(run)
     runs = history_runs(store, cand, history, comparable=comparable)
     if baseline == "latest":
         base = _steady_baseline(base, runs, notes)
@@ -297,9 +301,9 @@ def confirm_regression(
         why_not = f"its notebook {cand.target} is not found in this project"
     if why_not is None and path is not None and changed_since(path, cand):
         why_not = f"{cand.target} changed since run {cand.run_id}; a rerun would measure other code"
-    again = None if why_not else rerun_options(cand)
-    if why_not is None and isinstance(again, str):
-        why_not = again
+    again, left_out = rerun_options(cand, store.env_key()) if why_not is None else (None, [])
+    if left_out:
+        why_not = f"its --env {', '.join(left_out)}: not recorded so by this store (imported, or kept as a hash)"
     if why_not is not None or path is None or not isinstance(again, ProfileOptions):
         return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
@@ -351,24 +355,26 @@ def changed_since(path: Path, cand: RunRecord) -> bool:
         return True
 
 
-def rerun_options(cand: RunRecord) -> ProfileOptions | str:
-    """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
+def rerun_options(cand: RunRecord, key: bytes) -> tuple[ProfileOptions, list[str]]:
+    """The profile options the candidate ran with (those that shape what is measured), and the ``--env`` names
+    left out of them: every value this store (``key``) did not record as it stands (``record.secrets.trusted``)."""
     from nbscope.api.profile import ProfileOptions
+    from nbscope.record.secrets import trusted
 
     settings = cand.run_settings()
-    if settings.env and not settings.env_values_stored:
-        return "its --env values are stored only as hashes"
-    return ProfileOptions(
+    env, left_out = trusted(settings.env, settings.env_signed or {}, key)
+    options = ProfileOptions(
         kernel=settings.kernel,
         timeout=settings.timeout,
         on_error="stop" if settings.on_error == "stop" else "continue",
-        env=dict(settings.env),
-        env_store_values=bool(settings.env),
+        env=env,
+        env_store_values=settings.env_values_stored,
         jax_platform=settings.jax_platform,
         jax_cache=settings.jax_cache,
         repeat=settings.repeat,
         timeline=settings.timeline,
     )
+    return options, left_out
 
 
 def _open_summary(summary: Path) -> TextIO:
