@@ -10,6 +10,7 @@ newest one never judged.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import stat
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
 from nbscope._files import read_bounded
-from nbscope._redact import redact
+from nbscope._redact import REDACTED, redact
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.api._saving import save_run
@@ -303,7 +304,7 @@ def confirm_regression(
         why_not = f"{cand.target} changed since run {cand.run_id}; a rerun would measure other code"
     again, left_out = rerun_options(cand, store.env_key()) if why_not is None else (None, [])
     if left_out:
-        why_not = f"its --env {', '.join(left_out)}: not recorded so by this store (imported, or kept as a hash)"
+        why_not = f"its {', '.join(left_out)}: not recorded so by this store (imported, or kept as a hash)"
     if why_not is not None or path is None or not isinstance(again, ProfileOptions):
         return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
@@ -339,6 +340,15 @@ def notebook_file(store: Store, cand: RunRecord) -> Path | None:
     store_path = Path(store.path).resolve()
     roots = [store_path.parent.parent] if store_path.parent.name == STORE_FOLDER else []
     roots += [project_root(Path.cwd()), Path.cwd()]
+    if REDACTED in cand.target:  # a name that reads as holding a credential (``nb?token=x.ipynb``), stored redacted
+        pattern = glob.escape(cand.target).replace(REDACTED, "*")
+        found = (
+            path
+            for root in roots
+            for path in root.glob(pattern)
+            if path.is_file() and redact(path.relative_to(root).as_posix()) == cand.target
+        )
+        return next(found, None)
     return next((root / name for root in roots if (root / name).is_file()), None)
 
 
@@ -356,13 +366,19 @@ def changed_since(path: Path, cand: RunRecord) -> bool:
 
 
 def rerun_options(cand: RunRecord, key: bytes) -> tuple[ProfileOptions, list[str]]:
-    """The profile options the candidate ran with (those that shape what is measured), and the ``--env`` names
-    left out of them: every value this store (``key``) did not record as it stands (``record.secrets.trusted``)."""
-    from nbscope.api.profile import ProfileOptions
+    """The profile options the candidate ran with (those that shape what is measured), and the options left out
+    of them (``--env NAME``, ``--jax-cache``): every value this store (``key``) did not record as it stands
+    (``record.secrets.trusted``): a folder of compiled programs is code too."""
+    from nbscope.api.profile import JAX_CACHE_MODES, ProfileOptions
     from nbscope.record.secrets import trusted
 
     settings = cand.run_settings()
-    env, left_out = trusted(settings.env, settings.env_signed or {}, key)
+    signatures = settings.env_signed or {}
+    env, left_out = trusted(settings.env, signatures, key)
+    left_out = [f"--env {name}" for name in left_out]
+    cache = settings.jax_cache
+    if cache not in JAX_CACHE_MODES and not trusted({"--jax-cache": cache}, signatures, key)[0]:
+        cache, left_out = "off", [*left_out, "--jax-cache"]
     options = ProfileOptions(
         kernel=settings.kernel,
         timeout=settings.timeout,
@@ -370,7 +386,7 @@ def rerun_options(cand: RunRecord, key: bytes) -> tuple[ProfileOptions, list[str
         env=env,
         env_store_values=settings.env_values_stored,
         jax_platform=settings.jax_platform,
-        jax_cache=settings.jax_cache,
+        jax_cache=cache,
         repeat=settings.repeat,
         timeline=settings.timeline,
     )

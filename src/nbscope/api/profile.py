@@ -111,6 +111,7 @@ class RunSpec:
     def settings(self, env_key: bytes | None = None) -> dict[str, Any]:
         """The record's settings; ``--env`` values hidden under ``env_key`` (the store's; None: this process's)."""
         env = env_for_record(self.env, store_values=self.env_store_values, key=env_key)
+        folder = {} if self.jax_cache in JAX_CACHE_MODES else {"--jax-cache": self.jax_cache}  # signed as --env is
         return {
             "pathway": "kernel",
             "kernel": self.kernel,
@@ -119,7 +120,7 @@ class RunSpec:
             "jax_platform": self.jax_platform,
             "jax_cache": self.jax_cache,
             "env": env,
-            **({"env_signed": signed(env, env_key)} if env else {}),
+            **({"env_signed": signed(env | folder, env_key)} if env or folder else {}),
             **({"env_values_stored": True} if self.env_store_values else {}),
             "repeat": self.repeat,
             "timeline": self.timeline,

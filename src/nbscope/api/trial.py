@@ -156,10 +156,10 @@ def _options(source: RunRecord, store: Store, env: dict[str, str]) -> tuple[Prof
     """The options ``source`` ran with, ``env`` over its ``--env`` values, and what was not given again: a record
     is data, so only the values this store recorded as given (``record.secrets.trusted``)."""
     options, left_out = rerun_options(source, store.env_key())
-    left_out = [name for name in left_out if name not in env]
+    left_out = [name for name in left_out if name.removeprefix("--env ") not in env]
     note = (
-        f"run {source.run_id}'s --env {', '.join(left_out)} not given to the trial: this store did not record it as "
-        "given (imported, edited or kept as a hash); give it with --env NAME=VALUE"
+        f"run {source.run_id}'s {', '.join(left_out)} not given to the trial: this store did not record it as "
+        "given (imported, edited or kept as a hash); give a value with --env NAME=VALUE"
     )
     return replace(options, repeat=1, timeline=False, env={**options.env, **env}), note if left_out else None
 
