@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from conftest import assert_one_line_error, run_in_process
 from nbscope._redact import redact, shorten
 from nbscope.api.runs import trials_of
+from nbscope.collect.probe._nbscope_words import whole_words
 from nbscope.record.store import Store
 from nbscope.render._clean import for_html
 
@@ -36,12 +36,12 @@ _NOT_TEXT = re.compile(
 
 
 def _cuts(path: Path) -> list[str]:
-    """The head (``x[:N]``) and tail (``x[-N:]``) cuts of message-like text in ``path``, outside ``shorten``."""
+    """The head (``x[:N]``) and tail (``x[-N:]``) cuts of message-like text in ``path``, outside the shorteners."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     inside = {
         id(node)
         for function in ast.walk(tree)
-        if isinstance(function, ast.FunctionDef) and function.name == "shorten"
+        if isinstance(function, ast.FunctionDef) and function.name in ("shorten", "whole_words")
         for node in ast.walk(function)
     }
     found = []
@@ -63,9 +63,9 @@ def _cuts(path: Path) -> list[str]:
 
 
 def test_no_text_a_reader_sees_is_cut_but_by_shorten() -> None:
-    """Every shortening goes through ``nbscope._redact.shorten``, which redacts first (the in-kernel probe, which
-    cannot import nbscope, cuts a cell's message between words: the next test)."""
-    found = [cut for path in sorted(SRC.rglob("*.py")) if "probe" not in path.parts for cut in _cuts(path)]
+    """Every shortening goes through ``nbscope._redact.shorten``, which redacts first; in the kernel, which cannot
+    import nbscope, through ``_nbscope_words.whole_words``, which never cuts inside a word (the next test)."""
+    found = [cut for path in sorted(SRC.rglob("*.py")) for cut in _cuts(path)]
     wrapped = [cut for cut in found if cut.startswith("render/terminal.py:") and cut.endswith(" line[:width]")]
     assert found == wrapped and len(wrapped) == 1  # a wrap, not a cut: the rest of the line follows it
 
@@ -77,16 +77,11 @@ def _leaked(text: str) -> list[str]:
 
 @pytest.mark.parametrize("limit", [40, 80, 160, 500])
 def test_a_credential_at_any_cut_is_redacted_whole_not_shown_in_part(limit: int) -> None:
-    sys.path.insert(0, str(SRC / "collect" / "probe"))
-    try:
-        import _nbscope_probe as probe
-    finally:
-        sys.path.pop(0)
     for before in range(0, limit + 2):
         for secret in (f"{'a' * before} {TOKEN} tail", f"{'a' * before} https://deploy:{PASSWORD}@pypi.example/x"):
             assert _leaked(shorten(secret, limit)) == [], (before, shorten(secret, limit))
-            assert _leaked(redact(probe._whole_words(secret, limit))) == [], (before, probe._whole_words(secret, limit))
-            assert len(shorten(secret, limit)) <= limit and len(probe._whole_words(secret, limit)) <= limit
+            assert _leaked(redact(whole_words(secret, limit))) == [], (before, whole_words(secret, limit))
+            assert len(shorten(secret, limit)) <= limit and len(whole_words(secret, limit)) <= limit
 
 
 @pytest.mark.parametrize(

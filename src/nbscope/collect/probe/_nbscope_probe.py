@@ -33,8 +33,10 @@ from typing import Any
 try:  # beside this file in the kernel's probe home
     import _nbscope_events
     import _nbscope_hashes
+    from _nbscope_words import whole_words
 except ImportError:  # imported as part of the nbscope package
     from nbscope.collect.probe import _nbscope_events, _nbscope_hashes
+    from nbscope.collect.probe._nbscope_words import whole_words
 
 PROBE_VERSION = 1
 
@@ -646,7 +648,7 @@ class Probe:
             if isinstance(text, str) and any(marker in text for marker in _ALARM_MARKERS):
                 for line in text.splitlines():
                     if any(marker in line for marker in _ALARM_MARKERS):
-                        probe.counters.alarms.append(line.strip()[:300])
+                        probe.counters.alarms.append(whole_words(line.strip(), 300))
             return original(text)
 
         try:
@@ -695,23 +697,13 @@ def _capture_compile_shapes(probe: Probe, logger: Any) -> None:
     logger.addFilter(keep)
 
 
-def _whole_words(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters between two words, never inside one: nbscope redacts the
-    record whole once it has it (this file cannot import it), and a credential cut in two (a token shorter than
-    its form, a URL's password before its '@') is one it no longer knows. A first word past ``limit`` goes whole."""
-    if len(text) <= limit:
-        return text
-    kept = re.match(rf"[\s\S]{{0,{limit - 2}}}(?=\s)", text)
-    return kept.group().rstrip() + " …" if kept and kept.group().strip() else "…"
-
-
 def _error_message(error: BaseException) -> str:
     """The cell's exception as text, without the C++ stack XLA appends to its errors (``    @     0x…`` frames);
     an exception whose ``__str__`` itself fails is named, not raised."""
     try:
         text = str(error)
         frames = text.find("    @     0x")
-        return _whole_words(text[:frames].rstrip(": \n") if frames > 0 else text, 500)
+        return whole_words(text[:frames].rstrip(": \n") if frames > 0 else text, 500)
     except Exception as exc:
         return f"(its message could not be read: {type(exc).__name__})"
 
@@ -760,7 +752,7 @@ def _class_attributes(cls: type) -> dict[str, Any]:
 
 def _short_shapes(text: str) -> str:
     # "(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))" -> "float32[3], int32[]"
-    return ", ".join(_findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
+    return ", ".join(_findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or whole_words(text, 200)
 
 
 class _JaxDevices:
@@ -787,7 +779,7 @@ class _JaxDevices:
                 "device_kind": str(devices[0].device_kind) if devices else None,
                 "devices": len(devices),
                 "memory_bytes_per_device": stats["bytes_limit"] if "bytes_limit" in stats else None,
-                "platform_version": str(getattr(backend, "platform_version", "") or "")[:200] or None,
+                "platform_version": whole_words(str(getattr(backend, "platform_version", "") or ""), 200) or None,
                 "jax": getattr(sys.modules["jax"], "__version__", None) if "jax" in sys.modules else None,
                 "jaxlib": getattr(jaxlib, "__version__", None),
             }
