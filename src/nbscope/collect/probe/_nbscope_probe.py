@@ -703,7 +703,8 @@ def _error_message(error: BaseException) -> str:
     try:
         text = str(error)
         frames = text.find("    @     0x")
-        return whole_words(text[:frames].rstrip(": \n") if frames > 0 else text, 500)
+        message: str = whole_words(text[:frames].rstrip(": \n") if frames > 0 else text, 500)
+        return message
     except Exception as exc:
         return f"(its message could not be read: {type(exc).__name__})"
 
