@@ -91,6 +91,12 @@ def test_a_credential_at_any_cut_is_redacted_whole_not_shown_in_part(limit: int)
         ("N_STEPS_KEY = 1000", "N_STEPS_KEY = 1000"),
         ("entry /etc/passwd: execution_seconds is -5.0", "entry /etc/passwd: execution_seconds is -5.0"),
         ("PASSWORD=12345678 secret = 42abc", "PASSWORD=REDACTED secret = REDACTED"),
+        (
+            "password = None; MAX_TOKENS: int = 512; N_KEYS = 2**10",
+            "password = None; MAX_TOKENS: int = 512; N_KEYS = 2**10",
+        ),
+        ("TOKEN_COUNT = 10_000 token: Optional[str] = None", "TOKEN_COUNT = 10_000 token: Optional[str] = None"),
+        ("TOKEN=dXNlcjpwYXNz= token: abc123", "TOKEN=REDACTED token: REDACTED"),
         ("GITHUB_TOKEN = &quot;ghp_AAAAbbbbCCCCddddEEEEffffGGGG&quot;", "GITHUB_TOKEN = &quot;REDACTED&quot;"),
     ],
 )

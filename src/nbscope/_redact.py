@@ -26,17 +26,31 @@ _SECRET_QUERY = re.compile(
 )
 # Every pattern below begins at a secret word or a fixed form, never at a run of any letters: the engine then
 # rejects most positions at their first character (a record of megabytes is redacted in a fraction of a second).
-# HTTP headers in logs (``Authorization: Bearer ...``, ``PRIVATE-TOKEN: ...``, ``X-API-Key: ...``), keeping the
-# scheme word.
 # Between a name and its value: ``=``, ``: `` or, when a quote closes the name (JSON, a dict, a subscript), a
 # quote opening the value too. A JSON document stays valid JSON: ``"token": 5`` or ``"password": null`` is
 # never touched, only a string value is. In HTML, ``&quot;`` and ``&#x27;`` are quotes (a page is redacted once
 # more where it is written).
 _Q = r"(?:\\?[\"']|&quot;|&#x27;)"
 _SEP = rf"(?:{_Q}\]?\s{{0,4}}[:=]\s{{0,4}}{_Q}|\s{{0,4}}[:=]\s{{0,4}}{_Q}?)"
+# nbscope's own keyed hash of an --env value is no secret, nor is code: a constant, a number of up to four digits
+# or in Python's groups (``MAX_TOKENS = 512``, ``N_STEPS_KEY = 1_000_000``, ``KEY = -1``, ``2**10``), a call
+# (``pwd = os.getcwd()``) or a type annotation (``MAX_TOKENS: int = 512``).
+_ENTITY = r"&(?:quot|#x27);"  # an HTML quote ends a value
+
+
+def _value(stops: str = "") -> str:
+    ends = rf"\s\"'<>\\,;)\]}}&{stops}"
+    code = rf"(?:None|True|False|-?\d{{1,4}}(?:_\d{{3}})*(?:\.\d+)?(?:\*\*\d{{1,3}})?)(?![^{ends}])|[\w.]{{1,200}}\("
+    code += r"|\w{1,40}(?:\[[^\]]{0,80}\])?\s{1,4}=\s"  # never base64 padding (``dXNlcg=``)
+    return rf"(?!hidden-|REDACTED|{_ENTITY}|{code})(?:[^{ends}]|&(?!quot;|#x27;)){{1,4096}}"
+
+
+_VALUE = _value()
+# HTTP headers in logs (``Authorization: Bearer ...``, ``PRIVATE-TOKEN: ...``, ``X-API-Key: ...``), keeping the
+# scheme word.
 _HEADER = re.compile(
     rf"((?<![\w-])(?:proxy-)?authorization{_SEP}(?:(?:bearer|basic|token|digest|negotiate|bot)\s+)?"
-    r"|(?:token|api-key|apikey|secret|password)\s*:\s*)[^\s\"'<>\\,;)\]}]{1,4096}",
+    r"|(?:token|api-key|apikey|secret|password)\s*:\s*)" + _VALUE,
     re.IGNORECASE,
 )
 # What a variable's name says when it holds a secret (``HF_TOKEN``, ``PYPI_PASSWORD``, ``DB_PASS``, ``MYSQL_PWD``,
@@ -45,17 +59,6 @@ _HEADER = re.compile(
 SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSW|PASSPHRASE|PASS(?:$|_)|PWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|KEY|_PAT(?:$|_)"
 )
-# nbscope's own keyed hash of an --env value is no secret, nor is code: a number of up to four digits
-# (``MAX_TOKENS = 512``, ``N_STEPS_KEY = 1000``) or a call (``pwd = os.getcwd()``).
-_ENTITY = r"&(?:quot|#x27);"  # an HTML quote ends a value
-
-
-def _value(stops: str = "") -> str:
-    ends = rf"\s\"'<>\\,;)\]}}&{stops}"
-    return rf"(?!hidden-|REDACTED|{_ENTITY}|\d{{1,4}}(?![^{ends}])|[\w.]{{1,200}}\()(?:[^{ends}]|&(?!quot;|#x27;)){{1,4096}}"
-
-
-_VALUE = _value()
 # Assignments and options naming a secret: ``GITHUB_TOKEN=...``, ``export HF_TOKEN="..."``, ``DB_PASS=...``,
 # ``"XLA_TOKEN": "..."`` (JSON), ``--password x``, ``--token=x``; in any case the names of config files
 # (``aws_secret_access_key = ...``, ``password: ...``, ``client_secret=...``) ending in a secret word.
