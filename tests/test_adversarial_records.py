@@ -210,6 +210,8 @@ def test_a_trial_is_its_runs_child_only(tmp_path: Path) -> None:
     assert _try(tmp_path, "1").returncode == 0  # runs 2 (as it is) and 3 (remedy)
     history = _nbscope(tmp_path, "history", "a.ipynb", "--db", "t.db").stdout
     assert "trial" not in history and "· 1 run ·" in history, history
+    trials = _nbscope(tmp_path, "history", "a.ipynb", "--kind", "trial", "--db", "t.db")
+    assert_one_line_error(trials, "trial runs make no history")
     assert_one_line_error(_try(tmp_path, "3"), "run 3 is a trial of run 1", "give run 1")
     gate = _nbscope(tmp_path, "gate", "--baseline", "2", "--candidate", "3", "--db", "t.db")
     assert_one_line_error(gate, "run 3 is a trial of run 1")
