@@ -55,10 +55,11 @@ def try_remedy(
     env: dict[str, str] | None = None,
 ) -> TrialResult:
     """Try ``remedy`` on code cell ``cell`` (1-based) of the run ``run`` names, ``repeats`` times each way; one
-        line (an NbscopeError) where it cannot be tried, with nothing run or stored. ``through_cell``: each run stops
-        after that cell (the notebook's total is then through it). ``env``: ``--env`` values for the kernels, over those
-    of the run that this store recorded itself (no other is given again: a record is data, never instructions). Stopped by Ctrl-C or SIGTERM, the runs that finished
-        and the one stopped are stored (as unjudged trial runs) before the KeyboardInterrupt goes on."""
+    line (an NbscopeError) where it cannot be tried, with nothing run or stored. ``through_cell``: each run stops
+    after that cell (the notebook's total is then through it). ``env``: ``--env`` values for the kernels, over the
+    run's own that this store recorded itself (no other is given again: a record is data, never instructions).
+    Stopped by Ctrl-C or SIGTERM, the runs that finished and the one stopped are stored (as unjudged trial runs)
+    before the KeyboardInterrupt goes on."""
     if not 1 <= repeats <= 50:
         raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
     source, path = _source_and_file(run, cell, store)
