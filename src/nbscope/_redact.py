@@ -3,9 +3,9 @@ writer calls at its write point. The store: each run's document (:meth:`nbscope.
 its columns, its publish summary and its gate verdicts (``record.store``); every file written
 (:func:`nbscope._files.write_text`: exports, reports, audits, merges, site pages, ``--append-to``), live files,
 ``gate --summary``, an environment's build log, marker and kernel name (``collect.environments``); the terminal
-(``render._clean``). Any text shortened for a reader is shortened by :func:`shorten`, which redacts it whole first:
-a credential that a cut splits is no longer one the patterns know. A variable's name that says secret (:data:`SECRET_NAME`) is the one rule for ``--env``
-values and the fingerprint's environment."""
+(``render._clean``). Any text shortened for a reader is shortened by :func:`shorten`, which redacts it whole
+first: a credential that a cut splits is no longer one the patterns know. A variable's name that says secret
+(:data:`SECRET_NAME`) is the one rule for ``--env`` values and the fingerprint's environment."""
 
 from __future__ import annotations
 
