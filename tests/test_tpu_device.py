@@ -560,3 +560,56 @@ def test_compare_names_a_side_cut_short_instead_of_a_winner_it_cannot_know() -> 
     looks_faster = compare(with_status("cpu_host_opt_savings_1", "timeout"), with_status("tpu_opt_savings_1", "ok"))
     [row] = [row for row in looks_faster.rows if row.index_a == 20]
     assert row.winner.side is None and row.winner.text == "A timed out"
+
+
+@pytest.mark.parametrize(
+    ("name", "cell", "repeat"), [("tpu_numpy_vs_numba_vs_jax", 13, 14), ("tpu_jax_intro", 2, None)]
+)
+def test_the_first_cell_to_touch_the_tpu_is_read_as_the_runtimes_start(
+    name: str, cell: int, repeat: int | None
+) -> None:
+    """The first cell that touched the chip (7.99 s, 1.83 s of it compiling; numpy_vs_numba_vs_jax's `f` in cell 14)
+    paid opening the TPU's runtime and grew the kernel by ~14 GB: not first-touch allocation to shrink by touching
+    less memory, but the runtime's start, named once, with its seconds (less its repeat's, where one ran)."""
+    from nbscope.analyse.diagnose import diagnose
+
+    run = record(name).notebook_run()
+    assert run.runtime_start is not None and run.runtime_start.index == cell
+    findings = diagnose(record(name), rules=["slow-first-call"])
+    starts = [f for f in findings if "runtime start" in f.title]
+    assert [f.cell_index for f in starts] == [cell]  # once per kernel
+    start = starts[0]
+    assert start.title == "TPU runtime start (not compile)" and "touch less memory" not in start.fix
+    assert "moves" not in start.summary and "move the" in start.fix  # pinning the cell only moves it
+    beyond = (run.runtime_start.wall_s or 0.0) - (run.runtime_start.compile_s or 0.0)
+    taken = 0.0 if repeat is None else (run.cells[repeat].wall_s or 0.0) - (run.cells[repeat].compile_s or 0.0)
+    assert start.evidence["runtime_start_s"] == pytest.approx(beyond - taken, abs=1e-3)
+    assert start.evidence["repeat_cell"] == repeat
+
+
+def test_a_cpu_run_has_no_runtime_start() -> None:
+    assert record("cpu_host_numpy_vs_numba_vs_jax").notebook_run().runtime_start is None
+
+
+def test_pinning_the_first_tpu_cell_to_the_cpu_does_not_count_the_runtimes_start_as_saved() -> None:
+    """numpy_vs_numba_vs_jax's cell 14 took 7.99 s on the TPU (1.83 s compiling, the rest mostly opening the
+    runtime) and 0.62 s on the CPU: pinning its `f` was said to save 7.37 s, but the start only moves to the next
+    cell that touches the TPU. The saving counts the cell's compile, not its time beyond compile, and says so."""
+    from nbscope.analyse.recommend import MeasuredPin, recommend
+    from nbscope.render.backends import recommendation_markdown
+
+    cpu, tpu = record("cpu_host_numpy_vs_numba_vs_jax"), record("tpu_numpy_vs_numba_vs_jax")
+    chosen = recommend(cpu, tpu)
+    first = tpu.notebook_run().cells[13]
+    pin = next(p for p in chosen.pinned if p.cell == 13)
+    assert isinstance(pin, MeasuredPin)
+    assert pin.saving_s == pytest.approx((first.compile_s or 0.0) - pin.cpu_s, abs=1e-3)
+    assert pin.runtime_start_s == pytest.approx((first.wall_s or 0.0) - (first.compile_s or 0.0), abs=1e-3)
+    assert all(p.runtime_start_s is None for p in chosen.pinned if p is not pin)
+    assert chosen.estimate("mixed") == pytest.approx(
+        chosen.estimate("tpu") - sum(p.saving_s for p in chosen.pinned), abs=1e-3
+    )
+    assert any("TPU runtime started in cell 14" in caveat for caveat in chosen.caveats)
+    assert "the TPU runtime's start, which moves to the next cell" in recommendation_markdown(chosen)
+    shown = next(p for p in chosen.to_dict()["pinned"] if p["cell"] == 13)
+    assert shown["runtime_start_s"] == pin.runtime_start_s and shown["saving_s"] == pin.saving_s

@@ -87,6 +87,9 @@ class MeasuredPin:
     accelerator: str  # the accelerator's platform (``gpu``, ``tpu``)
     accelerator_s: float
     saving_s: float
+    # The accelerator's runtime start in this cell (its time beyond compile), not in saving_s: pinning the cell
+    # moves it to the next cell that touches the device. None: the runtime started elsewhere.
+    runtime_start_s: float | None = None
 
     @property
     def document_keys(self) -> tuple[str | tuple[str, str], ...]:
@@ -98,6 +101,7 @@ class MeasuredPin:
             "cpu_s",
             (f"{self.accelerator}_s", "accelerator_s"),
             "saving_s",
+            *(("runtime_start_s",) if self.runtime_start_s is not None else ()),
         )
 
 
@@ -392,7 +396,7 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
     pairs = pair_cells(acc_cells, cpu_cells, sources=sources)
     cpu_total = sum(c.wall_s or 0.0 for c in cpu_cells)
     acc_total = sum(c.wall_s or 0.0 for c in acc_cells)
-    pinned, faster_on_acc, saved = _pin_cells(pairs, code, acc_name)
+    pinned, faster_on_acc, saved = _pin_cells(pairs, code, acc_name, acc.notebook_run().runtime_start)
     mixed = acc_total - saved
     estimates = (
         Estimate("cpu", round(cpu_total, 4)),
@@ -406,6 +410,14 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
         "estimates add measured cell times (kernel start excluded); pinning moves a function's inputs between "
         "devices, which these runs did not measure"
     ]
+    start = acc.notebook_run().runtime_start
+    held = max(0.0, (start.wall_s or 0.0) - (start.compile_s or 0.0)) if start is not None else 0.0
+    if start is not None and held >= PIN_MIN_GAIN_S:
+        caveats.append(
+            f"the {acc_name.upper()} runtime started in cell {start.index + 1} ({_s(held)} there beyond compile): "
+            f"a kernel that touches the {acc_name.upper()} pays it once whatever is pinned, so no pin counts it "
+            "as saved; pinning that cell moves it to the next one that uses the device"
+        )
     cpu_host, acc_host = cpu.machine().cpu, acc.machine().cpu
     cpu_model, acc_model = cpu_host.model, acc_host.model
     same_host = cpu_model == acc_model and cpu_host.logical_cores == acc_host.logical_cores
@@ -429,10 +441,12 @@ def _measured_choice(cpu: RunRecord, acc: RunRecord, acc_name: str) -> Recommend
 
 
 def _pin_cells(
-    pairs: Sequence[CellPair[Cell]], code: NotebookCode, acc_name: str
+    pairs: Sequence[CellPair[Cell]], code: NotebookCode, acc_name: str, start: Cell | None
 ) -> tuple[list[MeasuredPin], list[MeasuredPin], float]:
     """The paired cells (accelerator run, CPU run) worth pinning to the CPU (JAX work, and enough time
-    saved), those faster on the accelerator, and the seconds pinning saves."""
+    saved), those faster on the accelerator, and the seconds pinning saves. ``start``: the accelerator run's
+    cell that opened its runtime; its time beyond compile is not counted as saved (pinning moves the start to
+    the next cell that touches the device), so what it saves is at least the figure given."""
     pinned: list[MeasuredPin] = []
     faster_on_acc: list[MeasuredPin] = []
     saved = 0.0
@@ -444,7 +458,8 @@ def _pin_cells(
             continue
         calls = code.calls_in(pair.a.index)
         functions = tuple(sorted(_jax_work(pair.a, calls, code.jitted) | _jax_work(pair.b, calls, code.jitted)))
-        gain = wa - wc
+        held = max(0.0, wa - (pair.a.compile_s or 0.0)) if start is not None and pair.a.index == start.index else None
+        gain = wa - (held or 0.0) - wc
         # Only cells with JAX work can be pinned; a NumPy cell runs on the host CPU either way.
         worth_pinning = bool(functions) and gain >= PIN_MIN_GAIN_S and (wc <= 0 or wa / wc >= PIN_MIN_RATIO)
         if not worth_pinning and wc - wa < PIN_MIN_GAIN_S:
@@ -458,6 +473,7 @@ def _pin_cells(
             accelerator=acc_name,
             accelerator_s=round(wa, 4),
             saving_s=round(gain if worth_pinning else wc - wa, 4),
+            runtime_start_s=round(held, 4) if held is not None and worth_pinning else None,
         )
         if worth_pinning:
             pinned.append(entry)

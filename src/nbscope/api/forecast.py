@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 
 from nbscope._errors import NbscopeError
 from nbscope.analyse.forecast import Forecast, forecast
-from nbscope.analyse.forecast.devices import DeviceTable, load_table
+from nbscope.analyse.forecast.devices import DeviceTable, load_table, resolve
+from nbscope.collect import target_compile
+from nbscope.collect.target_compile import ProgressCallback
+from nbscope.record.run import RunRecord
 from nbscope.record.store import RUN_REFERENCE, resolve_run, run_id_of
 from nbscope.record.store import Store as Store  # re-exported for the CLI's types
 from nbscope.schema.codec import Encoded, Write, never
@@ -25,6 +28,35 @@ def device_table(devices_file: Path | None) -> DeviceTable:
     return load_table(devices_file)
 
 
+def _installed_jax() -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def target_environment(install: bool, on_progress: ProgressCallback | None = None) -> Path | None:
+    """The Python of nbscope's target environment for the TPU (jax[tpu] at this environment's jax version): found,
+    else (``install``) made from the package index; None when absent."""
+    version = _installed_jax()
+    if version is None:
+        raise NbscopeError("jax is not installed here: the target environment takes the notebook's jax version")
+    return target_compile.environment(version, install=install, on_progress=on_progress)
+
+
+def compiled_for_target(
+    record: RunRecord, budget_s: float, on_progress: ProgressCallback | None = None
+) -> target_compile.TargetCompiles:
+    """The run's programs compiled for the TPU here, at the run's own jax version (what its kernel lowered with)."""
+    run = record.notebook_run()
+    programs = run.program_data.programs if run.program_data is not None else {}
+    version = record.machine().versions.get("jax") or _installed_jax()
+    python = target_compile.environment(version, install=False) if version else None
+    return target_compile.compile_programs(programs, python, budget_s=budget_s, on_progress=on_progress)
+
+
 def forecast_run(
     run: str | None,
     store: Store,
@@ -33,14 +65,22 @@ def forecast_run(
     gpus: str,
     notebook: Path | None = None,
     measured: str | None = None,
+    compile_budget_s: float = 600.0,
+    on_progress: ProgressCallback | None = None,
 ) -> Forecast:
     """The forecast of the profile run ``run`` names on ``gpus``; with ``measured`` (a run of the same notebook on
-    the GPU), each device's forecast against what it measured."""
+    the GPU), each device's forecast against what it measured. For a TPU, the run's programs are compiled for it
+    here first (at most ``compile_budget_s`` seconds) where nbscope's target environment exists."""
     if run is None:
         raise NbscopeError(f"give a profile RUN ({RUN_REFERENCE}), or --calibrate-from RUN, or --list")
     record = resolve_run(run, store)
     label = f"run {record.run_id}" if record.run_id is not None else run
-    result = forecast(record, gpus, table=table, notebook_path=notebook, run_label=label)
+    target = (
+        compiled_for_target(record, compile_budget_s, on_progress)
+        if any(d.platform == "tpu" for d in resolve(table, gpus))
+        else None
+    )
+    result = forecast(record, gpus, table=table, notebook_path=notebook, run_label=label, target=target)
     if measured is None:
         return result
     from nbscope.analyse.forecast.measured import against_measured

@@ -97,6 +97,7 @@ COMMAND_MODULES: dict[str, str] = {
     "merge": "_audit",
     "info": "_info",
     "book2-env": "_book2_env",
+    "target-env": "_target_env",
 }
 
 
@@ -124,7 +125,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "Decide: regressions": ("gate", "bisect"),
     "Share: reports and records": ("report", "publish", "export", "import", "import-jupyter-cache"),
     "Fleet: every notebook of a book": ("audit", "merge"),
-    "Setup": ("info", "book2-env"),
+    "Setup": ("info", "book2-env", "target-env"),
 }
 
 
@@ -287,6 +288,7 @@ VERDICT_COMMANDS = frozenset(
         "loops",
         "merge",
         "pathways",
+        "target-env",
         "profile",
         "trace",
         "versions",

@@ -104,6 +104,17 @@ def forecast_command(
             help="A profile of the same notebook on the GPU: forecast vs measured per cell, and the error.",
         ),
     ] = None,
+    compile_budget: Annotated[
+        float,
+        typer.Option(
+            "--compile-budget",
+            metavar="SECONDS",
+            min=1,
+            max=86_400,
+            help="For a TPU: at most this many seconds compiling the run's programs for it here "
+            "(`nbscope target-env tpu --install` makes the environment that does it; cached by program).",
+        ),
+    ] = 600.0,
 ) -> None:
     from nbscope.api.forecast import device_table, forecast_run
 
@@ -117,7 +128,19 @@ def forecast_command(
         return
     from nbscope.render import forecast as view
 
-    result = forecast_run(run, store, table, gpus=gpu, notebook=notebook, measured=measured)
+    def progress(line: str) -> None:
+        typer.echo(f"nbscope: {line}", err=True)
+
+    result = forecast_run(
+        run,
+        store,
+        table,
+        gpus=gpu,
+        notebook=notebook,
+        measured=measured,
+        compile_budget_s=compile_budget,
+        on_progress=progress,
+    )
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
     elif markdown:

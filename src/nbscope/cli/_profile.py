@@ -67,7 +67,11 @@ def profile(
     markdown: MarkdownOption = False,
     backends: Annotated[
         str | None,
-        typer.Option("--backends", help="Comma-separated JAX platforms: profile once per backend and compare."),
+        typer.Option(
+            "--backends",
+            help="Comma-separated JAX platforms (cpu,cuda; cpu,tpu): profile once per backend, compare, and "
+            "recommend CPU, the accelerator or a mix.",
+        ),
     ] = None,
     timeline: Annotated[
         bool,

@@ -23,8 +23,9 @@ def try_command(
         typer.Option(
             "--remedy",
             metavar="R",
-            help="cpu, cpu:FUNCTION, unroll:K, xla-flags:FLAGS, x64:off, matmul-precision:highest|default, "
-            "threads:N or cache:warm.",
+            help="cpu (the cell on the CPU), cpu:FUNCTION (that function's calls), unroll:K (the cell's lax.scan and "
+            "fori_loop unrolled K steps), xla-flags:FLAGS, x64:off, matmul-precision:highest|default, threads:N "
+            "(BLAS, OpenMP, Numba) or cache:warm (a primed compile cache).",
         ),
     ],
     repeats: Annotated[int, typer.Option("--repeats", metavar="K", help="Runs each way, interleaved.")] = 3,

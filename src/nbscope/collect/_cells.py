@@ -119,7 +119,10 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, Any]:
     nbscope's own lowering for CUDA triggered, is within ``lowering_s`` (and never in the cell's compile)."""
     measured = {
         "session_stop_s": probe_programs.trace_stop_s,
-        "lowering_s": probe_programs.gpu_lowering_s,
+        # lowering for CUDA, and keeping (or lowering) each new program's module for the TPU
+        "lowering_s": sum(number(f) or 0.0 for f in (probe_programs.gpu_lowering_s, probe_programs.target_s))
+        if probe_programs.gpu_lowering_s is not None or probe_programs.target_s is not None
+        else None,
         "hlo_s": probe_programs.programs_s,  # the record's name of each part of the probe's collection
         "split_s": probe_programs.split_s,
     }

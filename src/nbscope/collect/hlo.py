@@ -679,6 +679,7 @@ class ProgramDescription:
     kind: str | None = None
     first_cell: int | None = None
     gpu: Annotated[GpuDescription | None, Write(when=known)] = None  # None: not lowered for CUDA
+    target: Annotated[dict[str, str] | None, Write(when=known)] = None  # ``schema.programs.TargetModule``
 
 
 def describe(text: str, cost: CostFunction | None = None) -> ProgramDescription:

@@ -338,6 +338,13 @@ class ProgramCollector:
                 self.notes.append(shorten(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}", 300))
         elif probe.gpu_lowering_error:
             self.notes.append(shorten(f"{where}: no GPU lowering: {probe.gpu_lowering_error}", 300))
+        if probe.target:
+            try:
+                self._read_target(Path(probe.target))
+            except Exception as exc:
+                self.notes.append(shorten(f"{where}: target modules unreadable: {type(exc).__name__}: {exc}", 300))
+        elif probe.target_error:
+            self.notes.append(shorten(f"{where}: no target modules: {probe.target_error}", 300))
         if probe.trace_note:
             self.notes.append(shorten(f"{where}: {probe.trace_note}", 300))
         if probe.trace:
@@ -379,6 +386,7 @@ class ProgramCollector:
             _remove(probe.trace)
         _remove(probe.programs)
         _remove(probe.gpu_lowering)
+        _remove(probe.target)
         return typing.cast(dict[str, Any], encode(result))
 
     def _counts(self, probe: ProbePrograms) -> dict[str, int] | None:
@@ -486,6 +494,14 @@ class ProgramCollector:
                 self.all_op_names |= names
             new.append(key)
         return new
+
+    def _read_target(self, path: Path) -> None:
+        """Attach to each program the module a TPU would compile of it (``_nbscope_program.TARGET_NAME``)."""
+        for line in path.read_text().splitlines():
+            item = json.loads(line)
+            key = self.key_of.get(int(item["program"]))
+            if key is not None and key in self.programs:
+                self.programs[key].target = {k: str(v) for k, v in item.items() if k != "program"}
 
     def _read_gpu_lowering(self, path: Path, new_programs: list[str]) -> None:
         """Mark what each new program would run on the GPU, from its lowering for CUDA (in the

@@ -15,7 +15,7 @@ from nbscope.render.terminal import console, format_seconds, literal
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from nbscope.analyse.recommend import Estimate, Recommendation
+    from nbscope.analyse.recommend import Estimate, ForecastPin, MeasuredPin, Recommendation
 
 
 # ---- recommendation -----------------------------------------------------------------------------
@@ -31,6 +31,15 @@ def estimates_rows(estimates: Sequence[Estimate] | None, accelerator: str = "gpu
         if e.seconds is not None
     ]
     return Rows.of(columns, rows)
+
+
+def _start_moves(pin: MeasuredPin | ForecastPin) -> str:
+    """What a measured pin leaves out of its saving: the accelerator's runtime start, which only moves."""
+    start = getattr(pin, "runtime_start_s", None)
+    if start is None:
+        return ""
+    kind = getattr(pin, "accelerator", "gpu").upper()
+    return f"; not its {format_seconds(start)} beyond compile: the {kind} runtime's start, which moves to the next cell"
 
 
 def print_recommendation(recommendation: Recommendation) -> None:
@@ -49,7 +58,7 @@ def print_recommendation(recommendation: Recommendation) -> None:
         console.print(
             literal(
                 f"  pin to CPU: {where}{' line ' + str(pin.line) if pin.line else ''} "
-                f"{names}: saves {format_seconds(pin.saving_s)}"
+                f"{names}: saves {format_seconds(pin.saving_s)}{_start_moves(pin)}"
             )
         )
     for caveat in recommendation.caveats:
@@ -70,7 +79,10 @@ def recommendation_markdown(recommendation: Recommendation) -> str:
         lines += ["", "Pinned to the CPU in the mixed estimate:"]
         for pin in pins:
             where = f"cell {pin.cell + 1}" if pin.cell is not None else "cell ?"
-            lines.append(f"- {where}: {', '.join(pin.functions) or '(cell)'} (saves {format_seconds(pin.saving_s)})")
+            lines.append(
+                f"- {where}: {', '.join(pin.functions) or '(cell)'} (saves {format_seconds(pin.saving_s)}"
+                f"{_start_moves(pin)})"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -35,6 +35,8 @@ OPTIONAL_DEVICE_FIGURES = (
     "compile_mean_x64_s",
     "compile_mean_x64_transcendental_s",
     "runtime_start_s",
+    "memory_gb",  # the device memory a program may take (a compile for the target says what it takes)
+    "target_compile_factor",  # the chip host's compile over this machine's, for programs compiled here for the target
 )
 PLATFORMS = ("gpu", "tpu")  # what a device is: its forecast's words and rules (a TPU's failing float64 ops)
 MODEL_FIGURES = (

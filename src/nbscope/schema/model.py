@@ -391,3 +391,14 @@ class NotebookRun:
         """The program of the run's table under ``key`` (what an execution names); None: the run recorded no
         such program (no table, or one without it: a forecast names it missing)."""
         return self.program_data.programs.get(key) if self.program_data is not None else None
+
+    @property
+    def runtime_start(self) -> Cell | None:
+        """The cell that opened JAX's accelerator runtime, once per kernel (on a TPU v5e: the chip, its HBM and
+        ~13 GB of host memory, 5-8 s of the cell beyond compile): the first whose end found JAX's backend started
+        on a device (its memory was read), else the first that compiled. None when JAX ran on the CPU."""
+        backend = self.kernel.jax_backend if self.kernel is not None else None
+        if backend is None or backend.platform in (None, "cpu"):
+            return None
+        opened = (c for c in self.cells if c.device_memory.after_bytes is not None)
+        return next(opened, None) or next((c for c in self.cells if c.jax is not None and c.jax.compiles), None)

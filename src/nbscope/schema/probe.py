@@ -83,6 +83,9 @@ class ProbePrograms:
     gpu_lowering_error: str | None
     gpu_lowering_s: Measured
     gpu_lowering_jax_s: Measured  # JAX's trace and lower time within ``gpu_lowering_s``
+    target: str | None = None  # the modules a TPU would compile (``_nbscope_program.TARGET_NAME``)
+    target_error: str | None = None
+    target_s: Measured = None
     # every execution in the cell, counted by the probe without the trace: by program id (None: older probes)
     counts: Mapping[str, int] | None = None
     uncounted: int | None = None  # executions counted whose program is not known

@@ -142,6 +142,29 @@ class GpuLowering:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetModule:
+    """What a TPU would compile of a program, kept by the kernel; ``collect.target_compile`` compiles it."""
+
+    how: str | None  # "cpu module" (the module XLA:CPU compiled, which JAX lowers alike for the TPU), "lowered for tpu"
+    module: str | None  # its StableHLO bytecode, zlib-compressed, base64
+    lowering_error: str | None  # JAX could not lower it for the TPU: the error (what the chip would raise)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCompile:
+    """One program compiled by XLA:TPU for the target chip on the machine at hand (``collect.target_compile``)."""
+
+    compile_s: Time  # the compile's wall time here
+    compile_cpu_s: Time  # its CPU time (every thread's): what the forecast scales, as a busy machine stretches the wall
+    flops: float | None  # XLA:TPU's cost analysis: the operations the chip runs (float64 emulated), loops' known trips
+    bytes: float | None  # memory traffic
+    transcendentals: float | None
+    optimal_s: Time  # the compiler's estimate of its run time, where it gives one
+    device_bytes: Many  # device memory: arguments, outputs, temporaries and code
+    error: str | None  # the compiler's (or JAX's lowering's) refusal, whole
+
+
+@dataclass(frozen=True, slots=True)
 class Program:
     """One compiled program the run executed, described from its optimised HLO."""
 
@@ -159,6 +182,7 @@ class Program:
     parameters_bytes: tuple[Annotated[int, Check(0, math.inf, "size")], ...]  # each entry parameter's size
     output_bytes: Many
     gpu: GpuLowering | None  # None: not lowered for CUDA
+    target: TargetModule | None = None  # None: the kernel kept no module of it (an older probe, the first compile)
 
 
 @dataclass(frozen=True, slots=True)

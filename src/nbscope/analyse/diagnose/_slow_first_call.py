@@ -468,14 +468,72 @@ def _beyond_compile(wall: float | None, compile_s: float | None) -> float:
     return max(0.0, (wall or 0.0) - (compile_s or 0.0))
 
 
+def _runtime_start(ctx: Context, cell: Cell, repeat: Cell | None, limit: dict[str, float]) -> Finding | None:
+    """The cell that opened the accelerator's runtime (``NotebookRun.runtime_start``): its time beyond compile,
+    less its repeat's where a later cell repeats it, is the start's (with whatever else the first run paid). Not
+    the cell's to fix: every kernel pays it once, and pinning the cell's functions to the CPU only moves it."""
+    first_s = _beyond_compile(cell.wall_s, cell.compile_s)
+    repeat_s = _beyond_compile(repeat.wall_s, repeat.compile_s) if repeat is not None else 0.0
+    start_s = first_s - repeat_s
+    if start_s < limit["min_gap_s"]:
+        return None
+    kind = "TPU" if ctx.backend.platform == "tpu" else "GPU"
+    grew = _growth(cell)
+    how = (
+        f"{units.seconds(start_s)} of {cell.label}, the first cell to touch the {kind} (its {units.seconds(first_s)} "
+        f"beyond compile less its repeat's {units.seconds(repeat_s)} in {repeat.label})"
+        if repeat
+        else f"up to {units.seconds(start_s)} of {cell.label}, the first cell to touch the {kind} (its time beyond "
+        "compile: no later cell repeats it to take the cell's own work out)"
+    )
+    memory = (
+        f"; the kernel's memory grew {_size(grew)} here, the runtime's start included" if grew and grew > 2**30 else ""
+    )
+    return Finding(
+        rule=NAME,
+        title=f"{kind} runtime start (not compile)",
+        cell_index=cell.index,
+        severity="low",  # paid once per kernel wherever it lands: the fix is in what is timed, not in the code
+        confidence=0.8 if repeat else 0.6,
+        evidence={
+            "runtime_start_s": round(start_s, 4),
+            "first_s": round(cell.wall_s or 0.0, 4),
+            "first_compile_s": round(cell.compile_s or 0.0, 4),
+            "repeat_s": round(repeat_s, 4) if repeat else None,
+            "repeat_cell": repeat.index if repeat else None,
+            "memory_growth_bytes": grew,
+            "seconds_at_stake": round(start_s, 4),
+        },
+        summary=f"{kind} runtime start: {how}{memory}",
+        fix=(
+            f"Opening the {kind} runtime is paid once per kernel, by the first cell that touches the device: nothing "
+            f"in this cell to fix, and pinning its functions to the CPU would only move the {units.seconds(start_s)} "
+            "to the next cell that uses the device. To keep it out of a cell you time, open the device in the setup "
+            "cell (`jax.devices()`)."
+        ),
+        highlights=[
+            ("runtime start", f"{units.seconds(start_s)}, once per kernel"),
+            ("cell", f"{units.seconds(cell.wall_s or 0.0)} with {units.seconds(cell.compile_s or 0.0)} compiling"),
+            ("repeat", f"{repeat.label}: {units.seconds(repeat_s)}" if repeat else "none in this run"),
+        ],
+        action="open the device in the setup cell (`jax.devices()`) so a timed cell does not pay the start",
+    )
+
+
 def evaluate(ctx: Context) -> Iterator[Outcome]:
     limit = ctx.limits(NAME, THRESHOLDS)
     flagged: set[int] = set()
+    start = ctx.run.runtime_start
+    start_repeat: Cell | None = None
     if ctx.has_sources:
         whole = _pairs(ctx)
         for pair in [*whole, *_call_pairs(ctx, {p.first.index for p in whole})]:
             first_s = _beyond_compile(pair.first.wall_s, pair.first.compile_s)
             repeat_s = _beyond_compile(pair.repeat.wall_s, pair.repeat.compile_s)
+            if start is not None and pair.first.index == start.index:
+                if start_repeat is None or _cost(pair.repeat) < _cost(start_repeat):
+                    start_repeat = pair.repeat  # named below, as the runtime's start
+                continue
             if first_s - repeat_s < limit["min_gap_s"] or first_s < limit["min_ratio"] * repeat_s:
                 continue
             flagged.add(pair.first.index)
@@ -492,6 +550,11 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             )
     elif any(_compiles(c) for c in ctx.run.cells):
         yield Skip(NAME, f"needs the cell sources to find cells that repeat a call: {ctx.missing_sources()}")
+    if start is not None and start.status == "ok" and start.wall_s is not None:
+        found = _runtime_start(ctx, start, start_repeat, limit)
+        if found is not None:
+            flagged.add(start.index)
+            yield found
     for cell in ctx.run.cells:  # --repeat: the same cell in later, fresh kernels
         if cell.samples is None:
             continue

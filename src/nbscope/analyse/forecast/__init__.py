@@ -365,6 +365,7 @@ def forecast(
     notebook_path: str | Path | None = None,
     run_label: str | None = None,
     sources: Mapping[str, str] | None = None,
+    target: accelerator.Compiled | None = None,
 ) -> Forecast:
     """The forecast of a profile run on each named GPU (see the module docstring for its parts).
 
@@ -385,7 +386,7 @@ def forecast(
     placement = placement_module.read(code)
     cell_lines = {c.index: c.line for c in run.cells}
     has_jax = runs_jax(run)
-    notes = _notes(data, placement, cell_lines, has_jax)
+    notes = _notes(data, placement, cell_lines, has_jax) + accelerator.target_notes(target)
     first_jax = next((c.cell.index for c in ran if c.jax_work), None)
     cells = tuple(
         _cell_entry(
@@ -400,6 +401,7 @@ def forecast(
                     rates,
                     _pins(cell, run, placement, cell_lines),
                     first_jax=cell.cell.index == first_jax,
+                    target=target,
                 )
                 for device in devices
             },
@@ -722,9 +724,10 @@ def _cell_forecast(
     pins: dict[str, str],
     *,
     first_jax: bool,
+    target: accelerator.Compiled | None = None,
 ) -> Outcome:
     all_pinned = bool(cell.executions) and all(e.program in pins for e in cell.executions)
-    terms = _measured_terms(cell, run, device, table, all_pinned)
+    terms = _measured_terms(cell, run, device, table, all_pinned, target)
     start = accelerator.runtime_start_term(device) if first_jax else None
     if start is not None:
         terms.append(start)
@@ -744,7 +747,7 @@ def _cell_forecast(
         verdict = "uncertain"
     fails = tuple(
         Failing(f.operation, function, f.reason, f.source)
-        for f, function in accelerator.failures(cell.cell, run, device)
+        for f, function in accelerator.failures(cell.cell, run, device, target)
         if (_program_of(run, function) or "") not in pins
     )
     if fails:
@@ -769,7 +772,14 @@ def _program_of(run: NotebookRun, function: str) -> str | None:
     return next((key for key, program in programs.items() if program.function == function), None)
 
 
-def _measured_terms(cell: _Cell, run: NotebookRun, device: Device, table: DeviceTable, all_pinned: bool) -> list[Term]:
+def _measured_terms(
+    cell: _Cell,
+    run: NotebookRun,
+    device: Device,
+    table: DeviceTable,
+    all_pinned: bool,
+    target: accelerator.Compiled | None = None,
+) -> list[Term]:
     """The cell's host work, its compile and the JAX time no program took, as terms."""
     terms: list[Term] = []
     if cell.host_s > 0:
@@ -792,7 +802,12 @@ def _measured_terms(cell: _Cell, run: NotebookRun, device: Device, table: Device
             )
         )
     elif cell.compile_s > 0:
-        terms.append(accelerator.compile_term(cell.cell, cell.compile_s, run, device, table))
+        measured = (
+            accelerator.measured_compile_term(cell.cell, run, device, table, target)
+            if target is not None and device.platform == "tpu"
+            else None
+        )
+        terms.append(measured or accelerator.compile_term(cell.cell, cell.compile_s, run, device, table))
     if cell.unattributed_s > 0:
         # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
         small = cell.unattributed_s < (

@@ -10,12 +10,13 @@ LuDecomposition``). Each figure comes from the device table, which says where it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from nbscope import _units as units
 from nbscope.analyse.forecast.devices import Device, DeviceTable, Figure
 from nbscope.analyse.forecast.model import ClassCompile, CompileFigures, Term
 from nbscope.schema.model import Cell, NotebookRun
-from nbscope.schema.programs import Program
+from nbscope.schema.programs import Program, TargetCompile
 
 # 64-bit values a program takes or makes: XLA:TPU emulates float64 and splits int64, and compiles them slowly.
 _X64_WORDS = ("float64", "complex128", "int64", "uint64", "f64", "c128", "s64", "u64")
@@ -78,10 +79,40 @@ def is_x64(shapes: tuple[str, ...] | list[str], dtypes: tuple[str, ...] = ()) ->
     return any(word in text for text in (*shapes, *dtypes) for word in _X64_WORDS)
 
 
-def failures(cell: Cell, run: NotebookRun, device: Device) -> list[tuple[Failure, str]]:
-    """The operations of ``cell`` that ``device`` cannot run, each with the function (or program) that calls it."""
+def _compiler_failures(cell: Cell, run: NotebookRun, device: Device, target: Compiled) -> list[tuple[Failure, str]]:
+    """What XLA:TPU refused of the cell's programs when they were compiled for the chip here, in its own words, and
+    the programs too large for its memory."""
+    found: list[tuple[Failure, str]] = []
+    memory = device.optional("memory_gb")
+    for execution in cell.programs.executions if cell.programs is not None else ():
+        compiled, program = target.compiled.get(execution.program), run.program(execution.program)
+        function = (program.function if program is not None else None) or execution.program
+        if compiled is None:
+            continue
+        if compiled.error is not None:
+            message = compiled.error.split("\n", 1)[0].split(":     @", 1)[0].strip()
+            found.append(
+                (Failure("its compile for the TPU", message, f"XLA:TPU on this machine ({target.versions})"), function)
+            )
+        elif memory is not None and compiled.device_bytes is not None and compiled.device_bytes > memory.low * 2**30:
+            needs = f"needs {units.size(compiled.device_bytes)} of device memory, the chip has {memory.text(' GiB')}"
+            found.append(
+                (Failure("its device memory", needs, f"XLA:TPU on this machine ({target.versions})"), function)
+            )
+    return found
+
+
+def failures(
+    cell: Cell, run: NotebookRun, device: Device, compiled_here: Compiled | None = None
+) -> list[tuple[Failure, str]]:
+    """The operations of ``cell`` that ``device`` cannot run, each with the function (or program) that calls it: as
+    the compiler said where the cell's programs were compiled for it (``compiled_here``), else as known from the chip."""
     if device.platform != "tpu":
         return []
+    if compiled_here is not None and any(
+        e.program in compiled_here.compiled for e in (cell.programs.executions if cell.programs is not None else ())
+    ):
+        return _compiler_failures(cell, run, device, compiled_here)
     found: list[tuple[Failure, str]] = []
     for execution in cell.programs.executions if cell.programs is not None else ():
         program = run.program(execution.program)
@@ -200,6 +231,65 @@ def compile_term(cell: Cell, compile_s: float, run: NotebookRun, device: Device,
             words += f"; 64-bit values ({units.size(wide)}) compile slower there"
     figures = CompileFigures(compile_s, used.basis, parts)
     return Term(kind="compile", low_s=low, high_s=high, words=words, figures=figures)
+
+
+class Compiled(Protocol):
+    """The run's programs compiled for the TPU here (``collect.target_compile.TargetCompiles``)."""
+
+    compiled: dict[str, TargetCompile]
+    guessed: dict[str, str]
+    versions: str | None
+
+
+def target_notes(target: Compiled | None) -> list[str]:
+    """What was compiled for the TPU here, and which programs' compile was guessed, and why."""
+    if target is None:
+        return []
+    failed = sum(1 for c in target.compiled.values() if c.error is not None)
+    notes = [
+        f"{len(target.compiled)} programs compiled for the TPU on this machine ({target.versions or 'no compiler'}), "
+        f"{failed} refused by the compiler"
+    ]
+    reasons: dict[str, int] = {}
+    for why in target.guessed.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    notes += [
+        f"{n} program{'s' if n != 1 else ''}' TPU compile guessed from its class: {why}" for why, n in reasons.items()
+    ]
+    return notes
+
+
+def measured_compile_term(
+    cell: Cell, run: NotebookRun, device: Device, table: DeviceTable, target: Compiled
+) -> Term | None:
+    """The cell's compile on the TPU from its programs compiled for it here: JAX's trace and lowering as the CPU
+    run measured them, and XLA:TPU's compile of each program the cell compiled (first ran) as measured here, times
+    the factor from this machine to the chip's host (``target_compile_factor``); programs not compiled here keep
+    their class's guess. None: no program of the cell was compiled here."""
+    factor = device.optional("target_compile_factor")
+    programs = [p for p in (run.program_data.programs if run.program_data else {}).values()]
+    mine = [p for p in programs if p.first_cell == cell.index and p.key is not None]
+    measured = [target.compiled[p.key] for p in mine if p.key in target.compiled]
+    seconds = sum(c.compile_cpu_s if c.compile_cpu_s is not None else (c.compile_s or 0.0) for c in measured)
+    if factor is None or not measured or cell.jax is None:
+        return None
+    jax_s = cell.jax.trace_s + cell.jax.lower_s  # JAX's own part, which the chip's host does as the CPU did
+    guessed = [p for p in mine if p.key not in target.compiled]
+    low, high = jax_s + seconds * factor.low, jax_s + seconds * factor.high
+    words = (
+        f"XLA:{device.kind} compile of {len(measured)} program{'s' if len(measured) != 1 else ''} measured on this "
+        f"machine ({units.seconds(seconds)} of CPU, {target.versions}) × {factor.text()} ({factor.basis}), and JAX's trace "
+        f"and lowering as on the CPU ({units.seconds(jax_s)})"
+    )
+    if guessed:
+        share = cell.jax.backend_s * len(guessed) / len(mine)
+        guess = compile_term(cell, share, run, device, table)
+        low, high = low + guess.low_s, high + (guess.high_s if guess.high_s is not None else guess.low_s)
+        why = target.guessed.get(guessed[0].key or "", "not compiled here")
+        words += f"; {len(guessed)} more guessed from their class ({why}): {units.seconds(guess.low_s)} or more"
+    return Term(
+        kind="compile", low_s=low, high_s=high, words=words, figures=CompileFigures(cell.jax.compile_s, "measured")
+    )
 
 
 def runtime_start_term(device: Device) -> Term | None:

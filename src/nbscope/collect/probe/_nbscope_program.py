@@ -20,6 +20,13 @@ it writes, for nbscope to read *outside* the kernel (``nbscope.collect.program``
   holds the HLO of every program alive in the process (~35 µs per live program, jax 0.10.2 on CPU; the
   whole XSpace is held about three times over while it is stopped and written).
 
+* ``target-<seq>.jsonl``, beside each cell's HLO: every program the cell compiled, as the StableHLO module JAX handed
+  XLA:CPU (its bytecode, zlib-compressed, base64), keyed by program id, for nbscope to compile for a TPU without one
+  (``nbscope.collect.target_compile``). Taking the module's bytecode costs ~0.06 ms a program; a program with a
+  primitive JAX lowers differently for the TPU (linear algebra, callbacks, ``TARGET_DEPENDENT``) is lowered again
+  for the TPU after the cell instead (5-16 ms a program), and a lowering that fails keeps its error (``eig`` has
+  no TPU lowering: the chip's own message).
+
 The session starts without initialising JAX's backends: a notebook may still change ``jax_platforms``
 after ``import jax``, and starting them early would change what it runs. XLA:CPU's host events are
 recorded all the same; a cell that itself starts the backend has its device events missing on a GPU.
@@ -29,6 +36,8 @@ Both methods run in IPython's pre/post-run events: they must never raise.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import re
@@ -36,6 +45,7 @@ import sys
 import threading
 import time
 import weakref
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +59,16 @@ TRACE_NAME = "cell-{seq:04d}.xplane.pb"
 PROGRAMS_NAME = "programs-{seq:04d}.xplane.pb"
 MODULES_NAME = "programs-{seq:04d}.hlo"  # each: 8 bytes little-endian length, then a serialised HloModuleProto
 GPU_NAME = "gpu-{seq:04d}.json"
+TARGET_NAME = "target-{seq:04d}.jsonl"
+# Primitives with a lowering of their own for the CPU or the TPU (``jax._src.interpreters.mlir``'s platform-specific
+# lowerings, jax 0.10.2) or whose lowering depends on the platform (callbacks): a program holding one is lowered
+# again for the TPU; any other's CPU module is the TPU's too.
+TARGET_DEPENDENT = {
+    "approx_top_k", "check", "cholesky", "conv_general_dilated", "debug_callback", "debug_print", "device_put",
+    "dot_general", "eig", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product", "lu", "ormqr",
+    "ragged_dot_general", "random_gamma", "schur", "select_and_scatter_add", "svd", "threefry2x32",
+    "triangular_solve", "tridiagonal", "tridiagonal_solve", "pure_callback", "io_callback", "callback",
+}  # fmt: skip
 # Primitives whose lowering differs between XLA:CPU and XLA:GPU (loops, branches, library calls): a
 # program with none of them lowers to no while and no library call on the GPU, so it is not exported.
 GPU_RELEVANT = {
@@ -92,6 +112,12 @@ class Programs:
         self.skipped: str | None = None
         self.shared = False  # the --timeline trace stands for this cell's trace
         self.lowered: list[tuple[str, Any]] = []  # (function name, closed jaxpr) lowered during the cell
+        # id(executable) → its module's bytecode as compiled for the CPU, or the closed jaxpr to lower for the TPU
+        self.target: dict[int, bytes | Any] = {}
+        self.target_lines: list[str] = []  # the cell's target modules, written as the cell ends
+        self.relower: list[tuple[int, Any]] = []  # (program id, closed jaxpr) to lower for the TPU at the cell's end
+        # NBSCOPE_PROBE_TARGET=0 keeps no module (benchmarks/target_overhead.py measures what keeping them costs)
+        self.keep_target = os.environ.get("NBSCOPE_PROBE_TARGET", "1") != "0"
         self.hooked = False
         self.exporting = False
         self.guard: _Guard | None = None
@@ -128,6 +154,7 @@ class Programs:
         self.parts = 0
         self.split_unclaimed_s = 0.0
         self.lowered, self.last_lowered = [], None
+        self.target, self.target_lines, self.relower = {}, [], []
         self.dispatch_wait_s = self.start_wait_s = 0.0
         self.compiled, self.flushed = [], False
         self.modules_path = os.path.join(self.folder, MODULES_NAME.format(seq=seq))
@@ -215,6 +242,7 @@ class Programs:
                     result["programs"] = _write_modules(
                         self.modules_path, executables, self.counter.program_of, append=self.flushed
                     )
+                    self._target_of(executables)
                 except Exception as exc:  # an executable of another kind: the session below reads them all
                     result["programs_note"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
             del executables
@@ -226,6 +254,13 @@ class Programs:
                     result["programs_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
             result["programs_s"] = time.perf_counter() - started
         self.counter.report(result)
+        if self.target_lines or self.relower:
+            started = time.perf_counter()
+            try:
+                result["target"] = self._write_target(seq)
+            except Exception as exc:
+                result["target_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
+            result["target_s"] = time.perf_counter() - started
         if self.lowered:
             started = time.perf_counter()
             try:
@@ -326,6 +361,7 @@ class Programs:
         recorder = self
 
         def compile_or_get_cached(*args: object, **kwargs: object) -> Any:
+            lowered = recorder.last_lowered  # the program compiled now (``_resume`` takes it as the compile ends)
             recorder._compile_starts()
             try:
                 executable = original(*args, **kwargs)
@@ -334,6 +370,7 @@ class Programs:
             if recorder.watching:
                 recorder.counter.written.add(id(executable))
                 recorder.compiled.append(executable)
+                recorder._keep_target(executable, args[1] if len(args) > 1 else kwargs.get("computation"), lowered)
                 if len(recorder.compiled) >= HOLD_COMPILED:
                     recorder._timed(recorder._flush)
             return executable
@@ -371,6 +408,7 @@ class Programs:
         try:
             _write_modules(self.modules_path, held, self.counter.program_of, append=self.flushed)
             self.flushed = True
+            self._target_of(held)
         except Exception:
             self.compiled = held
 
@@ -422,6 +460,57 @@ class Programs:
         except Exception as exc:
             self.session = None
             self.split_error = whole_words(f"no trace after a compile: {type(exc).__name__}: {exc}", 300)
+
+    # ---- what the TPU would compile ---------------------------------------------------------------
+    def _keep_target(self, executable: Any, module: Any, closed: Any) -> None:
+        """Keep what the TPU would compile of a program just compiled: its CPU module's bytecode, or its jaxpr
+        (``closed``) where the TPU lowers it otherwise (never raises)."""
+        if not self.keep_target:
+            return
+        try:
+            if closed is not None and _has_equation(closed.jaxpr, _target_dependent):
+                self.target[id(executable)] = closed
+            elif module is not None:
+                buffer = io.BytesIO()
+                module.operation.write_bytecode(file=buffer)
+                self.target[id(executable)] = buffer.getvalue()
+        except Exception:  # a module of another kind: this program is forecast from its classes
+            return
+
+    def _target_of(self, executables: list[Any]) -> None:
+        """Turn the kept modules of executables whose program ids are now known into the cell's target lines."""
+        for executable in executables:
+            kept = self.target.pop(id(executable), None)
+            program = self.counter.program_of.get(id(executable))
+            if kept is None or program is None:
+                continue
+            if isinstance(kept, bytes):
+                self.target_lines.append(_target_line(program, "cpu module", kept))
+            elif len(self.relower) < MAX_LOWERED:
+                self.relower.append((program, kept))
+
+    def _write_target(self, seq: int) -> str:
+        """The cell's target modules, those lowered again for the TPU included (a failed lowering keeps its
+        error)."""
+        import jax
+        from jax._src import core
+
+        self.exporting = True
+        try:
+            for program, closed in self.relower:
+                try:
+                    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
+                    traced = jax.jit(core.jaxpr_as_fun(closed)).trace(*avals)
+                    buffer = io.BytesIO()
+                    traced.lower(lowering_platforms=("tpu",)).compiler_ir().operation.write_bytecode(file=buffer)
+                    self.target_lines.append(_target_line(program, "lowered for tpu", buffer.getvalue()))
+                except Exception as exc:
+                    error = whole_words(f"{type(exc).__name__}: {exc}", 600)
+                    self.target_lines.append(json.dumps({"program": program, "lowering_error": error}))
+        finally:
+            self.exporting = False
+        lines, self.target_lines, self.relower = self.target_lines, [], []
+        return _write(self.folder, TARGET_NAME.format(seq=seq), "".join(line + "\n" for line in lines).encode())
 
     def _lower_for_gpu(self) -> list[dict[str, Any]]:
         """Each program lowered in the cell, lowered again for CUDA (no GPU needed): its loops (name stack
@@ -1303,6 +1392,14 @@ def _has_equation(jaxpr: Any, matches: Callable[[object], bool], depth: int = 0)
                     if inner is not None and hasattr(inner, "eqns") and _has_equation(inner, matches, depth + 1):
                         return True
     return False
+
+
+def _target_dependent(equation: object) -> bool:
+    return getattr(getattr(equation, "primitive", None), "name", None) in TARGET_DEPENDENT
+
+
+def _target_line(program: int, how: str, module: bytes) -> str:
+    return json.dumps({"program": program, "how": how, "module": base64.b64encode(zlib.compress(module)).decode()})
 
 
 def _gpu_relevant(equation: object) -> bool:
