@@ -85,10 +85,6 @@ def _clip(lines: list[str], keep: int, width: int, note: str = "") -> list[str]:
     return kept
 
 
-def _one_line(text: str, width: int) -> str:
-    return shorten(text, width)
-
-
 def finding_text(
     finding: Finding, cells: Mapping[int, Cell], width: int, *, verbose: bool = False
 ) -> list[tuple[str, str]]:
@@ -99,7 +95,7 @@ def finding_text(
     tag = f"{finding.rule} · {finding.confidence:.0%}"
     if len(header) + len(tag) + 3 <= width:
         header = header + " " * (width - len(header) - len(tag)) + tag
-    lines = [(style or "bold", _one_line(header, width))]
+    lines = [(style or "bold", shorten(header, width))]
     summary = _wrapped(finding.summary, width, "  ", "  ")
     fix = _wrapped(finding.fix, width, "  fix: ", "       ")
     highlights = [f"  · {label}: {text}" for label, text in finding.evidence_highlights()]
@@ -115,7 +111,7 @@ def finding_text(
     fix = _clip(fix, max(1, room - min(1, len(highlights))), width, " (--verbose)")
     room -= len(fix)
     lines += [("", line) for line in summary] + [("green", line) for line in fix]
-    lines += [("", _one_line(item, width)) for item in highlights[: max(0, room)]]
+    lines += [("", shorten(item, width)) for item in highlights[: max(0, room)]]
     return lines
 
 
@@ -199,8 +195,8 @@ def top_findings_text(
         line = f"{lead}{finding.title}: {finding.summary}"
         if len(line) > width and len(lead) + len(finding.summary) <= width:
             line = lead + finding.summary  # the sentence whole rather than the title
-        lines.append((SEVERITY_STYLE[finding.severity], _one_line(line, width)))
-        lines.append(("green", _one_line(f"    fix: {finding.short_fix()}", width)))
+        lines.append((SEVERITY_STYLE[finding.severity], shorten(line, width)))
+        lines.append(("green", shorten(f"    fix: {finding.short_fix()}", width)))
     return lines
 
 

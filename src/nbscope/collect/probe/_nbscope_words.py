@@ -1,10 +1,7 @@
-"""A text cut to a length between two words, never inside one: how the in-kernel probe shortens a message (a cell's
-exception, an error of its own tracing). nbscope redacts the record whole once it has it (the kernel cannot import
-nbscope: :func:`nbscope._redact.shorten` is the host's one shortener), and a credential cut in two (a token
-shorter than its form, a URL's password before its '@') is one it would no longer know.
-
-Standard library only: copied beside the probe into every kernel (imported there as ``_nbscope_words``).
-"""
+"""A text cut to a length between two words, never inside one: the in-kernel probe's shortener (the kernel cannot
+import nbscope's, :func:`nbscope._redact.shorten`). nbscope redacts the record whole once it has it, and a credential
+cut in two (a token shorter than its form, a URL's password before its '@') would be one it no longer knows.
+Standard library only: copied beside the probe into every kernel."""
 
 from __future__ import annotations
 
