@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import shorten
 
 STDOUT_NAMES = ("-", "/dev/stdout")
 # The largest file nbscope reads as a record (an exported run is a few MiB even with every program).
@@ -212,7 +213,9 @@ def parse_nested(text: str, parse: Callable[[str], Any], *, path: str | Path, wh
         # JSONDecodeError, TOMLDecodeError, a number of thousands of digits; a YAML parser's own errors
         if not isinstance(exc, (ValueError, TypeError)) and type(exc).__module__.split(".")[0] != "yaml":
             raise
-        raise NbscopeError(f"{path}: not valid {form} ({' '.join(str(exc).split())[:200]}); not a {what}") from None
+        raise NbscopeError(
+            f"{path}: not valid {form} ({shorten(' '.join(str(exc).split()), 200)}); not a {what}"
+        ) from None
     if too_deep or not _shallow(value):
         raise NbscopeError(
             f"{path}: nested deeper than {MAX_DEPTH} levels or more than {MAX_ITEMS:,} entries in all; not a {what}"

@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from nbscope._redact import shorten
+
 # "off": never make a cgroup (the process tree, the token and the pipe only), e.g. where cgroups are managed.
 CGROUP_SWITCH = "NBSCOPE_CGROUP"
 
@@ -49,7 +51,9 @@ def reap(variable: str, token: str, *, grace_s: float = 3.0) -> list[dict[str, o
     described = []
     for process in found:
         with contextlib.suppress(psutil.Error):
-            described.append({"pid": process.pid, "name": process.name(), "cmdline": " ".join(process.cmdline())[:200]})
+            described.append(
+                {"pid": process.pid, "name": process.name(), "cmdline": shorten(" ".join(process.cmdline()), 200)}
+            )
             process.terminate()
     _, alive = psutil.wait_procs(found, timeout=grace_s)
     for process in alive:

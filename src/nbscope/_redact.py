@@ -3,8 +3,9 @@ writer calls at its write point. The store: each run's document (:meth:`nbscope.
 its columns, its publish summary and its gate verdicts (``record.store``); every file written
 (:func:`nbscope._files.write_text`: exports, reports, audits, merges, site pages, ``--append-to``), live files,
 ``gate --summary``, an environment's build log, marker and kernel name (``collect.environments``); the terminal
-(``render._clean``). A variable's name that says secret (:data:`SECRET_NAME`) is the one rule for ``--env``
-values and the fingerprint's environment."""
+(``render._clean``). Any text shortened for a reader is shortened by :func:`shorten`, which redacts it whole
+first: a credential that a cut splits is no longer one the patterns know. A variable's name that says secret
+(:data:`SECRET_NAME`) is the one rule for ``--env`` values and the fingerprint's environment."""
 
 from __future__ import annotations
 
@@ -25,15 +26,31 @@ _SECRET_QUERY = re.compile(
 )
 # Every pattern below begins at a secret word or a fixed form, never at a run of any letters: the engine then
 # rejects most positions at their first character (a record of megabytes is redacted in a fraction of a second).
-# HTTP headers in logs (``Authorization: Bearer ...``, ``PRIVATE-TOKEN: ...``, ``X-API-Key: ...``), keeping the
-# scheme word.
 # Between a name and its value: ``=``, ``: `` or, when a quote closes the name (JSON, a dict, a subscript), a
 # quote opening the value too. A JSON document stays valid JSON: ``"token": 5`` or ``"password": null`` is
-# never touched, only a string value is.
-_SEP = r"(?:\\?[\"']\]?\s{0,4}[:=]\s{0,4}\\?[\"']|\s{0,4}[:=]\s{0,4}(?:\\?[\"'])?)"
+# never touched, only a string value is. In HTML, ``&quot;`` and ``&#x27;`` are quotes (a page is redacted once
+# more where it is written).
+_Q = r"(?:\\?[\"']|&quot;|&#x27;)"
+_SEP = rf"(?:{_Q}\]?\s{{0,4}}[:=]\s{{0,4}}{_Q}|\s{{0,4}}[:=]\s{{0,4}}{_Q}?)"
+# nbscope's own keyed hash of an --env value is no secret, nor is code: a constant, a number of up to four digits
+# or in Python's groups (``MAX_TOKENS = 512``, ``N_STEPS_KEY = 1_000_000``, ``KEY = -1``, ``2**10``), a call
+# (``pwd = os.getcwd()``) or a type annotation (``MAX_TOKENS: int = 512``).
+_ENTITY = r"&(?:quot|#x27);"  # an HTML quote ends a value
+
+
+def _value(stops: str = "") -> str:
+    ends = rf"\s\"'<>\\,;)\]}}&{stops}"
+    code = rf"(?:None|True|False|-?\d{{1,4}}(?:_\d{{3}})*(?:\.\d+)?(?:\*\*\d{{1,3}})?)(?![^{ends}])|[\w.]{{1,200}}\("
+    code += r"|\w{1,40}(?:\[[^\]]{0,80}\])?\s{1,4}=\s"  # never base64 padding (``dXNlcg=``)
+    return rf"(?!hidden-|REDACTED|{_ENTITY}|{code})(?:[^{ends}]|&(?!quot;|#x27;)){{1,4096}}"
+
+
+_VALUE = _value()
+# HTTP headers in logs (``Authorization: Bearer ...``, ``PRIVATE-TOKEN: ...``, ``X-API-Key: ...``), keeping the
+# scheme word.
 _HEADER = re.compile(
     rf"((?<![\w-])(?:proxy-)?authorization{_SEP}(?:(?:bearer|basic|token|digest|negotiate|bot)\s+)?"
-    r"|(?:token|api-key|apikey|secret|password)\s*:\s*)[^\s\"'<>\\,;)\]}]{1,4096}",
+    r"|(?:token|api-key|apikey|secret|password)\s*:\s*)" + _VALUE,
     re.IGNORECASE,
 )
 # What a variable's name says when it holds a secret (``HF_TOKEN``, ``PYPI_PASSWORD``, ``DB_PASS``, ``MYSQL_PWD``,
@@ -42,7 +59,6 @@ _HEADER = re.compile(
 SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSW|PASSPHRASE|PASS(?:$|_)|PWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|KEY|_PAT(?:$|_)"
 )
-_VALUE = r"(?!hidden-|REDACTED)[^\s\"'<>\\,;)\]}]{1,4096}"  # nbscope's own keyed hash of an --env value is no secret
 # Assignments and options naming a secret: ``GITHUB_TOKEN=...``, ``export HF_TOKEN="..."``, ``DB_PASS=...``,
 # ``"XLA_TOKEN": "..."`` (JSON), ``--password x``, ``--token=x``; in any case the names of config files
 # (``aws_secret_access_key = ...``, ``password: ...``, ``client_secret=...``) ending in a secret word.
@@ -51,10 +67,10 @@ _ASSIGNED = re.compile(
     r"|(?<![A-Za-z])(?:PASS(?=[_=])|PWD|AUTH(?=[_=])|KEY))[A-Z0-9_]{0,40}"
     rf"(?:=(?:\\?[\"'])?|{_SEP}))"
     + _VALUE
-    + r"|((?i:passw(?:or)?d|pwd|secret|_token|api_?key|access_?key|secret_?key|private_?key|credentials?|passphrase)"
+    + r"|((?<![/.\\])(?i:passw(?:or)?d|pwd|secret|_token|api_?key|access_?key|secret_?key|private_?key|credentials?|passphrase)"
     + _SEP
     + ")"
-    + _VALUE.replace(";", ";([{")  # code's ``f(password: str)`` keeps its parenthesis
+    + _value("([{")  # code's ``f(password: str)`` keeps its parenthesis
     # A string given to a parameter or variable named token (``login(token="...")``); unquoted it is code.
     + r"|((?<!\w)(?i:token)\s{0,4}=\s{0,4}\\?[\"'])"
     + _VALUE
@@ -118,3 +134,16 @@ def redact(text: str, *, assignments: bool = True) -> str:
     if assignments and ("passw" in lowered or "account" in lowered):
         text = _NETRC.sub(lambda match: match.group(1) + REDACTED, text)
     return _TOKEN.sub(REDACTED, text)
+
+
+def shorten(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` redacted whole, then, when longer than ``limit`` characters, cut to ``limit`` with ``…`` where it
+    was cut (``keep_end``: its end kept, as a log's last lines): the one function that shortens a text anyone
+    will read (the terminal, a record, a report). Cutting first would leave part of a credential the patterns
+    no longer recognise (a URL cut before its '@', a token shorter than its form)."""
+    text = redact(text)
+    if len(text) <= limit:
+        return text
+    if keep_end:
+        return "…" + text[len(text) - limit + 1 :].lstrip()
+    return text[: max(limit - 1, 0)].rstrip() + "…"

@@ -535,7 +535,7 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     # Every recorded setting, those the typed ``Settings`` leaves out (``kernel``) too: a walk over the documents.
     rows = []
     sa, sb = a.settings or {}, b.settings or {}
-    for key in sorted(set(sa) | set(sb)):
+    for key in sorted((set(sa) | set(sb)) - {"env_signed"}):  # a hash of ``env``, whose differences are shown
         va, vb = sa.get(key), sb.get(key)
         if key == "env":
             env_a, env_b = object_in(sa, key), object_in(sb, key)

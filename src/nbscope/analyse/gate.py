@@ -41,6 +41,7 @@ from typing import Annotated, ClassVar, Literal
 
 from nbscope import _units as units
 from nbscope._errors import NbscopeError
+from nbscope._redact import shorten
 from nbscope.analyse import noise as noise_model
 from nbscope.analyse._stats import mad, mann_whitney_greater
 from nbscope.record.cells import cell_keys, pair_cells
@@ -299,10 +300,7 @@ def _samples(cell: Cell, judged: str = "wall") -> tuple[float, ...]:
 def cell_label(cell: Cell) -> str:
     """``cell 3 (line 41): first source line``, as the ledger numbers cells (1-based)."""
     where = f" (line {cell.line})" if cell.line else ""
-    first = cell.first_line
-    if len(first) > 60:
-        first = first[:59] + "…"
-    return f"cell {cell.index + 1}{where}: {first}"
+    return f"cell {cell.index + 1}{where}: {shorten(cell.first_line, 60)}"
 
 
 def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
@@ -443,7 +441,7 @@ def _compare_cells(
             comparison,
             verdict="failed" if options.check_status else "not-comparable",
             note=f"now {comparison.cand_status}"
-            + (f" ({error.name}: {error.message[:80]})" if error and error.name else ""),
+            + (f" ({error.name}: {shorten(error.message, 80)})" if error and error.name else ""),
         )
     if comparison.base_status == comparison.cand_status and not base_ran:
         return replace(comparison, verdict="unchanged", note=f"{comparison.cand_status} in both runs")

@@ -441,6 +441,7 @@ def history(
         kind=kind,
         digest=digest,
     )
+    rows = [row for row in rows if row["kind"] != "trial"]  # a trial is its run's (``show``), not a series
     if not rows:
         known = store.targets()
         hint = f"; stored targets: {', '.join(known[:8])}" if known else ""

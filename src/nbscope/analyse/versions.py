@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import shorten
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse import gate as gate_module
 from nbscope.analyse.compare import CellFigures, cell_figures
@@ -276,7 +277,7 @@ def check_baseline(record: RunRecord, cell: int | None) -> None:
         error = first.error
         raise NbscopeError(
             f"cell {first.index + 1} did not run cleanly under the good version ({first.status}"
-            + (f": {error.name}: {error.message[:120]}" if error is not None and error.name else "")
+            + (f": {error.name}: {shorten(error.message, 120)}" if error is not None and error.name else "")
             + "): there is nothing to compare slower versions with"
         )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import shorten
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.recommend import Recommendation, recommend
@@ -40,7 +41,7 @@ def backend_unavailable(record: RunRecord) -> str | None:
     for cell in run.cells:
         message = f"{cell.error.name if cell.error else ''}: {cell.error.message if cell.error else ''}"
         if any(marker in message for marker in UNAVAILABLE_MARKERS):
-            return f"cell {cell.index + 1}: {message.strip()[:200]}"
+            return f"cell {cell.index + 1}: {shorten(message.strip(), 200)}"
     jax_cells = [c for c in run.cells if c.jax is not None and c.ran]
     failed = [c for c in jax_cells if c.status in ("error", "kernel-died")]
     if failed and not run.totals.compiles:

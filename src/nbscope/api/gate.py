@@ -10,6 +10,7 @@ newest one never judged.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import stat
@@ -20,10 +21,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from nbscope._errors import NbscopeError
 from nbscope._files import read_bounded
-from nbscope._redact import redact
+from nbscope._redact import REDACTED, redact
 from nbscope.analyse.gate import CELL_KINDS, Confirmation, GateOptions, GateResult, gate, history_noise
 from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI reads --max-slowdown with it
 from nbscope.api._saving import save_run
+from nbscope.api.runs import not_a_trial
 from nbscope.record.cells import project_root
 from nbscope.record.run import RunRecord, describe_settings
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
@@ -256,6 +258,9 @@ def gate_stored(
         if baseline == "latest"
         else resolve_run(baseline, store, kinds=GATE_KINDS)
     )
+    for run in (cand, base):
+        if run is not None:  # a trial is its run's child (``nbscope try``): no baseline nor candidate
+            not_a_trial(run)
     runs = history_runs(store, cand, history, comparable=comparable)
     if baseline == "latest":
         base = _steady_baseline(base, runs, notes)
@@ -297,9 +302,9 @@ def confirm_regression(
         why_not = f"its notebook {cand.target} is not found in this project"
     if why_not is None and path is not None and changed_since(path, cand):
         why_not = f"{cand.target} changed since run {cand.run_id}; a rerun would measure other code"
-    again = None if why_not else rerun_options(cand)
-    if why_not is None and isinstance(again, str):
-        why_not = again
+    again, left_out = rerun_options(cand, store.env_key()) if why_not is None else (None, [])
+    if left_out:
+        why_not = f"its {', '.join(left_out)}: not recorded so by this store (imported, or kept as a hash)"
     if why_not is not None or path is None or not isinstance(again, ProfileOptions):
         return replace(result, warnings=[*result.warnings, f"not rerun to confirm: {why_not}; the failure stands"])
     # The rerun is stored beside the candidate (a command that only read the store opened it read-only).
@@ -335,6 +340,15 @@ def notebook_file(store: Store, cand: RunRecord) -> Path | None:
     store_path = Path(store.path).resolve()
     roots = [store_path.parent.parent] if store_path.parent.name == STORE_FOLDER else []
     roots += [project_root(Path.cwd()), Path.cwd()]
+    if REDACTED in cand.target:  # a name that reads as holding a credential (``nb?token=x.ipynb``), stored redacted
+        pattern = glob.escape(cand.target).replace(REDACTED, "*")
+        found = (
+            path
+            for root in roots
+            for path in root.glob(pattern)
+            if path.is_file() and redact(path.relative_to(root).as_posix()) == cand.target
+        )
+        return next(found, None)
     return next((root / name for root in roots if (root / name).is_file()), None)
 
 
@@ -351,24 +365,32 @@ def changed_since(path: Path, cand: RunRecord) -> bool:
         return True
 
 
-def rerun_options(cand: RunRecord) -> ProfileOptions | str:
-    """The profile options the candidate ran with (those that shape what is measured), or why it cannot run so."""
-    from nbscope.api.profile import ProfileOptions
+def rerun_options(cand: RunRecord, key: bytes) -> tuple[ProfileOptions, list[str]]:
+    """The profile options the candidate ran with (those that shape what is measured), and the options left out
+    of them (``--env NAME``, ``--jax-cache``): every value this store (``key``) did not record as it stands
+    (``record.secrets.trusted``): a folder of compiled programs is code too."""
+    from nbscope.api.profile import JAX_CACHE_MODES, ProfileOptions
+    from nbscope.record.secrets import trusted
 
     settings = cand.run_settings()
-    if settings.env and not settings.env_values_stored:
-        return "its --env values are stored only as hashes"
-    return ProfileOptions(
+    signatures = settings.env_signed or {}
+    env, left_out = trusted(settings.env, signatures, key)
+    left_out = [f"--env {name}" for name in left_out]
+    cache = settings.jax_cache
+    if cache not in JAX_CACHE_MODES and not trusted({"--jax-cache": cache}, signatures, key)[0]:
+        cache, left_out = "off", [*left_out, "--jax-cache"]
+    options = ProfileOptions(
         kernel=settings.kernel,
         timeout=settings.timeout,
         on_error="stop" if settings.on_error == "stop" else "continue",
-        env=dict(settings.env),
-        env_store_values=bool(settings.env),
+        env=env,
+        env_store_values=settings.env_values_stored,
         jax_platform=settings.jax_platform,
-        jax_cache=settings.jax_cache,
+        jax_cache=cache,
         repeat=settings.repeat,
         timeline=settings.timeline,
     )
+    return options, left_out
 
 
 def _open_summary(summary: Path) -> TextIO:

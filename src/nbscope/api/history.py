@@ -26,6 +26,8 @@ def history(
     on each side."""
     if min_size < 1:
         raise NbscopeError("--min-size must be at least 1")
+    if kind == "trial":
+        raise NbscopeError("trial runs make no history: `nbscope show RUN` lists them with the run they try")
     options = ChangeOptions(min_size=min_size, k=threshold, rel_floor=rel_floor)
     return build_history(
         store,

@@ -73,6 +73,7 @@ class ImportedRun:
     record: RunRecord  # with its id in the store
     added: bool  # False: the store held the run already
     live_file_removed: bool | None  # a live file: removed (one of the store's own) or kept; None: a run record
+    note: str | None = None  # what importing it changed (a trial's link to a run this store lacks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ def import_runs(
     (``.jsonl``) stored, each once; every file is read and validated before anything is written. ``on_run`` gets
     each file's run (and the store's path) as soon as it is stored: a stopped import has said what it stored."""
     from nbscope.api._saving import save_run
-    from nbscope.api.runs import load_run, open_store
+    from nbscope.api.runs import load_run, open_store, relink
 
     recovered = [(path, recover_unfinished(path)) for path in files if path.suffix == ".jsonl"]
     records = [(path, load_run(path)) for path in files if path.suffix != ".jsonl"]
@@ -108,10 +109,11 @@ def import_runs(
         if on_run is not None:
             on_run(imported[-1], Path(store.path))
     for path, record in records:
+        dropped = relink(record, store) if store.find(record) is None else None
         _, added = store.add(record)
         if added:
             save_run(store, record)
-        imported.append(ImportedRun(path, record, added, None))
+        imported.append(ImportedRun(path, record, added, None, dropped))
         if on_run is not None:
             on_run(imported[-1], Path(store.path))
     return Imports(Path(store.path), tuple(imported))

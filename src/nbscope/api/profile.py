@@ -21,7 +21,7 @@ from nbscope.record.cells import target_name
 from nbscope.record.live import fill_measurements, new_live_path
 from nbscope.record.run import RunRecord as RunRecord  # re-exported for the CLI's types
 from nbscope.record.run import check_label, default_label, object_in, objects_in
-from nbscope.record.secrets import command_for_record, env_for_record
+from nbscope.record.secrets import command_for_record, env_for_record, signed
 from nbscope.record.store import Store as Store  # re-exported for the CLI's types
 from nbscope.record.store import files_folder, make_folder
 from nbscope.schema.codec import decode
@@ -110,6 +110,8 @@ class RunSpec:
 
     def settings(self, env_key: bytes | None = None) -> dict[str, object]:
         """The record's settings; ``--env`` values hidden under ``env_key`` (the store's; None: this process's)."""
+        env = env_for_record(self.env, store_values=self.env_store_values, key=env_key)
+        folder = {} if self.jax_cache in JAX_CACHE_MODES else {"--jax-cache": self.jax_cache}  # signed as --env is
         return {
             "pathway": "kernel",
             "kernel": self.kernel,
@@ -117,7 +119,8 @@ class RunSpec:
             "on_error": self.on_error,
             "jax_platform": self.jax_platform,
             "jax_cache": self.jax_cache,
-            "env": env_for_record(self.env, store_values=self.env_store_values, key=env_key),
+            "env": env,
+            **({"env_signed": signed(env | folder, env_key)} if env or folder else {}),
             **({"env_values_stored": True} if self.env_store_values else {}),
             "repeat": self.repeat,
             "timeline": self.timeline,

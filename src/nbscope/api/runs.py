@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nbscope._errors import NbscopeError
 from nbscope.record.run import LABEL_ENV, RunRecord, check_label
 from nbscope.record.store import RUN_REFERENCE, Store, default_path, resolve_run
 from nbscope.schema.codec import decode
@@ -139,11 +140,15 @@ def store_then_stop(record: RunRecord, store: Store | None, interrupted: bool, w
 class TrialLink:
     """What a trial run's ``settings.trial`` says: the run it tests, the cell (1-based), the remedy and its side."""
 
-    of: int | None = None
+    of: int | None = None  # None: a trial imported without the run it tests
     cell: int = 0
     remedy: str = ""
     side: str = ""
     through_cell: bool = False  # each run stopped after the cell tried (``try --through-cell``)
+    # The run uuids (``measurements.run_uuid``) of the run tested and of the as-is side: the links ``import``
+    # remaps, since run ids are one store's own.
+    of_uuid: str | None = None
+    as_is_uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,30 @@ class _Linked:
 def link_of(record: RunRecord) -> TrialLink | None:
     """The run a trial run tests (None for any other run)."""
     return decode(_Linked, record.settings).trial if record.kind == "trial" else None
+
+
+def not_a_trial(record: RunRecord) -> RunRecord:
+    """``record``, unless it is one side of a trial (``nbscope try``), which is a run of its own for no command
+    but ``show`` and ``compare``: a one-line NbscopeError naming the run it tries."""
+    link = link_of(record)
+    if link is not None:
+        of = f"run {link.of}" if link.of is not None else "a run not in this store"
+        raise NbscopeError(f"run {record.run_id} is a trial of {of} (`nbscope try`), not a run of its own: give {of}")
+    return record
+
+
+def relink(record: RunRecord, store: Store) -> str | None:
+    """A trial run being imported, its links (the run ids of the store it was made in) set to this store's runs
+    of the same uuid, or to none where this store lacks the run: what was dropped, for the import's line."""
+    link = link_of(record)
+    if link is None:
+        return None
+    found = store.ids_of_uuids([uuid for uuid in (link.of_uuid, link.as_is_uuid) if uuid])
+    of, as_is = (found[uuid] if uuid in found else None for uuid in (link.of_uuid, link.as_is_uuid))
+    record.settings["trial"]["of"] = of
+    if "trial" in record.measurements:
+        record.measurements["trial"].update(of_run=of, as_is_run=as_is, reference_run=None)
+    return None if of is not None else "a trial of a run not in this store: its link is dropped"
 
 
 def trials_of(store: Store, run: RunRecord) -> list[TrialResult]:

@@ -10,6 +10,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
@@ -19,8 +20,9 @@ from nbscope._errors import NbscopeError
 from nbscope.analyse import trial as trial_module
 from nbscope.analyse.trial import TrialResult
 from nbscope.api.gate import changed_since, notebook_file, rerun_options
-from nbscope.api.profile import _gpus_present, jax_cache_env, preflight
+from nbscope.api.profile import ProfileOptions, _gpus_present, jax_cache_env, preflight
 from nbscope.api.runs import link_of as link_of
+from nbscope.api.runs import not_a_trial
 from nbscope.api.runs import trials_of as trials_of
 from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
@@ -50,19 +52,19 @@ def try_remedy(
     repeats: int = 3,
     progress: Progress | None = None,
     through_cell: bool = False,
+    env: dict[str, str] | None = None,
 ) -> TrialResult:
     """Try ``remedy`` on code cell ``cell`` (1-based) of the run ``run`` names, ``repeats`` times each way; one
     line (an NbscopeError) where it cannot be tried, with nothing run or stored. ``through_cell``: each run stops
-    after that cell (the notebook's total is then through it). Stopped by Ctrl-C or SIGTERM, the runs that finished
-    and the one stopped are stored (as unjudged trial runs) before the KeyboardInterrupt goes on."""
+    after that cell (the notebook's total is then through it). ``env``: ``--env`` values for the kernels, over the
+    run's own that this store recorded itself (no other is given again: a record is data, never instructions).
+    Stopped by Ctrl-C or SIGTERM, the runs that finished and the one stopped are stored (as unjudged trial runs)
+    before the KeyboardInterrupt goes on."""
     if not 1 <= repeats <= 50:
         raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
     source, path = _source_and_file(run, cell, store)
     cells = source.notebook_run().cells
-    options = rerun_options(source)
-    if isinstance(options, str):
-        raise NbscopeError(f"run {source.run_id} cannot be run again as it ran: {options}")
-    options = replace(options, repeat=1, timeline=False)
+    options, env_note = _options(source, store, env or {})
     last_cell = cell - 1 if through_cell else None
     backend = backend_of(source)["platform"]
     chosen = remedies.parse(remedy, cells[cell - 1].source or "", cell, backend, options.process_env())
@@ -94,6 +96,8 @@ def try_remedy(
     if _file_hash(path) != before:
         raise NbscopeError(f"{path} changed while the trial ran (not by nbscope): the trial is not stored")
     records = [record_of(side, runs, through_cell) for side in SIDES]
+    if store.find(source) != source.run_id:  # the store removed or replaced while the trial ran
+        raise NbscopeError(f"run {source.run_id} is gone from {store.path} (not by nbscope): the trial is not stored")
     as_is_id = store.save(records[0])
     reference_id, reference_note = None, None
     if chosen.placement and _failed_as_is_ran_remedied(records, cell):
@@ -106,7 +110,7 @@ def try_remedy(
                 reference_note = f"cell {cell} did not run with JAX on the CPU either (run {reference_id}: {status})"
                 reference_id = None
     notes = runs.notes() + _notes(source, records[0], cell, chosen, through_cell and cell < len(cells))
-    notes += [reference_note] if reference_note else []
+    notes += [note for note in (env_note, reference_note) if note]
     result = trial_module.judge(
         source,
         records[0],
@@ -149,9 +153,23 @@ def _failed_as_is_ran_remedied(records: list[RunRecord], cell: int) -> bool:
     return statuses[0] in FAILED and statuses[1] in (None, "ok")
 
 
+def _options(source: RunRecord, store: Store, env: dict[str, str]) -> tuple[ProfileOptions, str | None]:
+    """The options ``source`` ran with, ``env`` over its ``--env`` values, and what was not given again: a record
+    is data, so only the values this store recorded as given (``record.secrets.trusted``)."""
+    options, left_out = rerun_options(source, store.env_key())
+    left_out = [name for name in left_out if name.removeprefix("--env ") not in env]
+    note = (
+        f"run {source.run_id}'s {', '.join(left_out)} not given to the trial: this store did not record it as "
+        "given (imported, edited or kept as a hash); give a value with --env NAME=VALUE"
+    )
+    return replace(options, repeat=1, timeline=False, env={**options.env, **env}), note if left_out else None
+
+
 def _source_and_file(run: str, cell: int, store: Store) -> tuple[RunRecord, Path]:
     """The run to try and its notebook here, unchanged since it ran; one line where either is missing."""
-    source = resolve_run(run, store, kinds=PROFILE_KINDS)
+    if not store.path.exists():
+        raise NbscopeError(f"{store.path}: no such store, so no run {run} to try")
+    source = not_a_trial(resolve_run(run, store, kinds=PROFILE_KINDS))
     if source.run_id is None:
         raise NbscopeError(f"run {run} is not in {store.path}: store it first (`nbscope import {run}`)")
     count = len(source.notebook_run().cells)
@@ -210,6 +228,7 @@ class _Runs:
     calls: list[int] = field(default_factory=list)  # the remedy's calls of what it changes, per run
     moved: set[str] = field(default_factory=set)  # arrays the `cpu` remedy copied to the CPU for the cell
     after_errors: list[str] = field(default_factory=list)
+    uuids: dict[str, str] = field(default_factory=lambda: {side: uuid.uuid4().hex for side in (*SIDES, REFERENCE)})
     cache_state: str = "off"
 
     def run(self, base: ExecutionOptions, repeats: int) -> None:
@@ -312,9 +331,13 @@ def _record(
 ) -> RunRecord:
     """One side of the trial as a run: its repeats' figures, linked to the run it tests."""
     link: dict[str, object] = {"of": source.run_id, "cell": cell, "remedy": remedy, "side": side}
+    link |= {"of_uuid": source.notebook_run().run_uuid} | (
+        {"as_is_uuid": runs.uuids["as-is"]} if side == "remedy" else {}
+    )
     if through_cell:
         link["through_cell"] = True
     record = RunRecord(
+        measurements={"run_uuid": runs.uuids[side]},
         kind="trial",
         target=source.target,
         fingerprint=dict(fingerprint),

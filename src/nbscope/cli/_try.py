@@ -37,12 +37,17 @@ def try_command(
             "total is then through it): a long notebook on a machine paid by the minute.",
         ),
     ] = False,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="KEY=VALUE for the kernels, over the run's own; repeatable (hashed in the record)."),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rerun the notebook as the run ran it, in fresh kernels, as it is and with a remedy applied to one cell (without
     editing the file), repeats interleaved: the cell's time and the notebook's total both ways with the gate's
     statistics, and whether the values the cell binds are equal. Both sides are stored as trial runs linked to RUN."""
+    from nbscope.api.profile import parse_env
     from nbscope.api.trial import try_remedy
     from nbscope.render.trial import print_trial
 
@@ -57,6 +62,7 @@ def try_command(
         repeats=repeats,
         progress=None if as_json else progress,
         through_cell=through_cell,
+        env=parse_env(env or []),
     )
     if as_json:
         print(json.dumps(result.to_dict(), indent=1))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from nbscope._redact import shorten
 from nbscope._units import number
 from nbscope.collect.notebook import CodeCell
 from nbscope.schema.codec import decode_optional
@@ -33,7 +34,7 @@ def output_error(cell: NotebookCell) -> dict[str, str] | None:
     """The exception a cell's error output names, when it has one."""
     for output in cell.outputs:
         if output.output_type == "error":
-            return {"name": output.ename or "", "message": (output.evalue or "")[:500]}
+            return {"name": output.ename or "", "message": shorten(output.evalue or "", 500)}
     return None
 
 

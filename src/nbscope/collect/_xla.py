@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nbscope._redact import shorten
 from nbscope.schema.programs import Work
 
 _METADATA = re.compile(r", metadata=\{[^{}]*\}")
@@ -29,7 +30,7 @@ class XlaTools:
 
             self._hlo = xla_client.hlo  # type: ignore[attr-defined]
         except Exception as exc:  # jax not installed here, or a jaxlib that moved these
-            self.error = f"jaxlib HLO tools unavailable: {type(exc).__name__}: {exc}"[:300]
+            self.error = shorten(f"jaxlib HLO tools unavailable: {type(exc).__name__}: {exc}", 300)
             return
         try:
             from jax._src.lib import _jax, xla_client  # type: ignore[attr-defined]
@@ -37,7 +38,7 @@ class XlaTools:
             self._cost = _jax.hlo_module_cost_analysis
             self._client = xla_client.make_cpu_client()
         except Exception as exc:
-            self.error = f"XLA cost analysis unavailable: {type(exc).__name__}: {exc}"[:300]
+            self.error = shorten(f"XLA cost analysis unavailable: {type(exc).__name__}: {exc}", 300)
             self._cost = None
 
     @property

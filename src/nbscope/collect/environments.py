@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
-from nbscope._redact import redact
+from nbscope._redact import redact, shorten
 from nbscope.collect import fingerprint as fp
 from nbscope.schema import codec, process_environment
 from nbscope.schema.environment_marker import EnvironmentMarker
@@ -426,7 +426,7 @@ def _pip_reason(log_path: Path) -> str:
     errors = [line.strip() for line in lines if line.startswith("ERROR:")]
     chosen = errors[:2] if errors else [line.strip() for line in lines[-3:] if line.strip()]
     text = " ".join(chosen)
-    return text[:400] if text else "no output"
+    return shorten(text, 400) if text else "no output"
 
 
 def _register_kernel(path: Path, spec: EnvironmentSpec) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import shorten
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect.runner import merge_cell
 from nbscope.schema.build import derive
@@ -265,7 +266,7 @@ def cells_from_log(
                 try:
                     record["programs"] = programs.cell(probe.programs, record)
                 except Exception as exc:  # broken program data must not lose the cell's other figures
-                    record["programs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                    record["programs"] = {"error": shorten(f"{type(exc).__name__}: {exc}", 300)}
             if line.seq is not None and line.seq in timeouts:
                 error = timeouts[line.seq].error()
                 if record["status"] == "ok":

@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from nbscope._errors import NbscopeError
+from nbscope._redact import shorten
 from nbscope.schema import process_environment
 from nbscope.schema.codec import decode, decode_optional
 from nbscope.schema.loop_worker import WorkerOutcome
@@ -234,7 +235,7 @@ def run_worker(options: LoopOptions, progress: Progress | None = None) -> dict[s
         if result is None or process.returncode != 0:
             tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
             why = tail[-1] if tail else f"exit status {process.returncode}"
-            raise NbscopeError(f"loop sweep failed: {why[:300]}")
+            raise NbscopeError(f"loop sweep failed: {shorten(why, 300)}")
         return result
 
 
@@ -460,8 +461,11 @@ def worker(settings: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:
             text = str(exc).strip().splitlines()
             raise NbscopeError(
-                f"{loop['target']}({sweeper.current}) on {placement} raised "
-                f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+                shorten(
+                    f"{loop['target']}({sweeper.current}) on {placement} raised {type(exc).__name__}: "
+                    f"{text[0] if text else ''}",
+                    300,
+                )
             ) from None
         shown = device or default
         sweep.update(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from nbscope._errors import NbscopeError
-from nbscope._redact import redact
+from nbscope._redact import redact, shorten
 from nbscope.schema.codec import decode
 from nbscope.schema.ipynb_document import IpynbDocument, check_cells, shown
 from nbscope.schema.notebook_cell import NotebookCell
@@ -111,8 +111,8 @@ class CodeCell:
             "lines": list(self.lines) if self.lines else None,
             # The code that ran, whole: analyses read it from the record, never from a file edited since.
             "source": self.source,
-            "first_line": self.first_line[:120],
-            "code_line": self.code_line[:120],
+            "first_line": shorten(self.first_line, 120),
+            "code_line": shorten(self.code_line, 120),
             "tags": self.tags,
         }
 
@@ -160,7 +160,7 @@ def _read_myst(path: Path, text: str, notes: list[str]) -> nbformat.NotebookNode
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 160 else text[:159] + "…"
+    return shorten(text, 160)
 
 
 def _where(parts: Iterable[object]) -> str:
@@ -275,7 +275,7 @@ def _option_warnings(lines: list[str], fence: int, close: int, yaml: types.Modul
         if not line.startswith(":"):
             break
         if not _OPTION.match(line):
-            found.append(f"line {fence + 2 + offset}: {line.strip()[:40]!r} is not a :key: value option line")
+            found.append(f"line {fence + 2 + offset}: {shorten(line.strip(), 40)!r} is not a :key: value option line")
     return found
 
 

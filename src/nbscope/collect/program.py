@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
+from nbscope._redact import shorten
 from nbscope.collect import hlo
 from nbscope.collect._xla import XlaTools
 from nbscope.collect._xspace import hlo_modules, hlo_programs
@@ -326,19 +327,19 @@ class ProgramCollector:
             try:
                 new_programs = self._read_programs(Path(probe.programs), cell)
             except Exception as exc:  # a broken file must not lose the cell's other figures
-                self.notes.append(f"{where}: HLO unreadable: {type(exc).__name__}: {exc}"[:300])
+                self.notes.append(shorten(f"{where}: HLO unreadable: {type(exc).__name__}: {exc}", 300))
         elif probe.programs_error:
             result.hlo_error = probe.programs_error
         result.new_programs = new_programs
         self._read_lowerings(probe, new_programs, where)
         if probe.trace_note:
-            self.notes.append(f"{where}: {probe.trace_note}"[:300])
+            self.notes.append(shorten(f"{where}: {probe.trace_note}", 300))
         if probe.trace:
             try:
                 self._read_trace(Path(probe.trace), result)
                 result.trace = "read"
             except Exception as exc:
-                result.trace = f"unreadable: {type(exc).__name__}: {exc}"[:300]
+                result.trace = shorten(f"unreadable: {type(exc).__name__}: {exc}", 300)
         else:
             result.trace = probe.trace_error or "no trace"
         # A whole trace counts every call: no rate to extrapolate at, and none is written.
@@ -453,7 +454,7 @@ class ProgramCollector:
             try:
                 description = hlo.describe(text, tools.cost)
             except Exception as exc:
-                self.notes.append(f"{key}: HLO not understood: {type(exc).__name__}: {exc}"[:300])
+                self.notes.append(shorten(f"{key}: HLO not understood: {type(exc).__name__}: {exc}", 300))
                 continue
             function = function_of(program.module)
             compiled = functions.get(_normal(function))
@@ -487,16 +488,16 @@ class ProgramCollector:
             try:
                 self._read_gpu_lowering(Path(probe.gpu_lowering), new_programs)
             except Exception as exc:
-                self.notes.append(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}"[:300])
+                self.notes.append(shorten(f"{where}: GPU lowering unreadable: {type(exc).__name__}: {exc}", 300))
         elif probe.gpu_lowering_error:
-            self.notes.append(f"{where}: no GPU lowering: {probe.gpu_lowering_error}"[:300])
+            self.notes.append(shorten(f"{where}: no GPU lowering: {probe.gpu_lowering_error}", 300))
         if probe.target:
             try:
                 self._read_target(Path(probe.target))
             except Exception as exc:
-                self.notes.append(f"{where}: target modules unreadable: {type(exc).__name__}: {exc}"[:300])
+                self.notes.append(shorten(f"{where}: target modules unreadable: {type(exc).__name__}: {exc}", 300))
         elif probe.target_error:
-            self.notes.append(f"{where}: no target modules: {probe.target_error}"[:300])
+            self.notes.append(shorten(f"{where}: no target modules: {probe.target_error}", 300))
 
     def _read_target(self, path: Path) -> None:
         """Attach to each program the module a TPU would compile of it (``_nbscope_program.TARGET_NAME``)."""
@@ -901,14 +902,14 @@ def _place(loop: hlo.LoopDescription, cells: list[CodeCell], current: int | None
                 column, end = source.column, source.end_column
                 if column is not None and end is not None and source.end_line == line and end > column:
                     text = text[column:end]
-                loop.call = text.strip()[:200]
+                loop.call = shorten(text.strip(), 200)
                 loop.cell = cell.index
                 loop.cell_line = line
                 match = _LOOP_CALL.search(text)
                 if match:
                     loop.kind = f"lax.{match.group(1)}"
                 else:  # a loop a library call made (jax.random's threefry rounds, a solver's iterations)
-                    loop.kind = f"loop inside {text.strip()[:80]}"
+                    loop.kind = f"loop inside {shorten(text.strip(), 80)}"
                 break
 
 

@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 from nbscope import _signals
 from nbscope._errors import NbscopeError, describe
 from nbscope._processes import Descendants
+from nbscope._redact import shorten
 from nbscope.collect import oom
 from nbscope.collect import transport as transports
 from nbscope.collect._cells import (
@@ -389,7 +390,7 @@ class _CellLoop:
         if reply["content"]["status"] != "ok":
             error = f"{reply['content']['ename']}: {reply['content']['evalue']}"
             errors = self.runner.get("trial_errors")
-            self.runner["trial_errors"] = {**(errors if isinstance(errors, dict) else {}), when: error[:300]}
+            self.runner["trial_errors"] = {**(errors if isinstance(errors, dict) else {}), when: shorten(error, 300)}
 
     def _note_oom_kill(self, record: dict[str, object]) -> None:
         """Whether Linux counted an OOM kill where the kernel ran while it died: then it was killed for memory."""
@@ -503,7 +504,7 @@ def _collect_programs(
     try:
         return collector.cell(probe_programs, record)
     except Exception as exc:  # broken program data must not lose the cell's other figures
-        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"error": shorten(f"{type(exc).__name__}: {exc}", 300)}
 
 
 def _summarise_timeline(trace: ProbeTimeline, record: dict[str, object]) -> dict[str, object] | None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
+from nbscope._redact import redact, shorten
+
 if TYPE_CHECKING:
     from nbscope.record.run import RunRecord
     from nbscope.schema.model import Cell
@@ -41,7 +43,7 @@ def failure_text(cell: Cell) -> str | None:
     detail = ": ".join(part for part in parts if part)
     if cell.status == "interrupted" and not detail and cell.interrupted_by:
         detail = f"by {cell.interrupted_by}"
-    return FAILURE_WORDS[cell.status] + (f" ({detail[:160]})" if detail else "")
+    return FAILURE_WORDS[cell.status] + (f" ({shorten(detail, 160)})" if detail else "")
 
 
 # Files that mark the root of a Jupyter Book (1 and 2).
@@ -108,14 +110,14 @@ def aliases_for(target: str, file: Path | None, base: Path | None = None) -> lis
     When it names a file, the names runs stored before the project-root naming may carry are added: the absolute
     path and every trailing part of it (``jax_intro.md``, ``lectures/jax_intro.md``, ...), since those runs were
     named relative to whatever folder nbscope ran in. A name that is not a file (a benchmark suite, a run from
-    another machine) is matched as written."""
+    another machine) is matched as written. Each as a record stores it: redacted (``nb?token=REDACTED.ipynb``)."""
     names = [target]
     if file is not None:
         names.insert(0, target_name(file, base))
         names.append(file.as_posix())
         parts = file.parts
         names.extend(Path(*parts[i:]).as_posix() for i in range(len(parts) - 1, 0, -1))
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(redact(name) for name in names))
 
 
 def notebook_file(target: str, base: Path | None = None) -> Path | None:

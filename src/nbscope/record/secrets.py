@@ -63,6 +63,30 @@ def hidden(value: str, key: bytes | None = None) -> str:
     return f"hidden-hmac-{key_id(key)}:{digest}"
 
 
+def signed(env: Mapping[str, str], key: bytes | None) -> dict[str, str]:
+    """``settings.env_signed``: each ``--env NAME=VALUE`` as the record keeps it, hashed under the store's key. A
+    rerun (``try``, ``gate --confirm``) gives a kernel a stored value only where it still matches (:func:`trusted`):
+    a record is data, never instructions, unless this store recorded it so."""
+    return {name: hidden(f"{name}={value}", key) for name, value in env.items()}
+
+
+def trusted(env: Mapping[str, str], signatures: Mapping[str, str], key: bytes) -> tuple[dict[str, str], list[str]]:
+    """The ``--env`` values of a stored run that a rerun may give its kernels, and the names left out: those
+    this store did not record as they stand (a run imported, or edited, whose ``PYTHONPATH`` would run another's
+    code), kept only as a hash, or redacted."""
+    from nbscope._redact import REDACTED
+
+    kept = {
+        name: value
+        for name, value in env.items()
+        if not HIDDEN.fullmatch(value)
+        and REDACTED not in value
+        and name in signatures
+        and hidden(f"{name}={value}", key) == signatures[name]
+    }
+    return kept, [name for name in env if name not in kept]
+
+
 def hidden_key_ids(env: Mapping[str, object]) -> set[str]:
     """The ids of the keys that hid values of ``env`` (a run's ``settings.env``)."""
     matches = (re.fullmatch(r"hidden-hmac-([0-9a-f]{8}):[0-9a-f]{16}", str(value)) for value in env.values())

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
 
 from nbscope._errors import NbscopeError
-from nbscope._redact import redact
+from nbscope._redact import redact, shorten
 from nbscope._version import __version__
 
 # The run record's model (``record.run``) and the hiding of ``--env`` values (``record.secrets``) are imported where
@@ -779,6 +779,19 @@ class Store:
             found = db.execute("SELECT id FROM runs WHERE content_hash = ? ORDER BY id LIMIT 1", (digest,)).fetchone()
         return int(found[0]) if found is not None else None
 
+    def ids_of_uuids(self, uuids: Sequence[str]) -> dict[str, int]:
+        """The id of the stored run whose ``measurements.run_uuid`` is each of ``uuids`` (found ones only)."""
+        if not uuids or not self.path.exists():
+            return {}
+        marks = ", ".join("?" * len(uuids))
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT json_extract(document, '$.measurements.run_uuid') AS uuid, MIN(run_id) FROM documents "
+                f"WHERE uuid IN ({marks}) GROUP BY uuid",
+                list(uuids),
+            ).fetchall()
+        return {str(uuid): int(run_id) for uuid, run_id in rows}
+
     def get(self, run_id: int) -> RunRecord:
         if not 0 <= run_id <= MAX_RUN_ID:
             raise NbscopeError(f"no run with id {run_id} in {self.path} (`nbscope runs` lists the stored runs)")
@@ -1181,7 +1194,7 @@ def run_id_of(text: str) -> int | None:
     if not (text.isascii() and text.isdigit()):
         return None
     if len(text.lstrip("0")) > 19 or int(text) > MAX_RUN_ID:
-        raise NbscopeError(f"run id {text[:40]} is larger than any run id (at most {MAX_RUN_ID})")
+        raise NbscopeError(f"run id {shorten(text, 40)} is larger than any run id (at most {MAX_RUN_ID})")
     return int(text)
 
 

@@ -60,9 +60,9 @@ _HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'
 
 def for_html(value: object) -> str:
     """HTML text (an element's content or an attribute's value) that shows ``value`` as it is, without
-    sequences: what ``html.escape(text, quote=True)`` gives (``html`` itself is not imported: it reads a table
+    sequences or credentials: what ``html.escape(text, quote=True)`` gives (``html`` itself is not imported: it reads a table
     of every named entity, which a publish does not need)."""
-    return visible(value).translate(_HTML)
+    return redact(visible(value)).translate(_HTML)  # redacted before it is escaped: ``&quot;`` ends no secret
 
 
 # Prose in markdown: the characters that open HTML, an entity, emphasis, a link or an image, code, or end a

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from nbscope._redact import shorten
 from nbscope._units import count
 from nbscope.record.run import RunRecord
 from nbscope.render import html as report_html
@@ -69,7 +70,7 @@ def _cause(row: Lecture) -> tuple[str, str]:
 
 
 def _clip(text: str, limit: int | None) -> str:
-    return text if limit is None or len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return text if limit is None else shorten(text, limit)
 
 
 def _slowdown(value: object) -> str:
@@ -220,7 +221,7 @@ def print_audit(record: RunRecord, audit: Audit | None = None) -> None:
     for entry in audit.failures:
         console.print(
             f"[red]{escape(entry.path)} on {escape(entry.backend)}: {escape(str(entry.status))}[/red] "
-            f"{escape(entry.error or '')[:200]}"
+            f"{escape(shorten(entry.error or '', 200))}"
         )
     if audit.missing:
         console.print(f"[red]missing from the merged files: {escape(', '.join(audit.missing))}[/red]")
@@ -253,7 +254,8 @@ def audit_markdown(record: RunRecord, audit: Audit | None = None) -> str:
         ]
     notes = [f"- {prose(b)} unavailable: {prose(i.reason)}" for b, i in audit.backends.items() if not i.available]
     notes += [
-        f"- `{_md(e.path)}` on {prose(e.backend)}: {e.status} {prose(e.error or '')[:200]}" for e in audit.failures
+        f"- `{_md(e.path)}` on {prose(e.backend)}: {e.status} {prose(shorten(e.error or '', 200))}"
+        for e in audit.failures
     ]
     if notes:
         lines += ["", *notes]

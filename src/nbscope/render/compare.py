@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from nbscope._redact import shorten
 from nbscope._units import count, size
 from nbscope.collect import fingerprint as fp
 from nbscope.render._markdown import markdown_table, plain_text
@@ -63,7 +64,7 @@ def _value(value: object) -> str:
         return f"{value:g}"
     if isinstance(value, (dict, list)):
         text = json.dumps(value, default=str)
-        return text if len(text) <= 100 else text[:97] + "…"
+        return shorten(text, 100)
     return str(value)
 
 
@@ -141,7 +142,7 @@ def comparison_rows(
     for row in cells:
         code = row.code_line or row.first_line
         note = MATCH_NOTE[row.match]
-        benchmark = Item(code[:60], code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
+        benchmark = Item(shorten(code, 60), code=True, lead=f"{_cell_name(row)}: ", tail=f" ({note})" if note else "")
         figures: list[Item | str] = [_side(row.a, with_compile=inline), _side(row.b, with_compile=inline)]
         if compile_figures == "columns":
             figures += [_side_compile(row.a), _side_compile(row.b)]

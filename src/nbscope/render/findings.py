@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from nbscope._redact import shorten
 from nbscope._units import count
 from nbscope.collect import fingerprint as fp
 from nbscope.render._clean import markdown_with_code as prose
@@ -84,10 +85,6 @@ def _clip(lines: list[str], keep: int, width: int, note: str = "") -> list[str]:
     return kept
 
 
-def _one_line(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
-
-
 def finding_text(
     finding: Finding, cells: Mapping[int, Cell], width: int, *, verbose: bool = False
 ) -> list[tuple[str, str]]:
@@ -98,7 +95,7 @@ def finding_text(
     tag = f"{finding.rule} · {finding.confidence:.0%}"
     if len(header) + len(tag) + 3 <= width:
         header = header + " " * (width - len(header) - len(tag)) + tag
-    lines = [(style or "bold", _one_line(header, width))]
+    lines = [(style or "bold", shorten(header, width))]
     summary = _wrapped(finding.summary, width, "  ", "  ")
     fix = _wrapped(finding.fix, width, "  fix: ", "       ")
     highlights = [f"  · {label}: {text}" for label, text in finding.evidence_highlights()]
@@ -114,7 +111,7 @@ def finding_text(
     fix = _clip(fix, max(1, room - min(1, len(highlights))), width, " (--verbose)")
     room -= len(fix)
     lines += [("", line) for line in summary] + [("green", line) for line in fix]
-    lines += [("", _one_line(item, width)) for item in highlights[: max(0, room)]]
+    lines += [("", shorten(item, width)) for item in highlights[: max(0, room)]]
     return lines
 
 
@@ -198,8 +195,8 @@ def top_findings_text(
         line = f"{lead}{finding.title}: {finding.summary}"
         if len(line) > width and len(lead) + len(finding.summary) <= width:
             line = lead + finding.summary  # the sentence whole rather than the title
-        lines.append((SEVERITY_STYLE[finding.severity], _one_line(line, width)))
-        lines.append(("green", _one_line(f"    fix: {finding.short_fix()}", width)))
+        lines.append((SEVERITY_STYLE[finding.severity], shorten(line, width)))
+        lines.append(("green", shorten(f"    fix: {finding.short_fix()}", width)))
     return lines
 
 

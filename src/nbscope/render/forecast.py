@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rich.table import Table
 
 from nbscope import _units as units
+from nbscope._redact import shorten
 from nbscope.render._clean import code_span
 from nbscope.render._markdown import markdown_table
 from nbscope.render._rows import Column, Item, Rows
@@ -204,7 +205,12 @@ def _cell_columns() -> tuple[Column, ...]:
 
 
 def _cell_items(index: int, line: int | None, first_line: str | None, cpu_s: float | None) -> tuple[object, ...]:
-    return str(index + 1), str(line or ""), Item((first_line or "")[:CODE_WIDTH], code=True), format_seconds(cpu_s)
+    return (
+        str(index + 1),
+        str(line or ""),
+        Item(shorten(first_line or "", CODE_WIDTH), code=True),
+        format_seconds(cpu_s),
+    )
 
 
 DOMINANT = "dominant term"

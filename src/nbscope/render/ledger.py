@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nbscope import _units as units
+from nbscope._redact import shorten
 from nbscope.record.run import RunRecord
 from nbscope.render._clean import markdown_with_code as prose
 from nbscope.render._markdown import markdown_table
@@ -176,7 +177,7 @@ def _print_cell_errors(run: NotebookRun) -> None:
             error = cell.error
             console.print(
                 f"[red]{literal(cell.label)}: {literal(cell.status)}[/red] "
-                f"{literal(error.name if error else '')}: {literal((error.message if error else '')[:160])}"
+                f"{literal(error.name if error else '')}: {literal(shorten(error.message if error else '', 160))}"
             )
 
 

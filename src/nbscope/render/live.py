@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nbscope import _units as units
+from nbscope._redact import shorten
 from nbscope.render._clean import for_terminal
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def live_lines(kernels: Sequence[RunningKernel]) -> list[str]:
         else:
             line = f" (line {kernel.line})" if kernel.line else ""
             lines.append(
-                f"{where}: cell {kernel.cell}{line} `{for_terminal(kernel.first_line or '')[:60]}`, "
+                f"{where}: cell {kernel.cell}{line} `{for_terminal(shorten(kernel.first_line or '', 60))}`, "
                 f"running for {units.seconds(kernel.elapsed_s)}"
             )
     return lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nbscope._redact import shorten
 from nbscope.render.terminal import console, literal
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ class ProfileProgress:
     def started(self, cell: CodeCell) -> None:
         if self.bar is not None and self.task is not None:
             where = f" line {cell.line}" if cell.line else ""
-            self.bar.update(self.task, description=f"cell {cell.index + 1}{where}: {literal(cell.first_line[:40])}")
+            self.bar.update(
+                self.task, description=f"cell {cell.index + 1}{where}: {literal(shorten(cell.first_line, 40))}"
+            )
 
     def done(self, _: object) -> None:
         if self.bar is not None and self.task is not None:

@@ -70,7 +70,7 @@ def _what_import_did(run: ImportedRun, store_path: Path) -> str:
     if not run.added:
         return f"already in {store_path} as run {record.run_id}; not imported again" + _live_file(run)
     if run.live_file_removed is None:
-        return f"imported as run {record.run_id}"
+        return f"imported as run {record.run_id}" + (f": {run.note}" if run.note else "")
     totals = record.notebook_run().totals
     return (
         f"imported as run {record.run_id} ({record.status}: {totals.cells_run} of {totals.cells} cells ran)"

@@ -428,13 +428,16 @@ def settings_text(settings: Mapping[str, object]) -> str:
     XLA_FLAGS``. Unset, off and default ones are left out; an ``--env`` value is never shown."""
     parts = []
     for key, value in settings.items():
-        if value in (None, [], {}, "", False) or (key in DEFAULT_SETTINGS and value == DEFAULT_SETTINGS[key]):
+        if value in (None, [], {}, "", False) or key == "env_signed":
+            continue
+        if key in DEFAULT_SETTINGS and value == DEFAULT_SETTINGS[key]:
             continue
         if key == "env" and isinstance(value, Mapping):
             parts += [f"--env {name}" for name in value]
         elif key == "trial" and isinstance(value, Mapping) and {"of", "cell", "remedy", "side"} <= value.keys():
             side = "reference: JAX on the CPU" if value["side"] == "reference" else value["side"]
-            parts.append(f"trial of run {value['of']}: cell {value['cell']}, {value['remedy']} ({side})")
+            of = f"run {value['of']}" if value["of"] is not None else "a run not in this store"
+            parts.append(f"trial of {of}: cell {value['cell']}, {value['remedy']} ({side})")
         elif value is True:
             parts.append(field_name(f"settings.{key}"))
         else:

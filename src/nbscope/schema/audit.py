@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
+from nbscope._redact import shorten
 from nbscope.schema.codec import Check, Measured, MeasuredTime, Read, Write, never
 
 # A run's own statuses that measured the notebook (an entry's other statuses: error, unavailable, not-run).
@@ -31,7 +32,7 @@ def _in_book(path: str) -> str | None:
     """A notebook's path in its book: relative, and never above the book's folder (a merge's file may be crafted)."""
     parts = PurePosixPath(path.replace("\\", "/")).parts
     if path.startswith(("/", "~")) or ".." in parts or (parts and ":" in parts[0]):
-        return f"is {path[:60]!r}, not a path inside the book"
+        return f"is {shorten(path, 60)!r}, not a path inside the book"
     return None
 
 

@@ -54,6 +54,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
+from nbscope._redact import shorten
 from nbscope.schema import _fields
 
 T = TypeVar("T")
@@ -480,7 +481,7 @@ def _container(kind: type, wanted: str, item_hint: object) -> Checker:
 def step(key: object) -> str:
     """A key as a path names it: as written, or quoted when it holds what would break the line (``'a\\nb'``)."""
     text = str(key)
-    return text if text.isprintable() and len(text) <= 60 else repr(text[:60])
+    return text if text.isprintable() and len(text) <= 60 else repr(shorten(text, 60))
 
 
 def _wanted_type(hint: object) -> str:

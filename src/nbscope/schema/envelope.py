@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
+from nbscope._redact import shorten
 from nbscope.schema.codec import Check, Read
 from nbscope.schema.kinds import KINDS
 
@@ -18,11 +19,11 @@ RUN_STATUSES = ("ok", "partial", "error")
 
 
 def _kind(kind: str) -> str | None:
-    return None if kind in KINDS else f"is {kind[:40]!r}, not one of {', '.join(KINDS)}"
+    return None if kind in KINDS else f"is {shorten(kind, 40)!r}, not one of {', '.join(KINDS)}"
 
 
 def _run_status(status: str) -> str | None:
-    return None if status in RUN_STATUSES else f"is {status[:40]!r}, not one of {', '.join(RUN_STATUSES)}"
+    return None if status in RUN_STATUSES else f"is {shorten(status, 40)!r}, not one of {', '.join(RUN_STATUSES)}"
 
 
 def _iso_time(text: str) -> str | None:
@@ -30,7 +31,7 @@ def _iso_time(text: str) -> str | None:
     try:
         datetime.fromisoformat(text)
     except ValueError:
-        return f"is {text[:40]!r}, not an ISO 8601 time"
+        return f"is {shorten(text, 40)!r}, not an ISO 8601 time"
     return None
 
 

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from nbscope._redact import shorten
+
 __all__ = ["IpynbDocument", "check_cells", "shown"]
 
 
@@ -22,7 +24,7 @@ class IpynbDocument:
 def shown(value: object) -> str:
     """A value as an error message quotes it: its JSON, cut at 40 characters."""
     text = json.dumps(value, default=str)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return shorten(text, 40)
 
 
 def check_cells(data: object) -> None:

@@ -205,6 +205,7 @@ class Settings:
     timeout: float | None
     kernel: str | None = None  # the kernel asked for (None: the notebook's own)
     env_values_stored: bool = False  # ``--env`` values kept as given (``--env-store-values``), not as hashes
+    env_signed: Mapping[str, str] | None = None  # ``record.secrets.signed``: which values a rerun may give again
     backends: tuple[Name, ...] = ()  # an audit: the backends it ran the notebooks on
     hashkey: Name = None  # a jupyter-cache import: the cache's key of the executed notebook
 

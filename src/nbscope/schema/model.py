@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from nbscope._redact import shorten
 from nbscope.schema import _fields
 from nbscope.schema.codec import MAX_CELLS, Check, Count, Index, Read, Repeat, Seconds, Time, step
 from nbscope.schema.memory import MemoryReading
@@ -30,13 +31,15 @@ from nbscope.schema.timeline import TimelineSummary
 
 
 def _cell_status(status: str) -> str | None:
-    return None if status in CELL_STATUSES else f"is {status[:40]!r}, not one of {', '.join(CELL_STATUSES)}"
+    return None if status in CELL_STATUSES else f"is {shorten(status, 40)!r}, not one of {', '.join(CELL_STATUSES)}"
 
 
 def _lines(value: object) -> str | None:
     found = _fields.line_range(value)
     return (
-        None if found is not None and 0 <= found[0] <= found[1] else f"is {str(value)[:40]}, not a first and last line"
+        None
+        if found is not None and 0 <= found[0] <= found[1]
+        else f"is {shorten(str(value), 40)}, not a first and last line"
     )
 
 
@@ -366,12 +369,12 @@ class NotebookRun:
                     if parent not in parents:
                         return (
                             where,
-                            f"loop {chain[-1][:60]!r} has parent {parent[:60]!r}, which is no loop of its program",
+                            f"loop {shorten(chain[-1], 60)!r} has parent {shorten(parent, 60)!r}, which is no loop of its program",
                         )
                     if parent in chain:
                         return (
                             where,
-                            f"the loops' parents form a cycle ({' -> '.join(c[:40] for c in [*chain, parent])})",
+                            f"the loops' parents form a cycle ({' -> '.join(shorten(c, 40) for c in [*chain, parent])})",
                         )
                     chain, parent = [*chain, parent], parents[parent]
         return None

@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from nbscope._redact import shorten
 from nbscope.schema import _fields, codec
 from nbscope.schema.envelope import Envelope
 
@@ -83,7 +84,7 @@ def timestamp(value: object, where: str) -> float:
     except ValueError:
         moment = None
     if moment is None:
-        raise InvalidRunDocument(f"{where} is {str(value)[:40]!r}, not an ISO 8601 time")
+        raise InvalidRunDocument(f"{where} is {shorten(str(value), 40)!r}, not an ISO 8601 time")
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Literal, TypedDict, get_args
 
 from nbscope import _units as units
+from nbscope._redact import shorten
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse.diagnose import _bindings, _forecast, _source
 from nbscope.record import cells
@@ -144,7 +145,7 @@ def _readable(key: str, value: object) -> str | None:
         text = ", ".join(str(item) for item in value[:6]) + (" …" if len(value) > 6 else "")
     else:
         text = str(value)
-    return text if len(text) <= 90 else text[:89] + "…"
+    return shorten(text, 90)
 
 
 def _label(key: str) -> str:
@@ -184,7 +185,7 @@ def first_clause(text: str, limit: int = 110) -> str:
             text = text[:position]
             break
     text = text.strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return shorten(text, limit)
 
 
 @dataclass
@@ -408,7 +409,7 @@ class Context:
         lines = source.splitlines()
         line = calls[0].lineno
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ast.unparse(calls[0])
-        return CallSite(line=line, code=code if len(code) <= 70 else code[:69] + "…", package=package)
+        return CallSite(line=line, code=shorten(code, 70), package=package)
 
     @property
     def has_sources(self) -> bool:

@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+from nbscope._redact import shorten
 from nbscope.analyse.diagnose import _source
 from nbscope.collect.cell_python import python_of as python_of
 
@@ -73,7 +74,7 @@ def evaluate(node: ast.AST | None, env: Mapping[str, Bound]) -> Bound:
         return Bound(
             value, origin if value is not None else f"`{ast.unparse(node)}` is not an integer nbscope computes"
         )
-    return Bound(None, f"`{ast.unparse(node)[:40]}` is computed when the notebook runs")
+    return Bound(None, f"`{shorten(ast.unparse(node), 40)}` is computed when the notebook runs")
 
 
 def _arithmetic(op: ast.operator, a: int, b: int) -> int | None:
@@ -185,12 +186,12 @@ class Bindings:
                 values = [evaluate(v, env) for v in value_node.elts]
                 for target, item, value in zip(targets[0].elts, value_node.elts, values, strict=True):
                     assert isinstance(target, ast.Name)
-                    text = f"`{target.id} = {ast.unparse(item)[:40]}` in `{ast.unparse(statement)[:50]}` ({where})"
+                    text = f"`{target.id} = {shorten(ast.unparse(item), 40)}` in `{shorten(ast.unparse(statement), 50)}` ({where})"
                     env[target.id] = Bound(value.value, text if value.value is not None else f"{text}: {value.origin}")
                 return
             if all(isinstance(t, ast.Name) for t in targets):
                 value = evaluate(statement.value, env)
-                text = f"`{ast.unparse(statement)[:60]}` ({where})"
+                text = f"`{shorten(ast.unparse(statement), 60)}` ({where})"
                 for target in targets:
                     assert isinstance(target, ast.Name)
                     env[target.id] = Bound(value.value, text if value.value is not None else f"{text}: {value.origin}")
@@ -198,7 +199,7 @@ class Bindings:
         if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
             combined = ast.BinOp(left=ast.Name(statement.target.id, ast.Load()), op=statement.op, right=statement.value)
             value = evaluate(combined, env)
-            env[statement.target.id] = Bound(value.value, f"`{ast.unparse(statement)[:60]}` ({where})")
+            env[statement.target.id] = Bound(value.value, f"`{shorten(ast.unparse(statement), 60)}` ({where})")
             return
         kind = type(statement).__name__.lower().replace("asyncfunctiondef", "def").replace("functiondef", "def")
         for name in bound:
@@ -326,7 +327,8 @@ class LoopResolver:
         parts = range_parts(iterable)
         if parts is None:
             return LoopLength(
-                None, origin=f"iterates over `{ast.unparse(iterable)[:40]}`: its length is known only at run time"
+                None,
+                origin=f"iterates over `{shorten(ast.unparse(iterable), 40)}`: its length is known only at run time",
             )
         start, stop, step = parts
         shown = LoopLength(

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from nbscope._redact import shorten
 from nbscope.analyse.diagnose import _bindings, _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, seconds, severity
 from nbscope.collect.cell_python import in_source_order
@@ -57,7 +58,7 @@ def _header(node: ast.For | ast.While) -> str:
         text = f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}"
     else:
         text = f"while {ast.unparse(node.test)}"
-    return text if len(text) <= 60 else text[:59] + "…"
+    return shorten(text, 60)
 
 
 def _trips(node: ast.For | ast.While, env: Mapping[str, _bindings.Bound]) -> _bindings.Bound:
@@ -84,7 +85,7 @@ def _trips(node: ast.For | ast.While, env: Mapping[str, _bindings.Bound]) -> _bi
             return _bindings.Bound(None, "range() with a zero step")
         origin = " and ".join(dict.fromkeys(b.origin for b in bounds if b.origin != "a literal")) or "a literal"
         return _bindings.Bound(count, origin)
-    return _bindings.Bound(None, f"`{ast.unparse(iterable)[:40]}` has a length known only when it runs")
+    return _bindings.Bound(None, f"`{shorten(ast.unparse(iterable), 40)}` has a length known only when it runs")
 
 
 def _breaks(loop: ast.For) -> bool:
@@ -345,7 +346,7 @@ def _judge(
             + (f" to the {platform.upper()} and its result copied back" if on_device and platform else "")
         ),
         highlights=[
-            ("loop", f"line {loop.line}{where}: {loop.code} ({loop.origin})"[:110]),
+            ("loop", shorten(f"line {loop.line}{where}: {loop.code} ({loop.origin})", 110)),
             ("run", f"{seconds(running)} for {counted}; {seconds(per)} each"),
         ]
         + ([("executions", f"{executions:,} programs executed")] if executions else []),

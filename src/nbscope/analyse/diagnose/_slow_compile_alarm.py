@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from nbscope._redact import shorten
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, seconds, severity
 
 NAME = "slow-compile-alarm"
@@ -42,7 +43,7 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
                     else f" ({seconds(compile_s)} compiling)"
                 )
             ),
-            highlights=[("alarm", alarms[0][:120]), ("alarms", f"{len(alarms)} in this cell")],
+            highlights=[("alarm", shorten(alarms[0], 120)), ("alarms", f"{len(alarms)} in this cell")],
             action=(
                 "pass large arrays as arguments instead of building them inside the jitted function"
                 if folding

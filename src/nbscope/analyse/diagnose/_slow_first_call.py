@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from nbscope import _units as units
+from nbscope._redact import shorten
 from nbscope.analyse.diagnose import _source
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, Skip, severity
 from nbscope.schema.codec import Write, encode, never
@@ -214,7 +215,7 @@ def _other_work(tree: ast.Module, call: ast.Call) -> tuple[str, ...]:
         calls = [n for n in ast.walk(statement) if isinstance(n, ast.Call) and _source.dotted(n.func) not in _SILENT]
         if calls:
             text = ast.unparse(statement).splitlines()[0]
-            found.append(text if len(text) <= 60 else text[:59] + "…")
+            found.append(shorten(text, 60))
     return tuple(found[:3])
 
 
@@ -299,7 +300,7 @@ def _allocations(ctx: Context, index: int) -> list[str]:
                 and (call.args or call.keywords)
             ):
                 text = ast.unparse(call)
-                key = (text if len(text) <= 50 else text[:49] + "…", where)
+                key = (shorten(text, 50), where)
                 found[key] += 1
     return [
         f"`{text}`" + (f" ×{count}" if count > 1 else "") + (f" in `{where}`" if where else "")

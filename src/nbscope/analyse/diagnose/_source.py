@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from nbscope._redact import shorten
 from nbscope.collect.cell_python import timeit_statement
 
 _JIT_NAMES = ("jit", "pjit", "filter_jit")
@@ -452,12 +453,17 @@ def _scan_body(code: NotebookCode, function: Function, node: ast.AST) -> None:
             constants = {k: v for k, v in code.constants.items() if k not in local}
             function.loops.append(
                 SourceLoop(
-                    child.lineno, "for", ast.unparse(child.iter)[:80], _trips(child, constants), function.name, child
+                    child.lineno,
+                    "for",
+                    shorten(ast.unparse(child.iter), 80),
+                    _trips(child, constants),
+                    function.name,
+                    child,
                 )
             )
         elif isinstance(child, ast.While):
             function.loops.append(
-                SourceLoop(child.lineno, "while", ast.unparse(child.test)[:80], None, function.name, child)
+                SourceLoop(child.lineno, "while", shorten(ast.unparse(child.test), 80), None, function.name, child)
             )
         elif isinstance(child, ast.Call):
             name = dotted(child.func)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from nbscope._redact import shorten
 from nbscope.analyse.diagnose._base import Context, Finding, Outcome, Rule, seconds
 
 NAME = "unsupported-on-device"
@@ -38,13 +39,13 @@ def evaluate(ctx: Context) -> Iterator[Outcome]:
             evidence={
                 "platform": platform,
                 "operation": failure.operation,
-                "error": message[:300] if message else None,
+                "error": shorten(message, 300) if message else None,
                 "functions": functions,
                 "wall_s": round(wall, 4),
                 "seconds_at_stake": round(wall, 4),
             },
             summary=f"raised on the {device} after {seconds(wall)}: {failure.operation}{where} ({failure.reason})",
-            highlights=[("error", (message or "")[:160]), ("known from", failure.source)],
+            highlights=[("error", shorten(message or "", 160)), ("known from", failure.source)],
             action=keep,
             fix=(
                 f"XLA on the {device} does not implement this operation for this dtype. Run "

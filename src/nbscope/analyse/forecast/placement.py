@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
 
+from nbscope._redact import shorten
 from nbscope.schema.codec import Write
 
 _CPU_LITERAL = re.compile(r"""(?:devices|local_devices)\s*\(\s*(?:backend\s*=\s*)?["']cpu["']""")
@@ -193,7 +194,7 @@ class _Reader:
                 self.block[2].append(line)
         if not stripped or stripped.startswith("#"):
             return
-        pin = Pin(how="", cell=index, row=row, text=stripped[:120])
+        pin = Pin(how="", cell=index, row=row, text=shorten(stripped, 120))
         if _PLATFORM.search(line) and self.placement.platform is None:
             pin.how = "platform"
             self.placement.platform = pin

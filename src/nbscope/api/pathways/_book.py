@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbscope._redact import shorten
 from nbscope.api.jupyter_book2 import major, this_environment_version
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, kernel_described, one_line, reap, skipped
 from nbscope.collect.notebook import Notebook
@@ -194,7 +195,7 @@ def build_and_measure(
         return PathwayResult(
             name,
             "error",
-            runner=runner | {"output_tail": result.output[-2000:]},
+            runner=runner | {"output_tail": shorten(result.output, 2000, keep_end=True)},
             error=reason,
             interrupted=result.interrupted,
         )
@@ -214,7 +215,7 @@ def build_and_measure(
         runner["interrupted"] = run.runner.interrupted
     if result.returncode != 0 or runner["execution_failed"] or result.interrupted:
         status = "partial"
-        runner["output_tail"] = result.output[-2000:]
+        runner["output_tail"] = shorten(result.output, 2000, keep_end=True)
     result_totals = dict(object_in(m, "totals"))  # a trace record always holds its totals
     result_totals.update(book_build_s=result.wall_s, book_executed_s=runner["executed_s"])
     return PathwayResult(

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from nbscope._redact import shorten
 from nbscope.api.profile import RunSpec
 
 if TYPE_CHECKING:
@@ -66,4 +67,4 @@ def reap(token: str, *, grace_s: float = 3.0) -> list[dict[str, object]]:
 
 def one_line(text: str, limit: int = 300) -> str:
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else "")[:limit]
+    return shorten(lines[-1] if lines else "", limit)

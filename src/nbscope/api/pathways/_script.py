@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from nbscope._redact import shorten
 from nbscope.api.pathways._common import PathwayOptions, PathwayResult, one_line, reap
 from nbscope.collect.inject import ProbeHome
 from nbscope.collect.notebook import CodeCell, Notebook
@@ -178,7 +179,7 @@ def _run(notebook: Notebook, options: PathwayOptions, home: ProbeHome) -> Pathwa
         "ok" if done is not None and process.returncode == 0 and timed_out is None and not interrupted else "partial"
     )
     if status != "ok":
-        runner["output_tail"] = output[-2000:] or None
+        runner["output_tail"] = shorten(output, 2000, keep_end=True) or None
     cache_state = "cold" if process_environment.read(env).jax_compilation_cache_dir else "off"
     result_totals = totals(cells, runner, cache_state)
     result_totals["process_start_s"] = runner["process_start_s"]

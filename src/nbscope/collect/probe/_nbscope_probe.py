@@ -33,8 +33,10 @@ from typing import Any
 try:  # beside this file in the kernel's probe home
     import _nbscope_events
     import _nbscope_hashes
+    from _nbscope_words import whole_words
 except ImportError:  # imported as part of the nbscope package
     from nbscope.collect.probe import _nbscope_events, _nbscope_hashes
+    from nbscope.collect.probe._nbscope_words import whole_words
 
 PROBE_VERSION = 1
 
@@ -646,7 +648,7 @@ class Probe:
             if isinstance(text, str) and any(marker in text for marker in _ALARM_MARKERS):
                 for line in text.splitlines():
                     if any(marker in line for marker in _ALARM_MARKERS):
-                        probe.counters.alarms.append(line.strip()[:300])
+                        probe.counters.alarms.append(whole_words(line.strip(), 300))
             return original(text)
 
         try:
@@ -701,7 +703,8 @@ def _error_message(error: BaseException) -> str:
     try:
         text = str(error)
         frames = text.find("    @     0x")
-        return (text[:frames].rstrip(": \n") if frames > 0 else text)[:500]
+        message: str = whole_words(text[:frames].rstrip(": \n") if frames > 0 else text, 500)
+        return message
     except Exception as exc:
         return f"(its message could not be read: {type(exc).__name__})"
 
@@ -750,7 +753,7 @@ def _class_attributes(cls: type) -> dict[str, Any]:
 
 def _short_shapes(text: str) -> str:
     # "(ShapedArray(float32[3]), ShapedArray(int32[], weak_type=True))" -> "float32[3], int32[]"
-    return ", ".join(_findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or text[:200]
+    return ", ".join(_findall(r"ShapedArray\((\w+\[[^\]]*\])", text)) or whole_words(text, 200)
 
 
 class _JaxDevices:
@@ -777,7 +780,7 @@ class _JaxDevices:
                 "device_kind": str(devices[0].device_kind) if devices else None,
                 "devices": len(devices),
                 "memory_bytes_per_device": stats.get("bytes_limit"),
-                "platform_version": str(getattr(backend, "platform_version", "") or "")[:200] or None,
+                "platform_version": whole_words(str(getattr(backend, "platform_version", "") or ""), 200) or None,
                 "jax": getattr(sys.modules["jax"], "__version__", None) if "jax" in sys.modules else None,
                 "jaxlib": getattr(jaxlib, "__version__", None),
             }

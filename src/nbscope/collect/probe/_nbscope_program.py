@@ -50,6 +50,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+try:  # beside this file in the kernel's probe home
+    from _nbscope_words import whole_words
+except ImportError:  # imported as part of the nbscope package
+    from nbscope.collect.probe._nbscope_words import whole_words
+
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
 PROGRAMS_NAME = "programs-{seq:04d}.xplane.pb"
 MODULES_NAME = "programs-{seq:04d}.hlo"  # each: 8 bytes little-endian length, then a serialised HloModuleProto
@@ -171,7 +176,7 @@ class Programs:
         try:
             self.session = _session(hlo_protos=False)
         except Exception as exc:  # e.g. the notebook runs its own jax.profiler trace
-            self.skipped = f"{type(exc).__name__}: {exc}"[:300]
+            self.skipped = whole_words(f"{type(exc).__name__}: {exc}", 300)
             return
         trace_path = os.path.join(self.folder, TRACE_NAME.format(seq=seq))
         with self.split_lock:
@@ -207,7 +212,7 @@ class Programs:
                         "compile_s": guard.compile_at_cut,
                     }
             except Exception as exc:
-                result["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                result["trace_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
         elif self.shared and isinstance(timeline_trace, dict) and timeline_trace.get("path"):
             result["trace"] = timeline_trace["path"]
             result["shared"] = True
@@ -239,14 +244,14 @@ class Programs:
                     )
                     self._target_of(executables)
                 except Exception as exc:  # an executable of another kind: the session below reads them all
-                    result["programs_note"] = f"{type(exc).__name__}: {exc}"[:300]
+                    result["programs_note"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
             del executables
             if "programs" not in result:
                 try:
                     hlo = _session(hlo_protos=True)
                     result["programs"] = _write(self.folder, PROGRAMS_NAME.format(seq=seq), hlo.stop())
                 except Exception as exc:
-                    result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    result["programs_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
             result["programs_s"] = time.perf_counter() - started
         self.counter.report(result)
         self._lowerings(seq, result)
@@ -263,7 +268,7 @@ class Programs:
                     self.folder, GPU_NAME.format(seq=seq), json.dumps(self._lower_for_gpu()).encode()
                 )
             except Exception as exc:
-                result["gpu_lowering_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                result["gpu_lowering_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
             result["gpu_lowering_s"] = time.perf_counter() - started
             self.lowered = []
 
@@ -435,7 +440,7 @@ class Programs:
         try:
             self.trace_path = guard.finish()
         except Exception as exc:  # the part's events are lost: the trace says so
-            self.split_error = f"a part of the trace was lost: {type(exc).__name__}: {exc}"[:300]
+            self.split_error = whole_words(f"a part of the trace was lost: {type(exc).__name__}: {exc}", 300)
         self.session, self.guard, self.paused = None, None, guard
 
     def _resume(self) -> None:
@@ -453,7 +458,7 @@ class Programs:
             self.guard = _Guard(self.session, before.path, before.compile_clock, after=before, loops=loops)
         except Exception as exc:
             self.session = None
-            self.split_error = f"no trace after a compile: {type(exc).__name__}: {exc}"[:300]
+            self.split_error = whole_words(f"no trace after a compile: {type(exc).__name__}: {exc}", 300)
 
     # ---- what the TPU would compile ---------------------------------------------------------------
     def _keep_target(self, executable: Any, module: Any, closed: Any) -> None:
@@ -489,7 +494,7 @@ class Programs:
         try:
             result["target"] = self._target_file(seq)
         except Exception as exc:
-            result["target_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            result["target_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
         result["target_s"] = time.perf_counter() - started
 
     def _target_file(self, seq: int) -> str:
@@ -508,7 +513,7 @@ class Programs:
                     traced.lower(lowering_platforms=("tpu",)).compiler_ir().operation.write_bytecode(file=buffer)
                     self.target_lines.append(_target_line(program, "lowered for tpu", buffer.getvalue()))
                 except Exception as exc:
-                    error = f"{type(exc).__name__}: {exc}"[:600]
+                    error = whole_words(f"{type(exc).__name__}: {exc}", 600)
                     self.target_lines.append(json.dumps({"program": program, "lowering_error": error}))
         finally:
             self.exporting = False
@@ -535,7 +540,7 @@ class Programs:
                     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
                     entry.update(_summarise(_cuda_module(jax, jax.jit(core.jaxpr_as_fun(closed)), avals, entry)))
                 except Exception as exc:
-                    entry["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                    entry["error"] = whole_words(f"{type(exc).__name__}: {exc}", 200)
                 entry["seconds"] = time.perf_counter() - started
                 found.append(entry)
         finally:

@@ -28,6 +28,11 @@ import sys
 import time
 from typing import Any
 
+try:  # beside this file in the kernel's probe home
+    from _nbscope_words import whole_words
+except ImportError:  # imported as part of the nbscope package
+    from nbscope.collect.probe._nbscope_words import whole_words
+
 BACKENDS_NOT_STARTED = "JAX had not started its backends when the cell began (tracing would have started them)"
 
 
@@ -72,7 +77,7 @@ class Timeline:
                     profiler.start_trace(target)
             self.current = target
         except Exception as exc:  # e.g. the notebook runs its own jax.profiler trace
-            self.skipped = f"{type(exc).__name__}: {exc}"[:300]
+            self.skipped = whole_words(f"{type(exc).__name__}: {exc}", 300)
 
     def stop(self, seq: int) -> dict[str, Any] | None:
         """Stop the cell's trace; the result is stored in the probe line as ``timeline_trace``."""
@@ -90,7 +95,7 @@ class Timeline:
                     raise RuntimeError("jax.profiler is gone")
                 profiler.stop_trace()
         except Exception as exc:  # the notebook stopped our trace itself, or the trace failed
-            return {"path": target, "seq": seq, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            return {"path": target, "seq": seq, "error": whole_words(f"{type(exc).__name__}: {exc}", 300)}
         # Collecting and writing the trace happens here, in post_run_cell: outside the probe's code
         # time but inside the kernel's request; the summary reports it so a reader can tell them apart.
         return {"path": target, "seq": seq, "stop_s": time.perf_counter() - started}

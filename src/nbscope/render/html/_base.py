@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 
 from nbscope import _units
+from nbscope._redact import shorten
 from nbscope.record.run import RunRecord
 from nbscope.render._clean import for_html
 
@@ -32,7 +33,7 @@ _number = _units.number
 
 def _short(given: object, width: int = 40) -> str:
     text = " ".join(str(given or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return shorten(text, width)
 
 
 def run_name(record: RunRecord, position: int) -> str:
