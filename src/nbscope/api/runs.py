@@ -179,9 +179,11 @@ def relink(record: RunRecord, store: Store) -> str | None:
         return None
     found = store.ids_of_uuids([uuid for uuid in (link.of_uuid, link.as_is_uuid) if uuid])
     of, as_is = (found[uuid] if uuid in found else None for uuid in (link.of_uuid, link.as_is_uuid))
-    record.settings["trial"]["of"] = of
-    if "trial" in record.measurements:
-        record.measurements["trial"].update(of_run=of, as_is_run=as_is, reference_run=None)
+    trial, measured = record.settings.get("trial"), record.measurements.get("trial")
+    if isinstance(trial, dict):
+        trial["of"] = of
+    if isinstance(measured, dict):
+        measured.update(of_run=of, as_is_run=as_is, reference_run=None)
     return None if of is not None else "a trial of a run not in this store: its link is dropped"
 
 

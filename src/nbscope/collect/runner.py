@@ -389,8 +389,9 @@ class _CellLoop:
         )
         if reply["content"]["status"] != "ok":
             error = f"{reply['content']['ename']}: {reply['content']['evalue']}"
-            errors = self.runner.get("trial_errors")
-            self.runner["trial_errors"] = {**(errors if isinstance(errors, dict) else {}), when: shorten(error, 300)}
+            errors = self.runner.setdefault("trial_errors", {})
+            if isinstance(errors, dict):
+                errors[when] = shorten(error, 300)
 
     def _note_oom_kill(self, record: dict[str, object]) -> None:
         """Whether Linux counted an OOM kill where the kernel ran while it died: then it was killed for memory."""

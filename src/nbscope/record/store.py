@@ -785,7 +785,7 @@ class Store:
             return {}
         marks = ", ".join("?" * len(uuids))
         with self._connect() as db:
-            rows = db.execute(
+            rows: list[tuple[str, int]] = db.execute(
                 "SELECT json_extract(document, '$.measurements.run_uuid') AS uuid, MIN(run_id) FROM documents "
                 f"WHERE uuid IN ({marks}) GROUP BY uuid",
                 list(uuids),
