@@ -356,27 +356,18 @@ def _record_of(
 
 
 def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool) -> tuple[str | None, list[Path]]:
-    """Store the traced runs; when the store refuses them, each is written to a run file instead (``nbscope
-    import`` stores it later): ``(why, those files)``."""
-    import sqlite3
-
-    from nbscope.record import run as record_module
+    """Store the traced runs; when the store refuses them, those not stored are kept in run files
+    (:func:`nbscope.record.live.save_or_keep`): ``(why, those files)``."""
+    from nbscope.record.live import NotStored, save_or_keep
 
     if store is None:
         return None, []
-    for number, record in enumerate(records):
-        try:
-            store.save(record)
-        except (NbscopeError, sqlite3.Error, OSError) as exc:
-            why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
-            folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))
-            files: list[Path] = []
-            for kept in records[number:]:
-                kept.run_id = None
-                files.append(record_module.dump(kept, folder / f"{len(files) + 1}-{Path(kept.target).stem}.json"))
-            return why, files
-        if interrupted:
-            _signals.note_saved(f"partial run {record.run_id} ({record.target})")
+    try:
+        save_or_keep(store, records, "the traced runs")
+    except NotStored as exc:
+        return exc.why, exc.files
+    for record in records if interrupted else []:
+        _signals.note_saved(f"partial run {record.run_id} ({record.target})")
     return None, []
 
 
