@@ -11,13 +11,16 @@ in one cannot touch the others, and nbclient's asyncio use needs no thread care.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from nbscope._errors import NbscopeError
@@ -179,6 +182,7 @@ class LocalScheduler:
         # The kernels a pool process started (each in a session of its own) and what they started: found
         # before their parent goes, since after that they belong to init.
         descendants = _descendants([p.pid for p in processes if p.pid is not None]) if kill else []
+        leftovers = _kernel_files(descendants)
         executor.shutdown(wait=not kill, cancel_futures=True)
         for process in processes:
             if process.is_alive():
@@ -190,6 +194,29 @@ class LocalScheduler:
                 pass
         for process in processes:
             process.join(timeout=10)
+        for path in leftovers:  # what the killed processes' cleanup would have removed
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _kernel_files(processes: list[Any]) -> list[Path]:
+    """The temporary files of the kernels a killed pool's processes started, which those processes made: each
+    kernel's connection file (``-f FILE``: its key and ports) and its probe home (``NBSCOPE_PROBE_OUT``'s folder).
+    Only a kernel nbscope started (its probe argument on its command line), never what a notebook started."""
+    from nbscope.collect.inject import PROBE_ARGUMENT
+
+    found = []
+    for process in processes:
+        with contextlib.suppress(Exception):  # gone, or not a kernel nbscope started
+            argv = process.cmdline()
+            if PROBE_ARGUMENT not in argv:
+                continue
+            found.append(Path(argv[argv.index("-f") + 1]))
+            home = Path(process.environ()["NBSCOPE_PROBE_OUT"]).parent
+            found += [home] if home.name.startswith("nbscope-probe-") else []
+    return found
 
 
 def _descendants(pids: list[int]) -> list[Any]:
