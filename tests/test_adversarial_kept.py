@@ -118,6 +118,7 @@ def test_a_trial_on_a_store_held_past_the_wait_is_kept_in_files_to_import(
     assert len(files) == 2 and all(f.parent == db.parent / "q.db.d" / "live" for f in files)
     imported = run_in_process(command.split()[1:], cwd=tmp_path)
     assert imported.returncode == 0, imported.stderr
+    assert not any(f.exists() for f in files)  # in the store now
     remedied = [r for r in Store(db).records(kind="trial") if "trial" in r.measurements]
     assert len(remedied) == 1 and remedied[0].measurements["trial"]["values"]  # judged: y compared
     assert "trial threads:1: cell 2 " in run_in_process(["show", "1", "--db", db], cwd=tmp_path).stdout

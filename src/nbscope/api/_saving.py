@@ -17,6 +17,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from nbscope.record.live import save_or_keep
 from nbscope.record.store import Store
 from nbscope.schema.kinds import PROFILE_KINDS
 
@@ -49,7 +50,7 @@ def save_run(
     if store is None:
         return
     if record.run_id is None:
-        store.save(record)
+        save_or_keep(store, [record])
     if record.kind not in PROFILE_KINDS or _signals.received() is not None:
         return
     try:

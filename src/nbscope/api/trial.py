@@ -137,14 +137,15 @@ def _saved(store: Store, record: RunRecord) -> tuple[int | None, BaseException |
 
 
 def _keep_stopped(store: Store, records: list[RunRecord], unjudged: TrialResult) -> None:
-    """What a stopped trial measured, kept as partial runs (the remedy's side listed under its run, unjudged) and
-    named in the command's closing line."""
+    """What a stopped trial measured, kept as partial runs (the last side listed under its run, unjudged) and named
+    in the command's closing line."""
     from nbscope import _signals
 
+    if not records:  # stopped before a run ended
+        return
     for record in records:
         record.finish("partial")
-    for record in records[1:]:  # the remedy's side (none when the stop came before it ran)
-        record.measurements["trial"] = unjudged.to_dict()
+    records[-1].measurements["trial"] = unjudged.to_dict()  # the as-is side's when the remedy's never started
     ids = save_or_keep(store, records, "the stopped trial's runs")
     _signals.note_saved(f"the stopped trial's {' and '.join(f'partial run {i}' for i in ids)}")
 
