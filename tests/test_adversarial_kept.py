@@ -142,6 +142,16 @@ def test_a_gate_on_a_store_held_past_the_wait_says_its_verdict_is_not_stored(
     assert done.returncode == 0 and "PASS" in done.stdout, done.stderr
     [said] = [r.getMessage() for r in caplog.records if r.name == "nbscope"]
     assert "the verdict on run 2 is not stored" in said and "database is locked" in said
+    # Any other write past the wait: one line, not a traceback (an import keeps its file to import again).
+    exported = tmp_path / "r.json"
+    exported.write_text(record([cell(0, 2.0)], started="2026-01-03T00:00:00.000Z").to_json())
+    holder = _Holder(db)
+    try:
+        done = run_in_process(["import", exported, "--db", db], cwd=tmp_path)
+    finally:
+        holder.end()
+    assert_one_line_error(done, f"--db {db}: another process held it for over 0.5 s (database is locked)")
+    assert Store(db).count() == 2 and exported.exists()
     assert Store(db).verdicts() == {}
 
 

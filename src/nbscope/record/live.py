@@ -236,7 +236,7 @@ def keep_unstored(store: Store, records: list[RunRecord], exc: BaseException, wh
             files.append(dump(record, store_subfolder(store.path, LIVE_FOLDER) / name))
         except (OSError, NbscopeError):  # the store's disk is full or read-only: the temporary folder, then
             files.append(dump(record, Path(tempfile.mkdtemp(prefix="nbscope-unstored-")) / name))
-    return NotStored(what, Path(store.path), files, why.removeprefix(f"{store.path}: ").removeprefix("--db "))
+    return NotStored(what, Path(store.path), files, why.removeprefix("--db ").removeprefix(f"{store.path}: "))
 
 
 def belongs_to(path: str | Path, store_path: str | Path) -> bool:

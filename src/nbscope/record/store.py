@@ -635,6 +635,10 @@ class Store:
             try:
                 yield connection
             except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:  # "database is locked"
+                    raise NbscopeError(
+                        f"--db {self.path}: another process held it for over {WAIT_S:g} s ({exc})"
+                    ) from None
                 raise self._not_the_store(exc) or exc from None
 
     def _not_the_store(self, exc: sqlite3.Error | None = None) -> NbscopeError | None:
