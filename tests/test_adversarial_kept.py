@@ -116,6 +116,13 @@ def test_a_trial_on_a_store_held_past_the_wait_is_kept_in_files_to_import(
     assert command.startswith("nbscope import ") and command.endswith(f" --db {db}")
     files = [Path(f) for f in command.split()[2:-2]]
     assert len(files) == 2 and all(f.parent == db.parent / "q.db.d" / "live" for f in files)
+    listed = run_in_process(
+        ["runs", "--unfinished", "--db", db], cwd=tmp_path
+    ).stdout  # found again, if the line is lost
+    assert all(
+        f"{f}: trial q.ipynb" in listed and f"measured, not stored; store it with: nbscope import {f}" in listed
+        for f in files
+    )
     imported = run_in_process(command.split()[1:], cwd=tmp_path)
     assert imported.returncode == 0, imported.stderr
     assert not any(f.exists() for f in files)  # in the store now

@@ -476,7 +476,8 @@ def _unreadable(found: UnfinishedRun) -> bool:
 @dataclass(frozen=True, slots=True)
 class UnfinishedRun(Encoded):
     """One live file of a store (``runs --unfinished``; its ``--json`` is this, a readable file's ``pid`` last):
-    its state (``unfinished``, ``running`` or ``unreadable``), what ran and how far it got, or why it cannot be read."""
+    its state (``unfinished``, ``running``, ``not-stored``: a run file the store refused, or ``unreadable``), what
+    ran and how far it got, or why it cannot be read."""
 
     path: str
     state: str
@@ -513,4 +514,16 @@ def unfinished(store_path: str | Path) -> list[UnfinishedRun]:
                 pid=run.header.pid,
             )
         )
-    return found
+    return found + [_kept(path) for path in sorted(live_folder(store_path).glob("*.json"))]
+
+
+def _kept(path: Path) -> UnfinishedRun:
+    """A run file :func:`keep_unstored` wrote: measured, not stored (the store refused it)."""
+    from nbscope.record.run import load
+
+    try:
+        record = load(path)
+    except NbscopeError as exc:
+        return UnfinishedRun(str(path), "unreadable", reason=str(exc).removeprefix(f"{path}: "))
+    cells = len(record.notebook_run().cells)
+    return UnfinishedRun(str(path), "not-stored", record.started_at, record.kind, record.target, cells, cells)
