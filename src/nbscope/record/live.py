@@ -196,10 +196,9 @@ STORE_REFUSED = (NbscopeError, sqlite3.Error, OSError)
 
 
 class NotStored(NbscopeError):
-    """Runs measured that the store refused: each kept in a run file (``files``), and the command that stores them."""
+    """Runs measured that the store refused: each kept in a run file, and the command that stores them."""
 
     def __init__(self, what: str, store_path: Path, files: list[Path], why: str) -> None:
-        self.files, self.why = files, why
         names = " ".join(str(f) for f in files)
         super().__init__(
             f"{what} could not be stored in {store_path} ({why}); they are kept in files: store them with "
