@@ -17,7 +17,6 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nbscope.record.live import save_or_keep
 from nbscope.record.store import Store
 from nbscope.schema.kinds import PROFILE_KINDS
 
@@ -46,6 +45,7 @@ def save_run(
     it), and is said in one line: added to ``notes`` (the job's outcome shows them), else a warning on the
     ``nbscope`` logger."""
     from nbscope import _signals
+    from nbscope.record.live import save_or_keep
 
     if store is None:
         return
