@@ -511,9 +511,8 @@ def _summarise_timeline(trace: ProbeTimeline, record: dict[str, Any]) -> dict[st
 
 
 def _keep_log_tail(loop: _CellLoop, path: Path) -> None:
-    """The kernel log's tail, kept for a run that did not end ok; a dead kernel's own last words in it (glog's fatal
-    line, ``F1208 … parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --xla_foo``: XLA aborts the process, or
-    Python's ``Fatal Python error: …``) end the message of the cell it died in: why, not only that it died."""
+    """The kernel log's tail, kept for a run that did not end ok; a dead kernel's last words in it (glog's fatal line,
+    ``F1208 … ] Unknown flag in XLA_FLAGS: --xla_foo``, or ``Fatal Python error: …``) end its cell's message."""
     import re
 
     tail = loop.runner["kernel_log_tail"] = _log_tail(path) if loop.status != "ok" else None

@@ -207,10 +207,8 @@ class NotStored(NbscopeError):
 
 
 def save_or_keep(store: Store, records: list[RunRecord], what: str = "the runs") -> list[int]:
-    """Store each run, in order (their ids); where the store refuses one (another writer holds it past its wait,
-    a read-only or full disk), that run and those after it are written as run files (to the store's live folder,
-    else the temporary folder) and :class:`NotStored` names them: what was measured is never lost. Every writer
-    that stores what it measured (try, trace, gate --confirm, ...) keeps it this one way."""
+    """Store each run in order (their ids); one the store refuses (held past its wait, a read-only or full disk) and
+    those after it are kept in run files, which :class:`NotStored` names: every writer keeps what it measured so."""
     ids: list[int] = []
     for number, record in enumerate(records):
         try:
@@ -221,16 +219,14 @@ def save_or_keep(store: Store, records: list[RunRecord], what: str = "the runs")
 
 
 def keep_unstored(store: Store, records: list[RunRecord], exc: BaseException, what: str) -> NotStored:
-    """:class:`NotStored` for ``records``, each written to a run file first."""
+    """:class:`NotStored` for ``records``, each written to a run file in the store's live folder (else TMPDIR)."""
     from nbscope.record.run import dump
 
     why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
     files = []
     for record in records:
         record.run_id = None
-        name = (
-            f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{record.kind}-{os.getpid()}-{uuid.uuid4().hex[:6]}.json"
-        )
+        name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{record.kind}-{uuid.uuid4().hex[:8]}.json"
         try:
             files.append(dump(record, store_subfolder(store.path, LIVE_FOLDER) / name))
         except (OSError, NbscopeError):  # the store's disk is full or read-only: the temporary folder, then

@@ -195,16 +195,12 @@ class LocalScheduler:
         for process in processes:
             process.join(timeout=10)
         for path in leftovers:  # what the killed processes' cleanup would have removed
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def _kernel_files(processes: list[Any]) -> list[Path]:
-    """The temporary files of the kernels a killed pool's processes started, which those processes made: each
-    kernel's connection file (``-f FILE``: its key and ports) and its probe home (``NBSCOPE_PROBE_OUT``'s folder).
-    Only a kernel nbscope started (its probe argument on its command line), never what a notebook started."""
+    """What the kernels nbscope started (its probe argument on their command line) left: each one's connection file
+    (``-f FILE``: its key and ports) and probe home (``NBSCOPE_PROBE_OUT``'s folder); never a notebook's files."""
     from nbscope.collect.inject import PROBE_ARGUMENT
 
     found = []
