@@ -529,7 +529,6 @@ def test_a_store_that_fails_after_the_run_gets_the_ledger_then_the_import_comman
 def test_a_store_that_fails_after_a_traced_command_keeps_the_runs_in_files_to_import(tmp_path: Path) -> None:
     shutil.copy(FILES / "store_read_only_midrun.ipynb", tmp_path / "midrun.ipynb")
     db = full_store(tmp_path / "store" / "nbscope.db", runs=1)
-    (tmp_path / "tmp").mkdir()  # where the run files go (the system's temporary folder, here the test's)
     try:
         done = nbscope(
             "trace",
@@ -541,7 +540,7 @@ def test_a_store_that_fails_after_a_traced_command_keeps_the_runs_in_files_to_im
             "execute",
             "midrun.ipynb",
             cwd=tmp_path,
-            env={"NBSCOPE_TEST_STORE": str(db), "TMPDIR": str(tmp_path / "tmp")},
+            env={"NBSCOPE_TEST_STORE": str(db)},
         )
     finally:
         writable_again(db)
@@ -550,7 +549,8 @@ def test_a_store_that_fails_after_a_traced_command_keeps_the_runs_in_files_to_im
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("nbscope: error: the traced runs could not be stored in ") and "Traceback" not in done.stderr
     command = line.split("`")[1]
-    assert command.startswith(f"nbscope import {tmp_path / 'tmp'}") and command.endswith(f" --db {db}")
+    # The run files are in the store's live folder (record.live.save_or_keep, as every writer keeps its runs).
+    assert command.startswith(f"nbscope import {live_folder(db)}") and command.endswith(f" --db {db}")
     assert Store(db).count() == 1
     imported = nbscope(*command.split()[1:], cwd=tmp_path)
     assert imported.returncode == 0, imported.stderr

@@ -17,6 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from nbscope._errors import NbscopeError
 from nbscope.collect import transport
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -50,8 +51,9 @@ def test_tcp_is_chosen_where_the_loopback_works() -> None:
 def test_the_variable_names_the_transport() -> None:
     assert transport.choose({transport.TRANSPORT_VARIABLE: "ipc"}) == "ipc"
     assert transport.choose({transport.TRANSPORT_VARIABLE: "TCP"}) == "tcp"
-    # anything else is "auto": decided by the loopback
-    assert transport.choose({transport.TRANSPORT_VARIABLE: "carrier-pigeon"}) == "tcp"
+    assert transport.choose({transport.TRANSPORT_VARIABLE: " auto "}) == "tcp"  # decided by the loopback
+    with pytest.raises(NbscopeError, match="use tcp, ipc or auto"):  # a typo is not quietly "auto" (IP5)
+        transport.choose({transport.TRANSPORT_VARIABLE: "carrier-pigeon"})
 
 
 def _notebook(folder: Path) -> Path:

@@ -360,6 +360,8 @@ def judge(comparison: GateComparison, options: GateOptions) -> GateComparison:
         verdict = "faster" if significant else "unchanged"
     else:
         verdict = "unchanged"
+    if verdict != "below-floor" and judged == "unwaited" and abs(jb - base) + abs(jc - cand) >= floor_s:
+        note = _join(note, f"judged less the wait for a CPU; wall {units.seconds(base)} → {units.seconds(cand)}")
     return replace(
         comparison,
         judged=judged,

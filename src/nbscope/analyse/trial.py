@@ -92,7 +92,9 @@ class TrialResult(Encoded):
             return f"results equal{against}{within}"
         if self.results == "vary":
             return "results vary from run to run as it is: not compared"
-        return "no result compared" if self.values else "results not compared (the cell binds no name)"
+        if self.values or self.cell_verdict.startswith("failed"):  # a failed cell bound nothing to compare
+            return "no result compared" if self.values else "results not compared"
+        return "results not compared (the cell binds no name)"
 
     def sentence(self) -> str:
         """``cell 28 1 min 22 s → 1.1 s (faster, p=0.05), results equal``, or why it was not tested."""
@@ -102,7 +104,8 @@ class TrialResult(Encoded):
         if self.p_value is None and self.floor_s and self.cell_verdict in ("faster", "slower", "within noise"):
             # No test on one run each way: the verdict is the change against the noise model's floor for the cell.
             side = "within" if self.cell_verdict == "within noise" else "beyond"
-            test = f", one run each way: {side} its {units.seconds(self.floor_s)} noise floor"
+            runs = "one run each way" if self.repeats <= 1 else f"{self.repeats} runs each way, too few for a test"
+            test = f", {runs}: {side} its {units.seconds(self.floor_s)} noise floor"
         return (
             f"cell {self.cell} {units.seconds(self.cell_as_is_s)} → {units.seconds(self.cell_remedy_s)} "
             f"({self.cell_verdict}{test}), {self.results_phrase()}"
@@ -155,7 +158,11 @@ def judge(
         floor_s=pair.floor_s if pair is not None else None,
         total_as_is_s=result.total.base_s,
         total_remedy_s=result.total.cand_s,
-        total_verdict=_verdict(result.total),
+        total_verdict=(
+            f"not comparable (cell {cell} {pair.cand_status} with the remedy)"
+            if pair is not None and pair.cand_status in FAILED and pair.base_status not in FAILED
+            else _verdict(result.total)
+        ),
         values=checks,
         notes=(*notes, *_one_run_note(*compared_with, checks)),
         reference_run=reference_run,
@@ -257,13 +264,14 @@ def _numbers(name: str, a: object, b: object) -> ValueCheck:
     same = (x == y) | (np.isnan(x) & np.isnan(y))
     if bool(np.all(same)):
         return ValueCheck(name, "equal", note=note)
-    gap = np.where(same, 0.0, np.abs(x - y))
-    scale = np.maximum(np.abs(x), np.abs(y))
-    relative = np.where(scale > 0, gap / np.where(scale > 0, scale, 1.0), 0.0)
-    abs_diff, rel_diff = float(np.nanmax(gap)) if gap.size else 0.0, float(np.nanmax(relative)) if gap.size else 0.0
-    close = bool(np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True))
-    if not math.isfinite(abs_diff):
-        abs_diff, close = math.inf, False
+    if bool(np.any(np.isfinite(x) != np.isfinite(y))):  # inf or NaN one way, a number the other: no size to give
+        return ValueCheck(name, "differs", note=", ".join(p for p in ("not finite on one side", note) if p))
+    with np.errstate(all="ignore"):  # a NumPy warning is no part of the trial's report
+        gap = np.where(same, 0.0, np.abs(x - y))
+        scale = np.maximum(np.abs(x), np.abs(y))
+        relative = np.where(scale > 0, gap / np.where(scale > 0, scale, 1.0), 0.0)
+        abs_diff, rel_diff = float(np.max(gap)), float(np.max(relative))
+    close = math.isfinite(abs_diff) and bool(np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True))
     return ValueCheck(name, "close" if close else "differs", abs_diff, rel_diff, note)
 
 

@@ -46,11 +46,12 @@ def save_run(
     it), and is said in one line: added to ``notes`` (the job's outcome shows them), else a warning on the
     ``nbscope`` logger."""
     from nbscope import _signals
+    from nbscope.record.live import save_or_keep
 
     if store is None:
         return
     if record.run_id is None:
-        store.save(record)
+        save_or_keep(store, [record])
     if record.kind not in PROFILE_KINDS or _signals.received() is not None:
         return
     try:

@@ -29,6 +29,7 @@ from nbscope.collect.bench._config import (
 from nbscope.collect.bench._config import DEFAULT_DTYPE as DEFAULT_DTYPE
 from nbscope.collect.bench._config import DEFAULT_SIZE as DEFAULT_SIZE
 from nbscope.collect.bench._runner import run_worker
+from nbscope.record.live import save_or_keep
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode, encode
@@ -245,7 +246,7 @@ def bench(
     record = run_bench(
         only=only, dtype=dtype, size=size, jax_platform=jax_platform, progress=progress, label=check_label(label)
     )
-    store.save(record)
+    save_or_keep(store, [record])
     outcome = BenchOutcome(record)
     if outcome.interrupted:
         from nbscope import _signals

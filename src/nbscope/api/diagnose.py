@@ -62,6 +62,10 @@ def diagnose_run(
     failing = fail_levels(fail_on)
     if try_through_cell and try_repeats is None:
         raise NbscopeError("--through-cell applies to the trials of --try: add --try")
+    if try_repeats is not None:
+        from nbscope.api.trial import check_repeats
+
+        check_repeats(try_repeats)
     record = resolve_run(run, store, kinds=PROFILE_KINDS)
     other_record = resolve_run(other, store, kinds=PROFILE_KINDS) if other else None
     if notebook is not None:  # the code of an older record that does not carry it
@@ -103,6 +107,7 @@ def measure_fixes(
     ``measured``. ``through_cell``: each trial's runs stop after the cell it tries."""
     from nbscope.analyse.trial import remedy_for
     from nbscope.api.trial import try_remedy
+    from nbscope.record.live import NotStored
 
     done: dict[tuple[int, str], tuple[str, dict[str, object] | None]] = {}
     for finding in findings:
@@ -114,7 +119,8 @@ def measure_fixes(
                 result = try_remedy(str(record.run_id), *wanted, store, repeats=repeats, through_cell=through_cell)
                 done[wanted] = (f"{wanted[1]}: {result.sentence()}", result.to_dict())
             except NbscopeError as exc:
-                done[wanted] = (f"{wanted[1]}: not tried: {exc}", None)
+                tried = "tried, not stored" if isinstance(exc, NotStored) else "not tried"
+                done[wanted] = (f"{wanted[1]}: {tried}: {exc}", None)
         text, measured = done[wanted]
         finding.highlights = [("measured", text), *finding.evidence_highlights()]
         finding.evidence["measured"] = measured if measured is not None else text

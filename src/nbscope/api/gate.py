@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -270,8 +271,10 @@ def gate_stored(
         # Remembered so that a run that failed is never the next automatic baseline.
         try:
             store.record_verdict(cand.run_id, baseline_id=base.run_id, passed=result.passed, reasons=result.reasons)
-        except NbscopeError as exc:  # a read-only store still gets its verdict; it is only not remembered
-            result = replace(result, warnings=[*result.warnings, f"the verdict is not remembered: {exc}"])
+        except NbscopeError as exc:  # a read-only or locked store still gets its verdict; it is only not stored
+            note = f"the verdict on run {cand.run_id} is not stored ({exc}): a later gate may take it as its baseline"
+            result = replace(result, warnings=[*result.warnings, note])
+            logging.getLogger("nbscope").warning("nbscope: warning: %s", note)  # on stderr too: CI logs show it
     if confirm and not result.passed:
         result = confirm_regression(
             store, base, cand, result, options, history=history_runs(store, cand, history, comparable=comparable)

@@ -113,6 +113,8 @@ def import_runs(
         _, added = store.add(record)
         if added:
             save_run(store, record)
+        if live_format.belongs_to(path, store.path):  # a run file kept there when the store refused it: stored now
+            path.unlink(missing_ok=True)
         imported.append(ImportedRun(path, record, added, None, dropped))
         if on_run is not None:
             on_run(imported[-1], Path(store.path))

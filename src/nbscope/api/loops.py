@@ -8,6 +8,7 @@ from pathlib import Path
 
 from nbscope.collect import fingerprint as fp
 from nbscope.collect.loops import BUILTIN_TARGET, LoopOptions, Progress, extrapolate, run_worker
+from nbscope.record.live import save_or_keep
 from nbscope.record.run import RunRecord, check_label, default_label
 from nbscope.record.store import Store
 from nbscope.schema.codec import decode, encode
@@ -94,5 +95,5 @@ def run_loops(
     }
     record.finish("ok" if fits else "partial")
     if store is not None:
-        store.save(record)
+        save_or_keep(store, [record])
     return record

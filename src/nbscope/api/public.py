@@ -114,5 +114,7 @@ def bench(
     record = bench_job.run_bench(only=only, dtype=dtype, size=size, jax_platform=jax_platform, label=check_label(label))
     target = _store(store)
     if target is not None:
-        target.save(record)
+        from nbscope.record.live import save_or_keep
+
+        save_or_keep(target, [record])
     return record

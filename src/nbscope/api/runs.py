@@ -129,7 +129,9 @@ def store_then_stop(record: RunRecord, store: Store | None, interrupted: bool, w
     from nbscope import _signals
 
     if store is not None:
-        store.save(record)
+        from nbscope.record.live import save_or_keep
+
+        save_or_keep(store, [record])
     if interrupted:
         if record.run_id is not None:
             _signals.note_saved(what.format(id=record.run_id))
@@ -204,5 +206,5 @@ def trials_of(store: Store, run: RunRecord) -> list[TrialResult]:
     return [
         trials_of(store, r)[0]
         for r, link in linked
-        if link and link.of == run.run_id and link.side == "remedy" and "trial" in r.measurements
+        if link and link.of == run.run_id and "trial" in r.measurements  # one side of a trial carries it
     ]

@@ -74,19 +74,8 @@ class TraceResult:
     # (seconds from the start, line) for each line the command printed
     timed_output: list[tuple[float, str]] = field(default_factory=list)
     book2: jupyter_book2.BuildLog | None = None  # what a jupyter-book 2 build's log said, when it was one
-    # When the store refused the runs after the command ran: why, and the run files that keep them instead.
-    store_error: str | None = None
-    unstored: list[Path] = field(default_factory=list)
-
-    def not_stored_message(self, store_path: Path) -> str | None:
-        """One line: the runs the store refused, where they are kept and the command that stores them later."""
-        if self.store_error is None:
-            return None
-        files = " ".join(str(f) for f in self.unstored)
-        return (
-            f"the traced runs could not be stored in {store_path} ({self.store_error}); they are kept in "
-            f"{files}: store them with `nbscope import {files} --db {store_path}`"
-        )
+    # When the store refused the runs after the command ran: one line, why, where they are kept and how to store them.
+    not_stored: str | None = None
 
     @property
     def cached_pages(self) -> list[str]:
@@ -179,7 +168,7 @@ def run_traced(
             # a kernel that ran no notebook of the book (e.g. a helper kernel) makes no run
             if (nb := match(log, notebooks)) is not None
         ]
-    store_error, unstored = _store_all(records, store, ran.interrupted)
+    not_stored = _store_all(records, store, ran.interrupted)
     return TraceResult(
         records=records,
         returncode=ran.returncode,
@@ -188,8 +177,7 @@ def run_traced(
         interrupted=ran.interrupted,
         timed_output=ran.timed,
         book2=ran.book2 if ran.book2.is_jupyter_book2 else None,
-        store_error=store_error,
-        unstored=unstored,
+        not_stored=not_stored,
     )
 
 
@@ -355,29 +343,19 @@ def _record_of(
     return record.finish("partial" if ran.interrupted else status)
 
 
-def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool) -> tuple[str | None, list[Path]]:
-    """Store the traced runs; when the store refuses them, each is written to a run file instead (``nbscope
-    import`` stores it later): ``(why, those files)``."""
-    import sqlite3
+def _store_all(records: list[RunRecord], store: Store | None, interrupted: bool) -> str | None:
+    """Store the traced runs; when the store refuses them, those not stored are kept in run files
+    (:func:`nbscope.record.live.save_or_keep`) and its line is returned."""
+    from nbscope.record.live import NotStored, save_or_keep
 
-    from nbscope.record import run as record_module
-
-    if store is None:
-        return None, []
-    for number, record in enumerate(records):
-        try:
-            store.save(record)
-        except (NbscopeError, sqlite3.Error, OSError) as exc:
-            why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
-            folder = Path(tempfile.mkdtemp(prefix="nbscope-unstored-"))
-            files: list[Path] = []
-            for kept in records[number:]:
-                kept.run_id = None
-                files.append(record_module.dump(kept, folder / f"{len(files) + 1}-{Path(kept.target).stem}.json"))
-            return why, files
-        if interrupted:
-            _signals.note_saved(f"partial run {record.run_id} ({record.target})")
-    return None, []
+    try:
+        if store is not None:
+            save_or_keep(store, records, "the traced runs")
+    except NotStored as exc:
+        return str(exc)
+    for record in records if interrupted and store is not None else []:
+        _signals.note_saved(f"partial run {record.run_id} ({record.target})")
+    return None
 
 
 EXECUTION_CACHE = Path("_build") / "execute"
@@ -735,7 +713,7 @@ class TraceOutcome:
     @property
     def not_stored(self) -> str | None:
         """One line when the store refused the runs: where they are kept, and how to store them."""
-        return self.result.not_stored_message(self.store.path)
+        return self.result.not_stored
 
     @property
     def command_exit_code(self) -> int:
@@ -789,9 +767,8 @@ def trace(
         label=label,
     )
     if result.interrupted:
-        not_stored = result.not_stored_message(store.path)
-        if not_stored is not None:
-            raise NbscopeError(not_stored)  # the CLI still exits 128 + the signal
+        if result.not_stored is not None:
+            raise NbscopeError(result.not_stored)  # the CLI still exits 128 + the signal
         raise KeyboardInterrupt  # the partial runs are stored; the CLI exits 128 + the signal
     if not result.records:
         raise _nothing_traced(command, result, timeout)

@@ -28,7 +28,7 @@ from nbscope.collect import fingerprint as fp
 from nbscope.collect import notebook as notebook_module
 from nbscope.collect import remedies
 from nbscope.collect.runner import ExecutionOptions, NotebookExecution, execute
-from nbscope.record.live import fill_measurements
+from nbscope.record.live import STORE_REFUSED, fill_measurements, keep_unstored, save_or_keep
 from nbscope.record.run import PROFILE_KINDS, RunRecord, backend_of
 from nbscope.record.secrets import command_for_record
 from nbscope.record.store import Store, resolve_run
@@ -60,8 +60,7 @@ def try_remedy(
     run's own that this store recorded itself (no other is given again: a record is data, never instructions).
     Stopped by Ctrl-C or SIGTERM, the runs that finished and the one stopped are stored (as unjudged trial runs)
     before the KeyboardInterrupt goes on."""
-    if not 1 <= repeats <= 50:
-        raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
+    check_repeats(repeats)
     source, path = _source_and_file(run, cell, store)
     cells = source.notebook_run().cells
     options, env_note = _options(source, store, env or {})
@@ -87,9 +86,8 @@ def try_remedy(
         execution = options.execution(options.process_env(), nvml=_gpus_present(fingerprint))
         runs.run(replace(execution, last_cell=last_cell), repeats)
     except KeyboardInterrupt:
-        for side in SIDES:  # what was measured is kept; a stopped trial is not judged
-            if runs.executions[side]:
-                store.save(record_of(side, runs, through_cell))
+        stopped = [record_of(side, runs, through_cell) for side in SIDES if runs.executions[side]]
+        _keep_stopped(store, stopped, trial_module.not_tested(source, cell, remedy, "stopped: not judged"))
         raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -98,13 +96,15 @@ def try_remedy(
     records = [record_of(side, runs, through_cell) for side in SIDES]
     if store.find(source) != source.run_id:  # the store removed or replaced while the trial ran
         raise NbscopeError(f"run {source.run_id} is gone from {store.path} (not by nbscope): the trial is not stored")
-    as_is_id = store.save(records[0])
+    as_is_id, refused = _saved(store, records[0])  # refused: judged still, then both sides kept in files to import
     reference_id, reference_note = None, None
-    if chosen.placement and _failed_as_is_ran_remedied(records, cell):
+    if refused is None and chosen.placement and _failed_as_is_ran_remedied(records, cell):
         make = partial(record_of, REFERENCE, runs, True)
         reference = _reference(runs, replace(execution, last_cell=cell - 1), folder, (records[1], make), store)
         if reference is not None:
-            reference_id = store.save(reference)
+            reference_id, refused = _saved(store, reference)
+            if refused is not None:  # the remedy's side kept with it, unjudged
+                raise keep_unstored(store, [reference, records[1]], refused, "the trial's runs")
             status = reference.notebook_run().cells[cell - 1].status
             if status not in (None, "ok"):  # what it captured is stale or missing: nothing to check against
                 reference_note = f"cell {cell} did not run with JAX on the CPU either (run {reference_id}: {status})"
@@ -122,7 +122,36 @@ def try_remedy(
         reference=(reference_id, runs.values[REFERENCE]) if reference_id is not None else None,
     )
     records[1].measurements["trial"] = replace(result, as_is_run=as_is_id).to_dict()
-    return trial_module.with_runs(result, as_is_id, store.save(records[1]))
+    if refused is not None:
+        raise keep_unstored(store, records, refused, "the trial's runs")
+    return trial_module.with_runs(result, as_is_id, save_or_keep(store, [records[1]], "the trial's remedy run")[0])
+
+
+def check_repeats(repeats: int) -> None:
+    if not 1 <= repeats <= 50:
+        raise NbscopeError(f"--repeats must be from 1 to 50, not {repeats}")
+
+
+def _saved(store: Store, record: RunRecord) -> tuple[int | None, BaseException | None]:
+    """The run stored (its id), or why the store refused it."""
+    try:
+        return store.save(record), None
+    except STORE_REFUSED as exc:
+        return None, exc
+
+
+def _keep_stopped(store: Store, records: list[RunRecord], unjudged: TrialResult) -> None:
+    """What a stopped trial measured, kept as partial runs (the last side listed under its run, unjudged) and named
+    in the command's closing line."""
+    from nbscope import _signals
+
+    if not records:  # stopped before a run ended
+        return
+    for record in records:
+        record.finish("partial")
+    records[-1].measurements["trial"] = unjudged.to_dict()  # the as-is side's when the remedy's never started
+    ids = save_or_keep(store, records, "the stopped trial's runs")
+    _signals.note_saved(f"the stopped trial's {' and '.join(f'partial run {i}' for i in ids)}")
 
 
 def _reference(

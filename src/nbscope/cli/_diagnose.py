@@ -59,7 +59,9 @@ def diagnose_command(
             "stored as trial runs) and add what it measured to the finding.",
         ),
     ] = False,
-    repeats: Annotated[int, typer.Option("--repeats", metavar="K", help="With --try: runs each way.")] = 3,
+    repeats: Annotated[
+        int | None, typer.Option("--repeats", metavar="K", help="With --try: runs each way (3).")
+    ] = None,
     through_cell: Annotated[
         bool,
         typer.Option(
@@ -86,6 +88,8 @@ def diagnose_command(
     from nbscope.render import findings as view
     from nbscope.render.terminal import print_record_header
 
+    if repeats is not None and not try_fixes:
+        raise NbscopeError("--repeats applies to the trials of --try: add --try")
     outcome = diagnose_run(
         run,
         open_store(db, read_only=not try_fixes),
@@ -96,7 +100,7 @@ def diagnose_command(
         devices_file=devices,
         thresholds=_thresholds(threshold or []),
         fail_on=fail_on,
-        try_repeats=repeats if try_fixes else None,
+        try_repeats=(3 if repeats is None else repeats) if try_fixes else None,
         try_through_cell=through_cell,
     )
     record, findings, recommendation = outcome.record, outcome.findings, outcome.recommendation

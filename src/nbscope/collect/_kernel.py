@@ -105,6 +105,9 @@ def ensure_dead(client: NotebookClient, family: Family = (None, [])) -> None:
     for child in children:
         with contextlib.suppress(Exception):  # already gone
             child.kill()
+    if client.km is not None:  # a stop during the shutdown left it: it holds the kernel's key and ports
+        with contextlib.suppress(Exception):
+            client.km.cleanup_connection_file()
 
 
 def end_started(token: str, kernel_log: str | os.PathLike[str] | None = None) -> None:

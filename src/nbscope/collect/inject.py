@@ -34,15 +34,18 @@ class ProbeHome:
     def __init__(self, root: str | Path | None = None) -> None:
         self._owned = root is None
         self.root = Path(tempfile.mkdtemp(prefix="nbscope-probe-")) if root is None else Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.lib = self.root / "lib"
-        self.lib.mkdir(exist_ok=True)
-        for module in PROBE_FILE.parent.glob("_nbscope_*.py"):  # the probe and its optional parts
-            shutil.copyfile(module, self.lib / module.name)
         self.kernels = self.root / "share" / "kernels"
         self._announced: list[Path] = []
         self.transport = "tcp"
         self.ipc_dir: Path | None = None
+        self.lib = self.root / "lib"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.lib.mkdir(exist_ok=True)
+            for module in PROBE_FILE.parent.glob("_nbscope_*.py"):  # the probe and its optional parts
+                shutil.copyfile(module, self.lib / module.name)
+        except BaseException as exc:
+            raise self.abandon(exc) from None
 
     def use_transport(self, transport: str) -> str:
         """Kernels of this home (and the tools that start them) talk over ``transport``; for ``ipc`` every
@@ -125,6 +128,7 @@ class ProbeHome:
             "outputs": [str(Path(p)) for p in outputs],
         }
         partial = entry.with_suffix(".tmp")
+        self._announced += [partial, entry]  # removed with the home, whether written or not (a full disk)
         for attempt in (1, 2):  # another run's cleanup may remove the empty folder between mkdir and write
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
@@ -134,8 +138,15 @@ class ProbeHome:
                 if attempt == 2:
                     raise
         partial.replace(entry)  # a reader never sees half a file
-        self._announced.append(entry)
         return entry
+
+    def abandon(self, exc: BaseException) -> BaseException:
+        """What to raise when setting up the home (or a run in it) failed, the home removed first: a full disk or a
+        file size limit leaves no half-made home behind, and a failed write that names no file names the folder."""
+        self.cleanup()
+        if isinstance(exc, OSError) and not exc.filename:
+            return OSError(exc.errno, exc.strerror, f"its temporary files in {self.root.parent}")
+        return exc
 
     def cleanup(self) -> None:
         for entry in self._announced:

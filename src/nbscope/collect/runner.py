@@ -127,25 +127,28 @@ def execute(
 ) -> NotebookExecution:
     """Run every code cell in a fresh kernel; never raises for a failing cell, timeout or dead kernel."""
     home = ProbeHome()
-    transport = home.use_transport(transports.choose({**os.environ, **options.env}))
-    probe_out = home.root / "probe.jsonl"
-    home.announce("profile", [notebook.path], [probe_out])  # for `nbscope runs --live`
-    token = uuid.uuid4().hex
-    env = _kernel_env(home, probe_out, options, token)
-    programs = _program_collector(notebook, options, home.root, env)
+    try:  # a full disk or a file size limit before the kernel starts: no probe home is left behind
+        transport = home.use_transport(transports.choose({**os.environ, **options.env}))
+        probe_out = home.root / "probe.jsonl"
+        home.announce("profile", [notebook.path], [probe_out])  # for `nbscope runs --live`
+        token = uuid.uuid4().hex
+        env = _kernel_env(home, probe_out, options, token)
+        programs = _program_collector(notebook, options, home.root, env)
 
-    loop = _CellLoop(
-        notebook,
-        options,
-        ProbeReader(probe_out),
-        programs,
-        live_sink if live_sink is not None else Discard(),
-        on_cell_start,
-        on_cell_done,
-    )
-    loop.runner["transport"] = transport
-    started = time.perf_counter()
-    kernel_log = open(home.root / "kernel.log", "wb")
+        loop = _CellLoop(
+            notebook,
+            options,
+            ProbeReader(probe_out),
+            programs,
+            live_sink if live_sink is not None else Discard(),
+            on_cell_start,
+            on_cell_done,
+        )
+        loop.runner["transport"] = transport
+        started = time.perf_counter()
+        kernel_log = open(home.root / "kernel.log", "wb")
+    except BaseException as exc:
+        raise home.abandon(exc) from None
     descendants = None
     try:
         # The kernel's own stdout/stderr (XLA's C++ logging, ipykernel warnings) go to a log, not to the user's terminal.
@@ -179,7 +182,7 @@ def execute(
         if descendants is not None:
             descendants.end()
         end_started(token, os.path.realpath(home.root / "kernel.log"))
-        loop.runner["kernel_log_tail"] = _log_tail(home.root / "kernel.log") if loop.status != "ok" else None
+        _keep_log_tail(loop, home.root / "kernel.log")
         home.cleanup()
     loop.runner["total_s"] = time.perf_counter() - started
     return NotebookExecution(
@@ -516,6 +519,19 @@ def _summarise_timeline(trace: ProbeTimeline, record: dict[str, object]) -> dict
         return summarise_cell(trace, record)
     except Exception as exc:  # a broken trace must not lose the cell's other figures
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _keep_log_tail(loop: _CellLoop, path: Path) -> None:
+    """The kernel log's tail, kept for a run that did not end ok; a dead kernel's last words in it (glog's fatal line,
+    ``F1208 … ] Unknown flag in XLA_FLAGS: --xla_foo``, or ``Fatal Python error: …``) end its cell's message."""
+    import re
+
+    tail = loop.runner["kernel_log_tail"] = _log_tail(path) if loop.status != "ok" else None
+    found: list[str] = re.findall(r"^(?:F\d{4} [^\]\n]*\] |Fatal Python error: )(.+)$", tail or "", re.MULTILINE)
+    for cell in loop.cells if found else []:
+        error = cell.get("error")
+        if cell.get("status") == "kernel-died" and isinstance(error, dict):
+            error["message"] = f"{error.get('message', '')}: {found[-1].strip()}"
 
 
 def _log_tail(path: Path, limit: int = 2000) -> str | None:

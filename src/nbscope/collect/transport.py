@@ -40,12 +40,21 @@ def loopback_tcp_works(timeout_s: float = 2.0) -> bool:
 
 def choose(env: dict[str, str] | None = None) -> str:
     """The transport kernels of this run use: ``NBSCOPE_KERNEL_TRANSPORT`` when it names one, else ``tcp``
-    where the loopback works and ``ipc`` where it does not."""
+    where the loopback works and ``ipc`` where it does not. Any other value (a typo: ``icp``), or ``tcp`` where no
+    loopback connection goes through (a kernel would wait out its start-up time, minutes), is one line."""
+    from nbscope._errors import NbscopeError
+
     environ = env if env is not None else os.environ
-    wanted = environ[TRANSPORT_VARIABLE].strip().lower() if TRANSPORT_VARIABLE in environ else "auto"
-    if wanted in TRANSPORTS:
-        return wanted
-    return "tcp" if loopback_tcp_works() else "ipc"
+    wanted = (environ[TRANSPORT_VARIABLE].strip().lower() if TRANSPORT_VARIABLE in environ else "") or "auto"
+    if wanted not in (*TRANSPORTS, "auto"):
+        shown = environ[TRANSPORT_VARIABLE][:40]
+        raise NbscopeError(f"{TRANSPORT_VARIABLE}={shown!r}: use tcp, ipc or auto (the default: tcp where it works)")
+    if wanted == "tcp" and not loopback_tcp_works():
+        raise NbscopeError(
+            f"{TRANSPORT_VARIABLE}=tcp: no TCP connection to 127.0.0.1 goes through here, so a kernel cannot start "
+            "over tcp; use ipc, or unset it"
+        )
+    return wanted if wanted in TRANSPORTS else "tcp" if loopback_tcp_works() else "ipc"
 
 
 def ipc_folder(root: Path) -> Path:

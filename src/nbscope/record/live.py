@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from nbscope._redact import redact
 from nbscope.collect._cells import interrupted_described, merge_described
 from nbscope.collect.runner import NotebookExecution
 from nbscope.record.run import RunRecord
-from nbscope.record.store import default_path, files_folder, make_folder, store_subfolder
+from nbscope.record.store import Store, default_path, files_folder, make_folder, store_subfolder
 from nbscope.schema._fields import time as time_of
 from nbscope.schema.build import combine_repeats, derive, totals
 from nbscope.schema.codec import Encoded, Write, decode
@@ -187,6 +189,49 @@ def remove_live_file(path: Path) -> None:
     _WRITTEN.pop(Path(path).absolute(), None)  # its lines are in the record now
     if _header_of(Path(path)) is not None and not Path(path).is_symlink():
         Path(path).unlink(missing_ok=True)
+
+
+# What a store that refuses a write raises: locked past its wait (sqlite3.OperationalError), read-only, full, gone.
+STORE_REFUSED = (NbscopeError, sqlite3.Error, OSError)
+
+
+class NotStored(NbscopeError):
+    """Runs measured that the store refused: each kept in a run file, and the command that stores them."""
+
+    def __init__(self, what: str, store_path: Path, files: list[Path], why: str) -> None:
+        names = " ".join(str(f) for f in files)
+        super().__init__(
+            f"{what} could not be stored in {store_path} ({why}); they are kept in files: store them with "
+            f"`nbscope import {names} --db {store_path}`"
+        )
+
+
+def save_or_keep(store: Store, records: list[RunRecord], what: str = "the runs") -> list[int]:
+    """Store each run in order (their ids); one the store refuses (held past its wait, a read-only or full disk) and
+    those after it are kept in run files, which :class:`NotStored` names: every writer keeps what it measured so."""
+    ids: list[int] = []
+    for number, record in enumerate(records):
+        try:
+            ids.append(store.save(record))
+        except STORE_REFUSED as exc:
+            raise keep_unstored(store, records[number:], exc, what) from None
+    return ids
+
+
+def keep_unstored(store: Store, records: list[RunRecord], exc: BaseException, what: str) -> NotStored:
+    """:class:`NotStored` for ``records``, each written to a run file in the store's live folder (else TMPDIR)."""
+    from nbscope.record.run import dump
+
+    why = str(exc) if isinstance(exc, NbscopeError) else f"{type(exc).__name__}: {exc}"
+    files = []
+    for record in records:
+        record.run_id = None
+        name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{record.kind}-{uuid.uuid4().hex[:8]}.json"
+        try:
+            files.append(dump(record, store_subfolder(store.path, LIVE_FOLDER) / name))
+        except (OSError, NbscopeError):  # the store's disk is full or read-only: the temporary folder, then
+            files.append(dump(record, Path(tempfile.mkdtemp(prefix="nbscope-unstored-")) / name))
+    return NotStored(what, Path(store.path), files, why.removeprefix("--db ").removeprefix(f"{store.path}: "))
 
 
 def belongs_to(path: str | Path, store_path: str | Path) -> bool:
@@ -426,7 +471,8 @@ def _unreadable(found: UnfinishedRun) -> bool:
 @dataclass(frozen=True, slots=True)
 class UnfinishedRun(Encoded):
     """One live file of a store (``runs --unfinished``; its ``--json`` is this, a readable file's ``pid`` last):
-    its state (``unfinished``, ``running`` or ``unreadable``), what ran and how far it got, or why it cannot be read."""
+    its state (``unfinished``, ``running``, ``not-stored``: a run file the store refused, or ``unreadable``), what
+    ran and how far it got, or why it cannot be read."""
 
     path: str
     state: str
@@ -463,4 +509,16 @@ def unfinished(store_path: str | Path) -> list[UnfinishedRun]:
                 pid=run.header.pid,
             )
         )
-    return found
+    return found + [_kept(path) for path in sorted(live_folder(store_path).glob("*.json"))]
+
+
+def _kept(path: Path) -> UnfinishedRun:
+    """A run file :func:`keep_unstored` wrote: measured, not stored (the store refused it)."""
+    from nbscope.record.run import load
+
+    try:
+        record = load(path)
+    except NbscopeError as exc:
+        return UnfinishedRun(str(path), "unreadable", reason=str(exc).removeprefix(f"{path}: "))
+    cells = len(record.notebook_run().cells)
+    return UnfinishedRun(str(path), "not-stored", record.started_at, record.kind, record.target, cells, cells)

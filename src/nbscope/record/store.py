@@ -471,6 +471,10 @@ def _json_column(text: object) -> Any:
         return None
 
 
+# How long a command waits for another writer to release the store before giving up (tests pass it in).
+WAIT_S = 60.0
+
+
 class Store:
     """Runs saved as whole JSON documents plus the summary columns listings, history and the gate read.
 
@@ -619,12 +623,12 @@ class Store:
             return
         make_folder(self.path.parent)
         try:
-            connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            connection = sqlite3.connect(self.path, timeout=WAIT_S, isolation_level=None)
         except sqlite3.Error as exc:
             raise self._not_the_store(exc) or NbscopeError(f"cannot open database {self.path}: {exc}") from None
         with closing(connection):
             try:
-                connection.execute("PRAGMA busy_timeout = 60000")
+                connection.execute(f"PRAGMA busy_timeout = {WAIT_S * 1000:.0f}")
                 self._prepare(connection)
             except sqlite3.DatabaseError as exc:
                 raise self._not_the_store(exc) or NbscopeError(
@@ -633,6 +637,10 @@ class Store:
             try:
                 yield connection
             except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:  # "database is locked"
+                    raise NbscopeError(
+                        f"--db {self.path}: another process held it for over {WAIT_S:g} s ({exc})"
+                    ) from None
                 raise self._not_the_store(exc) or exc from None
 
     def _not_the_store(self, exc: sqlite3.Error | None = None) -> NbscopeError | None:
@@ -699,8 +707,8 @@ class Store:
         file is opened as immutable: read as it is, without locks, which is safe because nothing can write
         beside it either."""
         try:
-            connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            connection.execute("PRAGMA busy_timeout = 60000")
+            connection = sqlite3.connect(self.path, timeout=WAIT_S, isolation_level=None)
+            connection.execute(f"PRAGMA busy_timeout = {WAIT_S * 1000:.0f}")
             connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return connection
         except sqlite3.OperationalError:

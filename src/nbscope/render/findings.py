@@ -103,7 +103,8 @@ def finding_text(
         lines += [("", line) for line in summary] + [("green", line) for line in fix]
         lines += [("", line) for item in highlights for line in _wrapped(item.strip(), width, "  ", "      ")]
         lines.append(("dim", "  evidence:"))
-        for item in _evidence_lines(finding.evidence):
+        # A trial's data (``measured``) is the highlight above, in words; --json gives it whole.
+        for item in _evidence_lines({k: v for k, v in finding.evidence.items() if k != "measured"}):
             lines += [("dim", line) for line in _wrapped(item, width, "    ", "      ")]
         return lines
     summary = _clip(summary, SUMMARY_LINES, width)

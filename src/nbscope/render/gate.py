@@ -94,8 +94,7 @@ def gate_rows(
                 "" if is_total or c.index is None else str(c.index + 1),
                 "" if is_total or not c.line else str(c.line),
                 Item(_row_name(c, result), strong=True) if is_total else Item(c.first_line, code=True),
-                format_seconds(c.base_s),
-                format_seconds(c.cand_s),
+                *_judged(c),
                 _delta(c),
                 _ratio(c),
                 _p(c),
@@ -153,10 +152,14 @@ def _row_name(c: GateComparison, result: GateResult) -> str:
     return f"cell {c.index + 1}" if c.index is not None else "cell"
 
 
+def _judged(c: GateComparison) -> tuple[str, str]:
+    """The two figures the change, ratio and verdict are of (the walls less the wait for a CPU, where judged so)."""
+    base, cand = (c.base_s, c.cand_s) if c.base_judged_s is None else (c.base_judged_s, c.cand_judged_s)
+    return format_seconds(base), format_seconds(cand)
+
+
 def _total_line(c: GateComparison, name: str) -> str:
-    return (
-        f"**{name}**: {format_seconds(c.base_s)} → {format_seconds(c.cand_s)} ({_ratio(c)}, {VERDICT_MARK[c.verdict]})"
-    )
+    return f"**{name}**: {' → '.join(_judged(c))} ({_ratio(c)}, {VERDICT_MARK[c.verdict]})"
 
 
 def _reason(c: GateComparison, reason: str) -> str:

@@ -56,6 +56,8 @@ def print_unfinished(found: Sequence[UnfinishedRun], db_hint: str) -> None:
         done = f"{item.cells_measured} of {item.code_cells} cells measured"
         if item.state == "running":
             print(f"{path}: {what}: still running (process {item.pid}), {done} so far")
+        elif item.state == "not-stored":
+            print(f"{path}: {what}: measured, not stored; store it with: nbscope import {path}{db_hint}")
         else:
             print(f"{path}: {what}: unfinished, {done}; store it with: nbscope import {path}{db_hint}")
 

@@ -30,7 +30,8 @@ def trial_lines(result: TrialResult) -> list[str]:
         f"  notebook: {seconds(result.total_as_is_s)} → {seconds(result.total_remedy_s)}  {result.total_verdict}",
         f"  {result.results_phrase()}",
     ]
-    others = [v.phrase() for v in result.values if v.verdict not in ("differs", "close")]
+    shown = "differs" if result.results == "differ" else "close"  # those the results line gives
+    others = [v.phrase() for v in result.values if v.verdict != shown]
     lines += [f"    {'; '.join(others)}"] if others else []
     return lines + [f"  note: {note}" for note in result.notes]
 

@@ -11,14 +11,18 @@ in one cannot touch the others, and nbclient's asyncio use needs no thread care.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+
+import psutil
 
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, init_local_worker, run_job
@@ -179,6 +183,7 @@ class LocalScheduler:
         # The kernels a pool process started (each in a session of its own) and what they started: found
         # before their parent goes, since after that they belong to init.
         descendants = _descendants([p.pid for p in processes if p.pid is not None]) if kill else []
+        leftovers = _kernel_files(descendants)
         executor.shutdown(wait=not kill, cancel_futures=True)
         for process in processes:
             if process.is_alive():
@@ -190,14 +195,29 @@ class LocalScheduler:
                 pass
         for process in processes:
             process.join(timeout=10)
+        for path in leftovers:  # what the killed processes' cleanup would have removed
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def _descendants(pids: list[int]) -> list[Any]:
-    try:
-        import psutil
-    except ImportError:
-        return []
-    found = []
+def _kernel_files(processes: list[psutil.Process]) -> list[Path]:
+    """What the kernels nbscope started (its probe argument on their command line) left: each one's connection file
+    (``-f FILE``: its key and ports) and probe home (``NBSCOPE_PROBE_OUT``'s folder); never a notebook's files."""
+    from nbscope.collect.inject import PROBE_ARGUMENT
+
+    found: list[Path] = []
+    for process in processes:
+        with contextlib.suppress(Exception):  # gone, or not a kernel nbscope started
+            argv: list[str] = process.cmdline()
+            if PROBE_ARGUMENT not in argv:
+                continue
+            found.append(Path(argv[argv.index("-f") + 1]))
+            home = Path(process.environ()["NBSCOPE_PROBE_OUT"]).parent
+            found += [home] if home.name.startswith("nbscope-probe-") else []
+    return found
+
+
+def _descendants(pids: list[int]) -> list[psutil.Process]:
+    found: list[psutil.Process] = []
     for pid in pids:
         try:
             found += psutil.Process(pid).children(recursive=True)
