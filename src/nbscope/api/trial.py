@@ -54,12 +54,10 @@ def try_remedy(
     through_cell: bool = False,
     env: dict[str, str] | None = None,
 ) -> TrialResult:
-    """Try ``remedy`` on code cell ``cell`` (1-based) of the run ``run`` names, ``repeats`` times each way; one
-    line (an NbscopeError) where it cannot be tried, with nothing run or stored. ``through_cell``: each run stops
-    after that cell (the notebook's total is then through it). ``env``: ``--env`` values for the kernels, over the
-    run's own that this store recorded itself (no other is given again: a record is data, never instructions).
-    Stopped by Ctrl-C or SIGTERM, the runs that finished and the one stopped are stored (as unjudged trial runs)
-    before the KeyboardInterrupt goes on."""
+    """Try ``remedy`` on code cell ``cell`` (1-based) of run ``run``, ``repeats`` times each way (an NbscopeError
+    where it cannot be tried, nothing run or stored). ``through_cell``: each run stops after it. ``env``: ``--env``
+    values over the run's own that this store signed (a record is data, never instructions). Ctrl-C or SIGTERM
+    stores the runs that finished and the one stopped (unjudged trial runs), then the KeyboardInterrupt goes on."""
     check_repeats(repeats)
     source, path = _source_and_file(run, cell, store)
     cells = source.notebook_run().cells
