@@ -183,6 +183,7 @@ class ObservedLoop:
 
     iterations: Trips  # per execution, counted from the body's kernels
     cpu_s: Time  # inside the loop, over all the cell's executions
+    basis: str | None = None  # "re-run": counted in a sampled call run again with counters (else the trace's kernels)
 
 
 @dataclass(frozen=True, slots=True)

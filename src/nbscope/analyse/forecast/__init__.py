@@ -107,6 +107,8 @@ class _Cell:
     jax_work: bool = False  # the cell ran JAX work (what ran says so, or its code may and nothing says not)
     after_cut_s: float = 0.0  # of ``unattributed_s``: time after a cut that no measured call rate accounts for
     ran_on_s: float = 0.0  # of ``unattributed_s``: programs an earlier cell dispatched, waited for as this one started
+    # programs an earlier cell dispatched and counted, which ran on into this one: forecast there, counted once
+    counted_there_s: float = 0.0
     copies_s: float = 0.0  # host↔device copies on this CPU (the forecast's transfer term replaces them)
 
 
@@ -513,7 +515,11 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     if counted:  # every program that ran is known: XLA's work no thunk of theirs claimed is still theirs
         busy, unattributed = busy + unattributed, 0.0
     ran_on = min(waited, max(0.0, rest - busy - copies - unattributed))
-    unattributed += ran_on
+    # The probe counted every execution where it dispatched (``counted``): the earlier cell forecasts these
+    # programs, so their time here is counted there once (hopenhayn's ``p_star`` cell: 1.06 s of the 200
+    # ``update_cross_section`` calls its %%time cell dispatched, before "GPU time unknown" and no upper bound).
+    counted_there = ran_on if counted else 0.0
+    unattributed += ran_on - counted_there
     window = data.window if data is not None and data.window is not None and data.window.cut else None
     # The probe counted every execution (``counted``): the programs that ran are known, a cut trace or not.
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
@@ -525,7 +531,7 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         ran_jax = False  # no execution counted and nothing compiled: the cell runs no JAX, whatever its trace did
     if unseen:
         unattributed = max(unattributed, rest - copies)
-    host = max(0.0, rest - busy - unattributed - copies)
+    host = max(0.0, rest - busy - unattributed - copies - counted_there)
     after_cut = 0.0
     if window is not None and executions and window.traced_s is not None:
         host, after_cut = _split_after_cut(
@@ -543,7 +549,8 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         jax_work=ran_jax or unseen,
         after_cut_s=after_cut,
         copies_s=copies,
-        ran_on_s=ran_on,
+        ran_on_s=ran_on - counted_there,
+        counted_there_s=counted_there,
     )
 
 
@@ -824,6 +831,17 @@ def _measured_terms(cell: _Cell, run: NotebookRun, device: Device, table: Device
                     else f"{what} ({seconds}): {device.kind} time unknown"
                 ),
                 figures=Unattributed(cell.unattributed_s, cell.unseen),
+            )
+        )
+    if cell.counted_there_s > 0:
+        terms.append(
+            Term(
+                kind="unattributed",
+                low_s=0.0,
+                high_s=0.0,
+                words=f"JAX time of programs an earlier cell dispatched, which ran on into this one "
+                f"({units.seconds(cell.counted_there_s)}): forecast in that cell, which counted them",
+                figures=Unattributed(cell.counted_there_s, False),
             )
         )
     return terms

@@ -40,6 +40,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+try:  # beside this file in the kernel's probe home
+    import _nbscope_trips
+except ImportError:  # imported as part of the nbscope package
+    from nbscope.collect.probe import _nbscope_trips
+
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
 PROGRAMS_NAME = "programs-{seq:04d}.xplane.pb"
 MODULES_NAME = "programs-{seq:04d}.hlo"  # each: 8 bytes little-endian length, then a serialised HloModuleProto
@@ -114,6 +119,9 @@ class Programs:
         self.last_lowered: Any = None  # the closed jaxpr JAX lowered last: the program a compile makes
         self.running_at_lowering = False  # programs dispatched earlier still ran as JAX lowered the last one
         self.counter = _Counter()
+        self.born = self.cell_started = time.perf_counter()
+        self.trips_s = 0.0  # counting loops' iterations (_count_trips), over the kernel
+        self.counting: dict[int, tuple[Any, list[Any]]] = {}  # id(executable) → its counting function, whiles' lines
 
     def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
@@ -130,6 +138,7 @@ class Programs:
             self._hook_lowering()
         self.watching = self.compile_hooked
         self.counter.start()
+        self.cell_started = time.perf_counter()
         if shared or "jax" not in sys.modules:
             return
         # Programs the last cell dispatched may run on into this one; where its session recorded heavily, they
@@ -198,10 +207,8 @@ class Programs:
         # A cut for its parts or their time says the cell compiled often, not that its programs recorded heavily.
         cut_heavy = guard is not None and guard.cut_after is not None and guard.reason not in ("parts", "split time")
         self.heavy = guard is not None and (cut_heavy or result["trace_stop_s"] >= HEAVY_STOP_S)
-        if self.dispatch_wait_s:
-            result["dispatch_wait_s"] = self.dispatch_wait_s
-        if self.start_wait_s:
-            result["in_flight_wait_s"] = self.start_wait_s
+        waits = {"dispatch_wait_s": self.dispatch_wait_s, "in_flight_wait_s": self.start_wait_s}
+        result.update((name, seconds) for name, seconds in waits.items() if seconds)
         executables, self.compiled = self.compiled, []
         if compiled or executables or self.flushed:
             started = time.perf_counter()
@@ -221,6 +228,7 @@ class Programs:
                     result["programs_error"] = f"{type(exc).__name__}: {exc}"[:300]
             result["programs_s"] = time.perf_counter() - started
         self.counter.report(result)
+        self._count_trips(result)
         if self.lowered:
             started = time.perf_counter()
             try:
@@ -232,6 +240,50 @@ class Programs:
             result["gpu_lowering_s"] = time.perf_counter() - started
             self.lowered = []
         return result
+
+    def _count_trips(self, result: dict[str, Any]) -> None:
+        """Each sampled program's while loops' iterations in one call (``loop_trips``: program id → [file, line,
+        iterations] per while), counted by running the call again (_nbscope_trips) after the cell's time. Its JAX
+        events, compile and call are nbscope's: none reaches the cell's or the next cell's figures. A call costs
+        about the cell's time over the program's calls in it: the kernel spends at most TRIPS_SHARE of its time so
+        far (beyond TRIPS_FREE_S) on them. Not while programs still run (a call's time is then not known)."""
+        counter, started = self.counter, time.perf_counter()
+        samples, budget = dict(counter.samples), TRIPS_FREE_S + TRIPS_SHARE * (started - self.born) - self.trips_s
+        counter.samples.clear()  # the same dict the hooks hold
+        if not samples or _in_flight():
+            result.update(
+                {"loop_trips_error": "programs still ran as the cell ended: not run again"} if samples else {}
+            )
+            return
+        held = (dict(counter.pending), set(counter.written), dict(counter.by_name))
+        found: dict[str, list[Any]] = {}
+        self.exporting, self.compiled, counter.sampling, kept = True, [], False, self.compiled
+        try:
+            for key, args in samples.items():
+                each = (started - self.cell_started) / max(1, counter.counts[key] if key in counter.counts else 1)
+                if key not in counter.program_of or time.perf_counter() - started + each > budget:
+                    continue
+                try:
+                    if key not in self.counting:
+                        function, where = _nbscope_trips.counting(counter.loopy[key])
+                        self.counting[key] = (sys.modules["jax"].jit(function), where)
+                    function, where = self.counting[key]
+                    trips = [int(n) for n in function(*args).tolist()]
+                    found[str(counter.program_of[key])] = [[*w, n] for w, n in zip(where, trips, strict=True)]
+                except Exception as exc:
+                    result["loop_trips_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self.exporting, self.compiled = False, kept
+            # In place: the hooks hold these.
+            counter.pending.clear()
+            counter.pending.update(held[0])
+            counter.by_name.clear()
+            counter.by_name.update(held[2])
+            counter.written.intersection_update(held[1])
+            counter.counts.clear()
+        self.trips_s += time.perf_counter() - started
+        counter.sampling = self.trips_s < TRIPS_FREE_S + TRIPS_SHARE * (time.perf_counter() - self.born)
+        result["loop_trips"], result["loop_trips_s"] = found, time.perf_counter() - started
 
     # ---- what the GPU would run -------------------------------------------------------------------
     def _hook_lowering(self) -> None:
@@ -472,6 +524,12 @@ class _Counter:
         self.check: Any = None  # JAX's NaN check (``api._nan_check_posthook``)
         self.previous: Any = None  # the post-hook in place before ours (jax_debug_nans'), still called
         self.leaves: Any = None
+        # Programs with a ``while`` (id(executable) → its closed jaxpr; None: none), and the flat arguments of the
+        # first call in the cell of each, run again after the cell to count its loops' iterations (_nbscope_trips).
+        self.loopy: dict[int, Any] = {}
+        self.samples: dict[int, tuple[Any, ...]] = {}
+        self.wanted: set[int] = set()  # programs with a while not sampled yet in the cell
+        self.sampling = True  # False once the kernel's counting has taken its share (Programs._count_trips)
 
     def install(self) -> None:
         pjit, api, tree, self.config = (
@@ -484,7 +542,7 @@ class _Counter:
         if state is None or run_python is None or call_python is None or tree is None or self.hook is not None:
             return
         counts, fast, unresolved, by_name, counter = self.counts, self.fast, self.unresolved, self.by_name, self
-        single, by_jaxpr = self.single, self.by_jaxpr
+        single, by_jaxpr, wanted = self.single, self.by_jaxpr, self.wanted
         self.leaves = tree.tree_leaves
 
         def _pjit_call_impl_python(*args: object, **kwargs: object) -> Any:
@@ -497,8 +555,7 @@ class _Counter:
             if "jaxpr" in kwargs:
                 by_jaxpr[id(kwargs["jaxpr"])] = key
             counts[key] += 1
-            if key not in counter.program_of and key not in counter.written:
-                counter.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
+            counter.ran(key, executable, args, kwargs)
             return result
 
         def _run_python_pjit(p: object, args_flat: object, fun: object, args: object, kwargs: object) -> Any:
@@ -542,6 +599,8 @@ class _Counter:
                 key = resolve(function, args, kwargs)
             if key is not None:
                 counts[key] += 1
+                if key in wanted:
+                    counter.sample(key, (args, kwargs))
             else:
                 unresolved[getattr(function, "__name__", "?")] += 1
             if counter.previous is not None:
@@ -584,6 +643,31 @@ class _Counter:
         for option in options:
             option._update_thread_local_hook, option._update_global_hook = update_local, update_global
 
+    def ran(self, key: int, executable: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        """A program ran in Python (``_pjit_call_impl_python``): whether it has a while (its first run), its flat
+        arguments kept if so (the first call in the cell), and its executable if its program id is not known yet."""
+        if key not in self.loopy and "jaxpr" in kwargs:
+            self.loopy[key] = kwargs["jaxpr"] if _nbscope_trips.has_while(kwargs["jaxpr"]) else None
+            if self.loopy[key] is not None and self.sampling:
+                self.wanted.add(key)
+        if key in self.wanted:
+            self.sample(key, args)
+        if key not in self.program_of and key not in self.written:
+            self.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
+
+    def sample(self, key: int, args: object) -> None:
+        """Keep a call's arguments, flat, where they are the program's (no static argument among them)."""
+        try:
+            leaves = self.leaves(args)
+            avals = self.loopy[key].in_avals
+            if len(leaves) == len(avals) and all(
+                getattr(x, "shape", ()) == a.shape for x, a in zip(leaves, avals, strict=True)
+            ):
+                self.samples[key] = tuple(leaves)
+                self.wanted.discard(key)
+        except Exception:  # the probe must never break the notebook's call
+            pass
+
     def signature(self, args: object, kwargs: object) -> tuple[Any, ...]:
         """The arguments' shapes and dtypes (other leaves by type): which of a function's executables runs."""
         return tuple(
@@ -599,6 +683,9 @@ class _Counter:
     def start(self) -> None:
         """A cell starts: counts from zero, with the hook in place (a notebook's ``jax_debug_nans`` replaces it)."""
         self.counts.clear()
+        self.samples.clear()
+        self.wanted.clear()  # the same set the hooks hold
+        self.wanted.update(key for key, jaxpr in self.loopy.items() if jaxpr is not None and self.sampling)
         self.unresolved.clear()
         if self.hook is None:
             return
@@ -1279,15 +1366,19 @@ def _ready(array: object) -> bool:
         return True
 
 
+# Counting loops' iterations by running a sampled call again costs that call and a compile: the kernel spends on it
+# at most TRIPS_FREE_S, then TRIPS_SHARE of its time.
+TRIPS_FREE_S = 5.0
+TRIPS_SHARE = 0.25
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
 # Executables held before their HLO is written, mid-cell: a cell that compiles hundreds of programs (an eager scan
 # called with 200 lengths) held them all until its end, each alive no longer in the notebook's JAX caches.
 HOLD_COMPILED = 8
 
 
-def _has_equation(jaxpr: Any, matches: Callable[[object], bool], depth: int = 0) -> bool:
+def _has_equation(jaxpr: object, matches: Callable[[object], bool], depth: int = 0) -> bool:
     """Whether ``jaxpr`` or one nested in it has an equation that ``matches``."""
-    for equation in jaxpr.eqns:
+    for equation in getattr(jaxpr, "eqns", ()):
         if matches(equation):
             return True
         if depth < 8:
