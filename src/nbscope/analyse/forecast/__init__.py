@@ -19,6 +19,7 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -538,6 +539,7 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
             cell, window, data, wall, rest, compile_s, (host, busy, unattributed, copies)
         )
         unattributed += after_cut
+    host = min(host, _host_bound(cell, executions, compile_s))
     return _Cell(
         cell=cell,
         wall=wall,
@@ -552,6 +554,19 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         ran_on_s=ran_on - counted_there,
         counted_there_s=counted_there,
     )
+
+
+def _host_bound(cell: Cell, executions: tuple[Execution, ...], compile_s: float) -> float:
+    """The most of a cell's time that can be host work: Python, NumPy and Numba run on the cell's own thread,
+    so in a cell that ran JAX programs they had no more than that thread's time on a CPU and waiting for one
+    (``sched``), less JAX's compile and nbscope's collection (on that thread too). The rest it spent blocked, waiting for XLA (its thread
+    pool, a loop's body, LAPACK): the programs' time, forecast from their HLO (opt_savings_2's OPI solver called from a Python loop: 78 of its 93.5 s were
+    carried over as host work before)."""
+    sched = cell.sched
+    if not executions or sched is None or sched.on_cpu_s is None:
+        return math.inf
+    own = cell.wall_s - (cell.notebook_wall_s or cell.wall_s)  # nbscope's, on that thread (a trace's split)
+    return max(0.0, sched.on_cpu_s + (sched.wait_s or 0.0) - compile_s - own)
 
 
 def _split_after_cut(

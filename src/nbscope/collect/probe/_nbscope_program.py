@@ -242,8 +242,10 @@ class Programs:
         return result
 
     def _count_trips(self, result: dict[str, Any]) -> None:
-        """Each sampled program's while loops' iterations in one call (``loop_trips``: program id → [file, line,
-        iterations] per while), counted by running the call again (_nbscope_trips) after the cell's time. Its JAX
+        """Each sampled program's while loops' iterations per call (``loop_trips``: program id → [file, line,
+        iterations] per while), counted by running its sampled calls again (_nbscope_trips) after the cell's time: the
+        mean of the cell's first call and its latest 2**k-th (a solver called over parameters converges in as many
+        steps as each needs). Its JAX
         events, compile and call are nbscope's: none reaches the cell's or the next cell's figures. A call costs
         about the cell's time over the program's calls in it: the kernel spends at most TRIPS_SHARE of its time so
         far (beyond TRIPS_FREE_S) on them. Not while programs still run (a call's time is then not known)."""
@@ -259,16 +261,18 @@ class Programs:
         found: dict[str, list[Any]] = {}
         self.exporting, self.compiled, counter.sampling, kept = True, [], False, self.compiled
         try:
-            for key, args in samples.items():
+            for key, calls in samples.items():
                 each = (started - self.cell_started) / max(1, counter.counts[key] if key in counter.counts else 1)
-                if key not in counter.program_of or time.perf_counter() - started + each > budget:
+                if key not in counter.program_of or time.perf_counter() - started + each * len(calls) > budget:
                     continue
                 try:
                     if key not in self.counting:
                         function, where = _nbscope_trips.counting(counter.loopy[key])
                         self.counting[key] = (sys.modules["jax"].jit(function), where)
                     function, where = self.counting[key]
-                    trips = [int(n) for n in function(*args).tolist()]
+                    trips = [
+                        sum(n) / len(calls) for n in zip(*(function(*args).tolist() for args in calls), strict=True)
+                    ]
                     found[str(counter.program_of[key])] = [[*w, n] for w, n in zip(where, trips, strict=True)]
                 except Exception as exc:
                     result["loop_trips_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -527,8 +531,8 @@ class _Counter:
         # Programs with a ``while`` (id(executable) → its closed jaxpr; None: none), and the flat arguments of the
         # first call in the cell of each, run again after the cell to count its loops' iterations (_nbscope_trips).
         self.loopy: dict[int, Any] = {}
-        self.samples: dict[int, tuple[Any, ...]] = {}
-        self.wanted: set[int] = set()  # programs with a while not sampled yet in the cell
+        self.samples: dict[int, list[tuple[Any, ...]]] = {}  # the first call's and the latest 2**k-th's
+        self.wanted: set[int] = set()  # programs with a while, sampled in the cell
         self.sampling = True  # False once the kernel's counting has taken its share (Programs._count_trips)
 
     def install(self) -> None:
@@ -599,7 +603,7 @@ class _Counter:
                 key = resolve(function, args, kwargs)
             if key is not None:
                 counts[key] += 1
-                if key in wanted:
+                if key in wanted and counts[key] & (counts[key] - 1) == 0:  # its 1st, 2nd, 4th, 8th... call
                     counter.sample(key, (args, kwargs))
             else:
                 unresolved[getattr(function, "__name__", "?")] += 1
@@ -650,7 +654,7 @@ class _Counter:
             self.loopy[key] = kwargs["jaxpr"] if _nbscope_trips.has_while(kwargs["jaxpr"]) else None
             if self.loopy[key] is not None and self.sampling:
                 self.wanted.add(key)
-        if key in self.wanted:
+        if key in self.wanted and self.counts[key] & (self.counts[key] - 1) == 0:
             self.sample(key, args)
         if key not in self.program_of and key not in self.written:
             self.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
@@ -663,8 +667,8 @@ class _Counter:
             if len(leaves) == len(avals) and all(
                 getattr(x, "shape", ()) == a.shape for x, a in zip(leaves, avals, strict=True)
             ):
-                self.samples[key] = tuple(leaves)
-                self.wanted.discard(key)
+                kept = self.samples.setdefault(key, [])
+                kept[min(len(kept), 1) :] = [tuple(leaves)]
         except Exception:  # the probe must never break the notebook's call
             pass
 
