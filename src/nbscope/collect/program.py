@@ -95,6 +95,7 @@ class Executed:
     loops: Annotated[dict[str, LoopSeen], Write(when=given)] = field(default_factory=dict)
     traced_count: Annotated[int | None, Write(when=known)] = None
     traced_fraction: Annotated[float | None, Write(when=known)] = None
+    synced: Annotated[int | None, Write(when=known)] = None  # calls the host waited for (the probe's ``synced``)
     from_run_ids: Annotated[bool, Write(when=never)] = False
 
 
@@ -367,7 +368,7 @@ class ProgramCollector:
         if counts is not None:
             self._count(result, counts)
             result.counted = True
-        self._rerun_trips(result, probe, where)
+        self._what_calls_showed(result, probe, where)
         counted = {e.program for e in result.executions}
         for key in new_programs:
             if key not in counted and result.trace != "read" and counts is None:
@@ -430,13 +431,17 @@ class ProgramCollector:
         if not result.cut and result.trace != "read":
             result.cpu_busy_s = sum(e.cpu_s or 0.0 for e in result.executions)
 
-    def _rerun_trips(self, result: CellResult, probe: ProbePrograms, where: str) -> None:
-        """The iterations the probe counted in a sampled call run again (``loop_trips``), per execution, for each
+    def _what_calls_showed(self, result: CellResult, probe: ProbePrograms, where: str) -> None:
+        """How many calls of each program the host waited for (``synced``), where the probe counted them. The iterations the probe counted in a sampled call run again (``loop_trips``), per execution, for each
         loop known only at run time: a ``while`` matched to its HLO loop by the source line both name (one each, else
         it is left to the trace). Exact for that call, they stand before a trace's count (a cut trace counted 3,693 of
         a solver's 17,720 iterations: tests/files/forecast_while_converge.md)."""
         if probe.loop_trips_error:
             self.notes.append(f"{where}: loops' iterations not counted: {probe.loop_trips_error}"[:300])
+        for program_id, calls in (probe.synced or {}).items():
+            key = self.key_of[int(program_id)] if int(program_id) in self.key_of else None
+            for ran in result.executions:
+                ran.synced = min(calls, ran.count or calls) if ran.program == key else ran.synced
         for program_id, sites in (probe.loop_trips or {}).items():
             key = self.key_of[int(program_id)] if int(program_id) in self.key_of else None
             program = self.programs[key] if key in self.programs else None

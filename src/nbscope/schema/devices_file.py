@@ -35,6 +35,7 @@ OPTIONAL_DEVICE_FIGURES = (
     "compile_mean_x64_s",
     "compile_mean_x64_transcendental_s",
     "runtime_start_s",
+    "sync_call_us",
 )
 PLATFORMS = ("gpu", "tpu")  # what a device is: its forecast's words and rules (a TPU's failing float64 ops)
 MODEL_FIGURES = (

@@ -91,6 +91,7 @@ class ProbePrograms:
     loop_trips: Mapping[str, Sequence[Sequence[Any]]] | None = None
     loop_trips_error: str | None = None
     loop_trips_s: Measured = None  # counting them, after the cell's time
+    synced: Mapping[str, int] | None = None  # per program id, calls whose result the host read before the next one
 
     present = staticmethod(given)  # an empty object says nothing of the cell's programs
 

@@ -197,6 +197,7 @@ class Execution:
     traced_count: Many  # the runs seen in a trace cut short (``count`` is then extrapolated)
     cpu_s: Time  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
     loops: Mapping[str, ObservedLoop]  # by loop id
+    synced: Many = None  # of ``count``: calls the host waited for (read a result, or blocked) before the next one
 
     @property
     def runs(self) -> int:

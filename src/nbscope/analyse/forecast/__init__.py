@@ -565,7 +565,9 @@ def _host_bound(cell: Cell, executions: tuple[Execution, ...], compile_s: float)
     sched = cell.sched
     if not executions or sched is None or sched.on_cpu_s is None:
         return math.inf
-    own = cell.wall_s - (cell.notebook_wall_s or cell.wall_s)  # nbscope's, on that thread (a trace's split)
+    own = (cell.wall_s or 0.0) - (
+        cell.notebook_wall_s or cell.wall_s or 0.0
+    )  # nbscope's, on that thread (a trace's split)
     return max(0.0, sched.on_cpu_s + (sched.wait_s or 0.0) - compile_s - own)
 
 
@@ -911,8 +913,27 @@ def _program_terms(
                 )
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
+            if term.kind == "dispatch":
+                scaled, words = _dispatch_by_waits(scaled, words, count, execution.synced, device)
             terms.append(replace(scaled, words=words, called=called))
     return missing
+
+
+def _dispatch_by_waits(term: Term, words: str, count: int, synced: int | None, device: Device) -> tuple[Term, str]:
+    """The calls' dispatch on a device that says what a synchronous call costs (``sync_call_us``, the TPU's round
+    trip): the calls the host waited for on the CPU at that cost, the chained ones at the dispatch figure's low end
+    (the same Python root finder's 0.57 ms a step where it reads each result, 0.12 ms where its calls chain)."""
+    sync = device.optional("sync_call_us")
+    if sync is None or synced is None:
+        return term, words
+    waited, chained = min(synced, count), count - min(synced, count)
+    each = device.figure("dispatch_us").low
+    low, high = (waited * sync.low + chained * each) * 1e-6, (waited * sync.high + chained * each) * 1e-6
+    words = (
+        f"{count:,} jitted call{'s' if count != 1 else ''}: {waited:,} waited for by the host × "
+        f"{sync.text(' µs')} (round trip), {chained:,} chained × {each:g} µs"
+    )
+    return replace(term, low_s=low, high_s=high, words=words), words
 
 
 def _transfer_term(cell: _Cell, device: Device, table: DeviceTable, all_pinned: bool) -> Term | None:

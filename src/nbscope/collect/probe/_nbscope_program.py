@@ -296,6 +296,7 @@ class Programs:
         self.hooked = True
         self._hook_compiling()
         self.counter.install()
+        self.counter.count_reads()
         pxla = sys.modules.get("jax._src.interpreters.pxla")
         original = getattr(pxla, "lower_sharding_computation", None)
         if original is None or getattr(original, "_nbscope", False):
@@ -533,6 +534,11 @@ class _Counter:
         self.loopy: dict[int, Any] = {}
         self.samples: dict[int, list[tuple[Any, ...]]] = {}  # the first call's and the latest 2**k-th's
         self.wanted: set[int] = set()  # programs with a while, sampled in the cell
+        # Host reads (a value fetched, a block on a result), and per executable how many there had been at its last
+        # call: a call followed by one before the program's next call (or the cell's end) waited for its result.
+        self.reads, self.reading = 0, False
+        self.read_at: dict[int, int] = {}
+        self.synced: defaultdict[int, int] = defaultdict(int)
         self.sampling = True  # False once the kernel's counting has taken its share (Programs._count_trips)
 
     def install(self) -> None:
@@ -558,7 +564,7 @@ class _Counter:
             key = by_name[str(kwargs["name"] if "name" in kwargs else "?")] = id(executable)
             if "jaxpr" in kwargs:
                 by_jaxpr[id(kwargs["jaxpr"])] = key
-            counts[key] += 1
+            counter.note(key)
             counter.ran(key, executable, args, kwargs)
             return result
 
@@ -602,7 +608,7 @@ class _Counter:
             except KeyError:
                 key = resolve(function, args, kwargs)
             if key is not None:
-                counts[key] += 1
+                counter.note(key)
                 if key in wanted and counts[key] & (counts[key] - 1) == 0:  # its 1st, 2nd, 4th, 8th... call
                     counter.sample(key, (args, kwargs))
             else:
@@ -647,6 +653,35 @@ class _Counter:
         for option in options:
             option._update_thread_local_hook, option._update_global_hook = update_local, update_global
 
+    def note(self, key: int) -> None:
+        """A call of the executable ``key``: counted, and its previous call synchronous if the host read since."""
+        self.counts[key] += 1
+        if key in self.read_at and self.read_at[key] != self.reads:
+            self.synced[key] += 1
+        self.read_at[key] = self.reads
+
+    def count_reads(self) -> None:
+        """Count the host's reads of arrays: ``ArrayImpl._value`` (float(), bool(), print, .tolist()) and
+        ``block_until_ready`` (np.asarray's C++ path is not seen)."""
+        kind = getattr(sys.modules["jax._src.array"], "ArrayImpl", None) if "jax._src.array" in sys.modules else None
+        found = dict(getattr(kind, "__dict__", {}))
+        value, block = (found[name] if name in found else None for name in ("_value", "block_until_ready"))
+        if not isinstance(value, property) or value.fget is None or block is None or self.reading:
+            return
+        self.reading = True
+        counter, fget = self, value.fget
+
+        def read(array: object) -> object:
+            counter.reads += 1
+            return fget(array)
+
+        def block_until_ready(array: object) -> object:
+            counter.reads += 1
+            return block(array)
+
+        setattr(kind, "_value", property(read))  # noqa: B010 (a class found at run time)
+        setattr(kind, "block_until_ready", block_until_ready)  # noqa: B010
+
     def ran(self, key: int, executable: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         """A program ran in Python (``_pjit_call_impl_python``): whether it has a while (its first run), its flat
         arguments kept if so (the first call in the cell), and its executable if its program id is not known yet."""
@@ -682,11 +717,14 @@ class _Counter:
     def attach(self) -> None:
         """JAX was just imported (in the middle of a cell): count from now on."""
         self.install()
+        self.count_reads()
         self.start()
 
     def start(self) -> None:
         """A cell starts: counts from zero, with the hook in place (a notebook's ``jax_debug_nans`` replaces it)."""
         self.counts.clear()
+        self.read_at.clear()
+        self.synced.clear()
         self.samples.clear()
         self.wanted.clear()  # the same set the hooks hold
         self.wanted.update(key for key, jaxpr in self.loopy.items() if jaxpr is not None and self.sampling)
@@ -729,6 +767,10 @@ class _Counter:
             else:
                 unknown += runs
         result["counts"] = dict(by_program)
+        for key, at in self.read_at.items():  # the cell's last call, read after it (or at its end: %%time, print)
+            self.synced[key] += at != self.reads
+        synced = {str(self.program_of[k]): n for k, n in self.synced.items() if n and k in self.program_of}
+        result.update({"synced": synced} if synced else {})
         if unknown:
             result["uncounted"] = unknown
         try:
