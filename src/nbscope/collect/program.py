@@ -313,6 +313,7 @@ class ProgramCollector:
         self.loop_body_names: dict[int, frozenset[str]] = {}  # program id → the kernels of its loops' bodies
         self.all_op_names: set[str] = set()
         self.cpu_each: dict[str, float] = {}  # program key → CPU seconds per execution, from a whole trace
+        self.rerun: dict[tuple[str, str], float] = {}  # (program key, loop id) → iterations a call run again counted
         self.notes: list[str] = []
         self._xla: XlaTools | None = None
         self._profile_data: Any = None
@@ -461,6 +462,17 @@ class ProgramCollector:
                 if lines[(file, line)] == 1 and len(loops) == 1:  # exact, where a trace may have lost events
                     seen = execution.loops.setdefault(loops[0].id, LoopSeen())
                     seen.iterations, seen.basis = float(iterations), "re-run"
+                    self.rerun[(execution.program, loops[0].id)] = seen.iterations
+        self._earlier_reruns(result)
+
+    def _earlier_reruns(self, result: CellResult) -> None:
+        """A loop no call of this cell counted (the kernel's budget for running calls again was spent, the trace was
+        cut or saw none of it): as the latest call of its program an earlier cell ran again counted it."""
+        for ran in result.executions:
+            for (key, loop), iterations in self.rerun.items():
+                seen = ran.loops.setdefault(loop, LoopSeen()) if key == ran.program else None
+                if seen is not None and (seen.iterations is None or (seen.basis is None and result.cut)):
+                    seen.iterations, seen.basis = iterations, "re-run earlier"
 
     def finish(self) -> dict[str, Any]:
         """The run's ``measurements.programs``."""

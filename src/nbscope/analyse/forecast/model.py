@@ -267,7 +267,8 @@ def loop_name(loop: Loop) -> str:
 
 COUNTED_BY = {  # an observed trip count's source (``LoopOnCpu.basis``)
     "trace": "counted from the loop body's kernels in the CPU run's trace",
-    "re-run": "counted in the cell's first call, run again with an iteration counter",
+    "re-run": "counted in the cell's calls run again with an iteration counter (its first and latest 2**k-th)",
+    "re-run earlier": "counted in an earlier cell's call of the program, run again with an iteration counter",
 }
 ESTIMATE_FACTOR = 4.0  # an iteration's bookkeeping may cost this many times its body's work
 MAX_RANGE = 100.0  # no bound is kept that makes a term's range wider than this (high / low)
@@ -337,7 +338,7 @@ def _trip_counts(
             result = (outer[0] * trips, outer[0] * trips, "static", None)
         elif seen.iterations is not None and seen.iterations >= 1:
             count = seen.iterations
-            result = (count, count, "observed", COUNTED_BY["re-run" if seen.basis == "re-run" else "trace"])
+            result = (count, count, "observed", COUNTED_BY[seen.basis if seen.basis in COUNTED_BY else "trace"])
         elif trips is not None:
             high = None if outer[1] is None else outer[1] * trips
             result = (outer[0] * trips, high, outer[2], outer[3])

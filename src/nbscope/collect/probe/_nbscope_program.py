@@ -263,17 +263,18 @@ class Programs:
         try:
             for key, calls in samples.items():
                 each = (started - self.cell_started) / max(1, counter.counts[key] if key in counter.counts else 1)
-                if key not in counter.program_of or time.perf_counter() - started + each * len(calls) > budget:
-                    continue
                 try:
-                    if key not in self.counting:
-                        function, where = _nbscope_trips.counting(counter.loopy[key])
-                        self.counting[key] = (sys.modules["jax"].jit(function), where)
-                    function, where = self.counting[key]
-                    trips = [
-                        sum(n) / len(calls) for n in zip(*(function(*args).tolist() for args in calls), strict=True)
-                    ]
-                    found[str(counter.program_of[key])] = [[*w, n] for w, n in zip(where, trips, strict=True)]
+                    counted = []
+                    for args in calls:  # as many as the budget allows
+                        if key not in counter.program_of or time.perf_counter() - started + each > budget:
+                            break
+                        if key not in self.counting:
+                            function, where = _nbscope_trips.counting(counter.loopy[key])
+                            self.counting[key] = (sys.modules["jax"].jit(function), where)
+                        counted.append(self.counting[key][0](*args).tolist())
+                    trips = [sum(n) / len(counted) for n in zip(*counted, strict=True)]
+                    where = self.counting[key][1] if counted else []
+                    found.update({str(counter.program_of[key]): [[*w, n] for w, n in zip(where, trips, strict=True)]})
                 except Exception as exc:
                     result["loop_trips_error"] = f"{type(exc).__name__}: {exc}"[:300]
         finally:
