@@ -54,7 +54,7 @@ def test_programs_running_on_into_the_next_cell_are_forecast_once_where_they_wer
     result = forecast(record, ["t4", "tpu-v5e"]).to_dict()
     for device in ("t4", "tpu-v5e"):
         outcome = result["cells"][1]["gpu"][device]
-        (ran_on,) = [t for t in outcome["terms"] if t["kind"] == "unattributed"]
+        (ran_on,) = [t for t in outcome["terms"] if "an earlier cell dispatched" in t["words"]]
         assert ran_on["high_s"] == 0 and "forecast in that cell" in ran_on["words"]
         assert outcome["high_s"] is not None and result["cells"][1]["cpu"]["host_s"] < waited
         assert result["cells"][0]["gpu"][device]["terms"]  # the loop is the dispatching cell's
