@@ -299,7 +299,7 @@ def test_scan_forecast_is_linear_in_its_length(scan_record: RunRecord) -> None:
 
 
 @pytest.mark.slow
-def test_while_loop_reports_unknown_trip_count_and_cond_loop_syncs() -> None:
+def test_while_loop_reports_its_counted_trip_count_and_cond_loop_syncs() -> None:
     record = profile_with_programs("forecast_loops.md")
     programs = record.measurements["programs"]["programs"]
     grow = next(p for p in programs.values() if p["function"] == "grow")
@@ -311,15 +311,9 @@ def test_while_loop_reports_unknown_trip_count_and_cond_loop_syncs() -> None:
     assert fori["syncs_per_iteration"] >= 1 or fori["select_conds"] >= 1
     result = forecast(record, "t4").to_dict()
     terms = _loop_terms(result)
-    unknown = next(t for t in terms if t["function"] == "grow")
-    assert unknown["iterations"] is None  # neither static nor counted in the trace (one small call on XLA:CPU)
-    if unknown["trip_count_basis"] == "estimated":
-        assert "estimated" in unknown["words"] and "may be off by" in unknown["bound"]
-        assert unknown["iterations_low"] <= unknown["iterations_high"]
-        assert unknown["iterations_high"] / unknown["iterations_low"] > 4  # so the cell says it is uncertain
-    else:
-        assert "unknown number of iterations" in unknown["words"] and unknown["high_s"] is None
-        assert "known only at run time" in unknown["bound"] or "too wide to bound" in unknown["bound"]
+    counted = next(t for t in terms if t["function"] == "grow")
+    # Neither static nor in the trace (one small call on XLA:CPU): counted in the call run again (issue AE).
+    assert counted["trip_count_basis"] == "observed" and counted["iterations"] >= 1 and counted["high_s"] is not None
     synced = next(t for t in terms if t["function"] == "branchy")
     assert synced["iterations"] == 1_000 and synced["figure"] == "sync_iteration_us"
 

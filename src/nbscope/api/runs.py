@@ -180,7 +180,7 @@ def relink(record: RunRecord, store: Store) -> str | None:
     if link is None:
         return None
     found = store.ids_of_uuids([uuid for uuid in (link.of_uuid, link.as_is_uuid) if uuid])
-    of, as_is = (found[uuid] if uuid in found else None for uuid in (link.of_uuid, link.as_is_uuid))
+    of, as_is = (found.get(uuid or "") for uuid in (link.of_uuid, link.as_is_uuid))
     trial, measured = record.settings.get("trial"), record.measurements.get("trial")
     if isinstance(trial, dict):
         trial["of"] = of

@@ -126,6 +126,7 @@ def collection_times(probe_programs: ProbePrograms) -> dict[str, object]:
         else None,
         "hlo_s": probe_programs.programs_s,  # the record's name of each part of the probe's collection
         "split_s": probe_programs.split_s,
+        "trips_s": probe_programs.loop_trips_s,  # sampled calls run again to count their loops' iterations
     }
     parts = {part: seconds for part, figure in measured.items() if (seconds := number(figure)) is not None}
     window = decode_optional(TraceWindow, probe_programs.window)

@@ -55,8 +55,8 @@ def main() -> int:
     libtpu = importlib.metadata.version("libtpu")
     print(json.dumps({"device_kind": device.device_kind, "jax": jax.__version__, "libtpu": libtpu}), flush=True)
     for line in sys.stdin:
-        item = json.loads(line)
-        found: dict[str, Any] = {"key": item["key"]}
+        item: dict[str, str] = json.loads(line)
+        found: dict[str, object] = {"key": item["key"]}
         started, cpu = time.perf_counter(), time.process_time()
         try:
             with mlir.make_ir_context():

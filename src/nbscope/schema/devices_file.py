@@ -38,6 +38,7 @@ OPTIONAL_DEVICE_FIGURES = (
     "memory_gb",  # the device memory a program may take (a compile for the target says what it takes)
     "target_compile_factor",  # the chip host's compile over this machine's, for programs compiled here for the target
     "target_compile_factor_total",  # the same over a notebook's programs compiled here, as a whole
+    "sync_call_us",
 )
 PLATFORMS = ("gpu", "tpu")  # what a device is: its forecast's words and rules (a TPU's failing float64 ops)
 MODEL_FIGURES = (

@@ -9,7 +9,7 @@ written on unchanged. A line of an older or a broken probe reads what it lacks a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,11 @@ class ProbePrograms:
     counts: Mapping[str, int] | None = None
     uncounted: int | None = None  # executions counted whose program is not known
     counts_note: str | None = None  # why the counts may be short
+    # per program id, each while's [file, line, iterations] in a sampled call run again (probe's _nbscope_trips)
+    loop_trips: Mapping[str, Sequence[Sequence[Any]]] | None = None
+    loop_trips_error: str | None = None
+    loop_trips_s: Measured = None  # counting them, after the cell's time
+    synced: Mapping[str, int] | None = None  # per program id, calls whose result the host read before the next one
 
     present = staticmethod(given)  # an empty object says nothing of the cell's programs
 

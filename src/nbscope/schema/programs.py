@@ -207,6 +207,7 @@ class ObservedLoop:
 
     iterations: Trips  # per execution, counted from the body's kernels
     cpu_s: Time  # inside the loop, over all the cell's executions
+    basis: str | None = None  # "re-run": counted in a sampled call run again with counters (else the trace's kernels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,7 @@ class Execution:
     traced_count: Many  # the runs seen in a trace cut short (``count`` is then extrapolated)
     cpu_s: Time  # union of its XLA:CPU thunks; None: not timed (compiled, device trace)
     loops: Mapping[str, ObservedLoop]  # by loop id
+    synced: Many = None  # of ``count``: calls the host waited for (read a result, or blocked) before the next one
 
     @property
     def runs(self) -> int:

@@ -19,6 +19,7 @@ functions to keep on the CPU (their GPU time exceeds their measured CPU time), w
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -107,6 +108,8 @@ class _Cell:
     jax_work: bool = False  # the cell ran JAX work (what ran says so, or its code may and nothing says not)
     after_cut_s: float = 0.0  # of ``unattributed_s``: time after a cut that no measured call rate accounts for
     ran_on_s: float = 0.0  # of ``unattributed_s``: programs an earlier cell dispatched, waited for as this one started
+    # programs an earlier cell dispatched and counted, which ran on into this one: forecast there, counted once
+    counted_there_s: float = 0.0
     copies_s: float = 0.0  # host↔device copies on this CPU (the forecast's transfer term replaces them)
 
 
@@ -515,7 +518,11 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
     if counted:  # every program that ran is known: XLA's work no thunk of theirs claimed is still theirs
         busy, unattributed = busy + unattributed, 0.0
     ran_on = min(waited, max(0.0, rest - busy - copies - unattributed))
-    unattributed += ran_on
+    # The probe counted every execution where it dispatched (``counted``): the earlier cell forecasts these
+    # programs, so their time here is counted there once (hopenhayn's ``p_star`` cell: 1.06 s of the 200
+    # ``update_cross_section`` calls its %%time cell dispatched, before "GPU time unknown" and no upper bound).
+    counted_there = ran_on if counted else 0.0
+    unattributed += ran_on - counted_there
     window = data.window if data is not None and data.window is not None and data.window.cut else None
     # The probe counted every execution (``counted``): the programs that ran are known, a cut trace or not.
     ran_jax = bool(executions) or compile_s > 0 or unattributed > 0 or copies > 0
@@ -527,13 +534,14 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         ran_jax = False  # no execution counted and nothing compiled: the cell runs no JAX, whatever its trace did
     if unseen:
         unattributed = max(unattributed, rest - copies)
-    host = max(0.0, rest - busy - unattributed - copies)
+    host = max(0.0, rest - busy - unattributed - copies - counted_there)
     after_cut = 0.0
     if window is not None and executions and window.traced_s is not None:
         host, after_cut = _split_after_cut(
             cell, window, data, wall, rest, compile_s, (host, busy, unattributed, copies)
         )
         unattributed += after_cut
+    host = min(host, _host_bound(cell, executions, compile_s))
     return _Cell(
         cell=cell,
         wall=wall,
@@ -545,8 +553,24 @@ def _measured(cell: Cell, code_may_run_jax: bool = True) -> _Cell | None:
         jax_work=ran_jax or unseen,
         after_cut_s=after_cut,
         copies_s=copies,
-        ran_on_s=ran_on,
+        ran_on_s=ran_on - counted_there,
+        counted_there_s=counted_there,
     )
+
+
+def _host_bound(cell: Cell, executions: tuple[Execution, ...], compile_s: float) -> float:
+    """The most of a cell's time that can be host work: Python, NumPy and Numba run on the cell's own thread,
+    so in a cell that ran JAX programs they had no more than that thread's time on a CPU and waiting for one
+    (``sched``), less JAX's compile and nbscope's collection (on that thread too). The rest it spent blocked, waiting for XLA (its thread
+    pool, a loop's body, LAPACK): the programs' time, forecast from their HLO (opt_savings_2's OPI solver called from a Python loop: 78 of its 93.5 s were
+    carried over as host work before)."""
+    sched = cell.sched
+    if not executions or sched is None or sched.on_cpu_s is None:
+        return math.inf
+    own = (cell.wall_s or 0.0) - (
+        cell.notebook_wall_s or cell.wall_s or 0.0
+    )  # nbscope's, on that thread (a trace's split)
+    return max(0.0, sched.on_cpu_s + (sched.wait_s or 0.0) - compile_s - own)
 
 
 def _split_after_cut(
@@ -809,39 +833,53 @@ def _measured_terms(
         )
         terms.append(measured or accelerator.compile_term(cell.cell, cell.compile_s, run, device, table))
     if cell.unattributed_s > 0:
-        # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
-        small = cell.unattributed_s < (
-            SMALL_UNATTRIBUTED_S
-            if cell.after_cut_s > 0 or cell.ran_on_s > 0
-            else max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
-        )
-        what = (
-            "time a trace cut short did not attribute, a JAX program's or host work"
-            if cell.unseen
-            else "JAX time after the trace's cut, not attributed to a program"
-            if cell.after_cut_s > cell.ran_on_s
-            else (
-                "JAX time of programs an earlier cell dispatched, which ran on into this one (block on their "
-                "results at that cell's end to see them there)"
-            )
-            if cell.ran_on_s > 0
-            else "JAX time the trace did not attribute to a program"
-        )
-        seconds = units.seconds(cell.unattributed_s)
+        terms.append(_unattributed_term(cell, device))
+    if cell.counted_there_s > 0:
         terms.append(
             Term(
                 kind="unattributed",
-                low_s=cell.unattributed_s if small else 0.0,
-                high_s=cell.unattributed_s if small else None,
-                words=(
-                    f"{what} ({seconds}), carried over as measured"
-                    if small
-                    else f"{what} ({seconds}): {device.kind} time unknown"
-                ),
-                figures=Unattributed(cell.unattributed_s, cell.unseen),
+                low_s=0.0,
+                high_s=0.0,
+                words=f"JAX time of programs an earlier cell dispatched, which ran on into this one "
+                f"({units.seconds(cell.counted_there_s)}): forecast in that cell, which counted them",
+                figures=Unattributed(cell.counted_there_s, False),
             )
         )
     return terms
+
+
+def _unattributed_term(cell: _Cell, device: Device) -> Term:
+    """The cell's JAX time no program took: carried over where small, else of unknown device time."""
+    # Time after a cut is whatever the cell did next (a sampler's whole run): small only in itself.
+    small = cell.unattributed_s < (
+        SMALL_UNATTRIBUTED_S
+        if cell.after_cut_s > 0 or cell.ran_on_s > 0
+        else max(SMALL_UNATTRIBUTED_S, 0.1 * cell.wall)
+    )
+    what = (
+        "time a trace cut short did not attribute, a JAX program's or host work"
+        if cell.unseen
+        else "JAX time after the trace's cut, not attributed to a program"
+        if cell.after_cut_s > cell.ran_on_s
+        else (
+            "JAX time of programs an earlier cell dispatched, which ran on into this one (block on their "
+            "results at that cell's end to see them there)"
+        )
+        if cell.ran_on_s > 0
+        else "JAX time the trace did not attribute to a program"
+    )
+    seconds = units.seconds(cell.unattributed_s)
+    return Term(
+        kind="unattributed",
+        low_s=cell.unattributed_s if small else 0.0,
+        high_s=cell.unattributed_s if small else None,
+        words=(
+            f"{what} ({seconds}), carried over as measured"
+            if small
+            else f"{what} ({seconds}): {device.kind} time unknown"
+        ),
+        figures=Unattributed(cell.unattributed_s, cell.unseen),
+    )
 
 
 def _program_terms(
@@ -893,8 +931,27 @@ def _program_terms(
                 )
             elif count > 1:
                 words = f"{count:,} calls × {term.words}"
+            if term.kind == "dispatch":
+                scaled, words = _dispatch_by_waits(scaled, words, count, execution.synced, device)
             terms.append(replace(scaled, words=words, called=called))
     return missing
+
+
+def _dispatch_by_waits(term: Term, words: str, count: int, synced: int | None, device: Device) -> tuple[Term, str]:
+    """The calls' dispatch on a device that says what a synchronous call costs (``sync_call_us``, the TPU's round
+    trip): the calls the host waited for on the CPU at that cost, the chained ones at the dispatch figure's low end
+    (the same Python root finder's 0.57 ms a step where it reads each result, 0.12 ms where its calls chain)."""
+    sync = device.optional("sync_call_us")
+    if sync is None or synced is None:
+        return term, words
+    waited, chained = min(synced, count), count - min(synced, count)
+    each = device.figure("dispatch_us").low
+    low, high = (waited * sync.low + chained * each) * 1e-6, (waited * sync.high + chained * each) * 1e-6
+    words = (
+        f"{count:,} jitted call{'s' if count != 1 else ''}: {waited:,} waited for by the host × "
+        f"{sync.text(' µs')} (round trip), {chained:,} chained × {each:g} µs"
+    )
+    return replace(term, low_s=low, high_s=high, words=words), words
 
 
 def _transfer_term(cell: _Cell, device: Device, table: DeviceTable, all_pinned: bool) -> Term | None:

@@ -194,6 +194,7 @@ class LoopOnCpu:
 
     iterations: float | None
     cpu_s_each: float | None
+    basis: str | None = None  # "re-run": counted in a sampled call run again (else from the trace's kernels)
 
 
 def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopOnCpu]]:
@@ -203,7 +204,9 @@ def observed_loops(execution: Execution) -> tuple[float | None, dict[str, LoopOn
     cpu_each = (execution.cpu_s / count) if execution.cpu_s and count else None
     return cpu_each, {
         loop_id: LoopOnCpu(
-            iterations=seen.iterations, cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None
+            iterations=seen.iterations,
+            cpu_s_each=(seen.cpu_s / count) if seen.cpu_s and count else None,
+            basis=seen.basis,
         )
         for loop_id, seen in execution.loops.items()
     }
@@ -262,6 +265,11 @@ def loop_name(loop: Loop) -> str:
     return "counted loop (lax.scan / fori_loop)" if loop.trip_count is not None else "lax.while_loop"
 
 
+COUNTED_BY = {  # an observed trip count's source (``LoopOnCpu.basis``)
+    "trace": "counted from the loop body's kernels in the CPU run's trace",
+    "re-run": "counted in the cell's calls run again with an iteration counter (its first and latest 2**k-th)",
+    "re-run earlier": "counted in an earlier cell's call of the program, run again with an iteration counter",
+}
 ESTIMATE_FACTOR = 4.0  # an iteration's bookkeeping may cost this many times its body's work
 MAX_RANGE = 100.0  # no bound is kept that makes a term's range wider than this (high / low)
 
@@ -330,7 +338,7 @@ def _trip_counts(
             result = (outer[0] * trips, outer[0] * trips, "static", None)
         elif seen.iterations is not None and seen.iterations >= 1:
             count = seen.iterations
-            result = (count, count, "observed", "counted from the loop body's kernels in the CPU run's trace")
+            result = (count, count, "observed", COUNTED_BY[seen.basis if seen.basis in COUNTED_BY else "trace"])
         elif trips is not None:
             high = None if outer[1] is None else outer[1] * trips
             result = (outer[0] * trips, high, outer[2], outer[3])

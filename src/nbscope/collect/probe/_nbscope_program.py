@@ -51,8 +51,10 @@ from collections.abc import Callable
 from typing import Any
 
 try:  # beside this file in the kernel's probe home
+    import _nbscope_trips
     from _nbscope_words import whole_words
 except ImportError:  # imported as part of the nbscope package
+    from nbscope.collect.probe import _nbscope_trips
     from nbscope.collect.probe._nbscope_words import whole_words
 
 TRACE_NAME = "cell-{seq:04d}.xplane.pb"
@@ -145,6 +147,9 @@ class Programs:
         self.last_lowered: Any = None  # the closed jaxpr JAX lowered last: the program a compile makes
         self.running_at_lowering = False  # programs dispatched earlier still ran as JAX lowered the last one
         self.counter = _Counter()
+        self.born = self.cell_started = time.perf_counter()
+        self.trips_s = 0.0  # counting loops' iterations (_count_trips), over the kernel
+        self.counting: dict[int, tuple[Any, list[Any]]] = {}  # id(executable) → its counting function, whiles' lines
 
     def start(self, seq: int, *, shared: bool = False, compile_clock: Callable[[], float] | None = None) -> None:
         """``compile_clock``: a function of no argument giving the seconds JAX has compiled in the cell so far
@@ -162,6 +167,7 @@ class Programs:
             self._hook_lowering()
         self.watching = self.compile_hooked
         self.counter.start()
+        self.cell_started = time.perf_counter()
         if shared or "jax" not in sys.modules:
             return
         # Programs the last cell dispatched may run on into this one; where its session recorded heavily, they
@@ -230,10 +236,8 @@ class Programs:
         # A cut for its parts or their time says the cell compiled often, not that its programs recorded heavily.
         cut_heavy = guard is not None and guard.cut_after is not None and guard.reason not in ("parts", "split time")
         self.heavy = guard is not None and (cut_heavy or result["trace_stop_s"] >= HEAVY_STOP_S)
-        if self.dispatch_wait_s:
-            result["dispatch_wait_s"] = self.dispatch_wait_s
-        if self.start_wait_s:
-            result["in_flight_wait_s"] = self.start_wait_s
+        waits = {"dispatch_wait_s": self.dispatch_wait_s, "in_flight_wait_s": self.start_wait_s}
+        result.update((name, seconds) for name, seconds in waits.items() if seconds)
         executables, self.compiled = self.compiled, []
         if compiled or executables or self.flushed:
             started = time.perf_counter()
@@ -254,6 +258,7 @@ class Programs:
                     result["programs_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
             result["programs_s"] = time.perf_counter() - started
         self.counter.report(result)
+        self._count_trips(result)
         self._lowerings(seq, result)
         return result
 
@@ -272,6 +277,55 @@ class Programs:
             result["gpu_lowering_s"] = time.perf_counter() - started
             self.lowered = []
 
+    def _count_trips(self, result: dict[str, Any]) -> None:
+        """Each sampled program's while loops' iterations per call (``loop_trips``: program id → [file, line,
+        iterations] per while), counted by running its sampled calls again (_nbscope_trips) after the cell's time: the
+        mean of the cell's first call and its latest 2**k-th (a solver called over parameters converges in as many
+        steps as each needs). Its JAX
+        events, compile and call are nbscope's: none reaches the cell's or the next cell's figures. A call costs
+        about the cell's time over the program's calls in it: the kernel spends at most TRIPS_SHARE of its time so
+        far (beyond TRIPS_FREE_S) on them. Not while programs still run (a call's time is then not known)."""
+        counter, started = self.counter, time.perf_counter()
+        samples, budget = dict(counter.samples), TRIPS_FREE_S + TRIPS_SHARE * (started - self.born) - self.trips_s
+        counter.samples.clear()  # the same dict the hooks hold
+        if not samples or _in_flight():
+            result.update(
+                {"loop_trips_error": "programs still ran as the cell ended: not run again"} if samples else {}
+            )
+            return
+        held = (dict(counter.pending), set(counter.written), dict(counter.by_name))
+        found: dict[str, list[Any]] = {}
+        self.exporting, self.compiled, counter.sampling, kept = True, [], False, self.compiled
+        try:
+            for key, calls in samples.items():
+                each = (started - self.cell_started) / max(1, counter.counts.get(key, 1))
+                try:
+                    counted = []
+                    for args in calls:  # as many as the budget allows
+                        if key not in counter.program_of or time.perf_counter() - started + each > budget:
+                            break
+                        if key not in self.counting:
+                            function, where = _nbscope_trips.counting(counter.loopy[key])
+                            self.counting[key] = (sys.modules["jax"].jit(function), where)
+                        counted.append(self.counting[key][0](*args).tolist())
+                    trips = [sum(n) / len(counted) for n in zip(*counted, strict=True)]
+                    where = self.counting[key][1] if counted else []
+                    found.update({str(counter.program_of[key]): [[*w, n] for w, n in zip(where, trips, strict=True)]})
+                except Exception as exc:
+                    result["loop_trips_error"] = whole_words(f"{type(exc).__name__}: {exc}", 300)
+        finally:
+            self.exporting, self.compiled = False, kept
+            # In place: the hooks hold these.
+            counter.pending.clear()
+            counter.pending.update(held[0])
+            counter.by_name.clear()
+            counter.by_name.update(held[2])
+            counter.written.intersection_update(held[1])
+            counter.counts.clear()
+        self.trips_s += time.perf_counter() - started
+        counter.sampling = self.trips_s < TRIPS_FREE_S + TRIPS_SHARE * (time.perf_counter() - self.born)
+        result["loop_trips"], result["loop_trips_s"] = found, time.perf_counter() - started
+
     # ---- what the GPU would run -------------------------------------------------------------------
     def _hook_lowering(self) -> None:
         """Keep each program's jaxpr as JAX lowers it, to lower it for the GPU after the cell, and each
@@ -279,6 +333,7 @@ class Programs:
         self.hooked = True
         self._hook_compiling()
         self.counter.install()
+        self.counter.count_reads()
         pxla = sys.modules.get("jax._src.interpreters.pxla")
         original = getattr(pxla, "lower_sharding_computation", None)
         if original is None or getattr(original, "_nbscope", False):
@@ -574,6 +629,17 @@ class _Counter:
         self.check: Any = None  # JAX's NaN check (``api._nan_check_posthook``)
         self.previous: Any = None  # the post-hook in place before ours (jax_debug_nans'), still called
         self.leaves: Any = None
+        # Programs with a ``while`` (id(executable) → its closed jaxpr; None: none), and the flat arguments of the
+        # first call in the cell of each, run again after the cell to count its loops' iterations (_nbscope_trips).
+        self.loopy: dict[int, Any] = {}
+        self.samples: dict[int, list[tuple[Any, ...]]] = {}  # the first call's and the latest 2**k-th's
+        self.wanted: set[int] = set()  # programs with a while, sampled in the cell
+        # Host reads (a value fetched, a block on a result), and per executable how many there had been at its last
+        # call: a call followed by one before the program's next call (or the cell's end) waited for its result.
+        self.reads, self.reading = 0, False
+        self.read_at: dict[int, int] = {}
+        self.synced: defaultdict[int, int] = defaultdict(int)
+        self.sampling = True  # False once the kernel's counting has taken its share (Programs._count_trips)
 
     def install(self) -> None:
         pjit, api, tree, self.config = (
@@ -586,7 +652,7 @@ class _Counter:
         if state is None or run_python is None or call_python is None or tree is None or self.hook is not None:
             return
         counts, fast, unresolved, by_name, counter = self.counts, self.fast, self.unresolved, self.by_name, self
-        single, by_jaxpr = self.single, self.by_jaxpr
+        single, by_jaxpr, wanted = self.single, self.by_jaxpr, self.wanted
         self.leaves = tree.tree_leaves
 
         def _pjit_call_impl_python(*args: object, **kwargs: object) -> Any:
@@ -598,9 +664,8 @@ class _Counter:
             key = by_name[str(kwargs.get("name", "?"))] = id(executable)
             if "jaxpr" in kwargs:
                 by_jaxpr[id(kwargs["jaxpr"])] = key
-            counts[key] += 1
-            if key not in counter.program_of and key not in counter.written:
-                counter.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
+            counter.note(key)
+            counter.ran(key, executable, args, kwargs)
             return result
 
         def _run_python_pjit(p: object, args_flat: object, fun: object, args: object, kwargs: object) -> Any:
@@ -643,7 +708,9 @@ class _Counter:
             except KeyError:
                 key = resolve(function, args, kwargs)
             if key is not None:
-                counts[key] += 1
+                counter.note(key)
+                if key in wanted and counts[key] & (counts[key] - 1) == 0:  # its 1st, 2nd, 4th, 8th... call
+                    counter.sample(key, (args, kwargs))
             else:
                 unresolved[getattr(function, "__name__", "?")] += 1
             if counter.previous is not None:
@@ -686,6 +753,60 @@ class _Counter:
         for option in options:
             option._update_thread_local_hook, option._update_global_hook = update_local, update_global
 
+    def note(self, key: int) -> None:
+        """A call of the executable ``key``: counted, and its previous call synchronous if the host read since."""
+        self.counts[key] += 1
+        if key in self.read_at and self.read_at[key] != self.reads:
+            self.synced[key] += 1
+        self.read_at[key] = self.reads
+
+    def count_reads(self) -> None:
+        """Count the host's reads of arrays: ``ArrayImpl._value`` (float(), bool(), print, .tolist()) and
+        ``block_until_ready`` (np.asarray's C++ path is not seen)."""
+        kind = getattr(sys.modules["jax._src.array"], "ArrayImpl", None) if "jax._src.array" in sys.modules else None
+        found = dict(getattr(kind, "__dict__", {}))
+        value, block = (found.get(name) for name in ("_value", "block_until_ready"))
+        if not isinstance(value, property) or value.fget is None or block is None or self.reading:
+            return
+        self.reading = True
+        counter, fget = self, value.fget
+
+        def read(array: object) -> object:
+            counter.reads += 1
+            return fget(array)
+
+        def block_until_ready(array: object) -> object:
+            counter.reads += 1
+            return block(array)
+
+        setattr(kind, "_value", property(read))  # noqa: B010 (a class found at run time)
+        setattr(kind, "block_until_ready", block_until_ready)  # noqa: B010
+
+    def ran(self, key: int, executable: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        """A program ran in Python (``_pjit_call_impl_python``): whether it has a while (its first run), its flat
+        arguments kept if so (the first call in the cell), and its executable if its program id is not known yet."""
+        if key not in self.loopy and "jaxpr" in kwargs:
+            self.loopy[key] = kwargs["jaxpr"] if _nbscope_trips.has_while(kwargs["jaxpr"]) else None
+            if self.loopy[key] is not None and self.sampling:
+                self.wanted.add(key)
+        if key in self.wanted and self.counts[key] & (self.counts[key] - 1) == 0:
+            self.sample(key, args)
+        if key not in self.program_of and key not in self.written:
+            self.pending[key] = executable  # compiled before the compile hook: its id read at the cell's end
+
+    def sample(self, key: int, args: object) -> None:
+        """Keep a call's arguments, flat, where they are the program's (no static argument among them)."""
+        try:
+            leaves = self.leaves(args)
+            avals = self.loopy[key].in_avals
+            if len(leaves) == len(avals) and all(
+                getattr(x, "shape", ()) == a.shape for x, a in zip(leaves, avals, strict=True)
+            ):
+                kept = self.samples.setdefault(key, [])
+                kept[min(len(kept), 1) :] = [tuple(leaves)]
+        except Exception:  # the probe must never break the notebook's call
+            pass
+
     def signature(self, args: object, kwargs: object) -> tuple[Any, ...]:
         """The arguments' shapes and dtypes (other leaves by type): which of a function's executables runs."""
         return tuple(
@@ -696,11 +817,17 @@ class _Counter:
     def attach(self) -> None:
         """JAX was just imported (in the middle of a cell): count from now on."""
         self.install()
+        self.count_reads()
         self.start()
 
     def start(self) -> None:
         """A cell starts: counts from zero, with the hook in place (a notebook's ``jax_debug_nans`` replaces it)."""
         self.counts.clear()
+        self.read_at.clear()
+        self.synced.clear()
+        self.samples.clear()
+        self.wanted.clear()  # the same set the hooks hold
+        self.wanted.update(key for key, jaxpr in self.loopy.items() if jaxpr is not None and self.sampling)
         self.unresolved.clear()
         if self.hook is None:
             return
@@ -740,6 +867,10 @@ class _Counter:
             else:
                 unknown += runs
         result["counts"] = dict(by_program)
+        for key, at in self.read_at.items():  # the cell's last call, read after it (or at its end: %%time, print)
+            self.synced[key] += at != self.reads
+        synced = {str(self.program_of[k]): n for k, n in self.synced.items() if n and k in self.program_of}
+        result.update({"synced": synced} if synced else {})
         if unknown:
             result["uncounted"] = unknown
         try:
@@ -1381,15 +1512,19 @@ def _ready(array: object) -> bool:
         return True
 
 
+# Counting loops' iterations by running a sampled call again costs that call and a compile: the kernel spends on it
+# at most TRIPS_FREE_S, then TRIPS_SHARE of its time.
+TRIPS_FREE_S = 5.0
+TRIPS_SHARE = 0.25
 MAX_LOWERED = 200  # programs lowered for the GPU per cell at most (a cell compiling thousands says so)
 # Executables held before their HLO is written, mid-cell: a cell that compiles hundreds of programs (an eager scan
 # called with 200 lengths) held them all until its end, each alive no longer in the notebook's JAX caches.
 HOLD_COMPILED = 8
 
 
-def _has_equation(jaxpr: Any, matches: Callable[[object], bool], depth: int = 0) -> bool:
+def _has_equation(jaxpr: object, matches: Callable[[object], bool], depth: int = 0) -> bool:
     """Whether ``jaxpr`` or one nested in it has an equation that ``matches``."""
-    for equation in jaxpr.eqns:
+    for equation in getattr(jaxpr, "eqns", ()):
         if matches(equation):
             return True
         if depth < 8:
