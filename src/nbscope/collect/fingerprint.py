@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeGuard
 
+from nbscope import _units as units
 from nbscope.collect._gpu_classes import fp64_class
 from nbscope.schema import process_environment
 from nbscope.schema.codec import decode
@@ -318,7 +319,7 @@ def _numba_threading() -> dict[str, Any] | dict[str, str]:
     return {
         "layer": settings.numba_threading_layer if settings.numba_threading_layer is not None else "default",
         "available_layers": sorted(available),
-        "threads": int(threads_env) if threads_env and threads_env.isdigit() else os.cpu_count(),
+        "threads": units.whole(threads_env or "") or os.cpu_count(),
         "threads_source": "NUMBA_NUM_THREADS" if threads_env else "cpu count",
     }
 

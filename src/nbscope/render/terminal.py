@@ -34,7 +34,9 @@ class SafeConsole(Console):
     ``COLUMNS`` or ``LINES`` that is not a positive number (``COLUMNS=0``: rich would print nothing) is ignored."""
 
     def __init__(self, *, highlight: bool = False, stderr: bool = False) -> None:
-        environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or (v.isdigit() and int(v) > 0)}
+        environ = {
+            k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or units.whole(v, 1) is not None
+        }
         super().__init__(highlight=highlight, stderr=stderr, _environ=environ)
 
     def render_str(self, text: str, **options: Any) -> Text:
