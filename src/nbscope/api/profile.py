@@ -624,11 +624,15 @@ def run_profile(
     not_kept: list[str] = []
     if not_stored is None:
         save_run(store, record, findings=findings, diagnose=diagnose, notes=not_kept)
+    try:
+        forecast = _forecast_of(record, options.forecast, findings, devices_file, path)
+    except NbscopeError as exc:  # a run on an accelerator: its times are the device's, measured
+        forecast, not_kept = None, [*not_kept, f"--forecast: {exc}"]
     return ProfileOutcome(
         record=record,
         findings=findings,
         why_not_diagnosed=why_not,
-        forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
+        forecast=forecast,
         warnings=(*probe_warnings(record), *not_kept),
         failed=failures([record]),
         not_stored=not_stored,
