@@ -193,8 +193,8 @@ def test_every_run_taking_command_takes_every_reference(
     assert diagnosed.returncode == 0, diagnosed.stderr
     assert json.loads(diagnosed.stdout)["run_id"] == 2
 
-    forecast = run_cli("forecast", gpu, "--db", db, cwd=cwd)  # found, then refused: no program data
-    assert_one_line_error(forecast, "run 2 was recorded without program data")
+    forecast = run_cli("forecast", gpu, "--db", db, cwd=cwd)  # found, then refused: a GPU's times are no CPU's
+    assert_one_line_error(forecast, "run 2 ran on the GPU")
 
     report = run_cli("report", cpu, gpu, "--db", db, "-o", tmp_path / "r.html", cwd=cwd)
     assert report.returncode == 0, report.stderr
@@ -377,6 +377,10 @@ def test_compare_pairs_a_shared_cell_hash_and_refuses_two_notebooks(
     ]
     other["measurements"]["notebook"]["content_hash"] = "0" * 16
     other["measurements"]["totals"] |= {"cells": 3, "cells_run": 3, "cells_ok": 3, "cells_failed": 0}  # as listed
+    for count in ("compiles", "user_compiles", "eager_compiles", "library_compiles"):
+        other["measurements"]["totals"][count] = sum(
+            (c.get("jax") or {}).get(count, 0) for c in other["measurements"]["cells"]
+        )
     path = write(tmp_path / "another.json", other)
     refused = run_cli("compare", "1", path, "--db", db)
     assert_one_line_error(refused, "different notebooks", "--allow-different")

@@ -18,7 +18,9 @@ def whole(text: str, low: int = 0, high: int = 10**18 - 1) -> int | None:
 
 
 def decimal(text: str) -> float | None:
-    """The finite number ``text`` is in ASCII (``0.5``, ``1e-3``); None otherwise (``nan``, ``inf``, ``١٢``)."""
+    """The number ``text`` is in ASCII (``0.5``, ``1e-3``; ``inf``: no limit); None otherwise (``nan``, ``١٢``)."""
+    if text.strip().lower() in ("inf", "+inf"):
+        return math.inf
     return number(float(text)) if _DECIMAL.fullmatch(text.strip()) else None
 
 
