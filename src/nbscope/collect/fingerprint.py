@@ -542,9 +542,11 @@ def digest(fingerprint: Mapping[str, Any]) -> str:
 def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_volatile: bool = False) -> list[tuple[str, Any, Any]]:
     """Fields that differ between two fingerprints, as ``(path, a_value, b_value)``."""
     flat_a, flat_b = flatten(a), flatten(b)
+    # an empty object on one side (``environment: {}``) is said by its children's rows
+    parents = {path[:i] for path in [*flat_a, *flat_b] for i, c in enumerate(path) if c == "."}
     rows = []
     for path in sorted(set(flat_a) | set(flat_b)):
-        if not include_volatile and _is_volatile(path):
+        if (not include_volatile and _is_volatile(path)) or path in parents:
             continue
         missing = absent("field not present")
         va, vb = flat_a.get(path, missing), flat_b.get(path, missing)
