@@ -93,7 +93,7 @@ class RunSpec:
         if self.on_error not in ("continue", "stop"):
             raise NbscopeError(f"--on-error must be 'continue' or 'stop', not {self.on_error!r}")
         if self.repeat < 1:
-            raise NbscopeError("--repeat must be at least 1")
+            raise NbscopeError(f"repeat (--repeat) must be at least 1, not {self.repeat}")
         check_label(self.label)
         check_timeout(self.timeout)
         if self.jax_cache not in JAX_CACHE_MODES:
