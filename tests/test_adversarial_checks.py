@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -159,16 +164,23 @@ def test_an_option_given_twice_is_refused(args: list[Any], tmp_path: Path) -> No
         (["info"], {"NUMBA_NUM_THREADS": "²"}, None),
         (["loops", "--trips", "²,5", "--db", "s.db"], {}, "--trips expects"),
         (["loops", "--trips", "١٢", "--db", "s.db"], {}, "--trips expects"),
-        (["diagnose", CPU_PROGRAMS, "--threshold", "compile-bound.min_compile_s=inf"], {}, "--threshold expects"),
+        (["diagnose", CPU_PROGRAMS, "--threshold", "compile-bound.min_compile_s=١"], {}, "--threshold expects"),
         (["diagnose", CPU_PROGRAMS, "--threshold", "compile-bound.min_compile_s=nan"], {}, "--threshold expects"),
     ],
-    ids=["columns", "numba-threads", "trips-superscript", "trips-arabic-indic", "threshold-inf", "threshold-nan"],
+    ids=[
+        "columns",
+        "numba-threads",
+        "trips-superscript",
+        "trips-arabic-indic",
+        "threshold-arabic-indic",
+        "threshold-nan",
+    ],
 )
 def test_a_number_that_is_not_plain_ascii_digits_is_one_line_never_a_traceback(
     args: list[Any], env: dict[str, str], words: str | None, tmp_path: Path
 ) -> None:
     """``int()`` takes ``١٢`` as 12 and fails on ``²``, which ``str.isdigit`` passes; ``float()`` takes ``inf`` and
-    ``nan``: a number a user or the environment writes is read by one parser, ASCII and finite, else refused (an
+    ``nan`` (``inf`` is a threshold's "never"): a number a user or the environment writes is read by one parser, ASCII and finite, else refused (an
     option) or left unset (the terminal's width: read as typer is imported, so in a process of its own)."""
     done = subprocess.run(
         [sys.executable, "-m", "nbscope", *map(str, args)],
@@ -183,3 +195,87 @@ def test_a_number_that_is_not_plain_ascii_digits_is_one_line_never_a_traceback(
         assert done.returncode == 0, done.stderr
     else:
         assert_one_line_error(done, words)
+
+
+def test_compare_names_an_unset_value_and_an_environment_it_has(tmp_path: Path) -> None:
+    """Pass 5-6 case 70: ``--env EVIL: None → …`` (Python's None) and ``environment variables: {} → absent``
+    though B has one."""
+    crafted = _crafted(
+        tmp_path,
+        CPU_PROGRAMS,
+        lambda d: (
+            d["fingerprint"].update(environment={"EVIL": "x"}),
+            d["settings"].update(env={"EVIL": "hidden-hmac-1234abcd:00112233445566aa"}),
+        ),
+    )
+    (tmp_path / "a").mkdir()
+    plain = _crafted(tmp_path / "a", CPU_PROGRAMS, lambda d: d["fingerprint"].update(environment={}))
+    done = run_in_process(["compare", plain, crafted, "--markdown"], cwd=tmp_path)
+    lines = [line for line in done.stdout.splitlines() if "EVIL" in line or "environment variables" in line]
+    assert len(lines) == 2 and "None" not in done.stdout and "absent (not set)" in lines[0], lines
+
+
+@pytest.mark.parametrize("label", ["r1.json", "lecture.ipynb", "notes.md"])
+def test_a_label_that_reads_as_a_file_name_is_refused(label: str, tmp_path: Path) -> None:
+    """N57: ``show r1.json`` reads the file r1.json, never the run labelled so: such a label is refused when given."""
+    notebook = Path(__file__).resolve().parent / "files" / "empty.ipynb"
+    for given in (["--label", label], []):
+        env = {} if given else {"NBSCOPE_LABEL": label}
+        done = run_in_process(["profile", notebook, *given, "--db", tmp_path / "s.db"], env=env, cwd=tmp_path)
+        assert_one_line_error(done, f"label {label!r} cannot name runs", "file name")
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_the_api_refuses_an_argument_of_another_type_in_one_line(tmp_path: Path) -> None:
+    """N84: ``nbscope.compare(run, "garbage")`` ended in AttributeError, ``profile(None)`` in a TypeError."""
+    import nbscope
+    from nbscope.record.run import loads
+
+    run = loads(CPU_PROGRAMS.read_text())
+    calls: list[tuple[Callable[[], object], str]] = [
+        (lambda: nbscope.compare(run, "garbage"), "b is a str, not RunRecord"),  # type: ignore[arg-type]
+        (lambda: nbscope.diagnose("1"), "record is a str, not RunRecord"),  # type: ignore[arg-type]
+        (lambda: nbscope.profile(None), "path is a NoneType"),  # type: ignore[arg-type]
+        (lambda: nbscope.profile("x.ipynb", timeout="abc"), "timeout is a str"),  # type: ignore[arg-type]
+        (lambda: nbscope.open_store(42), "path is a int"),  # type: ignore[arg-type]
+    ]
+    for call, words in calls:
+        with pytest.raises(nbscope.NbscopeError) as refused:
+            call()
+        assert words in str(refused.value)
+
+
+def test_a_line_of_figures_wraps_between_them_never_inside_one(tmp_path: Path) -> None:
+    """N83: at 80 columns the totals line ended ``kernel start 623`` with ``ms`` on the next line, and the header
+    ``digest`` with its value on the next."""
+    shown = run_in_process(["show", PROFILE], env={"COLUMNS": "80"}, cwd=tmp_path).stdout
+    assert re.search(r"digest [0-9a-f]{12}", shown) and re.search(r"kernel start [0-9.]+ (µs|ms|s)\b", shown), shown
+    assert all(len(line) <= 80 for line in shown.splitlines())
+
+
+def test_a_stopped_import_prints_the_line_of_every_run_it_stored(tmp_path: Path) -> None:
+    """G9: SIGTERM during ``import`` of many files left the last stored run without its "imported as run N" line."""
+    document = json.loads(CPU_PROGRAMS.read_text())
+    for number in range(80):
+        document["measurements"]["run_uuid"] = f"g9-{number}"
+        (tmp_path / f"r{number:03d}.json").write_text(json.dumps(document))
+    for attempt in range(6):
+        db = tmp_path / f"imp{attempt}.db"
+        files = sorted(str(p) for p in tmp_path.glob("r*.json"))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "nbscope", "import", *files, "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+            cwd=tmp_path,
+        )
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3 + 5 * attempt)]  # stopped as it stores the next
+        time.sleep(attempt * 0.004)  # into the next run's storing, at another point each time
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=120)
+        printed = sum("imported as run" in line for line in [*lines, *out.splitlines()])
+        with closing(sqlite3.connect(db)) as connection:
+            stored = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+        assert process.returncode == 143 and printed == stored, (printed, stored)
