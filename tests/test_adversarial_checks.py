@@ -158,6 +158,22 @@ def test_an_option_given_twice_is_refused(args: list[Any], tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
+    "args, words",
+    [
+        (["forecast", CPU_PROGRAMS, "--list"], "RUN does nothing with --list"),
+        (["forecast", "--list", "--measured", CPU_PROGRAMS], "--measured does nothing with --list"),
+        (["forecast", CPU_PROGRAMS, "--calibrate-from", "1", "--name", "x"], "RUN does nothing with --calibrate-from"),
+        (["forecast", CPU_PROGRAMS, "--base", "l4"], "--base does nothing without --calibrate-from"),
+    ],
+    ids=["run-and-list", "measured-and-list", "run-and-calibrate", "base-without-calibrate"],
+)
+def test_options_that_a_way_of_running_leaves_unread_are_refused(args: list[Any], words: str, tmp_path: Path) -> None:
+    """Item 4: ``forecast RUN --list`` listed the table and ``forecast RUN --base l4`` forecast RUN, each leaving the
+    other option unread, silently."""
+    assert_one_line_error(run_in_process([*args, "--db", tmp_path / "s.db"], cwd=tmp_path), words)
+
+
+@pytest.mark.parametrize(
     "args, env, words",
     [
         (["show", CPU_PROGRAMS], {"COLUMNS": "²"}, None),

@@ -105,8 +105,17 @@ def forecast_command(
         ),
     ] = None,
 ) -> None:
+    from nbscope.api import NbscopeError
     from nbscope.api.forecast import device_table, forecast_run
 
+    unread = {  # what each way of running forecast would leave unread, silently
+        "--list": {"RUN": run, "--measured": measured, "--calibrate-from": calibrate_from, "--name": name},
+        "--calibrate-from": {"RUN": run, "--measured": measured, "--notebook": notebook},
+        "RUN": {"--name": name, "--base": base, "--append-to": output},
+    }
+    way = "--list" if list_devices else "--calibrate-from" if calibrate_from else "RUN"
+    if (extra := next((key for key, value in unread[way].items() if value), None)) is not None:
+        raise NbscopeError(f"{extra} does nothing {'without --calibrate-from' if way == 'RUN' else 'with ' + way}")
     table = device_table(devices)
     if list_devices:
         _list(table, as_json)
