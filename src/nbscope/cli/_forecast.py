@@ -108,7 +108,7 @@ def forecast_command(
     from nbscope.api import NbscopeError
     from nbscope.api.forecast import device_table, forecast_run
 
-    unread = {  # what each way of running forecast would leave unread, silently
+    unread: dict[str, dict[str, object]] = {  # what each way of running forecast would leave unread, silently
         "--list": {"RUN": run, "--measured": measured, "--calibrate-from": calibrate_from, "--name": name},
         "--calibrate-from": {"RUN": run, "--measured": measured, "--notebook": notebook},
         "RUN": {"--name": name, "--base": base, "--append-to": output},
