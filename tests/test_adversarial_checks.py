@@ -164,12 +164,16 @@ def test_an_option_given_twice_is_refused(args: list[Any], tmp_path: Path) -> No
         (["forecast", "--list", "--measured", CPU_PROGRAMS], "--measured does nothing with --list"),
         (["forecast", CPU_PROGRAMS, "--calibrate-from", "1", "--name", "x"], "RUN does nothing with --calibrate-from"),
         (["forecast", CPU_PROGRAMS, "--base", "l4"], "--base does nothing without --calibrate-from"),
+        (
+            ["diagnose", CPU_PROGRAMS, "--other", CPU_PROGRAMS.with_name("cpu_x64.json")],
+            "is a run of tests/files/diag_x64",
+        ),
     ],
-    ids=["run-and-list", "measured-and-list", "run-and-calibrate", "base-without-calibrate"],
+    ids=["run-and-list", "measured-and-list", "run-and-calibrate", "base-without-calibrate", "other-notebook"],
 )
-def test_options_that_a_way_of_running_leaves_unread_are_refused(args: list[Any], words: str, tmp_path: Path) -> None:
+def test_options_that_contradict_the_run_or_each_other_are_refused(args: list[Any], words: str, tmp_path: Path) -> None:
     """Item 4: ``forecast RUN --list`` listed the table and ``forecast RUN --base l4`` forecast RUN, each leaving the
-    other option unread, silently."""
+    other option unread, silently; ``diagnose A --other B`` took another notebook's run as evidence of A's."""
     assert_one_line_error(run_in_process([*args, "--db", tmp_path / "s.db"], cwd=tmp_path), words)
 
 
