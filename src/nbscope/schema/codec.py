@@ -19,7 +19,7 @@ How a field is read follows from its annotation, so that a figure means the same
 it refuses what the decode above would read as unknown or leave out, with the dotted path of the field and one line
 (``Invalid``): a value of another JSON type, a null item of an array, a number outside its ``Check`` or one its
 ``rule`` refuses, and what the class's ``refuse`` finds wrong of the whole (cells out of order, totals that
-disagree with them), wherever the class sits in the document. Its result is the decode's (a record ``loads`` parsed keeps it as its typed view).
+disagree with them). Its result is the decode's (a record ``loads`` parsed keeps it as its typed view).
 
 Writing (``encode``) lists a dataclass's fields in declaration order under their names, tuples as arrays, a
 float that is not finite as null (JSON has none). A result that is only written (a command's ``--json``
@@ -183,7 +183,10 @@ def strict(cls: type[T], value: object, where: str) -> T:
     """``cls`` read from ``value``, a document from elsewhere at ``where`` (its dotted path), once nothing in it
     is impossible (``Invalid``, one line naming the field)."""
     _checker(typing.cast(Any, cls))(value, where)
-    return decode(cls, value)
+    result = decode(cls, value)
+    if (refuse := getattr(cls, "refuse", None)) is not None and (found := refuse(result)) is not None:
+        raise Invalid(where + found[0], found[1])
+    return result
 
 
 def decode_optional(cls: type[T], value: Any) -> T | None:
@@ -492,7 +495,7 @@ def _wanted_type(hint: object) -> str:
 def _strict_object(cls: type) -> Checker:
     hints = typing.get_type_hints(cls, include_extras=True)
     plan = [(_marker(hints[f.name]).key or f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls)]
-    reshape, refuse = getattr(cls, "reshape", None), getattr(cls, "refuse", None)
+    reshape = getattr(cls, "reshape", None)
 
     def strict_object(value: object, where: str) -> None:
         if value is None or value is _ABSENT:
@@ -502,7 +505,5 @@ def _strict_object(cls: type) -> Checker:
         shaped = reshape(value) if reshape is not None else value
         for key, check in plan:  # a document's own fields are named as such: field 'kind'
             check(shaped.get(key, _ABSENT), f"{where}.{step(key)}" if where else f"field {key!r}")
-        if refuse is not None and (found := refuse(decode(cls, value))) is not None:  # what its whole may not be
-            raise Invalid((where + found[0]).lstrip("."), found[1])
 
     return strict_object

@@ -365,6 +365,11 @@ class NotebookRun:
                     f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: "
                     "each code cell once, in notebook order",
                 )
+        for at, cell in enumerate(self.cells):  # each cell's parts' own checks, on what the decode read once
+            checked = {"": cell, ".jax": cell.jax, ".rss": cell.rss, ".device_memory": cell.device_memory}
+            for part, found in ((p, value.refuse()) for p, value in checked.items() if value is not None):
+                if found is not None:
+                    return f".cells[{at}]{part}{found[0]}", found[1]
         totals, counted = self.totals, len(self.cells)
         if counted and "cells" in totals.recorded and totals.cells != counted:
             return ".totals.cells", f"is {totals.cells}, but the run lists {counted} cells"
