@@ -299,3 +299,17 @@ def test_a_stopped_import_prints_the_line_of_every_run_it_stored(tmp_path: Path)
         with closing(sqlite3.connect(db)) as connection:
             stored = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
         assert process.returncode == 143 and printed == stored, (printed, stored)
+
+
+def test_a_store_named_through_a_link_keeps_its_live_files_beside_the_database(tmp_path: Path) -> None:
+    """N15: with ``link.db -> real/r.db``, a killed profile's live file went to ``link.db.d/``, so ``runs
+    --unfinished --db real/r.db`` said "No unfinished runs."; a store's files now sit beside its database."""
+    from nbscope.record.live import live_folder, new_live_path
+
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "r.db"
+    assert run_in_process(["import", CPU_PROGRAMS, "--db", real], cwd=tmp_path).returncode == 0
+    (tmp_path / "link.db").symlink_to(real)
+    made = new_live_path(tmp_path / "link.db")
+    assert made.parent == live_folder(real) == live_folder(tmp_path / "link.db")
+    assert made.parent.is_dir() and not (tmp_path / "link.db.d").exists()
