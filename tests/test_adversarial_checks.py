@@ -313,3 +313,12 @@ def test_a_store_named_through_a_link_keeps_its_live_files_beside_the_database(t
     made = new_live_path(tmp_path / "link.db")
     assert made.parent == live_folder(real) == live_folder(tmp_path / "link.db")
     assert made.parent.is_dir() and not (tmp_path / "link.db.d").exists()
+
+
+def test_a_direct_reference_written_with_spaces_is_one_requirement() -> None:
+    """N53: ``versions --with "six @ file:///some/x"`` was split at its spaces and refused (``'@'`` is no
+    requirement), though PEP 508 writes a direct reference so."""
+    from nbscope.collect.environments import parse_requirements
+
+    assert parse_requirements("six @ file:///some/x numpy>=2") == ["six @ file:///some/x", "numpy>=2"]
+    assert parse_requirements("six@ file:///x jax >= 0.4, <0.5") == ["six@ file:///x", "jax>=0.4,<0.5"]
