@@ -273,6 +273,16 @@ def test_a_line_of_figures_wraps_between_them_never_inside_one(tmp_path: Path) -
     assert all(len(line) <= 80 for line in shown.splitlines())
 
 
+def test_a_gate_between_two_backends_is_refused(tmp_path: Path) -> None:
+    """Item 4, a case of the class: ``gate --baseline CPU_RUN --candidate TPU_RUN`` of one lecture passed ("✅ faster
+    ×0.20"), judging the device as a change of the notebook."""
+    db = tmp_path / "s.db"
+    runs = [DEVICE / "cpu_kesten_processes.json", DEVICE / "tpu_kesten_processes.json"]
+    assert run_in_process(["import", *runs, "--db", db], cwd=tmp_path).returncode == 0
+    done = run_in_process(["gate", "--baseline", "1", "--candidate", "2", "--db", db], cwd=tmp_path)
+    assert_one_line_error(done, "the baseline ran on the CPU and the candidate on the TPU", "nbscope compare 1 2")
+
+
 def test_a_stopped_import_prints_the_line_of_every_run_it_stored(tmp_path: Path) -> None:
     """G9: SIGTERM during ``import`` of many files left the last stored run without its "imported as run N" line."""
     document = json.loads(CPU_PROGRAMS.read_text())
