@@ -546,12 +546,10 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_volatile: bool =
     parents = {path[:i] for path in [*flat_a, *flat_b] for i, c in enumerate(path) if c == "."}
     rows = []
     for path in sorted(set(flat_a) | set(flat_b)):
-        if (not include_volatile and _is_volatile(path)) or (
-            path in parents and {} in (flat_a.get(path), flat_b.get(path))
-        ):
+        if not include_volatile and _is_volatile(path):
             continue
         missing = absent("field not present")
         va, vb = flat_a.get(path, missing), flat_b.get(path, missing)
-        if va != vb:
+        if va != vb and not (path in parents and {} in (va, vb)):
             rows.append((path, va, vb))
     return rows

@@ -226,6 +226,16 @@ class Cell:
         return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
 
 
+def _cells_refused(cells: tuple[Cell, ...]) -> tuple[str, str] | None:
+    """What each cell's parts' own ``refuse`` finds wrong (``NotebookRun.refuse``, on what the decode read once)."""
+    for at, cell in enumerate(cells):
+        checked = {"": cell, ".jax": cell.jax, ".rss": cell.rss, ".device_memory": cell.device_memory}
+        for part, found in ((p, value.refuse()) for p, value in checked.items() if value is not None):
+            if found is not None:
+                return f".cells[{at}]{part}{found[0]}", found[1]
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Totals:
     """A run's notebook-level figures (what ``nbscope runs`` lists)."""
@@ -365,11 +375,8 @@ class NotebookRun:
                     f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: "
                     "each code cell once, in notebook order",
                 )
-        for at, cell in enumerate(self.cells):  # each cell's parts' own checks, on what the decode read once
-            checked = {"": cell, ".jax": cell.jax, ".rss": cell.rss, ".device_memory": cell.device_memory}
-            for part, found in ((p, value.refuse()) for p, value in checked.items() if value is not None):
-                if found is not None:
-                    return f".cells[{at}]{part}{found[0]}", found[1]
+        if (found := _cells_refused(self.cells)) is not None:
+            return found
         totals, counted = self.totals, len(self.cells)
         if counted and "cells" in totals.recorded and totals.cells != counted:
             return ".totals.cells", f"is {totals.cells}, but the run lists {counted} cells"
