@@ -83,7 +83,7 @@ def test_the_cpu_remedy_moves_the_arrays_the_cell_reads_to_the_cpu() -> None:
         ("cpu:solve", "tpu", "calls no function named 'solve'"),
         ("xla-flags:--xla_tpu_enable_foo=true", "gpu", "is a TPU flag"),
         ("xla-flags:xla_gpu_foo", "gpu", "is not an XLA flag"),
-        ("threads:0", "cpu", "threads takes a number"),
+        ("threads:0", "cpu", "threads: takes a number"),
         ("x64:on", "cpu", "is not a remedy nbscope can try"),
     ],
 )

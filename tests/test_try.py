@@ -104,7 +104,14 @@ def test_a_placement_on_a_cpu_machine_is_not_tested_here(project: Path) -> None:
         ("cpu:no_such_function", ("no function named 'no_such_function'", "jit")),
         ("xla-flags:--xla_gpu_enable_command_buffer=WHILE", ("GPU flag",)),
         ("unroll:0", ("whole number",)),
+        # one strict parser of a number (units.whole): `²` passes isdigit() and fails int(); 100,000 digits pass
+        # neither int()'s limit nor any loop's length; Arabic-Indic digits are not a count written in ASCII
+        ("unroll:²", ("whole number",)),
+        ("unroll:" + "9" * 100_000, ("whole number", "100,000")),
+        ("unroll:١٢", ("whole number",)),
+        ("threads:²", ("threads: takes a number",)),
     ],
+    ids=["cpu-function", "gpu-flag", "unroll-0", "superscript", "100000-digits", "arabic-indic", "threads-superscript"],
 )
 def test_a_remedy_that_cannot_apply_is_refused_in_one_line(project: Path, remedy: str, words: tuple[str, ...]) -> None:
     ran = run_in_process(["try", "1", "--cell", "2", "--remedy", remedy, "--db", ".nbscope/nbscope.db"], cwd=project)

@@ -26,6 +26,7 @@ WIND_DOWN_SIGNALS = 1
 
 _received: list[int] = []
 _saved: list[str] = []
+_steps: list[int] = []  # the open steps (:func:`one_step`): a signal inside one is raised as it ends
 
 
 class Interrupted(KeyboardInterrupt):
@@ -75,6 +76,8 @@ def _say(text: str) -> None:
 
 def _handle(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
+    if _steps and len(_received) == 1:
+        return
     if 1 < len(_received) <= 1 + WIND_DOWN_SIGNALS:
         _say(
             f"nbscope: {signal_name(signum)} again: still stopping kernels and saving what was measured; "
@@ -85,6 +88,19 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     # asyncio would print that task's traceback when it is collected.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     raise Interrupted(signum)
+
+
+@contextmanager
+def one_step() -> Iterator[None]:
+    """A block a first stop signal does not cut: it is raised as the block ends (a run stored and its line
+    printed, never the one without the other)."""
+    _steps.append(len(_received))
+    try:
+        yield
+    finally:
+        before = _steps.pop()
+    if len(_received) > before and not _steps:
+        raise Interrupted(_received[before])
 
 
 @contextmanager

@@ -3,6 +3,25 @@
 from __future__ import annotations
 
 import math
+import re
+
+_WHOLE = re.compile(r"[0-9]{1,18}")
+_DECIMAL = re.compile(r"[+-]?([0-9]{1,18}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
+
+
+def whole(text: str, low: int = 0, high: int = 10**18 - 1) -> int | None:
+    """The whole number ``text`` is in ASCII digits (18 at most), within ``low``..``high``; None otherwise. The one
+    parser of a count a user or the environment writes: ``int()`` takes ``١٢`` as 12, fails on ``²`` (which
+    ``str.isdigit`` passes) and on more than 4,300 digits."""
+    found = int(text) if _WHOLE.fullmatch(text.strip()) else None
+    return found if found is not None and low <= found <= high else None
+
+
+def decimal(text: str) -> float | None:
+    """The number ``text`` is in ASCII (``0.5``, ``1e-3``; ``inf``: no limit); None otherwise (``nan``, ``١٢``)."""
+    if text.strip().lower() in ("inf", "+inf"):
+        return math.inf
+    return number(float(text)) if _DECIMAL.fullmatch(text.strip()) else None
 
 
 def number(value: object) -> float | None:

@@ -535,12 +535,13 @@ def _settings_rows(a: RunRecord, b: RunRecord) -> list[Difference]:
     # Every recorded setting, those the typed ``Settings`` leaves out (``kernel``) too: a walk over the documents.
     rows = []
     sa, sb = a.settings or {}, b.settings or {}
+    unset = fp.absent("not set")  # (not Python's None)
     for key in sorted((set(sa) | set(sb)) - {"env_signed"}):  # a hash of ``env``, whose differences are shown
-        va, vb = sa.get(key), sb.get(key)
+        va, vb = sa.get(key, unset), sb.get(key, unset)
         if key == "env":
             env_a, env_b = object_in(sa, key), object_in(sb, key)
             for name in sorted(set(env_a) | set(env_b)):
-                value_a, value_b = env_a.get(name), env_b.get(name)
+                value_a, value_b = env_a.get(name, unset), env_b.get(name, unset)
                 if value_a != value_b:
                     rows.append(_difference(f"settings.env.{name}", value_a, value_b, "setting"))
         elif va != vb:

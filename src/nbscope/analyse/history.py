@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeGuard
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.record.run import RunRecord, series_settings
 from nbscope.schema.codec import Encoded, Write, decode, given
@@ -368,8 +369,8 @@ def find_cell(cells: Sequence[Cell], selector: str) -> Cell | None:
     unique substring of its first line."""
     selector = selector.strip()
     number = selector.removeprefix("#")
-    if number.isascii() and number.isdigit() and len(number) < 10:
-        wanted = int(number) - 1
+    if (found := units.whole(number, 0, 10**9)) is not None:
+        wanted = found - 1
         return next((c for c in cells if c.index == wanted), None)
     by_hash = [c for c in cells if c.source_hash.startswith(selector)]
     if by_hash and len(selector) >= 4:

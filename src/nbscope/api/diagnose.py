@@ -11,6 +11,7 @@ from nbscope.analyse.compare import platform_of
 from nbscope.analyse.diagnose import Findings, diagnose
 from nbscope.analyse.forecast import Forecast
 from nbscope.analyse.recommend import Recommendation
+from nbscope.record.cells import same_notebook
 from nbscope.record.run import PROFILE_KINDS, RunRecord
 from nbscope.record.store import Store, resolve_run
 
@@ -68,6 +69,8 @@ def diagnose_run(
         check_repeats(try_repeats)
     record = resolve_run(run, store, kinds=PROFILE_KINDS)
     other_record = resolve_run(other, store, kinds=PROFILE_KINDS) if other else None
+    if other_record is not None and not same_notebook(record, other_record):  # its evidence would be another's
+        raise NbscopeError(f"--other {other} is a run of {other_record.target}, not of {record.target}")
     if notebook is not None:  # the code of an older record that does not carry it
         from nbscope.record.sources import naming
 

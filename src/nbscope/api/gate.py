@@ -28,7 +28,7 @@ from nbscope.analyse.gate import parse_slowdown as parse_slowdown  # the CLI rea
 from nbscope.api._saving import save_run
 from nbscope.api.runs import not_a_trial
 from nbscope.record.cells import project_root
-from nbscope.record.run import RunRecord, describe_settings
+from nbscope.record.run import RunRecord, describe_settings, platform_of
 from nbscope.record.store import STORE_FOLDER, Store, resolve_run, settings_key
 
 if TYPE_CHECKING:
@@ -265,6 +265,13 @@ def gate_stored(
     runs = history_runs(store, cand, history, comparable=comparable)
     if baseline == "latest":
         base = _steady_baseline(base, runs, notes)
+    ran_on = [platform_of(run) or "?" for run in (base, cand)]
+    if ran_on[0] != ran_on[1]:  # a change of backend, not of the code: its verdict would judge the device
+        raise NbscopeError(
+            f"the baseline ran on the {ran_on[0].upper()} and the candidate on the {ran_on[1].upper()}: the gate "
+            f"judges a change of the notebook on one backend; compare them instead (nbscope compare {base.run_id} "
+            f"{cand.run_id})"
+        )
     result = gate(base, cand, options, history=runs)
     result = replace(result, warnings=[*notes, *result.warnings])
     if cand.run_id is not None:

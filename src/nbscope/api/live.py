@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nbscope import _signals
 from nbscope._errors import NbscopeError
 from nbscope.record import live as live_format
 from nbscope.record.run import RunRecord, loads
@@ -102,22 +103,24 @@ def import_runs(
     store = open_store(db, on_skip=on_skip)
     imported = []
     for path, partial in recovered:
-        done = store_recovered(path, partial, store)
-        if done.added:
-            save_run(store, done.record)  # saved: publish then reads its summary, as a profiled run's
-        imported.append(done)
-        if on_run is not None:
-            on_run(imported[-1], Path(store.path))
+        with _signals.one_step():  # a stop signal ends the import after a run's line, never between
+            done = store_recovered(path, partial, store)
+            if done.added:
+                save_run(store, done.record)  # saved: publish then reads its summary, as a profiled run's
+            imported.append(done)
+            if on_run is not None:
+                on_run(imported[-1], Path(store.path))
     for path, record in records:
         dropped = relink(record, store) if store.find(record) is None else None
-        _, added = store.add(record)
-        if added:
-            save_run(store, record)
-        if live_format.belongs_to(path, store.path):  # a run file kept there when the store refused it: stored now
-            path.unlink(missing_ok=True)
-        imported.append(ImportedRun(path, record, added, None, dropped))
-        if on_run is not None:
-            on_run(imported[-1], Path(store.path))
+        with _signals.one_step():
+            _, added = store.add(record)
+            if added:
+                save_run(store, record)
+            if live_format.belongs_to(path, store.path):  # a run file kept there when the store refused it: stored now
+                path.unlink(missing_ok=True)
+            imported.append(ImportedRun(path, record, added, None, dropped))
+            if on_run is not None:
+                on_run(imported[-1], Path(store.path))
     return Imports(Path(store.path), tuple(imported))
 
 

@@ -93,7 +93,7 @@ class RunSpec:
         if self.on_error not in ("continue", "stop"):
             raise NbscopeError(f"--on-error must be 'continue' or 'stop', not {self.on_error!r}")
         if self.repeat < 1:
-            raise NbscopeError("--repeat must be at least 1")
+            raise NbscopeError(f"repeat (--repeat) must be at least 1, not {self.repeat}")
         check_label(self.label)
         check_timeout(self.timeout)
         if self.jax_cache not in JAX_CACHE_MODES:
@@ -627,11 +627,15 @@ def run_profile(
     not_kept: list[str] = []
     if not_stored is None:
         save_run(store, record, findings=findings, diagnose=diagnose, notes=not_kept)
+    try:
+        forecast = _forecast_of(record, options.forecast, findings, devices_file, path)
+    except NbscopeError as exc:  # a run on an accelerator: its times are the device's, measured
+        forecast, not_kept = None, [*not_kept, f"--forecast: {exc}"]
     return ProfileOutcome(
         record=record,
         findings=findings,
         why_not_diagnosed=why_not,
-        forecast=_forecast_of(record, options.forecast, findings, devices_file, path),
+        forecast=forecast,
         warnings=(*probe_warnings(record), *not_kept),
         failed=failures([record]),
         not_stored=not_stored,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from nbscope._errors import NbscopeError
 from nbscope.analyse import compare as compare_module
 from nbscope.analyse import diagnose as diagnose_module
 from nbscope.api import bench as bench_job
@@ -15,9 +16,17 @@ from nbscope.record.sources import naming
 from nbscope.record.store import Store
 
 
+def _given(name: str, value: object, *kinds: type | None) -> None:
+    """Refuse (one line, as every job's bad input) an argument of another type: a TypeError deep inside named none."""
+    if not any(value is None if kind is None else isinstance(value, kind) for kind in kinds):
+        wanted = " or ".join("None" if kind is None else kind.__name__ for kind in kinds)
+        raise NbscopeError(f"{name} is a {type(value).__name__}, not {wanted}")
+
+
 def open_store(path: str | Path | None = None) -> Store:
     """The run store at ``path`` (default ``$NBSCOPE_DB``, else ``.nbscope/nbscope.db`` at the project root of
     the working directory: the git work tree, else the book's root, else the folder), created on first write."""
+    _given("path", path, str, Path, None)
     return Store(path)
 
 
@@ -52,6 +61,9 @@ def profile(
     ``jax_cache`` cold or warm keeps its cache. With ``store`` (a :class:`Store` or a
     path) the run is saved there too; ``label`` names it, as ``--label`` does.
     """
+    _given("path", path, str, Path)
+    _given("timeout", timeout, int, float, None)
+    _given("repeat", repeat, int)
     spec = profile_job.RunSpec(
         timeout=timeout,
         on_error=on_error,
@@ -77,6 +89,8 @@ def compare(
     """Two profile runs side by side: cells paired by source, per-cell winners, totals, and the settings
     and fingerprint fields that differ (``.to_dict()`` is what ``nbscope compare --json`` prints).
     ``sources`` names the notebook's code (its path, or sources by hash) for runs that do not carry it."""
+    _given("a", a, RunRecord)
+    _given("b", b, RunRecord)
     a, b = naming(a, sources), naming(b, sources)
     return compare_module.compare(a, b, allow_different=allow_different)
 
@@ -95,6 +109,8 @@ def diagnose(
     same notebook on another backend or cache state, used as evidence; ``sources``, ``rules``,
     ``thresholds``; ``gpus``: on a CPU run recorded with ``forecast=[...]`` or ``programs=True``, the GPUs
     the GPU rules are forecast for, default those named when it was recorded, else the T4)."""
+    _given("record", record, RunRecord)
+    _given("other", other, RunRecord, None)
     return diagnose_module.diagnose(
         record, other=other, sources=sources, rules=rules, thresholds=thresholds, gpus=gpus, devices_file=devices_file
     )

@@ -18,12 +18,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from nbscope import __version__
-from nbscope.api import NbscopeError
+from nbscope.api import NbscopeError, whole
 from nbscope.cli._session import command_session, stop_exit_code, stop_message, stopped_by_signal
 
 if TYPE_CHECKING:
     import click
     import typer
+    from click.parser import _OptionParser
 
 
 def _make_app() -> typer.Typer:
@@ -165,7 +166,35 @@ def build_command(only: str | None = None) -> click.Command:
                 param.show_default = False
             if isinstance(param, click.Option) and param.envvar is None:
                 param.show_envvar = False  # typer shows every option's, and a bad value said "(env var: 'None')"
+        sub.make_parser = _given_once(sub.make_parser)  # type: ignore[method-assign,assignment]
     return command
+
+
+def _given_once(make_parser: Callable[[click.Context], _OptionParser]) -> Callable[[click.Context], _OptionParser]:
+    """``make_parser``, whose parser refuses an option of one value given twice (``--device tpu-v5e --gpu t4``,
+    ``--cache on --cache off``): click keeps the last one, silently."""
+    import click
+
+    def made(ctx: click.Context) -> _OptionParser:
+        parser = make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_once(args: list[str]) -> tuple[dict[str, object], list[str], list[click.Parameter]]:
+            values, rest, order = parse(args)
+            single = [  # (a plain flag given twice says the same thing twice)
+                p
+                for p in order
+                if isinstance(p, click.Option) and not (p.multiple or p.count or p.is_flag and not p.secondary_opts)
+            ]
+            if twice := next((p for p in single if single.count(p) > 1), None):
+                names = "/".join([*twice.opts, *twice.secondary_opts])
+                raise click.UsageError(f"{names} is given more than once: give it once", ctx)
+            return values, rest, order
+
+        parser.parse_args = parse_once  # type: ignore[method-assign]
+        return parser
+
+    return made
 
 
 def _wants_version(argv: list[str]) -> bool:
@@ -179,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     SIGHUP, what was measured is saved and the exit code is 128 + the signal (130, 143, 129)."""
     args = list(sys.argv[1:] if argv is None else argv)
     _standard_streams()
+    for name in ("COLUMNS", "LINES"):  # rich (typer's console too) reads them with int() once isdigit() passes: ²
+        if name in os.environ and whole(os.environ[name], 1) is None:
+            del os.environ[name]
     if _wants_version(args):
         print(f"nbscope {__version__}")
         raise SystemExit(0)

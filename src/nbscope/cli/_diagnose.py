@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nbscope.api import NbscopeError
+from nbscope.api import NbscopeError, decimal
 from nbscope.cli import app, output_may_close
 from nbscope.cli._options import DbOption, DevicesOption, JsonOption, MarkdownOption, limit_option, open_store, run_help
 
@@ -128,10 +128,7 @@ def _thresholds(pairs: list[str]) -> dict[str, dict[str, float]]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         rule, dot, name = key.strip().rpartition(".")
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
+        number = decimal(value)
         if not sep or not dot or not rule or not name or number is None:
             raise NbscopeError(
                 f"--threshold expects RULE.NAME=NUMBER (e.g. compile-bound.min_compile_s=0.1), got {pair!r}"

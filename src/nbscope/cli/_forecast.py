@@ -121,6 +121,11 @@ def forecast_command(
 ) -> None:
     from nbscope.api.forecast import device_table, forecast_run
 
+    _refuse_unread(
+        {"RUN": run, "--measured": measured, "--notebook": notebook, "--calibrate-from": calibrate_from},
+        {"--name": name, "--base": base, "--append-to": output},
+        "--list" if list_devices else "--calibrate-from" if calibrate_from else "RUN",
+    )
     table = device_table(devices)
     if list_devices:
         _list(table, as_json)
@@ -176,3 +181,17 @@ def _calibrate(
     if output is not None:
         append_device(output, calibrated)
         print(f"# appended to {output}: use it with --devices {output} or NBSCOPE_DEVICES={output}")
+
+
+def _refuse_unread(reads: dict[str, object], calibration: dict[str, object], way: str) -> None:
+    """Refuse an option the chosen way of running forecast (``--list``, ``--calibrate-from``, a RUN) would leave
+    unread, silently."""
+    from nbscope.api import NbscopeError
+
+    unread = {
+        "--list": {**reads, **calibration},
+        "--calibrate-from": {k: v for k, v in reads.items() if k != "--calibrate-from"},
+        "RUN": calibration,
+    }[way]
+    if (extra := next((key for key, value in unread.items() if value), None)) is not None:
+        raise NbscopeError(f"{extra} does nothing {'without --calibrate-from' if way == 'RUN' else 'with ' + way}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -12,17 +13,14 @@ from nbscope.cli._options import DbOption, JsonOption, LabelOption, open_store
 
 
 def _trip_counts(text: str | None) -> list[int] | None:
-    from nbscope.api import NbscopeError
+    from nbscope.api import NbscopeError, whole
 
     if not text:
         return None
-    try:
-        counts = [int(float(part)) for part in text.split(",") if part.strip()]
-    except (ValueError, OverflowError):  # OverflowError: 1e400, an infinite count
-        raise NbscopeError(f"--trips expects comma-separated trip counts, got {text!r}") from None
-    if any(count > 2**31 - 1 for count in counts):  # JAX counts a loop's iterations in 32 bits
-        raise NbscopeError(f"--trips {text}: a trip count is at most {2**31 - 1}")
-    return counts
+    counts = [whole(part, 0, 2**31 - 1) for part in text.split(",") if part.strip()]  # JAX counts in 32 bits
+    if None in counts:
+        raise NbscopeError(f"--trips expects comma-separated trip counts (a trip count is at most {2**31 - 1})")
+    return typing.cast(list[int], counts)
 
 
 @app.command()

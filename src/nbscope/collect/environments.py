@@ -87,13 +87,16 @@ _OPERATOR_CHARS = "<>=!~,;"
 
 
 def parse_requirements(text: str) -> list[str]:
-    """``"jax==0.10.2 jaxlib==0.10.2"`` (or with spaces around operators: ``"jax >= 0.4, <0.5"``) to a list
-    of requirement specifiers, each checked; a one-line error for one pip could not read."""
+    """``"jax==0.10.2 jaxlib==0.10.2"`` (or with spaces around operators: ``"jax >= 0.4, <0.5"``, or PEP 508's
+    ``"six @ file:///wheels/six.whl"``) to a list of requirement specifiers, each checked; a one-line error for one
+    pip could not read."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     merged: list[str] = []
     for token in text.replace("\n", " ").split():
-        if merged and (token[0] in _OPERATOR_CHARS or merged[-1][-1] in _OPERATOR_CHARS):
+        if merged and "@" in (token[0], merged[-1][-1]):  # a direct reference, written with its spaces
+            merged[-1] += " " + token
+        elif merged and (token[0] in _OPERATOR_CHARS or merged[-1][-1] in _OPERATOR_CHARS):
             merged[-1] += token
         else:
             merged.append(token)

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeGuard
 
+from nbscope import _units as units
 from nbscope.collect._gpu_classes import fp64_class
 from nbscope.schema import process_environment
 from nbscope.schema.codec import decode
@@ -318,7 +319,7 @@ def _numba_threading() -> dict[str, object]:
     return {
         "layer": settings.numba_threading_layer if settings.numba_threading_layer is not None else "default",
         "available_layers": sorted(available),
-        "threads": int(threads_env) if threads_env and threads_env.isdigit() else os.cpu_count(),
+        "threads": units.whole(threads_env or "") or os.cpu_count(),
         "threads_source": "NUMBA_NUM_THREADS" if threads_env else "cpu count",
     }
 
@@ -543,12 +544,14 @@ def diff(
 ) -> list[tuple[str, object, object]]:
     """Fields that differ between two fingerprints, as ``(path, a_value, b_value)``."""
     flat_a, flat_b = flatten(a), flatten(b)
+    # an empty object on one side (``environment: {}``) is said by its children's rows
+    parents = {path[:i] for path in [*flat_a, *flat_b] for i, c in enumerate(path) if c == "."}
     rows = []
     for path in sorted(set(flat_a) | set(flat_b)):
         if not include_volatile and _is_volatile(path):
             continue
         missing = absent("field not present")
         va, vb = flat_a.get(path, missing), flat_b.get(path, missing)
-        if va != vb:
+        if va != vb and not (path in parents and {} in (va, vb)):
             rows.append((path, va, vb))
     return rows

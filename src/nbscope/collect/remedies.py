@@ -11,12 +11,14 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.collect.cell_python import in_source_order, python_of
 
 FORMS = "cpu, cpu:FUNCTION, unroll:K, xla-flags:FLAGS, x64:off, matmul-precision:highest|default, threads:N, cache:warm"
 # Device placements: on a machine whose JAX runs on the CPU already they change nothing, so they are not tested.
 PLACEMENTS = ("cpu",)
+MAX_UNROLL = 100_000  # steps unrolled into one program: past this, XLA compiles for minutes (a loop's full unroll)
 _FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -63,9 +65,9 @@ def parse(text: str, source: str, cell: int, backend: str | None, env: dict[str,
         before = _set("jax_default_device", "jax.devices('cpu')[0]") + _TO_CPU.format(names=read_names(source))
         return Remedy(text, kind, _jax(before, jax_needed), _jax(_UNSET + _BACK_FROM_CPU, ""))
     if kind == "unroll":
-        if not arg.isdigit() or int(arg) < 1:
-            raise NbscopeError(f"--remedy {text}: unroll takes a whole number of steps of 1 or more (unroll:8)")
-        return Remedy(text, kind, _jax(_UNROLL.format(k=int(arg)), jax_needed), _jax(_ROLL, ""))
+        if (steps := units.whole(arg, 1, MAX_UNROLL)) is None:
+            raise NbscopeError(f"--remedy unroll: takes a whole number of steps from 1 to {MAX_UNROLL:,} (unroll:8)")
+        return Remedy(text, kind, _jax(_UNROLL.format(k=steps), jax_needed), _jax(_ROLL, ""))
     if kind == "x64" and arg == "off":
         refuse = f"raise RuntimeError('float64 is off already when cell {cell} starts: nothing to turn off')"
         return Remedy(
@@ -80,10 +82,10 @@ def parse(text: str, source: str, cell: int, backend: str | None, env: dict[str,
         return Remedy(text, kind, _jax(_set("jax_default_matmul_precision", repr(arg)), jax_needed), _jax(_UNSET, ""))
     if kind == "threads":
         cores = os.cpu_count() or 1
-        if not arg.isdigit() or not 1 <= int(arg) <= cores:
-            raise NbscopeError(f"--remedy {text}: threads takes a number from 1 to this machine's {cores} cores")
-        threads = {name: arg for name in THREAD_VARIABLES}
-        if arg == "1":  # XLA's CPU backend has no thread count, only its Eigen pool on or off
+        if (count := units.whole(arg, 1, cores)) is None:
+            raise NbscopeError(f"--remedy threads: takes a number from 1 to this machine's {cores} cores")
+        threads = {name: str(count) for name in THREAD_VARIABLES}
+        if count == 1:  # XLA's CPU backend has no thread count, only its Eigen pool on or off
             threads["XLA_FLAGS"] = _joined(env, "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
         return Remedy(text, kind, env=threads, whole_kernel=True)
     if kind == "xla-flags":

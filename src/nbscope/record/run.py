@@ -39,6 +39,7 @@ _VIEWED = ("measurements", "fingerprint", "settings")  # the parts of a record i
 # from a notebook in a run reference (``main-cpu:lecture.md``).
 LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,99}")
 LABEL_ENV = "NBSCOPE_LABEL"
+FILE_SUFFIXES = (".json", ".jsonl", ".ipynb", ".md", ".py")  # what a run reference or a command reads as a file
 
 
 def object_in(document: Mapping[str, object], key: str) -> dict[str, object]:
@@ -62,6 +63,8 @@ def check_label(label: str | None) -> str | None:
             f"label {label!r} cannot name runs: use letters, digits and . _ - + / (at most 100), not only "
             "digits (those are run ids), not 'latest', no ':'"
         )
+    if label.lower().endswith(FILE_SUFFIXES):  # `show r1.json` reads the file r1.json, not the run labelled so
+        raise NbscopeError(f"label {label!r} cannot name runs: it reads as a file name (ends in {Path(label).suffix})")
     return label
 
 
@@ -297,6 +300,12 @@ def observed_backend(record: RunRecord) -> dict[str, Any] | None:
         platform = kernel.jax_backend.platform if kernel is not None and kernel.jax_backend is not None else None
         source = "the kernel's JAX backend"
     return {"platform": _platform_word(platform), "source": source} if platform else None
+
+
+def platform_of(record: RunRecord) -> str | None:
+    """The platform a run's JAX used (``backend_of``'s), None where unknown."""
+    platform = backend_of(record)["platform"]
+    return platform if isinstance(platform, str) else None
 
 
 def backend_of(record: RunRecord) -> dict[str, Any]:

@@ -343,8 +343,10 @@ def default_path() -> Path:
 
 def files_folder(store_path: str | Path | None) -> Path:
     """The folder of what belongs to one store besides its database: ``<store>.d`` beside it (its ``live/``
-    files, its ``jax-cache/``); the default store's when ``store_path`` is None."""
+    files, its ``jax-cache/``); the default store's when ``store_path`` is None. A store named through a symbolic
+    link has them beside the database it links to: one folder, whichever name a command gives."""
     path = Path(store_path) if store_path is not None else default_path()
+    path = path.resolve() if path.is_symlink() else path
     return path.with_name(path.name + ".d")
 
 

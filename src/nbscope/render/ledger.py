@@ -17,6 +17,7 @@ from nbscope.render.terminal import (
     format_bytes,
     format_seconds,
     literal,
+    print_parts,
     print_record_header,
     terminal_table,
 )
@@ -144,13 +145,13 @@ def _print_totals(t: Totals) -> None:
 
     wall = t.wall_s
     share = f" ({(t.compile_s or 0.0) / wall:.0%})" if wall and t.compile_s is not None else ""
-    console.print(
+    print_parts(
         f"[bold]total[/bold] {format_seconds(wall) if wall is not None else 'unknown'} in "
         f"{known('cells_run', t.cells_run)}/{known('cells', t.cells)} cells · "
         f"compile {format_seconds(t.compile_s)}{share} · run {format_seconds(t.run_s)} · "
         f"kernel start {format_seconds(t.kernel_start_s)}"
     )
-    console.print(
+    print_parts(
         literal(
             f"JAX compiles {known('compiles', t.compiles)} (user {known('user_compiles', t.user_compiles)}, "
             f"eager {known('eager_compiles', t.eager_compiles)}, library {known('library_compiles', t.library_compiles)}) · "

@@ -34,7 +34,9 @@ class SafeConsole(Console):
     ``COLUMNS`` or ``LINES`` that is not a positive number (``COLUMNS=0``: rich would print nothing) is ignored."""
 
     def __init__(self, *, highlight: bool = False, stderr: bool = False) -> None:
-        environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or (v.isdigit() and int(v) > 0)}
+        environ = {
+            k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or units.whole(v, 1) is not None
+        }
         super().__init__(highlight=highlight, stderr=stderr, _environ=environ)
 
     def render_str(self, text: str, **options: Any) -> Text:
@@ -407,9 +409,23 @@ def print_run_list(rows: list[dict[str, object]]) -> None:
     console.print(fitted_table(columns, table_rows))
 
 
+def print_parts(markup: str, separator: str = " · ") -> None:
+    """A line of parts (``total 1.53 s · compile 193 ms · kernel start 623 ms``) wrapped between parts, never
+    inside one, so that a figure keeps its unit ("623" / "ms" was split at 80 columns)."""
+    line = Text()
+    for part in Text.from_markup(markup).split(separator):
+        if line.plain and line.cell_len + len(separator) + part.cell_len > console.width:
+            console.print(line)
+            line = Text()
+        elif line.plain:
+            line.append(separator)
+        line.append_text(part)
+    console.print(line)
+
+
 def print_record_header(record: RunRecord) -> None:
     run = f"run {record.run_id}" if record.run_id else "run"
-    console.print(
+    print_parts(
         f"[bold]{literal(run)}[/bold] · {literal(record.kind)} · {literal(record.target)} · {literal(record.status)} · "
         f"{literal(record.started_at[:19].replace('T', ' '))} UTC · {literal(record.machine().summary)} · "
         f"digest {literal(record.digest)}" + (f" · label {literal(record.label)}" if record.label else "")

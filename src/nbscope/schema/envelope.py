@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from nbscope._redact import shorten
@@ -35,13 +35,29 @@ def _iso_time(text: str) -> str | None:
     return None
 
 
+def in_utc(text: str) -> str:
+    """An ISO 8601 time of another zone written in UTC (every reader shows a run's times as UTC, and ``latest`` orders
+    runs by them as text); any other text as it is."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if not moment.utcoffset():
+        return text
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _named(text: str) -> str | None:
+    return None if text.strip() else "is empty: a run names what it ran"
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """The fields of a run document around its parts, the required ones (``Check(required=...)``) present, as
     ``schema.validate`` checks them (``codec.strict``). An optional one absent reads as a run without it had it."""
 
     kind: Annotated[str, Check(rule=_kind, required="string")]
-    target: Annotated[str, Check(required="string")]
+    target: Annotated[str, Check(rule=_named, required="string")]
     command: Annotated[tuple[Any, ...], Check(required="array")]
     started_at: Annotated[str, Check(rule=_iso_time, required="string")]
     # None: the run never ended (a run recovered from its live file has it from the file)

@@ -24,3 +24,10 @@ class MemoryReading:
     before_bytes: Bytes
     after_bytes: Bytes
     peak_bytes: Bytes
+
+    def refuse(self) -> tuple[str, str] | None:
+        """A peak below what was in use as the cell started or ended (the probe's peak is a high-water mark)."""
+        low = max((b for b in (self.before_bytes, self.after_bytes) if b is not None), default=None)
+        if self.peak_bytes is not None and low is not None and self.peak_bytes < low:
+            return ".peak_bytes", f"is {self.peak_bytes:g}, below the {low:g} bytes in use as the cell started or ended"
+        return None

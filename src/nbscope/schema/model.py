@@ -24,10 +24,13 @@ from typing import Annotated, Any
 from nbscope._redact import shorten
 from nbscope.schema import _fields
 from nbscope.schema.codec import MAX_CELLS, Check, Count, Index, Read, Repeat, Seconds, Time, step
-from nbscope.schema.memory import MemoryReading
+from nbscope.schema.memory import Bytes, MemoryReading
 from nbscope.schema.programs import CellPrograms, Program, ProgramData
 from nbscope.schema.status import CELL_STATUSES, RAN
 from nbscope.schema.timeline import TimelineSummary
+from nbscope.schema.trial import TrialFigures
+
+MAX_DEVICES = 1_000_000  # JAX devices one process sees (a TPU pod's chips are thousands)
 
 
 def _cell_status(status: str) -> str | None:
@@ -93,6 +96,13 @@ class JaxFigures:
     @property
     def compile_s(self) -> float:
         return self.trace_s + self.lower_s + self.backend_s
+
+    def refuse(self) -> tuple[str, str] | None:
+        """Compiles by kind that outnumber the compiles (each is one of them, or a persistent-cache hit)."""
+        parts = self.user_compiles + self.eager_compiles + self.library_compiles
+        if parts > self.compiles + self.cache_hits:
+            return ".compiles", f"is {self.compiles}, fewer than the {parts} it counts by kind (user, eager, library)"
+        return None
 
     def of_kind(self, kind: str) -> tuple[JaxFunction, ...]:
         return tuple(f for f in self.functions if f.kind == kind)
@@ -190,6 +200,12 @@ class Cell:
         """A cell recorded before ``code_line`` shows its first line there."""
         return value if value.get("code_line") else {**value, "code_line": value.get("first_line")}
 
+    def refuse(self) -> tuple[str, str] | None:
+        """A compile longer than the cell (JAX and Numba compile inside it; 1 % and 10 ms for two clocks)."""
+        if self.compile_s is not None and self.wall_s is not None and self.compile_s > self.wall_s * 1.01 + 0.01:
+            return ".compile_s", f"is {self.compile_s:g} s, longer than the cell's {self.wall_s:g} s (wall_s)"
+        return None
+
     @property
     def notebook_wall_s(self) -> float | None:
         """``wall_s`` less nbscope's own collection: what the notebook's cell itself took."""
@@ -211,6 +227,16 @@ class Cell:
     def label(self) -> str:
         """``cell 3 (line 41)``: the cell's number as a reader counts code cells, and its line when known."""
         return f"cell {self.index + 1} (line {self.line})" if self.line else f"cell {self.index + 1}"
+
+
+def _cells_refused(cells: tuple[Cell, ...]) -> tuple[str, str] | None:
+    """What each cell's parts' own ``refuse`` finds wrong (``NotebookRun.refuse``, on what the decode read once)."""
+    for at, cell in enumerate(cells):
+        checked = {"": cell, ".jax": cell.jax, ".rss": cell.rss, ".device_memory": cell.device_memory}
+        for part, found in ((p, value.refuse()) for p, value in checked.items() if value is not None):
+            if found is not None:
+                return f".cells[{at}]{part}{found[0]}", found[1]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +320,8 @@ class JaxBackend:
 
     platform: str | None  # cpu, tpu, cuda, rocm
     device_kind: str | None  # "TPU v5 lite", "Tesla T4"
-    devices: int | None
-    memory_bytes_per_device: float | None  # what JAX's allocator may use on one device
+    devices: Annotated[int | None, Check(1, MAX_DEVICES, "device count")]
+    memory_bytes_per_device: Bytes  # what JAX's allocator may use on one device
     platform_version: str | None = None
     jax: str | None = None
     jaxlib: str | None = None
@@ -336,6 +362,7 @@ class NotebookRun:
     # each repeat's runner (``--repeat N``; empty: one run); an entry that is not an object stays in its place, as None
     repeat_runners: tuple[RunnerInfo | None, ...] = ()
     cells_recorded: bool = True  # False: the record holds no list of cells (not an empty notebook: no cell figures)
+    trial: TrialFigures | None = None  # a trial's judgement, on its remedy side (``schema.trial``)
 
     @staticmethod
     def reshape(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -351,9 +378,15 @@ class NotebookRun:
                     f"is {cell.index}, not after cells[{at - 1}]'s {before.index}: "
                     "each code cell once, in notebook order",
                 )
+        if (found := _cells_refused(self.cells)) is not None:
+            return found
         totals, counted = self.totals, len(self.cells)
         if counted and "cells" in totals.recorded and totals.cells != counted:
             return ".totals.cells", f"is {totals.cells}, but the run lists {counted} cells"
+        jax = [c.jax for c in self.cells if c.jax is not None]  # (totals of a run whose cells carry no JAX figures)
+        for name in ("compiles", "user_compiles", "eager_compiles", "library_compiles") if jax else ():
+            if (total := getattr(totals, name)) > (summed := sum(getattr(figures, name) for figures in jax)):
+                return f".totals.{name}", f"is {total}, more than its cells' {summed}"
         parts = {"cells_run": totals.cells_run, "cells_ok + cells_failed": totals.cells_ok + totals.cells_failed}
         for name, count in parts.items():
             if count > totals.cells and "cells" in totals.recorded:

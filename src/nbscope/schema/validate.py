@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from nbscope._redact import shorten
-from nbscope.schema import _fields, codec
-from nbscope.schema.envelope import Envelope
+from nbscope.schema import _fields, codec, trial
+from nbscope.schema.envelope import Envelope, in_utc
 
 
 class InvalidRunDocument(ValueError):
@@ -46,8 +46,8 @@ def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, A
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise InvalidRunDocument(f'{source} is not an nbscope run record (no "format": "{FORMAT_NAME}")')
     version = document.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):  # JSON true is not a version
-        raise InvalidRunDocument(f"{source}: schema_version is missing or not an integer")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:  # JSON true is not a version
+        raise InvalidRunDocument(f"{source}: schema_version is missing or not an integer from 1 to {SCHEMA_VERSION}")
     if version > SCHEMA_VERSION:
         raise InvalidRunDocument(
             f"{source} has schema version {version}; this nbscope ({reader}) reads up to "
@@ -55,10 +55,14 @@ def validate(document: object, *, source: str, reader: str) -> tuple[dict[str, A
         )
     _check_depth(document, source)
     _check_values(_fields.without_surrogates(document), "", source)  # surrogates replaced before any text is read
+    for key in ("started_at", "ended_at"):
+        if key in document and isinstance(document[key], str):
+            document[key] = in_utc(document[key])
     try:
         envelope = codec.strict(Envelope, document, "")
         check_not_future(envelope.started_at, source)  # also a run stored before this check: not `latest` forever
         measured: Any = codec.strict(_measured(envelope.kind), document["measurements"], "measurements")
+        trial.refuse(envelope.kind, envelope.settings, getattr(measured, "trial", None))
     except codec.Invalid as exc:
         raise InvalidRunDocument(f"{source}: {exc}") from None
     return document, envelope, measured

@@ -47,6 +47,7 @@ from nbscope.analyse.forecast.model import (
 from nbscope.analyse.forecast.placement import PlacementSummary
 from nbscope.analyse.forecastable import RECORDED_BY, runs_jax
 from nbscope.record.cells import FAILURE_WORDS, failure_text
+from nbscope.record.run import platform_of
 from nbscope.record.sources import load_sources, naming
 from nbscope.schema.codec import Encoded, Write, given, known, never
 from nbscope.schema.model import Cell, NotebookRun
@@ -351,6 +352,11 @@ def check_record(record: RunRecord, run_label: str, run: NotebookRun | None = No
     record's typed run, when the caller has it)."""
     if record.kind not in ("profile", "trace"):
         raise NbscopeError(f"{run_label} is a {record.kind} run: forecast reads a notebook profile ({RECORDED_BY})")
+    if (platform := platform_of(record)) not in (None, "cpu"):  # its times are the device's, not a CPU's
+        raise NbscopeError(
+            f"{run_label} ran on the {platform.upper()}: forecast reads a run on the CPU; give a CPU run of the "
+            f"notebook, or compare one with this run (nbscope compare CPU_RUN {run_label.removeprefix('run ')})"
+        )
     run = run or record.notebook_run()
     if runs_jax(run) and run.program_data is None:
         raise NbscopeError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from nbscope import _units as units
 from nbscope._errors import NbscopeError
 from nbscope.api.audit._jobs import Job, run_job_in_thread, worker_fingerprint
 from nbscope.api.audit._schedule import failed_result, memory_fraction
@@ -32,10 +33,10 @@ class DaskRunner:
         address = address.strip()
         if address == "local" or address.startswith("local:"):
             count = address.partition(":")[2]
-            if count and not count.isdigit():
-                raise NbscopeError(f"--dask {address}: expected local or local:N")
+            if count and units.whole(count, 1) is None:
+                raise NbscopeError("--dask: expected local or local:N (N workers, 1 or more)")
             self.cluster = LocalCluster(
-                n_workers=int(count) if count else workers, threads_per_worker=1, processes=True, dashboard_address=None
+                n_workers=units.whole(count) or workers, threads_per_worker=1, processes=True, dashboard_address=None
             )
             address = self.cluster.scheduler_address
         try:
