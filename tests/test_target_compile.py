@@ -124,3 +124,41 @@ def test_a_recorded_program_compiles_for_v5e_and_the_float64_lu_fails_at_compile
     # while loop's body once: a multiply, an add and a max over 1,000 values, 3,000 flops in float64 hardware.
     assert loop.flops is not None and loop.flops > 10 * 3_000
     assert by_function["power_sum"].device_bytes is not None and by_function["power_sum"].device_bytes > 40_000
+
+
+TPU = HERE.parent / "tpu_v5e"
+
+
+@pytest.mark.parametrize("lecture", ["jax_intro", "numpy_vs_numba_vs_jax", "opt_savings_2", "hopenhayn", "mle"])
+def test_the_compile_measured_here_holds_on_the_chip(lecture: str) -> None:
+    """Each lecture's CPU run (its kernel's modules compiled here for v5e:1x1) against its run on the lent v5e: a
+    bounded range, the compile of each cell that compiled for 1 s or more there within 1.5× of its forecast but
+    one, and the cells that raised there forecast to fail in the compiler's words."""
+    cpu, chip = recorded_as(HERE / f"cpu_host_{lecture}.json"), recorded_as(TPU / f"tpu_{lecture}.json")
+    document = json.loads((HERE / f"compiled_{lecture}.json").read_text())
+    compiled = {key: decode(TargetCompile, value) for key, value in document["compiled"].items()}
+    target = TargetCompiles(document["topology"], compiled, document["guessed"], versions=document["versions"])
+    result = forecast(cpu, "tpu-v5e", target=target)
+    notebook = result.notebook["tpu-v5e"]
+    assert notebook.high_s is not None and notebook.high_s / notebook.low_s < 2.7
+    forecasts = {c.index: c.gpu["tpu-v5e"] for c in result.cells}
+    misses = 0
+    for index, cell in enumerate(chip.notebook_run().cells):
+        if cell.jax is None or cell.jax.compile_s < 1 or index not in forecasts:
+            continue
+        term = next(t for t in forecasts[index].terms if t.kind == "compile")
+        assert "measured on this machine" in term.words
+        misses += not (term.high_s is not None and term.low_s / 1.5 <= cell.jax.compile_s <= term.high_s * 1.5)
+    assert misses <= 1
+    raised_here = {i for i, c in enumerate(cpu.notebook_run().cells) if c.error is not None}  # raised anywhere
+    raised = {
+        i for i, c in enumerate(chip.notebook_run().cells) if c.error is not None and c.error.name != "NameError"
+    } - raised_here
+    failing = {c.index for c in result.cells if c.gpu["tpu-v5e"].verdict == "fails"}
+    assert failing == raised
+    for index in failing:
+        assert "LuDecomposition" in forecasts[index].fails[0].reason  # mle's Newton steps invert a float64 Hessian
+
+
+def recorded_as(path: Path) -> RunRecord:
+    return loads(path.read_text())
