@@ -131,7 +131,7 @@ def test_forecast_requests_that_cannot_apply_are_refused_in_one_line(loop_run: R
     gpu.settings["jax_platform"] = "cuda"
     if "jax_backend" in gpu.measurements["kernel"]:  # what JAX said it ran on outranks what was asked
         gpu.measurements["kernel"]["jax_backend"]["platform"] = "cuda"
-    with pytest.raises(NbscopeError, match="gpu backend: its GPU figures are measured"):
+    with pytest.raises(NbscopeError, match="ran on the GPU: forecast reads a run on the CPU"):
         diagnose(gpu, sources=LATENCY_SOURCES, gpus="t4")
 
 

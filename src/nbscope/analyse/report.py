@@ -128,8 +128,8 @@ def _setting_differences(data: ReportData) -> None:
     # Every setting any run recorded (``kernel``, ``traced_command``: more than the typed ``Settings`` holds),
     # as recorded: a walk over the settings documents.
     settings = [r.settings or {} for r in records]
-    envs = [env_hashes(r) for r in records]
-    for key in dict.fromkeys(k for one in settings for k in one if k != "env"):
+    envs = [env_hashes(r) for r in records]  # env_signed: hashes of env, whose differences are shown
+    for key in dict.fromkeys(k for one in settings for k in one if k not in ("env", "env_signed")):
         values = [_setting_text(one.get(key)) for one in settings]
         if len(set(values)) > 1:
             data.setting_differences.append((f"settings.{key}", values))

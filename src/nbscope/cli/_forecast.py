@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,6 +22,7 @@ from nbscope.cli._options import (
 )
 
 if TYPE_CHECKING:
+    from nbscope.analyse.forecast import Forecast
     from nbscope.api.forecast import DeviceTable, Store
 
 HELP = """Forecast a notebook's time on a GPU from a run profiled on a CPU, per cell, and why.
@@ -134,16 +136,20 @@ def forecast_command(
     if calibrate_from:
         _calibrate(calibrate_from, name, base, output, table, store, as_json)
         return
+    forecast_with = partial(forecast_run, compile_budget_s=compile_budget, on_progress=_progress)
+    found = forecast_with(run, store, table, gpus=gpu, notebook=notebook, measured=measured)
+    _show(found, as_json, markdown, None if all_cells else limit, all_cells)
+
+
+def _show(result: Forecast, as_json: bool, markdown: bool, top: int | None, show_all: bool) -> None:
     from nbscope.render import forecast as view
 
-    options = {"notebook": notebook, "measured": measured, "compile_budget_s": compile_budget}
-    result = forecast_run(run, store, table, gpus=gpu, on_progress=_progress, **options)  # type: ignore[arg-type]
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, default=str))
     elif markdown:
-        print(view.forecast_markdown(result, top=None if all_cells else limit, show_all=all_cells))
+        print(view.forecast_markdown(result, top=top, show_all=show_all))
     else:
-        view.print_forecast(result, top=None if all_cells else limit, show_all=all_cells)
+        view.print_forecast(result, top=top, show_all=show_all)
 
 
 def _progress(line: str) -> None:
