@@ -20,7 +20,7 @@ from nbscope.schema.codec import Encoded, Write, never
 if TYPE_CHECKING:
     from nbscope.analyse.forecast.calibrate import CalibratedDevice
 
-__all__ = ["DeviceTable", "device_table"]
+__all__ = ["DeviceTable", "Forecast", "device_table"]
 
 
 def device_table(devices_file: Path | None) -> DeviceTable:

@@ -22,8 +22,7 @@ from nbscope.cli._options import (
 )
 
 if TYPE_CHECKING:
-    from nbscope.analyse.forecast import Forecast
-    from nbscope.api.forecast import DeviceTable, Store
+    from nbscope.api.forecast import DeviceTable, Forecast, Store
 
 HELP = """Forecast a notebook's time on a GPU from a run profiled on a CPU, per cell, and why.
 

@@ -19,7 +19,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from nbscope._redact import shorten
 from nbscope.schema import _fields
@@ -52,6 +52,22 @@ class CellError:
     message: str
 
 
+class CompileStages(Protocol):
+    """JAX's three stages of a compile, as the probe times them."""
+
+    @property
+    def trace_s(self) -> float: ...
+    @property
+    def lower_s(self) -> float: ...
+    @property
+    def backend_s(self) -> float: ...
+
+
+def compile_seconds(stages: CompileStages) -> float:
+    """A compile's seconds, JAX's trace, lowering and backend compile: the one sum of them outside the kernel."""
+    return stages.trace_s + stages.lower_s + stages.backend_s
+
+
 @dataclass(frozen=True, slots=True)
 class JaxFunction:
     """One function JAX compiled in a cell: how often, how long each stage took, for which argument shapes."""
@@ -68,7 +84,7 @@ class JaxFunction:
 
     @property
     def compile_s(self) -> float:
-        return self.trace_s + self.lower_s + self.backend_s
+        return compile_seconds(self)
 
     @property
     def compiles(self) -> int:
@@ -95,7 +111,7 @@ class JaxFigures:
 
     @property
     def compile_s(self) -> float:
-        return self.trace_s + self.lower_s + self.backend_s
+        return compile_seconds(self)
 
     def refuse(self) -> tuple[str, str] | None:
         """Compiles by kind that outnumber the compiles (each is one of them, or a persistent-cache hit)."""

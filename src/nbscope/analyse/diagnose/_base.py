@@ -21,7 +21,7 @@ from nbscope.record.sources import load_sources
 from nbscope.schema import finding_document
 from nbscope.schema.codec import Encoded, Read, decode
 from nbscope.schema.machine import Machine, Settings
-from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals
+from nbscope.schema.model import Cell, JaxFunction, NotebookRun, Totals, compile_seconds
 
 Severity = Literal["high", "medium", "low"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # highest first
@@ -269,7 +269,7 @@ class FunctionStats:
 
     @property
     def compile_s(self) -> float:
-        return self.trace_s + self.lower_s + self.backend_s
+        return compile_seconds(self)
 
     def evidence(self) -> dict[str, object]:
         return {
