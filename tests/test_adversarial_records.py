@@ -120,7 +120,8 @@ def _notebook(path: Path, sources: list[str]) -> Path:
 
 
 def _nbscope(folder: Path, *args: str) -> Any:
-    return run_in_process(args, cwd=folder)
+    # OMP_NUM_THREADS unset, whatever an earlier test in this process left: the trial's remedy (threads:1) sets it
+    return run_in_process(args, cwd=folder, env={"OMP_NUM_THREADS": None})
 
 
 def _files_text(*paths: Path) -> str:
