@@ -25,8 +25,7 @@ from nbscope.analyse.forecast import forecast
 from nbscope.analyse.forecast.measured import against_measured
 from nbscope.collect.target_compile import TargetCompiles
 from nbscope.record.run import RunRecord, loads
-from nbscope.schema.codec import decode, encode
-from nbscope.schema.programs import TargetCompile
+from nbscope.schema.codec import encode
 from nbscope.schema.status import CUT_SHORT
 
 FILES = Path(__file__).resolve().parents[1] / "tests" / "files" / "device"
@@ -44,20 +43,14 @@ LECTURES = {
 def compiled(name: str, cpu: RunRecord, save: bool) -> TargetCompiles:
     path = TARGET / f"compiled_{name}.json"
     if path.is_file() and not save:
-        document = json.loads(path.read_text())
-        results = {key: decode(TargetCompile, value) for key, value in document["compiled"].items()}
-        return TargetCompiles(document["topology"], results, document["guessed"], versions=document["versions"])
+        return TargetCompiles.from_document(path.read_text())
     from nbscope.api.forecast import compiled_for_target
 
     result = compiled_for_target(cpu, budget_s=3600)
     if save:
-        document = {
-            "topology": result.topology,
-            "versions": result.versions,
-            "compiled": {key: encode(value) for key, value in sorted(result.compiled.items())},
-            "guessed": result.guessed,
-        }
-        path.write_text(json.dumps(document, indent=1) + "\n")
+        compiled = {key: encode(value) for key, value in sorted(result.compiled.items())}
+        document = {"topology": result.topology, "versions": result.versions, "compiled": compiled}
+        path.write_text(json.dumps({**document, "guessed": result.guessed}, indent=1) + "\n")
     return result
 
 

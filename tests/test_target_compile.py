@@ -11,7 +11,6 @@ program data, and ``target_compile_v5e.json``, its programs compiled for v5e:1x1
 from __future__ import annotations
 
 import base64
-import json
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +21,6 @@ from nbscope.analyse.forecast import forecast
 from nbscope.api.forecast import compiled_for_target, target_environment
 from nbscope.collect.target_compile import TargetCompiles, compile_programs
 from nbscope.record.run import RunRecord, loads
-from nbscope.schema.codec import decode
-from nbscope.schema.programs import TargetCompile
 
 HERE = Path(__file__).resolve().parent / "files" / "device" / "target"
 MLIR_BYTECODE = b"ML\xefR"  # the magic number that opens an MLIR bytecode file
@@ -33,10 +30,8 @@ def recorded() -> RunRecord:
     return loads((HERE / "cpu_target_compile.json").read_text())
 
 
-def compiled_here() -> TargetCompiles:
-    document = json.loads((HERE / "target_compile_v5e.json").read_text())
-    compiled = {key: decode(TargetCompile, value) for key, value in document["compiled"].items()}
-    return TargetCompiles(document["topology"], compiled, document["guessed"], versions=document["versions"])
+def compiled_here(name: str = "target_compile_v5e.json") -> TargetCompiles:
+    return TargetCompiles.from_document((HERE / name).read_text())
 
 
 def _programs(record: RunRecord) -> dict[str, object]:
@@ -135,9 +130,7 @@ def test_the_compile_measured_here_holds_on_the_chip(lecture: str) -> None:
     bounded range, the compile of each cell that compiled for 1 s or more there within 1.5× of its forecast but
     one, and the cells that raised there forecast to fail in the compiler's words."""
     cpu, chip = recorded_as(HERE / f"cpu_host_{lecture}.json"), recorded_as(TPU / f"tpu_{lecture}.json")
-    document = json.loads((HERE / f"compiled_{lecture}.json").read_text())
-    compiled = {key: decode(TargetCompile, value) for key, value in document["compiled"].items()}
-    target = TargetCompiles(document["topology"], compiled, document["guessed"], versions=document["versions"])
+    target = compiled_here(f"compiled_{lecture}.json")
     result = forecast(cpu, "tpu-v5e", target=target)
     notebook = result.notebook["tpu-v5e"]
     assert notebook.high_s is not None and notebook.high_s / notebook.low_s < 2.7

@@ -63,6 +63,19 @@ class TargetCompiles:
     seconds: float = 0.0  # the compiling's wall time here
     versions: str | None = None  # "jax 0.10.2, libtpu 0.0.42.1"
 
+    @classmethod
+    def from_document(cls, text: str) -> TargetCompiles:
+        """A run's compiles saved as JSON (``benchmarks/target_check.py --save`` writes them), read back."""
+        document: dict[str, dict[str, dict[str, object]] | str | None] = json.loads(text)
+        compiled, guessed, topology, versions = (
+            document.get(k) for k in ("compiled", "guessed", "topology", "versions")
+        )
+        results = {
+            key: decode(TargetCompile, value) for key, value in (compiled if isinstance(compiled, dict) else {}).items()
+        }
+        why = {key: str(value) for key, value in (guessed if isinstance(guessed, dict) else {}).items()}
+        return cls(str(topology), results, why, versions=versions if isinstance(versions, str) else None)
+
 
 def _cache_path(module: str, versions: str, folder: Path) -> Path:
     digest = hashlib.sha256(f"{TOPOLOGY}\n{versions}\n{module}".encode()).hexdigest()
